@@ -1,0 +1,240 @@
+"""Load GPU, cluster and efficiency profiles from YAML files (the catalogs are data).
+
+Built-in entries live in ``hardware_specs/gpus``, ``hardware_specs/clusters`` and
+``hardware_specs/efficiency``, one file per entry. A user adds hardware by dropping a file in
+one of those folders, in a folder named by the ``PARAPLAN_HARDWARE_PATH`` environment variable
+(``:``-separated; each folder may hold ``gpus/``, ``clusters/``, ``efficiency/``), or by passing
+a file path wherever a name is accepted.
+
+File units are human units named in the key (``peak_tflops``, ``hbm_gib``, ``bw_gbit_per_s``,
+``latency_us``); the loaders convert to SI (FLOP/s, bytes, bytes/s, seconds).
+
+GPU file keys: name, vendor, generation, peak_tflops {dtype: TFLOP/s dense}, hbm_gib (or hbm_gb),
+hbm_bw_tb_per_s, scaleup_bw_gb_per_s (per GPU, one direction), scaleup_domain_size, source.
+
+Cluster file keys: name, description, gpu, gpus_per_node, scaleup {kind, bw_gb_per_s,
+latency_us} (optional: defaults to the GPU's link), scaleout {kind, bw_gbit_per_s or
+bw_gb_per_s, latency_us}, rail_optimized, oversubscription, max_gpus, source.
+"""
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hardware_specs.cluster_spec import ClusterSpec, NetworkTier
+from hardware_specs.efficiency_model import EfficiencyModel
+from hardware_specs.errors import InputError, suggest
+from hardware_specs.gpu_spec import GPUSpec
+
+BUILTIN_DIR = Path(__file__).resolve().parent
+GIB = 2**30
+
+
+def _search_dirs(kind: str) -> list[Path]:
+    dirs = [BUILTIN_DIR / kind]
+    for extra in os.environ.get("PARAPLAN_HARDWARE_PATH", "").split(os.pathsep):
+        if extra:
+            dirs.append(Path(extra) / kind)
+            dirs.append(Path(extra))
+    return dirs
+
+
+def read_yaml(path: Path, what: str) -> dict[str, Any]:
+    """Parse one YAML mapping; malformed files raise ``InputError`` naming the file."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise InputError(what, f"cannot read {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise InputError(what, f"malformed YAML in {path}{where}", "fix the file's syntax") from None
+    if not isinstance(data, dict):
+        raise InputError(what, f"{path} must hold a YAML mapping (key: value lines)")
+    return data
+
+
+def _entries(kind: str) -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for d in _search_dirs(kind):
+        if d.is_dir():
+            for p in sorted(d.glob("*.yaml")):
+                found.setdefault(p.stem, p)
+    return found
+
+
+def _resolve(kind: str, name_or_path: str, what: str) -> Path:
+    candidate = Path(name_or_path)
+    if candidate.suffix in (".yaml", ".yml") or candidate.is_file():
+        if not candidate.is_file():
+            raise InputError(what, f"no such file {name_or_path}")
+        return candidate
+    entries = _entries(kind)
+    key = name_or_path.strip().lower()
+    if key in entries:
+        return entries[key]
+    raise InputError(what, f"unknown {what} '{name_or_path}'", suggest(key, entries))
+
+
+def _get(data: dict, key: str, where: str, kind=float, default: Any = ...) -> Any:
+    if key not in data or data[key] is None:
+        if default is ...:
+            raise InputError(f"{where}.{key}", "missing", f"add '{key}:' to the file")
+        return default
+    value = data[key]
+    try:
+        if kind is bool:
+            if isinstance(value, bool):
+                return value
+            raise ValueError
+        return kind(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{where}.{key}", f"expected {kind.__name__}, got {value!r}") from None
+
+
+def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
+    """Build a ``GPUSpec`` from a catalog mapping (human units, see module docstring)."""
+    name = _get(data, "name", where, str)
+    where = f"gpu {name}"
+    peaks = data.get("peak_tflops")
+    if not isinstance(peaks, dict) or not peaks:
+        raise InputError(f"{where}.peak_tflops", "missing", "add a mapping of dtype: dense TFLOP/s")
+    peak_flops = {}
+    for dtype, tflops in peaks.items():
+        if tflops is None:
+            continue
+        try:
+            peak_flops[str(dtype)] = float(tflops) * 1e12
+        except (TypeError, ValueError):
+            raise InputError(f"{where}.peak_tflops.{dtype}", f"expected a number, got {tflops!r}") from None
+    if "hbm_gib" in data:
+        hbm_bytes = _get(data, "hbm_gib", where) * GIB
+    else:
+        hbm_bytes = _get(data, "hbm_gb", where) * 1e9
+    return GPUSpec(
+        name=name,
+        vendor=str(data.get("vendor", "")),
+        generation=_get(data, "generation", where, str),
+        peak_flops_per_s=peak_flops,
+        hbm_bytes=hbm_bytes,
+        hbm_bw_bytes_per_s=_get(data, "hbm_bw_tb_per_s", where) * 1e12,
+        scaleup_bw_bytes_per_s=_get(data, "scaleup_bw_gb_per_s", where) * 1e9,
+        scaleup_domain_size=_get(data, "scaleup_domain_size", where, int),
+        source=str(data.get("source", "")),
+    )
+
+
+def _tier_from_dict(data: Any, where: str, default_kind: str) -> NetworkTier:
+    if not isinstance(data, dict):
+        raise InputError(where, "must be a mapping with kind, bw_gbit_per_s (or bw_gb_per_s), latency_us")
+    if "bw_gbit_per_s" in data:
+        bw = _get(data, "bw_gbit_per_s", where) * 1e9 / 8
+    else:
+        bw = _get(data, "bw_gb_per_s", where) * 1e9
+    return NetworkTier(kind=str(data.get("kind", default_kind)), bw_bytes_per_s=bw,
+                       latency_s=_get(data, "latency_us", where, default=5.0) * 1e-6)
+
+
+def cluster_from_dict(data: dict, where: str = "cluster") -> ClusterSpec:
+    """Build a ``ClusterSpec`` from a catalog mapping; the GPU is looked up by name."""
+    name = _get(data, "name", where, str)
+    where = f"cluster {name}"
+    gpu = load_gpu(_get(data, "gpu", where, str))
+    gpus_per_node = _get(data, "gpus_per_node", where, int)
+    if "scaleup" in data:
+        scaleup = _tier_from_dict(data["scaleup"], f"{where}.scaleup", "nvlink")
+    else:
+        scaleup = NetworkTier("nvlink", gpu.scaleup_bw_bytes_per_s, 3e-6)
+    scaleout = _tier_from_dict(data.get("scaleout"), f"{where}.scaleout", "infiniband")
+    max_gpus = data.get("max_gpus")
+    return ClusterSpec(
+        name=name, gpu=gpu, gpus_per_node=gpus_per_node, scaleup=scaleup, scaleout=scaleout,
+        rail_optimized=_get(data, "rail_optimized", where, bool, default=True),
+        oversubscription=_get(data, "oversubscription", where, default=1.0),
+        max_gpus=int(max_gpus) if max_gpus is not None else None,
+        source=str(data.get("source", "")), description=str(data.get("description", "")),
+    )
+
+
+def efficiency_from_dict(data: dict, where: str = "efficiency") -> EfficiencyModel:
+    known = set(EfficiencyModel.field_names())
+    unknown = set(data) - known
+    if unknown:
+        raise InputError(f"{where}.{sorted(unknown)[0]}", "unknown key",
+                         "known keys: " + ", ".join(sorted(known)))
+    if "generation" not in data:
+        raise InputError(f"{where}.generation", "missing")
+    if not isinstance(data.get("gemm_peak_fraction"), dict):
+        raise InputError(f"{where}.gemm_peak_fraction", "must be a mapping dtype: fraction")
+    kwargs = dict(data)
+    for key, value in list(kwargs.items()):
+        if key not in ("generation", "gemm_peak_fraction", "fitted_on"):
+            try:
+                kwargs[key] = float(value)
+            except (TypeError, ValueError):
+                raise InputError(f"{where}.{key}", f"expected a number, got {value!r}") from None
+    return EfficiencyModel(**kwargs)
+
+
+@lru_cache(maxsize=None)
+def _load_gpu_cached(path: str, mtime: float) -> GPUSpec:
+    return gpu_from_dict(read_yaml(Path(path), "gpu"))
+
+
+@lru_cache(maxsize=None)
+def _load_cluster_cached(path: str, mtime: float) -> ClusterSpec:
+    return cluster_from_dict(read_yaml(Path(path), "cluster"))
+
+
+@lru_cache(maxsize=None)
+def _load_efficiency_cached(path: str, mtime: float) -> EfficiencyModel:
+    return efficiency_from_dict(read_yaml(Path(path), "efficiency"))
+
+
+def load_gpu(name_or_path: str) -> GPUSpec:
+    """The GPU profile named ``name_or_path`` (catalog name or YAML file path)."""
+    p = _resolve("gpus", name_or_path, "gpu")
+    return _load_gpu_cached(str(p), p.stat().st_mtime)
+
+
+def load_cluster(name_or_path: str) -> ClusterSpec:
+    """The cluster profile named ``name_or_path`` (catalog name or YAML file path)."""
+    p = _resolve("clusters", name_or_path, "cluster")
+    return _load_cluster_cached(str(p), p.stat().st_mtime)
+
+
+def load_efficiency(generation_or_path: str) -> EfficiencyModel:
+    """The efficiency model of a GPU generation (or from a YAML file path)."""
+    p = _resolve("efficiency", generation_or_path, "efficiency")
+    return _load_efficiency_cached(str(p), p.stat().st_mtime)
+
+
+def efficiency_for(gpu: GPUSpec) -> EfficiencyModel:
+    """The efficiency model of ``gpu``'s generation."""
+    return load_efficiency(gpu.generation)
+
+
+def list_gpus() -> list[str]:
+    return sorted(_entries("gpus"))
+
+
+def list_clusters() -> list[str]:
+    return sorted(_entries("clusters"))
+
+
+def list_efficiency_models() -> list[str]:
+    return sorted(_entries("efficiency"))
+
+
+def cluster_path(name: str) -> Path:
+    return _resolve("clusters", name, "cluster")
+
+
+def efficiency_path(generation: str) -> Path:
+    return _resolve("efficiency", generation, "efficiency")

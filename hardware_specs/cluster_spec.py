@@ -1,0 +1,70 @@
+"""Cluster profile: GPUs per scale-up domain and the network tiers that join them."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hardware_specs.errors import InputError, require_positive
+from hardware_specs.gpu_spec import GPUSpec
+
+
+@dataclass(frozen=True)
+class NetworkTier:
+    """One level of the network as one GPU sees it.
+
+    Attributes:
+        kind: ``nvlink``, ``infinity-fabric``, ``ici``, ``pcie``, ``infiniband``, ``roce``, ``ethernet``.
+        bw_bytes_per_s: bandwidth per GPU, one direction, bytes/s (e.g. one 400 Gb/s NIC per GPU
+            is 50e9).
+        latency_s: one-message start-up latency (alpha in the alpha-beta model), seconds.
+    """
+
+    kind: str
+    bw_bytes_per_s: float
+    latency_s: float
+
+    def __post_init__(self) -> None:
+        require_positive(f"network.{self.kind}.bw_bytes_per_s", self.bw_bytes_per_s)
+        require_positive(f"network.{self.kind}.latency_s", self.latency_s, allow_zero=True)
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A system: GPU kind, scale-up domain, scale-out fabric.
+
+    Attributes:
+        name: catalog name, e.g. ``dgx-h100``.
+        gpu: the accelerator.
+        gpus_per_node: GPUs in one scale-up domain (8 for DGX, 72 for NVL72).
+        scaleup: the fast tier inside a domain.
+        scaleout: the tier between domains.
+        rail_optimized: whether GPU i of every node shares a leaf switch (rail); then the
+            scale-out bandwidth holds for any group that is one GPU per node.
+        oversubscription: scale-out taper (1.0 = full bisection); scale-out bandwidth of a group
+            spanning several leaf groups is divided by it.
+        source: citation for the system's fabric.
+    """
+
+    name: str
+    gpu: GPUSpec
+    gpus_per_node: int
+    scaleup: NetworkTier
+    scaleout: NetworkTier
+    rail_optimized: bool = True
+    oversubscription: float = 1.0
+    max_gpus: int | None = None
+    source: str = ""
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        require_positive(f"cluster {self.name}.gpus_per_node", self.gpus_per_node)
+        if int(self.gpus_per_node) != self.gpus_per_node:
+            raise InputError(f"cluster {self.name}.gpus_per_node", "must be an integer")
+        if self.oversubscription < 1.0:
+            raise InputError(f"cluster {self.name}.oversubscription", "must be >= 1 (1 = full bisection)")
+        if self.max_gpus is not None:
+            require_positive(f"cluster {self.name}.max_gpus", self.max_gpus)
+
+    def with_gpu(self, gpu: GPUSpec) -> "ClusterSpec":
+        """The same fabric with another accelerator (for what-if studies)."""
+        from dataclasses import replace
+        return replace(self, gpu=gpu)

@@ -1,0 +1,83 @@
+"""Achieved-efficiency model of one GPU generation (fitted, not guessed).
+
+The roofline says what a chip could do; these factors say what kernels and collectives
+achieve on it. There is one ``EfficiencyModel`` per generation (``ampere``, ``hopper``, ...),
+stored in ``hardware_specs/efficiency/<generation>.yaml`` and refitted on the published runs by
+``paraplan fit-efficiency`` (see ``paraplan/validation/fit.py``). Each factor has a physical
+meaning, documented below, and is used in exactly one place in ``cost_models``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Mapping
+
+from hardware_specs.errors import InputError, require_positive
+
+
+@dataclass(frozen=True)
+class EfficiencyModel:
+    """Per-generation achieved-efficiency factors.
+
+    Attributes:
+        generation: key matching ``GPUSpec.generation``.
+        gemm_peak_fraction: per dtype, the fraction of dense peak a large, well-shaped GEMM
+            reaches (cuBLAS/cuBLASLt plateau). Dtypes not listed fall back to ``bf16``.
+        gemm_half_dim: GEMM shape saturation: each of the three GEMM dimensions ``x`` scales
+            the plateau by ``x / (x + gemm_half_dim)`` (tile quantisation and too few thread
+            blocks for skinny or small GEMMs).
+        attention_peak_fraction: fraction of the bf16/fp16 peak reached by the fused (flash)
+            attention core (FlashAttention-2 reports 50-73% on A100, FA3 ~75% on H100).
+        hbm_fraction: fraction of peak HBM bandwidth reached by memory-bound kernels
+            (norms, activations, dropout, optimizer step).
+        scaleup_fraction: achieved collective bus bandwidth / scale-up link bandwidth
+            (NCCL busBW over NVLink).
+        scaleout_fraction: achieved bus bandwidth / NIC bandwidth across nodes.
+        kernel_overhead_s: fixed time per kernel launch (tail effects, launch latency), seconds.
+        exposed_dp_fraction: fraction of data-parallel gradient communication that is not
+            hidden behind the backward pass when overlap is on (bucketing leaves the last
+            bucket and contention exposed).
+        fitted_on: what these numbers were fitted on and how to refit them.
+    """
+
+    generation: str
+    gemm_peak_fraction: Mapping[str, float]
+    gemm_half_dim: float = 64.0
+    attention_peak_fraction: float = 0.5
+    hbm_fraction: float = 0.8
+    scaleup_fraction: float = 0.8
+    scaleout_fraction: float = 0.8
+    kernel_overhead_s: float = 5e-6
+    exposed_dp_fraction: float = 0.1
+    fitted_on: str = ""
+
+    def __post_init__(self) -> None:
+        where = f"efficiency {self.generation}"
+        if "bf16" not in self.gemm_peak_fraction and "fp32" not in self.gemm_peak_fraction:
+            raise InputError(f"{where}.gemm_peak_fraction", "must list bf16 (or fp32 for CPUs)")
+        for dtype, value in self.gemm_peak_fraction.items():
+            _check_fraction(f"{where}.gemm_peak_fraction.{dtype}", value)
+        for name in ("attention_peak_fraction", "hbm_fraction", "scaleup_fraction",
+                     "scaleout_fraction"):
+            _check_fraction(f"{where}.{name}", getattr(self, name))
+        _check_fraction(f"{where}.exposed_dp_fraction", self.exposed_dp_fraction, allow_zero=True)
+        require_positive(f"{where}.gemm_half_dim", self.gemm_half_dim, allow_zero=True)
+        require_positive(f"{where}.kernel_overhead_s", self.kernel_overhead_s, allow_zero=True)
+        object.__setattr__(self, "gemm_peak_fraction", MappingProxyType(dict(self.gemm_peak_fraction)))
+
+    def gemm_fraction(self, dtype: str) -> float:
+        """Plateau GEMM efficiency for ``dtype`` (falls back to bf16, then fp32)."""
+        for key in (dtype, "bf16", "fp32"):
+            if key in self.gemm_peak_fraction:
+                return float(self.gemm_peak_fraction[key])
+        raise InputError("dtype", f"no GEMM efficiency for {dtype}")
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+
+def _check_fraction(name: str, value: float, allow_zero: bool = False) -> None:
+    require_positive(name, value, allow_zero=allow_zero)
+    if value > 1.0:
+        raise InputError(name, f"is a fraction and must be <= 1, got {value}")

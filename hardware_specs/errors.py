@@ -1,0 +1,46 @@
+"""The one error type for bad user input, shared by every layer.
+
+A ``InputError`` names the offending field and says how to fix it; the CLI prints
+``error: <field>: <message>`` on one line and exits with code 2.
+"""
+from __future__ import annotations
+
+import difflib
+from typing import Iterable
+
+
+class InputError(ValueError):
+    """Bad input: a field, what is wrong with it, and (optionally) the fix."""
+
+    def __init__(self, field: str, message: str, fix: str | None = None):
+        self.field = field
+        self.message = message
+        self.fix = fix
+        text = f"{field}: {message}"
+        if fix:
+            text += f" ({fix})"
+        super().__init__(text)
+
+
+def suggest(name: str, known: Iterable[str]) -> str:
+    """A 'did you mean' hint listing the closest known names, or all names if none is close."""
+    known = sorted(known)
+    close = difflib.get_close_matches(name.lower(), known, n=3, cutoff=0.4)
+    if close:
+        return "did you mean " + ", ".join(close) + "?"
+    shown = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")
+    return f"known: {shown}"
+
+
+def require_positive(field: str, value: float, allow_zero: bool = False) -> None:
+    """Raise ``InputError`` unless ``value`` is a positive (or non-negative) finite number."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise InputError(field, f"expected a number, got {value!r}") from None
+    if v != v or v in (float("inf"), float("-inf")):
+        raise InputError(field, f"must be finite, got {value!r}")
+    if allow_zero and v < 0:
+        raise InputError(field, f"must be >= 0, got {value!r}")
+    if not allow_zero and v <= 0:
+        raise InputError(field, f"must be > 0, got {value!r}")

@@ -1,0 +1,61 @@
+"""Accelerator profile: peak FLOP/s per dtype, HBM size and bandwidth, scale-up link."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from hardware_specs.errors import InputError, require_positive
+
+#: dtypes a GPU profile may list; a GEMM in dtype X runs at ``peak_flops_per_s[X]``.
+KNOWN_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4")
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """One accelerator kind, as its datasheet states it (dense, no sparsity).
+
+    Attributes:
+        name: canonical name, e.g. ``h100-sxm-80gb``.
+        generation: efficiency-model key, e.g. ``ampere``, ``hopper``, ``blackwell``.
+        peak_flops_per_s: dense peak FLOP/s per dtype (see ``KNOWN_DTYPES``).
+        hbm_bytes: device memory in bytes.
+        hbm_bw_bytes_per_s: peak device-memory bandwidth in bytes/s.
+        scaleup_bw_bytes_per_s: scale-up (NVLink / Infinity Fabric / ICI) bandwidth per GPU,
+            one direction, bytes/s.
+        scaleup_domain_size: GPUs reachable over the scale-up fabric in the usual system.
+        source: datasheet citation.
+    """
+
+    name: str
+    generation: str
+    peak_flops_per_s: Mapping[str, float]
+    hbm_bytes: float
+    hbm_bw_bytes_per_s: float
+    scaleup_bw_bytes_per_s: float
+    scaleup_domain_size: int
+    source: str = ""
+    vendor: str = ""
+
+    def __post_init__(self) -> None:
+        where = f"gpu {self.name}"
+        if not self.peak_flops_per_s:
+            raise InputError(f"{where}.peak_flops_per_s", "must list at least one dtype")
+        for dtype, value in self.peak_flops_per_s.items():
+            if dtype not in KNOWN_DTYPES:
+                raise InputError(f"{where}.peak_flops_per_s.{dtype}", "unknown dtype",
+                                 "use one of " + ", ".join(KNOWN_DTYPES))
+            require_positive(f"{where}.peak_flops_per_s.{dtype}", value)
+        require_positive(f"{where}.hbm_bytes", self.hbm_bytes)
+        require_positive(f"{where}.hbm_bw_bytes_per_s", self.hbm_bw_bytes_per_s)
+        require_positive(f"{where}.scaleup_bw_bytes_per_s", self.scaleup_bw_bytes_per_s)
+        require_positive(f"{where}.scaleup_domain_size", self.scaleup_domain_size)
+        object.__setattr__(self, "peak_flops_per_s", MappingProxyType(dict(self.peak_flops_per_s)))
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak FLOP/s for ``dtype``; error naming the dtypes this chip has if absent."""
+        try:
+            return float(self.peak_flops_per_s[dtype])
+        except KeyError:
+            raise InputError("dtype", f"{self.name} has no {dtype} peak",
+                             "choose one of " + ", ".join(self.peak_flops_per_s)) from None

@@ -1,0 +1,135 @@
+"""Transformer architecture as a frozen value object (dense or mixture-of-experts)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from hardware_specs.errors import InputError
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    """Mixture-of-experts part of a model.
+
+    Attributes:
+        num_experts: routed experts per MoE layer.
+        top_k: routed experts each token goes to.
+        expert_ffn_hidden_size: FFN width of one routed expert.
+        num_shared_experts: always-on experts (DeepSeek, Qwen2-MoE), each ``shared_expert_ffn_hidden_size`` wide.
+        shared_expert_ffn_hidden_size: FFN width of one shared expert (0 = same as a routed one).
+        first_dense_layers: leading layers that use a dense MLP (DeepSeek-V3: 3).
+        dense_ffn_hidden_size: FFN width of those dense layers (0 = ``ModelSpec.ffn_hidden_size``).
+        moe_layer_frequency: every n-th layer (after the dense ones) is MoE (1 = all).
+        capacity_factor: expert capacity as a multiple of the even share; 0 = dropless.
+    """
+
+    num_experts: int
+    top_k: int
+    expert_ffn_hidden_size: int
+    num_shared_experts: int = 0
+    shared_expert_ffn_hidden_size: int = 0
+    first_dense_layers: int = 0
+    dense_ffn_hidden_size: int = 0
+    moe_layer_frequency: int = 1
+    capacity_factor: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("num_experts", "top_k", "expert_ffn_hidden_size", "moe_layer_frequency"):
+            if int(getattr(self, name)) < 1:
+                raise InputError(f"moe.{name}", "must be >= 1")
+        if self.top_k > self.num_experts:
+            raise InputError("moe.top_k", f"{self.top_k} > num_experts {self.num_experts}")
+        for name in ("num_shared_experts", "shared_expert_ffn_hidden_size", "first_dense_layers",
+                     "dense_ffn_hidden_size"):
+            if int(getattr(self, name)) < 0:
+                raise InputError(f"moe.{name}", "must be >= 0")
+        if self.capacity_factor < 0:
+            raise InputError("moe.capacity_factor", "must be >= 0 (0 = dropless)")
+
+
+@dataclass(frozen=True)
+class MLASpec:
+    """DeepSeek multi-latent attention projection sizes (DeepSeek-V2 paper, section 2.1)."""
+
+    q_lora_rank: int          # 0 = no query compression
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only transformer.
+
+    Attributes:
+        name: preset or user name.
+        num_layers: transformer layers (l).
+        hidden_size: model width (h).
+        num_heads: attention (query) heads (a).
+        num_kv_heads: key/value heads (g); == num_heads for MHA, 1 for MQA, between for GQA.
+        head_dim: per-head width (d); usually h / a.
+        ffn_hidden_size: dense MLP width (f).
+        vocab_size: vocabulary (V).
+        seq_len: default training sequence length (s).
+        gated_mlp: SwiGLU-style MLP with three matrices (True) or plain two-matrix MLP.
+        tied_embeddings: input embedding and LM head share weights.
+        moe: mixture-of-experts part, or None for a dense model.
+        mla: multi-latent attention sizes, or None for standard attention.
+        sliding_window: attention window in tokens for windowed layers (0 = full attention).
+        sliding_window_layer_fraction: fraction of layers that use the window.
+    """
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    ffn_hidden_size: int
+    vocab_size: int
+    seq_len: int = 2048
+    head_dim: int = 0
+    gated_mlp: bool = False
+    tied_embeddings: bool = False
+    moe: MoESpec | None = None
+    mla: MLASpec | None = None
+    sliding_window: int = 0
+    sliding_window_layer_fraction: float = 0.0
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
+                     "vocab_size", "seq_len"):
+            value = getattr(self, name)
+            if not isinstance(value, (int,)) or isinstance(value, bool) or value < 1:
+                raise InputError(f"model.{name}", f"must be a positive integer, got {value!r}")
+        if self.head_dim == 0:
+            if self.hidden_size % self.num_heads:
+                raise InputError("model.head_dim", f"hidden_size {self.hidden_size} is not divisible "
+                                 f"by num_heads {self.num_heads}", "give head_dim explicitly")
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
+        if self.head_dim < 1:
+            raise InputError("model.head_dim", "must be >= 1")
+        if self.num_heads % self.num_kv_heads:
+            raise InputError("model.num_kv_heads", f"num_heads {self.num_heads} is not a multiple of "
+                             f"num_kv_heads {self.num_kv_heads}")
+        if not 0.0 <= self.sliding_window_layer_fraction <= 1.0:
+            raise InputError("model.sliding_window_layer_fraction", "must be in [0, 1]")
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Layers with a routed-expert MLP."""
+        if self.moe is None:
+            return 0
+        rest = self.num_layers - self.moe.first_dense_layers
+        return max(0, (rest + self.moe.moe_layer_frequency - 1) // self.moe.moe_layer_frequency)
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    def with_seq_len(self, seq_len: int) -> "ModelSpec":
+        return replace(self, seq_len=int(seq_len))

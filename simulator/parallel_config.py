@@ -1,0 +1,144 @@
+"""One parallel configuration (the plan the user runs), validated on construction."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from enum import Enum
+
+from hardware_specs.errors import InputError
+from hardware_specs.gpu_spec import KNOWN_DTYPES
+
+
+class Recompute(str, Enum):
+    """Activation recomputation (Korthikanti et al. 2022, section 5)."""
+
+    NONE = "none"
+    SELECTIVE = "selective"   # recompute the attention core only
+    FULL = "full"             # store only each layer's input, recompute the whole layer
+
+
+class Schedule(str, Enum):
+    """Pipeline schedule."""
+
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED = "interleaved"     # interleaved 1F1B (Narayanan et al. 2021), needs vpp > 1
+    ZB_H1 = "zb-h1"
+    ZB_H2 = "zb-h2"
+    ZB_V = "zb-v"
+    DUALPIPE = "dualpipe"
+
+
+class CPKind(str, Enum):
+    """Context-parallel attention flavour."""
+
+    RING = "ring"          # P2P of K/V blocks overlapped with attention (ring attention)
+    ULYSSES = "ulysses"    # all-to-all over heads (DeepSpeed-Ulysses)
+    HYBRID = "hybrid"      # Ulysses inside the scale-up domain, ring across
+
+
+def _enum(enum_cls, value, field):
+    if isinstance(value, enum_cls):
+        return value
+    try:
+        return enum_cls(str(value).lower())
+    except ValueError:
+        raise InputError(field, f"unknown value {value!r}",
+                         "choose one of " + ", ".join(e.value for e in enum_cls)) from None
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """How one training step is split over the GPUs.
+
+    Degrees multiply to the GPU count: ``dp * tp * pp * cp`` (expert parallelism ``ep`` folds
+    into ``dp * cp`` for the MoE layers, as in Megatron-Core's MoE parallel folding; expert
+    tensor parallelism ``etp`` defaults to 1).
+
+    Attributes:
+        dp, tp, pp, cp, ep, etp: data, tensor, pipeline, context, expert, expert-tensor degrees.
+        vpp: virtual pipeline stages (model chunks) per pipeline rank; > 1 means interleaved.
+        micro_batch: sequences per micro-batch (per data-parallel rank).
+        global_batch: sequences per optimizer step (whole job).
+        zero_stage: 0 (DDP), 1 (optimizer states sharded over dp), 2 (+ gradients), 3 (+ params).
+        recompute: activation recomputation.
+        sequence_parallel: Megatron sequence parallelism alongside TP.
+        dtype: GEMM dtype (``bf16``, ``fp16``, ``fp8``, ``mxfp8``, ``nvfp4``, ``fp32``).
+        schedule: pipeline schedule; ``interleaved`` is chosen automatically when vpp > 1.
+        overlap_grad_reduce: DP gradient reduction overlaps the backward pass.
+        overlap_param_gather: ZeRO-3 parameter all-gathers are prefetched under compute.
+        tp_comm_overlap: TP collectives overlap the GEMMs (userbuffers / async TP).
+        cp_kind: context-parallel flavour.
+        moe_load_imbalance: ratio of the busiest expert's tokens to the mean (1 = uniform).
+    """
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    etp: int = 1
+    vpp: int = 1
+    micro_batch: int = 1
+    global_batch: int = 1
+    zero_stage: int = 0
+    recompute: Recompute = Recompute.NONE
+    sequence_parallel: bool = False
+    dtype: str = "bf16"
+    schedule: Schedule = Schedule.ONE_F_ONE_B
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    tp_comm_overlap: bool = False
+    cp_kind: CPKind = CPKind.RING
+    moe_load_imbalance: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                try:
+                    as_int = int(value)
+                except (TypeError, ValueError):
+                    raise InputError(name, f"must be a positive integer, got {value!r}") from None
+                if as_int != value:
+                    raise InputError(name, f"must be a positive integer, got {value!r}")
+                object.__setattr__(self, name, as_int)
+            if getattr(self, name) < 1:
+                raise InputError(name, f"must be >= 1, got {value}")
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise InputError("zero_stage", f"must be 0, 1, 2 or 3, got {self.zero_stage!r}")
+        object.__setattr__(self, "recompute", _enum(Recompute, self.recompute, "recompute"))
+        object.__setattr__(self, "schedule", _enum(Schedule, self.schedule, "schedule"))
+        object.__setattr__(self, "cp_kind", _enum(CPKind, self.cp_kind, "cp_kind"))
+        if self.dtype not in KNOWN_DTYPES:
+            raise InputError("dtype", f"unknown dtype {self.dtype!r}", "choose one of " + ", ".join(KNOWN_DTYPES))
+        if self.vpp > 1 and self.schedule == Schedule.ONE_F_ONE_B:
+            object.__setattr__(self, "schedule", Schedule.INTERLEAVED)
+        if self.vpp > 1 and self.pp == 1:
+            raise InputError("vpp", "virtual pipeline stages need pp > 1", "set vpp 1 or pp > 1")
+        if self.schedule == Schedule.INTERLEAVED and self.vpp == 1:
+            raise InputError("schedule", "interleaved needs vpp > 1", "set --vpp 2 or more")
+        if self.sequence_parallel and self.tp == 1:
+            object.__setattr__(self, "sequence_parallel", False)
+        if self.global_batch % (self.dp * self.micro_batch):
+            raise InputError("global_batch", f"{self.global_batch} is not divisible by dp*micro_batch = "
+                             f"{self.dp}*{self.micro_batch}",
+                             f"use a multiple of {self.dp * self.micro_batch}")
+        if self.moe_load_imbalance < 1.0:
+            raise InputError("moe_load_imbalance", "must be >= 1 (1 = perfectly balanced)")
+
+    @property
+    def n_gpus(self) -> int:
+        """GPUs the configuration occupies (dp * tp * pp * cp)."""
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def num_microbatches(self) -> int:
+        """Micro-batches per pipeline per step: global_batch / (dp * micro_batch)."""
+        return self.global_batch // (self.dp * self.micro_batch)
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        for k, v in d.items():
+            if isinstance(v, Enum):
+                d[k] = v.value
+        return d
