@@ -12,7 +12,8 @@ File units are human units named in the key (``peak_tflops``, ``hbm_gib``, ``bw_
 GPU file keys: name, vendor, generation, peak_tflops {dtype: TFLOP/s dense}, hbm_gib (or hbm_gb),
 hbm_bw_tb_per_s, scaleup_bw_gb_per_s (per GPU, one direction), scaleup_domain_size, source.
 
-Cluster file keys: name, description, gpu, gpus_per_node, scaleup {kind, bw_gb_per_s,
+Cluster file keys: name, description, gpu (a catalog name, or an inline GPU mapping),
+efficiency (optional inline efficiency mapping, as ``paraplan calibrate`` writes), gpus_per_node, scaleup {kind, bw_gb_per_s,
 latency_us} (optional: defaults to the GPU's link), scaleout {kind, bw_gbit_per_s or
 bw_gb_per_s, latency_us}, rail_optimized, oversubscription, max_gpus, source.
 """
@@ -145,7 +146,15 @@ def cluster_from_dict(data: dict, where: str = "cluster") -> ClusterSpec:
     """Build a ``ClusterSpec`` from a catalog mapping; the GPU is looked up by name."""
     name = _get(data, "name", where, str)
     where = f"cluster {name}"
-    gpu = load_gpu(_get(data, "gpu", where, str))
+    gpu_entry = data.get("gpu")
+    gpu = gpu_from_dict(gpu_entry, f"{where}.gpu") if isinstance(gpu_entry, dict) \
+        else load_gpu(_get(data, "gpu", where, str))
+    eff_entry = data.get("efficiency")
+    efficiency = None
+    if eff_entry is not None:
+        if not isinstance(eff_entry, dict):
+            raise InputError(f"{where}.efficiency", "must be a mapping of efficiency factors")
+        efficiency = efficiency_from_dict(eff_entry, f"{where}.efficiency")
     gpus_per_node = _get(data, "gpus_per_node", where, int)
     if "scaleup" in data:
         scaleup = _tier_from_dict(data["scaleup"], f"{where}.scaleup", "nvlink")
@@ -159,6 +168,7 @@ def cluster_from_dict(data: dict, where: str = "cluster") -> ClusterSpec:
         oversubscription=_get(data, "oversubscription", where, default=1.0),
         max_gpus=int(max_gpus) if max_gpus is not None else None,
         source=str(data.get("source", "")), description=str(data.get("description", "")),
+        efficiency=efficiency,
     )
 
 
@@ -218,6 +228,11 @@ def load_efficiency(generation_or_path: str) -> EfficiencyModel:
 def efficiency_for(gpu: GPUSpec) -> EfficiencyModel:
     """The efficiency model of ``gpu``'s generation."""
     return load_efficiency(gpu.generation)
+
+
+def efficiency_for_cluster(cluster: ClusterSpec) -> EfficiencyModel:
+    """The cluster's own measured efficiency model if it has one, else its GPU generation's."""
+    return cluster.efficiency if cluster.efficiency is not None else efficiency_for(cluster.gpu)
 
 
 def list_gpus() -> list[str]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError, require_positive
 from hardware_specs.gpu_spec import GPUSpec
 
@@ -42,6 +43,8 @@ class ClusterSpec:
         oversubscription: scale-out taper (1.0 = full bisection); scale-out bandwidth of a group
             spanning several leaf groups is divided by it.
         source: citation for the system's fabric.
+        efficiency: a measured efficiency model for this very machine (written by
+            ``paraplan calibrate``); None = use the GPU generation's fitted model.
     """
 
     name: str
@@ -54,6 +57,7 @@ class ClusterSpec:
     max_gpus: int | None = None
     source: str = ""
     description: str = ""
+    efficiency: EfficiencyModel | None = None
 
     def __post_init__(self) -> None:
         require_positive(f"cluster {self.name}.gpus_per_node", self.gpus_per_node)
