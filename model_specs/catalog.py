@@ -1,0 +1,230 @@
+"""Load model presets from YAML files (the model catalog is data).
+
+Built-in presets live in ``model_specs/presets``, one file per model, named after the model.
+A user adds a model by dropping a file there, in a folder named by the ``PARAPLAN_MODEL_PATH``
+environment variable (``:``-separated; each folder may hold the files directly or in a
+``models/`` subfolder), or by passing a file path wherever a model name is accepted. A path to
+a Hugging Face ``config.json`` (or to the folder holding one) is read by
+``model_specs.hf_config``. Built-in names win over user files with the same name.
+
+Names are matched case-insensitively; ``-``, ``_`` and spaces are ignored, so ``LLAMA3.1_405B``
+finds ``llama3.1-405b``.
+
+File keys mirror the ``ModelSpec`` fields: name (defaults to the file name), num_layers,
+hidden_size, num_heads, num_kv_heads (default num_heads), ffn_hidden_size, vocab_size, seq_len,
+head_dim (default hidden_size / num_heads), gated_mlp, tied_embeddings, sliding_window,
+sliding_window_layer_fraction (default 1 when a window is given), source; optional ``moe:`` mapping with the ``MoESpec`` fields
+(num_experts, top_k, expert_ffn_hidden_size, num_shared_experts, ...) and optional ``mla:``
+mapping with the ``MLASpec`` fields (q_lora_rank, kv_lora_rank, qk_nope_head_dim,
+qk_rope_head_dim, v_head_dim). ``description`` and ``notes`` are free text and ignored.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import fields
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from hardware_specs.catalog import read_yaml
+from hardware_specs.errors import InputError, suggest
+from model_specs.hf_config import is_hf_config, model_from_hf_config, read_json
+from model_specs.model_spec import MLASpec, ModelSpec, MoESpec
+
+BUILTIN_DIR = Path(__file__).resolve().parent / "presets"
+ENV_VAR = "PARAPLAN_MODEL_PATH"
+_SUFFIXES = (".yaml", ".yml")
+_FREE_TEXT_KEYS = {"description", "notes"}
+
+_REQUIRED = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size")
+_INT_FIELDS = {"num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
+               "vocab_size", "seq_len", "head_dim", "sliding_window"}
+_BOOL_FIELDS = {"gated_mlp", "tied_embeddings"}
+_FLOAT_FIELDS = {"sliding_window_layer_fraction"}
+_STR_FIELDS = {"name", "source"}
+
+_MOE_REQUIRED = ("num_experts", "top_k", "expert_ffn_hidden_size")
+_MLA_REQUIRED = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
+def _search_dirs() -> list[Path]:
+    dirs = [BUILTIN_DIR]
+    for extra in os.environ.get(ENV_VAR, "").split(os.pathsep):
+        if extra:
+            dirs.append(Path(extra))
+            dirs.append(Path(extra) / "models")
+    return dirs
+
+
+def _canonical(name: str) -> str:
+    return "".join(ch for ch in name.strip().lower() if ch not in "-_ ")
+
+
+def _entries() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for d in _search_dirs():
+        if d.is_dir():
+            for p in sorted(d.iterdir()):
+                if p.suffix in _SUFFIXES and p.is_file():
+                    found.setdefault(p.stem.lower(), p)
+    return found
+
+
+def _resolve(name_or_path: str) -> Path:
+    candidate = Path(name_or_path)
+    if candidate.suffix in _SUFFIXES + (".json",) or candidate.exists():
+        if candidate.is_dir() and (candidate / "config.json").is_file():
+            return candidate / "config.json"
+        if not candidate.is_file():
+            raise InputError("model", f"no such file {name_or_path}")
+        return candidate
+    entries = _entries()
+    key = name_or_path.strip().lower()
+    if key in entries:
+        return entries[key]
+    by_canonical = {_canonical(k): p for k, p in entries.items()}
+    if _canonical(key) in by_canonical:
+        return by_canonical[_canonical(key)]
+    raise InputError("model", f"unknown model '{name_or_path}'", suggest(key, entries))
+
+
+def _int(value: Any, field: str) -> int:
+    if isinstance(value, bool):
+        raise InputError(field, f"expected an integer, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.replace("_", ""))
+        except ValueError:
+            pass
+    raise InputError(field, f"expected an integer, got {value!r}")
+
+
+def _float(value: Any, field: str) -> float:
+    if isinstance(value, bool):
+        raise InputError(field, f"expected a number, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise InputError(field, f"expected a number, got {value!r}") from None
+
+
+def _bool(value: Any, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise InputError(field, f"expected true or false, got {value!r}")
+    return value
+
+
+def _check_keys(data: dict, known: set[str], where: str) -> None:
+    unknown = sorted(str(k) for k in set(data) - known - _FREE_TEXT_KEYS)
+    if unknown:
+        raise InputError(f"{where}.{unknown[0]}", "unknown key", "known keys: " + ", ".join(sorted(known)))
+
+
+def _require(data: dict, keys: tuple[str, ...], where: str) -> None:
+    for key in keys:
+        if data.get(key) is None:
+            raise InputError(f"{where}.{key}", "missing", f"add '{key}:' to the file")
+
+
+def _moe_from_dict(data: Any, where: str) -> MoESpec:
+    if not isinstance(data, dict):
+        raise InputError(where, "must be a mapping with num_experts, top_k, expert_ffn_hidden_size")
+    known = {f.name for f in fields(MoESpec)}
+    _check_keys(data, known, where)
+    _require(data, _MOE_REQUIRED, where)
+    kwargs = {k: (_float(v, f"{where}.{k}") if k == "capacity_factor" else _int(v, f"{where}.{k}"))
+              for k, v in data.items() if k in known and v is not None}
+    return MoESpec(**kwargs)
+
+
+def _mla_from_dict(data: Any, where: str) -> MLASpec:
+    if not isinstance(data, dict):
+        raise InputError(where, "must be a mapping with kv_lora_rank, qk_nope_head_dim, "
+                         "qk_rope_head_dim, v_head_dim (and q_lora_rank)")
+    known = {f.name for f in fields(MLASpec)}
+    _check_keys(data, known, where)
+    _require(data, _MLA_REQUIRED, where)
+    kwargs = {"q_lora_rank": 0}
+    for key, value in data.items():
+        if key in known and value is not None:
+            kwargs[key] = _int(value, f"{where}.{key}")
+    for key, value in kwargs.items():
+        if value < (0 if key == "q_lora_rank" else 1):
+            raise InputError(f"{where}.{key}", f"must be >= {0 if key == 'q_lora_rank' else 1}, got {value}")
+    return MLASpec(**kwargs)
+
+
+def model_from_dict(data: dict[str, Any], where: str = "model", default_name: str | None = None) -> ModelSpec:
+    """Build a ``ModelSpec`` from a preset mapping (keys as in the module docstring).
+
+    Missing, unknown or mistyped keys raise ``InputError`` naming the key.
+    """
+    if not isinstance(data, dict):
+        raise InputError(where, f"expected a mapping of ModelSpec fields, got {type(data).__name__}")
+    known = {f.name for f in fields(ModelSpec)}
+    _check_keys(data, known, where)
+    name = data.get("name", default_name)
+    if name is None:
+        raise InputError(f"{where}.name", "missing", "add 'name:' to the file")
+    where = f"model {name}"
+    _require(data, _REQUIRED, where)
+    kwargs: dict[str, Any] = {"name": str(name)}
+    for key, value in data.items():
+        if value is None or key == "name":
+            continue
+        field = f"{where}.{key}"
+        if key in _INT_FIELDS:
+            kwargs[key] = _int(value, field)
+        elif key in _BOOL_FIELDS:
+            kwargs[key] = _bool(value, field)
+        elif key in _FLOAT_FIELDS:
+            kwargs[key] = _float(value, field)
+        elif key in _STR_FIELDS:
+            kwargs[key] = str(value).strip()
+        elif key == "moe":
+            kwargs[key] = _moe_from_dict(value, field)
+        elif key == "mla":
+            kwargs[key] = _mla_from_dict(value, field)
+    kwargs.setdefault("num_kv_heads", kwargs["num_heads"])
+    for key in ("head_dim", "sliding_window"):
+        if kwargs.get(key, 0) < 0:
+            raise InputError(f"{where}.{key}", f"must be >= 0, got {kwargs[key]}")
+    if kwargs.get("sliding_window", 0) > 0:
+        # A window given without a layer fraction applies to every layer (Mistral 7B style).
+        kwargs.setdefault("sliding_window_layer_fraction", 1.0)
+    return ModelSpec(**kwargs)
+
+
+def _load_file(path: Path) -> ModelSpec:
+    if path.suffix == ".json":
+        data = read_json(path, "model")
+        if is_hf_config(data):
+            return model_from_hf_config(path)
+        return model_from_dict(data, f"model {path}", default_name=path.stem)
+    return model_from_dict(read_yaml(path, "model"), f"model {path}", default_name=path.stem)
+
+
+@lru_cache(maxsize=None)
+def _load_cached(path: str, mtime: float) -> ModelSpec:
+    return _load_file(Path(path))
+
+
+def load_model(name_or_path: str | os.PathLike) -> ModelSpec:
+    """The model named ``name_or_path``: a preset name, a YAML/JSON preset file, or a Hugging Face
+    ``config.json`` (or its folder)."""
+    p = _resolve(os.fspath(name_or_path))
+    return _load_cached(str(p), p.stat().st_mtime)
+
+
+def list_models() -> list[str]:
+    """Names of all presets found (built-in and ``PARAPLAN_MODEL_PATH``)."""
+    return sorted(_entries())
+
+
+def model_path(name: str) -> Path:
+    """The file a model name resolves to."""
+    return _resolve(name)

@@ -1,0 +1,363 @@
+"""Build a ``ModelSpec`` from a local Hugging Face ``config.json``.
+
+Supported ``model_type`` families and the keys read (names as in ``transformers``):
+
+- llama, mistral, qwen2, qwen3 (gated SwiGLU MLP): num_hidden_layers, hidden_size,
+  num_attention_heads, num_key_value_heads, intermediate_size, vocab_size, head_dim,
+  tie_word_embeddings, max_position_embeddings, sliding_window (+ use_sliding_window /
+  max_window_layers for Qwen, layer_types where given).
+- nemotron (squared-ReLU plain MLP): as llama, plus kv_channels for the head width.
+- gpt2, opt, bloom, gpt_neox, mpt (plain two-matrix MLP): each family's own key names.
+- mixtral: + num_local_experts, num_experts_per_tok.
+- qwen2_moe, qwen3_moe: + num_experts, num_experts_per_tok, moe_intermediate_size,
+  shared_expert_intermediate_size, decoder_sparse_step, mlp_only_layers.
+- deepseek_v2, deepseek_v3: + n_routed_experts, num_experts_per_tok, moe_intermediate_size,
+  n_shared_experts, first_k_dense_replace, moe_layer_freq, and the multi-latent attention sizes
+  q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim.
+- gpt_oss: + num_local_experts, experts_per_token, sliding_window, layer_types.
+
+Sequence length: a config states the longest context the model supports, not the length it
+was trained at. ``seq_len`` is taken, in order, from the ``seq_len`` argument, the pre-training
+context the config names (``rope_scaling.original_max_position_embeddings``,
+``initial_context_length``), or ``max_position_embeddings`` capped at ``MAX_DEFAULT_SEQ_LEN``.
+
+For multi-latent attention ``head_dim`` is the query/key head width
+(``qk_nope_head_dim + qk_rope_head_dim``); the exact projection sizes are in ``ModelSpec.mla``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from hardware_specs.errors import InputError
+from model_specs.model_spec import MLASpec, ModelSpec, MoESpec
+
+# Longest default training sequence taken from max_position_embeddings; longer contexts are
+# usually reached by a short extension phase, not the bulk of training.
+MAX_DEFAULT_SEQ_LEN = 8192
+# Models with learned-free positions (ALiBi) and no stated context.
+FALLBACK_SEQ_LEN = 2048
+
+_MISSING = object()
+
+
+def read_json(path: Path, what: str = "model") -> dict[str, Any]:
+    """Parse one JSON object; unreadable or malformed files raise ``InputError`` naming the file."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise InputError(what, f"cannot read {path}: {exc.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(what, f"malformed JSON in {path} at line {exc.lineno}: {exc.msg}",
+                         "fix the file's syntax") from None
+    if not isinstance(data, dict):
+        raise InputError(what, f"{path} must hold a JSON object")
+    return data
+
+
+class _Config:
+    """Typed access to one config mapping; every error names the config and the key."""
+
+    def __init__(self, data: dict[str, Any], where: str):
+        self.data = data
+        self.where = where
+
+    def has(self, key: str) -> bool:
+        return self.data.get(key) is not None
+
+    def get_int(self, *keys: str, default: Any = _MISSING) -> int:
+        """The first of ``keys`` that is set, as an integer."""
+        for key in keys:
+            value = self.data.get(key)
+            if value is None:
+                continue
+            if isinstance(value, bool):
+                raise InputError(f"{self.where}.{key}", f"expected an integer, got {value!r}")
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            if isinstance(value, int):
+                return value
+            raise InputError(f"{self.where}.{key}", f"expected an integer, got {value!r}")
+        if default is _MISSING:
+            raise InputError(f"{self.where}.{keys[0]}", "missing", f"add '{keys[0]}' to the config")
+        return default
+
+    def get_bool(self, key: str, default: bool) -> bool:
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise InputError(f"{self.where}.{key}", f"expected true or false, got {value!r}")
+        return value
+
+    def get_int_list(self, key: str) -> list[int]:
+        value = self.data.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                   for v in value):
+            raise InputError(f"{self.where}.{key}", f"expected a list of layer indices, got {value!r}")
+        return value
+
+
+def _seq_len(cfg: _Config, seq_len: int | None) -> int:
+    if seq_len is not None:
+        return int(seq_len)
+    rope = cfg.data.get("rope_scaling")
+    if isinstance(rope, dict) and isinstance(rope.get("original_max_position_embeddings"), int):
+        return rope["original_max_position_embeddings"]
+    if cfg.has("initial_context_length"):
+        return cfg.get_int("initial_context_length")
+    max_pos = cfg.get_int("max_position_embeddings", "n_positions", "max_seq_len", default=FALLBACK_SEQ_LEN)
+    return min(max_pos, MAX_DEFAULT_SEQ_LEN)
+
+
+def _sliding_window(cfg: _Config, num_layers: int, family: str) -> tuple[int, float]:
+    """(window tokens, fraction of layers that use it); (0, 0.0) for full attention everywhere."""
+    window = cfg.get_int("sliding_window", default=0)
+    if window <= 0:
+        return 0, 0.0
+    layer_types = cfg.data.get("layer_types")
+    if isinstance(layer_types, list) and layer_types:
+        sliding = sum(1 for t in layer_types if t == "sliding_attention")
+        return (window, sliding / len(layer_types)) if sliding else (0, 0.0)
+    if family in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
+        # Qwen configs carry a window that is off unless use_sliding_window is set; then
+        # layers from max_window_layers on use it.
+        if not cfg.get_bool("use_sliding_window", False):
+            return 0, 0.0
+        full = min(num_layers, cfg.get_int("max_window_layers", default=num_layers))
+        fraction = (num_layers - full) / num_layers
+        return (window, fraction) if fraction > 0 else (0, 0.0)
+    return window, 1.0
+
+
+def _moe_layout(num_layers: int, moe_layers: list[int]) -> tuple[int, int]:
+    """(first_dense_layers, moe_layer_frequency) that reproduce the set of MoE layer indices.
+
+    ``MoESpec`` places MoE layers at first, first + freq, ...; when a config's layout is not of
+    that form the pair returned keeps the number of MoE layers, which is what the cost depends on.
+    """
+    wanted = sorted(set(moe_layers))
+    if not wanted:
+        raise InputError("hf_config", "the layer layout leaves no mixture-of-experts layer",
+                         "load it as a dense model")
+    first = wanted[0]
+    for freq in range(1, num_layers + 1):
+        if list(range(first, num_layers, freq)) == wanted:
+            return first, freq
+    return num_layers - len(wanted), 1
+
+
+def _dense_width(fields: dict[str, Any], first_dense: int, freq: int) -> int:
+    """Width of the dense-MLP layers of an MoE model, stated only when there are such layers."""
+    return fields["ffn_hidden_size"] if first_dense > 0 or freq > 1 else 0
+
+
+def _attention(cfg: _Config, *heads_keys: str) -> dict[str, int]:
+    num_heads = cfg.get_int(*heads_keys, "num_attention_heads")
+    return {
+        "num_heads": num_heads,
+        "num_kv_heads": cfg.get_int("num_key_value_heads", default=num_heads),
+        "head_dim": cfg.get_int("head_dim", default=0),
+    }
+
+
+def _llama_like(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
+    num_layers = cfg.get_int("num_hidden_layers")
+    window, fraction = _sliding_window(cfg, num_layers, family)
+    return dict(
+        num_layers=num_layers,
+        hidden_size=cfg.get_int("hidden_size"),
+        **_attention(cfg),
+        ffn_hidden_size=cfg.get_int("intermediate_size"),
+        vocab_size=cfg.get_int("vocab_size"),
+        seq_len=_seq_len(cfg, seq_len),
+        gated_mlp=True,
+        tied_embeddings=cfg.get_bool("tie_word_embeddings", False),
+        sliding_window=window,
+        sliding_window_layer_fraction=fraction,
+    )
+
+
+def _nemotron(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
+    fields = _llama_like(cfg, family, seq_len)
+    fields["head_dim"] = cfg.get_int("head_dim", "kv_channels", default=0)
+    fields["gated_mlp"] = False      # squared-ReLU two-matrix MLP
+    return fields
+
+
+def _mixtral(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
+    fields = _llama_like(cfg, family, seq_len)
+    fields["moe"] = MoESpec(num_experts=cfg.get_int("num_local_experts"),
+                            top_k=cfg.get_int("num_experts_per_tok"),
+                            expert_ffn_hidden_size=fields["ffn_hidden_size"])
+    return fields
+
+
+def _qwen_moe(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
+    fields = _llama_like(cfg, family, seq_len)
+    num_layers = fields["num_layers"]
+    step = cfg.get_int("decoder_sparse_step", default=1)
+    if step < 1:
+        raise InputError(f"{cfg.where}.decoder_sparse_step", f"must be >= 1, got {step}")
+    dense_only = set(cfg.get_int_list("mlp_only_layers"))
+    moe_layers = [i for i in range(num_layers) if (i + 1) % step == 0 and i not in dense_only]
+    first_dense, freq = _moe_layout(num_layers, moe_layers)
+    shared = cfg.get_int("shared_expert_intermediate_size", default=0)
+    fields["moe"] = MoESpec(
+        num_experts=cfg.get_int("num_experts"),
+        top_k=cfg.get_int("num_experts_per_tok"),
+        expert_ffn_hidden_size=cfg.get_int("moe_intermediate_size"),
+        num_shared_experts=1 if shared > 0 else 0,
+        shared_expert_ffn_hidden_size=shared,
+        first_dense_layers=first_dense,
+        dense_ffn_hidden_size=_dense_width(fields, first_dense, freq),
+        moe_layer_frequency=freq,
+    )
+    return fields
+
+
+def _deepseek(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
+    fields = _llama_like(cfg, family, seq_len)
+    num_layers = fields["num_layers"]
+    # Multi-latent attention: every query head has its own (decompressed) key and value.
+    fields["num_kv_heads"] = fields["num_heads"]
+    nope = cfg.get_int("qk_nope_head_dim")
+    rope = cfg.get_int("qk_rope_head_dim")
+    fields["mla"] = MLASpec(q_lora_rank=cfg.get_int("q_lora_rank", default=0),
+                            kv_lora_rank=cfg.get_int("kv_lora_rank"),
+                            qk_nope_head_dim=nope, qk_rope_head_dim=rope,
+                            v_head_dim=cfg.get_int("v_head_dim"))
+    fields["head_dim"] = nope + rope
+    if cfg.has("n_routed_experts"):
+        first_k = cfg.get_int("first_k_dense_replace", default=0)
+        freq = cfg.get_int("moe_layer_freq", default=1)
+        if freq < 1:
+            raise InputError(f"{cfg.where}.moe_layer_freq", f"must be >= 1, got {freq}")
+        moe_layers = [i for i in range(num_layers) if i >= first_k and i % freq == 0]
+        first_dense, layout_freq = _moe_layout(num_layers, moe_layers)
+        expert = cfg.get_int("moe_intermediate_size")
+        fields["moe"] = MoESpec(
+            num_experts=cfg.get_int("n_routed_experts"),
+            top_k=cfg.get_int("num_experts_per_tok"),
+            expert_ffn_hidden_size=expert,
+            num_shared_experts=cfg.get_int("n_shared_experts", default=0),
+            shared_expert_ffn_hidden_size=expert,
+            first_dense_layers=first_dense,
+            dense_ffn_hidden_size=_dense_width(fields, first_dense, layout_freq),
+            moe_layer_frequency=layout_freq,
+        )
+    return fields
+
+
+def _gpt_oss(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
+    fields = _llama_like(cfg, family, seq_len)
+    fields["moe"] = MoESpec(num_experts=cfg.get_int("num_local_experts", "num_experts"),
+                            top_k=cfg.get_int("experts_per_token", "num_experts_per_tok"),
+                            expert_ffn_hidden_size=fields["ffn_hidden_size"])
+    return fields
+
+
+def _gpt2(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
+    hidden = cfg.get_int("n_embd")
+    return dict(num_layers=cfg.get_int("n_layer"), hidden_size=hidden, **_attention(cfg, "n_head"),
+                ffn_hidden_size=cfg.get_int("n_inner", default=4 * hidden), vocab_size=cfg.get_int("vocab_size"),
+                seq_len=_seq_len(cfg, seq_len), tied_embeddings=cfg.get_bool("tie_word_embeddings", True))
+
+
+def _opt(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
+    return dict(num_layers=cfg.get_int("num_hidden_layers"), hidden_size=cfg.get_int("hidden_size"),
+                **_attention(cfg), ffn_hidden_size=cfg.get_int("ffn_dim"), vocab_size=cfg.get_int("vocab_size"),
+                seq_len=_seq_len(cfg, seq_len), tied_embeddings=cfg.get_bool("tie_word_embeddings", True))
+
+
+def _bloom(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
+    hidden = cfg.get_int("hidden_size", "n_embed")
+    return dict(num_layers=cfg.get_int("n_layer", "num_hidden_layers"), hidden_size=hidden,
+                **_attention(cfg, "n_head"), ffn_hidden_size=4 * hidden, vocab_size=cfg.get_int("vocab_size"),
+                seq_len=_seq_len(cfg, seq_len), tied_embeddings=cfg.get_bool("tie_word_embeddings", True))
+
+
+def _gpt_neox(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
+    return dict(num_layers=cfg.get_int("num_hidden_layers"), hidden_size=cfg.get_int("hidden_size"),
+                **_attention(cfg), ffn_hidden_size=cfg.get_int("intermediate_size"),
+                vocab_size=cfg.get_int("vocab_size"), seq_len=_seq_len(cfg, seq_len),
+                tied_embeddings=cfg.get_bool("tie_word_embeddings", False))
+
+
+def _mpt(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
+    hidden = cfg.get_int("d_model")
+    ratio = cfg.get_int("expansion_ratio", default=4)
+    return dict(num_layers=cfg.get_int("n_layers"), hidden_size=hidden, **_attention(cfg, "n_heads"),
+                ffn_hidden_size=ratio * hidden, vocab_size=cfg.get_int("vocab_size"),
+                seq_len=_seq_len(cfg, seq_len), tied_embeddings=cfg.get_bool("tie_word_embeddings", True))
+
+
+_FAMILIES: dict[str, Callable[[_Config, str, int | None], dict[str, Any]]] = {
+    "llama": _llama_like, "mistral": _llama_like, "qwen2": _llama_like, "qwen3": _llama_like,
+    "nemotron": _nemotron,
+    "mixtral": _mixtral,
+    "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe,
+    "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
+    "gpt_oss": _gpt_oss,
+    "gpt2": _gpt2, "opt": _opt, "bloom": _bloom, "gpt_neox": _gpt_neox, "mpt": _mpt,
+}
+
+
+def supported_model_types() -> list[str]:
+    return sorted(_FAMILIES)
+
+
+def is_hf_config(data: dict[str, Any]) -> bool:
+    """Whether a JSON mapping looks like a Hugging Face config rather than a paraplan preset."""
+    return "model_type" in data or "architectures" in data
+
+
+def _default_name(path: Path | None, data: dict[str, Any], family: str) -> str:
+    if path is not None:
+        return path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+    name_or_path = data.get("_name_or_path")
+    if isinstance(name_or_path, str) and name_or_path:
+        return name_or_path.rstrip("/").split("/")[-1]
+    return family
+
+
+def model_from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | None = None,
+                         seq_len: int | None = None) -> ModelSpec:
+    """The ``ModelSpec`` described by a Hugging Face ``config.json`` (a path, its folder, or the dict).
+
+    ``name`` defaults to the config's folder name; ``seq_len`` overrides the default training
+    sequence length (see the module docstring).
+    """
+    path: Path | None = None
+    if isinstance(path_or_dict, dict):
+        data = path_or_dict
+        where = "hf_config"
+    else:
+        path = Path(path_or_dict)
+        if path.is_dir():
+            path = path / "config.json"
+        if not path.is_file():
+            raise InputError("model", f"no such file {path}")
+        data = read_json(path)
+        where = f"hf_config {path}"
+    # Multimodal checkpoints nest the language model's config.
+    if "model_type" not in data and isinstance(data.get("text_config"), dict):
+        data = data["text_config"]
+    family = data.get("model_type")
+    if not isinstance(family, str) or not family:
+        raise InputError(f"{where}.model_type", "missing",
+                         "a Hugging Face config.json names its model_type")
+    family = family.lower()
+    build = _FAMILIES.get(family)
+    if build is None:
+        raise InputError(f"{where}.model_type", f"unsupported model_type '{family}'",
+                         "supported: " + ", ".join(supported_model_types())
+                         + "; or write a model YAML file with the ModelSpec fields")
+    fields = build(_Config(data, where), family, seq_len)
+    source = f"Hugging Face config {path}" if path is not None else "Hugging Face config (dict)"
+    return ModelSpec(name=name or _default_name(path, data, family), source=source, **fields)

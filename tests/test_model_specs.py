@@ -1,0 +1,399 @@
+"""Model catalog (YAML presets) and Hugging Face config loading."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hardware_specs.errors import InputError
+from model_specs import (MLASpec, ModelSpec, MoESpec, list_models, load_model, model_from_dict,
+                         model_from_hf_config)
+from model_specs.catalog import _canonical
+
+# --- Hugging Face configs with the published values (trimmed to the keys the loader reads) ---------
+
+LLAMA31_8B = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+    "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072,
+    "rope_scaling": {"factor": 8.0, "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "tie_word_embeddings": False,
+}
+MIXTRAL_8X7B = {
+    "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 4096,
+    "intermediate_size": 14336, "max_position_embeddings": 32768, "num_attention_heads": 32,
+    "num_experts_per_tok": 2, "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 8,
+    "sliding_window": None, "tie_word_embeddings": False, "vocab_size": 32000,
+}
+QWEN3_30B_A3B = {
+    "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "decoder_sparse_step": 1,
+    "head_dim": 128, "hidden_size": 2048, "intermediate_size": 6144, "max_position_embeddings": 40960,
+    "max_window_layers": 48, "mlp_only_layers": [], "moe_intermediate_size": 768, "num_attention_heads": 32,
+    "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4,
+    "sliding_window": None, "tie_word_embeddings": False, "use_sliding_window": False, "vocab_size": 151936,
+}
+DEEPSEEK_V3 = {
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "first_k_dense_replace": 3,
+    "hidden_size": 7168, "intermediate_size": 18432, "kv_lora_rank": 512, "max_position_embeddings": 163840,
+    "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_routed_experts": 256, "n_shared_experts": 1,
+    "num_attention_heads": 128, "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128,
+    "num_nextn_predict_layers": 1, "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+    "rope_scaling": {"factor": 40, "original_max_position_embeddings": 4096, "type": "yarn"},
+    "tie_word_embeddings": False, "v_head_dim": 128, "vocab_size": 129280,
+}
+GPT_OSS_120B = {
+    "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "experts_per_token": 4, "head_dim": 64,
+    "hidden_size": 2880, "initial_context_length": 4096, "intermediate_size": 2880,
+    "layer_types": ["sliding_attention", "full_attention"] * 18, "max_position_embeddings": 131072,
+    "num_attention_heads": 64, "num_experts_per_tok": 4, "num_hidden_layers": 36, "num_key_value_heads": 8,
+    "num_local_experts": 128, "sliding_window": 128, "tie_word_embeddings": False, "vocab_size": 201088,
+}
+QWEN2_57B_A14B = {
+    "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "decoder_sparse_step": 1,
+    "hidden_size": 3584, "intermediate_size": 18944, "max_position_embeddings": 131072,
+    "max_window_layers": 28, "moe_intermediate_size": 2560, "num_attention_heads": 28, "num_experts": 64,
+    "num_experts_per_tok": 8, "num_hidden_layers": 28, "num_key_value_heads": 4,
+    "shared_expert_intermediate_size": 20480, "sliding_window": 131072, "tie_word_embeddings": False,
+    "use_sliding_window": False, "vocab_size": 151936,
+}
+GPT2 = {"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024,
+        "n_inner": None, "vocab_size": 50257}
+
+
+# --- presets --------------------------------------------------------------------------------------
+
+def test_every_preset_loads_and_cites_a_source():
+    names = list_models()
+    assert len(names) >= 50
+    for name in names:
+        spec = load_model(name)
+        assert isinstance(spec, ModelSpec)
+        assert spec.name == name
+        assert len(spec.source) > 20, f"{name} has no source"
+
+
+def test_preset_names_stay_distinct_when_separators_are_ignored():
+    names = list_models()
+    assert len({_canonical(n) for n in names}) == len(names)
+
+
+@pytest.mark.parametrize("name", [
+    "gpt3-125m", "gpt3-350m", "gpt3-760m", "gpt3-1.3b", "gpt3-2.7b", "gpt3-6.7b", "gpt3-13b", "gpt3-175b",
+    "megatron-1.7b", "megatron-3.6b", "megatron-7.5b", "megatron-18b", "megatron-39b", "megatron-76b",
+    "megatron-145b", "megatron-310b", "megatron-530b", "megatron-1t", "gpt-22b", "gpt-175b", "mt-nlg-530b",
+    "gpt-1t", "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3.1-8b",
+    "llama3.1-70b", "llama3.1-405b", "bloom-176b", "opt-175b", "mpt-7b", "mpt-30b", "nemotron-4-15b",
+    "nemotron-4-340b", "mixtral-8x7b", "mixtral-8x22b", "deepseek-v2", "deepseek-v3", "qwen2-57b-a14b",
+    "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-20b", "gpt-oss-120b", "grok-1",
+    "llmfoundry-125m", "llmfoundry-350m", "llmfoundry-760m", "llmfoundry-1b", "llmfoundry-3b",
+    "llmfoundry-7b", "llmfoundry-13b", "llmfoundry-30b", "llmfoundry-70b",
+])
+def test_requested_preset_exists(name):
+    assert name in list_models()
+
+
+def test_gpt3_presets_have_table_2_1_shapes():
+    shapes = {"gpt3-125m": (12, 768, 12), "gpt3-350m": (24, 1024, 16), "gpt3-760m": (24, 1536, 16),
+              "gpt3-2.7b": (32, 2560, 32), "gpt3-6.7b": (32, 4096, 32), "gpt3-175b": (96, 12288, 96)}
+    for name, (layers, hidden, heads) in shapes.items():
+        spec = load_model(name)
+        assert (spec.num_layers, spec.hidden_size, spec.num_heads) == (layers, hidden, heads)
+        assert spec.ffn_hidden_size == 4 * hidden
+        assert (spec.vocab_size, spec.seq_len, spec.gated_mlp) == (50257, 2048, False)
+    assert load_model("gpt3-13b").head_dim == 128 and load_model("gpt3-13b").hidden_size == 5140
+
+
+def test_megatron_series_matches_narayanan_table_1():
+    table = {"1.7b": (24, 2304, 24), "3.6b": (32, 3072, 30), "7.5b": (32, 4096, 36), "18b": (48, 6144, 40),
+             "39b": (64, 8192, 48), "76b": (80, 10240, 60), "145b": (96, 12288, 80),
+             "310b": (128, 16384, 96), "530b": (128, 20480, 105), "1t": (160, 25600, 128)}
+    for size, (heads, hidden, layers) in table.items():
+        spec = load_model(f"megatron-{size}")
+        assert (spec.num_heads, spec.hidden_size, spec.num_layers) == (heads, hidden, layers)
+        assert (spec.vocab_size, spec.seq_len, spec.ffn_hidden_size) == (51200, 2048, 4 * hidden)
+
+
+def test_korthikanti_models_have_table_3_shapes():
+    assert (lambda s: (s.num_layers, s.hidden_size, s.num_heads))(load_model("gpt-22b")) == (48, 6144, 64)
+    assert (lambda s: (s.num_layers, s.hidden_size, s.num_heads))(load_model("mt-nlg-530b")) == (105, 20480, 128)
+    assert (lambda s: (s.num_layers, s.hidden_size, s.num_heads))(load_model("gpt-1t")) == (128, 25600, 160)
+
+
+def test_llama31_405b_has_published_shape():
+    spec = load_model("llama3.1-405b")
+    assert (spec.num_layers, spec.hidden_size, spec.num_heads, spec.num_kv_heads) == (126, 16384, 128, 8)
+    assert (spec.ffn_hidden_size, spec.vocab_size, spec.gated_mlp) == (53248, 128256, True)
+    assert not spec.is_moe
+
+
+def test_deepseek_v3_has_mla_and_256_experts_with_3_dense_layers():
+    spec = load_model("deepseek-v3")
+    assert (spec.num_layers, spec.hidden_size, spec.num_heads, spec.vocab_size) == (61, 7168, 128, 129280)
+    assert spec.moe == MoESpec(num_experts=256, top_k=8, expert_ffn_hidden_size=2048, num_shared_experts=1,
+                               shared_expert_ffn_hidden_size=2048, first_dense_layers=3,
+                               dense_ffn_hidden_size=18432)
+    assert spec.mla == MLASpec(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                               v_head_dim=128)
+    assert (spec.num_moe_layers, spec.num_dense_layers) == (58, 3)
+
+
+def test_nemotron_4_340b_is_a_plain_mlp_gqa_model():
+    spec = load_model("nemotron-4-340b")
+    assert (spec.num_layers, spec.hidden_size, spec.num_heads, spec.num_kv_heads) == (96, 18432, 96, 8)
+    assert (spec.ffn_hidden_size, spec.vocab_size, spec.gated_mlp) == (73728, 256000, False)
+
+
+def test_bloom_and_grok_presets():
+    bloom = load_model("bloom-176b")
+    assert (bloom.num_layers, bloom.hidden_size, bloom.num_heads, bloom.vocab_size) == (70, 14336, 112, 250880)
+    grok = load_model("grok-1")
+    assert (grok.num_layers, grok.hidden_size, grok.num_heads, grok.num_kv_heads) == (64, 6144, 48, 8)
+    assert (grok.moe.num_experts, grok.moe.top_k, grok.moe.expert_ffn_hidden_size) == (8, 2, 32768)
+    assert grok.vocab_size == 131072
+
+
+def test_llmfoundry_sizes_match_the_validation_file():
+    for size, (layers, hidden, heads) in {"125m": (12, 768, 12), "760m": (24, 1536, 12), "3b": (32, 2560, 20),
+                                          "30b": (48, 7168, 56), "70b": (80, 8192, 64)}.items():
+        spec = load_model(f"llmfoundry-{size}")
+        assert (spec.num_layers, spec.hidden_size, spec.num_heads) == (layers, hidden, heads)
+        assert (spec.vocab_size, spec.ffn_hidden_size) == (50368, 4 * hidden)
+
+
+def test_preset_matches_its_hugging_face_config():
+    for preset, config in (("mixtral-8x7b", MIXTRAL_8X7B), ("qwen3-30b-a3b", QWEN3_30B_A3B),
+                           ("deepseek-v3", DEEPSEEK_V3), ("gpt-oss-120b", GPT_OSS_120B),
+                           ("qwen2-57b-a14b", QWEN2_57B_A14B)):
+        from_yaml = load_model(preset)
+        from_hf = model_from_hf_config(config, name=preset, seq_len=from_yaml.seq_len)
+        for field in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size",
+                      "vocab_size", "gated_mlp", "tied_embeddings", "moe", "mla", "sliding_window",
+                      "sliding_window_layer_fraction"):
+            assert getattr(from_hf, field) == getattr(from_yaml, field), (preset, field)
+
+
+def test_names_are_case_and_separator_insensitive():
+    assert load_model("LLAMA3.1-405B").name == "llama3.1-405b"
+    assert load_model("LLAMA3.1_405B").name == "llama3.1-405b"
+    assert load_model("DeepSeekV3").name == "deepseek-v3"
+    assert load_model("Qwen3_235B_a22B").name == "qwen3-235b-a22b"
+
+
+# --- Hugging Face configs ---------------------------------------------------------------------------
+
+def test_hf_llama_config_loads_with_pretraining_sequence_length():
+    spec = model_from_hf_config(LLAMA31_8B, name="l8")
+    assert (spec.num_layers, spec.hidden_size, spec.num_heads, spec.num_kv_heads) == (32, 4096, 32, 8)
+    assert (spec.ffn_hidden_size, spec.vocab_size, spec.head_dim) == (14336, 128256, 128)
+    assert spec.gated_mlp and not spec.tied_embeddings and spec.moe is None
+    assert spec.seq_len == 8192          # rope_scaling.original_max_position_embeddings, not 131072
+
+
+def test_hf_seq_len_caps_long_contexts_and_accepts_override():
+    assert model_from_hf_config(QWEN3_30B_A3B).seq_len == 8192
+    assert model_from_hf_config(QWEN3_30B_A3B, seq_len=32768).seq_len == 32768
+    assert model_from_hf_config(GPT2).seq_len == 1024
+
+
+def test_hf_mixtral_config_loads_as_8_experts_top_2():
+    spec = model_from_hf_config(MIXTRAL_8X7B)
+    assert spec.moe == MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=14336)
+    assert (spec.num_layers, spec.num_kv_heads, spec.sliding_window) == (32, 8, 0)
+
+
+def test_hf_qwen3_moe_config_uses_explicit_head_dim():
+    spec = model_from_hf_config(QWEN3_30B_A3B)
+    assert spec.head_dim == 128              # 2048 / 32 would be 64
+    assert (spec.num_layers, spec.num_heads, spec.num_kv_heads) == (48, 32, 4)
+    assert (spec.moe.num_experts, spec.moe.top_k, spec.moe.expert_ffn_hidden_size) == (128, 8, 768)
+    assert (spec.moe.num_shared_experts, spec.num_moe_layers, spec.sliding_window) == (0, 48, 0)
+
+
+def test_hf_qwen2_moe_shared_expert_and_sparse_step():
+    spec = model_from_hf_config(QWEN2_57B_A14B)
+    assert (spec.moe.num_shared_experts, spec.moe.shared_expert_ffn_hidden_size) == (1, 20480)
+    assert spec.sliding_window == 0          # use_sliding_window is false
+    every_other = model_from_hf_config({**QWEN2_57B_A14B, "decoder_sparse_step": 2})
+    assert every_other.num_moe_layers == 14
+    leading_dense = model_from_hf_config({**QWEN2_57B_A14B, "mlp_only_layers": [0, 1]})
+    assert (leading_dense.moe.first_dense_layers, leading_dense.num_moe_layers) == (2, 26)
+    scattered = model_from_hf_config({**QWEN2_57B_A14B, "mlp_only_layers": [3, 10, 20]})
+    assert scattered.num_moe_layers == 25
+
+
+def test_hf_deepseek_v3_config_loads_mla_and_moe_layout():
+    spec = model_from_hf_config(DEEPSEEK_V3)
+    assert spec.mla == MLASpec(1536, 512, 128, 64, 128)
+    assert (spec.moe.num_experts, spec.moe.top_k, spec.moe.num_shared_experts) == (256, 8, 1)
+    assert (spec.moe.first_dense_layers, spec.num_moe_layers, spec.moe.dense_ffn_hidden_size) == (3, 58, 18432)
+    assert (spec.num_kv_heads, spec.head_dim, spec.seq_len) == (128, 192, 4096)
+
+
+def test_hf_gpt_oss_config_has_half_sliding_window_layers():
+    spec = model_from_hf_config(GPT_OSS_120B)
+    assert (spec.moe.num_experts, spec.moe.top_k, spec.moe.expert_ffn_hidden_size) == (128, 4, 2880)
+    assert (spec.sliding_window, spec.sliding_window_layer_fraction) == (128, 0.5)
+    assert (spec.head_dim, spec.num_kv_heads, spec.seq_len) == (64, 8, 4096)
+
+
+def test_hf_gpt2_config_is_plain_mlp_with_tied_embeddings():
+    spec = model_from_hf_config(GPT2)
+    assert (spec.ffn_hidden_size, spec.gated_mlp, spec.tied_embeddings) == (3072, False, True)
+
+
+def test_hf_config_file_and_folder_load_through_load_model(tmp_path):
+    folder = tmp_path / "Mixtral-8x7B-v0.1"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(MIXTRAL_8X7B))
+    by_file = load_model(folder / "config.json")
+    assert by_file.name == "Mixtral-8x7B-v0.1" and by_file.moe.num_experts == 8
+    assert load_model(str(folder)).moe == by_file.moe
+
+
+# --- user files and the search path ------------------------------------------------------------------
+
+def test_yaml_file_path_and_env_folder_are_loaded(tmp_path, monkeypatch):
+    text = ("name: tiny\nnum_layers: 2\nhidden_size: 64\nnum_heads: 4\nffn_hidden_size: 256\n"
+            "vocab_size: 1000\nmoe:\n  num_experts: 4\n  top_k: 1\n  expert_ffn_hidden_size: 128\n")
+    (tmp_path / "tiny.yaml").write_text(text)
+    spec = load_model(tmp_path / "tiny.yaml")
+    assert (spec.num_kv_heads, spec.head_dim, spec.moe.num_experts) == (4, 16, 4)
+    monkeypatch.setenv("PARAPLAN_MODEL_PATH", str(tmp_path))
+    assert "tiny" in list_models()
+    assert load_model("TINY") == spec
+
+
+def test_model_from_dict_defaults_and_types():
+    spec = model_from_dict({"name": "m", "num_layers": 2, "hidden_size": 64, "num_heads": 4,
+                            "ffn_hidden_size": 256, "vocab_size": 1000, "gated_mlp": True,
+                            "mla": {"kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8,
+                                    "v_head_dim": 8}})
+    assert spec.seq_len == 2048 and spec.gated_mlp and spec.mla.q_lora_rank == 0
+
+
+# --- errors -----------------------------------------------------------------------------------------
+
+def test_unknown_model_suggests_close_names():
+    with pytest.raises(InputError) as err:
+        load_model("llama3.1-406b")
+    assert err.value.field == "model"
+    assert "llama3.1-405b" in str(err.value)
+
+
+def test_missing_file_is_reported(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        load_model(tmp_path / "nope.yaml")
+
+
+def test_malformed_yaml_names_the_file(tmp_path):
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("name: x\nnum_layers: [1, 2\n")
+    with pytest.raises(InputError) as err:
+        load_model(bad)
+    assert "broken.yaml" in str(err.value)
+
+
+def test_malformed_json_names_the_file(tmp_path):
+    bad = tmp_path / "config.json"
+    bad.write_text('{"model_type": "llama", "hidden_size": 4096,,}')
+    with pytest.raises(InputError) as err:
+        model_from_hf_config(bad)
+    assert "config.json" in str(err.value)
+    with pytest.raises(InputError, match="config.json"):
+        load_model(bad)
+
+
+def test_missing_key_in_preset_names_the_key():
+    with pytest.raises(InputError) as err:
+        model_from_dict({"name": "m", "num_layers": 2, "hidden_size": 64, "num_heads": 4, "vocab_size": 10})
+    assert err.value.field.endswith("ffn_hidden_size")
+
+
+def test_missing_key_in_moe_mapping_names_the_key():
+    with pytest.raises(InputError) as err:
+        model_from_dict({"name": "m", "num_layers": 2, "hidden_size": 64, "num_heads": 4,
+                         "ffn_hidden_size": 256, "vocab_size": 10, "moe": {"num_experts": 4, "top_k": 1}})
+    assert "expert_ffn_hidden_size" in err.value.field
+
+
+def test_missing_key_in_hf_config_names_the_key():
+    config = {k: v for k, v in LLAMA31_8B.items() if k != "intermediate_size"}
+    with pytest.raises(InputError) as err:
+        model_from_hf_config(config)
+    assert err.value.field.endswith("intermediate_size")
+
+
+@pytest.mark.parametrize("data, key", [
+    ({"num_layers": "many"}, "num_layers"),
+    ({"num_layers": 2.5}, "num_layers"),
+    ({"gated_mlp": "yes"}, "gated_mlp"),
+    ({"moe": [1, 2]}, "moe"),
+    ({"colour": "red"}, "colour"),
+])
+def test_mistyped_or_unknown_keys_raise_input_error_naming_the_key(data, key):
+    base = {"name": "m", "num_layers": 2, "hidden_size": 64, "num_heads": 4, "ffn_hidden_size": 256,
+            "vocab_size": 10}
+    with pytest.raises(InputError) as err:
+        model_from_dict({**base, **data})
+    assert key in err.value.field
+
+
+def test_non_mapping_yaml_is_an_input_error(tmp_path):
+    bad = tmp_path / "list.yaml"
+    bad.write_text("- 1\n- 2\n")
+    with pytest.raises(InputError, match="list.yaml"):
+        load_model(bad)
+
+
+def test_hidden_size_not_divisible_by_heads_needs_head_dim():
+    base = {"name": "m", "num_layers": 2, "hidden_size": 100, "num_heads": 3, "ffn_hidden_size": 256,
+            "vocab_size": 10}
+    with pytest.raises(InputError) as err:
+        model_from_dict(base)
+    assert "head_dim" in err.value.field
+    assert model_from_dict({**base, "head_dim": 32}).head_dim == 32
+    with pytest.raises(InputError):
+        model_from_hf_config({**LLAMA31_8B, "num_attention_heads": 30, "num_key_value_heads": 10})
+
+
+def test_unknown_hf_model_type_is_a_clear_error():
+    with pytest.raises(InputError) as err:
+        model_from_hf_config({"model_type": "t5", "d_model": 512})
+    assert "model_type" in err.value.field
+    assert "t5" in str(err.value) and "llama" in str(err.value)
+
+
+def test_hf_config_with_wrong_types_raises_input_error():
+    with pytest.raises(InputError) as err:
+        model_from_hf_config({**LLAMA31_8B, "num_hidden_layers": "thirty-two"})
+    assert err.value.field.endswith("num_hidden_layers")
+    with pytest.raises(InputError):
+        model_from_hf_config({**LLAMA31_8B, "tie_word_embeddings": "no"})
+
+
+@pytest.mark.parametrize("preset, config", [
+    ("bloom-176b", {"model_type": "bloom", "n_layer": 70, "hidden_size": 14336, "n_head": 112,
+                    "vocab_size": 250880}),
+    ("opt-175b", {"model_type": "opt", "num_hidden_layers": 96, "hidden_size": 12288, "num_attention_heads": 96,
+                  "ffn_dim": 49152, "vocab_size": 50272, "max_position_embeddings": 2048}),
+    ("gpt-neox-20b", {"model_type": "gpt_neox", "num_hidden_layers": 44, "hidden_size": 6144,
+                      "num_attention_heads": 64, "intermediate_size": 24576, "vocab_size": 50432,
+                      "max_position_embeddings": 2048, "tie_word_embeddings": False}),
+    ("mpt-7b", {"model_type": "mpt", "n_layers": 32, "d_model": 4096, "n_heads": 32, "expansion_ratio": 4,
+                "max_seq_len": 2048, "vocab_size": 50432}),
+    ("nemotron-4-340b", {"model_type": "nemotron", "num_hidden_layers": 96, "hidden_size": 18432,
+                         "num_attention_heads": 96, "num_key_value_heads": 8, "intermediate_size": 73728,
+                         "vocab_size": 256000, "max_position_embeddings": 4096, "tie_word_embeddings": False}),
+])
+def test_hf_plain_mlp_families_match_their_presets(preset, config):
+    from_hf = model_from_hf_config(config, name=preset)
+    from_yaml = load_model(preset)
+    assert from_hf == ModelSpec(**{**from_yaml.__dict__, "source": from_hf.source})
+
+
+def test_sliding_window_without_fraction_applies_to_all_layers():
+    spec = model_from_dict({"name": "m", "num_layers": 2, "hidden_size": 64, "num_heads": 4,
+                            "ffn_hidden_size": 256, "vocab_size": 10, "sliding_window": 4096})
+    assert spec.sliding_window_layer_fraction == 1.0
+    mistral = model_from_hf_config({**LLAMA31_8B, "model_type": "mistral", "sliding_window": 4096})
+    assert (mistral.sliding_window, mistral.sliding_window_layer_fraction) == (4096, 1.0)
