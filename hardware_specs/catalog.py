@@ -3,7 +3,7 @@
 Built-in entries live in ``hardware_specs/gpus``, ``hardware_specs/clusters`` and
 ``hardware_specs/efficiency``, one file per entry. A user adds hardware by dropping a file in
 one of those folders, in a folder named by the ``PARAPLAN_HARDWARE_PATH`` environment variable
-(``:``-separated; each folder may hold ``gpus/``, ``clusters/``, ``efficiency/``), or by passing
+(``:``-separated; each folder holds ``gpus/``, ``clusters/`` and/or ``efficiency/``), or by passing
 a file path wherever a name is accepted.
 
 File units are human units named in the key (``peak_tflops``, ``hbm_gib``, ``bw_gbit_per_s``,
@@ -40,7 +40,6 @@ def _search_dirs(kind: str) -> list[Path]:
     for extra in os.environ.get("PARAPLAN_HARDWARE_PATH", "").split(os.pathsep):
         if extra:
             dirs.append(Path(extra) / kind)
-            dirs.append(Path(extra))
     return dirs
 
 

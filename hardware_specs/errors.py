@@ -25,7 +25,11 @@ class InputError(ValueError):
 def suggest(name: str, known: Iterable[str]) -> str:
     """A 'did you mean' hint listing the closest known names, or all names if none is close."""
     known = sorted(known)
-    close = difflib.get_close_matches(name.lower(), known, n=3, cutoff=0.4)
+    key = name.lower()
+    prefixed = [k for k in known if k.startswith(key) or key.startswith(k)]
+    close = prefixed[:3] + [k for k in difflib.get_close_matches(key, known, n=3, cutoff=0.4)
+                            if k not in prefixed]
+    close = close[:3]
     if close:
         return "did you mean " + ", ".join(close) + "?"
     shown = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")

@@ -236,10 +236,6 @@ def test_unknown_gpu_name_suggests_close_names(typo):
     assert "did you mean" in str(info.value) and "h100-sxm-80gb" in str(info.value)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "errors.suggest ranks by difflib ratio only: for 'h100', 'b200'/'b300' (0.50) outrank "
-    "h100-sxm-* (0.47) and the tie goes to h100-sxm-96gb; for 'h200' no h200 name is offered. "
-    "Catalog names that start with the query should be suggested first"))
 @pytest.mark.parametrize("prefix, expected", [("h100", "h100-sxm-80gb"), ("h200", "h200-sxm-141gb")])
 def test_unknown_gpu_prefix_suggests_the_names_it_starts(prefix, expected):
     with pytest.raises(InputError) as info:
