@@ -69,6 +69,8 @@ class ParallelConfig:
         tp_comm_overlap: TP collectives overlap the GEMMs (userbuffers / async TP).
         cp_kind: context-parallel flavour.
         moe_load_imbalance: ratio of the busiest expert's tokens to the mean (1 = uniform).
+        flash_attention: fused attention core (no stored score matrix); False models the
+            materialised softmax of 2020-2022 Megatron.
     """
 
     dp: int = 1
@@ -90,6 +92,7 @@ class ParallelConfig:
     tp_comm_overlap: bool = False
     cp_kind: CPKind = CPKind.RING
     moe_load_imbalance: float = 1.0
+    flash_attention: bool = True
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch"):

@@ -1,0 +1,110 @@
+"""Compute time of the operations in one transformer layer, by roofline with achieved efficiency.
+
+A GEMM of shape (M, N, K) does 2*M*N*K FLOPs and moves (M*K + K*N + M*N) elements. Its time is
+the larger of FLOPs / (peak x plateau x shape factor) and bytes / (HBM bandwidth x achieved
+fraction), plus a fixed kernel overhead. The shape factor, prod over the three dimensions of
+x / (x + gemm_half_dim), models tile quantisation and too few thread blocks in skinny or small
+GEMMs. Memory-bound kernels (norms, activation functions, dropout, residual adds, casts) are
+timed by the bytes they read and write. The attention core is FLOP-counted with the causal mask
+halving the work (fused kernels skip masked blocks) and runs at a fitted fraction of the
+16-bit peak.
+
+Every function takes numpy arrays or scalars (planner and simulator share them).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hardware_specs.efficiency_model import EfficiencyModel
+from hardware_specs.gpu_spec import GPUSpec
+
+#: bytes of one activation element (bf16/fp16 activations; fp8 runs keep bf16 activations).
+ACT_BYTES = 2
+LOW_PRECISION = ("fp8", "mxfp8", "nvfp4")
+#: bytes per element of a GEMM operand in each dtype (nvfp4 packs two values per byte; scales
+#: add ~1/16 for mx formats and ~1/16 for nvfp4 with 16-element blocks).
+OPERAND_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "mxfp8": 1.03,
+                 "nvfp4": 0.56}
+#: read 16-bit + write low-precision copy, per element cast (quantisation kernels).
+CAST_BYTES = {"fp8": 3.0, "mxfp8": 3.06, "nvfp4": 2.6}
+
+
+@dataclass(frozen=True)
+class ComputeRates:
+    """Achieved rates for one GPU, efficiency model and GEMM dtype."""
+
+    gemm_flops_per_s: float        # plateau GEMM FLOP/s in the GEMM dtype
+    attn_flops_per_s: float        # fused attention core FLOP/s (16-bit)
+    hbm_bytes_per_s: float         # achieved memory bandwidth
+    half_dim: float
+    kernel_overhead_s: float
+    operand_bytes: float
+    cast_bytes: float              # 0 for 16/32-bit GEMMs
+
+
+def compute_rates(gpu: GPUSpec, eff: EfficiencyModel, dtype: str) -> ComputeRates:
+    """Achieved GEMM, attention and memory rates of ``gpu`` in ``dtype``."""
+    sixteen = "bf16" if "bf16" in gpu.peak_flops_per_s else ("fp16" if "fp16" in gpu.peak_flops_per_s else "fp32")
+    attn_dtype = sixteen if dtype in LOW_PRECISION else dtype
+    return ComputeRates(
+        gemm_flops_per_s=gpu.peak_flops(dtype) * eff.gemm_fraction(dtype),
+        attn_flops_per_s=gpu.peak_flops(attn_dtype) * eff.attention_peak_fraction,
+        hbm_bytes_per_s=gpu.hbm_bw_bytes_per_s * eff.hbm_fraction,
+        half_dim=eff.gemm_half_dim,
+        kernel_overhead_s=eff.kernel_overhead_s,
+        operand_bytes=OPERAND_BYTES.get(dtype, 2.0),
+        cast_bytes=CAST_BYTES.get(dtype, 0.0),
+    )
+
+
+def gemm_shape_factor(m, n, k, half_dim):
+    """Fraction of the plateau a (m, n, k) GEMM reaches: prod x / (x + half_dim)."""
+    m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
+    return (m / (m + half_dim)) * (n / (n + half_dim)) * (k / (k + half_dim))
+
+
+def gemm_time_s(m, n, k, rates: ComputeRates, count=1.0):
+    """Time of ``count`` GEMMs of shape (m, n, k), seconds (roofline + shape efficiency).
+
+    Low-precision GEMMs add the cast of both inputs (activations and weights) from 16-bit.
+    """
+    m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
+    flops = 2.0 * m * n * k
+    compute = flops / (rates.gemm_flops_per_s * gemm_shape_factor(m, n, k, rates.half_dim))
+    traffic = (m * k + k * n) * rates.operand_bytes + m * n * ACT_BYTES
+    memory = traffic / rates.hbm_bytes_per_s
+    cast = (m * k + k * n) * rates.cast_bytes / rates.hbm_bytes_per_s
+    return count * (np.maximum(compute, memory) + cast + rates.kernel_overhead_s)
+
+
+def memory_bound_time_s(bytes_, rates: ComputeRates, kernels=1.0):
+    """Time of memory-bound kernels moving ``bytes_`` in total, seconds."""
+    return np.asarray(bytes_, dtype=float) / rates.hbm_bytes_per_s + kernels * rates.kernel_overhead_s
+
+
+def attention_core_flops(tokens, seq_len, heads, qk_dim, v_dim, window=0, window_fraction=0.0):
+    """Forward FLOPs of the attention core (QK^T and AV) for ``tokens`` queries, causal.
+
+    Each query attends on average to half the sequence (causal); windowed layers attend to
+    min(window, seq/2) keys. FLOPs = 2 * tokens * keys * heads * (qk_dim + v_dim).
+    """
+    full_keys = np.asarray(seq_len, dtype=float) / 2.0
+    if window:
+        keys = (1.0 - window_fraction) * full_keys + window_fraction * np.minimum(full_keys, window)
+    else:
+        keys = full_keys
+    return 2.0 * np.asarray(tokens, dtype=float) * keys * heads * (qk_dim + v_dim)
+
+
+#: backward of a fused attention core does ~2.5x the forward matmul work (FlashAttention-2:
+#: five matmuls in backward vs two in forward, Dao 2023, section 3.1).
+ATTENTION_BACKWARD_RATIO = 2.5
+
+
+def attention_time_s(flops_fwd, rates: ComputeRates):
+    """(forward, backward) seconds of the attention core given its forward FLOPs."""
+    fwd = flops_fwd / rates.attn_flops_per_s + rates.kernel_overhead_s
+    bwd = ATTENTION_BACKWARD_RATIO * flops_fwd / rates.attn_flops_per_s + 2 * rates.kernel_overhead_s
+    return fwd, bwd

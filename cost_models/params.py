@@ -1,0 +1,78 @@
+"""Parameter counts of a transformer, per layer kind and in total.
+
+Formulas: attention projections Q, K, V, O (GQA: K and V have ``num_kv_heads`` heads);
+MLP 2 (plain) or 3 (gated, SwiGLU) matrices of ``hidden x ffn``; multi-latent attention per
+DeepSeek-V2 (arXiv 2405.04434, section 2.1); MoE routed + shared experts + router.
+Biases are ignored; layer norms count 2*h per layer.
+"""
+from __future__ import annotations
+
+from model_specs.model_spec import ModelSpec
+
+
+def attention_params(model: ModelSpec) -> int:
+    """Weights of one attention block (projections only), count."""
+    h, a, g, d = model.hidden_size, model.num_heads, model.num_kv_heads, model.head_dim
+    if model.mla is not None:
+        m = model.mla
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        if m.q_lora_rank:
+            q = h * m.q_lora_rank + m.q_lora_rank * a * qk + m.q_lora_rank
+        else:
+            q = h * a * qk
+        kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
+        kv += m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
+        return q + kv + a * m.v_head_dim * h
+    return h * a * d + 2 * h * g * d + a * d * h
+
+
+def mlp_params(hidden: int, ffn: int, gated: bool) -> int:
+    """Weights of one MLP (or one expert), count."""
+    return (3 if gated else 2) * hidden * ffn
+
+
+def dense_layer_params(model: ModelSpec) -> int:
+    """One dense transformer layer: attention + MLP + two norms."""
+    ffn = model.ffn_hidden_size
+    if model.moe is not None and model.moe.dense_ffn_hidden_size:
+        ffn = model.moe.dense_ffn_hidden_size
+    return attention_params(model) + mlp_params(model.hidden_size, ffn, model.gated_mlp) + 2 * model.hidden_size
+
+
+def moe_layer_params(model: ModelSpec, active: bool = False) -> int:
+    """One MoE layer; ``active=True`` counts only the top-k routed experts a token uses."""
+    moe = model.moe
+    if moe is None:
+        return dense_layer_params(model)
+    h = model.hidden_size
+    experts = moe.top_k if active else moe.num_experts
+    routed = experts * mlp_params(h, moe.expert_ffn_hidden_size, model.gated_mlp)
+    shared_ffn = moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size
+    shared = moe.num_shared_experts * mlp_params(h, shared_ffn, model.gated_mlp)
+    router = h * moe.num_experts
+    return attention_params(model) + routed + shared + router + 2 * h
+
+
+def expert_params_per_moe_layer(model: ModelSpec) -> int:
+    """Routed-expert weights of one MoE layer (the part sharded by expert parallelism)."""
+    if model.moe is None:
+        return 0
+    return model.moe.num_experts * mlp_params(model.hidden_size, model.moe.expert_ffn_hidden_size,
+                                              model.gated_mlp)
+
+
+def embedding_params(model: ModelSpec) -> int:
+    """Input embedding table (V x h)."""
+    return model.vocab_size * model.hidden_size
+
+
+def lm_head_params(model: ModelSpec) -> int:
+    """Output projection; zero when tied to the input embedding."""
+    return 0 if model.tied_embeddings else model.vocab_size * model.hidden_size
+
+
+def total_params(model: ModelSpec, active: bool = False) -> int:
+    """All parameters (``active=True``: those one token uses, for MoE)."""
+    layers = model.num_dense_layers * dense_layer_params(model)
+    layers += model.num_moe_layers * moe_layer_params(model, active=active)
+    return layers + embedding_params(model) + lm_head_params(model) + model.hidden_size

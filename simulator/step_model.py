@@ -1,0 +1,237 @@
+"""The vectorized step model: every configuration of a ``ConfigBatch`` to step time and memory.
+
+This is the one place where cost-model terms are combined into a training step. The
+single-configuration simulator (``simulator.simulate``) and the planner both call
+``evaluate``; the planner on thousands of rows at once.
+
+Step time (per optimizer step, seconds), for the slowest pipeline stage:
+
+    t_mb     = layers_on_stage * (fwd + bwd + recompute + exposed TP/CP/EP comm per layer)
+               + LM head and loss (last stage) + pipeline send/recv + exposed ZeRO-3 gathers
+    pipeline = (m + bubble_units) * t_mb          (closed forms per schedule, see bubble_units)
+    step     = pipeline + exposed DP communication + optimizer step
+
+Exposed DP communication: with ``overlap_grad_reduce`` the gradient reduction runs under the
+backward pass of the last micro-batch, so only what exceeds that window, and at least the
+generation's ``exposed_dp_fraction`` of it (last bucket, contention), is exposed.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from cost_models import layer_costs, memory, params
+from cost_models.compute import LOW_PRECISION, compute_rates
+from cost_models.topology import group_collective_time_s, p2p_stage_time_s
+from hardware_specs.cluster_spec import ClusterSpec
+from hardware_specs.efficiency_model import EfficiencyModel
+from model_specs.model_spec import ModelSpec
+from simulator.config_batch import SCHEDULE_CODES, ConfigBatch
+from simulator.parallel_config import Schedule
+
+#: bytes the fused Adam step reads and writes per local parameter (fp32 weight, grad, m, v
+#: read; weight, m, v written; 16-bit copy written).
+ADAM_STEP_BYTES_PER_PARAM = 30.0
+#: gradients are reduced in fp32 (Megatron's main-grad buffers) except under ZeRO-3, which
+#: reduce-scatters in the 16-bit parameter dtype (DeepSpeed ZeRO-3, FSDP mixed precision).
+GRAD_REDUCE_BYTES = 4.0
+ZERO3_REDUCE_BYTES = 2.0
+PARAM_GATHER_BYTES = 2.0
+
+_GPIPE = SCHEDULE_CODES[Schedule.GPIPE]
+_INTERLEAVED = SCHEDULE_CODES[Schedule.INTERLEAVED]
+_ZB_H1 = SCHEDULE_CODES[Schedule.ZB_H1]
+_ZB_H2 = SCHEDULE_CODES[Schedule.ZB_H2]
+_ZB_V = SCHEDULE_CODES[Schedule.ZB_V]
+_DUALPIPE = SCHEDULE_CODES[Schedule.DUALPIPE]
+
+
+def bubble_time_s(schedule, pp, vpp, t_f, t_b, t_w):
+    """Idle time of the slowest stage per step, closed forms (seconds).
+
+    GPipe / 1F1B: (p-1)(F+B+W) (Huang et al. 2019; Narayanan et al. 2021). Interleaved:
+    divided by v (Narayanan et al. 2021, section 2.2). ZB-H1: (p-1)(F+B-W); ZB-H2 and ZB-V:
+    (p-1)(F+B-2W), floored at zero (Qi et al. 2023, section 3). DualPipe: (p/2-1)(F+B-3W)
+    (DeepSeek-V3 report, table 2). Here B is the input-gradient part of backward and W the
+    weight-gradient part; t_f, t_b, t_w are per micro-batch on the stage.
+    """
+    pm1 = pp - 1.0
+    one_f_one_b = pm1 * (t_f + t_b + t_w)
+    return np.select(
+        [schedule == _INTERLEAVED, schedule == _ZB_H1, (schedule == _ZB_H2) | (schedule == _ZB_V),
+         schedule == _DUALPIPE],
+        [one_f_one_b / np.maximum(vpp, 1), pm1 * np.maximum(t_f + t_b - t_w, 0.0),
+         pm1 * np.maximum(t_f + t_b - 2.0 * t_w, 0.0),
+         np.maximum(pp / 2.0 - 1.0, 0.0) * np.maximum(t_f + t_b - 3.0 * t_w, 0.0)],
+        default=one_f_one_b)
+
+
+def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch) -> dict:
+    """Step time, breakdown and memory for every row of ``batch``; dict of float arrays."""
+    gpu = cluster.gpu
+    rates = compute_rates(gpu, eff, batch.dtype)
+    low_precision = batch.dtype in LOW_PRECISION
+    f = lambda x: np.asarray(x, dtype=float)  # noqa: E731
+    dp, tp, pp, cp, vpp = f(batch.dp), f(batch.tp), f(batch.pp), f(batch.cp), f(batch.vpp)
+    mbs, gbs = f(batch.micro_batch), f(batch.global_batch)
+    sp = batch.sequence_parallel
+    rc = batch.recompute
+    s = float(model.seq_len)
+    h = float(model.hidden_size)
+    m = gbs / (dp * mbs)
+    tokens = mbs * s / cp
+
+    # ---- one layer, one micro-batch: compute ----------------------------------------------
+    attn = layer_costs.attention_block_costs(model, rates, tokens, s, tp, sp)
+    mlp = layer_costs.dense_mlp_costs(model, rates, tokens, tp, sp)
+    gemm_f = attn["gemm_fwd_s"] + mlp["gemm_fwd_s"]
+    elem_f = attn["elem_fwd_s"] + mlp["elem_fwd_s"]
+    layer_fwd = gemm_f + attn["core_fwd_s"] + elem_f
+    layer_w = gemm_f                                  # weight-gradient GEMMs
+    layer_b = gemm_f + attn["core_bwd_s"] + 2.0 * elem_f  # input-gradient part
+    recompute = np.where(rc == 2, layer_fwd, np.where(rc == 1, attn["core_fwd_s"], 0.0))
+
+    # ---- one layer: tensor- and context-parallel communication ----------------------------
+    act_bytes = tokens * h * 2.0
+    tp_coll = group_collective_time_s("all_reduce", act_bytes, tp, 1, cluster, eff)
+    tp_fwd = 2.0 * tp_coll
+    tp_bwd = 2.0 * tp_coll
+    tp_rec = np.where(rc == 2, tp_fwd, 0.0)
+    tp_exposed_f = np.where(batch.tp_comm_overlap, np.maximum(tp_fwd - gemm_f, 0.0), tp_fwd)
+    tp_exposed_b = np.where(batch.tp_comm_overlap, np.maximum(tp_bwd - 2 * gemm_f, 0.0), tp_bwd)
+    tp_exposed_r = np.where(batch.tp_comm_overlap, np.maximum(tp_rec - gemm_f, 0.0), tp_rec)
+    kv_bytes = tokens * 2.0 * model.num_kv_heads * model.head_dim * 2.0 / np.minimum(tp, model.num_kv_heads)
+    cp_step = group_collective_time_s("all_gather", kv_bytes * cp, cp, tp, cluster, eff)
+    cp_fwd = np.maximum(cp_step - attn["core_fwd_s"], 0.0)
+    cp_bwd = np.maximum(2.0 * cp_step - attn["core_bwd_s"], 0.0)
+
+    layer_total = (layer_fwd + layer_b + layer_w + recompute + tp_exposed_f + tp_exposed_b
+                   + tp_exposed_r + cp_fwd + cp_bwd)
+
+    # ---- the slowest stage ----------------------------------------------------------------
+    layers_stage = np.ceil(model.num_layers / pp)
+    head = layer_costs.lm_head_costs(model, rates, tokens, tp)
+    emb = layer_costs.embedding_costs(model, rates, tokens)
+    ends = head["fwd_s"] + head["bwd_s"] + np.where(pp == 1, emb["fwd_s"] + emb["bwd_s"], 0.0)
+    p2p_bytes = tokens * h * 2.0 / np.where(sp, tp, 1.0)
+    p2p = np.where(pp > 1, 2.0 * vpp * p2p_stage_time_s(p2p_bytes, tp * cp * dp, cluster, eff), 0.0)
+
+    # parameters this GPU owns (before ZeRO); the first stage also holds the embedding
+    layer_params = params.dense_layer_params(model)
+    stage_params = layers_stage * layer_params / tp
+    first_stage_params = stage_params + params.embedding_params(model) / tp \
+        + np.where(pp == 1, params.lm_head_params(model) / tp, 0.0)
+    last_stage_params = stage_params + params.lm_head_params(model) / tp
+    params_local = np.maximum(first_stage_params, last_stage_params)
+
+    dp_group = dp * cp
+    zero = batch.zero_stage
+    # ZeRO-3: gather parameters in forward and backward, reduce-scatter gradients, per micro-batch
+    z3_comm = (2.0 * group_collective_time_s("all_gather", params_local * PARAM_GATHER_BYTES, dp_group, tp, cluster, eff)
+               + group_collective_time_s("reduce_scatter", params_local * ZERO3_REDUCE_BYTES, dp_group, tp, cluster, eff))
+    compute_mb = layers_stage * (layer_fwd + layer_b + layer_w + recompute) + ends
+    z3_exposed = np.where(zero >= 3,
+                          np.where(batch.overlap_param_gather,
+                                   np.maximum(z3_comm - compute_mb, eff.exposed_dp_fraction * z3_comm), z3_comm),
+                          0.0)
+
+    t_mb = layers_stage * layer_total + ends + p2p + z3_exposed
+    t_fwd_mb = layers_stage * (layer_fwd + tp_exposed_f + cp_fwd)
+    t_w_mb = layers_stage * layer_w
+    t_b_mb = t_mb - t_fwd_mb - t_w_mb
+    bubble = bubble_time_s(batch.schedule, pp, vpp, t_fwd_mb, t_b_mb, t_w_mb)
+    bubble = np.where(pp > 1, bubble, 0.0)
+    pipeline = m * t_mb + bubble
+
+    # ---- data-parallel gradient reduction and parameter gather ----------------------------
+    grad_rs = group_collective_time_s("reduce_scatter", params_local * GRAD_REDUCE_BYTES, dp_group, tp, cluster, eff)
+    grad_ar = group_collective_time_s("all_reduce", params_local * GRAD_REDUCE_BYTES, dp_group, tp, cluster, eff)
+    param_ag = group_collective_time_s("all_gather", params_local * PARAM_GATHER_BYTES, dp_group, tp, cluster, eff)
+    grad_comm = np.where(zero == 0, grad_ar, np.where(zero <= 2, grad_rs, 0.0))
+    gather_comm = np.where((zero == 1) | (zero == 2), param_ag, 0.0)
+    bwd_window = layers_stage * (layer_b + layer_w)
+    fwd_window = layers_stage * layer_fwd
+    exposed_grad = np.where(batch.overlap_grad_reduce,
+                            np.maximum(grad_comm - bwd_window, eff.exposed_dp_fraction * grad_comm), grad_comm)
+    exposed_gather = np.where(batch.overlap_param_gather,
+                              np.maximum(gather_comm - fwd_window, eff.exposed_dp_fraction * gather_comm),
+                              gather_comm)
+    dp_exposed = exposed_grad + exposed_gather
+
+    opt_params = params_local / np.where(zero >= 1, dp_group, 1.0)
+    optimizer = opt_params * ADAM_STEP_BYTES_PER_PARAM / rates.hbm_bytes_per_s
+
+    step = pipeline + dp_exposed + optimizer
+
+    # ---- breakdown (sums to step) ---------------------------------------------------------
+    compute_part = m * layers_stage * (layer_fwd + layer_b + layer_w) + m * ends
+    recompute_part = m * layers_stage * recompute
+    tp_part = m * layers_stage * (tp_exposed_f + tp_exposed_b + tp_exposed_r)
+    cp_part = m * layers_stage * (cp_fwd + cp_bwd)
+    pp_comm_part = m * p2p
+    z3_part = m * z3_exposed
+
+    # ---- FLOPs (whole job per step) -------------------------------------------------------
+    layer_flops_fwd = attn["gemm_flops_fwd"] + mlp["gemm_flops_fwd"] + attn["core_flops_fwd"]
+    n_gpus = dp * tp * pp * cp
+    micro_batches_total = m * dp * cp       # tokens per GPU-microbatch are split by cp
+    model_flops = 3.0 * micro_batches_total * tp * (model.num_layers * layer_flops_fwd + head["flops_fwd"])
+    recompute_flops_layer = np.where(rc == 2, layer_flops_fwd, np.where(rc == 1, attn["core_flops_fwd"], 0.0))
+    hardware_flops = model_flops + micro_batches_total * tp * model.num_layers * recompute_flops_layer
+    tokens_per_step = gbs * s
+    peak = gpu.peak_flops(batch.dtype)
+
+    # ---- memory on the first stage (the one holding the most activations) -----------------
+    dp_shard = dp_group
+    weights_b, grads_b, optim_b = memory.model_state_bytes(params_local, zero, dp_shard, low_precision)
+    per_layer_act = memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, rc,
+                                                      flash_attention=batch.flash_attention)
+    in_flight = memory.in_flight_microbatches(pp, vpp, m, batch.schedule == _GPIPE)
+    activations = per_layer_act * layers_stage * in_flight
+    full_layer_act = memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, 0,
+                                                       flash_attention=batch.flash_attention)
+    recompute_work = np.where(rc == 2, full_layer_act, 0.0)
+    logits = np.where(pp == 1, tokens * model.vocab_size / tp * memory.LOGIT_BYTES, 0.0)
+    z3_buffers = np.where(zero >= 3, 2.0 * layer_params / tp * PARAM_GATHER_BYTES, 0.0)
+    tensors = weights_b + grads_b + optim_b + activations + recompute_work + logits + z3_buffers
+    allowance = memory.allocator_allowance_bytes(tensors)
+    total_mem = tensors + allowance
+
+    return {
+        "step_time_s": step,
+        "compute_s": compute_part,
+        "recompute_s": recompute_part,
+        "tp_comm_exposed_s": tp_part,
+        "cp_comm_exposed_s": cp_part,
+        "pp_comm_s": pp_comm_part,
+        "zero3_comm_exposed_s": z3_part,
+        "pipeline_bubble_s": bubble,
+        "dp_comm_exposed_s": dp_exposed,
+        "optimizer_s": optimizer,
+        "num_microbatches": m,
+        "microbatch_stage_time_s": t_mb,
+        "layer_fwd_s": layer_fwd + tp_exposed_f + cp_fwd,
+        "layer_bwd_s": layer_b + layer_w + tp_exposed_b + cp_bwd,
+        "layer_recompute_s": recompute + tp_exposed_r,
+        "tp_comm_total_s": m * layers_stage * (tp_fwd + tp_bwd + tp_rec),
+        "dp_comm_total_s": grad_comm + gather_comm,
+        "model_flops": model_flops,
+        "hardware_flops": hardware_flops,
+        "tokens_per_step": tokens_per_step + 0 * step,
+        "tokens_per_s": tokens_per_step / step,
+        "tokens_per_s_per_gpu": tokens_per_step / step / n_gpus,
+        "model_tflops_per_gpu": model_flops / step / n_gpus / 1e12,
+        "hardware_tflops_per_gpu": hardware_flops / step / n_gpus / 1e12,
+        "mfu": model_flops / step / n_gpus / peak,
+        "hfu": hardware_flops / step / n_gpus / peak,
+        "weights_bytes": weights_b,
+        "gradients_bytes": grads_b,
+        "optimizer_bytes": optim_b,
+        "activations_bytes": activations + recompute_work,
+        "logits_bytes": logits,
+        "zero3_buffers_bytes": z3_buffers,
+        "allocator_bytes": allowance,
+        "memory_bytes": total_mem,
+        "hbm_bytes": np.full_like(step, gpu.hbm_bytes),
+        "fits": total_mem <= gpu.hbm_bytes,
+        "params_local": params_local,
+    }
