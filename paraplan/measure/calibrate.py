@@ -1,0 +1,262 @@
+"""``paraplan calibrate``: measure this machine and write it as a catalog cluster file.
+
+N local ranks (one per GPU, or N CPU processes splitting the cores) run the microbenchmarks of
+``benchmarks.py`` at the same time, so each rank sees the machine as it is during a parallel
+training run (shared memory bandwidth on CPU). The result is a cluster YAML with an inline
+``gpu:`` (peak FLOP/s = fitted GEMM plateau, memory = measured streaming bandwidth and this
+rank's share of RAM / the device memory, scale-up link = measured all-reduce bus bandwidth) and
+an inline ``efficiency:`` model, loadable by ``hardware_specs.catalog.load_cluster(path)``.
+
+Raw timings and fit residuals go next to it in ``<name>.calibration.json`` for auditing.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from hardware_specs.errors import InputError
+from paraplan.measure import benchmarks as bm
+from paraplan.measure.fitting import fit_alpha_beta, fit_gemm, ring_allreduce_bus_bw
+from paraplan.measure.runtime import choose_device, launch, require_torch, synchronize
+
+GIB = 2**30
+#: How the cost models count the FLOPs of causal attention relative to full attention. The
+#: attention efficiency is fitted under the same convention so that prediction = measurement.
+ATTENTION_CAUSAL_FLOP_FACTOR = 0.5
+ALLREDUCE_SIZES = {"cpu": [2**k for k in range(12, 26, 2)], "cuda": [2**k for k in range(16, 31, 2)]}
+MEMORY_BYTES = {"cpu": 128 * 2**20, "cuda": 2 * GIB}
+
+
+def _dtypes_to_calibrate(kind: str) -> list[str]:
+    return ["fp32"] if kind == "cpu" else ["bf16", "fp16"]
+
+
+def _calibration_worker(rank: int, world: int, device, choice, args: dict) -> dict:
+    """One rank's microbenchmarks; compute phases run on all ranks at once, then collectives."""
+    torch = require_torch()
+    import torch.distributed as dist
+    names = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    dtype = names[choice.dtype]
+    kind = choice.kind
+    out: dict = {"rank": rank}
+
+    dist.barrier()
+    out["kernel_overhead_s"] = bm.kernel_overhead_s(device, dtype)
+    shapes = bm.CPU_GEMM_SHAPES if kind == "cpu" else bm.CUDA_GEMM_SHAPES
+    out["gemm_shapes"] = shapes
+    out["gemm_s"] = {}
+    for name in _dtypes_to_calibrate(kind):
+        dist.barrier()
+        out["gemm_s"][name] = bm.gemm_times(device, names[name], shapes)
+    dist.barrier()
+    out["memory_bytes_per_s"] = bm.memory_bandwidth(device, dtype, MEMORY_BYTES[kind])
+    att_shapes = bm.CPU_ATTENTION_SHAPES if kind == "cpu" else bm.CUDA_ATTENTION_SHAPES
+    out["attention_shapes"] = att_shapes
+    dist.barrier()
+    out["attention_causal_s"] = bm.attention_times(device, dtype, att_shapes, causal=True)
+    out["attention_full_s"] = bm.attention_times(device, dtype, att_shapes, causal=False)
+    synchronize(device)
+    if world > 1:
+        sizes = ALLREDUCE_SIZES[kind]
+        out["allreduce_bytes"] = sizes
+        out["allreduce_s"] = bm.allreduce_times(device, dtype, sizes)
+        p2p_sizes = sizes[::2]
+        out["sendrecv_bytes"] = p2p_sizes
+        out["sendrecv_s"] = bm.sendrecv_times(device, dtype, p2p_sizes)
+    if kind == "cuda":
+        out["device_name"] = torch.cuda.get_device_name(device)
+        major, minor = torch.cuda.get_device_capability(device)
+        out["generation"] = f"sm{major}{minor}"
+        out["device_memory_bytes"] = float(torch.cuda.get_device_properties(device).total_memory)
+    return out
+
+
+def _median_over_ranks(ranks: list[dict], key: str):
+    """Element-wise median of a per-rank list (or dict of lists) of timings."""
+    first = ranks[0][key]
+    if isinstance(first, dict):
+        return {k: _median_over_ranks([{key: r[key][k]} for r in ranks], key) for k in first}
+    if isinstance(first, list):
+        return [statistics.median(r[key][i] for r in ranks) for i in range(len(first))]
+    return statistics.median(r[key] for r in ranks)
+
+
+def attention_backward_ratio() -> float:
+    """Backward / forward FLOPs of the attention core, as the cost models count it."""
+    try:
+        from cost_models.compute import ATTENTION_BACKWARD_RATIO
+        return float(ATTENTION_BACKWARD_RATIO)
+    except ImportError:       # cost models not installed: FlashAttention-2's five vs two matmuls
+        return 2.5
+
+
+def attention_flops(shape, causal: bool) -> float:
+    """Forward + backward FLOPs of attention on (b, a, s, d), counted as the cost models do:
+    forward ``4 b a s^2 d`` (QK^T and PV) times the causal factor, backward ``ratio`` x forward."""
+    b, a, s, d = shape
+    fwd = 4.0 * b * a * s * s * d * (ATTENTION_CAUSAL_FLOP_FACTOR if causal else 1.0)
+    return fwd * (1.0 + attention_backward_ratio())
+
+
+def _host_ram_bytes() -> float:
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def _fraction(x: float) -> float:
+    """Clamp a measured ratio into the (0, 1] range an efficiency factor must lie in."""
+    return float(min(1.0, max(1e-3, x)))
+
+
+def summarize(ranks: list[dict], world: int, choice) -> dict:
+    """Fit the per-rank raw timings into GPU, network and efficiency numbers (SI units)."""
+    kind = choice.kind
+    overhead = _median_over_ranks(ranks, "kernel_overhead_s")
+    shapes = [tuple(s) for s in ranks[0]["gemm_shapes"]]
+    gemm_s = _median_over_ranks(ranks, "gemm_s")
+    fits = {name: fit_gemm(shapes, times, overhead) for name, times in gemm_s.items()}
+    primary = _dtypes_to_calibrate(kind)[0]
+    # The catalog's peak is the fitted plateau (not the single best shape), so the plateau
+    # fraction is 1 by construction and the shape saturation carries the small-GEMM loss.
+    peaks = {name: f.peak_flops_per_s for name, f in fits.items()}
+
+    mem = _median_over_ranks(ranks, "memory_bytes_per_s")
+    stream_bw = max(mem["copy"], mem["add"])
+    kernel_bw = statistics.median([mem["layernorm"], mem["gelu"], mem["adam"]])
+
+    att_shapes = [tuple(s) for s in ranks[0]["attention_shapes"]]
+    att_causal = _median_over_ranks(ranks, "attention_causal_s")
+    att_full = _median_over_ranks(ranks, "attention_full_s")
+    # Forward is one kernel, backward two (cost_models.compute.attention_time_s).
+    att_tput = [attention_flops(sh, True) / max(t - 3 * overhead, 0.5 * t) for sh, t in zip(att_shapes, att_causal)]
+    attention_fraction = _fraction(max(att_tput) / peaks[primary])
+
+    if world > 1:
+        ar_fit = fit_alpha_beta(ranks[0]["allreduce_bytes"], _median_over_ranks(ranks, "allreduce_s"))
+        bus_bw = ring_allreduce_bus_bw(ar_fit.bw_bytes_per_s, world)
+        # A ring all-reduce takes 2 (n-1) latency-bound steps.
+        latency = ar_fit.alpha_s / (2 * (world - 1))
+        p2p_fit = fit_alpha_beta(ranks[0]["sendrecv_bytes"], _median_over_ranks(ranks, "sendrecv_s"))
+    else:
+        ar_fit = p2p_fit = None
+        bus_bw, latency = stream_bw / 2, 0.0       # one rank: "communication" is a local copy
+
+    if kind == "cuda":
+        memory_bytes = ranks[0]["device_memory_bytes"]
+    else:
+        memory_bytes = _host_ram_bytes() / world
+    return {
+        "peak_flops_per_s": peaks, "gemm_fits": {k: vars(v) for k, v in fits.items()},
+        "gemm_half_dim": fits[primary].half_dim, "kernel_overhead_s": overhead,
+        "stream_bw_bytes_per_s": stream_bw, "hbm_fraction": _fraction(kernel_bw / stream_bw),
+        "memory_bytes_per_s": mem, "memory_bytes": memory_bytes,
+        "attention_flops_per_s": att_tput, "attention_peak_fraction": attention_fraction,
+        "attention_full_s": att_full, "attention_causal_s": att_causal,
+        "allreduce_fit": vars(ar_fit) if ar_fit else None, "allreduce_bus_bw_bytes_per_s": bus_bw,
+        "link_latency_s": latency, "sendrecv_fit": vars(p2p_fit) if p2p_fit else None,
+    }
+
+
+def cluster_mapping(summary: dict, ranks: list[dict], world: int, choice, name: str) -> dict:
+    """The catalog cluster mapping (human units, see ``hardware_specs.catalog``)."""
+    torch = require_torch()
+    kind = choice.kind
+    if kind == "cuda":
+        gpu_name = "local-" + ranks[0]["device_name"].lower().replace(" ", "-")
+        generation, vendor = ranks[0]["generation"], "nvidia"
+        link_kind = "nccl"
+    else:
+        gpu_name, generation, vendor = "local-cpu", "cpu", platform.processor() or "cpu"
+        link_kind = "gloo-loopback"
+    host = platform.node()
+    when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    how = (f"paraplan calibrate on {host} ({when}), torch {torch.__version__}, {world} {kind} ranks x "
+           f"{choice.threads_per_rank} threads, {choice.backend}")
+    link_gb = round(summary["allreduce_bus_bw_bytes_per_s"] / 1e9, 4)
+    link_us = round(summary["link_latency_s"] * 1e6, 2)
+    return {
+        "name": name,
+        "description": f"This machine as measured: {world} local {kind} ranks ({choice.dtype})",
+        "gpu": {
+            "name": gpu_name, "vendor": vendor, "generation": generation,
+            "peak_tflops": {k: round(v / 1e12, 6) for k, v in summary["peak_flops_per_s"].items()},
+            "hbm_gib": round(summary["memory_bytes"] / GIB, 3),
+            "hbm_bw_tb_per_s": round(summary["stream_bw_bytes_per_s"] / 1e12, 6),
+            "scaleup_bw_gb_per_s": link_gb,
+            "scaleup_domain_size": world,
+            "source": how,
+        },
+        "gpus_per_node": world,
+        "scaleup": {"kind": link_kind, "bw_gb_per_s": link_gb, "latency_us": link_us},
+        # One host: there is no second tier; reuse the local link so every group is costed alike.
+        "scaleout": {"kind": link_kind, "bw_gb_per_s": link_gb, "latency_us": link_us},
+        "rail_optimized": True,
+        "oversubscription": 1.0,
+        "max_gpus": world,
+        "source": how,
+        "efficiency": {
+            "generation": generation,
+            "gemm_peak_fraction": {k: 1.0 for k in summary["peak_flops_per_s"]},
+            "gemm_half_dim": round(summary["gemm_half_dim"], 2),
+            "attention_peak_fraction": round(summary["attention_peak_fraction"], 4),
+            "hbm_fraction": round(summary["hbm_fraction"], 4),
+            "scaleup_fraction": 1.0,
+            "scaleout_fraction": 1.0,
+            "kernel_overhead_s": float(f"{summary['kernel_overhead_s']:.3g}"),
+            # The measured runner reduces gradients after the backward pass (no overlap), and on
+            # CPU gloo shares the cores with compute, so nothing is hidden.
+            "exposed_dp_fraction": 1.0,
+            "fitted_on": how + "; refit with paraplan calibrate (paraplan.measure.run_calibration)",
+        },
+    }
+
+
+def run_calibration(out_path, nprocs: int = 2, name: str | None = None, device: str = "auto",
+                    threads_per_rank: int | None = None) -> Path:
+    """Measure this machine with ``nprocs`` local ranks and write a catalog cluster YAML.
+
+    Args:
+        out_path: where to write the cluster file (``.yaml``); the raw timings go to
+            ``<stem>.calibration.json`` beside it.
+        nprocs: local ranks (GPUs on a CUDA host; CPU processes splitting the cores otherwise).
+        name: cluster name; defaults to the file stem.
+        device: ``auto``, ``cpu`` or ``cuda``.
+        threads_per_rank: CPU threads per rank (default ``cpu_count // nprocs``).
+
+    Returns the path written. Raises ``InputError`` if torch is missing.
+    """
+    require_torch()
+    if int(nprocs) < 1:
+        raise InputError("nprocs", f"must be >= 1, got {nprocs}")
+    out_path = Path(out_path)
+    if out_path.suffix not in (".yaml", ".yml"):
+        raise InputError("out_path", f"{out_path} must end in .yaml", "e.g. local-cpu.yaml")
+    choice = choose_device(device, local_ranks=nprocs, threads_per_rank=threads_per_rank)
+    ranks = launch(_calibration_worker, int(nprocs), {}, choice)
+    summary = summarize(ranks, int(nprocs), choice)
+    mapping = cluster_mapping(summary, ranks, int(nprocs), choice, name or out_path.stem)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    header = ("# Written by paraplan calibrate (paraplan/measure/calibrate.py); regenerate rather "
+              "than edit.\n")
+    out_path.write_text(header + yaml.safe_dump(mapping, sort_keys=False, width=120))
+    raw = {"world_size": int(nprocs), "device": vars(choice), "summary": summary, "ranks": ranks}
+    sidecar_path(out_path).write_text(json.dumps(raw, indent=1, default=_json_default))
+    return out_path
+
+
+def sidecar_path(cluster_path) -> Path:
+    """Where ``run_calibration`` puts the raw timings of ``cluster_path``."""
+    p = Path(cluster_path)
+    return p.with_name(p.stem + ".calibration.json")
+
+
+def _json_default(obj):
+    if isinstance(obj, (np.floating, np.integer)):
+        return obj.item()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")

@@ -1,0 +1,156 @@
+"""Process and device plumbing shared by calibration and measured training runs.
+
+Everything that depends on where the code runs lives here: whether torch is installed, which
+device / collective backend / dtype to use (CUDA + nccl + bf16 when a GPU is present, CPU +
+gloo + fp32 otherwise), how many CPU threads each local rank gets, launching N local ranks with
+``torch.multiprocessing`` on a free port, and reading a rank's peak memory.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import socket
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from hardware_specs.errors import InputError
+
+#: ranks that share this machine in the reference setup; CPU threads are split among them so
+#: that a one-rank baseline and a two-rank run see the same per-rank "device".
+DEFAULT_LOCAL_RANKS = 2
+
+
+def require_torch():
+    """Import torch, or raise the ``InputError`` that tells the user how to install it."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise InputError("torch", "PyTorch is not installed",
+                         "pip install 'paraplan[measure]' or pip install torch==2.13.0") from None
+    return torch
+
+
+@dataclass(frozen=True)
+class DeviceChoice:
+    """Where ranks run: ``kind`` cpu|cuda, collective ``backend``, compute ``dtype`` (paraplan name)."""
+
+    kind: str
+    backend: str
+    dtype: str
+    threads_per_rank: int
+
+    @property
+    def torch_dtype(self):
+        torch = require_torch()
+        return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[self.dtype]
+
+
+def choose_device(device: str = "auto", local_ranks: int = DEFAULT_LOCAL_RANKS,
+                  threads_per_rank: int | None = None) -> DeviceChoice:
+    """CUDA/nccl/bf16 if a GPU is visible (or ``device='cuda'``), else CPU/gloo/fp32.
+
+    ``threads_per_rank`` defaults to ``cpu_count // local_ranks`` so each CPU rank owns its cores.
+    """
+    torch = require_torch()
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise InputError("device", f"unknown device {device!r}", "use auto, cpu or cuda")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InputError("device", "CUDA requested but torch sees no GPU", "use device='cpu'")
+    if threads_per_rank is None:
+        threads_per_rank = max(1, (os.cpu_count() or 1) // max(1, local_ranks))
+    if device == "cuda":
+        return DeviceChoice("cuda", "nccl", "bf16", threads_per_rank)
+    return DeviceChoice("cpu", "gloo", "fp32", threads_per_rank)
+
+
+def torch_device(choice: DeviceChoice, local_rank: int):
+    torch = require_torch()
+    if choice.kind == "cuda":
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def synchronize(device) -> None:
+    """Wait for queued device work (CUDA kernels are asynchronous; CPU ops are not)."""
+    if device.type == "cuda":
+        require_torch().cuda.synchronize(device)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def peak_memory_bytes(device) -> float:
+    """Peak memory of this rank: CUDA allocator high-water mark, or the process's peak RSS."""
+    if device.type == "cuda":
+        return float(require_torch().cuda.max_memory_allocated(device))
+    # Linux reports ru_maxrss in KiB.
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024.0
+
+
+def _worker_entry(rank: int, world_size: int, port: int, choice_dict: dict, fn: Callable,
+                  args: dict, out_dir: str) -> None:
+    torch = require_torch()
+    import torch.distributed as dist
+    choice = DeviceChoice(**choice_dict)
+    torch.set_num_threads(choice.threads_per_rank)
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    device = torch_device(choice, rank)
+    kwargs = {"device_id": device} if choice.kind == "cuda" else {}
+    dist.init_process_group(choice.backend, rank=rank, world_size=world_size, **kwargs)
+    try:
+        result = fn(rank, world_size, device, choice, args)
+        if result is not None:
+            Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
+    finally:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def launch(fn: Callable, world_size: int, args: dict, choice: DeviceChoice,
+           timeout_s: float = 600.0) -> list[Any]:
+    """Run ``fn(rank, world_size, device, choice, args)`` in ``world_size`` spawned processes.
+
+    ``fn`` must be a module-level function; each rank's JSON-serialisable return value is
+    collected (``None`` where a rank returned nothing), in rank order.
+    """
+    torch = require_torch()
+    import torch.multiprocessing as mp
+    if choice.kind == "cuda" and world_size > torch.cuda.device_count():
+        raise InputError("world_size", f"{world_size} ranks but only {torch.cuda.device_count()} GPUs")
+    with tempfile.TemporaryDirectory(prefix="paraplan-measure-") as out_dir:
+        last_error: Exception | None = None
+        for _attempt in range(3):      # a port taken between free_port() and bind: retry
+            try:
+                ctx = mp.start_processes(_worker_entry, nprocs=world_size, join=False,
+                                         args=(world_size, free_port(), asdict(choice), fn, args, out_dir),
+                                         start_method="spawn")
+                deadline = time.monotonic() + timeout_s
+                while not ctx.join(timeout=1.0):
+                    if time.monotonic() > deadline:
+                        for p in ctx.processes:
+                            p.kill()
+                        raise TimeoutError(f"measurement ranks did not finish in {timeout_s:.0f} s")
+                last_error = None
+                break
+            except mp.ProcessRaisedException as exc:
+                if "address already in use" not in str(exc).lower():
+                    raise
+                last_error = exc
+        if last_error is not None:
+            raise last_error
+        results = []
+        for rank in range(world_size):
+            p = Path(out_dir, f"rank{rank}.json")
+            results.append(json.loads(p.read_text()) if p.exists() else None)
+        return results

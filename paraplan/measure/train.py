@@ -1,0 +1,217 @@
+"""``paraplan measure``: train the small GPT on local ranks with real DP/TP/PP and time it.
+
+One step = ``global_batch / (dp * micro_batch)`` micro-batches per pipeline (gradient
+accumulation; with ``pp > 1`` the 1F1B schedule of Narayanan et al. 2021, warm-up of
+``pp - stage - 1`` forwards, then one-forward-one-backward, then cool-down), followed by the
+data-parallel gradient reduction (no overlap) and Adam. Ranks are aligned by a barrier before
+each step; a step's time is the slowest rank's; the reported time is the median over the
+steps after ``warmup``.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, fields
+
+from hardware_specs.errors import InputError
+from paraplan.measure.runtime import choose_device, launch, peak_memory_bytes, require_torch, synchronize
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One measured run: parallel layout, batch, model size and how long to run.
+
+    ``recompute`` is ``none`` or ``full`` (each layer's input kept, the layer recomputed in
+    backward). ``zero_stage`` is 0 (all-reduce) or 1 (sharded Adam). ``threads_per_rank``
+    defaults to ``cpu_count // 2`` so every rank, in any layout, is the same "device".
+    """
+
+    name: str = "run"
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    micro_batch: int = 1
+    global_batch: int = 4
+    zero_stage: int = 0
+    recompute: str = "none"
+    num_layers: int = 4
+    hidden_size: int = 256
+    num_heads: int = 4
+    vocab_size: int = 1024
+    seq_len: int = 128
+    steps: int = 4
+    warmup: int = 1
+    seed: int = 0
+    lr: float = 1e-4
+    device: str = "auto"
+    threads_per_rank: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("dp", "tp", "pp", "micro_batch", "global_batch", "steps"):
+            if int(getattr(self, name)) < 1:
+                raise InputError(name, f"must be >= 1, got {getattr(self, name)}")
+        if self.warmup < 0 or self.warmup >= self.steps:
+            raise InputError("warmup", f"must be in [0, steps), got {self.warmup}",
+                             "raise steps or lower warmup")
+        if self.global_batch % (self.dp * self.micro_batch):
+            raise InputError("global_batch", f"{self.global_batch} not divisible by dp*micro_batch = "
+                             f"{self.dp * self.micro_batch}")
+        if self.recompute not in ("none", "full"):
+            raise InputError("recompute", f"measured runs support none or full, got {self.recompute!r}")
+        if self.zero_stage not in (0, 1):
+            raise InputError("zero_stage", f"measured runs support 0 or 1, got {self.zero_stage}")
+
+    @classmethod
+    def from_dict(cls, config: dict) -> "RunConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = set(config) - known
+        if unknown:
+            raise InputError(f"config.{sorted(unknown)[0]}", "unknown key", "known: " + ", ".join(sorted(known)))
+        return cls(**config)
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    @property
+    def num_microbatches(self) -> int:
+        return self.global_batch // (self.dp * self.micro_batch)
+
+
+def _one_f_one_b(model, mesh, tokens, targets, act_like):
+    """One pipeline step of 1F1B over ``len(tokens)`` micro-batches; accumulates gradients.
+
+    Returns the step's loss on the last stage, ``None`` on the others.
+    """
+    from paraplan.measure.parallel import exchange
+    m = len(tokens)
+    first, last = mesh.is_first_stage, mesh.is_last_stage
+    inputs, outputs, losses = [], [], []
+
+    def recv_forward():
+        return None if first else exchange(None, None, act_like, mesh.prev_rank)
+
+    def forward(i, x):
+        if x is not None:
+            x.requires_grad_()
+        out = model(tokens[i] if first else x, targets[i])
+        if last:
+            out = out / m
+            losses.append(out.detach())
+        inputs.append(x)
+        outputs.append(out)
+        return out
+
+    def backward(grad):
+        x, out = inputs.pop(0), outputs.pop(0)
+        out.backward(grad)
+        return None if first else x.grad
+
+    warm = min(mesh.pp - mesh.pp_rank - 1, m)
+    for i in range(warm):
+        out = forward(i, recv_forward())
+        exchange(out.detach(), mesh.next_rank, None, None)
+    x = recv_forward() if m > warm else None
+    for j in range(m - warm):
+        out = forward(warm + j, x)
+        grad = None if last else exchange(out.detach(), mesh.next_rank, act_like, mesh.next_rank)
+        g_in = backward(grad)
+        if j == m - warm - 1:
+            if not first:
+                exchange(g_in, mesh.prev_rank, None, None)
+        else:
+            x = None if first else exchange(g_in, mesh.prev_rank, act_like, mesh.prev_rank)
+    for _ in range(warm):
+        grad = exchange(None, None, act_like, mesh.next_rank)
+        g_in = backward(grad)
+        if not first:
+            exchange(g_in, mesh.prev_rank, None, None)
+    return sum(losses) if last else None
+
+
+def forward_backward(model, mesh, tokens, targets, act_like):
+    """Accumulate the gradients of all micro-batches ``tokens[i]``; returns the mean loss
+    (a tensor) on the last pipeline stage, ``None`` elsewhere."""
+    if mesh.pp > 1:
+        return _one_f_one_b(model, mesh, tokens, targets, act_like)
+    total = 0.0
+    for i in range(len(tokens)):
+        loss = model(tokens[i], targets[i]) / len(tokens)
+        loss.backward()
+        total = total + loss.detach()
+    return total
+
+
+def _train_worker(rank: int, world: int, device, choice, args: dict) -> dict:
+    torch = require_torch()
+    import torch.distributed as dist
+    from paraplan.measure.gpt import GPTConfig, GPTStage
+    from paraplan.measure.parallel import FlatOptimizer, build_mesh
+    run = RunConfig(**args)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    baseline_mem = peak_memory_bytes(device)
+    mesh = build_mesh(run.tp, run.dp, run.pp)
+    cfg = GPTConfig(run.num_layers, run.hidden_size, run.num_heads, run.vocab_size, run.seq_len)
+    torch.manual_seed(run.seed + 1000 * mesh.pp_rank + mesh.tp_rank)
+    model = GPTStage(cfg, mesh, recompute=run.recompute == "full").to(device=device, dtype=choice.torch_dtype)
+    opt = FlatOptimizer(model, mesh, run.zero_stage, lr=run.lr)
+
+    gen = torch.Generator().manual_seed(run.seed + 7 * mesh.dp_rank)   # same batch on a replica's ranks
+    shape = (run.num_microbatches, run.micro_batch, run.seq_len)
+    tokens = torch.randint(0, run.vocab_size, shape, generator=gen).to(device)
+    targets = torch.randint(0, run.vocab_size, shape, generator=gen).to(device)
+    act_like = torch.empty(run.micro_batch, run.seq_len, run.hidden_size, device=device, dtype=choice.torch_dtype)
+
+    losses, times = [], []
+    for step in range(run.steps):
+        dist.barrier()
+        synchronize(device)
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        loss_sum = forward_backward(model, mesh, tokens, targets, act_like)
+        opt.reduce_gradients()
+        opt.step()
+        synchronize(device)
+        times.append(time.perf_counter() - t0)
+        if step == 0:
+            opt.check_grads_in_place()
+        if loss_sum is not None:
+            losses.append(float(loss_sum))
+    slowest = torch.tensor(times, dtype=torch.float64)
+    if device.type == "cuda":
+        slowest = slowest.to(device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return {"rank": rank, "step_times_s": slowest.cpu().tolist(), "losses": losses,
+            "peak_memory_bytes": peak_memory_bytes(device), "baseline_memory_bytes": baseline_mem,
+            "local_params": sum(p.numel() for p in model.parameters())}
+
+
+def run_measurement(config: dict) -> dict:
+    """Train the small GPT with ``config`` (keys of ``RunConfig``) and report its measured cost.
+
+    Returns the run's config plus: ``world_size``, ``device``, ``backend``, ``dtype``,
+    ``threads_per_rank``, ``step_times_s`` (slowest rank per step), ``measured_step_s``
+    (median after warm-up), ``tokens_per_s``, ``peak_memory_bytes`` (max over ranks: peak RSS
+    on CPU, CUDA allocator peak on GPU), ``baseline_memory_bytes`` (the same before the model
+    was built) and ``loss_first`` / ``loss_last``. Raises ``InputError`` if torch is missing.
+    """
+    require_torch()
+    run = RunConfig.from_dict(dict(config))
+    choice = choose_device(run.device, threads_per_rank=run.threads_per_rank)
+    ranks = launch(_train_worker, run.world_size, asdict(run), choice)
+    times = ranks[0]["step_times_s"]
+    measured = statistics.median(times[run.warmup:])
+    losses = next((r["losses"] for r in ranks if r["losses"]), [])
+    result = asdict(run)
+    result.update({
+        "world_size": run.world_size, "device": choice.kind, "backend": choice.backend,
+        "dtype": choice.dtype, "threads_per_rank": choice.threads_per_rank,
+        "step_times_s": times, "measured_step_s": measured,
+        "tokens_per_s": run.global_batch * run.seq_len / measured,
+        "peak_memory_bytes": max(r["peak_memory_bytes"] for r in ranks),
+        "baseline_memory_bytes": max(r["baseline_memory_bytes"] for r in ranks),
+        "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
+        "params_per_rank": [r["local_params"] for r in ranks],
+    })
+    return result
