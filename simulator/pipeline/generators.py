@@ -1,0 +1,273 @@
+"""Per-stage operation orders for each pipeline schedule (timing-free).
+
+Each generator returns, for every stage, the ordered list of ``(kind, microbatch, chunk)``
+tuples with the integer op kinds of :mod:`simulator.pipeline.schedules` (``F``, ``B``, ``W``,
+``BW`` = backward with the weight gradient fused in). The orders follow the papers:
+
+* GPipe: Huang et al. 2019, all forwards then all backwards.
+* 1F1B (PipeDream-Flush): Narayanan et al. 2021, "Efficient Large-Scale Language Model Training
+  on GPU Clusters Using Megatron-LM", section 2.2.1: ``p - 1 - i`` warm-up forwards on stage i.
+* Interleaved 1F1B: same paper, section 2.2.2, with Megatron-LM's chunk order
+  (``get_model_chunk_id``) and warm-up count ``2 (p - 1 - i) + (v - 1) p``.
+* ZB-H1: Qi et al. 2023, "Zero Bubble Pipeline Parallelism", section 2.1: 1F1B with B and W
+  split, stage i delays its W passes by i micro-batches so every stage holds p in flight.
+* ZB-H2, ZB-V: built by :func:`greedy_order`, a list scheduler in the spirit of the same
+  paper's heuristic (section 3.1) run with ``T_F = T_B = T_W`` (the handcrafted schedules'
+  assumption), memory limits ``2p - 1`` micro-batches (ZB-H2, section 2.2) and ``2p`` chunk
+  activations = p micro-batches (ZB-V, section 6).
+* DualPipe / DualPipeV: the eight-step per-rank recipe of DeepSeek-V3 (DeepSeek-AI 2024,
+  section 3.2.1) as published with its reference implementation; an overlapped
+  "F&B" pair is emitted as F followed by B (the non-overlapped fallback).
+"""
+from __future__ import annotations
+
+from collections import deque
+
+F, B, W, BW = 0, 1, 2, 3
+
+
+def gpipe_order(p: int, m: int) -> list[list[tuple]]:
+    """GPipe: m forwards then m fused backwards on every stage."""
+    return [[(F, k, 0) for k in range(m)] + [(BW, k, 0) for k in range(m)] for _ in range(p)]
+
+
+def one_f_one_b_order(p: int, m: int) -> list[list[tuple]]:
+    """1F1B: ``min(p-1-i, m)`` warm-up forwards, then F/BW pairs, then the cool-down BWs."""
+    orders = []
+    for i in range(p):
+        warm = min(p - 1 - i, m)
+        ops = [(F, k, 0) for k in range(warm)]
+        for k in range(m - warm):
+            ops += [(F, warm + k, 0), (BW, k, 0)]
+        ops += [(BW, k, 0) for k in range(m - warm, m)]
+        orders.append(ops)
+    return orders
+
+
+def interleaved_order(p: int, m: int, v: int) -> list[list[tuple]]:
+    """Interleaved 1F1B with v chunks per stage (needs ``m % p == 0``).
+
+    Forward number k on a stage runs chunk ``(k // p) % v`` of micro-batch
+    ``(k // (p v)) p + k % p``; backward number k runs chunk ``v - 1 - (k // p) % v``.
+    When ``m == p`` Megatron runs every forward first (``all_warmup_microbatches``).
+    """
+    total = m * v
+
+    def unit(k: int, backward: bool) -> tuple[int, int]:
+        chunk = (k // p) % v
+        return (k // (p * v)) * p + k % p, (v - 1 - chunk if backward else chunk)
+
+    orders = []
+    for i in range(p):
+        warm = total if m == p else min((p - 1 - i) * 2 + (v - 1) * p, total)
+        ops = [(F, *unit(k, False)) for k in range(warm)]
+        for k in range(total - warm):
+            ops.append((F, *unit(warm + k, False)))
+            ops.append((BW, *unit(k, True)))
+        ops += [(BW, *unit(k, True)) for k in range(total - warm, total)]
+        orders.append(ops)
+    return orders
+
+
+def zb_h1_order(p: int, m: int) -> list[list[tuple]]:
+    """ZB-H1: 1F1B warm-up, then F, B, and the W of micro-batch ``k - i`` on stage i.
+
+    Stage i holds ``(p - i) + i = p`` micro-batches at most, the same as stage 0 of 1F1B; the
+    i delayed W passes fill the i idle slots stage i would otherwise have at the tail.
+    """
+    orders = []
+    for i in range(p):
+        warm = min(p - 1 - i, m)
+        ops = [(F, k, 0) for k in range(warm)]
+        for k in range(m):
+            if warm + k < m:
+                ops.append((F, warm + k, 0))
+            ops.append((B, k, 0))
+            if k >= i:
+                ops.append((W, k - i, 0))
+        ops += [(W, k, 0) for k in range(max(m - i, 0), m)]
+        orders.append(ops)
+    return orders
+
+
+def _dualpipe_rank(h: int, n_ranks: int, n_mb: int, chunk_of_phase: tuple[int, int],
+                   mb_id) -> list[tuple]:
+    """The eight steps of one DualPipe(V) rank (DeepSeek-V3 section 3.2.1).
+
+    ``h``: rank index inside the (half) pipeline of ``n_ranks`` ranks; ``n_mb``: micro-batches
+    per direction; ``chunk_of_phase``: which local chunk plays phase 0 and phase 1;
+    ``mb_id(chunk, k)``: global micro-batch number of the k-th micro-batch of a chunk.
+    B passes run with W split off ("zero bubble") only where the recipe says so; the
+    others fuse W (kind BW). Split W passes are replayed first-in first-out.
+    """
+    f_count, b_count, w_queue, ops = [0, 0], [0, 0], deque(), []
+
+    def fwd(phase):
+        c = chunk_of_phase[phase]
+        ops.append((F, mb_id(c, f_count[phase]), c))
+        f_count[phase] += 1
+
+    def bwd(phase, zero_bubble=False):
+        c = chunk_of_phase[phase]
+        k = mb_id(c, b_count[phase])
+        b_count[phase] += 1
+        if zero_bubble:
+            ops.append((B, k, c))
+            w_queue.append((W, k, c))
+        else:
+            ops.append((BW, k, c))
+
+    def weight():
+        ops.append(w_queue.popleft())
+
+    rest = n_ranks - h - 1
+    for _ in range(2 * rest):                       # 1: nF0
+        fwd(0)
+    for _ in range(h + 1):                          # 2: nF0F1
+        fwd(0)
+        fwd(1)
+    for _ in range(rest):                           # 3: nB1W1F1 (zero bubble)
+        bwd(1, True)
+        weight()
+        fwd(1)
+    for _ in range(n_mb - 2 * n_ranks + h + 1):     # 4: nF0B1F1B0 (main)
+        fwd(0)
+        bwd(1)
+        fwd(1)
+        bwd(0)
+    for _ in range(rest):                           # 5: nB1F1B0
+        bwd(1)
+        fwd(1)
+        bwd(0)
+    zero_bubble = False                             # 6: nB1B0, second half zero bubble
+    for i in range(h + 1):
+        if i == (h + 1) // 2 and h % 2 == 1:
+            zero_bubble = True
+        bwd(1, zero_bubble)
+        if i == (h + 1) // 2 and h % 2 == 0:
+            zero_bubble = True
+        bwd(0, zero_bubble)
+    for _ in range(rest):                           # 7: nWB0 (zero bubble)
+        weight()
+        bwd(0, True)
+    for _ in range(h + 1):                          # 8: nW
+        weight()
+    assert not w_queue and f_count == [n_mb, n_mb] and b_count == [n_mb, n_mb]
+    return ops
+
+
+def dualpipe_v_order(p: int, m: int) -> list[list[tuple]]:
+    """DualPipeV: one V-shaped pipeline; chunk 0 runs down, chunk 1 back up (needs m >= 2p)."""
+    return [_dualpipe_rank(r, p, m, (0, 1), lambda c, k: k) for r in range(p)]
+
+
+def dualpipe_order(p: int, m: int) -> list[list[tuple]]:
+    """Bidirectional DualPipe (p even, m even, m >= 2p).
+
+    Micro-batches ``0 .. m/2 - 1`` enter at rank 0 and use chunk 0 (rank r holds stage r of the
+    first model copy); ``m/2 .. m - 1`` enter at rank p-1 and use chunk 1 (rank r holds stage
+    ``p - 1 - r`` of the second copy). Ranks r and ``p - 1 - r`` run mirrored recipes.
+    """
+    half, n_mb = p // 2, m // 2
+    orders = []
+    for r in range(p):
+        second = r >= half
+        orders.append(_dualpipe_rank(min(r, p - 1 - r), half, n_mb, (int(second), int(not second)),
+                                     lambda c, k: c * n_mb + k))
+    return orders
+
+
+def greedy_order(p: int, m: int, v: int, cell_path: list[tuple[int, int]], mem_cap: int,
+                 chunk0_reserve: int = 0, alternate: bool = False) -> tuple[list[list[tuple]], int]:
+    """List-schedule F, B and W passes in unit time (``T_F = T_B = T_W = 1``), B before F before W.
+
+    Args:
+        cell_path: the ``(stage, chunk)`` that runs each forward position, in layer order.
+        mem_cap: most micro-batch activation sets (per chunk) a stage may hold; a set is taken
+            by F and released by the W of the same (micro-batch, chunk).
+        chunk0_reserve: slots a chunk-0 forward must leave free, so that a V-shaped stage full
+            of chunk-0 activations can still take the chunk-1 forward that leads to a B.
+        alternate: after a B prefer an F (1F1B rhythm), which keeps forwards of the last
+            micro-batches flowing; otherwise B always comes first.
+
+    At each unit step every stage runs, in this priority: a ready B (deepest position first),
+    a ready F allowed by the memory cap (deepest first), a pending W (first-in first-out; fills
+    what would be idle time, or releases memory). This follows the heuristic of Qi et al. 2023,
+    section 3.1, without its search over hyper-parameters.
+
+    Returns:
+        (per-stage orders, unit-time makespan).
+    """
+    n_pos = len(cell_path)
+    pos = [[-1] * v for _ in range(p)]
+    for u, (s, c) in enumerate(cell_path):
+        pos[s][c] = u
+    f_end = [[] for _ in range(n_pos)]      # per position: end times of its forwards, by micro-batch
+    b_end = [[] for _ in range(n_pos)]
+    nxt_f = [[0] * v for _ in range(p)]
+    nxt_b = [[0] * v for _ in range(p)]
+    mem = [0] * p
+    w_queue = [deque() for _ in range(p)]
+    orders = [[] for _ in range(p)]
+    chunks_deep_first = [sorted(range(v), key=lambda c, s=s: -pos[s][c]) for s in range(p)]
+    last_fb = [None] * p
+
+    def ready_f(s, t):
+        for c in chunks_deep_first[s]:
+            u, k = pos[s][c], nxt_f[s][c]
+            if k >= m or mem[s] + 1 + (chunk0_reserve if c == 0 else 0) > mem_cap:
+                continue
+            if u == 0 or (len(f_end[u - 1]) > k and f_end[u - 1][k] <= t):
+                return (F, k, c)
+        return None
+
+    def ready_b(s, t):                      # needs the next position's gradient (or the loss)
+        for c in chunks_deep_first[s]:
+            u, k = pos[s][c], nxt_b[s][c]
+            if k >= m or k >= nxt_f[s][c]:
+                continue
+            ready = f_end[u][k] if u == n_pos - 1 else (b_end[u + 1][k] if len(b_end[u + 1]) > k else None)
+            if ready is not None and ready <= t:
+                return (B, k, c)
+        return None
+
+    remaining = p * m * v * 3
+    t, last_end = 0, 0
+    while remaining:
+        for s in range(p):
+            if alternate and last_fb[s] == B:
+                op = ready_f(s, t) or ready_b(s, t)
+            else:
+                op = ready_b(s, t) or ready_f(s, t)
+            if op is None and w_queue[s]:
+                op = w_queue[s].popleft()
+            if op is None:
+                continue
+            kind, k, c = op
+            u = pos[s][c]
+            if kind != W:
+                last_fb[s] = kind
+            if kind == F:
+                f_end[u].append(t + 1)
+                nxt_f[s][c] += 1
+                mem[s] += 1
+            elif kind == B:
+                b_end[u].append(t + 1)
+                nxt_b[s][c] += 1
+                w_queue[s].append((W, k, c))
+            else:
+                mem[s] -= 1
+            orders[s].append(op)
+            remaining -= 1
+            last_end = t + 1
+        t += 1
+        if remaining and t > last_end + 1:
+            raise RuntimeError(f"greedy pipeline scheduler deadlocked at t={t} (memory cap {mem_cap} too small?)")
+    return orders, last_end
+
+
+def best_greedy_order(p: int, m: int, v: int, cell_path: list[tuple[int, int]], mem_cap: int,
+                      chunk0_reserve: int = 0) -> list[list[tuple]]:
+    """:func:`greedy_order` with and without F/B alternation; the order with the shorter unit-time makespan."""
+    runs = [greedy_order(p, m, v, cell_path, mem_cap, chunk0_reserve, alternate) for alternate in (True, False)]
+    return min(runs, key=lambda run: run[1])[0]
