@@ -1,5 +1,11 @@
 """Where a communication group sits on the cluster, and the collective times that follows.
 
+Collectives over a group that spans domains are modelled as flat rings whose slow links are the
+members' own NICs: every byte crosses an inter-domain hop at the NIC's bandwidth. (NCCL can
+spread a ring over all of a node's NICs, but the measured ZeRO-3 runs of Narayanan et al. 2021,
+Table 2, move parameters at ~16 GB/s per A100 on 25 GB/s NICs, which only the flat ring
+explains.) Groups inside one domain use the scale-up link.
+
 Ranks are numbered with tensor parallelism fastest, then context, data, pipeline (Megatron's
 default order ``tp-cp-dp-pp``). A group of ``group_size`` ranks whose members are ``stride``
 ranks apart has ``n_intra`` members inside one scale-up domain and spans ``n_inter`` domains.
@@ -33,6 +39,13 @@ def tier_bandwidths(cluster: ClusterSpec, eff: EfficiencyModel):
     return bw_intra, cluster.scaleup.latency_s, bw_inter, cluster.scaleout.latency_s
 
 
+_FLAT = {
+    "all_reduce": coll.ring_allreduce_time_s,
+    "reduce_scatter": coll.reduce_scatter_time_s,
+    "all_gather": coll.all_gather_time_s,
+    "all_to_all": coll.all_to_all_time_s,
+}
+
 _HIER = {
     "all_reduce": coll.hierarchical_allreduce_time_s,
     "reduce_scatter": coll.hierarchical_reduce_scatter_time_s,
@@ -42,15 +55,23 @@ _HIER = {
 
 
 def group_collective_time_s(kind: str, bytes_, group_size, stride, cluster: ClusterSpec,
-                            eff: EfficiencyModel):
+                            eff: EfficiencyModel, algorithm: str = "ring"):
     """Time of collective ``kind`` over a group placed by (size, stride) on ``cluster``, seconds.
 
     ``kind`` is one of all_reduce, reduce_scatter, all_gather, all_to_all; ``bytes_`` as the
-    matching function in ``cost_models.collectives`` defines it.
+    matching function in ``cost_models.collectives`` defines it. ``algorithm`` "ring" (flat
+    ring, default) or "hierarchical" (inside the domain, then across on the shard); all-to-all
+    always splits its traffic between the tiers.
     """
     n_intra, n_inter = group_span(group_size, stride, cluster.gpus_per_node)
     bw_i, lat_i, bw_o, lat_o = tier_bandwidths(cluster, eff)
-    t = _HIER[kind](bytes_, n_intra, n_inter, bw_i, lat_i, bw_o, lat_o)
+    if kind == "all_to_all" or algorithm == "hierarchical":
+        t = _HIER[kind](bytes_, n_intra, n_inter, bw_i, lat_i, bw_o, lat_o)
+    else:
+        spans = n_inter > 1
+        bw = np.where(spans, min(bw_i, bw_o), bw_i)
+        lat = np.where(spans, lat_o, lat_i)
+        t = _FLAT[kind](bytes_, group_size, bw, lat)
     return np.where(np.asarray(group_size) > 1, t, 0.0)
 
 

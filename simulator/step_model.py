@@ -112,7 +112,9 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     head = layer_costs.lm_head_costs(model, rates, tokens, tp)
     emb = layer_costs.embedding_costs(model, rates, tokens)
     ends = head["fwd_s"] + head["bwd_s"] + np.where(pp == 1, emb["fwd_s"] + emb["bwd_s"], 0.0)
-    p2p_bytes = tokens * h * 2.0 / np.where(sp, tp, 1.0)
+    # scatter/gather optimisation: each TP rank sends 1/tp of the activation across stages and
+    # the receiver all-gathers it over NVLink (Narayanan et al. 2021, section 4.1)
+    p2p_bytes = tokens * h * 2.0 / tp
     p2p = np.where(pp > 1, 2.0 * vpp * p2p_stage_time_s(p2p_bytes, tp * cp * dp, cluster, eff), 0.0)
 
     # parameters this GPU owns (before ZeRO); the first stage also holds the embedding
@@ -126,6 +128,8 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     dp_group = dp * cp
     zero = batch.zero_stage
     # ZeRO-3: gather parameters in forward and backward, reduce-scatter gradients, per micro-batch
+    # (flat rings: ZeRO-3/FSDP gather per layer on a side stream; Narayanan et al. 2021 Table 2
+    # ZeRO-3 runs move parameters at about one NIC's bandwidth per GPU)
     z3_comm = (2.0 * group_collective_time_s("all_gather", params_local * PARAM_GATHER_BYTES, dp_group, tp, cluster, eff)
                + group_collective_time_s("reduce_scatter", params_local * ZERO3_REDUCE_BYTES, dp_group, tp, cluster, eff))
     compute_mb = layers_stage * (layer_fwd + layer_b + layer_w + recompute) + ends
@@ -143,9 +147,11 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     pipeline = m * t_mb + bubble
 
     # ---- data-parallel gradient reduction and parameter gather ----------------------------
-    grad_rs = group_collective_time_s("reduce_scatter", params_local * GRAD_REDUCE_BYTES, dp_group, tp, cluster, eff)
-    grad_ar = group_collective_time_s("all_reduce", params_local * GRAD_REDUCE_BYTES, dp_group, tp, cluster, eff)
-    param_ag = group_collective_time_s("all_gather", params_local * PARAM_GATHER_BYTES, dp_group, tp, cluster, eff)
+    # gradient buckets: NCCL spreads them over every NIC of a node (hierarchical)
+    hier = "hierarchical"
+    grad_rs = group_collective_time_s("reduce_scatter", params_local * GRAD_REDUCE_BYTES, dp_group, tp, cluster, eff, hier)
+    grad_ar = group_collective_time_s("all_reduce", params_local * GRAD_REDUCE_BYTES, dp_group, tp, cluster, eff, hier)
+    param_ag = group_collective_time_s("all_gather", params_local * PARAM_GATHER_BYTES, dp_group, tp, cluster, eff, hier)
     grad_comm = np.where(zero == 0, grad_ar, np.where(zero <= 2, grad_rs, 0.0))
     gather_comm = np.where((zero == 1) | (zero == 2), param_ag, 0.0)
     bwd_window = layers_stage * (layer_b + layer_w)

@@ -1,0 +1,219 @@
+"""Context parallelism: the attention communication of a sequence split over ``cp`` GPUs.
+
+Each GPU holds ``tokens_local = micro_batch * seq / cp`` tokens of every sequence; the
+attention core needs every earlier token's keys and values. Three flavours:
+
+* **Ring** (Liu et al. 2023, "Ring Attention with Blockwise Transformers", arXiv 2310.01889;
+  Megatron-Core / Transformer Engine ``cp_comm_type="p2p"``). The K/V block circulates around
+  the CP ring: ``cp - 1`` steps, each sending the local K and V to the next rank while the
+  attention of the block received last is computed. Backward circulates K/V and the
+  accumulated dK/dV: twice the bytes per step. Causal load balancing (each rank holds chunks
+  i and 2cp-1-i of the 2cp chunks, Megatron-Core's layout) gives every rank 1/cp of the causal
+  attention and every step the same work, 1/cp of the rank's attention time, so per step the
+  exposed time is ``max(0, comm_step - attention / cp)``.
+* **Ulysses** (Jacobs et al. 2023, "DeepSpeed Ulysses", arXiv 2309.14509). Four all-to-alls per
+  layer forward (Q, K, V scatter heads / gather the sequence; the output back) and four in
+  backward, over the CP group; not overlapped. Needs the TP-local heads to divide by cp; K/V
+  heads fewer than cp are replicated up to cp.
+* **Hybrid** (Fang and Zhao 2024, "USP", arXiv 2405.07719; Megatron-Core
+  ``hierarchical_context_parallel_sizes`` / ``cp_comm_type="a2a+p2p"``). Ulysses over ``u``
+  ranks inside the NVLink domain, ring over ``cp / u`` groups across it.
+
+The CP group's members are ``tp`` ranks apart (rank order tp-cp-dp-pp). Activation memory of
+long sequences is ``memory.activation_bytes_per_layer`` with seq/cp; ``cp_buffer_bytes`` gives
+the transient receive buffers CP adds. Every function takes numpy arrays or scalars.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from cost_models.collectives import p2p_time_s
+from cost_models.topology import group_collective_time_s, group_span, tier_bandwidths
+from hardware_specs.cluster_spec import ClusterSpec
+from hardware_specs.efficiency_model import EfficiencyModel
+from model_specs.model_spec import ModelSpec
+
+#: codes for vectorized flavour selection (same names as ``simulator.parallel_config.CPKind``).
+CP_KIND_CODES = {"ring": 0, "ulysses": 1, "hybrid": 2}
+
+
+def _f(x):
+    return np.asarray(x, dtype=float)
+
+
+def attention_kv_dims(model: ModelSpec):
+    """(kv_heads, qk_head_dim, v_head_dim) of the K and V tensors attention exchanges.
+
+    MLA (DeepSeek) exchanges the up-projected per-head K (nope + rope) and V, one per query head.
+    """
+    if model.mla is not None:
+        m = model.mla
+        return model.num_heads, m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
+    return model.num_kv_heads, model.head_dim, model.head_dim
+
+
+def kv_heads_per_tp_rank(kv_heads, tp):
+    """K/V heads on one TP rank: kv_heads / tp, or 1 when tp > kv_heads (heads replicated)."""
+    return _f(kv_heads) / np.minimum(_f(tp), _f(kv_heads))
+
+
+# ---- ring -------------------------------------------------------------------------------------
+
+def ring_attention_comm_bytes(tokens_local, kv_heads, head_dim, tp=1, bytes_per_element=2, v_head_dim=None):
+    """Bytes one GPU sends (and receives) in one forward ring step: its K and V block.
+
+    ``tokens_local * kv_heads_per_tp_rank * (head_dim + v_head_dim) * bytes``; with equal K and
+    V head sizes that is ``2 * tokens_local * (kv_heads / tp) * head_dim * bytes``.
+    """
+    v = head_dim if v_head_dim is None else v_head_dim
+    return (_f(tokens_local) * kv_heads_per_tp_rank(kv_heads, tp) * (_f(head_dim) + _f(v))
+            * _f(bytes_per_element))
+
+
+def ring_attention_step_bytes(model: ModelSpec, tokens_local, tp, bytes_per_element=2):
+    """``ring_attention_comm_bytes`` with the model's K/V heads and head sizes."""
+    g, dk, dv = attention_kv_dims(model)
+    return ring_attention_comm_bytes(tokens_local, g, dk, tp, bytes_per_element, dv)
+
+
+def ring_attention_volume_bytes(step_bytes, ring_size):
+    """(forward, backward) bytes one GPU sends per layer: (n-1) steps, backward twice the bytes."""
+    steps = np.maximum(_f(ring_size) - 1.0, 0.0)
+    return steps * _f(step_bytes), 2.0 * steps * _f(step_bytes)
+
+
+def ring_step_time_s(step_bytes, ring_size, stride, cluster: ClusterSpec, eff: EfficiencyModel):
+    """One ring step's send/recv, seconds: every hop runs at once, so the slowest sets it.
+
+    Over the NIC when the ring spans more than one NVLink domain, else over NVLink.
+    """
+    _, n_inter = group_span(ring_size, stride, cluster.gpus_per_node)
+    bw_i, lat_i, bw_o, lat_o = tier_bandwidths(cluster, eff)
+    t = np.where(n_inter > 1, p2p_time_s(step_bytes, bw_o, lat_o), p2p_time_s(step_bytes, bw_i, lat_i))
+    return np.where(_f(ring_size) > 1, t, 0.0)
+
+
+def ring_attention_time_s(step_bytes, cp, tp, core_fwd_s, core_bwd_s, cluster: ClusterSpec,
+                          eff: EfficiencyModel, ring_size=None, ring_stride=None):
+    """Ring-attention communication of one layer, total and exposed, seconds.
+
+    ``core_fwd_s`` / ``core_bwd_s`` are this rank's attention-core times for its whole local
+    sequence (already 1/cp of the causal attention under load balancing). The ring has
+    ``ring_size`` members (default cp) ``ring_stride`` ranks apart (default tp); it takes
+    ``ring_size - 1`` steps, each hidden behind ``1/ring_size`` of the attention:
+    exposed = (n-1) * max(0, step - core/n), forward with K/V, backward with K/V and dK/dV.
+
+    Returns a dict: ``step_s``, ``fwd_s``, ``bwd_s`` (totals), ``fwd_exposed_s``, ``bwd_exposed_s``.
+    """
+    n = _f(cp) if ring_size is None else _f(ring_size)
+    stride = _f(tp) if ring_stride is None else _f(ring_stride)
+    step = ring_step_time_s(step_bytes, n, stride, cluster, eff)
+    steps = np.maximum(n - 1.0, 0.0)
+    per_fwd = _f(core_fwd_s) / n
+    per_bwd = _f(core_bwd_s) / n
+    return {"step_s": step, "fwd_s": steps * step, "bwd_s": steps * 2.0 * step,
+            "fwd_exposed_s": steps * np.maximum(step - per_fwd, 0.0),
+            "bwd_exposed_s": steps * np.maximum(2.0 * step - per_bwd, 0.0)}
+
+
+# ---- Ulysses ----------------------------------------------------------------------------------
+
+def ulysses_heads_ok(num_heads, tp, cp):
+    """Whether Ulysses can split the TP-local query heads over cp: ``num_heads % (tp * cp) == 0``."""
+    return np.mod(_f(num_heads), _f(tp) * _f(cp)) == 0
+
+
+def ulysses_comm_bytes(tokens_local, num_heads, kv_heads, head_dim, tp, cp, bytes_per_element=2,
+                       v_head_dim=None):
+    """Per-GPU buffer bytes of the four forward Ulysses all-to-alls of one layer, summed.
+
+    Q (``a/tp`` heads), K and V (``g/tp`` heads, at least cp: replicated when fewer) and the
+    output (``a/tp`` heads of v_head_dim), each ``tokens_local`` rows. Each all-to-all keeps
+    1/cp of its buffer, so ~(cp-1)/cp of this leaves the GPU: 4 * N * h / cp for MHA, the
+    paper's per-link volume (Jacobs et al. 2023, section 3.2). Backward moves the same.
+    """
+    v = head_dim if v_head_dim is None else v_head_dim
+    q_heads = _f(num_heads) / _f(tp)
+    kv = np.maximum(kv_heads_per_tp_rank(kv_heads, tp), _f(cp))
+    per_token = q_heads * (_f(head_dim) + _f(v)) + kv * (_f(head_dim) + _f(v))
+    return _f(tokens_local) * per_token * _f(bytes_per_element)
+
+
+def ulysses_time_s(a2a_bytes, group_size, stride, cluster: ClusterSpec, eff: EfficiencyModel):
+    """(forward, backward) seconds of the Ulysses all-to-alls (exposed: on the critical path).
+
+    ``a2a_bytes`` is ``ulysses_comm_bytes`` (the four buffers summed; all-to-all time is linear
+    in the buffer, plus 3 more latency terms for the four separate calls).
+    """
+    one = group_collective_time_s("all_to_all", a2a_bytes, group_size, stride, cluster, eff)
+    # three more calls' start-up: (n-1) steps each at the latency of the tier the group spans
+    n_intra, n_inter = group_span(group_size, stride, cluster.gpus_per_node)
+    lat = np.where(n_inter > 1, cluster.scaleout.latency_s, cluster.scaleup.latency_s)
+    extra = np.where(_f(group_size) > 1, 3.0 * (_f(group_size) - 1.0) * lat, 0.0)
+    return one + extra, one + extra
+
+
+# ---- hybrid and dispatch ------------------------------------------------------------------------
+
+def hybrid_cp_split(cp, tp, gpus_per_node, num_heads):
+    """(ulysses, ring) degrees of hybrid CP: Ulysses over the largest u dividing cp, the
+    NVLink domain's room for the CP group (gpus_per_node / tp) and the TP-local heads."""
+    cp_i = np.asarray(cp).astype(np.int64)
+    tp_i = np.asarray(tp).astype(np.int64)
+    room = np.maximum(int(gpus_per_node) // tp_i, 1)
+    heads = np.maximum(int(num_heads) // tp_i, 1)
+    u = np.gcd(np.gcd(cp_i, room), heads)
+    return u.astype(float), (cp_i // u).astype(float)
+
+
+def context_parallel_costs(model: ModelSpec, kind, tokens_local, cp, tp, core_fwd_s, core_bwd_s,
+                           cluster: ClusterSpec, eff: EfficiencyModel, bytes_per_element=2):
+    """Communication of one layer's attention under CP flavour ``kind``, seconds and bytes.
+
+    ``kind``: "ring", "ulysses", "hybrid" or an array of ``CP_KIND_CODES``. Returns a dict:
+    ``fwd_s``, ``bwd_s`` (totals), ``fwd_exposed_s``, ``bwd_exposed_s``, ``ring_step_bytes``,
+    ``ulysses_bytes`` (see ``ring_attention_comm_bytes``, ``ulysses_comm_bytes``). All zero at cp = 1.
+    """
+    code = _f(CP_KIND_CODES[kind] if isinstance(kind, str) else kind)
+    cp, tp = _f(cp), _f(tp)
+    g, dk, dv = attention_kv_dims(model)
+    a = model.num_heads
+    step = ring_attention_comm_bytes(tokens_local, g, dk, tp, bytes_per_element, dv)
+    ring = ring_attention_time_s(step, cp, tp, core_fwd_s, core_bwd_s, cluster, eff)
+
+    uly_bytes = ulysses_comm_bytes(tokens_local, a, g, dk, tp, cp, bytes_per_element, dv)
+    uly_f, uly_b = ulysses_time_s(uly_bytes, cp, tp, cluster, eff)
+
+    u, r = hybrid_cp_split(cp, tp, cluster.gpus_per_node, a)
+    h_uly_bytes = ulysses_comm_bytes(tokens_local, a, g, dk, tp, u, bytes_per_element, dv)
+    h_uf, h_ub = ulysses_time_s(h_uly_bytes, u, tp, cluster, eff)
+    # after the Ulysses exchange a rank holds (seq/r) tokens of (heads/u): the same K/V bytes
+    # as a pure ring's block unless K/V heads had to be replicated up to u
+    kv_local = kv_heads_per_tp_rank(g, tp)
+    h_step = step * np.maximum(kv_local, u) / kv_local
+    h_ring = ring_attention_time_s(h_step, cp, tp, core_fwd_s, core_bwd_s, cluster, eff,
+                                   ring_size=r, ring_stride=tp * u)
+
+    def pick(ring_v, uly_v, hyb_v):
+        return np.where(cp > 1, np.select([code == 1, code == 2], [uly_v, hyb_v], default=ring_v), 0.0)
+
+    return {
+        "fwd_s": pick(ring["fwd_s"], uly_f, h_uf + h_ring["fwd_s"]),
+        "bwd_s": pick(ring["bwd_s"], uly_b, h_ub + h_ring["bwd_s"]),
+        "fwd_exposed_s": pick(ring["fwd_exposed_s"], uly_f, h_uf + h_ring["fwd_exposed_s"]),
+        "bwd_exposed_s": pick(ring["bwd_exposed_s"], uly_b, h_ub + h_ring["bwd_exposed_s"]),
+        "ring_step_bytes": pick(step, 0.0 * step, h_step),
+        "ulysses_bytes": pick(0.0 * uly_bytes, uly_bytes, h_uly_bytes),
+    }
+
+
+def cp_buffer_bytes(ring_step_bytes, ulysses_bytes=0.0):
+    """Transient bytes CP adds on one GPU at its peak (one layer at a time, not per layer).
+
+    Ring: backward double-buffers K/V and dK/dV (receive the next block while computing the
+    current one): ``4 * ring_step_bytes``; forward needs only the K/V pair (2x). The received
+    blocks are not kept for backward (it re-circulates them), so CP adds no per-layer stored
+    activations beyond ``memory.activation_bytes_per_layer`` at seq/cp. Ulysses: the
+    all-to-all output buffers, the size of the inputs (``ulysses_bytes``).
+    """
+    return 4.0 * _f(ring_step_bytes) + _f(ulysses_bytes)

@@ -1,0 +1,314 @@
+"""Mixture-of-experts layers on one GPU: routed tokens, grouped expert GEMMs, all-to-all, memory.
+
+Layout (Megatron-Core MoE with parallel folding, Liu et al. 2025, "MoE Parallel Folding",
+arXiv 2504.14960): the attention part of a layer is split tp x cp x dp; the MoE part re-splits
+the same dp*cp*tp ranks of a pipeline stage as etp x ep x edp, expert tensor parallelism
+fastest (Megatron's expert rank order ``tp-ep-dp-pp`` with tp := etp). So
+
+* the EP group's members are ``etp`` ranks apart (stride = etp; Megatron's default
+  ``expert_tensor_parallel_size = tensor_model_parallel_size`` makes that stride tp), and it
+  stays inside one NVLink domain when ``ep * etp <= gpus_per_node``;
+* the expert-data-parallel group, over which ZeRO shards the expert states, has
+  ``edp = dp * cp * tp / (ep * etp)`` members (``expert_data_parallel_size``).
+
+Tokens. With tensor parallelism Megatron requires sequence parallelism for MoE, so each GPU
+*routes* ``tokens / tp`` of the ``tokens = micro_batch * seq / cp`` its attention block sees.
+Every routed token goes to ``top_k`` experts (no deduplication: Megatron's all-to-all
+dispatcher sends one row per (token, expert) pair). A GPU holds ``E / ep`` experts, each cut
+``etp`` ways along the FFN width, and receives rows from the whole ep x etp group, so it
+processes on average ``routed * top_k * etp`` rows of which each local expert gets
+``routed * top_k * ep * etp / E``; the FLOPs per GPU are those of its own routed tokens.
+
+``load_imbalance`` is the busiest EP rank's routed rows over the mean (the all-to-all
+synchronises the group, so the busiest rank sets the layer time). With ep = 1 every expert
+lives on the GPU and its row count is exact, so the factor is then ignored by the layer
+costs (``_rank_imbalance``).
+
+Every function takes numpy arrays or scalars for the sizes and degrees (planner and simulator
+share them); model and hardware specs are scalars.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from cost_models import memory
+from cost_models.compute import ACT_BYTES, ComputeRates, gemm_time_s, memory_bound_time_s
+from cost_models.layer_costs import ELEMENTWISE_KERNELS_FWD, REPLICATED_ELEMENTWISE_UNITS, mlp_gemm_shapes
+from cost_models.params import attention_params, expert_params_per_moe_layer, mlp_params
+from cost_models.topology import group_collective_time_s
+from hardware_specs.cluster_spec import ClusterSpec
+from hardware_specs.efficiency_model import EfficiencyModel
+from model_specs.model_spec import ModelSpec
+
+#: fp32 router work per (token, expert) logit in forward: write logits (4), softmax/sigmoid
+#: read + write (8), top-k read (4); bytes.
+ROUTER_BYTES_PER_LOGIT_FWD = 16.0
+#: router state kept for backward per logit: fp32 logits/scores and fp32 probabilities.
+ROUTER_BYTES_PER_LOGIT_SAVED = 8.0
+#: memory-bound kernels of one MoE block's forward besides the GEMMs: router (softmax, top-k,
+#: aux loss), permute, sort by local expert, activation, unsort, unpermute, plus the norm and
+#: residual half of the layer's element-wise kernels.
+MOE_ELEMENTWISE_KERNELS_FWD = 6.0 + ELEMENTWISE_KERNELS_FWD / 2
+
+
+def _f(x):
+    return np.asarray(x, dtype=float)
+
+
+def _rank_imbalance(load_imbalance, ep):
+    """The imbalance factor that applies to one GPU's rows: 1 when all experts are local."""
+    return np.where(_f(ep) > 1, _f(load_imbalance), 1.0)
+
+
+def _shared_ffn_total(model: ModelSpec) -> int:
+    """Width of all shared experts fused into one MLP (Megatron's SharedExpertMLP), 0 if none."""
+    moe = model.moe
+    if moe is None or not moe.num_shared_experts:
+        return 0
+    return moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
+
+
+# ---- tokens ---------------------------------------------------------------------------------
+
+def moe_tokens_per_expert(tokens, top_k, num_experts, ep, load_imbalance=1.0, capacity_factor=0.0, etp=1):
+    """Rows (token copies) the busiest local expert processes per micro-batch on one GPU.
+
+    ``tokens`` are the tokens this GPU routes (``micro_batch * seq / (cp * tp)``). The mean a
+    local expert receives from the ep x etp group is ``tokens * top_k * ep * etp / E``
+    (every rank routes ``tokens * top_k`` copies over all E experts). The busiest gets
+    ``load_imbalance`` times that. With a capacity factor c > 0 (GShard, Lepikhin et al.
+    2020, section 2.2; Megatron ``moe_expert_capacity_factor``) each sending rank keeps at
+    most ``c * tokens * top_k / E`` rows per expert and drops the rest, so an expert never
+    processes more than ``c`` times the mean. c = 0 means dropless.
+
+    Returns a float array (rows, possibly fractional as an expectation).
+    """
+    mean = _f(tokens) * _f(top_k) * _f(ep) * _f(etp) / _f(num_experts)
+    busiest = mean * _f(load_imbalance)
+    cf = _f(capacity_factor)
+    return np.where(cf > 0, np.minimum(busiest, cf * mean), busiest)
+
+
+def moe_routed_tokens_per_gpu(tokens, tp):
+    """Tokens one GPU routes per micro-batch: the attention block's ``tokens`` split by tp (SP)."""
+    return _f(tokens) / _f(tp)
+
+
+# ---- compute ----------------------------------------------------------------------------------
+
+def grouped_gemm_time_s(m_per_group, n, k, groups, rates: ComputeRates):
+    """One grouped GEMM of ``groups`` problems of shape (m, n, k), seconds.
+
+    Each problem pays its own shape efficiency (small per-expert M leaves tiles and SMs idle:
+    ``gemm_shape_factor`` in ``cost_models.compute``) and streams its own weights; the group is
+    one kernel launch (TE GroupedLinear / CUTLASS grouped GEMM), so the fixed overhead counts once.
+    """
+    m = np.maximum(_f(m_per_group), 1.0)
+    groups = _f(groups)
+    return gemm_time_s(m, n, k, rates, count=groups) - (groups - 1.0) * rates.kernel_overhead_s
+
+
+def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_imbalance=1.0, tp=1, sp=True):
+    """Forward seconds, FLOPs and all-to-all sizes of one MoE block on one GPU, one micro-batch.
+
+    ``tokens`` is the same quantity ``layer_costs.dense_mlp_costs`` takes: tokens the GPU's
+    attention block sees per micro-batch (``micro_batch * seq / cp``); the GPU routes
+    ``tokens / tp`` of them. Parts:
+
+    * router: GEMM (routed, E, h), replicated over TP, plus fp32 softmax/top-k traffic;
+    * routed experts: one grouped GEMM per matrix over the ``E/ep`` local experts, M = rows of
+      the busiest expert on the busiest rank (``moe_tokens_per_expert``), N/K = expert FFN
+      width / etp and h; gated (SwiGLU: up+gate fused, then down) or plain;
+    * shared experts: one dense MLP of width ``num_shared * shared_ffn`` split by tp, on all
+      ``tokens`` (as ``dense_mlp_costs``);
+    * memory-bound: permute (read+write every routed row), sort/unsort by local expert when
+      E/ep > 1, activation function, unpermute with probabilities (read k rows, write one),
+      and the norm/residual half of the layer's element-wise work (split by tp under SP).
+
+    Returns a dict of float arrays: ``gemm_fwd_s`` (router + experts + shared),
+    ``expert_gemm_fwd_s``, ``shared_gemm_fwd_s``, ``router_fwd_s``, ``elem_fwd_s``,
+    ``gemm_flops_fwd`` (router + mean routed + shared; the per-GPU share, like the dense
+    functions, so x tp gives the layer's FLOPs), ``router_flops_fwd`` (not in Megatron's
+    model-FLOP convention), ``expert_rows`` (rows on the busiest rank), and
+    ``a2a_dispatch_buffer_bytes`` (``moe_dispatch_bytes`` of the routed tokens at 16-bit).
+    The routed FLOPs use the mean rows (what the model-FLOP conventions count); the time uses
+    the busiest rank's rows. Backward GEMMs have the same shapes (dgrad, wgrad).
+    The router GEMM is timed at the rates' GEMM dtype although frameworks keep it in 16/32-bit
+    (it is ~0.5% of the block's FLOPs for DeepSeek-V3).
+    """
+    moe = model.moe
+    if moe is None:
+        raise ValueError(f"{model.name} has no experts")
+    h, E, k = model.hidden_size, moe.num_experts, moe.top_k
+    f_exp = moe.expert_ffn_hidden_size
+    tokens, tp, ep, etp = _f(tokens), _f(tp), _f(ep), _f(etp)
+    routed = moe_routed_tokens_per_gpu(tokens, tp)
+    imb = _rank_imbalance(load_imbalance, ep)
+    local_experts = E / ep
+    m_exp = moe_tokens_per_expert(routed, k, E, ep, imb, moe.capacity_factor, etp)
+    rows = m_exp * local_experts
+
+    router_s = gemm_time_s(routed, E, h, rates)
+    router_flops = 2.0 * routed * E * h
+
+    expert_s = 0.0
+    for n, kk in mlp_gemm_shapes(h, f_exp, model.gated_mlp, etp):
+        expert_s = expert_s + grouped_gemm_time_s(m_exp, n, kk, local_experts, rates)
+    up = (3.0 if model.gated_mlp else 2.0)
+    expert_flops = 2.0 * routed * k * up * h * f_exp
+
+    f_sh = _shared_ffn_total(model)
+    shared_s = 0.0 * tokens
+    shared_flops = 0.0 * tokens
+    if f_sh:
+        for n, kk in mlp_gemm_shapes(h, f_sh, model.gated_mlp, tp):
+            shared_s = shared_s + gemm_time_s(tokens, n, kk, rates)
+            shared_flops = shared_flops + 2.0 * tokens * n * kk
+
+    split = np.where(sp, tp, 1.0)
+    row_bytes = h * ACT_BYTES
+    sort = np.where(local_experts > 1, 1.0, 0.0)
+    elem_bytes = (routed * E * ROUTER_BYTES_PER_LOGIT_FWD
+                  + 2.0 * routed * k * row_bytes                          # permute
+                  + 2.0 * 2.0 * sort * rows * row_bytes                   # sort + unsort
+                  + rows * up * f_exp / etp * ACT_BYTES                   # activation function
+                  + (k + 1.0) * routed * row_bytes                        # unpermute (weighted sum)
+                  + tokens * up * f_sh / tp * ACT_BYTES                   # shared experts' activation
+                  + tokens * row_bytes * (REPLICATED_ELEMENTWISE_UNITS / 2) / split)
+    elem_s = memory_bound_time_s(elem_bytes, rates, MOE_ELEMENTWISE_KERNELS_FWD)
+
+    return {
+        "gemm_fwd_s": router_s + expert_s + shared_s,
+        "expert_gemm_fwd_s": expert_s + 0.0 * tokens,
+        "shared_gemm_fwd_s": shared_s,
+        "router_fwd_s": router_s,
+        "elem_fwd_s": elem_s,
+        "gemm_flops_fwd": router_flops + expert_flops + shared_flops,
+        "router_flops_fwd": router_flops,
+        "expert_rows": rows,
+        "a2a_dispatch_buffer_bytes": moe_dispatch_bytes(routed, k, h, ACT_BYTES),
+    }
+
+
+# ---- all-to-all -------------------------------------------------------------------------------
+
+def moe_dispatch_bytes(tokens, top_k, hidden, bytes_per_element):
+    """Per-GPU buffer of one dispatch all-to-all, bytes: ``tokens * top_k * hidden * bytes``.
+
+    ``tokens`` are the tokens the GPU routes; each goes out once per chosen expert. This is the
+    ``bytes_`` that ``collectives.all_to_all_time_s`` / ``group_collective_time_s("all_to_all")``
+    take (the GPU holds it and keeps the 1/ep addressed to itself). Combine is the same size in
+    its own dtype (DeepSeek-V3 dispatches in fp8 and combines in bf16, report section 3.3.2).
+    """
+    return _f(tokens) * _f(top_k) * _f(hidden) * _f(bytes_per_element)
+
+
+def moe_dispatch_bytes_sent(tokens, top_k, hidden, bytes_per_element, ep):
+    """Bytes that leave one GPU in one dispatch all-to-all under uniform routing.
+
+    ``moe_dispatch_bytes * (ep - 1) / ep``: of the rows the GPU routes, the 1/ep addressed to
+    its own experts stay local. Of what leaves, the share to ranks in the same NVLink domain
+    goes over NVLink and the rest over the NIC (``collectives.hierarchical_all_to_all_time_s``).
+    """
+    ep = _f(ep)
+    return moe_dispatch_bytes(tokens, top_k, hidden, bytes_per_element) * (ep - 1.0) / ep
+
+
+def moe_all_to_all_time_s(dispatch_bytes, ep, etp, cluster: ClusterSpec, eff: EfficiencyModel,
+                          overlap=0.0, load_imbalance=1.0, combine_bytes=None, stride=None):
+    """Expert-parallel communication of one MoE layer, seconds (forward and backward).
+
+    Forward = dispatch all-to-all + combine all-to-all over the EP group; backward = the same
+    two in reverse (gradients of combine and of dispatch). The EP group is ``ep`` ranks
+    ``stride`` apart (default ``etp``: MoE parallel folding, see the module docstring; pass
+    ``tp * cp`` for the older layout that carved EP out of data parallelism); it is timed by
+    ``topology.group_collective_time_s("all_to_all", ...)`` so it runs over NVLink while
+    ``ep * stride <= gpus_per_node`` and over the NICs beyond. The busiest rank receives
+    ``load_imbalance`` times the mean, which scales the buffer. With etp > 1 the received rows
+    are all-gathered over the ETP group (stride 1) before the experts and reduce-scattered
+    after them (Megatron ``MoEAlltoAllTokenDispatcher``). ``overlap`` in [0, 1] is the fraction
+    hidden under compute (DualPipe, Megatron's EP-overlapped 1F1B); 0 = fully exposed.
+
+    ``dispatch_bytes`` / ``combine_bytes``: ``moe_dispatch_bytes`` in the dispatch / combine
+    dtype (combine defaults to the dispatch size).
+
+    Returns a dict of float arrays: ``dispatch_s``, ``combine_s``, ``etp_s`` (all-gather +
+    reduce-scatter), ``fwd_s``, ``bwd_s`` (totals), ``fwd_exposed_s``, ``bwd_exposed_s``.
+    """
+    ep, etp = _f(ep), _f(etp)
+    stride = etp if stride is None else _f(stride)
+    imb = _rank_imbalance(load_imbalance, ep)
+    d_bytes = _f(dispatch_bytes) * imb
+    c_bytes = (_f(dispatch_bytes) if combine_bytes is None else _f(combine_bytes)) * imb
+    dispatch = group_collective_time_s("all_to_all", d_bytes, ep, stride, cluster, eff)
+    combine = group_collective_time_s("all_to_all", c_bytes, ep, stride, cluster, eff)
+    etp_s = (group_collective_time_s("all_gather", d_bytes * etp, etp, 1, cluster, eff)
+             + group_collective_time_s("reduce_scatter", c_bytes * etp, etp, 1, cluster, eff))
+    fwd = dispatch + combine + etp_s
+    hidden = np.clip(_f(overlap), 0.0, 1.0)
+    return {"dispatch_s": dispatch, "combine_s": combine, "etp_s": etp_s, "fwd_s": fwd, "bwd_s": fwd,
+            "fwd_exposed_s": fwd * (1.0 - hidden), "bwd_exposed_s": fwd * (1.0 - hidden)}
+
+
+# ---- memory -----------------------------------------------------------------------------------
+
+def expert_data_parallel_size(dp, cp, tp, ep, etp):
+    """Ranks holding the same expert shard: ``dp * cp * tp / (ep * etp)`` (ZeRO shards over them)."""
+    return _f(dp) * _f(cp) * _f(tp) / (_f(ep) * _f(etp))
+
+
+def moe_layer_params_local(model: ModelSpec, tp, ep, etp):
+    """(non-expert, expert) parameters of one MoE layer on one GPU, before ZeRO.
+
+    Non-expert: attention and shared experts split by tp, router (h x E) and the two norms
+    replicated. Expert: the routed experts split by ep (whole experts) and etp (FFN width).
+    The non-expert part is sharded by ZeRO over dp*cp, the expert part over
+    ``expert_data_parallel_size``.
+    """
+    h = model.hidden_size
+    moe = model.moe
+    shared = mlp_params(h, _shared_ffn_total(model), model.gated_mlp)
+    router = h * moe.num_experts
+    non_expert = (attention_params(model) + shared) / _f(tp) + router + 2 * h
+    expert = expert_params_per_moe_layer(model) / (_f(ep) * _f(etp))
+    return non_expert, expert
+
+
+def expert_model_state_bytes(expert_params_local, zero_stage, dp, cp, tp, ep, etp, low_precision=False):
+    """(weights, gradients, optimizer) bytes of ``expert_params_local`` expert parameters.
+
+    Same per-parameter bytes as ``memory.model_state_bytes`` (18 B mixed-precision Adam), with
+    ZeRO sharding over the expert-data-parallel group instead of dp*cp (Megatron's distributed
+    optimizer shards expert states over the expert-DP group).
+    """
+    edp = expert_data_parallel_size(dp, cp, tp, ep, etp)
+    return memory.model_state_bytes(expert_params_local, zero_stage, edp, low_precision)
+
+
+def moe_activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, cp, ep, etp, recompute,
+                                   load_imbalance=1.0):
+    """Activation bytes the routed-expert part of one MoE layer keeps, one micro-batch, one GPU.
+
+    The rest of the layer (attention, norms, the MLP input, shared experts) is
+    ``memory.activation_bytes_per_layer(model, ..., ffn=num_shared * shared_ffn)`` (ffn=0 when
+    there is no shared expert). With ``routed = micro_batch * seq / (cp * tp)`` and
+    ``rows = routed * top_k * etp * imbalance`` (rows on the busiest rank):
+
+    * router: fp32 logits and probabilities, ``routed * E * 8``;
+    * expert input after dispatch (fc1's wgrad input), ``rows * h * 2``;
+    * expert intermediates per row: gated ``6 * f / etp`` (fc1 output 2f/etp x 2 B kept for
+      SwiGLU backward, activation output f/etp x 2 B for fc2's wgrad), plain ``4 * f / etp``;
+    * expert outputs back at the source before the weighted sum (probabilities' gradient),
+      ``routed * top_k * h * 2``.
+
+    ``recompute`` 2 (full) keeps none of it (the layer input is in the generic formula);
+    0 and 1 (selective recomputes only the attention core) keep all of it.
+    """
+    moe = model.moe
+    h, E, k = model.hidden_size, moe.num_experts, moe.top_k
+    routed = _f(micro_batch) * _f(seq_len) / (_f(cp) * _f(tp))
+    rows = routed * k * _f(etp) * _rank_imbalance(load_imbalance, ep)
+    inter = (6.0 if model.gated_mlp else 4.0) * moe.expert_ffn_hidden_size / _f(etp)
+    kept = (routed * E * ROUTER_BYTES_PER_LOGIT_SAVED + rows * h * ACT_BYTES + rows * inter
+            + routed * k * h * ACT_BYTES)
+    return np.where(np.asarray(recompute) == 2, 0.0, kept)

@@ -1,0 +1,82 @@
+"""FLOP-count conventions that published runs use to report TFLOP/s, MFU and HFU.
+
+Each function returns FLOPs per optimizer step for global batch ``B`` sequences of length
+``s``; formulas as the validation README defines them (sources in each docstring).
+"""
+from __future__ import annotations
+
+from cost_models.params import total_params
+from model_specs.model_spec import ModelSpec
+
+
+def megatron_hw_eq3(m: ModelSpec, B: float) -> float:
+    """Narayanan et al. 2021, eq. 3: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)); counts full recompute."""
+    s, l, h, V = m.seq_len, m.num_layers, m.hidden_size, m.vocab_size
+    return 96.0 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+
+
+def korthikanti_model(m: ModelSpec, B: float) -> float:
+    """Korthikanti et al. 2022: model FLOPs 72 B s l h^2 (1 + s/(6h) + V/(12 l h))."""
+    s, l, h, V = m.seq_len, m.num_layers, m.hidden_size, m.vocab_size
+    return 72.0 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
+
+
+def korthikanti_hw(m: ModelSpec, B: float) -> float:
+    """Korthikanti et al. 2022: hardware FLOPs with selective recompute, s/(3h) attention term."""
+    s, l, h, V = m.seq_len, m.num_layers, m.hidden_size, m.vocab_size
+    return 72.0 * B * s * l * h * h * (1 + s / (3 * h) + V / (12 * l * h))
+
+
+def _megatron_core(m: ModelSpec, B: float, causal: bool) -> float:
+    """Megatron-Core model FLOPs: 12 B s l h^2 [(1 + g/a + s/h)(a d / h) + k (f/h) mult + V/(2 l h)].
+
+    MoE layers count the top-k routed plus shared experts; dense layers their own FFN; MLA
+    counts its own projections (DeepSeek-V2 section 2.1) in place of the first term.
+    """
+    s, l, h, V = m.seq_len, m.num_layers, m.hidden_size, m.vocab_size
+    a, g, d = m.num_heads, m.num_kv_heads, m.head_dim
+    mult = 1.5 if m.gated_mlp else 1.0
+    score = s / h / (2.0 if causal else 1.0)
+    if m.mla is not None:
+        ml = m.mla
+        qk = ml.qk_nope_head_dim + ml.qk_rope_head_dim
+        q = (h * ml.q_lora_rank + ml.q_lora_rank * a * qk) if ml.q_lora_rank else h * a * qk
+        kv = h * (ml.kv_lora_rank + ml.qk_rope_head_dim) + ml.kv_lora_rank * a * (ml.qk_nope_head_dim + ml.v_head_dim)
+        proj = (q + kv + a * ml.v_head_dim * h) / (2.0 * h * h)   # 12 B s l h^2 * x = 6 * params * tokens
+        attn = proj + score * a * (qk + ml.v_head_dim) / (2.0 * h)
+    else:
+        attn = (1 + g / a + score) * (a * d / h)
+    if m.moe is not None:
+        moe = m.moe
+        shared_f = moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size
+        moe_term = (moe.top_k * moe.expert_ffn_hidden_size + moe.num_shared_experts * shared_f) / h * mult
+        dense_f = moe.dense_ffn_hidden_size or m.ffn_hidden_size
+        dense_term = dense_f / h * mult
+        mlp = (m.num_moe_layers * moe_term + m.num_dense_layers * dense_term) / l
+    else:
+        mlp = m.ffn_hidden_size / h * mult
+    return 12.0 * B * s * l * h * h * (attn + mlp + V / (2.0 * l * h))
+
+
+def megatron_core_model(m: ModelSpec, B: float) -> float:
+    return _megatron_core(m, B, causal=False)
+
+
+def megatron_core_model_causal(m: ModelSpec, B: float) -> float:
+    return _megatron_core(m, B, causal=True)
+
+
+def palm_6n_attn(m: ModelSpec, B: float) -> float:
+    """PaLM appendix B: per token 6 N + 12 l h s (N = all parameters, embedding included)."""
+    N = total_params(m, active=True)
+    return B * m.seq_len * (6.0 * N + 12.0 * m.num_layers * m.hidden_size * m.seq_len)
+
+
+CONVENTIONS = {
+    "megatron_hw_eq3": megatron_hw_eq3,
+    "korthikanti_model": korthikanti_model,
+    "korthikanti_hw": korthikanti_hw,
+    "megatron_core_model": megatron_core_model,
+    "megatron_core_model_causal": megatron_core_model_causal,
+    "palm_6n_attn": palm_6n_attn,
+}

@@ -1,0 +1,270 @@
+"""Predict the measured rows of a published-runs CSV and compare (``paraplan validate published``).
+
+A row is turned into (model, cluster, parallel config) from its own columns only. Where a
+column is empty the row is skipped with the reason, except for these documented defaults,
+each recorded in the row's ``assumptions``:
+
+- ``ffn_hidden`` empty: 4 * hidden (the GPT architecture all such rows describe);
+- ``kv_heads`` empty: = heads (multi-head attention);
+- gated MLP: exactly when ffn_hidden != 4 * hidden (SwiGLU models use 8/3 h to 3.5 h);
+- ``dp`` empty: n_gpus / (tp * pp * cp);  ``vpp`` empty: 1;  ``cp`` empty: 1;
+- ``micro_batch`` empty: 1;  ``zero_norm`` empty: 0;  ``seq_parallel`` empty: off;
+- ``recompute`` empty: full when the row's FLOP convention counts the recomputed forward pass
+  (megatron_hw_eq3), else none;
+- ``dtype_norm`` empty: bf16 (fp16 on V100, which has no bf16).
+
+The cluster is the usual system of the row's GPU kind (``SYSTEM_FOR_GPU``): one hardware
+profile per GPU kind, one efficiency model per generation, nothing keyed to a row or source.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hardware_specs.catalog import load_cluster
+from hardware_specs.errors import InputError
+from model_specs.model_spec import ModelSpec
+from paraplan.validation.flops_conventions import CONVENTIONS
+from simulator.parallel_config import ParallelConfig
+from simulator.simulate import simulate
+
+#: the usual system of each GPU kind (validation README: "Cluster presets should carry the
+#: usual fabric of each system").
+SYSTEM_FOR_GPU = {
+    "v100-sxm-32gb": "dgx2-v100",
+    "a100-sxm-40gb": "dgx-a100-40gb",
+    "a100-sxm-80gb": "dgx-a100-80gb",
+    "h100-sxm-80gb": "dgx-h100",
+    "h200-sxm-141gb": "hgx-h200",
+    "h800-sxm-80gb": "h800-node",
+    "b200": "dgx-b200",
+    "b300": "dgx-b300",
+    "gb200": "gb200-nvl72",
+    "gb300": "gb300-nvl72",
+    "tpu-v3": "tpu-v3-pod",
+    "tpu-v4": "tpu-v4-pod",
+}
+
+REQUIRED_COLUMNS = ("id", "run_id", "gpu_profile", "dtype_norm", "zero_norm", "flops_convention",
+                    "model", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len",
+                    "moe_experts", "moe_topk", "n_gpus", "tp", "pp", "dp", "cp", "ep", "vpp",
+                    "micro_batch", "global_batch", "recompute", "seq_parallel", "measured_metric",
+                    "measured_value")
+
+TRAINING_METRICS = ("iter_time_s", "tokens_per_s_per_gpu", "tokens_per_s", "tflops_per_gpu", "mfu",
+                    "hfu", "layer_fwd_bwd_time_ms")
+
+
+class Skip(Exception):
+    """A row that cannot be predicted, with the reason."""
+
+
+@dataclass
+class RowInputs:
+    model: ModelSpec
+    cluster_name: str
+    config: ParallelConfig
+    metric: str
+    convention: str
+    assumptions: list[str] = field(default_factory=list)
+
+
+def read_runs(path: str | Path) -> pd.DataFrame:
+    """Read a published-runs CSV; a missing file or column is an ``InputError``."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("path", f"no such file {path}")
+    try:
+        df = pd.read_csv(p)
+    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
+        raise InputError("path", f"malformed CSV {path}: {str(exc).splitlines()[0]}") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise InputError("path", f"{path} lacks column(s) {', '.join(missing)}",
+                         "use the columns of shared/validation/published_runs.csv")
+    return df
+
+
+def _num(row, col):
+    v = row.get(col)
+    if v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip()):
+        return None
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x
+
+
+def _int(row, col):
+    x = _num(row, col)
+    return None if x is None else int(round(x))
+
+
+def _str(row, col):
+    v = row.get(col)
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    return str(v).strip()
+
+
+def row_inputs(row) -> RowInputs:
+    """Model, cluster and config of one row; raises ``Skip`` with the reason if not predictable."""
+    metric = _str(row, "measured_metric")
+    if metric not in TRAINING_METRICS:
+        raise Skip(f"metric {metric or '(empty)'} is not a training-step metric")
+    conv = _str(row, "flops_convention") or "none"
+    if metric in ("tflops_per_gpu", "mfu", "hfu") and conv not in CONVENTIONS:
+        raise Skip(f"FLOP convention '{conv}' cannot be converted")
+    gpu = _str(row, "gpu_profile")
+    if not gpu:
+        raise Skip("gpu_profile empty (GPU kind not known)")
+    if gpu not in SYSTEM_FOR_GPU:
+        raise Skip(f"no system preset for GPU kind {gpu}")
+    experts = _str(row, "moe_experts")
+    if experts:
+        raise Skip("mixture-of-experts row (MoE not modelled yet)")
+    assumptions: list[str] = []
+    needed = {"layers": _int(row, "layers"), "hidden": _int(row, "hidden"), "heads": _int(row, "heads"),
+              "seq_len": _int(row, "seq_len"), "vocab": _int(row, "vocab"), "n_gpus": _int(row, "n_gpus"),
+              "tp": _int(row, "tp"), "pp": _int(row, "pp")}
+    if metric != "layer_fwd_bwd_time_ms":
+        needed["global_batch"] = _int(row, "global_batch")
+    empty = [k for k, v in needed.items() if v is None]
+    if empty:
+        raise Skip("needed field(s) empty: " + ", ".join(empty))
+    h = needed["hidden"]
+    ffn = _str(row, "ffn_hidden")
+    try:
+        ffn_size = int(float(ffn)) if ffn else None
+    except ValueError:
+        raise Skip(f"ffn_hidden '{ffn}' is not a number") from None
+    if ffn_size is None:
+        ffn_size = 4 * h
+        assumptions.append("ffn_hidden=4h")
+    kv = _int(row, "kv_heads")
+    if kv is None:
+        kv = needed["heads"]
+        assumptions.append("kv_heads=heads")
+    try:
+        model = ModelSpec(name=_str(row, "model") or _str(row, "run_id"), num_layers=needed["layers"],
+                          hidden_size=h, num_heads=needed["heads"], num_kv_heads=kv,
+                          ffn_hidden_size=ffn_size, vocab_size=needed["vocab"], seq_len=needed["seq_len"],
+                          gated_mlp=ffn_size != 4 * h)
+    except InputError as exc:
+        raise Skip(f"architecture invalid: {exc}") from None
+    tp, pp, n = needed["tp"], needed["pp"], needed["n_gpus"]
+    cp = _int(row, "cp") or 1
+    dp = _int(row, "dp")
+    if dp is None:
+        if n % (tp * pp * cp):
+            raise Skip("dp empty and n_gpus not divisible by tp*pp*cp")
+        dp = n // (tp * pp * cp)
+        assumptions.append("dp=n/(tp*pp*cp)")
+    if metric == "layer_fwd_bwd_time_ms":
+        dp = 1
+        n = tp * pp * cp
+    elif dp * tp * pp * cp != n:
+        raise Skip(f"dp*tp*pp*cp = {dp * tp * pp * cp} != n_gpus {n}")
+    mbs = _int(row, "micro_batch")
+    if mbs is None:
+        mbs = 1
+        assumptions.append("micro_batch=1")
+    gbs = needed.get("global_batch") or mbs * dp
+    vpp = _int(row, "vpp") or 1
+    zero = _int(row, "zero_norm")
+    if zero is None:
+        zero = 0
+        assumptions.append("zero=0")
+    rc = _str(row, "recompute").split("(")[0].strip().lower()
+    if not rc:
+        rc = "full" if conv == "megatron_hw_eq3" else "none"
+        assumptions.append(f"recompute={rc}")
+    if rc not in ("none", "selective", "full"):
+        raise Skip(f"recompute '{rc}' unknown")
+    sp = _str(row, "seq_parallel").lower() == "y"
+    dtype = _str(row, "dtype_norm")
+    if not dtype:
+        dtype = "fp16" if gpu.startswith("v100") else "bf16"
+        assumptions.append(f"dtype={dtype}")
+    if gbs % (dp * mbs):
+        raise Skip(f"global_batch {gbs} not divisible by dp*micro_batch {dp * mbs}")
+    try:
+        config = ParallelConfig(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, micro_batch=mbs, global_batch=gbs,
+                                zero_stage=zero, recompute=rc, sequence_parallel=sp, dtype=dtype)
+    except InputError as exc:
+        raise Skip(f"configuration invalid: {exc}") from None
+    return RowInputs(model, SYSTEM_FOR_GPU[gpu], config, metric, conv, assumptions)
+
+
+def metric_from_prediction(inputs: RowInputs, report) -> float:
+    """Convert a simulated step into the row's metric with the row's FLOP convention."""
+    m, cfg, metric = inputs.model, inputs.config, inputs.metric
+    t = report.step_time_s
+    n = cfg.n_gpus
+    if metric == "iter_time_s":
+        return t
+    if metric == "layer_fwd_bwd_time_ms":
+        return 1e3 * (report.layer_fwd_s + report.layer_bwd_s + report.layer_recompute_s)
+    if metric == "tokens_per_s":
+        return cfg.global_batch * m.seq_len / t
+    if metric == "tokens_per_s_per_gpu":
+        return cfg.global_batch * m.seq_len / t / n
+    flops = CONVENTIONS[inputs.convention](m, cfg.global_batch)
+    per_gpu = flops / t / n
+    if metric == "tflops_per_gpu":
+        return per_gpu / 1e12
+    peak = load_cluster(inputs.cluster_name).gpu.peak_flops(cfg.dtype)
+    return 100.0 * per_gpu / peak          # mfu / hfu are in percent
+
+
+def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None) -> pd.DataFrame:
+    """One output row per input row: id, status, predicted, measured, rel_error, reason, ..."""
+    out = []
+    for i, row in enumerate(df.to_dict("records")):
+        rec = {"id": row.get("id"), "run_id": row.get("run_id"), "source": str(row.get("run_id", "")).split("-")[0],
+               "gpu_profile": row.get("gpu_profile"), "metric": row.get("measured_metric"),
+               "status": "skipped", "predicted": None, "measured": _num(row, "measured_value"),
+               "rel_error": None, "reason": "", "assumptions": ""}
+        try:
+            inputs = row_inputs(row)
+            if rec["measured"] is None:
+                raise Skip("measured_value empty")
+            cluster = load_cluster(inputs.cluster_name)
+            eff = None
+            if efficiency_by_generation is not None:
+                eff = efficiency_by_generation.get(cluster.gpu.generation)
+            report = simulate(inputs.model, cluster, inputs.config, efficiency=eff)
+            pred = metric_from_prediction(inputs, report)
+            rec.update(status="ok", predicted=pred, rel_error=(pred - rec["measured"]) / rec["measured"],
+                       assumptions="; ".join(inputs.assumptions), generation=cluster.gpu.generation,
+                       fits=report.fits)
+        except Skip as exc:
+            rec["reason"] = str(exc)
+        except InputError as exc:
+            rec["reason"] = f"invalid: {exc}"
+        out.append(rec)
+        if progress is not None:
+            progress(i)
+    return pd.DataFrame(out)
+
+
+def summarize(results: pd.DataFrame) -> pd.DataFrame:
+    """Per source: rows used, skipped, mean and worst absolute relative error (percent)."""
+    rows = []
+    for src, g in results.groupby("source", sort=True):
+        ok = g[g.status == "ok"]
+        err = ok.rel_error.abs() * 100
+        rows.append({"source": src, "rows_ok": len(ok), "rows_skipped": int((g.status != "ok").sum()),
+                     "mean_abs_err_pct": err.mean() if len(ok) else np.nan,
+                     "worst_abs_err_pct": err.max() if len(ok) else np.nan})
+    ok = results[results.status == "ok"]
+    err = ok.rel_error.abs() * 100
+    rows.append({"source": "ALL", "rows_ok": len(ok), "rows_skipped": int((results.status != "ok").sum()),
+                 "mean_abs_err_pct": err.mean() if len(ok) else np.nan,
+                 "worst_abs_err_pct": err.max() if len(ok) else np.nan})
+    return pd.DataFrame(rows)
