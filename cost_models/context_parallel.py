@@ -147,7 +147,7 @@ def ulysses_time_s(a2a_bytes, group_size, stride, cluster: ClusterSpec, eff: Eff
     """
     one = group_collective_time_s("all_to_all", a2a_bytes, group_size, stride, cluster, eff)
     # three more calls' start-up: (n-1) steps each at the latency of the tier the group spans
-    n_intra, n_inter = group_span(group_size, stride, cluster.gpus_per_node)
+    _, n_inter = group_span(group_size, stride, cluster.gpus_per_node)
     lat = np.where(n_inter > 1, cluster.scaleout.latency_s, cluster.scaleup.latency_s)
     extra = np.where(_f(group_size) > 1, 3.0 * (_f(group_size) - 1.0) * lat, 0.0)
     return one + extra, one + extra

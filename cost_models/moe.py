@@ -142,6 +142,7 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
     h, E, k = model.hidden_size, moe.num_experts, moe.top_k
     f_exp = moe.expert_ffn_hidden_size
     tokens, tp, ep, etp = _f(tokens), _f(tp), _f(ep), _f(etp)
+    zero = 0.0 * (tokens + tp + ep + etp + _f(load_imbalance))   # broadcast every output alike
     routed = moe_routed_tokens_per_gpu(tokens, tp)
     imb = _rank_imbalance(load_imbalance, ep)
     local_experts = E / ep
@@ -158,8 +159,8 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
     expert_flops = 2.0 * routed * k * up * h * f_exp
 
     f_sh = _shared_ffn_total(model)
-    shared_s = 0.0 * tokens
-    shared_flops = 0.0 * tokens
+    shared_s = zero
+    shared_flops = zero
     if f_sh:
         for n, kk in mlp_gemm_shapes(h, f_sh, model.gated_mlp, tp):
             shared_s = shared_s + gemm_time_s(tokens, n, kk, rates)
@@ -177,9 +178,9 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
                   + tokens * row_bytes * (REPLICATED_ELEMENTWISE_UNITS / 2) / split)
     elem_s = memory_bound_time_s(elem_bytes, rates, MOE_ELEMENTWISE_KERNELS_FWD)
 
-    return {
+    out = {
         "gemm_fwd_s": router_s + expert_s + shared_s,
-        "expert_gemm_fwd_s": expert_s + 0.0 * tokens,
+        "expert_gemm_fwd_s": expert_s,
         "shared_gemm_fwd_s": shared_s,
         "router_fwd_s": router_s,
         "elem_fwd_s": elem_s,
@@ -188,6 +189,7 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
         "expert_rows": rows,
         "a2a_dispatch_buffer_bytes": moe_dispatch_bytes(routed, k, h, ACT_BYTES),
     }
+    return {key: value + zero for key, value in out.items()}
 
 
 # ---- all-to-all -------------------------------------------------------------------------------

@@ -1,0 +1,326 @@
+"""MoE, expert parallelism, context parallelism and low-precision cost functions, by hand.
+
+A toy GPU and cluster with round numbers (1 PFLOP/s bf16, 3 TB/s HBM, 400 GB/s NVLink, 50 GB/s
+NIC, 8 GPUs per node, zero latency and overhead, efficiency 1) make every expected value a
+short calculation written out next to its assertion.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cost_models import context_parallel as cpm
+from cost_models import low_precision as lp
+from cost_models import moe
+from cost_models.compute import compute_rates, gemm_time_s
+from cost_models.params import total_params
+from hardware_specs.cluster_spec import ClusterSpec, NetworkTier
+from hardware_specs.efficiency_model import EfficiencyModel
+from hardware_specs.errors import InputError
+from hardware_specs.gpu_spec import GPUSpec
+from model_specs import load_model
+from simulator.parallel_config import ParallelConfig
+from simulator.validate_config import check_config
+
+NVLINK = 400e9
+NIC = 50e9
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    gpu = GPUSpec(name="toy", generation="toy", peak_flops_per_s={"bf16": 1e15, "fp8": 2e15},
+                  hbm_bytes=80e9, hbm_bw_bytes_per_s=3e12, scaleup_bw_bytes_per_s=NVLINK,
+                  scaleup_domain_size=8)
+    return ClusterSpec(name="toy", gpu=gpu, gpus_per_node=8, scaleup=NetworkTier("nvlink", NVLINK, 0.0),
+                       scaleout=NetworkTier("infiniband", NIC, 0.0))
+
+
+@pytest.fixture(scope="module")
+def eff():
+    return EfficiencyModel(generation="toy", gemm_peak_fraction={"bf16": 1.0}, gemm_half_dim=64,
+                           attention_peak_fraction=1.0, hbm_fraction=1.0, scaleup_fraction=1.0,
+                           scaleout_fraction=1.0, kernel_overhead_s=0.0)
+
+
+@pytest.fixture(scope="module")
+def rates(cluster, eff):
+    return compute_rates(cluster.gpu, eff, "bf16")
+
+
+@pytest.fixture(scope="module")
+def dsv3():
+    return load_model("deepseek-v3")
+
+
+# ---- parameter counts ------------------------------------------------------------------------
+
+def test_deepseek_v3_total_is_671b_and_active_37b(dsv3):
+    # DeepSeek-V3 report: 671B total, 37B activated per token (MTP module excluded).
+    assert total_params(dsv3) == pytest.approx(671e9, rel=0.01)
+    assert total_params(dsv3, active=True) == pytest.approx(37e9, rel=0.03)
+
+
+def test_mixtral_8x7b_total_is_46_7b_and_active_12_9b():
+    # Mistral AI: 46.7B total, 12.9B active (2 of 8 experts).
+    m = load_model("mixtral-8x7b")
+    assert total_params(m) == pytest.approx(46.7e9, rel=0.01)
+    assert total_params(m, active=True) == pytest.approx(12.9e9, rel=0.01)
+
+
+# ---- tokens per expert -------------------------------------------------------------------------
+
+def test_tokens_per_expert_deepseek_v3_ep64_with_imbalance_and_capacity():
+    # 4096 routed tokens per GPU x top-8 over 256 experts; each of the 4 local experts gets
+    # copies from all 64 EP ranks: 4096 * 8 * 64 / 256 = 8192 rows.
+    assert moe.moe_tokens_per_expert(4096, 8, 256, 64) == 8192
+    # busiest 1.5x the mean: 12288; capacity factor 1.25 caps it at 1.25 * 8192 = 10240
+    assert moe.moe_tokens_per_expert(4096, 8, 256, 64, load_imbalance=1.5) == 12288
+    assert moe.moe_tokens_per_expert(4096, 8, 256, 64, load_imbalance=1.5, capacity_factor=1.25) == 10240
+    # a generous capacity does not bind: 1.5 < 2.0
+    assert moe.moe_tokens_per_expert(4096, 8, 256, 64, load_imbalance=1.5, capacity_factor=2.0) == 12288
+    # expert TP 2: the expert's rows are gathered over both ETP ranks: 16384
+    assert moe.moe_tokens_per_expert(4096, 8, 256, 64, etp=2) == 16384
+
+
+@given(tokens=st.integers(1, 1 << 16), k=st.sampled_from([1, 2, 4, 8]),
+       e_log=st.integers(3, 8), ep_log=st.integers(0, 3), etp=st.sampled_from([1, 2, 4]))
+def test_local_experts_process_exactly_the_gpus_own_routed_copies_times_etp(tokens, k, e_log, ep_log, etp):
+    experts, ep = 2 ** e_log, 2 ** ep_log
+    per_expert = moe.moe_tokens_per_expert(tokens, k, experts, ep, etp=etp)
+    assert per_expert * experts / ep == pytest.approx(tokens * k * etp)
+
+
+def test_tokens_per_expert_takes_arrays():
+    got = moe.moe_tokens_per_expert(np.array([1024, 4096]), 2, 8, np.array([8, 4]))
+    np.testing.assert_allclose(got, [1024 * 2 * 8 / 8, 4096 * 2 * 4 / 8])
+
+
+# ---- grouped GEMM ------------------------------------------------------------------------------
+
+def test_grouped_gemm_is_slower_per_flop_than_one_gemm_of_the_same_total(rates):
+    # 16 experts x M=512 vs one GEMM M=8192, N=4096, K=7168: same FLOPs, both compute-bound
+    # (per expert 3.0e10 FLOP / 8.7e14 = 35 us > 70 MB / 3 TB/s = 23 us). Only the M factor
+    # of the shape efficiency differs: ratio = (8192/8256) / (512/576) = 1.1163.
+    grouped = moe.grouped_gemm_time_s(512, 4096, 7168, 16, rates)
+    big = gemm_time_s(8192, 4096, 7168, rates)
+    assert grouped / big == pytest.approx((8192 / 8256) / (512 / 576), rel=1e-9)
+    # 64 experts x M=128: memory-bound on the weights, slower still
+    assert moe.grouped_gemm_time_s(128, 4096, 7168, 64, rates) > grouped
+
+
+# ---- MoE block compute -------------------------------------------------------------------------
+
+def test_deepseek_v3_moe_block_flops_by_hand(dsv3, rates):
+    # 4096 tokens on one GPU (tp 1): router 2*4096*256*7168 = 15,032,385,536;
+    # routed 2*4096*8*3*7168*2048 = 2,886,218,022,912 (SwiGLU: 3 matrices);
+    # shared (1 x 2048) 2*4096*3*7168*2048 = 360,777,252,864.
+    c = moe.moe_mlp_costs(dsv3, rates, 4096, ep=64, etp=1)
+    assert c["router_flops_fwd"] == 15_032_385_536
+    assert c["gemm_flops_fwd"] == 15_032_385_536 + 2_886_218_022_912 + 360_777_252_864
+    assert c["expert_rows"] == 4096 * 8          # 4 local experts x 8192 rows
+
+
+def test_moe_flops_per_gpu_times_tp_do_not_depend_on_ep_etp_tp(dsv3, rates):
+    base = moe.moe_mlp_costs(dsv3, rates, 4096, ep=64, etp=1)["gemm_flops_fwd"]
+    for ep, etp, tp in [(8, 1, 1), (32, 2, 2), (64, 4, 4)]:
+        got = moe.moe_mlp_costs(dsv3, rates, 4096, ep=ep, etp=etp, tp=tp)["gemm_flops_fwd"] * tp
+        assert got == pytest.approx(base, rel=1e-12)
+
+
+def test_imbalance_slows_the_busiest_rank_but_not_a_single_rank(dsv3, rates):
+    t = lambda ep, imb: moe.moe_mlp_costs(dsv3, rates, 4096, ep=ep, etp=1, load_imbalance=imb)["gemm_fwd_s"]  # noqa: E731
+    assert t(64, 1.5) > t(64, 1.0)
+    assert t(1, 1.5) == t(1, 1.0)           # all experts local: the GPU's rows are exact
+
+
+def test_moe_costs_take_array_degrees(dsv3, rates):
+    c = moe.moe_mlp_costs(dsv3, rates, 4096, ep=np.array([8, 64]), etp=np.array([1, 1]))
+    assert c["gemm_fwd_s"].shape == (2,)
+    np.testing.assert_allclose(c["gemm_flops_fwd"], c["gemm_flops_fwd"][0])
+
+
+# ---- all-to-all ------------------------------------------------------------------------------
+
+DSV3_BUFFER = 4096 * 8 * 7168 * 2          # 469,762,048 bytes
+
+
+def test_deepseek_v3_dispatch_bytes_per_gpu_at_ep64(dsv3, rates):
+    # 4096 tokens routed per GPU per micro-batch, top-8, hidden 7168, bf16 dispatch:
+    # buffer = 4096*8*7168*2 = 469,762,048 B; 1/64 stays local, so
+    # sent = 469,762,048 * 63/64 = 462,422,016 B per all-to-all (combine the same).
+    assert DSV3_BUFFER == 469_762_048
+    assert moe.moe_dispatch_bytes(4096, 8, 7168, 2) == 469_762_048
+    assert moe.moe_dispatch_bytes_sent(4096, 8, 7168, 2, 64) == 462_422_016
+    # fp8 dispatch halves it
+    assert moe.moe_dispatch_bytes_sent(4096, 8, 7168, 1, 64) == 231_211_008
+    # the block reports the same buffer; with tp 2 and SP each GPU routes half of 8192 tokens
+    assert moe.moe_mlp_costs(dsv3, rates, 4096, ep=64, etp=1)["a2a_dispatch_buffer_bytes"] == 469_762_048
+    assert moe.moe_mlp_costs(dsv3, rates, 8192, ep=64, etp=1, tp=2)["a2a_dispatch_buffer_bytes"] == 469_762_048
+
+
+def test_deepseek_v3_all_to_all_time_over_8_nodes(cluster, eff):
+    # EP 64, stride 1: 8 ranks per node, 8 nodes. Of the buffer B, 7/64 goes over NVLink and
+    # 56/64 over the NIC: B*7/64/400e9 + B*56/64/50e9 = 1.2845056e-4 + 8.22083584e-3 s.
+    one = DSV3_BUFFER * 7 / 64 / NVLINK + DSV3_BUFFER * 56 / 64 / NIC
+    assert one == pytest.approx(8.3492864e-3, rel=1e-12)
+    t = moe.moe_all_to_all_time_s(DSV3_BUFFER, 64, 1, cluster, eff)
+    assert t["dispatch_s"] == pytest.approx(one)
+    assert t["fwd_s"] == pytest.approx(2 * one)          # dispatch + combine
+    assert t["bwd_s"] == pytest.approx(2 * one)
+    half = moe.moe_all_to_all_time_s(DSV3_BUFFER, 64, 1, cluster, eff, overlap=0.5)
+    assert half["fwd_exposed_s"] == pytest.approx(one)
+    # the busiest rank receiving 1.2x the mean takes 1.2x as long
+    skew = moe.moe_all_to_all_time_s(DSV3_BUFFER, 64, 1, cluster, eff, load_imbalance=1.2)
+    assert skew["dispatch_s"] == pytest.approx(1.2 * one)
+
+
+def test_ep_inside_the_nvlink_domain_and_expert_tp_widening_it(cluster, eff):
+    # EP 8 stride 1 fits one node: B * 7/8 / 400e9 = 1.02760448e-3 s
+    inside = moe.moe_all_to_all_time_s(DSV3_BUFFER, 8, 1, cluster, eff)
+    assert inside["dispatch_s"] == pytest.approx(DSV3_BUFFER * 7 / 8 / NVLINK)
+    # etp 2 spreads the same EP group over 16 ranks (2 nodes): 4/8 of B crosses the NIC,
+    # 3/8 stays on NVLink, plus the ETP all-gather of 2B (half of it moves) over NVLink
+    wide = moe.moe_all_to_all_time_s(DSV3_BUFFER, 8, 2, cluster, eff)
+    assert wide["dispatch_s"] == pytest.approx(DSV3_BUFFER * 3 / 8 / NVLINK + DSV3_BUFFER * 4 / 8 / NIC)
+    assert wide["etp_s"] == pytest.approx(2 * (2 * DSV3_BUFFER) / 2 / NVLINK)
+
+
+# ---- MoE memory -------------------------------------------------------------------------------
+
+def test_expert_states_shard_by_ep_and_zero_over_expert_dp(dsv3):
+    # dp 16, cp 2, tp 4 = 128 ranks folded into ep 32 x etp 1 -> edp 4
+    assert moe.expert_data_parallel_size(16, 2, 4, 32, 1) == 4
+    _, expert = moe.moe_layer_params_local(dsv3, tp=1, ep=64, etp=1)
+    assert expert == 256 * 3 * 7168 * 2048 / 64          # 176,160,768 (4 experts)
+    w, g, o = moe.expert_model_state_bytes(expert, 1, dp=256, cp=1, tp=1, ep=64, etp=1)
+    assert (w, g) == (2 * expert, 4 * expert)
+    assert o == pytest.approx(12 * expert / 4)           # ZeRO-1 over edp = 256/64 = 4
+
+
+def test_moe_routed_activation_bytes_by_hand(dsv3):
+    # micro-batch 1 x 4096 tokens, tp 1, cp 1, ep 64: rows = 4096*8 = 32768
+    # router 4096*256*8 = 8,388,608; expert input 32768*7168*2 = 469,762,048;
+    # SwiGLU intermediates 32768*6*2048 = 402,653,184; expert outputs at source 469,762,048
+    expected = 8_388_608 + 469_762_048 + 402_653_184 + 469_762_048
+    assert moe.moe_activation_bytes_per_layer(dsv3, 1, 4096, 1, 1, 64, 1, 0) == expected
+    assert moe.moe_activation_bytes_per_layer(dsv3, 1, 4096, 1, 1, 64, 1, 2) == 0
+
+
+# ---- config validation ------------------------------------------------------------------------
+
+def test_experts_not_divisible_by_ep_is_rejected_naming_ep(dsv3):
+    with pytest.raises(InputError) as err:
+        check_config(dsv3, ParallelConfig(dp=48, ep=3, global_batch=48))   # 256 % 3 != 0
+    assert err.value.field == "ep"
+    assert "ep" in str(err.value)
+
+
+# ---- context parallelism: ring ----------------------------------------------------------------
+
+def test_ring_attention_step_bytes_llama3_70b_at_128k():
+    # Llama-3 70B at 128K tokens with cp 16, tp 8, micro-batch 1: tokens_local = 131072/16
+    # = 8192; 8 kv heads / tp 8 = 1 per rank; head_dim 128; bf16.
+    # K + V per step = 8192 * 1 * (128 + 128) * 2 = 4,194,304 B (4 MiB).
+    assert cpm.ring_attention_comm_bytes(8192, 8, 128, tp=8, bytes_per_element=2) == 4_194_304
+    m = load_model("llama3-70b")
+    assert cpm.ring_attention_step_bytes(m, 8192, 8) == 4_194_304
+    # 15 steps forward: 62,914,560 B; backward K/V + dK/dV: 125,829,120 B
+    fwd, bwd = cpm.ring_attention_volume_bytes(4_194_304, 16)
+    assert (fwd, bwd) == (62_914_560, 125_829_120)
+
+
+def test_ring_bytes_for_mla_use_per_head_k_and_v(dsv3):
+    # DeepSeek-V3 MLA: 128 heads of K 192 (128 nope + 64 rope) and V 128; tp 8 -> 16 heads:
+    # 4096 * 16 * (192 + 128) * 2 = 41,943,040 B
+    assert cpm.ring_attention_step_bytes(dsv3, 4096, 8) == 41_943_040
+
+
+def test_ring_time_exposes_only_what_the_attention_step_does_not_hide(cluster, eff):
+    # cp 16 at stride tp 8: every member on its own node -> NIC: 4 MiB / 50e9 = 8.388608e-5 s
+    step = 4_194_304 / NIC
+    t = cpm.ring_attention_time_s(4_194_304, 16, 8, core_fwd_s=16 * 5e-5, core_bwd_s=16 * 2e-4,
+                                  cluster=cluster, eff=eff)
+    assert t["step_s"] == pytest.approx(step)
+    assert t["fwd_s"] == pytest.approx(15 * step)
+    assert t["fwd_exposed_s"] == pytest.approx(15 * (step - 5e-5))       # 5.0829e-4 s
+    assert t["bwd_exposed_s"] == 0.0                                     # 2*step < 2e-4 per step
+    # the same ring inside one node (cp 8, tp 1) runs at NVLink speed
+    inside = cpm.ring_attention_time_s(4_194_304, 8, 1, 0.0, 0.0, cluster, eff)
+    assert inside["step_s"] == pytest.approx(4_194_304 / NVLINK)
+
+
+# ---- context parallelism: Ulysses and hybrid ------------------------------------------------
+
+def test_ulysses_moves_4_n_h_over_p_per_layer():
+    # MHA, 32 heads x 128 = h 4096, sequence N = 32768 over P = 8: tokens_local 4096.
+    # Q, K, V, O buffers = 4 * 4096 * 4096 * 2 = 134,217,728 B = 4*N*h/P elements x 2 B.
+    got = cpm.ulysses_comm_bytes(4096, 32, 32, 128, tp=1, cp=8)
+    assert got == 4 * 4096 * 4096 * 2 == 4 * 32768 * 4096 // 8 * 2
+    # GQA with 8 kv heads over cp 16: K and V replicated to 16 heads
+    assert cpm.ulysses_comm_bytes(1, 32, 8, 128, tp=1, cp=16) == (32 * 256 + 16 * 256) * 2
+
+
+def test_ulysses_needs_heads_divisible_by_tp_times_cp():
+    assert not cpm.ulysses_heads_ok(32, 8, 8)
+    assert cpm.ulysses_heads_ok(64, 8, 8)
+
+
+def test_hybrid_puts_ulysses_inside_the_node_and_ring_across():
+    assert cpm.hybrid_cp_split(16, 1, 8, 64) == (8.0, 2.0)
+    assert cpm.hybrid_cp_split(16, 8, 8, 64) == (1.0, 16.0)
+    u, r = cpm.hybrid_cp_split(np.array([4, 8]), np.array([2, 2]), 8, 64)
+    np.testing.assert_array_equal(u, [4, 4])
+    np.testing.assert_array_equal(r, [1, 2])
+
+
+def test_context_parallel_costs_select_by_kind_and_vanish_at_cp1(cluster, eff):
+    m = load_model("llama3-70b")
+    args = dict(tokens_local=8192, tp=8, core_fwd_s=1e-3, core_bwd_s=2.5e-3, cluster=cluster, eff=eff)
+    ring = cpm.context_parallel_costs(m, "ring", cp=16, **args)
+    assert ring["ring_step_bytes"] == 4_194_304
+    assert ring["fwd_s"] == pytest.approx(15 * 4_194_304 / NIC)
+    codes = np.array([0, 1, 2, 0])
+    many = cpm.context_parallel_costs(m, codes, cp=np.array([16, 8, 16, 1]),
+                                      **{**args, "tp": np.array([8, 1, 1, 8])})
+    assert many["fwd_s"].shape == (4,)
+    assert many["fwd_s"][3] == 0.0 and many["bwd_exposed_s"][3] == 0.0
+    assert many["ulysses_bytes"][1] > 0 and many["ring_step_bytes"][1] == 0
+
+
+# ---- low precision ----------------------------------------------------------------------------
+
+def test_quantise_bytes_per_element_per_recipe():
+    # read 2 B bf16 once + per copy (amax pass +) write
+    assert lp.quantise_bytes_per_element("fp8", "activation") == 4.0            # 2 + 1 + 1
+    assert lp.quantise_bytes_per_element("fp8", "activation", transposed_copy=False) == 3.0
+    assert lp.quantise_bytes_per_element("fp8", "grad", scaling="current") == 6.0
+    assert lp.quantise_bytes_per_element("mxfp8", "weight") == 2 + 2 * (1 + 1 / 32)   # 4.0625
+    assert lp.quantise_bytes_per_element("nvfp4", "activation") == 2 + 2 * (2 + 0.5625)  # 7.125
+    assert lp.quantise_bytes_per_element("nvfp4", "weight") == 2 + 2 + 2 * 0.5625       # 5.125
+    assert lp.quantise_bytes_per_element("bf16", "activation") == 0.0
+
+
+def test_cast_bytes_per_gemm_mxfp8_by_pass():
+    # Y[4096, 8192] = X[4096, 8192] W[8192, 8192]
+    # fprop: (4096*8192 + 8192*8192) * 4.0625 = 408,944,640; dgrad: 4096*8192 * 4.0625 =
+    # 136,314,880; wgrad reuses the column-wise copies: 0
+    assert lp.cast_bytes_per_gemm(4096, 8192, 8192, "mxfp8", "fprop") == 408_944_640
+    assert lp.cast_bytes_per_gemm(4096, 8192, 8192, "mxfp8", "fprop", include_weights=False) == 136_314_880
+    assert lp.cast_bytes_per_gemm(4096, 8192, 8192, "mxfp8", "dgrad") == 136_314_880
+    assert lp.cast_bytes_per_gemm(4096, 8192, 8192, "mxfp8", "wgrad") == 0
+    assert lp.cast_bytes_per_gemm(4096, 8192, 8192, "bf16", "fprop") == 0
+    with pytest.raises(ValueError):
+        lp.cast_bytes_per_gemm(1, 1, 1, "fp8", "forward")
+
+
+def test_weight_copies_and_op_table():
+    assert lp.weight_copy_bytes_per_param("fp8") == 2.0
+    assert lp.weight_copy_bytes_per_param("fp8", transposed_copy=False) == 1.0
+    assert lp.weight_copy_bytes_per_param("mxfp8") == 2.0625
+    assert lp.weight_copy_bytes_per_param("nvfp4") == 1.125
+    assert lp.weight_copy_bytes_per_param("bf16") == 0.0
+    for recipe in ("fp8", "mxfp8", "nvfp4"):
+        assert lp.OP_DTYPES[recipe]["attention_core"].startswith("bf16")
+        assert lp.OP_DTYPES[recipe]["optimizer"].startswith("fp32")
