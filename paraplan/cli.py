@@ -1,0 +1,375 @@
+"""The ``paraplan`` command: a click group whose subcommands are discovered, not listed.
+
+Every module in :mod:`paraplan.commands` that defines a module attribute ``command`` (a
+``click.Command`` or ``click.Group``) becomes a subcommand under that command's name. Modules
+are imported lazily, when a command is looked up, so ``paraplan simulate`` does not pay for the
+planner's imports; a module that cannot be imported (a missing optional dependency such as
+``torch``) is skipped without a traceback, and asking for its command says why.
+
+Errors: bad input never shows a traceback. ``InputError``, click usage errors, missing files,
+malformed YAML/JSON/CSV and Ctrl-C each print one line to stderr,
+``error: <field>: <message> (<fix>)``, and exit with code 2. Any other exception is a bug: one
+line, exit code 1. Set ``PARAPLAN_DEBUG=1`` to get the traceback instead.
+
+Shared helpers for command modules live here too: :func:`write_atomic` (file outputs are
+written to a temporary file in the target's folder and renamed over it, so a failed run never
+leaves a half-written file), :func:`json_safe` and :func:`format_table`.
+"""
+from __future__ import annotations
+
+import csv
+import enum
+import importlib
+import json
+import math
+import os
+import pkgutil
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import click
+import yaml
+
+from hardware_specs.errors import InputError
+
+DEBUG_ENV = "PARAPLAN_DEBUG"
+EXIT_BAD_INPUT = 2
+EXIT_BUG = 1
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+        return version("paraplan")
+    except PackageNotFoundError:   # running from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def debug_enabled() -> bool:
+    return os.environ.get(DEBUG_ENV, "").strip() not in ("", "0", "false", "no")
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers for command modules
+# --------------------------------------------------------------------------------------------
+
+def _umask_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def check_writable(path: str | os.PathLike, field: str = "--out") -> None:
+    """Fail early (before long work) if ``path``'s folder is missing or not writable; writes nothing
+    that stays."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if not folder.is_dir():
+        raise InputError(field, f"folder {folder} does not exist", "create it first or pick another path")
+    if target.is_dir():
+        raise InputError(field, f"{path} is a folder", "give a file name")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise InputError(field, f"cannot write in {folder}: {exc.strerror}") from None
+    os.close(fd)
+    os.unlink(tmp)
+
+
+def write_atomic(path: str | os.PathLike, data: str | bytes) -> Path:
+    """Write ``data`` to ``path`` all at once: a temp file in the same folder, then ``os.replace``.
+
+    The folder must exist (it is not created: a typo in it should be an error, not a new tree).
+    On any failure the temp file is removed and ``path`` is left as it was.
+    """
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if not folder.is_dir():
+        raise InputError("--out", f"folder {folder} does not exist", "create it first or pick another path")
+    mode = "wb" if isinstance(data, bytes) else "w"
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    try:
+        os.chmod(tmp, _umask_mode())      # mkstemp makes 0600; give the file ordinary permissions
+        with os.fdopen(fd, mode, **({} if mode == "wb" else {"encoding": "utf-8", "newline": ""})) as fh:
+            fh.write(data)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return target
+
+
+def atomic_output_path(path: str | os.PathLike, write, field: str = "--out") -> Path:
+    """Run ``write(tmp_path)`` for a writer that needs a file name (matplotlib, trace writers),
+    then rename the result over ``path``; nothing is left behind if ``write`` fails."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if not folder.is_dir():
+        raise InputError(field, f"folder {folder} does not exist", "create it first or pick another path")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=target.suffix or ".tmp", dir=folder)
+    os.close(fd)
+    try:
+        os.chmod(tmp, _umask_mode())
+        write(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return target
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with numpy scalars made Python numbers and NaN/inf made ``None`` (valid JSON)."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 1) == 0:
+        value = value.item()
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def dump_json(value: Any) -> str:
+    return json.dumps(json_safe(value), indent=2, allow_nan=False) + "\n"
+
+
+def format_table(rows: Sequence[Sequence[Any]], headers: Sequence[str], align: str | None = None,
+                 indent: str = "") -> str:
+    """A plain aligned text table. ``align``: one char per column, ``l`` or ``r`` (default: text
+    left, numbers right)."""
+    cells = [[("-" if c is None else str(c)) for c in row] for row in rows]
+    if align is None:
+        align = "".join("r" if rows and all(_is_number(r[i]) or r[i] is None for r in rows) else "l"
+                        for i in range(len(headers)))
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+
+    def line(values):
+        parts = [v.rjust(w) if a == "r" else v.ljust(w) for v, w, a in zip(values, widths, align)]
+        return (indent + "  ".join(parts)).rstrip()
+
+    out = [line(list(headers)), line(["-" * w for w in widths])]
+    out += [line(r) for r in cells]
+    return "\n".join(out) + "\n"
+
+
+def _is_number(x: Any) -> bool:
+    if isinstance(x, bool):
+        return False
+    if isinstance(x, (int, float)):
+        return True
+    return bool(re.fullmatch(r"[-+]?[\d,]*\.?\d+(e[-+]?\d+)?%?", str(x).strip()))
+
+
+# --------------------------------------------------------------------------------------------
+# One-line errors
+# --------------------------------------------------------------------------------------------
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _usage_field(exc: click.UsageError) -> tuple[str, str]:
+    """(field, message) of a click usage error."""
+    if isinstance(exc, click.BadParameter) and exc.param is not None:
+        param = exc.param
+        field = param.opts[0] if getattr(param, "opts", None) else param.name or "argument"
+        if isinstance(param, click.Argument):
+            field = (param.name or "argument").upper()
+        if isinstance(exc, click.MissingParameter):
+            return field, "missing"
+        return field, exc.message
+    if isinstance(exc, click.BadParameter) and exc.param_hint:
+        hint = exc.param_hint if isinstance(exc.param_hint, str) else " / ".join(exc.param_hint)
+        return hint.strip("'\""), exc.message
+    return "usage", exc.format_message()
+
+
+def error_line(exc: BaseException) -> tuple[str, int]:
+    """The one-line message and exit code for an exception escaping a command."""
+    if isinstance(exc, InputError):
+        return f"error: {_one_line(str(exc))}", EXIT_BAD_INPUT
+    if isinstance(exc, click.UsageError):
+        field, message = _usage_field(exc)
+        path = exc.ctx.command_path if exc.ctx is not None else "paraplan"
+        return f"error: {field}: {_one_line(message.rstrip('.'))} (see '{path} --help')", EXIT_BAD_INPUT
+    if isinstance(exc, click.ClickException):
+        return f"error: {_one_line(exc.format_message())}", exc.exit_code or EXIT_BAD_INPUT
+    if isinstance(exc, (KeyboardInterrupt, click.Abort, EOFError)):
+        return "error: interrupted: stopped before finishing (no output file was written)", EXIT_BAD_INPUT
+    if isinstance(exc, FileNotFoundError):
+        return (f"error: path: no such file {exc.filename or exc} (check the path)"), EXIT_BAD_INPUT
+    if isinstance(exc, (IsADirectoryError, NotADirectoryError, PermissionError)):
+        return f"error: path: {exc.strerror}: {exc.filename} (check the path and its permissions)", EXIT_BAD_INPUT
+    if isinstance(exc, yaml.YAMLError):
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        return f"error: yaml: malformed YAML{where}: {_one_line(getattr(exc, 'problem', None) or exc)} " \
+               f"(fix the file's syntax)", EXIT_BAD_INPUT
+    if isinstance(exc, json.JSONDecodeError):
+        return f"error: json: malformed JSON at line {exc.lineno}: {exc.msg} (fix the file's syntax)", EXIT_BAD_INPUT
+    if isinstance(exc, (csv.Error, UnicodeDecodeError)) or _is_pandas_parse_error(exc):
+        return f"error: csv: malformed input: {_one_line(str(exc).splitlines()[0] if str(exc) else exc)} " \
+               f"(check the file is a UTF-8 CSV with a header row)", EXIT_BAD_INPUT
+    if isinstance(exc, OSError):
+        return f"error: io: {_one_line(exc)} (check the path and free space)", EXIT_BAD_INPUT
+    return (f"error: internal: {type(exc).__name__}: {_one_line(exc)} "
+            f"(a bug in paraplan; rerun with {DEBUG_ENV}=1 for the traceback)"), EXIT_BUG
+
+
+def _is_pandas_parse_error(exc: BaseException) -> bool:
+    pd = sys.modules.get("pandas")
+    return pd is not None and isinstance(exc, (pd.errors.ParserError, pd.errors.EmptyDataError))
+
+
+# click >= 8.2 raises this when a group is called without a subcommand (shows help, exits 2).
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+class _Interrupted(Exception):
+    """Ctrl-C inside a command, carried past click's own handler (which prints a blank line)."""
+
+
+# --------------------------------------------------------------------------------------------
+# The group
+# --------------------------------------------------------------------------------------------
+
+class DiscoveringGroup(click.Group):
+    """A click group that finds its subcommands in ``paraplan.commands`` and reports errors on
+    one line."""
+
+    def __init__(self, *args, package: str = "paraplan.commands", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.package = package
+        self._scanned = False
+        self._unavailable: dict[str, str] = {}   # module name -> why it could not be imported
+
+    # -- discovery ---------------------------------------------------------------------------
+    def _module_names(self) -> list[str]:
+        pkg = importlib.import_module(self.package)
+        return sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_"))
+
+    def _load(self, module_name: str) -> click.Command | None:
+        try:
+            module = importlib.import_module(f"{self.package}.{module_name}")
+        except ImportError as exc:   # a missing optional dependency: skip quietly
+            if debug_enabled():
+                raise
+            self._unavailable[module_name] = f"{type(exc).__name__}: {exc}"
+            return None
+        except Exception as exc:     # a broken command module must not take the others down
+            if debug_enabled():
+                raise
+            self._unavailable[module_name] = f"{type(exc).__name__}: {_one_line(exc)}"
+            return None
+        cmd = getattr(module, "command", None)
+        if not isinstance(cmd, click.Command):
+            return None
+        if cmd.name not in self.commands:
+            self.add_command(cmd)
+        return cmd
+
+    def _scan(self) -> None:
+        if not self._scanned:
+            for name in self._module_names():
+                self._load(name)
+            self._scanned = True
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        self._scan()
+        return sorted(self.commands)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]
+        guess = cmd_name.replace("-", "_")
+        if guess in self._module_names():
+            cmd = self._load(guess)
+            if cmd is not None and cmd.name == cmd_name:
+                return cmd
+        self._scan()
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]
+        if guess in self._unavailable:
+            why = self._unavailable[guess]
+            fix = ("install the optional dependency it needs, e.g. pip install -e '.[measure]'"
+                   if why.startswith(("ImportError", "ModuleNotFoundError"))
+                   else f"rerun with {DEBUG_ENV}=1 for the traceback")
+            raise InputError(cmd_name, f"command unavailable: {why}", fix)
+        return None
+
+    # -- errors ------------------------------------------------------------------------------
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            raise _Interrupted() from exc
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except SystemExit:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the one place that turns errors into lines
+            if debug_enabled():
+                raise
+            if isinstance(exc, _NO_ARGS_IS_HELP) and exc.ctx is not None:
+                click.echo(exc.ctx.get_help())   # bare `paraplan` or `paraplan hardware`: help, not an error
+                sys.exit(0)
+            if isinstance(exc, _Interrupted):
+                exc = KeyboardInterrupt()
+            message, code = error_line(exc)
+            try:
+                sys.stdout.flush()
+            except Exception:  # noqa: BLE001 - a closed pipe must not hide the message
+                pass
+            click.echo(message, err=True)
+            sys.exit(code)
+        sys.exit(rv if isinstance(rv, int) and not isinstance(rv, bool) else 0)
+
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+@click.group(cls=DiscoveringGroup, context_settings=CONTEXT_SETTINGS)
+@click.version_option(_version(), "--version", "-V", prog_name="paraplan", message="%(prog)s %(version)s")
+def main() -> None:
+    """paraplan: how fast, and in how much memory, does a parallel plan train a transformer?
+
+    Predicts the step time, throughput, MFU and per-GPU memory of a training configuration from
+    hardware and model catalogs, and checks those predictions against published runs.
+
+    \b
+    Examples:
+      paraplan hardware list
+      paraplan models show llama3-70b
+      paraplan simulate --model llama3-70b --cluster dgx-h100 --gpus 64 --tp 4 --pp 4 --global-batch 128
+      paraplan validate published ../shared/validation/published_runs.csv
+
+    Errors print one line and exit 2; set PARAPLAN_DEBUG=1 to see the traceback.
+    """
+
+
+def commands() -> Iterable[str]:
+    """Names of the discovered subcommands (for tests and docs)."""
+    return main.list_commands(click.Context(main))
+
+
+if __name__ == "__main__":   # pragma: no cover
+    main()

@@ -1,0 +1,252 @@
+"""``paraplan hardware list|show``: the GPU and cluster catalogs, in human units.
+
+File units are converted back from the SI values the loaders produce: TFLOP/s, GiB, TB/s,
+GB/s per GPU one direction for scale-up links, Gb/s per GPU for scale-out NICs, microseconds.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from hardware_specs.catalog import (efficiency_for, list_clusters, list_gpus, load_cluster, load_gpu,
+                                    read_yaml)
+from hardware_specs.cluster_spec import ClusterSpec, NetworkTier
+from hardware_specs.efficiency_model import EfficiencyModel
+from hardware_specs.errors import InputError, suggest
+from hardware_specs.gpu_spec import KNOWN_DTYPES, GPUSpec
+from paraplan.cli import dump_json, format_table
+
+GIB = 2**30
+
+
+def _r(x: float, nd: int = 3) -> float:
+    return float(round(x, nd))
+
+
+def gpu_row(gpu: GPUSpec) -> dict:
+    """The ``hardware list`` columns of one GPU (human units in the names)."""
+    peak = gpu.peak_flops_per_s
+    return {
+        "name": gpu.name,
+        "generation": gpu.generation,
+        "bf16_tflops": _r(peak["bf16"] / 1e12, 2) if "bf16" in peak else None,
+        "fp16_tflops": _r(peak["fp16"] / 1e12, 2) if "fp16" in peak else None,
+        "fp8_tflops": _r(peak["fp8"] / 1e12, 2) if "fp8" in peak else None,
+        "hbm_gib": _r(gpu.hbm_bytes / GIB, 2),
+        "hbm_bw_tb_per_s": _r(gpu.hbm_bw_bytes_per_s / 1e12, 3),
+        "scaleup_bw_gb_per_s": _r(gpu.scaleup_bw_bytes_per_s / 1e9, 1),
+    }
+
+
+def gpu_detail(gpu: GPUSpec) -> dict:
+    """Every field of a GPU profile, in file units."""
+    return {
+        "name": gpu.name,
+        "vendor": gpu.vendor,
+        "generation": gpu.generation,
+        "peak_tflops": {d: _r(gpu.peak_flops_per_s[d] / 1e12, 2) for d in KNOWN_DTYPES
+                        if d in gpu.peak_flops_per_s},
+        "hbm_gib": _r(gpu.hbm_bytes / GIB, 3),
+        "hbm_bw_tb_per_s": _r(gpu.hbm_bw_bytes_per_s / 1e12, 3),
+        "scaleup_bw_gb_per_s": _r(gpu.scaleup_bw_bytes_per_s / 1e9, 2),
+        "scaleup_domain_size": gpu.scaleup_domain_size,
+        "source": gpu.source,
+    }
+
+
+def _tier(t: NetworkTier) -> dict:
+    return {"kind": t.kind, "bw_gbit_per_s": _r(t.bw_bytes_per_s * 8 / 1e9, 1),
+            "bw_gb_per_s": _r(t.bw_bytes_per_s / 1e9, 2), "latency_us": _r(t.latency_s * 1e6, 3)}
+
+
+def cluster_row(c: ClusterSpec) -> dict:
+    """The ``hardware list`` columns of one cluster."""
+    return {
+        "name": c.name,
+        "gpu": c.gpu.name,
+        "gpus_per_node": c.gpus_per_node,
+        "scaleup_gbit_per_s": _r(c.scaleup.bw_bytes_per_s * 8 / 1e9, 1),
+        "scaleout_gbit_per_s": _r(c.scaleout.bw_bytes_per_s * 8 / 1e9, 1),
+        "scaleup_latency_us": _r(c.scaleup.latency_s * 1e6, 3),
+        "scaleout_latency_us": _r(c.scaleout.latency_s * 1e6, 3),
+    }
+
+
+def efficiency_detail(eff: EfficiencyModel) -> dict:
+    return {
+        "generation": eff.generation,
+        "gemm_peak_fraction": dict(eff.gemm_peak_fraction),
+        "gemm_half_dim": eff.gemm_half_dim,
+        "attention_peak_fraction": eff.attention_peak_fraction,
+        "hbm_fraction": eff.hbm_fraction,
+        "scaleup_fraction": eff.scaleup_fraction,
+        "scaleout_fraction": eff.scaleout_fraction,
+        "kernel_overhead_s": eff.kernel_overhead_s,
+        "exposed_dp_fraction": eff.exposed_dp_fraction,
+        "fitted_on": eff.fitted_on,
+    }
+
+
+def cluster_detail(c: ClusterSpec) -> dict:
+    return {
+        "name": c.name,
+        "description": c.description,
+        "gpu": gpu_detail(c.gpu),
+        "gpus_per_node": c.gpus_per_node,
+        "scaleup": _tier(c.scaleup),
+        "scaleout": _tier(c.scaleout),
+        "rail_optimized": c.rail_optimized,
+        "oversubscription": c.oversubscription,
+        "max_gpus": c.max_gpus,
+        "source": c.source,
+    }
+
+
+def _load_all(names, loader, row, what):
+    rows = []
+    for name in names:
+        try:
+            rows.append(row(loader(name)))
+        except InputError as exc:   # one broken user file must not hide the rest of the catalog
+            click.echo(f"warning: skipped {what} {name}: {exc}", err=True)
+    return rows
+
+
+def _efficiency_or_none(gpu: GPUSpec) -> tuple[EfficiencyModel | None, str]:
+    try:
+        return efficiency_for(gpu), ""
+    except InputError as exc:
+        return None, str(exc)
+
+
+def _resolve_entry(name: str) -> tuple[str, GPUSpec | ClusterSpec]:
+    """A GPU or a cluster by catalog name or YAML path (a cluster file has a ``gpu`` key)."""
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") or path.is_file():
+        if not path.is_file():
+            raise InputError("NAME", f"no such file {name}")
+        data = read_yaml(path, "hardware")
+        return ("cluster", load_cluster(name)) if "gpu" in data else ("gpu", load_gpu(name))
+    key = name.strip().lower()
+    if key in list_gpus():
+        return "gpu", load_gpu(key)
+    if key in list_clusters():
+        return "cluster", load_cluster(key)
+    raise InputError("NAME", f"unknown GPU or cluster '{name}'", suggest(key, list_gpus() + list_clusters()))
+
+
+def _table(rows: list[dict]) -> str:
+    if not rows:
+        return "  (none)\n"
+    return format_table([list(r.values()) for r in rows], list(rows[0]))
+
+
+def _kv_lines(d: dict, indent: str = "  ") -> list[str]:
+    width = max(len(k) for k in d)
+    lines = []
+    for k, v in d.items():
+        if isinstance(v, dict):
+            v = "  ".join(f"{kk} {vv}" for kk, vv in v.items())
+        elif v is None or v == "":
+            v = "-"
+        lines.append(f"{indent}{k.ljust(width)}  {v}")
+    return lines
+
+
+def _gpu_text(g: dict) -> list[str]:
+    peaks = g["peak_tflops"]
+    out = [f"gpu {g['name']} ({g['vendor'] or 'unknown vendor'}, generation {g['generation']})",
+           "  peak_tflops (dense, per dtype):"]
+    out += [f"    {d.ljust(6)} {v:>9.2f}" for d, v in peaks.items()]
+    rest = {k: v for k, v in g.items()
+            if k not in ("kind", "name", "vendor", "generation", "peak_tflops", "efficiency")}
+    return out + _kv_lines(rest)
+
+
+def _eff_text(e: dict | None, why: str, label: str) -> list[str]:
+    if e is None:
+        return [f"efficiency model: none ({why})"]
+    return [f"efficiency model ({label}):"] + _kv_lines(e)
+
+
+@click.group("hardware", short_help="GPU and cluster profiles: list them, show one.")
+def command() -> None:
+    """Which accelerators and systems paraplan knows, and their datasheet numbers.
+
+    Profiles are YAML files (hardware_specs/gpus, hardware_specs/clusters); add one by dropping a
+    file there or in a folder named by PARAPLAN_HARDWARE_PATH.
+
+    \b
+    Example:
+      paraplan hardware list
+      paraplan hardware show dgx-h100
+    """
+
+
+@command.command("list", short_help="Table of every GPU and cluster profile.")
+@click.option("--json", "as_json", is_flag=True, help="Print {gpus: [...], clusters: [...]} as JSON.")
+def list_cmd(as_json: bool) -> None:
+    """Which GPUs and clusters are in the catalog, with their headline numbers.
+
+    GPU columns: dense peak TFLOP/s, HBM GiB and TB/s, scale-up GB/s per GPU one direction.
+    Cluster columns: GPUs per scale-up node, per-GPU link Gb/s and latency in microseconds.
+
+    \b
+    Example:
+      paraplan hardware list --json
+    """
+    gpus = _load_all(list_gpus(), load_gpu, gpu_row, "gpu")
+    clusters = _load_all(list_clusters(), load_cluster, cluster_row, "cluster")
+    if as_json:
+        click.echo(dump_json({"gpus": gpus, "clusters": clusters}), nl=False)
+        return
+    click.echo("GPUs (dense peaks, no sparsity)")
+    click.echo(_table(gpus), nl=False)
+    click.echo("\nClusters (bandwidth per GPU, one direction)")
+    click.echo(_table(clusters), nl=False)
+
+
+@command.command("show", short_help="Every field of one GPU or cluster, with units.")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print every field as JSON.")
+def show_cmd(name: str, as_json: bool) -> None:
+    """Every number paraplan uses for one GPU or cluster, with units, and the fitted efficiency
+    model of its GPU generation.
+
+    NAME is a catalog name (see `paraplan hardware list`) or a YAML file path.
+
+    \b
+    Example:
+      paraplan hardware show h100-sxm-80gb
+    """
+    kind, spec = _resolve_entry(name)
+    gpu = spec if kind == "gpu" else spec.gpu
+    own = kind == "cluster" and spec.efficiency is not None
+    eff, why = (spec.efficiency, "") if own else _efficiency_or_none(gpu)
+    label = f"measured on {spec.name}" if own else f"generation {gpu.generation}"
+    eff_d = efficiency_detail(eff) if eff is not None else None
+    if kind == "gpu":
+        detail = {"kind": "gpu", **gpu_detail(spec), "efficiency": eff_d}
+    else:
+        detail = {"kind": "cluster", **cluster_detail(spec), "efficiency": eff_d}
+    if as_json:
+        click.echo(dump_json(detail), nl=False)
+        return
+    lines: list[str] = []
+    if kind == "gpu":
+        lines += _gpu_text(detail)
+    else:
+        d = detail
+        lines.append(f"cluster {d['name']}: {d['description'] or '-'}")
+        for tier in ("scaleup", "scaleout"):
+            t = d[tier]
+            lines.append(f"  {tier.ljust(16)}  {t['kind']}: {t['bw_gbit_per_s']:g} Gb/s "
+                         f"({t['bw_gb_per_s']:g} GB/s) per GPU one direction, latency {t['latency_us']:g} us")
+        lines += _kv_lines({k: d[k] for k in ("gpus_per_node", "rail_optimized", "oversubscription",
+                                               "max_gpus", "source")})
+        lines.append("")
+        lines += _gpu_text(d["gpu"])
+    lines.append("")
+    lines += _eff_text(eff_d, why, label)
+    click.echo("\n".join(lines))

@@ -1,0 +1,348 @@
+"""``paraplan simulate``: one model, one cluster, one parallel configuration -> one step.
+
+Every ``ParallelConfig`` field is an option; the output is a table (header, step-time
+breakdown, throughput, memory per GPU, fits, why) or, with ``--json``, ``StepReport.as_dict()``.
+``--trace`` / ``--gantt`` run the event-level pipeline simulator (``simulator.pipeline``) on the
+same configuration and write a Chrome/Perfetto trace or a PNG timeline.
+"""
+from __future__ import annotations
+
+import math
+
+import click
+import numpy as np
+
+from hardware_specs.catalog import load_cluster
+from hardware_specs.errors import InputError
+from hardware_specs.gpu_spec import KNOWN_DTYPES
+from model_specs.catalog import load_model
+from model_specs.model_spec import ModelSpec
+from paraplan.cli import atomic_output_path, check_writable, dump_json, format_table
+from simulator.parallel_config import CPKind, ParallelConfig, Recompute, Schedule
+from simulator.report import StepReport
+from simulator.simulate import simulate
+
+GIB = 2**30
+
+#: what each step-time part is, for the table (keys are ``TIME_PARTS``).
+TIME_MEANING = {
+    "compute_s": "forward + backward compute (GEMMs, attention, elementwise, LM head)",
+    "recompute_s": "activation recomputation in backward",
+    "tp_comm_exposed_s": "tensor-parallel collectives not hidden under GEMMs",
+    "cp_comm_exposed_s": "context-parallel K/V exchange not hidden under attention",
+    "pp_comm_s": "pipeline send/recv between stages",
+    "zero3_comm_exposed_s": "ZeRO-3 parameter gathers not hidden under compute",
+    "pipeline_bubble_s": "pipeline fill and drain (idle stages)",
+    "dp_comm_exposed_s": "data-parallel gradient reduction not hidden under backward",
+    "optimizer_s": "optimizer step (Adam, memory-bound)",
+}
+MEMORY_MEANING = {
+    "weights_bytes": "16-bit weights (and an 8-bit copy for fp8 GEMMs)",
+    "gradients_bytes": "fp32 main gradients",
+    "optimizer_bytes": "fp32 master weights, Adam m and v",
+    "activations_bytes": "stored activations of in-flight micro-batches",
+    "logits_bytes": "logits kept for the loss",
+    "zero3_buffers_bytes": "ZeRO-3 gathered-parameter buffers",
+    "allocator_bytes": "allocator fragmentation + CUDA/NCCL workspaces",
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Building the inputs
+# --------------------------------------------------------------------------------------------
+
+def _global_batch(global_batch: int | None, global_batch_tokens: int | None, seq_len: int) -> int:
+    if global_batch is not None and global_batch_tokens is not None:
+        raise InputError("--global-batch", "give --global-batch or --global-batch-tokens, not both")
+    if global_batch is not None:
+        return global_batch
+    if global_batch_tokens is None:
+        raise InputError("--global-batch", "missing",
+                         "give --global-batch SEQUENCES or --global-batch-tokens TOKENS")
+    if global_batch_tokens % seq_len:
+        k = max(1, round(global_batch_tokens / seq_len))
+        raise InputError("--global-batch-tokens", f"{global_batch_tokens} is not a multiple of the sequence "
+                         f"length {seq_len}", f"use e.g. {k * seq_len} = {k} x {seq_len}")
+    return global_batch_tokens // seq_len
+
+
+def _data_parallel(dp: int | None, gpus: int | None, tp: int, pp: int, cp: int) -> int:
+    if dp is not None:
+        return dp
+    if gpus is None:
+        return 1
+    per_replica = tp * pp * cp
+    if gpus % per_replica:
+        raise InputError("--gpus", f"{gpus} GPUs do not divide by tp*pp*cp = {tp}*{pp}*{cp} = {per_replica}",
+                         f"use a multiple of {per_replica} GPUs or give --dp")
+    return gpus // per_replica
+
+
+def build_inputs(opts: dict) -> tuple[ModelSpec, object, ParallelConfig, int | None]:
+    """(model, cluster, config, n_gpus) from the command's options; errors name the option."""
+    model = load_model(opts["model"])
+    if opts["seq_len"] is not None:
+        model = model.with_seq_len(opts["seq_len"])
+    cluster = load_cluster(opts["cluster"])
+    gpus = opts["gpus"]
+    if gpus is not None and cluster.max_gpus is not None and gpus > cluster.max_gpus:
+        raise InputError("--gpus", f"{gpus} GPUs exceed the {cluster.max_gpus} of cluster {cluster.name}")
+    tp, pp, cp = opts["tp"], opts["pp"], opts["cp"]
+    dp = _data_parallel(opts["dp"], gpus, tp, pp, cp)
+    gbs = _global_batch(opts["global_batch"], opts["global_batch_tokens"], model.seq_len)
+    schedule = opts["schedule"]
+    if schedule is None:
+        schedule = Schedule.INTERLEAVED.value if opts["vpp"] > 1 else Schedule.ONE_F_ONE_B.value
+    config = ParallelConfig(
+        dp=dp, tp=tp, pp=pp, cp=cp, ep=opts["ep"], etp=opts["etp"], vpp=opts["vpp"],
+        micro_batch=opts["micro_batch"], global_batch=gbs, zero_stage=opts["zero"],
+        recompute=opts["recompute"], sequence_parallel=opts["sequence_parallel"], dtype=opts["dtype"],
+        schedule=schedule, overlap_grad_reduce=opts["overlap_grad_reduce"],
+        overlap_param_gather=opts["overlap_param_gather"], tp_comm_overlap=opts["tp_comm_overlap"],
+        cp_kind=opts["cp_kind"], moe_load_imbalance=opts["moe_load_imbalance"],
+        flash_attention=opts["flash_attention"],
+    )
+    cluster.gpu.peak_flops(config.dtype)      # a dtype the chip lacks is an input error, up front
+    return model, cluster, config, gpus
+
+
+# --------------------------------------------------------------------------------------------
+# The table
+# --------------------------------------------------------------------------------------------
+
+def _on_off(x: bool) -> str:
+    return "on" if x else "off"
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100.0 * part / whole:.1f}" if whole > 0 else "-"
+
+
+def why_line(report: StepReport) -> str:
+    """One line naming the largest non-compute part of the step."""
+    parts = {k: v for k, v in report.time_breakdown_s.items() if k != "compute_s"}
+    name, value = max(parts.items(), key=lambda kv: kv[1])
+    step = report.step_time_s
+    compute = report.time_breakdown_s.get("compute_s", 0.0)
+    if value <= 0:
+        return f"why: the step is all compute ({_pct(compute, step)}%): nothing exposed to hide"
+    return (f"why: compute is {_pct(compute, step)}% of the step; the largest other part is {name} = "
+            f"{value:.4g} s ({_pct(value, step)}%): {TIME_MEANING.get(name, name)}")
+
+
+def render(report: StepReport, model: ModelSpec, cluster) -> str:
+    """The human-readable table for one ``StepReport``."""
+    c = report.config
+    step = report.step_time_s
+    lines = [
+        f"model    {report.model}  ({model.num_layers} layers, hidden {model.hidden_size}, seq_len {model.seq_len})",
+        f"cluster  {report.cluster}  ({report.gpu}, {cluster.gpus_per_node} GPUs per node)",
+        f"gpus     {report.n_gpus}",
+        f"config   dp={c['dp']} tp={c['tp']} pp={c['pp']} cp={c['cp']} ep={c['ep']} etp={c['etp']} vpp={c['vpp']}  "
+        f"micro_batch={c['micro_batch']} global_batch={c['global_batch']} "
+        f"({report.num_microbatches} micro-batches, {report.tokens_per_step:,.0f} tokens/step)",
+        f"         zero={c['zero_stage']} recompute={c['recompute']} sequence_parallel={_on_off(c['sequence_parallel'])} "
+        f"dtype={c['dtype']} schedule={c['schedule']} flash_attention={_on_off(c['flash_attention'])}",
+        f"         overlap_grad_reduce={_on_off(c['overlap_grad_reduce'])} "
+        f"overlap_param_gather={_on_off(c['overlap_param_gather'])} tp_comm_overlap={_on_off(c['tp_comm_overlap'])} "
+        f"cp_kind={c['cp_kind']} moe_load_imbalance={c['moe_load_imbalance']:g}",
+        "",
+        "step time",
+    ]
+    decimals = 4 if step >= 1 else 6
+    rows = [[k, f"{v:.{decimals}f}", _pct(v, step), TIME_MEANING.get(k, "")]
+            for k, v in report.time_breakdown_s.items()]
+    rows.append(["step_time_s", f"{step:.{decimals}f}", "100.0", "one optimizer step"])
+    lines.append(format_table(rows, ["part", "time_s", "pct_of_step", "what"], align="lrrl", indent="  ").rstrip())
+
+    lines += ["", "throughput"]
+    rows = [["tokens_per_s", f"{report.tokens_per_s:,.0f}"],
+            ["tokens_per_s_per_gpu", f"{report.tokens_per_s_per_gpu:,.1f}"],
+            ["model_tflops_per_gpu", f"{report.model_tflops_per_gpu:.1f}"],
+            ["hardware_tflops_per_gpu", f"{report.hardware_tflops_per_gpu:.1f}"],
+            ["mfu_pct", f"{100 * report.mfu:.1f}"],
+            ["hfu_pct", f"{100 * report.hfu:.1f}"]]
+    lines.append(format_table(rows, ["metric", "value"], align="lr", indent="  ").rstrip())
+
+    hbm = report.hbm_bytes
+    lines += ["", "memory per GPU (first pipeline stage, peak)"]
+    rows = [[k.removesuffix("_bytes"), f"{v / GIB:.2f}", _pct(v, hbm), MEMORY_MEANING.get(k, "")]
+            for k, v in report.memory_breakdown_bytes.items()]
+    rows.append(["total", f"{report.memory_bytes / GIB:.2f}", _pct(report.memory_bytes, hbm), "peak bytes per GPU"])
+    rows.append(["hbm", f"{hbm / GIB:.2f}", "100.0", f"{report.gpu} device memory"])
+    lines.append(format_table(rows, ["part", "mem_gib", "pct_of_hbm", "what"], align="lrrl", indent="  ").rstrip())
+
+    lines.append("")
+    head = report.headroom_bytes / GIB
+    if report.fits:
+        lines.append(f"fits: yes ({head:.2f} GiB headroom per GPU)")
+    else:
+        big_name, big = max(report.memory_breakdown_bytes.items(), key=lambda kv: kv[1])
+        lines.append(f"fits: NO (over by {-head:.2f} GiB per GPU; largest part {big_name.removesuffix('_bytes')} "
+                     f"{big / GIB:.2f} GiB; try recompute, more tp/pp, or a ZeRO stage)")
+    lines.append(why_line(report))
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# Event-level timeline (--trace / --gantt)
+# --------------------------------------------------------------------------------------------
+
+def _pipeline_api():
+    """The ``simulator.pipeline`` functions the timeline needs, or an 'unavailable' error."""
+    try:
+        from simulator.pipeline.event_sim import simulate_schedule
+        from simulator.pipeline.schedules import make_schedule
+        from simulator.pipeline.trace import write_chrome_trace
+    except ImportError as exc:
+        raise InputError("--trace/--gantt", f"pipeline timelines are not available in this installation ({exc})",
+                         "update paraplan, or drop the option") from None
+    return make_schedule, simulate_schedule, write_chrome_trace
+
+
+_SCHEDULE_FIELDS = {"p": "--pp", "m": "--global-batch", "v": "--vpp", "num_layers": "--pp"}
+
+
+def _cell_layers(schedule, num_layers: int):
+    """(p, v) layers per (stage, chunk) cell; a remainder goes to the earliest positions."""
+    n = schedule.path_length
+    per_position = np.full(n, num_layers // n, dtype=float)
+    per_position[: num_layers % n] += 1
+    cells = np.zeros(schedule.p * schedule.v)
+    for path in schedule.paths:
+        cells[np.asarray(path)] = per_position[: len(path)]
+    return cells.reshape(schedule.p, schedule.v)
+
+
+def pipeline_timeline(model: ModelSpec, config: ParallelConfig, report: StepReport):
+    """Generate and simulate the configuration's pipeline schedule.
+
+    Per-cell durations come from the ``StepReport``: forward = layers x ``layer_fwd_s``;
+    backward = layers x (``layer_bwd_s`` + ``layer_recompute_s``), split into input gradient
+    (B, with the recompute) and weight gradient (W = half of ``layer_bwd_s``: the weight-gradient
+    GEMMs have the same FLOPs as the input-gradient ones; attention core and exposed TP
+    communication are in B, so this slightly overstates W). The LM head and loss (what the
+    step model adds to the slowest stage beyond its layers) run on the last stage. One P2P
+    transfer takes ``pp_comm_s / (2 vpp m)``.
+
+    Returns (schedule, result).
+    """
+    from cost_models.memory import activation_bytes_per_layer
+    from simulator.config_batch import RECOMPUTE_CODES
+
+    make_schedule, simulate_schedule, _ = _pipeline_api()
+    m = report.num_microbatches
+    try:
+        v = config.vpp if config.schedule == Schedule.INTERLEAVED else None
+        schedule = make_schedule(config.schedule.value, config.pp, m, v)
+    except InputError as exc:
+        raise InputError(_SCHEDULE_FIELDS.get(exc.field, exc.field), exc.message, exc.fix) from None
+    layers = _cell_layers(schedule, model.num_layers)
+    w_layer = 0.5 * report.layer_bwd_s
+    b_layer = report.layer_bwd_s - w_layer + report.layer_recompute_s
+    f = layers * report.layer_fwd_s
+    b = layers * b_layer
+    w = layers * w_layer
+    p2p = report.time_breakdown_s["pp_comm_s"] / max(1, 2 * config.vpp * m) if config.pp > 1 else 0.0
+    layers_stage = math.ceil(model.num_layers / config.pp)
+    per_layer_total = report.layer_fwd_s + report.layer_bwd_s + report.layer_recompute_s
+    ends = report.extras.get("microbatch_stage_time_s", 0.0) - layers_stage * per_layer_total - 2 * config.vpp * p2p
+    if ends > 0:     # the LM head and loss run after the last layer of every path
+        for cell in {int(path[-1]) for path in schedule.paths}:
+            f[cell // schedule.v, cell % schedule.v] += ends / 3.0
+            b[cell // schedule.v, cell % schedule.v] += 2.0 * ends / 3.0
+    per_layer_act = activation_bytes_per_layer(
+        model, config.micro_batch, model.seq_len, config.tp, config.cp, config.sequence_parallel,
+        RECOMPUTE_CODES[config.recompute], flash_attention=config.flash_attention)
+    act = layers * float(np.asarray(per_layer_act))
+    result = simulate_schedule(schedule, f, b, w, p2p_time_s=p2p, activation_bytes=act)
+    return schedule, result
+
+
+def write_timelines(model, config, report, trace_path: str | None, gantt_path: str | None) -> list[str]:
+    """Write the requested timeline files atomically; returns one note line per file."""
+    write_chrome_trace = _pipeline_api()[2]
+    if gantt_path is not None:
+        try:
+            from simulator.pipeline.gantt import draw_gantt
+        except ImportError as exc:
+            raise InputError("--gantt", f"Gantt charts are not available in this installation ({exc})",
+                             "install matplotlib, or drop --gantt") from None
+    schedule, result = pipeline_timeline(model, config, report)
+    summary = (f"{schedule.kind.value} p={schedule.p} m={schedule.m} v={schedule.v}: makespan "
+               f"{result.makespan_s:.4g} s, bubble {100 * result.bubble_fraction:.1f}%")
+    notes = []
+    if trace_path is not None:
+        names = [f"stage {i}" for i in range(schedule.p)]
+        atomic_output_path(trace_path, lambda tmp: write_chrome_trace(tmp, result, schedule, names), "--trace")
+        notes.append(f"wrote trace {trace_path} ({summary}); open it in https://ui.perfetto.dev")
+    if gantt_path is not None:
+        title = (f"{report.model} on {report.n_gpus}x {report.gpu}: {summary}")
+        atomic_output_path(gantt_path, lambda tmp: draw_gantt(result, schedule, tmp, title=title), "--gantt")
+        notes.append(f"wrote gantt {gantt_path} ({summary})")
+    return notes
+
+
+# --------------------------------------------------------------------------------------------
+# The command
+# --------------------------------------------------------------------------------------------
+
+POS = click.IntRange(min=1)
+
+
+@click.command("simulate", short_help="Step time, throughput, MFU and memory of one configuration.")
+@click.option("--model", "-m", required=True, help="Model preset (see `paraplan models list`), YAML file, or HF config.json.")
+@click.option("--cluster", "-c", required=True, help="Cluster name (see `paraplan hardware list`) or YAML file.")
+@click.option("--gpus", "-n", type=POS, metavar="N", help="GPUs in the job; checked against dp*tp*pp*cp. Without --dp, dp = gpus/(tp*pp*cp).")
+@click.option("--seq-len", type=POS, metavar="N", help="Sequence length in tokens (default: the model's).")
+@click.option("--dp", type=POS, metavar="N", help="Data-parallel degree (default: from --gpus, else 1).")
+@click.option("--tp", type=POS, metavar="N", default=1, show_default=True, help="Tensor-parallel degree.")
+@click.option("--pp", type=POS, metavar="N", default=1, show_default=True, help="Pipeline-parallel stages.")
+@click.option("--cp", type=POS, metavar="N", default=1, show_default=True, help="Context-parallel degree.")
+@click.option("--ep", type=POS, metavar="N", default=1, show_default=True, help="Expert-parallel degree (MoE; folds into dp*cp).")
+@click.option("--etp", type=POS, metavar="N", default=1, show_default=True, help="Expert tensor-parallel degree (MoE).")
+@click.option("--vpp", type=POS, metavar="N", default=1, show_default=True, help="Virtual stages (chunks) per pipeline rank; > 1 means interleaved 1F1B.")
+@click.option("--micro-batch", type=POS, metavar="N", default=1, show_default=True, help="Sequences per micro-batch per data-parallel rank.")
+@click.option("--global-batch", type=POS, metavar="N", help="Sequences per optimizer step (whole job).")
+@click.option("--global-batch-tokens", type=POS, metavar="N", help="Tokens per optimizer step (instead of --global-batch; a multiple of seq_len).")
+@click.option("--zero", type=click.IntRange(0, 3), metavar="{0,1,2,3}", default=0, show_default=True, help="ZeRO stage: 0 DDP, 1 optimizer states, 2 + gradients, 3 + weights sharded.")
+@click.option("--recompute", type=click.Choice([r.value for r in Recompute]), default="none", show_default=True, help="Activation recomputation.")
+@click.option("--sequence-parallel/--no-sequence-parallel", default=False, show_default=True, help="Megatron sequence parallelism alongside TP.")
+@click.option("--dtype", type=click.Choice(list(KNOWN_DTYPES)), default="bf16", show_default=True, help="GEMM dtype.")
+@click.option("--schedule", type=click.Choice([s.value for s in Schedule]), help="Pipeline schedule (default 1f1b, interleaved when --vpp > 1).")
+@click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=True, show_default=True, help="DP gradient reduction overlaps backward.")
+@click.option("--overlap-param-gather/--no-overlap-param-gather", default=True, show_default=True, help="ZeRO parameter all-gathers prefetched under compute.")
+@click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=False, show_default=True, help="TP collectives overlap the GEMMs (userbuffers / async TP).")
+@click.option("--cp-kind", type=click.Choice([k.value for k in CPKind]), default="ring", show_default=True, help="Context-parallel flavour.")
+@click.option("--moe-load-imbalance", type=click.FloatRange(min=1.0), metavar="RATIO", default=1.0, show_default=True, help="Busiest expert's tokens / mean (1 = balanced).")
+@click.option("--flash-attention/--no-flash-attention", default=True, show_default=True, help="Fused attention core (no stored score matrix).")
+@click.option("--json", "as_json", is_flag=True, help="Print StepReport.as_dict() as JSON (SI units: seconds, bytes, FLOPs).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Write the event-level pipeline timeline as a Chrome/Perfetto trace (JSON).")
+@click.option("--gantt", "gantt_path", type=click.Path(dir_okay=False), help="Draw the event-level pipeline timeline to a PNG.")
+def command(as_json: bool, trace_path: str | None, gantt_path: str | None, **opts) -> None:
+    """How long one training step of MODEL takes on CLUSTER with this parallel plan, where the
+    time goes, and whether it fits in memory.
+
+    Prints the step-time breakdown (seconds and % of step), throughput (tokens/s, TFLOP/s per
+    GPU, MFU, HFU), memory per GPU by part (GiB and % of HBM) and one line on why.
+
+    \b
+    Example:
+      paraplan simulate --model llama3-70b --cluster dgx-h100 --gpus 64 \\
+          --tp 4 --pp 4 --micro-batch 1 --global-batch 128 --recompute selective --sequence-parallel
+    """
+    for field, path in (("--trace", trace_path), ("--gantt", gantt_path)):
+        if path is not None:
+            _pipeline_api()
+            check_writable(path, field)
+    model, cluster, config, gpus = build_inputs(opts)
+    report = simulate(model, cluster, config, n_gpus=gpus)
+    notes: list[str] = []
+    if trace_path is not None or gantt_path is not None:
+        notes = write_timelines(model, config, report, trace_path, gantt_path)
+    if as_json:
+        click.echo(dump_json(report.as_dict()), nl=False)
+    else:
+        click.echo(render(report, model, cluster), nl=False)
+    for note in notes:
+        click.echo(note, err=True)

@@ -1,0 +1,137 @@
+"""``paraplan validate``: how far the simulator's predictions are from measured runs.
+
+``validate published PATH`` predicts every row of a published-runs CSV it can model (see
+``paraplan.validation.published`` for how a row becomes a model, cluster and configuration)
+and reports the error per source; rows it cannot model are listed with the reason.
+``validate measured`` (runs measured on this machine) is added by the measure package.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import sys
+from collections import Counter
+
+import click
+
+from paraplan.cli import check_writable, dump_json, format_table, write_atomic
+
+#: the per-row output columns of --json / --csv, in order.
+ROW_KEYS = ("id", "status", "metric", "predicted", "measured", "rel_error", "reason", "source", "assumptions")
+
+
+@click.group("validate", short_help="Compare predictions with measured runs.")
+def command() -> None:
+    """How close are paraplan's predictions to what real training runs measured?
+
+    \b
+    Example:
+      paraplan validate published ../shared/validation/published_runs.csv
+    """
+
+
+def _clean(value):
+    if value is None:
+        return None
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, str) and not value.strip():
+        return None
+    return value
+
+
+def row_records(results) -> list[dict]:
+    """One dict per validated row with ``ROW_KEYS`` (None where a value is missing or NaN)."""
+    out = []
+    for rec in results.to_dict("records"):
+        out.append({k: _clean(rec.get(k)) for k in ROW_KEYS})
+    return out
+
+
+def _csv_text(records: list[dict]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(ROW_KEYS), lineterminator="\n")
+    writer.writeheader()
+    for r in records:
+        writer.writerow({k: ("" if r[k] is None else r[k]) for k in ROW_KEYS})
+    return buf.getvalue()
+
+
+def _fmt_pct(x) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
+
+
+def summary_text(results, summary, list_skipped: bool) -> str:
+    """Per-source error table, then skipped rows grouped by reason (or listed one by one)."""
+    rows = [[r["source"], int(r["rows_ok"]), int(r["rows_skipped"]), _fmt_pct(r["mean_abs_err_pct"]),
+             _fmt_pct(r["worst_abs_err_pct"])] for r in summary.to_dict("records")]
+    lines = ["prediction error per source (|predicted - measured| / measured)",
+             format_table(rows, ["source", "rows_ok", "rows_skipped", "mean_abs_err_pct", "worst_abs_err_pct"],
+                          align="lrrrr").rstrip()]
+    skipped = results[results.status != "ok"]
+    if len(skipped):
+        lines += ["", f"skipped rows: {len(skipped)}"]
+        if list_skipped:
+            table = [[r["id"], r["reason"]] for r in skipped.to_dict("records")]
+            lines.append(format_table(table, ["id", "reason"], align="ll", indent="  ").rstrip())
+        else:
+            counts = Counter(skipped.reason.fillna("").astype(str))
+            table = [[n, reason or "(no reason)"] for reason, n in counts.most_common()]
+            lines.append(format_table(table, ["rows", "reason"], align="rl", indent="  ").rstrip())
+            lines.append("  (--list-skipped lists every skipped row id)")
+    return "\n".join(lines) + "\n"
+
+
+@command.command("published", short_help="Predict the rows of a published-runs CSV and report the error.")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--source", "source_prefix", metavar="PREFIX",
+              help="Only rows whose run_id starts with PREFIX (e.g. KOR22, NAR21).")
+@click.option("--json", "as_json", is_flag=True,
+              help="One object per row: id, status (ok|skipped), metric, predicted, measured, rel_error, reason, ...")
+@click.option("--csv", "as_csv", is_flag=True, help="The same rows as a CSV table.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False),
+              help="Write the output to this file (atomically) instead of stdout.")
+@click.option("--list-skipped", is_flag=True, help="List every skipped row id with its reason.")
+def published_cmd(path: str, source_prefix: str | None, as_json: bool, as_csv: bool, out_path: str | None,
+                  list_skipped: bool) -> None:
+    """How well does the simulator predict the measured rows of PATH (a CSV with the columns of
+    shared/validation/published_runs.csv)?
+
+    Each row's prediction is converted to its measured metric with its flops_convention;
+    rel_error = (predicted - measured) / measured. Prints, per source, rows used, rows skipped,
+    mean and worst absolute error in percent, then the skipped rows grouped by reason.
+
+    \b
+    Example:
+      paraplan validate published ../shared/validation/published_runs.csv --source KOR22
+      paraplan validate published runs.csv --csv --out errors.csv
+    """
+    from paraplan.validation.published import read_runs, summarize, validate_rows
+
+    if as_json and as_csv:
+        raise click.UsageError("give --json or --csv, not both")
+    if out_path is not None:
+        check_writable(out_path)   # fail now, not after predicting every row
+    df = read_runs(path)
+    if source_prefix:
+        df = df[df["run_id"].astype(str).str.startswith(source_prefix)]
+        if df.empty:
+            from hardware_specs.errors import InputError
+            raise InputError("--source", f"no row's run_id starts with '{source_prefix}'",
+                             "see the run_id column for the source prefixes")
+    with click.progressbar(length=len(df), label="predicting rows", file=sys.stderr,
+                           hidden=not sys.stderr.isatty()) as bar:
+        results = validate_rows(df, progress=lambda i: bar.update(1))
+    if as_json or as_csv:
+        records = row_records(results)
+        text = dump_json(records) if as_json else _csv_text(records)
+    else:
+        text = summary_text(results, summarize(results), list_skipped)
+    if out_path is not None:
+        write_atomic(out_path, text)
+        click.echo(f"wrote {out_path} ({len(results)} rows, {int((results.status == 'ok').sum())} predicted)", err=True)
+    else:
+        click.echo(text, nl=False)

@@ -1,0 +1,384 @@
+"""The ``paraplan`` command line: catalogs, simulate, validate, and one-line errors (exit 2)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import click
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from paraplan.cli import DiscoveringGroup, main
+from simulator.report import MEMORY_PARTS, TIME_PARTS
+
+REPO = Path(__file__).resolve().parents[1]
+PUBLISHED = REPO.parent / "shared" / "validation" / "published_runs.csv"
+SIM = ["simulate", "--model", "llama3-70b", "--cluster", "dgx-h100"]
+PLAN_64 = ["--gpus", "64", "--tp", "4", "--pp", "4", "--micro-batch", "1", "--global-batch", "128"]
+
+
+@pytest.fixture(autouse=True)
+def _no_debug_env(monkeypatch):
+    monkeypatch.delenv("PARAPLAN_DEBUG", raising=False)
+
+
+def run(*args, env=None):
+    return CliRunner().invoke(main, [str(a) for a in args], env=env)
+
+
+def assert_one_line_error(result, *needles):
+    """Exit 2, exactly one non-empty stderr line starting 'error:', no traceback."""
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), lines[0]
+    assert "Traceback" not in result.output
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+# ---- the group --------------------------------------------------------------------------------
+
+def test_version_flag_prints_the_package_version():
+    result = run("--version")
+    assert result.exit_code == 0
+    assert result.stdout.startswith("paraplan ")
+
+
+def test_group_discovers_the_command_modules():
+    result = run("--help")
+    assert result.exit_code == 0
+    for name in ("hardware", "models", "simulate", "validate"):
+        assert name in result.stdout
+
+
+def test_group_without_subcommand_prints_help_not_an_error():
+    for args in ([], ["hardware"]):
+        result = run(*args)
+        assert result.exit_code == 0 and "Usage:" in result.stdout and not result.stderr
+
+
+def _all_commands(cmd: click.Command, path=()):
+    yield path, cmd
+    if isinstance(cmd, click.Group):
+        ctx = click.Context(cmd)
+        for name in cmd.list_commands(ctx):
+            yield from _all_commands(cmd.get_command(ctx, name), path + (name,))
+
+
+def test_every_command_help_says_what_it_answers_and_gives_an_example():
+    for path, cmd in _all_commands(main):
+        result = run(*path, "--help")
+        assert result.exit_code == 0, path
+        assert "Example" in result.stdout, f"paraplan {' '.join(path)} --help lacks an example"
+        assert "paraplan " in result.stdout.split("Example", 1)[1], path
+
+
+def test_module_with_a_missing_dependency_is_skipped_quietly(tmp_path, monkeypatch):
+    pkg = tmp_path / "fakecmds"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "needs_torch.py").write_text("import torch_that_is_not_installed\nimport click\n"
+                                        "command = click.Command('needs-torch')\n")
+    (pkg / "hello.py").write_text("import click\n@click.command('hello')\ndef command():\n"
+                                  "    '''Say hello.'''\n    click.echo('hi')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    group = DiscoveringGroup("t", package="fakecmds")
+    runner = CliRunner()
+    listing = runner.invoke(group, ["--help"])
+    assert listing.exit_code == 0 and "hello" in listing.stdout
+    assert "Traceback" not in listing.output and "needs-torch" not in listing.stdout
+    assert runner.invoke(group, ["hello"]).stdout == "hi\n"
+    missing = runner.invoke(group, ["needs-torch"])
+    assert_one_line_error(missing, "needs-torch", "unavailable")
+
+
+def test_keyboard_interrupt_prints_one_line_and_exits_2(monkeypatch):
+    import paraplan.commands.simulate as sim_cmd
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sim_cmd, "simulate", interrupted)
+    assert_one_line_error(run(*SIM, *PLAN_64), "interrupted")
+
+
+def test_unexpected_exception_is_one_line_with_exit_1_and_debug_env_reraises(monkeypatch):
+    import paraplan.commands.simulate as sim_cmd
+
+    def broken(*a, **k):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(sim_cmd, "simulate", broken)
+    result = run(*SIM, *PLAN_64)
+    assert result.exit_code == 1
+    assert result.stderr.strip().count("\n") == 0 and "RuntimeError: boom" in result.stderr
+    assert "Traceback" not in result.output
+    debug = run(*SIM, *PLAN_64, env={"PARAPLAN_DEBUG": "1"})
+    assert isinstance(debug.exception, RuntimeError)
+
+
+# ---- hardware and models ---------------------------------------------------------------------
+
+def test_hardware_list_shows_datasheet_values():
+    result = run("hardware", "list")
+    assert result.exit_code == 0
+    h100 = next(ln for ln in result.stdout.splitlines() if ln.startswith("h100-sxm-80gb "))
+    assert "989.4" in h100 and "hopper" in h100 and "3.35" in h100
+    assert "bf16_tflops" in result.stdout and "scaleout_gbit_per_s" in result.stdout
+    assert any(ln.startswith("dgx-h100 ") for ln in result.stdout.splitlines())
+
+
+def test_hardware_list_json_has_gpus_and_clusters():
+    data = json.loads(run("hardware", "list", "--json").stdout)
+    gpus = {g["name"]: g for g in data["gpus"]}
+    assert gpus["h100-sxm-80gb"]["bf16_tflops"] == 989.4
+    assert gpus["a100-sxm-80gb"]["fp8_tflops"] is None
+    clusters = {c["name"]: c for c in data["clusters"]}
+    assert clusters["dgx-h100"]["scaleout_gbit_per_s"] == 400.0
+    assert clusters["dgx-h100"]["gpus_per_node"] == 8
+
+
+def test_hardware_show_gpu_lists_fields_with_units_and_efficiency_model():
+    result = run("hardware", "show", "h100-sxm-80gb")
+    assert result.exit_code == 0
+    for needle in ("989.40", "hbm_gib", "hbm_bw_tb_per_s", "scaleup_bw_gb_per_s", "efficiency model",
+                   "gemm_peak_fraction", "kernel_overhead_s"):
+        assert needle in result.stdout
+
+
+def test_hardware_show_cluster_json():
+    data = json.loads(run("hardware", "show", "dgx-h100", "--json").stdout)
+    assert data["kind"] == "cluster"
+    assert data["scaleout"]["bw_gbit_per_s"] == 400.0 and data["scaleup"]["bw_gb_per_s"] == 450.0
+    assert data["gpu"]["peak_tflops"]["bf16"] == 989.4
+    assert data["efficiency"]["generation"] == "hopper"
+
+
+def test_hardware_show_unknown_name_suggests_close_names():
+    line = assert_one_line_error(run("hardware", "show", "h100"), "did you mean", "h100-sxm-80gb")
+    assert "unknown" in line
+
+
+def test_models_list_contains_presets_with_parameter_counts():
+    result = run("models", "list")
+    assert result.exit_code == 0
+    row = next(ln for ln in result.stdout.splitlines() if ln.startswith("llama3.1-405b "))
+    assert "126" in row and "16384" in row
+    data = {m["name"]: m for m in json.loads(run("models", "list", "--json").stdout)}
+    assert data["llama3.1-405b"]["params_b"] == pytest.approx(405.85, abs=0.05)
+    assert data["mixtral-8x7b"]["experts"] == 8 and data["mixtral-8x7b"]["top_k"] == 2
+    assert data["mixtral-8x7b"]["active_params_b"] < data["mixtral-8x7b"]["params_b"]
+
+
+def test_models_show_reads_a_hugging_face_config(tmp_path):
+    cfg = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 512, "num_attention_heads": 8,
+           "num_key_value_heads": 2, "intermediate_size": 1536, "vocab_size": 32000,
+           "max_position_embeddings": 2048}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    data = json.loads(run("models", "show", path, "--json").stdout)
+    assert data["num_layers"] == 4 and data["num_kv_heads"] == 2 and data["params"] > 0
+
+
+def test_models_show_unknown_and_malformed(tmp_path):
+    assert_one_line_error(run("models", "show", "lama3-70b"), "model", "did you mean")
+    bad = tmp_path / "model.json"
+    bad.write_text('{"model_type": "llama", "hidden_size": ')
+    assert_one_line_error(run("models", "show", bad), "malformed JSON")
+
+
+# ---- simulate -----------------------------------------------------------------------------------
+
+def test_simulate_prints_an_aligned_table():
+    result = run(*SIM, *PLAN_64)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    for needle in ("llama3-70b", "dgx-h100", "dp=4 tp=4 pp=4", "time_s", "pct_of_step", "step_time_s",
+                   "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu_pct", "hfu_pct", "mem_gib",
+                   "pct_of_hbm", "fits: ", "why: "):
+        assert needle in out, needle
+    for part in TIME_PARTS:
+        assert part in out
+
+
+def test_simulate_json_parts_sum_to_the_step():
+    result = run(*SIM, *PLAN_64, "--json")
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.stdout)
+    assert d["step_time_s"] > 0
+    assert d["config"]["dp"] == 4 and d["n_gpus"] == 64
+    assert math.isclose(sum(d["time_breakdown_s"][k] for k in TIME_PARTS), d["step_time_s"], rel_tol=1e-9)
+    assert math.isclose(sum(d["memory_breakdown_bytes"][k] for k in MEMORY_PARTS), d["memory_bytes"], rel_tol=1e-9)
+    assert isinstance(d["fits"], bool)
+
+
+def test_simulate_global_batch_tokens_and_seq_len_override():
+    d = json.loads(run(*SIM, "--gpus", 64, "--tp", 8, "--pp", 4, "--seq-len", 4096,
+                       "--global-batch-tokens", 4096 * 64, "--json").stdout)
+    assert d["config"]["global_batch"] == 64 and d["config"]["dp"] == 2
+    assert d["tokens_per_step"] == 4096 * 64
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["simulate", "--model", "llama3-70b", "--cluster", "dgx-h10", *PLAN_64], ["cluster", "did you mean", "dgx-h100"]),
+    (["simulate", "--model", "lama3-70b", "--cluster", "dgx-h100", *PLAN_64], ["model", "did you mean"]),
+    ([*SIM, "--gpus", 24, "--tp", 3, "--pp", 4, "--global-batch", 8], ["tp", "attention heads"]),
+    ([*SIM, "--gpus", 64, "--dp", 2, "--tp", 4, "--pp", 4, "--global-batch", 128], ["dp", "64 GPUs"]),
+    ([*SIM, "--gpus", 60, "--tp", 8, "--global-batch", 8], ["--gpus", "tp*pp*cp"]),
+    ([*SIM, "--gpus", 64, "--tp", 4, "--pp", 4, "--global-batch", 127], ["global_batch", "divisible"]),
+    ([*SIM, "--tp", 0, "--global-batch", 8], ["--tp"]),
+    ([*SIM, "--micro-batch", -1, "--global-batch", 8], ["--micro-batch"]),
+    ([*SIM, "--gpus", 0, "--global-batch", 8], ["--gpus"]),
+    ([*SIM, "--tp", 8], ["--global-batch", "missing"]),
+    ([*SIM, "--global-batch-tokens", 1000], ["--global-batch-tokens", "multiple"]),
+    ([*SIM, "--dtype", "fp9", "--global-batch", 8], ["--dtype"]),
+    ([*SIM, "--tp", 8, "--dtype", "nvfp4", "--global-batch", 8], ["dtype", "h100"]),
+    ([*SIM, "--tpp", 4, "--global-batch", 8], ["--tpp"]),
+    (["simulat"], ["simulate"]),
+])
+def test_simulate_bad_input_is_one_line_exit_2(args, needles):
+    assert_one_line_error(run(*args), *needles)
+
+
+def test_simulate_malformed_cluster_yaml_and_model_json(tmp_path):
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("name: mine\ngpu: [h100-sxm-80gb\ngpus_per_node: 8\n")
+    assert_one_line_error(run("simulate", "--model", "llama3-8b", "--cluster", cluster, "--global-batch", 8),
+                          "cluster", "malformed YAML")
+    model = tmp_path / "config.json"
+    model.write_text('{"model_type": "llama", "num_hidden_layers": 4,,}')
+    assert_one_line_error(run("simulate", "--model", model, "--cluster", "dgx-h100", "--global-batch", 8),
+                          "model", "malformed JSON")
+
+
+def test_simulate_trace_and_gantt_files(tmp_path):
+    trace, gantt = tmp_path / "step.json", tmp_path / "step.png"
+    result = run(*SIM, *PLAN_64, "--trace", trace, "--gantt", gantt)
+    try:
+        import simulator.pipeline.trace  # noqa: F401
+        import simulator.pipeline.gantt  # noqa: F401
+    except ImportError:
+        assert_one_line_error(result, "not available")
+        return
+    assert result.exit_code == 0, result.output
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert {e["pid"] for e in events if e.get("ph") == "X"} == {0, 1, 2, 3}
+    assert gantt.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step.json", "step.png"]   # no temp files
+
+
+def test_simulate_trace_into_missing_folder_fails_before_simulating(tmp_path):
+    assert_one_line_error(run(*SIM, *PLAN_64, "--trace", tmp_path / "nope" / "t.json"), "--trace")
+
+
+# ---- validate published -------------------------------------------------------------------------
+
+@pytest.fixture()
+def small_runs_csv(tmp_path):
+    if not PUBLISHED.is_file():
+        pytest.skip(f"{PUBLISHED} not present")
+    df = pd.read_csv(PUBLISHED)
+    ok = df[df["id"].isin(["KOR22-T5-22B-full:iter_time_s", "KOR22-T5-22B-selsp:iter_time_s",
+                           "KOR22-T5-22B-selsp:mfu"])]
+    assert len(ok) == 3
+    skip = ok.iloc[[0]].copy()
+    skip["id"] = "SKIPME:gpu_hours"
+    skip["run_id"] = "SKIPME-run"
+    skip["measured_metric"] = "gpu_hours"
+    path = tmp_path / "runs.csv"
+    pd.concat([ok, skip]).to_csv(path, index=False)
+    return path
+
+
+def test_validate_published_prints_per_source_table_and_skip_reasons(small_runs_csv):
+    result = run("validate", "published", small_runs_csv)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "mean_abs_err_pct" in out and "worst_abs_err_pct" in out
+    kor = next(ln for ln in out.splitlines() if ln.startswith("KOR22"))
+    assert kor.split()[1:3] == ["3", "0"]
+    assert next(ln for ln in out.splitlines() if ln.startswith("SKIPME")).split()[1:3] == ["0", "1"]
+    assert "gpu_hours is not a training-step metric" in out
+    listed = run("validate", "published", small_runs_csv, "--list-skipped").stdout
+    assert "SKIPME:gpu_hours" in listed
+
+
+ROW_KEYS = {"id", "status", "predicted", "measured", "rel_error", "reason"}
+
+
+def test_validate_published_json_rows(small_runs_csv):
+    result = run("validate", "published", small_runs_csv, "--json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert len(rows) == 4 and all(ROW_KEYS <= set(r) for r in rows)
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert len(ok) == 3
+    for r in ok:
+        assert r["predicted"] > 0 and r["reason"] is None
+        assert r["rel_error"] == pytest.approx((r["predicted"] - r["measured"]) / r["measured"])
+    skipped = next(r for r in rows if r["status"] == "skipped")
+    assert skipped["predicted"] is None and skipped["rel_error"] is None and skipped["reason"]
+
+
+def test_validate_published_csv_and_source_filter(small_runs_csv):
+    result = run("validate", "published", small_runs_csv, "--csv", "--source", "KOR22")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert ROW_KEYS <= set(lines[0].split(","))
+    assert len(lines) == 4 and all(",ok," in ln for ln in lines[1:])
+    assert_one_line_error(run("validate", "published", small_runs_csv, "--json", "--csv"), "--json or --csv")
+    assert_one_line_error(run("validate", "published", small_runs_csv, "--source", "NOPE"), "--source")
+
+
+def test_validate_published_out_writes_atomically(small_runs_csv, tmp_path):
+    out = tmp_path / "errors.json"
+    result = run("validate", "published", small_runs_csv, "--json", "--out", out)
+    assert result.exit_code == 0 and result.stdout == ""
+    assert len(json.loads(out.read_text())) == 4
+    # a failing run leaves the previous file untouched and no temp file behind
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(b"\xff\xfe\x00garbage\x81\x82")
+    out.write_text("previous")
+    assert_one_line_error(run("validate", "published", bad, "--json", "--out", out))
+    assert out.read_text() == "previous"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["runs.csv", "errors.json", "bad.csv"])
+    missing_dir = tmp_path / "nope" / "x.csv"
+    assert_one_line_error(run("validate", "published", small_runs_csv, "--csv", "--out", missing_dir), "--out")
+    assert not missing_dir.parent.exists()
+
+
+def test_validate_published_malformed_csv(tmp_path):
+    no_cols = tmp_path / "cols.csv"
+    no_cols.write_text("a,b\n1,2\n")
+    assert_one_line_error(run("validate", "published", no_cols), "lacks column")
+    garbage = tmp_path / "garbage.csv"
+    garbage.write_bytes(bytes(range(256)) * 4)
+    assert_one_line_error(run("validate", "published", garbage))
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    assert_one_line_error(run("validate", "published", empty))
+    assert_one_line_error(run("validate", "published", tmp_path / "missing.csv"), "no such file")
+
+
+# ---- the installed entry point ------------------------------------------------------------------
+
+def test_installed_entry_point_runs_and_reports_errors_on_one_line():
+    exe = shutil.which("paraplan")
+    if exe is None:
+        pytest.skip("paraplan is not installed (pip install -e .)")
+    ok = subprocess.run([exe, *SIM, *PLAN_64, "--json"], capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["step_time_s"] > 0
+    env = {k: v for k, v in os.environ.items() if k != "PARAPLAN_DEBUG"}
+    bad = subprocess.run([exe, "models", "show", "no-such-model"], capture_output=True, text=True, timeout=60,
+                         env=env)
+    assert bad.returncode == 2
+    assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("error: model: ")
+    assert "Traceback" not in bad.stderr
