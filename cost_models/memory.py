@@ -56,7 +56,7 @@ def activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, cp, s
     else:
         score = 5.0 * a * s_local * np.asarray(seq_len, dtype=float) * b / tp
     full_layer = replicated + sharded + score
-    selective = replicated + sharded + (tokens * a * 4.0 / tp if not flash_attention else score)
+    selective = replicated + sharded        # the attention core is recomputed: nothing kept
     layer_input = 2.0 * tokens * h / split
     rc = np.asarray(recompute)
     return np.where(rc == 2, layer_input, np.where(rc == 1, selective, full_layer))

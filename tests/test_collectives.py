@@ -1,0 +1,65 @@
+"""Collective times against the alpha-beta formulas derived by hand."""
+import numpy as np
+import pytest
+
+from cost_models import collectives as coll
+from cost_models.topology import group_collective_time_s, group_span
+from hardware_specs import load_cluster
+from hardware_specs.efficiency_model import EfficiencyModel
+
+
+def test_ring_allreduce_time_matches_2n_minus_1_over_n_formula():
+    # 1 GB over 8 GPUs at 100 GB/s, 5 us per step: 2*7/8 * 1e9/1e11 + 14 * 5e-6
+    t = coll.ring_allreduce_time_s(1e9, 8, 100e9, 5e-6)
+    assert t == pytest.approx(2 * 7 / 8 * 0.01 + 14 * 5e-6, rel=1e-12)
+
+
+def test_reduce_scatter_plus_all_gather_equals_ring_allreduce():
+    args = (3e8, 16, 50e9, 3e-6)
+    assert coll.reduce_scatter_time_s(*args) + coll.all_gather_time_s(*args) == pytest.approx(
+        coll.ring_allreduce_time_s(*args), rel=1e-12)
+
+
+def test_single_gpu_group_costs_nothing():
+    assert coll.ring_allreduce_time_s(1e9, 1, 1e9, 1e-5) == 0.0
+    assert coll.tree_allreduce_time_s(1e9, 1, 1e9, 1e-5) == 0.0
+
+
+def test_tree_allreduce_latency_grows_with_log2_n():
+    t = coll.tree_allreduce_time_s(0.0, 1024, 1e9, 1e-6)
+    assert t == pytest.approx(2 * 10 * 1e-6)
+
+
+def test_hierarchical_allreduce_with_one_domain_is_the_intra_ring():
+    t = coll.hierarchical_allreduce_time_s(1e9, 8, 1, 200e9, 2e-6, 20e9, 5e-6)
+    assert t == pytest.approx(coll.ring_allreduce_time_s(1e9, 8, 200e9, 2e-6), rel=1e-12)
+
+
+def test_group_span_places_tp_inside_and_dp_across_nodes():
+    n_intra, n_inter = group_span(8, 1, 8)      # TP group of 8, stride 1
+    assert (n_intra, n_inter) == (8, 1)
+    n_intra, n_inter = group_span(16, 8, 8)     # DP group with tp=8: one GPU per node
+    assert (n_intra, n_inter) == (1, 16)
+    n_intra, n_inter = group_span(16, 2, 8)     # stride 2: 4 per node over 4 nodes
+    assert (n_intra, n_inter) == (4, 4)
+
+
+def test_tp_group_inside_a_node_uses_nvlink_and_across_nodes_uses_the_nic():
+    cluster = load_cluster("dgx-h100")
+    eff = EfficiencyModel("hopper", {"bf16": 0.8}, scaleup_fraction=1.0, scaleout_fraction=1.0)
+    inside = group_collective_time_s("all_reduce", 1e8, 8, 1, cluster, eff)
+    assert inside == pytest.approx(coll.ring_allreduce_time_s(1e8, 8, 450e9, cluster.scaleup.latency_s))
+    across = group_collective_time_s("all_reduce", 1e8, 16, 1, cluster, eff)
+    assert across == pytest.approx(coll.ring_allreduce_time_s(1e8, 16, 50e9, cluster.scaleout.latency_s))
+    assert across > inside
+
+
+def test_all_to_all_splits_traffic_between_tiers():
+    # 8 per domain, 2 domains: 7/16 of the data over NVLink, 8/16 over the NIC
+    t = coll.hierarchical_all_to_all_time_s(1.6e9, 8, 2, 400e9, 0.0, 50e9, 0.0)
+    assert t == pytest.approx(1.6e9 * 7 / 16 / 400e9 + 1.6e9 * 8 / 16 / 50e9)
+
+
+def test_collectives_accept_numpy_arrays():
+    t = coll.ring_allreduce_time_s(np.array([1e6, 1e9]), np.array([2, 8]), 1e10, 0.0)
+    assert t.shape == (2,) and t[1] > t[0]

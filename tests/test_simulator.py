@@ -1,0 +1,106 @@
+"""Simulator behaviour: breakdowns sum, invariants hold, bad configs are rejected."""
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hardware_specs import InputError, load_cluster
+from hardware_specs.catalog import efficiency_for_cluster
+from model_specs import ModelSpec
+from simulator import ParallelConfig, simulate
+
+GPT_22B = ModelSpec("gpt-22b", 48, 6144, 64, 64, 24576, 51200, 2048)
+LLAMA_LIKE = ModelSpec("llama-like", 32, 4096, 32, 8, 14336, 128256, 8192, gated_mlp=True)
+
+configs = st.builds(
+    lambda tp, pp, dp, mbs, m, zero, rc, sp: ParallelConfig(
+        dp=dp, tp=tp, pp=pp, micro_batch=mbs, global_batch=dp * mbs * m, zero_stage=zero,
+        recompute=rc, sequence_parallel=sp),
+    tp=st.sampled_from([1, 2, 4, 8]), pp=st.sampled_from([1, 2, 4, 8]),
+    dp=st.sampled_from([1, 2, 8, 32]), mbs=st.sampled_from([1, 2, 4]), m=st.sampled_from([1, 4, 16]),
+    zero=st.sampled_from([0, 1, 2, 3]), rc=st.sampled_from(["none", "selective", "full"]),
+    sp=st.booleans())
+
+
+@settings(max_examples=60, deadline=None)
+@given(configs)
+def test_time_and_memory_parts_sum_to_totals(config):
+    r = simulate(GPT_22B, load_cluster("dgx-a100-80gb"), config)
+    assert sum(r.time_breakdown_s.values()) == pytest.approx(r.step_time_s, rel=1e-9)
+    assert sum(r.memory_breakdown_bytes.values()) == pytest.approx(r.memory_bytes, rel=1e-9)
+    assert all(v >= 0 for v in r.time_breakdown_s.values())
+
+
+@settings(max_examples=40, deadline=None)
+@given(configs, st.floats(1.0, 8.0), st.floats(1.0, 8.0))
+def test_more_bandwidth_never_slows_a_step(config, up, out):
+    cluster = load_cluster("dgx-h100")
+    faster = replace(cluster, scaleup=replace(cluster.scaleup, bw_bytes_per_s=cluster.scaleup.bw_bytes_per_s * up),
+                     scaleout=replace(cluster.scaleout, bw_bytes_per_s=cluster.scaleout.bw_bytes_per_s * out))
+    assert simulate(LLAMA_LIKE, faster, config).step_time_s <= simulate(LLAMA_LIKE, cluster, config).step_time_s * (1 + 1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(configs, st.floats(1.0, 4.0))
+def test_more_flops_never_slows_a_step(config, factor):
+    cluster = load_cluster("dgx-h100")
+    gpu = replace(cluster.gpu, peak_flops_per_s={k: v * factor for k, v in cluster.gpu.peak_flops_per_s.items()})
+    assert simulate(LLAMA_LIKE, cluster.with_gpu(gpu), config).step_time_s <= \
+        simulate(LLAMA_LIKE, cluster, config).step_time_s * (1 + 1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(configs, st.floats(1.0, 4.0))
+def test_more_hbm_never_makes_a_fitting_config_not_fit(config, factor):
+    cluster = load_cluster("dgx-a100-40gb")
+    bigger = cluster.with_gpu(replace(cluster.gpu, hbm_bytes=cluster.gpu.hbm_bytes * factor))
+    if simulate(GPT_22B, cluster, config).fits:
+        assert simulate(GPT_22B, bigger, config).fits
+
+
+def test_recompute_costs_time_and_saves_memory():
+    cluster = load_cluster("dgx-a100-80gb")
+    base = dict(dp=1, tp=8, pp=1, micro_batch=4, global_batch=4)
+    none = simulate(GPT_22B, cluster, ParallelConfig(**base, recompute="none"))
+    full = simulate(GPT_22B, cluster, ParallelConfig(**base, recompute="full"))
+    assert full.step_time_s > none.step_time_s
+    assert full.memory_breakdown_bytes["activations_bytes"] < none.memory_breakdown_bytes["activations_bytes"]
+    # full recompute re-runs the forward: hardware FLOPs exceed model FLOPs by ~1/3
+    assert full.hardware_flops / full.model_flops == pytest.approx(4 / 3, rel=0.02)
+
+
+def test_pipeline_bubble_matches_1f1b_closed_form():
+    cluster = load_cluster("dgx-a100-80gb")
+    r = simulate(GPT_22B, cluster, ParallelConfig(dp=1, tp=8, pp=4, micro_batch=1, global_batch=16))
+    t_mb = r.extras["microbatch_stage_time_s"]
+    assert r.time_breakdown_s["pipeline_bubble_s"] == pytest.approx(3 * t_mb, rel=1e-9)
+
+
+def test_interleaving_divides_the_bubble_by_vpp():
+    cluster = load_cluster("dgx-a100-80gb")
+    one = simulate(GPT_22B, cluster, ParallelConfig(dp=1, tp=8, pp=4, micro_batch=1, global_batch=16))
+    two = simulate(GPT_22B, cluster, ParallelConfig(dp=1, tp=8, pp=4, vpp=2, micro_batch=1, global_batch=16))
+    # same compute; the bubble halves (p2p per micro-batch doubles and is counted in t_mb)
+    ratio = two.time_breakdown_s["pipeline_bubble_s"] / one.time_breakdown_s["pipeline_bubble_s"]
+    assert 0.45 < ratio < 0.55
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(tp=3), "tp"),                                  # 3 does not divide 64 heads
+    (dict(dp=3, tp=8, pp=1, global_batch=6), "dp"),      # 24 GPUs asked, 16 given
+    (dict(dp=2, micro_batch=3, global_batch=8), "global_batch"),
+    (dict(tp=0), "tp"),
+    (dict(micro_batch=-1), "micro_batch"),
+    (dict(zero_stage=4), "zero_stage"),
+    (dict(dp=1, tp=1, pp=1, cp=3), "cp"),
+])
+def test_bad_configs_raise_input_error_naming_the_field(kwargs, field):
+    with pytest.raises(InputError) as info:
+        cfg = ParallelConfig(**kwargs)
+        simulate(GPT_22B, load_cluster("dgx-a100-80gb"), cfg, n_gpus=16 if "dp" in kwargs and kwargs["dp"] == 3 else None)
+    assert info.value.field == field
+
+
+def test_efficiency_model_is_per_generation():
+    assert efficiency_for_cluster(load_cluster("dgx-a100-40gb")) is efficiency_for_cluster(load_cluster("dgx-a100-80gb"))
