@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cost_models import layer_costs, memory, params
+from cost_models import context_parallel, layer_costs, memory, moe as moe_costs, params
 from cost_models.compute import LOW_PRECISION, compute_rates
 from cost_models.topology import group_collective_time_s, p2p_stage_time_s
 from hardware_specs.cluster_spec import ClusterSpec
@@ -82,13 +82,34 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
 
     # ---- one layer, one micro-batch: compute ----------------------------------------------
     attn = layer_costs.attention_block_costs(model, rates, tokens, s, tp, sp)
-    mlp = layer_costs.dense_mlp_costs(model, rates, tokens, tp, sp)
+    dense_ffn = (model.moe.dense_ffn_hidden_size or model.ffn_hidden_size) if model.moe else None
+    mlp = layer_costs.dense_mlp_costs(model, rates, tokens, tp, sp, ffn=dense_ffn)
     gemm_f = attn["gemm_fwd_s"] + mlp["gemm_fwd_s"]
     elem_f = attn["elem_fwd_s"] + mlp["elem_fwd_s"]
     layer_fwd = gemm_f + attn["core_fwd_s"] + elem_f
-    layer_w = gemm_f                                  # weight-gradient GEMMs
-    layer_b = gemm_f + attn["core_bwd_s"] + 2.0 * elem_f  # input-gradient part
     recompute = np.where(rc == 2, layer_fwd, np.where(rc == 1, attn["core_fwd_s"], 0.0))
+    ep, etp = f(batch.ep), f(batch.etp)
+    n_moe = float(model.num_moe_layers)
+    moe_share = n_moe / model.num_layers          # fraction of a stage's layers that are MoE
+    if model.moe is not None:
+        # MoE layers: the same attention block, routed + shared experts instead of the MLP
+        moe = moe_costs.moe_mlp_costs(model, rates, tokens, ep, etp, batch.moe_load_imbalance, tp, sp)
+        moe_gemm_f = attn["gemm_fwd_s"] + moe["gemm_fwd_s"]
+        moe_elem_f = attn["elem_fwd_s"] + moe["elem_fwd_s"]
+        moe_fwd = moe_gemm_f + attn["core_fwd_s"] + moe_elem_f
+        dispatch = moe_costs.moe_dispatch_bytes(tokens / tp, model.moe.top_k, h, 2.0)
+        a2a = moe_costs.moe_all_to_all_time_s(dispatch, ep, etp, cluster, eff,
+                                             load_imbalance=batch.moe_load_imbalance)
+        moe_rec = np.where(rc == 2, moe_fwd, np.where(rc == 1, attn["core_fwd_s"], 0.0))
+        # per average layer of a stage: dense and MoE layers weighted by their share
+        layer_fwd = (1 - moe_share) * layer_fwd + moe_share * moe_fwd
+        gemm_f = (1 - moe_share) * gemm_f + moe_share * moe_gemm_f
+        elem_f = (1 - moe_share) * elem_f + moe_share * moe_elem_f
+        recompute = (1 - moe_share) * recompute + moe_share * (moe_rec + np.where(rc == 2, a2a["fwd_exposed_s"], 0.0))
+        a2a_fwd = moe_share * a2a["fwd_exposed_s"]
+        a2a_bwd = moe_share * a2a["bwd_exposed_s"]
+    else:
+        a2a_fwd = a2a_bwd = 0.0 * tokens
 
     # ---- one layer: tensor- and context-parallel communication ----------------------------
     act_bytes = tokens * h * 2.0
@@ -99,10 +120,13 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     tp_exposed_f = np.where(batch.tp_comm_overlap, np.maximum(tp_fwd - gemm_f, 0.0), tp_fwd)
     tp_exposed_b = np.where(batch.tp_comm_overlap, np.maximum(tp_bwd - 2 * gemm_f, 0.0), tp_bwd)
     tp_exposed_r = np.where(batch.tp_comm_overlap, np.maximum(tp_rec - gemm_f, 0.0), tp_rec)
-    kv_bytes = tokens * 2.0 * model.num_kv_heads * model.head_dim * 2.0 / np.minimum(tp, model.num_kv_heads)
-    cp_step = group_collective_time_s("all_gather", kv_bytes * cp, cp, tp, cluster, eff)
-    cp_fwd = np.maximum(cp_step - attn["core_fwd_s"], 0.0)
-    cp_bwd = np.maximum(2.0 * cp_step - attn["core_bwd_s"], 0.0)
+    cpc = context_parallel.context_parallel_costs(model, batch.cp_kind, tokens, cp, tp, attn["core_fwd_s"],
+                                                  attn["core_bwd_s"], cluster, eff)
+    cp_fwd = cpc["fwd_exposed_s"] + a2a_fwd          # exposed CP and expert-parallel traffic
+    cp_bwd = cpc["bwd_exposed_s"] + a2a_bwd
+    ep_part_layer = a2a_fwd + a2a_bwd
+    layer_w = gemm_f                                  # weight-gradient GEMMs
+    layer_b = gemm_f + attn["core_bwd_s"] + 2.0 * elem_f  # input-gradient part
 
     layer_total = (layer_fwd + layer_b + layer_w + recompute + tp_exposed_f + tp_exposed_b
                    + tp_exposed_r + cp_fwd + cp_bwd)
@@ -119,7 +143,15 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
 
     # parameters this GPU owns (before ZeRO); the first stage also holds the embedding
     layer_params = params.dense_layer_params(model)
-    stage_params = layers_stage * layer_params / tp
+    stage_params = layers_stage * (1 - moe_share) * layer_params / tp
+    if model.moe is not None:
+        moe_non_expert, moe_expert = moe_costs.moe_layer_params_local(model, tp, ep, etp)
+        stage_params = stage_params + layers_stage * moe_share * moe_non_expert
+        expert_local = layers_stage * moe_share * moe_expert
+        edp = moe_costs.expert_data_parallel_size(dp, cp, tp, ep, etp)
+    else:
+        expert_local = 0.0 * tp
+        edp = dp * cp
     first_stage_params = stage_params + params.embedding_params(model) / tp \
         + np.where(pp == 1, params.lm_head_params(model) / tp, 0.0)
     last_stage_params = stage_params + params.lm_head_params(model) / tp
@@ -152,8 +184,11 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     grad_rs = group_collective_time_s("reduce_scatter", params_local * GRAD_REDUCE_BYTES, dp_group, tp, cluster, eff, hier)
     grad_ar = group_collective_time_s("all_reduce", params_local * GRAD_REDUCE_BYTES, dp_group, tp, cluster, eff, hier)
     param_ag = group_collective_time_s("all_gather", params_local * PARAM_GATHER_BYTES, dp_group, tp, cluster, eff, hier)
-    grad_comm = np.where(zero == 0, grad_ar, np.where(zero <= 2, grad_rs, 0.0))
-    gather_comm = np.where((zero == 1) | (zero == 2), param_ag, 0.0)
+    e_rs = group_collective_time_s("reduce_scatter", expert_local * GRAD_REDUCE_BYTES, edp, tp * ep, cluster, eff, hier)
+    e_ar = group_collective_time_s("all_reduce", expert_local * GRAD_REDUCE_BYTES, edp, tp * ep, cluster, eff, hier)
+    e_ag = group_collective_time_s("all_gather", expert_local * PARAM_GATHER_BYTES, edp, tp * ep, cluster, eff, hier)
+    grad_comm = np.where(zero == 0, grad_ar + e_ar, np.where(zero <= 2, grad_rs + e_rs, 0.0))
+    gather_comm = np.where((zero == 1) | (zero == 2), param_ag + e_ag, 0.0)
     bwd_window = layers_stage * (layer_b + layer_w)
     fwd_window = layers_stage * layer_fwd
     exposed_grad = np.where(batch.overlap_grad_reduce,
@@ -163,7 +198,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
                               gather_comm)
     dp_exposed = exposed_grad + exposed_gather
 
-    opt_params = params_local / np.where(zero >= 1, dp_group, 1.0)
+    opt_params = params_local / np.where(zero >= 1, dp_group, 1.0) + expert_local / np.where(zero >= 1, edp, 1.0)
     optimizer = opt_params * ADAM_STEP_BYTES_PER_PARAM / rates.hbm_bytes_per_s
 
     step = pipeline + dp_exposed + optimizer
@@ -172,12 +207,16 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     compute_part = m * layers_stage * (layer_fwd + layer_b + layer_w) + m * ends
     recompute_part = m * layers_stage * recompute
     tp_part = m * layers_stage * (tp_exposed_f + tp_exposed_b + tp_exposed_r)
-    cp_part = m * layers_stage * (cp_fwd + cp_bwd)
+    ep_part = m * layers_stage * ep_part_layer
+    cp_part = m * layers_stage * (cp_fwd + cp_bwd) - ep_part
     pp_comm_part = m * p2p
     z3_part = m * z3_exposed
 
     # ---- FLOPs (whole job per step) -------------------------------------------------------
     layer_flops_fwd = attn["gemm_flops_fwd"] + mlp["gemm_flops_fwd"] + attn["core_flops_fwd"]
+    if model.moe is not None:
+        moe_flops = attn["gemm_flops_fwd"] + moe["gemm_flops_fwd"] + attn["core_flops_fwd"]
+        layer_flops_fwd = (1 - moe_share) * layer_flops_fwd + moe_share * moe_flops
     n_gpus = dp * tp * pp * cp
     micro_batches_total = m * dp * cp       # tokens per GPU-microbatch are split by cp
     model_flops = 3.0 * micro_batches_total * tp * (model.num_layers * layer_flops_fwd + head["flops_fwd"])
@@ -189,8 +228,19 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     # ---- memory on the first stage (the one holding the most activations) -----------------
     dp_shard = dp_group
     weights_b, grads_b, optim_b = memory.model_state_bytes(params_local, zero, dp_shard, low_precision)
+    if model.moe is not None:
+        ew, eg, eo = moe_costs.expert_model_state_bytes(expert_local, zero, dp, cp, tp, ep, etp, low_precision)
+        weights_b, grads_b, optim_b = weights_b + ew, grads_b + eg, optim_b + eo
     per_layer_act = memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, rc,
-                                                      flash_attention=batch.flash_attention)
+                                                      flash_attention=batch.flash_attention, ffn=dense_ffn)
+    if model.moe is not None:
+        shared_ffn = model.moe.num_shared_experts * (model.moe.shared_expert_ffn_hidden_size
+                                                     or model.moe.expert_ffn_hidden_size)
+        moe_act = (memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, rc, batch.flash_attention,
+                                                     ffn=max(shared_ffn, 1))
+                   + moe_costs.moe_activation_bytes_per_layer(model, mbs, s, tp, cp, ep, etp, rc,
+                                                              batch.moe_load_imbalance))
+        per_layer_act = (1 - moe_share) * per_layer_act + moe_share * moe_act
     in_flight = memory.in_flight_microbatches(pp, vpp, m, batch.schedule == _GPIPE)
     activations = per_layer_act * layers_stage * in_flight
     full_layer_act = memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, 0,
@@ -208,6 +258,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         "recompute_s": recompute_part,
         "tp_comm_exposed_s": tp_part,
         "cp_comm_exposed_s": cp_part,
+        "ep_comm_exposed_s": ep_part,
         "pp_comm_s": pp_comm_part,
         "zero3_comm_exposed_s": z3_part,
         "pipeline_bubble_s": bubble,

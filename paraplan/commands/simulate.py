@@ -30,6 +30,7 @@ TIME_MEANING = {
     "recompute_s": "activation recomputation in backward",
     "tp_comm_exposed_s": "tensor-parallel collectives not hidden under GEMMs",
     "cp_comm_exposed_s": "context-parallel K/V exchange not hidden under attention",
+    "ep_comm_exposed_s": "expert-parallel dispatch/combine all-to-all not hidden",
     "pp_comm_s": "pipeline send/recv between stages",
     "zero3_comm_exposed_s": "ZeRO-3 parameter gathers not hidden under compute",
     "pipeline_bubble_s": "pipeline fill and drain (idle stages)",

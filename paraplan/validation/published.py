@@ -13,13 +13,19 @@ each recorded in the row's ``assumptions``:
   (megatron_hw_eq3), else none;
 - ``dtype_norm`` empty: bf16 (fp16 on V100, which has no bf16).
 
+Mixture-of-experts rows, and rows that give no architecture at all, take the architecture
+from the model preset named by the ``model`` column (text before any parenthesis; then its
+first word): routed/shared expert widths, dense-first layers and multi-latent attention are
+not in the columns. The row's own seq_len (and vocab, if given) override the preset's.
+Models without a preset (hybrid Mamba Nemotron-3, Kimi K2) are skipped.
+
 The cluster is the usual system of the row's GPU kind (``SYSTEM_FOR_GPU``): one hardware
 profile per GPU kind, one efficiency model per generation, nothing keyed to a row or source.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +33,7 @@ import pandas as pd
 
 from hardware_specs.catalog import load_cluster
 from hardware_specs.errors import InputError
+from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from paraplan.validation.flops_conventions import CONVENTIONS
 from simulator.parallel_config import ParallelConfig
@@ -125,19 +132,29 @@ def row_inputs(row) -> RowInputs:
         raise Skip("gpu_profile empty (GPU kind not known)")
     if gpu not in SYSTEM_FOR_GPU:
         raise Skip(f"no system preset for GPU kind {gpu}")
-    experts = _str(row, "moe_experts")
-    if experts:
-        raise Skip("mixture-of-experts row (MoE not modelled yet)")
     assumptions: list[str] = []
+    preset = None
+    if _str(row, "moe_experts") or _int(row, "layers") is None:
+        preset = _preset_for(row)
+        assumptions.append(f"architecture from preset {preset.name}")
     needed = {"layers": _int(row, "layers"), "hidden": _int(row, "hidden"), "heads": _int(row, "heads"),
               "seq_len": _int(row, "seq_len"), "vocab": _int(row, "vocab"), "n_gpus": _int(row, "n_gpus"),
               "tp": _int(row, "tp"), "pp": _int(row, "pp")}
+    if preset is not None:
+        for key, value in (("layers", preset.num_layers), ("hidden", preset.hidden_size),
+                           ("heads", preset.num_heads), ("vocab", preset.vocab_size),
+                           ("seq_len", preset.seq_len)):
+            if needed[key] is None:
+                needed[key] = value
     if metric != "layer_fwd_bwd_time_ms":
         needed["global_batch"] = _int(row, "global_batch")
     empty = [k for k, v in needed.items() if v is None]
     if empty:
         raise Skip("needed field(s) empty: " + ", ".join(empty))
     h = needed["hidden"]
+    if preset is not None:
+        model = replace(preset, seq_len=needed["seq_len"], vocab_size=needed["vocab"])
+        return _config_inputs(row, model, needed, metric, conv, gpu, assumptions)
     ffn = _str(row, "ffn_hidden")
     try:
         ffn_size = int(float(ffn)) if ffn else None
@@ -157,6 +174,22 @@ def row_inputs(row) -> RowInputs:
                           gated_mlp=ffn_size != 4 * h)
     except InputError as exc:
         raise Skip(f"architecture invalid: {exc}") from None
+    return _config_inputs(row, model, needed, metric, conv, gpu, assumptions)
+
+
+def _preset_for(row) -> ModelSpec:
+    name = _str(row, "model").split("(")[0].strip()
+    for candidate in (name, name.split(" ")[0] if name else ""):
+        if candidate:
+            try:
+                return load_model(candidate)
+            except InputError:
+                continue
+    raise Skip(f"architecture not in the row and no model preset named '{name}'")
+
+
+def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInputs:
+    """The parallel configuration part of ``row_inputs``."""
     tp, pp, n = needed["tp"], needed["pp"], needed["n_gpus"]
     cp = _int(row, "cp") or 1
     dp = _int(row, "dp")
@@ -193,9 +226,18 @@ def row_inputs(row) -> RowInputs:
         assumptions.append(f"dtype={dtype}")
     if gbs % (dp * mbs):
         raise Skip(f"global_batch {gbs} not divisible by dp*micro_batch {dp * mbs}")
+    ep = _int(row, "ep") or 1
+    if model.moe is None and ep > 1:
+        raise Skip("ep > 1 for a model without experts")
     try:
-        config = ParallelConfig(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, micro_batch=mbs, global_batch=gbs,
-                                zero_stage=zero, recompute=rc, sequence_parallel=sp, dtype=dtype)
+        config = ParallelConfig(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch=mbs, global_batch=gbs,
+                                zero_stage=zero, recompute=rc, sequence_parallel=sp or (model.moe is not None and tp > 1),
+                                dtype=dtype)
+    except InputError as exc:
+        raise Skip(f"configuration invalid: {exc}") from None
+    from simulator.validate_config import check_config
+    try:
+        check_config(model, config)
     except InputError as exc:
         raise Skip(f"configuration invalid: {exc}") from None
     return RowInputs(model, SYSTEM_FOR_GPU[gpu], config, metric, conv, assumptions)
