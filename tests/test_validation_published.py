@@ -1,0 +1,59 @@
+"""Regression bounds on the published-run validation (../shared/validation/published_runs.csv).
+
+The bounds are the errors measured when this test was written plus a small margin, so a change
+that makes predictions drift fails here. Tighten them as the model improves; the issue targets
+are stricter (KOR22 step time <= 3% mean, NAR21 <= 6%, dense rows <= 10%).
+"""
+from pathlib import Path
+
+import pytest
+
+from paraplan.validation.published import read_runs, summarize, validate_rows
+
+CSV = Path(__file__).resolve().parents[1] / ".." / "shared" / "validation" / "published_runs.csv"
+DENSE_GPUS = ("a100-sxm-40gb", "a100-sxm-80gb", "h100-sxm-80gb", "h200-sxm-141gb", "v100-sxm-32gb")
+
+pytestmark = pytest.mark.skipif(not CSV.is_file(), reason="shared/validation not beside the checkout")
+
+
+@pytest.fixture(scope="module")
+def results():
+    return validate_rows(read_runs(CSV))
+
+
+def _mean_abs_pct(rows):
+    return float((rows.rel_error.abs() * 100).mean())
+
+
+def test_korthikanti_step_times_stay_within_bound(results):
+    ok = results[(results.status == "ok") & results.id.str.startswith("KOR22-T5")
+                 & results.id.str.endswith("iter_time_s")]
+    assert len(ok) == 8
+    assert _mean_abs_pct(ok) <= 7.5
+    assert float((ok.rel_error.abs() * 100).max()) <= 13.0
+
+
+def test_narayanan_tables_stay_within_bound(results):
+    ok = results[(results.status == "ok") & (results.source == "NAR21")]
+    assert len(ok) == 22
+    assert _mean_abs_pct(ok) <= 13.5
+
+
+def test_dense_rows_with_their_fields_are_predicted(results):
+    dense = results[results.gpu_profile.isin(DENSE_GPUS)]
+    unpredictable = dense.reason.str.contains("needed field|gpu_profile|metric|convention|preset|ep > 1", regex=True)
+    modelable = dense[~unpredictable]
+    assert (modelable.status == "ok").mean() >= 0.90
+    assert _mean_abs_pct(modelable[modelable.status == "ok"]) <= 17.0
+
+
+def test_every_skipped_row_says_why(results):
+    skipped = results[results.status == "skipped"]
+    assert (skipped.reason.str.len() > 0).all()
+    assert not results[results.status == "ok"].predicted.isna().any()
+
+
+def test_summary_has_one_row_per_source_plus_all(results):
+    summary = summarize(results)
+    assert summary.iloc[-1].source == "ALL"
+    assert summary.rows_ok.iloc[:-1].sum() == summary.rows_ok.iloc[-1]
