@@ -1,0 +1,100 @@
+"""How fast the plan search is: configurations evaluated per second and wall time per search.
+
+Run: ``python benchmarks/plan_speed.py [--json] [--repeat N] [--workers W]``.
+
+Cases (issue 3):
+  (a) a 530B dense model (Megatron 530B) on up to 5128 A100 (DGX A100 80GB), global batch 2520
+      sequences. Exactly 5128 = 8 x 641 GPUs admit no layout for that batch (dp would have to be
+      a multiple of 641), which the planner says in one line (timed separately below); the
+      search therefore compares every GPU count from 5000 to 5128.
+  (b) a 1T dense model (Megatron 1T) on 3072 A100, global batch 3072 sequences.
+  (c) Llama-3.1-405B on 16384 H100 (DGX H100) at 16M tokens per batch (2048 x 8192).
+
+"configs" is the rows scored by the step model (every dtype); ``evals_per_s`` is their total
+over the total wall time of the searches (enumeration, pruning, evaluation, ranking, stage
+assignment and explanation included). Each search is run ``--repeat`` times; the median is
+reported.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hardware_specs.errors import InputError  # noqa: E402
+from planners import plan  # noqa: E402
+
+CASES = [
+    {"name": "530b-dense-a100-5000to5128gpus-gbs2520", "model": "megatron-530b", "cluster": "dgx-a100-80gb",
+     "gpus": "5000-5128", "global_batch": 2520},
+    {"name": "1t-dense-a100-3072gpus-gbs3072", "model": "megatron-1t", "cluster": "dgx-a100-80gb",
+     "gpus": 3072, "global_batch": 3072},
+    {"name": "llama3.1-405b-h100-16384gpus-16Mtokens", "model": "llama3.1-405b", "cluster": "dgx-h100",
+     "gpus": 16384, "global_batch_tokens": 16 * 2**20},
+]
+INFEASIBLE = {"name": "530b-dense-a100-exactly-5128gpus-gbs2520", "model": "megatron-530b",
+              "cluster": "dgx-a100-80gb", "gpus": 5128, "global_batch": 2520}
+
+
+def _kwargs(case: dict) -> dict:
+    return {k: v for k, v in case.items() if k not in ("name", "model", "cluster", "gpus")}
+
+
+def run_case(case: dict, repeat: int, workers: int | None) -> dict:
+    walls, result = [], None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = plan(case["model"], case["cluster"], case["gpus"], workers=workers, **_kwargs(case))
+        walls.append(time.perf_counter() - t0)
+    best = result.best
+    return {"name": case["name"], "configs": result.evaluated, "candidates": result.raw_size,
+            "fit": len(result.plans), "wall_s": statistics.median(walls), "wall_s_min": min(walls),
+            "best": {k: (v.item() if hasattr(v, "item") else v) for k, v in best.items()
+                     if k in ("n_gpus", "dp", "tp", "pp", "cp", "vpp", "micro_batch", "zero_stage", "recompute",
+                              "tokens_per_s", "mfu", "memory_gib")}}
+
+
+def run_infeasible(case: dict) -> dict:
+    t0 = time.perf_counter()
+    try:
+        plan(case["model"], case["cluster"], case["gpus"], **_kwargs(case))
+        message = "feasible"
+    except InputError as exc:
+        message = f"error: {exc}"
+    return {"name": case["name"], "wall_s": time.perf_counter() - t0, "answer": message}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true", help='print {"evals_per_s": ..., "cases": [...]}')
+    ap.add_argument("--repeat", type=int, default=3, help="runs per search (median reported)")
+    ap.add_argument("--workers", type=int, default=None, help="evaluation processes (default: automatic)")
+    args = ap.parse_args(argv)
+    plan("gpt3-125m", "dgx-a100-80gb", 8, 8)          # warm up: imports, catalog caches
+    cases = [run_case(c, args.repeat, args.workers) for c in CASES]
+    total_configs = sum(c["configs"] for c in cases)
+    total_wall = sum(c["wall_s"] for c in cases)
+    infeasible = run_infeasible(INFEASIBLE)
+    out = {"evals_per_s": total_configs / total_wall, "cases": cases, "infeasible_request": infeasible}
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"{'case':42s} {'configs':>9s} {'fit':>7s} {'wall_s':>7s} {'evals/s':>11s}  best plan")
+    for c in cases:
+        b = c["best"]
+        print(f"{c['name']:42s} {c['configs']:9,d} {c['fit']:7,d} {c['wall_s']:7.3f} "
+              f"{c['configs'] / c['wall_s']:11,.0f}  n={b['n_gpus']} dp={b['dp']} tp={b['tp']} pp={b['pp']} "
+              f"cp={b['cp']} vpp={b['vpp']} mb={b['micro_batch']} zero={b['zero_stage']} {b['recompute']}: "
+              f"{b['tokens_per_s']:,.0f} tok/s, MFU {100 * b['mfu']:.1f}%, {b['memory_gib']:.1f} GiB")
+    print(f"{'all':42s} {total_configs:9,d} {'':7s} {total_wall:7.3f} {out['evals_per_s']:11,.0f}")
+    print(f"\n{infeasible['name']}: answered in {infeasible['wall_s']:.3f} s: {infeasible['answer']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""``paraplan plan``: the fastest parallel configurations of a model on a cluster that fit.
+
+Prints the top plans as a table (degrees, micro-batch, ZeRO, recompute, step time, tokens/s,
+MFU, memory and headroom per GPU), or ``--json`` / ``--csv``; ``--pareto`` adds the
+throughput-vs-memory frontier (and throughput-vs-GPUs when ``--gpus`` is a range);
+``--explain`` says why the winner beats the runner-up and what each pruning rule removed.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import sys
+import time
+
+import click
+
+from hardware_specs.catalog import load_cluster
+from hardware_specs.errors import InputError
+from hardware_specs.gpu_spec import KNOWN_DTYPES
+from model_specs.catalog import load_model
+from paraplan.cli import dump_json, format_table
+from planners.explain import stage_layers_text
+from planners.plan import OUTPUT_COLUMNS, PlanResult, parse_gpus, plan
+from simulator.parallel_config import Recompute, Schedule
+
+POS = click.IntRange(min=1)
+#: show a progress bar once the evaluation has run this long, seconds.
+PROGRESS_AFTER_S = 1.0
+_EXPLICIT = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero", "recompute", "schedule")
+
+
+class _LazyBar:
+    """A click progress bar on stderr that appears only if the search runs past ``PROGRESS_AFTER_S``."""
+
+    def __init__(self):
+        self.t0 = time.perf_counter()
+        self.bar = None
+        self.shown = 0
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            if time.perf_counter() - self.t0 < PROGRESS_AFTER_S or done >= total:
+                return
+            self.bar = click.progressbar(length=total, label="evaluating configurations", file=sys.stderr)
+            self.bar.__enter__()
+        self.bar.update(done - self.shown)
+        self.shown = done
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+
+
+def parse_fix(items) -> dict[str, str]:
+    """``("dp=8", "zero=3")`` -> {"dp": "8", "zero": "3"} (values checked by the planner)."""
+    out: dict[str, list[str]] = {}
+    for item in items:
+        if "=" not in item:
+            raise InputError("--fix", f"cannot read {item!r}", "write NAME=VALUE, e.g. --fix dp=8")
+        name, value = (x.strip() for x in item.split("=", 1))
+        if not name or not value:
+            raise InputError("--fix", f"cannot read {item!r}", "write NAME=VALUE, e.g. --fix dp=8")
+        out.setdefault(name, []).extend(v for v in value.split(",") if v)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def _cells(df) -> list[list[str]]:
+    rows = []
+    for r in df.itertuples(index=False):
+        d = r._asdict()
+        rows.append([str(d[c]) if c not in _FORMATS else _FORMATS[c](d[c]) for c in df.columns])
+    return rows
+
+
+_FORMATS = {
+    "sequence_parallel": lambda v: "on" if v else "off",
+    "step_time_s": lambda v: f"{v:.4g}",
+    "tokens_per_s": lambda v: f"{v:,.0f}",
+    "tokens_per_s_per_gpu": lambda v: f"{v:,.1f}",
+    "mfu": lambda v: f"{v:.3f}",
+    "memory_gib": lambda v: f"{v:.1f}",
+    "headroom_gib": lambda v: f"{v:.1f}",
+}
+
+
+def _table(df, ranked: bool = True) -> str:
+    df = df.copy()
+    headers = list(df.columns)
+    rows = _cells(df)
+    if ranked:
+        headers = ["rank"] + headers
+        rows = [[str(i + 1)] + r for i, r in enumerate(rows)]
+    return format_table(rows, headers)
+
+
+def _header(result: PlanResult) -> str:
+    lo, hi = result.gpus
+    gpus = f"{lo}" if lo == hi else f"{lo}-{hi}"
+    tokens = result.global_batch * result.seq_len
+    return (f"plan: {result.model} on {gpus} x {result.gpu} ({result.cluster}); global batch "
+            f"{result.global_batch} sequences x {result.seq_len} = {tokens:,} tokens\n"
+            f"searched {result.raw_size:,} configurations: {result.evaluated:,} evaluated in {result.wall_s:.2f} s "
+            f"({result.evals_per_s:,.0f}/s), {len(result.plans):,} fit in {result.memory_limit_bytes / 2**30:.1f} GiB\n")
+
+
+def _json(result: PlanResult, top: int, pareto: bool, explain: bool) -> str:
+    data = {
+        "request": {"model": result.model, "cluster": result.cluster, "gpu": result.gpu,
+                    "gpus": list(result.gpus), "global_batch": result.global_batch, "seq_len": result.seq_len,
+                    "dtypes": list(result.dtypes), "memory_limit_bytes": result.memory_limit_bytes},
+        "search": {"configurations": result.raw_size, "evaluated": result.evaluated, "fit": len(result.plans),
+                   "wall_s": result.wall_s, "evals_per_s": result.evals_per_s},
+        "pruned": dict(result.pruned),
+        "plans": result.top(top).to_dict("records"),
+        "stage_layers": [list(x) for x in result.stage_layers] if result.stage_layers else None,
+    }
+    if pareto:
+        data["pareto_memory"] = result.pareto("memory").to_dict("records")
+        if result.gpus[0] != result.gpus[1]:
+            data["pareto_gpus"] = result.pareto("gpus").to_dict("records")
+    if explain:
+        data["explain"] = result.explain
+    return dump_json(data)
+
+
+def _csv(df) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(df.columns)
+    for r in df.itertuples(index=False):
+        writer.writerow([repr(v) if isinstance(v, float) else v for v in r])
+    return buf.getvalue()
+
+
+@click.command("plan", short_help="Search every parallel configuration; rank what fits by throughput.")
+@click.option("--model", "-m", required=True, help="Model preset (see `paraplan models list`), YAML file, or HF config.json.")
+@click.option("--cluster", "-c", required=True, help="Cluster name (see `paraplan hardware list`) or YAML file.")
+@click.option("--gpus", "-n", required=True, help="GPU count (1024) or a range of counts to compare (256-1024).")
+@click.option("--global-batch", type=POS, help="Sequences per optimizer step.")
+@click.option("--global-batch-tokens", type=POS, help="Tokens per optimizer step (a multiple of the sequence length).")
+@click.option("--seq-len", type=POS, help="Sequence length in tokens (default: the model's).")
+@click.option("--top", type=POS, default=10, show_default=True, help="Plans to print.")
+@click.option("--max-tp", type=POS, help="Largest tensor-parallel degree [default: the cluster's GPUs per node].")
+@click.option("--fix", "fix", multiple=True, metavar="NAME=VALUE",
+              help="Fix a dimension (repeatable; VALUE may list choices: --fix pp=4,8). Names: dp tp pp cp ep vpp "
+                   "micro_batch zero recompute sequence_parallel schedule.")
+@click.option("--dp", type=POS, help="Fix the data-parallel degree.")
+@click.option("--tp", type=POS, help="Fix the tensor-parallel degree.")
+@click.option("--pp", type=POS, help="Fix the pipeline-parallel degree.")
+@click.option("--cp", type=POS, help="Fix the context-parallel degree.")
+@click.option("--ep", type=POS, help="Fix the expert-parallel degree (MoE).")
+@click.option("--vpp", type=POS, help="Fix the virtual pipeline stages per rank.")
+@click.option("--micro-batch", type=POS, help="Fix the micro-batch (sequences).")
+@click.option("--max-micro-batch", type=POS, help="Largest micro-batch to try [default: any divisor of the global batch].")
+@click.option("--zero", type=click.IntRange(0, 3), help="Fix the ZeRO stage.")
+@click.option("--recompute", type=click.Choice([r.value for r in Recompute]), help="Fix the recomputation.")
+@click.option("--schedule", type=click.Choice([s.value for s in Schedule]),
+              help="Fix the pipeline schedule (default: 1f1b, interleaved when vpp > 1).")
+@click.option("--headroom-gib", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
+              help="Memory to leave free per GPU, GiB.")
+@click.option("--dtype", "dtypes", multiple=True, type=click.Choice(list(KNOWN_DTYPES)),
+              help="GEMM dtype to allow (repeatable) [default: the GPU's 16-bit type].")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (request, search counts, pruned, plans, stage_layers).")
+@click.option("--csv", "as_csv", is_flag=True, help="Print the top plans (or, with --pareto, the frontier) as CSV.")
+@click.option("--pareto", is_flag=True, help="Also print the throughput-vs-memory frontier (and vs GPUs for a range).")
+@click.option("--explain", is_flag=True, help="Explain the winner against the runner-up; pruned counts per rule.")
+def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, top, max_tp, fix, headroom_gib,
+            dtypes, as_json, as_csv, pareto, explain, max_micro_batch, **explicit) -> None:
+    """Find the parallel configurations of MODEL on CLUSTER with the highest throughput that fit
+    in memory: every factorisation of the GPUs over dp x tp x pp x cp (x ep), virtual pipeline
+    stages, micro-batch, ZeRO 0-3, recomputation and sequence parallelism, scored by the same
+    step model as `paraplan simulate`.
+
+    \b
+    Examples:
+      paraplan plan -m llama3.1-405b -c dgx-h100 -n 16384 --global-batch-tokens 16777216
+      paraplan plan -m megatron-530b -c dgx-a100-80gb -n 2240-5120 --global-batch 2520 --pareto
+      paraplan plan -m llama3-70b -c dgx-h100 -n 64 --global-batch 128 --fix zero=1 --explain
+    """
+    if as_json and as_csv:
+        raise InputError("--json", "give --json or --csv, not both")
+    spec = load_model(model)
+    if seq_len is not None:
+        spec = spec.with_seq_len(seq_len)
+    cl = load_cluster(cluster)
+    fixed = parse_fix(fix)
+    for name in _EXPLICIT:
+        value = explicit.get(name)
+        if value is not None:
+            if name in fixed:
+                raise InputError(f"--{name.replace('_', '-')}", f"given both as an option and in --fix {name}=...")
+            fixed[name] = (value,)
+    bar = _LazyBar()
+    try:
+        result = plan(spec, cl, parse_gpus(gpus), global_batch, global_batch_tokens=global_batch_tokens,
+                      max_tp=max_tp, fixed=fixed, headroom_gib=headroom_gib, dtypes=dtypes or None,
+                      max_micro_batch=max_micro_batch, progress=bar)
+    finally:
+        bar.close()
+    is_range = result.gpus[0] != result.gpus[1]
+    if as_json:
+        click.echo(_json(result, top, pareto, explain), nl=False)
+        return
+    if as_csv:
+        click.echo(_csv(result.pareto("gpus" if is_range else "memory") if pareto else result.top(top)), nl=False)
+        return
+    out = [_header(result), _table(result.top(top))]
+    if result.stage_layers:
+        out.append(f"best plan's layers per pipeline stage: {stage_layers_text(result.stage_layers)}\n")
+    if pareto:
+        out.append("\npareto frontier: tokens/s vs memory per GPU (no plan with less memory is as fast)\n")
+        out.append(_table(result.pareto("memory"), ranked=False))
+        if is_range:
+            out.append("\npareto frontier: tokens/s vs GPU count (no smaller count is as fast)\n")
+            out.append(_table(result.pareto("gpus"), ranked=False))
+    if explain:
+        out.append("\n" + result.explain)
+    click.echo("".join(out), nl=False)

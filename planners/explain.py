@@ -1,0 +1,109 @@
+"""Why the winner wins: its step-time breakdown against the runner-up, and what was pruned."""
+from __future__ import annotations
+
+from model_specs.model_spec import ModelSpec
+from planners.search_space import RULES
+from simulator.report import TIME_PARTS
+
+_COMPARED = ("n_gpus", "dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage", "recompute",
+             "sequence_parallel", "schedule", "dtype")
+
+
+def _config_text(row) -> str:
+    sp = "on" if row["sequence_parallel"] else "off"
+    return (f"dp={row['dp']} tp={row['tp']} pp={row['pp']} cp={row['cp']} ep={row['ep']} vpp={row['vpp']} "
+            f"micro_batch={row['micro_batch']} zero={row['zero_stage']} recompute={row['recompute']} "
+            f"sp={sp} schedule={row['schedule']} {row['dtype']}")
+
+
+def _perf_text(row) -> str:
+    return (f"{row['step_time_s']:.4g} s/step, {row['tokens_per_s']:,.0f} tokens/s, "
+            f"MFU {100 * row['mfu']:.1f}%, {row['memory_gib']:.1f} GiB/GPU")
+
+
+def _runner_up(plans):
+    """Index of the best plan slower than the winner (or the second plan if all tie), and the
+    number of plans that tie with the winner."""
+    tps = plans["tokens_per_s"].to_numpy()
+    ties = int((tps >= tps[0] * (1 - 1e-12)).sum()) - 1
+    if len(plans) == 1:
+        return None, 0
+    slower = ties + 1 if ties + 1 < len(plans) else 1
+    return slower, ties
+
+
+def stage_layers_text(stage_layers) -> str:
+    """``0:0-7 1:8-15 ...`` (stage: first-last layer) for up to 16 stages, else run lengths of
+    the layer counts (``1 x126``); an empty stage (embedding or loss only) shows as ``-``."""
+    if len(stage_layers) <= 16:
+        return " ".join(f"{s}:{a}-{b - 1}" if b - a > 1 else (f"{s}:{a}" if b > a else f"{s}:-")
+                        for s, (a, b) in enumerate(stage_layers))
+    runs: list[list[int]] = []
+    for a, b in stage_layers:
+        if runs and runs[-1][0] == b - a:
+            runs[-1][1] += 1
+        else:
+            runs.append([b - a, 1])
+    return "layers per stage: " + ", ".join(f"{n} x{k}" if k > 1 else str(n) for n, k in runs)
+
+
+def explain_text(result, model: ModelSpec) -> str:
+    """The ``--explain`` text of a ``PlanResult``."""
+    plans = result.plans
+    lines = []
+    lo, hi = result.gpus
+    gpus = f"{lo}" if lo == hi else f"{lo}-{hi}"
+    lines.append(f"search: {result.model} on {gpus} x {result.gpu} ({result.cluster}), global batch "
+                 f"{result.global_batch} x {result.seq_len} tokens")
+    lines.append(f"  {result.raw_size:,} candidate configurations, {result.evaluated:,} evaluated in "
+                 f"{result.wall_s:.2f} s ({result.evals_per_s:,.0f}/s), {len(plans):,} fit in "
+                 f"{result.memory_limit_bytes / 2**30:.1f} GiB")
+    lines.append("pruned (rule: configurations removed):")
+    width = max(len(k) for k in RULES)
+    for rule, meaning in RULES.items():
+        n = result.pruned.get(rule, 0)
+        if n:
+            lines.append(f"  {rule:<{width}}  {n:>16,}  {meaning}")
+
+    win = plans.iloc[0]
+    lines.append("")
+    lines.append(f"winner:    {_config_text(win)}")
+    lines.append(f"           {_perf_text(win)}")
+    idx, ties = _runner_up(plans)
+    if idx is None:
+        lines.append("runner-up: none (only one configuration fits)")
+    else:
+        run = plans.iloc[idx]
+        if ties:
+            lines.append(f"({ties} other plan(s) tie with the winner on tokens/s; it is listed first for "
+                         f"using the least memory)")
+        diffs = [f"{k} {win[k]} -> {run[k]}" for k in _COMPARED if str(win[k]) != str(run[k])]
+        lines.append(f"runner-up: {_config_text(run)}")
+        lines.append(f"           {_perf_text(run)}  ({100 * (run['step_time_s'] / win['step_time_s'] - 1):+.2f}% "
+                     f"step time; differs in {', '.join(diffs) if diffs else 'nothing'})")
+        lines.append("")
+        lines.append(f"  {'step-time part':<22} {'winner_s':>12} {'runner_up_s':>12} {'diff_s':>12}")
+        deltas = {}
+        for part in TIME_PARTS + ("step_time_s",):
+            a, b = float(win[part]), float(run[part])
+            deltas[part] = b - a
+            lines.append(f"  {part:<22} {a:>12.5g} {b:>12.5g} {b - a:>+12.4g}")
+        gains = sorted(((d, p) for p, d in deltas.items() if p != "step_time_s" and d > 0), reverse=True)
+        costs = sorted((d, p) for p, d in deltas.items() if p != "step_time_s" and d < 0)
+        why = []
+        if gains:
+            why.append("the runner-up spends more on " + ", ".join(f"{p} (+{d:.3g} s)" for d, p in gains[:2]))
+        if costs:
+            why.append("the winner pays more for " + ", ".join(f"{p} ({-d:.3g} s)" for d, p in costs[:2]))
+        if why:
+            lines.append("why: " + "; ".join(why) + ".")
+    if result.stage_assignment is not None:
+        sa = result.stage_assignment
+        lines.append("")
+        n_chunks = len(sa.stage_layers)
+        pp = int(win["pp"])
+        lines.append(f"winner's layers per stage ({n_chunks} stage(s){'' if n_chunks == pp else f', chunk c on rank c mod {pp}'}; "
+                     f"embedding on the first, LM head + loss on the last): slowest "
+                     f"{sa.max_stage_time_s * 1e3:.3g} ms per micro-batch")
+        lines.append("  " + stage_layers_text(sa.stage_layers))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,127 @@
+"""What would make an infeasible plan request feasible: the ``InputError`` the planner raises.
+
+Two ways to fail: no layout passes the divisibility rules (``no_layout``: say which GPU counts
+near the request, or which global batch, would), or layouts exist but none fits in memory
+(``nothing_fits``: say how far the smallest is from fitting and which of more GPUs, a smaller
+micro-batch, ZeRO-3 or full recomputation would help). Suggested GPU counts and batches are
+checked by running the search rules on them, not guessed.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from hardware_specs.errors import InputError
+from model_specs.model_spec import ModelSpec
+from planners.search_space import (RECOMPUTE_NAMES, SearchConstraints, divisibility_only, enumerate_space)
+
+GIB = 2**30
+
+
+def _layout_exists(model: ModelSpec, c: SearchConstraints) -> bool:
+    return len(enumerate_space(model, c)) > 0
+
+
+def _nearby_counts(model: ModelSpec, c: SearchConstraints, limit: int = 2) -> list[int]:
+    """Up to ``limit`` GPU counts closest to the request that have a valid layout."""
+    lo, hi = c.gpus
+    span = max(16, hi // 16)
+    t = divisibility_only(model, (max(1, lo - span), hi + span), c.global_batch, c.max_tp, c.fixed)
+    ok = c.global_batch % t["dp"] == 0
+    counts = np.unique(t["n"][ok])
+    counts = counts[(counts < lo) | (counts > hi)]
+    found = []
+    for n in sorted(counts.tolist(), key=lambda n: (min(abs(n - lo), abs(n - hi)), n)):
+        if _layout_exists(model, replace(c, gpus=(n, n))):
+            found.append(n)
+            if len(found) == limit:
+                break
+    return sorted(found)
+
+
+def _batch_suggestion(model: ModelSpec, c: SearchConstraints, dps) -> str | None:
+    for d in sorted(set(int(x) for x in dps))[:8]:
+        below = (c.global_batch // d) * d
+        above = below + d
+        for b in (x for x in (above, below) if x >= 1):
+            if _layout_exists(model, replace(c, global_batch=b)):
+                return f"a global batch divisible by {d} (e.g. {b})"
+    return None
+
+
+def no_layout(model: ModelSpec, c: SearchConstraints) -> InputError:
+    """The error for a request where no configuration passes the divisibility rules."""
+    lo, hi = c.gpus
+    what = f"{lo} GPUs" if lo == hi else f"{lo}-{hi} GPUs"
+    t = divisibility_only(model, c.gpus, c.global_batch, c.max_tp, c.fixed)
+    fixes = []
+    if len(t["dp"]) == 0:
+        reason = (f"no dp*tp*pp*cp = {what} has tp <= {c.max_tp} dividing the {model.num_heads} heads, "
+                  f"pp <= {model.num_layers} layers and cp dividing the sequence of {model.seq_len}")
+    else:
+        dps = np.unique(t["dp"])
+        shown = ", ".join(str(d) for d in dps[:6]) + (", ..." if len(dps) > 6 else "")
+        reason = (f"no layout of {what} divides the global batch of {c.global_batch} sequences into "
+                  f"dp x micro-batch (the layouts of {model.name} there have dp in {shown})")
+        batch = _batch_suggestion(model, c, dps)
+        if batch:
+            fixes.append(batch)
+    near = _nearby_counts(model, c)
+    if near:
+        fixes.insert(0, "use " + " or ".join(str(n) for n in near) + " GPUs")
+    if c.fixed:
+        fixes.append("fix fewer values (" + ", ".join(f"{k}={'/'.join(map(str, v))}" for k, v in c.fixed.items()) + ")")
+    return InputError("gpus", reason, "; ".join(fixes) if fixes else "try another GPU count or global batch")
+
+
+def _describe(space, row: int, dtype: str) -> str:
+    col = space.columns
+    return (f"dp={col['dp'][row]} tp={col['tp'][row]} pp={col['pp'][row]} cp={col['cp'][row]} "
+            f"vpp={col['vpp'][row]} micro_batch={col['micro_batch'][row]} zero={col['zero_stage'][row]} "
+            f"recompute={RECOMPUTE_NAMES[col['recompute'][row]]} {dtype}")
+
+
+def _more_gpus(model, cluster, eff, c: SearchConstraints, limit: float) -> int | None:
+    """The smallest of 2x, 4x, 8x, 16x the GPUs at which something fits, if any."""
+    from planners.vectorized import evaluate_space   # noqa: PLC0415 - only on this error path
+
+    for k in (2, 4, 8, 16):
+        n = c.gpus[1] * k
+        if cluster.max_gpus is not None and n > cluster.max_gpus:
+            break
+        cc = replace(c, gpus=(n, n))
+        space = enumerate_space(model, cc)
+        if len(space) and len(evaluate_space(model, cluster, eff, space, c.global_batch, limit, workers=1).rows):
+            return n
+    return None
+
+
+def nothing_fits(model: ModelSpec, cluster, eff, c: SearchConstraints, space, ev, limit: float,
+                 headroom_gib: float) -> InputError:
+    """The error for a request whose valid configurations all exceed the memory limit."""
+    need = ev.min_memory_bytes
+    smallest = _describe(space, ev.min_memory_row, space.dtypes[ev.min_memory_dtype])
+    fixes = []
+    more = _more_gpus(model, cluster, eff, c, limit)
+    fixes.append(f"more GPUs ({more} fit)" if more else "more GPUs")
+    fixed = c.fixed
+    if "micro_batch" in fixed and min(fixed["micro_batch"]) > 1:
+        fixes.append("a smaller micro-batch (1)")
+    if "zero_stage" in fixed and 3 not in fixed["zero_stage"]:
+        fixes.append("ZeRO-3")
+    if "recompute" in fixed and "full" not in fixed["recompute"]:
+        fixes.append("full recompute")
+    pinned = [k for k in ("tp", "pp", "cp", "dp") if k in fixed]
+    if pinned:
+        fixes.append("freeing " + ", ".join(pinned))
+    if c.max_tp < max(1, model.num_heads) and "tp" not in fixed:
+        fixes.append(f"a larger --max-tp than {c.max_tp}")
+    if headroom_gib > 0:
+        fixes.append(f"less headroom than {headroom_gib:g} GiB")
+    hbm = cluster.gpu.hbm_bytes
+    where = f"{limit / GIB:.1f} GiB per GPU" + (f" ({hbm / GIB:.0f} GiB HBM - {headroom_gib:g} GiB headroom)"
+                                                if headroom_gib > 0 else "")
+    message = (f"nothing fits in {where}: the smallest of {ev.evaluated:,} configurations "
+               f"({smallest}) needs {need / GIB:.1f} GiB")
+    return InputError("memory", message, "use " + ", or ".join(fixes))

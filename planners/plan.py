@@ -1,0 +1,322 @@
+"""``plan``: the fastest parallel configurations of a model on a cluster that fit in memory.
+
+    result = plan("llama3.1-405b", "dgx-h100", gpus=16384, global_batch_tokens=16 * 2**20)
+    result.top(10)            # ranked table (see OUTPUT_COLUMNS)
+    result.best_config        # the winner as a ParallelConfig
+    result.stage_layers       # the winner's layers per (virtual) pipeline stage
+    print(result.explain)     # why it wins, and what each pruning rule removed
+
+Steps: enumerate and prune the space (``search_space``), score every survivor with the
+simulator's step model in chunks (``vectorized``), keep what fits under HBM minus the headroom,
+rank by tokens/s (the step time, as the batch is fixed), split the winner's layers over its
+stages (``stage_assignment``) and write the explanation (``explain``). A request with no
+valid or fitting configuration raises ``InputError`` saying what would make it feasible
+(``infeasible``).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from hardware_specs.catalog import efficiency_for_cluster, load_cluster
+from hardware_specs.cluster_spec import ClusterSpec
+from hardware_specs.efficiency_model import EfficiencyModel
+from hardware_specs.errors import InputError
+from model_specs.catalog import load_model
+from model_specs.model_spec import ModelSpec
+from planners import infeasible
+from planners.search_space import (DEFAULT_SCHEDULES, FIXABLE, RECOMPUTE_NAMES, SCHEDULE_NAMES,
+                                   SearchConstraints, enumerate_space)
+from planners.stage_assignment import StageAssignment, stage_assignment_for
+from planners.vectorized import DEFAULT_CHUNK_ROWS, evaluate_space
+from simulator.parallel_config import ParallelConfig
+from simulator.report import TIME_PARTS
+
+GIB = 2**30
+#: the ranked table's columns (units in the names; mfu is a fraction of the dtype's peak).
+OUTPUT_COLUMNS = ("n_gpus", "dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "global_batch", "zero_stage",
+                  "recompute", "sequence_parallel", "schedule", "dtype", "step_time_s", "tokens_per_s",
+                  "tokens_per_s_per_gpu", "mfu", "memory_gib", "headroom_gib")
+_CONFIG_COLUMNS = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "global_batch", "zero_stage",
+                   "recompute", "sequence_parallel", "schedule", "dtype")
+_ALIASES = {"zero": "zero_stage", "mb": "micro_batch", "micro-batch": "micro_batch", "sp": "sequence_parallel",
+            "sequence-parallel": "sequence_parallel", "micro_batch_size": "micro_batch"}
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """The outcome of one search.
+
+    Attributes:
+        model, cluster, gpu: names.
+        gpus: the GPU counts searched, inclusive (lo, hi).
+        global_batch: sequences per step; seq_len: tokens per sequence.
+        plans: every fitting configuration, best first (``OUTPUT_COLUMNS`` then the step-time
+            parts of ``simulator.report.TIME_PARTS``, seconds).
+        pruned: rule -> raw configurations it removed (``search_space.RULES``, incl. memory).
+        raw_size: configurations in the unpruned space; evaluated: rows scored.
+        memory_limit_bytes: HBM minus the headroom; hbm_bytes: the GPU's memory.
+        wall_s: seconds the search took.
+        stage_assignment: the winner's layers per (virtual) stage.
+        explain: why the winner wins and what the pruning removed (text).
+    """
+
+    model: str
+    cluster: str
+    gpu: str
+    gpus: tuple[int, int]
+    global_batch: int
+    seq_len: int
+    plans: pd.DataFrame
+    pruned: Mapping[str, int]
+    raw_size: int
+    evaluated: int
+    memory_limit_bytes: float
+    hbm_bytes: float
+    wall_s: float
+    stage_assignment: StageAssignment | None = None
+    explain: str = ""
+    dtypes: tuple[str, ...] = field(default=("bf16",))
+
+    @property
+    def evals_per_s(self) -> float:
+        return self.evaluated / self.wall_s if self.wall_s > 0 else float("inf")
+
+    @property
+    def best(self) -> dict:
+        """The winning row as a dict."""
+        return self.plans.iloc[0].to_dict()
+
+    def config(self, rank: int = 0) -> ParallelConfig:
+        """The configuration ranked ``rank`` (0 = best) as a validated ``ParallelConfig``."""
+        return row_config(self.plans.iloc[rank])
+
+    @property
+    def best_config(self) -> ParallelConfig:
+        return self.config(0)
+
+    @property
+    def stage_layers(self) -> tuple[tuple[int, int], ...] | None:
+        """Half-open layer ranges of the winner's pp*vpp stages (chunk c on rank c mod pp)."""
+        return None if self.stage_assignment is None else self.stage_assignment.stage_layers
+
+    def top(self, n: int = 10) -> pd.DataFrame:
+        """The ``n`` best plans, ``OUTPUT_COLUMNS`` only."""
+        return self.plans.loc[:, list(OUTPUT_COLUMNS)].head(n).reset_index(drop=True)
+
+    def pareto(self, by: str = "memory") -> pd.DataFrame:
+        """Frontier of throughput against ``memory`` (GiB per GPU) or ``gpus`` (GPU count).
+
+        A plan is on the memory frontier when no plan with less memory has as many tokens/s;
+        on the GPU frontier, when no smaller GPU count reaches its tokens/s (one best plan per count).
+        """
+        df = self.plans
+        if by == "memory":
+            order = df.sort_values(["memory_gib", "tokens_per_s"], ascending=[True, False], kind="stable")
+        elif by == "gpus":
+            order = df.drop_duplicates("n_gpus", keep="first").sort_values("n_gpus", kind="stable")
+        else:
+            raise InputError("pareto", f"unknown axis {by!r}", "use 'memory' or 'gpus'")
+        tps = order["tokens_per_s"].to_numpy()
+        running = np.maximum.accumulate(np.concatenate([[-np.inf], tps[:-1]]))
+        return order.loc[tps > running, list(OUTPUT_COLUMNS)].reset_index(drop=True)
+
+
+def row_config(row) -> ParallelConfig:
+    """A ranked-table row as a ``ParallelConfig``."""
+    return ParallelConfig(
+        dp=int(row["dp"]), tp=int(row["tp"]), pp=int(row["pp"]), cp=int(row["cp"]), ep=int(row["ep"]),
+        vpp=int(row["vpp"]), micro_batch=int(row["micro_batch"]), global_batch=int(row["global_batch"]),
+        zero_stage=int(row["zero_stage"]), recompute=str(row["recompute"]),
+        sequence_parallel=bool(row["sequence_parallel"]), dtype=str(row["dtype"]), schedule=str(row["schedule"]))
+
+
+# --------------------------------------------------------------------------------------------
+# Request parsing
+# --------------------------------------------------------------------------------------------
+
+def parse_gpus(gpus) -> tuple[int, int]:
+    """``1024``, ``"1024"``, ``"256-1024"`` or ``(256, 1024)`` -> inclusive (lo, hi)."""
+    if isinstance(gpus, (tuple, list)) and len(gpus) == 2:
+        lo, hi = gpus
+    elif isinstance(gpus, str) and "-" in gpus.strip().lstrip("-"):
+        parts = gpus.split("-")
+        if len(parts) != 2:
+            raise InputError("gpus", f"cannot read {gpus!r}", "give a count (1024) or a range (256-1024)")
+        lo, hi = parts
+    else:
+        lo = hi = gpus
+    try:
+        lo, hi = int(str(lo).strip()), int(str(hi).strip())
+    except ValueError:
+        raise InputError("gpus", f"cannot read {gpus!r}", "give a count (1024) or a range (256-1024)") from None
+    if lo < 1 or hi < lo:
+        raise InputError("gpus", f"{gpus!r} is not a positive count or an increasing range",
+                         "give a count (1024) or a range (256-1024)")
+    return lo, hi
+
+
+def normalise_fixed(fixed: Mapping | None) -> dict[str, tuple]:
+    """Field -> tuple of allowed values; names may use the CLI aliases (zero, mb, sp)."""
+    out: dict[str, tuple] = {}
+    for key, value in (fixed or {}).items():
+        name = _ALIASES.get(str(key).strip().lower(), str(key).strip().lower().replace("-", "_"))
+        if name not in FIXABLE:
+            raise InputError("fix", f"cannot fix {key!r}", "fixable: " + ", ".join(FIXABLE))
+        values = tuple(value) if isinstance(value, (list, tuple, set, frozenset)) else (value,)
+        out[name] = tuple(_fixed_value(name, v) for v in values)
+    return out
+
+
+def _fixed_value(name: str, v):
+    if name == "recompute":
+        if str(v).lower() not in RECOMPUTE_NAMES:
+            raise InputError("fix", f"recompute={v!r}", "choose one of " + ", ".join(RECOMPUTE_NAMES))
+        return str(v).lower()
+    if name == "schedule":
+        if str(v).lower() not in SCHEDULE_NAMES:
+            raise InputError("fix", f"schedule={v!r}", "choose one of " + ", ".join(SCHEDULE_NAMES))
+        return str(v).lower()
+    if name == "sequence_parallel":
+        text = str(v).strip().lower()
+        if text in ("1", "true", "on", "yes", "y"):
+            return True
+        if text in ("0", "false", "off", "no", "n"):
+            return False
+        raise InputError("fix", f"sequence_parallel={v!r}", "use on or off")
+    try:
+        as_int = int(str(v).strip())
+    except ValueError:
+        raise InputError("fix", f"{name}={v!r} is not an integer") from None
+    if as_int < (0 if name == "zero_stage" else 1) or (name == "zero_stage" and as_int > 3):
+        raise InputError("fix", f"{name}={v!r} is out of range")
+    return as_int
+
+
+def resolve_global_batch(seq_len: int, global_batch: int | None, global_batch_tokens: int | None) -> int:
+    """Sequences per step from a count of sequences or of tokens (a multiple of ``seq_len``)."""
+    if (global_batch is None) == (global_batch_tokens is None):
+        raise InputError("global_batch", "give the global batch in sequences or in tokens (one of them)")
+    if global_batch is not None:
+        if int(global_batch) < 1:
+            raise InputError("global_batch", f"must be >= 1, got {global_batch}")
+        return int(global_batch)
+    tokens = int(global_batch_tokens)
+    if tokens < seq_len or tokens % seq_len:
+        k = max(1, round(tokens / seq_len))
+        raise InputError("global_batch_tokens", f"{tokens} tokens is not a whole number of {seq_len}-token sequences",
+                         f"use e.g. {k * seq_len} = {k} x {seq_len}")
+    return tokens // seq_len
+
+
+def default_dtype(cluster: ClusterSpec) -> str:
+    peaks = cluster.gpu.peak_flops_per_s
+    for d in ("bf16", "fp16", "fp32"):
+        if d in peaks:
+            return d
+    return next(iter(peaks))
+
+
+# --------------------------------------------------------------------------------------------
+# The search
+# --------------------------------------------------------------------------------------------
+
+def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch: int | None = None, *,
+         global_batch_tokens: int | None = None, max_tp: int | None = None, fixed: Mapping | None = None,
+         headroom_gib: float = 0.0, dtypes: Iterable[str] | None = None,
+         schedules: Iterable[str] = DEFAULT_SCHEDULES, max_micro_batch: int | None = None,
+         efficiency: EfficiencyModel | None = None, prune_dominated: bool = True,
+         chunk_rows: int = DEFAULT_CHUNK_ROWS, workers: int | None = None,
+         progress: Callable[[int, int], None] | None = None, assign_stages: bool = True) -> PlanResult:
+    """Rank every valid configuration of ``model`` on ``gpus`` GPUs of ``cluster`` that fits.
+
+    Args:
+        model, cluster: specs or catalog names / files.
+        gpus: a count, or a range ``"256-1024"`` / ``(256, 1024)`` of counts to compare.
+        global_batch / global_batch_tokens: sequences (or tokens) per optimizer step.
+        max_tp: largest tensor-parallel degree (default: the cluster's GPUs per node).
+        fixed: field -> value or values to allow (``search_space.FIXABLE``; aliases zero, mb, sp).
+        headroom_gib: memory to leave free per GPU, GiB.
+        dtypes: GEMM dtypes to try (default: the GPU's 16-bit type).
+        schedules: pipeline schedules (``interleaved`` is used for vpp > 1, the others for vpp = 1).
+        max_micro_batch: largest micro-batch (default: any divisor of the global batch).
+        efficiency: override the cluster's efficiency model.
+        prune_dominated: drop configurations that cannot win (counted in ``pruned``).
+        chunk_rows, workers, progress: see ``vectorized.evaluate_space``.
+        assign_stages: split the winner's layers over its stages.
+
+    Raises ``InputError`` naming what would make the request feasible when nothing fits.
+    """
+    t0 = time.perf_counter()
+    model = load_model(model) if isinstance(model, str) else model
+    cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
+    eff = efficiency if efficiency is not None else efficiency_for_cluster(cluster)
+    lo, hi = parse_gpus(gpus)
+    if cluster.max_gpus is not None and hi > cluster.max_gpus:
+        raise InputError("gpus", f"{hi} GPUs exceed the {cluster.max_gpus} of cluster {cluster.name}",
+                         f"ask for at most {cluster.max_gpus}")
+    gbs = resolve_global_batch(model.seq_len, global_batch, global_batch_tokens)
+    dtypes = tuple(dict.fromkeys(dtypes or (default_dtype(cluster),)))
+    for d in dtypes:
+        cluster.gpu.peak_flops(d)               # a dtype the GPU lacks is an input error
+    if headroom_gib < 0:
+        raise InputError("headroom_gib", f"must be >= 0, got {headroom_gib}")
+    limit = cluster.gpu.hbm_bytes - headroom_gib * GIB
+    if limit <= 0:
+        raise InputError("headroom_gib", f"{headroom_gib} GiB leaves nothing of the "
+                         f"{cluster.gpu.hbm_bytes / GIB:.0f} GiB HBM", "use a smaller headroom")
+    constraints = SearchConstraints(
+        gpus=(lo, hi), global_batch=gbs, max_tp=int(max_tp or cluster.gpus_per_node),
+        fixed=normalise_fixed(fixed), dtypes=dtypes, schedules=tuple(schedules),
+        max_micro_batch=max_micro_batch, prune_dominated=prune_dominated)
+
+    space = enumerate_space(model, constraints)
+    if len(space) == 0:
+        raise infeasible.no_layout(model, constraints)
+    ev = evaluate_space(model, cluster, eff, space, gbs, limit, chunk_rows=chunk_rows, workers=workers,
+                        progress=progress)
+    if len(ev.rows) == 0:
+        raise infeasible.nothing_fits(model, cluster, eff, constraints, space, ev, limit, headroom_gib)
+
+    plans = _ranked_table(space, ev, gbs, cluster.gpu.hbm_bytes)
+    pruned = dict(space.pruned)
+    pruned["memory"] = ev.evaluated - len(ev.rows)
+    result = PlanResult(
+        model=model.name, cluster=cluster.name, gpu=cluster.gpu.name, gpus=(lo, hi), global_batch=gbs,
+        seq_len=model.seq_len, plans=plans, pruned=pruned, raw_size=space.raw_size, evaluated=ev.evaluated,
+        memory_limit_bytes=limit, hbm_bytes=cluster.gpu.hbm_bytes, wall_s=0.0, dtypes=dtypes)
+    stages = None
+    if assign_stages:
+        stages = stage_assignment_for(model, cluster, eff, result.best_config, limit)
+    result = replace(result, stage_assignment=stages, wall_s=time.perf_counter() - t0)
+    from planners.explain import explain_text   # noqa: PLC0415 - explain imports PlanResult
+    return replace(result, explain=explain_text(result, model))
+
+
+def _ranked_table(space, ev, gbs: int, hbm_bytes: float) -> pd.DataFrame:
+    cols = space.columns
+    r = ev.rows
+    out = ev.outputs
+    order = np.lexsort((r, ev.dtype_index, out["memory_bytes"], -out["tokens_per_s"]))
+    r = r[order]
+    dp, tp, pp, cp = (cols[k][r] for k in ("dp", "tp", "pp", "cp"))
+    mem = out["memory_bytes"][order]
+    data = {
+        "n_gpus": dp * tp * pp * cp, "dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": cols["ep"][r],
+        "vpp": cols["vpp"][r], "micro_batch": cols["micro_batch"][r],
+        "global_batch": np.full(len(r), gbs, dtype=np.int64), "zero_stage": cols["zero_stage"][r],
+        "recompute": pd.Categorical.from_codes(cols["recompute"][r], RECOMPUTE_NAMES),
+        "sequence_parallel": cols["sequence_parallel"][r].astype(bool),
+        "schedule": pd.Categorical.from_codes(cols["schedule"][r], SCHEDULE_NAMES),
+        "dtype": pd.Categorical.from_codes(ev.dtype_index[order], list(space.dtypes)),
+        "step_time_s": out["step_time_s"][order], "tokens_per_s": out["tokens_per_s"][order],
+        "tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"][order], "mfu": out["mfu"][order],
+        "memory_gib": mem / GIB, "headroom_gib": (hbm_bytes - mem) / GIB,
+    }
+    for k in TIME_PARTS:
+        data[k] = out[k][order]
+    return pd.DataFrame(data)

@@ -1,0 +1,351 @@
+"""Plan search: the planner agrees with simulate, prunes only invalid or dominated configurations,
+finds the brute-force optimum, splits layers optimally and explains infeasible requests."""
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from hardware_specs.catalog import efficiency_for_cluster, load_cluster
+from hardware_specs.errors import InputError
+from model_specs.catalog import load_model
+from model_specs.model_spec import ModelSpec
+from planners import (OUTPUT_COLUMNS, SearchConstraints, assign_layers_ilp, assign_layers_to_stages,
+                      enumerate_space, plan, row_config)
+from planners.search_space import RECOMPUTE_NAMES, SCHEDULE_NAMES
+from simulator.parallel_config import ParallelConfig
+from simulator.simulate import simulate
+from simulator.validate_config import check_config
+
+GIB = 2**30
+PUBLISHED = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published_runs.csv"
+
+
+def _with_hbm(cluster, hbm_bytes):
+    return cluster.with_gpu(replace(cluster.gpu, hbm_bytes=hbm_bytes))
+
+
+def _space_config(space, i, dtype) -> ParallelConfig:
+    c = space.columns
+    return ParallelConfig(
+        dp=int(c["dp"][i]), tp=int(c["tp"][i]), pp=int(c["pp"][i]), cp=int(c["cp"][i]), ep=int(c["ep"][i]),
+        vpp=int(c["vpp"][i]), micro_batch=int(c["micro_batch"][i]), global_batch=space.global_batch,
+        zero_stage=int(c["zero_stage"][i]), recompute=RECOMPUTE_NAMES[c["recompute"][i]],
+        sequence_parallel=bool(c["sequence_parallel"][i]), schedule=SCHEDULE_NAMES[c["schedule"][i]], dtype=dtype)
+
+
+def _enumerate(model, gpus, gbs, max_tp=8, **kw):
+    return enumerate_space(model, SearchConstraints(gpus=gpus, global_batch=gbs, max_tp=max_tp, **kw))
+
+
+# --------------------------------------------------------------------------------------------
+# the planner's numbers are simulate's numbers
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("model, cluster, gpus, gbs, dtypes", [
+    ("gpt3-1.3b", "dgx-a100-80gb", 32, 64, ("bf16",)),
+    ("llama3-8b", "dgx-h100", 64, 128, ("bf16", "fp8")),
+    ("mixtral-8x7b", "dgx-h100", 32, 64, ("bf16",)),
+])
+def test_random_plans_match_simulate_to_1e9(model, cluster, gpus, gbs, dtypes):
+    spec = load_model(model)
+    cl = _with_hbm(load_cluster(cluster), 1e15)          # everything fits: the table holds every row
+    result = plan(spec, cl, gpus, gbs, dtypes=dtypes, assign_stages=False)
+    assert len(result.plans) == result.evaluated
+    rng = np.random.default_rng(7)
+    for i in rng.choice(len(result.plans), size=min(12, len(result.plans)), replace=False):
+        row = result.plans.iloc[int(i)]
+        report = simulate(spec, cl, row_config(row), n_gpus=gpus)
+        assert row["step_time_s"] == pytest.approx(report.step_time_s, rel=1e-9)
+        assert row["mfu"] == pytest.approx(report.mfu, rel=1e-9)
+        assert row["memory_gib"] * GIB == pytest.approx(report.memory_bytes, rel=1e-9)
+        assert row["tokens_per_s"] == pytest.approx(report.tokens_per_s, rel=1e-9)
+
+
+def test_table_has_the_documented_columns_and_is_ranked_by_throughput():
+    result = plan("gpt3-1.3b", "dgx-a100-80gb", 16, 32)
+    top = result.top(10)
+    assert tuple(top.columns) == OUTPUT_COLUMNS
+    tps = result.plans["tokens_per_s"].to_numpy()
+    assert np.all(np.diff(tps) <= 0)
+    assert (result.plans["memory_gib"] * GIB <= result.memory_limit_bytes).all()
+    assert result.raw_size == sum(result.pruned.values()) + len(result.plans)
+
+
+# --------------------------------------------------------------------------------------------
+# pruning
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("model, gpus, gbs", [
+    ("llama3-8b", (48, 48), 96),          # GQA: tp must divide 8 kv heads or be a multiple
+    ("megatron-530b", (280, 280), 280),   # 105 layers: vpp needs pp*vpp | 105 or 107
+    ("llama3.1-405b", (128, 128), 64),    # 126 layers: pp*vpp = 128 = L + 2 is allowed
+    ("mixtral-8x7b", (16, 24), 48),       # experts, and a range of GPU counts
+])
+def test_divisibility_pruning_never_yields_an_invalid_config(model, gpus, gbs):
+    spec = load_model(model)
+    space = _enumerate(spec, gpus, gbs, prune_dominated=False)
+    assert len(space) > 0
+    rng = np.random.default_rng(0)
+    rows = rng.choice(len(space), size=min(1500, len(space)), replace=False)
+    for i in rows:
+        config = _space_config(space, int(i), "bf16")
+        n = config.n_gpus
+        assert gpus[0] <= n <= gpus[1]
+        check_config(spec, config, n)
+
+
+def test_pruned_counts_add_up_and_rules_fire():
+    space = _enumerate(load_model("megatron-530b"), (280, 280), 280, max_tp=8)
+    assert space.raw_size == sum(space.pruned.values()) + len(space)
+    for rule in ("max_tp", "layers", "batch", "vpp_needs_pp", "schedule", "sp_needs_tp", "dominated_sp_off"):
+        assert space.pruned[rule] > 0, rule
+
+
+def test_more_hbm_never_removes_a_fitting_plan():
+    spec = load_model("gpt3-13b")
+    cl = load_cluster("dgx-a100-40gb")
+    key = ["dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage", "recompute", "sequence_parallel",
+           "schedule", "dtype"]
+    small = plan(spec, cl, 32, 64, assign_stages=False).plans
+    big = plan(spec, _with_hbm(cl, cl.gpu.hbm_bytes * 2), 32, 64, assign_stages=False).plans
+    a = set(map(tuple, small[key].astype(str).to_numpy()))
+    b = set(map(tuple, big[key].astype(str).to_numpy()))
+    assert a and a < b
+
+
+def test_fixed_values_and_max_tp_are_respected():
+    result = plan("llama3-8b", "dgx-h100", 64, global_batch_tokens=128 * 8192, max_tp=4,
+                  fixed={"zero": 1, "pp": (1, 2), "recompute": "selective"}, assign_stages=False)
+    p = result.plans
+    assert (p.tp <= 4).all() and set(p.pp) <= {1, 2} and set(p.zero_stage) == {1}
+    assert set(p.recompute.astype(str)) == {"selective"}
+    assert (p.global_batch == 128).all()
+
+
+# --------------------------------------------------------------------------------------------
+# the best plan is the brute-force best
+# --------------------------------------------------------------------------------------------
+
+def test_best_plan_equals_brute_force_over_simulate():
+    spec = ModelSpec(name="tiny", num_layers=4, hidden_size=2048, num_heads=16, num_kv_heads=4,
+                     ffn_hidden_size=8192, vocab_size=32000, seq_len=2048, gated_mlp=True)
+    base = load_cluster("dgx-a100-80gb")
+    n, gbs = 4, 4
+    configs = []
+    for dp, tp, pp, cp in itertools.product(range(1, n + 1), repeat=4):
+        if dp * tp * pp * cp != n:
+            continue
+        for vpp, mb, zero, rc, sp in itertools.product(range(1, 7), range(1, gbs + 1), range(4),
+                                                       ("none", "selective", "full"), (False, True)):
+            try:
+                c = ParallelConfig(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, micro_batch=mb, global_batch=gbs,
+                                   zero_stage=zero, recompute=rc, sequence_parallel=sp)
+                check_config(spec, c, n)
+            except InputError:
+                continue
+            configs.append(c)
+    configs = list(dict.fromkeys(configs))
+    reports = [simulate(spec, base, c) for c in configs]
+    mems = sorted(r.memory_bytes for r in reports)
+    hbm = mems[len(mems) // 3]                      # a limit that binds: a third of them fit
+    cluster = _with_hbm(base, hbm)
+    fitting = [(r.tokens_per_s, c) for r, c in zip(reports, configs) if r.memory_bytes <= hbm]
+    best_tps, best_config = max(fitting, key=lambda x: x[0])
+    result = plan(spec, cluster, n, gbs)
+    assert result.best["tokens_per_s"] == pytest.approx(best_tps, rel=1e-9)
+    # every configuration the brute force found fitting is in the table or was pruned as dominated
+    assert len(result.plans) <= len(fitting)
+
+
+# --------------------------------------------------------------------------------------------
+# stage assignment
+# --------------------------------------------------------------------------------------------
+
+def _brute_force_stages(t, m, pp, limit, extras):
+    ef, el, mf, ml = extras
+    best = math.inf
+    for cuts in itertools.combinations(range(1, len(t)), pp - 1):
+        b = [0, *cuts, len(t)]
+        worst = 0.0
+        for s in range(pp):
+            time_s = t[b[s]:b[s + 1]].sum() + (ef if s == 0 else 0) + (el if s == pp - 1 else 0)
+            mem = m[b[s]:b[s + 1]].sum() + (mf if s == 0 else 0) + (ml if s == pp - 1 else 0)
+            if mem > limit:
+                worst = math.inf
+                break
+            worst = max(worst, time_s)
+        best = min(best, worst)
+    return best
+
+
+def test_stage_assignment_dp_is_optimal_against_brute_force():
+    rng = np.random.default_rng(3)
+    for _ in range(60):
+        n = int(rng.integers(1, 10))
+        pp = int(rng.integers(1, n + 1))
+        t, m = rng.uniform(0.2, 3.0, n), rng.uniform(1.0, 4.0, n)
+        limit = float(rng.uniform(3.0, 14.0))
+        extras = tuple(rng.uniform(0.0, 1.5, 4))
+        expected = _brute_force_stages(t, m, pp, limit, extras)
+        kw = dict(first_stage_extra_s=extras[0], last_stage_extra_s=extras[1],
+                  first_stage_extra_bytes=extras[2], last_stage_extra_bytes=extras[3])
+        if math.isinf(expected):
+            with pytest.raises(InputError):
+                assign_layers_to_stages(t, m, pp, limit, **kw)
+            continue
+        got = assign_layers_to_stages(t, m, pp, limit, **kw)
+        assert got.max_stage_time_s == pytest.approx(expected, rel=1e-12)
+        assert got.stage_layers[0][0] == 0 and got.stage_layers[-1][1] == n
+        assert all(a < b for a, b in got.stage_layers)
+        assert all(x[1] == y[0] for x, y in zip(got.stage_layers, got.stage_layers[1:]))
+        assert max(got.stage_memory_bytes) <= limit * (1 + 1e-9)
+
+
+def test_stage_assignment_ilp_agrees_with_dp():
+    rng = np.random.default_rng(11)
+    for _ in range(6):
+        n = int(rng.integers(3, 9))
+        pp = int(rng.integers(2, min(n, 4) + 1))
+        t, m = rng.uniform(0.5, 2.0, n), rng.uniform(1.0, 2.0, n)
+        limit = float(m.sum() / pp * 1.6 + 2.0)
+        kw = dict(first_stage_extra_s=0.3, last_stage_extra_s=0.8, first_stage_extra_bytes=0.5,
+                  last_stage_extra_bytes=0.5)
+        dp = assign_layers_to_stages(t, m, pp, limit, **kw)
+        ilp = assign_layers_ilp(t, m, pp, limit, **kw)
+        assert ilp.max_stage_time_s == pytest.approx(dp.max_stage_time_s, rel=1e-6)
+
+
+def test_uneven_layers_put_fewer_layers_next_to_the_lm_head():
+    got = assign_layers_to_stages(np.ones(126), None, 16, last_stage_extra_s=1.5)
+    assert sum(got.layer_counts) == 126
+    assert got.max_stage_time_s == pytest.approx(8.0)
+    assert got.layer_counts[-1] < 8
+
+
+def test_winner_records_the_layers_of_every_stage():
+    result = plan("llama3.1-405b", "dgx-h100", 128, 64, fixed={"pp": 8, "vpp": 1})
+    layers = result.stage_layers
+    assert len(layers) == 8
+    assert layers[0][0] == 0 and layers[-1][1] == 126
+    assert all(x[1] == y[0] for x, y in zip(layers, layers[1:]))
+
+
+# --------------------------------------------------------------------------------------------
+# infeasible requests
+# --------------------------------------------------------------------------------------------
+
+def test_no_layout_says_which_gpu_counts_or_batches_would_work():
+    with pytest.raises(InputError) as err:
+        plan("megatron-530b", "dgx-a100-80gb", 5128, 2520)
+    e = err.value
+    assert e.field == "gpus"
+    assert "GPUs" in e.fix and "global batch divisible by 641" in e.fix
+    for n in [int(x) for x in e.fix.split("use ")[1].split(" GPUs")[0].split(" or ")]:
+        assert len(enumerate_space(load_model("megatron-530b"),
+                                   SearchConstraints(gpus=(n, n), global_batch=2520, max_tp=8))) > 0
+
+
+def test_nothing_fits_says_more_gpus_zero3_and_recompute():
+    with pytest.raises(InputError) as err:
+        plan("megatron-530b", "dgx-a100-80gb", 64, 64, fixed={"zero": 0, "recompute": "none"})
+    e = err.value
+    assert e.field == "memory"
+    assert "more GPUs" in e.fix and "ZeRO-3" in e.fix and "full recompute" in e.fix
+    with pytest.raises(InputError) as err:
+        plan("megatron-530b", "dgx-a100-80gb", 64, 64, fixed={"micro_batch": 4})
+    assert "smaller micro-batch" in err.value.fix
+
+
+def test_token_batch_must_be_whole_sequences():
+    with pytest.raises(InputError) as err:
+        plan("llama3-8b", "dgx-h100", 8, global_batch_tokens=1000)
+    assert err.value.field == "global_batch_tokens" and "8192" in err.value.fix
+
+
+def test_cli_prints_one_error_line_and_exits_2():
+    from paraplan.cli import main
+    res = CliRunner().invoke(main, ["plan", "-m", "megatron-530b", "-c", "dgx-a100-80gb", "-n", "5128",
+                                    "--global-batch", "2520"])
+    assert res.exit_code == 2
+    lines = [x for x in res.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: gpus:")
+
+
+def test_cli_table_json_csv_pareto_explain():
+    from paraplan.cli import main
+    base = ["plan", "-m", "gpt3-1.3b", "-c", "dgx-a100-80gb", "-n", "8-16", "--global-batch", "32"]
+    runner = CliRunner()
+    res = runner.invoke(main, base + ["--top", "3", "--pareto", "--explain", "--fix", "zero=1"])
+    assert res.exit_code == 0, res.output
+    assert "tokens_per_s" in res.output and "pareto frontier" in res.output and "runner-up" in res.output
+    res = runner.invoke(main, base + ["--json", "--pareto"])
+    import json
+    data = json.loads(res.output)
+    assert len(data["plans"]) == 10 and data["pareto_gpus"] and set(OUTPUT_COLUMNS) <= set(data["plans"][0])
+    res = runner.invoke(main, base + ["--csv", "--top", "2"])
+    assert res.output.splitlines()[0].split(",") == list(OUTPUT_COLUMNS) and len(res.output.splitlines()) == 3
+
+
+# --------------------------------------------------------------------------------------------
+# published runs: the planner never does worse than the published configuration
+# --------------------------------------------------------------------------------------------
+
+def _published_cases():
+    from paraplan.validation.published import Skip, read_runs, row_inputs
+    if not PUBLISHED.is_file():
+        return []
+    cases = {}
+    for row in read_runs(PUBLISHED).to_dict("records"):
+        try:
+            inputs = row_inputs(row)
+        except Skip:
+            continue
+        value = row.get("measured_value")
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            continue
+        if inputs.model.moe is not None or inputs.metric == "layer_fwd_bwd_time_ms":
+            continue
+        c = inputs.config
+        key = (inputs.model, inputs.cluster_name, c.n_gpus, c.global_batch, c.dtype,
+               c.dp, c.tp, c.pp, c.cp, c.vpp, c.micro_batch, c.zero_stage, c.recompute, c.sequence_parallel)
+        cases.setdefault(key, (row["run_id"], inputs))
+    return list(cases.values())
+
+
+def test_planner_beats_or_matches_every_published_dense_configuration():
+    cases = _published_cases()
+    if not cases:
+        pytest.skip("no published runs file")
+    if os.environ.get("PARAPLAN_PLANNER_ALL_PUBLISHED", "") not in ("", "0"):
+        sample = cases
+    else:   # a deterministic spread that keeps the suite fast
+        sample = [cases[i] for i in np.linspace(0, len(cases) - 1, 8).astype(int)]
+    in_top10 = in_top10_up_to_sp = grown = 0
+    for run_id, inputs in sample:
+        c = inputs.config
+        cluster = load_cluster(inputs.cluster_name)
+        published = simulate(inputs.model, cluster, c)
+        if not published.fits:      # the memory model says it does not fit: give it the room it needs
+            cluster = _with_hbm(cluster, published.memory_bytes * (1 + 1e-9))
+            grown += 1
+        result = plan(inputs.model, cluster, c.n_gpus, c.global_batch, dtypes=(c.dtype,),
+                      max_tp=max(cluster.gpus_per_node, c.tp), assign_stages=False)
+        best = result.best["tokens_per_s"]
+        assert best >= published.tokens_per_s * (1 - 1e-9), run_id
+        top = result.plans.head(10)
+        match = ((top.dp == c.dp) & (top.tp == c.tp) & (top.pp == c.pp) & (top.cp == c.cp) & (top.vpp == c.vpp)
+                 & (top.micro_batch == c.micro_batch) & (top.zero_stage == c.zero_stage)
+                 & (top.recompute.astype(str) == c.recompute.value))
+        in_top10 += bool((match & (top.sequence_parallel == c.sequence_parallel)).any())
+        in_top10_up_to_sp += bool(match.any())
+    print(f"\npublished dense configurations in the planner's top 10: {in_top10} of {len(sample)} "
+          f"({in_top10_up_to_sp} counting the sequence-parallel-on variant of an sp-off config; "
+          f"{grown} published configs needed more HBM than the GPU has, per the memory model; "
+          f"{len(cases)} distinct published dense configurations in all)")
