@@ -44,7 +44,7 @@ def stage_layers_text(stage_layers) -> str:
             runs[-1][1] += 1
         else:
             runs.append([b - a, 1])
-    return "layers per stage: " + ", ".join(f"{n} x{k}" if k > 1 else str(n) for n, k in runs)
+    return ", ".join(f"{n} x{k}" if k > 1 else str(n) for n, k in runs)
 
 
 def explain_text(result, model: ModelSpec) -> str:
@@ -55,9 +55,9 @@ def explain_text(result, model: ModelSpec) -> str:
     gpus = f"{lo}" if lo == hi else f"{lo}-{hi}"
     lines.append(f"search: {result.model} on {gpus} x {result.gpu} ({result.cluster}), global batch "
                  f"{result.global_batch} x {result.seq_len} tokens")
-    lines.append(f"  {result.raw_size:,} candidate configurations, {result.evaluated:,} evaluated in "
-                 f"{result.wall_s:.2f} s ({result.evals_per_s:,.0f}/s), {len(plans):,} fit in "
-                 f"{result.memory_limit_bytes / 2**30:.1f} GiB")
+    lines.append(f"  {result.raw_size:,} candidate configurations, {result.evaluated:,} evaluated "
+                 f"({result.evals_per_s:,.0f}/s), {len(plans):,} fit in {result.memory_limit_bytes / 2**30:.1f} GiB; "
+                 f"search {result.wall_s:.2f} s")
     lines.append("pruned (rule: configurations removed):")
     width = max(len(k) for k in RULES)
     for rule, meaning in RULES.items():

@@ -23,16 +23,17 @@ def _layout_exists(model: ModelSpec, c: SearchConstraints) -> bool:
     return len(enumerate_space(model, c)) > 0
 
 
-def _nearby_counts(model: ModelSpec, c: SearchConstraints, limit: int = 2) -> list[int]:
-    """Up to ``limit`` GPU counts closest to the request that have a valid layout."""
+def _nearby_counts(model: ModelSpec, c: SearchConstraints, node: int, limit: int = 2) -> list[int]:
+    """Up to ``limit`` GPU counts closest to the request that have a valid layout, whole nodes of
+    ``node`` GPUs first."""
     lo, hi = c.gpus
-    span = max(16, hi // 16)
+    span = max(4 * node, hi // 16)
     t = divisibility_only(model, (max(1, lo - span), hi + span), c.global_batch, c.max_tp, c.fixed)
     ok = c.global_batch % t["dp"] == 0
     counts = np.unique(t["n"][ok])
     counts = counts[(counts < lo) | (counts > hi)]
     found = []
-    for n in sorted(counts.tolist(), key=lambda n: (min(abs(n - lo), abs(n - hi)), n)):
+    for n in sorted(counts.tolist(), key=lambda n: (n % node != 0, min(abs(n - lo), abs(n - hi)), n)):
         if _layout_exists(model, replace(c, gpus=(n, n))):
             found.append(n)
             if len(found) == limit:
@@ -41,16 +42,26 @@ def _nearby_counts(model: ModelSpec, c: SearchConstraints, limit: int = 2) -> li
 
 
 def _batch_suggestion(model: ModelSpec, c: SearchConstraints, dps) -> str | None:
-    for d in sorted(set(int(x) for x in dps))[:8]:
-        below = (c.global_batch // d) * d
-        above = below + d
-        for b in (x for x in (above, below) if x >= 1):
-            if _layout_exists(model, replace(c, global_batch=b)):
-                return f"a global batch divisible by {d} (e.g. {b})"
-    return None
+    """The global batches nearest the request (one below, one above) that some layout divides."""
+    mb = min(c.fixed.get("micro_batch", (1,)))
+    units = sorted(set(int(d) * mb for d in dps))
+    candidates = set()
+    for u in units[:16]:
+        below = (c.global_batch // u) * u
+        candidates.update(x for x in (below, below + u) if x >= 1 and x != c.global_batch)
+    found = {}
+    for b in sorted(candidates, key=lambda b: (abs(b - c.global_batch), b)):
+        side = b > c.global_batch
+        if side not in found and _layout_exists(model, replace(c, global_batch=b)):
+            found[side] = b
+        if len(found) == 2:
+            break
+    if not found:
+        return None
+    return "a global batch of " + " or ".join(str(found[k]) for k in sorted(found)) + " sequences"
 
 
-def no_layout(model: ModelSpec, c: SearchConstraints) -> InputError:
+def no_layout(model: ModelSpec, c: SearchConstraints, gpus_per_node: int = 1) -> InputError:
     """The error for a request where no configuration passes the divisibility rules."""
     lo, hi = c.gpus
     what = f"{lo} GPUs" if lo == hi else f"{lo}-{hi} GPUs"
@@ -67,7 +78,7 @@ def no_layout(model: ModelSpec, c: SearchConstraints) -> InputError:
         batch = _batch_suggestion(model, c, dps)
         if batch:
             fixes.append(batch)
-    near = _nearby_counts(model, c)
+    near = _nearby_counts(model, c, gpus_per_node)
     if near:
         fixes.insert(0, "use " + " or ".join(str(n) for n in near) + " GPUs")
     if c.fixed:
@@ -115,7 +126,7 @@ def nothing_fits(model: ModelSpec, cluster, eff, c: SearchConstraints, space, ev
     pinned = [k for k in ("tp", "pp", "cp", "dp") if k in fixed]
     if pinned:
         fixes.append("freeing " + ", ".join(pinned))
-    if c.max_tp < max(1, model.num_heads) and "tp" not in fixed:
+    if c.max_tp < cluster.gpus_per_node and "tp" not in fixed:
         fixes.append(f"a larger --max-tp than {c.max_tp}")
     if headroom_gib > 0:
         fixes.append(f"less headroom than {headroom_gib:g} GiB")

@@ -60,7 +60,7 @@ class PlanResult:
         pruned: rule -> raw configurations it removed (``search_space.RULES``, incl. memory).
         raw_size: configurations in the unpruned space; evaluated: rows scored.
         memory_limit_bytes: HBM minus the headroom; hbm_bytes: the GPU's memory.
-        wall_s: seconds the search took.
+        wall_s: seconds the search took; eval_s: of which scoring with the step model.
         stage_assignment: the winner's layers per (virtual) stage.
         explain: why the winner wins and what the pruning removed (text).
     """
@@ -78,12 +78,19 @@ class PlanResult:
     memory_limit_bytes: float
     hbm_bytes: float
     wall_s: float
+    eval_s: float = 0.0
     stage_assignment: StageAssignment | None = None
     explain: str = ""
     dtypes: tuple[str, ...] = field(default=("bf16",))
 
     @property
     def evals_per_s(self) -> float:
+        """Configurations scored per second of scoring."""
+        return self.evaluated / self.eval_s if self.eval_s > 0 else float("inf")
+
+    @property
+    def search_configs_per_s(self) -> float:
+        """Configurations scored per second of the whole search (enumeration to explanation)."""
         return self.evaluated / self.wall_s if self.wall_s > 0 else float("inf")
 
     @property
@@ -269,14 +276,16 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
     if limit <= 0:
         raise InputError("headroom_gib", f"{headroom_gib} GiB leaves nothing of the "
                          f"{cluster.gpu.hbm_bytes / GIB:.0f} GiB HBM", "use a smaller headroom")
+    fixed = normalise_fixed(fixed)
+    schedules = tuple(dict.fromkeys(tuple(schedules) + tuple(fixed.get("schedule", ()))))
     constraints = SearchConstraints(
         gpus=(lo, hi), global_batch=gbs, max_tp=int(max_tp or cluster.gpus_per_node),
-        fixed=normalise_fixed(fixed), dtypes=dtypes, schedules=tuple(schedules),
+        fixed=fixed, dtypes=dtypes, schedules=schedules,
         max_micro_batch=max_micro_batch, prune_dominated=prune_dominated)
 
     space = enumerate_space(model, constraints)
     if len(space) == 0:
-        raise infeasible.no_layout(model, constraints)
+        raise infeasible.no_layout(model, constraints, cluster.gpus_per_node)
     ev = evaluate_space(model, cluster, eff, space, gbs, limit, chunk_rows=chunk_rows, workers=workers,
                         progress=progress)
     if len(ev.rows) == 0:
@@ -288,7 +297,7 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
     result = PlanResult(
         model=model.name, cluster=cluster.name, gpu=cluster.gpu.name, gpus=(lo, hi), global_batch=gbs,
         seq_len=model.seq_len, plans=plans, pruned=pruned, raw_size=space.raw_size, evaluated=ev.evaluated,
-        memory_limit_bytes=limit, hbm_bytes=cluster.gpu.hbm_bytes, wall_s=0.0, dtypes=dtypes)
+        memory_limit_bytes=limit, hbm_bytes=cluster.gpu.hbm_bytes, wall_s=0.0, eval_s=ev.wall_s, dtypes=dtypes)
     stages = None
     if assign_stages:
         stages = stage_assignment_for(model, cluster, eff, result.best_config, limit)

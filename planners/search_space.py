@@ -18,6 +18,7 @@ drop rows that can never win (named ``dominated_*``). Nothing here evaluates a c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from math import isqrt
 from typing import Mapping
 
@@ -42,7 +43,7 @@ RULES = {
     "schedule": "schedule does not match vpp (interleaved needs vpp > 1; vpp > 1 is always interleaved)",
     "sp_needs_tp": "sequence parallel on with tp = 1 (the same configuration as off)",
     "dominated_sp_off": "sequence parallel off with tp > 1 (dominated: on is never slower nor larger)",
-    "dominated_zero_without_dp": "ZeRO 1-3 with dp*cp = 1 (nothing to shard over: ZeRO-0 or worse)",
+    "dominated_zero_without_dp": "ZeRO 1-3 with a data-parallel group of 1 (nothing to shard: ZeRO-0 or worse)",
     "memory": "does not fit in HBM minus the headroom (evaluated)",
 }
 
@@ -83,6 +84,11 @@ class _DivisorTable:
         starts = np.repeat(np.cumsum(c) - c, c)
         pos = self.offsets[q][rows] + (np.arange(int(c.sum())) - starts)
         return rows, self.flat[pos]
+
+
+@lru_cache(maxsize=4)
+def _divisor_table(n_max: int) -> _DivisorTable:
+    return _DivisorTable(n_max)
 
 
 @dataclass(frozen=True)
@@ -136,10 +142,13 @@ class _Counter:
         self.pruned = pruned
 
     def apply(self, rules: list[tuple[str, np.ndarray]], n_rows: int, scale: int) -> np.ndarray:
-        alive = np.ones(n_rows, dtype=bool)
+        return self.apply2d(rules, (n_rows,), scale)
+
+    def apply2d(self, rules: list[tuple[str, np.ndarray]], shape: tuple, scale: int) -> np.ndarray:
+        alive = np.ones(shape, dtype=bool)
         for name, ok in rules:
             fail = alive & ~np.asarray(ok, dtype=bool)
-            self.pruned[name] = self.pruned.get(name, 0) + int(fail.sum()) * scale
+            self.pruned[name] = self.pruned.get(name, 0) + int(np.count_nonzero(fail)) * scale
             alive &= ~fail
         return alive
 
@@ -175,7 +184,7 @@ def _factorisations(lo: int, hi: int) -> tuple[np.ndarray, ...]:
             tp, pp, cp = tp[ok], pp[ok], cp[ok]
             parts.append((n // (tp * pp * cp), tp, pp, cp))
         return tuple(np.concatenate(x) for x in zip(*parts))
-    table = _DivisorTable(hi)
+    table = _divisor_table(hi)
     n = np.arange(lo, hi + 1, dtype=np.int64)
     r, tp = table.expand(n)
     n = n[r]
@@ -219,7 +228,7 @@ def enumerate_space(model: ModelSpec, c: SearchConstraints) -> SearchSpace:
     zero_raw = np.arange(4, dtype=np.int64)
     rc_raw = np.array([RECOMPUTE_CODES[r] for r in Recompute], dtype=np.int64)
     n_dt = len(c.dtypes)
-    later = [len(ep_raw), len(mb_raw), len(vpp_raw), len(sched_raw), 2, 4, len(rc_raw), n_dt]
+    later = [len(ep_raw), len(mb_raw), len(vpp_raw), len(sched_raw) * 2 * 4 * len(rc_raw), n_dt]
 
     def scale(stage: int) -> int:
         return int(np.prod(later[stage:], dtype=np.int64))
@@ -269,36 +278,34 @@ def enumerate_space(model: ModelSpec, c: SearchConstraints) -> SearchSpace:
     ], len(v), scale(3))
     cols = _keep(cols, ok)
 
-    cols = _cross(cols, sched_raw, "schedule")
-    inter = cols["schedule"] == SCHEDULE_CODES[Schedule.INTERLEAVED]
-    ok = count.apply([
-        ("fixed", _allowed(fixed, "schedule", cols["schedule"])),
-        ("schedule", inter == (cols["vpp"] > 1)),
-    ], len(inter), scale(4))
-    cols = _keep(cols, ok)
+    # the last four axes together: one (rows x combinations) mask, one gather
+    sched, sp, zero, rc = (a.ravel() for a in np.meshgrid(sched_raw, sp_raw, zero_raw, rc_raw, indexing="ij"))
+    t = cols["tp"][:, None]
+    inter = (sched == SCHEDULE_CODES[Schedule.INTERLEAVED])[None, :]
+    shard = cols["dp"] * cols["cp"]
+    if model.moe is not None:     # expert states shard over dp*cp*tp/ep (expert data parallel)
+        shard = np.maximum(shard, shard * cols["tp"] // cols["ep"])
+    shape = (len(cols["dp"]), len(sched))
+    dominated = np.full(shape, c.prune_dominated)
 
-    cols = _cross(cols, sp_raw, "sequence_parallel")
-    sp, t = cols["sequence_parallel"], cols["tp"]
-    ok = count.apply([
-        ("fixed", _allowed(fixed, "sequence_parallel", sp)),
-        ("sp_needs_tp", (sp == 0) | (t > 1)),
-        ("dominated_sp_off", ~np.full(len(sp), c.prune_dominated) | (sp == 1) | (t == 1)),
-    ], len(sp), scale(5))
-    cols = _keep(cols, ok)
+    def grid(mask):
+        return np.broadcast_to(mask, shape)
 
-    cols = _cross(cols, zero_raw, "zero_stage")
-    z = cols["zero_stage"]
-    ok = count.apply([
-        ("fixed", _allowed(fixed, "zero_stage", z)),
-        ("dominated_zero_without_dp",
-         ~np.full(len(z), c.prune_dominated) | (z == 0) | (cols["dp"] * cols["cp"] > 1)),
-    ], len(z), scale(6))
-    cols = _keep(cols, ok)
-
-    cols = _cross(cols, rc_raw, "recompute")
-    ok = count.apply([("fixed", _allowed(fixed, "recompute", cols["recompute"]))],
-                     len(cols["recompute"]), scale(7))
-    cols = _keep(cols, ok)
+    two_chunks = np.isin(sched, [SCHEDULE_CODES[Schedule.ZB_V], SCHEDULE_CODES[Schedule.DUALPIPE]])[None, :]
+    ok = count.apply2d([
+        ("fixed", grid(_allowed(fixed, "schedule", sched)[None, :])),
+        ("schedule", grid(inter == (cols["vpp"] > 1)[:, None])),
+        ("layers", grid(~two_chunks | (L % (2 * cols["pp"]) == 0)[:, None])),   # 2 chunks per rank
+        ("fixed", grid(_allowed(fixed, "sequence_parallel", sp)[None, :])),
+        ("sp_needs_tp", grid((sp == 0)[None, :] | (t > 1))),
+        ("dominated_sp_off", ~dominated | (sp == 1)[None, :] | (t == 1)),
+        ("fixed", grid(_allowed(fixed, "zero_stage", zero)[None, :])),
+        ("dominated_zero_without_dp", ~dominated | (zero == 0)[None, :] | (shard > 1)[:, None]),
+        ("fixed", grid(_allowed(fixed, "recompute", rc)[None, :])),
+    ], shape, n_dt)
+    rows, combo = np.nonzero(ok)
+    cols = {k: v[rows] for k, v in cols.items()}
+    cols.update(schedule=sched[combo], sequence_parallel=sp[combo], zero_stage=zero[combo], recompute=rc[combo])
 
     return SearchSpace(columns=cols, pruned={k: pruned.get(k, 0) for k in RULES if k != "memory"},
                        raw_size=raw_size, dtypes=tuple(c.dtypes), global_batch=gbs)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import time
 from dataclasses import dataclass, fields
 from typing import Callable, Mapping
 
@@ -46,6 +47,7 @@ class Evaluated:
         evaluated: rows scored (all dtypes).
         min_memory_bytes, min_memory_row, min_memory_dtype: the smallest footprint seen (to say
             how far an infeasible request is from fitting); row -1 when nothing was evaluated.
+        wall_s: seconds spent scoring (batches, step model, fit filter, collection).
     """
 
     rows: np.ndarray
@@ -55,6 +57,7 @@ class Evaluated:
     min_memory_bytes: float
     min_memory_row: int
     min_memory_dtype: int
+    wall_s: float = 0.0
 
 
 def _template() -> ConfigBatch:
@@ -141,6 +144,7 @@ def evaluate_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel,
     ``progress(done_rows, total_rows)`` is called after each chunk.
     """
     global _JOB
+    t0 = time.perf_counter()
     n = len(space)
     total = n * len(space.dtypes)
     job = _Job(model, cluster, eff, space.columns, space.dtypes, global_batch, memory_limit_bytes)
@@ -180,4 +184,4 @@ def evaluate_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel,
     best = min(results, key=lambda r: r.min_memory_bytes)
     return Evaluated(rows=rows, dtype_index=dtype_index, outputs=outputs, evaluated=total,
                      min_memory_bytes=best.min_memory_bytes, min_memory_row=best.min_memory_row,
-                     min_memory_dtype=best.dtype_index)
+                     min_memory_dtype=best.dtype_index, wall_s=time.perf_counter() - t0)

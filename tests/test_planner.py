@@ -82,15 +82,18 @@ def test_table_has_the_documented_columns_and_is_ranked_by_throughput():
 # pruning
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("model, gpus, gbs", [
-    ("llama3-8b", (48, 48), 96),          # GQA: tp must divide 8 kv heads or be a multiple
-    ("megatron-530b", (280, 280), 280),   # 105 layers: vpp needs pp*vpp | 105 or 107
-    ("llama3.1-405b", (128, 128), 64),    # 126 layers: pp*vpp = 128 = L + 2 is allowed
-    ("mixtral-8x7b", (16, 24), 48),       # experts, and a range of GPU counts
+ALL_SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "zb-v", "dualpipe")
+
+
+@pytest.mark.parametrize("model, gpus, gbs, schedules", [
+    ("llama3-8b", (48, 48), 96, ALL_SCHEDULES),             # GQA: tp | 8 kv heads or a multiple of 8
+    ("megatron-530b", (280, 280), 280, ("1f1b", "interleaved")),  # 105 layers: pp*vpp | 105 or 107
+    ("llama3.1-405b", (128, 128), 64, ALL_SCHEDULES),       # 126 layers: pp*vpp = 128 = L + 2 is allowed
+    ("mixtral-8x7b", (16, 24), 48, ("1f1b", "interleaved")),  # experts, and a range of GPU counts
 ])
-def test_divisibility_pruning_never_yields_an_invalid_config(model, gpus, gbs):
+def test_divisibility_pruning_never_yields_an_invalid_config(model, gpus, gbs, schedules):
     spec = load_model(model)
-    space = _enumerate(spec, gpus, gbs, prune_dominated=False)
+    space = _enumerate(spec, gpus, gbs, prune_dominated=False, schedules=schedules)
     assert len(space) > 0
     rng = np.random.default_rng(0)
     rows = rng.choice(len(space), size=min(1500, len(space)), replace=False)
@@ -246,7 +249,7 @@ def test_no_layout_says_which_gpu_counts_or_batches_would_work():
         plan("megatron-530b", "dgx-a100-80gb", 5128, 2520)
     e = err.value
     assert e.field == "gpus"
-    assert "GPUs" in e.fix and "global batch divisible by 641" in e.fix
+    assert "GPUs" in e.fix and "global batch of 1923 or 2564" in e.fix
     for n in [int(x) for x in e.fix.split("use ")[1].split(" GPUs")[0].split(" or ")]:
         assert len(enumerate_space(load_model("megatron-530b"),
                                    SearchConstraints(gpus=(n, n), global_batch=2520, max_tp=8))) > 0
@@ -349,3 +352,41 @@ def test_planner_beats_or_matches_every_published_dense_configuration():
           f"({in_top10_up_to_sp} counting the sequence-parallel-on variant of an sp-off config; "
           f"{grown} published configs needed more HBM than the GPU has, per the memory model; "
           f"{len(cases)} distinct published dense configurations in all)")
+
+
+@pytest.mark.parametrize("model, cluster, gpus, gbs", [
+    ("llama3-8b", "dgx-h100", 64, 128),
+    ("gpt3-13b", "dgx-a100-40gb", 32, 64),
+    ("mixtral-8x7b", "dgx-h100", 32, 64),
+])
+def test_dominance_rules_only_drop_configurations_that_cannot_win(model, cluster, gpus, gbs):
+    """Sequence parallel off (tp > 1) is never faster nor smaller than on; ZeRO with nothing to
+    shard over is never faster nor smaller than ZeRO-0: the step model agrees with the pruning."""
+    from planners.vectorized import evaluate_space
+    spec, cl = load_model(model), load_cluster(cluster)
+    space = _enumerate(spec, (gpus, gpus), gbs, prune_dominated=False)
+    ev = evaluate_space(spec, cl, efficiency_for_cluster(cl), space, gbs, np.inf, workers=1)
+    cols = {k: v[ev.rows] for k, v in space.columns.items()}
+    t, mem = ev.outputs["step_time_s"], ev.outputs["memory_bytes"]
+
+    def index(keys):
+        return {tuple(int(cols[k][i]) for k in keys): i for i in range(len(t))}
+
+    others = [k for k in cols if k != "sequence_parallel"]
+    by_key = index(others + ["sequence_parallel"])
+    checked = 0
+    for key, i in by_key.items():
+        if key[-1] == 0 and cols["tp"][i] > 1:
+            j = by_key[key[:-1] + (1,)]
+            assert t[j] <= t[i] * (1 + 1e-12) and mem[j] <= mem[i] * (1 + 1e-12)
+            checked += 1
+    assert checked > 0
+    others = [k for k in cols if k != "zero_stage"]
+    by_key = index(others + ["zero_stage"])
+    pruned = SearchConstraints(gpus=(gpus, gpus), global_batch=gbs, max_tp=8)
+    kept = enumerate_space(spec, pruned)
+    kept_keys = set(zip(*(kept.columns[k] for k in others + ["zero_stage"])))
+    for key, i in by_key.items():
+        if key[-1] > 0 and key not in kept_keys and (cols["sequence_parallel"][i] or cols["tp"][i] == 1):
+            j = by_key[key[:-1] + (0,)]
+            assert t[j] <= t[i] * (1 + 1e-12) and mem[j] <= mem[i] * (1 + 1e-12)

@@ -99,7 +99,7 @@ def _header(result: PlanResult) -> str:
     tokens = result.global_batch * result.seq_len
     return (f"plan: {result.model} on {gpus} x {result.gpu} ({result.cluster}); global batch "
             f"{result.global_batch} sequences x {result.seq_len} = {tokens:,} tokens\n"
-            f"searched {result.raw_size:,} configurations: {result.evaluated:,} evaluated in {result.wall_s:.2f} s "
+            f"searched {result.raw_size:,} configurations in {result.wall_s:.2f} s: {result.evaluated:,} evaluated "
             f"({result.evals_per_s:,.0f}/s), {len(result.plans):,} fit in {result.memory_limit_bytes / 2**30:.1f} GiB\n")
 
 
@@ -109,7 +109,7 @@ def _json(result: PlanResult, top: int, pareto: bool, explain: bool) -> str:
                     "gpus": list(result.gpus), "global_batch": result.global_batch, "seq_len": result.seq_len,
                     "dtypes": list(result.dtypes), "memory_limit_bytes": result.memory_limit_bytes},
         "search": {"configurations": result.raw_size, "evaluated": result.evaluated, "fit": len(result.plans),
-                   "wall_s": result.wall_s, "evals_per_s": result.evals_per_s},
+                   "wall_s": result.wall_s, "eval_s": result.eval_s, "evals_per_s": result.evals_per_s},
         "pruned": dict(result.pruned),
         "plans": result.top(top).to_dict("records"),
         "stage_layers": [list(x) for x in result.stage_layers] if result.stage_layers else None,
