@@ -29,6 +29,7 @@ from hardware_specs.errors import InputError
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from planners import infeasible
+from planners.explain import explain_text
 from planners.search_space import (DEFAULT_SCHEDULES, FIXABLE, RECOMPUTE_NAMES, SCHEDULE_NAMES,
                                    SearchConstraints, enumerate_space)
 from planners.stage_assignment import StageAssignment, stage_assignment_for
@@ -302,7 +303,6 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
     if assign_stages:
         stages = stage_assignment_for(model, cluster, eff, result.best_config, limit)
     result = replace(result, stage_assignment=stages, wall_s=time.perf_counter() - t0)
-    from planners.explain import explain_text   # noqa: PLC0415 - explain imports PlanResult
     return replace(result, explain=explain_text(result, model))
 
 

@@ -174,7 +174,7 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
     \b
     Examples:
       paraplan plan -m llama3.1-405b -c dgx-h100 -n 16384 --global-batch-tokens 16777216
-      paraplan plan -m megatron-530b -c dgx-a100-80gb -n 2240-5120 --global-batch 2520 --pareto
+      paraplan plan -m megatron-530b -c dgx-a100-80gb -n 4480-5120 --global-batch 2520 --pareto
       paraplan plan -m llama3-70b -c dgx-h100 -n 64 --global-batch 128 --fix zero=1 --explain
     """
     if as_json and as_csv:
