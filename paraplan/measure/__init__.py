@@ -11,7 +11,14 @@ Three entry points, which the CLI wires as ``paraplan calibrate``, ``paraplan me
   predicted step time for a list of small configurations.
 
 Importing this package does not import torch; each function raises ``InputError('torch', ...)``
-with install instructions when torch is missing.
+with install instructions when torch is missing. Ranks are started with the ``spawn`` method,
+which re-imports the calling script: call these from a script only under
+``if __name__ == "__main__":``.
+
+Layout: ``runtime`` (device choice, launching ranks, load and memory meters), ``benchmarks``
+and ``fitting`` (microbenchmarks, and the fits that turn them into catalog numbers),
+``calibrate``, ``gpt`` and ``parallel`` (the model and the hand-written DP/ZeRO-1/TP/PP),
+``train`` (the measured runner), ``compare``, ``selfcheck`` (gradients vs an unsharded model).
 """
 from __future__ import annotations
 

@@ -13,29 +13,58 @@ from typing import Callable
 
 from paraplan.measure.runtime import require_torch, synchronize
 
+# (m, n, k): generic squares and skinny shapes, plus the transformer-layer shapes of the small
+# measured GPT (m = tokens of a micro-batch, n/k = hidden or 4*hidden).
 CPU_GEMM_SHAPES = [(128, 128, 128), (256, 256, 256), (512, 512, 512), (1024, 1024, 1024),
-                   (64, 1024, 1024), (1024, 64, 1024), (1024, 1024, 64), (32, 512, 512),
-                   (2048, 256, 1024), (256, 1024, 4096), (4096, 256, 256)]
+                   (64, 1024, 1024), (1024, 64, 1024), (1024, 1024, 64), (512, 768, 256),
+                   (512, 1024, 256), (512, 256, 1024), (2048, 1024, 256)]
 CUDA_GEMM_SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
                     (256, 8192, 8192), (8192, 256, 8192), (8192, 8192, 256), (16384, 4096, 4096),
                     (64, 4096, 4096), (4096, 12288, 4096)]
+#: operand layouts of one linear layer's three GEMMs: forward X W^T, input gradient dY W,
+#: weight gradient dY^T X. BLAS speed differs by layout, and training runs all three.
+GEMM_LAYOUTS = ("nt", "nn", "tn")
 # (batch, heads, seq, head_dim)
 CPU_ATTENTION_SHAPES = [(4, 4, 128, 64), (2, 4, 256, 64), (1, 4, 512, 64)]
 CUDA_ATTENTION_SHAPES = [(8, 16, 1024, 128), (4, 16, 2048, 128), (2, 16, 4096, 128)]
 
 
-def time_call(fn: Callable[[], object], device, target_s: float = 0.05, batches: int = 3,
+def _agree_min(value: int, device) -> int:
+    """The smallest ``value`` over all ranks (every rank must run the same repetitions)."""
+    torch = require_torch()
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return value
+    t = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return int(t.item())
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+def time_call(fn: Callable[[], object], device, target_s: float = 0.02, batches: int = 5,
               max_reps: int = 10_000) -> float:
-    """Seconds per call of ``fn``: min over ``batches`` of the mean of a batch lasting ~target_s."""
+    """Seconds per call of ``fn``: min over ``batches`` of the mean of a batch lasting ~target_s.
+
+    When several ranks are running, every rank calls this at the same time, and each batch
+    starts behind a barrier with the same repetition count everywhere: all ranks are busy
+    during every timed batch, so the result is one device's speed while its neighbours work
+    (on a CPU host, ranks share FLOPs and memory bandwidth).
+    """
     fn()
     synchronize(device)
     t0 = time.perf_counter()
     fn()
     synchronize(device)
     once = max(time.perf_counter() - t0, 1e-7)
-    reps = int(min(max_reps, max(1, target_s / once)))
+    reps = _agree_min(int(min(max_reps, max(1, target_s / once))), device)
     best = float("inf")
     for _ in range(batches):
+        _barrier()
         synchronize(device)
         t0 = time.perf_counter()
         for _ in range(reps):
@@ -45,23 +74,81 @@ def time_call(fn: Callable[[], object], device, target_s: float = 0.05, batches:
     return best
 
 
+#: operand bytes each timing cycles through, so a kernel finds its inputs outside the
+#: per-core caches as it does in a training step (a GEMM that reuses one hot 2 MB operand set
+#: runs ~25% faster on CPU than the same GEMM in training).
+COLD_BYTES = {"cpu": 64 * 2**20, "cuda": 256 * 2**20}
+_VIEW_OPS = {"aten.empty", "aten.empty_like", "aten.empty_strided", "aten.detach", "aten._unsafe_view"}
+
+
+def _operand_sets(make, bytes_per_set: float, device) -> list:
+    """As many operand sets from ``make()`` as fill ``COLD_BYTES`` (at least 1, at most 64)."""
+    n = int(min(64, max(1, COLD_BYTES[device.type] // max(bytes_per_set, 1))))
+    return [make() for _ in range(n)]
+
+
+def _cycling(sets: list, call) -> Callable[[], object]:
+    state = {"i": 0}
+
+    def fn():
+        state["i"] = (state["i"] + 1) % len(sets)
+        return call(*sets[state["i"]])
+    return fn
+
+
 def kernel_overhead_s(device, dtype) -> float:
-    """Fixed cost of one tiny eager op (dispatch + launch), seconds."""
+    """Fixed cost of one kernel in an eager training step, seconds.
+
+    CPU: ops run synchronously, so each kernel pays dispatch and autograd bookkeeping in full;
+    measured as the time of a tiny Linear-GELU-LayerNorm forward + backward divided by the
+    kernels it runs (top-level non-view ops, counted with the profiler). CUDA: dispatch
+    overlaps execution, so it is the launch-bound rate of a stream of tiny kernels.
+    """
     torch = require_torch()
-    x = torch.ones(8, device=device, dtype=dtype)
-    y = torch.empty_like(x)
-    return time_call(lambda: torch.add(x, x, out=y), device, target_s=0.02)
+    import torch.nn.functional as F
+    if device.type == "cuda":
+        x = torch.ones(8, device=device, dtype=dtype)
+        y = torch.empty_like(x)
+        return time_call(lambda: torch.add(x, x, out=y), device, target_s=0.005)
+    x = torch.randn(8, 8, device=device, dtype=dtype, requires_grad=True)
+    w = torch.randn(8, 8, device=device, dtype=dtype, requires_grad=True)
+    b, ln_w, ln_b = (torch.zeros(8, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+
+    def chain():
+        F.layer_norm(F.gelu(F.linear(x, w, b)), (8,), ln_w, ln_b).sum().backward()
+    chain()
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class CountKernels(TorchDispatchMode):
+        """Counts the aten ops that reach a backend kernel (views launch nothing)."""
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not getattr(func, "is_view", False) and str(func.overloadpacket) not in _VIEW_OPS:
+                CountKernels.count += 1
+            return func(*args, **(kwargs or {}))
+    with CountKernels():
+        chain()
+    return time_call(chain, device, target_s=0.01) / max(CountKernels.count, 1)
 
 
 def gemm_times(device, dtype, shapes) -> list[float]:
-    """Seconds per ``(m, k) @ (k, n)`` for each ``(m, n, k)``."""
+    """Seconds per GEMM of each ``(m, n, k)`` (2mnk FLOPs), averaged over ``GEMM_LAYOUTS``,
+    with cache-cold operands (``COLD_BYTES``)."""
     torch = require_torch()
+    elt = torch.tensor([], dtype=dtype).element_size()
     out = []
     for m, n, k in shapes:
-        a = torch.randn(m, k, device=device, dtype=dtype)
-        b = torch.randn(k, n, device=device, dtype=dtype)
-        c = torch.empty(m, n, device=device, dtype=dtype)
-        out.append(time_call(lambda: torch.matmul(a, b, out=c), device))
+        total = 0.0
+        for layout in GEMM_LAYOUTS:
+            def make(layout=layout, m=m, n=n, k=k):
+                a = torch.randn((k, m) if layout[0] == "t" else (m, k), device=device, dtype=dtype)
+                b = torch.randn((n, k) if layout[1] == "t" else (k, n), device=device, dtype=dtype)
+                return (a.t() if layout[0] == "t" else a, b.t() if layout[1] == "t" else b,
+                        torch.empty(m, n, device=device, dtype=dtype))
+            sets = _operand_sets(make, (m * k + k * n + m * n) * elt, device)
+            total += time_call(_cycling(sets, lambda a, b, c: torch.matmul(a, b, out=c)), device)
+        out.append(total / len(GEMM_LAYOUTS))
     return out
 
 
@@ -103,49 +190,29 @@ def attention_times(device, dtype, shapes, causal: bool) -> list[float]:
     """Seconds for forward + backward of ``scaled_dot_product_attention`` per (b, a, s, d)."""
     torch = require_torch()
     import torch.nn.functional as F
+    elt = torch.tensor([], dtype=dtype).element_size()
     out = []
     for bsz, heads, seq, dim in shapes:
-        q, k, v = (torch.randn(bsz, heads, seq, dim, device=device, dtype=dtype, requires_grad=True)
-                   for _ in range(3))
-        grad = torch.randn(bsz, heads, seq, dim, device=device, dtype=dtype)
+        def make():
+            return tuple(torch.randn(bsz, heads, seq, dim, device=device, dtype=dtype, requires_grad=i < 3)
+                         for i in range(4))
 
-        def step():
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-            o.backward(grad)
-        out.append(time_call(step, device, target_s=0.1))
+        def step(q, k, v, grad):
+            F.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(grad)
+        sets = _operand_sets(make, 8 * bsz * heads * seq * dim * elt, device)
+        out.append(time_call(_cycling(sets, step), device, target_s=0.03))
     return out
 
 
-def allreduce_times(device, dtype, sizes_bytes, group=None) -> list[float]:
-    """Seconds per ``all_reduce`` of each message size, all ranks of ``group`` taking part."""
+def allreduce_times(device, dtype, sizes_bytes) -> list[float]:
+    """Seconds per ``all_reduce`` of each message size over all ranks."""
     torch = require_torch()
     import torch.distributed as dist
     elt = torch.tensor([], dtype=dtype).element_size()
     out = []
     for nbytes in sizes_bytes:
         buf = torch.ones(max(1, int(nbytes // elt)), device=device, dtype=dtype)
-
-        def op():
-            dist.all_reduce(buf, group=group)
-        dist.barrier(group=group)
-        # Every rank must run the same number of repetitions: agree on rank 0's estimate.
-        op()
-        synchronize(device)
-        t0 = time.perf_counter()
-        op()
-        synchronize(device)
-        reps = torch.tensor([max(1, min(200, int(0.05 / max(time.perf_counter() - t0, 1e-7))))])
-        dist.broadcast(reps, src=0, group=group)
-        best = float("inf")
-        for _ in range(3):
-            dist.barrier(group=group)
-            synchronize(device)
-            t0 = time.perf_counter()
-            for _ in range(int(reps)):
-                op()
-            synchronize(device)
-            best = min(best, (time.perf_counter() - t0) / int(reps))
-        out.append(best)
+        out.append(time_call(lambda: dist.all_reduce(buf), device, target_s=0.03, batches=3, max_reps=200))
     return out
 
 

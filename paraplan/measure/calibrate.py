@@ -16,6 +16,8 @@ import json
 import os
 import platform
 import statistics
+import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +26,8 @@ import yaml
 from hardware_specs.errors import InputError
 from paraplan.measure import benchmarks as bm
 from paraplan.measure.fitting import fit_alpha_beta, fit_gemm, ring_allreduce_bus_bw
-from paraplan.measure.runtime import choose_device, launch, require_torch, synchronize
+from paraplan.measure.runtime import (choose_device, foreign_load, launch, require_torch, synchronize,
+                                      system_busy_cpu_s)
 
 GIB = 2**30
 #: How the cost models count the FLOPs of causal attention relative to full attention. The
@@ -32,6 +35,11 @@ GIB = 2**30
 ATTENTION_CAUSAL_FLOP_FACTOR = 0.5
 ALLREDUCE_SIZES = {"cpu": [2**k for k in range(12, 26, 2)], "cuda": [2**k for k in range(16, 31, 2)]}
 MEMORY_BYTES = {"cpu": 128 * 2**20, "cuda": 2 * GIB}
+#: foreign load (share of the cores other processes used) above which a calibration warns.
+LOADED_MACHINE = 0.25
+#: sweeps over the GEMM and memory benchmarks; each timing keeps its best sweep, so a burst of
+#: foreign load during one sweep does not end up in the catalog.
+SWEEPS = 2
 
 
 def _dtypes_to_calibrate(kind: str) -> list[str]:
@@ -48,21 +56,34 @@ def _calibration_worker(rank: int, world: int, device, choice, args: dict) -> di
     out: dict = {"rank": rank}
 
     dist.barrier()
+    busy0, own0, wall0 = system_busy_cpu_s(), time.process_time(), time.perf_counter()
     out["kernel_overhead_s"] = bm.kernel_overhead_s(device, dtype)
     shapes = bm.CPU_GEMM_SHAPES if kind == "cpu" else bm.CUDA_GEMM_SHAPES
     out["gemm_shapes"] = shapes
     out["gemm_s"] = {}
     for name in _dtypes_to_calibrate(kind):
+        for _ in range(SWEEPS):
+            dist.barrier()
+            times = bm.gemm_times(device, names[name], shapes)
+            best = out["gemm_s"].get(name, times)
+            out["gemm_s"][name] = [min(x, y) for x, y in zip(best, times)]
+    for _ in range(SWEEPS):
         dist.barrier()
-        out["gemm_s"][name] = bm.gemm_times(device, names[name], shapes)
-    dist.barrier()
-    out["memory_bytes_per_s"] = bm.memory_bandwidth(device, dtype, MEMORY_BYTES[kind])
+        bw = bm.memory_bandwidth(device, dtype, MEMORY_BYTES[kind])
+        best = out.get("memory_bytes_per_s", bw)
+        out["memory_bytes_per_s"] = {k: max(best[k], bw[k]) for k in bw}
     att_shapes = bm.CPU_ATTENTION_SHAPES if kind == "cpu" else bm.CUDA_ATTENTION_SHAPES
     out["attention_shapes"] = att_shapes
     dist.barrier()
     out["attention_causal_s"] = bm.attention_times(device, dtype, att_shapes, causal=True)
     out["attention_full_s"] = bm.attention_times(device, dtype, att_shapes, causal=False)
     synchronize(device)
+    dist.barrier()
+    own = torch.tensor([time.process_time() - own0], dtype=torch.float64, device=device)
+    dist.all_reduce(own)
+    busy1 = system_busy_cpu_s()
+    out["foreign_load"] = foreign_load(None if busy0 is None or busy1 is None else busy1 - busy0,
+                                       float(own), time.perf_counter() - wall0)
     if world > 1:
         sizes = ALLREDUCE_SIZES[kind]
         out["allreduce_bytes"] = sizes
@@ -78,14 +99,23 @@ def _calibration_worker(rank: int, world: int, device, choice, args: dict) -> di
     return out
 
 
-def _median_over_ranks(ranks: list[dict], key: str):
-    """Element-wise median of a per-rank list (or dict of lists) of timings."""
+def _best_over_ranks(ranks: list[dict], key: str):
+    """Element-wise minimum over ranks of a per-rank timing (or dict of timings).
+
+    All ranks ran the benchmark at the same time on identical devices, so each is a sample of
+    the same quantity under the same load; the minimum discards samples a foreign process
+    preempted (calibration machines are often shared).
+    """
     first = ranks[0][key]
     if isinstance(first, dict):
-        return {k: _median_over_ranks([{key: r[key][k]} for r in ranks], key) for k in first}
+        return {k: _best_over_ranks([{key: r[key][k]} for r in ranks], key) for k in first}
     if isinstance(first, list):
-        return [statistics.median(r[key][i] for r in ranks) for i in range(len(first))]
-    return statistics.median(r[key] for r in ranks)
+        return [min(r[key][i] for r in ranks) for i in range(len(first))]
+    return min(r[key] for r in ranks)
+
+
+def _best_bandwidth_over_ranks(ranks: list[dict], key: str) -> dict:
+    return {k: max(r[key][k] for r in ranks) for k in ranks[0][key]}
 
 
 def attention_backward_ratio() -> float:
@@ -117,32 +147,33 @@ def _fraction(x: float) -> float:
 def summarize(ranks: list[dict], world: int, choice) -> dict:
     """Fit the per-rank raw timings into GPU, network and efficiency numbers (SI units)."""
     kind = choice.kind
-    overhead = _median_over_ranks(ranks, "kernel_overhead_s")
+    overhead = _best_over_ranks(ranks, "kernel_overhead_s")
     shapes = [tuple(s) for s in ranks[0]["gemm_shapes"]]
-    gemm_s = _median_over_ranks(ranks, "gemm_s")
+    gemm_s = _best_over_ranks(ranks, "gemm_s")
     fits = {name: fit_gemm(shapes, times, overhead) for name, times in gemm_s.items()}
     primary = _dtypes_to_calibrate(kind)[0]
     # The catalog's peak is the fitted plateau (not the single best shape), so the plateau
     # fraction is 1 by construction and the shape saturation carries the small-GEMM loss.
     peaks = {name: f.peak_flops_per_s for name, f in fits.items()}
 
-    mem = _median_over_ranks(ranks, "memory_bytes_per_s")
+    mem = _best_bandwidth_over_ranks(ranks, "memory_bytes_per_s")
     stream_bw = max(mem["copy"], mem["add"])
     kernel_bw = statistics.median([mem["layernorm"], mem["gelu"], mem["adam"]])
 
     att_shapes = [tuple(s) for s in ranks[0]["attention_shapes"]]
-    att_causal = _median_over_ranks(ranks, "attention_causal_s")
-    att_full = _median_over_ranks(ranks, "attention_full_s")
+    att_causal = _best_over_ranks(ranks, "attention_causal_s")
+    att_full = _best_over_ranks(ranks, "attention_full_s")
     # Forward is one kernel, backward two (cost_models.compute.attention_time_s).
     att_tput = [attention_flops(sh, True) / max(t - 3 * overhead, 0.5 * t) for sh, t in zip(att_shapes, att_causal)]
-    attention_fraction = _fraction(max(att_tput) / peaks[primary])
+    # One fraction for all shapes: the median shape (short sequences reach less, long more).
+    attention_fraction = _fraction(statistics.median(att_tput) / peaks[primary])
 
     if world > 1:
-        ar_fit = fit_alpha_beta(ranks[0]["allreduce_bytes"], _median_over_ranks(ranks, "allreduce_s"))
+        ar_fit = fit_alpha_beta(ranks[0]["allreduce_bytes"], _best_over_ranks(ranks, "allreduce_s"))
         bus_bw = ring_allreduce_bus_bw(ar_fit.bw_bytes_per_s, world)
         # A ring all-reduce takes 2 (n-1) latency-bound steps.
         latency = ar_fit.alpha_s / (2 * (world - 1))
-        p2p_fit = fit_alpha_beta(ranks[0]["sendrecv_bytes"], _median_over_ranks(ranks, "sendrecv_s"))
+        p2p_fit = fit_alpha_beta(ranks[0]["sendrecv_bytes"], _best_over_ranks(ranks, "sendrecv_s"))
     else:
         ar_fit = p2p_fit = None
         bus_bw, latency = stream_bw / 2, 0.0       # one rank: "communication" is a local copy
@@ -160,6 +191,7 @@ def summarize(ranks: list[dict], world: int, choice) -> dict:
         "attention_full_s": att_full, "attention_causal_s": att_causal,
         "allreduce_fit": vars(ar_fit) if ar_fit else None, "allreduce_bus_bw_bytes_per_s": bus_bw,
         "link_latency_s": latency, "sendrecv_fit": vars(p2p_fit) if p2p_fit else None,
+        "foreign_load": ranks[0].get("foreign_load"),
     }
 
 
@@ -240,6 +272,10 @@ def run_calibration(out_path, nprocs: int = 2, name: str | None = None, device: 
     choice = choose_device(device, local_ranks=nprocs, threads_per_rank=threads_per_rank)
     ranks = launch(_calibration_worker, int(nprocs), {}, choice)
     summary = summarize(ranks, int(nprocs), choice)
+    load = ranks[0].get("foreign_load")
+    if load is not None and load > LOADED_MACHINE:
+        warnings.warn(f"other processes kept {load:.0%} of this machine's cores busy during calibration; "
+                      "the numbers are pessimistic, rerun on a quiet machine", stacklevel=2)
     mapping = cluster_mapping(summary, ranks, int(nprocs), choice, name or out_path.stem)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     header = ("# Written by paraplan calibrate (paraplan/measure/calibrate.py); regenerate rather "

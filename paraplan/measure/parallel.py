@@ -56,24 +56,32 @@ class Mesh:
         return self.rank + self.tp * self.dp
 
 
-def build_mesh(tp: int, dp: int, pp: int) -> Mesh:
-    """This rank's ``Mesh``; every rank must call it (``new_group`` is collective)."""
+def build_mesh(tp: int, dp: int, pp: int, copies: int = 1) -> Mesh:
+    """This rank's ``Mesh``; every rank must call it (``new_group`` is collective).
+
+    ``copies`` independent jobs of ``tp*dp*pp`` ranks each share the world (job ``j`` owns
+    ranks ``[j*size, (j+1)*size)``); they never communicate with each other.
+    """
     world, rank = dist.get_world_size(), dist.get_rank()
-    if tp * dp * pp != world:
-        raise InputError("world_size", f"tp*dp*pp = {tp}*{dp}*{pp} = {tp * dp * pp} but {world} ranks")
-    tp_rank, dp_rank, pp_rank = rank % tp, (rank // tp) % dp, rank // (tp * dp)
+    size = tp * dp * pp
+    if size * copies != world:
+        raise InputError("world_size", f"copies*tp*dp*pp = {copies}*{tp}*{dp}*{pp} = {copies * size} "
+                         f"but {world} ranks")
+    local = rank % size
+    tp_rank, dp_rank, pp_rank = local % tp, (local // tp) % dp, local // (tp * dp)
     mesh = Mesh(rank, tp, dp, pp, tp_rank, dp_rank, pp_rank)
-    for p in range(pp):
-        for d in range(dp):
-            ranks = [p * tp * dp + d * tp + t for t in range(tp)]
-            group = dist.new_group(ranks) if tp > 1 else None
-            if rank in ranks:
-                mesh.tp_group = group
-        for t in range(tp):
-            ranks = [p * tp * dp + d * tp + t for d in range(dp)]
-            group = dist.new_group(ranks) if dp > 1 else None
-            if rank in ranks:
-                mesh.dp_group = group
+    for base in range(0, world, size):
+        for p in range(pp):
+            for d in range(dp):
+                ranks = [base + p * tp * dp + d * tp + t for t in range(tp)]
+                group = dist.new_group(ranks) if tp > 1 else None
+                if rank in ranks:
+                    mesh.tp_group = group
+            for t in range(tp):
+                ranks = [base + p * tp * dp + d * tp + t for d in range(dp)]
+                group = dist.new_group(ranks) if dp > 1 else None
+                if rank in ranks:
+                    mesh.dp_group = group
     return mesh
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import resource
 import socket
 import tempfile
@@ -95,6 +96,45 @@ def peak_memory_bytes(device) -> float:
         return float(require_torch().cuda.max_memory_allocated(device))
     # Linux reports ru_maxrss in KiB.
     return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024.0
+
+
+def system_busy_cpu_s() -> float | None:
+    """CPU-seconds all cores of this host have been busy since boot (Linux ``/proc/stat``),
+    counting hypervisor steal; ``None`` where unavailable."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return None
+    ticks = [float(x) for x in fields]
+    # user nice system idle iowait irq softirq steal [guest guest_nice: already in user]
+    busy = sum(ticks[:3]) + sum(ticks[5:8])
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def foreign_load(busy_delta_s: float | None, own_cpu_s: float, wall_s: float) -> float | None:
+    """Fraction of the host's cores that processes other than ours kept busy over ``wall_s``.
+
+    0 means the machine was ours; a measurement with a large value was taken on a shared,
+    loaded machine and is weak evidence about the simulator.
+    """
+    if busy_delta_s is None or wall_s <= 0:
+        return None
+    return max(0.0, busy_delta_s - own_cpu_s) / ((os.cpu_count() or 1) * wall_s)
+
+
+def machine_fingerprint(device_kind: str = "cpu") -> str:
+    """A short description of this machine for baselines: CPU model, cores, torch, device."""
+    torch = require_torch()
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    gpu = f", {torch.cuda.get_device_name(0)}" if device_kind == "cuda" and torch.cuda.is_available() else ""
+    return f"{model} x{os.cpu_count()}{gpu}, torch {torch.__version__.split('+')[0]}, {device_kind}"
 
 
 def _worker_entry(rank: int, world_size: int, port: int, choice_dict: dict, fn: Callable,

@@ -14,7 +14,8 @@ import time
 from dataclasses import asdict, dataclass, fields
 
 from hardware_specs.errors import InputError
-from paraplan.measure.runtime import choose_device, launch, peak_memory_bytes, require_torch, synchronize
+from paraplan.measure.runtime import (choose_device, foreign_load, launch, peak_memory_bytes, require_torch,
+                                      synchronize, system_busy_cpu_s)
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,10 @@ class RunConfig:
     ``recompute`` is ``none`` or ``full`` (each layer's input kept, the layer recomputed in
     backward). ``zero_stage`` is 0 (all-reduce) or 1 (sharded Adam). ``threads_per_rank``
     defaults to ``cpu_count // 2`` so every rank, in any layout, is the same "device".
+    ``copies`` runs that many independent instances of the job side by side, so a small job
+    loads the host like a large one: CPU ranks share the chip's FLOPs and memory bandwidth
+    (two busy single-thread ranks each get about half of what one gets alone), and the
+    calibration measures every rank under that full load.
     """
 
     name: str = "run"
@@ -45,9 +50,10 @@ class RunConfig:
     lr: float = 1e-4
     device: str = "auto"
     threads_per_rank: int | None = None
+    copies: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("dp", "tp", "pp", "micro_batch", "global_batch", "steps"):
+        for name in ("dp", "tp", "pp", "micro_batch", "global_batch", "steps", "copies"):
             if int(getattr(self, name)) < 1:
                 raise InputError(name, f"must be >= 1, got {getattr(self, name)}")
         if self.warmup < 0 or self.warmup >= self.steps:
@@ -71,6 +77,7 @@ class RunConfig:
 
     @property
     def world_size(self) -> int:
+        """Ranks of one job (``dp * tp * pp``); ``copies * world_size`` processes are started."""
         return self.dp * self.tp * self.pp
 
     @property
@@ -151,13 +158,14 @@ def _train_worker(rank: int, world: int, device, choice, args: dict) -> dict:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     baseline_mem = peak_memory_bytes(device)
-    mesh = build_mesh(run.tp, run.dp, run.pp)
+    mesh = build_mesh(run.tp, run.dp, run.pp, run.copies)
+    job = rank // run.world_size
     cfg = GPTConfig(run.num_layers, run.hidden_size, run.num_heads, run.vocab_size, run.seq_len)
-    torch.manual_seed(run.seed + 1000 * mesh.pp_rank + mesh.tp_rank)
+    torch.manual_seed(run.seed + 1000 * mesh.pp_rank + mesh.tp_rank + 100_000 * job)
     model = GPTStage(cfg, mesh, recompute=run.recompute == "full").to(device=device, dtype=choice.torch_dtype)
     opt = FlatOptimizer(model, mesh, run.zero_stage, lr=run.lr)
 
-    gen = torch.Generator().manual_seed(run.seed + 7 * mesh.dp_rank)   # same batch on a replica's ranks
+    gen = torch.Generator().manual_seed(run.seed + 7 * mesh.dp_rank + 100_000 * job)  # same on a replica's ranks
     shape = (run.num_microbatches, run.micro_batch, run.seq_len)
     tokens = torch.randint(0, run.vocab_size, shape, generator=gen).to(device)
     targets = torch.randint(0, run.vocab_size, shape, generator=gen).to(device)
@@ -165,6 +173,9 @@ def _train_worker(rank: int, world: int, device, choice, args: dict) -> dict:
 
     losses, times = [], []
     for step in range(run.steps):
+        if step == run.warmup:
+            dist.barrier()
+            busy0, own0, wall0 = system_busy_cpu_s(), time.process_time(), time.perf_counter()
         dist.barrier()
         synchronize(device)
         t0 = time.perf_counter()
@@ -178,11 +189,15 @@ def _train_worker(rank: int, world: int, device, choice, args: dict) -> dict:
             opt.check_grads_in_place()
         if loss_sum is not None:
             losses.append(float(loss_sum))
-    slowest = torch.tensor(times, dtype=torch.float64)
-    if device.type == "cuda":
-        slowest = slowest.to(device)
+    dist.barrier()
+    busy1, own_cpu, wall = system_busy_cpu_s(), time.process_time() - own0, time.perf_counter() - wall0
+    slowest = torch.tensor(times, dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    own_total = torch.tensor([own_cpu], dtype=torch.float64, device=device)
+    dist.all_reduce(own_total)
+    busy = None if busy0 is None or busy1 is None else busy1 - busy0
     return {"rank": rank, "step_times_s": slowest.cpu().tolist(), "losses": losses,
+            "foreign_load": foreign_load(busy, float(own_total), wall),
             "peak_memory_bytes": peak_memory_bytes(device), "baseline_memory_bytes": baseline_mem,
             "local_params": sum(p.numel() for p in model.parameters())}
 
@@ -190,28 +205,32 @@ def _train_worker(rank: int, world: int, device, choice, args: dict) -> dict:
 def run_measurement(config: dict) -> dict:
     """Train the small GPT with ``config`` (keys of ``RunConfig``) and report its measured cost.
 
-    Returns the run's config plus: ``world_size``, ``device``, ``backend``, ``dtype``,
-    ``threads_per_rank``, ``step_times_s`` (slowest rank per step), ``measured_step_s``
-    (median after warm-up), ``tokens_per_s``, ``peak_memory_bytes`` (max over ranks: peak RSS
-    on CPU, CUDA allocator peak on GPU), ``baseline_memory_bytes`` (the same before the model
-    was built) and ``loss_first`` / ``loss_last``. Raises ``InputError`` if torch is missing.
+    Returns the run's config plus: ``world_size`` (ranks of one job), ``processes``,
+    ``device``, ``backend``, ``dtype``, ``threads_per_rank``, ``step_times_s`` (slowest rank per
+    step), ``measured_step_s`` (median after warm-up), ``tokens_per_s`` (of one job),
+    ``foreign_load`` (share of the host's cores other processes used while the measured steps
+    ran, see ``runtime.foreign_load``), ``peak_memory_bytes`` (max over ranks: peak RSS on CPU,
+    CUDA allocator peak on GPU), ``baseline_memory_bytes`` (the same before the model was
+    built), ``loss_first`` / ``loss_last`` and ``params_per_rank`` (of one job).
+    Raises ``InputError`` if torch is missing or the config is invalid.
     """
     require_torch()
     run = RunConfig.from_dict(dict(config))
     choice = choose_device(run.device, threads_per_rank=run.threads_per_rank)
-    ranks = launch(_train_worker, run.world_size, asdict(run), choice)
+    ranks = launch(_train_worker, run.copies * run.world_size, asdict(run), choice)
     times = ranks[0]["step_times_s"]
     measured = statistics.median(times[run.warmup:])
     losses = next((r["losses"] for r in ranks if r["losses"]), [])
     result = asdict(run)
     result.update({
-        "world_size": run.world_size, "device": choice.kind, "backend": choice.backend,
-        "dtype": choice.dtype, "threads_per_rank": choice.threads_per_rank,
+        "world_size": run.world_size, "processes": run.copies * run.world_size, "device": choice.kind,
+        "backend": choice.backend, "dtype": choice.dtype, "threads_per_rank": choice.threads_per_rank,
         "step_times_s": times, "measured_step_s": measured,
         "tokens_per_s": run.global_batch * run.seq_len / measured,
         "peak_memory_bytes": max(r["peak_memory_bytes"] for r in ranks),
         "baseline_memory_bytes": max(r["baseline_memory_bytes"] for r in ranks),
+        "foreign_load": ranks[0]["foreign_load"],
         "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
-        "params_per_rank": [r["local_params"] for r in ranks],
+        "params_per_rank": [r["local_params"] for r in ranks[:run.world_size]],
     })
     return result

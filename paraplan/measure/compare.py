@@ -1,0 +1,126 @@
+"""``paraplan validate measured``: measured step times on this machine vs the simulator.
+
+Each configuration is trained for a few steps by ``train.run_measurement``; the same model,
+layout and batch are then described with paraplan's own objects (``ModelSpec``, the
+calibrated ``ClusterSpec``, ``ParallelConfig``) and passed to ``simulator.simulate``. The rows
+say how far the prediction is from the measurement, and the ``pred_*`` columns show which part
+of the predicted step is responsible.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hardware_specs.errors import InputError
+
+#: The small GPT every default configuration trains (fits two CPU ranks; ~0.1-0.5 s a step).
+DEFAULT_MODEL = {"num_layers": 4, "hidden_size": 256, "num_heads": 4, "vocab_size": 1024, "seq_len": 128}
+
+#: Layouts that fit two local ranks: single-rank baselines (micro-batching, recompute), data
+#: parallel (all-reduce, ZeRO-1), tensor parallel (with and without recompute), 1F1B pipeline.
+DEFAULT_CONFIGS = [
+    {"name": "single", "micro_batch": 4, "global_batch": 4},
+    {"name": "single-mb1x4", "micro_batch": 1, "global_batch": 4},
+    {"name": "single-recompute", "micro_batch": 4, "global_batch": 4, "recompute": "full"},
+    {"name": "dp2", "dp": 2, "micro_batch": 2, "global_batch": 4},
+    {"name": "dp2-mb1x2", "dp": 2, "micro_batch": 1, "global_batch": 4},
+    {"name": "dp2-zero1", "dp": 2, "micro_batch": 2, "global_batch": 4, "zero_stage": 1},
+    {"name": "tp2", "tp": 2, "micro_batch": 4, "global_batch": 4},
+    {"name": "tp2-recompute", "tp": 2, "micro_batch": 4, "global_batch": 4, "recompute": "full"},
+    {"name": "pp2-mb1x4", "pp": 2, "micro_batch": 1, "global_batch": 4},
+    {"name": "pp2-mb2x4", "pp": 2, "micro_batch": 2, "global_batch": 8},
+]
+CONFIG_COLUMNS = ["dp", "tp", "pp", "micro_batch", "global_batch", "zero_stage", "recompute"]
+PREDICTED_PARTS = ["compute_s", "recompute_s", "tp_comm_exposed_s", "pp_comm_s", "pipeline_bubble_s",
+                   "dp_comm_exposed_s", "optimizer_s"]
+
+
+def _simulate():
+    try:
+        from simulator import simulate
+    except ImportError as exc:
+        raise InputError("simulator", f"simulator.simulate is not available ({exc})",
+                         "update paraplan; the measured comparison needs the simulator") from None
+    return simulate
+
+
+def model_spec(run: dict):
+    """The ``ModelSpec`` of the measured GPT (MHA, plain 4h GELU MLP, untied head)."""
+    from model_specs.model_spec import ModelSpec
+    return ModelSpec(name=f"measure-gpt-l{run['num_layers']}-h{run['hidden_size']}",
+                     num_layers=int(run["num_layers"]), hidden_size=int(run["hidden_size"]),
+                     num_heads=int(run["num_heads"]), num_kv_heads=int(run["num_heads"]),
+                     ffn_hidden_size=4 * int(run["hidden_size"]), vocab_size=int(run["vocab_size"]),
+                     seq_len=int(run["seq_len"]), gated_mlp=False, tied_embeddings=False,
+                     source="paraplan.measure.gpt")
+
+
+def parallel_config(run: dict, dtype: str):
+    """The ``ParallelConfig`` the measured runner implements: 1F1B, no overlap of any kind."""
+    from simulator.parallel_config import ParallelConfig
+    return ParallelConfig(dp=run["dp"], tp=run["tp"], pp=run["pp"], micro_batch=run["micro_batch"],
+                          global_batch=run["global_batch"], zero_stage=run["zero_stage"],
+                          recompute=run["recompute"], sequence_parallel=False, dtype=dtype,
+                          schedule="1f1b", overlap_grad_reduce=False, overlap_param_gather=False,
+                          tp_comm_overlap=False)
+
+
+def predict(run: dict, cluster, dtype: str):
+    """``simulate`` the measured run on ``cluster``; returns the ``StepReport``."""
+    simulate = _simulate()
+    config = parallel_config(run, dtype)
+    return simulate(model_spec(run), cluster, config, n_gpus=config.n_gpus)
+
+
+def _calibrated_threads(cluster_path: Path) -> int | None:
+    from paraplan.measure.calibrate import sidecar_path
+    side = sidecar_path(cluster_path)
+    if side.is_file():
+        return json.loads(side.read_text()).get("device", {}).get("threads_per_rank")
+    return None
+
+
+def compare_measured(cluster_path, configs=None, steps: int = 6, warmup: int = 2, model: dict | None = None):
+    """Measure each configuration on this machine and compare with the simulator's prediction.
+
+    Args:
+        cluster_path: a cluster YAML written by ``run_calibration`` (or any catalog name).
+        configs: list of ``RunConfig`` dicts (default ``DEFAULT_CONFIGS``); keys missing from a
+            config take ``model`` and the step counts given here.
+        steps, warmup: steps per run, and how many of them are excluded from the median.
+        model: GPT size keys (default ``DEFAULT_MODEL``).
+
+    Returns a ``pandas.DataFrame`` with one row per configuration: ``name``, the config fields,
+    ``measured_step_s``, ``predicted_step_s``, ``rel_error`` ((predicted - measured) /
+    measured), ``foreign_load`` (share of the cores other processes used meanwhile: rows
+    measured on a loaded machine say little about the simulator), ``measured_tokens_per_s``, ``measured_peak_memory_bytes``,
+    ``predicted_memory_bytes`` and the predicted breakdown ``pred_<part>``.
+    """
+    import pandas as pd
+    from hardware_specs.catalog import load_cluster
+    from paraplan.measure.train import run_measurement
+    _simulate()          # fail before spending minutes on measurements
+    cluster = load_cluster(str(cluster_path))
+    threads = _calibrated_threads(Path(cluster_path))
+    rows = []
+    for cfg in (configs or DEFAULT_CONFIGS):
+        run_cfg = {**(model or DEFAULT_MODEL), "steps": steps, "warmup": warmup, **cfg}
+        if threads is not None:
+            run_cfg.setdefault("threads_per_rank", threads)
+        world = int(run_cfg.get("dp", 1)) * int(run_cfg.get("tp", 1)) * int(run_cfg.get("pp", 1))
+        # Keep every calibrated rank busy, as during calibration: small jobs run side by side.
+        run_cfg.setdefault("copies", max(1, cluster.gpus_per_node // world))
+        measured = run_measurement(run_cfg)
+        report = predict(measured, cluster, measured["dtype"])
+        row = {"name": measured["name"], **{k: measured[k] for k in CONFIG_COLUMNS},
+               "measured_step_s": measured["measured_step_s"], "predicted_step_s": report.step_time_s}
+        row["rel_error"] = (row["predicted_step_s"] - row["measured_step_s"]) / row["measured_step_s"]
+        row.update({"foreign_load": measured["foreign_load"], "measured_tokens_per_s": measured["tokens_per_s"],
+                    "measured_peak_memory_bytes": measured["peak_memory_bytes"],
+                    "measured_memory_above_baseline_bytes":
+                        measured["peak_memory_bytes"] - measured["baseline_memory_bytes"],
+                    "predicted_memory_bytes": report.memory_bytes,
+                    "measured_step_times_s": " ".join(f"{t:.4f}" for t in measured["step_times_s"])})
+        row.update({f"pred_{k}": report.time_breakdown_s.get(k, 0.0) for k in PREDICTED_PARTS})
+        rows.append(row)
+    return pd.DataFrame(rows)
