@@ -61,7 +61,8 @@ class PlanResult:
         pruned: rule -> raw configurations it removed (``search_space.RULES``, incl. memory).
         raw_size: configurations in the unpruned space; evaluated: rows scored.
         memory_limit_bytes: HBM minus the headroom; hbm_bytes: the GPU's memory.
-        wall_s: seconds the search took; eval_s: of which scoring with the step model.
+        wall_s: seconds the search took; eval_s: of which scoring with the step model;
+            eval_cpu_s: CPU seconds of that scoring in this process.
         stage_assignment: the winner's layers per (virtual) stage.
         explain: why the winner wins and what the pruning removed (text).
     """
@@ -80,6 +81,7 @@ class PlanResult:
     hbm_bytes: float
     wall_s: float
     eval_s: float = 0.0
+    eval_cpu_s: float = 0.0
     stage_assignment: StageAssignment | None = None
     explain: str = ""
     dtypes: tuple[str, ...] = field(default=("bf16",))
@@ -298,7 +300,8 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
     result = PlanResult(
         model=model.name, cluster=cluster.name, gpu=cluster.gpu.name, gpus=(lo, hi), global_batch=gbs,
         seq_len=model.seq_len, plans=plans, pruned=pruned, raw_size=space.raw_size, evaluated=ev.evaluated,
-        memory_limit_bytes=limit, hbm_bytes=cluster.gpu.hbm_bytes, wall_s=0.0, eval_s=ev.wall_s, dtypes=dtypes)
+        memory_limit_bytes=limit, hbm_bytes=cluster.gpu.hbm_bytes, wall_s=0.0, eval_s=ev.wall_s,
+        eval_cpu_s=ev.cpu_s, dtypes=dtypes)
     stages = None
     if assign_stages:
         stages = stage_assignment_for(model, cluster, eff, result.best_config, limit)

@@ -47,7 +47,8 @@ class Evaluated:
         evaluated: rows scored (all dtypes).
         min_memory_bytes, min_memory_row, min_memory_dtype: the smallest footprint seen (to say
             how far an infeasible request is from fitting); row -1 when nothing was evaluated.
-        wall_s: seconds spent scoring (batches, step model, fit filter, collection).
+        wall_s: seconds spent scoring (batches, step model, fit filter, collection); cpu_s: CPU
+            seconds of this process meanwhile (less contention-sensitive; excludes workers).
     """
 
     rows: np.ndarray
@@ -58,6 +59,7 @@ class Evaluated:
     min_memory_row: int
     min_memory_dtype: int
     wall_s: float = 0.0
+    cpu_s: float = 0.0
 
 
 def _template() -> ConfigBatch:
@@ -144,7 +146,7 @@ def evaluate_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel,
     ``progress(done_rows, total_rows)`` is called after each chunk.
     """
     global _JOB
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     n = len(space)
     total = n * len(space.dtypes)
     job = _Job(model, cluster, eff, space.columns, space.dtypes, global_batch, memory_limit_bytes)
@@ -184,4 +186,5 @@ def evaluate_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel,
     best = min(results, key=lambda r: r.min_memory_bytes)
     return Evaluated(rows=rows, dtype_index=dtype_index, outputs=outputs, evaluated=total,
                      min_memory_bytes=best.min_memory_bytes, min_memory_row=best.min_memory_row,
-                     min_memory_dtype=best.dtype_index, wall_s=time.perf_counter() - t0)
+                     min_memory_dtype=best.dtype_index, wall_s=time.perf_counter() - t0,
+                     cpu_s=time.process_time() - c0)
