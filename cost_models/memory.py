@@ -51,10 +51,10 @@ def activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, cp, s
     replicated = tokens * h * 10.0 / split
     mlp = (6.0 if model.gated_mlp else 4.0) * f
     sharded = tokens * (2.0 * a * d + 4.0 * g * d + 2.0 * a * d + mlp) / tp
-    if flash_attention:
-        score = tokens * a * 4.0 / tp   # fp32 log-sum-exp per query and head
-    else:
-        score = 5.0 * a * s_local * np.asarray(seq_len, dtype=float) * b / tp
+    # fused attention keeps an fp32 log-sum-exp per query and head; the materialised softmax
+    # keeps scores, dropout mask and dropout output (5 a s^2 b bytes)
+    score = np.where(flash_attention, tokens * a * 4.0 / tp,
+                     5.0 * a * s_local * np.asarray(seq_len, dtype=float) * b / tp)
     full_layer = replicated + sharded + score
     selective = replicated + sharded        # the attention core is recomputed: nothing kept
     layer_input = 2.0 * tokens * h / split

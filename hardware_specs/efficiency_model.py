@@ -34,9 +34,13 @@ class EfficiencyModel:
             (NCCL busBW over NVLink).
         scaleout_fraction: achieved bus bandwidth / NIC bandwidth across nodes.
         kernel_overhead_s: fixed time per kernel launch (tail effects, launch latency), seconds.
-        exposed_dp_fraction: fraction of data-parallel gradient communication that is not
-            hidden behind the backward pass when overlap is on (bucketing leaves the last
-            bucket and contention exposed).
+        exposed_dp_fraction: fraction of data-parallel gradient / parameter traffic that the
+            generation's usual software stack leaves exposed when overlap is on (bucketing
+            leaves the last bucket, and contention slows compute).
+        exposed_tp_fraction: fraction of tensor-parallel collective time left exposed by the
+            generation's usual stack (1 = fully serialised, as Megatron 2020-22; lower with
+            async TP / userbuffers overlap). ``ParallelConfig.tp_comm_overlap`` forces full
+            overlap instead.
         fitted_on: what these numbers were fitted on and how to refit them.
     """
 
@@ -49,6 +53,7 @@ class EfficiencyModel:
     scaleout_fraction: float = 0.8
     kernel_overhead_s: float = 5e-6
     exposed_dp_fraction: float = 0.1
+    exposed_tp_fraction: float = 1.0
     fitted_on: str = ""
 
     def __post_init__(self) -> None:
@@ -61,6 +66,7 @@ class EfficiencyModel:
                      "scaleout_fraction"):
             _check_fraction(f"{where}.{name}", getattr(self, name))
         _check_fraction(f"{where}.exposed_dp_fraction", self.exposed_dp_fraction, allow_zero=True)
+        _check_fraction(f"{where}.exposed_tp_fraction", self.exposed_tp_fraction, allow_zero=True)
         require_positive(f"{where}.gemm_half_dim", self.gemm_half_dim, allow_zero=True)
         require_positive(f"{where}.kernel_overhead_s", self.kernel_overhead_s, allow_zero=True)
         object.__setattr__(self, "gemm_peak_fraction", MappingProxyType(dict(self.gemm_peak_fraction)))

@@ -66,7 +66,8 @@ class ParallelConfig:
         schedule: pipeline schedule; ``interleaved`` is chosen automatically when vpp > 1.
         overlap_grad_reduce: DP gradient reduction overlaps the backward pass.
         overlap_param_gather: ZeRO-3 parameter all-gathers are prefetched under compute.
-        tp_comm_overlap: TP collectives overlap the GEMMs (userbuffers / async TP).
+        tp_comm_overlap: force TP collectives to overlap the GEMMs (userbuffers / async TP);
+            off = the exposure usual on the GPU generation (``EfficiencyModel.exposed_tp_fraction``).
         cp_kind: context-parallel flavour.
         moe_load_imbalance: ratio of the busiest expert's tokens to the mean (1 = uniform).
         flash_attention: fused attention core (no stored score matrix); False models the

@@ -11,9 +11,9 @@ Step time (per optimizer step, seconds), for the slowest pipeline stage:
     pipeline = (m + bubble_units) * t_mb          (closed forms per schedule, see bubble_units)
     step     = pipeline + exposed DP communication + optimizer step
 
-Exposed DP communication: with ``overlap_grad_reduce`` the gradient reduction runs under the
-backward pass of the last micro-batch, so only what exceeds that window, and at least the
-generation's ``exposed_dp_fraction`` of it (last bucket, contention), is exposed.
+Exposed DP communication: with ``overlap_grad_reduce`` (``overlap_param_gather``) the traffic
+runs under the step's compute; the generation's fitted ``exposed_dp_fraction`` of it stays
+exposed (last bucket, contention), and never less than what exceeds the compute.
 """
 from __future__ import annotations
 
@@ -117,11 +117,17 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     tp_fwd = 2.0 * tp_coll
     tp_bwd = 2.0 * tp_coll
     tp_rec = np.where(rc == 2, tp_fwd, 0.0)
-    tp_exposed_f = np.where(batch.tp_comm_overlap, np.maximum(tp_fwd - gemm_f, 0.0), tp_fwd)
-    tp_exposed_b = np.where(batch.tp_comm_overlap, np.maximum(tp_bwd - 2 * gemm_f, 0.0), tp_bwd)
-    tp_exposed_r = np.where(batch.tp_comm_overlap, np.maximum(tp_rec - gemm_f, 0.0), tp_rec)
-    cpc = context_parallel.context_parallel_costs(model, batch.cp_kind, tokens, cp, tp, attn["core_fwd_s"],
-                                                  attn["core_bwd_s"], cluster, eff)
+    # forced overlap hides TP traffic behind the GEMMs; otherwise the generation's usual stack
+    # leaves the fitted fraction exposed
+    tp_x = eff.exposed_tp_fraction
+    tp_exposed_f = np.where(batch.tp_comm_overlap, np.maximum(tp_fwd - gemm_f, 0.0), tp_x * tp_fwd)
+    tp_exposed_b = np.where(batch.tp_comm_overlap, np.maximum(tp_bwd - 2 * gemm_f, 0.0), tp_x * tp_bwd)
+    tp_exposed_r = np.where(batch.tp_comm_overlap, np.maximum(tp_rec - gemm_f, 0.0), tp_x * tp_rec)
+    if np.any(cp > 1):
+        cpc = context_parallel.context_parallel_costs(model, batch.cp_kind, tokens, cp, tp, attn["core_fwd_s"],
+                                                      attn["core_bwd_s"], cluster, eff)
+    else:
+        cpc = {"fwd_exposed_s": 0.0, "bwd_exposed_s": 0.0}
     cp_fwd = cpc["fwd_exposed_s"] + a2a_fwd          # exposed CP and expert-parallel traffic
     cp_bwd = cpc["bwd_exposed_s"] + a2a_bwd
     ep_part_layer = a2a_fwd + a2a_bwd
@@ -160,8 +166,9 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     dp_group = dp * cp
     zero = batch.zero_stage
     # ZeRO-3: gather parameters in forward and backward, reduce-scatter gradients, per micro-batch
-    # (flat rings: ZeRO-3/FSDP gather per layer on a side stream; Narayanan et al. 2021 Table 2
-    # ZeRO-3 runs move parameters at about one NIC's bandwidth per GPU)
+    # (flat rings: ZeRO-3/FSDP gathers are per-layer side-stream rings; the ZeRO-3 runs of
+    # Narayanan et al. 2021, Table 2, move parameters at about one NIC's bandwidth per GPU,
+    # which the flat ring reproduces and the all-NIC form does not)
     z3_comm = (2.0 * group_collective_time_s("all_gather", params_local * PARAM_GATHER_BYTES, dp_group, tp, cluster, eff)
                + group_collective_time_s("reduce_scatter", params_local * ZERO3_REDUCE_BYTES, dp_group, tp, cluster, eff))
     compute_mb = layers_stage * (layer_fwd + layer_b + layer_w + recompute) + ends
@@ -184,18 +191,23 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     grad_rs = group_collective_time_s("reduce_scatter", params_local * GRAD_REDUCE_BYTES, dp_group, tp, cluster, eff, hier)
     grad_ar = group_collective_time_s("all_reduce", params_local * GRAD_REDUCE_BYTES, dp_group, tp, cluster, eff, hier)
     param_ag = group_collective_time_s("all_gather", params_local * PARAM_GATHER_BYTES, dp_group, tp, cluster, eff, hier)
-    e_rs = group_collective_time_s("reduce_scatter", expert_local * GRAD_REDUCE_BYTES, edp, tp * ep, cluster, eff, hier)
-    e_ar = group_collective_time_s("all_reduce", expert_local * GRAD_REDUCE_BYTES, edp, tp * ep, cluster, eff, hier)
-    e_ag = group_collective_time_s("all_gather", expert_local * PARAM_GATHER_BYTES, edp, tp * ep, cluster, eff, hier)
+    if model.moe is not None:   # expert gradients reduce over the expert-data-parallel group
+        e_rs = group_collective_time_s("reduce_scatter", expert_local * GRAD_REDUCE_BYTES, edp, tp * ep, cluster, eff, hier)
+        e_ar = group_collective_time_s("all_reduce", expert_local * GRAD_REDUCE_BYTES, edp, tp * ep, cluster, eff, hier)
+        e_ag = group_collective_time_s("all_gather", expert_local * PARAM_GATHER_BYTES, edp, tp * ep, cluster, eff, hier)
+    else:
+        e_rs = e_ar = e_ag = 0.0
     grad_comm = np.where(zero == 0, grad_ar + e_ar, np.where(zero <= 2, grad_rs + e_rs, 0.0))
     gather_comm = np.where((zero == 1) | (zero == 2), param_ag + e_ag, 0.0)
-    bwd_window = layers_stage * (layer_b + layer_w)
-    fwd_window = layers_stage * layer_fwd
+    # overlapped DP traffic runs under the backward (gradients) and forward (gathers) of the
+    # step; the generation's fitted fraction of it stays exposed, but never less than what
+    # exceeds the whole step's compute
+    window = m * layers_stage * (layer_fwd + layer_b + layer_w)
+    x = eff.exposed_dp_fraction
     exposed_grad = np.where(batch.overlap_grad_reduce,
-                            np.maximum(grad_comm - bwd_window, eff.exposed_dp_fraction * grad_comm), grad_comm)
+                            np.maximum(x * grad_comm, grad_comm - window), grad_comm)
     exposed_gather = np.where(batch.overlap_param_gather,
-                              np.maximum(gather_comm - fwd_window, eff.exposed_dp_fraction * gather_comm),
-                              gather_comm)
+                              np.maximum(x * gather_comm, gather_comm - window), gather_comm)
     dp_exposed = exposed_grad + exposed_gather
 
     opt_params = params_local / np.where(zero >= 1, dp_group, 1.0) + expert_local / np.where(zero >= 1, edp, 1.0)

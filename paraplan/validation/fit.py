@@ -32,12 +32,14 @@ FIT_BOUNDS = {
     "attention_peak_fraction": (0.1, 0.9),
     "hbm_fraction": (0.5, 0.95),
     "kernel_overhead_s": (1e-7, 3e-5),
+    "exposed_tp_fraction": (0.05, 1.0),
+    "exposed_dp_fraction": (0.0, 1.0),
 }
 #: factors kept at their physical priors (not fitted): collective bus-bandwidth fractions
 #: from nccl-tests-style measurements (~0.75-0.85 of link bandwidth) and the exposed share of
 #: overlapped DP communication (the last of ~10 gradient buckets). Fitting them too lets them
 #: absorb compute errors.
-PRIORS = {"scaleup_fraction": 0.8, "scaleout_fraction": 0.85, "exposed_dp_fraction": 0.1}
+PRIORS = {"scaleup_fraction": 0.8, "scaleout_fraction": 0.85}
 
 
 def _to_model(base: EfficiencyModel, x: dict) -> EfficiencyModel:
@@ -126,6 +128,7 @@ def write_efficiency(model: EfficiencyModel, path: Path, note: str) -> None:
         "scaleout_fraction": round(float(model.scaleout_fraction), 4),
         "kernel_overhead_s": float(f"{model.kernel_overhead_s:.3g}"),
         "exposed_dp_fraction": round(float(model.exposed_dp_fraction), 4),
+        "exposed_tp_fraction": round(float(model.exposed_tp_fraction), 4),
         "fitted_on": note,
     }
     tmp = path.with_suffix(".yaml.tmp")
