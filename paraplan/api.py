@@ -1,0 +1,635 @@
+"""Plain functions for notebooks: every answer is a pandas DataFrame with units in its column names.
+
+Three verbs, one row per configuration:
+
+* :func:`simulate` -- one model, one cluster, one parallel configuration -> one row;
+* :func:`plan` -- the planner's ranked plans for a GPU count and a batch (``planners.plan``);
+* :func:`sweep` -- :func:`simulate` (or :func:`plan`'s winner) once per value of one field.
+
+The inputs are catalog names (``"llama3-70b"``, ``"dgx-h100"``) or spec objects, every
+``ParallelConfig`` field as a keyword, and a few what-if fields that change the hardware or the
+workload (``WHAT_IF_FIELDS``): ``gpu`` (swap the cluster's accelerator, keep its fabric),
+``gpus`` (GPU count: ``dp`` is derived as gpus / (tp*pp*cp) unless given), ``scaleout_gbit_per_s``
+and ``scaleup_gbit_per_s`` (per-GPU, one-direction bandwidth of the NICs / of NVLink, in Gb/s;
+450 GB/s NVLink is 3600 Gb/s), ``seq_len``, ``global_batch_tokens`` (instead of ``global_batch``
+sequences), ``model`` and ``cluster``.
+
+Columns of a result row (``ROW_COLUMNS`` lists the first ones in order): ``config`` (a short
+label), ``model``, ``cluster``, ``gpu``, ``n_gpus``, ``seq_len``, every ``ParallelConfig`` field,
+``global_batch_tokens``, ``num_microbatches``, ``step_time_s``, the step-time parts
+(``simulator.report.TIME_PARTS``, seconds), ``tokens_per_s``, ``tokens_per_s_per_gpu``,
+``model_tflops_per_gpu``, ``mfu``, ``hfu``, ``memory_gib`` and its parts (``weights_gib``, ...,
+from ``MEMORY_PARTS``), ``hbm_gib``, ``headroom_gib``, ``fits``, ``scaleout_gbit_per_s``,
+``scaleup_gbit_per_s``.
+
+Example::
+
+    >>> from paraplan import api
+    >>> row = api.simulate("llama3-70b", "dgx-h100", gpus=64, tp=8, pp=4, micro_batch=1,
+    ...                    global_batch=128, zero_stage=1, recompute="selective",
+    ...                    sequence_parallel=True)
+    >>> round(float(row.step_time_s.iloc[0]), 1) > 0
+    True
+    >>> df = api.sweep(dict(model="llama3.1-405b", cluster="dgx-h100", gpus=1024, tp=8, pp=16,
+    ...                     global_batch_tokens=16 * 2**20, zero_stage=1, sequence_parallel=True,
+    ...                     recompute="selective"),
+    ...                "scaleout_gbit_per_s", [100, 400, 800])
+    >>> list(df.scaleout_gbit_per_s)
+    [100.0, 400.0, 800.0]
+
+Errors are ``hardware_specs.errors.InputError`` naming the field (an unknown sweep field, an
+empty sweep, degrees that do not multiply to the GPU count, ...).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import fields as dc_fields
+from dataclasses import replace
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from cost_models.compute import ACT_BYTES, attention_core_flops, attention_time_s, compute_rates, gemm_time_s
+from cost_models.layer_costs import (ELEMENTWISE_KERNELS_FWD, _attention_dims, attention_block_costs,
+                                     attention_gemm_shapes, dense_mlp_costs, mlp_gemm_shapes)
+from hardware_specs.catalog import efficiency_for_cluster, load_cluster, load_gpu
+from hardware_specs.cluster_spec import ClusterSpec
+from hardware_specs.efficiency_model import EfficiencyModel
+from hardware_specs.errors import InputError, suggest
+from hardware_specs.gpu_spec import GPUSpec
+from model_specs.catalog import load_model
+from model_specs.model_spec import ModelSpec
+from simulator.parallel_config import ParallelConfig
+from simulator.report import MEMORY_PARTS, TIME_PARTS, StepReport
+from simulator.simulate import simulate as _simulate
+
+GIB = 2**30
+GBIT = 1e9 / 8          # bytes/s in one Gb/s
+
+#: every ``ParallelConfig`` field, in declaration order.
+CONFIG_FIELDS = tuple(f.name for f in dc_fields(ParallelConfig))
+#: fields that change the hardware or the workload rather than the parallel configuration.
+WHAT_IF_FIELDS = ("model", "cluster", "gpu", "gpus", "seq_len", "global_batch_tokens",
+                  "scaleout_gbit_per_s", "scaleup_gbit_per_s")
+#: every field :func:`sweep` accepts.
+SWEEP_FIELDS = WHAT_IF_FIELDS + CONFIG_FIELDS
+#: memory columns (GiB) in the order of ``MEMORY_PARTS``.
+MEMORY_COLUMNS = tuple(p.replace("_bytes", "_gib") for p in MEMORY_PARTS)
+#: the leading columns of every result row.
+ROW_COLUMNS = ("config", "model", "cluster", "gpu", "n_gpus", "seq_len") + CONFIG_FIELDS + (
+    "global_batch_tokens", "num_microbatches", "step_time_s") + TIME_PARTS + (
+    "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu", "memory_gib") + \
+    MEMORY_COLUMNS + ("hbm_gib", "headroom_gib", "fits", "scaleout_gbit_per_s", "scaleup_gbit_per_s")
+
+_INT_FIELDS = {"dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch", "zero_stage",
+               "gpus", "seq_len", "global_batch_tokens"}
+_FLOAT_FIELDS = {"moe_load_imbalance", "scaleout_gbit_per_s", "scaleup_gbit_per_s"}
+_BOOL_FIELDS = {"sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+                "flash_attention"}
+
+
+# --------------------------------------------------------------------------------------------
+# Inputs
+# --------------------------------------------------------------------------------------------
+
+def check_field(name: str) -> str:
+    """``name`` if :func:`sweep` accepts it, else ``InputError`` with the closest known names."""
+    if name not in SWEEP_FIELDS:
+        raise InputError("field", f"unknown field {name!r}", suggest(str(name), SWEEP_FIELDS))
+    return name
+
+
+def coerce_value(field: str, value: Any) -> Any:
+    """``value`` (often a command-line string) converted to the type ``field`` takes.
+
+    Integers for degrees, batch sizes, GPU counts and sequence lengths; floats for bandwidths and
+    the MoE imbalance; booleans from ``true/false/1/0/yes/no/on/off``; strings otherwise.
+    """
+    check_field(field)
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if field in _INT_FIELDS:
+        try:
+            number = float(text)
+        except ValueError:
+            raise InputError(field, f"expected an integer, got {value!r}") from None
+        if number != int(number):
+            raise InputError(field, f"expected an integer, got {value!r}")
+        return int(number)
+    if field in _FLOAT_FIELDS:
+        try:
+            return float(text)
+        except ValueError:
+            raise InputError(field, f"expected a number, got {value!r}") from None
+    if field in _BOOL_FIELDS:
+        low = text.lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise InputError(field, f"expected true or false, got {value!r}")
+    return text
+
+
+def _model(model: str | ModelSpec, seq_len: int | None) -> ModelSpec:
+    spec = model if isinstance(model, ModelSpec) else load_model(model)
+    if seq_len is not None:
+        if int(seq_len) < 1:
+            raise InputError("seq_len", f"must be >= 1, got {seq_len}")
+        spec = spec.with_seq_len(int(seq_len))
+    return spec
+
+
+def what_if_cluster(cluster: str | ClusterSpec, gpu: str | GPUSpec | None = None,
+                    scaleout_gbit_per_s: float | None = None,
+                    scaleup_gbit_per_s: float | None = None) -> ClusterSpec:
+    """``cluster`` with another accelerator and/or other link bandwidths.
+
+    ``gpu`` keeps the fabric (GPUs per node, NVLink and NIC bandwidths) and drops a measured
+    efficiency model, which belongs to the machine it was measured on; the new GPU's generation
+    model applies. Bandwidths are per GPU, one direction, in Gb/s.
+    """
+    spec = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
+    if gpu is not None:
+        gpu_spec = gpu if isinstance(gpu, GPUSpec) else load_gpu(gpu)
+        if gpu_spec.name != spec.gpu.name:
+            spec = replace(spec.with_gpu(gpu_spec), efficiency=None)
+    if scaleout_gbit_per_s is not None:
+        spec = replace(spec, scaleout=replace(spec.scaleout, bw_bytes_per_s=float(scaleout_gbit_per_s) * GBIT))
+    if scaleup_gbit_per_s is not None:
+        spec = replace(spec, scaleup=replace(spec.scaleup, bw_bytes_per_s=float(scaleup_gbit_per_s) * GBIT))
+    return spec
+
+
+def _global_batch(fields: dict, seq_len: int) -> int:
+    sequences = fields.pop("global_batch", None)
+    tokens = fields.pop("global_batch_tokens", None)
+    if sequences is not None and tokens is not None:
+        raise InputError("global_batch", "give global_batch (sequences) or global_batch_tokens, not both")
+    if sequences is not None:
+        return int(sequences)
+    if tokens is None:
+        raise InputError("global_batch", "missing", "give global_batch (sequences) or global_batch_tokens")
+    tokens = int(tokens)
+    if tokens % seq_len:
+        k = max(1, round(tokens / seq_len))
+        raise InputError("global_batch_tokens", f"{tokens} is not a multiple of the sequence length {seq_len}",
+                         f"use e.g. {k * seq_len} = {k} x {seq_len}")
+    return tokens // seq_len
+
+
+def build_config(model: ModelSpec, gpus: int | None = None, **config_fields) -> ParallelConfig:
+    """A ``ParallelConfig`` from keyword fields; ``dp`` = gpus / (tp*pp*cp) when not given.
+
+    ``global_batch`` (sequences) or ``global_batch_tokens`` is required.
+    """
+    fields = dict(config_fields)
+    unknown = [k for k in fields if k not in CONFIG_FIELDS and k != "global_batch_tokens"]
+    if unknown:
+        raise InputError(unknown[0], "unknown configuration field", suggest(unknown[0], SWEEP_FIELDS))
+    fields["global_batch"] = _global_batch(fields, model.seq_len)
+    if fields.get("dp") is None:
+        fields.pop("dp", None)
+        if gpus is not None:
+            per_replica = int(fields.get("tp", 1)) * int(fields.get("pp", 1)) * int(fields.get("cp", 1))
+            if int(gpus) % per_replica:
+                raise InputError("gpus", f"{gpus} GPUs do not divide by tp*pp*cp = {per_replica}",
+                                 f"use a multiple of {per_replica} GPUs or give dp")
+            fields["dp"] = int(gpus) // per_replica
+    return ParallelConfig(**{k: v for k, v in fields.items() if v is not None})
+
+
+# --------------------------------------------------------------------------------------------
+# simulate
+# --------------------------------------------------------------------------------------------
+
+def config_label(config: Mapping[str, Any]) -> str:
+    """A short human label of a configuration, e.g. ``dp8 tp8 pp4 vpp5 mb1 z1 sel sp``."""
+    parts = [f"dp{config['dp']}", f"tp{config['tp']}", f"pp{config['pp']}"]
+    for key, short in (("cp", "cp"), ("ep", "ep"), ("vpp", "vpp")):
+        if int(config.get(key, 1)) > 1:
+            parts.append(f"{short}{config[key]}")
+    parts.append(f"mb{config['micro_batch']}")
+    parts.append(f"z{config['zero_stage']}")
+    recompute = str(config.get("recompute", "none"))
+    if recompute != "none":
+        parts.append({"selective": "sel", "full": "full"}.get(recompute, recompute))
+    if config.get("sequence_parallel"):
+        parts.append("sp")
+    schedule = str(config.get("schedule", "1f1b"))
+    if schedule not in ("1f1b", "interleaved"):
+        parts.append(schedule)
+    if config.get("dtype", "bf16") != "bf16":
+        parts.append(str(config["dtype"]))
+    return " ".join(parts)
+
+
+def report_row(report: StepReport, model: ModelSpec | None = None,
+               cluster: ClusterSpec | None = None) -> dict:
+    """One result row (a dict with the ``ROW_COLUMNS``) from a ``StepReport``."""
+    config = dict(report.config)
+    row: dict[str, Any] = {"config": config_label(config), "model": report.model, "cluster": report.cluster,
+                           "gpu": report.gpu, "n_gpus": int(report.n_gpus),
+                           "seq_len": int(round(report.tokens_per_step / config["global_batch"]))}
+    row.update({k: config[k] for k in CONFIG_FIELDS})
+    row["global_batch_tokens"] = int(round(report.tokens_per_step))
+    row["num_microbatches"] = int(report.num_microbatches)
+    row["step_time_s"] = float(report.step_time_s)
+    row.update({k: float(report.time_breakdown_s[k]) for k in TIME_PARTS})
+    for k in ("tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu"):
+        row[k] = float(getattr(report, k))
+    row["memory_gib"] = float(report.memory_bytes) / GIB
+    for part, col in zip(MEMORY_PARTS, MEMORY_COLUMNS):
+        row[col] = float(report.memory_breakdown_bytes[part]) / GIB
+    row["hbm_gib"] = float(report.hbm_bytes) / GIB
+    row["headroom_gib"] = float(report.headroom_bytes) / GIB
+    row["fits"] = bool(report.fits)
+    row["scaleout_gbit_per_s"] = cluster.scaleout.bw_bytes_per_s / GBIT if cluster is not None else np.nan
+    row["scaleup_gbit_per_s"] = cluster.scaleup.bw_bytes_per_s / GBIT if cluster is not None else np.nan
+    return row
+
+
+def simulate_report(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpus: int | None = None,
+                    gpu: str | GPUSpec | None = None, seq_len: int | None = None,
+                    scaleout_gbit_per_s: float | None = None, scaleup_gbit_per_s: float | None = None,
+                    efficiency: EfficiencyModel | None = None, **config_fields):
+    """Like :func:`simulate` but returns ``(StepReport, ModelSpec, ClusterSpec)``."""
+    model_spec = _model(model, seq_len)
+    cluster_spec = what_if_cluster(cluster, gpu, scaleout_gbit_per_s, scaleup_gbit_per_s)
+    config = build_config(model_spec, gpus, **config_fields)
+    report = _simulate(model_spec, cluster_spec, config, n_gpus=gpus, efficiency=efficiency)
+    return report, model_spec, cluster_spec
+
+
+def simulate(model: str | ModelSpec, cluster: str | ClusterSpec, **fields) -> pd.DataFrame:
+    """Simulate one configuration; a one-row DataFrame (see the module docstring for columns).
+
+    Args:
+        model: preset name (``paraplan models list``), YAML path, or ``ModelSpec``.
+        cluster: cluster name (``paraplan hardware list``), YAML path, or ``ClusterSpec``.
+        **fields: ``ParallelConfig`` fields (``tp=8, pp=4, micro_batch=1, zero_stage=1,
+            recompute="selective", sequence_parallel=True, ...``), ``global_batch`` (sequences)
+            or ``global_batch_tokens``, and the what-if fields ``gpus``, ``gpu``, ``seq_len``,
+            ``scaleout_gbit_per_s``, ``scaleup_gbit_per_s``; ``efficiency`` (an
+            ``EfficiencyModel``) overrides the GPU generation's fitted one.
+
+    Example::
+
+        >>> simulate("llama3-70b", "dgx-h100", gpus=64, tp=8, pp=4, global_batch=128,
+        ...          zero_stage=1, sequence_parallel=True, recompute="selective")[
+        ...     ["config", "step_time_s", "tokens_per_s", "mfu", "memory_gib", "fits"]]  # doctest: +SKIP
+    """
+    report, model_spec, cluster_spec = simulate_report(model, cluster, **fields)
+    return pd.DataFrame([report_row(report, model_spec, cluster_spec)], columns=list(ROW_COLUMNS))
+
+
+# --------------------------------------------------------------------------------------------
+# plan
+# --------------------------------------------------------------------------------------------
+
+def _planner():
+    try:
+        import planners
+        fn = getattr(planners, "plan", None)
+        if fn is None:
+            from planners.plan import plan as fn  # noqa: F811 - the planner's own module
+        return fn
+    except ImportError as exc:
+        raise InputError("planner", f"the plan search is not available in this installation ({exc})",
+                         "use simulate/sweep with explicit degrees") from None
+
+
+def plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int, global_batch_tokens: int | None = None,
+         *, gpu: str | GPUSpec | None = None, seq_len: int | None = None,
+         scaleout_gbit_per_s: float | None = None, scaleup_gbit_per_s: float | None = None,
+         **constraints) -> pd.DataFrame:
+    """The planner's ranked plans (fastest first) as a DataFrame: a thin wrapper of ``planners.plan``.
+
+    ``model`` / ``cluster`` take names or specs, and the what-if fields of :func:`simulate`
+    (``gpu``, ``seq_len``, bandwidths in Gb/s) change them first. ``gpus`` is a count or a range
+    (``"256-1024"``). ``constraints`` go to the planner (``global_batch=``, ``max_tp=``,
+    ``headroom_gib=``, ``schedules=``, ... : see ``planners.plan``), except that searched
+    ``ParallelConfig`` fields given by name pin the search (``tp=8``, ``ep=[8, 16]``, ``vpp=1``)
+    and ``dtype="fp8"`` sets the dtype. The planner's explanation of its winner is in
+    ``.attrs["explain"]``. Each row names its plan with the ``ParallelConfig`` fields,
+    so :mod:`paraplan.exports` can emit launch configs from it; a ``config`` label column is
+    added when the planner did not provide one.
+
+    Example::
+
+        >>> plans = plan("llama3-70b", "dgx-h100", gpus=256, global_batch_tokens=4 * 2**20)  # doctest: +SKIP
+        >>> plans.iloc[0][["config", "tokens_per_s", "mfu", "memory_gib"]]                    # doctest: +SKIP
+    """
+    fn = _planner()
+    model_spec = _model(model, seq_len)
+    cluster_spec = what_if_cluster(cluster, gpu, scaleout_gbit_per_s, scaleup_gbit_per_s)
+    kwargs = _planner_kwargs(constraints)
+    if global_batch_tokens is not None:
+        kwargs["global_batch_tokens"] = global_batch_tokens
+    result = fn(model_spec, cluster_spec, gpus, **kwargs)
+    df = getattr(result, "plans", result)             # planners.plan returns a PlanResult
+    df = df if isinstance(df, pd.DataFrame) else pd.DataFrame(df)
+    for col in df.columns:                            # categorical names -> plain strings
+        if isinstance(df[col].dtype, pd.CategoricalDtype):
+            df[col] = df[col].astype(str)
+    df = _with_plan_columns(df.reset_index(drop=True), model_spec, cluster_spec, gpus)
+    df.attrs["explain"] = getattr(result, "explain", "")
+    return df
+
+
+#: ``ParallelConfig`` fields the planner searches (``planners.search_space.FIXABLE``); given to
+#: :func:`plan` as keywords they pin the search (``tp=8`` or ``ep=[8, 16]``).
+PLANNER_FIXABLE = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage", "recompute",
+                   "sequence_parallel", "schedule")
+
+
+def _planner_kwargs(constraints: Mapping[str, Any]) -> dict:
+    """Planner keyword arguments: ``ParallelConfig`` fields become ``fixed`` entries, ``dtype``
+    becomes ``dtypes``, everything else passes through."""
+    kwargs = dict(constraints)
+    fixed = dict(kwargs.pop("fixed", None) or {})
+    for name in list(kwargs):
+        if name in PLANNER_FIXABLE:
+            value = kwargs.pop(name)
+            if value is not None:
+                fixed[name] = value
+        elif name == "dtype":
+            kwargs["dtypes"] = (kwargs.pop("dtype"),)
+        elif name in CONFIG_FIELDS and name != "global_batch":
+            raise InputError(name, "the planner does not search this field",
+                             "simulate the planner's winner with it instead (api.simulate)")
+    if fixed:
+        kwargs["fixed"] = fixed
+    return kwargs
+
+
+def _with_plan_columns(df: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec, gpus: int) -> pd.DataFrame:
+    """Add the columns :func:`simulate` rows have and a planner table may lack (names, GiB, label)."""
+    df = df.copy()
+    for col, value in (("model", model.name), ("cluster", cluster.name), ("gpu", cluster.gpu.name),
+                       ("n_gpus", gpus), ("seq_len", model.seq_len),
+                       ("scaleout_gbit_per_s", cluster.scaleout.bw_bytes_per_s / GBIT),
+                       ("scaleup_gbit_per_s", cluster.scaleup.bw_bytes_per_s / GBIT),
+                       ("hbm_gib", cluster.gpu.hbm_bytes / GIB)):
+        if col not in df.columns:
+            df[col] = value
+    if "memory_gib" not in df.columns and "memory_bytes" in df.columns:
+        df["memory_gib"] = df["memory_bytes"] / GIB
+    for part, col in zip(MEMORY_PARTS, MEMORY_COLUMNS):
+        if col not in df.columns and part in df.columns:
+            df[col] = df[part] / GIB
+    if "global_batch" in df.columns and "global_batch_tokens" not in df.columns:
+        df["global_batch_tokens"] = df["global_batch"] * model.seq_len
+    if "config" not in df.columns and len(df) and all(k in df.columns for k in ("dp", "tp", "pp", "micro_batch",
+                                                                                 "zero_stage")):
+        defaults = ParallelConfig().as_dict()
+        df["config"] = [config_label({**defaults, **row}) for row in df.to_dict("records")]
+    return df
+
+
+def best_plan(model, cluster, gpus: int, global_batch_tokens: int | None = None, *,
+              gpu: str | GPUSpec | None = None, seq_len: int | None = None,
+              scaleout_gbit_per_s: float | None = None, scaleup_gbit_per_s: float | None = None,
+              **constraints) -> pd.DataFrame:
+    """The planner's fastest plan, re-simulated: a one-row DataFrame with every :func:`simulate`
+    column (memory parts included), plus the planner's explanation in ``.attrs["explain"]``."""
+    what_if = dict(gpu=gpu, seq_len=seq_len, scaleout_gbit_per_s=scaleout_gbit_per_s,
+                   scaleup_gbit_per_s=scaleup_gbit_per_s)
+    plans = plan(model, cluster, gpus, global_batch_tokens, **what_if, **constraints)
+    top = plans.iloc[0]
+    config = {k: _plain(top[k]) for k in CONFIG_FIELDS if k in plans.columns}
+    row = simulate(model, cluster, **{k: v for k, v in what_if.items() if v is not None}, **config)
+    row.attrs["explain"] = plans.attrs.get("explain", "")
+    return row
+
+
+def best_plan_for(framework: str, model, cluster, gpus: int, global_batch_tokens: int | None = None,
+                  **kwargs) -> pd.DataFrame:
+    """The fastest plan ``framework`` (megatron, torchtitan, deepspeed) can run as planned: the
+    planner's best under each of ``paraplan.exports.RUNNABLE[framework]``'s restriction sets,
+    fastest first (a one-row DataFrame like :func:`best_plan`)."""
+    from paraplan.exports import RUNNABLE
+    key = str(framework).strip().lower()
+    if key not in RUNNABLE:
+        raise InputError("framework", f"unknown framework {framework!r}", "choose " + ", ".join(RUNNABLE))
+    best = None
+    for restriction in RUNNABLE[key]:
+        merged = dict(kwargs)
+        for name, allowed in restriction.items():
+            allowed = set(allowed) if isinstance(allowed, (list, tuple, set)) else {allowed}
+            if name in kwargs:                # the caller's own restriction: keep what both allow
+                asked = kwargs[name]
+                allowed &= set(asked) if isinstance(asked, (list, tuple, set)) else {asked}
+            merged[name] = sorted(allowed)
+        if any(not v for v in merged.values() if isinstance(v, list)):
+            continue
+        try:
+            row = best_plan(model, cluster, gpus, global_batch_tokens, **merged)
+        except InputError:            # nothing fits under this restriction
+            continue
+        if best is None or row.tokens_per_s.iloc[0] > best.tokens_per_s.iloc[0]:
+            best = row
+    if best is None:
+        raise InputError("framework", f"no plan that {key} can run fits", "add GPUs or lower the batch")
+    return best
+
+
+def _plain(v: Any) -> Any:
+    return v.item() if hasattr(v, "item") else v
+
+
+# --------------------------------------------------------------------------------------------
+# sweep
+# --------------------------------------------------------------------------------------------
+
+def sweep(base: Mapping[str, Any], field: str, values: Iterable[Any], *, best: bool = False,
+          on_error: str = "raise") -> pd.DataFrame:
+    """Run :func:`simulate` once per value of ``field``; one row per value, in order.
+
+    Args:
+        base: keyword arguments of :func:`simulate`, including ``model`` and ``cluster``
+            (e.g. ``dict(model="llama3-70b", cluster="dgx-h100", gpus=256, tp=8, pp=4,
+            global_batch_tokens=4 * 2**20, zero_stage=1)``).
+        field: any of ``SWEEP_FIELDS``: ``gpu`` (kind), ``gpus`` (count: dp follows unless base
+            fixes it), ``scaleout_gbit_per_s`` / ``scaleup_gbit_per_s`` (Gb/s per GPU),
+            ``model`` (preset name), ``cluster``, ``seq_len``, ``global_batch`` /
+            ``global_batch_tokens``, or any ``ParallelConfig`` field.
+        values: the values to try (strings are converted with :func:`coerce_value`).
+        best: instead of simulating ``base``'s configuration, ask the planner for its best plan
+            at each value (``base`` then holds ``model``, ``cluster``, ``gpus``,
+            ``global_batch_tokens`` and planner constraints).
+        on_error: ``"raise"`` (default) stops at the first invalid value; ``"skip"`` records the
+            message in an ``error`` column and leaves the numbers empty for that value.
+
+    Returns:
+        A DataFrame with a ``sweep_field`` and a ``sweep_value`` column in front of the result
+        columns.
+
+    Raises:
+        InputError: unknown ``field`` (with the closest names), empty ``values``, or (with
+            ``on_error="raise"``) an invalid configuration at some value.
+
+    Example::
+
+        >>> sweep(dict(model="llama3-70b", cluster="dgx-h100", tp=8, pp=4, global_batch=256,
+        ...            zero_stage=1, sequence_parallel=True, recompute="selective"),
+        ...       "gpus", [64, 128, 256])[["gpus", "tokens_per_s", "mfu"]]                 # doctest: +SKIP
+    """
+    check_field(field)
+    if on_error not in ("raise", "skip"):
+        raise InputError("on_error", f"must be 'raise' or 'skip', got {on_error!r}")
+    if isinstance(values, str):
+        values = [v for v in values.split(",") if v.strip()]
+    values = list(values) if values is not None else []
+    if not values:
+        raise InputError("values", f"empty sweep over {field}", "give at least one value")
+    base = dict(base)
+    if "model" not in base and field != "model":
+        raise InputError("model", "missing from the sweep's base", "add model='llama3-70b' (a preset name)")
+    if "cluster" not in base and field != "cluster":
+        raise InputError("cluster", "missing from the sweep's base", "add cluster='dgx-h100'")
+    rows = []
+    for raw in values:
+        value = coerce_value(field, raw)
+        kwargs = dict(base)
+        kwargs[field] = value
+        if field == "global_batch":
+            kwargs.pop("global_batch_tokens", None)
+        elif field == "global_batch_tokens":
+            kwargs.pop("global_batch", None)
+        try:
+            if best:
+                model, cluster, gpus = kwargs.pop("model"), kwargs.pop("cluster"), kwargs.pop("gpus", None)
+                if gpus is None:
+                    raise InputError("gpus", "missing", "the planner needs a GPU count")
+                df = best_plan(model, cluster, gpus, **kwargs)
+            else:
+                df = simulate(kwargs.pop("model"), kwargs.pop("cluster"), **kwargs)
+            row = df.iloc[0].to_dict()
+            row["error"] = ""
+        except InputError as exc:
+            if on_error == "raise":
+                raise
+            row = {"error": str(exc)}
+        row = {"sweep_field": field, "sweep_value": value, **row}
+        if field in ("gpus",):
+            row["gpus"] = value
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    if "gpus" not in df.columns and "n_gpus" in df.columns:
+        df["gpus"] = df["n_gpus"]
+    if on_error == "raise" and "error" in df.columns:
+        df = df.drop(columns="error")
+    return df
+
+
+# --------------------------------------------------------------------------------------------
+# A layer's operations, for a roofline
+# --------------------------------------------------------------------------------------------
+
+def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | GPUSpec | None = None,
+              tp: int = 1, micro_batch: int = 1, seq_len: int | None = None, cp: int = 1,
+              dtype: str = "bf16", efficiency: EfficiencyModel | None = None) -> pd.DataFrame:
+    """The operations of one transformer layer (plus the LM head) on one GPU, for a roofline.
+
+    Shapes follow ``cost_models.layer_costs`` (tensor parallelism splits heads and FFN columns;
+    M = tokens per micro-batch on the GPU, ``micro_batch * seq_len / cp``); times come from
+    ``cost_models.compute`` (the simulator's roofline with the generation's achieved efficiency),
+    so ``achieved_tflop_per_s`` is what the simulator assumes each op reaches.
+
+    Bytes are the compulsory traffic: a GEMM reads both operands once and writes its output
+    (as ``gemm_time_s`` counts them); the fused attention core reads Q, K, V and writes O once;
+    the element-wise kernels (norms, residual adds, activation; sequence-parallel split) move
+    what ``layer_costs`` charges them. Their FLOPs are nominal per-element counts (the cost
+    model times them by bytes only), enough to place them on the memory-bound side.
+
+    Columns: ``op``, ``pass`` (forward/backward), ``m``, ``n``, ``k`` (GEMMs; NaN for attention),
+    ``flops``, ``bytes``, ``time_s``, ``intensity_flop_per_byte``, ``achieved_tflop_per_s``,
+    and, repeated on every row for the roofline, ``peak_tflop_per_s``, ``hbm_tb_per_s``,
+    ``achieved_peak_tflop_per_s`` (plateau GEMM rate), ``achieved_hbm_tb_per_s``, ``gpu``, ``dtype``.
+    """
+    model_spec = _model(model, seq_len)
+    cluster_spec = what_if_cluster(cluster, gpu)
+    g = cluster_spec.gpu
+    eff = efficiency if efficiency is not None else efficiency_for_cluster(cluster_spec)
+    rates = compute_rates(g, eff, dtype)
+    if model_spec.seq_len % cp:
+        raise InputError("cp", f"cp={cp} does not divide the sequence length {model_spec.seq_len}")
+    tokens = micro_batch * model_spec.seq_len // cp
+    rows = []
+
+    def gemm(op: str, n: float, k: float) -> None:
+        n, k = float(n), float(k)
+        flops = 2.0 * tokens * n * k
+        traffic = (tokens * k + k * n) * rates.operand_bytes + tokens * n * ACT_BYTES
+        t = float(gemm_time_s(tokens, n, k, rates))
+        rows.append({"op": op, "pass": "forward", "m": tokens, "n": n, "k": k, "flops": flops,
+                     "bytes": traffic, "time_s": t})
+
+    names = ["attention qkv projection", "attention output projection"]
+    if model_spec.mla is not None:
+        names = [f"mla projection {i + 1}" for i in range(len(attention_gemm_shapes(model_spec, tp)))]
+    for name, (n, k) in zip(names, attention_gemm_shapes(model_spec, tp)):
+        gemm(name, n, k)
+    mlp_names = ["mlp up+gate projection" if model_spec.gated_mlp else "mlp up projection", "mlp down projection"]
+    ffn = model_spec.moe.expert_ffn_hidden_size if model_spec.moe is not None else model_spec.ffn_hidden_size
+    for name, (n, k) in zip(mlp_names, mlp_gemm_shapes(model_spec.hidden_size, ffn, model_spec.gated_mlp, tp)):
+        gemm(("expert " if model_spec.moe is not None else "") + name, n, k)
+    gemm("lm head (last stage)", model_spec.vocab_size / tp, model_spec.hidden_size)
+
+    qk, v = _attention_dims(model_spec)
+    heads = model_spec.num_heads / tp
+    kv_heads = max(model_spec.num_kv_heads / tp, 1.0)
+    core_flops = float(attention_core_flops(tokens, model_spec.seq_len, heads, qk, v,
+                                            model_spec.sliding_window, model_spec.sliding_window_layer_fraction))
+    fwd_s, bwd_s = attention_time_s(core_flops, rates)
+    qkvo = tokens * (heads * qk + kv_heads * (qk + v) + heads * v) * ACT_BYTES
+    rows.append({"op": "attention core (flash)", "pass": "forward", "m": np.nan, "n": np.nan, "k": np.nan,
+                 "flops": core_flops, "bytes": qkvo, "time_s": float(fwd_s)})
+    rows.append({"op": "attention core (flash)", "pass": "backward", "m": np.nan, "n": np.nan, "k": np.nan,
+                 "flops": 2.5 * core_flops, "bytes": 2.0 * qkvo, "time_s": float(bwd_s)})
+
+    # Norms, residual adds and the MLP activation: bytes recovered from the simulator's own
+    # memory-bound times (minus the launch overheads); FLOPs are nominal counts per element
+    # (RMSNorm 4, residual add 1, SwiGLU 5 / GeLU 8), since the cost model times them by bytes only.
+    attn = attention_block_costs(model_spec, rates, tokens, model_spec.seq_len, tp, True)
+    mlp = dense_mlp_costs(model_spec, rates, tokens, tp, True, ffn=ffn)
+    elem_s = float(attn["elem_fwd_s"] + mlp["elem_fwd_s"])
+    elem_bytes = (elem_s - ELEMENTWISE_KERNELS_FWD * rates.kernel_overhead_s) * rates.hbm_bytes_per_s
+    elem_flops = tokens * (2 * (4 + 1) * model_spec.hidden_size / tp
+                           + (5.0 if model_spec.gated_mlp else 8.0) * ffn / tp)
+    rows.append({"op": "norms, residual adds, activation", "pass": "forward", "m": np.nan, "n": np.nan,
+                 "k": np.nan, "flops": elem_flops, "bytes": elem_bytes, "time_s": elem_s})
+
+    df = pd.DataFrame(rows)
+    df["intensity_flop_per_byte"] = df["flops"] / df["bytes"]
+    df["achieved_tflop_per_s"] = df["flops"] / df["time_s"] / 1e12
+    df["peak_tflop_per_s"] = g.peak_flops(dtype) / 1e12
+    df["hbm_tb_per_s"] = g.hbm_bw_bytes_per_s / 1e12
+    df["achieved_peak_tflop_per_s"] = rates.gemm_flops_per_s / 1e12
+    df["achieved_hbm_tb_per_s"] = rates.hbm_bytes_per_s / 1e12
+    df["gpu"] = g.name
+    df["dtype"] = dtype
+    df["model"] = model_spec.name
+    df["tp"] = tp
+    df["tokens"] = tokens
+    return df
+
+
+def moe_is_modelled(model: str | ModelSpec = "mixtral-8x7b", cluster: str | ClusterSpec = "dgx-h100") -> bool:
+    """Whether ``simulate`` prices experts: True if the step time of an MoE model changes with ``ep``.
+
+    (An expert layer that is simulated as a dense MLP gives the same step time for every ep.)
+    """
+    spec = _model(model, None)
+    if spec.moe is None:
+        raise InputError("model", f"{spec.name} has no experts", "pass an MoE preset such as mixtral-8x7b")
+    ep = math.gcd(spec.moe.num_experts, 8)
+    if ep == 1:
+        raise InputError("model", f"{spec.name}'s expert count does not split over 8 GPUs", "pick another MoE preset")
+    base = dict(gpus=8, tp=1, pp=1, micro_batch=1, global_batch=8, zero_stage=1, recompute="full")
+    one = simulate(spec, cluster, ep=1, **base)
+    many = simulate(spec, cluster, ep=ep, **base)
+    return not np.isclose(one.step_time_s.iloc[0], many.step_time_s.iloc[0], rtol=1e-9)

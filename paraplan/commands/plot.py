@@ -1,0 +1,165 @@
+"""``paraplan plot KIND``: the figures of :mod:`paraplan.plots` from the command line.
+
+Kinds:
+
+* ``breakdown`` / ``memory``: step-time / per-GPU memory breakdown of one configuration, or of
+  each value of a sweep (``--field F --values a,b,c``);
+* ``roofline``: one layer's operations on the cluster's GPU (``--tp``, ``--micro-batch``,
+  ``--seq-len``, ``--dtype`` set the shapes);
+* ``pareto``: every plan the planner keeps for ``--gpus`` and the batch, throughput vs memory;
+* ``scaling``: tokens/s and MFU against the GPU count (``--values`` are GPU counts; dp follows);
+* ``bandwidth``: throughput and exposed communication against the scale-out bandwidth
+  (``--values`` in Gb/s per GPU, default 100,200,400,800; ``--field scaleup_gbit_per_s`` for NVLink).
+
+``--best`` replaces the given degrees by the planner's best plan (at each sweep value). A bad
+field name or an empty sweep prints one line and exits with code 2, before any work.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+from hardware_specs.errors import InputError
+from hardware_specs.gpu_spec import KNOWN_DTYPES
+from paraplan.cli import atomic_output_path, check_writable
+from simulator.parallel_config import CPKind, Recompute, Schedule
+
+KINDS = ("breakdown", "memory", "roofline", "pareto", "scaling", "bandwidth")
+DEFAULT_FIELD = {"scaling": "gpus", "bandwidth": "scaleout_gbit_per_s"}
+DEFAULT_VALUES = {"bandwidth": "100,200,400,800"}
+POS = click.IntRange(min=1)
+
+
+def parse_values(field: str, text: str | None) -> list[Any]:
+    """Comma-separated ``text`` as a list of ``field``'s values; empty -> ``InputError``."""
+    from paraplan import api
+    items = [v.strip() for v in (text or "").split(",") if v.strip()]
+    if not items:
+        raise InputError("--values", f"empty sweep over {field}", "give comma-separated values, e.g. --values 1,2,4")
+    return [api.coerce_value(field, v) for v in items]
+
+
+def check_sweep(kind: str, field: str | None, values: str | None) -> tuple[str | None, list | None]:
+    """Validate ``--field`` / ``--values`` for ``kind`` (cheap: nothing is loaded yet)."""
+    from paraplan import api
+    field = field or DEFAULT_FIELD.get(kind)
+    if values is None:
+        values = DEFAULT_VALUES.get(kind) if field == DEFAULT_FIELD.get(kind) else None
+    if field is None:
+        if values is not None:
+            raise InputError("--field", "missing", "name the field --values are for, e.g. --field tp")
+        return None, None
+    if kind in ("roofline", "pareto"):
+        raise InputError("--field", f"'{kind}' plots one configuration space, not a sweep", "drop --field/--values")
+    try:
+        api.check_field(field)
+    except InputError as exc:
+        raise InputError("--field", exc.message, exc.fix) from None
+    if values is None:
+        raise InputError("--values", "missing", f"give the values of {field}, e.g. --values 1,2,4")
+    return field, parse_values(field, values)
+
+
+@click.command("plot", short_help="Figures: breakdown, memory, roofline, Pareto, scaling, bandwidth.")
+@click.argument("kind", type=click.Choice(KINDS))
+@click.option("--model", "-m", required=True, help="Model preset (see `paraplan models list`) or YAML file.")
+@click.option("--cluster", "-c", required=True, help="Cluster name (see `paraplan hardware list`) or YAML file.")
+@click.option("--gpu", help="Swap the cluster's GPU for this one (same fabric).")
+@click.option("--gpus", "-n", type=POS, metavar="N", help="GPUs in the job (dp = gpus/(tp*pp*cp) unless --dp).")
+@click.option("--seq-len", type=POS, metavar="N", help="Sequence length in tokens (default: the model's).")
+@click.option("--dp", type=POS, metavar="N", help="Data-parallel degree (default: from --gpus).")
+@click.option("--tp", type=POS, metavar="N", default=1, show_default=True, help="Tensor-parallel degree.")
+@click.option("--pp", type=POS, metavar="N", default=1, show_default=True, help="Pipeline-parallel stages.")
+@click.option("--cp", type=POS, metavar="N", default=1, show_default=True, help="Context-parallel degree.")
+@click.option("--ep", type=POS, metavar="N", default=1, show_default=True, help="Expert-parallel degree (MoE).")
+@click.option("--vpp", type=POS, metavar="N", default=1, show_default=True, help="Virtual stages per pipeline rank.")
+@click.option("--micro-batch", type=POS, metavar="N", default=1, show_default=True, help="Sequences per micro-batch.")
+@click.option("--global-batch", type=POS, metavar="N", help="Sequences per optimizer step.")
+@click.option("--global-batch-tokens", type=POS, metavar="N", help="Tokens per optimizer step (instead of --global-batch).")
+@click.option("--zero", type=click.IntRange(0, 3), metavar="{0,1,2,3}", default=0, show_default=True, help="ZeRO stage.")
+@click.option("--recompute", type=click.Choice([r.value for r in Recompute]), default="none", show_default=True,
+              help="Activation recomputation.")
+@click.option("--sequence-parallel/--no-sequence-parallel", default=False, show_default=True,
+              help="Megatron sequence parallelism alongside TP.")
+@click.option("--dtype", type=click.Choice(list(KNOWN_DTYPES)), default="bf16", show_default=True, help="GEMM dtype.")
+@click.option("--schedule", type=click.Choice([s.value for s in Schedule]), help="Pipeline schedule.")
+@click.option("--cp-kind", type=click.Choice([k.value for k in CPKind]), default="ring", show_default=True,
+              help="Context-parallel flavour.")
+@click.option("--field", "field", metavar="FIELD", help="Sweep this field (any ParallelConfig field, gpus, gpu, "
+              "model, cluster, seq_len, global_batch[_tokens], scaleout_gbit_per_s, scaleup_gbit_per_s).")
+@click.option("--values", "values", metavar="A,B,C", help="Comma-separated values of --field.")
+@click.option("--best", is_flag=True, help="Use the planner's best plan (at each value) instead of the given degrees.")
+@click.option("--title", help="Figure title (default: says what is shown).")
+@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="Output image (.png, .svg or .pdf).")
+def command(kind: str, field: str | None, values: str | None, best: bool, title: str | None, out: str,
+            **opts) -> None:
+    """Draw one figure of a model on a cluster and write it to --out.
+
+    \b
+    Examples:
+      paraplan plot breakdown -m llama3-70b -c dgx-h100 -n 256 --tp 8 --pp 4 --zero 1 \\
+          --sequence-parallel --recompute selective --global-batch 512 --field pp --values 1,2,4,8 -o pp.png
+      paraplan plot roofline -m llama3-70b -c dgx-h100 --tp 8 -o roofline.png
+      paraplan plot scaling -m llama3-70b -c dgx-h100 --tp 8 --pp 4 --zero 1 --global-batch 512 \\
+          --values 64,128,256,512 -o scaling.png
+      paraplan plot bandwidth -m llama3.1-405b -c dgx-h100 -n 1024 --tp 8 --pp 8 --zero 1 \\
+          --recompute full --sequence-parallel --global-batch-tokens 16777216 -o network.png
+    """
+    field, parsed = check_sweep(kind, field, values)
+    check_writable(out)
+    from paraplan import api, plots
+
+    base = _base(opts, kind)
+    if best or kind == "pareto":     # the planner searches the configuration: pin only what was given
+        ctx = click.get_current_context()
+        given = {name for name in opts if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
+        given = {"zero_stage" if name == "zero" else name for name in given}
+        base = {k: v for k, v in base.items() if k not in api.CONFIG_FIELDS or k in given or k == "global_batch"}
+    if kind == "roofline":
+        df = api.layer_ops(opts["model"], opts["cluster"], gpu=opts["gpu"], tp=opts["tp"],
+                           micro_batch=opts["micro_batch"], seq_len=opts["seq_len"], cp=opts["cp"], dtype=opts["dtype"])
+    elif kind == "pareto":
+        df = _plans(opts, base)
+    elif field is not None:
+        df = api.sweep(base, field, parsed, best=best)
+    elif best:
+        if opts["gpus"] is None:
+            raise InputError("--gpus", "missing", "the planner needs a GPU count")
+        df = api.best_plan(**{k: v for k, v in base.items() if k not in ("gpus",)}, gpus=opts["gpus"])
+    else:
+        df = api.simulate(base.pop("model"), base.pop("cluster"), **base)
+    if df.empty:
+        raise InputError("--gpus", "no plan fits in memory", "add GPUs, lower the batch, or relax constraints")
+    kwargs = {"title": title}
+    if kind == "scaling" and field not in ("gpus", None):
+        kwargs["x"] = field
+    if kind == "bandwidth" and field is not None:
+        kwargs["x"] = field
+    fig = plots.KINDS[kind](df, None, **kwargs)
+    atomic_output_path(out, lambda tmp: fig.savefig(tmp, dpi=fig.dpi, bbox_inches="tight"))
+    click.echo(f"wrote {out} ({kind}, {len(df)} row{'s' if len(df) != 1 else ''})")
+
+
+def _base(opts: dict, kind: str) -> dict:
+    """``api.simulate`` keyword arguments from the options (None = not given)."""
+    if kind != "roofline" and opts["global_batch"] is None and opts["global_batch_tokens"] is None:
+        raise InputError("--global-batch", "missing", "give --global-batch SEQUENCES or --global-batch-tokens TOKENS")
+    base = {"model": opts["model"], "cluster": opts["cluster"], "gpus": opts["gpus"], "gpu": opts["gpu"],
+            "seq_len": opts["seq_len"], "dp": opts["dp"], "tp": opts["tp"], "pp": opts["pp"], "cp": opts["cp"],
+            "ep": opts["ep"], "vpp": opts["vpp"], "micro_batch": opts["micro_batch"],
+            "global_batch": opts["global_batch"], "global_batch_tokens": opts["global_batch_tokens"],
+            "zero_stage": opts["zero"], "recompute": opts["recompute"],
+            "sequence_parallel": opts["sequence_parallel"], "dtype": opts["dtype"], "schedule": opts["schedule"],
+            "cp_kind": opts["cp_kind"]}
+    return {k: v for k, v in base.items() if v is not None}
+
+
+def _plans(opts: dict, base: dict):
+    """Every plan the planner keeps, with the explicitly given configuration options pinned."""
+    from paraplan import api
+    if opts["gpus"] is None:
+        raise InputError("--gpus", "missing", "the planner needs a GPU count")
+    kwargs = {k: v for k, v in base.items() if k not in ("model", "cluster", "gpus")}
+    return api.plan(opts["model"], opts["cluster"], opts["gpus"], **kwargs)

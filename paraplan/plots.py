@@ -1,0 +1,451 @@
+"""Figures for the notebooks and ``paraplan plot``: matplotlib, no pyplot state, no display needed.
+
+Each function takes the DataFrames of :mod:`paraplan.api` (or ``StepReport`` objects, or lists
+of them), returns a ``matplotlib.figure.Figure``, and also writes it when given a ``path``
+(PNG, SVG or PDF by the suffix). Figures are built on ``matplotlib.figure.Figure`` directly,
+so they render with the Agg canvas on a headless machine and display inline in Jupyter.
+
+* :func:`breakdown` -- where a step's time goes (stacked bars of ``TIME_PARTS``);
+* :func:`memory` -- per-GPU memory by part against the HBM capacity;
+* :func:`roofline` -- a layer's operations on a GPU's roofline (``api.layer_ops``);
+* :func:`pareto` -- plans by throughput and memory, with the Pareto frontier;
+* :func:`scaling` -- tokens/s and MFU against the GPU count;
+* :func:`bandwidth` -- throughput and exposed communication against network bandwidth.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
+
+from simulator.report import TIME_PARTS, StepReport
+
+#: human names of the step-time parts (keys: ``TIME_PARTS``).
+TIME_LABELS = {
+    "compute_s": "compute",
+    "recompute_s": "recompute",
+    "tp_comm_exposed_s": "TP comm (exposed)",
+    "cp_comm_exposed_s": "CP comm (exposed)",
+    "ep_comm_exposed_s": "EP all-to-all (exposed)",
+    "pp_comm_s": "PP send/recv",
+    "zero3_comm_exposed_s": "ZeRO-3 gathers (exposed)",
+    "pipeline_bubble_s": "pipeline bubble",
+    "dp_comm_exposed_s": "DP grad reduce (exposed)",
+    "optimizer_s": "optimizer step",
+}
+#: human names of the memory columns of ``api`` rows.
+MEMORY_LABELS = {
+    "weights_gib": "weights",
+    "gradients_gib": "gradients",
+    "optimizer_gib": "optimizer states",
+    "activations_gib": "activations",
+    "logits_gib": "logits",
+    "zero3_buffers_gib": "ZeRO-3 buffers",
+    "allocator_gib": "allocator + workspaces",
+}
+COMM_PARTS = ("tp_comm_exposed_s", "cp_comm_exposed_s", "ep_comm_exposed_s", "pp_comm_s",
+              "zero3_comm_exposed_s", "dp_comm_exposed_s")
+_PALETTE = ("#4C72B0", "#8172B3", "#DD8452", "#C44E52", "#937860", "#DA8BC3", "#8C8C8C", "#CCB974",
+            "#64B5CD", "#55A868", "#1F3A5F", "#B07AA1")
+
+
+def _color(name: str, names: Sequence[str]) -> str:
+    return _PALETTE[list(names).index(name) % len(_PALETTE)] if name in names else _PALETTE[-1]
+
+
+def frame(data: Any) -> pd.DataFrame:
+    """A DataFrame of result rows from a DataFrame, a ``StepReport``, a dict, or a list of them."""
+    if isinstance(data, pd.DataFrame):
+        return data.reset_index(drop=True)
+    if isinstance(data, pd.Series):
+        return data.to_frame().T.reset_index(drop=True)
+    if isinstance(data, (StepReport, dict)):
+        data = [data]
+    rows = []
+    for item in data:
+        if isinstance(item, StepReport):
+            from paraplan.api import report_row
+            rows.append(report_row(item))
+        elif isinstance(item, pd.Series):
+            rows.append(item.to_dict())
+        else:
+            rows.append(dict(item))
+    return pd.DataFrame(rows)
+
+
+def _labels(df: pd.DataFrame, label: str | None) -> list[str]:
+    if label is not None and label in df.columns:
+        return [str(v) for v in df[label]]
+    if "sweep_field" in df.columns:
+        return [_fmt_value(v) for v in df["sweep_value"]]
+    if "config" in df.columns:
+        return [str(v) for v in df["config"]]
+    return [str(i) for i in range(len(df))]
+
+
+def _fmt_value(v: Any) -> str:
+    if isinstance(v, float) and v.is_integer():
+        return f"{int(v)}"
+    return str(v)
+
+
+def _subject(df: pd.DataFrame) -> str:
+    """'llama3-70b on 256 x h100-sxm-80gb' when the rows share them."""
+    parts = []
+    for col in ("model",):
+        if col in df.columns and df[col].nunique() == 1:
+            parts.append(str(df[col].iloc[0]))
+    gpus = df["n_gpus"].iloc[0] if "n_gpus" in df.columns and df["n_gpus"].nunique() == 1 else None
+    gpu = df["gpu"].iloc[0] if "gpu" in df.columns and df["gpu"].nunique() == 1 else None
+    if gpu is not None:
+        parts.append(f"on {int(gpus)} x {gpu}" if gpus is not None else f"on {gpu}")
+    return " ".join(parts)
+
+
+def _finish(fig: Figure, path: str | Path | None) -> Figure:
+    if path is not None:
+        fig.savefig(path, dpi=fig.dpi, bbox_inches="tight")
+    return fig
+
+
+def _thousands(x, _pos=None) -> str:
+    if abs(x) >= 1e6:
+        return f"{x / 1e6:.1f}M"
+    if abs(x) >= 1e3:
+        return f"{x / 1e3:.0f}k"
+    return f"{x:.0f}"
+
+
+def _count_axis(axis) -> None:
+    """Tick labels like 210k / 1.2M, with a decimal more when the visible range is narrow."""
+    lo, hi = axis.get_view_interval()
+    span = abs(hi - lo)
+    scale, suffix = (1e6, "M") if max(abs(lo), abs(hi)) >= 1e6 else (1e3, "k") if max(abs(lo), abs(hi)) >= 1e3 \
+        else (1.0, "")
+    digits = 0 if span / scale >= 8 else 1 if span / scale >= 0.8 else 2
+    axis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v / scale:.{digits}f}{suffix}"))
+
+
+# --------------------------------------------------------------------------------------------
+# Step-time breakdown
+# --------------------------------------------------------------------------------------------
+
+def breakdown(data: Any, path: str | Path | None = None, *, label: str | None = None,
+              title: str | None = None, ylabel: str | None = None) -> Figure:
+    """Horizontal stacked bars: seconds per optimizer step, split into ``TIME_PARTS``, one bar per row.
+
+    Parts that are zero on every row are left out of the legend. The total (and the tokens/s,
+    when known) is written at the end of each bar.
+    """
+    df = frame(data)
+    parts = [p for p in TIME_PARTS if p in df.columns and df[p].fillna(0).abs().sum() > 0]
+    labels = _labels(df, label)
+    height = max(2.6, 0.55 * len(df) + 1.8)
+    fig = Figure(figsize=(10, height), dpi=110)
+    ax = fig.add_subplot()
+    y = np.arange(len(df))[::-1]
+    left = np.zeros(len(df))
+    for part in parts:
+        values = df[part].fillna(0).to_numpy(dtype=float)
+        ax.barh(y, values, left=left, color=_color(part, TIME_PARTS), label=TIME_LABELS.get(part, part),
+                edgecolor="white", linewidth=0.5)
+        left += values
+    total = df["step_time_s"].to_numpy(dtype=float) if "step_time_s" in df.columns else left
+    for yi, t, i in zip(y, total, range(len(df))):
+        text = f" {t:.2f} s"
+        if "tokens_per_s" in df.columns and np.isfinite(df["tokens_per_s"].iloc[i]):
+            text += f"  ({_thousands(df['tokens_per_s'].iloc[i])} tok/s"
+            if "mfu" in df.columns:
+                text += f", MFU {100 * df['mfu'].iloc[i]:.0f}%"
+            text += ")"
+        ax.text(t, yi, text, va="center", fontsize=8)
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.set_xlabel("time per optimizer step (s)")
+    if ylabel is None and label is None and "sweep_field" in df.columns:
+        ylabel = str(df["sweep_field"].iloc[0])
+    if ylabel:
+        ax.set_ylabel(ylabel)
+    ax.set_xlim(0, float(np.nanmax(total)) * 1.45 if len(df) else 1)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_axisbelow(True)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1 - 0.35 / height), ncol=min(4, max(1, len(parts))),
+              fontsize=8, frameon=False)
+    subject = _subject(df)
+    ax.set_title(title or f"Where the step time goes{': ' + subject if subject else ''}")
+    return _finish(fig, path)
+
+
+# --------------------------------------------------------------------------------------------
+# Memory
+# --------------------------------------------------------------------------------------------
+
+def memory(data: Any, path: str | Path | None = None, *, label: str | None = None,
+           title: str | None = None) -> Figure:
+    """Stacked bars of peak memory per GPU (GiB, first pipeline stage) against the HBM line."""
+    df = frame(data)
+    parts = [c for c in MEMORY_LABELS if c in df.columns and df[c].fillna(0).sum() > 0]
+    labels = _labels(df, label)
+    fig = Figure(figsize=(max(6.5, 1.0 * len(df) + 3.5), 5), dpi=110)
+    ax = fig.add_subplot()
+    x = np.arange(len(df))
+    bottom = np.zeros(len(df))
+    names = list(MEMORY_LABELS)
+    for part in parts:
+        values = df[part].fillna(0).to_numpy(dtype=float)
+        ax.bar(x, values, bottom=bottom, color=_color(part, names), label=MEMORY_LABELS[part],
+               edgecolor="white", linewidth=0.5, width=0.6)
+        bottom += values
+    total = df["memory_gib"].to_numpy(dtype=float) if "memory_gib" in df.columns else bottom
+    near_line = df["hbm_gib"].to_numpy(dtype=float) * 0.93 if "hbm_gib" in df.columns else np.full(len(df), np.inf)
+    for xi, t, lim in zip(x, total, near_line):
+        if t > lim:    # the total would sit on the HBM line: write it inside the bar's top
+            ax.text(xi, t - 0.5, f"{t:.1f}", ha="center", va="top", fontsize=8, color="white", fontweight="bold")
+        else:
+            ax.text(xi, t, f"{t:.1f}", ha="center", va="bottom", fontsize=8)
+    if "hbm_gib" in df.columns:
+        hbm = df["hbm_gib"].to_numpy(dtype=float)
+        if np.allclose(hbm, hbm[0]):
+            ax.axhline(hbm[0], color="black", linestyle="--", linewidth=1.2, label=f"HBM capacity ({hbm[0]:.0f} GiB)")
+        else:
+            ax.hlines(hbm, x - 0.4, x + 0.4, colors="black", linestyles="--", linewidth=1.2, label="HBM capacity")
+        top = max(float(np.nanmax(total)), float(np.nanmax(hbm)))
+    else:
+        top = float(np.nanmax(total))
+    ax.set_ylim(0, top * 1.15)
+    ax.set_xlim(-0.5 - 0.5 * max(1, 4 - len(df)) / 2, len(df) - 0.5 + 0.5 * max(1, 4 - len(df)) / 2)
+    ax.set_xticks(x, labels, rotation=20 if max(len(s) for s in labels) > 8 else 0, ha="right"
+                  if max(len(s) for s in labels) > 8 else "center", fontsize=8)
+    ax.set_ylabel("peak memory per GPU (GiB)")
+    if "sweep_field" in df.columns:
+        ax.set_xlabel(str(df["sweep_field"].iloc[0]))
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
+    subject = _subject(df)
+    ax.set_title(title or f"Memory per GPU{': ' + subject if subject else ''}")
+    return _finish(fig, path)
+
+
+# --------------------------------------------------------------------------------------------
+# Roofline
+# --------------------------------------------------------------------------------------------
+
+def roofline(ops: pd.DataFrame, path: str | Path | None = None, *, title: str | None = None) -> Figure:
+    """A layer's operations (``api.layer_ops``) on the GPU's roofline, log-log.
+
+    x: arithmetic intensity (FLOP per byte of compulsory HBM traffic); y: achieved TFLOP/s as
+    the simulator times each op. Solid: the datasheet roofline min(peak, I x HBM bandwidth);
+    dashed: the ceiling the efficiency model allows (plateau GEMM rate, achieved bandwidth).
+    """
+    df = frame(ops)
+    peak = float(df["peak_tflop_per_s"].iloc[0])
+    bw = float(df["hbm_tb_per_s"].iloc[0])
+    apeak = float(df["achieved_peak_tflop_per_s"].iloc[0])
+    abw = float(df["achieved_hbm_tb_per_s"].iloc[0])
+    lo = min(1.0, float(df["intensity_flop_per_byte"].min()) / 3)
+    hi = max(peak / bw * 30, float(df["intensity_flop_per_byte"].max()) * 3)
+    xs = np.logspace(np.log10(lo), np.log10(hi), 300)
+    fig = Figure(figsize=(9, 5.6), dpi=110)
+    ax = fig.add_subplot()
+    ax.loglog(xs, np.minimum(peak, xs * bw), color="black", linewidth=1.8,
+              label=f"datasheet roofline ({peak:.0f} TFLOP/s, {bw:.2f} TB/s)")
+    ax.loglog(xs, np.minimum(apeak, xs * abw), color="gray", linestyle="--", linewidth=1.2,
+              label=f"achievable ceiling ({apeak:.0f} TFLOP/s, {abw:.2f} TB/s)")
+    ridge = peak / bw
+    ax.axvline(ridge, color="black", alpha=0.25, linewidth=0.8)
+    ax.text(ridge, peak * 0.02, f"  ridge {ridge:.0f} FLOP/B", fontsize=8, rotation=90, va="bottom", alpha=0.7)
+    ops_order = list(dict.fromkeys(df["op"]))
+    markers = {"forward": "o", "backward": "s"}
+    for _, row in df.iterrows():
+        color = _color(row["op"], ops_order)
+        ax.scatter(row["intensity_flop_per_byte"], row["achieved_tflop_per_s"], s=55, color=color,
+                   marker=markers.get(row.get("pass", "forward"), "o"), zorder=3, edgecolor="black", linewidth=0.5)
+    for op in ops_order:      # legend entries, one per op
+        ax.scatter([], [], color=_color(op, ops_order), edgecolor="black", linewidth=0.5, s=55, label=op)
+    if "pass" in df.columns and (df["pass"] == "backward").any():
+        ax.scatter([], [], color="white", edgecolor="black", marker="s", s=55, label="(square: backward pass)")
+    ax.legend(fontsize=8, loc="lower right", frameon=True)
+    ax.set_xlabel("arithmetic intensity (FLOP / byte of HBM traffic)")
+    ax.set_ylabel("achieved throughput (TFLOP/s)")
+    ax.set_ylim(min(peak, lo * bw) / 3, peak * 2)
+    ax.set_xlim(lo, hi)
+    ax.grid(which="both", alpha=0.2)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}"))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}"))
+    meta = df.iloc[0]
+    desc = f"{meta.get('model', '')}, tp={int(meta.get('tp', 1))}, {int(meta.get('tokens', 0))} tokens/micro-batch"
+    ax.set_title(title or f"Roofline of one layer's ops on {meta['gpu']} ({meta['dtype']}): {desc}", fontsize=10)
+    return _finish(fig, path)
+
+
+# --------------------------------------------------------------------------------------------
+# Pareto frontier
+# --------------------------------------------------------------------------------------------
+
+def pareto_mask(df: pd.DataFrame, x: str = "memory_gib", y: str = "tokens_per_s") -> np.ndarray:
+    """Rows no other row beats on both axes (lower ``x`` and higher ``y`` are better)."""
+    xs = df[x].to_numpy(dtype=float)
+    ys = df[y].to_numpy(dtype=float)
+    order = np.lexsort((-ys, xs))        # by x ascending, then y descending
+    mask = np.zeros(len(df), dtype=bool)
+    best = -np.inf
+    for i in order:
+        if ys[i] > best:
+            mask[i] = True
+            best = ys[i]
+    return mask
+
+
+def pareto(plans: Any, path: str | Path | None = None, *, x: str = "memory_gib", y: str = "tokens_per_s",
+           label: str | None = None, annotate: int = 6, title: str | None = None) -> Figure:
+    """Every plan as a point (memory per GPU vs tokens/s) with the Pareto frontier drawn through
+    the plans no other plan beats on both; the frontier's fastest plans are labelled."""
+    df = frame(plans)
+    mask = pareto_mask(df, x, y)
+    labels = _labels(df, label)
+    fig = Figure(figsize=(9.5, 5.6), dpi=110)
+    ax = fig.add_subplot()
+    ax.scatter(df.loc[~mask, x], df.loc[~mask, y], s=12, color="#B0B0B0", alpha=0.6,
+               label=f"other plans ({int((~mask).sum())})")
+    front = df[mask].sort_values(x)
+    ax.plot(front[x], front[y], "-o", color="#C44E52", markersize=6, linewidth=1.5,
+            label=f"Pareto frontier ({len(front)})", zorder=3)
+    if "hbm_gib" in df.columns and x == "memory_gib":
+        hbm = float(df["hbm_gib"].iloc[0])
+        ax.axvline(hbm, color="black", linestyle="--", linewidth=1, label=f"HBM ({hbm:.0f} GiB)")
+    # number the frontier's fastest plans and list them in a box (labels beside crowded points overlap)
+    shown = front.sort_values(y, ascending=False).head(annotate)
+    legend_lines = []
+    for rank, (i, row) in enumerate(shown.iterrows(), start=1):
+        ax.annotate(str(rank), (row[x], row[y]), xytext=(-3, 6 if rank % 2 else -14), textcoords="offset points",
+                    fontsize=8, fontweight="bold", color="#C44E52", ha="right")
+        legend_lines.append(f"{rank}. {labels[i]}  ({_thousands(row[y])} tok/s, {row[x]:.1f} GiB)"
+                            if y == "tokens_per_s" and x == "memory_gib" else f"{rank}. {labels[i]}")
+    if legend_lines:
+        ax.text(0.98, 0.3, "fastest on the frontier:\n" + "\n".join(legend_lines), transform=ax.transAxes,
+                fontsize=7, ha="right", va="bottom", family="monospace", multialignment="left",
+                bbox=dict(boxstyle="round", facecolor="white", edgecolor="#C44E52", alpha=0.9))
+    ax.set_xlabel("peak memory per GPU (GiB)" if x == "memory_gib" else x)
+    ax.set_ylabel("throughput (tokens/s)" if y == "tokens_per_s" else y)
+    _count_axis(ax.yaxis)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    subject = _subject(df)
+    ax.set_title(title or f"Plans: throughput vs memory{': ' + subject if subject else ''}", fontsize=10)
+    return _finish(fig, path)
+
+
+# --------------------------------------------------------------------------------------------
+# Scaling
+# --------------------------------------------------------------------------------------------
+
+def scaling(data: Any, path: str | Path | None = None, *, x: str = "n_gpus", title: str | None = None) -> Figure:
+    """Tokens/s (left axis, with ideal linear scaling from the smallest count) and MFU (right
+    axis) against the GPU count."""
+    df = frame(data).sort_values(x).reset_index(drop=True)
+    fig = Figure(figsize=(8.5, 5), dpi=110)
+    ax = fig.add_subplot()
+    xs = df[x].to_numpy(dtype=float)
+    tps = df["tokens_per_s"].to_numpy(dtype=float)
+    ax.plot(xs, tps, "-o", color="#4C72B0", label="tokens/s (predicted)")
+    ok = np.isfinite(tps)
+    if ok.any():
+        i0 = int(np.argmax(ok))
+        ideal = tps[i0] * xs / xs[i0]
+        ax.plot(xs, ideal, ":", color="#4C72B0", alpha=0.6, label=f"linear scaling from {xs[i0]:g} GPUs")
+        for xi, t, ide in zip(xs, tps, ideal):
+            if np.isfinite(t):
+                ax.annotate(f"{100 * t / ide:.0f}%", (xi, t), xytext=(-4, 8), textcoords="offset points",
+                            ha="right", fontsize=8, color="#4C72B0")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(xs, [f"{v:g}" for v in xs])
+    ax.set_xlabel("GPUs" if x in ("n_gpus", "gpus") else x)
+    ax.set_ylabel("throughput (tokens/s); % = of linear scaling")
+    ax.set_ylim(0, float(np.nanmax(np.r_[tps, ideal if ok.any() else tps])) * 1.1)
+    ax.yaxis.set_major_formatter(FuncFormatter(_thousands))
+    ax.grid(alpha=0.3)
+    ax2 = ax.twinx()
+    ax2.plot(xs, 100 * df["mfu"].to_numpy(dtype=float), "-s", color="#DD8452", label="MFU")
+    ax2.set_ylabel("MFU (%)", color="#DD8452")
+    ax2.set_ylim(0, max(60.0, 100 * float(np.nanmax(df["mfu"])) * 1.2))
+    if "fits" in df.columns and not df["fits"].all():
+        bad = df.loc[~df["fits"].astype(bool), x]
+        ax.scatter(bad, df.loc[bad.index, "tokens_per_s"], marker="x", s=80, color="black", zorder=4,
+                   label="does not fit in HBM")
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
+    subject = " ".join(str(df[c].iloc[0]) for c in ("model", "gpu") if c in df.columns and df[c].nunique() == 1)
+    ax.set_title(title or f"Scaling{': ' + subject if subject else ''}", fontsize=10)
+    return _finish(fig, path)
+
+
+# --------------------------------------------------------------------------------------------
+# Network bandwidth sensitivity
+# --------------------------------------------------------------------------------------------
+
+def bandwidth(data: Any, path: str | Path | None = None, *, x: str = "scaleout_gbit_per_s",
+              hue: str | None = None, title: str | None = None) -> Figure:
+    """Left: tokens/s against a link's bandwidth (one line per ``hue`` value), each point marked
+    with its change relative to the highest bandwidth; right: the exposed communication parts
+    (seconds per step) of the first series."""
+    df = frame(data)
+    fig = Figure(figsize=(12, 4.8), dpi=110)
+    ax, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.1, 1]})
+    groups: Iterable = df.groupby(hue, sort=False) if hue else [(None, df)]
+    first = None
+    for series, (key, g) in enumerate(groups):
+        g = g.sort_values(x)
+        first = g if first is None else first
+        xs = g[x].to_numpy(dtype=float)
+        tps = g["tokens_per_s"].to_numpy(dtype=float)
+        line, = ax.plot(xs, tps, "-o", label=str(key) if key is not None else "tokens/s")
+        ref = tps[-1]
+        for xi, t in zip(xs, tps):   # alternate above / below so coinciding series stay readable
+            ax.annotate(f"{100 * (t / ref - 1):+.1f}%", (xi, t), xytext=(0, 7 if series % 2 == 0 else -14),
+                        textcoords="offset points", ha="center", fontsize=8, color=line.get_color())
+    xs_all = np.sort(df[x].unique().astype(float))
+    for a in (ax, ax2):
+        a.set_xscale("log", base=2)
+        a.set_xticks(xs_all, [f"{v:g}" for v in xs_all])
+        a.set_xlabel(_bw_label(x))
+        a.grid(alpha=0.3)
+    ax.set_ylabel("throughput (tokens/s)")
+    lo, hi = float(df["tokens_per_s"].min()), float(df["tokens_per_s"].max())
+    ax.set_ylim(lo - 0.15 * (hi - lo) - 0.02 * hi, hi + 0.15 * (hi - lo) + 0.02 * hi)
+    _count_axis(ax.yaxis)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title("throughput (% vs the highest bandwidth)", fontsize=9)
+    parts = [p for p in COMM_PARTS if p in first.columns and first[p].fillna(0).sum() > 0]
+    bottom = np.zeros(len(first))
+    width = np.diff(np.log2(xs_all)).min() * 0.5 if len(xs_all) > 1 else 0.5
+    fx = first[x].to_numpy(dtype=float)
+    for part in parts:
+        vals = first[part].fillna(0).to_numpy(dtype=float)
+        left_edge = fx * 2 ** (-width / 2)
+        ax2.bar(left_edge, vals, width=fx * 2 ** (width / 2) - left_edge, bottom=bottom, align="edge",
+                color=_color(part, TIME_PARTS), label=TIME_LABELS.get(part, part), edgecolor="white")
+        bottom += vals
+    ax2.set_ylabel("communication on the critical path (s per step)")
+    ax2.legend(fontsize=8, loc="upper right")
+    series = f" ({first[hue].iloc[0]})" if hue else ""
+    ax2.set_title(f"exposed communication{series}", fontsize=9)
+    subject = _subject(df)
+    fig.suptitle(title or f"Sensitivity to {_bw_label(x).split(' (')[0]}{': ' + subject if subject else ''}",
+                 fontsize=11)
+    fig.tight_layout()
+    return _finish(fig, path)
+
+
+def _bw_label(x: str) -> str:
+    return {"scaleout_gbit_per_s": "scale-out bandwidth per GPU (Gb/s)",
+            "scaleup_gbit_per_s": "scale-up (NVLink) bandwidth per GPU (Gb/s)"}.get(x, x)
+
+
+#: plot kinds by name (used by ``paraplan plot``).
+KINDS = {"breakdown": breakdown, "memory": memory, "roofline": roofline, "pareto": pareto,
+         "scaling": scaling, "bandwidth": bandwidth}

@@ -1,0 +1,248 @@
+"""Figures (paraplan.plots), the notebook API that feeds them (paraplan.api), and ``paraplan plot``."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from matplotlib.figure import Figure
+
+from hardware_specs.catalog import load_cluster
+from hardware_specs.errors import InputError
+from paraplan import api, plots
+from paraplan.cli import main
+from simulator.report import TIME_PARTS
+
+MODEL, CLUSTER = "llama3-70b", "dgx-h100"
+BASE = dict(model=MODEL, cluster=CLUSTER, gpus=256, tp=8, pp=4, global_batch=512, zero_stage=1,
+            sequence_parallel=True, recompute="selective")
+
+
+@pytest.fixture(scope="module")
+def pp_sweep():
+    return api.sweep(BASE, "pp", [1, 2, 4, 8])
+
+
+# ---- api: simulate / sweep / plan ------------------------------------------------------------
+
+def test_simulate_row_has_units_in_names_and_parts_that_sum(pp_sweep):
+    row = api.simulate(**BASE).iloc[0]
+    assert list(api.ROW_COLUMNS) == list(api.simulate(**BASE).columns)
+    assert row.step_time_s == pytest.approx(sum(row[p] for p in TIME_PARTS), rel=1e-9)
+    assert row.memory_gib == pytest.approx(sum(row[c] for c in api.MEMORY_COLUMNS), rel=1e-9)
+    assert row.dp == 8 and row.n_gpus == 256 and row.hbm_gib == pytest.approx(80.0)
+    assert row.scaleout_gbit_per_s == pytest.approx(400.0) and row.config == "dp8 tp8 pp4 mb1 z1 sel sp"
+
+
+def test_sweep_over_gpu_count_derives_dp_and_keeps_other_fields():
+    df = api.sweep({k: v for k, v in BASE.items() if k != "gpus"}, "gpus", [64, 128, 256])
+    assert list(df.dp) == [2, 4, 8] and list(df.n_gpus) == [64, 128, 256]
+    assert (df.tp == 8).all() and (df.sweep_field == "gpus").all()
+    assert df.tokens_per_s.is_monotonic_increasing
+
+
+def test_sweep_swaps_the_gpu_and_keeps_the_fabric():
+    df = api.sweep(BASE, "gpu", ["h100-sxm-80gb", "b200"])
+    assert list(df.gpu) == ["h100-sxm-80gb", "b200"] and list(df.cluster) == [CLUSTER] * 2
+    assert df.hbm_gib.iloc[1] > df.hbm_gib.iloc[0]
+    assert df.scaleup_gbit_per_s.nunique() == 1
+    assert df.step_time_s.iloc[1] < df.step_time_s.iloc[0]
+
+
+def test_bandwidth_what_if_only_touches_the_chosen_tier():
+    c = api.what_if_cluster(CLUSTER, scaleout_gbit_per_s=800)
+    base = load_cluster(CLUSTER)
+    assert c.scaleout.bw_bytes_per_s == pytest.approx(100e9) and c.scaleup == base.scaleup
+    df = api.sweep(BASE, "scaleout_gbit_per_s", ["100", "800"])   # strings are coerced
+    assert list(df.scaleout_gbit_per_s) == [100.0, 800.0]
+    assert df.dp_comm_exposed_s.iloc[0] >= df.dp_comm_exposed_s.iloc[1]
+    assert df.tp_comm_exposed_s.iloc[0] == pytest.approx(df.tp_comm_exposed_s.iloc[1])   # TP stays on NVLink
+
+
+def test_sweep_over_model_sequence_and_batch_fields():
+    assert list(api.sweep({**BASE, "global_batch": 256}, "model", ["llama3-8b", "llama3-70b"]).model) == \
+        ["llama3-8b", "llama3-70b"]
+    seq = api.sweep(BASE, "seq_len", [4096, 8192])
+    assert list(seq.seq_len) == [4096, 8192] and list(seq.global_batch_tokens) == [512 * 4096, 512 * 8192]
+    tok = api.sweep(BASE, "global_batch_tokens", [2**21, 2**22])
+    assert list(tok.global_batch) == [256, 512]
+
+
+def test_bad_sweep_field_names_the_closest_fields():
+    with pytest.raises(InputError) as err:
+        api.sweep(BASE, "tpp", [1, 2])
+    assert err.value.field == "field" and "tp" in err.value.fix
+
+
+def test_empty_sweep_is_an_input_error():
+    for values in ([], "", " , "):
+        with pytest.raises(InputError) as err:
+            api.sweep(BASE, "pp", values)
+        assert err.value.field == "values"
+
+
+def test_invalid_value_raises_or_is_recorded():
+    with pytest.raises(InputError):
+        api.sweep(BASE, "tp", [3])
+    df = api.sweep(BASE, "tp", [3, 8], on_error="skip")
+    assert "tp" in df.error.iloc[0] and df.error.iloc[1] == "" and np.isfinite(df.step_time_s.iloc[1])
+
+
+def test_coerce_value_converts_command_line_strings():
+    assert api.coerce_value("tp", "8") == 8
+    assert api.coerce_value("scaleout_gbit_per_s", "400") == 400.0
+    assert api.coerce_value("sequence_parallel", "off") is False
+    assert api.coerce_value("gpu", "b200") == "b200"
+    with pytest.raises(InputError):
+        api.coerce_value("tp", "2.5")
+
+
+def test_global_batch_is_required_and_tokens_must_divide():
+    with pytest.raises(InputError) as err:
+        api.simulate(MODEL, CLUSTER, gpus=64, tp=8)
+    assert err.value.field == "global_batch"
+    with pytest.raises(InputError) as err:
+        api.simulate(MODEL, CLUSTER, gpus=64, tp=8, global_batch_tokens=1000)
+    assert err.value.field == "global_batch_tokens"
+
+
+def test_plan_pins_config_fields_and_best_plan_is_resimulated():
+    plans = api.plan(MODEL, CLUSTER, 256, 4 * 2**20, tp=8, pp=[2, 4])
+    assert len(plans) and (plans.tp == 8).all() and set(plans.pp) <= {2, 4}
+    assert plans.tokens_per_s.is_monotonic_decreasing and "config" in plans and plans.attrs["explain"]
+    best = api.best_plan(MODEL, CLUSTER, 256, 4 * 2**20, tp=8, pp=[2, 4])
+    assert best.config.iloc[0] == plans.config.iloc[0]
+    assert best.tokens_per_s.iloc[0] == pytest.approx(plans.tokens_per_s.iloc[0], rel=1e-9)
+    assert set(api.MEMORY_COLUMNS) <= set(best.columns)
+
+
+def test_layer_ops_time_matches_flops_over_rate_and_sits_under_the_roofline():
+    ops = api.layer_ops(MODEL, CLUSTER, tp=8)
+    assert {"attention qkv projection", "mlp down projection", "attention core (flash)"} <= set(ops.op)
+    roof = np.minimum(ops.peak_tflop_per_s, ops.intensity_flop_per_byte * ops.hbm_tb_per_s)
+    assert (ops.achieved_tflop_per_s <= roof * (1 + 1e-9)).all()
+    qkv = ops[ops.op == "attention qkv projection"].iloc[0]
+    assert qkv.flops == pytest.approx(2 * 8192 * (64 * 128 + 2 * 8 * 128) / 8 * 8192)
+    elementwise = ops[ops.op.str.startswith("norms")].iloc[0]
+    assert elementwise.intensity_flop_per_byte < 295        # memory-bound, left of the H100 ridge
+
+
+def test_moe_is_modelled_reports_whether_ep_changes_the_step():
+    assert api.moe_is_modelled("mixtral-8x7b", CLUSTER) in (True, False)
+    with pytest.raises(InputError):
+        api.moe_is_modelled(MODEL, CLUSTER)
+
+
+# ---- plots -----------------------------------------------------------------------------------
+
+def _texts(fig: Figure) -> tuple[str, list[str], list[str]]:
+    ax = fig.axes[0]
+    return ax.get_title() or (fig._suptitle.get_text() if fig._suptitle else ""), \
+        [a.get_xlabel() for a in fig.axes], [a.get_ylabel() for a in fig.axes]
+
+
+def test_every_figure_has_a_title_axis_labels_and_writes_a_png(tmp_path, pp_sweep):
+    plans = api.plan(MODEL, CLUSTER, 256, 4 * 2**20, tp=[4, 8])
+    scaling = api.sweep({k: v for k, v in BASE.items() if k != "gpus"}, "gpus", [64, 128, 256])
+    bandwidth = api.sweep(BASE, "scaleout_gbit_per_s", [100, 400, 800])
+    figures = {
+        "breakdown": plots.breakdown(pp_sweep, tmp_path / "breakdown.png"),
+        "memory": plots.memory(pp_sweep, tmp_path / "memory.png"),
+        "roofline": plots.roofline(api.layer_ops(MODEL, CLUSTER, tp=8), tmp_path / "roofline.png"),
+        "pareto": plots.pareto(plans, tmp_path / "pareto.png"),
+        "scaling": plots.scaling(scaling, tmp_path / "scaling.png"),
+        "bandwidth": plots.bandwidth(bandwidth, tmp_path / "bandwidth.png"),
+    }
+    for name, fig in figures.items():
+        assert isinstance(fig, Figure)
+        title, xlabels, ylabels = _texts(fig)
+        assert title, name
+        assert xlabels[0] and ylabels[0], name
+        png = tmp_path / f"{name}.png"
+        assert png.stat().st_size > 10_000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "(s)" in figures["breakdown"].axes[0].get_xlabel()
+    assert "GiB" in figures["memory"].axes[0].get_ylabel()
+    assert "FLOP" in figures["roofline"].axes[0].get_xlabel()
+    assert "Gb/s" in figures["bandwidth"].axes[0].get_xlabel()
+    assert "MFU" in figures["scaling"].axes[1].get_ylabel()
+
+
+def test_breakdown_bars_stack_to_the_step_time(pp_sweep):
+    fig = plots.breakdown(pp_sweep)
+    ax = fig.axes[0]
+    ends = {}
+    for patch in ax.patches:
+        y = round(patch.get_y() + patch.get_height() / 2, 6)
+        ends[y] = max(ends.get(y, 0.0), patch.get_x() + patch.get_width())
+    assert sorted(ends.values()) == pytest.approx(sorted(pp_sweep.step_time_s), rel=1e-9)
+
+
+def test_plots_accept_step_reports():
+    report, _, _ = api.simulate_report(MODEL, CLUSTER, gpus=64, tp=8, pp=4, global_batch=128, zero_stage=1)
+    assert isinstance(plots.breakdown(report), Figure)
+    assert isinstance(plots.memory([report, report]), Figure)
+
+
+def test_pareto_mask_keeps_only_undominated_plans():
+    df = pd.DataFrame({"memory_gib": [10, 20, 20, 30, 40], "tokens_per_s": [1.0, 3.0, 2.0, 2.5, 4.0]})
+    assert list(plots.pareto_mask(df)) == [True, True, False, False, True]
+
+
+# ---- paraplan plot ---------------------------------------------------------------------------
+
+PLOT = ["plot", "breakdown", "-m", MODEL, "-c", CLUSTER, "-n", "256", "--tp", "8", "--pp", "4", "--zero", "1",
+        "--global-batch", "512"]
+
+
+def _run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def _one_line_error(result, *needles):
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+def test_plot_command_writes_a_sweep_figure(tmp_path):
+    out = tmp_path / "pp.png"
+    result = _run(*PLOT, "--field", "pp", "--values", "2,4", "-o", out)
+    assert result.exit_code == 0, result.output
+    assert out.stat().st_size > 10_000 and "breakdown, 2 rows" in result.stdout
+
+
+def test_plot_bad_field_name_is_one_line_exit_2(tmp_path):
+    out = tmp_path / "x.png"
+    _one_line_error(_run(*PLOT, "--field", "tpp", "--values", "1,2", "-o", out), "--field", "tpp", "did you mean")
+    assert not out.exists()
+
+
+def test_plot_empty_sweep_is_one_line_exit_2(tmp_path):
+    for values in ("", ",", " , "):
+        _one_line_error(_run(*PLOT, "--field", "pp", "--values", values, "-o", tmp_path / "x.png"),
+                        "--values", "empty sweep")
+    _one_line_error(_run(*PLOT, "--field", "pp", "-o", tmp_path / "x.png"), "--values", "missing")
+
+
+def test_plot_kinds_without_sweeps_and_with_defaults(tmp_path):
+    ok = _run("plot", "roofline", "-m", MODEL, "-c", CLUSTER, "--tp", "8", "-o", tmp_path / "r.png")
+    assert ok.exit_code == 0, ok.output
+    _one_line_error(_run("plot", "roofline", "-m", MODEL, "-c", CLUSTER, "--field", "tp", "--values", "1",
+                         "-o", tmp_path / "r.png"), "--field")
+    bw = _run("plot", "bandwidth", "-m", MODEL, "-c", CLUSTER, "-n", "256", "--tp", "8", "--pp", "4", "--zero", "1",
+              "--global-batch", "512", "-o", tmp_path / "bw.png")
+    assert bw.exit_code == 0 and "4 rows" in bw.stdout, bw.output
+    _one_line_error(_run("plot", "scaling", "-m", MODEL, "-c", CLUSTER, "--tp", "8", "--global-batch", "512",
+                         "-o", tmp_path / "s.png"), "--values")
+
+
+def test_plot_best_lets_the_planner_choose_unless_degrees_are_given(tmp_path):
+    out = tmp_path / "best.png"
+    result = _run("plot", "breakdown", "-m", MODEL, "-c", CLUSTER, "-n", "256", "--global-batch", "512", "--best",
+                  "--field", "gpu", "--values", "h200-sxm-141gb", "-o", out)
+    assert result.exit_code == 0, result.output
+    pinned = _run("plot", "memory", "-m", MODEL, "-c", CLUSTER, "-n", "256", "--global-batch", "512", "--best",
+                  "--tp", "8", "-o", tmp_path / "pinned.png")
+    assert pinned.exit_code == 0, pinned.output
