@@ -164,8 +164,10 @@ def _csv(df) -> str:
 @click.option("--csv", "as_csv", is_flag=True, help="Print the top plans (or, with --pareto, the frontier) as CSV.")
 @click.option("--pareto", is_flag=True, help="Also print the throughput-vs-memory frontier (and vs GPUs for a range).")
 @click.option("--explain", is_flag=True, help="Explain the winner against the runner-up; pruned counts per rule.")
+@click.option("--emit", type=click.Choice(["megatron", "torchtitan", "deepspeed"]),
+              help="Print the best plan's launch flags / TOML / JSON for this framework instead of the table.")
 def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, top, max_tp, fix, headroom_gib,
-            dtypes, as_json, as_csv, pareto, explain, max_micro_batch, **explicit) -> None:
+            dtypes, as_json, as_csv, pareto, explain, max_micro_batch, emit, **explicit) -> None:
     """Find the parallel configurations of MODEL on CLUSTER with the highest throughput that fit
     in memory: every factorisation of the GPUs over dp x tp x pp x cp (x ep), virtual pipeline
     stages, micro-batch, ZeRO 0-3, recomputation and sequence parallelism, scored by the same
@@ -176,6 +178,7 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
       paraplan plan -m llama3.1-405b -c dgx-h100 -n 16384 --global-batch-tokens 16777216
       paraplan plan -m megatron-530b -c dgx-a100-80gb -n 4480-5120 --global-batch 2520 --pareto
       paraplan plan -m llama3-70b -c dgx-h100 -n 64 --global-batch 128 --fix zero=1 --explain
+      paraplan plan -m llama3-70b -c dgx-h100 -n 256 --global-batch-tokens 4194304 --fix zero=1 --emit megatron
     """
     if as_json and as_csv:
         raise InputError("--json", "give --json or --csv, not both")
@@ -198,6 +201,11 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
     finally:
         bar.close()
     is_range = result.gpus[0] != result.gpus[1]
+    if emit:
+        from paraplan import exports
+        click.echo(exports.emit({**result.best, "model": spec, "seq_len": result.seq_len,
+                                 "cluster": result.cluster, "gpu": result.gpu}, emit), nl=False)
+        return
     if as_json:
         click.echo(_json(result, top, pareto, explain), nl=False)
         return
