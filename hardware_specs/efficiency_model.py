@@ -41,6 +41,9 @@ class EfficiencyModel:
             generation's usual stack (1 = fully serialised, as Megatron 2020-22; lower with
             async TP / userbuffers overlap). ``ParallelConfig.tp_comm_overlap`` forces full
             overlap instead.
+        exposed_ep_fraction: fraction of the expert-parallel dispatch/combine all-to-all left
+            exposed by the generation's usual MoE stack (1 = serialised; DeepEP / 1F1B
+            all-to-all overlap hide part of it).
         fitted_on: what these numbers were fitted on and how to refit them.
     """
 
@@ -54,6 +57,7 @@ class EfficiencyModel:
     kernel_overhead_s: float = 5e-6
     exposed_dp_fraction: float = 0.1
     exposed_tp_fraction: float = 1.0
+    exposed_ep_fraction: float = 1.0
     fitted_on: str = ""
 
     def __post_init__(self) -> None:
@@ -67,6 +71,7 @@ class EfficiencyModel:
             _check_fraction(f"{where}.{name}", getattr(self, name))
         _check_fraction(f"{where}.exposed_dp_fraction", self.exposed_dp_fraction, allow_zero=True)
         _check_fraction(f"{where}.exposed_tp_fraction", self.exposed_tp_fraction, allow_zero=True)
+        _check_fraction(f"{where}.exposed_ep_fraction", self.exposed_ep_fraction, allow_zero=True)
         require_positive(f"{where}.gemm_half_dim", self.gemm_half_dim, allow_zero=True)
         require_positive(f"{where}.kernel_overhead_s", self.kernel_overhead_s, allow_zero=True)
         object.__setattr__(self, "gemm_peak_fraction", MappingProxyType(dict(self.gemm_peak_fraction)))

@@ -99,6 +99,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         moe_fwd = moe_gemm_f + attn["core_fwd_s"] + moe_elem_f
         dispatch = moe_costs.moe_dispatch_bytes(tokens / tp, model.moe.top_k, h, 2.0)
         a2a = moe_costs.moe_all_to_all_time_s(dispatch, ep, etp, cluster, eff,
+                                             overlap=1.0 - eff.exposed_ep_fraction,
                                              load_imbalance=batch.moe_load_imbalance)
         moe_rec = np.where(rc == 2, moe_fwd, np.where(rc == 1, attn["core_fwd_s"], 0.0))
         # per average layer of a stage: dense and MoE layers weighted by their share
