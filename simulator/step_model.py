@@ -187,15 +187,16 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     pipeline = m * t_mb + bubble
 
     # ---- data-parallel gradient reduction and parameter gather ----------------------------
-    # gradient buckets: NCCL spreads them over every NIC of a node (hierarchical)
-    hier = "hierarchical"
-    grad_rs = group_collective_time_s("reduce_scatter", params_local * GRAD_REDUCE_BYTES, dp_group, tp, cluster, eff, hier)
-    grad_ar = group_collective_time_s("all_reduce", params_local * GRAD_REDUCE_BYTES, dp_group, tp, cluster, eff, hier)
-    param_ag = group_collective_time_s("all_gather", params_local * PARAM_GATHER_BYTES, dp_group, tp, cluster, eff, hier)
+    # gradient buckets: flat rings over each GPU's NIC (every byte crosses each node boundary at
+    # one NIC's speed); Narayanan et al. 2021 Table 1 small models (dp 32, tp 1-2) need it
+    dp_algorithm = "ring"
+    grad_rs = group_collective_time_s("reduce_scatter", params_local * GRAD_REDUCE_BYTES, dp_group, tp, cluster, eff, dp_algorithm)
+    grad_ar = group_collective_time_s("all_reduce", params_local * GRAD_REDUCE_BYTES, dp_group, tp, cluster, eff, dp_algorithm)
+    param_ag = group_collective_time_s("all_gather", params_local * PARAM_GATHER_BYTES, dp_group, tp, cluster, eff, dp_algorithm)
     if model.moe is not None:   # expert gradients reduce over the expert-data-parallel group
-        e_rs = group_collective_time_s("reduce_scatter", expert_local * GRAD_REDUCE_BYTES, edp, tp * ep, cluster, eff, hier)
-        e_ar = group_collective_time_s("all_reduce", expert_local * GRAD_REDUCE_BYTES, edp, tp * ep, cluster, eff, hier)
-        e_ag = group_collective_time_s("all_gather", expert_local * PARAM_GATHER_BYTES, edp, tp * ep, cluster, eff, hier)
+        e_rs = group_collective_time_s("reduce_scatter", expert_local * GRAD_REDUCE_BYTES, edp, tp * ep, cluster, eff, dp_algorithm)
+        e_ar = group_collective_time_s("all_reduce", expert_local * GRAD_REDUCE_BYTES, edp, tp * ep, cluster, eff, dp_algorithm)
+        e_ag = group_collective_time_s("all_gather", expert_local * PARAM_GATHER_BYTES, edp, tp * ep, cluster, eff, dp_algorithm)
     else:
         e_rs = e_ar = e_ag = 0.0
     grad_comm = np.where(zero == 0, grad_ar + e_ar, np.where(zero <= 2, grad_rs + e_rs, 0.0))
