@@ -13,17 +13,21 @@ from simulator.validate_config import check_config
 
 
 def simulate(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig,
-             n_gpus: int | None = None, efficiency: EfficiencyModel | None = None) -> StepReport:
+             n_gpus: int | None = None, efficiency: EfficiencyModel | None = None,
+             event_level: bool = True) -> StepReport:
     """Predict one training step of ``model`` on ``cluster`` under ``config``.
 
     ``n_gpus`` (optional) is checked against dp*tp*pp*cp; ``efficiency`` overrides the GPU
-    generation's fitted model (for what-if studies and fitting).
+    generation's fitted model (for what-if studies and fitting). With ``event_level`` (the
+    default) the pipeline part of the step comes from simulating the schedule operation by
+    operation (``simulator.pipeline``); ``event_level=False`` keeps the closed-form bubble that
+    the planner uses for scoring (the two agree for even stages).
     """
     check_config(model, config, n_gpus)
     eff = efficiency if efficiency is not None else efficiency_for_cluster(cluster)
     out = evaluate(model, cluster, eff, ConfigBatch.from_configs([config]))
     v = {k: (x.item() if hasattr(x, "item") else x) for k, x in ((k, x[0]) for k, x in out.items())}
-    return StepReport(
+    report = StepReport(
         model=model.name, cluster=cluster.name, gpu=cluster.gpu.name, n_gpus=config.n_gpus,
         config=config.as_dict(), step_time_s=v["step_time_s"],
         time_breakdown_s={k: v[k] for k in TIME_PARTS},
@@ -35,5 +39,9 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig,
         hbm_bytes=v["hbm_bytes"], fits=bool(v["fits"]), num_microbatches=int(round(v["num_microbatches"])),
         layer_fwd_s=v["layer_fwd_s"], layer_bwd_s=v["layer_bwd_s"], layer_recompute_s=v["layer_recompute_s"],
         extras={k: v[k] for k in ("tp_comm_total_s", "dp_comm_total_s", "microbatch_stage_time_s",
-                                  "params_local")},
+                                  "params_local", "layer_w_s", "p2p_per_microbatch_s")},
     )
+    if event_level and config.pp > 1:
+        from simulator.event_level import with_event_level_pipeline
+        report = with_event_level_pipeline(model, config, report)
+    return report

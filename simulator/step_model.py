@@ -283,6 +283,8 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         "layer_fwd_s": layer_fwd + tp_exposed_f + cp_fwd,
         "layer_bwd_s": layer_b + layer_w + tp_exposed_b + cp_bwd,
         "layer_recompute_s": recompute + tp_exposed_r,
+        "layer_w_s": layer_w,
+        "p2p_per_microbatch_s": p2p,
         "tp_comm_total_s": m * layers_stage * (tp_fwd + tp_bwd + tp_rec),
         "dp_comm_total_s": grad_comm + gather_comm,
         "model_flops": model_flops,

@@ -204,60 +204,14 @@ def _pipeline_api():
 _SCHEDULE_FIELDS = {"p": "--pp", "m": "--global-batch", "v": "--vpp", "num_layers": "--pp"}
 
 
-def _cell_layers(schedule, num_layers: int):
-    """(p, v) layers per (stage, chunk) cell; a remainder goes to the earliest positions."""
-    n = schedule.path_length
-    per_position = np.full(n, num_layers // n, dtype=float)
-    per_position[: num_layers % n] += 1
-    cells = np.zeros(schedule.p * schedule.v)
-    for path in schedule.paths:
-        cells[np.asarray(path)] = per_position[: len(path)]
-    return cells.reshape(schedule.p, schedule.v)
-
-
 def pipeline_timeline(model: ModelSpec, config: ParallelConfig, report: StepReport):
-    """Generate and simulate the configuration's pipeline schedule.
-
-    Per-cell durations come from the ``StepReport``: forward = layers x ``layer_fwd_s``;
-    backward = layers x (``layer_bwd_s`` + ``layer_recompute_s``), split into input gradient
-    (B, with the recompute) and weight gradient (W = half of ``layer_bwd_s``: the weight-gradient
-    GEMMs have the same FLOPs as the input-gradient ones; attention core and exposed TP
-    communication are in B, so this slightly overstates W). The LM head and loss (what the
-    step model adds to the slowest stage beyond its layers) run on the last stage. One P2P
-    transfer takes ``pp_comm_s / (2 vpp m)``.
-
-    Returns (schedule, result).
-    """
-    from cost_models.memory import activation_bytes_per_layer
-    from simulator.config_batch import RECOMPUTE_CODES
-
-    make_schedule, simulate_schedule, _ = _pipeline_api()
-    m = report.num_microbatches
+    """The configuration's schedule simulated event by event (see ``simulator.event_level``)."""
+    _pipeline_api()   # a clear error if the pipeline package is missing
+    from simulator.event_level import pipeline_timeline as timeline
     try:
-        v = config.vpp if config.schedule == Schedule.INTERLEAVED else None
-        schedule = make_schedule(config.schedule.value, config.pp, m, v)
+        return timeline(model, config, report)
     except InputError as exc:
         raise InputError(_SCHEDULE_FIELDS.get(exc.field, exc.field), exc.message, exc.fix) from None
-    layers = _cell_layers(schedule, model.num_layers)
-    w_layer = 0.5 * report.layer_bwd_s
-    b_layer = report.layer_bwd_s - w_layer + report.layer_recompute_s
-    f = layers * report.layer_fwd_s
-    b = layers * b_layer
-    w = layers * w_layer
-    p2p = report.time_breakdown_s["pp_comm_s"] / max(1, 2 * config.vpp * m) if config.pp > 1 else 0.0
-    layers_stage = math.ceil(model.num_layers / config.pp)
-    per_layer_total = report.layer_fwd_s + report.layer_bwd_s + report.layer_recompute_s
-    ends = report.extras.get("microbatch_stage_time_s", 0.0) - layers_stage * per_layer_total - 2 * config.vpp * p2p
-    if ends > 0:     # the LM head and loss run after the last layer of every path
-        for cell in {int(path[-1]) for path in schedule.paths}:
-            f[cell // schedule.v, cell % schedule.v] += ends / 3.0
-            b[cell // schedule.v, cell % schedule.v] += 2.0 * ends / 3.0
-    per_layer_act = activation_bytes_per_layer(
-        model, config.micro_batch, model.seq_len, config.tp, config.cp, config.sequence_parallel,
-        RECOMPUTE_CODES[config.recompute], flash_attention=config.flash_attention)
-    act = layers * float(np.asarray(per_layer_act))
-    result = simulate_schedule(schedule, f, b, w, p2p_time_s=p2p, activation_bytes=act)
-    return schedule, result
 
 
 def write_timelines(model, config, report, trace_path: str | None, gantt_path: str | None) -> list[str]:
