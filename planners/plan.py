@@ -142,20 +142,27 @@ def rerank_with_event_level(plans: pd.DataFrame, model: ModelSpec, cluster: Clus
 
     The closed-form bubble scores every candidate; the few that matter are then simulated
     operation by operation, which is exact for uneven stages and the zero-bubble schedules.
-    Adds ``event_step_time_s`` (NaN below the re-ranked block); ``step_time_s`` stays the
-    closed form, equal to ``simulate(..., event_level=False)``.
+    Their step_time_s, tokens/s and MFU become the event-level values (equal to ``simulate``'s
+    default); ``closed_form_step_time_s`` keeps the scoring value for every row.
     """
     from simulator.simulate import simulate
 
     plans = plans.copy()
-    plans["event_step_time_s"] = np.nan
+    plans["closed_form_step_time_s"] = plans["step_time_s"]
+    plans["event_level"] = False
     head = plans.head(top).copy()
-    times = []
-    for _, row in head.iterrows():
+    for i, row in head.iterrows():
         report = simulate(model, cluster, row_config(row), efficiency=eff, event_level=True)
-        times.append(report.step_time_s)
-    head["event_step_time_s"] = times
-    head = head.sort_values("event_step_time_s", kind="stable")
+        scale = row["step_time_s"] / report.step_time_s
+        for col in ("tokens_per_s", "tokens_per_s_per_gpu", "mfu"):
+            if col in head:
+                head.at[i, col] = row[col] * scale
+        for part, value in report.time_breakdown_s.items():
+            if part in head:
+                head.at[i, part] = value
+        head.at[i, "step_time_s"] = report.step_time_s
+        head.at[i, "event_level"] = True
+    head = head.sort_values("step_time_s", kind="stable")
     return pd.concat([head, plans.iloc[len(head):]], ignore_index=True)
 
 

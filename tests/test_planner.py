@@ -61,7 +61,7 @@ def test_random_plans_match_simulate_to_1e9(model, cluster, gpus, gbs, dtypes):
     rng = np.random.default_rng(7)
     for i in rng.choice(len(result.plans), size=min(12, len(result.plans)), replace=False):
         row = result.plans.iloc[int(i)]
-        report = simulate(spec, cl, row_config(row), n_gpus=gpus, event_level=False)
+        report = simulate(spec, cl, row_config(row), n_gpus=gpus, event_level=bool(row["event_level"]))
         assert row["step_time_s"] == pytest.approx(report.step_time_s, rel=1e-9)
         assert row["mfu"] == pytest.approx(report.mfu, rel=1e-9)
         assert row["memory_gib"] * GIB == pytest.approx(report.memory_bytes, rel=1e-9)
