@@ -26,8 +26,8 @@ import yaml
 from hardware_specs.errors import InputError
 from paraplan.measure import benchmarks as bm
 from paraplan.measure.fitting import fit_alpha_beta, fit_gemm, ring_allreduce_bus_bw
-from paraplan.measure.runtime import (choose_device, foreign_load, launch, require_torch, synchronize,
-                                      system_busy_cpu_s)
+from paraplan.measure.runtime import (choose_device, cpu_wait_fraction, foreign_load, launch, require_torch,
+                                      run_queue_wait_s, synchronize, system_busy_cpu_s)
 
 GIB = 2**30
 #: How the cost models count the FLOPs of causal attention relative to full attention. The
@@ -35,8 +35,9 @@ GIB = 2**30
 ATTENTION_CAUSAL_FLOP_FACTOR = 0.5
 ALLREDUCE_SIZES = {"cpu": [2**k for k in range(12, 26, 2)], "cuda": [2**k for k in range(16, 31, 2)]}
 MEMORY_BYTES = {"cpu": 128 * 2**20, "cuda": 2 * GIB}
-#: foreign load (share of the cores other processes used) above which a calibration warns.
-LOADED_MACHINE = 0.25
+#: share of the time a rank waited for a CPU held by another process above which a
+#: calibration warns (see ``runtime.cpu_wait_fraction``).
+LOADED_MACHINE = 0.15
 #: sweeps over the GEMM and memory benchmarks; each timing keeps its best sweep, so a burst of
 #: foreign load during one sweep does not end up in the catalog.
 SWEEPS = 2
@@ -57,6 +58,7 @@ def _calibration_worker(rank: int, world: int, device, choice, args: dict) -> di
 
     dist.barrier()
     busy0, own0, wall0 = system_busy_cpu_s(), time.process_time(), time.perf_counter()
+    wait0 = run_queue_wait_s()
     out["kernel_overhead_s"] = bm.kernel_overhead_s(device, dtype)
     shapes = bm.CPU_GEMM_SHAPES if kind == "cpu" else bm.CUDA_GEMM_SHAPES
     out["gemm_shapes"] = shapes
@@ -82,8 +84,9 @@ def _calibration_worker(rank: int, world: int, device, choice, args: dict) -> di
     own = torch.tensor([time.process_time() - own0], dtype=torch.float64, device=device)
     dist.all_reduce(own)
     busy1 = system_busy_cpu_s()
-    out["foreign_load"] = foreign_load(None if busy0 is None or busy1 is None else busy1 - busy0,
-                                       float(own), time.perf_counter() - wall0)
+    wall = time.perf_counter() - wall0
+    out["foreign_load"] = foreign_load(None if busy0 is None or busy1 is None else busy1 - busy0, float(own), wall)
+    out["cpu_wait_fraction"] = cpu_wait_fraction(wait0, run_queue_wait_s(), wall)
     if world > 1:
         sizes = ALLREDUCE_SIZES[kind]
         out["allreduce_bytes"] = sizes
@@ -192,6 +195,8 @@ def summarize(ranks: list[dict], world: int, choice) -> dict:
         "allreduce_fit": vars(ar_fit) if ar_fit else None, "allreduce_bus_bw_bytes_per_s": bus_bw,
         "link_latency_s": latency, "sendrecv_fit": vars(p2p_fit) if p2p_fit else None,
         "foreign_load": ranks[0].get("foreign_load"),
+        "cpu_wait_fraction": max((r["cpu_wait_fraction"] for r in ranks if r.get("cpu_wait_fraction") is not None),
+                                 default=None),
     }
 
 
@@ -272,9 +277,9 @@ def run_calibration(out_path, nprocs: int = 2, name: str | None = None, device: 
     choice = choose_device(device, local_ranks=nprocs, threads_per_rank=threads_per_rank)
     ranks = launch(_calibration_worker, int(nprocs), {}, choice)
     summary = summarize(ranks, int(nprocs), choice)
-    load = ranks[0].get("foreign_load")
-    if load is not None and load > LOADED_MACHINE:
-        warnings.warn(f"other processes kept {load:.0%} of this machine's cores busy during calibration; "
+    wait = summary["cpu_wait_fraction"]
+    if wait is not None and wait > LOADED_MACHINE:
+        warnings.warn(f"ranks waited {wait:.0%} of the calibration for CPUs other processes held; "
                       "the numbers are pessimistic, rerun on a quiet machine", stacklevel=2)
     mapping = cluster_mapping(summary, ranks, int(nprocs), choice, name or out_path.stem)
     out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -92,8 +92,9 @@ def compare_measured(cluster_path, configs=None, steps: int = 6, warmup: int = 2
 
     Returns a ``pandas.DataFrame`` with one row per configuration: ``name``, the config fields,
     ``measured_step_s``, ``predicted_step_s``, ``rel_error`` ((predicted - measured) /
-    measured), ``foreign_load`` (share of the cores other processes used meanwhile: rows
-    measured on a loaded machine say little about the simulator), ``measured_tokens_per_s``, ``measured_peak_memory_bytes``,
+    measured), ``cpu_wait_fraction`` (share of the measured time the worst rank waited for a
+    CPU another process held: rows above ~0.15 say little about the simulator),
+    ``foreign_load`` (share of the cores other processes used), ``measured_tokens_per_s``, ``measured_peak_memory_bytes``,
     ``predicted_memory_bytes`` and the predicted breakdown ``pred_<part>``.
     """
     import pandas as pd
@@ -115,7 +116,8 @@ def compare_measured(cluster_path, configs=None, steps: int = 6, warmup: int = 2
         row = {"name": measured["name"], **{k: measured[k] for k in CONFIG_COLUMNS},
                "measured_step_s": measured["measured_step_s"], "predicted_step_s": report.step_time_s}
         row["rel_error"] = (row["predicted_step_s"] - row["measured_step_s"]) / row["measured_step_s"]
-        row.update({"foreign_load": measured["foreign_load"], "measured_tokens_per_s": measured["tokens_per_s"],
+        row.update({"cpu_wait_fraction": measured["cpu_wait_fraction"], "foreign_load": measured["foreign_load"],
+                    "measured_tokens_per_s": measured["tokens_per_s"],
                     "measured_peak_memory_bytes": measured["peak_memory_bytes"],
                     "measured_memory_above_baseline_bytes":
                         measured["peak_memory_bytes"] - measured["baseline_memory_bytes"],

@@ -137,6 +137,24 @@ def machine_fingerprint(device_kind: str = "cpu") -> str:
     return f"{model} x{os.cpu_count()}{gpu}, torch {torch.__version__.split('+')[0]}, {device_kind}"
 
 
+def run_queue_wait_s() -> float | None:
+    """Seconds the calling thread has spent runnable but waiting for a CPU (Linux schedstat);
+    ``None`` where unavailable. Its growth over a measurement is time another process took."""
+    for path in ("/proc/thread-self/schedstat", "/proc/self/schedstat"):
+        try:
+            return int(Path(path).read_text().split()[1]) / 1e9
+        except (OSError, IndexError, ValueError):
+            continue
+    return None
+
+
+def cpu_wait_fraction(wait0: float | None, wait1: float | None, wall_s: float) -> float | None:
+    """Share of ``wall_s`` this thread waited for a CPU; above ~0.15 the timing is not evidence."""
+    if wait0 is None or wait1 is None or wall_s <= 0:
+        return None
+    return max(0.0, wait1 - wait0) / wall_s
+
+
 def _worker_entry(rank: int, world_size: int, port: int, choice_dict: dict, fn: Callable,
                   args: dict, out_dir: str) -> None:
     torch = require_torch()

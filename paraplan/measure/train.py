@@ -14,8 +14,8 @@ import time
 from dataclasses import asdict, dataclass, fields
 
 from hardware_specs.errors import InputError
-from paraplan.measure.runtime import (choose_device, foreign_load, launch, peak_memory_bytes, require_torch,
-                                      synchronize, system_busy_cpu_s)
+from paraplan.measure.runtime import (choose_device, cpu_wait_fraction, foreign_load, launch, peak_memory_bytes,
+                                      require_torch, run_queue_wait_s, synchronize, system_busy_cpu_s)
 
 
 @dataclass(frozen=True)
@@ -176,6 +176,7 @@ def _train_worker(rank: int, world: int, device, choice, args: dict) -> dict:
         if step == run.warmup:
             dist.barrier()
             busy0, own0, wall0 = system_busy_cpu_s(), time.process_time(), time.perf_counter()
+            wait0 = run_queue_wait_s()
         dist.barrier()
         synchronize(device)
         t0 = time.perf_counter()
@@ -191,6 +192,9 @@ def _train_worker(rank: int, world: int, device, choice, args: dict) -> dict:
             losses.append(float(loss_sum))
     dist.barrier()
     busy1, own_cpu, wall = system_busy_cpu_s(), time.process_time() - own0, time.perf_counter() - wall0
+    waited = cpu_wait_fraction(wait0, run_queue_wait_s(), wall)
+    worst_wait = torch.tensor([-1.0 if waited is None else waited], dtype=torch.float64, device=device)
+    dist.all_reduce(worst_wait, op=dist.ReduceOp.MAX)
     slowest = torch.tensor(times, dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     own_total = torch.tensor([own_cpu], dtype=torch.float64, device=device)
@@ -198,6 +202,7 @@ def _train_worker(rank: int, world: int, device, choice, args: dict) -> dict:
     busy = None if busy0 is None or busy1 is None else busy1 - busy0
     return {"rank": rank, "step_times_s": slowest.cpu().tolist(), "losses": losses,
             "foreign_load": foreign_load(busy, float(own_total), wall),
+            "cpu_wait_fraction": None if float(worst_wait) < 0 else float(worst_wait),
             "peak_memory_bytes": peak_memory_bytes(device), "baseline_memory_bytes": baseline_mem,
             "local_params": sum(p.numel() for p in model.parameters())}
 
@@ -209,7 +214,8 @@ def run_measurement(config: dict) -> dict:
     ``device``, ``backend``, ``dtype``, ``threads_per_rank``, ``step_times_s`` (slowest rank per
     step), ``measured_step_s`` (median after warm-up), ``tokens_per_s`` (of one job),
     ``foreign_load`` (share of the host's cores other processes used while the measured steps
-    ran, see ``runtime.foreign_load``), ``peak_memory_bytes`` (max over ranks: peak RSS on CPU,
+    ran, see ``runtime.foreign_load``), ``cpu_wait_fraction`` (worst rank's share of that time
+    its compute thread waited for a CPU another process held: the contention that matters), ``peak_memory_bytes`` (max over ranks: peak RSS on CPU,
     CUDA allocator peak on GPU), ``baseline_memory_bytes`` (the same before the model was
     built), ``loss_first`` / ``loss_last`` and ``params_per_rank`` (of one job).
     Raises ``InputError`` if torch is missing or the config is invalid.
@@ -229,7 +235,7 @@ def run_measurement(config: dict) -> dict:
         "tokens_per_s": run.global_batch * run.seq_len / measured,
         "peak_memory_bytes": max(r["peak_memory_bytes"] for r in ranks),
         "baseline_memory_bytes": max(r["baseline_memory_bytes"] for r in ranks),
-        "foreign_load": ranks[0]["foreign_load"],
+        "foreign_load": ranks[0]["foreign_load"], "cpu_wait_fraction": ranks[0]["cpu_wait_fraction"],
         "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
         "params_per_rank": [r["local_params"] for r in ranks[:run.world_size]],
     })

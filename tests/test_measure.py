@@ -1,0 +1,179 @@
+"""Measured validation: the simulator against real training steps on this machine (needs torch).
+
+Skipped when torch is absent. About 1.5 minutes on 2 quiet CPU cores (up to ~2.5 when rows
+must be re-measured):
+
+* the hand-written tensor-, pipeline- and data-parallel code computes the unsharded model's
+  loss and gradients (2 gloo ranks, float64, tiny GPT);
+* ``MEASURED_SET`` (single-rank baselines with and without recompute, DP, ZeRO-1, TP, 1F1B
+  PP with micro-batching) is trained for a few steps on a fresh calibration of this machine and
+  simulated; each row's relative error must be within ``ERROR_BOUND``, and must not drift by
+  more than ``DRIFT_MARGIN`` from the committed ``tests/data/measured_baseline.csv`` (checked
+  only when the baseline was recorded on a machine with the same fingerprint).
+
+Rows during which a rank's compute thread waited more than ``LOADED`` of the time for a CPU
+another process held say nothing about the simulator (shared machines); they are measured once
+more and skipped if the machine is still busy. If the calibration itself is contended twice,
+the measured tests skip at once.
+
+Refresh the baseline after a deliberate change to the simulator, the cost models or the
+calibration (median of 3 runs, ~3.5 minutes; it refuses to write if other processes held the
+CPUs), then review the CSV diff before committing::
+
+    python tests/test_measure.py --refresh-baseline
+
+On a shared Linux machine, the committed baseline was recorded with this session's scheduler
+autogroup raised for the duration (as root: ``echo -10 > /proc/self/autogroup``, then
+``echo 0 > /proc/self/autogroup``); plain ``nice`` does not help across autogroups.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from paraplan.measure.calibrate import run_calibration, sidecar_path  # noqa: E402
+from paraplan.measure.compare import compare_measured  # noqa: E402
+from paraplan.measure.runtime import machine_fingerprint  # noqa: E402
+from paraplan.measure.selfcheck import check_parallel_equivalence  # noqa: E402
+
+BASELINE = Path(__file__).parent / "data" / "measured_baseline.csv"
+#: |predicted - measured| / measured allowed per configuration. Wide on purpose: on a 2-core
+#: CPU the simulator misses eager-framework work it does not model (gradient accumulation
+#: adds, bias/residual kernels, wake-up latency at each of TP's ~20 synchronisations a step)
+#: and sizes activations and gathered parameters as bf16 in an fp32 run. At the baseline TP
+#: is the worst row (-55%); the drift check against the baseline is the sharp test.
+ERROR_BOUND = 0.75
+#: allowed change of a configuration's relative error against the committed baseline (the
+#: baseline is a median of 3 runs; single runs on the shared 2-core VM it was recorded on
+#: spread by up to ~0.25 in relative error, see its ``rel_error_spread`` column).
+DRIFT_MARGIN = 0.3
+#: CPU-wait share above which a measurement is not evidence (``runtime.cpu_wait_fraction``).
+LOADED = 0.15
+MEASURED_SET = [
+    {"name": "single", "micro_batch": 4, "global_batch": 4},
+    {"name": "single-recompute", "micro_batch": 4, "global_batch": 4, "recompute": "full"},
+    {"name": "dp2", "dp": 2, "micro_batch": 2, "global_batch": 4},
+    {"name": "dp2-zero1", "dp": 2, "micro_batch": 2, "global_batch": 4, "zero_stage": 1},
+    {"name": "tp2", "tp": 2, "micro_batch": 4, "global_batch": 4},
+    {"name": "pp2-mb1x4", "pp": 2, "micro_batch": 1, "global_batch": 4},
+]
+STEPS, WARMUP = 6, 2
+
+
+class MachineBusy(Exception):
+    """Other processes held the CPUs: measurements now would not be evidence."""
+
+
+def _calibrate(directory: Path) -> Path:
+    """A calibration of this machine; one retry if other processes held the CPUs meanwhile."""
+    import json
+    for _ in range(2):
+        path = run_calibration(directory / "local.yaml", nprocs=2)
+        wait = json.loads(sidecar_path(path).read_text())["summary"].get("cpu_wait_fraction") or 0.0
+        if wait <= LOADED:
+            return path
+    raise MachineBusy(f"ranks waited {wait:.0%} of the calibration for CPUs other processes held")
+
+
+def measure_set(directory: Path):
+    """Calibrate, then measure and simulate ``MEASURED_SET``; loaded rows are measured twice."""
+    import pandas as pd
+    cluster = _calibrate(directory)
+    df = compare_measured(cluster, configs=MEASURED_SET, steps=STEPS, warmup=WARMUP)
+    loaded = df["cpu_wait_fraction"].fillna(0.0) > LOADED
+    if loaded.any():
+        again = compare_measured(cluster, configs=[c for c, bad in zip(MEASURED_SET, loaded) if bad],
+                                 steps=STEPS, warmup=WARMUP)
+        df = pd.concat([df[~loaded], again]).set_index("name").loc[[c["name"] for c in MEASURED_SET]].reset_index()
+    df["machine"] = machine_fingerprint(device_kind="cuda" if torch.cuda.is_available() else "cpu")
+    return df
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    try:
+        return measure_set(tmp_path_factory.mktemp("calibration"))
+    except MachineBusy as exc:
+        pytest.skip(f"machine busy: {exc}")
+
+
+def _quiet_rows(df):
+    quiet = df[df["cpu_wait_fraction"].fillna(0.0) <= LOADED]
+    if quiet.empty:
+        pytest.skip("other processes kept this machine busy during every measurement")
+    return quiet
+
+
+def test_tensor_pipeline_and_data_parallel_gradients_match_unsharded_reference():
+    results = check_parallel_equivalence()
+    for name, errs in results.items():
+        # float64 throughout: any indexing or missing-reduction bug is many orders above this
+        assert errs["max_grad_abs_error"] <= 1e-12 * max(1.0, errs["grad_scale"]), (name, errs)
+        assert errs["loss_abs_error"] <= 1e-12, (name, errs)
+
+
+def test_measured_step_time_prediction_error_is_within_bound(measured):
+    quiet = _quiet_rows(measured)
+    cols = ["name", "measured_step_s", "predicted_step_s", "rel_error", "cpu_wait_fraction"]
+    print("\n" + quiet[cols].to_string(index=False))
+    assert (quiet["measured_step_s"] > 0).all()
+    bad = quiet[quiet["rel_error"].abs() > ERROR_BOUND]
+    assert bad.empty, f"prediction error above {ERROR_BOUND:.0%}:\n{bad[cols].to_string(index=False)}"
+
+
+def test_measured_prediction_error_has_not_drifted_from_baseline(measured):
+    import pandas as pd
+    if not BASELINE.is_file():
+        pytest.skip(f"no {BASELINE.name}: run python tests/test_measure.py --refresh-baseline")
+    baseline = pd.read_csv(BASELINE)
+    here = measured["machine"].iloc[0]
+    if not (baseline["machine"] == here).any():
+        pytest.skip(f"baseline was recorded on {baseline['machine'].iloc[0]!r}, this is {here!r}")
+    merged = _quiet_rows(measured).merge(baseline[["name", "rel_error"]], on="name", suffixes=("", "_baseline"))
+    assert not merged.empty, "no configuration of MEASURED_SET is in the baseline; refresh it"
+    merged["drift"] = (merged["rel_error"] - merged["rel_error_baseline"]).abs()
+    drifted = merged[merged["drift"] > DRIFT_MARGIN]
+    assert drifted.empty, (f"relative error moved by more than {DRIFT_MARGIN} from {BASELINE.name} "
+                           f"(refresh it if the change is intended):\n"
+                           f"{drifted[['name', 'rel_error', 'rel_error_baseline', 'drift']].to_string(index=False)}")
+
+
+def refresh_baseline(path: Path = BASELINE, repeats: int = 3) -> None:
+    """Measure ``MEASURED_SET`` ``repeats`` times (each on a fresh calibration) and write the
+    per-configuration median as the new baseline, with the spread of its relative error."""
+    import tempfile
+
+    import pandas as pd
+    runs = []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as d:
+            try:
+                runs.append(measure_set(Path(d)))
+            except MachineBusy as exc:
+                raise SystemExit(f"not writing {path}: {exc}; rerun when the machine is quiet") from None
+    every = pd.concat(runs)
+    loaded = every[every["cpu_wait_fraction"].fillna(0.0) > LOADED]
+    if not loaded.empty:
+        raise SystemExit(f"not writing {path}: other processes held the CPUs while measuring "
+                         f"{', '.join(sorted(set(loaded['name'])))}; rerun when the machine is quiet")
+    config = ["name", "dp", "tp", "pp", "micro_batch", "global_batch", "zero_stage", "recompute"]
+    numbers = ["measured_step_s", "predicted_step_s", "rel_error", "cpu_wait_fraction", "foreign_load"]
+    df = every.groupby(config, sort=False)[numbers].median().reset_index()
+    spread = every.groupby("name")["rel_error"].agg(lambda x: x.max() - x.min())
+    df["rel_error_spread"] = df["name"].map(spread)
+    df["repeats"] = repeats
+    df["machine"] = runs[0]["machine"].iloc[0]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    df.round(5).to_csv(path, index=False)
+    print(df.round(4).to_string(index=False))
+
+
+if __name__ == "__main__":      # spawned ranks re-import this file: keep the work behind main
+    if "--refresh-baseline" in sys.argv:
+        refresh_baseline()
+    else:
+        print(__doc__)
