@@ -94,8 +94,10 @@ def compare_measured(cluster_path, configs=None, steps: int = 6, warmup: int = 2
     ``measured_step_s``, ``predicted_step_s``, ``rel_error`` ((predicted - measured) /
     measured), ``cpu_wait_fraction`` (share of the measured time the worst rank waited for a
     CPU another process held: rows above ~0.15 say little about the simulator),
-    ``foreign_load`` (share of the cores other processes used), ``measured_tokens_per_s``, ``measured_peak_memory_bytes``,
-    ``predicted_memory_bytes`` and the predicted breakdown ``pred_<part>``.
+    ``foreign_load`` (share of the cores other processes used), ``measured_tokens_per_s``,
+    ``measured_peak_memory_bytes``, ``measured_memory_above_baseline_bytes``,
+    ``predicted_memory_bytes``, ``measured_step_times_s`` and the predicted breakdown
+    ``pred_<part>``.
     """
     import pandas as pd
     from hardware_specs.catalog import load_cluster

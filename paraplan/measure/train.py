@@ -215,8 +215,8 @@ def run_measurement(config: dict) -> dict:
     step), ``measured_step_s`` (median after warm-up), ``tokens_per_s`` (of one job),
     ``foreign_load`` (share of the host's cores other processes used while the measured steps
     ran, see ``runtime.foreign_load``), ``cpu_wait_fraction`` (worst rank's share of that time
-    its compute thread waited for a CPU another process held: the contention that matters), ``peak_memory_bytes`` (max over ranks: peak RSS on CPU,
-    CUDA allocator peak on GPU), ``baseline_memory_bytes`` (the same before the model was
+    its compute thread waited for a CPU another process held: the contention that matters),
+    ``peak_memory_bytes`` (max over ranks: peak RSS on CPU, CUDA allocator peak on GPU), ``baseline_memory_bytes`` (the same before the model was
     built), ``loss_first`` / ``loss_last`` and ``params_per_rank`` (of one job).
     Raises ``InputError`` if torch is missing or the config is invalid.
     """
