@@ -22,6 +22,12 @@ from hardware_specs.gpu_spec import GPUSpec
 
 #: bytes of one activation element (bf16/fp16 activations; fp8 runs keep bf16 activations).
 ACT_BYTES = 2
+FULL_PRECISION = ("fp32", "tf32")
+
+
+def activation_bytes(dtype: str) -> float:
+    """Bytes per activation / communicated element: 4 in fp32 training, else 2 (16-bit)."""
+    return 4.0 if dtype in FULL_PRECISION else float(ACT_BYTES)
 LOW_PRECISION = ("fp8", "mxfp8", "nvfp4")
 #: bytes per element of a GEMM operand in each dtype (nvfp4 packs two values per byte; scales
 #: add ~1/16 for mx formats and ~1/16 for nvfp4 with 16-element blocks).
@@ -42,6 +48,7 @@ class ComputeRates:
     kernel_overhead_s: float
     operand_bytes: float
     cast_bytes: float              # 0 for 16/32-bit GEMMs
+    act_bytes: float = ACT_BYTES   # bytes per activation element
 
 
 def compute_rates(gpu: GPUSpec, eff: EfficiencyModel, dtype: str) -> ComputeRates:
@@ -56,6 +63,7 @@ def compute_rates(gpu: GPUSpec, eff: EfficiencyModel, dtype: str) -> ComputeRate
         kernel_overhead_s=eff.kernel_overhead_s,
         operand_bytes=OPERAND_BYTES.get(dtype, 2.0),
         cast_bytes=CAST_BYTES.get(dtype, 0.0),
+        act_bytes=activation_bytes(dtype),
     )
 
 
@@ -73,7 +81,7 @@ def gemm_time_s(m, n, k, rates: ComputeRates, count=1.0):
     m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
     flops = 2.0 * m * n * k
     compute = flops / (rates.gemm_flops_per_s * gemm_shape_factor(m, n, k, rates.half_dim))
-    traffic = (m * k + k * n) * rates.operand_bytes + m * n * ACT_BYTES
+    traffic = (m * k + k * n) * rates.operand_bytes + m * n * rates.act_bytes
     memory = traffic / rates.hbm_bytes_per_s
     cast = (m * k + k * n) * rates.cast_bytes / rates.hbm_bytes_per_s
     return count * (np.maximum(compute, memory) + cast + rates.kernel_overhead_s)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cost_models.compute import (ACT_BYTES, ComputeRates, attention_core_flops, attention_time_s,
+from cost_models.compute import (ComputeRates, attention_core_flops, attention_time_s,
                                  gemm_time_s, memory_bound_time_s)
 from model_specs.model_spec import ModelSpec
 
@@ -72,7 +72,7 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
                                       model.sliding_window, model.sliding_window_layer_fraction)
     core_fwd, core_bwd = attention_time_s(core_flops, rates)
     split = np.where(sp, tp, 1.0)
-    elem_bytes = tokens * model.hidden_size * ACT_BYTES * (REPLICATED_ELEMENTWISE_UNITS / 2) / split
+    elem_bytes = tokens * model.hidden_size * rates.act_bytes * (REPLICATED_ELEMENTWISE_UNITS / 2) / split
     elem_fwd = memory_bound_time_s(elem_bytes, rates, ELEMENTWISE_KERNELS_FWD / 2)
     return {"gemm_fwd_s": gemm_fwd, "core_fwd_s": core_fwd, "core_bwd_s": core_bwd,
             "elem_fwd_s": elem_fwd, "gemm_flops_fwd": gemm_flops, "core_flops_fwd": core_flops}
@@ -90,7 +90,7 @@ def dense_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, ffn=N
         flops = flops + 2.0 * tokens * n * k
     act_units = (3.0 if model.gated_mlp else 2.0) * ffn / tp
     split = np.where(sp, tp, 1.0)
-    elem_bytes = tokens * ACT_BYTES * (act_units + model.hidden_size * (REPLICATED_ELEMENTWISE_UNITS / 2) / split)
+    elem_bytes = tokens * rates.act_bytes * (act_units + model.hidden_size * (REPLICATED_ELEMENTWISE_UNITS / 2) / split)
     elem_fwd = memory_bound_time_s(elem_bytes, rates, ELEMENTWISE_KERNELS_FWD / 2)
     return {"gemm_fwd_s": gemm_fwd, "elem_fwd_s": elem_fwd, "gemm_flops_fwd": flops}
 
@@ -114,6 +114,6 @@ def lm_head_costs(model: ModelSpec, rates: ComputeRates, tokens, tp):
 def embedding_costs(model: ModelSpec, rates: ComputeRates, tokens):
     """Input embedding lookup (forward) and gradient scatter (backward) on the first stage."""
     tokens = np.asarray(tokens, dtype=float)
-    fwd = memory_bound_time_s(tokens * model.hidden_size * 2 * ACT_BYTES, rates, 1)
-    bwd = memory_bound_time_s(tokens * model.hidden_size * (ACT_BYTES + 8), rates, 2)
+    fwd = memory_bound_time_s(tokens * model.hidden_size * 2 * rates.act_bytes, rates, 1)
+    bwd = memory_bound_time_s(tokens * model.hidden_size * (rates.act_bytes + 8), rates, 2)
     return {"fwd_s": fwd, "bwd_s": bwd}

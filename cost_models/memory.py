@@ -75,8 +75,11 @@ def in_flight_microbatches(pp, vpp, num_microbatches, schedule_is_gpipe=False):
     return np.where(schedule_is_gpipe, m, one_f_one_b)
 
 
-def model_state_bytes(params_local, zero_stage, dp_shard, low_precision=False):
+def model_state_bytes(params_local, zero_stage, dp_shard, low_precision=False, full_precision=False):
     """(weights, gradients, optimizer) bytes on one GPU for ``params_local`` parameters.
+
+    ``full_precision`` (fp32 training): 4-byte weights and gradients and 8 bytes of Adam
+    moments, no separate master copy (16 bytes per parameter).
 
     ``params_local`` are the parameters this GPU owns before ZeRO (already split by TP/PP/EP);
     ``dp_shard`` is the size of the group ZeRO shards over.
@@ -85,9 +88,12 @@ def model_state_bytes(params_local, zero_stage, dp_shard, low_precision=False):
     z = np.asarray(zero_stage)
     n = np.asarray(dp_shard, dtype=float)
     weight_bytes = WEIGHT_BYTES + (LOW_PRECISION_WEIGHT_COPY_BYTES if low_precision else 0.0)
+    optimizer_bytes = OPTIMIZER_BYTES
+    if full_precision:
+        weight_bytes, optimizer_bytes = 4.0, 8.0
     weights = p * weight_bytes / np.where(z >= 3, n, 1.0)
     grads = p * GRAD_BYTES / np.where(z >= 2, n, 1.0)
-    optimizer = p * OPTIMIZER_BYTES / np.where(z >= 1, n, 1.0)
+    optimizer = p * optimizer_bytes / np.where(z >= 1, n, 1.0)
     return weights, grads, optimizer
 
 

@@ -167,14 +167,14 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
             shared_flops = shared_flops + 2.0 * tokens * n * kk
 
     split = np.where(sp, tp, 1.0)
-    row_bytes = h * ACT_BYTES
+    row_bytes = h * rates.act_bytes
     sort = np.where(local_experts > 1, 1.0, 0.0)
     elem_bytes = (routed * E * ROUTER_BYTES_PER_LOGIT_FWD
                   + 2.0 * routed * k * row_bytes                          # permute
                   + 2.0 * 2.0 * sort * rows * row_bytes                   # sort + unsort
-                  + rows * up * f_exp / etp * ACT_BYTES                   # activation function
+                  + rows * up * f_exp / etp * rates.act_bytes                   # activation function
                   + (k + 1.0) * routed * row_bytes                        # unpermute (weighted sum)
-                  + tokens * up * f_sh / tp * ACT_BYTES                   # shared experts' activation
+                  + tokens * up * f_sh / tp * rates.act_bytes                   # shared experts' activation
                   + tokens * row_bytes * (REPLICATED_ELEMENTWISE_UNITS / 2) / split)
     elem_s = memory_bound_time_s(elem_bytes, rates, MOE_ELEMENTWISE_KERNELS_FWD)
 
@@ -187,7 +187,7 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
         "gemm_flops_fwd": router_flops + expert_flops + shared_flops,
         "router_flops_fwd": router_flops,
         "expert_rows": rows,
-        "a2a_dispatch_buffer_bytes": moe_dispatch_bytes(routed, k, h, ACT_BYTES),
+        "a2a_dispatch_buffer_bytes": moe_dispatch_bytes(routed, k, h, rates.act_bytes),
     }
     return {key: value + zero for key, value in out.items()}
 

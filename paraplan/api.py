@@ -563,7 +563,7 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     def gemm(op: str, n: float, k: float) -> None:
         n, k = float(n), float(k)
         flops = 2.0 * tokens * n * k
-        traffic = (tokens * k + k * n) * rates.operand_bytes + tokens * n * ACT_BYTES
+        traffic = (tokens * k + k * n) * rates.operand_bytes + tokens * n * rates.act_bytes
         t = float(gemm_time_s(tokens, n, k, rates))
         rows.append({"op": op, "pass": "forward", "m": tokens, "n": n, "k": k, "flops": flops,
                      "bytes": traffic, "time_s": t})

@@ -42,7 +42,6 @@ RULES = {
     "vpp_needs_pp": "virtual pipeline stages with pp = 1",
     "schedule": "schedule does not match vpp (interleaved needs vpp > 1; vpp > 1 is always interleaved)",
     "sp_needs_tp": "sequence parallel on with tp = 1 (the same configuration as off)",
-    "dominated_sp_off": "sequence parallel off with tp > 1 (dominated: on is never slower nor larger)",
     "dominated_zero_without_dp": "ZeRO 1-3 with a data-parallel group of 1 (nothing to shard: ZeRO-0 or worse)",
     "memory": "does not fit in HBM minus the headroom (evaluated)",
 }
@@ -298,7 +297,6 @@ def enumerate_space(model: ModelSpec, c: SearchConstraints) -> SearchSpace:
         ("layers", grid(~two_chunks | (L % (2 * cols["pp"]) == 0)[:, None])),   # 2 chunks per rank
         ("fixed", grid(_allowed(fixed, "sequence_parallel", sp)[None, :])),
         ("sp_needs_tp", grid((sp == 0)[None, :] | (t > 1))),
-        ("dominated_sp_off", ~dominated | (sp == 1)[None, :] | (t == 1)),
         ("fixed", grid(_allowed(fixed, "zero_stage", zero)[None, :])),
         ("dominated_zero_without_dp", ~dominated | (zero == 0)[None, :] | (shard > 1)[:, None]),
         ("fixed", grid(_allowed(fixed, "recompute", rc)[None, :])),

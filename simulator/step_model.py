@@ -34,8 +34,8 @@ ADAM_STEP_BYTES_PER_PARAM = 30.0
 #: gradients are reduced in fp32 (Megatron's main-grad buffers) except under ZeRO-3, which
 #: reduce-scatters in the 16-bit parameter dtype (DeepSpeed ZeRO-3, FSDP mixed precision).
 GRAD_REDUCE_BYTES = 4.0
-ZERO3_REDUCE_BYTES = 2.0
-PARAM_GATHER_BYTES = 2.0
+# ZeRO-3 reduce-scatters and parameter all-gathers move the parameter dtype (2 bytes in
+# 16-bit training, 4 in fp32)
 
 _GPIPE = SCHEDULE_CODES[Schedule.GPIPE]
 _INTERLEAVED = SCHEDULE_CODES[Schedule.INTERLEAVED]
@@ -69,6 +69,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     """Step time, breakdown and memory for every row of ``batch``; dict of float arrays."""
     gpu = cluster.gpu
     rates = compute_rates(gpu, eff, batch.dtype)
+    param_bytes = rates.act_bytes      # 16-bit weights gathered (fp32 when training in fp32)
     low_precision = batch.dtype in LOW_PRECISION
     f = lambda x: np.asarray(x, dtype=float)  # noqa: E731
     dp, tp, pp, cp, vpp = f(batch.dp), f(batch.tp), f(batch.pp), f(batch.cp), f(batch.vpp)
@@ -97,7 +98,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         moe_gemm_f = attn["gemm_fwd_s"] + moe["gemm_fwd_s"]
         moe_elem_f = attn["elem_fwd_s"] + moe["elem_fwd_s"]
         moe_fwd = moe_gemm_f + attn["core_fwd_s"] + moe_elem_f
-        dispatch = moe_costs.moe_dispatch_bytes(tokens / tp, model.moe.top_k, h, 2.0)
+        dispatch = moe_costs.moe_dispatch_bytes(tokens / tp, model.moe.top_k, h, rates.act_bytes)
         a2a = moe_costs.moe_all_to_all_time_s(dispatch, ep, etp, cluster, eff,
                                              overlap=1.0 - eff.exposed_ep_fraction,
                                              load_imbalance=batch.moe_load_imbalance)
@@ -113,10 +114,13 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         a2a_fwd = a2a_bwd = 0.0 * tokens
 
     # ---- one layer: tensor- and context-parallel communication ----------------------------
-    act_bytes = tokens * h * 2.0
+    act_bytes = tokens * h * rates.act_bytes
     tp_coll = group_collective_time_s("all_reduce", act_bytes, tp, 1, cluster, eff)
     tp_fwd = 2.0 * tp_coll
-    tp_bwd = 2.0 * tp_coll
+    # sequence parallelism all-gathers the norm output again in backward for the weight
+    # gradients of the two column-parallel GEMMs (Korthikanti et al. 2022, section 4.2.2):
+    # two extra all-gathers, together the time of one all-reduce
+    tp_bwd = 2.0 * tp_coll + np.where(sp, tp_coll, 0.0)
     tp_rec = np.where(rc == 2, tp_fwd, 0.0)
     # forced overlap hides TP traffic behind the GEMMs; otherwise the generation's usual stack
     # leaves the fitted fraction exposed
@@ -145,7 +149,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     ends = head["fwd_s"] + head["bwd_s"] + np.where(pp == 1, emb["fwd_s"] + emb["bwd_s"], 0.0)
     # scatter/gather optimisation: each TP rank sends 1/tp of the activation across stages and
     # the receiver all-gathers it over NVLink (Narayanan et al. 2021, section 4.1)
-    p2p_bytes = tokens * h * 2.0 / tp
+    p2p_bytes = tokens * h * rates.act_bytes / tp
     p2p = np.where(pp > 1, 2.0 * vpp * p2p_stage_time_s(p2p_bytes, tp * cp * dp, cluster, eff), 0.0)
 
     # parameters this GPU owns (before ZeRO); the first stage also holds the embedding
@@ -170,8 +174,8 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     # (flat rings: ZeRO-3/FSDP gathers are per-layer side-stream rings; the ZeRO-3 runs of
     # Narayanan et al. 2021, Table 2, move parameters at about one NIC's bandwidth per GPU,
     # which the flat ring reproduces and the all-NIC form does not)
-    z3_comm = (2.0 * group_collective_time_s("all_gather", params_local * PARAM_GATHER_BYTES, dp_group, tp, cluster, eff)
-               + group_collective_time_s("reduce_scatter", params_local * ZERO3_REDUCE_BYTES, dp_group, tp, cluster, eff))
+    z3_comm = (2.0 * group_collective_time_s("all_gather", params_local * param_bytes, dp_group, tp, cluster, eff)
+               + group_collective_time_s("reduce_scatter", params_local * param_bytes, dp_group, tp, cluster, eff))
     compute_mb = layers_stage * (layer_fwd + layer_b + layer_w + recompute) + ends
     z3_exposed = np.where(zero >= 3,
                           np.where(batch.overlap_param_gather,
@@ -192,11 +196,11 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     dp_algorithm = "ring"
     grad_rs = group_collective_time_s("reduce_scatter", params_local * GRAD_REDUCE_BYTES, dp_group, tp, cluster, eff, dp_algorithm)
     grad_ar = group_collective_time_s("all_reduce", params_local * GRAD_REDUCE_BYTES, dp_group, tp, cluster, eff, dp_algorithm)
-    param_ag = group_collective_time_s("all_gather", params_local * PARAM_GATHER_BYTES, dp_group, tp, cluster, eff, dp_algorithm)
+    param_ag = group_collective_time_s("all_gather", params_local * param_bytes, dp_group, tp, cluster, eff, dp_algorithm)
     if model.moe is not None:   # expert gradients reduce over the expert-data-parallel group
         e_rs = group_collective_time_s("reduce_scatter", expert_local * GRAD_REDUCE_BYTES, edp, tp * ep, cluster, eff, dp_algorithm)
         e_ar = group_collective_time_s("all_reduce", expert_local * GRAD_REDUCE_BYTES, edp, tp * ep, cluster, eff, dp_algorithm)
-        e_ag = group_collective_time_s("all_gather", expert_local * PARAM_GATHER_BYTES, edp, tp * ep, cluster, eff, dp_algorithm)
+        e_ag = group_collective_time_s("all_gather", expert_local * param_bytes, edp, tp * ep, cluster, eff, dp_algorithm)
     else:
         e_rs = e_ar = e_ag = 0.0
     grad_comm = np.where(zero == 0, grad_ar + e_ar, np.where(zero <= 2, grad_rs + e_rs, 0.0))
@@ -241,7 +245,8 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
 
     # ---- memory on the first stage (the one holding the most activations) -----------------
     dp_shard = dp_group
-    weights_b, grads_b, optim_b = memory.model_state_bytes(params_local, zero, dp_shard, low_precision)
+    weights_b, grads_b, optim_b = memory.model_state_bytes(params_local, zero, dp_shard, low_precision,
+                                                           full_precision=rates.act_bytes > 2)
     if model.moe is not None:
         ew, eg, eo = moe_costs.expert_model_state_bytes(expert_local, zero, dp, cp, tp, ep, etp, low_precision)
         weights_b, grads_b, optim_b = weights_b + ew, grads_b + eg, optim_b + eo
@@ -261,7 +266,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
                                                        flash_attention=batch.flash_attention)
     recompute_work = np.where(rc == 2, full_layer_act, 0.0)
     logits = np.where(pp == 1, tokens * model.vocab_size / tp * memory.LOGIT_BYTES, 0.0)
-    z3_buffers = np.where(zero >= 3, 2.0 * layer_params / tp * PARAM_GATHER_BYTES, 0.0)
+    z3_buffers = np.where(zero >= 3, 2.0 * layer_params / tp * param_bytes, 0.0)
     tensors = weights_b + grads_b + optim_b + activations + recompute_work + logits + z3_buffers
     allowance = memory.allocator_allowance_bytes(tensors)
     total_mem = tensors + allowance

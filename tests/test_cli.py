@@ -382,3 +382,13 @@ def test_installed_entry_point_runs_and_reports_errors_on_one_line():
     assert bad.returncode == 2
     assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("error: model: ")
     assert "Traceback" not in bad.stderr
+
+
+def test_measure_commands_are_registered_and_explain_themselves():
+    from click.testing import CliRunner
+    from paraplan.cli import main
+    runner = CliRunner()
+    for args in (["calibrate", "--help"], ["measure", "--help"], ["validate", "measured", "--help"]):
+        result = runner.invoke(main, args)
+        assert result.exit_code == 0, result.output
+        assert "Example" in result.output

@@ -107,7 +107,7 @@ def test_divisibility_pruning_never_yields_an_invalid_config(model, gpus, gbs, s
 def test_pruned_counts_add_up_and_rules_fire():
     space = _enumerate(load_model("megatron-530b"), (280, 280), 280, max_tp=8)
     assert space.raw_size == sum(space.pruned.values()) + len(space)
-    for rule in ("max_tp", "layers", "batch", "vpp_needs_pp", "schedule", "sp_needs_tp", "dominated_sp_off"):
+    for rule in ("max_tp", "layers", "batch", "vpp_needs_pp", "schedule", "sp_needs_tp"):
         assert space.pruned[rule] > 0, rule
 
 
@@ -368,8 +368,9 @@ def test_planner_beats_or_matches_every_published_dense_configuration():
     ("mixtral-8x7b", "dgx-h100", 32, 64),
 ])
 def test_dominance_rules_only_drop_configurations_that_cannot_win(model, cluster, gpus, gbs):
-    """Sequence parallel off (tp > 1) is never faster nor smaller than on; ZeRO with nothing to
-    shard over is never faster nor smaller than ZeRO-0: the step model agrees with the pruning."""
+    """Sequence parallel on never needs more memory than off (it may be slower: the extra
+    backward all-gather, so it is not pruned); ZeRO with nothing to shard over is never faster
+    nor smaller than ZeRO-0: the step model agrees with the pruning."""
     from planners.vectorized import evaluate_space
     spec, cl = load_model(model), load_cluster(cluster)
     space = _enumerate(spec, (gpus, gpus), gbs, prune_dominated=False)
@@ -386,7 +387,7 @@ def test_dominance_rules_only_drop_configurations_that_cannot_win(model, cluster
     for key, i in by_key.items():
         if key[-1] == 0 and cols["tp"][i] > 1:
             j = by_key[key[:-1] + (1,)]
-            assert t[j] <= t[i] * (1 + 1e-12) and mem[j] <= mem[i] * (1 + 1e-12)
+            assert mem[j] <= mem[i] * (1 + 1e-12)
             checked += 1
     assert checked > 0
     others = [k for k in cols if k != "zero_stage"]

@@ -135,3 +135,45 @@ def published_cmd(path: str, source_prefix: str | None, as_json: bool, as_csv: b
         click.echo(f"wrote {out_path} ({len(results)} rows, {int((results.status == 'ok').sum())} predicted)", err=True)
     else:
         click.echo(text, nl=False)
+
+
+@command.command("measured", short_help="Measure small torch runs here and compare with the prediction.")
+@click.argument("cluster_path", type=click.Path(dir_okay=False))
+@click.option("--steps", type=click.IntRange(2), default=6, show_default=True, help="Steps per run.")
+@click.option("--warmup", type=click.IntRange(0), default=2, show_default=True,
+              help="Leading steps excluded from the median.")
+@click.option("--csv", "as_csv", is_flag=True, help="One row per configuration as CSV.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False),
+              help="Write the output to this file (atomically) instead of stdout.")
+def measured_cmd(cluster_path: str, steps: int, warmup: int, as_csv: bool, out_path: str | None) -> None:
+    """How well does the simulator predict runs measured on this machine?
+
+    CLUSTER_PATH is a profile written by `paraplan calibrate`. A small GPT is trained for a few
+    steps under DP, TP, PP, mixed layouts and recomputation on local processes (gloo on CPU,
+    nccl on GPUs), and each measured median step time is compared with simulate()'s prediction.
+    Needs PyTorch (pip install 'paraplan[measure]').
+
+    \b
+    Example:
+      paraplan calibrate --out my-machine.yaml
+      paraplan validate measured my-machine.yaml --csv --out measured.csv
+    """
+    from paraplan.measure import compare_measured
+
+    if out_path is not None:
+        check_writable(out_path)
+    df = compare_measured(cluster_path, steps=steps, warmup=warmup)
+    cols = [c for c in ("name", "dp", "tp", "pp", "micro_batch", "global_batch", "zero_stage", "recompute",
+                        "measured_step_s", "predicted_step_s", "rel_error", "cpu_wait_fraction") if c in df]
+    if as_csv:
+        text = df[cols].to_csv(index=False)
+    else:
+        err = df["rel_error"].abs() * 100
+        rows = [[r[c] if not isinstance(r[c], float) else f"{r[c]:.4g}" for c in cols] for _, r in df.iterrows()]
+        text = format_table(rows, cols) + (f"\nmean |error| {err.mean():.1f}%, worst {err.max():.1f}% over "
+                                           f"{len(df)} configurations\n")
+    if out_path is not None:
+        write_atomic(out_path, text)
+        click.echo(f"wrote {out_path} ({len(df)} configurations)", err=True)
+    else:
+        click.echo(text, nl=False)

@@ -1,0 +1,30 @@
+"""``paraplan calibrate``: microbenchmark this machine into a hardware profile."""
+from __future__ import annotations
+
+import click
+
+from paraplan.cli import check_writable
+
+
+@click.command("calibrate", short_help="Measure this machine and write a cluster profile.")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
+              help="Cluster YAML to write (loadable wherever a cluster name is accepted).")
+@click.option("--nprocs", type=click.IntRange(1), default=2, show_default=True,
+              help="Local processes (GPUs, or CPU ranks) to measure collectives between.")
+@click.option("--name", default=None, help="Name of the profile (default: from the host).")
+def command(out_path: str, nprocs: int, name: str | None) -> None:
+    """What can this machine do? Runs GEMM, memory-bandwidth, attention and collective
+    microbenchmarks with torch (gloo on CPU, nccl on GPUs) and writes them as a cluster profile
+    with its own measured efficiency model, so `paraplan simulate --cluster FILE` predicts this
+    machine. Takes under a minute on 2 CPU cores. Needs PyTorch (pip install 'paraplan[measure]').
+
+    \b
+    Example:
+      paraplan calibrate --out my-machine.yaml
+      paraplan simulate --cluster my-machine.yaml --model gpt3-125m --gpus 2 --dp 2 --global-batch 8 --dtype fp32
+    """
+    from paraplan.measure import run_calibration
+
+    check_writable(out_path)
+    path = run_calibration(out_path, nprocs=nprocs, name=name)
+    click.echo(f"wrote {path}")
