@@ -392,3 +392,18 @@ def test_measure_commands_are_registered_and_explain_themselves():
         result = runner.invoke(main, args)
         assert result.exit_code == 0, result.output
         assert "Example" in result.output
+
+
+def test_moe_ep_and_cp_divisibility_errors_are_one_line_exit_2():
+    import subprocess
+    cases = [
+        (["--model", "deepseek-v3", "--cluster", "h800-node", "--gpus", "2048", "--tp", "1", "--pp", "16",
+          "--ep", "48", "--global-batch", "1536"], "error: ep: ep=48 does not divide the 256 experts"),
+        (["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "24", "--cp", "3", "--global-batch", "8"],
+         "error: cp: cp=3 does not divide the sequence length 8192"),
+    ]
+    for args, expected in cases:
+        proc = subprocess.run(["paraplan", "simulate", *args], capture_output=True, text=True)
+        assert proc.returncode == 2
+        assert proc.stderr.strip().startswith(expected)
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
