@@ -73,6 +73,12 @@ def gemm_shape_factor(m, n, k, half_dim):
     return (m / (m + half_dim)) * (n / (n + half_dim)) * (k / (k + half_dim))
 
 
+def gemm_traffic_bytes(m, n, k, rates: ComputeRates):
+    """HBM bytes a (m, n, k) GEMM moves: both operands in the GEMM dtype, output in 16/32-bit."""
+    m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
+    return (m * k + k * n) * rates.operand_bytes + m * n * rates.act_bytes
+
+
 def gemm_time_s(m, n, k, rates: ComputeRates, count=1.0):
     """Time of ``count`` GEMMs of shape (m, n, k), seconds (roofline + shape efficiency).
 
@@ -81,8 +87,7 @@ def gemm_time_s(m, n, k, rates: ComputeRates, count=1.0):
     m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
     flops = 2.0 * m * n * k
     compute = flops / (rates.gemm_flops_per_s * gemm_shape_factor(m, n, k, rates.half_dim))
-    traffic = (m * k + k * n) * rates.operand_bytes + m * n * rates.act_bytes
-    memory = traffic / rates.hbm_bytes_per_s
+    memory = gemm_traffic_bytes(m, n, k, rates) / rates.hbm_bytes_per_s
     cast = (m * k + k * n) * rates.cast_bytes / rates.hbm_bytes_per_s
     return count * (np.maximum(compute, memory) + cast + rates.kernel_overhead_s)
 

@@ -50,7 +50,8 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from cost_models.compute import ACT_BYTES, attention_core_flops, attention_time_s, compute_rates, gemm_time_s
+from cost_models.compute import (attention_core_flops, attention_time_s, compute_rates, gemm_time_s,
+                                 gemm_traffic_bytes)
 from cost_models.layer_costs import (ELEMENTWISE_KERNELS_FWD, _attention_dims, attention_block_costs,
                                      attention_gemm_shapes, dense_mlp_costs, mlp_gemm_shapes)
 from hardware_specs.catalog import efficiency_for_cluster, load_cluster, load_gpu
@@ -563,7 +564,7 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     def gemm(op: str, n: float, k: float) -> None:
         n, k = float(n), float(k)
         flops = 2.0 * tokens * n * k
-        traffic = (tokens * k + k * n) * rates.operand_bytes + tokens * n * rates.act_bytes
+        traffic = float(gemm_traffic_bytes(tokens, n, k, rates))
         t = float(gemm_time_s(tokens, n, k, rates))
         rows.append({"op": op, "pass": "forward", "m": tokens, "n": n, "k": k, "flops": flops,
                      "bytes": traffic, "time_s": t})
@@ -585,7 +586,7 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     core_flops = float(attention_core_flops(tokens, model_spec.seq_len, heads, qk, v,
                                             model_spec.sliding_window, model_spec.sliding_window_layer_fraction))
     fwd_s, bwd_s = attention_time_s(core_flops, rates)
-    qkvo = tokens * (heads * qk + kv_heads * (qk + v) + heads * v) * ACT_BYTES
+    qkvo = tokens * (heads * qk + kv_heads * (qk + v) + heads * v) * rates.act_bytes
     rows.append({"op": "attention core (flash)", "pass": "forward", "m": np.nan, "n": np.nan, "k": np.nan,
                  "flops": core_flops, "bytes": qkvo, "time_s": float(fwd_s)})
     rows.append({"op": "attention core (flash)", "pass": "backward", "m": np.nan, "n": np.nan, "k": np.nan,
