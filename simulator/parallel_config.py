@@ -72,6 +72,9 @@ class ParallelConfig:
         moe_load_imbalance: ratio of the busiest expert's tokens to the mean (1 = uniform).
         flash_attention: fused attention core (no stored score matrix); False models the
             materialised softmax of 2020-2022 Megatron.
+        uneven_layers: allow pipeline chunks that differ by a layer (Megatron's
+            ``--pipeline-model-parallel-layout`` / first- and last-stage layer counts); the
+            slowest stage then holds ceil(layers / pp) layers.
     """
 
     dp: int = 1
@@ -94,6 +97,7 @@ class ParallelConfig:
     cp_kind: CPKind = CPKind.RING
     moe_load_imbalance: float = 1.0
     flash_attention: bool = True
+    uneven_layers: bool = False
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch"):

@@ -29,9 +29,13 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
         raise InputError("pp", f"pp={c.pp} exceeds the {model.num_layers} layers")
     # Megatron may count the embedding and the loss as one layer each when splitting
     # (account_for_embedding/loss_in_pipeline_split), so L or L + 2 must divide into chunks.
-    if c.vpp > 1 and model.num_layers % (c.pp * c.vpp) and (model.num_layers + 2) % (c.pp * c.vpp):
+    if c.vpp > 1 and model.num_layers % (c.pp * c.vpp) and (model.num_layers + 2) % (c.pp * c.vpp) \
+            and not c.uneven_layers:
         raise InputError("vpp", f"{model.num_layers} layers do not split into pp*vpp = {c.pp}*{c.vpp} "
-                         "equal chunks", "choose pp*vpp dividing the layer count (or layers + 2)")
+                         "equal chunks", "choose pp*vpp dividing the layer count (or layers + 2), or "
+                         "allow a custom layout with --uneven-layers")
+    if c.pp * c.vpp > model.num_layers + 2:
+        raise InputError("vpp", f"pp*vpp = {c.pp * c.vpp} chunks exceed the {model.num_layers} layers")
     if c.schedule == Schedule.INTERLEAVED and c.num_microbatches % c.pp:
         raise InputError("global_batch", f"interleaved 1F1B needs the micro-batch count "
                          f"({c.num_microbatches}) to be a multiple of pp={c.pp}",

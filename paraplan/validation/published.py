@@ -9,6 +9,7 @@ each recorded in the row's ``assumptions``:
 - gated MLP: exactly when ffn_hidden != 4 * hidden (SwiGLU models use 8/3 h to 3.5 h);
 - ``dp`` empty: n_gpus / (tp * pp * cp);  ``vpp`` empty: 1;  ``cp`` empty: 1;
 - ``micro_batch`` empty: 1;  ``zero_norm`` empty: 0;  ``seq_parallel`` empty: off;
+- pipeline chunks may differ by a layer (published Megatron runs use custom layouts);
 - ``recompute`` empty: full when the row's FLOP convention counts the recomputed forward pass
   (megatron_hw_eq3), else none;
 - ``dtype_norm`` empty: bf16 (fp16 on V100, which has no bf16).
@@ -112,6 +113,18 @@ def _int(row, col):
     return None if x is None else int(round(x))
 
 
+def _lead_int(row, col):
+    """The leading integer of a cell like '256 routed + 1 shared' (None if there is none)."""
+    text = _str(row, col)
+    digits = ""
+    for ch in text:
+        if ch.isdigit():
+            digits += ch
+        elif digits:
+            break
+    return int(digits) if digits else None
+
+
 def _str(row, col):
     v = row.get(col)
     if v is None or (isinstance(v, float) and math.isnan(v)):
@@ -153,7 +166,22 @@ def row_inputs(row) -> RowInputs:
         raise Skip("needed field(s) empty: " + ", ".join(empty))
     h = needed["hidden"]
     if preset is not None:
-        model = replace(preset, seq_len=needed["seq_len"], vocab_size=needed["vocab"])
+        # the row's own columns win; the preset fills what the columns cannot say
+        kv = _int(row, "kv_heads") or (preset.num_kv_heads if _int(row, "heads") is None else needed["heads"])
+        model = replace(preset, num_layers=needed["layers"], hidden_size=needed["hidden"],
+                        num_heads=needed["heads"], num_kv_heads=kv, seq_len=needed["seq_len"],
+                        vocab_size=needed["vocab"],
+                        head_dim=preset.head_dim if (needed["hidden"], needed["heads"])
+                        == (preset.hidden_size, preset.num_heads) else 0)
+        if model.moe is not None:
+            first_dense = min(model.moe.first_dense_layers, max(0, model.num_layers - 1))
+            model = replace(model, moe=replace(model.moe, num_experts=_lead_int(row, "moe_experts") or model.moe.num_experts,
+                                               top_k=_int(row, "moe_topk") or model.moe.top_k,
+                                               first_dense_layers=first_dense))
+        try:
+            model = replace(model)    # re-validate
+        except InputError as exc:
+            raise Skip(f"architecture invalid: {exc}") from None
         return _config_inputs(row, model, needed, metric, conv, gpu, assumptions)
     ffn = _str(row, "ffn_hidden")
     try:
@@ -202,7 +230,14 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInp
         dp = 1
         n = tp * pp * cp
     elif dp * tp * pp * cp != n:
-        raise Skip(f"dp*tp*pp*cp = {dp * tp * pp * cp} != n_gpus {n}")
+        ep_col = _int(row, "ep") or 1
+        if model.moe is not None and dp * tp * pp * cp * ep_col == n:
+            # older MoE layouts carve EP out of data parallelism: the row's dp is the
+            # expert-data-parallel degree, the full data-parallel degree is dp * ep
+            dp = dp * ep_col
+            assumptions.append("dp column = expert-data-parallel degree (dp = dp * ep)")
+        else:
+            raise Skip(f"dp*tp*pp*cp = {dp * tp * pp * cp} != n_gpus {n}")
     mbs = _int(row, "micro_batch")
     if mbs is None:
         mbs = 1
@@ -232,7 +267,7 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInp
     try:
         config = ParallelConfig(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch=mbs, global_batch=gbs,
                                 zero_stage=zero, recompute=rc, sequence_parallel=sp or (model.moe is not None and tp > 1),
-                                dtype=dtype)
+                                dtype=dtype, uneven_layers=True)
     except InputError as exc:
         raise Skip(f"configuration invalid: {exc}") from None
     from simulator.validate_config import check_config
