@@ -27,7 +27,9 @@ from simulator.simulate import simulate
 #: fitted factors with their bounds.
 FIT_BOUNDS = {
     "gemm16": (0.3, 0.95),           # gemm_peak_fraction for bf16/fp16
-    "gemm8": (0.2, 0.95),            # gemm_peak_fraction for fp8/mxfp8 (and nvfp4 relative)
+    "gemm8": (0.2, 0.95),            # gemm_peak_fraction for tensor-scaled fp8
+    "gemm_mx8": (0.2, 0.95),         # gemm_peak_fraction for mxfp8 (block-scaled)
+    "gemm4": (0.2, 0.95),            # gemm_peak_fraction for nvfp4
     "gemm_half_dim": (1.0, 512.0),
     "attention_peak_fraction": (0.1, 0.9),
     "hbm_fraction": (0.5, 0.95),
@@ -46,18 +48,17 @@ PRIORS = {"scaleup_fraction": 0.8, "scaleout_fraction": 0.85}
 def _to_model(base: EfficiencyModel, x: dict) -> EfficiencyModel:
     fr = dict(base.gemm_peak_fraction)
     fr["bf16"] = fr["fp16"] = x["gemm16"]
-    ratio8 = x["gemm8"] / max(base.gemm_peak_fraction.get("fp8", x["gemm8"]), 1e-9)
-    for k in ("fp8", "mxfp8"):
-        fr[k] = x["gemm8"]
-    if "nvfp4" in fr:
-        fr["nvfp4"] = min(0.95, base.gemm_peak_fraction["nvfp4"] * ratio8)
-    kw = {k: v for k, v in x.items() if k not in ("gemm16", "gemm8")}
+    fr["fp8"] = x["gemm8"]
+    fr["mxfp8"] = x["gemm_mx8"]
+    fr["nvfp4"] = x["gemm4"]
+    kw = {k: v for k, v in x.items() if k not in ("gemm16", "gemm8", "gemm_mx8", "gemm4")}
     kw.update(PRIORS)
     return replace(base, gemm_peak_fraction=fr, **kw)
 
 
 def _from_model(m: EfficiencyModel) -> dict:
-    x = {"gemm16": m.gemm_fraction("bf16"), "gemm8": m.gemm_fraction("fp8")}
+    x = {"gemm16": m.gemm_fraction("bf16"), "gemm8": m.gemm_fraction("fp8"),
+         "gemm_mx8": m.gemm_fraction("mxfp8"), "gemm4": m.gemm_fraction("nvfp4")}
     for k in FIT_BOUNDS:
         if k not in x:
             x[k] = getattr(m, k)
@@ -121,8 +122,9 @@ def fit_generation(rows: list[dict], base: EfficiencyModel, verbose: bool = Fals
     sources = pd.Series([r["source"] for r in rows])
     weights = (1.0 / np.sqrt(sources.map(sources.value_counts()))).to_numpy(dtype=float)
     names = list(FIT_BOUNDS)
-    if not any(r["dtype"] in ("fp8", "mxfp8", "nvfp4") for r in rows):
-        names.remove("gemm8")
+    for name, dtype in (("gemm8", "fp8"), ("gemm_mx8", "mxfp8"), ("gemm4", "nvfp4")):
+        if not any(r["dtype"] == dtype for r in rows):
+            names.remove(name)
     if not any(r["inputs"].config.ep > 1 for r in rows):
         names.remove("exposed_ep_fraction")
     x = _from_model(base)
