@@ -1,8 +1,9 @@
 """Regression bounds on the published-run validation (../shared/validation/published_runs.csv).
 
 The bounds are the errors measured when this test was written plus a small margin, so a change
-that makes predictions drift fails here. Tighten them as the model improves; the issue targets
-are stricter (KOR22 step time <= 3% mean, NAR21 <= 6%, dense rows <= 10%).
+that makes predictions drift fails here (measured then: KOR22 step time 4.2% mean / 7.9% worst,
+NAR21 6.5%, dense rows 10.9%, MoE rows ~20%). Tighten them as the model improves; the issue
+targets are stricter (KOR22 <= 3% mean, NAR21 <= 6%, dense rows <= 10%, MoE <= 12%).
 """
 from pathlib import Path
 
@@ -29,22 +30,31 @@ def test_korthikanti_step_times_stay_within_bound(results):
     ok = results[(results.status == "ok") & results.id.str.startswith("KOR22-T5")
                  & results.id.str.endswith("iter_time_s")]
     assert len(ok) == 8
-    assert _mean_abs_pct(ok) <= 7.5
-    assert float((ok.rel_error.abs() * 100).max()) <= 13.0
+    assert _mean_abs_pct(ok) <= 5.0
+    assert float((ok.rel_error.abs() * 100).max()) <= 9.0
 
 
 def test_narayanan_tables_stay_within_bound(results):
     ok = results[(results.status == "ok") & (results.source == "NAR21")]
     assert len(ok) == 22
-    assert _mean_abs_pct(ok) <= 13.5
+    assert _mean_abs_pct(ok) <= 7.5
 
 
 def test_dense_rows_with_their_fields_are_predicted(results):
     dense = results[results.gpu_profile.isin(DENSE_GPUS)]
     unpredictable = dense.reason.str.contains("needed field|gpu_profile|metric|convention|preset|ep > 1", regex=True)
-    modelable = dense[~unpredictable]
+    from_preset = dense.assumptions.fillna("").str.contains("preset")
+    modelable = dense[~unpredictable & ~from_preset]
     assert (modelable.status == "ok").mean() >= 0.90
-    assert _mean_abs_pct(modelable[modelable.status == "ok"]) <= 17.0
+    assert _mean_abs_pct(modelable[modelable.status == "ok"]) <= 12.0
+
+
+def test_moe_rows_are_predicted_within_bound(results):
+    moe = results[results.id.str.startswith("MBRIDGE") & results.assumptions.fillna("").str.contains("preset")
+                  | results.id.str.contains("grok")]
+    ok = moe[moe.status == "ok"]
+    assert len(ok) >= 0.8 * len(moe)
+    assert _mean_abs_pct(ok) <= 22.0
 
 
 def test_every_skipped_row_says_why(results):
