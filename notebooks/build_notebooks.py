@@ -238,7 +238,12 @@ which gives the most tokens per dollar?
 node (DGX H100, HGX H200, DGX B200, MI300X platform), all with one 400 Gb/s NIC per GPU, and
 each gets the planner's best plan for it (a fair comparison re-plans per chip: more HBM allows
 less model parallelism). Part 1 compares 256 GPUs of each; part 2 spends the same dollars per
-hour on each. Prices are inputs: **edit `PRICE_USD_PER_GPU_HOUR` below** with your quotes.'''),
+hour on each. Prices are inputs: **edit `PRICE_USD_PER_GPU_HOUR` below** with your quotes.
+
+**Caveat.** H100 (Hopper) and B200 (Blackwell) use efficiency models fitted on published runs;
+the validation file has no MI300X (CDNA3) run, so MI300X runs on an *unfitted prior* efficiency
+model (`hardware_specs/efficiency/cdna3.yaml`): read its numbers as an optimistic sketch, not a
+validated prediction.'''),
     ("code", SETUP),
     ("code", '''\
 # ======================= EDIT ME: $ per GPU-hour (your quotes) =======================
