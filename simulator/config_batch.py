@@ -91,5 +91,5 @@ class ConfigBatch:
             overlap_param_gather=bool(self.overlap_param_gather[i]),
             tp_comm_overlap=bool(self.tp_comm_overlap[i]), cp_kind=cp_kinds[int(self.cp_kind[i])],
             moe_load_imbalance=float(self.moe_load_imbalance[i]),
-            flash_attention=bool(self.flash_attention[i]), uneven_layers=True,
+            flash_attention=bool(self.flash_attention[i]),
         )

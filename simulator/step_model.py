@@ -133,9 +133,9 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
                                                       attn["core_bwd_s"], cluster, eff)
     else:
         cpc = {"fwd_exposed_s": 0.0, "bwd_exposed_s": 0.0}
-    cp_fwd = cpc["fwd_exposed_s"] + a2a_fwd          # exposed CP and expert-parallel traffic
+    # exposed context- and expert-parallel traffic per layer
+    cp_fwd = cpc["fwd_exposed_s"] + a2a_fwd
     cp_bwd = cpc["bwd_exposed_s"] + a2a_bwd
-    ep_part_layer = a2a_fwd + a2a_bwd
     layer_w = gemm_f                                  # weight-gradient GEMMs
     layer_b = gemm_f + attn["core_bwd_s"] + 2.0 * elem_f  # input-gradient part
 
@@ -225,8 +225,8 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     compute_part = m * layers_stage * (layer_fwd + layer_b + layer_w) + m * ends
     recompute_part = m * layers_stage * recompute
     tp_part = m * layers_stage * (tp_exposed_f + tp_exposed_b + tp_exposed_r)
-    ep_part = m * layers_stage * ep_part_layer
-    cp_part = m * layers_stage * (cp_fwd + cp_bwd) - ep_part
+    ep_part = m * layers_stage * (a2a_fwd + a2a_bwd)
+    cp_part = m * layers_stage * (cpc["fwd_exposed_s"] + cpc["bwd_exposed_s"])
     pp_comm_part = m * p2p
     z3_part = m * z3_exposed
 

@@ -20,7 +20,7 @@ from hardware_specs.gpu_spec import KNOWN_DTYPES
 from model_specs.catalog import load_model
 from paraplan.cli import dump_json, format_table
 from planners.explain import stage_layers_text
-from planners.plan import OUTPUT_COLUMNS, PlanResult, parse_gpus, plan
+from planners.plan import PlanResult, parse_gpus, plan
 from simulator.parallel_config import Recompute, Schedule
 
 POS = click.IntRange(min=1)

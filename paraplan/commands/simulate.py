@@ -7,10 +7,8 @@ same configuration and write a Chrome/Perfetto trace or a PNG timeline.
 """
 from __future__ import annotations
 
-import math
 
 import click
-import numpy as np
 
 from hardware_specs.catalog import load_cluster
 from hardware_specs.errors import InputError

@@ -39,6 +39,7 @@ from model_specs.model_spec import ModelSpec
 from paraplan.validation.flops_conventions import CONVENTIONS
 from simulator.parallel_config import ParallelConfig
 from simulator.simulate import simulate
+from simulator.validate_config import check_config
 
 #: the usual system of each GPU kind (validation README: "Cluster presets should carry the
 #: usual fabric of each system").
@@ -270,7 +271,6 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInp
                                 dtype=dtype, uneven_layers=True)
     except InputError as exc:
         raise Skip(f"configuration invalid: {exc}") from None
-    from simulator.validate_config import check_config
     try:
         check_config(model, config)
     except InputError as exc:
