@@ -11,7 +11,8 @@ default order ``tp-cp-dp-pp``). A group of ``group_size`` ranks whose members ar
 ranks apart has ``n_intra`` members inside one scale-up domain and spans ``n_inter`` domains.
 The fast tier is the scale-up link (NVLink); the slow tier is each GPU's own NIC (rail-
 optimised fabrics give every GPU its own path), divided by the fabric's oversubscription.
-Achieved bandwidth = link bandwidth x the generation's fitted fraction.
+Achieved bandwidth = link bandwidth x the generation's fitted fraction x the collective kind's
+fraction (``EfficiencyModel.collective_bw_fraction``, 1 unless a calibration measured less).
 """
 from __future__ import annotations
 
@@ -65,6 +66,8 @@ def group_collective_time_s(kind: str, bytes_, group_size, stride, cluster: Clus
     """
     n_intra, n_inter = group_span(group_size, stride, cluster.gpus_per_node)
     bw_i, lat_i, bw_o, lat_o = tier_bandwidths(cluster, eff)
+    kind_fraction = eff.collective_fraction(kind)
+    bw_i, bw_o = bw_i * kind_fraction, bw_o * kind_fraction
     if kind == "all_to_all" or algorithm == "hierarchical":
         t = _HIER[kind](bytes_, n_intra, n_inter, bw_i, lat_i, bw_o, lat_o)
     else:
@@ -78,5 +81,6 @@ def group_collective_time_s(kind: str, bytes_, group_size, stride, cluster: Clus
 def p2p_stage_time_s(bytes_, stride, cluster: ClusterSpec, eff: EfficiencyModel):
     """Send/recv between neighbouring ranks ``stride`` apart (e.g. pipeline stages), seconds."""
     bw_i, lat_i, bw_o, lat_o = tier_bandwidths(cluster, eff)
+    bw_i, bw_o = bw_i * eff.collective_fraction("p2p"), bw_o * eff.collective_fraction("p2p")
     inside = np.asarray(stride) < cluster.gpus_per_node
     return np.where(inside, coll.p2p_time_s(bytes_, bw_i, lat_i), coll.p2p_time_s(bytes_, bw_o, lat_o))

@@ -181,9 +181,12 @@ def efficiency_from_dict(data: dict, where: str = "efficiency") -> EfficiencyMod
         raise InputError(f"{where}.generation", "missing")
     if not isinstance(data.get("gemm_peak_fraction"), dict):
         raise InputError(f"{where}.gemm_peak_fraction", "must be a mapping dtype: fraction")
+    if not isinstance(data.get("collective_bw_fraction", {}), dict):
+        raise InputError(f"{where}.collective_bw_fraction", "must be a mapping kind: fraction",
+                         "e.g. {reduce_scatter: 0.3}")
     kwargs = dict(data)
     for key, value in list(kwargs.items()):
-        if key not in ("generation", "gemm_peak_fraction", "fitted_on"):
+        if key not in ("generation", "gemm_peak_fraction", "collective_bw_fraction", "fitted_on"):
             try:
                 kwargs[key] = float(value)
             except (TypeError, ValueError):

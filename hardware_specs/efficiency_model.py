@@ -15,6 +15,10 @@ from typing import Mapping
 from hardware_specs.errors import InputError, require_positive
 
 
+#: collective kinds whose bandwidth ``collective_bw_fraction`` may scale
+COLLECTIVE_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "p2p")
+
+
 @dataclass(frozen=True)
 class EfficiencyModel:
     """Per-generation achieved-efficiency factors.
@@ -44,6 +48,19 @@ class EfficiencyModel:
         exposed_ep_fraction: fraction of the expert-parallel dispatch/combine all-to-all left
             exposed by the generation's usual MoE stack (1 = serialised; DeepEP / 1F1B
             all-to-all overlap hide part of it).
+        sync_skew_fraction: straggler wait at synchronisations. Ranks that must meet (a TP
+            all-reduce, a pipeline send/recv, the DP gradient reduction) arrive at different
+            times because their compute is jittered (OS noise, frequency changes, shared
+            memory bandwidth); on average a rank waits this fraction of the compute it ran
+            since the previous synchronisation. Summed over a step that is this fraction of the
+            step's compute whenever the job has more than one rank. ~0 on dedicated GPUs (not
+            fitted there); ``paraplan calibrate`` measures it on CPU hosts as the slope of a
+            collective's mean time against the compute before it.
+        collective_bw_fraction: per collective kind (``reduce_scatter``, ``all_gather``,
+            ``all_to_all``, ``p2p``), the bandwidth it reaches relative to the ring model at the
+            all-reduce's bus bandwidth. Kinds not listed reach 1 (NCCL's rings run
+            reduce-scatter and all-gather at the all-reduce's bus bandwidth). Measured by
+            ``paraplan calibrate``: gloo's CPU reduce-scatter, for one, runs at ~0.3 of it.
         fitted_on: what these numbers were fitted on and how to refit them.
     """
 
@@ -58,6 +75,8 @@ class EfficiencyModel:
     exposed_dp_fraction: float = 0.1
     exposed_tp_fraction: float = 1.0
     exposed_ep_fraction: float = 1.0
+    sync_skew_fraction: float = 0.0
+    collective_bw_fraction: Mapping[str, float] = field(default_factory=dict)
     fitted_on: str = ""
 
     def __post_init__(self) -> None:
@@ -72,9 +91,16 @@ class EfficiencyModel:
         _check_fraction(f"{where}.exposed_dp_fraction", self.exposed_dp_fraction, allow_zero=True)
         _check_fraction(f"{where}.exposed_tp_fraction", self.exposed_tp_fraction, allow_zero=True)
         _check_fraction(f"{where}.exposed_ep_fraction", self.exposed_ep_fraction, allow_zero=True)
+        _check_fraction(f"{where}.sync_skew_fraction", self.sync_skew_fraction, allow_zero=True)
         require_positive(f"{where}.gemm_half_dim", self.gemm_half_dim, allow_zero=True)
         require_positive(f"{where}.kernel_overhead_s", self.kernel_overhead_s, allow_zero=True)
+        for kind, value in self.collective_bw_fraction.items():
+            if kind not in COLLECTIVE_KINDS:
+                raise InputError(f"{where}.collective_bw_fraction.{kind}", "unknown collective kind",
+                                 "use one of " + ", ".join(COLLECTIVE_KINDS))
+            _check_fraction(f"{where}.collective_bw_fraction.{kind}", value)
         object.__setattr__(self, "gemm_peak_fraction", MappingProxyType(dict(self.gemm_peak_fraction)))
+        object.__setattr__(self, "collective_bw_fraction", MappingProxyType(dict(self.collective_bw_fraction)))
 
     def gemm_fraction(self, dtype: str) -> float:
         """Plateau GEMM efficiency for ``dtype`` (falls back to bf16, then fp32)."""
@@ -82,6 +108,10 @@ class EfficiencyModel:
             if key in self.gemm_peak_fraction:
                 return float(self.gemm_peak_fraction[key])
         raise InputError("dtype", f"no GEMM efficiency for {dtype}")
+
+    def collective_fraction(self, kind: str) -> float:
+        """Bandwidth of collective ``kind`` relative to the all-reduce ring model (default 1)."""
+        return float(self.collective_bw_fraction.get(kind, 1.0))
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:

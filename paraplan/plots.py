@@ -35,6 +35,7 @@ TIME_LABELS = {
     "zero3_comm_exposed_s": "ZeRO-3 gathers (exposed)",
     "pipeline_bubble_s": "pipeline bubble",
     "dp_comm_exposed_s": "DP grad reduce (exposed)",
+    "sync_wait_s": "straggler wait",
     "optimizer_s": "optimizer step",
 }
 #: human names of the memory columns of ``api`` rows.

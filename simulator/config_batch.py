@@ -39,6 +39,7 @@ class ConfigBatch:
     cp_kind: np.ndarray              # index into CPKind
     moe_load_imbalance: np.ndarray
     flash_attention: np.ndarray
+    grad_accumulation_fusion: np.ndarray
     dtype: str = "bf16"
 
     def __len__(self) -> int:
@@ -67,6 +68,7 @@ class ConfigBatch:
             cp_kind=col("cp_kind", CP_KIND_CODES.get),
             moe_load_imbalance=col("moe_load_imbalance", float, float),
             flash_attention=col("flash_attention", bool, bool),
+            grad_accumulation_fusion=col("grad_accumulation_fusion", bool, bool),
             dtype=dtypes.pop(),
         )
 
@@ -92,4 +94,5 @@ class ConfigBatch:
             tp_comm_overlap=bool(self.tp_comm_overlap[i]), cp_kind=cp_kinds[int(self.cp_kind[i])],
             moe_load_imbalance=float(self.moe_load_imbalance[i]),
             flash_attention=bool(self.flash_attention[i]),
+            grad_accumulation_fusion=bool(self.grad_accumulation_fusion[i]),
         )

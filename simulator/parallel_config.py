@@ -72,6 +72,11 @@ class ParallelConfig:
         moe_load_imbalance: ratio of the busiest expert's tokens to the mean (1 = uniform).
         flash_attention: fused attention core (no stored score matrix); False models the
             materialised softmax of 2020-2022 Megatron.
+        grad_accumulation_fusion: the weight-gradient GEMM accumulates into the gradient
+            buffer in place (Megatron's ``--gradient-accumulation-fusion``, on by default there
+            and in NeMo); False = autograd writes each micro-batch's weight gradient to a fresh
+            tensor and adds it to the buffer, an extra memory-bound pass per micro-batch
+            (plain PyTorch DDP, the measured runner).
         uneven_layers: allow pipeline chunks that differ by a layer (Megatron's
             ``--pipeline-model-parallel-layout`` / first- and last-stage layer counts); the
             slowest stage then holds ceil(layers / pp) layers.
@@ -97,6 +102,7 @@ class ParallelConfig:
     cp_kind: CPKind = CPKind.RING
     moe_load_imbalance: float = 1.0
     flash_attention: bool = True
+    grad_accumulation_fusion: bool = True
     uneven_layers: bool = False
 
     def __post_init__(self) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models import context_parallel, layer_costs, memory, moe as moe_costs, params
-from cost_models.compute import LOW_PRECISION, compute_rates
+from cost_models.compute import LOW_PRECISION, compute_rates, memory_bound_time_s
 from cost_models.topology import group_collective_time_s, p2p_stage_time_s
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
@@ -34,6 +34,9 @@ ADAM_STEP_BYTES_PER_PARAM = 30.0
 #: gradients are reduced in fp32 (Megatron's main-grad buffers) except under ZeRO-3, which
 #: reduce-scatters in the 16-bit parameter dtype (DeepSpeed ZeRO-3, FSDP mixed precision).
 GRAD_REDUCE_BYTES = 4.0
+#: parameter tensors of a transformer layer with biases (QKV, output projection, MLP up and down:
+#: weight and bias each; two norms: weight and bias each); one accumulation kernel each
+PARAM_TENSORS_PER_LAYER = 12
 # ZeRO-3 reduce-scatters and parameter all-gathers move the parameter dtype (2 bytes in
 # 16-bit training, 4 in fp32)
 
@@ -182,9 +185,16 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
                                    np.maximum(z3_comm - compute_mb, eff.exposed_dp_fraction * z3_comm), z3_comm),
                           0.0)
 
-    t_mb = layers_stage * layer_total + ends + p2p + z3_exposed
+    # unfused gradient accumulation: each micro-batch's weight gradients land in fresh tensors
+    # (written by the GEMM, counted there) that an extra kernel per parameter tensor adds into
+    # the fp32 gradient buffer: read the fresh gradient and the buffer, write the buffer
+    accum_bytes = (params_local + expert_local) * (param_bytes + 2.0 * GRAD_REDUCE_BYTES)
+    grad_accum = np.where(batch.grad_accumulation_fusion, 0.0,
+                          memory_bound_time_s(accum_bytes, rates, kernels=PARAM_TENSORS_PER_LAYER * layers_stage))
+
+    t_mb = layers_stage * layer_total + ends + p2p + z3_exposed + grad_accum
     t_fwd_mb = layers_stage * (layer_fwd + tp_exposed_f + cp_fwd)
-    t_w_mb = layers_stage * layer_w
+    t_w_mb = layers_stage * layer_w + grad_accum
     t_b_mb = t_mb - t_fwd_mb - t_w_mb
     bubble = bubble_time_s(batch.schedule, pp, vpp, t_fwd_mb, t_b_mb, t_w_mb)
     bubble = np.where(pp > 1, bubble, 0.0)
@@ -219,10 +229,16 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     opt_params = params_local / np.where(zero >= 1, dp_group, 1.0) + expert_local / np.where(zero >= 1, edp, 1.0)
     optimizer = opt_params * ADAM_STEP_BYTES_PER_PARAM / rates.hbm_bytes_per_s
 
-    step = pipeline + dp_exposed + optimizer
+    # straggler wait: the fitted share of the step's compute that ranks spend waiting for the
+    # slowest peer at synchronisations (EfficiencyModel.sync_skew_fraction; 0 on GPUs)
+    world = dp * tp * pp * cp
+    compute_step = m * (layers_stage * (layer_fwd + layer_b + layer_w + recompute) + ends + grad_accum)
+    sync_wait = np.where(world > 1, eff.sync_skew_fraction * compute_step, 0.0)
+
+    step = pipeline + dp_exposed + sync_wait + optimizer
 
     # ---- breakdown (sums to step) ---------------------------------------------------------
-    compute_part = m * layers_stage * (layer_fwd + layer_b + layer_w) + m * ends
+    compute_part = m * layers_stage * (layer_fwd + layer_b + layer_w) + m * (ends + grad_accum)
     recompute_part = m * layers_stage * recompute
     tp_part = m * layers_stage * (tp_exposed_f + tp_exposed_b + tp_exposed_r)
     ep_part = m * layers_stage * (a2a_fwd + a2a_bwd)
@@ -282,6 +298,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         "zero3_comm_exposed_s": z3_part,
         "pipeline_bubble_s": bubble,
         "dp_comm_exposed_s": dp_exposed,
+        "sync_wait_s": sync_wait,
         "optimizer_s": optimizer,
         "num_microbatches": m,
         "microbatch_stage_time_s": t_mb,

@@ -1,15 +1,21 @@
 """Measured validation: the simulator against real training steps on this machine (needs torch).
 
-Skipped when torch is absent. About 1.5 minutes on 2 quiet CPU cores (up to ~2.5 when rows
-must be re-measured):
+Skipped when torch is absent. About 2 minutes on 2 quiet CPU cores (up to ~3 when rows must be
+re-measured):
 
 * the hand-written tensor-, pipeline- and data-parallel code computes the unsharded model's
   loss and gradients (2 gloo ranks, float64, tiny GPT);
-* ``MEASURED_SET`` (single-rank baselines with and without recompute, DP, ZeRO-1, TP, 1F1B
-  PP with micro-batching) is trained for a few steps on a fresh calibration of this machine and
-  simulated; each row's relative error must be within ``ERROR_BOUND``, and must not drift by
-  more than ``DRIFT_MARGIN`` from the committed ``tests/data/measured_baseline.csv`` (checked
-  only when the baseline was recorded on a machine with the same fingerprint).
+* ``MEASURED_SET`` (single-rank baselines with and without recompute, DP with and without
+  micro-batching, ZeRO-1, TP with and without recompute, 1F1B PP with micro-batching) is
+  trained for a few steps on a fresh calibration of this machine and simulated; each row's
+  relative error must be within ``ERROR_BOUND``, their mean within ``MEAN_ERROR_BOUND``, and
+  no row may drift by more than ``DRIFT_MARGIN`` from the committed
+  ``tests/data/measured_baseline.csv`` (checked only when the baseline was recorded on a
+  machine with the same fingerprint).
+
+``tests/test_measured_baseline.py`` (no torch needed) re-predicts that baseline from the
+calibration committed beside it, so any change to a cost model that moves these predictions
+shows up there, on every machine.
 
 Rows during which a rank's compute thread waited more than ``LOADED`` of the time for a CPU
 another process held say nothing about the simulator (shared machines); they are measured once
@@ -17,14 +23,10 @@ more and skipped if the machine is still busy. If the calibration itself is cont
 the measured tests skip at once.
 
 Refresh the baseline after a deliberate change to the simulator, the cost models or the
-calibration (median of 3 runs, ~3.5 minutes; it refuses to write if other processes held the
-CPUs), then review the CSV diff before committing::
+calibration (one calibration, 3 interleaved rounds, ~3 minutes; it refuses to write if other
+processes held the CPUs), then review the diff of both files before committing::
 
     python tests/test_measure.py --refresh-baseline
-
-On a shared Linux machine, the committed baseline was recorded with this session's scheduler
-autogroup raised for the duration (as root: ``echo -10 > /proc/self/autogroup``, then
-``echo 0 > /proc/self/autogroup``); plain ``nice`` does not help across autogroups.
 """
 from __future__ import annotations
 
@@ -41,15 +43,19 @@ from paraplan.measure.runtime import machine_fingerprint  # noqa: E402
 from paraplan.measure.selfcheck import check_parallel_equivalence  # noqa: E402
 
 BASELINE = Path(__file__).parent / "data" / "measured_baseline.csv"
-#: |predicted - measured| / measured allowed per configuration. Wide on purpose: on a 2-core
-#: CPU the simulator misses eager-framework work it does not model (gradient accumulation
-#: adds, bias/residual kernels, wake-up latency at each of TP's ~20 synchronisations a step)
-#: and sizes activations and gathered parameters as bf16 in an fp32 run. At the baseline TP
-#: is the worst row (-55%); the drift check against the baseline is the sharp test.
-ERROR_BOUND = 0.75
+#: the calibration the baseline's predictions were made with (committed beside it, so that
+#: ``test_measured_baseline.py`` re-predicts the baseline without torch or a quiet machine)
+BASELINE_CALIBRATION = Path(__file__).parent / "data" / "measured_calibration.yaml"
+#: |predicted - measured| / measured allowed per configuration, and on average over the set.
+#: On this 2-core VM a quiet, interleaved run errs 1-18% per row and ~8% on average
+#: (``tests/data/measured_baseline.csv``); single runs drift a further ~10% with the host. A
+#: link bandwidth read in bits as bytes (/8) puts dp2-zero1 at +162%, a latency 10x off puts
+#: tp2-recompute at +195% (``test_measured_baseline.test_the_measured_checks_catch_a_wrong_cost_model``).
+ERROR_BOUND = 0.35
+MEAN_ERROR_BOUND = 0.20
 #: allowed change of a configuration's relative error against the committed baseline (the
-#: baseline is a median of 3 runs; single runs on the shared 2-core VM it was recorded on
-#: spread by up to ~0.25 in relative error, see its ``rel_error_spread`` column).
+#: baseline is a median of 3 interleaved rounds; single runs on the shared 2-core VM it was
+#: recorded on spread by up to ~0.2 in relative error, see its ``rel_error_spread`` column).
 DRIFT_MARGIN = 0.3
 #: CPU-wait share above which a measurement is not evidence (``runtime.cpu_wait_fraction``).
 LOADED = 0.15
@@ -57,11 +63,13 @@ MEASURED_SET = [
     {"name": "single", "micro_batch": 4, "global_batch": 4},
     {"name": "single-recompute", "micro_batch": 4, "global_batch": 4, "recompute": "full"},
     {"name": "dp2", "dp": 2, "micro_batch": 2, "global_batch": 4},
+    {"name": "dp2-mb1x2", "dp": 2, "micro_batch": 1, "global_batch": 4},
     {"name": "dp2-zero1", "dp": 2, "micro_batch": 2, "global_batch": 4, "zero_stage": 1},
     {"name": "tp2", "tp": 2, "micro_batch": 4, "global_batch": 4},
+    {"name": "tp2-recompute", "tp": 2, "micro_batch": 4, "global_batch": 4, "recompute": "full"},
     {"name": "pp2-mb1x4", "pp": 2, "micro_batch": 1, "global_batch": 4},
 ]
-STEPS, WARMUP = 6, 2
+STEPS, WARMUP = 10, 3
 
 
 class MachineBusy(Exception):
@@ -72,24 +80,25 @@ def _calibrate(directory: Path) -> Path:
     """A calibration of this machine; one retry if other processes held the CPUs meanwhile."""
     import json
     for _ in range(2):
-        path = run_calibration(directory / "local.yaml", nprocs=2)
+        path = run_calibration(directory / "measured_calibration.yaml", nprocs=2, name="measured-calibration")
         wait = json.loads(sidecar_path(path).read_text())["summary"].get("cpu_wait_fraction") or 0.0
         if wait <= LOADED:
             return path
     raise MachineBusy(f"ranks waited {wait:.0%} of the calibration for CPUs other processes held")
 
 
-def measure_set(directory: Path):
+def measure_set(directory: Path, rounds: int = 1):
     """Calibrate, then measure and simulate ``MEASURED_SET``; loaded rows are measured twice."""
     import pandas as pd
     cluster = _calibrate(directory)
-    df = compare_measured(cluster, configs=MEASURED_SET, steps=STEPS, warmup=WARMUP)
+    df = compare_measured(cluster, configs=MEASURED_SET, steps=STEPS, warmup=WARMUP, rounds=rounds)
     loaded = df["cpu_wait_fraction"].fillna(0.0) > LOADED
     if loaded.any():
         again = compare_measured(cluster, configs=[c for c, bad in zip(MEASURED_SET, loaded) if bad],
                                  steps=STEPS, warmup=WARMUP)
         df = pd.concat([df[~loaded], again]).set_index("name").loc[[c["name"] for c in MEASURED_SET]].reset_index()
     df["machine"] = machine_fingerprint(device_kind="cuda" if torch.cuda.is_available() else "cpu")
+    df.attrs["calibration"] = cluster
     return df
 
 
@@ -123,6 +132,8 @@ def test_measured_step_time_prediction_error_is_within_bound(measured):
     assert (quiet["measured_step_s"] > 0).all()
     bad = quiet[quiet["rel_error"].abs() > ERROR_BOUND]
     assert bad.empty, f"prediction error above {ERROR_BOUND:.0%}:\n{bad[cols].to_string(index=False)}"
+    mean = quiet["rel_error"].abs().mean()
+    assert mean <= MEAN_ERROR_BOUND, f"mean |error| {mean:.1%} above {MEAN_ERROR_BOUND:.0%}"
 
 
 def test_measured_prediction_error_has_not_drifted_from_baseline(measured):
@@ -142,34 +153,40 @@ def test_measured_prediction_error_has_not_drifted_from_baseline(measured):
                            f"{drifted[['name', 'rel_error', 'rel_error_baseline', 'drift']].to_string(index=False)}")
 
 
-def refresh_baseline(path: Path = BASELINE, repeats: int = 3) -> None:
-    """Measure ``MEASURED_SET`` ``repeats`` times (each on a fresh calibration) and write the
-    per-configuration median as the new baseline, with the spread of its relative error."""
+def refresh_baseline(path: Path = BASELINE, rounds: int = 3) -> None:
+    """Calibrate once, measure ``MEASURED_SET`` in ``rounds`` interleaved rounds, and write the
+    per-configuration median round as the new baseline (with the spread of its relative error
+    over the rounds) and the calibration beside it (``BASELINE_CALIBRATION``)."""
+    import shutil
     import tempfile
 
     import pandas as pd
-    runs = []
-    for _ in range(repeats):
-        with tempfile.TemporaryDirectory() as d:
-            try:
-                runs.append(measure_set(Path(d)))
-            except MachineBusy as exc:
-                raise SystemExit(f"not writing {path}: {exc}; rerun when the machine is quiet") from None
-    every = pd.concat(runs)
-    loaded = every[every["cpu_wait_fraction"].fillna(0.0) > LOADED]
-    if not loaded.empty:
-        raise SystemExit(f"not writing {path}: other processes held the CPUs while measuring "
-                         f"{', '.join(sorted(set(loaded['name'])))}; rerun when the machine is quiet")
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            cluster = _calibrate(Path(d))
+        except MachineBusy as exc:
+            raise SystemExit(f"not writing {path}: {exc}; rerun when the machine is quiet") from None
+        runs = [compare_measured(cluster, configs=MEASURED_SET, steps=STEPS, warmup=WARMUP) for _ in range(rounds)]
+        every = pd.concat(runs)
+        loaded = every[every["cpu_wait_fraction"].fillna(0.0) > LOADED]
+        if not loaded.empty:
+            raise SystemExit(f"not writing {path}: other processes held the CPUs while measuring "
+                             f"{', '.join(sorted(set(loaded['name'])))}; rerun when the machine is quiet")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(cluster, BASELINE_CALIBRATION)
     config = ["name", "dp", "tp", "pp", "micro_batch", "global_batch", "zero_stage", "recompute"]
     numbers = ["measured_step_s", "predicted_step_s", "rel_error", "cpu_wait_fraction", "foreign_load"]
     df = every.groupby(config, sort=False)[numbers].median().reset_index()
+    # the median measured time, predicted from the committed calibration
+    df["rel_error"] = (df["predicted_step_s"] - df["measured_step_s"]) / df["measured_step_s"]
     spread = every.groupby("name")["rel_error"].agg(lambda x: x.max() - x.min())
     df["rel_error_spread"] = df["name"].map(spread)
-    df["repeats"] = repeats
-    df["machine"] = runs[0]["machine"].iloc[0]
-    path.parent.mkdir(parents=True, exist_ok=True)
+    df["repeats"] = rounds
+    df["machine"] = machine_fingerprint(device_kind="cuda" if torch.cuda.is_available() else "cpu")
     df.round(5).to_csv(path, index=False)
     print(df.round(4).to_string(index=False))
+    err = df["rel_error"].abs()
+    print(f"mean |error| {err.mean():.1%}, worst {err.max():.1%}")
 
 
 if __name__ == "__main__":      # spawned ranks re-import this file: keep the work behind main

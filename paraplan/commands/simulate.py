@@ -33,6 +33,7 @@ TIME_MEANING = {
     "zero3_comm_exposed_s": "ZeRO-3 parameter gathers not hidden under compute",
     "pipeline_bubble_s": "pipeline fill and drain (idle stages)",
     "dp_comm_exposed_s": "data-parallel gradient reduction not hidden under backward",
+    "sync_wait_s": "waiting for the slowest rank at synchronisations (compute jitter)",
     "optimizer_s": "optimizer step (Adam, memory-bound)",
 }
 MEMORY_MEANING = {
@@ -100,6 +101,7 @@ def build_inputs(opts: dict) -> tuple[ModelSpec, object, ParallelConfig, int | N
         overlap_param_gather=opts["overlap_param_gather"], tp_comm_overlap=opts["tp_comm_overlap"],
         cp_kind=opts["cp_kind"], moe_load_imbalance=opts["moe_load_imbalance"],
         flash_attention=opts["flash_attention"],
+        grad_accumulation_fusion=opts["grad_accumulation_fusion"],
     )
     cluster.gpu.peak_flops(config.dtype)      # a dtype the chip lacks is an input error, up front
     return model, cluster, config, gpus
@@ -269,6 +271,9 @@ POS = click.IntRange(min=1)
 @click.option("--cp-kind", type=click.Choice([k.value for k in CPKind]), default="ring", show_default=True, help="Context-parallel flavour.")
 @click.option("--moe-load-imbalance", type=click.FloatRange(min=1.0), metavar="RATIO", default=1.0, show_default=True, help="Busiest expert's tokens / mean (1 = balanced).")
 @click.option("--flash-attention/--no-flash-attention", default=True, show_default=True, help="Fused attention core (no stored score matrix).")
+@click.option("--grad-accumulation-fusion/--no-grad-accumulation-fusion", default=True, show_default=True,
+              help="Weight-gradient GEMMs accumulate into the gradient buffer in place (Megatron default); "
+                   "off = an extra read-add-write of the gradients per micro-batch (plain PyTorch).")
 @click.option("--json", "as_json", is_flag=True, help="Print StepReport.as_dict() as JSON (SI units: seconds, bytes, FLOPs).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Write the event-level pipeline timeline as a Chrome/Perfetto trace (JSON).")
 @click.option("--gantt", "gantt_path", type=click.Path(dir_okay=False), help="Draw the event-level pipeline timeline to a PNG.")

@@ -139,13 +139,16 @@ def published_cmd(path: str, source_prefix: str | None, as_json: bool, as_csv: b
 
 @command.command("measured", short_help="Measure small torch runs here and compare with the prediction.")
 @click.argument("cluster_path", type=click.Path(dir_okay=False))
-@click.option("--steps", type=click.IntRange(2), default=6, show_default=True, help="Steps per run.")
-@click.option("--warmup", type=click.IntRange(0), default=2, show_default=True,
+@click.option("--steps", type=click.IntRange(2), default=14, show_default=True, help="Steps per run.")
+@click.option("--warmup", type=click.IntRange(0), default=4, show_default=True,
               help="Leading steps excluded from the median.")
+@click.option("--rounds", type=click.IntRange(1), default=2, show_default=True,
+              help="Measure the whole list this many times, interleaved; each configuration keeps its "
+                   "median round (a shared or virtual host drifts by 10-20%% over minutes).")
 @click.option("--csv", "as_csv", is_flag=True, help="One row per configuration as CSV.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False),
               help="Write the output to this file (atomically) instead of stdout.")
-def measured_cmd(cluster_path: str, steps: int, warmup: int, as_csv: bool, out_path: str | None) -> None:
+def measured_cmd(cluster_path: str, steps: int, warmup: int, rounds: int, as_csv: bool, out_path: str | None) -> None:
     """How well does the simulator predict runs measured on this machine?
 
     CLUSTER_PATH is a profile written by `paraplan calibrate`. A small GPT is trained for a few
@@ -162,11 +165,11 @@ def measured_cmd(cluster_path: str, steps: int, warmup: int, as_csv: bool, out_p
 
     if out_path is not None:
         check_writable(out_path)
-    df = compare_measured(cluster_path, steps=steps, warmup=warmup)
+    df = compare_measured(cluster_path, steps=steps, warmup=warmup, rounds=rounds)
     cols = [c for c in ("name", "dp", "tp", "pp", "micro_batch", "global_batch", "zero_stage", "recompute",
                         "measured_step_s", "predicted_step_s", "rel_error", "cpu_wait_fraction") if c in df]
-    if as_csv:
-        text = df[cols].to_csv(index=False)
+    if as_csv:      # machines get every column: measured phases and the predicted breakdown too
+        text = df.drop(columns=["measured_step_times_s"], errors="ignore").to_csv(index=False)
     else:
         err = df["rel_error"].abs() * 100
         rows = [[r[c] if not isinstance(r[c], float) else f"{r[c]:.4g}" for c in cols] for _, r in df.iterrows()]

@@ -204,41 +204,60 @@ def attention_times(device, dtype, shapes, causal: bool) -> list[float]:
     return out
 
 
-def allreduce_times(device, dtype, sizes_bytes) -> list[float]:
-    """Seconds per ``all_reduce`` of each message size over all ranks."""
-    torch = require_torch()
-    import torch.distributed as dist
-    elt = torch.tensor([], dtype=dtype).element_size()
-    out = []
-    for nbytes in sizes_bytes:
-        buf = torch.ones(max(1, int(nbytes // elt)), device=device, dtype=dtype)
-        out.append(time_call(lambda: dist.all_reduce(buf), device, target_s=0.03, batches=3, max_reps=200))
-    return out
+#: collective kinds ``collective_times_in_step`` measures
+STEP_COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "p2p")
 
 
-def sendrecv_times(device, dtype, sizes_bytes) -> list[float]:
-    """Seconds per one-way transfer between ranks 0 and 1 (ping-pong round trip / 2)."""
+def collective_times_in_step(device, dtype, kind: str, sizes_bytes, calls: int = 16,
+                             compute_gap_s: float = 0.002) -> list[float]:
+    """Mean seconds of one collective ``kind`` of each size, issued the way a training step does.
+
+    Each call follows ``compute_gap_s`` of GEMM work on every rank and is timed on its own; the
+    mean over ``calls`` is returned. Unlike a tight loop's best batch, this includes what a
+    step pays: ranks arriving at slightly different times, waking the communication threads,
+    and the occasional stall (on a loaded CPU host these make the mean several times the
+    minimum for small messages). ``bytes`` is the full buffer (``all_reduce``), the gathered /
+    reduced buffer (``all_gather`` / ``reduce_scatter``) or the message (``p2p``: rank 0 sends
+    to rank 1 and back in turn; the receiver's wait is the sample).
+    """
     torch = require_torch()
     import torch.distributed as dist
-    rank = dist.get_rank()
+    from paraplan.measure.parallel import all_gather_into, reduce_scatter_into
+    rank, world = dist.get_rank(), dist.get_world_size()
     elt = torch.tensor([], dtype=dtype).element_size()
+    a = torch.randn(256, 256, device=device, dtype=dtype)
+    b = torch.randn(256, 256, device=device, dtype=dtype)
+    t0 = time.perf_counter()
+    a @ b
+    synchronize(device)
+    gemms = _agree_min(max(1, int(compute_gap_s / max(time.perf_counter() - t0, 1e-7))), device)
     out = []
     for nbytes in sizes_bytes:
-        buf = torch.ones(max(1, int(nbytes // elt)), device=device, dtype=dtype)
-        reps = 10
-        best = float("inf")
-        for _ in range(3):
-            dist.barrier()
+        n = max(world, int(nbytes // elt) // world * world)
+        full = torch.ones(n, device=device, dtype=dtype)
+        shard = torch.ones(n // world, device=device, dtype=dtype)
+        call = {
+            "all_reduce": lambda: dist.all_reduce(full),
+            "reduce_scatter": lambda: reduce_scatter_into(shard, full),
+            "all_gather": lambda: all_gather_into(full, shard),
+        }.get(kind)
+        samples = []
+        _barrier()
+        for i in range(calls + 1):
+            for _ in range(gemms):
+                a @ b
             synchronize(device)
-            t0 = time.perf_counter()
-            for _ in range(reps):
-                if rank == 0:
-                    dist.send(buf, 1)
-                    dist.recv(buf, 1)
-                elif rank == 1:
-                    dist.recv(buf, 0)
-                    dist.send(buf, 0)
+            t = time.perf_counter()
+            if kind == "p2p":
+                sender = i % 2
+                if rank == sender:
+                    dist.send(full, 1 - sender)
+                elif rank == 1 - sender:
+                    dist.recv(full, sender)
+            else:
+                call()
             synchronize(device)
-            best = min(best, (time.perf_counter() - t0) / reps / 2)
-        out.append(best)
+            if i and (kind != "p2p" or rank == 1 - i % 2):   # first call warms up
+                samples.append(time.perf_counter() - t)
+        out.append(float(sum(samples) / len(samples)) if samples else float("nan"))
     return out

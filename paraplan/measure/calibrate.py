@@ -33,6 +33,13 @@ GIB = 2**30
 #: How the cost models count the FLOPs of causal attention relative to full attention. The
 #: attention efficiency is fitted under the same convention so that prediction = measurement.
 ATTENTION_CAUSAL_FLOP_FACTOR = 0.5
+#: compute before each calibrated collective (``benchmarks.collective_times_in_step``), and the
+#: gaps whose small all-reduces measure the straggler wait (``sync_skew_fraction``): seconds
+COLLECTIVE_GAP_S = 0.002
+SKEW_GAPS_S = (0.001, 0.008, 0.032, 0.064)
+#: all-reduce sizes (bytes) whose slopes are averaged, and seconds spent per (size, gap)
+SKEW_SIZES = (4096, 524288)
+SKEW_SECONDS_PER_GAP = 0.6
 ALLREDUCE_SIZES = {"cpu": [2**k for k in range(12, 26, 2)], "cuda": [2**k for k in range(16, 31, 2)]}
 MEMORY_BYTES = {"cpu": 128 * 2**20, "cuda": 2 * GIB}
 #: share of the time a rank waited for a CPU held by another process above which a
@@ -89,11 +96,20 @@ def _calibration_worker(rank: int, world: int, device, choice, args: dict) -> di
     out["cpu_wait_fraction"] = cpu_wait_fraction(wait0, run_queue_wait_s(), wall)
     if world > 1:
         sizes = ALLREDUCE_SIZES[kind]
-        out["allreduce_bytes"] = sizes
-        out["allreduce_s"] = bm.allreduce_times(device, dtype, sizes)
-        p2p_sizes = sizes[::2]
-        out["sendrecv_bytes"] = p2p_sizes
-        out["sendrecv_s"] = bm.sendrecv_times(device, dtype, p2p_sizes)
+        out["collective_bytes"] = sizes
+        # Mean cost of one collective issued between compute phases, as a training step issues
+        # them (arrival skew and wake-ups included); see benchmarks.collective_times_in_step.
+        out["collective_s"] = {kind_: bm.collective_times_in_step(device, dtype, kind_, sizes,
+                                                                  compute_gap_s=COLLECTIVE_GAP_S)
+                               for kind_ in bm.STEP_COLLECTIVES}
+        # the longer ranks compute between two synchronisations, the longer the first waits
+        # for the last: the slope of a small all-reduce's mean time against the gap
+        out["skew_gaps_s"] = list(SKEW_GAPS_S)
+        out["skew_sizes"] = list(SKEW_SIZES)
+        out["skew_allreduce_s"] = [bm.collective_times_in_step(device, dtype, "all_reduce", SKEW_SIZES,
+                                                               calls=int(max(12, SKEW_SECONDS_PER_GAP / gap)),
+                                                               compute_gap_s=gap)
+                                   for gap in SKEW_GAPS_S]
     if kind == "cuda":
         out["device_name"] = torch.cuda.get_device_name(device)
         major, minor = torch.cuda.get_device_capability(device)
@@ -171,15 +187,32 @@ def summarize(ranks: list[dict], world: int, choice) -> dict:
     # One fraction for all shapes: the median shape (short sequences reach less, long more).
     attention_fraction = _fraction(statistics.median(att_tput) / peaks[primary])
 
+    kind_fractions: dict[str, float] = {}
+    collective_fits: dict[str, dict] = {}
     if world > 1:
-        ar_fit = fit_alpha_beta(ranks[0]["allreduce_bytes"], _best_over_ranks(ranks, "allreduce_s"))
-        bus_bw = ring_allreduce_bus_bw(ar_fit.bw_bytes_per_s, world)
+        sizes = ranks[0]["collective_bytes"]
+        # every rank's mean is a sample of the same cost (the wait for the other ranks included)
+        gaps = np.asarray(ranks[0]["skew_gaps_s"])
+        skew_t = np.mean([r["skew_allreduce_s"] for r in ranks], axis=0)      # [gap, size]
+        skew = float(np.clip(np.mean(np.polyfit(gaps, skew_t, 1)[0]), 0.0, 1.0))
+        # every rank's mean is a sample of the same cost (the wait for the other ranks included);
+        # the straggler wait for the calibration's own compute gap is charged separately
+        mean_s = {k: [max(1e-6, statistics.fmean(x for x in (r["collective_s"][k][i] for r in ranks) if x == x)
+                          - skew * COLLECTIVE_GAP_S)
+                      for i in range(len(sizes))] for k in ranks[0]["collective_s"]}
+        kind_fits = {k: fit_alpha_beta(sizes, t) for k, t in mean_s.items()}
+        collective_fits = {k: vars(f) for k, f in kind_fits.items()}
+        bus_bw = ring_allreduce_bus_bw(kind_fits["all_reduce"].bw_bytes_per_s, world)
         # A ring all-reduce takes 2 (n-1) latency-bound steps.
-        latency = ar_fit.alpha_s / (2 * (world - 1))
-        p2p_fit = fit_alpha_beta(ranks[0]["sendrecv_bytes"], _best_over_ranks(ranks, "sendrecv_s"))
+        latency = kind_fits["all_reduce"].alpha_s / (2 * (world - 1))
+        # Bandwidth of the other kinds relative to the ring model at the all-reduce's bus
+        # bandwidth: a ring reduce-scatter / all-gather moves (n-1)/n of the buffer, p2p all of it.
+        ring_share = {"reduce_scatter": (world - 1) / world, "all_gather": (world - 1) / world, "p2p": 1.0}
+        for k, share in ring_share.items():
+            if k in kind_fits:
+                kind_fractions[k] = round(_fraction(share * kind_fits[k].bw_bytes_per_s / bus_bw), 4)
     else:
-        ar_fit = p2p_fit = None
-        bus_bw, latency = stream_bw / 2, 0.0       # one rank: "communication" is a local copy
+        bus_bw, latency, skew = stream_bw / 2, 0.0, 0.0   # one rank: "communication" is a local copy
 
     if kind == "cuda":
         memory_bytes = ranks[0]["device_memory_bytes"]
@@ -192,8 +225,8 @@ def summarize(ranks: list[dict], world: int, choice) -> dict:
         "memory_bytes_per_s": mem, "memory_bytes": memory_bytes,
         "attention_flops_per_s": att_tput, "attention_peak_fraction": attention_fraction,
         "attention_full_s": att_full, "attention_causal_s": att_causal,
-        "allreduce_fit": vars(ar_fit) if ar_fit else None, "allreduce_bus_bw_bytes_per_s": bus_bw,
-        "link_latency_s": latency, "sendrecv_fit": vars(p2p_fit) if p2p_fit else None,
+        "collective_fits": collective_fits, "allreduce_bus_bw_bytes_per_s": bus_bw,
+        "link_latency_s": latency, "collective_bw_fraction": kind_fractions, "sync_skew_fraction": skew,
         "foreign_load": ranks[0].get("foreign_load"),
         "cpu_wait_fraction": max((r["cpu_wait_fraction"] for r in ranks if r.get("cpu_wait_fraction") is not None),
                                  default=None),
@@ -249,6 +282,8 @@ def cluster_mapping(summary: dict, ranks: list[dict], world: int, choice, name: 
             # The measured runner reduces gradients after the backward pass (no overlap), and on
             # CPU gloo shares the cores with compute, so nothing is hidden.
             "exposed_dp_fraction": 1.0,
+            "sync_skew_fraction": round(summary["sync_skew_fraction"], 4),
+            "collective_bw_fraction": summary["collective_bw_fraction"],
             "fitted_on": how + "; refit with paraplan calibrate (paraplan.measure.run_calibration)",
         },
     }

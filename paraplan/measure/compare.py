@@ -32,7 +32,7 @@ DEFAULT_CONFIGS = [
 ]
 CONFIG_COLUMNS = ["dp", "tp", "pp", "micro_batch", "global_batch", "zero_stage", "recompute"]
 PREDICTED_PARTS = ["compute_s", "recompute_s", "tp_comm_exposed_s", "pp_comm_s", "pipeline_bubble_s",
-                   "dp_comm_exposed_s", "optimizer_s"]
+                   "dp_comm_exposed_s", "sync_wait_s", "optimizer_s"]
 
 
 def _simulate():
@@ -56,13 +56,14 @@ def model_spec(run: dict):
 
 
 def parallel_config(run: dict, dtype: str):
-    """The ``ParallelConfig`` the measured runner implements: 1F1B, no overlap of any kind."""
+    """The ``ParallelConfig`` the measured runner implements: 1F1B, no overlap of any kind,
+    autograd's unfused gradient accumulation."""
     from simulator.parallel_config import ParallelConfig
     return ParallelConfig(dp=run["dp"], tp=run["tp"], pp=run["pp"], micro_batch=run["micro_batch"],
                           global_batch=run["global_batch"], zero_stage=run["zero_stage"],
                           recompute=run["recompute"], sequence_parallel=False, dtype=dtype,
                           schedule="1f1b", overlap_grad_reduce=False, overlap_param_gather=False,
-                          tp_comm_overlap=False)
+                          tp_comm_overlap=False, grad_accumulation_fusion=False)
 
 
 def predict(run: dict, cluster, dtype: str):
@@ -70,6 +71,20 @@ def predict(run: dict, cluster, dtype: str):
     simulate = _simulate()
     config = parallel_config(run, dtype)
     return simulate(model_spec(run), cluster, config, n_gpus=config.n_gpus)
+
+
+def _median_round(per_round: list[dict]) -> dict:
+    """One configuration's rounds as one run: the round with the median step time, with the
+    worst contention and the largest memory seen in any round."""
+    ordered = sorted(per_round, key=lambda r: r["measured_step_s"])
+    merged = dict(ordered[(len(ordered) - 1) // 2])
+    waits = [r["cpu_wait_fraction"] for r in per_round if r["cpu_wait_fraction"] is not None]
+    loads = [r["foreign_load"] for r in per_round if r["foreign_load"] is not None]
+    merged["cpu_wait_fraction"] = max(waits) if waits else None
+    merged["foreign_load"] = max(loads) if loads else None
+    merged["peak_memory_bytes"] = max(r["peak_memory_bytes"] for r in per_round)
+    merged["step_times_s"] = [t for r in per_round for t in r["step_times_s"]]
+    return merged
 
 
 def _calibrated_threads(cluster_path: Path) -> int | None:
@@ -80,7 +95,8 @@ def _calibrated_threads(cluster_path: Path) -> int | None:
     return None
 
 
-def compare_measured(cluster_path, configs=None, steps: int = 6, warmup: int = 2, model: dict | None = None):
+def compare_measured(cluster_path, configs=None, steps: int = 14, warmup: int = 4, model: dict | None = None,
+                     rounds: int = 1):
     """Measure each configuration on this machine and compare with the simulator's prediction.
 
     Args:
@@ -89,6 +105,9 @@ def compare_measured(cluster_path, configs=None, steps: int = 6, warmup: int = 2
             config take ``model`` and the step counts given here.
         steps, warmup: steps per run, and how many of them are excluded from the median.
         model: GPT size keys (default ``DEFAULT_MODEL``).
+        rounds: how many times the whole list is measured, round-robin; a configuration's
+            measured step time is the median over rounds. A shared or virtual host drifts by
+            10-20% over minutes; interleaving spreads that drift over every configuration.
 
     Returns a ``pandas.DataFrame`` with one row per configuration: ``name``, the config fields,
     ``measured_step_s``, ``predicted_step_s``, ``rel_error`` ((predicted - measured) /
@@ -105,15 +124,22 @@ def compare_measured(cluster_path, configs=None, steps: int = 6, warmup: int = 2
     _simulate()          # fail before spending minutes on measurements
     cluster = load_cluster(str(cluster_path))
     threads = _calibrated_threads(Path(cluster_path))
+    if int(rounds) < 1:
+        raise InputError("rounds", f"must be >= 1, got {rounds}")
+    configs = list(configs or DEFAULT_CONFIGS)
+    runs: list[list[dict]] = [[] for _ in configs]
+    for _ in range(int(rounds)):
+        for i, cfg in enumerate(configs):
+            run_cfg = {**(model or DEFAULT_MODEL), "steps": steps, "warmup": warmup, **cfg}
+            if threads is not None:
+                run_cfg.setdefault("threads_per_rank", threads)
+            world = int(run_cfg.get("dp", 1)) * int(run_cfg.get("tp", 1)) * int(run_cfg.get("pp", 1))
+            # Keep every calibrated rank busy, as during calibration: small jobs run side by side.
+            run_cfg.setdefault("copies", max(1, cluster.gpus_per_node // world))
+            runs[i].append(run_measurement(run_cfg))
     rows = []
-    for cfg in (configs or DEFAULT_CONFIGS):
-        run_cfg = {**(model or DEFAULT_MODEL), "steps": steps, "warmup": warmup, **cfg}
-        if threads is not None:
-            run_cfg.setdefault("threads_per_rank", threads)
-        world = int(run_cfg.get("dp", 1)) * int(run_cfg.get("tp", 1)) * int(run_cfg.get("pp", 1))
-        # Keep every calibrated rank busy, as during calibration: small jobs run side by side.
-        run_cfg.setdefault("copies", max(1, cluster.gpus_per_node // world))
-        measured = run_measurement(run_cfg)
+    for per_round in runs:
+        measured = _median_round(per_round)
         report = predict(measured, cluster, measured["dtype"])
         row = {"name": measured["name"], **{k: measured[k] for k in CONFIG_COLUMNS},
                "measured_step_s": measured["measured_step_s"], "predicted_step_s": report.step_time_s}
@@ -126,5 +152,7 @@ def compare_measured(cluster_path, configs=None, steps: int = 6, warmup: int = 2
                     "predicted_memory_bytes": report.memory_bytes,
                     "measured_step_times_s": " ".join(f"{t:.4f}" for t in measured["step_times_s"])})
         row.update({f"pred_{k}": report.time_breakdown_s.get(k, 0.0) for k in PREDICTED_PARTS})
+        row.update({f"measured_{k}": v for k, v in measured["phase_s"].items()})
+        row["rounds"] = len(per_round)
         rows.append(row)
     return pd.DataFrame(rows)

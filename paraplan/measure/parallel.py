@@ -296,7 +296,7 @@ class FlatOptimizer:
                 dist.all_reduce(self.grad, group=group)
                 self.grad.div_(dp)
         elif dp > 1:
-            _reduce_scatter(self.shard_grad, self.grad, group)
+            reduce_scatter_into(self.shard_grad, self.grad, group)
             self.shard_grad.div_(dp)
         else:
             self.shard_grad.copy_(self.grad)
@@ -305,14 +305,16 @@ class FlatOptimizer:
         """Adam on this rank's (shard of the) parameters; ZeRO-1 then all-gathers the update."""
         self.adam.step()
         if self.zero_stage == 1 and self.mesh.dp > 1:
-            _all_gather(self.flat, self.flat[self.lo:self.hi].clone(), self.mesh.dp_group)
+            all_gather_into(self.flat, self.flat[self.lo:self.hi].clone(), self.mesh.dp_group)
 
 
-def _reduce_scatter(out, inp, group):
+def reduce_scatter_into(out, inp, group=None):
+    """Reduce-scatter ``inp`` (sum) into this rank's shard ``out`` (both torch versions' names)."""
     fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
     fn(out, inp, group=group)
 
 
-def _all_gather(out, inp, group):
+def all_gather_into(out, inp, group=None):
+    """All-gather every rank's ``inp`` into ``out`` (both torch versions' names)."""
     fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     fn(out, inp, group=group)

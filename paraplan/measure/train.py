@@ -171,7 +171,7 @@ def _train_worker(rank: int, world: int, device, choice, args: dict) -> dict:
     targets = torch.randint(0, run.vocab_size, shape, generator=gen).to(device)
     act_like = torch.empty(run.micro_batch, run.seq_len, run.hidden_size, device=device, dtype=choice.torch_dtype)
 
-    losses, times = [], []
+    losses, times, phases = [], [], []
     for step in range(run.steps):
         if step == run.warmup:
             dist.barrier()
@@ -182,10 +182,16 @@ def _train_worker(rank: int, world: int, device, choice, args: dict) -> dict:
         t0 = time.perf_counter()
         opt.zero_grad()
         loss_sum = forward_backward(model, mesh, tokens, targets, act_like)
+        synchronize(device)
+        t1 = time.perf_counter()
         opt.reduce_gradients()
+        synchronize(device)
+        t2 = time.perf_counter()
         opt.step()
         synchronize(device)
-        times.append(time.perf_counter() - t0)
+        t3 = time.perf_counter()
+        times.append(t3 - t0)
+        phases.append((t1 - t0, t2 - t1, t3 - t2))
         if step == 0:
             opt.check_grads_in_place()
         if loss_sum is not None:
@@ -203,6 +209,7 @@ def _train_worker(rank: int, world: int, device, choice, args: dict) -> dict:
     return {"rank": rank, "step_times_s": slowest.cpu().tolist(), "losses": losses,
             "foreign_load": foreign_load(busy, float(own_total), wall),
             "cpu_wait_fraction": None if float(worst_wait) < 0 else float(worst_wait),
+            "phase_s": [statistics.median(p[i] for p in phases[run.warmup:]) for i in range(3)],
             "peak_memory_bytes": peak_memory_bytes(device), "baseline_memory_bytes": baseline_mem,
             "local_params": sum(p.numel() for p in model.parameters())}
 
@@ -238,5 +245,9 @@ def run_measurement(config: dict) -> dict:
         "foreign_load": ranks[0]["foreign_load"], "cpu_wait_fraction": ranks[0]["cpu_wait_fraction"],
         "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
         "params_per_rank": [r["local_params"] for r in ranks[:run.world_size]],
+        # rank 0's median seconds in forward+backward (incl. TP/PP traffic), DP gradient
+        # reduction, and optimizer step (incl. the ZeRO-1 all-gather)
+        "phase_s": dict(zip(("forward_backward_s", "grad_reduce_s", "optimizer_s"), ranks[0]["phase_s"])),
+        "phase_s_per_rank": [r["phase_s"] for r in ranks[:run.world_size]],
     })
     return result

@@ -1,0 +1,73 @@
+"""Effects a CPU host (or any unfused PyTorch job) shows and a tuned GPU stack hides: collective
+kinds slower than the ring model, unfused gradient accumulation, straggler wait at syncs."""
+from dataclasses import replace
+
+import pytest
+
+from cost_models import collectives as coll
+from cost_models.topology import group_collective_time_s, p2p_stage_time_s
+from hardware_specs.catalog import efficiency_for_cluster, efficiency_from_dict, load_cluster
+from hardware_specs.errors import InputError
+from model_specs import load_model
+from simulator import simulate
+from simulator.parallel_config import ParallelConfig
+
+CLUSTER = load_cluster("dgx-a100-80gb")
+EFF = efficiency_for_cluster(CLUSTER)
+
+
+def test_collective_fraction_divides_only_that_kinds_bandwidth():
+    slow_rs = replace(EFF, collective_bw_fraction={"reduce_scatter": 0.25})
+    size, n = 1e9, 8
+    bw = CLUSTER.scaleup.bw_bytes_per_s * EFF.scaleup_fraction
+    lat = CLUSTER.scaleup.latency_s
+    # ring reduce-scatter inside a node: (n-1)/n * S / (0.25 bw) + (n-1) steps of latency
+    expected = coll.reduce_scatter_time_s(size, n, 0.25 * bw, lat)
+    assert float(group_collective_time_s("reduce_scatter", size, n, 1, CLUSTER, slow_rs)) == pytest.approx(expected, rel=1e-12)
+    assert expected == pytest.approx(7 / 8 * size / (0.25 * bw) + 7 * lat, rel=1e-12)
+    for kind in ("all_reduce", "all_gather"):
+        assert float(group_collective_time_s(kind, size, n, 1, CLUSTER, slow_rs)) == pytest.approx(
+            float(group_collective_time_s(kind, size, n, 1, CLUSTER, EFF)), rel=1e-12)
+    slow_p2p = replace(EFF, collective_bw_fraction={"p2p": 0.5})
+    assert float(p2p_stage_time_s(size, 1, CLUSTER, slow_p2p)) == pytest.approx(size / (0.5 * bw) + lat, rel=1e-12)
+
+
+def test_unknown_collective_kind_is_one_clear_error():
+    data = {"generation": "x", "gemm_peak_fraction": {"bf16": 0.7}, "collective_bw_fraction": {"allreduce": 0.5}}
+    with pytest.raises(InputError) as err:
+        efficiency_from_dict(data)
+    assert err.value.field.endswith("collective_bw_fraction.allreduce")
+
+
+def _llama8b(config):
+    return simulate(load_model("llama3-8b"), CLUSTER, config, n_gpus=config.n_gpus)
+
+
+def test_unfused_gradient_accumulation_costs_one_add_pass_per_microbatch():
+    base = ParallelConfig(dp=1, tp=1, pp=1, micro_batch=1, global_batch=4, recompute="full")
+    fused = _llama8b(base)
+    unfused = _llama8b(replace(base, grad_accumulation_fusion=False))
+    model = load_model("llama3-8b")
+    from cost_models import params
+    n_params = params.total_params(model)
+    # per micro-batch: read the fresh bf16 gradient (2 B) and the fp32 buffer (4 B), write it (4 B)
+    # per parameter at the achieved memory bandwidth, plus 12 add kernels per layer
+    hbm = CLUSTER.gpu.hbm_bw_bytes_per_s * EFF.hbm_fraction
+    per_mb = n_params * (2 + 4 + 4) / hbm + 12 * model.num_layers * EFF.kernel_overhead_s
+    extra = unfused.step_time_s - fused.step_time_s
+    assert extra == pytest.approx(4 * per_mb, rel=1e-6)
+    assert unfused.time_breakdown_s["compute_s"] - fused.time_breakdown_s["compute_s"] == pytest.approx(extra, rel=1e-9)
+
+
+def test_sync_wait_is_the_skew_fraction_of_compute_and_zero_on_one_rank():
+    jittery = replace(CLUSTER, efficiency=replace(EFF, sync_skew_fraction=0.05))
+    one = ParallelConfig(dp=1, micro_batch=1, global_batch=2)
+    report = simulate(load_model("llama3-8b"), jittery, one, n_gpus=1)
+    assert report.time_breakdown_s["sync_wait_s"] == 0.0
+    two = ParallelConfig(dp=2, micro_batch=1, global_batch=4, zero_stage=1)
+    report = simulate(load_model("llama3-8b"), jittery, two, n_gpus=2)
+    b = report.time_breakdown_s
+    assert b["sync_wait_s"] == pytest.approx(0.05 * (b["compute_s"] + b["recompute_s"]), rel=1e-9)
+    assert sum(b.values()) == pytest.approx(report.step_time_s, rel=1e-9)
+    # generations fitted on GPUs carry no straggler wait
+    assert simulate(load_model("llama3-8b"), CLUSTER, two, n_gpus=2).time_breakdown_s["sync_wait_s"] == 0.0
