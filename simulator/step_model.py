@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models import context_parallel, layer_costs, memory, moe as moe_costs, params
-from cost_models.compute import LOW_PRECISION, compute_rates, memory_bound_time_s
+from cost_models.compute import LOW_PRECISION, compute_rates
 from cost_models.topology import group_collective_time_s, p2p_stage_time_s
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
@@ -187,10 +187,13 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
 
     # unfused gradient accumulation: each micro-batch's weight gradients land in fresh tensors
     # (written by the GEMM, counted there) that an extra kernel per parameter tensor adds into
-    # the fp32 gradient buffer: read the fresh gradient and the buffer, write the buffer
+    # the fp32 gradient buffer: read the fresh gradient and the buffer, write the buffer. A
+    # plain add streams at the memory's full bandwidth (norm and activation kernels, which
+    # also compute, reach only ``hbm_fraction`` of it)
     accum_bytes = (params_local + expert_local) * (param_bytes + 2.0 * GRAD_REDUCE_BYTES)
     grad_accum = np.where(batch.grad_accumulation_fusion, 0.0,
-                          memory_bound_time_s(accum_bytes, rates, kernels=PARAM_TENSORS_PER_LAYER * layers_stage))
+                          accum_bytes / cluster.gpu.hbm_bw_bytes_per_s
+                          + PARAM_TENSORS_PER_LAYER * layers_stage * rates.kernel_overhead_s)
 
     t_mb = layers_stage * layer_total + ends + p2p + z3_exposed + grad_accum
     t_fwd_mb = layers_stage * (layer_fwd + tp_exposed_f + cp_fwd)
