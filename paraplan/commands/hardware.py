@@ -84,6 +84,10 @@ def efficiency_detail(eff: EfficiencyModel) -> dict:
         "scaleout_fraction": eff.scaleout_fraction,
         "kernel_overhead_s": eff.kernel_overhead_s,
         "exposed_dp_fraction": eff.exposed_dp_fraction,
+        "exposed_tp_fraction": eff.exposed_tp_fraction,
+        "exposed_ep_fraction": eff.exposed_ep_fraction,
+        "sync_skew_fraction": eff.sync_skew_fraction,
+        "collective_bw_fraction": dict(eff.collective_bw_fraction),
         "fitted_on": eff.fitted_on,
     }
 
