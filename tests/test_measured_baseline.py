@@ -93,3 +93,35 @@ def test_the_measured_checks_catch_a_wrong_cost_model(mistake):
     drift = (errs - base).abs()
     assert (errs.abs().max() > ERROR_BOUND or errs.abs().mean() > MEAN_ERROR_BOUND
             or drift.max() > DRIFT_MARGIN), pd.DataFrame({"error": errs, "drift": drift})
+
+
+BLOCK_TORCH = '''
+import sys
+class _NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError("No module named 'torch' (blocked by the test)")
+        return None
+sys.meta_path.insert(0, _NoTorch())
+'''
+
+
+@pytest.mark.parametrize("args", [["calibrate", "--out", "{tmp}/local.yaml"],
+                                  ["validate", "measured", "{tmp}/local.yaml"],
+                                  ["measure", "--tp", "2"]])
+def test_missing_torch_is_one_line_naming_the_extra(tmp_path, args):
+    import os
+    import subprocess
+    import sys
+    (tmp_path / "sitecustomize.py").write_text(BLOCK_TORCH)
+    (tmp_path / "local.yaml").write_text(CALIBRATION.read_text()) if args[0] == "validate" else None
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    argv = [a.format(tmp=tmp_path) for a in args]
+    out = subprocess.run([sys.executable, "-c", "from paraplan.cli import main; main()", *argv],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 2, out
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "torch" in lines[0] and "pip install" in lines[0], lines[0]
+    if args[0] == "calibrate":
+        assert not (tmp_path / "local.yaml").exists()
