@@ -87,16 +87,43 @@ def _calibrate(directory: Path) -> Path:
     raise MachineBusy(f"ranks waited {wait:.0%} of the calibration for CPUs other processes held")
 
 
-def measure_set(directory: Path, rounds: int = 1):
-    """Calibrate, then measure and simulate ``MEASURED_SET``; loaded rows are measured twice."""
+def _baseline_errors() -> dict:
     import pandas as pd
+    if not BASELINE.is_file():
+        return {}
+    baseline = pd.read_csv(BASELINE)
+    here = machine_fingerprint(device_kind="cuda" if torch.cuda.is_available() else "cpu")
+    return dict(zip(baseline["name"], baseline["rel_error"])) if (baseline["machine"] == here).any() else {}
+
+
+def _suspect(df):
+    """Rows a single round cannot vouch for: loaded, outside the bound, or drifted."""
+    base = _baseline_errors()
+    drift = (df["rel_error"] - df["name"].map(base)).abs().fillna(0.0)
+    return ((df["cpu_wait_fraction"].fillna(0.0) > LOADED) | (df["rel_error"].abs() > ERROR_BOUND)
+            | (drift > DRIFT_MARGIN))
+
+
+def measure_set(directory: Path, rounds: int = 1):
+    """Calibrate, then measure and simulate ``MEASURED_SET``.
+
+    A row that was loaded, or that one round puts outside the bound or the drift margin, is
+    measured in two more interleaved rounds and judged on its median of three (one round on
+    this VM moves a row by up to ~0.3; a real cost-model mistake moves it by more than 1).
+    """
     cluster = _calibrate(directory)
     df = compare_measured(cluster, configs=MEASURED_SET, steps=STEPS, warmup=WARMUP, rounds=rounds)
-    loaded = df["cpu_wait_fraction"].fillna(0.0) > LOADED
-    if loaded.any():
-        again = compare_measured(cluster, configs=[c for c, bad in zip(MEASURED_SET, loaded) if bad],
-                                 steps=STEPS, warmup=WARMUP)
-        df = pd.concat([df[~loaded], again]).set_index("name").loc[[c["name"] for c in MEASURED_SET]].reset_index()
+    suspect = _suspect(df)
+    if suspect.any():
+        retry = [c for c in MEASURED_SET if c["name"] in set(df.loc[suspect, "name"])]
+        rounds_more = [compare_measured(cluster, configs=retry, steps=STEPS, warmup=WARMUP).set_index("name")
+                       for _ in range(2)]
+        for name in (c["name"] for c in retry):
+            i = df.index[df["name"] == name][0]
+            times = sorted([df.loc[i, "measured_step_s"]] + [r.loc[name, "measured_step_s"] for r in rounds_more])
+            df.loc[i, "measured_step_s"] = times[1]          # median of three rounds
+            df.loc[i, "rel_error"] = (df.loc[i, "predicted_step_s"] - times[1]) / times[1]
+            df.loc[i, "cpu_wait_fraction"] = min(r.loc[name, "cpu_wait_fraction"] or 0.0 for r in rounds_more)
     df["machine"] = machine_fingerprint(device_kind="cuda" if torch.cuda.is_available() else "cpu")
     df.attrs["calibration"] = cluster
     return df
