@@ -177,8 +177,11 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     # (flat rings: ZeRO-3/FSDP gathers are per-layer side-stream rings; the ZeRO-3 runs of
     # Narayanan et al. 2021, Table 2, move parameters at about one NIC's bandwidth per GPU,
     # which the flat ring reproduces and the all-NIC form does not)
-    z3_comm = (2.0 * group_collective_time_s("all_gather", params_local * param_bytes, dp_group, tp, cluster, eff)
-               + group_collective_time_s("reduce_scatter", params_local * param_bytes, dp_group, tp, cluster, eff))
+    # one collective per layer and pass (FSDP wraps each transformer block; DeepSpeed's prefetch
+    # buckets are no larger), so the ring's (n-1)-step latency is paid per layer
+    per_layer = params_local * param_bytes / layers_stage
+    z3_comm = layers_stage * (2.0 * group_collective_time_s("all_gather", per_layer, dp_group, tp, cluster, eff)
+                              + group_collective_time_s("reduce_scatter", per_layer, dp_group, tp, cluster, eff))
     compute_mb = layers_stage * (layer_fwd + layer_b + layer_w + recompute) + ends
     z3_exposed = np.where(zero >= 3,
                           np.where(batch.overlap_param_gather,
