@@ -89,7 +89,8 @@ def ring_step_time_s(step_bytes, ring_size, stride, cluster: ClusterSpec, eff: E
     """
     _, n_inter = group_span(ring_size, stride, cluster.gpus_per_node)
     bw_i, lat_i, bw_o, lat_o = tier_bandwidths(cluster, eff)
-    t = np.where(n_inter > 1, p2p_time_s(step_bytes, bw_o, lat_o), p2p_time_s(step_bytes, bw_i, lat_i))
+    kind = eff.collective_fraction("p2p")
+    t = np.where(n_inter > 1, p2p_time_s(step_bytes, kind * bw_o, lat_o), p2p_time_s(step_bytes, kind * bw_i, lat_i))
     return np.where(_f(ring_size) > 1, t, 0.0)
 
 

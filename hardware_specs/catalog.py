@@ -184,6 +184,10 @@ def efficiency_from_dict(data: dict, where: str = "efficiency") -> EfficiencyMod
     if not isinstance(data.get("collective_bw_fraction", {}), dict):
         raise InputError(f"{where}.collective_bw_fraction", "must be a mapping kind: fraction",
                          "e.g. {reduce_scatter: 0.3}")
+    for group in ("gemm_peak_fraction", "collective_bw_fraction"):
+        for key, value in (data.get(group) or {}).items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise InputError(f"{where}.{group}.{key}", f"expected a number, got {value!r}")
     kwargs = dict(data)
     for key, value in list(kwargs.items()):
         if key not in ("generation", "gemm_peak_fraction", "collective_bw_fraction", "fitted_on"):

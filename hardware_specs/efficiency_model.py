@@ -56,8 +56,8 @@ class EfficiencyModel:
             step's compute whenever the job has more than one rank. ~0 on dedicated GPUs (not
             fitted there); ``paraplan calibrate`` measures it on CPU hosts as the slope of a
             collective's mean time against the compute before it.
-        collective_bw_fraction: per collective kind (``reduce_scatter``, ``all_gather``,
-            ``all_to_all``, ``p2p``), the bandwidth it reaches relative to the ring model at the
+        collective_bw_fraction: per collective kind (``all_reduce``, ``reduce_scatter``,
+            ``all_gather``, ``all_to_all``, ``p2p``), the bandwidth it reaches relative to the ring model at the
             all-reduce's bus bandwidth. Kinds not listed reach 1 (NCCL's rings run
             reduce-scatter and all-gather at the all-reduce's bus bandwidth). Measured by
             ``paraplan calibrate``: gloo's CPU reduce-scatter, for one, runs at ~0.3 of it.

@@ -61,7 +61,7 @@ from hardware_specs.errors import InputError, suggest
 from hardware_specs.gpu_spec import GPUSpec
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
-from simulator.parallel_config import ParallelConfig
+from simulator.parallel_config import BOOL_FIELDS, ParallelConfig
 from simulator.report import MEMORY_PARTS, TIME_PARTS, StepReport
 from simulator.simulate import simulate as _simulate
 
@@ -86,8 +86,7 @@ ROW_COLUMNS = ("config", "model", "cluster", "gpu", "n_gpus", "seq_len") + CONFI
 _INT_FIELDS = {"dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch", "zero_stage",
                "gpus", "seq_len", "global_batch_tokens"}
 _FLOAT_FIELDS = {"moe_load_imbalance", "scaleout_gbit_per_s", "scaleup_gbit_per_s"}
-_BOOL_FIELDS = {"sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-                "flash_attention"}
+_BOOL_FIELDS = set(BOOL_FIELDS)
 
 
 # --------------------------------------------------------------------------------------------

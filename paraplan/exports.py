@@ -352,7 +352,11 @@ def _megatron_args(p: dict) -> tuple[list, list, list]:
     if zero >= 2:
         parallel += [("--use-megatron-fsdp", None),
                      ("--data-parallel-sharding-strategy", "optim_grads" if zero == 2 else "optim_grads_params"),
-                     ("--no-gradient-accumulation-fusion", None), ("--ckpt-format", "fsdp_dtensor")]
+                     ("--ckpt-format", "fsdp_dtensor")]
+    # Megatron-FSDP needs autograd's own accumulation; the plan's prediction then includes it
+    # only if the plan says so (``grad_accumulation_fusion``), so say it whenever it is off
+    if zero >= 2 or not p.get("grad_accumulation_fusion", True):
+        parallel.append(("--no-gradient-accumulation-fusion", None))
     if p["overlap_grad_reduce"] and p["dp"] * p["cp"] > 1:
         parallel.append(("--overlap-grad-reduce", None))
     if p["overlap_param_gather"] and zero >= 1 and p["dp"] * p["cp"] > 1:

@@ -3,7 +3,8 @@
 Per-(stage, chunk) durations come from the step model's per-layer times: forward F = layers x
 ``layer_fwd_s``; input-gradient backward B = layers x (``layer_bwd_s`` - ``layer_w_s`` +
 ``layer_recompute_s``) (recomputation runs just before B); weight-gradient backward W = layers x
-``layer_w_s``. The LM head and loss run on the last position of every path (one third forward,
+``layer_w_s``, plus each stage's unfused gradient accumulation (shared by its chunks by layer
+count). The LM head and loss run on the last position of every path (one third forward,
 two thirds backward, as their GEMMs), the embedding on the first. Pipeline sends are counted
 serially per micro-batch as in the closed form, so the two agree exactly for even stages.
 """
@@ -47,7 +48,10 @@ def pipeline_timeline(model: ModelSpec, config: ParallelConfig, report: StepRepo
     w = layers * w_layer
     layers_stage = math.ceil(model.num_layers / config.pp)
     per_layer = report.layer_fwd_s + report.layer_bwd_s + report.layer_recompute_s
-    ends = report.extras["microbatch_stage_time_s"] - layers_stage * per_layer - report.extras["p2p_per_microbatch_s"]
+    accum = report.extras.get("grad_accum_per_microbatch_s", 0.0)
+    w = w + accum * layers / layers_stage
+    ends = (report.extras["microbatch_stage_time_s"] - layers_stage * per_layer - report.extras["p2p_per_microbatch_s"]
+            - accum)
     if ends > 1e-15:
         for cell in {int(path[-1]) for path in schedule.paths}:
             f[cell // schedule.v, cell % schedule.v] += ends / 3.0

@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from enum import Enum
 
+import numpy as np
+
 from hardware_specs.errors import InputError
 from hardware_specs.gpu_spec import KNOWN_DTYPES
 
@@ -44,6 +46,11 @@ def _enum(enum_cls, value, field):
     except ValueError:
         raise InputError(field, f"unknown value {value!r}",
                          "choose one of " + ", ".join(e.value for e in enum_cls)) from None
+
+
+#: switches of ``ParallelConfig`` (each must be a real bool: the string "false" is truthy)
+BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+               "flash_attention", "grad_accumulation_fusion", "uneven_layers")
 
 
 @dataclass(frozen=True)
@@ -118,6 +125,12 @@ class ParallelConfig:
                 object.__setattr__(self, name, as_int)
             if getattr(self, name) < 1:
                 raise InputError(name, f"must be >= 1, got {value}")
+        for name in BOOL_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, np.bool_):
+                object.__setattr__(self, name, bool(value))
+            elif not isinstance(value, bool):
+                raise InputError(name, f"must be true or false, got {value!r}")
         if self.zero_stage not in (0, 1, 2, 3):
             raise InputError("zero_stage", f"must be 0, 1, 2 or 3, got {self.zero_stage!r}")
         object.__setattr__(self, "recompute", _enum(Recompute, self.recompute, "recompute"))

@@ -39,7 +39,8 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig,
         hbm_bytes=v["hbm_bytes"], fits=bool(v["fits"]), num_microbatches=int(round(v["num_microbatches"])),
         layer_fwd_s=v["layer_fwd_s"], layer_bwd_s=v["layer_bwd_s"], layer_recompute_s=v["layer_recompute_s"],
         extras={k: v[k] for k in ("tp_comm_total_s", "dp_comm_total_s", "microbatch_stage_time_s",
-                                  "params_local", "layer_w_s", "p2p_per_microbatch_s")},
+                                  "params_local", "layer_w_s", "p2p_per_microbatch_s",
+                                  "grad_accum_per_microbatch_s")},
     )
     if event_level and config.pp > 1:
         from simulator.event_level import with_event_level_pipeline

@@ -8,8 +8,12 @@ Step time (per optimizer step, seconds), for the slowest pipeline stage:
 
     t_mb     = layers_on_stage * (fwd + bwd + recompute + exposed TP/CP/EP comm per layer)
                + LM head and loss (last stage) + pipeline send/recv + exposed ZeRO-3 gathers
-    pipeline = (m + bubble_units) * t_mb          (closed forms per schedule, see bubble_units)
-    step     = pipeline + exposed DP communication + optimizer step
+               + unfused gradient accumulation (only with grad_accumulation_fusion off)
+    pipeline = m * t_mb + bubble                   (closed forms per schedule, see bubble_time_s)
+    step     = pipeline + exposed DP communication + straggler wait + optimizer step
+
+The straggler wait is ``EfficiencyModel.sync_skew_fraction`` x the step's compute on jobs of
+more than one rank (0 on the GPU generations; measured on CPU hosts by ``paraplan calibrate``).
 
 Exposed DP communication: with ``overlap_grad_reduce`` (``overlap_param_gather``) the traffic
 runs under the step's compute; the generation's fitted ``exposed_dp_fraction`` of it stays
@@ -34,9 +38,10 @@ ADAM_STEP_BYTES_PER_PARAM = 30.0
 #: gradients are reduced in fp32 (Megatron's main-grad buffers) except under ZeRO-3, which
 #: reduce-scatters in the 16-bit parameter dtype (DeepSpeed ZeRO-3, FSDP mixed precision).
 GRAD_REDUCE_BYTES = 4.0
-#: parameter tensors of a transformer layer with biases (QKV, output projection, MLP up and down:
-#: weight and bias each; two norms: weight and bias each); one accumulation kernel each
-PARAM_TENSORS_PER_LAYER = 12
+#: weight tensors of a dense transformer layer: fused QKV, output projection, MLP up (fused
+#: gate+up when gated) and down, two norms. One accumulation kernel each; biases, which the
+#: model specs do not record, would add one each.
+DENSE_LAYER_PARAM_TENSORS = 6
 # ZeRO-3 reduce-scatters and parameter all-gathers move the parameter dtype (2 bytes in
 # 16-bit training, 4 in fp32)
 
@@ -194,9 +199,15 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     # plain add streams at the memory's full bandwidth (norm and activation kernels, which
     # also compute, reach only ``hbm_fraction`` of it)
     accum_bytes = (params_local + expert_local) * (param_bytes + 2.0 * GRAD_REDUCE_BYTES)
+    if model.moe is not None:   # MoE layers: router + two matrices per local (routed, shared) expert
+        moe_tensors = (DENSE_LAYER_PARAM_TENSORS - 1 + 2.0 * model.moe.num_experts / ep
+                       + 2.0 * (model.moe.num_shared_experts > 0))
+    else:
+        moe_tensors = 0.0
+    param_tensors_stage = layers_stage * ((1 - moe_share) * DENSE_LAYER_PARAM_TENSORS + moe_share * moe_tensors)
     grad_accum = np.where(batch.grad_accumulation_fusion, 0.0,
                           accum_bytes / cluster.gpu.hbm_bw_bytes_per_s
-                          + PARAM_TENSORS_PER_LAYER * layers_stage * rates.kernel_overhead_s)
+                          + param_tensors_stage * rates.kernel_overhead_s)
 
     t_mb = layers_stage * layer_total + ends + p2p + z3_exposed + grad_accum
     t_fwd_mb = layers_stage * (layer_fwd + tp_exposed_f + cp_fwd)
@@ -313,6 +324,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         "layer_recompute_s": recompute + tp_exposed_r,
         "layer_w_s": layer_w,
         "p2p_per_microbatch_s": p2p,
+        "grad_accum_per_microbatch_s": grad_accum,
         "tp_comm_total_s": m * layers_stage * (tp_fwd + tp_bwd + tp_rec),
         "dp_comm_total_s": grad_comm + gather_comm,
         "model_flops": model_flops,

@@ -47,10 +47,10 @@ BASELINE = Path(__file__).parent / "data" / "measured_baseline.csv"
 #: ``test_measured_baseline.py`` re-predicts the baseline without torch or a quiet machine)
 BASELINE_CALIBRATION = Path(__file__).parent / "data" / "measured_calibration.yaml"
 #: |predicted - measured| / measured allowed per configuration, and on average over the set.
-#: On this 2-core VM a quiet, interleaved run errs 2-11% per row and ~6% on average
+#: On this 2-core VM a quiet, interleaved run errs 0-16% per row and ~6% on average
 #: (``tests/data/measured_baseline.csv``); single runs drift a further ~10% with the host. A
-#: link bandwidth read in bits as bytes (/8) puts dp2-zero1 at +170%, a latency 10x off puts
-#: tp2 at +134% (``test_measured_baseline.test_the_measured_checks_catch_a_wrong_cost_model``).
+#: link bandwidth read in bits as bytes (/8) puts dp2-zero1 at +162%, a latency 10x off puts
+#: tp2-recompute at +204% (``test_measured_baseline.test_the_measured_checks_catch_a_wrong_cost_model``).
 ERROR_BOUND = 0.35
 MEAN_ERROR_BOUND = 0.20
 #: allowed change of a configuration's relative error against the committed baseline (the
@@ -123,7 +123,8 @@ def measure_set(directory: Path, rounds: int = 1):
             times = sorted([df.loc[i, "measured_step_s"]] + [r.loc[name, "measured_step_s"] for r in rounds_more])
             df.loc[i, "measured_step_s"] = times[1]          # median of three rounds
             df.loc[i, "rel_error"] = (df.loc[i, "predicted_step_s"] - times[1]) / times[1]
-            df.loc[i, "cpu_wait_fraction"] = min(r.loc[name, "cpu_wait_fraction"] or 0.0 for r in rounds_more)
+            df.loc[i, "cpu_wait_fraction"] = max([df.loc[i, "cpu_wait_fraction"] or 0.0]
+                                                 + [r.loc[name, "cpu_wait_fraction"] or 0.0 for r in rounds_more])
     df["machine"] = machine_fingerprint(device_kind="cuda" if torch.cuda.is_available() else "cpu")
     df.attrs["calibration"] = cluster
     return df

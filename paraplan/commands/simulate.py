@@ -24,7 +24,7 @@ GIB = 2**30
 
 #: what each step-time part is, for the table (keys are ``TIME_PARTS``).
 TIME_MEANING = {
-    "compute_s": "forward + backward compute (GEMMs, attention, elementwise, LM head)",
+    "compute_s": "forward + backward compute (GEMMs, attention, elementwise, LM head; unfused grad accumulation)",
     "recompute_s": "activation recomputation in backward",
     "tp_comm_exposed_s": "tensor-parallel collectives not hidden under GEMMs",
     "cp_comm_exposed_s": "context-parallel K/V exchange not hidden under attention",
@@ -146,7 +146,8 @@ def render(report: StepReport, model: ModelSpec, cluster) -> str:
         f"dtype={c['dtype']} schedule={c['schedule']} flash_attention={_on_off(c['flash_attention'])}",
         f"         overlap_grad_reduce={_on_off(c['overlap_grad_reduce'])} "
         f"overlap_param_gather={_on_off(c['overlap_param_gather'])} tp_comm_overlap={_on_off(c['tp_comm_overlap'])} "
-        f"cp_kind={c['cp_kind']} moe_load_imbalance={c['moe_load_imbalance']:g}",
+        f"cp_kind={c['cp_kind']} moe_load_imbalance={c['moe_load_imbalance']:g} "
+        f"grad_accumulation_fusion={_on_off(c['grad_accumulation_fusion'])}",
         "",
         "step time",
     ]

@@ -144,7 +144,7 @@ def published_cmd(path: str, source_prefix: str | None, as_json: bool, as_csv: b
               help="Leading steps excluded from the median.")
 @click.option("--rounds", type=click.IntRange(1), default=2, show_default=True,
               help="Measure the whole list this many times, interleaved; each configuration keeps its "
-                   "median round (a shared or virtual host drifts by 10-20%% over minutes).")
+                   "median (a shared or virtual host drifts by 10-20% over minutes).")
 @click.option("--csv", "as_csv", is_flag=True, help="One row per configuration as CSV.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False),
               help="Write the output to this file (atomically) instead of stdout.")

@@ -209,7 +209,7 @@ STEP_COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "p2p")
 
 
 def collective_times_in_step(device, dtype, kind: str, sizes_bytes, calls: int = 16,
-                             compute_gap_s: float = 0.002) -> list[float]:
+                             compute_gap_s: float = 0.002, gaps_out: list | None = None) -> list[float]:
     """Mean seconds of one collective ``kind`` of each size, issued the way a training step does.
 
     Each call follows ``compute_gap_s`` of GEMM work on every rank and is timed on its own; the
@@ -218,36 +218,45 @@ def collective_times_in_step(device, dtype, kind: str, sizes_bytes, calls: int =
     and the occasional stall (on a loaded CPU host these make the mean several times the
     minimum for small messages). ``bytes`` is the full buffer (``all_reduce``), the gathered /
     reduced buffer (``all_gather`` / ``reduce_scatter``) or the message (``p2p``: rank 0 sends
-    to rank 1 and back in turn; the receiver's wait is the sample).
+    to rank 1 and back in turn; the receiver's wait is the sample). If ``gaps_out`` is a list,
+    the measured mean compute gap (seconds) before each size's calls is appended to it.
     """
     torch = require_torch()
     import torch.distributed as dist
     from paraplan.measure.parallel import all_gather_into, reduce_scatter_into
     rank, world = dist.get_rank(), dist.get_world_size()
     elt = torch.tensor([], dtype=dtype).element_size()
-    a = torch.randn(256, 256, device=device, dtype=dtype)
-    b = torch.randn(256, 256, device=device, dtype=dtype)
-    t0 = time.perf_counter()
-    a @ b
+    side = 256 if device.type == "cpu" else 2048
+    a = torch.randn(side, side, device=device, dtype=dtype)
+    b = torch.randn(side, side, device=device, dtype=dtype)
+    for _ in range(3):      # warm up (cuBLAS handles, caches) before sizing the gap
+        a @ b
     synchronize(device)
-    gemms = _agree_min(max(1, int(compute_gap_s / max(time.perf_counter() - t0, 1e-7))), device)
+    t0 = time.perf_counter()
+    for _ in range(10):
+        a @ b
+    synchronize(device)
+    per_gemm = max((time.perf_counter() - t0) / 10, 1e-7)
+    gemms = _agree_min(max(1, int(round(compute_gap_s / per_gemm))), device)
     out = []
     for nbytes in sizes_bytes:
         n = max(world, int(nbytes // elt) // world * world)
-        full = torch.ones(n, device=device, dtype=dtype)
-        shard = torch.ones(n // world, device=device, dtype=dtype)
+        full = torch.zeros(n, device=device, dtype=dtype)      # zeros: repeated sums stay finite
+        shard = torch.zeros(n // world, device=device, dtype=dtype)
         call = {
             "all_reduce": lambda: dist.all_reduce(full),
             "reduce_scatter": lambda: reduce_scatter_into(shard, full),
             "all_gather": lambda: all_gather_into(full, shard),
         }.get(kind)
-        samples = []
+        samples, gaps = [], []
         _barrier()
         for i in range(calls + 1):
+            g0 = time.perf_counter()
             for _ in range(gemms):
                 a @ b
             synchronize(device)
             t = time.perf_counter()
+            gaps.append(t - g0)
             if kind == "p2p":
                 sender = i % 2
                 if rank == sender:
@@ -260,4 +269,6 @@ def collective_times_in_step(device, dtype, kind: str, sizes_bytes, calls: int =
             if i and (kind != "p2p" or rank == 1 - i % 2):   # first call warms up
                 samples.append(time.perf_counter() - t)
         out.append(float(sum(samples) / len(samples)) if samples else float("nan"))
+        if gaps_out is not None:
+            gaps_out.append(float(sum(gaps[1:]) / max(len(gaps) - 1, 1)))
     return out

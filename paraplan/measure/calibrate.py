@@ -99,17 +99,22 @@ def _calibration_worker(rank: int, world: int, device, choice, args: dict) -> di
         out["collective_bytes"] = sizes
         # Mean cost of one collective issued between compute phases, as a training step issues
         # them (arrival skew and wake-ups included); see benchmarks.collective_times_in_step.
+        gaps_run: list[float] = []
         out["collective_s"] = {kind_: bm.collective_times_in_step(device, dtype, kind_, sizes,
-                                                                  compute_gap_s=COLLECTIVE_GAP_S)
+                                                                  compute_gap_s=COLLECTIVE_GAP_S, gaps_out=gaps_run)
                                for kind_ in bm.STEP_COLLECTIVES}
+        out["collective_gap_s"] = float(np.mean(gaps_run))
         # the longer ranks compute between two synchronisations, the longer the first waits
         # for the last: the slope of a small all-reduce's mean time against the gap
         out["skew_gaps_s"] = list(SKEW_GAPS_S)
         out["skew_sizes"] = list(SKEW_SIZES)
-        out["skew_allreduce_s"] = [bm.collective_times_in_step(device, dtype, "all_reduce", SKEW_SIZES,
-                                                               calls=int(max(12, SKEW_SECONDS_PER_GAP / gap)),
-                                                               compute_gap_s=gap)
-                                   for gap in SKEW_GAPS_S]
+        out["skew_allreduce_s"], out["skew_measured_gaps_s"] = [], []
+        for gap in SKEW_GAPS_S:
+            measured_gaps: list[float] = []
+            out["skew_allreduce_s"].append(bm.collective_times_in_step(
+                device, dtype, "all_reduce", SKEW_SIZES, calls=int(max(12, SKEW_SECONDS_PER_GAP / gap)),
+                compute_gap_s=gap, gaps_out=measured_gaps))
+            out["skew_measured_gaps_s"].append(float(np.mean(measured_gaps)))
     if kind == "cuda":
         out["device_name"] = torch.cuda.get_device_name(device)
         major, minor = torch.cuda.get_device_capability(device)
@@ -191,14 +196,14 @@ def summarize(ranks: list[dict], world: int, choice) -> dict:
     collective_fits: dict[str, dict] = {}
     if world > 1:
         sizes = ranks[0]["collective_bytes"]
-        # every rank's mean is a sample of the same cost (the wait for the other ranks included)
-        gaps = np.asarray(ranks[0]["skew_gaps_s"])
+        # regress on the compute gaps actually run (a GPU's GEMM count only approximates them)
+        gaps = np.mean([r.get("skew_measured_gaps_s", r["skew_gaps_s"]) for r in ranks], axis=0)
         skew_t = np.mean([r["skew_allreduce_s"] for r in ranks], axis=0)      # [gap, size]
         skew = float(np.clip(np.mean(np.polyfit(gaps, skew_t, 1)[0]), 0.0, 1.0))
         # every rank's mean is a sample of the same cost (the wait for the other ranks included);
         # the straggler wait for the calibration's own compute gap is charged separately
         mean_s = {k: [max(1e-6, statistics.fmean(x for x in (r["collective_s"][k][i] for r in ranks) if x == x)
-                          - skew * COLLECTIVE_GAP_S)
+                          - skew * float(np.mean([r.get("collective_gap_s", COLLECTIVE_GAP_S) for r in ranks])))
                       for i in range(len(sizes))] for k in ranks[0]["collective_s"]}
         kind_fits = {k: fit_alpha_beta(sizes, t) for k, t in mean_s.items()}
         collective_fits = {k: vars(f) for k, f in kind_fits.items()}

@@ -74,10 +74,14 @@ def predict(run: dict, cluster, dtype: str):
 
 
 def _median_round(per_round: list[dict]) -> dict:
-    """One configuration's rounds as one run: the round with the median step time, with the
-    worst contention and the largest memory seen in any round."""
+    """One configuration's rounds as one run: the median of the rounds' step times (the mean of
+    the middle two for an even count), the phases of the lower-middle round, and the worst
+    contention and the largest memory seen in any round."""
+    import statistics
     ordered = sorted(per_round, key=lambda r: r["measured_step_s"])
     merged = dict(ordered[(len(ordered) - 1) // 2])
+    merged["measured_step_s"] = statistics.median(r["measured_step_s"] for r in per_round)
+    merged["tokens_per_s"] = merged["global_batch"] * merged["seq_len"] / merged["measured_step_s"]
     waits = [r["cpu_wait_fraction"] for r in per_round if r["cpu_wait_fraction"] is not None]
     loads = [r["foreign_load"] for r in per_round if r["foreign_load"] is not None]
     merged["cpu_wait_fraction"] = max(waits) if waits else None
@@ -106,7 +110,7 @@ def compare_measured(cluster_path, configs=None, steps: int = 14, warmup: int = 
         steps, warmup: steps per run, and how many of them are excluded from the median.
         model: GPT size keys (default ``DEFAULT_MODEL``).
         rounds: how many times the whole list is measured, round-robin; a configuration's
-            measured step time is the median over rounds. A shared or virtual host drifts by
+            measured step time is the median over rounds (mean of the middle two if even). A shared or virtual host drifts by
             10-20% over minutes; interleaving spreads that drift over every configuration.
 
     Returns a ``pandas.DataFrame`` with one row per configuration: ``name``, the config fields,
