@@ -241,8 +241,11 @@ def collective_times_in_step(device, dtype, kind: str, sizes_bytes, calls: int =
     out = []
     for nbytes in sizes_bytes:
         n = max(world, int(nbytes // elt) // world * world)
-        full = torch.zeros(n, device=device, dtype=dtype)      # zeros: repeated sums stay finite
-        shard = torch.zeros(n // world, device=device, dtype=dtype)
+        # cache-cold buffers, as a step's gradients and activations are (``COLD_BYTES``);
+        # zeros, so that repeated sums stay finite in 16-bit
+        sets = [(torch.zeros(n, device=device, dtype=dtype), torch.zeros(n // world, device=device, dtype=dtype))
+                for _ in range(int(min(64, max(1, COLD_BYTES[device.type] // (n * elt)))))]
+        full, shard = sets[0]
         call = {
             "all_reduce": lambda: dist.all_reduce(full),
             "reduce_scatter": lambda: reduce_scatter_into(shard, full),
@@ -251,6 +254,7 @@ def collective_times_in_step(device, dtype, kind: str, sizes_bytes, calls: int =
         samples, gaps = [], []
         _barrier()
         for i in range(calls + 1):
+            full, shard = sets[i % len(sets)]
             g0 = time.perf_counter()
             for _ in range(gemms):
                 a @ b
