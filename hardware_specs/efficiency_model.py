@@ -34,6 +34,9 @@ class EfficiencyModel:
             attention core (FlashAttention-2 reports 50-73% on A100, FA3 ~75% on H100).
         hbm_fraction: fraction of peak HBM bandwidth reached by memory-bound kernels
             (norms, activations, dropout, optimizer step).
+        optimizer_hbm_fraction: fraction of peak memory bandwidth the optimizer step reaches
+            (a multi-tensor Adam streams seven arrays and computes little); 0 = the same as
+            ``hbm_fraction``. ``paraplan calibrate`` measures it; the GPU fits leave it at 0.
         scaleup_fraction: achieved collective bus bandwidth / scale-up link bandwidth
             (NCCL busBW over NVLink).
         scaleout_fraction: achieved bus bandwidth / NIC bandwidth across nodes.
@@ -69,6 +72,7 @@ class EfficiencyModel:
     gemm_half_dim: float = 64.0
     attention_peak_fraction: float = 0.5
     hbm_fraction: float = 0.8
+    optimizer_hbm_fraction: float = 0.0
     scaleup_fraction: float = 0.8
     scaleout_fraction: float = 0.8
     kernel_overhead_s: float = 5e-6
@@ -92,6 +96,7 @@ class EfficiencyModel:
         _check_fraction(f"{where}.exposed_tp_fraction", self.exposed_tp_fraction, allow_zero=True)
         _check_fraction(f"{where}.exposed_ep_fraction", self.exposed_ep_fraction, allow_zero=True)
         _check_fraction(f"{where}.sync_skew_fraction", self.sync_skew_fraction, allow_zero=True)
+        _check_fraction(f"{where}.optimizer_hbm_fraction", self.optimizer_hbm_fraction, allow_zero=True)
         require_positive(f"{where}.gemm_half_dim", self.gemm_half_dim, allow_zero=True)
         require_positive(f"{where}.kernel_overhead_s", self.kernel_overhead_s, allow_zero=True)
         for kind, value in self.collective_bw_fraction.items():

@@ -35,6 +35,8 @@ from simulator.parallel_config import Schedule
 #: bytes the fused Adam step reads and writes per local parameter (fp32 weight, grad, m, v
 #: read; weight, m, v written; 16-bit copy written).
 ADAM_STEP_BYTES_PER_PARAM = 30.0
+#: the same in pure fp32 training: the weights are the master copy, no 16-bit copy is written
+ADAM_STEP_BYTES_PER_PARAM_FP32 = 28.0
 #: gradients are reduced in fp32 (Megatron's main-grad buffers) except under ZeRO-3, which
 #: reduce-scatters in the 16-bit parameter dtype (DeepSpeed ZeRO-3, FSDP mixed precision).
 GRAD_REDUCE_BYTES = 4.0
@@ -244,7 +246,9 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     dp_exposed = exposed_grad + exposed_gather
 
     opt_params = params_local / np.where(zero >= 1, dp_group, 1.0) + expert_local / np.where(zero >= 1, edp, 1.0)
-    optimizer = opt_params * ADAM_STEP_BYTES_PER_PARAM / rates.hbm_bytes_per_s
+    adam_bytes = ADAM_STEP_BYTES_PER_PARAM_FP32 if batch.dtype == "fp32" else ADAM_STEP_BYTES_PER_PARAM
+    opt_fraction = eff.optimizer_hbm_fraction or eff.hbm_fraction
+    optimizer = opt_params * adam_bytes / (cluster.gpu.hbm_bw_bytes_per_s * opt_fraction)
 
     # straggler wait: the fitted share of the step's compute that ranks spend waiting for the
     # slowest peer at synchronisations (EfficiencyModel.sync_skew_fraction; 0 on GPUs)

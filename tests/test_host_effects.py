@@ -96,3 +96,20 @@ def test_switches_refuse_strings_and_the_api_parses_them():
                    "grad_accumulation_fusion", ["true", "false"])
     assert list(df["grad_accumulation_fusion"]) == [True, False]
     assert df["step_time_s"].iloc[1] > df["step_time_s"].iloc[0]
+
+
+def test_optimizer_fraction_sets_the_adam_bandwidth_and_zero_falls_back():
+    model = load_model("llama3-8b")
+    cfg = ParallelConfig(dp=1, micro_batch=1, global_batch=2)
+    from cost_models import params
+    n = params.total_params(model)
+    base = simulate(model, CLUSTER, cfg, n_gpus=1).time_breakdown_s["optimizer_s"]
+    # (to 1e-5: the step model leaves out the final norm's few thousand parameters)
+    # 30 bytes per parameter (fp32 weight, grad, m, v read; weight, m, v and the 16-bit copy written)
+    assert base == pytest.approx(n * 30 / (CLUSTER.gpu.hbm_bw_bytes_per_s * EFF.hbm_fraction), rel=1e-5)
+    fast = replace(CLUSTER, efficiency=replace(EFF, optimizer_hbm_fraction=0.9))
+    assert simulate(model, fast, cfg, n_gpus=1).time_breakdown_s["optimizer_s"] == pytest.approx(
+        n * 30 / (CLUSTER.gpu.hbm_bw_bytes_per_s * 0.9), rel=1e-5)
+    fp32 = replace(cfg, dtype="fp32")
+    assert simulate(model, fast, fp32, n_gpus=1).time_breakdown_s["optimizer_s"] == pytest.approx(
+        n * 28 / (CLUSTER.gpu.hbm_bw_bytes_per_s * 0.9), rel=1e-5)

@@ -86,6 +86,7 @@ def efficiency_detail(eff: EfficiencyModel) -> dict:
         "exposed_dp_fraction": eff.exposed_dp_fraction,
         "exposed_tp_fraction": eff.exposed_tp_fraction,
         "exposed_ep_fraction": eff.exposed_ep_fraction,
+        "optimizer_hbm_fraction": eff.optimizer_hbm_fraction,
         "sync_skew_fraction": eff.sync_skew_fraction,
         "collective_bw_fraction": dict(eff.collective_bw_fraction),
         "fitted_on": eff.fitted_on,

@@ -171,6 +171,7 @@ def write_efficiency(model: EfficiencyModel, path: Path, note: str) -> None:
         "exposed_dp_fraction": round(float(model.exposed_dp_fraction), 4),
         "exposed_tp_fraction": round(float(model.exposed_tp_fraction), 4),
         "exposed_ep_fraction": round(float(model.exposed_ep_fraction), 4),
+        "optimizer_hbm_fraction": round(float(model.optimizer_hbm_fraction), 4),
         "sync_skew_fraction": round(float(model.sync_skew_fraction), 4),
         "collective_bw_fraction": {k: round(float(v), 4) for k, v in model.collective_bw_fraction.items()},
         "fitted_on": note,
