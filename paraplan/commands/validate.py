@@ -16,6 +16,7 @@ from collections import Counter
 import click
 
 from paraplan.cli import check_writable, dump_json, format_table, write_atomic
+from hardware_specs.errors import InputError
 
 #: the per-row output columns of --json / --csv, in order.
 ROW_KEYS = ("id", "status", "metric", "predicted", "measured", "rel_error", "reason", "source", "assumptions")
@@ -119,7 +120,6 @@ def published_cmd(path: str, source_prefix: str | None, as_json: bool, as_csv: b
     if source_prefix:
         df = df[df["run_id"].astype(str).str.startswith(source_prefix)]
         if df.empty:
-            from hardware_specs.errors import InputError
             raise InputError("--source", f"no row's run_id starts with '{source_prefix}'",
                              "see the run_id column for the source prefixes")
     with click.progressbar(length=len(df), label="predicting rows", file=sys.stderr,
@@ -138,17 +138,22 @@ def published_cmd(path: str, source_prefix: str | None, as_json: bool, as_csv: b
 
 
 @command.command("measured", short_help="Measure small torch runs here and compare with the prediction.")
-@click.argument("cluster_path", type=click.Path(dir_okay=False))
+@click.argument("cluster_path", type=click.Path(dir_okay=False), required=False)
 @click.option("--steps", type=click.IntRange(2), default=14, show_default=True, help="Steps per run.")
 @click.option("--warmup", type=click.IntRange(0), default=4, show_default=True,
               help="Leading steps excluded from the median.")
 @click.option("--rounds", type=click.IntRange(1), default=2, show_default=True,
               help="Measure the whole list this many times, interleaved; each configuration keeps its "
                    "median (a shared or virtual host drifts by 10-20% over minutes).")
+@click.option("--calibrate-each-round", is_flag=True,
+              help="Instead of CLUSTER_PATH: calibrate this machine afresh before each round and predict "
+                   "that round from it; each configuration keeps its median-error round (the robust "
+                   "choice on a drifting host, ~1.5 minutes a round on 2 CPU cores).")
 @click.option("--csv", "as_csv", is_flag=True, help="One row per configuration as CSV.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False),
               help="Write the output to this file (atomically) instead of stdout.")
-def measured_cmd(cluster_path: str, steps: int, warmup: int, rounds: int, as_csv: bool, out_path: str | None) -> None:
+def measured_cmd(cluster_path: str | None, steps: int, warmup: int, rounds: int, calibrate_each_round: bool,
+                 as_csv: bool, out_path: str | None) -> None:
     """How well does the simulator predict runs measured on this machine?
 
     CLUSTER_PATH is a profile written by `paraplan calibrate`. A small GPT is trained for a few
@@ -160,14 +165,23 @@ def measured_cmd(cluster_path: str, steps: int, warmup: int, rounds: int, as_csv
     Example:
       paraplan calibrate --out my-machine.yaml
       paraplan validate measured my-machine.yaml --csv --out measured.csv
+      paraplan validate measured --calibrate-each-round --rounds 3
     """
     from paraplan.measure import compare_measured
+    from paraplan.measure.compare import compare_recalibrating
 
+    if cluster_path is None and not calibrate_each_round:
+        raise InputError("cluster_path", "missing", "pass a profile from `paraplan calibrate`, or --calibrate-each-round")
+    if cluster_path is not None and calibrate_each_round:
+        raise InputError("cluster_path", "given with --calibrate-each-round", "use one or the other")
     if out_path is not None:
         check_writable(out_path)
-    df = compare_measured(cluster_path, steps=steps, warmup=warmup, rounds=rounds)
+    if calibrate_each_round:
+        df = compare_recalibrating(rounds=rounds, steps=steps, warmup=warmup)
+    else:
+        df = compare_measured(cluster_path, steps=steps, warmup=warmup, rounds=rounds)
     cols = [c for c in ("name", "dp", "tp", "pp", "micro_batch", "global_batch", "zero_stage", "recompute",
-                        "measured_step_s", "predicted_step_s", "rel_error", "cpu_wait_fraction") if c in df]
+                        "measured_step_s", "predicted_step_s", "rel_error", "rel_error_spread", "cpu_wait_fraction") if c in df]
     if as_csv:      # machines get every column: measured phases and the predicted breakdown too
         text = df.drop(columns=["measured_step_times_s"], errors="ignore").to_csv(index=False)
     else:
