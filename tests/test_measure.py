@@ -48,10 +48,11 @@ BASELINE = Path(__file__).parent / "data" / "measured_baseline.csv"
 #: ``test_measured_baseline.py`` re-predicts the baseline without torch or a quiet machine)
 BASELINE_CALIBRATION = Path(__file__).parent / "data" / "measured_calibration.yaml"
 #: |predicted - measured| / measured allowed per configuration, and on average over the set.
-#: On this 2-core VM a quiet, interleaved run errs 0-16% per row and ~6% on average
-#: (``tests/data/measured_baseline.csv``); single runs drift a further ~10% with the host. A
-#: link bandwidth read in bits as bytes (/8) puts dp2-zero1 at +162%, a latency 10x off puts
-#: tp2-recompute at +204% (``test_measured_baseline.test_the_measured_checks_catch_a_wrong_cost_model``).
+#: On this 2-core VM a round of calibrate-then-measure errs 2-25% per row and 7-13% on average
+#: (``tests/data/measured_baseline.csv`` keeps the median of three such rounds); the host
+#: drifts 10-20% over minutes. A link bandwidth read in bits as bytes (/8) puts dp2-zero1 at
+#: +166%, a latency 10x off puts tp2 at +79%, a doubled GEMM peak the mean at 27%
+#: (``test_measured_baseline.test_the_measured_checks_catch_a_wrong_cost_model``).
 ERROR_BOUND = 0.35
 MEAN_ERROR_BOUND = 0.20
 #: allowed change of a configuration's relative error against the committed baseline (the
@@ -94,7 +95,12 @@ def _baseline_errors() -> dict:
         return {}
     baseline = pd.read_csv(BASELINE)
     here = machine_fingerprint(device_kind="cuda" if torch.cuda.is_available() else "cpu")
-    return dict(zip(baseline["name"], baseline["rel_error"])) if (baseline["machine"] == here).any() else {}
+    return dict(zip(baseline["name"], baseline[_drift_column(baseline)])) if (baseline["machine"] == here).any() else {}
+
+
+def _drift_column(baseline) -> str:
+    """Drift is judged against each row's median over the baseline's rounds where recorded."""
+    return "rel_error_median" if "rel_error_median" in baseline else "rel_error"
 
 
 def _suspect(df):
@@ -173,13 +179,14 @@ def test_measured_prediction_error_has_not_drifted_from_baseline(measured):
     here = measured["machine"].iloc[0]
     if not (baseline["machine"] == here).any():
         pytest.skip(f"baseline was recorded on {baseline['machine'].iloc[0]!r}, this is {here!r}")
-    merged = _quiet_rows(measured).merge(baseline[["name", "rel_error"]], on="name", suffixes=("", "_baseline"))
+    baseline = baseline.assign(rel_error_reference=baseline[_drift_column(baseline)])
+    merged = _quiet_rows(measured).merge(baseline[["name", "rel_error_reference"]], on="name")
     assert not merged.empty, "no configuration of MEASURED_SET is in the baseline; refresh it"
-    merged["drift"] = (merged["rel_error"] - merged["rel_error_baseline"]).abs()
+    merged["drift"] = (merged["rel_error"] - merged["rel_error_reference"]).abs()
     drifted = merged[merged["drift"] > DRIFT_MARGIN]
     assert drifted.empty, (f"relative error moved by more than {DRIFT_MARGIN} from {BASELINE.name} "
                            f"(refresh it if the change is intended):\n"
-                           f"{drifted[['name', 'rel_error', 'rel_error_baseline', 'drift']].to_string(index=False)}")
+                           f"{drifted[['name', 'rel_error', 'rel_error_reference', 'drift']].to_string(index=False)}")
 
 
 def refresh_baseline(path: Path = BASELINE, rounds: int = 3) -> None:
@@ -218,6 +225,8 @@ def refresh_baseline(path: Path = BASELINE, rounds: int = 3) -> None:
     df = kept[config + numbers].copy()
     spread = every.groupby("name")["rel_error"].agg(lambda x: x.max() - x.min())
     df["rel_error_spread"] = df["name"].map(spread)
+    # each row's median over the rounds: the reference the live test's drift check uses
+    df["rel_error_median"] = df["name"].map(every.groupby("name")["rel_error"].median())
     df["repeats"] = rounds
     df["machine"] = machine_fingerprint(device_kind="cuda" if torch.cuda.is_available() else "cpu")
     df.round(5).to_csv(path, index=False)
