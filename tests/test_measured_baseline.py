@@ -85,11 +85,11 @@ def test_baseline_errors_are_within_the_bounds():
 def test_the_measured_checks_catch_a_wrong_cost_model(mistake):
     """The live test (per-row bound, mean bound, drift from the baseline) fails on each mistake.
 
-    Measured on the committed baseline: bandwidth / 8 -> dp2-zero1 +166%; latency x 10 -> tp2
-    +79% (drift 0.94); a doubled GEMM peak -> mean |error| 27% (> 20%). Not caught: bandwidth
-    x 2, / 2 or x 8 (worst drift 0.25, worst row 32%: communication is a minor share of these
-    steps); zero latency only just (worst row 35.7%). The live test's noise floor (up to ~0.3
-    per row in one round) leaves no room for sharper bounds on this machine.
+    Measured on the committed baseline: bandwidth / 8 -> dp2-zero1 +156%; latency x 10 ->
+    tp2-recompute +150%; a doubled GEMM peak -> mean |error| 22% (> 20%) and dp2 -36%. Not
+    caught: bandwidth x 8 (worst row 34%, drift 0.19: communication is a minor share of these
+    steps) and zero latency (worst row 27%). The live test's noise floor (up to ~0.3 per row in
+    one round) leaves no room for sharper bounds on this machine.
     """
     cluster = load_cluster(str(CALIBRATION))
     wrong = {"link bandwidth in bits read as bytes / 8": _with_link_bandwidth(cluster, 1 / 8),
