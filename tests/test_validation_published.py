@@ -2,7 +2,8 @@
 
 The bounds are the errors measured when this test was written plus a small margin, so a change
 that makes predictions drift fails here (measured then: KOR22 step time 4.2% mean / 7.9% worst,
-NAR21 6.5%, dense rows 10.9%, MoE rows ~20%). Tighten them as the model improves; the issue
+NAR21 6.0% (6.5% before ZeRO-3 collectives were issued per layer), dense rows 10.9%, MoE rows
+~20%). Tighten them as the model improves; the issue
 targets are stricter (KOR22 <= 3% mean, NAR21 <= 6%, dense rows <= 10%, MoE <= 12%).
 """
 from pathlib import Path
@@ -37,7 +38,7 @@ def test_korthikanti_step_times_stay_within_bound(results):
 def test_narayanan_tables_stay_within_bound(results):
     ok = results[(results.status == "ok") & (results.source == "NAR21")]
     assert len(ok) == 22
-    assert _mean_abs_pct(ok) <= 7.5
+    assert _mean_abs_pct(ok) <= 6.5
 
 
 def test_dense_rows_with_their_fields_are_predicted(results):
