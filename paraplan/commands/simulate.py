@@ -24,7 +24,7 @@ GIB = 2**30
 
 #: what each step-time part is, for the table (keys are ``TIME_PARTS``).
 TIME_MEANING = {
-    "compute_s": "forward + backward compute (GEMMs, attention, elementwise, LM head; unfused grad accumulation)",
+    "compute_s": "forward + backward compute (GEMMs, attention, elementwise, LM head; gradient accumulation when unfused)",
     "recompute_s": "activation recomputation in backward",
     "tp_comm_exposed_s": "tensor-parallel collectives not hidden under GEMMs",
     "cp_comm_exposed_s": "context-parallel K/V exchange not hidden under attention",
