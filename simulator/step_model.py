@@ -250,17 +250,16 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     opt_fraction = eff.optimizer_hbm_fraction or eff.hbm_fraction
     optimizer = opt_params * adam_bytes / (cluster.gpu.hbm_bw_bytes_per_s * opt_fraction)
 
+    compute_part = m * layers_stage * (layer_fwd + layer_b + layer_w) + m * (ends + grad_accum)
+    recompute_part = m * layers_stage * recompute
     # straggler wait: the fitted share of the step's compute that ranks spend waiting for the
     # slowest peer at synchronisations (EfficiencyModel.sync_skew_fraction; 0 on GPUs)
     world = dp * tp * pp * cp
-    compute_step = m * (layers_stage * (layer_fwd + layer_b + layer_w + recompute) + ends + grad_accum)
-    sync_wait = np.where(world > 1, eff.sync_skew_fraction * compute_step, 0.0)
+    sync_wait = np.where(world > 1, eff.sync_skew_fraction * (compute_part + recompute_part), 0.0)
 
     step = pipeline + dp_exposed + sync_wait + optimizer
 
     # ---- breakdown (sums to step) ---------------------------------------------------------
-    compute_part = m * layers_stage * (layer_fwd + layer_b + layer_w) + m * (ends + grad_accum)
-    recompute_part = m * layers_stage * recompute
     tp_part = m * layers_stage * (tp_exposed_f + tp_exposed_b + tp_exposed_r)
     ep_part = m * layers_stage * (a2a_fwd + a2a_bwd)
     cp_part = m * layers_stage * (cpc["fwd_exposed_s"] + cpc["bwd_exposed_s"])
