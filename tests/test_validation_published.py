@@ -68,3 +68,4 @@ def test_summary_has_one_row_per_source_plus_all(results):
     summary = summarize(results)
     assert summary.iloc[-1].source == "ALL"
     assert summary.rows_ok.iloc[:-1].sum() == summary.rows_ok.iloc[-1]
+

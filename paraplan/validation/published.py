@@ -160,6 +160,12 @@ def row_inputs(row) -> RowInputs:
                            ("seq_len", preset.seq_len)):
             if needed[key] is None:
                 needed[key] = value
+    if preset is None and needed["vocab"] is None and needed["layers"] is not None:
+        vocab_preset = _same_architecture_preset(row, needed)
+        if vocab_preset is not None:
+            needed["vocab"] = vocab_preset.vocab_size
+            assumptions.append(f"vocab={vocab_preset.vocab_size} from preset {vocab_preset.name} "
+                               "(same layers, hidden, heads)")
     if metric != "layer_fwd_bwd_time_ms":
         needed["global_batch"] = _int(row, "global_batch")
     empty = [k for k, v in needed.items() if v is None]
@@ -215,6 +221,19 @@ def _preset_for(row) -> ModelSpec:
             except InputError:
                 continue
     raise Skip(f"architecture not in the row and no model preset named '{name}'")
+
+
+def _same_architecture_preset(row, needed) -> ModelSpec | None:
+    """The preset the ``model`` column names, if its layers, hidden size and heads equal the
+    row's own (a tokenizer's vocabulary belongs to the model; a differently shaped model of
+    the same name, e.g. a candidate architecture, gets nothing)."""
+    try:
+        preset = _preset_for(row)
+    except Skip:
+        return None
+    same = (preset.num_layers, preset.hidden_size, preset.num_heads) == \
+        (needed["layers"], needed["hidden"], needed["heads"])
+    return preset if same else None
 
 
 def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInputs:

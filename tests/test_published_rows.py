@@ -1,0 +1,30 @@
+"""How ``paraplan validate published`` turns one row into model and configuration inputs."""
+import pytest
+
+
+def _llama31_8b_row(**overrides):
+    """A published-runs row for Llama 3.1 8B on 8 H100 with the vocab column left empty."""
+    row = {"id": "X-1:tokens_per_s_per_gpu", "run_id": "X-1", "gpu_profile": "h100-sxm-80gb",
+           "dtype_norm": "bf16", "zero_norm": "1", "flops_convention": "none", "model": "Llama 3.1 8B",
+           "layers": 32, "hidden": 4096, "ffn_hidden": 14336, "heads": 32, "kv_heads": 8,
+           "vocab": float("nan"), "seq_len": 8192, "moe_experts": "", "moe_topk": "", "n_gpus": 8,
+           "tp": 1, "pp": 1, "dp": 8, "cp": "", "ep": "", "vpp": "", "micro_batch": 1,
+           "global_batch": 64, "recompute": "none", "seq_parallel": "n",
+           "measured_metric": "tokens_per_s_per_gpu", "measured_value": 10000.0}
+    row.update(overrides)
+    return row
+
+
+def test_empty_vocab_comes_from_the_named_preset_of_the_same_shape():
+    from paraplan.validation.published import row_inputs
+    inputs = row_inputs(_llama31_8b_row())
+    assert inputs.model.vocab_size == 128256          # Llama 3 tokenizer (Meta model card)
+    assert any("vocab=128256 from preset llama3.1-8b" in a for a in inputs.assumptions)
+
+
+def test_empty_vocab_of_a_differently_shaped_model_is_skipped():
+    from paraplan.validation.published import Skip, row_inputs
+    with pytest.raises(Skip, match="vocab"):
+        row_inputs(_llama31_8b_row(layers=40))
+    with pytest.raises(Skip, match="vocab"):
+        row_inputs(_llama31_8b_row(model="Some 8B model"))
