@@ -28,3 +28,13 @@ def test_empty_vocab_of_a_differently_shaped_model_is_skipped():
         row_inputs(_llama31_8b_row(layers=40))
     with pytest.raises(Skip, match="vocab"):
         row_inputs(_llama31_8b_row(model="Some 8B model"))
+
+
+def test_unstated_precision_on_an_fp8_capable_gpu_is_skipped_not_guessed():
+    from paraplan.validation.published import Skip, row_inputs
+    with pytest.raises(Skip, match="dtype_norm empty on an FP8-capable GPU"):
+        row_inputs(_llama31_8b_row(dtype_norm=float("nan"), vocab=128256))
+    # A100 has no FP8 tensor cores: 16-bit is the only training rate, so bf16 is assumed
+    inputs = row_inputs(_llama31_8b_row(dtype_norm=float("nan"), vocab=128256, gpu_profile="a100-sxm-80gb"))
+    assert inputs.config.dtype == "bf16"
+    assert "dtype=bf16" in inputs.assumptions

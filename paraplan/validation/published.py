@@ -12,7 +12,12 @@ each recorded in the row's ``assumptions``:
 - pipeline chunks may differ by a layer (published Megatron runs use custom layouts);
 - ``recompute`` empty: full when the row's FLOP convention counts the recomputed forward pass
   (megatron_hw_eq3), else none;
-- ``dtype_norm`` empty: bf16 (fp16 on V100, which has no bf16).
+- ``dtype_norm`` empty: bf16 (fp16 on V100, which has no bf16) on GPUs whose only training
+  tensor-core rate is 16-bit; on FP8-capable GPUs (Hopper, Blackwell) the row is skipped, since
+  bf16 and fp8 GEMMs differ 2x in rate (the Megatron-Bridge rows that do not state their
+  precision all came out 16-85% slower than measured under a bf16 guess).
+- ``vocab`` empty: the vocabulary of the preset the ``model`` column names, when that preset
+  has the row's layers, hidden size and heads.
 
 Mixture-of-experts rows, and rows that give no architecture at all, take the architecture
 from the model preset named by the ``model`` column (text before any parenthesis; then its
@@ -277,6 +282,9 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInp
     sp = _str(row, "seq_parallel").lower() == "y"
     dtype = _str(row, "dtype_norm")
     if not dtype:
+        if "fp8" in load_cluster(SYSTEM_FOR_GPU[gpu]).gpu.peak_flops_per_s:
+            raise Skip("dtype_norm empty on an FP8-capable GPU: bf16 and fp8 GEMMs differ 2x in "
+                       "rate, so the precision is not guessed")
         dtype = "fp16" if gpu.startswith("v100") else "bf16"
         assumptions.append(f"dtype={dtype}")
     if gbs % (dp * mbs):
