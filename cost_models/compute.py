@@ -33,8 +33,6 @@ LOW_PRECISION = ("fp8", "mxfp8", "nvfp4")
 #: add ~1/16 for mx formats and ~1/16 for nvfp4 with 16-element blocks).
 OPERAND_BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "mxfp8": 1.03,
                  "nvfp4": 0.56}
-#: read 16-bit + write low-precision copy, per element cast (quantisation kernels).
-CAST_BYTES = {"fp8": 3.0, "mxfp8": 3.06, "nvfp4": 2.6}
 
 
 @dataclass(frozen=True)
@@ -47,14 +45,18 @@ class ComputeRates:
     half_dim: float
     kernel_overhead_s: float
     operand_bytes: float
-    cast_bytes: float              # 0 for 16/32-bit GEMMs
+    dtype: str = "bf16"            # the GEMM dtype (quantisation costs: ``layer_costs``)
     act_bytes: float = ACT_BYTES   # bytes per activation element
+
+
+def sixteen_bit_dtype(gpu: GPUSpec) -> str:
+    """The 16-bit dtype ``gpu`` trains in (bf16, else fp16, else fp32 on chips with neither)."""
+    return "bf16" if "bf16" in gpu.peak_flops_per_s else ("fp16" if "fp16" in gpu.peak_flops_per_s else "fp32")
 
 
 def compute_rates(gpu: GPUSpec, eff: EfficiencyModel, dtype: str) -> ComputeRates:
     """Achieved GEMM, attention and memory rates of ``gpu`` in ``dtype``."""
-    sixteen = "bf16" if "bf16" in gpu.peak_flops_per_s else ("fp16" if "fp16" in gpu.peak_flops_per_s else "fp32")
-    attn_dtype = sixteen if dtype in LOW_PRECISION else dtype
+    attn_dtype = sixteen_bit_dtype(gpu) if dtype in LOW_PRECISION else dtype
     return ComputeRates(
         gemm_flops_per_s=gpu.peak_flops(dtype) * eff.gemm_fraction(dtype),
         attn_flops_per_s=gpu.peak_flops(attn_dtype) * eff.attention_peak_fraction,
@@ -62,7 +64,7 @@ def compute_rates(gpu: GPUSpec, eff: EfficiencyModel, dtype: str) -> ComputeRate
         half_dim=eff.gemm_half_dim,
         kernel_overhead_s=eff.kernel_overhead_s,
         operand_bytes=OPERAND_BYTES.get(dtype, 2.0),
-        cast_bytes=CAST_BYTES.get(dtype, 0.0),
+        dtype=dtype,
         act_bytes=activation_bytes(dtype),
     )
 
@@ -82,14 +84,14 @@ def gemm_traffic_bytes(m, n, k, rates: ComputeRates):
 def gemm_time_s(m, n, k, rates: ComputeRates, count=1.0):
     """Time of ``count`` GEMMs of shape (m, n, k), seconds (roofline + shape efficiency).
 
-    Low-precision GEMMs add the cast of both inputs (activations and weights) from 16-bit.
+    Only the GEMM: the quantisation kernels of low-precision GEMMs are charged per pass by
+    ``layer_costs.linear_cast_bytes`` (an operand is quantised once and reused).
     """
     m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
     flops = 2.0 * m * n * k
     compute = flops / (rates.gemm_flops_per_s * gemm_shape_factor(m, n, k, rates.half_dim))
     memory = gemm_traffic_bytes(m, n, k, rates) / rates.hbm_bytes_per_s
-    cast = (m * k + k * n) * rates.cast_bytes / rates.hbm_bytes_per_s
-    return count * (np.maximum(compute, memory) + cast + rates.kernel_overhead_s)
+    return count * (np.maximum(compute, memory) + rates.kernel_overhead_s)
 
 
 def memory_bound_time_s(bytes_, rates: ComputeRates, kernels=1.0):

@@ -11,6 +11,8 @@ import numpy as np
 
 from cost_models.compute import (ComputeRates, attention_core_flops, attention_time_s,
                                  gemm_time_s, memory_bound_time_s)
+from cost_models.low_precision import (ELEMENT_BYTES, SOURCE_BYTES, quantise_bytes_per_element,
+                                       quantised_copies)
 from model_specs.model_spec import ModelSpec
 
 #: memory-bound traffic per token of the parts that sequence parallelism splits, in units of
@@ -54,17 +56,58 @@ def mlp_gemm_shapes(hidden: int, ffn, gated: bool, tp):
     return [(up, hidden + 0 * tp), (hidden + 0 * tp, np.asarray(ffn, dtype=float) / tp)]
 
 
+def linear_cast_bytes(tokens, shapes, dtype: str, input_fused, grad_fused):
+    """HBM bytes of the quantisation kernels of the linear layers ``shapes`` ([(n, k), ...],
+    Y[tokens, n] = X[tokens, k] W[k, n]) for one micro-batch, by pass: a dict with
+    ``fprop`` (inputs X), ``weights`` (W, once per optimizer step: Transformer Engine caches
+    the quantised weights across micro-batches) and ``dgrad`` (output gradients dY); the
+    weight-gradient GEMM reuses the stored column-wise copies (``low_precision``).
+
+    ``input_fused[i]`` / ``grad_fused[i]``: the kernel that produces X (a norm, or the MLP's
+    activation function) or dY (the activation function's backward) writes the quantised
+    copies itself in place of its 16-bit output (Transformer Engine's LayerNormLinear and
+    LayerNormMLP), so only the copies' bytes beyond that 16-bit write are extra. Otherwise a
+    standalone kernel pays ``quantise_bytes_per_element``. Zero for 16/32-bit dtypes.
+    """
+    tokens = np.asarray(tokens, dtype=float)
+    copies = quantised_copies(dtype)
+    fused_extra = max(0.0, copies * ELEMENT_BYTES.get(dtype, 0.0) - SOURCE_BYTES) if copies else 0.0
+    out = {"fprop": 0.0 * tokens, "weights": 0.0 * tokens, "dgrad": 0.0 * tokens}
+    if not copies:
+        return out
+    per_act = quantise_bytes_per_element(dtype, "activation")
+    per_grad = quantise_bytes_per_element(dtype, "grad")
+    per_weight = quantise_bytes_per_element(dtype, "weight")
+    for (n, k), x_fused, g_fused in zip(shapes, input_fused, grad_fused):
+        out["fprop"] = out["fprop"] + tokens * k * (fused_extra if x_fused else per_act)
+        out["weights"] = out["weights"] + np.asarray(k * n, dtype=float) * per_weight
+        out["dgrad"] = out["dgrad"] + tokens * n * (fused_extra if g_fused else per_grad)
+    return out
+
+
+def _cast_times(cast_bytes: dict, rates: ComputeRates) -> dict:
+    return {"cast_fwd_s": cast_bytes["fprop"] / rates.hbm_bytes_per_s,
+            "weight_cast_s": cast_bytes["weights"] / rates.hbm_bytes_per_s,
+            "cast_bwd_s": cast_bytes["dgrad"] / rates.hbm_bytes_per_s}
+
+
 def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len, tp, sp):
     """Forward/backward seconds and FLOPs of one attention block (no communication).
 
     Returns a dict with ``gemm_fwd_s``, ``core_fwd_s``, ``core_bwd_s``, ``elem_fwd_s``,
-    ``gemm_flops_fwd``, ``core_flops_fwd``.
+    ``gemm_flops_fwd``, ``core_flops_fwd`` and the quantisation times ``cast_fwd_s``,
+    ``cast_bwd_s``, ``weight_cast_s`` (``linear_cast_bytes``: every projection but the output
+    one reads a norm's output; the output projection's input and all output gradients come
+    from the attention core or the residual and are quantised by their own kernel).
     """
     tokens = np.asarray(tokens, dtype=float)
     tp = np.asarray(tp, dtype=float)
     gemm_fwd = 0.0
     gemm_flops = 0.0
-    for n, k in attention_gemm_shapes(model, tp):
+    shapes = attention_gemm_shapes(model, tp)
+    casts = _cast_times(linear_cast_bytes(tokens, shapes, rates.dtype, [True] * (len(shapes) - 1) + [False],
+                                          [False] * len(shapes)), rates)
+    for n, k in shapes:
         gemm_fwd = gemm_fwd + gemm_time_s(tokens, n, k, rates)
         gemm_flops = gemm_flops + 2.0 * tokens * n * k
     qk, v = _attention_dims(model)
@@ -75,24 +118,31 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
     elem_bytes = tokens * model.hidden_size * rates.act_bytes * (REPLICATED_ELEMENTWISE_UNITS / 2) / split
     elem_fwd = memory_bound_time_s(elem_bytes, rates, ELEMENTWISE_KERNELS_FWD / 2)
     return {"gemm_fwd_s": gemm_fwd, "core_fwd_s": core_fwd, "core_bwd_s": core_bwd,
-            "elem_fwd_s": elem_fwd, "gemm_flops_fwd": gemm_flops, "core_flops_fwd": core_flops}
+            "elem_fwd_s": elem_fwd, "gemm_flops_fwd": gemm_flops, "core_flops_fwd": core_flops, **casts}
 
 
 def dense_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, ffn=None):
-    """Forward seconds and FLOPs of one dense MLP block: ``gemm_fwd_s``, ``elem_fwd_s``, ``gemm_flops_fwd``."""
+    """Forward seconds and FLOPs of one dense MLP block: ``gemm_fwd_s``, ``elem_fwd_s``,
+    ``gemm_flops_fwd`` and the quantisation times ``cast_fwd_s``, ``cast_bwd_s``,
+    ``weight_cast_s`` (the up projection reads the norm's output, the down projection the
+    activation function's, and the up projection's output gradient comes from the activation
+    function's backward: all fused; the down projection's output gradient is quantised alone).
+    """
     tokens = np.asarray(tokens, dtype=float)
     tp = np.asarray(tp, dtype=float)
     ffn = model.ffn_hidden_size if ffn is None else ffn
     gemm_fwd = 0.0
     flops = 0.0
-    for n, k in mlp_gemm_shapes(model.hidden_size, ffn, model.gated_mlp, tp):
+    shapes = mlp_gemm_shapes(model.hidden_size, ffn, model.gated_mlp, tp)
+    casts = _cast_times(linear_cast_bytes(tokens, shapes, rates.dtype, [True, True], [True, False]), rates)
+    for n, k in shapes:
         gemm_fwd = gemm_fwd + gemm_time_s(tokens, n, k, rates)
         flops = flops + 2.0 * tokens * n * k
     act_units = (3.0 if model.gated_mlp else 2.0) * ffn / tp
     split = np.where(sp, tp, 1.0)
     elem_bytes = tokens * rates.act_bytes * (act_units + model.hidden_size * (REPLICATED_ELEMENTWISE_UNITS / 2) / split)
     elem_fwd = memory_bound_time_s(elem_bytes, rates, ELEMENTWISE_KERNELS_FWD / 2)
-    return {"gemm_fwd_s": gemm_fwd, "elem_fwd_s": elem_fwd, "gemm_flops_fwd": flops}
+    return {"gemm_fwd_s": gemm_fwd, "elem_fwd_s": elem_fwd, "gemm_flops_fwd": flops, **casts}
 
 
 #: bytes per logit of the fused vocab-parallel cross-entropy (fp32 logits: max, exp-sum,
@@ -101,7 +151,10 @@ CROSS_ENTROPY_BYTES_PER_LOGIT = 8.0
 
 
 def lm_head_costs(model: ModelSpec, rates: ComputeRates, tokens, tp):
-    """Output layer + loss on the last stage: ``fwd_s``, ``bwd_s``, ``flops_fwd``."""
+    """Output layer + loss on the last stage: ``fwd_s``, ``bwd_s``, ``flops_fwd``.
+
+    Pass 16-bit ``rates``: low-precision recipes keep the output layer in BF16 (``low_precision``).
+    """
     tokens = np.asarray(tokens, dtype=float)
     tp = np.asarray(tp, dtype=float)
     vocab_local = model.vocab_size / tp

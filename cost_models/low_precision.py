@@ -124,8 +124,8 @@ def cast_bytes_per_gemm(m, n, k, dtype: str, pass_: str, include_weights=True, s
     optimizer step and cached across micro-batches, so pass ``include_weights=False`` for all
     micro-batches but the first. Per-element costs: ``quantise_bytes_per_element``.
 
-    (``compute.gemm_time_s`` charges a flat ``CAST_BYTES`` per input element on every GEMM;
-    this is the per-pass, per-recipe breakdown.)
+    (The simulator charges these per pass through ``layer_costs.linear_cast_bytes``, which
+    adds where Transformer Engine fuses the quantisation into the producing kernel.)
     """
     if pass_ not in PASSES:
         raise ValueError(f"pass_ must be one of {PASSES}, got {pass_!r}")

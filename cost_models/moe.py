@@ -33,7 +33,8 @@ import numpy as np
 
 from cost_models import memory
 from cost_models.compute import ACT_BYTES, ComputeRates, gemm_time_s, memory_bound_time_s
-from cost_models.layer_costs import ELEMENTWISE_KERNELS_FWD, REPLICATED_ELEMENTWISE_UNITS, mlp_gemm_shapes
+from cost_models.layer_costs import (ELEMENTWISE_KERNELS_FWD, REPLICATED_ELEMENTWISE_UNITS, linear_cast_bytes,
+                                     mlp_gemm_shapes)
 from cost_models.params import attention_params, expert_params_per_moe_layer, mlp_params
 from cost_models.topology import group_collective_time_s
 from hardware_specs.cluster_spec import ClusterSpec
@@ -126,7 +127,9 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
       and the norm/residual half of the layer's element-wise work (split by tp under SP).
 
     Returns a dict of float arrays: ``gemm_fwd_s`` (router + experts + shared),
-    ``expert_gemm_fwd_s``, ``shared_gemm_fwd_s``, ``router_fwd_s``, ``elem_fwd_s``,
+    ``expert_gemm_fwd_s``, ``shared_gemm_fwd_s``, ``router_fwd_s``, ``elem_fwd_s``, the
+    quantisation times ``cast_fwd_s``, ``cast_bwd_s``, ``weight_cast_s`` (as
+    ``layer_costs.linear_cast_bytes``; 0 in 16-bit),
     ``gemm_flops_fwd`` (router + mean routed + shared; the per-GPU share, like the dense
     functions, so x tp gives the layer's FLOPs), ``router_flops_fwd`` (not in Megatron's
     model-FLOP convention), ``expert_rows`` (rows on the busiest rank), and
@@ -153,18 +156,27 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
     router_flops = 2.0 * routed * E * h
 
     expert_s = 0.0
-    for n, kk in mlp_gemm_shapes(h, f_exp, model.gated_mlp, etp):
+    expert_shapes = mlp_gemm_shapes(h, f_exp, model.gated_mlp, etp)
+    for n, kk in expert_shapes:
         expert_s = expert_s + grouped_gemm_time_s(m_exp, n, kk, local_experts, rates)
+    # quantisation of the grouped GEMMs' operands: permuted rows and their gradients are
+    # quantised by standalone kernels; each local expert's weights once per step
+    expert_casts = linear_cast_bytes(rows, expert_shapes, rates.dtype, [False, False], [False, False])
+    expert_casts["weights"] = expert_casts["weights"] * local_experts
     up = (3.0 if model.gated_mlp else 2.0)
     expert_flops = 2.0 * routed * k * up * h * f_exp
 
     f_sh = _shared_ffn_total(model)
     shared_s = zero
     shared_flops = zero
+    casts = dict(expert_casts)
     if f_sh:
-        for n, kk in mlp_gemm_shapes(h, f_sh, model.gated_mlp, tp):
+        shared_shapes = mlp_gemm_shapes(h, f_sh, model.gated_mlp, tp)
+        for n, kk in shared_shapes:
             shared_s = shared_s + gemm_time_s(tokens, n, kk, rates)
             shared_flops = shared_flops + 2.0 * tokens * n * kk
+        shared_casts = linear_cast_bytes(tokens, shared_shapes, rates.dtype, [True, True], [True, False])
+        casts = {key: casts[key] + shared_casts[key] for key in casts}
 
     split = np.where(sp, tp, 1.0)
     row_bytes = h * rates.act_bytes
@@ -184,6 +196,9 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
         "shared_gemm_fwd_s": shared_s,
         "router_fwd_s": router_s,
         "elem_fwd_s": elem_s,
+        "cast_fwd_s": casts["fprop"] / rates.hbm_bytes_per_s,
+        "cast_bwd_s": casts["dgrad"] / rates.hbm_bytes_per_s,
+        "weight_cast_s": casts["weights"] / rates.hbm_bytes_per_s,
         "gemm_flops_fwd": router_flops + expert_flops + shared_flops,
         "router_flops_fwd": router_flops,
         "expert_rows": rows,

@@ -50,8 +50,8 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from cost_models.compute import (attention_core_flops, attention_time_s, compute_rates, gemm_time_s,
-                                 gemm_traffic_bytes)
+from cost_models.compute import (LOW_PRECISION, attention_core_flops, attention_time_s, compute_rates,
+                                 gemm_time_s, gemm_traffic_bytes, sixteen_bit_dtype)
 from cost_models.layer_costs import (ELEMENTWISE_KERNELS_FWD, _attention_dims, attention_block_costs,
                                      attention_gemm_shapes, dense_mlp_costs, mlp_gemm_shapes)
 from hardware_specs.catalog import efficiency_for_cluster, load_cluster, load_gpu
@@ -560,11 +560,11 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     tokens = micro_batch * model_spec.seq_len // cp
     rows = []
 
-    def gemm(op: str, n: float, k: float) -> None:
+    def gemm(op: str, n: float, k: float, op_rates=rates) -> None:
         n, k = float(n), float(k)
         flops = 2.0 * tokens * n * k
-        traffic = float(gemm_traffic_bytes(tokens, n, k, rates))
-        t = float(gemm_time_s(tokens, n, k, rates))
+        traffic = float(gemm_traffic_bytes(tokens, n, k, op_rates))
+        t = float(gemm_time_s(tokens, n, k, op_rates))
         rows.append({"op": op, "pass": "forward", "m": tokens, "n": n, "k": k, "flops": flops,
                      "bytes": traffic, "time_s": t})
 
@@ -577,7 +577,9 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     ffn = model_spec.moe.expert_ffn_hidden_size if model_spec.moe is not None else model_spec.ffn_hidden_size
     for name, (n, k) in zip(mlp_names, mlp_gemm_shapes(model_spec.hidden_size, ffn, model_spec.gated_mlp, tp)):
         gemm(("expert " if model_spec.moe is not None else "") + name, n, k)
-    gemm("lm head (last stage)", model_spec.vocab_size / tp, model_spec.hidden_size)
+    # the output layer stays 16-bit under the low-precision recipes (as the simulator times it)
+    head_rates = compute_rates(g, eff, sixteen_bit_dtype(g)) if dtype in LOW_PRECISION else rates
+    gemm("lm head (last stage)", model_spec.vocab_size / tp, model_spec.hidden_size, head_rates)
 
     qk, v = _attention_dims(model_spec)
     heads = model_spec.num_heads / tp
@@ -602,6 +604,11 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
                            + (5.0 if model_spec.gated_mlp else 8.0) * ffn / tp)
     rows.append({"op": "norms, residual adds, activation", "pass": "forward", "m": np.nan, "n": np.nan,
                  "k": np.nan, "flops": elem_flops, "bytes": elem_bytes, "time_s": elem_s})
+    for pass_, key in (("forward", "cast_fwd_s"), ("backward", "cast_bwd_s")):
+        cast_s = float(attn[key] + mlp[key])
+        if cast_s > 0:     # low-precision GEMMs: quantisation kernels (layer_costs.linear_cast_bytes)
+            rows.append({"op": f"{dtype} quantisation casts", "pass": pass_, "m": np.nan, "n": np.nan,
+                         "k": np.nan, "flops": 0.0, "bytes": cast_s * rates.hbm_bytes_per_s, "time_s": cast_s})
 
     df = pd.DataFrame(rows)
     df["intensity_flop_per_byte"] = df["flops"] / df["bytes"]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from cost_models import layer_costs, memory, params
-from cost_models.compute import compute_rates
+from cost_models.compute import LOW_PRECISION, compute_rates, sixteen_bit_dtype
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError
@@ -255,7 +255,8 @@ def stage_assignment_for(model: ModelSpec, cluster: ClusterSpec, eff: Efficiency
         sizes = np.where(kinds, b_m, b_d)
     tokens = config.micro_batch * model.seq_len / config.cp
     rates = compute_rates(cluster.gpu, eff, config.dtype)
-    head = layer_costs.lm_head_costs(model, rates, tokens, tp)
+    head_dtype = sixteen_bit_dtype(cluster.gpu) if config.dtype in LOW_PRECISION else config.dtype
+    head = layer_costs.lm_head_costs(model, compute_rates(cluster.gpu, eff, head_dtype), tokens, tp)
     emb = layer_costs.embedding_costs(model, rates, tokens)
     states = v["weights_bytes"] + v["gradients_bytes"] + v["optimizer_bytes"]
     per_param = states / max(v["params_local"], 1.0)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models import context_parallel, layer_costs, memory, moe as moe_costs, params
-from cost_models.compute import LOW_PRECISION, compute_rates
+from cost_models.compute import LOW_PRECISION, compute_rates, sixteen_bit_dtype
 from cost_models.topology import group_collective_time_s, p2p_stage_time_s
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
@@ -96,8 +96,12 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     dense_ffn = (model.moe.dense_ffn_hidden_size or model.ffn_hidden_size) if model.moe else None
     mlp = layer_costs.dense_mlp_costs(model, rates, tokens, tp, sp, ffn=dense_ffn)
     gemm_f = attn["gemm_fwd_s"] + mlp["gemm_fwd_s"]
+    # quantisation kernels of low-precision GEMMs (0 in 16/32-bit): inputs in forward, output
+    # gradients in backward, weights once per step (cached over the step's micro-batches)
+    cast_f = attn["cast_fwd_s"] + mlp["cast_fwd_s"] + (attn["weight_cast_s"] + mlp["weight_cast_s"]) / m
+    cast_b = attn["cast_bwd_s"] + mlp["cast_bwd_s"]
     elem_f = attn["elem_fwd_s"] + mlp["elem_fwd_s"]
-    layer_fwd = gemm_f + attn["core_fwd_s"] + elem_f
+    layer_fwd = gemm_f + cast_f + attn["core_fwd_s"] + elem_f
     recompute = np.where(rc == 2, layer_fwd, np.where(rc == 1, attn["core_fwd_s"], 0.0))
     ep, etp = f(batch.ep), f(batch.etp)
     n_moe = float(model.num_moe_layers)
@@ -106,8 +110,10 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         # MoE layers: the same attention block, routed + shared experts instead of the MLP
         moe = moe_costs.moe_mlp_costs(model, rates, tokens, ep, etp, batch.moe_load_imbalance, tp, sp)
         moe_gemm_f = attn["gemm_fwd_s"] + moe["gemm_fwd_s"]
+        moe_cast_f = attn["cast_fwd_s"] + moe["cast_fwd_s"] + (attn["weight_cast_s"] + moe["weight_cast_s"]) / m
+        moe_cast_b = attn["cast_bwd_s"] + moe["cast_bwd_s"]
         moe_elem_f = attn["elem_fwd_s"] + moe["elem_fwd_s"]
-        moe_fwd = moe_gemm_f + attn["core_fwd_s"] + moe_elem_f
+        moe_fwd = moe_gemm_f + moe_cast_f + attn["core_fwd_s"] + moe_elem_f
         dispatch = moe_costs.moe_dispatch_bytes(tokens / tp, model.moe.top_k, h, rates.act_bytes)
         a2a = moe_costs.moe_all_to_all_time_s(dispatch, ep, etp, cluster, eff,
                                              overlap=1.0 - eff.exposed_ep_fraction,
@@ -116,6 +122,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         # per average layer of a stage: dense and MoE layers weighted by their share
         layer_fwd = (1 - moe_share) * layer_fwd + moe_share * moe_fwd
         gemm_f = (1 - moe_share) * gemm_f + moe_share * moe_gemm_f
+        cast_b = (1 - moe_share) * cast_b + moe_share * moe_cast_b
         elem_f = (1 - moe_share) * elem_f + moe_share * moe_elem_f
         recompute = (1 - moe_share) * recompute + moe_share * (moe_rec + np.where(rc == 2, a2a["fwd_exposed_s"], 0.0))
         a2a_fwd = moe_share * a2a["fwd_exposed_s"]
@@ -147,14 +154,16 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     cp_fwd = cpc["fwd_exposed_s"] + a2a_fwd
     cp_bwd = cpc["bwd_exposed_s"] + a2a_bwd
     layer_w = gemm_f                                  # weight-gradient GEMMs
-    layer_b = gemm_f + attn["core_bwd_s"] + 2.0 * elem_f  # input-gradient part
+    layer_b = gemm_f + cast_b + attn["core_bwd_s"] + 2.0 * elem_f  # input-gradient part
 
     layer_total = (layer_fwd + layer_b + layer_w + recompute + tp_exposed_f + tp_exposed_b
                    + tp_exposed_r + cp_fwd + cp_bwd)
 
     # ---- the slowest stage ----------------------------------------------------------------
     layers_stage = np.ceil(model.num_layers / pp)
-    head = layer_costs.lm_head_costs(model, rates, tokens, tp)
+    # the output layer stays in 16-bit under the low-precision recipes (cost_models.low_precision)
+    head_rates = compute_rates(gpu, eff, sixteen_bit_dtype(gpu)) if low_precision else rates
+    head = layer_costs.lm_head_costs(model, head_rates, tokens, tp)
     emb = layer_costs.embedding_costs(model, rates, tokens)
     ends = head["fwd_s"] + head["bwd_s"] + np.where(pp == 1, emb["fwd_s"] + emb["bwd_s"], 0.0)
     # scatter/gather optimisation: each TP rank sends 1/tp of the activation across stages and

@@ -315,6 +315,25 @@ def test_cast_bytes_per_gemm_mxfp8_by_pass():
         lp.cast_bytes_per_gemm(1, 1, 1, "fp8", "forward")
 
 
+def test_linear_cast_bytes_of_a_gated_mlp_by_pass():
+    from cost_models.layer_costs import linear_cast_bytes, mlp_gemm_shapes
+    # Llama-3-70B MLP on one GPU, 4096 tokens: up+gate (57344, 8192), down (8192, 28672)
+    shapes = mlp_gemm_shapes(8192, 28672, True, 1)
+    fp8 = linear_cast_bytes(4096, shapes, "fp8", [True, True], [True, False])
+    # fused producers (norm, activation) write the two 1-byte FP8 copies instead of 2 bf16
+    # bytes: nothing extra; weights 4 B each (read 2, write 1 + transposed 1); the down
+    # projection's output gradient quantised alone: 4096 * 8192 * 4 B
+    assert float(fp8["fprop"]) == 0.0
+    assert float(fp8["weights"]) == (8192 * 57344 + 28672 * 8192) * 4.0
+    assert float(fp8["dgrad"]) == 4096 * 8192 * 4.0
+    mx = linear_cast_bytes(4096, shapes, "mxfp8", [True, False], [False, False])
+    # MXFP8 copies carry 1/32 byte of scale per element: fused extra 2 * 1.03125 - 2 = 0.0625
+    assert float(mx["fprop"]) == 4096 * 8192 * 0.0625 + 4096 * 28672 * 4.0625
+    assert float(mx["dgrad"]) == (4096 * 57344 + 4096 * 8192) * 4.0625
+    bf16 = linear_cast_bytes(4096, shapes, "bf16", [False, False], [False, False])
+    assert all(float(v) == 0.0 for v in bf16.values())
+
+
 def test_weight_copies_and_op_table():
     assert lp.weight_copy_bytes_per_param("fp8") == 2.0
     assert lp.weight_copy_bytes_per_param("fp8", transposed_copy=False) == 1.0
