@@ -15,9 +15,11 @@ Step time (per optimizer step, seconds), for the slowest pipeline stage:
 The straggler wait is ``EfficiencyModel.sync_skew_fraction`` x the step's compute on jobs of
 more than one rank (0 on the GPU generations; measured on CPU hosts by ``paraplan calibrate``).
 
-Exposed DP communication: with ``overlap_grad_reduce`` (``overlap_param_gather``) the traffic
-runs under the step's compute; the generation's fitted ``exposed_dp_fraction`` of it stays
-exposed (last bucket, contention), and never less than what exceeds the compute.
+Exposed DP communication: with ``overlap_grad_reduce`` the gradient buckets reduce under the
+last micro-batch's backward (the only one after which gradients are final); with
+``overlap_param_gather`` the distributed optimizer's parameter all-gather runs under the first
+micro-batch's forward. The generation's fitted ``exposed_dp_fraction`` of the traffic stays
+exposed (last bucket, contention), and never less than what exceeds that one pass.
 """
 from __future__ import annotations
 
@@ -243,15 +245,18 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         e_rs = e_ar = e_ag = 0.0
     grad_comm = np.where(zero == 0, grad_ar + e_ar, np.where(zero <= 2, grad_rs + e_rs, 0.0))
     gather_comm = np.where((zero == 1) | (zero == 2), param_ag + e_ag, 0.0)
-    # overlapped DP traffic runs under the backward (gradients) and forward (gathers) of the
-    # step; the generation's fitted fraction of it stays exposed, but never less than what
-    # exceeds the whole step's compute
-    window = m * layers_stage * (layer_fwd + layer_b + layer_w)
+    # overlapped DP traffic: gradients are final only after the last micro-batch, so their
+    # bucketed reduction runs under that micro-batch's backward; the distributed optimizer's
+    # parameter all-gather runs under the first micro-batch's forward (Megatron-Core
+    # overlap_grad_reduce / overlap_param_gather). The generation's fitted fraction stays
+    # exposed, but never less than what exceeds that one pass of the stage
+    grad_window = layers_stage * (layer_b + layer_w)
+    gather_window = layers_stage * layer_fwd
     x = eff.exposed_dp_fraction
     exposed_grad = np.where(batch.overlap_grad_reduce,
-                            np.maximum(x * grad_comm, grad_comm - window), grad_comm)
+                            np.maximum(x * grad_comm, grad_comm - grad_window), grad_comm)
     exposed_gather = np.where(batch.overlap_param_gather,
-                              np.maximum(x * gather_comm, gather_comm - window), gather_comm)
+                              np.maximum(x * gather_comm, gather_comm - gather_window), gather_comm)
     dp_exposed = exposed_grad + exposed_gather
 
     opt_params = params_local / np.where(zero >= 1, dp_group, 1.0) + expert_local / np.where(zero >= 1, edp, 1.0)

@@ -89,6 +89,24 @@ def test_interleaving_divides_the_bubble_by_vpp():
     assert 0.45 < ratio < 0.55
 
 
+def test_gradient_reduction_hides_only_under_the_last_backward():
+    """Gradients are final only after the last micro-batch, so the bucketed reduction overlaps
+    that micro-batch's backward and no more: with no fitted exposed share, what shows is the
+    reduction minus one backward of the stage, the same for 4 or 16 micro-batches."""
+    cluster = load_cluster("dgx-a100-80gb")
+    eff = replace(efficiency_for_cluster(cluster), exposed_dp_fraction=0.0)
+    shown = []
+    for m in (4, 16):
+        r = simulate(GPT_22B, cluster, ParallelConfig(dp=16, tp=1, pp=1, micro_batch=1, global_batch=16 * m),
+                     efficiency=eff)
+        backward = GPT_22B.num_layers * r.layer_bwd_s
+        expected = max(0.0, r.extras["dp_comm_total_s"] - backward)
+        assert expected > 0                      # 22B of fp32 gradients over 2 nodes: not hidden
+        assert r.time_breakdown_s["dp_comm_exposed_s"] == pytest.approx(expected, rel=1e-9)
+        shown.append(r.time_breakdown_s["dp_comm_exposed_s"])
+    assert shown[0] == pytest.approx(shown[1], rel=1e-9)
+
+
 @pytest.mark.parametrize("kwargs, field", [
     (dict(tp=3), "tp"),                                  # 3 does not divide 64 heads
     (dict(dp=3, tp=8, pp=1, global_batch=6), "dp"),      # 24 GPUs asked, 16 given
