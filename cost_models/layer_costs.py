@@ -164,6 +164,23 @@ def lm_head_costs(model: ModelSpec, rates: ComputeRates, tokens, tp):
             "flops_fwd": 2.0 * tokens * vocab_local * model.hidden_size}
 
 
+def mtp_projection_costs(model: ModelSpec, rates: ComputeRates, tokens, tp):
+    """The projection of one multi-token-prediction module: ``fwd_s``, ``bwd_s``, ``flops_fwd``.
+
+    DeepSeek-V3 report (arXiv 2412.19437), section 2.2: each MTP module normalises the
+    previous depth's hidden state and the next token's embedding, concatenates them and
+    projects 2h -> h (a column-parallel GEMM here, split over ``tp``) before its transformer
+    layer; the two RMSNorms are memory-bound passes over 2h elements per token.
+    """
+    tokens = np.asarray(tokens, dtype=float)
+    tp = np.asarray(tp, dtype=float)
+    h = model.hidden_size
+    gemm = gemm_time_s(tokens, h / tp, 2 * h, rates)
+    norms = memory_bound_time_s(tokens * 2 * h * 2 * rates.act_bytes, rates, 2)
+    return {"fwd_s": gemm + norms, "bwd_s": 2.0 * gemm + 2.0 * norms,
+            "flops_fwd": 2.0 * tokens * (h / tp) * 2 * h}
+
+
 def embedding_costs(model: ModelSpec, rates: ComputeRates, tokens):
     """Input embedding lookup (forward) and gradient scatter (backward) on the first stage."""
     tokens = np.asarray(tokens, dtype=float)

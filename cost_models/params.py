@@ -71,6 +71,24 @@ def lm_head_params(model: ModelSpec) -> int:
     return 0 if model.tied_embeddings else model.vocab_size * model.hidden_size
 
 
+def mtp_projection_params(model: ModelSpec) -> int:
+    """One multi-token-prediction module outside its transformer layer: the 2h x h projection
+    and the two RMSNorms before it (DeepSeek-V3 report, section 2.2); the embedding and the
+    output head are shared with the main model."""
+    h = model.hidden_size
+    return 2 * h * h + 2 * h
+
+
+def mtp_params(model: ModelSpec) -> int:
+    """All multi-token-prediction modules (each: projection + one layer of the model's last
+    kind + a final norm). Not part of ``total_params``: DeepSeek-V3's 671B excludes its
+    14B MTP module (report, section 4.2 / the Hugging Face model card)."""
+    if model.mtp_layers == 0:
+        return 0
+    layer = moe_layer_params(model) if model.num_moe_layers else dense_layer_params(model)
+    return model.mtp_layers * (mtp_projection_params(model) + layer + model.hidden_size)
+
+
 def total_params(model: ModelSpec, active: bool = False) -> int:
     """All parameters (``active=True``: those one token uses, for MoE)."""
     layers = model.num_dense_layers * dense_layer_params(model)

@@ -13,7 +13,8 @@ finds ``llama3.1-405b``.
 File keys mirror the ``ModelSpec`` fields: name (defaults to the file name), num_layers,
 hidden_size, num_heads, num_kv_heads (default num_heads), ffn_hidden_size, vocab_size, seq_len,
 head_dim (default hidden_size / num_heads), gated_mlp, tied_embeddings, sliding_window,
-sliding_window_layer_fraction (default 1 when a window is given), source; optional ``moe:`` mapping with the ``MoESpec`` fields
+sliding_window_layer_fraction (default 1 when a window is given), mtp_layers (default 0),
+source; optional ``moe:`` mapping with the ``MoESpec`` fields
 (num_experts, top_k, expert_ffn_hidden_size, num_shared_experts, ...) and optional ``mla:``
 mapping with the ``MLASpec`` fields (q_lora_rank, kv_lora_rank, qk_nope_head_dim,
 qk_rope_head_dim, v_head_dim). ``description`` and ``notes`` are free text and ignored.
@@ -38,7 +39,7 @@ _FREE_TEXT_KEYS = {"description", "notes"}
 
 _REQUIRED = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size")
 _INT_FIELDS = {"num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
-               "vocab_size", "seq_len", "head_dim", "sliding_window"}
+               "vocab_size", "seq_len", "head_dim", "sliding_window", "mtp_layers"}
 _BOOL_FIELDS = {"gated_mlp", "tied_embeddings"}
 _FLOAT_FIELDS = {"sliding_window_layer_fraction"}
 _STR_FIELDS = {"name", "source"}
@@ -190,7 +191,7 @@ def model_from_dict(data: dict[str, Any], where: str = "model", default_name: st
         elif key == "mla":
             kwargs[key] = _mla_from_dict(value, field)
     kwargs.setdefault("num_kv_heads", kwargs["num_heads"])
-    for key in ("head_dim", "sliding_window"):
+    for key in ("head_dim", "sliding_window", "mtp_layers"):
         if kwargs.get(key, 0) < 0:
             raise InputError(f"{where}.{key}", f"must be >= 0, got {kwargs[key]}")
     if kwargs.get("sliding_window", 0) > 0:

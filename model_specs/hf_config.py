@@ -13,7 +13,8 @@ Supported ``model_type`` families and the keys read (names as in ``transformers`
   shared_expert_intermediate_size, decoder_sparse_step, mlp_only_layers.
 - deepseek_v2, deepseek_v3: + n_routed_experts, num_experts_per_tok, moe_intermediate_size,
   n_shared_experts, first_k_dense_replace, moe_layer_freq, and the multi-latent attention sizes
-  q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim.
+  q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim; num_nextn_predict_layers
+  (multi-token-prediction modules).
 - gpt_oss: + num_local_experts, experts_per_token, sliding_window, layer_types.
 
 Sequence length: a config states the longest context the model supports, not the length it
@@ -233,6 +234,8 @@ def _deepseek(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
                             qk_nope_head_dim=nope, qk_rope_head_dim=rope,
                             v_head_dim=cfg.get_int("v_head_dim"))
     fields["head_dim"] = nope + rope
+    # multi-token-prediction modules shipped with the weights (DeepSeek-V3: 1)
+    fields["mtp_layers"] = cfg.get_int("num_nextn_predict_layers", default=0)
     if cfg.has("n_routed_experts"):
         first_k = cfg.get_int("first_k_dense_replace", default=0)
         freq = cfg.get_int("moe_layer_freq", default=1)

@@ -77,6 +77,9 @@ class ModelSpec:
         mla: multi-latent attention sizes, or None for standard attention.
         sliding_window: attention window in tokens for windowed layers (0 = full attention).
         sliding_window_layer_fraction: fraction of layers that use the window.
+        mtp_layers: multi-token-prediction modules trained alongside (DeepSeek-V3 report,
+            section 2.2: each is a projection, one transformer layer and a pass through the
+            shared output head, on the last pipeline stage); 0 = none.
     """
 
     name: str
@@ -94,6 +97,7 @@ class ModelSpec:
     mla: MLASpec | None = None
     sliding_window: int = 0
     sliding_window_layer_fraction: float = 0.0
+    mtp_layers: int = 0
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -112,6 +116,8 @@ class ModelSpec:
         if self.num_heads % self.num_kv_heads:
             raise InputError("model.num_kv_heads", f"num_heads {self.num_heads} is not a multiple of "
                              f"num_kv_heads {self.num_kv_heads}")
+        if not isinstance(self.mtp_layers, int) or isinstance(self.mtp_layers, bool) or self.mtp_layers < 0:
+            raise InputError("model.mtp_layers", f"must be an integer >= 0, got {self.mtp_layers!r}")
         if not 0.0 <= self.sliding_window_layer_fraction <= 1.0:
             raise InputError("model.sliding_window_layer_fraction", "must be in [0, 1]")
 

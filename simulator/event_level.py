@@ -40,13 +40,15 @@ def pipeline_timeline(model: ModelSpec, config: ParallelConfig, report: StepRepo
     m = report.num_microbatches
     v = config.vpp if config.schedule == Schedule.INTERLEAVED else None
     schedule = make_schedule(config.schedule.value, config.pp, m, v)
-    layers = cell_layers(schedule, model.num_layers)
+    # an MTP module's transformer layer is placed like any other (see simulator.step_model)
+    total_layers = model.num_layers + model.mtp_layers
+    layers = cell_layers(schedule, total_layers)
     w_layer = report.extras["layer_w_s"]
     b_layer = report.layer_bwd_s - w_layer + report.layer_recompute_s
     f = layers * report.layer_fwd_s
     b = layers * b_layer
     w = layers * w_layer
-    layers_stage = math.ceil(model.num_layers / config.pp)
+    layers_stage = math.ceil(total_layers / config.pp)
     per_layer = report.layer_fwd_s + report.layer_bwd_s + report.layer_recompute_s
     accum = report.extras.get("grad_accum_per_microbatch_s", 0.0)
     w = w + accum * layers / layers_stage

@@ -105,6 +105,8 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     elem_f = attn["elem_fwd_s"] + mlp["elem_fwd_s"]
     layer_fwd = gemm_f + cast_f + attn["core_fwd_s"] + elem_f
     recompute = np.where(rc == 2, layer_fwd, np.where(rc == 1, attn["core_fwd_s"], 0.0))
+    # forward FLOPs of one layer of the kind the model ends with (an MTP module repeats it)
+    last_layer_flops = attn["gemm_flops_fwd"] + mlp["gemm_flops_fwd"] + attn["core_flops_fwd"]
     ep, etp = f(batch.ep), f(batch.etp)
     n_moe = float(model.num_moe_layers)
     moe_share = n_moe / model.num_layers          # fraction of a stage's layers that are MoE
@@ -121,6 +123,8 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
                                              overlap=1.0 - eff.exposed_ep_fraction,
                                              load_imbalance=batch.moe_load_imbalance)
         moe_rec = np.where(rc == 2, moe_fwd, np.where(rc == 1, attn["core_fwd_s"], 0.0))
+        if n_moe > 0:
+            last_layer_flops = attn["gemm_flops_fwd"] + moe["gemm_flops_fwd"] + attn["core_flops_fwd"]
         # per average layer of a stage: dense and MoE layers weighted by their share
         layer_fwd = (1 - moe_share) * layer_fwd + moe_share * moe_fwd
         gemm_f = (1 - moe_share) * gemm_f + moe_share * moe_gemm_f
@@ -162,12 +166,21 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
                    + tp_exposed_r + cp_fwd + cp_bwd)
 
     # ---- the slowest stage ----------------------------------------------------------------
-    layers_stage = np.ceil(model.num_layers / pp)
+    n_mtp = float(model.mtp_layers)
+    layers_stage = np.ceil((model.num_layers + n_mtp) / pp)
     # the output layer stays in 16-bit under the low-precision recipes (cost_models.low_precision)
     head_rates = compute_rates(gpu, eff, sixteen_bit_dtype(gpu)) if low_precision else rates
     head = layer_costs.lm_head_costs(model, head_rates, tokens, tp)
     emb = layer_costs.embedding_costs(model, rates, tokens)
     ends = head["fwd_s"] + head["bwd_s"] + np.where(pp == 1, emb["fwd_s"] + emb["bwd_s"], 0.0)
+    # multi-token prediction (DeepSeek-V3 report, section 2.2): each module is a transformer
+    # layer (counted in layers_stage above), a 2h -> h projection and another pass through
+    # the shared LM head. The runs that train it lay the pipeline out with the module in a
+    # slot of its own (Megatron-Core pipeline_model_parallel_layout) so that no stage carries
+    # it on top of a full share of layers: its projection and head work is spread over the
+    # pp stages (exact at pp = 1)
+    mtp_proj = layer_costs.mtp_projection_costs(model, rates, tokens, tp)
+    ends = ends + n_mtp * (mtp_proj["fwd_s"] + mtp_proj["bwd_s"] + head["fwd_s"] + head["bwd_s"]) / pp
     # scatter/gather optimisation: each TP rank sends 1/tp of the activation across stages and
     # the receiver all-gathers it over NVLink (Narayanan et al. 2021, section 4.1)
     p2p_bytes = tokens * h * rates.act_bytes / tp
@@ -186,7 +199,11 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         edp = dp * cp
     first_stage_params = stage_params + params.embedding_params(model) / tp \
         + np.where(pp == 1, params.lm_head_params(model) / tp, 0.0)
-    last_stage_params = stage_params + params.lm_head_params(model) / tp
+    # the last stage also holds the MTP projections and, when it is not the first, its own
+    # copy of the embedding they read (their layers are counted in layers_stage)
+    mtp_params = n_mtp * params.mtp_projection_params(model) / tp \
+        + np.where((pp > 1) & (n_mtp > 0), params.embedding_params(model) / tp, 0.0)
+    last_stage_params = stage_params + params.lm_head_params(model) / tp + mtp_params
     params_local = np.maximum(first_stage_params, last_stage_params)
 
     dp_group = dp * cp
@@ -287,9 +304,13 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         layer_flops_fwd = (1 - moe_share) * layer_flops_fwd + moe_share * moe_flops
     n_gpus = dp * tp * pp * cp
     micro_batches_total = m * dp * cp       # tokens per GPU-microbatch are split by cp
-    model_flops = 3.0 * micro_batches_total * tp * (model.num_layers * layer_flops_fwd + head["flops_fwd"])
+    mtp_flops_fwd = n_mtp * (last_layer_flops + head["flops_fwd"] + mtp_proj["flops_fwd"])
+    model_flops = 3.0 * micro_batches_total * tp * (model.num_layers * layer_flops_fwd + head["flops_fwd"]
+                                                    + mtp_flops_fwd)
     recompute_flops_layer = np.where(rc == 2, layer_flops_fwd, np.where(rc == 1, attn["core_flops_fwd"], 0.0))
-    hardware_flops = model_flops + micro_batches_total * tp * model.num_layers * recompute_flops_layer
+    mtp_recompute_flops = n_mtp * np.where(rc == 2, last_layer_flops, np.where(rc == 1, attn["core_flops_fwd"], 0.0))
+    hardware_flops = model_flops + micro_batches_total * tp * (model.num_layers * recompute_flops_layer
+                                                               + mtp_recompute_flops)
     tokens_per_step = gbs * s
     peak = gpu.peak_flops(batch.dtype)
 

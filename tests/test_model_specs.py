@@ -168,7 +168,7 @@ def test_preset_matches_its_hugging_face_config():
         from_hf = model_from_hf_config(config, name=preset, seq_len=from_yaml.seq_len)
         for field in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size",
                       "vocab_size", "gated_mlp", "tied_embeddings", "moe", "mla", "sliding_window",
-                      "sliding_window_layer_fraction"):
+                      "sliding_window_layer_fraction", "mtp_layers"):
             assert getattr(from_hf, field) == getattr(from_yaml, field), (preset, field)
 
 
@@ -227,6 +227,8 @@ def test_hf_deepseek_v3_config_loads_mla_and_moe_layout():
     assert (spec.moe.num_experts, spec.moe.top_k, spec.moe.num_shared_experts) == (256, 8, 1)
     assert (spec.moe.first_dense_layers, spec.num_moe_layers, spec.moe.dense_ffn_hidden_size) == (3, 58, 18432)
     assert (spec.num_kv_heads, spec.head_dim, spec.seq_len) == (128, 192, 4096)
+    assert spec.mtp_layers == 1                      # num_nextn_predict_layers
+    assert model_from_hf_config({**DEEPSEEK_V3, "num_nextn_predict_layers": 0}).mtp_layers == 0
 
 
 def test_hf_gpt_oss_config_has_half_sliding_window_layers():

@@ -62,6 +62,19 @@ def test_deepseek_v3_total_is_671b_and_active_37b(dsv3):
     assert total_params(dsv3, active=True) == pytest.approx(37e9, rel=0.03)
 
 
+def test_deepseek_v3_mtp_module_by_hand(dsv3):
+    # One MTP module (report section 2.2; HF config num_nextn_predict_layers 1): the 2h x h
+    # projection, its two input RMSNorms, one MoE layer (256 routed + 1 shared expert of 3 x h x
+    # 2048, router, MLA, two norms) and a final norm; embedding and head are shared.
+    from cost_models.params import moe_layer_params, mtp_params
+    h = 7168
+    assert dsv3.mtp_layers == 1
+    assert mtp_params(dsv3) == 2 * h * h + 2 * h + moe_layer_params(dsv3) + h
+    experts = 257 * 3 * h * 2048
+    assert experts < moe_layer_params(dsv3) < experts + 0.3e9     # MLA + router ~0.19B
+    assert total_params(dsv3) == pytest.approx(671e9, rel=0.01)    # the 671B exclude it
+
+
 def test_mixtral_8x7b_total_is_46_7b_and_active_12_9b():
     # Mistral AI: 46.7B total, 12.9B active (2 of 8 experts).
     m = load_model("mixtral-8x7b")

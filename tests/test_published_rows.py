@@ -38,3 +38,27 @@ def test_unstated_precision_on_an_fp8_capable_gpu_is_skipped_not_guessed():
     inputs = row_inputs(_llama31_8b_row(dtype_norm=float("nan"), vocab=128256, gpu_profile="a100-sxm-80gb"))
     assert inputs.config.dtype == "bf16"
     assert "dtype=bf16" in inputs.assumptions
+
+
+def test_deepseek_v3_flop_count_matches_megatron_bridge_with_and_without_mtp():
+    """Megatron-Bridge reports TFLOP/s and tokens/s of the same run; their ratio is the FLOPs
+    per token it counts. Our megatron_core_model_causal count must equal it: 2.60e11 when
+    the run trains the MTP module (unlabelled and 'w/MTP' runs), 2.49e11 for 'w/oMTP'."""
+    import pandas as pd
+    from paraplan.validation.flops_conventions import CONVENTIONS
+    from paraplan.validation.published import read_runs, row_inputs
+    df = read_runs("../shared/validation/published_runs.csv")
+    ds = df[df.run_id.str.contains("DeepSeekV3") & df.dtype_norm.notna()]
+    checked = {"with": 0, "without": 0}
+    for run_id, rows in ds.groupby("run_id"):
+        by_metric = rows.set_index("measured_metric").measured_value
+        if not {"tflops_per_gpu", "tokens_per_s_per_gpu"} <= set(by_metric.index):
+            continue
+        theirs = by_metric["tflops_per_gpu"] * 1e12 / by_metric["tokens_per_s_per_gpu"]
+        row = rows[rows.measured_metric == "tflops_per_gpu"].iloc[0].to_dict()
+        inputs = row_inputs(row)
+        ours = CONVENTIONS[row["flops_convention"]](inputs.model, 1) / inputs.model.seq_len
+        assert ours == pytest.approx(theirs, rel=0.005), run_id
+        checked["with" if inputs.model.mtp_layers else "without"] += 1
+        assert (inputs.model.mtp_layers == 0) == ("w/oMTP" in run_id)
+    assert checked["with"] >= 10 and checked["without"] == 3

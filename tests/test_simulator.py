@@ -70,6 +70,21 @@ def test_recompute_costs_time_and_saves_memory():
     assert full.hardware_flops / full.model_flops == pytest.approx(4 / 3, rel=0.02)
 
 
+def test_an_mtp_module_adds_a_layer_a_projection_and_a_head_pass():
+    """Multi-token prediction (DeepSeek-V3 report, section 2.2) on a dense model: the FLOPs
+    added equal one more layer (the L+1-layer model's extra) plus 3 x (2 h V) for the shared
+    head and 3 x (2 x 2h x h) for the projection, per token; the step gets slower."""
+    cluster = load_cluster("dgx-a100-80gb")
+    cfg = ParallelConfig(dp=1, tp=8, pp=1, micro_batch=2, global_batch=8)
+    base = simulate(GPT_22B, cluster, cfg)
+    deeper = simulate(replace(GPT_22B, num_layers=GPT_22B.num_layers + 1), cluster, cfg)
+    mtp = simulate(replace(GPT_22B, mtp_layers=1), cluster, cfg)
+    h, V, tokens = GPT_22B.hidden_size, GPT_22B.vocab_size, 8 * GPT_22B.seq_len
+    extra = (deeper.model_flops - base.model_flops) + 3 * tokens * (2 * h * V + 2 * 2 * h * h)
+    assert mtp.model_flops - base.model_flops == pytest.approx(extra, rel=1e-9)
+    assert mtp.step_time_s > deeper.step_time_s > base.step_time_s
+
+
 def test_pipeline_bubble_matches_1f1b_closed_form():
     cluster = load_cluster("dgx-a100-80gb")
     r = simulate(GPT_22B, cluster, ParallelConfig(dp=1, tp=8, pp=4, micro_batch=1, global_batch=16),

@@ -31,7 +31,9 @@ def _megatron_core(m: ModelSpec, B: float, causal: bool) -> float:
     """Megatron-Core model FLOPs: 12 B s l h^2 [(1 + g/a + s/h)(a d / h) + k (f/h) mult + V/(2 l h)].
 
     MoE layers count the top-k routed plus shared experts; dense layers their own FFN; MLA
-    counts its own projections (DeepSeek-V2 section 2.1) in place of the first term.
+    counts its own projections (DeepSeek-V2 section 2.1) in place of the first term. Each
+    multi-token-prediction module adds one layer of the last kind, its 2h -> h projection
+    (12 B s h^2 for 6 x 2h^2 parameters x tokens) and another output layer (6 B s h V).
     """
     s, l, h, V = m.seq_len, m.num_layers, m.hidden_size, m.vocab_size
     a, g, d = m.num_heads, m.num_kv_heads, m.head_dim
@@ -53,9 +55,12 @@ def _megatron_core(m: ModelSpec, B: float, causal: bool) -> float:
         dense_f = moe.dense_ffn_hidden_size or m.ffn_hidden_size
         dense_term = dense_f / h * mult
         mlp = (m.num_moe_layers * moe_term + m.num_dense_layers * dense_term) / l
+        last_mlp = moe_term if m.num_moe_layers else dense_term
     else:
-        mlp = m.ffn_hidden_size / h * mult
-    return 12.0 * B * s * l * h * h * (attn + mlp + V / (2.0 * l * h))
+        mlp = last_mlp = m.ffn_hidden_size / h * mult
+    main = 12.0 * B * s * l * h * h * (attn + mlp + V / (2.0 * l * h))
+    mtp = m.mtp_layers * 12.0 * B * s * h * h * (attn + last_mlp + 1.0 + V / (2.0 * h))
+    return main + mtp
 
 
 def megatron_core_model(m: ModelSpec, B: float) -> float:

@@ -190,6 +190,11 @@ def row_inputs(row) -> RowInputs:
             model = replace(model, moe=replace(model.moe, num_experts=_lead_int(row, "moe_experts") or model.moe.num_experts,
                                                top_k=_int(row, "moe_topk") or model.moe.top_k,
                                                first_dense_layers=first_dense))
+        if model.mtp_layers and _says_without_mtp(row):
+            model = replace(model, mtp_layers=0)
+            assumptions.append("mtp_layers=0 (the run is labelled without MTP)")
+        elif model.mtp_layers:
+            assumptions.append(f"mtp_layers={model.mtp_layers} from preset {preset.name}")
         try:
             model = replace(model)    # re-validate
         except InputError as exc:
@@ -215,6 +220,13 @@ def row_inputs(row) -> RowInputs:
     except InputError as exc:
         raise Skip(f"architecture invalid: {exc}") from None
     return _config_inputs(row, model, needed, metric, conv, gpu, assumptions)
+
+
+def _says_without_mtp(row) -> bool:
+    """Whether the row's model or run name labels the run as trained without its
+    multi-token-prediction modules (Megatron-Bridge writes 'w/oMTP')."""
+    text = (_str(row, "model") + " " + _str(row, "run_id")).lower().replace(" ", "")
+    return "w/omtp" in text or "withoutmtp" in text or "nomtp" in text
 
 
 def _preset_for(row) -> ModelSpec:
