@@ -62,3 +62,25 @@ def test_deepseek_v3_flop_count_matches_megatron_bridge_with_and_without_mtp():
         checked["with" if inputs.model.mtp_layers else "without"] += 1
         assert (inputs.model.mtp_layers == 0) == ("w/oMTP" in run_id)
     assert checked["with"] >= 10 and checked["without"] == 3
+
+
+def test_gpt_oss_flop_count_matches_megatron_bridge_from_26_06():
+    """From release 26.06 Megatron-Bridge counts GPT-OSS 120B with its gated MLP and its
+    sliding-window layers (window 128 on every other layer): 3.26e10 FLOPs per token,
+    which our convention reproduces; the earlier releases' 2.72e10 per token (plain MLP,
+    full attention everywhere) is 17% below the model's FLOPs."""
+    from paraplan.validation.flops_conventions import CONVENTIONS
+    from paraplan.validation.published import read_runs, row_inputs
+    df = read_runs("../shared/validation/published_runs.csv")
+    oss = df[df.run_id.str.contains("GPTOSS120B") & df.dtype_norm.notna()]
+    ratios = {}
+    for run_id, rows in oss.groupby("run_id"):
+        by_metric = rows.set_index("measured_metric").measured_value
+        theirs = by_metric["tflops_per_gpu"] * 1e12 / by_metric["tokens_per_s_per_gpu"]
+        row = rows[rows.measured_metric == "tflops_per_gpu"].iloc[0].to_dict()
+        inputs = row_inputs(row)
+        ratios[run_id] = CONVENTIONS[row["flops_convention"]](inputs.model, 1) / inputs.model.seq_len / theirs
+    new = [r for k, r in ratios.items() if k.startswith(("MBRIDGE-26.06", "MBRIDGE-26.08"))]
+    old = [r for k, r in ratios.items() if not k.startswith(("MBRIDGE-26.06", "MBRIDGE-26.08"))]
+    assert len(new) == 4 and all(r == pytest.approx(1.0, abs=0.005) for r in new)
+    assert len(old) == 13 and all(r == pytest.approx(1.20, abs=0.01) for r in old)

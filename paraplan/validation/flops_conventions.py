@@ -34,11 +34,20 @@ def _megatron_core(m: ModelSpec, B: float, causal: bool) -> float:
     counts its own projections (DeepSeek-V2 section 2.1) in place of the first term. Each
     multi-token-prediction module adds one layer of the last kind, its 2h -> h projection
     (12 B s h^2 for 6 x 2h^2 parameters x tokens) and another output layer (6 B s h V).
+    Sliding-window layers count at most the window's keys per query in the score term (how
+    Megatron-Bridge counts GPT-OSS from release 26.06; earlier releases counted its gated
+    MLP as a plain one and every layer as full attention, 17% fewer FLOPs, and their
+    TFLOP/s rows cannot be converted exactly).
     """
     s, l, h, V = m.seq_len, m.num_layers, m.hidden_size, m.vocab_size
     a, g, d = m.num_heads, m.num_kv_heads, m.head_dim
     mult = 1.5 if m.gated_mlp else 1.0
-    score = s / h / (2.0 if causal else 1.0)
+    keys = s / (2.0 if causal else 1.0)      # keys each query attends to, on average
+    if m.sliding_window:
+        # windowed layers (GPT-OSS: every other one) attend to at most the window
+        frac = m.sliding_window_layer_fraction
+        keys = (1.0 - frac) * keys + frac * min(keys, m.sliding_window)
+    score = keys / h
     if m.mla is not None:
         ml = m.mla
         qk = ml.qk_nope_head_dim + ml.qk_rope_head_dim
