@@ -34,10 +34,17 @@ from model_specs.model_spec import ModelSpec
 from simulator.config_batch import SCHEDULE_CODES, ConfigBatch
 from simulator.parallel_config import Schedule
 
-#: bytes the fused Adam step reads and writes per local parameter (fp32 weight, grad, m, v
-#: read; weight, m, v written; 16-bit copy written).
-ADAM_STEP_BYTES_PER_PARAM = 30.0
-#: the same in pure fp32 training: the weights are the master copy, no 16-bit copy is written
+#: HBM bytes the optimizer step moves per local parameter in mixed-precision training, as
+#: Megatron's optimizer runs it: fused Adam (fp32 weight, grad, m, v read; weight, m, v
+#: written: 28), the gradient-norm pass for clipping (fp32 grad read: 4), the copy of the
+#: fp32 master weights into the 16-bit model weights (read 4, write 2) and zeroing the fp32
+#: gradient buffer for the next step (write 4).
+ADAM_STEP_BYTES_PER_PARAM = 42.0
+#: fp16 adds loss-scale unscaling with the inf/NaN check, in place over the fp32 gradients
+#: (read 4, write 4)
+ADAM_STEP_BYTES_PER_PARAM_FP16 = 50.0
+#: pure fp32 training (torch.optim.Adam on the CPU runs): the weights are the master copy, no
+#: 16-bit copy, no clipping
 ADAM_STEP_BYTES_PER_PARAM_FP32 = 28.0
 #: gradients are reduced in fp32 (Megatron's main-grad buffers) except under ZeRO-3, which
 #: reduce-scatters in the 16-bit parameter dtype (DeepSpeed ZeRO-3, FSDP mixed precision).
@@ -277,7 +284,8 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     dp_exposed = exposed_grad + exposed_gather
 
     opt_params = params_local / np.where(zero >= 1, dp_group, 1.0) + expert_local / np.where(zero >= 1, edp, 1.0)
-    adam_bytes = ADAM_STEP_BYTES_PER_PARAM_FP32 if batch.dtype == "fp32" else ADAM_STEP_BYTES_PER_PARAM
+    adam_bytes = {"fp32": ADAM_STEP_BYTES_PER_PARAM_FP32,
+                  "fp16": ADAM_STEP_BYTES_PER_PARAM_FP16}.get(batch.dtype, ADAM_STEP_BYTES_PER_PARAM)
     opt_fraction = eff.optimizer_hbm_fraction or eff.hbm_fraction
     optimizer = opt_params * adam_bytes / (cluster.gpu.hbm_bw_bytes_per_s * opt_fraction)
 
