@@ -19,6 +19,14 @@ from model_specs.model_spec import ModelSpec
 #: ``hidden`` activation elements: two norms (read + write: 4) and two fused
 #: bias-dropout-residual adds (read 2, write 1, 1-byte mask = 0.5: 7).
 REPLICATED_ELEMENTWISE_UNITS = 11.0
+#: the same parts in backward: two norm backwards (read the output gradient and the saved
+#: input, write the input gradient: 6) and two dropout backwards (read the gradient and the
+#: mask, write: 5; the residual branch passes the gradient on untouched). Equal to forward.
+REPLICATED_ELEMENTWISE_UNITS_BWD = 11.0
+#: activation-function traffic per token in units of ``ffn`` elements, forward / backward:
+#: plain (GeLU): read x, write y / read dy and x, write dx; gated (SwiGLU): read gate and up,
+#: write y / read dy, gate and up, write both gradients.
+ACTIVATION_UNITS = {False: (2.0, 3.0), True: (3.0, 5.0)}
 #: kernels per layer outside the GEMMs and attention (norms, activation, adds, rotary, casts).
 ELEMENTWISE_KERNELS_FWD = 8.0
 
@@ -94,7 +102,7 @@ def _cast_times(cast_bytes: dict, rates: ComputeRates) -> dict:
 def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len, tp, sp):
     """Forward/backward seconds and FLOPs of one attention block (no communication).
 
-    Returns a dict with ``gemm_fwd_s``, ``core_fwd_s``, ``core_bwd_s``, ``elem_fwd_s``,
+    Returns a dict with ``gemm_fwd_s``, ``core_fwd_s``, ``core_bwd_s``, ``elem_fwd_s``, ``elem_bwd_s``,
     ``gemm_flops_fwd``, ``core_flops_fwd`` and the quantisation times ``cast_fwd_s``,
     ``cast_bwd_s``, ``weight_cast_s`` (``linear_cast_bytes``: every projection but the output
     one reads a norm's output; the output projection's input and all output gradients come
@@ -115,14 +123,17 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
                                       model.sliding_window, model.sliding_window_layer_fraction)
     core_fwd, core_bwd = attention_time_s(core_flops, rates)
     split = np.where(sp, tp, 1.0)
-    elem_bytes = tokens * model.hidden_size * rates.act_bytes * (REPLICATED_ELEMENTWISE_UNITS / 2) / split
-    elem_fwd = memory_bound_time_s(elem_bytes, rates, ELEMENTWISE_KERNELS_FWD / 2)
+    row = tokens * model.hidden_size * rates.act_bytes / split
+    elem_fwd = memory_bound_time_s(row * REPLICATED_ELEMENTWISE_UNITS / 2, rates, ELEMENTWISE_KERNELS_FWD / 2)
+    elem_bwd = memory_bound_time_s(row * REPLICATED_ELEMENTWISE_UNITS_BWD / 2, rates, ELEMENTWISE_KERNELS_FWD / 2)
     return {"gemm_fwd_s": gemm_fwd, "core_fwd_s": core_fwd, "core_bwd_s": core_bwd,
-            "elem_fwd_s": elem_fwd, "gemm_flops_fwd": gemm_flops, "core_flops_fwd": core_flops, **casts}
+            "elem_fwd_s": elem_fwd, "elem_bwd_s": elem_bwd, "gemm_flops_fwd": gemm_flops,
+            "core_flops_fwd": core_flops, **casts}
 
 
 def dense_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, ffn=None):
-    """Forward seconds and FLOPs of one dense MLP block: ``gemm_fwd_s``, ``elem_fwd_s``,
+    """Forward seconds and FLOPs of one dense MLP block: ``gemm_fwd_s``, ``elem_fwd_s`` (and the
+    element-wise kernels' backward, ``elem_bwd_s``),
     ``gemm_flops_fwd`` and the quantisation times ``cast_fwd_s``, ``cast_bwd_s``,
     ``weight_cast_s`` (the up projection reads the norm's output, the down projection the
     activation function's, and the up projection's output gradient comes from the activation
@@ -138,11 +149,14 @@ def dense_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, ffn=N
     for n, k in shapes:
         gemm_fwd = gemm_fwd + gemm_time_s(tokens, n, k, rates)
         flops = flops + 2.0 * tokens * n * k
-    act_units = (3.0 if model.gated_mlp else 2.0) * ffn / tp
+    act_fwd, act_bwd = ACTIVATION_UNITS[bool(model.gated_mlp)]
     split = np.where(sp, tp, 1.0)
-    elem_bytes = tokens * rates.act_bytes * (act_units + model.hidden_size * (REPLICATED_ELEMENTWISE_UNITS / 2) / split)
-    elem_fwd = memory_bound_time_s(elem_bytes, rates, ELEMENTWISE_KERNELS_FWD / 2)
-    return {"gemm_fwd_s": gemm_fwd, "elem_fwd_s": elem_fwd, "gemm_flops_fwd": flops, **casts}
+    replicated = model.hidden_size / split
+    elem_fwd = memory_bound_time_s(tokens * rates.act_bytes * (act_fwd * ffn / tp + replicated * REPLICATED_ELEMENTWISE_UNITS / 2),
+                                   rates, ELEMENTWISE_KERNELS_FWD / 2)
+    elem_bwd = memory_bound_time_s(tokens * rates.act_bytes * (act_bwd * ffn / tp + replicated * REPLICATED_ELEMENTWISE_UNITS_BWD / 2),
+                                   rates, ELEMENTWISE_KERNELS_FWD / 2)
+    return {"gemm_fwd_s": gemm_fwd, "elem_fwd_s": elem_fwd, "elem_bwd_s": elem_bwd, "gemm_flops_fwd": flops, **casts}
 
 
 #: bytes per logit of the fused vocab-parallel cross-entropy (fp32 logits: max, exp-sum,

@@ -33,7 +33,8 @@ import numpy as np
 
 from cost_models import memory
 from cost_models.compute import ACT_BYTES, ComputeRates, gemm_time_s, memory_bound_time_s
-from cost_models.layer_costs import (ELEMENTWISE_KERNELS_FWD, REPLICATED_ELEMENTWISE_UNITS, linear_cast_bytes,
+from cost_models.layer_costs import (ACTIVATION_UNITS, ELEMENTWISE_KERNELS_FWD, REPLICATED_ELEMENTWISE_UNITS,
+                                     REPLICATED_ELEMENTWISE_UNITS_BWD, linear_cast_bytes,
                                      mlp_gemm_shapes)
 from cost_models.params import attention_params, expert_params_per_moe_layer, mlp_params
 from cost_models.topology import group_collective_time_s
@@ -44,6 +45,9 @@ from model_specs.model_spec import ModelSpec
 #: fp32 router work per (token, expert) logit in forward: write logits (4), softmax/sigmoid
 #: read + write (8), top-k read (4); bytes.
 ROUTER_BYTES_PER_LOGIT_FWD = 16.0
+#: fp32 router backward per logit: read the probabilities and their gradient, write the
+#: logits' gradient; bytes.
+ROUTER_BYTES_PER_LOGIT_BWD = 12.0
 #: router state kept for backward per logit: fp32 logits/scores and fp32 probabilities.
 ROUTER_BYTES_PER_LOGIT_SAVED = 8.0
 #: memory-bound kernels of one MoE block's forward besides the GEMMs: router (softmax, top-k,
@@ -181,14 +185,25 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
     split = np.where(sp, tp, 1.0)
     row_bytes = h * rates.act_bytes
     sort = np.where(local_experts > 1, 1.0, 0.0)
-    elem_bytes = (routed * E * ROUTER_BYTES_PER_LOGIT_FWD
-                  + 2.0 * routed * k * row_bytes                          # permute
-                  + 2.0 * 2.0 * sort * rows * row_bytes                   # sort + unsort
-                  + rows * up * f_exp / etp * rates.act_bytes                   # activation function
+    act_fwd, act_bwd = ACTIVATION_UNITS[bool(model.gated_mlp)]
+    moves = (2.0 * routed * k * row_bytes                                 # permute
+             + 2.0 * 2.0 * sort * rows * row_bytes)                       # sort + unsort
+    elem_bytes = (routed * E * ROUTER_BYTES_PER_LOGIT_FWD + moves
+                  + rows * act_fwd * f_exp / etp * rates.act_bytes        # activation function
                   + (k + 1.0) * routed * row_bytes                        # unpermute (weighted sum)
-                  + tokens * up * f_sh / tp * rates.act_bytes                   # shared experts' activation
+                  + tokens * act_fwd * f_sh / tp * rates.act_bytes        # shared experts' activation
                   + tokens * row_bytes * (REPLICATED_ELEMENTWISE_UNITS / 2) / split)
+    # backward: the router's score gradient (read probabilities and their gradient, write the
+    # logits' gradient), the same row moves in reverse, the activation's backward, and the
+    # weighted sum's (read the output gradient and the k rows for the weights' gradient,
+    # write k row gradients)
+    elem_bwd_bytes = (routed * E * ROUTER_BYTES_PER_LOGIT_BWD + moves
+                      + rows * act_bwd * f_exp / etp * rates.act_bytes
+                      + (2.0 * k + 1.0) * routed * row_bytes
+                      + tokens * act_bwd * f_sh / tp * rates.act_bytes
+                      + tokens * row_bytes * (REPLICATED_ELEMENTWISE_UNITS_BWD / 2) / split)
     elem_s = memory_bound_time_s(elem_bytes, rates, MOE_ELEMENTWISE_KERNELS_FWD)
+    elem_bwd_s = memory_bound_time_s(elem_bwd_bytes, rates, MOE_ELEMENTWISE_KERNELS_FWD)
 
     out = {
         "gemm_fwd_s": router_s + expert_s + shared_s,
@@ -196,6 +211,7 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
         "shared_gemm_fwd_s": shared_s,
         "router_fwd_s": router_s,
         "elem_fwd_s": elem_s,
+        "elem_bwd_s": elem_bwd_s,
         "cast_fwd_s": casts["fprop"] / rates.hbm_bytes_per_s,
         "cast_bwd_s": casts["dgrad"] / rates.hbm_bytes_per_s,
         "weight_cast_s": casts["weights"] / rates.hbm_bytes_per_s,

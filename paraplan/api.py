@@ -598,12 +598,13 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     # (RMSNorm 4, residual add 1, SwiGLU 5 / GeLU 8), since the cost model times them by bytes only.
     attn = attention_block_costs(model_spec, rates, tokens, model_spec.seq_len, tp, True)
     mlp = dense_mlp_costs(model_spec, rates, tokens, tp, True, ffn=ffn)
-    elem_s = float(attn["elem_fwd_s"] + mlp["elem_fwd_s"])
-    elem_bytes = (elem_s - ELEMENTWISE_KERNELS_FWD * rates.kernel_overhead_s) * rates.hbm_bytes_per_s
     elem_flops = tokens * (2 * (4 + 1) * model_spec.hidden_size / tp
                            + (5.0 if model_spec.gated_mlp else 8.0) * ffn / tp)
-    rows.append({"op": "norms, residual adds, activation", "pass": "forward", "m": np.nan, "n": np.nan,
-                 "k": np.nan, "flops": elem_flops, "bytes": elem_bytes, "time_s": elem_s})
+    for pass_, key, flops in (("forward", "elem_fwd_s", elem_flops), ("backward", "elem_bwd_s", 2.0 * elem_flops)):
+        elem_s = float(attn[key] + mlp[key])
+        elem_bytes = (elem_s - ELEMENTWISE_KERNELS_FWD * rates.kernel_overhead_s) * rates.hbm_bytes_per_s
+        rows.append({"op": "norms, residual adds, activation", "pass": pass_, "m": np.nan, "n": np.nan,
+                     "k": np.nan, "flops": flops, "bytes": elem_bytes, "time_s": elem_s})
     for pass_, key in (("forward", "cast_fwd_s"), ("backward", "cast_bwd_s")):
         cast_s = float(attn[key] + mlp[key])
         if cast_s > 0:     # low-precision GEMMs: quantisation kernels (layer_costs.linear_cast_bytes)

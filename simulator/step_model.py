@@ -110,6 +110,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     cast_f = attn["cast_fwd_s"] + mlp["cast_fwd_s"] + (attn["weight_cast_s"] + mlp["weight_cast_s"]) / m
     cast_b = attn["cast_bwd_s"] + mlp["cast_bwd_s"]
     elem_f = attn["elem_fwd_s"] + mlp["elem_fwd_s"]
+    elem_b = attn["elem_bwd_s"] + mlp["elem_bwd_s"]
     layer_fwd = gemm_f + cast_f + attn["core_fwd_s"] + elem_f
     recompute = np.where(rc == 2, layer_fwd, np.where(rc == 1, attn["core_fwd_s"], 0.0))
     # forward FLOPs of one layer of the kind the model ends with (an MTP module repeats it)
@@ -124,6 +125,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         moe_cast_f = attn["cast_fwd_s"] + moe["cast_fwd_s"] + (attn["weight_cast_s"] + moe["weight_cast_s"]) / m
         moe_cast_b = attn["cast_bwd_s"] + moe["cast_bwd_s"]
         moe_elem_f = attn["elem_fwd_s"] + moe["elem_fwd_s"]
+        moe_elem_b = attn["elem_bwd_s"] + moe["elem_bwd_s"]
         moe_fwd = moe_gemm_f + moe_cast_f + attn["core_fwd_s"] + moe_elem_f
         dispatch = moe_costs.moe_dispatch_bytes(tokens / tp, model.moe.top_k, h, rates.act_bytes)
         a2a = moe_costs.moe_all_to_all_time_s(dispatch, ep, etp, cluster, eff,
@@ -137,6 +139,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         gemm_f = (1 - moe_share) * gemm_f + moe_share * moe_gemm_f
         cast_b = (1 - moe_share) * cast_b + moe_share * moe_cast_b
         elem_f = (1 - moe_share) * elem_f + moe_share * moe_elem_f
+        elem_b = (1 - moe_share) * elem_b + moe_share * moe_elem_b
         recompute = (1 - moe_share) * recompute + moe_share * (moe_rec + np.where(rc == 2, a2a["fwd_exposed_s"], 0.0))
         a2a_fwd = moe_share * a2a["fwd_exposed_s"]
         a2a_bwd = moe_share * a2a["bwd_exposed_s"]
@@ -167,7 +170,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     cp_fwd = cpc["fwd_exposed_s"] + a2a_fwd
     cp_bwd = cpc["bwd_exposed_s"] + a2a_bwd
     layer_w = gemm_f                                  # weight-gradient GEMMs
-    layer_b = gemm_f + cast_b + attn["core_bwd_s"] + 2.0 * elem_f  # input-gradient part
+    layer_b = gemm_f + cast_b + attn["core_bwd_s"] + elem_b  # input-gradient part
 
     layer_total = (layer_fwd + layer_b + layer_w + recompute + tp_exposed_f + tp_exposed_b
                    + tp_exposed_r + cp_fwd + cp_bwd)

@@ -356,3 +356,27 @@ def test_weight_copies_and_op_table():
     for recipe in ("fp8", "mxfp8", "nvfp4"):
         assert lp.OP_DTYPES[recipe]["attention_core"].startswith("bf16")
         assert lp.OP_DTYPES[recipe]["optimizer"].startswith("fp32")
+
+
+# ---- element-wise kernels ----------------------------------------------------------------------
+
+def test_elementwise_bytes_per_pass_by_hand(rates):
+    """Per token, in 2-byte elements: the norm and residual-dropout kernels move 11 h forward
+    and 11 h backward (two norms 2 h / 3 h, two dropout-adds 3.5 h / 2.5 h), split by tp under
+    SP; a SwiGLU activation moves 3 f / tp forward and 5 f / tp backward (read gradient, gate,
+    up; write both gradients), a GeLU 2 f / tp and 3 f / tp. Toy HBM 3 TB/s, no launch cost."""
+    from cost_models.layer_costs import attention_block_costs, dense_mlp_costs
+    from model_specs import ModelSpec
+    h, f, tokens, tp = 1024, 4096, 2048, 4
+    gated = ModelSpec("g", 2, h, 8, 8, f, 1000, 2048, gated_mlp=True)
+    plain = ModelSpec("p", 2, h, 8, 8, f, 1000, 2048)
+    bw = 3e12
+    for sp, split in ((False, 1), (True, tp)):
+        attn = attention_block_costs(gated, rates, tokens, 2048, tp, sp)
+        assert attn["elem_fwd_s"] == pytest.approx(tokens * 2 * 5.5 * h / split / bw)
+        assert attn["elem_bwd_s"] == pytest.approx(tokens * 2 * 5.5 * h / split / bw)
+        g = dense_mlp_costs(gated, rates, tokens, tp, sp)
+        assert g["elem_fwd_s"] == pytest.approx(tokens * 2 * (3 * f / tp + 5.5 * h / split) / bw)
+        assert g["elem_bwd_s"] == pytest.approx(tokens * 2 * (5 * f / tp + 5.5 * h / split) / bw)
+        p = dense_mlp_costs(plain, rates, tokens, tp, sp)
+        assert p["elem_bwd_s"] == pytest.approx(tokens * 2 * (3 * f / tp + 5.5 * h / split) / bw)
