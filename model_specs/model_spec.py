@@ -79,7 +79,7 @@ class ModelSpec:
         sliding_window_layer_fraction: fraction of layers that use the window.
         mtp_layers: multi-token-prediction modules trained alongside (DeepSeek-V3 report,
             section 2.2: each is a projection, one transformer layer and a pass through the
-            shared output head, on the last pipeline stage); 0 = none.
+            shared output head); 0 = none.
     """
 
     name: str

@@ -113,8 +113,6 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     elem_b = attn["elem_bwd_s"] + mlp["elem_bwd_s"]
     layer_fwd = gemm_f + cast_f + attn["core_fwd_s"] + elem_f
     recompute = np.where(rc == 2, layer_fwd, np.where(rc == 1, attn["core_fwd_s"], 0.0))
-    # forward FLOPs of one layer of the kind the model ends with (an MTP module repeats it)
-    last_layer_flops = attn["gemm_flops_fwd"] + mlp["gemm_flops_fwd"] + attn["core_flops_fwd"]
     ep, etp = f(batch.ep), f(batch.etp)
     n_moe = float(model.num_moe_layers)
     moe_share = n_moe / model.num_layers          # fraction of a stage's layers that are MoE
@@ -132,8 +130,6 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
                                              overlap=1.0 - eff.exposed_ep_fraction,
                                              load_imbalance=batch.moe_load_imbalance)
         moe_rec = np.where(rc == 2, moe_fwd, np.where(rc == 1, attn["core_fwd_s"], 0.0))
-        if n_moe > 0:
-            last_layer_flops = attn["gemm_flops_fwd"] + moe["gemm_flops_fwd"] + attn["core_flops_fwd"]
         # per average layer of a stage: dense and MoE layers weighted by their share
         layer_fwd = (1 - moe_share) * layer_fwd + moe_share * moe_fwd
         gemm_f = (1 - moe_share) * gemm_f + moe_share * moe_gemm_f
@@ -189,8 +185,9 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     # slot of its own (Megatron-Core pipeline_model_parallel_layout) so that no stage carries
     # it on top of a full share of layers: its projection and head work is spread over the
     # pp stages (exact at pp = 1)
-    mtp_proj = layer_costs.mtp_projection_costs(model, rates, tokens, tp)
-    ends = ends + n_mtp * (mtp_proj["fwd_s"] + mtp_proj["bwd_s"] + head["fwd_s"] + head["bwd_s"]) / pp
+    if n_mtp > 0:
+        mtp_proj = layer_costs.mtp_projection_costs(model, rates, tokens, tp)
+        ends = ends + n_mtp * (mtp_proj["fwd_s"] + mtp_proj["bwd_s"] + head["fwd_s"] + head["bwd_s"]) / pp
     # scatter/gather optimisation: each TP rank sends 1/tp of the activation across stages and
     # the receiver all-gathers it over NVLink (Narayanan et al. 2021, section 4.1)
     p2p_bytes = tokens * h * rates.act_bytes / tp
@@ -310,18 +307,22 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
 
     # ---- FLOPs (whole job per step) -------------------------------------------------------
     layer_flops_fwd = attn["gemm_flops_fwd"] + mlp["gemm_flops_fwd"] + attn["core_flops_fwd"]
+    last_layer_flops = layer_flops_fwd     # the kind the model ends with (an MTP module repeats it)
     if model.moe is not None:
         moe_flops = attn["gemm_flops_fwd"] + moe["gemm_flops_fwd"] + attn["core_flops_fwd"]
         layer_flops_fwd = (1 - moe_share) * layer_flops_fwd + moe_share * moe_flops
+        if n_moe > 0:
+            last_layer_flops = moe_flops
     n_gpus = dp * tp * pp * cp
     micro_batches_total = m * dp * cp       # tokens per GPU-microbatch are split by cp
-    mtp_flops_fwd = n_mtp * (last_layer_flops + head["flops_fwd"] + mtp_proj["flops_fwd"])
-    model_flops = 3.0 * micro_batches_total * tp * (model.num_layers * layer_flops_fwd + head["flops_fwd"]
-                                                    + mtp_flops_fwd)
     recompute_flops_layer = np.where(rc == 2, layer_flops_fwd, np.where(rc == 1, attn["core_flops_fwd"], 0.0))
-    mtp_recompute_flops = n_mtp * np.where(rc == 2, last_layer_flops, np.where(rc == 1, attn["core_flops_fwd"], 0.0))
-    hardware_flops = model_flops + micro_batches_total * tp * (model.num_layers * recompute_flops_layer
-                                                               + mtp_recompute_flops)
+    model_flops = 3.0 * micro_batches_total * tp * (model.num_layers * layer_flops_fwd + head["flops_fwd"])
+    hardware_flops = model_flops + micro_batches_total * tp * model.num_layers * recompute_flops_layer
+    if n_mtp > 0:
+        mtp_flops_fwd = n_mtp * (last_layer_flops + head["flops_fwd"] + mtp_proj["flops_fwd"])
+        mtp_recompute = n_mtp * np.where(rc == 2, last_layer_flops, np.where(rc == 1, attn["core_flops_fwd"], 0.0))
+        model_flops = model_flops + 3.0 * micro_batches_total * tp * mtp_flops_fwd
+        hardware_flops = hardware_flops + micro_batches_total * tp * (3.0 * mtp_flops_fwd + mtp_recompute)
     tokens_per_step = gbs * s
     peak = gpu.peak_flops(batch.dtype)
 
