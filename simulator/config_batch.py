@@ -40,6 +40,7 @@ class ConfigBatch:
     moe_load_imbalance: np.ndarray
     flash_attention: np.ndarray
     grad_accumulation_fusion: np.ndarray
+    zero3_recompute_gather: np.ndarray
     dtype: str = "bf16"
 
     def __len__(self) -> int:
@@ -69,6 +70,7 @@ class ConfigBatch:
             moe_load_imbalance=col("moe_load_imbalance", float, float),
             flash_attention=col("flash_attention", bool, bool),
             grad_accumulation_fusion=col("grad_accumulation_fusion", bool, bool),
+            zero3_recompute_gather=col("zero3_recompute_gather", bool, bool),
             dtype=dtypes.pop(),
         )
 
@@ -95,4 +97,5 @@ class ConfigBatch:
             moe_load_imbalance=float(self.moe_load_imbalance[i]),
             flash_attention=bool(self.flash_attention[i]),
             grad_accumulation_fusion=bool(self.grad_accumulation_fusion[i]),
+            zero3_recompute_gather=bool(self.zero3_recompute_gather[i]),
         )

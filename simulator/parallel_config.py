@@ -50,7 +50,7 @@ def _enum(enum_cls, value, field):
 
 #: switches of ``ParallelConfig`` (each must be a real bool: the string "false" is truthy)
 BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-               "flash_attention", "grad_accumulation_fusion", "uneven_layers")
+               "flash_attention", "grad_accumulation_fusion", "uneven_layers", "zero3_recompute_gather")
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,13 @@ class ParallelConfig:
         uneven_layers: allow pipeline chunks that differ by a layer (Megatron's
             ``--pipeline-model-parallel-layout`` / first- and last-stage layer counts); the
             slowest stage then holds ceil(layers / pp) layers.
+        zero3_recompute_gather: under ZeRO-3 with full recomputation, the recompute forward
+            gathers each layer's parameters again (3 gathers + 1 reduce-scatter per layer and
+            micro-batch instead of 2 + 1). DeepSpeed's ZeRO-3 does this: its per-module hooks
+            release the parameters after every forward, the recompute forward included, and the
+            backward hook gathers them anew. PyTorch FSDP with the checkpoint inside the wrapped
+            block does not (the pre-backward gather serves the recompute and the backward): the
+            default.
     """
 
     dp: int = 1
@@ -111,6 +118,7 @@ class ParallelConfig:
     flash_attention: bool = True
     grad_accumulation_fusion: bool = True
     uneven_layers: bool = False
+    zero3_recompute_gather: bool = False
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch"):

@@ -31,8 +31,8 @@ from cost_models.topology import group_collective_time_s, p2p_stage_time_s
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
-from simulator.config_batch import SCHEDULE_CODES, ConfigBatch
-from simulator.parallel_config import Schedule
+from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES, ConfigBatch
+from simulator.parallel_config import Recompute, Schedule
 
 #: HBM bytes the optimizer step moves per local parameter in mixed-precision training, as
 #: Megatron's optimizer runs it: fused Adam (fp32 weight, grad, m, v read; weight, m, v
@@ -220,9 +220,12 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     # Narayanan et al. 2021, Table 2, move parameters at about one NIC's bandwidth per GPU,
     # which the flat ring reproduces and the all-NIC form does not)
     # one collective per layer and pass (FSDP wraps each transformer block; DeepSpeed's prefetch
-    # buckets are no larger), so the ring's (n-1)-step latency is paid per layer
+    # buckets are no larger), so the ring's (n-1)-step latency is paid per layer. With
+    # ``zero3_recompute_gather`` a fully recomputed layer is gathered a third time for its
+    # recompute forward (DeepSpeed's per-module release; see ParallelConfig)
     per_layer = params_local * param_bytes / layers_stage
-    z3_comm = layers_stage * (2.0 * group_collective_time_s("all_gather", per_layer, dp_group, tp, cluster, eff)
+    gathers = 2.0 + (batch.zero3_recompute_gather & (rc == RECOMPUTE_CODES[Recompute.FULL]))
+    z3_comm = layers_stage * (gathers * group_collective_time_s("all_gather", per_layer, dp_group, tp, cluster, eff)
                               + group_collective_time_s("reduce_scatter", per_layer, dp_group, tp, cluster, eff))
     compute_mb = layers_stage * (layer_fwd + layer_b + layer_w + recompute) + ends
     z3_exposed = np.where(zero >= 3,

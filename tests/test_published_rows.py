@@ -111,3 +111,15 @@ def test_llm_foundry_mfu_counts_parameters_that_do_matmuls():
     ratios = np.array(ratios)
     assert len(ratios) >= 100
     assert abs(ratios.mean() - 1) < 0.01 and np.abs(ratios - 1).max() < 0.04
+
+
+def test_a_row_naming_deepspeed_zero3_with_full_recompute_gathers_again_for_the_recompute():
+    from paraplan.validation.published import row_inputs
+    row = _llama31_8b_row(vocab=128256, zero_norm="3", recompute="full", dp=8, global_batch=64,
+                          gpu_profile="a100-sxm-80gb")
+    assert row_inputs(row).config.zero3_recompute_gather is False          # FSDP-style by default
+    inputs = row_inputs({**row, "notes": "ZeRO-3 without model parallelism (DeepSpeed)"})
+    assert inputs.config.zero3_recompute_gather is True
+    assert any("zero3_recompute_gather" in a for a in inputs.assumptions)
+    # ZeRO-1 under DeepSpeed shards no parameters: nothing to gather
+    assert row_inputs({**row, "zero_norm": "1", "notes": "DeepSpeed"}).config.zero3_recompute_gather is False

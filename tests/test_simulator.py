@@ -168,3 +168,27 @@ def test_event_level_zero_bubble_beats_1f1b_at_equal_work():
     assert ratio == pytest.approx(expected, rel=0.1)
     assert ratio < 0.8
     assert zb.time_breakdown_s["compute_s"] == pytest.approx(one.time_breakdown_s["compute_s"], rel=1e-12)
+
+
+def test_deepspeed_zero3_gathers_a_recomputed_layer_three_times():
+    """ZeRO-3 moves each layer's 16-bit parameters as all-gathers (forward, backward) and a
+    reduce-scatter of its gradients; DeepSpeed's per-module hooks also gather for the recompute
+    forward. Hand-derived flat ring over 16 GPUs on two DGX A100 nodes (one 200 Gb/s NIC per
+    GPU at the generation's scale-out fraction, 5 us per step): (n-1)/n * bytes / bw + (n-1) * latency.
+    With pp = 1 the rank also holds the embedding and the untied output layer, whose gathers the
+    model spreads over the layers (per-layer bytes = all local parameters / layers)."""
+    cluster = load_cluster("dgx-a100-80gb")
+    eff = efficiency_for_cluster(cluster)
+    n, h, v, layers = 16, 6144, 51200, 48
+    layer_params = 12 * h * h + 2 * h                     # four attention + two MLP matrices, two norms
+    per_layer_bytes = (layers * layer_params + 2 * v * h) * 2 / layers
+    ring = (n - 1) / n * per_layer_bytes / (200e9 / 8 * eff.scaleout_fraction) + (n - 1) * 5e-6
+    base = ParallelConfig(dp=n, micro_batch=1, global_batch=n, zero_stage=3, recompute="full", dtype="fp16",
+                          overlap_param_gather=False)
+    for regather, collectives in ((False, 3), (True, 4)):
+        r = simulate(GPT_22B, cluster, replace(base, zero3_recompute_gather=regather), efficiency=eff)
+        assert r.time_breakdown_s["zero3_comm_exposed_s"] == pytest.approx(layers * collectives * ring, rel=1e-9)
+    # without full recomputation there is nothing to gather again
+    selective = replace(base, recompute="selective")
+    assert simulate(GPT_22B, cluster, replace(selective, zero3_recompute_gather=True), efficiency=eff).step_time_s == \
+        simulate(GPT_22B, cluster, selective, efficiency=eff).step_time_s

@@ -2,8 +2,8 @@
 
 The bounds are the errors measured when this test was last updated plus a small margin (or
 the issue's target where it is met), so a change that makes predictions drift fails here
-(measured then: KOR22 step time 2.9% mean / 5.3% worst, NAR21 7.3%, dense rows with their own
-fields 9.6%, MoE rows 11.95%, context-parallel rows 11.1%, FP8/MXFP8/NVFP4 rows 13.1%). The
+(measured then: KOR22 step time 2.9% mean / 5.3% worst, NAR21 5.9%, dense rows with their own
+fields 9.5%, MoE rows 11.95%, context-parallel rows 11.1%, FP8/MXFP8/NVFP4 rows 13.1%). The
 issue targets: KOR22 <= 3% mean and 6% worst, NAR21 <= 6%, dense rows <= 10%, MoE, CP and low
 precision <= 12%.
 """
@@ -39,10 +39,10 @@ def test_korthikanti_step_times_stay_within_bound(results):
 def test_narayanan_tables_stay_within_bound(results):
     ok = results[(results.status == "ok") & (results.source == "NAR21")]
     assert len(ok) == 22
-    # measured 7.3%: above the issue's 6%. Every Table 1 row is 1-20% fast since element-wise
-    # backward traffic is counted per kernel (it was 2x forward); the 2021 code materialised
-    # the softmax and all-reduced gradients after the backward, which the rows do not state
-    assert _mean_abs_pct(ok) <= 7.5
+    # the issue's target; measured 5.9%. Table 1 rows are 1-20% fast (the 2021 code
+    # materialised the softmax, which the rows do not state); Table 2's DeepSpeed ZeRO-3 rows
+    # gather parameters again for the recompute forward and are 2-12% slow
+    assert _mean_abs_pct(ok) <= 6.0
 
 
 def test_dense_rows_with_their_fields_are_predicted(results):
@@ -51,7 +51,7 @@ def test_dense_rows_with_their_fields_are_predicted(results):
     from_preset = dense.assumptions.fillna("").str.contains("preset")
     modelable = dense[~unpredictable & ~from_preset]
     assert (modelable.status == "ok").mean() >= 0.90      # measured 283/306
-    assert _mean_abs_pct(modelable[modelable.status == "ok"]) <= 10.0   # measured 9.6%
+    assert _mean_abs_pct(modelable[modelable.status == "ok"]) <= 10.0   # measured 9.5%
 
 
 def _with_columns(results):

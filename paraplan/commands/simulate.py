@@ -102,6 +102,7 @@ def build_inputs(opts: dict) -> tuple[ModelSpec, object, ParallelConfig, int | N
         cp_kind=opts["cp_kind"], moe_load_imbalance=opts["moe_load_imbalance"],
         flash_attention=opts["flash_attention"],
         grad_accumulation_fusion=opts["grad_accumulation_fusion"],
+        zero3_recompute_gather=opts["zero3_recompute_gather"],
     )
     cluster.gpu.peak_flops(config.dtype)      # a dtype the chip lacks is an input error, up front
     return model, cluster, config, gpus
@@ -147,7 +148,8 @@ def render(report: StepReport, model: ModelSpec, cluster) -> str:
         f"         overlap_grad_reduce={_on_off(c['overlap_grad_reduce'])} "
         f"overlap_param_gather={_on_off(c['overlap_param_gather'])} tp_comm_overlap={_on_off(c['tp_comm_overlap'])} "
         f"cp_kind={c['cp_kind']} moe_load_imbalance={c['moe_load_imbalance']:g} "
-        f"grad_accumulation_fusion={_on_off(c['grad_accumulation_fusion'])}",
+        f"grad_accumulation_fusion={_on_off(c['grad_accumulation_fusion'])}"
+        + (f" zero3_recompute_gather={_on_off(c['zero3_recompute_gather'])}" if c["zero_stage"] >= 3 else ""),
         "",
         "step time",
     ]
@@ -275,6 +277,9 @@ POS = click.IntRange(min=1)
 @click.option("--grad-accumulation-fusion/--no-grad-accumulation-fusion", default=True, show_default=True,
               help="Weight-gradient GEMMs accumulate into the gradient buffer in place (Megatron default); "
                    "off = an extra read-add-write of the gradients per micro-batch (plain PyTorch).")
+@click.option("--zero3-recompute-gather/--no-zero3-recompute-gather", default=False, show_default=True,
+              help="ZeRO-3 with full recompute gathers each layer's parameters a third time for the "
+                   "recompute forward (DeepSpeed ZeRO-3); off = PyTorch FSDP, where one gather serves both.")
 @click.option("--json", "as_json", is_flag=True, help="Print StepReport.as_dict() as JSON (SI units: seconds, bytes, FLOPs).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Write the event-level pipeline timeline as a Chrome/Perfetto trace (JSON).")
 @click.option("--gantt", "gantt_path", type=click.Path(dir_okay=False), help="Draw the event-level pipeline timeline to a PNG.")

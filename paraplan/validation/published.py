@@ -304,10 +304,14 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInp
     ep = _int(row, "ep") or 1
     if model.moe is None and ep > 1:
         raise Skip("ep > 1 for a model without experts")
+    # the framework the row names decides how ZeRO-3 meets recomputation (ParallelConfig docs)
+    deepspeed_zero3 = zero >= 3 and "deepspeed" in _str(row, "notes").lower()
+    if deepspeed_zero3 and rc == "full":
+        assumptions.append("zero3_recompute_gather (DeepSpeed ZeRO-3 gathers again for the recompute)")
     try:
         config = ParallelConfig(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch=mbs, global_batch=gbs,
                                 zero_stage=zero, recompute=rc, sequence_parallel=sp or (model.moe is not None and tp > 1),
-                                dtype=dtype, uneven_layers=True)
+                                dtype=dtype, uneven_layers=True, zero3_recompute_gather=deepspeed_zero3)
     except InputError as exc:
         raise Skip(f"configuration invalid: {exc}") from None
     try:
