@@ -10,9 +10,10 @@ Cases (issue 3):
   (b) a 1T dense model (Megatron 1T) on 3072 A100, global batch 3072 sequences.
   (c) Llama-3.1-405B on 16384 H100 (DGX H100) at 16M tokens per batch (2048 x 8192).
 
-"configs" is the rows scored by the step model (every dtype). ``evals_per_s`` is their total
-over the total time spent scoring them (``step_model.evaluate`` on the chunks, plus batching
-and the memory filter); ``search_configs_per_s`` is the same total over the whole searches'
+"configs" is the rows scored by the step model (every dtype): each gets its memory
+(``step_model.memory_parts``) and, if it fits ("fit"), its step time (``step_model.evaluate``);
+a row that does not fit is never ranked, so it is not timed. ``evals_per_s`` is the rows over
+the total time spent scoring them (batching, memory, the fit filter and the timing); ``search_configs_per_s`` is the same total over the whole searches'
 wall time (enumeration, pruning, scoring, ranking, stage assignment and explanation), and
 ``wall_s`` is each search's whole wall time. ``evals_per_cpu_s`` divides by the CPU time of the
 scoring instead (on a shared machine, less sensitive to other processes). Each search runs

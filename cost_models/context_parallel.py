@@ -182,20 +182,33 @@ def context_parallel_costs(model: ModelSpec, kind, tokens_local, cp, tp, core_fw
     step = ring_attention_comm_bytes(tokens_local, g, dk, tp, bytes_per_element, dv)
     ring = ring_attention_time_s(step, cp, tp, core_fwd_s, core_bwd_s, cluster, eff)
 
-    uly_bytes = ulysses_comm_bytes(tokens_local, a, g, dk, tp, cp, bytes_per_element, dv)
-    uly_f, uly_b = ulysses_time_s(uly_bytes, cp, tp, cluster, eff)
+    # a flavour no row uses is not computed (the planner often searches ring only); its
+    # entries would be discarded by ``pick`` anyway
+    unused = 0.0 * step
+    if np.any(code == 1):
+        uly_bytes = ulysses_comm_bytes(tokens_local, a, g, dk, tp, cp, bytes_per_element, dv)
+        uly_f, uly_b = ulysses_time_s(uly_bytes, cp, tp, cluster, eff)
+    else:
+        uly_bytes = uly_f = uly_b = unused
+    if np.any(code == 2):
+        u, r = hybrid_cp_split(cp, tp, cluster.gpus_per_node, a)
+        h_uly_bytes = ulysses_comm_bytes(tokens_local, a, g, dk, tp, u, bytes_per_element, dv)
+        h_uf, h_ub = ulysses_time_s(h_uly_bytes, u, tp, cluster, eff)
+        # after the Ulysses exchange a rank holds (seq/r) tokens of (heads/u): the same K/V
+        # bytes as a pure ring's block unless K/V heads had to be replicated up to u
+        kv_local = kv_heads_per_tp_rank(g, tp)
+        h_step = step * np.maximum(kv_local, u) / kv_local
+        h_ring = ring_attention_time_s(h_step, cp, tp, core_fwd_s, core_bwd_s, cluster, eff,
+                                       ring_size=r, ring_stride=tp * u)
+    else:
+        h_uly_bytes = h_uf = h_ub = h_step = unused
+        h_ring = {"fwd_s": unused, "bwd_s": unused, "fwd_exposed_s": unused, "bwd_exposed_s": unused}
 
-    u, r = hybrid_cp_split(cp, tp, cluster.gpus_per_node, a)
-    h_uly_bytes = ulysses_comm_bytes(tokens_local, a, g, dk, tp, u, bytes_per_element, dv)
-    h_uf, h_ub = ulysses_time_s(h_uly_bytes, u, tp, cluster, eff)
-    # after the Ulysses exchange a rank holds (seq/r) tokens of (heads/u): the same K/V bytes
-    # as a pure ring's block unless K/V heads had to be replicated up to u
-    kv_local = kv_heads_per_tp_rank(g, tp)
-    h_step = step * np.maximum(kv_local, u) / kv_local
-    h_ring = ring_attention_time_s(h_step, cp, tp, core_fwd_s, core_bwd_s, cluster, eff,
-                                   ring_size=r, ring_stride=tp * u)
+    ring_only = uly_f is unused and h_uf is unused
 
     def pick(ring_v, uly_v, hyb_v):
+        if ring_only:
+            return np.where(cp > 1, ring_v, 0.0)
         return np.where(cp > 1, np.select([code == 1, code == 2], [uly_v, hyb_v], default=ring_v), 0.0)
 
     return {

@@ -28,7 +28,7 @@ def group_span(group_size, stride, gpus_per_node):
     group_size = np.asarray(group_size, dtype=float)
     stride = np.asarray(stride, dtype=float)
     per_node = np.floor(gpus_per_node / np.maximum(stride, 1.0))
-    n_intra = np.clip(per_node, 1.0, group_size)
+    n_intra = np.minimum(np.maximum(per_node, 1.0), group_size)     # clip, without its overhead
     n_inter = np.ceil(group_size / n_intra)
     return n_intra, n_inter
 

@@ -1,9 +1,9 @@
 """Score a ``SearchSpace`` with the simulator's own step model, in bounded chunks.
 
-Every row goes through ``simulator.step_model.evaluate`` (the one cost formula the simulator
-uses too); nothing is re-derived here. Rows are evaluated ``chunk_rows`` at a time, one
-``ConfigBatch`` per dtype, and only the rows that fit in memory are kept, so memory stays
-bounded by the chunk size plus the fitting rows. Large searches are split over processes
+Every row goes through ``simulator.step_model`` (the one cost formula the simulator uses too);
+nothing is re-derived here. Rows are evaluated ``chunk_rows`` at a time, one ``ConfigBatch``
+per dtype: first their memory (``memory_parts``), then the step time (``evaluate``) of the rows
+that fit, which alone are kept, so memory stays bounded by the chunk size plus the fitting rows. Large searches are split over processes
 (fork), each evaluating whole chunks.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from planners.search_space import SearchSpace
 from simulator.config_batch import ConfigBatch
 from simulator.parallel_config import ParallelConfig
 from simulator.report import TIME_PARTS
-from simulator.step_model import evaluate
+from simulator.step_model import evaluate, memory_parts
 
 #: step-model outputs the planner keeps for every fitting row.
 KEPT_OUTPUTS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "memory_bytes") + TIME_PARTS
@@ -44,7 +44,8 @@ class Evaluated:
         rows: index into the ``SearchSpace`` rows.
         dtype_index: index into ``SearchSpace.dtypes``.
         outputs: ``KEPT_OUTPUTS`` name -> array aligned with ``rows``.
-        evaluated: rows scored (all dtypes).
+        evaluated: rows scored (all dtypes): each gets its memory, and its step time if it fits
+            (the rows in ``rows``).
         min_memory_bytes, min_memory_row, min_memory_dtype: the smallest footprint seen (to say
             how far an infeasible request is from fitting); row -1 when nothing was evaluated.
         wall_s: seconds spent scoring (batches, step model, fit filter, collection); cpu_s: CPU
@@ -108,11 +109,19 @@ _JOB: _Job | None = None   # set before forking so workers inherit it without pi
 
 
 def _evaluate_chunk(job: _Job, dtype_index: int, start: int, stop: int):
+    """Memory of every row of the chunk; step time only of the rows that fit (a row that does
+    not fit is never ranked, and ``evaluate`` is row-wise, so timing the fitting subset gives
+    the very numbers timing the whole chunk would)."""
     batch = config_batch(job.columns, job.dtypes[dtype_index], job.global_batch, start, stop)
-    out = evaluate(job.model, job.cluster, job.eff, batch)
-    mem = np.asarray(out["memory_bytes"], dtype=float)
+    parts = memory_parts(job.model, job.cluster, job.eff, batch)
+    mem = np.asarray(parts["memory_bytes"], dtype=float)
     fit = np.flatnonzero(mem <= job.memory_limit_bytes)
-    kept = {k: np.asarray(out[k], dtype=float)[fit] for k in KEPT_OUTPUTS}
+    if len(fit):
+        fitting_parts = {k: np.broadcast_to(v, mem.shape)[fit] for k, v in parts.items()}
+        out = evaluate(job.model, job.cluster, job.eff, batch.take(fit), memory=fitting_parts)
+        kept = {k: np.asarray(out[k], dtype=float) for k in KEPT_OUTPUTS}
+    else:
+        kept = {k: np.zeros(0) for k in KEPT_OUTPUTS}
     i_min = int(np.argmin(mem))
     return _ChunkResult(dtype_index, start, stop, start + fit, kept, float(mem[i_min]), start + i_min)
 

@@ -76,7 +76,9 @@ class ConfigBatch:
 
     def take(self, index) -> "ConfigBatch":
         """Rows ``index`` (mask or integer array) as a new batch."""
-        kwargs = {f.name: getattr(self, f.name)[index] for f in fields(self) if f.name != "dtype"}
+        # a field given as one scalar for the whole batch (the planner's flash_attention) stays one
+        kwargs = {f.name: (v[index] if np.ndim(v) else v)
+                  for f in fields(self) if f.name != "dtype" for v in (getattr(self, f.name),)}
         return ConfigBatch(dtype=self.dtype, **kwargs)
 
     def row(self, i: int) -> ParallelConfig:

@@ -84,8 +84,112 @@ def bubble_time_s(schedule, pp, vpp, t_f, t_b, t_w):
         default=one_f_one_b)
 
 
-def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch) -> dict:
-    """Step time, breakdown and memory for every row of ``batch``; dict of float arrays."""
+def _degrees(batch: ConfigBatch):
+    """(dp, tp, pp, cp, ep, etp, vpp) of ``batch`` as float arrays."""
+    f = lambda x: np.asarray(x, dtype=float)  # noqa: E731
+    return (f(batch.dp), f(batch.tp), f(batch.pp), f(batch.cp), f(batch.ep), f(batch.etp), f(batch.vpp))
+
+
+def _layers_per_stage(model: ModelSpec, pp):
+    """Transformer layers (MTP modules included) on the slowest pipeline stage."""
+    return np.ceil((model.num_layers + float(model.mtp_layers)) / pp)
+
+
+def local_params(model: ModelSpec, batch: ConfigBatch):
+    """Parameters one GPU owns before ZeRO sharding, per row of ``batch``.
+
+    Returns (dense layer's parameter count, non-expert parameters of the heavier of the
+    first and last stage / tp, local expert parameters, expert-data-parallel degree). The
+    first stage also holds the embedding (and the output layer when pp = 1); the last stage
+    the output layer and the MTP projections (with its own embedding copy when pp > 1).
+    """
+    dp, tp, pp, cp, ep, etp, _ = _degrees(batch)
+    n_mtp = float(model.mtp_layers)
+    layers_stage = _layers_per_stage(model, pp)
+    moe_share = float(model.num_moe_layers) / model.num_layers
+    layer_params = params.dense_layer_params(model)
+    stage_params = layers_stage * (1 - moe_share) * layer_params / tp
+    if model.moe is not None:
+        moe_non_expert, moe_expert = moe_costs.moe_layer_params_local(model, tp, ep, etp)
+        stage_params = stage_params + layers_stage * moe_share * moe_non_expert
+        expert_local = layers_stage * moe_share * moe_expert
+        edp = moe_costs.expert_data_parallel_size(dp, cp, tp, ep, etp)
+    else:
+        expert_local = 0.0 * tp
+        edp = dp * cp
+    first_stage_params = stage_params + params.embedding_params(model) / tp \
+        + np.where(pp == 1, params.lm_head_params(model) / tp, 0.0)
+    mtp_params = n_mtp * params.mtp_projection_params(model) / tp \
+        + np.where((pp > 1) & (n_mtp > 0), params.embedding_params(model) / tp, 0.0)
+    last_stage_params = stage_params + params.lm_head_params(model) / tp + mtp_params
+    return layer_params, np.maximum(first_stage_params, last_stage_params), expert_local, edp
+
+
+def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch) -> dict:
+    """Peak memory per GPU on the first pipeline stage (the one holding the most activations),
+    bytes, by part, per row of ``batch``; ``memory_bytes`` is the total.
+
+    The memory half of ``evaluate`` on its own: the planner calls it first and times only the
+    rows that fit (the figures are the same arrays ``evaluate`` returns).
+    """
+    rates = compute_rates(cluster.gpu, eff, batch.dtype)
+    param_bytes = rates.act_bytes
+    low_precision = batch.dtype in LOW_PRECISION
+    dp, tp, pp, cp, ep, etp, vpp = _degrees(batch)
+    mbs, gbs = np.asarray(batch.micro_batch, dtype=float), np.asarray(batch.global_batch, dtype=float)
+    sp, rc, zero = batch.sequence_parallel, batch.recompute, batch.zero_stage
+    s = float(model.seq_len)
+    m = gbs / (dp * mbs)
+    tokens = mbs * s / cp
+    layers_stage = _layers_per_stage(model, pp)
+    moe_share = float(model.num_moe_layers) / model.num_layers
+    dense_ffn = (model.moe.dense_ffn_hidden_size or model.ffn_hidden_size) if model.moe else None
+    layer_params, params_local, expert_local, _ = local_params(model, batch)
+
+    weights_b, grads_b, optim_b = memory.model_state_bytes(params_local, zero, dp * cp, low_precision,
+                                                           full_precision=rates.act_bytes > 2)
+    if model.moe is not None:
+        ew, eg, eo = moe_costs.expert_model_state_bytes(expert_local, zero, dp, cp, tp, ep, etp, low_precision)
+        weights_b, grads_b, optim_b = weights_b + ew, grads_b + eg, optim_b + eo
+    per_layer_act = memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, rc,
+                                                      flash_attention=batch.flash_attention, ffn=dense_ffn)
+    if model.moe is not None:
+        shared_ffn = model.moe.num_shared_experts * (model.moe.shared_expert_ffn_hidden_size
+                                                     or model.moe.expert_ffn_hidden_size)
+        moe_act = (memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, rc, batch.flash_attention,
+                                                     ffn=max(shared_ffn, 1))
+                   + moe_costs.moe_activation_bytes_per_layer(model, mbs, s, tp, cp, ep, etp, rc,
+                                                              batch.moe_load_imbalance))
+        per_layer_act = (1 - moe_share) * per_layer_act + moe_share * moe_act
+    in_flight = memory.in_flight_microbatches(pp, vpp, m, batch.schedule == _GPIPE)
+    activations = per_layer_act * layers_stage * in_flight
+    full_layer_act = memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, 0,
+                                                       flash_attention=batch.flash_attention)
+    recompute_work = np.where(rc == 2, full_layer_act, 0.0)
+    logits = np.where(pp == 1, tokens * model.vocab_size / tp * memory.LOGIT_BYTES, 0.0)
+    z3_buffers = np.where(zero >= 3, 2.0 * layer_params / tp * param_bytes, 0.0)
+    tensors = weights_b + grads_b + optim_b + activations + recompute_work + logits + z3_buffers
+    allowance = memory.allocator_allowance_bytes(tensors)
+    return {
+        "weights_bytes": weights_b,
+        "gradients_bytes": grads_b,
+        "optimizer_bytes": optim_b,
+        "activations_bytes": activations + recompute_work,
+        "logits_bytes": logits,
+        "zero3_buffers_bytes": z3_buffers,
+        "allocator_bytes": allowance,
+        "memory_bytes": tensors + allowance,
+        "params_local": params_local,
+    }
+
+
+def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch,
+             memory: dict | None = None) -> dict:
+    """Step time, breakdown and memory for every row of ``batch``; dict of float arrays.
+
+    ``memory``: ``memory_parts`` of these rows when the caller has them already (the planner
+    computes memory first to time only the rows that fit); computed here otherwise.
+    """
     gpu = cluster.gpu
     rates = compute_rates(gpu, eff, batch.dtype)
     param_bytes = rates.act_bytes      # 16-bit weights gathered (fp32 when training in fp32)
@@ -194,24 +298,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     p2p = np.where(pp > 1, 2.0 * vpp * p2p_stage_time_s(p2p_bytes, tp * cp * dp, cluster, eff), 0.0)
 
     # parameters this GPU owns (before ZeRO); the first stage also holds the embedding
-    layer_params = params.dense_layer_params(model)
-    stage_params = layers_stage * (1 - moe_share) * layer_params / tp
-    if model.moe is not None:
-        moe_non_expert, moe_expert = moe_costs.moe_layer_params_local(model, tp, ep, etp)
-        stage_params = stage_params + layers_stage * moe_share * moe_non_expert
-        expert_local = layers_stage * moe_share * moe_expert
-        edp = moe_costs.expert_data_parallel_size(dp, cp, tp, ep, etp)
-    else:
-        expert_local = 0.0 * tp
-        edp = dp * cp
-    first_stage_params = stage_params + params.embedding_params(model) / tp \
-        + np.where(pp == 1, params.lm_head_params(model) / tp, 0.0)
-    # the last stage also holds the MTP projections and, when it is not the first, its own
-    # copy of the embedding they read (their layers are counted in layers_stage)
-    mtp_params = n_mtp * params.mtp_projection_params(model) / tp \
-        + np.where((pp > 1) & (n_mtp > 0), params.embedding_params(model) / tp, 0.0)
-    last_stage_params = stage_params + params.lm_head_params(model) / tp + mtp_params
-    params_local = np.maximum(first_stage_params, last_stage_params)
+    layer_params, params_local, expert_local, edp = local_params(model, batch)
 
     dp_group = dp * cp
     zero = batch.zero_stage
@@ -330,32 +417,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     peak = gpu.peak_flops(batch.dtype)
 
     # ---- memory on the first stage (the one holding the most activations) -----------------
-    dp_shard = dp_group
-    weights_b, grads_b, optim_b = memory.model_state_bytes(params_local, zero, dp_shard, low_precision,
-                                                           full_precision=rates.act_bytes > 2)
-    if model.moe is not None:
-        ew, eg, eo = moe_costs.expert_model_state_bytes(expert_local, zero, dp, cp, tp, ep, etp, low_precision)
-        weights_b, grads_b, optim_b = weights_b + ew, grads_b + eg, optim_b + eo
-    per_layer_act = memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, rc,
-                                                      flash_attention=batch.flash_attention, ffn=dense_ffn)
-    if model.moe is not None:
-        shared_ffn = model.moe.num_shared_experts * (model.moe.shared_expert_ffn_hidden_size
-                                                     or model.moe.expert_ffn_hidden_size)
-        moe_act = (memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, rc, batch.flash_attention,
-                                                     ffn=max(shared_ffn, 1))
-                   + moe_costs.moe_activation_bytes_per_layer(model, mbs, s, tp, cp, ep, etp, rc,
-                                                              batch.moe_load_imbalance))
-        per_layer_act = (1 - moe_share) * per_layer_act + moe_share * moe_act
-    in_flight = memory.in_flight_microbatches(pp, vpp, m, batch.schedule == _GPIPE)
-    activations = per_layer_act * layers_stage * in_flight
-    full_layer_act = memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, 0,
-                                                       flash_attention=batch.flash_attention)
-    recompute_work = np.where(rc == 2, full_layer_act, 0.0)
-    logits = np.where(pp == 1, tokens * model.vocab_size / tp * memory.LOGIT_BYTES, 0.0)
-    z3_buffers = np.where(zero >= 3, 2.0 * layer_params / tp * param_bytes, 0.0)
-    tensors = weights_b + grads_b + optim_b + activations + recompute_work + logits + z3_buffers
-    allowance = memory.allocator_allowance_bytes(tensors)
-    total_mem = tensors + allowance
+    mem = memory_parts(model, cluster, eff, batch) if memory is None else memory
 
     return {
         "step_time_s": step,
@@ -389,15 +451,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         "hardware_tflops_per_gpu": hardware_flops / step / n_gpus / 1e12,
         "mfu": model_flops / step / n_gpus / peak,
         "hfu": hardware_flops / step / n_gpus / peak,
-        "weights_bytes": weights_b,
-        "gradients_bytes": grads_b,
-        "optimizer_bytes": optim_b,
-        "activations_bytes": activations + recompute_work,
-        "logits_bytes": logits,
-        "zero3_buffers_bytes": z3_buffers,
-        "allocator_bytes": allowance,
-        "memory_bytes": total_mem,
+        **mem,
         "hbm_bytes": np.full_like(step, gpu.hbm_bytes),
-        "fits": total_mem <= gpu.hbm_bytes,
-        "params_local": params_local,
+        "fits": mem["memory_bytes"] <= gpu.hbm_bytes,
     }

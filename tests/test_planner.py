@@ -399,3 +399,26 @@ def test_dominance_rules_only_drop_configurations_that_cannot_win(model, cluster
         if key[-1] > 0 and key not in kept_keys and (cols["sequence_parallel"][i] or cols["tp"][i] == 1):
             j = by_key[key[:-1] + (0,)]
             assert t[j] <= t[i] * (1 + 1e-12) and mem[j] <= mem[i] * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("model, cluster, gpus, gbs", [
+    ("llama3-8b", "dgx-h100", 64, 128),
+    ("mixtral-8x7b", "dgx-h100", 32, 64),
+])
+def test_memory_first_scoring_keeps_the_rows_and_numbers_of_full_scoring(model, cluster, gpus, gbs):
+    """The planner computes every row's memory, then times only the rows that fit; timing the
+    whole batch and filtering afterwards must give the same rows and the same numbers."""
+    from planners.vectorized import KEPT_OUTPUTS, config_batch, evaluate_space
+    from simulator.step_model import evaluate
+    spec, cl = load_model(model), load_cluster(cluster)
+    eff = efficiency_for_cluster(cl)
+    space = _enumerate(spec, (gpus, gpus), gbs, prune_dominated=False)
+    full = evaluate(spec, cl, eff, config_batch(space.columns, space.dtypes[0], gbs))
+    limit = float(np.median(full["memory_bytes"]))          # about half the rows fit
+    fit = np.flatnonzero(full["memory_bytes"] <= limit)
+    assert 0 < len(fit) < len(space)
+    ev = evaluate_space(spec, cl, eff, space, gbs, limit, chunk_rows=97, workers=1)
+    first = ev.dtype_index == 0
+    assert np.array_equal(ev.rows[first], fit)
+    for key in KEPT_OUTPUTS:
+        assert np.array_equal(ev.outputs[key][first], np.broadcast_to(full[key], (len(space),))[fit]), key
