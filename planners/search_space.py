@@ -304,6 +304,11 @@ def enumerate_space(model: ModelSpec, c: SearchConstraints) -> SearchSpace:
     rows, combo = np.nonzero(ok)
     cols = {k: v[rows] for k, v in cols.items()}
     cols.update(schedule=sched[combo], sequence_parallel=sp[combo], zero_stage=zero[combo], recompute=rc[combo])
+    # rows that share a layer key (step_model.LAYER_KEY_FIELDS) next to each other: the step
+    # model then computes each layer's costs once per run of equal keys (stable, so the order
+    # within a key is the enumeration's)
+    order = np.lexsort([cols[k] for k in ("recompute", "sequence_parallel", "micro_batch", "ep", "cp", "tp")])
+    cols = {k: v[order] for k, v in cols.items()}
 
     return SearchSpace(columns=cols, pruned={k: pruned.get(k, 0) for k in RULES if k != "memory"},
                        raw_size=raw_size, dtypes=tuple(c.dtypes), global_batch=gbs)

@@ -183,48 +183,74 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
     }
 
 
-def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch,
-             memory: dict | None = None) -> dict:
-    """Step time, breakdown and memory for every row of ``batch``; dict of float arrays.
+#: ConfigBatch fields a layer's costs depend on (with the model, cluster and dtype): rows that
+#: share them share every per-layer time and FLOP count.
+LAYER_KEY_FIELDS = ("tp", "cp", "micro_batch", "sequence_parallel", "recompute", "ep", "etp",
+                    "moe_load_imbalance", "tp_comm_overlap", "cp_kind")
 
-    ``memory``: ``memory_parts`` of these rows when the caller has them already (the planner
-    computes memory first to time only the rows that fit); computed here otherwise.
+
+def _runs(columns) -> tuple[np.ndarray, np.ndarray]:
+    """(first row of each run of equal keys, run index of every row) over ``columns``.
+
+    Consecutive rows with equal values in every column form one run; the planner enumerates
+    its rows sorted by the layer key, so its chunks have few runs. Scalars are constant.
     """
+    arrays = [np.asarray(c) for c in columns if np.ndim(c)]
+    n = len(arrays[0]) if arrays else 1
+    change = np.zeros(n, dtype=bool)
+    change[0] = True
+    for a in arrays:
+        change[1:] |= a[1:] != a[:-1]
+    return np.flatnonzero(change), np.cumsum(change) - 1
+
+
+def _per_layer_key(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, rates, batch: ConfigBatch,
+                   tokens) -> dict:
+    """``_layer_block`` evaluated once per run of equal layer keys, spread back to every row."""
+    first, run = _runs([getattr(batch, k) for k in LAYER_KEY_FIELDS])
+    n = len(run)
+
+    def at(x):
+        return np.asarray(x)[first] if np.ndim(x) else x
+
+    out = _layer_block(model, cluster, eff, rates, at(tokens), at(np.asarray(batch.tp, dtype=float)),
+                       at(np.asarray(batch.cp, dtype=float)), at(batch.sequence_parallel), at(batch.recompute),
+                       at(np.asarray(batch.ep, dtype=float)), at(np.asarray(batch.etp, dtype=float)),
+                       at(batch.moe_load_imbalance), at(batch.tp_comm_overlap), at(batch.cp_kind))
+    return {k: np.broadcast_to(v, (len(first),))[run] if len(first) != n or np.ndim(v) == 0
+            else np.asarray(v) for k, v in out.items()}
+
+
+def _layer_block(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, rates, tokens, tp, cp, sp, rc,
+                 ep, etp, imbalance, tp_overlap, cp_kind) -> dict:
+    """Per-layer times (seconds, one micro-batch, one average layer of a stage) and FLOPs, and
+    the model's ends (LM head, embedding, MTP modules), for the given layer keys."""
     gpu = cluster.gpu
-    rates = compute_rates(gpu, eff, batch.dtype)
-    param_bytes = rates.act_bytes      # 16-bit weights gathered (fp32 when training in fp32)
-    low_precision = batch.dtype in LOW_PRECISION
-    f = lambda x: np.asarray(x, dtype=float)  # noqa: E731
-    dp, tp, pp, cp, vpp = f(batch.dp), f(batch.tp), f(batch.pp), f(batch.cp), f(batch.vpp)
-    mbs, gbs = f(batch.micro_batch), f(batch.global_batch)
-    sp = batch.sequence_parallel
-    rc = batch.recompute
     s = float(model.seq_len)
     h = float(model.hidden_size)
-    m = gbs / (dp * mbs)
-    tokens = mbs * s / cp
-
-    # ---- one layer, one micro-batch: compute ----------------------------------------------
     attn = layer_costs.attention_block_costs(model, rates, tokens, s, tp, sp)
     dense_ffn = (model.moe.dense_ffn_hidden_size or model.ffn_hidden_size) if model.moe else None
     mlp = layer_costs.dense_mlp_costs(model, rates, tokens, tp, sp, ffn=dense_ffn)
     gemm_f = attn["gemm_fwd_s"] + mlp["gemm_fwd_s"]
     # quantisation kernels of low-precision GEMMs (0 in 16/32-bit): inputs in forward, output
-    # gradients in backward, weights once per step (cached over the step's micro-batches)
-    cast_f = attn["cast_fwd_s"] + mlp["cast_fwd_s"] + (attn["weight_cast_s"] + mlp["weight_cast_s"]) / m
+    # gradients in backward; weights once per step (``weight_cast_s``, cached over the step)
+    cast_f = attn["cast_fwd_s"] + mlp["cast_fwd_s"]
+    weight_cast = attn["weight_cast_s"] + mlp["weight_cast_s"]
     cast_b = attn["cast_bwd_s"] + mlp["cast_bwd_s"]
     elem_f = attn["elem_fwd_s"] + mlp["elem_fwd_s"]
     elem_b = attn["elem_bwd_s"] + mlp["elem_bwd_s"]
     layer_fwd = gemm_f + cast_f + attn["core_fwd_s"] + elem_f
     recompute = np.where(rc == 2, layer_fwd, np.where(rc == 1, attn["core_fwd_s"], 0.0))
-    ep, etp = f(batch.ep), f(batch.etp)
     n_moe = float(model.num_moe_layers)
     moe_share = n_moe / model.num_layers          # fraction of a stage's layers that are MoE
+    layer_flops_fwd = attn["gemm_flops_fwd"] + mlp["gemm_flops_fwd"] + attn["core_flops_fwd"]
+    last_layer_flops = layer_flops_fwd     # the kind the model ends with (an MTP module repeats it)
     if model.moe is not None:
         # MoE layers: the same attention block, routed + shared experts instead of the MLP
-        moe = moe_costs.moe_mlp_costs(model, rates, tokens, ep, etp, batch.moe_load_imbalance, tp, sp)
+        moe = moe_costs.moe_mlp_costs(model, rates, tokens, ep, etp, imbalance, tp, sp)
         moe_gemm_f = attn["gemm_fwd_s"] + moe["gemm_fwd_s"]
-        moe_cast_f = attn["cast_fwd_s"] + moe["cast_fwd_s"] + (attn["weight_cast_s"] + moe["weight_cast_s"]) / m
+        moe_cast_f = attn["cast_fwd_s"] + moe["cast_fwd_s"]
+        moe_weight_cast = attn["weight_cast_s"] + moe["weight_cast_s"]
         moe_cast_b = attn["cast_bwd_s"] + moe["cast_bwd_s"]
         moe_elem_f = attn["elem_fwd_s"] + moe["elem_fwd_s"]
         moe_elem_b = attn["elem_bwd_s"] + moe["elem_bwd_s"]
@@ -232,21 +258,26 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         dispatch = moe_costs.moe_dispatch_bytes(tokens / tp, model.moe.top_k, h, rates.act_bytes)
         a2a = moe_costs.moe_all_to_all_time_s(dispatch, ep, etp, cluster, eff,
                                              overlap=1.0 - eff.exposed_ep_fraction,
-                                             load_imbalance=batch.moe_load_imbalance)
+                                             load_imbalance=imbalance)
         moe_rec = np.where(rc == 2, moe_fwd, np.where(rc == 1, attn["core_fwd_s"], 0.0))
         # per average layer of a stage: dense and MoE layers weighted by their share
         layer_fwd = (1 - moe_share) * layer_fwd + moe_share * moe_fwd
         gemm_f = (1 - moe_share) * gemm_f + moe_share * moe_gemm_f
+        weight_cast = (1 - moe_share) * weight_cast + moe_share * moe_weight_cast
         cast_b = (1 - moe_share) * cast_b + moe_share * moe_cast_b
         elem_f = (1 - moe_share) * elem_f + moe_share * moe_elem_f
         elem_b = (1 - moe_share) * elem_b + moe_share * moe_elem_b
         recompute = (1 - moe_share) * recompute + moe_share * (moe_rec + np.where(rc == 2, a2a["fwd_exposed_s"], 0.0))
         a2a_fwd = moe_share * a2a["fwd_exposed_s"]
         a2a_bwd = moe_share * a2a["bwd_exposed_s"]
+        moe_flops = attn["gemm_flops_fwd"] + moe["gemm_flops_fwd"] + attn["core_flops_fwd"]
+        layer_flops_fwd = (1 - moe_share) * layer_flops_fwd + moe_share * moe_flops
+        if n_moe > 0:
+            last_layer_flops = moe_flops
     else:
         a2a_fwd = a2a_bwd = 0.0 * tokens
 
-    # ---- one layer: tensor- and context-parallel communication ----------------------------
+    # ---- tensor- and context-parallel communication ---------------------------------------
     act_bytes = tokens * h * rates.act_bytes
     tp_coll = group_collective_time_s("all_reduce", act_bytes, tp, 1, cluster, eff)
     tp_fwd = 2.0 * tp_coll
@@ -258,31 +289,81 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     # forced overlap hides TP traffic behind the GEMMs; otherwise the generation's usual stack
     # leaves the fitted fraction exposed
     tp_x = eff.exposed_tp_fraction
-    tp_exposed_f = np.where(batch.tp_comm_overlap, np.maximum(tp_fwd - gemm_f, 0.0), tp_x * tp_fwd)
-    tp_exposed_b = np.where(batch.tp_comm_overlap, np.maximum(tp_bwd - 2 * gemm_f, 0.0), tp_x * tp_bwd)
-    tp_exposed_r = np.where(batch.tp_comm_overlap, np.maximum(tp_rec - gemm_f, 0.0), tp_x * tp_rec)
+    tp_exposed_f = np.where(tp_overlap, np.maximum(tp_fwd - gemm_f, 0.0), tp_x * tp_fwd)
+    tp_exposed_b = np.where(tp_overlap, np.maximum(tp_bwd - 2 * gemm_f, 0.0), tp_x * tp_bwd)
+    tp_exposed_r = np.where(tp_overlap, np.maximum(tp_rec - gemm_f, 0.0), tp_x * tp_rec)
     if np.any(cp > 1):
-        cpc = context_parallel.context_parallel_costs(model, batch.cp_kind, tokens, cp, tp, attn["core_fwd_s"],
+        cpc = context_parallel.context_parallel_costs(model, cp_kind, tokens, cp, tp, attn["core_fwd_s"],
                                                       attn["core_bwd_s"], cluster, eff)
     else:
-        cpc = {"fwd_exposed_s": 0.0, "bwd_exposed_s": 0.0}
+        cpc = {"fwd_exposed_s": 0.0 * tokens, "bwd_exposed_s": 0.0 * tokens}
     # exposed context- and expert-parallel traffic per layer
     cp_fwd = cpc["fwd_exposed_s"] + a2a_fwd
     cp_bwd = cpc["bwd_exposed_s"] + a2a_bwd
     layer_w = gemm_f                                  # weight-gradient GEMMs
     layer_b = gemm_f + cast_b + attn["core_bwd_s"] + elem_b  # input-gradient part
-
     layer_total = (layer_fwd + layer_b + layer_w + recompute + tp_exposed_f + tp_exposed_b
                    + tp_exposed_r + cp_fwd + cp_bwd)
+
+    # ---- the model's ends -----------------------------------------------------------------
+    # the output layer stays in 16-bit under the low-precision recipes (cost_models.low_precision)
+    low_precision = rates.dtype in LOW_PRECISION
+    head_rates = compute_rates(gpu, eff, sixteen_bit_dtype(gpu)) if low_precision else rates
+    head = layer_costs.lm_head_costs(model, head_rates, tokens, tp)
+    emb = layer_costs.embedding_costs(model, rates, tokens)
+    out = {
+        "layer_fwd": layer_fwd, "layer_b": layer_b, "layer_w": layer_w, "recompute": recompute,
+        "weight_cast_s": weight_cast, "layer_total": layer_total,
+        "tp_exposed_f": tp_exposed_f, "tp_exposed_b": tp_exposed_b, "tp_exposed_r": tp_exposed_r,
+        "tp_comm_s": tp_fwd + tp_bwd + tp_rec,
+        "cp_fwd": cp_fwd, "cp_bwd": cp_bwd, "a2a_fwd": a2a_fwd, "a2a_bwd": a2a_bwd,
+        "cp_exposed_s": cpc["fwd_exposed_s"] + cpc["bwd_exposed_s"],
+        "head_s": head["fwd_s"] + head["bwd_s"], "embedding_s": emb["fwd_s"] + emb["bwd_s"],
+        "layer_flops_fwd": layer_flops_fwd, "head_flops_fwd": head["flops_fwd"],
+        "recompute_flops_layer": np.where(rc == 2, layer_flops_fwd, np.where(rc == 1, attn["core_flops_fwd"], 0.0)),
+    }
+    n_mtp = float(model.mtp_layers)
+    if n_mtp > 0:
+        mtp_proj = layer_costs.mtp_projection_costs(model, rates, tokens, tp)
+        out["mtp_s"] = mtp_proj["fwd_s"] + mtp_proj["bwd_s"] + head["fwd_s"] + head["bwd_s"]
+        out["mtp_flops_fwd"] = n_mtp * (last_layer_flops + head["flops_fwd"] + mtp_proj["flops_fwd"])
+        out["mtp_recompute_flops"] = n_mtp * np.where(rc == 2, last_layer_flops,
+                                                      np.where(rc == 1, attn["core_flops_fwd"], 0.0))
+    return out
+
+
+def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch,
+             memory: dict | None = None) -> dict:
+    """Step time, breakdown and memory for every row of ``batch``; dict of float arrays.
+
+    ``memory``: ``memory_parts`` of these rows when the caller has them already (the planner
+    computes memory first to time only the rows that fit); computed here otherwise.
+    """
+    gpu = cluster.gpu
+    rates = compute_rates(gpu, eff, batch.dtype)
+    param_bytes = rates.act_bytes      # 16-bit weights gathered (fp32 when training in fp32)
+    f = lambda x: np.asarray(x, dtype=float)  # noqa: E731
+    dp, tp, pp, cp, vpp = f(batch.dp), f(batch.tp), f(batch.pp), f(batch.cp), f(batch.vpp)
+    mbs, gbs = f(batch.micro_batch), f(batch.global_batch)
+    rc = batch.recompute
+    s = float(model.seq_len)
+    h = float(model.hidden_size)
+    m = gbs / (dp * mbs)
+    tokens = mbs * s / cp
+
+    # ---- one layer, one micro-batch (and the model's ends): depends on the layer key only ----
+    lay = _per_layer_key(model, cluster, eff, rates, batch, tokens)
+    layer_fwd, layer_b, layer_w, recompute = lay["layer_fwd"], lay["layer_b"], lay["layer_w"], lay["recompute"]
+    tp_exposed_f, tp_exposed_b, tp_exposed_r = lay["tp_exposed_f"], lay["tp_exposed_b"], lay["tp_exposed_r"]
+    cp_fwd, cp_bwd, a2a_fwd, a2a_bwd = lay["cp_fwd"], lay["cp_bwd"], lay["a2a_fwd"], lay["a2a_bwd"]
+    layer_total = lay["layer_total"]
+    ep = f(batch.ep)
+    moe_share = float(model.num_moe_layers) / model.num_layers
 
     # ---- the slowest stage ----------------------------------------------------------------
     n_mtp = float(model.mtp_layers)
     layers_stage = np.ceil((model.num_layers + n_mtp) / pp)
-    # the output layer stays in 16-bit under the low-precision recipes (cost_models.low_precision)
-    head_rates = compute_rates(gpu, eff, sixteen_bit_dtype(gpu)) if low_precision else rates
-    head = layer_costs.lm_head_costs(model, head_rates, tokens, tp)
-    emb = layer_costs.embedding_costs(model, rates, tokens)
-    ends = head["fwd_s"] + head["bwd_s"] + np.where(pp == 1, emb["fwd_s"] + emb["bwd_s"], 0.0)
+    ends = lay["head_s"] + np.where(pp == 1, lay["embedding_s"], 0.0)
     # multi-token prediction (DeepSeek-V3 report, section 2.2): each module is a transformer
     # layer (counted in layers_stage above), a 2h -> h projection and another pass through
     # the shared LM head. The runs that train it lay the pipeline out with the module in a
@@ -290,8 +371,10 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     # it on top of a full share of layers: its projection and head work is spread over the
     # pp stages (exact at pp = 1)
     if n_mtp > 0:
-        mtp_proj = layer_costs.mtp_projection_costs(model, rates, tokens, tp)
-        ends = ends + n_mtp * (mtp_proj["fwd_s"] + mtp_proj["bwd_s"] + head["fwd_s"] + head["bwd_s"]) / pp
+        ends = ends + n_mtp * lay["mtp_s"] / pp
+    # low-precision weights are quantised once per step (the first micro-batch's forward) and
+    # the copies reused by every later micro-batch and by recomputation
+    weight_cast = layers_stage * lay["weight_cast_s"]
     # scatter/gather optimisation: each TP rank sends 1/tp of the activation across stages and
     # the receiver all-gathers it over NVLink (Narayanan et al. 2021, section 4.1)
     p2p_bytes = tokens * h * rates.act_bytes / tp
@@ -342,7 +425,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     t_b_mb = t_mb - t_fwd_mb - t_w_mb
     bubble = bubble_time_s(batch.schedule, pp, vpp, t_fwd_mb, t_b_mb, t_w_mb)
     bubble = np.where(pp > 1, bubble, 0.0)
-    pipeline = m * t_mb + bubble
+    pipeline = m * t_mb + bubble + weight_cast
 
     # ---- data-parallel gradient reduction and parameter gather ----------------------------
     # gradient buckets: flat rings over each GPU's NIC (every byte crosses each node boundary at
@@ -379,7 +462,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     opt_fraction = eff.optimizer_hbm_fraction or eff.hbm_fraction
     optimizer = opt_params * adam_bytes / (cluster.gpu.hbm_bw_bytes_per_s * opt_fraction)
 
-    compute_part = m * layers_stage * (layer_fwd + layer_b + layer_w) + m * (ends + grad_accum)
+    compute_part = m * layers_stage * (layer_fwd + layer_b + layer_w) + m * (ends + grad_accum) + weight_cast
     recompute_part = m * layers_stage * recompute
     # straggler wait: the fitted share of the step's compute that ranks spend waiting for the
     # slowest peer at synchronisations (EfficiencyModel.sync_skew_fraction; 0 on GPUs)
@@ -391,26 +474,19 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     # ---- breakdown (sums to step) ---------------------------------------------------------
     tp_part = m * layers_stage * (tp_exposed_f + tp_exposed_b + tp_exposed_r)
     ep_part = m * layers_stage * (a2a_fwd + a2a_bwd)
-    cp_part = m * layers_stage * (cpc["fwd_exposed_s"] + cpc["bwd_exposed_s"])
+    cp_part = m * layers_stage * lay["cp_exposed_s"]
     pp_comm_part = m * p2p
     z3_part = m * z3_exposed
 
     # ---- FLOPs (whole job per step) -------------------------------------------------------
-    layer_flops_fwd = attn["gemm_flops_fwd"] + mlp["gemm_flops_fwd"] + attn["core_flops_fwd"]
-    last_layer_flops = layer_flops_fwd     # the kind the model ends with (an MTP module repeats it)
-    if model.moe is not None:
-        moe_flops = attn["gemm_flops_fwd"] + moe["gemm_flops_fwd"] + attn["core_flops_fwd"]
-        layer_flops_fwd = (1 - moe_share) * layer_flops_fwd + moe_share * moe_flops
-        if n_moe > 0:
-            last_layer_flops = moe_flops
+    layer_flops_fwd = lay["layer_flops_fwd"]
     n_gpus = dp * tp * pp * cp
     micro_batches_total = m * dp * cp       # tokens per GPU-microbatch are split by cp
-    recompute_flops_layer = np.where(rc == 2, layer_flops_fwd, np.where(rc == 1, attn["core_flops_fwd"], 0.0))
-    model_flops = 3.0 * micro_batches_total * tp * (model.num_layers * layer_flops_fwd + head["flops_fwd"])
+    recompute_flops_layer = lay["recompute_flops_layer"]
+    model_flops = 3.0 * micro_batches_total * tp * (model.num_layers * layer_flops_fwd + lay["head_flops_fwd"])
     hardware_flops = model_flops + micro_batches_total * tp * model.num_layers * recompute_flops_layer
     if n_mtp > 0:
-        mtp_flops_fwd = n_mtp * (last_layer_flops + head["flops_fwd"] + mtp_proj["flops_fwd"])
-        mtp_recompute = n_mtp * np.where(rc == 2, last_layer_flops, np.where(rc == 1, attn["core_flops_fwd"], 0.0))
+        mtp_flops_fwd, mtp_recompute = lay["mtp_flops_fwd"], lay["mtp_recompute_flops"]
         model_flops = model_flops + 3.0 * micro_batches_total * tp * mtp_flops_fwd
         hardware_flops = hardware_flops + micro_batches_total * tp * (3.0 * mtp_flops_fwd + mtp_recompute)
     tokens_per_step = gbs * s
@@ -440,7 +516,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         "layer_w_s": layer_w,
         "p2p_per_microbatch_s": p2p,
         "grad_accum_per_microbatch_s": grad_accum,
-        "tp_comm_total_s": m * layers_stage * (tp_fwd + tp_bwd + tp_rec),
+        "tp_comm_total_s": m * layers_stage * lay["tp_comm_s"],
         "dp_comm_total_s": grad_comm + gather_comm,
         "model_flops": model_flops,
         "hardware_flops": hardware_flops,

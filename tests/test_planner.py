@@ -422,3 +422,18 @@ def test_memory_first_scoring_keeps_the_rows_and_numbers_of_full_scoring(model, 
     assert np.array_equal(ev.rows[first], fit)
     for key in KEPT_OUTPUTS:
         assert np.array_equal(ev.outputs[key][first], np.broadcast_to(full[key], (len(space),))[fit]), key
+
+
+def test_step_model_gives_the_same_numbers_whatever_the_row_order():
+    """The step model computes each layer's costs once per run of rows with equal layer keys;
+    shuffling the rows (many short runs) must not change any row's numbers."""
+    from planners.vectorized import config_batch
+    from simulator.step_model import evaluate
+    spec, cl = load_model("mixtral-8x7b"), load_cluster("dgx-h100")
+    eff = efficiency_for_cluster(cl)
+    space = _enumerate(spec, (32, 32), 64, prune_dominated=False)
+    batch = config_batch(space.columns, space.dtypes[0], 64)
+    shuffle = np.random.default_rng(0).permutation(len(space))
+    ordered, shuffled = evaluate(spec, cl, eff, batch), evaluate(spec, cl, eff, batch.take(shuffle))
+    for key in ("step_time_s", "memory_bytes", "model_flops", "tp_comm_exposed_s", "ep_comm_exposed_s"):
+        assert np.array_equal(np.broadcast_to(ordered[key], (len(space),))[shuffle], shuffled[key]), key
