@@ -4,7 +4,9 @@ A GEMM of shape (M, N, K) does 2*M*N*K FLOPs and moves (M*K + K*N + M*N) element
 the larger of FLOPs / (peak x plateau x shape factor) and bytes / (HBM bandwidth x achieved
 fraction), plus a fixed kernel overhead. The shape factor, prod over the three dimensions of
 x / (x + gemm_half_dim), models tile quantisation and too few thread blocks in skinny or small
-GEMMs. Memory-bound kernels (norms, activation functions, dropout, residual adds, casts) are
+GEMMs. Along the reduction dimension K the half-dimension stands for each tile's fixed
+start-up and epilogue time, which a faster dtype does not shrink: in fp8/mxfp8/nvfp4 it is
+scaled by the dtype's peak rate over the 16-bit one (a short-K GEMM gains less from FP8). Memory-bound kernels (norms, activation functions, dropout, residual adds, casts) are
 timed by the bytes they read and write. The attention core is FLOP-counted with the causal mask
 halving the work (fused kernels skip masked blocks) and runs at a fitted fraction of the
 16-bit peak.
@@ -47,6 +49,7 @@ class ComputeRates:
     operand_bytes: float
     dtype: str = "bf16"            # the GEMM dtype (quantisation costs: ``layer_costs``)
     act_bytes: float = ACT_BYTES   # bytes per activation element
+    k_half_dim: float = 0.0        # half_dim of the reduction dimension (``compute_rates``); 0: half_dim
 
 
 def sixteen_bit_dtype(gpu: GPUSpec) -> str:
@@ -57,8 +60,16 @@ def sixteen_bit_dtype(gpu: GPUSpec) -> str:
 def compute_rates(gpu: GPUSpec, eff: EfficiencyModel, dtype: str) -> ComputeRates:
     """Achieved GEMM, attention and memory rates of ``gpu`` in ``dtype``."""
     attn_dtype = sixteen_bit_dtype(gpu) if dtype in LOW_PRECISION else dtype
+    # a GEMM tile's fixed start-up and epilogue time does not shrink with a faster dtype, while
+    # each step of its K loop runs at the tensor cores' rate for the dtype: along K the fixed
+    # time is worth peak(dtype) / peak(16-bit) times as many elements
+    plateau = gpu.peak_flops(dtype) * eff.gemm_fraction(dtype)
+    if dtype in LOW_PRECISION:
+        k_half_dim = eff.gemm_half_dim * gpu.peak_flops(dtype) / gpu.peak_flops(sixteen_bit_dtype(gpu))
+    else:
+        k_half_dim = eff.gemm_half_dim
     return ComputeRates(
-        gemm_flops_per_s=gpu.peak_flops(dtype) * eff.gemm_fraction(dtype),
+        gemm_flops_per_s=plateau,
         attn_flops_per_s=gpu.peak_flops(attn_dtype) * eff.attention_peak_fraction,
         hbm_bytes_per_s=gpu.hbm_bw_bytes_per_s * eff.hbm_fraction,
         half_dim=eff.gemm_half_dim,
@@ -66,13 +77,16 @@ def compute_rates(gpu: GPUSpec, eff: EfficiencyModel, dtype: str) -> ComputeRate
         operand_bytes=OPERAND_BYTES.get(dtype, 2.0),
         dtype=dtype,
         act_bytes=activation_bytes(dtype),
+        k_half_dim=k_half_dim,
     )
 
 
-def gemm_shape_factor(m, n, k, half_dim):
-    """Fraction of the plateau a (m, n, k) GEMM reaches: prod x / (x + half_dim)."""
+def gemm_shape_factor(m, n, k, half_dim, k_half_dim=None):
+    """Fraction of the plateau a (m, n, k) GEMM reaches: prod x / (x + half_dim), with
+    ``k_half_dim`` (default ``half_dim``) for the reduction dimension k."""
     m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
-    return (m / (m + half_dim)) * (n / (n + half_dim)) * (k / (k + half_dim))
+    kh = half_dim if k_half_dim is None else k_half_dim
+    return (m / (m + half_dim)) * (n / (n + half_dim)) * (k / (k + kh))
 
 
 def gemm_traffic_bytes(m, n, k, rates: ComputeRates):
@@ -89,7 +103,8 @@ def gemm_time_s(m, n, k, rates: ComputeRates, count=1.0):
     """
     m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
     flops = 2.0 * m * n * k
-    compute = flops / (rates.gemm_flops_per_s * gemm_shape_factor(m, n, k, rates.half_dim))
+    compute = flops / (rates.gemm_flops_per_s * gemm_shape_factor(m, n, k, rates.half_dim,
+                                                                  rates.k_half_dim or rates.half_dim))
     memory = gemm_traffic_bytes(m, n, k, rates) / rates.hbm_bytes_per_s
     return count * (np.maximum(compute, memory) + rates.kernel_overhead_s)
 

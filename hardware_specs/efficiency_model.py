@@ -29,7 +29,9 @@ class EfficiencyModel:
             reaches (cuBLAS/cuBLASLt plateau). Dtypes not listed fall back to ``bf16``.
         gemm_half_dim: GEMM shape saturation: each of the three GEMM dimensions ``x`` scales
             the plateau by ``x / (x + gemm_half_dim)`` (tile quantisation and too few thread
-            blocks for skinny or small GEMMs).
+            blocks for skinny or small GEMMs), in 16-bit elements; for the reduction dimension
+            of a low-precision GEMM it is scaled by that dtype's peak rate over the 16-bit one
+            (``cost_models.compute.compute_rates``).
         attention_peak_fraction: fraction of the bf16/fp16 peak reached by the fused (flash)
             attention core (FlashAttention-2 reports 50-73% on A100, FA3 ~75% on H100).
         hbm_fraction: fraction of peak HBM bandwidth reached by memory-bound kernels

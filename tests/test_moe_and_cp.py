@@ -380,3 +380,22 @@ def test_elementwise_bytes_per_pass_by_hand(rates):
         assert g["elem_bwd_s"] == pytest.approx(tokens * 2 * (5 * f / tp + 5.5 * h / split) / bw)
         p = dense_mlp_costs(plain, rates, tokens, tp, sp)
         assert p["elem_bwd_s"] == pytest.approx(tokens * 2 * (3 * f / tp + 5.5 * h / split) / bw)
+
+
+def test_fp8_gemm_shape_factor_scales_only_the_reduction_dimension_by_the_rate():
+    """A tile's fixed start-up/epilogue time is worth (fp8 peak / bf16 peak) times as many K
+    elements in fp8: by hand on H100 (989.4 / 1978.9 dense TFLOP/s) with plateaus 0.7 (bf16)
+    and 0.6 (fp8) and half-dimension 128, a compute-bound (8192, 8192, 1024) GEMM."""
+    from hardware_specs.catalog import load_gpu
+    gpu = load_gpu("h100-sxm-80gb")
+    eff = EfficiencyModel(generation="toy", gemm_peak_fraction={"bf16": 0.7, "fp8": 0.6}, gemm_half_dim=128,
+                          hbm_fraction=1.0, kernel_overhead_s=0.0)
+    bf16, fp8 = compute_rates(gpu, eff, "bf16"), compute_rates(gpu, eff, "fp8")
+    k_half = 128 * 1978.9 / 989.4
+    assert fp8.k_half_dim == pytest.approx(k_half, rel=1e-3)
+    assert bf16.k_half_dim == 128
+    m = n = 8192.0
+    k = 1024.0
+    mn = (m / (m + 128)) ** 2
+    assert gemm_time_s(m, n, k, fp8) == pytest.approx(2 * m * n * k / (1979e12 * 0.6 * mn * k / (k + k_half)), rel=1e-3)
+    assert gemm_time_s(m, n, k, bf16) == pytest.approx(2 * m * n * k / (989e12 * 0.7 * mn * k / (k + 128)), rel=1e-3)
