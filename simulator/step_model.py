@@ -142,29 +142,24 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
     m = gbs / (dp * mbs)
     tokens = mbs * s / cp
     layers_stage = _layers_per_stage(model, pp)
-    moe_share = float(model.num_moe_layers) / model.num_layers
-    dense_ffn = (model.moe.dense_ffn_hidden_size or model.ffn_hidden_size) if model.moe else None
-    layer_params, params_local, expert_local, _ = local_params(model, batch)
+    layer_params, params_local, expert_local, edp = local_params(model, batch)
 
     weights_b, grads_b, optim_b = memory.model_state_bytes(params_local, zero, dp * cp, low_precision,
                                                            full_precision=rates.act_bytes > 2)
     if model.moe is not None:
         ew, eg, eo = moe_costs.expert_model_state_bytes(expert_local, zero, dp, cp, tp, ep, etp, low_precision)
         weights_b, grads_b, optim_b = weights_b + ew, grads_b + eg, optim_b + eo
-    per_layer_act = memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, rc,
-                                                      flash_attention=batch.flash_attention, ffn=dense_ffn)
-    if model.moe is not None:
-        shared_ffn = model.moe.num_shared_experts * (model.moe.shared_expert_ffn_hidden_size
-                                                     or model.moe.expert_ffn_hidden_size)
-        moe_act = (memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, rc, batch.flash_attention,
-                                                     ffn=max(shared_ffn, 1))
-                   + moe_costs.moe_activation_bytes_per_layer(model, mbs, s, tp, cp, ep, etp, rc,
-                                                              batch.moe_load_imbalance))
-        per_layer_act = (1 - moe_share) * per_layer_act + moe_share * moe_act
+    # per-layer activations depend on the layer key only: once per run of equal keys
+    first, run = _runs([getattr(batch, k) for k in LAYER_KEY_FIELDS + ("flash_attention",)])
+
+    def at(x):
+        return np.asarray(x)[first] if np.ndim(x) else x
+
+    acts = _layer_activation_bytes(model, at(mbs), at(tp), at(cp), at(sp), at(rc), at(batch.flash_attention),
+                                   at(ep), at(etp), at(batch.moe_load_imbalance))
+    per_layer_act, full_layer_act = (np.broadcast_to(a, (len(first),))[run] for a in acts)
     in_flight = memory.in_flight_microbatches(pp, vpp, m, batch.schedule == _GPIPE)
     activations = per_layer_act * layers_stage * in_flight
-    full_layer_act = memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, 0,
-                                                       flash_attention=batch.flash_attention)
     recompute_work = np.where(rc == 2, full_layer_act, 0.0)
     logits = np.where(pp == 1, tokens * model.vocab_size / tp * memory.LOGIT_BYTES, 0.0)
     z3_buffers = np.where(zero >= 3, 2.0 * layer_params / tp * param_bytes, 0.0)
@@ -180,7 +175,30 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
         "allocator_bytes": allowance,
         "memory_bytes": tensors + allowance,
         "params_local": params_local,
+        # the parameter split ``evaluate`` reuses (not memory): expert parameters, expert-DP degree
+        "_expert_local": np.broadcast_to(expert_local, tensors.shape),
+        "_edp": np.broadcast_to(edp, tensors.shape),
     }
+
+
+def _layer_activation_bytes(model: ModelSpec, mbs, tp, cp, sp, rc, flash_attention, ep, etp, imbalance):
+    """(activation bytes one average layer keeps per micro-batch, those of a layer without
+    recomputation) on one GPU, for the given layer keys."""
+    s = float(model.seq_len)
+    dense_ffn = (model.moe.dense_ffn_hidden_size or model.ffn_hidden_size) if model.moe else None
+    per_layer_act = memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, rc,
+                                                      flash_attention=flash_attention, ffn=dense_ffn)
+    if model.moe is not None:
+        moe_share = float(model.num_moe_layers) / model.num_layers
+        shared_ffn = model.moe.num_shared_experts * (model.moe.shared_expert_ffn_hidden_size
+                                                     or model.moe.expert_ffn_hidden_size)
+        moe_act = (memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, rc, flash_attention,
+                                                     ffn=max(shared_ffn, 1))
+                   + moe_costs.moe_activation_bytes_per_layer(model, mbs, s, tp, cp, ep, etp, rc, imbalance))
+        per_layer_act = (1 - moe_share) * per_layer_act + moe_share * moe_act
+    full_layer_act = memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, 0,
+                                                       flash_attention=flash_attention)
+    return per_layer_act, full_layer_act
 
 
 #: ConfigBatch fields a layer's costs depend on (with the model, cluster and dtype): rows that
@@ -381,7 +399,9 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     p2p = np.where(pp > 1, 2.0 * vpp * p2p_stage_time_s(p2p_bytes, tp * cp * dp, cluster, eff), 0.0)
 
     # parameters this GPU owns (before ZeRO); the first stage also holds the embedding
-    layer_params, params_local, expert_local, edp = local_params(model, batch)
+    if memory is None:
+        memory = memory_parts(model, cluster, eff, batch)
+    params_local, expert_local, edp = memory["params_local"], memory["_expert_local"], memory["_edp"]
 
     dp_group = dp * cp
     zero = batch.zero_stage
@@ -493,7 +513,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     peak = gpu.peak_flops(batch.dtype)
 
     # ---- memory on the first stage (the one holding the most activations) -----------------
-    mem = memory_parts(model, cluster, eff, batch) if memory is None else memory
+    mem = {k: v for k, v in memory.items() if not k.startswith("_")}
 
     return {
         "step_time_s": step,
