@@ -6,7 +6,10 @@ fraction), plus a fixed kernel overhead. The shape factor, prod over the three d
 x / (x + gemm_half_dim), models tile quantisation and too few thread blocks in skinny or small
 GEMMs. Along the reduction dimension K the half-dimension stands for each tile's fixed
 start-up and epilogue time, which a faster dtype does not shrink: in fp8/mxfp8/nvfp4 it is
-scaled by the dtype's peak rate over the 16-bit one (a short-K GEMM gains less from FP8). Memory-bound kernels (norms, activation functions, dropout, residual adds, casts) are
+scaled by the dtype's peak rate over the 16-bit one (a short-K GEMM gains less from FP8).
+(Limitation: the step model charges the backward GEMMs as two of the forward's shape, so a
+low-precision weight-gradient GEMM, which reduces over the tokens, gets the forward's short-K
+penalty; timing dgrad and wgrad with their own reduction dimensions is not done yet.) Memory-bound kernels (norms, activation functions, dropout, residual adds, casts) are
 timed by the bytes they read and write. The attention core is FLOP-counted with the causal mask
 halving the work (fused kernels skip masked blocks) and runs at a fitted fraction of the
 16-bit peak.

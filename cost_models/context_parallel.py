@@ -185,12 +185,13 @@ def context_parallel_costs(model: ModelSpec, kind, tokens_local, cp, tp, core_fw
     # a flavour no row uses is not computed (the planner often searches ring only); its
     # entries would be discarded by ``pick`` anyway
     unused = 0.0 * step
-    if np.any(code == 1):
+    has_ulysses, has_hybrid = bool(np.any(code == 1)), bool(np.any(code == 2))
+    if has_ulysses:
         uly_bytes = ulysses_comm_bytes(tokens_local, a, g, dk, tp, cp, bytes_per_element, dv)
         uly_f, uly_b = ulysses_time_s(uly_bytes, cp, tp, cluster, eff)
     else:
         uly_bytes = uly_f = uly_b = unused
-    if np.any(code == 2):
+    if has_hybrid:
         u, r = hybrid_cp_split(cp, tp, cluster.gpus_per_node, a)
         h_uly_bytes = ulysses_comm_bytes(tokens_local, a, g, dk, tp, u, bytes_per_element, dv)
         h_uf, h_ub = ulysses_time_s(h_uly_bytes, u, tp, cluster, eff)
@@ -204,7 +205,7 @@ def context_parallel_costs(model: ModelSpec, kind, tokens_local, cp, tp, core_fw
         h_uly_bytes = h_uf = h_ub = h_step = unused
         h_ring = {"fwd_s": unused, "bwd_s": unused, "fwd_exposed_s": unused, "bwd_exposed_s": unused}
 
-    ring_only = uly_f is unused and h_uf is unused
+    ring_only = not (has_ulysses or has_hybrid)
 
     def pick(ring_v, uly_v, hyb_v):
         if ring_only:

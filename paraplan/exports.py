@@ -158,8 +158,11 @@ RUNNABLE = {
     "megatron": ({"zero_stage": [0, 1]}, {"pp": 1}),
     # plain DDP only without model parallelism; FSDP2 (ZeRO >= 1) with everything
     "torchtitan": ({"zero_stage": [1, 2, 3]}, {"tp": 1, "pp": 1, "cp": 1}),
-    # one 1F1B schedule, ZeRO <= 1 beside a pipeline, Ulysses (not ring) sequence parallelism
-    "deepspeed": ({"vpp": 1, "zero_stage": [0, 1], "cp": 1}, {"pp": 1, "cp": 1}),
+    # one 1F1B schedule, ZeRO <= 1 beside a pipeline, Ulysses (not ring) sequence parallelism.
+    # Its ZeRO-3 gathers a fully recomputed layer a third time, which the planner (FSDP-style
+    # ZeRO-3) does not cost, so ZeRO-3 plans are offered only without full recomputation
+    "deepspeed": ({"vpp": 1, "zero_stage": [0, 1], "cp": 1}, {"pp": 1, "cp": 1, "zero_stage": [0, 1, 2]},
+                  {"pp": 1, "cp": 1, "zero_stage": [3], "recompute": ["none", "selective"]}),
 }
 
 

@@ -27,6 +27,7 @@ import numpy as np
 from model_specs.model_spec import ModelSpec
 from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES
 from simulator.parallel_config import Recompute, Schedule
+from simulator.step_model import LAYER_KEY_FIELDS
 
 #: why a candidate was removed, in the order the rules are applied (keys of ``SearchSpace.pruned``).
 RULES = {
@@ -307,7 +308,7 @@ def enumerate_space(model: ModelSpec, c: SearchConstraints) -> SearchSpace:
     # rows that share a layer key (step_model.LAYER_KEY_FIELDS) next to each other: the step
     # model then computes each layer's costs once per run of equal keys (stable, so the order
     # within a key is the enumeration's)
-    order = np.lexsort([cols[k] for k in ("recompute", "sequence_parallel", "micro_batch", "ep", "cp", "tp")])
+    order = np.lexsort([cols[k] for k in reversed(LAYER_KEY_FIELDS) if k in cols])
     cols = {k: v[order] for k, v in cols.items()}
 
     return SearchSpace(columns=cols, pruned={k: pruned.get(k, 0) for k in RULES if k != "memory"},

@@ -85,8 +85,8 @@ def config_batch(columns: Mapping[str, np.ndarray], dtype: str, global_batch: in
             col = columns[name][start:stop]
             kwargs[name] = col.astype(float) if name in _FLOAT_COLUMNS else col
         elif name == "flash_attention":
-            # a scalar: cost_models.memory.activation_bytes_per_layer tests it with ``if``,
-            # which an array of more than one row cannot answer
+            # one scalar for the whole batch (the planner does not search it; the step model
+            # takes it as a scalar or a column alike)
             kwargs[name] = template.flash_attention[0]
         else:
             kwargs[name] = np.full(n, template.__dict__[name][0])
@@ -118,7 +118,7 @@ def _evaluate_chunk(job: _Job, dtype_index: int, start: int, stop: int):
     fit = np.flatnonzero(mem <= job.memory_limit_bytes)
     if len(fit):
         fitting_parts = {k: np.broadcast_to(v, mem.shape)[fit] for k, v in parts.items()}
-        out = evaluate(job.model, job.cluster, job.eff, batch.take(fit), memory=fitting_parts)
+        out = evaluate(job.model, job.cluster, job.eff, batch.take(fit), memory_by_part=fitting_parts)
         kept = {k: np.asarray(out[k], dtype=float) for k in KEPT_OUTPUTS}
     else:
         kept = {k: np.zeros(0) for k in KEPT_OUTPUTS}

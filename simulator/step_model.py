@@ -215,6 +215,8 @@ def _runs(columns) -> tuple[np.ndarray, np.ndarray]:
     """
     arrays = [np.asarray(c) for c in columns if np.ndim(c)]
     n = len(arrays[0]) if arrays else 1
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     change = np.zeros(n, dtype=bool)
     change[0] = True
     for a in arrays:
@@ -351,11 +353,11 @@ def _layer_block(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, r
 
 
 def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch,
-             memory: dict | None = None) -> dict:
+             memory_by_part: dict | None = None) -> dict:
     """Step time, breakdown and memory for every row of ``batch``; dict of float arrays.
 
-    ``memory``: ``memory_parts`` of these rows when the caller has them already (the planner
-    computes memory first to time only the rows that fit); computed here otherwise.
+    ``memory_by_part``: ``memory_parts`` of these rows when the caller has them already (the
+    planner computes memory first to time only the rows that fit); computed here otherwise.
     """
     gpu = cluster.gpu
     rates = compute_rates(gpu, eff, batch.dtype)
@@ -399,9 +401,10 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     p2p = np.where(pp > 1, 2.0 * vpp * p2p_stage_time_s(p2p_bytes, tp * cp * dp, cluster, eff), 0.0)
 
     # parameters this GPU owns (before ZeRO); the first stage also holds the embedding
-    if memory is None:
-        memory = memory_parts(model, cluster, eff, batch)
-    params_local, expert_local, edp = memory["params_local"], memory["_expert_local"], memory["_edp"]
+    if memory_by_part is None:
+        memory_by_part = memory_parts(model, cluster, eff, batch)
+    params_local = memory_by_part["params_local"]
+    expert_local, edp = memory_by_part["_expert_local"], memory_by_part["_edp"]
 
     dp_group = dp * cp
     zero = batch.zero_stage
@@ -444,7 +447,10 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     t_w_mb = layers_stage * layer_w + grad_accum
     t_b_mb = t_mb - t_fwd_mb - t_w_mb
     bubble = bubble_time_s(batch.schedule, pp, vpp, t_fwd_mb, t_b_mb, t_w_mb)
-    bubble = np.where(pp > 1, bubble, 0.0)
+    # every stage quantises its weights in-line in its first forward (Transformer Engine's
+    # first-micro-batch cast), so the first micro-batch reaches the last stage that much later
+    # per upstream stage: pipeline fill
+    bubble = np.where(pp > 1, bubble, 0.0) + (pp - 1.0) * weight_cast
     pipeline = m * t_mb + bubble + weight_cast
 
     # ---- data-parallel gradient reduction and parameter gather ----------------------------
@@ -513,7 +519,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     peak = gpu.peak_flops(batch.dtype)
 
     # ---- memory on the first stage (the one holding the most activations) -----------------
-    mem = {k: v for k, v in memory.items() if not k.startswith("_")}
+    mem = {k: v for k, v in memory_by_part.items() if not k.startswith("_")}
 
     return {
         "step_time_s": step,

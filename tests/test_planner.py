@@ -437,3 +437,26 @@ def test_step_model_gives_the_same_numbers_whatever_the_row_order():
     ordered, shuffled = evaluate(spec, cl, eff, batch), evaluate(spec, cl, eff, batch.take(shuffle))
     for key in ("step_time_s", "memory_bytes", "model_flops", "tp_comm_exposed_s", "ep_comm_exposed_s"):
         assert np.array_equal(np.broadcast_to(ordered[key], (len(space),))[shuffle], shuffled[key]), key
+
+
+def test_a_batch_varying_every_layer_key_field_matches_row_by_row_evaluation():
+    """Fields the planner keeps constant (etp, load imbalance, TP overlap, CP flavour, flash
+    attention) are part of the layer key too: a batch mixing them, in runs and interleaved,
+    gives every row what evaluating it alone gives."""
+    import itertools
+
+    from simulator.config_batch import ConfigBatch
+    from simulator.step_model import evaluate
+    spec, cl = load_model("mixtral-8x7b"), load_cluster("dgx-h100")
+    eff = efficiency_for_cluster(cl)
+    configs = [ParallelConfig(dp=4, tp=2, pp=2, cp=2, ep=ep, etp=etp, micro_batch=1, global_batch=16,
+                              sequence_parallel=True, moe_load_imbalance=imb, tp_comm_overlap=ov, cp_kind=kind,
+                              flash_attention=fa, dtype="fp8")
+               for ep, etp, imb, ov, kind, fa in itertools.product((2, 4), (1, 2), (1.0, 1.3), (False, True),
+                                                                    ("ring", "ulysses", "hybrid"), (True, False))]
+    configs = configs + configs[::3]            # runs of one and repeats far apart
+    together = evaluate(spec, cl, eff, ConfigBatch.from_configs(configs))
+    for i, c in enumerate(configs):
+        alone = evaluate(spec, cl, eff, ConfigBatch.from_configs([c]))
+        for key, value in alone.items():
+            assert np.broadcast_to(together[key], (len(configs),))[i] == np.asarray(value).reshape(-1)[0], (key, c)

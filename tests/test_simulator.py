@@ -192,3 +192,30 @@ def test_deepspeed_zero3_gathers_a_recomputed_layer_three_times():
     selective = replace(base, recompute="selective")
     assert simulate(GPT_22B, cluster, replace(selective, zero3_recompute_gather=True), efficiency=eff).step_time_s == \
         simulate(GPT_22B, cluster, selective, efficiency=eff).step_time_s
+
+
+def test_fp8_weight_quantisation_is_paid_once_per_step_and_once_per_upstream_stage():
+    """The quantised weight copies are made in each stage's first forward and reused by every
+    later micro-batch and by recomputation. With W the per-layer weight cast from the layer cost
+    model and 8 layers per stage (32 layers, pp 4): the compute part holds 8 W once (its
+    intercept in the micro-batch count), and the pipeline fill holds it once per upstream stage
+    on top of (pp - 1) micro-batch stage times (1F1B)."""
+    from cost_models import layer_costs
+    from cost_models.compute import compute_rates
+    cluster = load_cluster("dgx-h100")
+    eff = efficiency_for_cluster(cluster)
+    rates = compute_rates(cluster.gpu, eff, "fp8")
+    w = (layer_costs.attention_block_costs(LLAMA_LIKE, rates, 8192.0, 8192.0, 8, True)["weight_cast_s"]
+         + layer_costs.dense_mlp_costs(LLAMA_LIKE, rates, 8192.0, 8, True)["weight_cast_s"])
+    assert w > 0
+    base = ParallelConfig(dp=1, tp=8, pp=4, micro_batch=1, global_batch=8, dtype="fp8", recompute="full",
+                          sequence_parallel=True)
+    r8 = simulate(LLAMA_LIKE, cluster, base, efficiency=eff, event_level=False)
+    r16 = simulate(LLAMA_LIKE, cluster, replace(base, global_batch=16), efficiency=eff, event_level=False)
+    assert sum(r8.time_breakdown_s.values()) == pytest.approx(r8.step_time_s, rel=1e-12)
+    c8, c16 = r8.time_breakdown_s["compute_s"], r16.time_breakdown_s["compute_s"]
+    assert 2 * c8 - c16 == pytest.approx(8 * w, rel=1e-6)
+    fill = r8.time_breakdown_s["pipeline_bubble_s"] - 3 * r8.extras["microbatch_stage_time_s"]
+    assert fill == pytest.approx(3 * 8 * w, rel=1e-6)
+    # recomputation repeats the forward without casting again
+    assert r16.time_breakdown_s["recompute_s"] == pytest.approx(2 * r8.time_breakdown_s["recompute_s"], rel=1e-9)

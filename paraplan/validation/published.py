@@ -305,8 +305,8 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInp
     if model.moe is None and ep > 1:
         raise Skip("ep > 1 for a model without experts")
     # the framework the row names decides how ZeRO-3 meets recomputation (ParallelConfig docs)
-    deepspeed_zero3 = zero >= 3 and "deepspeed" in _str(row, "notes").lower()
-    if deepspeed_zero3 and rc == "full":
+    deepspeed_zero3 = zero >= 3 and rc == "full" and "deepspeed" in _str(row, "notes").lower()
+    if deepspeed_zero3:
         assumptions.append("zero3_recompute_gather (DeepSpeed ZeRO-3 gathers again for the recompute)")
     try:
         config = ParallelConfig(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch=mbs, global_batch=gbs,
