@@ -1,7 +1,7 @@
 """Measured validation: the simulator against real training steps on this machine (needs torch).
 
 Skipped when torch is absent. About 2 minutes on 2 quiet CPU cores (up to ~3 when rows must be
-re-measured):
+re-measured, ~6 when a whole round breaks a bound and is repeated):
 
 * the hand-written tensor-, pipeline- and data-parallel code computes the unsharded model's
   loss and gradients (2 gloo ranks, float64, tiny GPT);
@@ -131,10 +131,25 @@ def measure_set(directory: Path, rounds: int = 1):
     return df
 
 
+def _outside_bounds(df) -> bool:
+    quiet = df[df["cpu_wait_fraction"].fillna(0.0) <= LOADED]
+    err = quiet["rel_error"].abs()
+    return bool(len(quiet)) and (bool((err > ERROR_BOUND).any()) or float(err.mean()) > MEAN_ERROR_BOUND)
+
+
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
+    """One calibrate-then-measure round; if it breaks a bound, the whole round (a fresh
+    calibration included) is repeated once and the repeat is judged. A VM whose speed shifts
+    between calibration and measurement (steal time does not show as CPU wait) fails one round;
+    a wrong cost model, which moves errors by more than 1, fails both."""
     try:
-        return measure_set(tmp_path_factory.mktemp("calibration"))
+        df = measure_set(tmp_path_factory.mktemp("calibration"))
+        if _outside_bounds(df):
+            print("\nfirst round outside the bounds (repeated once):\n"
+                  + df[["name", "measured_step_s", "predicted_step_s", "rel_error"]].to_string(index=False))
+            df = measure_set(tmp_path_factory.mktemp("calibration_repeat"))
+        return df
     except MachineBusy as exc:
         pytest.skip(f"machine busy: {exc}")
 
