@@ -9,8 +9,9 @@ start-up and epilogue time, which a faster dtype does not shrink: in fp8/mxfp8/n
 scaled by the dtype's peak rate over the 16-bit one (a short-K GEMM gains less from FP8).
 (Limitation: the step model charges the backward GEMMs as two of the forward's shape, so a
 low-precision weight-gradient GEMM, which reduces over the tokens, gets the forward's short-K
-penalty; timing dgrad and wgrad with their own reduction dimensions is not done yet.) Memory-bound kernels (norms, activation functions, dropout, residual adds, casts) are
-timed by the bytes they read and write. The attention core is FLOP-counted with the causal mask
+penalty; timing dgrad and wgrad with their own reduction dimensions is not done yet.)
+Memory-bound kernels (norms, activation functions, dropout, residual adds, casts) are timed by
+the bytes they read and write. The attention core is FLOP-counted with the causal mask
 halving the work (fused kernels skip masked blocks) and runs at a fitted fraction of the
 16-bit peak.
 
@@ -52,7 +53,7 @@ class ComputeRates:
     operand_bytes: float
     dtype: str = "bf16"            # the GEMM dtype (quantisation costs: ``layer_costs``)
     act_bytes: float = ACT_BYTES   # bytes per activation element
-    k_half_dim: float = 0.0        # half_dim of the reduction dimension (``compute_rates``); 0: half_dim
+    k_half_dim: float | None = None  # half_dim of the reduction dimension, elements; None: half_dim
 
 
 def sixteen_bit_dtype(gpu: GPUSpec) -> str:
@@ -106,8 +107,7 @@ def gemm_time_s(m, n, k, rates: ComputeRates, count=1.0):
     """
     m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
     flops = 2.0 * m * n * k
-    compute = flops / (rates.gemm_flops_per_s * gemm_shape_factor(m, n, k, rates.half_dim,
-                                                                  rates.k_half_dim or rates.half_dim))
+    compute = flops / (rates.gemm_flops_per_s * gemm_shape_factor(m, n, k, rates.half_dim, rates.k_half_dim))
     memory = gemm_traffic_bytes(m, n, k, rates) / rates.hbm_bytes_per_s
     return count * (np.maximum(compute, memory) + rates.kernel_overhead_s)
 

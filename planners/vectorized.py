@@ -3,8 +3,8 @@
 Every row goes through ``simulator.step_model`` (the one cost formula the simulator uses too);
 nothing is re-derived here. Rows are evaluated ``chunk_rows`` at a time, one ``ConfigBatch``
 per dtype: first their memory (``memory_parts``), then the step time (``evaluate``) of the rows
-that fit, which alone are kept, so memory stays bounded by the chunk size plus the fitting rows. Large searches are split over processes
-(fork), each evaluating whole chunks.
+that fit, which alone are kept, so memory stays bounded by the chunk size plus the fitting rows.
+Large searches are split over processes (fork), each evaluating whole chunks.
 """
 from __future__ import annotations
 

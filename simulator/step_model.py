@@ -23,6 +23,8 @@ exposed (last bucket, contention), and never less than what exceeds that one pas
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from cost_models import context_parallel, layer_costs, memory, moe as moe_costs, params
@@ -149,15 +151,10 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
     if model.moe is not None:
         ew, eg, eo = moe_costs.expert_model_state_bytes(expert_local, zero, dp, cp, tp, ep, etp, low_precision)
         weights_b, grads_b, optim_b = weights_b + ew, grads_b + eg, optim_b + eo
-    # per-layer activations depend on the layer key only: once per run of equal keys
-    first, run = _runs([getattr(batch, k) for k in LAYER_KEY_FIELDS + ("flash_attention",)])
-
-    def at(x):
-        return np.asarray(x)[first] if np.ndim(x) else x
-
-    acts = _layer_activation_bytes(model, at(mbs), at(tp), at(cp), at(sp), at(rc), at(batch.flash_attention),
-                                   at(ep), at(etp), at(batch.moe_load_imbalance))
-    per_layer_act, full_layer_act = (np.broadcast_to(a, (len(first),))[run] for a in acts)
+    # per-layer activations depend on the layer key (and flash attention) only
+    per_layer_act, full_layer_act = _once_per_run(
+        batch, LAYER_KEY_FIELDS + ("flash_attention",), partial(_layer_activation_bytes, model),
+        mbs, tp, cp, sp, rc, batch.flash_attention, ep, etp, batch.moe_load_imbalance)
     in_flight = memory.in_flight_microbatches(pp, vpp, m, batch.schedule == _GPIPE)
     activations = per_layer_act * layers_stage * in_flight
     recompute_work = np.where(rc == 2, full_layer_act, 0.0)
@@ -224,21 +221,23 @@ def _runs(columns) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(change), np.cumsum(change) - 1
 
 
-def _per_layer_key(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, rates, batch: ConfigBatch,
-                   tokens) -> dict:
-    """``_layer_block`` evaluated once per run of equal layer keys, spread back to every row."""
-    first, run = _runs([getattr(batch, k) for k in LAYER_KEY_FIELDS])
-    n = len(run)
+def _once_per_run(batch: ConfigBatch, key_fields, fn, *args):
+    """``fn(*args)`` evaluated on the first row of each run of rows of ``batch`` equal in
+    ``key_fields`` (array arguments taken at those rows, scalars as given), its outputs (a dict
+    or a tuple of arrays) spread back to every row."""
+    first, run = _runs([getattr(batch, k) for k in key_fields])
+    out = fn(*(np.asarray(a)[first] if np.ndim(a) else a for a in args))
 
-    def at(x):
-        return np.asarray(x)[first] if np.ndim(x) else x
+    def spread(v):
+        return np.broadcast_to(v, (len(first),))[run]
 
-    out = _layer_block(model, cluster, eff, rates, at(tokens), at(np.asarray(batch.tp, dtype=float)),
-                       at(np.asarray(batch.cp, dtype=float)), at(batch.sequence_parallel), at(batch.recompute),
-                       at(np.asarray(batch.ep, dtype=float)), at(np.asarray(batch.etp, dtype=float)),
-                       at(batch.moe_load_imbalance), at(batch.tp_comm_overlap), at(batch.cp_kind))
-    return {k: np.broadcast_to(v, (len(first),))[run] if len(first) != n or np.ndim(v) == 0
-            else np.asarray(v) for k, v in out.items()}
+    return {k: spread(v) for k, v in out.items()} if isinstance(out, dict) else tuple(spread(v) for v in out)
+
+
+def _recomputed(rc, full, selective=0.0):
+    """Per row, what recomputation repeats: ``full`` under full recompute (code 2),
+    ``selective`` (the attention core) under selective (1), nothing otherwise."""
+    return np.where(rc == 2, full, np.where(rc == 1, selective, 0.0))
 
 
 def _layer_block(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, rates, tokens, tp, cp, sp, rc,
@@ -260,7 +259,7 @@ def _layer_block(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, r
     elem_f = attn["elem_fwd_s"] + mlp["elem_fwd_s"]
     elem_b = attn["elem_bwd_s"] + mlp["elem_bwd_s"]
     layer_fwd = gemm_f + cast_f + attn["core_fwd_s"] + elem_f
-    recompute = np.where(rc == 2, layer_fwd, np.where(rc == 1, attn["core_fwd_s"], 0.0))
+    recompute = _recomputed(rc, layer_fwd, attn["core_fwd_s"])
     n_moe = float(model.num_moe_layers)
     moe_share = n_moe / model.num_layers          # fraction of a stage's layers that are MoE
     layer_flops_fwd = attn["gemm_flops_fwd"] + mlp["gemm_flops_fwd"] + attn["core_flops_fwd"]
@@ -279,7 +278,7 @@ def _layer_block(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, r
         a2a = moe_costs.moe_all_to_all_time_s(dispatch, ep, etp, cluster, eff,
                                              overlap=1.0 - eff.exposed_ep_fraction,
                                              load_imbalance=imbalance)
-        moe_rec = np.where(rc == 2, moe_fwd, np.where(rc == 1, attn["core_fwd_s"], 0.0))
+        moe_rec = _recomputed(rc, moe_fwd, attn["core_fwd_s"])
         # per average layer of a stage: dense and MoE layers weighted by their share
         layer_fwd = (1 - moe_share) * layer_fwd + moe_share * moe_fwd
         gemm_f = (1 - moe_share) * gemm_f + moe_share * moe_gemm_f
@@ -340,15 +339,14 @@ def _layer_block(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, r
         "cp_exposed_s": cpc["fwd_exposed_s"] + cpc["bwd_exposed_s"],
         "head_s": head["fwd_s"] + head["bwd_s"], "embedding_s": emb["fwd_s"] + emb["bwd_s"],
         "layer_flops_fwd": layer_flops_fwd, "head_flops_fwd": head["flops_fwd"],
-        "recompute_flops_layer": np.where(rc == 2, layer_flops_fwd, np.where(rc == 1, attn["core_flops_fwd"], 0.0)),
+        "recompute_flops_layer": _recomputed(rc, layer_flops_fwd, attn["core_flops_fwd"]),
     }
     n_mtp = float(model.mtp_layers)
     if n_mtp > 0:
         mtp_proj = layer_costs.mtp_projection_costs(model, rates, tokens, tp)
         out["mtp_s"] = mtp_proj["fwd_s"] + mtp_proj["bwd_s"] + head["fwd_s"] + head["bwd_s"]
         out["mtp_flops_fwd"] = n_mtp * (last_layer_flops + head["flops_fwd"] + mtp_proj["flops_fwd"])
-        out["mtp_recompute_flops"] = n_mtp * np.where(rc == 2, last_layer_flops,
-                                                      np.where(rc == 1, attn["core_flops_fwd"], 0.0))
+        out["mtp_recompute_flops"] = n_mtp * _recomputed(rc, last_layer_flops, attn["core_flops_fwd"])
     return out
 
 
@@ -362,9 +360,8 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     gpu = cluster.gpu
     rates = compute_rates(gpu, eff, batch.dtype)
     param_bytes = rates.act_bytes      # 16-bit weights gathered (fp32 when training in fp32)
-    f = lambda x: np.asarray(x, dtype=float)  # noqa: E731
-    dp, tp, pp, cp, vpp = f(batch.dp), f(batch.tp), f(batch.pp), f(batch.cp), f(batch.vpp)
-    mbs, gbs = f(batch.micro_batch), f(batch.global_batch)
+    dp, tp, pp, cp, ep, etp, vpp = _degrees(batch)
+    mbs, gbs = np.asarray(batch.micro_batch, dtype=float), np.asarray(batch.global_batch, dtype=float)
     rc = batch.recompute
     s = float(model.seq_len)
     h = float(model.hidden_size)
@@ -372,17 +369,18 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     tokens = mbs * s / cp
 
     # ---- one layer, one micro-batch (and the model's ends): depends on the layer key only ----
-    lay = _per_layer_key(model, cluster, eff, rates, batch, tokens)
+    lay = _once_per_run(batch, LAYER_KEY_FIELDS, partial(_layer_block, model, cluster, eff, rates),
+                        tokens, tp, cp, batch.sequence_parallel, rc, ep, etp, batch.moe_load_imbalance,
+                        batch.tp_comm_overlap, batch.cp_kind)
     layer_fwd, layer_b, layer_w, recompute = lay["layer_fwd"], lay["layer_b"], lay["layer_w"], lay["recompute"]
     tp_exposed_f, tp_exposed_b, tp_exposed_r = lay["tp_exposed_f"], lay["tp_exposed_b"], lay["tp_exposed_r"]
     cp_fwd, cp_bwd, a2a_fwd, a2a_bwd = lay["cp_fwd"], lay["cp_bwd"], lay["a2a_fwd"], lay["a2a_bwd"]
     layer_total = lay["layer_total"]
-    ep = f(batch.ep)
     moe_share = float(model.num_moe_layers) / model.num_layers
 
     # ---- the slowest stage ----------------------------------------------------------------
     n_mtp = float(model.mtp_layers)
-    layers_stage = np.ceil((model.num_layers + n_mtp) / pp)
+    layers_stage = _layers_per_stage(model, pp)
     ends = lay["head_s"] + np.where(pp == 1, lay["embedding_s"], 0.0)
     # multi-token prediction (DeepSeek-V3 report, section 2.2): each module is a transformer
     # layer (counted in layers_stage above), a 2h -> h projection and another pass through

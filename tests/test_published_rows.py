@@ -44,7 +44,6 @@ def test_deepseek_v3_flop_count_matches_megatron_bridge_with_and_without_mtp():
     """Megatron-Bridge reports TFLOP/s and tokens/s of the same run; their ratio is the FLOPs
     per token it counts. Our megatron_core_model_causal count must equal it: 2.60e11 when
     the run trains the MTP module (unlabelled and 'w/MTP' runs), 2.49e11 for 'w/oMTP'."""
-    import pandas as pd
     from paraplan.validation.flops_conventions import CONVENTIONS
     from paraplan.validation.published import read_runs, row_inputs
     df = read_runs("../shared/validation/published_runs.csv")
