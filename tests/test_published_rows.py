@@ -122,3 +122,18 @@ def test_a_row_naming_deepspeed_zero3_with_full_recompute_gathers_again_for_the_
     assert any("zero3_recompute_gather" in a for a in inputs.assumptions)
     # ZeRO-1 under DeepSpeed shards no parameters: nothing to gather
     assert row_inputs({**row, "zero_norm": "1", "notes": "DeepSpeed"}).config.zero3_recompute_gather is False
+
+
+def test_unstated_sequence_parallelism_follows_the_nemo_recipes_only_with_tp():
+    from paraplan.validation.published import row_inputs
+    row = _llama31_8b_row(vocab=128256, tp=2, dp=4, seq_parallel="")
+    assert row_inputs(row).config.sequence_parallel is False                # no framework named
+    nemo = row_inputs({**row, "notes": "NeMo container 26.04"})
+    assert nemo.config.sequence_parallel is True
+    assert any("sequence_parallel" in a for a in nemo.assumptions)
+    bridge = {**row, "source": "github NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md"}
+    assert row_inputs(bridge).config.sequence_parallel is True
+    # a stated 'n' is kept, and without tensor parallelism there is nothing to split
+    assert row_inputs({**row, "seq_parallel": "n", "notes": "NeMo"}).config.sequence_parallel is False
+    no_tp = _llama31_8b_row(vocab=128256, seq_parallel="", notes="NeMo container")
+    assert row_inputs(no_tp).config.sequence_parallel is False

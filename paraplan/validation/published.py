@@ -8,7 +8,10 @@ each recorded in the row's ``assumptions``:
 - ``kv_heads`` empty: = heads (multi-head attention);
 - gated MLP: exactly when ffn_hidden != 4 * hidden (SwiGLU models use 8/3 h to 3.5 h);
 - ``dp`` empty: n_gpus / (tp * pp * cp);  ``vpp`` empty: 1;  ``cp`` empty: 1;
-- ``micro_batch`` empty: 1;  ``zero_norm`` empty: 0;  ``seq_parallel`` empty: off;
+- ``micro_batch`` empty: 1;  ``zero_norm`` empty: 0;  ``seq_parallel`` empty: off, except
+  with tp > 1 in rows whose source or notes name NeMo or Megatron-Bridge, whose recipes turn
+  it on with tensor parallelism (e.g. Megatron-Bridge ``recipes/llama/llama3_70b.py``:
+  ``sequence_parallelism=True``);
 - pipeline chunks may differ by a layer (published Megatron runs use custom layouts);
 - ``recompute`` empty: full when the row's FLOP convention counts the recomputed forward pass
   (megatron_hw_eq3), else none;
@@ -292,6 +295,9 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInp
     if rc not in ("none", "selective", "full"):
         raise Skip(f"recompute '{rc}' unknown")
     sp = _str(row, "seq_parallel").lower() == "y"
+    if not _str(row, "seq_parallel") and tp > 1 and _names_nemo(row):
+        sp = True
+        assumptions.append("sequence_parallel (NeMo / Megatron-Bridge recipes turn it on with tp > 1)")
     dtype = _str(row, "dtype_norm")
     if not dtype:
         if "fp8" in load_cluster(SYSTEM_FOR_GPU[gpu]).gpu.peak_flops_per_s:
@@ -319,6 +325,12 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInp
     except InputError as exc:
         raise Skip(f"configuration invalid: {exc}") from None
     return RowInputs(model, SYSTEM_FOR_GPU[gpu], config, metric, conv, assumptions)
+
+
+def _names_nemo(row) -> bool:
+    """Whether the row's source or notes name NeMo or Megatron-Bridge."""
+    text = (_str(row, "source") + " " + _str(row, "notes")).lower()
+    return "nemo" in text or "megatron-bridge" in text
 
 
 def metric_from_prediction(inputs: RowInputs, report) -> float:
