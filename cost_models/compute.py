@@ -13,7 +13,7 @@ penalty; timing dgrad and wgrad with their own reduction dimensions is not done 
 Memory-bound kernels (norms, activation functions, dropout, residual adds, casts) are timed by
 the bytes they read and write. The attention core is FLOP-counted with the causal mask
 halving the work (fused kernels skip masked blocks) and runs at a fitted fraction of the
-16-bit peak.
+16-bit peak, plus its softmax exponentials at the chip's special-function-unit rate.
 
 Every function takes numpy arrays or scalars (planner and simulator share them).
 """
@@ -54,6 +54,8 @@ class ComputeRates:
     dtype: str = "bf16"            # the GEMM dtype (quantisation costs: ``layer_costs``)
     act_bytes: float = ACT_BYTES   # bytes per activation element
     k_half_dim: float | None = None  # half_dim of the reduction dimension, elements; None: half_dim
+    exp_per_s: float = float("inf")  # softmax exponentials per second (special-function units)
+    softmax_exposed: float = 1.0     # share of the softmax time not hidden under the matmuls
 
 
 def sixteen_bit_dtype(gpu: GPUSpec) -> str:
@@ -82,6 +84,8 @@ def compute_rates(gpu: GPUSpec, eff: EfficiencyModel, dtype: str) -> ComputeRate
         dtype=dtype,
         act_bytes=activation_bytes(dtype),
         k_half_dim=k_half_dim,
+        exp_per_s=gpu.sfu_exp_per_s or float("inf"),
+        softmax_exposed=eff.exposed_softmax_fraction,
     )
 
 
@@ -131,13 +135,35 @@ def attention_core_flops(tokens, seq_len, heads, qk_dim, v_dim, window=0, window
     return 2.0 * np.asarray(tokens, dtype=float) * keys * heads * (qk_dim + v_dim)
 
 
+def attention_core_exponentials(flops_fwd, qk_dim, v_dim):
+    """Softmax exponentials of the attention core's forward: one per (query, key, head) scored,
+    i.e. its forward FLOPs / (2 * (qk_dim + v_dim)) (``attention_core_flops``)."""
+    return np.asarray(flops_fwd, dtype=float) / (2.0 * (qk_dim + v_dim))
+
+
 #: backward of a fused attention core does ~2.5x the forward matmul work (FlashAttention-2:
 #: five matmuls in backward vs two in forward, Dao 2023, section 3.1).
 ATTENTION_BACKWARD_RATIO = 2.5
 
 
-def attention_time_s(flops_fwd, rates: ComputeRates):
-    """(forward, backward) seconds of the attention core given its forward FLOPs."""
-    fwd = flops_fwd / rates.attn_flops_per_s + rates.kernel_overhead_s
-    bwd = ATTENTION_BACKWARD_RATIO * flops_fwd / rates.attn_flops_per_s + 2 * rates.kernel_overhead_s
+def attention_time_s(flops_fwd, rates: ComputeRates, exps_fwd=0.0):
+    """(forward, backward) seconds of the attention core given its forward FLOPs and softmax
+    exponentials (``attention_core_exponentials``).
+
+    Matrix work runs at the fitted attention rate; the exponentials run on the special-function
+    units at ``rates.exp_per_s``. Kernels that pipeline the softmax of one tile under the
+    matmuls of another (FlashAttention-3, Shah et al. 2024, section 3.1) hide it while the
+    matmuls last; kernels where the second matmul waits for the softmax of the first add it
+    (NVIDIA, "Making softmax more efficient with Blackwell Ultra", 2025). The generation's
+    ``exposed_softmax_fraction`` (``rates.softmax_exposed``) says which share is added; the rest
+    costs only what exceeds the matmul time. The backward recomputes the probabilities once
+    (FlashAttention-2, Dao 2023, algorithm 2), so it pays the exponentials again.
+    """
+    softmax = np.asarray(exps_fwd, dtype=float) / rates.exp_per_s
+    exposed = rates.softmax_exposed * softmax
+    hideable = softmax - exposed
+    mma_fwd = flops_fwd / rates.attn_flops_per_s
+    mma_bwd = ATTENTION_BACKWARD_RATIO * mma_fwd
+    fwd = np.maximum(mma_fwd, hideable) + exposed + rates.kernel_overhead_s
+    bwd = np.maximum(mma_bwd, hideable) + exposed + 2 * rates.kernel_overhead_s
     return fwd, bwd

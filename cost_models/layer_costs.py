@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cost_models.compute import (ComputeRates, attention_core_flops, attention_time_s,
+from cost_models.compute import (ComputeRates, attention_core_exponentials, attention_core_flops, attention_time_s,
                                  gemm_time_s, memory_bound_time_s)
 from cost_models.low_precision import (ELEMENT_BYTES, SOURCE_BYTES, quantise_bytes_per_element,
                                        quantised_copies)
@@ -121,7 +121,7 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
     qk, v = _attention_dims(model)
     core_flops = attention_core_flops(tokens, seq_len, model.num_heads / tp, qk, v,
                                       model.sliding_window, model.sliding_window_layer_fraction)
-    core_fwd, core_bwd = attention_time_s(core_flops, rates)
+    core_fwd, core_bwd = attention_time_s(core_flops, rates, attention_core_exponentials(core_flops, qk, v))
     split = np.where(sp, tp, 1.0)
     row = tokens * model.hidden_size * rates.act_bytes / split
     elem_fwd = memory_bound_time_s(row * REPLICATED_ELEMENTWISE_UNITS / 2, rates, ELEMENTWISE_KERNELS_FWD / 2)

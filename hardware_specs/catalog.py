@@ -10,7 +10,8 @@ File units are human units named in the key (``peak_tflops``, ``hbm_gib``, ``bw_
 ``latency_us``); the loaders convert to SI (FLOP/s, bytes, bytes/s, seconds).
 
 GPU file keys: name, vendor, generation, peak_tflops {dtype: TFLOP/s dense}, hbm_gib (or hbm_gb),
-hbm_bw_tb_per_s, scaleup_bw_gb_per_s (per GPU, one direction), scaleup_domain_size, source.
+hbm_bw_tb_per_s, scaleup_bw_gb_per_s (per GPU, one direction), scaleup_domain_size, source,
+and optionally sfu_tera_exp_per_s (special-function-unit exponentials per second, 1e12/s).
 
 Cluster file keys: name, description, gpu (a catalog name, or an inline GPU mapping),
 efficiency (optional inline efficiency mapping, as ``paraplan calibrate`` writes), gpus_per_node, scaleup {kind, bw_gb_per_s,
@@ -98,6 +99,11 @@ def _get(data: dict, key: str, where: str, kind=float, default: Any = ...) -> An
         raise InputError(f"{where}.{key}", f"expected {kind.__name__}, got {value!r}") from None
 
 
+def _optional_tera(data: dict, key: str, where: str) -> float | None:
+    value = _get(data, key, where, float, None)
+    return None if value is None else value * 1e12
+
+
 def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
     """Build a ``GPUSpec`` from a catalog mapping (human units, see module docstring)."""
     name = _get(data, "name", where, str)
@@ -127,6 +133,7 @@ def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
         scaleup_bw_bytes_per_s=_get(data, "scaleup_bw_gb_per_s", where) * 1e9,
         scaleup_domain_size=_get(data, "scaleup_domain_size", where, int),
         source=str(data.get("source", "")),
+        sfu_exp_per_s=_optional_tera(data, "sfu_tera_exp_per_s", where),
     )
 
 

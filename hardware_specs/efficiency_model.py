@@ -53,6 +53,11 @@ class EfficiencyModel:
         exposed_ep_fraction: fraction of the expert-parallel dispatch/combine all-to-all left
             exposed by the generation's usual MoE stack (1 = serialised; DeepEP / 1F1B
             all-to-all overlap hide part of it).
+        exposed_softmax_fraction: fraction of the attention core's softmax exponentials
+            (special-function units, ``GPUSpec.sfu_exp_per_s``) not hidden under its matmuls:
+            0 where the kernels overlap them (FlashAttention-3's warp-specialised ping-pong,
+            Shah et al. 2024, section 3.1), 1 where the second matmul waits for the softmax of
+            the first (FlashAttention-2; NVIDIA describes that stall on Blackwell, 2025).
         sync_skew_fraction: straggler wait at synchronisations. Ranks that must meet (a TP
             all-reduce, a pipeline send/recv, the DP gradient reduction) arrive at different
             times because their compute is jittered (OS noise, frequency changes, shared
@@ -81,6 +86,7 @@ class EfficiencyModel:
     exposed_dp_fraction: float = 0.1
     exposed_tp_fraction: float = 1.0
     exposed_ep_fraction: float = 1.0
+    exposed_softmax_fraction: float = 1.0
     sync_skew_fraction: float = 0.0
     collective_bw_fraction: Mapping[str, float] = field(default_factory=dict)
     fitted_on: str = ""
@@ -97,6 +103,7 @@ class EfficiencyModel:
         _check_fraction(f"{where}.exposed_dp_fraction", self.exposed_dp_fraction, allow_zero=True)
         _check_fraction(f"{where}.exposed_tp_fraction", self.exposed_tp_fraction, allow_zero=True)
         _check_fraction(f"{where}.exposed_ep_fraction", self.exposed_ep_fraction, allow_zero=True)
+        _check_fraction(f"{where}.exposed_softmax_fraction", self.exposed_softmax_fraction, allow_zero=True)
         _check_fraction(f"{where}.sync_skew_fraction", self.sync_skew_fraction, allow_zero=True)
         _check_fraction(f"{where}.optimizer_hbm_fraction", self.optimizer_hbm_fraction, allow_zero=True)
         require_positive(f"{where}.gemm_half_dim", self.gemm_half_dim, allow_zero=True)

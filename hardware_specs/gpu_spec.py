@@ -25,6 +25,9 @@ class GPUSpec:
             one direction, bytes/s.
         scaleup_domain_size: GPUs reachable over the scale-up fabric in the usual system.
         source: datasheet citation.
+        sfu_exp_per_s: exponentials per second of the special-function units (``MUFU.EX2``),
+            which compute the softmax inside fused attention; None where not known (then the
+            attention core is timed by its matrix FLOPs alone).
     """
 
     name: str
@@ -36,6 +39,7 @@ class GPUSpec:
     scaleup_domain_size: int
     source: str = ""
     vendor: str = ""
+    sfu_exp_per_s: float | None = None
 
     def __post_init__(self) -> None:
         where = f"gpu {self.name}"
@@ -50,6 +54,8 @@ class GPUSpec:
         require_positive(f"{where}.hbm_bw_bytes_per_s", self.hbm_bw_bytes_per_s)
         require_positive(f"{where}.scaleup_bw_bytes_per_s", self.scaleup_bw_bytes_per_s)
         require_positive(f"{where}.scaleup_domain_size", self.scaleup_domain_size)
+        if self.sfu_exp_per_s is not None:
+            require_positive(f"{where}.sfu_exp_per_s", self.sfu_exp_per_s)
         object.__setattr__(self, "peak_flops_per_s", MappingProxyType(dict(self.peak_flops_per_s)))
 
     def peak_flops(self, dtype: str) -> float:

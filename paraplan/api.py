@@ -50,7 +50,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from cost_models.compute import (LOW_PRECISION, attention_core_flops, attention_time_s, compute_rates,
+from cost_models.compute import (LOW_PRECISION, attention_core_exponentials, attention_core_flops, attention_time_s, compute_rates,
                                  gemm_time_s, gemm_traffic_bytes, sixteen_bit_dtype)
 from cost_models.layer_costs import (ELEMENTWISE_KERNELS_FWD, _attention_dims, attention_block_costs,
                                      attention_gemm_shapes, dense_mlp_costs, mlp_gemm_shapes)
@@ -586,7 +586,7 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     kv_heads = max(model_spec.num_kv_heads / tp, 1.0)
     core_flops = float(attention_core_flops(tokens, model_spec.seq_len, heads, qk, v,
                                             model_spec.sliding_window, model_spec.sliding_window_layer_fraction))
-    fwd_s, bwd_s = attention_time_s(core_flops, rates)
+    fwd_s, bwd_s = attention_time_s(core_flops, rates, attention_core_exponentials(core_flops, qk, v))
     qkvo = tokens * (heads * qk + kv_heads * (qk + v) + heads * v) * rates.act_bytes
     rows.append({"op": "attention core (flash)", "pass": "forward", "m": np.nan, "n": np.nan, "k": np.nan,
                  "flops": core_flops, "bytes": qkvo, "time_s": float(fwd_s)})

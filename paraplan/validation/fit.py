@@ -37,6 +37,7 @@ FIT_BOUNDS = {
     "exposed_tp_fraction": (0.05, 1.0),
     "exposed_dp_fraction": (0.0, 1.0),
     "exposed_ep_fraction": (0.0, 1.0),
+    "exposed_softmax_fraction": (0.0, 1.0),
 }
 #: factors kept at their physical priors (not fitted): collective bus-bandwidth fractions
 #: from nccl-tests-style measurements (~0.75-0.85 of link bandwidth) and the exposed share of
@@ -127,6 +128,8 @@ def fit_generation(rows: list[dict], base: EfficiencyModel, verbose: bool = Fals
             names.remove(name)
     if not any(r["inputs"].config.ep > 1 for r in rows):
         names.remove("exposed_ep_fraction")
+    if not any(r["cluster"].gpu.sfu_exp_per_s for r in rows):
+        names.remove("exposed_softmax_fraction")
     x = _from_model(base)
     for n in names:
         lo, hi = FIT_BOUNDS[n]
@@ -171,6 +174,7 @@ def write_efficiency(model: EfficiencyModel, path: Path, note: str) -> None:
         "exposed_dp_fraction": round(float(model.exposed_dp_fraction), 4),
         "exposed_tp_fraction": round(float(model.exposed_tp_fraction), 4),
         "exposed_ep_fraction": round(float(model.exposed_ep_fraction), 4),
+        "exposed_softmax_fraction": round(float(model.exposed_softmax_fraction), 4),
         "optimizer_hbm_fraction": round(float(model.optimizer_hbm_fraction), 4),
         "sync_skew_fraction": round(float(model.sync_skew_fraction), 4),
         "collective_bw_fraction": {k: round(float(v), 4) for k, v in model.collective_bw_fraction.items()},

@@ -1,0 +1,96 @@
+"""The attention core's softmax exponentials on the special-function units, by hand.
+
+A toy GPU (1 PFLOP/s bf16, attention at 50% of it, 4e12 exponentials/s, no kernel overhead)
+makes each expected time a one-line calculation.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from cost_models.compute import (attention_core_exponentials, attention_core_flops, attention_time_s,
+                                 compute_rates)
+from hardware_specs import InputError
+from hardware_specs.catalog import load_cluster, load_efficiency, load_gpu
+from hardware_specs.efficiency_model import EfficiencyModel
+from hardware_specs.gpu_spec import GPUSpec
+from model_specs import load_model
+from simulator import ParallelConfig, simulate
+
+EXP_PER_S = 4e12
+
+
+@pytest.fixture(scope="module")
+def rates():
+    gpu = GPUSpec(name="toy", generation="toy", peak_flops_per_s={"bf16": 1e15}, hbm_bytes=80e9,
+                  hbm_bw_bytes_per_s=3e12, scaleup_bw_bytes_per_s=400e9, scaleup_domain_size=8,
+                  sfu_exp_per_s=EXP_PER_S)
+    eff = EfficiencyModel(generation="toy", gemm_peak_fraction={"bf16": 1.0}, gemm_half_dim=64,
+                          attention_peak_fraction=0.5, hbm_fraction=1.0, scaleup_fraction=1.0,
+                          scaleout_fraction=1.0, kernel_overhead_s=0.0)
+    return compute_rates(gpu, eff, "bf16")
+
+
+def test_one_exponential_per_query_key_and_head_scored():
+    # 4096 queries of a 4096-token causal sequence attend to 2048 keys on average; 32 heads:
+    # 4096 * 2048 * 32 = 268,435,456 exponentials, whatever the head dims
+    flops = attention_core_flops(4096, 4096, 32, 128, 128)
+    assert flops == pytest.approx(2 * 4096 * 2048 * 32 * 256)
+    assert attention_core_exponentials(flops, 128, 128) == pytest.approx(4096 * 2048 * 32)
+    # MLA-style dims (q/k 192, v 128) change the FLOPs, not the exponential count
+    mla = attention_core_flops(4096, 4096, 32, 192, 128)
+    assert attention_core_exponentials(mla, 192, 128) == pytest.approx(4096 * 2048 * 32)
+
+
+def test_softmax_time_adds_to_the_matmul_time_in_both_passes(rates):
+    flops, exps = 1e12, 1e9
+    fwd, bwd = attention_time_s(flops, rates, exps)
+    # matmuls at 0.5 PFLOP/s: 2 ms forward, 2.5x = 5 ms backward; 1e9 exp at 4e12/s = 0.25 ms,
+    # paid in forward and again when the backward recomputes the probabilities
+    assert fwd == pytest.approx(2e-3 + 0.25e-3)
+    assert bwd == pytest.approx(5e-3 + 0.25e-3)
+    assert rates.softmax_exposed == 1.0            # the efficiency model's default: all added
+    no_sfu = replace(rates, exp_per_s=float("inf"))
+    assert attention_time_s(flops, no_sfu, exps) == pytest.approx((2e-3, 5e-3))
+
+
+def test_overlapped_softmax_costs_only_what_outlasts_the_matmuls(rates):
+    flops = 1e12                         # 2 ms of forward matmuls, 5 ms of backward
+    hidden = replace(rates, softmax_exposed=0.0)
+    assert attention_time_s(flops, hidden, 1e9) == pytest.approx((2e-3, 5e-3))    # 0.25 ms hides
+    # 1e10 exponentials = 2.5 ms: 0.5 ms outlasts the forward matmuls, none the backward's
+    assert attention_time_s(flops, hidden, 1e10) == pytest.approx((2.5e-3, 5e-3))
+    # half exposed: 1.25 ms added; the other 1.25 ms hides under the 2 ms of matmuls
+    half = replace(rates, softmax_exposed=0.5)
+    assert attention_time_s(flops, half, 1e10) == pytest.approx((3.25e-3, 6.25e-3))
+
+
+def test_blackwell_ultra_doubles_the_exponential_rate_and_only_attention_gains():
+    assert load_gpu("gb300").sfu_exp_per_s == pytest.approx(10.7e12)
+    assert load_gpu("gb200").sfu_exp_per_s == pytest.approx(5.0e12)
+    assert load_gpu("h100-sxm-80gb").sfu_exp_per_s == pytest.approx(3.9e12)
+    # same datasheet FP8 peak: a GB300 step is faster than a GB200 step only through the
+    # attention core's softmax, by (exps / 5e12 - exps / 10.7e12) per forward and backward
+    model = replace(load_model("llama3-8b"), seq_len=8192)
+    cfg = ParallelConfig(dp=8, micro_batch=1, global_batch=64, dtype="fp8")
+    gb200 = load_cluster("gb200-nvl72")
+    gb300 = load_cluster("gb300-nvl72")
+    eff = replace(load_efficiency("blackwell"), exposed_softmax_fraction=1.0)   # all added
+    r200 = simulate(model, gb200, cfg, efficiency=eff)
+    r300 = simulate(model, gb300, cfg, efficiency=eff)
+    assert r300.step_time_s < r200.step_time_s
+    per_gpu_exps = (model.num_layers * 8192 * 4096 * model.num_heads)   # one micro-batch
+    micro_batches = 64 // 8
+    saved = 2 * per_gpu_exps * micro_batches * (1 / 5.0e12 - 1 / 10.7e12)
+    assert r200.step_time_s - r300.step_time_s == pytest.approx(saved, rel=0.02)
+
+
+def test_negative_exponential_rate_is_named(tmp_path):
+    path = tmp_path / "bad-sfu.yaml"
+    path.write_text("name: bad-sfu\ngeneration: hopper\npeak_tflops: {bf16: 989}\nhbm_gib: 80\n"
+                    "hbm_bw_tb_per_s: 3.35\nscaleup_bw_gb_per_s: 450\nscaleup_domain_size: 8\n"
+                    "sfu_tera_exp_per_s: -3.9\n")
+    with pytest.raises(InputError) as info:
+        load_gpu(str(path))
+    assert info.value.field == "gpu bad-sfu.sfu_exp_per_s"
