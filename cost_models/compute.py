@@ -146,7 +146,7 @@ def attention_core_exponentials(flops_fwd, qk_dim, v_dim):
 ATTENTION_BACKWARD_RATIO = 2.5
 
 
-def attention_time_s(flops_fwd, rates: ComputeRates, exps_fwd=0.0):
+def attention_time_s(flops_fwd, rates: ComputeRates, exps_fwd=0.0, softmax_exposed=None):
     """(forward, backward) seconds of the attention core given its forward FLOPs and softmax
     exponentials (``attention_core_exponentials``).
 
@@ -155,12 +155,13 @@ def attention_time_s(flops_fwd, rates: ComputeRates, exps_fwd=0.0):
     matmuls of another (FlashAttention-3, Shah et al. 2024, section 3.1) hide it while the
     matmuls last; kernels where the second matmul waits for the softmax of the first add it
     (NVIDIA, "Making softmax more efficient with Blackwell Ultra", 2025). The generation's
-    ``exposed_softmax_fraction`` (``rates.softmax_exposed``) says which share is added; the rest
-    costs only what exceeds the matmul time. The backward recomputes the probabilities once
+    ``exposed_softmax_fraction`` (``rates.softmax_exposed``, or ``softmax_exposed`` per row when
+    given) says which share is added; the rest costs only what exceeds the matmul time. The backward recomputes the probabilities once
     (FlashAttention-2, Dao 2023, algorithm 2), so it pays the exponentials again.
     """
     softmax = np.asarray(exps_fwd, dtype=float) / rates.exp_per_s
-    exposed = rates.softmax_exposed * softmax
+    share = rates.softmax_exposed if softmax_exposed is None else np.asarray(softmax_exposed, dtype=float)
+    exposed = share * softmax
     hideable = softmax - exposed
     mma_fwd = flops_fwd / rates.attn_flops_per_s
     mma_bwd = ATTENTION_BACKWARD_RATIO * mma_fwd

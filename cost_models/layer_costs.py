@@ -99,8 +99,11 @@ def _cast_times(cast_bytes: dict, rates: ComputeRates) -> dict:
             "cast_bwd_s": cast_bytes["dgrad"] / rates.hbm_bytes_per_s}
 
 
-def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len, tp, sp):
+def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len, tp, sp, softmax_exposed=None):
     """Forward/backward seconds and FLOPs of one attention block (no communication).
+
+    ``softmax_exposed``: share of the attention core's softmax exponentials added to its
+    matmuls (``compute.attention_time_s``), per row; None = ``rates.softmax_exposed``.
 
     Returns a dict with ``gemm_fwd_s``, ``core_fwd_s``, ``core_bwd_s``, ``elem_fwd_s``, ``elem_bwd_s``,
     ``gemm_flops_fwd``, ``core_flops_fwd`` and the quantisation times ``cast_fwd_s``,
@@ -121,7 +124,8 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
     qk, v = _attention_dims(model)
     core_flops = attention_core_flops(tokens, seq_len, model.num_heads / tp, qk, v,
                                       model.sliding_window, model.sliding_window_layer_fraction)
-    core_fwd, core_bwd = attention_time_s(core_flops, rates, attention_core_exponentials(core_flops, qk, v))
+    core_fwd, core_bwd = attention_time_s(core_flops, rates, attention_core_exponentials(core_flops, qk, v),
+                                          softmax_exposed)
     split = np.where(sp, tp, 1.0)
     row = tokens * model.hidden_size * rates.act_bytes / split
     elem_fwd = memory_bound_time_s(row * REPLICATED_ELEMENTWISE_UNITS / 2, rates, ELEMENTWISE_KERNELS_FWD / 2)

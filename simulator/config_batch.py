@@ -9,11 +9,12 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from simulator.parallel_config import CPKind, ParallelConfig, Recompute, Schedule
+from simulator.parallel_config import AttentionKernel, CPKind, ParallelConfig, Recompute, Schedule
 
 RECOMPUTE_CODES = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
 SCHEDULE_CODES = {s: i for i, s in enumerate(Schedule)}
 CP_KIND_CODES = {k: i for i, k in enumerate(CPKind)}
+ATTENTION_KERNEL_CODES = {k: i for i, k in enumerate(AttentionKernel)}
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class ConfigBatch:
     overlap_param_gather: np.ndarray
     tp_comm_overlap: np.ndarray
     cp_kind: np.ndarray              # index into CPKind
+    attention_kernel: np.ndarray     # index into AttentionKernel
     moe_load_imbalance: np.ndarray
     flash_attention: np.ndarray
     grad_accumulation_fusion: np.ndarray
@@ -67,6 +69,7 @@ class ConfigBatch:
             overlap_param_gather=col("overlap_param_gather", bool, bool),
             tp_comm_overlap=col("tp_comm_overlap", bool, bool),
             cp_kind=col("cp_kind", CP_KIND_CODES.get),
+            attention_kernel=col("attention_kernel", ATTENTION_KERNEL_CODES.get),
             moe_load_imbalance=col("moe_load_imbalance", float, float),
             flash_attention=col("flash_attention", bool, bool),
             grad_accumulation_fusion=col("grad_accumulation_fusion", bool, bool),
@@ -86,6 +89,7 @@ class ConfigBatch:
         inv_rc = {v: k for k, v in RECOMPUTE_CODES.items()}
         schedules = list(Schedule)
         cp_kinds = list(CPKind)
+        kernels = list(AttentionKernel)
         return ParallelConfig(
             dp=int(self.dp[i]), tp=int(self.tp[i]), pp=int(self.pp[i]), cp=int(self.cp[i]),
             ep=int(self.ep[i]), etp=int(self.etp[i]), vpp=int(self.vpp[i]),
@@ -96,6 +100,7 @@ class ConfigBatch:
             overlap_grad_reduce=bool(self.overlap_grad_reduce[i]),
             overlap_param_gather=bool(self.overlap_param_gather[i]),
             tp_comm_overlap=bool(self.tp_comm_overlap[i]), cp_kind=cp_kinds[int(self.cp_kind[i])],
+            attention_kernel=kernels[int(self.attention_kernel[i])],
             moe_load_imbalance=float(self.moe_load_imbalance[i]),
             flash_attention=bool(self.flash_attention[i]),
             grad_accumulation_fusion=bool(self.grad_accumulation_fusion[i]),

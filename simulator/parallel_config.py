@@ -38,6 +38,14 @@ class CPKind(str, Enum):
     HYBRID = "hybrid"      # Ulysses inside the scale-up domain, ring across
 
 
+class AttentionKernel(str, Enum):
+    """How the fused attention kernel schedules the softmax against its matmuls."""
+
+    AUTO = "auto"            # the GPU generation's usual kernel (EfficiencyModel.exposed_softmax_fraction)
+    SERIAL = "serial"        # softmax between the two matmuls of a tile (FlashAttention-2)
+    PIPELINED = "pipelined"  # softmax of one tile under another's matmuls (FlashAttention-3)
+
+
 def _enum(enum_cls, value, field):
     if isinstance(value, enum_cls):
         return value
@@ -76,6 +84,10 @@ class ParallelConfig:
         tp_comm_overlap: force TP collectives to overlap the GEMMs (userbuffers / async TP);
             off = the exposure usual on the GPU generation (``EfficiencyModel.exposed_tp_fraction``).
         cp_kind: context-parallel flavour.
+        attention_kernel: how the fused attention kernel meets the softmax exponentials
+            (``cost_models.compute.attention_time_s``): ``auto`` = the GPU generation's usual
+            stack; ``serial`` adds them to the matmul time (FlashAttention-2, e.g. llm-foundry);
+            ``pipelined`` hides them while the matmuls last (FlashAttention-3).
         moe_load_imbalance: ratio of the busiest expert's tokens to the mean (1 = uniform).
         flash_attention: fused attention core (no stored score matrix); False models the
             materialised softmax of 2020-2022 Megatron.
@@ -114,6 +126,7 @@ class ParallelConfig:
     overlap_param_gather: bool = True
     tp_comm_overlap: bool = False
     cp_kind: CPKind = CPKind.RING
+    attention_kernel: AttentionKernel = AttentionKernel.AUTO
     moe_load_imbalance: float = 1.0
     flash_attention: bool = True
     grad_accumulation_fusion: bool = True
@@ -144,6 +157,8 @@ class ParallelConfig:
         object.__setattr__(self, "recompute", _enum(Recompute, self.recompute, "recompute"))
         object.__setattr__(self, "schedule", _enum(Schedule, self.schedule, "schedule"))
         object.__setattr__(self, "cp_kind", _enum(CPKind, self.cp_kind, "cp_kind"))
+        object.__setattr__(self, "attention_kernel",
+                           _enum(AttentionKernel, self.attention_kernel, "attention_kernel"))
         if self.dtype not in KNOWN_DTYPES:
             raise InputError("dtype", f"unknown dtype {self.dtype!r}", "choose one of " + ", ".join(KNOWN_DTYPES))
         if self.vpp > 1 and self.schedule == Schedule.ONE_F_ONE_B:

@@ -33,8 +33,8 @@ from cost_models.topology import group_collective_time_s, p2p_stage_time_s
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
-from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES, ConfigBatch
-from simulator.parallel_config import Recompute, Schedule
+from simulator.config_batch import ATTENTION_KERNEL_CODES, RECOMPUTE_CODES, SCHEDULE_CODES, ConfigBatch
+from simulator.parallel_config import AttentionKernel, Recompute, Schedule
 
 #: HBM bytes the optimizer step moves per local parameter in mixed-precision training, as
 #: Megatron's optimizer runs it: fused Adam (fp32 weight, grad, m, v read; weight, m, v
@@ -201,7 +201,7 @@ def _layer_activation_bytes(model: ModelSpec, mbs, tp, cp, sp, rc, flash_attenti
 #: ConfigBatch fields a layer's costs depend on (with the model, cluster and dtype): rows that
 #: share them share every per-layer time and FLOP count.
 LAYER_KEY_FIELDS = ("tp", "cp", "micro_batch", "sequence_parallel", "recompute", "ep", "etp",
-                    "moe_load_imbalance", "tp_comm_overlap", "cp_kind")
+                    "moe_load_imbalance", "tp_comm_overlap", "cp_kind", "attention_kernel")
 
 
 def _runs(columns) -> tuple[np.ndarray, np.ndarray]:
@@ -241,13 +241,17 @@ def _recomputed(rc, full, selective=0.0):
 
 
 def _layer_block(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, rates, tokens, tp, cp, sp, rc,
-                 ep, etp, imbalance, tp_overlap, cp_kind) -> dict:
+                 ep, etp, imbalance, tp_overlap, cp_kind, attention_kernel) -> dict:
     """Per-layer times (seconds, one micro-batch, one average layer of a stage) and FLOPs, and
     the model's ends (LM head, embedding, MTP modules), for the given layer keys."""
     gpu = cluster.gpu
     s = float(model.seq_len)
     h = float(model.hidden_size)
-    attn = layer_costs.attention_block_costs(model, rates, tokens, s, tp, sp)
+    # exposed share of the softmax exponentials: the generation's usual kernel, or the one named
+    softmax_exposed = np.select([attention_kernel == ATTENTION_KERNEL_CODES[AttentionKernel.SERIAL],
+                                 attention_kernel == ATTENTION_KERNEL_CODES[AttentionKernel.PIPELINED]],
+                                [1.0, 0.0], eff.exposed_softmax_fraction)
+    attn = layer_costs.attention_block_costs(model, rates, tokens, s, tp, sp, softmax_exposed)
     dense_ffn = (model.moe.dense_ffn_hidden_size or model.ffn_hidden_size) if model.moe else None
     mlp = layer_costs.dense_mlp_costs(model, rates, tokens, tp, sp, ffn=dense_ffn)
     gemm_f = attn["gemm_fwd_s"] + mlp["gemm_fwd_s"]
@@ -371,7 +375,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     # ---- one layer, one micro-batch (and the model's ends): depends on the layer key only ----
     lay = _once_per_run(batch, LAYER_KEY_FIELDS, partial(_layer_block, model, cluster, eff, rates),
                         tokens, tp, cp, batch.sequence_parallel, rc, ep, etp, batch.moe_load_imbalance,
-                        batch.tp_comm_overlap, batch.cp_kind)
+                        batch.tp_comm_overlap, batch.cp_kind, batch.attention_kernel)
     layer_fwd, layer_b, layer_w, recompute = lay["layer_fwd"], lay["layer_b"], lay["layer_w"], lay["recompute"]
     tp_exposed_f, tp_exposed_b, tp_exposed_r = lay["tp_exposed_f"], lay["tp_exposed_b"], lay["tp_exposed_r"]
     cp_fwd, cp_bwd, a2a_fwd, a2a_bwd = lay["cp_fwd"], lay["cp_bwd"], lay["a2a_fwd"], lay["a2a_bwd"]

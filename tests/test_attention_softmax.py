@@ -94,3 +94,38 @@ def test_negative_exponential_rate_is_named(tmp_path):
     with pytest.raises(InputError) as info:
         load_gpu(str(path))
     assert info.value.field == "gpu bad-sfu.sfu_exp_per_s"
+
+
+def test_the_attention_kernel_choice_moves_only_the_softmax_time():
+    # Llama 3 8B, 8192 tokens, 8 H100 data-parallel, 8 micro-batches per step. Serial kernels add
+    # every exponential (forward and backward recompute); pipelined ones hide them, since
+    # the matmuls last longer: the difference is 2 * exps / 3.9e12 per layer and micro-batch
+    model = replace(load_model("llama3-8b"), seq_len=8192)
+    cluster = load_cluster("dgx-h100")
+    times = {kernel: simulate(model, cluster, ParallelConfig(dp=8, global_batch=64, attention_kernel=kernel)).step_time_s
+             for kernel in ("serial", "pipelined", "auto")}
+    exps = 8192 * 4096 * model.num_heads
+    expected = 2 * exps / 3.9e12 * model.num_layers * 8
+    assert times["serial"] - times["pipelined"] == pytest.approx(expected, rel=0.02)
+    assert times["pipelined"] <= times["auto"] <= times["serial"]
+
+
+def test_an_unknown_attention_kernel_is_named():
+    with pytest.raises(InputError) as info:
+        ParallelConfig(attention_kernel="fa9")
+    assert info.value.field == "attention_kernel"
+    assert "serial" in str(info.value)
+
+
+def test_llm_foundry_rows_run_flash_attention_2():
+    from paraplan.validation.published import row_inputs
+    row = {"id": "X-1:tokens_per_s_per_gpu", "run_id": "X-1", "gpu_profile": "h100-sxm-80gb",
+           "dtype_norm": "bf16", "zero_norm": "3", "flops_convention": "none", "model": "Llama 3.1 8B",
+           "layers": 32, "hidden": 4096, "ffn_hidden": 14336, "heads": 32, "kv_heads": 8, "vocab": 128256,
+           "seq_len": 8192, "n_gpus": 8, "tp": 1, "pp": 1, "dp": 8, "micro_batch": 1, "global_batch": 64,
+           "recompute": "none", "seq_parallel": "n", "measured_metric": "tokens_per_s_per_gpu",
+           "measured_value": 1.0}
+    assert row_inputs(row).config.attention_kernel.value == "auto"
+    foundry = row_inputs({**row, "source": "github mosaicml/llm-foundry@8c8dd48 scripts/train/benchmarking/README.md"})
+    assert foundry.config.attention_kernel.value == "serial"
+    assert any("FlashAttention-2" in a for a in foundry.assumptions)

@@ -16,7 +16,7 @@ from hardware_specs.gpu_spec import KNOWN_DTYPES
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from paraplan.cli import atomic_output_path, check_writable, dump_json, format_table
-from simulator.parallel_config import CPKind, ParallelConfig, Recompute, Schedule
+from simulator.parallel_config import AttentionKernel, CPKind, ParallelConfig, Recompute, Schedule
 from simulator.report import StepReport
 from simulator.simulate import simulate
 
@@ -100,7 +100,7 @@ def build_inputs(opts: dict) -> tuple[ModelSpec, object, ParallelConfig, int | N
         schedule=schedule, overlap_grad_reduce=opts["overlap_grad_reduce"],
         overlap_param_gather=opts["overlap_param_gather"], tp_comm_overlap=opts["tp_comm_overlap"],
         cp_kind=opts["cp_kind"], moe_load_imbalance=opts["moe_load_imbalance"],
-        flash_attention=opts["flash_attention"],
+        flash_attention=opts["flash_attention"], attention_kernel=opts["attention_kernel"],
         grad_accumulation_fusion=opts["grad_accumulation_fusion"],
         zero3_recompute_gather=opts["zero3_recompute_gather"],
     )
@@ -144,7 +144,8 @@ def render(report: StepReport, model: ModelSpec, cluster) -> str:
         f"micro_batch={c['micro_batch']} global_batch={c['global_batch']} "
         f"({report.num_microbatches} micro-batches, {report.tokens_per_step:,.0f} tokens/step)",
         f"         zero={c['zero_stage']} recompute={c['recompute']} sequence_parallel={_on_off(c['sequence_parallel'])} "
-        f"dtype={c['dtype']} schedule={c['schedule']} flash_attention={_on_off(c['flash_attention'])}",
+        f"dtype={c['dtype']} schedule={c['schedule']} flash_attention={_on_off(c['flash_attention'])} "
+        f"attention_kernel={c['attention_kernel']}",
         f"         overlap_grad_reduce={_on_off(c['overlap_grad_reduce'])} "
         f"overlap_param_gather={_on_off(c['overlap_param_gather'])} tp_comm_overlap={_on_off(c['tp_comm_overlap'])} "
         f"cp_kind={c['cp_kind']} moe_load_imbalance={c['moe_load_imbalance']:g} "
@@ -274,6 +275,10 @@ POS = click.IntRange(min=1)
 @click.option("--cp-kind", type=click.Choice([k.value for k in CPKind]), default="ring", show_default=True, help="Context-parallel flavour.")
 @click.option("--moe-load-imbalance", type=click.FloatRange(min=1.0), metavar="RATIO", default=1.0, show_default=True, help="Busiest expert's tokens / mean (1 = balanced).")
 @click.option("--flash-attention/--no-flash-attention", default=True, show_default=True, help="Fused attention core (no stored score matrix).")
+@click.option("--attention-kernel", type=click.Choice([k.value for k in AttentionKernel]), default="auto", show_default=True,
+              help="How the fused attention kernel meets its softmax: auto = the GPU generation's usual kernel; "
+                   "serial = softmax between the two matmuls (FlashAttention-2, e.g. llm-foundry); "
+                   "pipelined = softmax hidden under the matmuls (FlashAttention-3).")
 @click.option("--grad-accumulation-fusion/--no-grad-accumulation-fusion", default=True, show_default=True,
               help="Weight-gradient GEMMs accumulate into the gradient buffer in place (Megatron default); "
                    "off = an extra read-add-write of the gradients per micro-batch (plain PyTorch).")

@@ -12,6 +12,9 @@ each recorded in the row's ``assumptions``:
   with tp > 1 in rows whose source or notes name NeMo or Megatron-Bridge, whose recipes turn
   it on with tensor parallelism (e.g. Megatron-Bridge ``recipes/llama/llama3_70b.py``:
   ``sequence_parallelism=True``);
+- attention kernel: FlashAttention-2 (``serial``: softmax between the two matmuls of a tile) for
+  rows from llm-foundry, whose ``attn_impl: flash`` is the flash-attn 2 package; the GPU
+  generation's usual kernel otherwise;
 - pipeline chunks may differ by a layer (published Megatron runs use custom layouts);
 - ``recompute`` empty: full when the row's FLOP convention counts the recomputed forward pass
   (megatron_hw_eq3), else none;
@@ -314,10 +317,15 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInp
     deepspeed_zero3 = zero >= 3 and rc == "full" and "deepspeed" in _str(row, "notes").lower()
     if deepspeed_zero3:
         assumptions.append("zero3_recompute_gather (DeepSpeed ZeRO-3 gathers again for the recompute)")
+    # llm-foundry's fused attention is the flash-attn 2 package: softmax between the matmuls
+    attention_kernel = "serial" if "llm-foundry" in _str(row, "source").lower() else "auto"
+    if attention_kernel == "serial":
+        assumptions.append("attention_kernel=serial (llm-foundry runs FlashAttention-2)")
     try:
         config = ParallelConfig(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch=mbs, global_batch=gbs,
                                 zero_stage=zero, recompute=rc, sequence_parallel=sp or (model.moe is not None and tp > 1),
-                                dtype=dtype, uneven_layers=True, zero3_recompute_gather=deepspeed_zero3)
+                                dtype=dtype, uneven_layers=True, zero3_recompute_gather=deepspeed_zero3,
+                                attention_kernel=attention_kernel)
     except InputError as exc:
         raise Skip(f"configuration invalid: {exc}") from None
     try:
