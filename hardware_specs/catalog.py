@@ -101,6 +101,8 @@ def _get(data: dict, key: str, where: str, kind=float, default: Any = ...) -> An
 
 def _optional_tera(data: dict, key: str, where: str) -> float | None:
     value = _get(data, key, where, float, None)
+    if value is not None and not value > 0:
+        raise InputError(f"{where}.{key}", f"must be > 0, got {value:g}", f"remove '{key}:' if unknown")
     return None if value is None else value * 1e12
 
 

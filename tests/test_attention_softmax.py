@@ -93,7 +93,8 @@ def test_negative_exponential_rate_is_named(tmp_path):
                     "sfu_tera_exp_per_s: -3.9\n")
     with pytest.raises(InputError) as info:
         load_gpu(str(path))
-    assert info.value.field == "gpu bad-sfu.sfu_exp_per_s"
+    assert info.value.field == "gpu bad-sfu.sfu_tera_exp_per_s"
+    assert "-3.9" in str(info.value)
 
 
 def test_the_attention_kernel_choice_moves_only_the_softmax_time():
