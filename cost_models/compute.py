@@ -156,8 +156,9 @@ def attention_time_s(flops_fwd, rates: ComputeRates, exps_fwd=0.0, softmax_expos
     matmuls last; kernels where the second matmul waits for the softmax of the first add it
     (NVIDIA, "Making softmax more efficient with Blackwell Ultra", 2025). The generation's
     ``exposed_softmax_fraction`` (``rates.softmax_exposed``, or ``softmax_exposed`` per row when
-    given) says which share is added; the rest costs only what exceeds the matmul time. The backward recomputes the probabilities once
-    (FlashAttention-2, Dao 2023, algorithm 2), so it pays the exponentials again.
+    given) says which share is added; the rest costs only what exceeds the matmul time. The
+    backward recomputes the probabilities once (FlashAttention-2, Dao 2023, algorithm 2), so it
+    pays the exponentials again.
     """
     softmax = np.asarray(exps_fwd, dtype=float) / rates.exp_per_s
     share = rates.softmax_exposed if softmax_exposed is None else np.asarray(softmax_exposed, dtype=float)

@@ -58,6 +58,8 @@ class EfficiencyModel:
             0 where the kernels overlap them (FlashAttention-3's warp-specialised ping-pong,
             Shah et al. 2024, section 3.1), 1 where the second matmul waits for the softmax of
             the first (FlashAttention-2; NVIDIA describes that stall on Blackwell, 2025).
+            Default 1 (all added): a hand-written model for a GPU with an SFU rate should set
+            it (the fitted Hopper model has 0, Blackwell 1).
         sync_skew_fraction: straggler wait at synchronisations. Ranks that must meet (a TP
             all-reduce, a pipeline send/recv, the DP gradient reduction) arrive at different
             times because their compute is jittered (OS noise, frequency changes, shared

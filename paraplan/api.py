@@ -223,6 +223,9 @@ def config_label(config: Mapping[str, Any]) -> str:
         parts.append(schedule)
     if config.get("dtype", "bf16") != "bf16":
         parts.append(str(config["dtype"]))
+    kernel = str(config.get("attention_kernel", "auto"))
+    if kernel != "auto":
+        parts.append(f"attn-{kernel}")
     return " ".join(parts)
 
 

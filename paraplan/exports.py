@@ -41,6 +41,11 @@ recompute         --recompute-granularity (+ method/layers)  activation_checkpoi
                                                                                                     activation_checkpoint_interval 1 for full)
 ================  =========================================  =====================================  ==============================================
 
+``attention_kernel`` is not emitted: it describes the attention kernel the framework's stack
+ships (TE / cuDNN for Megatron-LM, PyTorch SDPA for torchtitan, whatever the model code calls
+under DeepSpeed), which no option of the three selects; plan with the kernel the target stack
+runs.
+
 torchtitan has no ZeRO-1: FSDP2 without resharding after forward (ZeRO-2-like) is the closest
 and is what ZeRO-1 and ZeRO-2 plans emit. torchtitan always pairs TP with sequence parallelism.
 DeepSpeed's config cannot say *which* activations to recompute; "selective" writes the

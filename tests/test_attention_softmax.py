@@ -109,6 +109,12 @@ def test_the_attention_kernel_choice_moves_only_the_softmax_time():
     expected = 2 * exps / 3.9e12 * model.num_layers * 8
     assert times["serial"] - times["pipelined"] == pytest.approx(expected, rel=0.02)
     assert times["pipelined"] <= times["auto"] <= times["serial"]
+    # auto takes the generation's fitted share: half exposed lands halfway
+    half = replace(load_efficiency("hopper"), exposed_softmax_fraction=0.5)
+    auto_half = simulate(model, cluster, ParallelConfig(dp=8, global_batch=64), efficiency=half).step_time_s
+    ends = [simulate(model, cluster, ParallelConfig(dp=8, global_batch=64, attention_kernel=k), efficiency=half).step_time_s
+            for k in ("pipelined", "serial")]
+    assert auto_half == pytest.approx(ends[0] + 0.5 * (ends[1] - ends[0]), rel=1e-9)
 
 
 def test_an_unknown_attention_kernel_is_named():

@@ -51,6 +51,7 @@ def gpu_detail(gpu: GPUSpec) -> dict:
         "hbm_bw_tb_per_s": _r(gpu.hbm_bw_bytes_per_s / 1e12, 3),
         "scaleup_bw_gb_per_s": _r(gpu.scaleup_bw_bytes_per_s / 1e9, 2),
         "scaleup_domain_size": gpu.scaleup_domain_size,
+        "sfu_tera_exp_per_s": None if gpu.sfu_exp_per_s is None else _r(gpu.sfu_exp_per_s / 1e12, 3),
         "source": gpu.source,
     }
 
@@ -86,6 +87,7 @@ def efficiency_detail(eff: EfficiencyModel) -> dict:
         "exposed_dp_fraction": eff.exposed_dp_fraction,
         "exposed_tp_fraction": eff.exposed_tp_fraction,
         "exposed_ep_fraction": eff.exposed_ep_fraction,
+        "exposed_softmax_fraction": eff.exposed_softmax_fraction,
         "optimizer_hbm_fraction": eff.optimizer_hbm_fraction,
         "sync_skew_fraction": eff.sync_skew_fraction,
         "collective_bw_fraction": dict(eff.collective_bw_fraction),

@@ -37,6 +37,7 @@ profile per GPU kind, one efficiency model per generation, nothing keyed to a ro
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -336,9 +337,9 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInp
 
 
 def _names_nemo(row) -> bool:
-    """Whether the row's source or notes name NeMo or Megatron-Bridge."""
+    """Whether the row's source or notes name NeMo or Megatron-Bridge (not Nemotron)."""
     text = (_str(row, "source") + " " + _str(row, "notes")).lower()
-    return "nemo" in text or "megatron-bridge" in text
+    return re.search(r"\bnemo(?![a-z])", text) is not None or "megatron-bridge" in text
 
 
 def metric_from_prediction(inputs: RowInputs, report) -> float:
