@@ -50,7 +50,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from cost_models.compute import (LOW_PRECISION, attention_core_exponentials, attention_core_flops, attention_time_s, compute_rates,
+from cost_models.compute import (LOW_PRECISION, compute_rates,
                                  gemm_time_s, gemm_traffic_bytes, sixteen_bit_dtype)
 from cost_models.layer_costs import (ELEMENTWISE_KERNELS_FWD, _attention_dims, attention_block_costs,
                                      attention_gemm_shapes, dense_mlp_costs, mlp_gemm_shapes)
@@ -584,12 +584,13 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     head_rates = compute_rates(g, eff, sixteen_bit_dtype(g)) if dtype in LOW_PRECISION else rates
     gemm("lm head (last stage)", model_spec.vocab_size / tp, model_spec.hidden_size, head_rates)
 
+    # the simulator's own attention-block costs (core FLOPs and times, element-wise, casts)
+    attn = attention_block_costs(model_spec, rates, tokens, model_spec.seq_len, tp, True)
     qk, v = _attention_dims(model_spec)
     heads = model_spec.num_heads / tp
     kv_heads = max(model_spec.num_kv_heads / tp, 1.0)
-    core_flops = float(attention_core_flops(tokens, model_spec.seq_len, heads, qk, v,
-                                            model_spec.sliding_window, model_spec.sliding_window_layer_fraction))
-    fwd_s, bwd_s = attention_time_s(core_flops, rates, attention_core_exponentials(core_flops, qk, v))
+    core_flops = float(attn["core_flops_fwd"])
+    fwd_s, bwd_s = attn["core_fwd_s"], attn["core_bwd_s"]
     qkvo = tokens * (heads * qk + kv_heads * (qk + v) + heads * v) * rates.act_bytes
     rows.append({"op": "attention core (flash)", "pass": "forward", "m": np.nan, "n": np.nan, "k": np.nan,
                  "flops": core_flops, "bytes": qkvo, "time_s": float(fwd_s)})
@@ -599,7 +600,6 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     # Norms, residual adds and the MLP activation: bytes recovered from the simulator's own
     # memory-bound times (minus the launch overheads); FLOPs are nominal counts per element
     # (RMSNorm 4, residual add 1, SwiGLU 5 / GeLU 8), since the cost model times them by bytes only.
-    attn = attention_block_costs(model_spec, rates, tokens, model_spec.seq_len, tp, True)
     mlp = dense_mlp_costs(model_spec, rates, tokens, tp, True, ffn=ffn)
     elem_flops = tokens * (2 * (4 + 1) * model_spec.hidden_size / tp
                            + (5.0 if model_spec.gated_mlp else 8.0) * ffn / tp)

@@ -123,16 +123,3 @@ def test_an_unknown_attention_kernel_is_named():
     assert info.value.field == "attention_kernel"
     assert "serial" in str(info.value)
 
-
-def test_llm_foundry_rows_run_flash_attention_2():
-    from paraplan.validation.published import row_inputs
-    row = {"id": "X-1:tokens_per_s_per_gpu", "run_id": "X-1", "gpu_profile": "h100-sxm-80gb",
-           "dtype_norm": "bf16", "zero_norm": "3", "flops_convention": "none", "model": "Llama 3.1 8B",
-           "layers": 32, "hidden": 4096, "ffn_hidden": 14336, "heads": 32, "kv_heads": 8, "vocab": 128256,
-           "seq_len": 8192, "n_gpus": 8, "tp": 1, "pp": 1, "dp": 8, "micro_batch": 1, "global_batch": 64,
-           "recompute": "none", "seq_parallel": "n", "measured_metric": "tokens_per_s_per_gpu",
-           "measured_value": 1.0}
-    assert row_inputs(row).config.attention_kernel.value == "auto"
-    foundry = row_inputs({**row, "source": "github mosaicml/llm-foundry@8c8dd48 scripts/train/benchmarking/README.md"})
-    assert foundry.config.attention_kernel.value == "serial"
-    assert any("FlashAttention-2" in a for a in foundry.assumptions)

@@ -137,3 +137,12 @@ def test_unstated_sequence_parallelism_follows_the_nemo_recipes_only_with_tp():
     assert row_inputs({**row, "seq_parallel": "n", "notes": "NeMo"}).config.sequence_parallel is False
     no_tp = _llama31_8b_row(vocab=128256, seq_parallel="", notes="NeMo container")
     assert row_inputs(no_tp).config.sequence_parallel is False
+
+
+def test_llm_foundry_rows_run_flash_attention_2():
+    from paraplan.validation.published import row_inputs
+    row = _llama31_8b_row(vocab=128256, zero_norm="3")
+    assert row_inputs(row).config.attention_kernel.value == "auto"
+    foundry = row_inputs({**row, "source": "github mosaicml/llm-foundry@8c8dd48 scripts/train/benchmarking/README.md"})
+    assert foundry.config.attention_kernel.value == "serial"
+    assert any("FlashAttention-2" in a for a in foundry.assumptions)
