@@ -15,9 +15,10 @@ from click.testing import CliRunner
 
 from paraplan.cli import DiscoveringGroup, main
 from simulator.report import MEMORY_PARTS, TIME_PARTS
+from paraplan.validation.datasets import PUBLISHED_RUNS, validation_file
 
 REPO = Path(__file__).resolve().parents[1]
-PUBLISHED = REPO.parent / "shared" / "validation" / "published_runs.csv"
+PUBLISHED = validation_file(PUBLISHED_RUNS)
 SIM = ["simulate", "--model", "llama3-70b", "--cluster", "dgx-h100"]
 PLAN_64 = ["--gpus", "64", "--tp", "4", "--pp", "4", "--micro-batch", "1", "--global-batch", "128"]
 

@@ -14,10 +14,11 @@ import pytest
 from hardware_specs import catalog
 from hardware_specs.catalog import list_clusters, list_gpus, load_cluster, load_gpu
 from hardware_specs.errors import InputError
+from paraplan.validation.datasets import PUBLISHED_RUNS, validation_file
 
 GIB = 2**30
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-VALIDATION_DIR = PROJECT_ROOT.parent / "shared" / "validation"
+VALIDATION_DIR = validation_file(PUBLISHED_RUNS).parent
 
 #: canonical accelerator names of ../shared/validation/README.md
 CANONICAL_GPUS = (

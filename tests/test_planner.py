@@ -22,9 +22,10 @@ from planners.search_space import RECOMPUTE_NAMES, SCHEDULE_NAMES
 from simulator.parallel_config import ParallelConfig
 from simulator.simulate import simulate
 from simulator.validate_config import check_config
+from paraplan.validation.datasets import PUBLISHED_RUNS, validation_file
 
 GIB = 2**30
-PUBLISHED = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published_runs.csv"
+PUBLISHED = validation_file(PUBLISHED_RUNS)
 
 
 def _with_hbm(cluster, hbm_bytes):

@@ -1,5 +1,6 @@
 """How ``paraplan validate published`` turns one row into model and configuration inputs."""
 import pytest
+from paraplan.validation.datasets import PUBLISHED_RUNS, validation_file
 
 
 def _llama31_8b_row(**overrides):
@@ -46,7 +47,7 @@ def test_deepseek_v3_flop_count_matches_megatron_bridge_with_and_without_mtp():
     the run trains the MTP module (unlabelled and 'w/MTP' runs), 2.49e11 for 'w/oMTP'."""
     from paraplan.validation.flops_conventions import CONVENTIONS
     from paraplan.validation.published import read_runs, row_inputs
-    df = read_runs("../shared/validation/published_runs.csv")
+    df = read_runs(validation_file(PUBLISHED_RUNS))
     ds = df[df.run_id.str.contains("DeepSeekV3") & df.dtype_norm.notna()]
     checked = {"with": 0, "without": 0}
     for run_id, rows in ds.groupby("run_id"):
@@ -70,7 +71,7 @@ def test_gpt_oss_flop_count_matches_megatron_bridge_from_26_06():
     full attention everywhere) is 17% below the model's FLOPs."""
     from paraplan.validation.flops_conventions import CONVENTIONS
     from paraplan.validation.published import read_runs, row_inputs
-    df = read_runs("../shared/validation/published_runs.csv")
+    df = read_runs(validation_file(PUBLISHED_RUNS))
     oss = df[df.run_id.str.contains("GPTOSS120B") & df.dtype_norm.notna()]
     ratios = {}
     for run_id, rows in oss.groupby("run_id"):
@@ -95,7 +96,7 @@ def test_llm_foundry_mfu_counts_parameters_that_do_matmuls():
     from hardware_specs.catalog import load_cluster
     from paraplan.validation.flops_conventions import CONVENTIONS
     from paraplan.validation.published import read_runs, row_inputs
-    df = read_runs("../shared/validation/published_runs.csv")
+    df = read_runs(validation_file(PUBLISHED_RUNS))
     lf = df[df.run_id.str.startswith("LFOUNDRY") & df.gpu_profile.notna()]
     ratios = []
     for run_id, rows in lf.groupby("run_id"):
