@@ -17,12 +17,16 @@ Cluster file keys: name, description, gpu (a catalog name, or an inline GPU mapp
 efficiency (optional inline efficiency mapping, as ``paraplan calibrate`` writes), gpus_per_node, scaleup {kind, bw_gb_per_s,
 latency_us} (optional: defaults to the GPU's link), scaleout {kind, bw_gbit_per_s or
 bw_gb_per_s, latency_us}, rail_optimized, oversubscription, max_gpus, source.
+
+Stack file keys (``hardware_specs/stacks``): name, framework, versions (list), description,
+training {behaviour: value or {value, source}}, serving {...}; see ``stack_spec.py``.
 """
 from __future__ import annotations
 
 import os
 from functools import lru_cache
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -31,6 +35,7 @@ from hardware_specs.cluster_spec import ClusterSpec, NetworkTier
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError, suggest
 from hardware_specs.gpu_spec import GPUSpec
+from hardware_specs.stack_spec import StackSpec, TrainingBehaviour
 
 BUILTIN_DIR = Path(__file__).resolve().parent
 GIB = 2**30
@@ -207,6 +212,68 @@ def efficiency_from_dict(data: dict, where: str = "efficiency") -> EfficiencyMod
     return EfficiencyModel(**kwargs)
 
 
+def _behaviour_values(section: Any, where: str) -> tuple[dict, dict]:
+    """(values, citations) of a stack section whose entries are ``key: value`` or
+    ``key: {value: ..., source: "..."}``."""
+    if not isinstance(section, dict):
+        raise InputError(where, "must be a mapping of behaviour: value")
+    values, citations = {}, {}
+    for key, entry in section.items():
+        if isinstance(entry, dict):
+            if "value" not in entry:
+                raise InputError(f"{where}.{key}", "a mapping entry needs 'value:' (and 'source:')")
+            values[str(key)] = entry["value"]
+            if entry.get("source"):
+                citations[f"{where.split('.')[-1]}.{key}"] = str(entry["source"])
+        else:
+            values[str(key)] = entry
+    return values, citations
+
+
+def _training_from_dict(values: dict, where: str) -> TrainingBehaviour:
+    defaults = {f: getattr(TrainingBehaviour(), f) for f in StackSpec.training_keys()}
+    unknown = set(values) - set(defaults)
+    if unknown:
+        raise InputError(f"{where}.{sorted(unknown)[0]}", "unknown behaviour",
+                         "known: " + ", ".join(sorted(defaults)))
+    kwargs = {}
+    for key, value in values.items():
+        kind = type(defaults[key])
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise InputError(f"{where}.{key}", f"must be true or false, got {value!r}")
+        elif kind is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise InputError(f"{where}.{key}", f"expected a number, got {value!r}")
+            value = float(value)
+        else:
+            value = str(value)
+        kwargs[key] = value
+    return TrainingBehaviour(**kwargs)
+
+
+def stack_from_dict(data: dict, where: str = "stack") -> StackSpec:
+    """Build a ``StackSpec`` from a catalog mapping (see ``hardware_specs.stack_spec``)."""
+    name = _get(data, "name", where, str)
+    where = f"stack {name}"
+    citations: dict[str, str] = {}
+    training = serving = None
+    if data.get("training") is not None:
+        values, cites = _behaviour_values(data["training"], f"{where}.training")
+        training = _training_from_dict(values, f"{where}.training")
+        citations.update(cites)
+    if data.get("serving") is not None:
+        values, cites = _behaviour_values(data["serving"], f"{where}.serving")
+        serving = MappingProxyType(values)
+        citations.update(cites)
+    versions = data.get("versions") or []
+    if not isinstance(versions, list):
+        versions = [versions]
+    return StackSpec(name=name, framework=_get(data, "framework", where, str), versions=tuple(versions),
+                     description=str(data.get("description", "")), training=training, serving=serving,
+                     citations=citations)
+
+
 @lru_cache(maxsize=None)
 def _load_gpu_cached(path: str, mtime: float) -> GPUSpec:
     return gpu_from_dict(read_yaml(Path(path), "gpu"))
@@ -220,6 +287,11 @@ def _load_cluster_cached(path: str, mtime: float) -> ClusterSpec:
 @lru_cache(maxsize=None)
 def _load_efficiency_cached(path: str, mtime: float) -> EfficiencyModel:
     return efficiency_from_dict(read_yaml(Path(path), "efficiency"))
+
+
+@lru_cache(maxsize=None)
+def _load_stack_cached(path: str, mtime: float) -> StackSpec:
+    return stack_from_dict(read_yaml(Path(path), "stack"))
 
 
 def load_gpu(name_or_path: str) -> GPUSpec:
@@ -240,6 +312,12 @@ def load_efficiency(generation_or_path: str) -> EfficiencyModel:
     return _load_efficiency_cached(str(p), p.stat().st_mtime)
 
 
+def load_stack(name_or_path: str) -> StackSpec:
+    """The software stack named ``name_or_path`` (catalog name or YAML file path)."""
+    p = _resolve("stacks", name_or_path, "stack")
+    return _load_stack_cached(str(p), p.stat().st_mtime)
+
+
 def efficiency_for(gpu: GPUSpec) -> EfficiencyModel:
     """The efficiency model of ``gpu``'s generation."""
     return load_efficiency(gpu.generation)
@@ -256,6 +334,10 @@ def list_gpus() -> list[str]:
 
 def list_clusters() -> list[str]:
     return sorted(_entries("clusters"))
+
+
+def list_stacks() -> list[str]:
+    return sorted(_entries("stacks"))
 
 
 def list_efficiency_models() -> list[str]:
