@@ -318,6 +318,26 @@ def load_stack(name_or_path: str) -> StackSpec:
     return _load_stack_cached(str(p), p.stat().st_mtime)
 
 
+#: scale-out bandwidth per GPU (Gb/s, one direction) of a generation's usual system, for a
+#: generic node of a GPU kind with no system preset: one NIC per GPU at the generation's
+#: InfiniBand rate (EDR 100 for Volta DGX-1/2 era, HDR 200 for Ampere, NDR 400 for Hopper and
+#: Blackwell; NVIDIA DGX A100/H100/B200 reference architectures).
+GENERIC_SCALEOUT_GBIT = {"volta": 100.0, "ampere": 200.0, "hopper": 400.0, "blackwell": 400.0}
+
+
+def generic_cluster(gpu_name: str) -> ClusterSpec:
+    """A node of ``gpu_name``'s generation when no system preset exists: its scale-up domain
+    (``scaleup_domain_size`` GPUs over its own link) and one NIC per GPU at the generation's
+    usual rate (``GENERIC_SCALEOUT_GBIT``)."""
+    gpu = load_gpu(gpu_name)
+    gbit = GENERIC_SCALEOUT_GBIT.get(gpu.generation, 200.0)
+    return ClusterSpec(name=f"generic-{gpu.name}", gpu=gpu, gpus_per_node=int(gpu.scaleup_domain_size),
+                       scaleup=NetworkTier("nvlink", gpu.scaleup_bw_bytes_per_s, 3e-6),
+                       scaleout=NetworkTier("infiniband", gbit * 1e9 / 8, 5e-6),
+                       description=f"generic {gpu.generation} node: {gpu.scaleup_domain_size} x {gpu.name}, "
+                                   f"{gbit:g} Gb/s per GPU", source="paraplan generic node (catalog.generic_cluster)")
+
+
 def efficiency_for(gpu: GPUSpec) -> EfficiencyModel:
     """The efficiency model of ``gpu``'s generation."""
     return load_efficiency(gpu.generation)
@@ -338,6 +358,28 @@ def list_clusters() -> list[str]:
 
 def list_stacks() -> list[str]:
     return sorted(_entries("stacks"))
+
+
+def stack_for(framework: str, version: str | None = None) -> StackSpec:
+    """The stack describing ``framework`` at release ``version`` (as the validation files spell
+    them): the entry of that framework listing the version, else the framework's only entry, or
+    its entry that lists no versions. ``InputError`` names the field otherwise."""
+    fw = str(framework or "").strip().lower()
+    ver = "" if version is None else str(version).strip()
+    candidates = [load_stack(n) for n in list_stacks()]
+    candidates = [c for c in candidates if c.framework.lower() == fw]
+    if not candidates:
+        known = sorted({load_stack(n).framework for n in list_stacks()})
+        raise InputError("framework", f"no software stack for framework {framework!r}", suggest(fw, known))
+    for c in candidates:
+        if ver and ver in c.versions:
+            return c
+    unversioned = [c for c in candidates if not c.versions]
+    if len(candidates) == 1 or unversioned:
+        return (unversioned or candidates)[0]
+    versions = sorted(v for c in candidates for v in c.versions)
+    raise InputError("framework_version", f"no {framework} stack for version {version!r}",
+                     "known versions: " + ", ".join(versions))
 
 
 def list_efficiency_models() -> list[str]:

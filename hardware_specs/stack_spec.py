@@ -25,15 +25,15 @@ from hardware_specs.errors import InputError
 #: matmuls), ``auto`` = the GPU generation's usual kernel, ``materialized`` = no fused kernel
 #: (the score matrix is written to memory, 2020-2022 Megatron).
 ATTENTION_KERNELS = ("auto", "serial", "pipelined", "materialized")
-#: how ZeRO-2 / FSDP SHARD_GRAD_OP reduce sharded gradients: after every micro-batch's backward
-#: (DeepSpeed stage 2, FSDP), or once after the last one (Megatron's distributed optimizer keeps
-#: full gradients in its buffer until then, which is ZeRO-1's traffic).
-ZERO2_REDUCE = ("every_microbatch", "last_microbatch")
 
 
 @dataclass(frozen=True)
 class TrainingBehaviour:
     """What a training framework release does by default (documented, not fitted).
+
+    (ZeRO-2's per-micro-batch gradient reduction is not a stack switch: a stack that keeps only
+    its shard of the gradients must reduce them after every micro-batch; one that keeps them
+    whole until the last micro-batch, like Megatron's distributed optimizer, is ZeRO-1.)
 
     Attributes:
         overlap_grad_reduce: DP gradient buckets reduce while the backward pass still runs
@@ -45,7 +45,8 @@ class TrainingBehaviour:
             gradients, Megatron-Core / FSDP ``reduce_dtype=float32``; 2 = reduced in the 16-bit
             training dtype, DeepSpeed fp16 / Megatron-LM fp16 without
             ``--accumulate-allreduce-grads-in-fp32``).
-        zero2_grad_reduce: ``every_microbatch`` or ``last_microbatch`` (see ``ZERO2_REDUCE``).
+        dp_bucket_bytes: gradient bucket size of the overlapped DP reduction, bytes (the last
+            bucket's reduction stays exposed: it starts when the backward ends).
         tp_comm_overlap: tensor-parallel collectives overlap the GEMMs (Transformer Engine
             userbuffers / ``--tp-comm-overlap``).
         ep_comm_overlap: expert-parallel dispatch/combine all-to-all overlaps compute
@@ -64,7 +65,7 @@ class TrainingBehaviour:
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     grad_reduce_bytes: float = 4.0
-    zero2_grad_reduce: str = "every_microbatch"
+    dp_bucket_bytes: float = 160e6
     tp_comm_overlap: bool = False
     ep_comm_overlap: bool = False
     attention_kernel: str = "auto"
@@ -78,9 +79,8 @@ class TrainingBehaviour:
         if self.attention_kernel not in ATTENTION_KERNELS:
             raise InputError("training.attention_kernel", f"unknown kernel {self.attention_kernel!r}",
                              "choose one of " + ", ".join(ATTENTION_KERNELS))
-        if self.zero2_grad_reduce not in ZERO2_REDUCE:
-            raise InputError("training.zero2_grad_reduce", f"unknown value {self.zero2_grad_reduce!r}",
-                             "choose one of " + ", ".join(ZERO2_REDUCE))
+        if not (0 < self.dp_bucket_bytes < float("inf")):
+            raise InputError("training.dp_bucket_bytes", f"must be > 0 bytes, got {self.dp_bucket_bytes!r}")
         if self.grad_reduce_bytes not in (2.0, 4.0):
             raise InputError("training.grad_reduce_bytes", f"must be 2 or 4, got {self.grad_reduce_bytes!r}")
 
