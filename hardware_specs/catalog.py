@@ -274,6 +274,11 @@ def stack_from_dict(data: dict, where: str = "stack") -> StackSpec:
     versions = data.get("versions") or []
     if not isinstance(versions, list):
         versions = [versions]
+    for v in versions:
+        if not isinstance(v, str):
+            # YAML reads 26.10 as the number 26.1: a release must stay as spelled
+            raise InputError(f"{where}.versions", f"version {v!r} is not a string",
+                             'quote it as the validation files spell it, e.g. "26.10"')
     unstated = data.get("default_when_version_unstated", False)
     if not isinstance(unstated, bool):
         raise InputError(f"{where}.default_when_version_unstated", f"must be true or false, got {unstated!r}")

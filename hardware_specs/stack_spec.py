@@ -53,6 +53,11 @@ class TrainingBehaviour:
             ``4 if dtype is bf16 and bf16_grads_in_fp32 else grad_reduce_bytes``; FP8 runs keep
             bf16 parameters and count as bf16.
         zero2_grad_reduce: ``every_microbatch`` or ``last_microbatch`` (see ``ZERO2_REDUCE``).
+        zero01_grad_reduce: the same choice for plain data parallelism and ZeRO-1, whose gradients
+            are not sharded: ``last_microbatch`` = accumulated locally and reduced once per step
+            (Megatron; DeepSpeed stages 0/1 at the accumulation boundary; PyTorch DDP under
+            ``no_sync``), ``every_microbatch`` = every backward reduces (PyTorch DDP's default
+            without ``no_sync``).
         tp_comm_overlap: tensor-parallel collectives overlap the GEMMs (Transformer Engine
             userbuffers / ``--tp-comm-overlap``).
         ep_comm_overlap: expert-parallel dispatch/combine all-to-all overlaps compute
@@ -106,6 +111,7 @@ class TrainingBehaviour:
     overlap_param_gather: bool = True
     grad_reduce_bytes: float = 4.0
     zero2_grad_reduce: str = "every_microbatch"
+    zero01_grad_reduce: str = "last_microbatch"
     tp_comm_overlap: bool = False
     ep_comm_overlap: bool = False
     attention_kernel: str = "auto"
@@ -128,9 +134,10 @@ class TrainingBehaviour:
         if self.attention_kernel not in ATTENTION_KERNELS:
             raise InputError("training.attention_kernel", f"unknown kernel {self.attention_kernel!r}",
                              "choose one of " + ", ".join(ATTENTION_KERNELS))
-        if self.zero2_grad_reduce not in ZERO2_REDUCE:
-            raise InputError("training.zero2_grad_reduce", f"unknown value {self.zero2_grad_reduce!r}",
-                             "choose one of " + ", ".join(ZERO2_REDUCE))
+        for name in ("zero2_grad_reduce", "zero01_grad_reduce"):
+            if getattr(self, name) not in ZERO2_REDUCE:
+                raise InputError(f"training.{name}", f"unknown value {getattr(self, name)!r}",
+                                 "choose one of " + ", ".join(ZERO2_REDUCE))
         if self.grad_reduce_bytes not in (2.0, 4.0):
             raise InputError("training.grad_reduce_bytes", f"must be 2 or 4, got {self.grad_reduce_bytes!r}")
         if self.fp8_recipe not in FP8_RECIPES:
