@@ -154,3 +154,30 @@ def test_every_builtin_citation_names_a_source_or_says_it_is_unverified_or_not_a
     for name in list_stacks():
         for key, text in load_stack(name).citations.items():
             assert len(text) >= 20 and any(m in text for m in markers), f"{name} {key}: {text!r}"
+
+
+def _table_cell(value):
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return str(int(value)) if value == int(value) else f"{value:g}"
+    return {"every_microbatch": "every", "last_microbatch": "last"}.get(str(value), str(value))
+
+
+def test_the_readme_table_of_release_wide_values_matches_the_stack_files():
+    from pathlib import Path
+    readme = (Path(__file__).resolve().parents[1] / "hardware_specs" / "stacks" / "README.md").read_text()
+    all_lines = readme.splitlines()
+    start = next(i for i, ln in enumerate(all_lines) if ln.startswith("| behaviour |"))
+    lines = [all_lines[start]]
+    for ln in all_lines[start + 2:]:
+        if not ln.startswith("| `"):
+            break
+        lines.append(ln)
+    header = [c.strip() for c in lines[0].strip("|").split("|")][1:]
+    assert header == list_stacks()
+    rows = {ln.split("|")[1].strip().strip("`"): [c.strip() for c in ln.strip("|").split("|")][1:]
+            for ln in lines[1:] if ln.split("|")[1].strip().strip("`") in StackSpec.training_keys()}
+    assert set(rows) == set(StackSpec.training_keys())
+    for key, cells in rows.items():
+        assert cells == [_table_cell(getattr(load_stack(n).training, key)) for n in header], key
