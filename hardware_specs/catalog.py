@@ -351,8 +351,11 @@ def stack_for(framework: str, version: Any = None) -> StackSpec:
     ``default_when_version_unstated``. Raises ``InputError`` naming ``framework`` or
     ``framework_version`` (with the known values) when nothing matches.
     """
-    fw = str(framework or "").strip().lower()
     stacks = [load_stack(n) for n in list_stacks()]
+    if _unstated(framework):
+        raise InputError("framework", "not stated, so no software stack applies",
+                         "name one of: " + ", ".join(sorted({s.framework for s in stacks})))
+    fw = str(framework).strip().lower()
     mine = [s for s in stacks if s.framework.lower() == fw]
     if not mine:
         raise InputError("framework", f"no software stack for framework {framework!r}",

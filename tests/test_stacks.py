@@ -94,6 +94,8 @@ def test_stack_for_maps_releases_to_the_stack_that_lists_them():
 def test_stack_for_errors_name_the_field_and_list_what_is_known():
     with pytest.raises(InputError, match=r"^framework: no software stack for framework 'jax'"):
         stack_for("jax", "0.4")
+    with pytest.raises(InputError, match=r"^framework: not stated, so no software stack applies \(name one of: deepspeed"):
+        stack_for(float("nan"), None)
     with pytest.raises(InputError, match=r"^framework_version: no megatron-lm stack for version '2018' "
                                          r"\(known: 2019, 2021, 2022\)"):
         stack_for("megatron-lm", "2018")
