@@ -309,8 +309,12 @@ def stack_from_dict(data: dict, where: str = "stack") -> StackSpec:
         overrides = {}
         for key, value in entry["training"].items():
             overrides[key] = getattr(_training_from_dict({key: value}, f"{here}.training"), key)
+        for sel in ("gpus", "dtypes"):
+            if entry.get(sel) is not None and not isinstance(entry[sel], list):
+                raise InputError(f"{here}.{sel}", "must be a list")
         recipes.append(RecipeOverride(models=tuple(str(m) for m in entry["models"]), training=overrides,
-                                      source=str(entry["source"])))
+                                      source=str(entry["source"]), gpus=tuple(entry.get("gpus") or ()),
+                                      dtypes=tuple(entry.get("dtypes") or ())))
     return StackSpec(name=name, framework=_get(data, "framework", where, str), versions=tuple(versions),
                      description=str(data.get("description", "")), training=training, serving=serving,
                      citations=citations, default_when_version_unstated=unstated, recipes=tuple(recipes))

@@ -175,18 +175,30 @@ class RecipeOverride:
         models: model names the recipe is for (matched by ``model_key``).
         training: behaviour -> value (``TrainingBehaviour`` keys).
         source: where the recipe says so.
+        gpus: GPU kinds (canonical names, e.g. ``h100-sxm-80gb``, ``gb200``) the recipe is for;
+            empty = any.
+        dtypes: training dtypes (``bf16``, ``fp8``, ``mxfp8``, ``nvfp4``) the recipe is for;
+            empty = any.
     """
 
     models: tuple[str, ...]
     training: Mapping[str, Any]
     source: str
+    gpus: tuple[str, ...] = ()
+    dtypes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "models", tuple(model_key(m) for m in self.models))
         object.__setattr__(self, "training", MappingProxyType(dict(self.training)))
+        object.__setattr__(self, "gpus", tuple(str(g).lower() for g in self.gpus))
+        object.__setattr__(self, "dtypes", tuple(str(d).lower() for d in self.dtypes))
 
-    def applies_to(self, model_name: str) -> bool:
-        return model_key(model_name) in self.models
+    def applies_to(self, model_name: str, gpu: str | None = None, dtype: str | None = None) -> bool:
+        if model_key(model_name) not in self.models:
+            return False
+        if self.gpus and (gpu is None or str(gpu).lower() not in self.gpus):
+            return False
+        return not self.dtypes or (dtype is not None and str(dtype).lower() in self.dtypes)
 
 
 @dataclass(frozen=True)
@@ -229,17 +241,22 @@ class StackSpec:
         object.__setattr__(self, "citations", MappingProxyType(dict(self.citations)))
         object.__setattr__(self, "recipes", tuple(self.recipes))
 
-    def training_for(self, model_name: str | None = None) -> TrainingBehaviour | None:
-        """The release's training behaviour for ``model_name``: its defaults with the overrides of
-        every recipe written for that model."""
+    def training_for(self, model_name: str | None = None, gpu: str | None = None,
+                     dtype: str | None = None) -> TrainingBehaviour | None:
+        """The release's training behaviour for ``model_name`` (on ``gpu`` in ``dtype``): its
+        defaults with the overrides of every recipe written for that model, in file order."""
         if self.training is None or model_name is None:
             return self.training
         from dataclasses import replace as _replace
         out = self.training
         for recipe in self.recipes:
-            if recipe.applies_to(model_name):
+            if recipe.applies_to(model_name, gpu, dtype):
                 out = _replace(out, **dict(recipe.training))
         return out
+
+    def recipes_for(self, model_name: str, gpu: str | None = None, dtype: str | None = None) -> list:
+        """The recipes that apply to ``model_name`` on ``gpu`` in ``dtype``."""
+        return [r for r in self.recipes if r.applies_to(model_name, gpu, dtype)]
 
     @classmethod
     def training_keys(cls) -> tuple[str, ...]:

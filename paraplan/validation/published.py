@@ -348,7 +348,7 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInp
     vpp = _int(row, "vpp") or 1
     zero = _int(row, "zero_norm")
     if zero is None:
-        zero = stack.training_for(model.name).default_zero_stage if dp * cp > 1 else 0
+        zero = stack.training_for(model.name, gpu, _str(row, "dtype_norm") or None).default_zero_stage if dp * cp > 1 else 0
         assumptions.append(f"zero={zero} ({stack.name}'s default)")
     rc = _str(row, "recompute").split("(")[0].strip().lower()
     if not rc:
@@ -358,7 +358,7 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInp
         raise Skip(f"recompute '{rc}' unknown")
     sp_cell = _str(row, "seq_parallel").lower()
     sp = sp_cell == "y"
-    if not sp_cell and stack_sequence_parallel(stack, tp, model.name):
+    if not sp_cell and stack_sequence_parallel(stack, tp, model.name, gpu, _str(row, "dtype_norm") or None):
         sp = True
         assumptions.append(f"sequence_parallel ({stack.name} recipes turn it on with tp > 1)")
     cluster = row_cluster(gpu, _int(row, "gpus_per_node"), _num(row, "scaleout_gbps_per_gpu"))
@@ -377,8 +377,8 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInp
     try:
         config = ParallelConfig(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch=mbs, global_batch=gbs,
                                 zero_stage=zero, recompute=rc, sequence_parallel=sp or (model.moe is not None and tp > 1),
-                                dtype=dtype, uneven_layers=True, **stack_config_fields(stack, dtype, model.name))
-        recipe = [r.source for r in stack.recipes if r.applies_to(model.name)]
+                                dtype=dtype, uneven_layers=True, **stack_config_fields(stack, dtype, model.name, gpu))
+        recipe = [r.source for r in stack.recipes_for(model.name, gpu, dtype)]
         if recipe:
             assumptions.append(f"{stack.name} recipe for this model: " + "; ".join(recipe))
     except InputError as exc:
