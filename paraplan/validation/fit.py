@@ -60,6 +60,9 @@ PRIORS = {"scaleup_fraction": 0.8, "scaleout_fraction": 0.85}
 #: a generation with fewer rows than this fits only its 16-bit GEMM plateau (the one factor
 #: every row exercises); the rest stay at the prior, so a handful of rows cannot be overfitted
 MIN_ROWS_FOR_FULL_FIT = 20
+#: a generation with fewer rows than this is not fitted at all: it stays an unfitted prior (its
+#: ``NEIGHBOUR``'s fitted factors on its own datasheet numbers), labelled as such in every output
+MIN_ROWS_TO_FIT = 8
 #: candidate values per factor for the coordinate search (log-spaced where the scale is)
 GRID_POINTS = 9
 _DTYPE_FACTORS = (("gemm8", "fp8"), ("gemm_mx8", "mxfp8"), ("gemm4", "nvfp4"))
@@ -257,7 +260,7 @@ def prior_model(generation: str) -> EfficiencyModel:
 
 #: the fitted generation whose factors stand in for a generation that has no other source to fit
 #: on when one is held out (what one would use for a new GPU generation with no measured runs)
-NEIGHBOUR = {"volta": "ampere", "ampere": "hopper", "hopper": "blackwell", "blackwell": "hopper"}
+NEIGHBOUR = {"volta": "ampere", "ampere": "hopper", "hopper": "blackwell", "blackwell": "hopper", "turing": "ampere"}
 
 
 def _transfer(model: EfficiencyModel, target: EfficiencyModel) -> EfficiencyModel:
@@ -310,8 +313,25 @@ def main(argv=None) -> int:
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
     prepared = prepare(read_runs(args.csv).to_dict("records"))
-    for gen, rows in sorted(by_generation(prepared).items()):
+    by_gen = by_generation(prepared)
+    # generations with enough rows first, so a sparse one can borrow its neighbour's fresh fit
+    order = sorted(by_gen, key=lambda g: (len(by_gen[g]) < MIN_ROWS_TO_FIT, g))
+    for gen in order:
+        rows = by_gen[gen]
         if args.generation and gen not in args.generation:
+            continue
+        if len(rows) < MIN_ROWS_TO_FIT:
+            donor = NEIGHBOUR.get(gen)
+            base = prior_model(gen)
+            model = _transfer(prior_model(donor), base) if donor else base
+            model = replace(model, fitted_factors=())
+            note = (f"unfitted prior: {len(rows)} rows of {', '.join(sorted(set(rows.sources)))} are too few to fit "
+                    f"(< {MIN_ROWS_TO_FIT}); " + (f"the fitted factors of {donor} on this generation's own datasheet "
+                                                  f"numbers" if donor else "hand-set initial values"))
+            score = objective(rows, gen, model)
+            print(f"{gen}: {len(rows)} rows: {note}; objective {100 * score:.2f}%")
+            if not args.dry_run:
+                write_efficiency(model, efficiency_path(gen), note, score, [])
             continue
         base = prior_model(gen)
         before = objective(rows, gen, base)
