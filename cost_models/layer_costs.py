@@ -223,3 +223,38 @@ def embedding_costs(model: ModelSpec, rates: ComputeRates, tokens):
     fwd = memory_bound_time_s(tokens * model.hidden_size * 2 * rates.act_bytes, rates, 1)
     bwd = memory_bound_time_s(tokens * model.hidden_size * (rates.act_bytes + 8), rates, 2)
     return {"fwd_s": fwd, "bwd_s": bwd}
+
+
+# ---- what a selective recomputation repeats (``memory.RECOMPUTE_MODULES``) ---------------------
+
+def norm_forward_s(model: ModelSpec, rates: ComputeRates, tokens, tp, sp):
+    """Forward seconds of a layer's two norms (each reads and writes its h-wide rows; split by
+    tp under sequence parallelism): what recomputing ``layernorm`` repeats."""
+    tokens = np.asarray(tokens, dtype=float)
+    split = np.where(sp, np.asarray(tp, dtype=float), 1.0)
+    return 2.0 * memory_bound_time_s(tokens * model.hidden_size * rates.act_bytes * 2.0 / split, rates, 1)
+
+
+def activation_forward_s(model: ModelSpec, rates: ComputeRates, rows, ffn_local):
+    """Forward seconds of the MLP activation function over ``rows`` rows of ``ffn_local``
+    columns (``ACTIVATION_UNITS``): what recomputing ``mlp_act`` repeats."""
+    act_fwd = ACTIVATION_UNITS[bool(model.gated_mlp)][0]
+    return memory_bound_time_s(np.asarray(rows, dtype=float) * act_fwd * np.asarray(ffn_local, dtype=float)
+                               * rates.act_bytes, rates, 1)
+
+
+def mla_up_projection_forward(model: ModelSpec, rates: ComputeRates, tokens, tp):
+    """(seconds, FLOPs) of multi-latent attention's up-projections in forward (query latent to
+    queries, key/value latent to keys and values; ``attention_gemm_shapes``): what recomputing
+    ``mla_up_proj`` repeats; zero without MLA."""
+    tokens = np.asarray(tokens, dtype=float)
+    tp = np.asarray(tp, dtype=float)
+    if model.mla is None:
+        return 0.0 * tokens * tp, 0.0 * tokens * tp
+    m, a = model.mla, model.num_heads
+    shapes = [(a * (m.qk_nope_head_dim + m.v_head_dim) / tp, m.kv_lora_rank + 0.0 * tp)]
+    if m.q_lora_rank:
+        shapes.append((a * (m.qk_nope_head_dim + m.qk_rope_head_dim) / tp, m.q_lora_rank + 0.0 * tp))
+    seconds = sum(linear_gemm_times_s(tokens, n, k, rates)[0] for n, k in shapes)
+    flops = sum(2.0 * tokens * n * k for n, k in shapes)
+    return seconds, flops

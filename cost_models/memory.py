@@ -33,33 +33,114 @@ RUNTIME_RESERVED_BYTES = 1.5 * 2**30
 LOGIT_BYTES = 6.0
 
 
-def activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, cp, sp, recompute,
-                               flash_attention=True, ffn=None):
-    """Activation bytes one layer keeps for one micro-batch on one GPU.
+#: operations a selective recomputation may recompute in every layer (Megatron
+#: ``--recompute-modules``), in the order of their bits in a modules mask.
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp_act", "mla_up_proj", "moe_dispatch")
+MODULE_BITS = {name: 1 << i for i, name in enumerate(RECOMPUTE_MODULES)}
+#: the modules mask of Megatron's plain ``--recompute-granularity selective``
+SELECTIVE_DEFAULT = MODULE_BITS["core_attn"]
+#: which kept tensors (``activation_terms``) each module drops
+MODULE_DROPS = {"core_attn": ("core",), "layernorm": ("norm_outputs",), "mlp_act": ("mlp_act_out",),
+                "mla_up_proj": ("qkv",), "moe_dispatch": ()}
 
-    ``recompute``: 0 none, 1 selective, 2 full (arrays allowed). ``ffn`` overrides the MLP
-    width (e.g. the routed tokens' expert MLPs; see ``moe_activation_bytes_per_layer``).
+
+def activation_terms(model: ModelSpec, micro_batch, seq_len, tp, cp, sp, flash_attention=True, ffn=None,
+                     gemm_input_bytes=2.0) -> dict:
+    """The tensors one layer keeps for its backward, bytes for one micro-batch on one GPU, by name.
+
+    Korthikanti et al. 2022 (section 4, eq. 1-2) per term, tokens = micro_batch * seq / cp:
+
+    * ``norm_inputs``: the two norms' 16-bit inputs (4h per token), split by tp only under
+      sequence parallelism;
+    * ``norm_outputs``: the norms' outputs, the QKV and first-MLP GEMMs' inputs (2h, each in
+      ``gemm_input_bytes``: 1 byte under FP8 recipes, which keep only the quantised copy);
+    * ``dropout_masks``: two 1-byte masks (2h);
+    * ``qkv``: the attention core's 16-bit inputs: 2(a + 2g)d / tp, or for multi-latent
+      attention the up-projected queries, keys and values 2a(2 d_qk + d_v) / tp;
+    * ``mla_latents``: the compressed query and key/value latents (the up-projections' inputs,
+      ``gemm_input_bytes`` each, not split by TP);
+    * ``attn_out``: the output projection's input, a d_v / tp elements in ``gemm_input_bytes``;
+    * ``core``: what the attention core keeps: fused (flash) attention its fp32 log-sum-exp
+      per query and head (4a / tp); the materialised softmax 5 a s b (scores, mask, dropout);
+    * ``mlp_fc1_out``: the first MLP GEMM's output the activation's backward reads (gated 4f,
+      plain 2f, 16-bit, / tp);
+    * ``mlp_act_out``: the activation's output, the second GEMM's input (f in
+      ``gemm_input_bytes``, / tp);
+    * ``layer_input``: what full recomputation keeps instead of all of them: 2h (/ tp with SP).
+
+    ``ffn`` overrides the MLP width (a MoE layer's shared experts). 16-bit with flash off and
+    no MLA this is Korthikanti's s b h (34 + 5 a s / h) (10 + 24 + 5as/h).
     """
     b = np.asarray(micro_batch, dtype=float)
     s_local = np.asarray(seq_len, dtype=float) / np.asarray(cp, dtype=float)
     tp = np.asarray(tp, dtype=float)
+    gb = np.asarray(gemm_input_bytes, dtype=float)
     tokens = b * s_local
     h, a, g, d = model.hidden_size, model.num_heads, model.num_kv_heads, model.head_dim
     f = model.ffn_hidden_size if ffn is None else ffn
     split = np.where(sp, tp, 1.0)
-    # norm inputs (4), QKV input (2), MLP input (2), two 1-byte dropout masks (2)
-    replicated = tokens * h * 10.0 / split
-    mlp = (6.0 if model.gated_mlp else 4.0) * f
-    sharded = tokens * (2.0 * a * d + 4.0 * g * d + 2.0 * a * d + mlp) / tp
-    # fused attention keeps an fp32 log-sum-exp per query and head; the materialised softmax
-    # keeps scores, dropout mask and dropout output (5 a s^2 b bytes)
+    if model.mla is not None:
+        m = model.mla
+        qk, v = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
+        qkv = tokens * 2.0 * a * (2.0 * qk + v) / tp
+        latents = tokens * gb * (m.q_lora_rank + m.kv_lora_rank) + 0.0 * tp
+    else:
+        v = d
+        qkv = tokens * (2.0 * a * d + 4.0 * g * d) / tp
+        latents = 0.0 * tokens * tp
     score = np.where(flash_attention, tokens * a * 4.0 / tp,
                      5.0 * a * s_local * np.asarray(seq_len, dtype=float) * b / tp)
-    full_layer = replicated + sharded + score
-    selective = replicated + sharded        # the attention core is recomputed: nothing kept
-    layer_input = 2.0 * tokens * h / split
+    return {
+        "norm_inputs": tokens * h * 4.0 / split,
+        "norm_outputs": tokens * h * 2.0 * gb / split,
+        "dropout_masks": tokens * h * 2.0 / split,
+        "qkv": qkv,
+        "mla_latents": latents,
+        "attn_out": tokens * a * v * gb / tp,
+        "core": score,
+        "mlp_fc1_out": tokens * (4.0 if model.gated_mlp else 2.0) * f / tp,
+        "mlp_act_out": tokens * f * gb / tp,
+        "layer_input": tokens * h * 2.0 / split,
+    }
+
+
+def kept_bytes(terms: dict, modules) -> np.ndarray:
+    """Bytes a layer keeps when the operations of the ``modules`` mask (``MODULE_BITS``) are
+    recomputed in backward: every term of ``activation_terms`` but the layer input, less those
+    the modules drop (``MODULE_DROPS``)."""
+    modules = np.asarray(modules, dtype=np.int64)
+    total = 0.0
+    for name, value in terms.items():
+        if name == "layer_input":
+            continue
+        dropped = False
+        for module, drops in MODULE_DROPS.items():
+            if name in drops:
+                dropped = dropped | ((modules & MODULE_BITS[module]) != 0)
+        total = total + np.where(dropped, 0.0, value)
+    return total
+
+
+def effective_modules(recompute, modules):
+    """The modules mask a layer that is not recomputed in full uses: the named modules, else
+    the attention core under ``selective`` (code 1), else none."""
     rc = np.asarray(recompute)
-    return np.where(rc == 2, layer_input, np.where(rc == 1, selective, full_layer))
+    modules = np.asarray(modules, dtype=np.int64)
+    return np.where(modules != 0, modules, np.where(rc == 1, SELECTIVE_DEFAULT, 0))
+
+
+def activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, cp, sp, recompute,
+                               flash_attention=True, ffn=None, modules=0, gemm_input_bytes=2.0):
+    """Activation bytes one layer keeps for one micro-batch on one GPU.
+
+    ``recompute``: 0 none, 1 selective, 2 full (arrays allowed): full keeps the layer input,
+    the others ``kept_bytes`` of ``activation_terms`` under ``effective_modules``. ``ffn``
+    overrides the MLP width (e.g. the routed tokens' expert MLPs; see
+    ``moe_activation_bytes_per_layer``).
+    """
+    terms = activation_terms(model, micro_batch, seq_len, tp, cp, sp, flash_attention, ffn, gemm_input_bytes)
+    kept = kept_bytes(terms, effective_modules(recompute, modules))
+    return np.where(np.asarray(recompute) == 2, terms["layer_input"], kept)
 
 
 def in_flight_microbatches(pp, vpp, num_microbatches, schedule_is_gpipe=False):
@@ -75,19 +156,25 @@ def in_flight_microbatches(pp, vpp, num_microbatches, schedule_is_gpipe=False):
     return np.where(schedule_is_gpipe, m, one_f_one_b)
 
 
-def model_state_bytes(params_local, zero_stage, dp_shard, low_precision=False, full_precision=False):
+def model_state_bytes(params_local, zero_stage, dp_shard, low_precision=False, full_precision=False,
+                      copy_bytes=None):
     """(weights, gradients, optimizer) bytes on one GPU for ``params_local`` parameters.
 
     ``full_precision`` (fp32 training): 4-byte weights and gradients and 8 bytes of Adam
     moments, no separate master copy (16 bytes per parameter).
 
     ``params_local`` are the parameters this GPU owns before ZeRO (already split by TP/PP/EP);
-    ``dp_shard`` is the size of the group ZeRO shards over.
+    ``dp_shard`` is the size of the group ZeRO shards over. ``copy_bytes``: bytes per parameter
+    of the quantised weight copies a low-precision recipe keeps (``low_precision.
+    weight_copy_bytes_per_param``); None = ``LOW_PRECISION_WEIGHT_COPY_BYTES`` when
+    ``low_precision``.
     """
     p = np.asarray(params_local, dtype=float)
     z = np.asarray(zero_stage)
     n = np.asarray(dp_shard, dtype=float)
-    weight_bytes = WEIGHT_BYTES + (LOW_PRECISION_WEIGHT_COPY_BYTES if low_precision else 0.0)
+    if copy_bytes is None:
+        copy_bytes = LOW_PRECISION_WEIGHT_COPY_BYTES if low_precision else 0.0
+    weight_bytes = WEIGHT_BYTES + copy_bytes
     optimizer_bytes = OPTIMIZER_BYTES
     if full_precision:
         weight_bytes, optimizer_bytes = 4.0, 8.0

@@ -327,7 +327,7 @@ def expert_model_state_bytes(expert_params_local, zero_stage, dp, cp, tp, ep, et
 
 
 def moe_activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, cp, ep, etp, recompute,
-                                   load_imbalance=1.0):
+                                   load_imbalance=1.0, modules=None, gemm_input_bytes=2.0):
     """Activation bytes the routed-expert part of one MoE layer keeps, one micro-batch, one GPU.
 
     The rest of the layer (attention, norms, the MLP input, shared experts) is
@@ -336,20 +336,43 @@ def moe_activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, c
     ``rows = routed * top_k * etp * imbalance`` (rows on the busiest rank):
 
     * router: fp32 logits and probabilities, ``routed * E * 8``;
-    * expert input after dispatch (fc1's wgrad input), ``rows * h * 2``;
-    * expert intermediates per row: gated ``6 * f / etp`` (fc1 output 2f/etp x 2 B kept for
-      SwiGLU backward, activation output f/etp x 2 B for fc2's wgrad), plain ``4 * f / etp``;
+    * expert input after dispatch (fc1's wgrad input), ``rows * h * g`` (g =
+      ``gemm_input_bytes``: 2, or 1 under FP8 recipes); dropped when the ``moe_dispatch``
+      module is recomputed (the permutation and all-to-all run again in backward);
+    * expert intermediates per row: fc1's output (gated ``4 f / etp``, plain ``2 f / etp``,
+      16-bit) and the activation's output, fc2's input (``g f / etp``; dropped by ``mlp_act``);
     * expert outputs back at the source before the weighted sum (probabilities' gradient),
       ``routed * top_k * h * 2``.
 
     ``recompute`` 2 (full) keeps none of it (the layer input is in the generic formula);
-    0 and 1 (selective recomputes only the attention core) keep all of it.
+    otherwise ``modules`` (a ``memory.MODULE_BITS`` mask, None = from ``recompute`` alone via
+    ``memory.effective_modules``) says what is recomputed.
     """
     moe = model.moe
     h, E, k = model.hidden_size, moe.num_experts, moe.top_k
+    gb = _f(gemm_input_bytes)
+    mods = memory.effective_modules(recompute, 0 if modules is None else modules)
     routed = _f(micro_batch) * _f(seq_len) / (_f(cp) * _f(tp))
     rows = routed * k * _f(etp) * _rank_imbalance(load_imbalance, ep)
-    inter = (6.0 if model.gated_mlp else 4.0) * moe.expert_ffn_hidden_size / _f(etp)
-    kept = (routed * E * ROUTER_BYTES_PER_LOGIT_SAVED + rows * h * ACT_BYTES + rows * inter
+    f_local = moe.expert_ffn_hidden_size / _f(etp)
+    fc1_out = (4.0 if model.gated_mlp else 2.0) * f_local
+    drop_dispatch = (mods & memory.MODULE_BITS["moe_dispatch"]) != 0
+    drop_act = (mods & memory.MODULE_BITS["mlp_act"]) != 0
+    kept = (routed * E * ROUTER_BYTES_PER_LOGIT_SAVED
+            + np.where(drop_dispatch, 0.0, rows * h * gb)
+            + rows * (fc1_out + np.where(drop_act, 0.0, gb * f_local))
             + routed * k * h * ACT_BYTES)
     return np.where(np.asarray(recompute) == 2, 0.0, kept)
+
+
+def moe_dispatch_buffer_bytes(model: ModelSpec, micro_batch, seq_len, tp, cp, etp, load_imbalance=1.0, ep=1,
+                              bytes_per_element=2.0):
+    """Transient bytes of one MoE layer's token exchange on one GPU: the permuted rows it sends
+    (``routed * top_k * h``) and the rows it receives (``rows * h``), live together while the
+    dispatch (and, mirrored, the combine) all-to-all runs; freed when the layer is done, so one
+    layer's worth at a time."""
+    moe = model.moe
+    h, k = model.hidden_size, moe.top_k
+    routed = _f(micro_batch) * _f(seq_len) / (_f(cp) * _f(tp))
+    rows = routed * k * _f(etp) * _rank_imbalance(load_imbalance, ep)
+    return (routed * k + rows) * h * _f(bytes_per_element)

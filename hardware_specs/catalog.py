@@ -17,7 +17,9 @@ sm_count (streaming multiprocessors / compute units).
 Cluster file keys: name, description, gpu (a catalog name, or an inline GPU mapping),
 efficiency (optional inline efficiency mapping, as ``paraplan calibrate`` writes), gpus_per_node, scaleup {kind, bw_gb_per_s,
 latency_us} (optional: defaults to the GPU's link), scaleout {kind, bw_gbit_per_s or
-bw_gb_per_s, latency_us}, rail_optimized, oversubscription, max_gpus, source.
+bw_gb_per_s, latency_us}, rail_optimized, oversubscription, max_gpus, source, and optionally host
+{link, link_bw_gb_per_s (per GPU, one direction), memory_gib (per node), memory_bw_gb_per_s (per
+node), source} for offload.
 
 Stack file keys (``hardware_specs/stacks``): name, framework, versions (list, spelled as the
 validation files spell ``framework_version``), description, default_when_version_unstated and
@@ -34,9 +36,9 @@ from typing import Any
 
 import yaml
 
-from hardware_specs.cluster_spec import ClusterSpec, NetworkTier
+from hardware_specs.cluster_spec import ClusterSpec, HostSpec, NetworkTier
 from hardware_specs.efficiency_model import EfficiencyModel
-from hardware_specs.errors import InputError, suggest
+from hardware_specs.errors import InputError, require_positive, suggest
 from hardware_specs.gpu_spec import GPUSpec
 from hardware_specs.stack_spec import RecipeOverride, StackSpec, TrainingBehaviour
 
@@ -159,6 +161,28 @@ def _tier_from_dict(data: Any, where: str, default_kind: str) -> NetworkTier:
                        latency_s=_get(data, "latency_us", where, default=5.0) * 1e-6)
 
 
+def _host_from_dict(data: Any, where: str) -> HostSpec | None:
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise InputError(where, "must be a mapping with link, link_bw_gb_per_s, memory_gib, memory_bw_gb_per_s, source")
+    unknown = set(data) - {"link", "link_bw_gb_per_s", "memory_gib", "memory_bw_gb_per_s", "source"}
+    if unknown:
+        raise InputError(f"{where}.{sorted(unknown)[0]}", "unknown key",
+                         "known: link, link_bw_gb_per_s, memory_gib, memory_bw_gb_per_s, source")
+    memory = _get(data, "memory_gib", where, float, None)
+    memory_bw = _get(data, "memory_bw_gb_per_s", where, float, None)
+    for key, value in (("memory_gib", memory), ("memory_bw_gb_per_s", memory_bw)):
+        if value is not None:
+            require_positive(f"{where}.{key}", value)
+    link_bw = _get(data, "link_bw_gb_per_s", where)
+    require_positive(f"{where}.link_bw_gb_per_s", link_bw)
+    return HostSpec(link=_get(data, "link", where, str), link_bw_bytes_per_s=link_bw * 1e9,
+                    memory_bytes=None if memory is None else memory * GIB,
+                    memory_bw_bytes_per_s=None if memory_bw is None else memory_bw * 1e9,
+                    source=str(data.get("source", "")))
+
+
 def cluster_from_dict(data: dict, where: str = "cluster") -> ClusterSpec:
     """Build a ``ClusterSpec`` from a catalog mapping; the GPU is looked up by name."""
     name = _get(data, "name", where, str)
@@ -185,7 +209,7 @@ def cluster_from_dict(data: dict, where: str = "cluster") -> ClusterSpec:
         oversubscription=_get(data, "oversubscription", where, default=1.0),
         max_gpus=int(max_gpus) if max_gpus is not None else None,
         source=str(data.get("source", "")), description=str(data.get("description", "")),
-        efficiency=efficiency,
+        efficiency=efficiency, host=_host_from_dict(data.get("host"), f"{where}.host"),
     )
 
 

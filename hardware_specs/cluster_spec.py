@@ -29,6 +29,35 @@ class NetworkTier:
 
 
 @dataclass(frozen=True)
+class HostSpec:
+    """The host side of a node, for offload: the link each GPU has to host memory and the
+    node's host memory.
+
+    Attributes:
+        link: kind of the GPU-host link (``pcie-gen4-x16``, ``pcie-gen5-x16``, ``nvlink-c2c``).
+        link_bw_bytes_per_s: bandwidth per GPU, one direction, bytes/s (what one GPU gets when
+            every GPU of the node transfers at once).
+        memory_bytes: host memory per node, bytes; None = not stated (offload then unchecked).
+        memory_bw_bytes_per_s: host memory bandwidth per node, bytes/s (an optimizer step on
+            the host streams its states at this); None = not stated.
+        source: citations.
+    """
+
+    link: str
+    link_bw_bytes_per_s: float
+    memory_bytes: float | None = None
+    memory_bw_bytes_per_s: float | None = None
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        require_positive("host.link_bw_bytes_per_s", self.link_bw_bytes_per_s)
+        if self.memory_bytes is not None:
+            require_positive("host.memory_bytes", self.memory_bytes)
+        if self.memory_bw_bytes_per_s is not None:
+            require_positive("host.memory_bw_bytes_per_s", self.memory_bw_bytes_per_s)
+
+
+@dataclass(frozen=True)
 class ClusterSpec:
     """A system: GPU kind, scale-up domain, scale-out fabric.
 
@@ -45,6 +74,8 @@ class ClusterSpec:
         source: citation for the system's fabric.
         efficiency: a measured efficiency model for this very machine (written by
             ``paraplan calibrate``); None = use the GPU generation's fitted model.
+        host: the GPUs' link to host memory and the node's host memory (``HostSpec``), for
+            activation and optimizer offload; None = not in the catalog (offload refused).
     """
 
     name: str
@@ -58,6 +89,7 @@ class ClusterSpec:
     source: str = ""
     description: str = ""
     efficiency: EfficiencyModel | None = None
+    host: HostSpec | None = None
 
     def __post_init__(self) -> None:
         require_positive(f"cluster {self.name}.gpus_per_node", self.gpus_per_node)

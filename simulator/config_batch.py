@@ -9,12 +9,25 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from simulator.parallel_config import AttentionKernel, CPKind, ParallelConfig, Recompute, Schedule
+from cost_models.memory import MODULE_BITS
+from simulator.parallel_config import (RECOMPUTE_MODULES, AttentionKernel, CPKind, ParallelConfig, Recompute,
+                                       RecomputeMethod, Schedule)
 
 RECOMPUTE_CODES = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
 SCHEDULE_CODES = {s: i for i, s in enumerate(Schedule)}
 CP_KIND_CODES = {k: i for i, k in enumerate(CPKind)}
 ATTENTION_KERNEL_CODES = {k: i for i, k in enumerate(AttentionKernel)}
+RECOMPUTE_METHOD_CODES = {k: i for i, k in enumerate(RecomputeMethod)}
+
+
+def modules_mask(names) -> int:
+    """The ``recompute_modules`` bit mask of a tuple of module names."""
+    return sum(MODULE_BITS[n] for n in names)
+
+
+def modules_names(mask: int) -> tuple[str, ...]:
+    """The module names of a ``recompute_modules`` bit mask."""
+    return tuple(n for n in RECOMPUTE_MODULES if int(mask) & MODULE_BITS[n])
 
 
 @dataclass(frozen=True)
@@ -58,10 +71,27 @@ class ConfigBatch:
     param_gather_per_tensor: np.ndarray
     cuda_graphs: np.ndarray
     uneven_layers: np.ndarray
+    recompute_num_layers: np.ndarray = None
+    recompute_method: np.ndarray = None       # index into RecomputeMethod
+    recompute_layers_decrement: np.ndarray = None
+    recompute_modules: np.ndarray = None      # bit mask of MODULE_BITS
+    offload_activation_layers: np.ndarray = None
+    offload_optimizer_fraction: np.ndarray = None
+    zero_shard_group: np.ndarray = None       # 0 = all dp*cp ranks
+    pipeline_layout: np.ndarray = None        # object array of layout strings ("" = none)
+    loss_chunk_tokens: np.ndarray = None
     dtype: str = "bf16"
 
+    def __post_init__(self) -> None:
+        # columns added after the first release default to "not set" for every row, so callers
+        # that build a batch field by field need not know them
+        n = len(self)
+        for name, fill in _NEW_COLUMNS.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, np.full(n, fill, dtype=object if name == "pipeline_layout" else None))
+
     def __len__(self) -> int:
-        return int(self.dp.shape[0])
+        return int(np.shape(self.dp)[0])
 
     @classmethod
     def from_configs(cls, configs: list[ParallelConfig]) -> "ConfigBatch":
@@ -103,6 +133,15 @@ class ConfigBatch:
             param_gather_per_tensor=col("param_gather_per_tensor", bool, bool),
             cuda_graphs=col("cuda_graphs", bool, bool),
             uneven_layers=col("uneven_layers", bool, bool),
+            recompute_num_layers=col("recompute_num_layers"),
+            recompute_method=col("recompute_method", RECOMPUTE_METHOD_CODES.get),
+            recompute_layers_decrement=col("recompute_layers_decrement"),
+            recompute_modules=col("recompute_modules", modules_mask),
+            offload_activation_layers=col("offload_activation_layers"),
+            offload_optimizer_fraction=col("offload_optimizer_fraction", float, float),
+            zero_shard_group=col("zero_shard_group"),
+            pipeline_layout=col("pipeline_layout", str, object),
+            loss_chunk_tokens=col("loss_chunk_tokens"),
             dtype=dtypes.pop(),
         )
 
@@ -145,4 +184,19 @@ class ConfigBatch:
             tp_backward_overlap=bool(self.tp_backward_overlap[i]), softmax_fusion=bool(self.softmax_fusion[i]),
             param_gather_per_tensor=bool(self.param_gather_per_tensor[i]), cuda_graphs=bool(self.cuda_graphs[i]),
             uneven_layers=bool(self.uneven_layers[i]),
+            recompute_num_layers=int(self.recompute_num_layers[i]),
+            recompute_method=list(RecomputeMethod)[int(self.recompute_method[i])],
+            recompute_layers_decrement=int(self.recompute_layers_decrement[i]),
+            recompute_modules=modules_names(self.recompute_modules[i]),
+            offload_activation_layers=int(self.offload_activation_layers[i]),
+            offload_optimizer_fraction=float(self.offload_optimizer_fraction[i]),
+            zero_shard_group=int(self.zero_shard_group[i]),
+            pipeline_layout=str(self.pipeline_layout[i] or ""),
+            loss_chunk_tokens=int(self.loss_chunk_tokens[i]),
         )
+
+
+#: columns with a default, and the value that means "not set"
+_NEW_COLUMNS = {"recompute_num_layers": 0, "recompute_method": 0, "recompute_layers_decrement": 0,
+                "recompute_modules": 0, "offload_activation_layers": 0, "offload_optimizer_fraction": 0.0,
+                "zero_shard_group": 0, "pipeline_layout": "", "loss_chunk_tokens": 0}

@@ -11,7 +11,12 @@ then places layers on pipeline positions (``simulator.stage_layout``). Per layer
   backward, exposed communication);
 * ``w``: weight-gradient GEMMs (which reduce over the tokens: M = in-features, N = out-features,
   K = tokens, so a short micro-batch makes them skinny along K);
-* ``r``: what recomputation repeats before ``b`` (the whole forward, or the attention core);
+* ``r``: what recomputation repeats before ``b`` when every layer is treated alike;
+  ``r_full`` that of a layer recomputed in full (its whole forward with the TP and EP
+  communication the stack exposes there), ``r_sel`` that of a layer that recomputes only the
+  selected operations (``memory.RECOMPUTE_MODULES``: the attention core, the norms, the MLP
+  activation, MLA's up-projections, the MoE dispatch: each its forward kernels, the dispatch
+  its all-to-all too);
 
 each at least the pass's kernels times the host's issue time (``EfficiencyModel.cpu_issue_s``):
 an eager framework issues kernels one by one from Python, ahead of the GPU, so a small layer's
@@ -28,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cost_models import context_parallel, layer_costs, moe as moe_costs
+from cost_models import context_parallel, layer_costs, memory, moe as moe_costs
 from cost_models.compute import LOW_PRECISION, compute_rates, kernel_counting_rates, sixteen_bit_dtype
 from cost_models.topology import group_collective_time_s
 from hardware_specs.cluster_spec import ClusterSpec
@@ -38,12 +43,6 @@ from simulator.config_batch import ATTENTION_KERNEL_CODES
 from simulator.parallel_config import AttentionKernel
 
 KINDS = ("dense", "moe")
-
-
-def _recomputed(rc, full, selective=0.0):
-    """What recomputation repeats per row: ``full`` under full (code 2), ``selective`` under
-    selective (1), nothing otherwise."""
-    return np.where(rc == 2, full, np.where(rc == 1, selective, 0.0))
 
 
 def softmax_exposed_share(attention_kernel, eff: EfficiencyModel):
@@ -57,11 +56,11 @@ def softmax_exposed_share(attention_kernel, eff: EfficiencyModel):
 
 def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, rates, tokens, tp, cp, sp, rc,
                 ep, etp, imbalance, tp_overlap, cp_kind, attention_kernel, flash_attention, ep_overlap,
-                tp_backward_overlap=True, softmax_fusion=True, cuda_graphs=False) -> dict:
+                tp_backward_overlap=True, softmax_fusion=True, cuda_graphs=False, modules=0) -> dict:
     """Per-layer times (seconds, one micro-batch) and FLOPs for the given layer keys; see the
     module docstring for the keys (``f_dense``, ``b_moe``, ...) and the model's ends
     (``emb_f``, ``emb_b``, ``head_f``, ``head_b``, ``head_w``, ``mtp_f``, ``mtp_b``,
-    ``mtp_w``)."""
+    ``mtp_w``). ``modules``: the ``recompute_modules`` bit mask (``memory.MODULE_BITS``)."""
     h = float(model.hidden_size)
     s = float(model.seq_len)
     tokens = np.asarray(tokens, dtype=float)
@@ -101,6 +100,13 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     else:
         cpc = {"fwd_exposed_s": 0.0 * tokens, "bwd_exposed_s": 0.0 * tokens}
 
+    mods = memory.effective_modules(rc, modules)
+
+    def bit(name):
+        return (mods & memory.MODULE_BITS[name]) != 0
+
+    norm_s = layer_costs.norm_forward_s(model, rates, tokens, tp, sp)
+    mla_s, mla_flops = layer_costs.mla_up_projection_forward(model, rates, tokens, tp)
     out = {}
     for kind, mlp in blocks.items():
         gemm_f = attn["gemm_fwd_s"] + mlp["gemm_fwd_s"]
@@ -112,23 +118,39 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         elem_b = attn["elem_bwd_s"] + mlp["elem_bwd_s"]
         fwd = gemm_f + cast_f + attn["core_fwd_s"] + elem_f
         bwd = dgrad + cast_b + attn["core_bwd_s"] + elem_b
-        rec = _recomputed(rc, fwd, attn["core_fwd_s"])
+        # the selected operations' forward kernels, for layers not recomputed in full
+        if kind == "moe":
+            moe = model.moe
+            routed = tokens / tp
+            rows = routed * moe.top_k * etp * np.where(np.asarray(ep) > 1, imbalance, 1.0)
+            shared = moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
+            act_s = (layer_costs.activation_forward_s(model, rates, rows, moe.expert_ffn_hidden_size / etp)
+                     + (layer_costs.activation_forward_s(model, rates, tokens, shared / tp) if shared else 0.0))
+        else:
+            act_s = layer_costs.activation_forward_s(model, rates, tokens, (dense_ffn or model.ffn_hidden_size) / tp)
+        sel = (np.where(bit("core_attn"), attn["core_fwd_s"], 0.0) + np.where(bit("layernorm"), norm_s, 0.0)
+               + np.where(bit("mlp_act"), act_s, 0.0) + np.where(bit("mla_up_proj"), mla_s, 0.0))
+        sel_flops = np.where(bit("core_attn"), attn["core_flops_fwd"], 0.0) + np.where(bit("mla_up_proj"), mla_flops, 0.0)
+        rec_full = fwd
         # exposed TP traffic: userbuffers overlap (tp_comm_overlap) pipelines it with the GEMMs of
         # the same pass; the backward collectives of the column-parallel layers also run under
         # their weight- and data-gradient GEMMs when the stack issues them asynchronously
         # (tp_backward_overlap: Megatron-LM since 2021-08, Transformer Engine)
         tpf = np.where(tp_overlap, np.maximum(tp_fwd - gemm_f, 0.0), tp_fwd)
         tpb = np.where(tp_overlap | tp_backward_overlap, np.maximum(tp_bwd - dgrad - wgrad, 0.0), tp_bwd)
-        tpr = np.where(tp_overlap, np.maximum(tp_rec - gemm_f, 0.0), tp_rec)
+        tpr_full = np.where(tp_overlap, np.maximum(tp_fwd - gemm_f, 0.0), tp_fwd)
         if kind == "moe":
             dispatch = moe_costs.moe_dispatch_bytes(tokens / tp, model.moe.top_k, h, rates.act_bytes)
             a2a = moe_costs.moe_all_to_all_time_s(dispatch, ep, etp, cluster, eff, load_imbalance=imbalance)
             epf = np.where(ep_overlap, np.maximum(a2a["fwd_s"] - fwd, 0.0), a2a["fwd_s"])
             epb = np.where(ep_overlap, np.maximum(a2a["bwd_s"] - bwd - wgrad, 0.0), a2a["bwd_s"])
-            epr = np.where(rc == 2, epf, 0.0)
+            epr_full = epf
             ep_total = a2a["fwd_s"] + a2a["bwd_s"]
+            # recomputing the dispatch permutes the rows and sends them again (not overlapped)
+            permute = 2.0 * routed * moe.top_k * h * rates.act_bytes / rates.hbm_bytes_per_s
+            sel = sel + np.where(bit("moe_dispatch"), permute + a2a["dispatch_s"], 0.0)
         else:
-            epf = epb = epr = ep_total = 0.0 * tokens
+            epf = epb = epr_full = ep_total = 0.0 * tokens
         flops = attn["gemm_flops_fwd"] + mlp["gemm_flops_fwd"] + attn["core_flops_fwd"]
         if eff.cpu_issue_s > 0:
             # kernels per pass: the layer's compute kernels and its TP collectives (NCCL kernels)
@@ -138,25 +160,38 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             n_bwd = (attn_n["gemm_dgrad_s"] + mlp_n["gemm_dgrad_s"] + attn_n["gemm_wgrad_s"] + mlp_n["gemm_wgrad_s"]
                      + attn_n["core_bwd_s"] + attn_n["elem_bwd_s"] + mlp_n["elem_bwd_s"]
                      + np.where(tp > 1, np.where(sp, 3.0, 2.0), 0.0))
-            n_rec = _recomputed(rc, n_fwd, attn_n["core_fwd_s"])
+            n_sel = (np.where(bit("core_attn"), attn_n["core_fwd_s"], 0.0) + 2.0 * bit("layernorm")
+                     + 1.0 * bit("mlp_act") + 2.0 * bit("mla_up_proj"))
             # the host-bound share shows as compute: what the floor adds above the GPU's passes
             host_f = np.maximum(n_fwd * host_s - (fwd + tpf + cpc["fwd_exposed_s"] + epf), 0.0)
             host_b = np.maximum(n_bwd * host_s - (bwd + wgrad + tpb + cpc["bwd_exposed_s"] + epb), 0.0)
-            host_r = np.maximum(n_rec * host_s - (rec + tpr + epr), 0.0)
-            fwd, bwd, rec = fwd + host_f, bwd + host_b, rec + host_r
+            host_r = np.maximum(n_fwd * host_s - (rec_full + tpr_full + epr_full), 0.0)
+            host_sel = np.maximum(n_sel * host_s - sel, 0.0)
+            fwd, bwd = fwd + host_f, bwd + host_b
+            rec_full, sel = rec_full + host_r, sel + host_sel
+        full = rc == 2
+        r_full = rec_full + tpr_full + epr_full
+        r_kind = np.where(full, r_full, sel)
         out.update({
             f"f_{kind}": fwd + tpf + cpc["fwd_exposed_s"] + epf,
             f"b_{kind}": bwd + tpb + cpc["bwd_exposed_s"] + epb,
             f"w_{kind}": wgrad + 0.0 * tokens,
-            f"r_{kind}": rec + tpr + epr,
-            # breakdown parts (compute excludes communication)
-            f"compute_fwd_{kind}": fwd, f"compute_bwd_{kind}": bwd, f"recompute_{kind}": rec,
-            f"tp_exposed_{kind}": tpf + tpb + tpr, f"cp_exposed_{kind}": cpc["fwd_exposed_s"] + cpc["bwd_exposed_s"],
-            f"ep_exposed_{kind}": epf + epb + epr, f"ep_total_{kind}": ep_total,
-            f"tp_total_{kind}": tp_fwd + tp_bwd + tp_rec,
+            f"r_{kind}": r_kind, f"r_full_{kind}": r_full, f"r_sel_{kind}": sel + 0.0 * tokens,
+            # breakdown parts (compute excludes communication); the recomputation's TP / EP
+            # exposure of a fully recomputed layer apart (``tp_recompute``, ``ep_recompute``)
+            f"compute_fwd_{kind}": fwd, f"compute_bwd_{kind}": bwd,
+            f"recompute_{kind}": np.where(full, rec_full, sel), f"recompute_full_{kind}": rec_full,
+            f"recompute_sel_{kind}": sel + 0.0 * tokens,
+            f"tp_exposed_{kind}": tpf + tpb + np.where(full, tpr_full, 0.0), f"tp_base_{kind}": tpf + tpb,
+            f"tp_recompute_{kind}": tpr_full, f"cp_exposed_{kind}": cpc["fwd_exposed_s"] + cpc["bwd_exposed_s"],
+            f"ep_exposed_{kind}": epf + epb + np.where(full, epr_full, 0.0), f"ep_base_{kind}": epf + epb,
+            f"ep_recompute_{kind}": epr_full + 0.0 * tokens, f"ep_total_{kind}": ep_total,
+            f"tp_total_{kind}": tp_fwd + tp_bwd + tp_rec, f"tp_total_base_{kind}": tp_fwd + tp_bwd,
+            f"tp_total_recompute_{kind}": tp_fwd + 0.0 * tokens,
             f"weight_cast_{kind}": attn["weight_cast_s"] + mlp["weight_cast_s"],
             f"flops_{kind}": flops,
-            f"recompute_flops_{kind}": _recomputed(rc, flops, attn["core_flops_fwd"]),
+            f"recompute_flops_{kind}": np.where(full, flops, sel_flops), f"recompute_full_flops_{kind}": flops,
+            f"recompute_sel_flops_{kind}": sel_flops + 0.0 * tokens,
         })
     if model.moe is None:       # a dense model has no MoE layers; keep the keys for uniform code
         for key in [k for k in out if k.endswith("_dense")]:

@@ -6,6 +6,7 @@ from enum import Enum
 
 import numpy as np
 
+from cost_models.memory import RECOMPUTE_MODULES
 from hardware_specs.errors import InputError
 from hardware_specs.gpu_spec import KNOWN_DTYPES
 
@@ -16,6 +17,16 @@ class Recompute(str, Enum):
     NONE = "none"
     SELECTIVE = "selective"   # recompute the attention core only
     FULL = "full"             # store only each layer's input, recompute the whole layer
+
+
+class RecomputeMethod(str, Enum):
+    """Which layers a full recomputation with ``recompute_num_layers`` N covers (Megatron
+    ``--recompute-method``)."""
+
+    BLOCK = "block"       # the first N layers of each model chunk, the rest keep their activations
+    UNIFORM = "uniform"   # every layer, in groups of N: only each group's input is kept
+
+
 
 
 class Schedule(str, Enum):
@@ -62,7 +73,25 @@ BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather
                "ep_comm_overlap", "grad_reduce_every_microbatch", "tp_backward_overlap", "softmax_fusion",
                "param_gather_per_tensor", "cuda_graphs")
 #: non-negative integer fields (0 = not set)
-LAYOUT_FIELDS = ("first_stage_layers", "last_stage_layers")
+LAYOUT_FIELDS = ("first_stage_layers", "last_stage_layers", "recompute_num_layers", "recompute_layers_decrement",
+                 "offload_activation_layers", "zero_shard_group", "loss_chunk_tokens")
+
+
+def _modules(value) -> tuple[str, ...]:
+    """``recompute_modules`` as a sorted tuple of known names (a comma list or an iterable)."""
+    if value is None:
+        return ()
+    items = value.split(",") if isinstance(value, str) else list(value)
+    names = []
+    for item in items:
+        name = str(item).strip().lower()
+        if not name:
+            continue
+        if name not in RECOMPUTE_MODULES:
+            raise InputError("recompute_modules", f"unknown module {item!r}",
+                             "choose from " + ", ".join(RECOMPUTE_MODULES))
+        names.append(name)
+    return tuple(m for m in RECOMPUTE_MODULES if m in names)
 
 
 @dataclass(frozen=True)
@@ -134,6 +163,39 @@ class ParallelConfig:
             GEMMs (Megatron-LM since 2021-08, Transformer Engine); off = exposed.
         softmax_fusion: the materialised attention's scale, mask and softmax are one kernel
             (Megatron v2.0+); off = three memory passes (2019-2020).
+        recompute_num_layers: with ``recompute="full"``, the layers of each model chunk it covers
+            (Megatron ``--recompute-num-layers``): ``block`` recomputes the first N layers of
+            every chunk and keeps the others' activations; ``uniform`` recomputes every layer
+            in groups of N, keeping one input per group. 0 = every layer, one by one.
+        recompute_method: ``block`` or ``uniform`` (Megatron ``--recompute-method``).
+        recompute_layers_decrement: stage s recomputes ``max(N - s * k, 0)`` layers per chunk
+            (NeMo ``activations_checkpoint_layers_per_pipeline`` = k): later stages hold fewer
+            micro-batches in flight and need less recomputation. 0 = N on every stage.
+        recompute_modules: operations recomputed in every layer not recomputed in full
+            (Megatron ``--recompute-modules``, ``RECOMPUTE_MODULES``): ``core_attn`` (the
+            attention core: what ``selective`` means when none are named), ``layernorm`` (the
+            norms' outputs, i.e. the QKV and MLP inputs), ``mlp_act`` (the MLP activation
+            function's output, dense and expert), ``mla_up_proj`` (multi-latent attention's
+            up-projected queries, keys and values), ``moe_dispatch`` (the tokens dispatched to
+            the experts: permutation and all-to-all again). Naming any makes the recomputation
+            selective.
+        offload_activation_layers: layers per model chunk whose kept activations are copied to
+            host memory after their forward and back before their backward (Megatron /
+            Transformer Engine ``--cpu-offloading-num-layers``), over the cluster's host link.
+        offload_optimizer_fraction: share of this GPU's optimizer states (fp32 master weights,
+            Adam moments) and of the optimizer step kept and run on the host (ZeRO-Offload,
+            Megatron ``--optimizer-cpu-offload --optimizer-offload-fraction``): gradients go to
+            the host, updated 16-bit weights come back.
+        zero_shard_group: hybrid sharding (HSDP): ZeRO shards over groups of this many of the
+            dp*cp ranks and replicates across the dp*cp / G groups (torchtitan dp_shard x
+            dp_replicate, FSDP HYBRID_SHARD, MiCS); gradients are reduce-scattered in the group
+            and all-reduced across groups. 0 = one group of all dp*cp ranks (plain ZeRO).
+        pipeline_layout: Megatron's layout string (``--pipeline-model-parallel-layout``, see
+            ``simulator.layout_string``): the layers, embedding, MTP modules and loss of every
+            pipeline position. Empty = the split of ``first_stage_layers`` / ``last_stage_layers``.
+        loss_chunk_tokens: the loss is computed over chunks of this many tokens, so only one
+            chunk's logits exist at a time (chunked / fused linear cross-entropy); 0 = all the
+            micro-batch's logits at once.
         zero3_recompute_gather: under ZeRO-3 with full recomputation, the recompute forward
             gathers each layer's parameters again (3 gathers + 1 reduce-scatter per layer and
             micro-batch instead of 2 + 1). DeepSpeed's ZeRO-3 does this: its per-module hooks
@@ -181,6 +243,15 @@ class ParallelConfig:
     softmax_fusion: bool = True
     param_gather_per_tensor: bool = False
     cuda_graphs: bool = False
+    recompute_num_layers: int = 0
+    recompute_method: RecomputeMethod = RecomputeMethod.BLOCK
+    recompute_layers_decrement: int = 0
+    recompute_modules: tuple = ()
+    offload_activation_layers: int = 0
+    offload_optimizer_fraction: float = 0.0
+    zero_shard_group: int = 0
+    pipeline_layout: str = ""
+    loss_chunk_tokens: int = 0
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch"):
@@ -203,6 +274,7 @@ class ParallelConfig:
         if (self.first_stage_layers or self.last_stage_layers) and self.pp < 2:
             raise InputError("first_stage_layers", "first/last stage layer counts need pp > 1",
                              "set pp > 1 or leave them 0")
+        self._check_memory_fields()
         if self.grad_reduce_bytes not in (2, 4, 2.0, 4.0) or isinstance(self.grad_reduce_bytes, bool):
             raise InputError("grad_reduce_bytes", f"must be 2 or 4, got {self.grad_reduce_bytes!r}")
         object.__setattr__(self, "grad_reduce_bytes", float(self.grad_reduce_bytes))
@@ -246,6 +318,61 @@ class ParallelConfig:
         if self.moe_load_imbalance < 1.0:
             raise InputError("moe_load_imbalance", "must be >= 1 (1 = perfectly balanced)")
 
+    def _check_memory_fields(self) -> None:
+        """Recomputation, offload, hybrid sharding and layout fields (types and combinations
+        that need no model)."""
+        object.__setattr__(self, "recompute_modules", _modules(self.recompute_modules))
+        object.__setattr__(self, "recompute_method",
+                           _enum(RecomputeMethod, self.recompute_method, "recompute_method"))
+        recompute = _enum(Recompute, self.recompute, "recompute")
+        if self.recompute_modules and recompute == Recompute.NONE:
+            object.__setattr__(self, "recompute", Recompute.SELECTIVE)
+            recompute = Recompute.SELECTIVE
+        if self.recompute_num_layers and recompute != Recompute.FULL:
+            raise InputError("recompute_num_layers", "counts the layers of a full recomputation",
+                             "set recompute full, or leave recompute_num_layers 0")
+        if self.recompute_layers_decrement and not (self.recompute_num_layers and self.pp > 1):
+            raise InputError("recompute_layers_decrement", "lowers recompute_num_layers stage by stage",
+                             "set recompute_num_layers and pp > 1, or leave it 0")
+        if self.recompute_method == RecomputeMethod.UNIFORM and recompute == Recompute.FULL \
+                and self.recompute_layers_decrement:
+            raise InputError("recompute_layers_decrement", "applies to the block method only",
+                             "use recompute_method block")
+        try:
+            fraction = float(self.offload_optimizer_fraction)
+        except (TypeError, ValueError):
+            raise InputError("offload_optimizer_fraction", f"must be a number in [0, 1], got "
+                             f"{self.offload_optimizer_fraction!r}") from None
+        if isinstance(self.offload_optimizer_fraction, bool) or not 0.0 <= fraction <= 1.0:
+            raise InputError("offload_optimizer_fraction", f"must be in [0, 1], got {self.offload_optimizer_fraction!r}")
+        object.__setattr__(self, "offload_optimizer_fraction", fraction)
+        if fraction > 0 and self.dtype == "fp32":
+            raise InputError("offload_optimizer_fraction", "offloads the fp32 master copy of mixed-precision "
+                             "training", "use a 16-bit or 8-bit dtype")
+        if self.zero_shard_group:
+            if self.zero_stage == 0:
+                raise InputError("zero_shard_group", "hybrid sharding shards ZeRO states", "set zero_stage 1-3")
+            if (self.dp * self.cp) % self.zero_shard_group:
+                raise InputError("zero_shard_group", f"{self.zero_shard_group} does not divide dp*cp = "
+                                 f"{self.dp * self.cp}", "choose a divisor of dp*cp")
+        layout = self.pipeline_layout
+        if layout is None:
+            layout = ""
+        if not isinstance(layout, str):
+            raise InputError("pipeline_layout", f"must be a string, got {layout!r}")
+        object.__setattr__(self, "pipeline_layout", layout.strip())
+        if self.pipeline_layout:
+            from simulator.layout_string import parse_layout
+            parse_layout(self.pipeline_layout)
+            if self.first_stage_layers or self.last_stage_layers:
+                raise InputError("pipeline_layout", "gives every stage's layers; first/last stage counts too",
+                                 "give the layout or first/last stage layers, not both")
+
+    @property
+    def zero_shard_size(self) -> int:
+        """Ranks ZeRO shards over: ``zero_shard_group``, or the whole dp*cp group."""
+        return self.zero_shard_group or self.dp * self.cp
+
     @property
     def n_gpus(self) -> int:
         """GPUs the configuration occupies (dp * tp * pp * cp)."""
@@ -261,4 +388,5 @@ class ParallelConfig:
         for k, v in d.items():
             if isinstance(v, Enum):
                 d[k] = v.value
+        d["recompute_modules"] = list(self.recompute_modules)
         return d

@@ -7,10 +7,12 @@ from typing import Mapping
 #: step-time parts, in the order they are printed; they sum to ``step_time_s``.
 TIME_PARTS = ("compute_s", "recompute_s", "tp_comm_exposed_s", "cp_comm_exposed_s", "ep_comm_exposed_s",
               "pp_comm_s",
-              "zero3_comm_exposed_s", "pipeline_bubble_s", "dp_comm_exposed_s", "sync_wait_s", "optimizer_s")
+              "zero3_comm_exposed_s", "pipeline_bubble_s", "dp_comm_exposed_s", "sync_wait_s", "optimizer_s",
+              "offload_exposed_s")
 #: memory parts per GPU; they sum to ``memory_bytes``.
-MEMORY_PARTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
-                "logits_bytes", "zero3_buffers_bytes", "allocator_bytes")
+MEMORY_PARTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "logits_bytes",
+                "recompute_buffers_bytes", "offload_buffers_bytes", "moe_dispatch_bytes", "zero3_buffers_bytes",
+                "allocator_bytes")
 
 
 @dataclass(frozen=True)

@@ -30,16 +30,18 @@ from functools import partial
 
 import numpy as np
 
-from cost_models import memory, moe as moe_costs, params
-from cost_models.compute import LOW_PRECISION, compute_rates
+from cost_models import moe as moe_costs, offload, params
+from cost_models.compute import compute_rates
 from cost_models.topology import group_collective_time_s, p2p_stage_time_s
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
+from hardware_specs.errors import InputError
+from simulator import stage_memory
 from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES, ConfigBatch
 from simulator.layer_times import layer_times
 from simulator.parallel_config import Recompute, Schedule
-from simulator.step_pipeline import Ends, PerLayer, pipeline_pass, stage_layer_counts
+from simulator.step_pipeline import Ends, PerLayer, pipeline_pass
 
 #: HBM bytes the optimizer step moves per local parameter in mixed-precision training, as
 #: Megatron's optimizer runs it: fused Adam (fp32 weight, grad, m, v read; weight, m, v
@@ -69,7 +71,7 @@ _FULL = RECOMPUTE_CODES[Recompute.FULL]
 #: share them share every per-layer time and FLOP count.
 LAYER_KEY_FIELDS = ("tp", "cp", "micro_batch", "sequence_parallel", "recompute", "ep", "etp",
                     "moe_load_imbalance", "tp_comm_overlap", "cp_kind", "attention_kernel", "flash_attention",
-                    "ep_comm_overlap", "tp_backward_overlap", "softmax_fusion", "cuda_graphs")
+                    "ep_comm_overlap", "tp_backward_overlap", "softmax_fusion", "cuda_graphs", "recompute_modules")
 
 
 def _degrees(batch: ConfigBatch):
@@ -108,126 +110,47 @@ def _once_per_run(batch: ConfigBatch, key_fields, fn, *args):
     return {k: spread(v) for k, v in out.items()} if isinstance(out, dict) else tuple(spread(v) for v in out)
 
 
-# ---- parameters per stage ------------------------------------------------------------------
-
-def _layer_params(model: ModelSpec, tp, ep, etp):
-    """Per-GPU parameters of one dense layer, and of one MoE layer's non-expert and expert parts."""
-    dense = params.dense_layer_params(model) / tp
-    if model.moe is None:
-        return dense, dense, 0.0 * tp
-    moe_non_expert, moe_expert = moe_costs.moe_layer_params_local(model, tp, ep, etp)
-    return dense, moe_non_expert + 0.0 * tp, moe_expert + 0.0 * tp
-
-
-def stage_params(model: ModelSpec, batch: ConfigBatch, counts: dict) -> dict:
-    """Parameters one GPU owns before ZeRO on the first and the last pipeline stage: the layers
-    it holds (dense and MoE: non-expert and expert parts), the embedding on the first, the LM
-    head (and the MTP projections, with an embedding copy when pp > 1) on the last. Returns
-    ``first`` / ``last`` (non-expert), ``first_expert`` / ``last_expert``, ``edp`` (the expert-
-    data-parallel degree) and the per-layer arrays ``dense_layer``, ``moe_layer``,
-    ``expert_layer``."""
-    dp, tp, pp, cp, ep, etp, _ = _degrees(batch)
-    dense, moe_ne, moe_ex = _layer_params(model, tp, ep, etp)
-    n_mtp = float(model.mtp_layers)
-
-    def non_expert(stage):
-        return (counts[f"{stage}_layers"] - counts[f"{stage}_moe_layers"]) * dense \
-            + counts[f"{stage}_moe_layers"] * moe_ne
-
-    emb = params.embedding_params(model) / tp
-    head = params.lm_head_params(model) / tp
-    mtp = n_mtp * params.mtp_projection_params(model) / tp + np.where((pp > 1) & (n_mtp > 0), emb, 0.0)
-    first = non_expert("first") + emb + np.where(pp == 1, head + mtp, 0.0)
-    last = np.where(pp == 1, first, non_expert("last") + head + mtp)
-    edp = moe_costs.expert_data_parallel_size(dp, cp, tp, ep, etp) if model.moe is not None else dp * cp
-    return {"first": first, "last": last,
-            "first_expert": counts["first_moe_layers"] * moe_ex, "last_expert": counts["last_moe_layers"] * moe_ex,
-            "edp": edp, "dense_layer": dense, "moe_layer": moe_ne, "expert_layer": moe_ex}
-
-
 # ---- memory ----------------------------------------------------------------------------------
 
 def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch,
-                 counts: dict | None = None) -> dict:
-    """Peak memory per GPU, bytes, by part, per row of ``batch``: the larger of the first pipeline
-    stage (the most micro-batches in flight, the embedding) and the last (the LM head, the
-    logits, the MTP modules). ``memory_bytes`` is the total.
+                 detail: bool = False) -> dict:
+    """Peak memory per GPU, bytes, by part, per row of ``batch``: the largest pipeline stage's
+    (``simulator.stage_memory``); ``memory_bytes`` is the total.
 
     The memory half of ``evaluate`` on its own: the planner calls it first and times only the
     rows that fit (the figures are the same arrays ``evaluate`` returns).
     """
-    rates = compute_rates(cluster.gpu, eff, batch.dtype)
-    param_bytes = rates.act_bytes
-    low_precision = batch.dtype in LOW_PRECISION
-    dp, tp, pp, cp, ep, etp, vpp = _degrees(batch)
-    mbs, gbs = np.asarray(batch.micro_batch, dtype=float), np.asarray(batch.global_batch, dtype=float)
-    sp, rc, zero = batch.sequence_parallel, batch.recompute, batch.zero_stage
-    s = float(model.seq_len)
-    m = gbs / (dp * mbs)
-    tokens = mbs * s / cp
-    if counts is None:
-        counts = stage_layer_counts(model, batch)
-    sp_ = stage_params(model, batch, counts)
-
-    # per-layer activations depend on the layer key (and flash attention) only
-    act_dense, act_moe, full_layer_act = _once_per_run(
-        batch, LAYER_KEY_FIELDS, partial(_layer_activation_bytes, model),
-        mbs, tp, cp, sp, rc, batch.flash_attention, ep, etp, batch.moe_load_imbalance)
-    # each stage holds its schedule's peak of in-flight chunk activation sets (1F1B's first stage
-    # min(m, p), ZB-H2 2p - 1, DualPipe p + 1, GPipe m: ``makespan.peak_in_flight``), a set
-    # being one chunk's layers (the stage's layers / its chunks)
-    in_flight_first = counts["first_in_flight"] / counts["chunks"]
-    in_flight_last = counts["last_in_flight"] / counts["chunks"]
-    recompute_work = np.where(rc == _FULL, full_layer_act, 0.0)
-    logits = tokens * model.vocab_size / tp * memory.LOGIT_BYTES
-    z3_buffers = np.where(zero >= 3, 2.0 * np.maximum(sp_["dense_layer"], sp_["moe_layer"] + sp_["expert_layer"])
-                          * param_bytes, 0.0)
-
-    def stage(name, in_flight, extra):
-        w, g, o = memory.model_state_bytes(sp_[name], zero, dp * cp, low_precision, full_precision=rates.act_bytes > 2)
-        if model.moe is not None:
-            ew, eg, eo = moe_costs.expert_model_state_bytes(sp_[f"{name}_expert"], zero, dp, cp, tp, ep, etp,
-                                                            low_precision)
-            w, g, o = w + ew, g + eg, o + eo
-        n_moe = counts[f"{name}_moe_layers"]
-        acts = ((counts[f"{name}_layers"] - n_moe) * act_dense + n_moe * act_moe) * in_flight + recompute_work
-        return {"weights_bytes": w, "gradients_bytes": g, "optimizer_bytes": o, "activations_bytes": acts,
-                "logits_bytes": extra, "zero3_buffers_bytes": z3_buffers}
-
-    first = stage("first", in_flight_first, np.where(pp == 1, logits, 0.0))
-    last = stage("last", in_flight_last, logits)
-    total_first = sum(first.values())
-    total_last = sum(last.values())
-    use_last = total_last > total_first
-    out = {k: np.where(use_last, last[k], first[k]) for k in first}
-    tensors = np.maximum(total_first, total_last)
-    allowance = memory.allocator_allowance_bytes(tensors)
-    out["allocator_bytes"] = allowance
-    out["memory_bytes"] = tensors + allowance
-    out["params_local"] = np.maximum(sp_["first"], sp_["last"])
-    out["memory_stage"] = np.where(use_last, pp - 1.0, 0.0)
-    for key, value in counts.items():          # the layout, reused by evaluate (not memory)
-        out["_count_" + key] = value
-    return out
+    return stage_memory.memory_parts(model, cluster, eff, batch, detail=detail, once_per_run=_once_per_run,
+                                     layer_key_fields=LAYER_KEY_FIELDS)
 
 
-def _layer_activation_bytes(model: ModelSpec, mbs, tp, cp, sp, rc, flash_attention, ep, etp, imbalance):
-    """(activation bytes one dense layer keeps per micro-batch, those of one MoE layer, those of a
-    layer without recomputation) on one GPU, for the given layer keys."""
-    s = float(model.seq_len)
-    dense_ffn = (model.moe.dense_ffn_hidden_size or model.ffn_hidden_size) if model.moe else None
-    dense = memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, rc, flash_attention=flash_attention,
-                                              ffn=dense_ffn)
-    if model.moe is not None:
-        shared_ffn = model.moe.num_shared_experts * (model.moe.shared_expert_ffn_hidden_size
-                                                     or model.moe.expert_ffn_hidden_size)
-        moe_act = (memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, rc, flash_attention,
-                                                     ffn=max(shared_ffn, 1))
-                   + moe_costs.moe_activation_bytes_per_layer(model, mbs, s, tp, cp, ep, etp, rc, imbalance))
-    else:
-        moe_act = dense
-    full_layer_act = memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, 0, flash_attention=flash_attention)
-    return dense, moe_act + 0.0 * dense, full_layer_act
+def _stage_params(mem: dict) -> dict:
+    """The parameters the step's traffic needs, from ``memory_parts``' hidden keys."""
+    return {"dense_layer": mem["_p_dense_layer"], "moe_layer": mem["_p_moe_layer"],
+            "expert_layer": mem["_p_expert_layer"], "edp": mem["_edp"], "first": mem["_p_first"],
+            "first_expert": mem["_p_first_expert"], "act_kept_dense": mem["_act_kept_dense"],
+            "act_kept_moe": mem["_act_kept_moe"]}
+
+
+def _link_bw(cluster: ClusterSpec, batch: ConfigBatch) -> float:
+    """The GPU-host link bandwidth (one direction, bytes/s); an offloading batch on a cluster
+    without a host link in its file is an input error."""
+    if cluster.host is not None:
+        return cluster.host.link_bw_bytes_per_s
+    if np.any(np.asarray(batch.offload_activation_layers) > 0) or np.any(np.asarray(batch.offload_optimizer_fraction) > 0):
+        raise InputError("offload", f"cluster {cluster.name} has no host link in its file",
+                         "add host: {link, link_bw_gb_per_s, memory_gib} to the cluster YAML, or do not offload")
+    return np.inf
+
+
+def _shard_groups(batch: ConfigBatch, dp_group, edp):
+    """(shard, replicas, expert shard) per row: ZeRO shards over ``zero_shard_group`` ranks
+    (all dp*cp when 0) and replicates across the rest (HSDP, ``cost_models.sharding``); the
+    expert states over the expert-data-parallel ranks of one replica group."""
+    g = np.asarray(batch.zero_shard_group, dtype=float)
+    shard = np.where(g > 0, g, dp_group)
+    replicas = dp_group / shard
+    return shard, replicas, np.maximum(edp / replicas, 1.0)
 
 
 # ---- the step --------------------------------------------------------------------------------
@@ -248,7 +171,7 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
     rc, zero = batch.recompute, batch.zero_stage
     h = float(model.hidden_size)
     dp_group = dp * cp
-    edp = sp_["edp"]
+    shard, _, expert_shard = _shard_groups(batch, dp_group, sp_["edp"])
 
     # ---- per-layer data-parallel traffic inside the pipeline: ZeRO-3 gathers (forward,
     # backward, and again for a recompute under DeepSpeed) and reduce-scatters; ZeRO-2's per-
@@ -258,11 +181,14 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
     # once per tensor (the bytes split over them)
     n_calls = np.where(batch.param_gather_per_tensor, float(params.layer_param_tensors(model)), 1.0)
 
+    # (ZeRO-3 and ZeRO-2 collectives run inside the shard group; a per-micro-batch all-reduce of
+    # plain DP spans every replica)
     def per_layer_z(dense_or_moe_params, expert_params):
         def both(kind, n_params, nbytes, calls=1.0):
-            t = calls * group_collective_time_s(kind, n_params * nbytes / calls, dp_group, tp, cluster, eff)
+            group, e_group = (dp_group, sp_["edp"]) if kind == "all_reduce" else (shard, expert_shard)
+            t = calls * group_collective_time_s(kind, n_params * nbytes / calls, group, tp, cluster, eff)
             if model.moe is not None:
-                t = t + group_collective_time_s(kind, expert_params * nbytes, edp, tp * ep, cluster, eff)
+                t = t + group_collective_time_s(kind, expert_params * nbytes, e_group, tp * ep, cluster, eff)
             return t
         return (both("all_gather", dense_or_moe_params, param_bytes, n_calls),
                 both("reduce_scatter", dense_or_moe_params, batch.grad_reduce_bytes),
@@ -274,7 +200,11 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         return np.where(cap > 0, np.minimum(depth, cap / np.maximum(layer_elements, 1.0)), depth)
 
     per_layer_f, per_layer_b, per_layer_w, per_layer_r = [], [], [], []
-    parts = {name: [] for name in ("compute", "recompute", "tp", "cp", "ep", "z3", "tp_total", "weight_cast")}
+    r_full, r_sel, off_f, off_b = [], [], [], []
+    parts = {name: [] for name in ("compute", "recompute", "tp", "cp", "ep", "z3", "tp_total", "weight_cast",
+                                   "recompute_full", "recompute_sel", "tp_recompute", "ep_recompute",
+                                   "tp_total_recompute")}
+    link_bw = _link_bw(cluster, batch)
     regather = batch.zero3_recompute_gather & (rc == _FULL)
     per_mb_grads = (zero == 2) | ((zero <= 1) & batch.grad_reduce_every_microbatch)
     for kind, layer_p, expert_p, n_tensors in (
@@ -303,20 +233,33 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         accum = np.where(batch.grad_accumulation_fusion, 0.0,
                          (layer_p + expert_p) * (param_bytes + 2.0 * GRAD_BUFFER_BYTES) / gpu.hbm_bw_bytes_per_s
                          + n_tensors * rates.kernel_overhead_s)
+        # an offloaded layer's activations go to the host under the next layer's forward and come
+        # back under the previous layer's backward (``cost_models.offload``)
+        kept = sp_[f"act_kept_{kind}"]
+        off_f.append(offload.exposed_transfer_s(kept, link_bw, lay[f"compute_fwd_{kind}"]))
+        off_b.append(offload.exposed_transfer_s(kept, link_bw, lay[f"compute_bwd_{kind}"] + w))
         per_layer_f.append(f + z3f)
         per_layer_b.append(b + z3b)
         per_layer_r.append(r)
+        r_full.append(lay[f"r_full_{kind}"])
+        r_sel.append(lay[f"r_sel_{kind}"])
         per_layer_w.append(w + accum)
         parts["compute"].append(lay[f"compute_fwd_{kind}"] + lay[f"compute_bwd_{kind}"] + w + accum)
         parts["recompute"].append(lay[f"recompute_{kind}"])
-        parts["tp"].append(lay[f"tp_exposed_{kind}"])
+        parts["recompute_full"].append(lay[f"recompute_full_{kind}"])
+        parts["recompute_sel"].append(lay[f"recompute_sel_{kind}"])
+        parts["tp"].append(lay[f"tp_base_{kind}"])
+        parts["tp_recompute"].append(lay[f"tp_recompute_{kind}"])
         parts["cp"].append(lay[f"cp_exposed_{kind}"])
-        parts["ep"].append(lay[f"ep_exposed_{kind}"])
+        parts["ep"].append(lay[f"ep_base_{kind}"])
+        parts["ep_recompute"].append(lay[f"ep_recompute_{kind}"])
         parts["z3"].append(z3f + z3b)
-        parts["tp_total"].append(lay[f"tp_total_{kind}"])
+        parts["tp_total"].append(lay[f"tp_total_base_{kind}"])
+        parts["tp_total_recompute"].append(lay[f"tp_total_recompute_{kind}"])
         parts["weight_cast"].append(lay[f"weight_cast_{kind}"])
     per_layer = PerLayer(f=tuple(per_layer_f), b=tuple(per_layer_b), w=tuple(per_layer_w), r=tuple(per_layer_r),
-                         parts={k: tuple(v) for k, v in parts.items()})
+                         parts={k: tuple(v) for k, v in parts.items()}, r_full=tuple(r_full), r_sel=tuple(r_sel),
+                         off_f=tuple(off_f), off_b=tuple(off_b))
 
     # scatter/gather optimisation: each TP rank sends 1/tp of the activation across stages and
     # the receiver all-gathers it over NVLink (Narayanan et al. 2021, section 4.1); one send per
@@ -340,8 +283,8 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
     def z3_ends(n_params):
         if not np.any(zero >= 3):
             return 0.0 * tp, 0.0 * tp
-        ag = group_collective_time_s("all_gather", n_params * param_bytes, dp_group, tp, cluster, eff)
-        rs = group_collective_time_s("reduce_scatter", n_params * param_bytes, dp_group, tp, cluster, eff)
+        ag = group_collective_time_s("all_gather", n_params * param_bytes, shard, tp, cluster, eff)
+        rs = group_collective_time_s("reduce_scatter", n_params * param_bytes, shard, tp, cluster, eff)
         return np.where(zero >= 3, ag, 0.0), np.where(zero >= 3, ag + rs, 0.0)
 
     emb_z3_f, emb_z3_bw = z3_ends(emb_params)
@@ -357,23 +300,22 @@ def cell_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, bat
     """The pipeline inputs of row ``row`` as the event simulator takes them: (schedule kind, p,
     m, v, f, b, w) with (p, v) arrays of one micro-batch's forward, input-gradient (with
     recomputation) and weight-gradient seconds per (stage, chunk) cell."""
-    from simulator.step_pipeline import _CODE_TO_KIND, cell_durations, group_cells, schedule_chunks
+    from simulator.step_pipeline import (_CODE_TO_KIND, _layouts, cell_durations, group_cells, layer_split_counts,
+                                         schedule_chunks)
     one = batch.take(np.array([row]))
     rates = compute_rates(cluster.gpu, eff, one.dtype)
     dp, tp, pp, cp, ep, etp, vpp = _degrees(one)
     tokens = np.asarray(one.micro_batch, dtype=float) * model.seq_len / cp
-    lay = layer_times(model, cluster, eff, rates, tokens, tp, cp, one.sequence_parallel, one.recompute, ep, etp,
-                      one.moe_load_imbalance, one.tp_comm_overlap, one.cp_kind, one.attention_kernel,
-                      one.flash_attention, one.ep_comm_overlap, one.tp_backward_overlap, one.softmax_fusion,
-                      one.cuda_graphs)
-    counts = stage_layer_counts(model, one)
-    sp_ = stage_params(model, one, counts)
+    lay = _layer_times(model, cluster, eff, rates, one, tokens)
+    sp_ = _stage_params(memory_parts(model, cluster, eff, one))
     per_layer, ends = _pipeline_inputs(model, cluster, eff, one, lay, sp_, rates, tokens)
     code, p = int(one.schedule[0]), int(one.pp[0])
     v = schedule_chunks(code, int(one.vpp[0]))
+    idx = np.array([0])
     cells = group_cells(model, _CODE_TO_KIND[code], p, v, one.first_stage_layers.astype(np.int64),
-                        one.last_stage_layers.astype(np.int64), None)
-    f, b, w = cell_durations(model, cells, per_layer, ends, np.array([0]))
+                        one.last_stage_layers.astype(np.int64), _layouts(one, idx))
+    split = layer_split_counts(model, one, idx, cells, v)
+    f, b, w = cell_durations(model, cells, per_layer, ends, idx, split)
     m = int(round(float(one.global_batch[0]) / (float(one.dp[0]) * float(one.micro_batch[0]))))
     return _CODE_TO_KIND[code], p, m, v, f[0], b[0], w[0]
 
@@ -402,17 +344,14 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     n_rows = len(batch)
 
     # ---- one layer, one micro-batch (and the model's ends): depends on the layer key only ----
-    lay = _once_per_run(batch, LAYER_KEY_FIELDS, partial(layer_times, model, cluster, eff, rates),
-                        tokens, tp, cp, batch.sequence_parallel, rc, ep, etp, batch.moe_load_imbalance,
-                        batch.tp_comm_overlap, batch.cp_kind, batch.attention_kernel, batch.flash_attention,
-                        batch.ep_comm_overlap, batch.tp_backward_overlap, batch.softmax_fusion, batch.cuda_graphs)
+    lay = _layer_times(model, cluster, eff, rates, batch, tokens)
 
     if memory_by_part is None:
         memory_by_part = memory_parts(model, cluster, eff, batch)
-    counts = {k[len("_count_"):]: v for k, v in memory_by_part.items() if k.startswith("_count_")}
-    sp_ = stage_params(model, batch, counts)
+    sp_ = _stage_params(memory_by_part)
     dp_group = dp * cp
     edp = sp_["edp"]
+    shard, replicas, expert_shard = _shard_groups(batch, dp_group, edp)
 
     per_layer, ends = _pipeline_inputs(model, cluster, eff, batch, lay, sp_, rates, tokens)
     pipe = pipeline_pass(model, batch, m, per_layer, ends, exact_pipeline)
@@ -433,17 +372,25 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     expert_dp = sp_["first_expert"]
     grad_bytes = params_dp * batch.grad_reduce_bytes
     expert_grad_bytes = expert_dp * batch.grad_reduce_bytes
-    grad_rs = group_collective_time_s("reduce_scatter", grad_bytes, dp_group, tp, cluster, eff)
+    # (HSDP: the reduce-scatter and the gather run inside the shard group; every rank's gradient
+    # shard is then all-reduced across the replicas holding the same shard, once per step:
+    # ``cost_models.sharding``)
+    grad_rs = group_collective_time_s("reduce_scatter", grad_bytes, shard, tp, cluster, eff)
     grad_ar = group_collective_time_s("all_reduce", grad_bytes, dp_group, tp, cluster, eff)
-    param_ag = group_collective_time_s("all_gather", params_dp * param_bytes, dp_group, tp, cluster, eff)
+    param_ag = group_collective_time_s("all_gather", params_dp * param_bytes, shard, tp, cluster, eff)
+    cross = group_collective_time_s("all_reduce", grad_bytes / shard, replicas, tp * shard, cluster, eff)
     if model.moe is not None:   # expert gradients reduce over the expert-data-parallel group
-        e_rs = group_collective_time_s("reduce_scatter", expert_grad_bytes, edp, tp * ep, cluster, eff)
+        e_rs = group_collective_time_s("reduce_scatter", expert_grad_bytes, expert_shard, tp * ep, cluster, eff)
         e_ar = group_collective_time_s("all_reduce", expert_grad_bytes, edp, tp * ep, cluster, eff)
-        e_ag = group_collective_time_s("all_gather", expert_dp * param_bytes, edp, tp * ep, cluster, eff)
+        e_ag = group_collective_time_s("all_gather", expert_dp * param_bytes, expert_shard, tp * ep, cluster, eff)
+        cross = cross + group_collective_time_s("all_reduce", expert_grad_bytes / expert_shard, replicas,
+                                                tp * ep * expert_shard, cluster, eff)
     else:
         e_rs = e_ar = e_ag = 0.0
+    cross = np.where(zero >= 1, cross, 0.0)
     per_mb_grads = (zero == 2) | ((zero <= 1) & batch.grad_reduce_every_microbatch)
     grad_comm = np.where(per_mb_grads, 0.0, np.where(zero == 0, grad_ar + e_ar, np.where(zero == 1, grad_rs + e_rs, 0.0)))
+    grad_comm = grad_comm + cross
     gather_comm = np.where((zero == 1) | (zero == 2), param_ag + e_ag, 0.0)
     # the last bucket starts only when the backward has produced it: its share of the traffic
     # (an unbucketed stack reduces everything in one collective after the backward)
@@ -456,12 +403,17 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     dp_exposed = exposed_grad + exposed_gather
 
     params_local = memory_by_part["params_local"]
-    expert_local = np.maximum(sp_["first_expert"], sp_["last_expert"])
-    opt_params = params_local / np.where(zero >= 1, dp_group, 1.0) + expert_local / np.where(zero >= 1, edp, 1.0)
+    expert_local = memory_by_part["expert_params_local"]
+    opt_params = params_local / np.where(zero >= 1, shard, 1.0) + expert_local / np.where(zero >= 1, expert_shard, 1.0)
     adam_bytes = {"fp32": ADAM_STEP_BYTES_PER_PARAM_FP32,
                   "fp16": ADAM_STEP_BYTES_PER_PARAM_FP16}.get(batch.dtype, ADAM_STEP_BYTES_PER_PARAM)
     opt_fraction = eff.optimizer_hbm_fraction or eff.hbm_fraction
-    optimizer = opt_params * adam_bytes / (gpu.hbm_bw_bytes_per_s * opt_fraction)
+    off = np.asarray(batch.offload_optimizer_fraction, dtype=float)
+    optimizer = (1.0 - off) * opt_params * adam_bytes / (gpu.hbm_bw_bytes_per_s * opt_fraction)
+    # the offloaded share's gradients go to the host under the last backward (like the DP
+    # reduction), the host runs Adam on them and sends the 16-bit weights back before the next
+    # forward (``cost_models.offload``)
+    host_step = _optimizer_offload_s(cluster, batch, off * opt_params, pipe["first_window_bw_s"])
 
     # ---- breakdown on the busiest stage (sums to step) --------------------------------------
     share = np.where(batch.schedule == _DUALPIPE, 0.5, 1.0)   # DualPipe: one chunk per micro-batch
@@ -473,14 +425,16 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     ep_part = m * share * pipe["part_ep_s"]
     z3_part = m * share * pipe["part_z3_s"]
     pp_comm_part = m * share * pipe["ends_p2p_s"]
+    offload_pipe = m * share * pipe["part_offload_s"]
+    offload_part = offload_pipe + host_step
     # (the makespan is at least m times the busiest stage's work: only rounding can go below)
     bubble = np.maximum(pipeline - (compute_part + recompute_part + tp_part + cp_part + ep_part + z3_part
-                                    + pp_comm_part), 0.0)
+                                    + pp_comm_part + offload_pipe), 0.0)
     # straggler wait: the fitted share of the step's compute that ranks spend waiting for the
     # slowest peer at synchronisations (EfficiencyModel.sync_skew_fraction; 0 on GPUs)
     world = dp * tp * pp * cp
     sync_wait = np.where(world > 1, eff.sync_skew_fraction * (compute_part + recompute_part), 0.0)
-    step = pipeline + dp_exposed + sync_wait + optimizer
+    step = pipeline + dp_exposed + sync_wait + optimizer + host_step
 
     # ---- FLOPs (whole job per step) -------------------------------------------------------
     n_gpus = dp * tp * pp * cp
@@ -488,16 +442,18 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     n_dense_dec = float(model.num_layers - model.num_moe_layers)
     n_moe_dec = float(model.num_moe_layers)
     layers_flops = n_dense_dec * lay["flops_dense"] + n_moe_dec * lay["flops_moe"]
-    layers_rflops = n_dense_dec * lay["recompute_flops_dense"] + n_moe_dec * lay["recompute_flops_moe"]
     model_flops = 3.0 * micro_batches_total * tp * (layers_flops + lay["head_flops"])
-    hardware_flops = model_flops + micro_batches_total * tp * layers_rflops
     n_mtp = float(model.mtp_layers)
     if n_mtp > 0:
         mtp_kind = "moe" if model.num_moe_layers else "dense"
         mtp_flops_fwd = n_mtp * (lay[f"flops_{mtp_kind}"] + lay["mtp_flops"])
-        mtp_recompute = n_mtp * lay[f"recompute_flops_{mtp_kind}"]
         model_flops = model_flops + 3.0 * micro_batches_total * tp * mtp_flops_fwd
-        hardware_flops = hardware_flops + micro_batches_total * tp * (3.0 * mtp_flops_fwd + mtp_recompute)
+    # recomputed FLOPs over the layers one micro-batch passes (MTP layers included): the fully
+    # recomputed ones repeat their forward, the others their selected operations
+    rc_d, rc_m = pipe["rc_dense_path"], pipe["rc_moe_path"]
+    rflops = (rc_d * lay["recompute_full_flops_dense"] + (n_dense_total - rc_d) * lay["recompute_sel_flops_dense"]
+              + rc_m * lay["recompute_full_flops_moe"] + (n_moe_total - rc_m) * lay["recompute_sel_flops_moe"])
+    hardware_flops = model_flops + micro_batches_total * tp * rflops
     tokens_per_step = gbs * s
     peak = gpu.peak_flops(batch.dtype)
     mem = {k: v for k, v in memory_by_part.items() if not k.startswith("_")}
@@ -516,6 +472,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         "dp_comm_exposed_s": dp_exposed,
         "sync_wait_s": sync_wait,
         "optimizer_s": optimizer,
+        "offload_exposed_s": offload_part,
         "num_microbatches": m,
         "pipeline_makespan_s": pipe["makespan_s"],
         "step_time_lower_s": step - pipe["makespan_s"] + pipe["makespan_lower_s"],
@@ -529,8 +486,8 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         "layer_recompute_s": share * pipe["layer_r_s"] / layers_busiest,
         "layer_w_s": share * pipe["layer_w_s"] / layers_busiest,
         "p2p_per_microbatch_s": share * pipe["ends_p2p_s"],
-        "first_stage_layers": counts["first_layers"],
-        "last_stage_layers": counts["last_layers"],
+        "first_stage_layers": memory_by_part["_count_first_layers"],
+        "last_stage_layers": memory_by_part["_count_last_layers"],
         "tp_comm_total_s": m * share * pipe["busiest_tp_total_s"],
         "dp_comm_total_s": grad_comm + gather_comm,
         "model_flops": model_flops,
@@ -544,8 +501,33 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         "hfu": hardware_flops / step / n_gpus / peak,
         **mem,
         "hbm_bytes": np.full(n_rows, gpu.hbm_bytes),
-        "fits": mem["memory_bytes"] <= gpu.hbm_bytes,
+        "fits": (mem["memory_bytes"] <= gpu.hbm_bytes) & mem["host_fits"],
     }
+
+
+def _layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, rates, batch: ConfigBatch, tokens):
+    """``layer_times`` of every row, evaluated once per run of equal layer keys."""
+    dp, tp, pp, cp, ep, etp, vpp = _degrees(batch)
+    return _once_per_run(batch, LAYER_KEY_FIELDS, partial(layer_times, model, cluster, eff, rates),
+                         tokens, tp, cp, batch.sequence_parallel, batch.recompute, ep, etp, batch.moe_load_imbalance,
+                         batch.tp_comm_overlap, batch.cp_kind, batch.attention_kernel, batch.flash_attention,
+                         batch.ep_comm_overlap, batch.tp_backward_overlap, batch.softmax_fusion, batch.cuda_graphs,
+                         batch.recompute_modules)
+
+
+def _optimizer_offload_s(cluster: ClusterSpec, batch: ConfigBatch, params_offloaded, grad_window_s):
+    """Exposed seconds per step of the optimizer share kept on the host: the gradients' copy
+    beyond the last backward, the host's Adam step, the weights' copy back."""
+    if not np.any(np.asarray(batch.offload_optimizer_fraction) > 0):
+        return 0.0 * np.asarray(params_offloaded, dtype=float)
+    host = cluster.host
+    if host is None or host.memory_bw_bytes_per_s is None:
+        raise InputError("offload_optimizer_fraction", f"cluster {cluster.name} states no host memory bandwidth "
+                         "for the host's optimizer step", "add host: {memory_bw_gb_per_s: ...} to the cluster YAML")
+    step = offload.optimizer_offload_step(params_offloaded, GRAD_BUFFER_BYTES, host.link_bw_bytes_per_s,
+                                          host.memory_bw_bytes_per_s / cluster.gpus_per_node)
+    return (np.maximum(step["grads_to_host_s"] - grad_window_s, 0.0) + step["host_step_s"]
+            + step["weights_to_gpu_s"])
 
 
 def _moe_param_tensors(model: ModelSpec, ep):

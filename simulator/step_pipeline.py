@@ -19,13 +19,15 @@ from functools import lru_cache
 
 import numpy as np
 
-from simulator.config_batch import SCHEDULE_CODES
-from simulator.parallel_config import Schedule
+from simulator.config_batch import RECOMPUTE_CODES, RECOMPUTE_METHOD_CODES, SCHEDULE_CODES
+from simulator.layout_string import parse_layout
+from simulator.parallel_config import Recompute, RecomputeMethod, Schedule
 from simulator.pipeline.makespan import flush_makespan_s
 from simulator.pipeline.schedules import ScheduleKind
-from simulator.stage_layout import path_cells, position_layers, position_moe_layers
+from simulator.stage_layout import moe_layers_before, path_cells, position_layers, position_moe_layers
 
 _CODE_TO_KIND = {code: ScheduleKind(s.value) for s, code in SCHEDULE_CODES.items()}
+_FULL_CODE = RECOMPUTE_CODES[Recompute.FULL]
 #: per-layer parts summed over a cell for the busiest stage's breakdown
 PART_KEYS = ("compute", "recompute", "tp", "cp", "ep", "z3")
 
@@ -44,14 +46,21 @@ def schedule_chunks(schedule_code: int, vpp: int) -> int:
 class PerLayer:
     """Per-row, per-layer-kind times of one micro-batch (seconds): what a cell sums over its
     layers. ``f``, ``b``, ``w``: pass durations (exposed communication included); ``r``: the
-    recomputation that runs just before ``b``; ``parts``: name -> (dense, moe) arrays of the
-    breakdown parts per layer and micro-batch (``PART_KEYS``, and ``tp_total`` for reporting)."""
+    recomputation that runs just before ``b`` when every layer is treated alike; ``r_full`` /
+    ``r_sel``: that of a layer recomputed in full / of one that recomputes only the selected
+    operations; ``off_f`` / ``off_b``: the exposed host transfer of an offloaded layer in
+    forward / backward; ``parts``: name -> (dense, moe) arrays of the breakdown parts per layer
+    and micro-batch (``PART_KEYS``, ``recompute_full``, ``recompute_sel`` and ``tp_total``)."""
 
     f: tuple
     b: tuple
     w: tuple
     r: tuple
     parts: dict
+    r_full: tuple = None
+    r_sel: tuple = None
+    off_f: tuple = None
+    off_b: tuple = None
 
 
 @dataclass(frozen=True)
@@ -82,43 +91,67 @@ def _rows(x, idx):
     return x[idx] if x.ndim else np.full(len(idx), float(x))
 
 
-def group_cells(model, kind: ScheduleKind, p: int, v: int, first, last, uneven) -> dict:
+def group_cells(model, kind: ScheduleKind, p: int, v: int, first, last, layout=None) -> dict:
     """Layer counts per (row, stage, chunk) cell for rows sharing (schedule, p, v): dense and MoE
-    layers, and 0/1 masks of the cells holding the embedding, the LM head (with the MTP
-    modules), and positions that send forward / backward. Rows share the layout of their
-    (first, last) stage layer counts, computed once per distinct pair."""
+    layers, the index of the cell's first layer (``start``), the MTP modules whose projection
+    and head pass it runs (``mtp``), and 0/1 masks of the cells holding the embedding, the LM
+    head, and positions that send forward / backward. Rows share the layout of their (first,
+    last, layout string) triple, computed once per distinct triple."""
     first = np.atleast_1d(np.asarray(first, dtype=np.int64))
     last = np.atleast_1d(np.asarray(last, dtype=np.int64))
     rows = max(len(first), len(last))
     first, last = np.broadcast_to(first, (rows,)), np.broadcast_to(last, (rows,))
-    pairs, inverse = np.unique(np.stack([first, last], axis=1), axis=0, return_inverse=True)
+    if layout is None:
+        layout_id, texts = np.zeros(rows, dtype=np.int64), [""]
+    else:
+        texts, layout_id = np.unique(np.broadcast_to(np.asarray(layout, dtype=object).astype(str), (rows,)),
+                                     return_inverse=True)
+        layout_id = layout_id.reshape(-1)
+    keys, inverse = np.unique(np.stack([first, last, layout_id], axis=1), axis=0, return_inverse=True)
     inverse = inverse.reshape(-1)
-    per_pair = [_layout_cells(model.num_layers, model.mtp_layers, model.moe, kind, p, v, int(a), int(c))
-                for a, c in pairs]
-    return {k: np.stack([cells[k] for cells in per_pair])[inverse] for k in per_pair[0]}
+    per_key = [_layout_cells(model.num_layers, model.mtp_layers, model.moe, kind, p, v, int(a), int(c),
+                             str(texts[int(t)]))
+               for a, c, t in keys]
+    return {k: np.stack([cells[k] for cells in per_key])[inverse] for k in per_key[0]}
 
 
 @lru_cache(maxsize=4096)
 def _layout_cells(num_layers: int, mtp_layers: int, moe, kind: ScheduleKind, p: int, v: int, first: int,
-                  last: int) -> dict:
-    """``group_cells`` of one (first, last) layout: (p, v) arrays, read-only (memoised)."""
+                  last: int, layout: str = "") -> dict:
+    """``group_cells`` of one (first, last, layout) triple: (p, v) arrays, read-only (memoised)."""
     class _M:       # what stage_layout needs of the model
         pass
     m = _M()
     m.num_layers, m.mtp_layers, m.moe = num_layers, mtp_layers, moe
-    lay = position_layers(kind, p, v, num_layers + mtp_layers, first, last)[0]
-    moe_n = position_moe_layers(m, lay[None])[0]
     cells_of_path = path_cells(kind, p, v)
     n_pos = len(cells_of_path)
-    out = {k: np.zeros(p * v) for k in ("dense", "moe", "emb", "head", "send_f", "send_b")}
+    emb_pos = np.zeros(n_pos)
+    head_pos = np.zeros(n_pos)
+    mtp_pos = np.zeros(n_pos)
+    if layout:
+        spec = parse_layout(layout)
+        lay = np.asarray(spec.layers(), dtype=np.int64)
+        emb_pos[:] = spec.embedding
+        head_pos[:] = spec.loss
+        mtp_pos[:] = spec.mtp
+    else:
+        lay = position_layers(kind, p, v, num_layers + mtp_layers, first, last)[0]
+        emb_pos[0] = 1.0
+        head_pos[-1] = 1.0
+        mtp_pos[-1] = mtp_layers
+    moe_n = position_moe_layers(m, lay[None])[0]
+    start = np.cumsum(lay) - lay
+    out = {k: np.zeros(p * v) for k in ("dense", "moe", "emb", "head", "mtp", "send_f", "send_b", "start")}
     paths = [cells_of_path]
     if kind == ScheduleKind.DUALPIPE:      # the second copy runs up the ranks on chunk 1
         paths.append((p - 1 - np.arange(p)) * v + 1)
     for cells in paths:
         out["dense"][cells] += lay - moe_n
         out["moe"][cells] += moe_n
-        out["emb"][cells[0]] += 1.0
-        out["head"][cells[-1]] += 1.0
+        out["emb"][cells] += emb_pos
+        out["head"][cells] += head_pos
+        out["mtp"][cells] += mtp_pos
+        out["start"][cells] = start
         if n_pos > 1:
             out["send_f"][cells[:-1]] += 1.0
             out["send_b"][cells[1:]] += 1.0
@@ -128,20 +161,60 @@ def _layout_cells(num_layers: int, mtp_layers: int, moe, kind: ScheduleKind, p: 
     return out
 
 
-def cell_durations(model, cells: dict, per_layer: PerLayer, ends: Ends, idx) -> tuple:
-    """(f, b, w) seconds per (row, stage, chunk) for the rows ``idx`` of a group."""
-    def lay(pair):
+def layer_split_counts(model, batch, idx, cells: dict, v: int) -> dict:
+    """Per (row, stage, chunk) cell of the rows ``idx``: the layers recomputed in full
+    (``rc_dense``, ``rc_moe``), the layer inputs kept for them (``rc_inputs``), and the layers
+    whose activations are offloaded to the host (``off_dense``, ``off_moe``).
+
+    Full recomputation (``recompute`` code 2) covers every layer unless
+    ``recompute_num_layers`` N is set: ``block`` recomputes the first ``max(N - s k, 0)`` layers
+    of each chunk on stage s (k = ``recompute_layers_decrement``) and keeps one input each;
+    ``uniform`` recomputes every layer and keeps one input per group of N (Megatron
+    ``--recompute-method``). Activation offload takes the next ``offload_activation_layers``
+    layers of each chunk among those not recomputed."""
+    dense, moe = cells["dense"], cells["moe"]
+    n = dense + moe
+    start = cells["start"]
+    p = n.shape[1]
+    rc = _rows(batch.recompute, idx)[:, None, None]
+    nl = _rows(batch.recompute_num_layers, idx)[:, None, None]
+    dec = _rows(batch.recompute_layers_decrement, idx)[:, None, None]
+    uniform = (_rows(batch.recompute_method, idx) == RECOMPUTE_METHOD_CODES[RecomputeMethod.UNIFORM])[:, None, None]
+    stage = np.arange(p, dtype=float)[None, :, None]
+    full = rc == _FULL_CODE
+    block_n = np.where(nl > 0, np.minimum(np.maximum(nl - stage * dec, 0.0), n), n)
+    n_rc = np.where(full, np.where(uniform, n, block_n), 0.0)
+    inputs = np.where(full & uniform & (nl > 0), np.ceil(n / np.maximum(nl, 1.0)), n_rc)
+    rc_moe = moe_layers_before(start + n_rc, model) - moe_layers_before(start, model)
+    n_off = np.minimum(_rows(batch.offload_activation_layers, idx)[:, None, None], n - n_rc)
+    off_moe = moe_layers_before(start + n_rc + n_off, model) - moe_layers_before(start + n_rc, model)
+    return {"rc_dense": n_rc - rc_moe, "rc_moe": rc_moe + 0.0, "rc_inputs": inputs,
+            "off_dense": n_off - off_moe, "off_moe": off_moe + 0.0}
+
+
+def cell_durations(model, cells: dict, per_layer: PerLayer, ends: Ends, idx, split: dict | None = None) -> tuple:
+    """(f, b, w) seconds per (row, stage, chunk) for the rows ``idx`` of a group; ``split``:
+    the cells' recomputed and offloaded layers (``layer_split_counts``; None = every layer
+    recomputed as ``per_layer.r`` says and none offloaded)."""
+    def lay(pair, dense=None, moe=None):
         d, m = (_rows(x, idx)[:, None, None] for x in pair)
-        return cells["dense"] * d + cells["moe"] * m
+        return (cells["dense"] if dense is None else dense) * d + (cells["moe"] if moe is None else moe) * m
 
     e = {name: _rows(getattr(ends, name), idx)[:, None, None] for name in Ends.__dataclass_fields__}
-    n_mtp = float(model.mtp_layers)
-    f = lay(per_layer.f) + cells["emb"] * (e["emb_f"] + e["emb_z3_f"]) \
-        + cells["head"] * (e["head_f"] + n_mtp * e["mtp_f"] + e["head_z3_f"]) + cells["send_f"] * e["p2p"]
-    b = lay(per_layer.b) + lay(per_layer.r) + cells["emb"] * e["emb_b"] \
-        + cells["head"] * (e["head_b"] + n_mtp * e["mtp_b"]) + cells["send_b"] * e["p2p"]
+    if split is None:
+        rec = lay(per_layer.r)
+        off_f = off_b = 0.0
+    else:
+        rec = (lay(per_layer.r_full, split["rc_dense"], split["rc_moe"])
+               + lay(per_layer.r_sel, cells["dense"] - split["rc_dense"], cells["moe"] - split["rc_moe"]))
+        off_f = lay(per_layer.off_f, split["off_dense"], split["off_moe"])
+        off_b = lay(per_layer.off_b, split["off_dense"], split["off_moe"])
+    f = lay(per_layer.f) + off_f + cells["emb"] * (e["emb_f"] + e["emb_z3_f"]) \
+        + cells["head"] * (e["head_f"] + e["head_z3_f"]) + cells["mtp"] * e["mtp_f"] + cells["send_f"] * e["p2p"]
+    b = lay(per_layer.b) + rec + off_b + cells["emb"] * e["emb_b"] \
+        + cells["head"] * e["head_b"] + cells["mtp"] * e["mtp_b"] + cells["send_b"] * e["p2p"]
     w = lay(per_layer.w) + cells["emb"] * (e["emb_w"] + e["emb_z3_bw"]) \
-        + cells["head"] * (e["head_w"] + n_mtp * e["mtp_w"] + e["head_z3_bw"])
+        + cells["head"] * (e["head_w"] + e["head_z3_bw"]) + cells["mtp"] * e["mtp_w"]
     return f, b, w
 
 
@@ -161,7 +234,8 @@ def pipeline_pass(model, batch, m, per_layer: PerLayer, ends: Ends, exact: np.nd
     out = {k: np.zeros(n) for k in ("makespan_s", "makespan_lower_s", "makespan_upper_s", "busiest_stage",
                                     "stage_busy_s", "busiest_layers", "first_window_f_s", "first_window_bw_s",
                                     "ends_compute_s", "ends_p2p_s", "layer_f_s", "layer_bw_s", "layer_r_s",
-                                    "layer_w_s", "busiest_tp_total_s", "part_weight_cast_s")}
+                                    "layer_w_s", "busiest_tp_total_s", "part_weight_cast_s", "part_offload_s",
+                                    "rc_dense_path", "rc_moe_path")}
     for name in PART_KEYS:
         out[f"part_{name}_s"] = np.zeros(n)
     if n == 0:
@@ -176,8 +250,9 @@ def pipeline_pass(model, batch, m, per_layer: PerLayer, ends: Ends, exact: np.nd
         v = schedule_chunks(code, vp)
         mm = m_int[idx].astype(float)
         cells = group_cells(model, kind, p, v, _rows(batch.first_stage_layers, idx).astype(np.int64),
-                            _rows(batch.last_stage_layers, idx).astype(np.int64), None)
-        f, b, w = cell_durations(model, cells, per_layer, ends, idx)
+                            _rows(batch.last_stage_layers, idx).astype(np.int64), _layouts(batch, idx))
+        split = layer_split_counts(model, batch, idx, cells, v)
+        f, b, w = cell_durations(model, cells, per_layer, ends, idx, split)
         # per micro-batch a stage runs every chunk once, except DualPipe (one chunk per direction)
         share = 0.5 if kind == ScheduleKind.DUALPIPE else 1.0
         stage_busy = share * (f + b + w).sum(axis=2)                 # (rows, p)
@@ -204,28 +279,59 @@ def pipeline_pass(model, batch, m, per_layer: PerLayer, ends: Ends, exact: np.nd
         out["first_window_bw_s"][idx] = share * (b[:, 0, :] + w[:, 0, :]).sum(axis=1)
         rows_k = np.arange(len(idx))
         at_k = {name: cells[name].sum(axis=2)[rows_k, k] for name in cells}
+        at_k.update({name: split[name].sum(axis=2)[rows_k, k] for name in split})
         out["busiest_layers"][idx] = at_k["dense"] + at_k["moe"]
 
-        def per_layer_sum(pair):
+        def per_layer_sum(pair, dense="dense", moe="moe"):
             d, mo = (_rows(x, idx) for x in pair)
-            return at_k["dense"] * d + at_k["moe"] * mo
+            dn = at_k[dense] if isinstance(dense, str) else dense
+            mn = at_k[moe] if isinstance(moe, str) else moe
+            return dn * d + mn * mo
 
         e = {name: _rows(getattr(ends, name), idx) for name in Ends.__dataclass_fields__}
         for name in PART_KEYS:
-            out[f"part_{name}_s"][idx] = per_layer_sum(per_layer.parts[name])
+            if name != "recompute":
+                out[f"part_{name}_s"][idx] = per_layer_sum(per_layer.parts[name])
+        # recomputation: full for the layers so covered, the selected operations for the others
+        rec_full = per_layer_sum(per_layer.parts["recompute_full"], "rc_dense", "rc_moe")
+        rec_sel = per_layer_sum(per_layer.parts["recompute_sel"], at_k["dense"] - at_k["rc_dense"],
+                                at_k["moe"] - at_k["rc_moe"])
+        out["part_recompute_s"][idx] = rec_full + rec_sel
+        # the TP / EP traffic a full recomputation repeats, on the layers it covers
+        out["part_tp_s"][idx] += per_layer_sum(per_layer.parts["tp_recompute"], "rc_dense", "rc_moe")
+        out["part_ep_s"][idx] += per_layer_sum(per_layer.parts["ep_recompute"], "rc_dense", "rc_moe")
+        out["part_offload_s"][idx] = (per_layer_sum(per_layer.off_f, "off_dense", "off_moe")
+                                      + per_layer_sum(per_layer.off_b, "off_dense", "off_moe"))
+        out["rc_dense_path"][idx] = share * split["rc_dense"].sum(axis=(1, 2))
+        out["rc_moe_path"][idx] = share * split["rc_moe"].sum(axis=(1, 2))
         out["part_z3_s"][idx] += at_k["emb"] * (e["emb_z3_f"] + e["emb_z3_bw"]) \
             + at_k["head"] * (e["head_z3_f"] + e["head_z3_bw"])
         out["part_weight_cast_s"][idx] = per_layer_sum(per_layer.parts["weight_cast"])
-        out["busiest_tp_total_s"][idx] = per_layer_sum(per_layer.parts["tp_total"])
+        out["busiest_tp_total_s"][idx] = (per_layer_sum(per_layer.parts["tp_total"])
+                                          + per_layer_sum(per_layer.parts["tp_total_recompute"], "rc_dense", "rc_moe"))
         out["layer_f_s"][idx] = per_layer_sum(per_layer.f)
         out["layer_bw_s"][idx] = per_layer_sum(per_layer.b) + per_layer_sum(per_layer.w)
-        out["layer_r_s"][idx] = per_layer_sum(per_layer.r)
+        out["layer_r_s"][idx] = (per_layer_sum(per_layer.r_full, "rc_dense", "rc_moe")
+                                 + per_layer_sum(per_layer.r_sel, at_k["dense"] - at_k["rc_dense"],
+                                                 at_k["moe"] - at_k["rc_moe"]))
         out["layer_w_s"][idx] = per_layer_sum(per_layer.w)
-        n_mtp = float(model.mtp_layers)
-        out["ends_compute_s"][idx] = at_k["emb"] * (e["emb_f"] + e["emb_b"] + e["emb_w"]) + at_k["head"] * (
-            e["head_f"] + e["head_b"] + e["head_w"] + n_mtp * (e["mtp_f"] + e["mtp_b"] + e["mtp_w"]))
+        out["ends_compute_s"][idx] = (at_k["emb"] * (e["emb_f"] + e["emb_b"] + e["emb_w"])
+                                      + at_k["head"] * (e["head_f"] + e["head_b"] + e["head_w"])
+                                      + at_k["mtp"] * (e["mtp_f"] + e["mtp_b"] + e["mtp_w"]))
         out["ends_p2p_s"][idx] = (at_k["send_f"] + at_k["send_b"]) * e["p2p"]
     return out
+
+
+def _layouts(batch, idx):
+    """The layout strings of rows ``idx`` (None when no row of the batch has one)."""
+    col = getattr(batch, "pipeline_layout", None)
+    if col is None:
+        return None
+    col = np.asarray(col, dtype=object)
+    if col.ndim == 0:
+        return None if not col.item() else np.full(len(idx), col.item(), dtype=object)
+    sub = col[idx]
+    return sub if any(bool(x) for x in sub) else None
 
 
 def _groups(sched, pp, vpp):
@@ -242,38 +348,32 @@ def _groups(sched, pp, vpp):
         yield idx, int(sched[i0]), int(pp[i0]), int(vpp[i0])
 
 
-def stage_layer_counts(model, batch) -> dict:
-    """Layers (all, and MoE) on the first and on the last pipeline stage, per row of ``batch``:
-    ``first_layers``, ``first_moe_layers``, ``last_layers``, ``last_moe_layers``, and the most
-    micro-batch chunk activation sets each holds at once (``first_in_flight``,
-    ``last_in_flight``, in units of one chunk's activations: ``makespan.peak_in_flight``) with
-    the chunks per stage (``chunks``) (float arrays)."""
+def stage_groups(model, batch):
+    """For every group of rows sharing (schedule, pp, vpp): ``(idx, kind, p, v, cells, split,
+    in_flight)`` with the rows' cells (``group_cells``), their recomputed / offloaded layers
+    (``layer_split_counts``) and the (rows, p) most micro-batch chunk activation sets each stage
+    holds at once (``makespan.peak_in_flight``: 1F1B's first stage min(m, p), ZB-H2's 2p - 1,
+    DualPipe's p + 1, GPipe's m)."""
     from simulator.pipeline.makespan import peak_in_flight
-    n = len(batch)
-    out = {k: np.zeros(n) for k in ("first_layers", "first_moe_layers", "last_layers", "last_moe_layers",
-                                    "first_in_flight", "last_in_flight", "chunks")}
-    if n == 0:
-        return out
+    if len(batch) == 0:
+        return
     pp = np.asarray(batch.pp).astype(np.int64)
     vpp = np.asarray(batch.vpp).astype(np.int64)
     sched = np.asarray(batch.schedule).astype(np.int64)
+    m_all = np.rint(np.asarray(batch.global_batch, dtype=float)
+                    / (np.asarray(batch.dp, dtype=float) * np.asarray(batch.micro_batch, dtype=float)))
+    m_all = np.broadcast_to(m_all, (len(batch),))
     for idx, code, p, vp in _groups(sched, pp, vpp):
         kind = _CODE_TO_KIND[code]
         v = schedule_chunks(code, vp)
         cells = group_cells(model, kind, p, v, _rows(batch.first_stage_layers, idx).astype(np.int64),
-                            _rows(batch.last_stage_layers, idx).astype(np.int64), None)
-        layers = (cells["dense"] + cells["moe"]).sum(axis=2)
-        moe = cells["moe"].sum(axis=2)
-        out["first_layers"][idx], out["last_layers"][idx] = layers[:, 0], layers[:, -1]
-        out["first_moe_layers"][idx], out["last_moe_layers"][idx] = moe[:, 0], moe[:, -1]
-        out["chunks"][idx] = v
-        m = np.rint(np.asarray(batch.global_batch, dtype=float)[idx]
-                    / (np.asarray(batch.dp, dtype=float)[idx] * np.asarray(batch.micro_batch, dtype=float)[idx]))
+                            _rows(batch.last_stage_layers, idx).astype(np.int64), _layouts(batch, idx))
+        split = layer_split_counts(model, batch, idx, cells, v)
+        m = m_all[idx]
+        in_flight = np.zeros((len(idx), p))
         for m_value in np.unique(m):
-            sel = idx[m == m_value]
-            peaks = peak_in_flight(kind, p, int(m_value), v)
-            out["first_in_flight"][sel], out["last_in_flight"][sel] = peaks[0], peaks[-1]
-    return out
+            in_flight[m == m_value] = peak_in_flight(kind, p, int(m_value), v)
+        yield idx, kind, p, v, cells, split, in_flight
 
 
 def _busiest_stage_bound(kind: ScheduleKind, p: int, v: int, m: int, f, b, k, busy):

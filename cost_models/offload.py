@@ -1,0 +1,68 @@
+"""Offload to host memory: activation offload per layer and optimizer offload (ZeRO-Offload).
+
+Activation offload (Megatron / Transformer Engine CPU offloading, ``--cpu-offloading
+--cpu-offloading-num-layers N``; TE ``get_cpu_offload_context``): after an offloaded layer's
+forward its kept activations are copied to pinned host memory on a side stream, and copied
+back ahead of its backward. Each copy runs under the compute of the neighbouring layer (the
+next layer's forward, the previous layer's backward), so per offloaded layer and micro-batch
+the exposed time is what the copy exceeds that window by:
+
+    exposed_fwd = max(bytes / link_bw - next layer's forward, 0)
+    exposed_bwd = max(bytes / link_bw - previous layer's backward, 0)
+
+The copies in flight occupy a staging buffer on the GPU: one layer's activations each way.
+
+Optimizer offload (Ren et al. 2021, "ZeRO-Offload", USENIX ATC, section 4; Megatron-Core
+``HybridDeviceOptimizer`` with ``--optimizer-cpu-offload --optimizer-offload-fraction``): a
+fraction of the GPU's optimizer shard (fp32 master weights and Adam moments, 12 bytes per
+parameter, plus the fp32 gradient copy the host step reads, 4) lives in host memory; per step
+its gradients go down the link, the host runs Adam on them at host memory bandwidth (fused
+CPU Adam is memory-bound like the GPU's: read weight, gradient and moments, write weight and
+moments, 28 bytes per parameter), and the updated 16-bit weights come back.
+
+Every function takes numpy arrays or scalars.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+#: host bytes per offloaded optimizer parameter: fp32 master weight, Adam m and v (12) and
+#: the fp32 gradient the host step reads (4)
+HOST_OPTIMIZER_BYTES_PER_PARAM = 16.0
+#: host-memory traffic of one Adam update per parameter (fp32 weight, gradient, m, v read;
+#: weight, m, v written)
+HOST_ADAM_BYTES_PER_PARAM = 28.0
+#: the 16-bit weights copied back to the GPU per parameter
+UPDATED_WEIGHT_BYTES = 2.0
+#: staging buffers of an offloading GPU, in layers' activations: one copy out, one copy in
+OFFLOAD_STAGING_LAYERS = 2.0
+
+
+def _f(x):
+    return np.asarray(x, dtype=float)
+
+
+def transfer_time_s(nbytes, link_bw_bytes_per_s):
+    """Seconds to move ``nbytes`` over the GPU-host link in one direction."""
+    return _f(nbytes) / _f(link_bw_bytes_per_s)
+
+
+def exposed_transfer_s(nbytes, link_bw_bytes_per_s, window_s):
+    """Exposed seconds of a copy of ``nbytes`` overlapped with compute lasting ``window_s``."""
+    return np.maximum(transfer_time_s(nbytes, link_bw_bytes_per_s) - _f(window_s), 0.0)
+
+
+def optimizer_offload_step(params_offloaded, grad_bytes_per_param, link_bw_bytes_per_s,
+                           host_memory_bw_per_gpu_bytes_per_s) -> dict:
+    """Per step, for ``params_offloaded`` parameters whose optimizer lives on the host:
+    ``grads_to_host_s`` (gradients down the link), ``host_step_s`` (Adam on the host at its
+    memory bandwidth), ``weights_to_gpu_s`` (16-bit weights back), ``host_bytes`` (host memory
+    they occupy), ``link_bytes`` (both directions)."""
+    p = _f(params_offloaded)
+    down = p * _f(grad_bytes_per_param)
+    up = p * UPDATED_WEIGHT_BYTES
+    return {"grads_to_host_s": transfer_time_s(down, link_bw_bytes_per_s),
+            "host_step_s": p * HOST_ADAM_BYTES_PER_PARAM / _f(host_memory_bw_per_gpu_bytes_per_s),
+            "weights_to_gpu_s": transfer_time_s(up, link_bw_bytes_per_s),
+            "host_bytes": p * HOST_OPTIMIZER_BYTES_PER_PARAM,
+            "link_bytes": down + up}
