@@ -83,8 +83,8 @@ def best_runnable(plans: pd.DataFrame, framework: str, **context: Any) -> tuple[
     mod = module(framework)
     if len(plans) == 0:
         raise InputError("plan", "the search found no plan", "relax the request")
-    first_reason = None
     records = plans.to_dict("records")
+    reasons: dict[str, int] = {}
     for rank, rec in enumerate(records):
         row = {**rec, **context}
         err = mod.refusal(plan_fields(row))
@@ -93,10 +93,12 @@ def best_runnable(plans: pd.DataFrame, framework: str, **context: Any) -> tuple[
             mine = rec.get("tokens_per_s")
             slowdown = 1.0 - mine / best if best and mine is not None else 0.0
             return row, rank, max(0.0, float(slowdown))
-        first_reason = first_reason or err
+        if err.field == "model":        # the model, not the plan: no other row can do better
+            raise err
+        reasons[err.field] = reasons.get(err.field, 0) + 1
+    counts = ", ".join(f"{n} by {field}" for field, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
     raise InputError("--emit", f"none of the {len(records)} plans that fit runs in {framework} as planned "
-                     f"(the winner: {first_reason.field}: {first_reason.message})",
-                     first_reason.fix or "relax the request or emit another framework")
+                     f"(refused: {counts})", "relax the request or emit another framework")
 
 
 def file_suffix(framework: str) -> str:

@@ -153,8 +153,9 @@ def stage_layer_counts(num_layers: int, pp: int, vpp: int = 1, mtp_layers: int =
     DeepSeek-V3 layers plus one MTP module on pp 4 that is 15 | 16 | 16 | 14 + MTP.
     """
     chunks = pp * vpp
-    if num_layers < 1 or chunks < 1:
-        raise InputError("pp", f"cannot lay {num_layers} layers on {chunks} pipeline chunks")
+    if chunks < 1 or num_layers < chunks:
+        raise InputError("pp", f"cannot lay {num_layers} layers on {chunks} pipeline chunks",
+                         "choose pp * vpp no larger than the layer count")
     if first_stage_layers is not None or last_stage_layers is not None:
         first = first_stage_layers
         last = last_stage_layers
@@ -178,12 +179,15 @@ def stage_layer_counts(num_layers: int, pp: int, vpp: int = 1, mtp_layers: int =
     units = num_layers + mtp_layers
     per = math.ceil(units / chunks)
     counts = [per] * chunks
-    shortfall = per * chunks - units
-    order = [(chunks - 1 - k // 2) if k % 2 == 0 else k // 2 for k in range(chunks)]
-    for i in order[:shortfall]:
-        counts[i] -= 1
     counts[-1] -= mtp_layers
-    if min(counts) < 1:
-        raise InputError("pp", f"{num_layers} layers (+{mtp_layers} MTP) do not fill {chunks} pipeline chunks",
-                         "choose fewer pipeline stages")
+    if counts[-1] < 1:
+        raise InputError("pp", f"{mtp_layers} MTP module(s) fill the last of {chunks} pipeline chunks "
+                         f"({per} units each)", "choose fewer pipeline stages")
+    shortfall = sum(counts) - num_layers
+    order = [(chunks - 1 - k // 2) if k % 2 == 0 else k // 2 for k in range(chunks)]
+    while shortfall:
+        for i in order:
+            if shortfall and counts[i] > 1:
+                counts[i] -= 1
+                shortfall -= 1
     return tuple(counts)

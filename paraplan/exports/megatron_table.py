@@ -64,7 +64,7 @@ def parse_command(argv: Iterable[str], t: Mapping | None = None) -> tuple[dict, 
     t = table() if t is None else t
     flags = t["flags"]
     custom = t.get("custom_types", {})
-    ns = {spec["dest"]: spec.get("default") for spec in flags.values()}
+    ns = dict(_defaults(t))
     problems: list[str] = []
     argv = list(argv)
     seen: set[str] = set()
@@ -110,6 +110,18 @@ def parse_command(argv: Iterable[str], t: Mapping | None = None) -> tuple[dict, 
     return ns, problems
 
 
+_DEFAULTS: dict[int, tuple[Mapping, dict]] = {}
+
+
+def _defaults(t: Mapping) -> dict:
+    """The parser's defaults by ``dest`` (computed once per table object)."""
+    cached = _DEFAULTS.get(id(t))
+    if cached is None or cached[0] is not t:
+        cached = (t, {spec["dest"]: spec.get("default") for spec in t["flags"].values()})
+        _DEFAULTS[id(t)] = cached
+    return cached[1]
+
+
 def check_command(argv: Iterable[str], world_size: int, env: Mapping[str, str] | None = None,
                   table: Mapping | None = None) -> list[str]:
     """Every flag problem and broken rule of ``argv`` launched on ``world_size`` GPUs with the
@@ -117,6 +129,8 @@ def check_command(argv: Iterable[str], world_size: int, env: Mapping[str, str] |
     accepts it."""
     t = _table() if table is None else table
     ns, problems = parse_command(argv, t)
+    if problems:            # argparse exits before validate_args sees anything
+        return problems
     names = dict(ns)
     names["world_size"] = int(world_size)
     for key, value in (env or {}).items():
@@ -164,7 +178,12 @@ _FUNCS = {"prod": math.prod, "len": len, "int": int, "layout_stages": layout_sta
 
 def evaluate(expr: str, names: Mapping[str, Any]) -> Any:
     """The value of the rule expression ``expr`` with ``names`` bound (see the module docstring)."""
-    return _eval(ast.parse(expr, mode="eval").body, names)
+    return _eval(_parsed(expr), names)
+
+
+@lru_cache(maxsize=512)
+def _parsed(expr: str) -> ast.AST:
+    return ast.parse(expr, mode="eval").body
 
 
 def _eval(node: ast.AST, names: Mapping[str, Any]) -> Any:
