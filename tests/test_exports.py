@@ -116,25 +116,36 @@ def test_61_deepseek_layers_and_one_mtp_module_on_pp4_take_15_16_16_14_plus_mtp(
 
 
 @settings(max_examples=200, deadline=None)
-@given(layers=st.integers(2, 130), pp=st.integers(1, 16), vpp=st.integers(1, 4), mtp=st.integers(0, 2))
+@given(layers=st.integers(2, 130), pp=st.integers(2, 16), vpp=st.integers(1, 4), mtp=st.integers(0, 2))
 def test_layout_holds_every_layer_and_no_chunk_exceeds_the_step_models_slowest_stage(layers, pp, vpp, mtp):
     chunks = pp * vpp
     try:
         counts = stage_layer_counts(layers, pp, vpp, mtp)
     except InputError as err:
-        # fewer layers than chunks, or the MTP modules fill the last chunk
-        assert err.field == "pp" and (layers < chunks or -(-(layers + mtp) // chunks) <= mtp)
+        # fewer layers than chunks, or the MTP modules leave the last chunk no decoder layer
+        assert err.field == "pp" and (layers < chunks or -(-(layers + mtp) // chunks) - (chunks > 1) <= mtp)
         return
     assert sum(counts) == layers and len(counts) == chunks and min(counts) >= 1
     units = list(counts)
-    units[-1] += mtp if layers % chunks else 0
-    assert max(units) == -(-(layers + (mtp if layers % chunks else 0)) // chunks)
+    units[-1] += mtp
+    assert max(units) == -(-(layers + mtp) // chunks)          # ceil((L + mtp) / chunks)
+    assert max(units) - min(units) <= 1
 
 
-def test_first_and_last_stage_counts_from_the_plan_are_kept_and_the_rest_split_evenly():
-    assert stage_layer_counts(61, 4, first_stage_layers=13, last_stage_layers=12) == (13, 18, 18, 12)
+def test_the_layout_is_the_step_models_own():
+    from simulator.pipeline.schedules import ScheduleKind
+    from simulator.stage_layout import position_layers
+    for layers, pp, vpp, mtp in ((61, 4, 1, 1), (126, 16, 1, 0), (32, 4, 3, 0), (80, 4, 5, 0)):
+        kind = ScheduleKind.INTERLEAVED if vpp > 1 else ScheduleKind.ONE_F_ONE_B
+        units = position_layers(kind, pp, vpp, layers + mtp)[0].tolist()
+        assert list(stage_layer_counts(layers, pp, vpp, mtp)) == units[:-1] + [units[-1] - mtp]
+
+
+def test_first_and_last_stage_counts_from_the_plan_are_kept_and_the_rest_split():
+    # the last stage's count includes the MTP module, as the step model counts it
+    assert stage_layer_counts(61, 4, mtp_layers=1, first_stage_layers=13, last_stage_layers=13) == (13, 18, 18, 12)
     with pytest.raises(InputError) as err:
-        stage_layer_counts(61, 4, first_stage_layers=14, last_stage_layers=12)
+        stage_layer_counts(8, 4, first_stage_layers=7, last_stage_layers=1)
     assert err.value.field == "first_stage_layers"
 
 

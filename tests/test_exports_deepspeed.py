@@ -76,6 +76,10 @@ def test_deepspeed_config_accepts_every_matrix_export_and_reads_the_planned_batc
     assert config.zero_optimization_stage == p["zero_stage"]
     assert config.tensor_parallel_config.autotp_size == (p["tp"] if p["tp"] > 1 else 0)
     assert config.bfloat16_config.enabled == (p["dtype"] == "bf16")
+    # the gradient reduction the plan priced: its dtype and bucket (in elements)
+    import torch
+    assert config.communication_data_type == (torch.float32 if p["grad_reduce_bytes"] == 4 else torch.bfloat16)
+    assert config.zero_config.reduce_bucket_size == p["dp_bucket_bytes"] // p["grad_reduce_bytes"]
     ds["validate_autoep"](config.expert_parallel_config, p["n_gpus"], p["pp"], p["tp"], p["cp"],
                           zero_stage=p["zero_stage"])
     assert config.expert_parallel_config.enabled == (p["ep"] > 1)

@@ -99,7 +99,8 @@ def test_layouts_use_first_last_counts_with_one_chunk_per_rank_and_a_layout_stri
     assert pipeline_layout_args(32, 3) == [("--decoder-last-pipeline-num-layers", 10)]
     assert pipeline_layout_args(32, 4, 3) == [("--pipeline-model-parallel-layout",
                                                "Et*2|t*2|t*3|t*3|t*3|t*3|t*3|t*3|t*3|t*3|t*2|t*2L")]
-    assert pipeline_layout_args(61, 4, 1, 1, first_stage_layers=13, last_stage_layers=12) == [
+    # plan-fixed stage counts: the last counts the MTP module (as the step model does), the flag does not
+    assert pipeline_layout_args(61, 4, 1, 1, first_stage_layers=13, last_stage_layers=13) == [
         ("--decoder-first-pipeline-num-layers", 13), ("--decoder-last-pipeline-num-layers", 12)]
 
 

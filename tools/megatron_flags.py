@@ -182,6 +182,15 @@ RULES = [
          "num_query_groups % tensor_model_parallel_size == 0 or tensor_model_parallel_size % num_query_groups == 0",
          "the query groups must be a multiple or a divisor of tp",
          {"base": "gqa-autotp", "set": {"--num-query-groups": "3"}}),
+    rule("ep_a2a_overlap", f"{TC}: TransformerConfig.__post_init__", "overlap_moe_expert_parallel_comm",
+         "expert_model_parallel_size > 1 and moe_token_dispatcher_type in ['alltoall', 'flex']"
+         " and recompute_granularity != 'full' and recompute_method is None and recompute_num_layers is None"
+         " and (pipeline_model_parallel_size == 1 or virtual_pipeline_size > 1) and (bf16 or fp16)"
+         " and not moe_shared_expert_overlap and (mtp_num_layers is None or mtp_num_layers <= 1)",
+         "the overlapped expert all-to-all needs ep > 1, the alltoall/flex dispatcher, no full recomputation,"
+         " virtual stages beside a pipeline, 16-bit training and at most one MTP module",
+         {"base": "moe-ep-overlap", "set": {"--recompute-granularity": "full", "--recompute-method": "uniform",
+                                            "--recompute-num-layers": "1"}}),
     rule("expert_mesh", "megatron/core/parallel_state.py: initialize_model_parallel", "num_experts is not None",
          "world_size % (expert_tp_size * expert_model_parallel_size * pipeline_model_parallel_size) == 0",
          "the world size must be divisible by etp * ep * pp",

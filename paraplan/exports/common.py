@@ -7,27 +7,25 @@ DataFrame, a ``StepReport``, a ``planners.PlanResult`` (its winner) or a plain d
 """
 from __future__ import annotations
 
-import math
 from dataclasses import fields as dc_fields
 from typing import Any, Mapping
 
 from hardware_specs.errors import InputError
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
-from simulator.parallel_config import ParallelConfig
+from simulator.parallel_config import ParallelConfig, Schedule
+from simulator.pipeline.schedules import TWO_CHUNK, ScheduleKind
 from simulator.report import StepReport
+from simulator.stage_layout import position_layers
 
 CONFIG_FIELDS = tuple(f.name for f in dc_fields(ParallelConfig))
 
-#: stage-layout fields a plan row may carry beside ``ParallelConfig`` (decoder layers on the
-#: first / last pipeline stage); when absent the layout follows ``stage_layer_counts``' rule.
-LAYOUT_FIELDS = ("first_stage_layers", "last_stage_layers")
-
 
 def plan_fields(plan_row: Any) -> dict:
-    """The plan as a dict: every ``ParallelConfig`` field (validated), ``model`` (a ``ModelSpec``),
-    ``model_name``, ``seq_len``, ``n_gpus``, the stage-layout fields when the row has them, and
-    the prediction fields it carries (``step_time_s``, ``tokens_per_s``, ``mfu``, ...)."""
+    """The plan as a dict: every ``ParallelConfig`` field (validated; the stage layout's
+    ``first_stage_layers`` / ``last_stage_layers`` among them, 0 = the step model's rule),
+    ``model`` (a ``ModelSpec``), ``model_name``, ``seq_len``, ``n_gpus``, and the prediction
+    fields it carries (``step_time_s``, ``tokens_per_s``, ``mfu``, ...)."""
     row = _row(plan_row)
     if isinstance(row.get("config"), Mapping):
         row = {**row, **row["config"]}
@@ -53,9 +51,6 @@ def plan_fields(plan_row: Any) -> dict:
     out["model"] = spec
     out["model_name"] = spec.name if spec is not None else str(row.get("model") or "")
     out["n_gpus"] = config.n_gpus
-    for key in LAYOUT_FIELDS:
-        if key in row and _present(row[key]):
-            out[key] = int(_plain(row[key]))
     for key in ("cluster", "gpu", "step_time_s", "tokens_per_s", "mfu", "memory_gib"):
         if key in row and _present(row[key]):
             out[key] = _plain(row[key])
@@ -139,55 +134,30 @@ def summary(p: dict) -> str:
 
 
 def stage_layer_counts(num_layers: int, pp: int, vpp: int = 1, mtp_layers: int = 0,
-                       first_stage_layers: int | None = None,
-                       last_stage_layers: int | None = None) -> tuple[int, ...]:
-    """Decoder layers of each of the ``pp * vpp`` model chunks, in layer order (chunk ``c``
-    runs on pipeline rank ``c mod pp``); the ``mtp_layers`` MTP modules follow the last chunk.
+                       first_stage_layers: int = 0, last_stage_layers: int = 0,
+                       schedule: str | None = None) -> tuple[int, ...]:
+    """Decoder layers of each model chunk the plan's pipeline runs, in layer order (for
+    interleaving chunk ``c`` runs on pipeline rank ``c mod pp``; ZB-V / DualPipe run two chunks
+    per rank in a V); the ``mtp_layers`` MTP modules follow the last chunk, on the last stage.
 
-    With ``first_stage_layers`` / ``last_stage_layers`` (decoder layers on the first / last
-    chunk) the other chunks share the rest evenly. Without them: an even split when the chunks
-    divide the layers; otherwise the rule behind the step model's slowest stage,
-    ``ceil((L + mtp) / chunks)`` units per chunk (an MTP module counts as one unit of the last
-    chunk), with the shortfall taken one unit at a time from the ends inwards (last, first,
-    second-to-last, ...), so no chunk is longer than the step model's slowest one. For 61
-    DeepSeek-V3 layers plus one MTP module on pp 4 that is 15 | 16 | 16 | 14 + MTP.
+    The layout is the step model's own (``simulator.stage_layout.position_layers``, one formula
+    for the prediction and the launch): ``first_stage_layers`` / ``last_stage_layers`` > 0 fix
+    the first / last stage's layers (MTP modules counted in the last), the other stages sharing
+    the rest; otherwise every chunk holds ``ceil((L + mtp) / chunks)`` layers except that the
+    shortfall is taken from the ends inwards. For 61 DeepSeek-V3 layers plus one MTP module on
+    pp 4 that is 15 | 16 | 16 | 14 + MTP.
     """
-    chunks = pp * vpp
-    if chunks < 1 or num_layers < chunks:
-        raise InputError("pp", f"cannot lay {num_layers} layers on {chunks} pipeline chunks",
-                         "choose pp * vpp no larger than the layer count")
-    if first_stage_layers is not None or last_stage_layers is not None:
-        first = first_stage_layers
-        last = last_stage_layers
-        inner = chunks - (first is not None) - (last is not None)
-        rest = num_layers - (first or 0) - (last or 0)
-        if inner < 0 or rest < 0 or (inner == 0 and rest) or (inner and rest % inner):
-            raise InputError("first_stage_layers", f"{first} / {last} layers on the first / last stage leave "
-                             f"{rest} layers for {inner} other stages", "give counts that leave an even split")
-        each = rest // inner if inner else 0
-        counts = [each] * chunks
-        if first is not None:
-            counts[0] = first
-        if last is not None:
-            counts[-1] = last
-        if min(counts) < 1:
-            raise InputError("first_stage_layers", f"the layout {counts} leaves a stage without layers",
-                             "give every stage at least one layer")
-        return tuple(counts)
-    if num_layers % chunks == 0:
-        return (num_layers // chunks,) * chunks
-    units = num_layers + mtp_layers
-    per = math.ceil(units / chunks)
-    counts = [per] * chunks
+    kind = ScheduleKind(schedule or (Schedule.INTERLEAVED.value if vpp > 1 else Schedule.ONE_F_ONE_B.value))
+    chunks_per_stage = vpp if kind == ScheduleKind.INTERLEAVED else 2 if kind in TWO_CHUNK else 1
+    positions = pp * chunks_per_stage if kind != ScheduleKind.DUALPIPE else pp
+    if pp < 1 or num_layers < positions:
+        raise InputError("pp", f"cannot lay {num_layers} layers on {positions} pipeline chunks",
+                         "choose fewer pipeline stages or virtual stages")
+    counts = [int(n) for n in position_layers(kind, pp, chunks_per_stage, num_layers + mtp_layers,
+                                              int(first_stage_layers or 0), int(last_stage_layers or 0))[0]]
     counts[-1] -= mtp_layers
-    if counts[-1] < 1:
-        raise InputError("pp", f"{mtp_layers} MTP module(s) fill the last of {chunks} pipeline chunks "
-                         f"({per} units each)", "choose fewer pipeline stages")
-    shortfall = sum(counts) - num_layers
-    order = [(chunks - 1 - k // 2) if k % 2 == 0 else k // 2 for k in range(chunks)]
-    while shortfall:
-        for i in order:
-            if shortfall and counts[i] > 1:
-                counts[i] -= 1
-                shortfall -= 1
+    if min(counts) < 1 or sum(counts) != num_layers:
+        field = "first_stage_layers" if first_stage_layers or last_stage_layers else "pp"
+        raise InputError(field, f"the layout {counts} (+{mtp_layers} MTP) does not hold the {num_layers} layers "
+                         "with at least one per chunk", "choose other stage counts or fewer stages")
     return tuple(counts)

@@ -92,6 +92,9 @@ def _check(p: dict) -> None:
                          "wraps (AutoTP / AutoEP presets build the Hugging Face model) does not", "emit megatron")
     if p["ep"] > 1 and model.moe is None:
         raise InputError("ep", "expert parallelism needs an MoE model", "use ep 1")
+    if p["ep_comm_overlap"] and p["ep"] > 1:
+        raise InputError("ep_comm_overlap", "AutoEP's config has no overlapped expert all-to-all",
+                         "plan without ep_comm_overlap for DeepSpeed")
 
 
 def world_counted(p: dict) -> int:
@@ -115,7 +118,11 @@ def _config(p: dict) -> dict:
         "train_micro_batch_size_per_gpu": p["micro_batch"],
         "gradient_accumulation_steps": accumulation,
         "zero_optimization": {"stage": p["zero_stage"], "overlap_comm": bool(p["overlap_grad_reduce"]),
-                              "contiguous_gradients": True, "reduce_scatter": True},
+                              "contiguous_gradients": True, "reduce_scatter": True,
+                              # the bucket the plan priced, in gradient elements
+                              "reduce_bucket_size": int(p["dp_bucket_bytes"] // p["grad_reduce_bytes"])},
+        "communication_data_type": ("fp32" if p["grad_reduce_bytes"] == 4 else
+                                    "fp16" if p["dtype"] == "fp16" else "bf16"),
         "bf16": {"enabled": p["dtype"] not in ("fp16", "fp32", "tf32")},
         "fp16": {"enabled": p["dtype"] == "fp16"},
     }

@@ -22,7 +22,8 @@ What the output states, and why:
   ``optim_grads_params``), which has no pipeline axis;
 * the batch, recomputation (``selective`` recomputes the attention core, Megatron's default
   ``--recompute-modules core_attn``; ``full`` recomputes every layer: uniform, 1 layer per
-  checkpoint), precision, the communication overlaps the plan priced, and
+  checkpoint), precision, the communication overlaps the plan priced (gradient reduce with its
+  bucket size, parameter gather, TP, expert all-to-all), the gradient-reduction dtype, and
   ``--no-gradient-accumulation-fusion`` only when the plan priced the unfused path.
 
 Not written (the user's): data, tokenizer (its vocabulary must be the model's), optimizer,
@@ -164,23 +165,32 @@ def _moe_layer_freq(model: ModelSpec) -> str | None:
 
 
 def pipeline_layout_args(num_layers: int, pp: int, vpp: int = 1, mtp_layers: int = 0,
-                         first_stage_layers: int | None = None,
-                         last_stage_layers: int | None = None) -> list[tuple[str, Any]]:
+                         first_stage_layers: int = 0, last_stage_layers: int = 0) -> list[tuple[str, Any]]:
     """The flags that put the plan's layers on Megatron-LM's pipeline stages.
 
-    The layout is ``common.stage_layer_counts`` (the plan's own first / last counts when it
-    has them). Even chunks need only ``--num-virtual-stages-per-pipeline-rank`` (vpp > 1).
-    With one chunk per rank and equal middle stages, ``--decoder-first-pipeline-num-layers`` /
-    ``--decoder-last-pipeline-num-layers`` state the ends (61 DeepSeek-V3 layers on pp 4:
-    first 15, last 14, middle 16). Any other layout is written out chunk by chunk as
-    ``--pipeline-model-parallel-layout`` (``E`` embedding, ``t`` decoder layer, ``m`` MTP
-    module, ``L`` loss; ``|`` between chunks in layer order).
+    The layout is the step model's (``common.stage_layer_counts``). Stage counts the plan fixes
+    (``first_stage_layers`` / ``last_stage_layers`` > 0, the last counting the MTP modules as
+    the step model does) become ``--decoder-first-pipeline-num-layers`` /
+    ``--decoder-last-pipeline-num-layers`` (decoder layers only). Otherwise: even chunks need
+    only ``--num-virtual-stages-per-pipeline-rank`` (vpp > 1); one chunk per rank with equal
+    middle stages takes the two flags (61 DeepSeek-V3 layers + MTP on pp 4: first 15, last 14,
+    middle 16); any other layout is written chunk by chunk as ``--pipeline-model-parallel-layout``
+    (``E`` embedding, ``t`` decoder layer, ``m`` MTP module, ``L`` loss; ``|`` between chunks in
+    layer order).
     """
     if pp == 1:
         return []
-    counts = stage_layer_counts(num_layers, pp, vpp, mtp_layers, first_stage_layers, last_stage_layers)
+    virtual = [("--num-virtual-stages-per-pipeline-rank", vpp)] if vpp > 1 else []
+    if first_stage_layers or last_stage_layers:
+        args = []
+        if first_stage_layers:
+            args.append(("--decoder-first-pipeline-num-layers", first_stage_layers))
+        if last_stage_layers:
+            args.append(("--decoder-last-pipeline-num-layers", last_stage_layers - mtp_layers))
+        return virtual + args
+    counts = stage_layer_counts(num_layers, pp, vpp, mtp_layers)
     if len(set(counts)) == 1:
-        return [("--num-virtual-stages-per-pipeline-rank", vpp)] if vpp > 1 else []
+        return virtual
     middle = counts[1:-1]
     if vpp == 1 and len(set(middle)) <= 1:
         mid = middle[0] if middle else None
@@ -207,7 +217,7 @@ def _groups(p: dict) -> list[tuple[str, list[tuple[str, Any]]]]:
     parallel: list[tuple[str, Any]] = [("--tensor-model-parallel-size", p["tp"]),
                                        ("--pipeline-model-parallel-size", p["pp"])]
     parallel += pipeline_layout_args(model.num_layers, p["pp"], p["vpp"], model.mtp_layers,
-                                     p.get("first_stage_layers"), p.get("last_stage_layers"))
+                                     p["first_stage_layers"], p["last_stage_layers"])
     if p["cp"] > 1:
         kind = p["cp_kind"]
         parallel += [("--context-parallel-size", p["cp"]),
@@ -233,6 +243,14 @@ def _groups(p: dict) -> list[tuple[str, list[tuple[str, Any]]]]:
         parallel.append(("--overlap-grad-reduce", None))
         if p["overlap_param_gather"] and zero >= 1:
             parallel.append(("--overlap-param-gather", None))
+        if zero <= 1:   # the bucket the plan priced, in gradient elements (Megatron's default varies with dp)
+            parallel.append(("--ddp-bucket-size", int(p["dp_bucket_bytes"] // p["grad_reduce_bytes"])))
+    if p["dtype"] not in ("fp16", "fp32", "tf32") and p["grad_reduce_bytes"] == 2:
+        parallel.append(("--grad-reduce-in-bf16", None))
+    elif p["dtype"] == "fp16" and p["grad_reduce_bytes"] == 4:
+        parallel.append(("--accumulate-allreduce-grads-in-fp32", None))
+    if p["ep_comm_overlap"] and p["ep"] > 1:
+        parallel.append(("--overlap-moe-expert-parallel-comm", None))
     if p["tp_comm_overlap"] and p["tp"] > 1 and p["sequence_parallel"]:
         parallel.append(("--tp-comm-overlap", None))
 

@@ -66,11 +66,11 @@ REGISTRY = (
                   moe=(256, 8, 2048), mla=True)},
 )
 
+#: plan schedules by the name ``torch.distributed.pipelining.schedules.get_schedule_class`` knows;
+#: DualPipe (two model copies, both directions) has no counterpart there: its ``DualPipeV`` is the
+#: one-copy V, so such plans are refused.
 _SCHEDULES = {Schedule.GPIPE: "GPipe", Schedule.ONE_F_ONE_B: "1F1B", Schedule.INTERLEAVED: "Interleaved1F1B",
-              Schedule.ZB_H1: "InterleavedZeroBubble", Schedule.ZB_V: "ZBVZeroBubble",
-              Schedule.DUALPIPE: "DualPipeV"}
-#: schedules that place two chunks per rank in a V (``vpp`` is 1 in the plan, the split has 2 pp parts)
-_V_SCHEDULES = (Schedule.ZB_V, Schedule.DUALPIPE)
+              Schedule.ZB_H1: "InterleavedZeroBubble", Schedule.ZB_V: "ZBVZeroBubble"}
 
 
 def registry_entry(model: ModelSpec) -> dict | None:
@@ -115,8 +115,8 @@ def _settings(p: dict) -> dict:
         raise InputError("cp", f"{RELEASE} all-gathers K/V under context parallelism (FlexAttention), not the "
                          f"{p['cp_kind']} attention the plan prices", "emit megatron, or plan with cp 1")
     if pp > 1 and schedule not in _SCHEDULES:
-        raise InputError("schedule", f"torch.distributed.pipelining has no {schedule.value} schedule",
-                         "choose gpipe, 1f1b, interleaved, zb-h1, zb-v or dualpipe")
+        raise InputError("schedule", f"torch.distributed.pipelining has no {schedule.value} schedule (its DualPipeV "
+                         "runs one model copy)", "choose gpipe, 1f1b, interleaved, zb-h1 or zb-v")
     if pp > 1 and schedule == Schedule.GPIPE and p["vpp"] > 1:
         raise InputError("vpp", "GPipe runs one stage per rank", "use vpp 1 or the interleaved schedule")
     if zero == 0 and dp > 1 and (tp > 1 or pp > 1):
@@ -134,6 +134,12 @@ def _settings(p: dict) -> dict:
                          "use fp8 or bf16")
     if p["etp"] > 1:
         raise InputError("etp", "torchtitan does not tensor-parallelise experts", "use etp 1")
+    if p["ep_comm_overlap"] and ep > 1:
+        raise InputError("ep_comm_overlap", "this export does not switch on an overlapped expert all-to-all "
+                         "(torchtitan's HybridEP / MinimalAsyncEP dispatchers)", "plan without ep_comm_overlap")
+    if p["grad_reduce_bytes"] != 4:
+        raise InputError("grad_reduce_bytes", "torchtitan reduces gradients in float32 (mixed_precision_reduce)",
+                         "plan with grad_reduce_bytes 4")
     if ep > 1 and (dp * tp) % ep:
         raise InputError("ep", f"torchtitan borrows the EP ranks from FSDP x TP: ep={ep} must divide "
                          f"dp x tp = {dp * tp}", f"choose ep dividing {dp * tp}")
@@ -146,9 +152,8 @@ def _settings(p: dict) -> dict:
 
 
 def _model_parts(p: dict, model: ModelSpec, schedule: Schedule) -> list[list[str]]:
-    vpp = 2 if schedule in _V_SCHEDULES else p["vpp"]
-    counts = stage_layer_counts(model.num_layers, p["pp"], vpp, model.mtp_layers,
-                                p.get("first_stage_layers"), p.get("last_stage_layers"))
+    counts = stage_layer_counts(model.num_layers, p["pp"], p["vpp"], model.mtp_layers,
+                                p["first_stage_layers"], p["last_stage_layers"], schedule=schedule.value)
     parts, start = [], 0
     for n in counts:
         parts.append([f"layers.{i}" for i in range(start, start + n)])
