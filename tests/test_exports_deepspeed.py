@@ -79,7 +79,7 @@ def test_deepspeed_config_accepts_every_matrix_export_and_reads_the_planned_batc
     # the gradient reduction the plan priced: its dtype and bucket (in elements)
     import torch
     assert config.communication_data_type == (torch.float32 if p["grad_reduce_bytes"] == 4 else torch.bfloat16)
-    assert config.zero_config.reduce_bucket_size == p["dp_bucket_bytes"] // p["grad_reduce_bytes"]
+    assert config.zero_config.reduce_bucket_size == max(p["grad_bucket_elements"], p["grad_bucket_elements_per_dp"] * p["dp"])
     ds["validate_autoep"](config.expert_parallel_config, p["n_gpus"], p["pp"], p["tp"], p["cp"],
                           zero_stage=p["zero_stage"])
     assert config.expert_parallel_config.enabled == (p["ep"] > 1)

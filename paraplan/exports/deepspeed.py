@@ -95,6 +95,9 @@ def _check(p: dict) -> None:
     if p["ep_comm_overlap"] and p["ep"] > 1:
         raise InputError("ep_comm_overlap", "AutoEP's config has no overlapped expert all-to-all",
                          "plan without ep_comm_overlap for DeepSpeed")
+    if p["grad_reduce_every_microbatch"]:
+        raise InputError("grad_reduce_every_microbatch", "DeepSpeed reduces gradients at the accumulation "
+                         "boundary, not after every micro-batch", "plan without grad_reduce_every_microbatch")
 
 
 def world_counted(p: dict) -> int:
@@ -120,12 +123,15 @@ def _config(p: dict) -> dict:
         "zero_optimization": {"stage": p["zero_stage"], "overlap_comm": bool(p["overlap_grad_reduce"]),
                               "contiguous_gradients": True, "reduce_scatter": True,
                               # the bucket the plan priced, in gradient elements
-                              "reduce_bucket_size": int(p["dp_bucket_bytes"] // p["grad_reduce_bytes"])},
+                              "reduce_bucket_size": int(max(p["grad_bucket_elements"],
+                                                            p["grad_bucket_elements_per_dp"] * p["dp"]))},
         "communication_data_type": ("fp32" if p["grad_reduce_bytes"] == 4 else
                                     "fp16" if p["dtype"] == "fp16" else "bf16"),
         "bf16": {"enabled": p["dtype"] not in ("fp16", "fp32", "tf32")},
         "fp16": {"enabled": p["dtype"] == "fp16"},
     }
+    if p["zero_stage"] == 3 and p["param_prefetch_max_elements"] > 0:
+        cfg["zero_optimization"]["stage3_prefetch_bucket_size"] = int(p["param_prefetch_max_elements"])
     if p["tp"] > 1:
         cfg["tensor_parallel"] = {"autotp_size": p["tp"]}
     recompute = Recompute(p["recompute"])

@@ -72,7 +72,15 @@ def can_run(plan_row: Any) -> bool:
     return refusal(plan_fields(plan_row)) is None
 
 
+def grad_bucket_elements(p: dict) -> int:
+    """The plan's gradient bucket, elements: ``max(grad_bucket_elements, per_dp * dp)``."""
+    return int(max(p["grad_bucket_elements"], p["grad_bucket_elements_per_dp"] * p["dp"]))
+
+
 def _refuse_plan(p: dict, model: ModelSpec) -> None:
+    if p["grad_reduce_every_microbatch"]:
+        raise InputError("grad_reduce_every_microbatch", "Megatron-LM reduces gradients once per step, not after "
+                         "every micro-batch", "plan without grad_reduce_every_microbatch")
     schedule = Schedule(p["schedule"])
     if schedule not in (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED):
         raise InputError("schedule", f"Megatron-LM's training loop has no {schedule.value} pipeline schedule",
@@ -243,8 +251,10 @@ def _groups(p: dict) -> list[tuple[str, list[tuple[str, Any]]]]:
         parallel.append(("--overlap-grad-reduce", None))
         if p["overlap_param_gather"] and zero >= 1:
             parallel.append(("--overlap-param-gather", None))
-        if zero <= 1:   # the bucket the plan priced, in gradient elements (Megatron's default varies with dp)
-            parallel.append(("--ddp-bucket-size", int(p["dp_bucket_bytes"] // p["grad_reduce_bytes"])))
+        bucket = grad_bucket_elements(p)
+        # Megatron-Core's own default is max(40e6, 1e6 dp) elements; write any other bucket the plan priced
+        if zero <= 1 and bucket and (p["grad_bucket_elements"], p["grad_bucket_elements_per_dp"]) != (40e6, 1e6):
+            parallel.append(("--ddp-bucket-size", bucket))
     if p["dtype"] not in ("fp16", "fp32", "tf32") and p["grad_reduce_bytes"] == 2:
         parallel.append(("--grad-reduce-in-bf16", None))
     elif p["dtype"] == "fp16" and p["grad_reduce_bytes"] == 4:
@@ -275,6 +285,8 @@ def _groups(p: dict) -> list[tuple[str, list[tuple[str, Any]]]]:
         training += [("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
     if not p["flash_attention"]:
         training.append(("--attention-backend", "unfused"))
+        if not p["softmax_fusion"]:
+            training.append(("--no-masked-softmax-fusion", None))
     return [("MODEL_ARGS", _model_args(model, p["seq_len"])), ("PARALLEL_ARGS", parallel),
             ("TRAINING_ARGS", training)]
 

@@ -137,6 +137,9 @@ def _settings(p: dict) -> dict:
     if p["ep_comm_overlap"] and ep > 1:
         raise InputError("ep_comm_overlap", "this export does not switch on an overlapped expert all-to-all "
                          "(torchtitan's HybridEP / MinimalAsyncEP dispatchers)", "plan without ep_comm_overlap")
+    if p["grad_reduce_every_microbatch"]:
+        raise InputError("grad_reduce_every_microbatch", "torchtitan reduces gradients once per step",
+                         "plan without grad_reduce_every_microbatch")
     if p["grad_reduce_bytes"] != 4:
         raise InputError("grad_reduce_bytes", "torchtitan reduces gradients in float32 (mixed_precision_reduce)",
                          "plan with grad_reduce_bytes 4")
