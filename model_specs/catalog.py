@@ -14,9 +14,9 @@ File keys mirror the ``ModelSpec`` fields: name (defaults to the file name), num
 hidden_size, num_heads, num_kv_heads (default num_heads), ffn_hidden_size, vocab_size, seq_len,
 head_dim (default hidden_size / num_heads), gated_mlp, tied_embeddings, sliding_window,
 sliding_window_layer_fraction (default 1 when a window is given), mtp_layers (default 0),
-the architecture details position_embedding (rope), rotary_fraction (1), normalization
-(rmsnorm), linear_bias (false), qkv_bias (false), activation (swiglu / gelu by gated_mlp),
-source; optional ``moe:`` mapping with the ``MoESpec`` fields
+the architecture details position_embedding, normalization, linear_bias (default: the Llama
+layout with a gated MLP, the GPT-2/3 one without), rotary_fraction (1), qkv_bias (false),
+activation (swiglu / gelu by gated_mlp), source; optional ``moe:`` mapping with the ``MoESpec`` fields
 (num_experts, top_k, expert_ffn_hidden_size, num_shared_experts, ...) and optional ``mla:``
 mapping with the ``MLASpec`` fields (q_lora_rank, kv_lora_rank, qk_nope_head_dim,
 qk_rope_head_dim, v_head_dim). ``description`` and ``notes`` are free text and ignored.

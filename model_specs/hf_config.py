@@ -178,6 +178,8 @@ def _llama_like(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any
         vocab_size=cfg.get_int("vocab_size"),
         seq_len=_seq_len(cfg, seq_len),
         gated_mlp=True,
+        position_embedding="rope",
+        normalization="rmsnorm",
         tied_embeddings=cfg.get_bool("tie_word_embeddings", False),
         sliding_window=window,
         sliding_window_layer_fraction=fraction,

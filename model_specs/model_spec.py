@@ -96,13 +96,16 @@ class ModelSpec:
             section 2.2: each is a projection, one transformer layer and a pass through the
             shared output head); 0 = none.
 
-    Architecture details that do not change the cost model but decide which model a framework
-    builds (the launch exports write them, ``paraplan.exports``):
+    Architecture details that decide which model a framework builds (the launch exports write
+    them, ``paraplan.exports``; the cost model reads only the parameter tensors they imply).
+    Unstated, they follow ``gated_mlp``: a gated MLP comes with the Llama layout (RoPE, RMSNorm,
+    no biases, SwiGLU), a plain one with the GPT-2/3 layout (learned positions, LayerNorm,
+    biases, GELU):
 
-        position_embedding: ``rope`` (default), ``learned`` (absolute table, GPT-2/3, OPT),
-            ``alibi`` (BLOOM, MPT) or ``none``.
+        position_embedding: ``rope``, ``learned`` (absolute table, GPT-2/3, OPT), ``alibi``
+            (BLOOM, MPT) or ``none``.
         rotary_fraction: share of each head's channels that RoPE rotates (GPT-NeoX: 0.25).
-        normalization: ``rmsnorm`` (default) or ``layernorm``.
+        normalization: ``rmsnorm`` or ``layernorm``.
         linear_bias: every linear layer has a bias (GPT-2/3, OPT, BLOOM, GPT-NeoX, gpt-oss).
         qkv_bias: the query/key/value projection has a bias even when the others do not (Qwen2).
         activation: the MLP activation; empty = ``swiglu`` for a gated MLP, ``gelu`` otherwise.
@@ -124,10 +127,10 @@ class ModelSpec:
     sliding_window: int = 0
     sliding_window_layer_fraction: float = 0.0
     mtp_layers: int = 0
-    position_embedding: str = "rope"
+    position_embedding: str = ""
     rotary_fraction: float = 1.0
-    normalization: str = "rmsnorm"
-    linear_bias: bool = False
+    normalization: str = ""
+    linear_bias: bool | None = None
     qkv_bias: bool = False
     activation: str = ""
     source: str = ""
@@ -155,6 +158,15 @@ class ModelSpec:
         self._check_architecture()
 
     def _check_architecture(self) -> None:
+        # unstated details follow the MLP: a gated MLP comes with the Llama layout, a plain one
+        # with the GPT-2/3 layout (cost_models.params.layer_param_tensors assumes the same)
+        gated = self.gated_mlp
+        if not self.position_embedding:
+            object.__setattr__(self, "position_embedding", "rope" if gated else "learned")
+        if not self.normalization:
+            object.__setattr__(self, "normalization", "rmsnorm" if gated else "layernorm")
+        if self.linear_bias is None:
+            object.__setattr__(self, "linear_bias", not gated)
         for name, allowed in (("position_embedding", POSITION_EMBEDDINGS), ("normalization", NORMALIZATIONS)):
             if getattr(self, name) not in allowed:
                 raise InputError(f"model.{name}", f"unknown value {getattr(self, name)!r}",
