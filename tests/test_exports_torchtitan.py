@@ -93,7 +93,7 @@ def test_config_manager_builds_every_matrix_export_and_the_world_factors_as_plan
         assert layers == list(range(p["model"].num_layers))
         assert tuple(sum(m.startswith("layers.") for m in part) for part in parts) == stage_layer_counts(
             p["model"].num_layers, p["pp"], chunks // p["pp"], p["model"].mtp_layers)
-        assert training.disable_cuda_graphs
+    assert training.disable_cuda_graphs == (not p["cuda_graphs"])
 
 
 def test_config_manager_rejects_a_pipeline_export_that_keeps_cuda_graphs(load):

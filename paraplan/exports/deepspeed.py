@@ -95,6 +95,9 @@ def _check(p: dict) -> None:
     if p["ep_comm_overlap"] and p["ep"] > 1:
         raise InputError("ep_comm_overlap", "AutoEP's config has no overlapped expert all-to-all",
                          "plan without ep_comm_overlap for DeepSpeed")
+    if p["cuda_graphs"]:
+        raise InputError("cuda_graphs", f"{RELEASE}'s training config has no CUDA-graph switch",
+                         "plan without cuda_graphs for DeepSpeed")
     if p["grad_reduce_every_microbatch"]:
         raise InputError("grad_reduce_every_microbatch", "DeepSpeed reduces gradients at the accumulation "
                          "boundary, not after every micro-batch", "plan without grad_reduce_every_microbatch")

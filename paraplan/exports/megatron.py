@@ -78,6 +78,9 @@ def grad_bucket_elements(p: dict) -> int:
 
 
 def _refuse_plan(p: dict, model: ModelSpec) -> None:
+    if p["cuda_graphs"]:
+        raise InputError("cuda_graphs", "this export does not capture CUDA graphs (--cuda-graph-impl and its "
+                         "module list are the user's)", "plan without cuda_graphs, then add them by hand")
     if p["grad_reduce_every_microbatch"]:
         raise InputError("grad_reduce_every_microbatch", "Megatron-LM reduces gradients once per step, not after "
                          "every micro-batch", "plan without grad_reduce_every_microbatch")

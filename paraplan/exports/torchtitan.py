@@ -20,8 +20,9 @@ How the plan maps (and what is refused, ``refusal``):
 * Pipeline: ``module_fqns_per_model_part`` lists the modules of every chunk in the plan's layout
   (``common.stage_layer_counts``; ``tok_embeddings`` with the first chunk, ``norm`` and
   ``lm_head`` with the last), since torchtitan's own split counts the embedding and the head
-  as layers; the schedule by the name ``torch.distributed.pipelining`` gives it. CUDA graphs are
-  switched off with a pipeline (the config refuses them there).
+  as layers; the schedule by the name ``torch.distributed.pipelining`` gives it.
+* CUDA graphs as the plan prices them (``training.disable_cuda_graphs``; 0.3.0 captures them
+  by default, and refuses them beside a pipeline or its default expert dispatcher).
 * Expert parallelism: ``expert_parallel_degree`` (torchtitan borrows the EP ranks from FSDP x
   TP, so ``ep`` must divide ``dp x tp``); experts are not tensor-parallel (``etp`` 1).
 * Recomputation: ``full`` = ``FullAC``; ``none`` = no checkpointing. The plan's ``selective``
@@ -137,6 +138,9 @@ def _settings(p: dict) -> dict:
     if p["ep_comm_overlap"] and ep > 1:
         raise InputError("ep_comm_overlap", "this export does not switch on an overlapped expert all-to-all "
                          "(torchtitan's HybridEP / MinimalAsyncEP dispatchers)", "plan without ep_comm_overlap")
+    if p["cuda_graphs"] and (pp > 1 or ep > 1):
+        raise InputError("cuda_graphs", "torchtitan 0.3.0 captures no CUDA graphs with a pipeline or with its "
+                         "default expert dispatcher", "plan without cuda_graphs here")
     if p["grad_reduce_every_microbatch"]:
         raise InputError("grad_reduce_every_microbatch", "torchtitan reduces gradients once per step",
                          "plan without grad_reduce_every_microbatch")
@@ -184,8 +188,8 @@ def _values(p: dict, s: dict) -> dict:
         "seq_len": p["seq_len"],
         "mixed_precision_param": "float32" if p["dtype"] in ("fp32", "tf32") else "bfloat16",
     }
-    if pp > 1 or ep > 1:
-        training["disable_cuda_graphs"] = True
+    # as planned: torchtitan replays CUDA graphs by default where it can, which the plan may not price
+    training["disable_cuda_graphs"] = not p["cuda_graphs"]
     par: dict[str, Any] = {
         "data_parallel_replicate_degree": dp if zero == 0 else 1,
         "data_parallel_shard_degree": 1 if zero == 0 else dp,
