@@ -63,6 +63,11 @@ MIN_ROWS_FOR_FULL_FIT = 20
 #: a generation with fewer rows than this is not fitted at all: it stays an unfitted prior (its
 #: ``NEIGHBOUR``'s fitted factors on its own datasheet numbers), labelled as such in every output
 MIN_ROWS_TO_FIT = 8
+#: factors whose effect a generation's rows may not exercise (no host-bound row, no kernel-bound
+#: row): when the search leaves one on a bound and its prior does as well within
+#: ``UNPINNED_TOLERANCE`` of the objective, it keeps the prior and is not listed as fitted
+PRIOR_ONLY_IF_UNPINNED = ("cpu_issue_s", "kernel_overhead_s")
+UNPINNED_TOLERANCE = 1e-3
 #: candidate values per factor for the coordinate search (log-spaced where the scale is)
 GRID_POINTS = 9
 _DTYPE_FACTORS = (("gemm8", "fp8"), ("gemm_mx8", "mxfp8"), ("gemm4", "nvfp4"))
@@ -177,7 +182,18 @@ def fit_generation(prepared: Prepared, generation: str, base: EfficiencyModel, s
                     best, x = s, trial
             if verbose:
                 print(f"  sweep {sweep} {n} = {x[n]:.4g}: {100 * best:.2f}%", file=sys.stderr)
-    model = _rounded(_to_model(base, x))
+    # a factor the rows cannot pin down (on a bound, and the objective no better than at the
+    # prior value) is not fitted: it keeps the prior
+    prior_x = _from_model(base)
+    kept = list(names)
+    for n in names:
+        lo, hi = _bounds(n, x)
+        if n in PRIOR_ONLY_IF_UNPINNED and (math.isclose(x[n], lo, rel_tol=1e-3) or math.isclose(x[n], hi, rel_tol=1e-3)):
+            trial = dict(x, **{n: prior_x[n]})
+            if score(trial) <= best + UNPINNED_TOLERANCE:
+                x, best = trial, score(trial)
+                kept.remove(n)
+    model = replace(_rounded(_to_model(base, x)), fitted_factors=tuple(kept))
     return model, objective(prepared, generation, model, weights)
 
 
@@ -336,17 +352,17 @@ def main(argv=None) -> int:
         base = prior_model(gen)
         before = objective(rows, gen, base)
         fitted, after = fit_generation(rows, gen, base, verbose=args.verbose)
-        names = fitted_names(rows)
         srcs = sorted(set(rows.sources))
         note = (f"coordinate search on the weighted mean |pred/measured - 1| over {len(rows)} rows of "
                 f"{', '.join(srcs)} in {Path(args.csv).name}")
+        names = list(fitted.fitted_factors)
         print(f"{gen}: {len(rows)} rows, objective {100 * before:.2f}% -> {100 * after:.2f}%; fitted {names}")
-        print("   ", {k: round(v, 4) for k, v in _from_model(fitted).items() if k in names})
+        print("   ", {k: float(f"{v:.4g}") for k, v in _from_model(fitted).items() if k in names})
         bound = at_bound(fitted, names)
         if bound:
             print(f"    at a bound of their range (missing physics?): {bound}")
         if not args.dry_run:
-            write_efficiency(fitted, efficiency_path(gen), note, after, names)
+            write_efficiency(fitted, efficiency_path(gen), note, after, list(fitted.fitted_factors))
     if args.cross_validate:
         cv = cross_validate(prepared, progress=lambda src: print(f"  cross-validated {src}", file=sys.stderr))
         ins = predict(prepared)
