@@ -54,7 +54,8 @@ def activation_terms(model: ModelSpec, micro_batch, seq_len, tp, cp, sp, flash_a
       sequence parallelism;
     * ``norm_outputs``: the norms' outputs, the QKV and first-MLP GEMMs' inputs (2h, each in
       ``gemm_input_bytes``: 1 byte under FP8 recipes, which keep only the quantised copy);
-    * ``dropout_masks``: two 1-byte masks (2h);
+    * ``dropout_masks``: two 1-byte masks (2h), when the model trains with dropout
+      (``ModelSpec.dropout``);
     * ``qkv``: the attention core's 16-bit inputs: 2(a + 2g)d / tp, or for multi-latent
       attention the up-projected queries, keys and values 2a(2 d_qk + d_v) / tp;
     * ``mla_latents``: the compressed query and key/value latents (the up-projections' inputs,
@@ -93,7 +94,7 @@ def activation_terms(model: ModelSpec, micro_batch, seq_len, tp, cp, sp, flash_a
     return {
         "norm_inputs": tokens * h * 4.0 / split,
         "norm_outputs": tokens * h * 2.0 * gb / split,
-        "dropout_masks": tokens * h * 2.0 / split,
+        "dropout_masks": tokens * h * (2.0 if model.dropout else 0.0) / split,
         "qkv": qkv,
         "mla_latents": latents,
         "attn_out": tokens * a * v * gb / tp,

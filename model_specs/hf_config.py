@@ -104,6 +104,18 @@ class _Config:
         return value
 
 
+#: config keys of the residual / attention dropout probability (Llama and Mistral name it
+#: ``attention_dropout``; GPT-2 ``resid_pdrop``; BERT-style ``hidden_dropout_prob``)
+_DROPOUT_KEYS = ("hidden_dropout", "resid_pdrop", "hidden_dropout_prob", "attention_dropout", "dropout")
+
+
+def _dropout(data: dict) -> bool | None:
+    """Whether the config trains with dropout (a probability > 0 under one of ``_DROPOUT_KEYS``);
+    None when it states none (``ModelSpec``'s default then applies)."""
+    stated = [data[k] for k in _DROPOUT_KEYS if isinstance(data.get(k), (int, float)) and not isinstance(data.get(k), bool)]
+    return any(p > 0 for p in stated) if stated else None
+
+
 def _seq_len(cfg: _Config, seq_len: int | None) -> int:
     if seq_len is not None:
         return int(seq_len)
@@ -401,5 +413,6 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | 
                          "supported: " + ", ".join(supported_model_types())
                          + "; or write a model YAML file with the ModelSpec fields")
     fields = build(_Config(data, where), family, seq_len)
+    fields.setdefault("dropout", _dropout(data))
     source = f"Hugging Face config {path}" if path is not None else "Hugging Face config (dict)"
     return ModelSpec(name=name or _default_name(path, data, family), source=source, **fields)

@@ -109,6 +109,11 @@ class ModelSpec:
         linear_bias: every linear layer has a bias (GPT-2/3, OPT, BLOOM, GPT-NeoX, gpt-oss).
         qkv_bias: the query/key/value projection has a bias even when the others do not (Qwen2).
         activation: the MLP activation; empty = ``swiglu`` for a gated MLP, ``gelu`` otherwise.
+        dropout: training applies dropout after attention and after the MLP (GPT-2/3, Megatron's
+            GPT recipes: 0.1), whose 1-byte masks are kept for the backward; models trained
+            without it (Llama, DeepSeek: dropout 0.0 in their configs) keep no mask, since
+            PyTorch's dropout returns its input unchanged at p = 0. Unstated: with the GPT-2/3
+            layout (a plain MLP), not with the Llama one.
     """
 
     name: str
@@ -133,6 +138,7 @@ class ModelSpec:
     linear_bias: bool | None = None
     qkv_bias: bool = False
     activation: str = ""
+    dropout: bool | None = None
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -167,6 +173,8 @@ class ModelSpec:
             object.__setattr__(self, "normalization", "rmsnorm" if gated else "layernorm")
         if self.linear_bias is None:
             object.__setattr__(self, "linear_bias", not gated)
+        if self.dropout is None:
+            object.__setattr__(self, "dropout", not gated)
         for name, allowed in (("position_embedding", POSITION_EMBEDDINGS), ("normalization", NORMALIZATIONS)):
             if getattr(self, name) not in allowed:
                 raise InputError(f"model.{name}", f"unknown value {getattr(self, name)!r}",

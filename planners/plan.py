@@ -33,7 +33,7 @@ from planners.explain import explain_text
 from planners.search_space import (DEFAULT_SCHEDULES, FIXABLE, RECOMPUTE_NAMES, SCHEDULE_NAMES,
                                    SearchConstraints, enumerate_space)
 from planners.stage_assignment import StageAssignment, stage_assignment_for
-from planners.vectorized import DEFAULT_CHUNK_ROWS, evaluate_space
+from planners.vectorized import CHOSEN_FIELDS, DEFAULT_CHUNK_ROWS, evaluate_space
 from simulator.parallel_config import ParallelConfig
 from simulator.report import TIME_PARTS
 from simulator.stack_defaults import stack_config_fields
@@ -41,7 +41,8 @@ from simulator.stack_defaults import stack_config_fields
 GIB = 2**30
 #: the ranked table's columns (units in the names; mfu is a fraction of the dtype's peak).
 OUTPUT_COLUMNS = ("n_gpus", "dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "global_batch", "zero_stage",
-                  "recompute", "sequence_parallel", "schedule", "dtype", "step_time_s", "tokens_per_s",
+                  "zero_shard_group", "recompute", "recompute_num_layers", "offload_activation_layers",
+                  "sequence_parallel", "schedule", "dtype", "step_time_s", "tokens_per_s",
                   "tokens_per_s_per_gpu", "mfu", "memory_gib", "headroom_gib")
 _CONFIG_COLUMNS = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "global_batch", "zero_stage",
                    "recompute", "sequence_parallel", "schedule", "dtype")
@@ -186,7 +187,7 @@ def refine_exact(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, s
         idx = np.flatnonzero(need)
         idx = idx[np.argsort(lb[idx], kind="stable")][:budget]
         res = evaluate_rows_exact(model, cluster, eff, space, global_batch, ev.rows[idx], ev.dtype_index[idx],
-                                  defaults)
+                                  defaults, chosen={f: out[f][idx] for f in CHOSEN_FIELDS if f in out})
         for key, value in res.items():
             out[key][idx] = value
         exact[idx] = True
@@ -203,7 +204,12 @@ def row_config(row, software: Mapping | None = None) -> ParallelConfig:
         vpp=int(row["vpp"]), micro_batch=int(row["micro_batch"]), global_batch=int(row["global_batch"]),
         zero_stage=int(row["zero_stage"]), recompute=str(row["recompute"]),
         sequence_parallel=bool(row["sequence_parallel"]), dtype=str(row["dtype"]), schedule=str(row["schedule"]),
-        **dict(software or {}))
+        uneven_layers=True, **{f: int(row[f]) for f in _SEARCHED_FIELDS if f in row}, **dict(software or {}))
+
+
+#: plan fields the search sets per row besides the enumerated ones (memory search, HSDP axis)
+_SEARCHED_FIELDS = ("recompute_num_layers", "recompute_layers_decrement", "offload_activation_layers",
+                    "zero_shard_group")
 
 
 # --------------------------------------------------------------------------------------------
@@ -263,7 +269,7 @@ def _fixed_value(name: str, v):
         as_int = int(str(v).strip())
     except ValueError:
         raise InputError("fix", f"{name}={v!r} is not an integer") from None
-    if as_int < (0 if name == "zero_stage" else 1) or (name == "zero_stage" and as_int > 3):
+    if as_int < (0 if name in ("zero_stage", "zero_shard_group") else 1) or (name == "zero_stage" and as_int > 3):
         raise InputError("fix", f"{name}={v!r} is out of range")
     return as_int
 
@@ -303,7 +309,7 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
          efficiency: EfficiencyModel | None = None, prune_dominated: bool = True,
          chunk_rows: int = DEFAULT_CHUNK_ROWS, workers: int | None = None,
          progress: Callable[[int, int], None] | None = None, assign_stages: bool = True,
-         stack: str = "megatron-core") -> PlanResult:
+         stack: str = "megatron-core", memory_search: bool = True, hsdp: bool = True) -> PlanResult:
     """Rank every valid configuration of ``model`` on ``gpus`` GPUs of ``cluster`` that fits.
 
     Args:
@@ -323,6 +329,11 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
         stack: the software stack every plan runs (``hardware_specs/stacks``, name or
             ``StackSpec``): its documented
             overlap, kernels, fusion and gradient dtype, with its recipe for this model.
+        memory_search: give every fully recomputing plan the fewest recomputed layers per chunk
+            that fit (stage by stage: ``recompute_num_layers`` and ``recompute_layers_decrement``)
+            and every plan that does not fit otherwise the fewest offloaded layers that do (on a
+            cluster with a host link).
+        hsdp: also try ZeRO 1-3 sharded within each node and replicated across nodes.
 
     Raises ``InputError`` naming what would make the request feasible when nothing fits.
     """
@@ -349,7 +360,8 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
     constraints = SearchConstraints(
         gpus=(lo, hi), global_batch=gbs, max_tp=int(max_tp or cluster.gpus_per_node),
         fixed=fixed, dtypes=dtypes, schedules=schedules,
-        max_micro_batch=max_micro_batch, prune_dominated=prune_dominated)
+        max_micro_batch=max_micro_batch, prune_dominated=prune_dominated,
+        hsdp_gpus=cluster.gpus_per_node if hsdp else 0)
 
     space = enumerate_space(model, constraints)
     if len(space) == 0:
@@ -357,7 +369,7 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
     stack_spec = load_stack(stack) if isinstance(stack, str) else stack
     defaults = tuple(stack_config_fields(stack_spec, d, model.name, cluster.gpu.name) for d in dtypes)
     ev = evaluate_space(model, cluster, eff, space, gbs, limit, chunk_rows=chunk_rows, workers=workers,
-                        progress=progress, defaults=defaults)
+                        progress=progress, defaults=defaults, memory_search=memory_search)
     if len(ev.rows) == 0:
         raise infeasible.nothing_fits(model, cluster, eff, constraints, space, ev, limit, headroom_gib)
 
@@ -389,13 +401,18 @@ def _ranked_table(space, ev, gbs: int, hbm_bytes: float) -> pd.DataFrame:
         "n_gpus": dp * tp * pp * cp, "dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": cols["ep"][r],
         "vpp": cols["vpp"][r], "micro_batch": cols["micro_batch"][r],
         "global_batch": np.full(len(r), gbs, dtype=np.int64), "zero_stage": cols["zero_stage"][r],
+        "zero_shard_group": cols["zero_shard_group"][r] if "zero_shard_group" in cols else np.zeros(len(r), np.int64),
         "recompute": pd.Categorical.from_codes(cols["recompute"][r], RECOMPUTE_NAMES),
+        "recompute_num_layers": out["recompute_num_layers"][order].astype(np.int64),
+        "recompute_layers_decrement": out["recompute_layers_decrement"][order].astype(np.int64),
+        "offload_activation_layers": out["offload_activation_layers"][order].astype(np.int64),
         "sequence_parallel": cols["sequence_parallel"][r].astype(bool),
         "schedule": pd.Categorical.from_codes(cols["schedule"][r], SCHEDULE_NAMES),
         "dtype": pd.Categorical.from_codes(ev.dtype_index[order], list(space.dtypes)),
         "step_time_s": out["step_time_s"][order], "tokens_per_s": out["tokens_per_s"][order],
         "tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"][order], "mfu": out["mfu"][order],
         "memory_gib": mem / GIB, "headroom_gib": (hbm_bytes - mem) / GIB,
+        "host_memory_gib": out["host_memory_bytes"][order] / GIB,
         "pipeline_exact": out["pipeline_exact"][order].astype(bool),
         "step_time_lower_s": out["step_time_lower_s"][order],
     }

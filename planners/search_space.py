@@ -7,7 +7,7 @@ The raw space is the product of
     x micro-batch (divisors of the global batch)
     x vpp (1 and the divisors of L and L + 2, L = layers)
     x schedule x sequence parallel {off, on} x ZeRO {0..3} x recompute {none, selective, full}
-    x dtype
+    x ZeRO shard group {all dp*cp ranks, one node's (HSDP)} for ZeRO 1-3 x dtype
 
 It is expanded one axis at a time; at each step a row that breaks a rule is dropped and
 counted, with the size of the axes not yet expanded, under the first rule it breaks (so the
@@ -44,6 +44,7 @@ RULES = {
     "schedule": "schedule does not match vpp (interleaved needs vpp > 1; vpp > 1 is always interleaved)",
     "sp_needs_tp": "sequence parallel on with tp = 1 (the same configuration as off)",
     "dominated_zero_without_dp": "ZeRO 1-3 with a data-parallel group of 1 (nothing to shard: ZeRO-0 or worse)",
+    "hsdp": "hybrid sharding whose shard group is not a proper divisor (>= 2) of dp*cp",
     "memory": "does not fit in HBM minus the headroom (evaluated)",
 }
 
@@ -52,7 +53,7 @@ SCHEDULE_NAMES = tuple(s.value for s in Schedule)             # index = code
 DEFAULT_SCHEDULES = (Schedule.ONE_F_ONE_B.value, Schedule.INTERLEAVED.value)
 #: the fields a request may fix (``--fix name=value``) and the axis each belongs to.
 FIXABLE = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage", "recompute",
-           "sequence_parallel", "schedule")
+           "sequence_parallel", "schedule", "zero_shard_group")
 
 
 def divisors(n: int) -> np.ndarray:
@@ -104,6 +105,9 @@ class SearchConstraints:
         schedules: pipeline schedules to try (``interleaved`` applies to vpp > 1 only).
         max_micro_batch: largest micro-batch (None: any divisor of the global batch).
         prune_dominated: drop the ``dominated_*`` rows (never the best; counted).
+        hsdp_gpus: GPUs of one hybrid-sharding group (a node): ZeRO 1-3 rows are also tried
+            sharded over the ``hsdp_gpus / tp`` data-parallel ranks in it and replicated across
+            (``zero_shard_group``); 0 = not searched.
     """
 
     gpus: tuple[int, int]
@@ -114,6 +118,7 @@ class SearchConstraints:
     schedules: tuple[str, ...] = DEFAULT_SCHEDULES
     max_micro_batch: int | None = None
     prune_dominated: bool = True
+    hsdp_gpus: int = 0
 
 
 @dataclass(frozen=True)
@@ -295,7 +300,7 @@ def enumerate_space(model: ModelSpec, c: SearchConstraints) -> SearchSpace:
     ok = count.apply2d([
         ("fixed", grid(_allowed(fixed, "schedule", sched)[None, :])),
         ("schedule", grid(inter == (cols["vpp"] > 1)[:, None])),
-        ("layers", grid(~two_chunks | (L % (2 * cols["pp"]) == 0)[:, None])),   # 2 chunks per rank
+        ("layers", grid(~two_chunks | (2 * cols["pp"] <= L + model.mtp_layers)[:, None])),   # 2 chunks per rank
         ("fixed", grid(_allowed(fixed, "sequence_parallel", sp)[None, :])),
         ("sp_needs_tp", grid((sp == 0)[None, :] | (t > 1))),
         ("fixed", grid(_allowed(fixed, "zero_stage", zero)[None, :])),
@@ -305,6 +310,7 @@ def enumerate_space(model: ModelSpec, c: SearchConstraints) -> SearchSpace:
     rows, combo = np.nonzero(ok)
     cols = {k: v[rows] for k, v in cols.items()}
     cols.update(schedule=sched[combo], sequence_parallel=sp[combo], zero_stage=zero[combo], recompute=rc[combo])
+    cols, raw_size = _hsdp_axis(cols, c, fixed, count, raw_size, n_dt)
     # rows that share a layer key (step_model.LAYER_KEY_FIELDS) next to each other: the step
     # model then computes each layer's costs once per run of equal keys (stable, so the order
     # within a key is the enumeration's)
@@ -313,6 +319,37 @@ def enumerate_space(model: ModelSpec, c: SearchConstraints) -> SearchSpace:
 
     return SearchSpace(columns=cols, pruned={k: pruned.get(k, 0) for k in RULES if k != "memory"},
                        raw_size=raw_size, dtypes=tuple(c.dtypes), global_batch=gbs)
+
+
+def _hsdp_axis(cols: dict, c: SearchConstraints, fixed: Mapping, count: _Counter, raw_size: int, n_dt: int):
+    """Every ZeRO 1-3 row again with its states sharded over groups of G data-parallel ranks
+    (``zero_shard_group``): one node's, ``hsdp_gpus / tp``, or the values ``--fix`` gives, when
+    G is a proper divisor >= 2 of dp*cp. The raw size grows by the rows tried; those removed
+    are counted under ``hsdp`` (and the plain rows under ``fixed`` when only HSDP is asked)."""
+    n = len(cols["dp"])
+    cols["zero_shard_group"] = np.zeros(n, dtype=np.int64)
+    if "zero_shard_group" in fixed:
+        groups = [int(v) for v in fixed["zero_shard_group"] if int(v) > 0]
+        keep_plain = 0 in fixed["zero_shard_group"]
+    else:
+        groups = [None] if c.hsdp_gpus else []
+        keep_plain = True
+    if not groups:
+        return cols, raw_size
+    dpc = cols["dp"] * cols["cp"]
+    candidate = np.flatnonzero(cols["zero_stage"] >= 1)
+    parts = [cols] if keep_plain else []
+    if not keep_plain:
+        count.pruned["fixed"] = count.pruned.get("fixed", 0) + n * n_dt
+    for g in groups:
+        group = (c.hsdp_gpus // cols["tp"] if g is None else np.full(n, g, dtype=np.int64))[candidate]
+        raw_size += len(candidate) * n_dt
+        ok = count.apply([("hsdp", (group >= 2) & (group < dpc[candidate]) & (dpc[candidate] % np.maximum(group, 1) == 0))],
+                         len(candidate), n_dt)
+        extra = {k: v[candidate[ok]] for k, v in cols.items()}
+        extra["zero_shard_group"] = group[ok]
+        parts.append(extra)
+    return {k: np.concatenate([p[k] for p in parts]) for k in cols}, raw_size
 
 
 def divisibility_only(model: ModelSpec, gpus: tuple[int, int], global_batch: int, max_tp: int,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Callable, Mapping
 
 import numpy as np
@@ -27,7 +27,9 @@ from simulator.step_model import evaluate, memory_parts
 
 #: step-model outputs the planner keeps for every fitting row.
 KEPT_OUTPUTS = ("step_time_s", "step_time_lower_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "memory_bytes",
-                "pipeline_exact") + TIME_PARTS
+                "pipeline_exact", "host_memory_bytes") + TIME_PARTS
+#: per-row plan fields the memory search chooses (``step_model.memory_parts(fit_limit_bytes=...)``)
+CHOSEN_FIELDS = ("recompute_num_layers", "recompute_layers_decrement", "offload_activation_layers")
 #: rows per ``evaluate`` call. The step model makes a few hundred temporary arrays per call; at
 #: 16k rows they stay in cache, and measured throughput is ~1.5-2x that of 200k-row chunks.
 DEFAULT_CHUNK_ROWS = 16_384
@@ -106,6 +108,7 @@ class _Job:
     global_batch: int
     memory_limit_bytes: float
     defaults: tuple = ()              # per dtype: the software stack's ParallelConfig fields
+    memory_search: bool = True        # choose the fewest recomputed / offloaded layers that fit
 
 
 _JOB: _Job | None = None   # set before forking so workers inherit it without pickling
@@ -117,18 +120,24 @@ def _evaluate_chunk(job: _Job, dtype_index: int, start: int, stop: int):
     the very numbers timing the whole chunk would)."""
     defaults = job.defaults[dtype_index] if job.defaults else None
     batch = config_batch(job.columns, job.dtypes[dtype_index], job.global_batch, start, stop, defaults)
-    parts = memory_parts(job.model, job.cluster, job.eff, batch)
+    limit = job.memory_limit_bytes if job.memory_search else None
+    parts = memory_parts(job.model, job.cluster, job.eff, batch, fit_limit_bytes=limit)
     mem = np.asarray(parts["memory_bytes"], dtype=float)
-    fit = np.flatnonzero(mem <= job.memory_limit_bytes)
+    fit = np.flatnonzero((mem <= job.memory_limit_bytes) & np.asarray(parts["host_fits"], dtype=bool))
     if len(fit):
-        fitting_parts = {k: np.broadcast_to(v, mem.shape)[fit] for k, v in parts.items()}
+        fitting_parts = {k: np.asarray(v)[fit] if np.ndim(v) else v for k, v in parts.items()}
+        timed = batch.take(fit)
+        if job.memory_search:
+            timed = replace(timed, **{f: fitting_parts[f"_{f}"].astype(np.int64) for f in CHOSEN_FIELDS})
         # the pipeline makespan of every fitting row by its closed-form estimate and lower bound;
         # ``plan`` computes the exact DAG makespan of the rows that can matter
-        out = evaluate(job.model, job.cluster, job.eff, batch.take(fit), memory_by_part=fitting_parts,
+        out = evaluate(job.model, job.cluster, job.eff, timed, memory_by_part=fitting_parts,
                        exact_pipeline=np.zeros(len(fit), dtype=bool))
         kept = {k: np.asarray(out[k], dtype=float) for k in KEPT_OUTPUTS}
+        for f in CHOSEN_FIELDS:
+            kept[f] = np.asarray(getattr(timed, f), dtype=float)
     else:
-        kept = {k: np.zeros(0) for k in KEPT_OUTPUTS}
+        kept = {k: np.zeros(0) for k in KEPT_OUTPUTS + CHOSEN_FIELDS}
     i_min = int(np.argmin(mem))
     return _ChunkResult(dtype_index, start, stop, start + fit, kept, float(mem[i_min]), start + i_min)
 
@@ -145,12 +154,16 @@ class _ChunkResult:
 
 
 def evaluate_rows_exact(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, space: SearchSpace,
-                        global_batch: int, rows: np.ndarray, dtype_index: np.ndarray, defaults=()) -> dict:
-    """``KEPT_OUTPUTS`` of the given (row, dtype) pairs with the exact pipeline makespan."""
+                        global_batch: int, rows: np.ndarray, dtype_index: np.ndarray, defaults=(),
+                        chosen: Mapping[str, np.ndarray] | None = None) -> dict:
+    """``KEPT_OUTPUTS`` of the given (row, dtype) pairs with the exact pipeline makespan;
+    ``chosen``: the rows' ``CHOSEN_FIELDS`` as the memory search set them."""
     out = {k: np.zeros(len(rows)) for k in KEPT_OUTPUTS}
     for d in np.unique(dtype_index):
         sel = np.flatnonzero(dtype_index == d)
         cols = {k: v[rows[sel]] for k, v in space.columns.items()}
+        for f, values in (chosen or {}).items():
+            cols[f] = np.asarray(values)[sel].astype(np.int64)
         batch = config_batch(cols, space.dtypes[int(d)], global_batch, defaults=defaults[int(d)] if defaults else None)
         res = evaluate(model, cluster, eff, batch)
         for k in KEPT_OUTPUTS:
@@ -169,23 +182,28 @@ def _tasks(n_rows: int, n_dtypes: int, chunk_rows: int) -> list[tuple[int, int, 
 def evaluate_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, space: SearchSpace,
                    global_batch: int, memory_limit_bytes: float, chunk_rows: int = DEFAULT_CHUNK_ROWS,
                    workers: int | None = None,
-                   progress: Callable[[int, int], None] | None = None, defaults: tuple = ()) -> Evaluated:
+                   progress: Callable[[int, int], None] | None = None, defaults: tuple = (),
+                   memory_search: bool = True) -> Evaluated:
     """Evaluate every row of ``space`` in every dtype; keep those with memory <= the limit.
 
     ``workers``: processes (None: all CPUs when the search is large, else 1).
     ``defaults``: per dtype of ``space.dtypes``, the ParallelConfig fields the planner does not
     search (the software stack's, ``simulator.stack_defaults.stack_config_fields``).
     ``progress(done_rows, total_rows)`` is called after each chunk.
+    ``memory_search``: rows that recompute in full get the fewest recomputed layers that fit,
+    rows that do not fit the fewest offloaded layers that make them fit
+    (``step_model.memory_parts(fit_limit_bytes=...)``); their counts are in ``CHOSEN_FIELDS``.
     """
     global _JOB
     t0, c0 = time.perf_counter(), time.process_time()
     n = len(space)
     total = n * len(space.dtypes)
-    job = _Job(model, cluster, eff, space.columns, space.dtypes, global_batch, memory_limit_bytes, tuple(defaults))
+    job = _Job(model, cluster, eff, space.columns, space.dtypes, global_batch, memory_limit_bytes, tuple(defaults),
+               memory_search)
     if workers is None:
         workers = (os.cpu_count() or 1) if total >= PARALLEL_MIN_ROWS else 1
     if n == 0:
-        empty = {k: np.zeros(0) for k in KEPT_OUTPUTS}
+        empty = {k: np.zeros(0) for k in KEPT_OUTPUTS + CHOSEN_FIELDS}
         return Evaluated(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), empty, 0, np.inf, -1, -1)
     if workers > 1:
         # at least two chunks per worker so the work splits evenly
@@ -214,7 +232,7 @@ def evaluate_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel,
     results.sort(key=lambda r: (r.dtype_index, r.start))
     rows = np.concatenate([r.fit_rows for r in results])
     dtype_index = np.concatenate([np.full(len(r.fit_rows), r.dtype_index, dtype=np.int64) for r in results])
-    outputs = {k: np.concatenate([r.kept[k] for r in results]) for k in KEPT_OUTPUTS}
+    outputs = {k: np.concatenate([r.kept[k] for r in results]) for k in KEPT_OUTPUTS + CHOSEN_FIELDS}
     best = min(results, key=lambda r: r.min_memory_bytes)
     return Evaluated(rows=rows, dtype_index=dtype_index, outputs=outputs, evaluated=total,
                      min_memory_bytes=best.min_memory_bytes, min_memory_row=best.min_memory_row,

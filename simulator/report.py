@@ -23,7 +23,10 @@ class StepReport:
         step_time_s: seconds per optimizer step.
         time_breakdown_s: seconds per part (``TIME_PARTS``), summing to ``step_time_s``.
         memory_breakdown_bytes: peak bytes per GPU by part (``MEMORY_PARTS``), summing to
-            ``memory_bytes``; measured on the first pipeline stage.
+            ``memory_bytes``; on the pipeline stage with the most (``extras["memory_stage"]``).
+        stage_memory: per pipeline stage, a dict of its ``layers``, ``in_flight`` (the most
+            micro-batch chunk activation sets it holds), ``memory_bytes``, ``host_memory_bytes``
+            (what offload keeps on the host for one GPU of it) and ``parts_bytes`` (by part).
         tokens_per_s, tokens_per_s_per_gpu: throughput.
         model_tflops_per_gpu, hardware_tflops_per_gpu: achieved TFLOP/s per GPU without / with
             recomputed FLOPs; mfu, hfu as fractions of the dtype's dense peak.
@@ -55,6 +58,7 @@ class StepReport:
     layer_bwd_s: float
     layer_recompute_s: float
     extras: Mapping[str, float] = field(default_factory=dict)
+    stage_memory: tuple = ()
 
     @property
     def headroom_bytes(self) -> float:
@@ -63,5 +67,6 @@ class StepReport:
     def as_dict(self) -> dict:
         d = asdict(self)
         d["config"] = dict(self.config)
+        d["stage_memory"] = [dict(st, parts_bytes=dict(st["parts_bytes"])) for st in self.stage_memory]
         d["headroom_bytes"] = self.headroom_bytes
         return d

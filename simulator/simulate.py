@@ -8,8 +8,8 @@ from model_specs.model_spec import ModelSpec
 from simulator.config_batch import ConfigBatch
 from simulator.parallel_config import ParallelConfig
 from simulator.report import MEMORY_PARTS, TIME_PARTS, StepReport
-from simulator.step_model import evaluate
-from simulator.validate_config import check_config
+from simulator.step_model import evaluate, memory_parts
+from simulator.validate_config import check_cluster, check_config
 
 
 def simulate(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig,
@@ -22,8 +22,17 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig,
     planner ranks by (``simulator.step_pipeline``).
     """
     check_config(model, config, n_gpus)
+    check_cluster(cluster, config)
     eff = efficiency if efficiency is not None else efficiency_for_cluster(cluster)
-    out = evaluate(model, cluster, eff, ConfigBatch.from_configs([config]))
+    batch = ConfigBatch.from_configs([config])
+    mem = memory_parts(model, cluster, eff, batch, detail=True)
+    out = evaluate(model, cluster, eff, batch, memory_by_part=mem)
+    stages = tuple({"stage": s, "layers": float(mem["_stage_layers"][0, s]),
+                    "in_flight": float(mem["_stage_in_flight"][0, s]),
+                    "memory_bytes": float(mem["_stage_memory_bytes"][0, s]),
+                    "host_memory_bytes": float(mem["_stage_host_memory_bytes"][0, s]),
+                    "parts_bytes": {k: float(mem[f"_stage_{k}"][0, s]) for k in MEMORY_PARTS}}
+                   for s in range(config.pp))
     v = {k: (x.item() if hasattr(x, "item") else x) for k, x in ((k, x[0]) for k, x in out.items())}
     report = StepReport(
         model=model.name, cluster=cluster.name, gpu=cluster.gpu.name, n_gpus=config.n_gpus,
@@ -36,7 +45,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig,
         memory_bytes=v["memory_bytes"], memory_breakdown_bytes={k: v[k] for k in MEMORY_PARTS},
         hbm_bytes=v["hbm_bytes"], fits=bool(v["fits"]), num_microbatches=int(round(v["num_microbatches"])),
         layer_fwd_s=v["layer_fwd_s"], layer_bwd_s=v["layer_bwd_s"], layer_recompute_s=v["layer_recompute_s"],
-        extras={k: v[k] for k in EXTRAS},
+        extras={k: v[k] for k in EXTRAS}, stage_memory=stages,
     )
     return report
 
@@ -44,4 +53,5 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig,
 #: step-model outputs a ``StepReport`` carries in ``extras``
 EXTRAS = ("tp_comm_total_s", "dp_comm_total_s", "microbatch_stage_time_s", "params_local", "layer_w_s",
           "p2p_per_microbatch_s", "pipeline_makespan_s", "busiest_stage", "busiest_stage_layers",
-          "first_stage_layers", "last_stage_layers", "memory_stage")
+          "first_stage_layers", "last_stage_layers", "memory_stage", "host_memory_bytes", "host_memory_node_bytes",
+          "expert_params_local")

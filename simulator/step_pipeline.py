@@ -161,7 +161,7 @@ def _layout_cells(num_layers: int, mtp_layers: int, moe, kind: ScheduleKind, p: 
     return out
 
 
-def layer_split_counts(model, batch, idx, cells: dict, v: int) -> dict:
+def layer_split_counts(model, batch, idx, cells: dict, v: int, stage_rc=None, offload=None) -> dict:
     """Per (row, stage, chunk) cell of the rows ``idx``: the layers recomputed in full
     (``rc_dense``, ``rc_moe``), the layer inputs kept for them (``rc_inputs``), and the layers
     whose activations are offloaded to the host (``off_dense``, ``off_moe``).
@@ -171,7 +171,9 @@ def layer_split_counts(model, batch, idx, cells: dict, v: int) -> dict:
     of each chunk on stage s (k = ``recompute_layers_decrement``) and keeps one input each;
     ``uniform`` recomputes every layer and keeps one input per group of N (Megatron
     ``--recompute-method``). Activation offload takes the next ``offload_activation_layers``
-    layers of each chunk among those not recomputed."""
+    layers of each chunk among those not recomputed. ``stage_rc`` ((rows, p)) and ``offload``
+    ((rows,)) override the block counts per stage and the offloaded layers (the planner's
+    search for the fewest that fit)."""
     dense, moe = cells["dense"], cells["moe"]
     n = dense + moe
     start = cells["start"]
@@ -183,10 +185,13 @@ def layer_split_counts(model, batch, idx, cells: dict, v: int) -> dict:
     stage = np.arange(p, dtype=float)[None, :, None]
     full = rc == _FULL_CODE
     block_n = np.where(nl > 0, np.minimum(np.maximum(nl - stage * dec, 0.0), n), n)
+    if stage_rc is not None:
+        block_n = np.minimum(np.asarray(stage_rc, dtype=float)[:, :, None], n)
     n_rc = np.where(full, np.where(uniform, n, block_n), 0.0)
     inputs = np.where(full & uniform & (nl > 0), np.ceil(n / np.maximum(nl, 1.0)), n_rc)
     rc_moe = moe_layers_before(start + n_rc, model) - moe_layers_before(start, model)
-    n_off = np.minimum(_rows(batch.offload_activation_layers, idx)[:, None, None], n - n_rc)
+    off = _rows(batch.offload_activation_layers, idx) if offload is None else np.asarray(offload, dtype=float)
+    n_off = np.minimum(off[:, None, None], n - n_rc)
     off_moe = moe_layers_before(start + n_rc + n_off, model) - moe_layers_before(start + n_rc, model)
     return {"rc_dense": n_rc - rc_moe, "rc_moe": rc_moe + 0.0, "rc_inputs": inputs,
             "off_dense": n_off - off_moe, "off_moe": off_moe + 0.0}

@@ -11,6 +11,35 @@ def _divisors(n: int, limit: int = 64) -> str:
     return ", ".join(map(str, ds))
 
 
+def _positions(c: ParallelConfig) -> int:
+    """Forward positions of the configuration's schedule: p * chunks (DualPipe: p per copy)."""
+    if c.schedule == Schedule.DUALPIPE:
+        return c.pp
+    if c.schedule == Schedule.ZB_V:
+        return 2 * c.pp
+    return c.pp * c.vpp
+
+
+def _check_layout(model: ModelSpec, c: ParallelConfig) -> None:
+    if not c.pipeline_layout:
+        return
+    from simulator.layout_string import parse_layout
+    what = {Schedule.DUALPIPE: f"DualPipe on pp={c.pp} (one model copy's positions; the other mirrors it)",
+            Schedule.ZB_V: f"ZB-V on pp={c.pp} (2 chunks per rank)"}.get(c.schedule, f"pp*vpp = {c.pp}*{c.vpp}")
+    parse_layout(c.pipeline_layout).check(model.num_layers, model.mtp_layers, _positions(c), what)
+
+
+def check_cluster(cluster, config: ParallelConfig) -> None:
+    """Raise ``InputError`` if ``config`` needs what ``cluster``'s file does not state (the host
+    link and memory bandwidth offload runs over)."""
+    if (config.offload_activation_layers or config.offload_optimizer_fraction) and cluster.host is None:
+        raise InputError("offload", f"cluster {cluster.name} states no host link (GPU to host memory)",
+                         "add host: {link, link_bw_gb_per_s, memory_gib, memory_bw_gb_per_s} to its YAML, or do not offload")
+    if config.offload_optimizer_fraction and cluster.host.memory_bw_bytes_per_s is None:
+        raise InputError("offload_optimizer_fraction", f"cluster {cluster.name} states no host memory bandwidth for "
+                         "the host's optimizer step", "add host: {memory_bw_gb_per_s: ...} to its YAML")
+
+
 def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = None) -> None:
     """Raise ``InputError`` if ``config`` cannot run ``model`` (on ``n_gpus`` GPUs)."""
     c = config
@@ -29,8 +58,9 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
         raise InputError("pp", f"pp={c.pp} exceeds the {model.num_layers} layers")
     # Megatron may count the embedding and the loss as one layer each when splitting
     # (account_for_embedding/loss_in_pipeline_split), so L or L + 2 must divide into chunks.
+    custom = bool(c.uneven_layers or c.pipeline_layout or c.first_stage_layers or c.last_stage_layers)
     if c.vpp > 1 and model.num_layers % (c.pp * c.vpp) and (model.num_layers + 2) % (c.pp * c.vpp) \
-            and not c.uneven_layers:
+            and not custom:
         raise InputError("vpp", f"{model.num_layers} layers do not split into pp*vpp = {c.pp}*{c.vpp} "
                          "equal chunks", "choose pp*vpp dividing the layer count (or layers + 2), or "
                          "allow a custom layout with --uneven-layers")
@@ -40,9 +70,30 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
         raise InputError("global_batch", f"interleaved 1F1B needs the micro-batch count "
                          f"({c.num_microbatches}) to be a multiple of pp={c.pp}",
                          f"use a global batch that is a multiple of {c.pp * c.dp * c.micro_batch}")
-    if c.schedule in (Schedule.ZB_V, Schedule.DUALPIPE) and model.num_layers % (2 * c.pp):
+    if c.schedule in (Schedule.ZB_V, Schedule.DUALPIPE) and model.num_layers % (2 * c.pp) and not custom:
         raise InputError("schedule", f"{c.schedule.value} puts 2 chunks on each of pp={c.pp} ranks; "
-                         f"{model.num_layers} layers do not divide by {2 * c.pp}")
+                         f"{model.num_layers} layers do not divide by {2 * c.pp}",
+                         "allow an uneven split with --uneven-layers (the first and last chunks lighter) or give "
+                         "--pipeline-layout")
+    if c.schedule in (Schedule.ZB_V, Schedule.DUALPIPE) and 2 * c.pp > model.num_layers + model.mtp_layers:
+        raise InputError("pp", f"{c.schedule.value} needs 2*pp = {2 * c.pp} chunks, more than the "
+                         f"{model.num_layers + model.mtp_layers} layers", "choose a smaller pp")
+    _check_layout(model, c)
+    if (c.first_stage_layers or c.last_stage_layers) and not c.pipeline_layout:
+        chunks = _positions(c) // c.pp
+        rest = model.num_layers + model.mtp_layers - c.first_stage_layers - c.last_stage_layers
+        middle = _positions(c) - 2 * chunks
+        if rest < 0 or (middle == 0 and rest != 0) or (middle > 0 and rest < 0):
+            raise InputError("first_stage_layers", f"first + last stage layers ({c.first_stage_layers} + "
+                             f"{c.last_stage_layers}) leave {rest} of the {model.num_layers + model.mtp_layers} layers "
+                             f"for the other {c.pp - 2} stages", "give first/last counts that leave the rest >= 0")
+    if c.recompute_modules:
+        if "mla_up_proj" in c.recompute_modules and model.mla is None:
+            raise InputError("recompute_modules", f"mla_up_proj recomputes multi-latent attention, which "
+                             f"{model.name} does not have", "drop mla_up_proj")
+        if "moe_dispatch" in c.recompute_modules and model.moe is None:
+            raise InputError("recompute_modules", f"moe_dispatch recomputes the expert dispatch; {model.name} has "
+                             "no experts", "drop moe_dispatch")
     if model.seq_len % c.cp:
         raise InputError("cp", f"cp={c.cp} does not divide the sequence length {model.seq_len}",
                          f"choose cp from {_divisors(model.seq_len)}")

@@ -36,13 +36,17 @@ TIME_MEANING = {
     "dp_comm_exposed_s": "data-parallel gradient reduction not hidden under backward",
     "sync_wait_s": "waiting for the slowest rank at synchronisations (compute jitter)",
     "optimizer_s": "optimizer step (Adam, memory-bound)",
+    "offload_exposed_s": "host offload transfers (and host optimizer step) not hidden",
 }
 MEMORY_MEANING = {
-    "weights_bytes": "16-bit weights (and an 8-bit copy for fp8 GEMMs)",
+    "weights_bytes": "16-bit weights (and the 8-bit copies of low-precision GEMMs)",
     "gradients_bytes": "fp32 main gradients",
-    "optimizer_bytes": "fp32 master weights, Adam m and v",
+    "optimizer_bytes": "fp32 master weights, Adam m and v (less what is offloaded)",
     "activations_bytes": "stored activations of in-flight micro-batches",
-    "logits_bytes": "logits kept for the loss",
+    "logits_bytes": "logits kept for the loss (and each MTP head)",
+    "recompute_buffers_bytes": "full activations of the layer being recomputed",
+    "offload_buffers_bytes": "staging of activation copies to and from the host",
+    "moe_dispatch_bytes": "one MoE layer's token exchange buffers",
     "zero3_buffers_bytes": "ZeRO-3 gathered-parameter buffers",
     "allocator_bytes": "allocator fragmentation + CUDA/NCCL workspaces",
 }
@@ -114,7 +118,16 @@ def build_inputs(opts: dict) -> tuple[ModelSpec, object, ParallelConfig, int | N
         recompute=opts["recompute"], sequence_parallel=sp, dtype=opts["dtype"],
         schedule=schedule, cp_kind=opts["cp_kind"], moe_load_imbalance=opts["moe_load_imbalance"],
         first_stage_layers=opts.get("first_stage_layers") or 0, last_stage_layers=opts.get("last_stage_layers") or 0,
-        uneven_layers=bool(opts.get("uneven_layers")), **software,
+        uneven_layers=bool(opts.get("uneven_layers")),
+        recompute_num_layers=opts.get("recompute_num_layers") or 0,
+        recompute_method=opts.get("recompute_method") or "block",
+        recompute_layers_decrement=opts.get("recompute_layers_decrement") or 0,
+        recompute_modules=opts.get("recompute_modules") or (),
+        offload_activation_layers=opts.get("offload_activation_layers") or 0,
+        offload_optimizer_fraction=opts.get("offload_optimizer_fraction") or 0.0,
+        zero_shard_group=opts.get("zero_shard_group") or 0,
+        pipeline_layout=opts.get("pipeline_layout") or "",
+        loss_chunk_tokens=opts.get("loss_chunk_tokens") or 0, **software,
     )
     cluster.gpu.peak_flops(config.dtype)      # a dtype the chip lacks is an input error, up front
     return model, cluster, config, gpus
@@ -182,23 +195,61 @@ def render(report: StepReport, model: ModelSpec, cluster) -> str:
     lines.append(format_table(rows, ["metric", "value"], align="lr", indent="  ").rstrip())
 
     hbm = report.hbm_bytes
-    lines += ["", "memory per GPU (first pipeline stage, peak)"]
+    stage = int(report.extras.get("memory_stage", 0))
+    lines += ["", f"memory per GPU (peak, on pipeline stage {stage} of {c['pp']})"]
     rows = [[k.removesuffix("_bytes"), f"{v / GIB:.2f}", _pct(v, hbm), MEMORY_MEANING.get(k, "")]
             for k, v in report.memory_breakdown_bytes.items()]
     rows.append(["total", f"{report.memory_bytes / GIB:.2f}", _pct(report.memory_bytes, hbm), "peak bytes per GPU"])
     rows.append(["hbm", f"{hbm / GIB:.2f}", "100.0", f"{report.gpu} device memory"])
     lines.append(format_table(rows, ["part", "mem_gib", "pct_of_hbm", "what"], align="lrrl", indent="  ").rstrip())
+    if report.stage_memory and len(report.stage_memory) > 1:
+        lines += ["", "memory per GPU by pipeline stage (GiB)"]
+        lines.append(stage_memory_table(report.stage_memory))
+    host = report.extras.get("host_memory_bytes", 0.0)
+    if host > 0:
+        node = report.extras.get("host_memory_node_bytes", 0.0)
+        limit = cluster.host.memory_bytes if cluster.host is not None else None
+        stated = f" of {limit / GIB:,.0f} GiB" if limit else " (host memory per node not in the cluster file: unchecked)"
+        lines.append(f"host memory for offload: {host / GIB:.2f} GiB per GPU, {node / GIB:,.1f} GiB per node{stated}")
 
     lines.append("")
     head = report.headroom_bytes / GIB
     if report.fits:
         lines.append(f"fits: yes ({head:.2f} GiB headroom per GPU)")
+    elif report.memory_bytes <= hbm:
+        lines.append("fits: NO (the host memory offload needs exceeds the node's; offload less)")
     else:
         big_name, big = max(report.memory_breakdown_bytes.items(), key=lambda kv: kv[1])
-        lines.append(f"fits: NO (over by {-head:.2f} GiB per GPU; largest part {big_name.removesuffix('_bytes')} "
-                     f"{big / GIB:.2f} GiB; try recompute, more tp/pp, or a ZeRO stage)")
+        lines.append(f"fits: NO (over by {-head:.2f} GiB per GPU on stage {stage}; largest part "
+                     f"{big_name.removesuffix('_bytes')} {big / GIB:.2f} GiB; try recompute (--recompute-num-layers), "
+                     f"offload, more tp/pp, uneven stages, or a ZeRO stage)")
     lines.append(why_line(report))
     return "\n".join(lines) + "\n"
+
+
+#: memory parts shown per stage (the rest are folded into "other")
+_STAGE_COLUMNS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "logits_bytes")
+
+
+def stage_memory_table(stages) -> str:
+    """One row per pipeline stage: its layers, in-flight chunk sets and memory parts (GiB);
+    runs of identical stages are folded into one row (``1-13``)."""
+    rows, prev, start = [], None, 0
+    keyed = []
+    for i, st in enumerate(stages):
+        parts = st["parts_bytes"]
+        other = sum(v for k, v in parts.items() if k not in _STAGE_COLUMNS)
+        cells = [f"{st['layers']:g}", f"{st['in_flight']:g}"] + [f"{parts[k] / GIB:.2f}" for k in _STAGE_COLUMNS] \
+            + [f"{other / GIB:.2f}", f"{st['memory_bytes'] / GIB:.2f}"]
+        keyed.append(cells)
+    for i, cells in enumerate(keyed + [None]):
+        if cells != prev:
+            if prev is not None:
+                label = str(start) if i - 1 == start else f"{start}-{i - 1}"
+                rows.append([label] + prev)
+            prev, start = cells, i
+    headers = ["stage", "layers", "in_flight", "weights", "grads", "optim", "activ", "logits", "other", "total"]
+    return format_table(rows, headers, align="l" + "r" * (len(headers) - 1), indent="  ").rstrip()
 
 
 # --------------------------------------------------------------------------------------------
@@ -307,6 +358,32 @@ POS = click.IntRange(min=1)
               help="Layers on the last pipeline stage (Megatron --decoder-last-pipeline-num-layers); 0 = even split.")
 @click.option("--uneven-layers", is_flag=True,
               help="Allow layer counts that do not divide over the stages: first and last stages one layer lighter.")
+@click.option("--pipeline-layout", metavar="LAYOUT",
+              help="Megatron layout string (--pipeline-model-parallel-layout): stages in forward order separated by "
+                   "'|', E embedding, t layer, m MTP module, L loss, x*n and (...)*n repeat; e.g. 'Et*3|(tt|)*29,m|L'.")
+@click.option("--recompute-num-layers", type=click.IntRange(0), metavar="N",
+              help="With --recompute full: layers per model chunk recomputed (Megatron --recompute-num-layers); "
+                   "0 = every layer.")
+@click.option("--recompute-method", type=click.Choice(["block", "uniform"]),
+              help="block: the first N layers of each chunk, the rest keep their activations; uniform: every layer "
+                   "in groups of N, one input kept per group [default: block].")
+@click.option("--recompute-layers-decrement", type=click.IntRange(0), metavar="K",
+              help="Stage s recomputes max(N - s*K, 0) layers per chunk (NeMo activations_checkpoint_layers_per_pipeline).")
+@click.option("--recompute-modules", metavar="LIST",
+              help="Operations recomputed in the layers not recomputed in full, comma-separated: core_attn, layernorm, "
+                   "mlp_act, mla_up_proj, moe_dispatch (Megatron --recompute-modules); implies selective.")
+@click.option("--offload-activation-layers", type=click.IntRange(0), metavar="N",
+              help="Layers per model chunk whose activations go to host memory between forward and backward "
+                   "(Megatron/TE --cpu-offloading-num-layers), over the cluster's host link.")
+@click.option("--offload-optimizer-fraction", type=click.FloatRange(0.0, 1.0), metavar="F",
+              help="Share of the optimizer states and step kept on the host (ZeRO-Offload, Megatron "
+                   "--optimizer-offload-fraction).")
+@click.option("--zero-shard-group", type=click.IntRange(0), metavar="G",
+              help="Hybrid sharding (HSDP): ZeRO shards over groups of G of the dp*cp ranks and replicates across "
+                   "groups; 0 = all of them.")
+@click.option("--loss-chunk-tokens", type=click.IntRange(0), metavar="N",
+              help="Compute the loss over chunks of N tokens (chunked / fused linear cross-entropy): only one chunk's "
+                   "logits exist at a time; 0 = all at once.")
 @click.option("--json", "as_json", is_flag=True, help="Print StepReport.as_dict() as JSON (SI units: seconds, bytes, FLOPs).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Write the event-level pipeline timeline as a Chrome/Perfetto trace (JSON).")
 @click.option("--gantt", "gantt_path", type=click.Path(dir_okay=False), help="Draw the event-level pipeline timeline to a PNG.")
@@ -318,9 +395,13 @@ def command(as_json: bool, trace_path: str | None, gantt_path: str | None, **opt
     GPU, MFU, HFU), memory per GPU by part (GiB and % of HBM) and one line on why.
 
     \b
-    Example:
+    Examples:
       paraplan simulate --model llama3-70b --cluster dgx-h100 --gpus 64 \\
           --tp 4 --pp 4 --micro-batch 1 --global-batch 128 --recompute selective --sequence-parallel
+      paraplan simulate -m llama3.1-405b -c dgx-h100 -n 8192 --tp 8 --pp 16 --global-batch 2048 \\
+          --first-stage-layers 7 --last-stage-layers 7 --zero 1 --recompute full --recompute-num-layers 2
+      paraplan simulate -m deepseek-v3 -c h800-node -n 2048 --pp 16 --ep 64 --schedule dualpipe \\
+          --uneven-layers --zero 1 --dtype fp8 --global-batch 15360 --recompute-modules layernorm,mla_up_proj,mlp_act
     """
     for field, path in (("--trace", trace_path), ("--gantt", gantt_path)):
         if path is not None:
