@@ -35,8 +35,9 @@ class HostSpec:
 
     Attributes:
         link: kind of the GPU-host link (``pcie-gen4-x16``, ``pcie-gen5-x16``, ``nvlink-c2c``).
-        link_bw_bytes_per_s: bandwidth per GPU, one direction, bytes/s (what one GPU gets when
-            every GPU of the node transfers at once).
+        link_bw_bytes_per_s: bandwidth of each GPU's own link to the host, one direction,
+            bytes/s; where GPUs share the link (two GB200 GPUs per Grace) the file gives the share.
+            What lies behind the link (PCIe switch uplinks, the CPUs' memory) is not modelled.
         memory_bytes: host memory per node, bytes; None = not stated (offload then unchecked).
         memory_bw_bytes_per_s: host memory bandwidth per node, bytes/s (an optimizer step on
             the host streams its states at this); None = not stated.

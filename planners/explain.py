@@ -5,14 +5,23 @@ from model_specs.model_spec import ModelSpec
 from planners.search_space import RULES
 from simulator.report import TIME_PARTS
 
-_COMPARED = ("n_gpus", "dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage", "recompute",
-             "sequence_parallel", "schedule", "dtype")
+_COMPARED = ("n_gpus", "dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage", "zero_shard_group",
+             "recompute", "recompute_num_layers", "offload_activation_layers", "sequence_parallel", "schedule", "dtype")
 
 
 def _config_text(row) -> str:
     sp = "on" if row["sequence_parallel"] else "off"
+    extra = ""
+    if row.get("recompute_num_layers", 0):
+        extra += f" recompute_num_layers={row['recompute_num_layers']}"
+        if row.get("recompute_layers_decrement", 0):
+            extra += f"(-{row['recompute_layers_decrement']}/stage)"
+    if row.get("offload_activation_layers", 0):
+        extra += f" offload_layers={row['offload_activation_layers']}"
+    if row.get("zero_shard_group", 0):
+        extra += f" shard_group={row['zero_shard_group']}"
     return (f"dp={row['dp']} tp={row['tp']} pp={row['pp']} cp={row['cp']} ep={row['ep']} vpp={row['vpp']} "
-            f"micro_batch={row['micro_batch']} zero={row['zero_stage']} recompute={row['recompute']} "
+            f"micro_batch={row['micro_batch']} zero={row['zero_stage']} recompute={row['recompute']}{extra} "
             f"sp={sp} schedule={row['schedule']} {row['dtype']}")
 
 
@@ -47,8 +56,58 @@ def stage_layers_text(stage_layers) -> str:
     return ", ".join(f"{n} x{k}" if k > 1 else str(n) for n, k in runs)
 
 
-def explain_text(result, model: ModelSpec) -> str:
-    """The ``--explain`` text of a ``PlanResult``."""
+GIB = 2**30
+
+
+def memory_feature_notes(model: ModelSpec, cluster, eff, config, limit_bytes: float) -> list[str]:
+    """Lines saying which memory features the plan ``config`` needs to fit under
+    ``limit_bytes``: for partial recomputation, activation offload and optimizer offload, the
+    memory without it (and, for recomputation, the step time with every layer recomputed)."""
+    from dataclasses import replace
+
+    from simulator.config_batch import ConfigBatch
+    from simulator.step_model import evaluate, memory_parts
+
+    def mem(c):
+        return float(memory_parts(model, cluster, eff, ConfigBatch.from_configs([c]))["memory_bytes"][0])
+
+    def step(c):
+        return float(evaluate(model, cluster, eff, ConfigBatch.from_configs([c]))["step_time_s"][0])
+
+    notes = []
+    base = mem(config)
+    limit = limit_bytes / GIB
+    if config.recompute_num_layers:
+        none = replace(config, recompute="none", recompute_num_layers=0, recompute_layers_decrement=0)
+        full = replace(config, recompute_num_layers=0, recompute_layers_decrement=0)
+        dec = (f", {config.recompute_layers_decrement} fewer per later stage" if config.recompute_layers_decrement
+               else "")
+        t, t_full = step(config), step(full)
+        notes.append(f"recomputes {config.recompute_num_layers} layer(s) per chunk in full{dec}: "
+                     f"{base / GIB:.1f} GiB; without recomputation {mem(none) / GIB:.1f} GiB "
+                     f"({'does not fit' if mem(none) > limit_bytes else 'fits'} in {limit:.1f}); recomputing every "
+                     f"layer would cost {t_full - t:+.3g} s per step")
+    if config.offload_activation_layers:
+        without = mem(replace(config, offload_activation_layers=0))
+        notes.append(f"offloads the activations of {config.offload_activation_layers} layer(s) per chunk to the host: "
+                     f"{base / GIB:.1f} GiB; without offload {without / GIB:.1f} GiB "
+                     f"({'does not fit' if without > limit_bytes else 'fits'} in {limit:.1f})")
+    if config.offload_optimizer_fraction:
+        without = mem(replace(config, offload_optimizer_fraction=0.0))
+        notes.append(f"keeps {100 * config.offload_optimizer_fraction:.0f}% of the optimizer on the host: "
+                     f"without it {without / GIB:.1f} GiB")
+    if config.zero_shard_group:
+        plain = replace(config, zero_shard_group=0)
+        notes.append(f"shards ZeRO-{config.zero_stage} states over groups of {config.zero_shard_group} and replicates "
+                     f"across {config.dp * config.cp // config.zero_shard_group} (HSDP): {base / GIB:.1f} GiB, "
+                     f"{step(plain) - step(config):+.3g} s per step faster than sharding over all "
+                     f"{config.dp * config.cp} ({mem(plain) / GIB:.1f} GiB)")
+    return notes
+
+
+def explain_text(result, model: ModelSpec, memory_notes=()) -> str:
+    """The ``--explain`` text of a ``PlanResult`` (``memory_notes``: ``memory_feature_notes``
+    of the winner)."""
     plans = result.plans
     lines = []
     lo, hi = result.gpus
@@ -97,6 +156,10 @@ def explain_text(result, model: ModelSpec) -> str:
             why.append("the winner pays more for " + ", ".join(f"{p} ({-d:.3g} s)" for d, p in costs[:2]))
         if why:
             lines.append("why: " + "; ".join(why) + ".")
+    if memory_notes:
+        lines.append("")
+        lines.append("winner's memory features (and whether it would fit without each):")
+        lines.extend("  " + note for note in memory_notes)
     if result.stage_assignment is not None:
         sa = result.stage_assignment
         lines.append("")

@@ -29,7 +29,7 @@ from hardware_specs.errors import InputError
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from planners import infeasible
-from planners.explain import explain_text
+from planners.explain import explain_text, memory_feature_notes
 from planners.search_space import (DEFAULT_SCHEDULES, FIXABLE, RECOMPUTE_NAMES, SCHEDULE_NAMES,
                                    SearchConstraints, enumerate_space)
 from planners.stage_assignment import StageAssignment, stage_assignment_for
@@ -385,8 +385,9 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
     stages = None
     if assign_stages:
         stages = stage_assignment_for(model, cluster, eff, result.best_config, limit)
+    notes = memory_feature_notes(model, cluster, eff, result.best_config, limit)
     result = replace(result, stage_assignment=stages, wall_s=time.perf_counter() - t0)
-    return replace(result, explain=explain_text(result, model))
+    return replace(result, explain=explain_text(result, model, notes))
 
 
 def _ranked_table(space, ev, gbs: int, hbm_bytes: float) -> pd.DataFrame:

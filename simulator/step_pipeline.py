@@ -171,7 +171,8 @@ def layer_split_counts(model, batch, idx, cells: dict, v: int, stage_rc=None, of
     of each chunk on stage s (k = ``recompute_layers_decrement``) and keeps one input each;
     ``uniform`` recomputes every layer and keeps one input per group of N (Megatron
     ``--recompute-method``). Activation offload takes the next ``offload_activation_layers``
-    layers of each chunk among those not recomputed. ``stage_rc`` ((rows, p)) and ``offload``
+    layers of each chunk among those not recomputed, never the chunk's last (Transformer
+    Engine's offload context offloads at most layers - 1). ``stage_rc`` ((rows, p)) and ``offload``
     ((rows,)) override the block counts per stage and the offloaded layers (the planner's
     search for the fewest that fit)."""
     dense, moe = cells["dense"], cells["moe"]
@@ -191,7 +192,9 @@ def layer_split_counts(model, batch, idx, cells: dict, v: int, stage_rc=None, of
     inputs = np.where(full & uniform & (nl > 0), np.ceil(n / np.maximum(nl, 1.0)), n_rc)
     rc_moe = moe_layers_before(start + n_rc, model) - moe_layers_before(start, model)
     off = _rows(batch.offload_activation_layers, idx) if offload is None else np.asarray(offload, dtype=float)
-    n_off = np.minimum(off[:, None, None], n - n_rc)
+    # Transformer Engine's offload context keeps the chunk's last layer (it offloads at most
+    # layers - 1: get_cpu_offload_context's num_layers <= model_layers - 1)
+    n_off = np.minimum(np.minimum(off[:, None, None], n - n_rc), np.maximum(n - 1.0, 0.0))
     off_moe = moe_layers_before(start + n_rc + n_off, model) - moe_layers_before(start + n_rc, model)
     return {"rc_dense": n_rc - rc_moe, "rc_moe": rc_moe + 0.0, "rc_inputs": inputs,
             "off_dense": n_off - off_moe, "off_moe": off_moe + 0.0}

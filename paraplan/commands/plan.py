@@ -26,7 +26,7 @@ from simulator.parallel_config import Recompute, Schedule
 POS = click.IntRange(min=1)
 #: show a progress bar once the evaluation has run this long, seconds.
 PROGRESS_AFTER_S = 1.0
-_EXPLICIT = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero", "recompute", "schedule")
+_EXPLICIT = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero", "recompute", "schedule", "zero_shard_group")
 
 
 class _LazyBar:
@@ -165,7 +165,7 @@ def _csv(df) -> str:
 @click.option("--max-tp", type=POS, help="Largest tensor-parallel degree [default: the cluster's GPUs per node].")
 @click.option("--fix", "fix", multiple=True, metavar="NAME=VALUE",
               help="Fix a dimension (repeatable; VALUE may list choices: --fix pp=4,8). Names: dp tp pp cp ep vpp "
-                   "micro_batch zero recompute sequence_parallel schedule.")
+                   "micro_batch zero recompute sequence_parallel schedule zero_shard_group.")
 @click.option("--dp", type=POS, help="Fix the data-parallel degree.")
 @click.option("--tp", type=POS, help="Fix the tensor-parallel degree.")
 @click.option("--pp", type=POS, help="Fix the pipeline-parallel degree.")
@@ -180,6 +180,14 @@ def _csv(df) -> str:
               help="Fix the pipeline schedule (default: 1f1b, interleaved when vpp > 1).")
 @click.option("--headroom-gib", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
               help="Memory to leave free per GPU, GiB.")
+@click.option("--zero-shard-group", type=click.IntRange(0), metavar="G",
+              help="Fix hybrid sharding: ZeRO shards over groups of G data-parallel ranks (0 = all of them) "
+                   "[default: try both all ranks and one node's].")
+@click.option("--memory-search/--no-memory-search", default=True, show_default=True,
+              help="Give each plan that recomputes in full the fewest recomputed layers per chunk that fit (stage by "
+                   "stage), and each plan that fits no other way the fewest layers offloaded to the host.")
+@click.option("--hsdp/--no-hsdp", default=True, show_default=True,
+              help="Also try ZeRO 1-3 sharded within a node and replicated across nodes (HSDP).")
 @click.option("--dtype", "dtypes", multiple=True, type=click.Choice(list(KNOWN_DTYPES)),
               help="GEMM dtype to allow (repeatable) [default: the GPU's 16-bit type].")
 @click.option("--stack", default="megatron-core", show_default=True, metavar="NAME",
@@ -194,11 +202,14 @@ def _csv(df) -> str:
                    "flags; torchtitan 0.3.0: a config module; DeepSpeed 0.19.8: JSON, recipe on stderr) "
                    "instead of the table, and say how much slower it is than the unrestricted winner.")
 def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, top, max_tp, fix, headroom_gib,
-            dtypes, stack, as_json, as_csv, pareto, explain, max_micro_batch, emit, **explicit) -> None:
+            dtypes, stack, as_json, as_csv, pareto, explain, max_micro_batch, emit, memory_search, hsdp,
+            **explicit) -> None:
     """Find the parallel configurations of MODEL on CLUSTER with the highest throughput that fit
     in memory: every factorisation of the GPUs over dp x tp x pp x cp (x ep), virtual pipeline
-    stages, micro-batch, ZeRO 0-3, recomputation and sequence parallelism, scored by the same
-    step model as `paraplan simulate`.
+    stages, micro-batch, ZeRO 0-3 (and hybrid sharding within a node), recomputation and sequence
+    parallelism, scored by the same step model as `paraplan simulate`. A plan that recomputes in
+    full recomputes only the layers it needs to fit; one that fits no other way offloads the fewest
+    layers' activations to the host (--no-memory-search turns both off).
 
     \b
     Examples:
@@ -225,7 +236,8 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
     try:
         result = plan(spec, cl, parse_gpus(gpus), global_batch, global_batch_tokens=global_batch_tokens,
                       max_tp=max_tp, fixed=fixed, headroom_gib=headroom_gib, dtypes=dtypes or None,
-                      max_micro_batch=max_micro_batch, progress=bar, stack=stack)
+                      max_micro_batch=max_micro_batch, progress=bar, stack=stack, memory_search=memory_search,
+                      hsdp=hsdp)
     finally:
         bar.close()
     is_range = result.gpus[0] != result.gpus[1]

@@ -161,3 +161,19 @@ def stage_layer_counts(num_layers: int, pp: int, vpp: int = 1, mtp_layers: int =
         raise InputError(field, f"the layout {counts} (+{mtp_layers} MTP) does not hold the {num_layers} layers "
                          "with at least one per chunk", "choose other stage counts or fewer stages")
     return tuple(counts)
+
+
+#: the memory features a plan may use (``ParallelConfig`` fields; 0 / empty = not used)
+MEMORY_FEATURES = ("recompute_num_layers", "recompute_layers_decrement", "recompute_modules",
+                   "offload_activation_layers", "offload_optimizer_fraction", "zero_shard_group", "pipeline_layout",
+                   "loss_chunk_tokens")
+
+
+def refuse_memory_features(p: dict, release: str, supported: tuple = ()) -> None:
+    """Raise ``InputError`` naming the first memory feature of plan ``p`` that ``release`` cannot
+    run as planned (those in ``supported`` are handled by the caller)."""
+    for name in MEMORY_FEATURES:
+        if name in supported or not p.get(name):
+            continue
+        raise InputError(name, f"this {release} export does not write {name} (the plan uses {p[name]!r})",
+                         f"plan without it (paraplan plan --no-memory-search / --no-hsdp), or emit megatron")

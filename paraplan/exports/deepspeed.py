@@ -29,7 +29,7 @@ import json
 from typing import Any
 
 from hardware_specs.errors import InputError
-from paraplan.exports.common import plan_fields, require_model, stage_layer_counts, summary
+from paraplan.exports.common import plan_fields, refuse_memory_features, require_model, stage_layer_counts, summary
 from simulator.parallel_config import Recompute, Schedule
 
 NAME = "deepspeed"
@@ -52,6 +52,10 @@ def can_run(plan_row: Any) -> bool:
 
 def _check(p: dict) -> None:
     model = require_model(p, RELEASE)
+    refuse_memory_features(p, RELEASE, supported=("offload_optimizer_fraction",))
+    if p.get("offload_optimizer_fraction") and (p["offload_optimizer_fraction"] != 1.0 or p["zero_stage"] == 0):
+        raise InputError("offload_optimizer_fraction", "ZeRO-Offload moves the whole optimizer of ZeRO 1-3 to the "
+                         "host", "plan with offload_optimizer_fraction 1 and zero_stage >= 1")
     tp, pp, cp, zero = p["tp"], p["pp"], p["cp"], p["zero_stage"]
     recompute = Recompute(p["recompute"])
     if p["dtype"] in ("fp8", "mxfp8", "nvfp4"):
@@ -135,6 +139,9 @@ def _config(p: dict) -> dict:
     }
     if p["zero_stage"] == 3 and p["param_prefetch_max_elements"] > 0:
         cfg["zero_optimization"]["stage3_prefetch_bucket_size"] = int(p["param_prefetch_max_elements"])
+    if p.get("offload_optimizer_fraction"):
+        # ZeRO-Offload: optimizer states and step on the host (pinned buffers)
+        cfg["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     if p["tp"] > 1:
         cfg["tensor_parallel"] = {"autotp_size": p["tp"]}
     recompute = Recompute(p["recompute"])

@@ -77,7 +77,40 @@ def grad_bucket_elements(p: dict) -> int:
     return int(max(p["grad_bucket_elements"], p["grad_bucket_elements_per_dp"] * p["dp"]))
 
 
+#: Megatron-LM's ``--recompute-modules`` name of each ``memory.RECOMPUTE_MODULES`` entry it has
+_MODULE_NAMES = {"core_attn": "core_attn", "layernorm": "layernorm", "mla_up_proj": "mla_up_proj", "mlp_act": "moe_act"}
+
+
+def _refuse_memory_features(p: dict, model: ModelSpec) -> None:
+    """The memory features of a plan that Megatron-LM cannot run as the step model prices them."""
+    if p.get("recompute_layers_decrement"):
+        raise InputError("recompute_layers_decrement", "Megatron-LM recomputes the same number of layers on every "
+                         "stage (NeMo's activations_checkpoint_layers_per_pipeline lowers it stage by stage)",
+                         "plan with recompute_layers_decrement 0, or run the plan in NeMo")
+    modules = set(p.get("recompute_modules") or ())
+    if "moe_dispatch" in modules:
+        raise InputError("recompute_modules", "Megatron-LM has no module that recomputes only the MoE dispatch "
+                         "(its 'moe' recomputes the whole MoE layer)", "drop moe_dispatch")
+    if "mlp_act" in modules and model.moe is None:
+        raise InputError("recompute_modules", "Megatron-LM recomputes the activation only of expert MLPs "
+                         "('moe_act'); its dense 'mlp' recomputes the whole MLP", "drop mlp_act for a dense model")
+    if p.get("offload_activation_layers"):
+        raise InputError("offload_activation_layers", "this Megatron-LM release offloads named modules "
+                         "(--fine-grained-activation-offloading --offload-modules), not whole layers' activations",
+                         "plan without activation offload, or use Transformer Engine's CPU offload context yourself")
+    if p.get("offload_optimizer_fraction") and p["zero_stage"] != 1:
+        raise InputError("offload_optimizer_fraction", "Megatron-LM offloads the distributed optimizer's states "
+                         "(--optimizer-cpu-offload needs --use-distributed-optimizer)", "plan with zero_stage 1")
+    if p.get("zero_shard_group") and p["zero_stage"] != 1:
+        raise InputError("zero_shard_group", "Megatron-LM replicates only the distributed optimizer across groups "
+                         "(--num-distributed-optimizer-instances)", "plan HSDP with zero_stage 1, or emit torchtitan")
+    if p.get("loss_chunk_tokens"):
+        raise InputError("loss_chunk_tokens", "Megatron-LM's fused cross-entropy takes the whole micro-batch's logits",
+                         "plan with loss_chunk_tokens 0")
+
+
 def _refuse_plan(p: dict, model: ModelSpec) -> None:
+    _refuse_memory_features(p, model)
     if p["cuda_graphs"]:
         raise InputError("cuda_graphs", "this export does not capture CUDA graphs (--cuda-graph-impl and its "
                          "module list are the user's)", "plan without cuda_graphs, then add them by hand")
@@ -227,8 +260,11 @@ def _groups(p: dict) -> list[tuple[str, list[tuple[str, Any]]]]:
     _refuse_plan(p, model)
     parallel: list[tuple[str, Any]] = [("--tensor-model-parallel-size", p["tp"]),
                                        ("--pipeline-model-parallel-size", p["pp"])]
-    parallel += pipeline_layout_args(model.num_layers, p["pp"], p["vpp"], model.mtp_layers,
-                                     p["first_stage_layers"], p["last_stage_layers"])
+    if p.get("pipeline_layout"):
+        parallel.append(("--pipeline-model-parallel-layout", p["pipeline_layout"]))
+    else:
+        parallel += pipeline_layout_args(model.num_layers, p["pp"], p["vpp"], model.mtp_layers,
+                                         p["first_stage_layers"], p["last_stage_layers"])
     if p["cp"] > 1:
         kind = p["cp_kind"]
         parallel += [("--context-parallel-size", p["cp"]),
@@ -243,6 +279,9 @@ def _groups(p: dict) -> list[tuple[str, list[tuple[str, Any]]]]:
     zero = p["zero_stage"]
     if zero == 1:
         parallel.append(("--use-distributed-optimizer", None))
+        if p.get("zero_shard_group"):
+            # the distributed optimizer sharded within groups and replicated across them
+            parallel.append(("--num-distributed-optimizer-instances", p["dp"] * p["cp"] // p["zero_shard_group"]))
     elif zero >= 2:
         parallel += [("--use-megatron-fsdp", None),
                      ("--data-parallel-sharding-strategy", "optim_grads" if zero == 2 else "optim_grads_params"),
@@ -271,10 +310,20 @@ def _groups(p: dict) -> list[tuple[str, list[tuple[str, Any]]]]:
                                        ("--global-batch-size", p["global_batch"])]
     recompute = Recompute(p["recompute"])
     if recompute == Recompute.FULL:
-        training += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
-                     ("--recompute-num-layers", 1)]
+        if p.get("recompute_num_layers"):
+            training += [("--recompute-granularity", "full"), ("--recompute-method", p["recompute_method"]),
+                         ("--recompute-num-layers", p["recompute_num_layers"])]
+        else:
+            training += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
+                         ("--recompute-num-layers", 1)]
     elif recompute == Recompute.SELECTIVE:
         training.append(("--recompute-granularity", "selective"))
+        modules = [_MODULE_NAMES[m] for m in p.get("recompute_modules") or ()]
+        if modules and modules != ["core_attn"]:
+            training.append(("--recompute-modules", " ".join(modules)))
+    if p.get("offload_optimizer_fraction"):
+        training += [("--optimizer-cpu-offload", None),
+                     ("--optimizer-offload-fraction", p["offload_optimizer_fraction"])]
     dtype = p["dtype"]
     if dtype == "fp16":
         training.append(("--fp16", None))

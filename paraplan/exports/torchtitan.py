@@ -43,7 +43,8 @@ from typing import Any
 
 from hardware_specs.errors import InputError
 from model_specs.model_spec import ModelSpec
-from paraplan.exports.common import plan_fields, require_model, stage_layer_counts, summary
+from paraplan.exports.common import (plan_fields, refuse_memory_features, require_model, stage_layer_counts,
+                                     summary)
 from simulator.parallel_config import Recompute, Schedule
 
 NAME = "torchtitan"
@@ -112,6 +113,7 @@ def _settings(p: dict) -> dict:
     dp, tp, pp, cp, ep = p["dp"], p["tp"], p["pp"], p["cp"], p["ep"]
     zero = p["zero_stage"]
     schedule = Schedule(p["schedule"])
+    refuse_memory_features(p, RELEASE, supported=("zero_shard_group",))
     if cp > 1:
         raise InputError("cp", f"{RELEASE} all-gathers K/V under context parallelism (FlexAttention), not the "
                          f"{p['cp_kind']} attention the plan prices", "emit megatron, or plan with cp 1")
@@ -191,8 +193,9 @@ def _values(p: dict, s: dict) -> dict:
     # as planned: torchtitan replays CUDA graphs by default where it can, which the plan may not price
     training["disable_cuda_graphs"] = not p["cuda_graphs"]
     par: dict[str, Any] = {
-        "data_parallel_replicate_degree": dp if zero == 0 else 1,
-        "data_parallel_shard_degree": 1 if zero == 0 else dp,
+        # HSDP: FSDP2 shards over dp_shard and replicates over dp_replicate (zero_shard_group)
+        "data_parallel_replicate_degree": dp if zero == 0 else dp // (p.get("zero_shard_group") or dp),
+        "data_parallel_shard_degree": 1 if zero == 0 else (p.get("zero_shard_group") or dp),
         "tensor_parallel_degree": tp,
         "enable_sequence_parallel": bool(p["sequence_parallel"]),
         "pipeline_parallel_degree": pp,
