@@ -10,7 +10,9 @@ the exposed time is what the copy exceeds that window by:
     exposed_fwd = max(bytes / link_bw - next layer's forward, 0)
     exposed_bwd = max(bytes / link_bw - previous layer's backward, 0)
 
-The copies in flight occupy a staging buffer on the GPU: one layer's activations each way.
+While a copy runs its layer's activations are still (or again) on the GPU: one offloaded layer's
+worth beyond those the GPU keeps (the last one going out at the end of a forward, the next one
+coming back during a backward).
 
 Optimizer offload (Ren et al. 2021, "ZeRO-Offload", USENIX ATC, section 4; Megatron-Core
 ``HybridDeviceOptimizer`` with ``--optimizer-cpu-offload --optimizer-offload-fraction``): a
@@ -34,8 +36,9 @@ HOST_OPTIMIZER_BYTES_PER_PARAM = 16.0
 HOST_ADAM_BYTES_PER_PARAM = 28.0
 #: the 16-bit weights copied back to the GPU per parameter
 UPDATED_WEIGHT_BYTES = 2.0
-#: staging buffers of an offloading GPU, in layers' activations: one copy out, one copy in
-OFFLOAD_STAGING_LAYERS = 2.0
+#: offloaded layers whose activations are on the GPU at a stage's peak: the one whose copy to the
+#: host is in flight (during backward, the one copied back is the one being computed)
+OFFLOAD_STAGING_LAYERS = 1.0
 
 
 def _f(x):

@@ -12,8 +12,9 @@ Each stage holds (``simulator.step_pipeline.stage_groups``):
   per layer what it keeps (``memory.activation_terms``: everything, less the recomputed
   operations; a layer recomputed in full keeps its input; an offloaded layer keeps nothing on
   the GPU, its copy is on the host);
-* transients: the full activations of the layer (``uniform``: the group of layers) being
-  recomputed, the staging buffers of offload copies, one MoE layer's dispatch buffers, the
+* transients: what recomputation brings back during a layer's backward beyond what is stored
+  (``_recompute_buffer``), the offloaded layer whose copy is in
+  flight, one MoE layer's dispatch buffers, the
   logits of the loss (and of each MTP head) for one micro-batch (one chunk of tokens with a
   chunked loss), ZeRO-3's gathered-parameter buffers;
 * the allocator's fragmentation and the runtime's reservations (``memory.allocator_allowance_bytes``).
@@ -27,7 +28,7 @@ from functools import partial
 
 import numpy as np
 
-from cost_models import memory, moe as moe_costs, offload, params
+from cost_models import memory, moe as moe_costs, offload, params, sharding
 from cost_models.compute import LOW_PRECISION, compute_rates
 from cost_models.low_precision import saved_gemm_input_bytes_per_element, weight_copy_bytes_per_param
 from hardware_specs.cluster_spec import ClusterSpec
@@ -134,11 +135,11 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
     head_p = params.lm_head_params(model) / tp
     mtp_p = params.mtp_projection_params(model) / tp if model.mtp_layers else 0.0 * tp
     dp_group = dp * cp
-    shard = np.where(np.asarray(batch.zero_shard_group) > 0, np.asarray(batch.zero_shard_group, dtype=float), dp_group)
-    replica_groups = dp_group / shard
+    shard = sharding.shard_size(dp_group, batch.zero_shard_group)
+    replica_groups = sharding.replicas(dp_group, batch.zero_shard_group)
     edp = moe_costs.expert_data_parallel_size(dp, cp, tp, ep, etp) if model.moe is not None else dp_group
     expert_shard = np.maximum(edp / replica_groups, 1.0)
-    z3 = np.where(zero >= 3, 2.0 * np.maximum(dense_p, moe_ne_p + moe_ex_p) * param_bytes, 0.0)
+    z3 = np.where((zero >= 3) & (shard > 1), 2.0 * np.maximum(dense_p, moe_ne_p + moe_ex_p) * param_bytes, 0.0)
     loss_tokens = np.where(np.asarray(batch.loss_chunk_tokens) > 0,
                            np.minimum(tokens, np.asarray(batch.loss_chunk_tokens, dtype=float)), tokens)
     logits_row = loss_tokens * model.vocab_size / tp * memory.LOGIT_BYTES
@@ -249,8 +250,7 @@ def _stage_parts(ctx: _Context, idx, cells: dict, split: dict, in_flight, v: int
         "optimizer_bytes": opt * (1.0 - g["off"]),
         "activations_bytes": acts,
         "logits_bytes": (head + mtp) * g["logits"],
-        "recompute_buffers_bytes": g["rc_group"] * np.maximum(np.where(rcd > 0, a["full_dense"], 0.0),
-                                                              np.where(rcm > 0, a["full_moe"], 0.0)),
+        "recompute_buffers_bytes": _recompute_buffer(cells, split, a, g["rc_group"][:, :, None]),
         "offload_buffers_bytes": offload.OFFLOAD_STAGING_LAYERS * np.maximum(
             np.where(offd > 0, a["kept_dense"], 0.0), np.where(offm > 0, a["kept_moe"], 0.0)),
         "moe_dispatch_bytes": np.where(L_m > 0, a["dispatch"], 0.0),
@@ -260,6 +260,30 @@ def _stage_parts(ctx: _Context, idx, cells: dict, split: dict, in_flight, v: int
     parts["allocator_bytes"] = memory.allocator_allowance_bytes(tensors)
     return {"parts": parts, "total": tensors + parts["allocator_bytes"], "host": host_opt + host_acts,
             "params": layer_p + end_p, "expert_params": expert_p, "layers": L_d + L_m}
+
+
+def _recompute_buffer(cells: dict, split: dict, a: dict, group) -> np.ndarray:
+    """(rows, stages) bytes recomputation brings back at a stage's backward, beyond what it keeps:
+
+    * a layer that recomputes selected operations materialises them again during its backward:
+      its full activations less what it kept (the first layer a backward reaches is one of these
+      unless the chunk recomputes every layer);
+    * a fully recomputed layer (``uniform``: its group of layers) materialises its full
+      activations less its input (stored already), less what the same micro-batch's layers of
+      that chunk that keep their activations have freed by then (their backward runs first, the
+      recomputed layers being the chunk's first).
+
+    The larger of the two, over the stage's chunks."""
+    a3 = {k: v[:, :, None] for k, v in a.items()}
+    full = np.maximum(np.where(split["rc_dense"] > 0, a3["full_dense"], 0.0),
+                      np.where(split["rc_moe"] > 0, a3["full_moe"], 0.0))
+    kept_d = cells["dense"] - split["rc_dense"] - split["off_dense"]
+    kept_m = cells["moe"] - split["rc_moe"] - split["off_moe"]
+    kept = kept_d * a3["kept_dense"] + kept_m * a3["kept_moe"]
+    rc_need = np.where(split["rc_dense"] + split["rc_moe"] > 0, np.maximum(group * full - a3["input"] - kept, 0.0), 0.0)
+    sel_need = np.maximum(np.where(kept_d > 0, a3["full_dense"] - a3["kept_dense"], 0.0),
+                          np.where(kept_m > 0, a3["full_moe"] - a3["kept_moe"], 0.0))
+    return np.maximum(rc_need, np.maximum(sel_need, 0.0)).max(axis=2)
 
 
 def _fewest_that_fit(model, batch, idx, cells, v, in_flight, split, ctx, limit, out) -> dict:

@@ -30,7 +30,7 @@ from functools import partial
 
 import numpy as np
 
-from cost_models import moe as moe_costs, offload, params
+from cost_models import moe as moe_costs, offload, params, sharding
 from cost_models.compute import compute_rates
 from cost_models.topology import group_collective_time_s, p2p_stage_time_s
 from hardware_specs.cluster_spec import ClusterSpec
@@ -149,9 +149,8 @@ def _shard_groups(batch: ConfigBatch, dp_group, edp):
     """(shard, replicas, expert shard) per row: ZeRO shards over ``zero_shard_group`` ranks
     (all dp*cp when 0) and replicates across the rest (HSDP, ``cost_models.sharding``); the
     expert states over the expert-data-parallel ranks of one replica group."""
-    g = np.asarray(batch.zero_shard_group, dtype=float)
-    shard = np.where(g > 0, g, dp_group)
-    replicas = dp_group / shard
+    shard = sharding.shard_size(dp_group, batch.zero_shard_group)
+    replicas = sharding.replicas(dp_group, batch.zero_shard_group)
     return shard, replicas, np.maximum(edp / replicas, 1.0)
 
 

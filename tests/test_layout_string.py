@@ -1,0 +1,106 @@
+"""Megatron layout strings: parsing, validation against a model, and the layouts they give the
+step model (memory and time agree with the same layout given as first/last stage counts)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from hardware_specs.catalog import load_cluster
+from hardware_specs.errors import InputError
+from model_specs.catalog import load_model
+from paraplan.cli import main
+from simulator.layout_string import parse_layout
+from simulator.parallel_config import ParallelConfig
+from simulator.simulate import simulate
+from simulator.validate_config import check_config
+
+
+def test_deepseek_v3_layout_expands_to_32_positions_with_mtp_and_loss_alone():
+    spec = parse_layout("Et*3|(tt|)*29,m|L")
+    assert spec.positions == 32
+    assert spec.decoder == (3,) + (2,) * 29 + (0, 0)
+    assert spec.mtp == (0,) * 30 + (1, 0)
+    assert spec.embedding == (1,) + (0,) * 31 and spec.loss == (0,) * 31 + (1,)
+    assert sum(spec.decoder) == 61
+    spec.check(61, 1, 32, "pp*vpp = 16*2")
+
+
+def test_llama3_405b_author_layout_has_an_embedding_only_and_a_loss_only_chunk():
+    # Llama 3 paper, section 3.3.2: the first chunk of the first stage holds only the embedding,
+    # the last chunk of the last stage only the output projection and the loss
+    spec = parse_layout("E|(t|)*126,L")
+    assert spec.positions == 128
+    assert spec.layers() == (0,) + (1,) * 126 + (0,)
+    spec.check(126, 0, 128, "pp*vpp = 16*8")
+
+
+@pytest.mark.parametrize("text, where", [
+    ("Et*3|x|L", "unknown symbol"),
+    ("E(tt|L", "unmatched '('"),
+    ("Et)|L", "unmatched ')'"),
+    ("Et*|L", "not followed by a count"),
+    ("", "empty layout"),
+    ("E" + "t*999999999" + "L", "too many symbols"),
+])
+def test_malformed_layouts_raise_an_input_error_naming_the_field(text, where):
+    with pytest.raises(InputError) as exc:
+        parse_layout(text)
+    assert exc.value.field == "pipeline_layout" and where in exc.value.message
+
+
+@pytest.mark.parametrize("text, message", [
+    ("Et*3|t*4|t*4|t*4L", "decoder layers ('t')"),
+    ("Et*8|t*8|t*8|t*8", "loss 'L'"),
+    ("t*8|Et*8|t*8|t*8L", "embedding 'E'"),
+    ("Et*16|t*16L", "positions"),
+])
+def test_layouts_that_do_not_place_the_model_are_refused(text, message):
+    model = load_model("llama3-8b")
+    config = ParallelConfig(pp=4, pipeline_layout=text, uneven_layers=True)
+    with pytest.raises(InputError) as exc:
+        check_config(model, config)
+    assert exc.value.field == "pipeline_layout" and message in exc.value.message
+
+
+def test_a_layout_string_equals_the_same_first_and_last_stage_counts():
+    model, cluster = load_model("llama3-8b"), load_cluster("dgx-h100")
+    common = dict(dp=2, pp=4, global_batch=16, zero_stage=1)
+    by_counts = simulate(model, cluster, ParallelConfig(first_stage_layers=6, last_stage_layers=6, **common))
+    by_string = simulate(model, cluster, ParallelConfig(pipeline_layout="Et*6|t*10|t*10|t*6L", **common))
+    assert by_string.step_time_s == pytest.approx(by_counts.step_time_s, rel=1e-12)
+    assert by_string.memory_bytes == pytest.approx(by_counts.memory_bytes, rel=1e-12)
+    assert [s["layers"] for s in by_string.stage_memory] == [6, 10, 10, 6]
+
+
+def test_mtp_placed_alone_before_the_loss_moves_its_weights_and_an_embedding_copy_there():
+    model, cluster = load_model("deepseek-v3"), load_cluster("h800-node")
+    config = ParallelConfig(dp=8, pp=16, vpp=2, ep=8, global_batch=128, zero_stage=1, dtype="fp8",
+                            pipeline_layout="Et*3|(tt|)*29,m|L")
+    report = simulate(model, cluster, config)
+    stages = report.stage_memory
+    # positions 30 (rank 14, chunk 1: the MTP module) and 31 (rank 15, chunk 1: the loss)
+    assert stages[14]["layers"] == 2 + 1 and stages[15]["layers"] == 2
+    assert stages[15]["parts_bytes"]["logits_bytes"] > 0 and stages[14]["parts_bytes"]["logits_bytes"] > 0
+    assert stages[13]["parts_bytes"]["logits_bytes"] == 0
+
+
+def test_dualpipe_takes_61_layers_with_an_uneven_split_and_refuses_without():
+    model = load_model("deepseek-v3")
+    base = dict(dp=128, pp=16, ep=64, global_batch=15360, zero_stage=1, dtype="fp8", schedule="dualpipe")
+    with pytest.raises(InputError) as exc:
+        check_config(model, ParallelConfig(**base))
+    assert exc.value.field == "schedule" and "--uneven-layers" in exc.value.fix
+    check_config(model, ParallelConfig(uneven_layers=True, **base))
+    # one model copy's 16 positions: 62 layers (61 + MTP) as ceil 4 with the two ends lighter
+    report = simulate(model, load_cluster("h800-node"), ParallelConfig(uneven_layers=True, **base))
+    layers = [s["layers"] for s in report.stage_memory]
+    assert layers[0] == layers[-1] == 3 + 3 and set(layers[1:-1]) == {8} and sum(layers) == 2 * 62
+
+
+def test_simulate_cli_refuses_a_bad_layout_in_one_line():
+    result = CliRunner().invoke(main, ["simulate", "-m", "llama3-8b", "-c", "dgx-h100", "--gpus", "8", "--pp", "4",
+                                       "--global-batch", "8", "--pipeline-layout", "Et*8|t*8|t*8|t*9L"])
+    assert result.exit_code == 2
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: pipeline_layout:") and "Traceback" not in result.output

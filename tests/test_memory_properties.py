@@ -1,0 +1,113 @@
+"""Memory invariants over random configurations (hypothesis): more recomputation never raises a
+GPU's memory, more offload never raises it either, and every plan the planner returns keeps the
+headroom it was asked for; the planner's memory search returns the fewest layers that fit."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hardware_specs.catalog import efficiency_for_cluster, load_cluster
+from model_specs.catalog import load_model
+from planners import plan
+from simulator.config_batch import ConfigBatch
+from simulator.parallel_config import ParallelConfig
+from simulator.step_model import memory_parts
+
+CLUSTER = load_cluster("dgx-h100")
+EFF = efficiency_for_cluster(CLUSTER)
+MODELS = {name: load_model(name) for name in ("llama3-8b", "gpt3-1.3b", "mixtral-8x7b", "deepseek-v2")}
+
+
+@st.composite
+def configs(draw):
+    name = draw(st.sampled_from(sorted(MODELS)))
+    model = MODELS[name]
+    tp = draw(st.sampled_from([1, 2, 4]))
+    pp = draw(st.sampled_from([1, 2, 4]))
+    schedule = draw(st.sampled_from(["1f1b", "interleaved", "zb-h2", "zb-v", "dualpipe", "gpipe"]) if pp > 1
+                    else st.just("1f1b"))
+    vpp = 2 if schedule == "interleaved" else 1
+    dp = draw(st.sampled_from([1, 2, 4]))
+    mbs = draw(st.sampled_from([1, 2]))
+    m = draw(st.sampled_from([4, 8])) * pp
+    ep = draw(st.sampled_from([1, 2])) if model.moe is not None else 1
+    return model, dict(dp=dp, tp=tp, pp=pp, vpp=vpp, ep=ep, micro_batch=mbs, global_batch=dp * mbs * m,
+                       schedule=schedule, sequence_parallel=draw(st.booleans()) and tp > 1,
+                       zero_stage=draw(st.integers(0, 3)), dtype=draw(st.sampled_from(["bf16", "fp8"])),
+                       uneven_layers=True)
+
+
+def _memory(model, **kw):
+    return float(memory_parts(model, CLUSTER, EFF, ConfigBatch.from_configs([ParallelConfig(**kw)]))["memory_bytes"][0])
+
+
+RECOMPUTE_LADDER = (
+    dict(recompute="none"),
+    dict(recompute="selective"),
+    dict(recompute="selective", recompute_modules=("core_attn", "layernorm")),
+    dict(recompute="selective", recompute_modules=("core_attn", "layernorm", "mlp_act")),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(configs())
+def test_more_recomputation_never_raises_memory(case):
+    model, base = case
+    ladder = [_memory(model, **base, **step) for step in RECOMPUTE_LADDER]
+    for more, less in zip(ladder[1:], ladder[:-1]):
+        assert more <= less * (1 + 1e-12), ladder
+    # then more layers recomputed in full, the others recomputing the same operations
+    layers = model.num_layers + model.mtp_layers
+    counts = [n for n in (1, 2, 3, 5, 8, 13) if n < layers] + [0]          # 0 = every layer
+    for step, start in zip(RECOMPUTE_LADDER, ladder):
+        modules = step.get("recompute_modules", ("core_attn",) if step["recompute"] == "selective" else ())
+        chain = [start] + [_memory(model, **base, recompute="full", recompute_num_layers=n, recompute_modules=modules)
+                           for n in counts]
+        for more, less in zip(chain[1:], chain[:-1]):
+            assert more <= less * (1 + 1e-12), (modules, chain)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(configs(), st.sampled_from(["none", "selective"]))
+def test_more_offload_never_raises_gpu_memory(case, recompute):
+    model, base = case
+    seen = [_memory(model, **base, recompute=recompute, offload_activation_layers=n) for n in (0, 1, 2, 4, 8, 64)]
+    for more, less in zip(seen[1:], seen[:-1]):
+        assert more <= less * (1 + 1e-12), seen
+    fraction = [_memory(model, **base, offload_optimizer_fraction=f) for f in (0.0, 0.5, 1.0)] \
+        if base["dtype"] != "fp32" else []
+    for more, less in zip(fraction[1:], fraction[:-1]):
+        assert more <= less * (1 + 1e-12)
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from([0.0, 3.0, 7.5, 20.0]))
+def test_every_plan_keeps_the_headroom_asked_for(headroom_gib):
+    result = plan("llama3-8b", CLUSTER, 16, global_batch=64, headroom_gib=headroom_gib, assign_stages=False,
+                  workers=1)
+    limit_gib = CLUSTER.gpu.hbm_bytes / 2**30 - headroom_gib
+    assert len(result.plans) > 0
+    assert (result.plans["memory_gib"] <= limit_gib + 1e-9).all()
+    assert (result.plans["headroom_gib"] >= headroom_gib - 1e-9).all()
+
+
+def test_the_memory_search_returns_the_fewest_recomputed_layers_that_fit():
+    model = load_model("llama3.1-405b")
+    result = plan(model, CLUSTER, 8192, global_batch=2048, headroom_gib=4.0, assign_stages=False,
+                  fixed={"tp": 8, "pp": 16, "cp": 1, "zero_stage": 1, "recompute": "full", "vpp": 1,
+                         "sequence_parallel": True, "micro_batch": 1, "schedule": "1f1b"}, hsdp=False, workers=1)
+    best = result.plans.iloc[0]
+    config = result.best_config
+    assert config.recompute_num_layers >= 1
+    limit = CLUSTER.gpu.hbm_bytes - 4.0 * 2**30
+    assert _memory(model, **{**config.as_dict(), "recompute_modules": ()}) <= limit
+    # one fewer recomputed layer on the stage that needs the most does not fit
+    fewer = replace(config, recompute_num_layers=config.recompute_num_layers - 1, recompute_layers_decrement=0) \
+        if config.recompute_num_layers > 1 else replace(config, recompute="none", recompute_num_layers=0,
+                                                        recompute_layers_decrement=0)
+    assert float(memory_parts(model, CLUSTER, EFF, ConfigBatch.from_configs([fewer]))["memory_bytes"][0]) > limit
+    assert best["memory_gib"] * 2**30 <= limit

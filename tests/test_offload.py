@@ -1,0 +1,110 @@
+"""Offload to host memory: the transfer and host-step costs by hand, the GPU and host memory an
+offloaded layer moves, the exposed copy time, the host-memory check, and the refusal on a
+cluster whose file states no host link."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from cost_models import offload
+from hardware_specs.catalog import efficiency_for_cluster, load_cluster
+from hardware_specs.cluster_spec import HostSpec
+from hardware_specs.errors import InputError
+from model_specs import ModelSpec
+from simulator.config_batch import ConfigBatch
+from simulator.parallel_config import ParallelConfig
+from simulator.simulate import simulate
+from simulator.step_model import evaluate
+
+H, A, S = 1024, 16, 2048
+MODEL = ModelSpec("gpt-8x1024", 8, H, A, A, 4 * H, 32000, S)
+KEPT = S * (34 * H + 4 * A)          # one layer's kept activations, one micro-batch (see test_stage_memory)
+DGX = load_cluster("dgx-h100")
+
+
+def test_transfer_and_exposed_copy_times():
+    assert offload.transfer_time_s(64e9, 64e9) == pytest.approx(1.0)
+    assert offload.exposed_transfer_s(64e9, 64e9, 0.25) == pytest.approx(0.75)
+    assert offload.exposed_transfer_s(64e9, 64e9, 2.0) == 0.0
+
+
+def test_optimizer_offload_step_by_hand_on_a_dgx_h100():
+    # 1e9 parameters' optimizer on the host of a DGX H100 (PCIe Gen5 64 GB/s per direction, 2
+    # sockets x 8 channels DDR5-4800 = 614.4 GB/s for 8 GPUs): fp32 gradients down (4 B), Adam on
+    # the host (28 B per parameter of host-memory traffic), 16-bit weights back (2 B)
+    host = DGX.host
+    step = offload.optimizer_offload_step(1e9, 4.0, host.link_bw_bytes_per_s, host.memory_bw_bytes_per_s / 8)
+    assert step["grads_to_host_s"] == pytest.approx(4e9 / 64e9)
+    assert step["weights_to_gpu_s"] == pytest.approx(2e9 / 64e9)
+    assert step["host_step_s"] == pytest.approx(28e9 / (614.4e9 / 8))
+    assert step["host_bytes"] == pytest.approx(16e9) and step["link_bytes"] == pytest.approx(6e9)
+
+
+def _report(cluster, **kw):
+    base = dict(dp=1, pp=1, micro_batch=1, global_batch=4, cuda_graphs=True)
+    base.update(kw)
+    return simulate(MODEL, cluster, ParallelConfig(**base))
+
+
+def test_offloaded_layers_move_their_activations_to_the_host():
+    report = _report(DGX, offload_activation_layers=3)
+    parts = report.memory_breakdown_bytes
+    # pp = 1 holds one micro-batch: 5 layers kept, 3 on the host, one of them in flight on the GPU
+    assert parts["activations_bytes"] == pytest.approx(5 * KEPT, rel=1e-12)
+    assert parts["offload_buffers_bytes"] == pytest.approx(KEPT, rel=1e-12)
+    assert report.extras["host_memory_bytes"] == pytest.approx(3 * KEPT, rel=1e-12)
+    assert report.extras["host_memory_node_bytes"] == pytest.approx(8 * 3 * KEPT, rel=1e-12)
+
+
+def test_offload_keeps_each_chunks_last_layer_as_transformer_engine_does():
+    assert _report(DGX, offload_activation_layers=8).extras["host_memory_bytes"] == pytest.approx(7 * KEPT)
+    assert _report(DGX, offload_activation_layers=30).extras["host_memory_bytes"] == pytest.approx(7 * KEPT)
+
+
+def test_exposed_offload_time_is_what_the_copies_exceed_the_layers_compute_by():
+    slow = replace(DGX, host=HostSpec("pcie", 2e9, memory_bytes=DGX.host.memory_bytes, source="test"))
+    eff = efficiency_for_cluster(DGX)
+    config = ParallelConfig(dp=1, pp=1, micro_batch=1, global_batch=4, cuda_graphs=True, offload_activation_layers=3)
+    out = evaluate(MODEL, slow, eff, ConfigBatch.from_configs([config]))
+    copy = KEPT / 2e9
+    per_mb = 3 * (max(copy - out["layer_fwd_s"][0], 0.0) + max(copy - out["layer_bwd_s"][0], 0.0))
+    assert copy > out["layer_bwd_s"][0]                 # a slow link: both copies stick out
+    assert out["offload_exposed_s"][0] == pytest.approx(4 * per_mb, rel=1e-9)
+    plain = evaluate(MODEL, slow, eff, ConfigBatch.from_configs([replace(config, offload_activation_layers=0)]))
+    assert out["step_time_s"][0] - plain["step_time_s"][0] == pytest.approx(4 * per_mb, rel=1e-6)
+
+
+def test_a_fast_link_hides_the_copies_entirely():
+    fast = replace(DGX, host=HostSpec("c2c", 1e15, source="test"))
+    out = _report(fast, offload_activation_layers=3)
+    assert out.time_breakdown_s["offload_exposed_s"] == 0.0
+
+
+def test_host_memory_beyond_the_node_does_not_fit():
+    small = replace(DGX, host=HostSpec("pcie", 64e9, memory_bytes=8 * 2 * KEPT, source="test"))
+    assert _report(small, offload_activation_layers=2).fits
+    report = _report(small, offload_activation_layers=3)
+    assert not report.fits and report.memory_bytes < report.hbm_bytes
+
+
+def test_optimizer_offload_moves_its_share_of_the_states_and_pays_the_host_step():
+    config = dict(dp=8, zero_stage=1, global_batch=8)
+    on = _report(DGX, offload_optimizer_fraction=0.5, **config)
+    off = _report(DGX, **config)
+    assert on.memory_breakdown_bytes["optimizer_bytes"] == pytest.approx(
+        0.5 * off.memory_breakdown_bytes["optimizer_bytes"], rel=1e-12)
+    params_opt = off.memory_breakdown_bytes["optimizer_bytes"] / 12.0
+    assert on.extras["host_memory_bytes"] == pytest.approx(0.5 * params_opt * 16.0, rel=1e-12)
+    step = offload.optimizer_offload_step(0.5 * params_opt, 4.0, DGX.host.link_bw_bytes_per_s,
+                                          DGX.host.memory_bw_bytes_per_s / 8)
+    exposed = on.time_breakdown_s["offload_exposed_s"]
+    assert step["host_step_s"] + step["weights_to_gpu_s"] <= exposed * (1 + 1e-12)
+    assert exposed <= (step["host_step_s"] + step["weights_to_gpu_s"] + step["grads_to_host_s"]) * (1 + 1e-12)
+    assert on.time_breakdown_s["optimizer_s"] == pytest.approx(0.5 * off.time_breakdown_s["optimizer_s"], rel=1e-12)
+
+
+def test_offload_on_a_cluster_without_a_host_link_is_an_input_error():
+    with pytest.raises(InputError) as exc:
+        _report(load_cluster("mi300x-node"), offload_activation_layers=2)
+    assert exc.value.field == "offload" and "host" in exc.value.fix

@@ -1,0 +1,127 @@
+"""Memory per pipeline stage against hand derivations: partial and per-stage recomputation,
+named-op recomputation, FP8-stored GEMM inputs, the busiest stage, and the time partial
+recomputation costs.
+
+The hand-checked model is a GPT-style layer (plain MLP f = 4h, multi-head attention, dropout)
+at tp = 1 without sequence parallelism, with fused attention: per token and layer it keeps
+34h + 4a bytes (Korthikanti et al. 2022, eq. 1 less the 5as/h score matrix flash attention
+does not store, plus its fp32 log-sum-exp per head), and 2h when recomputed in full.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cost_models import params
+from hardware_specs.catalog import efficiency_for_cluster, load_cluster
+from model_specs import ModelSpec
+from model_specs.catalog import load_model
+from simulator.config_batch import ConfigBatch
+from simulator.parallel_config import ParallelConfig
+from simulator.simulate import simulate
+from simulator.step_model import evaluate
+
+H, A, S = 1024, 16, 2048
+MODEL = ModelSpec("gpt-8x1024", 8, H, A, A, 4 * H, 32000, S)
+CLUSTER = load_cluster("dgx-h100")
+KEPT = S * (34 * H + 4 * A)          # bytes one layer keeps per micro-batch (tokens = S)
+INPUT = S * 2 * H                    # what a fully recomputed layer keeps
+
+
+def stage_acts(config, stage):
+    return simulate(MODEL, CLUSTER, config).stage_memory[stage]["parts_bytes"]
+
+
+def cfg(**kw):
+    base = dict(dp=1, pp=2, micro_batch=1, global_batch=8, flash_attention=True, cuda_graphs=True)
+    base.update(kw)
+    return ParallelConfig(**base)
+
+
+def test_no_recomputation_keeps_34h_plus_4a_per_token_and_layer():
+    parts = stage_acts(cfg(), 0)
+    # 1F1B: stage 0 of 2 holds 2 micro-batches of its 4 layers
+    assert parts["activations_bytes"] == pytest.approx(2 * 4 * KEPT, rel=1e-12)
+    assert parts["recompute_buffers_bytes"] == 0
+
+
+def test_recomputing_one_layer_per_chunk_keeps_its_input_and_adds_no_buffer():
+    parts = stage_acts(cfg(recompute="full", recompute_num_layers=1), 0)
+    assert parts["activations_bytes"] == pytest.approx(2 * (3 * KEPT + INPUT), rel=1e-12)
+    # the chunk's other 3 layers have freed more than the recomputed layer brings back
+    assert parts["recompute_buffers_bytes"] == 0
+    last = stage_acts(cfg(recompute="full", recompute_num_layers=1), 1)
+    assert last["activations_bytes"] == pytest.approx(1 * (3 * KEPT + INPUT), rel=1e-12)
+
+
+def test_recomputing_every_layer_keeps_inputs_and_one_layer_less_its_input():
+    parts = stage_acts(cfg(recompute="full"), 0)
+    assert parts["activations_bytes"] == pytest.approx(2 * 4 * INPUT, rel=1e-12)
+    assert parts["recompute_buffers_bytes"] == pytest.approx(KEPT - INPUT, rel=1e-12)
+    assert stage_acts(cfg(recompute="full", recompute_num_layers=4), 0) == parts
+
+
+def test_per_stage_decrement_recomputes_fewer_layers_on_later_stages():
+    # NeMo's activations_checkpoint_layers_per_pipeline: stage s recomputes max(N - s k, 0)
+    config = cfg(recompute="full", recompute_num_layers=3, recompute_layers_decrement=2)
+    assert stage_acts(config, 0)["activations_bytes"] == pytest.approx(2 * (1 * KEPT + 3 * INPUT), rel=1e-12)
+    assert stage_acts(config, 1)["activations_bytes"] == pytest.approx(1 * (3 * KEPT + 1 * INPUT), rel=1e-12)
+
+
+def test_uniform_groups_keep_one_input_per_group_and_recompute_the_group_at_once():
+    parts = stage_acts(cfg(recompute="full", recompute_num_layers=2, recompute_method="uniform"), 0)
+    assert parts["activations_bytes"] == pytest.approx(2 * 2 * INPUT, rel=1e-12)
+    assert parts["recompute_buffers_bytes"] == pytest.approx(2 * KEPT - INPUT, rel=1e-12)
+
+
+@pytest.mark.parametrize("modules, kept_per_token", [
+    (("core_attn",), 34 * H),                          # the fp32 log-sum-exp (4a) is not kept
+    (("layernorm",), 30 * H + 4 * A),                  # the QKV and MLP inputs (2 x 2h) are not kept
+    (("mlp_act",), 26 * H + 4 * A),                    # the second GEMM's input (2f = 8h)
+    (("core_attn", "layernorm", "mlp_act"), 22 * H),
+])
+def test_named_op_recomputation_drops_exactly_its_tensors(modules, kept_per_token):
+    parts = stage_acts(cfg(pp=1, recompute_modules=modules), 0)
+    assert parts["activations_bytes"] == pytest.approx(8 * S * kept_per_token, rel=1e-12)
+
+
+def test_fp8_recipes_keep_gemm_inputs_in_one_byte_and_two_weight_copies():
+    # the QKV / MLP inputs (4h -> 2h), the output projection's input (2h -> h) and the second
+    # MLP GEMM's input (8h -> 4h) are kept quantised: 27h + 4a per token
+    config = cfg(pp=1, dtype="fp8")
+    report = simulate(MODEL, CLUSTER, config)
+    parts = report.stage_memory[0]["parts_bytes"]
+    assert parts["activations_bytes"] == pytest.approx(8 * S * (27 * H + 4 * A), rel=1e-12)
+    layer = params.dense_layer_params(MODEL)
+    ends = params.embedding_params(MODEL) + params.lm_head_params(MODEL)
+    # 16-bit weights + FP8 row-wise and transposed copies (Hopper) on the layers, 16-bit on the ends
+    assert parts["weights_bytes"] == pytest.approx(8 * layer * (2 + 2) + ends * 2, rel=1e-12)
+
+
+def test_partial_recomputation_costs_its_share_of_full_recomputation():
+    model, cluster = load_model("llama3-8b"), load_cluster("dgx-h100")
+    eff = efficiency_for_cluster(cluster)
+    base = dict(dp=4, tp=2, pp=4, micro_batch=1, global_batch=32, sequence_parallel=True, recompute="full")
+    full = evaluate(model, cluster, eff, ConfigBatch.from_configs([ParallelConfig(**base)]))
+    part = evaluate(model, cluster, eff, ConfigBatch.from_configs([ParallelConfig(recompute_num_layers=2, **base)]))
+    # 8 layers per stage: 2 of them recomputed, on the busiest stage and in the whole job's FLOPs
+    assert part["recompute_s"][0] == pytest.approx(full["recompute_s"][0] * 2 / 8, rel=1e-9)
+    extra_full = full["hardware_flops"][0] - full["model_flops"][0]
+    extra_part = part["hardware_flops"][0] - part["model_flops"][0]
+    assert extra_part == pytest.approx(extra_full * 2 / 8, rel=1e-9)
+    assert part["step_time_s"][0] < full["step_time_s"][0]
+    assert part["memory_bytes"][0] > full["memory_bytes"][0]
+
+
+def test_the_busiest_stage_decides_llama_405b_uneven_split_peaks_on_stage_1():
+    # 7, 8 x 14, 7 layers under 1F1B: stage 0 holds 16 micro-batches of 7 layers (112), stage 1
+    # 15 of 8 (120), so stage 1 keeps 120/112 of stage 0's activations and is the GPU's peak
+    model = load_model("llama3.1-405b")
+    config = ParallelConfig(dp=64, tp=8, pp=16, global_batch=2048, first_stage_layers=7, last_stage_layers=7,
+                            sequence_parallel=True, zero_stage=1)
+    report = simulate(model, load_cluster("dgx-h100"), config)
+    acts = [s["parts_bytes"]["activations_bytes"] for s in report.stage_memory]
+    assert acts[1] / acts[0] == pytest.approx(120 / 112, rel=1e-12)
+    assert report.extras["memory_stage"] == 1
+    assert report.memory_bytes == pytest.approx(max(s["memory_bytes"] for s in report.stage_memory), rel=1e-12)
+    assert sum(report.memory_breakdown_bytes.values()) == pytest.approx(report.memory_bytes, rel=1e-12)
