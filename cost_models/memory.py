@@ -158,7 +158,7 @@ def in_flight_microbatches(pp, vpp, num_microbatches, schedule_is_gpipe=False):
 
 
 def model_state_bytes(params_local, zero_stage, dp_shard, low_precision=False, full_precision=False,
-                      copy_bytes=None):
+                      copy_bytes=None, moment_bytes=4.0):
     """(weights, gradients, optimizer) bytes on one GPU for ``params_local`` parameters.
 
     ``full_precision`` (fp32 training): 4-byte weights and gradients and 8 bytes of Adam
@@ -168,7 +168,9 @@ def model_state_bytes(params_local, zero_stage, dp_shard, low_precision=False, f
     ``dp_shard`` is the size of the group ZeRO shards over. ``copy_bytes``: bytes per parameter
     of the quantised weight copies a low-precision recipe keeps (``low_precision.
     weight_copy_bytes_per_param``); None = ``LOW_PRECISION_WEIGHT_COPY_BYTES`` when
-    ``low_precision``.
+    ``low_precision``. ``moment_bytes``: bytes of each Adam moment (4 fp32; 2 when they are kept in
+    BF16, DeepSeek-V3 report section 3.3.2, Megatron ``--exp-avg-dtype bf16
+    --exp-avg-sq-dtype bf16``), beside the fp32 master weight.
     """
     p = np.asarray(params_local, dtype=float)
     z = np.asarray(zero_stage)
@@ -176,9 +178,9 @@ def model_state_bytes(params_local, zero_stage, dp_shard, low_precision=False, f
     if copy_bytes is None:
         copy_bytes = LOW_PRECISION_WEIGHT_COPY_BYTES if low_precision else 0.0
     weight_bytes = WEIGHT_BYTES + copy_bytes
-    optimizer_bytes = OPTIMIZER_BYTES
+    optimizer_bytes = OPTIMIZER_BYTES - 2.0 * (4.0 - np.asarray(moment_bytes, dtype=float))
     if full_precision:
-        weight_bytes, optimizer_bytes = 4.0, 8.0
+        weight_bytes, optimizer_bytes = 4.0, 2.0 * np.asarray(moment_bytes, dtype=float)
     weights = p * weight_bytes / np.where(z >= 3, n, 1.0)
     grads = p * GRAD_BYTES / np.where(z >= 2, n, 1.0)
     optimizer = p * optimizer_bytes / np.where(z >= 1, n, 1.0)

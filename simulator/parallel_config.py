@@ -193,6 +193,9 @@ class ParallelConfig:
         pipeline_layout: Megatron's layout string (``--pipeline-model-parallel-layout``, see
             ``simulator.layout_string``): the layers, embedding, MTP modules and loss of every
             pipeline position. Empty = the split of ``first_stage_layers`` / ``last_stage_layers``.
+        optimizer_moment_bytes: bytes per element of each Adam moment: 4 (fp32) or 2 (BF16
+            moments: DeepSeek-V3 report section 3.3.2, Megatron's precision-aware optimizer
+            ``--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``); the master weights stay fp32.
         loss_chunk_tokens: the loss is computed over chunks of this many tokens, so only one
             chunk's logits exist at a time (chunked / fused linear cross-entropy); 0 = all the
             micro-batch's logits at once.
@@ -252,6 +255,7 @@ class ParallelConfig:
     zero_shard_group: int = 0
     pipeline_layout: str = ""
     loss_chunk_tokens: int = 0
+    optimizer_moment_bytes: float = 4.0
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch"):
@@ -275,6 +279,9 @@ class ParallelConfig:
             raise InputError("first_stage_layers", "first/last stage layer counts need pp > 1",
                              "set pp > 1 or leave them 0")
         self._check_memory_fields()
+        if self.optimizer_moment_bytes not in (2, 4, 2.0, 4.0) or isinstance(self.optimizer_moment_bytes, bool):
+            raise InputError("optimizer_moment_bytes", f"must be 2 or 4, got {self.optimizer_moment_bytes!r}")
+        object.__setattr__(self, "optimizer_moment_bytes", float(self.optimizer_moment_bytes))
         if self.grad_reduce_bytes not in (2, 4, 2.0, 4.0) or isinstance(self.grad_reduce_bytes, bool):
             raise InputError("grad_reduce_bytes", f"must be 2 or 4, got {self.grad_reduce_bytes!r}")
         object.__setattr__(self, "grad_reduce_bytes", float(self.grad_reduce_bytes))

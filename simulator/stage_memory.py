@@ -153,7 +153,7 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
     per_row = {k: row(v) for k, v in dict(dense_p=dense_p, moe_ne_p=moe_ne_p, moe_ex_p=moe_ex_p, emb_p=emb_p,
                                           head_p=head_p, mtp_p=mtp_p, shard=shard, expert_shard=expert_shard,
                                           z3=z3, logits=logits_row, off=off_fraction, rc_group=rc_group,
-                                          zero=zero).items()}
+                                          zero=zero, moments=batch.optimizer_moment_bytes).items()}
     per_row["offload_ok"] = np.full(n, cluster.host is not None, dtype=bool)
     out = {k: np.zeros(n) for k in PARTS + ("memory_bytes", "memory_stage", "params_local", "expert_params_local",
                                             "host_memory_bytes", "_p_first", "_p_first_expert",
@@ -233,11 +233,12 @@ def _stage_parts(ctx: _Context, idx, cells: dict, split: dict, in_flight, v: int
     end_p = emb * g["emb_p"] + head * g["head_p"] + mtp * g["mtp_p"] + np.where(needs_emb & (emb == 0), g["emb_p"], 0.0)
     expert_p = L_m * g["moe_ex_p"]
     lp, fp = ctx.low_precision, ctx.full_precision
-    w1, g1, o1 = memory.model_state_bytes(layer_p, g["zero"], g["shard"], lp, fp, ctx.copy_bytes)
-    w2, g2, o2 = memory.model_state_bytes(end_p, g["zero"], g["shard"], lp, fp, 0.0)
-    w3, g3, o3 = memory.model_state_bytes(expert_p, g["zero"], g["expert_shard"], lp, fp, ctx.copy_bytes)
+    mom = g["moments"]
+    w1, g1, o1 = memory.model_state_bytes(layer_p, g["zero"], g["shard"], lp, fp, ctx.copy_bytes, mom)
+    w2, g2, o2 = memory.model_state_bytes(end_p, g["zero"], g["shard"], lp, fp, 0.0, mom)
+    w3, g3, o3 = memory.model_state_bytes(expert_p, g["zero"], g["expert_shard"], lp, fp, ctx.copy_bytes, mom)
     opt = o1 + o2 + o3
-    opt_params = opt / (8.0 if fp else memory.OPTIMIZER_BYTES)
+    opt_params = opt / (2.0 * mom if fp else 4.0 + 2.0 * mom)
     host_opt = g["off"] * opt_params * offload.HOST_OPTIMIZER_BYTES_PER_PARAM
 
     sets = in_flight / v

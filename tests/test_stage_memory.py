@@ -125,3 +125,10 @@ def test_the_busiest_stage_decides_llama_405b_uneven_split_peaks_on_stage_1():
     assert report.extras["memory_stage"] == 1
     assert report.memory_bytes == pytest.approx(max(s["memory_bytes"] for s in report.stage_memory), rel=1e-12)
     assert sum(report.memory_breakdown_bytes.values()) == pytest.approx(report.memory_bytes, rel=1e-12)
+
+
+def test_bf16_adam_moments_keep_8_bytes_of_optimizer_state_per_parameter():
+    # fp32 master weight (4) + two BF16 moments (2 + 2): DeepSeek-V3 report, section 3.3.2
+    fp32 = stage_acts(cfg(pp=1), 0)["optimizer_bytes"]
+    bf16 = stage_acts(cfg(pp=1, optimizer_moment_bytes=2), 0)["optimizer_bytes"]
+    assert bf16 == pytest.approx(fp32 * 8 / 12, rel=1e-12)

@@ -127,7 +127,8 @@ def build_inputs(opts: dict) -> tuple[ModelSpec, object, ParallelConfig, int | N
         offload_optimizer_fraction=opts.get("offload_optimizer_fraction") or 0.0,
         zero_shard_group=opts.get("zero_shard_group") or 0,
         pipeline_layout=opts.get("pipeline_layout") or "",
-        loss_chunk_tokens=opts.get("loss_chunk_tokens") or 0, **software,
+        loss_chunk_tokens=opts.get("loss_chunk_tokens") or 0,
+        optimizer_moment_bytes=opts.get("optimizer_moment_bytes") or 4.0, **software,
     )
     cluster.gpu.peak_flops(config.dtype)      # a dtype the chip lacks is an input error, up front
     return model, cluster, config, gpus
@@ -381,6 +382,9 @@ POS = click.IntRange(min=1)
 @click.option("--zero-shard-group", type=click.IntRange(0), metavar="G",
               help="Hybrid sharding (HSDP): ZeRO shards over groups of G of the dp*cp ranks and replicates across "
                    "groups; 0 = all of them.")
+@click.option("--optimizer-moment-bytes", type=click.Choice(["2", "4"]), callback=lambda c, p, v: None if v is None else float(v),
+              help="Bytes per Adam moment: 4 (fp32) or 2 (BF16 moments, DeepSeek-V3; Megatron --exp-avg-dtype bf16) "
+                   "[default: 4].")
 @click.option("--loss-chunk-tokens", type=click.IntRange(0), metavar="N",
               help="Compute the loss over chunks of N tokens (chunked / fused linear cross-entropy): only one chunk's "
                    "logits exist at a time; 0 = all at once.")

@@ -166,14 +166,16 @@ def stage_layer_counts(num_layers: int, pp: int, vpp: int = 1, mtp_layers: int =
 #: the memory features a plan may use (``ParallelConfig`` fields; 0 / empty = not used)
 MEMORY_FEATURES = ("recompute_num_layers", "recompute_layers_decrement", "recompute_modules",
                    "offload_activation_layers", "offload_optimizer_fraction", "zero_shard_group", "pipeline_layout",
-                   "loss_chunk_tokens")
+                   "loss_chunk_tokens", "optimizer_moment_bytes")
+#: their values that mean "not used" (0 / empty otherwise)
+_NOT_USED = {"optimizer_moment_bytes": 4.0}
 
 
 def refuse_memory_features(p: dict, release: str, supported: tuple = ()) -> None:
     """Raise ``InputError`` naming the first memory feature of plan ``p`` that ``release`` cannot
     run as planned (those in ``supported`` are handled by the caller)."""
     for name in MEMORY_FEATURES:
-        if name in supported or not p.get(name):
+        if name in supported or not p.get(name) or p.get(name) == _NOT_USED.get(name):
             continue
         raise InputError(name, f"this {release} export does not write {name} (the plan uses {p[name]!r})",
                          f"plan without it (paraplan plan --no-memory-search / --no-hsdp), or emit megatron")

@@ -321,6 +321,9 @@ def _groups(p: dict) -> list[tuple[str, list[tuple[str, Any]]]]:
         modules = [_MODULE_NAMES[m] for m in p.get("recompute_modules") or ()]
         if modules and modules != ["core_attn"]:
             training.append(("--recompute-modules", " ".join(modules)))
+    if p.get("optimizer_moment_bytes", 4.0) == 2.0:
+        training += [("--use-precision-aware-optimizer", None), ("--exp-avg-dtype", "bf16"),
+                     ("--exp-avg-sq-dtype", "bf16")]
     if p.get("offload_optimizer_fraction"):
         training += [("--optimizer-cpu-offload", None),
                      ("--optimizer-offload-fraction", p["offload_optimizer_fraction"])]
