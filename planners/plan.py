@@ -329,8 +329,10 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
         stack: the software stack every plan runs (``hardware_specs/stacks``, name or
             ``StackSpec``): its documented
             overlap, kernels, fusion and gradient dtype, with its recipe for this model.
-        memory_search: give every fully recomputing plan the fewest recomputed layers per chunk
-            that fit (stage by stage: ``recompute_num_layers`` and ``recompute_layers_decrement``)
+        memory_search: give every fully recomputing plan that fits only with some recomputation
+            the fewest recomputed layers per chunk that fit (stage by stage:
+            ``recompute_num_layers`` and ``recompute_layers_decrement``; one that fits without
+            any stays the recompute-every-layer point of the memory / time trade-off)
             and every plan that does not fit otherwise the fewest offloaded layers that do (on a
             cluster with a host link).
         hsdp: also try ZeRO 1-3 sharded within each node and replicated across nodes.

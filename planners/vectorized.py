@@ -190,7 +190,8 @@ def evaluate_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel,
     ``defaults``: per dtype of ``space.dtypes``, the ParallelConfig fields the planner does not
     search (the software stack's, ``simulator.stack_defaults.stack_config_fields``).
     ``progress(done_rows, total_rows)`` is called after each chunk.
-    ``memory_search``: rows that recompute in full get the fewest recomputed layers that fit,
+    ``memory_search``: rows that recompute in full and fit only with some recomputation get the
+    fewest recomputed layers that fit,
     rows that do not fit the fewest offloaded layers that make them fit
     (``step_model.memory_parts(fit_limit_bytes=...)``); their counts are in ``CHOSEN_FIELDS``.
     """

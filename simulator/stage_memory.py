@@ -105,8 +105,8 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
     ``once_per_run(batch, fields, fn, *args)``: the step model's evaluation of ``fn`` once per
     run of rows equal in ``layer_key_fields``.
 
-    ``fit_limit_bytes`` (the planner): rows that recompute in full get the fewest recomputed
-    layers per chunk that keep every stage under the limit (``recompute_num_layers`` N = the
+    ``fit_limit_bytes`` (the planner): rows that recompute in full and fit only with some
+    recomputation get the fewest recomputed layers per chunk that keep every stage under the limit (``recompute_num_layers`` N = the
     largest stage's need, ``recompute_layers_decrement`` the steepest per-stage decrease that
     still fits), and rows that do not fit without full recomputation get the fewest offloaded
     layers per chunk that make them fit (when the cluster has a host link); the memory returned
@@ -169,9 +169,10 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
                     "_recompute_layers_decrement": np.asarray(batch.recompute_layers_decrement, dtype=float).copy(),
                     "_offload_activation_layers": np.asarray(batch.offload_activation_layers, dtype=float).copy()})
     for idx, kind, p, v, cells, split, in_flight in stage_groups(model, batch):
+        static = _static_parts(ctx, idx, cells)
         if search:
-            split = _fewest_that_fit(model, batch, idx, cells, v, in_flight, split, ctx, fit_limit_bytes, out)
-        st = _stage_parts(ctx, idx, cells, split, in_flight, v)
+            split = _fewest_that_fit(model, batch, idx, cells, v, in_flight, split, ctx, fit_limit_bytes, out, static)
+        st = _stage_parts(ctx, idx, cells, split, in_flight, v, static)
         parts, total, host = st["parts"], st["total"], st["host"]
         k = np.argmax(total, axis=1)
         rows = np.arange(len(idx))
@@ -215,52 +216,74 @@ class _Context:
         self.copy_bytes, self.per_row, self.act = copy_bytes, per_row, act
 
 
-def _stage_parts(ctx: _Context, idx, cells: dict, split: dict, in_flight, v: int) -> dict:
-    """Per (row, stage) of a group: ``parts`` (``PARTS`` with the allocator), ``total``,
-    ``host`` (host bytes per GPU), ``params`` / ``expert_params`` (before ZeRO), ``layers``."""
+def _static_parts(ctx: _Context, idx, cells: dict) -> dict:
+    """What of a group's (row, stage) memory does not depend on recomputation or offload: model
+    states, logits, MoE dispatch and ZeRO-3 buffers (``parts``), the host memory of an
+    offloaded optimizer (``host``), and ``params`` / ``expert_params`` (before ZeRO) and
+    ``layers``."""
     model = ctx.model
     g = {k: x[idx][:, None] for k, x in ctx.per_row.items()}
-    a = {k: x[idx][:, None] for k, x in ctx.act.items()}
-    per_stage = {k: x.sum(axis=2) for k, x in {**cells, **split}.items() if k != "start"}
-    L_d, L_m = per_stage["dense"], per_stage["moe"]
-    emb, head, mtp = per_stage["emb"], per_stage["head"], per_stage["mtp"]
-    rcd, rcm, inputs = per_stage["rc_dense"], per_stage["rc_moe"], per_stage["rc_inputs"]
-    offd, offm = per_stage["off_dense"], per_stage["off_moe"]
-
+    L_d, L_m = cells["stage_dense"][..., 0], cells["stage_moe"][..., 0]
+    emb, head, mtp = cells["stage_emb"][..., 0], cells["stage_head"][..., 0], cells["stage_mtp"][..., 0]
     layer_p = L_d * g["dense_p"] + L_m * g["moe_ne_p"]
     # an MTP module, and a tied output layer, need the embedding: a stage without it keeps a copy
     needs_emb = (mtp > 0) | ((head > 0) & model.tied_embeddings)
     end_p = emb * g["emb_p"] + head * g["head_p"] + mtp * g["mtp_p"] + np.where(needs_emb & (emb == 0), g["emb_p"], 0.0)
     expert_p = L_m * g["moe_ex_p"]
-    lp, fp = ctx.low_precision, ctx.full_precision
-    mom = g["moments"]
+    lp, fp, mom = ctx.low_precision, ctx.full_precision, g["moments"]
     w1, g1, o1 = memory.model_state_bytes(layer_p, g["zero"], g["shard"], lp, fp, ctx.copy_bytes, mom)
     w2, g2, o2 = memory.model_state_bytes(end_p, g["zero"], g["shard"], lp, fp, 0.0, mom)
     w3, g3, o3 = memory.model_state_bytes(expert_p, g["zero"], g["expert_shard"], lp, fp, ctx.copy_bytes, mom)
     opt = o1 + o2 + o3
     opt_params = opt / (2.0 * mom if fp else 4.0 + 2.0 * mom)
-    host_opt = g["off"] * opt_params * offload.HOST_OPTIMIZER_BYTES_PER_PARAM
+    parts = {"weights_bytes": w1 + w2 + w3, "gradients_bytes": g1 + g2 + g3,
+             "optimizer_bytes": opt * (1.0 - g["off"]), "logits_bytes": (head + mtp) * g["logits"],
+             "moe_dispatch_bytes": np.where(L_m > 0, ctx.act["dispatch"][idx][:, None], 0.0),
+             "zero3_buffers_bytes": g["z3"] + 0.0 * L_d}
+    return {"parts": parts, "tensors": sum(parts.values()),
+            "host": g["off"] * opt_params * offload.HOST_OPTIMIZER_BYTES_PER_PARAM,
+            "params": layer_p + end_p, "expert_params": expert_p, "layers": L_d + L_m}
 
+
+def _dynamic_parts(ctx: _Context, idx, cells: dict, split: dict, in_flight, v: int) -> dict:
+    """What recomputation and offload change, per (row, stage): ``activations_bytes``,
+    ``recompute_buffers_bytes``, ``offload_buffers_bytes``, and ``host`` (offloaded activations)."""
+    a = {k: x[idx][:, None] for k, x in ctx.act.items()}
+    rc_group = ctx.per_row["rc_group"][idx][:, None, None]
+    per_stage = {k: x.sum(axis=2) for k, x in split.items()}
+    offd, offm = per_stage["off_dense"], per_stage["off_moe"]
+    kept_d = cells["stage_dense"][..., 0] - per_stage["rc_dense"] - offd
+    kept_m = cells["stage_moe"][..., 0] - per_stage["rc_moe"] - offm
     sets = in_flight / v
-    kept_d, kept_m = L_d - rcd - offd, L_m - rcm - offm
-    acts = sets * (kept_d * a["kept_dense"] + kept_m * a["kept_moe"] + inputs * a["input"])
-    host_acts = sets * (offd * a["kept_dense"] + offm * a["kept_moe"])
-    parts = {
-        "weights_bytes": w1 + w2 + w3,
-        "gradients_bytes": g1 + g2 + g3,
-        "optimizer_bytes": opt * (1.0 - g["off"]),
-        "activations_bytes": acts,
-        "logits_bytes": (head + mtp) * g["logits"],
-        "recompute_buffers_bytes": _recompute_buffer(cells, split, a, g["rc_group"][:, :, None]),
+    return {
+        "activations_bytes": sets * (kept_d * a["kept_dense"] + kept_m * a["kept_moe"]
+                                     + per_stage["rc_inputs"] * a["input"]),
+        "recompute_buffers_bytes": _recompute_buffer(cells, split, a, rc_group),
         "offload_buffers_bytes": offload.OFFLOAD_STAGING_LAYERS * np.maximum(
             np.where(offd > 0, a["kept_dense"], 0.0), np.where(offm > 0, a["kept_moe"], 0.0)),
-        "moe_dispatch_bytes": np.where(L_m > 0, a["dispatch"], 0.0),
-        "zero3_buffers_bytes": g["z3"] + 0.0 * L_d,
+        "host": sets * (offd * a["kept_dense"] + offm * a["kept_moe"]),
     }
+
+
+def _total(static: dict, dynamic: dict) -> np.ndarray:
+    """Stage totals with the allocator's allowance."""
+    tensors = static["tensors"] + dynamic["activations_bytes"] + dynamic["recompute_buffers_bytes"] \
+        + dynamic["offload_buffers_bytes"]
+    return tensors + memory.allocator_allowance_bytes(tensors)
+
+
+def _stage_parts(ctx: _Context, idx, cells: dict, split: dict, in_flight, v: int, static=None) -> dict:
+    """Per (row, stage) of a group: ``parts`` (``PARTS`` with the allocator), ``total``,
+    ``host`` (host bytes per GPU), ``params`` / ``expert_params`` (before ZeRO), ``layers``."""
+    static = _static_parts(ctx, idx, cells) if static is None else static
+    dyn = _dynamic_parts(ctx, idx, cells, split, in_flight, v)
+    parts = dict(static["parts"])
+    parts.update({k: dyn[k] for k in ("activations_bytes", "recompute_buffers_bytes", "offload_buffers_bytes")})
+    parts = {k: parts[k] for k in PARTS if k != "allocator_bytes"}
     tensors = sum(parts.values())
     parts["allocator_bytes"] = memory.allocator_allowance_bytes(tensors)
-    return {"parts": parts, "total": tensors + parts["allocator_bytes"], "host": host_opt + host_acts,
-            "params": layer_p + end_p, "expert_params": expert_p, "layers": L_d + L_m}
+    return {"parts": parts, "total": tensors + parts["allocator_bytes"], "host": static["host"] + dyn["host"],
+            "params": static["params"], "expert_params": static["expert_params"], "layers": static["layers"]}
 
 
 def _recompute_buffer(cells: dict, split: dict, a: dict, group) -> np.ndarray:
@@ -276,6 +299,14 @@ def _recompute_buffer(cells: dict, split: dict, a: dict, group) -> np.ndarray:
 
     The larger of the two, over the stage's chunks."""
     a3 = {k: v[:, :, None] for k, v in a.items()}
+    group = np.asarray(group)
+    if not np.any(split["rc_dense"]) and not np.any(split["rc_moe"]) and not np.any(split["off_dense"]) \
+            and not np.any(split["off_moe"]):
+        # no layer recomputed in full or offloaded: only the selected operations come back, during
+        # the backward of the stage's first layer of each kind it holds
+        sel = np.maximum(np.where(cells["stage_dense"] > 0, a3["full_dense"] - a3["kept_dense"], 0.0),
+                         np.where(cells["stage_moe"] > 0, a3["full_moe"] - a3["kept_moe"], 0.0))
+        return np.maximum(sel, 0.0)[..., 0]
     full = np.maximum(np.where(split["rc_dense"] > 0, a3["full_dense"], 0.0),
                       np.where(split["rc_moe"] > 0, a3["full_moe"], 0.0))
     kept_d = cells["dense"] - split["rc_dense"] - split["off_dense"]
@@ -287,71 +318,104 @@ def _recompute_buffer(cells: dict, split: dict, a: dict, group) -> np.ndarray:
     return np.maximum(rc_need, np.maximum(sel_need, 0.0)).max(axis=2)
 
 
-def _fewest_that_fit(model, batch, idx, cells, v, in_flight, split, ctx, limit, out) -> dict:
+def _fewest_that_fit(model, batch, idx, cells, v, in_flight, split, ctx, limit, out, static) -> dict:
     """The split counts of the group's rows after the planner's search (``memory_parts`` with
     ``fit_limit_bytes``): per stage, bisection on the fewest recomputed (or offloaded) layers per
-    chunk whose stage total fits; the counts chosen are written to ``out``."""
+    chunk whose stage total fits, on the rows that need it; the counts chosen are written to
+    ``out``."""
     n_layers = cells["dense"] + cells["moe"]
     n_max = float(n_layers.max()) if n_layers.size else 0.0
     p = n_layers.shape[1]
+    if n_max <= 0:
+        return split
     rc = np.asarray(batch.recompute)[idx] if np.ndim(batch.recompute) else np.full(len(idx), batch.recompute)
-    enumerated_full = (rc == _FULL) & (np.asarray(batch.recompute_num_layers)[idx] == 0) \
-        & (np.asarray(batch.recompute_method)[idx] != _UNIFORM)
-    if enumerated_full.any() and n_max > 0:
-        # per stage s, the fewest layers per chunk N_s (bisection over 0..n_max) that fit
-        lo = np.zeros((len(idx), p))
-        hi = np.full((len(idx), p), n_max)
-        for _ in range(int(np.ceil(np.log2(n_max + 1))) + 1):
-            mid = np.floor((lo + hi) / 2.0)
-            trial = layer_split_counts_for(model, batch, idx, cells, v, stage_rc=mid)
-            fits = _stage_parts(ctx, idx, cells, trial, in_flight, v)["total"] <= limit
-            hi = np.where(fits, mid, hi)
-            lo = np.where(fits, lo, mid + 1.0)
-            if np.all(lo >= hi):
-                break
+    nl = np.asarray(batch.recompute_num_layers)[idx]
+    enumerated_full = (rc == _FULL) & (nl == 0) & (np.asarray(batch.recompute_method)[idx] != _UNIFORM)
+
+    def sub(rows_mask):
+        r = np.flatnonzero(rows_mask)
+        return r, {k: x[r] for k, x in cells.items()}, {k: x[r] for k, x in static.items() if k != "parts"}
+
+    def totals(r, c, st, stage_rc=None, offload=None):
+        trial = layer_split_counts_for(model, batch, idx[r], c, v, stage_rc=stage_rc, offload=offload)
+        return _total(st, _dynamic_parts(ctx, idx[r], c, trial, in_flight[r], v)), trial
+
+    if enumerated_full.any():
+        # rows that fit recomputing every layer but not recomputing none: the fewest layers per
+        # chunk N_s per stage s that fit, by bisection between 1 and every layer (a row that fits
+        # without recomputation stays the "every layer" point of the memory / time trade-off; one
+        # that does not fit even so is dropped by the planner)
+        r, c, st = sub(enumerated_full)
+        t_all = _total(st, _dynamic_parts(ctx, idx[r], c, {k: x[r] for k, x in split.items()}, in_flight[r], v))
+        t0, _ = totals(r, c, st, stage_rc=np.zeros((len(r), p)))
+        middle = (t_all.max(axis=1) <= limit) & (t0.max(axis=1) > limit)
+        r, c, st = sub(np.isin(np.arange(len(idx)), r[middle]))
+        t0 = t0[middle]
+    if enumerated_full.any() and len(r):
+        lo = np.where(t0 <= limit, 0.0, 1.0)
+        hi = np.where(t0 <= limit, 0.0, n_max)
+        # memory falls about linearly with the layers recomputed: two probes around the linear
+        # estimate settle most rows, bisection the rest
+        t_hi = t_all[middle]
+        guess = np.ceil(n_max * (t0 - limit) / np.maximum(t0 - t_hi, 1.0))
+        lo, hi = _bisect(lambda g: totals(r, c, st, stage_rc=g)[0] <= limit, lo, hi, guess)
         need = hi
         top = np.maximum(need.max(axis=1), 1.0)
         stages = np.arange(p, dtype=float)[None, :]
-        dec = np.where(stages > 0, np.floor((top[:, None] - need) / np.maximum(stages, 1.0)), np.inf).min(axis=1) \
-            if p > 1 else np.zeros(len(idx))
-        dec = np.where(np.isfinite(dec), np.maximum(dec, 0.0), 0.0)
-        counts = np.maximum(top[:, None] - stages * dec[:, None], 0.0)
-        covers_all = top >= n_max          # every layer recomputed: the enumerated "full"
-        sel = enumerated_full
-        rows = idx[sel]
-        out["_recompute_num_layers"][rows] = np.where(covers_all[sel], 0.0, top[sel])
-        out["_recompute_layers_decrement"][rows] = np.where(covers_all[sel] | (p == 1), 0.0, dec[sel])
-        stage_rc = np.where(sel[:, None], np.where(covers_all[:, None], n_max, counts), n_max)
-        split = layer_split_counts_for(model, batch, idx, cells, v, stage_rc=stage_rc) if sel.all() else \
-            _merge(split, layer_split_counts_for(model, batch, idx, cells, v, stage_rc=stage_rc), sel)
+        if p > 1:
+            dec = np.floor((top[:, None] - need[:, 1:]) / stages[:, 1:]).min(axis=1)
+            dec = np.maximum(dec, 0.0)
+        else:
+            dec = np.zeros(len(r))
+        covers_all = top >= n_max            # every layer recomputed: the enumerated "full"
+        counts = np.where(covers_all[:, None], n_max, np.maximum(top[:, None] - stages * dec[:, None], 0.0))
+        out["_recompute_num_layers"][idx[r]] = np.where(covers_all, 0.0, top)
+        out["_recompute_layers_decrement"][idx[r]] = np.where(covers_all, 0.0, dec)
+        _, chosen = totals(r, c, st, stage_rc=counts)
+        split = {k: np.array(x, copy=True) for k, x in split.items()}
+        for k in split:
+            split[k][r] = chosen[k]
     offloadable = (rc != _FULL) & ctx.per_row["offload_ok"][idx] & (np.asarray(batch.offload_activation_layers)[idx] == 0)
-    if offloadable.any() and n_max > 0:
-        base = _stage_parts(ctx, idx, cells, split, in_flight, v)["total"].max(axis=1)
-        want = offloadable & (base > limit)
+    if offloadable.any():
+        r, c, st = sub(offloadable)
+        base = _total(st, _dynamic_parts(ctx, idx[r], c, {k: x[r] for k, x in split.items()}, in_flight[r], v))
+        want = base.max(axis=1) > limit
         if want.any():
-            lo = np.zeros(len(idx))
-            hi = np.full(len(idx), n_max)
-            for _ in range(int(np.ceil(np.log2(n_max + 1))) + 1):
-                mid = np.floor((lo + hi) / 2.0)
-                trial = layer_split_counts_for(model, batch, idx, cells, v, offload=mid)
-                fits = _stage_parts(ctx, idx, cells, trial, in_flight, v)["total"].max(axis=1) <= limit
-                hi = np.where(fits, mid, hi)
-                lo = np.where(fits, lo, mid + 1.0)
-                if np.all(lo >= hi):
-                    break
-            chosen = np.where(want, hi, 0.0)
-            out["_offload_activation_layers"][idx[want]] = chosen[want]
-            split = _merge(split, layer_split_counts_for(model, batch, idx, cells, v, offload=chosen), want)
+            r, c, st = sub(np.isin(np.arange(len(idx)), r[want]))
+            lo = np.ones(len(r))
+            hi = np.full(len(r), max(n_max - 1.0, 1.0))
+            t_lo = base.max(axis=1)[want]
+            t_hi = totals(r, c, st, offload=hi)[0].max(axis=1)
+            guess = np.ceil(hi * (t_lo - limit) / np.maximum(t_lo - t_hi, 1.0))
+            lo, hi = _bisect(lambda g: totals(r, c, st, offload=g)[0].max(axis=1) <= limit, lo, hi, guess)
+            out["_offload_activation_layers"][idx[r]] = hi
+            _, chosen = totals(r, c, st, offload=hi)
+            split = {k: np.array(x, copy=True) for k, x in split.items()}
+            for k in split:
+                split[k][r] = chosen[k]
     return split
+
+
+def _bisect(fits, lo, hi, guess):
+    """The smallest count in [lo, hi] for which ``fits(count)`` (monotone) holds, elementwise:
+    first two probes at the ``guess`` and next to it, then bisection; (lo, hi) with lo == hi."""
+    def probe(g):
+        nonlocal lo, hi
+        g = np.clip(g, lo, hi)
+        ok = fits(g)
+        open_ = lo < hi
+        hi = np.where(open_ & ok, g, hi)
+        lo = np.where(open_ & ~ok, g + 1.0, lo)
+        return ok
+
+    ok = probe(guess)
+    probe(np.where(ok, guess - 1.0, guess + 1.0))
+    while np.any(lo < hi):
+        probe(np.floor((lo + hi) / 2.0))
+    return lo, hi
 
 
 def layer_split_counts_for(model, batch, idx, cells, v, stage_rc=None, offload=None):
     """``step_pipeline.layer_split_counts`` (imported here to keep the import graph flat)."""
     from simulator.step_pipeline import layer_split_counts
     return layer_split_counts(model, batch, idx, cells, v, stage_rc=stage_rc, offload=offload)
-
-
-def _merge(old: dict, new: dict, rows) -> dict:
-    """``new``'s counts on ``rows`` (a mask over the group), ``old``'s elsewhere."""
-    m = np.asarray(rows, dtype=bool)[:, None, None]
-    return {k: np.where(m, new[k], old[k]) for k in old}

@@ -101,6 +101,10 @@ def group_cells(model, kind: ScheduleKind, p: int, v: int, first, last, layout=N
     last = np.atleast_1d(np.asarray(last, dtype=np.int64))
     rows = max(len(first), len(last))
     first, last = np.broadcast_to(first, (rows,)), np.broadcast_to(last, (rows,))
+    if layout is None and not first.any() and not last.any():
+        # every row the default layout (the planner's rows): one set of cells, broadcast
+        one = _layout_cells(model.num_layers, model.mtp_layers, model.moe, kind, p, v, 0, 0, "")
+        return {k: np.broadcast_to(x, (rows,) + x.shape) for k, x in one.items()}
     if layout is None:
         layout_id, texts = np.zeros(rows, dtype=np.int64), [""]
     else:
@@ -155,9 +159,12 @@ def _layout_cells(num_layers: int, mtp_layers: int, moe, kind: ScheduleKind, p: 
         if n_pos > 1:
             out["send_f"][cells[:-1]] += 1.0
             out["send_b"][cells[1:]] += 1.0
-    for k in out:
+    for k in list(out):
         out[k] = out[k].reshape(p, v)
         out[k].setflags(write=False)
+        if k in ("dense", "moe", "emb", "head", "mtp"):
+            out["stage_" + k] = out[k].sum(axis=1, keepdims=True)   # (p, 1): per stage
+            out["stage_" + k].setflags(write=False)
     return out
 
 
@@ -179,7 +186,12 @@ def layer_split_counts(model, batch, idx, cells: dict, v: int, stage_rc=None, of
     n = dense + moe
     start = cells["start"]
     p = n.shape[1]
-    rc = _rows(batch.recompute, idx)[:, None, None]
+    rc_rows = _rows(batch.recompute, idx)
+    off_rows = _rows(batch.offload_activation_layers, idx) if offload is None else np.asarray(offload, dtype=float)
+    if stage_rc is None and not (rc_rows == _FULL_CODE).any() and not off_rows.any():
+        zero = np.broadcast_to(np.zeros((1, 1, 1)), n.shape)          # nothing recomputed in full or offloaded
+        return {"rc_dense": zero, "rc_moe": zero, "rc_inputs": zero, "off_dense": zero, "off_moe": zero}
+    rc = rc_rows[:, None, None]
     nl = _rows(batch.recompute_num_layers, idx)[:, None, None]
     dec = _rows(batch.recompute_layers_decrement, idx)[:, None, None]
     uniform = (_rows(batch.recompute_method, idx) == RECOMPUTE_METHOD_CODES[RecomputeMethod.UNIFORM])[:, None, None]
@@ -190,14 +202,43 @@ def layer_split_counts(model, batch, idx, cells: dict, v: int, stage_rc=None, of
         block_n = np.minimum(np.asarray(stage_rc, dtype=float)[:, :, None], n)
     n_rc = np.where(full, np.where(uniform, n, block_n), 0.0)
     inputs = np.where(full & uniform & (nl > 0), np.ceil(n / np.maximum(nl, 1.0)), n_rc)
-    rc_moe = moe_layers_before(start + n_rc, model) - moe_layers_before(start, model)
+    prefix = _moe_prefix(model)
+    rc_moe = _moe_between(prefix, start, n_rc)
     off = _rows(batch.offload_activation_layers, idx) if offload is None else np.asarray(offload, dtype=float)
     # Transformer Engine's offload context keeps the chunk's last layer (it offloads at most
     # layers - 1: get_cpu_offload_context's num_layers <= model_layers - 1)
     n_off = np.minimum(np.minimum(off[:, None, None], n - n_rc), np.maximum(n - 1.0, 0.0))
-    off_moe = moe_layers_before(start + n_rc + n_off, model) - moe_layers_before(start + n_rc, model)
+    off_moe = _moe_between(prefix, start + n_rc, n_off)
     return {"rc_dense": n_rc - rc_moe, "rc_moe": rc_moe + 0.0, "rc_inputs": inputs,
             "off_dense": n_off - off_moe, "off_moe": off_moe + 0.0}
+
+
+@lru_cache(maxsize=64)
+def _moe_prefix_cached(num_layers: int, mtp_layers: int, moe) -> np.ndarray:
+    class _M:
+        pass
+    m = _M()
+    m.num_layers, m.mtp_layers, m.moe = num_layers, mtp_layers, moe
+    out = moe_layers_before(np.arange(num_layers + mtp_layers + 1), m).astype(float)
+    out.setflags(write=False)
+    return out
+
+
+def _moe_prefix(model) -> np.ndarray | None:
+    """MoE layers before each layer index 0..L+mtp (None for a dense model)."""
+    if model.moe is None:
+        return None
+    return _moe_prefix_cached(model.num_layers, model.mtp_layers, model.moe)
+
+
+def _moe_between(prefix, start, count):
+    """MoE layers among layer indices [start, start + count), by the prefix table."""
+    if prefix is None:
+        return np.zeros(np.broadcast_shapes(np.shape(start), np.shape(count)))
+    top = len(prefix) - 1
+    a = np.clip(np.asarray(start, dtype=np.int64), 0, top)
+    b = np.clip(np.asarray(start + count, dtype=np.int64), 0, top)
+    return prefix[b] - prefix[a]
 
 
 def cell_durations(model, cells: dict, per_layer: PerLayer, ends: Ends, idx, split: dict | None = None) -> tuple:
@@ -335,11 +376,13 @@ def _layouts(batch, idx):
     col = getattr(batch, "pipeline_layout", None)
     if col is None:
         return None
-    col = np.asarray(col, dtype=object)
+    col = np.asarray(col)
     if col.ndim == 0:
         return None if not col.item() else np.full(len(idx), col.item(), dtype=object)
     sub = col[idx]
-    return sub if any(bool(x) for x in sub) else None
+    if col.dtype.kind == "U":
+        return sub.astype(object) if (sub != "").any() else None
+    return sub if (sub.astype(str) != "").any() else None
 
 
 def _groups(sched, pp, vpp):

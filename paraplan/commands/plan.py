@@ -184,8 +184,8 @@ def _csv(df) -> str:
               help="Fix hybrid sharding: ZeRO shards over groups of G data-parallel ranks (0 = all of them) "
                    "[default: try both all ranks and one node's].")
 @click.option("--memory-search/--no-memory-search", default=True, show_default=True,
-              help="Give each plan that recomputes in full the fewest recomputed layers per chunk that fit (stage by "
-                   "stage), and each plan that fits no other way the fewest layers offloaded to the host.")
+              help="Give each plan that needs recomputation to fit the fewest recomputed layers per chunk that fit "
+                   "(stage by stage), and each plan that fits no other way the fewest layers offloaded to the host.")
 @click.option("--hsdp/--no-hsdp", default=True, show_default=True,
               help="Also try ZeRO 1-3 sharded within a node and replicated across nodes (HSDP).")
 @click.option("--dtype", "dtypes", multiple=True, type=click.Choice(list(KNOWN_DTYPES)),
@@ -207,9 +207,10 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
     """Find the parallel configurations of MODEL on CLUSTER with the highest throughput that fit
     in memory: every factorisation of the GPUs over dp x tp x pp x cp (x ep), virtual pipeline
     stages, micro-batch, ZeRO 0-3 (and hybrid sharding within a node), recomputation and sequence
-    parallelism, scored by the same step model as `paraplan simulate`. A plan that recomputes in
-    full recomputes only the layers it needs to fit; one that fits no other way offloads the fewest
-    layers' activations to the host (--no-memory-search turns both off).
+    parallelism, scored by the same step model as `paraplan simulate`. A plan that needs
+    recomputation to fit recomputes only the layers it needs (recompute_num_layers, stage by stage);
+    one that fits no other way offloads the fewest layers' activations to the host
+    (--no-memory-search turns both off).
 
     \b
     Examples:
