@@ -542,6 +542,10 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         "layer_bwd_s": layer_b + layer_w + tp_exposed_b + cp_bwd,
         "layer_recompute_s": recompute + tp_exposed_r,
         "layer_w_s": layer_w,
+        # the model's ends per micro-batch, for callers that lay stages out themselves
+        # (simulator.heterogeneous): LM head + loss, embedding, forward + backward
+        "head_s": lay["head_s"],
+        "embedding_s": lay["embedding_s"],
         "p2p_per_microbatch_s": p2p,
         "grad_accum_per_microbatch_s": grad_accum,
         "tp_comm_total_s": m * layers_stage * lay["tp_comm_s"],
