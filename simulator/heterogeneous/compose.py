@@ -150,35 +150,15 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     skew = np.array([e.sync_skew_fraction for e in effs])[pool]
 
     # ---- parameters of each stage of a row ----------------------------------------------------
-    layer_params = float(params.dense_layer_params(model))
-    emb_params = float(params.embedding_params(model))
-    # an untied LM head has its own weights; a tied one is the embedding, which Megatron copies
-    # onto the last stage when the pipeline has more than one (module.initialize_word_embeddings)
-    head_params = float(params.lm_head_params(model)) if not model.tied_embeddings else 0.0
-    head_here = np.where(model.tied_embeddings & (pp > 1), emb_params, head_params)
-    stage_params = (n * layer_params + first * emb_params + last * head_here) / tp
+    stage_params = stage_param_count(model, n, first, last, pp, tp)
 
     # ---- pipeline send/recv per micro-batch ---------------------------------------------------
     bw_m, lat_m = pool_links.path_matrix(cluster, effs)
-    p2p_fraction = np.array([e.collective_fraction("p2p") for e in effs])
-
-    def boundary(other_pool, other_tp):
-        other_tp = np.where(other_pool >= 0, other_tp, 1).astype(float)
-        nbytes = tokens * h * act_bytes / np.minimum(tp, other_tp)
-        t = np.zeros(R)
-        same = other_pool == pool
-        stride = d_group[g] * tp            # Megatron's rank order: stage neighbours are dp*tp apart
-        for p in np.unique(pool[same]):
-            rows = same & (pool == p)
-            t[rows] = p2p_stage_time_s(nbytes[rows], stride[rows], cluster.pools[int(p)].cluster, effs[int(p)])
-        cross = (other_pool >= 0) & ~same
-        if cross.any():
-            a, b = pool[cross], other_pool[cross]
-            frac = np.minimum(p2p_fraction[a], p2p_fraction[b])
-            t[cross] = pool_links.p2p_time_s(nbytes[cross], bw_m[a, b] * frac, lat_m[a, b])
-        return t
-
-    p2p = boundary(blocks.prev_pool, blocks.prev_tp) + boundary(blocks.next_pool, blocks.next_tp)
+    stride = d_group[g] * tp            # Megatron's rank order: stage neighbours are dp*tp apart
+    p2p = (boundary_p2p_s(cluster, effs, bw_m, lat_m, pool, tp, blocks.prev_pool, blocks.prev_tp, tokens, h,
+                          act_bytes, stride)
+           + boundary_p2p_s(cluster, effs, bw_m, lat_m, pool, tp, blocks.next_pool, blocks.next_tp, tokens, h,
+                            act_bytes, stride))
 
     # ---- one stage, one micro-batch -------------------------------------------------------------
     fwd, bwd, w = units["fwd_s"][k], units["bwd_s"][k], units["w_s"][k]
@@ -255,21 +235,14 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     opt_row = opt_params * adam / (hbm_bw * opt_fraction)
 
     # ---- memory at each row's first stage (the one with the most micro-batches in flight) -------
-    full_precision = act_bytes > 2
-    w_b, g_b, o_b = memory.model_state_bytes(stage_params, z, D_row, dtype in LOW_PRECISION, full_precision)
-    per_layer_act = memory.activation_bytes_per_layer(model, mbs, s, tp, 1.0, sp, rc, settings.flash_attention,
-                                                      element_bytes=act_bytes)
-    full_act = memory.activation_bytes_per_layer(model, mbs, s, tp, 1.0, sp, 0, settings.flash_attention,
-                                                 element_bytes=act_bytes)
-    m_row = m[g]
-    if settings.schedule == Schedule.GPIPE:
-        in_flight = m_row
-    else:
-        in_flight = np.minimum(m_row, pp - blocks.position)
-    activations = per_layer_act * n * in_flight + np.where(rc == 2, full_act, 0.0)
-    logits = last * tokens * model.vocab_size / tp * (act_bytes + 4.0)
-    tensors = w_b + g_b + o_b + activations + logits
-    mem = tensors + memory.allocator_allowance_bytes(tensors)
+    in_flight = in_flight_microbatches(settings, m[g], pp, blocks.position)
+    layer_act, full_act = layer_activation_bytes(model, settings, units)
+    mparts = stage_memory_parts(model, settings, stage_params, z, D_row, tp, mbs, rc, layer_act[k], full_act[k], n,
+                                in_flight, last)
+    w_b, g_b, o_b = mparts["weights_bytes"], mparts["gradients_bytes"], mparts["optimizer_bytes"]
+    activations, logits = mparts["activations_bytes"], mparts["logits_bytes"]
+    mem = mparts["memory_bytes"]
+    tensors = mem - mparts["allocator_bytes"]
 
     # ---- per plan -----------------------------------------------------------------------------
     pstart_g = _starts(groups.plan, P)
@@ -335,6 +308,90 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
         "row_pool": pool,
     }
     return out
+
+
+def stage_param_count(model: ModelSpec, layers, first, last, pp, tp):
+    """Parameters one GPU of a stage holds before ZeRO: its layers, the embedding on the first
+    stage, the LM head on the last, split by ``tp``. An untied head has its own weights; a tied
+    one is the embedding, which Megatron copies onto the last stage when the pipeline has more
+    than one (megatron/model/module.py, initialize_word_embeddings)."""
+    layer_params = float(params.dense_layer_params(model))
+    emb_params = float(params.embedding_params(model))
+    head_params = float(params.lm_head_params(model))
+    head_here = np.where(model.tied_embeddings & (np.asarray(pp) > 1), emb_params, head_params)
+    return (np.asarray(layers, dtype=float) * layer_params + np.asarray(first) * emb_params
+            + np.asarray(last) * head_here) / np.asarray(tp, dtype=float)
+
+
+def boundary_p2p_s(cluster: PooledCluster, effs, bw_m, lat_m, pool, tp, other_pool, other_tp, tokens, hidden,
+                   act_bytes, stride):
+    """Seconds to send one micro-batch's activation (or its gradient) across a stage boundary:
+    from a stage on ``pool`` with ``tp`` to its neighbour on ``other_pool`` (-1: none, 0 s).
+
+    Each sender moves its 1/tp slice (Megatron's scatter/gather), sized by the smaller degree of
+    the two. Inside a pool, ``cost_models.topology.p2p_stage_time_s`` with the neighbours
+    ``stride`` ranks apart; across pools, the slowest link on the path (``path_matrix``).
+    """
+    pool = np.asarray(pool)
+    other_pool = np.asarray(other_pool)
+    tp = np.asarray(tp, dtype=float)
+    other_tp = np.where(other_pool >= 0, other_tp, 1).astype(float)
+    nbytes = np.broadcast_to(tokens * hidden * act_bytes / np.minimum(tp, other_tp), pool.shape)
+    stride = np.broadcast_to(np.asarray(stride, dtype=float), pool.shape)
+    t = np.zeros(pool.shape)
+    same = other_pool == pool
+    for p in np.unique(pool[same]):
+        rows = same & (pool == p)
+        t[rows] = p2p_stage_time_s(nbytes[rows], stride[rows], cluster.pools[int(p)].cluster, effs[int(p)])
+    cross = (other_pool >= 0) & ~same
+    if cross.any():
+        a, b = pool[cross], other_pool[cross]
+        fraction = np.array([e.collective_fraction("p2p") for e in effs])
+        t[cross] = pool_links.p2p_time_s(nbytes[cross], bw_m[a, b] * np.minimum(fraction[a], fraction[b]), lat_m[a, b])
+    return t
+
+
+def in_flight_microbatches(settings: ParallelConfig, micro_batches, pp, position):
+    """Micro-batches whose activations a stage at ``position`` holds at its peak: 1F1B
+    min(m, pp - position) (Narayanan et al. 2021), GPipe all m."""
+    m = np.asarray(micro_batches, dtype=float)
+    if settings.schedule == Schedule.GPIPE:
+        return m + 0.0 * np.asarray(position)
+    return np.minimum(m, np.asarray(pp, dtype=float) - np.asarray(position))
+
+
+def layer_activation_bytes(model: ModelSpec, settings: ParallelConfig, units: UnitCosts) -> tuple[np.ndarray, np.ndarray]:
+    """Per ``UnitCosts`` row: activation bytes one layer keeps per micro-batch under the row's
+    recomputation, and without recomputation (the layer being recomputed), one GPU."""
+    act_bytes = activation_bytes(settings.dtype)
+    s = float(model.seq_len)
+    per_layer = memory.activation_bytes_per_layer(model, units.micro_batch, s, units.tp, 1.0, units.sequence_parallel,
+                                                  units.recompute, settings.flash_attention, element_bytes=act_bytes)
+    full = memory.activation_bytes_per_layer(model, units.micro_batch, s, units.tp, 1.0, units.sequence_parallel, 0,
+                                             settings.flash_attention, element_bytes=act_bytes)
+    return np.broadcast_to(per_layer, (len(units),)), np.broadcast_to(full, (len(units),))
+
+
+def stage_memory_parts(model: ModelSpec, settings: ParallelConfig, stage_params, zero, dp_shard, tp, micro_batch,
+                       recompute, layer_act, full_act, layers, in_flight, last) -> dict:
+    """Peak bytes on one GPU of a stage, by part (``simulator.report.MEMORY_PARTS`` names):
+    model states of ``stage_params`` sharded by ZeRO over ``dp_shard`` replicas, activations of
+    ``layers`` layers of ``layer_act`` bytes each for ``in_flight`` micro-batches (plus one
+    layer's ``full_act`` under full recomputation; ``layer_activation_bytes``), the logits on
+    the last stage, the allocator allowance (``cost_models.memory``); ``memory_bytes`` is the
+    total."""
+    dtype = settings.dtype
+    act_bytes = activation_bytes(dtype)
+    s = float(model.seq_len)
+    tokens = np.asarray(micro_batch, dtype=float) * s
+    w_b, g_b, o_b = memory.model_state_bytes(stage_params, zero, dp_shard, dtype in LOW_PRECISION, act_bytes > 2)
+    activations = layer_act * np.asarray(layers, dtype=float) * in_flight + np.where(np.asarray(recompute) == 2, full_act, 0.0)
+    # fp32 softmax copy next to the logits in the training dtype (memory.LOGIT_BYTES in 16-bit)
+    logits = np.asarray(last) * tokens * model.vocab_size / np.asarray(tp, dtype=float) * (act_bytes + 4.0)
+    tensors = w_b + g_b + o_b + activations + logits
+    allocator = memory.allocator_allowance_bytes(tensors)
+    return {"weights_bytes": w_b, "gradients_bytes": g_b, "optimizer_bytes": o_b, "activations_bytes": activations,
+            "logits_bytes": logits, "allocator_bytes": allocator, "memory_bytes": tensors + allocator}
 
 
 def _argmax_by(values: np.ndarray, index: np.ndarray, n: int) -> np.ndarray:
