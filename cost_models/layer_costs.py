@@ -99,11 +99,55 @@ def _cast_times(cast_bytes: dict, rates: ComputeRates) -> dict:
             "cast_bwd_s": cast_bytes["dgrad"] / rates.hbm_bytes_per_s}
 
 
-def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len, tp, sp, softmax_exposed=None):
+#: passes over the score matrix of a materialised attention core, (GEMM-side, softmax-side), per
+#: direction. Forward: QK^T writes the scores, the softmax reads them and writes the
+#: probabilities, PV reads them. Backward: the PV backward writes the probabilities' gradient and
+#: reads the probabilities (for dV), the softmax backward reads both and writes the scores'
+#: gradient, which the QK^T backward reads twice (dQ, dK). Megatron's CoreAttention
+#: (baddbmm, FusedScaleMaskSoftmax, bmm) before fused attention.
+MATERIALIZED_PASSES = {"fwd": (2.0, 2.0), "bwd": (4.0, 3.0)}
+#: passes the softmax side adds when it is not one fused kernel: Megatron's
+#: FusedScaleMaskSoftmax fuses only 16-bit inputs (is_kernel_available needs input_in_float16);
+#: in fp32 it runs masked_fill_ (read, write) before torch's softmax, and their backwards
+MATERIALIZED_UNFUSED_EXTRA_PASSES = {"fwd": 2.0, "bwd": 2.0}
+#: extra passes with dropout on the probabilities: read and write the dropped copy, a 1-byte
+#: mask (a quarter or half pass); the backward likewise
+MATERIALIZED_DROPOUT_PASSES = 2.0
+
+
+def materialized_attention_times_s(model: ModelSpec, rates: ComputeRates, tokens, seq_len, tp, core_flops_fwd):
+    """(forward, backward) seconds of an attention core that materialises its scores.
+
+    The score matrix is tokens x seq_len per local head (every key, no causal skipping: the
+    mask is applied by the softmax), so the two batched matmuls do twice the causal core's
+    FLOPs; each runs at the larger of its FLOP time (attention rate) and its score-matrix
+    traffic, and the softmax kernels move the rest of ``MATERIALIZED_PASSES`` (more in fp32,
+    where the softmax is not fused) at the achieved memory bandwidth. Scores are in the
+    activation dtype.
+    """
+    elems = np.asarray(tokens, dtype=float) * np.asarray(seq_len, dtype=float) * model.num_heads / np.asarray(tp, dtype=float)
+    drop = MATERIALIZED_DROPOUT_PASSES if getattr(model, "attention_dropout", True) else 0.0
+    pass_s = elems * rates.act_bytes / rates.hbm_bytes_per_s
+    full = 2.0 * np.asarray(core_flops_fwd, dtype=float)
+    gemm_f, soft_f = MATERIALIZED_PASSES["fwd"]
+    gemm_b, soft_b = MATERIALIZED_PASSES["bwd"]
+    if rates.act_bytes > 2:
+        soft_f += MATERIALIZED_UNFUSED_EXTRA_PASSES["fwd"]
+        soft_b += MATERIALIZED_UNFUSED_EXTRA_PASSES["bwd"]
+    mma_f = full / rates.attn_flops_per_s
+    fwd = np.maximum(mma_f, gemm_f * pass_s) + (soft_f + drop) * pass_s + 3 * rates.kernel_overhead_s
+    bwd = (np.maximum(2.0 * mma_f, gemm_b * pass_s) + (soft_b + drop) * pass_s + 4 * rates.kernel_overhead_s)
+    return fwd, bwd
+
+
+def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len, tp, sp, softmax_exposed=None,
+                          materialized=False):
     """Forward/backward seconds and FLOPs of one attention block (no communication).
 
     ``softmax_exposed``: share of the attention core's softmax exponentials added to its
     matmuls (``compute.attention_time_s``), per row; None = ``rates.softmax_exposed``.
+    ``materialized`` (per row): the core writes its score matrix instead of running fused
+    (``materialized_attention_times_s``).
 
     Returns a dict with ``gemm_fwd_s``, ``core_fwd_s``, ``core_bwd_s``, ``elem_fwd_s``, ``elem_bwd_s``,
     ``gemm_flops_fwd``, ``core_flops_fwd`` and the quantisation times ``cast_fwd_s``,
@@ -126,6 +170,10 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
                                       model.sliding_window, model.sliding_window_layer_fraction)
     core_fwd, core_bwd = attention_time_s(core_flops, rates, attention_core_exponentials(core_flops, qk, v),
                                           softmax_exposed)
+    if np.any(materialized):
+        mat_fwd, mat_bwd = materialized_attention_times_s(model, rates, tokens, seq_len, tp, core_flops)
+        core_fwd = np.where(materialized, mat_fwd, core_fwd)
+        core_bwd = np.where(materialized, mat_bwd, core_bwd)
     split = np.where(sp, tp, 1.0)
     row = tokens * model.hidden_size * rates.act_bytes / split
     elem_fwd = memory_bound_time_s(row * REPLICATED_ELEMENTWISE_UNITS / 2, rates, ELEMENTWISE_KERNELS_FWD / 2)

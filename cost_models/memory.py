@@ -50,14 +50,16 @@ def activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, cp, s
     f = model.ffn_hidden_size if ffn is None else ffn
     split = np.where(sp, tp, 1.0)
     e = float(element_bytes) / 2.0      # 16-bit element sizes below, scaled for fp32 training
+    hidden_dropout = 1.0 if getattr(model, "hidden_dropout", True) else 0.0
+    dropout = 1.0 if getattr(model, "attention_dropout", True) else 0.0
     # norm inputs (4), QKV input (2), MLP input (2), two 1-byte dropout masks (2)
-    replicated = tokens * h * (8.0 * e + 2.0) / split
+    replicated = tokens * h * (8.0 * e + 2.0 * hidden_dropout) / split
     mlp = (6.0 if model.gated_mlp else 4.0) * f
     sharded = e * tokens * (2.0 * a * d + 4.0 * g * d + 2.0 * a * d + mlp) / tp
     # fused attention keeps an fp32 log-sum-exp per query and head; the materialised softmax
-    # keeps scores, dropout mask and dropout output (5 a s^2 b bytes)
+    # keeps its probabilities, and with dropout its mask and dropped copy (5 a s^2 b bytes)
     score = np.where(flash_attention, tokens * a * 4.0 / tp,
-                     (4.0 * e + 1.0) * a * s_local * np.asarray(seq_len, dtype=float) * b / tp)
+                     (2.0 * e + dropout * (2.0 * e + 1.0)) * a * s_local * np.asarray(seq_len, dtype=float) * b / tp)
     full_layer = replicated + sharded + score
     selective = replicated + sharded        # the attention core is recomputed: nothing kept
     layer_input = 2.0 * e * tokens * h / split

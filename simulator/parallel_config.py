@@ -44,6 +44,7 @@ class AttentionKernel(str, Enum):
     AUTO = "auto"            # the GPU generation's usual kernel (EfficiencyModel.exposed_softmax_fraction)
     SERIAL = "serial"        # softmax between the two matmuls of a tile (FlashAttention-2)
     PIPELINED = "pipelined"  # softmax of one tile under another's matmuls (FlashAttention-3)
+    MATERIALIZED = "materialized"  # no fused kernel: scores written to memory, softmax its own kernel (implies flash_attention off)
 
 
 def _enum(enum_cls, value, field):
@@ -87,7 +88,10 @@ class ParallelConfig:
         attention_kernel: how the fused attention kernel meets the softmax exponentials
             (``cost_models.compute.attention_time_s``): ``auto`` = the GPU generation's usual
             stack; ``serial`` adds them to the matmul time (FlashAttention-2, e.g. llm-foundry);
-            ``pipelined`` hides them while the matmuls last (FlashAttention-3).
+            ``pipelined`` hides them while the matmuls last (FlashAttention-3); ``materialized`` runs
+            no fused kernel: the full score matrix is computed, written and read back by a
+            separate softmax (Megatron's baddbmm + FusedScaleMaskSoftmax), and stored for the
+            backward (sets ``flash_attention`` off).
         moe_load_imbalance: ratio of the busiest expert's tokens to the mean (1 = uniform).
         flash_attention: fused attention core (no stored score matrix); False models the
             materialised softmax of 2020-2022 Megatron.
@@ -159,6 +163,8 @@ class ParallelConfig:
         object.__setattr__(self, "cp_kind", _enum(CPKind, self.cp_kind, "cp_kind"))
         object.__setattr__(self, "attention_kernel",
                            _enum(AttentionKernel, self.attention_kernel, "attention_kernel"))
+        if self.attention_kernel == AttentionKernel.MATERIALIZED:
+            object.__setattr__(self, "flash_attention", False)   # the score matrix is stored
         if self.dtype not in KNOWN_DTYPES:
             raise InputError("dtype", f"unknown dtype {self.dtype!r}", "choose one of " + ", ".join(KNOWN_DTYPES))
         if self.vpp > 1 and self.schedule == Schedule.ONE_F_ONE_B:

@@ -251,7 +251,8 @@ def _layer_block(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, r
     softmax_exposed = np.select([attention_kernel == ATTENTION_KERNEL_CODES[AttentionKernel.SERIAL],
                                  attention_kernel == ATTENTION_KERNEL_CODES[AttentionKernel.PIPELINED]],
                                 [1.0, 0.0], eff.exposed_softmax_fraction)
-    attn = layer_costs.attention_block_costs(model, rates, tokens, s, tp, sp, softmax_exposed)
+    materialized = attention_kernel == ATTENTION_KERNEL_CODES[AttentionKernel.MATERIALIZED]
+    attn = layer_costs.attention_block_costs(model, rates, tokens, s, tp, sp, softmax_exposed, materialized)
     dense_ffn = (model.moe.dense_ffn_hidden_size or model.ffn_hidden_size) if model.moe else None
     mlp = layer_costs.dense_mlp_costs(model, rates, tokens, tp, sp, ffn=dense_ffn)
     gemm_f = attn["gemm_fwd_s"] + mlp["gemm_fwd_s"]

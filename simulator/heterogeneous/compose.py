@@ -48,6 +48,7 @@ from cost_models.compute import LOW_PRECISION, activation_bytes
 from cost_models.topology import group_collective_time_s, p2p_stage_time_s
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
+from simulator.heterogeneous.plan import pool_dtype
 from simulator.heterogeneous.shares import speed_shares
 from simulator.heterogeneous.unit_costs import UnitCosts
 from simulator.parallel_config import ParallelConfig, Schedule
@@ -229,8 +230,9 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     dp_row = exposed_grad + exposed_gather
 
     # ---- optimizer ------------------------------------------------------------------------------
-    adam = {"fp32": ADAM_STEP_BYTES_PER_PARAM_FP32, "fp16": ADAM_STEP_BYTES_PER_PARAM_FP16}.get(
-        dtype, ADAM_STEP_BYTES_PER_PARAM)
+    # fp32 and tf32 training keep the weights as the master copy (step_model's fp32 figure)
+    adam = {"fp32": ADAM_STEP_BYTES_PER_PARAM_FP32, "tf32": ADAM_STEP_BYTES_PER_PARAM_FP32,
+            "fp16": ADAM_STEP_BYTES_PER_PARAM_FP16}.get(dtype, ADAM_STEP_BYTES_PER_PARAM)
     opt_params = stage_params / np.where(z >= 1, D_row, 1.0)
     opt_row = opt_params * adam / (hbm_bw * opt_fraction)
 
@@ -260,7 +262,7 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     tokens_step = M * (mbs[pstart_r] if R else 0.0) * s
     # FLOPs: one micro-batch of the whole model (the same on every pool), times M
     model_flops = M * (units["model_flops_mb"][k][pstart_r] if R else 0.0)
-    peak = np.array([p.cluster.gpu.peak_flops(dtype) for p in cluster.pools])[pool]
+    peak = np.array([p.cluster.gpu.peak_flops(pool_dtype(p.cluster.gpu, dtype) or dtype) for p in cluster.pools])[pool]
     gpus_row = count * tp * d_group[g]
     gpus = np.bincount(plan_of_row, weights=gpus_row, minlength=P)
     peak_total = np.bincount(plan_of_row, weights=gpus_row * peak, minlength=P)

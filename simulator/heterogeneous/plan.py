@@ -29,6 +29,19 @@ from simulator.parallel_config import ParallelConfig, Recompute, Schedule
 HETERO_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.GPIPE)
 
 
+def pool_dtype(gpu, dtype: str) -> str | None:
+    """The GEMM dtype a pool's GPU runs for the plan's ``dtype``: ``dtype`` itself, or fp32
+    where the plan asks for tf32 and the GPU has no TF32 tensor cores (TF32 is cuBLAS's
+    permission to round fp32 GEMM inputs, not a storage format: chips without it run fp32);
+    None if the GPU cannot run it."""
+    peaks = gpu.peak_flops_per_s
+    if dtype in peaks:
+        return dtype
+    if dtype == "tf32" and "fp32" in peaks:
+        return "fp32"
+    return None
+
+
 def _positive_int(value, field_name: str) -> int:
     if isinstance(value, bool):
         raise InputError(field_name, f"must be a positive integer, got {value!r}")
@@ -213,7 +226,7 @@ def check_plan(model: ModelSpec, cluster: PooledCluster, plan: HeteroPlan) -> No
             if model.num_kv_heads % stage.tp and stage.tp % model.num_kv_heads:
                 raise InputError(f"{where}.tp", f"tp={stage.tp} and the {model.num_kv_heads} kv heads do not divide "
                                  "each other")
-            if plan.settings.dtype not in pool.cluster.gpu.peak_flops_per_s:
+            if pool_dtype(pool.cluster.gpu, plan.settings.dtype) is None:
                 raise InputError(f"{where}.dtype", f"{pool.cluster.gpu.name} has no {plan.settings.dtype} peak",
                                  "choose one of " + ", ".join(pool.cluster.gpu.peak_flops_per_s))
     for pool in cluster.pools:

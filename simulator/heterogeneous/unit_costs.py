@@ -9,7 +9,7 @@ evaluated once per key on a one-stage, one-replica row, and the heterogeneous co
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
 from simulator.config_batch import ConfigBatch
+from simulator.heterogeneous.plan import pool_dtype
 from simulator.parallel_config import ParallelConfig
 from simulator.step_model import evaluate
 
@@ -77,11 +78,12 @@ def unit_costs(model: ModelSpec, cluster: PooledCluster, effs, pool, tp, micro_b
     rc = np.broadcast_to(np.asarray(recompute_code, dtype=np.int64), (n,))
     sp = np.broadcast_to(np.asarray(sequence_parallel, dtype=bool), (n,)) & (tp > 1)
     values = {k: np.zeros(n) for k in UNIT_FIELDS}
-    template = ConfigBatch.from_configs([settings])
     L = float(model.num_layers)
     for p in np.unique(pool):
         rows = np.flatnonzero(pool == p)
         k = len(rows)
+        dtype = pool_dtype(cluster.pools[int(p)].cluster.gpu, settings.dtype) or settings.dtype
+        template = ConfigBatch.from_configs([replace(settings, dtype=dtype)])
         cols = {}
         for name, v in template.__dict__.items():
             if name == "dtype":
@@ -90,7 +92,7 @@ def unit_costs(model: ModelSpec, cluster: PooledCluster, effs, pool, tp, micro_b
         cols.update(dp=np.ones(k), tp=tp[rows].astype(float), pp=np.ones(k), cp=np.ones(k), vpp=np.ones(k),
                     micro_batch=mb[rows].astype(float), global_batch=mb[rows].astype(float),
                     recompute=rc[rows], sequence_parallel=sp[rows], zero_stage=np.zeros(k, dtype=np.int64))
-        batch = ConfigBatch(dtype=settings.dtype, **cols)
+        batch = ConfigBatch(dtype=dtype, **cols)
         out = evaluate(model, cluster.pools[int(p)].cluster, effs[int(p)], batch)
         # one replica, one stage, one micro-batch: the *_s totals are L layers' worth
         tp_l = out["tp_comm_exposed_s"] / L
