@@ -314,7 +314,7 @@ def common_dtype(cluster: PooledCluster, dtype: str | None) -> str:
 
 def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, global_batch: int | None = None, *,
                        global_batch_tokens: int | None = None, dtype: str | None = None, max_tp: int | None = None,
-                       max_micro_batch: int | None = 8, recomputes=None, zeros=(0, 1, 2),
+                       max_micro_batch: int | None = 8, micro_batches=None, recomputes=None, zeros=(0, 1, 2),
                        sequence_parallel=(False, True), headroom_gib: float = 0.0,
                        efficiency: Mapping[str, EfficiencyModel] | None = None, keep: int = DEFAULT_KEEP,
                        top: int = 20) -> HeteroPlanResult:
@@ -326,7 +326,8 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
         global_batch / global_batch_tokens: sequences (or tokens) per step.
         dtype: GEMM dtype all pools run (default: bf16, else fp16, else fp32 as they all have it).
         max_tp: largest tensor-parallel degree (default and at most: each pool's node).
-        max_micro_batch: largest micro-batch tried (divisors of the global batch up to it).
+        max_micro_batch: largest micro-batch tried (divisors of the global batch up to it);
+            micro_batches: the micro-batches to try instead (each must divide the global batch).
         recomputes: recomputation modes (default none, selective, full); zeros: ZeRO stages (0-2).
         headroom_gib: memory to leave free on every GPU.
         efficiency: pool name -> efficiency model override.
@@ -349,7 +350,13 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
     if max_tp is not None and max_tp < 1:
         raise InputError("max_tp", f"must be >= 1, got {max_tp}")
     mbs = cand.divisors(gbs)
-    if max_micro_batch:
+    if micro_batches:
+        for mb in micro_batches:
+            if int(mb) < 1 or gbs % int(mb):
+                raise InputError("micro_batch", f"{mb} does not divide the global batch of {gbs} sequences",
+                                 "choose a divisor of the global batch")
+        mbs = np.array(sorted({int(mb) for mb in micro_batches}), dtype=np.int64)
+    elif max_micro_batch:
         mbs = mbs[mbs <= max_micro_batch]
     rc_names = tuple(recomputes or (r.value for r in Recompute))
     search = {"max_tp": int(max_tp or 10**9), "micro_batches": tuple(int(x) for x in mbs),
