@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from hardware_specs.cluster_spec import ClusterSpec, NetworkTier
 from hardware_specs.errors import InputError, require_positive, suggest
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Pool:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise InputError("pools.name", f"{self.name!r} is not a pool name",
-                             "use letters, digits, '-', '_' or '.'")
+                             "use letters, digits, '-', '_', '.' or '+'")
         where = f"pools.{self.name}.gpus"
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int):
             try:
