@@ -77,7 +77,8 @@ class HeteroPlanResult:
         plans: every fitting candidate scored, best first (``TABLE_COLUMNS``).
         best: the fastest plan; best_report: its simulation (per stage and per pool).
         fastest_pool, largest_pool: names; fastest_only / largest_only: (plan, report) of the
-            best plan using only that pool (None if nothing fits there).
+            best plan using only that pool (None if nothing fits there); pool_only: the same for
+            every pool, by name.
         evaluated: candidates scored exactly; wall_s: seconds for the search.
     """
 
@@ -99,6 +100,7 @@ class HeteroPlanResult:
     explain: str = ""
     prior_pools: tuple = field(default=())
     row_plans: tuple = field(default=(), repr=False)
+    pool_only: Mapping = field(default_factory=dict, repr=False)
 
     def row_plan(self, i: int) -> tuple[HeteroPlan, PooledCluster]:
         """Row ``i`` of ``plans`` as a plan and the (merged) pools it was scored on."""
@@ -392,7 +394,7 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
     best_report = simulate_heterogeneous(model, best_cluster, best_plan, _eff_map(best_cluster, cluster, effs_all))
     fastest, largest = cluster.fastest_pool(dtype), cluster.largest_pool()
     pairs = {}
-    for name in {fastest.name, largest.name}:
+    for name in cluster.pool_names:
         pick = _best_single(scored, name, gbs)
         if pick is not None:
             plan_, cl_ = pick
@@ -404,7 +406,8 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
         global_batch=gbs, seq_len=model.seq_len, dtype=dtype, plans=table, best=best_plan, best_report=best_report,
         fastest_pool=fastest.name, largest_pool=largest.name, fastest_only=pairs[fastest.name],
         largest_only=pairs[largest.name], evaluated=evaluated, wall_s=time.perf_counter() - t0,
-        prior_pools=tuple(p.name for p, e in zip(cluster.pools, effs_all) if e.is_prior), row_plans=tuple(refs))
+        prior_pools=tuple(p.name for p, e in zip(cluster.pools, effs_all) if e.is_prior), row_plans=tuple(refs),
+        pool_only=pairs)
     return replace(result, explain=explain_text(result))
 
 
