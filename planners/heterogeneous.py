@@ -316,7 +316,7 @@ def common_dtype(cluster: PooledCluster, dtype: str | None) -> str:
 
 def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, global_batch: int | None = None, *,
                        global_batch_tokens: int | None = None, dtype: str | None = None, max_tp: int | None = None,
-                       max_micro_batch: int | None = 8, micro_batches=None, recomputes=None, zeros=(0, 1, 2),
+                       max_micro_batch: int | None = 8, micro_batches=None, recomputes=None, zeros=(0, 1),
                        sequence_parallel=(False, True), headroom_gib: float = 0.0,
                        efficiency: Mapping[str, EfficiencyModel] | None = None, keep: int = DEFAULT_KEEP,
                        top: int = 20) -> HeteroPlanResult:
@@ -330,7 +330,7 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
         max_tp: largest tensor-parallel degree (default and at most: each pool's node).
         max_micro_batch: largest micro-batch tried (divisors of the global batch up to it);
             micro_batches: the micro-batches to try instead (each must divide the global batch).
-        recomputes: recomputation modes (default none, selective, full); zeros: ZeRO stages (0-2).
+        recomputes: recomputation modes (default none, selective, full); zeros: ZeRO stages (0-1).
         headroom_gib: memory to leave free on every GPU.
         efficiency: pool name -> efficiency model override.
         keep: mixes per shared key that reach the exact score (see module docstring).
@@ -365,8 +365,8 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
               "recomputes": tuple(RECOMPUTE_CODES[Recompute(r)] for r in rc_names),
               "sps": tuple(bool(s) for s in sequence_parallel), "zeros": tuple(int(z) for z in zeros)}
     for z in search["zeros"]:
-        if z not in (0, 1, 2):
-            raise InputError("zero_stage", f"{z} is not searched across pools", "use ZeRO 0, 1 or 2")
+        if z not in (0, 1):
+            raise InputError("zero_stage", f"ZeRO-{z} is not modelled across pools yet", "use ZeRO 0 or 1")
     settings = ParallelConfig(dtype=dtype)
     scored: list[Scored] = []
     seen = set()

@@ -43,6 +43,12 @@ class ConfigBatch:
     flash_attention: np.ndarray
     grad_accumulation_fusion: np.ndarray
     zero3_recompute_gather: np.ndarray
+    first_stage_layers: np.ndarray
+    last_stage_layers: np.ndarray
+    ep_comm_overlap: np.ndarray
+    grad_reduce_bytes: np.ndarray
+    dp_bucket_bytes: np.ndarray
+    uneven_layers: np.ndarray
     dtype: str = "bf16"
 
     def __len__(self) -> int:
@@ -74,6 +80,11 @@ class ConfigBatch:
             flash_attention=col("flash_attention", bool, bool),
             grad_accumulation_fusion=col("grad_accumulation_fusion", bool, bool),
             zero3_recompute_gather=col("zero3_recompute_gather", bool, bool),
+            first_stage_layers=col("first_stage_layers"), last_stage_layers=col("last_stage_layers"),
+            ep_comm_overlap=col("ep_comm_overlap", bool, bool),
+            grad_reduce_bytes=col("grad_reduce_bytes", float, float),
+            dp_bucket_bytes=col("dp_bucket_bytes", float, float),
+            uneven_layers=col("uneven_layers", bool, bool),
             dtype=dtypes.pop(),
         )
 
@@ -105,4 +116,7 @@ class ConfigBatch:
             flash_attention=bool(self.flash_attention[i]),
             grad_accumulation_fusion=bool(self.grad_accumulation_fusion[i]),
             zero3_recompute_gather=bool(self.zero3_recompute_gather[i]),
+            first_stage_layers=int(self.first_stage_layers[i]), last_stage_layers=int(self.last_stage_layers[i]),
+            ep_comm_overlap=bool(self.ep_comm_overlap[i]), grad_reduce_bytes=float(self.grad_reduce_bytes[i]),
+            dp_bucket_bytes=float(self.dp_bucket_bytes[i]), uneven_layers=bool(self.uneven_layers[i]),
         )

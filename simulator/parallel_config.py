@@ -44,7 +44,6 @@ class AttentionKernel(str, Enum):
     AUTO = "auto"            # the GPU generation's usual kernel (EfficiencyModel.exposed_softmax_fraction)
     SERIAL = "serial"        # softmax between the two matmuls of a tile (FlashAttention-2)
     PIPELINED = "pipelined"  # softmax of one tile under another's matmuls (FlashAttention-3)
-    MATERIALIZED = "materialized"  # no fused kernel: scores written to memory, softmax its own kernel (implies flash_attention off)
 
 
 def _enum(enum_cls, value, field):
@@ -59,7 +58,10 @@ def _enum(enum_cls, value, field):
 
 #: switches of ``ParallelConfig`` (each must be a real bool: the string "false" is truthy)
 BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-               "flash_attention", "grad_accumulation_fusion", "uneven_layers", "zero3_recompute_gather")
+               "flash_attention", "grad_accumulation_fusion", "uneven_layers", "zero3_recompute_gather",
+               "ep_comm_overlap")
+#: non-negative integer fields (0 = not set)
+LAYOUT_FIELDS = ("first_stage_layers", "last_stage_layers")
 
 
 @dataclass(frozen=True)
@@ -88,10 +90,7 @@ class ParallelConfig:
         attention_kernel: how the fused attention kernel meets the softmax exponentials
             (``cost_models.compute.attention_time_s``): ``auto`` = the GPU generation's usual
             stack; ``serial`` adds them to the matmul time (FlashAttention-2, e.g. llm-foundry);
-            ``pipelined`` hides them while the matmuls last (FlashAttention-3); ``materialized`` runs
-            no fused kernel: the full score matrix is computed, written and read back by a
-            separate softmax (Megatron's baddbmm + FusedScaleMaskSoftmax), and stored for the
-            backward (sets ``flash_attention`` off).
+            ``pipelined`` hides them while the matmuls last (FlashAttention-3).
         moe_load_imbalance: ratio of the busiest expert's tokens to the mean (1 = uniform).
         flash_attention: fused attention core (no stored score matrix); False models the
             materialised softmax of 2020-2022 Megatron.
@@ -100,9 +99,21 @@ class ParallelConfig:
             and in NeMo); False = autograd writes each micro-batch's weight gradient to a fresh
             tensor and adds it to the buffer, an extra memory-bound pass per micro-batch
             (plain PyTorch DDP, the measured runner).
-        uneven_layers: allow pipeline chunks that differ by a layer (Megatron's
-            ``--pipeline-model-parallel-layout`` / first- and last-stage layer counts); the
-            slowest stage then holds ceil(layers / pp) layers.
+        uneven_layers: allow a layer count that does not divide over the pipeline's positions:
+            every position holds ceil(layers / positions) except that the shortfall is taken
+            from the first and last stages inwards (``simulator.stage_layout``), as published runs
+            lay such models out (Llama 3 405B: 126 layers on 16 stages as 7, 8 x 14, 7).
+        first_stage_layers, last_stage_layers: layers on the first / last pipeline stage
+            (Megatron ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-...``); 0 = not
+            set (an even split). The other stages share the rest evenly.
+        ep_comm_overlap: the expert-parallel all-to-alls overlap compute (DeepEP, Megatron
+            ``--overlap-moe-expert-parallel-comm``); off = on the critical path.
+        grad_reduce_bytes: bytes per gradient element in the data-parallel reduction: 4 (fp32
+            main gradients, Megatron-Core and FSDP's usual ``reduce_dtype``) or 2 (reduced in
+            the 16-bit training dtype: DeepSpeed fp16, Megatron-LM fp16 before 2022).
+        dp_bucket_bytes: gradient bucket size of the overlapped DP reduction, bytes: the last
+            bucket can only start once the backward is over, so its reduction stays exposed
+            (Megatron-Core: 40M parameters x 4 bytes; PyTorch DDP: 25 MB).
         zero3_recompute_gather: under ZeRO-3 with full recomputation, the recompute forward
             gathers each layer's parameters again (3 gathers + 1 reduce-scatter per layer and
             micro-batch instead of 2 + 1). DeepSpeed's ZeRO-3 does this: its per-module hooks
@@ -136,6 +147,11 @@ class ParallelConfig:
     grad_accumulation_fusion: bool = True
     uneven_layers: bool = False
     zero3_recompute_gather: bool = False
+    first_stage_layers: int = 0
+    last_stage_layers: int = 0
+    ep_comm_overlap: bool = False
+    grad_reduce_bytes: float = 4.0
+    dp_bucket_bytes: float = 160e6
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch"):
@@ -150,6 +166,24 @@ class ParallelConfig:
                 object.__setattr__(self, name, as_int)
             if getattr(self, name) < 1:
                 raise InputError(name, f"must be >= 1, got {value}")
+        for name in LAYOUT_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+                raise InputError(name, f"must be an integer >= 0 (0 = not set), got {value!r}")
+            object.__setattr__(self, name, int(value))
+        if (self.first_stage_layers or self.last_stage_layers) and self.pp < 2:
+            raise InputError("first_stage_layers", "first/last stage layer counts need pp > 1",
+                             "set pp > 1 or leave them 0")
+        if self.grad_reduce_bytes not in (2, 4, 2.0, 4.0) or isinstance(self.grad_reduce_bytes, bool):
+            raise InputError("grad_reduce_bytes", f"must be 2 or 4, got {self.grad_reduce_bytes!r}")
+        object.__setattr__(self, "grad_reduce_bytes", float(self.grad_reduce_bytes))
+        try:
+            bucket = float(self.dp_bucket_bytes)
+        except (TypeError, ValueError):
+            raise InputError("dp_bucket_bytes", f"must be a number of bytes, got {self.dp_bucket_bytes!r}") from None
+        if not (bucket > 0 and bucket < float("inf")):
+            raise InputError("dp_bucket_bytes", f"must be > 0 and finite, got {self.dp_bucket_bytes!r}")
+        object.__setattr__(self, "dp_bucket_bytes", bucket)
         for name in BOOL_FIELDS:
             value = getattr(self, name)
             if isinstance(value, np.bool_):
@@ -163,8 +197,6 @@ class ParallelConfig:
         object.__setattr__(self, "cp_kind", _enum(CPKind, self.cp_kind, "cp_kind"))
         object.__setattr__(self, "attention_kernel",
                            _enum(AttentionKernel, self.attention_kernel, "attention_kernel"))
-        if self.attention_kernel == AttentionKernel.MATERIALIZED:
-            object.__setattr__(self, "flash_attention", False)   # the score matrix is stored
         if self.dtype not in KNOWN_DTYPES:
             raise InputError("dtype", f"unknown dtype {self.dtype!r}", "choose one of " + ", ".join(KNOWN_DTYPES))
         if self.vpp > 1 and self.schedule == Schedule.ONE_F_ONE_B:

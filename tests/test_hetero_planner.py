@@ -62,10 +62,15 @@ def test_layers_go_to_the_faster_pool_in_proportion_to_its_speed():
 
 def test_every_ranked_plan_simulates_to_the_same_numbers():
     cluster = PooledCluster("mix", (Pool("a100", A100, 16), Pool("h100", H100, 8)))
-    result = plan_heterogeneous(SMALL, cluster, top=60, **FAST)
-    kinds = set(result.plans["kind"])
-    assert {"single-pool", "data-parallel mix", "pipeline mix"} & kinds >= {"data-parallel mix"}
-    for i in range(len(result.plans)):
+    result = plan_heterogeneous(SMALL, cluster, top=10**6, **FAST)
+    plans = result.plans
+    assert set(plans["kind"]) == {"single-pool", "data-parallel mix", "pipeline mix"}
+    rng = np.random.default_rng(3)
+    picks = set(range(5))
+    for kind in ("single-pool", "data-parallel mix", "pipeline mix"):
+        rows = np.flatnonzero(plans["kind"].to_numpy() == kind)
+        picks |= set(rows[:3]) | set(rng.choice(rows, size=min(8, len(rows)), replace=False))
+    for i in sorted(int(i) for i in picks):
         plan, cl = result.row_plan(i)
         rep = simulate_heterogeneous(SMALL, cl, plan)
         row = result.plans.iloc[i]

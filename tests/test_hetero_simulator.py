@@ -175,19 +175,21 @@ def test_a_stage_holds_the_activations_of_the_micro_batches_in_flight_at_its_pos
 # consistency with the step model and between pools
 # --------------------------------------------------------------------------------------------
 
-def test_a_single_pool_even_pipeline_is_close_to_the_step_model():
+def test_a_single_pool_even_pipeline_reproduces_the_step_model():
     model, cl = load_model("llama3-70b"), load_cluster("dgx-h100")
     cfg = ParallelConfig(dp=8, tp=8, pp=4, micro_batch=1, global_batch=1024, zero_stage=1, recompute="selective",
                          sequence_parallel=True)
-    homo = simulate(model, cl, cfg, event_level=False)
+    homo = simulate(model, cl, cfg)
     plan = HeteroPlan(groups=(ReplicaGroup(tuple(StagePlacement("p", 8, 20) for _ in range(4)), replicas=8),),
                       micro_batch=1, global_batch=1024, zero_stage=1, recompute="selective", sequence_parallel=True)
     het = simulate_heterogeneous(model, PooledCluster.single(cl, 256, "p"), plan)
-    # the same per-layer costs; the step model charges the LM head and two sends on every stage
-    # of the fill, the composition only where they are
-    assert het.step_time_s == pytest.approx(homo.step_time_s, rel=0.01)
-    assert het.step_time_s <= homo.step_time_s
-    assert het.time_breakdown_s["compute_s"] == pytest.approx(homo.time_breakdown_s["compute_s"], rel=1e-9)
+    # the same per-layer times, stage layout, pipeline and optimizer; the exposed DP traffic
+    # differs only in its overlap window (the step model: stage 0's whole backward with its ends;
+    # here each stage's layers), microseconds in a 44 s step
+    for part in ("compute_s", "recompute_s", "tp_comm_exposed_s", "pp_comm_s", "pipeline_bubble_s", "optimizer_s"):
+        assert het.time_breakdown_s[part] == pytest.approx(homo.time_breakdown_s[part], rel=1e-9), part
+    assert het.step_time_s == pytest.approx(homo.step_time_s, rel=1e-6)
+    assert het.memory_bytes == pytest.approx(homo.memory_bytes, rel=1e-9)
 
 
 _H100 = load_cluster("dgx-h100")
@@ -210,7 +212,7 @@ def _whole_node_groups(draw):
 
 
 @settings(max_examples=25, deadline=None)
-@given(groups=_whole_node_groups(), zero=st.sampled_from([0, 1, 2]), recompute=st.sampled_from(["none", "full"]))
+@given(groups=_whole_node_groups(), zero=st.sampled_from([0, 1]), recompute=st.sampled_from(["none", "full"]))
 def test_two_identical_pools_predict_what_one_pool_of_their_sum_does(groups, zero, recompute):
     two = PooledCluster("two", (Pool("a", _H100, 512), Pool("b", _H100, 512)))
     one = PooledCluster("one", (Pool("m", _H100, 1024),))

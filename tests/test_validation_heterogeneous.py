@@ -1,5 +1,5 @@
 """``paraplan validate heterogeneous``: the 36 Sailor runs become plans from their own fields and are
-predicted within the bounds measured when this arrived (GH200 iteration time: mean 13.6%)."""
+predicted within the bounds measured when this arrived (GH200 iteration time: mean 17.1%)."""
 from __future__ import annotations
 
 import json
@@ -38,10 +38,11 @@ def test_gh200_runs_are_predicted_within_the_measured_bounds(records):
     time_err = _errors(records, "clariden", "iter_time_s")
     mem_err = _errors(records, "clariden", "peak_memory_bytes")
     assert len(time_err) == 26
-    # measured when this arrived: iteration time mean 13.6%, worst 41.8% (OPT-350M on one node,
-    # one micro-batch); peak memory mean 11.8%, worst 35.4%
-    assert time_err.mean() <= 0.15
-    assert time_err.max() <= 0.45
+    # measured with the merged step model (materialised scores as batched GEMMs under the
+    # fitted shape factor): iteration time mean 17.1%, worst 32.8% (OPT-350M on 4 nodes, one
+    # micro-batch); peak memory mean 11.8%, worst 35.4%. Before that step model: 13.6% / 41.8%
+    assert time_err.mean() <= 0.18
+    assert time_err.max() <= 0.35
     assert mem_err.mean() <= 0.13
 
 
@@ -76,7 +77,7 @@ def test_a_run_becomes_the_plan_its_fields_state():
     assert chains == [(("rtx-3090-x8", 8, 11), ("titan-rtx-x8", 8, 13)),
                       (("rtx-2080-ti-x8", 8, 11), ("rtx-2080-ti-x8", 8, 13))]
     assert all(g.micro_batches == 256 // (2 * 2) for g in plan.groups)
-    assert plan.settings.dtype == "tf32" and plan.settings.attention_kernel.value == "materialized"
+    assert plan.settings.dtype == "tf32" and plan.settings.grad_reduce_bytes == 4.0
     assert not plan.settings.overlap_grad_reduce and not plan.settings.flash_attention
     assert cluster.pool("rtx-2080-ti-x8").gpus == 16
 

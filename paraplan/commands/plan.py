@@ -266,6 +266,6 @@ def _plan_pooled(spec, cluster, gpus, global_batch, global_batch_tokens, top, ma
         dtype=dtypes[0] if dtypes else None, max_tp=max_tp, max_micro_batch=max_micro_batch or 8,
         micro_batches=(mb,) if mb is not None else None,
         recomputes=(explicit["recompute"],) if explicit.get("recompute") else None,
-        zeros=(explicit["zero"],) if explicit.get("zero") is not None else (0, 1, 2), headroom_gib=headroom_gib,
+        zeros=(explicit["zero"],) if explicit.get("zero") is not None else (0, 1), headroom_gib=headroom_gib,
         top=max(top, 1))
     click.echo(plan_outputs(result, top, as_json, as_csv, explain), nl=False)

@@ -15,9 +15,10 @@ A run becomes a ``HeteroPlan`` on a ``PooledCluster`` from its own fields only:
   hidden 1024, 16 heads; GPT-Neo-2.7B: 32 layers, hidden 2560, 32 heads), sequence 2048,
   GPT-2 BPE vocabulary (50257) padded to a multiple of 128 x tp (Megatron's
   ``_vocab_size_with_padding``), a separate LM head;
-- the software: ``hardware_specs/stacks/megatron-deepspeed.yaml`` (no overlap of the gradient
-  all-reduce, no fused attention, no gradient-accumulation fusion) and the launch script's
-  settings: fp32 (neither --fp16 nor --bf16), ZeRO 0, no recomputation;
+- the software: ``hardware_specs/stacks/megatron-deepspeed.yaml`` (gradients all-reduced once
+  after the last micro-batch, materialised attention scores, synchronous TP all-reduces) and
+  the launch script's and fork's settings: fp32 weights and gradients (neither --fp16 nor
+  --bf16) with TF32 GEMMs, ZeRO 0, no recomputation, no gradient-accumulation fusion;
 - the hardware: ``GH-96`` is the Alps GH200 node (``alps-gh200``: 4 GH200 per node, NVLink
   150 GB/s per pair, one 200 Gb/s Slingshot NIC per GPU; CSCS docs). ``Titan-RTX``,
   ``RTX-3090`` and ``RTX-2080`` are the GPUs of those names; Sailor's cluster config gives its
@@ -35,10 +36,9 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
 from pathlib import Path
 
-from hardware_specs.catalog import efficiency_for_cluster, load_cluster, load_gpu, load_stack
+from hardware_specs.catalog import load_cluster, load_gpu, load_stack
 from hardware_specs.cluster_spec import ClusterSpec, NetworkTier
 from hardware_specs.errors import InputError
 from hardware_specs.pools import Pool, PooledCluster
@@ -77,6 +77,12 @@ STACK = "megatron-deepspeed"
 #: precision_accelerating.md: "the [NGC] container includes a layer ENV
 #: TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1"); Turing GPUs, without TF32, run fp32
 DTYPE = "tf32"
+#: fp32 training: the gradients the DeepSpeed engine all-reduces are fp32 (the stack file's 2
+#: bytes describe its fp16 runs)
+GRAD_REDUCE_BYTES = 4.0
+#: Sailor's fork comments the fused weight-gradient accumulation out
+#: (third_party/Megatron-DeepSpeed/megatron/core/tensor_parallel/layers.py, "TODO: temporary commented")
+GRAD_ACCUMULATION_FUSION = False
 
 
 def read_runs(path) -> list[dict]:
@@ -142,19 +148,6 @@ def _slice_cluster(kind: str, slice_gpus: int, inter_node_gbps: float, latency_u
         scaleout=NetworkTier("ethernet", inter_node_gbps * 1e9 / 8 / slice_gpus, latency_us * 1e-6),
         rail_optimized=False, source="the university cluster's network is an input (--inter-node-gbps)",
         description=f"{slice_gpus} {gpu.name} per node, PCIe, {inter_node_gbps:g} Gb/s per node")
-
-
-def stack_efficiency(cluster: PooledCluster) -> dict:
-    """Each pool's efficiency model with the stack's tensor-parallel exposure: Megatron-DeepSpeed
-    all-reduces a row-parallel layer's output synchronously in the forward
-    (megatron/core/tensor_parallel/mappings.py, _ReduceFromModelParallelRegion) and a
-    column-parallel layer's input gradient beside its weight-gradient GEMM in the backward
-    (layers.py, async all-reduce with CUDA_DEVICE_MAX_CONNECTIONS=1), which at these sizes (one
-    layer's GEMM of a few tens of GFLOP against an fp32 all-reduce of tens of MB) hides little of
-    it: all TP traffic counts as exposed (``EfficiencyModel.exposed_tp_fraction`` = 1, "fully
-    serialised, as Megatron 2020-22"), instead of the generation's fitted share, which describes
-    Transformer Engine stacks."""
-    return {p.name: replace(efficiency_for_cluster(p.cluster), exposed_tp_fraction=1.0) for p in cluster.pools}
 
 
 def run_inputs(run: dict, inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS,
@@ -234,11 +227,11 @@ def run_inputs(run: dict, inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS,
                                   replicas=count, micro_batches=m) for chain, count in groups.items()),
         micro_batch=mbs, global_batch=gbs, zero_stage=0, recompute="none", sequence_parallel=False, dtype=DTYPE,
         overlap_grad_reduce=stack.overlap_grad_reduce, overlap_param_gather=stack.overlap_param_gather,
-        tp_comm_overlap=stack.tp_comm_overlap, attention_kernel=stack.attention_kernel,
-        flash_attention=stack.attention_kernel != "materialized", grad_accumulation_fusion=stack.grad_accumulation_fusion)
+        tp_comm_overlap=stack.tp_comm_overlap, flash_attention=stack.attention_kernel != "materialized",
+        grad_accumulation_fusion=GRAD_ACCUMULATION_FUSION, grad_reduce_bytes=GRAD_REDUCE_BYTES)
     assumptions = [f"model {model.name} as Megatron-DeepSpeed builds it (vocab {model.vocab_size}, no attention "
                    "dropout" + ("" if model.hidden_dropout else ", no residual dropout") + ")",
-                   f"stack {STACK}: fp32 weights with TF32 GEMMs (NGC image), ZeRO 0, gradients all-reduced "
+                   f"stack {STACK}: fp32 weights with TF32 GEMMs (NGC image), ZeRO 0, fp32 gradients all-reduced "
                    "after the backward, scores materialised (no fused attention), TP all-reduces exposed"]
     if any(k in CONSUMER_GPUS for chain in chains for k, _, _ in chain):
         intra = "each card's PCIe link" if intra_node_gb_per_s is None else f"{intra_node_gb_per_s:g} GB/s"
@@ -279,7 +272,7 @@ def validate_runs(runs: list[dict], inter_node_gbps: float = DEFAULT_INTER_NODE_
             measured = {"iter_time_s": _number(run, "real", rid), "peak_memory_bytes": _number(run, "max_mem", rid)}
             model, cluster, plan, assumptions = run_inputs(run, inter_node_gbps, inter_node_latency_us,
                                                            intra_node_gb_per_s)
-            report = simulate_heterogeneous(model, cluster, plan, stack_efficiency(cluster))
+            report = simulate_heterogeneous(model, cluster, plan)
         except (ValueError, InputError) as exc:
             for metric in METRICS:
                 records.append({"id": rid, "metric": metric, "status": "skipped", "predicted": None, "measured": None,

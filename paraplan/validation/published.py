@@ -1,37 +1,33 @@
 """Predict the measured rows of a published-runs CSV and compare (``paraplan validate published``).
 
-A row is turned into (model, cluster, parallel config) from its own columns only. Where a
-column is empty the row is skipped with the reason, except for these documented defaults,
-each recorded in the row's ``assumptions``:
+A row is turned into (model, cluster, software stack, parallel config) from its own columns
+only. Where a column is empty the row is skipped with the reason, except for these documented
+defaults, each recorded in the row's ``assumptions``:
 
-- ``ffn_hidden`` empty: 4 * hidden (the GPT architecture all such rows describe);
-- ``kv_heads`` empty: = heads (multi-head attention);
-- gated MLP: exactly when ffn_hidden != 4 * hidden (SwiGLU models use 8/3 h to 3.5 h);
+- architecture: the model preset the ``model`` column names supplies what the columns lack
+  when it has the row's layers, hidden size and heads (its vocabulary, key/value heads and
+  whether its MLP is gated); mixture-of-experts rows and rows without an architecture take the
+  whole architecture from that preset. Otherwise ``ffn_hidden`` empty is 4 * hidden, ``kv_heads``
+  empty is heads, and the MLP is gated when the model family is one that uses SwiGLU
+  (``GATED_FAMILIES``: a fact about the named architecture, never inferred from ffn != 4h);
 - ``dp`` empty: n_gpus / (tp * pp * cp);  ``vpp`` empty: 1;  ``cp`` empty: 1;
-- ``micro_batch`` empty: 1;  ``zero_norm`` empty: 0;  ``seq_parallel`` empty: off, except
-  with tp > 1 in rows whose source or notes name NeMo or Megatron-Bridge, whose recipes turn
-  it on with tensor parallelism (e.g. Megatron-Bridge ``recipes/llama/llama3_70b.py``:
-  ``sequence_parallelism=True``);
-- attention kernel: FlashAttention-2 (``serial``: softmax between the two matmuls of a tile) for
-  rows from llm-foundry, whose ``attn_impl: flash`` is the flash-attn 2 package; the GPU
-  generation's usual kernel otherwise;
-- pipeline chunks may differ by a layer (published Megatron runs use custom layouts);
+  ``micro_batch`` empty: 1;  ``zero_norm`` empty: 0;
+- software stack: the ``framework`` and ``framework_version`` columns name it
+  (``hardware_specs.catalog.stack_for``); its documented behaviour sets overlap, kernels,
+  fusion, gradient-reduction dtype and whether its recipes turn sequence parallelism on with
+  tp > 1 (``simulator.stack_defaults``). A row's own ``seq_parallel`` column wins. An empty
+  framework runs the default stack (megatron-core), noted;
+- pipeline layouts whose layers do not divide: first and last stages one layer lighter
+  (``simulator.stage_layout``), as published runs lay them out;
 - ``recompute`` empty: full when the row's FLOP convention counts the recomputed forward pass
   (megatron_hw_eq3), else none;
 - ``dtype_norm`` empty: bf16 (fp16 on V100, which has no bf16) on GPUs whose only training
   tensor-core rate is 16-bit; on FP8-capable GPUs (Hopper, Blackwell) the row is skipped, since
-  bf16 and fp8 GEMMs differ 2x in rate (the Megatron-Bridge rows that do not state their
-  precision all came out 16-85% slower than measured under a bf16 guess).
-- ``vocab`` empty: the vocabulary of the preset the ``model`` column names, when that preset
-  has the row's layers, hidden size and heads.
+  bf16 and fp8 GEMMs differ 2x in rate.
 
-Mixture-of-experts rows, and rows that give no architecture at all, take the architecture
-from the model preset named by the ``model`` column (text before any parenthesis; then its
-first word): routed/shared expert widths, dense-first layers and multi-latent attention are
-not in the columns. The row's own seq_len (and vocab, if given) override the preset's.
-Models without a preset (hybrid Mamba Nemotron-3, Kimi K2) are skipped.
-
-The cluster is the usual system of the row's GPU kind (``SYSTEM_FOR_GPU``): one hardware
+The cluster is the usual system of the row's GPU kind (``SYSTEM_FOR_GPU``; a kind with no
+system preset gets a generic node of its generation, ``catalog.generic_cluster``), with the
+row's ``gpus_per_node`` and ``scaleout_gbps_per_gpu`` when it states them. One hardware
 profile per GPU kind, one efficiency model per generation, nothing keyed to a row or source.
 """
 from __future__ import annotations
@@ -44,13 +40,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hardware_specs.catalog import load_cluster
+from hardware_specs.catalog import generic_cluster, load_cluster, load_gpu, load_stack, stack_for
+from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.errors import InputError
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from paraplan.validation.flops_conventions import CONVENTIONS
 from simulator.parallel_config import ParallelConfig
-from simulator.simulate import simulate
+from simulator.stack_defaults import stack_config_fields
 from simulator.validate_config import check_config
 
 #: the usual system of each GPU kind (validation README: "Cluster presets should carry the
@@ -84,6 +81,15 @@ class Skip(Exception):
     """A row that cannot be predicted, with the reason."""
 
 
+#: model families whose MLP is gated (SwiGLU / GeGLU), from their papers and public configs:
+#: PaLM (Chowdhery et al. 2022, section 2: SwiGLU, ffn = 4h), LLaMA and Llama 2/3 (Touvron et al.
+#: 2023), Mistral / Mixtral, Qwen, DeepSeek, Grok-1, Gemma. GPT, OPT, BLOOM, MPT, Gopher, MT-NLG
+#: and Nemotron-4 (squared ReLU) are not gated.
+GATED_FAMILIES = ("palm", "llama", "mistral", "mixtral", "qwen", "deepseek", "grok", "gemma")
+#: the stack a row with an empty ``framework`` column runs (noted in its assumptions)
+DEFAULT_STACK = "megatron-core"
+
+
 @dataclass
 class RowInputs:
     model: ModelSpec
@@ -92,6 +98,8 @@ class RowInputs:
     metric: str
     convention: str
     assumptions: list[str] = field(default_factory=list)
+    cluster: ClusterSpec | None = None
+    stack: str = DEFAULT_STACK
 
 
 def read_runs(path: str | Path) -> pd.DataFrame:
@@ -156,8 +164,10 @@ def row_inputs(row) -> RowInputs:
     gpu = _str(row, "gpu_profile")
     if not gpu:
         raise Skip("gpu_profile empty (GPU kind not known)")
-    if gpu not in SYSTEM_FOR_GPU:
-        raise Skip(f"no system preset for GPU kind {gpu}")
+    try:
+        load_gpu(gpu)
+    except InputError:
+        raise Skip(f"no GPU profile for {gpu}") from None
     assumptions: list[str] = []
     preset = None
     if _str(row, "moe_experts") or _int(row, "layers") is None:
@@ -185,8 +195,10 @@ def row_inputs(row) -> RowInputs:
         raise Skip("needed field(s) empty: " + ", ".join(empty))
     h = needed["hidden"]
     if preset is not None:
-        # the row's own columns win; the preset fills what the columns cannot say
-        kv = _int(row, "kv_heads") or (preset.num_kv_heads if _int(row, "heads") is None else needed["heads"])
+        # the row's own columns win; the preset fills what the columns cannot say (a GQA preset's
+        # key/value heads stay unless the row states its own heads differently)
+        same_heads = _int(row, "heads") is None or _int(row, "heads") == preset.num_heads
+        kv = _int(row, "kv_heads") or (preset.num_kv_heads if same_heads else needed["heads"])
         model = replace(preset, num_layers=needed["layers"], hidden_size=needed["hidden"],
                         num_heads=needed["heads"], num_kv_heads=kv, seq_len=needed["seq_len"],
                         vocab_size=needed["vocab"],
@@ -212,18 +224,26 @@ def row_inputs(row) -> RowInputs:
         ffn_size = int(float(ffn)) if ffn else None
     except ValueError:
         raise Skip(f"ffn_hidden '{ffn}' is not a number") from None
+    shape_preset = _same_architecture_preset(row, needed)
     if ffn_size is None:
-        ffn_size = 4 * h
-        assumptions.append("ffn_hidden=4h")
+        ffn_size = shape_preset.ffn_hidden_size if shape_preset is not None else 4 * h
+        assumptions.append(f"ffn_hidden={ffn_size}" + (f" from preset {shape_preset.name}" if shape_preset else "=4h"))
     kv = _int(row, "kv_heads")
     if kv is None:
-        kv = needed["heads"]
-        assumptions.append("kv_heads=heads")
+        kv = shape_preset.num_kv_heads if shape_preset is not None else needed["heads"]
+        assumptions.append(f"kv_heads={kv}" + (f" from preset {shape_preset.name}" if shape_preset else "=heads"))
+    if shape_preset is not None:
+        gated = shape_preset.gated_mlp
+    else:
+        family = _str(row, "model").lower()
+        gated = any(f in family for f in GATED_FAMILIES)
+        assumptions.append(f"gated_mlp={gated} (model family)")
     try:
         model = ModelSpec(name=_str(row, "model") or _str(row, "run_id"), num_layers=needed["layers"],
                           hidden_size=h, num_heads=needed["heads"], num_kv_heads=kv,
                           ffn_hidden_size=ffn_size, vocab_size=needed["vocab"], seq_len=needed["seq_len"],
-                          gated_mlp=ffn_size != 4 * h)
+                          gated_mlp=gated,
+                          tied_embeddings=shape_preset.tied_embeddings if shape_preset is not None else False)
     except InputError as exc:
         raise Skip(f"architecture invalid: {exc}") from None
     return _config_inputs(row, model, needed, metric, conv, gpu, assumptions)

@@ -23,12 +23,12 @@ micro-batch crosses every stage, then the slowest stage paces the rest):
     pipeline_g = sum over stages of t_stage + (m_g - 1) x max over stages of t_stage
                  + low-precision weight casts (once per step per stage)
 
-Data-parallel traffic: each stage's gradients (fp32) are reduced over all replicas of the
-model; inside one group on one pool with the step model's own placement
-(``topology.group_collective_time_s``), otherwise as a flat ring at the slowest path between
-the pools holding those layers. It overlaps the last micro-batch's backward (the first one's
-forward for the ZeRO parameter gather) as in the step model, leaving the pool's fitted
-``exposed_dp_fraction`` exposed. The optimizer step is memory-bound on each stage's own GPU.
+Data-parallel traffic (ZeRO 0 or 1): each stage's gradients are reduced over all replicas of
+the model once after the flush; inside one group on one pool with the step model's own
+collective (``topology.group_collective_time_s``), otherwise as a flat ring at the slowest path
+between the pools holding those layers. Overlapped traffic is exposed by what exceeds its
+window and never less than the last bucket, as in the step model (``step_model._overlapped``).
+The optimizer step is memory-bound on each stage's own GPU.
 
     step = max over groups (pipeline_g + straggler wait) + max over stages (exposed DP traffic)
            + max over stages (optimizer)
@@ -52,8 +52,9 @@ from simulator.heterogeneous.plan import pool_dtype
 from simulator.heterogeneous.shares import speed_shares
 from simulator.heterogeneous.unit_costs import UnitCosts
 from simulator.parallel_config import ParallelConfig, Schedule
+from simulator.step_model import _overlapped
 from simulator.step_model import (ADAM_STEP_BYTES_PER_PARAM, ADAM_STEP_BYTES_PER_PARAM_FP16,
-                                  ADAM_STEP_BYTES_PER_PARAM_FP32, DENSE_LAYER_PARAM_TENSORS, GRAD_REDUCE_BYTES)
+                                  ADAM_STEP_BYTES_PER_PARAM_FP32, DENSE_LAYER_PARAM_TENSORS, GRAD_BUFFER_BYTES)
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,6 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     hbm_bw = np.array([p.cluster.gpu.hbm_bw_bytes_per_s for p in cluster.pools])[pool]
     hbm = np.array([p.cluster.gpu.hbm_bytes for p in cluster.pools])[pool]
     kernel_overhead = np.array([e.kernel_overhead_s for e in effs])[pool]
-    exposed_x = np.array([e.exposed_dp_fraction for e in effs])[pool]
     opt_fraction = np.array([e.optimizer_hbm_fraction or e.hbm_fraction for e in effs])[pool]
     skew = np.array([e.sync_skew_fraction for e in effs])[pool]
 
@@ -167,7 +167,7 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     if settings.grad_accumulation_fusion:
         grad_accum = np.zeros(R)
     else:   # as step_model: read the fresh gradient and the buffer, write the buffer
-        grad_accum = (stage_params * (act_bytes + 2.0 * GRAD_REDUCE_BYTES) / hbm_bw
+        grad_accum = (stage_params * (act_bytes + 2.0 * GRAD_BUFFER_BYTES) / hbm_bw
                       + n * DENSE_LAYER_PARAM_TENSORS * kernel_overhead)
     t_stage = n * (fwd + bwd + w) + ends + p2p + grad_accum
     part_compute = n * units["compute_s"][k] + ends + grad_accum
@@ -196,7 +196,7 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
 
     # ---- data-parallel gradient reduction and parameter gather ----------------------------------
     D_row = D[plan_of_row]
-    grads = stage_params * GRAD_REDUCE_BYTES
+    grads = stage_params * settings.grad_reduce_bytes
     weights = stage_params * act_bytes
     single = groups_per_plan[plan_of_row] == 1
     if blocks.ring_pools is None:
@@ -213,7 +213,7 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
         for p in np.unique(pool[single]):   # one group on one pool: the step model's placement
             rows = single & (pool == p)
             t[rows] = group_collective_time_s(kind, nbytes[rows], D_row[rows], tp[rows],
-                                              cluster.pools[int(p)].cluster, effs[int(p)], "ring")
+                                              cluster.pools[int(p)].cluster, effs[int(p)])
         multi = ~single
         if multi.any():
             t[multi] = pool_links.ring_collective_time_s(kind, nbytes[multi], D_row[multi],
@@ -221,12 +221,12 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
         comm[kind] = t
     grad_comm = np.where(z == 0, comm["all_reduce"], comm["reduce_scatter"])
     gather_comm = np.where(z >= 1, comm["all_gather"], 0.0)
-    grad_window = n * (bwd + w)
-    gather_window = n * fwd
-    exposed_grad = (np.maximum(exposed_x * grad_comm, grad_comm - grad_window)
-                    if settings.overlap_grad_reduce else grad_comm)
-    exposed_gather = (np.maximum(exposed_x * gather_comm, gather_comm - gather_window)
-                      if settings.overlap_param_gather else gather_comm)
+    # as step_model: overlapped traffic is exposed by what exceeds its window (the stage's last
+    # backward for the gradients, its first forward for the ZeRO-1 gather), and never less than
+    # the last bucket, which can only start when the window ends
+    bucket_share = np.minimum(settings.dp_bucket_bytes / np.maximum(grads, 1.0), 1.0)
+    exposed_grad = _overlapped(grad_comm, n * (bwd + w), bucket_share * grad_comm, settings.overlap_grad_reduce)
+    exposed_gather = _overlapped(gather_comm, n * fwd, bucket_share * gather_comm, settings.overlap_param_gather)
     dp_row = exposed_grad + exposed_gather
 
     # ---- optimizer ------------------------------------------------------------------------------

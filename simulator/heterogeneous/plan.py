@@ -127,6 +127,7 @@ class HeteroPlan:
     flash_attention: bool = True
     grad_accumulation_fusion: bool = True
     attention_kernel: str = "auto"
+    grad_reduce_bytes: float = 4.0
     settings: ParallelConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -142,13 +143,15 @@ class HeteroPlan:
             sequence_parallel=False, dtype=self.dtype, schedule=self.schedule,
             overlap_grad_reduce=self.overlap_grad_reduce, overlap_param_gather=self.overlap_param_gather,
             tp_comm_overlap=self.tp_comm_overlap, flash_attention=self.flash_attention,
-            grad_accumulation_fusion=self.grad_accumulation_fusion, attention_kernel=self.attention_kernel)
+            grad_accumulation_fusion=self.grad_accumulation_fusion, attention_kernel=self.attention_kernel,
+            grad_reduce_bytes=self.grad_reduce_bytes)
         if settings.schedule not in HETERO_SCHEDULES:
             raise InputError("schedule", f"{settings.schedule.value} is not modelled across unequal stages",
                              "use " + " or ".join(s.value for s in HETERO_SCHEDULES))
-        if settings.zero_stage > 2:
-            raise InputError("zero_stage", "ZeRO-3 gathers every layer over the data-parallel group on each "
-                             "micro-batch; across pools that is not modelled", "use zero 0, 1 or 2")
+        if settings.zero_stage > 1:
+            raise InputError("zero_stage", f"ZeRO-{settings.zero_stage} reduces (and gathers) every layer over the "
+                             "data-parallel group on each micro-batch; across pools that is not modelled yet",
+                             "use zero 0 or 1")
         if not isinstance(self.sequence_parallel, bool):
             raise InputError("sequence_parallel", f"must be true or false, got {self.sequence_parallel!r}")
         object.__setattr__(self, "micro_batch", mb)

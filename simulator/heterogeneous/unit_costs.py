@@ -1,11 +1,12 @@
-"""Per-layer costs of one pool, from the training step model itself.
+"""Per-layer costs of one pool, from the training step model's own per-layer times.
 
-``step_model.evaluate`` times one transformer layer (forward, input-gradient and weight-gradient
-backward, recomputation, exposed tensor-parallel traffic) and the model's ends (LM head and
-loss, embedding) for a layer key (tensor-parallel degree, micro-batch, recomputation, sequence
-parallelism, precision) on one GPU kind. Those figures depend on nothing else, so each pool is
-evaluated once per key on a one-stage, one-replica row, and the heterogeneous composition
-(``compose``) lays the stages out from them. Nothing here re-derives a layer's time.
+``simulator.layer_times.layer_times`` times one transformer layer (forward, input-gradient and
+weight-gradient backward, recomputation, the TP traffic the stack leaves exposed) and the
+model's ends (LM head and loss, embedding) for a layer key (tensor-parallel degree,
+micro-batch, recomputation, sequence parallelism, precision, kernels) on one GPU kind: the
+figures ``step_model.evaluate`` lays its pipeline out from. Each pool is evaluated once per
+key, and the heterogeneous composition (``compose``) lays the stages out from them. Nothing here
+re-derives a layer's time.
 """
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ from hardware_specs.catalog import efficiency_for_cluster
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
+from cost_models.compute import compute_rates
 from simulator.config_batch import ConfigBatch
 from simulator.heterogeneous.plan import pool_dtype
+from simulator.layer_times import layer_times
 from simulator.parallel_config import ParallelConfig
-from simulator.step_model import evaluate
 
 #: per-layer and per-end outputs of ``UnitCosts`` (seconds per micro-batch on one GPU)
 UNIT_FIELDS = ("fwd_s", "bwd_s", "w_s", "tp_s", "recompute_s", "compute_s", "weight_cast_s",
@@ -41,6 +43,9 @@ class UnitCosts:
         head_s, embedding_s: LM head + loss, and embedding, forward + backward.
         model_flops_mb: model FLOPs of one micro-batch through the whole model (forward and
             backward, no recomputation), as the step model counts them.
+
+    (``tp_s`` and ``recompute_s`` are parts of fwd + bwd + w; ``compute_s`` is the rest, the
+    layer's own kernels.)
     """
 
     pool: np.ndarray
@@ -66,10 +71,10 @@ def pool_efficiencies(cluster: PooledCluster, overrides: dict | None = None) -> 
 
 def unit_costs(model: ModelSpec, cluster: PooledCluster, effs, pool, tp, micro_batch, recompute_code,
                sequence_parallel, settings: ParallelConfig) -> UnitCosts:
-    """Evaluate each (pool, tp, micro_batch, recompute, sp) row once with ``step_model.evaluate``.
+    """Time each (pool, tp, micro_batch, recompute, sp) row with ``layer_times`` on its pool.
 
     ``settings`` supplies the dtype and the software switches; ``recompute_code`` is
-    ``config_batch.RECOMPUTE_CODES``'s code. Rows of one pool are evaluated as one batch.
+    ``config_batch.RECOMPUTE_CODES``'s code. Rows of one pool are timed as one batch.
     """
     pool = np.asarray(pool, dtype=np.int64)
     n = len(pool)
@@ -79,39 +84,28 @@ def unit_costs(model: ModelSpec, cluster: PooledCluster, effs, pool, tp, micro_b
     sp = np.broadcast_to(np.asarray(sequence_parallel, dtype=bool), (n,)) & (tp > 1)
     values = {k: np.zeros(n) for k in UNIT_FIELDS}
     L = float(model.num_layers)
+    template = ConfigBatch.from_configs([settings])
     for p in np.unique(pool):
         rows = np.flatnonzero(pool == p)
-        k = len(rows)
-        dtype = pool_dtype(cluster.pools[int(p)].cluster.gpu, settings.dtype) or settings.dtype
-        template = ConfigBatch.from_configs([replace(settings, dtype=dtype)])
-        cols = {}
-        for name, v in template.__dict__.items():
-            if name == "dtype":
-                continue
-            cols[name] = np.full(k, v[0])
-        cols.update(dp=np.ones(k), tp=tp[rows].astype(float), pp=np.ones(k), cp=np.ones(k), vpp=np.ones(k),
-                    micro_batch=mb[rows].astype(float), global_batch=mb[rows].astype(float),
-                    recompute=rc[rows], sequence_parallel=sp[rows], zero_stage=np.zeros(k, dtype=np.int64))
-        batch = ConfigBatch(dtype=dtype, **cols)
-        out = evaluate(model, cluster.pools[int(p)].cluster, effs[int(p)], batch)
-        # one replica, one stage, one micro-batch: the *_s totals are L layers' worth
-        tp_l = out["tp_comm_exposed_s"] / L
-        rc_l = out["recompute_s"] / L
-        fwd, bwd_all, rec, w = out["layer_fwd_s"], out["layer_bwd_s"], out["layer_recompute_s"], out["layer_w_s"]
-        total = fwd + bwd_all + rec
-        compute = total - tp_l - rc_l - out["cp_comm_exposed_s"] / L
-        ends = out["head_s"] + out["embedding_s"]
-        # compute_s = L (f + b + w) + ends + gradient accumulation + L x weight cast (step_model)
-        cast = np.maximum(out["compute_s"] - L * compute - ends - out["grad_accum_per_microbatch_s"], 0.0) / L
-        values["fwd_s"][rows] = fwd
-        values["bwd_s"][rows] = bwd_all - w + rec
+        cl = cluster.pools[int(p)].cluster
+        dtype = pool_dtype(cl.gpu, settings.dtype) or settings.dtype
+        rates = compute_rates(cl.gpu, effs[int(p)], dtype)
+        t = tp[rows].astype(float)
+        tokens = mb[rows].astype(float) * float(model.seq_len)
+        lay = layer_times(model, cl, effs[int(p)], rates, tokens, t, 1.0, sp[rows], rc[rows], 1.0, 1.0, 1.0,
+                          template.tp_comm_overlap[0], template.cp_kind[0], template.attention_kernel[0],
+                          template.flash_attention[0], False)
+        f, b, w, r = lay["f_dense"], lay["b_dense"], lay["w_dense"], lay["r_dense"]
+        values["fwd_s"][rows] = f
+        values["bwd_s"][rows] = b + r              # recomputation runs just before the input gradient
         values["w_s"][rows] = w
-        values["tp_s"][rows] = tp_l
-        values["recompute_s"][rows] = rc_l
-        values["compute_s"][rows] = compute
-        values["weight_cast_s"][rows] = cast
-        values["head_s"][rows] = out["head_s"]
-        values["embedding_s"][rows] = out["embedding_s"]
-        values["model_flops_mb"][rows] = out["model_flops"]
+        values["tp_s"][rows] = lay["tp_exposed_dense"]
+        values["recompute_s"][rows] = lay["recompute_dense"]
+        values["compute_s"][rows] = lay["compute_fwd_dense"] + lay["compute_bwd_dense"] + w
+        values["weight_cast_s"][rows] = lay["weight_cast_dense"]
+        values["head_s"][rows] = lay["head_f"] + lay["head_b"] + lay["head_w"]
+        values["embedding_s"][rows] = lay["emb_f"] + lay["emb_b"]
+        # model FLOPs of one micro-batch through the whole model, as step_model counts them
+        values["model_flops_mb"][rows] = 3.0 * t * (L * lay["flops_dense"] + lay["head_flops"])
     return UnitCosts(pool=pool, tp=np.asarray(tp), micro_batch=np.asarray(mb), recompute=np.asarray(rc),
                      sequence_parallel=np.asarray(sp), values=values)
