@@ -162,9 +162,14 @@ ATTENTION_BACKWARD_RATIO = 2.5
 #: QK^T gradient GEMMs read dS (2) and the probabilities for dV (2).
 MATERIALISED_SCORE_BYTES_FWD = 13.0
 MATERIALISED_SCORE_BYTES_BWD = 17.0
+#: without the fused kernel, scale and mask are two more passes over the scores in forward
+#: (read 2 + write 2 each; the mask's own read is small) and the scale's gradient one more in
+#: backward (Megatron-LM 2019: ``attention_scores * scale``, ``masked_fill``, ``softmax``).
+UNFUSED_SOFTMAX_EXTRA_BYTES_FWD = 8.0
+UNFUSED_SOFTMAX_EXTRA_BYTES_BWD = 4.0
 
 
-def materialised_attention_time_s(tokens, seq_len, heads, qk_dim, v_dim, rates: ComputeRates):
+def materialised_attention_time_s(tokens, seq_len, heads, qk_dim, v_dim, rates: ComputeRates, softmax_fusion=True):
     """(forward, backward) seconds of an unfused attention core: batched GEMMs over the full
     square of scores (the causal mask is applied to them, not skipped) and memory-bound passes
     over the scores (``MATERIALISED_SCORE_BYTES_*``).
@@ -180,8 +185,11 @@ def materialised_attention_time_s(tokens, seq_len, heads, qk_dim, v_dim, rates: 
     qk = gemm_time_s(s, s, qk_dim, rates, count=batch) - (batch - 1.0) * rates.kernel_overhead_s
     pv = gemm_time_s(s, v_dim, s, rates, count=batch) - (batch - 1.0) * rates.kernel_overhead_s
     scores = batch * s * s
-    fwd = qk + pv + memory_bound_time_s(scores * MATERIALISED_SCORE_BYTES_FWD, rates, 2)
-    bwd = 2.0 * (qk + pv) + memory_bound_time_s(scores * MATERIALISED_SCORE_BYTES_BWD, rates, 2)
+    unfused = 1.0 - np.asarray(softmax_fusion, dtype=float)
+    fwd = qk + pv + memory_bound_time_s(scores * (MATERIALISED_SCORE_BYTES_FWD + unfused * UNFUSED_SOFTMAX_EXTRA_BYTES_FWD),
+                                        rates, 2 + 2 * unfused)
+    bwd = 2.0 * (qk + pv) + memory_bound_time_s(
+        scores * (MATERIALISED_SCORE_BYTES_BWD + unfused * UNFUSED_SOFTMAX_EXTRA_BYTES_BWD), rates, 2 + unfused)
     return fwd, bwd
 
 

@@ -114,13 +114,14 @@ def _linear_times(tokens, shapes, rates: ComputeRates) -> dict:
 
 
 def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len, tp, sp, softmax_exposed=None,
-                          flash_attention=True):
+                          flash_attention=True, softmax_fusion=True):
     """Forward/backward seconds and FLOPs of one attention block (no communication).
 
     ``softmax_exposed``: share of the attention core's softmax exponentials added to its
     matmuls (``compute.attention_time_s``), per row; None = ``rates.softmax_exposed``.
     ``flash_attention`` False (per row allowed): the unfused core of 2020-2022 Megatron
-    (``compute.materialised_attention_time_s``).
+    (``compute.materialised_attention_time_s``), its scale, mask and softmax one fused kernel
+    unless ``softmax_fusion`` is False (three passes, 2019-2020).
 
     Returns a dict with ``gemm_fwd_s``, ``gemm_dgrad_s``, ``gemm_wgrad_s``, ``core_fwd_s``,
     ``core_bwd_s``, ``elem_fwd_s``, ``elem_bwd_s``, ``gemm_flops_fwd``, ``core_flops_fwd`` and the
@@ -141,7 +142,8 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
     core_fwd, core_bwd = attention_time_s(core_flops, rates, attention_core_exponentials(core_flops, qk, v),
                                           softmax_exposed)
     if not np.all(flash_attention):
-        mat_fwd, mat_bwd = materialised_attention_time_s(tokens, seq_len, model.num_heads / tp, qk, v, rates)
+        mat_fwd, mat_bwd = materialised_attention_time_s(tokens, seq_len, model.num_heads / tp, qk, v, rates,
+                                                         softmax_fusion)
         core_fwd = np.where(flash_attention, core_fwd, mat_fwd)
         core_bwd = np.where(flash_attention, core_bwd, mat_bwd)
     split = np.where(sp, tp, 1.0)

@@ -2,13 +2,14 @@
 
 A group that spans scale-up domains uses every NIC its members have there: NCCL builds one ring
 (channel) per NIC of a node and splits the buffer over them, so a group with ``n_intra`` members
-per node crosses node boundaries at ``n_intra`` NICs' bandwidth (capped by NVLink), and its
-hierarchical form reduces inside the node first and crosses on ``1/n_intra`` shards, each member
-on its own NIC. NCCL's tuner picks, per call, the algorithm its model predicts fastest for the
-message size and group shape (ring, tree, or the hierarchical split); so does
-``group_collective_time_s`` with ``algorithm="auto"`` (the default): the least of the flat ring
-over all NICs, the hierarchical form, and for all-reduce the double binary tree. Groups inside
-one domain use the scale-up link.
+per node crosses node boundaries at ``n_intra`` NICs' bandwidth (capped by NVLink). NCCL's tuner
+picks, per call, the algorithm its model predicts fastest for the message size and group shape;
+so does ``group_collective_time_s`` with ``algorithm="auto"`` (the default). All-reduce has two:
+the ring (bandwidth-optimal, ``2(n-1)`` latency steps) and the tree (a chain inside the node,
+double binary trees across nodes: ``2 log2`` steps; Sanders et al. 2009, NCCL 2.4), so the tree
+wins small messages on many nodes. All-gather and reduce-scatter are rings only (NCCL's
+``ncclAllGather`` / ``ncclReduceScatter`` have no tree), so each call pays ``n - 1`` start-up
+steps however small it is. Groups inside one domain use the scale-up link.
 
 Ranks are numbered with tensor parallelism fastest, then context, data, pipeline (Megatron's
 default order ``tp-cp-dp-pp``). A group of ``group_size`` ranks whose members are ``stride``
@@ -64,12 +65,13 @@ def group_collective_time_s(kind: str, bytes_, group_size, stride, cluster: Clus
     """Time of collective ``kind`` over a group placed by (size, stride) on ``cluster``, seconds.
 
     ``kind`` is one of all_reduce, reduce_scatter, all_gather, all_to_all; ``bytes_`` as the
-    matching function in ``cost_models.collectives`` defines it. ``algorithm``: ``auto`` (the
-    fastest of the forms below, as NCCL's tuner picks), ``ring`` (flat ring; across domains each
-    node's members drive their own NICs in parallel channels), ``hierarchical`` (inside the
-    domain, then across on the shard) or ``tree`` (all-reduce only: double binary tree across
-    the domains, a chain inside). All-to-all always splits its traffic between the tiers, the
-    NVLink and NIC parts running at once.
+    matching function in ``cost_models.collectives`` defines it. ``algorithm``: ``auto`` (as
+    NCCL's tuner picks: the faster of ring and tree for all-reduce, the ring otherwise),
+    ``ring`` (flat ring; across domains each node's members drive their own NICs in parallel
+    channels), ``tree`` (all-reduce only: a reduce-scatter inside the domain, double binary
+    trees across domains on the shard, an all-gather inside) or ``hierarchical`` (the same split
+    with a ring across: a what-if, not an NCCL algorithm). All-to-all always splits its traffic
+    between the tiers, the NVLink and NIC parts running at once.
     """
     n_intra, n_inter = group_span(group_size, stride, cluster.gpus_per_node)
     bw_i, lat_i, bw_o, lat_o = tier_bandwidths(cluster, eff)
@@ -86,7 +88,7 @@ def group_collective_time_s(kind: str, bytes_, group_size, stride, cluster: Clus
     times = []
     if algorithm in ("auto", "ring"):
         times.append(_FLAT[kind](bytes_, group_size, ring_bw, ring_lat))
-    if algorithm in ("auto", "hierarchical"):
+    if algorithm == "hierarchical":
         times.append(np.where(spans, _HIER[kind](bytes_, n_intra, n_inter, bw_i, lat_i, bw_o, lat_o),
                               _FLAT[kind](bytes_, group_size, bw_i, lat_i)))
     if kind == "all_reduce" and algorithm in ("auto", "tree"):

@@ -273,9 +273,14 @@ def pooled_cluster_from_dict(data: dict, where: str = "cluster") -> PooledCluste
                          links=tuple(_link_from_dict(l, i) for i, l in enumerate(links)),
                          description=str(data.get("description", "")), source=str(data.get("source", "")))
 
+#: keys of older efficiency files, read and ignored: the exposed shares of DP / TP / EP traffic
+#: were fitted until the software-stack catalog replaced them (``hardware_specs/stacks``)
+LEGACY_EFFICIENCY_KEYS = ("exposed_dp_fraction", "exposed_tp_fraction", "exposed_ep_fraction")
+
 
 def efficiency_from_dict(data: dict, where: str = "efficiency") -> EfficiencyModel:
     known = set(EfficiencyModel.field_names())
+    data = {k: v for k, v in data.items() if k not in LEGACY_EFFICIENCY_KEYS}
     unknown = set(data) - known
     if unknown:
         raise InputError(f"{where}.{sorted(unknown)[0]}", "unknown key",
@@ -293,7 +298,11 @@ def efficiency_from_dict(data: dict, where: str = "efficiency") -> EfficiencyMod
                 raise InputError(f"{where}.{group}.{key}", f"expected a number, got {value!r}")
     kwargs = dict(data)
     for key, value in list(kwargs.items()):
-        if key not in ("generation", "gemm_peak_fraction", "collective_bw_fraction", "fitted_on"):
+        if key == "fitted_factors":
+            if not isinstance(value, (list, tuple)):
+                raise InputError(f"{where}.fitted_factors", "must be a list of factor names")
+            kwargs[key] = tuple(str(v) for v in value)
+        elif key not in ("generation", "gemm_peak_fraction", "collective_bw_fraction", "fitted_on"):
             try:
                 kwargs[key] = float(value)
             except (TypeError, ValueError):

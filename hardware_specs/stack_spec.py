@@ -101,6 +101,9 @@ class TrainingBehaviour:
             fused kernel over the score matrix (Megatron ``scaled_upper_triang_masked_softmax``,
             v2.0+); False = separate PyTorch ops, one memory pass each (Megatron 2019-2020).
             Irrelevant for the flash/fused kernels.
+        zero3_gather_per_tensor: ZeRO-3 gathers every parameter tensor of a module in its own
+            collective (DeepSpeed 0.3.x ``_allgather_param`` per parameter) instead of one
+            collective per module (FSDP's flat parameter, later DeepSpeed coalescing).
         bf16_grads_in_fp32: when the run's dtype is bf16 the stack accumulates and reduces
             gradients in fp32 (4 bytes) whatever ``grad_reduce_bytes`` says for fp16 (Megatron-LM
             forces ``--accumulate-allreduce-grads-in-fp32`` with ``--bf16``; DeepSpeed's
@@ -129,6 +132,7 @@ class TrainingBehaviour:
     tp_backward_overlap: bool = True
     softmax_fusion: bool = True
     bf16_grads_in_fp32: bool = True
+    zero3_gather_per_tensor: bool = False
 
     def __post_init__(self) -> None:
         if self.attention_kernel not in ATTENTION_KERNELS:

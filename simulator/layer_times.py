@@ -17,7 +17,8 @@ and the parts of each for the step's breakdown. Communication is exposed as the 
 decides (``ParallelConfig``): tensor-parallel collectives fully unless ``tp_comm_overlap``
 (then what exceeds the GEMMs they pipeline with), expert all-to-alls fully unless
 ``ep_comm_overlap`` (then what exceeds the layer's compute), context-parallel rings under the
-attention core. Nothing here is a fitted exposure share.
+attention core; the backward TP collectives under the gradient GEMMs with
+``tp_backward_overlap``. Nothing here is a fitted exposure share.
 """
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ def softmax_exposed_share(attention_kernel, eff: EfficiencyModel):
 
 
 def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, rates, tokens, tp, cp, sp, rc,
-                ep, etp, imbalance, tp_overlap, cp_kind, attention_kernel, flash_attention, ep_overlap) -> dict:
+                ep, etp, imbalance, tp_overlap, cp_kind, attention_kernel, flash_attention, ep_overlap,
+                tp_backward_overlap=True, softmax_fusion=True) -> dict:
     """Per-layer times (seconds, one micro-batch) and FLOPs for the given layer keys; see the
     module docstring for the keys (``f_dense``, ``b_moe``, ...) and the model's ends
     (``emb_f``, ``emb_b``, ``head_f``, ``head_b``, ``head_w``, ``mtp_f``, ``mtp_b``,
@@ -60,7 +62,8 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     s = float(model.seq_len)
     tokens = np.asarray(tokens, dtype=float)
     softmax_exposed = softmax_exposed_share(attention_kernel, eff)
-    attn = layer_costs.attention_block_costs(model, rates, tokens, s, tp, sp, softmax_exposed, flash_attention)
+    attn = layer_costs.attention_block_costs(model, rates, tokens, s, tp, sp, softmax_exposed, flash_attention,
+                                             softmax_fusion)
     dense_ffn = (model.moe.dense_ffn_hidden_size or model.ffn_hidden_size) if model.moe else None
     blocks = {"dense": layer_costs.dense_mlp_costs(model, rates, tokens, tp, sp, ffn=dense_ffn)}
     if model.moe is not None:
@@ -93,9 +96,12 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         fwd = gemm_f + cast_f + attn["core_fwd_s"] + elem_f
         bwd = dgrad + cast_b + attn["core_bwd_s"] + elem_b
         rec = _recomputed(rc, fwd, attn["core_fwd_s"])
-        # exposed TP traffic: forced overlap pipelines it with the GEMMs of the same pass
+        # exposed TP traffic: userbuffers overlap (tp_comm_overlap) pipelines it with the GEMMs of
+        # the same pass; the backward collectives of the column-parallel layers also run under
+        # their weight- and data-gradient GEMMs when the stack issues them asynchronously
+        # (tp_backward_overlap: Megatron-LM since 2021-08, Transformer Engine)
         tpf = np.where(tp_overlap, np.maximum(tp_fwd - gemm_f, 0.0), tp_fwd)
-        tpb = np.where(tp_overlap, np.maximum(tp_bwd - dgrad - wgrad, 0.0), tp_bwd)
+        tpb = np.where(tp_overlap | tp_backward_overlap, np.maximum(tp_bwd - dgrad - wgrad, 0.0), tp_bwd)
         tpr = np.where(tp_overlap, np.maximum(tp_rec - gemm_f, 0.0), tp_rec)
         if kind == "moe":
             dispatch = moe_costs.moe_dispatch_bytes(tokens / tp, model.moe.top_k, h, rates.act_bytes)

@@ -69,7 +69,7 @@ _FULL = RECOMPUTE_CODES[Recompute.FULL]
 #: share them share every per-layer time and FLOP count.
 LAYER_KEY_FIELDS = ("tp", "cp", "micro_batch", "sequence_parallel", "recompute", "ep", "etp",
                     "moe_load_imbalance", "tp_comm_overlap", "cp_kind", "attention_kernel", "flash_attention",
-                    "ep_comm_overlap")
+                    "ep_comm_overlap", "tp_backward_overlap", "softmax_fusion")
 
 
 def _degrees(batch: ConfigBatch):
@@ -246,40 +246,52 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
     dp_group = dp * cp
     edp = sp_["edp"]
 
-    # ---- per-layer ZeRO traffic: ZeRO-3 gathers (forward, backward, and again for a recompute
-    # under DeepSpeed) and ZeRO-2/3 gradient reduce-scatters, every layer of every micro-batch
+    # ---- per-layer data-parallel traffic inside the pipeline: ZeRO-3 gathers (forward,
+    # backward, and again for a recompute under DeepSpeed) and reduce-scatters; ZeRO-2's per-
+    # micro-batch gradient reduce-scatter; and plain DP / ZeRO-1 gradients reduced every
+    # micro-batch when the stack does (PyTorch DDP without no_sync)
+    # a stack that gathers each parameter tensor alone pays every collective's start-up steps
+    # once per tensor (the bytes split over them)
+    n_calls = np.where(batch.param_gather_per_tensor, float(params.layer_param_tensors(model)), 1.0)
+
     def per_layer_z(dense_or_moe_params, expert_params):
-        ag = group_collective_time_s("all_gather", dense_or_moe_params * param_bytes, dp_group, tp, cluster, eff)
-        rs_grad = group_collective_time_s("reduce_scatter", dense_or_moe_params * batch.grad_reduce_bytes,
-                                          dp_group, tp, cluster, eff)
-        rs_z3 = group_collective_time_s("reduce_scatter", dense_or_moe_params * param_bytes, dp_group, tp, cluster, eff)
-        if model.moe is not None:
-            ag = ag + group_collective_time_s("all_gather", expert_params * param_bytes, edp, tp * ep, cluster, eff)
-            rs_grad = rs_grad + group_collective_time_s("reduce_scatter", expert_params * batch.grad_reduce_bytes,
-                                                        edp, tp * ep, cluster, eff)
-            rs_z3 = rs_z3 + group_collective_time_s("reduce_scatter", expert_params * param_bytes, edp, tp * ep,
-                                                    cluster, eff)
-        return ag, rs_grad, rs_z3
+        def both(kind, n_params, nbytes, calls=1.0):
+            t = calls * group_collective_time_s(kind, n_params * nbytes / calls, dp_group, tp, cluster, eff)
+            if model.moe is not None:
+                t = t + group_collective_time_s(kind, expert_params * nbytes, edp, tp * ep, cluster, eff)
+            return t
+        return (both("all_gather", dense_or_moe_params, param_bytes, n_calls),
+                both("reduce_scatter", dense_or_moe_params, batch.grad_reduce_bytes),
+                both("all_reduce", dense_or_moe_params, batch.grad_reduce_bytes))
+
+    def prefetch_layers(depth, layer_elements):
+        # layers whose gathers run ahead; DeepSpeed caps the prefetched elements
+        cap = batch.param_prefetch_max_elements
+        return np.where(cap > 0, np.minimum(depth, cap / np.maximum(layer_elements, 1.0)), depth)
 
     per_layer_f, per_layer_b, per_layer_w, per_layer_r = [], [], [], []
     parts = {name: [] for name in ("compute", "recompute", "tp", "cp", "ep", "z3", "tp_total", "weight_cast")}
     regather = batch.zero3_recompute_gather & (rc == _FULL)
+    per_mb_grads = (zero == 2) | ((zero <= 1) & batch.grad_reduce_every_microbatch)
     for kind, layer_p, expert_p, n_tensors in (
             ("dense", sp_["dense_layer"], 0.0 * tp, DENSE_LAYER_PARAM_TENSORS),
             ("moe", sp_["moe_layer"], sp_["expert_layer"], _moe_param_tensors(model, ep))):
         f, b, w, r = lay[f"f_{kind}"], lay[f"b_{kind}"], lay[f"w_{kind}"], lay[f"r_{kind}"]
-        if np.any(zero >= 2):
-            ag, rs_grad, rs_z3 = per_layer_z(layer_p, expert_p)
+        if np.any((zero >= 2) | per_mb_grads):
+            ag, rs_grad, ar_grad = per_layer_z(layer_p, expert_p)
         else:
-            ag = rs_grad = rs_z3 = 0.0
-        # ZeRO-3: gather in forward (prefetched under the previous layer's compute), gather and
-        # reduce-scatter in backward; ZeRO-2: reduce-scatter in backward
-        z3f = np.where(zero >= 3, _overlapped(ag, lay[f"compute_fwd_{kind}"], 0.0, batch.overlap_param_gather), 0.0)
-        bwd_comm = np.where(zero >= 3, ag * (1.0 + regather) + rs_z3, np.where(zero == 2, rs_grad, 0.0))
-        bwd_window = lay[f"compute_bwd_{kind}"] + w
-        z3b = np.where(zero >= 2, _overlapped(bwd_comm, bwd_window, 0.0,
-                                              np.where(zero >= 3, batch.overlap_param_gather, batch.overlap_grad_reduce)),
-                       0.0)
+            ag = rs_grad = ar_grad = 0.0
+        elements = layer_p + expert_p
+        fwd_window = prefetch_layers(batch.param_prefetch_forward, elements) * lay[f"compute_fwd_{kind}"]
+        bwd_window = prefetch_layers(batch.param_prefetch_backward, elements) * (lay[f"compute_bwd_{kind}"] + w)
+        # ZeRO-3: the next layer's gather runs under this layer's compute (as far as the stack
+        # prefetches); in backward the gathers and the gradient reduce-scatter share the window
+        z3f = np.where(zero >= 3, _overlapped(ag, fwd_window, 0.0, batch.overlap_param_gather), 0.0)
+        grad_mb = np.where(zero == 2, rs_grad, np.where(zero == 1, rs_grad, ar_grad))
+        bwd_comm = np.where(zero >= 3, ag * (1.0 + regather) + rs_grad, np.where(per_mb_grads, grad_mb, 0.0))
+        grad_window = lay[f"compute_bwd_{kind}"] + w
+        z3b = np.where(zero >= 3, _overlapped(bwd_comm, bwd_window, 0.0, batch.overlap_param_gather),
+                       np.where(per_mb_grads, _overlapped(bwd_comm, grad_window, 0.0, batch.overlap_grad_reduce), 0.0))
         # unfused gradient accumulation: each micro-batch's weight gradients land in fresh tensors
         # (written by the GEMM, counted there) that an extra kernel per parameter tensor adds into
         # the fp32 gradient buffer: read the fresh gradient and the buffer, write the buffer. A
@@ -348,7 +360,7 @@ def cell_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, bat
     tokens = np.asarray(one.micro_batch, dtype=float) * model.seq_len / cp
     lay = layer_times(model, cluster, eff, rates, tokens, tp, cp, one.sequence_parallel, one.recompute, ep, etp,
                       one.moe_load_imbalance, one.tp_comm_overlap, one.cp_kind, one.attention_kernel,
-                      one.flash_attention, one.ep_comm_overlap)
+                      one.flash_attention, one.ep_comm_overlap, one.tp_backward_overlap, one.softmax_fusion)
     counts = stage_layer_counts(model, one)
     sp_ = stage_params(model, one, counts)
     per_layer, ends = _pipeline_inputs(model, cluster, eff, one, lay, sp_, rates, tokens)
@@ -388,7 +400,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     lay = _once_per_run(batch, LAYER_KEY_FIELDS, partial(layer_times, model, cluster, eff, rates),
                         tokens, tp, cp, batch.sequence_parallel, rc, ep, etp, batch.moe_load_imbalance,
                         batch.tp_comm_overlap, batch.cp_kind, batch.attention_kernel, batch.flash_attention,
-                        batch.ep_comm_overlap)
+                        batch.ep_comm_overlap, batch.tp_backward_overlap, batch.softmax_fusion)
 
     counts = stage_layer_counts(model, batch)
     if memory_by_part is None:
@@ -425,11 +437,14 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         e_ag = group_collective_time_s("all_gather", expert_dp * param_bytes, edp, tp * ep, cluster, eff)
     else:
         e_rs = e_ar = e_ag = 0.0
-    grad_comm = np.where(zero == 0, grad_ar + e_ar, np.where(zero == 1, grad_rs + e_rs, 0.0))
+    per_mb_grads = (zero == 2) | ((zero <= 1) & batch.grad_reduce_every_microbatch)
+    grad_comm = np.where(per_mb_grads, 0.0, np.where(zero == 0, grad_ar + e_ar, np.where(zero == 1, grad_rs + e_rs, 0.0)))
     gather_comm = np.where((zero == 1) | (zero == 2), param_ag + e_ag, 0.0)
     # the last bucket starts only when the backward has produced it: its share of the traffic
-    total_grad_bytes = np.maximum(grad_bytes + expert_grad_bytes, 1.0)
-    bucket_share = np.minimum(batch.dp_bucket_bytes / total_grad_bytes, 1.0)
+    # (an unbucketed stack reduces everything in one collective after the backward)
+    bucket_elements = np.maximum(batch.grad_bucket_elements, batch.grad_bucket_elements_per_dp * dp_group)
+    total_elements = np.maximum(params_dp + expert_dp, 1.0)
+    bucket_share = np.where(bucket_elements > 0, np.minimum(bucket_elements / total_elements, 1.0), 1.0)
     exposed_grad = _overlapped(grad_comm, pipe["first_window_bw_s"], bucket_share * grad_comm, batch.overlap_grad_reduce)
     exposed_gather = _overlapped(gather_comm, pipe["first_window_f_s"], bucket_share * gather_comm,
                                  batch.overlap_param_gather)

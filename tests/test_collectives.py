@@ -51,15 +51,19 @@ def test_tp_group_inside_a_node_uses_nvlink_and_across_nodes_uses_the_nic():
     assert inside == pytest.approx(coll.ring_allreduce_time_s(1e8, 8, 450e9, cluster.scaleup.latency_s))
     across = group_collective_time_s("all_reduce", 1e8, 16, 1, cluster, eff)
     # across two nodes each node's 8 members drive their 8 NICs (NCCL: one channel per NIC):
-    # a flat ring at min(NVLink, 8 x 50 GB/s), or reduce-scatter in the node, all-reduce of the
-    # 1/8 shard across (ring or tree), all-gather in the node; NCCL takes the fastest
+    # a flat ring at min(NVLink, 8 x 50 GB/s), or the tree (reduce-scatter in the node, double
+    # binary tree across on the 1/8 shard, all-gather in the node); NCCL takes the faster
     lat_i, lat_o = cluster.scaleup.latency_s, cluster.scaleout.latency_s
     ring = coll.ring_allreduce_time_s(1e8, 16, min(450e9, 8 * 50e9), lat_o)
     hier = (coll.reduce_scatter_time_s(1e8, 8, 450e9, lat_i) + coll.ring_allreduce_time_s(1e8 / 8, 2, 50e9, lat_o)
             + coll.all_gather_time_s(1e8, 8, 450e9, lat_i))
     tree = (coll.reduce_scatter_time_s(1e8, 8, 450e9, lat_i) + coll.tree_allreduce_time_s(1e8 / 8, 2, 50e9, lat_o)
             + coll.all_gather_time_s(1e8, 8, 450e9, lat_i))
-    assert across == pytest.approx(min(ring, hier, tree))
+    assert across == pytest.approx(min(ring, tree))
+    assert float(group_collective_time_s("all_reduce", 1e8, 16, 1, cluster, eff, "hierarchical")) == pytest.approx(hier)
+    # all-gather has no tree in NCCL: the ring over all NICs, n - 1 start-up steps
+    ag = group_collective_time_s("all_gather", 1e8, 16, 1, cluster, eff)
+    assert ag == pytest.approx(coll.all_gather_time_s(1e8, 16, min(450e9, 8 * 50e9), lat_o))
     assert across > inside
     # a DP group one member per node (stride 8, tp 8) has one NIC per member: a flat ring at 50 GB/s
     one_per_node = group_collective_time_s("all_reduce", 1e8, 16, 8, cluster, eff)

@@ -152,7 +152,8 @@ def test_gradient_reduction_hides_under_the_last_backward_but_not_its_last_bucke
         r = simulate(GPT_22B, cluster, cfg)
         _, f, b, w = _stage_times(GPT_22B, cluster, cfg)
         comm = r.extras["dp_comm_total_s"]
-        bucket = cfg.dp_bucket_bytes / (r.extras["params_local"] * cfg.grad_reduce_bytes)
+        # Megatron-Core's bucket: max(40e6, 1e6 * dp) gradient elements of the stage's
+        bucket = max(cfg.grad_bucket_elements, cfg.grad_bucket_elements_per_dp * 16) / r.extras["params_local"]
         expected = max(comm - float(b.sum() + w.sum()), bucket * comm)
         assert comm - float(b.sum() + w.sum()) > 0       # 22B of fp32 gradients over 2 nodes: not hidden
         assert r.time_breakdown_s["dp_comm_exposed_s"] == pytest.approx(expected, rel=1e-9)
@@ -217,8 +218,8 @@ def test_deepspeed_zero3_gathers_a_recomputed_layer_three_times():
     """ZeRO-3 moves each layer's 16-bit parameters as all-gathers (forward, backward) and a
     reduce-scatter of its gradients; DeepSpeed's per-module hooks also gather for the recompute
     forward. Hand-derived over 16 GPUs on two DGX A100 nodes (8 per node, one 200 Gb/s NIC per
-    GPU, 300 GB/s NVLink): NCCL picks the faster of a flat ring whose 8 channels cross the nodes
-    on the 8 NICs, and the hierarchical form (inside the node, then across on 1/8 shards).
+    GPU, 300 GB/s NVLink): NCCL runs all-gather and reduce-scatter as rings, whose 8 channels
+    cross the nodes on the 8 NICs, at min(NVLink, 8 NICs) with n - 1 start-up steps.
     The embedding and the untied output layer are gathered once per pass and reduce-scattered."""
     from cost_models.collectives import reduce_scatter_time_s
     cluster = load_cluster("dgx-a100-80gb")
@@ -228,14 +229,12 @@ def test_deepspeed_zero3_gathers_a_recomputed_layer_three_times():
     nic = 200e9 / 8 * eff.scaleout_fraction
 
     def coll(nbytes):     # reduce-scatter or all-gather of an nbytes buffer over 2 nodes x 8
-        hierarchical = reduce_scatter_time_s(nbytes, 8, nvlink, 3e-6) + reduce_scatter_time_s(nbytes / 8, 2, nic, 5e-6)
-        ring = reduce_scatter_time_s(nbytes, 16, min(nvlink, 8 * nic), 5e-6)
-        return min(hierarchical, ring)
+        return reduce_scatter_time_s(nbytes, 16, min(nvlink, 8 * nic), 5e-6)
 
     layer_bytes = (12 * h * h + 2 * h) * 2                  # four attention + two MLP matrices, two norms
     end_bytes = v * h * 2
     base = ParallelConfig(dp=n, micro_batch=1, global_batch=n, zero_stage=3, recompute="full", dtype="fp16",
-                          overlap_param_gather=False)
+                          overlap_param_gather=False, grad_reduce_bytes=2)
     for regather, collectives in ((False, 3), (True, 4)):
         r = simulate(GPT_22B, cluster, replace(base, zero3_recompute_gather=regather), efficiency=eff)
         expected = layers * collectives * coll(layer_bytes) + 2 * 3 * coll(end_bytes)

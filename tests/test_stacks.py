@@ -52,8 +52,6 @@ from paraplan.validation.datasets import PUBLISHED_RUNS, validation_file  # noqa
 UNMAPPED = {
     (None, None): "rows without a framework: PaLM / Gopher on TPU and the FasterTransformer "
                   "inference rows; no stack describes them",
-    ("nemo", None): "the version cell is empty; the sources name NeMo 24.03.01 and 25.04.rc2 "
-                    "(NeMo 1.x and NeMo 2.0), and a version must not be read from source text",
 }
 
 
@@ -101,8 +99,8 @@ def test_stack_for_errors_name_the_field_and_list_what_is_known():
         stack_for("megatron-lm", "2018")
     with pytest.raises(InputError, match=r"^framework_version: megatron-lm needs a version"):
         stack_for("megatron-lm", None)
-    with pytest.raises(InputError, match=r"^framework_version: nemo needs a version"):
-        stack_for("nemo", "")
+    # NeMo's one profile takes rows that do not state the version (noted in their assumptions)
+    assert stack_for("nemo", "").name == "nemo-24"
 
 
 def test_no_release_is_claimed_by_two_stacks_and_at_most_one_stack_per_framework_takes_unstated_versions():

@@ -111,7 +111,7 @@ def plan_from_data(data: dict) -> HeteroPlan:
                                    micro_batches=g.get("micro_batches")))
     keys = ("micro_batch", "global_batch", "zero_stage", "recompute", "sequence_parallel", "dtype", "schedule",
             "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "flash_attention",
-            "grad_accumulation_fusion", "attention_kernel", "grad_reduce_bytes")
+            "grad_accumulation_fusion", "attention_kernel", "grad_reduce_bytes", "software")
     return HeteroPlan(groups=tuple(groups), **{k: data[k] for k in keys if data.get(k) is not None})
 
 

@@ -39,6 +39,7 @@ import math
 from pathlib import Path
 
 from hardware_specs.catalog import load_cluster, load_gpu, load_stack
+from simulator.stack_defaults import stack_config_fields
 from hardware_specs.cluster_spec import ClusterSpec, NetworkTier
 from hardware_specs.errors import InputError
 from hardware_specs.pools import Pool, PooledCluster
@@ -83,6 +84,10 @@ GRAD_REDUCE_BYTES = 4.0
 #: Sailor's fork comments the fused weight-gradient accumulation out
 #: (third_party/Megatron-DeepSpeed/megatron/core/tensor_parallel/layers.py, "TODO: temporary commented")
 GRAD_ACCUMULATION_FUSION = False
+#: Megatron's FusedScaleMaskSoftmax runs its fused kernel on 16-bit inputs only
+#: (megatron/model/fused_softmax.py is_kernel_available: ``self.input_in_float16``): these fp32
+#: runs take the unfused path (masked_fill, then torch's softmax)
+SOFTMAX_FUSION = False
 
 
 def read_runs(path) -> list[dict]:
@@ -220,15 +225,18 @@ def run_inputs(run: dict, inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS,
     groups = {}
     for chain in chains:
         groups[chain] = groups.get(chain, 0) + 1
-    stack = load_stack(STACK).training
+    fields_ = stack_config_fields(load_stack(STACK), DTYPE)
+    own = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "flash_attention", "attention_kernel",
+           "grad_accumulation_fusion", "grad_reduce_bytes")
     plan = HeteroPlan(
         groups=tuple(ReplicaGroup(stages=tuple(StagePlacement(pool_of[(k, sg)], tp, n)
                                                for (k, sg, tp), n in zip(chain, transformer)),
                                   replicas=count, micro_batches=m) for chain, count in groups.items()),
         micro_batch=mbs, global_batch=gbs, zero_stage=0, recompute="none", sequence_parallel=False, dtype=DTYPE,
-        overlap_grad_reduce=stack.overlap_grad_reduce, overlap_param_gather=stack.overlap_param_gather,
-        tp_comm_overlap=stack.tp_comm_overlap, flash_attention=stack.attention_kernel != "materialized",
-        grad_accumulation_fusion=GRAD_ACCUMULATION_FUSION, grad_reduce_bytes=GRAD_REDUCE_BYTES)
+        **{k: fields_[k] for k in own if k in fields_},
+        software={**{k: v for k, v in fields_.items() if k not in own and k not in ("dtype", "sequence_parallel")},
+                  "softmax_fusion": SOFTMAX_FUSION})
+    assert plan.settings.grad_reduce_bytes == GRAD_REDUCE_BYTES and not plan.settings.grad_accumulation_fusion
     assumptions = [f"model {model.name} as Megatron-DeepSpeed builds it (vocab {model.vocab_size}, no attention "
                    "dropout" + ("" if model.hidden_dropout else ", no residual dropout") + ")",
                    f"stack {STACK}: fp32 weights with TF32 GEMMs (NGC image), ZeRO 0, fp32 gradients all-reduced "

@@ -47,7 +47,7 @@ from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from paraplan.validation.flops_conventions import CONVENTIONS
 from simulator.parallel_config import ParallelConfig
-from simulator.stack_defaults import stack_config_fields
+from simulator.stack_defaults import stack_config_fields, stack_sequence_parallel
 from simulator.validate_config import check_config
 
 #: the usual system of each GPU kind (validation README: "Cluster presets should carry the
@@ -280,6 +280,43 @@ def _same_architecture_preset(row, needed) -> ModelSpec | None:
     return preset if same else None
 
 
+def row_cluster(gpu: str, gpus_per_node=None, scaleout_gbps_per_gpu=None) -> ClusterSpec:
+    """The cluster a row ran on: the usual system of its GPU kind (``SYSTEM_FOR_GPU``, else a
+    generic node of its generation), with the row's GPUs per node (NVLink domain) and scale-out
+    bandwidth per GPU (Gb/s, one direction) where it states them."""
+    key = (gpu, gpus_per_node, scaleout_gbps_per_gpu)
+    if key not in _CLUSTERS:
+        base = load_cluster(SYSTEM_FOR_GPU[gpu]) if gpu in SYSTEM_FOR_GPU else generic_cluster(gpu)
+        cluster = base
+        if gpus_per_node is not None or scaleout_gbps_per_gpu is not None:
+            out = base.scaleout
+            if scaleout_gbps_per_gpu is not None:
+                out = replace(out, bw_bytes_per_s=scaleout_gbps_per_gpu * 1e9 / 8)
+            per_node = int(gpus_per_node) if gpus_per_node is not None else base.gpus_per_node
+            cluster = replace(base, name=f"{base.name}[{per_node}/node,{out.bw_bytes_per_s * 8 / 1e9:g}Gb/s]",
+                              gpus_per_node=per_node, scaleout=out)
+        _CLUSTERS[key] = cluster
+    return _CLUSTERS[key]
+
+
+_CLUSTERS: dict = {}
+
+
+def _row_stack(row, assumptions):
+    """The software stack the row's framework columns name (``stack_for``)."""
+    framework, version = _str(row, "framework"), _str(row, "framework_version")
+    if not framework:
+        assumptions.append(f"stack={DEFAULT_STACK} (framework not stated)")
+        return load_stack(DEFAULT_STACK)
+    try:
+        stack = stack_for(framework, version or None)
+    except InputError as exc:
+        raise Skip(f"software stack: {exc}") from None
+    if not version:
+        assumptions.append(f"stack={stack.name} ({framework} version not stated)")
+    return stack
+
+
 def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInputs:
     """The parallel configuration part of ``row_inputs``."""
     tp, pp, n = needed["tp"], needed["pp"], needed["n_gpus"]
@@ -302,6 +339,7 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInp
             assumptions.append("dp column = expert-data-parallel degree (dp = dp * ep)")
         else:
             raise Skip(f"dp*tp*pp*cp = {dp * tp * pp * cp} != n_gpus {n}")
+    stack = _row_stack(row, assumptions)
     mbs = _int(row, "micro_batch")
     if mbs is None:
         mbs = 1
@@ -310,21 +348,23 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInp
     vpp = _int(row, "vpp") or 1
     zero = _int(row, "zero_norm")
     if zero is None:
-        zero = 0
-        assumptions.append("zero=0")
+        zero = stack.training.default_zero_stage if dp * cp > 1 else 0
+        assumptions.append(f"zero={zero} ({stack.name}'s default)")
     rc = _str(row, "recompute").split("(")[0].strip().lower()
     if not rc:
         rc = "full" if conv == "megatron_hw_eq3" else "none"
         assumptions.append(f"recompute={rc}")
     if rc not in ("none", "selective", "full"):
         raise Skip(f"recompute '{rc}' unknown")
-    sp = _str(row, "seq_parallel").lower() == "y"
-    if not _str(row, "seq_parallel") and tp > 1 and _names_nemo(row):
+    sp_cell = _str(row, "seq_parallel").lower()
+    sp = sp_cell == "y"
+    if not sp_cell and stack_sequence_parallel(stack, tp):
         sp = True
-        assumptions.append("sequence_parallel (NeMo / Megatron-Bridge recipes turn it on with tp > 1)")
+        assumptions.append(f"sequence_parallel ({stack.name} recipes turn it on with tp > 1)")
+    cluster = row_cluster(gpu, _int(row, "gpus_per_node"), _num(row, "scaleout_gbps_per_gpu"))
     dtype = _str(row, "dtype_norm")
     if not dtype:
-        if "fp8" in load_cluster(SYSTEM_FOR_GPU[gpu]).gpu.peak_flops_per_s:
+        if "fp8" in cluster.gpu.peak_flops_per_s:
             raise Skip("dtype_norm empty on an FP8-capable GPU: bf16 and fp8 GEMMs differ 2x in "
                        "rate, so the precision is not guessed")
         dtype = "fp16" if gpu.startswith("v100") else "bf16"
@@ -334,32 +374,17 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInp
     ep = _int(row, "ep") or 1
     if model.moe is None and ep > 1:
         raise Skip("ep > 1 for a model without experts")
-    # the framework the row names decides how ZeRO-3 meets recomputation (ParallelConfig docs)
-    deepspeed_zero3 = zero >= 3 and rc == "full" and "deepspeed" in _str(row, "notes").lower()
-    if deepspeed_zero3:
-        assumptions.append("zero3_recompute_gather (DeepSpeed ZeRO-3 gathers again for the recompute)")
-    # llm-foundry's fused attention is the flash-attn 2 package: softmax between the matmuls
-    attention_kernel = "serial" if "llm-foundry" in _str(row, "source").lower() else "auto"
-    if attention_kernel == "serial":
-        assumptions.append("attention_kernel=serial (llm-foundry runs FlashAttention-2)")
     try:
         config = ParallelConfig(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch=mbs, global_batch=gbs,
                                 zero_stage=zero, recompute=rc, sequence_parallel=sp or (model.moe is not None and tp > 1),
-                                dtype=dtype, uneven_layers=True, zero3_recompute_gather=deepspeed_zero3,
-                                attention_kernel=attention_kernel)
+                                dtype=dtype, uneven_layers=True, **stack_config_fields(stack, dtype))
     except InputError as exc:
         raise Skip(f"configuration invalid: {exc}") from None
     try:
         check_config(model, config)
     except InputError as exc:
         raise Skip(f"configuration invalid: {exc}") from None
-    return RowInputs(model, SYSTEM_FOR_GPU[gpu], config, metric, conv, assumptions)
-
-
-def _names_nemo(row) -> bool:
-    """Whether the row's source or notes name NeMo or Megatron-Bridge (not Nemotron)."""
-    text = (_str(row, "source") + " " + _str(row, "notes")).lower()
-    return re.search(r"\bnemo(?![a-z])", text) is not None or "megatron-bridge" in text
+    return RowInputs(model, cluster.name, config, metric, conv, assumptions, cluster=cluster, stack=stack.name)
 
 
 def metric_from_prediction(inputs: RowInputs, report) -> float:
@@ -379,35 +404,38 @@ def metric_from_prediction(inputs: RowInputs, report) -> float:
     per_gpu = flops / t / n
     if metric == "tflops_per_gpu":
         return per_gpu / 1e12
-    peak = load_cluster(inputs.cluster_name).gpu.peak_flops(cfg.dtype)
+    peak = inputs.cluster.gpu.peak_flops(cfg.dtype)
     return 100.0 * per_gpu / peak          # mfu / hfu are in percent
 
 
 def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None) -> pd.DataFrame:
-    """One output row per input row: id, status, predicted, measured, rel_error, reason, ..."""
-    out = []
-    for i, row in enumerate(df.to_dict("records")):
+    """One output row per input row: id, status, predicted, measured, rel_error, reason, ...
+
+    Rows are predicted together (``predict.predict``: one step-model call per model, cluster
+    and dtype); ``progress(i)`` is called once per input row.
+    """
+    from paraplan.validation.predict import predict, prepare
+
+    records = df.to_dict("records")
+    reasons: dict[int, str] = {}
+    prepared = prepare(records, on_skip=lambda i, why: reasons.__setitem__(i, why))
+    pred, outs = predict(prepared, efficiency_by_generation, with_outputs=True) if len(prepared) else ([], {"fits": []})
+    by_id = {}
+    for j, row_id in enumerate(prepared.ids):
+        inp = prepared.inputs[j]
+        by_id[j] = (pred[j], inp, outs["fits"][j])
+    out, j = [], 0
+    for i, row in enumerate(records):
         rec = {"id": row.get("id"), "run_id": row.get("run_id"), "source": str(row.get("run_id", "")).split("-")[0],
                "gpu_profile": row.get("gpu_profile"), "metric": row.get("measured_metric"),
                "status": "skipped", "predicted": None, "measured": _num(row, "measured_value"),
-               "rel_error": None, "reason": "", "assumptions": ""}
-        try:
-            inputs = row_inputs(row)
-            if rec["measured"] is None:
-                raise Skip("measured_value empty")
-            cluster = load_cluster(inputs.cluster_name)
-            eff = None
-            if efficiency_by_generation is not None:
-                eff = efficiency_by_generation.get(cluster.gpu.generation)
-            report = simulate(inputs.model, cluster, inputs.config, efficiency=eff)
-            pred = metric_from_prediction(inputs, report)
-            rec.update(status="ok", predicted=pred, rel_error=(pred - rec["measured"]) / rec["measured"],
-                       assumptions="; ".join(inputs.assumptions), generation=cluster.gpu.generation,
-                       fits=report.fits)
-        except Skip as exc:
-            rec["reason"] = str(exc)
-        except InputError as exc:
-            rec["reason"] = f"invalid: {exc}"
+               "rel_error": None, "reason": reasons.get(i, ""), "assumptions": ""}
+        if i not in reasons:
+            value, inp, fits = by_id[j]
+            j += 1
+            rec.update(status="ok", predicted=float(value), rel_error=(float(value) - rec["measured"]) / rec["measured"],
+                       assumptions="; ".join(inp.assumptions), generation=inp.cluster.gpu.generation,
+                       fits=bool(fits), stack=inp.stack, cluster=inp.cluster.name)
         out.append(rec)
         if progress is not None:
             progress(i)

@@ -24,7 +24,8 @@ micro-batch crosses every stage, then the slowest stage paces the rest):
                  + low-precision weight casts (once per step per stage)
 
 Data-parallel traffic (ZeRO 0 or 1): each stage's gradients are reduced over all replicas of
-the model once after the flush; inside one group on one pool with the step model's own
+the model once after the flush, and as in the step model the first stage's reduction is the
+one that can stay exposed (it ends its backward last); inside one group on one pool with the step model's own
 collective (``topology.group_collective_time_s``), otherwise as a flat ring at the slowest path
 between the pools holding those layers. Overlapped traffic is exposed by what exceeds its
 window and never less than the last bucket, as in the step model (``step_model._overlapped``).
@@ -224,10 +225,15 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     # as step_model: overlapped traffic is exposed by what exceeds its window (the stage's last
     # backward for the gradients, its first forward for the ZeRO-1 gather), and never less than
     # the last bucket, which can only start when the window ends
-    bucket_share = np.minimum(settings.dp_bucket_bytes / np.maximum(grads, 1.0), 1.0)
-    exposed_grad = _overlapped(grad_comm, n * (bwd + w), bucket_share * grad_comm, settings.overlap_grad_reduce)
-    exposed_gather = _overlapped(gather_comm, n * fwd, bucket_share * gather_comm, settings.overlap_param_gather)
-    dp_row = exposed_grad + exposed_gather
+    bucket = np.maximum(settings.grad_bucket_elements, settings.grad_bucket_elements_per_dp * D_row)
+    bucket_share = np.where(bucket > 0, np.minimum(bucket / np.maximum(stage_params, 1.0), 1.0), 1.0)
+    emb_b = first * units["embedding_bwd_s"][k]
+    emb_f = first * (units["embedding_s"][k] - units["embedding_bwd_s"][k])
+    exposed_grad = _overlapped(grad_comm, n * (bwd + w) + emb_b, bucket_share * grad_comm, settings.overlap_grad_reduce)
+    exposed_gather = _overlapped(gather_comm, n * fwd + emb_f, bucket_share * gather_comm, settings.overlap_param_gather)
+    # as in the step model, the reduction that can stay exposed is the first stage's: it ends its
+    # backward last (1F1B drains towards stage 0), the later stages' reductions run meanwhile
+    dp_row = np.where(blocks.position == 0, exposed_grad + exposed_gather, 0.0)
 
     # ---- optimizer ------------------------------------------------------------------------------
     # fp32 and tf32 training keep the weights as the master copy (step_model's fp32 figure)

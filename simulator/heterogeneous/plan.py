@@ -16,7 +16,8 @@ node of one pool.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Mapping
 
 from hardware_specs.errors import InputError, suggest
 from hardware_specs.pools import PooledCluster
@@ -27,6 +28,9 @@ from simulator.parallel_config import ParallelConfig, Recompute, Schedule
 #: times plus (m - 1) times the slowest; the zero-bubble and interleaved closed forms assume
 #: equal stages)
 HETERO_SCHEDULES = (Schedule.ONE_F_ONE_B, Schedule.GPIPE)
+#: ``ParallelConfig`` fields a replica group's stages set, not ``software``
+_DEGREE_FIELDS = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "uneven_layers", "first_stage_layers",
+                  "last_stage_layers")
 
 
 def pool_dtype(gpu, dtype: str) -> str | None:
@@ -106,7 +110,8 @@ class ReplicaGroup:
 @dataclass(frozen=True)
 class HeteroPlan:
     """Replica groups and the settings they share (per-GPU micro-batch, ZeRO, recomputation,
-    precision, schedule and the software switches of ``ParallelConfig``).
+    precision, schedule and the software switches of ``ParallelConfig``; ``software`` takes the
+    rest of them, e.g. a stack's ``simulator.stack_defaults.stack_config_fields``).
 
     ``global_batch`` (sequences per step) is needed when a group leaves ``micro_batches`` to
     the shares; when every group states it, it must equal the sum over groups of replicas x
@@ -128,6 +133,7 @@ class HeteroPlan:
     grad_accumulation_fusion: bool = True
     attention_kernel: str = "auto"
     grad_reduce_bytes: float = 4.0
+    software: Mapping[str, Any] = field(default_factory=dict)
     settings: ParallelConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -144,7 +150,10 @@ class HeteroPlan:
             overlap_grad_reduce=self.overlap_grad_reduce, overlap_param_gather=self.overlap_param_gather,
             tp_comm_overlap=self.tp_comm_overlap, flash_attention=self.flash_attention,
             grad_accumulation_fusion=self.grad_accumulation_fusion, attention_kernel=self.attention_kernel,
-            grad_reduce_bytes=self.grad_reduce_bytes)
+            grad_reduce_bytes=self.grad_reduce_bytes, **self._software())
+        if settings.grad_reduce_every_microbatch:
+            raise InputError("software.grad_reduce_every_microbatch", "a gradient reduction on every micro-batch "
+                             "is not modelled across pools yet", "reduce once per step")
         if settings.schedule not in HETERO_SCHEDULES:
             raise InputError("schedule", f"{settings.schedule.value} is not modelled across unequal stages",
                              "use " + " or ".join(s.value for s in HETERO_SCHEDULES))
@@ -169,6 +178,18 @@ class HeteroPlan:
         elif self.global_batch is None:
             raise InputError("global_batch", "missing: a group leaves its micro-batches to the shares",
                              "give the global batch, or every group's micro_batches")
+
+    def _software(self) -> dict:
+        """The extra ``ParallelConfig`` switches of ``software`` (the stack's behaviour fields)."""
+        known = {f.name for f in fields(ParallelConfig)}
+        own = {f.name for f in fields(HeteroPlan)}
+        extra = dict(self.software or {})
+        for key in extra:
+            if key not in known or key in own or key in _DEGREE_FIELDS:
+                raise InputError(f"software.{key}", "not a software switch of a plan",
+                                 "use the plan's own fields for the degrees, batch, ZeRO and precision")
+        object.__setattr__(self, "software", extra)
+        return extra
 
     @property
     def replicas(self) -> int:

@@ -109,6 +109,7 @@ def plan_dict(plan: HeteroPlan) -> dict:
         "overlap_param_gather": s.overlap_param_gather, "tp_comm_overlap": s.tp_comm_overlap,
         "flash_attention": s.flash_attention, "grad_accumulation_fusion": s.grad_accumulation_fusion,
         "attention_kernel": s.attention_kernel.value, "grad_reduce_bytes": s.grad_reduce_bytes,
+        "software": dict(plan.software),
         "groups": [{"replicas": g.replicas, "micro_batches": g.micro_batches,
                     "stages": [{"pool": st.pool, "tp": st.tp, "layers": st.layers} for st in g.stages]}
                    for g in plan.groups],

@@ -26,7 +26,7 @@ from simulator.parallel_config import ParallelConfig
 
 #: per-layer and per-end outputs of ``UnitCosts`` (seconds per micro-batch on one GPU)
 UNIT_FIELDS = ("fwd_s", "bwd_s", "w_s", "tp_s", "recompute_s", "compute_s", "weight_cast_s",
-               "head_s", "embedding_s", "model_flops_mb")
+               "head_s", "embedding_s", "embedding_bwd_s", "model_flops_mb")
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,8 @@ class UnitCosts:
         tp_s, recompute_s: the exposed TP traffic and the recomputation inside fwd+bwd+w.
         compute_s: fwd + bwd + w less TP traffic and recomputation.
         weight_cast_s: low-precision weight quantisation, once per step per layer (0 in 16/32-bit).
-        head_s, embedding_s: LM head + loss, and embedding, forward + backward.
+        head_s, embedding_s: LM head + loss, and embedding, forward + backward (embedding_bwd_s:
+            the embedding's backward alone).
         model_flops_mb: model FLOPs of one micro-batch through the whole model (forward and
             backward, no recomputation), as the step model counts them.
 
@@ -94,7 +95,8 @@ def unit_costs(model: ModelSpec, cluster: PooledCluster, effs, pool, tp, micro_b
         tokens = mb[rows].astype(float) * float(model.seq_len)
         lay = layer_times(model, cl, effs[int(p)], rates, tokens, t, 1.0, sp[rows], rc[rows], 1.0, 1.0, 1.0,
                           template.tp_comm_overlap[0], template.cp_kind[0], template.attention_kernel[0],
-                          template.flash_attention[0], False)
+                          template.flash_attention[0], False, template.tp_backward_overlap[0],
+                          template.softmax_fusion[0])
         f, b, w, r = lay["f_dense"], lay["b_dense"], lay["w_dense"], lay["r_dense"]
         values["fwd_s"][rows] = f
         values["bwd_s"][rows] = b + r              # recomputation runs just before the input gradient
@@ -105,6 +107,7 @@ def unit_costs(model: ModelSpec, cluster: PooledCluster, effs, pool, tp, micro_b
         values["weight_cast_s"][rows] = lay["weight_cast_dense"]
         values["head_s"][rows] = lay["head_f"] + lay["head_b"] + lay["head_w"]
         values["embedding_s"][rows] = lay["emb_f"] + lay["emb_b"]
+        values["embedding_bwd_s"][rows] = lay["emb_b"]
         # model FLOPs of one micro-batch through the whole model, as step_model counts them
         values["model_flops_mb"][rows] = 3.0 * t * (L * lay["flops_dense"] + lay["head_flops"])
     return UnitCosts(pool=pool, tp=np.asarray(tp), micro_batch=np.asarray(mb), recompute=np.asarray(rc),
