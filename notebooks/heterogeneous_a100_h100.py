@@ -137,6 +137,7 @@ say(f"Using the whole fleet pays at every share: the gain over the better of the
     f"The mix reaches {sweep.share_of_sum_pct.min():.0f}-{sweep.share_of_sum_pct.max():.0f}% of the two pools' "
     f"throughputs added up (lowest at {int(sweep.loc[sweep.share_of_sum_pct.idxmin()].h100_gpus)} H100): what it "
     f"loses is the pipeline fill of pipelines that cross the pools and the gradient traffic at the slower pod's "
-    f"network; above 100% a pool that cannot hold the model well alone (too few GPUs for the memory) does better "
-    f"as part of a crossing pipeline. The best plans are "
-    + ", ".join(f"{k} ({n})" for k, n in sweep.best_kind.value_counts().items()) + ".")
+    f"network"
+    + ("; above 100%, a pool too small to hold the model well alone does better inside a crossing pipeline"
+       if sweep.share_of_sum_pct.max() > 100 else "")
+    + ". The best plans are " + ", ".join(f"{k} ({n})" for k, n in sweep.best_kind.value_counts().items()) + ".")
