@@ -53,6 +53,8 @@ TABLE_COLUMNS = ("kind", "pools", "n_gpus", "layout", "micro_batch", "zero_stage
 #: templates per pool and shared key that enter the data-parallel mixes, and pipeline mixes per
 #: shared key that reach the exact score
 DEFAULT_KEEP = 6
+#: sequences per step the search accepts (its micro-batch candidates are the batch's divisors)
+MAX_GLOBAL_BATCH = 10**8
 
 
 @dataclass(frozen=True)
@@ -345,6 +347,9 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
         raise InputError("model", f"{model.name}: plans across pools cover dense models without MTP for now",
                          "plan it on one pool with paraplan plan")
     gbs = resolve_global_batch(model.seq_len, global_batch, global_batch_tokens)
+    if gbs > MAX_GLOBAL_BATCH:
+        raise InputError("global_batch", f"{gbs} sequences per step is beyond any training run",
+                         f"use at most {MAX_GLOBAL_BATCH:,} sequences")
     dtype = common_dtype(cluster, dtype)
     if headroom_gib < 0:
         raise InputError("headroom_gib", f"must be >= 0, got {headroom_gib}")

@@ -128,7 +128,6 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     tp = units.tp[k].astype(float)
     mbs = units.micro_batch[k].astype(float)
     rc = units.recompute[k]
-    sp = units.sequence_parallel[k]
     n = blocks.layers.astype(float)
     count = blocks.count.astype(float)
     first, last = blocks.first.astype(bool), blocks.last.astype(bool)

@@ -10,7 +10,7 @@ re-derives a layer's time.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
