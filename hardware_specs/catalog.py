@@ -11,7 +11,8 @@ File units are human units named in the key (``peak_tflops``, ``hbm_gib``, ``bw_
 
 GPU file keys: name, vendor, generation, peak_tflops {dtype: TFLOP/s dense}, hbm_gib (or hbm_gb),
 hbm_bw_tb_per_s, scaleup_bw_gb_per_s (per GPU, one direction), scaleup_domain_size, source,
-and optionally sfu_tera_exp_per_s (special-function-unit exponentials per second, 1e12/s).
+and optionally sfu_tera_exp_per_s (special-function-unit exponentials per second, 1e12/s) and
+sm_count (streaming multiprocessors / compute units).
 
 Cluster file keys: name, description, gpu (a catalog name, or an inline GPU mapping),
 efficiency (optional inline efficiency mapping, as ``paraplan calibrate`` writes), gpus_per_node, scaleup {kind, bw_gb_per_s,
@@ -152,6 +153,7 @@ def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
         scaleup_domain_size=_get(data, "scaleup_domain_size", where, int),
         source=str(data.get("source", "")),
         sfu_exp_per_s=_optional_tera(data, "sfu_tera_exp_per_s", where),
+        sm_count=_get(data, "sm_count", where, float, None),
     )
 
 

@@ -14,7 +14,7 @@ STACK_FIELDS = ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_byte
                 "grad_bucket_elements_per_dp", "grad_reduce_every_microbatch", "param_prefetch_forward",
                 "param_prefetch_backward", "param_prefetch_max_elements", "tp_comm_overlap", "tp_backward_overlap",
                 "ep_comm_overlap", "attention_kernel", "flash_attention", "softmax_fusion",
-                "grad_accumulation_fusion", "zero3_recompute_gather", "param_gather_per_tensor")
+                "grad_accumulation_fusion", "zero3_recompute_gather", "param_gather_per_tensor", "cuda_graphs")
 #: dtypes whose gradients a stack reduces as bf16 ones (FP8 recipes keep bf16 parameters)
 _BF16_LIKE = ("bf16", "fp8", "mxfp8", "nvfp4")
 
@@ -53,6 +53,7 @@ def stack_config_fields(stack: StackSpec, dtype: str = "bf16") -> dict:
         "grad_accumulation_fusion": t.grad_accumulation_fusion,
         "zero3_recompute_gather": t.zero3_recompute_gather,
         "param_gather_per_tensor": t.zero3_gather_per_tensor,
+        "cuda_graphs": t.cuda_graphs,
     }
 
 

@@ -223,9 +223,14 @@ def _groups(sched, pp, vpp):
 
 def stage_layer_counts(model, batch) -> dict:
     """Layers (all, and MoE) on the first and on the last pipeline stage, per row of ``batch``:
-    ``first_layers``, ``first_moe_layers``, ``last_layers``, ``last_moe_layers`` (float arrays)."""
+    ``first_layers``, ``first_moe_layers``, ``last_layers``, ``last_moe_layers``, and the most
+    micro-batch chunk activation sets each holds at once (``first_in_flight``,
+    ``last_in_flight``, in units of one chunk's activations: ``makespan.peak_in_flight``) with
+    the chunks per stage (``chunks``) (float arrays)."""
+    from simulator.pipeline.makespan import peak_in_flight
     n = len(batch)
-    out = {k: np.zeros(n) for k in ("first_layers", "first_moe_layers", "last_layers", "last_moe_layers")}
+    out = {k: np.zeros(n) for k in ("first_layers", "first_moe_layers", "last_layers", "last_moe_layers",
+                                    "first_in_flight", "last_in_flight", "chunks")}
     if n == 0:
         return out
     pp = np.asarray(batch.pp).astype(np.int64)
@@ -240,6 +245,13 @@ def stage_layer_counts(model, batch) -> dict:
         moe = cells["moe"].sum(axis=2)
         out["first_layers"][idx], out["last_layers"][idx] = layers[:, 0], layers[:, -1]
         out["first_moe_layers"][idx], out["last_moe_layers"][idx] = moe[:, 0], moe[:, -1]
+        out["chunks"][idx] = v
+        m = np.rint(np.asarray(batch.global_batch, dtype=float)[idx]
+                    / (np.asarray(batch.dp, dtype=float)[idx] * np.asarray(batch.micro_batch, dtype=float)[idx]))
+        for m_value in np.unique(m):
+            sel = idx[m == m_value]
+            peaks = peak_in_flight(kind, p, int(m_value), v)
+            out["first_in_flight"][sel], out["last_in_flight"][sel] = peaks[0], peaks[-1]
     return out
 
 

@@ -52,6 +52,7 @@ FIT_BOUNDS = {
     "attention_peak_fraction": (0.15, 0.9),
     "hbm_fraction": (0.4, 0.95),
     "kernel_overhead_s": (1e-6, 4e-5),
+    "cpu_issue_s": (1e-6, 1e-4),
 }
 #: collective bus-bandwidth fractions (nccl-tests-like measurements reach ~0.75-0.85 of link
 #: bandwidth): held at these priors, not fitted (fitting them lets them absorb compute errors)
@@ -89,7 +90,7 @@ def _bounds(name: str, x: dict) -> tuple[float, float]:
 
 def _grid(name: str, x: dict) -> np.ndarray:
     lo, hi = _bounds(name, x)
-    if name in ("gemm_half_dim", "kernel_overhead_s"):
+    if name in ("gemm_half_dim", "kernel_overhead_s", "cpu_issue_s"):
         return np.geomspace(lo, hi, GRID_POINTS)
     return np.linspace(lo, hi, GRID_POINTS)
 
@@ -114,6 +115,8 @@ def fitted_names(prepared: Prepared) -> list[str]:
     if len(prepared) < MIN_ROWS_FOR_FULL_FIT:
         return ["gemm16"]
     names = list(FIT_BOUNDS)
+    if all(i.cluster.gpu.sm_count for i in prepared.inputs):
+        names.remove("gemm_half_dim")       # GPUs with SMs: shapes follow tile and wave quantization
     dtypes = {i.config.dtype for i in prepared.inputs}
     for name, dtype in _DTYPE_FACTORS:
         if dtype not in dtypes:
@@ -155,7 +158,7 @@ def fit_generation(prepared: Prepared, generation: str, base: EfficiencyModel, s
             lo, hi = _bounds(n, x)
             if sweep == 0:
                 candidates = _grid(n, x)
-            elif n in ("gemm_half_dim", "kernel_overhead_s"):
+            elif n in ("gemm_half_dim", "kernel_overhead_s", "cpu_issue_s"):
                 step = (hi / lo) ** (1.0 / (GRID_POINTS - 1) / 2 ** sweep)
                 candidates = np.clip(x[n] * step ** np.arange(-2, 3), lo, hi)
             else:
@@ -183,7 +186,8 @@ def _rounded(model: EfficiencyModel) -> EfficiencyModel:
                    gemm_half_dim=round(float(model.gemm_half_dim), 2),
                    attention_peak_fraction=round(float(model.attention_peak_fraction), 4),
                    hbm_fraction=round(float(model.hbm_fraction), 4),
-                   kernel_overhead_s=float(f"{model.kernel_overhead_s:.3g}"))
+                   kernel_overhead_s=float(f"{model.kernel_overhead_s:.3g}"),
+                   cpu_issue_s=float(f"{model.cpu_issue_s:.3g}"))
 
 
 def at_bound(model: EfficiencyModel, names) -> list[str]:
@@ -208,6 +212,7 @@ def write_efficiency(model: EfficiencyModel, path: Path, note: str, objective_va
         "scaleup_fraction": round(float(model.scaleup_fraction), 4),
         "scaleout_fraction": round(float(model.scaleout_fraction), 4),
         "kernel_overhead_s": float(f"{model.kernel_overhead_s:.3g}"),
+        "cpu_issue_s": float(f"{model.cpu_issue_s:.3g}"),
         "exposed_softmax_fraction": round(float(model.exposed_softmax_fraction), 4),
         "optimizer_hbm_fraction": round(float(model.optimizer_hbm_fraction), 4),
         "sync_skew_fraction": round(float(model.sync_skew_fraction), 4),
