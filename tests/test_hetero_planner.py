@@ -137,7 +137,7 @@ def test_70b_on_256_a100_and_256_h100_beats_either_pool_alone():
     cluster = PooledCluster("mix", (Pool("a100", A100, 256), Pool("h100", H100, 256)))
     result = plan_heterogeneous("llama3-70b", cluster, global_batch_tokens=4 * 2**20)
     best, h100, a100 = (result.best_report, result.fastest_only[1], result.largest_only[1])
-    # measured: 325,996 tokens/s mixed vs 239,993 on the H100 pool (+35.8%) and 98,572 on the A100s
+    # measured: 367,215 tokens/s mixed vs 272,190 on the H100 pool (+34.9%) and 107,366 on the A100s
     assert best.tokens_per_s >= h100.tokens_per_s * 1.10
     assert best.tokens_per_s >= a100.tokens_per_s
     assert best.n_gpus > 256 and {p.pool for p in best.pools} == {"a100", "h100"}
