@@ -47,7 +47,7 @@ from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError, suggest
 from hardware_specs.gpu_spec import GPUSpec
 from hardware_specs.pools import Pool, PooledCluster, PoolLink
-from hardware_specs.stack_spec import StackSpec, TrainingBehaviour
+from hardware_specs.stack_spec import RecipeOverride, StackSpec, TrainingBehaviour
 
 BUILTIN_DIR = Path(__file__).resolve().parent
 GIB = 2**30
@@ -383,9 +383,27 @@ def stack_from_dict(data: dict, where: str = "stack") -> StackSpec:
     if unstated and not str(data.get("unstated_version_reason") or "").strip():
         raise InputError(f"{where}.unstated_version_reason", "missing",
                          "say why runs without a stated version are this stack")
+    recipes = []
+    for i, entry in enumerate(data.get("recipes") or []):
+        here = f"{where}.recipes[{i}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("models"), list) or not entry["models"]:
+            raise InputError(f"{here}.models", "must list the model names the recipe is for")
+        if not str(entry.get("source") or "").strip():
+            raise InputError(f"{here}.source", "missing", "cite the recipe file")
+        if training is None or not isinstance(entry.get("training"), dict):
+            raise InputError(f"{here}.training", "must be a mapping of behaviour: value")
+        overrides = {}
+        for key, value in entry["training"].items():
+            overrides[key] = getattr(_training_from_dict({key: value}, f"{here}.training"), key)
+        for sel in ("gpus", "dtypes"):
+            if entry.get(sel) is not None and not isinstance(entry[sel], list):
+                raise InputError(f"{here}.{sel}", "must be a list")
+        recipes.append(RecipeOverride(models=tuple(str(m) for m in entry["models"]), training=overrides,
+                                      source=str(entry["source"]), gpus=tuple(entry.get("gpus") or ()),
+                                      dtypes=tuple(entry.get("dtypes") or ())))
     return StackSpec(name=name, framework=_get(data, "framework", where, str), versions=tuple(versions),
                      description=str(data.get("description", "")), training=training, serving=serving,
-                     citations=citations, default_when_version_unstated=unstated)
+                     citations=citations, default_when_version_unstated=unstated, recipes=tuple(recipes))
 
 
 @lru_cache(maxsize=None)

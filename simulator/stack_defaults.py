@@ -19,10 +19,12 @@ STACK_FIELDS = ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_byte
 _BF16_LIKE = ("bf16", "fp8", "mxfp8", "nvfp4")
 
 
-def stack_config_fields(stack: StackSpec, dtype: str = "bf16") -> dict:
+def stack_config_fields(stack: StackSpec, dtype: str = "bf16", model_name: str | None = None,
+                        gpu: str | None = None) -> dict:
     """ParallelConfig keyword arguments for ``stack``'s training behaviour for a run in ``dtype``
-    (the plan's degrees, batch, ZeRO stage and recomputation are not the stack's)."""
-    t = stack.training
+    (the plan's degrees, batch, ZeRO stage and recomputation are not the stack's), with the
+    release's recipe for ``model_name`` applied (``StackSpec.training_for``)."""
+    t = stack.training_for(model_name, gpu, dtype)
     if t is None:
         from hardware_specs.errors import InputError
         raise InputError("stack", f"{stack.name} describes serving only, not training",
@@ -57,6 +59,8 @@ def stack_config_fields(stack: StackSpec, dtype: str = "bf16") -> dict:
     }
 
 
-def stack_sequence_parallel(stack: StackSpec, tp: int) -> bool:
+def stack_sequence_parallel(stack: StackSpec, tp: int, model_name: str | None = None, gpu: str | None = None,
+                            dtype: str | None = None) -> bool:
     """Whether the stack's recipes run Megatron sequence parallelism at tensor degree ``tp``."""
-    return bool(stack.training is not None and stack.training.sequence_parallel_with_tp and tp > 1)
+    t = stack.training_for(model_name, gpu, dtype)
+    return bool(t is not None and t.sequence_parallel_with_tp and tp > 1)

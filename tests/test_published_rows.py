@@ -148,7 +148,7 @@ def test_unstated_sequence_parallelism_follows_the_stack_recipes_only_with_tp():
     assert row_inputs(row).config.sequence_parallel is False                # megatron-core: opt-in
     nemo = row_inputs({**row, "framework": "nemo", "framework_version": "24.09"})
     assert nemo.config.sequence_parallel is True
-    assert any("sequence_parallel (nemo-24 recipes" in a for a in nemo.assumptions)
+    assert any("sequence_parallel (nemo-24.09 recipes" in a for a in nemo.assumptions)
     bridge = {**row, "framework": "megatron-bridge", "framework_version": "26.04"}
     assert row_inputs(bridge).config.sequence_parallel is True
     # a stated 'n' is kept, and without tensor parallelism there is nothing to split

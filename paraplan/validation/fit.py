@@ -255,19 +255,48 @@ def prior_model(generation: str) -> EfficiencyModel:
     return load_efficiency(generation)
 
 
-def cross_validate(prepared: Prepared, generation: str, base: EfficiencyModel, sweeps: int = 2,
-                   progress=None) -> np.ndarray:
-    """Leave-one-source-out predictions of ``prepared``'s rows: each source's rows predicted by a
-    fit on the generation's other sources (by ``base`` when it has no other source)."""
+#: the fitted generation whose factors stand in for a generation that has no other source to fit
+#: on when one is held out (what one would use for a new GPU generation with no measured runs)
+NEIGHBOUR = {"volta": "ampere", "ampere": "hopper", "hopper": "blackwell", "blackwell": "hopper"}
+
+
+def _transfer(model: EfficiencyModel, target: EfficiencyModel) -> EfficiencyModel:
+    """``target`` with ``model``'s fitted factors (the generation key and documented fields kept)."""
+    x = _from_model(model)
+    fitted = {k: v for k, v in x.items() if k in (model.fitted_factors or FIT_BOUNDS)}
+    return replace(_to_model(target, {**_from_model(target), **fitted}), fitted_factors=model.fitted_factors)
+
+
+def cross_validate(prepared: Prepared, sweeps: int = 2, progress=None) -> np.ndarray:
+    """Leave-one-source-out predictions of every row of ``prepared`` (all generations): each
+    source's rows predicted by efficiency models fitted without that source. A generation with no
+    other source borrows the factors of its ``NEIGHBOUR`` generation fitted without the source
+    (the prior, if that has none either)."""
     pred = np.full(len(prepared), np.nan)
     sources = np.asarray(prepared.sources)
+    gens = prepared.generations
     for src in np.unique(sources):
-        held = np.flatnonzero(sources == src)
         rest = np.flatnonzero(sources != src)
-        model = base if len(rest) == 0 else fit_generation(subset(prepared, rest), generation, base, sweeps)[0]
-        pred[held] = predict(subset(prepared, held), {generation: model})
+        others = by_generation(subset(prepared, rest)) if len(rest) else {}
+        cache: dict[str, EfficiencyModel | None] = {}
+
+        def fitted_without(gen):
+            if gen not in cache:
+                cache[gen] = (fit_generation(others[gen], gen, prior_model(gen), sweeps)[0]
+                              if gen in others else None)
+            return cache[gen]
+
+        models = {}
+        for gen in np.unique(gens[sources == src]):
+            model = fitted_without(str(gen))
+            if model is None and NEIGHBOUR.get(str(gen)) is not None:
+                donor = fitted_without(NEIGHBOUR[str(gen)])
+                model = _transfer(donor, prior_model(str(gen))) if donor is not None else None
+            models[str(gen)] = model if model is not None else prior_model(str(gen))
+        held = np.flatnonzero(sources == src)
+        pred[held] = predict(subset(prepared, held), models)
         if progress is not None:
-            progress(src)
+            progress(str(src))
     return pred
 
 
@@ -296,16 +325,16 @@ def main(argv=None) -> int:
         bound = at_bound(fitted, names)
         if bound:
             print(f"    at a bound of their range (missing physics?): {bound}")
-        if args.cross_validate:
-            cv = cross_validate(rows, gen, base)
-            ins = predict(rows, {gen: fitted})
-            for src in srcs:
-                sel = np.asarray(rows.sources) == src
-                e_in = 100 * np.mean(np.abs(ins[sel] / rows.measured[sel] - 1))
-                e_cv = 100 * np.mean(np.abs(cv[sel] / rows.measured[sel] - 1))
-                print(f"    {src:10s} rows {int(sel.sum()):4d}  in-sample {e_in:6.2f}%  leave-source-out {e_cv:6.2f}%")
         if not args.dry_run:
             write_efficiency(fitted, efficiency_path(gen), note, after, names)
+    if args.cross_validate:
+        cv = cross_validate(prepared, progress=lambda src: print(f"  cross-validated {src}", file=sys.stderr))
+        ins = predict(prepared)
+        for src in sorted(set(prepared.sources)):
+            sel = np.asarray(prepared.sources) == src
+            e_in = 100 * np.mean(np.abs(ins[sel] / prepared.measured[sel] - 1))
+            e_cv = 100 * np.mean(np.abs(cv[sel] / prepared.measured[sel] - 1))
+            print(f"    {src:10s} rows {int(sel.sum()):4d}  in-sample {e_in:6.2f}%  leave-source-out {e_cv:6.2f}%")
     return 0
 
 
