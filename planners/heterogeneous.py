@@ -17,6 +17,7 @@ numbers are the simulator's.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from dataclasses import dataclass, field, replace
@@ -25,10 +26,11 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from hardware_specs.catalog import load_pooled_cluster
+from hardware_specs.catalog import load_pooled_cluster, load_stack
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError
 from hardware_specs.pools import Pool, PooledCluster
+from hardware_specs.stack_spec import StackSpec
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from planners import hetero_candidates as cand
@@ -37,11 +39,12 @@ from planners.hetero_pipelines import Layout, Pipelines, lay_out
 from planners.plan import resolve_global_batch
 from simulator.config_batch import RECOMPUTE_CODES
 from simulator.heterogeneous.compose import compose
-from simulator.heterogeneous.plan import HeteroPlan, ReplicaGroup, StagePlacement
+from simulator.heterogeneous.plan import HeteroPlan, ReplicaGroup, StagePlacement, plan_switches
 from simulator.heterogeneous.report import HeteroReport
 from simulator.heterogeneous.simulate import simulate_heterogeneous
 from simulator.heterogeneous.unit_costs import pool_efficiencies, unit_costs
 from simulator.parallel_config import ParallelConfig, Recompute
+from simulator.stack_defaults import stack_config_fields
 
 GIB = 2**30
 _RECOMPUTE_NAMES = {code: r.value for r, code in RECOMPUTE_CODES.items()}
@@ -321,7 +324,7 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
                        max_micro_batch: int | None = 8, micro_batches=None, recomputes=None, zeros=(0, 1),
                        sequence_parallel=(False, True), headroom_gib: float = 0.0,
                        efficiency: Mapping[str, EfficiencyModel] | None = None, keep: int = DEFAULT_KEEP,
-                       top: int = 20) -> HeteroPlanResult:
+                       top: int = 20, stack: StackSpec | str = "megatron-core") -> HeteroPlanResult:
     """Search the plans of ``model`` on the pools of ``cluster``; the best fitting one, next to
     the best on only the fastest pool and only the largest pool.
 
@@ -337,6 +340,9 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
         efficiency: pool name -> efficiency model override.
         keep: mixes per shared key that reach the exact score (see module docstring).
         top: rows of the ranked table kept.
+        stack: the software stack every plan runs (``hardware_specs/stacks``, name or spec): its
+            behaviour fields, with its recipes for the model (GPU-specific recipes only when every
+            pool has the same GPU kind).
 
     Raises ``InputError`` when nothing fits or the request is malformed (naming the pool at fault).
     """
@@ -372,7 +378,13 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
     for z in search["zeros"]:
         if z not in (0, 1):
             raise InputError("zero_stage", f"ZeRO-{z} is not modelled across pools yet", "use ZeRO 0 or 1")
-    settings = ParallelConfig(dtype=dtype)
+    stack_spec = load_stack(stack) if isinstance(stack, str) else stack
+    kinds = {p.cluster.gpu.name for p in cluster.pools}
+    software = stack_config_fields(stack_spec, dtype, model.name, kinds.pop() if len(kinds) == 1 else None)
+    if software.get("grad_reduce_every_microbatch"):
+        raise InputError("stack", f"{stack_spec.name} reduces gradients on every micro-batch; across pools that is "
+                         "not modelled yet", "plan with a stack that reduces once per step (megatron-core)")
+    settings = ParallelConfig(dtype=dtype, **software)
     scored: list[Scored] = []
     seen = set()
     names = cluster.pool_names
@@ -482,10 +494,14 @@ def plan_from_layout(s: Scored, plan_index: int, gbs: int) -> HeteroPlan:
     st = s.settings
     return HeteroPlan(groups=tuple(groups), micro_batch=int(u.micro_batch[k0]), global_batch=gbs,
                       zero_stage=int(s.zero[plan_index]), recompute=_RECOMPUTE_NAMES[int(u.recompute[k0])],
-                      sequence_parallel=sp, dtype=st.dtype, overlap_grad_reduce=st.overlap_grad_reduce,
-                      overlap_param_gather=st.overlap_param_gather, tp_comm_overlap=st.tp_comm_overlap,
-                      flash_attention=st.flash_attention, grad_accumulation_fusion=st.grad_accumulation_fusion,
-                      attention_kernel=st.attention_kernel.value)
+                      sequence_parallel=sp, dtype=st.dtype,
+                      **plan_switches({k: getattr(st, k) for k in _stack_switches()}))
+
+
+@functools.lru_cache(maxsize=1)
+def _stack_switches() -> tuple[str, ...]:
+    """The ``ParallelConfig`` fields a stack sets (the plan carries them from the settings)."""
+    return tuple(stack_config_fields(load_stack("megatron-core")))
 
 
 def _best_single(scored: list[Scored], pool: str, gbs: int):

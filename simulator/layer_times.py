@@ -94,7 +94,10 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     tp_rec = np.where(rc == 2, tp_fwd, 0.0)
     if np.any(np.asarray(cp) > 1):
         cpc = context_parallel.context_parallel_costs(model, cp_kind, tokens, cp, tp, attn["core_fwd_s"],
-                                                      attn["core_bwd_s"], cluster, eff)
+                                                      attn["core_bwd_s"], cluster, eff, rates=rates)
+        # the ring runs the attention core as cp block calls and merges the partial outputs
+        attn = dict(attn, core_fwd_s=attn["core_fwd_s"] + cpc["fwd_compute_s"],
+                    core_bwd_s=attn["core_bwd_s"] + cpc["bwd_compute_s"])
     else:
         cpc = {"fwd_exposed_s": 0.0 * tokens, "bwd_exposed_s": 0.0 * tokens}
 

@@ -206,6 +206,8 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
     out["memory_bytes"] = tensors + allowance
     out["params_local"] = np.maximum(sp_["first"], sp_["last"])
     out["memory_stage"] = np.where(use_last, pp - 1.0, 0.0)
+    for key, value in counts.items():          # the layout, reused by evaluate (not memory)
+        out["_count_" + key] = value
     return out
 
 
@@ -405,9 +407,9 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
                         batch.tp_comm_overlap, batch.cp_kind, batch.attention_kernel, batch.flash_attention,
                         batch.ep_comm_overlap, batch.tp_backward_overlap, batch.softmax_fusion, batch.cuda_graphs)
 
-    counts = stage_layer_counts(model, batch)
     if memory_by_part is None:
-        memory_by_part = memory_parts(model, cluster, eff, batch, counts)
+        memory_by_part = memory_parts(model, cluster, eff, batch)
+    counts = {k[len("_count_"):]: v for k, v in memory_by_part.items() if k.startswith("_count_")}
     sp_ = stage_params(model, batch, counts)
     dp_group = dp * cp
     edp = sp_["edp"]

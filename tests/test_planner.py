@@ -72,7 +72,7 @@ def test_random_plans_match_simulate_to_1e9(model, cluster, gpus, gbs, dtypes):
     exact_rows = np.flatnonzero(plans["pipeline_exact"].to_numpy())
     for i in rng.choice(exact_rows, size=min(12, len(exact_rows)), replace=False):
         row = plans.iloc[int(i)]
-        report = simulate(spec, cl, row_config(row), n_gpus=gpus)
+        report = simulate(spec, cl, row_config(row, result.software[str(row["dtype"])]), n_gpus=gpus)
         assert row["step_time_s"] == pytest.approx(report.step_time_s, rel=1e-9)
         assert row["mfu"] == pytest.approx(report.mfu, rel=1e-9)
         assert row["memory_gib"] * GIB == pytest.approx(report.memory_bytes, rel=1e-9)

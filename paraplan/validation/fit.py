@@ -60,6 +60,14 @@ PRIORS = {"scaleup_fraction": 0.8, "scaleout_fraction": 0.85}
 #: a generation with fewer rows than this fits only its 16-bit GEMM plateau (the one factor
 #: every row exercises); the rest stay at the prior, so a handful of rows cannot be overfitted
 MIN_ROWS_FOR_FULL_FIT = 20
+#: a generation with fewer rows than this is not fitted at all: it stays an unfitted prior (its
+#: ``NEIGHBOUR``'s fitted factors on its own datasheet numbers), labelled as such in every output
+MIN_ROWS_TO_FIT = 8
+#: factors whose effect a generation's rows may not exercise (no host-bound row, no kernel-bound
+#: row): when the search leaves one on a bound and its prior does as well within
+#: ``UNPINNED_TOLERANCE`` of the objective, it keeps the prior and is not listed as fitted
+PRIOR_ONLY_IF_UNPINNED = ("cpu_issue_s", "kernel_overhead_s")
+UNPINNED_TOLERANCE = 1e-3
 #: candidate values per factor for the coordinate search (log-spaced where the scale is)
 GRID_POINTS = 9
 _DTYPE_FACTORS = (("gemm8", "fp8"), ("gemm_mx8", "mxfp8"), ("gemm4", "nvfp4"))
@@ -174,7 +182,18 @@ def fit_generation(prepared: Prepared, generation: str, base: EfficiencyModel, s
                     best, x = s, trial
             if verbose:
                 print(f"  sweep {sweep} {n} = {x[n]:.4g}: {100 * best:.2f}%", file=sys.stderr)
-    model = _rounded(_to_model(base, x))
+    # a factor the rows cannot pin down (on a bound, and the objective no better than at the
+    # prior value) is not fitted: it keeps the prior
+    prior_x = _from_model(base)
+    kept = list(names)
+    for n in names:
+        lo, hi = _bounds(n, x)
+        if n in PRIOR_ONLY_IF_UNPINNED and (math.isclose(x[n], lo, rel_tol=1e-3) or math.isclose(x[n], hi, rel_tol=1e-3)):
+            trial = dict(x, **{n: prior_x[n]})
+            if score(trial) <= best + UNPINNED_TOLERANCE:
+                x, best = trial, score(trial)
+                kept.remove(n)
+    model = replace(_rounded(_to_model(base, x)), fitted_factors=tuple(kept))
     return model, objective(prepared, generation, model, weights)
 
 
@@ -257,7 +276,7 @@ def prior_model(generation: str) -> EfficiencyModel:
 
 #: the fitted generation whose factors stand in for a generation that has no other source to fit
 #: on when one is held out (what one would use for a new GPU generation with no measured runs)
-NEIGHBOUR = {"volta": "ampere", "ampere": "hopper", "hopper": "blackwell", "blackwell": "hopper"}
+NEIGHBOUR = {"volta": "ampere", "ampere": "hopper", "hopper": "blackwell", "blackwell": "hopper", "turing": "ampere"}
 
 
 def _transfer(model: EfficiencyModel, target: EfficiencyModel) -> EfficiencyModel:
@@ -310,23 +329,40 @@ def main(argv=None) -> int:
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
     prepared = prepare(read_runs(args.csv).to_dict("records"))
-    for gen, rows in sorted(by_generation(prepared).items()):
+    by_gen = by_generation(prepared)
+    # generations with enough rows first, so a sparse one can borrow its neighbour's fresh fit
+    order = sorted(by_gen, key=lambda g: (len(by_gen[g]) < MIN_ROWS_TO_FIT, g))
+    for gen in order:
+        rows = by_gen[gen]
         if args.generation and gen not in args.generation:
+            continue
+        if len(rows) < MIN_ROWS_TO_FIT:
+            donor = NEIGHBOUR.get(gen)
+            base = prior_model(gen)
+            model = _transfer(prior_model(donor), base) if donor else base
+            model = replace(model, fitted_factors=())
+            note = (f"unfitted prior: {len(rows)} rows of {', '.join(sorted(set(rows.sources)))} are too few to fit "
+                    f"(< {MIN_ROWS_TO_FIT}); " + (f"the fitted factors of {donor} on this generation's own datasheet "
+                                                  f"numbers" if donor else "hand-set initial values"))
+            score = objective(rows, gen, model)
+            print(f"{gen}: {len(rows)} rows: {note}; objective {100 * score:.2f}%")
+            if not args.dry_run:
+                write_efficiency(model, efficiency_path(gen), note, score, [])
             continue
         base = prior_model(gen)
         before = objective(rows, gen, base)
         fitted, after = fit_generation(rows, gen, base, verbose=args.verbose)
-        names = fitted_names(rows)
         srcs = sorted(set(rows.sources))
         note = (f"coordinate search on the weighted mean |pred/measured - 1| over {len(rows)} rows of "
                 f"{', '.join(srcs)} in {Path(args.csv).name}")
+        names = list(fitted.fitted_factors)
         print(f"{gen}: {len(rows)} rows, objective {100 * before:.2f}% -> {100 * after:.2f}%; fitted {names}")
-        print("   ", {k: round(v, 4) for k, v in _from_model(fitted).items() if k in names})
+        print("   ", {k: float(f"{v:.4g}") for k, v in _from_model(fitted).items() if k in names})
         bound = at_bound(fitted, names)
         if bound:
             print(f"    at a bound of their range (missing physics?): {bound}")
         if not args.dry_run:
-            write_efficiency(fitted, efficiency_path(gen), note, after, names)
+            write_efficiency(fitted, efficiency_path(gen), note, after, list(fitted.fitted_factors))
     if args.cross_validate:
         cv = cross_validate(prepared, progress=lambda src: print(f"  cross-validated {src}", file=sys.stderr))
         ins = predict(prepared)

@@ -217,6 +217,24 @@ class HeteroPlan:
         return replace(self, groups=groups, global_batch=None)
 
 
+#: switches ``HeteroPlan`` holds as its own fields (the rest of a stack's go to ``software``)
+_OWN_SWITCHES = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "flash_attention",
+                 "grad_accumulation_fusion", "attention_kernel", "grad_reduce_bytes")
+
+
+def plan_switches(config_fields: Mapping[str, Any]) -> dict:
+    """``HeteroPlan`` keyword arguments for ``ParallelConfig`` switches, e.g. a stack's
+    ``simulator.stack_defaults.stack_config_fields``: the plan's own fields by name, the rest
+    under ``software`` (degrees, batch, dtype and sequence parallelism are the plan's, dropped)."""
+    skip = set(_DEGREE_FIELDS) | {"dtype", "sequence_parallel", "micro_batch", "global_batch", "zero_stage",
+                                  "recompute", "schedule"}
+    own = {k: v for k, v in config_fields.items() if k in _OWN_SWITCHES}
+    if "attention_kernel" in own:
+        own["attention_kernel"] = getattr(own["attention_kernel"], "value", own["attention_kernel"])
+    software = {k: v for k, v in config_fields.items() if k not in _OWN_SWITCHES and k not in skip}
+    return {**own, "software": software}
+
+
 def check_plan(model: ModelSpec, cluster: PooledCluster, plan: HeteroPlan) -> None:
     """Raise ``InputError`` (naming the pool where one is at fault) unless ``plan`` can run
     ``model`` on ``cluster``."""
