@@ -81,10 +81,20 @@ def read_yaml(path: Path, what: str) -> dict[str, Any]:
 def _entries(kind: str) -> dict[str, Path]:
     found: dict[str, Path] = {}
     for d in _search_dirs(kind):
-        if d.is_dir():
-            for p in sorted(d.glob("*.yaml")):
-                found.setdefault(p.stem, p)
+        try:
+            stamp = d.stat().st_mtime_ns
+        except OSError:
+            continue
+        for stem, p in _listing(str(d), stamp):
+            found.setdefault(stem, p)
     return found
+
+
+@lru_cache(maxsize=None)
+def _listing(folder: str, stamp: int) -> tuple:
+    """(stem, path) of a folder's YAML files, memoised per folder and modification time (adding
+    or removing a file changes the folder's mtime, so a user's new entry is seen at once)."""
+    return tuple((p.stem, p) for p in sorted(Path(folder).glob("*.yaml")))
 
 
 def _resolve(kind: str, name_or_path: str, what: str) -> Path:

@@ -64,11 +64,22 @@ def _canonical(name: str) -> str:
 def _entries() -> dict[str, Path]:
     found: dict[str, Path] = {}
     for d in _search_dirs():
-        if d.is_dir():
-            for p in sorted(d.iterdir()):
-                if p.suffix in _SUFFIXES and p.is_file():
-                    found.setdefault(p.stem.lower(), p)
+        try:
+            stamp = d.stat().st_mtime_ns
+        except OSError:
+            continue
+        for stem, p in _listing(str(d), stamp):
+            found.setdefault(stem, p)
     return found
+
+
+@lru_cache(maxsize=None)
+def _listing(folder: str, stamp: int) -> tuple:
+    """(stem, path) of a folder's model files, memoised per folder and modification time."""
+    d = Path(folder)
+    if not d.is_dir():
+        return ()
+    return tuple((p.stem.lower(), p) for p in sorted(d.iterdir()) if p.suffix in _SUFFIXES and p.is_file())
 
 
 def _resolve(name_or_path: str) -> Path:
