@@ -127,3 +127,27 @@ def test_plan_on_a_pooled_cluster_refuses_degrees_and_a_gpu_count(small):
     one_line_error(run("plan", "-m", "gpt3-1.3b", "-c", small, "--global-batch", "64", "--gpus", "8"), "--gpus")
     one_line_error(run("plan", "-m", "gpt3-1.3b", "-c", small, "--global-batch", "64", "--pp", "2"), "--pp")
     one_line_error(run("plan", "-m", "gpt3-1.3b", "-c", "dgx-h100", "--global-batch", "64"), "--gpus", "missing")
+
+
+def test_pooled_plan_and_simulate_run_the_stack_given(tmp_path):
+    """--stack reaches the pooled paths: megatron-deepspeed's materialised attention scores
+    (no fused kernel) slow the same plan down, the plan carries the stack's switches and
+    simulate reproduces the planner's number with them; a stack reducing gradients on every
+    micro-batch is refused in one line."""
+    args = ("-m", "gpt3-1.3b", "-c", MIXED, "--global-batch", "256", "--micro-batch", "2", "--zero", "1")
+    group = ("--group", "16x h100:tp1:pp1", "--group", "16x a100:tp1:pp1")
+    core = json.loads(run("simulate", *args, *group, "--json").stdout)
+    mds = run("simulate", *args, *group, "--stack", "megatron-deepspeed", "--json")
+    assert mds.exit_code == 0, mds.output
+    assert json.loads(mds.stdout)["step_time_s"] > core["step_time_s"]
+    p = run("plan", "-m", "gpt3-1.3b", "-c", MIXED, "--global-batch", "256", "--max-micro-batch", "2",
+            "--stack", "megatron-deepspeed", "--json")
+    assert p.exit_code == 0, p.output
+    data = json.loads(p.stdout)
+    assert data["best_plan"]["flash_attention"] is False
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(data))
+    s = run("simulate", "-m", "gpt3-1.3b", "-c", MIXED, "--plan", plan_file, "--json")
+    assert json.loads(s.stdout)["tokens_per_s"] == pytest.approx(data["comparison"][0]["tokens_per_s"], rel=1e-9)
+    one_line_error(run("plan", "-m", "gpt3-1.3b", "-c", MIXED, "--global-batch", "256", "--stack", "torchtitan"),
+                   "stack", "every micro-batch")
