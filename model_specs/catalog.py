@@ -42,7 +42,7 @@ _FREE_TEXT_KEYS = {"description", "notes"}
 _REQUIRED = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size")
 _INT_FIELDS = {"num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
                "vocab_size", "seq_len", "head_dim", "sliding_window", "mtp_layers"}
-_BOOL_FIELDS = {"gated_mlp", "tied_embeddings", "linear_bias", "qkv_bias"}
+_BOOL_FIELDS = {"gated_mlp", "tied_embeddings", "linear_bias", "qkv_bias", "attention_dropout", "hidden_dropout"}
 _FLOAT_FIELDS = {"sliding_window_layer_fraction", "rotary_fraction"}
 _STR_FIELDS = {"name", "source", "position_embedding", "normalization", "activation"}
 
