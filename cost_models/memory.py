@@ -45,7 +45,7 @@ MODULE_DROPS = {"core_attn": ("core",), "layernorm": ("norm_outputs",), "mlp_act
 
 
 def activation_terms(model: ModelSpec, micro_batch, seq_len, tp, cp, sp, flash_attention=True, ffn=None,
-                     gemm_input_bytes=2.0) -> dict:
+                     gemm_input_bytes=None, element_bytes=2.0) -> dict:
     """The tensors one layer keeps for its backward, bytes for one micro-batch on one GPU, by name.
 
     Korthikanti et al. 2022 (section 4, eq. 1-2) per term, tokens = micro_batch * seq / cp:
@@ -53,29 +53,35 @@ def activation_terms(model: ModelSpec, micro_batch, seq_len, tp, cp, sp, flash_a
     * ``norm_inputs``: the two norms' 16-bit inputs (4h per token), split by tp only under
       sequence parallelism;
     * ``norm_outputs``: the norms' outputs, the QKV and first-MLP GEMMs' inputs (2h, each in
-      ``gemm_input_bytes``: 1 byte under FP8 recipes, which keep only the quantised copy);
-    * ``dropout_masks``: two 1-byte masks (2h), when the model trains with dropout
-      (``ModelSpec.dropout``);
+      ``gemm_input_bytes``: 1 byte under FP8 recipes, which keep only the quantised copy;
+      default ``element_bytes``);
+    * ``dropout_masks``: two 1-byte masks (2h), with ``ModelSpec.hidden_dropout``;
     * ``qkv``: the attention core's 16-bit inputs: 2(a + 2g)d / tp, or for multi-latent
       attention the up-projected queries, keys and values 2a(2 d_qk + d_v) / tp;
     * ``mla_latents``: the compressed query and key/value latents (the up-projections' inputs,
       ``gemm_input_bytes`` each, not split by TP);
     * ``attn_out``: the output projection's input, a d_v / tp elements in ``gemm_input_bytes``;
     * ``core``: what the attention core keeps: fused (flash) attention its fp32 log-sum-exp
-      per query and head (4a / tp); the materialised softmax 5 a s b (scores, mask, dropout);
+      per query and head (4a / tp); the materialised softmax its probabilities (2 a s b), with
+      ``ModelSpec.attention_dropout`` also the mask and the dropped copy (3 a s b);
     * ``mlp_fc1_out``: the first MLP GEMM's output the activation's backward reads (gated 4f,
       plain 2f, 16-bit, / tp);
     * ``mlp_act_out``: the activation's output, the second GEMM's input (f in
       ``gemm_input_bytes``, / tp);
     * ``layer_input``: what full recomputation keeps instead of all of them: 2h (/ tp with SP).
 
-    ``ffn`` overrides the MLP width (a MoE layer's shared experts). 16-bit with flash off and
-    no MLA this is Korthikanti's s b h (34 + 5 a s / h) (10 + 24 + 5as/h).
+    ``ffn`` overrides the MLP width (a MoE layer's shared experts). ``element_bytes``: bytes of a
+    stored activation element (2 in 16-bit training, 4 in fp32; the 16-bit sizes above scale,
+    the masks stay 1 byte and the log-sum-exp 4). 16-bit with flash off and no MLA this is
+    Korthikanti's s b h (34 + 5 a s / h) (10 + 24 + 5as/h).
     """
     b = np.asarray(micro_batch, dtype=float)
     s_local = np.asarray(seq_len, dtype=float) / np.asarray(cp, dtype=float)
     tp = np.asarray(tp, dtype=float)
-    gb = np.asarray(gemm_input_bytes, dtype=float)
+    e = float(element_bytes) / 2.0      # 16-bit element sizes below, scaled for fp32 training
+    gb = np.asarray(element_bytes if gemm_input_bytes is None else gemm_input_bytes, dtype=float)
+    hidden_dropout = 2.0 if model.hidden_dropout else 0.0
+    attention_dropout = 1.0 if model.attention_dropout else 0.0
     tokens = b * s_local
     h, a, g, d = model.hidden_size, model.num_heads, model.num_kv_heads, model.head_dim
     f = model.ffn_hidden_size if ffn is None else ffn
@@ -83,25 +89,26 @@ def activation_terms(model: ModelSpec, micro_batch, seq_len, tp, cp, sp, flash_a
     if model.mla is not None:
         m = model.mla
         qk, v = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
-        qkv = tokens * 2.0 * a * (2.0 * qk + v) / tp
+        qkv = e * tokens * 2.0 * a * (2.0 * qk + v) / tp
         latents = tokens * gb * (m.q_lora_rank + m.kv_lora_rank) + 0.0 * tp
     else:
         v = d
-        qkv = tokens * (2.0 * a * d + 4.0 * g * d) / tp
+        qkv = e * tokens * (2.0 * a * d + 4.0 * g * d) / tp
         latents = 0.0 * tokens * tp
     score = np.where(flash_attention, tokens * a * 4.0 / tp,
-                     5.0 * a * s_local * np.asarray(seq_len, dtype=float) * b / tp)
+                     (2.0 * e + attention_dropout * (2.0 * e + 1.0)) * a * s_local
+                     * np.asarray(seq_len, dtype=float) * b / tp)
     return {
-        "norm_inputs": tokens * h * 4.0 / split,
+        "norm_inputs": e * tokens * h * 4.0 / split,
         "norm_outputs": tokens * h * 2.0 * gb / split,
-        "dropout_masks": tokens * h * (2.0 if model.dropout else 0.0) / split,
+        "dropout_masks": tokens * h * hidden_dropout / split,
         "qkv": qkv,
         "mla_latents": latents,
         "attn_out": tokens * a * v * gb / tp,
         "core": score,
-        "mlp_fc1_out": tokens * (4.0 if model.gated_mlp else 2.0) * f / tp,
+        "mlp_fc1_out": e * tokens * (4.0 if model.gated_mlp else 2.0) * f / tp,
         "mlp_act_out": tokens * f * gb / tp,
-        "layer_input": tokens * h * 2.0 / split,
+        "layer_input": e * tokens * h * 2.0 / split,
     }
 
 
@@ -131,15 +138,16 @@ def effective_modules(recompute, modules):
 
 
 def activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, cp, sp, recompute,
-                               flash_attention=True, ffn=None, modules=0, gemm_input_bytes=2.0):
+                               flash_attention=True, ffn=None, modules=0, gemm_input_bytes=None, element_bytes=2.0):
     """Activation bytes one layer keeps for one micro-batch on one GPU.
 
     ``recompute``: 0 none, 1 selective, 2 full (arrays allowed): full keeps the layer input,
     the others ``kept_bytes`` of ``activation_terms`` under ``effective_modules``. ``ffn``
     overrides the MLP width (e.g. the routed tokens' expert MLPs; see
-    ``moe_activation_bytes_per_layer``).
+    ``moe_activation_bytes_per_layer``). ``element_bytes``: see ``activation_terms``.
     """
-    terms = activation_terms(model, micro_batch, seq_len, tp, cp, sp, flash_attention, ffn, gemm_input_bytes)
+    terms = activation_terms(model, micro_batch, seq_len, tp, cp, sp, flash_attention, ffn, gemm_input_bytes,
+                             element_bytes)
     kept = kept_bytes(terms, effective_modules(recompute, modules))
     return np.where(np.asarray(recompute) == 2, terms["layer_input"], kept)
 

@@ -16,8 +16,7 @@ head_dim (default hidden_size / num_heads), gated_mlp, tied_embeddings, sliding_
 sliding_window_layer_fraction (default 1 when a window is given), mtp_layers (default 0),
 the architecture details position_embedding, normalization, linear_bias (default: the Llama
 layout with a gated MLP, the GPT-2/3 one without), rotary_fraction (1), qkv_bias (false),
-activation (swiglu / gelu by gated_mlp), dropout (whether training keeps dropout masks; default
-as linear_bias), source; optional ``moe:`` mapping with the ``MoESpec`` fields
+activation (swiglu / gelu by gated_mlp), source; optional ``moe:`` mapping with the ``MoESpec`` fields
 (num_experts, top_k, expert_ffn_hidden_size, num_shared_experts, ...) and optional ``mla:``
 mapping with the ``MLASpec`` fields (q_lora_rank, kv_lora_rank, qk_nope_head_dim,
 qk_rope_head_dim, v_head_dim). ``description`` and ``notes`` are free text and ignored.
@@ -43,7 +42,7 @@ _FREE_TEXT_KEYS = {"description", "notes"}
 _REQUIRED = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size")
 _INT_FIELDS = {"num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
                "vocab_size", "seq_len", "head_dim", "sliding_window", "mtp_layers"}
-_BOOL_FIELDS = {"gated_mlp", "tied_embeddings", "linear_bias", "qkv_bias", "dropout"}
+_BOOL_FIELDS = {"gated_mlp", "tied_embeddings", "linear_bias", "qkv_bias", "attention_dropout", "hidden_dropout"}
 _FLOAT_FIELDS = {"sliding_window_layer_fraction", "rotary_fraction"}
 _STR_FIELDS = {"name", "source", "position_embedding", "normalization", "activation"}
 

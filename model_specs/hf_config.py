@@ -104,16 +104,31 @@ class _Config:
         return value
 
 
-#: config keys of the residual / attention dropout probability (Llama and Mistral name it
-#: ``attention_dropout``; GPT-2 ``resid_pdrop``; BERT-style ``hidden_dropout_prob``)
-_DROPOUT_KEYS = ("hidden_dropout", "resid_pdrop", "hidden_dropout_prob", "attention_dropout", "dropout")
+#: config keys of the residual (hidden) and of the attention-probability dropout (GPT-2
+#: ``resid_pdrop`` / ``attn_pdrop``; BERT-style ``hidden_dropout_prob`` /
+#: ``attention_probs_dropout_prob``; Llama, Mistral, DeepSeek ``attention_dropout``)
+_HIDDEN_DROPOUT_KEYS = ("hidden_dropout", "resid_pdrop", "hidden_dropout_prob")
+_ATTENTION_DROPOUT_KEYS = ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob")
 
 
-def _dropout(data: dict) -> bool | None:
-    """Whether the config trains with dropout (a probability > 0 under one of ``_DROPOUT_KEYS``);
-    None when it states none (``ModelSpec``'s default then applies)."""
-    stated = [data[k] for k in _DROPOUT_KEYS if isinstance(data.get(k), (int, float)) and not isinstance(data.get(k), bool)]
-    return any(p > 0 for p in stated) if stated else None
+def _dropout_fields(data: dict) -> dict:
+    """``hidden_dropout`` / ``attention_dropout`` as the config states them (a probability > 0
+    is on); a family whose config states an attention dropout but has no residual-dropout key
+    (Llama, Mistral, DeepSeek: their modeling code has no residual dropout) gets it off."""
+    def stated(keys):
+        values = [data[k] for k in keys if isinstance(data.get(k), (int, float)) and not isinstance(data.get(k), bool)]
+        return None if not values else any(v > 0 for v in values)
+
+    out = {}
+    attention = stated(_ATTENTION_DROPOUT_KEYS)
+    hidden = stated(_HIDDEN_DROPOUT_KEYS)
+    if attention is not None:
+        out["attention_dropout"] = attention
+    if hidden is not None:
+        out["hidden_dropout"] = hidden
+    elif "attention_dropout" in data:
+        out["hidden_dropout"] = False
+    return out
 
 
 def _seq_len(cfg: _Config, seq_len: int | None) -> int:
@@ -413,6 +428,7 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | 
                          "supported: " + ", ".join(supported_model_types())
                          + "; or write a model YAML file with the ModelSpec fields")
     fields = build(_Config(data, where), family, seq_len)
-    fields.setdefault("dropout", _dropout(data))
+    for key, value in _dropout_fields(data).items():
+        fields.setdefault(key, value)
     source = f"Hugging Face config {path}" if path is not None else "Hugging Face config (dict)"
     return ModelSpec(name=name or _default_name(path, data, family), source=source, **fields)

@@ -95,6 +95,11 @@ class ModelSpec:
         mtp_layers: multi-token-prediction modules trained alongside (DeepSeek-V3 report,
             section 2.2: each is a projection, one transformer layer and a pass through the
             shared output head); 0 = none.
+        attention_dropout: dropout on the attention probabilities (a stored mask and dropped
+            copy when the scores are materialised; Korthikanti et al. 2022, section 4).
+        hidden_dropout: dropout after the attention and MLP blocks (two stored 1-byte masks per
+            layer). Both default on, as in Korthikanti's accounting; models trained without
+            set them off (their activation memory omits those tensors).
 
     Architecture details that decide which model a framework builds (the launch exports write
     them, ``paraplan.exports``; the cost model reads only the parameter tensors they imply).
@@ -109,11 +114,6 @@ class ModelSpec:
         linear_bias: every linear layer has a bias (GPT-2/3, OPT, BLOOM, GPT-NeoX, gpt-oss).
         qkv_bias: the query/key/value projection has a bias even when the others do not (Qwen2).
         activation: the MLP activation; empty = ``swiglu`` for a gated MLP, ``gelu`` otherwise.
-        dropout: training applies dropout after attention and after the MLP (GPT-2/3, Megatron's
-            GPT recipes: 0.1), whose 1-byte masks are kept for the backward; models trained
-            without it (Llama, DeepSeek: dropout 0.0 in their configs) keep no mask, since
-            PyTorch's dropout returns its input unchanged at p = 0. Unstated: with the GPT-2/3
-            layout (a plain MLP), not with the Llama one.
     """
 
     name: str
@@ -138,8 +138,9 @@ class ModelSpec:
     linear_bias: bool | None = None
     qkv_bias: bool = False
     activation: str = ""
-    dropout: bool | None = None
     source: str = ""
+    attention_dropout: bool = True
+    hidden_dropout: bool = True
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
@@ -173,8 +174,6 @@ class ModelSpec:
             object.__setattr__(self, "normalization", "rmsnorm" if gated else "layernorm")
         if self.linear_bias is None:
             object.__setattr__(self, "linear_bias", not gated)
-        if self.dropout is None:
-            object.__setattr__(self, "dropout", not gated)
         for name, allowed in (("position_embedding", POSITION_EMBEDDINGS), ("normalization", NORMALIZATIONS)):
             if getattr(self, name) not in allowed:
                 raise InputError(f"model.{name}", f"unknown value {getattr(self, name)!r}",

@@ -29,7 +29,7 @@ from functools import partial
 import numpy as np
 
 from cost_models import memory, moe as moe_costs, offload, params, sharding
-from cost_models.compute import LOW_PRECISION, compute_rates
+from cost_models.compute import LOW_PRECISION, activation_bytes, compute_rates
 from cost_models.low_precision import saved_gemm_input_bytes_per_element, weight_copy_bytes_per_param
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
@@ -68,16 +68,17 @@ def layer_activation_bytes(model: ModelSpec, dtype: str, mbs, tp, cp, sp, rc, fl
     layer materialises during its backward), ``dispatch`` (one MoE layer's transient token
     exchange buffers)."""
     s = float(model.seq_len)
-    gb = saved_gemm_input_bytes_per_element(dtype)
+    eb = activation_bytes(dtype)            # 2 in 16-bit training, 4 in fp32
+    gb = saved_gemm_input_bytes_per_element(dtype) if dtype in LOW_PRECISION else eb
     mods = memory.effective_modules(rc, modules)
     dense_ffn = (model.moe.dense_ffn_hidden_size or model.ffn_hidden_size) if model.moe else None
 
     def kept(ffn, recompute, m):
-        return memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, recompute, flash_attention, ffn, m, gb)
+        return memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, recompute, flash_attention, ffn, m, gb, eb)
 
     not_full = np.where(np.asarray(rc) == 2, np.where(mods != 0, 1, 0), rc)   # what the other layers do
     out = {"kept_dense": kept(dense_ffn, not_full, mods), "full_dense": kept(dense_ffn, 0, 0),
-           "input": memory.activation_terms(model, mbs, s, tp, cp, sp, flash_attention)["layer_input"]}
+           "input": memory.activation_terms(model, mbs, s, tp, cp, sp, flash_attention, element_bytes=eb)["layer_input"]}
     if model.moe is not None:
         shared_ffn = max(model.moe.num_shared_experts * (model.moe.shared_expert_ffn_hidden_size
                                                          or model.moe.expert_ffn_hidden_size), 1)
