@@ -284,6 +284,7 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
         "dp_comm_exposed_s": dp_max,
         "sync_wait_s": sync[crit_g],
         "optimizer_s": opt_max,
+        "offload_exposed_s": np.zeros(P),      # pooled plans do not offload
         "tokens_per_step": tokens_step,
         "tokens_per_s": tokens_step / step,
         "n_gpus": gpus,
@@ -383,8 +384,10 @@ def stage_memory_parts(model: ModelSpec, settings: ParallelConfig, stage_params,
                        recompute, layer_act, full_act, layers, in_flight, last) -> dict:
     """Peak bytes on one GPU of a stage, by part (``simulator.report.MEMORY_PARTS`` names):
     model states of ``stage_params`` sharded by ZeRO over ``dp_shard`` replicas, activations of
-    ``layers`` layers of ``layer_act`` bytes each for ``in_flight`` micro-batches (plus one
-    layer's ``full_act`` under full recomputation; ``layer_activation_bytes``), the logits on
+    ``layers`` layers of ``layer_act`` bytes each for ``in_flight`` micro-batches, plus what a
+    layer's recomputation brings back at its backward beyond what it keeps (``full_act -
+    layer_act``: the recomputed operations, or a fully recomputed layer less its stored input;
+    ``simulator.stage_memory._recompute_buffer`` with every layer alike), the logits on
     the last stage, the allocator allowance (``cost_models.memory``); ``memory_bytes`` is the
     total."""
     dtype = settings.dtype
@@ -392,7 +395,8 @@ def stage_memory_parts(model: ModelSpec, settings: ParallelConfig, stage_params,
     s = float(model.seq_len)
     tokens = np.asarray(micro_batch, dtype=float) * s
     w_b, g_b, o_b = memory.model_state_bytes(stage_params, zero, dp_shard, dtype in LOW_PRECISION, act_bytes > 2)
-    activations = layer_act * np.asarray(layers, dtype=float) * in_flight + np.where(np.asarray(recompute) == 2, full_act, 0.0)
+    activations = layer_act * np.asarray(layers, dtype=float) * in_flight \
+        + np.where(np.asarray(layers) > 0, np.maximum(full_act - layer_act, 0.0), 0.0)
     # fp32 softmax copy next to the logits in the training dtype (memory.LOGIT_BYTES in 16-bit)
     logits = np.asarray(last) * tokens * model.vocab_size / np.asarray(tp, dtype=float) * (act_bytes + 4.0)
     tensors = w_b + g_b + o_b + activations + logits
