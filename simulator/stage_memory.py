@@ -182,8 +182,10 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
         out["memory_bytes"][idx] = total[rows, k]
         out["memory_stage"][idx] = k
         out["host_memory_bytes"][idx] = host.max(axis=1)
-        out["params_local"][idx] = st["params"].max(axis=1)
-        out["expert_params_local"][idx] = st["expert_params"].max(axis=1)
+        # the optimizer step is timed on the larger of the first and last stage's parameters (as
+        # the efficiency fit was made; a middle stage can hold more when the ends are lighter)
+        out["params_local"][idx] = np.maximum(st["params"][:, 0], st["params"][:, -1])
+        out["expert_params_local"][idx] = np.maximum(st["expert_params"][:, 0], st["expert_params"][:, -1])
         out["_p_first"][idx] = st["params"][:, 0]
         out["_p_first_expert"][idx] = st["expert_params"][:, 0]
         out["_count_first_layers"][idx] = st["layers"][:, 0]
