@@ -335,7 +335,7 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
             any stays the recompute-every-layer point of the memory / time trade-off)
             and every plan that does not fit otherwise the fewest offloaded layers that do (on a
             cluster with a host link).
-        hsdp: also try ZeRO 1-3 sharded within each node and replicated across nodes.
+        hsdp: also try ZeRO 2-3 sharded within each node and replicated across nodes.
 
     Raises ``InputError`` naming what would make the request feasible when nothing fits.
     """

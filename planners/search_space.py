@@ -7,7 +7,7 @@ The raw space is the product of
     x micro-batch (divisors of the global batch)
     x vpp (1 and the divisors of L and L + 2, L = layers)
     x schedule x sequence parallel {off, on} x ZeRO {0..3} x recompute {none, selective, full}
-    x ZeRO shard group {all dp*cp ranks, one node's (HSDP)} for ZeRO 1-3 x dtype
+    x ZeRO shard group {all dp*cp ranks, one node's (HSDP)} for ZeRO 2-3 x dtype
 
 It is expanded one axis at a time; at each step a row that breaks a rule is dropped and
 counted, with the size of the axes not yet expanded, under the first rule it breaks (so the
@@ -105,7 +105,7 @@ class SearchConstraints:
         schedules: pipeline schedules to try (``interleaved`` applies to vpp > 1 only).
         max_micro_batch: largest micro-batch (None: any divisor of the global batch).
         prune_dominated: drop the ``dominated_*`` rows (never the best; counted).
-        hsdp_gpus: GPUs of one hybrid-sharding group (a node): ZeRO 1-3 rows are also tried
+        hsdp_gpus: GPUs of one hybrid-sharding group (a node): ZeRO 2-3 rows are also tried
             sharded over the ``hsdp_gpus / tp`` data-parallel ranks in it and replicated across
             (``zero_shard_group``); 0 = not searched.
     """
@@ -322,7 +322,8 @@ def enumerate_space(model: ModelSpec, c: SearchConstraints) -> SearchSpace:
 
 
 def _hsdp_axis(cols: dict, c: SearchConstraints, fixed: Mapping, count: _Counter, raw_size: int, n_dt: int):
-    """Every ZeRO 1-3 row again with its states sharded over groups of G data-parallel ranks
+    """Every ZeRO 2-3 row (1-3 when ``--fix zero_shard_group`` asks) again with its states sharded
+    over groups of G data-parallel ranks
     (``zero_shard_group``): one node's, ``hsdp_gpus / tp``, or the values ``--fix`` gives, when
     G is a proper divisor >= 2 of dp*cp. The raw size grows by the rows tried; those removed
     are counted under ``hsdp`` (and the plain rows under ``fixed`` when only HSDP is asked)."""
@@ -337,7 +338,9 @@ def _hsdp_axis(cols: dict, c: SearchConstraints, fixed: Mapping, count: _Counter
     if not groups:
         return cols, raw_size
     dpc = cols["dp"] * cols["cp"]
-    candidate = np.flatnonzero(cols["zero_stage"] >= 1)
+    # searched with ZeRO-2/3, whose per-layer and per-micro-batch collectives it keeps inside a
+    # node; ZeRO-1 only when asked for (its traffic is one reduction per step either way)
+    candidate = np.flatnonzero(cols["zero_stage"] >= (1 if "zero_shard_group" in fixed else 2))
     parts = [cols] if keep_plain else []
     if not keep_plain:
         count.pruned["fixed"] = count.pruned.get("fixed", 0) + n * n_dt

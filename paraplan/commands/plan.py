@@ -188,7 +188,7 @@ def _csv(df) -> str:
               help="Give each plan that needs recomputation to fit the fewest recomputed layers per chunk that fit "
                    "(stage by stage), and each plan that fits no other way the fewest layers offloaded to the host.")
 @click.option("--hsdp/--no-hsdp", default=True, show_default=True,
-              help="Also try ZeRO 1-3 sharded within a node and replicated across nodes (HSDP).")
+              help="Also try ZeRO 2-3 sharded within a node and replicated across nodes (HSDP).")
 @click.option("--dtype", "dtypes", multiple=True, type=click.Choice(list(KNOWN_DTYPES)),
               help="GEMM dtype to allow (repeatable) [default: the GPU's 16-bit type].")
 @click.option("--stack", default="megatron-core", show_default=True, metavar="NAME",
