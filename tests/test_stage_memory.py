@@ -132,3 +132,23 @@ def test_bf16_adam_moments_keep_8_bytes_of_optimizer_state_per_parameter():
     fp32 = stage_acts(cfg(pp=1), 0)["optimizer_bytes"]
     bf16 = stage_acts(cfg(pp=1, optimizer_moment_bytes=2), 0)["optimizer_bytes"]
     assert bf16 == pytest.approx(fp32 * 8 / 12, rel=1e-12)
+
+
+def test_simulate_json_and_table_carry_the_memory_of_every_stage():
+    import json
+
+    from click.testing import CliRunner
+
+    from paraplan.cli import main
+    args = ["simulate", "-m", "llama3-8b", "-c", "dgx-h100", "--gpus", "16", "--pp", "4", "--global-batch", "16",
+            "--recompute", "full", "--recompute-num-layers", "2"]
+    out = CliRunner().invoke(main, args + ["--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    stages = data["stage_memory"]
+    assert [s["stage"] for s in stages] == [0, 1, 2, 3]
+    for s in stages:
+        assert sum(s["parts_bytes"].values()) == pytest.approx(s["memory_bytes"], rel=1e-12)
+    assert data["memory_bytes"] == pytest.approx(max(s["memory_bytes"] for s in stages), rel=1e-12)
+    table = CliRunner().invoke(main, args).stdout
+    assert "memory per GPU by pipeline stage" in table and "in_flight" in table
