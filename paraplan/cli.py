@@ -360,7 +360,7 @@ def main() -> None:
       paraplan hardware list
       paraplan models show llama3-70b
       paraplan simulate --model llama3-70b --cluster dgx-h100 --gpus 64 --tp 4 --pp 4 --global-batch 128
-      paraplan validate published ../shared/validation/published_runs.csv
+      paraplan validate published
 
     Errors print one line and exit 2; set PARAPLAN_DEBUG=1 to see the traceback.
     """

@@ -408,3 +408,15 @@ def test_moe_ep_and_cp_divisibility_errors_are_one_line_exit_2():
         assert proc.returncode == 2
         assert proc.stderr.strip().startswith(expected)
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_validate_published_without_a_path_reads_the_bundled_file_when_no_shared_copy(tmp_path):
+    from paraplan.validation.datasets import BUNDLED_DIR
+    env = {"PARAPLAN_VALIDATION_DIR": str(tmp_path)}          # an empty "shared" folder
+    default = run("validate", "published", "--source", "KOR22-T5", "--json", env=env)
+    assert default.exit_code == 0, default.output
+    assert str(BUNDLED_DIR / PUBLISHED_RUNS) in default.stderr
+    explicit = run("validate", "published", BUNDLED_DIR / PUBLISHED_RUNS, "--source", "KOR22-T5", "--json")
+    rows = json.loads(default.stdout)
+    assert rows == json.loads(explicit.stdout)
+    assert len(rows) >= 8 and all(r["status"] == "ok" and abs(r["rel_error"]) < 0.1 for r in rows)
