@@ -79,6 +79,19 @@ def check_writable(path: str | os.PathLike, field: str = "--out") -> None:
     os.unlink(tmp)
 
 
+#: image formats figures are written in (by the file's suffix)
+IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def check_image_path(path: str | os.PathLike, field: str = "--out") -> None:
+    """``check_writable`` for a figure, whose format the suffix names (.png, .svg or .pdf)."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in IMAGE_SUFFIXES:
+        raise InputError(field, f"cannot tell an image format from {str(path)!r}",
+                         "end the name in " + ", ".join(IMAGE_SUFFIXES))
+    check_writable(path, field)
+
+
 def write_atomic(path: str | os.PathLike, data: str | bytes) -> Path:
     """Write ``data`` to ``path`` all at once: a temp file in the same folder, then ``os.replace``.
 

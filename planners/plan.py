@@ -31,13 +31,17 @@ from model_specs.model_spec import ModelSpec
 from planners import infeasible
 from planners.explain import explain_text
 from planners.search_space import (DEFAULT_SCHEDULES, FIXABLE, RECOMPUTE_NAMES, SCHEDULE_NAMES,
-                                   SearchConstraints, enumerate_space)
+                                   SPACE_CHUNK_ROWS, SearchConstraints, enumerate_base)
 from planners.stage_assignment import StageAssignment, stage_assignment_for
-from planners.vectorized import DEFAULT_CHUNK_ROWS, evaluate_space
-from simulator.parallel_config import ParallelConfig
+from planners.vectorized import DEFAULT_CHUNK_ROWS, Evaluated, evaluate_space, kept_rows, score_space
+from simulator.parallel_config import MAX_GLOBAL_BATCH, MAX_GPUS, ParallelConfig
 from simulator.report import TIME_PARTS
+from simulator.step_model import LAYER_KEY_FIELDS
 
 GIB = 2**30
+#: fitting plans a search keeps by default (``plan(max_plans=...)``): the ranked table of a
+#: range search over thousands of GPU counts would otherwise hold millions of rows
+MAX_PLANS = 200_000
 #: the ranked table's columns (units in the names; mfu is a fraction of the dtype's peak).
 OUTPUT_COLUMNS = ("n_gpus", "dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "global_batch", "zero_stage",
                   "recompute", "sequence_parallel", "schedule", "dtype", "step_time_s", "tokens_per_s",
@@ -56,8 +60,10 @@ class PlanResult:
         model, cluster, gpu: names.
         gpus: the GPU counts searched, inclusive (lo, hi).
         global_batch: sequences per step; seq_len: tokens per sequence.
-        plans: every fitting configuration, best first (``OUTPUT_COLUMNS`` then the step-time
-            parts of ``simulator.report.TIME_PARTS``, seconds).
+        plans: the fitting configurations, best first (``OUTPUT_COLUMNS`` then the step-time
+            parts of ``simulator.report.TIME_PARTS``, seconds): all of them up to ``max_plans``;
+            beyond, the fastest ``max_plans`` plus every plan on the throughput-vs-memory
+            frontier and the fastest of each GPU count (``fitting`` counts them all).
         pruned: rule -> raw configurations it removed (``search_space.RULES``, incl. memory).
         raw_size: configurations in the unpruned space; evaluated: rows scored.
         memory_limit_bytes: HBM minus the headroom; hbm_bytes: the GPU's memory.
@@ -65,6 +71,7 @@ class PlanResult:
             eval_cpu_s: CPU seconds of that scoring in this process.
         stage_assignment: the winner's layers per (virtual) stage.
         explain: why the winner wins and what the pruning removed (text).
+        fitting: configurations that fit (``len(plans)`` unless ``max_plans`` cut the table).
     """
 
     model: str
@@ -85,6 +92,7 @@ class PlanResult:
     stage_assignment: StageAssignment | None = None
     explain: str = ""
     dtypes: tuple[str, ...] = field(default=("bf16",))
+    fitting: int = 0
 
     @property
     def evals_per_s(self) -> float:
@@ -197,6 +205,8 @@ def parse_gpus(gpus) -> tuple[int, int]:
     if lo < 1 or hi < lo:
         raise InputError("gpus", f"{gpus!r} is not a positive count or an increasing range",
                          "give a count (1024) or a range (256-1024)")
+    if hi > MAX_GPUS:
+        raise InputError("gpus", f"{hi:,} is above the largest supported job ({MAX_GPUS:,} GPUs)", "check the number")
     return lo, hi
 
 
@@ -232,7 +242,7 @@ def _fixed_value(name: str, v):
         as_int = int(str(v).strip())
     except ValueError:
         raise InputError("fix", f"{name}={v!r} is not an integer") from None
-    if as_int < (0 if name == "zero_stage" else 1) or (name == "zero_stage" and as_int > 3):
+    if as_int < (0 if name == "zero_stage" else 1) or (name == "zero_stage" and as_int > 3) or as_int > MAX_GPUS:
         raise InputError("fix", f"{name}={v!r} is out of range")
     return as_int
 
@@ -242,10 +252,13 @@ def resolve_global_batch(seq_len: int, global_batch: int | None, global_batch_to
     if (global_batch is None) == (global_batch_tokens is None):
         raise InputError("global_batch", "give the global batch in sequences or in tokens (one of them)")
     if global_batch is not None:
-        if int(global_batch) < 1:
-            raise InputError("global_batch", f"must be >= 1, got {global_batch}")
+        if not 1 <= int(global_batch) <= MAX_GLOBAL_BATCH:
+            raise InputError("global_batch", f"must be between 1 and {MAX_GLOBAL_BATCH:,}, got {global_batch}")
         return int(global_batch)
     tokens = int(global_batch_tokens)
+    if tokens > MAX_GLOBAL_BATCH * seq_len:
+        raise InputError("global_batch_tokens", f"{tokens:,} tokens is more than {MAX_GLOBAL_BATCH:,} sequences",
+                         "check the number")
     if tokens < seq_len or tokens % seq_len:
         k = max(1, round(tokens / seq_len))
         raise InputError("global_batch_tokens", f"{tokens} tokens is not a whole number of {seq_len}-token sequences",
@@ -271,7 +284,8 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
          schedules: Iterable[str] = DEFAULT_SCHEDULES, max_micro_batch: int | None = None,
          efficiency: EfficiencyModel | None = None, prune_dominated: bool = True,
          chunk_rows: int = DEFAULT_CHUNK_ROWS, workers: int | None = None, rerank_event_level: int = 10,
-         progress: Callable[[int, int], None] | None = None, assign_stages: bool = True) -> PlanResult:
+         progress: Callable[[int, int], None] | None = None, assign_stages: bool = True,
+         max_plans: int | None = MAX_PLANS, space_chunk_rows: int | None = SPACE_CHUNK_ROWS) -> PlanResult:
     """Rank every valid configuration of ``model`` on ``gpus`` GPUs of ``cluster`` that fits.
 
     Args:
@@ -288,6 +302,11 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
         prune_dominated: drop configurations that cannot win (counted in ``pruned``).
         chunk_rows, workers, progress: see ``vectorized.evaluate_space``.
         assign_stages: split the winner's layers over its stages.
+        max_plans: keep at most this many fitting plans in ``PlanResult.plans`` (the fastest),
+            plus every plan on the throughput-vs-memory frontier and the fastest of each GPU
+            count, so memory stays bounded on large searches (None: keep all).
+        space_chunk_rows: rows of the space built and scored at a time (bounds the memory of a
+            large search; None: the whole space at once).
 
     Raises ``InputError`` naming what would make the request feasible when nothing fits.
     """
@@ -303,8 +322,8 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
     dtypes = tuple(dict.fromkeys(dtypes or (default_dtype(cluster),)))
     for d in dtypes:
         cluster.gpu.peak_flops(d)               # a dtype the GPU lacks is an input error
-    if headroom_gib < 0:
-        raise InputError("headroom_gib", f"must be >= 0, got {headroom_gib}")
+    if not 0 <= headroom_gib < float("inf"):          # false for nan too
+        raise InputError("headroom_gib", f"must be a finite number >= 0, got {headroom_gib}")
     limit = cluster.gpu.hbm_bytes - headroom_gib * GIB
     if limit <= 0:
         raise InputError("headroom_gib", f"{headroom_gib} GiB leaves nothing of the "
@@ -316,24 +335,28 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
         fixed=fixed, dtypes=dtypes, schedules=schedules,
         max_micro_batch=max_micro_batch, prune_dominated=prune_dominated)
 
-    space = enumerate_space(model, constraints)
-    if len(space) == 0:
+    base = enumerate_base(model, constraints, space_chunk_rows)
+    if base.total == 0:
         raise infeasible.no_layout(model, constraints, cluster.gpus_per_node)
-    ev = evaluate_space(model, cluster, eff, space, gbs, limit, chunk_rows=chunk_rows, workers=workers,
-                        progress=progress)
-    if len(ev.rows) == 0:
-        raise infeasible.nothing_fits(model, cluster, eff, constraints, space, ev, limit, headroom_gib)
+    scored = score_space(model, cluster, eff, base, limit, max_plans, chunk_rows=chunk_rows, workers=workers,
+                         progress=progress)
+    if scored.fitting == 0:
+        row, combo, dtype_index = scored.min_memory_pick
+        smallest = base.pick(np.array([row]), np.array([combo]))
+        ev = Evaluated(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), {}, scored.evaluated,
+                       scored.min_memory_bytes, 0, dtype_index)
+        raise infeasible.nothing_fits(model, cluster, eff, constraints, smallest, ev, limit, headroom_gib)
 
-    plans = _ranked_table(space, ev, gbs, cluster.gpu.hbm_bytes)
+    plans = _kept_table(model, cluster, eff, base, scored, limit, max_plans)
     if rerank_event_level:
         plans = rerank_with_event_level(plans, model, cluster, eff, rerank_event_level)
-    pruned = dict(space.pruned)
-    pruned["memory"] = ev.evaluated - len(ev.rows)
+    pruned = dict(base.pruned)
+    pruned["memory"] = scored.evaluated - scored.fitting
     result = PlanResult(
         model=model.name, cluster=cluster.name, gpu=cluster.gpu.name, gpus=(lo, hi), global_batch=gbs,
-        seq_len=model.seq_len, plans=plans, pruned=pruned, raw_size=space.raw_size, evaluated=ev.evaluated,
-        memory_limit_bytes=limit, hbm_bytes=cluster.gpu.hbm_bytes, wall_s=0.0, eval_s=ev.wall_s,
-        eval_cpu_s=ev.cpu_s, dtypes=dtypes)
+        seq_len=model.seq_len, plans=plans, pruned=pruned, raw_size=base.raw_size, evaluated=scored.evaluated,
+        memory_limit_bytes=limit, hbm_bytes=cluster.gpu.hbm_bytes, wall_s=0.0, eval_s=scored.wall_s,
+        eval_cpu_s=scored.cpu_s, dtypes=dtypes, fitting=scored.fitting)
     stages = None
     if assign_stages:
         stages = stage_assignment_for(model, cluster, eff, result.best_config, limit)
@@ -341,7 +364,34 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
     return replace(result, explain=explain_text(result, model))
 
 
-def _ranked_table(space, ev, gbs: int, hbm_bytes: float) -> pd.DataFrame:
+#: order of the ranked table: fastest first; among equal step times the smaller footprint, then
+#: the earlier dtype and enumeration row (``_row``), so the order is total and reproducible
+_RANK_BY, _RANK_ASCENDING = ["tokens_per_s", "memory_gib", "dtype", "_row"], [False, True, True, True]
+
+
+def _kept_table(model, cluster, eff, base, scored, limit: float, max_plans: int | None) -> pd.DataFrame:
+    """The ranked table of the rows ``kept_rows`` keeps over the whole space: those rows are
+    rebuilt and scored again with the step model (row-wise, so with the very numbers the
+    search found), one dtype at a time, each sorted by the layer key."""
+    keep = kept_rows(scored.tokens_per_s, scored.memory_bytes, scored.n_gpus, max_plans)
+    tables = []
+    for d in np.unique(scored.dtype_index[keep]):
+        sel = keep & (scored.dtype_index == d)
+        space = base.pick(scored.base_rows[sel], scored.combos[sel])
+        order = np.lexsort([space.columns[k] for k in reversed(LAYER_KEY_FIELDS) if k in space.columns])
+        space = replace(space, columns={k: v[order] for k, v in space.columns.items()})
+        ev = evaluate_space(model, cluster, eff, replace(space, dtypes=(space.dtypes[d],)), base.global_batch,
+                            limit, workers=1)
+        ev = replace(ev, dtype_index=np.full(len(ev.rows), d))
+        tables.append(_ranked_table(space, ev, base.global_batch, cluster.gpu.hbm_bytes,
+                                    row_ids=scored.positions[sel][order]))
+    plans = tables[0] if len(tables) == 1 else pd.concat(tables, ignore_index=True)
+    return plans.sort_values(_RANK_BY, ascending=_RANK_ASCENDING, kind="stable", ignore_index=True)
+
+
+def _ranked_table(space, ev, gbs: int, hbm_bytes: float, row_ids: np.ndarray | None = None) -> pd.DataFrame:
+    """The fitting rows of ``ev`` as the ranked table (``_RANK_BY`` order), with ``_row``, each
+    row's number in the whole space (``row_ids[row]``; default the row itself)."""
     cols = space.columns
     r = ev.rows
     out = ev.outputs
@@ -363,4 +413,5 @@ def _ranked_table(space, ev, gbs: int, hbm_bytes: float) -> pd.DataFrame:
     }
     for k in TIME_PARTS:
         data[k] = out[k][order]
+    data["_row"] = r if row_ids is None else np.asarray(row_ids)[r]
     return pd.DataFrame(data)

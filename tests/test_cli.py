@@ -306,7 +306,7 @@ def test_validate_published_prints_per_source_table_and_skip_reasons(small_runs_
     kor = next(ln for ln in out.splitlines() if ln.startswith("KOR22"))
     assert kor.split()[1:3] == ["3", "0"]
     assert next(ln for ln in out.splitlines() if ln.startswith("SKIPME")).split()[1:3] == ["0", "1"]
-    assert "gpu_hours is not a training-step metric" in out
+    assert "'gpu_hours' is not a training-step metric" in out
     listed = run("validate", "published", small_runs_csv, "--list-skipped").stdout
     assert "SKIPME:gpu_hours" in listed
 
@@ -420,3 +420,28 @@ def test_validate_published_without_a_path_reads_the_bundled_file_when_no_shared
     rows = json.loads(default.stdout)
     assert rows == json.loads(explicit.stdout)
     assert len(rows) >= 8 and all(r["status"] == "ok" and abs(r["rel_error"]) < 0.1 for r in rows)
+
+
+def test_a_timeline_of_too_many_operations_is_refused_before_any_work(tmp_path):
+    import time
+    t0 = time.process_time()
+    for flag, name in (("--gantt", "g.png"), ("--trace", "t.json")):
+        result = run("simulate", "-m", "gpt3-125m", "-c", "dgx-h100", "--pp", "4", "--global-batch", "100000",
+                     flag, tmp_path / name)
+        assert_one_line_error(result, flag, "operations")
+        assert not (tmp_path / name).exists()
+    assert time.process_time() - t0 < 2.0
+    assert_one_line_error(run("simulate", "-m", "gpt3-125m", "-c", "dgx-h100", "--pp", "2", "--global-batch", "8",
+                              "--gantt", tmp_path / "g.txt"), "--gantt", "image format")
+
+
+def test_a_step_of_a_million_micro_batches_keeps_the_closed_form_bubble():
+    from simulator.event_level import MAX_EVENT_OPS, pipeline_ops
+    from simulator.parallel_config import ParallelConfig
+    config = ParallelConfig(pp=4, global_batch=10**6)
+    assert pipeline_ops(config, config.num_microbatches) > MAX_EVENT_OPS
+    result = run("simulate", "-m", "gpt3-125m", "-c", "dgx-h100", "--pp", "4", "--global-batch", "1000000", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["step_time_s"] > 0 and math.isfinite(report["step_time_s"])
+    assert "closed_form_step_time_s" not in report.get("extras", {})       # not simulated op by op

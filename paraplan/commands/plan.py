@@ -100,7 +100,7 @@ def _header(result: PlanResult) -> str:
     return (f"plan: {result.model} on {gpus} x {result.gpu} ({result.cluster}); global batch "
             f"{result.global_batch} sequences x {result.seq_len} = {tokens:,} tokens\n"
             f"searched {result.raw_size:,} configurations in {result.wall_s:.2f} s: {result.evaluated:,} evaluated "
-            f"({result.evals_per_s:,.0f}/s), {len(result.plans):,} fit in {result.memory_limit_bytes / 2**30:.1f} GiB\n")
+            f"({result.evals_per_s:,.0f}/s), {result.fitting:,} fit in {result.memory_limit_bytes / 2**30:.1f} GiB\n")
 
 
 def _json(result: PlanResult, top: int, pareto: bool, explain: bool) -> str:
@@ -108,7 +108,7 @@ def _json(result: PlanResult, top: int, pareto: bool, explain: bool) -> str:
         "request": {"model": result.model, "cluster": result.cluster, "gpu": result.gpu,
                     "gpus": list(result.gpus), "global_batch": result.global_batch, "seq_len": result.seq_len,
                     "dtypes": list(result.dtypes), "memory_limit_bytes": result.memory_limit_bytes},
-        "search": {"configurations": result.raw_size, "evaluated": result.evaluated, "fit": len(result.plans),
+        "search": {"configurations": result.raw_size, "evaluated": result.evaluated, "fit": result.fitting, "plans_kept": len(result.plans),
                    "wall_s": result.wall_s, "eval_s": result.eval_s, "evals_per_s": result.evals_per_s},
         "pruned": dict(result.pruned),
         "plans": result.top(top).to_dict("records"),

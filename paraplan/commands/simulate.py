@@ -15,7 +15,7 @@ from hardware_specs.errors import InputError
 from hardware_specs.gpu_spec import KNOWN_DTYPES
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
-from paraplan.cli import atomic_output_path, check_writable, dump_json, format_table
+from paraplan.cli import atomic_output_path, check_image_path, check_writable, dump_json, format_table
 from simulator.parallel_config import AttentionKernel, CPKind, ParallelConfig, Recompute, Schedule
 from simulator.report import StepReport
 from simulator.simulate import simulate
@@ -206,6 +206,23 @@ def _pipeline_api():
 
 
 _SCHEDULE_FIELDS = {"p": "--pp", "m": "--global-batch", "v": "--vpp", "num_layers": "--pp"}
+#: most pipeline operations a Gantt chart draws (past a few thousand boxes a 24-inch-wide
+#: picture shows no single operation, and matplotlib takes seconds per ten thousand), and a
+#: trace holds (100,000 events is ~15 MB of JSON, about what Perfetto's web UI opens quickly)
+MAX_GANTT_OPS = 5_000
+MAX_TRACE_OPS = 100_000
+
+
+def check_timeline_size(config: ParallelConfig, trace_path: str | None, gantt_path: str | None) -> None:
+    """Refuse a timeline with more operations than can be drawn or opened (before any work)."""
+    from simulator.event_level import pipeline_ops
+    ops = pipeline_ops(config, config.num_microbatches)
+    for field, path, limit in (("--gantt", gantt_path, MAX_GANTT_OPS), ("--trace", trace_path, MAX_TRACE_OPS)):
+        if path is not None and ops > limit:
+            raise InputError(field, f"the schedule has up to {ops:,} operations (3 x pp {config.pp} x vpp "
+                             f"{config.vpp} x {config.num_microbatches:,} micro-batches), more than the "
+                             f"{limit:,} a timeline shows",
+                             "use a smaller global batch (fewer micro-batches) to look at the schedule")
 
 
 def pipeline_timeline(model: ModelSpec, config: ParallelConfig, report: StepReport):
@@ -287,7 +304,7 @@ POS = click.IntRange(min=1)
                    "recompute forward (DeepSpeed ZeRO-3); off = PyTorch FSDP, where one gather serves both.")
 @click.option("--json", "as_json", is_flag=True, help="Print StepReport.as_dict() as JSON (SI units: seconds, bytes, FLOPs).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Write the event-level pipeline timeline as a Chrome/Perfetto trace (JSON).")
-@click.option("--gantt", "gantt_path", type=click.Path(dir_okay=False), help="Draw the event-level pipeline timeline to a PNG.")
+@click.option("--gantt", "gantt_path", type=click.Path(dir_okay=False), help="Draw the event-level pipeline timeline to an image (.png, .svg or .pdf).")
 def command(as_json: bool, trace_path: str | None, gantt_path: str | None, **opts) -> None:
     """How long one training step of MODEL takes on CLUSTER with this parallel plan, where the
     time goes, and whether it fits in memory.
@@ -303,8 +320,9 @@ def command(as_json: bool, trace_path: str | None, gantt_path: str | None, **opt
     for field, path in (("--trace", trace_path), ("--gantt", gantt_path)):
         if path is not None:
             _pipeline_api()
-            check_writable(path, field)
+            (check_image_path if field == "--gantt" else check_writable)(path, field)
     model, cluster, config, gpus = build_inputs(opts)
+    check_timeline_size(config, trace_path, gantt_path)
     report = simulate(model, cluster, config, n_gpus=gpus)
     notes: list[str] = []
     if trace_path is not None or gantt_path is not None:

@@ -316,9 +316,10 @@ def run_calibration(out_path, nprocs: int = 2, name: str | None = None, device: 
 
     Returns the path written. Raises ``InputError`` if torch is missing.
     """
+    from paraplan.measure.runtime import MAX_LOCAL_PROCESSES
+    if not 1 <= int(nprocs) <= MAX_LOCAL_PROCESSES:
+        raise InputError("nprocs", f"must be between 1 and {MAX_LOCAL_PROCESSES}, got {nprocs}")
     require_torch()
-    if int(nprocs) < 1:
-        raise InputError("nprocs", f"must be >= 1, got {nprocs}")
     out_path = Path(out_path)
     if out_path.suffix not in (".yaml", ".yml"):
         raise InputError("out_path", f"{out_path} must end in .yaml", "e.g. local-cpu.yaml")

@@ -110,7 +110,14 @@ def read_runs(path: str | Path) -> pd.DataFrame:
     return df
 
 
+#: largest count a row may give in an integer column (sizes, degrees, batches): above the
+#: largest values ``ModelSpec`` and ``ParallelConfig`` accept, so such a row is skipped here
+MAX_COUNT = 2**40
+
+
 def _num(row, col):
+    """The finite number in ``col``, or None when the cell is empty or not a number; ``Skip``
+    for inf (a row's cell is a measurement or a size, never infinite)."""
     v = row.get(col)
     if v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip()):
         return None
@@ -118,12 +125,29 @@ def _num(row, col):
         x = float(v)
     except (TypeError, ValueError):
         return None
+    if not math.isfinite(x):
+        raise Skip(f"{col} '{v}' is not a finite number")
     return x
 
 
-def _int(row, col):
+def _int(row, col, minimum: int = 1):
+    """The integer in ``col`` (None when empty); ``Skip`` if it is fractional, below
+    ``minimum`` or above ``MAX_COUNT``."""
     x = _num(row, col)
-    return None if x is None else int(round(x))
+    if x is None:
+        return None
+    if x != round(x) or not minimum <= x <= MAX_COUNT:
+        raise Skip(f"{col} '{row.get(col)}' is not a whole number from {minimum} to {MAX_COUNT:,}")
+    return int(round(x))
+
+
+def _measured(row):
+    """The measured value, or None when the cell is empty, not a positive finite number."""
+    try:
+        x = _num(row, "measured_value")
+    except Skip:
+        return None
+    return x if x is not None and x > 0 else None
 
 
 def _lead_int(row, col):
@@ -149,7 +173,7 @@ def row_inputs(row) -> RowInputs:
     """Model, cluster and config of one row; raises ``Skip`` with the reason if not predictable."""
     metric = _str(row, "measured_metric")
     if metric not in TRAINING_METRICS:
-        raise Skip(f"metric {metric or '(empty)'} is not a training-step metric")
+        raise Skip(f"metric '{metric}' is not a training-step metric" if metric else "metric empty: not a training-step metric")
     conv = _str(row, "flops_convention") or "none"
     if metric in ("tflops_per_gpu", "mfu", "hfu") and conv not in CONVENTIONS:
         raise Skip(f"FLOP convention '{conv}' cannot be converted")
@@ -157,7 +181,7 @@ def row_inputs(row) -> RowInputs:
     if not gpu:
         raise Skip("gpu_profile empty (GPU kind not known)")
     if gpu not in SYSTEM_FOR_GPU:
-        raise Skip(f"no system preset for GPU kind {gpu}")
+        raise Skip(f"no system preset for GPU kind '{gpu}'")
     assumptions: list[str] = []
     preset = None
     if _str(row, "moe_experts") or _int(row, "layers") is None:
@@ -208,10 +232,9 @@ def row_inputs(row) -> RowInputs:
             raise Skip(f"architecture invalid: {exc}") from None
         return _config_inputs(row, model, needed, metric, conv, gpu, assumptions)
     ffn = _str(row, "ffn_hidden")
-    try:
-        ffn_size = int(float(ffn)) if ffn else None
-    except ValueError:
-        raise Skip(f"ffn_hidden '{ffn}' is not a number") from None
+    if ffn and _num(row, "ffn_hidden") is None:
+        raise Skip(f"ffn_hidden '{ffn}' is not a number")
+    ffn_size = _int(row, "ffn_hidden")
     if ffn_size is None:
         ffn_size = 4 * h
         assumptions.append("ffn_hidden=4h")
@@ -288,7 +311,7 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInp
         assumptions.append("micro_batch=1")
     gbs = needed.get("global_batch") or mbs * dp
     vpp = _int(row, "vpp") or 1
-    zero = _int(row, "zero_norm")
+    zero = _int(row, "zero_norm", minimum=0)
     if zero is None:
         zero = 0
         assumptions.append("zero=0")
@@ -369,12 +392,12 @@ def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None
     for i, row in enumerate(df.to_dict("records")):
         rec = {"id": row.get("id"), "run_id": row.get("run_id"), "source": str(row.get("run_id", "")).split("-")[0],
                "gpu_profile": row.get("gpu_profile"), "metric": row.get("measured_metric"),
-               "status": "skipped", "predicted": None, "measured": _num(row, "measured_value"),
+               "status": "skipped", "predicted": None, "measured": _measured(row),
                "rel_error": None, "reason": "", "assumptions": ""}
         try:
             inputs = row_inputs(row)
             if rec["measured"] is None:
-                raise Skip("measured_value empty")
+                raise Skip("measured_value empty or not a positive finite number")
             cluster = load_cluster(inputs.cluster_name)
             eff = None
             if efficiency_by_generation is not None:
