@@ -269,7 +269,7 @@ def efficiency_from_dict(data: dict, where: str = "efficiency") -> EfficiencyMod
                 raise InputError(f"{where}.{group}.{key}", f"expected a number, got {value!r}")
     kwargs = dict(data)
     for key, value in list(kwargs.items()):
-        if key not in ("generation", "gemm_peak_fraction", "collective_bw_fraction", "fitted_on"):
+        if key not in ("generation", "gemm_peak_fraction", "collective_bw_fraction", "fitted_on", "fitted"):
             try:
                 kwargs[key] = float(value)
             except (TypeError, ValueError):

@@ -74,6 +74,11 @@ class EfficiencyModel:
             reduce-scatter and all-gather at the all-reduce's bus bandwidth). Measured by
             ``paraplan calibrate``: gloo's CPU reduce-scatter, for one, runs at ~0.3 of it.
         fitted_on: what these numbers were fitted on and how to refit them.
+        fitted: True when the factors were fitted to measurements (the published-runs fit,
+            ``paraplan/validation/fit.py``, or ``paraplan calibrate`` on this machine); False
+            for a prior (an initial guess no measured run has checked, e.g. CDNA3, TPU v3).
+            Outputs mark every number that rests on a prior (``paraplan.priors``). Default
+            False: a hand-written model is a prior until fitted.
     """
 
     generation: str
@@ -92,9 +97,12 @@ class EfficiencyModel:
     sync_skew_fraction: float = 0.0
     collective_bw_fraction: Mapping[str, float] = field(default_factory=dict)
     fitted_on: str = ""
+    fitted: bool = False
 
     def __post_init__(self) -> None:
         where = f"efficiency {self.generation}"
+        if not isinstance(self.fitted, bool):
+            raise InputError(f"{where}.fitted", f"must be true or false, got {self.fitted!r}")
         if "bf16" not in self.gemm_peak_fraction and "fp32" not in self.gemm_peak_fraction:
             raise InputError(f"{where}.gemm_peak_fraction", "must list bf16 (or fp32 for CPUs)")
         for dtype, value in self.gemm_peak_fraction.items():

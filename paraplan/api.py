@@ -644,3 +644,26 @@ def moe_is_modelled(model: str | ModelSpec = "mixtral-8x7b", cluster: str | Clus
     one = simulate(spec, cluster, ep=1, **base)
     many = simulate(spec, cluster, ep=ep, **base)
     return not np.isclose(one.step_time_s.iloc[0], many.step_time_s.iloc[0], rtol=1e-9)
+
+
+# --------------------------------------------------------------------------------------------
+# sweep grids (paraplan sweep)
+# --------------------------------------------------------------------------------------------
+
+def sweep_grid(spec: Mapping[str, Any] | str, *, client=None, out_dir: str | None = None) -> pd.DataFrame:
+    """Every point of a sweep grid, one row per point (what ``paraplan sweep SPEC.yaml`` writes).
+
+    ``spec``: a mapping with the keys of a spec file (``paraplan/sweeps/spec.py``) or the path of
+    one. Runs in this process unless ``client`` (a ``dask.distributed.Client``) is given;
+    ``out_dir`` keeps the finished chunks there (a rerun resumes).
+
+    Example::
+
+        >>> df = sweep_grid({"search": "simulate", "models": ["llama3-8b"], "clusters": ["dgx-h100"],
+        ...                  "gpus": [64], "global_batch_tokens": [4194304], "config": {"tp": [1, 2, 4, 8]}})
+        >>> len(df)
+        4
+    """
+    from paraplan.sweeps import load_spec, run_sweep, spec_from_dict
+    sweep_spec = spec_from_dict(spec) if isinstance(spec, Mapping) else load_spec(spec)
+    return run_sweep(sweep_spec, out_dir, client=client, local=client is None)

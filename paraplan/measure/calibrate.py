@@ -298,6 +298,7 @@ def cluster_mapping(summary: dict, ranks: list[dict], world: int, choice, name: 
             "sync_skew_fraction": round(summary["sync_skew_fraction"], 4),
             "collective_bw_fraction": summary["collective_bw_fraction"],
             "fitted_on": how + "; refit with paraplan calibrate (paraplan.measure.run_calibration)",
+            "fitted": True,
         },
     }
 

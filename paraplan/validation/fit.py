@@ -179,6 +179,7 @@ def write_efficiency(model: EfficiencyModel, path: Path, note: str) -> None:
         "sync_skew_fraction": round(float(model.sync_skew_fraction), 4),
         "collective_bw_fraction": {k: round(float(v), 4) for k, v in model.collective_bw_fraction.items()},
         "fitted_on": note,
+        "fitted": True,
     }
     tmp = path.with_suffix(".yaml.tmp")
     tmp.write_text("# Written by `python -m paraplan.validation.fit`; see hardware_specs/efficiency_model.py\n"
