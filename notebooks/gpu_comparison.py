@@ -88,19 +88,22 @@ same_n["usd_per_hour"] = same_n.n_gpus * same_n.accelerator.map(PRICE_USD_PER_GP
 same_n["tokens_per_usd"] = same_n.tokens_per_s * 3600 / same_n.usd_per_hour
 same_n["usd_per_billion_tokens"] = 1e9 / same_n.tokens_per_usd
 same_n["label"] = same_n.accelerator + ": " + same_n.config
-same_n[["accelerator", "config", "step_time_s", "tokens_per_s", "mfu", "memory_gib", "hbm_gib",
+# an accelerator whose efficiency model is an unfitted prior is marked wherever it is named
+PRIORS = sorted(same_n.loc[~same_n.efficiency_fitted, "accelerator"])
+same_n["shown_as"] = same_n.accelerator + np.where(same_n.efficiency_fitted, "", " *")
+same_n[["accelerator", "efficiency_fitted", "config", "step_time_s", "tokens_per_s", "mfu", "memory_gib", "hbm_gib",
         "usd_per_hour", "tokens_per_usd", "usd_per_billion_tokens"]]
 
 # %%
 fig = Figure(figsize=(11, 4.2), dpi=110)
 ax1, ax2 = fig.subplots(1, 2)
 colors = ["#4C72B0", "#8172B3", "#55A868", "#C44E52"]
-ax1.bar(same_n.accelerator, same_n.tokens_per_s / 1e3, color=colors)
+ax1.bar(same_n.shown_as, same_n.tokens_per_s / 1e3, color=colors)
 ax1.set_ylabel("throughput (thousand tokens/s)")
 ax1.set_title(f"{GPUS} GPUs each, best plan per GPU", fontsize=10)
 for i, r in same_n.iterrows():
     ax1.text(i, r.tokens_per_s / 1e3, f"MFU {100 * r.mfu:.0f}%", ha="center", va="bottom", fontsize=8)
-ax2.bar(same_n.accelerator, same_n.tokens_per_usd / 1e6, color=colors)
+ax2.bar(same_n.shown_as, same_n.tokens_per_usd / 1e6, color=colors)
 ax2.set_ylabel("million tokens per dollar")
 ax2.set_title("tokens per dollar at the prices above", fontsize=10)
 for i, r in same_n.iterrows():
@@ -110,7 +113,8 @@ for a in (ax1, ax2):
     a.set_xlabel("accelerator")
     a.grid(axis="y", alpha=0.3)
     a.set_axisbelow(True)
-fig.suptitle(f"Llama-3-70B, {BATCH_TOKENS // 2**20}M-token batch, bf16", fontsize=11)
+fig.suptitle(f"Llama-3-70B, {BATCH_TOKENS // 2**20}M-token batch, bf16"
+             + (f"  (* unfitted prior efficiency model: {', '.join(PRIORS)})" if PRIORS else ""), fontsize=11)
 fig.tight_layout()
 if FIGURES:
     fig.savefig(fig_path("gpus_throughput_and_cost.png"), bbox_inches="tight")
@@ -166,7 +170,14 @@ fast = same_n.sort_values("tokens_per_s", ascending=False)
 cheap = same_n.sort_values("tokens_per_usd", ascending=False)
 bud = budget.sort_values("tokens_per_s", ascending=False)
 h = same_n.set_index("accelerator")
-lines = [f"* **{r.accelerator}**: `{r.config}`, {r.tokens_per_s:,.0f} tokens/s ({r.speedup_vs_h100:.2f}x H100 per GPU), "
+
+
+def named(r):
+    """The accelerator's name, marked when its numbers rest on an unfitted prior."""
+    return r.accelerator + ("" if r.efficiency_fitted else " (*unfitted prior*)")
+
+
+lines = [f"* **{named(r)}**: `{r.config}`, {r.tokens_per_s:,.0f} tokens/s ({r.speedup_vs_h100:.2f}x H100 per GPU), "
          f"MFU {100 * r.mfu:.0f}%, {r.memory_gib:.0f} of {r.hbm_gib:.0f} GiB; {r.tokens_per_usd / 1e6:.1f}M tokens/$; "
          f"matches the H100's tokens/$ at ${r.break_even_usd_per_gpu_hour:.2f}/GPU-hour"
          for r in fast.itertuples()]
@@ -182,12 +193,16 @@ say(f"""**At {GPUS} GPUs each** (fastest first):
 
 """ + "\n".join(lines) + f"""
 
-* **Fastest:** {fast.iloc[0].accelerator}, {pct(fast.iloc[0].tokens_per_s, fast.iloc[1].tokens_per_s):+.0f}% tokens/s over
-  {fast.iloc[1].accelerator}. **Most tokens per dollar at the prices entered:** {cheap.iloc[0].accelerator}
+* **Fastest:** {named(fast.iloc[0])}, {pct(fast.iloc[0].tokens_per_s, fast.iloc[1].tokens_per_s):+.0f}% tokens/s over
+  {named(fast.iloc[1])}. **Most tokens per dollar at the prices entered:** {named(cheap.iloc[0])}
   ({cheap.iloc[0].tokens_per_usd / 1e6:.1f}M tokens/$, {pct(cheap.iloc[0].tokens_per_usd, cheap.iloc[1].tokens_per_usd):+.0f}% over
-  {cheap.iloc[1].accelerator}).
+  {named(cheap.iloc[1])}).
 * {hbm_note}
-* **Same budget (${BUDGET_USD_PER_HOUR:,.0f}/hour):** {bud.iloc[0].accelerator} trains fastest, on {int(bud.iloc[0].n_gpus)} GPUs
+* **Same budget (${BUDGET_USD_PER_HOUR:,.0f}/hour):** {named(bud.iloc[0])} trains fastest, on {int(bud.iloc[0].n_gpus)} GPUs
   ({bud.iloc[0].tokens_per_s:,.0f} tokens/s, {bud.iloc[0].hours_per_trillion_tokens:,.0f} hours per trillion tokens);
-  slowest is {bud.iloc[-1].accelerator} on {int(bud.iloc[-1].n_gpus)} GPUs ({bud.iloc[-1].tokens_per_s:,.0f} tokens/s).
-* The rankings by cost follow from the prices in the first cell; the break-even prices above say where each one flips.""")
+  slowest is {named(bud.iloc[-1])} on {int(bud.iloc[-1].n_gpus)} GPUs ({bud.iloc[-1].tokens_per_s:,.0f} tokens/s).
+* The rankings by cost follow from the prices in the first cell; the break-even prices above say where each one flips.""" + (
+    f"""
+* **Unfitted priors:** {", ".join(PRIORS)} run on an efficiency model no measured run has checked
+  (`hardware_specs/efficiency/`, `fitted: false`); every conclusion above that names them is a sketch, not a
+  validated prediction.""" if PRIORS else ""))

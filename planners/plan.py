@@ -34,6 +34,7 @@ from planners.search_space import (DEFAULT_SCHEDULES, FIXABLE, RECOMPUTE_NAMES, 
                                    SPACE_CHUNK_ROWS, SearchConstraints, enumerate_base)
 from planners.stage_assignment import StageAssignment, stage_assignment_for
 from planners.vectorized import DEFAULT_CHUNK_ROWS, Evaluated, evaluate_space, kept_rows, score_space
+from simulator import headroom
 from simulator.parallel_config import MAX_GLOBAL_BATCH, MAX_GPUS, ParallelConfig
 from simulator.report import TIME_PARTS
 from simulator.step_model import LAYER_KEY_FIELDS
@@ -280,7 +281,7 @@ def default_dtype(cluster: ClusterSpec) -> str:
 
 def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch: int | None = None, *,
          global_batch_tokens: int | None = None, max_tp: int | None = None, fixed: Mapping | None = None,
-         headroom_gib: float = 0.0, dtypes: Iterable[str] | None = None,
+         headroom_gib: float | None = None, dtypes: Iterable[str] | None = None,
          schedules: Iterable[str] = DEFAULT_SCHEDULES, max_micro_batch: int | None = None,
          efficiency: EfficiencyModel | None = None, prune_dominated: bool = True,
          chunk_rows: int = DEFAULT_CHUNK_ROWS, workers: int | None = None, rerank_event_level: int = 10,
@@ -294,7 +295,8 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
         global_batch / global_batch_tokens: sequences (or tokens) per optimizer step.
         max_tp: largest tensor-parallel degree (default: the cluster's GPUs per node).
         fixed: field -> value or values to allow (``search_space.FIXABLE``; aliases zero, mb, sp).
-        headroom_gib: memory to leave free per GPU, GiB.
+        headroom_gib: memory to leave free per GPU, GiB (None: ``simulator.headroom``'s default,
+            5% of HBM).
         dtypes: GEMM dtypes to try (default: the GPU's 16-bit type).
         schedules: pipeline schedules (``interleaved`` is used for vpp > 1, the others for vpp = 1).
         max_micro_batch: largest micro-batch (default: any divisor of the global batch).
@@ -322,12 +324,8 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
     dtypes = tuple(dict.fromkeys(dtypes or (default_dtype(cluster),)))
     for d in dtypes:
         cluster.gpu.peak_flops(d)               # a dtype the GPU lacks is an input error
-    if not 0 <= headroom_gib < float("inf"):          # false for nan too
-        raise InputError("headroom_gib", f"must be a finite number >= 0, got {headroom_gib}")
+    headroom_gib = headroom.headroom_gib(cluster.gpu.hbm_bytes, headroom_gib)
     limit = cluster.gpu.hbm_bytes - headroom_gib * GIB
-    if limit <= 0:
-        raise InputError("headroom_gib", f"{headroom_gib} GiB leaves nothing of the "
-                         f"{cluster.gpu.hbm_bytes / GIB:.0f} GiB HBM", "use a smaller headroom")
     fixed = normalise_fixed(fixed)
     schedules = tuple(dict.fromkeys(tuple(schedules) + tuple(fixed.get("schedule", ()))))
     constraints = SearchConstraints(

@@ -33,6 +33,20 @@ TOOL = _tool()
 SOURCES = TOOL.sources()
 
 
+def _prior_names() -> set[str]:
+    """Cluster and GPU names whose efficiency model is an unfitted prior (``fitted: false``)."""
+    from hardware_specs.catalog import efficiency_for_cluster, list_clusters, load_cluster
+    names = set()
+    for name in list_clusters():
+        cluster = load_cluster(name)
+        if not efficiency_for_cluster(cluster).fitted:
+            names |= {name, cluster.gpu.name}
+    return names
+
+
+PRIOR_NAMES = _prior_names()
+
+
 @pytest.fixture(scope="module")
 def monkeypatch_module():
     with pytest.MonkeyPatch.context() as mp:
@@ -86,3 +100,6 @@ def test_notebook_executes_without_errors_in_under_a_minute(source, kernel_name)
     assert conclusions, f"{source.name} renders no conclusions"
     for text in conclusions:     # every value in the prose was computed
         assert not re.search(r"\bnan\b|\binf\b", text.lower()), text
+        named = [n for n in PRIOR_NAMES if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text, re.IGNORECASE)]
+        assert not named or "prior" in text.lower(), \
+            f"{source.name} concludes about {named} (an unfitted efficiency model) without saying so: {text[:300]}"

@@ -18,6 +18,7 @@ from hardware_specs.catalog import efficiency_for_cluster, load_cluster, load_st
 from hardware_specs.errors import InputError
 from model_specs.catalog import load_model
 from paraplan.mfu import mfu_column, mfu_pct
+from simulator import headroom
 from simulator.config_batch import ConfigBatch
 from simulator.parallel_config import ParallelConfig
 from simulator.report import TIME_PARTS
@@ -113,9 +114,11 @@ def _simulate_group(rows: list[dict], points: list[Mapping], model, cluster) -> 
         row[mfu_column(cluster.gpu)] = float(mfu_pct(float(np.asarray(out["mfu"])[i]), config.dtype, cluster.gpu))
         memory = float(np.asarray(out["memory_bytes"])[i])
         row["memory_gib"], row["headroom_gib"] = memory / GIB, (hbm - memory) / GIB
-        row["fits"] = bool(np.asarray(out["fits"])[i])
+        row["fits"] = bool(headroom.fits(memory, hbm))
         if not row["fits"]:
-            row["status"], row["reason"] = "does not fit", f"needs {memory / GIB:.1f} of {hbm / GIB:.0f} GiB"
+            row["status"] = "does not fit"
+            row["reason"] = (f"needs {memory / GIB:.1f} GiB of {hbm / GIB:.0f} GiB HBM with "
+                             f"{headroom.headroom_gib(hbm):.1f} GiB kept free")
 
 
 def _best(row: dict, point: Mapping, model, cluster, spec_config: Mapping, dtypes) -> None:
