@@ -149,7 +149,7 @@ class ParallelConfig:
             if isinstance(value, bool) or not isinstance(value, int):
                 try:
                     as_int = int(value)
-                except (TypeError, ValueError):
+                except (TypeError, ValueError, OverflowError):        # inf, nan, text
                     raise InputError(name, f"must be a positive integer, got {value!r}") from None
                 if as_int != value:
                     raise InputError(name, f"must be a positive integer, got {value!r}")

@@ -121,6 +121,7 @@ def option_cases(rng: random.Random) -> list[Case]:
         cases.append(Case(f"plan --gpus={value!r}", _set(PLAN, "-n", value)))
     for value in FLOAT_BAD + ["79", "80", "79.9"]:
         cases.append(Case(f"plan --headroom-gib={value!r}", PLAN + ["--headroom-gib", value]))
+        cases.append(Case(f"simulate --headroom-gib={value!r}", SIM + ["--headroom-gib", value, "--json"]))
     fixes = [(name, value) for name in FIX_NAMES
              for value in ["", "0", "-1", "1", "2", "1e30", "nan", "abc", "on", "full", "1f1b", "1,2,,4", "3"]]
     for name, value in rng.sample(fixes, 90):
@@ -399,10 +400,32 @@ def csv_cases(rng: random.Random) -> list[Case]:
     return cases
 
 
+SWEEP_SPEC = {"kind": "training", "search": "simulate", "models": ["gpt3-125m"], "clusters": ["dgx-h100"],
+              "gpus": [8], "global_batch": [32], "stacks": ["megatron-core"],
+              "config": {"tp": [1, 2], "zero_stage": [0, 1]}, "chunk_points": 2}
+
+
+def sweep_cases(rng: random.Random) -> list[Case]:
+    """Damaged sweep specs for ``paraplan sweep --local``."""
+    cases = []
+    paths = _leaf_paths(SWEEP_SPEC)
+    for i in range(40):
+        data = json.loads(json.dumps(SWEEP_SPEC))
+        path = rng.choice(paths)
+        raw = rng.choice(YAML_BAD + ["[nope]", "[-8]", "[1e30]", "serving", "best", "[.nan]", "[]"])
+        text = _yaml_of(data, path, raw)
+        cases.append(Case(f"sweep {'.'.join(map(str, path))}={raw}",
+                          ["sweep", "{tmp}/spec.yaml", "--out", "{tmp}/out", "--local"], {"spec.yaml": text}))
+    for name, make in YAML_HOSTILE[:8]:
+        cases.append(Case(f"sweep {name}", ["sweep", "{tmp}/spec.yaml", "--out", "{tmp}/out", "--local"],
+                          {"spec.yaml": make(dict(SWEEP_SPEC))}))
+    return cases
+
+
 def generate(seed: int = SEED) -> list[Case]:
     rng = random.Random(seed)
     return (option_cases(rng) + timeline_cases(rng) + model_file_cases(rng) + hf_config_cases(rng)
-            + cluster_file_cases(rng) + csv_cases(rng))
+            + cluster_file_cases(rng) + csv_cases(rng) + sweep_cases(rng))
 
 
 def _set(args: list[str], opt: str, value: str) -> list[str]:

@@ -24,6 +24,7 @@ naming the key.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -140,7 +141,8 @@ def _values(data: Mapping, key: str, kind, allow_none: bool = False) -> tuple:
             out.append(None)
             continue
         if kind is int:
-            if isinstance(item, bool) or not isinstance(item, (int, float)) or item != int(item) or item < 1:
+            if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item) \
+                    or item != int(item) or item < 1:
                 raise InputError(key, f"expected whole numbers >= 1, got {item!r}")
             out.append(int(item))
         elif kind is str:
@@ -150,14 +152,30 @@ def _values(data: Mapping, key: str, kind, allow_none: bool = False) -> tuple:
     return tuple(out)
 
 
+_INT_CONFIG = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_stage")
+_BOOL_CONFIG = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+                "flash_attention", "grad_accumulation_fusion", "zero3_recompute_gather")
+
+
 def _config_values(value: Any, key: str) -> tuple:
+    """The values of one config axis, each of the type its ``ParallelConfig`` field takes (their
+    ranges are the configuration's to check, point by point)."""
     items = value if isinstance(value, list) else [value]
     for item in items:
-        if isinstance(item, (dict, list)) or item is None:
-            raise InputError(f"config.{key}", f"expected plain values, got {item!r}")
-        if isinstance(item, float) and item != item:
-            raise InputError(f"config.{key}", "nan is not a value")
-    return tuple(items)
+        if key in _INT_CONFIG:
+            ok = not isinstance(item, bool) and isinstance(item, (int, float)) and math.isfinite(item) \
+                and item == int(item)
+            what = "whole numbers"
+        elif key in _BOOL_CONFIG:
+            ok, what = isinstance(item, bool), "true or false"
+        elif key == "moe_load_imbalance":
+            ok = not isinstance(item, bool) and isinstance(item, (int, float)) and math.isfinite(item)
+            what = "finite numbers"
+        else:
+            ok, what = isinstance(item, str), "names"
+        if not ok:
+            raise InputError(f"config.{key}", f"expected {what}, got {item!r}")
+    return tuple(int(i) if key in _INT_CONFIG else i for i in items)
 
 
 def spec_from_dict(data: Mapping[str, Any]) -> SweepSpec:
