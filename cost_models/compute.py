@@ -2,14 +2,13 @@
 
 A GEMM of shape (M, N, K) does 2*M*N*K FLOPs and moves (M*K + K*N + M*N) elements. Its time is
 the larger of FLOPs / (peak x plateau x shape factor) and bytes / (HBM bandwidth x achieved
-fraction), plus a fixed kernel overhead. The shape factor, prod over the three dimensions of
-x / (x + gemm_half_dim), models tile quantisation and too few thread blocks in skinny or small
-GEMMs. Along the reduction dimension K the half-dimension stands for each tile's fixed
-start-up and epilogue time, which a faster dtype does not shrink: in fp8/mxfp8/nvfp4 it is
-scaled by the dtype's peak rate over the 16-bit one (a short-K GEMM gains less from FP8).
-(Limitation: the step model charges the backward GEMMs as two of the forward's shape, so a
-low-precision weight-gradient GEMM, which reduces over the tokens, gets the forward's short-K
-penalty; timing dgrad and wgrad with their own reduction dimensions is not done yet.)
+fraction), plus a fixed kernel overhead. The shape factor is tile and wave quantization on the
+chip's SMs (``wave_shape_factor``: padded output tiles, a partly idle last wave, split-K for
+too few tiles, each tile's K-pipeline prologue); a K stage holds more elements in a faster
+dtype, so a short-K GEMM gains less from FP8. Chips without SMs in that sense (CPUs, TPUs) use
+a smooth prod x / (x + gemm_half_dim) instead.
+A linear layer's backward runs two GEMMs of their own shapes (``linear_gemm_times_s``): the
+data gradient reduces over the output features, the weight gradient over the tokens.
 Memory-bound kernels (norms, activation functions, dropout, residual adds, casts) are timed by
 the bytes they read and write. The attention core is FLOP-counted with the causal mask
 halving the work (fused kernels skip masked blocks) and runs at a fitted fraction of the
@@ -19,7 +18,7 @@ Every function takes numpy arrays or scalars (planner and simulator share them).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -56,6 +55,17 @@ class ComputeRates:
     k_half_dim: float | None = None  # half_dim of the reduction dimension, elements; None: half_dim
     exp_per_s: float = float("inf")  # softmax exponentials per second (special-function units)
     softmax_exposed: float = 1.0     # share of the softmax time not hidden under the matmuls
+    sm_count: int | None = None      # SMs: GEMM tiles run in waves of this many (None: smooth factor)
+    k_stage_scale: float = 1.0       # elements per K stage relative to 16-bit (peak ratio)
+
+
+def kernel_counting_rates(rates: ComputeRates) -> ComputeRates:
+    """Rates under which every time function of this module returns the number of kernels it
+    launches: work is free and each kernel costs one "second" of overhead. The layer cost
+    functions evaluated with them count a pass's kernels with no second bookkeeping to drift."""
+    inf = float("inf")
+    return replace(rates, gemm_flops_per_s=inf, attn_flops_per_s=inf, hbm_bytes_per_s=inf, exp_per_s=inf,
+                   kernel_overhead_s=1.0)
 
 
 def sixteen_bit_dtype(gpu: GPUSpec) -> str:
@@ -86,12 +96,54 @@ def compute_rates(gpu: GPUSpec, eff: EfficiencyModel, dtype: str) -> ComputeRate
         k_half_dim=k_half_dim,
         exp_per_s=gpu.sfu_exp_per_s or float("inf"),
         softmax_exposed=eff.exposed_softmax_fraction,
+        sm_count=gpu.sm_count,
+        k_stage_scale=(gpu.peak_flops(dtype) / gpu.peak_flops(sixteen_bit_dtype(gpu))) if dtype in LOW_PRECISION else 1.0,
     )
 
 
-def gemm_shape_factor(m, n, k, half_dim, k_half_dim=None):
-    """Fraction of the plateau a (m, n, k) GEMM reaches: prod x / (x + half_dim), with
+#: output tiles (M x N) of the tensor-core GEMM kernels cuBLAS / CUTLASS choose among: the
+#: heuristic picks, per problem, the one that keeps the SMs busiest (small problems get small
+#: tiles)
+GEMM_TILES = ((256.0, 128.0), (128.0, 256.0), (128.0, 128.0), (128.0, 64.0), (64.0, 128.0), (64.0, 64.0))
+#: K elements (16-bit) a tile spends filling and draining its multistage K pipeline (two stages
+#: of 64: CUTLASS mainloops keep 3-5 stages in flight and the first ones run unoverlapped)
+GEMM_K_PROLOGUE = 128.0
+#: shortest K per split when cuBLAS splits a GEMM along K to fill the SMs
+MIN_SPLIT_K = 512.0
+
+
+def wave_shape_factor(m, n, k, sm_count, k_stage_scale=1.0):
+    """Fraction of the plateau a (m, n, k) GEMM reaches on a GPU of ``sm_count`` SMs.
+
+    Its output is cut into tiles (``GEMM_TILES``; the last row and column padded:
+    ``m n / (tiles x tile area)``), which run in waves of one tile per SM, the last wave partly
+    idle: ``tiles / (ceil(tiles / SMs) x SMs)``; with fewer tiles than SMs the K loop is split
+    (split-K, at least ``MIN_SPLIT_K`` per split) to fill them. The kernel library picks the tile
+    with the least waste. Each tile pays its K pipeline's prologue: ``k' / (k' + GEMM_K_PROLOGUE)``
+    of the split's K (scaled to the dtype's elements per stage). This is the standard account of
+    tensor-core GEMM efficiency (NVIDIA "Matrix Multiplication Background User's Guide": tile
+    and wave quantization).
+    """
+    m, n, k = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (m, n, k))
+    best = None
+    for tm, tn in GEMM_TILES:
+        tiles = np.ceil(m / tm) * np.ceil(n / tn)
+        padding = m * n / (tiles * tm * tn)
+        split = np.clip(np.floor(sm_count / tiles), 1.0, np.maximum(np.floor(k / MIN_SPLIT_K), 1.0))
+        work = tiles * split
+        waves = work / (np.ceil(work / sm_count) * sm_count)
+        k_split = k / split
+        util = padding * waves * k_split / (k_split + GEMM_K_PROLOGUE * k_stage_scale)
+        best = util if best is None else np.maximum(best, util)
+    return best
+
+
+def gemm_shape_factor(m, n, k, half_dim, k_half_dim=None, sm_count=None, k_stage_scale=1.0):
+    """Fraction of the plateau a (m, n, k) GEMM reaches: by tile and wave quantization on a chip
+    with SMs (``wave_shape_factor``); else (CPUs, TPUs) the smooth prod x / (x + half_dim), with
     ``k_half_dim`` (default ``half_dim``) for the reduction dimension k."""
+    if sm_count:
+        return wave_shape_factor(m, n, k, sm_count, k_stage_scale)
     m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
     kh = half_dim if k_half_dim is None else k_half_dim
     return (m / (m + half_dim)) * (n / (n + half_dim)) * (k / (k + kh))
@@ -111,9 +163,17 @@ def gemm_time_s(m, n, k, rates: ComputeRates, count=1.0):
     """
     m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
     flops = 2.0 * m * n * k
-    compute = flops / (rates.gemm_flops_per_s * gemm_shape_factor(m, n, k, rates.half_dim, rates.k_half_dim))
+    shape = gemm_shape_factor(m, n, k, rates.half_dim, rates.k_half_dim, rates.sm_count, rates.k_stage_scale)
+    compute = flops / (rates.gemm_flops_per_s * shape)
     memory = gemm_traffic_bytes(m, n, k, rates) / rates.hbm_bytes_per_s
     return count * (np.maximum(compute, memory) + rates.kernel_overhead_s)
+
+
+def linear_gemm_times_s(tokens, n, k, rates: ComputeRates):
+    """(forward, data-gradient, weight-gradient) seconds of a linear layer Y = X W with
+    X[tokens, k] and W[k, n]: forward (tokens, n, k); dX = dY W^T is (tokens, k, n); dW = X^T dY
+    is (k, n, tokens), whose reduction runs over the tokens."""
+    return (gemm_time_s(tokens, n, k, rates), gemm_time_s(tokens, k, n, rates), gemm_time_s(k, n, tokens, rates))
 
 
 def memory_bound_time_s(bytes_, rates: ComputeRates, kernels=1.0):
@@ -144,6 +204,47 @@ def attention_core_exponentials(flops_fwd, qk_dim, v_dim):
 #: backward of a fused attention core does ~2.5x the forward matmul work (FlashAttention-2:
 #: five matmuls in backward vs two in forward, Dao 2023, section 3.1).
 ATTENTION_BACKWARD_RATIO = 2.5
+
+
+#: HBM bytes per attention-score element of the materialised (unfused) attention core,
+#: 16-bit scores, as Megatron-LM ran it before fused attention (``FusedScaleMaskSoftmax`` plus
+#: attention dropout, megatron/model/transformer.py, 2020-2022). Forward: QK^T writes the
+#: scores (2), the fused scale-mask-softmax reads them and writes the probabilities (4), dropout
+#: reads them and writes its output and a 1-byte mask (5), the AV batched GEMM reads the output
+#: (2). Backward: the AV gradient GEMM writes dP (2), dropout backward reads dP and the mask and
+#: writes (5), softmax backward reads the probabilities and the gradient and writes dS (6), the
+#: QK^T gradient GEMMs read dS (2) and the probabilities for dV (2).
+MATERIALISED_SCORE_BYTES_FWD = 13.0
+MATERIALISED_SCORE_BYTES_BWD = 17.0
+#: without the fused kernel, scale and mask are two more passes over the scores in forward
+#: (read 2 + write 2 each; the mask's own read is small) and the scale's gradient one more in
+#: backward (Megatron-LM 2019: ``attention_scores * scale``, ``masked_fill``, ``softmax``).
+UNFUSED_SOFTMAX_EXTRA_BYTES_FWD = 8.0
+UNFUSED_SOFTMAX_EXTRA_BYTES_BWD = 4.0
+
+
+def materialised_attention_time_s(tokens, seq_len, heads, qk_dim, v_dim, rates: ComputeRates, softmax_fusion=True):
+    """(forward, backward) seconds of an unfused attention core: batched GEMMs over the full
+    square of scores (the causal mask is applied to them, not skipped) and memory-bound passes
+    over the scores (``MATERIALISED_SCORE_BYTES_*``).
+
+    ``tokens`` queries (micro_batch * seq) over ``heads`` heads (per GPU), each against
+    ``seq_len`` keys. Forward: per (sequence, head), QK^T is (s, s, qk_dim) and PV is
+    (s, v_dim, s); backward: four batched GEMMs (dQ, dK, dV, dP) of the same sizes.
+    """
+    tokens = np.asarray(tokens, dtype=float)
+    s = np.asarray(seq_len, dtype=float)
+    heads = np.asarray(heads, dtype=float)
+    batch = tokens / s * heads          # (sequence, head) pairs: one GEMM each, one launch in all
+    qk = gemm_time_s(s, s, qk_dim, rates, count=batch) - (batch - 1.0) * rates.kernel_overhead_s
+    pv = gemm_time_s(s, v_dim, s, rates, count=batch) - (batch - 1.0) * rates.kernel_overhead_s
+    scores = batch * s * s
+    unfused = 1.0 - np.asarray(softmax_fusion, dtype=float)
+    fwd = qk + pv + memory_bound_time_s(scores * (MATERIALISED_SCORE_BYTES_FWD + unfused * UNFUSED_SOFTMAX_EXTRA_BYTES_FWD),
+                                        rates, 2 + 2 * unfused)
+    bwd = 2.0 * (qk + pv) + memory_bound_time_s(
+        scores * (MATERIALISED_SCORE_BYTES_BWD + unfused * UNFUSED_SOFTMAX_EXTRA_BYTES_BWD), rates, 2 + unfused)
+    return fwd, bwd
 
 
 def attention_time_s(flops_fwd, rates: ComputeRates, exps_fwd=0.0, softmax_exposed=None):

@@ -3,7 +3,7 @@
 Every time the simulator predicts uses the GPU generation's efficiency model
 (``hardware_specs/efficiency/<generation>.yaml``). Most are fitted to published runs; a few
 (CDNA2/CDNA3, TPU v3, the generic CPU) are priors no measured run has checked
-(``EfficiencyModel.fitted`` is false). Outputs put a marker beside such numbers: tables a
+(``EfficiencyModel.is_fitted`` is false: no ``fitted_factors``). Outputs put a marker beside such numbers: tables a
 ``MARK`` and a footnote, JSON and CSV an ``efficiency_fitted`` field.
 """
 from __future__ import annotations
@@ -16,13 +16,13 @@ MARK = "*"
 
 def is_prior(cluster) -> bool:
     """Whether the cluster's times rest on an unfitted efficiency model."""
-    return not efficiency_for_cluster(cluster).fitted
+    return not efficiency_for_cluster(cluster).is_fitted
 
 
 def json_fields(cluster) -> dict:
     """``efficiency_generation``, ``efficiency_fitted`` and what it was fitted on."""
     eff = efficiency_for_cluster(cluster)
-    return {"efficiency_generation": eff.generation, "efficiency_fitted": bool(eff.fitted),
+    return {"efficiency_generation": eff.generation, "efficiency_fitted": bool(eff.is_fitted),
             "efficiency_fitted_on": " ".join(str(eff.fitted_on).split())}
 
 

@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from hardware_specs.catalog import efficiency_for_cluster, load_cluster
+from hardware_specs.catalog import efficiency_for_cluster, load_cluster, load_stack
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError
@@ -31,12 +31,14 @@ from model_specs.model_spec import ModelSpec
 from planners import infeasible
 from planners.explain import explain_text
 from planners.search_space import (DEFAULT_SCHEDULES, FIXABLE, RECOMPUTE_NAMES, SCHEDULE_NAMES,
-                                   SPACE_CHUNK_ROWS, SearchConstraints, enumerate_base)
+                                   SPACE_CHUNK_ROWS, enumerate_base,
+                                   SearchConstraints)
 from planners.stage_assignment import StageAssignment, stage_assignment_for
 from planners.vectorized import DEFAULT_CHUNK_ROWS, Evaluated, evaluate_space, kept_rows, score_space
 from simulator import headroom
 from simulator.parallel_config import MAX_GLOBAL_BATCH, MAX_GPUS, ParallelConfig
 from simulator.report import TIME_PARTS
+from simulator.stack_defaults import stack_config_fields
 from simulator.step_model import LAYER_KEY_FIELDS
 
 GIB = 2**30
@@ -61,10 +63,13 @@ class PlanResult:
         model, cluster, gpu: names.
         gpus: the GPU counts searched, inclusive (lo, hi).
         global_batch: sequences per step; seq_len: tokens per sequence.
-        plans: the fitting configurations, best first (``OUTPUT_COLUMNS`` then the step-time
-            parts of ``simulator.report.TIME_PARTS``, seconds): all of them up to ``max_plans``;
-            beyond, the fastest ``max_plans`` plus every plan on the throughput-vs-memory
-            frontier and the fastest of each GPU count (``fitting`` counts them all).
+        plans: the fitting configurations, best first (``OUTPUT_COLUMNS``, ``pipeline_exact``,
+            then the step-time parts of ``simulator.report.TIME_PARTS``, seconds): all of them up
+            to ``max_plans``; beyond, the fastest ``max_plans`` by the estimated step time plus
+            every plan on the throughput-vs-memory frontier and the fastest of each GPU count
+            (``fitting`` counts them all). Rows with ``pipeline_exact`` False carry the
+            closed-form estimate of their pipeline makespan (they cannot rank among the best:
+            ``refine_exact``).
         pruned: rule -> raw configurations it removed (``search_space.RULES``, incl. memory).
         raw_size: configurations in the unpruned space; evaluated: rows scored.
         memory_limit_bytes: HBM minus the headroom; hbm_bytes: the GPU's memory.
@@ -72,7 +77,6 @@ class PlanResult:
             eval_cpu_s: CPU seconds of that scoring in this process.
         stage_assignment: the winner's layers per (virtual) stage.
         explain: why the winner wins and what the pruning removed (text).
-        fitting: configurations that fit (``len(plans)`` unless ``max_plans`` cut the table).
     """
 
     model: str
@@ -93,6 +97,8 @@ class PlanResult:
     stage_assignment: StageAssignment | None = None
     explain: str = ""
     dtypes: tuple[str, ...] = field(default=("bf16",))
+    stack: str = "megatron-core"
+    software: Mapping[str, Mapping] = field(default_factory=dict)
     fitting: int = 0
 
     @property
@@ -111,8 +117,10 @@ class PlanResult:
         return self.plans.iloc[0].to_dict()
 
     def config(self, rank: int = 0) -> ParallelConfig:
-        """The configuration ranked ``rank`` (0 = best) as a validated ``ParallelConfig``."""
-        return row_config(self.plans.iloc[rank])
+        """The configuration ranked ``rank`` (0 = best) as a validated ``ParallelConfig``, with
+        the software stack's fields it was scored with."""
+        row = self.plans.iloc[rank]
+        return row_config(row, self.software.get(str(row["dtype"])))
 
     @property
     def best_config(self) -> ParallelConfig:
@@ -145,43 +153,67 @@ class PlanResult:
         return order.loc[tps > running, list(OUTPUT_COLUMNS)].reset_index(drop=True)
 
 
-def rerank_with_event_level(plans: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec,
-                            eff: EfficiencyModel, top: int) -> pd.DataFrame:
-    """Re-rank the ``top`` plans by their event-level step time (``simulator.event_level``).
+#: plans whose step time is computed exactly (the schedule's DAG makespan) at least: the best
+#: ``TOP_EXACT`` by time, the memory Pareto front and the best per GPU count, plus every plan
+#: whose lower bound could beat one of them; at most ``MAX_EXACT`` rows.
+TOP_EXACT = 50
+MAX_EXACT = 4000
 
-    The closed-form bubble scores every candidate; the few that matter are then simulated
-    operation by operation, which is exact for uneven stages and the zero-bubble schedules.
-    Their step_time_s, tokens/s and MFU become the event-level values (equal to ``simulate``'s
-    default); ``closed_form_step_time_s`` keeps the scoring value for every row.
+
+def refine_exact(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, space, global_batch: int, ev,
+                 top: int = TOP_EXACT, max_rows: int = MAX_EXACT, defaults: tuple = ()):
+    """``ev`` with the exact pipeline makespan for every row that can rank among the best.
+
+    ``evaluate_space`` gives every fitting row its pipeline makespan by the closed-form estimate
+    and a lower bound (``step_model.evaluate``). Rows are computed exactly, lowest bound first,
+    until no estimated row's lower bound beats the ``top``-th best time, the best time of a row
+    with less memory (the Pareto front) or the best time at its GPU count; so the reported
+    winners, front and per-count bests are what ``simulate`` says of them.
     """
-    from simulator.simulate import simulate
+    from planners.vectorized import evaluate_rows_exact
+    out = {k: np.array(v, dtype=float, copy=True) for k, v in ev.outputs.items()}
+    n = len(ev.rows)
+    if n == 0:
+        return ev
+    exact = out["pipeline_exact"].astype(bool)
+    mem_order = np.argsort(out["memory_bytes"], kind="stable")
+    cols = space.columns
+    n_gpus = (cols["dp"] * cols["tp"] * cols["pp"] * cols["cp"])[ev.rows]
+    gpu_values, gpu_group = np.unique(n_gpus, return_inverse=True)
+    budget = max_rows
+    while budget > 0:
+        t, lb = out["step_time_s"], out["step_time_lower_s"]
+        k = min(top, n) - 1
+        kth = np.partition(t, k)[k]
+        run_min = np.minimum.accumulate(t[mem_order])
+        frontier = np.empty(n)
+        frontier[mem_order] = np.concatenate([[np.inf], run_min[:-1]])
+        group_best = np.full(len(gpu_values), np.inf)
+        np.minimum.at(group_best, gpu_group, t)
+        need = ~exact & ((lb <= kth) | (lb < frontier) | (lb <= group_best[gpu_group]))
+        if not need.any():
+            break
+        idx = np.flatnonzero(need)
+        idx = idx[np.argsort(lb[idx], kind="stable")][:budget]
+        res = evaluate_rows_exact(model, cluster, eff, space, global_batch, ev.rows[idx], ev.dtype_index[idx],
+                                  defaults)
+        for key, value in res.items():
+            out[key][idx] = value
+        exact[idx] = True
+        budget -= len(idx)
+    out["pipeline_exact"] = exact.astype(float)
+    return replace(ev, outputs=out)
 
-    plans = plans.copy()
-    plans["closed_form_step_time_s"] = plans["step_time_s"]
-    plans["event_level"] = False
-    head = plans.head(top).copy()
-    for i, row in head.iterrows():
-        report = simulate(model, cluster, row_config(row), efficiency=eff, event_level=True)
-        scale = row["step_time_s"] / report.step_time_s
-        for col in ("tokens_per_s", "tokens_per_s_per_gpu", "mfu"):
-            if col in head:
-                head.at[i, col] = row[col] * scale
-        for part, value in report.time_breakdown_s.items():
-            if part in head:
-                head.at[i, part] = value
-        head.at[i, "step_time_s"] = report.step_time_s
-        head.at[i, "event_level"] = True
-    head = head.sort_values("step_time_s", kind="stable")
-    return pd.concat([head, plans.iloc[len(head):]], ignore_index=True)
 
-
-def row_config(row) -> ParallelConfig:
-    """A ranked-table row as a ``ParallelConfig``."""
+def row_config(row, software: Mapping | None = None) -> ParallelConfig:
+    """A ranked-table row as a ``ParallelConfig``; ``software``: the stack fields it ran with
+    (``PlanResult.software`` for its dtype), else ``ParallelConfig``'s defaults."""
     return ParallelConfig(
         dp=int(row["dp"]), tp=int(row["tp"]), pp=int(row["pp"]), cp=int(row["cp"]), ep=int(row["ep"]),
         vpp=int(row["vpp"]), micro_batch=int(row["micro_batch"]), global_batch=int(row["global_batch"]),
         zero_stage=int(row["zero_stage"]), recompute=str(row["recompute"]),
-        sequence_parallel=bool(row["sequence_parallel"]), dtype=str(row["dtype"]), schedule=str(row["schedule"]))
+        sequence_parallel=bool(row["sequence_parallel"]), dtype=str(row["dtype"]), schedule=str(row["schedule"]),
+        **dict(software or {}))
 
 
 # --------------------------------------------------------------------------------------------
@@ -284,9 +316,10 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
          headroom_gib: float | None = None, dtypes: Iterable[str] | None = None,
          schedules: Iterable[str] = DEFAULT_SCHEDULES, max_micro_batch: int | None = None,
          efficiency: EfficiencyModel | None = None, prune_dominated: bool = True,
-         chunk_rows: int = DEFAULT_CHUNK_ROWS, workers: int | None = None, rerank_event_level: int = 10,
+         chunk_rows: int = DEFAULT_CHUNK_ROWS, workers: int | None = None,
          progress: Callable[[int, int], None] | None = None, assign_stages: bool = True,
-         max_plans: int | None = MAX_PLANS, space_chunk_rows: int | None = SPACE_CHUNK_ROWS) -> PlanResult:
+         stack: str = "megatron-core", max_plans: int | None = MAX_PLANS,
+         space_chunk_rows: int | None = SPACE_CHUNK_ROWS) -> PlanResult:
     """Rank every valid configuration of ``model`` on ``gpus`` GPUs of ``cluster`` that fits.
 
     Args:
@@ -304,6 +337,9 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
         prune_dominated: drop configurations that cannot win (counted in ``pruned``).
         chunk_rows, workers, progress: see ``vectorized.evaluate_space``.
         assign_stages: split the winner's layers over its stages.
+        stack: the software stack every plan runs (``hardware_specs/stacks``, name or
+            ``StackSpec``): its documented
+            overlap, kernels, fusion and gradient dtype, with its recipe for this model.
         max_plans: keep at most this many fitting plans in ``PlanResult.plans`` (the fastest),
             plus every plan on the throughput-vs-memory frontier and the fastest of each GPU
             count, so memory stays bounded on large searches (None: keep all).
@@ -333,28 +369,45 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
         fixed=fixed, dtypes=dtypes, schedules=schedules,
         max_micro_batch=max_micro_batch, prune_dominated=prune_dominated)
 
+    # the space is built and scored chunk by chunk; only the rows a result can show are kept
     base = enumerate_base(model, constraints, space_chunk_rows)
     if base.total == 0:
         raise infeasible.no_layout(model, constraints, cluster.gpus_per_node)
-    scored = score_space(model, cluster, eff, base, limit, max_plans, chunk_rows=chunk_rows, workers=workers,
-                         progress=progress)
-    if scored.fitting == 0:
-        row, combo, dtype_index = scored.min_memory_pick
-        smallest = base.pick(np.array([row]), np.array([combo]))
-        ev = Evaluated(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), {}, scored.evaluated,
-                       scored.min_memory_bytes, 0, dtype_index)
-        raise infeasible.nothing_fits(model, cluster, eff, constraints, smallest, ev, limit, headroom_gib)
-
-    plans = _kept_table(model, cluster, eff, base, scored, limit, max_plans)
-    if rerank_event_level:
-        plans = rerank_with_event_level(plans, model, cluster, eff, rerank_event_level)
+    stack_spec = load_stack(stack) if isinstance(stack, str) else stack
+    defaults = tuple(stack_config_fields(stack_spec, d, model.name, cluster.gpu.name) for d in dtypes)
+    if base.n_chunks == 1:        # the whole space at once: every fitting row, scored once
+        space = base.chunk(0)[0]
+        ev = evaluate_space(model, cluster, eff, space, gbs, limit, chunk_rows=chunk_rows, workers=workers,
+                            progress=progress, defaults=defaults)
+        if len(ev.rows) == 0:
+            raise infeasible.nothing_fits(model, cluster, eff, constraints, space, ev, limit, headroom_gib)
+        ev = refine_exact(model, cluster, eff, space, gbs, ev, defaults=defaults)
+        plans = _ranked_table(space, ev, gbs, cluster.gpu.hbm_bytes)
+        if max_plans is not None and len(plans) > max_plans:
+            keep = kept_rows(plans["tokens_per_s"].to_numpy(), plans["memory_gib"].to_numpy(),
+                             plans["n_gpus"].to_numpy(), max_plans)
+            plans = plans[keep].reset_index(drop=True)
+        plans = plans.drop(columns="_row")
+        evaluated, fitting, eval_s, eval_cpu_s = ev.evaluated, len(ev.rows), ev.wall_s, ev.cpu_s
+    else:                         # chunk by chunk: only the rows a result can show are kept
+        scored = score_space(model, cluster, eff, base, limit, max_plans, chunk_rows=chunk_rows, workers=workers,
+                             progress=progress, defaults=defaults, refine=refine_exact)
+        if scored.fitting == 0:
+            row, combo, dtype_index = scored.min_memory_pick
+            smallest = base.pick(np.array([row]), np.array([combo]))
+            ev = Evaluated(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), {}, scored.evaluated,
+                           scored.min_memory_bytes, 0, dtype_index)
+            raise infeasible.nothing_fits(model, cluster, eff, constraints, smallest, ev, limit, headroom_gib)
+        plans = _kept_table(model, cluster, eff, base, scored, limit, max_plans, defaults)
+        evaluated, fitting, eval_s, eval_cpu_s = scored.evaluated, scored.fitting, scored.wall_s, scored.cpu_s
     pruned = dict(base.pruned)
-    pruned["memory"] = scored.evaluated - scored.fitting
+    pruned["memory"] = evaluated - fitting
     result = PlanResult(
         model=model.name, cluster=cluster.name, gpu=cluster.gpu.name, gpus=(lo, hi), global_batch=gbs,
-        seq_len=model.seq_len, plans=plans, pruned=pruned, raw_size=base.raw_size, evaluated=scored.evaluated,
-        memory_limit_bytes=limit, hbm_bytes=cluster.gpu.hbm_bytes, wall_s=0.0, eval_s=scored.wall_s,
-        eval_cpu_s=scored.cpu_s, dtypes=dtypes, fitting=scored.fitting)
+        seq_len=model.seq_len, plans=plans, pruned=pruned, raw_size=base.raw_size, evaluated=evaluated,
+        memory_limit_bytes=limit, hbm_bytes=cluster.gpu.hbm_bytes, wall_s=0.0, eval_s=eval_s,
+        eval_cpu_s=eval_cpu_s, dtypes=dtypes, stack=stack_spec.name, software=dict(zip(dtypes, defaults)),
+        fitting=fitting)
     stages = None
     if assign_stages:
         stages = stage_assignment_for(model, cluster, eff, result.best_config, limit)
@@ -367,24 +420,29 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
 _RANK_BY, _RANK_ASCENDING = ["tokens_per_s", "memory_gib", "dtype", "_row"], [False, True, True, True]
 
 
-def _kept_table(model, cluster, eff, base, scored, limit: float, max_plans: int | None) -> pd.DataFrame:
+def _kept_table(model, cluster, eff, base, scored, limit: float, max_plans: int | None, defaults: tuple) -> pd.DataFrame:
     """The ranked table of the rows ``kept_rows`` keeps over the whole space: those rows are
-    rebuilt and scored again with the step model (row-wise, so with the very numbers the
-    search found), one dtype at a time, each sorted by the layer key."""
+    rebuilt and scored again with the step model (row-wise, so with the very numbers the search
+    found), one dtype at a time, each sorted by the layer key; then the ones that can rank get
+    their exact pipeline makespan (``refine_exact``)."""
     keep = kept_rows(scored.tokens_per_s, scored.memory_bytes, scored.n_gpus, max_plans)
     tables = []
     for d in np.unique(scored.dtype_index[keep]):
         sel = keep & (scored.dtype_index == d)
         space = base.pick(scored.base_rows[sel], scored.combos[sel])
         order = np.lexsort([space.columns[k] for k in reversed(LAYER_KEY_FIELDS) if k in space.columns])
-        space = replace(space, columns={k: v[order] for k, v in space.columns.items()})
-        ev = evaluate_space(model, cluster, eff, replace(space, dtypes=(space.dtypes[d],)), base.global_batch,
-                            limit, workers=1)
-        ev = replace(ev, dtype_index=np.full(len(ev.rows), d))
-        tables.append(_ranked_table(space, ev, base.global_batch, cluster.gpu.hbm_bytes,
-                                    row_ids=scored.positions[sel][order]))
+        space = replace(space, columns={k: v[order] for k, v in space.columns.items()},
+                        dtypes=(space.dtypes[d],))
+        own = (defaults[d],) if defaults else ()
+        ev = evaluate_space(model, cluster, eff, space, base.global_batch, limit, workers=1, defaults=own)
+        ev = refine_exact(model, cluster, eff, space, base.global_batch, ev, defaults=own)
+        table = _ranked_table(space, ev, base.global_batch, cluster.gpu.hbm_bytes,
+                              row_ids=scored.positions[sel][order])
+        table["dtype"] = pd.Categorical([base.dtypes[d]] * len(table), categories=list(base.dtypes))
+        tables.append(table)
     plans = tables[0] if len(tables) == 1 else pd.concat(tables, ignore_index=True)
-    return plans.sort_values(_RANK_BY, ascending=_RANK_ASCENDING, kind="stable", ignore_index=True)
+    plans = plans.sort_values(_RANK_BY, ascending=_RANK_ASCENDING, kind="stable", ignore_index=True)
+    return plans.drop(columns="_row")
 
 
 def _ranked_table(space, ev, gbs: int, hbm_bytes: float, row_ids: np.ndarray | None = None) -> pd.DataFrame:
@@ -408,6 +466,8 @@ def _ranked_table(space, ev, gbs: int, hbm_bytes: float, row_ids: np.ndarray | N
         "step_time_s": out["step_time_s"][order], "tokens_per_s": out["tokens_per_s"][order],
         "tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"][order], "mfu": out["mfu"][order],
         "memory_gib": mem / GIB, "headroom_gib": (hbm_bytes - mem) / GIB,
+        "pipeline_exact": out["pipeline_exact"][order].astype(bool),
+        "step_time_lower_s": out["step_time_lower_s"][order],
     }
     for k in TIME_PARTS:
         data[k] = out[k][order]

@@ -26,7 +26,8 @@ from simulator.report import TIME_PARTS
 from simulator.step_model import evaluate, memory_parts
 
 #: step-model outputs the planner keeps for every fitting row.
-KEPT_OUTPUTS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "memory_bytes") + TIME_PARTS
+KEPT_OUTPUTS = ("step_time_s", "step_time_lower_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "memory_bytes",
+                "pipeline_exact") + TIME_PARTS
 #: rows per ``evaluate`` call. The step model makes a few hundred temporary arrays per call; at
 #: 16k rows they stay in cache, and measured throughput is ~1.5-2x that of 200k-row chunks.
 DEFAULT_CHUNK_ROWS = 16_384
@@ -68,12 +69,13 @@ def _template() -> ConfigBatch:
 
 
 def config_batch(columns: Mapping[str, np.ndarray], dtype: str, global_batch: int,
-                 start: int = 0, stop: int | None = None) -> ConfigBatch:
+                 start: int = 0, stop: int | None = None, defaults: Mapping | None = None) -> ConfigBatch:
     """Rows ``start:stop`` of ``columns`` as a ``ConfigBatch``; fields the planner does not search
-    take ``ParallelConfig``'s defaults (so new ConfigBatch fields need no change here)."""
+    take ``defaults`` (a software stack's fields, ``simulator.stack_defaults``) or else
+    ``ParallelConfig``'s defaults (so new ConfigBatch fields need no change here)."""
     stop = len(columns["dp"]) if stop is None else stop
     n = stop - start
-    template = _template()
+    template = _template() if not defaults else ConfigBatch.from_configs([ParallelConfig(**dict(defaults))])
     kwargs = {}
     for f in fields(ConfigBatch):
         name = f.name
@@ -103,6 +105,7 @@ class _Job:
     dtypes: tuple[str, ...]
     global_batch: int
     memory_limit_bytes: float
+    defaults: tuple = ()              # per dtype: the software stack's ParallelConfig fields
 
 
 _JOB: _Job | None = None   # set before forking so workers inherit it without pickling
@@ -112,13 +115,17 @@ def _evaluate_chunk(job: _Job, dtype_index: int, start: int, stop: int):
     """Memory of every row of the chunk; step time only of the rows that fit (a row that does
     not fit is never ranked, and ``evaluate`` is row-wise, so timing the fitting subset gives
     the very numbers timing the whole chunk would)."""
-    batch = config_batch(job.columns, job.dtypes[dtype_index], job.global_batch, start, stop)
+    defaults = job.defaults[dtype_index] if job.defaults else None
+    batch = config_batch(job.columns, job.dtypes[dtype_index], job.global_batch, start, stop, defaults)
     parts = memory_parts(job.model, job.cluster, job.eff, batch)
     mem = np.asarray(parts["memory_bytes"], dtype=float)
     fit = np.flatnonzero(mem <= job.memory_limit_bytes)
     if len(fit):
         fitting_parts = {k: np.broadcast_to(v, mem.shape)[fit] for k, v in parts.items()}
-        out = evaluate(job.model, job.cluster, job.eff, batch.take(fit), memory_by_part=fitting_parts)
+        # the pipeline makespan of every fitting row by its closed-form estimate and lower bound;
+        # ``plan`` computes the exact DAG makespan of the rows that can matter
+        out = evaluate(job.model, job.cluster, job.eff, batch.take(fit), memory_by_part=fitting_parts,
+                       exact_pipeline=np.zeros(len(fit), dtype=bool))
         kept = {k: np.asarray(out[k], dtype=float) for k in KEPT_OUTPUTS}
     else:
         kept = {k: np.zeros(0) for k in KEPT_OUTPUTS}
@@ -137,6 +144,20 @@ class _ChunkResult:
     min_memory_row: int
 
 
+def evaluate_rows_exact(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, space: SearchSpace,
+                        global_batch: int, rows: np.ndarray, dtype_index: np.ndarray, defaults=()) -> dict:
+    """``KEPT_OUTPUTS`` of the given (row, dtype) pairs with the exact pipeline makespan."""
+    out = {k: np.zeros(len(rows)) for k in KEPT_OUTPUTS}
+    for d in np.unique(dtype_index):
+        sel = np.flatnonzero(dtype_index == d)
+        cols = {k: v[rows[sel]] for k, v in space.columns.items()}
+        batch = config_batch(cols, space.dtypes[int(d)], global_batch, defaults=defaults[int(d)] if defaults else None)
+        res = evaluate(model, cluster, eff, batch)
+        for k in KEPT_OUTPUTS:
+            out[k][sel] = np.asarray(res[k], dtype=float)
+    return out
+
+
 def _worker(task):
     return _evaluate_chunk(_JOB, *task)
 
@@ -148,17 +169,19 @@ def _tasks(n_rows: int, n_dtypes: int, chunk_rows: int) -> list[tuple[int, int, 
 def evaluate_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, space: SearchSpace,
                    global_batch: int, memory_limit_bytes: float, chunk_rows: int = DEFAULT_CHUNK_ROWS,
                    workers: int | None = None,
-                   progress: Callable[[int, int], None] | None = None) -> Evaluated:
+                   progress: Callable[[int, int], None] | None = None, defaults: tuple = ()) -> Evaluated:
     """Evaluate every row of ``space`` in every dtype; keep those with memory <= the limit.
 
     ``workers``: processes (None: all CPUs when the search is large, else 1).
+    ``defaults``: per dtype of ``space.dtypes``, the ParallelConfig fields the planner does not
+    search (the software stack's, ``simulator.stack_defaults.stack_config_fields``).
     ``progress(done_rows, total_rows)`` is called after each chunk.
     """
     global _JOB
     t0, c0 = time.perf_counter(), time.process_time()
     n = len(space)
     total = n * len(space.dtypes)
-    job = _Job(model, cluster, eff, space.columns, space.dtypes, global_batch, memory_limit_bytes)
+    job = _Job(model, cluster, eff, space.columns, space.dtypes, global_batch, memory_limit_bytes, tuple(defaults))
     if workers is None:
         workers = (os.cpu_count() or 1) if total >= PARALLEL_MIN_ROWS else 1
     if n == 0:
@@ -264,6 +287,8 @@ class _ScoreJob:
     memory_limit_bytes: float
     max_plans: int | None
     chunk_rows: int
+    defaults: tuple = ()
+    refine: Callable | None = None
 
 
 _SCORE_JOB: _ScoreJob | None = None
@@ -273,7 +298,12 @@ def _score_chunk(job: _ScoreJob, i: int) -> dict:
     c0 = time.process_time()
     space, rows, combo = job.base.chunk(i)
     ev = evaluate_space(job.model, job.cluster, job.eff, space, job.base.global_batch, job.memory_limit_bytes,
-                        chunk_rows=job.chunk_rows, workers=1)
+                        chunk_rows=job.chunk_rows, workers=1, defaults=job.defaults)
+    if job.refine is not None and len(ev.rows):
+        # exact times for every row that can rank in this chunk: a superset of those it can
+        # rank among in the whole space (the chunk's thresholds are looser), so the kept rows
+        # are chosen by the times the whole search would give them
+        ev = job.refine(job.model, job.cluster, job.eff, space, job.base.global_batch, ev, defaults=job.defaults)
     cols = space.columns
     n = (cols["dp"] * cols["tp"] * cols["pp"] * cols["cp"])[ev.rows]
     tps, mem = ev.outputs["tokens_per_s"], ev.outputs["memory_bytes"]
@@ -294,16 +324,20 @@ def _score_worker(i: int) -> dict:
 
 def score_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, base: SpaceBase,
                 memory_limit_bytes: float, max_plans: int | None, chunk_rows: int = DEFAULT_CHUNK_ROWS,
-                workers: int | None = None, progress: Callable[[int, int], None] | None = None) -> Scored:
+                workers: int | None = None, progress: Callable[[int, int], None] | None = None,
+                defaults: tuple = (), refine: Callable | None = None) -> Scored:
     """Score every row of ``base`` (each chunk built, evaluated and reduced to ``kept_rows`` in
     one step, so memory is bounded by a chunk and the kept rows, not by the space); chunks are
     split over processes (fork) when the space is large.
 
-    ``progress(done_rows, total_rows)`` is called after each chunk (rows of every dtype).
+    ``progress(done_rows, total_rows)`` is called after each chunk (rows of every dtype);
+    ``defaults``: per dtype, the fields the planner does not search (see ``evaluate_space``);
+    ``refine(model, cluster, eff, space, global_batch, ev, defaults=)``: applied to each chunk's
+    evaluation before its rows are chosen (``planners.plan.refine_exact``).
     """
     global _SCORE_JOB
     t0, c0 = time.perf_counter(), time.process_time()
-    job = _ScoreJob(model, cluster, eff, base, memory_limit_bytes, max_plans, chunk_rows)
+    job = _ScoreJob(model, cluster, eff, base, memory_limit_bytes, max_plans, chunk_rows, tuple(defaults), refine)
     total = base.total * len(base.dtypes)
     if workers is None:
         workers = (os.cpu_count() or 1) if total >= PARALLEL_MIN_ROWS else 1

@@ -435,16 +435,14 @@ def test_a_timeline_of_too_many_operations_is_refused_before_any_work(tmp_path):
                               "--gantt", tmp_path / "g.txt"), "--gantt", "image format")
 
 
-def test_a_step_of_a_million_micro_batches_keeps_the_closed_form_bubble():
-    from simulator.event_level import MAX_EVENT_OPS, pipeline_ops
-    from simulator.parallel_config import ParallelConfig
-    config = ParallelConfig(pp=4, global_batch=10**6)
-    assert pipeline_ops(config, config.num_microbatches) > MAX_EVENT_OPS
+def test_a_step_of_a_million_micro_batches_is_answered_quickly_and_finite():
+    import time
+    t0 = time.process_time()
     result = run("simulate", "-m", "gpt3-125m", "-c", "dgx-h100", "--pp", "4", "--global-batch", "1000000", "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["step_time_s"] > 0 and math.isfinite(report["step_time_s"])
-    assert "closed_form_step_time_s" not in report.get("extras", {})       # not simulated op by op
+    assert time.process_time() - t0 < 5.0
 
 
 # ---- honest defaults: priors, headroom, MFU ---------------------------------------------------------

@@ -39,7 +39,7 @@ def _prior_names() -> set[str]:
     names = set()
     for name in list_clusters():
         cluster = load_cluster(name)
-        if not efficiency_for_cluster(cluster).fitted:
+        if not efficiency_for_cluster(cluster).is_fitted:
             names |= {name, cluster.gpu.name}
     return names
 

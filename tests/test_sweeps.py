@@ -32,7 +32,7 @@ def test_points_are_the_product_of_the_axes_in_order():
 @pytest.mark.parametrize("change, field", [({"models": []}, "models"), ({"kind": "inference"}, "kind"),
                                            ({"kind": "serving"}, "kind"), ({"config": {"tq": [1]}}, "config.tq"),
                                            ({"gpus": [0]}, "gpus"), ({"global_batch": [8]}, "global_batch"),
-                                           ({"search": "best"}, "stacks"), ({"chunk_points": 0}, "chunk_points"),
+                                           ({"stacks": [1.5]}, "stacks"), ({"chunk_points": 0}, "chunk_points"),
                                            ({"nope": 1}, "nope")])
 def test_a_bad_spec_is_one_input_error_naming_the_key(change, field):
     with pytest.raises(InputError) as err:
@@ -48,17 +48,15 @@ def test_simulated_points_equal_api_simulate_row_by_row():
     assert df.loc[df.status == "invalid", "reason"].str.len().gt(0).all()
     ok = df[df.status == "ok"].sample(8, random_state=18)
     for _, row in ok.iterrows():       # the stack's documented behaviour set the software fields
+        from model_specs.catalog import load_model
+        from paraplan.sweeps.evaluate import stack_fields
+        software = stack_fields(row["stack"], row["dtype"], load_model(row.model), row["gpu"], int(row.tp))
         one = api.simulate(row.model, row.cluster, gpus=int(row.gpus), tp=int(row.tp), pp=int(row.pp), ep=int(row.ep),
                            zero_stage=int(row.zero_stage), recompute=row.recompute,
-                           global_batch_tokens=int(row.global_batch_tokens), overlap_grad_reduce=True,
-                           overlap_param_gather=True, grad_accumulation_fusion=True).iloc[0]
-        # the sweep scores like the planner (closed-form bubble); simulate's default is event-level
-        closed = api.simulate_report(row.model, row.cluster, gpus=int(row.gpus), tp=int(row.tp), pp=int(row.pp),
-                                     ep=int(row.ep), zero_stage=int(row.zero_stage), recompute=row.recompute,
-                                     global_batch_tokens=int(row.global_batch_tokens))[0]
+                           global_batch_tokens=int(row.global_batch_tokens), **software).iloc[0]
         assert row.memory_gib == pytest.approx(one.memory_gib, rel=1e-12)
-        assert row.step_time_s == pytest.approx(closed.extras.get("closed_form_step_time_s", closed.step_time_s),
-                                                rel=1e-9)
+        assert row.step_time_s == pytest.approx(one.step_time_s, rel=1e-9)
+        assert row.mfu_bf16_pct == pytest.approx(100 * one.mfu, rel=1e-9)
     assert bool(df[df.cluster == "mi300x-node"]["efficiency_fitted"].any()) is False
     assert bool(df[df.cluster == "dgx-h100"]["efficiency_fitted"].all()) is True
 

@@ -118,6 +118,28 @@ def _table(df, ranked: bool = True) -> str:
     return format_table(rows, headers)
 
 
+def _emit(result: PlanResult, spec, framework: str) -> str:
+    """The launch of the fastest plan ``framework`` can run; a note on stderr says which rank it
+    had and how much slower than the unrestricted winner it is (DeepSpeed's recipe follows)."""
+    from paraplan import exports
+    from paraplan.api import config_label
+    context = {"model": spec, "seq_len": result.seq_len, "gpu": result.gpu, "cluster": result.cluster}
+    row, rank, slowdown = exports.best_runnable(result.plans, framework, **context)
+    if rank == 0:
+        note = f"the unrestricted winner runs in {framework} as planned"
+    else:
+        winner = {**result.plans.iloc[0].to_dict(), **context}
+        why = exports.refusal(winner, framework)
+        note = (f"best plan {framework} can run: rank {rank + 1} of {len(result.plans)}, {100 * slowdown:.1f}% "
+                f"slower than the unrestricted winner ({config_label(winner)}: {why.field}: {why.message})")
+    text = exports.emit(row, framework, note=note)
+    click.echo(f"paraplan: {note}", err=True)
+    recipe = exports.launch_notes(row, framework, note)
+    if recipe:
+        click.echo(recipe, err=True, nl=False)
+    return text
+
+
 def _header(result: PlanResult) -> str:
     lo, hi = result.gpus
     gpus = f"{lo}" if lo == hi else f"{lo}-{hi}"
@@ -188,14 +210,19 @@ def _csv(df) -> str:
                    "to the modelled peak].")
 @click.option("--dtype", "dtypes", multiple=True, type=click.Choice(list(KNOWN_DTYPES)),
               help="GEMM dtype to allow (repeatable) [default: the GPU's 16-bit type].")
+@click.option("--stack", default="megatron-core", show_default=True, metavar="NAME",
+              help="Software stack every plan runs (its overlap, kernels, fusion, gradient dtype and recipe "
+                   "for this model); see `paraplan hardware stacks`.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (request, search counts, pruned, plans, stage_layers).")
 @click.option("--csv", "as_csv", is_flag=True, help="Print the top plans (or, with --pareto, the frontier) as CSV.")
 @click.option("--pareto", is_flag=True, help="Also print the throughput-vs-memory frontier (and vs GPUs for a range).")
 @click.option("--explain", is_flag=True, help="Explain the winner against the runner-up; pruned counts per rule.")
 @click.option("--emit", type=click.Choice(["megatron", "torchtitan", "deepspeed"]),
-              help="Print the best plan's launch flags / TOML / JSON for this framework instead of the table.")
+              help="Print the launch of the best plan this framework can run as planned (Megatron-LM: env + "
+                   "flags; torchtitan 0.3.0: a config module; DeepSpeed 0.19.8: JSON, recipe on stderr) "
+                   "instead of the table, and say how much slower it is than the unrestricted winner.")
 def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, top, max_tp, fix, headroom_gib,
-            dtypes, as_json, as_csv, pareto, explain, max_micro_batch, emit, **explicit) -> None:
+            dtypes, stack, as_json, as_csv, pareto, explain, max_micro_batch, emit, **explicit) -> None:
     """Find the parallel configurations of MODEL on CLUSTER with the highest throughput that fit
     in memory: every factorisation of the GPUs over dp x tp x pp x cp (x ep), virtual pipeline
     stages, micro-batch, ZeRO 0-3, recomputation and sequence parallelism, scored by the same
@@ -206,7 +233,8 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
       paraplan plan -m llama3.1-405b -c dgx-h100 -n 16384 --global-batch-tokens 16777216
       paraplan plan -m megatron-530b -c dgx-a100-80gb -n 4480-5120 --global-batch 2520 --pareto
       paraplan plan -m llama3-70b -c dgx-h100 -n 64 --global-batch 128 --fix zero=1 --explain
-      paraplan plan -m llama3-70b -c dgx-h100 -n 256 --global-batch-tokens 4194304 --fix zero=1 --emit megatron
+      paraplan plan -m llama3-70b -c dgx-h100 -n 256 --global-batch-tokens 4194304 --emit megatron > launch.sh
+      paraplan plan -m llama3-70b -c dgx-h100 -n 256 --global-batch-tokens 4194304 --emit torchtitan > paraplan_plan.py
     """
     if as_json and as_csv:
         raise InputError("--json", "give --json or --csv, not both")
@@ -225,14 +253,12 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
     try:
         result = plan(spec, cl, parse_gpus(gpus), global_batch, global_batch_tokens=global_batch_tokens,
                       max_tp=max_tp, fixed=fixed, headroom_gib=headroom_gib, dtypes=dtypes or None,
-                      max_micro_batch=max_micro_batch, progress=bar)
+                      max_micro_batch=max_micro_batch, progress=bar, stack=stack)
     finally:
         bar.close()
     is_range = result.gpus[0] != result.gpus[1]
     if emit:
-        from paraplan import exports
-        click.echo(exports.emit({**result.best, "model": spec, "seq_len": result.seq_len,
-                                 "cluster": result.cluster, "gpu": result.gpu}, emit), nl=False)
+        click.echo(_emit(result, spec, emit), nl=False)
         return
     if as_json:
         click.echo(_json(result, top, pareto, explain, cl), nl=False)

@@ -22,6 +22,7 @@ from simulator import headroom
 from simulator.config_batch import ConfigBatch
 from simulator.parallel_config import ParallelConfig
 from simulator.report import TIME_PARTS
+from simulator.stack_defaults import stack_config_fields, stack_sequence_parallel
 from simulator.step_model import evaluate
 from simulator.validate_config import check_config
 
@@ -35,23 +36,13 @@ PLAN_COLUMNS = ("n_gpus", "dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "g
                 "tokens_per_s_per_gpu", "memory_gib", "headroom_gib", "fits") + TIME_PARTS
 
 
-def stack_fields(stack_name: str | None, tp: int) -> dict:
-    """The ``ParallelConfig`` software fields a stack's documented training behaviour sets
-    (``hardware_specs/stacks``); behaviours the step model has no field for are not applied."""
-    if stack_name is None:
-        return {}
-    behaviour = load_stack(stack_name).training
-    if behaviour is None:
-        raise InputError("stacks", f"stack {stack_name} has no training section")
-    out = {k: getattr(behaviour, k) for k in ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-                                              "grad_accumulation_fusion", "zero3_recompute_gather")}
-    if behaviour.attention_kernel == "materialized":
-        out["flash_attention"] = False
-    else:
-        out["attention_kernel"] = behaviour.attention_kernel
-    if behaviour.sequence_parallel_with_tp and tp > 1:
-        out["sequence_parallel"] = True
-    return out
+def stack_fields(stack_name: str, dtype: str, model, gpu: str, tp: int) -> dict:
+    """The ``ParallelConfig`` software fields the stack's documented behaviour sets for this run
+    (``simulator.stack_defaults``, as ``paraplan simulate --stack``), sequence parallelism too."""
+    stack = load_stack(stack_name)
+    fields = stack_config_fields(stack, dtype, model.name, gpu)
+    fields["sequence_parallel"] = stack_sequence_parallel(stack, tp, model.name, gpu, dtype)
+    return fields
 
 
 def _batch(point: Mapping, seq_len: int) -> int:
@@ -65,7 +56,7 @@ def _batch(point: Mapping, seq_len: int) -> int:
 
 def _base_row(index: int, point: Mapping, kind: str, search: str) -> dict:
     return {"point": index, "kind": kind, "search": search, "model": point["model"], "cluster": point["cluster"],
-            "stack": point["stack"] or "", "gpus": point["gpus"], "status": "ok", "reason": ""}
+            "stack": point["stack"], "gpus": point["gpus"], "status": "ok", "reason": ""}
 
 
 def _context(point: Mapping):
@@ -82,8 +73,9 @@ def _simulate_group(rows: list[dict], points: list[Mapping], model, cluster) -> 
     configs, where = [], []
     for row, point in zip(rows, points):
         try:
-            fields = dict(point["config"])
-            fields.update(stack_fields(point["stack"], int(fields.get("tp", 1))))
+            given = dict(point["config"])
+            fields = stack_fields(point["stack"], point["dtype"], model, cluster.gpu.name, int(given.get("tp", 1)))
+            fields.update(given)                 # the grid's own values win over the stack's
             gbs = _batch(point, model.seq_len)
             per_replica = int(fields.get("tp", 1)) * int(fields.get("pp", 1)) * int(fields.get("cp", 1))
             if "dp" not in fields:
@@ -126,7 +118,7 @@ def _best(row: dict, point: Mapping, model, cluster, spec_config: Mapping, dtype
     try:
         gbs = _batch(point, model.seq_len)
         result = plan(model, cluster, point["gpus"], gbs, fixed=dict(spec_config) or None, dtypes=dtypes,
-                      assign_stages=False, max_plans=1000)
+                      assign_stages=False, max_plans=1000, stack=point["stack"])
     except InputError as exc:
         row.update(status="infeasible", reason=str(exc))
         return
@@ -161,7 +153,7 @@ def evaluate_points(indexed_points: list[tuple[int, Mapping[str, Any]]], kind: s
             rows[k]["seq_len"] = model.seq_len
             rows[k]["global_batch_tokens"] = (points[k].get("global_batch_tokens")
                                               or points[k].get("global_batch", 0) * model.seq_len)
-            rows[k]["efficiency_fitted"] = efficiency_for_cluster(cluster).fitted
+            rows[k]["efficiency_fitted"] = efficiency_for_cluster(cluster).is_fitted
         if search == "simulate":
             _simulate_group([rows[k] for k in members], [points[k] for k in members], model, cluster)
         else:

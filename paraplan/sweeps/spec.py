@@ -10,7 +10,8 @@ A spec file (YAML) lists, per axis, the values to try; every combination is one 
     gpus: [64, 128, 256]
     global_batch_tokens: [1048576, 4194304]   # or global_batch: [sequences, ...]
     seq_len: [8192]                # optional (default: each model's)
-    stacks: [megatron-core]        # optional software stacks (hardware_specs/stacks)
+    stacks: [megatron-core]        # software stacks (hardware_specs/stacks; default megatron-core,
+                                   #   as paraplan simulate and plan)
     dtypes: [bf16]                 # GEMM dtypes (best: the planner tries each; simulate: an axis)
     config:                        # simulate: a grid over ParallelConfig fields;
       tp: [1, 2, 4, 8]             # best: values the planner may use (like --fix)
@@ -62,7 +63,7 @@ class SweepSpec:
     global_batch: tuple[int, ...] = ()
     global_batch_tokens: tuple[int, ...] = ()
     seq_len: tuple[int | None, ...] = (None,)
-    stacks: tuple[str | None, ...] = (None,)
+    stacks: tuple[str, ...] = ("megatron-core",)
     dtypes: tuple[str, ...] = ("bf16",)
     config: Mapping[str, tuple] = field(default_factory=dict)
     kind: str = "training"
@@ -82,9 +83,6 @@ class SweepSpec:
         for name in ("models", "clusters", "gpus", "seq_len", "stacks", "dtypes"):
             if not getattr(self, name):
                 raise InputError(name, "is empty", "list at least one value")
-        if self.search == "best" and any(s is not None for s in self.stacks):
-            raise InputError("stacks", "stacks apply to simulate sweeps (the planner searches with "
-                             "ParallelConfig's software defaults)", "use search: simulate, or drop stacks")
         allowed = PLANNER_KEYS if self.search == "best" else CONFIG_KEYS
         for key, values in self.config.items():
             if key not in allowed:
@@ -198,7 +196,7 @@ def spec_from_dict(data: Mapping[str, Any]) -> SweepSpec:
         models=_values(data, "models", str), clusters=_values(data, "clusters", str), gpus=_values(data, "gpus", int),
         global_batch=_values(data, "global_batch", int), global_batch_tokens=_values(data, "global_batch_tokens", int),
         seq_len=_values(data, "seq_len", int, allow_none=True) or (None,),
-        stacks=_values(data, "stacks", str, allow_none=True) or (None,),
+        stacks=_values(data, "stacks", str) or ("megatron-core",),
         dtypes=_values(data, "dtypes", str) or ("bf16",),
         config={str(k): _config_values(v, str(k)) for k, v in config.items()},
         kind=data.get("kind", "training"), search=data.get("search", "best"), chunk_points=chunk,
