@@ -143,15 +143,16 @@ same_n[["accelerator", "tokens_per_s_per_gpu", "speedup_vs_h100", "break_even_us
 # ## 2. Same budget: what one hourly budget rents of each
 #
 # The budget below is what 256 H100 cost at the price above. For each accelerator it rents as
-# many whole 8-GPU nodes as it pays for, and the planner searches every GPU count up to that (it
-# may use fewer if that is faster).
+# many whole 8-GPU nodes as it pays for, and the planner finds the best plan on all of them
+# (`paraplan plan -n 8-N` would also compare every smaller count, at many times the search
+# time).
 
 # %%
 BUDGET_USD_PER_HOUR = 256 * PRICE_USD_PER_GPU_HOUR["H100"]
 rows = []
 for name, cluster in SYSTEMS.items():
     max_gpus = int(BUDGET_USD_PER_HOUR // PRICE_USD_PER_GPU_HOUR[name]) // 8 * 8
-    best = api.best_plan(MODEL, cluster, f"8-{max_gpus}", BATCH_TOKENS)
+    best = api.best_plan(MODEL, cluster, max_gpus, BATCH_TOKENS)
     rows.append(best.assign(accelerator=name, gpus_affordable=max_gpus))
 budget = pd.concat(rows, ignore_index=True)
 budget["usd_per_hour"] = budget.n_gpus * budget.accelerator.map(PRICE_USD_PER_GPU_HOUR)
@@ -204,5 +205,5 @@ say(f"""**At {GPUS} GPUs each** (fastest first):
 * The rankings by cost follow from the prices in the first cell; the break-even prices above say where each one flips.""" + (
     f"""
 * **Unfitted priors:** {", ".join(PRIORS)} run on an efficiency model no measured run has checked
-  (`hardware_specs/efficiency/`, `fitted: false`); every conclusion above that names them is a sketch, not a
+  (`hardware_specs/efficiency/`, no `fitted_factors`); every conclusion above that names them is a sketch, not a
   validated prediction.""" if PRIORS else ""))
