@@ -64,6 +64,35 @@ def test_deepseek_v3_flop_count_matches_megatron_bridge_with_and_without_mtp():
     assert checked["with"] >= 10 and checked["without"] == 3
 
 
+def test_kimi_k2_preset_matches_its_published_size_and_megatron_bridges_flop_count():
+    """Kimi K2 (a DeepSeek-V3-style MLA + MoE model, config.json of moonshotai/Kimi-K2-Base)
+    has 1.04T parameters, 32.6B active (Kimi K2 report, arXiv 2507.20534): the preset counts
+    1026.4B and 32.9B. Megatron-Bridge's GB300 runs report 1088 TFLOP/s at 5328 tokens/s
+    (26.04.01) and 1037 at 5072 (26.02.01): 2.042e11 and 2.045e11 FLOPs per token, which the
+    causal Megatron-Core count of the preset (no MTP module: num_nextn_predict_layers 0)
+    gives as 2.045e11."""
+    from cost_models.params import total_params
+    from paraplan.validation.flops_conventions import CONVENTIONS
+    from paraplan.validation.published import read_runs, row_inputs
+    df = read_runs(validation_file(PUBLISHED_RUNS))
+    kimi = df[df.model.astype(str).str.startswith("Kimi_K2")]
+    runs = 0
+    for run_id, rows in kimi.groupby("run_id"):
+        by_metric = rows.set_index("measured_metric").measured_value
+        theirs = by_metric["tflops_per_gpu"] * 1e12 / by_metric["tokens_per_s_per_gpu"]
+        row = rows[rows.measured_metric == "tflops_per_gpu"].iloc[0].to_dict()
+        inputs = row_inputs(row)
+        assert "architecture from preset kimi-k2" in inputs.assumptions
+        ours = CONVENTIONS[row["flops_convention"]](inputs.model, 1) / inputs.model.seq_len
+        assert ours == pytest.approx(theirs, rel=0.005), run_id
+        runs += 1
+    assert runs == 2
+    m = inputs.model
+    assert total_params(m) / 1e9 == pytest.approx(1040, rel=0.015)
+    assert total_params(m, active=True) / 1e9 == pytest.approx(32.6, rel=0.015)
+    assert (m.moe.num_experts, m.moe.top_k, m.moe.first_dense_layers, m.num_heads) == (384, 8, 1, 64)
+
+
 def test_gpt_oss_flop_count_matches_megatron_bridge_from_26_06():
     """From release 26.06 Megatron-Bridge counts GPT-OSS 120B with its gated MLP and its
     sliding-window layers (window 128 on every other layer): 3.26e10 FLOPs per token,
