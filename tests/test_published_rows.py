@@ -93,6 +93,33 @@ def test_kimi_k2_preset_matches_its_published_size_and_megatron_bridges_flop_cou
     assert (m.moe.num_experts, m.moe.top_k, m.moe.first_dense_layers, m.num_heads) == (384, 8, 1, 64)
 
 
+def test_nemo_24_07_models_come_from_the_launcher_configs_and_match_nemos_flop_count():
+    """NeMo 24.07's performance table names GPT3-20B, Nemotron-8B, Nemotron-22B and Nemotron-340B
+    without their shapes; the presets (NeMo-Framework-Launcher 24.07 conf/training) have 20.2B,
+    8.5B, 21.3B and 341B parameters, and the Megatron-Core model count of each gives the FLOPs per
+    token NeMo reported (its TFLOP/s over tokens/s) within 0.1%: 1.2818e11 (GPT3-20B, GPT-2 BPE
+    vocabulary), 5.141e10 and 1.3017e11 (Nemotron 8B and 22B: only a vocabulary within ~1000 of
+    256000 gives this), 2.1056e12 (Nemotron-340B, the alias of nemotron-4-340b)."""
+    from cost_models.params import total_params
+    from paraplan.validation.flops_conventions import CONVENTIONS
+    from paraplan.validation.published import read_runs, row_inputs
+    df = read_runs(validation_file(PUBLISHED_RUNS))
+    nemo = df[df.run_id.str.match(r"NEMO2407-(GPT3-20B|Nemotron-(8B|22B|340B))-")]
+    sizes = {"gpt3-20b": 20.2, "nemotron-8b": 8.54, "nemotron-22b": 21.3, "nemotron-4-340b": 341.0}
+    seen = set()
+    for run_id, rows in nemo.groupby("run_id"):
+        by_metric = rows.set_index("measured_metric").measured_value
+        theirs = by_metric["tflops_per_gpu"] * 1e12 / by_metric["tokens_per_s_per_gpu"]
+        row = rows[rows.measured_metric == "tflops_per_gpu"].iloc[0].to_dict()
+        inputs = row_inputs(row)
+        ours = CONVENTIONS[row["flops_convention"]](inputs.model, 1) / inputs.model.seq_len
+        assert ours == pytest.approx(theirs, rel=0.001), run_id
+        name = next(n for n in sizes if f"preset {n}" in "; ".join(inputs.assumptions))
+        assert total_params(inputs.model) / 1e9 == pytest.approx(sizes[name], abs=0.05)
+        seen.add(name)
+    assert seen == set(sizes)
+
+
 def test_gpt_oss_flop_count_matches_megatron_bridge_from_26_06():
     """From release 26.06 Megatron-Bridge counts GPT-OSS 120B with its gated MLP and its
     sliding-window layers (window 128 on every other layer): 3.26e10 FLOPs per token,
