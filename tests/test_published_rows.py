@@ -31,6 +31,58 @@ def test_empty_vocab_of_a_differently_shaped_model_is_skipped():
         row_inputs(_llama31_8b_row(model="Some 8B model"))
 
 
+def test_a_candidate_shape_takes_its_familys_vocabulary_only_when_its_stated_size_confirms_it():
+    """BigScience benchmarked BLOOM-176B candidate shapes without restating the vocabulary. With
+    BLOOM's tokenizer (250880, tied output layer: preset bloom-176b) the 72 x 14336 shape has
+    181.2B parameters and the 84 x 13312 one 182.0B, the sizes the table states (181, 182); a
+    GPT-2 vocabulary would give 178.3B. Their own TFLOP/s and step times (eq. 3 with full
+    recompute) imply a vocabulary of 249.7k-251.7k. A proxy with a stated size that is not its
+    own (Llama 3.1 405B with 42 layers, '405') gets nothing."""
+    from paraplan.validation.published import Skip, read_runs, row_inputs
+    df = read_runs(validation_file(PUBLISHED_RUNS))
+    pre = df[df.model.astype(str).str.startswith("BLOOM-176B candidate")]
+    sizes = {}
+    for _, row in pre.iterrows():
+        inputs = row_inputs(row.to_dict())
+        m = inputs.model
+        assert (m.vocab_size, m.tied_embeddings) == (250880, True)
+        line = next(a for a in inputs.assumptions if a.startswith("vocab=250880"))
+        sizes[(m.num_layers, m.hidden_size)] = line.split("shape has ")[1].split(",")[0]
+    assert sizes == {(72, 14336): "181.2B parameters", (84, 13312): "182.0B parameters"}
+    for run_id, rows in pre.groupby("run_id"):
+        by_metric = rows.set_index("measured_metric").measured_value
+        r = rows.iloc[0]
+        l, h, s, b = r.layers, r.hidden, r.seq_len, r.global_batch
+        flops = by_metric["tflops_per_gpu"] * 1e12 * by_metric["iter_time_s"] * r.n_gpus
+        implied_vocab = (flops / (96 * b * s * l * h * h) - 1 - s / (6 * h)) * 16 * l * h
+        assert 249_000 < implied_vocab < 252_000, run_id
+    row = pre.iloc[0].to_dict()
+    with pytest.raises(Skip, match=r"gives 181B parameters, the row states 178B"):
+        row_inputs({**row, "params_b": "178"})
+    with pytest.raises(Skip, match="needed field"):
+        row_inputs({**row, "params_b": float("nan")})
+    proxy = df[df.id == "DGXC2411-405b-bf16-192g:iter_time_s"].iloc[0].to_dict()
+    with pytest.raises(Skip, match=r"vocabulary 128256 gives 139B parameters, the row states 405B"):
+        row_inputs(proxy)
+
+
+def test_a_runs_time_row_recomputes_when_its_tflops_row_counts_recompute():
+    """A run's step-time row and its TFLOP/s row measure the same step: when the TFLOP/s row's
+    convention counts the recomputed forward pass (eq. 3's 4 x 2 coefficient, which BigScience's
+    counter uses only with activation checkpointing), the time row with an empty recompute column
+    recomputes too; alone it does not."""
+    from paraplan.validation.predict import prepare
+    from paraplan.validation.published import read_runs, row_inputs, run_conventions
+    df = read_runs(validation_file(PUBLISHED_RUNS))
+    run = df[df.run_id == "BLOOMPRE-L72H14336A64-tp8pp6dp8mbs4gbs2048-02-25-line773-r1"]
+    records = run.to_dict("records")
+    time_row = next(r for r in records if r["measured_metric"] == "iter_time_s")
+    assert run_conventions(records) == {time_row["run_id"]: frozenset({"none", "megatron_hw_eq3"})}
+    assert row_inputs(time_row).config.recompute == "none"
+    prepared = prepare(records)
+    assert [i.config.recompute for i in prepared.inputs] == ["full", "full"]
+
+
 def test_unstated_precision_on_an_fp8_capable_gpu_is_skipped_not_guessed():
     from paraplan.validation.published import Skip, row_inputs
     with pytest.raises(Skip, match="dtype_norm empty on an FP8-capable GPU"):

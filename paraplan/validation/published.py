@@ -19,8 +19,12 @@ defaults, each recorded in the row's ``assumptions``:
   framework runs the default stack (megatron-core), noted;
 - pipeline layouts whose layers do not divide: first and last stages one layer lighter
   (``simulator.stage_layout``), as published runs lay them out;
-- ``recompute`` empty: full when the row's FLOP convention counts the recomputed forward pass
-  (megatron_hw_eq3), else none;
+- ``recompute`` empty: full when the row's FLOP convention, or that of another row of the same
+  run (``run_conventions``: a run's time row and its TFLOP/s row measure one step), counts the
+  recomputed forward pass (megatron_hw_eq3), else none;
+- ``vocab`` empty: the vocabulary of the preset the ``model`` column names, when it has the row's
+  shape; for another shape of that model (a candidate or proxy) only when the row's stated
+  ``params_b`` confirms it (``_check_family_vocab``);
 - ``dtype_norm`` empty: bf16 (fp16 on V100, which has no bf16) on GPUs whose only training
   tensor-core rate is 16-bit; on FP8-capable GPUs (Hopper, Blackwell) the row is skipped, since
   bf16 and fp8 GEMMs differ 2x in rate.
@@ -154,8 +158,11 @@ def _str(row, col):
     return str(v).strip()
 
 
-def row_inputs(row) -> RowInputs:
-    """Model, cluster and config of one row; raises ``Skip`` with the reason if not predictable."""
+def row_inputs(row, run_conventions=frozenset()) -> RowInputs:
+    """Model, cluster and config of one row; raises ``Skip`` with the reason if not predictable.
+
+    ``run_conventions``: the FLOP conventions of all rows of the row's run (``run_conventions``),
+    which say whether the run recomputed activations when its own row does not."""
     metric = _str(row, "measured_metric")
     if metric not in TRAINING_METRICS:
         raise Skip(f"metric {metric or '(empty)'} is not a training-step metric")
@@ -183,12 +190,19 @@ def row_inputs(row) -> RowInputs:
                            ("seq_len", preset.seq_len)):
             if needed[key] is None:
                 needed[key] = value
+    kin = None       # a differently shaped model of the family the row names, whose tokenizer it may share
     if preset is None and needed["vocab"] is None and needed["layers"] is not None:
         vocab_preset = _same_architecture_preset(row, needed)
         if vocab_preset is not None:
             needed["vocab"] = vocab_preset.vocab_size
             assumptions.append(f"vocab={vocab_preset.vocab_size} from preset {vocab_preset.name} "
                                "(same layers, hidden, heads)")
+        elif _stated_params(row) is not None:
+            kin = _named_preset_or_none(row)
+            if kin is not None and kin.moe is None:
+                needed["vocab"] = kin.vocab_size      # provisional: checked against params_b below
+            else:
+                kin = None
     if metric != "layer_fwd_bwd_time_ms":
         needed["global_batch"] = _int(row, "global_batch")
     empty = [k for k, v in needed.items() if v is None]
@@ -219,7 +233,7 @@ def row_inputs(row) -> RowInputs:
             model = replace(model)    # re-validate
         except InputError as exc:
             raise Skip(f"architecture invalid: {exc}") from None
-        return _config_inputs(row, model, needed, metric, conv, gpu, assumptions)
+        return _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conventions)
     ffn = _str(row, "ffn_hidden")
     try:
         ffn_size = int(float(ffn)) if ffn else None
@@ -239,15 +253,54 @@ def row_inputs(row) -> RowInputs:
         family = _str(row, "model").lower()
         gated = any(f in family for f in GATED_FAMILIES)
         assumptions.append(f"gated_mlp={gated} (model family)")
+    tokenizer_source = shape_preset or kin
     try:
         model = ModelSpec(name=_str(row, "model") or _str(row, "run_id"), num_layers=needed["layers"],
                           hidden_size=h, num_heads=needed["heads"], num_kv_heads=kv,
                           ffn_hidden_size=ffn_size, vocab_size=needed["vocab"], seq_len=needed["seq_len"],
                           gated_mlp=gated,
-                          tied_embeddings=shape_preset.tied_embeddings if shape_preset is not None else False)
+                          tied_embeddings=tokenizer_source.tied_embeddings if tokenizer_source is not None else False)
     except InputError as exc:
         raise Skip(f"architecture invalid: {exc}") from None
-    return _config_inputs(row, model, needed, metric, conv, gpu, assumptions)
+    if kin is not None:
+        assumptions.append(_check_family_vocab(row, model, kin))
+    return _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conventions)
+
+
+def _stated_params(row) -> tuple[float, float] | None:
+    """(parameters in billions, half a unit of its last stated digit) from ``params_b``: '181'
+    gives (181, 0.5), '6.659' (6.659, 0.0005); None if the cell is not a plain number (MoE
+    rows write '671 (37 active)')."""
+    text = _str(row, "params_b")
+    if not re.fullmatch(r"\d+(\.\d+)?", text):
+        return None
+    decimals = len(text.split(".")[1]) if "." in text else 0
+    return float(text), 0.5 * 10.0 ** -decimals
+
+
+def _named_preset_or_none(row) -> ModelSpec | None:
+    try:
+        return _preset_for(row)
+    except Skip:
+        return None
+
+
+def _check_family_vocab(row, model: ModelSpec, family: ModelSpec) -> str:
+    """The assumption line for a vocabulary taken from the model family the row names (a
+    differently shaped candidate of that model, e.g. one of BLOOM-176B's candidate shapes, shares
+    its tokenizer), or ``Skip`` unless the row's own stated size confirms it: the architecture with
+    the family's vocabulary (and its tied or untied output layer) must have the row's
+    ``params_b`` to the precision stated. A tokenizer is a fact of the family; the stated size
+    is what says this row used it."""
+    from cost_models.params import total_params
+
+    stated, half_unit = _stated_params(row)
+    ours = total_params(model) / 1e9
+    if abs(ours - stated) > half_unit * (1 + 1e-9):
+        raise Skip(f"needed field(s) empty: vocab (preset {family.name}'s vocabulary {family.vocab_size} "
+                   f"gives {ours:.3g}B parameters, the row states {stated:g}B)")
+    return (f"vocab={family.vocab_size}, tied_embeddings={family.tied_embeddings} from preset {family.name} "
+            f"(the family's tokenizer; with it the row's shape has {ours:.1f}B parameters, the row states {stated:g}B)")
 
 
 def _says_without_mtp(row) -> bool:
@@ -326,7 +379,17 @@ def _row_stack(row, assumptions):
     return stack
 
 
-def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInputs:
+def run_conventions(records) -> dict:
+    """{run_id: frozenset of the FLOP conventions its rows state}."""
+    out: dict = {}
+    for row in records:
+        run = _str(row, "run_id")
+        if run:
+            out.setdefault(run, set()).add(_str(row, "flops_convention") or "none")
+    return {run: frozenset(c) for run, c in out.items()}
+
+
+def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conventions=frozenset()) -> RowInputs:
     """The parallel configuration part of ``row_inputs``."""
     tp, pp, n = needed["tp"], needed["pp"], needed["n_gpus"]
     cp = _int(row, "cp") or 1
@@ -361,8 +424,15 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInp
         assumptions.append(f"zero={zero} ({stack.name}'s default)")
     rc = _str(row, "recompute").split("(")[0].strip().lower()
     if not rc:
-        rc = "full" if conv == "megatron_hw_eq3" else "none"
-        assumptions.append(f"recompute={rc}")
+        if conv == "megatron_hw_eq3":
+            rc = "full"
+            assumptions.append("recompute=full")
+        elif "megatron_hw_eq3" in run_conventions:
+            rc = "full"
+            assumptions.append("recompute=full (the run's TFLOP/s row counts the recomputed forward pass)")
+        else:
+            rc = "none"
+            assumptions.append("recompute=none")
     if rc not in ("none", "selective", "full"):
         raise Skip(f"recompute '{rc}' unknown")
     sp_cell = _str(row, "seq_parallel").lower()
