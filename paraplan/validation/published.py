@@ -332,7 +332,8 @@ def _named_preset(name: str) -> ModelSpec | None:
 def _same_architecture_preset(row, needed) -> ModelSpec | None:
     """The preset the ``model`` column names, if its layers, hidden size and heads equal the
     row's own (a tokenizer's vocabulary belongs to the model; a differently shaped model of
-    the same name, e.g. a candidate architecture, gets nothing)."""
+    the same name, e.g. a candidate architecture, gets its vocabulary only when its stated size
+    confirms it, ``_check_family_vocab``)."""
     try:
         preset = _preset_for(row)
     except Skip:
