@@ -93,6 +93,26 @@ def test_unstated_precision_on_an_fp8_capable_gpu_is_skipped_not_guessed():
     assert "dtype=bf16" in inputs.assumptions
 
 
+def test_unstated_precision_is_the_releases_own_preset_for_that_layout_when_it_has_one():
+    """Megatron-Bridge 25.09's page has no precision column. Its Llama 3 8B preset on 8 H100 with
+    Megatron-FSDP and micro-batch 1 exists only in FP8 (its BF16 preset uses CP 2 without FSDP):
+    such a row runs fp8, citing the preset. On GB200 with micro-batch 2 the release runs that
+    layout in BF16, FP8 and MXFP8: skipped, naming them. A layout no preset has: skipped."""
+    from paraplan.validation.published import Skip, row_inputs
+    row = _llama31_8b_row(model="LLAMA3_8B (Megatron-Bridge 25.09)", dtype_norm=float("nan"), vocab=128256,
+                          zero_norm="3", global_batch=128, framework="megatron-bridge", framework_version="25.09")
+    inputs = row_inputs(row)
+    assert inputs.config.dtype == "fp8"
+    why = next(a for a in inputs.assumptions if a.startswith("dtype=fp8"))
+    assert "preset fp8_cs/fp8_ds" in why and "perf_matrix.h100.num_gpus_8.fp8_cs" in why
+    with pytest.raises(Skip, match="presets run this layout in bf16, fp8, mxfp8"):
+        row_inputs({**row, "gpu_profile": "gb200", "zero_norm": "0", "micro_batch": 2})
+    with pytest.raises(Skip, match="no preset of megatron-bridge-25.09 has this layout"):
+        row_inputs({**row, "zero_norm": "0"})
+    with pytest.raises(Skip, match="megatron-core lists no preset"):
+        row_inputs({**row, "framework": "megatron-core", "framework_version": "2024"})
+
+
 def test_deepseek_v3_flop_count_matches_megatron_bridge_with_and_without_mtp():
     """Megatron-Bridge reports TFLOP/s and tokens/s of the same run; their ratio is the FLOPs
     per token it counts. Our megatron_core_model_causal count must equal it: 2.60e11 when

@@ -26,8 +26,10 @@ defaults, each recorded in the row's ``assumptions``:
   shape; for another shape of that model (a candidate or proxy) only when the row's stated
   ``params_b`` confirms it (``_check_family_vocab``);
 - ``dtype_norm`` empty: bf16 (fp16 on V100, which has no bf16) on GPUs whose only training
-  tensor-core rate is 16-bit; on FP8-capable GPUs (Hopper, Blackwell) the row is skipped, since
-  bf16 and fp8 GEMMs differ 2x in rate.
+  tensor-core rate is 16-bit; on FP8-capable GPUs (Hopper, Blackwell), since bf16 and fp8 GEMMs
+  differ 2x in rate, the precision of the stack release's own performance preset with the row's
+  layout when it runs that layout in one precision only, else the row is skipped
+  (``row_precision``).
 
 The cluster is the usual system of the row's GPU kind (``SYSTEM_FOR_GPU``; a kind with no
 system preset gets a generic node of its generation, ``catalog.generic_cluster``), with the
@@ -48,9 +50,12 @@ import pandas as pd
 from hardware_specs.catalog import generic_cluster, load_cluster, load_gpu, load_stack, stack_for
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.errors import InputError
+from cost_models.params import total_params
+from hardware_specs.stack_presets import Layout
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from paraplan.validation.flops_conventions import CONVENTIONS
+from paraplan.validation.row_precision import unstated_dtype
 from simulator.parallel_config import ParallelConfig
 from simulator.stack_defaults import stack_config_fields, stack_sequence_parallel
 from simulator.validate_config import check_config
@@ -292,8 +297,6 @@ def _check_family_vocab(row, model: ModelSpec, family: ModelSpec) -> str:
     the family's vocabulary (and its tied or untied output layer) must have the row's
     ``params_b`` to the precision stated. A tokenizer is a fact of the family; the stated size
     is what says this row used it."""
-    from cost_models.params import total_params
-
     stated, half_unit = _stated_params(row)
     ours = total_params(model) / 1e9
     if abs(ours - stated) > half_unit * (1 + 1e-9):
@@ -419,9 +422,21 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
         assumptions.append("micro_batch=1")
     gbs = needed.get("global_batch") or mbs * dp
     vpp = _int(row, "vpp") or 1
-    zero = _int(row, "zero_norm")
+    ep = _int(row, "ep") or 1
+    cluster = row_cluster(gpu, _int(row, "gpus_per_node"), _num(row, "scaleout_gbps_per_gpu"))
+    stated_zero = _int(row, "zero_norm")
+    dtype = _str(row, "dtype_norm")
+    if not dtype:
+        layout = Layout(n_gpus=n, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch=mbs, global_batch=gbs,
+                        fsdp=stated_zero == 3)
+        dtype, why = unstated_dtype(stack, gpu, "fp8" in cluster.gpu.peak_flops_per_s, model.name, layout,
+                                    fsdp_stated=stated_zero is not None)
+        if dtype is None:
+            raise Skip(why)
+        assumptions.append(why)
+    zero = stated_zero
     if zero is None:
-        zero = stack.training_for(model.name, gpu, _str(row, "dtype_norm") or None).default_zero_stage if dp * cp > 1 else 0
+        zero = stack.training_for(model.name, gpu, dtype).default_zero_stage if dp * cp > 1 else 0
         assumptions.append(f"zero={zero} ({stack.name}'s default)")
     rc = _str(row, "recompute").split("(")[0].strip().lower()
     if not rc:
@@ -438,20 +453,11 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
         raise Skip(f"recompute '{rc}' unknown")
     sp_cell = _str(row, "seq_parallel").lower()
     sp = sp_cell == "y"
-    if not sp_cell and stack_sequence_parallel(stack, tp, model.name, gpu, _str(row, "dtype_norm") or None):
+    if not sp_cell and stack_sequence_parallel(stack, tp, model.name, gpu, dtype):
         sp = True
         assumptions.append(f"sequence_parallel ({stack.name} recipes turn it on with tp > 1)")
-    cluster = row_cluster(gpu, _int(row, "gpus_per_node"), _num(row, "scaleout_gbps_per_gpu"))
-    dtype = _str(row, "dtype_norm")
-    if not dtype:
-        if "fp8" in cluster.gpu.peak_flops_per_s:
-            raise Skip("dtype_norm empty on an FP8-capable GPU: bf16 and fp8 GEMMs differ 2x in "
-                       "rate, so the precision is not guessed")
-        dtype = "fp16" if gpu.startswith("v100") else "bf16"
-        assumptions.append(f"dtype={dtype}")
     if gbs % (dp * mbs):
         raise Skip(f"global_batch {gbs} not divisible by dp*micro_batch {dp * mbs}")
-    ep = _int(row, "ep") or 1
     if model.moe is None and ep > 1:
         raise Skip("ep > 1 for a model without experts")
     try:
