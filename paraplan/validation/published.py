@@ -24,7 +24,7 @@ defaults, each recorded in the row's ``assumptions``:
   recomputed forward pass (megatron_hw_eq3), else none;
 - ``vocab`` empty: the vocabulary of the preset the ``model`` column names, when it has the row's
   shape; for another shape of that model (a candidate or proxy) only when the row's stated
-  ``params_b`` confirms it (``_check_family_vocab``);
+  ``params_b`` confirms it (``row_model._check_family_vocab``);
 - ``dtype_norm`` empty: bf16 (fp16 on V100, which has no bf16) on GPUs whose only training
   tensor-core rate is 16-bit; on FP8-capable GPUs (Hopper, Blackwell), since bf16 and fp8 GEMMs
   differ 2x in rate, the precision of the stack release's own performance preset with the row's
@@ -38,10 +38,7 @@ profile per GPU kind, one efficiency model per generation, nothing keyed to a ro
 """
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -50,11 +47,11 @@ import pandas as pd
 from hardware_specs.catalog import generic_cluster, load_cluster, load_gpu, load_stack, stack_for
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.errors import InputError
-from cost_models.params import total_params
 from hardware_specs.stack_presets import Layout
-from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from paraplan.validation.flops_conventions import CONVENTIONS
+from paraplan.validation.row_model import (Skip, _check_family_vocab, _int, _lead_int, _named_preset_or_none, _num,
+                                           _preset_for, _same_architecture_preset, _says_without_mtp, _stated_params, _str)
 from paraplan.validation.row_precision import unstated_dtype
 from simulator.parallel_config import ParallelConfig
 from simulator.stack_defaults import stack_config_fields, stack_sequence_parallel
@@ -85,10 +82,6 @@ REQUIRED_COLUMNS = ("id", "run_id", "gpu_profile", "dtype_norm", "zero_norm", "f
 
 TRAINING_METRICS = ("iter_time_s", "tokens_per_s_per_gpu", "tokens_per_s", "tflops_per_gpu", "mfu",
                     "hfu", "layer_fwd_bwd_time_ms")
-
-
-class Skip(Exception):
-    """A row that cannot be predicted, with the reason."""
 
 
 #: model families whose MLP is gated (SwiGLU / GeGLU), from their papers and public configs:
@@ -126,41 +119,6 @@ def read_runs(path: str | Path) -> pd.DataFrame:
         raise InputError("path", f"{path} lacks column(s) {', '.join(missing)}",
                          "use the columns of shared/validation/published_runs.csv")
     return df
-
-
-def _num(row, col):
-    v = row.get(col)
-    if v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip()):
-        return None
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return x
-
-
-def _int(row, col):
-    x = _num(row, col)
-    return None if x is None else int(round(x))
-
-
-def _lead_int(row, col):
-    """The leading integer of a cell like '256 routed + 1 shared' (None if there is none)."""
-    text = _str(row, col)
-    digits = ""
-    for ch in text:
-        if ch.isdigit():
-            digits += ch
-        elif digits:
-            break
-    return int(digits) if digits else None
-
-
-def _str(row, col):
-    v = row.get(col)
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return ""
-    return str(v).strip()
 
 
 def row_inputs(row, run_conventions=frozenset()) -> RowInputs:
@@ -270,80 +228,6 @@ def row_inputs(row, run_conventions=frozenset()) -> RowInputs:
     if kin is not None:
         assumptions.append(_check_family_vocab(row, model, kin))
     return _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conventions)
-
-
-def _stated_params(row) -> tuple[float, float] | None:
-    """(parameters in billions, half a unit of its last stated digit) from ``params_b``: '181'
-    gives (181, 0.5), '6.659' (6.659, 0.0005); None if the cell is not a plain number (MoE
-    rows write '671 (37 active)')."""
-    text = _str(row, "params_b")
-    if not re.fullmatch(r"\d+(\.\d+)?", text):
-        return None
-    decimals = len(text.split(".")[1]) if "." in text else 0
-    return float(text), 0.5 * 10.0 ** -decimals
-
-
-def _named_preset_or_none(row) -> ModelSpec | None:
-    try:
-        return _preset_for(row)
-    except Skip:
-        return None
-
-
-def _check_family_vocab(row, model: ModelSpec, family: ModelSpec) -> str:
-    """The assumption line for a vocabulary taken from the model family the row names (a
-    differently shaped candidate of that model, e.g. one of BLOOM-176B's candidate shapes, shares
-    its tokenizer), or ``Skip`` unless the row's own stated size confirms it: the architecture with
-    the family's vocabulary (and its tied or untied output layer) must have the row's
-    ``params_b`` to the precision stated. A tokenizer is a fact of the family; the stated size
-    is what says this row used it."""
-    stated, half_unit = _stated_params(row)
-    ours = total_params(model) / 1e9
-    if abs(ours - stated) > half_unit * (1 + 1e-9):
-        raise Skip(f"needed field(s) empty: vocab (preset {family.name}'s vocabulary {family.vocab_size} "
-                   f"gives {ours:.3g}B parameters, the row states {stated:g}B)")
-    return (f"vocab={family.vocab_size}, tied_embeddings={family.tied_embeddings} from preset {family.name} "
-            f"(the family's tokenizer; with it the row's shape has {ours:.1f}B parameters, the row states {stated:g}B)")
-
-
-def _says_without_mtp(row) -> bool:
-    """Whether the row's model or run name labels the run as trained without its
-    multi-token-prediction modules (Megatron-Bridge writes 'w/oMTP')."""
-    text = (_str(row, "model") + " " + _str(row, "run_id")).lower().replace(" ", "")
-    return "w/omtp" in text or "withoutmtp" in text or "nomtp" in text
-
-
-def _preset_for(row) -> ModelSpec:
-    name = _str(row, "model").split("(")[0].strip()
-    for candidate in (name, name.split(" ")[0] if name else ""):
-        if candidate:
-            preset = _named_preset(candidate)
-            if preset is not None:
-                return preset
-    raise Skip(f"architecture not in the row and no model preset named '{name}'")
-
-
-@lru_cache(maxsize=None)
-def _named_preset(name: str) -> ModelSpec | None:
-    """The model preset ``name`` names, or None (memoised: many rows name the same model)."""
-    try:
-        return load_model(name)
-    except InputError:
-        return None
-
-
-def _same_architecture_preset(row, needed) -> ModelSpec | None:
-    """The preset the ``model`` column names, if its layers, hidden size and heads equal the
-    row's own (a tokenizer's vocabulary belongs to the model; a differently shaped model of
-    the same name, e.g. a candidate architecture, gets its vocabulary only when its stated size
-    confirms it, ``_check_family_vocab``)."""
-    try:
-        preset = _preset_for(row)
-    except Skip:
-        return None
-    same = (preset.num_layers, preset.hidden_size, preset.num_heads) == \
-        (needed["layers"], needed["hidden"], needed["heads"])
-    return preset if same else None
 
 
 def row_cluster(gpu: str, gpus_per_node=None, scaleout_gbps_per_gpu=None) -> ClusterSpec:
