@@ -127,6 +127,11 @@ class ModelSpec:
         mtp_layers: multi-token-prediction modules trained alongside (DeepSeek-V3 report,
             section 2.2: each is a projection, one transformer layer and a pass through the
             shared output head); 0 = none.
+        attention_dropout: dropout on the attention probabilities (a stored mask and dropped
+            copy when the scores are materialised; Korthikanti et al. 2022, section 4).
+        hidden_dropout: dropout after the attention and MLP blocks (two stored 1-byte masks per
+            layer). Both default on, as in Korthikanti's accounting; models trained without
+            set them off (their activation memory omits those tensors).
 
     Architecture details that decide which model a framework builds (the launch exports write
     them, ``paraplan.exports``; the cost model reads only the parameter tensors they imply).
@@ -166,6 +171,8 @@ class ModelSpec:
     qkv_bias: bool = False
     activation: str = ""
     source: str = ""
+    attention_dropout: bool = True
+    hidden_dropout: bool = True
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",

@@ -184,7 +184,8 @@ def _csv(df) -> str:
 @click.command("plan", short_help="Search every parallel configuration; rank what fits by throughput.")
 @click.option("--model", "-m", required=True, help="Model preset (see `paraplan models list`), YAML file, or HF config.json.")
 @click.option("--cluster", "-c", required=True, help="Cluster name (see `paraplan hardware list`) or YAML file.")
-@click.option("--gpus", "-n", required=True, help="GPU count (1024) or a range of counts to compare (256-1024).")
+@click.option("--gpus", "-n", help="GPU count (1024) or a range of counts to compare (256-1024); not for a pooled "
+                                    "cluster, whose pools state their counts.")
 @click.option("--global-batch", type=POS, help="Sequences per optimizer step.")
 @click.option("--global-batch-tokens", type=POS, help="Tokens per optimizer step (a multiple of the sequence length).")
 @click.option("--seq-len", type=POS, help="Sequence length in tokens (default: the model's).")
@@ -235,12 +236,27 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
       paraplan plan -m llama3-70b -c dgx-h100 -n 64 --global-batch 128 --fix zero=1 --explain
       paraplan plan -m llama3-70b -c dgx-h100 -n 256 --global-batch-tokens 4194304 --emit megatron > launch.sh
       paraplan plan -m llama3-70b -c dgx-h100 -n 256 --global-batch-tokens 4194304 --emit torchtitan > paraplan_plan.py
+
+    A pooled (mixed) cluster file plans across its pools: pipelines on one pool, each pool's
+    own replicas sharing the batch by speed, pipelines crossing two pools; it prints the best
+    plan next to the best on only the fastest and only the largest pool (--explain: where the
+    time goes per pool).
+
+    \b
+      paraplan plan -m llama3-70b -c examples/clusters/a100-h100.yaml --global-batch-tokens 4194304 --explain
     """
     if as_json and as_csv:
         raise InputError("--json", "give --json or --csv, not both")
     spec = load_model(model)
     if seq_len is not None:
         spec = spec.with_seq_len(seq_len)
+    from hardware_specs.catalog import is_pooled
+    if is_pooled(cluster):
+        _plan_pooled(spec, cluster, gpus, global_batch, global_batch_tokens, top, max_tp, fix, headroom_gib, dtypes,
+                     as_json, as_csv, pareto, explain, max_micro_batch, emit, explicit, stack)
+        return
+    if gpus is None:
+        raise InputError("--gpus", "missing", "give the GPU count (1024) or a range (256-1024)")
     cl = load_cluster(cluster)
     fixed = parse_fix(fix)
     for name in _EXPLICIT:
@@ -282,3 +298,32 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
     if note:
         out.append(note + "\n")
     click.echo("".join(out), nl=False)
+
+
+def _plan_pooled(spec, cluster, gpus, global_batch, global_batch_tokens, top, max_tp, fix, headroom_gib, dtypes,
+                 as_json, as_csv, pareto, explain, max_micro_batch, emit, explicit, stack="megatron-core") -> None:
+    """``plan`` on a pooled cluster (``planners.heterogeneous``; output in ``commands._hetero``)."""
+    from hardware_specs.catalog import load_pooled_cluster
+    from paraplan.commands._hetero import plan_outputs
+    from planners.heterogeneous import plan_heterogeneous
+
+    if gpus is not None:
+        raise InputError("--gpus", "a pooled cluster states its pools' GPU counts", "drop --gpus")
+    for flag, given in (("--fix", bool(fix)), ("--pareto", pareto), ("--emit", emit is not None)):
+        if given:
+            raise InputError(flag, "not available for a pooled cluster", "drop it")
+    for name in ("dp", "tp", "pp", "cp", "ep", "vpp", "schedule"):
+        if explicit.get(name) is not None:
+            raise InputError(f"--{name}", "the degrees differ per pool in a mixed plan; the search chooses them",
+                             "drop it (--max-tp limits tensor parallelism)")
+    if dtypes and len(dtypes) > 1:
+        raise InputError("--dtype", "a mixed plan runs one dtype on every pool", "give one --dtype")
+    mb = explicit.get("micro_batch")
+    result = plan_heterogeneous(
+        spec, load_pooled_cluster(cluster), global_batch, global_batch_tokens=global_batch_tokens,
+        dtype=dtypes[0] if dtypes else None, max_tp=max_tp, max_micro_batch=max_micro_batch or 8,
+        micro_batches=(mb,) if mb is not None else None,
+        recomputes=(explicit["recompute"],) if explicit.get("recompute") else None,
+        zeros=(explicit["zero"],) if explicit.get("zero") is not None else (0, 1), headroom_gib=headroom_gib,
+        top=max(top, 1), stack=stack)
+    click.echo(plan_outputs(result, top, as_json, as_csv, explain), nl=False)
