@@ -114,7 +114,7 @@ def option_cases(rng: random.Random) -> list[Case]:
         for value in NAMES_BAD:
             cases.append(Case(f"simulate {opt}={value!r}", _set(SIM, opt, value)))
     for opt in PLAN_INT_OPTIONS:
-        for value in INT_BAD + INT_EDGE[:6]:
+        for value in INT_BAD + ["2", "7", "1000"]:
             cases.append(Case(f"plan {opt}={value!r}", _set(PLAN, opt, value)))
     for value in INT_BAD + ["8-4", "4-", "-4", "1-2-3", "a-b", "0-8", "8-8", "1-64", " 8 ", "8,16", "1e3-2e3",
                             "1-1000000", "100000-100008", str(10**12), "2-" + "9" * 30]:
@@ -124,7 +124,7 @@ def option_cases(rng: random.Random) -> list[Case]:
         cases.append(Case(f"simulate --headroom-gib={value!r}", SIM + ["--headroom-gib", value, "--json"]))
     fixes = [(name, value) for name in FIX_NAMES
              for value in ["", "0", "-1", "1", "2", "1e30", "nan", "abc", "on", "full", "1f1b", "1,2,,4", "3"]]
-    for name, value in rng.sample(fixes, 90):
+    for name, value in rng.sample(fixes, 50):
         cases.append(Case(f"plan --fix {name}={value!r}", PLAN + ["--fix", f"{name}={value}"]))
     for value in ["nope", "fp8", "nvfp4", "fp32", ""]:
         cases.append(Case(f"plan --dtype={value!r}", PLAN + ["--dtype", value]))
@@ -154,7 +154,7 @@ def option_cases(rng: random.Random) -> list[Case]:
         if rng.random() < 0.5:
             args.append("--json")
         cases.append(Case(f"simulate combo {i}", args))
-    for i in range(60):
+    for i in range(20):
         args = list(PLAN)
         for opt in rng.sample(PLAN_INT_OPTIONS, rng.randint(1, 3)):
             args = _set(args, opt, rng.choice(["1", "2", "4", "8", "16", "3", "64"]))
@@ -250,7 +250,7 @@ def model_file_cases(rng: random.Random) -> list[Case]:
             else:
                 raw = rng.choice(YAML_BAD)
                 text, what = _yaml_of(data, path, raw), f"{'.'.join(map(str, path))}={raw}"
-            cmd = rng.choice([_model_sim, _model_plan, _model_show])
+            cmd = rng.choice([_model_sim, _model_sim, _model_plan, _model_show])
             cases.append(Case(f"model {preset} {what} ({cmd.__name__})", cmd("{tmp}/m.yaml"), {"m.yaml": text}))
         for name, make in YAML_HOSTILE:
             cases.append(Case(f"model {preset} {name}", _model_sim("{tmp}/m.yaml"), {"m.yaml": make(dict(base))}))

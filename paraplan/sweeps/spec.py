@@ -32,6 +32,8 @@ from typing import Any, Iterator, Mapping
 
 from hardware_specs.catalog import parse_yaml
 from hardware_specs.errors import InputError, suggest
+from model_specs.model_spec import SIZE_LIMITS
+from simulator.parallel_config import MAX_GLOBAL_BATCH, MAX_GPUS
 
 #: what a point evaluates: a training step (``simulator``); ``serving`` is reserved for the
 #: serving simulator's deployments (a spec with it is refused until that kind is registered)
@@ -128,6 +130,11 @@ class SweepSpec:
                        "stack": stack, "dtype": dtype, "config": config}
 
 
+#: largest value of each integer axis (the bounds of ``ParallelConfig`` and ``ModelSpec``)
+_LIMITS = {"gpus": MAX_GPUS, "global_batch": MAX_GLOBAL_BATCH, "global_batch_tokens": 2**62,
+           "seq_len": SIZE_LIMITS["seq_len"]}
+
+
 def _values(data: Mapping, key: str, kind, allow_none: bool = False) -> tuple:
     raw = data.get(key)
     if raw is None:
@@ -142,6 +149,9 @@ def _values(data: Mapping, key: str, kind, allow_none: bool = False) -> tuple:
             if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item) \
                     or item != int(item) or item < 1:
                 raise InputError(key, f"expected whole numbers >= 1, got {item!r}")
+            if int(item) > _LIMITS[key]:
+                raise InputError(key, f"{int(item):,} is above the largest supported value {_LIMITS[key]:,}",
+                                 "check the number")
             out.append(int(item))
         elif kind is str:
             if isinstance(item, bool) or not isinstance(item, (str, int)):
