@@ -24,6 +24,7 @@ from typing import Mapping
 
 import numpy as np
 
+from hardware_specs.errors import InputError
 from model_specs.model_spec import ModelSpec
 from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES
 from simulator.parallel_config import Recompute, Schedule
@@ -124,10 +125,12 @@ class SearchConstraints:
 @dataclass(frozen=True)
 class SearchSpace:
     """The surviving rows as int64 columns (codes for recompute and schedule), one dtype-free
-    row per configuration; evaluate once per dtype.
+    row per configuration; evaluate once per dtype. May be one chunk of a larger space
+    (``enumerate_chunks``).
 
     ``pruned`` maps each rule of ``RULES`` (except ``memory``) to the raw configurations it
-    removed; ``raw_size`` = sum(pruned) + len(self) * len(dtypes).
+    removed; ``raw_size`` = sum(pruned) + ``space_rows`` * len(dtypes), where ``space_rows``
+    counts the rows of the whole space (of all chunks; None: this one is the whole space).
     """
 
     columns: Mapping[str, np.ndarray]
@@ -135,6 +138,12 @@ class SearchSpace:
     raw_size: int
     dtypes: tuple[str, ...]
     global_batch: int
+    space_rows: int | None = None
+
+    @property
+    def total_rows(self) -> int:
+        """Rows of the whole space this chunk belongs to."""
+        return len(self) if self.space_rows is None else int(self.space_rows)
 
     def __len__(self) -> int:
         return int(len(self.columns["dp"]))
@@ -178,13 +187,23 @@ def _allowed(fixed: Mapping[str, tuple], name: str, values: np.ndarray) -> np.nd
     return np.isin(values, np.asarray(fixed[name]))
 
 
+#: largest GPU count the divisor table of ``_factorisations`` covers (its size grows as n log n);
+#: above it a range is searched count by count, at most ``MAX_COUNTS_ABOVE_TABLE`` counts
+MAX_TABLE_GPUS = 2**17
+MAX_COUNTS_ABOVE_TABLE = 4096
+
+
 def _factorisations(lo: int, hi: int) -> tuple[np.ndarray, ...]:
     """All ordered (dp, tp, pp, cp) with dp*tp*pp*cp = n, lo <= n <= hi."""
-    if hi - lo < 16:      # a few counts: a grid over each count's divisors is cheapest
+    if hi - lo < 16 or hi > MAX_TABLE_GPUS:   # a few counts, or large ones: each count's divisors
         parts = []
         for n in range(lo, hi + 1):
             d = divisors(n)
-            tp, pp, cp = (a.ravel() for a in np.meshgrid(d, d, d, indexing="ij"))
+            # (tp, pp) pairs first, then cp: d_3(n) x d(n) candidates instead of d(n)**3
+            tp, pp = (a.ravel() for a in np.meshgrid(d, d, indexing="ij"))
+            ok = n % (tp * pp) == 0
+            tp, pp = np.repeat(tp[ok], len(d)), np.repeat(pp[ok], len(d))
+            cp = np.tile(d, int(ok.sum()))
             ok = n % (tp * pp * cp) == 0
             tp, pp, cp = tp[ok], pp[ok], cp[ok]
             parts.append((n // (tp * pp * cp), tp, pp, cp))
@@ -221,9 +240,70 @@ def vpp_candidates(num_layers: int) -> np.ndarray:
     return np.union1d(divisors(num_layers), divisors(num_layers + 2))
 
 
+#: most raw (dp, tp, pp, cp) factorisations one request may span (all GPU counts of a range):
+#: 1,024-4,096 GPUs has 0.5 million, 1-65,536 has 14 million; a wider request is refused
+#: before anything is built (the raw space is this times the other axes)
+MAX_FACTORISATIONS = 5_000_000
+#: surviving rows per chunk ``enumerate_chunks`` yields: bounds the memory of a large search
+#: (about 100 bytes per row for the columns and the sort) independently of its size
+SPACE_CHUNK_ROWS = 2_000_000
+
+_SMALL_PRIMES = np.array([p for p in range(2, 4097) if all(p % q for q in range(2, isqrt(p) + 1))], dtype=np.int64)
+
+
+def factorisation_count(lo: int, hi: int, stop_above: int | None = None) -> int:
+    """Ordered factorisations dp*tp*pp*cp = n summed over lo <= n <= hi (the divisor function
+    d_4: for n = prod p^e it is prod C(e + 3, 3)), without building them; counting stops early,
+    returning a partial sum, once it passes ``stop_above``. For hi <= 4096**2."""
+    total = 0
+    primes = _SMALL_PRIMES[_SMALL_PRIMES * _SMALL_PRIMES <= hi]
+    for block in range(lo, hi + 1, 1 << 16):
+        rest = np.arange(block, min(hi, block + (1 << 16) - 1) + 1, dtype=np.int64)
+        count = np.ones(len(rest), dtype=np.int64)
+        for p in primes:
+            e = np.zeros(len(rest), dtype=np.int64)
+            hit = rest % p == 0
+            while hit.any():
+                e += hit
+                rest = np.where(hit, rest // p, rest)
+                hit &= rest % p == 0
+            count *= (e + 1) * (e + 2) * (e + 3) // 6
+        # what remains is 1 or one prime above sqrt(hi) (exponent 1: C(4, 3) = 4)
+        total += int((count * np.where(rest > 1, 4, 1)).sum())
+        if stop_above is not None and total > stop_above:
+            break
+    return total
+
+
 def enumerate_space(model: ModelSpec, c: SearchConstraints) -> SearchSpace:
-    """Enumerate and prune the configurations of ``model`` under constraints ``c``."""
+    """Enumerate and prune the configurations of ``model`` under constraints ``c`` (one space)."""
+    return next(enumerate_chunks(model, c, max_rows=None))
+
+
+def enumerate_chunks(model: ModelSpec, c: SearchConstraints, max_rows: int | None = SPACE_CHUNK_ROWS):
+    """The pruned space of ``model`` under ``c`` in chunks of at most about ``max_rows`` rows
+    (None: one chunk), each sorted by the layer key; every chunk carries the whole space's
+    ``pruned`` counts and ``raw_size``. Always yields at least one (possibly empty) chunk."""
+    base = enumerate_base(model, c, max_rows)
+    for i in range(base.n_chunks):
+        yield base.chunk(i)[0]
+
+
+def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None = SPACE_CHUNK_ROWS) -> "SpaceBase":
+    """Apply every rule to the configurations of ``model`` under ``c`` without building the
+    rows: a ``SpaceBase`` builds them chunk by chunk (or picked rows) on demand.
+
+    Raises ``InputError`` when the request spans more than ``MAX_FACTORISATIONS`` GPU layouts.
+    """
     L, gbs, fixed = model.num_layers, c.global_batch, coded(c.fixed)
+    lo, hi = c.gpus
+    n_factorisations = factorisation_count(lo, hi, stop_above=MAX_FACTORISATIONS)
+    if hi > MAX_TABLE_GPUS and hi - lo + 1 > MAX_COUNTS_ABOVE_TABLE:
+        raise InputError("gpus", f"{lo}-{hi} is {hi - lo + 1:,} GPU counts; above {MAX_TABLE_GPUS:,} GPUs a search "
+                         f"covers at most {MAX_COUNTS_ABOVE_TABLE:,}", "search a narrower range of GPU counts")
+    if n_factorisations > MAX_FACTORISATIONS:
+        raise InputError("gpus", f"{lo}-{hi} GPUs have more than {MAX_FACTORISATIONS:,} dp x tp x pp x cp "
+                         "layouts, more than one search covers", "search a narrower range of GPU counts")
     experts = model.moe.num_experts if model.moe is not None else 1
     ep_raw = divisors(experts) if model.moe is not None else np.ones(1, dtype=np.int64)
     mb_raw = micro_batch_candidates(gbs, c.max_micro_batch)
@@ -232,8 +312,10 @@ def enumerate_space(model: ModelSpec, c: SearchConstraints) -> SearchSpace:
     sp_raw = np.array([0, 1], dtype=np.int64)
     zero_raw = np.arange(4, dtype=np.int64)
     rc_raw = np.array([RECOMPUTE_CODES[r] for r in Recompute], dtype=np.int64)
+    hsdp_raw = _hsdp_choices(c, fixed)
     n_dt = len(c.dtypes)
-    later = [len(ep_raw), len(mb_raw), len(vpp_raw), len(sched_raw) * 2 * 4 * len(rc_raw), n_dt]
+    later = [len(ep_raw), len(mb_raw), len(vpp_raw),
+             len(sched_raw) * 2 * 4 * len(rc_raw) * (1 if hsdp_raw is None else len(hsdp_raw)), n_dt]
 
     def scale(stage: int) -> int:
         return int(np.prod(later[stage:], dtype=np.int64))
@@ -241,7 +323,7 @@ def enumerate_space(model: ModelSpec, c: SearchConstraints) -> SearchSpace:
     pruned: dict[str, int] = {}
     count = _Counter(pruned)
 
-    dp, tp, pp, cp = _factorisations(*c.gpus)
+    dp, tp, pp, cp = _factorisations(lo, hi)
     raw_size = len(dp) * scale(0)
     h, kv = model.num_heads, model.num_kv_heads
     ok = count.apply([
@@ -283,8 +365,13 @@ def enumerate_space(model: ModelSpec, c: SearchConstraints) -> SearchSpace:
     ], len(v), scale(3))
     cols = _keep(cols, ok)
 
-    # the last four axes together: one (rows x combinations) mask, one gather
-    sched, sp, zero, rc = (a.ravel() for a in np.meshgrid(sched_raw, sp_raw, zero_raw, rc_raw, indexing="ij"))
+    # the last axes together: one (rows x combinations) mask
+    if hsdp_raw is None:
+        sched, sp, zero, rc = (a.ravel() for a in np.meshgrid(sched_raw, sp_raw, zero_raw, rc_raw, indexing="ij"))
+        hs = np.zeros(len(sched), dtype=np.int64)
+    else:
+        sched, sp, zero, rc, hs = (a.ravel() for a in np.meshgrid(sched_raw, sp_raw, zero_raw, rc_raw, hsdp_raw,
+                                                                  indexing="ij"))
     t = cols["tp"][:, None]
     inter = (sched == SCHEDULE_CODES[Schedule.INTERLEAVED])[None, :]
     shard = cols["dp"] * cols["cp"]
@@ -306,53 +393,161 @@ def enumerate_space(model: ModelSpec, c: SearchConstraints) -> SearchSpace:
         ("fixed", grid(_allowed(fixed, "zero_stage", zero)[None, :])),
         ("dominated_zero_without_dp", ~dominated | (zero == 0)[None, :] | (shard > 1)[:, None]),
         ("fixed", grid(_allowed(fixed, "recompute", rc)[None, :])),
+        *_hsdp_rules(cols, c, fixed, zero, hs, shape),
     ], shape, n_dt)
-    rows, combo = np.nonzero(ok)
-    cols = {k: v[rows] for k, v in cols.items()}
-    cols.update(schedule=sched[combo], sequence_parallel=sp[combo], zero_stage=zero[combo], recompute=rc[combo])
-    cols, raw_size = _hsdp_axis(cols, c, fixed, count, raw_size, n_dt)
-    # rows that share a layer key (step_model.LAYER_KEY_FIELDS) next to each other: the step
-    # model then computes each layer's costs once per run of equal keys (stable, so the order
-    # within a key is the enumeration's)
-    order = np.lexsort([cols[k] for k in reversed(LAYER_KEY_FIELDS) if k in cols])
-    cols = {k: v[order] for k, v in cols.items()}
+    pruned = {k: pruned.get(k, 0) for k in RULES if k != "memory"}
+    combos = {"schedule": sched, "sequence_parallel": sp, "zero_stage": zero, "recompute": rc}
+    if hsdp_raw is not None:
+        combos["hsdp_choice"] = hs
 
-    return SearchSpace(columns=cols, pruned={k: pruned.get(k, 0) for k in RULES if k != "memory"},
-                       raw_size=raw_size, dtypes=tuple(c.dtypes), global_batch=gbs)
-
-
-def _hsdp_axis(cols: dict, c: SearchConstraints, fixed: Mapping, count: _Counter, raw_size: int, n_dt: int):
-    """Every ZeRO 2-3 row (1-3 when ``--fix zero_shard_group`` asks) again with its states sharded
-    over groups of G data-parallel ranks
-    (``zero_shard_group``): one node's, ``hsdp_gpus / tp``, or the values ``--fix`` gives, when
-    G is a proper divisor >= 2 of dp*cp. The raw size grows by the rows tried; those removed
-    are counted under ``hsdp`` (and the plain rows under ``fixed`` when only HSDP is asked)."""
-    n = len(cols["dp"])
-    cols["zero_shard_group"] = np.zeros(n, dtype=np.int64)
-    if "zero_shard_group" in fixed:
-        groups = [int(v) for v in fixed["zero_shard_group"] if int(v) > 0]
-        keep_plain = 0 in fixed["zero_shard_group"]
+    # Order: each chunk's rows sorted by the layer key (step_model.LAYER_KEY_FIELDS: tp, cp,
+    # micro_batch, sequence_parallel, recompute, ep, ...), stably (within a key, enumeration
+    # order), so the step model computes each layer's costs once per run of equal keys. The key
+    # is split into the base rows' major part (tp, cp, micro_batch) and minor part (ep), and
+    # the combinations' part (sequence_parallel, recompute) that sits between them.
+    uniques = {k: np.unique(v) for k, v in cols.items()}
+    major = _codes(cols, uniques, [k for k in LAYER_KEY_FIELDS[:LAYER_KEY_FIELDS.index("sequence_parallel")]])
+    minor = _codes(cols, uniques, [k for k in LAYER_KEY_FIELDS[LAYER_KEY_FIELDS.index("recompute") + 1:]])
+    base_order = np.lexsort((minor, major))          # stable: equal keys keep enumeration order
+    cols = {k: v[base_order] for k, v in cols.items()}
+    major = major[base_order]
+    ok = ok[base_order]
+    # combinations grouped by their key part (stable): axis 1 of ``grouped`` is that part
+    middle = np.unique(sp * len(rc_raw) + np.searchsorted(rc_raw, rc), return_inverse=True)[1].ravel()
+    by_middle = np.argsort(middle, kind="stable")
+    n_middle = int(middle.max()) + 1           # every (sp, rc) pair has the same combinations
+    per_row = np.count_nonzero(ok, axis=1)
+    total = int(per_row.sum())
+    if max_rows is None or total <= max_rows:
+        bounds = [0, len(per_row)]
     else:
-        groups = [None] if c.hsdp_gpus else []
-        keep_plain = True
-    if not groups:
-        return cols, raw_size
-    dpc = cols["dp"] * cols["cp"]
-    # searched with ZeRO-2/3, whose per-layer and per-micro-batch collectives it keeps inside a
-    # node; ZeRO-1 only when asked for (its traffic is one reduction per step either way)
-    candidate = np.flatnonzero(cols["zero_stage"] >= (1 if "zero_shard_group" in fixed else 2))
-    parts = [cols] if keep_plain else []
-    if not keep_plain:
-        count.pruned["fixed"] = count.pruned.get("fixed", 0) + n * n_dt
-    for g in groups:
-        group = (c.hsdp_gpus // cols["tp"] if g is None else np.full(n, g, dtype=np.int64))[candidate]
-        raw_size += len(candidate) * n_dt
-        ok = count.apply([("hsdp", (group >= 2) & (group < dpc[candidate]) & (dpc[candidate] % np.maximum(group, 1) == 0))],
-                         len(candidate), n_dt)
-        extra = {k: v[candidate[ok]] for k, v in cols.items()}
-        extra["zero_shard_group"] = group[ok]
-        parts.append(extra)
-    return {k: np.concatenate([p[k] for p in parts]) for k in cols}, raw_size
+        ends = np.searchsorted(np.cumsum(per_row), np.arange(max_rows, total, max_rows), side="right")
+        bounds = [0] + sorted(set(int(e) for e in ends if 0 < e < len(per_row))) + [len(per_row)]
+    offsets = np.concatenate([[0], np.cumsum(per_row)])[bounds]
+    return SpaceBase(columns=cols, combos=combos, ok=ok, major=major, middle=middle, by_middle=by_middle,
+                     n_middle=n_middle,
+                     bounds=tuple(bounds), offsets=tuple(int(o) for o in offsets), pruned=pruned,
+                     raw_size=raw_size, dtypes=tuple(c.dtypes), global_batch=gbs, total=total,
+                     hsdp_gpus=int(c.hsdp_gpus))
+
+
+@dataclass(frozen=True)
+class SpaceBase:
+    """A pruned search space before its rows are built: the base rows (every axis but the
+    last four, sorted by their layer-key part) and, per base row, which of the combinations of
+    the last four axes (schedule, sequence parallel, ZeRO, recompute) survive.
+
+    ``chunk(i)`` builds chunk ``i``'s rows (base rows ``bounds[i]:bounds[i+1]``) as a
+    ``SearchSpace`` sorted by the layer key (``step_model.LAYER_KEY_FIELDS``; within a key,
+    enumeration order); together the chunks hold every row once, chunk ``i``'s numbered from
+    ``offsets[i]`` (one chunk: the whole space in that order). ``pick`` builds chosen rows;
+    ``rank`` numbers rows in the order of the whole space, however it is chunked.
+    """
+
+    columns: Mapping[str, np.ndarray]
+    combos: Mapping[str, np.ndarray]
+    ok: np.ndarray
+    major: np.ndarray
+    middle: np.ndarray
+    by_middle: np.ndarray
+    n_middle: int
+    bounds: tuple[int, ...]
+    offsets: tuple[int, ...]
+    pruned: Mapping[str, int]
+    raw_size: int
+    dtypes: tuple[str, ...]
+    global_batch: int
+    total: int
+    hsdp_gpus: int = 0
+
+    @property
+    def n_chunks(self) -> int:
+        return len(self.bounds) - 1
+
+    def chunk(self, i: int) -> tuple[SearchSpace, np.ndarray, np.ndarray]:
+        """(chunk ``i`` as a ``SearchSpace``, its base-row index and combination index per row)."""
+        start, stop = self.bounds[i], self.bounds[i + 1]
+        grouped = self.ok[start:stop][:, self.by_middle].reshape(stop - start, self.n_middle,
+                                                                   self.ok.shape[1] // self.n_middle)
+        mid, rows, j = np.nonzero(grouped.transpose(1, 0, 2))           # middle key part major
+        combo = self.by_middle[mid * grouped.shape[2] + j]
+        rows += start
+        # then the major part first: base rows are sorted by (major, minor), so a stable sort by
+        # major alone gives (major, middle, minor, enumeration order)
+        major = self.major[rows]
+        if len(major) and major.max() < 2**16:
+            major = major.astype(np.uint16)          # numpy sorts 16-bit keys stably by radix
+        order = np.argsort(major, kind="stable")
+        rows, combo = rows[order], combo[order]
+        return self.pick(rows, combo), rows, combo
+
+    def rank(self, rows: np.ndarray, combo: np.ndarray) -> np.ndarray:
+        """Numbers increasing with the rows' order in the whole, unchunked space: layer key
+        (major part of the base row, the combination's middle part, then the base row, which
+        carries the minor part and the enumeration order), then the combination."""
+        rows, combo = np.asarray(rows, dtype=np.int64), np.asarray(combo, dtype=np.int64)
+        n_base, n_combo = len(self.major), len(self.middle)
+        return ((self.major[rows] * self.n_middle + self.middle[combo]) * n_base + rows) * n_combo + combo
+
+    def pick(self, rows: np.ndarray, combo: np.ndarray) -> SearchSpace:
+        """The configurations (base row ``rows[k]``, combination ``combo[k]``) as a space, in
+        the order given."""
+        columns = {k: v[rows] for k, v in self.columns.items()}
+        columns.update({k: v[combo] for k, v in self.combos.items() if k != "hsdp_choice"})
+        choice = self.combos["hsdp_choice"][combo] if "hsdp_choice" in self.combos else np.zeros(len(rows), np.int64)
+        columns["zero_shard_group"] = _shard_group(choice, columns["tp"], self.hsdp_gpus)
+        return SearchSpace(columns=columns, pruned=self.pruned, raw_size=self.raw_size, dtypes=self.dtypes,
+                           global_batch=self.global_batch, space_rows=self.total)
+
+
+def _codes(cols: Mapping[str, np.ndarray], uniques: Mapping[str, np.ndarray], names) -> np.ndarray:
+    """The values of ``names`` (first most significant) as one dense integer code per row."""
+    key = np.zeros(len(next(iter(cols.values()))), dtype=np.int64)
+    for name in names:
+        if name in cols:
+            u = uniques[name]
+            key = key * len(u) + np.searchsorted(u, cols[name])
+    return key
+
+
+#: the ``hsdp_choice`` combination value meaning "one node's data-parallel ranks"
+_NODE_GROUP = -1
+
+
+def _hsdp_choices(c: SearchConstraints, fixed: Mapping) -> np.ndarray | None:
+    """Values of the hybrid-sharding axis: 0 (shard over every dp*cp rank), ``_NODE_GROUP``
+    (``hsdp_gpus / tp`` ranks) when searched, and the group sizes ``--fix zero_shard_group``
+    names; None when the axis has only 0."""
+    values = {0}
+    if c.hsdp_gpus:
+        values.add(_NODE_GROUP)
+    values.update(int(v) for v in fixed.get("zero_shard_group", ()))
+    return None if values == {0} else np.array(sorted(values), dtype=np.int64)
+
+
+def _shard_group(choice, tp, hsdp_gpus: int) -> np.ndarray:
+    """``zero_shard_group`` of a row from its ``hsdp_choice`` and tensor-parallel degree."""
+    choice = np.asarray(choice, dtype=np.int64)
+    node = hsdp_gpus // np.maximum(np.asarray(tp, dtype=np.int64), 1) if hsdp_gpus else np.zeros_like(choice)
+    return np.where(choice == _NODE_GROUP, node, choice)
+
+
+def _hsdp_rules(cols: dict, c: SearchConstraints, fixed: Mapping, zero, hs, shape) -> list:
+    """The rules of the hybrid-sharding axis over (base rows x combinations): a value ``--fix``
+    excludes is ``fixed``; a shard group that is not a proper divisor >= 2 of dp*cp, or is asked
+    of ZeRO-0 (ZeRO-1 too unless ``--fix zero_shard_group`` names it: one reduction per step
+    gains little from it), is ``hsdp``."""
+    group = _shard_group(hs[None, :], cols["tp"][:, None], c.hsdp_gpus)
+    dpc = (cols["dp"] * cols["cp"])[:, None]
+    rules = []
+    if "zero_shard_group" in fixed:
+        allowed = np.isin(group, np.asarray(fixed["zero_shard_group"], dtype=np.int64))
+        rules.append(("fixed", np.broadcast_to(allowed, shape)))
+    min_zero = 1 if "zero_shard_group" in fixed else 2
+    valid = (group == 0) | ((zero[None, :] >= min_zero) & (group >= 2) & (group < dpc)
+                            & (dpc % np.maximum(group, 1) == 0))
+    rules.append(("hsdp", np.broadcast_to(valid, shape)))
+    return rules
 
 
 def divisibility_only(model: ModelSpec, gpus: tuple[int, int], global_batch: int, max_tp: int,
