@@ -1,6 +1,6 @@
 """Peak memory per GPU on every pipeline stage, by part, for every row of a ``ConfigBatch``.
 
-Each stage holds (``simulator.step_pipeline.stage_groups``):
+Each stage holds (``simulator.step_pipeline.padded_stage_batches``):
 
 * model states of its layers and of the model's ends it carries (embedding, LM head, MTP
   projections; an MTP stage without the embedding keeps its own copy of it), under ZeRO over
@@ -36,7 +36,7 @@ from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
 from simulator.config_batch import RECOMPUTE_CODES, RECOMPUTE_METHOD_CODES, ConfigBatch
 from simulator.parallel_config import Recompute, RecomputeMethod
-from simulator.step_pipeline import stage_groups
+from simulator.step_pipeline import layer_split_counts, padded_stage_batches
 
 #: memory parts per GPU, summing to ``memory_bytes`` (the order tables print them in)
 PARTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "logits_bytes",
@@ -169,34 +169,42 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
         out.update({"_recompute_num_layers": np.asarray(batch.recompute_num_layers, dtype=float).copy(),
                     "_recompute_layers_decrement": np.asarray(batch.recompute_layers_decrement, dtype=float).copy(),
                     "_offload_activation_layers": np.asarray(batch.offload_activation_layers, dtype=float).copy()})
-    for idx, kind, p, v, cells, split, in_flight in stage_groups(model, batch):
+    for idx, cells, in_flight, chunks, stages in padded_stage_batches(model, batch):
         static = _static_parts(ctx, idx, cells)
+        split = layer_split_counts(model, batch, idx, cells, None)
+        v = chunks[:, None]
         if search:
-            split = _fewest_that_fit(model, batch, idx, cells, v, in_flight, split, ctx, fit_limit_bytes, out, static)
+            split = _fewest_that_fit(model, batch, idx, cells, v, in_flight, split, ctx, fit_limit_bytes, out, static,
+                                     stages)
         st = _stage_parts(ctx, idx, cells, split, in_flight, v, static)
         parts, total, host = st["parts"], st["total"], st["host"]
+        valid = np.arange(total.shape[1])[None, :] < stages[:, None]
+        total = np.where(valid, total, -np.inf)
         k = np.argmax(total, axis=1)
         rows = np.arange(len(idx))
+        last = stages - 1
         for name, value in parts.items():
             out[name][idx] = value[rows, k]
         out["memory_bytes"][idx] = total[rows, k]
         out["memory_stage"][idx] = k
-        out["host_memory_bytes"][idx] = host.max(axis=1)
+        out["host_memory_bytes"][idx] = np.where(valid, host, 0.0).max(axis=1)
         # the optimizer step is timed on the larger of the first and last stage's parameters (as
         # the efficiency fit was made; a middle stage can hold more when the ends are lighter)
-        out["params_local"][idx] = np.maximum(st["params"][:, 0], st["params"][:, -1])
-        out["expert_params_local"][idx] = np.maximum(st["expert_params"][:, 0], st["expert_params"][:, -1])
+        out["params_local"][idx] = np.maximum(st["params"][:, 0], st["params"][rows, last])
+        out["expert_params_local"][idx] = np.maximum(st["expert_params"][:, 0], st["expert_params"][rows, last])
         out["_p_first"][idx] = st["params"][:, 0]
         out["_p_first_expert"][idx] = st["expert_params"][:, 0]
         out["_count_first_layers"][idx] = st["layers"][:, 0]
-        out["_count_last_layers"][idx] = st["layers"][:, -1]
+        out["_count_last_layers"][idx] = st["layers"][rows, last]
         if detail:
+            P = total.shape[1]
+            nan = lambda x: np.where(valid, x, np.nan)  # noqa: E731
             for name, value in parts.items():
-                stage_out[name][idx, :p] = value
-            stage_out["memory_bytes"][idx, :p] = total
-            stage_out["host_memory_bytes"][idx, :p] = host
-            stage_out["layers"][idx, :p] = st["layers"]
-            stage_out["in_flight"][idx, :p] = in_flight
+                stage_out[name][idx, :P] = nan(value)
+            stage_out["memory_bytes"][idx, :P] = nan(total)
+            stage_out["host_memory_bytes"][idx, :P] = nan(host)
+            stage_out["layers"][idx, :P] = nan(st["layers"])
+            stage_out["in_flight"][idx, :P] = nan(in_flight)
 
     host = cluster.host
     out["host_memory_node_bytes"] = out["host_memory_bytes"] * cluster.gpus_per_node
@@ -303,6 +311,21 @@ def _recompute_buffer(cells: dict, split: dict, a: dict, group) -> np.ndarray:
     The larger of the two, over the stage's chunks."""
     a3 = {k: v[:, :, None] for k, v in a.items()}
     group = np.asarray(group)
+    if not np.any(split["off_dense"]) and not np.any(split["off_moe"]) \
+            and np.array_equal(split["rc_dense"] + split["rc_moe"] > 0, (split["rc_dense"] + split["rc_moe"]) ==
+                               (cells["dense"] + cells["moe"])) \
+            and np.all((split["rc_dense"] + split["rc_moe"] == 0) | (split["rc_dense"] + split["rc_moe"]
+                                                                       == cells["dense"] + cells["moe"])):
+        # each cell recomputes all its layers or none (no partial counts, no offload): a fully
+        # recomputing stage brings back one layer less its input, the others the selected
+        # operations of one layer
+        rc_stage = (split["rc_dense"] + split["rc_moe"]).sum(axis=2) > 0
+        full = np.maximum(np.where(cells["stage_dense"] > 0, a3["full_dense"], 0.0),
+                          np.where(cells["stage_moe"] > 0, a3["full_moe"], 0.0))[..., 0]
+        rc_need = np.maximum(group[..., 0] * full - a["input"], 0.0)
+        sel = np.maximum(np.where(cells["stage_dense"] > 0, a3["full_dense"] - a3["kept_dense"], 0.0),
+                         np.where(cells["stage_moe"] > 0, a3["full_moe"] - a3["kept_moe"], 0.0))[..., 0]
+        return np.where(rc_stage, rc_need, np.maximum(sel, 0.0))
     if not np.any(split["rc_dense"]) and not np.any(split["rc_moe"]) and not np.any(split["off_dense"]) \
             and not np.any(split["off_moe"]):
         # no layer recomputed in full or offloaded: only the selected operations come back, during
@@ -321,59 +344,70 @@ def _recompute_buffer(cells: dict, split: dict, a: dict, group) -> np.ndarray:
     return np.maximum(rc_need, np.maximum(sel_need, 0.0)).max(axis=2)
 
 
-def _fewest_that_fit(model, batch, idx, cells, v, in_flight, split, ctx, limit, out, static) -> dict:
+def _fewest_that_fit(model, batch, idx, cells, v, in_flight, split, ctx, limit, out, static, stages) -> dict:
     """The split counts of the group's rows after the planner's search (``memory_parts`` with
     ``fit_limit_bytes``): per stage, bisection on the fewest recomputed (or offloaded) layers per
     chunk whose stage total fits, on the rows that need it; the counts chosen are written to
     ``out``."""
     n_layers = cells["dense"] + cells["moe"]
-    n_max = float(n_layers.max()) if n_layers.size else 0.0
-    p = n_layers.shape[1]
-    if n_max <= 0:
+    if not n_layers.size or n_layers.max() <= 0:
         return split
+    p = n_layers.shape[1]
+    row_max = n_layers.reshape(len(idx), -1).max(axis=1)        # the row's largest chunk
     rc = np.asarray(batch.recompute)[idx] if np.ndim(batch.recompute) else np.full(len(idx), batch.recompute)
     nl = np.asarray(batch.recompute_num_layers)[idx]
     enumerated_full = (rc == _FULL) & (nl == 0) & (np.asarray(batch.recompute_method)[idx] != _UNIFORM)
 
     def sub(rows_mask):
         r = np.flatnonzero(rows_mask)
-        return r, {k: x[r] for k, x in cells.items()}, {k: x[r] for k, x in static.items() if k != "parts"}
+        return r, {k: _take_rows(x, r) for k, x in cells.items()}, \
+            {k: _take_rows(x, r) for k, x in static.items() if k != "parts"}
+
+    def vsub(r):
+        return v[r] if np.ndim(v) else v
 
     def totals(r, c, st, stage_rc=None, offload=None):
-        trial = layer_split_counts_for(model, batch, idx[r], c, v, stage_rc=stage_rc, offload=offload)
-        return _total(st, _dynamic_parts(ctx, idx[r], c, trial, in_flight[r], v)), trial
+        trial = layer_split_counts_for(model, batch, idx[r], c, None, stage_rc=stage_rc, offload=offload)
+        return _total(st, _dynamic_parts(ctx, idx[r], c, trial, in_flight[r], vsub(r))), trial
 
+    # every row's stage totals as enumerated (full recomputation of every layer where asked)
+    t_given = _total(static, _dynamic_parts(ctx, idx, cells, split, in_flight, v))
     if enumerated_full.any():
         # rows that fit recomputing every layer but not recomputing none: the fewest layers per
         # chunk N_s per stage s that fit, by bisection between 1 and every layer (a row that fits
         # without recomputation stays the "every layer" point of the memory / time trade-off; one
         # that does not fit even so is dropped by the planner)
         r, c, st = sub(enumerated_full)
-        t_all = _total(st, _dynamic_parts(ctx, idx[r], c, {k: x[r] for k, x in split.items()}, in_flight[r], v))
+        t_all = t_given[r]
         t0, _ = totals(r, c, st, stage_rc=np.zeros((len(r), p)))
         middle = (t_all.max(axis=1) <= limit) & (t0.max(axis=1) > limit)
         r, c, st = sub(np.isin(np.arange(len(idx)), r[middle]))
         t0 = t0[middle]
     if enumerated_full.any() and len(r):
+        n_max = row_max[r][:, None]
         lo = np.where(t0 <= limit, 0.0, 1.0)
         hi = np.where(t0 <= limit, 0.0, n_max)
         # memory falls about linearly with the layers recomputed: two probes around the linear
         # estimate settle most rows, bisection the rest
         t_hi = t_all[middle]
         guess = np.ceil(n_max * (t0 - limit) / np.maximum(t0 - t_hi, 1.0))
-        lo, hi = _bisect(lambda g: totals(r, c, st, stage_rc=g)[0] <= limit, lo, hi, guess)
-        need = hi
+        real = np.arange(p)[None, :] < stages[r][:, None]          # the row's own stages
+        lo, hi = _bisect(lambda g, rows: totals(r[rows], {k: _take_rows(x, rows) for k, x in c.items()},
+                                                {k: _take_rows(x, rows) for k, x in st.items()}, stage_rc=g)[0] <= limit,
+                         lo, hi, guess)
+        need = np.where(real, hi, 0.0)
         top = np.maximum(need.max(axis=1), 1.0)
-        stages = np.arange(p, dtype=float)[None, :]
+        at = np.arange(p, dtype=float)[None, :]
         if p > 1:
-            dec = np.floor((top[:, None] - need[:, 1:]) / stages[:, 1:]).min(axis=1)
-            dec = np.maximum(dec, 0.0)
+            slack = np.where(real[:, 1:], (top[:, None] - need[:, 1:]) / at[:, 1:], np.inf)
+            dec = np.floor(slack.min(axis=1))
+            dec = np.where(np.isfinite(dec), np.maximum(dec, 0.0), 0.0)
         else:
             dec = np.zeros(len(r))
-        covers_all = top >= n_max            # every layer recomputed: the enumerated "full"
-        counts = np.where(covers_all[:, None], n_max, np.maximum(top[:, None] - stages * dec[:, None], 0.0))
+        covers_all = top >= n_max[:, 0]       # every layer recomputed: the enumerated "full"
+        counts = np.where(covers_all[:, None], n_max, np.maximum(top[:, None] - at * dec[:, None], 0.0))
         out["_recompute_num_layers"][idx[r]] = np.where(covers_all, 0.0, top)
-        out["_recompute_layers_decrement"][idx[r]] = np.where(covers_all, 0.0, dec)
+        out["_recompute_layers_decrement"][idx[r]] = np.where(covers_all | (stages[r] == 1), 0.0, dec)
         _, chosen = totals(r, c, st, stage_rc=counts)
         split = {k: np.array(x, copy=True) for k, x in split.items()}
         for k in split:
@@ -381,40 +415,84 @@ def _fewest_that_fit(model, batch, idx, cells, v, in_flight, split, ctx, limit, 
     offloadable = (rc != _FULL) & ctx.per_row["offload_ok"][idx] & (np.asarray(batch.offload_activation_layers)[idx] == 0)
     if offloadable.any():
         r, c, st = sub(offloadable)
-        base = _total(st, _dynamic_parts(ctx, idx[r], c, {k: x[r] for k, x in split.items()}, in_flight[r], v))
+        base = t_given[r]           # these rows' split is as enumerated (the recompute search skips them)
         want = base.max(axis=1) > limit
         if want.any():
             r, c, st = sub(np.isin(np.arange(len(idx)), r[want]))
             lo = np.ones(len(r))
-            hi = np.full(len(r), max(n_max - 1.0, 1.0))
+            hi = np.maximum(row_max[r] - 1.0, 1.0)
             t_lo = base.max(axis=1)[want]
-            t_hi = totals(r, c, st, offload=hi)[0].max(axis=1)
-            guess = np.ceil(hi * (t_lo - limit) / np.maximum(t_lo - t_hi, 1.0))
-            lo, hi = _bisect(lambda g: totals(r, c, st, offload=g)[0].max(axis=1) <= limit, lo, hi, guess)
-            out["_offload_activation_layers"][idx[r]] = hi
-            _, chosen = totals(r, c, st, offload=hi)
-            split = {k: np.array(x, copy=True) for k, x in split.items()}
-            for k in split:
-                split[k][r] = chosen[k]
+            tried = []                # (counts, split) of every evaluation, to take the chosen one from
+
+            def offload_fits(g, rows):
+                t, trial = totals(r[rows], {k: _take_rows(x, rows) for k, x in c.items()},
+                                  {k: _take_rows(x, rows) for k, x in st.items()}, offload=g)
+                tried.append((rows, np.asarray(g, dtype=float), trial))
+                return t.max(axis=1) <= limit
+
+            t_hi, trial_hi = totals(r, c, st, offload=hi)
+            reach = t_hi.max(axis=1) <= limit     # rows that fit offloading all it may (else: dropped)
+            if reach.any():
+                r, c, st = sub(np.isin(np.arange(len(idx)), r[reach]))
+                lo, hi, t_lo = lo[reach], hi[reach], t_lo[reach]
+                t_hi = t_hi[reach].max(axis=1)
+                tried.append((np.arange(len(r)), hi.copy(), {k: x[reach] for k, x in trial_hi.items()}))
+                guess = np.ceil(hi * (t_lo - limit) / np.maximum(t_lo - t_hi, 1.0))
+                lo, hi = _bisect(offload_fits, lo, hi, guess)
+            else:
+                r = r[:0]
+            if len(r):
+                out["_offload_activation_layers"][idx[r]] = hi
+                chosen = {k: np.array(x, copy=True) for k, x in tried[0][2].items()}
+                for rows, g, trial in tried[1:]:
+                    hit = g == hi[rows]
+                    for k in chosen:
+                        chosen[k][rows[hit]] = trial[k][hit]
+                split = {k: np.array(x, copy=True) for k, x in split.items()}
+                for k in split:
+                    split[k][r] = chosen[k]
     return split
 
 
+def _take_rows(x, rows):
+    """Rows ``rows`` of ``x``; a broadcast view (every row the same layout) stays one."""
+    x = np.asarray(x)
+    if x.ndim and x.strides[0] == 0:
+        return np.broadcast_to(x[0], (len(rows),) + x.shape[1:])
+    return x[rows]
+
+
 def _bisect(fits, lo, hi, guess):
-    """The smallest count in [lo, hi] for which ``fits(count)`` (monotone) holds, elementwise:
-    first two probes at the ``guess`` and next to it, then bisection; (lo, hi) with lo == hi."""
-    def probe(g):
-        nonlocal lo, hi
-        g = np.clip(g, lo, hi)
-        ok = fits(g)
-        open_ = lo < hi
-        hi = np.where(open_ & ok, g, hi)
-        lo = np.where(open_ & ~ok, g + 1.0, lo)
+    """The smallest count in [lo, hi] for which ``fits(counts, rows)`` (monotone; evaluated on
+    the row indices ``rows`` only) holds, elementwise over rows (and stages): first two probes
+    at the ``guess`` and next to it, then bisection on the rows still open; (lo, hi) with
+    lo == hi."""
+    def probe(g, rows):
+        g = np.clip(g[rows], lo[rows], hi[rows])
+        ok = fits(g, rows)
+        open_ = lo[rows] < hi[rows]
+        hi[rows] = np.where(open_ & ok, g, hi[rows])
+        lo[rows] = np.where(open_ & ~ok, g + 1.0, lo[rows])
         return ok
 
-    ok = probe(guess)
-    probe(np.where(ok, guess - 1.0, guess + 1.0))
-    while np.any(lo < hi):
-        probe(np.floor((lo + hi) / 2.0))
+    lo, hi = np.array(lo, dtype=float), np.array(hi, dtype=float)
+    guess = np.broadcast_to(np.asarray(guess, dtype=float), lo.shape)
+
+    def still_open():
+        return np.flatnonzero((lo < hi).reshape(len(lo), -1).any(axis=1))
+
+    rows = still_open()
+    if len(rows):
+        ok = probe(guess, rows)
+        second = np.array(guess, copy=True)
+        second[rows] = np.where(ok, guess[rows] - 1.0, guess[rows] + 1.0)
+        rows = still_open()
+        if len(rows):
+            probe(second, rows)
+    rows = still_open()
+    while len(rows):
+        probe(np.floor((lo + hi) / 2.0), rows)
+        rows = still_open()
     return lo, hi
 
 

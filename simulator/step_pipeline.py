@@ -173,6 +173,14 @@ def _layout_cells(num_layers: int, mtp_layers: int, moe, kind: ScheduleKind, p: 
     return out
 
 
+def _take(x, rows):
+    """Rows ``rows`` of a per-row array; a broadcast view stays one."""
+    x = np.asarray(x)
+    if x.ndim and x.strides[0] == 0:
+        return np.broadcast_to(x[0], (len(rows),) + x.shape[1:])
+    return x[rows]
+
+
 def layer_split_counts(model, batch, idx, cells: dict, v: int, stage_rc=None, offload=None) -> dict:
     """Per (row, stage, chunk) cell of the rows ``idx``: the layers recomputed in full
     (``rc_dense``, ``rc_moe``), the layer inputs kept for them (``rc_inputs``), and the layers
@@ -193,9 +201,29 @@ def layer_split_counts(model, batch, idx, cells: dict, v: int, stage_rc=None, of
     p = n.shape[1]
     rc_rows = _rows(batch.recompute, idx)
     off_rows = _rows(batch.offload_activation_layers, idx) if offload is None else np.asarray(offload, dtype=float)
-    if stage_rc is None and not (rc_rows == _FULL_CODE).any() and not off_rows.any():
+    busy = (rc_rows == _FULL_CODE) | (off_rows > 0)
+    if stage_rc is None and not busy.any():
         zero = np.broadcast_to(np.zeros((1, 1, 1)), n.shape)          # nothing recomputed in full or offloaded
         return {"rc_dense": zero, "rc_moe": zero, "rc_inputs": zero, "off_dense": zero, "off_moe": zero}
+    nl_rows = _rows(batch.recompute_num_layers, idx)
+    if stage_rc is None and not off_rows.any() and not nl_rows.any():
+        # every layer of a fully recomputing row, none of the others: the cells themselves
+        full = (rc_rows == _FULL_CODE)[:, None, None]
+        rc_d = np.where(full, dense, 0.0)
+        rc_m = np.where(full, moe, 0.0)
+        zero = np.broadcast_to(np.zeros((1, 1, 1)), n.shape)
+        return {"rc_dense": rc_d, "rc_moe": rc_m, "rc_inputs": rc_d + rc_m, "off_dense": zero, "off_moe": zero}
+    if stage_rc is None and not busy.all():
+        # only the rows that recompute in full or offload have counts: compute those, zeros elsewhere
+        rows = np.flatnonzero(busy)
+        part = layer_split_counts(model, batch, np.asarray(idx)[rows], {k: _take(x, rows) for k, x in cells.items()},
+                                  v, offload=None if offload is None else off_rows[rows])
+        out = {}
+        for k, x in part.items():
+            full = np.zeros(n.shape)
+            full[rows] = x
+            out[k] = full
+        return out
     rc = rc_rows[:, None, None]
     nl = _rows(batch.recompute_num_layers, idx)[:, None, None]
     dec = _rows(batch.recompute_layers_decrement, idx)[:, None, None]
@@ -404,12 +432,21 @@ def _groups(sched, pp, vpp):
         yield idx, int(sched[i0]), int(pp[i0]), int(vpp[i0])
 
 
-def stage_groups(model, batch):
-    """For every group of rows sharing (schedule, pp, vpp): ``(idx, kind, p, v, cells, split,
-    in_flight)`` with the rows' cells (``group_cells``), their recomputed / offloaded layers
-    (``layer_split_counts``) and the (rows, p) most micro-batch chunk activation sets each stage
-    holds at once (``makespan.peak_in_flight``: 1F1B's first stage min(m, p), ZB-H2's 2p - 1,
-    DualPipe's p + 1, GPipe's m)."""
+#: most (row x stage x chunk) cells one padded batch of ``padded_stage_batches`` holds
+MAX_PADDED_CELLS = 2_000_000
+#: the cell arrays a padded batch carries ((rows, P, V); ``stage_*`` (rows, P, 1))
+_PADDED_KEYS = ("dense", "moe", "emb", "head", "mtp", "start")
+_STAGE_KEYS = ("stage_dense", "stage_moe", "stage_emb", "stage_head", "stage_mtp")
+
+
+def padded_stage_batches(model, batch, max_cells: int = MAX_PADDED_CELLS):
+    """The rows of ``batch`` in a few batches whose cells are zero-padded to a common (stages,
+    chunks) shape, so the per-stage memory runs once per batch rather than once per (schedule,
+    pp, vpp) group: yields ``(idx, cells, in_flight, chunks, stages)`` with ``cells`` (rows, P, V)
+    arrays (``group_cells``'s layer counts, masks and ``start``; ``stage_*`` sums (rows, P, 1)),
+    ``in_flight`` (rows, P) the most micro-batch chunk activation sets each stage holds at once
+    (``makespan.peak_in_flight``: 1F1B's first stage min(m, p), ZB-H2's 2p - 1, DualPipe's p + 1,
+    GPipe's m; 0 on padding), and per row its chunks per stage and its stages."""
     from simulator.pipeline.makespan import peak_in_flight
     if len(batch) == 0:
         return
@@ -419,17 +456,51 @@ def stage_groups(model, batch):
     m_all = np.rint(np.asarray(batch.global_batch, dtype=float)
                     / (np.asarray(batch.dp, dtype=float) * np.asarray(batch.micro_batch, dtype=float)))
     m_all = np.broadcast_to(m_all, (len(batch),))
+    groups = []
     for idx, code, p, vp in _groups(sched, pp, vpp):
         kind = _CODE_TO_KIND[code]
         v = schedule_chunks(code, vp)
         cells = group_cells(model, kind, p, v, _rows(batch.first_stage_layers, idx).astype(np.int64),
                             _rows(batch.last_stage_layers, idx).astype(np.int64), _layouts(batch, idx))
-        split = layer_split_counts(model, batch, idx, cells, v)
         m = m_all[idx]
         in_flight = np.zeros((len(idx), p))
         for m_value in np.unique(m):
             in_flight[m == m_value] = peak_in_flight(kind, p, int(m_value), v)
-        yield idx, kind, p, v, cells, split, in_flight
+        groups.append((idx, p, v, cells, in_flight))
+    groups.sort(key=lambda g: g[1] * g[2])
+    start = 0
+    while start < len(groups):
+        stop, P, V, rows = start, 0, 0, 0
+        while stop < len(groups):
+            _, p, v, _, _ = groups[stop]
+            n = len(groups[stop][0])
+            P2, V2 = max(P, p), max(V, v)
+            if rows and (rows + n) * P2 * V2 > max_cells:
+                break
+            P, V, rows, stop = P2, V2, rows + n, stop + 1
+        yield _pad(groups[start:stop], P, V)
+        start = stop
+
+
+def _pad(groups, P: int, V: int):
+    rows = sum(len(g[0]) for g in groups)
+    cells = {k: np.zeros((rows, P, V)) for k in _PADDED_KEYS}
+    cells.update({k: np.zeros((rows, P, 1)) for k in _STAGE_KEYS})
+    in_flight = np.zeros((rows, P))
+    chunks = np.zeros(rows)
+    stages = np.zeros(rows, dtype=np.int64)
+    idx = np.zeros(rows, dtype=np.int64)
+    at = 0
+    for g_idx, p, v, g_cells, g_in_flight in groups:
+        sl = slice(at, at + len(g_idx))
+        for k in _PADDED_KEYS:
+            cells[k][sl, :p, :v] = g_cells[k]
+        for k in _STAGE_KEYS:
+            cells[k][sl, :p] = g_cells[k]
+        in_flight[sl, :p] = g_in_flight
+        chunks[sl], stages[sl], idx[sl] = v, p, g_idx
+        at += len(g_idx)
+    return idx, cells, in_flight, chunks, stages
 
 
 @lru_cache(maxsize=1024)
