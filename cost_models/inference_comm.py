@@ -6,8 +6,10 @@ domain the engines use their own all-reduce kernels (vLLM ``custom_all_reduce``,
 custom all-reduce, TensorRT-LLM ``AllReduceStrategy``) rather than NCCL rings: one-shot (every
 GPU reads the n-1 peer buffers: one latency, (n-1) x S bytes per GPU) for small messages,
 two-shot (reduce-scatter then all-gather: two latencies, 2(n-1)/n x S) for larger ones; the
-faster of the two is taken. Without them, or across domains, the ring / hierarchical formulas
-of ``cost_models.collectives`` apply. Achieved bandwidth = link bandwidth x
+faster of the two is taken. Without them the NCCL ring applies. Across domains the all-reduce
+is hierarchical (reduce-scatter inside the domain, all-reduce of the shard across domains,
+all-gather inside), the cross-domain step taking the faster of NCCL's ring and double binary
+tree (2 log2 n latency steps; NCCL 2.4 release notes), as NCCL's tuner picks per message size. Achieved bandwidth = link bandwidth x
 ``ServingEfficiency.link_bw_fraction``.
 
 Groups: a worker's ranks are numbered tensor-parallel fastest; its tp group is contiguous
@@ -49,7 +51,11 @@ def allreduce_time_s(bytes_, group, cluster: ClusterSpec, eff: ServingEfficiency
         t_in = coll.ring_allreduce_time_s(s, n, bw_i, lat_i)
     n_intra = np.minimum(n, per_node)
     n_inter = np.ceil(n / np.maximum(n_intra, 1.0))
-    t_out = coll.hierarchical_allreduce_time_s(s, n_intra, n_inter, bw_i, lat_i, bw_o, lat_o)
+    shard = s / np.maximum(n_intra, 1.0)
+    intra = 2.0 * coll.reduce_scatter_time_s(s, n_intra, bw_i, lat_i)
+    across = np.minimum(coll.ring_allreduce_time_s(shard, n_inter, bw_o, lat_o),
+                        coll.tree_allreduce_time_s(shard, n_inter, bw_o, lat_o))
+    t_out = intra + across
     return np.where(n > 1, np.where(inside, t_in, t_out), 0.0)
 
 

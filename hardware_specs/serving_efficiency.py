@@ -24,6 +24,7 @@ FIT_RANGES = {
     "gemm_peak_fraction": (0.2, 0.95),
     "attention_peak_fraction": (0.1, 0.9),
     "kernel_fixed_s": (0.5e-6, 20e-6),
+    "arrival_sync": (0.1, 20.0),
 }
 
 
@@ -42,6 +43,10 @@ class ServingEfficiency:
             attention core (FlashAttention / FlashInfer / TRT-LLM FMHA over a prompt chunk).
         kernel_fixed_s: fixed GPU time per kernel of a step (launch gap inside a CUDA graph,
             ramp-up and tail of a short kernel), seconds.
+        arrival_sync: how synchronised the clients of a closed concurrency loop stay: the wait
+            of a prompt behind the others is arrival_sync x the geometric mean of the
+            fully-synchronised and the independent-arrival waits
+            (``simulator.serving.aggregated``); 1 = exactly that geometric mean.
         link_bw_fraction: achieved bus bandwidth / link bandwidth of collectives (NCCL busBW
             over NVLink and InfiniBand, nccl-tests: ~0.8); not fitted.
         fitted_on: what the numbers were fitted on, with the in-sample and cross-validated error.
@@ -54,6 +59,7 @@ class ServingEfficiency:
     gemm_peak_fraction: float = 0.6
     attention_peak_fraction: float = 0.4
     kernel_fixed_s: float = 4e-6
+    arrival_sync: float = 1.0
     link_bw_fraction: float = 0.8
     fitted_on: str = ""
     prior: bool = False
@@ -64,6 +70,9 @@ class ServingEfficiency:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0.0 < value <= 1.0):
                 raise InputError(f"{where}.{name}", f"is a fraction in (0, 1], got {value!r}")
+        if isinstance(self.arrival_sync, bool) or not isinstance(self.arrival_sync, (int, float)) \
+                or not (0.0 <= self.arrival_sync < 1000.0):
+            raise InputError(f"{where}.arrival_sync", f"must be a number in [0, 1000), got {self.arrival_sync!r}")
         v = self.kernel_fixed_s
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
             raise InputError(f"{where}.kernel_fixed_s", f"must be a finite number of seconds >= 0, got {v!r}")

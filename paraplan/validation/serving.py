@@ -39,7 +39,7 @@ from typing import Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from hardware_specs.catalog import load_cluster, load_serving_efficiency, serving_stack_for
+from hardware_specs.catalog import load_cluster, serving_stack_for
 from hardware_specs.errors import InputError
 from hardware_specs.serving_efficiency import ServingEfficiency
 from model_specs.catalog import load_model
@@ -140,6 +140,8 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
     """Rows that can be predicted (grouped by key) and the skip reason of the others."""
     rows: list[_Row] = []
     skipped: dict[int, str] = {}
+    stacks: dict[tuple, object] = {}
+    models: dict[str, object] = {}
     for i, r in enumerate(df.to_dict("records")):
         model_key = str(r.get("model_path") or "").strip().lower()
         preset = MODEL_PRESETS.get(model_key)
@@ -157,12 +159,19 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
             continue
         version = r.get("backend_version")
         version = str(version).strip() if isinstance(version, str) and version.strip() else None
-        try:
-            stack = serving_stack_for(str(r.get("backend")), version)
-        except InputError as exc:
-            skipped[i] = str(exc)
+        skey = (str(r.get("backend")), version)
+        if skey not in stacks:
+            try:
+                stacks[skey] = serving_stack_for(*skey)
+            except InputError as exc:
+                stacks[skey] = exc
+        stack = stacks[skey]
+        if isinstance(stack, InputError):
+            skipped[i] = str(stack)
             continue
-        model = load_model(preset)
+        if preset not in models:
+            models[preset] = load_model(preset)
+        model = models[preset]
         dense, expert = _fmt(r.get("gemm_quant_mode"), r.get("precision")), _fmt(r.get("moe_quant_mode"), r.get("precision"))
         values = {"isl": isl, "osl": osl, "assumption": "" if version else ASSUMPTIONS["no_version"]}
         if mode == "agg":
@@ -205,50 +214,89 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
     return rows, skipped
 
 
-def predict(df: pd.DataFrame, efficiency: Mapping[str, ServingEfficiency] | None = None,
-            progress: Callable[[int], None] | None = None) -> pd.DataFrame:
-    """Predicted TTFT and TPOT (ms) per row, NaN where skipped; columns ``pred_ttft_ms``,
-    ``pred_tpot_ms``, ``generation``, ``reason``, ``assumption``. ``efficiency`` overrides the
-    serving efficiency per GPU generation (the fitter's candidates)."""
+@dataclass
+class Group:
+    """Rows sharing (model, system, stack, formats, mode): one vectorized evaluation."""
+
+    context: ServingContext
+    mode: str
+    index: np.ndarray
+    columns: dict[str, np.ndarray]
+
+    @property
+    def generation(self) -> str:
+        return self.context.cluster.gpu.generation
+
+
+@dataclass
+class Prepared:
+    """A serving-runs table turned into evaluation groups, plus per-row skip reasons."""
+
+    n: int
+    groups: list[Group]
+    reason: np.ndarray
+    assumption: np.ndarray
+
+
+def prepare(df: pd.DataFrame) -> Prepared:
+    """Map every row to a group (or a skip reason); done once, evaluated many times by the fitter."""
     rows, skipped = _prepare(df)
     n = len(df)
-    ttft = np.full(n, np.nan)
-    tpot = np.full(n, np.nan)
-    generation = np.array([""] * n, dtype=object)
     reason = np.array([""] * n, dtype=object)
     assumption = np.array([""] * n, dtype=object)
     for i, why in skipped.items():
         reason[i] = why
-    groups: dict[tuple, list[_Row]] = {}
+    by_key: dict[tuple, list[_Row]] = {}
     for row in rows:
-        groups.setdefault(row.key, []).append(row)
-    for key, members in groups.items():
+        by_key.setdefault(row.key, []).append(row)
+        assumption[row.index] = row.values["assumption"]
+    groups = []
+    for key, members in by_key.items():
         preset, system, stack, dense, expert, mode = key
-        cluster = load_cluster(system)
-        gen = cluster.gpu.generation
-        eff = (efficiency or {}).get(gen) or load_serving_efficiency(gen)
         try:
-            ctx = ServingContext.build(preset, cluster, stack, dense, expert, efficiency=eff)
+            ctx = ServingContext.build(preset, load_cluster(system), stack, dense, expert)
         except InputError as exc:
             for m in members:
                 reason[m.index] = str(exc)
             continue
         cols = {k: np.array([m.values[k] for m in members], dtype=float)
                 for k in members[0].values if k != "assumption"}
-        if mode == "agg":
-            out = evaluate_agg_columns(ctx, cols)
-        else:
-            out = evaluate_disagg_columns(ctx, cols)
-        idx = np.array([m.index for m in members])
-        ttft[idx] = out["ttft_s"] * 1e3
-        tpot[idx] = out["tpot_s"] * 1e3
-        generation[idx] = gen
-        for m in members:
-            assumption[m.index] = m.values["assumption"]
+        groups.append(Group(ctx, mode, np.array([m.index for m in members]), cols))
+    return Prepared(n, groups, reason, assumption)
+
+
+def evaluate_prepared(prep: Prepared, efficiency: Mapping[str, ServingEfficiency] | None = None,
+                      generations: set[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(TTFT ms, TPOT ms) per row, NaN where skipped or outside ``generations``."""
+    from dataclasses import replace
+    ttft = np.full(prep.n, np.nan)
+    tpot = np.full(prep.n, np.nan)
+    for g in prep.groups:
+        if generations is not None and g.generation not in generations:
+            continue
+        ctx = g.context
+        if efficiency and g.generation in efficiency:
+            ctx = replace(ctx, efficiency=efficiency[g.generation])
+        out = evaluate_agg_columns(ctx, g.columns) if g.mode == "agg" else evaluate_disagg_columns(ctx, g.columns)
+        ttft[g.index] = out["ttft_s"] * 1e3
+        tpot[g.index] = out["tpot_s"] * 1e3
+    return ttft, tpot
+
+
+def predict(df: pd.DataFrame, efficiency: Mapping[str, ServingEfficiency] | None = None,
+            progress: Callable[[int], None] | None = None) -> pd.DataFrame:
+    """Predicted TTFT and TPOT (ms) per row, NaN where skipped; columns ``pred_ttft_ms``,
+    ``pred_tpot_ms``, ``generation``, ``reason``, ``assumption``. ``efficiency`` overrides the
+    serving efficiency per GPU generation (the fitter's candidates)."""
+    prep = prepare(df)
+    ttft, tpot = evaluate_prepared(prep, efficiency)
+    generation = np.array([""] * prep.n, dtype=object)
+    for g in prep.groups:
+        generation[g.index] = g.generation
         if progress is not None:
-            progress(len(members))
-    return pd.DataFrame({"pred_ttft_ms": ttft, "pred_tpot_ms": tpot, "generation": generation, "reason": reason,
-                         "assumption": assumption}, index=df.index)
+            progress(len(g.index))
+    return pd.DataFrame({"pred_ttft_ms": ttft, "pred_tpot_ms": tpot, "generation": generation,
+                         "reason": prep.reason, "assumption": prep.assumption}, index=df.index)
 
 
 def validate_rows(df: pd.DataFrame, efficiency=None, progress=None) -> pd.DataFrame:

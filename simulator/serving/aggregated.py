@@ -1,29 +1,42 @@
 """Aggregated serving: one engine does prefill and decode, continuous batching, closed loop.
 
 Load model: ``b`` clients per attention-DP rank, each sending its next request as soon as the
-previous one finishes (the concurrency benchmarks of the engines and of AIConfigurator's
-measured rows). Requests of equal length that start together finish together and come back
-together, so the engine serves them in *waves*: every cycle opens with the b prompts, which the
-scheduler packs ``C`` tokens per step (the stack's token budget; whole prompts when it does
-not chunk them), and continues with decode steps of all b requests.
+previous one finished (the concurrency benchmarks of the engines and of AIConfigurator's
+measured rows). In steady state requests arrive at the rank at rate X (Little's law:
+X = b / (TTFT + (osl - 1) TPOT)) and each brings ``isl`` prompt tokens.
 
-Mean field over one wave, per rank (``r = isl / P`` steps per prompt, ``P`` prompt tokens per
-prefill step, ``n_p = b * isl / P`` prefill steps):
+Per rank, with ``t_d`` the time of a step decoding all b requests (context isl + osl / 2):
 
-* request i's first token comes after ceil(i r) prefill steps; averaged over i = 1..b that is
-  ``k = r (b + 1) / 2 + (1 - min(r, 1)) / 2`` steps (exact when r is integral or 1/r divides b);
-  TTFT = k x t_prefill_step, its 90th percentile ceil(ceil(0.9 b) r) steps.
-* a request that got its first token waits out the remaining n_p - k prefill steps. Engines
-  that mix prompts and decodes in one step (``ServingBehaviour.mixed_batches``) give it a token
-  in each of them, at the mixed step's time; the others (SGLang) pause its decoding. The
-  remaining tokens come from decode steps of all b requests at mean context isl + osl / 2.
-  TPOT = mean time between a request's tokens.
-* a mixed prefill step carries, besides its P prompt tokens, the decodes of the requests
-  already past their prompt: b (n_p - 1) / (2 n_p) on average.
+* prefill work per request ``w_p``: the prompt's share of the steps that process it: its
+  tokens' marginal time in steps shared with decodes for engines that mix them
+  (``ServingBehaviour.mixed_batches``: vLLM, TensorRT-LLM), the whole prefill step for
+  engines that run prefill batches alone (SGLang). Chunks are ``min(isl, C)`` tokens, C the
+  stack's token budget.
+* the prefill share of the engine's time is u = X w_p; decoding requests get one token per
+  step, so TPOT = t_d / (1 - u) (steps slowed, or paused, by prompts).
+* TTFT = half a step (a request arrives mid-step and joins at the next boundary) + its own
+  prefill (w_p, plus the decode part of the ceil(isl / C) mixed steps carrying its chunks) +
+  the wait behind other prompts. That wait lies between two limits of a closed loop: clients
+  whose requests finished together come back together (fully synchronised waves: the mean
+  client waits for (b - 1) / 2 other prompts, W_wave = (b - 1) w_p / 2), or arrive
+  independently (the queue is empty and a request waits for the next step boundary,
+  W_0 = t_d / 2). Measured concurrency sweeps sit in between, growing about as the square root
+  of b; the wait is taken as the geometric mean of the two limits scaled by the serving
+  efficiency's ``arrival_sync`` (fitted: how synchronised the clients stay),
+  W = arrival_sync x sqrt(W_wave x W_0), and never below the G/D/1 wait of independent
+  arrivals at utilisation u (Allen-Cunneen, Allen 1990, "Probability, Statistics and Queueing
+  Theory", section 6.3: W = u / (1 - u) / 2 x w_p for Poisson arrivals and deterministic
+  service), which dominates near saturation. The 90th percentile: a wait spread evenly over
+  [0, 2 W_wave] has its 90th percentile at 1.8 x its mean, so the synchronised part scales
+  by sqrt(1.8); the independent part takes the exponential tail of the G/D/1 wait.
+* X solves the closed loop by bisection (the loop time grows with X).
 
-Capacity: at most ``n_fit`` requests hold KV cache at once (pool / one request's KV at full
-length; the stack's ``max_running_requests``). Beyond it requests queue; by Little's law the
-mean time in system is b / X with X = n_fit / cycle, and the wait is added to TTFT.
+Capacity: at most ``n_fit`` requests hold KV cache at once: the pool over one request's KV at
+its mean context isl + osl / 2 (paged KV caches allocate blocks as tokens are generated,
+Kwon et al. 2023, "Efficient Memory Management for LLM Serving with PagedAttention"; in
+steady state the running requests are spread over their lifetimes), capped by the stack's
+``max_running_requests``. The others queue; by Little's law their wait (b - n_fit) / X adds to
+TTFT.
 """
 from __future__ import annotations
 
@@ -40,13 +53,13 @@ def _f(x):
 
 def memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, osl, token_budget=None):
     """Per-GPU memory parts (bytes) and the largest number of requests one attention-DP rank can
-    keep (KV at full length isl + osl)."""
+    keep running (KV at the mean context isl + osl / 2)."""
     model, beh = ctx.model, ctx.behaviour
     budget = ctx.token_budget if token_budget is None else token_budget
     weights = weight_bytes_per_gpu(model, tp, adp, pp, moe_tp, moe_ep, ctx.dense_format, ctx.expert_format)
     acts = activation_bytes_per_gpu(model, tp, adp, moe_ep, budget)
     pool = kv_pool_bytes_per_gpu(ctx.cluster.gpu.hbm_bytes, weights, acts, beh)
-    per_request = kv_bytes_per_request(model, tp, _f(isl) + _f(osl), ctx.kv_bytes, pp)
+    per_request = kv_bytes_per_request(model, tp, _f(isl) + _f(osl) / 2.0, ctx.kv_bytes, pp)
     n_fit = np.floor(np.maximum(pool, 0.0) / np.maximum(per_request, 1.0))
     if beh.max_running_requests:
         n_fit = np.minimum(n_fit, beh.max_running_requests)
@@ -56,65 +69,91 @@ def memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, osl, token_budget=None
             "kv_bytes_per_request": _f(per_request), "max_batch_per_rank": n_fit}
 
 
-def prefill_schedule(isl, batch, budget, chunked: bool):
-    """(P prompt tokens per prefill step, number of prefill steps n_p, r = isl / P) for ``batch``
-    prompts of ``isl`` tokens under a ``budget``-token step."""
-    isl, b = _f(isl), _f(batch)
-    if chunked:
-        P = np.minimum(_f(budget), b * isl)
-    else:
-        per_step = np.maximum(np.floor(_f(budget) / isl), 1.0)     # whole prompts, at least one
-        P = np.minimum(per_step, b) * isl
-    n_p = b * isl / P
-    return P, n_p, isl / P
+_BISECTION_STEPS = 40
 
 
-def mean_first_token_steps(r, batch):
-    """Mean over requests i = 1..b of ceil(i r): the prefill steps until request i's first token."""
-    r, b = _f(r), _f(batch)
-    return r * (b + 1.0) / 2.0 + (1.0 - np.minimum(r, 1.0)) / 2.0
+def queue_wait_s(u, service_s):
+    """(mean, 90th percentile) wait of a G/D/1 queue of utilisation ``u`` with Poisson-like
+    arrivals (Allen-Cunneen)."""
+    u = np.clip(_f(u), 0.0, 0.999999)
+    mean = u / (1.0 - u) / 2.0 * _f(service_s)
+    cond = mean / np.maximum(u, 1e-12)                  # mean wait of a request that waits
+    p90 = np.where(u > 0.1, cond * np.log(np.maximum(u, 1e-12) / 0.1), 0.0)
+    return mean, p90
+
+
+#: the 90th percentile of a wait spread evenly over [0, 2m] is 1.8 m; under the square root
+SYNC_P90 = float(np.sqrt(1.8))
+
+
+def synchronised_wait_s(clients, service_s, step_s, arrival_sync):
+    """Mean wait behind other prompts of ``clients`` closed-loop clients per prefill server:
+    ``arrival_sync`` x the geometric mean of the synchronised-wave wait (clients - 1) x service
+    / 2 and the independent-arrival wait step / 2."""
+    wave = np.maximum(_f(clients) - 1.0, 0.0) * _f(service_s) / 2.0
+    return _f(arrival_sync) * np.sqrt(wave * _f(step_s) / 2.0)
 
 
 def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
     """Aggregated-serving metrics per row (seconds, tokens/s, bytes); see the module docstring."""
     beh = ctx.behaviour
+    eff = ctx.efficiency
     b_req = np.maximum(_f(batch), 1.0)
     isl, osl = _f(isl), _f(osl)
+    gen = np.maximum(osl - 1.0, 1.0)
     mem = memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, osl)
     n_fit = mem["max_batch_per_rank"]
     b = np.maximum(np.minimum(b_req, n_fit), 1.0)
 
-    P, n_p, r = prefill_schedule(isl, b, ctx.token_budget, beh.chunked_prefill)
-    mixed_decodes = b * np.maximum(n_p - 1.0, 0.0) / (2.0 * n_p) if beh.mixed_batches else 0.0 * b
-    common = (ctx.model, ctx.cluster, ctx.efficiency, beh, ctx.dense_format, ctx.expert_format, ctx.kv_bytes,
+    budget = float(ctx.token_budget)
+    chunk = np.minimum(isl, budget) if beh.chunked_prefill else isl
+    steps_own = np.ceil(isl / chunk)
+    common = (ctx.model, ctx.cluster, eff, beh, ctx.dense_format, ctx.expert_format, ctx.kv_bytes,
               tp, adp, pp, moe_tp, moe_ep)
-    pre = step_time(*common, P, isl / 2.0, mixed_decodes, isl)
     dec = step_time(*common, 0.0 * b, 0.0, b, isl + osl / 2.0)
-    t_pre, t_dec = pre["step_s"], dec["step_s"]
-
-    k = np.minimum(mean_first_token_steps(r, b), n_p)
-    k90 = np.minimum(np.ceil(np.ceil(0.9 * b) * r), np.ceil(n_p))
-    ttft = k * t_pre
-    ttft_p90 = np.maximum(k90, 1.0) * t_pre
-    gen = np.maximum(osl - 1.0, 1.0)
-    left = np.minimum(np.maximum(n_p - k, 0.0), gen)      # prefill steps after a request's first token
+    t_d = dec["step_s"]
     if beh.mixed_batches:
-        decode_time = left * t_pre + (gen - left) * t_dec
+        with_prompt = step_time(*common, chunk, isl / 2.0, b, isl + osl / 2.0)["step_s"]
+        w_p = np.maximum(with_prompt - t_d, 0.0) * steps_own
+        own = w_p + steps_own * t_d
     else:
-        decode_time = left * t_pre + gen * t_dec
-    tpot = np.where(osl > 1, decode_time / gen, 0.0)
-    cycle = ttft + gen * tpot
-    # requests beyond what fits queue for a slot (Little's law on the rank)
-    queue_wait = np.maximum(b_req / b - 1.0, 0.0) * cycle
+        alone = step_time(*common, chunk, isl / 2.0, 0.0 * b, isl)["step_s"]
+        w_p = alone * steps_own
+        own = w_p
+    w_p = np.maximum(w_p, 1e-9)
+
+    sync = synchronised_wait_s(b, w_p, t_d, eff.arrival_sync)
+
+    def loop(x):
+        u = np.minimum(x * w_p, 0.999999)
+        wq, w90 = queue_wait_s(u, w_p)
+        ttft = 0.5 * t_d + own + np.maximum(wq, sync)
+        tpot = t_d / (1.0 - u)
+        return ttft, tpot, np.maximum(w90, SYNC_P90 * sync), u
+
+    lo = np.zeros_like(b)
+    hi = 0.999999 / w_p
+    for _ in range(_BISECTION_STEPS):
+        mid = 0.5 * (lo + hi)
+        ttft_m, tpot_m, _, _ = loop(mid)
+        too_fast = mid * (ttft_m + gen * tpot_m) > b
+        hi = np.where(too_fast, mid, hi)
+        lo = np.where(too_fast, lo, mid)
+    x = 0.5 * (lo + hi)
+    ttft, tpot, w90, u = loop(x)
+    ttft_p90 = 0.5 * t_d + own + w90
+    # clients beyond the KV capacity wait for a slot (Little's law)
+    queue_wait = np.maximum(b_req - b, 0.0) / np.maximum(x, 1e-12)
     ttft = ttft + queue_wait
-    ttft_p90 = ttft_p90 + np.where(b_req > b, np.ceil(b_req / b - 1.0) * cycle, 0.0)
+    ttft_p90 = ttft_p90 + queue_wait
+    tpot = np.where(osl > 1, tpot, 0.0)
     latency = ttft + gen * tpot
     gpus_per_rank = _f(tp) * _f(pp)
     out = {
         "ttft_s": ttft, "ttft_p90_s": ttft_p90, "tpot_s": tpot, "latency_s": latency,
         "tokens_per_s_per_user": np.where(tpot > 0, 1.0 / np.maximum(tpot, 1e-12), 0.0),
         "tokens_per_s_per_gpu": b_req * osl / latency / gpus_per_rank,
-        "prefill_step_s": t_pre, "decode_step_s": t_dec, "prefill_tokens_per_step": P,
+        "prefill_work_s": w_p, "decode_step_s": t_d, "prefill_share": u,
         "queue_wait_s": queue_wait, "running_per_rank": b,
     }
     for part in ("attention_s", "mlp_s", "elementwise_s", "lm_head_s", "comm_s", "kernel_fixed_s", "host_s"):

@@ -12,7 +12,9 @@ it; ``cost_models.inference_comm.kv_transfer_time_s``).
 
 Closed loop with N = decode batch x decode ranks clients: throughput X = N / (TTFT + (osl - 1)
 TPOT) (Little's law), which sets the prefill utilisation rho = X / (c mu), mu = batch / step.
-The wait is the M/D/c queue's by Sakasegawa's approximation (Sakasegawa 1977, Ann. Inst.
+The wait behind other prompts is the larger of the closed loop's partly synchronised wait
+(``aggregated.synchronised_wait_s`` with N / c clients per prefill rank, the prefill service
+time and the decode step) and the M/D/c queue's by Sakasegawa's approximation (Sakasegawa 1977, Ann. Inst.
 Statist. Math. 29, "An approximation formula L_q ~ alpha rho^beta / (1 - rho)"):
 W_q = rho^(sqrt(2(c+1)) - 1) / (c (1 - rho)) x (c_a^2 + c_s^2) / 2 / mu with Poisson-like
 arrivals (c_a^2 = 1) and deterministic service (c_s^2 = 0); its 90th percentile from the
@@ -27,7 +29,7 @@ import numpy as np
 from cost_models.inference_comm import kv_transfer_time_s
 from cost_models.inference_step import step_time
 from cost_models.kv_cache import kv_bytes_per_token_model, linear_state_bytes_model
-from simulator.serving.aggregated import memory_columns
+from simulator.serving.aggregated import SYNC_P90, memory_columns, synchronised_wait_s
 
 #: bisection iterations for the closed-loop throughput (2^-40 relative precision)
 _BISECTION_STEPS = 40
@@ -83,13 +85,14 @@ def evaluate_disagg(ctx, p_tp, p_adp, p_pp, p_moe_tp, p_moe_ep, p_batch, p_worke
 
     n_clients = db_req * _f(d_adp) * _f(d_workers)
     capacity = servers * mu
+    sync = synchronised_wait_s(n_clients / servers, pre_one, tpot, ctx.efficiency.arrival_sync)
 
     def ttft_at(x):
         rho = x / capacity
         batch_eff = np.clip(rho * pb, 1.0, pb)
         own = pre_one + (batch_eff - 1.0) / np.maximum(pb - 1.0, 1.0) * (pre_full - pre_one)
         wq, w90 = mdc_wait_s(rho, servers, service)
-        return own + wq + t_kv, own + w90 + t_kv
+        return own + np.maximum(wq, sync) + t_kv, own + np.maximum(w90, SYNC_P90 * sync) + t_kv
 
     lo = np.zeros_like(n_clients)
     hi = np.minimum(capacity * 0.999999, n_clients / (gen * tpot + t_kv))
