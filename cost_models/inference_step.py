@@ -10,9 +10,11 @@ attention kernels eagerly), and the host's per-step work (``host_step_s``) adds 
 unless the engine's overlap scheduler runs it under the previous step, where only what exceeds
 the GPU time shows (SGLang v0.4 blog, TensorRT-LLM "Overlap Scheduler" doc).
 
-Pipeline parallelism pp: the rank's tokens move as pp micro-batches through pp stages of
-num_layers/pp layers each; every request advances once per round of pp micro-batch steps, so
-the step time is that round: all layers at tokens/pp, plus pp LM heads and pp stage hand-offs.
+Pipeline parallelism pp: the rank's decoding requests move as pp micro-batches through pp
+stages of num_layers/pp layers each; every request advances once per round of pp micro-batch
+steps, so the step time is that round: all layers at decodes/pp, plus pp LM heads and pp stage
+hand-offs. A prompt chunk moves as one micro-batch through all stages (its latency is all the
+layers at its full size; the stages it leaves idle are not credited, a conservative bound).
 
 Layers: dense layers use ``ModelSpec.ffn_hidden_size`` (or ``moe.dense_ffn_hidden_size``), MoE
 layers their experts. Collectives per layer: the attention output all-reduce over tp, and after
@@ -53,7 +55,7 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
     rates = layer_rates(cluster.gpu, eff, dense_format, expert_format)
     tp, adp, pp = _f(tp), _f(adp), _f(pp)
     moe_tp, moe_ep = _f(moe_tp), _f(moe_ep)
-    P = _f(prefill_tokens) / pp
+    P = _f(prefill_tokens) + 0.0 * pp
     d = _f(decode_reqs) / pp
     T = P + d
     logits = (d + np.minimum(P, 1.0)) if logits_tokens is None else _f(logits_tokens) / pp

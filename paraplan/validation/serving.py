@@ -14,7 +14,9 @@ prediction:
 * formats: ``gemm_quant_mode`` for attention and dense GEMMs, ``moe_quant_mode`` for routed
   experts, empty = 16-bit.
 * aggregated layout: ``tp_size``, ``pp_size``, ``attention_dp_size`` (empty or 0 = 1),
-  ``moe_tp_size``, ``moe_ep_size`` (0 = 1); ``batch_size`` is the requests one attention-DP
+  ``moe_tp_size``, ``moe_ep_size`` (one of them 0 or empty = 1; both unset = the experts split
+  tensor-parallel over the whole worker, the engines' default without expert parallelism);
+  ``batch_size`` is the requests one attention-DP
   rank keeps in flight (the file's concurrency is batch_size x attention_dp_size for 98% of
   its aggregated rows). A ``tp_size`` larger than the node (64 on 8-GPU H200 / B200 nodes) is
   read as the source states it: attention tensor parallelism over tp GPUs of several nodes,
@@ -120,6 +122,16 @@ class _Row:
     values: dict
 
 
+def _expert_degrees(moe_tp_value, moe_ep_value, tp: float, adp: float) -> tuple[float, float]:
+    """(moe_tp, moe_ep) as the row states them; both unset (empty or 0) = tensor-parallel experts
+    over the whole worker (the engines' default without expert parallelism)."""
+    mtp, mep = _num(moe_tp_value), _num(moe_ep_value)
+    unset = lambda v: math.isnan(v) or v == 0
+    if unset(mtp) and unset(mep):
+        return tp * adp, 1.0
+    return _deg(moe_tp_value), _deg(moe_ep_value)
+
+
 def _layout_problem(model, tp, adp, moe_tp, moe_ep, prefix: str) -> str | None:
     """Why a layout cannot be a valid split of ``model`` (None if it can)."""
     if tp < 1 or adp < 1 or moe_tp < 1 or moe_ep < 1 or any(x != int(x) for x in (tp, adp, moe_tp, moe_ep)):
@@ -176,7 +188,7 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
         values = {"isl": isl, "osl": osl, "assumption": "" if version else ASSUMPTIONS["no_version"]}
         if mode == "agg":
             tp, pp, adp = _deg(r.get("tp_size")), _deg(r.get("pp_size")), _deg(r.get("attention_dp_size"))
-            moe_tp, moe_ep = _deg(r.get("moe_tp_size")), _deg(r.get("moe_ep_size"))
+            moe_tp, moe_ep = _expert_degrees(r.get("moe_tp_size"), r.get("moe_ep_size"), tp, adp)
             batch = _num(r.get("batch_size"))
             if math.isnan(_num(r.get("tp_size"))) or math.isnan(batch) or batch < 1:
                 skipped[i] = "aggregated row without tp_size / batch_size"
@@ -197,7 +209,7 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
             problem = None
             for side in ("prefill", "decode"):
                 tp, pp, adp = _deg(r.get(f"{side}_tp_size")), _deg(r.get(f"{side}_pp_size")), _deg(r.get(f"{side}_attention_dp_size"))
-                moe_tp, moe_ep = _deg(r.get(f"{side}_moe_tp_size")), _deg(r.get(f"{side}_moe_ep_size"))
+                moe_tp, moe_ep = _expert_degrees(r.get(f"{side}_moe_tp_size"), r.get(f"{side}_moe_ep_size"), tp, adp)
                 if model.moe is None:
                     moe_tp, moe_ep = tp * adp, 1.0
                 problem = problem or _layout_problem(model, tp, adp, moe_tp, moe_ep, f"{side}_")

@@ -18,14 +18,15 @@ Per rank, with ``t_d`` the time of a step decoding all b requests (context isl +
   prefill (w_p, plus the decode part of the ceil(isl / C) mixed steps carrying its chunks) +
   the wait behind other prompts. That wait lies between two limits of a closed loop: clients
   whose requests finished together come back together (fully synchronised waves: the mean
-  client waits for (b - 1) / 2 other prompts, W_wave = (b - 1) w_p / 2), or arrive
+  client waits for (b - 1) / 2 other prompts, each holding the engine for its own prefill
+  time ``own``, W_wave = (b - 1) own / 2), or arrive
   independently (the queue is empty and a request waits for the next step boundary,
   W_0 = t_d / 2). Measured concurrency sweeps sit in between, growing about as the square root
   of b; the wait is taken as the geometric mean of the two limits scaled by the serving
   efficiency's ``arrival_sync`` (fitted: how synchronised the clients stay),
   W = arrival_sync x sqrt(W_wave x W_0), and never below the G/D/1 wait of independent
   arrivals at utilisation u (Allen-Cunneen, Allen 1990, "Probability, Statistics and Queueing
-  Theory", section 6.3: W = u / (1 - u) / 2 x w_p for Poisson arrivals and deterministic
+  Theory", section 6.3: W = u / (1 - u) / 2 x own for Poisson arrivals and deterministic
   service), which dominates near saturation. The 90th percentile: a wait spread evenly over
   [0, 2 W_wave] has its 90th percentile at 1.8 x its mean, so the synchronised part scales
   by sqrt(1.8); the independent part takes the exponential tail of the G/D/1 wait.
@@ -122,11 +123,11 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
         own = w_p
     w_p = np.maximum(w_p, 1e-9)
 
-    sync = synchronised_wait_s(b, w_p, t_d, eff.arrival_sync)
+    sync = synchronised_wait_s(b, own, t_d, eff.arrival_sync)
 
     def loop(x):
         u = np.minimum(x * w_p, 0.999999)
-        wq, w90 = queue_wait_s(u, w_p)
+        wq, w90 = queue_wait_s(u, own)
         ttft = 0.5 * t_d + own + np.maximum(wq, sync)
         tpot = t_d / (1.0 - u)
         return ttft, tpot, np.maximum(w90, SYNC_P90 * sync), u

@@ -64,7 +64,7 @@ class WorkerLayout:
             parts.append(f"pp{self.pp}")
         if self.adp > 1:
             parts.append(f"adp{self.adp}")
-        if self.moe_ep > 1 or self.moe_tp > 1:
+        if self.moe_ep > 1 or self.moe_tp != self.tp * self.adp:
             parts.append(f"etp{self.moe_tp}xep{self.moe_ep}")
         return "-".join(parts)
 

@@ -52,38 +52,56 @@ def mdc_wait_s(rho, servers, service_s):
     return wq, w90
 
 
-def evaluate_disagg(ctx, p_tp, p_adp, p_pp, p_moe_tp, p_moe_ep, p_batch, p_workers,
-                    d_tp, d_adp, d_pp, d_moe_tp, d_moe_ep, d_batch, d_workers, isl, osl, kv_link_free=False):
-    """Disaggregated-serving metrics per row; ``kv_link_free`` makes the KV transfer cost nothing
-    (for what-if comparisons)."""
+def decode_side(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl) -> dict[str, np.ndarray]:
+    """Per decode-worker layout: TPOT (one decode-only step), its parts, memory, fit."""
     beh = ctx.behaviour
     isl, osl = _f(isl), _f(osl)
+    mem = memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, osl)
+    b_req = np.maximum(_f(batch), 1.0)
+    b = np.maximum(np.minimum(b_req, mem["max_batch_per_rank"]), 1.0)
+    dec = step_time(ctx.model, ctx.cluster, ctx.efficiency, beh, ctx.dense_format, ctx.expert_format, ctx.kv_bytes,
+                    tp, adp, pp, moe_tp, moe_ep, 0.0 * b, 0.0, b, isl + osl / 2.0)
+    out = {"tpot_s": dec["step_s"], "clients": b_req * _f(adp), "gpus": _f(tp) * _f(pp) * _f(adp),
+           "fits": (mem["kv_pool_bytes"] > 0) & (b_req <= mem["max_batch_per_rank"])}
+    for part in ("attention_s", "mlp_s", "elementwise_s", "lm_head_s", "comm_s", "kernel_fixed_s", "host_s"):
+        out["decode_" + part] = dec[part]
+    out.update(mem)
+    return out
+
+
+def prefill_side(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl) -> dict[str, np.ndarray]:
+    """Per prefill-worker layout: the step of one prompt and of a full batch, requests per
+    second per rank, KV-transfer bytes, memory, fit."""
+    beh = ctx.behaviour
+    isl = _f(isl)
+    common = (ctx.model, ctx.cluster, ctx.efficiency, beh, ctx.dense_format, ctx.expert_format, ctx.kv_bytes,
+              tp, adp, pp, moe_tp, moe_ep)
+    mem = memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, 1.0)
+    pb = np.maximum(_f(batch), 1.0)
+    pre_full = step_time(*common, pb * isl, isl / 2.0, 0.0, 0.0, pb)["step_s"]
+    pre_one = step_time(*common, isl, isl / 2.0, 0.0, 0.0, 1.0)["step_s"]
+    return {"pre_one_s": pre_one, "pre_full_s": pre_full, "batch": pb, "mu_per_rank": pb / pre_full,
+            "ranks": _f(adp), "tp": _f(tp), "gpus": _f(tp) * _f(pp) * _f(adp),
+            "weights_bytes": mem["weights_bytes"], "max_batch_per_rank": mem["max_batch_per_rank"],
+            "fits": (mem["kv_pool_bytes"] > 0) & (pb <= mem["max_batch_per_rank"])}
+
+
+def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_free=False) -> dict[str, np.ndarray]:
+    """The closed loop of one prefill pool and one decode pool (arrays already aligned per row):
+    TTFT (mean, p90), TPOT, latency, throughput, prefill utilisation."""
+    isl, osl = _f(isl), _f(osl)
     gen = np.maximum(osl - 1.0, 1.0)
-    common = (ctx.model, ctx.cluster, ctx.efficiency, beh, ctx.dense_format, ctx.expert_format, ctx.kv_bytes)
-
-    # decode workers: decode-only steps
-    d_mem = memory_columns(ctx, d_tp, d_adp, d_pp, d_moe_tp, d_moe_ep, isl, osl)
-    db_req = np.maximum(_f(d_batch), 1.0)
-    db = np.maximum(np.minimum(db_req, d_mem["max_batch_per_rank"]), 1.0)
-    dec = step_time(*common, d_tp, d_adp, d_pp, d_moe_tp, d_moe_ep, 0.0 * db, 0.0, db, isl + osl / 2.0)
-    tpot = dec["step_s"]
-
-    # prefill workers: batches of up to p_batch prompts per step
-    p_mem = memory_columns(ctx, p_tp, p_adp, p_pp, p_moe_tp, p_moe_ep, isl, 1.0)
-    pb = np.maximum(_f(p_batch), 1.0)
-    pre_full = step_time(*common, p_tp, p_adp, p_pp, p_moe_tp, p_moe_ep, pb * isl, isl / 2.0, 0.0, 0.0, pb)["step_s"]
-    pre_one = step_time(*common, p_tp, p_adp, p_pp, p_moe_tp, p_moe_ep, isl, isl / 2.0, 0.0, 0.0, 1.0)["step_s"]
-    servers = np.maximum(_f(p_workers) * _f(p_adp), 1.0)
-    mu = pb / pre_full                                  # requests per second per prefill rank
+    tpot = dec["tpot_s"]
+    pre_one, pre_full, pb = pre["pre_one_s"], pre["pre_full_s"], pre["batch"]
+    servers = np.maximum(_f(p_workers) * pre["ranks"], 1.0)
+    mu = pre["mu_per_rank"]
     service = 1.0 / mu
-
     kv_bytes = isl * kv_bytes_per_token_model(ctx.model, ctx.kv_bytes) + linear_state_bytes_model(ctx.model)
-    same_domain = (_f(p_tp) * _f(p_adp) * _f(p_pp) + _f(d_tp) * _f(d_adp) * _f(d_pp)) <= ctx.cluster.gpus_per_node
-    t_kv = kv_transfer_time_s(kv_bytes, p_tp, same_domain, ctx.cluster, ctx.efficiency)
+    same_domain = (pre["gpus"] + dec["gpus"]) <= ctx.cluster.gpus_per_node
+    t_kv = kv_transfer_time_s(kv_bytes, pre["tp"], same_domain, ctx.cluster, ctx.efficiency)
     if kv_link_free:
         t_kv = 0.0 * t_kv
-
-    n_clients = db_req * _f(d_adp) * _f(d_workers)
+    n_clients = dec["clients"] * _f(d_workers)
     capacity = servers * mu
     sync = synchronised_wait_s(n_clients / servers, pre_one, tpot, ctx.efficiency.arrival_sync)
 
@@ -92,37 +110,44 @@ def evaluate_disagg(ctx, p_tp, p_adp, p_pp, p_moe_tp, p_moe_ep, p_batch, p_worke
         batch_eff = np.clip(rho * pb, 1.0, pb)
         own = pre_one + (batch_eff - 1.0) / np.maximum(pb - 1.0, 1.0) * (pre_full - pre_one)
         wq, w90 = mdc_wait_s(rho, servers, service)
-        return own + np.maximum(wq, sync) + t_kv, own + np.maximum(w90, SYNC_P90 * sync) + t_kv
+        return own + np.maximum(wq, sync) + t_kv, own + np.maximum(w90, SYNC_P90 * sync) + t_kv, own
 
     lo = np.zeros_like(n_clients)
     hi = np.minimum(capacity * 0.999999, n_clients / (gen * tpot + t_kv))
     for _ in range(_BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
-        ttft_mid, _ = ttft_at(mid)
+        ttft_mid = ttft_at(mid)[0]
         too_fast = mid * (ttft_mid + gen * tpot) > n_clients
         hi = np.where(too_fast, mid, hi)
         lo = np.where(too_fast, lo, mid)
     x = 0.5 * (lo + hi)
-    ttft, ttft_p90 = ttft_at(x)
+    ttft, ttft_p90, own = ttft_at(x)
     # saturated prefill: clients left over wait in the queue (Little's law)
     extra = np.maximum(n_clients / np.maximum(x, 1e-12) - (ttft + gen * tpot), 0.0)
     ttft = ttft + extra
     ttft_p90 = ttft_p90 + extra
     latency = ttft + gen * tpot
-    gpus = _f(p_tp) * _f(p_pp) * _f(p_adp) * _f(p_workers) + _f(d_tp) * _f(d_pp) * _f(d_adp) * _f(d_workers)
-    out = {
+    gpus = pre["gpus"] * _f(p_workers) + dec["gpus"] * _f(d_workers)
+    return {
         "ttft_s": ttft, "ttft_p90_s": ttft_p90, "tpot_s": tpot, "latency_s": latency,
         "tokens_per_s_per_user": 1.0 / np.maximum(tpot, 1e-12),
         "tokens_per_s_per_gpu": n_clients * osl / latency / gpus,
         "prefill_step_s": pre_full, "decode_step_s": tpot, "kv_transfer_s": t_kv,
-        "prefill_utilization": x / capacity, "queue_wait_s": ttft - pre_one - t_kv,
+        "prefill_utilization": x / capacity, "queue_wait_s": ttft - own - t_kv, "gpus": gpus,
+        "fits": dec["fits"] & pre["fits"],
     }
-    for part in ("attention_s", "mlp_s", "elementwise_s", "lm_head_s", "comm_s", "kernel_fixed_s", "host_s"):
-        out["decode_" + part] = dec[part]
-    for key, value in d_mem.items():
-        out[key] = value
-    out["prefill_weights_bytes"] = p_mem["weights_bytes"]
-    out["prefill_max_batch_per_rank"] = p_mem["max_batch_per_rank"]
-    out["fits"] = (d_mem["kv_pool_bytes"] > 0) & (db_req <= d_mem["max_batch_per_rank"]) & \
-        (p_mem["kv_pool_bytes"] > 0) & (pb <= p_mem["max_batch_per_rank"])
+
+
+def evaluate_disagg(ctx, p_tp, p_adp, p_pp, p_moe_tp, p_moe_ep, p_batch, p_workers,
+                    d_tp, d_adp, d_pp, d_moe_tp, d_moe_ep, d_batch, d_workers, isl, osl, kv_link_free=False):
+    """Disaggregated-serving metrics per row; ``kv_link_free`` makes the KV transfer cost nothing
+    (for what-if comparisons)."""
+    dec = decode_side(ctx, d_tp, d_adp, d_pp, d_moe_tp, d_moe_ep, d_batch, isl, osl)
+    pre = prefill_side(ctx, p_tp, p_adp, p_pp, p_moe_tp, p_moe_ep, p_batch, isl)
+    out = combine(ctx, dec, pre, p_workers, d_workers, isl, osl, kv_link_free)
+    for key, value in dec.items():
+        if key.startswith("decode_") or key.endswith("_bytes") or key == "max_batch_per_rank":
+            out[key] = value
+    out["prefill_weights_bytes"] = pre["weights_bytes"]
+    out["prefill_max_batch_per_rank"] = pre["max_batch_per_rank"]
     return out
