@@ -223,3 +223,27 @@ def lm_head_s(model: ModelSpec, rates: LayerRates, tp, logits_tokens):
     # softmax / top-p over the logits: read fp32 logits a few times
     sample = _f(logits_tokens) * model.vocab_size / _f(tp) * 4.0 * 3.0 / rates.hbm_bytes_per_s
     return head + sample
+
+
+def prefill_flops(model: ModelSpec, tokens, keys):
+    """FLOPs of a prefill of ``tokens`` prompt tokens whose queries attend to ``keys`` keys on
+    average (isl / 2 for a causal prompt), whole model, one copy: 2 x tokens x the weights a
+    token multiplies (attention projections, the dense MLP or the top-k routed and shared
+    experts, the router) + the attention core, 2 x tokens x keys x heads x (qk + v) per softmax
+    layer (window layers attend to at most the window), + the LM head for the one sampled token.
+    Linear-attention layers' scans are not counted (a few percent)."""
+    from cost_models.params import attention_params, dense_layer_params, moe_layer_params, softmax_attention_params
+    t, k = _f(tokens), _f(keys)
+    layer_weights = model.num_dense_layers * (dense_layer_params(model) - 2 * model.hidden_size)
+    layer_weights += model.num_moe_layers * (moe_layer_params(model, active=True) - 2 * model.hidden_size)
+    del attention_params, softmax_attention_params
+    if model.mla is not None:
+        m = model.mla
+        dims = m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim
+    else:
+        dims = 2.0 * model.head_dim
+    full, window, _ = layer_counts(model)
+    keys_window = np.minimum(k, model.sliding_window) if window else 0.0
+    core = 2.0 * t * model.num_heads * dims * (full * k + window * keys_window)
+    head = 2.0 * model.vocab_size * model.hidden_size
+    return 2.0 * t * layer_weights + core + head

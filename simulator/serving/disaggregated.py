@@ -6,19 +6,21 @@ context isl + osl / 2, so TPOT is one decode step (DistServe, Zhong et al. OSDI 
 
 Prefill workers form a queue: ``c`` = prefill workers x their adp ranks, each serving batches
 of up to ``batch`` prompts (``prefill_batch_size``) in one step of the prompt tokens. A request's
-TTFT = wait for a prefill rank + its batch's prefill step + moving its KV cache to the decode
+TTFT = wait for a prefill rank (behind the other prompts, each taking its share 1 / mu of a
+full prefill step) + its own prefill step + moving its KV cache to the decode
 worker (over NVLink when both sit in one NVLink domain, else the NICs of the tp GPUs holding
 it; ``cost_models.inference_comm.kv_transfer_time_s``).
 
 Closed loop with N = decode batch x decode ranks clients: throughput X = N / (TTFT + (osl - 1)
 TPOT) (Little's law), which sets the prefill utilisation rho = X / (c mu), mu = batch / step.
 The wait behind other prompts is the larger of the closed loop's partly synchronised wait
-(``aggregated.synchronised_wait_s`` with N / c clients per prefill rank, the prefill service
-time and the decode step) and the M/D/c queue's by Sakasegawa's approximation (Sakasegawa 1977, Ann. Inst.
+(``aggregated.synchronised_wait_s`` with N / c clients per prefill rank, the per-prompt share
+of a full prefill step and the decode step) and the M/D/c queue's by Sakasegawa's approximation (Sakasegawa 1977, Ann. Inst.
 Statist. Math. 29, "An approximation formula L_q ~ alpha rho^beta / (1 - rho)"):
 W_q = rho^(sqrt(2(c+1)) - 1) / (c (1 - rho)) x (c_a^2 + c_s^2) / 2 / mu with Poisson-like
 arrivals (c_a^2 = 1) and deterministic service (c_s^2 = 0); its 90th percentile from the
-exponential tail of the M/M/c waiting time scaled the same way. X is found by bisection
+exponential tail of the M/M/c waiting time scaled the same way; at most the other N - 1
+clients' service spread over the c ranks (a closed loop cannot queue more). X is found by bisection
 (the left side increases with X). When even saturated prefill (rho -> 1) cannot serve N
 clients, X = c mu and the excess waits in the queue (Little again).
 """
@@ -103,13 +105,15 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
         t_kv = 0.0 * t_kv
     n_clients = dec["clients"] * _f(d_workers)
     capacity = servers * mu
-    sync = synchronised_wait_s(n_clients / servers, pre_one, tpot, ctx.efficiency.arrival_sync)
+    sync = synchronised_wait_s(n_clients / servers, service, tpot, ctx.efficiency.arrival_sync)
+
+    own = pre_one
 
     def ttft_at(x):
         rho = x / capacity
-        batch_eff = np.clip(rho * pb, 1.0, pb)
-        own = pre_one + (batch_eff - 1.0) / np.maximum(pb - 1.0, 1.0) * (pre_full - pre_one)
         wq, w90 = mdc_wait_s(rho, servers, service)
+        cap = np.maximum(n_clients - 1.0, 0.0) * service / servers   # only the other clients can be ahead
+        wq, w90 = np.minimum(wq, cap), np.minimum(w90, cap)
         return own + np.maximum(wq, sync) + t_kv, own + np.maximum(w90, SYNC_P90 * sync) + t_kv, own
 
     lo = np.zeros_like(n_clients)
@@ -131,7 +135,7 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
     return {
         "ttft_s": ttft, "ttft_p90_s": ttft_p90, "tpot_s": tpot, "latency_s": latency,
         "tokens_per_s_per_user": 1.0 / np.maximum(tpot, 1e-12),
-        "tokens_per_s_per_gpu": n_clients * osl / latency / gpus,
+        "tokens_per_s_per_gpu": np.minimum(x, n_clients / latency) * osl / gpus,
         "prefill_step_s": pre_full, "decode_step_s": tpot, "kv_transfer_s": t_kv,
         "prefill_utilization": x / capacity, "queue_wait_s": ttft - own - t_kv, "gpus": gpus,
         "fits": dec["fits"] & pre["fits"],

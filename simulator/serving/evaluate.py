@@ -24,7 +24,7 @@ def _columns(cols: Mapping[str, np.ndarray], names) -> list[np.ndarray]:
     missing = [n for n in names if n not in cols]
     if missing:
         raise InputError("columns", f"missing column '{missing[0]}'", "give " + ", ".join(names))
-    arrays = [np.asarray(cols[n], dtype=float) for n in names]
+    arrays = [np.atleast_1d(np.asarray(cols[n], dtype=float)) for n in names]
     shape = np.broadcast_shapes(*(a.shape for a in arrays))
     return [np.broadcast_to(a, shape) for a in arrays]
 
