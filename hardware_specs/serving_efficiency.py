@@ -17,14 +17,17 @@ from dataclasses import dataclass, fields
 
 from hardware_specs.errors import InputError
 
-#: the factors the fitter moves, with the (low, high) range it searches; a fitted value at a
-#: bound means the physics is missing something, so the fitter reports it.
+#: the factors the fitter moves, with the (low, high) range it searches: fractions anywhere up
+#: to the datasheet peak; a fitted value at a bound means the physics is missing something, so
+#: the fitter reports it.
 FIT_RANGES = {
-    "decode_hbm_fraction": (0.3, 0.98),
-    "gemm_peak_fraction": (0.2, 0.95),
-    "attention_peak_fraction": (0.1, 0.9),
+    "decode_hbm_fraction": (0.3, 1.0),
+    "gemm_peak_fraction": (0.2, 1.0),
+    "attention_peak_fraction": (0.1, 1.0),
     "kernel_fixed_s": (0.5e-6, 20e-6),
-    "arrival_sync": (0.1, 20.0),
+    "arrival_sync_chunked": (0.1, 40.0),
+    "arrival_sync_whole": (0.1, 40.0),
+    "arrival_sync_alone": (0.1, 40.0),
 }
 
 
@@ -43,10 +46,14 @@ class ServingEfficiency:
             attention core (FlashAttention / FlashInfer / TRT-LLM FMHA over a prompt chunk).
         kernel_fixed_s: fixed GPU time per kernel of a step (launch gap inside a CUDA graph,
             ramp-up and tail of a short kernel), seconds.
-        arrival_sync: how synchronised the clients of a closed concurrency loop stay: the wait
-            of a prompt behind the others is arrival_sync x the geometric mean of the
-            fully-synchronised and the independent-arrival waits
-            (``simulator.serving.aggregated``); 1 = exactly that geometric mean.
+        arrival_sync_chunked, arrival_sync_whole, arrival_sync_alone: how synchronised the
+            clients of a closed concurrency loop stay, by how the engine's scheduler interleaves
+            prompts with decodes (``ServingBehaviour``): prompts chunked into steps shared with
+            decodes (vLLM), whole prompts in steps shared with decodes (TensorRT-LLM), prompt
+            batches run alone while decodes pause (SGLang). The wait of a prompt behind the
+            others is this factor x the geometric mean of the fully-synchronised and the
+            independent-arrival waits (``simulator.serving.aggregated``); 1 = exactly that mean.
+            Finer interleaving spreads the clients out; pausing decodes keeps them in step.
         link_bw_fraction: achieved bus bandwidth / link bandwidth of collectives (NCCL busBW
             over NVLink and InfiniBand, nccl-tests: ~0.8); not fitted.
         fitted_on: what the numbers were fitted on, with the in-sample and cross-validated error.
@@ -59,7 +66,9 @@ class ServingEfficiency:
     gemm_peak_fraction: float = 0.6
     attention_peak_fraction: float = 0.4
     kernel_fixed_s: float = 4e-6
-    arrival_sync: float = 1.0
+    arrival_sync_chunked: float = 1.0
+    arrival_sync_whole: float = 1.0
+    arrival_sync_alone: float = 1.0
     link_bw_fraction: float = 0.8
     fitted_on: str = ""
     prior: bool = False
@@ -70,12 +79,20 @@ class ServingEfficiency:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0.0 < value <= 1.0):
                 raise InputError(f"{where}.{name}", f"is a fraction in (0, 1], got {value!r}")
-        if isinstance(self.arrival_sync, bool) or not isinstance(self.arrival_sync, (int, float)) \
-                or not (0.0 <= self.arrival_sync < 1000.0):
-            raise InputError(f"{where}.arrival_sync", f"must be a number in [0, 1000), got {self.arrival_sync!r}")
+        for name in ("arrival_sync_chunked", "arrival_sync_whole", "arrival_sync_alone"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0.0 <= value < 1000.0):
+                raise InputError(f"{where}.{name}", f"must be a number in [0, 1000), got {value!r}")
         v = self.kernel_fixed_s
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
             raise InputError(f"{where}.kernel_fixed_s", f"must be a finite number of seconds >= 0, got {v!r}")
+
+    def arrival_sync(self, mixed_batches: bool, chunked_prefill: bool) -> float:
+        """The synchronisation factor of an engine whose scheduler mixes prompts into decode
+        steps (``mixed_batches``) in chunks (``chunked_prefill``) or not."""
+        if not mixed_batches:
+            return self.arrival_sync_alone
+        return self.arrival_sync_chunked if chunked_prefill else self.arrival_sync_whole
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:

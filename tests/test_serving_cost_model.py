@@ -24,7 +24,7 @@ from simulator.serving.context import ServingContext
 GIB = 2**30
 #: an efficiency with no fixed per-kernel time, so a decode step is pure roofline
 PURE = ServingEfficiency(generation="hopper", decode_hbm_fraction=0.8, gemm_peak_fraction=0.6,
-                         attention_peak_fraction=0.5, kernel_fixed_s=0.0, arrival_sync=1.0)
+                         attention_peak_fraction=0.5, kernel_fixed_s=0.0, arrival_sync_chunked=1.0)
 QUIET = StackSpec(name="quiet", framework="test", serving=ServingBehaviour(host_step_s=0.0, host_launch_s=0.0))
 
 

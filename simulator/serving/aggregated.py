@@ -24,7 +24,7 @@ Per rank, with ``t_d`` the time of a step decoding all b requests (context isl +
   independently (the queue is empty and a request waits for the next step boundary,
   W_0 = t_d / 2). Measured concurrency sweeps sit in between, growing about as the square root
   of b; the wait is taken as the geometric mean of the two limits scaled by the serving
-  efficiency's ``arrival_sync`` (fitted: how synchronised the clients stay),
+  efficiency's ``arrival_sync`` for the engine's scheduler (fitted: how synchronised the clients stay),
   W = arrival_sync x sqrt(W_wave x W_0), and never below the G/D/1 wait of independent
   arrivals at the prompt server's utilisation X s (Allen-Cunneen, Allen 1990, "Probability, Statistics and Queueing
   Theory", section 6.3: W = u / (1 - u) / 2 x s for Poisson arrivals and deterministic
@@ -159,7 +159,7 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
         own = steps_own * t_own
         service = t_packed * isl / packed
         w_p = np.maximum(service - (t_d * isl / packed if beh.mixed_batches else 0.0), 1e-9)
-        sync = synchronised_wait_s(b, service, t_d, eff.arrival_sync)
+        sync = synchronised_wait_s(b, service, t_d, eff.arrival_sync(beh.mixed_batches, beh.chunked_prefill))
         x, (ttft, tpot, w90, u) = _solve_loop(b, gen, t_d, own, service, w_p, sync)
         running = np.clip(x * gen * tpot, 1.0, b)
     ttft_p90 = 0.5 * t_d + own + w90

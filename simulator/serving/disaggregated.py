@@ -105,7 +105,7 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
         t_kv = 0.0 * t_kv
     n_clients = dec["clients"] * _f(d_workers)
     capacity = servers * mu
-    sync = synchronised_wait_s(n_clients / servers, service, tpot, ctx.efficiency.arrival_sync)
+    sync = synchronised_wait_s(n_clients / servers, service, tpot, ctx.efficiency.arrival_sync(ctx.behaviour.mixed_batches, ctx.behaviour.chunked_prefill))
 
     own = pre_one
 
