@@ -86,10 +86,14 @@ def hierarchical_all_gather_time_s(bytes_, n_intra, n_inter, bw_intra, lat_intra
 
 
 def hierarchical_all_to_all_time_s(bytes_, n_intra, n_inter, bw_intra, lat_intra, bw_inter, lat_inter):
-    """All-to-all where (n_inter-1)/n_inter of the data leaves the domain over each GPU's NIC."""
+    """All-to-all where (n_inter-1)/n_inter of the data leaves the domain over each GPU's NIC.
+
+    The NVLink and NIC parts are sent at once (NCCL posts every peer's send/recv together), so
+    the slower of the two sets the time, plus one start-up per peer step.
+    """
     n = np.maximum(n_intra * n_inter, 1)
     inside = bytes_ * (np.maximum(n_intra, 1) - 1) / n
     outside = bytes_ * (n_intra * (np.maximum(n_inter, 1) - 1)) / n
     steps = _steps(n)
     lat = np.where(n_inter > 1, lat_inter, lat_intra)
-    return inside / bw_intra + outside / bw_inter + steps * lat
+    return np.maximum(inside / bw_intra, outside / bw_inter) + steps * lat

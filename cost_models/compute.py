@@ -7,9 +7,8 @@ x / (x + gemm_half_dim), models tile quantisation and too few thread blocks in s
 GEMMs. Along the reduction dimension K the half-dimension stands for each tile's fixed
 start-up and epilogue time, which a faster dtype does not shrink: in fp8/mxfp8/nvfp4 it is
 scaled by the dtype's peak rate over the 16-bit one (a short-K GEMM gains less from FP8).
-(Limitation: the step model charges the backward GEMMs as two of the forward's shape, so a
-low-precision weight-gradient GEMM, which reduces over the tokens, gets the forward's short-K
-penalty; timing dgrad and wgrad with their own reduction dimensions is not done yet.)
+A linear layer's backward runs two GEMMs of their own shapes (``linear_gemm_times_s``): the
+data gradient reduces over the output features, the weight gradient over the tokens.
 Memory-bound kernels (norms, activation functions, dropout, residual adds, casts) are timed by
 the bytes they read and write. The attention core is FLOP-counted with the causal mask
 halving the work (fused kernels skip masked blocks) and runs at a fitted fraction of the
@@ -116,6 +115,13 @@ def gemm_time_s(m, n, k, rates: ComputeRates, count=1.0):
     return count * (np.maximum(compute, memory) + rates.kernel_overhead_s)
 
 
+def linear_gemm_times_s(tokens, n, k, rates: ComputeRates):
+    """(forward, data-gradient, weight-gradient) seconds of a linear layer Y = X W with
+    X[tokens, k] and W[k, n]: forward (tokens, n, k); dX = dY W^T is (tokens, k, n); dW = X^T dY
+    is (k, n, tokens), whose reduction runs over the tokens."""
+    return (gemm_time_s(tokens, n, k, rates), gemm_time_s(tokens, k, n, rates), gemm_time_s(k, n, tokens, rates))
+
+
 def memory_bound_time_s(bytes_, rates: ComputeRates, kernels=1.0):
     """Time of memory-bound kernels moving ``bytes_`` in total, seconds."""
     return np.asarray(bytes_, dtype=float) / rates.hbm_bytes_per_s + kernels * rates.kernel_overhead_s
@@ -144,6 +150,47 @@ def attention_core_exponentials(flops_fwd, qk_dim, v_dim):
 #: backward of a fused attention core does ~2.5x the forward matmul work (FlashAttention-2:
 #: five matmuls in backward vs two in forward, Dao 2023, section 3.1).
 ATTENTION_BACKWARD_RATIO = 2.5
+
+
+#: HBM bytes per attention-score element of the materialised (unfused) attention core,
+#: 16-bit scores, as Megatron-LM ran it before fused attention (``FusedScaleMaskSoftmax`` plus
+#: attention dropout, megatron/model/transformer.py, 2020-2022). Forward: QK^T writes the
+#: scores (2), the fused scale-mask-softmax reads them and writes the probabilities (4), dropout
+#: reads them and writes its output and a 1-byte mask (5), the AV batched GEMM reads the output
+#: (2). Backward: the AV gradient GEMM writes dP (2), dropout backward reads dP and the mask and
+#: writes (5), softmax backward reads the probabilities and the gradient and writes dS (6), the
+#: QK^T gradient GEMMs read dS (2) and the probabilities for dV (2).
+MATERIALISED_SCORE_BYTES_FWD = 13.0
+MATERIALISED_SCORE_BYTES_BWD = 17.0
+#: without the fused kernel, scale and mask are two more passes over the scores in forward
+#: (read 2 + write 2 each; the mask's own read is small) and the scale's gradient one more in
+#: backward (Megatron-LM 2019: ``attention_scores * scale``, ``masked_fill``, ``softmax``).
+UNFUSED_SOFTMAX_EXTRA_BYTES_FWD = 8.0
+UNFUSED_SOFTMAX_EXTRA_BYTES_BWD = 4.0
+
+
+def materialised_attention_time_s(tokens, seq_len, heads, qk_dim, v_dim, rates: ComputeRates, softmax_fusion=True):
+    """(forward, backward) seconds of an unfused attention core: batched GEMMs over the full
+    square of scores (the causal mask is applied to them, not skipped) and memory-bound passes
+    over the scores (``MATERIALISED_SCORE_BYTES_*``).
+
+    ``tokens`` queries (micro_batch * seq) over ``heads`` heads (per GPU), each against
+    ``seq_len`` keys. Forward: per (sequence, head), QK^T is (s, s, qk_dim) and PV is
+    (s, v_dim, s); backward: four batched GEMMs (dQ, dK, dV, dP) of the same sizes.
+    """
+    tokens = np.asarray(tokens, dtype=float)
+    s = np.asarray(seq_len, dtype=float)
+    heads = np.asarray(heads, dtype=float)
+    batch = tokens / s * heads          # (sequence, head) pairs: one GEMM each, one launch in all
+    qk = gemm_time_s(s, s, qk_dim, rates, count=batch) - (batch - 1.0) * rates.kernel_overhead_s
+    pv = gemm_time_s(s, v_dim, s, rates, count=batch) - (batch - 1.0) * rates.kernel_overhead_s
+    scores = batch * s * s
+    unfused = 1.0 - np.asarray(softmax_fusion, dtype=float)
+    fwd = qk + pv + memory_bound_time_s(scores * (MATERIALISED_SCORE_BYTES_FWD + unfused * UNFUSED_SOFTMAX_EXTRA_BYTES_FWD),
+                                        rates, 2 + 2 * unfused)
+    bwd = 2.0 * (qk + pv) + memory_bound_time_s(
+        scores * (MATERIALISED_SCORE_BYTES_BWD + unfused * UNFUSED_SOFTMAX_EXTRA_BYTES_BWD), rates, 2 + unfused)
+    return fwd, bwd
 
 
 def attention_time_s(flops_fwd, rates: ComputeRates, exps_fwd=0.0, softmax_exposed=None):

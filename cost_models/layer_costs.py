@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models.compute import (ComputeRates, attention_core_exponentials, attention_core_flops, attention_time_s,
-                                 gemm_time_s, memory_bound_time_s)
+                                 gemm_time_s, linear_gemm_times_s, materialised_attention_time_s,
+                                 memory_bound_time_s)
 from cost_models.low_precision import (ELEMENT_BYTES, SOURCE_BYTES, quantise_bytes_per_element,
                                        quantised_copies)
 from model_specs.model_spec import ModelSpec
@@ -99,60 +100,74 @@ def _cast_times(cast_bytes: dict, rates: ComputeRates) -> dict:
             "cast_bwd_s": cast_bytes["dgrad"] / rates.hbm_bytes_per_s}
 
 
-def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len, tp, sp, softmax_exposed=None):
+def _linear_times(tokens, shapes, rates: ComputeRates) -> dict:
+    """Forward, data-gradient and weight-gradient seconds and forward FLOPs of the linear layers
+    ``shapes`` ([(n, k), ...]) for ``tokens`` rows."""
+    out = {"gemm_fwd_s": 0.0, "gemm_dgrad_s": 0.0, "gemm_wgrad_s": 0.0, "gemm_flops_fwd": 0.0}
+    for n, k in shapes:
+        fwd, dgrad, wgrad = linear_gemm_times_s(tokens, n, k, rates)
+        out["gemm_fwd_s"] = out["gemm_fwd_s"] + fwd
+        out["gemm_dgrad_s"] = out["gemm_dgrad_s"] + dgrad
+        out["gemm_wgrad_s"] = out["gemm_wgrad_s"] + wgrad
+        out["gemm_flops_fwd"] = out["gemm_flops_fwd"] + 2.0 * tokens * n * k
+    return out
+
+
+def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len, tp, sp, softmax_exposed=None,
+                          flash_attention=True, softmax_fusion=True):
     """Forward/backward seconds and FLOPs of one attention block (no communication).
 
     ``softmax_exposed``: share of the attention core's softmax exponentials added to its
     matmuls (``compute.attention_time_s``), per row; None = ``rates.softmax_exposed``.
+    ``flash_attention`` False (per row allowed): the unfused core of 2020-2022 Megatron
+    (``compute.materialised_attention_time_s``), its scale, mask and softmax one fused kernel
+    unless ``softmax_fusion`` is False (three passes, 2019-2020).
 
-    Returns a dict with ``gemm_fwd_s``, ``core_fwd_s``, ``core_bwd_s``, ``elem_fwd_s``, ``elem_bwd_s``,
-    ``gemm_flops_fwd``, ``core_flops_fwd`` and the quantisation times ``cast_fwd_s``,
-    ``cast_bwd_s``, ``weight_cast_s`` (``linear_cast_bytes``: every projection but the output
-    one reads a norm's output; the output projection's input and all output gradients come
-    from the attention core or the residual and are quantised by their own kernel).
+    Returns a dict with ``gemm_fwd_s``, ``gemm_dgrad_s``, ``gemm_wgrad_s``, ``core_fwd_s``,
+    ``core_bwd_s``, ``elem_fwd_s``, ``elem_bwd_s``, ``gemm_flops_fwd``, ``core_flops_fwd`` and the
+    quantisation times ``cast_fwd_s``, ``cast_bwd_s``, ``weight_cast_s`` (``linear_cast_bytes``:
+    every projection but the output one reads a norm's output; the output projection's input and
+    all output gradients come from the attention core or the residual and are quantised by
+    their own kernel).
     """
     tokens = np.asarray(tokens, dtype=float)
     tp = np.asarray(tp, dtype=float)
-    gemm_fwd = 0.0
-    gemm_flops = 0.0
     shapes = attention_gemm_shapes(model, tp)
     casts = _cast_times(linear_cast_bytes(tokens, shapes, rates.dtype, [True] * (len(shapes) - 1) + [False],
                                           [False] * len(shapes)), rates)
-    for n, k in shapes:
-        gemm_fwd = gemm_fwd + gemm_time_s(tokens, n, k, rates)
-        gemm_flops = gemm_flops + 2.0 * tokens * n * k
+    gemms = _linear_times(tokens, shapes, rates)
     qk, v = _attention_dims(model)
     core_flops = attention_core_flops(tokens, seq_len, model.num_heads / tp, qk, v,
                                       model.sliding_window, model.sliding_window_layer_fraction)
     core_fwd, core_bwd = attention_time_s(core_flops, rates, attention_core_exponentials(core_flops, qk, v),
                                           softmax_exposed)
+    if not np.all(flash_attention):
+        mat_fwd, mat_bwd = materialised_attention_time_s(tokens, seq_len, model.num_heads / tp, qk, v, rates,
+                                                         softmax_fusion)
+        core_fwd = np.where(flash_attention, core_fwd, mat_fwd)
+        core_bwd = np.where(flash_attention, core_bwd, mat_bwd)
     split = np.where(sp, tp, 1.0)
     row = tokens * model.hidden_size * rates.act_bytes / split
     elem_fwd = memory_bound_time_s(row * REPLICATED_ELEMENTWISE_UNITS / 2, rates, ELEMENTWISE_KERNELS_FWD / 2)
     elem_bwd = memory_bound_time_s(row * REPLICATED_ELEMENTWISE_UNITS_BWD / 2, rates, ELEMENTWISE_KERNELS_FWD / 2)
-    return {"gemm_fwd_s": gemm_fwd, "core_fwd_s": core_fwd, "core_bwd_s": core_bwd,
-            "elem_fwd_s": elem_fwd, "elem_bwd_s": elem_bwd, "gemm_flops_fwd": gemm_flops,
-            "core_flops_fwd": core_flops, **casts}
+    return {**gemms, "core_fwd_s": core_fwd, "core_bwd_s": core_bwd,
+            "elem_fwd_s": elem_fwd, "elem_bwd_s": elem_bwd, "core_flops_fwd": core_flops, **casts}
 
 
 def dense_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, ffn=None):
-    """Forward seconds and FLOPs of one dense MLP block: ``gemm_fwd_s``, ``elem_fwd_s`` (and the
-    element-wise kernels' backward, ``elem_bwd_s``),
-    ``gemm_flops_fwd`` and the quantisation times ``cast_fwd_s``, ``cast_bwd_s``,
-    ``weight_cast_s`` (the up projection reads the norm's output, the down projection the
-    activation function's, and the up projection's output gradient comes from the activation
-    function's backward: all fused; the down projection's output gradient is quantised alone).
+    """Seconds and FLOPs of one dense MLP block: ``gemm_fwd_s``, ``gemm_dgrad_s``,
+    ``gemm_wgrad_s``, ``elem_fwd_s`` and ``elem_bwd_s`` (element-wise kernels), ``gemm_flops_fwd``
+    and the quantisation times ``cast_fwd_s``, ``cast_bwd_s``, ``weight_cast_s`` (the up
+    projection reads the norm's output, the down projection the activation function's, and the
+    up projection's output gradient comes from the activation function's backward: all fused;
+    the down projection's output gradient is quantised alone).
     """
     tokens = np.asarray(tokens, dtype=float)
     tp = np.asarray(tp, dtype=float)
     ffn = model.ffn_hidden_size if ffn is None else ffn
-    gemm_fwd = 0.0
-    flops = 0.0
     shapes = mlp_gemm_shapes(model.hidden_size, ffn, model.gated_mlp, tp)
     casts = _cast_times(linear_cast_bytes(tokens, shapes, rates.dtype, [True, True], [True, False]), rates)
-    for n, k in shapes:
-        gemm_fwd = gemm_fwd + gemm_time_s(tokens, n, k, rates)
-        flops = flops + 2.0 * tokens * n * k
+    gemms = _linear_times(tokens, shapes, rates)
     act_fwd, act_bwd = ACTIVATION_UNITS[bool(model.gated_mlp)]
     split = np.where(sp, tp, 1.0)
     replicated = model.hidden_size / split
@@ -160,7 +175,7 @@ def dense_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, ffn=N
                                    rates, ELEMENTWISE_KERNELS_FWD / 2)
     elem_bwd = memory_bound_time_s(tokens * rates.act_bytes * (act_bwd * ffn / tp + replicated * REPLICATED_ELEMENTWISE_UNITS_BWD / 2),
                                    rates, ELEMENTWISE_KERNELS_FWD / 2)
-    return {"gemm_fwd_s": gemm_fwd, "elem_fwd_s": elem_fwd, "elem_bwd_s": elem_bwd, "gemm_flops_fwd": flops, **casts}
+    return {**gemms, "elem_fwd_s": elem_fwd, "elem_bwd_s": elem_bwd, **casts}
 
 
 #: bytes per logit of the fused vocab-parallel cross-entropy (fp32 logits: max, exp-sum,
@@ -169,21 +184,24 @@ CROSS_ENTROPY_BYTES_PER_LOGIT = 8.0
 
 
 def lm_head_costs(model: ModelSpec, rates: ComputeRates, tokens, tp):
-    """Output layer + loss on the last stage: ``fwd_s``, ``bwd_s``, ``flops_fwd``.
+    """Output layer + loss on the last stage: ``fwd_s``, ``dgrad_s`` (the input gradient with the
+    loss backward), ``wgrad_s`` (the output layer's weight gradient), ``bwd_s`` (their sum),
+    ``flops_fwd``.
 
     Pass 16-bit ``rates``: low-precision recipes keep the output layer in BF16 (``low_precision``).
     """
     tokens = np.asarray(tokens, dtype=float)
     tp = np.asarray(tp, dtype=float)
     vocab_local = model.vocab_size / tp
-    gemm = gemm_time_s(tokens, vocab_local, model.hidden_size, rates)
+    fwd, dgrad, wgrad = linear_gemm_times_s(tokens, vocab_local, model.hidden_size, rates)
     loss = memory_bound_time_s(tokens * vocab_local * CROSS_ENTROPY_BYTES_PER_LOGIT, rates, 3)
-    return {"fwd_s": gemm + loss, "bwd_s": 2.0 * gemm + loss,
+    return {"fwd_s": fwd + loss, "dgrad_s": dgrad + loss, "wgrad_s": wgrad, "bwd_s": dgrad + wgrad + loss,
             "flops_fwd": 2.0 * tokens * vocab_local * model.hidden_size}
 
 
 def mtp_projection_costs(model: ModelSpec, rates: ComputeRates, tokens, tp):
-    """The projection of one multi-token-prediction module: ``fwd_s``, ``bwd_s``, ``flops_fwd``.
+    """The projection of one multi-token-prediction module: ``fwd_s``, ``dgrad_s``, ``wgrad_s``,
+    ``bwd_s``, ``flops_fwd``.
 
     DeepSeek-V3 report (arXiv 2412.19437), section 2.2: each MTP module normalises the
     previous depth's hidden state and the next token's embedding, concatenates them and
@@ -193,10 +211,10 @@ def mtp_projection_costs(model: ModelSpec, rates: ComputeRates, tokens, tp):
     tokens = np.asarray(tokens, dtype=float)
     tp = np.asarray(tp, dtype=float)
     h = model.hidden_size
-    gemm = gemm_time_s(tokens, h / tp, 2 * h, rates)
+    fwd, dgrad, wgrad = linear_gemm_times_s(tokens, h / tp, 2 * h, rates)
     norms = memory_bound_time_s(tokens * 2 * h * 2 * rates.act_bytes, rates, 2)
-    return {"fwd_s": gemm + norms, "bwd_s": 2.0 * gemm + 2.0 * norms,
-            "flops_fwd": 2.0 * tokens * (h / tp) * 2 * h}
+    return {"fwd_s": fwd + norms, "dgrad_s": dgrad + 2.0 * norms, "wgrad_s": wgrad,
+            "bwd_s": dgrad + wgrad + 2.0 * norms, "flops_fwd": 2.0 * tokens * (h / tp) * 2 * h}
 
 
 def embedding_costs(model: ModelSpec, rates: ComputeRates, tokens):

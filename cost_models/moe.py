@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models import memory
-from cost_models.compute import ACT_BYTES, ComputeRates, gemm_time_s, memory_bound_time_s
+from cost_models.compute import ACT_BYTES, ComputeRates, gemm_time_s, linear_gemm_times_s, memory_bound_time_s
 from cost_models.layer_costs import (ACTIVATION_UNITS, ELEMENTWISE_KERNELS_FWD, REPLICATED_ELEMENTWISE_UNITS,
                                      REPLICATED_ELEMENTWISE_UNITS_BWD, linear_cast_bytes,
                                      mlp_gemm_shapes)
@@ -139,7 +139,8 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
     model-FLOP convention), ``expert_rows`` (rows on the busiest rank), and
     ``a2a_dispatch_buffer_bytes`` (``moe_dispatch_bytes`` of the routed tokens at 16-bit).
     The routed FLOPs use the mean rows (what the model-FLOP conventions count); the time uses
-    the busiest rank's rows. Backward GEMMs have the same shapes (dgrad, wgrad).
+    the busiest rank's rows. Backward: ``gemm_dgrad_s`` and ``gemm_wgrad_s`` with their own shapes
+    (``compute.linear_gemm_times_s``).
     The router GEMM is timed at the rates' GEMM dtype although frameworks keep it in 16/32-bit
     (it is ~0.5% of the block's FLOPs for DeepSeek-V3).
     """
@@ -156,13 +157,17 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
     m_exp = moe_tokens_per_expert(routed, k, E, ep, imb, moe.capacity_factor, etp)
     rows = m_exp * local_experts
 
-    router_s = gemm_time_s(routed, E, h, rates)
+    router_s, router_dgrad, router_wgrad = linear_gemm_times_s(routed, E, h, rates)
     router_flops = 2.0 * routed * E * h
 
-    expert_s = 0.0
+    expert_s = expert_dgrad = expert_wgrad = 0.0
     expert_shapes = mlp_gemm_shapes(h, f_exp, model.gated_mlp, etp)
     for n, kk in expert_shapes:
+        # data gradient (m, k, n) and weight gradient (k, n, m) of every local expert
         expert_s = expert_s + grouped_gemm_time_s(m_exp, n, kk, local_experts, rates)
+        expert_dgrad = expert_dgrad + grouped_gemm_time_s(m_exp, kk, n, local_experts, rates)
+        expert_wgrad = expert_wgrad + grouped_gemm_time_s(kk + 0.0 * m_exp, n, np.maximum(m_exp, 1.0),
+                                                          local_experts, rates)
     # quantisation of the grouped GEMMs' operands: permuted rows and their gradients are
     # quantised by standalone kernels; each local expert's weights once per step
     expert_casts = linear_cast_bytes(rows, expert_shapes, rates.dtype, [False, False], [False, False])
@@ -171,13 +176,14 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
     expert_flops = 2.0 * routed * k * up * h * f_exp
 
     f_sh = _shared_ffn_total(model)
-    shared_s = zero
+    shared_s = shared_dgrad = shared_wgrad = zero
     shared_flops = zero
     casts = dict(expert_casts)
     if f_sh:
         shared_shapes = mlp_gemm_shapes(h, f_sh, model.gated_mlp, tp)
         for n, kk in shared_shapes:
-            shared_s = shared_s + gemm_time_s(tokens, n, kk, rates)
+            fwd, dgrad, wgrad = linear_gemm_times_s(tokens, n, kk, rates)
+            shared_s, shared_dgrad, shared_wgrad = shared_s + fwd, shared_dgrad + dgrad, shared_wgrad + wgrad
             shared_flops = shared_flops + 2.0 * tokens * n * kk
         shared_casts = linear_cast_bytes(tokens, shared_shapes, rates.dtype, [True, True], [True, False])
         casts = {key: casts[key] + shared_casts[key] for key in casts}
@@ -207,6 +213,8 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
 
     out = {
         "gemm_fwd_s": router_s + expert_s + shared_s,
+        "gemm_dgrad_s": router_dgrad + expert_dgrad + shared_dgrad,
+        "gemm_wgrad_s": router_wgrad + expert_wgrad + shared_wgrad,
         "expert_gemm_fwd_s": expert_s,
         "shared_gemm_fwd_s": shared_s,
         "router_fwd_s": router_s,

@@ -119,3 +119,13 @@ def total_params(model: ModelSpec, active: bool = False) -> int:
     layers = model.num_dense_layers * dense_layer_params(model)
     layers += model.num_moe_layers * moe_layer_params(model, active=active)
     return layers + embedding_params(model) + lm_head_params(model) + model.hidden_size
+
+
+def layer_param_tensors(model: ModelSpec) -> int:
+    """Parameter tensors of one dense transformer layer as frameworks hold them: fused QKV, output
+    projection, MLP in (gate and up fused) and out, each with a bias when the architecture has
+    linear biases (GPT-2/3, OPT, BLOOM), and two norms (LayerNorm: weight and bias; RMSNorm:
+    weight). GPT-3: 4 x 2 + 2 x 2 = 12; Llama: 4 + 2 = 6."""
+    biased = getattr(model, "linear_bias", not model.gated_mlp)
+    layernorm = getattr(model, "normalization", "rmsnorm" if model.gated_mlp else "layernorm") == "layernorm"
+    return 4 * (2 if biased else 1) + 2 * (2 if layernorm else 1)

@@ -1,10 +1,15 @@
 """Where a communication group sits on the cluster, and the collective times that follows.
 
-Collectives over a group that spans domains are modelled as flat rings whose slow links are the
-members' own NICs: every byte crosses an inter-domain hop at the NIC's bandwidth. (NCCL can
-spread a ring over all of a node's NICs, but the measured ZeRO-3 runs of Narayanan et al. 2021,
-Table 2, move parameters at ~16 GB/s per A100 on 25 GB/s NICs, which only the flat ring
-explains.) Groups inside one domain use the scale-up link.
+A group that spans scale-up domains uses every NIC its members have there: NCCL builds one ring
+(channel) per NIC of a node and splits the buffer over them, so a group with ``n_intra`` members
+per node crosses node boundaries at ``n_intra`` NICs' bandwidth (capped by NVLink). NCCL's tuner
+picks, per call, the algorithm its model predicts fastest for the message size and group shape;
+so does ``group_collective_time_s`` with ``algorithm="auto"`` (the default). All-reduce has two:
+the ring (bandwidth-optimal, ``2(n-1)`` latency steps) and the tree (a chain inside the node,
+double binary trees across nodes: ``2 log2`` steps; Sanders et al. 2009, NCCL 2.4), so the tree
+wins small messages on many nodes. All-gather and reduce-scatter are rings only (NCCL's
+``ncclAllGather`` / ``ncclReduceScatter`` have no tree), so each call pays ``n - 1`` start-up
+steps however small it is. Groups inside one domain use the scale-up link.
 
 Ranks are numbered with tensor parallelism fastest, then context, data, pipeline (Megatron's
 default order ``tp-cp-dp-pp``). A group of ``group_size`` ranks whose members are ``stride``
@@ -56,25 +61,49 @@ _HIER = {
 
 
 def group_collective_time_s(kind: str, bytes_, group_size, stride, cluster: ClusterSpec,
-                            eff: EfficiencyModel, algorithm: str = "ring"):
+                            eff: EfficiencyModel, algorithm: str = "auto"):
     """Time of collective ``kind`` over a group placed by (size, stride) on ``cluster``, seconds.
 
     ``kind`` is one of all_reduce, reduce_scatter, all_gather, all_to_all; ``bytes_`` as the
-    matching function in ``cost_models.collectives`` defines it. ``algorithm`` "ring" (flat
-    ring, default) or "hierarchical" (inside the domain, then across on the shard); all-to-all
-    always splits its traffic between the tiers.
+    matching function in ``cost_models.collectives`` defines it. ``algorithm``: ``auto`` (as
+    NCCL's tuner picks: the faster of ring and tree for all-reduce, the ring otherwise),
+    ``ring`` (flat ring; across domains each node's members drive their own NICs in parallel
+    channels), ``tree`` (all-reduce only: a reduce-scatter inside the domain, double binary
+    trees across domains on the shard, an all-gather inside) or ``hierarchical`` (the same split
+    with a ring across: a what-if, not an NCCL algorithm). All-to-all always splits its traffic
+    between the tiers, the NVLink and NIC parts running at once.
     """
     n_intra, n_inter = group_span(group_size, stride, cluster.gpus_per_node)
     bw_i, lat_i, bw_o, lat_o = tier_bandwidths(cluster, eff)
     kind_fraction = eff.collective_fraction(kind)
     bw_i, bw_o = bw_i * kind_fraction, bw_o * kind_fraction
-    if kind == "all_to_all" or algorithm == "hierarchical":
+    if kind == "all_to_all":
         t = _HIER[kind](bytes_, n_intra, n_inter, bw_i, lat_i, bw_o, lat_o)
-    else:
-        spans = n_inter > 1
-        bw = np.where(spans, min(bw_i, bw_o), bw_i)
-        lat = np.where(spans, lat_o, lat_i)
-        t = _FLAT[kind](bytes_, group_size, bw, lat)
+        return np.where(np.asarray(group_size) > 1, t, 0.0)
+    spans = n_inter > 1
+    # a flat ring across domains: the cross-node hop of every channel is one member's NIC, and a
+    # node's n_intra members cross in parallel on their own NICs
+    ring_bw = np.where(spans, np.minimum(bw_i, n_intra * bw_o), bw_i)
+    ring_lat = np.where(spans, lat_o, lat_i)
+    times = []
+    if algorithm in ("auto", "ring"):
+        times.append(_FLAT[kind](bytes_, group_size, ring_bw, ring_lat))
+    if algorithm == "hierarchical":
+        times.append(np.where(spans, _HIER[kind](bytes_, n_intra, n_inter, bw_i, lat_i, bw_o, lat_o),
+                              _FLAT[kind](bytes_, group_size, bw_i, lat_i)))
+    if kind == "all_reduce" and algorithm in ("auto", "tree"):
+        # double binary tree across domains on each member's NIC (shard 1/n_intra after an
+        # intra-domain reduce-scatter, gathered back after): Sanders et al. 2009, NCCL 2.4
+        shard = np.asarray(bytes_, dtype=float) / np.maximum(n_intra, 1.0)
+        tree = (coll.reduce_scatter_time_s(bytes_, n_intra, bw_i, lat_i)
+                + coll.tree_allreduce_time_s(shard, n_inter, bw_o, lat_o)
+                + coll.all_gather_time_s(bytes_, n_intra, bw_i, lat_i))
+        times.append(np.where(spans, tree, _FLAT[kind](bytes_, group_size, bw_i, lat_i)))
+    if not times:
+        raise ValueError(f"unknown algorithm {algorithm!r} for {kind}")
+    t = times[0]
+    for other in times[1:]:
+        t = np.minimum(t, other)
     return np.where(np.asarray(group_size) > 1, t, 0.0)
 
 

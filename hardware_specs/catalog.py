@@ -18,8 +18,10 @@ efficiency (optional inline efficiency mapping, as ``paraplan calibrate`` writes
 latency_us} (optional: defaults to the GPU's link), scaleout {kind, bw_gbit_per_s or
 bw_gb_per_s, latency_us}, rail_optimized, oversubscription, max_gpus, source.
 
-Stack file keys (``hardware_specs/stacks``): name, framework, versions (list), description,
-training {behaviour: value or {value, source}}, serving {...}; see ``stack_spec.py``.
+Stack file keys (``hardware_specs/stacks``): name, framework, versions (list, spelled as the
+validation files spell ``framework_version``), description, default_when_version_unstated and
+unstated_version_reason (optional), training {behaviour: value or {value, source}}, serving
+{...}; see ``stack_spec.py``. ``stack_for(framework, version)`` maps a run to its stack.
 """
 from __future__ import annotations
 
@@ -186,8 +188,14 @@ def cluster_from_dict(data: dict, where: str = "cluster") -> ClusterSpec:
     )
 
 
+#: keys of older efficiency files, read and ignored: the exposed shares of DP / TP / EP traffic
+#: were fitted until the software-stack catalog replaced them (``hardware_specs/stacks``)
+LEGACY_EFFICIENCY_KEYS = ("exposed_dp_fraction", "exposed_tp_fraction", "exposed_ep_fraction")
+
+
 def efficiency_from_dict(data: dict, where: str = "efficiency") -> EfficiencyModel:
     known = set(EfficiencyModel.field_names())
+    data = {k: v for k, v in data.items() if k not in LEGACY_EFFICIENCY_KEYS}
     unknown = set(data) - known
     if unknown:
         raise InputError(f"{where}.{sorted(unknown)[0]}", "unknown key",
@@ -205,7 +213,11 @@ def efficiency_from_dict(data: dict, where: str = "efficiency") -> EfficiencyMod
                 raise InputError(f"{where}.{group}.{key}", f"expected a number, got {value!r}")
     kwargs = dict(data)
     for key, value in list(kwargs.items()):
-        if key not in ("generation", "gemm_peak_fraction", "collective_bw_fraction", "fitted_on"):
+        if key == "fitted_factors":
+            if not isinstance(value, (list, tuple)):
+                raise InputError(f"{where}.fitted_factors", "must be a list of factor names")
+            kwargs[key] = tuple(str(v) for v in value)
+        elif key not in ("generation", "gemm_peak_fraction", "collective_bw_fraction", "fitted_on"):
             try:
                 kwargs[key] = float(value)
             except (TypeError, ValueError):
@@ -243,6 +255,9 @@ def _training_from_dict(values: dict, where: str) -> TrainingBehaviour:
         if kind is bool:
             if not isinstance(value, bool):
                 raise InputError(f"{where}.{key}", f"must be true or false, got {value!r}")
+        elif kind is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InputError(f"{where}.{key}", f"expected a whole number, got {value!r}")
         elif kind is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise InputError(f"{where}.{key}", f"expected a number, got {value!r}")
@@ -304,9 +319,20 @@ def stack_from_dict(data: dict, where: str = "stack") -> StackSpec:
     versions = data.get("versions") or []
     if not isinstance(versions, list):
         versions = [versions]
+    for v in versions:
+        if not isinstance(v, str):
+            # YAML reads 26.10 as the number 26.1: a release must stay as spelled
+            raise InputError(f"{where}.versions", f"version {v!r} is not a string",
+                             'quote it as the validation files spell it, e.g. "26.10"')
+    unstated = data.get("default_when_version_unstated", False)
+    if not isinstance(unstated, bool):
+        raise InputError(f"{where}.default_when_version_unstated", f"must be true or false, got {unstated!r}")
+    if unstated and not str(data.get("unstated_version_reason") or "").strip():
+        raise InputError(f"{where}.unstated_version_reason", "missing",
+                         "say why runs without a stated version are this stack")
     return StackSpec(name=name, framework=_get(data, "framework", where, str), versions=tuple(versions),
                      description=str(data.get("description", "")), training=training, serving=serving,
-                     citations=citations)
+                     citations=citations, default_when_version_unstated=unstated)
 
 
 @lru_cache(maxsize=None)
@@ -381,19 +407,27 @@ def list_serving_stacks() -> list[str]:
 
 
 def serving_stack_for(framework: str, version: str | None = None) -> StackSpec:
-    """The serving stack of ``framework`` (vllm, sglang, trtllm) describing release ``version``;
-    with no version, or one no profile lists, the framework's newest profile (the last file in
-    name order)."""
+    """The serving stack of ``framework`` (vllm, sglang, trtllm) describing release ``version``
+    (a listed release or a patch / rc / post release of one, ``StackSpec.covers``); with no
+    version, the framework's stack marked ``default_when_version_unstated``. A release no
+    profile covers is an ``InputError`` listing the known ones."""
     key = str(framework).strip().lower()
     candidates = [load_stack(n) for n in sorted(_entries("stacks"))]
     candidates = [s for s in candidates if s.serving is not None and s.framework.lower() == key]
     if not candidates:
         known = sorted({load_stack(n).framework for n in _entries("stacks") if load_stack(n).serving is not None})
         raise InputError("backend", f"no serving stack for framework '{framework}'", suggest(key, known))
+    if _unstated(version):
+        chosen = [s for s in candidates if s.default_when_version_unstated]
+        if len(chosen) == 1:
+            return chosen[0]
+        return candidates[-1]
     for stack in candidates:
         if stack.covers(version):
             return stack
-    return candidates[-1]
+    known = sorted({v for s in candidates for v in s.versions})
+    raise InputError("backend_version", f"no {framework} serving stack for release {version!r}",
+                     "known: " + ", ".join(known))
 
 
 @lru_cache(maxsize=None)
@@ -423,6 +457,68 @@ def load_stack(name_or_path: str) -> StackSpec:
     """The software stack named ``name_or_path`` (catalog name or YAML file path)."""
     p = _resolve("stacks", name_or_path, "stack")
     return _load_stack_cached(str(p), p.stat().st_mtime)
+
+
+#: scale-out bandwidth per GPU (Gb/s, one direction) of a generation's usual system, for a
+#: generic node of a GPU kind with no system preset: one NIC per GPU at the generation's
+#: InfiniBand rate (EDR 100 for Volta DGX-1/2 era, HDR 200 for Ampere, NDR 400 for Hopper and
+#: Blackwell; NVIDIA DGX A100/H100/B200 reference architectures).
+GENERIC_SCALEOUT_GBIT = {"volta": 100.0, "ampere": 200.0, "hopper": 400.0, "blackwell": 400.0}
+
+
+def generic_cluster(gpu_name: str) -> ClusterSpec:
+    """A node of ``gpu_name``'s generation when no system preset exists: its scale-up domain
+    (``scaleup_domain_size`` GPUs over its own link) and one NIC per GPU at the generation's
+    usual rate (``GENERIC_SCALEOUT_GBIT``)."""
+    gpu = load_gpu(gpu_name)
+    gbit = GENERIC_SCALEOUT_GBIT.get(gpu.generation, 200.0)
+    return ClusterSpec(name=f"generic-{gpu.name}", gpu=gpu, gpus_per_node=int(gpu.scaleup_domain_size),
+                       scaleup=NetworkTier("nvlink", gpu.scaleup_bw_bytes_per_s, 3e-6),
+                       scaleout=NetworkTier("infiniband", gbit * 1e9 / 8, 5e-6),
+                       description=f"generic {gpu.generation} node: {gpu.scaleup_domain_size} x {gpu.name}, "
+                                   f"{gbit:g} Gb/s per GPU", source="paraplan generic node (catalog.generic_cluster)")
+
+
+def _unstated(version: Any) -> bool:
+    """True for a version cell that says nothing (None, empty, NaN)."""
+    if version is None:
+        return True
+    if isinstance(version, float):
+        return version != version
+    return not str(version).strip() or str(version).strip().lower() == "nan"
+
+
+def stack_for(framework: str, version: Any = None) -> StackSpec:
+    """The built-in stack that describes ``framework`` at ``version``, as the validation files
+    spell them (``framework`` / ``framework_version`` columns).
+
+    A version the source does not state resolves only to the framework's stack marked
+    ``default_when_version_unstated``. Raises ``InputError`` naming ``framework`` or
+    ``framework_version`` (with the known values) when nothing matches.
+    """
+    stacks = [load_stack(n) for n in list_stacks()]
+    if _unstated(framework):
+        raise InputError("framework", "not stated, so no software stack applies",
+                         "name one of: " + ", ".join(sorted({s.framework for s in stacks})))
+    fw = str(framework).strip().lower()
+    mine = [s for s in stacks if s.framework.lower() == fw]
+    if not mine:
+        raise InputError("framework", f"no software stack for framework {framework!r}",
+                         suggest(fw, sorted({s.framework for s in stacks})))
+    if _unstated(version):
+        chosen = [s for s in mine if s.default_when_version_unstated]
+        if len(chosen) == 1:
+            return chosen[0]
+        known = sorted({v for s in mine for v in s.versions})
+        raise InputError("framework_version", f"{framework} needs a version (its stacks differ by release)",
+                         "known: " + ", ".join(known))
+    key = str(version).strip()
+    for s in mine:
+        if key in s.versions:
+            return s
+    known = sorted({v for s in mine for v in s.versions})
+    raise InputError("framework_version", f"no {framework} stack for version {key!r}",
+                     "known: " + ", ".join(known))
 
 
 def efficiency_for(gpu: GPUSpec) -> EfficiencyModel:

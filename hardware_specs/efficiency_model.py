@@ -43,23 +43,15 @@ class EfficiencyModel:
             (NCCL busBW over NVLink).
         scaleout_fraction: achieved bus bandwidth / NIC bandwidth across nodes.
         kernel_overhead_s: fixed time per kernel launch (tail effects, launch latency), seconds.
-        exposed_dp_fraction: fraction of data-parallel gradient / parameter traffic that the
-            generation's usual software stack leaves exposed when overlap is on (bucketing
-            leaves the last bucket, and contention slows compute).
-        exposed_tp_fraction: fraction of tensor-parallel collective time left exposed by the
-            generation's usual stack (1 = fully serialised, as Megatron 2020-22; lower with
-            async TP / userbuffers overlap). ``ParallelConfig.tp_comm_overlap`` forces full
-            overlap instead.
-        exposed_ep_fraction: fraction of the expert-parallel dispatch/combine all-to-all left
-            exposed by the generation's usual MoE stack (1 = serialised; DeepEP / 1F1B
-            all-to-all overlap hide part of it).
         exposed_softmax_fraction: fraction of the attention core's softmax exponentials
-            (special-function units, ``GPUSpec.sfu_exp_per_s``) not hidden under its matmuls:
-            0 where the kernels overlap them (FlashAttention-3's warp-specialised ping-pong,
+            (special-function units, ``GPUSpec.sfu_exp_per_s``) not hidden under its matmuls by
+            the generation's usual fused attention kernel (``attention_kernel: auto``): 0 where
+            it overlaps them (FlashAttention-3 / cuDNN's warp-specialised ping-pong on Hopper,
             Shah et al. 2024, section 3.1), 1 where the second matmul waits for the softmax of
-            the first (FlashAttention-2; NVIDIA describes that stall on Blackwell, 2025).
-            Default 1 (all added): a hand-written model for a GPU with an SFU rate should set
-            it (the fitted Hopper model has 0, Blackwell 1).
+            the first (NVIDIA, "Inside NVIDIA Blackwell Ultra", 2025, on Blackwell). A documented
+            kernel property, not fitted. How much communication a run leaves exposed is not an
+            efficiency factor either: it follows from the software stack's overlap switches
+            (``ParallelConfig``, ``hardware_specs/stacks``).
         sync_skew_fraction: straggler wait at synchronisations. Ranks that must meet (a TP
             all-reduce, a pipeline send/recv, the DP gradient reduction) arrive at different
             times because their compute is jittered (OS noise, frequency changes, shared
@@ -74,6 +66,9 @@ class EfficiencyModel:
             reduce-scatter and all-gather at the all-reduce's bus bandwidth). Measured by
             ``paraplan calibrate``: gloo's CPU reduce-scatter, for one, runs at ~0.3 of it.
         fitted_on: what these numbers were fitted on and how to refit them.
+        fitted_factors: the factors the fitter fitted (empty: an unfitted prior).
+        fit_objective: the weighted mean |predicted / measured - 1| the fit reached
+            (``paraplan.validation.fit``), re-evaluated by tests/test_efficiency_fit.py.
     """
 
     generation: str
@@ -85,13 +80,12 @@ class EfficiencyModel:
     scaleup_fraction: float = 0.8
     scaleout_fraction: float = 0.8
     kernel_overhead_s: float = 5e-6
-    exposed_dp_fraction: float = 0.1
-    exposed_tp_fraction: float = 1.0
-    exposed_ep_fraction: float = 1.0
     exposed_softmax_fraction: float = 1.0
     sync_skew_fraction: float = 0.0
     collective_bw_fraction: Mapping[str, float] = field(default_factory=dict)
     fitted_on: str = ""
+    fitted_factors: tuple = ()
+    fit_objective: float = float("nan")
 
     def __post_init__(self) -> None:
         where = f"efficiency {self.generation}"
@@ -102,9 +96,6 @@ class EfficiencyModel:
         for name in ("attention_peak_fraction", "hbm_fraction", "scaleup_fraction",
                      "scaleout_fraction"):
             _check_fraction(f"{where}.{name}", getattr(self, name))
-        _check_fraction(f"{where}.exposed_dp_fraction", self.exposed_dp_fraction, allow_zero=True)
-        _check_fraction(f"{where}.exposed_tp_fraction", self.exposed_tp_fraction, allow_zero=True)
-        _check_fraction(f"{where}.exposed_ep_fraction", self.exposed_ep_fraction, allow_zero=True)
         _check_fraction(f"{where}.exposed_softmax_fraction", self.exposed_softmax_fraction, allow_zero=True)
         _check_fraction(f"{where}.sync_skew_fraction", self.sync_skew_fraction, allow_zero=True)
         _check_fraction(f"{where}.optimizer_hbm_fraction", self.optimizer_hbm_fraction, allow_zero=True)
@@ -117,6 +108,12 @@ class EfficiencyModel:
             _check_fraction(f"{where}.collective_bw_fraction.{kind}", value)
         object.__setattr__(self, "gemm_peak_fraction", MappingProxyType(dict(self.gemm_peak_fraction)))
         object.__setattr__(self, "collective_bw_fraction", MappingProxyType(dict(self.collective_bw_fraction)))
+        object.__setattr__(self, "fitted_factors", tuple(str(f) for f in (self.fitted_factors or ())))
+
+    @property
+    def is_fitted(self) -> bool:
+        """Whether the factors were fitted to measured runs (else: an unfitted prior)."""
+        return bool(self.fitted_factors)
 
     def gemm_fraction(self, dtype: str) -> float:
         """Plateau GEMM efficiency for ``dtype`` (falls back to bf16, then fp32)."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, require_positive
 from hardware_specs.serving_behaviour import ServingBehaviour
 
 #: attention kernels a training stack may run (``ParallelConfig.attention_kernel`` and
@@ -30,6 +30,10 @@ ATTENTION_KERNELS = ("auto", "serial", "pipelined", "materialized")
 #: (DeepSpeed stage 2, FSDP), or once after the last one (Megatron's distributed optimizer keeps
 #: full gradients in its buffer until then, which is ZeRO-1's traffic).
 ZERO2_REDUCE = ("every_microbatch", "last_microbatch")
+#: FP8 scaling recipes (Transformer Engine names; ``none`` = the stack has no FP8 path).
+FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4", "none")
+#: prefetch depths above this are not a documented framework behaviour (and would be a typo).
+MAX_PREFETCH_LAYERS = 8.0
 
 
 @dataclass(frozen=True)
@@ -42,11 +46,19 @@ class TrainingBehaviour:
             after the backward (Megatron-LM 2019-2021, Megatron-DeepSpeed without buckets).
         overlap_param_gather: the distributed optimizer's (ZeRO-1/2) parameter all-gather, and
             ZeRO-3/FSDP parameter gathers, are prefetched under compute.
-        grad_reduce_bytes: bytes per gradient element in the DP reduction (4 = fp32 main
-            gradients, Megatron-Core / FSDP ``reduce_dtype=float32``; 2 = reduced in the 16-bit
-            training dtype, DeepSpeed fp16 / Megatron-LM fp16 without
-            ``--accumulate-allreduce-grads-in-fp32``).
+        grad_reduce_bytes: bytes per gradient element in the DP reduction of an fp16 run, and of
+            a bf16 run unless ``bf16_grads_in_fp32`` (4 = fp32 main gradients, FSDP
+            ``reduce_dtype=float32``; 2 = reduced in the 16-bit training dtype, DeepSpeed fp16 /
+            Megatron-LM fp16 without ``--accumulate-allreduce-grads-in-fp32`` / Megatron-Bridge
+            performance recipes' ``grad_reduce_in_fp32=False``). A run's bytes are
+            ``4 if dtype is bf16 and bf16_grads_in_fp32 else grad_reduce_bytes``; FP8 runs keep
+            bf16 parameters and count as bf16.
         zero2_grad_reduce: ``every_microbatch`` or ``last_microbatch`` (see ``ZERO2_REDUCE``).
+        zero01_grad_reduce: the same choice for plain data parallelism and ZeRO-1, whose gradients
+            are not sharded: ``last_microbatch`` = accumulated locally and reduced once per step
+            (Megatron; DeepSpeed stages 0/1 at the accumulation boundary; PyTorch DDP under
+            ``no_sync``), ``every_microbatch`` = every backward reduces (PyTorch DDP's default
+            without ``no_sync``).
         tp_comm_overlap: tensor-parallel collectives overlap the GEMMs (Transformer Engine
             userbuffers / ``--tp-comm-overlap``).
         ep_comm_overlap: expert-parallel dispatch/combine all-to-all overlaps compute
@@ -59,13 +71,51 @@ class TrainingBehaviour:
         zero3_recompute_gather: under ZeRO-3 with full recomputation, the recompute forward
             gathers each layer's parameters again (DeepSpeed's per-module release).
         cuda_graphs: the step is captured in CUDA graphs (no per-kernel launch gap).
-        fp8_recipe: ``delayed`` / ``tensorwise`` / ``blockwise`` / ``mxfp8`` / ``none``.
+        fp8_recipe: the FP8 scaling recipe an FP8 run uses unless the run says otherwise, one of
+            ``FP8_RECIPES``.
+        grad_bucket_elements: gradient elements per data-parallel reduction bucket; the bucket of
+            a run is ``max(grad_bucket_elements, grad_bucket_elements_per_dp * dp)``. ``0`` = not
+            bucketed: all of a stage's gradients reduce in one collective after the backward
+            pass. Under ZeRO-3/FSDP sharding the unit is the wrapped module (one transformer
+            block) whatever this value. Elements, not bytes: bytes = elements x
+            ``grad_reduce_bytes``.
+        grad_bucket_elements_per_dp: bucket growth per data-parallel rank (Megatron-Core:
+            ``max(40e6, 1e6 * dp)`` elements); 0 for a fixed bucket.
+        param_prefetch_layers_forward: ZeRO-3/FSDP: layers (sharding units) whose parameter
+            all-gather may be in flight ahead of the layer computing in the forward pass
+            (1 = the next layer's gather overlaps this layer's compute; 0 = each gather is
+            issued when its layer starts and is exposed).
+        param_prefetch_layers_backward: the same in the backward pass (FSDP ``BACKWARD_PRE`` =
+            1; ``BACKWARD_POST`` = 0: the next gather is issued after this layer's gradients).
+        param_prefetch_max_elements: cap on parameter elements fetched ahead, 0 = none (DeepSpeed
+            ZeRO-3 ``stage3_prefetch_bucket_size``, 5e7 by default, counts elements not layers).
+        default_zero_stage: the data-parallel sharding the stack's documented recipes use when the
+            user does not say (0 = plain DDP, 1 = distributed optimizer / ZeRO-1, 2 = ZeRO-2 /
+            SHARD_GRAD_OP, 3 = ZeRO-3 / FSDP FULL_SHARD).
+        tp_backward_overlap: in the backward pass of a column-parallel linear, the tensor-parallel
+            collective on the input gradient (all-reduce, or reduce-scatter with sequence
+            parallelism) runs under the weight-gradient GEMM, and with sequence parallelism the
+            input all-gather runs under the data-gradient GEMM (Megatron-LM
+            ``LinearWithGradAccumulationAndAsyncCommunication`` since 2021-08-30, Transformer Engine
+            ``Linear``/``LayerNormLinear``). Independent of ``tp_comm_overlap`` (userbuffers).
+        softmax_fusion: with ``attention_kernel: materialized``, scale, mask and softmax run as one
+            fused kernel over the score matrix (Megatron ``scaled_upper_triang_masked_softmax``,
+            v2.0+); False = separate PyTorch ops, one memory pass each (Megatron 2019-2020).
+            Irrelevant for the flash/fused kernels.
+        zero3_gather_per_tensor: ZeRO-3 gathers every parameter tensor of a module in its own
+            collective (DeepSpeed 0.3.x ``_allgather_param`` per parameter) instead of one
+            collective per module (FSDP's flat parameter, later DeepSpeed coalescing).
+        bf16_grads_in_fp32: when the run's dtype is bf16 the stack accumulates and reduces
+            gradients in fp32 (4 bytes) whatever ``grad_reduce_bytes`` says for fp16 (Megatron-LM
+            forces ``--accumulate-allreduce-grads-in-fp32`` with ``--bf16``; DeepSpeed's
+            BF16_Optimizer reduces its fp32 gradients).
     """
 
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     grad_reduce_bytes: float = 4.0
     zero2_grad_reduce: str = "every_microbatch"
+    zero01_grad_reduce: str = "last_microbatch"
     tp_comm_overlap: bool = False
     ep_comm_overlap: bool = False
     attention_kernel: str = "auto"
@@ -74,16 +124,40 @@ class TrainingBehaviour:
     zero3_recompute_gather: bool = False
     cuda_graphs: bool = False
     fp8_recipe: str = "delayed"
+    grad_bucket_elements: float = 40e6
+    grad_bucket_elements_per_dp: float = 1e6
+    param_prefetch_layers_forward: float = 1.0
+    param_prefetch_layers_backward: float = 1.0
+    param_prefetch_max_elements: float = 0.0
+    default_zero_stage: int = 1
+    tp_backward_overlap: bool = True
+    softmax_fusion: bool = True
+    bf16_grads_in_fp32: bool = True
+    zero3_gather_per_tensor: bool = False
 
     def __post_init__(self) -> None:
         if self.attention_kernel not in ATTENTION_KERNELS:
             raise InputError("training.attention_kernel", f"unknown kernel {self.attention_kernel!r}",
                              "choose one of " + ", ".join(ATTENTION_KERNELS))
-        if self.zero2_grad_reduce not in ZERO2_REDUCE:
-            raise InputError("training.zero2_grad_reduce", f"unknown value {self.zero2_grad_reduce!r}",
-                             "choose one of " + ", ".join(ZERO2_REDUCE))
+        for name in ("zero2_grad_reduce", "zero01_grad_reduce"):
+            if getattr(self, name) not in ZERO2_REDUCE:
+                raise InputError(f"training.{name}", f"unknown value {getattr(self, name)!r}",
+                                 "choose one of " + ", ".join(ZERO2_REDUCE))
         if self.grad_reduce_bytes not in (2.0, 4.0):
             raise InputError("training.grad_reduce_bytes", f"must be 2 or 4, got {self.grad_reduce_bytes!r}")
+        if self.fp8_recipe not in FP8_RECIPES:
+            raise InputError("training.fp8_recipe", f"unknown recipe {self.fp8_recipe!r}",
+                             "choose one of " + ", ".join(FP8_RECIPES))
+        for name in ("grad_bucket_elements", "grad_bucket_elements_per_dp", "param_prefetch_max_elements"):
+            require_positive(f"training.{name}", getattr(self, name), allow_zero=True)
+        for name in ("param_prefetch_layers_forward", "param_prefetch_layers_backward"):
+            value = getattr(self, name)
+            require_positive(f"training.{name}", value, allow_zero=True)
+            if value > MAX_PREFETCH_LAYERS:
+                raise InputError(f"training.{name}", f"must be <= {MAX_PREFETCH_LAYERS}, got {value!r}",
+                                 "frameworks prefetch one or two layers ahead")
+        if self.default_zero_stage not in (0, 1, 2, 3):
+            raise InputError("training.default_zero_stage", f"must be 0, 1, 2 or 3, got {self.default_zero_stage!r}")
 
 
 @dataclass(frozen=True)
@@ -101,6 +175,9 @@ class StackSpec:
         serving: serving behaviour (``ServingBehaviour``), None for a training-only stack.
         citations: per behaviour key, where the framework documents it (file and commit, or docs
             page).
+        default_when_version_unstated: this profile also describes runs of ``framework`` whose
+            source does not state a version (at most one stack per framework may say so, and its
+            file says why; ``catalog.stack_for`` reads it).
     """
 
     name: str
@@ -110,6 +187,7 @@ class StackSpec:
     training: TrainingBehaviour | None = None
     serving: ServingBehaviour | None = None
     citations: Mapping[str, str] = field(default_factory=dict)
+    default_when_version_unstated: bool = False
 
     def __post_init__(self) -> None:
         if self.training is None and self.serving is None:

@@ -56,8 +56,10 @@ class PlanResult:
         model, cluster, gpu: names.
         gpus: the GPU counts searched, inclusive (lo, hi).
         global_batch: sequences per step; seq_len: tokens per sequence.
-        plans: every fitting configuration, best first (``OUTPUT_COLUMNS`` then the step-time
-            parts of ``simulator.report.TIME_PARTS``, seconds).
+        plans: every fitting configuration, best first (``OUTPUT_COLUMNS``, ``pipeline_exact``,
+            then the step-time parts of ``simulator.report.TIME_PARTS``, seconds). Rows with
+            ``pipeline_exact`` False carry the closed-form estimate of their pipeline makespan
+            (they cannot rank among the best: ``refine_exact``).
         pruned: rule -> raw configurations it removed (``search_space.RULES``, incl. memory).
         raw_size: configurations in the unpruned space; evaluated: rows scored.
         memory_limit_bytes: HBM minus the headroom; hbm_bytes: the GPU's memory.
@@ -136,34 +138,55 @@ class PlanResult:
         return order.loc[tps > running, list(OUTPUT_COLUMNS)].reset_index(drop=True)
 
 
-def rerank_with_event_level(plans: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec,
-                            eff: EfficiencyModel, top: int) -> pd.DataFrame:
-    """Re-rank the ``top`` plans by their event-level step time (``simulator.event_level``).
+#: plans whose step time is computed exactly (the schedule's DAG makespan) at least: the best
+#: ``TOP_EXACT`` by time, the memory Pareto front and the best per GPU count, plus every plan
+#: whose lower bound could beat one of them; at most ``MAX_EXACT`` rows.
+TOP_EXACT = 50
+MAX_EXACT = 4000
 
-    The closed-form bubble scores every candidate; the few that matter are then simulated
-    operation by operation, which is exact for uneven stages and the zero-bubble schedules.
-    Their step_time_s, tokens/s and MFU become the event-level values (equal to ``simulate``'s
-    default); ``closed_form_step_time_s`` keeps the scoring value for every row.
+
+def refine_exact(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, space, global_batch: int, ev,
+                 top: int = TOP_EXACT, max_rows: int = MAX_EXACT):
+    """``ev`` with the exact pipeline makespan for every row that can rank among the best.
+
+    ``evaluate_space`` gives every fitting row its pipeline makespan by the closed-form estimate
+    and a lower bound (``step_model.evaluate``). Rows are computed exactly, lowest bound first,
+    until no estimated row's lower bound beats the ``top``-th best time, the best time of a row
+    with less memory (the Pareto front) or the best time at its GPU count; so the reported
+    winners, front and per-count bests are what ``simulate`` says of them.
     """
-    from simulator.simulate import simulate
-
-    plans = plans.copy()
-    plans["closed_form_step_time_s"] = plans["step_time_s"]
-    plans["event_level"] = False
-    head = plans.head(top).copy()
-    for i, row in head.iterrows():
-        report = simulate(model, cluster, row_config(row), efficiency=eff, event_level=True)
-        scale = row["step_time_s"] / report.step_time_s
-        for col in ("tokens_per_s", "tokens_per_s_per_gpu", "mfu"):
-            if col in head:
-                head.at[i, col] = row[col] * scale
-        for part, value in report.time_breakdown_s.items():
-            if part in head:
-                head.at[i, part] = value
-        head.at[i, "step_time_s"] = report.step_time_s
-        head.at[i, "event_level"] = True
-    head = head.sort_values("step_time_s", kind="stable")
-    return pd.concat([head, plans.iloc[len(head):]], ignore_index=True)
+    from planners.vectorized import evaluate_rows_exact
+    out = {k: np.array(v, dtype=float, copy=True) for k, v in ev.outputs.items()}
+    n = len(ev.rows)
+    if n == 0:
+        return ev
+    exact = out["pipeline_exact"].astype(bool)
+    mem_order = np.argsort(out["memory_bytes"], kind="stable")
+    cols = space.columns
+    n_gpus = (cols["dp"] * cols["tp"] * cols["pp"] * cols["cp"])[ev.rows]
+    gpu_values, gpu_group = np.unique(n_gpus, return_inverse=True)
+    budget = max_rows
+    while budget > 0:
+        t, lb = out["step_time_s"], out["step_time_lower_s"]
+        k = min(top, n) - 1
+        kth = np.partition(t, k)[k]
+        run_min = np.minimum.accumulate(t[mem_order])
+        frontier = np.empty(n)
+        frontier[mem_order] = np.concatenate([[np.inf], run_min[:-1]])
+        group_best = np.full(len(gpu_values), np.inf)
+        np.minimum.at(group_best, gpu_group, t)
+        need = ~exact & ((lb <= kth) | (lb < frontier) | (lb <= group_best[gpu_group]))
+        if not need.any():
+            break
+        idx = np.flatnonzero(need)
+        idx = idx[np.argsort(lb[idx], kind="stable")][:budget]
+        res = evaluate_rows_exact(model, cluster, eff, space, global_batch, ev.rows[idx], ev.dtype_index[idx])
+        for key, value in res.items():
+            out[key][idx] = value
+        exact[idx] = True
+        budget -= len(idx)
+    out["pipeline_exact"] = exact.astype(float)
+    return replace(ev, outputs=out)
 
 
 def row_config(row) -> ParallelConfig:
@@ -270,7 +293,7 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
          headroom_gib: float = 0.0, dtypes: Iterable[str] | None = None,
          schedules: Iterable[str] = DEFAULT_SCHEDULES, max_micro_batch: int | None = None,
          efficiency: EfficiencyModel | None = None, prune_dominated: bool = True,
-         chunk_rows: int = DEFAULT_CHUNK_ROWS, workers: int | None = None, rerank_event_level: int = 10,
+         chunk_rows: int = DEFAULT_CHUNK_ROWS, workers: int | None = None,
          progress: Callable[[int, int], None] | None = None, assign_stages: bool = True) -> PlanResult:
     """Rank every valid configuration of ``model`` on ``gpus`` GPUs of ``cluster`` that fits.
 
@@ -324,9 +347,8 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
     if len(ev.rows) == 0:
         raise infeasible.nothing_fits(model, cluster, eff, constraints, space, ev, limit, headroom_gib)
 
+    ev = refine_exact(model, cluster, eff, space, gbs, ev)
     plans = _ranked_table(space, ev, gbs, cluster.gpu.hbm_bytes)
-    if rerank_event_level:
-        plans = rerank_with_event_level(plans, model, cluster, eff, rerank_event_level)
     pruned = dict(space.pruned)
     pruned["memory"] = ev.evaluated - len(ev.rows)
     result = PlanResult(
@@ -360,6 +382,8 @@ def _ranked_table(space, ev, gbs: int, hbm_bytes: float) -> pd.DataFrame:
         "step_time_s": out["step_time_s"][order], "tokens_per_s": out["tokens_per_s"][order],
         "tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"][order], "mfu": out["mfu"][order],
         "memory_gib": mem / GIB, "headroom_gib": (hbm_bytes - mem) / GIB,
+        "pipeline_exact": out["pipeline_exact"][order].astype(bool),
+        "step_time_lower_s": out["step_time_lower_s"][order],
     }
     for k in TIME_PARTS:
         data[k] = out[k][order]

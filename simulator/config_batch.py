@@ -43,6 +43,20 @@ class ConfigBatch:
     flash_attention: np.ndarray
     grad_accumulation_fusion: np.ndarray
     zero3_recompute_gather: np.ndarray
+    first_stage_layers: np.ndarray
+    last_stage_layers: np.ndarray
+    ep_comm_overlap: np.ndarray
+    grad_reduce_bytes: np.ndarray
+    grad_bucket_elements: np.ndarray
+    grad_bucket_elements_per_dp: np.ndarray
+    grad_reduce_every_microbatch: np.ndarray
+    param_prefetch_forward: np.ndarray
+    param_prefetch_backward: np.ndarray
+    param_prefetch_max_elements: np.ndarray
+    tp_backward_overlap: np.ndarray
+    softmax_fusion: np.ndarray
+    param_gather_per_tensor: np.ndarray
+    uneven_layers: np.ndarray
     dtype: str = "bf16"
 
     def __len__(self) -> int:
@@ -74,6 +88,19 @@ class ConfigBatch:
             flash_attention=col("flash_attention", bool, bool),
             grad_accumulation_fusion=col("grad_accumulation_fusion", bool, bool),
             zero3_recompute_gather=col("zero3_recompute_gather", bool, bool),
+            first_stage_layers=col("first_stage_layers"), last_stage_layers=col("last_stage_layers"),
+            ep_comm_overlap=col("ep_comm_overlap", bool, bool),
+            grad_reduce_bytes=col("grad_reduce_bytes", float, float),
+            grad_bucket_elements=col("grad_bucket_elements", float, float),
+            grad_bucket_elements_per_dp=col("grad_bucket_elements_per_dp", float, float),
+            grad_reduce_every_microbatch=col("grad_reduce_every_microbatch", bool, bool),
+            param_prefetch_forward=col("param_prefetch_forward", float, float),
+            param_prefetch_backward=col("param_prefetch_backward", float, float),
+            param_prefetch_max_elements=col("param_prefetch_max_elements", float, float),
+            tp_backward_overlap=col("tp_backward_overlap", bool, bool),
+            softmax_fusion=col("softmax_fusion", bool, bool),
+            param_gather_per_tensor=col("param_gather_per_tensor", bool, bool),
+            uneven_layers=col("uneven_layers", bool, bool),
             dtype=dtypes.pop(),
         )
 
@@ -105,4 +132,15 @@ class ConfigBatch:
             flash_attention=bool(self.flash_attention[i]),
             grad_accumulation_fusion=bool(self.grad_accumulation_fusion[i]),
             zero3_recompute_gather=bool(self.zero3_recompute_gather[i]),
+            first_stage_layers=int(self.first_stage_layers[i]), last_stage_layers=int(self.last_stage_layers[i]),
+            ep_comm_overlap=bool(self.ep_comm_overlap[i]), grad_reduce_bytes=float(self.grad_reduce_bytes[i]),
+            grad_bucket_elements=float(self.grad_bucket_elements[i]),
+            grad_bucket_elements_per_dp=float(self.grad_bucket_elements_per_dp[i]),
+            grad_reduce_every_microbatch=bool(self.grad_reduce_every_microbatch[i]),
+            param_prefetch_forward=float(self.param_prefetch_forward[i]),
+            param_prefetch_backward=float(self.param_prefetch_backward[i]),
+            param_prefetch_max_elements=float(self.param_prefetch_max_elements[i]),
+            tp_backward_overlap=bool(self.tp_backward_overlap[i]), softmax_fusion=bool(self.softmax_fusion[i]),
+            param_gather_per_tensor=bool(self.param_gather_per_tensor[i]),
+            uneven_layers=bool(self.uneven_layers[i]),
         )

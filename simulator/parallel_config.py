@@ -41,7 +41,7 @@ class CPKind(str, Enum):
 class AttentionKernel(str, Enum):
     """How the fused attention kernel schedules the softmax against its matmuls."""
 
-    AUTO = "auto"            # the GPU generation's usual kernel (EfficiencyModel.exposed_softmax_fraction)
+    AUTO = "auto"            # the GPU generation's usual fused kernel (EfficiencyModel.exposed_softmax_fraction)
     SERIAL = "serial"        # softmax between the two matmuls of a tile (FlashAttention-2)
     PIPELINED = "pipelined"  # softmax of one tile under another's matmuls (FlashAttention-3)
 
@@ -58,7 +58,11 @@ def _enum(enum_cls, value, field):
 
 #: switches of ``ParallelConfig`` (each must be a real bool: the string "false" is truthy)
 BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-               "flash_attention", "grad_accumulation_fusion", "uneven_layers", "zero3_recompute_gather")
+               "flash_attention", "grad_accumulation_fusion", "uneven_layers", "zero3_recompute_gather",
+               "ep_comm_overlap", "grad_reduce_every_microbatch", "tp_backward_overlap", "softmax_fusion",
+               "param_gather_per_tensor")
+#: non-negative integer fields (0 = not set)
+LAYOUT_FIELDS = ("first_stage_layers", "last_stage_layers")
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,7 @@ class ParallelConfig:
         overlap_grad_reduce: DP gradient reduction overlaps the backward pass.
         overlap_param_gather: ZeRO-3 parameter all-gathers are prefetched under compute.
         tp_comm_overlap: force TP collectives to overlap the GEMMs (userbuffers / async TP);
-            off = the exposure usual on the GPU generation (``EfficiencyModel.exposed_tp_fraction``).
+            off = exposed, except the backward collectives with ``tp_backward_overlap``.
         cp_kind: context-parallel flavour.
         attention_kernel: how the fused attention kernel meets the softmax exponentials
             (``cost_models.compute.attention_time_s``): ``auto`` = the GPU generation's usual
@@ -96,9 +100,38 @@ class ParallelConfig:
             and in NeMo); False = autograd writes each micro-batch's weight gradient to a fresh
             tensor and adds it to the buffer, an extra memory-bound pass per micro-batch
             (plain PyTorch DDP, the measured runner).
-        uneven_layers: allow pipeline chunks that differ by a layer (Megatron's
-            ``--pipeline-model-parallel-layout`` / first- and last-stage layer counts); the
-            slowest stage then holds ceil(layers / pp) layers.
+        uneven_layers: allow a layer count that does not divide over the pipeline's positions:
+            every position holds ceil(layers / positions) except that the shortfall is taken
+            from the first and last stages inwards (``simulator.stage_layout``), as published runs
+            lay such models out (Llama 3 405B: 126 layers on 16 stages as 7, 8 x 14, 7).
+        first_stage_layers, last_stage_layers: layers on the first / last pipeline stage
+            (Megatron ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-...``); 0 = not
+            set (an even split). The other stages share the rest evenly.
+        ep_comm_overlap: the expert-parallel all-to-alls overlap compute (DeepEP, Megatron
+            ``--overlap-moe-expert-parallel-comm``); off = on the critical path.
+        grad_reduce_bytes: bytes per gradient element in the data-parallel reduction: 4 (fp32
+            main gradients, Megatron-Core and FSDP's usual ``reduce_dtype``) or 2 (reduced in
+            the 16-bit training dtype: DeepSpeed fp16, Megatron-LM fp16 before 2022).
+        grad_bucket_elements, grad_bucket_elements_per_dp: the overlapped DP reduction's bucket,
+            ``max(grad_bucket_elements, grad_bucket_elements_per_dp * dp)`` gradient elements
+            (Megatron-Core: max(40e6, 1e6 dp)); the last bucket can only start once the backward
+            is over, so its reduction stays exposed. 0 = not bucketed: one reduction after the
+            backward.
+        grad_reduce_every_microbatch: plain DP / ZeRO-1 gradients are reduced after every
+            micro-batch's backward (PyTorch DDP without ``no_sync``) instead of once per step.
+        param_prefetch_forward, param_prefetch_backward: ZeRO-3 / FSDP layers whose parameter
+            gathers run ahead of the computing layer in each pass (1 = the next layer's gather
+            under this layer's compute; 0 = every gather exposed).
+        param_prefetch_max_elements: cap on prefetched parameter elements (DeepSpeed
+            ``stage3_prefetch_bucket_size``); 0 = none.
+        param_gather_per_tensor: ZeRO-3 gathers each parameter tensor of a layer in its own
+            collective (DeepSpeed 0.3: one ``all_gather`` per parameter), paying the ring's
+            start-up steps once per tensor; off = one collective per layer (FSDP's flat
+            parameter).
+        tp_backward_overlap: the backward TP collectives run under the weight- and data-gradient
+            GEMMs (Megatron-LM since 2021-08, Transformer Engine); off = exposed.
+        softmax_fusion: the materialised attention's scale, mask and softmax are one kernel
+            (Megatron v2.0+); off = three memory passes (2019-2020).
         zero3_recompute_gather: under ZeRO-3 with full recomputation, the recompute forward
             gathers each layer's parameters again (3 gathers + 1 reduce-scatter per layer and
             micro-batch instead of 2 + 1). DeepSpeed's ZeRO-3 does this: its per-module hooks
@@ -132,6 +165,19 @@ class ParallelConfig:
     grad_accumulation_fusion: bool = True
     uneven_layers: bool = False
     zero3_recompute_gather: bool = False
+    first_stage_layers: int = 0
+    last_stage_layers: int = 0
+    ep_comm_overlap: bool = False
+    grad_reduce_bytes: float = 4.0
+    grad_bucket_elements: float = 40e6
+    grad_bucket_elements_per_dp: float = 1e6
+    grad_reduce_every_microbatch: bool = False
+    param_prefetch_forward: float = 1.0
+    param_prefetch_backward: float = 1.0
+    param_prefetch_max_elements: float = 0.0
+    tp_backward_overlap: bool = True
+    softmax_fusion: bool = True
+    param_gather_per_tensor: bool = False
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch"):
@@ -146,6 +192,27 @@ class ParallelConfig:
                 object.__setattr__(self, name, as_int)
             if getattr(self, name) < 1:
                 raise InputError(name, f"must be >= 1, got {value}")
+        for name in LAYOUT_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+                raise InputError(name, f"must be an integer >= 0 (0 = not set), got {value!r}")
+            object.__setattr__(self, name, int(value))
+        if (self.first_stage_layers or self.last_stage_layers) and self.pp < 2:
+            raise InputError("first_stage_layers", "first/last stage layer counts need pp > 1",
+                             "set pp > 1 or leave them 0")
+        if self.grad_reduce_bytes not in (2, 4, 2.0, 4.0) or isinstance(self.grad_reduce_bytes, bool):
+            raise InputError("grad_reduce_bytes", f"must be 2 or 4, got {self.grad_reduce_bytes!r}")
+        object.__setattr__(self, "grad_reduce_bytes", float(self.grad_reduce_bytes))
+        for name in ("grad_bucket_elements", "grad_bucket_elements_per_dp", "param_prefetch_forward",
+                     "param_prefetch_backward", "param_prefetch_max_elements"):
+            value = getattr(self, name)
+            try:
+                as_float = float(value)
+            except (TypeError, ValueError):
+                raise InputError(name, f"must be a number >= 0, got {value!r}") from None
+            if isinstance(value, bool) or not (0 <= as_float < float("inf")):
+                raise InputError(name, f"must be a finite number >= 0, got {value!r}")
+            object.__setattr__(self, name, as_float)
         for name in BOOL_FIELDS:
             value = getattr(self, name)
             if isinstance(value, np.bool_):

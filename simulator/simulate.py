@@ -13,15 +13,13 @@ from simulator.validate_config import check_config
 
 
 def simulate(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig,
-             n_gpus: int | None = None, efficiency: EfficiencyModel | None = None,
-             event_level: bool = True) -> StepReport:
+             n_gpus: int | None = None, efficiency: EfficiencyModel | None = None) -> StepReport:
     """Predict one training step of ``model`` on ``cluster`` under ``config``.
 
     ``n_gpus`` (optional) is checked against dp*tp*pp*cp; ``efficiency`` overrides the GPU
-    generation's fitted model (for what-if studies and fitting). With ``event_level`` (the
-    default) the pipeline part of the step comes from simulating the schedule operation by
-    operation (``simulator.pipeline``); ``event_level=False`` keeps the closed-form bubble that
-    the planner uses for scoring (the two agree for even stages).
+    generation's fitted model (for what-if studies and fitting). The pipeline part of the step
+    is the schedule's makespan over the configuration's layer layout, the same computation the
+    planner ranks by (``simulator.step_pipeline``).
     """
     check_config(model, config, n_gpus)
     eff = efficiency if efficiency is not None else efficiency_for_cluster(cluster)
@@ -38,11 +36,12 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig,
         memory_bytes=v["memory_bytes"], memory_breakdown_bytes={k: v[k] for k in MEMORY_PARTS},
         hbm_bytes=v["hbm_bytes"], fits=bool(v["fits"]), num_microbatches=int(round(v["num_microbatches"])),
         layer_fwd_s=v["layer_fwd_s"], layer_bwd_s=v["layer_bwd_s"], layer_recompute_s=v["layer_recompute_s"],
-        extras={k: v[k] for k in ("tp_comm_total_s", "dp_comm_total_s", "microbatch_stage_time_s",
-                                  "params_local", "layer_w_s", "p2p_per_microbatch_s",
-                                  "grad_accum_per_microbatch_s")},
+        extras={k: v[k] for k in EXTRAS},
     )
-    if event_level and config.pp > 1:
-        from simulator.event_level import with_event_level_pipeline
-        report = with_event_level_pipeline(model, config, report)
     return report
+
+
+#: step-model outputs a ``StepReport`` carries in ``extras``
+EXTRAS = ("tp_comm_total_s", "dp_comm_total_s", "microbatch_stage_time_s", "params_local", "layer_w_s",
+          "p2p_per_microbatch_s", "pipeline_makespan_s", "busiest_stage", "busiest_stage_layers",
+          "first_stage_layers", "last_stage_layers", "memory_stage")

@@ -4,22 +4,25 @@ This is the one place where cost-model terms are combined into a training step. 
 single-configuration simulator (``simulator.simulate``) and the planner both call
 ``evaluate``; the planner on thousands of rows at once.
 
-Step time (per optimizer step, seconds), for the slowest pipeline stage:
+Step time (per optimizer step, seconds):
 
-    t_mb     = layers_on_stage * (fwd + bwd + recompute + exposed TP/CP/EP comm per layer)
-               + LM head and loss (last stage) + pipeline send/recv + exposed ZeRO-3 gathers
-               + unfused gradient accumulation (only with grad_accumulation_fusion off)
-    pipeline = m * t_mb + bubble                   (closed forms per schedule, see bubble_time_s)
+    pipeline = makespan of one flush of the schedule over the actual layer layout
+               (``simulator.step_pipeline``: per-cell F/B/W from ``simulator.layer_times``)
+               + the low-precision weight casts of the first micro-batch (pipeline fill)
     step     = pipeline + exposed DP communication + straggler wait + optimizer step
+
+Data-parallel traffic follows the software stack (``ParallelConfig``): ZeRO-0/1 reduce the
+gradients once after the flush, overlapped (``overlap_grad_reduce``) with the first stage's
+last backward, the last bucket (``dp_bucket_bytes``) exposed since it can only start when the
+backward ends; ZeRO-1/2 all-gather the updated parameters, overlapped
+(``overlap_param_gather``) with the next step's first forward. ZeRO-2 keeps only its gradient
+shard, so it reduce-scatters every micro-batch, layer by layer under that micro-batch's
+backward (DeepSpeed stage 2, FSDP ``SHARD_GRAD_OP``); ZeRO-3 also gathers every layer's
+parameters in forward and backward, prefetched under the previous layer's compute. Exposed
+time is what the traffic exceeds its window by: no fitted shares.
 
 The straggler wait is ``EfficiencyModel.sync_skew_fraction`` x the step's compute on jobs of
 more than one rank (0 on the GPU generations; measured on CPU hosts by ``paraplan calibrate``).
-
-Exposed DP communication: with ``overlap_grad_reduce`` the gradient buckets reduce under the
-last micro-batch's backward (the only one after which gradients are final); with
-``overlap_param_gather`` the distributed optimizer's parameter all-gather runs under the first
-micro-batch's forward. The generation's fitted ``exposed_dp_fraction`` of the traffic stays
-exposed (last bucket, contention), and never less than what exceeds that one pass.
 """
 from __future__ import annotations
 
@@ -27,14 +30,16 @@ from functools import partial
 
 import numpy as np
 
-from cost_models import context_parallel, layer_costs, memory, moe as moe_costs, params
-from cost_models.compute import LOW_PRECISION, compute_rates, sixteen_bit_dtype
+from cost_models import memory, moe as moe_costs, params
+from cost_models.compute import LOW_PRECISION, compute_rates
 from cost_models.topology import group_collective_time_s, p2p_stage_time_s
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
-from simulator.config_batch import ATTENTION_KERNEL_CODES, RECOMPUTE_CODES, SCHEDULE_CODES, ConfigBatch
-from simulator.parallel_config import AttentionKernel, Recompute, Schedule
+from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES, ConfigBatch
+from simulator.layer_times import layer_times
+from simulator.parallel_config import Recompute, Schedule
+from simulator.step_pipeline import Ends, PerLayer, pipeline_pass, stage_layer_counts
 
 #: HBM bytes the optimizer step moves per local parameter in mixed-precision training, as
 #: Megatron's optimizer runs it: fused Adam (fp32 weight, grad, m, v read; weight, m, v
@@ -48,160 +53,29 @@ ADAM_STEP_BYTES_PER_PARAM_FP16 = 50.0
 #: pure fp32 training (torch.optim.Adam on the CPU runs): the weights are the master copy, no
 #: 16-bit copy, no clipping
 ADAM_STEP_BYTES_PER_PARAM_FP32 = 28.0
-#: gradients are reduced in fp32 (Megatron's main-grad buffers) except under ZeRO-3, which
-#: reduce-scatters in the 16-bit parameter dtype (DeepSpeed ZeRO-3, FSDP mixed precision).
-GRAD_REDUCE_BYTES = 4.0
+#: gradient buffers are fp32 (Megatron's main grads) for the accumulation whatever the dtype
+#: the DP reduction moves (``ParallelConfig.grad_reduce_bytes``).
+GRAD_BUFFER_BYTES = 4.0
 #: weight tensors of a dense transformer layer: fused QKV, output projection, MLP up (fused
 #: gate+up when gated) and down, two norms. One accumulation kernel each; biases, which the
 #: model specs do not record, would add one each.
 DENSE_LAYER_PARAM_TENSORS = 6
-# ZeRO-3 reduce-scatters and parameter all-gathers move the parameter dtype (2 bytes in
-# 16-bit training, 4 in fp32)
 
 _GPIPE = SCHEDULE_CODES[Schedule.GPIPE]
-_INTERLEAVED = SCHEDULE_CODES[Schedule.INTERLEAVED]
-_ZB_H1 = SCHEDULE_CODES[Schedule.ZB_H1]
-_ZB_H2 = SCHEDULE_CODES[Schedule.ZB_H2]
-_ZB_V = SCHEDULE_CODES[Schedule.ZB_V]
 _DUALPIPE = SCHEDULE_CODES[Schedule.DUALPIPE]
+_FULL = RECOMPUTE_CODES[Recompute.FULL]
 
-
-def bubble_time_s(schedule, pp, vpp, t_f, t_b, t_w):
-    """Idle time of the slowest stage per step, closed forms (seconds).
-
-    GPipe / 1F1B: (p-1)(F+B+W) (Huang et al. 2019; Narayanan et al. 2021). Interleaved:
-    divided by v (Narayanan et al. 2021, section 2.2). ZB-H1: (p-1)(F+B-W); ZB-H2 and ZB-V:
-    (p-1)(F+B-2W), floored at zero (Qi et al. 2023, section 3). DualPipe: (p/2-1)(F+B-3W)
-    (DeepSeek-V3 report, table 2). Here B is the input-gradient part of backward and W the
-    weight-gradient part; t_f, t_b, t_w are per micro-batch on the stage.
-    """
-    pm1 = pp - 1.0
-    one_f_one_b = pm1 * (t_f + t_b + t_w)
-    return np.select(
-        [schedule == _INTERLEAVED, schedule == _ZB_H1, (schedule == _ZB_H2) | (schedule == _ZB_V),
-         schedule == _DUALPIPE],
-        [one_f_one_b / np.maximum(vpp, 1), pm1 * np.maximum(t_f + t_b - t_w, 0.0),
-         pm1 * np.maximum(t_f + t_b - 2.0 * t_w, 0.0),
-         np.maximum(pp / 2.0 - 1.0, 0.0) * np.maximum(t_f + t_b - 3.0 * t_w, 0.0)],
-        default=one_f_one_b)
+#: ConfigBatch fields a layer's costs depend on (with the model, cluster and dtype): rows that
+#: share them share every per-layer time and FLOP count.
+LAYER_KEY_FIELDS = ("tp", "cp", "micro_batch", "sequence_parallel", "recompute", "ep", "etp",
+                    "moe_load_imbalance", "tp_comm_overlap", "cp_kind", "attention_kernel", "flash_attention",
+                    "ep_comm_overlap", "tp_backward_overlap", "softmax_fusion")
 
 
 def _degrees(batch: ConfigBatch):
     """(dp, tp, pp, cp, ep, etp, vpp) of ``batch`` as float arrays."""
     f = lambda x: np.asarray(x, dtype=float)  # noqa: E731
     return (f(batch.dp), f(batch.tp), f(batch.pp), f(batch.cp), f(batch.ep), f(batch.etp), f(batch.vpp))
-
-
-def _layers_per_stage(model: ModelSpec, pp):
-    """Transformer layers (MTP modules included) on the slowest pipeline stage."""
-    return np.ceil((model.num_layers + float(model.mtp_layers)) / pp)
-
-
-def local_params(model: ModelSpec, batch: ConfigBatch):
-    """Parameters one GPU owns before ZeRO sharding, per row of ``batch``.
-
-    Returns (dense layer's parameter count, non-expert parameters of the heavier of the
-    first and last stage / tp, local expert parameters, expert-data-parallel degree). The
-    first stage also holds the embedding (and the output layer when pp = 1); the last stage
-    the output layer and the MTP projections (with its own embedding copy when pp > 1).
-    """
-    dp, tp, pp, cp, ep, etp, _ = _degrees(batch)
-    n_mtp = float(model.mtp_layers)
-    layers_stage = _layers_per_stage(model, pp)
-    moe_share = float(model.num_moe_layers) / model.num_layers
-    layer_params = params.dense_layer_params(model)
-    stage_params = layers_stage * (1 - moe_share) * layer_params / tp
-    if model.moe is not None:
-        moe_non_expert, moe_expert = moe_costs.moe_layer_params_local(model, tp, ep, etp)
-        stage_params = stage_params + layers_stage * moe_share * moe_non_expert
-        expert_local = layers_stage * moe_share * moe_expert
-        edp = moe_costs.expert_data_parallel_size(dp, cp, tp, ep, etp)
-    else:
-        expert_local = 0.0 * tp
-        edp = dp * cp
-    first_stage_params = stage_params + params.embedding_params(model) / tp \
-        + np.where(pp == 1, params.lm_head_params(model) / tp, 0.0)
-    mtp_params = n_mtp * params.mtp_projection_params(model) / tp \
-        + np.where((pp > 1) & (n_mtp > 0), params.embedding_params(model) / tp, 0.0)
-    last_stage_params = stage_params + params.lm_head_params(model) / tp + mtp_params
-    return layer_params, np.maximum(first_stage_params, last_stage_params), expert_local, edp
-
-
-def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch) -> dict:
-    """Peak memory per GPU on the first pipeline stage (the one holding the most activations),
-    bytes, by part, per row of ``batch``; ``memory_bytes`` is the total.
-
-    The memory half of ``evaluate`` on its own: the planner calls it first and times only the
-    rows that fit (the figures are the same arrays ``evaluate`` returns).
-    """
-    rates = compute_rates(cluster.gpu, eff, batch.dtype)
-    param_bytes = rates.act_bytes
-    low_precision = batch.dtype in LOW_PRECISION
-    dp, tp, pp, cp, ep, etp, vpp = _degrees(batch)
-    mbs, gbs = np.asarray(batch.micro_batch, dtype=float), np.asarray(batch.global_batch, dtype=float)
-    sp, rc, zero = batch.sequence_parallel, batch.recompute, batch.zero_stage
-    s = float(model.seq_len)
-    m = gbs / (dp * mbs)
-    tokens = mbs * s / cp
-    layers_stage = _layers_per_stage(model, pp)
-    layer_params, params_local, expert_local, edp = local_params(model, batch)
-
-    weights_b, grads_b, optim_b = memory.model_state_bytes(params_local, zero, dp * cp, low_precision,
-                                                           full_precision=rates.act_bytes > 2)
-    if model.moe is not None:
-        ew, eg, eo = moe_costs.expert_model_state_bytes(expert_local, zero, dp, cp, tp, ep, etp, low_precision)
-        weights_b, grads_b, optim_b = weights_b + ew, grads_b + eg, optim_b + eo
-    # per-layer activations depend on the layer key (and flash attention) only
-    per_layer_act, full_layer_act = _once_per_run(
-        batch, LAYER_KEY_FIELDS + ("flash_attention",), partial(_layer_activation_bytes, model),
-        mbs, tp, cp, sp, rc, batch.flash_attention, ep, etp, batch.moe_load_imbalance)
-    in_flight = memory.in_flight_microbatches(pp, vpp, m, batch.schedule == _GPIPE)
-    activations = per_layer_act * layers_stage * in_flight
-    recompute_work = np.where(rc == 2, full_layer_act, 0.0)
-    logits = np.where(pp == 1, tokens * model.vocab_size / tp * memory.LOGIT_BYTES, 0.0)
-    z3_buffers = np.where(zero >= 3, 2.0 * layer_params / tp * param_bytes, 0.0)
-    tensors = weights_b + grads_b + optim_b + activations + recompute_work + logits + z3_buffers
-    allowance = memory.allocator_allowance_bytes(tensors)
-    return {
-        "weights_bytes": weights_b,
-        "gradients_bytes": grads_b,
-        "optimizer_bytes": optim_b,
-        "activations_bytes": activations + recompute_work,
-        "logits_bytes": logits,
-        "zero3_buffers_bytes": z3_buffers,
-        "allocator_bytes": allowance,
-        "memory_bytes": tensors + allowance,
-        "params_local": params_local,
-        # the parameter split ``evaluate`` reuses (not memory): expert parameters, expert-DP degree
-        "_expert_local": np.broadcast_to(expert_local, tensors.shape),
-        "_edp": np.broadcast_to(edp, tensors.shape),
-    }
-
-
-def _layer_activation_bytes(model: ModelSpec, mbs, tp, cp, sp, rc, flash_attention, ep, etp, imbalance):
-    """(activation bytes one average layer keeps per micro-batch, those of a layer without
-    recomputation) on one GPU, for the given layer keys."""
-    s = float(model.seq_len)
-    dense_ffn = (model.moe.dense_ffn_hidden_size or model.ffn_hidden_size) if model.moe else None
-    per_layer_act = memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, rc,
-                                                      flash_attention=flash_attention, ffn=dense_ffn)
-    if model.moe is not None:
-        moe_share = float(model.num_moe_layers) / model.num_layers
-        shared_ffn = model.moe.num_shared_experts * (model.moe.shared_expert_ffn_hidden_size
-                                                     or model.moe.expert_ffn_hidden_size)
-        moe_act = (memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, rc, flash_attention,
-                                                     ffn=max(shared_ffn, 1))
-                   + moe_costs.moe_activation_bytes_per_layer(model, mbs, s, tp, cp, ep, etp, rc, imbalance))
-        per_layer_act = (1 - moe_share) * per_layer_act + moe_share * moe_act
-    full_layer_act = memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, 0,
-                                                       flash_attention=flash_attention)
-    return per_layer_act, full_layer_act
-
-
-#: ConfigBatch fields a layer's costs depend on (with the model, cluster and dtype): rows that
-#: share them share every per-layer time and FLOP count.
-LAYER_KEY_FIELDS = ("tp", "cp", "micro_batch", "sequence_parallel", "recompute", "ep", "etp",
-                    "moe_load_imbalance", "tp_comm_overlap", "cp_kind", "attention_kernel")
 
 
 def _runs(columns) -> tuple[np.ndarray, np.ndarray]:
@@ -234,294 +108,395 @@ def _once_per_run(batch: ConfigBatch, key_fields, fn, *args):
     return {k: spread(v) for k, v in out.items()} if isinstance(out, dict) else tuple(spread(v) for v in out)
 
 
-def _recomputed(rc, full, selective=0.0):
-    """Per row, what recomputation repeats: ``full`` under full recompute (code 2),
-    ``selective`` (the attention core) under selective (1), nothing otherwise."""
-    return np.where(rc == 2, full, np.where(rc == 1, selective, 0.0))
+# ---- parameters per stage ------------------------------------------------------------------
+
+def _layer_params(model: ModelSpec, tp, ep, etp):
+    """Per-GPU parameters of one dense layer, and of one MoE layer's non-expert and expert parts."""
+    dense = params.dense_layer_params(model) / tp
+    if model.moe is None:
+        return dense, dense, 0.0 * tp
+    moe_non_expert, moe_expert = moe_costs.moe_layer_params_local(model, tp, ep, etp)
+    return dense, moe_non_expert + 0.0 * tp, moe_expert + 0.0 * tp
 
 
-def _layer_block(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, rates, tokens, tp, cp, sp, rc,
-                 ep, etp, imbalance, tp_overlap, cp_kind, attention_kernel) -> dict:
-    """Per-layer times (seconds, one micro-batch, one average layer of a stage) and FLOPs, and
-    the model's ends (LM head, embedding, MTP modules), for the given layer keys."""
-    gpu = cluster.gpu
-    s = float(model.seq_len)
-    h = float(model.hidden_size)
-    # exposed share of the softmax exponentials: the generation's usual kernel, or the one named
-    softmax_exposed = np.select([attention_kernel == ATTENTION_KERNEL_CODES[AttentionKernel.SERIAL],
-                                 attention_kernel == ATTENTION_KERNEL_CODES[AttentionKernel.PIPELINED]],
-                                [1.0, 0.0], eff.exposed_softmax_fraction)
-    attn = layer_costs.attention_block_costs(model, rates, tokens, s, tp, sp, softmax_exposed)
-    dense_ffn = (model.moe.dense_ffn_hidden_size or model.ffn_hidden_size) if model.moe else None
-    mlp = layer_costs.dense_mlp_costs(model, rates, tokens, tp, sp, ffn=dense_ffn)
-    gemm_f = attn["gemm_fwd_s"] + mlp["gemm_fwd_s"]
-    # quantisation kernels of low-precision GEMMs (0 in 16/32-bit): inputs in forward, output
-    # gradients in backward; weights once per step (``weight_cast_s``, cached over the step)
-    cast_f = attn["cast_fwd_s"] + mlp["cast_fwd_s"]
-    weight_cast = attn["weight_cast_s"] + mlp["weight_cast_s"]
-    cast_b = attn["cast_bwd_s"] + mlp["cast_bwd_s"]
-    elem_f = attn["elem_fwd_s"] + mlp["elem_fwd_s"]
-    elem_b = attn["elem_bwd_s"] + mlp["elem_bwd_s"]
-    layer_fwd = gemm_f + cast_f + attn["core_fwd_s"] + elem_f
-    recompute = _recomputed(rc, layer_fwd, attn["core_fwd_s"])
-    n_moe = float(model.num_moe_layers)
-    moe_share = n_moe / model.num_layers          # fraction of a stage's layers that are MoE
-    layer_flops_fwd = attn["gemm_flops_fwd"] + mlp["gemm_flops_fwd"] + attn["core_flops_fwd"]
-    last_layer_flops = layer_flops_fwd     # the kind the model ends with (an MTP module repeats it)
-    if model.moe is not None:
-        # MoE layers: the same attention block, routed + shared experts instead of the MLP
-        moe = moe_costs.moe_mlp_costs(model, rates, tokens, ep, etp, imbalance, tp, sp)
-        moe_gemm_f = attn["gemm_fwd_s"] + moe["gemm_fwd_s"]
-        moe_cast_f = attn["cast_fwd_s"] + moe["cast_fwd_s"]
-        moe_weight_cast = attn["weight_cast_s"] + moe["weight_cast_s"]
-        moe_cast_b = attn["cast_bwd_s"] + moe["cast_bwd_s"]
-        moe_elem_f = attn["elem_fwd_s"] + moe["elem_fwd_s"]
-        moe_elem_b = attn["elem_bwd_s"] + moe["elem_bwd_s"]
-        moe_fwd = moe_gemm_f + moe_cast_f + attn["core_fwd_s"] + moe_elem_f
-        dispatch = moe_costs.moe_dispatch_bytes(tokens / tp, model.moe.top_k, h, rates.act_bytes)
-        a2a = moe_costs.moe_all_to_all_time_s(dispatch, ep, etp, cluster, eff,
-                                             overlap=1.0 - eff.exposed_ep_fraction,
-                                             load_imbalance=imbalance)
-        moe_rec = _recomputed(rc, moe_fwd, attn["core_fwd_s"])
-        # per average layer of a stage: dense and MoE layers weighted by their share
-        layer_fwd = (1 - moe_share) * layer_fwd + moe_share * moe_fwd
-        gemm_f = (1 - moe_share) * gemm_f + moe_share * moe_gemm_f
-        weight_cast = (1 - moe_share) * weight_cast + moe_share * moe_weight_cast
-        cast_b = (1 - moe_share) * cast_b + moe_share * moe_cast_b
-        elem_f = (1 - moe_share) * elem_f + moe_share * moe_elem_f
-        elem_b = (1 - moe_share) * elem_b + moe_share * moe_elem_b
-        recompute = (1 - moe_share) * recompute + moe_share * (moe_rec + np.where(rc == 2, a2a["fwd_exposed_s"], 0.0))
-        a2a_fwd = moe_share * a2a["fwd_exposed_s"]
-        a2a_bwd = moe_share * a2a["bwd_exposed_s"]
-        moe_flops = attn["gemm_flops_fwd"] + moe["gemm_flops_fwd"] + attn["core_flops_fwd"]
-        layer_flops_fwd = (1 - moe_share) * layer_flops_fwd + moe_share * moe_flops
-        if n_moe > 0:
-            last_layer_flops = moe_flops
-    else:
-        a2a_fwd = a2a_bwd = 0.0 * tokens
-
-    # ---- tensor- and context-parallel communication ---------------------------------------
-    act_bytes = tokens * h * rates.act_bytes
-    tp_coll = group_collective_time_s("all_reduce", act_bytes, tp, 1, cluster, eff)
-    tp_fwd = 2.0 * tp_coll
-    # sequence parallelism all-gathers the norm output again in backward for the weight
-    # gradients of the two column-parallel GEMMs (Korthikanti et al. 2022, section 4.2.2):
-    # two extra all-gathers, together the time of one all-reduce
-    tp_bwd = 2.0 * tp_coll + np.where(sp, tp_coll, 0.0)
-    tp_rec = np.where(rc == 2, tp_fwd, 0.0)
-    # forced overlap hides TP traffic behind the GEMMs; otherwise the generation's usual stack
-    # leaves the fitted fraction exposed
-    tp_x = eff.exposed_tp_fraction
-    tp_exposed_f = np.where(tp_overlap, np.maximum(tp_fwd - gemm_f, 0.0), tp_x * tp_fwd)
-    tp_exposed_b = np.where(tp_overlap, np.maximum(tp_bwd - 2 * gemm_f, 0.0), tp_x * tp_bwd)
-    tp_exposed_r = np.where(tp_overlap, np.maximum(tp_rec - gemm_f, 0.0), tp_x * tp_rec)
-    if np.any(cp > 1):
-        cpc = context_parallel.context_parallel_costs(model, cp_kind, tokens, cp, tp, attn["core_fwd_s"],
-                                                      attn["core_bwd_s"], cluster, eff)
-    else:
-        cpc = {"fwd_exposed_s": 0.0 * tokens, "bwd_exposed_s": 0.0 * tokens}
-    # exposed context- and expert-parallel traffic per layer
-    cp_fwd = cpc["fwd_exposed_s"] + a2a_fwd
-    cp_bwd = cpc["bwd_exposed_s"] + a2a_bwd
-    layer_w = gemm_f                                  # weight-gradient GEMMs
-    layer_b = gemm_f + cast_b + attn["core_bwd_s"] + elem_b  # input-gradient part
-    layer_total = (layer_fwd + layer_b + layer_w + recompute + tp_exposed_f + tp_exposed_b
-                   + tp_exposed_r + cp_fwd + cp_bwd)
-
-    # ---- the model's ends -----------------------------------------------------------------
-    # the output layer stays in 16-bit under the low-precision recipes (cost_models.low_precision)
-    low_precision = rates.dtype in LOW_PRECISION
-    head_rates = compute_rates(gpu, eff, sixteen_bit_dtype(gpu)) if low_precision else rates
-    head = layer_costs.lm_head_costs(model, head_rates, tokens, tp)
-    emb = layer_costs.embedding_costs(model, rates, tokens)
-    out = {
-        "layer_fwd": layer_fwd, "layer_b": layer_b, "layer_w": layer_w, "recompute": recompute,
-        "weight_cast_s": weight_cast, "layer_total": layer_total,
-        "tp_exposed_f": tp_exposed_f, "tp_exposed_b": tp_exposed_b, "tp_exposed_r": tp_exposed_r,
-        "tp_comm_s": tp_fwd + tp_bwd + tp_rec,
-        "cp_fwd": cp_fwd, "cp_bwd": cp_bwd, "a2a_fwd": a2a_fwd, "a2a_bwd": a2a_bwd,
-        "cp_exposed_s": cpc["fwd_exposed_s"] + cpc["bwd_exposed_s"],
-        "head_s": head["fwd_s"] + head["bwd_s"], "embedding_s": emb["fwd_s"] + emb["bwd_s"],
-        "layer_flops_fwd": layer_flops_fwd, "head_flops_fwd": head["flops_fwd"],
-        "recompute_flops_layer": _recomputed(rc, layer_flops_fwd, attn["core_flops_fwd"]),
-    }
+def stage_params(model: ModelSpec, batch: ConfigBatch, counts: dict) -> dict:
+    """Parameters one GPU owns before ZeRO on the first and the last pipeline stage: the layers
+    it holds (dense and MoE: non-expert and expert parts), the embedding on the first, the LM
+    head (and the MTP projections, with an embedding copy when pp > 1) on the last. Returns
+    ``first`` / ``last`` (non-expert), ``first_expert`` / ``last_expert``, ``edp`` (the expert-
+    data-parallel degree) and the per-layer arrays ``dense_layer``, ``moe_layer``,
+    ``expert_layer``."""
+    dp, tp, pp, cp, ep, etp, _ = _degrees(batch)
+    dense, moe_ne, moe_ex = _layer_params(model, tp, ep, etp)
     n_mtp = float(model.mtp_layers)
-    if n_mtp > 0:
-        mtp_proj = layer_costs.mtp_projection_costs(model, rates, tokens, tp)
-        out["mtp_s"] = mtp_proj["fwd_s"] + mtp_proj["bwd_s"] + head["fwd_s"] + head["bwd_s"]
-        out["mtp_flops_fwd"] = n_mtp * (last_layer_flops + head["flops_fwd"] + mtp_proj["flops_fwd"])
-        out["mtp_recompute_flops"] = n_mtp * _recomputed(rc, last_layer_flops, attn["core_flops_fwd"])
+
+    def non_expert(stage):
+        return (counts[f"{stage}_layers"] - counts[f"{stage}_moe_layers"]) * dense \
+            + counts[f"{stage}_moe_layers"] * moe_ne
+
+    emb = params.embedding_params(model) / tp
+    head = params.lm_head_params(model) / tp
+    mtp = n_mtp * params.mtp_projection_params(model) / tp + np.where((pp > 1) & (n_mtp > 0), emb, 0.0)
+    first = non_expert("first") + emb + np.where(pp == 1, head + mtp, 0.0)
+    last = np.where(pp == 1, first, non_expert("last") + head + mtp)
+    edp = moe_costs.expert_data_parallel_size(dp, cp, tp, ep, etp) if model.moe is not None else dp * cp
+    return {"first": first, "last": last,
+            "first_expert": counts["first_moe_layers"] * moe_ex, "last_expert": counts["last_moe_layers"] * moe_ex,
+            "edp": edp, "dense_layer": dense, "moe_layer": moe_ne, "expert_layer": moe_ex}
+
+
+# ---- memory ----------------------------------------------------------------------------------
+
+def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch,
+                 counts: dict | None = None) -> dict:
+    """Peak memory per GPU, bytes, by part, per row of ``batch``: the larger of the first pipeline
+    stage (the most micro-batches in flight, the embedding) and the last (the LM head, the
+    logits, the MTP modules). ``memory_bytes`` is the total.
+
+    The memory half of ``evaluate`` on its own: the planner calls it first and times only the
+    rows that fit (the figures are the same arrays ``evaluate`` returns).
+    """
+    rates = compute_rates(cluster.gpu, eff, batch.dtype)
+    param_bytes = rates.act_bytes
+    low_precision = batch.dtype in LOW_PRECISION
+    dp, tp, pp, cp, ep, etp, vpp = _degrees(batch)
+    mbs, gbs = np.asarray(batch.micro_batch, dtype=float), np.asarray(batch.global_batch, dtype=float)
+    sp, rc, zero = batch.sequence_parallel, batch.recompute, batch.zero_stage
+    s = float(model.seq_len)
+    m = gbs / (dp * mbs)
+    tokens = mbs * s / cp
+    if counts is None:
+        counts = stage_layer_counts(model, batch)
+    sp_ = stage_params(model, batch, counts)
+
+    # per-layer activations depend on the layer key (and flash attention) only
+    act_dense, act_moe, full_layer_act = _once_per_run(
+        batch, LAYER_KEY_FIELDS, partial(_layer_activation_bytes, model),
+        mbs, tp, cp, sp, rc, batch.flash_attention, ep, etp, batch.moe_load_imbalance)
+    in_flight_first = memory.in_flight_microbatches(pp, vpp, m, batch.schedule == _GPIPE)
+    # the last stage of 1F1B-like schedules holds one micro-batch (of each chunk); GPipe all
+    in_flight_last = np.where(batch.schedule == _GPIPE, m, np.where(pp > 1, np.minimum(m, vpp), in_flight_first))
+    recompute_work = np.where(rc == _FULL, full_layer_act, 0.0)
+    logits = tokens * model.vocab_size / tp * memory.LOGIT_BYTES
+    z3_buffers = np.where(zero >= 3, 2.0 * np.maximum(sp_["dense_layer"], sp_["moe_layer"] + sp_["expert_layer"])
+                          * param_bytes, 0.0)
+
+    def stage(name, in_flight, extra):
+        w, g, o = memory.model_state_bytes(sp_[name], zero, dp * cp, low_precision, full_precision=rates.act_bytes > 2)
+        if model.moe is not None:
+            ew, eg, eo = moe_costs.expert_model_state_bytes(sp_[f"{name}_expert"], zero, dp, cp, tp, ep, etp,
+                                                            low_precision)
+            w, g, o = w + ew, g + eg, o + eo
+        n_moe = counts[f"{name}_moe_layers"]
+        acts = ((counts[f"{name}_layers"] - n_moe) * act_dense + n_moe * act_moe) * in_flight + recompute_work
+        return {"weights_bytes": w, "gradients_bytes": g, "optimizer_bytes": o, "activations_bytes": acts,
+                "logits_bytes": extra, "zero3_buffers_bytes": z3_buffers}
+
+    first = stage("first", in_flight_first, np.where(pp == 1, logits, 0.0))
+    last = stage("last", in_flight_last, logits)
+    total_first = sum(first.values())
+    total_last = sum(last.values())
+    use_last = total_last > total_first
+    out = {k: np.where(use_last, last[k], first[k]) for k in first}
+    tensors = np.maximum(total_first, total_last)
+    allowance = memory.allocator_allowance_bytes(tensors)
+    out["allocator_bytes"] = allowance
+    out["memory_bytes"] = tensors + allowance
+    out["params_local"] = np.maximum(sp_["first"], sp_["last"])
+    out["memory_stage"] = np.where(use_last, pp - 1.0, 0.0)
     return out
 
 
+def _layer_activation_bytes(model: ModelSpec, mbs, tp, cp, sp, rc, flash_attention, ep, etp, imbalance):
+    """(activation bytes one dense layer keeps per micro-batch, those of one MoE layer, those of a
+    layer without recomputation) on one GPU, for the given layer keys."""
+    s = float(model.seq_len)
+    dense_ffn = (model.moe.dense_ffn_hidden_size or model.ffn_hidden_size) if model.moe else None
+    dense = memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, rc, flash_attention=flash_attention,
+                                              ffn=dense_ffn)
+    if model.moe is not None:
+        shared_ffn = model.moe.num_shared_experts * (model.moe.shared_expert_ffn_hidden_size
+                                                     or model.moe.expert_ffn_hidden_size)
+        moe_act = (memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, rc, flash_attention,
+                                                     ffn=max(shared_ffn, 1))
+                   + moe_costs.moe_activation_bytes_per_layer(model, mbs, s, tp, cp, ep, etp, rc, imbalance))
+    else:
+        moe_act = dense
+    full_layer_act = memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, 0, flash_attention=flash_attention)
+    return dense, moe_act + 0.0 * dense, full_layer_act
+
+
+# ---- the step --------------------------------------------------------------------------------
+
+def _overlapped(comm, window, tail, overlap):
+    """Exposed time of traffic ``comm`` overlapped with compute lasting ``window``: what exceeds
+    the window, and never less than the ``tail`` that can only start once the window is over."""
+    return np.where(overlap, np.maximum(comm - window, np.minimum(tail, comm)), comm)
+
+
+def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch, lay: dict,
+                     sp_: dict, rates, tokens):
+    """(PerLayer, Ends): per-layer pass durations with the exposed ZeRO traffic and unfused
+    gradient accumulation, and the model's ends with the pipeline sends, for ``pipeline_pass``."""
+    gpu = cluster.gpu
+    param_bytes = rates.act_bytes
+    dp, tp, pp, cp, ep, etp, vpp = _degrees(batch)
+    rc, zero = batch.recompute, batch.zero_stage
+    h = float(model.hidden_size)
+    dp_group = dp * cp
+    edp = sp_["edp"]
+
+    # ---- per-layer data-parallel traffic inside the pipeline: ZeRO-3 gathers (forward,
+    # backward, and again for a recompute under DeepSpeed) and reduce-scatters; ZeRO-2's per-
+    # micro-batch gradient reduce-scatter; and plain DP / ZeRO-1 gradients reduced every
+    # micro-batch when the stack does (PyTorch DDP without no_sync)
+    # a stack that gathers each parameter tensor alone pays every collective's start-up steps
+    # once per tensor (the bytes split over them)
+    n_calls = np.where(batch.param_gather_per_tensor, float(params.layer_param_tensors(model)), 1.0)
+
+    def per_layer_z(dense_or_moe_params, expert_params):
+        def both(kind, n_params, nbytes, calls=1.0):
+            t = calls * group_collective_time_s(kind, n_params * nbytes / calls, dp_group, tp, cluster, eff)
+            if model.moe is not None:
+                t = t + group_collective_time_s(kind, expert_params * nbytes, edp, tp * ep, cluster, eff)
+            return t
+        return (both("all_gather", dense_or_moe_params, param_bytes, n_calls),
+                both("reduce_scatter", dense_or_moe_params, batch.grad_reduce_bytes),
+                both("all_reduce", dense_or_moe_params, batch.grad_reduce_bytes))
+
+    def prefetch_layers(depth, layer_elements):
+        # layers whose gathers run ahead; DeepSpeed caps the prefetched elements
+        cap = batch.param_prefetch_max_elements
+        return np.where(cap > 0, np.minimum(depth, cap / np.maximum(layer_elements, 1.0)), depth)
+
+    per_layer_f, per_layer_b, per_layer_w, per_layer_r = [], [], [], []
+    parts = {name: [] for name in ("compute", "recompute", "tp", "cp", "ep", "z3", "tp_total", "weight_cast")}
+    regather = batch.zero3_recompute_gather & (rc == _FULL)
+    per_mb_grads = (zero == 2) | ((zero <= 1) & batch.grad_reduce_every_microbatch)
+    for kind, layer_p, expert_p, n_tensors in (
+            ("dense", sp_["dense_layer"], 0.0 * tp, DENSE_LAYER_PARAM_TENSORS),
+            ("moe", sp_["moe_layer"], sp_["expert_layer"], _moe_param_tensors(model, ep))):
+        f, b, w, r = lay[f"f_{kind}"], lay[f"b_{kind}"], lay[f"w_{kind}"], lay[f"r_{kind}"]
+        if np.any((zero >= 2) | per_mb_grads):
+            ag, rs_grad, ar_grad = per_layer_z(layer_p, expert_p)
+        else:
+            ag = rs_grad = ar_grad = 0.0
+        elements = layer_p + expert_p
+        fwd_window = prefetch_layers(batch.param_prefetch_forward, elements) * lay[f"compute_fwd_{kind}"]
+        bwd_window = prefetch_layers(batch.param_prefetch_backward, elements) * (lay[f"compute_bwd_{kind}"] + w)
+        # ZeRO-3: the next layer's gather runs under this layer's compute (as far as the stack
+        # prefetches); in backward the gathers and the gradient reduce-scatter share the window
+        z3f = np.where(zero >= 3, _overlapped(ag, fwd_window, 0.0, batch.overlap_param_gather), 0.0)
+        grad_mb = np.where(zero == 2, rs_grad, np.where(zero == 1, rs_grad, ar_grad))
+        bwd_comm = np.where(zero >= 3, ag * (1.0 + regather) + rs_grad, np.where(per_mb_grads, grad_mb, 0.0))
+        grad_window = lay[f"compute_bwd_{kind}"] + w
+        z3b = np.where(zero >= 3, _overlapped(bwd_comm, bwd_window, 0.0, batch.overlap_param_gather),
+                       np.where(per_mb_grads, _overlapped(bwd_comm, grad_window, 0.0, batch.overlap_grad_reduce), 0.0))
+        # unfused gradient accumulation: each micro-batch's weight gradients land in fresh tensors
+        # (written by the GEMM, counted there) that an extra kernel per parameter tensor adds into
+        # the fp32 gradient buffer: read the fresh gradient and the buffer, write the buffer. A
+        # plain add streams at the memory's full bandwidth
+        accum = np.where(batch.grad_accumulation_fusion, 0.0,
+                         (layer_p + expert_p) * (param_bytes + 2.0 * GRAD_BUFFER_BYTES) / gpu.hbm_bw_bytes_per_s
+                         + n_tensors * rates.kernel_overhead_s)
+        per_layer_f.append(f + z3f)
+        per_layer_b.append(b + z3b)
+        per_layer_r.append(r)
+        per_layer_w.append(w + accum)
+        parts["compute"].append(lay[f"compute_fwd_{kind}"] + lay[f"compute_bwd_{kind}"] + w + accum)
+        parts["recompute"].append(lay[f"recompute_{kind}"])
+        parts["tp"].append(lay[f"tp_exposed_{kind}"])
+        parts["cp"].append(lay[f"cp_exposed_{kind}"])
+        parts["ep"].append(lay[f"ep_exposed_{kind}"])
+        parts["z3"].append(z3f + z3b)
+        parts["tp_total"].append(lay[f"tp_total_{kind}"])
+        parts["weight_cast"].append(lay[f"weight_cast_{kind}"])
+    per_layer = PerLayer(f=tuple(per_layer_f), b=tuple(per_layer_b), w=tuple(per_layer_w), r=tuple(per_layer_r),
+                         parts={k: tuple(v) for k, v in parts.items()})
+
+    # scatter/gather optimisation: each TP rank sends 1/tp of the activation across stages and
+    # the receiver all-gathers it over NVLink (Narayanan et al. 2021, section 4.1); one send per
+    # pass and position boundary
+    p2p_bytes = tokens * h * rates.act_bytes / tp
+    p2p = np.where(pp > 1, p2p_stage_time_s(p2p_bytes, tp * cp * dp, cluster, eff), 0.0)
+    # the embedding's and the output layer's weight gradients are accumulated like a layer's
+    def accum_of(n_params):
+        return np.where(batch.grad_accumulation_fusion, 0.0,
+                        n_params * (param_bytes + 2.0 * GRAD_BUFFER_BYTES) / gpu.hbm_bw_bytes_per_s
+                        + rates.kernel_overhead_s)
+
+    emb_params = params.embedding_params(model) / tp
+    head_params = params.lm_head_params(model) / tp
+    emb_accum = accum_of(emb_params)
+    head_accum = accum_of(head_params) if params.lm_head_params(model) else 0.0 * tp
+
+    # ZeRO-3 also shards the embedding and the output layer: gathered for the forward and the
+    # backward (their first and last passes: nothing earlier to prefetch under), gradients
+    # reduce-scattered after the backward
+    def z3_ends(n_params):
+        if not np.any(zero >= 3):
+            return 0.0 * tp, 0.0 * tp
+        ag = group_collective_time_s("all_gather", n_params * param_bytes, dp_group, tp, cluster, eff)
+        rs = group_collective_time_s("reduce_scatter", n_params * param_bytes, dp_group, tp, cluster, eff)
+        return np.where(zero >= 3, ag, 0.0), np.where(zero >= 3, ag + rs, 0.0)
+
+    emb_z3_f, emb_z3_bw = z3_ends(emb_params)
+    head_z3_f, head_z3_bw = z3_ends(head_params) if params.lm_head_params(model) else (0.0 * tp, 0.0 * tp)
+    ends = Ends(emb_f=lay["emb_f"], emb_b=lay["emb_b"], emb_w=emb_accum, head_f=lay["head_f"],
+                head_b=lay["head_b"], head_w=lay["head_w"] + head_accum, mtp_f=lay["mtp_f"], mtp_b=lay["mtp_b"],
+                mtp_w=lay["mtp_w"], p2p=p2p, emb_z3_f=emb_z3_f, emb_z3_bw=emb_z3_bw, head_z3_f=head_z3_f,
+                head_z3_bw=head_z3_bw)
+    return per_layer, ends
+
+
+def cell_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch, row: int = 0):
+    """The pipeline inputs of row ``row`` as the event simulator takes them: (schedule kind, p,
+    m, v, f, b, w) with (p, v) arrays of one micro-batch's forward, input-gradient (with
+    recomputation) and weight-gradient seconds per (stage, chunk) cell."""
+    from simulator.step_pipeline import _CODE_TO_KIND, cell_durations, group_cells, schedule_chunks
+    one = batch.take(np.array([row]))
+    rates = compute_rates(cluster.gpu, eff, one.dtype)
+    dp, tp, pp, cp, ep, etp, vpp = _degrees(one)
+    tokens = np.asarray(one.micro_batch, dtype=float) * model.seq_len / cp
+    lay = layer_times(model, cluster, eff, rates, tokens, tp, cp, one.sequence_parallel, one.recompute, ep, etp,
+                      one.moe_load_imbalance, one.tp_comm_overlap, one.cp_kind, one.attention_kernel,
+                      one.flash_attention, one.ep_comm_overlap, one.tp_backward_overlap, one.softmax_fusion)
+    counts = stage_layer_counts(model, one)
+    sp_ = stage_params(model, one, counts)
+    per_layer, ends = _pipeline_inputs(model, cluster, eff, one, lay, sp_, rates, tokens)
+    code, p = int(one.schedule[0]), int(one.pp[0])
+    v = schedule_chunks(code, int(one.vpp[0]))
+    cells = group_cells(model, _CODE_TO_KIND[code], p, v, one.first_stage_layers.astype(np.int64),
+                        one.last_stage_layers.astype(np.int64), None)
+    f, b, w = cell_durations(model, cells, per_layer, ends, np.array([0]))
+    m = int(round(float(one.global_batch[0]) / (float(one.dp[0]) * float(one.micro_batch[0]))))
+    return _CODE_TO_KIND[code], p, m, v, f[0], b[0], w[0]
+
+
 def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch,
-             memory_by_part: dict | None = None) -> dict:
+             memory_by_part: dict | None = None, exact_pipeline=None) -> dict:
     """Step time, breakdown and memory for every row of ``batch``; dict of float arrays.
 
     ``memory_by_part``: ``memory_parts`` of these rows when the caller has them already (the
     planner computes memory first to time only the rows that fit); computed here otherwise.
+    ``exact_pipeline``: boolean mask of the rows whose pipeline makespan is computed on the
+    schedule's DAG (default: all). The others get an estimate by the closed forms
+    (``step_pipeline.even_estimate_s``) and a lower bound (``step_time_lower_s``): the planner
+    uses them to pick the rows worth the exact computation.
     """
     gpu = cluster.gpu
     rates = compute_rates(gpu, eff, batch.dtype)
     param_bytes = rates.act_bytes      # 16-bit weights gathered (fp32 when training in fp32)
     dp, tp, pp, cp, ep, etp, vpp = _degrees(batch)
     mbs, gbs = np.asarray(batch.micro_batch, dtype=float), np.asarray(batch.global_batch, dtype=float)
-    rc = batch.recompute
+    rc, zero = batch.recompute, batch.zero_stage
     s = float(model.seq_len)
     h = float(model.hidden_size)
     m = gbs / (dp * mbs)
     tokens = mbs * s / cp
+    n_rows = len(batch)
 
     # ---- one layer, one micro-batch (and the model's ends): depends on the layer key only ----
-    lay = _once_per_run(batch, LAYER_KEY_FIELDS, partial(_layer_block, model, cluster, eff, rates),
+    lay = _once_per_run(batch, LAYER_KEY_FIELDS, partial(layer_times, model, cluster, eff, rates),
                         tokens, tp, cp, batch.sequence_parallel, rc, ep, etp, batch.moe_load_imbalance,
-                        batch.tp_comm_overlap, batch.cp_kind, batch.attention_kernel)
-    layer_fwd, layer_b, layer_w, recompute = lay["layer_fwd"], lay["layer_b"], lay["layer_w"], lay["recompute"]
-    tp_exposed_f, tp_exposed_b, tp_exposed_r = lay["tp_exposed_f"], lay["tp_exposed_b"], lay["tp_exposed_r"]
-    cp_fwd, cp_bwd, a2a_fwd, a2a_bwd = lay["cp_fwd"], lay["cp_bwd"], lay["a2a_fwd"], lay["a2a_bwd"]
-    layer_total = lay["layer_total"]
-    moe_share = float(model.num_moe_layers) / model.num_layers
+                        batch.tp_comm_overlap, batch.cp_kind, batch.attention_kernel, batch.flash_attention,
+                        batch.ep_comm_overlap, batch.tp_backward_overlap, batch.softmax_fusion)
 
-    # ---- the slowest stage ----------------------------------------------------------------
-    n_mtp = float(model.mtp_layers)
-    layers_stage = _layers_per_stage(model, pp)
-    ends = lay["head_s"] + np.where(pp == 1, lay["embedding_s"], 0.0)
-    # multi-token prediction (DeepSeek-V3 report, section 2.2): each module is a transformer
-    # layer (counted in layers_stage above), a 2h -> h projection and another pass through
-    # the shared LM head. The runs that train it lay the pipeline out with the module in a
-    # slot of its own (Megatron-Core pipeline_model_parallel_layout) so that no stage carries
-    # it on top of a full share of layers: its projection and head work is spread over the
-    # pp stages (exact at pp = 1)
-    if n_mtp > 0:
-        ends = ends + n_mtp * lay["mtp_s"] / pp
-    # low-precision weights are quantised once per step (the first micro-batch's forward) and
-    # the copies reused by every later micro-batch and by recomputation
-    weight_cast = layers_stage * lay["weight_cast_s"]
-    # scatter/gather optimisation: each TP rank sends 1/tp of the activation across stages and
-    # the receiver all-gathers it over NVLink (Narayanan et al. 2021, section 4.1)
-    p2p_bytes = tokens * h * rates.act_bytes / tp
-    p2p = np.where(pp > 1, 2.0 * vpp * p2p_stage_time_s(p2p_bytes, tp * cp * dp, cluster, eff), 0.0)
-
-    # parameters this GPU owns (before ZeRO); the first stage also holds the embedding
+    counts = stage_layer_counts(model, batch)
     if memory_by_part is None:
-        memory_by_part = memory_parts(model, cluster, eff, batch)
-    params_local = memory_by_part["params_local"]
-    expert_local, edp = memory_by_part["_expert_local"], memory_by_part["_edp"]
-
+        memory_by_part = memory_parts(model, cluster, eff, batch, counts)
+    sp_ = stage_params(model, batch, counts)
     dp_group = dp * cp
-    zero = batch.zero_stage
-    # ZeRO-3: gather parameters in forward and backward, reduce-scatter gradients, per micro-batch
-    # (flat rings: ZeRO-3/FSDP gathers are per-layer side-stream rings; the ZeRO-3 runs of
-    # Narayanan et al. 2021, Table 2, move parameters at about one NIC's bandwidth per GPU,
-    # which the flat ring reproduces and the all-NIC form does not)
-    # one collective per layer and pass (FSDP wraps each transformer block; DeepSpeed's prefetch
-    # buckets are no larger), so the ring's (n-1)-step latency is paid per layer. With
-    # ``zero3_recompute_gather`` a fully recomputed layer is gathered a third time for its
-    # recompute forward (DeepSpeed's per-module release; see ParallelConfig)
-    per_layer = params_local * param_bytes / layers_stage
-    gathers = 2.0 + (batch.zero3_recompute_gather & (rc == RECOMPUTE_CODES[Recompute.FULL]))
-    z3_comm = layers_stage * (gathers * group_collective_time_s("all_gather", per_layer, dp_group, tp, cluster, eff)
-                              + group_collective_time_s("reduce_scatter", per_layer, dp_group, tp, cluster, eff))
-    compute_mb = layers_stage * (layer_fwd + layer_b + layer_w + recompute) + ends
-    z3_exposed = np.where(zero >= 3,
-                          np.where(batch.overlap_param_gather,
-                                   np.maximum(z3_comm - compute_mb, eff.exposed_dp_fraction * z3_comm), z3_comm),
-                          0.0)
+    edp = sp_["edp"]
 
-    # unfused gradient accumulation: each micro-batch's weight gradients land in fresh tensors
-    # (written by the GEMM, counted there) that an extra kernel per parameter tensor adds into
-    # the fp32 gradient buffer: read the fresh gradient and the buffer, write the buffer. A
-    # plain add streams at the memory's full bandwidth (norm and activation kernels, which
-    # also compute, reach only ``hbm_fraction`` of it)
-    accum_bytes = (params_local + expert_local) * (param_bytes + 2.0 * GRAD_REDUCE_BYTES)
-    if model.moe is not None:   # MoE layers: router + two matrices per local (routed, shared) expert
-        moe_tensors = (DENSE_LAYER_PARAM_TENSORS - 1 + 2.0 * model.moe.num_experts / ep
-                       + 2.0 * (model.moe.num_shared_experts > 0))
-    else:
-        moe_tensors = 0.0
-    param_tensors_stage = layers_stage * ((1 - moe_share) * DENSE_LAYER_PARAM_TENSORS + moe_share * moe_tensors)
-    grad_accum = np.where(batch.grad_accumulation_fusion, 0.0,
-                          accum_bytes / cluster.gpu.hbm_bw_bytes_per_s
-                          + param_tensors_stage * rates.kernel_overhead_s)
+    per_layer, ends = _pipeline_inputs(model, cluster, eff, batch, lay, sp_, rates, tokens)
+    pipe = pipeline_pass(model, batch, m, per_layer, ends, exact_pipeline)
 
-    t_mb = layers_stage * layer_total + ends + p2p + z3_exposed + grad_accum
-    t_fwd_mb = layers_stage * (layer_fwd + tp_exposed_f + cp_fwd)
-    t_w_mb = layers_stage * layer_w + grad_accum
-    t_b_mb = t_mb - t_fwd_mb - t_w_mb
-    bubble = bubble_time_s(batch.schedule, pp, vpp, t_fwd_mb, t_b_mb, t_w_mb)
-    # every stage quantises its weights in-line in its first forward (Transformer Engine's
-    # first-micro-batch cast), so the first micro-batch reaches the last stage that much later
-    # per upstream stage: pipeline fill
-    bubble = np.where(pp > 1, bubble, 0.0) + (pp - 1.0) * weight_cast
-    pipeline = m * t_mb + bubble + weight_cast
+    # low-precision weights are quantised once per step (the first micro-batch's forward) and
+    # reused by every later micro-batch and by recomputation; each stage casts in-line in its
+    # first forward, so the first micro-batch reaches the end that much later (pipeline fill)
+    n_moe_total = float(model.num_moe_layers) + (model.mtp_layers if model.num_moe_layers else 0)
+    n_dense_total = float(model.num_layers + model.mtp_layers) - n_moe_total
+    weight_cast_fill = n_dense_total * lay["weight_cast_dense"] + n_moe_total * lay["weight_cast_moe"]
+    weight_cast_fill = np.where(batch.schedule == _DUALPIPE, 2.0, 1.0) * weight_cast_fill
+    pipeline = pipe["makespan_s"] + weight_cast_fill
 
-    # ---- data-parallel gradient reduction and parameter gather ----------------------------
-    # gradient buckets: flat rings over each GPU's NIC (every byte crosses each node boundary at
-    # one NIC's speed); Narayanan et al. 2021 Table 1 small models (dp 32, tp 1-2) need it
-    dp_algorithm = "ring"
-    grad_rs = group_collective_time_s("reduce_scatter", params_local * GRAD_REDUCE_BYTES, dp_group, tp, cluster, eff, dp_algorithm)
-    grad_ar = group_collective_time_s("all_reduce", params_local * GRAD_REDUCE_BYTES, dp_group, tp, cluster, eff, dp_algorithm)
-    param_ag = group_collective_time_s("all_gather", params_local * param_bytes, dp_group, tp, cluster, eff, dp_algorithm)
+    # ---- data-parallel gradient reduction and parameter gather after the flush -------------
+    # all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1) of the first stage's gradients, which
+    # finishes its backward last; ZeRO-2/3 reduced theirs per micro-batch already
+    params_dp = sp_["first"]
+    expert_dp = sp_["first_expert"]
+    grad_bytes = params_dp * batch.grad_reduce_bytes
+    expert_grad_bytes = expert_dp * batch.grad_reduce_bytes
+    grad_rs = group_collective_time_s("reduce_scatter", grad_bytes, dp_group, tp, cluster, eff)
+    grad_ar = group_collective_time_s("all_reduce", grad_bytes, dp_group, tp, cluster, eff)
+    param_ag = group_collective_time_s("all_gather", params_dp * param_bytes, dp_group, tp, cluster, eff)
     if model.moe is not None:   # expert gradients reduce over the expert-data-parallel group
-        e_rs = group_collective_time_s("reduce_scatter", expert_local * GRAD_REDUCE_BYTES, edp, tp * ep, cluster, eff, dp_algorithm)
-        e_ar = group_collective_time_s("all_reduce", expert_local * GRAD_REDUCE_BYTES, edp, tp * ep, cluster, eff, dp_algorithm)
-        e_ag = group_collective_time_s("all_gather", expert_local * param_bytes, edp, tp * ep, cluster, eff, dp_algorithm)
+        e_rs = group_collective_time_s("reduce_scatter", expert_grad_bytes, edp, tp * ep, cluster, eff)
+        e_ar = group_collective_time_s("all_reduce", expert_grad_bytes, edp, tp * ep, cluster, eff)
+        e_ag = group_collective_time_s("all_gather", expert_dp * param_bytes, edp, tp * ep, cluster, eff)
     else:
         e_rs = e_ar = e_ag = 0.0
-    grad_comm = np.where(zero == 0, grad_ar + e_ar, np.where(zero <= 2, grad_rs + e_rs, 0.0))
+    per_mb_grads = (zero == 2) | ((zero <= 1) & batch.grad_reduce_every_microbatch)
+    grad_comm = np.where(per_mb_grads, 0.0, np.where(zero == 0, grad_ar + e_ar, np.where(zero == 1, grad_rs + e_rs, 0.0)))
     gather_comm = np.where((zero == 1) | (zero == 2), param_ag + e_ag, 0.0)
-    # overlapped DP traffic: gradients are final only after the last micro-batch, so their
-    # bucketed reduction runs under that micro-batch's backward; the distributed optimizer's
-    # parameter all-gather runs under the first micro-batch's forward (Megatron-Core
-    # overlap_grad_reduce / overlap_param_gather). The generation's fitted fraction stays
-    # exposed, but never less than what exceeds that one pass of the stage
-    grad_window = layers_stage * (layer_b + layer_w)
-    gather_window = layers_stage * layer_fwd
-    x = eff.exposed_dp_fraction
-    exposed_grad = np.where(batch.overlap_grad_reduce,
-                            np.maximum(x * grad_comm, grad_comm - grad_window), grad_comm)
-    exposed_gather = np.where(batch.overlap_param_gather,
-                              np.maximum(x * gather_comm, gather_comm - gather_window), gather_comm)
+    # the last bucket starts only when the backward has produced it: its share of the traffic
+    # (an unbucketed stack reduces everything in one collective after the backward)
+    bucket_elements = np.maximum(batch.grad_bucket_elements, batch.grad_bucket_elements_per_dp * dp_group)
+    total_elements = np.maximum(params_dp + expert_dp, 1.0)
+    bucket_share = np.where(bucket_elements > 0, np.minimum(bucket_elements / total_elements, 1.0), 1.0)
+    exposed_grad = _overlapped(grad_comm, pipe["first_window_bw_s"], bucket_share * grad_comm, batch.overlap_grad_reduce)
+    exposed_gather = _overlapped(gather_comm, pipe["first_window_f_s"], bucket_share * gather_comm,
+                                 batch.overlap_param_gather)
     dp_exposed = exposed_grad + exposed_gather
 
+    params_local = memory_by_part["params_local"]
+    expert_local = np.maximum(sp_["first_expert"], sp_["last_expert"])
     opt_params = params_local / np.where(zero >= 1, dp_group, 1.0) + expert_local / np.where(zero >= 1, edp, 1.0)
     adam_bytes = {"fp32": ADAM_STEP_BYTES_PER_PARAM_FP32,
                   "fp16": ADAM_STEP_BYTES_PER_PARAM_FP16}.get(batch.dtype, ADAM_STEP_BYTES_PER_PARAM)
     opt_fraction = eff.optimizer_hbm_fraction or eff.hbm_fraction
-    optimizer = opt_params * adam_bytes / (cluster.gpu.hbm_bw_bytes_per_s * opt_fraction)
+    optimizer = opt_params * adam_bytes / (gpu.hbm_bw_bytes_per_s * opt_fraction)
 
-    compute_part = m * layers_stage * (layer_fwd + layer_b + layer_w) + m * (ends + grad_accum) + weight_cast
-    recompute_part = m * layers_stage * recompute
+    # ---- breakdown on the busiest stage (sums to step) --------------------------------------
+    share = np.where(batch.schedule == _DUALPIPE, 0.5, 1.0)   # DualPipe: one chunk per micro-batch
+    # the busiest stage's own weight casts count as its compute; the other stages' as pipeline fill
+    compute_part = m * share * (pipe["part_compute_s"] + pipe["ends_compute_s"]) + pipe["part_weight_cast_s"]
+    recompute_part = m * share * pipe["part_recompute_s"]
+    tp_part = m * share * pipe["part_tp_s"]
+    cp_part = m * share * pipe["part_cp_s"]
+    ep_part = m * share * pipe["part_ep_s"]
+    z3_part = m * share * pipe["part_z3_s"]
+    pp_comm_part = m * share * pipe["ends_p2p_s"]
+    # (the makespan is at least m times the busiest stage's work: only rounding can go below)
+    bubble = np.maximum(pipeline - (compute_part + recompute_part + tp_part + cp_part + ep_part + z3_part
+                                    + pp_comm_part), 0.0)
     # straggler wait: the fitted share of the step's compute that ranks spend waiting for the
     # slowest peer at synchronisations (EfficiencyModel.sync_skew_fraction; 0 on GPUs)
     world = dp * tp * pp * cp
     sync_wait = np.where(world > 1, eff.sync_skew_fraction * (compute_part + recompute_part), 0.0)
-
     step = pipeline + dp_exposed + sync_wait + optimizer
 
-    # ---- breakdown (sums to step) ---------------------------------------------------------
-    tp_part = m * layers_stage * (tp_exposed_f + tp_exposed_b + tp_exposed_r)
-    ep_part = m * layers_stage * (a2a_fwd + a2a_bwd)
-    cp_part = m * layers_stage * lay["cp_exposed_s"]
-    pp_comm_part = m * p2p
-    z3_part = m * z3_exposed
-
     # ---- FLOPs (whole job per step) -------------------------------------------------------
-    layer_flops_fwd = lay["layer_flops_fwd"]
     n_gpus = dp * tp * pp * cp
     micro_batches_total = m * dp * cp       # tokens per GPU-microbatch are split by cp
-    recompute_flops_layer = lay["recompute_flops_layer"]
-    model_flops = 3.0 * micro_batches_total * tp * (model.num_layers * layer_flops_fwd + lay["head_flops_fwd"])
-    hardware_flops = model_flops + micro_batches_total * tp * model.num_layers * recompute_flops_layer
+    n_dense_dec = float(model.num_layers - model.num_moe_layers)
+    n_moe_dec = float(model.num_moe_layers)
+    layers_flops = n_dense_dec * lay["flops_dense"] + n_moe_dec * lay["flops_moe"]
+    layers_rflops = n_dense_dec * lay["recompute_flops_dense"] + n_moe_dec * lay["recompute_flops_moe"]
+    model_flops = 3.0 * micro_batches_total * tp * (layers_flops + lay["head_flops"])
+    hardware_flops = model_flops + micro_batches_total * tp * layers_rflops
+    n_mtp = float(model.mtp_layers)
     if n_mtp > 0:
-        mtp_flops_fwd, mtp_recompute = lay["mtp_flops_fwd"], lay["mtp_recompute_flops"]
+        mtp_kind = "moe" if model.num_moe_layers else "dense"
+        mtp_flops_fwd = n_mtp * (lay[f"flops_{mtp_kind}"] + lay["mtp_flops"])
+        mtp_recompute = n_mtp * lay[f"recompute_flops_{mtp_kind}"]
         model_flops = model_flops + 3.0 * micro_batches_total * tp * mtp_flops_fwd
         hardware_flops = hardware_flops + micro_batches_total * tp * (3.0 * mtp_flops_fwd + mtp_recompute)
     tokens_per_step = gbs * s
     peak = gpu.peak_flops(batch.dtype)
-
-    # ---- memory on the first stage (the one holding the most activations) -----------------
     mem = {k: v for k, v in memory_by_part.items() if not k.startswith("_")}
+    layers_busiest = np.maximum(pipe["busiest_layers"], 1.0)
 
     return {
         "step_time_s": step,
@@ -537,14 +512,21 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         "sync_wait_s": sync_wait,
         "optimizer_s": optimizer,
         "num_microbatches": m,
-        "microbatch_stage_time_s": t_mb,
-        "layer_fwd_s": layer_fwd + tp_exposed_f + cp_fwd,
-        "layer_bwd_s": layer_b + layer_w + tp_exposed_b + cp_bwd,
-        "layer_recompute_s": recompute + tp_exposed_r,
-        "layer_w_s": layer_w,
-        "p2p_per_microbatch_s": p2p,
-        "grad_accum_per_microbatch_s": grad_accum,
-        "tp_comm_total_s": m * layers_stage * lay["tp_comm_s"],
+        "pipeline_makespan_s": pipe["makespan_s"],
+        "step_time_lower_s": step - pipe["makespan_s"] + pipe["makespan_lower_s"],
+        "pipeline_exact": np.ones(n_rows, dtype=bool) if exact_pipeline is None else np.asarray(exact_pipeline, dtype=bool),
+        "busiest_stage": pipe["busiest_stage"],
+        "busiest_stage_layers": pipe["busiest_layers"],
+        "microbatch_stage_time_s": share * pipe["stage_busy_s"],
+        # one average layer of the busiest stage (what a layer costs there, per micro-batch)
+        "layer_fwd_s": share * pipe["layer_f_s"] / layers_busiest,
+        "layer_bwd_s": share * pipe["layer_bw_s"] / layers_busiest,
+        "layer_recompute_s": share * pipe["layer_r_s"] / layers_busiest,
+        "layer_w_s": share * pipe["layer_w_s"] / layers_busiest,
+        "p2p_per_microbatch_s": share * pipe["ends_p2p_s"],
+        "first_stage_layers": counts["first_layers"],
+        "last_stage_layers": counts["last_layers"],
+        "tp_comm_total_s": m * share * pipe["busiest_tp_total_s"],
         "dp_comm_total_s": grad_comm + gather_comm,
         "model_flops": model_flops,
         "hardware_flops": hardware_flops,
@@ -556,6 +538,15 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         "mfu": model_flops / step / n_gpus / peak,
         "hfu": hardware_flops / step / n_gpus / peak,
         **mem,
-        "hbm_bytes": np.full_like(step, gpu.hbm_bytes),
+        "hbm_bytes": np.full(n_rows, gpu.hbm_bytes),
         "fits": mem["memory_bytes"] <= gpu.hbm_bytes,
     }
+
+
+def _moe_param_tensors(model: ModelSpec, ep):
+    """Weight tensors of one MoE layer on a GPU: router + two matrices per local (routed, shared)
+    expert, besides the attention's and the norms'."""
+    if model.moe is None:
+        return DENSE_LAYER_PARAM_TENSORS + 0.0 * np.asarray(ep, dtype=float)
+    return (DENSE_LAYER_PARAM_TENSORS - 1 + 2.0 * model.moe.num_experts / np.asarray(ep, dtype=float)
+            + 2.0 * (model.moe.num_shared_experts > 0))

@@ -35,3 +35,149 @@ def test_a_behaviour_entry_carries_its_value_and_source():
                          "training": {"grad_reduce_bytes": {"value": 2, "source": "docs p. 3"}}})
     assert s.training.grad_reduce_bytes == 2.0
     assert s.citations["training.grad_reduce_bytes"] == "docs p. 3"
+
+
+# ---- stack_for: a published run's (framework, framework_version) -> one stack -------------------
+
+import math  # noqa: E402
+
+import pandas as pd  # noqa: E402
+
+from hardware_specs.catalog import stack_for  # noqa: E402
+from hardware_specs.stack_spec import TrainingBehaviour  # noqa: E402
+from paraplan.validation.datasets import PUBLISHED_RUNS, validation_file  # noqa: E402
+
+#: (framework, framework_version) pairs of the published file that map to no stack, and why
+#: (``None`` = the cell is empty)
+UNMAPPED = {
+    (None, None): "rows without a framework: PaLM / Gopher on TPU and the FasterTransformer "
+                  "inference rows; no stack describes them",
+}
+
+
+def _cell(v):
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) or not str(v).strip() else str(v)
+
+
+def _published_pairs():
+    df = pd.read_csv(validation_file(PUBLISHED_RUNS), dtype=str, keep_default_na=False)
+    return sorted({(_cell(f), _cell(v)) for f, v in zip(df["framework"], df["framework_version"])},
+                  key=str)
+
+
+def test_every_published_framework_version_resolves_to_one_stack_or_is_listed_as_unmapped():
+    pairs = _published_pairs()
+    assert len(pairs) >= 20          # the file names 20+ framework releases
+    for fw, version in pairs:
+        if (fw, version) in UNMAPPED:
+            with pytest.raises(InputError):
+                stack_for(fw or "", version)
+            continue
+        stack = stack_for(fw, version)
+        assert stack.framework == fw
+        assert version in stack.versions or (version is None and stack.default_when_version_unstated)
+    assert set(UNMAPPED) <= set(pairs), "an UNMAPPED entry no longer occurs in the published file"
+
+
+def test_stack_for_maps_releases_to_the_stack_that_lists_them():
+    assert stack_for("megatron-lm", "2019").name == "megatron-lm-2019"
+    assert stack_for("megatron-lm", "2022").name == "megatron-lm-2022"
+    assert stack_for("megatron-bridge", "26.02.01").name == "megatron-bridge"
+    assert stack_for("megatron-core", "2024").name == "megatron-core"
+    assert stack_for("nemo", "24.09").name == "nemo-24"
+    assert stack_for("llm-foundry", float("nan")).name == "llm-foundry"
+    assert stack_for(" Megatron-LM ", " 2021 ").name == "megatron-lm-2021"
+
+
+def test_stack_for_errors_name_the_field_and_list_what_is_known():
+    with pytest.raises(InputError, match=r"^framework: no software stack for framework 'jax'"):
+        stack_for("jax", "0.4")
+    with pytest.raises(InputError, match=r"^framework: not stated, so no software stack applies \(name one of: deepspeed"):
+        stack_for(float("nan"), None)
+    with pytest.raises(InputError, match=r"^framework_version: no megatron-lm stack for version '2018' "
+                                         r"\(known: 2019, 2021, 2022\)"):
+        stack_for("megatron-lm", "2018")
+    with pytest.raises(InputError, match=r"^framework_version: megatron-lm needs a version"):
+        stack_for("megatron-lm", None)
+    # NeMo's one profile takes rows that do not state the version (noted in their assumptions)
+    assert stack_for("nemo", "").name == "nemo-24"
+
+
+def test_no_release_is_claimed_by_two_stacks_and_at_most_one_stack_per_framework_takes_unstated_versions():
+    claimed, unstated = {}, {}
+    for name in list_stacks():
+        s = load_stack(name)
+        for v in s.versions:
+            key = (s.framework, v)
+            assert key not in claimed, f"{key} in both {claimed.get(key)} and {name}"
+            claimed[key] = name
+        if s.default_when_version_unstated:
+            assert s.framework not in unstated, f"{s.framework}: {unstated.get(s.framework)} and {name}"
+            unstated[s.framework] = name
+
+
+def test_a_version_yaml_would_read_as_a_number_is_rejected_with_the_fix():
+    with pytest.raises(InputError, match=r"versions: version 26.1 is not a string \(quote it"):
+        stack_from_dict({"name": "x", "framework": "f", "versions": [26.10], "training": {}})
+    with pytest.raises(InputError, match="unstated_version_reason: missing"):
+        stack_from_dict({"name": "x", "framework": "f", "default_when_version_unstated": True,
+                         "training": {}})
+
+
+def test_new_behaviour_fields_are_validated_with_the_field_named():
+    with pytest.raises(InputError, match=r"training.default_zero_stage: expected a whole number"):
+        stack_from_dict({"name": "x", "framework": "f", "training": {"default_zero_stage": True}})
+    with pytest.raises(InputError, match=r"training.default_zero_stage: must be 0, 1, 2 or 3"):
+        TrainingBehaviour(default_zero_stage=4)
+    with pytest.raises(InputError, match=r"training.grad_bucket_elements: must be >= 0"):
+        TrainingBehaviour(grad_bucket_elements=-1.0)
+    with pytest.raises(InputError, match=r"training.grad_bucket_elements: must be finite"):
+        TrainingBehaviour(grad_bucket_elements=float("inf"))
+    with pytest.raises(InputError, match=r"training.param_prefetch_layers_forward: must be <= 8"):
+        TrainingBehaviour(param_prefetch_layers_forward=64.0)
+    with pytest.raises(InputError, match=r"training.param_prefetch_layers_backward: must be finite"):
+        TrainingBehaviour(param_prefetch_layers_backward=float("nan"))
+    with pytest.raises(InputError, match=r"training.fp8_recipe: unknown recipe 'fp4'"):
+        TrainingBehaviour(fp8_recipe="fp4")
+    with pytest.raises(InputError, match=r"training.zero01_grad_reduce: unknown value 'sometimes'"):
+        TrainingBehaviour(zero01_grad_reduce="sometimes")
+    b = stack_from_dict({"name": "x", "framework": "f",
+                         "training": {"default_zero_stage": 3, "grad_bucket_elements": 6553600}}).training
+    assert (b.default_zero_stage, b.grad_bucket_elements) == (3, 6553600.0)
+
+
+def test_every_builtin_citation_names_a_source_or_says_it_is_unverified_or_not_applicable():
+    # a citation is a repository@ref path, a paper/docs reference, or an explicit
+    # "not applicable" / "NOT STATED" / "unverified"; never an empty or bare claim
+    markers = ("@", "arXiv", "docs.pytorch.org", "not applicable", "NOT STATED", "unverified",
+               "pytorch/pytorch v2.13.0", "pytorch/pytorch#")
+    for name in list_stacks():
+        for key, text in load_stack(name).citations.items():
+            assert len(text) >= 20 and any(m in text for m in markers), f"{name} {key}: {text!r}"
+
+
+def _table_cell(value):
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return str(int(value)) if value == int(value) else f"{value:g}"
+    return {"every_microbatch": "every", "last_microbatch": "last"}.get(str(value), str(value))
+
+
+def test_the_readme_table_of_release_wide_values_matches_the_stack_files():
+    from pathlib import Path
+    readme = (Path(__file__).resolve().parents[1] / "hardware_specs" / "stacks" / "README.md").read_text()
+    all_lines = readme.splitlines()
+    start = next(i for i, ln in enumerate(all_lines) if ln.startswith("| behaviour |"))
+    lines = [all_lines[start]]
+    for ln in all_lines[start + 2:]:
+        if not ln.startswith("| `"):
+            break
+        lines.append(ln)
+    header = [c.strip() for c in lines[0].strip("|").split("|")][1:]
+    assert header == list_stacks()
+    rows = {ln.split("|")[1].strip().strip("`"): [c.strip() for c in ln.strip("|").split("|")][1:]
+            for ln in lines[1:] if ln.split("|")[1].strip().strip("`") in StackSpec.training_keys()}
+    assert set(rows) == set(StackSpec.training_keys())
+    for key, cells in rows.items():
+        assert cells == [_table_cell(getattr(load_stack(n).training, key)) for n in header], key

@@ -208,17 +208,17 @@ def _pipeline_api():
 _SCHEDULE_FIELDS = {"p": "--pp", "m": "--global-batch", "v": "--vpp", "num_layers": "--pp"}
 
 
-def pipeline_timeline(model: ModelSpec, config: ParallelConfig, report: StepReport):
+def pipeline_timeline(model: ModelSpec, config: ParallelConfig, cluster):
     """The configuration's schedule simulated event by event (see ``simulator.event_level``)."""
     _pipeline_api()   # a clear error if the pipeline package is missing
     from simulator.event_level import pipeline_timeline as timeline
     try:
-        return timeline(model, config, report)
+        return timeline(model, config, cluster)
     except InputError as exc:
         raise InputError(_SCHEDULE_FIELDS.get(exc.field, exc.field), exc.message, exc.fix) from None
 
 
-def write_timelines(model, config, report, trace_path: str | None, gantt_path: str | None) -> list[str]:
+def write_timelines(model, config, report, trace_path: str | None, gantt_path: str | None, cluster) -> list[str]:
     """Write the requested timeline files atomically; returns one note line per file."""
     write_chrome_trace = _pipeline_api()[2]
     if gantt_path is not None:
@@ -227,7 +227,7 @@ def write_timelines(model, config, report, trace_path: str | None, gantt_path: s
         except ImportError as exc:
             raise InputError("--gantt", f"Gantt charts are not available in this installation ({exc})",
                              "install matplotlib, or drop --gantt") from None
-    schedule, result = pipeline_timeline(model, config, report)
+    schedule, result = pipeline_timeline(model, config, cluster)
     summary = (f"{schedule.kind.value} p={schedule.p} m={schedule.m} v={schedule.v}: makespan "
                f"{result.makespan_s:.4g} s, bubble {100 * result.bubble_fraction:.1f}%")
     notes = []
@@ -308,7 +308,7 @@ def command(as_json: bool, trace_path: str | None, gantt_path: str | None, **opt
     report = simulate(model, cluster, config, n_gpus=gpus)
     notes: list[str] = []
     if trace_path is not None or gantt_path is not None:
-        notes = write_timelines(model, config, report, trace_path, gantt_path)
+        notes = write_timelines(model, config, report, trace_path, gantt_path, cluster)
     if as_json:
         click.echo(dump_json(report.as_dict()), nl=False)
     else:

@@ -292,9 +292,6 @@ def cluster_mapping(summary: dict, ranks: list[dict], world: int, choice, name: 
             "scaleup_fraction": 1.0,
             "scaleout_fraction": 1.0,
             "kernel_overhead_s": float(f"{summary['kernel_overhead_s']:.3g}"),
-            # The measured runner reduces gradients after the backward pass (no overlap), and on
-            # CPU gloo shares the cores with compute, so nothing is hidden.
-            "exposed_dp_fraction": 1.0,
             "sync_skew_fraction": round(summary["sync_skew_fraction"], 4),
             "collective_bw_fraction": summary["collective_bw_fraction"],
             "fitted_on": how + "; refit with paraplan calibrate (paraplan.measure.run_calibration)",

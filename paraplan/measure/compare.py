@@ -63,7 +63,7 @@ def parallel_config(run: dict, dtype: str):
                           global_batch=run["global_batch"], zero_stage=run["zero_stage"],
                           recompute=run["recompute"], sequence_parallel=False, dtype=dtype,
                           schedule="1f1b", overlap_grad_reduce=False, overlap_param_gather=False,
-                          tp_comm_overlap=False, grad_accumulation_fusion=False)
+                          tp_comm_overlap=False, tp_backward_overlap=False, grad_accumulation_fusion=False)
 
 
 def predict(run: dict, cluster, dtype: str):

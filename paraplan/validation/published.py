@@ -1,37 +1,33 @@
 """Predict the measured rows of a published-runs CSV and compare (``paraplan validate published``).
 
-A row is turned into (model, cluster, parallel config) from its own columns only. Where a
-column is empty the row is skipped with the reason, except for these documented defaults,
-each recorded in the row's ``assumptions``:
+A row is turned into (model, cluster, software stack, parallel config) from its own columns
+only. Where a column is empty the row is skipped with the reason, except for these documented
+defaults, each recorded in the row's ``assumptions``:
 
-- ``ffn_hidden`` empty: 4 * hidden (the GPT architecture all such rows describe);
-- ``kv_heads`` empty: = heads (multi-head attention);
-- gated MLP: exactly when ffn_hidden != 4 * hidden (SwiGLU models use 8/3 h to 3.5 h);
+- architecture: the model preset the ``model`` column names supplies what the columns lack
+  when it has the row's layers, hidden size and heads (its vocabulary, key/value heads and
+  whether its MLP is gated); mixture-of-experts rows and rows without an architecture take the
+  whole architecture from that preset. Otherwise ``ffn_hidden`` empty is 4 * hidden, ``kv_heads``
+  empty is heads, and the MLP is gated when the model family is one that uses SwiGLU
+  (``GATED_FAMILIES``: a fact about the named architecture, never inferred from ffn != 4h);
 - ``dp`` empty: n_gpus / (tp * pp * cp);  ``vpp`` empty: 1;  ``cp`` empty: 1;
-- ``micro_batch`` empty: 1;  ``zero_norm`` empty: 0;  ``seq_parallel`` empty: off, except
-  with tp > 1 in rows whose source or notes name NeMo or Megatron-Bridge, whose recipes turn
-  it on with tensor parallelism (e.g. Megatron-Bridge ``recipes/llama/llama3_70b.py``:
-  ``sequence_parallelism=True``);
-- attention kernel: FlashAttention-2 (``serial``: softmax between the two matmuls of a tile) for
-  rows from llm-foundry, whose ``attn_impl: flash`` is the flash-attn 2 package; the GPU
-  generation's usual kernel otherwise;
-- pipeline chunks may differ by a layer (published Megatron runs use custom layouts);
+  ``micro_batch`` empty: 1;  ``zero_norm`` empty: 0;
+- software stack: the ``framework`` and ``framework_version`` columns name it
+  (``hardware_specs.catalog.stack_for``); its documented behaviour sets overlap, kernels,
+  fusion, gradient-reduction dtype and whether its recipes turn sequence parallelism on with
+  tp > 1 (``simulator.stack_defaults``). A row's own ``seq_parallel`` column wins. An empty
+  framework runs the default stack (megatron-core), noted;
+- pipeline layouts whose layers do not divide: first and last stages one layer lighter
+  (``simulator.stage_layout``), as published runs lay them out;
 - ``recompute`` empty: full when the row's FLOP convention counts the recomputed forward pass
   (megatron_hw_eq3), else none;
 - ``dtype_norm`` empty: bf16 (fp16 on V100, which has no bf16) on GPUs whose only training
   tensor-core rate is 16-bit; on FP8-capable GPUs (Hopper, Blackwell) the row is skipped, since
-  bf16 and fp8 GEMMs differ 2x in rate (the Megatron-Bridge rows that do not state their
-  precision all came out 16-85% slower than measured under a bf16 guess).
-- ``vocab`` empty: the vocabulary of the preset the ``model`` column names, when that preset
-  has the row's layers, hidden size and heads.
+  bf16 and fp8 GEMMs differ 2x in rate.
 
-Mixture-of-experts rows, and rows that give no architecture at all, take the architecture
-from the model preset named by the ``model`` column (text before any parenthesis; then its
-first word): routed/shared expert widths, dense-first layers and multi-latent attention are
-not in the columns. The row's own seq_len (and vocab, if given) override the preset's.
-Models without a preset (hybrid Mamba Nemotron-3, Kimi K2) are skipped.
-
-The cluster is the usual system of the row's GPU kind (``SYSTEM_FOR_GPU``): one hardware
+The cluster is the usual system of the row's GPU kind (``SYSTEM_FOR_GPU``; a kind with no
+system preset gets a generic node of its generation, ``catalog.generic_cluster``), with the
+row's ``gpus_per_node`` and ``scaleout_gbps_per_gpu`` when it states them. One hardware
 profile per GPU kind, one efficiency model per generation, nothing keyed to a row or source.
 """
 from __future__ import annotations
@@ -44,13 +40,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hardware_specs.catalog import load_cluster
+from hardware_specs.catalog import generic_cluster, load_cluster, load_gpu, load_stack, stack_for
+from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.errors import InputError
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from paraplan.validation.flops_conventions import CONVENTIONS
 from simulator.parallel_config import ParallelConfig
-from simulator.simulate import simulate
+from simulator.stack_defaults import stack_config_fields, stack_sequence_parallel
 from simulator.validate_config import check_config
 
 #: the usual system of each GPU kind (validation README: "Cluster presets should carry the
@@ -84,6 +81,15 @@ class Skip(Exception):
     """A row that cannot be predicted, with the reason."""
 
 
+#: model families whose MLP is gated (SwiGLU / GeGLU), from their papers and public configs:
+#: PaLM (Chowdhery et al. 2022, section 2: SwiGLU, ffn = 4h), LLaMA and Llama 2/3 (Touvron et al.
+#: 2023), Mistral / Mixtral, Qwen, DeepSeek, Grok-1, Gemma. GPT, OPT, BLOOM, MPT, Gopher, MT-NLG
+#: and Nemotron-4 (squared ReLU) are not gated.
+GATED_FAMILIES = ("palm", "llama", "mistral", "mixtral", "qwen", "deepseek", "grok", "gemma")
+#: the stack a row with an empty ``framework`` column runs (noted in its assumptions)
+DEFAULT_STACK = "megatron-core"
+
+
 @dataclass
 class RowInputs:
     model: ModelSpec
@@ -92,6 +98,8 @@ class RowInputs:
     metric: str
     convention: str
     assumptions: list[str] = field(default_factory=list)
+    cluster: ClusterSpec | None = None
+    stack: str = DEFAULT_STACK
 
 
 def read_runs(path: str | Path) -> pd.DataFrame:
@@ -156,8 +164,10 @@ def row_inputs(row) -> RowInputs:
     gpu = _str(row, "gpu_profile")
     if not gpu:
         raise Skip("gpu_profile empty (GPU kind not known)")
-    if gpu not in SYSTEM_FOR_GPU:
-        raise Skip(f"no system preset for GPU kind {gpu}")
+    try:
+        load_gpu(gpu)
+    except InputError:
+        raise Skip(f"no GPU profile for {gpu}") from None
     assumptions: list[str] = []
     preset = None
     if _str(row, "moe_experts") or _int(row, "layers") is None:
@@ -185,8 +195,10 @@ def row_inputs(row) -> RowInputs:
         raise Skip("needed field(s) empty: " + ", ".join(empty))
     h = needed["hidden"]
     if preset is not None:
-        # the row's own columns win; the preset fills what the columns cannot say
-        kv = _int(row, "kv_heads") or (preset.num_kv_heads if _int(row, "heads") is None else needed["heads"])
+        # the row's own columns win; the preset fills what the columns cannot say (a GQA preset's
+        # key/value heads stay unless the row states its own heads differently)
+        same_heads = _int(row, "heads") is None or _int(row, "heads") == preset.num_heads
+        kv = _int(row, "kv_heads") or (preset.num_kv_heads if same_heads else needed["heads"])
         model = replace(preset, num_layers=needed["layers"], hidden_size=needed["hidden"],
                         num_heads=needed["heads"], num_kv_heads=kv, seq_len=needed["seq_len"],
                         vocab_size=needed["vocab"],
@@ -212,18 +224,26 @@ def row_inputs(row) -> RowInputs:
         ffn_size = int(float(ffn)) if ffn else None
     except ValueError:
         raise Skip(f"ffn_hidden '{ffn}' is not a number") from None
+    shape_preset = _same_architecture_preset(row, needed)
     if ffn_size is None:
-        ffn_size = 4 * h
-        assumptions.append("ffn_hidden=4h")
+        ffn_size = shape_preset.ffn_hidden_size if shape_preset is not None else 4 * h
+        assumptions.append(f"ffn_hidden={ffn_size}" + (f" from preset {shape_preset.name}" if shape_preset else "=4h"))
     kv = _int(row, "kv_heads")
     if kv is None:
-        kv = needed["heads"]
-        assumptions.append("kv_heads=heads")
+        kv = shape_preset.num_kv_heads if shape_preset is not None else needed["heads"]
+        assumptions.append(f"kv_heads={kv}" + (f" from preset {shape_preset.name}" if shape_preset else "=heads"))
+    if shape_preset is not None:
+        gated = shape_preset.gated_mlp
+    else:
+        family = _str(row, "model").lower()
+        gated = any(f in family for f in GATED_FAMILIES)
+        assumptions.append(f"gated_mlp={gated} (model family)")
     try:
         model = ModelSpec(name=_str(row, "model") or _str(row, "run_id"), num_layers=needed["layers"],
                           hidden_size=h, num_heads=needed["heads"], num_kv_heads=kv,
                           ffn_hidden_size=ffn_size, vocab_size=needed["vocab"], seq_len=needed["seq_len"],
-                          gated_mlp=ffn_size != 4 * h)
+                          gated_mlp=gated,
+                          tied_embeddings=shape_preset.tied_embeddings if shape_preset is not None else False)
     except InputError as exc:
         raise Skip(f"architecture invalid: {exc}") from None
     return _config_inputs(row, model, needed, metric, conv, gpu, assumptions)
@@ -260,6 +280,43 @@ def _same_architecture_preset(row, needed) -> ModelSpec | None:
     return preset if same else None
 
 
+def row_cluster(gpu: str, gpus_per_node=None, scaleout_gbps_per_gpu=None) -> ClusterSpec:
+    """The cluster a row ran on: the usual system of its GPU kind (``SYSTEM_FOR_GPU``, else a
+    generic node of its generation), with the row's GPUs per node (NVLink domain) and scale-out
+    bandwidth per GPU (Gb/s, one direction) where it states them."""
+    key = (gpu, gpus_per_node, scaleout_gbps_per_gpu)
+    if key not in _CLUSTERS:
+        base = load_cluster(SYSTEM_FOR_GPU[gpu]) if gpu in SYSTEM_FOR_GPU else generic_cluster(gpu)
+        cluster = base
+        if gpus_per_node is not None or scaleout_gbps_per_gpu is not None:
+            out = base.scaleout
+            if scaleout_gbps_per_gpu is not None:
+                out = replace(out, bw_bytes_per_s=scaleout_gbps_per_gpu * 1e9 / 8)
+            per_node = int(gpus_per_node) if gpus_per_node is not None else base.gpus_per_node
+            cluster = replace(base, name=f"{base.name}[{per_node}/node,{out.bw_bytes_per_s * 8 / 1e9:g}Gb/s]",
+                              gpus_per_node=per_node, scaleout=out)
+        _CLUSTERS[key] = cluster
+    return _CLUSTERS[key]
+
+
+_CLUSTERS: dict = {}
+
+
+def _row_stack(row, assumptions):
+    """The software stack the row's framework columns name (``stack_for``)."""
+    framework, version = _str(row, "framework"), _str(row, "framework_version")
+    if not framework:
+        assumptions.append(f"stack={DEFAULT_STACK} (framework not stated)")
+        return load_stack(DEFAULT_STACK)
+    try:
+        stack = stack_for(framework, version or None)
+    except InputError as exc:
+        raise Skip(f"software stack: {exc}") from None
+    if not version:
+        assumptions.append(f"stack={stack.name} ({framework} version not stated)")
+    return stack
+
+
 def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInputs:
     """The parallel configuration part of ``row_inputs``."""
     tp, pp, n = needed["tp"], needed["pp"], needed["n_gpus"]
@@ -282,6 +339,7 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInp
             assumptions.append("dp column = expert-data-parallel degree (dp = dp * ep)")
         else:
             raise Skip(f"dp*tp*pp*cp = {dp * tp * pp * cp} != n_gpus {n}")
+    stack = _row_stack(row, assumptions)
     mbs = _int(row, "micro_batch")
     if mbs is None:
         mbs = 1
@@ -290,21 +348,23 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInp
     vpp = _int(row, "vpp") or 1
     zero = _int(row, "zero_norm")
     if zero is None:
-        zero = 0
-        assumptions.append("zero=0")
+        zero = stack.training.default_zero_stage if dp * cp > 1 else 0
+        assumptions.append(f"zero={zero} ({stack.name}'s default)")
     rc = _str(row, "recompute").split("(")[0].strip().lower()
     if not rc:
         rc = "full" if conv == "megatron_hw_eq3" else "none"
         assumptions.append(f"recompute={rc}")
     if rc not in ("none", "selective", "full"):
         raise Skip(f"recompute '{rc}' unknown")
-    sp = _str(row, "seq_parallel").lower() == "y"
-    if not _str(row, "seq_parallel") and tp > 1 and _names_nemo(row):
+    sp_cell = _str(row, "seq_parallel").lower()
+    sp = sp_cell == "y"
+    if not sp_cell and stack_sequence_parallel(stack, tp):
         sp = True
-        assumptions.append("sequence_parallel (NeMo / Megatron-Bridge recipes turn it on with tp > 1)")
+        assumptions.append(f"sequence_parallel ({stack.name} recipes turn it on with tp > 1)")
+    cluster = row_cluster(gpu, _int(row, "gpus_per_node"), _num(row, "scaleout_gbps_per_gpu"))
     dtype = _str(row, "dtype_norm")
     if not dtype:
-        if "fp8" in load_cluster(SYSTEM_FOR_GPU[gpu]).gpu.peak_flops_per_s:
+        if "fp8" in cluster.gpu.peak_flops_per_s:
             raise Skip("dtype_norm empty on an FP8-capable GPU: bf16 and fp8 GEMMs differ 2x in "
                        "rate, so the precision is not guessed")
         dtype = "fp16" if gpu.startswith("v100") else "bf16"
@@ -314,32 +374,17 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInp
     ep = _int(row, "ep") or 1
     if model.moe is None and ep > 1:
         raise Skip("ep > 1 for a model without experts")
-    # the framework the row names decides how ZeRO-3 meets recomputation (ParallelConfig docs)
-    deepspeed_zero3 = zero >= 3 and rc == "full" and "deepspeed" in _str(row, "notes").lower()
-    if deepspeed_zero3:
-        assumptions.append("zero3_recompute_gather (DeepSpeed ZeRO-3 gathers again for the recompute)")
-    # llm-foundry's fused attention is the flash-attn 2 package: softmax between the matmuls
-    attention_kernel = "serial" if "llm-foundry" in _str(row, "source").lower() else "auto"
-    if attention_kernel == "serial":
-        assumptions.append("attention_kernel=serial (llm-foundry runs FlashAttention-2)")
     try:
         config = ParallelConfig(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch=mbs, global_batch=gbs,
                                 zero_stage=zero, recompute=rc, sequence_parallel=sp or (model.moe is not None and tp > 1),
-                                dtype=dtype, uneven_layers=True, zero3_recompute_gather=deepspeed_zero3,
-                                attention_kernel=attention_kernel)
+                                dtype=dtype, uneven_layers=True, **stack_config_fields(stack, dtype))
     except InputError as exc:
         raise Skip(f"configuration invalid: {exc}") from None
     try:
         check_config(model, config)
     except InputError as exc:
         raise Skip(f"configuration invalid: {exc}") from None
-    return RowInputs(model, SYSTEM_FOR_GPU[gpu], config, metric, conv, assumptions)
-
-
-def _names_nemo(row) -> bool:
-    """Whether the row's source or notes name NeMo or Megatron-Bridge (not Nemotron)."""
-    text = (_str(row, "source") + " " + _str(row, "notes")).lower()
-    return re.search(r"\bnemo(?![a-z])", text) is not None or "megatron-bridge" in text
+    return RowInputs(model, cluster.name, config, metric, conv, assumptions, cluster=cluster, stack=stack.name)
 
 
 def metric_from_prediction(inputs: RowInputs, report) -> float:
@@ -359,35 +404,38 @@ def metric_from_prediction(inputs: RowInputs, report) -> float:
     per_gpu = flops / t / n
     if metric == "tflops_per_gpu":
         return per_gpu / 1e12
-    peak = load_cluster(inputs.cluster_name).gpu.peak_flops(cfg.dtype)
+    peak = inputs.cluster.gpu.peak_flops(cfg.dtype)
     return 100.0 * per_gpu / peak          # mfu / hfu are in percent
 
 
 def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None) -> pd.DataFrame:
-    """One output row per input row: id, status, predicted, measured, rel_error, reason, ..."""
-    out = []
-    for i, row in enumerate(df.to_dict("records")):
+    """One output row per input row: id, status, predicted, measured, rel_error, reason, ...
+
+    Rows are predicted together (``predict.predict``: one step-model call per model, cluster
+    and dtype); ``progress(i)`` is called once per input row.
+    """
+    from paraplan.validation.predict import predict, prepare
+
+    records = df.to_dict("records")
+    reasons: dict[int, str] = {}
+    prepared = prepare(records, on_skip=lambda i, why: reasons.__setitem__(i, why))
+    pred, outs = predict(prepared, efficiency_by_generation, with_outputs=True) if len(prepared) else ([], {"fits": []})
+    by_id = {}
+    for j, row_id in enumerate(prepared.ids):
+        inp = prepared.inputs[j]
+        by_id[j] = (pred[j], inp, outs["fits"][j])
+    out, j = [], 0
+    for i, row in enumerate(records):
         rec = {"id": row.get("id"), "run_id": row.get("run_id"), "source": str(row.get("run_id", "")).split("-")[0],
                "gpu_profile": row.get("gpu_profile"), "metric": row.get("measured_metric"),
                "status": "skipped", "predicted": None, "measured": _num(row, "measured_value"),
-               "rel_error": None, "reason": "", "assumptions": ""}
-        try:
-            inputs = row_inputs(row)
-            if rec["measured"] is None:
-                raise Skip("measured_value empty")
-            cluster = load_cluster(inputs.cluster_name)
-            eff = None
-            if efficiency_by_generation is not None:
-                eff = efficiency_by_generation.get(cluster.gpu.generation)
-            report = simulate(inputs.model, cluster, inputs.config, efficiency=eff)
-            pred = metric_from_prediction(inputs, report)
-            rec.update(status="ok", predicted=pred, rel_error=(pred - rec["measured"]) / rec["measured"],
-                       assumptions="; ".join(inputs.assumptions), generation=cluster.gpu.generation,
-                       fits=report.fits)
-        except Skip as exc:
-            rec["reason"] = str(exc)
-        except InputError as exc:
-            rec["reason"] = f"invalid: {exc}"
+               "rel_error": None, "reason": reasons.get(i, ""), "assumptions": ""}
+        if i not in reasons:
+            value, inp, fits = by_id[j]
+            j += 1
+            rec.update(status="ok", predicted=float(value), rel_error=(float(value) - rec["measured"]) / rec["measured"],
+                       assumptions="; ".join(inp.assumptions), generation=inp.cluster.gpu.generation,
+                       fits=bool(fits), stack=inp.stack, cluster=inp.cluster.name)
         out.append(rec)
         if progress is not None:
             progress(i)

@@ -1,0 +1,120 @@
+"""Predict many published rows at once: rows grouped by (model, cluster, dtype) into one
+``ConfigBatch`` each and timed by one ``step_model.evaluate`` call per group.
+
+``prepare`` resolves every row once (model, cluster, stack, configuration, and the conversion of
+a step time into the row's metric); ``predict`` then takes a per-generation efficiency model and
+returns every row's predicted metric. The fitter calls ``predict`` thousands of times on the
+same prepared rows, so nothing is re-parsed and no row is simulated alone.
+
+A row's metric is ``scale * t ** power`` of a time ``t``: the step time, or for
+``layer_fwd_bwd_time_ms`` one layer's forward + backward (+ recompute) on the busiest stage.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from hardware_specs.catalog import efficiency_for_cluster
+from paraplan.validation.flops_conventions import CONVENTIONS
+from paraplan.validation.published import RowInputs, Skip, row_inputs
+from simulator.config_batch import ConfigBatch
+from simulator.step_model import evaluate
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Rows ready to predict: their inputs, measured values, and groups of row indices that
+    share (model, cluster, dtype) with their ``ConfigBatch``."""
+
+    ids: tuple
+    sources: tuple
+    inputs: tuple
+    measured: np.ndarray
+    scale: np.ndarray
+    power: np.ndarray
+    layer_metric: np.ndarray
+    groups: tuple            # (model, cluster, batch, row indices)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def generations(self) -> np.ndarray:
+        return np.array([i.cluster.gpu.generation for i in self.inputs])
+
+
+def conversion(inputs: RowInputs) -> tuple[float, float, bool]:
+    """(scale, power, from layer time) with metric = scale * time ** power."""
+    m, cfg, metric = inputs.model, inputs.config, inputs.metric
+    n = cfg.n_gpus
+    if metric == "iter_time_s":
+        return 1.0, 1.0, False
+    if metric == "layer_fwd_bwd_time_ms":
+        return 1e3, 1.0, True
+    if metric == "tokens_per_s":
+        return cfg.global_batch * m.seq_len, -1.0, False
+    if metric == "tokens_per_s_per_gpu":
+        return cfg.global_batch * m.seq_len / n, -1.0, False
+    flops = CONVENTIONS[inputs.convention](m, cfg.global_batch)
+    if metric == "tflops_per_gpu":
+        return flops / n / 1e12, -1.0, False
+    return 100.0 * flops / n / inputs.cluster.gpu.peak_flops(cfg.dtype), -1.0, False   # mfu / hfu in percent
+
+
+def prepare(records, on_skip=None) -> Prepared:
+    """Resolve rows (dicts of a published-runs CSV); rows that cannot be predicted are passed to
+    ``on_skip(index, reason)`` and left out."""
+    ids, sources, inputs, measured, conv = [], [], [], [], []
+    for i, row in enumerate(records):
+        try:
+            value = row.get("measured_value")
+            inp = row_inputs(row)
+            try:
+                value = float(value)
+            except (TypeError, ValueError):
+                raise Skip("measured_value empty") from None
+            if not math.isfinite(value) or value <= 0:
+                raise Skip("measured_value empty or not positive")
+        except Skip as exc:
+            if on_skip is not None:
+                on_skip(i, str(exc))
+            continue
+        ids.append(row.get("id"))
+        sources.append(str(row.get("run_id", "")).split("-")[0])
+        inputs.append(inp)
+        measured.append(value)
+        conv.append(conversion(inp))
+    keys: dict = {}
+    for j, inp in enumerate(inputs):
+        key = (repr(inp.model), id(inp.cluster), inp.config.dtype)
+        keys.setdefault(key, []).append(j)
+    groups = tuple((inputs[idx[0]].model, inputs[idx[0]].cluster,
+                    ConfigBatch.from_configs([inputs[j].config for j in idx]), np.array(idx))
+                   for idx in keys.values())
+    conv_arr = np.array(conv, dtype=float).reshape(-1, 3)
+    return Prepared(tuple(ids), tuple(sources), tuple(inputs), np.array(measured, dtype=float),
+                    conv_arr[:, 0], conv_arr[:, 1], conv_arr[:, 2].astype(bool), groups)
+
+
+def predict(prepared: Prepared, efficiency_by_generation=None, with_outputs: bool = False):
+    """Predicted metric of every prepared row (array aligned with ``prepared``); with
+    ``with_outputs`` also a dict of per-row step-model outputs (``fits``)."""
+    n = len(prepared)
+    step = np.zeros(n)
+    layer = np.zeros(n)
+    fits = np.zeros(n, dtype=bool)
+    for model, cluster, batch, idx in prepared.groups:
+        eff = None
+        if efficiency_by_generation is not None:
+            eff = efficiency_by_generation.get(cluster.gpu.generation)
+        if eff is None:
+            eff = efficiency_for_cluster(cluster)
+        out = evaluate(model, cluster, eff, batch)
+        step[idx] = out["step_time_s"]
+        layer[idx] = out["layer_fwd_s"] + out["layer_bwd_s"] + out["layer_recompute_s"]
+        fits[idx] = out["fits"]
+    t = np.where(prepared.layer_metric, layer, step)
+    pred = prepared.scale * np.power(t, prepared.power)
+    return (pred, {"fits": fits}) if with_outputs else pred

@@ -1,0 +1,152 @@
+"""Per-layer times of one micro-batch on one GPU, for dense and MoE layers, and the model's ends.
+
+The vectorized step model (``simulator.step_model``) evaluates this once per run of rows that
+share a layer key (TP/CP/EP degrees, micro-batch, recomputation, overlap switches, kernel), and
+then places layers on pipeline positions (``simulator.stage_layout``). Per layer kind
+(``dense``, ``moe``) it returns, in seconds for one micro-batch:
+
+* ``f``: forward (GEMMs, quantisation, attention core, element-wise kernels, and the TP, CP and
+  EP communication the stack leaves exposed);
+* ``b``: input-gradient backward (data-gradient GEMMs, attention backward, element-wise
+  backward, exposed communication);
+* ``w``: weight-gradient GEMMs (which reduce over the tokens: M = in-features, N = out-features,
+  K = tokens, so a short micro-batch makes them skinny along K);
+* ``r``: what recomputation repeats before ``b`` (the whole forward, or the attention core);
+
+and the parts of each for the step's breakdown. Communication is exposed as the software stack
+decides (``ParallelConfig``): tensor-parallel collectives fully unless ``tp_comm_overlap``
+(then what exceeds the GEMMs they pipeline with), expert all-to-alls fully unless
+``ep_comm_overlap`` (then what exceeds the layer's compute), context-parallel rings under the
+attention core; the backward TP collectives under the gradient GEMMs with
+``tp_backward_overlap``. Nothing here is a fitted exposure share.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from cost_models import context_parallel, layer_costs, moe as moe_costs
+from cost_models.compute import LOW_PRECISION, compute_rates, sixteen_bit_dtype
+from cost_models.topology import group_collective_time_s
+from hardware_specs.cluster_spec import ClusterSpec
+from hardware_specs.efficiency_model import EfficiencyModel
+from model_specs.model_spec import ModelSpec
+from simulator.config_batch import ATTENTION_KERNEL_CODES
+from simulator.parallel_config import AttentionKernel
+
+KINDS = ("dense", "moe")
+
+
+def _recomputed(rc, full, selective=0.0):
+    """What recomputation repeats per row: ``full`` under full (code 2), ``selective`` under
+    selective (1), nothing otherwise."""
+    return np.where(rc == 2, full, np.where(rc == 1, selective, 0.0))
+
+
+def softmax_exposed_share(attention_kernel, eff: EfficiencyModel):
+    """Share of the softmax exponentials added to the attention matmuls, per row: the serial
+    kernel (FlashAttention-2) adds all, the pipelined one (FlashAttention-3) hides them while
+    the matmuls last, ``auto`` is the generation's usual kernel (``EfficiencyModel``)."""
+    return np.select([attention_kernel == ATTENTION_KERNEL_CODES[AttentionKernel.SERIAL],
+                      attention_kernel == ATTENTION_KERNEL_CODES[AttentionKernel.PIPELINED]],
+                     [1.0, 0.0], eff.exposed_softmax_fraction)
+
+
+def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, rates, tokens, tp, cp, sp, rc,
+                ep, etp, imbalance, tp_overlap, cp_kind, attention_kernel, flash_attention, ep_overlap,
+                tp_backward_overlap=True, softmax_fusion=True) -> dict:
+    """Per-layer times (seconds, one micro-batch) and FLOPs for the given layer keys; see the
+    module docstring for the keys (``f_dense``, ``b_moe``, ...) and the model's ends
+    (``emb_f``, ``emb_b``, ``head_f``, ``head_b``, ``head_w``, ``mtp_f``, ``mtp_b``,
+    ``mtp_w``)."""
+    h = float(model.hidden_size)
+    s = float(model.seq_len)
+    tokens = np.asarray(tokens, dtype=float)
+    softmax_exposed = softmax_exposed_share(attention_kernel, eff)
+    attn = layer_costs.attention_block_costs(model, rates, tokens, s, tp, sp, softmax_exposed, flash_attention,
+                                             softmax_fusion)
+    dense_ffn = (model.moe.dense_ffn_hidden_size or model.ffn_hidden_size) if model.moe else None
+    blocks = {"dense": layer_costs.dense_mlp_costs(model, rates, tokens, tp, sp, ffn=dense_ffn)}
+    if model.moe is not None:
+        blocks["moe"] = moe_costs.moe_mlp_costs(model, rates, tokens, ep, etp, imbalance, tp, sp)
+
+    # tensor-parallel collectives of one pass: two all-reduces (or reduce-scatter + all-gather
+    # pairs under sequence parallelism, the same time); sequence parallelism all-gathers the norm
+    # outputs again in backward for the column-parallel weight gradients (Korthikanti et al. 2022,
+    # section 4.2.2): together one more all-reduce's time
+    act_bytes = tokens * h * rates.act_bytes
+    tp_coll = group_collective_time_s("all_reduce", act_bytes, tp, 1, cluster, eff)
+    tp_fwd = 2.0 * tp_coll
+    tp_bwd = 2.0 * tp_coll + np.where(sp, tp_coll, 0.0)
+    tp_rec = np.where(rc == 2, tp_fwd, 0.0)
+    if np.any(np.asarray(cp) > 1):
+        cpc = context_parallel.context_parallel_costs(model, cp_kind, tokens, cp, tp, attn["core_fwd_s"],
+                                                      attn["core_bwd_s"], cluster, eff)
+    else:
+        cpc = {"fwd_exposed_s": 0.0 * tokens, "bwd_exposed_s": 0.0 * tokens}
+
+    out = {}
+    for kind, mlp in blocks.items():
+        gemm_f = attn["gemm_fwd_s"] + mlp["gemm_fwd_s"]
+        dgrad = attn["gemm_dgrad_s"] + mlp["gemm_dgrad_s"]
+        wgrad = attn["gemm_wgrad_s"] + mlp["gemm_wgrad_s"]
+        cast_f = attn["cast_fwd_s"] + mlp["cast_fwd_s"]
+        cast_b = attn["cast_bwd_s"] + mlp["cast_bwd_s"]
+        elem_f = attn["elem_fwd_s"] + mlp["elem_fwd_s"]
+        elem_b = attn["elem_bwd_s"] + mlp["elem_bwd_s"]
+        fwd = gemm_f + cast_f + attn["core_fwd_s"] + elem_f
+        bwd = dgrad + cast_b + attn["core_bwd_s"] + elem_b
+        rec = _recomputed(rc, fwd, attn["core_fwd_s"])
+        # exposed TP traffic: userbuffers overlap (tp_comm_overlap) pipelines it with the GEMMs of
+        # the same pass; the backward collectives of the column-parallel layers also run under
+        # their weight- and data-gradient GEMMs when the stack issues them asynchronously
+        # (tp_backward_overlap: Megatron-LM since 2021-08, Transformer Engine)
+        tpf = np.where(tp_overlap, np.maximum(tp_fwd - gemm_f, 0.0), tp_fwd)
+        tpb = np.where(tp_overlap | tp_backward_overlap, np.maximum(tp_bwd - dgrad - wgrad, 0.0), tp_bwd)
+        tpr = np.where(tp_overlap, np.maximum(tp_rec - gemm_f, 0.0), tp_rec)
+        if kind == "moe":
+            dispatch = moe_costs.moe_dispatch_bytes(tokens / tp, model.moe.top_k, h, rates.act_bytes)
+            a2a = moe_costs.moe_all_to_all_time_s(dispatch, ep, etp, cluster, eff, load_imbalance=imbalance)
+            epf = np.where(ep_overlap, np.maximum(a2a["fwd_s"] - fwd, 0.0), a2a["fwd_s"])
+            epb = np.where(ep_overlap, np.maximum(a2a["bwd_s"] - bwd - wgrad, 0.0), a2a["bwd_s"])
+            epr = np.where(rc == 2, epf, 0.0)
+            ep_total = a2a["fwd_s"] + a2a["bwd_s"]
+        else:
+            epf = epb = epr = ep_total = 0.0 * tokens
+        flops = attn["gemm_flops_fwd"] + mlp["gemm_flops_fwd"] + attn["core_flops_fwd"]
+        out.update({
+            f"f_{kind}": fwd + tpf + cpc["fwd_exposed_s"] + epf,
+            f"b_{kind}": bwd + tpb + cpc["bwd_exposed_s"] + epb,
+            f"w_{kind}": wgrad + 0.0 * tokens,
+            f"r_{kind}": rec + tpr + epr,
+            # breakdown parts (compute excludes communication)
+            f"compute_fwd_{kind}": fwd, f"compute_bwd_{kind}": bwd, f"recompute_{kind}": rec,
+            f"tp_exposed_{kind}": tpf + tpb + tpr, f"cp_exposed_{kind}": cpc["fwd_exposed_s"] + cpc["bwd_exposed_s"],
+            f"ep_exposed_{kind}": epf + epb + epr, f"ep_total_{kind}": ep_total,
+            f"tp_total_{kind}": tp_fwd + tp_bwd + tp_rec,
+            f"weight_cast_{kind}": attn["weight_cast_s"] + mlp["weight_cast_s"],
+            f"flops_{kind}": flops,
+            f"recompute_flops_{kind}": _recomputed(rc, flops, attn["core_flops_fwd"]),
+        })
+    if model.moe is None:       # a dense model has no MoE layers; keep the keys for uniform code
+        for key in [k for k in out if k.endswith("_dense")]:
+            out[key[:-len("dense")] + "moe"] = out[key]
+
+    # ---- the model's ends: the output layer stays 16-bit under low-precision recipes ---------
+    low_precision = rates.dtype in LOW_PRECISION
+    head_rates = compute_rates(cluster.gpu, eff, sixteen_bit_dtype(cluster.gpu)) if low_precision else rates
+    head = layer_costs.lm_head_costs(model, head_rates, tokens, tp)
+    emb = layer_costs.embedding_costs(model, rates, tokens)
+    out.update({"emb_f": emb["fwd_s"] + 0.0 * tokens, "emb_b": emb["bwd_s"] + 0.0 * tokens,
+                "head_f": head["fwd_s"], "head_b": head["dgrad_s"], "head_w": head["wgrad_s"],
+                "head_flops": head["flops_fwd"]})
+    if model.mtp_layers:
+        # each MTP module: a 2h -> h projection and another pass through the shared LM head, on
+        # top of its transformer layer (counted among the layers)
+        proj = layer_costs.mtp_projection_costs(model, rates, tokens, tp)
+        out.update({"mtp_f": proj["fwd_s"] + head["fwd_s"], "mtp_b": proj["dgrad_s"] + head["dgrad_s"],
+                    "mtp_w": proj["wgrad_s"] + head["wgrad_s"],
+                    "mtp_flops": proj["flops_fwd"] + head["flops_fwd"]})
+    else:
+        zero = 0.0 * tokens
+        out.update({"mtp_f": zero, "mtp_b": zero, "mtp_w": zero, "mtp_flops": zero})
+    return out

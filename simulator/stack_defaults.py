@@ -1,0 +1,61 @@
+"""A software stack's documented behaviour as the defaults of a ``ParallelConfig``'s software
+fields (``hardware_specs.stacks``): what the framework does unless the user says otherwise.
+
+    config = ParallelConfig(**stack_config_fields(load_stack("megatron-core"), tp=8), tp=8, ...)
+
+The step model never reads a stack's name: it reads these fields.
+"""
+from __future__ import annotations
+
+from hardware_specs.stack_spec import StackSpec
+
+#: ParallelConfig fields a training stack sets (the rest are plan choices)
+STACK_FIELDS = ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_bytes", "grad_bucket_elements",
+                "grad_bucket_elements_per_dp", "grad_reduce_every_microbatch", "param_prefetch_forward",
+                "param_prefetch_backward", "param_prefetch_max_elements", "tp_comm_overlap", "tp_backward_overlap",
+                "ep_comm_overlap", "attention_kernel", "flash_attention", "softmax_fusion",
+                "grad_accumulation_fusion", "zero3_recompute_gather", "param_gather_per_tensor")
+#: dtypes whose gradients a stack reduces as bf16 ones (FP8 recipes keep bf16 parameters)
+_BF16_LIKE = ("bf16", "fp8", "mxfp8", "nvfp4")
+
+
+def stack_config_fields(stack: StackSpec, dtype: str = "bf16") -> dict:
+    """ParallelConfig keyword arguments for ``stack``'s training behaviour for a run in ``dtype``
+    (the plan's degrees, batch, ZeRO stage and recomputation are not the stack's)."""
+    t = stack.training
+    if t is None:
+        from hardware_specs.errors import InputError
+        raise InputError("stack", f"{stack.name} describes serving only, not training",
+                         "pick a training stack (paraplan hardware stacks)")
+    materialized = t.attention_kernel == "materialized"
+    if dtype in ("fp32", "tf32"):
+        grad_bytes = 4.0
+    elif dtype in _BF16_LIKE and t.bf16_grads_in_fp32:
+        grad_bytes = 4.0
+    else:
+        grad_bytes = float(t.grad_reduce_bytes)
+    return {
+        "overlap_grad_reduce": t.overlap_grad_reduce,
+        "overlap_param_gather": t.overlap_param_gather,
+        "grad_reduce_bytes": grad_bytes,
+        "grad_bucket_elements": float(t.grad_bucket_elements),
+        "grad_bucket_elements_per_dp": float(t.grad_bucket_elements_per_dp),
+        "grad_reduce_every_microbatch": t.zero01_grad_reduce == "every_microbatch",
+        "param_prefetch_forward": float(t.param_prefetch_layers_forward),
+        "param_prefetch_backward": float(t.param_prefetch_layers_backward),
+        "param_prefetch_max_elements": float(t.param_prefetch_max_elements),
+        "tp_comm_overlap": t.tp_comm_overlap,
+        "tp_backward_overlap": t.tp_backward_overlap,
+        "ep_comm_overlap": t.ep_comm_overlap,
+        "attention_kernel": "auto" if materialized else t.attention_kernel,
+        "flash_attention": not materialized,
+        "softmax_fusion": t.softmax_fusion,
+        "grad_accumulation_fusion": t.grad_accumulation_fusion,
+        "zero3_recompute_gather": t.zero3_recompute_gather,
+        "param_gather_per_tensor": t.zero3_gather_per_tensor,
+    }
+
+
+def stack_sequence_parallel(stack: StackSpec, tp: int) -> bool:
+    """Whether the stack's recipes run Megatron sequence parallelism at tensor degree ``tp``."""
+    return bool(stack.training is not None and stack.training.sequence_parallel_with_tp and tp > 1)

@@ -1,0 +1,129 @@
+"""Which transformer layers each pipeline stage holds: the layout the makespan is computed on.
+
+A micro-batch's forward visits the pipeline's *positions* in layer order (``PipelineSchedule.paths``:
+one position per stage for 1F1B-like schedules, ``p * v`` for interleaved and V-shaped ones,
+``p`` per model copy for DualPipe). Each position holds a contiguous run of layers; the
+embedding runs on the first position and the LM head with the loss on the last. Multi-token-
+prediction modules (DeepSeek-V3 report, section 2.2) come after the last decoder layer and are
+built on the last stage (Megatron-Core builds them in the post-process stage).
+
+Layouts, per row:
+
+* ``first_stage_layers`` / ``last_stage_layers`` > 0: Megatron's
+  ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``: the first
+  and last stage hold that many layers (split evenly over their chunks), the other stages share
+  the rest evenly.
+* otherwise an even split when the layers divide; when they do not, every position holds
+  ``ceil(L / positions)`` layers except that the shortfall is taken one layer at a time from the
+  ends of the path inwards (last, first, second-to-last, ...): the first and last stages also
+  carry the embedding and the LM head, and this is how published runs lay out layer counts that
+  do not divide (Llama 3 405B, 126 layers on 16 stages: 7, 8 x 14, 7; Llama 3 paper, section 3.3.2).
+
+Every function is vectorized over rows (numpy arrays), for one (schedule, p, v) at a time.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.pipeline.schedules import ScheduleKind
+
+
+def _ceil_div(a, b):
+    return -(-a // b)
+
+
+def path_cells(kind: ScheduleKind, p: int, v: int) -> np.ndarray:
+    """(positions,) cell index ``stage * v + chunk`` of each forward position of one path
+    (for DualPipe: of the first model copy; the second mirrors it)."""
+    u = np.arange(p * v if kind != ScheduleKind.DUALPIPE else p)
+    if kind == ScheduleKind.INTERLEAVED:
+        return (u % p) * v + u // p
+    if kind in (ScheduleKind.ZB_V, ScheduleKind.DUALPIPE_V):
+        stage = np.where(u < p, u, 2 * p - 1 - u)
+        return stage * v + (u >= p)
+    if kind == ScheduleKind.DUALPIPE:
+        return u * v
+    return u * v
+
+
+def position_stages(kind: ScheduleKind, p: int, v: int) -> np.ndarray:
+    """Stage of each forward position of one path."""
+    return path_cells(kind, p, v) // v
+
+
+def _deficit_order(n: int) -> np.ndarray:
+    """Positions 0..n-1 ordered from the ends inwards: n-1, 0, n-2, 1, ..."""
+    order = np.empty(n, dtype=np.int64)
+    lo, hi, k = 0, n - 1, 0
+    while lo <= hi:
+        order[k] = hi
+        k += 1
+        hi -= 1
+        if lo <= hi:
+            order[k] = lo
+            k += 1
+            lo += 1
+    return order
+
+
+def _spread(total, n: int) -> np.ndarray:
+    """(rows, n) layer counts: ``total`` (rows,) over n positions, ceil each, shortfall taken
+    from the ends inwards."""
+    total = np.asarray(total, dtype=np.int64)
+    c = _ceil_div(total, n)
+    short = c * n - total
+    rank = np.empty(n, dtype=np.int64)
+    rank[_deficit_order(n)] = np.arange(n)
+    return c[:, None] - (rank[None, :] < short[:, None])
+
+
+def position_layers(kind: ScheduleKind, p: int, v: int, num_layers: int, first=0, last=0) -> np.ndarray:
+    """(rows, positions) layers each forward position holds, per row.
+
+    ``num_layers`` counts every transformer layer (MTP modules included); ``first`` / ``last``
+    (scalars or (rows,) arrays, 0 = not set) are the first and last stages' layer counts.
+    """
+    first = np.atleast_1d(np.asarray(first, dtype=np.int64))
+    last = np.atleast_1d(np.asarray(last, dtype=np.int64))
+    rows = max(len(first), len(last))
+    first, last = np.broadcast_to(first, (rows,)), np.broadcast_to(last, (rows,))
+    stages = position_stages(kind, p, v)
+    n_pos = len(stages)
+    out = _spread(np.full(rows, num_layers), n_pos)
+    custom = (first > 0) | (last > 0)
+    if not custom.any() or p == 1:
+        return out
+    is_first, is_last = stages == 0, stages == p - 1
+    chunks = int(is_first.sum())            # positions per stage
+    middle = ~(is_first | is_last)
+    n_middle = int(middle.sum())
+    rest_total = num_layers - first - last
+    custom_rows = np.flatnonzero(custom)
+    lay = np.zeros((len(custom_rows), n_pos), dtype=np.int64)
+    lay[:, is_first] = _spread(first[custom_rows], chunks)
+    lay[:, is_last] = _spread(last[custom_rows], chunks)
+    if n_middle:
+        lay[:, middle] = _spread(np.maximum(rest_total[custom_rows], 0), n_middle)
+    out[custom_rows] = lay
+    return out
+
+
+def moe_layers_before(index, model) -> np.ndarray:
+    """Mixture-of-experts layers among layer indices ``[0, index)`` (MTP layers, which follow the
+    decoder, take the kind of the last decoder layer)."""
+    index = np.asarray(index, dtype=np.int64)
+    moe = model.moe
+    if moe is None:
+        return np.zeros_like(index)
+    fd, q, L = moe.first_dense_layers, moe.moe_layer_frequency, model.num_layers
+    decoder = np.minimum(index, L)
+    count = _ceil_div(np.maximum(decoder - fd, 0), q)
+    last_is_moe = L - 1 >= fd and (L - 1 - fd) % q == 0
+    return count + (np.maximum(index - L, 0) if last_is_moe else 0)
+
+
+def position_moe_layers(model, layers: np.ndarray) -> np.ndarray:
+    """(rows, positions) MoE layers per position, given ``position_layers``."""
+    end = np.cumsum(layers, axis=1)
+    start = end - layers
+    return moe_layers_before(end, model) - moe_layers_before(start, model)

@@ -1,0 +1,292 @@
+"""The pipeline part of a training step: per-cell pass durations and the schedule's makespan.
+
+For every row of a ``ConfigBatch`` the layers are placed on pipeline positions
+(``simulator.stage_layout``); each (stage, chunk) cell's forward (F), input-gradient (B) and
+weight-gradient (W) durations for one micro-batch are summed from the per-layer times
+(``simulator.layer_times``), the embedding on the first position, the LM head, loss and
+multi-token-prediction modules on the last, the point-to-point sends between positions, and
+the exposed ZeRO traffic; then the makespan of one flush of the schedule is computed on its
+dependency DAG (``simulator.pipeline.makespan``), rows grouped by (schedule, p, v, m).
+
+The step's breakdown is taken on the busiest stage (the one with the most work per
+micro-batch): its compute, recomputation and exposed communication times m; the pipeline
+bubble is what the makespan adds on top (the issue's "makespan minus busiest stage").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.config_batch import SCHEDULE_CODES
+from simulator.parallel_config import Schedule
+from simulator.pipeline.makespan import flush_makespan_s
+from simulator.pipeline.schedules import ScheduleKind
+from simulator.stage_layout import path_cells, position_layers, position_moe_layers
+
+_CODE_TO_KIND = {code: ScheduleKind(s.value) for s, code in SCHEDULE_CODES.items()}
+#: per-layer parts summed over a cell for the busiest stage's breakdown
+PART_KEYS = ("compute", "recompute", "tp", "cp", "ep", "z3")
+
+
+def schedule_chunks(schedule_code: int, vpp: int) -> int:
+    """Model chunks per stage the schedule runs: vpp for interleaved, 2 for ZB-V and DualPipe."""
+    kind = _CODE_TO_KIND[int(schedule_code)]
+    if kind == ScheduleKind.INTERLEAVED:
+        return int(vpp)
+    if kind in (ScheduleKind.ZB_V, ScheduleKind.DUALPIPE, ScheduleKind.DUALPIPE_V):
+        return 2
+    return 1
+
+
+@dataclass(frozen=True)
+class PerLayer:
+    """Per-row, per-layer-kind times of one micro-batch (seconds): what a cell sums over its
+    layers. ``f``, ``b``, ``w``: pass durations (exposed communication included); ``r``: the
+    recomputation that runs just before ``b``; ``parts``: name -> (dense, moe) arrays of the
+    breakdown parts per layer and micro-batch (``PART_KEYS``, and ``tp_total`` for reporting)."""
+
+    f: tuple
+    b: tuple
+    w: tuple
+    r: tuple
+    parts: dict
+
+
+@dataclass(frozen=True)
+class Ends:
+    """Per-row durations of the model's ends (seconds, one micro-batch): embedding, LM head and
+    loss, one MTP module's projection and head pass, the send/recv between positions, and the
+    ZeRO-3 gathers / reduce-scatters of the embedding and output layer (``*_z3_f`` in forward,
+    ``*_z3_bw`` in backward, charged to W)."""
+
+    emb_f: np.ndarray
+    emb_b: np.ndarray
+    emb_w: np.ndarray
+    head_f: np.ndarray
+    head_b: np.ndarray
+    head_w: np.ndarray
+    mtp_f: np.ndarray
+    mtp_b: np.ndarray
+    mtp_w: np.ndarray
+    p2p: np.ndarray
+    emb_z3_f: np.ndarray
+    emb_z3_bw: np.ndarray
+    head_z3_f: np.ndarray
+    head_z3_bw: np.ndarray
+
+
+def _rows(x, idx):
+    x = np.asarray(x, dtype=float)
+    return x[idx] if x.ndim else np.full(len(idx), float(x))
+
+
+def group_cells(model, kind: ScheduleKind, p: int, v: int, first, last, uneven) -> dict:
+    """Layer counts per (row, stage, chunk) cell for rows sharing (schedule, p, v): dense and MoE
+    layers, and 0/1 masks of the cells holding the embedding, the LM head (with the MTP
+    modules), and positions that send forward / backward."""
+    total = model.num_layers + model.mtp_layers
+    lay = position_layers(kind, p, v, total, first, last)
+    rows = lay.shape[0]
+    moe = position_moe_layers(model, lay)
+    cells_of_path = path_cells(kind, p, v)
+    n_pos = len(cells_of_path)
+    shape = (rows, p * v)
+    out = {k: np.zeros(shape) for k in ("dense", "moe", "emb", "head", "send_f", "send_b")}
+    paths = [cells_of_path]
+    if kind == ScheduleKind.DUALPIPE:      # the second copy runs up the ranks on chunk 1
+        paths.append((p - 1 - np.arange(p)) * v + 1)
+    for cells in paths:
+        out["dense"][:, cells] += lay - moe
+        out["moe"][:, cells] += moe
+        out["emb"][:, cells[0]] += 1.0
+        out["head"][:, cells[-1]] += 1.0
+        if n_pos > 1:
+            out["send_f"][:, cells[:-1]] += 1.0
+            out["send_b"][:, cells[1:]] += 1.0
+    return {k: v_.reshape(rows, p, v) for k, v_ in out.items()}
+
+
+def cell_durations(model, cells: dict, per_layer: PerLayer, ends: Ends, idx) -> tuple:
+    """(f, b, w) seconds per (row, stage, chunk) for the rows ``idx`` of a group."""
+    def lay(pair):
+        d, m = (_rows(x, idx)[:, None, None] for x in pair)
+        return cells["dense"] * d + cells["moe"] * m
+
+    e = {name: _rows(getattr(ends, name), idx)[:, None, None] for name in Ends.__dataclass_fields__}
+    n_mtp = float(model.mtp_layers)
+    f = lay(per_layer.f) + cells["emb"] * (e["emb_f"] + e["emb_z3_f"]) \
+        + cells["head"] * (e["head_f"] + n_mtp * e["mtp_f"] + e["head_z3_f"]) + cells["send_f"] * e["p2p"]
+    b = lay(per_layer.b) + lay(per_layer.r) + cells["emb"] * e["emb_b"] \
+        + cells["head"] * (e["head_b"] + n_mtp * e["mtp_b"]) + cells["send_b"] * e["p2p"]
+    w = lay(per_layer.w) + cells["emb"] * (e["emb_w"] + e["emb_z3_bw"]) \
+        + cells["head"] * (e["head_w"] + n_mtp * e["mtp_w"] + e["head_z3_bw"])
+    return f, b, w
+
+
+def pipeline_pass(model, batch, m, per_layer: PerLayer, ends: Ends, exact: np.ndarray | None = None) -> dict:
+    """Makespan of one flush and the busiest stage's parts, per row of ``batch``.
+
+    ``exact``: rows whose makespan is computed on the DAG (default: all); the others get the
+    bounds only (``makespan_s`` = the upper bound). Returns arrays: ``makespan_s``,
+    ``makespan_lower_s``, ``makespan_upper_s``, ``busiest_stage``, ``stage_busy_s`` (busiest
+    stage, one micro-batch), per ``PART_KEYS`` the busiest stage's part for one micro-batch
+    (``part_<name>_s``), ``first_stage_layers``, ``last_stage_layers`` (layers on the first and
+    last stage, for memory), ``first_stage_moe_layers``, ``last_stage_moe_layers``,
+    ``first_window_f_s`` / ``first_window_bw_s`` (stage 0's forward and backward of one
+    micro-batch: the windows DP traffic overlaps with) and ``stage_layers_max``.
+    """
+    n = len(batch)
+    out = {k: np.zeros(n) for k in ("makespan_s", "makespan_lower_s", "makespan_upper_s", "busiest_stage",
+                                    "stage_busy_s", "busiest_layers", "first_window_f_s", "first_window_bw_s",
+                                    "ends_compute_s", "ends_p2p_s", "layer_f_s", "layer_bw_s", "layer_r_s",
+                                    "layer_w_s", "busiest_tp_total_s", "part_weight_cast_s")}
+    for name in PART_KEYS:
+        out[f"part_{name}_s"] = np.zeros(n)
+    if n == 0:
+        return out
+    exact = np.ones(n, dtype=bool) if exact is None else np.asarray(exact, dtype=bool)
+    pp = np.asarray(batch.pp).astype(np.int64)
+    vpp = np.asarray(batch.vpp).astype(np.int64)
+    sched = np.asarray(batch.schedule).astype(np.int64)
+    m_int = np.rint(np.asarray(m, dtype=float)).astype(np.int64)
+    for idx, code, p, vp in _groups(sched, pp, vpp):
+        kind = _CODE_TO_KIND[code]
+        v = schedule_chunks(code, vp)
+        mm = m_int[idx].astype(float)
+        cells = group_cells(model, kind, p, v, _rows(batch.first_stage_layers, idx).astype(np.int64),
+                            _rows(batch.last_stage_layers, idx).astype(np.int64), None)
+        f, b, w = cell_durations(model, cells, per_layer, ends, idx)
+        # per micro-batch a stage runs every chunk once, except DualPipe (one chunk per direction)
+        share = 0.5 if kind == ScheduleKind.DUALPIPE else 1.0
+        stage_busy = share * (f + b + w).sum(axis=2)                 # (rows, p)
+        k = np.argmax(stage_busy, axis=1)
+        busy = stage_busy[np.arange(len(idx)), k]
+        # a lower bound: the busiest stage cannot start before the first micro-batch reaches it,
+        # must run all its passes, and its last backward must still travel back to the first
+        # position; an estimate: every cell at the slowest cell's times, by the closed forms
+        lo = _busiest_stage_bound(kind, p, v, mm, f, b, k, busy)
+        hi = even_estimate_s(kind, p, mm, v, f.max(axis=(1, 2)), b.max(axis=(1, 2)), w.max(axis=(1, 2)))
+        span = np.maximum(hi, lo)
+        ex = exact[idx]
+        if ex.any():
+            sel = np.flatnonzero(ex)
+            for m_value in np.unique(m_int[idx][sel]):
+                sub = sel[m_int[idx][sel] == m_value]
+                span[sub] = flush_makespan_s(kind, p, int(m_value), v, f[sub], b[sub], w[sub])
+        out["makespan_s"][idx] = span
+        out["makespan_lower_s"][idx] = lo
+        out["makespan_upper_s"][idx] = hi
+        out["busiest_stage"][idx] = k
+        out["stage_busy_s"][idx] = busy
+        out["first_window_f_s"][idx] = share * f[:, 0, :].sum(axis=1)
+        out["first_window_bw_s"][idx] = share * (b[:, 0, :] + w[:, 0, :]).sum(axis=1)
+        rows_k = np.arange(len(idx))
+        at_k = {name: cells[name].sum(axis=2)[rows_k, k] for name in cells}
+        out["busiest_layers"][idx] = at_k["dense"] + at_k["moe"]
+
+        def per_layer_sum(pair):
+            d, mo = (_rows(x, idx) for x in pair)
+            return at_k["dense"] * d + at_k["moe"] * mo
+
+        e = {name: _rows(getattr(ends, name), idx) for name in Ends.__dataclass_fields__}
+        for name in PART_KEYS:
+            out[f"part_{name}_s"][idx] = per_layer_sum(per_layer.parts[name])
+        out["part_z3_s"][idx] += at_k["emb"] * (e["emb_z3_f"] + e["emb_z3_bw"]) \
+            + at_k["head"] * (e["head_z3_f"] + e["head_z3_bw"])
+        out["part_weight_cast_s"][idx] = per_layer_sum(per_layer.parts["weight_cast"])
+        out["busiest_tp_total_s"][idx] = per_layer_sum(per_layer.parts["tp_total"])
+        out["layer_f_s"][idx] = per_layer_sum(per_layer.f)
+        out["layer_bw_s"][idx] = per_layer_sum(per_layer.b) + per_layer_sum(per_layer.w)
+        out["layer_r_s"][idx] = per_layer_sum(per_layer.r)
+        out["layer_w_s"][idx] = per_layer_sum(per_layer.w)
+        n_mtp = float(model.mtp_layers)
+        out["ends_compute_s"][idx] = at_k["emb"] * (e["emb_f"] + e["emb_b"] + e["emb_w"]) + at_k["head"] * (
+            e["head_f"] + e["head_b"] + e["head_w"] + n_mtp * (e["mtp_f"] + e["mtp_b"] + e["mtp_w"]))
+        out["ends_p2p_s"][idx] = (at_k["send_f"] + at_k["send_b"]) * e["p2p"]
+    return out
+
+
+def _groups(sched, pp, vpp):
+    """(row indices, schedule code, pp, vpp) of each distinct (schedule, pp, vpp) among the rows
+    (one 1-D sort of a combined key: far cheaper than a row-wise unique)."""
+    key = (sched * 1_000_003 + pp) * 1_000_003 + vpp
+    uniq, inverse = np.unique(key, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(len(uniq) + 1))
+    for g in range(len(uniq)):
+        idx = order[bounds[g]:bounds[g + 1]]
+        i0 = idx[0]
+        yield idx, int(sched[i0]), int(pp[i0]), int(vpp[i0])
+
+
+def stage_layer_counts(model, batch) -> dict:
+    """Layers (all, and MoE) on the first and on the last pipeline stage, per row of ``batch``:
+    ``first_layers``, ``first_moe_layers``, ``last_layers``, ``last_moe_layers`` (float arrays)."""
+    n = len(batch)
+    out = {k: np.zeros(n) for k in ("first_layers", "first_moe_layers", "last_layers", "last_moe_layers")}
+    if n == 0:
+        return out
+    pp = np.asarray(batch.pp).astype(np.int64)
+    vpp = np.asarray(batch.vpp).astype(np.int64)
+    sched = np.asarray(batch.schedule).astype(np.int64)
+    for idx, code, p, vp in _groups(sched, pp, vpp):
+        kind = _CODE_TO_KIND[code]
+        v = schedule_chunks(code, vp)
+        cells = group_cells(model, kind, p, v, _rows(batch.first_stage_layers, idx).astype(np.int64),
+                            _rows(batch.last_stage_layers, idx).astype(np.int64), None)
+        layers = (cells["dense"] + cells["moe"]).sum(axis=2)
+        moe = cells["moe"].sum(axis=2)
+        out["first_layers"][idx], out["last_layers"][idx] = layers[:, 0], layers[:, -1]
+        out["first_moe_layers"][idx], out["last_moe_layers"][idx] = moe[:, 0], moe[:, -1]
+    return out
+
+
+def _busiest_stage_bound(kind: ScheduleKind, p: int, v: int, m: int, f, b, k, busy):
+    """A lower bound on the makespan, per row: arrival of the first forward at the busiest
+    stage ``k``'s first position + its m micro-batches of work + the backward chain from that
+    position back to the first."""
+    cells = path_cells(kind, p, v)
+    rows = np.arange(f.shape[0])
+    f_path = f.reshape(f.shape[0], -1)[:, cells]
+    b_path = b.reshape(b.shape[0], -1)[:, cells]
+    before_f = np.cumsum(f_path, axis=1) - f_path          # forward chain up to each position
+    before_b = np.cumsum(b_path, axis=1) - b_path
+    stage_of = cells // v
+    first_pos = np.array([np.flatnonzero(stage_of == s)[0] for s in range(p)])[k]
+    per_mb = busy
+    if kind == ScheduleKind.DUALPIPE:
+        return m * per_mb        # both directions reach every rank; the chains overlap
+    return before_f[rows, first_pos] + m * per_mb + before_b[rows, first_pos]
+
+
+def even_estimate_s(kind: ScheduleKind, p: int, m: int, v: int, f, b, w):
+    """Makespan of a flush whose every cell has the same (f, b, w) (seconds per chunk and
+    micro-batch), by the schedules' closed forms (``bubble_closed_form_s``): the estimate the
+    planner orders candidates by before computing the DAG makespan of the best."""
+    per_mb = (v if kind in (ScheduleKind.INTERLEAVED, ScheduleKind.ZB_V, ScheduleKind.DUALPIPE_V) else 1) * (f + b + w)
+    return m * per_mb + bubble_closed_form_s(kind, p, v, f, b, w)
+
+
+def bubble_closed_form_s(kind: ScheduleKind, p, v, f, b, w):
+    """Idle time of a stage per flush with equal cells, closed forms (seconds); ``f``, ``b``,
+    ``w`` are one micro-batch's forward, input-gradient and weight-gradient time of one chunk.
+
+    GPipe / 1F1B: (p-1)(F+B+W) (Huang et al. 2019; Narayanan et al. 2021, eq. 1). Interleaved
+    1F1B: (p-1)(F+B+W) of one chunk, i.e. the stage's bubble divided by v (Narayanan et al.
+    2021, section 2.2.2). ZB-H1: (p-1)(F+B-W); ZB-H2: (p-1)(F+B-2W) floored at zero (Qi et al.
+    2023, sections 2.1-2.2); ZB-V: the same with the stage's two chunks. DualPipe:
+    (p/2-1)(F&B+B-3W) with F&B = F+B, the forward and backward chunks it overlaps (DeepSeek-V3
+    report, arXiv 2412.19437, table 2).
+    """
+    pm1 = np.asarray(p, dtype=float) - 1.0
+    if kind in (ScheduleKind.GPIPE, ScheduleKind.ONE_F_ONE_B, ScheduleKind.INTERLEAVED):
+        return pm1 * (f + b + w)
+    if kind == ScheduleKind.ZB_H1:
+        return pm1 * np.maximum(f + b - w, 0.0)
+    if kind == ScheduleKind.ZB_H2:
+        return pm1 * np.maximum(f + b - 2.0 * w, 0.0)
+    if kind in (ScheduleKind.ZB_V, ScheduleKind.DUALPIPE_V):
+        return pm1 * np.maximum(2.0 * (f + b) - 4.0 * w, 0.0)
+    return np.maximum(np.asarray(p, dtype=float) / 2.0 - 1.0, 0.0) * np.maximum((f + b) + b - 3.0 * w, 0.0)
