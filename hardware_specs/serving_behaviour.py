@@ -64,6 +64,9 @@ class ServingBehaviour:
         reserve_covers_activations: the activation workspace lives inside that reserve (SGLang
             sizes its reserve to hold it) instead of being subtracted on top.
         kv_cache_dtype: default KV-cache dtype, one of ``KV_CACHE_DTYPES``.
+        kv_dtype_from_checkpoint: with ``auto``, the KV cache takes the dtype the checkpoint's
+            quantisation config names (NVIDIA ModelOpt NVFP4 exports name FP8:
+            ``kv_cache_quant_algo`` in their hf_quant_config.json); False: ``auto`` is 16-bit.
         custom_allreduce: small tensor-parallel all-reduces inside one NVLink domain use the
             engine's one-shot / two-shot kernels instead of NCCL rings.
         speculative_tokens: draft tokens per step by default (MTP / EAGLE); 0 = none, the
@@ -84,6 +87,7 @@ class ServingBehaviour:
     runtime_reserved_gib: float = 2.0
     reserve_covers_activations: bool = False
     kv_cache_dtype: str = "auto"
+    kv_dtype_from_checkpoint: bool = False
     custom_allreduce: bool = True
     speculative_tokens: int = 0
 

@@ -150,8 +150,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("path", nargs="?", default=None, help="serving-runs CSV (default: the resolved serving_runs.csv)")
     ap.add_argument("--write", action="store_true", help="write hardware_specs/serving_efficiency/<generation>.yaml")
-    ap.add_argument("--cv", action="store_true", help="also leave-one-model-out and leave-one-backend-out")
-    ap.add_argument("--maxiter", type=int, default=400)
+    ap.add_argument("--cv", choices=["model_path", "backend", "both"], default=None,
+                    help="also leave-one-group-out cross-validation by model, by backend, or both")
+    ap.add_argument("--cv-maxiter", type=int, default=80,
+                    help="Nelder-Mead iterations per refit (it starts from the full fit)")
+    ap.add_argument("--maxiter", type=int, default=600)
     args = ap.parse_args(argv)
     path = args.path or validation_file(SERVING_RUNS)
     df = read_rows(path)
@@ -164,12 +167,17 @@ def main(argv=None) -> int:
     print(f"in-sample over {len(rt)} rows: {_summary(rt, rp)}")
     cv_text = ""
     if args.cv:
-        for column in ("model_path", "backend"):
-            cv = cross_validate(df, column, fitted, prep)
+        for column in (("model_path", "backend") if args.cv == "both" else (args.cv,)):
+            cv = cross_validate(df, column, fitted, prep, maxiter=args.cv_maxiter)
             t = cv[cv.metric == "ttft_ms"].rel_error.to_numpy()
             p = cv[cv.metric == "tpot_ms"].rel_error.to_numpy()
             line = f"leave-one-{column}-out: {_summary(t, p)}"
             print(line)
+            for (backend, mode), g in cv.groupby(["backend", "mode"]):
+                gt = g[g.metric == "ttft_ms"].rel_error.to_numpy()
+                gp = g[g.metric == "tpot_ms"].rel_error.to_numpy()
+                print(f"  {backend} {mode}: {len(gt)} rows, {_summary(gt, gp)}")
+            cv.to_csv(f"serving_cv_{column}.csv", index=False)
             cv_text += f"; {line}"
     for gen, profile in sorted(fitted.items()):
         g_rows = np.zeros(len(df), dtype=bool)
