@@ -72,8 +72,11 @@ def fit_generation(prep, measured_ttft, measured_tpot, generation: str, rows: np
         e, _, _ = errors(prep, measured_ttft, measured_tpot, {generation: profile(z)}, rows, {generation})
         return float(e.mean()) if len(e) else 0.0
 
-    res = minimize(loss, z0, method="Nelder-Mead", options={"maxiter": maxiter, "xatol": 1e-3, "fatol": 1e-5})
-    best = profile(res.x)
+    if maxiter <= 0:                 # evaluate the given profile as it is (e.g. the committed one)
+        best = start
+    else:
+        res = minimize(loss, z0, method="Nelder-Mead", options={"maxiter": maxiter, "xatol": 1e-3, "fatol": 1e-5})
+        best = profile(res.x)
     rounded = replace(best, **{p: _round(getattr(best, p)) for p in PARAMS})
     e, _, _ = errors(prep, measured_ttft, measured_tpot, {generation: rounded}, rows, {generation})
     return rounded, float(e.mean()) if len(e) else 0.0
@@ -154,7 +157,8 @@ def main(argv=None) -> int:
                     help="also leave-one-group-out cross-validation by model, by backend, or both")
     ap.add_argument("--cv-maxiter", type=int, default=80,
                     help="Nelder-Mead iterations per refit (it starts from the full fit)")
-    ap.add_argument("--maxiter", type=int, default=600)
+    ap.add_argument("--maxiter", type=int, default=600,
+                    help="Nelder-Mead iterations of the full fit (0 = take the committed profiles as they are)")
     args = ap.parse_args(argv)
     path = args.path or validation_file(SERVING_RUNS)
     df = read_rows(path)
