@@ -24,12 +24,16 @@
 #
 # Every number below comes from the simulator (`simulator.serving`) with the serving efficiency
 # fitted per GPU generation (`hardware_specs/serving_efficiency/`); the text is computed from it.
+# This file is the source; `notebooks/serving_pareto.ipynb` is it executed (jupytext pairing;
+# re-execute with `python -c` over nbclient or `jupytext --to ipynb --execute` where nbconvert
+# is installed).
 
 # %%
+import io
 import os
 
 import pandas as pd
-from IPython.display import Markdown, display
+from IPython.display import Image, Markdown, display
 from matplotlib.figure import Figure
 
 from paraplan.serving_plots import serving_pareto
@@ -70,16 +74,18 @@ axes = fig.subplots(2, 2)
 for i, (kind, model) in enumerate(MODELS.items()):
     for j, gpu in enumerate(SYSTEMS):
         ax = axes[i][j]
-        for slo, (ttft_ms, tpot_ms) in SLOS.items():
+        for (slo, (ttft_ms, tpot_ms)), style in zip(SLOS.items(), ("-", "--")):
             plan = plans[kind, gpu, slo]
             if isinstance(plan, Exception):
                 continue
-            serving_pareto(plan.front, ax=ax, tpot_ms=tpot_ms, label_prefix=f"{slo}: ",
-                           title=f"{MODELS[kind]} on {GPUS} x {gpu} (TTFT objective per curve)")
+            serving_pareto(plan.front, ax=ax, tpot_ms=tpot_ms, label_prefix=f"{slo} (TTFT <= {ttft_ms:g} ms): ",
+                           linestyle=style, title=f"{MODELS[kind]} on {GPUS} x {gpu}")
 fig.tight_layout()
 if os.environ.get("PARAPLAN_FIGURES"):
     fig.savefig(os.path.join(os.environ["PARAPLAN_FIGURES"], "serving_pareto.png"))
-fig
+png = io.BytesIO()
+fig.savefig(png, format="png")
+display(Image(data=png.getvalue()))
 
 # %% [markdown]
 # ## What the fronts say
