@@ -3,7 +3,8 @@
 ``python -m paraplan.validation.serving_fit`` reads ``serving_runs.csv`` (the resolved path,
 ``paraplan.validation.datasets``), fits the factors of ``FIT_RANGES``
 (``hardware_specs.serving_efficiency``) per GPU generation by Nelder-Mead on bounded
-(logit-transformed) coordinates, minimising the mean over rows and both metrics (TTFT, TPOT) of
+(logit-transformed) coordinates, starting from the hand-set prior (``default.yaml``, so a rerun
+returns the same numbers), minimising the mean over rows and both metrics (TTFT, TPOT) of
 |log(predicted / measured)| (symmetric in over- and under-prediction, so no row's noise pulls
 the factors harder one way than the other), and writes
 ``hardware_specs/serving_efficiency/<generation>.yaml`` with exactly the values it found
@@ -12,7 +13,10 @@ its range's end is reported: the physics is then missing something the factor is
 
 ``--cv`` adds leave-one-group-out cross-validation: for each model (and each backend) the
 factors are refitted without that group's rows and the group is predicted with them; the
-pooled held-out errors are the honest forecast for runs the fit never saw.
+pooled held-out errors are the honest forecast for runs the fit never saw. Each refit starts
+from the prior too, so nothing of the held-out group leaks in through the starting point; a
+factor no training row depends on (the synchronisation of a scheduler kind whose only engine
+is held out) stays at its prior.
 """
 from __future__ import annotations
 
@@ -93,9 +97,17 @@ def at_bound(profile: ServingEfficiency) -> list[str]:
     return hits
 
 
+def prior_profile(generation: str) -> ServingEfficiency:
+    """The hand-set prior (``default.yaml``) for ``generation``: where every fit starts."""
+    from hardware_specs.catalog import serving_efficiency_from_dict, read_yaml, serving_efficiency_path
+    data = read_yaml(serving_efficiency_path("default"), "serving_efficiency")
+    return replace(serving_efficiency_from_dict(data), generation=generation, prior=False, fitted_on="")
+
+
 def fit_all(df: pd.DataFrame, rows: np.ndarray | None = None, starts: dict | None = None,
             maxiter: int = 400, prep=None) -> dict[str, ServingEfficiency]:
-    """Fitted profile per generation over ``rows`` (boolean mask; default all)."""
+    """Fitted profile per generation over ``rows`` (boolean mask; default all), each started
+    from ``starts[generation]`` (default: the prior)."""
     prep = prep or prepare(df)
     mt = df["silicon_ttft_ms"].to_numpy(dtype=float)
     mp = df["silicon_tpot_ms"].to_numpy(dtype=float)
@@ -103,7 +115,7 @@ def fit_all(df: pd.DataFrame, rows: np.ndarray | None = None, starts: dict | Non
     fitted = {}
     gens = sorted({g.generation for g in prep.groups if rows[g.index].any()})
     for gen in gens:
-        start = (starts or {}).get(gen) or load_serving_efficiency(gen)
+        start = (starts or {}).get(gen) or prior_profile(gen)
         start = replace(start, generation=gen, prior=False)
         fitted[gen], _ = fit_generation(prep, mt, mp, gen, rows, start, maxiter)
     return fitted
@@ -124,7 +136,7 @@ def cross_validate(df: pd.DataFrame, column: str, fitted: dict, prep, maxiter: i
     for value in sorted(set(key)):
         held = key == value
         train = ~held
-        refit = fit_all(df, train, starts=fitted, maxiter=maxiter, prep=prep)
+        refit = fit_all(df, train, maxiter=maxiter, prep=prep)
         profiles = {g: refit.get(g, fitted.get(g)) for g in {g.generation for g in prep.groups}}
         ttft, tpot = evaluate_prepared(prep, {k: v for k, v in profiles.items() if v is not None})
         for metric, pred, meas in (("ttft_ms", ttft, mt), ("tpot_ms", tpot, mp)):
@@ -155,15 +167,19 @@ def main(argv=None) -> int:
     ap.add_argument("--write", action="store_true", help="write hardware_specs/serving_efficiency/<generation>.yaml")
     ap.add_argument("--cv", choices=["model_path", "backend", "both"], default=None,
                     help="also leave-one-group-out cross-validation by model, by backend, or both")
-    ap.add_argument("--cv-maxiter", type=int, default=80,
-                    help="Nelder-Mead iterations per refit (it starts from the full fit)")
+    ap.add_argument("--cv-maxiter", type=int, default=250,
+                    help="Nelder-Mead iterations per refit (each starts from the prior)")
     ap.add_argument("--maxiter", type=int, default=600,
                     help="Nelder-Mead iterations of the full fit (0 = take the committed profiles as they are)")
     args = ap.parse_args(argv)
     path = args.path or validation_file(SERVING_RUNS)
     df = read_rows(path)
     prep = prepare(df)
-    fitted = fit_all(df, maxiter=args.maxiter, prep=prep)
+    if args.maxiter <= 0:       # take the committed profiles as they are
+        fitted = fit_all(df, maxiter=0, prep=prep,
+                         starts={g.generation: load_serving_efficiency(g.generation) for g in prep.groups})
+    else:
+        fitted = fit_all(df, maxiter=args.maxiter, prep=prep)
     mt = df["silicon_ttft_ms"].to_numpy(dtype=float)
     mp = df["silicon_tpot_ms"].to_numpy(dtype=float)
     everything = np.ones(len(df), dtype=bool)

@@ -2,8 +2,9 @@
 
 Aggregated: every worker layout of ``space.worker_layouts`` crossed with per-rank batches,
 replicated over the GPUs (throughput per GPU is one worker's). Disaggregated: prefill layouts x
-prompts per prefill step (1, 2, 4, 8), decode layouts x batches, and every pair of worker
-counts that fits the GPUs. Both go through ``simulator.serving`` (the functions ``serve
+prompts per prefill step (1, 2, 4, 8), decode layouts x batches, and worker counts that fit
+the GPUs (prefill counts up to 64, log-spaced beyond, each with as many decode workers as fit,
+or a power of two fewer). Both go through ``simulator.serving`` (the functions ``serve
 simulate`` calls), column-wise: the decode and prefill sides are evaluated once per distinct
 configuration, the closed loop once per combination. Decode configurations off the decode-only
 Pareto front (tokens/s/GPU vs tokens/s/user) and prefill configurations off the prefill front
@@ -29,6 +30,8 @@ from simulator.serving.aggregated import evaluate_agg
 from simulator.serving.disaggregated import combine, decode_side, prefill_side
 
 PREFILL_BATCHES = (1, 2, 4, 8)
+#: the largest GPU count one search covers (worker counts are enumerated up to it)
+MAX_GPUS = 4096
 #: columns of ``ServingPlan.candidates``
 COLUMNS = ("mode", "layout", "prefill_layout", "decode_layout", "batch", "prefill_batch", "workers", "prefill_workers",
            "decode_workers", "gpus_used", "concurrency", "ttft_ms", "ttft_p90_ms", "tpot_ms", "tokens_per_s_per_gpu",
@@ -118,11 +121,18 @@ def _disagg(ctx, gpus: int, isl: int, osl: int, max_batch: int) -> pd.DataFrame:
     pi_all, di_all, npw_all, ndw_all = [], [], [], []
     for gp in np.unique(pre["gpus"][p_keep]):
         for gd in np.unique(dec["gpus"][d_keep]):
-            n_p = np.arange(1, gpus // int(gp) + 1, dtype=float)
-            n_d = np.arange(1, gpus // int(gd) + 1, dtype=float)
-            np_, nd_ = np.meshgrid(n_p, n_d, indexing="ij")
-            ok = np_ * gp + nd_ * gd <= gpus
-            np_, nd_ = np_[ok], nd_[ok]
+            # prefill counts: every one up to 64, then 48 log-spaced ones (the ratio matters);
+            # decode counts: as many as fit, and the powers of two below
+            most = gpus // int(gp)
+            n_p = (np.arange(1, most + 1, dtype=float) if most <= 64
+                   else np.unique(np.round(np.geomspace(1, most, 48))))
+            fill = np.floor((gpus - n_p * gp) / gd)
+            pow2 = 2.0 ** np.arange(0, int(np.log2(max(gpus // int(gd), 1))) + 1)
+            np_ = np.concatenate([n_p, np.repeat(n_p, len(pow2))])
+            nd_ = np.concatenate([fill, np.tile(pow2, len(n_p))])
+            pairs = np.unique(np.stack([np_, nd_], axis=1), axis=0)
+            pairs = pairs[(pairs[:, 1] >= 1) & (pairs[:, 0] * gp + pairs[:, 1] * gd <= gpus)]
+            np_, nd_ = pairs[:, 0], pairs[:, 1]
             if np_.size == 0:
                 continue
             ps = p_keep[pre["gpus"][p_keep] == gp]
@@ -205,6 +215,9 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
     for name, value in (("--ttft-ms", ttft_ms), ("--tpot-ms", tpot_ms)):
         if not (isinstance(value, (int, float)) and np.isfinite(value) and value > 0):
             raise InputError(name, f"must be a finite number > 0, got {value!r}")
+    if gpus > MAX_GPUS:
+        raise InputError("--gpus", f"{gpus} GPUs is more than the {MAX_GPUS} a serving search covers",
+                         "plan one deployment unit and replicate it")
     if ctx.cluster.max_gpus is not None and gpus > ctx.cluster.max_gpus:
         raise InputError("--gpus", f"{gpus} GPUs exceed the {ctx.cluster.max_gpus} of {ctx.cluster.name}")
     t0 = time.perf_counter()
