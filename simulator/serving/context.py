@@ -64,6 +64,10 @@ class ServingContext:
         if stack.serving is None:
             raise InputError("backend", f"stack {stack.name} has no serving section",
                              "choose a serving stack: vllm, sglang or trtllm")
+        if stack.serving.speculative_tokens:
+            raise InputError("backend", f"stack {stack.name} drafts {stack.serving.speculative_tokens} speculative "
+                             "tokens per step; speculative decoding is not modelled yet",
+                             "use a stack profile without speculative decoding")
         dense = canonical_format(dense_format, "dense_format")
         expert = canonical_format(expert_format if expert_format is not None else dense_format, "expert_format")
         kv = stack.serving.kv_cache_dtype if kv_cache_dtype in (None, "auto") else kv_cache_dtype
