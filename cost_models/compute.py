@@ -2,11 +2,11 @@
 
 A GEMM of shape (M, N, K) does 2*M*N*K FLOPs and moves (M*K + K*N + M*N) elements. Its time is
 the larger of FLOPs / (peak x plateau x shape factor) and bytes / (HBM bandwidth x achieved
-fraction), plus a fixed kernel overhead. The shape factor, prod over the three dimensions of
-x / (x + gemm_half_dim), models tile quantisation and too few thread blocks in skinny or small
-GEMMs. Along the reduction dimension K the half-dimension stands for each tile's fixed
-start-up and epilogue time, which a faster dtype does not shrink: in fp8/mxfp8/nvfp4 it is
-scaled by the dtype's peak rate over the 16-bit one (a short-K GEMM gains less from FP8).
+fraction), plus a fixed kernel overhead. The shape factor is tile and wave quantization on the
+chip's SMs (``wave_shape_factor``: padded output tiles, a partly idle last wave, split-K for
+too few tiles, each tile's K-pipeline prologue); a K stage holds more elements in a faster
+dtype, so a short-K GEMM gains less from FP8. Chips without SMs in that sense (CPUs, TPUs) use
+a smooth prod x / (x + gemm_half_dim) instead.
 A linear layer's backward runs two GEMMs of their own shapes (``linear_gemm_times_s``): the
 data gradient reduces over the output features, the weight gradient over the tokens.
 Memory-bound kernels (norms, activation functions, dropout, residual adds, casts) are timed by
@@ -18,7 +18,7 @@ Every function takes numpy arrays or scalars (planner and simulator share them).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -55,6 +55,17 @@ class ComputeRates:
     k_half_dim: float | None = None  # half_dim of the reduction dimension, elements; None: half_dim
     exp_per_s: float = float("inf")  # softmax exponentials per second (special-function units)
     softmax_exposed: float = 1.0     # share of the softmax time not hidden under the matmuls
+    sm_count: int | None = None      # SMs: GEMM tiles run in waves of this many (None: smooth factor)
+    k_stage_scale: float = 1.0       # elements per K stage relative to 16-bit (peak ratio)
+
+
+def kernel_counting_rates(rates: ComputeRates) -> ComputeRates:
+    """Rates under which every time function of this module returns the number of kernels it
+    launches: work is free and each kernel costs one "second" of overhead. The layer cost
+    functions evaluated with them count a pass's kernels with no second bookkeeping to drift."""
+    inf = float("inf")
+    return replace(rates, gemm_flops_per_s=inf, attn_flops_per_s=inf, hbm_bytes_per_s=inf, exp_per_s=inf,
+                   kernel_overhead_s=1.0)
 
 
 def sixteen_bit_dtype(gpu: GPUSpec) -> str:
@@ -85,12 +96,54 @@ def compute_rates(gpu: GPUSpec, eff: EfficiencyModel, dtype: str) -> ComputeRate
         k_half_dim=k_half_dim,
         exp_per_s=gpu.sfu_exp_per_s or float("inf"),
         softmax_exposed=eff.exposed_softmax_fraction,
+        sm_count=gpu.sm_count,
+        k_stage_scale=(gpu.peak_flops(dtype) / gpu.peak_flops(sixteen_bit_dtype(gpu))) if dtype in LOW_PRECISION else 1.0,
     )
 
 
-def gemm_shape_factor(m, n, k, half_dim, k_half_dim=None):
-    """Fraction of the plateau a (m, n, k) GEMM reaches: prod x / (x + half_dim), with
+#: output tiles (M x N) of the tensor-core GEMM kernels cuBLAS / CUTLASS choose among: the
+#: heuristic picks, per problem, the one that keeps the SMs busiest (small problems get small
+#: tiles)
+GEMM_TILES = ((256.0, 128.0), (128.0, 256.0), (128.0, 128.0), (128.0, 64.0), (64.0, 128.0), (64.0, 64.0))
+#: K elements (16-bit) a tile spends filling and draining its multistage K pipeline (two stages
+#: of 64: CUTLASS mainloops keep 3-5 stages in flight and the first ones run unoverlapped)
+GEMM_K_PROLOGUE = 128.0
+#: shortest K per split when cuBLAS splits a GEMM along K to fill the SMs
+MIN_SPLIT_K = 512.0
+
+
+def wave_shape_factor(m, n, k, sm_count, k_stage_scale=1.0):
+    """Fraction of the plateau a (m, n, k) GEMM reaches on a GPU of ``sm_count`` SMs.
+
+    Its output is cut into tiles (``GEMM_TILES``; the last row and column padded:
+    ``m n / (tiles x tile area)``), which run in waves of one tile per SM, the last wave partly
+    idle: ``tiles / (ceil(tiles / SMs) x SMs)``; with fewer tiles than SMs the K loop is split
+    (split-K, at least ``MIN_SPLIT_K`` per split) to fill them. The kernel library picks the tile
+    with the least waste. Each tile pays its K pipeline's prologue: ``k' / (k' + GEMM_K_PROLOGUE)``
+    of the split's K (scaled to the dtype's elements per stage). This is the standard account of
+    tensor-core GEMM efficiency (NVIDIA "Matrix Multiplication Background User's Guide": tile
+    and wave quantization).
+    """
+    m, n, k = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (m, n, k))
+    best = None
+    for tm, tn in GEMM_TILES:
+        tiles = np.ceil(m / tm) * np.ceil(n / tn)
+        padding = m * n / (tiles * tm * tn)
+        split = np.clip(np.floor(sm_count / tiles), 1.0, np.maximum(np.floor(k / MIN_SPLIT_K), 1.0))
+        work = tiles * split
+        waves = work / (np.ceil(work / sm_count) * sm_count)
+        k_split = k / split
+        util = padding * waves * k_split / (k_split + GEMM_K_PROLOGUE * k_stage_scale)
+        best = util if best is None else np.maximum(best, util)
+    return best
+
+
+def gemm_shape_factor(m, n, k, half_dim, k_half_dim=None, sm_count=None, k_stage_scale=1.0):
+    """Fraction of the plateau a (m, n, k) GEMM reaches: by tile and wave quantization on a chip
+    with SMs (``wave_shape_factor``); else (CPUs, TPUs) the smooth prod x / (x + half_dim), with
     ``k_half_dim`` (default ``half_dim``) for the reduction dimension k."""
+    if sm_count:
+        return wave_shape_factor(m, n, k, sm_count, k_stage_scale)
     m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
     kh = half_dim if k_half_dim is None else k_half_dim
     return (m / (m + half_dim)) * (n / (n + half_dim)) * (k / (k + kh))
@@ -110,7 +163,8 @@ def gemm_time_s(m, n, k, rates: ComputeRates, count=1.0):
     """
     m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
     flops = 2.0 * m * n * k
-    compute = flops / (rates.gemm_flops_per_s * gemm_shape_factor(m, n, k, rates.half_dim, rates.k_half_dim))
+    shape = gemm_shape_factor(m, n, k, rates.half_dim, rates.k_half_dim, rates.sm_count, rates.k_stage_scale)
+    compute = flops / (rates.gemm_flops_per_s * shape)
     memory = gemm_traffic_bytes(m, n, k, rates) / rates.hbm_bytes_per_s
     return count * (np.maximum(compute, memory) + rates.kernel_overhead_s)
 

@@ -167,13 +167,34 @@ def hybrid_cp_split(cp, tp, gpus_per_node, num_heads):
     return u.astype(float), (cp_i // u).astype(float)
 
 
+#: bytes per (token, head, value element) that merging one ring step's partial attention output
+#: into the running result moves: read the fp32 accumulator and the step's 16-bit output, write the
+#: accumulator back (4 + 2 + 4); the log-sum-exp rescale rides along (Transformer Engine
+#: ``AttnFuncWithCPAndKVP2P`` corrects out and softmax_lse after every step)
+RING_MERGE_BYTES_PER_ELEMENT = 10.0
+
+
+def ring_attention_compute_s(tokens_local, heads_local, v_dim, ring_size, rates):
+    """(forward, backward) seconds a ring-attention layer spends beyond one fused attention call:
+    the core runs as ``ring_size`` block calls instead of one (``ring_size - 1`` more launches per
+    pass, twice in backward) and, in forward, each later step's partial output is merged into the
+    running one (``RING_MERGE_BYTES_PER_ELEMENT`` per output element)."""
+    steps = np.maximum(_f(ring_size) - 1.0, 0.0)
+    merge = steps * _f(tokens_local) * _f(heads_local) * _f(v_dim) * RING_MERGE_BYTES_PER_ELEMENT / rates.hbm_bytes_per_s
+    fwd = steps * 2.0 * rates.kernel_overhead_s + merge
+    bwd = steps * 2.0 * rates.kernel_overhead_s
+    return fwd, bwd
+
+
 def context_parallel_costs(model: ModelSpec, kind, tokens_local, cp, tp, core_fwd_s, core_bwd_s,
-                           cluster: ClusterSpec, eff: EfficiencyModel, bytes_per_element=2):
+                           cluster: ClusterSpec, eff: EfficiencyModel, bytes_per_element=2, rates=None):
     """Communication of one layer's attention under CP flavour ``kind``, seconds and bytes.
 
     ``kind``: "ring", "ulysses", "hybrid" or an array of ``CP_KIND_CODES``. Returns a dict:
     ``fwd_s``, ``bwd_s`` (totals), ``fwd_exposed_s``, ``bwd_exposed_s``, ``ring_step_bytes``,
-    ``ulysses_bytes`` (see ``ring_attention_comm_bytes``, ``ulysses_comm_bytes``). All zero at cp = 1.
+    ``ulysses_bytes`` (see ``ring_attention_comm_bytes``, ``ulysses_comm_bytes``), and with
+    ``rates`` the ring's extra compute ``fwd_compute_s`` / ``bwd_compute_s``
+    (``ring_attention_compute_s``). All zero at cp = 1.
     """
     code = _f(CP_KIND_CODES[kind] if isinstance(kind, str) else kind)
     cp, tp = _f(cp), _f(tp)
@@ -212,7 +233,19 @@ def context_parallel_costs(model: ModelSpec, kind, tokens_local, cp, tp, core_fw
             return np.where(cp > 1, ring_v, 0.0)
         return np.where(cp > 1, np.select([code == 1, code == 2], [uly_v, hyb_v], default=ring_v), 0.0)
 
+    if rates is not None:
+        heads_local = _f(a) / tp
+        v_dim = attention_kv_dims(model)[2]
+        r_f, r_b = ring_attention_compute_s(tokens_local, heads_local, v_dim, cp, rates)
+        if has_hybrid:
+            hr_f, hr_b = ring_attention_compute_s(tokens_local, heads_local, v_dim, r, rates)
+        else:
+            hr_f = hr_b = unused
+        compute = {"fwd_compute_s": pick(r_f, 0.0 * step, hr_f), "bwd_compute_s": pick(r_b, 0.0 * step, hr_b)}
+    else:
+        compute = {"fwd_compute_s": 0.0 * step, "bwd_compute_s": 0.0 * step}
     return {
+        **compute,
         "fwd_s": pick(ring["fwd_s"], uly_f, h_uf + h_ring["fwd_s"]),
         "bwd_s": pick(ring["bwd_s"], uly_b, h_ub + h_ring["bwd_s"]),
         "fwd_exposed_s": pick(ring["fwd_exposed_s"], uly_f, h_uf + h_ring["fwd_exposed_s"]),

@@ -11,7 +11,8 @@ File units are human units named in the key (``peak_tflops``, ``hbm_gib``, ``bw_
 
 GPU file keys: name, vendor, generation, peak_tflops {dtype: TFLOP/s dense}, hbm_gib (or hbm_gb),
 hbm_bw_tb_per_s, scaleup_bw_gb_per_s (per GPU, one direction), scaleup_domain_size, source,
-and optionally sfu_tera_exp_per_s (special-function-unit exponentials per second, 1e12/s).
+and optionally sfu_tera_exp_per_s (special-function-unit exponentials per second, 1e12/s) and
+sm_count (streaming multiprocessors / compute units).
 
 Cluster file keys: name, description, gpu (a catalog name, or an inline GPU mapping),
 efficiency (optional inline efficiency mapping, as ``paraplan calibrate`` writes), gpus_per_node, scaleup {kind, bw_gb_per_s,
@@ -38,7 +39,7 @@ from hardware_specs.errors import InputError, suggest
 from hardware_specs.gpu_spec import GPUSpec
 from hardware_specs.serving_behaviour import ServingBehaviour
 from hardware_specs.serving_efficiency import ServingEfficiency
-from hardware_specs.stack_spec import StackSpec, TrainingBehaviour
+from hardware_specs.stack_spec import RecipeOverride, StackSpec, TrainingBehaviour
 
 BUILTIN_DIR = Path(__file__).resolve().parent
 GIB = 2**30
@@ -144,6 +145,7 @@ def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
         scaleup_domain_size=_get(data, "scaleup_domain_size", where, int),
         source=str(data.get("source", "")),
         sfu_exp_per_s=_optional_tera(data, "sfu_tera_exp_per_s", where),
+        sm_count=_get(data, "sm_count", where, float, None),
     )
 
 
@@ -330,9 +332,27 @@ def stack_from_dict(data: dict, where: str = "stack") -> StackSpec:
     if unstated and not str(data.get("unstated_version_reason") or "").strip():
         raise InputError(f"{where}.unstated_version_reason", "missing",
                          "say why runs without a stated version are this stack")
+    recipes = []
+    for i, entry in enumerate(data.get("recipes") or []):
+        here = f"{where}.recipes[{i}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("models"), list) or not entry["models"]:
+            raise InputError(f"{here}.models", "must list the model names the recipe is for")
+        if not str(entry.get("source") or "").strip():
+            raise InputError(f"{here}.source", "missing", "cite the recipe file")
+        if training is None or not isinstance(entry.get("training"), dict):
+            raise InputError(f"{here}.training", "must be a mapping of behaviour: value")
+        overrides = {}
+        for key, value in entry["training"].items():
+            overrides[key] = getattr(_training_from_dict({key: value}, f"{here}.training"), key)
+        for sel in ("gpus", "dtypes"):
+            if entry.get(sel) is not None and not isinstance(entry[sel], list):
+                raise InputError(f"{here}.{sel}", "must be a list")
+        recipes.append(RecipeOverride(models=tuple(str(m) for m in entry["models"]), training=overrides,
+                                      source=str(entry["source"]), gpus=tuple(entry.get("gpus") or ()),
+                                      dtypes=tuple(entry.get("dtypes") or ())))
     return StackSpec(name=name, framework=_get(data, "framework", where, str), versions=tuple(versions),
                      description=str(data.get("description", "")), training=training, serving=serving,
-                     citations=citations, default_when_version_unstated=unstated)
+                     citations=citations, default_when_version_unstated=unstated, recipes=tuple(recipes))
 
 
 @lru_cache(maxsize=None)

@@ -42,7 +42,13 @@ class EfficiencyModel:
         scaleup_fraction: achieved collective bus bandwidth / scale-up link bandwidth
             (NCCL busBW over NVLink).
         scaleout_fraction: achieved bus bandwidth / NIC bandwidth across nodes.
-        kernel_overhead_s: fixed time per kernel launch (tail effects, launch latency), seconds.
+        kernel_overhead_s: fixed GPU time per kernel (launch latency, tail of the last wave),
+            seconds, added to each kernel's work.
+        cpu_issue_s: host time to issue one kernel from an eager framework (Python, dispatch,
+            autograd bookkeeping), seconds. The host runs ahead of the GPU, so a pass takes the
+            longer of its GPU time and its kernels x this: small layers become host-bound.
+            CUDA graphs (``ParallelConfig.cuda_graphs``) replay a pass without it. 0 = never
+            host-bound.
         exposed_softmax_fraction: fraction of the attention core's softmax exponentials
             (special-function units, ``GPUSpec.sfu_exp_per_s``) not hidden under its matmuls by
             the generation's usual fused attention kernel (``attention_kernel: auto``): 0 where
@@ -80,6 +86,7 @@ class EfficiencyModel:
     scaleup_fraction: float = 0.8
     scaleout_fraction: float = 0.8
     kernel_overhead_s: float = 5e-6
+    cpu_issue_s: float = 0.0
     exposed_softmax_fraction: float = 1.0
     sync_skew_fraction: float = 0.0
     collective_bw_fraction: Mapping[str, float] = field(default_factory=dict)
@@ -101,6 +108,7 @@ class EfficiencyModel:
         _check_fraction(f"{where}.optimizer_hbm_fraction", self.optimizer_hbm_fraction, allow_zero=True)
         require_positive(f"{where}.gemm_half_dim", self.gemm_half_dim, allow_zero=True)
         require_positive(f"{where}.kernel_overhead_s", self.kernel_overhead_s, allow_zero=True)
+        require_positive(f"{where}.cpu_issue_s", self.cpu_issue_s, allow_zero=True)
         for kind, value in self.collective_bw_fraction.items():
             if kind not in COLLECTIVE_KINDS:
                 raise InputError(f"{where}.collective_bw_fraction.{kind}", "unknown collective kind",

@@ -28,6 +28,9 @@ class GPUSpec:
         sfu_exp_per_s: exponentials per second of the special-function units (``MUFU.EX2``),
             which compute the softmax inside fused attention; None where not known (then the
             attention core is timed by its matrix FLOPs alone).
+        sm_count: streaming multiprocessors (compute units): a GEMM's output tiles run in waves
+            of this many (``cost_models.compute.gemm_shape_factor``); None where the chip has no
+            such units in this sense (CPUs, TPUs), which then use the smooth shape factor.
     """
 
     name: str
@@ -40,6 +43,7 @@ class GPUSpec:
     source: str = ""
     vendor: str = ""
     sfu_exp_per_s: float | None = None
+    sm_count: int | None = None
 
     def __post_init__(self) -> None:
         where = f"gpu {self.name}"
@@ -56,6 +60,11 @@ class GPUSpec:
         require_positive(f"{where}.scaleup_domain_size", self.scaleup_domain_size)
         if self.sfu_exp_per_s is not None:
             require_positive(f"{where}.sfu_exp_per_s", self.sfu_exp_per_s)
+        if self.sm_count is not None:
+            require_positive(f"{where}.sm_count", self.sm_count)
+            if int(self.sm_count) != self.sm_count:
+                raise InputError(f"{where}.sm_count", f"must be a whole number, got {self.sm_count!r}")
+            object.__setattr__(self, "sm_count", int(self.sm_count))
         object.__setattr__(self, "peak_flops_per_s", MappingProxyType(dict(self.peak_flops_per_s)))
 
     def peak_flops(self, dtype: str) -> float:

@@ -160,6 +160,48 @@ class TrainingBehaviour:
             raise InputError("training.default_zero_stage", f"must be 0, 1, 2 or 3, got {self.default_zero_stage!r}")
 
 
+def model_key(name: str) -> str:
+    """A model name reduced to lower-case letters and digits ("LLAMA3_70B (Megatron-Bridge)" and
+    "llama3-70b" both give "llama370b"), for matching recipe entries."""
+    head = str(name).split("(")[0]
+    return "".join(ch for ch in head.lower() if ch.isalnum())
+
+
+@dataclass(frozen=True)
+class RecipeOverride:
+    """Behaviour a release's own recipe for some models sets on top of its defaults (framework
+    code, e.g. NeMo's ``conf/training/llama/llama3_70b.yaml`` turning on userbuffers TP overlap).
+
+    Attributes:
+        models: model names the recipe is for (matched by ``model_key``).
+        training: behaviour -> value (``TrainingBehaviour`` keys).
+        source: where the recipe says so.
+        gpus: GPU kinds (canonical names, e.g. ``h100-sxm-80gb``, ``gb200``) the recipe is for;
+            empty = any.
+        dtypes: training dtypes (``bf16``, ``fp8``, ``mxfp8``, ``nvfp4``) the recipe is for;
+            empty = any.
+    """
+
+    models: tuple[str, ...]
+    training: Mapping[str, Any]
+    source: str
+    gpus: tuple[str, ...] = ()
+    dtypes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "models", tuple(model_key(m) for m in self.models))
+        object.__setattr__(self, "training", MappingProxyType(dict(self.training)))
+        object.__setattr__(self, "gpus", tuple(str(g).lower() for g in self.gpus))
+        object.__setattr__(self, "dtypes", tuple(str(d).lower() for d in self.dtypes))
+
+    def applies_to(self, model_name: str, gpu: str | None = None, dtype: str | None = None) -> bool:
+        if model_key(model_name) not in self.models:
+            return False
+        if self.gpus and (gpu is None or str(gpu).lower() not in self.gpus):
+            return False
+        return not self.dtypes or (dtype is not None and str(dtype).lower() in self.dtypes)
+
+
 @dataclass(frozen=True)
 class StackSpec:
     """One software stack (framework and release).
@@ -175,6 +217,8 @@ class StackSpec:
         serving: serving behaviour (``ServingBehaviour``), None for a training-only stack.
         citations: per behaviour key, where the framework documents it (file and commit, or docs
             page).
+        recipes: ``RecipeOverride`` entries: what the release's recipes for particular models set
+            on top of its defaults (``training_for``).
         default_when_version_unstated: this profile also describes runs of ``framework`` whose
             source does not state a version (at most one stack per framework may say so, and its
             file says why; ``catalog.stack_for`` reads it).
@@ -188,12 +232,31 @@ class StackSpec:
     serving: ServingBehaviour | None = None
     citations: Mapping[str, str] = field(default_factory=dict)
     default_when_version_unstated: bool = False
+    recipes: tuple = ()
 
     def __post_init__(self) -> None:
         if self.training is None and self.serving is None:
             raise InputError(f"stack {self.name}", "has neither a training nor a serving section")
         object.__setattr__(self, "versions", tuple(str(v) for v in self.versions))
         object.__setattr__(self, "citations", MappingProxyType(dict(self.citations)))
+        object.__setattr__(self, "recipes", tuple(self.recipes))
+
+    def training_for(self, model_name: str | None = None, gpu: str | None = None,
+                     dtype: str | None = None) -> TrainingBehaviour | None:
+        """The release's training behaviour for ``model_name`` (on ``gpu`` in ``dtype``): its
+        defaults with the overrides of every recipe written for that model, in file order."""
+        if self.training is None or model_name is None:
+            return self.training
+        from dataclasses import replace as _replace
+        out = self.training
+        for recipe in self.recipes:
+            if recipe.applies_to(model_name, gpu, dtype):
+                out = _replace(out, **dict(recipe.training))
+        return out
+
+    def recipes_for(self, model_name: str, gpu: str | None = None, dtype: str | None = None) -> list:
+        """The recipes that apply to ``model_name`` on ``gpu`` in ``dtype``."""
+        return [r for r in self.recipes if r.applies_to(model_name, gpu, dtype)]
 
     @classmethod
     def training_keys(cls) -> tuple[str, ...]:

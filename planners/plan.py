@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from hardware_specs.catalog import efficiency_for_cluster, load_cluster
+from hardware_specs.catalog import efficiency_for_cluster, load_cluster, load_stack
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError
@@ -36,6 +36,7 @@ from planners.stage_assignment import StageAssignment, stage_assignment_for
 from planners.vectorized import DEFAULT_CHUNK_ROWS, evaluate_space
 from simulator.parallel_config import ParallelConfig
 from simulator.report import TIME_PARTS
+from simulator.stack_defaults import stack_config_fields
 
 GIB = 2**30
 #: the ranked table's columns (units in the names; mfu is a fraction of the dtype's peak).
@@ -87,6 +88,8 @@ class PlanResult:
     stage_assignment: StageAssignment | None = None
     explain: str = ""
     dtypes: tuple[str, ...] = field(default=("bf16",))
+    stack: str = "megatron-core"
+    software: Mapping[str, Mapping] = field(default_factory=dict)
 
     @property
     def evals_per_s(self) -> float:
@@ -104,8 +107,10 @@ class PlanResult:
         return self.plans.iloc[0].to_dict()
 
     def config(self, rank: int = 0) -> ParallelConfig:
-        """The configuration ranked ``rank`` (0 = best) as a validated ``ParallelConfig``."""
-        return row_config(self.plans.iloc[rank])
+        """The configuration ranked ``rank`` (0 = best) as a validated ``ParallelConfig``, with
+        the software stack's fields it was scored with."""
+        row = self.plans.iloc[rank]
+        return row_config(row, self.software.get(str(row["dtype"])))
 
     @property
     def best_config(self) -> ParallelConfig:
@@ -146,7 +151,7 @@ MAX_EXACT = 4000
 
 
 def refine_exact(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, space, global_batch: int, ev,
-                 top: int = TOP_EXACT, max_rows: int = MAX_EXACT):
+                 top: int = TOP_EXACT, max_rows: int = MAX_EXACT, defaults: tuple = ()):
     """``ev`` with the exact pipeline makespan for every row that can rank among the best.
 
     ``evaluate_space`` gives every fitting row its pipeline makespan by the closed-form estimate
@@ -180,7 +185,8 @@ def refine_exact(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, s
             break
         idx = np.flatnonzero(need)
         idx = idx[np.argsort(lb[idx], kind="stable")][:budget]
-        res = evaluate_rows_exact(model, cluster, eff, space, global_batch, ev.rows[idx], ev.dtype_index[idx])
+        res = evaluate_rows_exact(model, cluster, eff, space, global_batch, ev.rows[idx], ev.dtype_index[idx],
+                                  defaults)
         for key, value in res.items():
             out[key][idx] = value
         exact[idx] = True
@@ -189,13 +195,15 @@ def refine_exact(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, s
     return replace(ev, outputs=out)
 
 
-def row_config(row) -> ParallelConfig:
-    """A ranked-table row as a ``ParallelConfig``."""
+def row_config(row, software: Mapping | None = None) -> ParallelConfig:
+    """A ranked-table row as a ``ParallelConfig``; ``software``: the stack fields it ran with
+    (``PlanResult.software`` for its dtype), else ``ParallelConfig``'s defaults."""
     return ParallelConfig(
         dp=int(row["dp"]), tp=int(row["tp"]), pp=int(row["pp"]), cp=int(row["cp"]), ep=int(row["ep"]),
         vpp=int(row["vpp"]), micro_batch=int(row["micro_batch"]), global_batch=int(row["global_batch"]),
         zero_stage=int(row["zero_stage"]), recompute=str(row["recompute"]),
-        sequence_parallel=bool(row["sequence_parallel"]), dtype=str(row["dtype"]), schedule=str(row["schedule"]))
+        sequence_parallel=bool(row["sequence_parallel"]), dtype=str(row["dtype"]), schedule=str(row["schedule"]),
+        **dict(software or {}))
 
 
 # --------------------------------------------------------------------------------------------
@@ -294,7 +302,8 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
          schedules: Iterable[str] = DEFAULT_SCHEDULES, max_micro_batch: int | None = None,
          efficiency: EfficiencyModel | None = None, prune_dominated: bool = True,
          chunk_rows: int = DEFAULT_CHUNK_ROWS, workers: int | None = None,
-         progress: Callable[[int, int], None] | None = None, assign_stages: bool = True) -> PlanResult:
+         progress: Callable[[int, int], None] | None = None, assign_stages: bool = True,
+         stack: str = "megatron-core") -> PlanResult:
     """Rank every valid configuration of ``model`` on ``gpus`` GPUs of ``cluster`` that fits.
 
     Args:
@@ -311,6 +320,9 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
         prune_dominated: drop configurations that cannot win (counted in ``pruned``).
         chunk_rows, workers, progress: see ``vectorized.evaluate_space``.
         assign_stages: split the winner's layers over its stages.
+        stack: the software stack every plan runs (``hardware_specs/stacks``, name or
+            ``StackSpec``): its documented
+            overlap, kernels, fusion and gradient dtype, with its recipe for this model.
 
     Raises ``InputError`` naming what would make the request feasible when nothing fits.
     """
@@ -342,12 +354,14 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
     space = enumerate_space(model, constraints)
     if len(space) == 0:
         raise infeasible.no_layout(model, constraints, cluster.gpus_per_node)
+    stack_spec = load_stack(stack) if isinstance(stack, str) else stack
+    defaults = tuple(stack_config_fields(stack_spec, d, model.name, cluster.gpu.name) for d in dtypes)
     ev = evaluate_space(model, cluster, eff, space, gbs, limit, chunk_rows=chunk_rows, workers=workers,
-                        progress=progress)
+                        progress=progress, defaults=defaults)
     if len(ev.rows) == 0:
         raise infeasible.nothing_fits(model, cluster, eff, constraints, space, ev, limit, headroom_gib)
 
-    ev = refine_exact(model, cluster, eff, space, gbs, ev)
+    ev = refine_exact(model, cluster, eff, space, gbs, ev, defaults=defaults)
     plans = _ranked_table(space, ev, gbs, cluster.gpu.hbm_bytes)
     pruned = dict(space.pruned)
     pruned["memory"] = ev.evaluated - len(ev.rows)
@@ -355,7 +369,7 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
         model=model.name, cluster=cluster.name, gpu=cluster.gpu.name, gpus=(lo, hi), global_batch=gbs,
         seq_len=model.seq_len, plans=plans, pruned=pruned, raw_size=space.raw_size, evaluated=ev.evaluated,
         memory_limit_bytes=limit, hbm_bytes=cluster.gpu.hbm_bytes, wall_s=0.0, eval_s=ev.wall_s,
-        eval_cpu_s=ev.cpu_s, dtypes=dtypes)
+        eval_cpu_s=ev.cpu_s, dtypes=dtypes, stack=stack_spec.name, software=dict(zip(dtypes, defaults)))
     stages = None
     if assign_stages:
         stages = stage_assignment_for(model, cluster, eff, result.best_config, limit)

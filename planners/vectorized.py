@@ -69,12 +69,13 @@ def _template() -> ConfigBatch:
 
 
 def config_batch(columns: Mapping[str, np.ndarray], dtype: str, global_batch: int,
-                 start: int = 0, stop: int | None = None) -> ConfigBatch:
+                 start: int = 0, stop: int | None = None, defaults: Mapping | None = None) -> ConfigBatch:
     """Rows ``start:stop`` of ``columns`` as a ``ConfigBatch``; fields the planner does not search
-    take ``ParallelConfig``'s defaults (so new ConfigBatch fields need no change here)."""
+    take ``defaults`` (a software stack's fields, ``simulator.stack_defaults``) or else
+    ``ParallelConfig``'s defaults (so new ConfigBatch fields need no change here)."""
     stop = len(columns["dp"]) if stop is None else stop
     n = stop - start
-    template = _template()
+    template = _template() if not defaults else ConfigBatch.from_configs([ParallelConfig(**dict(defaults))])
     kwargs = {}
     for f in fields(ConfigBatch):
         name = f.name
@@ -104,6 +105,7 @@ class _Job:
     dtypes: tuple[str, ...]
     global_batch: int
     memory_limit_bytes: float
+    defaults: tuple = ()              # per dtype: the software stack's ParallelConfig fields
 
 
 _JOB: _Job | None = None   # set before forking so workers inherit it without pickling
@@ -113,7 +115,8 @@ def _evaluate_chunk(job: _Job, dtype_index: int, start: int, stop: int):
     """Memory of every row of the chunk; step time only of the rows that fit (a row that does
     not fit is never ranked, and ``evaluate`` is row-wise, so timing the fitting subset gives
     the very numbers timing the whole chunk would)."""
-    batch = config_batch(job.columns, job.dtypes[dtype_index], job.global_batch, start, stop)
+    defaults = job.defaults[dtype_index] if job.defaults else None
+    batch = config_batch(job.columns, job.dtypes[dtype_index], job.global_batch, start, stop, defaults)
     parts = memory_parts(job.model, job.cluster, job.eff, batch)
     mem = np.asarray(parts["memory_bytes"], dtype=float)
     fit = np.flatnonzero(mem <= job.memory_limit_bytes)
@@ -142,13 +145,13 @@ class _ChunkResult:
 
 
 def evaluate_rows_exact(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, space: SearchSpace,
-                        global_batch: int, rows: np.ndarray, dtype_index: np.ndarray) -> dict:
+                        global_batch: int, rows: np.ndarray, dtype_index: np.ndarray, defaults=()) -> dict:
     """``KEPT_OUTPUTS`` of the given (row, dtype) pairs with the exact pipeline makespan."""
     out = {k: np.zeros(len(rows)) for k in KEPT_OUTPUTS}
     for d in np.unique(dtype_index):
         sel = np.flatnonzero(dtype_index == d)
         cols = {k: v[rows[sel]] for k, v in space.columns.items()}
-        batch = config_batch(cols, space.dtypes[int(d)], global_batch)
+        batch = config_batch(cols, space.dtypes[int(d)], global_batch, defaults=defaults[int(d)] if defaults else None)
         res = evaluate(model, cluster, eff, batch)
         for k in KEPT_OUTPUTS:
             out[k][sel] = np.asarray(res[k], dtype=float)
@@ -166,17 +169,19 @@ def _tasks(n_rows: int, n_dtypes: int, chunk_rows: int) -> list[tuple[int, int, 
 def evaluate_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, space: SearchSpace,
                    global_batch: int, memory_limit_bytes: float, chunk_rows: int = DEFAULT_CHUNK_ROWS,
                    workers: int | None = None,
-                   progress: Callable[[int, int], None] | None = None) -> Evaluated:
+                   progress: Callable[[int, int], None] | None = None, defaults: tuple = ()) -> Evaluated:
     """Evaluate every row of ``space`` in every dtype; keep those with memory <= the limit.
 
     ``workers``: processes (None: all CPUs when the search is large, else 1).
+    ``defaults``: per dtype of ``space.dtypes``, the ParallelConfig fields the planner does not
+    search (the software stack's, ``simulator.stack_defaults.stack_config_fields``).
     ``progress(done_rows, total_rows)`` is called after each chunk.
     """
     global _JOB
     t0, c0 = time.perf_counter(), time.process_time()
     n = len(space)
     total = n * len(space.dtypes)
-    job = _Job(model, cluster, eff, space.columns, space.dtypes, global_batch, memory_limit_bytes)
+    job = _Job(model, cluster, eff, space.columns, space.dtypes, global_batch, memory_limit_bytes, tuple(defaults))
     if workers is None:
         workers = (os.cpu_count() or 1) if total >= PARALLEL_MIN_ROWS else 1
     if n == 0:

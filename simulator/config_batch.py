@@ -56,6 +56,7 @@ class ConfigBatch:
     tp_backward_overlap: np.ndarray
     softmax_fusion: np.ndarray
     param_gather_per_tensor: np.ndarray
+    cuda_graphs: np.ndarray
     uneven_layers: np.ndarray
     dtype: str = "bf16"
 
@@ -100,6 +101,7 @@ class ConfigBatch:
             tp_backward_overlap=col("tp_backward_overlap", bool, bool),
             softmax_fusion=col("softmax_fusion", bool, bool),
             param_gather_per_tensor=col("param_gather_per_tensor", bool, bool),
+            cuda_graphs=col("cuda_graphs", bool, bool),
             uneven_layers=col("uneven_layers", bool, bool),
             dtype=dtypes.pop(),
         )
@@ -141,6 +143,6 @@ class ConfigBatch:
             param_prefetch_backward=float(self.param_prefetch_backward[i]),
             param_prefetch_max_elements=float(self.param_prefetch_max_elements[i]),
             tp_backward_overlap=bool(self.tp_backward_overlap[i]), softmax_fusion=bool(self.softmax_fusion[i]),
-            param_gather_per_tensor=bool(self.param_gather_per_tensor[i]),
+            param_gather_per_tensor=bool(self.param_gather_per_tensor[i]), cuda_graphs=bool(self.cuda_graphs[i]),
             uneven_layers=bool(self.uneven_layers[i]),
         )

@@ -13,6 +13,10 @@ then places layers on pipeline positions (``simulator.stage_layout``). Per layer
   K = tokens, so a short micro-batch makes them skinny along K);
 * ``r``: what recomputation repeats before ``b`` (the whole forward, or the attention core);
 
+each at least the pass's kernels times the host's issue time (``EfficiencyModel.cpu_issue_s``):
+an eager framework issues kernels one by one from Python, ahead of the GPU, so a small layer's
+pass is host-bound (the floor is off under CUDA graphs);
+
 and the parts of each for the step's breakdown. Communication is exposed as the software stack
 decides (``ParallelConfig``): tensor-parallel collectives fully unless ``tp_comm_overlap``
 (then what exceeds the GEMMs they pipeline with), expert all-to-alls fully unless
@@ -25,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models import context_parallel, layer_costs, moe as moe_costs
-from cost_models.compute import LOW_PRECISION, compute_rates, sixteen_bit_dtype
+from cost_models.compute import LOW_PRECISION, compute_rates, kernel_counting_rates, sixteen_bit_dtype
 from cost_models.topology import group_collective_time_s
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
@@ -53,7 +57,7 @@ def softmax_exposed_share(attention_kernel, eff: EfficiencyModel):
 
 def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, rates, tokens, tp, cp, sp, rc,
                 ep, etp, imbalance, tp_overlap, cp_kind, attention_kernel, flash_attention, ep_overlap,
-                tp_backward_overlap=True, softmax_fusion=True) -> dict:
+                tp_backward_overlap=True, softmax_fusion=True, cuda_graphs=False) -> dict:
     """Per-layer times (seconds, one micro-batch) and FLOPs for the given layer keys; see the
     module docstring for the keys (``f_dense``, ``b_moe``, ...) and the model's ends
     (``emb_f``, ``emb_b``, ``head_f``, ``head_b``, ``head_w``, ``mtp_f``, ``mtp_b``,
@@ -62,12 +66,22 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     s = float(model.seq_len)
     tokens = np.asarray(tokens, dtype=float)
     softmax_exposed = softmax_exposed_share(attention_kernel, eff)
-    attn = layer_costs.attention_block_costs(model, rates, tokens, s, tp, sp, softmax_exposed, flash_attention,
-                                             softmax_fusion)
     dense_ffn = (model.moe.dense_ffn_hidden_size or model.ffn_hidden_size) if model.moe else None
-    blocks = {"dense": layer_costs.dense_mlp_costs(model, rates, tokens, tp, sp, ffn=dense_ffn)}
-    if model.moe is not None:
-        blocks["moe"] = moe_costs.moe_mlp_costs(model, rates, tokens, ep, etp, imbalance, tp, sp)
+
+    def costs(r):
+        a = layer_costs.attention_block_costs(model, r, tokens, s, tp, sp, softmax_exposed, flash_attention,
+                                              softmax_fusion)
+        b = {"dense": layer_costs.dense_mlp_costs(model, r, tokens, tp, sp, ffn=dense_ffn)}
+        if model.moe is not None:
+            b["moe"] = moe_costs.moe_mlp_costs(model, r, tokens, ep, etp, imbalance, tp, sp)
+        return a, b
+
+    attn, blocks = costs(rates)
+    # the host issues every kernel of an eager pass; it runs ahead of the GPU, so a pass lasts the
+    # longer of its GPU time and its kernel count x the host's issue time (no floor under CUDA graphs)
+    host_s = np.where(cuda_graphs, 0.0, eff.cpu_issue_s)
+    if eff.cpu_issue_s > 0:
+        attn_n, blocks_n = costs(kernel_counting_rates(rates))
 
     # tensor-parallel collectives of one pass: two all-reduces (or reduce-scatter + all-gather
     # pairs under sequence parallelism, the same time); sequence parallelism all-gathers the norm
@@ -80,7 +94,10 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     tp_rec = np.where(rc == 2, tp_fwd, 0.0)
     if np.any(np.asarray(cp) > 1):
         cpc = context_parallel.context_parallel_costs(model, cp_kind, tokens, cp, tp, attn["core_fwd_s"],
-                                                      attn["core_bwd_s"], cluster, eff)
+                                                      attn["core_bwd_s"], cluster, eff, rates=rates)
+        # the ring runs the attention core as cp block calls and merges the partial outputs
+        attn = dict(attn, core_fwd_s=attn["core_fwd_s"] + cpc["fwd_compute_s"],
+                    core_bwd_s=attn["core_bwd_s"] + cpc["bwd_compute_s"])
     else:
         cpc = {"fwd_exposed_s": 0.0 * tokens, "bwd_exposed_s": 0.0 * tokens}
 
@@ -113,6 +130,20 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         else:
             epf = epb = epr = ep_total = 0.0 * tokens
         flops = attn["gemm_flops_fwd"] + mlp["gemm_flops_fwd"] + attn["core_flops_fwd"]
+        if eff.cpu_issue_s > 0:
+            # kernels per pass: the layer's compute kernels and its TP collectives (NCCL kernels)
+            mlp_n = blocks_n[kind]
+            n_fwd = (attn_n["gemm_fwd_s"] + mlp_n["gemm_fwd_s"] + attn_n["core_fwd_s"] + attn_n["elem_fwd_s"]
+                     + mlp_n["elem_fwd_s"] + np.where(tp > 1, 2.0, 0.0))
+            n_bwd = (attn_n["gemm_dgrad_s"] + mlp_n["gemm_dgrad_s"] + attn_n["gemm_wgrad_s"] + mlp_n["gemm_wgrad_s"]
+                     + attn_n["core_bwd_s"] + attn_n["elem_bwd_s"] + mlp_n["elem_bwd_s"]
+                     + np.where(tp > 1, np.where(sp, 3.0, 2.0), 0.0))
+            n_rec = _recomputed(rc, n_fwd, attn_n["core_fwd_s"])
+            # the host-bound share shows as compute: what the floor adds above the GPU's passes
+            host_f = np.maximum(n_fwd * host_s - (fwd + tpf + cpc["fwd_exposed_s"] + epf), 0.0)
+            host_b = np.maximum(n_bwd * host_s - (bwd + wgrad + tpb + cpc["bwd_exposed_s"] + epb), 0.0)
+            host_r = np.maximum(n_rec * host_s - (rec + tpr + epr), 0.0)
+            fwd, bwd, rec = fwd + host_f, bwd + host_b, rec + host_r
         out.update({
             f"f_{kind}": fwd + tpf + cpc["fwd_exposed_s"] + epf,
             f"b_{kind}": bwd + tpb + cpc["bwd_exposed_s"] + epb,

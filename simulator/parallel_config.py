@@ -60,7 +60,7 @@ def _enum(enum_cls, value, field):
 BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
                "flash_attention", "grad_accumulation_fusion", "uneven_layers", "zero3_recompute_gather",
                "ep_comm_overlap", "grad_reduce_every_microbatch", "tp_backward_overlap", "softmax_fusion",
-               "param_gather_per_tensor")
+               "param_gather_per_tensor", "cuda_graphs")
 #: non-negative integer fields (0 = not set)
 LAYOUT_FIELDS = ("first_stage_layers", "last_stage_layers")
 
@@ -128,6 +128,8 @@ class ParallelConfig:
             collective (DeepSpeed 0.3: one ``all_gather`` per parameter), paying the ring's
             start-up steps once per tensor; off = one collective per layer (FSDP's flat
             parameter).
+        cuda_graphs: each pass is replayed from a captured CUDA graph, so the host issues no
+            kernels one by one (``EfficiencyModel.cpu_issue_s`` does not bound it).
         tp_backward_overlap: the backward TP collectives run under the weight- and data-gradient
             GEMMs (Megatron-LM since 2021-08, Transformer Engine); off = exposed.
         softmax_fusion: the materialised attention's scale, mask and softmax are one kernel
@@ -178,6 +180,7 @@ class ParallelConfig:
     tp_backward_overlap: bool = True
     softmax_fusion: bool = True
     param_gather_per_tensor: bool = False
+    cuda_graphs: bool = False
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch"):

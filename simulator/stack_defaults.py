@@ -14,15 +14,17 @@ STACK_FIELDS = ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_byte
                 "grad_bucket_elements_per_dp", "grad_reduce_every_microbatch", "param_prefetch_forward",
                 "param_prefetch_backward", "param_prefetch_max_elements", "tp_comm_overlap", "tp_backward_overlap",
                 "ep_comm_overlap", "attention_kernel", "flash_attention", "softmax_fusion",
-                "grad_accumulation_fusion", "zero3_recompute_gather", "param_gather_per_tensor")
+                "grad_accumulation_fusion", "zero3_recompute_gather", "param_gather_per_tensor", "cuda_graphs")
 #: dtypes whose gradients a stack reduces as bf16 ones (FP8 recipes keep bf16 parameters)
 _BF16_LIKE = ("bf16", "fp8", "mxfp8", "nvfp4")
 
 
-def stack_config_fields(stack: StackSpec, dtype: str = "bf16") -> dict:
+def stack_config_fields(stack: StackSpec, dtype: str = "bf16", model_name: str | None = None,
+                        gpu: str | None = None) -> dict:
     """ParallelConfig keyword arguments for ``stack``'s training behaviour for a run in ``dtype``
-    (the plan's degrees, batch, ZeRO stage and recomputation are not the stack's)."""
-    t = stack.training
+    (the plan's degrees, batch, ZeRO stage and recomputation are not the stack's), with the
+    release's recipe for ``model_name`` applied (``StackSpec.training_for``)."""
+    t = stack.training_for(model_name, gpu, dtype)
     if t is None:
         from hardware_specs.errors import InputError
         raise InputError("stack", f"{stack.name} describes serving only, not training",
@@ -53,9 +55,12 @@ def stack_config_fields(stack: StackSpec, dtype: str = "bf16") -> dict:
         "grad_accumulation_fusion": t.grad_accumulation_fusion,
         "zero3_recompute_gather": t.zero3_recompute_gather,
         "param_gather_per_tensor": t.zero3_gather_per_tensor,
+        "cuda_graphs": t.cuda_graphs,
     }
 
 
-def stack_sequence_parallel(stack: StackSpec, tp: int) -> bool:
+def stack_sequence_parallel(stack: StackSpec, tp: int, model_name: str | None = None, gpu: str | None = None,
+                            dtype: str | None = None) -> bool:
     """Whether the stack's recipes run Megatron sequence parallelism at tensor degree ``tp``."""
-    return bool(stack.training is not None and stack.training.sequence_parallel_with_tp and tp > 1)
+    t = stack.training_for(model_name, gpu, dtype)
+    return bool(t is not None and t.sequence_parallel_with_tp and tp > 1)

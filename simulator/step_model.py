@@ -69,7 +69,7 @@ _FULL = RECOMPUTE_CODES[Recompute.FULL]
 #: share them share every per-layer time and FLOP count.
 LAYER_KEY_FIELDS = ("tp", "cp", "micro_batch", "sequence_parallel", "recompute", "ep", "etp",
                     "moe_load_imbalance", "tp_comm_overlap", "cp_kind", "attention_kernel", "flash_attention",
-                    "ep_comm_overlap", "tp_backward_overlap", "softmax_fusion")
+                    "ep_comm_overlap", "tp_backward_overlap", "softmax_fusion", "cuda_graphs")
 
 
 def _degrees(batch: ConfigBatch):
@@ -173,9 +173,11 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
     act_dense, act_moe, full_layer_act = _once_per_run(
         batch, LAYER_KEY_FIELDS, partial(_layer_activation_bytes, model),
         mbs, tp, cp, sp, rc, batch.flash_attention, ep, etp, batch.moe_load_imbalance)
-    in_flight_first = memory.in_flight_microbatches(pp, vpp, m, batch.schedule == _GPIPE)
-    # the last stage of 1F1B-like schedules holds one micro-batch (of each chunk); GPipe all
-    in_flight_last = np.where(batch.schedule == _GPIPE, m, np.where(pp > 1, np.minimum(m, vpp), in_flight_first))
+    # each stage holds its schedule's peak of in-flight chunk activation sets (1F1B's first stage
+    # min(m, p), ZB-H2 2p - 1, DualPipe p + 1, GPipe m: ``makespan.peak_in_flight``), a set
+    # being one chunk's layers (the stage's layers / its chunks)
+    in_flight_first = counts["first_in_flight"] / counts["chunks"]
+    in_flight_last = counts["last_in_flight"] / counts["chunks"]
     recompute_work = np.where(rc == _FULL, full_layer_act, 0.0)
     logits = tokens * model.vocab_size / tp * memory.LOGIT_BYTES
     z3_buffers = np.where(zero >= 3, 2.0 * np.maximum(sp_["dense_layer"], sp_["moe_layer"] + sp_["expert_layer"])
@@ -204,6 +206,8 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
     out["memory_bytes"] = tensors + allowance
     out["params_local"] = np.maximum(sp_["first"], sp_["last"])
     out["memory_stage"] = np.where(use_last, pp - 1.0, 0.0)
+    for key, value in counts.items():          # the layout, reused by evaluate (not memory)
+        out["_count_" + key] = value
     return out
 
 
@@ -360,7 +364,8 @@ def cell_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, bat
     tokens = np.asarray(one.micro_batch, dtype=float) * model.seq_len / cp
     lay = layer_times(model, cluster, eff, rates, tokens, tp, cp, one.sequence_parallel, one.recompute, ep, etp,
                       one.moe_load_imbalance, one.tp_comm_overlap, one.cp_kind, one.attention_kernel,
-                      one.flash_attention, one.ep_comm_overlap, one.tp_backward_overlap, one.softmax_fusion)
+                      one.flash_attention, one.ep_comm_overlap, one.tp_backward_overlap, one.softmax_fusion,
+                      one.cuda_graphs)
     counts = stage_layer_counts(model, one)
     sp_ = stage_params(model, one, counts)
     per_layer, ends = _pipeline_inputs(model, cluster, eff, one, lay, sp_, rates, tokens)
@@ -400,11 +405,11 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     lay = _once_per_run(batch, LAYER_KEY_FIELDS, partial(layer_times, model, cluster, eff, rates),
                         tokens, tp, cp, batch.sequence_parallel, rc, ep, etp, batch.moe_load_imbalance,
                         batch.tp_comm_overlap, batch.cp_kind, batch.attention_kernel, batch.flash_attention,
-                        batch.ep_comm_overlap, batch.tp_backward_overlap, batch.softmax_fusion)
+                        batch.ep_comm_overlap, batch.tp_backward_overlap, batch.softmax_fusion, batch.cuda_graphs)
 
-    counts = stage_layer_counts(model, batch)
     if memory_by_part is None:
-        memory_by_part = memory_parts(model, cluster, eff, batch, counts)
+        memory_by_part = memory_parts(model, cluster, eff, batch)
+    counts = {k[len("_count_"):]: v for k, v in memory_by_part.items() if k.startswith("_count_")}
     sp_ = stage_params(model, batch, counts)
     dp_group = dp * cp
     edp = sp_["edp"]

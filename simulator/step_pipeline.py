@@ -15,6 +15,7 @@ bubble is what the makespan adds on top (the issue's "makespan minus busiest sta
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -84,27 +85,47 @@ def _rows(x, idx):
 def group_cells(model, kind: ScheduleKind, p: int, v: int, first, last, uneven) -> dict:
     """Layer counts per (row, stage, chunk) cell for rows sharing (schedule, p, v): dense and MoE
     layers, and 0/1 masks of the cells holding the embedding, the LM head (with the MTP
-    modules), and positions that send forward / backward."""
-    total = model.num_layers + model.mtp_layers
-    lay = position_layers(kind, p, v, total, first, last)
-    rows = lay.shape[0]
-    moe = position_moe_layers(model, lay)
+    modules), and positions that send forward / backward. Rows share the layout of their
+    (first, last) stage layer counts, computed once per distinct pair."""
+    first = np.atleast_1d(np.asarray(first, dtype=np.int64))
+    last = np.atleast_1d(np.asarray(last, dtype=np.int64))
+    rows = max(len(first), len(last))
+    first, last = np.broadcast_to(first, (rows,)), np.broadcast_to(last, (rows,))
+    pairs, inverse = np.unique(np.stack([first, last], axis=1), axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    per_pair = [_layout_cells(model.num_layers, model.mtp_layers, model.moe, kind, p, v, int(a), int(c))
+                for a, c in pairs]
+    return {k: np.stack([cells[k] for cells in per_pair])[inverse] for k in per_pair[0]}
+
+
+@lru_cache(maxsize=4096)
+def _layout_cells(num_layers: int, mtp_layers: int, moe, kind: ScheduleKind, p: int, v: int, first: int,
+                  last: int) -> dict:
+    """``group_cells`` of one (first, last) layout: (p, v) arrays, read-only (memoised)."""
+    class _M:       # what stage_layout needs of the model
+        pass
+    m = _M()
+    m.num_layers, m.mtp_layers, m.moe = num_layers, mtp_layers, moe
+    lay = position_layers(kind, p, v, num_layers + mtp_layers, first, last)[0]
+    moe_n = position_moe_layers(m, lay[None])[0]
     cells_of_path = path_cells(kind, p, v)
     n_pos = len(cells_of_path)
-    shape = (rows, p * v)
-    out = {k: np.zeros(shape) for k in ("dense", "moe", "emb", "head", "send_f", "send_b")}
+    out = {k: np.zeros(p * v) for k in ("dense", "moe", "emb", "head", "send_f", "send_b")}
     paths = [cells_of_path]
     if kind == ScheduleKind.DUALPIPE:      # the second copy runs up the ranks on chunk 1
         paths.append((p - 1 - np.arange(p)) * v + 1)
     for cells in paths:
-        out["dense"][:, cells] += lay - moe
-        out["moe"][:, cells] += moe
-        out["emb"][:, cells[0]] += 1.0
-        out["head"][:, cells[-1]] += 1.0
+        out["dense"][cells] += lay - moe_n
+        out["moe"][cells] += moe_n
+        out["emb"][cells[0]] += 1.0
+        out["head"][cells[-1]] += 1.0
         if n_pos > 1:
-            out["send_f"][:, cells[:-1]] += 1.0
-            out["send_b"][:, cells[1:]] += 1.0
-    return {k: v_.reshape(rows, p, v) for k, v_ in out.items()}
+            out["send_f"][cells[:-1]] += 1.0
+            out["send_b"][cells[1:]] += 1.0
+    for k in out:
+        out[k] = out[k].reshape(p, v)
+        out[k].setflags(write=False)
+    return out
 
 
 def cell_durations(model, cells: dict, per_layer: PerLayer, ends: Ends, idx) -> tuple:
@@ -223,9 +244,14 @@ def _groups(sched, pp, vpp):
 
 def stage_layer_counts(model, batch) -> dict:
     """Layers (all, and MoE) on the first and on the last pipeline stage, per row of ``batch``:
-    ``first_layers``, ``first_moe_layers``, ``last_layers``, ``last_moe_layers`` (float arrays)."""
+    ``first_layers``, ``first_moe_layers``, ``last_layers``, ``last_moe_layers``, and the most
+    micro-batch chunk activation sets each holds at once (``first_in_flight``,
+    ``last_in_flight``, in units of one chunk's activations: ``makespan.peak_in_flight``) with
+    the chunks per stage (``chunks``) (float arrays)."""
+    from simulator.pipeline.makespan import peak_in_flight
     n = len(batch)
-    out = {k: np.zeros(n) for k in ("first_layers", "first_moe_layers", "last_layers", "last_moe_layers")}
+    out = {k: np.zeros(n) for k in ("first_layers", "first_moe_layers", "last_layers", "last_moe_layers",
+                                    "first_in_flight", "last_in_flight", "chunks")}
     if n == 0:
         return out
     pp = np.asarray(batch.pp).astype(np.int64)
@@ -240,6 +266,13 @@ def stage_layer_counts(model, batch) -> dict:
         moe = cells["moe"].sum(axis=2)
         out["first_layers"][idx], out["last_layers"][idx] = layers[:, 0], layers[:, -1]
         out["first_moe_layers"][idx], out["last_moe_layers"][idx] = moe[:, 0], moe[:, -1]
+        out["chunks"][idx] = v
+        m = np.rint(np.asarray(batch.global_batch, dtype=float)[idx]
+                    / (np.asarray(batch.dp, dtype=float)[idx] * np.asarray(batch.micro_batch, dtype=float)[idx]))
+        for m_value in np.unique(m):
+            sel = idx[m == m_value]
+            peaks = peak_in_flight(kind, p, int(m_value), v)
+            out["first_in_flight"][sel], out["last_in_flight"][sel] = peaks[0], peaks[-1]
     return out
 
 

@@ -383,19 +383,32 @@ def test_elementwise_bytes_per_pass_by_hand(rates):
 
 
 def test_fp8_gemm_shape_factor_scales_only_the_reduction_dimension_by_the_rate():
-    """A tile's fixed start-up/epilogue time is worth (fp8 peak / bf16 peak) times as many K
-    elements in fp8: by hand on H100 (989.4 / 1978.9 dense TFLOP/s) with plateaus 0.7 (bf16)
-    and 0.6 (fp8) and half-dimension 128, a compute-bound (8192, 8192, 1024) GEMM."""
+    """A tile's K-pipeline prologue is worth (fp8 peak / bf16 peak) times as many K elements in
+    fp8. By hand on H100 (132 SMs, 989.4 / 1978.9 dense TFLOP/s) with plateaus 0.7 (bf16) and 0.6
+    (fp8), a compute-bound (8192, 8192, 1024) GEMM: 64x64 tiles waste least, 16384 tiles in
+    ceil(16384 / 132) = 125 waves (16384 / 16500 busy); K factor 1024 / (1024 + 128 x scale)."""
     from hardware_specs.catalog import load_gpu
     gpu = load_gpu("h100-sxm-80gb")
-    eff = EfficiencyModel(generation="toy", gemm_peak_fraction={"bf16": 0.7, "fp8": 0.6}, gemm_half_dim=128,
-                          hbm_fraction=1.0, kernel_overhead_s=0.0)
+    assert gpu.sm_count == 132
+    eff = EfficiencyModel(generation="toy", gemm_peak_fraction={"bf16": 0.7, "fp8": 0.6}, hbm_fraction=1.0,
+                          kernel_overhead_s=0.0)
     bf16, fp8 = compute_rates(gpu, eff, "bf16"), compute_rates(gpu, eff, "fp8")
-    k_half = 128 * 1978.9 / 989.4
-    assert fp8.k_half_dim == pytest.approx(k_half, rel=1e-3)
-    assert bf16.k_half_dim == 128
+    assert fp8.k_stage_scale == pytest.approx(1978.9 / 989.4, rel=1e-3) and bf16.k_stage_scale == 1.0
     m = n = 8192.0
     k = 1024.0
-    mn = (m / (m + 128)) ** 2
-    assert gemm_time_s(m, n, k, fp8) == pytest.approx(2 * m * n * k / (1979e12 * 0.6 * mn * k / (k + k_half)), rel=1e-3)
-    assert gemm_time_s(m, n, k, bf16) == pytest.approx(2 * m * n * k / (989e12 * 0.7 * mn * k / (k + 128)), rel=1e-3)
+    waves = 16384 / (125 * 132)
+    assert gemm_time_s(m, n, k, fp8) == pytest.approx(
+        2 * m * n * k / (1978.9e12 * 0.6 * waves * k / (k + 128 * 1978.9 / 989.4)), rel=1e-6)
+    assert gemm_time_s(m, n, k, bf16) == pytest.approx(2 * m * n * k / (989.4e12 * 0.7 * waves * k / (k + 128)), rel=1e-6)
+
+
+def test_a_skinny_gemm_splits_k_to_fill_the_sms():
+    """(1024, 384, 8192) on A100 (108 SMs): 256x128 tiles give 4 x 3 = 12 tiles, split-K 9 ways
+    fills all 108 SMs with 8192/9-deep K loops; 64x64 tiles give 96 tiles, no split, 96 of 108
+    SMs busy with the full K. The better: 910.2 / (910.2 + 128) against 96/108 x 8192 / 8320."""
+    from cost_models.compute import wave_shape_factor
+    f = wave_shape_factor(1024, 384, 8192, 108)
+    split9 = (8192 / 9) / (8192 / 9 + 128)
+    no_split = 96 / 108 * 8192 / (8192 + 128)
+    assert float(f) == pytest.approx(max(split9, no_split), rel=1e-9)
+    assert split9 > no_split

@@ -72,7 +72,7 @@ def test_random_plans_match_simulate_to_1e9(model, cluster, gpus, gbs, dtypes):
     exact_rows = np.flatnonzero(plans["pipeline_exact"].to_numpy())
     for i in rng.choice(exact_rows, size=min(12, len(exact_rows)), replace=False):
         row = plans.iloc[int(i)]
-        report = simulate(spec, cl, row_config(row), n_gpus=gpus)
+        report = simulate(spec, cl, row_config(row, result.software[str(row["dtype"])]), n_gpus=gpus)
         assert row["step_time_s"] == pytest.approx(report.step_time_s, rel=1e-9)
         assert row["mfu"] == pytest.approx(report.mfu, rel=1e-9)
         assert row["memory_gib"] * GIB == pytest.approx(report.memory_bytes, rel=1e-9)
@@ -327,7 +327,7 @@ def _published_cases():
         if inputs.model.moe is not None or inputs.metric == "layer_fwd_bwd_time_ms":
             continue
         c = inputs.config
-        key = (inputs.model, inputs.cluster_name, c.n_gpus, c.global_batch, c.dtype,
+        key = (inputs.model, inputs.cluster.name, c.n_gpus, c.global_batch, c.dtype,
                c.dp, c.tp, c.pp, c.cp, c.vpp, c.micro_batch, c.zero_stage, c.recompute, c.sequence_parallel)
         cases.setdefault(key, (row["run_id"], inputs))
     return list(cases.values())
@@ -344,7 +344,7 @@ def test_planner_beats_or_matches_every_published_dense_configuration():
     in_top10 = in_top10_up_to_sp = grown = 0
     for run_id, inputs in sample:
         c = inputs.config
-        cluster = load_cluster(inputs.cluster_name)
+        cluster = inputs.cluster
         published = simulate(inputs.model, cluster, c)
         if not published.fits:      # the memory model says it does not fit: give it the room it needs
             cluster = _with_hbm(cluster, published.memory_bytes * (1 + 1e-9))

@@ -104,7 +104,7 @@ def test_llm_foundry_mfu_counts_parameters_that_do_matmuls():
         if not {"mfu", "tokens_per_s_per_gpu"} <= set(by_metric.index):
             continue
         inputs = row_inputs(rows[rows.measured_metric == "mfu"].iloc[0].to_dict())
-        peak = load_cluster(inputs.cluster_name).gpu.peak_flops(inputs.config.dtype)
+        peak = inputs.cluster.gpu.peak_flops(inputs.config.dtype)
         theirs_per_token = by_metric["mfu"] / 100 * peak / by_metric["tokens_per_s_per_gpu"]
         ours_per_token = CONVENTIONS["palm_6n_attn"](inputs.model, 1) / inputs.model.seq_len
         ratios.append(ours_per_token / theirs_per_token)
@@ -113,37 +113,72 @@ def test_llm_foundry_mfu_counts_parameters_that_do_matmuls():
     assert abs(ratios.mean() - 1) < 0.01 and np.abs(ratios - 1).max() < 0.04
 
 
-def test_a_row_naming_deepspeed_zero3_with_full_recompute_gathers_again_for_the_recompute():
+def test_the_framework_columns_name_the_stack_and_its_documented_behaviour():
+    """A row's software stack comes from its framework and framework_version columns, never from
+    source or notes text: DeepSpeed 2021's ZeRO-3 gathers again for the recompute and gathers
+    per parameter tensor; llm-foundry runs flash-attn 2 (serial softmax); Megatron-LM 2021 has a
+    materialised softmax, fp16 gradients reduced in fp16 once after the backward; an empty
+    framework runs the default stack, noted."""
     from paraplan.validation.published import row_inputs
     row = _llama31_8b_row(vocab=128256, zero_norm="3", recompute="full", dp=8, global_batch=64,
                           gpu_profile="a100-sxm-80gb")
-    assert row_inputs(row).config.zero3_recompute_gather is False          # FSDP-style by default
-    inputs = row_inputs({**row, "notes": "ZeRO-3 without model parallelism (DeepSpeed)"})
-    assert inputs.config.zero3_recompute_gather is True
-    assert any("zero3_recompute_gather" in a for a in inputs.assumptions)
-    # ZeRO-1 under DeepSpeed shards no parameters: nothing to gather
-    assert row_inputs({**row, "zero_norm": "1", "notes": "DeepSpeed"}).config.zero3_recompute_gather is False
+    default = row_inputs(row)
+    assert default.stack == "megatron-core" and default.config.zero3_recompute_gather is False
+    assert any("stack=megatron-core (framework not stated)" in a for a in default.assumptions)
+    ds = row_inputs({**row, "framework": "deepspeed", "framework_version": "2021",
+                     "notes": "nothing about the framework here"})
+    assert ds.stack == "deepspeed-2021"
+    assert ds.config.zero3_recompute_gather is True and ds.config.param_gather_per_tensor is True
+    # the notes alone decide nothing
+    assert row_inputs({**row, "notes": "DeepSpeed ZeRO-3"}).config.zero3_recompute_gather is False
+    foundry = row_inputs({**row, "framework": "llm-foundry"})
+    assert foundry.config.attention_kernel.value == "serial" and foundry.config.grad_reduce_bytes == 4.0
+    meg = row_inputs({**row, "zero_norm": "0", "dtype_norm": "fp16", "framework": "megatron-lm",
+                      "framework_version": "2021"})
+    assert meg.config.flash_attention is False and meg.config.grad_reduce_bytes == 2.0
+    assert meg.config.overlap_grad_reduce is False
+    unknown = {**row, "framework": "jax"}
+    with pytest.raises(Exception, match="software stack"):
+        row_inputs(unknown)
 
 
-def test_unstated_sequence_parallelism_follows_the_nemo_recipes_only_with_tp():
+def test_unstated_sequence_parallelism_follows_the_stack_recipes_only_with_tp():
     from paraplan.validation.published import row_inputs
     row = _llama31_8b_row(vocab=128256, tp=2, dp=4, seq_parallel="")
-    assert row_inputs(row).config.sequence_parallel is False                # no framework named
-    nemo = row_inputs({**row, "notes": "NeMo container 26.04"})
+    assert row_inputs(row).config.sequence_parallel is False                # megatron-core: opt-in
+    nemo = row_inputs({**row, "framework": "nemo", "framework_version": "24.09"})
     assert nemo.config.sequence_parallel is True
-    assert any("sequence_parallel" in a for a in nemo.assumptions)
-    bridge = {**row, "source": "github NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md"}
+    assert any("sequence_parallel (nemo-24.09 recipes" in a for a in nemo.assumptions)
+    bridge = {**row, "framework": "megatron-bridge", "framework_version": "26.04"}
     assert row_inputs(bridge).config.sequence_parallel is True
     # a stated 'n' is kept, and without tensor parallelism there is nothing to split
-    assert row_inputs({**row, "seq_parallel": "n", "notes": "NeMo"}).config.sequence_parallel is False
-    no_tp = _llama31_8b_row(vocab=128256, seq_parallel="", notes="NeMo container")
+    assert row_inputs({**bridge, "seq_parallel": "n"}).config.sequence_parallel is False
+    no_tp = _llama31_8b_row(vocab=128256, seq_parallel="", framework="megatron-bridge", framework_version="26.04")
     assert row_inputs(no_tp).config.sequence_parallel is False
 
 
-def test_llm_foundry_rows_run_flash_attention_2():
+def test_row_clusters_take_the_stated_node_size_and_nic_bandwidth():
     from paraplan.validation.published import row_inputs
-    row = _llama31_8b_row(vocab=128256, zero_norm="3")
-    assert row_inputs(row).config.attention_kernel.value == "auto"
-    foundry = row_inputs({**row, "source": "github mosaicml/llm-foundry@8c8dd48 scripts/train/benchmarking/README.md"})
-    assert foundry.config.attention_kernel.value == "serial"
-    assert any("FlashAttention-2" in a for a in foundry.assumptions)
+    row = _llama31_8b_row(vocab=128256, gpu_profile="a100-sxm-80gb")
+    base = row_inputs(row).cluster
+    assert (base.gpus_per_node, base.scaleout.bw_bytes_per_s) == (8, 200e9 / 8)
+    custom = row_inputs({**row, "gpus_per_node": 4, "scaleout_gbps_per_gpu": 100}).cluster
+    assert (custom.gpus_per_node, custom.scaleout.bw_bytes_per_s) == (4, 100e9 / 8)
+    assert custom.gpu is base.gpu
+    # a GPU kind with no system preset runs on a generic node of its generation
+    generic = row_inputs({**row, "gpu_profile": "h100-sxm-96gb", "dtype_norm": "bf16"}).cluster
+    assert generic.gpus_per_node == 8 and generic.scaleout.bw_bytes_per_s == 400e9 / 8
+
+
+def test_gated_mlp_and_gqa_come_from_the_architecture_not_from_ffn_width():
+    """PaLM is SwiGLU at ffn = 4h (Chowdhery et al. 2022, section 2): the family decides, not
+    ffn != 4h; a GPT at ffn != 4h stays ungated; a GQA preset keeps its key/value heads when the
+    row states the same heads."""
+    from paraplan.validation.published import row_inputs
+    palm = {**_llama31_8b_row(vocab=256000, gpu_profile="a100-sxm-80gb"), "model": "PaLM 540B", "layers": 118,
+            "hidden": 18432, "ffn_hidden": 73728, "heads": 48, "kv_heads": 1, "seq_len": 2048}
+    assert row_inputs(palm).model.gated_mlp is True
+    gpt = {**palm, "model": "GPT (some 1B)", "ffn_hidden": 3 * 18432}
+    assert row_inputs(gpt).model.gated_mlp is False
+    llama = _llama31_8b_row(vocab=128256, kv_heads="")
+    assert row_inputs(llama).model.num_kv_heads == 8

@@ -84,7 +84,8 @@ def test_stack_for_maps_releases_to_the_stack_that_lists_them():
     assert stack_for("megatron-lm", "2022").name == "megatron-lm-2022"
     assert stack_for("megatron-bridge", "26.02.01").name == "megatron-bridge"
     assert stack_for("megatron-core", "2024").name == "megatron-core"
-    assert stack_for("nemo", "24.09").name == "nemo-24"
+    assert stack_for("nemo", "24.09").name == "nemo-24.09"
+    assert stack_for("nemo", "24.07").name == "nemo-24"
     assert stack_for("llm-foundry", float("nan")).name == "llm-foundry"
     assert stack_for(" Megatron-LM ", " 2021 ").name == "megatron-lm-2021"
 
@@ -182,3 +183,21 @@ def test_the_readme_table_of_release_wide_values_matches_the_stack_files():
     assert set(rows) == set(StackSpec.training_keys())
     for key, cells in rows.items():
         assert cells == [_table_cell(getattr(load_stack(n).training, key)) for n in header], key
+
+
+def test_a_release_recipe_for_a_model_overrides_the_release_defaults():
+    """NeMo 24.07's Llama 3 70B recipe turns on userbuffers TP overlap (launcher
+    conf/training/llama/llama3_70b.yaml), its Llama 3 8B recipe does not; model names match
+    whatever their spelling."""
+    nemo = load_stack("nemo-24")
+    assert nemo.training.tp_comm_overlap is False
+    assert nemo.training_for("llama3-70b").tp_comm_overlap is True
+    assert nemo.training_for("LLAMA3-70B (NeMo 24.07)").tp_comm_overlap is True
+    assert nemo.training_for("llama3-8b").tp_comm_overlap is False
+    assert nemo.training_for(None) is nemo.training
+    with pytest.raises(InputError, match=r"recipes\[0\]\.source: missing"):
+        stack_from_dict({"name": "x", "framework": "f", "training": {"tp_comm_overlap": False},
+                         "recipes": [{"models": ["a"], "training": {"tp_comm_overlap": True}}]})
+    with pytest.raises(InputError, match="must be true or false"):
+        stack_from_dict({"name": "x", "framework": "f", "training": {"tp_comm_overlap": False},
+                         "recipes": [{"models": ["a"], "training": {"tp_comm_overlap": "on"}, "source": "x y z"}]})

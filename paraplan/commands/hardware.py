@@ -256,3 +256,47 @@ def show_cmd(name: str, as_json: bool) -> None:
     lines.append("")
     lines += _eff_text(eff_d, why, label)
     click.echo("\n".join(lines))
+
+
+@command.command("stacks", short_help="The software stacks: what each framework release does, cited.")
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print every stack (or NAME) with its behaviour and citations as JSON.")
+def stacks_cmd(name: str | None, as_json: bool) -> None:
+    """Which software stacks paraplan knows (``--stack`` on simulate and plan), or every documented
+    behaviour of one with the framework file or page it comes from.
+
+    A stack is data (hardware_specs/stacks/*.yaml): DP overlap and buckets, gradient dtype,
+    ZeRO-3 prefetch, TP/EP overlap, attention kernel, fusion, CUDA graphs, plus what the
+    release's recipes for particular models set on top.
+
+    \b
+    Example:
+      paraplan hardware stacks
+      paraplan hardware stacks megatron-bridge
+    """
+    from dataclasses import asdict
+
+    from hardware_specs.catalog import list_stacks, load_stack
+    names = [name] if name else list_stacks()
+    stacks = [load_stack(n) for n in names]
+    data = [{"name": s.name, "framework": s.framework, "versions": list(s.versions), "description": s.description,
+             "training": asdict(s.training) if s.training is not None else None,
+             "recipes": [{"models": list(r.models), "gpus": list(r.gpus), "dtypes": list(r.dtypes),
+                          "training": dict(r.training), "source": r.source} for r in s.recipes],
+             "citations": dict(s.citations)} for s in stacks]
+    if as_json:
+        click.echo(dump_json(data if name is None else data[0]), nl=False)
+        return
+    if name is None:
+        rows = [[d["name"], d["framework"], ", ".join(d["versions"]) or "-", d["description"][:80]] for d in data]
+        click.echo(format_table(rows, ["stack", "framework", "versions", "description"], align="llll"), nl=False)
+        return
+    d = data[0]
+    lines = [f"stack {d['name']} ({d['framework']} {', '.join(d['versions']) or 'any version'}): {d['description']}"]
+    for key, value in (d["training"] or {}).items():
+        lines.append(f"  {key:32s} {value!s:>12}  {d['citations'].get('training.' + key, '')}")
+    for r in d["recipes"]:
+        sel = ", ".join(r["models"]) + (f" on {', '.join(r['gpus'])}" if r["gpus"] else "") + \
+            (f" in {', '.join(r['dtypes'])}" if r["dtypes"] else "")
+        lines.append(f"  recipe for {sel}: {r['training']}  ({r['source']})")
+    click.echo("\n".join(lines))

@@ -160,6 +160,9 @@ def _csv(df) -> str:
               help="Memory to leave free per GPU, GiB.")
 @click.option("--dtype", "dtypes", multiple=True, type=click.Choice(list(KNOWN_DTYPES)),
               help="GEMM dtype to allow (repeatable) [default: the GPU's 16-bit type].")
+@click.option("--stack", default="megatron-core", show_default=True, metavar="NAME",
+              help="Software stack every plan runs (its overlap, kernels, fusion, gradient dtype and recipe "
+                   "for this model); see `paraplan hardware stacks`.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (request, search counts, pruned, plans, stage_layers).")
 @click.option("--csv", "as_csv", is_flag=True, help="Print the top plans (or, with --pareto, the frontier) as CSV.")
 @click.option("--pareto", is_flag=True, help="Also print the throughput-vs-memory frontier (and vs GPUs for a range).")
@@ -167,7 +170,7 @@ def _csv(df) -> str:
 @click.option("--emit", type=click.Choice(["megatron", "torchtitan", "deepspeed"]),
               help="Print the best plan's launch flags / TOML / JSON for this framework instead of the table.")
 def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, top, max_tp, fix, headroom_gib,
-            dtypes, as_json, as_csv, pareto, explain, max_micro_batch, emit, **explicit) -> None:
+            dtypes, stack, as_json, as_csv, pareto, explain, max_micro_batch, emit, **explicit) -> None:
     """Find the parallel configurations of MODEL on CLUSTER with the highest throughput that fit
     in memory: every factorisation of the GPUs over dp x tp x pp x cp (x ep), virtual pipeline
     stages, micro-batch, ZeRO 0-3, recomputation and sequence parallelism, scored by the same
@@ -197,7 +200,7 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
     try:
         result = plan(spec, cl, parse_gpus(gpus), global_batch, global_batch_tokens=global_batch_tokens,
                       max_tp=max_tp, fixed=fixed, headroom_gib=headroom_gib, dtypes=dtypes or None,
-                      max_micro_batch=max_micro_batch, progress=bar)
+                      max_micro_batch=max_micro_batch, progress=bar, stack=stack)
     finally:
         bar.close()
     is_range = result.gpus[0] != result.gpus[1]

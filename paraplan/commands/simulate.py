@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from hardware_specs.catalog import load_cluster
+from hardware_specs.catalog import load_cluster, load_stack
 from hardware_specs.errors import InputError
 from hardware_specs.gpu_spec import KNOWN_DTYPES
 from model_specs.catalog import load_model
@@ -19,6 +19,7 @@ from paraplan.cli import atomic_output_path, check_writable, dump_json, format_t
 from simulator.parallel_config import AttentionKernel, CPKind, ParallelConfig, Recompute, Schedule
 from simulator.report import StepReport
 from simulator.simulate import simulate
+from simulator.stack_defaults import stack_config_fields, stack_sequence_parallel
 
 GIB = 2**30
 
@@ -78,6 +79,11 @@ def _data_parallel(dp: int | None, gpus: int | None, tp: int, pp: int, cp: int) 
     return gpus // per_replica
 
 
+#: software switches that default to the ``--stack``'s behaviour and override it when given
+SWITCH_OPTIONS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "flash_attention",
+                  "attention_kernel", "grad_accumulation_fusion", "zero3_recompute_gather")
+
+
 def build_inputs(opts: dict) -> tuple[ModelSpec, object, ParallelConfig, int | None]:
     """(model, cluster, config, n_gpus) from the command's options; errors name the option."""
     model = load_model(opts["model"])
@@ -93,16 +99,22 @@ def build_inputs(opts: dict) -> tuple[ModelSpec, object, ParallelConfig, int | N
     schedule = opts["schedule"]
     if schedule is None:
         schedule = Schedule.INTERLEAVED.value if opts["vpp"] > 1 else Schedule.ONE_F_ONE_B.value
+    # the software stack's documented behaviour, then every switch the user set explicitly
+    stack = load_stack(opts["stack"])
+    software = stack_config_fields(stack, opts["dtype"], model.name, cluster.gpu.name)
+    for key in SWITCH_OPTIONS:
+        if opts.get(key) is not None:
+            software[key] = opts[key]
+    sp = opts["sequence_parallel"]
+    if sp is None:
+        sp = stack_sequence_parallel(stack, tp, model.name, cluster.gpu.name, opts["dtype"])
     config = ParallelConfig(
         dp=dp, tp=tp, pp=pp, cp=cp, ep=opts["ep"], etp=opts["etp"], vpp=opts["vpp"],
         micro_batch=opts["micro_batch"], global_batch=gbs, zero_stage=opts["zero"],
-        recompute=opts["recompute"], sequence_parallel=opts["sequence_parallel"], dtype=opts["dtype"],
-        schedule=schedule, overlap_grad_reduce=opts["overlap_grad_reduce"],
-        overlap_param_gather=opts["overlap_param_gather"], tp_comm_overlap=opts["tp_comm_overlap"],
-        cp_kind=opts["cp_kind"], moe_load_imbalance=opts["moe_load_imbalance"],
-        flash_attention=opts["flash_attention"], attention_kernel=opts["attention_kernel"],
-        grad_accumulation_fusion=opts["grad_accumulation_fusion"],
-        zero3_recompute_gather=opts["zero3_recompute_gather"],
+        recompute=opts["recompute"], sequence_parallel=sp, dtype=opts["dtype"],
+        schedule=schedule, cp_kind=opts["cp_kind"], moe_load_imbalance=opts["moe_load_imbalance"],
+        first_stage_layers=opts.get("first_stage_layers") or 0, last_stage_layers=opts.get("last_stage_layers") or 0,
+        uneven_layers=bool(opts.get("uneven_layers")), **software,
     )
     cluster.gpu.peak_flops(config.dtype)      # a dtype the chip lacks is an input error, up front
     return model, cluster, config, gpus
@@ -266,16 +278,20 @@ POS = click.IntRange(min=1)
 @click.option("--global-batch-tokens", type=POS, metavar="N", help="Tokens per optimizer step (instead of --global-batch; a multiple of seq_len).")
 @click.option("--zero", type=click.IntRange(0, 3), metavar="{0,1,2,3}", default=0, show_default=True, help="ZeRO stage: 0 DDP, 1 optimizer states, 2 + gradients, 3 + weights sharded.")
 @click.option("--recompute", type=click.Choice([r.value for r in Recompute]), default="none", show_default=True, help="Activation recomputation.")
-@click.option("--sequence-parallel/--no-sequence-parallel", default=False, show_default=True, help="Megatron sequence parallelism alongside TP.")
+@click.option("--stack", default="megatron-core", show_default=True, metavar="NAME",
+              help="Software stack whose documented behaviour (overlap, kernels, fusion, gradient dtype, "
+                   "its recipe for this model) the run has; see `paraplan hardware stacks`. The switches "
+                   "below override it one by one.")
+@click.option("--sequence-parallel/--no-sequence-parallel", default=None, help="Megatron sequence parallelism alongside TP (default: the stack's recipes).")
 @click.option("--dtype", type=click.Choice(list(KNOWN_DTYPES)), default="bf16", show_default=True, help="GEMM dtype.")
 @click.option("--schedule", type=click.Choice([s.value for s in Schedule]), help="Pipeline schedule (default 1f1b, interleaved when --vpp > 1).")
-@click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=True, show_default=True, help="DP gradient reduction overlaps backward.")
-@click.option("--overlap-param-gather/--no-overlap-param-gather", default=True, show_default=True, help="ZeRO parameter all-gathers prefetched under compute.")
-@click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=False, show_default=True, help="TP collectives overlap the GEMMs (userbuffers / async TP).")
+@click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=None, help="DP gradient reduction overlaps backward.")
+@click.option("--overlap-param-gather/--no-overlap-param-gather", default=None, help="ZeRO parameter all-gathers prefetched under compute.")
+@click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=None, help="TP collectives overlap the GEMMs (userbuffers / async TP).")
 @click.option("--cp-kind", type=click.Choice([k.value for k in CPKind]), default="ring", show_default=True, help="Context-parallel flavour.")
 @click.option("--moe-load-imbalance", type=click.FloatRange(min=1.0), metavar="RATIO", default=1.0, show_default=True, help="Busiest expert's tokens / mean (1 = balanced).")
-@click.option("--flash-attention/--no-flash-attention", default=True, show_default=True, help="Fused attention core (no stored score matrix).")
-@click.option("--attention-kernel", type=click.Choice([k.value for k in AttentionKernel]), default="auto", show_default=True,
+@click.option("--flash-attention/--no-flash-attention", default=None, help="Fused attention core (no stored score matrix).")
+@click.option("--attention-kernel", type=click.Choice([k.value for k in AttentionKernel]), default=None,
               help="How the fused attention kernel meets its softmax: auto = the GPU generation's usual kernel; "
                    "serial = softmax between the two matmuls (FlashAttention-2, e.g. llm-foundry); "
                    "pipelined = softmax hidden under the matmuls (FlashAttention-3).")
@@ -285,6 +301,12 @@ POS = click.IntRange(min=1)
 @click.option("--zero3-recompute-gather/--no-zero3-recompute-gather", default=False, show_default=True,
               help="ZeRO-3 with full recompute gathers each layer's parameters a third time for the "
                    "recompute forward (DeepSpeed ZeRO-3); off = PyTorch FSDP, where one gather serves both.")
+@click.option("--first-stage-layers", type=click.IntRange(0), default=0, metavar="N",
+              help="Layers on the first pipeline stage (Megatron --decoder-first-pipeline-num-layers); 0 = even split.")
+@click.option("--last-stage-layers", type=click.IntRange(0), default=0, metavar="N",
+              help="Layers on the last pipeline stage (Megatron --decoder-last-pipeline-num-layers); 0 = even split.")
+@click.option("--uneven-layers", is_flag=True,
+              help="Allow layer counts that do not divide over the stages: first and last stages one layer lighter.")
 @click.option("--json", "as_json", is_flag=True, help="Print StepReport.as_dict() as JSON (SI units: seconds, bytes, FLOPs).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Write the event-level pipeline timeline as a Chrome/Perfetto trace (JSON).")
 @click.option("--gantt", "gantt_path", type=click.Path(dir_okay=False), help="Draw the event-level pipeline timeline to a PNG.")

@@ -52,6 +52,7 @@ FIT_BOUNDS = {
     "attention_peak_fraction": (0.15, 0.9),
     "hbm_fraction": (0.4, 0.95),
     "kernel_overhead_s": (1e-6, 4e-5),
+    "cpu_issue_s": (1e-6, 1e-4),
 }
 #: collective bus-bandwidth fractions (nccl-tests-like measurements reach ~0.75-0.85 of link
 #: bandwidth): held at these priors, not fitted (fitting them lets them absorb compute errors)
@@ -59,6 +60,14 @@ PRIORS = {"scaleup_fraction": 0.8, "scaleout_fraction": 0.85}
 #: a generation with fewer rows than this fits only its 16-bit GEMM plateau (the one factor
 #: every row exercises); the rest stay at the prior, so a handful of rows cannot be overfitted
 MIN_ROWS_FOR_FULL_FIT = 20
+#: a generation with fewer rows than this is not fitted at all: it stays an unfitted prior (its
+#: ``NEIGHBOUR``'s fitted factors on its own datasheet numbers), labelled as such in every output
+MIN_ROWS_TO_FIT = 8
+#: factors whose effect a generation's rows may not exercise (no host-bound row, no kernel-bound
+#: row): when the search leaves one on a bound and its prior does as well within
+#: ``UNPINNED_TOLERANCE`` of the objective, it keeps the prior and is not listed as fitted
+PRIOR_ONLY_IF_UNPINNED = ("cpu_issue_s", "kernel_overhead_s")
+UNPINNED_TOLERANCE = 1e-3
 #: candidate values per factor for the coordinate search (log-spaced where the scale is)
 GRID_POINTS = 9
 _DTYPE_FACTORS = (("gemm8", "fp8"), ("gemm_mx8", "mxfp8"), ("gemm4", "nvfp4"))
@@ -89,7 +98,7 @@ def _bounds(name: str, x: dict) -> tuple[float, float]:
 
 def _grid(name: str, x: dict) -> np.ndarray:
     lo, hi = _bounds(name, x)
-    if name in ("gemm_half_dim", "kernel_overhead_s"):
+    if name in ("gemm_half_dim", "kernel_overhead_s", "cpu_issue_s"):
         return np.geomspace(lo, hi, GRID_POINTS)
     return np.linspace(lo, hi, GRID_POINTS)
 
@@ -114,6 +123,8 @@ def fitted_names(prepared: Prepared) -> list[str]:
     if len(prepared) < MIN_ROWS_FOR_FULL_FIT:
         return ["gemm16"]
     names = list(FIT_BOUNDS)
+    if all(i.cluster.gpu.sm_count for i in prepared.inputs):
+        names.remove("gemm_half_dim")       # GPUs with SMs: shapes follow tile and wave quantization
     dtypes = {i.config.dtype for i in prepared.inputs}
     for name, dtype in _DTYPE_FACTORS:
         if dtype not in dtypes:
@@ -155,7 +166,7 @@ def fit_generation(prepared: Prepared, generation: str, base: EfficiencyModel, s
             lo, hi = _bounds(n, x)
             if sweep == 0:
                 candidates = _grid(n, x)
-            elif n in ("gemm_half_dim", "kernel_overhead_s"):
+            elif n in ("gemm_half_dim", "kernel_overhead_s", "cpu_issue_s"):
                 step = (hi / lo) ** (1.0 / (GRID_POINTS - 1) / 2 ** sweep)
                 candidates = np.clip(x[n] * step ** np.arange(-2, 3), lo, hi)
             else:
@@ -171,7 +182,18 @@ def fit_generation(prepared: Prepared, generation: str, base: EfficiencyModel, s
                     best, x = s, trial
             if verbose:
                 print(f"  sweep {sweep} {n} = {x[n]:.4g}: {100 * best:.2f}%", file=sys.stderr)
-    model = _rounded(_to_model(base, x))
+    # a factor the rows cannot pin down (on a bound, and the objective no better than at the
+    # prior value) is not fitted: it keeps the prior
+    prior_x = _from_model(base)
+    kept = list(names)
+    for n in names:
+        lo, hi = _bounds(n, x)
+        if n in PRIOR_ONLY_IF_UNPINNED and (math.isclose(x[n], lo, rel_tol=1e-3) or math.isclose(x[n], hi, rel_tol=1e-3)):
+            trial = dict(x, **{n: prior_x[n]})
+            if score(trial) <= best + UNPINNED_TOLERANCE:
+                x, best = trial, score(trial)
+                kept.remove(n)
+    model = replace(_rounded(_to_model(base, x)), fitted_factors=tuple(kept))
     return model, objective(prepared, generation, model, weights)
 
 
@@ -183,7 +205,8 @@ def _rounded(model: EfficiencyModel) -> EfficiencyModel:
                    gemm_half_dim=round(float(model.gemm_half_dim), 2),
                    attention_peak_fraction=round(float(model.attention_peak_fraction), 4),
                    hbm_fraction=round(float(model.hbm_fraction), 4),
-                   kernel_overhead_s=float(f"{model.kernel_overhead_s:.3g}"))
+                   kernel_overhead_s=float(f"{model.kernel_overhead_s:.3g}"),
+                   cpu_issue_s=float(f"{model.cpu_issue_s:.3g}"))
 
 
 def at_bound(model: EfficiencyModel, names) -> list[str]:
@@ -208,6 +231,7 @@ def write_efficiency(model: EfficiencyModel, path: Path, note: str, objective_va
         "scaleup_fraction": round(float(model.scaleup_fraction), 4),
         "scaleout_fraction": round(float(model.scaleout_fraction), 4),
         "kernel_overhead_s": float(f"{model.kernel_overhead_s:.3g}"),
+        "cpu_issue_s": float(f"{model.cpu_issue_s:.3g}"),
         "exposed_softmax_fraction": round(float(model.exposed_softmax_fraction), 4),
         "optimizer_hbm_fraction": round(float(model.optimizer_hbm_fraction), 4),
         "sync_skew_fraction": round(float(model.sync_skew_fraction), 4),
@@ -250,19 +274,48 @@ def prior_model(generation: str) -> EfficiencyModel:
     return load_efficiency(generation)
 
 
-def cross_validate(prepared: Prepared, generation: str, base: EfficiencyModel, sweeps: int = 2,
-                   progress=None) -> np.ndarray:
-    """Leave-one-source-out predictions of ``prepared``'s rows: each source's rows predicted by a
-    fit on the generation's other sources (by ``base`` when it has no other source)."""
+#: the fitted generation whose factors stand in for a generation that has no other source to fit
+#: on when one is held out (what one would use for a new GPU generation with no measured runs)
+NEIGHBOUR = {"volta": "ampere", "ampere": "hopper", "hopper": "blackwell", "blackwell": "hopper", "turing": "ampere"}
+
+
+def _transfer(model: EfficiencyModel, target: EfficiencyModel) -> EfficiencyModel:
+    """``target`` with ``model``'s fitted factors (the generation key and documented fields kept)."""
+    x = _from_model(model)
+    fitted = {k: v for k, v in x.items() if k in (model.fitted_factors or FIT_BOUNDS)}
+    return replace(_to_model(target, {**_from_model(target), **fitted}), fitted_factors=model.fitted_factors)
+
+
+def cross_validate(prepared: Prepared, sweeps: int = 2, progress=None) -> np.ndarray:
+    """Leave-one-source-out predictions of every row of ``prepared`` (all generations): each
+    source's rows predicted by efficiency models fitted without that source. A generation with no
+    other source borrows the factors of its ``NEIGHBOUR`` generation fitted without the source
+    (the prior, if that has none either)."""
     pred = np.full(len(prepared), np.nan)
     sources = np.asarray(prepared.sources)
+    gens = prepared.generations
     for src in np.unique(sources):
-        held = np.flatnonzero(sources == src)
         rest = np.flatnonzero(sources != src)
-        model = base if len(rest) == 0 else fit_generation(subset(prepared, rest), generation, base, sweeps)[0]
-        pred[held] = predict(subset(prepared, held), {generation: model})
+        others = by_generation(subset(prepared, rest)) if len(rest) else {}
+        cache: dict[str, EfficiencyModel | None] = {}
+
+        def fitted_without(gen):
+            if gen not in cache:
+                cache[gen] = (fit_generation(others[gen], gen, prior_model(gen), sweeps)[0]
+                              if gen in others else None)
+            return cache[gen]
+
+        models = {}
+        for gen in np.unique(gens[sources == src]):
+            model = fitted_without(str(gen))
+            if model is None and NEIGHBOUR.get(str(gen)) is not None:
+                donor = fitted_without(NEIGHBOUR[str(gen)])
+                model = _transfer(donor, prior_model(str(gen))) if donor is not None else None
+            models[str(gen)] = model if model is not None else prior_model(str(gen))
+        held = np.flatnonzero(sources == src)
+        pred[held] = predict(subset(prepared, held), models)
         if progress is not None:
-            progress(src)
+            progress(str(src))
     return pred
 
 
@@ -276,31 +329,48 @@ def main(argv=None) -> int:
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
     prepared = prepare(read_runs(args.csv).to_dict("records"))
-    for gen, rows in sorted(by_generation(prepared).items()):
+    by_gen = by_generation(prepared)
+    # generations with enough rows first, so a sparse one can borrow its neighbour's fresh fit
+    order = sorted(by_gen, key=lambda g: (len(by_gen[g]) < MIN_ROWS_TO_FIT, g))
+    for gen in order:
+        rows = by_gen[gen]
         if args.generation and gen not in args.generation:
+            continue
+        if len(rows) < MIN_ROWS_TO_FIT:
+            donor = NEIGHBOUR.get(gen)
+            base = prior_model(gen)
+            model = _transfer(prior_model(donor), base) if donor else base
+            model = replace(model, fitted_factors=())
+            note = (f"unfitted prior: {len(rows)} rows of {', '.join(sorted(set(rows.sources)))} are too few to fit "
+                    f"(< {MIN_ROWS_TO_FIT}); " + (f"the fitted factors of {donor} on this generation's own datasheet "
+                                                  f"numbers" if donor else "hand-set initial values"))
+            score = objective(rows, gen, model)
+            print(f"{gen}: {len(rows)} rows: {note}; objective {100 * score:.2f}%")
+            if not args.dry_run:
+                write_efficiency(model, efficiency_path(gen), note, score, [])
             continue
         base = prior_model(gen)
         before = objective(rows, gen, base)
         fitted, after = fit_generation(rows, gen, base, verbose=args.verbose)
-        names = fitted_names(rows)
         srcs = sorted(set(rows.sources))
         note = (f"coordinate search on the weighted mean |pred/measured - 1| over {len(rows)} rows of "
                 f"{', '.join(srcs)} in {Path(args.csv).name}")
+        names = list(fitted.fitted_factors)
         print(f"{gen}: {len(rows)} rows, objective {100 * before:.2f}% -> {100 * after:.2f}%; fitted {names}")
-        print("   ", {k: round(v, 4) for k, v in _from_model(fitted).items() if k in names})
+        print("   ", {k: float(f"{v:.4g}") for k, v in _from_model(fitted).items() if k in names})
         bound = at_bound(fitted, names)
         if bound:
             print(f"    at a bound of their range (missing physics?): {bound}")
-        if args.cross_validate:
-            cv = cross_validate(rows, gen, base)
-            ins = predict(rows, {gen: fitted})
-            for src in srcs:
-                sel = np.asarray(rows.sources) == src
-                e_in = 100 * np.mean(np.abs(ins[sel] / rows.measured[sel] - 1))
-                e_cv = 100 * np.mean(np.abs(cv[sel] / rows.measured[sel] - 1))
-                print(f"    {src:10s} rows {int(sel.sum()):4d}  in-sample {e_in:6.2f}%  leave-source-out {e_cv:6.2f}%")
         if not args.dry_run:
-            write_efficiency(fitted, efficiency_path(gen), note, after, names)
+            write_efficiency(fitted, efficiency_path(gen), note, after, list(fitted.fitted_factors))
+    if args.cross_validate:
+        cv = cross_validate(prepared, progress=lambda src: print(f"  cross-validated {src}", file=sys.stderr))
+        ins = predict(prepared)
+        for src in sorted(set(prepared.sources)):
+            sel = np.asarray(prepared.sources) == src
+            e_in = 100 * np.mean(np.abs(ins[sel] / prepared.measured[sel] - 1))
+            e_cv = 100 * np.mean(np.abs(cv[sel] / prepared.measured[sel] - 1))
+            print(f"    {src:10s} rows {int(sel.sum()):4d}  in-sample {e_in:6.2f}%  leave-source-out {e_cv:6.2f}%")
     return 0
 
 

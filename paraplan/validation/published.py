@@ -348,7 +348,7 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInp
     vpp = _int(row, "vpp") or 1
     zero = _int(row, "zero_norm")
     if zero is None:
-        zero = stack.training.default_zero_stage if dp * cp > 1 else 0
+        zero = stack.training_for(model.name, gpu, _str(row, "dtype_norm") or None).default_zero_stage if dp * cp > 1 else 0
         assumptions.append(f"zero={zero} ({stack.name}'s default)")
     rc = _str(row, "recompute").split("(")[0].strip().lower()
     if not rc:
@@ -358,7 +358,7 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInp
         raise Skip(f"recompute '{rc}' unknown")
     sp_cell = _str(row, "seq_parallel").lower()
     sp = sp_cell == "y"
-    if not sp_cell and stack_sequence_parallel(stack, tp):
+    if not sp_cell and stack_sequence_parallel(stack, tp, model.name, gpu, _str(row, "dtype_norm") or None):
         sp = True
         assumptions.append(f"sequence_parallel ({stack.name} recipes turn it on with tp > 1)")
     cluster = row_cluster(gpu, _int(row, "gpus_per_node"), _num(row, "scaleout_gbps_per_gpu"))
@@ -377,7 +377,10 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInp
     try:
         config = ParallelConfig(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch=mbs, global_batch=gbs,
                                 zero_stage=zero, recompute=rc, sequence_parallel=sp or (model.moe is not None and tp > 1),
-                                dtype=dtype, uneven_layers=True, **stack_config_fields(stack, dtype))
+                                dtype=dtype, uneven_layers=True, **stack_config_fields(stack, dtype, model.name, gpu))
+        recipe = [r.source for r in stack.recipes_for(model.name, gpu, dtype)]
+        if recipe:
+            assumptions.append(f"{stack.name} recipe for this model: " + "; ".join(recipe))
     except InputError as exc:
         raise Skip(f"configuration invalid: {exc}") from None
     try:
@@ -408,11 +411,16 @@ def metric_from_prediction(inputs: RowInputs, report) -> float:
     return 100.0 * per_gpu / peak          # mfu / hfu are in percent
 
 
-def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None) -> pd.DataFrame:
+def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None, cross_validate: bool = False,
+                  cv_progress=None) -> pd.DataFrame:
     """One output row per input row: id, status, predicted, measured, rel_error, reason, ...
 
     Rows are predicted together (``predict.predict``: one step-model call per model, cluster
-    and dtype); ``progress(i)`` is called once per input row.
+    and dtype); ``progress(i)`` is called once per input row. With ``cross_validate`` each
+    source's rows are predicted by efficiency models fitted without that source
+    (``fit.cross_validate``, minutes: one refit per source and generation): ``predicted`` and
+    ``rel_error`` are then the cross-validated ones, ``in_sample_predicted`` /
+    ``in_sample_rel_error`` those of the committed models; ``cv_progress(source)`` after each.
     """
     from paraplan.validation.predict import predict, prepare
 
@@ -420,10 +428,14 @@ def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None
     reasons: dict[int, str] = {}
     prepared = prepare(records, on_skip=lambda i, why: reasons.__setitem__(i, why))
     pred, outs = predict(prepared, efficiency_by_generation, with_outputs=True) if len(prepared) else ([], {"fits": []})
+    in_sample = pred
+    if cross_validate and len(prepared):
+        from paraplan.validation.fit import cross_validate as loso
+        pred = loso(prepared, progress=cv_progress)
     by_id = {}
     for j, row_id in enumerate(prepared.ids):
         inp = prepared.inputs[j]
-        by_id[j] = (pred[j], inp, outs["fits"][j])
+        by_id[j] = (pred[j], inp, outs["fits"][j], in_sample[j])
     out, j = [], 0
     for i, row in enumerate(records):
         rec = {"id": row.get("id"), "run_id": row.get("run_id"), "source": str(row.get("run_id", "")).split("-")[0],
@@ -431,11 +443,13 @@ def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None
                "status": "skipped", "predicted": None, "measured": _num(row, "measured_value"),
                "rel_error": None, "reason": reasons.get(i, ""), "assumptions": ""}
         if i not in reasons:
-            value, inp, fits = by_id[j]
+            value, inp, fits, own = by_id[j]
             j += 1
             rec.update(status="ok", predicted=float(value), rel_error=(float(value) - rec["measured"]) / rec["measured"],
                        assumptions="; ".join(inp.assumptions), generation=inp.cluster.gpu.generation,
                        fits=bool(fits), stack=inp.stack, cluster=inp.cluster.name)
+            if cross_validate:
+                rec.update(in_sample_predicted=float(own), in_sample_rel_error=(float(own) - rec["measured"]) / rec["measured"])
         out.append(rec)
         if progress is not None:
             progress(i)
@@ -443,17 +457,21 @@ def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None
 
 
 def summarize(results: pd.DataFrame) -> pd.DataFrame:
-    """Per source: rows used, skipped, mean and worst absolute relative error (percent)."""
-    rows = []
-    for src, g in results.groupby("source", sort=True):
+    """Per source: rows used, skipped, mean and worst absolute relative error (percent); with
+    cross-validated results also the in-sample mean (``in_sample_mean_abs_err_pct``) beside the
+    cross-validated one (``mean_abs_err_pct``)."""
+    cv = "in_sample_rel_error" in results
+
+    def stats(name, g):
         ok = g[g.status == "ok"]
         err = ok.rel_error.abs() * 100
-        rows.append({"source": src, "rows_ok": len(ok), "rows_skipped": int((g.status != "ok").sum()),
-                     "mean_abs_err_pct": err.mean() if len(ok) else np.nan,
-                     "worst_abs_err_pct": err.max() if len(ok) else np.nan})
-    ok = results[results.status == "ok"]
-    err = ok.rel_error.abs() * 100
-    rows.append({"source": "ALL", "rows_ok": len(ok), "rows_skipped": int((results.status != "ok").sum()),
-                 "mean_abs_err_pct": err.mean() if len(ok) else np.nan,
-                 "worst_abs_err_pct": err.max() if len(ok) else np.nan})
+        rec = {"source": name, "rows_ok": len(ok), "rows_skipped": int((g.status != "ok").sum()),
+               "mean_abs_err_pct": err.mean() if len(ok) else np.nan,
+               "worst_abs_err_pct": err.max() if len(ok) else np.nan}
+        if cv:
+            rec["in_sample_mean_abs_err_pct"] = (ok.in_sample_rel_error.abs() * 100).mean() if len(ok) else np.nan
+        return rec
+
+    rows = [stats(src, g) for src, g in results.groupby("source", sort=True)]
+    rows.append(stats("ALL", results))
     return pd.DataFrame(rows)

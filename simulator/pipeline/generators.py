@@ -11,16 +11,19 @@ tuples with the integer op kinds of :mod:`simulator.pipeline.schedules` (``F``, 
   (``get_model_chunk_id``) and warm-up count ``2 (p - 1 - i) + (v - 1) p``.
 * ZB-H1: Qi et al. 2023, "Zero Bubble Pipeline Parallelism", section 2.1: 1F1B with B and W
   split, stage i delays its W passes by i micro-batches so every stage holds p in flight.
-* ZB-H2, ZB-V: built by :func:`greedy_order`, a list scheduler in the spirit of the same
-  paper's heuristic (section 3.1) run with ``T_F = T_B = T_W`` (the handcrafted schedules'
-  assumption), memory limits ``2p - 1`` micro-batches (ZB-H2, section 2.2) and ``2p`` chunk
-  activations = p micro-batches (ZB-V, section 6).
+* ZB-H2, ZB-V: built by :func:`timed_greedy_order`, a list scheduler in the spirit of the same
+  paper's heuristic (section 3.1) run in event time with the pass durations the run has (the
+  handcrafted schedules assume ``T_F = T_B = T_W``; an order built on that assumption stalls when
+  B and W differ, its bubble growing with the micro-batch count), memory limits ``2p - 1``
+  micro-batches (ZB-H2, section 2.2) and ``2p`` chunk activations = p micro-batches (ZB-V,
+  section 6).
 * DualPipe / DualPipeV: the eight-step per-rank recipe of DeepSeek-V3 (DeepSeek-AI 2024,
   section 3.2.1) as published with its reference implementation; an overlapped
   "F&B" pair is emitted as F followed by B (the non-overlapped fallback).
 """
 from __future__ import annotations
 
+import heapq
 from collections import deque
 
 F, B, W, BW = 0, 1, 2, 3
@@ -270,4 +273,116 @@ def best_greedy_order(p: int, m: int, v: int, cell_path: list[tuple[int, int]], 
                       chunk0_reserve: int = 0) -> list[list[tuple]]:
     """:func:`greedy_order` with and without F/B alternation; the order with the shorter unit-time makespan."""
     runs = [greedy_order(p, m, v, cell_path, mem_cap, chunk0_reserve, alternate) for alternate in (True, False)]
+    return min(runs, key=lambda run: run[1])[0]
+
+
+def timed_greedy_order(p: int, m: int, v: int, cell_path: list[tuple[int, int]], mem_cap: int,
+                       t_f: float = 1.0, t_b: float = 1.0, t_w: float = 1.0, chunk0_reserve: int = 0,
+                       alternate: bool = False) -> tuple[list[list[tuple]], float]:
+    """:func:`greedy_order`'s list scheduler in event time: F, B and W take ``t_f``, ``t_b``,
+    ``t_w``. Whenever a stage is free it runs, in this priority, a ready B (deepest position
+    first), a ready F allowed by the memory cap, a pending W; if none is ready it waits for the
+    next dependency to finish. With equal durations it reproduces the unit-time scheduler.
+
+    Returns:
+        (per-stage orders, makespan in the durations' unit).
+    """
+    n_pos = len(cell_path)
+    pos = [[-1] * v for _ in range(p)]
+    for u, (s_, c) in enumerate(cell_path):
+        pos[s_][c] = u
+    f_end = [[] for _ in range(n_pos)]
+    b_end = [[] for _ in range(n_pos)]
+    nxt_f = [[0] * v for _ in range(p)]
+    nxt_b = [[0] * v for _ in range(p)]
+    mem = [0] * p
+    w_queue = [deque() for _ in range(p)]
+    orders = [[] for _ in range(p)]
+    chunks_deep_first = [sorted(range(v), key=lambda c, s_=s_: -pos[s_][c]) for s_ in range(p)]
+    last_fb = [None] * p
+    inf = float("inf")
+
+    def f_ready_at(s_, c):
+        u, k = pos[s_][c], nxt_f[s_][c]
+        if k >= m or mem[s_] + 1 + (chunk0_reserve if c == 0 else 0) > mem_cap:
+            return inf
+        if u == 0:
+            return 0.0
+        return f_end[u - 1][k] if len(f_end[u - 1]) > k else inf
+
+    def b_ready_at(s_, c):
+        u, k = pos[s_][c], nxt_b[s_][c]
+        if k >= m or k >= nxt_f[s_][c]:
+            return inf
+        if u == n_pos - 1:
+            return f_end[u][k]
+        return b_end[u + 1][k] if len(b_end[u + 1]) > k else inf
+
+    remaining = [3 * m * v for _ in range(p)]
+    seq = 0                                     # ties at one time go first-come first-served
+    free = [(0.0, s_, s_) for s_ in range(p)]
+    heapq.heapify(free)
+    makespan = 0.0
+    blocked_at = [None, set()]      # stages that could not act at the current instant
+    while free:
+        t, _, s_ = heapq.heappop(free)
+        if remaining[s_] == 0:
+            continue
+        ready_b = [(b_ready_at(s_, c), c) for c in chunks_deep_first[s_]]
+        ready_f = [(f_ready_at(s_, c), c) for c in chunks_deep_first[s_]]
+        b_now = next(((B, nxt_b[s_][c], c) for r, c in ready_b if r <= t), None)
+        f_now = next(((F, nxt_f[s_][c], c) for r, c in ready_f if r <= t), None)
+        if alternate and last_fb[s_] == B:
+            op = f_now or b_now
+        else:
+            op = b_now or f_now
+        if op is None and w_queue[s_]:
+            op = w_queue[s_].popleft()
+        seq += 1
+        if op is None:
+            soon = min([r for r, _ in ready_b + ready_f if r > t], default=inf)
+            if soon == inf:
+                # waiting on ops no stage has scheduled yet: try again after the stages still free
+                # at this instant have acted, else when the next busy one is free
+                if blocked_at[0] != t:
+                    blocked_at[:] = [t, set()]
+                blocked_at[1].add(s_)
+                acting = [ft for ft, _, o in free if remaining[o] > 0 and ft <= t and o not in blocked_at[1]]
+                soon = t if acting else min([ft for ft, _, o in free if remaining[o] > 0 and ft > t], default=inf)
+            if soon == inf:
+                raise RuntimeError("timed greedy pipeline scheduler deadlocked "
+                                   f"(memory cap {mem_cap} too small?)")
+            heapq.heappush(free, (soon, seq, s_))
+            continue
+        blocked_at[:] = [None, set()]
+        blocked = 0
+        stalled = 0
+        kind, k, c = op
+        u = pos[s_][c]
+        dur = {F: t_f, B: t_b, W: t_w}[kind]
+        end = t + dur
+        if kind != W:
+            last_fb[s_] = kind
+        if kind == F:
+            f_end[u].append(end)
+            nxt_f[s_][c] += 1
+            mem[s_] += 1
+        elif kind == B:
+            b_end[u].append(end)
+            nxt_b[s_][c] += 1
+            w_queue[s_].append((W, k, c))
+        else:
+            mem[s_] -= 1
+        orders[s_].append(op)
+        remaining[s_] -= 1
+        makespan = max(makespan, end)
+        heapq.heappush(free, (end, seq, s_))
+    return orders, makespan
+
+
+def best_timed_order(p: int, m: int, v: int, cell_path: list[tuple[int, int]], mem_cap: int,
+                     t_f: float, t_b: float, t_w: float, chunk0_reserve: int = 0) -> list[list[tuple]]:
+    """:func:`timed_greedy_order` with and without F/B alternation; the shorter flush."""
+    runs = [timed_greedy_order(p, m, v, cell_path, mem_cap, t_f, t_b, t_w, chunk0_reserve, alternate)
+            for alternate in (True, False)]
     return min(runs, key=lambda run: run[1])[0]

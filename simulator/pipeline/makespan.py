@@ -56,12 +56,30 @@ def _min_m(kind: ScheduleKind, p: int) -> int:
     return 1
 
 
+#: granularity of the pass-time ratios the list-scheduled orders (ZB-H2, ZB-V) are built for
+RATIO_STEP = 0.125
+
+
+def order_durations(kind, f, b, w):
+    """(1, B/F, W/F) rounded to ``RATIO_STEP`` (per row, from its cells' means): the pass times
+    a list-scheduled order is built for; (1, 1, 1) for the schedules with fixed orders."""
+    kind = ScheduleKind(getattr(kind, "value", kind))
+    f, b, w = (np.asarray(x, dtype=float) for x in (f, b, w))
+    if kind not in (ScheduleKind.ZB_H2, ScheduleKind.ZB_V):
+        return np.ones((f.shape[0], 3))
+    axes = tuple(range(1, f.ndim))
+    mf = np.maximum(f.mean(axis=axes), 1e-300)
+    rb = np.clip(np.round(b.mean(axis=axes) / mf / RATIO_STEP) * RATIO_STEP, RATIO_STEP, 16.0)
+    rw = np.clip(np.round(w.mean(axis=axes) / mf / RATIO_STEP) * RATIO_STEP, RATIO_STEP, 16.0)
+    return np.stack([np.ones_like(rb), rb, rw], axis=1)
+
+
 @lru_cache(maxsize=256)
-def _levels(kind: ScheduleKind, p: int, m: int, v: int):
+def _levels(kind: ScheduleKind, p: int, m: int, v: int, durations=(1.0, 1.0, 1.0)):
     """The schedule's ops grouped by DAG level: for each level (op index, previous op on the
     stage, dependency op) arrays (-1 = none, mapped to a zero sentinel), plus the op cell and
     kind arrays for building durations."""
-    s = make_schedule(kind, p, m, v)
+    s = make_schedule(kind, p, m, v, durations=durations)
     n = s.n_ops
     prev_same = np.arange(n) - 1
     prev_same[s.stage_ptr[:-1]] = -1
@@ -85,10 +103,34 @@ def _levels(kind: ScheduleKind, p: int, m: int, v: int):
     return tuple(groups), cell, kinds, n
 
 
-def _sweep(kind: ScheduleKind, p: int, m: int, v: int, table: np.ndarray) -> np.ndarray:
+@lru_cache(maxsize=512)
+def peak_in_flight(kind, p: int, m: int, v: int) -> tuple[int, ...]:
+    """Most (micro-batch, chunk) activation sets each stage holds at once in one flush: an F
+    takes one when it starts, the W (or fused BW) of the same pair releases it (Qi et al. 2023,
+    section 2). 1F1B's first stage holds min(m, p), ZB-H2's up to 2p - 1, DualPipe's p + 1
+    chunk sets (DeepSeek-V3 report, table 2), GPipe's m. The order does not depend on the pass
+    times except for the list-scheduled schedules (built here for equal ones); beyond ``m_cap``
+    micro-batches the steady state holds no more."""
+    from simulator.pipeline.event_sim import simulate_schedule
+    kind = ScheduleKind(getattr(kind, "value", kind))
+    m_eff = m if kind == ScheduleKind.GPIPE else min(m, m_cap(kind, p))
+    if kind == ScheduleKind.DUALPIPE:
+        m_eff = max(m_eff + m_eff % 2, 2 * p)
+    elif kind == ScheduleKind.DUALPIPE_V:
+        m_eff = max(m_eff, 2 * p)
+    elif kind == ScheduleKind.INTERLEAVED:
+        m_eff = -(-m_eff // p) * p
+    if kind == ScheduleKind.GPIPE:
+        return tuple([int(m)] * p)
+    s = make_schedule(kind, p, m_eff, v)
+    result = simulate_schedule(s, 1.0, 1.0, 1.0)
+    return tuple(int(x) for x in result.peak_inflight)
+
+
+def _sweep(kind: ScheduleKind, p: int, m: int, v: int, table: np.ndarray, durations=(1.0, 1.0, 1.0)) -> np.ndarray:
     """Makespan of rows given ``table`` (4, rows, p*v): per kind (F, B, W, BW) and cell, the
-    op duration in seconds."""
-    groups, cell, kinds, n = _levels(kind, p, m, v)
+    op duration in seconds; the order built for ``durations``."""
+    groups, cell, kinds, n = _levels(kind, p, m, v, tuple(float(x) for x in durations))
     rows = table.shape[1]
     out = np.empty(rows)
     step = max(1, MAX_CELLS_PER_SWEEP // (n + 1))
@@ -115,16 +157,25 @@ def flush_makespan_s(kind, p: int, m: int, v: int, f, b, w) -> np.ndarray:
     f, b, w = (np.asarray(x, dtype=float) for x in (f, b, w))
     rows = f.shape[0]
     table = np.stack([f, b, w, b + w]).reshape(4, rows, p * v)
+    orders = order_durations(kind, f, b, w)
+    out = np.empty(rows)
+    for key in np.unique(orders, axis=0):
+        sel = np.flatnonzero((orders == key).all(axis=1))
+        out[sel] = _flush(kind, p, m, v, table[:, sel], tuple(key))
+    return out
+
+
+def _flush(kind: ScheduleKind, p: int, m: int, v: int, table: np.ndarray, durations) -> np.ndarray:
     cap = m_cap(kind, p)
     if m <= cap:
-        return _sweep(kind, p, m, v, table)
+        return _sweep(kind, p, m, v, table, durations)
     d = max(_round(kind, p), p)
     d = -(-d // _round(kind, p)) * _round(kind, p)
     lo_m = max(cap - d, _min_m(kind, p))
-    t_hi = _sweep(kind, p, cap, v, table)
-    t_lo = _sweep(kind, p, lo_m, v, table)
+    t_hi = _sweep(kind, p, cap, v, table, durations)
+    t_lo = _sweep(kind, p, lo_m, v, table, durations)
     rate = (t_hi - t_lo) / (cap - lo_m)
     return t_hi + (m - cap) * rate
 
 
-__all__ = ["flush_makespan_s", "m_cap", "F", "W", "BW"]
+__all__ = ["flush_makespan_s", "m_cap", "order_durations", "peak_in_flight", "F", "W", "BW"]

@@ -267,7 +267,7 @@ def _check_request(kind: ScheduleKind, p: int, m: int, v: int | None, num_layers
 
 
 def make_schedule(kind, p: int, m: int, v: int | None = None, num_layers: int | None = None,
-                  validate: bool = False) -> PipelineSchedule:
+                  validate: bool = False, durations: tuple[float, float, float] | None = None) -> PipelineSchedule:
     """Generate schedule ``kind`` for p stages, m micro-batches and v chunks per stage.
 
     Args:
@@ -276,6 +276,8 @@ def make_schedule(kind, p: int, m: int, v: int | None = None, num_layers: int | 
         num_layers: if given, must split evenly over the ``p * v`` chunks (``p`` for DualPipe,
             whose two model copies have p stages each).
         validate: also run :func:`validate_schedule` (a full dependency sweep).
+        durations: (F, B, W) times the list-scheduled orders (ZB-H2, ZB-V) are built for
+            (default equal); the others' orders do not depend on them.
 
     Raises:
         InputError: p or m below 1; v other than 1 for GPipe/1F1B/ZB-H1/ZB-H2, below 2 for
@@ -285,14 +287,20 @@ def make_schedule(kind, p: int, m: int, v: int | None = None, num_layers: int | 
     """
     kind = _kind(kind)
     v = _check_request(kind, p, m, v, num_layers)
-    schedule = _generate(kind, int(p), int(m), v, None if num_layers is None else int(num_layers))
+    if kind not in (ScheduleKind.ZB_H2, ScheduleKind.ZB_V) or durations is None:
+        durations = (1.0, 1.0, 1.0)
+    durations = tuple(float(x) for x in durations)
+    if len(durations) != 3 or not all(x > 0 and x < float("inf") for x in durations):
+        raise InputError("durations", f"need three positive finite pass times, got {durations!r}")
+    schedule = _generate(kind, int(p), int(m), v, None if num_layers is None else int(num_layers), durations)
     if validate:
         validate_schedule(schedule)
     return schedule
 
 
 @lru_cache(maxsize=64)
-def _generate(kind: ScheduleKind, p: int, m: int, v: int, num_layers: int | None) -> PipelineSchedule:
+def _generate(kind: ScheduleKind, p: int, m: int, v: int, num_layers: int | None,
+              durations: tuple[float, float, float] = (1.0, 1.0, 1.0)) -> PipelineSchedule:
     """Build (and memoise: schedules are immutable) the op orders of a checked request."""
     straight = np.arange(p)[None, :] * v                        # cells (i, 0), one path
     mb_path = np.zeros(m, dtype=np.int64)
@@ -304,7 +312,7 @@ def _generate(kind: ScheduleKind, p: int, m: int, v: int, num_layers: int | None
         orders, paths = gen.zb_h1_order(p, m), straight
     elif kind == ScheduleKind.ZB_H2:
         cells = [(i, 0) for i in range(p)]
-        orders, paths = gen.best_greedy_order(p, m, 1, cells, mem_cap=2 * p - 1), straight
+        orders, paths = gen.best_timed_order(p, m, 1, cells, 2 * p - 1, *durations), straight
     elif kind == ScheduleKind.INTERLEAVED:
         u = np.arange(p * v)
         orders, paths = gen.interleaved_order(p, m, v), ((u % p) * v + u // p)[None, :]
@@ -312,7 +320,7 @@ def _generate(kind: ScheduleKind, p: int, m: int, v: int, num_layers: int | None
         cells = [(i, 0) for i in range(p)] + [(i, 1) for i in reversed(range(p))]
         paths = np.array([[s * 2 + c for s, c in cells]])
         if kind == ScheduleKind.ZB_V:
-            orders = gen.best_greedy_order(p, m, 2, cells, mem_cap=2 * p, chunk0_reserve=1)
+            orders = gen.best_timed_order(p, m, 2, cells, 2 * p, *durations, chunk0_reserve=1)
         else:
             orders = gen.dualpipe_v_order(p, m)
     else:   # DUALPIPE

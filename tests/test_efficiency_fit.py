@@ -1,0 +1,86 @@
+"""The committed efficiency models are what the committed fitter returns, within physical bounds.
+
+``python -m paraplan.validation.fit`` writes each generation's factors with the objective it
+reached on the bundled published-runs file (``fit_objective``); re-evaluating that objective
+with the committed code and the committed factors must give the same number, so no factor was
+edited by hand and no later model change went without a refit. A fitted factor on a bound of
+its range would mean the model is wrong there (the bound, or the physics): none is.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from hardware_specs.catalog import list_efficiency_models, load_efficiency
+from paraplan.validation.datasets import BUNDLED_DIR, PUBLISHED_RUNS
+from paraplan.validation.fit import (FIT_BOUNDS, MIN_ROWS_FOR_FULL_FIT, _bounds, _from_model, at_bound, by_generation,
+                                     fit_generation, fitted_names, objective, source_weights, subset)
+from paraplan.validation.predict import predict, prepare
+from paraplan.validation.published import read_runs
+
+FITTED = [g for g in list_efficiency_models() if load_efficiency(g).is_fitted]
+
+
+@pytest.fixture(scope="module")
+def bundled_rows():
+    return by_generation(prepare(read_runs(BUNDLED_DIR / PUBLISHED_RUNS).to_dict("records")))
+
+
+@pytest.mark.parametrize("generation", FITTED)
+def test_the_recorded_objective_is_what_the_committed_factors_give(generation, bundled_rows):
+    model = load_efficiency(generation)
+    rows = bundled_rows[generation]
+    assert set(model.fitted_factors) <= set(fitted_names(rows))
+    assert objective(rows, generation, model) == pytest.approx(model.fit_objective, abs=2e-6)
+
+
+def test_generations_with_too_few_rows_are_labelled_unfitted_priors(bundled_rows):
+    from paraplan.validation.fit import MIN_ROWS_TO_FIT
+    for generation, rows in bundled_rows.items():
+        model = load_efficiency(generation)
+        assert model.is_fitted == (len(rows) >= MIN_ROWS_TO_FIT), generation
+        if not model.is_fitted:
+            assert "unfitted prior" in model.fitted_on
+            assert objective(rows, generation, model) == pytest.approx(model.fit_objective, abs=2e-6)
+
+
+@pytest.mark.parametrize("generation", FITTED)
+def test_no_fitted_factor_sits_on_a_bound_of_its_range(generation):
+    model = load_efficiency(generation)
+    assert at_bound(model, model.fitted_factors) == []
+    # a low-precision GEMM plateau is not a higher fraction of its peak than the 16-bit one
+    x = _from_model(model)
+    for name in ("gemm8", "gemm_mx8", "gemm4"):
+        assert x[name] <= x["gemm16"] + 1e-12
+
+
+def test_source_weights_make_each_source_weigh_the_square_root_of_its_rows():
+    w = source_weights(["A"] * 4 + ["B"])
+    assert np.allclose(w, [0.5] * 4 + [1.0])
+    assert w[:4].sum() == pytest.approx(2.0) and w[4:].sum() == pytest.approx(1.0)
+
+
+def test_the_fitter_recovers_a_known_gemm_plateau(bundled_rows):
+    """Rows whose 'measured' values are this model's own predictions with a known 16-bit plateau
+    are fitted back to that plateau (to the search's grid), the objective near zero."""
+    rows = bundled_rows["ampere"]
+    kor = subset(rows, np.flatnonzero(np.asarray(rows.sources) == "KOR22")[:12])
+    assert 8 <= len(kor) < MIN_ROWS_FOR_FULL_FIT      # a gemm16-only fit
+    base = load_efficiency("ampere")
+    truth_x = dict(_from_model(base), gemm16=0.8)
+    from paraplan.validation.fit import _to_model
+    truth = _to_model(base, truth_x)
+    synthetic = type(kor)(kor.ids, kor.sources, kor.inputs, predict(kor, {"ampere": truth}), kor.scale, kor.power,
+                          kor.layer_metric, kor.groups)
+    fitted, score = fit_generation(synthetic, "ampere", base, sweeps=3)
+    assert fitted.gemm_fraction("bf16") == pytest.approx(0.8, abs=0.01)
+    assert score < 0.005
+    lo, hi = _bounds("gemm16", truth_x)
+    assert lo < 0.8 < hi and not math.isclose(lo, 0.8)
+
+
+def test_fit_bounds_are_physical():
+    assert FIT_BOUNDS["gemm16"][1] <= 0.95 and FIT_BOUNDS["hbm_fraction"][1] <= 0.95
+    assert FIT_BOUNDS["gemm8"][1] is None          # bounded by the fitted 16-bit plateau
