@@ -196,14 +196,12 @@ def moe_block_s(model: ModelSpec, rates: LayerRates, tp, adp, moe_tp, moe_ep, to
     T = _f(tokens)
     group_tokens = T * _f(adp)            # tokens of every adp rank meet in the expert group
     expert_w = mats * h * moe.expert_ffn_hidden_size / _f(moe_tp)
-    local = moe.num_experts / _f(moe_ep)
     active_local = expected_distinct_experts(moe.num_experts, moe.top_k, group_tokens) / _f(moe_ep)
     routed_rows = group_tokens * moe.top_k / _f(moe_ep)      # rows one GPU's experts process
     flops = 2.0 * routed_rows * expert_w
     traffic = (active_local * expert_w * rates.expert_weight_bytes
                + routed_rows * (h + moe.expert_ffn_hidden_size / _f(moe_tp)) * 2.0 * ACT_BYTES)
     routed = np.maximum(flops / rates.expert_flops_per_s, traffic / rates.hbm_bytes_per_s)
-    del local
     router = gemm_s(T, h * moe.num_experts, rates.head_flops_per_s, 2.0, rates, h, moe.num_experts)
     shared_ffn = moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
     shared = dense_mlp_s(model, rates, tp, T, shared_ffn) if shared_ffn else 0.0
@@ -232,11 +230,10 @@ def prefill_flops(model: ModelSpec, tokens, keys):
     experts, the router) + the attention core, 2 x tokens x keys x heads x (qk + v) per softmax
     layer (window layers attend to at most the window), + the LM head for the one sampled token.
     Linear-attention layers' scans are not counted (a few percent)."""
-    from cost_models.params import attention_params, dense_layer_params, moe_layer_params, softmax_attention_params
+    from cost_models.params import dense_layer_params, moe_layer_params
     t, k = _f(tokens), _f(keys)
     layer_weights = model.num_dense_layers * (dense_layer_params(model) - 2 * model.hidden_size)
     layer_weights += model.num_moe_layers * (moe_layer_params(model, active=True) - 2 * model.hidden_size)
-    del attention_params, softmax_attention_params
     if model.mla is not None:
         m = model.mla
         dims = m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim
