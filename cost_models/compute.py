@@ -247,7 +247,7 @@ def materialised_attention_time_s(tokens, seq_len, heads, qk_dim, v_dim, rates: 
     return fwd, bwd
 
 
-def attention_time_s(flops_fwd, rates: ComputeRates, exps_fwd=0.0, softmax_exposed=None):
+def attention_time_s(flops_fwd, rates: ComputeRates, exps_fwd=0.0, softmax_exposed=None, mma_share=1.0):
     """(forward, backward) seconds of the attention core given its forward FLOPs and softmax
     exponentials (``attention_core_exponentials``).
 
@@ -259,13 +259,15 @@ def attention_time_s(flops_fwd, rates: ComputeRates, exps_fwd=0.0, softmax_expos
     ``exposed_softmax_fraction`` (``rates.softmax_exposed``, or ``softmax_exposed`` per row when
     given) says which share is added; the rest costs only what exceeds the matmul time. The
     backward recomputes the probabilities once (FlashAttention-2, Dao 2023, algorithm 2), so it
-    pays the exponentials again.
+    pays the exponentials again. ``mma_share`` (per row allowed) scales the matrix rate for
+    kernels that cannot issue the chip's fastest tensor-core instructions
+    (``GPUSpec.sync_mma_peak_fraction``).
     """
     softmax = np.asarray(exps_fwd, dtype=float) / rates.exp_per_s
     share = rates.softmax_exposed if softmax_exposed is None else np.asarray(softmax_exposed, dtype=float)
     exposed = share * softmax
     hideable = softmax - exposed
-    mma_fwd = flops_fwd / rates.attn_flops_per_s
+    mma_fwd = flops_fwd / (rates.attn_flops_per_s * np.asarray(mma_share, dtype=float))
     mma_bwd = ATTENTION_BACKWARD_RATIO * mma_fwd
     fwd = np.maximum(mma_fwd, hideable) + exposed + rates.kernel_overhead_s
     bwd = np.maximum(mma_bwd, hideable) + exposed + 2 * rates.kernel_overhead_s

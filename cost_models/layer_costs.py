@@ -114,11 +114,13 @@ def _linear_times(tokens, shapes, rates: ComputeRates) -> dict:
 
 
 def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len, tp, sp, softmax_exposed=None,
-                          flash_attention=True, softmax_fusion=True):
+                          flash_attention=True, softmax_fusion=True, mma_share=1.0):
     """Forward/backward seconds and FLOPs of one attention block (no communication).
 
     ``softmax_exposed``: share of the attention core's softmax exponentials added to its
     matmuls (``compute.attention_time_s``), per row; None = ``rates.softmax_exposed``.
+    ``mma_share``: share of the attention matrix rate the kernel's instructions reach, per row
+    (``compute.attention_time_s``).
     ``flash_attention`` False (per row allowed): the unfused core of 2020-2022 Megatron
     (``compute.materialised_attention_time_s``), its scale, mask and softmax one fused kernel
     unless ``softmax_fusion`` is False (three passes, 2019-2020).
@@ -140,7 +142,7 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
     core_flops = attention_core_flops(tokens, seq_len, model.num_heads / tp, qk, v,
                                       model.sliding_window, model.sliding_window_layer_fraction)
     core_fwd, core_bwd = attention_time_s(core_flops, rates, attention_core_exponentials(core_flops, qk, v),
-                                          softmax_exposed)
+                                          softmax_exposed, mma_share)
     if not np.all(flash_attention):
         mat_fwd, mat_bwd = materialised_attention_time_s(tokens, seq_len, model.num_heads / tp, qk, v, rates,
                                                          softmax_fusion)

@@ -34,11 +34,13 @@ LOGIT_BYTES = 6.0
 
 
 def activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, cp, sp, recompute,
-                               flash_attention=True, ffn=None):
+                               flash_attention=True, ffn=None, element_bytes=2.0):
     """Activation bytes one layer keeps for one micro-batch on one GPU.
 
     ``recompute``: 0 none, 1 selective, 2 full (arrays allowed). ``ffn`` overrides the MLP
     width (e.g. the routed tokens' expert MLPs; see ``moe_activation_bytes_per_layer``).
+    ``element_bytes``: bytes of a stored activation element (2 in 16-bit training, 4 in fp32);
+    dropout masks stay 1 byte and the fused kernel's log-sum-exp 4 bytes either way.
     """
     b = np.asarray(micro_batch, dtype=float)
     s_local = np.asarray(seq_len, dtype=float) / np.asarray(cp, dtype=float)
@@ -47,17 +49,20 @@ def activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, cp, s
     h, a, g, d = model.hidden_size, model.num_heads, model.num_kv_heads, model.head_dim
     f = model.ffn_hidden_size if ffn is None else ffn
     split = np.where(sp, tp, 1.0)
+    e = float(element_bytes) / 2.0      # 16-bit element sizes below, scaled for fp32 training
+    hidden_dropout = 1.0 if getattr(model, "hidden_dropout", True) else 0.0
+    dropout = 1.0 if getattr(model, "attention_dropout", True) else 0.0
     # norm inputs (4), QKV input (2), MLP input (2), two 1-byte dropout masks (2)
-    replicated = tokens * h * 10.0 / split
+    replicated = tokens * h * (8.0 * e + 2.0 * hidden_dropout) / split
     mlp = (6.0 if model.gated_mlp else 4.0) * f
-    sharded = tokens * (2.0 * a * d + 4.0 * g * d + 2.0 * a * d + mlp) / tp
+    sharded = e * tokens * (2.0 * a * d + 4.0 * g * d + 2.0 * a * d + mlp) / tp
     # fused attention keeps an fp32 log-sum-exp per query and head; the materialised softmax
-    # keeps scores, dropout mask and dropout output (5 a s^2 b bytes)
+    # keeps its probabilities, and with dropout its mask and dropped copy (5 a s^2 b bytes)
     score = np.where(flash_attention, tokens * a * 4.0 / tp,
-                     5.0 * a * s_local * np.asarray(seq_len, dtype=float) * b / tp)
+                     (2.0 * e + dropout * (2.0 * e + 1.0)) * a * s_local * np.asarray(seq_len, dtype=float) * b / tp)
     full_layer = replicated + sharded + score
     selective = replicated + sharded        # the attention core is recomputed: nothing kept
-    layer_input = 2.0 * tokens * h / split
+    layer_input = 2.0 * e * tokens * h / split
     rc = np.asarray(recompute)
     return np.where(rc == 2, layer_input, np.where(rc == 1, selective, full_layer))
 

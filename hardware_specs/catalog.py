@@ -12,12 +12,21 @@ File units are human units named in the key (``peak_tflops``, ``hbm_gib``, ``bw_
 GPU file keys: name, vendor, generation, peak_tflops {dtype: TFLOP/s dense}, hbm_gib (or hbm_gb),
 hbm_bw_tb_per_s, scaleup_bw_gb_per_s (per GPU, one direction), scaleup_domain_size, source,
 and optionally sfu_tera_exp_per_s (special-function-unit exponentials per second, 1e12/s) and
-sm_count (streaming multiprocessors / compute units).
+sm_count (streaming multiprocessors / compute units) and sync_mma_peak_fraction (share of the
+tensor peak reached by warp-synchronous mma.sync, default 1).
 
 Cluster file keys: name, description, gpu (a catalog name, or an inline GPU mapping),
 efficiency (optional inline efficiency mapping, as ``paraplan calibrate`` writes), gpus_per_node, scaleup {kind, bw_gb_per_s,
 latency_us} (optional: defaults to the GPU's link), scaleout {kind, bw_gbit_per_s or
 bw_gb_per_s, latency_us}, rail_optimized, oversubscription, max_gpus, source.
+
+Pooled cluster files (a mixed cluster) list ``pools`` instead: each pool has a name, ``gpus`` (its
+GPU count) and either ``cluster`` (a catalog cluster or file giving its GPU and fabric; other keys
+of the pool override that file's) or the cluster keys above inline; ``links`` optionally list
+the network between two pools: ``between: [a, b]``, ``bw_gbit_per_s`` (or ``bw_gb_per_s``) per
+GPU one direction, ``latency_us``, ``kind``. Pools without a link use the slower of their
+scale-out tiers (``hardware_specs.pools``). ``load_cluster`` refuses a pooled file (it is not
+one ``ClusterSpec``); ``load_pooled_cluster`` reads both kinds.
 
 Stack file keys (``hardware_specs/stacks``): name, framework, versions (list, spelled as the
 validation files spell ``framework_version``), description, default_when_version_unstated and
@@ -39,6 +48,7 @@ from hardware_specs.errors import InputError, suggest
 from hardware_specs.gpu_spec import GPUSpec
 from hardware_specs.serving_behaviour import ServingBehaviour
 from hardware_specs.serving_efficiency import ServingEfficiency
+from hardware_specs.pools import Pool, PooledCluster, PoolLink
 from hardware_specs.stack_spec import RecipeOverride, StackSpec, TrainingBehaviour
 
 BUILTIN_DIR = Path(__file__).resolve().parent
@@ -73,10 +83,20 @@ def read_yaml(path: Path, what: str) -> dict[str, Any]:
 def _entries(kind: str) -> dict[str, Path]:
     found: dict[str, Path] = {}
     for d in _search_dirs(kind):
-        if d.is_dir():
-            for p in sorted(d.glob("*.yaml")):
-                found.setdefault(p.stem, p)
+        try:
+            stamp = d.stat().st_mtime_ns
+        except OSError:
+            continue
+        for stem, p in _listing(str(d), stamp):
+            found.setdefault(stem, p)
     return found
+
+
+@lru_cache(maxsize=None)
+def _listing(folder: str, stamp: int) -> tuple:
+    """(stem, path) of a folder's YAML files, memoised per folder and modification time (adding
+    or removing a file changes the folder's mtime, so a user's new entry is seen at once)."""
+    return tuple((p.stem, p) for p in sorted(Path(folder).glob("*.yaml")))
 
 
 def _resolve(kind: str, name_or_path: str, what: str) -> Path:
@@ -146,6 +166,7 @@ def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
         source=str(data.get("source", "")),
         sfu_exp_per_s=_optional_tera(data, "sfu_tera_exp_per_s", where),
         sm_count=_get(data, "sm_count", where, float, None),
+        sync_mma_peak_fraction=_get(data, "sync_mma_peak_fraction", where, float, 1.0),
     )
 
 
@@ -164,6 +185,10 @@ def cluster_from_dict(data: dict, where: str = "cluster") -> ClusterSpec:
     """Build a ``ClusterSpec`` from a catalog mapping; the GPU is looked up by name."""
     name = _get(data, "name", where, str)
     where = f"cluster {name}"
+    if "pools" in data:
+        raise InputError(where, f"lists {len(data['pools']) if isinstance(data['pools'], list) else 'its'} pools: "
+                         "it is a pooled (mixed) cluster, not one GPU kind",
+                         "pass it to paraplan plan / simulate, or load it with load_pooled_cluster")
     gpu_entry = data.get("gpu")
     gpu = gpu_from_dict(gpu_entry, f"{where}.gpu") if isinstance(gpu_entry, dict) \
         else load_gpu(_get(data, "gpu", where, str))
@@ -189,6 +214,79 @@ def cluster_from_dict(data: dict, where: str = "cluster") -> ClusterSpec:
         efficiency=efficiency,
     )
 
+
+_POOL_KEYS = ("name", "gpus", "cluster")
+
+
+def _pool_error(exc: InputError, pool: str, cluster_where: str) -> InputError:
+    """``exc`` re-raised with its field under ``pools.<pool>`` (the pool named, the file prefix dropped)."""
+    field = exc.field
+    for prefix in (cluster_where + ".", cluster_where):
+        if field.startswith(prefix):
+            field = field[len(prefix):]
+            break
+    field = field.lstrip(".") or "cluster"
+    return InputError(f"pools.{pool}.{field}", exc.message, exc.fix)
+
+
+def pool_from_dict(data: dict, index: int) -> Pool:
+    """One entry of a pooled cluster file's ``pools`` list (see the module docstring)."""
+    if not isinstance(data, dict):
+        raise InputError(f"pools[{index}]", "must be a mapping with name, gpus and cluster (or gpu, gpus_per_node, ...)")
+    name = str(data.get("name", "")).strip()
+    if not name:
+        raise InputError(f"pools[{index}].name", "missing", "give every pool a name")
+    if "gpus" not in data or data["gpus"] is None:
+        raise InputError(f"pools.{name}.gpus", "missing", "add 'gpus:' (the pool's GPU count)")
+    gpus = data["gpus"]
+    if isinstance(gpus, bool) or not isinstance(gpus, (int, float)) or gpus != gpus or gpus in (float("inf"), float("-inf")):
+        raise InputError(f"pools.{name}.gpus", f"must be a positive integer, got {gpus!r}")
+    base_where = f"cluster {name}"
+    try:
+        if data.get("cluster") is not None:
+            ref = str(data["cluster"])
+            base = dict(read_yaml(_resolve("clusters", ref, "cluster"), "cluster"))
+            if "pools" in base:
+                raise InputError("cluster", f"'{ref}' is itself a pooled cluster", "name a one-kind cluster")
+            base.update({k: v for k, v in data.items() if k not in _POOL_KEYS})
+            base_where = f"cluster {base.get('name', ref)}"
+            cluster = cluster_from_dict(base)
+        else:
+            body = {k: v for k, v in data.items() if k not in ("gpus", "cluster")}
+            cluster = cluster_from_dict(body)
+    except InputError as exc:
+        raise _pool_error(exc, name, base_where) from None
+    return Pool(name=name, cluster=cluster, gpus=gpus if isinstance(gpus, int) else float(gpus))
+
+
+def _link_from_dict(data: dict, index: int) -> PoolLink:
+    if not isinstance(data, dict):
+        raise InputError(f"links[{index}]", "must be a mapping with between, bw_gbit_per_s, latency_us")
+    ends = data.get("between")
+    if not isinstance(ends, (list, tuple)) or len(ends) != 2:
+        raise InputError(f"links[{index}].between", f"must name two pools, got {ends!r}", "write between: [a, b]")
+    where = f"links.{ends[0]}-{ends[1]}"
+    if "bw_gbit_per_s" in data:
+        bw = _get(data, "bw_gbit_per_s", where) * 1e9 / 8
+    else:
+        bw = _get(data, "bw_gb_per_s", where) * 1e9
+    return PoolLink(pools=(str(ends[0]), str(ends[1])), bw_bytes_per_s=bw,
+                    latency_s=_get(data, "latency_us", where, default=10.0) * 1e-6,
+                    kind=str(data.get("kind", "ethernet")))
+
+
+def pooled_cluster_from_dict(data: dict, where: str = "cluster") -> PooledCluster:
+    """Build a ``PooledCluster`` from a pooled cluster mapping (``pools`` and ``links``)."""
+    name = _get(data, "name", where, str)
+    pools = data.get("pools")
+    if not isinstance(pools, list) or not pools:
+        raise InputError(f"cluster {name}.pools", "must be a list of pools", "add at least one pool")
+    links = data.get("links") or []
+    if not isinstance(links, list):
+        raise InputError(f"cluster {name}.links", "must be a list of links")
+    return PooledCluster(name=name, pools=tuple(pool_from_dict(p, i) for i, p in enumerate(pools)),
+                         links=tuple(_link_from_dict(l, i) for i, l in enumerate(links)),
+                         description=str(data.get("description", "")), source=str(data.get("source", "")))
 
 #: keys of older efficiency files, read and ignored: the exposed shares of DP / TP / EP traffic
 #: were fitted until the software-stack catalog replaced them (``hardware_specs/stacks``)
@@ -366,6 +464,11 @@ def _load_cluster_cached(path: str, mtime: float) -> ClusterSpec:
 
 
 @lru_cache(maxsize=None)
+def _load_pooled_cached(path: str, mtime: float) -> PooledCluster:
+    return pooled_cluster_from_dict(read_yaml(Path(path), "cluster"))
+
+
+@lru_cache(maxsize=None)
 def _load_efficiency_cached(path: str, mtime: float) -> EfficiencyModel:
     return efficiency_from_dict(read_yaml(Path(path), "efficiency"))
 
@@ -465,6 +568,30 @@ def load_cluster(name_or_path: str) -> ClusterSpec:
     """The cluster profile named ``name_or_path`` (catalog name or YAML file path)."""
     p = _resolve("clusters", name_or_path, "cluster")
     return _load_cluster_cached(str(p), p.stat().st_mtime)
+
+
+def is_pooled(name_or_path: str) -> bool:
+    """Whether the cluster named ``name_or_path`` is a pooled (mixed) cluster file."""
+    p = _resolve("clusters", name_or_path, "cluster")
+    data = read_yaml(p, "cluster")
+    return "pools" in data
+
+
+def load_pooled_cluster(name_or_path: str, gpus: int | None = None) -> PooledCluster:
+    """The cluster named ``name_or_path`` as pools: a pooled file as written, a one-kind
+    cluster as one pool of ``gpus`` GPUs (default: its ``max_gpus``)."""
+    p = _resolve("clusters", name_or_path, "cluster")
+    if "pools" in read_yaml(p, "cluster"):
+        if gpus is not None:
+            raise InputError("gpus", f"cluster {p.stem} lists its pools and their GPU counts",
+                             "drop --gpus, or edit the pools' gpus")
+        return _load_pooled_cached(str(p), p.stat().st_mtime)
+    cluster = _load_cluster_cached(str(p), p.stat().st_mtime)
+    count = gpus if gpus is not None else cluster.max_gpus
+    if count is None:
+        raise InputError("gpus", f"cluster {cluster.name} is one GPU kind without a GPU count",
+                         "give the GPU count (--gpus)")
+    return PooledCluster.single(cluster, count)
 
 
 def load_efficiency(generation_or_path: str) -> EfficiencyModel:

@@ -130,6 +130,13 @@ class EfficiencyModel:
                 return float(self.gemm_peak_fraction[key])
         raise InputError("dtype", f"no GEMM efficiency for {dtype}")
 
+    @property
+    def is_prior(self) -> bool:
+        """True when these factors were not fitted (``fitted_on`` is empty or says "not fitted"):
+        predictions resting on them must say so next to their numbers."""
+        text = self.fitted_on.strip().lower()
+        return not text or "not fitted" in text
+
     def collective_fraction(self, kind: str) -> float:
         """Bandwidth of collective ``kind`` relative to the all-reduce ring model (default 1)."""
         return float(self.collective_bw_fraction.get(kind, 1.0))

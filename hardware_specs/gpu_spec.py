@@ -31,6 +31,11 @@ class GPUSpec:
         sm_count: streaming multiprocessors (compute units): a GEMM's output tiles run in waves
             of this many (``cost_models.compute.gemm_shape_factor``); None where the chip has no
             such units in this sense (CPUs, TPUs), which then use the smooth shape factor.
+        sync_mma_peak_fraction: share of the dense tensor peak that warp-synchronous ``mma.sync``
+            instructions reach. Kernels written for Ampere (FlashAttention-2) issue only these;
+            Hopper's full rate needs the asynchronous warpgroup ``wgmma`` instructions, and
+            ``mma.sync`` reaches about 2/3 of it (Shah et al. 2024, FlashAttention-3, section
+            2.2). 1.0 where ``mma.sync`` is the chip's native path (Volta to Ada) or not known.
     """
 
     name: str
@@ -44,6 +49,7 @@ class GPUSpec:
     vendor: str = ""
     sfu_exp_per_s: float | None = None
     sm_count: int | None = None
+    sync_mma_peak_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         where = f"gpu {self.name}"
@@ -65,6 +71,10 @@ class GPUSpec:
             if int(self.sm_count) != self.sm_count:
                 raise InputError(f"{where}.sm_count", f"must be a whole number, got {self.sm_count!r}")
             object.__setattr__(self, "sm_count", int(self.sm_count))
+        require_positive(f"{where}.sync_mma_peak_fraction", self.sync_mma_peak_fraction)
+        if self.sync_mma_peak_fraction > 1.0:
+            raise InputError(f"{where}.sync_mma_peak_fraction", f"must be at most 1, got {self.sync_mma_peak_fraction!r}",
+                             "it is a share of the dense tensor peak")
         object.__setattr__(self, "peak_flops_per_s", MappingProxyType(dict(self.peak_flops_per_s)))
 
     def peak_flops(self, dtype: str) -> float:

@@ -14,9 +14,11 @@ File keys mirror the ``ModelSpec`` fields: name (defaults to the file name), num
 hidden_size, num_heads, num_kv_heads (default num_heads), ffn_hidden_size, vocab_size, seq_len,
 head_dim (default hidden_size / num_heads), gated_mlp, tied_embeddings, sliding_window,
 sliding_window_layer_fraction (default 1 when a window is given), mtp_layers (default 0),
-source; optional ``linear_attention:`` mapping with the ``LinearAttentionSpec`` fields
-(layer_fraction, num_key_heads, key_head_dim, num_value_heads, value_head_dim, conv_kernel,
-state_bytes); optional ``moe:`` mapping with the ``MoESpec`` fields
+the architecture details position_embedding, normalization, linear_bias (default: the Llama
+layout with a gated MLP, the GPT-2/3 one without), rotary_fraction (1), qkv_bias (false),
+activation (swiglu / gelu by gated_mlp), source; optional ``linear_attention:`` mapping with the
+``LinearAttentionSpec`` fields (layer_fraction, num_key_heads, key_head_dim, num_value_heads,
+value_head_dim, conv_kernel, state_bytes); optional ``moe:`` mapping with the ``MoESpec`` fields
 (num_experts, top_k, expert_ffn_hidden_size, num_shared_experts, ...) and optional ``mla:``
 mapping with the ``MLASpec`` fields (q_lora_rank, kv_lora_rank, qk_nope_head_dim,
 qk_rope_head_dim, v_head_dim). ``description`` and ``notes`` are free text and ignored.
@@ -42,9 +44,9 @@ _FREE_TEXT_KEYS = {"description", "notes"}
 _REQUIRED = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size")
 _INT_FIELDS = {"num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
                "vocab_size", "seq_len", "head_dim", "sliding_window", "mtp_layers"}
-_BOOL_FIELDS = {"gated_mlp", "tied_embeddings"}
-_FLOAT_FIELDS = {"sliding_window_layer_fraction"}
-_STR_FIELDS = {"name", "source"}
+_BOOL_FIELDS = {"gated_mlp", "tied_embeddings", "linear_bias", "qkv_bias", "attention_dropout", "hidden_dropout"}
+_FLOAT_FIELDS = {"sliding_window_layer_fraction", "rotary_fraction"}
+_STR_FIELDS = {"name", "source", "position_embedding", "normalization", "activation"}
 
 _MOE_REQUIRED = ("num_experts", "top_k", "expert_ffn_hidden_size")
 _MLA_REQUIRED = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
@@ -67,11 +69,22 @@ def _canonical(name: str) -> str:
 def _entries() -> dict[str, Path]:
     found: dict[str, Path] = {}
     for d in _search_dirs():
-        if d.is_dir():
-            for p in sorted(d.iterdir()):
-                if p.suffix in _SUFFIXES and p.is_file():
-                    found.setdefault(p.stem.lower(), p)
+        try:
+            stamp = d.stat().st_mtime_ns
+        except OSError:
+            continue
+        for stem, p in _listing(str(d), stamp):
+            found.setdefault(stem, p)
     return found
+
+
+@lru_cache(maxsize=None)
+def _listing(folder: str, stamp: int) -> tuple:
+    """(stem, path) of a folder's model files, memoised per folder and modification time."""
+    d = Path(folder)
+    if not d.is_dir():
+        return ()
+    return tuple((p.stem.lower(), p) for p in sorted(d.iterdir()) if p.suffix in _SUFFIXES and p.is_file())
 
 
 def _resolve(name_or_path: str) -> Path:
@@ -140,7 +153,8 @@ def _moe_from_dict(data: Any, where: str) -> MoESpec:
     known = {f.name for f in fields(MoESpec)}
     _check_keys(data, known, where)
     _require(data, _MOE_REQUIRED, where)
-    kwargs = {k: (_float(v, f"{where}.{k}") if k == "capacity_factor" else _int(v, f"{where}.{k}"))
+    kwargs = {k: (_float(v, f"{where}.{k}") if k == "capacity_factor"
+                  else str(v).strip() if k == "router_score" else _int(v, f"{where}.{k}"))
               for k, v in data.items() if k in known and v is not None}
     return MoESpec(**kwargs)
 

@@ -178,9 +178,14 @@ def _llama_like(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any
         vocab_size=cfg.get_int("vocab_size"),
         seq_len=_seq_len(cfg, seq_len),
         gated_mlp=True,
+        position_embedding="rope",
+        normalization="rmsnorm",
         tied_embeddings=cfg.get_bool("tie_word_embeddings", False),
         sliding_window=window,
         sliding_window_layer_fraction=fraction,
+        # Qwen2 always biases q/k/v (transformers' Qwen2Attention); others say attention_bias
+        qkv_bias=True if family in ("qwen2", "qwen2_moe") else cfg.get_bool("attention_bias", False),
+        linear_bias=cfg.get_bool("mlp_bias", False) and cfg.get_bool("attention_bias", False),
     )
 
 
@@ -188,6 +193,7 @@ def _nemotron(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
     fields = _llama_like(cfg, family, seq_len)
     fields["head_dim"] = cfg.get_int("head_dim", "kv_channels", default=0)
     fields["gated_mlp"] = False      # squared-ReLU two-matrix MLP
+    fields.update(normalization="layernorm", activation="squared_relu")
     return fields
 
 
@@ -237,6 +243,10 @@ def _deepseek(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
     # multi-token-prediction modules shipped with the weights (DeepSeek-V3: 1)
     fields["mtp_layers"] = cfg.get_int("num_nextn_predict_layers", default=0)
     if cfg.has("n_routed_experts"):
+        score = cfg.data.get("scoring_func", "softmax")
+        if score not in ("softmax", "sigmoid"):
+            raise InputError(f"{cfg.where}.scoring_func", f"unknown router scoring {score!r}",
+                             "use softmax or sigmoid")
         first_k = cfg.get_int("first_k_dense_replace", default=0)
         freq = cfg.get_int("moe_layer_freq", default=1)
         if freq < 1:
@@ -253,6 +263,7 @@ def _deepseek(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
             first_dense_layers=first_dense,
             dense_ffn_hidden_size=_dense_width(fields, first_dense, layout_freq),
             moe_layer_frequency=layout_freq,
+            router_score=score,
         )
     return fields
 
@@ -262,34 +273,44 @@ def _gpt_oss(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
     fields["moe"] = MoESpec(num_experts=cfg.get_int("num_local_experts", "num_experts"),
                             top_k=cfg.get_int("experts_per_token", "num_experts_per_tok"),
                             expert_ffn_hidden_size=fields["ffn_hidden_size"])
+    fields["linear_bias"] = True     # biased attention and expert projections (model card, section 2)
     return fields
+
+
+#: GPT-2-era layout: learned absolute positions, LayerNorm, biased linear layers.
+_GPT_STYLE = dict(position_embedding="learned", normalization="layernorm", linear_bias=True)
 
 
 def _gpt2(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
     hidden = cfg.get_int("n_embd")
     return dict(num_layers=cfg.get_int("n_layer"), hidden_size=hidden, **_attention(cfg, "n_head"),
                 ffn_hidden_size=cfg.get_int("n_inner", default=4 * hidden), vocab_size=cfg.get_int("vocab_size"),
-                seq_len=_seq_len(cfg, seq_len), tied_embeddings=cfg.get_bool("tie_word_embeddings", True))
+                seq_len=_seq_len(cfg, seq_len), tied_embeddings=cfg.get_bool("tie_word_embeddings", True),
+                **_GPT_STYLE)
 
 
 def _opt(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
     return dict(num_layers=cfg.get_int("num_hidden_layers"), hidden_size=cfg.get_int("hidden_size"),
                 **_attention(cfg), ffn_hidden_size=cfg.get_int("ffn_dim"), vocab_size=cfg.get_int("vocab_size"),
-                seq_len=_seq_len(cfg, seq_len), tied_embeddings=cfg.get_bool("tie_word_embeddings", True))
+                seq_len=_seq_len(cfg, seq_len), tied_embeddings=cfg.get_bool("tie_word_embeddings", True),
+                **{**_GPT_STYLE, "linear_bias": cfg.get_bool("enable_bias", True)},
+                activation="relu" if cfg.data.get("activation_function", "relu") == "relu" else "gelu")
 
 
 def _bloom(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
     hidden = cfg.get_int("hidden_size", "n_embed")
     return dict(num_layers=cfg.get_int("n_layer", "num_hidden_layers"), hidden_size=hidden,
                 **_attention(cfg, "n_head"), ffn_hidden_size=4 * hidden, vocab_size=cfg.get_int("vocab_size"),
-                seq_len=_seq_len(cfg, seq_len), tied_embeddings=cfg.get_bool("tie_word_embeddings", True))
+                seq_len=_seq_len(cfg, seq_len), tied_embeddings=cfg.get_bool("tie_word_embeddings", True),
+                **{**_GPT_STYLE, "position_embedding": "alibi"})
 
 
 def _gpt_neox(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
     return dict(num_layers=cfg.get_int("num_hidden_layers"), hidden_size=cfg.get_int("hidden_size"),
                 **_attention(cfg), ffn_hidden_size=cfg.get_int("intermediate_size"),
                 vocab_size=cfg.get_int("vocab_size"), seq_len=_seq_len(cfg, seq_len),
-                tied_embeddings=cfg.get_bool("tie_word_embeddings", False))
+                tied_embeddings=cfg.get_bool("tie_word_embeddings", False),
+                **{**_GPT_STYLE, "position_embedding": "rope"}, rotary_fraction=_fraction(cfg, "rotary_pct"))
 
 
 def _mpt(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
@@ -297,7 +318,25 @@ def _mpt(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
     ratio = cfg.get_int("expansion_ratio", default=4)
     return dict(num_layers=cfg.get_int("n_layers"), hidden_size=hidden, **_attention(cfg, "n_heads"),
                 ffn_hidden_size=ratio * hidden, vocab_size=cfg.get_int("vocab_size"),
-                seq_len=_seq_len(cfg, seq_len), tied_embeddings=cfg.get_bool("tie_word_embeddings", True))
+                seq_len=_seq_len(cfg, seq_len), tied_embeddings=cfg.get_bool("tie_word_embeddings", True),
+                position_embedding=_mpt_positions(cfg), normalization="layernorm",
+                linear_bias=not cfg.get_bool("no_bias", False))
+
+
+def _mpt_positions(cfg: _Config) -> str:
+    attn = cfg.data.get("attn_config") or {}
+    if isinstance(attn, dict) and attn.get("alibi"):
+        return "alibi"
+    if isinstance(attn, dict) and attn.get("rope"):
+        return "rope"
+    return "learned" if cfg.get_bool("learned_pos_emb", True) else "none"
+
+
+def _fraction(cfg: _Config, key: str) -> float:
+    value = cfg.data.get(key, 1.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
+        raise InputError(f"{cfg.where}.{key}", f"expected a fraction in (0, 1], got {value!r}")
+    return float(value)
 
 
 _FAMILIES: dict[str, Callable[[_Config, str, int | None], dict[str, Any]]] = {

@@ -5,6 +5,14 @@ from dataclasses import dataclass, replace
 
 from hardware_specs.errors import InputError
 
+#: position encodings a ``ModelSpec`` may name (``learned``: a learned absolute table, GPT-2/3).
+POSITION_EMBEDDINGS = ("rope", "learned", "alibi", "none")
+NORMALIZATIONS = ("rmsnorm", "layernorm")
+#: MLP activations; ``swiglu`` / ``geglu`` are gated (three matrices), the others are not.
+GATED_ACTIVATIONS = ("swiglu", "geglu")
+PLAIN_ACTIVATIONS = ("gelu", "relu", "squared_relu")
+ROUTER_SCORES = ("softmax", "sigmoid")
+
 
 @dataclass(frozen=True)
 class MoESpec:
@@ -20,6 +28,9 @@ class MoESpec:
         dense_ffn_hidden_size: FFN width of those dense layers (0 = ``ModelSpec.ffn_hidden_size``).
         moe_layer_frequency: every n-th layer (after the dense ones) is MoE (1 = all).
         capacity_factor: expert capacity as a multiple of the even share; 0 = dropless.
+        router_score: how the router turns logits into expert weights: ``softmax`` (Mixtral,
+            Qwen) or ``sigmoid`` (DeepSeek-V3 report, section 2.1.2). It does not change the
+            cost; it names the model a framework must build.
     """
 
     num_experts: int
@@ -31,8 +42,12 @@ class MoESpec:
     dense_ffn_hidden_size: int = 0
     moe_layer_frequency: int = 1
     capacity_factor: float = 0.0
+    router_score: str = "softmax"
 
     def __post_init__(self) -> None:
+        if self.router_score not in ROUTER_SCORES:
+            raise InputError("moe.router_score", f"unknown router score {self.router_score!r}",
+                             "choose one of " + ", ".join(ROUTER_SCORES))
         for name in ("num_experts", "top_k", "expert_ffn_hidden_size", "moe_layer_frequency"):
             if int(getattr(self, name)) < 1:
                 raise InputError(f"moe.{name}", "must be >= 1")
@@ -116,6 +131,25 @@ class ModelSpec:
         mtp_layers: multi-token-prediction modules trained alongside (DeepSeek-V3 report,
             section 2.2: each is a projection, one transformer layer and a pass through the
             shared output head); 0 = none.
+        attention_dropout: dropout on the attention probabilities (a stored mask and dropped
+            copy when the scores are materialised; Korthikanti et al. 2022, section 4).
+        hidden_dropout: dropout after the attention and MLP blocks (two stored 1-byte masks per
+            layer). Both default on, as in Korthikanti's accounting; models trained without
+            set them off (their activation memory omits those tensors).
+
+    Architecture details that decide which model a framework builds (the launch exports write
+    them, ``paraplan.exports``; the cost model reads only the parameter tensors they imply).
+    Unstated, they follow ``gated_mlp``: a gated MLP comes with the Llama layout (RoPE, RMSNorm,
+    no biases, SwiGLU), a plain one with the GPT-2/3 layout (learned positions, LayerNorm,
+    biases, GELU):
+
+        position_embedding: ``rope``, ``learned`` (absolute table, GPT-2/3, OPT), ``alibi``
+            (BLOOM, MPT) or ``none``.
+        rotary_fraction: share of each head's channels that RoPE rotates (GPT-NeoX: 0.25).
+        normalization: ``rmsnorm`` or ``layernorm``.
+        linear_bias: every linear layer has a bias (GPT-2/3, OPT, BLOOM, GPT-NeoX, gpt-oss).
+        qkv_bias: the query/key/value projection has a bias even when the others do not (Qwen2).
+        activation: the MLP activation; empty = ``swiglu`` for a gated MLP, ``gelu`` otherwise.
         linear_attention: linear-attention layers mixed in (``LinearAttentionSpec``), or None
             when every layer is softmax attention. The attention fields above then describe the
             full-attention layers.
@@ -137,7 +171,15 @@ class ModelSpec:
     sliding_window: int = 0
     sliding_window_layer_fraction: float = 0.0
     mtp_layers: int = 0
+    position_embedding: str = ""
+    rotary_fraction: float = 1.0
+    normalization: str = ""
+    linear_bias: bool | None = None
+    qkv_bias: bool = False
+    activation: str = ""
     source: str = ""
+    attention_dropout: bool = True
+    hidden_dropout: bool = True
     linear_attention: LinearAttentionSpec | None = None
 
     def __post_init__(self) -> None:
@@ -160,6 +202,33 @@ class ModelSpec:
             raise InputError("model.mtp_layers", f"must be an integer >= 0, got {self.mtp_layers!r}")
         if not 0.0 <= self.sliding_window_layer_fraction <= 1.0:
             raise InputError("model.sliding_window_layer_fraction", "must be in [0, 1]")
+        self._check_architecture()
+
+    def _check_architecture(self) -> None:
+        # unstated details follow the MLP: a gated MLP comes with the Llama layout, a plain one
+        # with the GPT-2/3 layout (cost_models.params.layer_param_tensors assumes the same)
+        gated = self.gated_mlp
+        if not self.position_embedding:
+            object.__setattr__(self, "position_embedding", "rope" if gated else "learned")
+        if not self.normalization:
+            object.__setattr__(self, "normalization", "rmsnorm" if gated else "layernorm")
+        if self.linear_bias is None:
+            object.__setattr__(self, "linear_bias", not gated)
+        for name, allowed in (("position_embedding", POSITION_EMBEDDINGS), ("normalization", NORMALIZATIONS)):
+            if getattr(self, name) not in allowed:
+                raise InputError(f"model.{name}", f"unknown value {getattr(self, name)!r}",
+                                 "choose one of " + ", ".join(allowed))
+        if not 0.0 < self.rotary_fraction <= 1.0:
+            raise InputError("model.rotary_fraction", f"must be in (0, 1], got {self.rotary_fraction!r}")
+        if not self.activation:
+            object.__setattr__(self, "activation", "swiglu" if self.gated_mlp else "gelu")
+        allowed = GATED_ACTIVATIONS if self.gated_mlp else PLAIN_ACTIVATIONS
+        if self.activation not in allowed:
+            kind = "a gated" if self.gated_mlp else "a plain (two-matrix)"
+            raise InputError("model.activation", f"{self.activation!r} is not {kind} MLP activation",
+                             "choose one of " + ", ".join(allowed) + " (or change gated_mlp)")
+        if self.linear_bias and not self.qkv_bias:
+            object.__setattr__(self, "qkv_bias", True)
 
     @property
     def is_moe(self) -> bool:

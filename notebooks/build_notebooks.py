@@ -180,10 +180,11 @@ the fitted flash-attention efficiency.""")'''),
     ("md", '''\
 ## 5. Launch it
 
-The plan as Megatron-LM flags, a torchtitan TOML and a DeepSpeed JSON (`paraplan plan ...
---emit megatron|torchtitan|deepspeed` writes the same). A framework that cannot run the winner
-as planned says why; we then ask the planner for the best plan that framework *can* run
-(`api.best_plan_for`) and emit that, with its cost.'''),
+The plan as Megatron-LM environment and flags, a torchtitan 0.3.0 config module and a
+DeepSpeed 0.19.8 JSON (`paraplan plan ... --emit megatron|torchtitan|deepspeed` writes the
+same for the best plan each framework can run). A framework that cannot run the winner as
+planned says why; we then take the best plan that framework *can* run (`api.best_plan_for`)
+and emit that, with its cost.'''),
     ("code", '''\
 from hardware_specs.errors import InputError
 

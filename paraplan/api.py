@@ -411,32 +411,21 @@ def best_plan(model, cluster, gpus: int, global_batch_tokens: int | None = None,
 def best_plan_for(framework: str, model, cluster, gpus: int, global_batch_tokens: int | None = None,
                   **kwargs) -> pd.DataFrame:
     """The fastest plan ``framework`` (megatron, torchtitan, deepspeed) can run as planned: the
-    planner's best under each of ``paraplan.exports.RUNNABLE[framework]``'s restriction sets,
-    fastest first (a one-row DataFrame like :func:`best_plan`)."""
-    from paraplan.exports import RUNNABLE
-    key = str(framework).strip().lower()
-    if key not in RUNNABLE:
-        raise InputError("framework", f"unknown framework {framework!r}", "choose " + ", ".join(RUNNABLE))
-    best = None
-    for restriction in RUNNABLE[key]:
-        merged = dict(kwargs)
-        for name, allowed in restriction.items():
-            allowed = set(allowed) if isinstance(allowed, (list, tuple, set)) else {allowed}
-            if name in kwargs:                # the caller's own restriction: keep what both allow
-                asked = kwargs[name]
-                allowed &= set(asked) if isinstance(asked, (list, tuple, set)) else {asked}
-            merged[name] = sorted(allowed)
-        if any(not v for v in merged.values() if isinstance(v, list)):
-            continue
-        try:
-            row = best_plan(model, cluster, gpus, global_batch_tokens, **merged)
-        except InputError:            # nothing fits under this restriction
-            continue
-        if best is None or row.tokens_per_s.iloc[0] > best.tokens_per_s.iloc[0]:
-            best = row
-    if best is None:
-        raise InputError("framework", f"no plan that {key} can run fits", "add GPUs or lower the batch")
-    return best
+    planner's ranked plans filtered by ``paraplan.exports.<framework>.refusal`` (the first that
+    the framework runs), re-simulated like :func:`best_plan` (a one-row DataFrame). Its
+    ``.attrs`` hold ``rank`` (0-based, in the unrestricted ranking) and ``slowdown`` (1 - its
+    tokens/s over the unrestricted winner's)."""
+    from paraplan import exports
+    exports.module(framework)                       # unknown names fail before the search
+    what_if = {k: kwargs.pop(k) for k in ("gpu", "seq_len", "scaleout_gbit_per_s", "scaleup_gbit_per_s")
+               if k in kwargs}
+    plans = plan(model, cluster, gpus, global_batch_tokens, **what_if, **kwargs)
+    spec = _model(model, what_if.get("seq_len"))
+    row, rank, slowdown = exports.best_runnable(plans, framework, model=spec, seq_len=spec.seq_len)
+    config = {k: _plain(row[k]) for k in CONFIG_FIELDS if k in row}
+    out = simulate(model, cluster, **{k: v for k, v in what_if.items() if v is not None}, **config)
+    out.attrs.update(rank=rank, slowdown=slowdown, explain=plans.attrs.get("explain", ""))
+    return out
 
 
 def _plain(v: Any) -> Any:

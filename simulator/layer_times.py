@@ -55,6 +55,14 @@ def softmax_exposed_share(attention_kernel, eff: EfficiencyModel):
                      [1.0, 0.0], eff.exposed_softmax_fraction)
 
 
+def attention_mma_share(attention_kernel, gpu):
+    """Share of the attention matrix rate reached per row: the serial kernel (FlashAttention-2)
+    issues warp-synchronous ``mma.sync`` only, which on Hopper reaches
+    ``gpu.sync_mma_peak_fraction`` of the tensor peak; the other kernels reach all of it."""
+    return np.where(attention_kernel == ATTENTION_KERNEL_CODES[AttentionKernel.SERIAL],
+                    gpu.sync_mma_peak_fraction, 1.0)
+
+
 def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, rates, tokens, tp, cp, sp, rc,
                 ep, etp, imbalance, tp_overlap, cp_kind, attention_kernel, flash_attention, ep_overlap,
                 tp_backward_overlap=True, softmax_fusion=True, cuda_graphs=False) -> dict:
@@ -66,11 +74,12 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     s = float(model.seq_len)
     tokens = np.asarray(tokens, dtype=float)
     softmax_exposed = softmax_exposed_share(attention_kernel, eff)
+    mma_share = attention_mma_share(attention_kernel, cluster.gpu)
     dense_ffn = (model.moe.dense_ffn_hidden_size or model.ffn_hidden_size) if model.moe else None
 
     def costs(r):
         a = layer_costs.attention_block_costs(model, r, tokens, s, tp, sp, softmax_exposed, flash_attention,
-                                              softmax_fusion)
+                                              softmax_fusion, mma_share)
         b = {"dense": layer_costs.dense_mlp_costs(model, r, tokens, tp, sp, ffn=dense_ffn)}
         if model.moe is not None:
             b["moe"] = moe_costs.moe_mlp_costs(model, r, tokens, ep, etp, imbalance, tp, sp)

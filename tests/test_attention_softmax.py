@@ -6,6 +6,9 @@ makes each expected time a one-line calculation.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
 
 import pytest
 
@@ -100,9 +103,12 @@ def test_negative_exponential_rate_is_named(tmp_path):
 def test_the_attention_kernel_choice_moves_only_the_softmax_time():
     # Llama 3 8B, 8192 tokens, 8 H100 data-parallel, 8 micro-batches per step. Serial kernels add
     # every exponential (forward and backward recompute); pipelined ones hide them, since
-    # the matmuls last longer: the difference is 2 * exps / 3.9e12 per layer and micro-batch
+    # the matmuls last longer: the difference is 2 * exps / 3.9e12 per layer and micro-batch.
+    # (The H100's mma.sync share is set to 1 here so that only the softmax differs; the
+    # serial kernel's slower matmuls are the next test's.)
     model = replace(load_model("llama3-8b"), seq_len=8192)
     cluster = load_cluster("dgx-h100")
+    cluster = replace(cluster, gpu=replace(cluster.gpu, sync_mma_peak_fraction=1.0))
     times = {kernel: simulate(model, cluster, ParallelConfig(dp=8, global_batch=64, attention_kernel=kernel)).step_time_s
              for kernel in ("serial", "pipelined", "auto")}
     exps = 8192 * 4096 * model.num_heads
@@ -123,3 +129,33 @@ def test_an_unknown_attention_kernel_is_named():
     assert info.value.field == "attention_kernel"
     assert "serial" in str(info.value)
 
+
+
+def test_flashattention2_on_hopper_runs_its_matmuls_at_the_mma_sync_rate():
+    """FlashAttention-2 issues mma.sync, which reaches about 2/3 of Hopper's wgmma peak
+    (Shah et al. 2024, section 2.2): its attention matmuls take 1/0.667 as long as a
+    wgmma kernel's on H100, and the same on A100, where mma.sync is the native path."""
+    from simulator.layer_times import attention_mma_share
+    from simulator.config_batch import ATTENTION_KERNEL_CODES
+    from simulator.parallel_config import AttentionKernel
+    h100, a100 = load_gpu("h100-sxm-80gb"), load_gpu("a100-sxm-80gb")
+    codes = np.array([ATTENTION_KERNEL_CODES[k] for k in (AttentionKernel.SERIAL, AttentionKernel.PIPELINED,
+                                                          AttentionKernel.AUTO)])
+    assert attention_mma_share(codes, h100).tolist() == [0.667, 1.0, 1.0]
+    assert attention_mma_share(codes, a100).tolist() == [1.0, 1.0, 1.0]
+    rates = compute_rates(h100, load_efficiency("hopper"), "bf16")
+    flops = attention_core_flops(8192, 8192, 32, 128, 128)
+    fast, _ = attention_time_s(flops, rates, 0.0, 0.0, 1.0)
+    slow, _ = attention_time_s(flops, rates, 0.0, 0.0, 0.667)
+    overhead = rates.kernel_overhead_s
+    assert (slow - overhead) == pytest.approx((fast - overhead) / 0.667, rel=1e-12)
+    assert fast - overhead == pytest.approx(flops / (989.4e12 * load_efficiency("hopper").attention_peak_fraction))
+
+
+def test_a_sync_mma_share_above_one_is_refused(tmp_path):
+    path = tmp_path / "bad-mma.yaml"
+    text = (Path(__file__).parents[1] / "hardware_specs" / "gpus" / "h100-sxm-80gb.yaml").read_text()
+    path.write_text(text.replace("sync_mma_peak_fraction: 0.667", "sync_mma_peak_fraction: 1.5"))
+    with pytest.raises(InputError) as info:
+        load_gpu(str(path))
+    assert info.value.field.endswith("sync_mma_peak_fraction")

@@ -33,7 +33,7 @@ QWEN3_30B_A3B = {
     "sliding_window": None, "tie_word_embeddings": False, "use_sliding_window": False, "vocab_size": 151936,
 }
 DEEPSEEK_V3 = {
-    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "first_k_dense_replace": 3,
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "first_k_dense_replace": 3, "scoring_func": "sigmoid",
     "hidden_size": 7168, "intermediate_size": 18432, "kv_lora_rank": 512, "max_position_embeddings": 163840,
     "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_routed_experts": 256, "n_shared_experts": 1,
     "num_attention_heads": 128, "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128,
@@ -131,7 +131,7 @@ def test_deepseek_v3_has_mla_and_256_experts_with_3_dense_layers():
     assert (spec.num_layers, spec.hidden_size, spec.num_heads, spec.vocab_size) == (61, 7168, 128, 129280)
     assert spec.moe == MoESpec(num_experts=256, top_k=8, expert_ffn_hidden_size=2048, num_shared_experts=1,
                                shared_expert_ffn_hidden_size=2048, first_dense_layers=3,
-                               dense_ffn_hidden_size=18432)
+                               dense_ffn_hidden_size=18432, router_score="sigmoid")
     assert spec.mla == MLASpec(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
                                v_head_dim=128)
     assert (spec.num_moe_layers, spec.num_dense_layers) == (58, 3)
@@ -380,9 +380,10 @@ def test_hf_config_with_wrong_types_raises_input_error():
                   "ffn_dim": 49152, "vocab_size": 50272, "max_position_embeddings": 2048}),
     ("gpt-neox-20b", {"model_type": "gpt_neox", "num_hidden_layers": 44, "hidden_size": 6144,
                       "num_attention_heads": 64, "intermediate_size": 24576, "vocab_size": 50432,
-                      "max_position_embeddings": 2048, "tie_word_embeddings": False}),
+                      "max_position_embeddings": 2048, "tie_word_embeddings": False, "rotary_pct": 0.25}),
     ("mpt-7b", {"model_type": "mpt", "n_layers": 32, "d_model": 4096, "n_heads": 32, "expansion_ratio": 4,
-                "max_seq_len": 2048, "vocab_size": 50432}),
+                "max_seq_len": 2048, "vocab_size": 50432, "no_bias": True,
+                "attn_config": {"alibi": True}}),
     ("nemotron-4-340b", {"model_type": "nemotron", "num_hidden_layers": 96, "hidden_size": 18432,
                          "num_attention_heads": 96, "num_key_value_heads": 8, "intermediate_size": 73728,
                          "vocab_size": 256000, "max_position_embeddings": 4096, "tie_word_embeddings": False}),
@@ -399,3 +400,24 @@ def test_sliding_window_without_fraction_applies_to_all_layers():
     assert spec.sliding_window_layer_fraction == 1.0
     mistral = model_from_hf_config({**LLAMA31_8B, "model_type": "mistral", "sliding_window": 4096})
     assert (mistral.sliding_window, mistral.sliding_window_layer_fraction) == (4096, 1.0)
+
+
+def test_architecture_details_default_to_the_llama_layout_and_follow_gated_mlp():
+    llama = load_model("llama3-70b")
+    assert (llama.position_embedding, llama.normalization, llama.linear_bias, llama.activation) == (
+        "rope", "rmsnorm", False, "swiglu")
+    gpt = load_model("gpt3-175b")
+    assert (gpt.position_embedding, gpt.normalization, gpt.linear_bias, gpt.qkv_bias, gpt.activation) == (
+        "learned", "layernorm", True, True, "gelu")
+    assert load_model("nemotron-4-15b").activation == "squared_relu"
+    assert load_model("qwen2-57b-a14b").qkv_bias and not load_model("qwen2-57b-a14b").linear_bias
+
+
+@pytest.mark.parametrize("field, value", [("activation", "swiglu"), ("position_embedding", "sinusoid"),
+                                          ("normalization", "batchnorm"), ("rotary_fraction", 0.0)])
+def test_unknown_or_inconsistent_architecture_details_are_input_errors_naming_the_field(field, value):
+    base = dict(name="x", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=4, ffn_hidden_size=256,
+                vocab_size=100, gated_mlp=False)
+    with pytest.raises(InputError) as err:
+        ModelSpec(**base, **{field: value})
+    assert err.value.field == f"model.{field}"

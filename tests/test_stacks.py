@@ -82,7 +82,8 @@ def test_every_published_framework_version_resolves_to_one_stack_or_is_listed_as
 def test_stack_for_maps_releases_to_the_stack_that_lists_them():
     assert stack_for("megatron-lm", "2019").name == "megatron-lm-2019"
     assert stack_for("megatron-lm", "2022").name == "megatron-lm-2022"
-    assert stack_for("megatron-bridge", "26.02.01").name == "megatron-bridge"
+    assert stack_for("megatron-bridge", "26.02.01").name == "megatron-bridge-26.02.01"
+    assert stack_for("megatron-bridge", "26.08").name == "megatron-bridge"
     assert stack_for("megatron-core", "2024").name == "megatron-core"
     assert stack_for("nemo", "24.09").name == "nemo-24.09"
     assert stack_for("nemo", "24.07").name == "nemo-24"

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import click
 
-from hardware_specs.catalog import (efficiency_for, list_clusters, list_gpus, load_cluster, load_gpu,
-                                    read_yaml)
+from hardware_specs.catalog import (efficiency_for, efficiency_for_cluster, is_pooled, list_clusters, list_gpus,
+                                    load_cluster, load_gpu, load_pooled_cluster, read_yaml)
+from hardware_specs.pools import PooledCluster
 from hardware_specs.cluster_spec import ClusterSpec, NetworkTier
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError, suggest
@@ -74,6 +75,45 @@ def cluster_row(c: ClusterSpec) -> dict:
     }
 
 
+def pooled_row(c: PooledCluster) -> dict:
+    """The ``hardware list`` columns of a pooled (mixed) cluster: its pools in the GPU column."""
+    return {
+        "name": c.name,
+        "gpu": " + ".join(f"{p.gpus}x {p.cluster.gpu.name}" for p in c.pools),
+        "gpus_per_node": "/".join(str(p.gpus_per_node) for p in c.pools),
+        "scaleup_gbit_per_s": "/".join(f"{p.cluster.scaleup.bw_bytes_per_s * 8 / 1e9:g}" for p in c.pools),
+        "scaleout_gbit_per_s": "/".join(f"{p.cluster.scaleout.bw_bytes_per_s * 8 / 1e9:g}" for p in c.pools),
+        "scaleup_latency_us": "/".join(f"{p.cluster.scaleup.latency_s * 1e6:g}" for p in c.pools),
+        "scaleout_latency_us": "/".join(f"{p.cluster.scaleout.latency_s * 1e6:g}" for p in c.pools),
+    }
+
+
+def pooled_detail(c: PooledCluster) -> dict:
+    """Every pool (its fabric, GPU and efficiency model) and every pair's link, in file units."""
+    pools = []
+    for p in c.pools:
+        eff = efficiency_for_cluster(p.cluster)
+        pools.append({"name": p.name, "gpus": p.gpus, "gpus_per_node": p.gpus_per_node, "cluster": p.cluster.name,
+                      "gpu": gpu_detail(p.cluster.gpu), "scaleup": _tier(p.cluster.scaleup),
+                      "scaleout": _tier(p.cluster.scaleout), "oversubscription": p.cluster.oversubscription,
+                      "efficiency_generation": eff.generation, "efficiency_prior": eff.is_prior})
+    links = []
+    names = c.pool_names
+    explicit = {frozenset(l.pools) for l in c.links}
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            tier = c.link(a, b)
+            bw, lat = c.path(a, b)
+            links.append({"between": [a, b], "explicit": frozenset((a, b)) in explicit, **_tier(tier),
+                          "path_bw_gbit_per_s": _r(bw * 8 / 1e9, 1), "path_latency_us": _r(lat * 1e6, 3)})
+    return {"name": c.name, "description": c.description, "total_gpus": c.total_gpus, "pools": pools,
+            "links": links, "source": c.source}
+
+
+def _load_cluster_row(name: str) -> dict:
+    return pooled_row(load_pooled_cluster(name)) if is_pooled(name) else cluster_row(load_cluster(name))
+
+
 def efficiency_detail(eff: EfficiencyModel) -> dict:
     return {
         "generation": eff.generation,
@@ -133,11 +173,15 @@ def _resolve_entry(name: str) -> tuple[str, GPUSpec | ClusterSpec]:
         if not path.is_file():
             raise InputError("NAME", f"no such file {name}")
         data = read_yaml(path, "hardware")
+        if "pools" in data:
+            return "pooled", load_pooled_cluster(name)
         return ("cluster", load_cluster(name)) if "gpu" in data else ("gpu", load_gpu(name))
     key = name.strip().lower()
     if key in list_gpus():
         return "gpu", load_gpu(key)
     if key in list_clusters():
+        if is_pooled(key):
+            return "pooled", load_pooled_cluster(key)
         return "cluster", load_cluster(key)
     raise InputError("NAME", f"unknown GPU or cluster '{name}'", suggest(key, list_gpus() + list_clusters()))
 
@@ -203,7 +247,7 @@ def list_cmd(as_json: bool) -> None:
       paraplan hardware list --json
     """
     gpus = _load_all(list_gpus(), load_gpu, gpu_row, "gpu")
-    clusters = _load_all(list_clusters(), load_cluster, cluster_row, "cluster")
+    clusters = _load_all(list_clusters(), lambda n: n, _load_cluster_row, "cluster")
     if as_json:
         click.echo(dump_json({"gpus": gpus, "clusters": clusters}), nl=False)
         return
@@ -227,6 +271,10 @@ def show_cmd(name: str, as_json: bool) -> None:
       paraplan hardware show h100-sxm-80gb
     """
     kind, spec = _resolve_entry(name)
+    if kind == "pooled":
+        detail = {"kind": "pooled", **pooled_detail(spec)}
+        click.echo(dump_json(detail) if as_json else _pooled_text(detail), nl=False)
+        return
     gpu = spec if kind == "gpu" else spec.gpu
     own = kind == "cluster" and spec.efficiency is not None
     eff, why = (spec.efficiency, "") if own else _efficiency_or_none(gpu)
@@ -256,6 +304,31 @@ def show_cmd(name: str, as_json: bool) -> None:
     lines.append("")
     lines += _eff_text(eff_d, why, label)
     click.echo("\n".join(lines))
+
+
+def _pooled_text(d: dict) -> str:
+    """Pools (GPU, count, node, tiers, efficiency model) and the links between them."""
+    lines = [f"cluster {d['name']}: {d['description'] or '-'}", f"  {d['total_gpus']} GPUs in {len(d['pools'])} pools", ""]
+    rows = []
+    for p in d["pools"]:
+        g = p["gpu"]
+        peak = g["peak_tflops"].get("bf16") or g["peak_tflops"].get("fp16") or g["peak_tflops"].get("fp32")
+        rows.append([p["name"], g["name"], p["gpus"], p["gpus_per_node"], f"{peak:g}", f"{g['hbm_gib']:g}",
+                     f"{p['scaleup']['kind']} {p['scaleup']['bw_gb_per_s']:g}",
+                     f"{p['scaleout']['kind']} {p['scaleout']['bw_gbit_per_s']:g}",
+                     p["efficiency_generation"] + (" (prior, not fitted)" if p["efficiency_prior"] else "")])
+    lines.append(format_table(rows, ["pool", "gpu", "gpus", "gpus_per_node", "peak_16bit_tflops", "hbm_gib",
+                                     "scaleup_gb_per_s", "scaleout_gbit_per_s", "efficiency"],
+                              align="llrrrrlll", indent="  ").rstrip())
+    if d["links"]:
+        lines += ["", "  links between pools (per GPU, one direction; path = slowest of NIC, link, NIC)"]
+        rows = [[" - ".join(l["between"]), "file" if l["explicit"] else "slower scale-out", l["kind"],
+                 f"{l['bw_gbit_per_s']:g}", f"{l['latency_us']:g}", f"{l['path_bw_gbit_per_s']:g}"] for l in d["links"]]
+        lines.append(format_table(rows, ["pools", "from", "kind", "bw_gbit_per_s", "latency_us", "path_gbit_per_s"],
+                                  align="llllrr", indent="  ").rstrip())
+    if d["source"]:
+        lines += ["", f"  source: {d['source']}"]
+    return "\n".join(lines) + "\n"
 
 
 @command.command("stacks", short_help="The software stacks: what each framework release does, cited.")

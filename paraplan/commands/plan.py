@@ -93,6 +93,28 @@ def _table(df, ranked: bool = True) -> str:
     return format_table(rows, headers)
 
 
+def _emit(result: PlanResult, spec, framework: str) -> str:
+    """The launch of the fastest plan ``framework`` can run; a note on stderr says which rank it
+    had and how much slower than the unrestricted winner it is (DeepSpeed's recipe follows)."""
+    from paraplan import exports
+    from paraplan.api import config_label
+    context = {"model": spec, "seq_len": result.seq_len, "gpu": result.gpu, "cluster": result.cluster}
+    row, rank, slowdown = exports.best_runnable(result.plans, framework, **context)
+    if rank == 0:
+        note = f"the unrestricted winner runs in {framework} as planned"
+    else:
+        winner = {**result.plans.iloc[0].to_dict(), **context}
+        why = exports.refusal(winner, framework)
+        note = (f"best plan {framework} can run: rank {rank + 1} of {len(result.plans)}, {100 * slowdown:.1f}% "
+                f"slower than the unrestricted winner ({config_label(winner)}: {why.field}: {why.message})")
+    text = exports.emit(row, framework, note=note)
+    click.echo(f"paraplan: {note}", err=True)
+    recipe = exports.launch_notes(row, framework, note)
+    if recipe:
+        click.echo(recipe, err=True, nl=False)
+    return text
+
+
 def _header(result: PlanResult) -> str:
     lo, hi = result.gpus
     gpus = f"{lo}" if lo == hi else f"{lo}-{hi}"
@@ -135,7 +157,8 @@ def _csv(df) -> str:
 @click.command("plan", short_help="Search every parallel configuration; rank what fits by throughput.")
 @click.option("--model", "-m", required=True, help="Model preset (see `paraplan models list`), YAML file, or HF config.json.")
 @click.option("--cluster", "-c", required=True, help="Cluster name (see `paraplan hardware list`) or YAML file.")
-@click.option("--gpus", "-n", required=True, help="GPU count (1024) or a range of counts to compare (256-1024).")
+@click.option("--gpus", "-n", help="GPU count (1024) or a range of counts to compare (256-1024); not for a pooled "
+                                    "cluster, whose pools state their counts.")
 @click.option("--global-batch", type=POS, help="Sequences per optimizer step.")
 @click.option("--global-batch-tokens", type=POS, help="Tokens per optimizer step (a multiple of the sequence length).")
 @click.option("--seq-len", type=POS, help="Sequence length in tokens (default: the model's).")
@@ -168,7 +191,9 @@ def _csv(df) -> str:
 @click.option("--pareto", is_flag=True, help="Also print the throughput-vs-memory frontier (and vs GPUs for a range).")
 @click.option("--explain", is_flag=True, help="Explain the winner against the runner-up; pruned counts per rule.")
 @click.option("--emit", type=click.Choice(["megatron", "torchtitan", "deepspeed"]),
-              help="Print the best plan's launch flags / TOML / JSON for this framework instead of the table.")
+              help="Print the launch of the best plan this framework can run as planned (Megatron-LM: env + "
+                   "flags; torchtitan 0.3.0: a config module; DeepSpeed 0.19.8: JSON, recipe on stderr) "
+                   "instead of the table, and say how much slower it is than the unrestricted winner.")
 def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, top, max_tp, fix, headroom_gib,
             dtypes, stack, as_json, as_csv, pareto, explain, max_micro_batch, emit, **explicit) -> None:
     """Find the parallel configurations of MODEL on CLUSTER with the highest throughput that fit
@@ -181,13 +206,29 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
       paraplan plan -m llama3.1-405b -c dgx-h100 -n 16384 --global-batch-tokens 16777216
       paraplan plan -m megatron-530b -c dgx-a100-80gb -n 4480-5120 --global-batch 2520 --pareto
       paraplan plan -m llama3-70b -c dgx-h100 -n 64 --global-batch 128 --fix zero=1 --explain
-      paraplan plan -m llama3-70b -c dgx-h100 -n 256 --global-batch-tokens 4194304 --fix zero=1 --emit megatron
+      paraplan plan -m llama3-70b -c dgx-h100 -n 256 --global-batch-tokens 4194304 --emit megatron > launch.sh
+      paraplan plan -m llama3-70b -c dgx-h100 -n 256 --global-batch-tokens 4194304 --emit torchtitan > paraplan_plan.py
+
+    A pooled (mixed) cluster file plans across its pools: pipelines on one pool, each pool's
+    own replicas sharing the batch by speed, pipelines crossing two pools; it prints the best
+    plan next to the best on only the fastest and only the largest pool (--explain: where the
+    time goes per pool).
+
+    \b
+      paraplan plan -m llama3-70b -c examples/clusters/a100-h100.yaml --global-batch-tokens 4194304 --explain
     """
     if as_json and as_csv:
         raise InputError("--json", "give --json or --csv, not both")
     spec = load_model(model)
     if seq_len is not None:
         spec = spec.with_seq_len(seq_len)
+    from hardware_specs.catalog import is_pooled
+    if is_pooled(cluster):
+        _plan_pooled(spec, cluster, gpus, global_batch, global_batch_tokens, top, max_tp, fix, headroom_gib, dtypes,
+                     as_json, as_csv, pareto, explain, max_micro_batch, emit, explicit, stack)
+        return
+    if gpus is None:
+        raise InputError("--gpus", "missing", "give the GPU count (1024) or a range (256-1024)")
     cl = load_cluster(cluster)
     fixed = parse_fix(fix)
     for name in _EXPLICIT:
@@ -205,9 +246,7 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         bar.close()
     is_range = result.gpus[0] != result.gpus[1]
     if emit:
-        from paraplan import exports
-        click.echo(exports.emit({**result.best, "model": spec, "seq_len": result.seq_len,
-                                 "cluster": result.cluster, "gpu": result.gpu}, emit), nl=False)
+        click.echo(_emit(result, spec, emit), nl=False)
         return
     if as_json:
         click.echo(_json(result, top, pareto, explain), nl=False)
@@ -227,3 +266,32 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
     if explain:
         out.append("\n" + result.explain)
     click.echo("".join(out), nl=False)
+
+
+def _plan_pooled(spec, cluster, gpus, global_batch, global_batch_tokens, top, max_tp, fix, headroom_gib, dtypes,
+                 as_json, as_csv, pareto, explain, max_micro_batch, emit, explicit, stack="megatron-core") -> None:
+    """``plan`` on a pooled cluster (``planners.heterogeneous``; output in ``commands._hetero``)."""
+    from hardware_specs.catalog import load_pooled_cluster
+    from paraplan.commands._hetero import plan_outputs
+    from planners.heterogeneous import plan_heterogeneous
+
+    if gpus is not None:
+        raise InputError("--gpus", "a pooled cluster states its pools' GPU counts", "drop --gpus")
+    for flag, given in (("--fix", bool(fix)), ("--pareto", pareto), ("--emit", emit is not None)):
+        if given:
+            raise InputError(flag, "not available for a pooled cluster", "drop it")
+    for name in ("dp", "tp", "pp", "cp", "ep", "vpp", "schedule"):
+        if explicit.get(name) is not None:
+            raise InputError(f"--{name}", "the degrees differ per pool in a mixed plan; the search chooses them",
+                             "drop it (--max-tp limits tensor parallelism)")
+    if dtypes and len(dtypes) > 1:
+        raise InputError("--dtype", "a mixed plan runs one dtype on every pool", "give one --dtype")
+    mb = explicit.get("micro_batch")
+    result = plan_heterogeneous(
+        spec, load_pooled_cluster(cluster), global_batch, global_batch_tokens=global_batch_tokens,
+        dtype=dtypes[0] if dtypes else None, max_tp=max_tp, max_micro_batch=max_micro_batch or 8,
+        micro_batches=(mb,) if mb is not None else None,
+        recomputes=(explicit["recompute"],) if explicit.get("recompute") else None,
+        zeros=(explicit["zero"],) if explicit.get("zero") is not None else (0, 1), headroom_gib=headroom_gib,
+        top=max(top, 1), stack=stack)
+    click.echo(plan_outputs(result, top, as_json, as_csv, explain), nl=False)

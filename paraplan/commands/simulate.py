@@ -301,6 +301,12 @@ POS = click.IntRange(min=1)
 @click.option("--zero3-recompute-gather/--no-zero3-recompute-gather", default=False, show_default=True,
               help="ZeRO-3 with full recompute gathers each layer's parameters a third time for the "
                    "recompute forward (DeepSpeed ZeRO-3); off = PyTorch FSDP, where one gather serves both.")
+@click.option("--plan", "plan_path", type=click.Path(dir_okay=False),
+              help="Pooled (mixed) clusters: the plan as a YAML/JSON file (groups of replicas whose stages name "
+                   "pools; the best_plan of `paraplan plan --json`).")
+@click.option("--group", "groups", multiple=True, metavar="SPEC",
+              help="Pooled clusters: one replica group, '[Nx] POOL:tpT:ppK[:L1,L2,..] [> POOL:...]' (repeatable); "
+                   "groups without micro-batch counts share the batch in proportion to their speed.")
 @click.option("--first-stage-layers", type=click.IntRange(0), default=0, metavar="N",
               help="Layers on the first pipeline stage (Megatron --decoder-first-pipeline-num-layers); 0 = even split.")
 @click.option("--last-stage-layers", type=click.IntRange(0), default=0, metavar="N",
@@ -310,18 +316,33 @@ POS = click.IntRange(min=1)
 @click.option("--json", "as_json", is_flag=True, help="Print StepReport.as_dict() as JSON (SI units: seconds, bytes, FLOPs).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Write the event-level pipeline timeline as a Chrome/Perfetto trace (JSON).")
 @click.option("--gantt", "gantt_path", type=click.Path(dir_okay=False), help="Draw the event-level pipeline timeline to a PNG.")
-def command(as_json: bool, trace_path: str | None, gantt_path: str | None, **opts) -> None:
+@click.pass_context
+def command(ctx: click.Context, as_json: bool, trace_path: str | None, gantt_path: str | None, plan_path: str | None,
+            groups: tuple[str, ...], **opts) -> None:
     """How long one training step of MODEL takes on CLUSTER with this parallel plan, where the
     time goes, and whether it fits in memory.
 
     Prints the step-time breakdown (seconds and % of step), throughput (tokens/s, TFLOP/s per
     GPU, MFU, HFU), memory per GPU by part (GiB and % of HBM) and one line on why.
 
+    A pooled (mixed) cluster file takes the plan from --plan or --group instead of the degrees:
+    replica groups of pipelines whose stages sit on pools; it prints the step of the slowest
+    group, each group and stage, and where the time goes per pool.
+
     \b
-    Example:
+    Examples:
       paraplan simulate --model llama3-70b --cluster dgx-h100 --gpus 64 \\
           --tp 4 --pp 4 --micro-batch 1 --global-batch 128 --recompute selective --sequence-parallel
+      paraplan simulate -m llama3-70b -c examples/clusters/a100-h100.yaml --global-batch 512 \\
+          --group "32x h100:tp8:pp1" --group "8x a100:tp8:pp4" --zero 1 --sequence-parallel
     """
+    from hardware_specs.catalog import is_pooled
+    if is_pooled(opts["cluster"]):
+        _simulate_pooled(ctx, opts, plan_path, groups, as_json, trace_path, gantt_path)
+        return
+    if plan_path is not None or groups:
+        raise InputError("--plan" if plan_path else "--group", f"{opts['cluster']} is one GPU kind",
+                         "give its degrees (--tp, --pp, ...), or a pooled cluster file")
     for field, path in (("--trace", trace_path), ("--gantt", gantt_path)):
         if path is not None:
             _pipeline_api()
@@ -337,3 +358,70 @@ def command(as_json: bool, trace_path: str | None, gantt_path: str | None, **opt
         click.echo(render(report, model, cluster), nl=False)
     for note in notes:
         click.echo(note, err=True)
+
+
+#: options that describe a one-kind plan; a pooled cluster's plan comes from --plan / --group
+_DEGREE_OPTIONS = ("gpus", "dp", "tp", "pp", "cp", "ep", "etp", "vpp")
+
+
+def _simulate_pooled(ctx, opts, plan_path, groups, as_json, trace_path, gantt_path) -> None:
+    """``simulate`` on a pooled cluster (see ``paraplan.commands._hetero``)."""
+    from click.core import ParameterSource
+
+    from hardware_specs.catalog import load_pooled_cluster
+    from paraplan.commands import _hetero
+    from simulator.heterogeneous import HeteroPlan, plan_switches, simulate_heterogeneous
+
+    for name in _DEGREE_OPTIONS:
+        if ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None):
+            raise InputError(f"--{name.replace('_', '-')}", "a pooled cluster's plan comes from --plan or --group",
+                             "drop it and describe the groups")
+    if trace_path or gantt_path:
+        raise InputError("--trace" if trace_path else "--gantt", "timelines are drawn for one-kind clusters only")
+    if (plan_path is None) == (not groups):
+        raise InputError("--plan", "give the plan of a pooled cluster as --plan FILE or --group SPEC (one of them)",
+                         "e.g. --group '8x h100:tp8:pp4'")
+    model = load_model(opts["model"])
+    if opts.get("seq_len"):
+        model = model.with_seq_len(opts["seq_len"])
+    cluster = load_pooled_cluster(opts["cluster"])
+    # the stack's behaviour (GPU-specific recipes only when every pool has the same GPU kind),
+    # then every switch set explicitly
+    stack = load_stack(opts["stack"])
+    kinds = {p.cluster.gpu.name for p in cluster.pools}
+    gpu = kinds.pop() if len(kinds) == 1 else None
+    software = stack_config_fields(stack, opts["dtype"], model.name, gpu)
+    for key in SWITCH_OPTIONS:
+        if opts.get(key) is not None:
+            software[key] = opts[key]
+    sp = opts["sequence_parallel"]
+    if sp is None:
+        behaviour = stack.training_for(model.name, gpu, opts["dtype"])
+        sp = bool(behaviour is not None and behaviour.sequence_parallel_with_tp)
+    shared = dict(micro_batch=opts["micro_batch"], zero_stage=opts["zero"], recompute=opts["recompute"],
+                  sequence_parallel=sp, dtype=opts["dtype"], schedule=opts["schedule"] or "1f1b",
+                  **plan_switches(software))
+    gbs = None
+    if opts["global_batch"] is not None or opts["global_batch_tokens"] is not None:
+        gbs = _global_batch(opts["global_batch"], opts["global_batch_tokens"], model.seq_len)
+    if plan_path is not None:
+        data = _hetero.read_plan_file(plan_path)
+        if ctx.get_parameter_source("stack") not in (ParameterSource.DEFAULT, None):
+            data.update(plan_switches(software))          # an explicit --stack replaces the file's switches
+        for key, value in shared.items():     # options given on the command line override the file
+            if ctx.get_parameter_source(_OPTION_OF.get(key, key)) not in (ParameterSource.DEFAULT, None):
+                data[key] = value
+        if gbs is not None:
+            data["global_batch"] = gbs
+        plan = _hetero.plan_from_data(data)
+    else:
+        plan = HeteroPlan(groups=tuple(_hetero.parse_group(g, model) for g in groups), global_batch=gbs, **shared)
+    report = simulate_heterogeneous(model, cluster, plan)
+    _hetero.require_fit(report)
+    if as_json:
+        click.echo(dump_json(report.as_dict()), nl=False)
+    else:
+        click.echo(_hetero.render_report(report, model, cluster), nl=False)
+
+
+_OPTION_OF = {"zero_stage": "zero"}

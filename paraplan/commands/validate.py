@@ -214,6 +214,103 @@ def measured_cmd(cluster_path: str | None, steps: int, warmup: int, rounds: int,
         click.echo(text, nl=False)
 
 
+@command.command("heterogeneous", short_help="Predict the Sailor runs (mixed consumer GPUs, GH200) and report the error.")
+@click.argument("path", type=click.Path(dir_okay=False), required=False)
+@click.option("--inter-node-gbps", type=float, default=None, metavar="GBPS",
+              help="Network of the mixed (university) cluster, Gb/s per node, shared by its GPUs; the source does "
+                   "not state it [default: 1, what the runs' measured gradient all-reduces imply].")
+@click.option("--inter-node-latency-us", type=float, default=None, metavar="US",
+              help="One-message latency of that network, microseconds [default: 50, NCCL over TCP].")
+@click.option("--intra-node-gb-per-s", type=float, default=None, metavar="GBS",
+              help="Link between the consumer GPUs of one node, GB/s one direction [default: each card's PCIe link].")
+@click.option("--json", "as_json", is_flag=True,
+              help="One object per run and metric: id, metric (iter_time_s|peak_memory_bytes), status, predicted, "
+                   "measured, rel_error, reason, efficiency_prior, assumptions.")
+@click.option("--csv", "as_csv", is_flag=True, help="The same rows as CSV.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False),
+              help="Write the output to this file (atomically) instead of stdout.")
+def heterogeneous_cmd(path: str | None, inter_node_gbps: float | None, inter_node_latency_us: float | None,
+                      intra_node_gb_per_s: float | None, as_json: bool, as_csv: bool, out_path: str | None) -> None:
+    """How well are mixed-GPU and GH200 training plans predicted? PATH is a Sailor-format JSON
+    file (default: the shared or bundled heterogeneous/sailor_runs.json).
+
+    Each run's plan (pipeline stages, replicas on GPU kinds, tensor parallelism, micro-batch) is
+    simulated on pools built from its own fields; rel_error = (predicted - measured) / measured
+    for the iteration time and the peak memory. Numbers resting on an unfitted efficiency prior
+    (Turing: Titan RTX, RTX 2080 Ti) are marked "prior" in the table and carry
+    efficiency_prior: true in --json. The university cluster's network is not stated: it is the
+    input --inter-node-gbps (see the README).
+
+    \b
+    Examples:
+      paraplan validate heterogeneous
+      paraplan validate heterogeneous --inter-node-gbps 10 --json --out sailor.json
+    """
+    from paraplan.validation.datasets import HETEROGENEOUS_RUNS, validation_file
+    from paraplan.validation import heterogeneous as het
+
+    if as_json and as_csv:
+        raise click.UsageError("give --json or --csv, not both")
+    if out_path is not None:
+        check_writable(out_path)
+    runs = het.read_runs(path if path is not None else validation_file(HETEROGENEOUS_RUNS))
+    gbps = het.DEFAULT_INTER_NODE_GBPS if inter_node_gbps is None else inter_node_gbps
+    lat = het.DEFAULT_INTER_NODE_LATENCY_US if inter_node_latency_us is None else inter_node_latency_us
+    with click.progressbar(length=len(runs), label="predicting runs", file=sys.stderr,
+                           hidden=not sys.stderr.isatty()) as bar:
+        records = het.validate_runs(runs, gbps, lat, intra_node_gb_per_s, progress=lambda: bar.update(1))
+    if as_json:
+        text = dump_json(records)
+    elif as_csv:
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=list(het.ROW_KEYS), lineterminator="\n")
+        writer.writeheader()
+        for r in records:
+            writer.writerow({k: ("" if r[k] is None else ("; ".join(r[k]) if isinstance(r[k], list) else r[k]))
+                             for k in het.ROW_KEYS})
+        text = buf.getvalue()
+    else:
+        text = _hetero_text(records, het.summary(records), gbps, lat, intra_node_gb_per_s)
+    if out_path is not None:
+        write_atomic(out_path, text)
+        click.echo(f"wrote {out_path} ({len(records)} rows)", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+def _hetero_text(records, summary, gbps, lat, intra) -> str:
+    """Per-run table (both metrics on one line), then mean / worst error per system and metric."""
+    by_run: dict[str, dict] = {}
+    for r in records:
+        by_run.setdefault(r["id"], {})[r["metric"]] = r
+    rows = []
+    for rid, metrics in by_run.items():
+        short = rid.split("validation/", 1)[-1]
+        t, m = metrics.get("iter_time_s"), metrics.get("peak_memory_bytes")
+        if t is None or t["status"] != "ok":
+            reason = (t or m or {}).get("reason") or ""
+            rows.append([short, "skipped", "-", "-", "-", "-", "-", "-", reason])
+            continue
+        note = "prior" if t["efficiency_prior"] else ""
+        twin = [a for a in t["assumptions"] if "identical" in a]
+        if twin:
+            note = (note + "; " if note else "") + "duplicate numbers at the source"
+        rows.append([short, "ok", f"{t['predicted']:.4g}", f"{t['measured']:.4g}", f"{100 * t['rel_error']:+.1f}",
+                     f"{m['predicted'] / 2**30:.2f}", f"{m['measured'] / 2**30:.2f}", f"{100 * m['rel_error']:+.1f}", note])
+    head = ["run", "status", "pred_iter_s", "meas_iter_s", "iter_err_pct", "pred_mem_gib", "meas_mem_gib",
+            "mem_err_pct", "note"]
+    lines = [format_table(rows, head, align="llrrrrrrl").rstrip(), "",
+             "error per system (|predicted - measured| / measured; prior = rests on an unfitted efficiency prior)"]
+    srows = [[s["runs"], s["metric"], s["n"], f"{s['mean_abs_err_pct']:.1f}", f"{s['worst_abs_err_pct']:.1f}",
+              "yes" if s["efficiency_prior"] else "no"] for s in summary]
+    lines.append(format_table(srows, ["runs", "metric", "n", "mean_abs_err_pct", "worst_abs_err_pct", "prior"],
+                              align="llrrrl").rstrip())
+    intra_text = "each card's PCIe link" if intra is None else f"{intra:g} GB/s"
+    lines.append(f"\nnetwork of the mixed cluster (not stated by the source): {gbps:g} Gb/s per node, {lat:g} us; "
+                 f"inside a node {intra_text}")
+    return "\n".join(lines) + "\n"
+
+
 #: the per-row output columns of ``validate serving --json`` / ``--csv``, in order.
 SERVING_ROW_KEYS = ("id", "metric", "status", "predicted", "measured", "rel_error", "reason")
 

@@ -286,34 +286,72 @@ def _transfer(model: EfficiencyModel, target: EfficiencyModel) -> EfficiencyMode
     return replace(_to_model(target, {**_from_model(target), **fitted}), fitted_factors=model.fitted_factors)
 
 
-def cross_validate(prepared: Prepared, sweeps: int = 2, progress=None) -> np.ndarray:
+def _held_out_prediction(prepared: Prepared, src: str, sweeps: int) -> np.ndarray:
+    """Predictions of source ``src``'s rows by efficiency models fitted without ``src``."""
+    sources = np.asarray(prepared.sources)
+    gens = prepared.generations
+    rest = np.flatnonzero(sources != src)
+    others = by_generation(subset(prepared, rest)) if len(rest) else {}
+    cache: dict[str, EfficiencyModel | None] = {}
+
+    def fitted_without(gen):
+        if gen not in cache:
+            cache[gen] = (fit_generation(others[gen], gen, prior_model(gen), sweeps)[0]
+                          if gen in others else None)
+        return cache[gen]
+
+    models = {}
+    for gen in np.unique(gens[sources == src]):
+        model = fitted_without(str(gen))
+        if model is None and NEIGHBOUR.get(str(gen)) is not None:
+            donor = fitted_without(NEIGHBOUR[str(gen)])
+            model = _transfer(donor, prior_model(str(gen))) if donor is not None else None
+        models[str(gen)] = model if model is not None else prior_model(str(gen))
+    held = np.flatnonzero(sources == src)
+    return predict(subset(prepared, held), models)
+
+
+#: the prepared rows a forked cross-validation worker reads (set in the parent just before the
+#: workers fork; never written by them)
+_FORKED_ROWS: dict = {}
+
+
+def _share_rows():
+    """Worker initialiser: nothing to do, the rows came with the fork."""
+
+
+def _held_out_in_worker(src: str, sweeps: int) -> np.ndarray:
+    return _held_out_prediction(_FORKED_ROWS["rows"], src, sweeps)
+
+
+def cross_validate(prepared: Prepared, sweeps: int = 2, progress=None, jobs: int = 1) -> np.ndarray:
     """Leave-one-source-out predictions of every row of ``prepared`` (all generations): each
     source's rows predicted by efficiency models fitted without that source. A generation with no
     other source borrows the factors of its ``NEIGHBOUR`` generation fitted without the source
-    (the prior, if that has none either)."""
+    (the prior, if that has none either). ``jobs`` > 1 runs the held-out fits in that many
+    processes (the result is the same)."""
     pred = np.full(len(prepared), np.nan)
     sources = np.asarray(prepared.sources)
-    gens = prepared.generations
-    for src in np.unique(sources):
-        rest = np.flatnonzero(sources != src)
-        others = by_generation(subset(prepared, rest)) if len(rest) else {}
-        cache: dict[str, EfficiencyModel | None] = {}
-
-        def fitted_without(gen):
-            if gen not in cache:
-                cache[gen] = (fit_generation(others[gen], gen, prior_model(gen), sweeps)[0]
-                              if gen in others else None)
-            return cache[gen]
-
-        models = {}
-        for gen in np.unique(gens[sources == src]):
-            model = fitted_without(str(gen))
-            if model is None and NEIGHBOUR.get(str(gen)) is not None:
-                donor = fitted_without(NEIGHBOUR[str(gen)])
-                model = _transfer(donor, prior_model(str(gen))) if donor is not None else None
-            models[str(gen)] = model if model is not None else prior_model(str(gen))
-        held = np.flatnonzero(sources == src)
-        pred[held] = predict(subset(prepared, held), models)
+    order = list(np.unique(sources))
+    if jobs > 1:
+        # forked workers inherit the prepared rows (they hold read-only mappings that do not pickle)
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context,
+                                 initializer=_share_rows, initargs=()) as pool:
+            _FORKED_ROWS["rows"] = prepared
+            try:
+                futures = {src: pool.submit(_held_out_in_worker, str(src), sweeps) for src in order}
+                for src in order:
+                    pred[sources == src] = futures[src].result()
+                    if progress is not None:
+                        progress(str(src))
+            finally:
+                _FORKED_ROWS.clear()
+        return pred
+    for src in order:
+        pred[sources == src] = _held_out_prediction(prepared, str(src), sweeps)
         if progress is not None:
             progress(str(src))
     return pred
@@ -326,13 +364,16 @@ def main(argv=None) -> int:
     ap.add_argument("--generation", action="append", help="fit only these generations")
     ap.add_argument("--dry-run", action="store_true", help="print the fit, do not write files")
     ap.add_argument("--cross-validate", action="store_true", help="also print leave-one-source-out errors")
+    ap.add_argument("--skip-fit", action="store_true",
+                    help="with --cross-validate: keep the committed files, only cross-validate")
+    ap.add_argument("--jobs", type=int, default=1, help="processes for the cross-validation fits")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
     prepared = prepare(read_runs(args.csv).to_dict("records"))
     by_gen = by_generation(prepared)
     # generations with enough rows first, so a sparse one can borrow its neighbour's fresh fit
     order = sorted(by_gen, key=lambda g: (len(by_gen[g]) < MIN_ROWS_TO_FIT, g))
-    for gen in order:
+    for gen in ([] if args.skip_fit else order):
         rows = by_gen[gen]
         if args.generation and gen not in args.generation:
             continue
@@ -364,13 +405,18 @@ def main(argv=None) -> int:
         if not args.dry_run:
             write_efficiency(fitted, efficiency_path(gen), note, after, list(fitted.fitted_factors))
     if args.cross_validate:
-        cv = cross_validate(prepared, progress=lambda src: print(f"  cross-validated {src}", file=sys.stderr))
+        cv = cross_validate(prepared, progress=lambda src: print(f"  cross-validated {src}", file=sys.stderr, flush=True),
+                            jobs=max(1, args.jobs))
         ins = predict(prepared)
         for src in sorted(set(prepared.sources)):
             sel = np.asarray(prepared.sources) == src
             e_in = 100 * np.mean(np.abs(ins[sel] / prepared.measured[sel] - 1))
             e_cv = 100 * np.mean(np.abs(cv[sel] / prepared.measured[sel] - 1))
-            print(f"    {src:10s} rows {int(sel.sum()):4d}  in-sample {e_in:6.2f}%  leave-source-out {e_cv:6.2f}%")
+            print(f"    {src:10s} rows {int(sel.sum()):4d}  in-sample {e_in:6.2f}%  leave-source-out {e_cv:6.2f}%",
+                  flush=True)
+        e_in = 100 * np.mean(np.abs(ins / prepared.measured - 1))
+        e_cv = 100 * np.mean(np.abs(cv / prepared.measured - 1))
+        print(f"    {'ALL':10s} rows {len(prepared):4d}  in-sample {e_in:6.2f}%  leave-source-out {e_cv:6.2f}%")
     return 0
 
 

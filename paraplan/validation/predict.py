@@ -63,10 +63,42 @@ def conversion(inputs: RowInputs) -> tuple[float, float, bool]:
     return 100.0 * flops / n / inputs.cluster.gpu.peak_flops(cfg.dtype), -1.0, False   # mfu / hfu in percent
 
 
+#: metrics computed from the source's FLOP count, and the metric that needs none
+FLOP_METRICS = ("tflops_per_gpu", "mfu", "hfu")
+TOKENS_METRIC = "tokens_per_s_per_gpu"
+#: largest disagreement between a source's FLOP count (implied by a run's FLOP-derived and
+#: tokens/s rows) and the row's convention before the FLOP-derived row is left out
+CONVENTION_TOLERANCE = 0.05
+
+
+def _convention_mismatches(run_ids, metrics, measured, conv) -> dict:
+    """FLOP-derived rows whose run also has a tokens/s row and whose source counted FLOPs
+    differently from the row's convention: {row position: reason}.
+
+    Both rows measure the same step, so metric / scale is the same 1/time for both when the
+    convention is the source's counter; a ratio far from 1 means the counter differs (e.g.
+    Megatron-Bridge before release 26.06 counted a gated MLP as gated only with a SiLU
+    activation, flop_utils.py ``gated_linear_multiplier`` at v0.4.2, so GPT-OSS at 17% fewer
+    FLOPs). Such a row cannot be converted exactly; its run's tokens/s row is kept.
+    """
+    tokens_row = {r: j for j, (r, m) in enumerate(zip(run_ids, metrics)) if m == TOKENS_METRIC and r}
+    out = {}
+    for j, (run, metric) in enumerate(zip(run_ids, metrics)):
+        t = tokens_row.get(run)
+        if metric not in FLOP_METRICS or t is None:
+            continue
+        ratio = (measured[j] / conv[j][0]) / (measured[t] / conv[t][0])
+        if abs(ratio - 1.0) > CONVENTION_TOLERANCE:
+            out[j] = (f"the source counted {ratio:.3f}x the FLOPs of convention; its FLOP counter is not this "
+                      f"convention, the run's {TOKENS_METRIC} row is used")
+    return out
+
+
 def prepare(records, on_skip=None) -> Prepared:
     """Resolve rows (dicts of a published-runs CSV); rows that cannot be predicted are passed to
-    ``on_skip(index, reason)`` and left out."""
-    ids, sources, inputs, measured, conv = [], [], [], [], []
+    ``on_skip(index, reason)`` and left out (also FLOP-derived rows whose source counted FLOPs
+    otherwise than their convention, ``_convention_mismatches``)."""
+    ids, sources, inputs, measured, conv, positions, runs = [], [], [], [], [], [], []
     for i, row in enumerate(records):
         try:
             value = row.get("measured_value")
@@ -86,6 +118,15 @@ def prepare(records, on_skip=None) -> Prepared:
         inputs.append(inp)
         measured.append(value)
         conv.append(conversion(inp))
+        positions.append(i)
+        runs.append(str(row.get("run_id", "") or ""))
+    mismatched = _convention_mismatches(runs, [inp.metric for inp in inputs], measured, conv)
+    if mismatched:
+        for j, why in mismatched.items():
+            if on_skip is not None:
+                on_skip(positions[j], why.replace("convention", f"convention {inputs[j].convention}", 1))
+        keep = [j for j in range(len(inputs)) if j not in mismatched]
+        ids, sources, inputs, measured, conv = ([xs[j] for j in keep] for xs in (ids, sources, inputs, measured, conv))
     keys: dict = {}
     for j, inp in enumerate(inputs):
         key = (repr(inp.model), id(inp.cluster), inp.config.dtype)

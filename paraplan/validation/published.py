@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -260,11 +261,19 @@ def _preset_for(row) -> ModelSpec:
     name = _str(row, "model").split("(")[0].strip()
     for candidate in (name, name.split(" ")[0] if name else ""):
         if candidate:
-            try:
-                return load_model(candidate)
-            except InputError:
-                continue
+            preset = _named_preset(candidate)
+            if preset is not None:
+                return preset
     raise Skip(f"architecture not in the row and no model preset named '{name}'")
+
+
+@lru_cache(maxsize=None)
+def _named_preset(name: str) -> ModelSpec | None:
+    """The model preset ``name`` names, or None (memoised: many rows name the same model)."""
+    try:
+        return load_model(name)
+    except InputError:
+        return None
 
 
 def _same_architecture_preset(row, needed) -> ModelSpec | None:

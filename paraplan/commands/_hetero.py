@@ -1,0 +1,221 @@
+"""The pooled-cluster side of ``paraplan plan`` and ``paraplan simulate`` (not a command itself).
+
+A cluster file that lists ``pools`` (``hardware_specs.pools``) switches both commands here:
+``plan`` runs ``planners.heterogeneous.plan_heterogeneous`` and prints the best mixed plan next to
+the best on only the fastest and only the largest pool; ``simulate`` reads a plan from
+``--plan FILE`` (the ``plan`` --json ``best_plan`` format) or ``--group`` specs and prints the
+step, per stage and per pool.
+
+``--group`` grammar: ``[REPLICASx] POOL:tpT:ppK[:L1,L2,...] [> POOL:tpT:ppK[:...] ...]``, e.g.
+``8x h100:tp8:pp4`` (8 replicas of a 4-stage pipeline, layers split evenly) or
+``4x a100:tp8:pp1:20 > h100:tp8:pp2:30,30`` (a pipeline crossing pools with its layer counts).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from pathlib import Path
+
+import yaml
+
+from hardware_specs.errors import InputError
+from hardware_specs.pools import PooledCluster
+from model_specs.model_spec import ModelSpec
+from paraplan.cli import dump_json, format_table
+from planners.hetero_explain import POOL_HEADERS, layout_text, pool_rows
+from simulator.heterogeneous import HeteroPlan, HeteroReport, ReplicaGroup, StagePlacement, plan_dict
+from simulator.report import TIME_PARTS
+
+GIB = 2**30
+_SEGMENT = re.compile(r"^\s*(?P<pool>[A-Za-z0-9][A-Za-z0-9_.+-]*):tp(?P<tp>\d+):pp(?P<pp>\d+)(?::(?P<layers>[\d,\s]+))?\s*$")
+_REPLICAS = re.compile(r"^\s*(?P<d>\d+)\s*x\s+(?P<rest>.+)$")
+
+
+# --------------------------------------------------------------------------------------------
+# Reading plans
+# --------------------------------------------------------------------------------------------
+
+def _even(total: int, parts: int) -> list[int]:
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def parse_group(text: str, model: ModelSpec) -> ReplicaGroup:
+    """One ``--group`` spec (module docstring) as a ``ReplicaGroup``."""
+    where = "--group"
+    m = _REPLICAS.match(text)
+    replicas, rest = (int(m.group("d")), m.group("rest")) if m else (1, text)
+    segments = []
+    for part in rest.split(">"):
+        s = _SEGMENT.match(part)
+        if not s:
+            raise InputError(where, f"cannot read {part.strip()!r}",
+                             "write e.g. '8x h100:tp8:pp4' or '4x a100:tp8:pp1:20 > h100:tp8:pp2:30,30'")
+        pp = int(s.group("pp"))
+        layers = None
+        if s.group("layers"):
+            layers = [int(x) for x in s.group("layers").replace(" ", "").split(",") if x]
+            if len(layers) != pp:
+                raise InputError(where, f"{part.strip()!r} lists {len(layers)} layer counts for pp{pp}",
+                                 "give one count per stage")
+        segments.append((s.group("pool"), int(s.group("tp")), pp, layers))
+    stages_total = sum(seg[2] for seg in segments)
+    if stages_total < 1 or stages_total > model.num_layers:
+        raise InputError(where, f"{stages_total} stages for {model.num_layers} layers", "use between 1 and the layer count")
+    explicit = [seg[3] for seg in segments]
+    if all(e is None for e in explicit):
+        counts = _even(model.num_layers, stages_total)
+    elif all(e is not None for e in explicit):
+        counts = [n for e in explicit for n in e]
+    else:
+        raise InputError(where, "give layer counts for every segment of a group or for none")
+    stages, i = [], 0
+    for pool, tp, pp, _ in segments:
+        for _ in range(pp):
+            stages.append(StagePlacement(pool, tp, counts[i]))
+            i += 1
+    return ReplicaGroup(stages=tuple(stages), replicas=replicas)
+
+
+def read_plan_file(path: str) -> dict:
+    """A plan file (YAML or JSON; the ``best_plan`` object of ``paraplan plan --json``)."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("--plan", f"no such file {path}")
+    text = p.read_text()
+    try:
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError):
+        raise InputError("--plan", f"cannot parse {path}", "give a YAML or JSON plan") from None
+    if isinstance(data, dict) and isinstance(data.get("best_plan"), dict):
+        data = data["best_plan"]
+    if not isinstance(data, dict) or not isinstance(data.get("groups"), list):
+        raise InputError("--plan", f"{path} has no 'groups' list", "see paraplan simulate --help")
+    return data
+
+
+def plan_from_data(data: dict) -> HeteroPlan:
+    """A plan mapping (``report.plan_dict`` format) as a ``HeteroPlan`` (errors name the field)."""
+    groups = []
+    for gi, g in enumerate(data["groups"]):
+        if not isinstance(g, dict) or not isinstance(g.get("stages"), list):
+            raise InputError(f"groups[{gi}]", "needs 'stages' (a list of {pool, tp, layers})")
+        stages = []
+        for si, st in enumerate(g["stages"]):
+            if not isinstance(st, dict) or not {"pool", "tp", "layers"} <= set(st):
+                raise InputError(f"groups[{gi}].stages[{si}]", "needs pool, tp and layers")
+            stages.append(StagePlacement(st["pool"], st["tp"], st["layers"]))
+        groups.append(ReplicaGroup(stages=tuple(stages), replicas=g.get("replicas", 1),
+                                   micro_batches=g.get("micro_batches")))
+    keys = ("micro_batch", "global_batch", "zero_stage", "recompute", "sequence_parallel", "dtype", "schedule",
+            "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "flash_attention",
+            "grad_accumulation_fusion", "attention_kernel", "grad_reduce_bytes", "software")
+    return HeteroPlan(groups=tuple(groups), **{k: data[k] for k in keys if data.get(k) is not None})
+
+
+# --------------------------------------------------------------------------------------------
+# Output
+# --------------------------------------------------------------------------------------------
+
+def require_fit(report: HeteroReport) -> None:
+    """One-line error naming the pool of the first stage that does not fit its pool's memory."""
+    for st in report.stages:
+        if not st.fits:
+            raise InputError(f"pools.{st.pool}.memory",
+                             f"stage {st.stage} of group {st.group} needs {st.memory_bytes / GIB:.1f} GiB per GPU, "
+                             f"{st.gpu} has {st.hbm_bytes / GIB:.0f} GiB",
+                             "use more stages or tensor parallelism there, recomputation, ZeRO or a smaller micro-batch")
+
+
+def render_report(report: HeteroReport, model: ModelSpec, cluster: PooledCluster) -> str:
+    """The table of one heterogeneous step: breakdown, throughput, groups, stages, pools."""
+    plan = report.plan
+    s = plan.settings
+    prior = f" (rests on the unfitted efficiency prior of {', '.join(report.prior_pools)})" if report.prior_pools else ""
+    lines = [f"model    {report.model}  ({model.num_layers} layers, hidden {model.hidden_size}, seq_len {model.seq_len})",
+             f"cluster  {cluster.name}  ({', '.join(f'{p.name}: {p.gpus}x {p.cluster.gpu.name}' for p in cluster.pools)})",
+             f"plan     {layout_text(plan)}",
+             f"         micro_batch={plan.micro_batch} global_batch={plan.global_batch} zero={s.zero_stage} "
+             f"recompute={s.recompute.value} sequence_parallel={'on' if plan.sequence_parallel else 'off'} "
+             f"dtype={s.dtype} schedule={s.schedule.value} gpus={report.n_gpus}", "",
+             "step time (the slowest replica group's slowest stage)"]
+    step = report.step_time_s
+    rows = [[k, f"{v:.4f}", f"{100 * v / step:.1f}"] for k, v in report.time_breakdown_s.items()]
+    rows.append(["step_time_s", f"{step:.4f}", "100.0"])
+    lines.append(format_table(rows, ["part", "time_s", "pct_of_step"], align="lrr", indent="  ").rstrip())
+    lines += ["", "throughput" + prior,
+              format_table([["tokens_per_s", f"{report.tokens_per_s:,.0f}"],
+                            ["tokens_per_s_per_gpu", f"{report.tokens_per_s_per_gpu:,.1f}"],
+                            ["mfu_pct", f"{100 * report.mfu:.1f}"]], ["metric", "value"], align="lr", indent="  ").rstrip(),
+              "", "replica groups"]
+    rows = [[i, g["replicas"], g["stages"], g["micro_batches"], g["micro_batches_total"], f"{g['slowest_stage_s'] * 1e3:.2f}",
+             f"{g['pipeline_s']:.4f}"] for i, g in enumerate(report.groups)]
+    lines.append(format_table(rows, ["group", "replicas", "stages", "micro_batches", "micro_batches_total",
+                                     "slowest_stage_ms", "pipeline_s"], indent="  ").rstrip())
+    lines += ["", "stages (per micro-batch; memory per GPU at the stage's peak)"]
+    rows = [[st.group, st.stage, st.pool, st.tp, st.layers, f"{st.stage_time_s * 1e3:.2f}", f"{st.compute_s * 1e3:.2f}",
+             f"{st.tp_comm_exposed_s * 1e3:.2f}", f"{st.pp_comm_s * 1e3:.2f}",
+             f"{st.memory_bytes / GIB:.2f}/{st.hbm_bytes / GIB:.0f}", "yes" if st.fits else "NO"] for st in report.stages]
+    lines.append(format_table(rows, ["group", "stage", "pool", "tp", "layers", "stage_ms", "compute_ms", "tp_comm_ms",
+                                     "pp_comm_ms", "memory_gib/hbm_gib", "fits"], indent="  ").rstrip())
+    lines += ["", "where the time goes per pool (busiest stage, seconds per step)"]
+    lines.append(format_table(pool_rows(report), POOL_HEADERS, indent="  ").rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool) -> str:
+    """``paraplan plan`` output for a pooled cluster."""
+    comp = result.comparison()
+    table = result.plans.head(top)
+    if as_json:
+        data = {
+            "request": {"model": result.model, "cluster": result.cluster,
+                        "pools": [{"name": n, "gpu": g, "gpus": c} for n, g, c in result.pools],
+                        "global_batch": result.global_batch, "seq_len": result.seq_len, "dtype": result.dtype},
+            "search": {"evaluated": result.evaluated, "wall_s": result.wall_s},
+            "comparison": comp.to_dict("records"),
+            "best_plan": plan_dict(result.best),
+            "fastest_pool_only": plan_dict(result.fastest_only[0]) if result.fastest_only else None,
+            "largest_pool_only": plan_dict(result.largest_only[0]) if result.largest_only else None,
+            "plans": table.to_dict("records"),
+            "efficiency_prior_pools": list(result.prior_pools),
+        }
+        if explain:
+            data["explain"] = result.explain
+        return dump_json(data)
+    if as_csv:
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(table.columns)
+        for r in table.itertuples(index=False):
+            writer.writerow([repr(v) if isinstance(v, float) else v for v in r])
+        return buf.getvalue()
+    pools = ", ".join(f"{n}: {c}x {g}" for n, g, c in result.pools)
+    tokens = result.global_batch * result.seq_len
+    out = [f"plan: {result.model} on {result.cluster} ({pools}); global batch {result.global_batch} sequences x "
+           f"{result.seq_len} = {tokens:,} tokens, {result.dtype}\n",
+           f"scored {result.evaluated:,} candidate plans in {result.wall_s:.2f} s\n\n"]
+    rows = [[r["plan"], r["n_gpus"], "-" if r["n_gpus"] == 0 else f"{r['step_time_s']:.4g}",
+             f"{r['tokens_per_s']:,.0f}", "-" if r["n_gpus"] == 0 else f"{r['mfu']:.3f}",
+             "-" if r["n_gpus"] == 0 else f"{r['best_gain_pct']:+.1f}"] for r in comp.to_dict("records")]
+    out.append(format_table(rows, ["plan", "n_gpus", "step_time_s", "tokens_per_s", "mfu", "best_vs_this_pct"]))
+    out.append(f"\nbest plan: {layout_text(result.best)}\n")
+    cells = []
+    for r in table.to_dict("records"):
+        cells.append([r["kind"], r["pools"], r["n_gpus"], r["layout"], r["micro_batch"], r["zero_stage"], r["recompute"],
+                      "on" if r["sequence_parallel"] else "off", f"{r['step_time_s']:.4g}", f"{r['tokens_per_s']:,.0f}",
+                      f"{r['mfu']:.3f}", f"{r['memory_gib']:.1f}"])
+    head = ["kind", "pools", "n_gpus", "layout", "micro_batch", "zero", "recompute", "sp", "step_time_s",
+            "tokens_per_s", "mfu", "memory_gib"]
+    out.append("\ntop plans\n" + format_table([[str(i + 1)] + c for i, c in enumerate(cells)], ["rank"] + head))
+    if result.prior_pools:
+        out.append(f"\nnote: numbers on {', '.join(result.prior_pools)} rest on an unfitted efficiency prior\n")
+    if explain:
+        out.append("\n" + result.explain)
+    return "".join(out)
+
+
+__all__ = ["TIME_PARTS", "parse_group", "plan_from_data", "plan_outputs", "read_plan_file", "render_report",
+           "require_fit"]

@@ -1,0 +1,106 @@
+"""A chosen plan as the launch configuration of the framework that will run it.
+
+One module per framework, each with ``emit(plan_row)``, ``refusal(p)`` (why the framework
+cannot run the plan as planned, or None) and ``can_run(plan_row)``:
+
+* ``paraplan.exports.megatron``: Megatron-LM ``pretrain_gpt.py`` environment and flags (bash),
+  for the main-branch commit of ``megatron_flags.json``, checked against that table;
+* ``paraplan.exports.torchtitan``: a torchtitan 0.3.0 ``config_registry`` module (Python);
+* ``paraplan.exports.deepspeed``: a DeepSpeed 0.19.8 config (JSON), plus ``recipe`` for the
+  launch around it.
+
+``plan_row`` is a row of ``paraplan.api.simulate`` / ``paraplan.api.plan``, a
+``planners.PlanResult`` (its winner), a ``StepReport``, or a dict of ``ParallelConfig`` fields
+plus ``model`` and ``seq_len``. A plan a framework cannot run as planned raises ``InputError``
+naming the field, never an export of a different plan. ``best_runnable`` picks, from a ranked
+plan table, the fastest plan a framework can run and how much slower it is than the winner.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from hardware_specs.errors import InputError
+from paraplan.exports import deepspeed, megatron, torchtitan
+from paraplan.exports.common import plan_fields, stage_layer_counts
+
+FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
+MODULES = {"megatron": megatron, "torchtitan": torchtitan, "deepspeed": deepspeed}
+
+__all__ = ["FRAMEWORKS", "MODULES", "emit", "emit_megatron", "emit_torchtitan", "emit_deepspeed", "refusal",
+           "can_run", "best_runnable", "file_suffix", "plan_fields", "stage_layer_counts", "launch_notes"]
+
+
+def module(framework: str):
+    """The export module of ``framework`` (megatron, torchtitan, deepspeed)."""
+    key = str(framework).strip().lower()
+    if key not in MODULES:
+        raise InputError("--emit", f"unknown framework {framework!r}", "choose megatron, torchtitan or deepspeed")
+    return MODULES[key]
+
+
+def emit(plan_row: Any, framework: str, note: str = "") -> str:
+    """The plan as ``framework``'s launch configuration: ``megatron`` (bash: environment and flag
+    arrays), ``torchtitan`` (a Python config module) or ``deepspeed`` (JSON). ``note`` is added
+    as a comment where the format has comments."""
+    return module(framework).emit(plan_row, note=note)
+
+
+def emit_megatron(plan_row: Any) -> str:
+    return megatron.emit(plan_row)
+
+
+def emit_torchtitan(plan_row: Any) -> str:
+    return torchtitan.emit(plan_row)
+
+
+def emit_deepspeed(plan_row: Any) -> str:
+    return deepspeed.emit(plan_row)
+
+
+def refusal(plan_row: Any, framework: str) -> InputError | None:
+    """Why ``framework`` cannot run the plan as planned (an ``InputError``), or None."""
+    return module(framework).refusal(plan_fields(plan_row))
+
+
+def can_run(plan_row: Any, framework: str) -> bool:
+    return refusal(plan_row, framework) is None
+
+
+def launch_notes(plan_row: Any, framework: str, note: str = "") -> str:
+    """What to print beside the export: DeepSpeed's launch recipe (its JSON has no comments);
+    empty for the others, whose files carry their own notes."""
+    return deepspeed.recipe(plan_row, note) if module(framework) is deepspeed else ""
+
+
+def best_runnable(plans: pd.DataFrame, framework: str, **context: Any) -> tuple[dict, int, float]:
+    """``(row, rank, slowdown)``: the fastest row of ``plans`` (ranked fastest first) that
+    ``framework`` can run as planned, its 0-based rank, and how much slower it is than row 0
+    (``1 - its tokens/s / row 0's``; 0 when row 0 runs). ``context`` fills fields the rows lack
+    (``model``, ``seq_len``, ``cluster``, ``gpu``). Rows are tried in rank order and the search
+    stops at the first that runs. Raises ``InputError`` when none does."""
+    mod = module(framework)
+    if len(plans) == 0:
+        raise InputError("plan", "the search found no plan", "relax the request")
+    records = plans.to_dict("records")
+    reasons: dict[str, int] = {}
+    for rank, rec in enumerate(records):
+        row = {**rec, **context}
+        err = mod.refusal(plan_fields(row))
+        if err is None:
+            best = records[0].get("tokens_per_s")
+            mine = rec.get("tokens_per_s")
+            slowdown = 1.0 - mine / best if best and mine is not None else 0.0
+            return row, rank, max(0.0, float(slowdown))
+        if err.field == "model":        # the model, not the plan: no other row can do better
+            raise err
+        reasons[err.field] = reasons.get(err.field, 0) + 1
+    counts = ", ".join(f"{n} by {field}" for field, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
+    raise InputError("--emit", f"none of the {len(records)} plans that fit runs in {framework} as planned "
+                     f"(refused: {counts})", "relax the request or emit another framework")
+
+
+def file_suffix(framework: str) -> str:
+    """The usual file suffix of ``framework``'s output (``.sh``, ``.py``, ``.json``)."""
+    return module(framework).SUFFIX

@@ -1,0 +1,163 @@
+"""What every framework export shares: the plan as one validated dict, its one-line summary,
+and the plan's pipeline stage layout.
+
+``plan_fields`` accepts a row of ``paraplan.api.simulate`` / ``paraplan.api.plan``, a one-row
+DataFrame, a ``StepReport``, a ``planners.PlanResult`` (its winner) or a plain dict of
+``ParallelConfig`` fields plus ``model`` and ``seq_len``.
+"""
+from __future__ import annotations
+
+from dataclasses import fields as dc_fields
+from typing import Any, Mapping
+
+from hardware_specs.errors import InputError
+from model_specs.catalog import load_model
+from model_specs.model_spec import ModelSpec
+from simulator.parallel_config import ParallelConfig, Schedule
+from simulator.pipeline.schedules import TWO_CHUNK, ScheduleKind
+from simulator.report import StepReport
+from simulator.stage_layout import position_layers
+
+CONFIG_FIELDS = tuple(f.name for f in dc_fields(ParallelConfig))
+
+
+def plan_fields(plan_row: Any) -> dict:
+    """The plan as a dict: every ``ParallelConfig`` field (validated; the stage layout's
+    ``first_stage_layers`` / ``last_stage_layers`` among them, 0 = the step model's rule),
+    ``model`` (a ``ModelSpec``), ``model_name``, ``seq_len``, ``n_gpus``, and the prediction
+    fields it carries (``step_time_s``, ``tokens_per_s``, ``mfu``, ...)."""
+    row = _row(plan_row)
+    if isinstance(row.get("config"), Mapping):
+        row = {**row, **row["config"]}
+    config_kwargs = {k: _plain(row[k]) for k in CONFIG_FIELDS if k in row and _present(row[k])}
+    for required in ("tp", "pp", "micro_batch", "global_batch"):
+        if required not in config_kwargs:
+            raise InputError(required, "missing from the plan row", "pass a full plan row (it names every degree)")
+    if "dp" not in config_kwargs:
+        n = row.get("n_gpus") or row.get("gpus")
+        if n is None:
+            raise InputError("dp", "missing from the plan row", "add dp (or n_gpus)")
+        config_kwargs["dp"] = int(n) // (config_kwargs["tp"] * config_kwargs["pp"] * int(config_kwargs.get("cp", 1)))
+    config = ParallelConfig(**config_kwargs)
+    out = config.as_dict()
+    spec = _model(row.get("model"))
+    seq_len = row.get("seq_len")
+    if not _present(seq_len):
+        tokens = row.get("global_batch_tokens") or row.get("tokens_per_step")
+        seq_len = int(round(tokens / config.global_batch)) if _present(tokens) else (spec.seq_len if spec else None)
+    if seq_len is None:
+        raise InputError("seq_len", "missing from the plan row", "add seq_len (tokens per sequence)")
+    out["seq_len"] = int(seq_len)
+    out["model"] = spec
+    out["model_name"] = spec.name if spec is not None else str(row.get("model") or "")
+    out["n_gpus"] = config.n_gpus
+    for key in ("cluster", "gpu", "step_time_s", "tokens_per_s", "mfu", "memory_gib"):
+        if key in row and _present(row[key]):
+            out[key] = _plain(row[key])
+    return out
+
+
+def require_model(p: dict, framework: str) -> ModelSpec:
+    """The plan's model; an export builds the model, so a plan without one is refused."""
+    if p["model"] is None:
+        raise InputError("model", f"the {framework} export builds the model, but the plan names no catalog model "
+                         f"({p['model_name'] or 'none'!s})", "pass a row whose model is a catalog name or a ModelSpec")
+    return p["model"]
+
+
+def _row(plan_row: Any) -> dict:
+    if hasattr(plan_row, "plans") and hasattr(plan_row, "seq_len"):   # a planners.PlanResult: its winner
+        result = plan_row
+        if len(result.plans) == 0:
+            raise InputError("plan", "the search found no plan", "relax the request")
+        return {**result.plans.iloc[0].to_dict(), "model": result.model, "seq_len": result.seq_len,
+                "cluster": result.cluster, "gpu": result.gpu}
+    if isinstance(plan_row, StepReport):
+        row = {**plan_row.as_dict(), **dict(plan_row.config)}
+        row["seq_len"] = int(round(plan_row.tokens_per_step / plan_row.config["global_batch"]))
+        return row
+    if hasattr(plan_row, "to_dict"):      # pandas Series (or a one-row DataFrame)
+        row = plan_row.to_dict()
+        if row and all(isinstance(v, dict) for v in row.values()):   # DataFrame.to_dict()
+            if len(plan_row) != 1:
+                raise InputError("plan", f"expected one plan, got {len(plan_row)} rows", "pass plans.iloc[0]")
+            row = plan_row.iloc[0].to_dict()
+        return row
+    if isinstance(plan_row, Mapping):
+        return dict(plan_row)
+    raise InputError("plan", f"cannot read a plan from {type(plan_row).__name__}",
+                     "pass a row of paraplan.api.plan/simulate, a StepReport or a dict")
+
+
+def _model(model: Any) -> ModelSpec | None:
+    if isinstance(model, ModelSpec):
+        return model
+    if isinstance(model, str) and model:
+        try:
+            return load_model(model)
+        except InputError:
+            return None                      # a name the catalog does not know
+    return None
+
+
+def _present(v: Any) -> bool:
+    if v is None:
+        return False
+    return not (isinstance(v, float) and v != v)
+
+
+def _plain(v: Any) -> Any:
+    if hasattr(v, "item") and callable(v.item) and getattr(v, "ndim", 0) == 0:
+        return v.item()
+    return v
+
+
+def summary(p: dict) -> str:
+    """One line naming the plan and its prediction (the first line of every export)."""
+    parts = [f"dp={p['dp']} tp={p['tp']} pp={p['pp']}"]
+    for k in ("vpp", "cp", "ep"):
+        if p[k] > 1:
+            parts.append(f"{k}={p[k]}")
+    parts.append(f"micro_batch={p['micro_batch']} global_batch={p['global_batch']} x {p['seq_len']} tokens")
+    parts.append(f"zero={p['zero_stage']} recompute={p['recompute']} schedule={p['schedule']} dtype={p['dtype']}")
+    head = f"{p['model_name'] or 'model'} on {p['n_gpus']} GPUs"
+    if p.get("gpu"):
+        head += f" ({p['gpu']}{', ' + p['cluster'] if p.get('cluster') else ''})"
+    pred = ""
+    if "step_time_s" in p:
+        pred = f"; predicted {p['step_time_s']:.2f} s/step"
+        if "tokens_per_s" in p:
+            pred += f", {p['tokens_per_s']:,.0f} tokens/s"
+        if "mfu" in p:
+            pred += f", MFU {100 * p['mfu']:.1f}%"
+    return f"paraplan plan: {head}: " + ", ".join(parts) + pred
+
+
+def stage_layer_counts(num_layers: int, pp: int, vpp: int = 1, mtp_layers: int = 0,
+                       first_stage_layers: int = 0, last_stage_layers: int = 0,
+                       schedule: str | None = None) -> tuple[int, ...]:
+    """Decoder layers of each model chunk the plan's pipeline runs, in layer order (for
+    interleaving chunk ``c`` runs on pipeline rank ``c mod pp``; ZB-V / DualPipe run two chunks
+    per rank in a V); the ``mtp_layers`` MTP modules follow the last chunk, on the last stage.
+
+    The layout is the step model's own (``simulator.stage_layout.position_layers``, one formula
+    for the prediction and the launch): ``first_stage_layers`` / ``last_stage_layers`` > 0 fix
+    the first / last stage's layers (MTP modules counted in the last), the other stages sharing
+    the rest; otherwise every chunk holds ``ceil((L + mtp) / chunks)`` layers except that the
+    shortfall is taken from the ends inwards. For 61 DeepSeek-V3 layers plus one MTP module on
+    pp 4 that is 15 | 16 | 16 | 14 + MTP.
+    """
+    kind = ScheduleKind(schedule or (Schedule.INTERLEAVED.value if vpp > 1 else Schedule.ONE_F_ONE_B.value))
+    chunks_per_stage = vpp if kind == ScheduleKind.INTERLEAVED else 2 if kind in TWO_CHUNK else 1
+    positions = pp * chunks_per_stage if kind != ScheduleKind.DUALPIPE else pp
+    if pp < 1 or num_layers < positions:
+        raise InputError("pp", f"cannot lay {num_layers} layers on {positions} pipeline chunks",
+                         "choose fewer pipeline stages or virtual stages")
+    counts = [int(n) for n in position_layers(kind, pp, chunks_per_stage, num_layers + mtp_layers,
+                                              int(first_stage_layers or 0), int(last_stage_layers or 0))[0]]
+    counts[-1] -= mtp_layers
+    if min(counts) < 1 or sum(counts) != num_layers:
+        field = "first_stage_layers" if first_stage_layers or last_stage_layers else "pp"
+        raise InputError(field, f"the layout {counts} (+{mtp_layers} MTP) does not hold the {num_layers} layers "
+                         "with at least one per chunk", "choose other stage counts or fewer stages")
+    return tuple(counts)

@@ -1,0 +1,202 @@
+"""A plan as a DeepSpeed 0.19.8 config (JSON) and the launch recipe around it.
+
+Written for a DeepSpeed-native run (``deepspeed.initialize(model=..., config=...)``) of a model
+whose code the user brings (e.g. a Hugging Face model): AutoTP for tensor parallelism, AutoEP
+for experts, Ulysses for context parallelism, ``PipelineModule`` for pipeline stages.
+
+How DeepSpeed counts the world in ``train_batch_size`` (``runtime/config.py``
+``DeepSpeedConfig.__init__`` and ``deepspeed/__init__.py`` ``initialize`` at 0.19.8), which the
+batch keys follow, so that ``train_batch_size == micro * gradient_accumulation * world``:
+
+* plain module, AutoTP and/or AutoEP, no ``mpu``: every rank, TP ranks included (TP ranks read
+  the same micro-batch), so ``train_batch_size`` is the plan's global batch times ``tp``;
+* Ulysses (``sequence_parallel_size`` with ``data_parallel_size``): ``initialize`` builds a
+  data x sequence mesh and counts its data-parallel ranks;
+* ``PipelineModule``: its topology's data-parallel ranks.
+
+Refused (``refusal``), each with the reason: low-precision GEMMs (fp8 / mxfp8 / nvfp4; DeepSpeed
+has no FP8 training switch, the model's own Transformer Engine layers would be), virtual
+pipeline stages and schedules other than 1F1B (the pipeline engine runs one 1F1B schedule; this
+export writes ``PipelineModule`` only), ZeRO-2/3 beside a pipeline, AutoTP beside a pipeline or
+beside Ulysses, ring / hybrid context parallelism (DeepSpeed's is Ulysses), expert TP, ZeRO-3
+with full recomputation unless the plan priced DeepSpeed's extra parameter gather
+(``zero3_recompute_gather``), ZeRO-3 MoE with Ulysses, and MTP modules (the model code it wraps
+does not train them).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hardware_specs.errors import InputError
+from paraplan.exports.common import plan_fields, require_model, stage_layer_counts, summary
+from simulator.parallel_config import Recompute, Schedule
+
+NAME = "deepspeed"
+SUFFIX = ".json"
+RELEASE = "DeepSpeed 0.19.8"
+
+
+def refusal(p: dict) -> InputError | None:
+    """Why DeepSpeed cannot run the plan ``p`` (a ``plan_fields`` dict) as planned, or None."""
+    try:
+        _check(p)
+    except InputError as exc:
+        return exc
+    return None
+
+
+def can_run(plan_row: Any) -> bool:
+    return refusal(plan_fields(plan_row)) is None
+
+
+def _check(p: dict) -> None:
+    model = require_model(p, RELEASE)
+    tp, pp, cp, zero = p["tp"], p["pp"], p["cp"], p["zero_stage"]
+    recompute = Recompute(p["recompute"])
+    if p["dtype"] in ("fp8", "mxfp8", "nvfp4"):
+        raise InputError("dtype", f"{RELEASE} has no switch for {p['dtype']} GEMMs (only the model's own Transformer "
+                         "Engine layers would run them)", "plan in bf16 or fp16 for DeepSpeed")
+    if p["vpp"] > 1:
+        raise InputError("vpp", f"DeepSpeed's pipeline engine runs one stage per rank, not vpp={p['vpp']}",
+                         "use a plan with vpp 1, or emit megatron / torchtitan")
+    if pp > 1 and Schedule(p["schedule"]) != Schedule.ONE_F_ONE_B:
+        raise InputError("schedule", f"this export writes DeepSpeed's PipelineModule, whose engine runs 1F1B, not "
+                         f"{p['schedule']}", "use the 1f1b schedule, or emit megatron / torchtitan")
+    if pp > 1 and zero >= 2:
+        raise InputError("zero_stage", f"DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only, not {zero}",
+                         "use a plan with zero_stage <= 1, or pp = 1")
+    if pp > 1 and tp > 1:
+        raise InputError("tp", "AutoTP is not combined with PipelineModule (its topology has no tensor axis "
+                         "unless the model code implements Megatron TP; AutoEP folding runs pp 1 only)",
+                         "use tp 1 beside a pipeline, or pp 1")
+    if cp > 1:
+        if p["cp_kind"] != "ulysses":
+            raise InputError("cp_kind", f"DeepSpeed's sequence parallelism is Ulysses (all-to-all), not {p['cp_kind']}",
+                             "use cp_kind ulysses for DeepSpeed, or emit megatron")
+        if tp > 1 or pp > 1:
+            raise InputError("cp", "Ulysses runs on a data x sequence mesh: no AutoTP or pipeline beside it",
+                             "use tp 1 and pp 1 with cp > 1")
+        if model.num_heads % cp:
+            raise InputError("cp", f"Ulysses splits the {model.num_heads} attention heads over cp={cp}",
+                             "choose cp dividing the head count")
+    if p["etp"] > 1:
+        raise InputError("etp", "AutoEP reserves expert_tensor_parallel_size for future use (it must be 1)", "use etp 1")
+    if zero == 3 and recompute == Recompute.FULL and not p["zero3_recompute_gather"]:
+        raise InputError("recompute", "DeepSpeed's ZeRO-3 gathers a fully recomputed layer's parameters a third "
+                         "time, which this plan did not price", "plan with zero3_recompute_gather, or another recompute")
+    if zero == 3 and p["ep"] > 1 and cp > 1:
+        raise InputError("cp", "AutoEP with ZeRO-3 does not run with Ulysses", "use zero_stage <= 2 or cp 1")
+    if model.mtp_layers:
+        raise InputError("model", f"{model.name} trains {model.mtp_layers} MTP module(s); the model code DeepSpeed "
+                         "wraps (AutoTP / AutoEP presets build the Hugging Face model) does not", "emit megatron")
+    if p["ep"] > 1 and model.moe is None:
+        raise InputError("ep", "expert parallelism needs an MoE model", "use ep 1")
+    if p["ep_comm_overlap"] and p["ep"] > 1:
+        raise InputError("ep_comm_overlap", "AutoEP's config has no overlapped expert all-to-all",
+                         "plan without ep_comm_overlap for DeepSpeed")
+    if p["cuda_graphs"]:
+        raise InputError("cuda_graphs", f"{RELEASE}'s training config has no CUDA-graph switch",
+                         "plan without cuda_graphs for DeepSpeed")
+    if p["grad_reduce_every_microbatch"]:
+        raise InputError("grad_reduce_every_microbatch", "DeepSpeed reduces gradients at the accumulation "
+                         "boundary, not after every micro-batch", "plan without grad_reduce_every_microbatch")
+
+
+def world_counted(p: dict) -> int:
+    """The world ``DeepSpeedConfig`` multiplies into ``train_batch_size`` for this launch."""
+    if p["pp"] > 1 or p["cp"] > 1:
+        return p["dp"]
+    return p["n_gpus"]
+
+
+def config(plan_row: Any) -> dict:
+    """The DeepSpeed config dict for the plan; raises ``InputError`` when DeepSpeed cannot run it."""
+    p = plan_fields(plan_row)
+    _check(p)
+    return _config(p)
+
+
+def _config(p: dict) -> dict:
+    accumulation = p["global_batch"] // (p["micro_batch"] * p["dp"])
+    cfg: dict[str, Any] = {
+        "train_batch_size": p["micro_batch"] * accumulation * world_counted(p),
+        "train_micro_batch_size_per_gpu": p["micro_batch"],
+        "gradient_accumulation_steps": accumulation,
+        "zero_optimization": {"stage": p["zero_stage"], "overlap_comm": bool(p["overlap_grad_reduce"]),
+                              "contiguous_gradients": True, "reduce_scatter": True,
+                              # the bucket the plan priced, in gradient elements
+                              "reduce_bucket_size": int(max(p["grad_bucket_elements"],
+                                                            p["grad_bucket_elements_per_dp"] * p["dp"]))},
+        "communication_data_type": ("fp32" if p["grad_reduce_bytes"] == 4 else
+                                    "fp16" if p["dtype"] == "fp16" else "bf16"),
+        "bf16": {"enabled": p["dtype"] not in ("fp16", "fp32", "tf32")},
+        "fp16": {"enabled": p["dtype"] == "fp16"},
+    }
+    if p["zero_stage"] == 3 and p["param_prefetch_max_elements"] > 0:
+        cfg["zero_optimization"]["stage3_prefetch_bucket_size"] = int(p["param_prefetch_max_elements"])
+    if p["tp"] > 1:
+        cfg["tensor_parallel"] = {"autotp_size": p["tp"]}
+    recompute = Recompute(p["recompute"])
+    if p["pp"] > 1:
+        cfg["pipeline"] = {"stages": p["pp"], "activation_checkpoint_interval": 1 if recompute == Recompute.FULL else 0}
+    if p["cp"] > 1:
+        cfg["sequence_parallel_size"] = p["cp"]
+        cfg["data_parallel_size"] = p["dp"]
+    if p["ep"] > 1:
+        cfg["expert_parallel"] = {"enabled": True, "autoep_size": p["ep"], "expert_tensor_parallel_size": 1}
+    if recompute != Recompute.NONE:
+        cfg["activation_checkpointing"] = {"partition_activations": False, "contiguous_memory_optimization": False,
+                                           "cpu_checkpointing": False}
+    return cfg
+
+
+def emit(plan_row: Any, note: str = "") -> str:
+    """The DeepSpeed config JSON for the plan (pass it as ``deepspeed.initialize(config=...)``);
+    ``recipe`` gives the launch around it. Raises ``InputError`` (one line, naming the field)
+    for a plan DeepSpeed cannot run as planned."""
+    return json.dumps(config(plan_row), indent=2) + "\n"
+
+
+def recipe(plan_row: Any, note: str = "") -> str:
+    """How to launch the config: the model wrapping, ``initialize`` call and what DeepSpeed
+    counts (comment lines and Python, for the terminal and the docs)."""
+    p = plan_fields(plan_row)
+    _check(p)
+    model = p["model"]
+    lines = [f"# {summary(p)}", f"# {RELEASE} launch for the config JSON (paraplan.exports.deepspeed):"]
+    if note:
+        lines.append(f"# {note}")
+    if p["pp"] > 1:
+        counts = stage_layer_counts(model.num_layers, p["pp"])
+        lines += [f"#   PipelineModule: {p['pp']} stages; the plan's layers per stage {list(counts)};",
+                  "#   partition_method='type:<decoder layer class>' balances the decoder layers the same way",
+                  "#   (no stage longer than the plan's slowest); the config's data-parallel ranks are "
+                  f"dp={p['dp']}.",
+                  "from deepspeed.pipe import PipelineModule, LayerSpec",
+                  "model = PipelineModule(layers=[LayerSpec(Embedding, ...)] + "
+                  f"[LayerSpec(DecoderLayer, ...) for _ in range({model.num_layers})] + [LayerSpec(Head, ...)],",
+                  f"                       num_stages={p['pp']}, partition_method='type:DecoderLayer', loss_fn=loss_fn,",
+                  "                       activation_checkpoint_interval="
+                  f"{1 if Recompute(p['recompute']) == Recompute.FULL else 0})"]
+    if p["cp"] > 1:
+        lines += [f"#   Ulysses: attention wrapped by deepspeed.sequence.layer.DistributedAttention (or "
+                  "UlyssesSPAttentionHF for Hugging Face models);",
+                  f"#   the config's sequence_parallel_size={p['cp']} x data_parallel_size={p['dp']} mesh is "
+                  "what DeepSpeed counts."]
+    if p["tp"] > 1:
+        lines.append(f"#   AutoTP shards the model over tp={p['tp']}; DeepSpeed counts every rank in train_batch_size "
+                     f"({world_counted(p)} ranks), so it reads {p['global_batch']} x {p['tp']} = "
+                     f"{p['global_batch'] * p['tp']} (each TP group reads one batch).")
+    if p["ep"] > 1:
+        lines.append(f"#   AutoEP: {p['ep']}-way expert parallelism folded into the data-parallel ranks.")
+    rc = Recompute(p["recompute"])
+    if rc == Recompute.SELECTIVE and p["pp"] == 1:
+        lines.append("#   selective recomputation: checkpoint only each layer's attention core "
+                     "(deepspeed.checkpointing.checkpoint around it in the model code).")
+    elif rc == Recompute.FULL and p["pp"] == 1:
+        lines.append("#   full recomputation: checkpoint every layer (deepspeed.checkpointing.checkpoint per layer, "
+                     "or model.gradient_checkpointing_enable() for Hugging Face models).")
+    lines.append("engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), "
+                 "config='ds_config.json')")
+    return "\n".join(lines) + "\n"

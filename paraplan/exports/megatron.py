@@ -1,0 +1,379 @@
+"""A plan as a Megatron-LM ``pretrain_gpt.py`` launch: environment plus flags.
+
+Written for Megatron-LM main at the commit ``megatron_flags.json`` names (``RELEASE``); every
+flag is one its parser defines there, and ``megatron_table.check_command`` holds the output to
+the ``validate_args`` / ``TransformerConfig`` / micro-batch rules recorded with it.
+
+What the output states, and why:
+
+* the environment: ``CUDA_DEVICE_MAX_CONNECTIONS=1`` when TP or CP > 1 (``validate_args``
+  asserts it before Blackwell, so TP/SP communication is issued ahead of the GEMMs it overlaps),
+  never with Megatron-FSDP (which asserts the opposite);
+* the model, so that the model built is the model planned: layers, widths, heads, GQA groups or
+  the MLA projections, RoPE / learned positions, RMSNorm / LayerNorm, biases, the MLP
+  activation, experts, their router score, shared experts, dense-layer pattern, MTP modules,
+  sliding windows, untied embeddings, sequence length;
+* the degrees: TP, PP (with the plan's stage layout: ``--decoder-first/last-pipeline-num-
+  layers`` for one chunk per rank, ``--pipeline-model-parallel-layout`` with virtual stages),
+  virtual stages, CP with its communication type (``p2p`` ring, ``a2a`` Ulysses, ``a2a+p2p``
+  with ``--hierarchical-context-parallel-sizes`` inner x outer), EP, expert TP, sequence
+  parallelism;
+* ZeRO: 1 = the distributed optimizer; 2 / 3 = Megatron-FSDP (``optim_grads`` /
+  ``optim_grads_params``), which has no pipeline axis;
+* the batch, recomputation (``selective`` recomputes the attention core, Megatron's default
+  ``--recompute-modules core_attn``; ``full`` recomputes every layer: uniform, 1 layer per
+  checkpoint), precision, the communication overlaps the plan priced (gradient reduce with its
+  bucket size, parameter gather, TP, expert all-to-all), the gradient-reduction dtype, and
+  ``--no-gradient-accumulation-fusion`` only when the plan priced the unfused path.
+
+Not written (the user's): data, tokenizer (its vocabulary must be the model's), optimizer,
+learning-rate schedule and checkpoint flags. ``attention_kernel`` selects nothing in Megatron-LM
+(TE / cuDNN attention is what it runs).
+"""
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from cost_models.context_parallel import hybrid_cp_split
+from hardware_specs.errors import InputError
+from model_specs.model_spec import ModelSpec
+from paraplan.exports import megatron_table
+from paraplan.exports.common import plan_fields, require_model, stage_layer_counts, summary
+from simulator.parallel_config import Recompute, Schedule
+
+NAME = "megatron"
+SUFFIX = ".sh"
+
+
+def release() -> str:
+    """The Megatron-LM source the flags are written for (from the committed table)."""
+    src = megatron_table.table()["source"]
+    return f"Megatron-LM {src['ref']} @ {src['commit'][:12]} ({src['date']})"
+
+
+# ---- what Megatron-LM cannot run as planned --------------------------------------------------
+
+def refusal(p: dict) -> InputError | None:
+    """Why Megatron-LM cannot run the plan ``p`` (a ``plan_fields`` dict) as planned, or None."""
+    try:
+        argv, env = _command(p)
+    except InputError as exc:
+        return exc
+    problems = megatron_table.check_command(argv, p["n_gpus"], env)
+    if problems:
+        return InputError("megatron", f"Megatron-LM would reject the export: {problems[0]}",
+                          "choose a plan Megatron-LM can run (paraplan plan --emit megatron picks one)")
+    return None
+
+
+def can_run(plan_row: Any) -> bool:
+    """Whether Megatron-LM can run the plan as planned."""
+    return refusal(plan_fields(plan_row)) is None
+
+
+def grad_bucket_elements(p: dict) -> int:
+    """The plan's gradient bucket, elements: ``max(grad_bucket_elements, per_dp * dp)``."""
+    return int(max(p["grad_bucket_elements"], p["grad_bucket_elements_per_dp"] * p["dp"]))
+
+
+def _refuse_plan(p: dict, model: ModelSpec) -> None:
+    if p["cuda_graphs"]:
+        raise InputError("cuda_graphs", "this export does not capture CUDA graphs (--cuda-graph-impl and its "
+                         "module list are the user's)", "plan without cuda_graphs, then add them by hand")
+    if p["grad_reduce_every_microbatch"]:
+        raise InputError("grad_reduce_every_microbatch", "Megatron-LM reduces gradients once per step, not after "
+                         "every micro-batch", "plan without grad_reduce_every_microbatch")
+    schedule = Schedule(p["schedule"])
+    if schedule not in (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED):
+        raise InputError("schedule", f"Megatron-LM's training loop has no {schedule.value} pipeline schedule",
+                         "choose 1f1b or interleaved (vpp > 1), or emit torchtitan")
+    if p["zero_stage"] >= 2 and p["pp"] > 1:
+        raise InputError("zero_stage", f"Megatron-LM shards gradients (ZeRO-{p['zero_stage']}) with Megatron-FSDP, "
+                         "whose device meshes (DP-CP, TP, EP) have no pipeline axis",
+                         "use zero_stage <= 1 with pp > 1, or pp = 1")
+    if model.position_embedding == "alibi":
+        raise InputError("model", f"Megatron-LM has no ALiBi position embedding ({model.name} uses it)",
+                         "emit another framework, or plan a RoPE / learned-position model")
+    if model.activation in ("relu", "geglu"):
+        raise InputError("model", f"Megatron-LM's GPT builds no {model.activation} MLP ({model.name} uses it; "
+                         "it offers gelu, swiglu, squared-relu and quick-geglu)", "emit another framework")
+    if p["cp"] > 1 and p["cp_kind"] == "ulysses" and (model.num_heads // p["tp"]) % p["cp"]:
+        raise InputError("cp", f"Ulysses (a2a) context parallelism splits the {model.num_heads // p['tp']} heads "
+                         f"of a TP rank over cp={p['cp']}", "choose cp dividing the heads per TP rank")
+
+
+# ---- the command ---------------------------------------------------------------------------
+
+def _model_args(m: ModelSpec, seq_len: int) -> list[tuple[str, Any]]:
+    args: list[tuple[str, Any]] = [("--num-layers", m.num_layers), ("--hidden-size", m.hidden_size),
+                                   ("--ffn-hidden-size", m.ffn_hidden_size), ("--num-attention-heads", m.num_heads)]
+    if m.mla is not None:
+        args += [("--multi-latent-attention", None), ("--kv-lora-rank", m.mla.kv_lora_rank),
+                 ("--qk-head-dim", m.mla.qk_nope_head_dim), ("--qk-pos-emb-head-dim", m.mla.qk_rope_head_dim),
+                 ("--v-head-dim", m.mla.v_head_dim)]
+        if m.mla.q_lora_rank:
+            args.append(("--q-lora-rank", m.mla.q_lora_rank))
+    else:
+        if m.head_dim * m.num_heads != m.hidden_size:
+            args.append(("--kv-channels", m.head_dim))
+        if m.num_kv_heads < m.num_heads:
+            args += [("--group-query-attention", None), ("--num-query-groups", m.num_kv_heads)]
+    args.append(("--position-embedding-type",
+                 {"rope": "rope", "learned": "learned_absolute", "none": "none"}[m.position_embedding]))
+    if m.position_embedding == "rope" and m.rotary_fraction < 1.0:
+        args.append(("--rotary-percent", m.rotary_fraction))
+    args.append(("--normalization", "RMSNorm" if m.normalization == "rmsnorm" else "LayerNorm"))
+    if not m.linear_bias:
+        args.append(("--disable-bias-linear", None))
+        if m.qkv_bias:
+            args.append(("--add-qkv-bias", None))
+    if m.activation == "swiglu":
+        args.append(("--swiglu", None))
+    elif m.activation == "squared_relu":
+        args.append(("--squared-relu", None))
+    if not m.tied_embeddings:
+        args.append(("--untie-embeddings-and-output-weights", None))
+    if m.sliding_window and m.sliding_window_layer_fraction > 0:
+        args.append(("--window-size", f"({m.sliding_window},0)"))
+        if m.sliding_window_layer_fraction < 1.0:
+            # every k-th layer (1-based) keeps full attention: a window on 1 - 1/k of the layers
+            k = 1.0 / (1.0 - m.sliding_window_layer_fraction)
+            if abs(k - round(k)) > 1e-9:
+                raise InputError("model", f"a window on {m.sliding_window_layer_fraction:.3g} of the layers is not "
+                                 "one full-attention layer every k (--window-attn-skip-freq)", "emit another framework")
+            args.append(("--window-attn-skip-freq", int(round(k))))
+    if m.moe is not None:
+        # all-to-all dispatch and grouped expert GEMMs: the MoE layer paraplan's cost model prices
+        args += [("--num-experts", m.moe.num_experts), ("--moe-router-topk", m.moe.top_k),
+                 ("--moe-ffn-hidden-size", m.moe.expert_ffn_hidden_size),
+                 ("--moe-router-score-function", m.moe.router_score),
+                 ("--moe-token-dispatcher-type", "alltoall"), ("--moe-grouped-gemm", None)]
+        if m.moe.num_shared_experts:
+            width = m.moe.shared_expert_ffn_hidden_size or m.moe.expert_ffn_hidden_size
+            args.append(("--moe-shared-expert-intermediate-size", m.moe.num_shared_experts * width))
+        freq = _moe_layer_freq(m)
+        if freq is not None:
+            args.append(("--moe-layer-freq", freq))
+        if m.moe.capacity_factor:
+            args.append(("--moe-expert-capacity-factor", m.moe.capacity_factor))
+    if m.mtp_layers:
+        args.append(("--mtp-num-layers", m.mtp_layers))
+    args += [("--seq-length", seq_len), ("--max-position-embeddings", max(seq_len, 1))]
+    return args
+
+
+def _moe_layer_freq(model: ModelSpec) -> str | None:
+    """``--moe-layer-freq``: None when every layer is MoE, else the 0/1 pattern (1 = MoE)."""
+    moe = model.moe
+    if moe.first_dense_layers == 0 and moe.moe_layer_frequency == 1:
+        return None
+    rest = model.num_layers - moe.first_dense_layers
+    if moe.moe_layer_frequency == 1:
+        return f"([0]*{moe.first_dense_layers}+[1]*{rest})"
+    pattern = [0] * moe.first_dense_layers + [1 if i % moe.moe_layer_frequency == 0 else 0 for i in range(rest)]
+    return "[" + ",".join(map(str, pattern)) + "]"
+
+
+def pipeline_layout_args(num_layers: int, pp: int, vpp: int = 1, mtp_layers: int = 0,
+                         first_stage_layers: int = 0, last_stage_layers: int = 0) -> list[tuple[str, Any]]:
+    """The flags that put the plan's layers on Megatron-LM's pipeline stages.
+
+    The layout is the step model's (``common.stage_layer_counts``). Stage counts the plan fixes
+    (``first_stage_layers`` / ``last_stage_layers`` > 0, the last counting the MTP modules as
+    the step model does) become ``--decoder-first-pipeline-num-layers`` /
+    ``--decoder-last-pipeline-num-layers`` (decoder layers only). Otherwise: even chunks need
+    only ``--num-virtual-stages-per-pipeline-rank`` (vpp > 1); one chunk per rank with equal
+    middle stages takes the two flags (61 DeepSeek-V3 layers + MTP on pp 4: first 15, last 14,
+    middle 16); any other layout is written chunk by chunk as ``--pipeline-model-parallel-layout``
+    (``E`` embedding, ``t`` decoder layer, ``m`` MTP module, ``L`` loss; ``|`` between chunks in
+    layer order).
+    """
+    if pp == 1:
+        return []
+    virtual = [("--num-virtual-stages-per-pipeline-rank", vpp)] if vpp > 1 else []
+    if first_stage_layers or last_stage_layers:
+        args = []
+        if first_stage_layers:
+            args.append(("--decoder-first-pipeline-num-layers", first_stage_layers))
+        if last_stage_layers:
+            args.append(("--decoder-last-pipeline-num-layers", last_stage_layers - mtp_layers))
+        return virtual + args
+    counts = stage_layer_counts(num_layers, pp, vpp, mtp_layers)
+    if len(set(counts)) == 1:
+        return virtual
+    middle = counts[1:-1]
+    if vpp == 1 and len(set(middle)) <= 1:
+        mid = middle[0] if middle else None
+        args = []
+        if mid is not None and counts[0] != mid:
+            args.append(("--decoder-first-pipeline-num-layers", counts[0]))
+        if mid is None or counts[-1] != mid:
+            args.append(("--decoder-last-pipeline-num-layers", counts[-1]))
+        return args
+    chunks = [f"t*{n}" if n > 1 else "t" for n in counts]
+    chunks[0] = "E" + chunks[0]
+    chunks[-1] = chunks[-1] + ("m" * mtp_layers) + "L"
+    return [("--pipeline-model-parallel-layout", "|".join(chunks))]
+
+
+def _command(p: dict) -> tuple[list[str], dict[str, str]]:
+    """``(argv, env)`` of the plan; raises ``InputError`` when Megatron-LM cannot run it as planned."""
+    return _flat(_groups(p)), _environment(p)
+
+
+def _groups(p: dict) -> list[tuple[str, list[tuple[str, Any]]]]:
+    model = require_model(p, "Megatron-LM")
+    _refuse_plan(p, model)
+    parallel: list[tuple[str, Any]] = [("--tensor-model-parallel-size", p["tp"]),
+                                       ("--pipeline-model-parallel-size", p["pp"])]
+    parallel += pipeline_layout_args(model.num_layers, p["pp"], p["vpp"], model.mtp_layers,
+                                     p["first_stage_layers"], p["last_stage_layers"])
+    if p["cp"] > 1:
+        kind = p["cp_kind"]
+        parallel += [("--context-parallel-size", p["cp"]),
+                     ("--cp-comm-type", {"ring": "p2p", "ulysses": "a2a", "hybrid": "a2a+p2p"}[kind])]
+        if kind == "hybrid":
+            inner, outer = _hybrid_split(p, model)
+            parallel.append(("--hierarchical-context-parallel-sizes", f"{inner} {outer}"))
+    if model.moe is not None:
+        parallel += [("--expert-model-parallel-size", p["ep"]), ("--expert-tensor-parallel-size", p["etp"])]
+    if p["sequence_parallel"] and p["tp"] > 1:
+        parallel.append(("--sequence-parallel", None))
+    zero = p["zero_stage"]
+    if zero == 1:
+        parallel.append(("--use-distributed-optimizer", None))
+    elif zero >= 2:
+        parallel += [("--use-megatron-fsdp", None),
+                     ("--data-parallel-sharding-strategy", "optim_grads" if zero == 2 else "optim_grads_params"),
+                     ("--ckpt-format", "fsdp_dtensor")]
+    if not p["grad_accumulation_fusion"]:
+        parallel.append(("--no-gradient-accumulation-fusion", None))
+    reduces = p["dp"] * p["cp"] > 1
+    if p["overlap_grad_reduce"] and reduces:
+        parallel.append(("--overlap-grad-reduce", None))
+        if p["overlap_param_gather"] and zero >= 1:
+            parallel.append(("--overlap-param-gather", None))
+        bucket = grad_bucket_elements(p)
+        # Megatron-Core's own default is max(40e6, 1e6 dp) elements; write any other bucket the plan priced
+        if zero <= 1 and bucket and (p["grad_bucket_elements"], p["grad_bucket_elements_per_dp"]) != (40e6, 1e6):
+            parallel.append(("--ddp-bucket-size", bucket))
+    if p["dtype"] not in ("fp16", "fp32", "tf32") and p["grad_reduce_bytes"] == 2:
+        parallel.append(("--grad-reduce-in-bf16", None))
+    elif p["dtype"] == "fp16" and p["grad_reduce_bytes"] == 4:
+        parallel.append(("--accumulate-allreduce-grads-in-fp32", None))
+    if p["ep_comm_overlap"] and p["ep"] > 1:
+        parallel.append(("--overlap-moe-expert-parallel-comm", None))
+    if p["tp_comm_overlap"] and p["tp"] > 1 and p["sequence_parallel"]:
+        parallel.append(("--tp-comm-overlap", None))
+
+    training: list[tuple[str, Any]] = [("--micro-batch-size", p["micro_batch"]),
+                                       ("--global-batch-size", p["global_batch"])]
+    recompute = Recompute(p["recompute"])
+    if recompute == Recompute.FULL:
+        training += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
+                     ("--recompute-num-layers", 1)]
+    elif recompute == Recompute.SELECTIVE:
+        training.append(("--recompute-granularity", "selective"))
+    dtype = p["dtype"]
+    if dtype == "fp16":
+        training.append(("--fp16", None))
+    elif dtype not in ("fp32", "tf32"):
+        training.append(("--bf16", None))
+    if dtype == "fp8":
+        training.append(("--fp8-format", "hybrid"))
+    elif dtype == "mxfp8":
+        training += [("--fp8-format", "e4m3"), ("--fp8-recipe", "mxfp8")]
+    elif dtype == "nvfp4":
+        training += [("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
+    if not p["flash_attention"]:
+        training.append(("--attention-backend", "unfused"))
+        if not p["softmax_fusion"]:
+            training.append(("--no-masked-softmax-fusion", None))
+    return [("MODEL_ARGS", _model_args(model, p["seq_len"])), ("PARALLEL_ARGS", parallel),
+            ("TRAINING_ARGS", training)]
+
+
+def _hybrid_split(p: dict, model: ModelSpec) -> tuple[int, int]:
+    """(Ulysses, ring) sizes of hybrid CP, as the cost model splits them on the plan's cluster."""
+    cluster = p.get("cluster")
+    if not cluster:
+        raise InputError("cp_kind", "hybrid context parallelism is sized by the scale-up domain, and the plan "
+                         "names no cluster", "pass a plan row with its cluster (api.simulate / api.plan rows have it)")
+    from hardware_specs.catalog import load_cluster
+    gpus_per_node = load_cluster(cluster).gpus_per_node
+    inner, outer = hybrid_cp_split(p["cp"], p["tp"], gpus_per_node, model.num_heads)
+    return int(inner), int(outer)
+
+
+def _environment(p: dict) -> dict[str, str]:
+    if (p["tp"] > 1 or p["cp"] > 1) and p["zero_stage"] < 2:
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    return {}
+
+
+def _flat(groups) -> list[str]:
+    argv: list[str] = []
+    for _, args in groups:
+        for flag, value in args:
+            argv.append(flag)
+            if value is not None:
+                argv += str(value).split(" ") if flag == "--hierarchical-context-parallel-sizes" else [str(value)]
+    return argv
+
+
+def command(plan_row: Any) -> tuple[list[str], dict[str, str]]:
+    """``(argv, env)``: the plan's ``pretrain_gpt.py`` arguments and environment variables."""
+    p = plan_fields(plan_row)
+    return _command(p)
+
+
+def _bash_array(name: str, args: list[tuple[str, Any]]) -> str:
+    lines = [f"{name}=("]
+    for flag, value in args:
+        if value is None:
+            lines.append(f"    {flag}")
+        elif flag == "--hierarchical-context-parallel-sizes":
+            lines.append(f"    {flag} {value}")
+        else:
+            lines.append(f"    {flag} {shlex.quote(str(value))}")
+    lines.append(")")
+    return "\n".join(lines)
+
+
+def emit(plan_row: Any, note: str = "") -> str:
+    """Megatron-LM launch lines for the plan: ``export`` lines for the environment it needs and
+    three bash arrays of ``pretrain_gpt.py`` flags (``MODEL_ARGS``, ``PARALLEL_ARGS``,
+    ``TRAINING_ARGS``). Raises ``InputError`` (one line, naming the field) for a plan
+    Megatron-LM cannot run as planned.
+
+    Example output (abridged)::
+
+        export CUDA_DEVICE_MAX_CONNECTIONS=1
+        PARALLEL_ARGS=(
+            --tensor-model-parallel-size 8
+            --pipeline-model-parallel-size 4
+            --num-virtual-stages-per-pipeline-rank 5
+            ...
+    """
+    p = plan_fields(plan_row)
+    err = refusal(p)
+    if err is not None:
+        raise err
+    groups = _groups(p)
+    env = _environment(p)
+    world = p["n_gpus"]
+    header = [f"# {summary(p)}",
+              f"# Megatron-LM flags for {release()}, written by paraplan (paraplan.exports.megatron).",
+              f"# Launch on {world} GPUs (dp={p['dp']} x tp={p['tp']} x pp={p['pp']} x cp={p['cp']}):",
+              '#   torchrun --nnodes N --nproc-per-node G pretrain_gpt.py "${MODEL_ARGS[@]}" "${PARALLEL_ARGS[@]}" \\',
+              '#       "${TRAINING_ARGS[@]}" <data, tokenizer, optimizer and checkpoint flags>',
+              f"# The tokenizer must have the model's {p['model'].vocab_size} tokens (Megatron-LM pads the "
+              "vocabulary to a multiple of 128 x tp)."]
+    if note:
+        header.append(f"# {note}")
+    if not env:
+        header.append("# No CUDA_DEVICE_MAX_CONNECTIONS: "
+                      + ("Megatron-FSDP requires it unset." if p["zero_stage"] >= 2 else "neither TP nor CP > 1."))
+    lines = header + [f"export {k}={v}" for k, v in env.items()] + [_bash_array(n, a) for n, a in groups]
+    return "\n".join(lines) + "\n"

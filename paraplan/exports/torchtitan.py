@@ -1,0 +1,266 @@
+"""A plan as a torchtitan 0.3.0 job: a ``config_registry`` module.
+
+torchtitan 0.3.0 removed the TOML job files: a job is a Python function returning
+``Trainer.Config``, selected with ``--module`` / ``--config`` (``torchtitan/config/manager.py``;
+a fully qualified module path is accepted). The export is such a module. Its function starts
+from the release's own registry function for the model (``llama3_70b``, ``deepseek_v3_671b``,
+...), rebuilds the model spec with the plan's converters (float8) and MTP modules, and sets the
+plan's degrees, batch, pipeline split and recomputation. Launch::
+
+    torchrun --nproc-per-node G ... -m torchtitan.train --module paraplan_plan --config paraplan_plan
+
+with the file saved as ``paraplan_plan.py`` in the working directory.
+
+How the plan maps (and what is refused, ``refusal``):
+
+* ZeRO 0 = ``data_parallel_replicate_degree`` (DDP, only without TP / PP / CP); ZeRO 1-3 =
+  FSDP2 over ``data_parallel_shard_degree``; 3 reshards after forward (``"always"``), 1 and 2
+  do not (``"never"``: ZeRO-2, the same reduce-scatter + all-gather traffic as Megatron's
+  ZeRO-1, gradients sharded too). ``enable_sequence_parallel`` follows the plan.
+* Pipeline: ``module_fqns_per_model_part`` lists the modules of every chunk in the plan's layout
+  (``common.stage_layer_counts``; ``tok_embeddings`` with the first chunk, ``norm`` and
+  ``lm_head`` with the last), since torchtitan's own split counts the embedding and the head
+  as layers; the schedule by the name ``torch.distributed.pipelining`` gives it.
+* CUDA graphs as the plan prices them (``training.disable_cuda_graphs``; 0.3.0 captures them
+  by default, and refuses them beside a pipeline or its default expert dispatcher).
+* Expert parallelism: ``expert_parallel_degree`` (torchtitan borrows the EP ranks from FSDP x
+  TP, so ``ep`` must divide ``dp x tp``); experts are not tensor-parallel (``etp`` 1).
+* Recomputation: ``full`` = ``FullAC``; ``none`` = no checkpointing. The plan's ``selective``
+  (recompute the attention core only, Korthikanti et al. 2022) has no torchtitan equivalent:
+  its ``SelectiveAC`` saves the attention and matmul outputs and recomputes every second matmul,
+  a different trade, so such plans are refused.
+* Context parallelism is refused: 0.3.0's language models use FlexAttention / varlen attention,
+  and its CP wrapper all-gathers K/V for them (``distributed/context_parallel/api.py``), neither
+  the ring nor Ulysses the plan prices (0.2.x's ``context_parallel_rotate_method`` is gone).
+* Precision: bf16 / fp32 mixed-precision parameters; ``fp8`` = ``Float8LinearConverter`` with
+  its rowwise recipe (the float8 converter of 0.3.0; needs torchao and an SM89+ GPU when the
+  config is built); fp16, MXFP8 and NVFP4 plans are refused.
+* Models: the release's registry models whose architecture equals the plan's (``REGISTRY``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from hardware_specs.errors import InputError
+from model_specs.model_spec import ModelSpec
+from paraplan.exports.common import plan_fields, require_model, stage_layer_counts, summary
+from simulator.parallel_config import Recompute, Schedule
+
+NAME = "torchtitan"
+SUFFIX = ".py"
+RELEASE = "torchtitan 0.3.0"
+#: the module name the launch line uses (the file the export is saved as, without ``.py``).
+MODULE_NAME = "paraplan_plan"
+
+#: torchtitan 0.3.0 registry models and their architecture (torchtitan/models/llama3/__init__.py
+#: ``llama3_configs`` 8B / 70B and models/deepseek_v3/__init__.py ``deepseekv3_configs`` 671B at
+#: 0.3.0): a plan's model runs there when every listed field equals the ModelSpec's.
+REGISTRY = (
+    {"module": "llama3", "config": "llama3_8b", "flavor": "8B",
+     "arch": dict(num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, ffn_hidden_size=14336,
+                  vocab_size=128256, moe=None, mla=False)},
+    {"module": "llama3", "config": "llama3_70b", "flavor": "70B",
+     "arch": dict(num_layers=80, hidden_size=8192, num_heads=64, num_kv_heads=8, ffn_hidden_size=28672,
+                  vocab_size=128256, moe=None, mla=False)},
+    {"module": "deepseek_v3", "config": "deepseek_v3_671b", "flavor": "671B",
+     "arch": dict(num_layers=61, hidden_size=7168, num_heads=128, ffn_hidden_size=18432, vocab_size=129280,
+                  moe=(256, 8, 2048), mla=True)},
+)
+
+#: plan schedules by the name ``torch.distributed.pipelining.schedules.get_schedule_class`` knows;
+#: DualPipe (two model copies, both directions) has no counterpart there: its ``DualPipeV`` is the
+#: one-copy V, so such plans are refused.
+_SCHEDULES = {Schedule.GPIPE: "GPipe", Schedule.ONE_F_ONE_B: "1F1B", Schedule.INTERLEAVED: "Interleaved1F1B",
+              Schedule.ZB_H1: "InterleavedZeroBubble", Schedule.ZB_V: "ZBVZeroBubble"}
+
+
+def registry_entry(model: ModelSpec) -> dict | None:
+    """The torchtitan registry entry whose architecture is ``model``'s, or None."""
+    for entry in REGISTRY:
+        a = entry["arch"]
+        moe = (model.moe.num_experts, model.moe.top_k, model.moe.expert_ffn_hidden_size) if model.moe else None
+        same = all(getattr(model, k) == v for k, v in a.items() if k not in ("moe", "mla"))
+        same = same and moe == a["moe"] and (model.mla is not None) == a["mla"]
+        same = same and (model.position_embedding, model.normalization, model.linear_bias, model.activation) == (
+            "rope", "rmsnorm", False, "swiglu") and not model.qkv_bias and not model.sliding_window
+        if same:
+            return entry
+    return None
+
+
+def refusal(p: dict) -> InputError | None:
+    """Why torchtitan 0.3.0 cannot run the plan ``p`` (a ``plan_fields`` dict) as planned, or None."""
+    try:
+        _settings(p)
+    except InputError as exc:
+        return exc
+    return None
+
+
+def can_run(plan_row: Any) -> bool:
+    return refusal(plan_fields(plan_row)) is None
+
+
+def _settings(p: dict) -> dict:
+    """The plan as torchtitan settings; raises ``InputError`` for what 0.3.0 cannot run as planned."""
+    model = require_model(p, RELEASE)
+    entry = registry_entry(model)
+    if entry is None:
+        raise InputError("model", f"{RELEASE} registers no model with {model.name}'s architecture "
+                         "(it has Llama 3 8B/70B/405B, DeepSeek-V3 671B, Qwen3, gpt-oss, ...)",
+                         "emit megatron or deepspeed, or add a config_registry function for this model")
+    dp, tp, pp, cp, ep = p["dp"], p["tp"], p["pp"], p["cp"], p["ep"]
+    zero = p["zero_stage"]
+    schedule = Schedule(p["schedule"])
+    if cp > 1:
+        raise InputError("cp", f"{RELEASE} all-gathers K/V under context parallelism (FlexAttention), not the "
+                         f"{p['cp_kind']} attention the plan prices", "emit megatron, or plan with cp 1")
+    if pp > 1 and schedule not in _SCHEDULES:
+        raise InputError("schedule", f"torch.distributed.pipelining has no {schedule.value} schedule (its DualPipeV "
+                         "runs one model copy)", "choose gpipe, 1f1b, interleaved, zb-h1 or zb-v")
+    if pp > 1 and schedule == Schedule.GPIPE and p["vpp"] > 1:
+        raise InputError("vpp", "GPipe runs one stage per rank", "use vpp 1 or the interleaved schedule")
+    if zero == 0 and dp > 1 and (tp > 1 or pp > 1):
+        raise InputError("zero_stage", "torchtitan runs plain DDP (ZeRO-0) only without TP or PP",
+                         "use a plan with zero_stage >= 1 (FSDP2) for torchtitan")
+    if Recompute(p["recompute"]) == Recompute.SELECTIVE:
+        raise InputError("recompute", "torchtitan's SelectiveAC saves attention and matmul outputs and recomputes "
+                         "every second matmul; it cannot recompute only the attention core as the plan does",
+                         "plan with recompute none or full for torchtitan")
+    if p["dtype"] == "fp16":
+        raise InputError("dtype", "torchtitan trains in bfloat16 or float32 (mixed_precision_param), not fp16",
+                         "use bf16")
+    if p["dtype"] in ("mxfp8", "nvfp4"):
+        raise InputError("dtype", f"this export writes torchtitan's float8 (rowwise) converter only, not {p['dtype']}",
+                         "use fp8 or bf16")
+    if p["etp"] > 1:
+        raise InputError("etp", "torchtitan does not tensor-parallelise experts", "use etp 1")
+    if p["ep_comm_overlap"] and ep > 1:
+        raise InputError("ep_comm_overlap", "this export does not switch on an overlapped expert all-to-all "
+                         "(torchtitan's HybridEP / MinimalAsyncEP dispatchers)", "plan without ep_comm_overlap")
+    if p["cuda_graphs"] and (pp > 1 or ep > 1):
+        raise InputError("cuda_graphs", "torchtitan 0.3.0 captures no CUDA graphs with a pipeline or with its "
+                         "default expert dispatcher", "plan without cuda_graphs here")
+    if p["grad_reduce_every_microbatch"]:
+        raise InputError("grad_reduce_every_microbatch", "torchtitan reduces gradients once per step",
+                         "plan without grad_reduce_every_microbatch")
+    if p["grad_reduce_bytes"] != 4:
+        raise InputError("grad_reduce_bytes", "torchtitan reduces gradients in float32 (mixed_precision_reduce)",
+                         "plan with grad_reduce_bytes 4")
+    if ep > 1 and (dp * tp) % ep:
+        raise InputError("ep", f"torchtitan borrows the EP ranks from FSDP x TP: ep={ep} must divide "
+                         f"dp x tp = {dp * tp}", f"choose ep dividing {dp * tp}")
+    if model.mtp_layers and pp > 1:
+        raise InputError("pp", f"{RELEASE}'s pipeline split has no place for the MTP modules", "use pp 1")
+    if p["tp"] > 1 and p["seq_len"] % (tp if p["sequence_parallel"] else 1):
+        raise InputError("seq_len", f"sequence parallelism splits {p['seq_len']} tokens over tp={tp}",
+                         "choose a sequence length divisible by tp")
+    return {"entry": entry, "model": model, "parts": _model_parts(p, model, schedule) if pp > 1 else None}
+
+
+def _model_parts(p: dict, model: ModelSpec, schedule: Schedule) -> list[list[str]]:
+    counts = stage_layer_counts(model.num_layers, p["pp"], p["vpp"], model.mtp_layers,
+                                p["first_stage_layers"], p["last_stage_layers"], schedule=schedule.value)
+    parts, start = [], 0
+    for n in counts:
+        parts.append([f"layers.{i}" for i in range(start, start + n)])
+        start += n
+    parts[0].insert(0, "tok_embeddings")
+    parts[-1] += ["norm", "lm_head"]
+    return parts
+
+
+def settings(plan_row: Any) -> dict:
+    """The values the export sets, by ``Trainer.Config`` section (for tests and notebooks)."""
+    p = plan_fields(plan_row)
+    s = _settings(p)
+    return _values(p, s)
+
+
+def _values(p: dict, s: dict) -> dict:
+    dp, tp, pp, ep = p["dp"], p["tp"], p["pp"], p["ep"]
+    zero = p["zero_stage"]
+    training: dict[str, Any] = {
+        # with a pipeline, a rank's whole share of the step enters the schedule, which splits it
+        # into micro-batches; without one torchtitan accumulates over local batches
+        "local_batch_size": p["global_batch"] // dp if pp > 1 else p["micro_batch"],
+        "global_batch_size": p["global_batch"],
+        "seq_len": p["seq_len"],
+        "mixed_precision_param": "float32" if p["dtype"] in ("fp32", "tf32") else "bfloat16",
+    }
+    # as planned: torchtitan replays CUDA graphs by default where it can, which the plan may not price
+    training["disable_cuda_graphs"] = not p["cuda_graphs"]
+    par: dict[str, Any] = {
+        "data_parallel_replicate_degree": dp if zero == 0 else 1,
+        "data_parallel_shard_degree": 1 if zero == 0 else dp,
+        "tensor_parallel_degree": tp,
+        "enable_sequence_parallel": bool(p["sequence_parallel"]),
+        "pipeline_parallel_degree": pp,
+        "context_parallel_degree": 1,
+        "expert_parallel_degree": ep,
+    }
+    if zero >= 1:
+        par["fsdp_reshard_after_forward"] = "always" if zero == 3 else "never"
+    if pp > 1:
+        par["pipeline_parallel_schedule"] = _SCHEDULES[Schedule(p["schedule"])]
+        par["pipeline_parallel_microbatch_size"] = p["micro_batch"]
+        par["module_fqns_per_model_part"] = s["parts"]
+    return {"training": training, "parallelism": par,
+            "activation_checkpoint": "full" if Recompute(p["recompute"]) == Recompute.FULL else "none",
+            "async_tp": bool(p["tp_comm_overlap"] and tp > 1), "float8": p["dtype"] == "fp8",
+            "mtp_layers": s["model"].mtp_layers, "registry": dict(s["entry"])}
+
+
+def _literal(value: Any, indent: str) -> str:
+    if isinstance(value, list) and value and isinstance(value[0], list):
+        inner = ",\n".join(f"{indent}    {v!r}" for v in value)
+        return "[\n" + inner + f",\n{indent}]"
+    return repr(value)
+
+
+def emit(plan_row: Any, note: str = "") -> str:
+    """The plan as a torchtitan 0.3.0 ``config_registry`` module (Python source); raises
+    ``InputError`` (one line, naming the field) for a plan torchtitan cannot run as planned."""
+    p = plan_fields(plan_row)
+    v = _values(p, _settings(p))
+    reg = v["registry"]
+    module = f"torchtitan.models.{reg['module']}"
+    converters = "[Float8LinearConverter.Config(recipe_name=\"rowwise\")]" if v["float8"] else "None"
+    registry_args = [repr(reg["flavor"])]
+    if reg["module"] == "deepseek_v3":
+        registry_args.append('attn_backend="flex"')
+        if v["mtp_layers"]:
+            registry_args.append(f"num_mtp_layers={v['mtp_layers']}")
+    registry_args.append(f"converters={converters}")
+    lines = [f'"""{summary(p)}',
+             "",
+             f"{RELEASE} job written by paraplan (paraplan.exports.torchtitan). Save as {MODULE_NAME}.py and run",
+             f"    torchrun --nproc-per-node G ... -m torchtitan.train --module {MODULE_NAME} --config {MODULE_NAME}",
+             f"on {p['n_gpus']} GPUs. Data, tokenizer (hf_assets_path), optimizer and checkpoints come from",
+             f"{reg['config']}(); change them below." + (f"\n{note}" if note else ""),
+             '"""',
+             f"from {module} import model_registry",
+             f"from {module}.config_registry import {reg['config']}"]
+    if v["activation_checkpoint"] == "full":
+        lines.append("from torchtitan.distributed.activation_checkpoint import FullAC")
+    if v["float8"]:
+        lines.append("from torchtitan.components.quantization import Float8LinearConverter")
+    if v["mtp_layers"]:
+        lines += ["from torchtitan.models.common.config_utils import decoder_vocab_size",
+                  "from torchtitan.models.deepseek_v3.mtp import MTPLoss"]
+    lines += ["", "", f"def {MODULE_NAME}():",
+              f"    config = {reg['config']}()",
+              f"    config.model_spec = model_registry({', '.join(registry_args)})"]
+    if v["mtp_layers"]:
+        lines.append("    config.loss = MTPLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec))")
+    for section in ("training", "parallelism"):
+        for key, value in v[section].items():
+            lines.append(f"    config.{section}.{key} = {_literal(value, '    ')}")
+    lines.append("    config.activation_checkpoint = "
+                 + ("FullAC.Config()" if v["activation_checkpoint"] == "full" else "None"))
+    if v["async_tp"]:
+        lines += ["    config.compile.enable = True",
+                  "    config.compile.components = sorted(set(config.compile.components) | {\"model\"})"]
+    lines.append(f"    config.compile.enable_async_tensor_parallel = {v['async_tp']}")
+    lines.append("    return config")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,324 @@
+"""Predict the Sailor runs (mixed consumer GPUs, GH200) and compare (``paraplan validate heterogeneous``).
+
+Each entry of ``sailor_runs.json`` (github eth-easl/sailor@cf2c8e3, see its README) is one plan:
+a pipeline whose stage s has ``dp`` replicas, replica j on a node slice of a GPU kind with a
+tensor-parallel degree; ``real`` seconds per iteration and ``max_mem`` peak bytes were measured.
+A run becomes a ``HeteroPlan`` on a ``PooledCluster`` from its own fields only:
+
+- replica j of every stage forms pipeline j; identical pipelines form one replica group; each
+  replica runs gbs / (mbs x dp) micro-batches (as the run did);
+- Sailor counts the embedding and the LM head as layers (26 for OPT-350M, 34 for
+  GPT-Neo-2.7B): the first stage's count less one and the last stage's less one are its
+  transformer layers;
+- the model: the run's folder names it (``OPT-350``, ``GPT-NEO``), else its layer count does;
+  the shapes are those Sailor's launch script passes to Megatron-DeepSpeed (OPT-350M: 24 layers,
+  hidden 1024, 16 heads; GPT-Neo-2.7B: 32 layers, hidden 2560, 32 heads), sequence 2048,
+  GPT-2 BPE vocabulary (50257) padded to a multiple of 128 x tp (Megatron's
+  ``_vocab_size_with_padding``), a separate LM head;
+- the software: ``hardware_specs/stacks/megatron-deepspeed.yaml`` (gradients all-reduced once
+  after the last micro-batch, materialised attention scores, synchronous TP all-reduces) and
+  the launch script's and fork's settings: fp32 weights and gradients (neither --fp16 nor
+  --bf16) with TF32 GEMMs, ZeRO 0, no recomputation, no gradient-accumulation fusion;
+- the hardware: ``GH-96`` is the Alps GH200 node (``alps-gh200``: 4 GH200 per node, NVLink
+  150 GB/s per pair, one 200 Gb/s Slingshot NIC per GPU; CSCS docs). ``Titan-RTX``,
+  ``RTX-3090`` and ``RTX-2080`` are the GPUs of those names; Sailor's cluster config gives its
+  ``RTX-2080`` 11 GiB (basic_cluster_config.json ``mem_per_gpu`` 11811160064), the memory of
+  the RTX 2080 Ti (the RTX 2080 has 8 GB, less than the 9.4 GB N4_D4 measured on it), so
+  ``rtx-2080-ti`` is used. Their node slice is the run's (2 or 8 GPUs), joined by PCIe.
+
+The university cluster's network is not stated. It is an input, ``inter_node_gbps`` (Gb/s per
+node, shared by the node slice's GPUs; default ``DEFAULT_INTER_NODE_GBPS``), with
+``inter_node_latency_us``. Turing GPUs (Titan RTX, RTX 2080 Ti) rest on the unfitted Turing
+prior (``hardware_specs/efficiency/turing.yaml``) and the RTX 3090 on the ampere model fitted on
+A100 runs: every such number says so (``efficiency_prior`` / ``assumptions``).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from hardware_specs.catalog import load_cluster, load_gpu, load_stack
+from simulator.stack_defaults import stack_config_fields
+from hardware_specs.cluster_spec import ClusterSpec, NetworkTier
+from hardware_specs.errors import InputError
+from hardware_specs.pools import Pool, PooledCluster
+from model_specs.model_spec import ModelSpec
+from simulator.heterogeneous import HeteroPlan, ReplicaGroup, StagePlacement, simulate_heterogeneous
+
+#: Gb/s per node of the university cluster's network (not stated by the source): 1 Gb/s
+#: Ethernet. The runs' own measured gradient all-reduce times (``red_grads``, not the
+#: iteration times validated here) imply 0.8-1.0 Gb/s per node: N4_D4 reduces 4 fp32 replicas
+#: of OPT-350M at tp 8 (2 x 3/4 x 204 MB per GPU, 8 GPUs per NIC) in 21.6 s, N6_D6 six in 22.6 s.
+DEFAULT_INTER_NODE_GBPS = 1.0
+#: one-message latency of NCCL over TCP sockets on such a network, microseconds
+DEFAULT_INTER_NODE_LATENCY_US = 50.0
+#: metrics compared, per run
+METRICS = ("iter_time_s", "peak_memory_bytes")
+#: row keys of --json
+ROW_KEYS = ("id", "metric", "status", "predicted", "measured", "rel_error", "reason", "efficiency_prior",
+            "assumptions")
+
+#: Sailor's GPU kinds -> catalog GPU (consumer cards: their server slice is built here)
+CONSUMER_GPUS = {"Titan-RTX": "titan-rtx", "RTX-2080": "rtx-2080-ti", "RTX-3090": "rtx-3090"}
+#: Sailor's GPU kinds -> catalog cluster (whole nodes of a known system)
+SYSTEMS = {"GH-96": "alps-gh200"}
+#: architectures of Sailor's launch arguments (run_opt.slurm GPT_ARGS; training_config_gpt_neo27.json)
+ARCHITECTURES = {
+    # Sailor's layers apply no dropout to the attention probabilities (megatron/model/opt_model.py
+    # and gpt_neo_model.py: the softmax output goes straight into the bmm); its OPT layer has its
+    # residual dropouts commented out, its GPT-Neo layer keeps them (resid_dropout, mlp drop)
+    "OPT-350": dict(name="opt-350m", num_layers=24, hidden_size=1024, num_heads=16, hidden_dropout=False),
+    "GPT-NEO": dict(name="gpt-neo-2.7b", num_layers=32, hidden_size=2560, num_heads=32, hidden_dropout=True),
+}
+GPT2_VOCAB = 50257
+STACK = "megatron-deepspeed"
+#: fp32 training whose GEMMs cuBLAS may run in TF32: the runs' image, nvcr.io/nvidia/pytorch:24.10
+#: (sailor Dockerfile), sets TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 (MONAI, docs/source/
+#: precision_accelerating.md: "the [NGC] container includes a layer ENV
+#: TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1"); Turing GPUs, without TF32, run fp32
+DTYPE = "tf32"
+#: fp32 training: the gradients the DeepSpeed engine all-reduces are fp32 (the stack file's 2
+#: bytes describe its fp16 runs)
+GRAD_REDUCE_BYTES = 4.0
+#: Sailor's fork comments the fused weight-gradient accumulation out
+#: (third_party/Megatron-DeepSpeed/megatron/core/tensor_parallel/layers.py, "TODO: temporary commented")
+GRAD_ACCUMULATION_FUSION = False
+#: Megatron's FusedScaleMaskSoftmax runs its fused kernel on 16-bit inputs only
+#: (megatron/model/fused_softmax.py is_kernel_available: ``self.input_in_float16``): these fp32
+#: runs take the unfused path (masked_fill, then torch's softmax)
+SOFTMAX_FUSION = False
+
+
+def read_runs(path) -> list[dict]:
+    """The runs of a Sailor-format JSON file ({"runs": [...]} or a list); one-line errors."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("PATH", f"no such file {path}")
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise InputError("PATH", f"malformed JSON in {path} at line {exc.lineno}: {exc.msg}", "fix the file") from None
+    except UnicodeDecodeError:
+        raise InputError("PATH", f"{path} is not UTF-8 text", "give the sailor_runs.json file") from None
+    runs = data.get("runs") if isinstance(data, dict) else data
+    if not isinstance(runs, list) or not runs:
+        raise InputError("PATH", f"{path} holds no list of runs", "give a file with {\"runs\": [...]}")
+    return runs
+
+
+def _number(run: dict, key: str, rid: str, positive=True) -> float:
+    v = run.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (positive and v <= 0):
+        raise ValueError(f"{key} is {v!r}, not a positive number")
+    return float(v)
+
+
+def architecture(run: dict, total_layers: int) -> tuple[str, dict]:
+    """(key, architecture) of a run: from its folder name, else from its layer count."""
+    name = str(run.get("_file", ""))
+    for key, arch in ARCHITECTURES.items():
+        if f"/{key}/" in name.upper().replace("OPT-350M", "OPT-350"):
+            if arch["num_layers"] + 2 != total_layers:
+                raise ValueError(f"the folder names {key} ({arch['num_layers'] + 2} layers with embedding and head) "
+                                 f"but the plan lists {total_layers}: inconsistent at the source")
+            return key, arch
+    for key, arch in ARCHITECTURES.items():
+        if arch["num_layers"] + 2 == total_layers:
+            return key, arch
+    raise ValueError(f"{total_layers} layers (with embedding and head) match no known architecture")
+
+
+def model_for(arch: dict, tp: int) -> ModelSpec:
+    """The run's model with Megatron's padded vocabulary for tensor-parallel degree ``tp``."""
+    multiple = 128 * tp
+    vocab = int(math.ceil(GPT2_VOCAB / multiple) * multiple)
+    h = arch["hidden_size"]
+    return ModelSpec(name=arch["name"], num_layers=arch["num_layers"], hidden_size=h, num_heads=arch["num_heads"],
+                     num_kv_heads=arch["num_heads"], ffn_hidden_size=4 * h, vocab_size=vocab, seq_len=2048,
+                     gated_mlp=False, tied_embeddings=False, attention_dropout=False,
+                     hidden_dropout=arch["hidden_dropout"],
+                     source="eth-easl/sailor@cf2c8e3 run_opt.slurm / training configs; GPT-2 BPE vocabulary")
+
+
+def _slice_cluster(kind: str, slice_gpus: int, inter_node_gbps: float, latency_us: float,
+                   intra_node_gb_per_s: float | None = None) -> ClusterSpec:
+    """A consumer GPU's node slice: PCIe inside (the GPU profile's link, or
+    ``intra_node_gb_per_s``), the node's network shared by the slice's GPUs outside."""
+    gpu = load_gpu(CONSUMER_GPUS[kind])
+    intra = gpu.scaleup_bw_bytes_per_s if intra_node_gb_per_s is None else intra_node_gb_per_s * 1e9
+    return ClusterSpec(
+        name=f"{gpu.name}-x{slice_gpus}", gpu=gpu, gpus_per_node=slice_gpus,
+        scaleup=NetworkTier("pcie", intra, 5e-6),
+        scaleout=NetworkTier("ethernet", inter_node_gbps * 1e9 / 8 / slice_gpus, latency_us * 1e-6),
+        rail_optimized=False, source="the university cluster's network is an input (--inter-node-gbps)",
+        description=f"{slice_gpus} {gpu.name} per node, PCIe, {inter_node_gbps:g} Gb/s per node")
+
+
+def run_inputs(run: dict, inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS,
+               inter_node_latency_us: float = DEFAULT_INTER_NODE_LATENCY_US, intra_node_gb_per_s: float | None = None):
+    """(model, cluster, plan, assumptions) of one Sailor run; ValueError says why it cannot be."""
+    rid = str(run.get("_file", "?"))
+    pipes = run.get("pipeline_list")
+    if not isinstance(pipes, list) or len(pipes) != 1:
+        raise ValueError("needs exactly one entry in pipeline_list")
+    pipe = pipes[0]
+    layers = pipe.get("layers_per_stage")
+    stages = pipe.get("tmp_per_stage")
+    dp = pipe.get("dp")
+    if not (isinstance(layers, list) and isinstance(stages, list) and isinstance(dp, list)) or \
+            not (len(layers) == len(stages) == len(dp)) or not layers:
+        raise ValueError("layers_per_stage, tmp_per_stage and dp must be lists of one entry per stage")
+    S = len(layers)
+    if len(set(dp)) != 1:
+        raise ValueError(f"stages have different data-parallel degrees {dp}")
+    d = int(dp[0])
+    counts = [len(l) if isinstance(l, list) else -1 for l in layers]
+    if any(c < 1 for c in counts) or any(len(s) != d for s in stages):
+        raise ValueError("every stage needs its layers and one entry per replica")
+    transformer = list(counts)
+    transformer[0] -= 1           # the embedding, counted as a layer by Sailor
+    transformer[-1] -= 1          # the LM head
+    if any(c < 1 for c in transformer):
+        raise ValueError("a stage holds no transformer layer")
+    key, arch = architecture(run, sum(counts))
+    mbs = int(_number(run, "mbs", rid))
+    gbs = int(_number(run, "gbs", rid))
+    if gbs % (mbs * d):
+        raise ValueError(f"gbs {gbs} is not a multiple of mbs x dp = {mbs * d}")
+    m = gbs // (mbs * d)
+    # replica j of every stage: (kind, node slice, tp)
+    chains = []
+    for j in range(d):
+        chain = []
+        for s in range(S):
+            entry = stages[s][j]
+            try:
+                vms, tp = entry[0], int(entry[1])
+                kind, slice_gpus = str(vms[0][0]), int(vms[0][1])
+            except (TypeError, ValueError, IndexError):
+                raise ValueError(f"cannot read stage {s} replica {j}: {entry!r}") from None
+            if kind not in CONSUMER_GPUS and kind not in SYSTEMS:
+                raise ValueError(f"unknown GPU kind {kind!r}")
+            chain.append((kind, slice_gpus, tp))
+        chains.append(tuple(chain))
+    tps = {c[2] for chain in chains for c in chain}
+    if len(tps) != 1:
+        raise ValueError(f"tensor-parallel degrees differ across stages {sorted(tps)}: one padded vocabulary")
+    model = model_for(arch, tps.pop())
+    # pools: one per (kind, slice); GPUs = what the run places there
+    pool_of = {}
+    gpus = {}
+    for chain in chains:
+        for kind, slice_gpus, tp in chain:
+            name = (SYSTEMS.get(kind) or CONSUMER_GPUS[kind]) + ("" if kind in SYSTEMS else f"-x{slice_gpus}")
+            pool_of[(kind, slice_gpus)] = name
+            gpus[name] = gpus.get(name, 0) + slice_gpus
+    pools = []
+    for (kind, slice_gpus), name in pool_of.items():
+        if kind in SYSTEMS:
+            cluster = load_cluster(SYSTEMS[kind])
+        else:
+            cluster = _slice_cluster(kind, slice_gpus, inter_node_gbps, inter_node_latency_us, intra_node_gb_per_s)
+        pools.append(Pool(name, cluster, gpus[name]))
+    pooled = PooledCluster(name=f"sailor:{rid}", pools=tuple(pools))
+    groups = {}
+    for chain in chains:
+        groups[chain] = groups.get(chain, 0) + 1
+    fields_ = stack_config_fields(load_stack(STACK), DTYPE)
+    own = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "flash_attention", "attention_kernel",
+           "grad_accumulation_fusion", "grad_reduce_bytes")
+    plan = HeteroPlan(
+        groups=tuple(ReplicaGroup(stages=tuple(StagePlacement(pool_of[(k, sg)], tp, n)
+                                               for (k, sg, tp), n in zip(chain, transformer)),
+                                  replicas=count, micro_batches=m) for chain, count in groups.items()),
+        micro_batch=mbs, global_batch=gbs, zero_stage=0, recompute="none", sequence_parallel=False, dtype=DTYPE,
+        **{k: fields_[k] for k in own if k in fields_},
+        software={**{k: v for k, v in fields_.items() if k not in own and k not in ("dtype", "sequence_parallel")},
+                  "softmax_fusion": SOFTMAX_FUSION})
+    assert plan.settings.grad_reduce_bytes == GRAD_REDUCE_BYTES and not plan.settings.grad_accumulation_fusion
+    assumptions = [f"model {model.name} as Megatron-DeepSpeed builds it (vocab {model.vocab_size}, no attention "
+                   "dropout" + ("" if model.hidden_dropout else ", no residual dropout") + ")",
+                   f"stack {STACK}: fp32 weights with TF32 GEMMs (NGC image), ZeRO 0, fp32 gradients all-reduced "
+                   "after the backward, scores materialised (no fused attention), TP all-reduces exposed"]
+    if any(k in CONSUMER_GPUS for chain in chains for k, _, _ in chain):
+        intra = "each card's PCIe link" if intra_node_gb_per_s is None else f"{intra_node_gb_per_s:g} GB/s"
+        assumptions.append(f"network not stated: {inter_node_gbps:g} Gb/s per node, {inter_node_latency_us:g} us "
+                           f"(--inter-node-gbps); inside a node {intra}")
+    if any(k == "RTX-2080" for chain in chains for k, _, _ in chain):
+        assumptions.append("RTX-2080 read as rtx-2080-ti (11 GiB in Sailor's cluster config)")
+    if any(k == "RTX-3090" for chain in chains for k, _, _ in chain):
+        assumptions.append("rtx-3090 on the ampere efficiency model fitted on A100 runs")
+    return model, pooled, plan, assumptions
+
+
+def _check_input(name: str, value, allow_zero: bool = False) -> None:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise InputError(name, f"expected a number, got {value!r}") from None
+    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero) or v > 1e9:
+        raise InputError(name, f"must be a positive finite number, got {value!r}")
+
+
+def validate_runs(runs: list[dict], inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS,
+                  inter_node_latency_us: float = DEFAULT_INTER_NODE_LATENCY_US, intra_node_gb_per_s: float | None = None,
+                  progress=None) -> list[dict]:
+    """One record per run and metric (``ROW_KEYS``); a run that cannot be modelled gets status
+    ``skipped`` and the reason."""
+    _check_input("--inter-node-gbps", inter_node_gbps)
+    _check_input("--inter-node-latency-us", inter_node_latency_us, allow_zero=True)
+    if intra_node_gb_per_s is not None:
+        _check_input("--intra-node-gb-per-s", intra_node_gb_per_s)
+    records = []
+    seen: dict[tuple, str] = {}
+    for run in runs:
+        rid = str(run.get("_file", "?")) if isinstance(run, dict) else "?"
+        try:
+            if not isinstance(run, dict):
+                raise ValueError("not a JSON object")
+            measured = {"iter_time_s": _number(run, "real", rid), "peak_memory_bytes": _number(run, "max_mem", rid)}
+            model, cluster, plan, assumptions = run_inputs(run, inter_node_gbps, inter_node_latency_us,
+                                                           intra_node_gb_per_s)
+            report = simulate_heterogeneous(model, cluster, plan)
+        except (ValueError, InputError) as exc:
+            for metric in METRICS:
+                records.append({"id": rid, "metric": metric, "status": "skipped", "predicted": None, "measured": None,
+                                "rel_error": None, "reason": str(exc), "efficiency_prior": False, "assumptions": []})
+            if progress:
+                progress()
+            continue
+        twin = seen.get((measured["iter_time_s"], measured["peak_memory_bytes"]))
+        if twin is not None:
+            assumptions = assumptions + [f"measured numbers identical to {twin}: probably a copy error at the source"]
+        seen[(measured["iter_time_s"], measured["peak_memory_bytes"])] = rid
+        prior = bool(report.prior_pools)
+        if prior:
+            assumptions = assumptions + [f"rests on the unfitted efficiency prior of {', '.join(report.prior_pools)}"]
+        predicted = {"iter_time_s": report.step_time_s, "peak_memory_bytes": report.memory_bytes}
+        for metric in METRICS:
+            records.append({"id": rid, "metric": metric, "status": "ok", "predicted": predicted[metric],
+                            "measured": measured[metric],
+                            "rel_error": predicted[metric] / measured[metric] - 1.0, "reason": None,
+                            "efficiency_prior": prior, "assumptions": list(assumptions)})
+        if progress:
+            progress()
+    return records
+
+
+def summary(records: list[dict]) -> list[dict]:
+    """Mean and worst |error| per system (clariden GH200 / mit mixed) and metric, percent."""
+    groups: dict[tuple, list[float]] = {}
+    priors: dict[tuple, bool] = {}
+    for r in records:
+        if r["status"] != "ok":
+            continue
+        system = "gh200 (clariden)" if "/clariden/" in r["id"] else ("mixed (mit)" if "/mit/" in r["id"] else "other")
+        for key in ((system, r["metric"]), ("all", r["metric"])):
+            groups.setdefault(key, []).append(abs(r["rel_error"]) * 100.0)
+            priors[key] = priors.get(key, False) or r["efficiency_prior"]
+    out = []
+    for (system, metric), errs in sorted(groups.items()):
+        out.append({"runs": system, "metric": metric, "n": len(errs), "mean_abs_err_pct": sum(errs) / len(errs),
+                    "worst_abs_err_pct": max(errs), "efficiency_prior": priors[(system, metric)]})
+    return out

@@ -1,0 +1,190 @@
+"""The candidate plans of a heterogeneous search, as ``hetero_pipelines.Pipelines`` tables.
+
+Three families, each over every layer key (tensor-parallel degree per pool, micro-batch,
+recomputation, sequence parallelism) and ZeRO stage 0-2:
+
+* ``single_pool``: one pool alone: ``d`` replicas of a ``pp``-stage pipeline, ``d`` dividing
+  the step's micro-batches (as Megatron needs), any ``pp`` up to the layers, any number of GPUs
+  up to the pool's. The baselines "only the fastest pool" and "only the largest pool".
+* ``data_parallel_mix`` (Poplar, HexiScale): every pool of a set runs its own replicas of its
+  own pipeline (all of its GPUs), each pool's replicas taking a share of the batch in
+  proportion to their speed; gradients are reduced across pools.
+* ``pipeline_mix`` (Metis, Sailor): replicas of one pipeline whose first stages are on one pool
+  and last stages on another, the layers split by each pool's speed, as many replicas as both
+  pools hold (and divide the micro-batches).
+
+The mixes are enumerated in full and ranked by a pipeline-time estimate (the split's slowest
+stage x (micro-batches + stages - 1)); the best ``keep`` per layer key and ZeRO stage go on to
+the exact score (``compose``).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from model_specs.model_spec import ModelSpec
+from planners.hetero_pipelines import Pipelines
+from planners.search_space import divisors
+
+
+@dataclass(frozen=True)
+class Keys:
+    """The layer keys of a search, (K,) arrays: pool, tp, micro_batch, recompute code, sp."""
+
+    pool: np.ndarray
+    tp: np.ndarray
+    micro_batch: np.ndarray
+    recompute: np.ndarray
+    sequence_parallel: np.ndarray
+
+    def __len__(self) -> int:
+        return int(len(self.pool))
+
+
+def tp_options(model: ModelSpec, max_tp: int) -> np.ndarray:
+    """Tensor-parallel degrees up to ``max_tp`` that split heads, kv heads and the FFN."""
+    t = np.array([x for x in (1, 2, 4, 8, 16, 32, 64) if x <= max_tp], dtype=np.int64)
+    ok = (model.num_heads % t == 0) & (model.ffn_hidden_size % t == 0) & (
+        (model.num_kv_heads % t == 0) | (t % model.num_kv_heads == 0))
+    return t[ok]
+
+
+def make_keys(model: ModelSpec, pools, max_tp, micro_batches, recomputes, sps) -> Keys:
+    """Every (pool, tp, micro-batch, recompute, sp) key; sp only where tp > 1."""
+    rows = []
+    for p, pool in enumerate(pools):
+        for tp in tp_options(model, min(max_tp, pool.gpus_per_node, pool.gpus)):
+            for mb, rc, sp in itertools.product(micro_batches, recomputes, sps):
+                if sp and tp == 1:
+                    continue
+                rows.append((p, tp, mb, rc, sp))
+    a = np.array(rows, dtype=np.int64).reshape(-1, 5)
+    return Keys(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4].astype(bool))
+
+
+def _pipelines(plan, replicas, micro_batches, pools, keys, tps, stages) -> Pipelines:
+    return Pipelines(plan=np.asarray(plan, dtype=np.int64), replicas=np.asarray(replicas, dtype=np.int64),
+                     micro_batches=np.asarray(micro_batches, dtype=float),
+                     seg_pool=np.asarray(pools, dtype=np.int64), seg_key=np.asarray(keys, dtype=np.int64),
+                     seg_tp=np.asarray(tps, dtype=np.int64), seg_stages=np.asarray(stages, dtype=np.int64))
+
+
+def single_pool(model: ModelSpec, keys: Keys, pool: int, gpus: int, global_batch: int, zeros) -> tuple[Pipelines, np.ndarray]:
+    """One pool alone: (pipelines, zero stage per plan); one group per plan."""
+    L = model.num_layers
+    parts = []
+    for k in np.flatnonzero(keys.pool == pool):
+        tp, mb = int(keys.tp[k]), int(keys.micro_batch[k])
+        M = global_batch // mb
+        ds = divisors(M)
+        pp = np.arange(1, min(L, gpus // tp) + 1)
+        PP, D = np.meshgrid(pp, ds, indexing="ij")
+        PP, D = PP.ravel(), D.ravel()
+        fit = D * tp * PP <= gpus
+        PP, D = PP[fit], D[fit]
+        for z in zeros:
+            keep = (z == 0) | (D > 1)
+            n = int(keep.sum())
+            parts.append(np.stack([np.full(n, k), np.full(n, tp), PP[keep], D[keep], M // D[keep], np.full(n, z)], axis=1))
+    a = np.concatenate(parts) if parts else np.zeros((0, 6), dtype=np.int64)
+    n = len(a)
+    pipes = _pipelines(np.arange(n), a[:, 3], a[:, 4], np.full((n, 1), pool), a[:, 0:1], a[:, 1:2], a[:, 2:3])
+    return pipes, a[:, 5]
+
+
+def pool_templates(model: ModelSpec, keys: Keys, pool: int, gpus: int) -> np.ndarray:
+    """(key, tp, pp, replicas) of every pipeline that fills a pool with as many replicas as fit."""
+    L = model.num_layers
+    out = []
+    for k in np.flatnonzero(keys.pool == pool):
+        tp = int(keys.tp[k])
+        for pp in range(1, min(L, gpus // tp) + 1):
+            out.append((k, tp, pp, gpus // (tp * pp)))
+    return np.array(out, dtype=np.int64).reshape(-1, 4)
+
+
+def data_parallel_mix(keys: Keys, chosen: dict, global_batch: int) -> tuple[Pipelines, np.ndarray]:
+    """Every combination of one kept template per pool (``chosen[pool][(mb, rc, sp, zero)]`` =
+    template rows), under a shared micro-batch, recomputation, sp and ZeRO stage, with no more
+    replicas than the step has micro-batches. Micro-batches are left to the shares (NaN)."""
+    pools = sorted(chosen)
+    shared = set.intersection(*(set(chosen[p]) for p in pools))
+    rows = []        # (plan, pool, key, tp, pp, d)
+    zero_of_plan = []
+    plan = 0
+    for shared_key in sorted(shared):
+        lists = [chosen[p][shared_key] for p in pools]
+        for combo in itertools.product(*lists):
+            if sum(t[3] for t in combo) > global_batch // shared_key[0]:
+                continue
+            for p, t in zip(pools, combo):
+                rows.append((plan, p, t[0], t[1], t[2], t[3]))
+            zero_of_plan.append(shared_key[3])
+            plan += 1
+    a = np.array(rows, dtype=np.int64).reshape(-1, 6)
+    n = len(a)
+    pipes = _pipelines(a[:, 0], a[:, 5], np.full(n, np.nan), a[:, 1:2], a[:, 2:3], a[:, 3:4], a[:, 4:5])
+    return pipes, np.array(zero_of_plan, dtype=np.int64)
+
+
+def _largest_divisor_table(M: int, n_max: int) -> np.ndarray:
+    """t[r] = the largest divisor of M that is <= r (0 for r = 0), r = 0..n_max."""
+    t = np.zeros(n_max + 1, dtype=np.int64)
+    ds = divisors(M)
+    t[ds[ds <= n_max]] = ds[ds <= n_max]
+    return np.maximum.accumulate(t)
+
+
+def pipeline_mix(model: ModelSpec, keys: Keys, a: int, b: int, gpus_a: int, gpus_b: int, global_batch: int,
+                 zeros) -> tuple[Pipelines, np.ndarray]:
+    """Replicas of pipelines whose first ``k_a`` stages are on pool ``a`` and last ``k_b`` on
+    pool ``b`` (same micro-batch, recomputation and sp; each pool its own tp). ``k_b`` is the
+    count (rounded down or up) that gives both pools the same share of their GPUs; the replicas
+    are as many as both pools hold and divide the step's micro-batches."""
+    L = model.num_layers
+    ia = np.flatnonzero(keys.pool == a)
+    ib = np.flatnonzero(keys.pool == b)
+    I, J = np.meshgrid(ia, ib, indexing="ij")
+    I, J = I.ravel(), J.ravel()
+    ta, tb = keys.tp[I], keys.tp[J]
+    sp_ok = (keys.sequence_parallel[I] == keys.sequence_parallel[J]) | (ta == 1) | (tb == 1)
+    match = (keys.micro_batch[I] == keys.micro_batch[J]) & (keys.recompute[I] == keys.recompute[J]) & sp_ok
+    I, J, ta, tb = I[match], J[match], ta[match], tb[match]
+    ka = np.arange(1, L)
+    P, K = np.meshgrid(np.arange(len(I)), ka, indexing="ij")
+    P, K = P.ravel(), K.ravel()
+    ta_, tb_ = ta[P], tb[P]
+    ideal = K * gpus_b * ta_ / (gpus_a * tb_)
+    rows = []
+    for kb in (np.maximum(1, np.floor(ideal)), np.maximum(1, np.ceil(ideal))):
+        kb = kb.astype(np.int64)
+        rows.append((P, K, kb))
+    P = np.concatenate([r[0] for r in rows])
+    K = np.concatenate([r[1] for r in rows])
+    KB = np.concatenate([r[2] for r in rows])
+    ta_, tb_ = ta[P], tb[P]
+    ok = (K * ta_ <= gpus_a) & (K + KB <= L) & (KB * tb_ <= gpus_b)
+    # the floor and the ceiling coincide for whole-number ideals: keep one
+    first_half = np.arange(len(P)) < len(P) // 2
+    dup = ~first_half & (KB == np.concatenate([KB[: len(P) // 2]] * 2))
+    ok &= ~dup
+    P, K, KB = P[ok], K[ok], KB[ok]
+    ta_, tb_ = ta[P], tb[P]
+    room = np.minimum(gpus_a // (K * ta_), gpus_b // (KB * tb_))
+    mb = keys.micro_batch[I[P]]
+    d = np.zeros(len(P), dtype=np.int64)
+    for m in np.unique(mb):
+        sel = mb == m
+        d[sel] = _largest_divisor_table(global_batch // int(m), max(gpus_a, gpus_b))[room[sel]]
+    out = []
+    for z in zeros:
+        keep = (d >= 1) & ((z == 0) | (d > 1))
+        out.append(np.stack([I[P][keep], J[P][keep], ta_[keep], tb_[keep], K[keep], KB[keep], d[keep],
+                             (global_batch // mb[keep]) // d[keep], np.full(int(keep.sum()), z)], axis=1))
+    r = np.concatenate(out) if out else np.zeros((0, 9), dtype=np.int64)
+    n = len(r)
+    pipes = _pipelines(np.arange(n), r[:, 6], r[:, 7], np.stack([np.full(n, a), np.full(n, b)], axis=1),
+                       r[:, 0:2], r[:, 2:4], r[:, 4:6])
+    return pipes, r[:, 8]

@@ -1,0 +1,185 @@
+"""Candidate replica groups as pipeline segments, laid out into the stage blocks ``compose`` scores.
+
+A candidate group is a pipeline of up to two segments, each ``stages`` stages of one pool with
+one layer key (tensor-parallel degree, micro-batch, recomputation, sequence parallelism). Each
+segment has three classes of stages (its first, its middle ones, its last), which differ in the
+sends they make and in the embedding / LM head they may hold. ``hetero_split.split_layers``
+gives every class its layers (the least slowest stage, within each pool's memory), and each
+class becomes one or two stage blocks (layer counts differing by one) in pipeline order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cost_models import pool_links
+from cost_models.compute import activation_bytes
+from hardware_specs.pools import PooledCluster
+from model_specs.model_spec import ModelSpec
+from planners.hetero_split import split_layers
+from simulator.heterogeneous.compose import (Groups, StageBlocks, boundary_p2p_s, in_flight_microbatches,
+                                             layer_activation_bytes, stage_memory_parts, stage_param_count)
+from simulator.heterogeneous.unit_costs import UnitCosts
+from simulator.parallel_config import ParallelConfig
+from simulator.step_model import DENSE_LAYER_PARAM_TENSORS, GRAD_BUFFER_BYTES
+
+
+@dataclass(frozen=True)
+class Pipelines:
+    """Candidate replica groups, (C,) and (C, S) arrays.
+
+    Attributes:
+        plan: the candidate plan each group belongs to (0..P-1, groups of a plan contiguous).
+        replicas: replicas of the group; micro_batches: per replica (NaN: from the shares).
+        seg_pool, seg_key, seg_tp, seg_stages: per segment (S columns, in pipeline order; a
+            segment with 0 stages is unused and only trailing ones may be).
+    """
+
+    plan: np.ndarray
+    replicas: np.ndarray
+    micro_batches: np.ndarray
+    seg_pool: np.ndarray
+    seg_key: np.ndarray
+    seg_tp: np.ndarray
+    seg_stages: np.ndarray
+
+    def __len__(self) -> int:
+        return int(len(self.plan))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The stage blocks and groups of the candidates that have a split, and what was dropped."""
+
+    blocks: StageBlocks
+    groups: Groups
+    plan_ok: np.ndarray          # (P,) every group of the plan has a split within memory
+    slowest_s: np.ndarray        # (C,) slowest stage per micro-batch (inf: no split)
+
+
+def _classes(p: Pipelines):
+    """(C, 3S) class arrays: segment index, multiplicity, position, first/last flags, neighbours."""
+    C, S = p.seg_stages.shape
+    k = p.seg_stages.astype(np.int64)
+    offset = np.concatenate([np.zeros((C, 1), dtype=np.int64), np.cumsum(k, axis=1)[:, :-1]], axis=1)
+    n_seg = (k > 0).sum(axis=1)
+    seg = np.repeat(np.arange(S), 3)[None, :].repeat(C, axis=0)
+    kind = np.tile(np.arange(3), S)[None, :].repeat(C, axis=0)          # 0 head, 1 middle, 2 tail
+    ks = k[:, seg[0]]
+    mult = np.where(kind == 0, (ks >= 1), np.where(kind == 1, np.maximum(ks - 2, 0), (ks >= 2))).astype(np.int64)
+    pos = offset[:, seg[0]] + np.where(kind == 0, 0, np.where(kind == 1, 1, ks - 1))
+    last_seg = (seg == (n_seg[:, None] - 1))
+    first = (seg == 0) & (kind == 0)
+    last = last_seg & (((kind == 2) & (ks >= 2)) | ((kind == 0) & (ks == 1)))
+    pool = p.seg_pool[:, seg[0]]
+    tp = p.seg_tp[:, seg[0]]
+    # neighbours: inside a segment its own pool and degree; at its ends the next / previous segment
+    nxt_seg = np.minimum(seg + 1, S - 1)
+    prv_seg = np.maximum(seg - 1, 0)
+    has_next_seg = (seg + 1 < n_seg[:, None])
+    has_prev_seg = seg > 0
+    rows = np.arange(C)[:, None]
+    next_pool = np.where((kind == 1) | ((kind == 0) & (ks >= 2)), pool,
+                         np.where(has_next_seg, p.seg_pool[rows, nxt_seg], -1))
+    next_tp = np.where((kind == 1) | ((kind == 0) & (ks >= 2)), tp, np.where(has_next_seg, p.seg_tp[rows, nxt_seg], 1))
+    prev_pool = np.where(kind >= 1, pool, np.where(has_prev_seg, p.seg_pool[rows, prv_seg], -1))
+    prev_tp = np.where(kind >= 1, tp, np.where(has_prev_seg, p.seg_tp[rows, prv_seg], 1))
+    key = p.seg_key[:, seg[0]]
+    return dict(mult=mult, pos=pos, first=first, last=last, pool=pool, tp=tp, key=key,
+                next_pool=next_pool, next_tp=next_tp, prev_pool=prev_pool, prev_tp=prev_tp)
+
+
+def lay_out(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelConfig, units: UnitCosts,
+            p: Pipelines, zero_of_plan, memory_limit_bytes, ring_mask_of_plan=None) -> Layout:
+    """Split every candidate group's layers and return the stage blocks ``compose`` takes.
+
+    ``zero_of_plan``: (P,) ZeRO stage; ``memory_limit_bytes``: (pools,) usable bytes per GPU;
+    ``ring_mask_of_plan``: (P, pools) pools the data-parallel rings of a plan cross (None: each
+    row's own pool).
+    """
+    C = len(p)
+    P = int(p.plan.max()) + 1 if C else 0
+    cl = _classes(p)
+    K = cl["mult"].shape[1]
+    used = cl["mult"] > 0
+    pp = p.seg_stages.sum(axis=1)
+    d = p.replicas.astype(float)
+    D = np.bincount(p.plan, weights=d, minlength=P)
+    dtype = settings.dtype
+    act_bytes = activation_bytes(dtype)
+    key = np.where(used, cl["key"], 0)
+    u = {name: units[name][key] for name in ("fwd_s", "bwd_s", "w_s", "head_s", "embedding_s")}
+    pool = np.where(used, cl["pool"], 0)
+    tp = np.where(used, cl["tp"], 1).astype(float)
+    mbs = units.micro_batch[key].astype(float)
+    tokens = mbs * float(model.seq_len)
+    h = float(model.hidden_size)
+    # sends: the boundary function compose uses, with the same stride
+    bw_m, lat_m = pool_links.path_matrix(cluster, effs)
+    stride = d[:, None] * tp
+    flat = lambda a: np.asarray(a).reshape(-1)  # noqa: E731
+    p2p = np.zeros(C * K)
+    for other_pool, other_tp in ((cl["prev_pool"], cl["prev_tp"]), (cl["next_pool"], cl["next_tp"])):
+        op = np.where(used, other_pool, -1)
+        p2p += boundary_p2p_s(cluster, effs, bw_m, lat_m, flat(pool), flat(tp), flat(op), flat(other_tp),
+                              flat(tokens), h, act_bytes, flat(stride))
+    p2p = p2p.reshape(C, K)
+    first, last = cl["first"] & used, cl["last"] & used
+    pp_b = np.broadcast_to(pp[:, None], (C, K))
+    # time of a stage with n layers: extra + n tau (unfused gradient accumulation is linear in n)
+    tau = u["fwd_s"] + u["bwd_s"] + u["w_s"]
+    extra = p2p + first * u["embedding_s"] + last * u["head_s"]
+    if not settings.grad_accumulation_fusion:
+        hbm_bw = np.array([q.cluster.gpu.hbm_bw_bytes_per_s for q in cluster.pools])[pool]
+        overhead = np.array([e.kernel_overhead_s for e in effs])[pool]
+        per_param = (act_bytes + 2.0 * GRAD_BUFFER_BYTES) / hbm_bw
+        p0 = stage_param_count(model, 0, first, last, pp_b, tp)
+        p1 = stage_param_count(model, 1, first, last, pp_b, tp)
+        tau = tau + (p1 - p0) * per_param + DENSE_LAYER_PARAM_TENSORS * overhead
+        extra = extra + p0 * per_param
+    # memory: linear in n as well; the cap is the most layers under the pool's limit
+    m_est = np.where(np.isnan(p.micro_batches), pp, p.micro_batches)[:, None]
+    in_flight = in_flight_microbatches(settings, m_est, pp_b, cl["pos"])
+    zero = np.broadcast_to(np.asarray(zero_of_plan)[p.plan][:, None], (C, K))
+    Dg = np.broadcast_to(D[p.plan][:, None], (C, K))
+    rc = units.recompute[key]
+    layer_act, full_act = layer_activation_bytes(model, settings, units)
+    layer_act, full_act = layer_act[key], full_act[key]
+
+    def mem(nl):
+        prm = stage_param_count(model, nl, first, last, pp_b, tp)
+        return stage_memory_parts(model, settings, prm, zero, Dg, tp, mbs, rc, layer_act, full_act, nl, in_flight,
+                                  last)["memory_bytes"]
+
+    m0, m1 = mem(0.0), mem(1.0)
+    limit = np.asarray(memory_limit_bytes, dtype=float)[pool]
+    slope = np.maximum(m1 - m0, 1e-9)
+    cap = np.where(used, np.floor((limit - m0) / slope), 0.0)
+    split = split_layers(cl["mult"], tau, extra, cap, model.num_layers)
+    ok = split.feasible
+    plan_ok = np.bincount(p.plan, weights=~ok, minlength=P) == 0
+
+    # blocks: each used class as (hi, lo) sub-blocks, in pipeline order
+    counts = np.stack([split.count_hi, split.count_lo], axis=2)                  # (C, K, 2)
+    layers = np.stack([split.layers_hi, split.layers_hi - 1], axis=2)
+    pos = np.stack([cl["pos"], cl["pos"] + split.count_hi], axis=2)
+    keep = (counts > 0) & ok[:, None, None] & plan_ok[p.plan][:, None, None]
+    gi, ci, si = np.nonzero(keep)
+    kept_groups = np.flatnonzero(ok & plan_ok[p.plan])
+    new_group = np.full(C, -1)
+    new_group[kept_groups] = np.arange(len(kept_groups))
+    kept_plans = np.flatnonzero(plan_ok)
+    new_plan = np.full(P, -1)
+    new_plan[kept_plans] = np.arange(len(kept_plans))
+    pick = lambda a: np.asarray(a)[gi, ci]  # noqa: E731
+    ring = None
+    if ring_mask_of_plan is not None:
+        ring = np.asarray(ring_mask_of_plan, dtype=bool)[p.plan[gi]]
+    blocks = StageBlocks(
+        group=new_group[gi], key=pick(cl["key"]), layers=layers[gi, ci, si], count=counts[gi, ci, si],
+        position=pos[gi, ci, si], first=pick(first), last=pick(last), prev_pool=pick(cl["prev_pool"]),
+        next_pool=pick(cl["next_pool"]), prev_tp=pick(cl["prev_tp"]), next_tp=pick(cl["next_tp"]), ring_pools=ring)
+    groups = Groups(plan=new_plan[p.plan[kept_groups]], replicas=p.replicas[kept_groups],
+                    stages=pp[kept_groups], micro_batches=p.micro_batches[kept_groups])
+    return Layout(blocks=blocks, groups=groups, plan_ok=plan_ok, slowest_s=split.slowest_s)

@@ -1,0 +1,523 @@
+"""``plan_heterogeneous``: the fastest training plan on a mixed cluster, next to each pool alone.
+
+    result = plan_heterogeneous("llama3-70b", load_pooled_cluster("a100-h100.yaml"),
+                                global_batch_tokens=4 * 2**20)
+    result.best                 # HeteroPlan of the fastest plan that fits
+    result.comparison()         # best mixed plan vs only the fastest pool vs only the largest pool
+    print(result.explain)       # where the time goes on each pool
+
+Search: for every subset of the pools (so adding a pool can never lower the best plan: the
+plans without it are still candidates), pools the cost model cannot tell apart (same GPU,
+fabric and efficiency model, joined at their own scale-out speed) are first merged into one;
+a single pool gets every pipeline of every tensor-parallel degree, depth and replica count
+(``hetero_candidates.single_pool``), a set of pools the data-parallel and pipeline mixes. Every
+candidate's layers are split by each pool's speed (``hetero_split``) and it is scored by
+``simulator.heterogeneous.compose``, the function ``simulate_heterogeneous`` uses: the table's
+numbers are the simulator's.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import time
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+from hardware_specs.catalog import load_pooled_cluster, load_stack
+from hardware_specs.efficiency_model import EfficiencyModel
+from hardware_specs.errors import InputError
+from hardware_specs.pools import Pool, PooledCluster
+from hardware_specs.stack_spec import StackSpec
+from model_specs.catalog import load_model
+from model_specs.model_spec import ModelSpec
+from planners import hetero_candidates as cand
+from planners.hetero_explain import explain_text, layout_text
+from planners.hetero_pipelines import Layout, Pipelines, lay_out
+from planners.plan import resolve_global_batch
+from simulator.config_batch import RECOMPUTE_CODES
+from simulator.heterogeneous.compose import compose
+from simulator.heterogeneous.plan import HeteroPlan, ReplicaGroup, StagePlacement, plan_switches
+from simulator.heterogeneous.report import HeteroReport
+from simulator.heterogeneous.simulate import simulate_heterogeneous
+from simulator.heterogeneous.unit_costs import pool_efficiencies, unit_costs
+from simulator.parallel_config import ParallelConfig, Recompute
+from simulator.stack_defaults import stack_config_fields
+
+GIB = 2**30
+_RECOMPUTE_NAMES = {code: r.value for r, code in RECOMPUTE_CODES.items()}
+#: kinds of plan in the ranked table
+SINGLE, DP_MIX, PP_MIX = "single-pool", "data-parallel mix", "pipeline mix"
+#: ranked-table columns (units in the names)
+TABLE_COLUMNS = ("kind", "pools", "n_gpus", "layout", "micro_batch", "zero_stage", "recompute", "sequence_parallel",
+                 "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "memory_gib")
+#: templates per pool and shared key that enter the data-parallel mixes, and pipeline mixes per
+#: shared key that reach the exact score
+DEFAULT_KEEP = 6
+#: sequences per step the search accepts (its micro-batch candidates are the batch's divisors)
+MAX_GLOBAL_BATCH = 10**8
+
+
+@dataclass(frozen=True)
+class Scored:
+    """The fitting, scored candidates of one family on one set of pools."""
+
+    kind: str
+    cluster: PooledCluster
+    layout: Layout
+    out: Mapping[str, np.ndarray]
+    zero: np.ndarray
+    fits: np.ndarray
+    units: object
+    settings: ParallelConfig
+
+
+@dataclass(frozen=True)
+class HeteroPlanResult:
+    """The outcome of one heterogeneous search.
+
+    Attributes:
+        plans: every fitting candidate scored, best first (``TABLE_COLUMNS``).
+        best: the fastest plan; best_report: its simulation (per stage and per pool).
+        fastest_pool, largest_pool: names; fastest_only / largest_only: (plan, report) of the
+            best plan using only that pool (None if nothing fits there); pool_only: the same for
+            every pool, by name.
+        evaluated: candidates scored exactly; wall_s: seconds for the search.
+    """
+
+    model: str
+    cluster: str
+    pools: tuple
+    global_batch: int
+    seq_len: int
+    dtype: str
+    plans: pd.DataFrame
+    best: HeteroPlan
+    best_report: HeteroReport
+    fastest_pool: str
+    largest_pool: str
+    fastest_only: tuple | None
+    largest_only: tuple | None
+    evaluated: int
+    wall_s: float
+    explain: str = ""
+    prior_pools: tuple = field(default=())
+    row_plans: tuple = field(default=(), repr=False)
+    pool_only: Mapping = field(default_factory=dict, repr=False)
+
+    def row_plan(self, i: int) -> tuple[HeteroPlan, PooledCluster]:
+        """Row ``i`` of ``plans`` as a plan and the (merged) pools it was scored on."""
+        return self.row_plans[i]
+
+    def comparison(self) -> pd.DataFrame:
+        """Best plan vs only the fastest pool vs only the largest pool (tokens/s and gain)."""
+        rows = [("best plan", self.best_report)]
+        for label, pair in ((f"only {self.fastest_pool} (fastest GPU)", self.fastest_only),
+                            (f"only {self.largest_pool} (most GPUs)", self.largest_only)):
+            rows.append((label, pair[1] if pair else None))
+        base = self.best_report.tokens_per_s
+        data = []
+        for label, rep in rows:
+            if rep is None:
+                data.append({"plan": label, "n_gpus": 0, "step_time_s": np.nan, "tokens_per_s": 0.0, "mfu": np.nan,
+                             "best_gain_pct": np.nan})
+                continue
+            data.append({"plan": label, "n_gpus": rep.n_gpus, "step_time_s": rep.step_time_s,
+                         "tokens_per_s": rep.tokens_per_s, "mfu": rep.mfu,
+                         "best_gain_pct": 100.0 * (base / rep.tokens_per_s - 1.0)})
+        return pd.DataFrame(data)
+
+
+# --------------------------------------------------------------------------------------------
+# Pools the cost model cannot tell apart
+# --------------------------------------------------------------------------------------------
+
+def _same_tier(t1, t2) -> bool:
+    return t1.bw_bytes_per_s == t2.bw_bytes_per_s and t1.latency_s == t2.latency_s
+
+
+def canonical(cluster: PooledCluster, effs) -> tuple[PooledCluster, tuple]:
+    """``cluster`` with interchangeable pools merged (GPU counts added), and their efficiency models.
+
+    Two pools are interchangeable when their ``ClusterSpec`` and efficiency model are equal,
+    the link between them is their own scale-out tier (same bandwidth and latency) and every
+    other pool reaches both over equal links: then no cost in ``compose`` can tell a stage on
+    one from a stage on the other.
+    """
+    pools = list(cluster.pools)
+    eff_of = dict(zip(cluster.pool_names, effs))
+    groups: list[list[Pool]] = []
+    for p in pools:
+        for g in groups:
+            q = g[0]
+            if q.cluster != p.cluster or eff_of[q.name] != eff_of[p.name]:
+                continue
+            if not _same_tier(cluster.link(q.name, p.name), q.cluster.scaleout):
+                continue
+            if all(_same_tier(cluster.link(q.name, o.name), cluster.link(p.name, o.name))
+                   for o in pools if o.name not in (q.name, p.name)):
+                g.append(p)
+                break
+        else:
+            groups.append([p])
+    if all(len(g) == 1 for g in groups):
+        return cluster, tuple(effs)
+    merged = tuple(Pool("+".join(p.name for p in g), g[0].cluster, sum(p.gpus for p in g)) for g in groups)
+    first = {g[0].name: m.name for g, m in zip(groups, merged)}
+    links = tuple(replace(l, pools=(first[l.pools[0]], first[l.pools[1]])) for l in cluster.links
+                  if l.pools[0] in first and l.pools[1] in first)
+    out = PooledCluster(cluster.name, merged, links, cluster.description, cluster.source)
+    return out, tuple(eff_of[g[0].name] for g in groups)
+
+
+# --------------------------------------------------------------------------------------------
+# Scoring
+# --------------------------------------------------------------------------------------------
+
+def _score(model, cluster, effs, settings, units, pipes: Pipelines, zero, limits, gbs_mb, ring_all: bool, kind: str):
+    P = int(pipes.plan.max()) + 1 if len(pipes) else 0
+    ring = np.ones((P, len(cluster.pools)), dtype=bool) if ring_all else None
+    layout = lay_out(model, cluster, effs, settings, units, pipes, zero, limits, ring)
+    kept = np.flatnonzero(layout.plan_ok)
+    if len(kept) == 0:
+        return None
+    total = gbs_mb[kept] if np.ndim(gbs_mb) else gbs_mb
+    out = compose(model, cluster, effs, settings, units, layout.blocks, layout.groups, zero[kept], total)
+    return Scored(kind, cluster, layout, out, zero[kept], np.asarray(out["fits"], dtype=bool), units, settings)
+
+
+def _estimate(layout: Layout, pipes: Pipelines, M):
+    """Per plan: the pipeline-time estimate (slowest stage x (micro-batches + stages - 1)) of its
+    slowest group, for ranking mixes before the exact score."""
+    pp = pipes.seg_stages.sum(axis=1)
+    m = np.where(np.isnan(pipes.micro_batches), M / np.maximum(pipes.replicas, 1), pipes.micro_batches)
+    est = layout.slowest_s * (m + pp - 1.0)
+    P = int(pipes.plan.max()) + 1
+    out = np.full(P, -np.inf)
+    np.maximum.at(out, pipes.plan, est)
+    return out
+
+
+def _top_per_key(score, key_rows, keep: int) -> np.ndarray:
+    """Indices of the ``keep`` lowest finite scores within each distinct row of ``key_rows``."""
+    finite = np.isfinite(score)
+    idx = np.flatnonzero(finite)
+    if len(idx) == 0:
+        return idx
+    keys = np.asarray(key_rows)[idx]
+    order = np.lexsort((score[idx],) + tuple(keys[:, c] for c in range(keys.shape[1] - 1, -1, -1)))
+    idx, keys = idx[order], keys[order]
+    new = np.ones(len(idx), dtype=bool)
+    new[1:] = np.any(keys[1:] != keys[:-1], axis=1)
+    run_start = np.maximum.accumulate(np.where(new, np.arange(len(idx)), 0))
+    return idx[(np.arange(len(idx)) - run_start) < keep]
+
+
+def _subset(pipes: Pipelines, plans: np.ndarray) -> tuple[Pipelines, np.ndarray]:
+    """The groups of ``plans`` (renumbered 0..), and the old plan index of each new plan."""
+    plans = np.asarray(plans)
+    keep = np.isin(pipes.plan, plans)
+    new_index = np.full(int(pipes.plan.max()) + 1, -1)
+    new_index[np.sort(plans)] = np.arange(len(plans))
+    sub = Pipelines(plan=new_index[pipes.plan[keep]], replicas=pipes.replicas[keep],
+                    micro_batches=pipes.micro_batches[keep], seg_pool=pipes.seg_pool[keep],
+                    seg_key=pipes.seg_key[keep], seg_tp=pipes.seg_tp[keep], seg_stages=pipes.seg_stages[keep])
+    return sub, np.sort(plans)
+
+
+def _search_pools(model, cluster, effs, settings, search, limits, gbs, keep) -> list[Scored]:
+    """Score every candidate family that uses all the pools of ``cluster`` (a canonical subset)."""
+    keys = cand.make_keys(model, cluster.pools, search["max_tp"], search["micro_batches"], search["recomputes"],
+                          search["sps"])
+    if len(keys) == 0:
+        return []
+    units = unit_costs(model, cluster, effs, keys.pool, keys.tp, keys.micro_batch, keys.recompute,
+                       keys.sequence_parallel, settings)
+    zeros = search["zeros"]
+    M_of_key = gbs // keys.micro_batch
+    results = []
+    if len(cluster.pools) == 1:
+        pipes, zero = cand.single_pool(model, keys, 0, cluster.pools[0].gpus, gbs, zeros)
+        if len(pipes):
+            mb = keys.micro_batch[pipes.seg_key[:, 0]]
+            r = _score(model, cluster, effs, settings, units, pipes, zero, limits, gbs // mb, False, SINGLE)
+            if r is not None:
+                results.append(r)
+        return results
+    # data-parallel mixes: per pool, the fastest pipelines (as many replicas as fit) per shared key
+    chosen = {}
+    for p, pool in enumerate(cluster.pools):
+        tmpl = cand.pool_templates(model, keys, p, pool.gpus)
+        if len(tmpl) == 0:
+            return results
+        per_key = {}
+        for z in zeros:
+            rows = tmpl if z == 0 else tmpl[tmpl[:, 3] > 1]
+            if len(rows) == 0:
+                continue
+            n = len(rows)
+            pipes = Pipelines(plan=np.arange(n), replicas=rows[:, 3], micro_batches=np.full(n, np.nan),
+                              seg_pool=np.full((n, 1), p), seg_key=rows[:, 0:1], seg_tp=rows[:, 1:2],
+                              seg_stages=rows[:, 2:3])
+            lay = lay_out(model, cluster, effs, settings, units, pipes, np.full(n, z), limits, None)
+            rate = np.where(np.isfinite(lay.slowest_s), rows[:, 3] / lay.slowest_s, 0.0)
+            k = rows[:, 0]
+            shared = np.stack([keys.micro_batch[k], keys.recompute[k], keys.sequence_parallel[k].astype(np.int64)], axis=1)
+            best = _top_per_key(-rate, shared, keep)
+            for i in best:
+                sk = (int(shared[i, 0]), int(shared[i, 1]), int(shared[i, 2]), int(z))
+                per_key.setdefault(sk, []).append(tuple(int(x) for x in rows[i]))
+                if keys.tp[k[i]] == 1 and shared[i, 2] == 0:     # tp 1 serves either sp setting
+                    per_key.setdefault((sk[0], sk[1], 1, sk[3]), []).append(tuple(int(x) for x in rows[i]))
+        chosen[p] = per_key
+    pipes, zero = cand.data_parallel_mix(keys, chosen, gbs)
+    if len(pipes):
+        r = _score(model, cluster, effs, settings, units, pipes, zero, limits, gbs // keys.micro_batch[pipes.seg_key[
+            np.searchsorted(pipes.plan, np.arange(int(pipes.plan.max()) + 1)), 0]], True, DP_MIX)
+        if r is not None:
+            results.append(r)
+    # pipeline mixes (two pools): the best by estimated pipeline time per shared key, exactly scored
+    if len(cluster.pools) == 2:
+        for a, b in ((0, 1), (1, 0)):
+            pipes, zero = cand.pipeline_mix(model, keys, a, b, cluster.pools[a].gpus, cluster.pools[b].gpus, gbs, zeros)
+            if len(pipes) == 0:
+                continue
+            lay = lay_out(model, cluster, effs, settings, units, pipes, zero, limits, None)
+            k = pipes.seg_key[:, 0]
+            est = _estimate(lay, pipes, M_of_key[k])
+            shared = np.stack([keys.micro_batch[k], keys.recompute[k], keys.sequence_parallel[k].astype(np.int64),
+                               zero], axis=1)
+            best = _top_per_key(est, shared, keep)
+            if len(best) == 0:
+                continue
+            sub, old = _subset(pipes, best)
+            mb = keys.micro_batch[sub.seg_key[:, 0]]
+            r = _score(model, cluster, effs, settings, units, sub, zero[old], limits, gbs // mb, False, PP_MIX)
+            if r is not None:
+                results.append(r)
+    return results
+
+
+# --------------------------------------------------------------------------------------------
+# The search
+# --------------------------------------------------------------------------------------------
+
+def common_dtype(cluster: PooledCluster, dtype: str | None) -> str:
+    """``dtype`` if every pool's GPU has it, else the first of bf16, fp16, fp32 they all have."""
+    have = [set(p.cluster.gpu.peak_flops_per_s) for p in cluster.pools]
+    if dtype is not None:
+        for p, h in zip(cluster.pools, have):
+            if dtype not in h:
+                raise InputError(f"pools.{p.name}.dtype", f"{p.cluster.gpu.name} has no {dtype} peak",
+                                 "choose one of " + ", ".join(sorted(h)))
+        return dtype
+    for d in ("bf16", "fp16", "fp32"):
+        if all(d in h for h in have):
+            return d
+    raise InputError("dtype", "the pools' GPUs share no 16- or 32-bit dtype", "give --dtype")
+
+
+def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, global_batch: int | None = None, *,
+                       global_batch_tokens: int | None = None, dtype: str | None = None, max_tp: int | None = None,
+                       max_micro_batch: int | None = 8, micro_batches=None, recomputes=None, zeros=(0, 1),
+                       sequence_parallel=(False, True), headroom_gib: float = 0.0,
+                       efficiency: Mapping[str, EfficiencyModel] | None = None, keep: int = DEFAULT_KEEP,
+                       top: int = 20, stack: StackSpec | str = "megatron-core") -> HeteroPlanResult:
+    """Search the plans of ``model`` on the pools of ``cluster``; the best fitting one, next to
+    the best on only the fastest pool and only the largest pool.
+
+    Args:
+        model, cluster: specs or names / files (a one-kind cluster is one pool of its max_gpus).
+        global_batch / global_batch_tokens: sequences (or tokens) per step.
+        dtype: GEMM dtype all pools run (default: bf16, else fp16, else fp32 as they all have it).
+        max_tp: largest tensor-parallel degree (default and at most: each pool's node).
+        max_micro_batch: largest micro-batch tried (divisors of the global batch up to it);
+            micro_batches: the micro-batches to try instead (each must divide the global batch).
+        recomputes: recomputation modes (default none, selective, full); zeros: ZeRO stages (0-1).
+        headroom_gib: memory to leave free on every GPU.
+        efficiency: pool name -> efficiency model override.
+        keep: mixes per shared key that reach the exact score (see module docstring).
+        top: rows of the ranked table kept.
+        stack: the software stack every plan runs (``hardware_specs/stacks``, name or spec): its
+            behaviour fields, with its recipes for the model (GPU-specific recipes only when every
+            pool has the same GPU kind).
+
+    Raises ``InputError`` when nothing fits or the request is malformed (naming the pool at fault).
+    """
+    t0 = time.perf_counter()
+    model = load_model(model) if isinstance(model, str) else model
+    cluster = load_pooled_cluster(cluster) if isinstance(cluster, str) else cluster
+    if model.moe is not None or model.mtp_layers:
+        raise InputError("model", f"{model.name}: plans across pools cover dense models without MTP for now",
+                         "plan it on one pool with paraplan plan")
+    gbs = resolve_global_batch(model.seq_len, global_batch, global_batch_tokens)
+    if gbs > MAX_GLOBAL_BATCH:
+        raise InputError("global_batch", f"{gbs} sequences per step is beyond any training run",
+                         f"use at most {MAX_GLOBAL_BATCH:,} sequences")
+    dtype = common_dtype(cluster, dtype)
+    if headroom_gib < 0:
+        raise InputError("headroom_gib", f"must be >= 0, got {headroom_gib}")
+    effs_all = pool_efficiencies(cluster, dict(efficiency or {}))
+    if max_tp is not None and max_tp < 1:
+        raise InputError("max_tp", f"must be >= 1, got {max_tp}")
+    mbs = cand.divisors(gbs)
+    if micro_batches:
+        for mb in micro_batches:
+            if int(mb) < 1 or gbs % int(mb):
+                raise InputError("micro_batch", f"{mb} does not divide the global batch of {gbs} sequences",
+                                 "choose a divisor of the global batch")
+        mbs = np.array(sorted({int(mb) for mb in micro_batches}), dtype=np.int64)
+    elif max_micro_batch:
+        mbs = mbs[mbs <= max_micro_batch]
+    rc_names = tuple(recomputes or (r.value for r in Recompute))
+    search = {"max_tp": int(max_tp or 10**9), "micro_batches": tuple(int(x) for x in mbs),
+              "recomputes": tuple(RECOMPUTE_CODES[Recompute(r)] for r in rc_names),
+              "sps": tuple(bool(s) for s in sequence_parallel), "zeros": tuple(int(z) for z in zeros)}
+    for z in search["zeros"]:
+        if z not in (0, 1):
+            raise InputError("zero_stage", f"ZeRO-{z} is not modelled across pools yet", "use ZeRO 0 or 1")
+    stack_spec = load_stack(stack) if isinstance(stack, str) else stack
+    kinds = {p.cluster.gpu.name for p in cluster.pools}
+    software = stack_config_fields(stack_spec, dtype, model.name, kinds.pop() if len(kinds) == 1 else None)
+    if software.get("grad_reduce_every_microbatch"):
+        raise InputError("stack", f"{stack_spec.name} reduces gradients on every micro-batch; across pools that is "
+                         "not modelled yet", "plan with a stack that reduces once per step (megatron-core)")
+    settings = ParallelConfig(dtype=dtype, **software)
+    scored: list[Scored] = []
+    seen = set()
+    names = cluster.pool_names
+    for size in range(1, len(names) + 1):
+        for subset in itertools.combinations(names, size):
+            sub = cluster.subset(subset)
+            sub_effs = tuple(effs_all[names.index(n)] for n in subset)
+            canon, canon_effs = canonical(sub, sub_effs)
+            sig = repr(tuple((p.cluster, p.gpus) for p in canon.pools)) + repr(canon.links) + repr(canon_effs)
+            if sig in seen:
+                continue
+            seen.add(sig)
+            limits = np.array([p.cluster.gpu.hbm_bytes - headroom_gib * GIB for p in canon.pools])
+            if np.any(limits <= 0):
+                raise InputError("headroom_gib", f"{headroom_gib} GiB leaves nothing of a pool's memory",
+                                 "use a smaller headroom")
+            scored += _search_pools(model, canon, canon_effs, settings, search, limits, gbs, keep)
+    table, refs = _ranked(scored, model, gbs, top)
+    if table.empty:
+        raise InputError("memory", f"no plan of {model.name} fits any pool of {cluster.name} in memory",
+                         "add GPUs, allow recomputation or ZeRO, or use a smaller global batch")
+    evaluated = sum(len(s.zero) for s in scored)
+    best_plan, best_cluster = refs[0]
+    best_report = simulate_heterogeneous(model, best_cluster, best_plan, _eff_map(best_cluster, cluster, effs_all))
+    fastest, largest = cluster.fastest_pool(dtype), cluster.largest_pool()
+    pairs = {}
+    for name in cluster.pool_names:
+        pick = _best_single(scored, name, gbs)
+        if pick is not None:
+            plan_, cl_ = pick
+            pairs[name] = (plan_, simulate_heterogeneous(model, cl_, plan_, _eff_map(cl_, cluster, effs_all)))
+        else:
+            pairs[name] = None
+    result = HeteroPlanResult(
+        model=model.name, cluster=cluster.name, pools=tuple((p.name, p.cluster.gpu.name, p.gpus) for p in cluster.pools),
+        global_batch=gbs, seq_len=model.seq_len, dtype=dtype, plans=table, best=best_plan, best_report=best_report,
+        fastest_pool=fastest.name, largest_pool=largest.name, fastest_only=pairs[fastest.name],
+        largest_only=pairs[largest.name], evaluated=evaluated, wall_s=time.perf_counter() - t0,
+        prior_pools=tuple(p.name for p, e in zip(cluster.pools, effs_all) if e.is_prior), row_plans=tuple(refs),
+        pool_only=pairs)
+    return replace(result, explain=explain_text(result))
+
+
+def _eff_map(sub: PooledCluster, full: PooledCluster, effs_all) -> dict:
+    """Efficiency overrides for ``sub``'s pools (merged pools take their first member's)."""
+    out = {}
+    for p in sub.pools:
+        first = p.name.split("+")[0]
+        if first in full.pool_names:
+            out[p.name] = effs_all[full.pool_names.index(first)]
+    return out
+
+
+def _ranked(scored: list[Scored], model: ModelSpec, gbs: int, top: int):
+    """The ranked table of every fitting candidate (best first), and the plans of its first ``top`` rows."""
+    frames = []
+    for si, s in enumerate(scored):
+        ok = np.flatnonzero(s.fits)
+        if len(ok) == 0:
+            continue
+        o = s.out
+        frames.append(pd.DataFrame({
+            "src_": si, "plan_": ok, "kind": s.kind, "pools": "+".join(s.cluster.pool_names),
+            "n_gpus": o["n_gpus"][ok].astype(np.int64), "step_time_s": o["step_time_s"][ok],
+            "tokens_per_s": o["tokens_per_s"][ok], "tokens_per_s_per_gpu": o["tokens_per_s"][ok] / o["n_gpus"][ok],
+            "mfu": o["mfu"][ok], "memory_gib": o["memory_bytes"][ok] / GIB, "zero_stage": s.zero[ok]}))
+    if not frames:
+        return pd.DataFrame(columns=TABLE_COLUMNS), []
+    df = pd.concat(frames, ignore_index=True)
+    df = df.sort_values(["tokens_per_s", "n_gpus", "memory_gib"], ascending=[False, True, True],
+                        kind="stable").head(top).reset_index(drop=True)
+    refs = []
+    layouts, recs, sps, mbs = [], [], [], []
+    for row in df.itertuples(index=False):
+        s = scored[row.src_]
+        plan = plan_from_layout(s, int(row.plan_), gbs)
+        refs.append((plan, s.cluster))
+        layouts.append(layout_text(plan))
+        recs.append(plan.recompute.value)
+        sps.append(plan.sequence_parallel)
+        mbs.append(plan.micro_batch)
+    df["layout"] = layouts
+    df["recompute"] = recs
+    df["sequence_parallel"] = sps
+    df["micro_batch"] = mbs
+    return df[list(TABLE_COLUMNS)], refs
+
+
+def plan_from_layout(s: Scored, plan_index: int, gbs: int) -> HeteroPlan:
+    """Candidate ``plan_index`` of a scored family as a ``HeteroPlan``."""
+    b, g, u = s.layout.blocks, s.layout.groups, s.units
+    groups = []
+    first_row = None
+    sp = False
+    for gi in np.flatnonzero(g.plan == plan_index):
+        rows = np.flatnonzero(b.group == gi)
+        first_row = rows[0] if first_row is None else first_row
+        stages = []
+        for r in rows:
+            k = b.key[r]
+            sp = sp or bool(u.sequence_parallel[k])
+            stages += [StagePlacement(s.cluster.pools[int(u.pool[k])].name, int(u.tp[k]), int(b.layers[r]))] * int(b.count[r])
+        m = g.micro_batches[gi]
+        groups.append(ReplicaGroup(stages=tuple(stages), replicas=int(g.replicas[gi]),
+                                   micro_batches=None if np.isnan(m) else int(m)))
+    k0 = b.key[first_row]
+    st = s.settings
+    return HeteroPlan(groups=tuple(groups), micro_batch=int(u.micro_batch[k0]), global_batch=gbs,
+                      zero_stage=int(s.zero[plan_index]), recompute=_RECOMPUTE_NAMES[int(u.recompute[k0])],
+                      sequence_parallel=sp, dtype=st.dtype,
+                      **plan_switches({k: getattr(st, k) for k in _stack_switches()}))
+
+
+@functools.lru_cache(maxsize=1)
+def _stack_switches() -> tuple[str, ...]:
+    """The ``ParallelConfig`` fields a stack sets (the plan carries them from the settings)."""
+    return tuple(stack_config_fields(load_stack("megatron-core")))
+
+
+def _best_single(scored: list[Scored], pool: str, gbs: int):
+    """The fastest fitting single-pool plan on ``pool`` (as a plan and its one-pool cluster)."""
+    best = None
+    for s in scored:
+        if s.kind != SINGLE or s.cluster.pool_names != (pool,):
+            continue
+        ok = np.flatnonzero(s.fits)
+        if len(ok) == 0:
+            continue
+        i = ok[np.argmax(s.out["tokens_per_s"][ok])]
+        tps = s.out["tokens_per_s"][i]
+        if best is None or tps > best[0]:
+            best = (tps, s, int(i))
+    if best is None:
+        return None
+    _, s, i = best
+    return plan_from_layout(s, i, gbs), s.cluster

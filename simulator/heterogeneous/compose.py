@@ -1,0 +1,409 @@
+"""Step time and memory of heterogeneous plans, vectorized over many plans at once.
+
+The input is a table of stage blocks: each row is one stage, or several identical consecutive
+stages, of a replica group of a plan, with its pool, tensor-parallel degree, layer count, its
+place in the pipeline and its layer key (an index into ``UnitCosts``). Rows of a group are
+contiguous and in pipeline order; groups of a plan are contiguous. The simulator builds the
+table for one plan; the planner for hundreds of thousands.
+
+Per stage, per micro-batch (seconds):
+
+    t_stage = layers x (fwd + bwd + w per layer, from step_model.evaluate on the stage's pool)
+              + embedding (first stage) + LM head and loss (last stage)
+              + send to the next stage + send back to the previous one
+              + unfused gradient accumulation (only with grad_accumulation_fusion off)
+
+Transfers between stages of one pool follow ``cost_models.topology.p2p_stage_time_s`` (as the
+step model); across pools they take the slowest link on the path (``cost_models.pool_links``),
+each sender's 1/tp slice of the activation (Megatron's scatter/gather), sized by the smaller
+tensor-parallel degree when the two stages differ. Per replica group of a 1F1B or GPipe
+pipeline running m micro-batches (Narayanan et al. 2021; with unequal stages the first
+micro-batch crosses every stage, then the slowest stage paces the rest):
+
+    pipeline_g = sum over stages of t_stage + (m_g - 1) x max over stages of t_stage
+                 + low-precision weight casts (once per step per stage)
+
+Data-parallel traffic (ZeRO 0 or 1): each stage's gradients are reduced over all replicas of
+the model once after the flush, and as in the step model the first stage's reduction is the
+one that can stay exposed (it ends its backward last); inside one group on one pool with the step model's own
+collective (``topology.group_collective_time_s``), otherwise as a flat ring at the slowest path
+between the pools holding those layers. Overlapped traffic is exposed by what exceeds its
+window and never less than the last bucket, as in the step model (``step_model._overlapped``).
+The optimizer step is memory-bound on each stage's own GPU.
+
+    step = max over groups (pipeline_g + straggler wait) + max over stages (exposed DP traffic)
+           + max over stages (optimizer)
+
+Memory per stage: its model states (ZeRO-sharded over all replicas), activations of the
+micro-batches in flight at its position (1F1B: min(m, pp - position); GPipe: m), the logits
+on the last stage, the allocator allowance; checked against its own pool's HBM.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cost_models import memory, params, pool_links
+from cost_models.compute import LOW_PRECISION, activation_bytes
+from cost_models.topology import group_collective_time_s, p2p_stage_time_s
+from hardware_specs.pools import PooledCluster
+from model_specs.model_spec import ModelSpec
+from simulator.heterogeneous.plan import pool_dtype
+from simulator.heterogeneous.shares import speed_shares
+from simulator.heterogeneous.unit_costs import UnitCosts
+from simulator.parallel_config import ParallelConfig, Schedule
+from simulator.step_model import _overlapped
+from simulator.step_model import (ADAM_STEP_BYTES_PER_PARAM, ADAM_STEP_BYTES_PER_PARAM_FP16,
+                                  ADAM_STEP_BYTES_PER_PARAM_FP32, DENSE_LAYER_PARAM_TENSORS, GRAD_BUFFER_BYTES)
+
+
+@dataclass(frozen=True)
+class StageBlocks:
+    """Rows of identical consecutive stages (see the module docstring). All arrays (R,).
+
+    Attributes:
+        group: replica group of the row (0..G-1, rows of a group contiguous, in pipeline order).
+        key: row of the ``UnitCosts`` table (pool and layer key).
+        layers: transformer layers per stage; count: stages in the block; position: pipeline
+            position of the block's first stage.
+        first, last: the block is the pipeline's first / last stage (then count is 1).
+        prev_pool, next_pool: pool of the neighbouring stage before / after (-1: none);
+            prev_tp, next_tp: its tensor-parallel degree. A block of several stages has the
+            same pool and degree on both sides (its inner boundaries).
+        ring_pools: (R, pools) bool, the pools holding this row's layers in any replica of the
+            plan (the data-parallel ring's path); None: the row's own pool only.
+    """
+
+    group: np.ndarray
+    key: np.ndarray
+    layers: np.ndarray
+    count: np.ndarray
+    position: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    prev_pool: np.ndarray
+    next_pool: np.ndarray
+    prev_tp: np.ndarray
+    next_tp: np.ndarray
+    ring_pools: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return int(len(self.group))
+
+
+@dataclass(frozen=True)
+class Groups:
+    """Replica groups, (G,) arrays: plan index (0..P-1, contiguous), replicas, stages and
+    micro-batches per replica (NaN: set from the shares)."""
+
+    plan: np.ndarray
+    replicas: np.ndarray
+    stages: np.ndarray
+    micro_batches: np.ndarray
+
+    def __len__(self) -> int:
+        return int(len(self.plan))
+
+
+def _starts(index: np.ndarray, n: int) -> np.ndarray:
+    """First row of each of the n contiguous runs 0..n-1 of ``index``."""
+    return np.searchsorted(index, np.arange(n))
+
+
+def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelConfig, units: UnitCosts,
+            blocks: StageBlocks, groups: Groups, zero_stage, total_microbatches) -> dict:
+    """Step time, its parts and memory for every plan of ``blocks``/``groups``.
+
+    ``zero_stage`` and ``total_microbatches`` (micro-batches per step) are per plan (or scalars).
+    Returns a dict of per-plan (``P``), per-group (``group_*``) and per-row (``row_*``) arrays.
+    """
+    G = len(groups)
+    P = int(groups.plan.max()) + 1 if G else 0
+    R = len(blocks)
+    zero = np.broadcast_to(np.asarray(zero_stage, dtype=np.int64), (P,))
+    M = np.broadcast_to(np.asarray(total_microbatches, dtype=float), (P,))
+    k = blocks.key
+    pool = units.pool[k]
+    tp = units.tp[k].astype(float)
+    mbs = units.micro_batch[k].astype(float)
+    rc = units.recompute[k]
+    n = blocks.layers.astype(float)
+    count = blocks.count.astype(float)
+    first, last = blocks.first.astype(bool), blocks.last.astype(bool)
+    g = blocks.group
+    plan_of_row = groups.plan[g]
+    d_group = groups.replicas.astype(float)
+    D = np.bincount(groups.plan, weights=d_group, minlength=P)          # replicas of the model per plan
+    groups_per_plan = np.bincount(groups.plan, minlength=P)
+    pp = groups.stages.astype(float)[g]
+    dtype = settings.dtype
+    act_bytes = activation_bytes(dtype)
+    s = float(model.seq_len)
+    h = float(model.hidden_size)
+    tokens = mbs * s
+
+    # ---- per-pool constants gathered to rows ---------------------------------------------------
+    hbm_bw = np.array([p.cluster.gpu.hbm_bw_bytes_per_s for p in cluster.pools])[pool]
+    hbm = np.array([p.cluster.gpu.hbm_bytes for p in cluster.pools])[pool]
+    kernel_overhead = np.array([e.kernel_overhead_s for e in effs])[pool]
+    opt_fraction = np.array([e.optimizer_hbm_fraction or e.hbm_fraction for e in effs])[pool]
+    skew = np.array([e.sync_skew_fraction for e in effs])[pool]
+
+    # ---- parameters of each stage of a row ----------------------------------------------------
+    stage_params = stage_param_count(model, n, first, last, pp, tp)
+
+    # ---- pipeline send/recv per micro-batch ---------------------------------------------------
+    bw_m, lat_m = pool_links.path_matrix(cluster, effs)
+    stride = d_group[g] * tp            # Megatron's rank order: stage neighbours are dp*tp apart
+    p2p = (boundary_p2p_s(cluster, effs, bw_m, lat_m, pool, tp, blocks.prev_pool, blocks.prev_tp, tokens, h,
+                          act_bytes, stride)
+           + boundary_p2p_s(cluster, effs, bw_m, lat_m, pool, tp, blocks.next_pool, blocks.next_tp, tokens, h,
+                            act_bytes, stride))
+
+    # ---- one stage, one micro-batch -------------------------------------------------------------
+    fwd, bwd, w = units["fwd_s"][k], units["bwd_s"][k], units["w_s"][k]
+    ends = first * units["embedding_s"][k] + last * units["head_s"][k]
+    if settings.grad_accumulation_fusion:
+        grad_accum = np.zeros(R)
+    else:   # as step_model: read the fresh gradient and the buffer, write the buffer
+        grad_accum = (stage_params * (act_bytes + 2.0 * GRAD_BUFFER_BYTES) / hbm_bw
+                      + n * DENSE_LAYER_PARAM_TENSORS * kernel_overhead)
+    t_stage = n * (fwd + bwd + w) + ends + p2p + grad_accum
+    part_compute = n * units["compute_s"][k] + ends + grad_accum
+    part_tp = n * units["tp_s"][k]
+    part_rc = n * units["recompute_s"][k]
+
+    # ---- replica groups: fill, slowest stage, micro-batches -------------------------------------
+    gstart = _starts(g, G)
+    fill = np.add.reduceat(count * t_stage, gstart) if R else np.zeros(0)
+    slowest = np.maximum.reduceat(t_stage, gstart) if R else np.zeros(0)
+    casts = np.add.reduceat(count * n * units["weight_cast_s"][k], gstart) if R else np.zeros(0)
+    m_given = groups.micro_batches.astype(float)
+    if np.isnan(m_given).any():
+        m_share, total_share = speed_shares(groups.plan, groups.replicas, fill, slowest, M)
+        m = np.where(np.isnan(m_given), m_share, m_given)
+        group_total = np.where(np.isnan(m_given), total_share, m_given * d_group)
+    else:
+        m = m_given
+        group_total = m_given * d_group
+    pipeline = fill + (m - 1.0) * slowest + casts
+    # straggler wait: the fitted share of the compute each rank spends waiting (0 on GPUs)
+    world = np.bincount(groups.plan, weights=d_group * np.add.reduceat(count * tp, gstart), minlength=P)
+    wait_row = skew * m[g] * (part_compute + part_rc)
+    sync = np.where(world[groups.plan] > 1, np.maximum.reduceat(wait_row, gstart), 0.0) if R else np.zeros(0)
+    group_time = pipeline + sync
+
+    # ---- data-parallel gradient reduction and parameter gather ----------------------------------
+    D_row = D[plan_of_row]
+    grads = stage_params * settings.grad_reduce_bytes
+    weights = stage_params * act_bytes
+    single = groups_per_plan[plan_of_row] == 1
+    if blocks.ring_pools is None:
+        ring = np.zeros((R, len(cluster.pools)), dtype=bool)
+        ring[np.arange(R), pool] = True
+    else:
+        ring = np.asarray(blocks.ring_pools, dtype=bool) | (np.arange(len(cluster.pools))[None, :] == pool[:, None])
+    ring_bw, ring_lat = pool_links.ring_path(ring, bw_m, lat_m)
+    z = zero[plan_of_row]
+    comm = {}
+    for kind, nbytes in (("all_reduce", grads), ("reduce_scatter", grads), ("all_gather", weights)):
+        t = np.zeros(R)
+        kind_fraction = np.array([e.collective_fraction(kind) for e in effs])[pool]
+        for p in np.unique(pool[single]):   # one group on one pool: the step model's placement
+            rows = single & (pool == p)
+            t[rows] = group_collective_time_s(kind, nbytes[rows], D_row[rows], tp[rows],
+                                              cluster.pools[int(p)].cluster, effs[int(p)])
+        multi = ~single
+        if multi.any():
+            t[multi] = pool_links.ring_collective_time_s(kind, nbytes[multi], D_row[multi],
+                                                         ring_bw[multi] * kind_fraction[multi], ring_lat[multi])
+        comm[kind] = t
+    grad_comm = np.where(z == 0, comm["all_reduce"], comm["reduce_scatter"])
+    gather_comm = np.where(z >= 1, comm["all_gather"], 0.0)
+    # as step_model: overlapped traffic is exposed by what exceeds its window (the stage's last
+    # backward for the gradients, its first forward for the ZeRO-1 gather), and never less than
+    # the last bucket, which can only start when the window ends
+    bucket = np.maximum(settings.grad_bucket_elements, settings.grad_bucket_elements_per_dp * D_row)
+    bucket_share = np.where(bucket > 0, np.minimum(bucket / np.maximum(stage_params, 1.0), 1.0), 1.0)
+    emb_b = first * units["embedding_bwd_s"][k]
+    emb_f = first * (units["embedding_s"][k] - units["embedding_bwd_s"][k])
+    exposed_grad = _overlapped(grad_comm, n * (bwd + w) + emb_b, bucket_share * grad_comm, settings.overlap_grad_reduce)
+    exposed_gather = _overlapped(gather_comm, n * fwd + emb_f, bucket_share * gather_comm, settings.overlap_param_gather)
+    # as in the step model, the reduction that can stay exposed is the first stage's: it ends its
+    # backward last (1F1B drains towards stage 0), the later stages' reductions run meanwhile
+    dp_row = np.where(blocks.position == 0, exposed_grad + exposed_gather, 0.0)
+
+    # ---- optimizer ------------------------------------------------------------------------------
+    # fp32 and tf32 training keep the weights as the master copy (step_model's fp32 figure)
+    adam = {"fp32": ADAM_STEP_BYTES_PER_PARAM_FP32, "tf32": ADAM_STEP_BYTES_PER_PARAM_FP32,
+            "fp16": ADAM_STEP_BYTES_PER_PARAM_FP16}.get(dtype, ADAM_STEP_BYTES_PER_PARAM)
+    opt_params = stage_params / np.where(z >= 1, D_row, 1.0)
+    opt_row = opt_params * adam / (hbm_bw * opt_fraction)
+
+    # ---- memory at each row's first stage (the one with the most micro-batches in flight) -------
+    in_flight = in_flight_microbatches(settings, m[g], pp, blocks.position)
+    layer_act, full_act = layer_activation_bytes(model, settings, units)
+    mparts = stage_memory_parts(model, settings, stage_params, z, D_row, tp, mbs, rc, layer_act[k], full_act[k], n,
+                                in_flight, last)
+    w_b, g_b, o_b = mparts["weights_bytes"], mparts["gradients_bytes"], mparts["optimizer_bytes"]
+    activations, logits = mparts["activations_bytes"], mparts["logits_bytes"]
+    mem = mparts["memory_bytes"]
+    tensors = mem - mparts["allocator_bytes"]
+
+    # ---- per plan -----------------------------------------------------------------------------
+    pstart_g = _starts(groups.plan, P)
+    pstart_r = _starts(plan_of_row, P)
+    pipe_max = np.maximum.reduceat(group_time, pstart_g) if G else np.zeros(0)
+    dp_max = np.maximum.reduceat(dp_row, pstart_r) if R else np.zeros(0)
+    opt_max = np.maximum.reduceat(opt_row, pstart_r) if R else np.zeros(0)
+    step = pipe_max + dp_max + opt_max
+    fits = np.minimum.reduceat((mem <= hbm).astype(np.int8), pstart_r).astype(bool) if R else np.zeros(0, bool)
+
+    # breakdown: the critical group's slowest stage (its parts sum to the step)
+    crit_g = _argmax_by(group_time, groups.plan, P)
+    crit_row = _argmax_by(np.where(g == crit_g[plan_of_row], t_stage, -np.inf), plan_of_row, P)
+    mc = m[crit_g]
+    tokens_step = M * (mbs[pstart_r] if R else 0.0) * s
+    # FLOPs: one micro-batch of the whole model (the same on every pool), times M
+    model_flops = M * (units["model_flops_mb"][k][pstart_r] if R else 0.0)
+    peak = np.array([p.cluster.gpu.peak_flops(pool_dtype(p.cluster.gpu, dtype) or dtype) for p in cluster.pools])[pool]
+    gpus_row = count * tp * d_group[g]
+    gpus = np.bincount(plan_of_row, weights=gpus_row, minlength=P)
+    peak_total = np.bincount(plan_of_row, weights=gpus_row * peak, minlength=P)
+    out = {
+        "step_time_s": step,
+        "compute_s": mc * part_compute[crit_row],
+        "recompute_s": mc * part_rc[crit_row],
+        "tp_comm_exposed_s": mc * part_tp[crit_row],
+        "cp_comm_exposed_s": np.zeros(P),
+        "ep_comm_exposed_s": np.zeros(P),
+        "pp_comm_s": mc * p2p[crit_row],
+        "zero3_comm_exposed_s": np.zeros(P),
+        "pipeline_bubble_s": pipeline[crit_g] - mc * slowest[crit_g],
+        "dp_comm_exposed_s": dp_max,
+        "sync_wait_s": sync[crit_g],
+        "optimizer_s": opt_max,
+        "tokens_per_step": tokens_step,
+        "tokens_per_s": tokens_step / step,
+        "n_gpus": gpus,
+        "model_flops": model_flops,
+        "mfu": model_flops / step / peak_total,
+        "memory_bytes": np.maximum.reduceat(mem, pstart_r) if R else np.zeros(0),
+        "fits": fits,
+        "replicas": D,
+        "critical_group": crit_g,
+        "group_micro_batches": m,
+        "group_micro_batches_total": group_total,
+        "group_pipeline_s": pipeline,
+        "group_fill_s": fill,
+        "group_slowest_stage_s": slowest,
+        "row_stage_s": t_stage,
+        "row_compute_s": part_compute,
+        "row_tp_s": part_tp,
+        "row_recompute_s": part_rc,
+        "row_p2p_s": p2p,
+        "row_dp_exposed_s": dp_row,
+        "row_dp_comm_s": grad_comm + gather_comm,
+        "row_optimizer_s": opt_row,
+        "row_memory_bytes": mem,
+        "row_hbm_bytes": hbm,
+        "row_params": stage_params,
+        "row_weights_bytes": w_b, "row_gradients_bytes": g_b, "row_optimizer_bytes": o_b,
+        "row_activations_bytes": activations, "row_logits_bytes": logits,
+        "row_allocator_bytes": mem - tensors,
+        "row_pool": pool,
+    }
+    return out
+
+
+def stage_param_count(model: ModelSpec, layers, first, last, pp, tp):
+    """Parameters one GPU of a stage holds before ZeRO: its layers, the embedding on the first
+    stage, the LM head on the last, split by ``tp``. An untied head has its own weights; a tied
+    one is the embedding, which Megatron copies onto the last stage when the pipeline has more
+    than one (megatron/model/module.py, initialize_word_embeddings)."""
+    layer_params = float(params.dense_layer_params(model))
+    emb_params = float(params.embedding_params(model))
+    head_params = float(params.lm_head_params(model))
+    head_here = np.where(model.tied_embeddings & (np.asarray(pp) > 1), emb_params, head_params)
+    return (np.asarray(layers, dtype=float) * layer_params + np.asarray(first) * emb_params
+            + np.asarray(last) * head_here) / np.asarray(tp, dtype=float)
+
+
+def boundary_p2p_s(cluster: PooledCluster, effs, bw_m, lat_m, pool, tp, other_pool, other_tp, tokens, hidden,
+                   act_bytes, stride):
+    """Seconds to send one micro-batch's activation (or its gradient) across a stage boundary:
+    from a stage on ``pool`` with ``tp`` to its neighbour on ``other_pool`` (-1: none, 0 s).
+
+    Each sender moves its 1/tp slice (Megatron's scatter/gather), sized by the smaller degree of
+    the two. Inside a pool, ``cost_models.topology.p2p_stage_time_s`` with the neighbours
+    ``stride`` ranks apart; across pools, the slowest link on the path (``path_matrix``).
+    """
+    pool = np.asarray(pool)
+    other_pool = np.asarray(other_pool)
+    tp = np.asarray(tp, dtype=float)
+    other_tp = np.where(other_pool >= 0, other_tp, 1).astype(float)
+    nbytes = np.broadcast_to(tokens * hidden * act_bytes / np.minimum(tp, other_tp), pool.shape)
+    stride = np.broadcast_to(np.asarray(stride, dtype=float), pool.shape)
+    t = np.zeros(pool.shape)
+    same = other_pool == pool
+    for p in np.unique(pool[same]):
+        rows = same & (pool == p)
+        t[rows] = p2p_stage_time_s(nbytes[rows], stride[rows], cluster.pools[int(p)].cluster, effs[int(p)])
+    cross = (other_pool >= 0) & ~same
+    if cross.any():
+        a, b = pool[cross], other_pool[cross]
+        fraction = np.array([e.collective_fraction("p2p") for e in effs])
+        t[cross] = pool_links.p2p_time_s(nbytes[cross], bw_m[a, b] * np.minimum(fraction[a], fraction[b]), lat_m[a, b])
+    return t
+
+
+def in_flight_microbatches(settings: ParallelConfig, micro_batches, pp, position):
+    """Micro-batches whose activations a stage at ``position`` holds at its peak: 1F1B
+    min(m, pp - position) (Narayanan et al. 2021), GPipe all m."""
+    m = np.asarray(micro_batches, dtype=float)
+    if settings.schedule == Schedule.GPIPE:
+        return m + 0.0 * np.asarray(position)
+    return np.minimum(m, np.asarray(pp, dtype=float) - np.asarray(position))
+
+
+def layer_activation_bytes(model: ModelSpec, settings: ParallelConfig, units: UnitCosts) -> tuple[np.ndarray, np.ndarray]:
+    """Per ``UnitCosts`` row: activation bytes one layer keeps per micro-batch under the row's
+    recomputation, and without recomputation (the layer being recomputed), one GPU."""
+    act_bytes = activation_bytes(settings.dtype)
+    s = float(model.seq_len)
+    per_layer = memory.activation_bytes_per_layer(model, units.micro_batch, s, units.tp, 1.0, units.sequence_parallel,
+                                                  units.recompute, settings.flash_attention, element_bytes=act_bytes)
+    full = memory.activation_bytes_per_layer(model, units.micro_batch, s, units.tp, 1.0, units.sequence_parallel, 0,
+                                             settings.flash_attention, element_bytes=act_bytes)
+    return np.broadcast_to(per_layer, (len(units),)), np.broadcast_to(full, (len(units),))
+
+
+def stage_memory_parts(model: ModelSpec, settings: ParallelConfig, stage_params, zero, dp_shard, tp, micro_batch,
+                       recompute, layer_act, full_act, layers, in_flight, last) -> dict:
+    """Peak bytes on one GPU of a stage, by part (``simulator.report.MEMORY_PARTS`` names):
+    model states of ``stage_params`` sharded by ZeRO over ``dp_shard`` replicas, activations of
+    ``layers`` layers of ``layer_act`` bytes each for ``in_flight`` micro-batches (plus one
+    layer's ``full_act`` under full recomputation; ``layer_activation_bytes``), the logits on
+    the last stage, the allocator allowance (``cost_models.memory``); ``memory_bytes`` is the
+    total."""
+    dtype = settings.dtype
+    act_bytes = activation_bytes(dtype)
+    s = float(model.seq_len)
+    tokens = np.asarray(micro_batch, dtype=float) * s
+    w_b, g_b, o_b = memory.model_state_bytes(stage_params, zero, dp_shard, dtype in LOW_PRECISION, act_bytes > 2)
+    activations = layer_act * np.asarray(layers, dtype=float) * in_flight + np.where(np.asarray(recompute) == 2, full_act, 0.0)
+    # fp32 softmax copy next to the logits in the training dtype (memory.LOGIT_BYTES in 16-bit)
+    logits = np.asarray(last) * tokens * model.vocab_size / np.asarray(tp, dtype=float) * (act_bytes + 4.0)
+    tensors = w_b + g_b + o_b + activations + logits
+    allocator = memory.allocator_allowance_bytes(tensors)
+    return {"weights_bytes": w_b, "gradients_bytes": g_b, "optimizer_bytes": o_b, "activations_bytes": activations,
+            "logits_bytes": logits, "allocator_bytes": allocator, "memory_bytes": tensors + allocator}
+
+
+def _argmax_by(values: np.ndarray, index: np.ndarray, n: int) -> np.ndarray:
+    """Per run of ``index`` (0..n-1, contiguous), the position of the largest of ``values``."""
+    if len(values) == 0:
+        return np.zeros(0, dtype=np.int64)
+    order = np.lexsort((-values, index))
+    return order[_starts(index[order], n)]

@@ -1,0 +1,131 @@
+"""DeepSpeed exports against DeepSpeed 0.19.8 itself (paraplan.exports.deepspeed).
+
+Each export of the plan matrix is given to ``DeepSpeedConfig`` the way ``deepspeed.initialize``
+builds it for that launch (``deepspeed/__init__.py`` at 0.19.8): no ``mpu`` for a plain or
+AutoTP / AutoEP module, the data x sequence mesh for Ulysses, the ``PipelineModule``
+topology's data-parallel ranks for a pipeline; the distributed world is the plan's GPU count
+(``deepspeed.comm.get_world_size``, patched: no process group on a CPU test). Then AutoEP's
+own ``validate_autoep_config`` runs, and the pipeline partition DeepSpeed computes for
+``partition_method='type:...'`` is compared with the plan's stage layout. DeepSpeed comes
+from the ``test`` extra (``DS_BUILD_OPS=0``, CPU torch); without it those tests skip.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hardware_specs.errors import InputError
+from paraplan.exports import deepspeed, matrix
+from paraplan.exports.common import plan_fields, stage_layer_counts
+
+
+@pytest.fixture(scope="module")
+def ds():
+    try:
+        import deepspeed.comm as dist
+        from deepspeed.module_inject.auto_ep_config import validate_autoep_config
+        from deepspeed.runtime import utils as ds_utils
+        from deepspeed.runtime.config import DeepSpeedConfig
+        from deepspeed.runtime.pipe.topology import PipeDataParallelTopology
+    except Exception as exc:  # noqa: BLE001 - any import failure is the reason to skip
+        pytest.skip(f"DeepSpeed 0.19.8 is not importable here ({type(exc).__name__}: {exc})")
+    return dict(dist=dist, Config=DeepSpeedConfig, Topology=PipeDataParallelTopology, utils=ds_utils,
+                validate_autoep=validate_autoep_config)
+
+
+def build(ds, cfg: dict, p: dict, monkeypatch):
+    """``DeepSpeedConfig`` as ``deepspeed.initialize`` builds it for the plan's launch."""
+    mesh_group = object()
+    monkeypatch.setattr(ds["dist"], "get_rank", lambda *a, **k: 0)
+    monkeypatch.setattr(ds["dist"], "get_world_size",
+                        lambda group=None, **k: p["dp"] if group is mesh_group else p["n_gpus"])
+    mpu = mesh = None
+    if p["pp"] > 1:
+        topology = ds["Topology"](num_pp=p["pp"], num_dp=p["n_gpus"] // p["pp"])
+
+        class PipelineGrid:          # PipelineModule.mpu(): what DeepSpeedConfig asks of it
+            def get_data_parallel_world_size(self):
+                return topology.get_dim("data")
+        mpu = PipelineGrid()
+    elif "sequence_parallel_size" in cfg and "data_parallel_size" in cfg:
+        # initialize() builds this mesh from the two keys; it must cover the world
+        assert cfg["sequence_parallel_size"] * cfg["data_parallel_size"] == p["n_gpus"]
+
+        class Mesh:
+            def get_group(self, mesh_dim):
+                assert mesh_dim == "data_parallel"
+                return mesh_group
+        mesh = Mesh()
+    return ds["Config"](json.loads(json.dumps(cfg)), mpu, mesh_device=mesh)
+
+
+ACCEPTED = [(n, r) for n, r, refused in matrix.entries("deepspeed") if refused is None]
+
+
+@pytest.mark.parametrize("name, row", ACCEPTED, ids=[a[0] for a in ACCEPTED])
+def test_deepspeed_config_accepts_every_matrix_export_and_reads_the_planned_batch(ds, monkeypatch, name, row):
+    p = plan_fields(row)
+    cfg = json.loads(deepspeed.emit(row))
+    config = build(ds, cfg, p, monkeypatch)
+    accumulation = p["global_batch"] // (p["dp"] * p["micro_batch"])
+    assert (config.train_micro_batch_size_per_gpu, config.gradient_accumulation_steps) == (p["micro_batch"], accumulation)
+    # every TP rank of a group reads the same micro-batch: distinct sequences per step = the plan's
+    replicas = p["tp"] if p["pp"] == 1 and p["cp"] == 1 else 1
+    assert config.train_batch_size == p["global_batch"] * replicas
+    assert config.zero_optimization_stage == p["zero_stage"]
+    assert config.tensor_parallel_config.autotp_size == (p["tp"] if p["tp"] > 1 else 0)
+    assert config.bfloat16_config.enabled == (p["dtype"] == "bf16")
+    # the gradient reduction the plan priced: its dtype and bucket (in elements)
+    import torch
+    assert config.communication_data_type == (torch.float32 if p["grad_reduce_bytes"] == 4 else torch.bfloat16)
+    assert config.zero_config.reduce_bucket_size == max(p["grad_bucket_elements"], p["grad_bucket_elements_per_dp"] * p["dp"])
+    ds["validate_autoep"](config.expert_parallel_config, p["n_gpus"], p["pp"], p["tp"], p["cp"],
+                          zero_stage=p["zero_stage"])
+    assert config.expert_parallel_config.enabled == (p["ep"] > 1)
+    if p["ep"] > 1:
+        assert config.expert_parallel_config.autoep_size == p["ep"]
+    if p["pp"] > 1:
+        layers = p["model"].num_layers
+        bounds = ds["utils"].partition_balanced(weights=[0] + [1] * layers + [0], num_parts=p["pp"])
+        per_stage = [int(b) - int(a) for a, b in zip(bounds[:-1], bounds[1:])]
+        per_stage[0] -= 1
+        per_stage[-1] -= 1                     # the embedding and head LayerSpecs carry no decoder layer
+        assert max(per_stage) == max(stage_layer_counts(layers, p["pp"]))
+        assert config.pipeline["stages"] == p["pp"]
+
+
+def test_the_plans_global_batch_as_train_batch_size_is_what_deepspeed_rejects_under_autotp(ds, monkeypatch):
+    row = dict(next(r for n, r in ACCEPTED if n == "gqa-autotp"))
+    p = plan_fields(row)
+    cfg = {**json.loads(deepspeed.emit(row)), "train_batch_size": p["global_batch"]}
+    with pytest.raises(AssertionError, match="train_batch_size is not equal"):
+        build(ds, cfg, p, monkeypatch)
+
+
+def test_ulysses_writes_sequence_and_data_parallel_sizes():
+    row = dict(next(r for n, r in ACCEPTED if n == "cp-ulysses"))
+    cfg = deepspeed.config(row)
+    assert (cfg["sequence_parallel_size"], cfg["data_parallel_size"], cfg["train_batch_size"]) == (4, 8, 64)
+
+
+def test_a_pipeline_plan_comes_with_its_pipelinemodule_recipe():
+    row = dict(next(r for n, r in ACCEPTED if n == "pp-1f1b"))
+    text = deepspeed.recipe(row)
+    assert "PipelineModule(" in text and "num_stages=4" in text and "activation_checkpoint_interval=1" in text
+    assert "[8, 8, 8, 8]" in text
+
+
+def test_plans_deepspeed_cannot_run_are_refused_with_one_line():
+    by_name = {n: r for n, r, _ in matrix.MATRIX}
+    base = dict(by_name["zero2"])
+    cases = [({**base, "dtype": "fp8"}, "dtype"), ({**base, "dtype": "mxfp8"}, "dtype"),
+             ({**base, "cp": 2, "dp": 4, "cp_kind": "ring"}, "cp_kind"),
+             ({**dict(by_name["pp-1f1b"]), "zero_stage": 2}, "zero_stage"),
+             ({**dict(by_name["pp-1f1b"]), "schedule": "gpipe"}, "schedule"),
+             ({**dict(by_name["cp-ulysses"]), "tp": 2, "dp": 4}, "cp")]
+    for row, field in cases:
+        with pytest.raises(InputError) as err:
+            deepspeed.emit(row)
+        assert err.value.field == field, (row, err.value)
+        assert "\n" not in str(err.value)

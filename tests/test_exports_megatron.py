@@ -1,0 +1,164 @@
+"""Megatron-LM exports against Megatron-LM's own interface (paraplan.exports.megatron).
+
+Megatron-LM's training parser is not on the package index, so CI checks the exports against the
+committed table ``megatron_flags.json`` (flags, types, choices, nargs and the validate_args /
+TransformerConfig / micro-batch / rank-generator rules), which ``tools/megatron_flags.py``
+generated from Megatron-LM main at a pinned commit, after running every export of the plan
+matrix and one counterexample per rule through the real code. These tests hold the current
+exports to that table and to what the real code answered.
+"""
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from hardware_specs.errors import InputError
+from paraplan.exports import matrix, megatron, megatron_table
+from paraplan.exports.common import plan_fields
+from paraplan.exports.megatron import pipeline_layout_args
+
+TABLE = megatron_table.table()
+VERIFIED = {case["id"]: case for case in TABLE["verified"]["cases"]}
+
+
+def flags_of(text: str) -> list[str]:
+    """The argv of the emitted bash arrays, as bash would expand them."""
+    argv = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("--"):
+            argv += shlex.split(line)
+    return argv
+
+
+def env_of(text: str) -> dict[str, str]:
+    return dict(line[len("export "):].split("=", 1) for line in text.splitlines() if line.startswith("export "))
+
+
+def test_the_table_is_pinned_to_a_megatron_lm_main_commit_and_was_checked_against_the_real_code():
+    src = TABLE["source"]
+    assert src["repository"] == "NVIDIA/Megatron-LM" and src["ref"] == "main" and len(src["commit"]) == 40
+    assert len(TABLE["flags"]) > 500 and len(TABLE["rules"]) >= 25
+    assert "validate_args" in TABLE["verified"]["ran"] and "core_transformer_config_from_args" in TABLE["verified"]["ran"]
+    assert megatron.release().startswith(f"Megatron-LM main @ {src['commit'][:12]}")
+
+
+@pytest.mark.parametrize("name, row, refused", list(matrix.entries("megatron")), ids=[m[0] for m in matrix.MATRIX])
+def test_every_matrix_export_passes_the_table_and_is_the_command_the_real_code_accepted(name, row, refused):
+    text = megatron.emit(row)
+    argv, env = flags_of(text), env_of(text)
+    world = plan_fields(row)["n_gpus"]
+    assert megatron_table.check_command(argv, world, env) == []
+    real = VERIFIED[name]
+    # the exporter still writes exactly what parse_args + validate_args + TransformerConfig saw
+    assert (real["argv"], real["env"], real["world_size"]) == (argv, env, world), \
+        "the export changed: rerun tools/megatron_flags.py"
+    assert real["real"]["accepted"] is True
+    p = plan_fields(row)
+    assert real["real"]["data_parallel_size"] == p["dp"]
+    assert real["real"]["num_microbatches"] == p["global_batch"] // (p["dp"] * p["micro_batch"])
+    assert real["real"]["num_layers"] == p["model"].num_layers
+    assert (real["real"]["virtual_pipeline_model_parallel_size"] or 1) == p["vpp"]
+
+
+def test_every_rule_has_a_counterexample_the_real_code_and_the_table_both_reject():
+    breaks = {c["rule"]: c for c in TABLE["verified"]["cases"] if "rule" in c}
+    rules = {r["id"] for r in TABLE["rules"]}
+    assert len(breaks) >= len(rules) - 2, sorted(rules - set(breaks))
+    for rid, case in breaks.items():
+        assert case["real"]["accepted"] is False, rid
+        problems = megatron_table.check_command(case["argv"], case["world_size"], case["env"])
+        assert any(p.startswith(rid + ":") for p in problems), (rid, problems)
+
+
+def test_unknown_flags_wrong_types_and_choices_are_caught_as_argparse_would():
+    base = VERIFIED["gqa-autotp"]
+    argv, world, env = base["argv"], base["world_size"], base["env"]
+    assert any(p.startswith("--no-such-flag") for p in megatron_table.check_command(argv + ["--no-such-flag"], world, env))
+    bad_type = [v if v != "--micro-batch-size" else v for v in argv]
+    i = bad_type.index("--micro-batch-size")
+    bad_type[i + 1] = "one"
+    assert any("not of type int" in p for p in megatron_table.check_command(bad_type, world, env))
+    assert any("choices" in p for p in megatron_table.check_command(argv + ["--normalization", "BatchNorm"], world, env))
+
+
+def test_deepseek_v3_61_layers_on_pp4_get_first_15_last_14_and_the_mtp_module():
+    row = dict(matrix.MATRIX[[m[0] for m in matrix.MATRIX].index("mla-mtp-uneven-pp")][1])
+    argv = flags_of(megatron.emit(row))
+    value = dict(zip(argv, argv[1:]))
+    assert value["--decoder-first-pipeline-num-layers"] == "15" and value["--decoder-last-pipeline-num-layers"] == "14"
+    assert value["--mtp-num-layers"] == "1" and "--multi-latent-attention" in argv
+    assert value["--moe-router-score-function"] == "sigmoid" and value["--moe-layer-freq"] == "([0]*3+[1]*58)"
+    assert "--group-query-attention" not in argv
+
+
+def test_layouts_use_first_last_counts_with_one_chunk_per_rank_and_a_layout_string_with_virtual_stages():
+    assert pipeline_layout_args(32, 4) == []
+    assert pipeline_layout_args(80, 4, 5) == [("--num-virtual-stages-per-pipeline-rank", 5)]
+    assert pipeline_layout_args(32, 3) == [("--decoder-last-pipeline-num-layers", 10)]
+    assert pipeline_layout_args(32, 4, 3) == [("--pipeline-model-parallel-layout",
+                                               "Et*2|t*2|t*3|t*3|t*3|t*3|t*3|t*3|t*3|t*3|t*2|t*2L")]
+    # plan-fixed stage counts: the last counts the MTP module (as the step model does), the flag does not
+    assert pipeline_layout_args(61, 4, 1, 1, first_stage_layers=13, last_stage_layers=13) == [
+        ("--decoder-first-pipeline-num-layers", 13), ("--decoder-last-pipeline-num-layers", 12)]
+
+
+def test_environment_sets_one_connection_for_tp_or_cp_and_never_for_megatron_fsdp():
+    by_name = {name: row for name, row, _ in matrix.MATRIX}
+    assert env_of(megatron.emit(by_name["gqa-autotp"])) == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    assert env_of(megatron.emit(by_name["cp-ulysses"])) == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}   # tp 1, cp 4
+    assert env_of(megatron.emit(by_name["zero0-ddp"])) == {}
+    assert env_of(megatron.emit(by_name["zero3-full"])) == {}       # tp 4 but Megatron-FSDP
+    assert "--use-megatron-fsdp" in flags_of(megatron.emit(by_name["zero3-full"]))
+
+
+def test_hybrid_cp_writes_the_ulysses_by_ring_sizes_the_cost_model_uses():
+    row = dict(matrix.MATRIX[[m[0] for m in matrix.MATRIX].index("cp-hybrid")][1])
+    argv = flags_of(megatron.emit(row))
+    i = argv.index("--hierarchical-context-parallel-sizes")
+    assert argv[i + 1:i + 3] == ["4", "2"] and argv[argv.index("--cp-comm-type") + 1] == "a2a+p2p"
+    with pytest.raises(InputError) as err:
+        megatron.emit({k: v for k, v in row.items() if k != "cluster"})
+    assert err.value.field == "cp_kind"
+
+
+def test_architecture_flags_build_the_planned_model():
+    by_name = {name: row for name, row, _ in matrix.MATRIX}
+    llama = flags_of(megatron.emit(by_name["gqa-autotp"]))
+    for flag in ("--swiglu", "--disable-bias-linear", "--group-query-attention", "--untie-embeddings-and-output-weights"):
+        assert flag in llama
+    value = dict(zip(llama, llama[1:]))
+    assert (value["--normalization"], value["--position-embedding-type"], value["--num-query-groups"]) == (
+        "RMSNorm", "rope", "8")
+    gpt = flags_of(megatron.emit(by_name["dense-gpt3-tp-pp"]))
+    value = dict(zip(gpt, gpt[1:]))
+    assert (value["--normalization"], value["--position-embedding-type"]) == ("LayerNorm", "learned_absolute")
+    assert "--disable-bias-linear" not in gpt and "--swiglu" not in gpt and "--untie-embeddings-and-output-weights" not in gpt
+    assert "--squared-relu" in flags_of(megatron.emit(by_name["nemotron-squared-relu"]))
+
+
+def test_gradient_accumulation_fusion_stays_on_when_the_plan_priced_it_and_goes_off_only_when_it_did_not():
+    for name, row, _ in matrix.MATRIX:
+        assert "--no-gradient-accumulation-fusion" not in flags_of(megatron.emit(row)), name
+    unfused = {**dict(matrix.MATRIX[0][1]), "grad_accumulation_fusion": False}
+    assert "--no-gradient-accumulation-fusion" in flags_of(megatron.emit(unfused))
+
+
+def test_plans_megatron_cannot_run_are_refused_with_one_named_field():
+    base = dict(matrix.MATRIX[0][1])
+    cases = [({**base, "schedule": "zb-v"}, "schedule"), ({**base, "zero_stage": 2}, "zero_stage"),
+             ({**base, "model": "bloom-176b", "tp": 8, "pp": 7, "dp": 1, "global_batch": 64}, "model"),
+             ({**base, "model": "opt-175b"}, "model"), ({**base, "tp": 64, "pp": 4, "dp": 1}, "megatron")]
+    for row, field in cases:
+        with pytest.raises(InputError) as err:
+            megatron.emit(row)
+        assert err.value.field == field, (row, err.value)
+        assert "\n" not in str(err.value)
+
+
+def test_rule_expressions_are_evaluated_without_eval():
+    assert megatron_table.evaluate("a % (b * 2) == 0 and c in ['x', 'y']", {"a": 8, "b": 2, "c": "x"})
+    assert megatron_table.evaluate("prod(s) == 8 if s is not None else False", {"s": [4, 2]})
+    with pytest.raises(ValueError):
+        megatron_table.evaluate("__import__('os')", {})

@@ -1,0 +1,141 @@
+"""torchtitan exports against torchtitan 0.3.0 itself (paraplan.exports.torchtitan).
+
+Each export of the plan matrix is saved as a config module and loaded by torchtitan's own
+``ConfigManager().parse_args(["--module", ..., "--config", ...])`` (which builds the
+``Trainer.Config`` through tyro and runs its validation), then its parallelism is given to
+``ParallelDims`` for the plan's world size and its pipeline split to the stage-to-rank mapping
+torchtitan uses. torchtitan and its model registry come from the ``test`` extra (torchtitan
+0.3.0 imports triton, which installs CPU-only); without them those tests skip with the reason.
+The settings tests at the end need no torchtitan.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+import warnings
+
+import pytest
+
+from hardware_specs.errors import InputError
+from paraplan.exports import matrix, torchtitan
+from paraplan.exports.common import plan_fields, stage_layer_counts
+
+
+def _torchtitan():
+    try:
+        warnings.filterwarnings("ignore")
+        from torchtitan.config import ConfigManager
+        from torchtitan.distributed.parallel_dims import ParallelDims
+        from torchtitan.distributed.pipeline_parallel import _get_pp_rank_to_stage_indices_mapping
+        from torchtitan.distributed.activation_checkpoint import FullAC
+        import torchtitan.models.llama3.config_registry  # noqa: F401 - the registry imports triton
+        from torch.distributed.pipelining.schedules import PipelineScheduleMulti, get_schedule_class
+    except Exception as exc:  # noqa: BLE001 - any import failure is the reason to skip
+        pytest.skip(f"torchtitan 0.3.0 is not importable here ({type(exc).__name__}: {exc})")
+    return dict(ConfigManager=ConfigManager, ParallelDims=ParallelDims, stage_map=_get_pp_rank_to_stage_indices_mapping,
+                FullAC=FullAC, Multi=PipelineScheduleMulti, schedule_class=get_schedule_class)
+
+
+@pytest.fixture(scope="module")
+def tt():
+    return _torchtitan()
+
+
+@pytest.fixture(scope="module")
+def load(tt, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("torchtitan_jobs")
+    sys.path.insert(0, str(folder))
+
+    def parse(name: str, text: str):
+        module = f"paraplan_plan_{name.replace('-', '_')}"
+        (folder / f"{module}.py").write_text(text)
+        importlib.invalidate_caches()
+        return tt["ConfigManager"]().parse_args(["--module", module, "--config", torchtitan.MODULE_NAME])
+
+    yield parse
+    sys.path.remove(str(folder))
+
+
+ACCEPTED = [(n, r) for n, r, refused in matrix.entries("torchtitan") if refused is None]
+
+
+@pytest.mark.parametrize("name, row", ACCEPTED, ids=[a[0] for a in ACCEPTED])
+def test_config_manager_builds_every_matrix_export_and_the_world_factors_as_planned(tt, load, name, row):
+    p = plan_fields(row)
+    if p["dtype"] == "fp8":
+        pytest.skip("the float8 converter is built with the config and needs torchao and an SM89+ GPU")
+    cfg = load(name, torchtitan.emit(row))
+    par, training = cfg.parallelism, cfg.training
+    dims = tt["ParallelDims"].from_config(par, p["n_gpus"])      # asserts the degrees multiply to the world
+    assert (dims.dp_replicate * dims.dp_shard, dims.tp, dims.pp, dims.cp, dims.ep) == (
+        p["dp"], p["tp"], p["pp"], p["cp"], p["ep"])
+    # torchtitan's batch arithmetic (trainer.py at 0.3.0): accumulation and pipeline micro-batches
+    batch_degree = dims.dp_replicate * dims.dp_shard
+    assert training.global_batch_size % (training.local_batch_size * batch_degree) == 0
+    accumulation = training.global_batch_size // (training.local_batch_size * batch_degree)
+    microbatches = training.local_batch_size // par.pipeline_parallel_microbatch_size if p["pp"] > 1 else accumulation
+    assert microbatches * (accumulation if p["pp"] > 1 else 1) == p["global_batch"] // (p["dp"] * p["micro_batch"])
+    assert training.seq_len == p["seq_len"]
+    assert (cfg.activation_checkpoint is None) == (p["recompute"] == "none")
+    if p["recompute"] == "full":
+        assert isinstance(cfg.activation_checkpoint, tt["FullAC"].Config)
+    assert par.enable_sequence_parallel == p["sequence_parallel"]
+    assert par.fsdp_reshard_after_forward == {0: "default", 1: "never", 2: "never", 3: "always"}[p["zero_stage"]]
+    if p["pp"] > 1:
+        parts = par.module_fqns_per_model_part
+        chunks = len(parts)
+        schedule = tt["schedule_class"](par.pipeline_parallel_schedule)
+        assert issubclass(schedule, tt["Multi"]) == (chunks > p["pp"])
+        stages = sorted(s for r in range(p["pp"]) for s in tt["stage_map"](r, p["pp"], par.pipeline_parallel_schedule,
+                                                                            chunks))
+        assert stages == list(range(chunks))
+        layers = [int(m.split(".")[1]) for part in parts for m in part if m.startswith("layers.")]
+        assert layers == list(range(p["model"].num_layers))
+        assert tuple(sum(m.startswith("layers.") for m in part) for part in parts) == stage_layer_counts(
+            p["model"].num_layers, p["pp"], chunks // p["pp"], p["model"].mtp_layers)
+    assert training.disable_cuda_graphs == (not p["cuda_graphs"])
+
+
+def test_config_manager_rejects_a_pipeline_export_that_keeps_cuda_graphs(load):
+    row = dict(next(r for n, r in ACCEPTED if n == "pp-1f1b"))
+    text = torchtitan.emit(row).replace("    config.training.disable_cuda_graphs = True\n", "")
+    with pytest.raises((SystemExit, ValueError)):
+        load("pp-1f1b-cuda-graphs", text)
+
+
+def test_the_registry_table_matches_the_installed_models(tt):
+    for entry in torchtitan.REGISTRY:
+        module = importlib.import_module(f"torchtitan.models.{entry['module']}.config_registry")
+        model = getattr(module, entry["config"])().model_spec.model
+        arch = entry["arch"]
+        assert (len(model.layers), model.dim, model.vocab_size) == (
+            arch["num_layers"], arch["hidden_size"], arch["vocab_size"]), entry["config"]
+        attention = model.layers[0].attention
+        assert getattr(attention, "n_heads", arch["num_heads"]) == arch["num_heads"]
+        if "num_kv_heads" in arch:
+            assert attention.n_kv_heads == arch["num_kv_heads"]
+
+
+# ---- what the export sets (no torchtitan needed) -------------------------------------------
+
+def test_pipeline_split_follows_the_plan_layout_not_torchtitans_default():
+    row = dict(next(r for n, r in ACCEPTED if n == "uneven-pp3"))
+    parts = torchtitan.settings(row)["parallelism"]["module_fqns_per_model_part"]
+    assert [len([m for m in part if m.startswith("layers.")]) for part in parts] == [11, 11, 10]
+    assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "lm_head"]
+
+
+def test_plans_torchtitan_cannot_run_as_planned_are_refused_with_the_reason():
+    base = dict(next(r for n, r in ACCEPTED if n == "zero2"))
+    for change, field in (({"recompute": "selective"}, "recompute"), ({"dtype": "fp16"}, "dtype"),
+                          ({"cp": 2, "dp": 4}, "cp"), ({"zero_stage": 0, "tp": 2, "dp": 4}, "zero_stage"),
+                          ({"model": "mixtral-8x7b"}, "model"), ({"dtype": "mxfp8"}, "dtype")):
+        with pytest.raises(InputError) as err:
+            torchtitan.emit({**base, **change})
+        assert err.value.field == field, (change, err.value)
+
+
+def test_the_export_names_the_release_it_is_for_and_its_launch_line():
+    text = torchtitan.emit(dict(ACCEPTED[0][1]))
+    assert "torchtitan 0.3.0" in text and "--module paraplan_plan --config paraplan_plan" in text
+    compile(text, "paraplan_plan.py", "exec")

@@ -1,0 +1,153 @@
+"""The CLI on pooled clusters: plan / simulate / hardware show take a pooled file; bad input (an
+unknown GPU in a pool, a TP group larger than a pool's node, a stage over its pool's memory) is
+one line naming the pool, exit 2."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from paraplan.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+MIXED = REPO / "examples" / "clusters" / "a100-h100.yaml"
+SMALL_MIXED = """
+name: small-mixed
+pools:
+  - {name: a100, cluster: dgx-a100-80gb, gpus: 16}
+  - {name: h100, cluster: dgx-h100, gpus: 8}
+"""
+
+
+@pytest.fixture(autouse=True)
+def _no_debug_env(monkeypatch):
+    monkeypatch.delenv("PARAPLAN_DEBUG", raising=False)
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def one_line_error(result, *needles):
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.output, result.output
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+@pytest.fixture
+def small(tmp_path):
+    p = tmp_path / "small.yaml"
+    p.write_text(SMALL_MIXED)
+    return p
+
+
+def test_plan_on_a_pooled_cluster_prints_the_comparison_and_where_the_time_goes(small):
+    r = run("plan", "-m", "gpt3-1.3b", "-c", small, "--global-batch", "64", "--max-micro-batch", "2", "--explain")
+    assert r.exit_code == 0, r.output
+    assert "only h100 (fastest GPU)" in r.stdout and "only a100 (most GPUs)" in r.stdout
+    assert "where the time goes per pool" in r.stdout and "idle_s" in r.stdout
+    j = run("plan", "-m", "gpt3-1.3b", "-c", small, "--global-batch", "64", "--max-micro-batch", "2", "--json")
+    data = json.loads(j.stdout)
+    assert {"request", "comparison", "best_plan", "plans", "fastest_pool_only", "largest_pool_only"} <= set(data)
+    assert data["comparison"][0]["plan"] == "best plan"
+    assert data["plans"][0]["tokens_per_s"] == pytest.approx(data["comparison"][0]["tokens_per_s"], rel=1e-12)
+
+
+def test_the_plans_best_plan_round_trips_through_simulate(small, tmp_path):
+    j = run("plan", "-m", "gpt3-1.3b", "-c", small, "--global-batch", "64", "--max-micro-batch", "2", "--json")
+    data = json.loads(j.stdout)
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(data))
+    s = run("simulate", "-m", "gpt3-1.3b", "-c", small, "--plan", plan_file, "--json")
+    assert s.exit_code == 0, s.output
+    assert json.loads(s.stdout)["tokens_per_s"] == pytest.approx(data["comparison"][0]["tokens_per_s"], rel=1e-9)
+
+
+def test_simulate_on_a_pooled_cluster_takes_groups():
+    r = run("simulate", "-m", "llama3-70b", "-c", MIXED, "--global-batch", "512", "--group", "32x h100:tp8:pp1",
+            "--group", "8x a100:tp8:pp4", "--zero", "1", "--sequence-parallel")
+    assert r.exit_code == 0, r.output
+    assert "replica groups" in r.stdout and "where the time goes per pool" in r.stdout
+    assert "32x h100 tp8 pp1 [80] + 8x a100 tp8 pp4 [4x20]" in r.stdout
+
+
+def test_hardware_show_prints_the_pools_and_their_links():
+    r = run("hardware", "show", MIXED)
+    assert r.exit_code == 0, r.output
+    assert "512 GPUs in 2 pools" in r.stdout and "a100 - h100" in r.stdout and "hopper" in r.stdout
+    data = json.loads(run("hardware", "show", MIXED, "--json").stdout)
+    assert [p["name"] for p in data["pools"]] == ["a100", "h100"] and data["links"][0]["explicit"]
+
+
+def test_a_pool_with_an_unknown_gpu_is_one_line_naming_the_pool(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(SMALL_MIXED.replace("{name: h100, cluster: dgx-h100, gpus: 8}",
+                                       "{name: h100, gpu: h1000-sxm, gpus_per_node: 8, gpus: 8, "
+                                       "scaleout: {bw_gbit_per_s: 400}}"))
+    for args in (("plan", "-m", "gpt3-1.3b", "-c", bad, "--global-batch", "64"),
+                 ("simulate", "-m", "gpt3-1.3b", "-c", bad, "--global-batch", "64", "--group", "h100:tp8:pp1"),
+                 ("hardware", "show", bad)):
+        one_line_error(run(*args), "pools.h100.gpu", "unknown gpu 'h1000-sxm'")
+
+
+def test_a_tp_group_larger_than_a_pools_node_is_one_line_naming_the_pool(small):
+    one_line_error(run("simulate", "-m", "gpt3-1.3b", "-c", small, "--global-batch", "64", "--group",
+                       "h100:tp16:pp1"), "pools.h100.tp", "larger than the pool's node of 8")
+
+
+def test_a_stage_that_does_not_fit_its_pool_is_one_line_naming_the_pool(small):
+    one_line_error(run("simulate", "-m", "llama3-70b", "-c", small, "--global-batch", "16", "--group",
+                       "a100:tp8:pp1 > h100:tp8:pp1"), "pools.", ".memory", "GiB per GPU")
+
+
+@pytest.mark.parametrize("args, needles", [
+    (("--gpus", "64"), ("--gpus", "drop it")),
+    (("--tp", "2"), ("--tp",)),
+    ((), ("--plan", "--group")),
+])
+def test_simulate_on_a_pooled_cluster_refuses_one_kind_options(small, args, needles):
+    one_line_error(run("simulate", "-m", "gpt3-1.3b", "-c", small, "--global-batch", "64", *args), *needles)
+
+
+@pytest.mark.parametrize("group, needle", [
+    ("8x h100", "cannot read"),
+    ("h100:tp8:pp2:10", "lists 1 layer counts for pp2"),
+    ("h100:tp8:pp1 > a100:tp8:pp1:12", "for every segment"),
+])
+def test_bad_group_specs_are_one_line(small, group, needle):
+    one_line_error(run("simulate", "-m", "gpt3-1.3b", "-c", small, "--global-batch", "64", "--group", group),
+                   "--group", needle)
+
+
+def test_plan_on_a_pooled_cluster_refuses_degrees_and_a_gpu_count(small):
+    one_line_error(run("plan", "-m", "gpt3-1.3b", "-c", small, "--global-batch", "64", "--gpus", "8"), "--gpus")
+    one_line_error(run("plan", "-m", "gpt3-1.3b", "-c", small, "--global-batch", "64", "--pp", "2"), "--pp")
+    one_line_error(run("plan", "-m", "gpt3-1.3b", "-c", "dgx-h100", "--global-batch", "64"), "--gpus", "missing")
+
+
+def test_pooled_plan_and_simulate_run_the_stack_given(tmp_path):
+    """--stack reaches the pooled paths: megatron-deepspeed's materialised attention scores
+    (no fused kernel) slow the same plan down, the plan carries the stack's switches and
+    simulate reproduces the planner's number with them; a stack reducing gradients on every
+    micro-batch is refused in one line."""
+    args = ("-m", "gpt3-1.3b", "-c", MIXED, "--global-batch", "256", "--micro-batch", "2", "--zero", "1")
+    group = ("--group", "16x h100:tp1:pp1", "--group", "16x a100:tp1:pp1")
+    core = json.loads(run("simulate", *args, *group, "--json").stdout)
+    mds = run("simulate", *args, *group, "--stack", "megatron-deepspeed", "--json")
+    assert mds.exit_code == 0, mds.output
+    assert json.loads(mds.stdout)["step_time_s"] > core["step_time_s"]
+    p = run("plan", "-m", "gpt3-1.3b", "-c", MIXED, "--global-batch", "256", "--max-micro-batch", "2",
+            "--stack", "megatron-deepspeed", "--json")
+    assert p.exit_code == 0, p.output
+    data = json.loads(p.stdout)
+    assert data["best_plan"]["flash_attention"] is False
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(data))
+    s = run("simulate", "-m", "gpt3-1.3b", "-c", MIXED, "--plan", plan_file, "--json")
+    assert json.loads(s.stdout)["tokens_per_s"] == pytest.approx(data["comparison"][0]["tokens_per_s"], rel=1e-9)
+    one_line_error(run("plan", "-m", "gpt3-1.3b", "-c", MIXED, "--global-batch", "256", "--stack", "torchtitan"),
+                   "stack", "every micro-batch")

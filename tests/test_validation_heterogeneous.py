@@ -1,0 +1,120 @@
+"""``paraplan validate heterogeneous``: the 36 Sailor runs become plans from their own fields and are
+predicted within the bounds measured when this arrived (GH200 iteration time: mean 16.7%)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from hardware_specs.errors import InputError
+from paraplan.cli import main
+from paraplan.validation import heterogeneous as het
+from paraplan.validation.datasets import HETEROGENEOUS_RUNS, validation_file
+
+RUNS = het.read_runs(validation_file(HETEROGENEOUS_RUNS))
+
+
+@pytest.fixture(scope="module")
+def records():
+    return het.validate_runs(RUNS)
+
+
+def _errors(records, system, metric):
+    return np.array([abs(r["rel_error"]) for r in records
+                     if r["status"] == "ok" and r["metric"] == metric and f"/{system}/" in r["id"]])
+
+
+def test_every_run_is_predicted_but_the_one_whose_layers_contradict_its_folder(records):
+    assert len(RUNS) == 36 and len(records) == 72
+    skipped = {r["id"] for r in records if r["status"] == "skipped"}
+    assert skipped == {"sailor/Planner/simulations/validation/clariden/GPT-NEO/N4/plan_config_N4_D4.json"}
+    reason = next(r["reason"] for r in records if r["status"] == "skipped")
+    assert "inconsistent at the source" in reason
+
+
+def test_gh200_runs_are_predicted_within_the_measured_bounds(records):
+    time_err = _errors(records, "clariden", "iter_time_s")
+    mem_err = _errors(records, "clariden", "peak_memory_bytes")
+    assert len(time_err) == 26
+    # measured with main's step model at 06303bb (GEMMs by tile and wave quantisation, a
+    # host-issue floor, materialised scores as batched GEMMs, the fp32 softmax unfused):
+    # iteration time mean 16.7%, worst 52.7% (OPT-350M on 4 nodes, one micro-batch: -53%);
+    # GPT-Neo-2.7B on 8-64 nodes +7 to +13%; peak memory mean 11.8%, worst 35.4%
+    assert time_err.mean() <= 0.18
+    assert time_err.max() <= 0.55
+    assert mem_err.mean() <= 0.13
+
+
+def test_mixed_runs_rest_on_the_prior_and_state_the_network(records):
+    mit = [r for r in records if "/mit/" in r["id"]]
+    assert len(mit) == 18 and all(r["status"] == "ok" for r in mit)
+    assert all(r["efficiency_prior"] for r in mit)
+    assert all(any("network not stated: 1 Gb/s" in a for a in r["assumptions"]) for r in mit)
+    assert all(any("unfitted efficiency prior" in a for a in r["assumptions"]) for r in mit)
+    assert not any(r["efficiency_prior"] for r in records if "/clariden/" in r["id"])
+    dup = [r for r in mit if any("identical to" in a for a in r["assumptions"])]
+    assert {r["id"].rsplit("/", 1)[1] for r in dup} == {"plan_config_N6_D2.json"}
+
+
+def test_the_network_input_moves_only_the_mixed_runs(records):
+    faster = het.validate_runs(RUNS, inter_node_gbps=100.0)
+    for a, b in zip(records, faster):
+        if a["status"] != "ok" or a["metric"] != "iter_time_s":
+            continue
+        if "/clariden/" in a["id"]:
+            assert a["predicted"] == b["predicted"]
+        elif "N4_D4" in a["id"]:            # four replicas all-reduce OPT-350M over the network
+            assert b["predicted"] < 0.8 * a["predicted"]
+
+
+def test_a_run_becomes_the_plan_its_fields_state():
+    run = next(r for r in RUNS if r["_file"].endswith("mit/N4/plan_config_N4_D2.json"))
+    model, cluster, plan, _ = het.run_inputs(run)
+    assert model.num_layers == 24 and model.vocab_size == 51200           # 50257 padded to 128 x tp 8
+    # stage 0: RTX 3090 / RTX 2080 (Ti) replicas; stage 1: Titan RTX / RTX 2080 (Ti); 12 + 14 Sailor layers
+    chains = [tuple((s.pool, s.tp, s.layers) for s in g.stages) for g in plan.groups]
+    assert chains == [(("rtx-3090-x8", 8, 11), ("titan-rtx-x8", 8, 13)),
+                      (("rtx-2080-ti-x8", 8, 11), ("rtx-2080-ti-x8", 8, 13))]
+    assert all(g.micro_batches == 256 // (2 * 2) for g in plan.groups)
+    assert plan.settings.dtype == "tf32" and plan.settings.grad_reduce_bytes == 4.0
+    assert not plan.settings.overlap_grad_reduce and not plan.settings.flash_attention
+    assert cluster.pool("rtx-2080-ti-x8").gpus == 16
+
+
+def test_json_rows_have_the_documented_keys():
+    r = CliRunner().invoke(main, ["validate", "heterogeneous", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    assert len(rows) == 72
+    assert all(set(het.ROW_KEYS) == set(row) for row in rows)
+    assert {row["metric"] for row in rows} == {"iter_time_s", "peak_memory_bytes"}
+    ok = [row for row in rows if row["status"] == "ok"]
+    assert all(row["rel_error"] == pytest.approx(row["predicted"] / row["measured"] - 1) for row in ok)
+    table = CliRunner().invoke(main, ["validate", "heterogeneous"])
+    assert "gh200 (clariden)" in table.stdout and "prior" in table.stdout and "1 Gb/s per node" in table.stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--inter-node-gbps", "nan"], "--inter-node-gbps"),
+    (["--inter-node-gbps", "0"], "--inter-node-gbps"),
+    (["--intra-node-gb-per-s", "-1"], "--intra-node-gb-per-s"),
+    (["/no/such/file.json"], "no such file"),
+])
+def test_bad_inputs_are_one_line(args, needle):
+    r = CliRunner().invoke(main, ["validate", "heterogeneous", *args])
+    assert r.exit_code == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_damaged_files_and_runs_are_named(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(InputError, match="malformed JSON"):
+        het.read_runs(bad)
+    broken = dict(RUNS[0], mbs="four")
+    rec = het.validate_runs([broken])
+    assert rec[0]["status"] == "skipped" and "mbs" in rec[0]["reason"]
+    unknown = json.loads(json.dumps(RUNS[-1]))
+    unknown["pipeline_list"][0]["tmp_per_stage"][0][0][0][0][0] = "B9000"
+    assert "unknown GPU kind" in het.validate_runs([unknown])[0]["reason"]
