@@ -135,6 +135,10 @@ def simulate_serving(dep: Deployment, ctx: ServingContext | None = None, require
                              f"GPU) leave no room for a KV cache on {ctx.cluster.gpu.name}",
                              "raise tp / pp / moe-ep, or use a smaller weight format")
         per_req = kv_bytes_per_request(ctx.model, batch_lay.tp, dep.isl + dep.osl / 2.0, ctx.kv_bytes, batch_lay.pp)
+        if n_fit < 1:
+            raise InputError(field_name, f"not even one request fits: its KV cache needs {float(per_req) / 2**30:.1f} GiB "
+                             f"per GPU and {out['kv_pool_bytes'][0] / 2**30:.1f} GiB is free",
+                             "shorten --isl/--osl, raise tp/pp, or use --kv-cache-dtype fp8")
         raise InputError(field_name, f"{batch_lay.batch} requests per rank need "
                          f"{batch_lay.batch * float(per_req) / 2**30:.1f} GiB of KV cache per GPU; "
                          f"{out['kv_pool_bytes'][0] / 2**30:.1f} GiB is free, so at most {int(n_fit)} fit",
