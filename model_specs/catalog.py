@@ -8,7 +8,9 @@ a Hugging Face ``config.json`` (or to the folder holding one) is read by
 ``model_specs.hf_config``. Built-in names win over user files with the same name.
 
 Names are matched case-insensitively; ``-``, ``_`` and spaces are ignored, so ``LLAMA3.1_405B``
-finds ``llama3.1-405b``.
+finds ``llama3.1-405b``. A file may list other names its model is published under in
+``aliases:`` (e.g. Nemotron-4 340B is ``Nemotron-340B`` in NVIDIA's NeMo tables); a file name
+wins over another file's alias.
 
 File keys mirror the ``ModelSpec`` fields: name (defaults to the file name), num_layers,
 hidden_size, num_heads, num_kv_heads (default num_heads), ffn_hidden_size, vocab_size, seq_len,
@@ -40,6 +42,8 @@ BUILTIN_DIR = Path(__file__).resolve().parent / "presets"
 ENV_VAR = "PARAPLAN_MODEL_PATH"
 _SUFFIXES = (".yaml", ".yml")
 _FREE_TEXT_KEYS = {"description", "notes"}
+#: catalog keys that are not ``ModelSpec`` fields: other names of the model
+_ALIAS_KEY = "aliases"
 
 _REQUIRED = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size")
 _INT_FIELDS = {"num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
@@ -102,7 +106,52 @@ def _resolve(name_or_path: str) -> Path:
     by_canonical = {_canonical(k): p for k, p in entries.items()}
     if _canonical(key) in by_canonical:
         return by_canonical[_canonical(key)]
+    aliased = _aliased().get(_canonical(key))
+    if aliased is not None:
+        return aliased
     raise InputError("model", f"unknown model '{name_or_path}'", suggest(key, entries))
+
+
+def _aliased() -> dict[str, Path]:
+    """{canonical alias: file} over the search folders (the first folder naming an alias wins)."""
+    found: dict[str, Path] = {}
+    for d in _search_dirs():
+        try:
+            stamp = d.stat().st_mtime_ns
+        except OSError:
+            continue
+        for alias, p in _folder_aliases(str(d), stamp):
+            found.setdefault(alias, p)
+    return found
+
+
+@lru_cache(maxsize=None)
+def _folder_aliases(folder: str, stamp: int) -> tuple:
+    """(canonical alias, path) of a folder's model files that list ``aliases:``; read only when a
+    name matches no file name, memoised per folder and modification time. A damaged file is
+    passed over here (loading it by its own name reports the damage)."""
+    out = []
+    for _, p in _listing(folder, stamp):
+        try:
+            if _ALIAS_KEY not in p.read_text(encoding="utf-8", errors="replace"):
+                continue
+            data = read_yaml(p, "model")
+            aliases = _aliases(data.get(_ALIAS_KEY) if isinstance(data, dict) else None, f"model {p}")
+        except (InputError, OSError):
+            continue
+        out.extend((_canonical(a), p) for a in aliases)
+    return tuple(out)
+
+
+def _aliases(value: Any, where: str) -> tuple[str, ...]:
+    """A file's ``aliases:`` list (strings), validated."""
+    if value is None:
+        return ()
+    if isinstance(value, str) or not isinstance(value, (list, tuple)) \
+            or not all(isinstance(a, str) and a.strip() for a in value):
+        raise InputError(f"{where}.{_ALIAS_KEY}", f"expected a list of names, got {value!r}",
+                         'write aliases: ["other-name"]')
+    return tuple(a.strip() for a in value)
 
 
 def _int(value: Any, field: str) -> int:
@@ -195,7 +244,8 @@ def model_from_dict(data: dict[str, Any], where: str = "model", default_name: st
     if not isinstance(data, dict):
         raise InputError(where, f"expected a mapping of ModelSpec fields, got {type(data).__name__}")
     known = {f.name for f in fields(ModelSpec)}
-    _check_keys(data, known, where)
+    _check_keys(data, known | {_ALIAS_KEY}, where)
+    _aliases(data.get(_ALIAS_KEY), where)
     name = data.get("name", default_name)
     if name is None:
         raise InputError(f"{where}.name", "missing", "add 'name:' to the file")
@@ -203,7 +253,7 @@ def model_from_dict(data: dict[str, Any], where: str = "model", default_name: st
     _require(data, _REQUIRED, where)
     kwargs: dict[str, Any] = {"name": str(name)}
     for key, value in data.items():
-        if value is None or key == "name":
+        if value is None or key in ("name", _ALIAS_KEY):
             continue
         field = f"{where}.{key}"
         if key in _INT_FIELDS:

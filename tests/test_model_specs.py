@@ -265,6 +265,26 @@ def test_yaml_file_path_and_env_folder_are_loaded(tmp_path, monkeypatch):
     assert load_model("TINY") == spec
 
 
+def test_a_model_is_found_by_the_other_names_its_file_lists(tmp_path, monkeypatch):
+    """``aliases:`` names a model as its publishers also name it (NeMo's tables say Nemotron-340B
+    for Nemotron-4 340B); a file name wins over another file's alias; a malformed list is one
+    error naming the key."""
+    assert load_model("Nemotron-340B") == load_model("nemotron-4-340b")
+    assert load_model("Nemotron_8B").name == load_model("nemotron-3-8b").name == "nemotron-8b"
+    base = "num_layers: 2\nhidden_size: 64\nnum_heads: 4\nffn_hidden_size: 256\nvocab_size: 1000\n"
+    (tmp_path / "tiny-a.yaml").write_text("name: tiny-a\naliases: [Tiny-B, Tiny-E, llama3-8b]\n" + base)
+    (tmp_path / "tiny-b.yaml").write_text("name: tiny-b\n" + base.replace("2", "3", 1))
+    monkeypatch.setenv("PARAPLAN_MODEL_PATH", str(tmp_path))
+    assert load_model("TINY e").name == "tiny-a"
+    assert load_model("tiny_b").num_layers == 3            # the file named tiny-b, not the alias
+    assert load_model("llama3-8b").num_layers == 32         # built-in file name wins over an alias
+    (tmp_path / "tiny-c.yaml").write_text("name: tiny-c\naliases: tiny-d\n" + base)
+    with pytest.raises(InputError, match="aliases"):
+        load_model(tmp_path / "tiny-c.yaml")
+    with pytest.raises(InputError, match="unknown model"):
+        load_model("tiny-d")                                # the malformed file lends no alias
+
+
 def test_model_from_dict_defaults_and_types():
     spec = model_from_dict({"name": "m", "num_layers": 2, "hidden_size": 64, "num_heads": 4,
                             "ffn_hidden_size": 256, "vocab_size": 1000, "gated_mlp": True,

@@ -31,6 +31,58 @@ def test_empty_vocab_of_a_differently_shaped_model_is_skipped():
         row_inputs(_llama31_8b_row(model="Some 8B model"))
 
 
+def test_a_candidate_shape_takes_its_familys_vocabulary_only_when_its_stated_size_confirms_it():
+    """BigScience benchmarked BLOOM-176B candidate shapes without restating the vocabulary. With
+    BLOOM's tokenizer (250880, tied output layer: preset bloom-176b) the 72 x 14336 shape has
+    181.2B parameters and the 84 x 13312 one 182.0B, the sizes the table states (181, 182); a
+    GPT-2 vocabulary would give 178.3B. Their own TFLOP/s and step times (eq. 3 with full
+    recompute) imply a vocabulary of 249.7k-251.7k. A proxy with a stated size that is not its
+    own (Llama 3.1 405B with 42 layers, '405') gets nothing."""
+    from paraplan.validation.published import Skip, read_runs, row_inputs
+    df = read_runs(validation_file(PUBLISHED_RUNS))
+    pre = df[df.model.astype(str).str.startswith("BLOOM-176B candidate")]
+    sizes = {}
+    for _, row in pre.iterrows():
+        inputs = row_inputs(row.to_dict())
+        m = inputs.model
+        assert (m.vocab_size, m.tied_embeddings) == (250880, True)
+        line = next(a for a in inputs.assumptions if a.startswith("vocab=250880"))
+        sizes[(m.num_layers, m.hidden_size)] = line.split("shape has ")[1].split(",")[0]
+    assert sizes == {(72, 14336): "181.2B parameters", (84, 13312): "182.0B parameters"}
+    for run_id, rows in pre.groupby("run_id"):
+        by_metric = rows.set_index("measured_metric").measured_value
+        r = rows.iloc[0]
+        l, h, s, b = r.layers, r.hidden, r.seq_len, r.global_batch
+        flops = by_metric["tflops_per_gpu"] * 1e12 * by_metric["iter_time_s"] * r.n_gpus
+        implied_vocab = (flops / (96 * b * s * l * h * h) - 1 - s / (6 * h)) * 16 * l * h
+        assert 249_000 < implied_vocab < 252_000, run_id
+    row = pre.iloc[0].to_dict()
+    with pytest.raises(Skip, match=r"gives 181B parameters, the row states 178B"):
+        row_inputs({**row, "params_b": "178"})
+    with pytest.raises(Skip, match="needed field"):
+        row_inputs({**row, "params_b": float("nan")})
+    proxy = df[df.id == "DGXC2411-405b-bf16-192g:iter_time_s"].iloc[0].to_dict()
+    with pytest.raises(Skip, match=r"vocabulary 128256 gives 139B parameters, the row states 405B"):
+        row_inputs(proxy)
+
+
+def test_a_runs_time_row_recomputes_when_its_tflops_row_counts_recompute():
+    """A run's step-time row and its TFLOP/s row measure the same step: when the TFLOP/s row's
+    convention counts the recomputed forward pass (eq. 3's 4 x 2 coefficient, which BigScience's
+    counter uses only with activation checkpointing), the time row with an empty recompute column
+    recomputes too; alone it does not."""
+    from paraplan.validation.predict import prepare
+    from paraplan.validation.published import read_runs, row_inputs, run_conventions
+    df = read_runs(validation_file(PUBLISHED_RUNS))
+    run = df[df.run_id == "BLOOMPRE-L72H14336A64-tp8pp6dp8mbs4gbs2048-02-25-line773-r1"]
+    records = run.to_dict("records")
+    time_row = next(r for r in records if r["measured_metric"] == "iter_time_s")
+    assert run_conventions(records) == {time_row["run_id"]: frozenset({"none", "megatron_hw_eq3"})}
+    assert row_inputs(time_row).config.recompute == "none"
+    prepared = prepare(records)
+    assert [i.config.recompute for i in prepared.inputs] == ["full", "full"]
+
+
 def test_unstated_precision_on_an_fp8_capable_gpu_is_skipped_not_guessed():
     from paraplan.validation.published import Skip, row_inputs
     with pytest.raises(Skip, match="dtype_norm empty on an FP8-capable GPU"):
@@ -39,6 +91,26 @@ def test_unstated_precision_on_an_fp8_capable_gpu_is_skipped_not_guessed():
     inputs = row_inputs(_llama31_8b_row(dtype_norm=float("nan"), vocab=128256, gpu_profile="a100-sxm-80gb"))
     assert inputs.config.dtype == "bf16"
     assert "dtype=bf16" in inputs.assumptions
+
+
+def test_unstated_precision_is_the_releases_own_preset_for_that_layout_when_it_has_one():
+    """Megatron-Bridge 25.09's page has no precision column. Its Llama 3 8B preset on 8 H100 with
+    Megatron-FSDP and micro-batch 1 exists only in FP8 (its BF16 preset uses CP 2 without FSDP):
+    such a row runs fp8, citing the preset. On GB200 with micro-batch 2 the release runs that
+    layout in BF16, FP8 and MXFP8: skipped, naming them. A layout no preset has: skipped."""
+    from paraplan.validation.published import Skip, row_inputs
+    row = _llama31_8b_row(model="LLAMA3_8B (Megatron-Bridge 25.09)", dtype_norm=float("nan"), vocab=128256,
+                          zero_norm="3", global_batch=128, framework="megatron-bridge", framework_version="25.09")
+    inputs = row_inputs(row)
+    assert inputs.config.dtype == "fp8"
+    why = next(a for a in inputs.assumptions if a.startswith("dtype=fp8"))
+    assert "preset fp8_cs/fp8_ds" in why and "perf_matrix.h100.num_gpus_8.fp8_cs" in why
+    with pytest.raises(Skip, match="presets run this layout in bf16, fp8, mxfp8"):
+        row_inputs({**row, "gpu_profile": "gb200", "zero_norm": "0", "micro_batch": 2})
+    with pytest.raises(Skip, match="no preset of megatron-bridge-25.09 has this layout"):
+        row_inputs({**row, "zero_norm": "0"})
+    with pytest.raises(Skip, match="megatron-core lists no preset"):
+        row_inputs({**row, "framework": "megatron-core", "framework_version": "2024"})
 
 
 def test_deepseek_v3_flop_count_matches_megatron_bridge_with_and_without_mtp():
@@ -62,6 +134,62 @@ def test_deepseek_v3_flop_count_matches_megatron_bridge_with_and_without_mtp():
         checked["with" if inputs.model.mtp_layers else "without"] += 1
         assert (inputs.model.mtp_layers == 0) == ("w/oMTP" in run_id)
     assert checked["with"] >= 10 and checked["without"] == 3
+
+
+def test_kimi_k2_preset_matches_its_published_size_and_megatron_bridges_flop_count():
+    """Kimi K2 (a DeepSeek-V3-style MLA + MoE model, config.json of moonshotai/Kimi-K2-Base)
+    has 1.04T parameters, 32.6B active (Kimi K2 report, arXiv 2507.20534): the preset counts
+    1026.4B and 32.9B. Megatron-Bridge's GB300 runs report 1088 TFLOP/s at 5328 tokens/s
+    (26.04.01) and 1037 at 5072 (26.02.01): 2.042e11 and 2.045e11 FLOPs per token, which the
+    causal Megatron-Core count of the preset (no MTP module: num_nextn_predict_layers 0)
+    gives as 2.045e11."""
+    from cost_models.params import total_params
+    from paraplan.validation.flops_conventions import CONVENTIONS
+    from paraplan.validation.published import read_runs, row_inputs
+    df = read_runs(validation_file(PUBLISHED_RUNS))
+    kimi = df[df.model.astype(str).str.startswith("Kimi_K2")]
+    runs = 0
+    for run_id, rows in kimi.groupby("run_id"):
+        by_metric = rows.set_index("measured_metric").measured_value
+        theirs = by_metric["tflops_per_gpu"] * 1e12 / by_metric["tokens_per_s_per_gpu"]
+        row = rows[rows.measured_metric == "tflops_per_gpu"].iloc[0].to_dict()
+        inputs = row_inputs(row)
+        assert "architecture from preset kimi-k2" in inputs.assumptions
+        ours = CONVENTIONS[row["flops_convention"]](inputs.model, 1) / inputs.model.seq_len
+        assert ours == pytest.approx(theirs, rel=0.005), run_id
+        runs += 1
+    assert runs == 2
+    m = inputs.model
+    assert total_params(m) / 1e9 == pytest.approx(1040, rel=0.015)
+    assert total_params(m, active=True) / 1e9 == pytest.approx(32.6, rel=0.015)
+    assert (m.moe.num_experts, m.moe.top_k, m.moe.first_dense_layers, m.num_heads) == (384, 8, 1, 64)
+
+
+def test_nemo_24_07_models_come_from_the_launcher_configs_and_match_nemos_flop_count():
+    """NeMo 24.07's performance table names GPT3-20B, Nemotron-8B, Nemotron-22B and Nemotron-340B
+    without their shapes; the presets (NeMo-Framework-Launcher 24.07 conf/training) have 20.2B,
+    8.5B, 21.3B and 341B parameters, and the Megatron-Core model count of each gives the FLOPs per
+    token NeMo reported (its TFLOP/s over tokens/s) within 0.1%: 1.2818e11 (GPT3-20B, GPT-2 BPE
+    vocabulary), 5.141e10 and 1.3017e11 (Nemotron 8B and 22B: only a vocabulary within ~1000 of
+    256000 gives this), 2.1056e12 (Nemotron-340B, the alias of nemotron-4-340b)."""
+    from cost_models.params import total_params
+    from paraplan.validation.flops_conventions import CONVENTIONS
+    from paraplan.validation.published import read_runs, row_inputs
+    df = read_runs(validation_file(PUBLISHED_RUNS))
+    nemo = df[df.run_id.str.match(r"NEMO2407-(GPT3-20B|Nemotron-(8B|22B|340B))-")]
+    sizes = {"gpt3-20b": 20.2, "nemotron-8b": 8.54, "nemotron-22b": 21.3, "nemotron-4-340b": 341.0}
+    seen = set()
+    for run_id, rows in nemo.groupby("run_id"):
+        by_metric = rows.set_index("measured_metric").measured_value
+        theirs = by_metric["tflops_per_gpu"] * 1e12 / by_metric["tokens_per_s_per_gpu"]
+        row = rows[rows.measured_metric == "tflops_per_gpu"].iloc[0].to_dict()
+        inputs = row_inputs(row)
+        ours = CONVENTIONS[row["flops_convention"]](inputs.model, 1) / inputs.model.seq_len
+        assert ours == pytest.approx(theirs, rel=0.001), run_id
+        name = next(n for n in sizes if f"preset {n}" in "; ".join(inputs.assumptions))
+        assert total_params(inputs.model) / 1e9 == pytest.approx(sizes[name], abs=0.05)
+        seen.add(name)
+    assert seen == set(sizes)
 
 
 def test_gpt_oss_flop_count_matches_megatron_bridge_from_26_06():

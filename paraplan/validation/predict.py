@@ -18,7 +18,7 @@ import numpy as np
 
 from hardware_specs.catalog import efficiency_for_cluster
 from paraplan.validation.flops_conventions import CONVENTIONS
-from paraplan.validation.published import RowInputs, Skip, row_inputs
+from paraplan.validation.published import RowInputs, Skip, row_inputs, run_conventions
 from simulator.config_batch import ConfigBatch
 from simulator.step_model import evaluate
 
@@ -99,10 +99,11 @@ def prepare(records, on_skip=None) -> Prepared:
     ``on_skip(index, reason)`` and left out (also FLOP-derived rows whose source counted FLOPs
     otherwise than their convention, ``_convention_mismatches``)."""
     ids, sources, inputs, measured, conv, positions, runs = [], [], [], [], [], [], []
+    conventions = run_conventions(records)
     for i, row in enumerate(records):
         try:
             value = row.get("measured_value")
-            inp = row_inputs(row)
+            inp = row_inputs(row, conventions.get(str(row.get("run_id") or "").strip(), frozenset()))
             try:
                 value = float(value)
             except (TypeError, ValueError):

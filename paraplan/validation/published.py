@@ -19,11 +19,17 @@ defaults, each recorded in the row's ``assumptions``:
   framework runs the default stack (megatron-core), noted;
 - pipeline layouts whose layers do not divide: first and last stages one layer lighter
   (``simulator.stage_layout``), as published runs lay them out;
-- ``recompute`` empty: full when the row's FLOP convention counts the recomputed forward pass
-  (megatron_hw_eq3), else none;
+- ``recompute`` empty: full when the row's FLOP convention, or that of another row of the same
+  run (``run_conventions``: a run's time row and its TFLOP/s row measure one step), counts the
+  recomputed forward pass (megatron_hw_eq3), else none;
+- ``vocab`` empty: the vocabulary of the preset the ``model`` column names, when it has the row's
+  shape; for another shape of that model (a candidate or proxy) only when the row's stated
+  ``params_b`` confirms it (``row_model._check_family_vocab``);
 - ``dtype_norm`` empty: bf16 (fp16 on V100, which has no bf16) on GPUs whose only training
-  tensor-core rate is 16-bit; on FP8-capable GPUs (Hopper, Blackwell) the row is skipped, since
-  bf16 and fp8 GEMMs differ 2x in rate.
+  tensor-core rate is 16-bit; on FP8-capable GPUs (Hopper, Blackwell), since bf16 and fp8 GEMMs
+  differ 2x in rate, the precision of the stack release's own performance preset with the row's
+  layout when it runs that layout in one precision only, else the row is skipped
+  (``row_precision``).
 
 The cluster is the usual system of the row's GPU kind (``SYSTEM_FOR_GPU``; a kind with no
 system preset gets a generic node of its generation, ``catalog.generic_cluster``), with the
@@ -32,10 +38,7 @@ profile per GPU kind, one efficiency model per generation, nothing keyed to a ro
 """
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -44,9 +47,12 @@ import pandas as pd
 from hardware_specs.catalog import generic_cluster, load_cluster, load_gpu, load_stack, stack_for
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.errors import InputError
-from model_specs.catalog import load_model
+from hardware_specs.stack_presets import Layout
 from model_specs.model_spec import ModelSpec
 from paraplan.validation.flops_conventions import CONVENTIONS
+from paraplan.validation.row_model import (Skip, _check_family_vocab, _int, _lead_int, _named_preset_or_none, _num,
+                                           _preset_for, _same_architecture_preset, _says_without_mtp, _stated_params, _str)
+from paraplan.validation.row_precision import unstated_dtype
 from simulator.parallel_config import ParallelConfig
 from simulator.stack_defaults import stack_config_fields, stack_sequence_parallel
 from simulator.validate_config import check_config
@@ -76,10 +82,6 @@ REQUIRED_COLUMNS = ("id", "run_id", "gpu_profile", "dtype_norm", "zero_norm", "f
 
 TRAINING_METRICS = ("iter_time_s", "tokens_per_s_per_gpu", "tokens_per_s", "tflops_per_gpu", "mfu",
                     "hfu", "layer_fwd_bwd_time_ms")
-
-
-class Skip(Exception):
-    """A row that cannot be predicted, with the reason."""
 
 
 #: model families whose MLP is gated (SwiGLU / GeGLU), from their papers and public configs:
@@ -119,43 +121,11 @@ def read_runs(path: str | Path) -> pd.DataFrame:
     return df
 
 
-def _num(row, col):
-    v = row.get(col)
-    if v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip()):
-        return None
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return x
+def row_inputs(row, run_conventions=frozenset()) -> RowInputs:
+    """Model, cluster and config of one row; raises ``Skip`` with the reason if not predictable.
 
-
-def _int(row, col):
-    x = _num(row, col)
-    return None if x is None else int(round(x))
-
-
-def _lead_int(row, col):
-    """The leading integer of a cell like '256 routed + 1 shared' (None if there is none)."""
-    text = _str(row, col)
-    digits = ""
-    for ch in text:
-        if ch.isdigit():
-            digits += ch
-        elif digits:
-            break
-    return int(digits) if digits else None
-
-
-def _str(row, col):
-    v = row.get(col)
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return ""
-    return str(v).strip()
-
-
-def row_inputs(row) -> RowInputs:
-    """Model, cluster and config of one row; raises ``Skip`` with the reason if not predictable."""
+    ``run_conventions``: the FLOP conventions of all rows of the row's run (``run_conventions``),
+    which say whether the run recomputed activations when its own row does not."""
     metric = _str(row, "measured_metric")
     if metric not in TRAINING_METRICS:
         raise Skip(f"metric {metric or '(empty)'} is not a training-step metric")
@@ -183,12 +153,19 @@ def row_inputs(row) -> RowInputs:
                            ("seq_len", preset.seq_len)):
             if needed[key] is None:
                 needed[key] = value
+    kin = None       # a differently shaped model of the family the row names, whose tokenizer it may share
     if preset is None and needed["vocab"] is None and needed["layers"] is not None:
         vocab_preset = _same_architecture_preset(row, needed)
         if vocab_preset is not None:
             needed["vocab"] = vocab_preset.vocab_size
             assumptions.append(f"vocab={vocab_preset.vocab_size} from preset {vocab_preset.name} "
                                "(same layers, hidden, heads)")
+        elif _stated_params(row) is not None:
+            kin = _named_preset_or_none(row)
+            if kin is not None and kin.moe is None:
+                needed["vocab"] = kin.vocab_size      # provisional: checked against params_b below
+            else:
+                kin = None
     if metric != "layer_fwd_bwd_time_ms":
         needed["global_batch"] = _int(row, "global_batch")
     empty = [k for k, v in needed.items() if v is None]
@@ -219,7 +196,7 @@ def row_inputs(row) -> RowInputs:
             model = replace(model)    # re-validate
         except InputError as exc:
             raise Skip(f"architecture invalid: {exc}") from None
-        return _config_inputs(row, model, needed, metric, conv, gpu, assumptions)
+        return _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conventions)
     ffn = _str(row, "ffn_hidden")
     try:
         ffn_size = int(float(ffn)) if ffn else None
@@ -239,54 +216,18 @@ def row_inputs(row) -> RowInputs:
         family = _str(row, "model").lower()
         gated = any(f in family for f in GATED_FAMILIES)
         assumptions.append(f"gated_mlp={gated} (model family)")
+    tokenizer_source = shape_preset or kin
     try:
         model = ModelSpec(name=_str(row, "model") or _str(row, "run_id"), num_layers=needed["layers"],
                           hidden_size=h, num_heads=needed["heads"], num_kv_heads=kv,
                           ffn_hidden_size=ffn_size, vocab_size=needed["vocab"], seq_len=needed["seq_len"],
                           gated_mlp=gated,
-                          tied_embeddings=shape_preset.tied_embeddings if shape_preset is not None else False)
+                          tied_embeddings=tokenizer_source.tied_embeddings if tokenizer_source is not None else False)
     except InputError as exc:
         raise Skip(f"architecture invalid: {exc}") from None
-    return _config_inputs(row, model, needed, metric, conv, gpu, assumptions)
-
-
-def _says_without_mtp(row) -> bool:
-    """Whether the row's model or run name labels the run as trained without its
-    multi-token-prediction modules (Megatron-Bridge writes 'w/oMTP')."""
-    text = (_str(row, "model") + " " + _str(row, "run_id")).lower().replace(" ", "")
-    return "w/omtp" in text or "withoutmtp" in text or "nomtp" in text
-
-
-def _preset_for(row) -> ModelSpec:
-    name = _str(row, "model").split("(")[0].strip()
-    for candidate in (name, name.split(" ")[0] if name else ""):
-        if candidate:
-            preset = _named_preset(candidate)
-            if preset is not None:
-                return preset
-    raise Skip(f"architecture not in the row and no model preset named '{name}'")
-
-
-@lru_cache(maxsize=None)
-def _named_preset(name: str) -> ModelSpec | None:
-    """The model preset ``name`` names, or None (memoised: many rows name the same model)."""
-    try:
-        return load_model(name)
-    except InputError:
-        return None
-
-
-def _same_architecture_preset(row, needed) -> ModelSpec | None:
-    """The preset the ``model`` column names, if its layers, hidden size and heads equal the
-    row's own (a tokenizer's vocabulary belongs to the model; a differently shaped model of
-    the same name, e.g. a candidate architecture, gets nothing)."""
-    try:
-        preset = _preset_for(row)
-    except Skip:
-        return None
-    same = (preset.num_layers, preset.hidden_size, preset.num_heads) == \
-        (needed["layers"], needed["hidden"], needed["heads"])
-    return preset if same else None
+    if kin is not None:
+        assumptions.append(_check_family_vocab(row, model, kin))
+    return _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conventions)
 
 
 def row_cluster(gpu: str, gpus_per_node=None, scaleout_gbps_per_gpu=None) -> ClusterSpec:
@@ -326,7 +267,17 @@ def _row_stack(row, assumptions):
     return stack
 
 
-def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInputs:
+def run_conventions(records) -> dict:
+    """{run_id: frozenset of the FLOP conventions its rows state}."""
+    out: dict = {}
+    for row in records:
+        run = _str(row, "run_id")
+        if run:
+            out.setdefault(run, set()).add(_str(row, "flops_convention") or "none")
+    return {run: frozenset(c) for run, c in out.items()}
+
+
+def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conventions=frozenset()) -> RowInputs:
     """The parallel configuration part of ``row_inputs``."""
     tp, pp, n = needed["tp"], needed["pp"], needed["n_gpus"]
     cp = _int(row, "cp") or 1
@@ -355,32 +306,42 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions) -> RowInp
         assumptions.append("micro_batch=1")
     gbs = needed.get("global_batch") or mbs * dp
     vpp = _int(row, "vpp") or 1
-    zero = _int(row, "zero_norm")
+    ep = _int(row, "ep") or 1
+    cluster = row_cluster(gpu, _int(row, "gpus_per_node"), _num(row, "scaleout_gbps_per_gpu"))
+    stated_zero = _int(row, "zero_norm")
+    dtype = _str(row, "dtype_norm")
+    if not dtype:
+        layout = Layout(n_gpus=n, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch=mbs, global_batch=gbs,
+                        fsdp=stated_zero == 3)
+        dtype, why = unstated_dtype(stack, gpu, "fp8" in cluster.gpu.peak_flops_per_s, model.name, layout,
+                                    fsdp_stated=stated_zero is not None)
+        if dtype is None:
+            raise Skip(why)
+        assumptions.append(why)
+    zero = stated_zero
     if zero is None:
-        zero = stack.training_for(model.name, gpu, _str(row, "dtype_norm") or None).default_zero_stage if dp * cp > 1 else 0
+        zero = stack.training_for(model.name, gpu, dtype).default_zero_stage if dp * cp > 1 else 0
         assumptions.append(f"zero={zero} ({stack.name}'s default)")
     rc = _str(row, "recompute").split("(")[0].strip().lower()
     if not rc:
-        rc = "full" if conv == "megatron_hw_eq3" else "none"
-        assumptions.append(f"recompute={rc}")
+        if conv == "megatron_hw_eq3":
+            rc = "full"
+            assumptions.append("recompute=full")
+        elif "megatron_hw_eq3" in run_conventions:
+            rc = "full"
+            assumptions.append("recompute=full (the run's TFLOP/s row counts the recomputed forward pass)")
+        else:
+            rc = "none"
+            assumptions.append("recompute=none")
     if rc not in ("none", "selective", "full"):
         raise Skip(f"recompute '{rc}' unknown")
     sp_cell = _str(row, "seq_parallel").lower()
     sp = sp_cell == "y"
-    if not sp_cell and stack_sequence_parallel(stack, tp, model.name, gpu, _str(row, "dtype_norm") or None):
+    if not sp_cell and stack_sequence_parallel(stack, tp, model.name, gpu, dtype):
         sp = True
         assumptions.append(f"sequence_parallel ({stack.name} recipes turn it on with tp > 1)")
-    cluster = row_cluster(gpu, _int(row, "gpus_per_node"), _num(row, "scaleout_gbps_per_gpu"))
-    dtype = _str(row, "dtype_norm")
-    if not dtype:
-        if "fp8" in cluster.gpu.peak_flops_per_s:
-            raise Skip("dtype_norm empty on an FP8-capable GPU: bf16 and fp8 GEMMs differ 2x in "
-                       "rate, so the precision is not guessed")
-        dtype = "fp16" if gpu.startswith("v100") else "bf16"
-        assumptions.append(f"dtype={dtype}")
     if gbs % (dp * mbs):
         raise Skip(f"global_batch {gbs} not divisible by dp*micro_batch {dp * mbs}")
-    ep = _int(row, "ep") or 1
     if model.moe is None and ep > 1:
         raise Skip("ep > 1 for a model without experts")
     try:

@@ -1,0 +1,98 @@
+"""A framework release's own performance presets: which parallel layout it runs each model in,
+on each GPU kind, in each precision (data: ``stacks/megatron_bridge_presets.csv``, one row per
+release x preset, written by ``tools/megatron_bridge_presets.py`` from the releases' own code; see
+``stacks/README.md``, "Megatron-Bridge performance presets per release").
+
+A release's performance page reports runs of these presets. When a published run leaves its
+precision unstated but its layout (GPUs, TP, PP, CP, EP, virtual stages, micro and global batch,
+Megatron-FSDP or not) is the layout of that release's presets for the model and GPU kind in one
+precision only, the run's precision is that preset's: a fact of the release, read from its files
+(``precision_of_layout``). Layouts the release runs in several precisions say nothing.
+"""
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from hardware_specs.stack_spec import StackSpec, model_key
+
+PRESETS_CSV = Path(__file__).resolve().parent / "stacks" / "megatron_bridge_presets.csv"
+#: the framework whose presets the file lists
+PRESET_FRAMEWORK = "megatron-bridge"
+#: the releases' compute-dtype names in the order the stack files take their primary preset (the
+#: summary pages' "FP8" is current scaling, FP8-CS; tools/megatron_bridge_stacks.py)
+COMPUTE_ORDER = ("bf16", "fp8_cs", "fp8_sc", "fp8_ss", "fp8_ds", "fp8_mx", "nvfp4")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A run's parallel layout as a preset states it (virtual stages 1 = not interleaved)."""
+
+    n_gpus: int
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    vpp: int
+    micro_batch: int
+    global_batch: int
+    fsdp: bool
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One performance preset of one release: model recipe, GPU kind, paraplan dtype
+    (``bf16``, ``fp8``, ``mxfp8``, ``nvfp4``), the release's compute-dtype name, layout, source."""
+
+    container: str
+    model: str          # model_key of the Bridge recipe name, e.g. "llama31405b"
+    gpu: str
+    dtype: str
+    compute_dtype: str
+    layout: Layout
+    source: str
+
+
+def _int(text: str, default: int = 1) -> int:
+    text = (text or "").strip()
+    return int(float(text)) if text else default
+
+
+@lru_cache(maxsize=1)
+def all_presets(path: str = str(PRESETS_CSV)) -> tuple[Preset, ...]:
+    """Every executed preset in the file (rows noted 'not executed' have no layout to trust)."""
+    out = []
+    with open(path, newline="") as fh:
+        for row in csv.DictReader(fh):
+            if "not executed" in row.get("note", ""):
+                continue
+            layout = Layout(n_gpus=_int(row["n_gpus"]), tp=_int(row["tp"]), pp=_int(row["pp"]),
+                            cp=_int(row["cp"]), ep=_int(row["ep"]), vpp=_int(row["vpp"]),
+                            micro_batch=_int(row["micro_batch"]), global_batch=_int(row["global_batch"]),
+                            fsdp=row["megatron_fsdp"].strip().lower() == "true")
+            out.append(Preset(container=row["container"].strip(), model=model_key(row["recipe"]),
+                              gpu=row["gpu"].strip().lower(), dtype=row["dtype"].strip().lower(),
+                              compute_dtype=row["compute_dtype"].strip(), layout=layout,
+                              source=row["source"].strip()))
+    return tuple(out)
+
+
+def presets_for(stack: StackSpec, model_name: str, gpu: str) -> tuple[Preset, ...]:
+    """The presets of the releases ``stack`` describes for ``model_name`` on ``gpu`` (empty for a
+    stack whose framework publishes no preset file)."""
+    if stack.framework != PRESET_FRAMEWORK:
+        return ()
+    versions, key, gpu = set(stack.versions), model_key(model_name), str(gpu).lower()
+    return tuple(p for p in all_presets() if p.container in versions and p.model == key and p.gpu == gpu)
+
+
+def precision_of_layout(stack: StackSpec, model_name: str, gpu: str, layout: Layout) -> tuple[set, tuple]:
+    """(paraplan dtypes, presets) of the release's presets for the model and GPU kind whose layout
+    is ``layout`` (presets in ``COMPUTE_ORDER``): one dtype = the run's precision; several =
+    ambiguous; none = no such preset."""
+    matches = sorted((p for p in presets_for(stack, model_name, gpu) if p.layout == layout),
+                     key=lambda p: (COMPUTE_ORDER.index(p.compute_dtype) if p.compute_dtype in COMPUTE_ORDER
+                                    else len(COMPUTE_ORDER), p.source))
+    return {p.dtype for p in matches}, tuple(matches)

@@ -1,0 +1,128 @@
+"""What a published-runs row's cells say about its model: cell readers, and the model preset the
+``model`` column names with what it may lend the row (the whole architecture, its vocabulary when
+the row has the preset's shape, or, for another shape of that model, its tokenizer when the row's
+stated size confirms it). Used by ``published.row_inputs``.
+"""
+from __future__ import annotations
+
+import math
+import re
+from functools import lru_cache
+
+from cost_models.params import total_params
+from hardware_specs.errors import InputError
+from model_specs.catalog import load_model
+from model_specs.model_spec import ModelSpec
+
+
+class Skip(Exception):
+    """A row that cannot be predicted, with the reason."""
+
+
+def _num(row, col):
+    v = row.get(col)
+    if v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip()):
+        return None
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x
+
+
+def _int(row, col):
+    x = _num(row, col)
+    return None if x is None else int(round(x))
+
+
+def _lead_int(row, col):
+    """The leading integer of a cell like '256 routed + 1 shared' (None if there is none)."""
+    text = _str(row, col)
+    digits = ""
+    for ch in text:
+        if ch.isdigit():
+            digits += ch
+        elif digits:
+            break
+    return int(digits) if digits else None
+
+
+def _str(row, col):
+    v = row.get(col)
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    return str(v).strip()
+
+
+def _stated_params(row) -> tuple[float, float] | None:
+    """(parameters in billions, half a unit of its last stated digit) from ``params_b``: '181'
+    gives (181, 0.5), '6.659' (6.659, 0.0005); None if the cell is not a plain number (MoE
+    rows write '671 (37 active)')."""
+    text = _str(row, "params_b")
+    if not re.fullmatch(r"\d+(\.\d+)?", text):
+        return None
+    decimals = len(text.split(".")[1]) if "." in text else 0
+    return float(text), 0.5 * 10.0 ** -decimals
+
+
+def _named_preset_or_none(row) -> ModelSpec | None:
+    try:
+        return _preset_for(row)
+    except Skip:
+        return None
+
+
+def _check_family_vocab(row, model: ModelSpec, family: ModelSpec) -> str:
+    """The assumption line for a vocabulary taken from the model family the row names (a
+    differently shaped candidate of that model, e.g. one of BLOOM-176B's candidate shapes, shares
+    its tokenizer), or ``Skip`` unless the row's own stated size confirms it: the architecture with
+    the family's vocabulary (and its tied or untied output layer) must have the row's
+    ``params_b`` to the precision stated. A tokenizer is a fact of the family; the stated size
+    is what says this row used it."""
+    stated, half_unit = _stated_params(row)
+    ours = total_params(model) / 1e9
+    if abs(ours - stated) > half_unit * (1 + 1e-9):
+        raise Skip(f"needed field(s) empty: vocab (preset {family.name}'s vocabulary {family.vocab_size} "
+                   f"gives {ours:.3g}B parameters, the row states {stated:g}B)")
+    return (f"vocab={family.vocab_size}, tied_embeddings={family.tied_embeddings} from preset {family.name} "
+            f"(the family's tokenizer; with it the row's shape has {ours:.1f}B parameters, the row states {stated:g}B)")
+
+
+def _says_without_mtp(row) -> bool:
+    """Whether the row's model or run name labels the run as trained without its
+    multi-token-prediction modules (Megatron-Bridge writes 'w/oMTP')."""
+    text = (_str(row, "model") + " " + _str(row, "run_id")).lower().replace(" ", "")
+    return "w/omtp" in text or "withoutmtp" in text or "nomtp" in text
+
+
+def _preset_for(row) -> ModelSpec:
+    name = _str(row, "model").split("(")[0].strip()
+    for candidate in (name, name.split(" ")[0] if name else ""):
+        if candidate:
+            preset = _named_preset(candidate)
+            if preset is not None:
+                return preset
+    raise Skip(f"architecture not in the row and no model preset named '{name}'")
+
+
+@lru_cache(maxsize=None)
+def _named_preset(name: str) -> ModelSpec | None:
+    """The model preset ``name`` names, or None (memoised: many rows name the same model)."""
+    try:
+        return load_model(name)
+    except InputError:
+        return None
+
+
+def _same_architecture_preset(row, needed) -> ModelSpec | None:
+    """The preset the ``model`` column names, if its layers, hidden size and heads equal the
+    row's own (a tokenizer's vocabulary belongs to the model; a differently shaped model of
+    the same name, e.g. a candidate architecture, gets its vocabulary only when its stated size
+    confirms it, ``_check_family_vocab``)."""
+    try:
+        preset = _preset_for(row)
+    except Skip:
+        return None
+    same = (preset.num_layers, preset.hidden_size, preset.num_heads) == \
+        (needed["layers"], needed["hidden"], needed["heads"])
+    return preset if same else None
