@@ -67,7 +67,7 @@ def run_case(case: dict, repeat: int, workers: int | None) -> dict:
     eval_cpu_s = result.eval_cpu_s
     best = result.best
     return {"name": case["name"], "configs": result.evaluated, "candidates": result.raw_size,
-            "fit": len(result.plans), "wall_s": wall, "eval_s": eval_s, "eval_cpu_s": eval_cpu_s,
+            "fit": result.fitting, "wall_s": wall, "eval_s": eval_s, "eval_cpu_s": eval_cpu_s,
             "wall_s_min": runs[0][0],
             "best": {k: (v.item() if hasattr(v, "item") else v) for k, v in best.items()
                      if k in ("n_gpus", "dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage", "recompute", "dtype",

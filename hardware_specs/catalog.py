@@ -63,18 +63,71 @@ def _search_dirs(kind: str) -> list[Path]:
     return dirs
 
 
-def read_yaml(path: Path, what: str) -> dict[str, Any]:
-    """Parse one YAML mapping; malformed files raise ``InputError`` naming the file."""
+#: most values a catalog file may hold once its aliases are expanded (the largest built-in file
+#: has about a hundred): a few anchors can otherwise stand for billions of values ("billion
+#: laughs"), which any later walk over the data would take minutes to visit
+MAX_YAML_VALUES = 100_000
+
+
+def _expanded_size(node, memo: dict, limit: int, depth: int = 0) -> int:
+    """Values a composed YAML node stands for with every alias expanded (stops past ``limit``)."""
+    key = id(node)
+    if key in memo:
+        if memo[key] is None:
+            raise InputError("yaml", "an anchor refers to itself (a recursive structure)",
+                             "write the values out instead of using an alias")
+        return memo[key]
+    if depth > 200:
+        raise InputError("yaml", "values nested more than 200 deep", "flatten the file")
+    memo[key] = None
+    total = 1
+    if isinstance(node, yaml.SequenceNode):
+        children = node.value
+    elif isinstance(node, yaml.MappingNode):
+        children = [x for pair in node.value for x in pair]
+    else:
+        children = []
+    for child in children:
+        total += _expanded_size(child, memo, limit, depth + 1)
+        if total > limit:
+            break
+    memo[key] = total
+    return total
+
+
+def parse_yaml(text: str, what: str, path: Path | str) -> Any:
+    """``yaml.safe_load`` of one document, refusing alias bombs, recursive anchors and runaway
+    nesting with an ``InputError`` naming ``what`` (python tags are refused by the safe loader)."""
+    loader = yaml.SafeLoader(text)
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise InputError(what, f"cannot read {path}: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded_size(node, {}, MAX_YAML_VALUES) > MAX_YAML_VALUES:
+            raise InputError(what, f"{path} expands to more than {MAX_YAML_VALUES:,} values through its "
+                             "anchors and aliases", "write the values out instead of nesting aliases")
+        return loader.construct_document(node)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise InputError(what, f"malformed YAML in {path}{where}", "fix the file's syntax") from None
+        problem = getattr(exc, "problem", None) or ""
+        raise InputError(what, f"malformed YAML in {path}{where}{': ' + problem if problem else ''}",
+                         "fix the file's syntax") from None
+    except RecursionError:
+        raise InputError(what, f"{path} nests values too deeply", "flatten the file") from None
+    finally:
+        loader.dispose()
+
+
+def read_yaml(path: Path, what: str) -> dict[str, Any]:
+    """Parse one YAML mapping; malformed files raise ``InputError`` naming the file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(what, f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(what, f"{path} is not UTF-8 text (byte {exc.start})", "save it as UTF-8") from None
+    data = parse_yaml(text, what, path)
     if not isinstance(data, dict):
         raise InputError(what, f"{path} must hold a YAML mapping (key: value lines)")
     return data
@@ -123,8 +176,17 @@ def _get(data: dict, key: str, where: str, kind=float, default: Any = ...) -> An
             if isinstance(value, bool):
                 return value
             raise ValueError
+        if kind is int:
+            # an integer, or a float / string holding one (never truncate 1.5 to 1)
+            if isinstance(value, bool) or float(value) != int(float(value)):
+                raise ValueError
+            return int(float(value)) if not isinstance(value, int) else value
+        if kind is float and isinstance(value, bool):
+            raise ValueError
+        if kind is str and (isinstance(value, bool) or not isinstance(value, (str, int))):
+            raise ValueError                   # text (a bare number reads as its digits)
         return kind(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise InputError(f"{where}.{key}", f"expected {kind.__name__}, got {value!r}") from None
 
 
@@ -204,12 +266,12 @@ def cluster_from_dict(data: dict, where: str = "cluster") -> ClusterSpec:
     else:
         scaleup = NetworkTier("nvlink", gpu.scaleup_bw_bytes_per_s, 3e-6)
     scaleout = _tier_from_dict(data.get("scaleout"), f"{where}.scaleout", "infiniband")
-    max_gpus = data.get("max_gpus")
+    max_gpus = _get(data, "max_gpus", where, int, None)
     return ClusterSpec(
         name=name, gpu=gpu, gpus_per_node=gpus_per_node, scaleup=scaleup, scaleout=scaleout,
         rail_optimized=_get(data, "rail_optimized", where, bool, default=True),
         oversubscription=_get(data, "oversubscription", where, default=1.0),
-        max_gpus=int(max_gpus) if max_gpus is not None else None,
+        max_gpus=max_gpus,
         source=str(data.get("source", "")), description=str(data.get("description", "")),
         efficiency=efficiency,
     )
@@ -302,6 +364,9 @@ def efficiency_from_dict(data: dict, where: str = "efficiency") -> EfficiencyMod
                          "known keys: " + ", ".join(sorted(known)))
     if "generation" not in data:
         raise InputError(f"{where}.generation", "missing")
+    for key in ("generation", "fitted_on"):
+        if key in data and (isinstance(data[key], bool) or not isinstance(data[key], (str, int))):
+            raise InputError(f"{where}.{key}", f"expected text, got {data[key]!r}", "quote it")
     if not isinstance(data.get("gemm_peak_fraction"), dict):
         raise InputError(f"{where}.gemm_peak_fraction", "must be a mapping dtype: fraction")
     if not isinstance(data.get("collective_bw_fraction", {}), dict):

@@ -7,6 +7,10 @@ from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError, require_positive
 from hardware_specs.gpu_spec import GPUSpec
 
+#: largest GPU count a cluster file may state (per node or in all): 2**24, over a hundred times
+#: the largest clusters built (a larger value is a typo; ``ParallelConfig`` has the same bound)
+MAX_CLUSTER_GPUS = 2**24
+
 
 @dataclass(frozen=True)
 class NetworkTier:
@@ -60,13 +64,22 @@ class ClusterSpec:
     efficiency: EfficiencyModel | None = None
 
     def __post_init__(self) -> None:
-        require_positive(f"cluster {self.name}.gpus_per_node", self.gpus_per_node)
+        where = f"cluster {self.name}"
+        require_positive(f"{where}.gpus_per_node", self.gpus_per_node)
         if int(self.gpus_per_node) != self.gpus_per_node:
-            raise InputError(f"cluster {self.name}.gpus_per_node", "must be an integer")
+            raise InputError(f"{where}.gpus_per_node", "must be an integer")
+        for name in ("gpus_per_node", "max_gpus"):
+            value = getattr(self, name)
+            if value is not None and value > MAX_CLUSTER_GPUS:
+                raise InputError(f"{where}.{name}", f"{value:g} is above the largest supported value "
+                                 f"{MAX_CLUSTER_GPUS:,}", "check the number")
+        require_positive(f"{where}.oversubscription", self.oversubscription)      # finite too
         if self.oversubscription < 1.0:
-            raise InputError(f"cluster {self.name}.oversubscription", "must be >= 1 (1 = full bisection)")
+            raise InputError(f"{where}.oversubscription", "must be >= 1 (1 = full bisection)")
         if self.max_gpus is not None:
-            require_positive(f"cluster {self.name}.max_gpus", self.max_gpus)
+            require_positive(f"{where}.max_gpus", self.max_gpus)
+            if int(self.max_gpus) != self.max_gpus:
+                raise InputError(f"{where}.max_gpus", "must be an integer")
 
     def with_gpu(self, gpu: GPUSpec) -> "ClusterSpec":
         """The same fabric with another accelerator (for what-if studies)."""

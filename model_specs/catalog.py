@@ -249,6 +249,8 @@ def model_from_dict(data: dict[str, Any], where: str = "model", default_name: st
     name = data.get("name", default_name)
     if name is None:
         raise InputError(f"{where}.name", "missing", "add 'name:' to the file")
+    if isinstance(name, bool) or not isinstance(name, (str, int)) or not str(name).strip():
+        raise InputError(f"{where}.name", f"expected text, got {name!r}", "quote it")
     where = f"model {name}"
     _require(data, _REQUIRED, where)
     kwargs: dict[str, Any] = {"name": str(name)}
@@ -263,6 +265,8 @@ def model_from_dict(data: dict[str, Any], where: str = "model", default_name: st
         elif key in _FLOAT_FIELDS:
             kwargs[key] = _float(value, field)
         elif key in _STR_FIELDS:
+            if isinstance(value, bool) or not isinstance(value, (str, int)):
+                raise InputError(field, f"expected text, got {value!r}", "quote it")
             kwargs[key] = str(value).strip()
         elif key == "moe":
             kwargs[key] = _moe_from_dict(value, field)

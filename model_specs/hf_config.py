@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hardware_specs.errors import InputError
-from model_specs.model_spec import MLASpec, ModelSpec, MoESpec
+from model_specs.model_spec import MLASpec, ModelSpec, MoESpec, check_size
 
 # Longest default training sequence taken from max_position_embeddings; longer contexts are
 # usually reached by a short extension phase, not the bulk of training.
@@ -41,22 +41,36 @@ MAX_DEFAULT_SEQ_LEN = 8192
 FALLBACK_SEQ_LEN = 2048
 
 _MISSING = object()
+#: largest integer a config may give (the largest ``ModelSpec`` size, the sequence length, is
+#: 2**30; ``ModelSpec`` bounds each size on its own)
+MAX_INT = 2**30
 
 
 def read_json(path: Path, what: str = "model") -> dict[str, Any]:
     """Parse one JSON object; unreadable or malformed files raise ``InputError`` naming the file."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(what, f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(what, f"{path} is not UTF-8 text (byte {exc.start})", "save it as UTF-8") from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
         raise InputError(what, f"malformed JSON in {path} at line {exc.lineno}: {exc.msg}",
                          "fix the file's syntax") from None
+    except RecursionError:
+        raise InputError(what, f"{path} nests values too deeply", "flatten the file") from None
+    except InputError as exc:           # NaN / Infinity
+        raise InputError(what, f"{path}: {exc.message}", exc.fix) from None
     if not isinstance(data, dict):
         raise InputError(what, f"{path} must hold a JSON object")
     return data
+
+
+def _refuse_constant(name: str):
+    """``NaN`` / ``Infinity`` are not JSON (Python's reader accepts them; a config must not)."""
+    raise InputError("json", f"{name} is not a JSON number", "write a finite number or null")
 
 
 class _Config:
@@ -78,8 +92,11 @@ class _Config:
             if isinstance(value, bool):
                 raise InputError(f"{self.where}.{key}", f"expected an integer, got {value!r}")
             if isinstance(value, float) and value.is_integer():
-                return int(value)
+                value = int(value)
             if isinstance(value, int):
+                if abs(value) > MAX_INT:
+                    raise InputError(f"{self.where}.{key}", f"{value:,} is above the largest supported value "
+                                     f"{MAX_INT:,}", "check the number")
                 return value
             raise InputError(f"{self.where}.{key}", f"expected an integer, got {value!r}")
         if default is _MISSING:
@@ -168,7 +185,9 @@ def _attention(cfg: _Config, *heads_keys: str) -> dict[str, int]:
 
 
 def _llama_like(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
-    num_layers = cfg.get_int("num_hidden_layers")
+    # bounded before the per-layer layouts below walk the layers
+    num_layers = check_size(f"{cfg.where}.num_hidden_layers", cfg.get_int("num_hidden_layers"),
+                            size="num_layers")
     window, fraction = _sliding_window(cfg, num_layers, family)
     return dict(
         num_layers=num_layers,

@@ -5,6 +5,33 @@ from dataclasses import dataclass, replace
 
 from hardware_specs.errors import InputError
 
+#: largest value of each size (a larger one is a typo): well above every published model (2025:
+#: 128 layers, width 18432 / 25600 FFN in Grok-1 class models, 256k vocabularies, 1M-token
+#: contexts, 384 experts) and small enough that every count stays exact in int64 and every
+#: FLOP, byte and time count finite in float64
+SIZE_LIMITS = {"num_layers": 2**16, "hidden_size": 2**22, "num_heads": 2**16, "num_kv_heads": 2**16,
+               "ffn_hidden_size": 2**24, "vocab_size": 2**28, "seq_len": 2**30, "head_dim": 2**16,
+               "sliding_window": 2**30, "mtp_layers": 2**10,
+               "num_experts": 2**16, "top_k": 2**16, "expert_ffn_hidden_size": 2**24, "num_shared_experts": 2**16,
+               "shared_expert_ffn_hidden_size": 2**24, "first_dense_layers": 2**16, "dense_ffn_hidden_size": 2**24,
+               "moe_layer_frequency": 2**16, "q_lora_rank": 2**22, "kv_lora_rank": 2**22,
+               "qk_nope_head_dim": 2**16, "qk_rope_head_dim": 2**16, "v_head_dim": 2**16}
+
+
+def check_size(field: str, value, minimum: int = 1, size: str | None = None) -> int:
+    """``value`` as an int in [minimum, ``SIZE_LIMITS[size]``] (``size`` defaults to the last part
+    of ``field``), else ``InputError`` naming ``field``."""
+    name = size or field.rsplit(".", 1)[-1]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(field, f"must be an integer >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise InputError(field, f"must be >= {minimum}, got {value}")
+    limit = SIZE_LIMITS.get(name)
+    if limit is not None and value > limit:
+        raise InputError(field, f"{value:,} is above the largest supported value {limit:,}", "check the number")
+    return value
+
+
 #: position encodings a ``ModelSpec`` may name (``learned``: a learned absolute table, GPT-2/3).
 POSITION_EMBEDDINGS = ("rope", "learned", "alibi", "none")
 NORMALIZATIONS = ("rmsnorm", "layernorm")
@@ -49,16 +76,16 @@ class MoESpec:
             raise InputError("moe.router_score", f"unknown router score {self.router_score!r}",
                              "choose one of " + ", ".join(ROUTER_SCORES))
         for name in ("num_experts", "top_k", "expert_ffn_hidden_size", "moe_layer_frequency"):
-            if int(getattr(self, name)) < 1:
-                raise InputError(f"moe.{name}", "must be >= 1")
+            check_size(f"moe.{name}", getattr(self, name))
         if self.top_k > self.num_experts:
             raise InputError("moe.top_k", f"{self.top_k} > num_experts {self.num_experts}")
         for name in ("num_shared_experts", "shared_expert_ffn_hidden_size", "first_dense_layers",
                      "dense_ffn_hidden_size"):
-            if int(getattr(self, name)) < 0:
-                raise InputError(f"moe.{name}", "must be >= 0")
-        if self.capacity_factor < 0:
-            raise InputError("moe.capacity_factor", "must be >= 0 (0 = dropless)")
+            check_size(f"moe.{name}", getattr(self, name), minimum=0)
+        cf = self.capacity_factor
+        if isinstance(cf, bool) or not isinstance(cf, (int, float)) or not 0 <= cf <= self.num_experts:
+            raise InputError("moe.capacity_factor", f"must be between 0 (dropless) and num_experts "
+                             f"{self.num_experts}, got {cf!r}")
 
 
 @dataclass(frozen=True)
@@ -70,6 +97,11 @@ class MLASpec:
     qk_nope_head_dim: int
     qk_rope_head_dim: int
     v_head_dim: int
+
+    def __post_init__(self) -> None:
+        check_size("mla.q_lora_rank", self.q_lora_rank, minimum=0)
+        for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            check_size(f"mla.{name}", getattr(self, name))
 
 
 @dataclass(frozen=True)
@@ -185,9 +217,9 @@ class ModelSpec:
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
                      "vocab_size", "seq_len"):
-            value = getattr(self, name)
-            if not isinstance(value, (int,)) or isinstance(value, bool) or value < 1:
-                raise InputError(f"model.{name}", f"must be a positive integer, got {value!r}")
+            check_size(f"model.{name}", getattr(self, name))
+        for name in ("head_dim", "sliding_window"):
+            check_size(f"model.{name}", getattr(self, name), minimum=0)
         if self.head_dim == 0:
             if self.hidden_size % self.num_heads:
                 raise InputError("model.head_dim", f"hidden_size {self.hidden_size} is not divisible "
@@ -200,7 +232,8 @@ class ModelSpec:
                              f"num_kv_heads {self.num_kv_heads}")
         if not isinstance(self.mtp_layers, int) or isinstance(self.mtp_layers, bool) or self.mtp_layers < 0:
             raise InputError("model.mtp_layers", f"must be an integer >= 0, got {self.mtp_layers!r}")
-        if not 0.0 <= self.sliding_window_layer_fraction <= 1.0:
+        check_size("model.mtp_layers", self.mtp_layers, minimum=0)
+        if not 0.0 <= self.sliding_window_layer_fraction <= 1.0:       # false for nan too
             raise InputError("model.sliding_window_layer_fraction", "must be in [0, 1]")
         self._check_architecture()
 

@@ -19,8 +19,10 @@ label), ``model``, ``cluster``, ``gpu``, ``n_gpus``, ``seq_len``, every ``Parall
 ``global_batch_tokens``, ``num_microbatches``, ``step_time_s``, the step-time parts
 (``simulator.report.TIME_PARTS``, seconds), ``tokens_per_s``, ``tokens_per_s_per_gpu``,
 ``model_tflops_per_gpu``, ``mfu``, ``hfu``, ``memory_gib`` and its parts (``weights_gib``, ...,
-from ``MEMORY_PARTS``), ``hbm_gib``, ``headroom_gib``, ``fits``, ``scaleout_gbit_per_s``,
-``scaleup_gbit_per_s``.
+from ``MEMORY_PARTS``), ``hbm_gib``, ``headroom_gib`` (HBM left free), ``fits`` (with the headroom a run keeps,
+``simulator.headroom``), ``scaleout_gbit_per_s``, ``scaleup_gbit_per_s`` and
+``efficiency_fitted`` (False: the times rest on an unfitted prior efficiency model, see
+``paraplan.priors``; say so beside any conclusion drawn from them).
 
 Example::
 
@@ -61,6 +63,8 @@ from hardware_specs.errors import InputError, suggest
 from hardware_specs.gpu_spec import GPUSpec
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
+from paraplan import priors
+from simulator import headroom
 from simulator.parallel_config import BOOL_FIELDS, ParallelConfig
 from simulator.report import MEMORY_PARTS, TIME_PARTS, StepReport
 from simulator.simulate import simulate as _simulate
@@ -81,7 +85,8 @@ MEMORY_COLUMNS = tuple(p.replace("_bytes", "_gib") for p in MEMORY_PARTS)
 ROW_COLUMNS = ("config", "model", "cluster", "gpu", "n_gpus", "seq_len") + CONFIG_FIELDS + (
     "global_batch_tokens", "num_microbatches", "step_time_s") + TIME_PARTS + (
     "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu", "memory_gib") + \
-    MEMORY_COLUMNS + ("hbm_gib", "headroom_gib", "fits", "scaleout_gbit_per_s", "scaleup_gbit_per_s")
+    MEMORY_COLUMNS + ("hbm_gib", "headroom_gib", "fits", "scaleout_gbit_per_s", "scaleup_gbit_per_s",
+                      "efficiency_fitted")
 
 _INT_FIELDS = {"dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch", "zero_stage",
                "gpus", "seq_len", "global_batch_tokens"}
@@ -248,9 +253,10 @@ def report_row(report: StepReport, model: ModelSpec | None = None,
         row[col] = float(report.memory_breakdown_bytes[part]) / GIB
     row["hbm_gib"] = float(report.hbm_bytes) / GIB
     row["headroom_gib"] = float(report.headroom_bytes) / GIB
-    row["fits"] = bool(report.fits)
+    row["fits"] = bool(headroom.fits(report.memory_bytes, report.hbm_bytes))
     row["scaleout_gbit_per_s"] = cluster.scaleout.bw_bytes_per_s / GBIT if cluster is not None else np.nan
     row["scaleup_gbit_per_s"] = cluster.scaleup.bw_bytes_per_s / GBIT if cluster is not None else np.nan
+    row["efficiency_fitted"] = (not priors.is_prior(cluster)) if cluster is not None else None
     return row
 
 
@@ -375,7 +381,8 @@ def _with_plan_columns(df: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec,
                        ("n_gpus", gpus), ("seq_len", model.seq_len),
                        ("scaleout_gbit_per_s", cluster.scaleout.bw_bytes_per_s / GBIT),
                        ("scaleup_gbit_per_s", cluster.scaleup.bw_bytes_per_s / GBIT),
-                       ("hbm_gib", cluster.gpu.hbm_bytes / GIB)):
+                       ("hbm_gib", cluster.gpu.hbm_bytes / GIB),
+                       ("efficiency_fitted", not priors.is_prior(cluster))):
         if col not in df.columns:
             df[col] = value
     if "memory_gib" not in df.columns and "memory_bytes" in df.columns:
@@ -633,3 +640,26 @@ def moe_is_modelled(model: str | ModelSpec = "mixtral-8x7b", cluster: str | Clus
     one = simulate(spec, cluster, ep=1, **base)
     many = simulate(spec, cluster, ep=ep, **base)
     return not np.isclose(one.step_time_s.iloc[0], many.step_time_s.iloc[0], rtol=1e-9)
+
+
+# --------------------------------------------------------------------------------------------
+# sweep grids (paraplan sweep)
+# --------------------------------------------------------------------------------------------
+
+def sweep_grid(spec: Mapping[str, Any] | str, *, client=None, out_dir: str | None = None) -> pd.DataFrame:
+    """Every point of a sweep grid, one row per point (what ``paraplan sweep SPEC.yaml`` writes).
+
+    ``spec``: a mapping with the keys of a spec file (``paraplan/sweeps/spec.py``) or the path of
+    one. Runs in this process unless ``client`` (a ``dask.distributed.Client``) is given;
+    ``out_dir`` keeps the finished chunks there (a rerun resumes).
+
+    Example::
+
+        >>> df = sweep_grid({"search": "simulate", "models": ["llama3-8b"], "clusters": ["dgx-h100"],
+        ...                  "gpus": [64], "global_batch_tokens": [4194304], "config": {"tp": [1, 2, 4, 8]}})
+        >>> len(df)
+        4
+    """
+    from paraplan.sweeps import load_spec, run_sweep, spec_from_dict
+    sweep_spec = spec_from_dict(spec) if isinstance(spec, Mapping) else load_spec(spec)
+    return run_sweep(sweep_spec, out_dir, client=client, local=client is None)

@@ -79,6 +79,19 @@ def check_writable(path: str | os.PathLike, field: str = "--out") -> None:
     os.unlink(tmp)
 
 
+#: image formats figures are written in (by the file's suffix)
+IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def check_image_path(path: str | os.PathLike, field: str = "--out") -> None:
+    """``check_writable`` for a figure, whose format the suffix names (.png, .svg or .pdf)."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in IMAGE_SUFFIXES:
+        raise InputError(field, f"cannot tell an image format from {str(path)!r}",
+                         "end the name in " + ", ".join(IMAGE_SUFFIXES))
+    check_writable(path, field)
+
+
 def write_atomic(path: str | os.PathLike, data: str | bytes) -> Path:
     """Write ``data`` to ``path`` all at once: a temp file in the same folder, then ``os.replace``.
 
@@ -360,7 +373,7 @@ def main() -> None:
       paraplan hardware list
       paraplan models show llama3-70b
       paraplan simulate --model llama3-70b --cluster dgx-h100 --gpus 64 --tp 4 --pp 4 --global-batch 128
-      paraplan validate published ../shared/validation/published_runs.csv
+      paraplan validate published
 
     Errors print one line and exit 2; set PARAPLAN_DEBUG=1 to see the traceback.
     """

@@ -56,8 +56,9 @@ def explain_text(result, model: ModelSpec) -> str:
     lines.append(f"search: {result.model} on {gpus} x {result.gpu} ({result.cluster}), global batch "
                  f"{result.global_batch} x {result.seq_len} tokens")
     lines.append(f"  {result.raw_size:,} candidate configurations, {result.evaluated:,} evaluated "
-                 f"({result.evals_per_s:,.0f}/s), {len(plans):,} fit in {result.memory_limit_bytes / 2**30:.1f} GiB; "
-                 f"search {result.wall_s:.2f} s")
+                 f"({result.evals_per_s:,.0f}/s), {max(result.fitting, len(plans)):,} fit in "
+                 f"{result.memory_limit_bytes / 2**30:.1f} GiB; search {result.wall_s:.2f} s"
+                 + (f" (the {len(plans):,} fastest and frontier plans kept)" if result.fitting > len(plans) else ""))
     lines.append("pruned (rule: configurations removed):")
     width = max(len(k) for k in RULES)
     for rule, meaning in RULES.items():

@@ -37,6 +37,7 @@ from planners import hetero_candidates as cand
 from planners.hetero_explain import explain_text, layout_text
 from planners.hetero_pipelines import Layout, Pipelines, lay_out
 from planners.plan import resolve_global_batch
+from simulator import headroom
 from simulator.config_batch import RECOMPUTE_CODES
 from simulator.heterogeneous.compose import compose
 from simulator.heterogeneous.plan import HeteroPlan, ReplicaGroup, StagePlacement, plan_switches
@@ -322,7 +323,7 @@ def common_dtype(cluster: PooledCluster, dtype: str | None) -> str:
 def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, global_batch: int | None = None, *,
                        global_batch_tokens: int | None = None, dtype: str | None = None, max_tp: int | None = None,
                        max_micro_batch: int | None = 8, micro_batches=None, recomputes=None, zeros=(0, 1),
-                       sequence_parallel=(False, True), headroom_gib: float = 0.0,
+                       sequence_parallel=(False, True), headroom_gib: float | None = None,
                        efficiency: Mapping[str, EfficiencyModel] | None = None, keep: int = DEFAULT_KEEP,
                        top: int = 20, stack: StackSpec | str = "megatron-core") -> HeteroPlanResult:
     """Search the plans of ``model`` on the pools of ``cluster``; the best fitting one, next to
@@ -336,7 +337,8 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
         max_micro_batch: largest micro-batch tried (divisors of the global batch up to it);
             micro_batches: the micro-batches to try instead (each must divide the global batch).
         recomputes: recomputation modes (default none, selective, full); zeros: ZeRO stages (0-1).
-        headroom_gib: memory to leave free on every GPU.
+        headroom_gib: memory to leave free on every GPU, GiB (None: ``simulator.headroom``'s
+            default, 5% of each pool's HBM).
         efficiency: pool name -> efficiency model override.
         keep: mixes per shared key that reach the exact score (see module docstring).
         top: rows of the ranked table kept.
@@ -357,8 +359,8 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
         raise InputError("global_batch", f"{gbs} sequences per step is beyond any training run",
                          f"use at most {MAX_GLOBAL_BATCH:,} sequences")
     dtype = common_dtype(cluster, dtype)
-    if headroom_gib < 0:
-        raise InputError("headroom_gib", f"must be >= 0, got {headroom_gib}")
+    if headroom_gib is not None:
+        headroom.headroom_gib(float("inf"), headroom_gib)      # negative, nan, inf: one error, up front
     effs_all = pool_efficiencies(cluster, dict(efficiency or {}))
     if max_tp is not None and max_tp < 1:
         raise InputError("max_tp", f"must be >= 1, got {max_tp}")
@@ -397,10 +399,8 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
             if sig in seen:
                 continue
             seen.add(sig)
-            limits = np.array([p.cluster.gpu.hbm_bytes - headroom_gib * GIB for p in canon.pools])
-            if np.any(limits <= 0):
-                raise InputError("headroom_gib", f"{headroom_gib} GiB leaves nothing of a pool's memory",
-                                 "use a smaller headroom")
+            limits = np.array([p.cluster.gpu.hbm_bytes - headroom.headroom_gib(p.cluster.gpu.hbm_bytes, headroom_gib)
+                               * GIB for p in canon.pools])
             scored += _search_pools(model, canon, canon_effs, settings, search, limits, gbs, keep)
     table, refs = _ranked(scored, model, gbs, top)
     if table.empty:

@@ -14,13 +14,17 @@ import numpy as np
 
 from hardware_specs.errors import InputError
 from model_specs.model_spec import ModelSpec
-from planners.search_space import (RECOMPUTE_NAMES, SearchConstraints, divisibility_only, enumerate_space)
+from planners.search_space import (RECOMPUTE_NAMES, SearchConstraints, divisibility_only, enumerate_chunks,
+                                   enumerate_space)
 
 GIB = 2**30
 
 
 def _layout_exists(model: ModelSpec, c: SearchConstraints) -> bool:
-    return len(enumerate_space(model, c)) > 0
+    try:
+        return next(enumerate_chunks(model, c)).total_rows > 0
+    except InputError:          # a suggested range too wide to search is no suggestion
+        return False
 
 
 def _nearby_counts(model: ModelSpec, c: SearchConstraints, node: int, limit: int = 2) -> list[int]:

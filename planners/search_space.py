@@ -24,6 +24,7 @@ from typing import Mapping
 
 import numpy as np
 
+from hardware_specs.errors import InputError
 from model_specs.model_spec import ModelSpec
 from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES
 from simulator.parallel_config import Recompute, Schedule
@@ -119,10 +120,12 @@ class SearchConstraints:
 @dataclass(frozen=True)
 class SearchSpace:
     """The surviving rows as int64 columns (codes for recompute and schedule), one dtype-free
-    row per configuration; evaluate once per dtype.
+    row per configuration; evaluate once per dtype. May be one chunk of a larger space
+    (``enumerate_chunks``).
 
     ``pruned`` maps each rule of ``RULES`` (except ``memory``) to the raw configurations it
-    removed; ``raw_size`` = sum(pruned) + len(self) * len(dtypes).
+    removed; ``raw_size`` = sum(pruned) + ``space_rows`` * len(dtypes), where ``space_rows``
+    counts the rows of the whole space (of all chunks; None: this one is the whole space).
     """
 
     columns: Mapping[str, np.ndarray]
@@ -130,6 +133,12 @@ class SearchSpace:
     raw_size: int
     dtypes: tuple[str, ...]
     global_batch: int
+    space_rows: int | None = None
+
+    @property
+    def total_rows(self) -> int:
+        """Rows of the whole space this chunk belongs to."""
+        return len(self) if self.space_rows is None else int(self.space_rows)
 
     def __len__(self) -> int:
         return int(len(self.columns["dp"]))
@@ -173,13 +182,23 @@ def _allowed(fixed: Mapping[str, tuple], name: str, values: np.ndarray) -> np.nd
     return np.isin(values, np.asarray(fixed[name]))
 
 
+#: largest GPU count the divisor table of ``_factorisations`` covers (its size grows as n log n);
+#: above it a range is searched count by count, at most ``MAX_COUNTS_ABOVE_TABLE`` counts
+MAX_TABLE_GPUS = 2**17
+MAX_COUNTS_ABOVE_TABLE = 4096
+
+
 def _factorisations(lo: int, hi: int) -> tuple[np.ndarray, ...]:
     """All ordered (dp, tp, pp, cp) with dp*tp*pp*cp = n, lo <= n <= hi."""
-    if hi - lo < 16:      # a few counts: a grid over each count's divisors is cheapest
+    if hi - lo < 16 or hi > MAX_TABLE_GPUS:   # a few counts, or large ones: each count's divisors
         parts = []
         for n in range(lo, hi + 1):
             d = divisors(n)
-            tp, pp, cp = (a.ravel() for a in np.meshgrid(d, d, d, indexing="ij"))
+            # (tp, pp) pairs first, then cp: d_3(n) x d(n) candidates instead of d(n)**3
+            tp, pp = (a.ravel() for a in np.meshgrid(d, d, indexing="ij"))
+            ok = n % (tp * pp) == 0
+            tp, pp = np.repeat(tp[ok], len(d)), np.repeat(pp[ok], len(d))
+            cp = np.tile(d, int(ok.sum()))
             ok = n % (tp * pp * cp) == 0
             tp, pp, cp = tp[ok], pp[ok], cp[ok]
             parts.append((n // (tp * pp * cp), tp, pp, cp))
@@ -216,9 +235,70 @@ def vpp_candidates(num_layers: int) -> np.ndarray:
     return np.union1d(divisors(num_layers), divisors(num_layers + 2))
 
 
+#: most raw (dp, tp, pp, cp) factorisations one request may span (all GPU counts of a range):
+#: 1,024-4,096 GPUs has 0.5 million, 1-65,536 has 14 million; a wider request is refused
+#: before anything is built (the raw space is this times the other axes)
+MAX_FACTORISATIONS = 5_000_000
+#: surviving rows per chunk ``enumerate_chunks`` yields: bounds the memory of a large search
+#: (about 100 bytes per row for the columns and the sort) independently of its size
+SPACE_CHUNK_ROWS = 2_000_000
+
+_SMALL_PRIMES = np.array([p for p in range(2, 4097) if all(p % q for q in range(2, isqrt(p) + 1))], dtype=np.int64)
+
+
+def factorisation_count(lo: int, hi: int, stop_above: int | None = None) -> int:
+    """Ordered factorisations dp*tp*pp*cp = n summed over lo <= n <= hi (the divisor function
+    d_4: for n = prod p^e it is prod C(e + 3, 3)), without building them; counting stops early,
+    returning a partial sum, once it passes ``stop_above``. For hi <= 4096**2."""
+    total = 0
+    primes = _SMALL_PRIMES[_SMALL_PRIMES * _SMALL_PRIMES <= hi]
+    for block in range(lo, hi + 1, 1 << 16):
+        rest = np.arange(block, min(hi, block + (1 << 16) - 1) + 1, dtype=np.int64)
+        count = np.ones(len(rest), dtype=np.int64)
+        for p in primes:
+            e = np.zeros(len(rest), dtype=np.int64)
+            hit = rest % p == 0
+            while hit.any():
+                e += hit
+                rest = np.where(hit, rest // p, rest)
+                hit &= rest % p == 0
+            count *= (e + 1) * (e + 2) * (e + 3) // 6
+        # what remains is 1 or one prime above sqrt(hi) (exponent 1: C(4, 3) = 4)
+        total += int((count * np.where(rest > 1, 4, 1)).sum())
+        if stop_above is not None and total > stop_above:
+            break
+    return total
+
+
 def enumerate_space(model: ModelSpec, c: SearchConstraints) -> SearchSpace:
-    """Enumerate and prune the configurations of ``model`` under constraints ``c``."""
+    """Enumerate and prune the configurations of ``model`` under constraints ``c`` (one space)."""
+    return next(enumerate_chunks(model, c, max_rows=None))
+
+
+def enumerate_chunks(model: ModelSpec, c: SearchConstraints, max_rows: int | None = SPACE_CHUNK_ROWS):
+    """The pruned space of ``model`` under ``c`` in chunks of at most about ``max_rows`` rows
+    (None: one chunk), each sorted by the layer key; every chunk carries the whole space's
+    ``pruned`` counts and ``raw_size``. Always yields at least one (possibly empty) chunk."""
+    base = enumerate_base(model, c, max_rows)
+    for i in range(base.n_chunks):
+        yield base.chunk(i)[0]
+
+
+def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None = SPACE_CHUNK_ROWS) -> "SpaceBase":
+    """Apply every rule to the configurations of ``model`` under ``c`` without building the
+    rows: a ``SpaceBase`` builds them chunk by chunk (or picked rows) on demand.
+
+    Raises ``InputError`` when the request spans more than ``MAX_FACTORISATIONS`` GPU layouts.
+    """
     L, gbs, fixed = model.num_layers, c.global_batch, coded(c.fixed)
+    lo, hi = c.gpus
+    n_factorisations = factorisation_count(lo, hi, stop_above=MAX_FACTORISATIONS)
+    if hi > MAX_TABLE_GPUS and hi - lo + 1 > MAX_COUNTS_ABOVE_TABLE:
+        raise InputError("gpus", f"{lo}-{hi} is {hi - lo + 1:,} GPU counts; above {MAX_TABLE_GPUS:,} GPUs a search "
+                         f"covers at most {MAX_COUNTS_ABOVE_TABLE:,}", "search a narrower range of GPU counts")
+    if n_factorisations > MAX_FACTORISATIONS:
+        raise InputError("gpus", f"{lo}-{hi} GPUs have more than {MAX_FACTORISATIONS:,} dp x tp x pp x cp "
+                         "layouts, more than one search covers", "search a narrower range of GPU counts")
     experts = model.moe.num_experts if model.moe is not None else 1
     ep_raw = divisors(experts) if model.moe is not None else np.ones(1, dtype=np.int64)
     mb_raw = micro_batch_candidates(gbs, c.max_micro_batch)
@@ -236,7 +316,7 @@ def enumerate_space(model: ModelSpec, c: SearchConstraints) -> SearchSpace:
     pruned: dict[str, int] = {}
     count = _Counter(pruned)
 
-    dp, tp, pp, cp = _factorisations(*c.gpus)
+    dp, tp, pp, cp = _factorisations(lo, hi)
     raw_size = len(dp) * scale(0)
     h, kv = model.num_heads, model.num_kv_heads
     ok = count.apply([
@@ -278,7 +358,7 @@ def enumerate_space(model: ModelSpec, c: SearchConstraints) -> SearchSpace:
     ], len(v), scale(3))
     cols = _keep(cols, ok)
 
-    # the last four axes together: one (rows x combinations) mask, one gather
+    # the last four axes together: one (rows x combinations) mask
     sched, sp, zero, rc = (a.ravel() for a in np.meshgrid(sched_raw, sp_raw, zero_raw, rc_raw, indexing="ij"))
     t = cols["tp"][:, None]
     inter = (sched == SCHEDULE_CODES[Schedule.INTERLEAVED])[None, :]
@@ -302,17 +382,113 @@ def enumerate_space(model: ModelSpec, c: SearchConstraints) -> SearchSpace:
         ("dominated_zero_without_dp", ~dominated | (zero == 0)[None, :] | (shard > 1)[:, None]),
         ("fixed", grid(_allowed(fixed, "recompute", rc)[None, :])),
     ], shape, n_dt)
-    rows, combo = np.nonzero(ok)
-    cols = {k: v[rows] for k, v in cols.items()}
-    cols.update(schedule=sched[combo], sequence_parallel=sp[combo], zero_stage=zero[combo], recompute=rc[combo])
-    # rows that share a layer key (step_model.LAYER_KEY_FIELDS) next to each other: the step
-    # model then computes each layer's costs once per run of equal keys (stable, so the order
-    # within a key is the enumeration's)
-    order = np.lexsort([cols[k] for k in reversed(LAYER_KEY_FIELDS) if k in cols])
-    cols = {k: v[order] for k, v in cols.items()}
+    pruned = {k: pruned.get(k, 0) for k in RULES if k != "memory"}
+    combos = {"schedule": sched, "sequence_parallel": sp, "zero_stage": zero, "recompute": rc}
 
-    return SearchSpace(columns=cols, pruned={k: pruned.get(k, 0) for k in RULES if k != "memory"},
-                       raw_size=raw_size, dtypes=tuple(c.dtypes), global_batch=gbs)
+    # Order: each chunk's rows sorted by the layer key (step_model.LAYER_KEY_FIELDS: tp, cp,
+    # micro_batch, sequence_parallel, recompute, ep, ...), stably (within a key, enumeration
+    # order), so the step model computes each layer's costs once per run of equal keys. The key
+    # is split into the base rows' major part (tp, cp, micro_batch) and minor part (ep), and
+    # the combinations' part (sequence_parallel, recompute) that sits between them.
+    uniques = {k: np.unique(v) for k, v in cols.items()}
+    major = _codes(cols, uniques, [k for k in LAYER_KEY_FIELDS[:LAYER_KEY_FIELDS.index("sequence_parallel")]])
+    minor = _codes(cols, uniques, [k for k in LAYER_KEY_FIELDS[LAYER_KEY_FIELDS.index("recompute") + 1:]])
+    base_order = np.lexsort((minor, major))          # stable: equal keys keep enumeration order
+    cols = {k: v[base_order] for k, v in cols.items()}
+    major = major[base_order]
+    ok = ok[base_order]
+    # combinations grouped by their key part (stable): axis 1 of ``grouped`` is that part
+    middle = np.unique(sp * len(rc_raw) + np.searchsorted(rc_raw, rc), return_inverse=True)[1].ravel()
+    by_middle = np.argsort(middle, kind="stable")
+    n_middle = int(middle.max()) + 1           # every (sp, rc) pair has the same combinations
+    per_row = np.count_nonzero(ok, axis=1)
+    total = int(per_row.sum())
+    if max_rows is None or total <= max_rows:
+        bounds = [0, len(per_row)]
+    else:
+        ends = np.searchsorted(np.cumsum(per_row), np.arange(max_rows, total, max_rows), side="right")
+        bounds = [0] + sorted(set(int(e) for e in ends if 0 < e < len(per_row))) + [len(per_row)]
+    offsets = np.concatenate([[0], np.cumsum(per_row)])[bounds]
+    return SpaceBase(columns=cols, combos=combos, ok=ok, major=major, middle=middle, by_middle=by_middle,
+                     n_middle=n_middle,
+                     bounds=tuple(bounds), offsets=tuple(int(o) for o in offsets), pruned=pruned,
+                     raw_size=raw_size, dtypes=tuple(c.dtypes), global_batch=gbs, total=total)
+
+
+@dataclass(frozen=True)
+class SpaceBase:
+    """A pruned search space before its rows are built: the base rows (every axis but the
+    last four, sorted by their layer-key part) and, per base row, which of the combinations of
+    the last four axes (schedule, sequence parallel, ZeRO, recompute) survive.
+
+    ``chunk(i)`` builds chunk ``i``'s rows (base rows ``bounds[i]:bounds[i+1]``) as a
+    ``SearchSpace`` sorted by the layer key (``step_model.LAYER_KEY_FIELDS``; within a key,
+    enumeration order); together the chunks hold every row once, chunk ``i``'s numbered from
+    ``offsets[i]`` (one chunk: the whole space in that order). ``pick`` builds chosen rows;
+    ``rank`` numbers rows in the order of the whole space, however it is chunked.
+    """
+
+    columns: Mapping[str, np.ndarray]
+    combos: Mapping[str, np.ndarray]
+    ok: np.ndarray
+    major: np.ndarray
+    middle: np.ndarray
+    by_middle: np.ndarray
+    n_middle: int
+    bounds: tuple[int, ...]
+    offsets: tuple[int, ...]
+    pruned: Mapping[str, int]
+    raw_size: int
+    dtypes: tuple[str, ...]
+    global_batch: int
+    total: int
+
+    @property
+    def n_chunks(self) -> int:
+        return len(self.bounds) - 1
+
+    def chunk(self, i: int) -> tuple[SearchSpace, np.ndarray, np.ndarray]:
+        """(chunk ``i`` as a ``SearchSpace``, its base-row index and combination index per row)."""
+        start, stop = self.bounds[i], self.bounds[i + 1]
+        grouped = self.ok[start:stop][:, self.by_middle].reshape(stop - start, self.n_middle,
+                                                                   self.ok.shape[1] // self.n_middle)
+        mid, rows, j = np.nonzero(grouped.transpose(1, 0, 2))           # middle key part major
+        combo = self.by_middle[mid * grouped.shape[2] + j]
+        rows += start
+        # then the major part first: base rows are sorted by (major, minor), so a stable sort by
+        # major alone gives (major, middle, minor, enumeration order)
+        major = self.major[rows]
+        if len(major) and major.max() < 2**16:
+            major = major.astype(np.uint16)          # numpy sorts 16-bit keys stably by radix
+        order = np.argsort(major, kind="stable")
+        rows, combo = rows[order], combo[order]
+        return self.pick(rows, combo), rows, combo
+
+    def rank(self, rows: np.ndarray, combo: np.ndarray) -> np.ndarray:
+        """Numbers increasing with the rows' order in the whole, unchunked space: layer key
+        (major part of the base row, the combination's middle part, then the base row, which
+        carries the minor part and the enumeration order), then the combination."""
+        rows, combo = np.asarray(rows, dtype=np.int64), np.asarray(combo, dtype=np.int64)
+        n_base, n_combo = len(self.major), len(self.middle)
+        return ((self.major[rows] * self.n_middle + self.middle[combo]) * n_base + rows) * n_combo + combo
+
+    def pick(self, rows: np.ndarray, combo: np.ndarray) -> SearchSpace:
+        """The configurations (base row ``rows[k]``, combination ``combo[k]``) as a space, in
+        the order given."""
+        columns = {k: v[rows] for k, v in self.columns.items()}
+        columns.update({k: v[combo] for k, v in self.combos.items()})
+        return SearchSpace(columns=columns, pruned=self.pruned, raw_size=self.raw_size, dtypes=self.dtypes,
+                           global_batch=self.global_batch, space_rows=self.total)
+
+
+def _codes(cols: Mapping[str, np.ndarray], uniques: Mapping[str, np.ndarray], names) -> np.ndarray:
+    """The values of ``names`` (first most significant) as one dense integer code per row."""
+    key = np.zeros(len(next(iter(cols.values()))), dtype=np.int64)
+    for name in names:
+        if name in cols:
+            u = uniques[name]
+            key = key * len(u) + np.searchsorted(u, cols[name])
+    return key
 
 
 def divisibility_only(model: ModelSpec, gpus: tuple[int, int], global_batch: int, max_tp: int,

@@ -26,3 +26,9 @@ def pipeline_timeline(model: ModelSpec, config: ParallelConfig, cluster: Cluster
     durations = tuple(order_durations(kind, f[None], b[None], w[None])[0])
     schedule = make_schedule(kind, p, m, v, durations=durations)
     return schedule, simulate_schedule(schedule, f, b, w, p2p_time_s=0.0)
+
+
+def pipeline_ops(config: ParallelConfig, num_microbatches: int) -> int:
+    """An upper bound on the schedule's operations: forward, backward and (zero-bubble) weight
+    pass of every micro-batch on every chunk of every stage (what a timeline would draw)."""
+    return 3 * int(config.pp) * int(config.vpp) * int(num_microbatches)

@@ -56,6 +56,16 @@ def _enum(enum_cls, value, field):
                          "choose one of " + ", ".join(e.value for e in enum_cls)) from None
 
 
+#: largest parallel degree, and largest product dp*tp*pp*cp: 2**24 (16.8 million) GPUs, over a
+#: hundred times the largest training clusters built (~100k GPUs, 2024); a larger value is a
+#: typo, and bounding it keeps every count exact in int64 and every time finite in float64
+MAX_GPUS = 2**24
+#: largest global batch in sequences (about 10**12; a 16M-token batch of 8k sequences is 2**11)
+MAX_GLOBAL_BATCH = 2**40
+#: largest ratio of the busiest expert's tokens to the mean (a ratio is at most experts / top_k;
+#: ``validate_config.check_config`` applies that bound for the model at hand)
+MAX_MOE_LOAD_IMBALANCE = 2**20
+
 #: switches of ``ParallelConfig`` (each must be a real bool: the string "false" is truthy)
 BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
                "flash_attention", "grad_accumulation_fusion", "uneven_layers", "zero3_recompute_gather",
@@ -188,13 +198,20 @@ class ParallelConfig:
             if isinstance(value, bool) or not isinstance(value, int):
                 try:
                     as_int = int(value)
-                except (TypeError, ValueError):
+                except (TypeError, ValueError, OverflowError):        # inf, nan, text
                     raise InputError(name, f"must be a positive integer, got {value!r}") from None
                 if as_int != value:
                     raise InputError(name, f"must be a positive integer, got {value!r}")
                 object.__setattr__(self, name, as_int)
             if getattr(self, name) < 1:
                 raise InputError(name, f"must be >= 1, got {value}")
+            limit = MAX_GLOBAL_BATCH if name == "global_batch" else MAX_GPUS
+            if getattr(self, name) > limit:
+                raise InputError(name, f"{value} is above the largest supported value {limit:,}",
+                                 "check the number")
+        if self.n_gpus > MAX_GPUS:
+            raise InputError("dp", f"dp*tp*pp*cp = {self.n_gpus:,} GPUs is above the largest supported "
+                             f"job ({MAX_GPUS:,} GPUs)", "check the degrees")
         for name in LAYOUT_FIELDS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
@@ -243,8 +260,14 @@ class ParallelConfig:
             raise InputError("global_batch", f"{self.global_batch} is not divisible by dp*micro_batch = "
                              f"{self.dp}*{self.micro_batch}",
                              f"use a multiple of {self.dp * self.micro_batch}")
-        if self.moe_load_imbalance < 1.0:
-            raise InputError("moe_load_imbalance", "must be >= 1 (1 = perfectly balanced)")
+        try:
+            imbalance = float(self.moe_load_imbalance)
+        except (TypeError, ValueError):
+            raise InputError("moe_load_imbalance", f"expected a number, got {self.moe_load_imbalance!r}") from None
+        if not 1.0 <= imbalance <= MAX_MOE_LOAD_IMBALANCE:      # also false for nan
+            raise InputError("moe_load_imbalance", f"must be between 1 (perfectly balanced) and "
+                             f"{MAX_MOE_LOAD_IMBALANCE:,}, got {self.moe_load_imbalance!r}")
+        object.__setattr__(self, "moe_load_imbalance", imbalance)
 
     @property
     def n_gpus(self) -> int:

@@ -91,10 +91,19 @@ def group_cells(model, kind: ScheduleKind, p: int, v: int, first, last, uneven) 
     last = np.atleast_1d(np.asarray(last, dtype=np.int64))
     rows = max(len(first), len(last))
     first, last = np.broadcast_to(first, (rows,)), np.broadcast_to(last, (rows,))
-    pairs, inverse = np.unique(np.stack([first, last], axis=1), axis=0, return_inverse=True)
+
+    def cells_of(a, c):
+        return _layout_cells(model.num_layers, model.mtp_layers, model.moe, kind, p, v, int(a), int(c))
+
+    if (first == first[0]).all() and (last == last[0]).all():
+        # one layout for every row (the planner's usual case): read-only broadcast views
+        one = cells_of(first[0], last[0])
+        return {k: np.broadcast_to(x, (rows,) + x.shape) for k, x in one.items()}
+    # a 1-D key per (first, last) pair: far cheaper than a row-wise unique
+    span = int(max(first.max(), last.max())) + 1
+    pairs, inverse = np.unique(first * span + last, return_inverse=True)
     inverse = inverse.reshape(-1)
-    per_pair = [_layout_cells(model.num_layers, model.mtp_layers, model.moe, kind, p, v, int(a), int(c))
-                for a, c in pairs]
+    per_pair = [cells_of(key // span, key % span) for key in pairs]
     return {k: np.stack([cells[k] for cells in per_pair])[inverse] for k in per_pair[0]}
 
 
@@ -276,6 +285,15 @@ def stage_layer_counts(model, batch) -> dict:
     return out
 
 
+@lru_cache(maxsize=1024)
+def _first_position_of_stage(kind: ScheduleKind, p: int, v: int) -> np.ndarray:
+    """Per stage, the first position of the schedule's forward path on it (read-only)."""
+    stage_of = path_cells(kind, p, v) // v
+    out = np.array([np.flatnonzero(stage_of == s)[0] for s in range(p)])
+    out.setflags(write=False)
+    return out
+
+
 def _busiest_stage_bound(kind: ScheduleKind, p: int, v: int, m: int, f, b, k, busy):
     """A lower bound on the makespan, per row: arrival of the first forward at the busiest
     stage ``k``'s first position + its m micro-batches of work + the backward chain from that
@@ -286,8 +304,7 @@ def _busiest_stage_bound(kind: ScheduleKind, p: int, v: int, m: int, f, b, k, bu
     b_path = b.reshape(b.shape[0], -1)[:, cells]
     before_f = np.cumsum(f_path, axis=1) - f_path          # forward chain up to each position
     before_b = np.cumsum(b_path, axis=1) - b_path
-    stage_of = cells // v
-    first_pos = np.array([np.flatnonzero(stage_of == s)[0] for s in range(p)])[k]
+    first_pos = _first_position_of_stage(kind, p, v)[k]
     per_mb = busy
     if kind == ScheduleKind.DUALPIPE:
         return m * per_mb        # both directions reach every rank; the chains overlap

@@ -50,6 +50,11 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
         if model.moe.num_experts % c.ep:
             raise InputError("ep", f"ep={c.ep} does not divide the {model.moe.num_experts} experts",
                              f"choose ep from {_divisors(model.moe.num_experts, 512)}")
+        most = model.moe.num_experts / model.moe.top_k
+        if c.moe_load_imbalance > most:
+            raise InputError("moe_load_imbalance", f"{c.moe_load_imbalance:g} is above {most:g}, the ratio when "
+                             f"every token's {model.moe.top_k} experts are the busiest (experts / top_k)",
+                             f"use a ratio between 1 and {most:g}")
         if (c.dp * c.cp * c.tp) % (c.ep * c.etp):
             raise InputError("ep", f"ep*etp = {c.ep}*{c.etp} must divide dp*cp*tp = {c.dp * c.cp * c.tp} "
                              "(MoE parallel folding)")

@@ -202,7 +202,7 @@ def test_simulate_prints_an_aligned_table():
     assert result.exit_code == 0, result.output
     out = result.stdout
     for needle in ("llama3-70b", "dgx-h100", "dp=4 tp=4 pp=4", "time_s", "pct_of_step", "step_time_s",
-                   "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu_pct", "hfu_pct", "mem_gib",
+                   "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu_bf16_pct", "hfu_bf16_pct", "mem_gib",
                    "pct_of_hbm", "fits: ", "why: "):
         assert needle in out, needle
     for part in TIME_PARTS:
@@ -306,7 +306,7 @@ def test_validate_published_prints_per_source_table_and_skip_reasons(small_runs_
     kor = next(ln for ln in out.splitlines() if ln.startswith("KOR22"))
     assert kor.split()[1:3] == ["3", "0"]
     assert next(ln for ln in out.splitlines() if ln.startswith("SKIPME")).split()[1:3] == ["0", "1"]
-    assert "gpu_hours is not a training-step metric" in out
+    assert "'gpu_hours' is not a training-step metric" in out
     listed = run("validate", "published", small_runs_csv, "--list-skipped").stdout
     assert "SKIPME:gpu_hours" in listed
 
@@ -408,3 +408,85 @@ def test_moe_ep_and_cp_divisibility_errors_are_one_line_exit_2():
         assert proc.returncode == 2
         assert proc.stderr.strip().startswith(expected)
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_validate_published_without_a_path_reads_the_bundled_file_when_no_shared_copy(tmp_path):
+    from paraplan.validation.datasets import BUNDLED_DIR
+    env = {"PARAPLAN_VALIDATION_DIR": str(tmp_path)}          # an empty "shared" folder
+    default = run("validate", "published", "--source", "KOR22-T5", "--json", env=env)
+    assert default.exit_code == 0, default.output
+    assert str(BUNDLED_DIR / PUBLISHED_RUNS) in default.stderr
+    explicit = run("validate", "published", BUNDLED_DIR / PUBLISHED_RUNS, "--source", "KOR22-T5", "--json")
+    rows = json.loads(default.stdout)
+    assert rows == json.loads(explicit.stdout)
+    assert len(rows) >= 8 and all(r["status"] == "ok" and math.isfinite(r["rel_error"]) for r in rows)
+
+
+def test_a_timeline_of_too_many_operations_is_refused_before_any_work(tmp_path):
+    import time
+    t0 = time.process_time()
+    for flag, name in (("--gantt", "g.png"), ("--trace", "t.json")):
+        result = run("simulate", "-m", "gpt3-125m", "-c", "dgx-h100", "--pp", "4", "--global-batch", "100000",
+                     flag, tmp_path / name)
+        assert_one_line_error(result, flag, "operations")
+        assert not (tmp_path / name).exists()
+    assert time.process_time() - t0 < 2.0
+    assert_one_line_error(run("simulate", "-m", "gpt3-125m", "-c", "dgx-h100", "--pp", "2", "--global-batch", "8",
+                              "--gantt", tmp_path / "g.txt"), "--gantt", "image format")
+
+
+def test_a_step_of_a_million_micro_batches_is_answered_quickly_and_finite():
+    import time
+    t0 = time.process_time()
+    result = run("simulate", "-m", "gpt3-125m", "-c", "dgx-h100", "--pp", "4", "--global-batch", "1000000", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["step_time_s"] > 0 and math.isfinite(report["step_time_s"])
+    assert time.process_time() - t0 < 5.0
+
+
+# ---- honest defaults: priors, headroom, MFU ---------------------------------------------------------
+
+def test_numbers_on_an_unfitted_efficiency_model_carry_the_marker_and_the_field():
+    prior = run("simulate", "-m", "llama3-8b", "-c", "mi300x-node", "--gpus", "8", "--global-batch", "64")
+    fitted = run("simulate", "-m", "llama3-8b", "-c", "dgx-h100", "--gpus", "8", "--global-batch", "64")
+    assert prior.exit_code == fitted.exit_code == 0
+    step = next(ln for ln in prior.stdout.splitlines() if ln.strip().startswith("step_time_s"))
+    assert step.split()[1].endswith("*") or step.split()[2] == "*"
+    assert "unfitted prior" in prior.stdout and "cdna3" in prior.stdout
+    assert "*" not in fitted.stdout and "prior" not in fitted.stdout
+    data = json.loads(run("simulate", "-m", "llama3-8b", "-c", "mi300x-node", "--gpus", "8", "--global-batch", "64",
+                          "--json").stdout)
+    assert data["efficiency_fitted"] is False and data["efficiency_generation"] == "cdna3"
+    plan = json.loads(run("plan", "-m", "llama3-8b", "-c", "mi300x-node", "-n", "16", "--global-batch", "64",
+                          "--json", "--top", "2").stdout)
+    assert plan["request"]["efficiency_fitted"] is False and plan["plans"][0]["efficiency_fitted"] is False
+    table = run("plan", "-m", "llama3-8b", "-c", "mi300x-node", "-n", "16", "--global-batch", "64", "--top", "2")
+    assert "unfitted prior" in table.stdout.splitlines()[-1]
+
+
+def test_simulate_and_plan_keep_the_default_headroom_unless_told_otherwise():
+    from simulator.headroom import DEFAULT_HEADROOM_FRACTION
+    base = ["simulate", "-m", "llama3-8b", "-c", "mi300x-node", "--gpus", "8", "--global-batch", "64", "--json"]
+    kept = json.loads(run(*base).stdout)
+    assert kept["headroom_required_bytes"] == pytest.approx(DEFAULT_HEADROOM_FRACTION * kept["hbm_bytes"])
+    # 186.8 GiB of 192: fits in HBM, but not with the 9.6 GiB a run keeps free
+    assert kept["memory_bytes"] < kept["hbm_bytes"] and kept["fits"] is False
+    assert json.loads(run(*base, "--headroom-gib", "0").stdout)["fits"] is True
+    plan = json.loads(run("plan", "-m", "gpt3-1.3b", "-c", "dgx-a100-80gb", "-n", "8", "--global-batch", "32",
+                          "--json").stdout)
+    hbm = 80 * 2**30
+    assert plan["request"]["memory_limit_bytes"] == pytest.approx((1 - DEFAULT_HEADROOM_FRACTION) * hbm)
+    assert all(p["memory_gib"] * 2**30 <= (1 - DEFAULT_HEADROOM_FRACTION) * hbm for p in plan["plans"])
+    for bad in ("-1", "nan", "inf", "200"):
+        assert_one_line_error(run(*base, "--headroom-gib", bad), "headroom_gib")
+
+
+def test_mfu_is_percent_of_the_bf16_peak_in_every_command():
+    sim = json.loads(run(*SIM, *PLAN_64, "--json").stdout)
+    table = run(*SIM, *PLAN_64).stdout
+    shown = float(next(ln for ln in table.splitlines() if ln.strip().startswith("mfu_bf16_pct")).split()[1])
+    assert shown == pytest.approx(sim["mfu_bf16_pct"], abs=0.05) and "mfu" not in sim
+    fp8 = json.loads(run(*SIM, *PLAN_64, "--dtype", "fp8", "--json").stdout)
+    # an fp8 plan's MFU against the bf16 peak: its FLOPs over the bf16 rate, so above its fp8-peak share
+    assert 0 < fp8["mfu_bf16_pct"] < 200 and fp8["mfu_bf16_pct"] > sim["mfu_bf16_pct"]

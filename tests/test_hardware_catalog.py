@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -280,3 +281,39 @@ def test_user_directory_in_env_var_adds_a_gpu_and_a_cluster_using_it(tmp_path, m
     assert box.gpu == gpu
     assert box.scaleup.bw_bytes_per_s == 100e9   # defaults to the GPU's own link
     assert box.scaleout.bw_bytes_per_s == 12.5e9 and box.scaleout.latency_s == pytest.approx(7e-6)
+
+
+# ---- hostile files ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, says", [
+    ("a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 10) + "]\n" for i in range(6))
+     + "name: *g\n", "expands to more than"),
+    ("name: &n [*n]\n", "refers to itself"),
+    ("name: !!python/object/apply:os.getcwd []\n", "malformed YAML"),
+    ("name: [" * 900 + "]" * 900 + "\n", "nests"),
+])
+def test_alias_bombs_recursive_anchors_python_tags_and_deep_nesting_are_one_input_error(tmp_path, text, says):
+    from hardware_specs.catalog import read_yaml
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError) as err:
+        read_yaml(path, "cluster")
+    assert err.value.field in ("cluster", "yaml") and says in str(err.value)
+
+
+def test_non_utf8_catalog_file_is_an_input_error(tmp_path):
+    from hardware_specs.catalog import read_yaml
+    path = tmp_path / "latin.yaml"
+    path.write_bytes(b"name: caf\xe9\n")
+    with pytest.raises(InputError, match="not UTF-8"):
+        read_yaml(path, "gpu")
+
+
+@pytest.mark.parametrize("key, value", [("oversubscription", float("nan")), ("oversubscription", float("inf")),
+                                        ("gpus_per_node", 2**30), ("max_gpus", 1.5)])
+def test_cluster_spec_refuses_non_finite_and_out_of_range_fabric_values(key, value):
+    cluster = load_cluster("dgx-h100")
+    with pytest.raises(InputError) as err:
+        replace(cluster, **{key: value})
+    assert err.value.field.endswith(key)

@@ -1,9 +1,10 @@
-"""The what-if notebooks execute end to end (nbclient), fast, and match their generator.
+"""The what-if notebooks: every ``notebooks/*.py`` (a jupytext percent script) executes end to
+end in a fresh kernel, fast, and its paired ``.ipynb`` holds the same cells.
 
-Runs in the default test session (CI runs ``pytest`` after ``pip install -e .[test]``, whose
-test extra brings nbclient, nbformat and ipykernel). The kernel is this interpreter, so the
-notebooks see the installed paraplan. ``PARAPLAN_FIGURES=<folder>`` makes the notebooks also
-write their figures there as PNG files, to look at.
+A new notebook needs no edit here: drop ``notebooks/<name>.py``, run
+``python tools/notebooks.py notebooks/<name>.py`` to write the executed ``.ipynb``, commit both.
+Runs in the default test session (the test extra brings jupytext, nbclient, nbformat and
+ipykernel). The kernel is this interpreter with this tree first on its path.
 """
 from __future__ import annotations
 
@@ -16,21 +17,40 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 REPO = Path(__file__).resolve().parents[1]
-NOTEBOOKS = REPO / "notebooks"
 MAX_WALL_S = 60.0          # each notebook, kernel start included
 
 
-def _generator():
-    spec = importlib.util.spec_from_file_location("build_notebooks", NOTEBOOKS / "build_notebooks.py")
+def _tool():
+    spec = importlib.util.spec_from_file_location("notebook_tool", REPO / "tools" / "notebooks.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-GENERATOR = _generator()
+TOOL = _tool()
+SOURCES = TOOL.sources()
+
+
+def _prior_names() -> set[str]:
+    """Cluster and GPU names whose efficiency model is an unfitted prior (``fitted: false``)."""
+    from hardware_specs.catalog import efficiency_for_cluster, list_clusters, load_cluster
+    names = set()
+    for name in list_clusters():
+        cluster = load_cluster(name)
+        if not efficiency_for_cluster(cluster).is_fitted:
+            names |= {name, cluster.gpu.name}
+    return names
+
+
+PRIOR_NAMES = _prior_names()
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
 
 
 @pytest.fixture(scope="module")
@@ -48,36 +68,38 @@ def kernel_name(tmp_path_factory, monkeypatch_module):
     return "paraplan-test"
 
 
-@pytest.fixture(scope="module")
-def monkeypatch_module():
-    with pytest.MonkeyPatch.context() as mp:
-        yield mp
+def test_there_are_notebooks_and_each_py_has_an_ipynb_and_back():
+    assert len(SOURCES) >= 4
+    pairs = {p.stem for p in SOURCES}
+    saved = {p.stem for p in (REPO / "notebooks").glob("*.ipynb")}
+    assert saved == pairs, "each notebooks/<name>.py needs its executed <name>.ipynb (python tools/notebooks.py)"
 
 
-def test_every_notebook_is_written_by_the_generator():
-    # notebooks kept as jupytext percent scripts (a .py twin) are not written by the generator
-    on_disk = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb") if not p.with_suffix(".py").is_file())
-    assert on_disk == sorted(GENERATOR.NOTEBOOKS), "run python notebooks/build_notebooks.py"
-    for name, cells in GENERATOR.NOTEBOOKS.items():
-        saved = nbformat.read(NOTEBOOKS / name, as_version=4)
-        built = GENERATOR.build(cells)
-        assert [(c.cell_type, c.source) for c in saved.cells] == [(c.cell_type, c.source) for c in built.cells], \
-            f"{name} is stale: run python notebooks/build_notebooks.py"
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_saved_ipynb_has_the_cells_of_its_py_and_their_outputs(source):
+    nb = TOOL.load(source)
+    saved = nbformat.read(source.with_suffix(".ipynb"), as_version=4)
+    assert TOOL.cells(saved) == TOOL.cells(nb), \
+        f"{source.with_suffix('.ipynb').name} is stale: python tools/notebooks.py {source.relative_to(REPO)}"
+    code = [c for c in saved.cells if c.cell_type == "code"]
+    assert code and all(c.get("execution_count") for c in code), "saved without running every cell"
+    assert not [o for c in code for o in c.outputs if o.output_type == "error"]
 
 
-@pytest.mark.parametrize("name", sorted(GENERATOR.NOTEBOOKS))
-def test_notebook_executes_without_errors_in_under_a_minute(name, kernel_name):
-    nb = GENERATOR.build(GENERATOR.NOTEBOOKS[name])
-    client = NotebookClient(nb, timeout=MAX_WALL_S, kernel_name=kernel_name,
-                            resources={"metadata": {"path": str(REPO)}})
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_notebook_executes_without_errors_in_under_a_minute(source, kernel_name):
+    nb = TOOL.load(source)
     t0 = time.perf_counter()
-    client.execute()            # raises CellExecutionError on the first failing cell
+    TOOL.execute(nb, timeout_s=MAX_WALL_S, kernel_name=kernel_name)   # raises at the first failing cell
     wall = time.perf_counter() - t0
-    assert wall < MAX_WALL_S, f"{name} took {wall:.0f} s"
+    assert wall < MAX_WALL_S, f"{source.name} took {wall:.0f} s"
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.output_type == "error"]
-    assert any("image/png" in o.get("data", {}) for o in outputs), f"{name} shows no figure"
+    assert any("image/png" in o.get("data", {}) for o in outputs), f"{source.name} shows no figure"
     conclusions = [o["data"]["text/markdown"] for o in outputs if "text/markdown" in o.get("data", {})]
-    assert conclusions, f"{name} renders no conclusions"
+    assert conclusions, f"{source.name} renders no conclusions"
     for text in conclusions:     # every value in the prose was computed
         assert not re.search(r"\bnan\b|\binf\b", text.lower()), text
+        named = [n for n in PRIOR_NAMES if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text, re.IGNORECASE)]
+        assert not named or "prior" in text.lower(), \
+            f"{source.name} concludes about {named} (an unfitted efficiency model) without saying so: {text[:300]}"

@@ -271,3 +271,46 @@ def test_fp8_weight_quantisation_is_paid_once_per_step_and_once_per_upstream_sta
         pytest.approx(r8.extras["pipeline_makespan_s"] + 4 * 8 * w, rel=1e-9)
     # recomputation repeats the forward without casting again
     assert r16.time_breakdown_s["recompute_s"] == pytest.approx(2 * r8.time_breakdown_s["recompute_s"], rel=1e-9)
+
+
+# ---- bounds of a configuration -------------------------------------------------------------------
+
+@pytest.mark.parametrize("field, value", [("global_batch", 2**63), ("etp", 10**30), ("dp", 2**25),
+                                          ("moe_load_imbalance", float("nan")), ("moe_load_imbalance", float("inf"))])
+def test_parallel_config_refuses_values_beyond_its_bounds_naming_the_field(field, value):
+    from hardware_specs.errors import InputError
+    from simulator.parallel_config import ParallelConfig
+    kwargs = {"global_batch": 2**20} if field != "global_batch" else {}
+    with pytest.raises(InputError) as err:
+        ParallelConfig(**kwargs, **{field: value})
+    assert err.value.field == field
+
+
+def test_a_job_of_more_gpus_than_supported_is_refused_even_when_each_degree_is_in_range():
+    from hardware_specs.errors import InputError
+    from simulator.parallel_config import MAX_GPUS, ParallelConfig
+    with pytest.raises(InputError, match="GPUs is above"):
+        ParallelConfig(dp=MAX_GPUS, tp=2, global_batch=MAX_GPUS)
+
+
+def test_moe_load_imbalance_is_at_most_experts_over_top_k():
+    from hardware_specs.errors import InputError
+    from model_specs.catalog import load_model
+    from simulator.parallel_config import ParallelConfig
+    from simulator.validate_config import check_config
+    model = load_model("mixtral-8x7b")                 # 8 experts, top-2: at most 4
+    check_config(model, ParallelConfig(dp=8, global_batch=8, moe_load_imbalance=4.0))
+    with pytest.raises(InputError) as err:
+        check_config(model, ParallelConfig(dp=8, global_batch=8, moe_load_imbalance=4.5))
+    assert err.value.field == "moe_load_imbalance"
+
+
+@pytest.mark.parametrize("field, value", [("num_layers", 2**17), ("hidden_size", 10**30), ("seq_len", 2**31),
+                                          ("vocab_size", 1.5)])
+def test_model_spec_refuses_sizes_beyond_its_bounds_naming_the_field(field, value):
+    from dataclasses import replace
+    from hardware_specs.errors import InputError
+    from model_specs.catalog import load_model
+    with pytest.raises(InputError) as err:
+        replace(load_model("gpt3-125m"), **{field: value})
+    assert err.value.field == f"model.{field}"

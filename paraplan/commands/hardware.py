@@ -131,6 +131,7 @@ def efficiency_detail(eff: EfficiencyModel) -> dict:
         "sync_skew_fraction": eff.sync_skew_fraction,
         "collective_bw_fraction": dict(eff.collective_bw_fraction),
         "fitted_on": eff.fitted_on,
+        "fitted": eff.is_fitted,
     }
 
 

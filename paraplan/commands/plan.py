@@ -18,6 +18,8 @@ from hardware_specs.catalog import load_cluster
 from hardware_specs.errors import InputError
 from hardware_specs.gpu_spec import KNOWN_DTYPES
 from model_specs.catalog import load_model
+from paraplan import mfu as mfu_units
+from paraplan import priors
 from paraplan.cli import dump_json, format_table
 from planners.explain import stage_layers_text
 from planners.plan import PlanResult, parse_gpus, plan
@@ -77,16 +79,39 @@ _FORMATS = {
     "step_time_s": lambda v: f"{v:.4g}",
     "tokens_per_s": lambda v: f"{v:,.0f}",
     "tokens_per_s_per_gpu": lambda v: f"{v:,.1f}",
-    "mfu": lambda v: f"{v:.3f}",
+    "mfu_bf16_pct": lambda v: f"{v:.1f}",
+    "mfu_fp16_pct": lambda v: f"{v:.1f}",
+    "mfu_fp32_pct": lambda v: f"{v:.1f}",
     "memory_gib": lambda v: f"{v:.1f}",
     "headroom_gib": lambda v: f"{v:.1f}",
 }
 
 
+def display(df, cluster):
+    """The plans as every output shows them: MFU in percent of the reference peak
+    (``paraplan.mfu``) instead of the fraction of the row dtype's peak, and whether the times
+    rest on a fitted efficiency model (``efficiency_fitted``, see ``paraplan.priors``)."""
+    out = df.copy()
+    if "mfu" in out:
+        gpu = cluster.gpu
+        pct = [float(mfu_units.mfu_pct(m, str(d), gpu)) for m, d in zip(out["mfu"], out["dtype"])]
+        out.insert(out.columns.get_loc("mfu"), mfu_units.mfu_column(gpu), pct)
+        out = out.drop(columns="mfu")
+    out["efficiency_fitted"] = not priors.is_prior(cluster)
+    return out
+
+
 def _table(df, ranked: bool = True) -> str:
     df = df.copy()
+    star = "" if df.empty or bool(df["efficiency_fitted"].iloc[0]) else priors.mark_text()
+    df = df.drop(columns="efficiency_fitted")
     headers = list(df.columns)
     rows = _cells(df)
+    if star:        # every time in the table rests on the prior: the marker beside each
+        for c in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu"):
+            if c in headers:
+                i = headers.index(c)
+                rows = [r[:i] + [r[i] + star] + r[i + 1:] for r in rows]
     if ranked:
         headers = ["rank"] + headers
         rows = [[str(i + 1)] + r for i, r in enumerate(rows)]
@@ -122,24 +147,26 @@ def _header(result: PlanResult) -> str:
     return (f"plan: {result.model} on {gpus} x {result.gpu} ({result.cluster}); global batch "
             f"{result.global_batch} sequences x {result.seq_len} = {tokens:,} tokens\n"
             f"searched {result.raw_size:,} configurations in {result.wall_s:.2f} s: {result.evaluated:,} evaluated "
-            f"({result.evals_per_s:,.0f}/s), {len(result.plans):,} fit in {result.memory_limit_bytes / 2**30:.1f} GiB\n")
+            f"({result.evals_per_s:,.0f}/s), {result.fitting:,} fit in {result.memory_limit_bytes / 2**30:.1f} GiB\n")
 
 
-def _json(result: PlanResult, top: int, pareto: bool, explain: bool) -> str:
+def _json(result: PlanResult, top: int, pareto: bool, explain: bool, cluster) -> str:
     data = {
         "request": {"model": result.model, "cluster": result.cluster, "gpu": result.gpu,
                     "gpus": list(result.gpus), "global_batch": result.global_batch, "seq_len": result.seq_len,
-                    "dtypes": list(result.dtypes), "memory_limit_bytes": result.memory_limit_bytes},
-        "search": {"configurations": result.raw_size, "evaluated": result.evaluated, "fit": len(result.plans),
+                    "dtypes": list(result.dtypes), "memory_limit_bytes": result.memory_limit_bytes,
+                    "headroom_required_bytes": result.hbm_bytes - result.memory_limit_bytes,
+                    **priors.json_fields(cluster)},
+        "search": {"configurations": result.raw_size, "evaluated": result.evaluated, "fit": result.fitting, "plans_kept": len(result.plans),
                    "wall_s": result.wall_s, "eval_s": result.eval_s, "evals_per_s": result.evals_per_s},
         "pruned": dict(result.pruned),
-        "plans": result.top(top).to_dict("records"),
+        "plans": display(result.top(top), cluster).to_dict("records"),
         "stage_layers": [list(x) for x in result.stage_layers] if result.stage_layers else None,
     }
     if pareto:
-        data["pareto_memory"] = result.pareto("memory").to_dict("records")
+        data["pareto_memory"] = display(result.pareto("memory"), cluster).to_dict("records")
         if result.gpus[0] != result.gpus[1]:
-            data["pareto_gpus"] = result.pareto("gpus").to_dict("records")
+            data["pareto_gpus"] = display(result.pareto("gpus"), cluster).to_dict("records")
     if explain:
         data["explain"] = result.explain
     return dump_json(data)
@@ -179,8 +206,9 @@ def _csv(df) -> str:
 @click.option("--recompute", type=click.Choice([r.value for r in Recompute]), help="Fix the recomputation.")
 @click.option("--schedule", type=click.Choice([s.value for s in Schedule]),
               help="Fix the pipeline schedule (default: 1f1b, interleaved when vpp > 1).")
-@click.option("--headroom-gib", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
-              help="Memory to leave free per GPU, GiB.")
+@click.option("--headroom-gib", type=float, default=None,
+              help="Memory to leave free per GPU, GiB [default: 5% of HBM, see simulator/headroom.py; 0 plans "
+                   "to the modelled peak].")
 @click.option("--dtype", "dtypes", multiple=True, type=click.Choice(list(KNOWN_DTYPES)),
               help="GEMM dtype to allow (repeatable) [default: the GPU's 16-bit type].")
 @click.option("--stack", default="megatron-core", show_default=True, metavar="NAME",
@@ -249,22 +277,26 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         click.echo(_emit(result, spec, emit), nl=False)
         return
     if as_json:
-        click.echo(_json(result, top, pareto, explain), nl=False)
+        click.echo(_json(result, top, pareto, explain, cl), nl=False)
         return
     if as_csv:
-        click.echo(_csv(result.pareto("gpus" if is_range else "memory") if pareto else result.top(top)), nl=False)
+        click.echo(_csv(display(result.pareto("gpus" if is_range else "memory") if pareto else result.top(top), cl)),
+                   nl=False)
         return
-    out = [_header(result), _table(result.top(top))]
+    out = [_header(result), _table(display(result.top(top), cl))]
     if result.stage_layers:
         out.append(f"best plan's layers per pipeline stage: {stage_layers_text(result.stage_layers)}\n")
     if pareto:
         out.append("\npareto frontier: tokens/s vs memory per GPU (no plan with less memory is as fast)\n")
-        out.append(_table(result.pareto("memory"), ranked=False))
+        out.append(_table(display(result.pareto("memory"), cl), ranked=False))
         if is_range:
             out.append("\npareto frontier: tokens/s vs GPU count (no smaller count is as fast)\n")
-            out.append(_table(result.pareto("gpus"), ranked=False))
+            out.append(_table(display(result.pareto("gpus"), cl), ranked=False))
     if explain:
         out.append("\n" + result.explain)
+    note = priors.footnote(cl)
+    if note:
+        out.append(note + "\n")
     click.echo("".join(out), nl=False)
 
 

@@ -23,7 +23,7 @@ from click.core import ParameterSource
 
 from hardware_specs.errors import InputError
 from hardware_specs.gpu_spec import KNOWN_DTYPES
-from paraplan.cli import atomic_output_path, check_writable
+from paraplan.cli import atomic_output_path, check_image_path
 from simulator.parallel_config import CPKind, Recompute, Schedule
 
 KINDS = ("breakdown", "memory", "roofline", "pareto", "scaling", "bandwidth")
@@ -108,7 +108,7 @@ def command(kind: str, field: str | None, values: str | None, best: bool, title:
           --recompute full --sequence-parallel --global-batch-tokens 16777216 -o network.png
     """
     field, parsed = check_sweep(kind, field, values)
-    check_writable(out)
+    check_image_path(out)
     from paraplan import api, plots
 
     base = _base(opts, kind)

@@ -15,8 +15,11 @@ from hardware_specs.errors import InputError
 from hardware_specs.gpu_spec import KNOWN_DTYPES
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
-from paraplan.cli import atomic_output_path, check_writable, dump_json, format_table
+from paraplan import mfu as mfu_units
+from paraplan import priors
+from paraplan.cli import atomic_output_path, check_image_path, check_writable, dump_json, format_table
 from simulator.parallel_config import AttentionKernel, CPKind, ParallelConfig, Recompute, Schedule
+from simulator import headroom
 from simulator.report import StepReport
 from simulator.simulate import simulate
 from simulator.stack_defaults import stack_config_fields, stack_sequence_parallel
@@ -144,7 +147,7 @@ def why_line(report: StepReport) -> str:
             f"{value:.4g} s ({_pct(value, step)}%): {TIME_MEANING.get(name, name)}")
 
 
-def render(report: StepReport, model: ModelSpec, cluster) -> str:
+def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | None = None) -> str:
     """The human-readable table for one ``StepReport``."""
     c = report.config
     step = report.step_time_s
@@ -167,18 +170,20 @@ def render(report: StepReport, model: ModelSpec, cluster) -> str:
         "step time",
     ]
     decimals = 4 if step >= 1 else 6
-    rows = [[k, f"{v:.{decimals}f}", _pct(v, step), TIME_MEANING.get(k, "")]
+    star = priors.mark(cluster)
+    rows = [[k, f"{v:.{decimals}f}{star}", _pct(v, step), TIME_MEANING.get(k, "")]
             for k, v in report.time_breakdown_s.items()]
-    rows.append(["step_time_s", f"{step:.{decimals}f}", "100.0", "one optimizer step"])
+    rows.append(["step_time_s", f"{step:.{decimals}f}{star}", "100.0", "one optimizer step"])
     lines.append(format_table(rows, ["part", "time_s", "pct_of_step", "what"], align="lrrl", indent="  ").rstrip())
 
     lines += ["", "throughput"]
-    rows = [["tokens_per_s", f"{report.tokens_per_s:,.0f}"],
-            ["tokens_per_s_per_gpu", f"{report.tokens_per_s_per_gpu:,.1f}"],
-            ["model_tflops_per_gpu", f"{report.model_tflops_per_gpu:.1f}"],
-            ["hardware_tflops_per_gpu", f"{report.hardware_tflops_per_gpu:.1f}"],
-            ["mfu_pct", f"{100 * report.mfu:.1f}"],
-            ["hfu_pct", f"{100 * report.hfu:.1f}"]]
+    dtype = c["dtype"]
+    rows = [["tokens_per_s", f"{report.tokens_per_s:,.0f}{star}"],
+            ["tokens_per_s_per_gpu", f"{report.tokens_per_s_per_gpu:,.1f}{star}"],
+            ["model_tflops_per_gpu", f"{report.model_tflops_per_gpu:.1f}{star}"],
+            ["hardware_tflops_per_gpu", f"{report.hardware_tflops_per_gpu:.1f}{star}"],
+            [mfu_units.mfu_column(cluster.gpu), f"{mfu_units.mfu_pct(report.mfu, dtype, cluster.gpu):.1f}{star}"],
+            [mfu_units.mfu_column(cluster.gpu, 'hfu'), f"{mfu_units.mfu_pct(report.hfu, dtype, cluster.gpu):.1f}{star}"]]
     lines.append(format_table(rows, ["metric", "value"], align="lr", indent="  ").rstrip())
 
     hbm = report.hbm_bytes
@@ -190,15 +195,34 @@ def render(report: StepReport, model: ModelSpec, cluster) -> str:
     lines.append(format_table(rows, ["part", "mem_gib", "pct_of_hbm", "what"], align="lrrl", indent="  ").rstrip())
 
     lines.append("")
-    head = report.headroom_bytes / GIB
-    if report.fits:
-        lines.append(f"fits: yes ({head:.2f} GiB headroom per GPU)")
+    free = report.headroom_bytes / GIB
+    keep = headroom.headroom_gib(report.hbm_bytes, headroom_gib)
+    if headroom.fits(report.memory_bytes, report.hbm_bytes, keep):
+        lines.append(f"fits: yes ({free:.2f} GiB free per GPU; the run keeps {keep:.2f} GiB headroom)")
     else:
         big_name, big = max(report.memory_breakdown_bytes.items(), key=lambda kv: kv[1])
-        lines.append(f"fits: NO (over by {-head:.2f} GiB per GPU; largest part {big_name.removesuffix('_bytes')} "
-                     f"{big / GIB:.2f} GiB; try recompute, more tp/pp, or a ZeRO stage)")
+        lines.append(f"fits: NO (over by {keep - free:.2f} GiB per GPU with the {keep:.2f} GiB headroom a run "
+                     f"keeps; largest part {big_name.removesuffix('_bytes')} {big / GIB:.2f} GiB; try recompute, "
+                     f"more tp/pp, or a ZeRO stage)")
     lines.append(why_line(report))
+    note = priors.footnote(cluster)
+    if note:
+        lines.append(note)
     return "\n".join(lines) + "\n"
+
+
+def json_dict(report: StepReport, cluster, headroom_gib: float) -> dict:
+    """``StepReport.as_dict()`` as the command prints it: ``fits`` with the headroom a run keeps
+    (``headroom_required_bytes``), MFU/HFU in percent of the reference peak (``paraplan.mfu``)
+    and whether the efficiency model behind every time is fitted (``efficiency_fitted``)."""
+    data = report.as_dict()
+    data["headroom_required_bytes"] = headroom_gib * GIB
+    data["fits"] = bool(headroom.fits(report.memory_bytes, report.hbm_bytes, headroom_gib))
+    dtype = report.config["dtype"]
+    for name in ("mfu", "hfu"):
+        data[mfu_units.mfu_column(cluster.gpu, name)] = float(mfu_units.mfu_pct(data.pop(name), dtype, cluster.gpu))
+    data.update(priors.json_fields(cluster))
+    return data
 
 
 # --------------------------------------------------------------------------------------------
@@ -218,6 +242,23 @@ def _pipeline_api():
 
 
 _SCHEDULE_FIELDS = {"p": "--pp", "m": "--global-batch", "v": "--vpp", "num_layers": "--pp"}
+#: most pipeline operations a Gantt chart draws (past a few thousand boxes a 24-inch-wide
+#: picture shows no single operation, and matplotlib takes seconds per ten thousand), and a
+#: trace holds (100,000 events is ~15 MB of JSON, about what Perfetto's web UI opens quickly)
+MAX_GANTT_OPS = 5_000
+MAX_TRACE_OPS = 100_000
+
+
+def check_timeline_size(config: ParallelConfig, trace_path: str | None, gantt_path: str | None) -> None:
+    """Refuse a timeline with more operations than can be drawn or opened (before any work)."""
+    from simulator.event_level import pipeline_ops
+    ops = pipeline_ops(config, config.num_microbatches)
+    for field, path, limit in (("--gantt", gantt_path, MAX_GANTT_OPS), ("--trace", trace_path, MAX_TRACE_OPS)):
+        if path is not None and ops > limit:
+            raise InputError(field, f"the schedule has up to {ops:,} operations (3 x pp {config.pp} x vpp "
+                             f"{config.vpp} x {config.num_microbatches:,} micro-batches), more than the "
+                             f"{limit:,} a timeline shows",
+                             "use a smaller global batch (fewer micro-batches) to look at the schedule")
 
 
 def pipeline_timeline(model: ModelSpec, config: ParallelConfig, cluster):
@@ -301,6 +342,9 @@ POS = click.IntRange(min=1)
 @click.option("--zero3-recompute-gather/--no-zero3-recompute-gather", default=False, show_default=True,
               help="ZeRO-3 with full recompute gathers each layer's parameters a third time for the "
                    "recompute forward (DeepSpeed ZeRO-3); off = PyTorch FSDP, where one gather serves both.")
+@click.option("--headroom-gib", type=float, default=None,
+              help="Memory a run keeps free per GPU, GiB; fits means peak memory + headroom <= HBM "
+                   "[default: 5% of HBM, see simulator/headroom.py].")
 @click.option("--plan", "plan_path", type=click.Path(dir_okay=False),
               help="Pooled (mixed) clusters: the plan as a YAML/JSON file (groups of replicas whose stages name "
                    "pools; the best_plan of `paraplan plan --json`).")
@@ -315,10 +359,10 @@ POS = click.IntRange(min=1)
               help="Allow layer counts that do not divide over the stages: first and last stages one layer lighter.")
 @click.option("--json", "as_json", is_flag=True, help="Print StepReport.as_dict() as JSON (SI units: seconds, bytes, FLOPs).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), help="Write the event-level pipeline timeline as a Chrome/Perfetto trace (JSON).")
-@click.option("--gantt", "gantt_path", type=click.Path(dir_okay=False), help="Draw the event-level pipeline timeline to a PNG.")
+@click.option("--gantt", "gantt_path", type=click.Path(dir_okay=False), help="Draw the event-level pipeline timeline to an image (.png, .svg or .pdf).")
 @click.pass_context
 def command(ctx: click.Context, as_json: bool, trace_path: str | None, gantt_path: str | None, plan_path: str | None,
-            groups: tuple[str, ...], **opts) -> None:
+            groups: tuple[str, ...], headroom_gib: float | None, **opts) -> None:
     """How long one training step of MODEL takes on CLUSTER with this parallel plan, where the
     time goes, and whether it fits in memory.
 
@@ -346,16 +390,18 @@ def command(ctx: click.Context, as_json: bool, trace_path: str | None, gantt_pat
     for field, path in (("--trace", trace_path), ("--gantt", gantt_path)):
         if path is not None:
             _pipeline_api()
-            check_writable(path, field)
+            (check_image_path if field == "--gantt" else check_writable)(path, field)
     model, cluster, config, gpus = build_inputs(opts)
+    keep_gib = headroom.headroom_gib(cluster.gpu.hbm_bytes, headroom_gib)      # a bad value fails first
+    check_timeline_size(config, trace_path, gantt_path)
     report = simulate(model, cluster, config, n_gpus=gpus)
     notes: list[str] = []
     if trace_path is not None or gantt_path is not None:
         notes = write_timelines(model, config, report, trace_path, gantt_path, cluster)
     if as_json:
-        click.echo(dump_json(report.as_dict()), nl=False)
+        click.echo(dump_json(json_dict(report, cluster, keep_gib)), nl=False)
     else:
-        click.echo(render(report, model, cluster), nl=False)
+        click.echo(render(report, model, cluster, keep_gib), nl=False)
     for note in notes:
         click.echo(note, err=True)
 

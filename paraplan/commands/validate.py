@@ -1,8 +1,10 @@
 """``paraplan validate``: how far the simulator's predictions are from measured runs.
 
-``validate published PATH`` predicts every row of a published-runs CSV it can model (see
+``validate published [PATH]`` predicts every row of a published-runs CSV it can model (see
 ``paraplan.validation.published`` for how a row becomes a model, cluster and configuration)
-and reports the error per source; rows it cannot model are listed with the reason.
+and reports the error per source; rows it cannot model are listed with the reason. Without
+PATH it reads the public file the accuracy table is made from (``../shared/validation`` beside
+the checkout, else the copy bundled in the package: ``paraplan.validation.datasets``).
 ``validate measured`` (runs measured on this machine) is added by the measure package.
 """
 from __future__ import annotations
@@ -28,7 +30,8 @@ def command() -> None:
 
     \b
     Example:
-      paraplan validate published ../shared/validation/published_runs.csv
+      paraplan validate published                 # the bundled (or shared) published runs
+      paraplan validate published runs.csv --source KOR22
     """
 
 
@@ -95,7 +98,7 @@ def summary_text(results, summary, list_skipped: bool) -> str:
 
 
 @command.command("published", short_help="Predict the rows of a published-runs CSV and report the error.")
-@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("path", type=click.Path(dir_okay=False), required=False)
 @click.option("--source", "source_prefix", metavar="PREFIX",
               help="Only rows whose run_id starts with PREFIX (e.g. KOR22, NAR21).")
 @click.option("--json", "as_json", is_flag=True,
@@ -108,10 +111,12 @@ def summary_text(results, summary, list_skipped: bool) -> str:
               help="Also predict each source's rows with efficiency models refitted without that source "
                    "(leave-one-source-out; minutes). --json/--csv rows then carry the cross-validated "
                    "prediction, and the table shows it beside the in-sample error.")
-def published_cmd(path: str, source_prefix: str | None, as_json: bool, as_csv: bool, out_path: str | None,
+def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as_csv: bool, out_path: str | None,
                   list_skipped: bool, cross_validate: bool) -> None:
     """How well does the simulator predict the measured rows of PATH (a CSV with the columns of
-    shared/validation/published_runs.csv)?
+    shared/validation/published_runs.csv)? Without PATH: the public published-runs file
+    (../shared/validation/published_runs.csv beside the checkout, else the copy bundled with
+    paraplan), so the README's accuracy table can be reproduced from the repository alone.
 
     Each row's prediction is converted to its measured metric with its flops_convention;
     rel_error = (predicted - measured) / measured. Prints, per source, rows used, rows skipped,
@@ -119,15 +124,20 @@ def published_cmd(path: str, source_prefix: str | None, as_json: bool, as_csv: b
 
     \b
     Example:
-      paraplan validate published ../shared/validation/published_runs.csv --source KOR22
+      paraplan validate published
+      paraplan validate published --source KOR22
       paraplan validate published runs.csv --csv --out errors.csv
     """
+    from paraplan.validation.datasets import PUBLISHED_RUNS, validation_file
     from paraplan.validation.published import read_runs, summarize, validate_rows
 
     if as_json and as_csv:
         raise click.UsageError("give --json or --csv, not both")
     if out_path is not None:
         check_writable(out_path)   # fail now, not after predicting every row
+    if path is None:
+        path = str(validation_file(PUBLISHED_RUNS))
+        click.echo(f"reading {path}", err=True)
     df = read_runs(path)
     if source_prefix:
         df = df[df["run_id"].astype(str).str.startswith(source_prefix)]

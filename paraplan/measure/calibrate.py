@@ -295,6 +295,9 @@ def cluster_mapping(summary: dict, ranks: list[dict], world: int, choice, name: 
             "sync_skew_fraction": round(summary["sync_skew_fraction"], 4),
             "collective_bw_fraction": summary["collective_bw_fraction"],
             "fitted_on": how + "; refit with paraplan calibrate (paraplan.measure.run_calibration)",
+            # what this calibration measured (a fitted model, not a prior: paraplan.priors)
+            "fitted_factors": ["gemm_half_dim", "attention_peak_fraction", "hbm_fraction", "optimizer_hbm_fraction",
+                               "kernel_overhead_s", "sync_skew_fraction", "collective_bw_fraction"],
         },
     }
 
@@ -313,9 +316,10 @@ def run_calibration(out_path, nprocs: int = 2, name: str | None = None, device: 
 
     Returns the path written. Raises ``InputError`` if torch is missing.
     """
+    from paraplan.measure.runtime import MAX_LOCAL_PROCESSES
+    if not 1 <= int(nprocs) <= MAX_LOCAL_PROCESSES:
+        raise InputError("nprocs", f"must be between 1 and {MAX_LOCAL_PROCESSES}, got {nprocs}")
     require_torch()
-    if int(nprocs) < 1:
-        raise InputError("nprocs", f"must be >= 1, got {nprocs}")
     out_path = Path(out_path)
     if out_path.suffix not in (".yaml", ".yml"):
         raise InputError("out_path", f"{out_path} must end in .yaml", "e.g. local-cpu.yaml")

@@ -23,6 +23,9 @@ from hardware_specs.errors import InputError
 #: ranks that share this machine in the reference setup; CPU threads are split among them so
 #: that a one-rank baseline and a two-rank run see the same per-rank "device".
 DEFAULT_LOCAL_RANKS = 2
+#: most local processes one measurement starts: one per GPU of the largest nodes (72 in an
+#: NVL72 rack) with room to spare; on a CPU host each also takes its own cores' worth of threads
+MAX_LOCAL_PROCESSES = 128
 
 
 def require_torch():
@@ -182,6 +185,9 @@ def launch(fn: Callable, world_size: int, args: dict, choice: DeviceChoice,
     ``fn`` must be a module-level function; each rank's JSON-serialisable return value is
     collected (``None`` where a rank returned nothing), in rank order.
     """
+    if not 1 <= int(world_size) <= MAX_LOCAL_PROCESSES:
+        raise InputError("world_size", f"{world_size} local processes; a measurement starts 1 to "
+                         f"{MAX_LOCAL_PROCESSES}", "use fewer ranks")
     torch = require_torch()
     import torch.multiprocessing as mp
     if choice.kind == "cuda" and world_size > torch.cuda.device_count():

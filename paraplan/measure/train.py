@@ -18,6 +18,12 @@ from paraplan.measure.runtime import (choose_device, cpu_wait_fraction, foreign_
                                       require_torch, run_queue_wait_s, synchronize, system_busy_cpu_s)
 
 
+#: largest values of a measured run (see ``RunConfig``)
+RUN_LIMITS = {"dp": 128, "tp": 128, "pp": 128, "copies": 128, "micro_batch": 4096, "global_batch": 2**20,
+              "num_layers": 1024, "hidden_size": 65536, "num_heads": 1024, "vocab_size": 2**20,
+              "seq_len": 2**20, "steps": 100_000}
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """One measured run: parallel layout, batch, model size and how long to run.
@@ -56,6 +62,12 @@ class RunConfig:
         for name in ("dp", "tp", "pp", "micro_batch", "global_batch", "steps", "copies"):
             if int(getattr(self, name)) < 1:
                 raise InputError(name, f"must be >= 1, got {getattr(self, name)}")
+        # a measured run is a small model for seconds on this machine: larger values are typos
+        # (and would run for hours or exhaust memory before saying so)
+        for name, limit in RUN_LIMITS.items():
+            if int(getattr(self, name)) > limit:
+                raise InputError(name, f"{getattr(self, name)} is above {limit:,} for a measured run",
+                                 "measure a smaller configuration")
         if self.warmup < 0 or self.warmup >= self.steps:
             raise InputError("warmup", f"must be in [0, steps), got {self.warmup}",
                              "raise steps or lower warmup")
@@ -227,8 +239,8 @@ def run_measurement(config: dict) -> dict:
     built), ``loss_first`` / ``loss_last`` and ``params_per_rank`` (of one job).
     Raises ``InputError`` if torch is missing or the config is invalid.
     """
+    run = RunConfig.from_dict(dict(config))      # a bad configuration is said before torch loads
     require_torch()
-    run = RunConfig.from_dict(dict(config))
     choice = choose_device(run.device, threads_per_rank=run.threads_per_rank)
     ranks = launch(_train_worker, run.copies * run.world_size, asdict(run), choice)
     times = ranks[0]["step_times_s"]

@@ -50,7 +50,7 @@ from hardware_specs.errors import InputError
 from hardware_specs.stack_presets import Layout
 from model_specs.model_spec import ModelSpec
 from paraplan.validation.flops_conventions import CONVENTIONS
-from paraplan.validation.row_model import (Skip, _check_family_vocab, _int, _lead_int, _named_preset_or_none, _num,
+from paraplan.validation.row_model import (Skip, _check_family_vocab, _int, _lead_int, _measured, _named_preset_or_none, _num,
                                            _preset_for, _same_architecture_preset, _says_without_mtp, _stated_params, _str)
 from paraplan.validation.row_precision import unstated_dtype
 from simulator.parallel_config import ParallelConfig
@@ -128,7 +128,7 @@ def row_inputs(row, run_conventions=frozenset()) -> RowInputs:
     which say whether the run recomputed activations when its own row does not."""
     metric = _str(row, "measured_metric")
     if metric not in TRAINING_METRICS:
-        raise Skip(f"metric {metric or '(empty)'} is not a training-step metric")
+        raise Skip(f"metric '{metric}' is not a training-step metric" if metric else "metric empty: not a training-step metric")
     conv = _str(row, "flops_convention") or "none"
     if metric in ("tflops_per_gpu", "mfu", "hfu") and conv not in CONVENTIONS:
         raise Skip(f"FLOP convention '{conv}' cannot be converted")
@@ -138,7 +138,7 @@ def row_inputs(row, run_conventions=frozenset()) -> RowInputs:
     try:
         load_gpu(gpu)
     except InputError:
-        raise Skip(f"no GPU profile for {gpu}") from None
+        raise Skip(f"no GPU profile for '{gpu}'") from None
     assumptions: list[str] = []
     preset = None
     if _str(row, "moe_experts") or _int(row, "layers") is None:
@@ -198,10 +198,9 @@ def row_inputs(row, run_conventions=frozenset()) -> RowInputs:
             raise Skip(f"architecture invalid: {exc}") from None
         return _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conventions)
     ffn = _str(row, "ffn_hidden")
-    try:
-        ffn_size = int(float(ffn)) if ffn else None
-    except ValueError:
-        raise Skip(f"ffn_hidden '{ffn}' is not a number") from None
+    if ffn and _num(row, "ffn_hidden") is None:
+        raise Skip(f"ffn_hidden '{ffn}' is not a number")
+    ffn_size = _int(row, "ffn_hidden")
     shape_preset = _same_architecture_preset(row, needed)
     if ffn_size is None:
         ffn_size = shape_preset.ffn_hidden_size if shape_preset is not None else 4 * h
@@ -308,7 +307,7 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
     vpp = _int(row, "vpp") or 1
     ep = _int(row, "ep") or 1
     cluster = row_cluster(gpu, _int(row, "gpus_per_node"), _num(row, "scaleout_gbps_per_gpu"))
-    stated_zero = _int(row, "zero_norm")
+    stated_zero = _int(row, "zero_norm", minimum=0)
     dtype = _str(row, "dtype_norm")
     if not dtype:
         layout = Layout(n_gpus=n, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch=mbs, global_batch=gbs,
@@ -410,7 +409,7 @@ def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None
     for i, row in enumerate(records):
         rec = {"id": row.get("id"), "run_id": row.get("run_id"), "source": str(row.get("run_id", "")).split("-")[0],
                "gpu_profile": row.get("gpu_profile"), "metric": row.get("measured_metric"),
-               "status": "skipped", "predicted": None, "measured": _num(row, "measured_value"),
+               "status": "skipped", "predicted": None, "measured": _measured(row),
                "rel_error": None, "reason": reasons.get(i, ""), "assumptions": ""}
         if i not in reasons:
             value, inp, fits, own = by_id[j]

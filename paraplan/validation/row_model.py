@@ -19,7 +19,14 @@ class Skip(Exception):
     """A row that cannot be predicted, with the reason."""
 
 
+#: largest count a row may give in an integer column (sizes, degrees, batches): above the
+#: largest values ``ModelSpec`` and ``ParallelConfig`` accept, so such a row is skipped here
+MAX_COUNT = 2**40
+
+
 def _num(row, col):
+    """The finite number in ``col``, or None when the cell is empty or not a number; ``Skip``
+    for inf (a row's cell is a measurement or a size, never infinite)."""
     v = row.get(col)
     if v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip()):
         return None
@@ -27,12 +34,29 @@ def _num(row, col):
         x = float(v)
     except (TypeError, ValueError):
         return None
+    if not math.isfinite(x):
+        raise Skip(f"{col} '{v}' is not a finite number")
     return x
 
 
-def _int(row, col):
+def _int(row, col, minimum: int = 1):
+    """The integer in ``col`` (None when empty); ``Skip`` if it is fractional, below
+    ``minimum`` or above ``MAX_COUNT``."""
     x = _num(row, col)
-    return None if x is None else int(round(x))
+    if x is None:
+        return None
+    if x != round(x) or not minimum <= x <= MAX_COUNT:
+        raise Skip(f"{col} '{row.get(col)}' is not a whole number from {minimum} to {MAX_COUNT:,}")
+    return int(round(x))
+
+
+def _measured(row):
+    """The measured value, or None when the cell is empty, not a positive finite number."""
+    try:
+        x = _num(row, "measured_value")
+    except Skip:
+        return None
+    return x if x is not None and x > 0 else None
 
 
 def _lead_int(row, col):

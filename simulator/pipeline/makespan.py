@@ -103,7 +103,6 @@ def _levels(kind: ScheduleKind, p: int, m: int, v: int, durations=(1.0, 1.0, 1.0
     return tuple(groups), cell, kinds, n
 
 
-@lru_cache(maxsize=512)
 def peak_in_flight(kind, p: int, m: int, v: int) -> tuple[int, ...]:
     """Most (micro-batch, chunk) activation sets each stage holds at once in one flush: an F
     takes one when it starts, the W (or fused BW) of the same pair releases it (Qi et al. 2023,
@@ -111,7 +110,6 @@ def peak_in_flight(kind, p: int, m: int, v: int) -> tuple[int, ...]:
     chunk sets (DeepSeek-V3 report, table 2), GPipe's m. The order does not depend on the pass
     times except for the list-scheduled schedules (built here for equal ones); beyond ``m_cap``
     micro-batches the steady state holds no more."""
-    from simulator.pipeline.event_sim import simulate_schedule
     kind = ScheduleKind(getattr(kind, "value", kind))
     m_eff = m if kind == ScheduleKind.GPIPE else min(m, m_cap(kind, p))
     if kind == ScheduleKind.DUALPIPE:
@@ -122,8 +120,15 @@ def peak_in_flight(kind, p: int, m: int, v: int) -> tuple[int, ...]:
         m_eff = -(-m_eff // p) * p
     if kind == ScheduleKind.GPIPE:
         return tuple([int(m)] * p)
-    s = make_schedule(kind, p, m_eff, v)
-    result = simulate_schedule(s, 1.0, 1.0, 1.0)
+    return _simulated_peaks(kind, p, m_eff, v)
+
+
+@lru_cache(maxsize=4096)
+def _simulated_peaks(kind: ScheduleKind, p: int, m: int, v: int) -> tuple[int, ...]:
+    """``peak_in_flight`` of one flush simulated with unit pass times; cached per capped
+    micro-batch count, so every m beyond the cap shares one simulation."""
+    from simulator.pipeline.event_sim import simulate_schedule
+    result = simulate_schedule(make_schedule(kind, p, m, v), 1.0, 1.0, 1.0)
     return tuple(int(x) for x in result.peak_inflight)
 
 

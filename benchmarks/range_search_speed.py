@@ -1,0 +1,87 @@
+"""How long a wide range search takes, and how much memory it holds (issue 18: DeepSeek-V3 over
+1,024-4,096 GPUs took 123 s and 13 GB; the target is < 10 s and < 2 GB).
+
+Run: ``python benchmarks/range_search_speed.py [--json] [--workers W] [--case NAME]``.
+
+Each case runs in a fresh process (so peak memory is that search's own): ``wall_s`` is the
+whole ``planners.plan`` call (enumeration, chunked scoring, the kept plans' table, event-level
+re-ranking, stage assignment, explanation); ``cpu_s`` the CPU seconds of the process and its
+scoring workers (on a shared machine, less sensitive to other processes than the wall time);
+``peak_rss_gib`` the largest resident set of the search process, ``worker_peak_rss_gib`` of
+any one forked worker (their pages are mostly shared with the parent). The machine's load
+average at the start is printed with each case.
+
+Cases:
+  deepseek-v3-1024to4096-gbs4096: 16.8M-token batch (4096 x 4096-token sequences), bf16.
+  deepseek-v3-1024to4096-gbs15360: DeepSeek-V3's own batch (15360 sequences, DeepSeek-V3
+      technical report, arXiv 2412.19437, section 4.2), bf16: 26 million configurations.
+  deepseek-v3-1024to4096-gbs4096-bf16+fp8: both GEMM dtypes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = {
+    "deepseek-v3-1024to4096-gbs4096": {"global_batch": 4096, "dtypes": ["bf16"]},
+    "deepseek-v3-1024to4096-gbs15360": {"global_batch": 15360, "dtypes": ["bf16"]},
+    "deepseek-v3-1024to4096-gbs4096-bf16+fp8": {"global_batch": 4096, "dtypes": ["bf16", "fp8"]},
+}
+
+_CHILD = """
+import json, resource, sys, time
+sys.path.insert(0, {root!r})
+from planners import plan
+args = json.loads(sys.argv[1])
+t0, c0 = time.perf_counter(), time.process_time()
+r = plan("deepseek-v3", "dgx-h100", "1024-4096", global_batch=args["global_batch"], dtypes=tuple(args["dtypes"]),
+         workers=args["workers"])
+wall = time.perf_counter() - t0
+own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+best = r.best
+print(json.dumps({{"wall_s": wall, "cpu_s": own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime,
+                  "peak_rss_gib": own.ru_maxrss / 2**20, "worker_peak_rss_gib": kids.ru_maxrss / 2**20,
+                  "configurations": r.evaluated, "fit": r.fitting, "plans_kept": len(r.plans),
+                  "best": {{k: (v.item() if hasattr(v, "item") else v) for k, v in best.items()
+                           if k in ("n_gpus", "dp", "tp", "pp", "cp", "ep", "micro_batch", "zero_stage", "recompute",
+                                    "dtype", "tokens_per_s", "memory_gib")}}}}))
+"""
+
+
+def run_case(name: str, workers: int | None) -> dict:
+    args = dict(CASES[name], workers=workers)
+    load = os.getloadavg()[0]
+    out = subprocess.run([sys.executable, "-c", _CHILD.format(root=str(ROOT)), json.dumps(args)],
+                         capture_output=True, text=True, check=True)
+    return {"name": name, "load_avg_1min": load, **json.loads(out.stdout.strip().splitlines()[-1])}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--workers", type=int, default=None, help="scoring processes (default: automatic)")
+    ap.add_argument("--case", choices=sorted(CASES), action="append", help="run only these cases")
+    args = ap.parse_args(argv)
+    results = [run_case(name, args.workers) for name in (args.case or CASES)]
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    print(f"{'case':42s} {'configs':>11s} {'fit':>10s} {'wall_s':>7s} {'cpu_s':>7s} {'rss_gib':>7s} "
+          f"{'worker_gib':>10s} {'load':>5s}  best")
+    for r in results:
+        b = r["best"]
+        print(f"{r['name']:42s} {r['configurations']:11,d} {r['fit']:10,d} {r['wall_s']:7.1f} {r['cpu_s']:7.1f} "
+              f"{r['peak_rss_gib']:7.2f} {r['worker_peak_rss_gib']:10.2f} {r['load_avg_1min']:5.1f}  "
+              f"n={b['n_gpus']} dp={b['dp']} tp={b['tp']} pp={b['pp']} cp={b['cp']} ep={b['ep']} "
+              f"mb={b['micro_batch']} zero={b['zero_stage']} {b['recompute']} {b['dtype']}: "
+              f"{b['tokens_per_s']:,.0f} tok/s, {b['memory_gib']:.1f} GiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

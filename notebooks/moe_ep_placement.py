@@ -1,0 +1,202 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # MoE what-if: expert parallelism inside a node or across nodes?
+#
+# **Question.** DeepSeek-V3 (671B parameters, 256 routed experts of which each token uses 8, plus
+# one shared expert; 58 MoE layers) on 256 H100 (32 DGX nodes), 4M-token batch. Expert
+# parallelism (EP) splits the experts over `ep` GPUs and moves every routed token twice per layer
+# with all-to-all. Is EP better kept inside one NVLink node (`ep <= 8`) or spread across nodes
+# (`ep` = 16..64, all-to-all over the 400 Gb/s NICs)? Does an 800 Gb/s network change the answer?
+#
+# **Method.** First we check that the simulator prices experts at all (a model that ignored
+# them would give the same step time for every `ep`). Then one MoE layer's all-to-all time from
+# the cost model, and the planner's best plan for each `ep` at 400 and 800 Gb/s.
+
+# %%
+# %matplotlib inline
+import os
+
+import numpy as np
+import pandas as pd
+from IPython.display import Markdown, display
+from matplotlib.figure import Figure
+
+from paraplan import api, exports, plots
+
+pd.set_option("display.width", 200)
+pd.set_option("display.max_columns", 40)
+pd.set_option("display.precision", 3)
+FIGURES = os.environ.get("PARAPLAN_FIGURES")     # a folder: every figure is also saved there as PNG
+
+
+def fig_path(name):
+    return os.path.join(FIGURES, name) if FIGURES else None
+
+
+def say(text):
+    """Render a conclusion (an f-string of computed values) as Markdown."""
+    display(Markdown(text))
+
+
+def pct(a, b):
+    """Relative change from b to a, in percent."""
+    return 100.0 * (a / b - 1.0)
+
+
+# %%
+MODEL, CLUSTER, GPUS, BATCH_TOKENS = "deepseek-v3", "dgx-h100", 256, 4 * 2**20
+EPS = [1, 2, 4, 8, 16, 32, 64]
+MOE_MODELLED = api.moe_is_modelled(MODEL, CLUSTER)
+say("**The simulator models the expert layers** (step time depends on `ep`): the step-level study below applies."
+    if MOE_MODELLED else
+    "**The simulator does not model the expert layers yet**: `simulate` gives the same step time for every `ep`, "
+    "so it prices an MoE layer as a dense one. Only the per-layer all-to-all cost below is real; "
+    "the step-level study is skipped rather than filled with numbers the model does not produce.")
+
+# %% [markdown]
+# ## 1. One MoE layer's all-to-all, by EP degree
+#
+# `cost_models.moe`: each GPU routes its tokens (one 4096-token micro-batch) to 8 experts, the
+# dispatch all-to-all sends them to the GPUs holding those experts and the combine all-to-all
+# brings them back (forward; backward repeats both). Up to 8 GPUs the group is inside a node
+# (NVLink); beyond, the share addressed to other nodes crosses the NICs.
+
+# %%
+from cost_models import moe
+from hardware_specs.catalog import efficiency_for_cluster
+from model_specs import load_model
+
+spec = load_model(MODEL)
+tokens = spec.seq_len                                 # one sequence per micro-batch, no TP/CP split
+dispatch_bytes = moe.moe_dispatch_bytes(tokens, spec.moe.top_k, spec.hidden_size, 2)
+a2a = []
+for bw in (400, 800):
+    cluster = api.what_if_cluster(CLUSTER, scaleout_gbit_per_s=bw)
+    eff = efficiency_for_cluster(cluster)
+    for ep in EPS[1:]:
+        t = moe.moe_all_to_all_time_s(dispatch_bytes, ep, 1, cluster, eff)
+        a2a.append({"scaleout_gbit_per_s": bw, "ep": ep, "inside_node": ep <= cluster.gpus_per_node,
+                    "fwd_ms": 1e3 * float(t["fwd_s"]), "fwd_plus_bwd_ms": 1e3 * float(t["fwd_s"] + t["bwd_s"])})
+a2a = pd.DataFrame(a2a)
+a2a.pivot(index="ep", columns="scaleout_gbit_per_s", values="fwd_plus_bwd_ms").rename(
+    columns=lambda b: f"{b} Gb/s: ms per layer per micro-batch")
+
+# %%
+fig = Figure(figsize=(8, 4.5), dpi=110)
+ax = fig.add_subplot()
+for bw, g in a2a.groupby("scaleout_gbit_per_s"):
+    ax.plot(g.ep, g.fwd_plus_bwd_ms, "-o", label=f"{bw} Gb/s per GPU scale-out")
+ax.axvspan(1.5, 8.5, color="#55A868", alpha=0.08, label="EP group inside one node (NVLink)")
+ax.set_xscale("log", base=2)
+ax.set_xticks(EPS[1:], [str(e) for e in EPS[1:]])
+ax.set_xlabel("expert-parallel degree (GPUs sharing the experts)")
+ax.set_ylabel("all-to-all time, forward + backward (ms)")
+ax.set_title(f"{spec.name}: dispatch + combine all-to-all of one MoE layer, one {tokens}-token micro-batch",
+             fontsize=10)
+ax.grid(alpha=0.3)
+ax.legend(fontsize=8)
+if FIGURES:
+    fig.savefig(fig_path("moe_all_to_all.png"), bbox_inches="tight")
+fig
+
+# %% [markdown]
+# ## 2. The whole step: the best plan for each EP degree
+#
+# For each `ep`, the planner searches every other degree (and ZeRO, recomputation, micro-batch)
+# and keeps the fastest plan that fits; the same at 800 Gb/s. This is where the all-to-all is
+# weighed against what a larger EP saves (fewer experts per GPU: less memory for weights,
+# gradients and optimizer states).
+
+# %%
+if MOE_MODELLED:
+    best_per_ep = []
+    for bw in (400, 800):
+        plans = api.plan(MODEL, CLUSTER, GPUS, BATCH_TOKENS, ep=EPS, scaleout_gbit_per_s=bw)
+        top = plans.groupby("ep", sort=False).head(1).sort_values("ep")
+        best_per_ep.append(top.assign(network=f"{bw} Gb/s"))
+    ep_study = pd.concat(best_per_ep, ignore_index=True)
+    display(ep_study[["network", "ep", "config", "step_time_s", "tokens_per_s", "mfu", "memory_gib",
+                      "ep_comm_exposed_s"]])
+else:
+    ep_study = None
+    print("skipped: the simulator does not model expert layers")
+
+# %%
+if MOE_MODELLED:
+    fig = Figure(figsize=(8, 4.5), dpi=110)
+    ax = fig.add_subplot()
+    for net, g in ep_study.groupby("network"):
+        ax.plot(g.ep, g.tokens_per_s / 1e3, "-o", label=f"best plan per ep, {net} scale-out")
+    ax.axvspan(0.8, 8.5, color="#55A868", alpha=0.08, label="EP inside one node")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(EPS, [str(e) for e in EPS])
+    ax.set_xlabel("expert-parallel degree")
+    ax.set_ylabel("throughput (thousand tokens/s)")
+    ax.set_title(f"{spec.name} on {GPUS} H100, {BATCH_TOKENS // 2**20}M-token batch", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    if FIGURES:
+        fig.savefig(fig_path("moe_ep_throughput.png"), bbox_inches="tight")
+    display(fig)
+
+# %%
+if MOE_MODELLED:
+    at400 = ep_study[(ep_study.network == "400 Gb/s") & ep_study.ep.isin([8, 16, 64])].copy()
+    at400["label"] = "ep " + at400.ep.astype(str) + ": " + at400.config
+    display(plots.breakdown(at400, fig_path("moe_ep_breakdown.png"), label="label",
+                            title="Best plans with EP inside (8) and across nodes (16, 64), 400 Gb/s"))
+
+# %% [markdown]
+# ## Conclusions
+
+# %%
+l = a2a.set_index(["scaleout_gbit_per_s", "ep"]).fwd_plus_bwd_ms
+same_inside = np.isclose(l[400, 8], l[800, 8], rtol=0.01)
+text = f"""* **One layer's all-to-all:** at 400 Gb/s it takes {l[400, 8]:.1f} ms with EP inside a node (ep=8) and
+  {l[400, 16]:.1f} ms once the group spans two nodes (ep=16), {l[400, 16] / l[400, 8]:.1f}x; at 800 Gb/s ep=16 takes
+  {l[800, 16]:.1f} ms. Inside the node the NICs {"do not matter" if same_inside else "matter little"} ({l[400, 8]:.1f} vs
+  {l[800, 8]:.1f} ms)."""
+if MOE_MODELLED:
+    s = ep_study.set_index(["network", "ep"])
+    b400 = ep_study[ep_study.network == "400 Gb/s"].sort_values("tokens_per_s").iloc[-1]
+    b800 = ep_study[ep_study.network == "800 Gb/s"].sort_values("tokens_per_s").iloc[-1]
+    gap400 = pct(s.loc[("400 Gb/s", 16)].tokens_per_s, s.loc[("400 Gb/s", 8)].tokens_per_s)
+    gap800 = pct(s.loc[("800 Gb/s", 16)].tokens_per_s, s.loc[("800 Gb/s", 8)].tokens_per_s)
+    closes = ("narrows the gap" if abs(gap800) < abs(gap400) else "does not narrow the gap") + \
+             (" but does not close it" if gap800 < 0 else " and closes it")
+    mem = ep_study.memory_gib
+    mem_note = (f"the best plans need {mem.min():.0f}-{mem.max():.0f} GiB whatever the EP degree: with ZeRO-"
+                f"{int(b400.zero_stage)} the expert states are sharded over all GPUs anyway, so larger EP buys no memory here"
+                if mem.max() - mem.min() < 0.05 * mem.max() else
+                f"the best plans need {mem.min():.0f}-{mem.max():.0f} GiB across EP degrees")
+    inside = int(b400.ep) <= 8 and int(b800.ep) <= 8
+    text += f"""
+* **Whole step:** the best plan at 400 Gb/s uses ep={int(b400.ep)} (`{b400.config}`, {b400.tokens_per_s:,.0f} tokens/s,
+  MFU {100 * b400.mfu:.1f}%). The best plan with ep=16 (two nodes per EP group) is {gap400:+.1f}% against the best ep=8
+  plan, and ep=64 {pct(s.loc[("400 Gb/s", 64)].tokens_per_s, s.loc[("400 Gb/s", 8)].tokens_per_s):+.1f}%; exposed all-to-all
+  grows from {s.loc[("400 Gb/s", 8)].ep_comm_exposed_s:.2f} s (ep=8) to {s.loc[("400 Gb/s", 16)].ep_comm_exposed_s:.2f} s (ep=16) per step.
+* **800 Gb/s {closes}:** ep=16 is then {gap800:+.1f}% against ep=8; the best plan uses ep={int(b800.ep)}
+  ({b800.tokens_per_s:,.0f} tokens/s).
+* **Memory:** {mem_note}.
+* """ + (f"**Keep expert parallelism inside the node** for {spec.name} on this cluster, at both network speeds."
+          if inside else
+          f"**The search puts EP across nodes** (ep={int(b400.ep)} at 400 Gb/s, ep={int(b800.ep)} at 800 Gb/s).")
+else:
+    text += """
+* **Whole step:** not available -- the simulator does not price expert layers yet, so it cannot say whether the
+  all-to-all above outweighs what a larger EP saves in memory."""
+say(text)

@@ -1,0 +1,71 @@
+"""``paraplan sweep SPEC.yaml``: a grid of what-ifs on Dask, one row per point, resumable."""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from hardware_specs.errors import InputError
+
+
+@click.command("sweep", short_help="Evaluate a grid of what-ifs (models x clusters x GPUs x ...) on Dask.")
+@click.argument("spec_path", metavar="SPEC.yaml", type=click.Path(dir_okay=False))
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Folder for results.parquet, results.csv and the finished chunks (created if missing).")
+@click.option("--scheduler", metavar="ADDRESS", help="A running Dask scheduler (tcp://host:8786) instead of a local cluster.")
+@click.option("--workers", type=click.IntRange(1, 1024), help="Processes of the local Dask cluster [default: the CPU count].")
+@click.option("--local", is_flag=True, help="Evaluate in this process, without Dask.")
+def command(spec_path: str, out_dir: str, scheduler: str | None, workers: int | None, local: bool) -> None:
+    """Evaluate every point of the grid in SPEC.yaml (models x clusters x GPU counts x batches x
+    stacks x configurations; see paraplan/sweeps/spec.py for the keys) and write one row per
+    point, with the plan's columns, to OUT/results.parquet and OUT/results.csv.
+
+    Chunks of points run as Dask tasks, each one vectorized evaluation: on a local cluster of
+    this machine's cores, or on the cluster at --scheduler. Finished chunks are kept in
+    OUT/chunks/ under the hash of what they hold, so a rerun (after a crash, or with points
+    added) evaluates only what is missing.
+
+    \b
+    Example spec (what-if.yaml):
+      kind: training
+      search: simulate
+      models: [llama3-8b, llama3-70b]
+      clusters: [dgx-h100, dgx-b200]
+      gpus: [64, 128, 256]
+      global_batch_tokens: [4194304]
+      stacks: [megatron-core]
+      config: {tp: [1, 2, 4, 8], pp: [1, 2, 4], micro_batch: [1, 2], zero_stage: [1, 3]}
+    \b
+      paraplan sweep what-if.yaml --out sweep-out/
+      paraplan sweep what-if.yaml --out sweep-out/ --scheduler tcp://10.0.0.5:8786
+    """
+    from paraplan.sweeps import load_spec, run_sweep, write_results
+
+    if local and scheduler:
+        raise InputError("--local", "given with --scheduler", "use one of them")
+    spec = load_spec(spec_path)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError("--out", f"{out} is a file", "give a folder")
+    if not out.parent.is_dir():
+        raise InputError("--out", f"folder {out.parent} does not exist", "create it first")
+    out.mkdir(exist_ok=True)
+    t0 = time.perf_counter()
+    with click.progressbar(length=spec.n_points, label=f"sweeping {spec.n_points:,} points", file=sys.stderr,
+                           hidden=not sys.stderr.isatty()) as bar:
+        shown = [0]
+
+        def progress(done: int, _total: int) -> None:
+            bar.update(done - shown[0])
+            shown[0] = done
+
+        df = run_sweep(spec, out, scheduler=scheduler, local=local, workers=workers, progress=progress)
+    wall = time.perf_counter() - t0
+    paths = write_results(df, out)
+    counts = df["status"].value_counts().to_dict()
+    summary = ", ".join(f"{n:,} {status}" for status, n in counts.items())
+    click.echo(f"{len(df):,} points in {wall:.1f} s ({len(df) / wall:,.0f} points/s): {summary}")
+    for p in paths:
+        click.echo(f"wrote {p}")

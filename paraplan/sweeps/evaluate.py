@@ -1,0 +1,166 @@
+"""Evaluate one chunk of sweep points: a DataFrame with one row per point.
+
+``search: simulate`` points that share a model, cluster, sequence length, stack and dtype are
+scored together, one ``ConfigBatch`` through the step model (``simulator.step_model.evaluate``,
+the planner's scoring: closed-form pipeline bubble). ``search: best`` points each run the
+planner (``planners.plan``) and keep its winner. A point that cannot run (an invalid layout,
+nothing fits, an unknown name) is a row with ``status`` and the one-line ``reason``; the plan's
+columns are then empty.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from hardware_specs.catalog import efficiency_for_cluster, load_cluster, load_stack
+from hardware_specs.errors import InputError
+from model_specs.catalog import load_model
+from paraplan.mfu import mfu_column, mfu_pct
+from simulator import headroom
+from simulator.config_batch import ConfigBatch
+from simulator.parallel_config import ParallelConfig
+from simulator.report import TIME_PARTS
+from simulator.stack_defaults import stack_config_fields, stack_sequence_parallel
+from simulator.step_model import evaluate
+from simulator.validate_config import check_config
+
+GIB = 2**30
+#: the point's own columns, then the plan's (units in every name); ``mfu_<dtype>_pct`` columns
+#: follow ``tokens_per_s_per_gpu`` (one per reference dtype present, see ``paraplan.mfu``)
+POINT_COLUMNS = ("point", "kind", "search", "model", "cluster", "gpu", "stack", "seq_len", "gpus",
+                 "global_batch_tokens", "status", "reason", "efficiency_fitted")
+PLAN_COLUMNS = ("n_gpus", "dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "global_batch", "zero_stage",
+                "recompute", "sequence_parallel", "schedule", "dtype", "step_time_s", "tokens_per_s",
+                "tokens_per_s_per_gpu", "memory_gib", "headroom_gib", "fits") + TIME_PARTS
+
+
+def stack_fields(stack_name: str, dtype: str, model, gpu: str, tp: int) -> dict:
+    """The ``ParallelConfig`` software fields the stack's documented behaviour sets for this run
+    (``simulator.stack_defaults``, as ``paraplan simulate --stack``), sequence parallelism too."""
+    stack = load_stack(stack_name)
+    fields = stack_config_fields(stack, dtype, model.name, gpu)
+    fields["sequence_parallel"] = stack_sequence_parallel(stack, tp, model.name, gpu, dtype)
+    return fields
+
+
+def _batch(point: Mapping, seq_len: int) -> int:
+    if "global_batch" in point:
+        return int(point["global_batch"])
+    tokens = int(point["global_batch_tokens"])
+    if tokens % seq_len:
+        raise InputError("global_batch_tokens", f"{tokens} is not a multiple of the sequence length {seq_len}")
+    return tokens // seq_len
+
+
+def _base_row(index: int, point: Mapping, kind: str, search: str) -> dict:
+    return {"point": index, "kind": kind, "search": search, "model": point["model"], "cluster": point["cluster"],
+            "stack": point["stack"], "gpus": point["gpus"], "status": "ok", "reason": ""}
+
+
+def _context(point: Mapping):
+    model = load_model(point["model"])
+    if point["seq_len"] is not None:
+        model = model.with_seq_len(point["seq_len"])
+    cluster = load_cluster(point["cluster"])
+    return model, cluster
+
+
+def _simulate_group(rows: list[dict], points: list[Mapping], model, cluster) -> None:
+    """Score the valid points of one (model, cluster, seq_len, stack, dtype) group together."""
+    eff = efficiency_for_cluster(cluster)
+    configs, where = [], []
+    for row, point in zip(rows, points):
+        try:
+            given = dict(point["config"])
+            fields = stack_fields(point["stack"], point["dtype"], model, cluster.gpu.name, int(given.get("tp", 1)))
+            fields.update(given)                 # the grid's own values win over the stack's
+            gbs = _batch(point, model.seq_len)
+            per_replica = int(fields.get("tp", 1)) * int(fields.get("pp", 1)) * int(fields.get("cp", 1))
+            if "dp" not in fields:
+                if point["gpus"] % per_replica:
+                    raise InputError("gpus", f"{point['gpus']} GPUs do not divide by tp*pp*cp = {per_replica}")
+                fields["dp"] = point["gpus"] // per_replica
+            if cluster.max_gpus is not None and point["gpus"] > cluster.max_gpus:
+                raise InputError("gpus", f"{point['gpus']} GPUs exceed the {cluster.max_gpus} of {cluster.name}")
+            cluster.gpu.peak_flops(point["dtype"])
+            config = ParallelConfig(global_batch=gbs, dtype=point["dtype"], **fields)
+            check_config(model, config, point["gpus"])
+        except (InputError, TypeError, ValueError) as exc:
+            row.update(status="invalid", reason=str(exc))
+            continue
+        configs.append(config)
+        where.append(row)
+    if not configs:
+        return
+    out = evaluate(model, cluster, eff, ConfigBatch.from_configs(configs))
+    hbm = cluster.gpu.hbm_bytes
+    for i, (row, config) in enumerate(zip(where, configs)):
+        c = config.as_dict()
+        row.update({k: c[k] for k in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "global_batch",
+                                      "zero_stage", "recompute", "sequence_parallel", "schedule", "dtype")})
+        row["n_gpus"] = config.n_gpus
+        for k in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu") + TIME_PARTS:
+            row[k] = float(np.asarray(out[k])[i])
+        row[mfu_column(cluster.gpu)] = float(mfu_pct(float(np.asarray(out["mfu"])[i]), config.dtype, cluster.gpu))
+        memory = float(np.asarray(out["memory_bytes"])[i])
+        row["memory_gib"], row["headroom_gib"] = memory / GIB, (hbm - memory) / GIB
+        row["fits"] = bool(headroom.fits(memory, hbm))
+        if not row["fits"]:
+            row["status"] = "does not fit"
+            row["reason"] = (f"needs {memory / GIB:.1f} GiB of {hbm / GIB:.0f} GiB HBM with "
+                             f"{headroom.headroom_gib(hbm):.1f} GiB kept free")
+
+
+def _best(row: dict, point: Mapping, model, cluster, spec_config: Mapping, dtypes) -> None:
+    from planners.plan import plan
+    try:
+        gbs = _batch(point, model.seq_len)
+        result = plan(model, cluster, point["gpus"], gbs, fixed=dict(spec_config) or None, dtypes=dtypes,
+                      assign_stages=False, max_plans=1000, stack=point["stack"])
+    except InputError as exc:
+        row.update(status="infeasible", reason=str(exc))
+        return
+    best = result.plans.iloc[0]
+    for k in PLAN_COLUMNS:
+        if k in best.index:
+            value = best[k]
+            row[k] = value.item() if hasattr(value, "item") else value
+    row["recompute"], row["schedule"], row["dtype"] = str(best["recompute"]), str(best["schedule"]), str(best["dtype"])
+    row[mfu_column(cluster.gpu)] = float(mfu_pct(float(best["mfu"]), str(best["dtype"]), cluster.gpu))
+    row["fits"] = True
+
+
+def evaluate_points(indexed_points: list[tuple[int, Mapping[str, Any]]], kind: str, search: str,
+                    spec_config: Mapping[str, tuple] | None = None, dtypes=("bf16",)) -> pd.DataFrame:
+    """One row per point (``POINT_COLUMNS``, then ``PLAN_COLUMNS`` and the MFU column)."""
+    rows = [_base_row(i, p, kind, search) for i, p in indexed_points]
+    points = [p for _, p in indexed_points]
+    groups: dict[tuple, list[int]] = {}
+    for k, p in enumerate(points):
+        key = (p["model"], p["cluster"], p["seq_len"], p["stack"], p["dtype"])
+        groups.setdefault(key, []).append(k)
+    for key, members in groups.items():
+        try:
+            model, cluster = _context(points[members[0]])
+        except InputError as exc:
+            for k in members:
+                rows[k].update(status="invalid", reason=str(exc))
+            continue
+        for k in members:
+            rows[k]["gpu"] = cluster.gpu.name
+            rows[k]["seq_len"] = model.seq_len
+            rows[k]["global_batch_tokens"] = (points[k].get("global_batch_tokens")
+                                              or points[k].get("global_batch", 0) * model.seq_len)
+            rows[k]["efficiency_fitted"] = efficiency_for_cluster(cluster).is_fitted
+        if search == "simulate":
+            _simulate_group([rows[k] for k in members], [points[k] for k in members], model, cluster)
+        else:
+            for k in members:
+                _best(rows[k], points[k], model, cluster, spec_config or {}, tuple(dtypes))
+    df = pd.DataFrame(rows)
+    mfu_cols = sorted(c for c in df.columns if c.startswith("mfu_"))
+    order = list(POINT_COLUMNS) + list(PLAN_COLUMNS[:PLAN_COLUMNS.index("memory_gib")]) + mfu_cols + \
+        list(PLAN_COLUMNS[PLAN_COLUMNS.index("memory_gib"):])
+    return df.reindex(columns=order)

@@ -1,0 +1,177 @@
+"""Run a sweep: chunk the points, evaluate the chunks in this process or on Dask, keep each
+finished chunk in a file named by its hash, and join them into one table.
+
+Resuming: chunk ``k`` of a sweep is written to ``<out_dir>/chunks/<hash>.parquet``, the hash
+of everything that decides its rows (the points with their numbers, the search, the config
+of a best search, the paraplan version and ``CHUNK_FORMAT``). A rerun, after a crash or with
+more points added, finds the files of the chunks already done and evaluates only the others.
+Dask (``distributed``) runs the chunks: a ``LocalCluster`` of this machine's cores by default,
+or a running cluster at ``scheduler``; the driver alone reads and writes files, so workers need
+no shared disk.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from hardware_specs.errors import InputError
+from paraplan.sweeps.evaluate import evaluate_points
+from paraplan.sweeps.spec import SweepSpec
+
+#: bump when the rows a chunk holds change meaning (columns, units), so old files are not reused
+CHUNK_FORMAT = 1
+
+
+def chunks(spec: SweepSpec) -> list[list[tuple[int, dict]]]:
+    """The points as (index, point) lists of at most ``spec.chunk_points``, in point order."""
+    out, current = [], []
+    for i, point in enumerate(spec.points()):
+        current.append((i, point))
+        if len(current) == spec.chunk_points:
+            out.append(current)
+            current = []
+    if current:
+        out.append(current)
+    return out
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("paraplan")
+    except Exception:  # noqa: BLE001 - a source tree that was never installed
+        return "source"
+
+
+def chunk_key(spec: SweepSpec, chunk: list[tuple[int, dict]]) -> str:
+    """The hash naming a chunk's file (see the module docstring)."""
+    payload = {"format": CHUNK_FORMAT, "version": _version(), "kind": spec.kind, "search": spec.search,
+               "config": {k: list(v) for k, v in spec.config.items()} if spec.search == "best" else None,
+               "dtypes": list(spec.dtypes), "points": chunk}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def evaluate_chunk(kind: str, search: str, config: dict, dtypes: tuple, chunk: list) -> pd.DataFrame:
+    """One chunk's rows (the function a Dask worker runs)."""
+    return evaluate_points(chunk, kind, search, spec_config=config, dtypes=dtypes)
+
+
+def _client(scheduler: str | None, workers: int | None):
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError as exc:
+        raise InputError("dask", f"dask.distributed is not installed ({exc})",
+                         "pip install 'dask[distributed]'") from None
+    if scheduler:
+        try:
+            return Client(scheduler, timeout="10s"), None
+        except (OSError, TimeoutError) as exc:
+            raise InputError("--scheduler", f"cannot reach a Dask scheduler at {scheduler}: {exc}",
+                             "start one (dask scheduler) or drop --scheduler for a local cluster") from None
+    cluster = LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,
+                           dashboard_address=None)
+    return Client(cluster), cluster
+
+
+def run_sweep(spec: SweepSpec, out_dir: str | Path | None = None, *, client=None, scheduler: str | None = None,
+              local: bool = False, workers: int | None = None,
+              progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
+    """Evaluate every point of ``spec``; one row per point, in point order.
+
+    Args:
+        out_dir: folder for the chunk files (resumable); None keeps nothing on disk.
+        client: a ``dask.distributed.Client`` to run on (the caller's, left open).
+        scheduler: address of a running Dask scheduler (``tcp://host:8786``).
+        local: evaluate in this process, no Dask (what ``paraplan.api.sweep_grid`` does).
+        workers: processes of the default ``LocalCluster`` (default: this machine's cores).
+        progress: called as ``progress(points_done, points_total)`` after each chunk.
+    """
+    parts = chunks(spec)
+    total = sum(len(c) for c in parts)
+    folder = None if out_dir is None else Path(out_dir) / "chunks"
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+    keys = [chunk_key(spec, c) for c in parts]
+    results: dict[int, pd.DataFrame] = {}
+    todo = []
+    for i, key in enumerate(keys):
+        path = None if folder is None else folder / f"{key}.parquet"
+        if path is not None and path.is_file():
+            results[i] = pd.read_parquet(path)
+        else:
+            todo.append(i)
+    done = sum(len(parts[i]) for i in results)
+    if progress is not None:
+        progress(done, total)
+    config = {k: list(v) for k, v in spec.config.items()}
+    args = (spec.kind, spec.search, config, tuple(spec.dtypes))
+
+    def finish(i: int, df: pd.DataFrame) -> None:
+        nonlocal done
+        if folder is not None:       # written whole, then renamed: a killed run leaves no half file
+            tmp = folder / f".{keys[i]}.parquet.tmp"
+            df.to_parquet(tmp, index=False)
+            tmp.replace(folder / f"{keys[i]}.parquet")
+        results[i] = df
+        done += len(parts[i])
+        if progress is not None:
+            progress(done, total)
+
+    if todo and local:
+        for i in todo:
+            finish(i, evaluate_chunk(*args, parts[i]))
+    elif todo:
+        own = client is None
+        cluster = None
+        if own:
+            client, cluster = _client(scheduler, workers)
+        try:
+            from dask.distributed import as_completed
+            futures = {client.submit(evaluate_chunk, *args, parts[i], key=f"paraplan-sweep-{keys[i]}", pure=False): i
+                       for i in todo}
+            for future in as_completed(futures):
+                finish(futures[future], future.result())
+        finally:
+            if own:
+                client.close()
+                if cluster is not None:
+                    cluster.close()
+    frames = [results[i] for i in range(len(parts))]
+    return normalise(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame())
+
+
+def normalise(df: pd.DataFrame) -> pd.DataFrame:
+    """Column types a Parquet round trip keeps (so a resumed sweep equals a fresh one)."""
+    for col in ("gpus", "point", "seq_len", "global_batch_tokens"):
+        if col in df:
+            df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
+    for col in ("reason", "stack", "recompute", "schedule", "dtype", "gpu"):
+        if col in df:
+            df[col] = df[col].astype("string")
+    for col in ("fits", "sequence_parallel", "efficiency_fitted"):
+        if col in df:
+            df[col] = df[col].astype("boolean")
+    for col in ("n_gpus", "dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "global_batch", "zero_stage"):
+        if col in df:
+            df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
+    return df.sort_values("point", kind="stable", ignore_index=True) if "point" in df else df
+
+
+def write_results(df: pd.DataFrame, out_dir: str | Path, stem: str = "results") -> list[Path]:
+    """``<out_dir>/<stem>.parquet`` and ``.csv`` (each written whole, then renamed)."""
+    folder = Path(out_dir)
+    written = []
+    for suffix, write in ((".parquet", lambda p: df.to_parquet(p, index=False)),
+                          (".csv", lambda p: df.to_csv(p, index=False))):
+        target = folder / f"{stem}{suffix}"
+        tmp = folder / f".{stem}{suffix}.tmp"
+        write(tmp)
+        tmp.replace(target)
+        written.append(target)
+    return written
+

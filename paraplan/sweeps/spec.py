@@ -1,0 +1,225 @@
+"""A sweep specification: the grid of what-ifs one ``paraplan sweep SPEC.yaml`` evaluates.
+
+A spec file (YAML) lists, per axis, the values to try; every combination is one point::
+
+    kind: training                 # training | serving (serving points: see SERVING_KINDS)
+    search: best                   # best: the planner's best plan per point; simulate: each
+                                   #   combination of the config grid below, simulated as given
+    models: [llama3-8b, llama3-70b]
+    clusters: [dgx-h100, dgx-a100-80gb]
+    gpus: [64, 128, 256]
+    global_batch_tokens: [1048576, 4194304]   # or global_batch: [sequences, ...]
+    seq_len: [8192]                # optional (default: each model's)
+    stacks: [megatron-core]        # software stacks (hardware_specs/stacks; default megatron-core,
+                                   #   as paraplan simulate and plan)
+    dtypes: [bf16]                 # GEMM dtypes (best: the planner tries each; simulate: an axis)
+    config:                        # simulate: a grid over ParallelConfig fields;
+      tp: [1, 2, 4, 8]             # best: values the planner may use (like --fix)
+      pp: [1, 2, 4]
+    chunk_points: 500              # points per task (one vectorized evaluation)
+
+Points are numbered in the order of that product (models outermost, config innermost); the
+result has one row per point. Unknown keys, empty axes and wrong types are ``InputError``s
+naming the key.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from hardware_specs.catalog import parse_yaml
+from hardware_specs.errors import InputError, suggest
+from model_specs.model_spec import SIZE_LIMITS
+from simulator.parallel_config import MAX_GLOBAL_BATCH, MAX_GPUS
+
+#: what a point evaluates: a training step (``simulator``); ``serving`` is reserved for the
+#: serving simulator's deployments (a spec with it is refused until that kind is registered)
+TRAINING_KINDS = ("training",)
+SERVING_KINDS = ("serving",)
+SEARCHES = ("best", "simulate")
+#: ParallelConfig fields a spec's ``config`` may set (plus the planner's search in ``best``)
+CONFIG_KEYS = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_stage", "recompute",
+               "sequence_parallel", "schedule", "cp_kind", "attention_kernel", "overlap_grad_reduce",
+               "overlap_param_gather", "tp_comm_overlap", "flash_attention", "grad_accumulation_fusion",
+               "zero3_recompute_gather", "moe_load_imbalance")
+#: the config keys the planner can fix (``planners.search_space.FIXABLE``)
+PLANNER_KEYS = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage", "recompute",
+                "sequence_parallel", "schedule")
+_AXES = ("models", "clusters", "gpus", "global_batch", "global_batch_tokens", "seq_len", "stacks", "dtypes")
+_KEYS = ("kind", "search", "config", "chunk_points", "description") + _AXES
+#: most points one spec may hold (a typo in an axis should not start a week of work)
+MAX_POINTS = 10_000_000
+DEFAULT_CHUNK_POINTS = 500
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A validated sweep grid (see the module docstring for the keys)."""
+
+    models: tuple[str, ...]
+    clusters: tuple[str, ...]
+    gpus: tuple[int, ...]
+    global_batch: tuple[int, ...] = ()
+    global_batch_tokens: tuple[int, ...] = ()
+    seq_len: tuple[int | None, ...] = (None,)
+    stacks: tuple[str, ...] = ("megatron-core",)
+    dtypes: tuple[str, ...] = ("bf16",)
+    config: Mapping[str, tuple] = field(default_factory=dict)
+    kind: str = "training"
+    search: str = "best"
+    chunk_points: int = DEFAULT_CHUNK_POINTS
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind in SERVING_KINDS:
+            raise InputError("kind", "serving sweeps are not available yet", "use kind: training")
+        if self.kind not in TRAINING_KINDS:
+            raise InputError("kind", f"unknown kind {self.kind!r}", "use training (or serving, once available)")
+        if self.search not in SEARCHES:
+            raise InputError("search", f"unknown search {self.search!r}", "use best or simulate")
+        if bool(self.global_batch) == bool(self.global_batch_tokens):
+            raise InputError("global_batch", "give global_batch (sequences) or global_batch_tokens, one of them")
+        for name in ("models", "clusters", "gpus", "seq_len", "stacks", "dtypes"):
+            if not getattr(self, name):
+                raise InputError(name, "is empty", "list at least one value")
+        allowed = PLANNER_KEYS if self.search == "best" else CONFIG_KEYS
+        for key, values in self.config.items():
+            if key not in allowed:
+                raise InputError(f"config.{key}", f"not a field a {self.search} sweep sets", suggest(key, allowed))
+            if not values:
+                raise InputError(f"config.{key}", "is empty", "list at least one value")
+        if not 1 <= self.chunk_points <= 1_000_000:
+            raise InputError("chunk_points", f"must be between 1 and 1,000,000, got {self.chunk_points}")
+        if self.n_points > MAX_POINTS:
+            raise InputError("spec", f"{self.n_points:,} points, more than {MAX_POINTS:,}", "sweep fewer values")
+
+    @property
+    def batches(self) -> tuple[tuple[str, int], ...]:
+        """(``global_batch`` or ``global_batch_tokens``, value) per batch of the grid."""
+        key = "global_batch" if self.global_batch else "global_batch_tokens"
+        return tuple((key, v) for v in (self.global_batch or self.global_batch_tokens))
+
+    @property
+    def config_grid(self) -> tuple[dict, ...]:
+        """The config combinations of a simulate sweep (one empty dict for a best sweep)."""
+        if self.search == "best" or not self.config:
+            return ({},)
+        keys = list(self.config)
+        return tuple(dict(zip(keys, values)) for values in itertools.product(*(self.config[k] for k in keys)))
+
+    @property
+    def n_points(self) -> int:
+        n = len(self.models) * len(self.clusters) * len(self.gpus) * len(self.batches) * len(self.seq_len) \
+            * len(self.stacks)
+        if self.search == "simulate":
+            n *= len(self.dtypes)
+            for values in self.config.values():
+                n *= len(values)
+        return n
+
+    def points(self) -> Iterator[dict]:
+        """Every point as a dict of its axis values (and ``config`` for a simulate sweep), in order."""
+        dtypes = self.dtypes if self.search == "simulate" else (None,)
+        for model, cluster, gpus, (bkey, batch), seq_len, stack, dtype in itertools.product(
+                self.models, self.clusters, self.gpus, self.batches, self.seq_len, self.stacks, dtypes):
+            for config in self.config_grid:
+                yield {"model": model, "cluster": cluster, "gpus": gpus, bkey: batch, "seq_len": seq_len,
+                       "stack": stack, "dtype": dtype, "config": config}
+
+
+#: largest value of each integer axis (the bounds of ``ParallelConfig`` and ``ModelSpec``)
+_LIMITS = {"gpus": MAX_GPUS, "global_batch": MAX_GLOBAL_BATCH, "global_batch_tokens": 2**62,
+           "seq_len": SIZE_LIMITS["seq_len"]}
+
+
+def _values(data: Mapping, key: str, kind, allow_none: bool = False) -> tuple:
+    raw = data.get(key)
+    if raw is None:
+        return ()
+    items = raw if isinstance(raw, list) else [raw]
+    out = []
+    for item in items:
+        if item is None and allow_none:
+            out.append(None)
+            continue
+        if kind is int:
+            if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item) \
+                    or item != int(item) or item < 1:
+                raise InputError(key, f"expected whole numbers >= 1, got {item!r}")
+            if int(item) > _LIMITS[key]:
+                raise InputError(key, f"{int(item):,} is above the largest supported value {_LIMITS[key]:,}",
+                                 "check the number")
+            out.append(int(item))
+        elif kind is str:
+            if isinstance(item, bool) or not isinstance(item, (str, int)):
+                raise InputError(key, f"expected names, got {item!r}")
+            out.append(str(item))
+    return tuple(out)
+
+
+_INT_CONFIG = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_stage")
+_BOOL_CONFIG = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+                "flash_attention", "grad_accumulation_fusion", "zero3_recompute_gather")
+
+
+def _config_values(value: Any, key: str) -> tuple:
+    """The values of one config axis, each of the type its ``ParallelConfig`` field takes (their
+    ranges are the configuration's to check, point by point)."""
+    items = value if isinstance(value, list) else [value]
+    for item in items:
+        if key in _INT_CONFIG:
+            ok = not isinstance(item, bool) and isinstance(item, (int, float)) and math.isfinite(item) \
+                and item == int(item)
+            what = "whole numbers"
+        elif key in _BOOL_CONFIG:
+            ok, what = isinstance(item, bool), "true or false"
+        elif key == "moe_load_imbalance":
+            ok = not isinstance(item, bool) and isinstance(item, (int, float)) and math.isfinite(item)
+            what = "finite numbers"
+        else:
+            ok, what = isinstance(item, str), "names"
+        if not ok:
+            raise InputError(f"config.{key}", f"expected {what}, got {item!r}")
+    return tuple(int(i) if key in _INT_CONFIG else i for i in items)
+
+
+def spec_from_dict(data: Mapping[str, Any]) -> SweepSpec:
+    """A ``SweepSpec`` from a parsed spec mapping (keys as in the module docstring)."""
+    if not isinstance(data, Mapping):
+        raise InputError("spec", "must be a mapping of keys (models:, clusters:, gpus:, ...)")
+    unknown = [str(k) for k in data if k not in _KEYS]
+    if unknown:
+        raise InputError(unknown[0], "unknown key", suggest(unknown[0], _KEYS))
+    config = data.get("config") or {}
+    if not isinstance(config, Mapping):
+        raise InputError("config", "must be a mapping of ParallelConfig field: values")
+    chunk = data.get("chunk_points", DEFAULT_CHUNK_POINTS)
+    if isinstance(chunk, bool) or not isinstance(chunk, int):
+        raise InputError("chunk_points", f"expected a whole number, got {chunk!r}")
+    for key in ("kind", "search", "description"):
+        if key in data and not isinstance(data[key], str):
+            raise InputError(key, f"expected text, got {data[key]!r}")
+    return SweepSpec(
+        models=_values(data, "models", str), clusters=_values(data, "clusters", str), gpus=_values(data, "gpus", int),
+        global_batch=_values(data, "global_batch", int), global_batch_tokens=_values(data, "global_batch_tokens", int),
+        seq_len=_values(data, "seq_len", int, allow_none=True) or (None,),
+        stacks=_values(data, "stacks", str) or ("megatron-core",),
+        dtypes=_values(data, "dtypes", str) or ("bf16",),
+        config={str(k): _config_values(v, str(k)) for k, v in config.items()},
+        kind=data.get("kind", "training"), search=data.get("search", "best"), chunk_points=chunk,
+        description=data.get("description", ""))
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Read a sweep spec YAML file (the catalog's safe reader: no anchors bombs, no tags)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError("spec", f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise InputError("spec", f"{path} is not UTF-8 text", "save it as UTF-8") from None
+    return spec_from_dict(parse_yaml(text, "spec", p))

@@ -1,0 +1,92 @@
+"""Large searches stay bounded: the space is built and scored in chunks, a search keeps the
+fastest ``max_plans`` plans plus every frontier plan, and a request too wide to search is
+refused at once. Each bounded search must give the numbers the unbounded one gives."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hardware_specs.errors import InputError
+from model_specs.catalog import load_model
+from planners import SearchConstraints, enumerate_space, plan
+from planners.plan import TOP_EXACT
+from planners.search_space import (MAX_FACTORISATIONS, _factorisations, enumerate_base, enumerate_chunks,
+                                   factorisation_count)
+from planners.vectorized import kept_rows
+
+#: a range search small enough to run unbounded in a test (a few hundred thousand rows)
+MODEL, CLUSTER, GPUS, GBS = "llama3-8b", "dgx-h100", (48, 128), 96
+
+
+@pytest.mark.parametrize("lo, hi", [(1, 1), (1, 300), (1024, 1100), (16384, 16384), (5000, 5128),
+                                    (2**24 - 40, 2**24), (720720, 720720)])
+def test_factorisation_count_is_the_number_of_layouts_enumerated(lo, hi):
+    assert factorisation_count(lo, hi) == len(_factorisations(lo, hi)[0])
+
+
+@pytest.mark.parametrize("gpus, says", [((1, 65536), f"{MAX_FACTORISATIONS:,}"), ((1, 1_000_000), "GPU counts")])
+def test_a_range_with_too_many_layouts_is_refused_before_anything_is_built(gpus, says):
+    model = load_model("gpt3-125m")
+    with pytest.raises(InputError) as err:
+        enumerate_space(model, SearchConstraints(gpus=gpus, global_batch=32, max_tp=8))
+    assert err.value.field == "gpus" and says in err.value.message and "narrower" in err.value.fix
+    assert factorisation_count(1, 65536) > MAX_FACTORISATIONS > factorisation_count(1024, 4096)
+
+
+def test_chunks_hold_every_row_of_the_space_once_each_sorted_by_the_layer_key():
+    model = load_model("mixtral-8x7b")
+    c = SearchConstraints(gpus=(32, 64), global_batch=256, max_tp=8)
+    whole = enumerate_space(model, c)
+    chunks = list(enumerate_chunks(model, c, max_rows=7000))
+    assert len(chunks) > 10 and all(ch.total_rows == len(whole) for ch in chunks)
+    as_rows = lambda spaces: pd.DataFrame({k: np.concatenate([s.columns[k] for s in spaces]) for k in whole.columns})
+    a = as_rows(chunks).sort_values(list(whole.columns)).reset_index(drop=True)
+    b = as_rows([whole]).sort_values(list(whole.columns)).reset_index(drop=True)
+    pd.testing.assert_frame_equal(a, b)
+    key = ["tp", "cp", "micro_batch", "sequence_parallel", "recompute", "ep"]
+    for ch in chunks:
+        codes = pd.DataFrame({k: ch.columns[k] for k in key})
+        assert codes.equals(codes.sort_values(key, kind="stable").reset_index(drop=True))
+    base = enumerate_base(model, c, max_rows=7000)
+    assert base.offsets[-1] == len(whole) and list(base.offsets) == sorted(base.offsets)
+
+
+@pytest.fixture(scope="module")
+def unbounded():
+    return plan(MODEL, CLUSTER, GPUS, GBS, max_plans=None, space_chunk_rows=None,
+                assign_stages=False, workers=1)
+
+
+@pytest.mark.parametrize("max_plans, chunk_rows, workers", [(None, 20_000, 1), (500, None, 1), (500, 20_000, 2)])
+def test_bounded_search_keeps_the_ranking_and_both_frontiers_of_the_unbounded_one(unbounded, max_plans, chunk_rows,
+                                                                                     workers):
+    bounded = plan(MODEL, CLUSTER, GPUS, GBS, max_plans=max_plans, space_chunk_rows=chunk_rows,
+                   assign_stages=False, workers=workers)
+    assert bounded.fitting == unbounded.fitting == len(unbounded.plans) > 5000
+    assert bounded.evaluated == unbounded.evaluated and bounded.pruned == unbounded.pruned
+    if max_plans is None:
+        pd.testing.assert_frame_equal(bounded.plans, unbounded.plans)
+    else:
+        assert max_plans <= len(bounded.plans) < 2 * max_plans
+    # the rows a result shows: the best (exact pipeline makespans, planners.plan.TOP_EXACT) and
+    # both frontiers; further down the ranking rests on estimates either way
+    pd.testing.assert_frame_equal(bounded.top(TOP_EXACT), unbounded.top(TOP_EXACT))
+    pd.testing.assert_frame_equal(bounded.pareto("memory"), unbounded.pareto("memory"))
+    pd.testing.assert_frame_equal(bounded.pareto("gpus"), unbounded.pareto("gpus"))
+
+
+def test_kept_rows_are_the_fastest_the_memory_frontier_and_the_fastest_per_gpu_count():
+    rng = np.random.default_rng(18)
+    for trial in range(100):
+        n = int(rng.integers(5, 2000))
+        tps = rng.choice([1.0, 2.0, 3.0], n) if trial % 3 == 0 else rng.random(n)
+        mem = rng.choice([1.0, 2.0, 4.0], n) if trial % 2 == 0 else rng.random(n)
+        gpus = rng.integers(1, 6, n)
+        k = int(rng.integers(1, n))
+        expected = tps >= np.sort(tps)[::-1][k - 1]
+        for i in range(n):       # on the frontier: nothing smaller as fast, nothing as small faster
+            expected[i] |= not ((mem < mem[i]) & (tps >= tps[i])).any() and not ((mem == mem[i]) & (tps > tps[i])).any()
+        for g in np.unique(gpus):
+            expected |= (gpus == g) & (tps == tps[gpus == g].max())
+        assert np.array_equal(kept_rows(tps, mem, gpus, k), expected)

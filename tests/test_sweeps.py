@@ -1,0 +1,103 @@
+"""``paraplan sweep``: the grid, its chunks, resuming, and the same rows on Dask as in-process."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from hardware_specs.errors import InputError
+from paraplan import api
+from paraplan.cli import main
+from paraplan.sweeps import run_sweep, spec_from_dict
+from paraplan.sweeps.runner import chunk_key, chunks
+
+REPO = Path(__file__).resolve().parents[1]
+GRID = {"search": "simulate", "models": ["llama3-8b", "mixtral-8x7b"], "clusters": ["dgx-h100", "mi300x-node"],
+        "gpus": [16, 32], "global_batch_tokens": [1048576], "stacks": ["megatron-core"],
+        "config": {"tp": [1, 2, 4], "pp": [1, 2], "ep": [1, 8], "zero_stage": [0, 1], "recompute": ["none", "full"]},
+        "chunk_points": 37}
+
+
+def test_points_are_the_product_of_the_axes_in_order():
+    spec = spec_from_dict(GRID)
+    points = list(spec.points())
+    assert spec.n_points == len(points) == 2 * 2 * 2 * 1 * 3 * 2 * 2 * 2 * 2
+    assert points[0]["model"] == "llama3-8b" and points[-1]["model"] == "mixtral-8x7b"
+    assert points[0]["config"] == {"tp": 1, "pp": 1, "ep": 1, "zero_stage": 0, "recompute": "none"}
+    assert [len(c) for c in chunks(spec)] == [37] * (len(points) // 37) + ([len(points) % 37] if len(points) % 37 else [])
+
+
+@pytest.mark.parametrize("change, field", [({"models": []}, "models"), ({"kind": "inference"}, "kind"),
+                                           ({"kind": "serving"}, "kind"), ({"config": {"tq": [1]}}, "config.tq"),
+                                           ({"gpus": [0]}, "gpus"), ({"global_batch": [8]}, "global_batch"),
+                                           ({"stacks": [1.5]}, "stacks"), ({"chunk_points": 0}, "chunk_points"),
+                                           ({"nope": 1}, "nope")])
+def test_a_bad_spec_is_one_input_error_naming_the_key(change, field):
+    with pytest.raises(InputError) as err:
+        spec_from_dict({**GRID, **change})
+    assert err.value.field == field
+
+
+def test_simulated_points_equal_api_simulate_row_by_row():
+    df = api.sweep_grid(GRID)
+    spec = spec_from_dict(GRID)
+    assert len(df) == spec.n_points and list(df["point"]) == list(range(spec.n_points))
+    assert set(df["status"]) <= {"ok", "invalid", "does not fit"} and (df["status"] == "ok").sum() > 20
+    assert df.loc[df.status == "invalid", "reason"].str.len().gt(0).all()
+    ok = df[df.status == "ok"].sample(8, random_state=18)
+    for _, row in ok.iterrows():       # the stack's documented behaviour set the software fields
+        from model_specs.catalog import load_model
+        from paraplan.sweeps.evaluate import stack_fields
+        software = stack_fields(row["stack"], row["dtype"], load_model(row.model), row["gpu"], int(row.tp))
+        one = api.simulate(row.model, row.cluster, gpus=int(row.gpus), tp=int(row.tp), pp=int(row.pp), ep=int(row.ep),
+                           zero_stage=int(row.zero_stage), recompute=row.recompute,
+                           global_batch_tokens=int(row.global_batch_tokens), **software).iloc[0]
+        assert row.memory_gib == pytest.approx(one.memory_gib, rel=1e-12)
+        assert row.step_time_s == pytest.approx(one.step_time_s, rel=1e-9)
+        assert row.mfu_bf16_pct == pytest.approx(100 * one.mfu, rel=1e-9)
+    assert bool(df[df.cluster == "mi300x-node"]["efficiency_fitted"].any()) is False
+    assert bool(df[df.cluster == "dgx-h100"]["efficiency_fitted"].all()) is True
+
+
+def test_finished_chunks_are_not_recomputed(tmp_path, monkeypatch):
+    spec = spec_from_dict(GRID)
+    first = run_sweep(spec, tmp_path, local=True)
+    files = sorted((tmp_path / "chunks").glob("*.parquet"))
+    assert len(files) == len(chunks(spec)) and {f.stem for f in files} == {chunk_key(spec, c) for c in chunks(spec)}
+    files[0].unlink()                                   # one chunk lost: only it is evaluated again
+    calls = []
+    import paraplan.sweeps.runner as runner
+    real = runner.evaluate_chunk
+    monkeypatch.setattr(runner, "evaluate_chunk", lambda *a: calls.append(1) or real(*a))
+    again = run_sweep(spec, tmp_path, local=True)
+    assert len(calls) == 1
+    pd.testing.assert_frame_equal(first, again)
+
+
+def test_dask_local_cluster_gives_the_in_process_rows(tmp_path):
+    # two worker threads (worker processes cost ~5 s to start on 2 cores; the chunk tasks and
+    # their results go through the same scheduler either way; benchmarks/sweep_speed.py runs
+    # worker processes)
+    distributed = pytest.importorskip("dask.distributed")
+    spec = spec_from_dict(GRID)
+    local = run_sweep(spec, local=True)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        remote = run_sweep(spec, tmp_path, client=client)
+    pd.testing.assert_frame_equal(local, remote)
+
+
+def test_cli_writes_parquet_and_csv_with_one_row_per_point(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("search: simulate\nmodels: [gpt3-1.3b]\nclusters: [dgx-h100]\ngpus: [8]\n"
+                    "global_batch: [64]\nconfig: {tp: [1, 2], zero_stage: [0, 1, 2]}\n")
+    result = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(tmp_path / "out"), "--local"])
+    assert result.exit_code == 0, result.output
+    parquet = pd.read_parquet(tmp_path / "out" / "results.parquet")
+    csv = pd.read_csv(tmp_path / "out" / "results.csv")
+    assert len(parquet) == len(csv) == 6 and "6 points" in result.stdout
+    assert {"step_time_s", "tokens_per_s", "memory_gib", "mfu_bf16_pct"} <= set(parquet.columns)
+    bad = CliRunner().invoke(main, ["sweep", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "o2")])
+    assert bad.exit_code == 2 and bad.stderr.startswith("error: spec")
