@@ -24,9 +24,8 @@
 #
 # Every number below comes from the simulator (`simulator.serving`) with the serving efficiency
 # fitted per GPU generation (`hardware_specs/serving_efficiency/`); the text is computed from it.
-# This file is the source; `notebooks/serving_pareto.ipynb` is it executed (jupytext pairing;
-# re-execute with `python -c` over nbclient or `jupytext --to ipynb --execute` where nbconvert
-# is installed).
+# This file is the source; `notebooks/serving_pareto.ipynb` is it executed
+# (`python tools/notebooks.py notebooks/serving_pareto.py` refreshes it).
 
 # %%
 import io
