@@ -10,8 +10,23 @@ from __future__ import annotations
 from model_specs.model_spec import ModelSpec
 
 
-def attention_params(model: ModelSpec) -> int:
-    """Weights of one attention block (projections only), count."""
+def linear_attention_params(model: ModelSpec) -> int:
+    """Weights of one linear-attention (Gated DeltaNet) block, count: the fused q/k/v/z input
+    projection (h x (2 nk dk + 2 nv dv)), the per-head gate projections (h x 2 nv), the causal
+    convolution over q, k, v ((2 nk dk + nv dv) x kernel) and the output projection
+    (nv dv x h) (Yang et al. 2025, arXiv 2412.06464, section 3; Qwen3-Next's layer). 0 for a
+    model without linear attention."""
+    la = model.linear_attention
+    if la is None:
+        return 0
+    h = model.hidden_size
+    qk = la.num_key_heads * la.key_head_dim
+    v = la.num_value_heads * la.value_head_dim
+    return h * (2 * qk + 2 * v) + h * 2 * la.num_value_heads + (2 * qk + v) * la.conv_kernel + v * h
+
+
+def softmax_attention_params(model: ModelSpec) -> int:
+    """Weights of one softmax-attention block (projections only), count."""
     h, a, g, d = model.hidden_size, model.num_heads, model.num_kv_heads, model.head_dim
     if model.mla is not None:
         m = model.mla
@@ -24,6 +39,16 @@ def attention_params(model: ModelSpec) -> int:
         kv += m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
         return q + kv + a * m.v_head_dim * h
     return h * a * d + 2 * h * g * d + a * d * h
+
+
+def attention_params(model: ModelSpec) -> int:
+    """Weights of one attention block (projections only), count; for a model mixing linear
+    and softmax attention layers, the mean over its layers (rounded)."""
+    full = softmax_attention_params(model)
+    la = model.linear_attention
+    if la is None:
+        return full
+    return int(round((1.0 - la.layer_fraction) * full + la.layer_fraction * linear_attention_params(model)))
 
 
 def mlp_params(hidden: int, ffn: int, gated: bool) -> int:

@@ -40,7 +40,6 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -49,6 +48,8 @@ from hardware_specs.cluster_spec import ClusterSpec, HostSpec, NetworkTier
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError, require_positive, suggest
 from hardware_specs.gpu_spec import GPUSpec
+from hardware_specs.serving_behaviour import ServingBehaviour
+from hardware_specs.serving_efficiency import ServingEfficiency
 from hardware_specs.pools import Pool, PooledCluster, PoolLink
 from hardware_specs.stack_spec import RecipeOverride, StackSpec, TrainingBehaviour
 
@@ -456,6 +457,40 @@ def _training_from_dict(values: dict, where: str) -> TrainingBehaviour:
     return TrainingBehaviour(**kwargs)
 
 
+def _serving_from_dict(values: dict, where: str) -> ServingBehaviour:
+    defaults = ServingBehaviour()
+    known = ServingBehaviour.keys()
+    unknown = set(values) - set(known)
+    if unknown:
+        raise InputError(f"{where}.{sorted(unknown)[0]}", "unknown behaviour", "known: " + ", ".join(sorted(known)))
+    kwargs = {}
+    for key, value in values.items():
+        default = getattr(defaults, key)
+        if isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise InputError(f"{where}.{key}", f"must be true or false, got {value!r}")
+        elif isinstance(default, int):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InputError(f"{where}.{key}", f"expected a whole number, got {value!r}")
+        elif isinstance(default, float):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise InputError(f"{where}.{key}", f"expected a number, got {value!r}")
+            value = float(value)
+        elif isinstance(default, str):
+            value = str(value)
+        elif key == "prefill_token_budget":
+            if isinstance(value, int) and not isinstance(value, bool):
+                value = {0.0: value}
+            elif not isinstance(value, dict):
+                raise InputError(f"{where}.{key}", "must be tokens or a mapping of HBM GiB -> tokens",
+                                 "e.g. {0: 2048, 70: 8192}")
+        kwargs[key] = value
+    try:
+        return ServingBehaviour(**kwargs)
+    except InputError as exc:
+        raise InputError(f"{where}.{exc.field.split('.', 1)[-1]}", exc.message, exc.fix) from None
+
+
 def stack_from_dict(data: dict, where: str = "stack") -> StackSpec:
     """Build a ``StackSpec`` from a catalog mapping (see ``hardware_specs.stack_spec``)."""
     name = _get(data, "name", where, str)
@@ -468,7 +503,7 @@ def stack_from_dict(data: dict, where: str = "stack") -> StackSpec:
         citations.update(cites)
     if data.get("serving") is not None:
         values, cites = _behaviour_values(data["serving"], f"{where}.serving")
-        serving = MappingProxyType(values)
+        serving = _serving_from_dict(values, f"{where}.serving")
         citations.update(cites)
     versions = data.get("versions") or []
     if not isinstance(versions, list):
@@ -525,6 +560,86 @@ def _load_pooled_cached(path: str, mtime: float) -> PooledCluster:
 @lru_cache(maxsize=None)
 def _load_efficiency_cached(path: str, mtime: float) -> EfficiencyModel:
     return efficiency_from_dict(read_yaml(Path(path), "efficiency"))
+
+
+def serving_efficiency_from_dict(data: dict, where: str = "serving_efficiency") -> ServingEfficiency:
+    """Build a ``ServingEfficiency`` from a catalog mapping (unknown or mistyped keys name the key)."""
+    known = set(ServingEfficiency.field_names())
+    unknown = set(data) - known
+    if unknown:
+        raise InputError(f"{where}.{sorted(unknown)[0]}", "unknown key", "known keys: " + ", ".join(sorted(known)))
+    if "generation" not in data:
+        raise InputError(f"{where}.generation", "missing")
+    kwargs = dict(data)
+    for key, value in kwargs.items():
+        if key in ("generation", "fitted_on"):
+            kwargs[key] = str(value)
+        elif key == "prior":
+            if not isinstance(value, bool):
+                raise InputError(f"{where}.prior", f"must be true or false, got {value!r}")
+        else:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise InputError(f"{where}.{key}", f"expected a number, got {value!r}")
+            kwargs[key] = float(value)
+    return ServingEfficiency(**kwargs)
+
+
+@lru_cache(maxsize=None)
+def _load_serving_efficiency_cached(path: str, mtime: float) -> ServingEfficiency:
+    return serving_efficiency_from_dict(read_yaml(Path(path), "serving_efficiency"))
+
+
+def load_serving_efficiency(generation_or_path: str) -> ServingEfficiency:
+    """The serving-kernel efficiency of a GPU generation (or from a YAML file path). A
+    generation without a fitted file gets ``default.yaml``, a hand-set prior (``prior: true``)."""
+    candidate = Path(generation_or_path)
+    if candidate.suffix in (".yaml", ".yml"):
+        p = _resolve("serving_efficiency", generation_or_path, "serving_efficiency")
+    else:
+        entries = _entries("serving_efficiency")
+        key = generation_or_path.strip().lower()
+        p = entries.get(key) or entries.get("default")
+        if p is None:
+            raise InputError("serving_efficiency", f"no profile for generation '{generation_or_path}' and no default.yaml",
+                             "add hardware_specs/serving_efficiency/<generation>.yaml")
+        if p.stem == "default":
+            from dataclasses import replace
+            return replace(_load_serving_efficiency_cached(str(p), p.stat().st_mtime), generation=key, prior=True)
+    return _load_serving_efficiency_cached(str(p), p.stat().st_mtime)
+
+
+def serving_efficiency_path(generation: str) -> Path:
+    """Where the fitted serving-efficiency file of ``generation`` lives (it may not exist yet)."""
+    return BUILTIN_DIR / "serving_efficiency" / f"{generation}.yaml"
+
+
+def list_serving_stacks() -> list[str]:
+    """Stacks with a ``serving`` section."""
+    return sorted(n for n in _entries("stacks") if load_stack(n).serving is not None)
+
+
+def serving_stack_for(framework: str, version: str | None = None) -> StackSpec:
+    """The serving stack of ``framework`` (vllm, sglang, trtllm) describing release ``version``
+    (a listed release or a patch / rc / post release of one, ``StackSpec.covers``); with no
+    version, the framework's stack marked ``default_when_version_unstated``. A release no
+    profile covers is an ``InputError`` listing the known ones."""
+    key = str(framework).strip().lower()
+    candidates = [load_stack(n) for n in sorted(_entries("stacks"))]
+    candidates = [s for s in candidates if s.serving is not None and s.framework.lower() == key]
+    if not candidates:
+        known = sorted({load_stack(n).framework for n in _entries("stacks") if load_stack(n).serving is not None})
+        raise InputError("backend", f"no serving stack for framework '{framework}'", suggest(key, known))
+    if _unstated(version):
+        chosen = [s for s in candidates if s.default_when_version_unstated]
+        if len(chosen) == 1:
+            return chosen[0]
+        return candidates[-1]
+    for stack in candidates:
+        if stack.covers(version):
+            return stack
+    known = sorted({v for s in candidates for v in s.versions})
+    raise InputError("backend_version", f"no {framework} serving stack for release {version!r}",
+                     "known: " + ", ".join(known))
 
 
 @lru_cache(maxsize=None)

@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from hardware_specs.errors import InputError, require_positive
+from hardware_specs.serving_behaviour import ServingBehaviour
 
 #: attention kernels a training stack may run (``ParallelConfig.attention_kernel`` and
 #: ``flash_attention``): ``serial`` = FlashAttention-2 (softmax between a tile's two matmuls),
@@ -213,8 +214,7 @@ class StackSpec:
             tag or a year).
         description: one line for people.
         training: training behaviour, None for a serving-only stack.
-        serving: serving behaviour (a mapping the serving simulator interprets), None for a
-            training-only stack.
+        serving: serving behaviour (``ServingBehaviour``), None for a training-only stack.
         citations: per behaviour key, where the framework documents it (file and commit, or docs
             page).
         recipes: ``RecipeOverride`` entries: what the release's recipes for particular models set
@@ -229,7 +229,7 @@ class StackSpec:
     versions: tuple[str, ...] = ()
     description: str = ""
     training: TrainingBehaviour | None = None
-    serving: Any = None
+    serving: ServingBehaviour | None = None
     citations: Mapping[str, str] = field(default_factory=dict)
     default_when_version_unstated: bool = False
     recipes: tuple = ()
@@ -261,3 +261,19 @@ class StackSpec:
     @classmethod
     def training_keys(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(TrainingBehaviour))
+
+    @classmethod
+    def serving_keys(cls) -> tuple[str, ...]:
+        return ServingBehaviour.keys()
+
+    def covers(self, version: str | None) -> bool:
+        """Whether this profile describes release ``version`` (a listed release, or one that
+        starts with a listed release followed by ``.``, ``-``, ``+`` or ``rc``)."""
+        if version is None:
+            return False
+        v = str(version).strip().lower().lstrip("v")
+        for listed in self.versions:
+            lv = listed.lower().lstrip("v")
+            if v == lv or any(v.startswith(lv + sep) for sep in (".", "-", "+", "rc")):
+                return True
+        return False

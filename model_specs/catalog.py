@@ -18,7 +18,9 @@ head_dim (default hidden_size / num_heads), gated_mlp, tied_embeddings, sliding_
 sliding_window_layer_fraction (default 1 when a window is given), mtp_layers (default 0),
 the architecture details position_embedding, normalization, linear_bias (default: the Llama
 layout with a gated MLP, the GPT-2/3 one without), rotary_fraction (1), qkv_bias (false),
-activation (swiglu / gelu by gated_mlp), source; optional ``moe:`` mapping with the ``MoESpec`` fields
+activation (swiglu / gelu by gated_mlp), source; optional ``linear_attention:`` mapping with the
+``LinearAttentionSpec`` fields (layer_fraction, num_key_heads, key_head_dim, num_value_heads,
+value_head_dim, conv_kernel, state_bytes); optional ``moe:`` mapping with the ``MoESpec`` fields
 (num_experts, top_k, expert_ffn_hidden_size, num_shared_experts, ...) and optional ``mla:``
 mapping with the ``MLASpec`` fields (q_lora_rank, kv_lora_rank, qk_nope_head_dim,
 qk_rope_head_dim, v_head_dim). ``description`` and ``notes`` are free text and ignored.
@@ -34,7 +36,7 @@ from typing import Any
 from hardware_specs.catalog import read_yaml
 from hardware_specs.errors import InputError, suggest
 from model_specs.hf_config import is_hf_config, model_from_hf_config, read_json
-from model_specs.model_spec import MLASpec, ModelSpec, MoESpec
+from model_specs.model_spec import LinearAttentionSpec, MLASpec, ModelSpec, MoESpec
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "presets"
 ENV_VAR = "PARAPLAN_MODEL_PATH"
@@ -52,6 +54,7 @@ _STR_FIELDS = {"name", "source", "position_embedding", "normalization", "activat
 
 _MOE_REQUIRED = ("num_experts", "top_k", "expert_ffn_hidden_size")
 _MLA_REQUIRED = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+_LINEAR_REQUIRED = ("layer_fraction", "num_key_heads", "key_head_dim", "num_value_heads", "value_head_dim")
 
 
 def _search_dirs() -> list[Path]:
@@ -222,6 +225,17 @@ def _mla_from_dict(data: Any, where: str) -> MLASpec:
     return MLASpec(**kwargs)
 
 
+def _linear_attention_from_dict(data: Any, where: str) -> LinearAttentionSpec:
+    if not isinstance(data, dict):
+        raise InputError(where, "must be a mapping with " + ", ".join(_LINEAR_REQUIRED))
+    known = {f.name for f in fields(LinearAttentionSpec)}
+    _check_keys(data, known, where)
+    _require(data, _LINEAR_REQUIRED, where)
+    kwargs = {k: (_float(v, f"{where}.{k}") if k in ("layer_fraction", "state_bytes") else _int(v, f"{where}.{k}"))
+              for k, v in data.items() if k in known and v is not None}
+    return LinearAttentionSpec(**kwargs)
+
+
 def model_from_dict(data: dict[str, Any], where: str = "model", default_name: str | None = None) -> ModelSpec:
     """Build a ``ModelSpec`` from a preset mapping (keys as in the module docstring).
 
@@ -258,6 +272,8 @@ def model_from_dict(data: dict[str, Any], where: str = "model", default_name: st
             kwargs[key] = _moe_from_dict(value, field)
         elif key == "mla":
             kwargs[key] = _mla_from_dict(value, field)
+        elif key == "linear_attention":
+            kwargs[key] = _linear_attention_from_dict(value, field)
     kwargs.setdefault("num_kv_heads", kwargs["num_heads"])
     for key in ("head_dim", "sliding_window", "mtp_layers"):
         if kwargs.get(key, 0) < 0:

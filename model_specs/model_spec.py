@@ -105,6 +105,42 @@ class MLASpec:
 
 
 @dataclass(frozen=True)
+class LinearAttentionSpec:
+    """Linear-attention (Gated DeltaNet) layers mixed with full attention (Qwen3-Next / Qwen3.5;
+    Yang et al. 2025, "Gated Delta Networks", arXiv 2412.06464).
+
+    Such a layer keeps a fixed-size recurrent state per sequence instead of a KV cache that
+    grows with the context: ``num_value_heads`` matrices of ``key_head_dim x value_head_dim``
+    (plus a short causal convolution over the last ``conv_kernel`` inputs).
+
+    Attributes:
+        layer_fraction: share of the layers that are linear attention (Qwen3.5: 3 of every 4,
+            ``full_attention_interval`` 4 -> 0.75).
+        num_key_heads, key_head_dim: query/key heads and their width.
+        num_value_heads, value_head_dim: value heads and their width.
+        conv_kernel: causal convolution width over the q, k, v projections.
+        state_bytes: bytes per recurrent-state element (4: fp32 state, config ``mamba_ssm_dtype``).
+    """
+
+    layer_fraction: float
+    num_key_heads: int
+    key_head_dim: int
+    num_value_heads: int
+    value_head_dim: int
+    conv_kernel: int = 4
+    state_bytes: float = 4.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.layer_fraction < 1.0:
+            raise InputError("linear_attention.layer_fraction", "must be in (0, 1): some layers stay full attention")
+        for name in ("num_key_heads", "key_head_dim", "num_value_heads", "value_head_dim", "conv_kernel"):
+            if int(getattr(self, name)) < 1:
+                raise InputError(f"linear_attention.{name}", "must be >= 1")
+        if self.state_bytes <= 0:
+            raise InputError("linear_attention.state_bytes", "must be > 0")
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """A decoder-only transformer.
 
@@ -146,6 +182,9 @@ class ModelSpec:
         linear_bias: every linear layer has a bias (GPT-2/3, OPT, BLOOM, GPT-NeoX, gpt-oss).
         qkv_bias: the query/key/value projection has a bias even when the others do not (Qwen2).
         activation: the MLP activation; empty = ``swiglu`` for a gated MLP, ``gelu`` otherwise.
+        linear_attention: linear-attention layers mixed in (``LinearAttentionSpec``), or None
+            when every layer is softmax attention. The attention fields above then describe the
+            full-attention layers.
     """
 
     name: str
@@ -173,6 +212,7 @@ class ModelSpec:
     source: str = ""
     attention_dropout: bool = True
     hidden_dropout: bool = True
+    linear_attention: LinearAttentionSpec | None = None
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",

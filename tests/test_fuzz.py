@@ -15,6 +15,7 @@ running after ``HANG_S`` wall seconds and counts it as a hang.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -563,8 +564,11 @@ def test_generator_makes_over_a_thousand_distinct_inputs_reproducibly():
 def test_every_fuzz_input_ends_in_an_answer_or_a_one_line_error(tmp_path, monkeypatch):
     monkeypatch.delenv("PARAPLAN_DEBUG", raising=False)
     monkeypatch.setenv("MPLBACKEND", "Agg")
-    for module in ("paraplan.measure.runtime", "paraplan.measure.train", "paraplan.measure.calibrate"):
-        monkeypatch.setattr(f"{module}.launch", _no_launch)
+    # import every module before patching any: importing train or calibrate after runtime.launch is
+    # patched would bind the stand-in as their own launch, and the undo would then restore the stand-in
+    modules = [importlib.import_module(f"paraplan.measure.{name}") for name in ("runtime", "train", "calibrate")]
+    for module in modules:
+        monkeypatch.setattr(module, "launch", _no_launch)
     runner = CliRunner()
     cases = generate()
     failures, counts = [], {"ok": 0, "refused": 0}

@@ -177,7 +177,8 @@ def test_the_readme_table_of_release_wide_values_matches_the_stack_files():
             break
         lines.append(ln)
     header = [c.strip() for c in lines[0].strip("|").split("|")][1:]
-    assert header == list_stacks()
+    # the table lists the training stacks (serving-only stacks have no training values)
+    assert header == [n for n in list_stacks() if load_stack(n).training is not None]
     rows = {ln.split("|")[1].strip().strip("`"): [c.strip() for c in ln.strip("|").split("|")][1:]
             for ln in lines[1:] if ln.split("|")[1].strip().strip("`") in StackSpec.training_keys()}
     assert set(rows) == set(StackSpec.training_keys())

@@ -355,6 +355,8 @@ def stacks_cmd(name: str | None, as_json: bool) -> None:
     stacks = [load_stack(n) for n in names]
     data = [{"name": s.name, "framework": s.framework, "versions": list(s.versions), "description": s.description,
              "training": asdict(s.training) if s.training is not None else None,
+             "serving": ({k: (dict(getattr(s.serving, k)) if k == "prefill_token_budget" else getattr(s.serving, k))
+                          for k in s.serving.keys()} if s.serving is not None else None),
              "recipes": [{"models": list(r.models), "gpus": list(r.gpus), "dtypes": list(r.dtypes),
                           "training": dict(r.training), "source": r.source} for r in s.recipes],
              "citations": dict(s.citations)} for s in stacks]
@@ -369,6 +371,8 @@ def stacks_cmd(name: str | None, as_json: bool) -> None:
     lines = [f"stack {d['name']} ({d['framework']} {', '.join(d['versions']) or 'any version'}): {d['description']}"]
     for key, value in (d["training"] or {}).items():
         lines.append(f"  {key:32s} {value!s:>12}  {d['citations'].get('training.' + key, '')}")
+    for key, value in (d.get("serving") or {}).items():
+        lines.append(f"  {key:32s} {value!s:>12}  {d['citations'].get('serving.' + key, '')}")
     for r in d["recipes"]:
         sel = ", ".join(r["models"]) + (f" on {', '.join(r['gpus'])}" if r["gpus"] else "") + \
             (f" in {', '.join(r['dtypes'])}" if r["dtypes"] else "")

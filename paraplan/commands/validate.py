@@ -319,3 +319,112 @@ def _hetero_text(records, summary, gbps, lat, intra) -> str:
     lines.append(f"\nnetwork of the mixed cluster (not stated by the source): {gbps:g} Gb/s per node, {lat:g} us; "
                  f"inside a node {intra_text}")
     return "\n".join(lines) + "\n"
+
+
+#: the per-row output columns of ``validate serving --json`` / ``--csv``, in order.
+SERVING_ROW_KEYS = ("id", "metric", "status", "predicted", "measured", "rel_error", "reason")
+
+
+def serving_summary_text(results, summary, list_skipped: bool) -> str:
+    """Per (backend, system, mode, model): rows used / skipped, mean and worst |error| of TTFT and
+    TPOT; then per backend and mode; then the skipped rows grouped by reason."""
+    def pct(x):
+        return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.1f}"
+    headers = ["backend", "system", "mode", "model", "rows_used", "rows_skipped", "ttft_mean_abs_err_pct",
+               "ttft_worst_abs_err_pct", "tpot_mean_abs_err_pct", "tpot_worst_abs_err_pct"]
+    rows = [[r["backend"], r["system"], r["mode"], r["model"], int(r["rows_used"]), int(r["rows_skipped"]),
+             pct(r["ttft_mean_abs_err_pct"]), pct(r["ttft_worst_abs_err_pct"]), pct(r["tpot_mean_abs_err_pct"]),
+             pct(r["tpot_worst_abs_err_pct"])] for r in summary.to_dict("records")]
+    lines = ["serving prediction error per backend, system, mode and model (|predicted - measured| / measured)",
+             format_table(rows, headers, align="llllrrrrrr").rstrip(), ""]
+    from paraplan.validation.serving import summarize
+    overall = summarize(results, by=("backend", "mode"))
+    rows = [[r["backend"], r["mode"], int(r["rows_used"]), int(r["rows_skipped"]), pct(r["ttft_mean_abs_err_pct"]),
+             pct(r["tpot_mean_abs_err_pct"])] for r in overall.to_dict("records")]
+    lines += ["per backend and mode",
+              format_table(rows, ["backend", "mode", "rows_used", "rows_skipped", "ttft_mean_abs_err_pct",
+                                  "tpot_mean_abs_err_pct"], align="llrrrr").rstrip()]
+    skipped = results[results.status != "ok"].drop_duplicates("id")
+    assumed = results[(results.status == "ok") & (results.assumption.fillna("") != "")].drop_duplicates("id")
+    if len(assumed):
+        lines += ["", f"rows predicted under an assumption: {len(assumed)}"]
+        for reason, n in Counter(assumed.assumption).most_common():
+            lines.append(f"  {n:5d}  {reason}")
+    if len(skipped):
+        lines += ["", f"skipped rows: {len(skipped)}"]
+        if list_skipped:
+            table = [[r["id"], r["reason"]] for r in skipped.to_dict("records")]
+            lines.append(format_table(table, ["id", "reason"], align="ll", indent="  ").rstrip())
+        else:
+            for reason, n in Counter(skipped.reason.fillna("").astype(str)).most_common():
+                lines.append(f"  {n:5d}  {reason or '(no reason)'}")
+            lines.append("  (--list-skipped lists every skipped row id)")
+    return "\n".join(lines) + "\n"
+
+
+def _serving_csv(records: list[dict]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(SERVING_ROW_KEYS), lineterminator="\n")
+    writer.writeheader()
+    for r in records:
+        writer.writerow({k: ("" if r[k] is None else r[k]) for k in SERVING_ROW_KEYS})
+    return buf.getvalue()
+
+
+@command.command("serving", short_help="Predict measured serving runs (TTFT, TPOT) and report the error.")
+@click.argument("path", type=click.Path(dir_okay=False), required=False)
+@click.option("--backend", "backend_filter", metavar="NAME", help="Only rows of this backend (vllm, sglang, trtllm).")
+@click.option("--mode", "mode_filter", type=click.Choice(["agg", "disagg"]), help="Only aggregated or disaggregated rows.")
+@click.option("--json", "as_json", is_flag=True,
+              help="One object per row and metric: id, metric (ttft_ms|tpot_ms), status, predicted, measured, rel_error, reason.")
+@click.option("--csv", "as_csv", is_flag=True, help="The same records as a CSV table.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False),
+              help="Write the output to this file (atomically) instead of stdout.")
+@click.option("--list-skipped", is_flag=True, help="List every skipped row id with its reason.")
+def serving_cmd(path: str | None, backend_filter: str | None, mode_filter: str | None, as_json: bool, as_csv: bool,
+                out_path: str | None, list_skipped: bool) -> None:
+    """How well does the serving simulator predict measured deployments? PATH is a CSV with the
+    columns of shared/validation/serving_runs.csv (default: that file, or the copy bundled with
+    paraplan).
+
+    Each row becomes a model preset, a cluster, the serving stack of its backend release and its
+    layout (see paraplan/validation/serving.py for how); TTFT and TPOT are predicted and
+    rel_error = (predicted - measured) / measured. Prints, per backend, system, mode and model,
+    the rows used and skipped and the mean and worst absolute error, then per backend and mode,
+    then the skipped rows grouped by reason.
+
+    \b
+    Example:
+      paraplan validate serving
+      paraplan validate serving --backend vllm --mode agg
+      paraplan validate serving ../shared/validation/serving_runs.csv --json --out serving_errors.json
+    """
+    from paraplan.validation.datasets import SERVING_RUNS, validation_file
+    from paraplan.validation.serving import read_rows, summarize, validate_rows
+
+    if as_json and as_csv:
+        raise click.UsageError("give --json or --csv, not both")
+    if out_path is not None:
+        check_writable(out_path)
+    df = read_rows(path if path is not None else validation_file(SERVING_RUNS))
+    if backend_filter:
+        df = df[df["backend"].astype(str).str.lower() == backend_filter.strip().lower()]
+        if df.empty:
+            raise InputError("--backend", f"no row has backend '{backend_filter}'", "use vllm, sglang or trtllm")
+    if mode_filter:
+        df = df[df["mode"].astype(str).str.lower() == mode_filter]
+        if df.empty:
+            raise InputError("--mode", f"no row has mode '{mode_filter}'")
+    df = df.reset_index(drop=True)
+    results = validate_rows(df)
+    if as_json or as_csv:
+        records = [{k: _clean(r.get(k)) for k in SERVING_ROW_KEYS} for r in results.to_dict("records")]
+        text = dump_json(records) if as_json else _serving_csv(records)
+    else:
+        text = serving_summary_text(results, summarize(results), list_skipped)
+    if out_path is not None:
+        write_atomic(out_path, text)
+        n_ok = results[results.status == "ok"].id.nunique()
+        click.echo(f"wrote {out_path} ({len(df)} rows, {n_ok} predicted)", err=True)
+    else:
+        click.echo(text, nl=False)

@@ -1,0 +1,93 @@
+"""Collectives of an inference step: tensor-parallel all-reduce, expert-parallel dispatch and
+combine, pipeline send/recv, and the KV-cache transfer of disaggregated serving.
+
+Decode all-reduces are small (batch x hidden x 2 bytes) and latency-bound. Inside one NVLink
+domain the engines use their own all-reduce kernels (vLLM ``custom_all_reduce``, SGLang's
+custom all-reduce, TensorRT-LLM ``AllReduceStrategy``) rather than NCCL rings: one-shot (every
+GPU reads the n-1 peer buffers: one latency, (n-1) x S bytes per GPU) for small messages,
+two-shot (reduce-scatter then all-gather: two latencies, 2(n-1)/n x S) for larger ones; the
+faster of the two is taken. Without them the NCCL ring applies. Across domains the all-reduce
+is hierarchical (reduce-scatter inside the domain, all-reduce of the shard across domains,
+all-gather inside), the cross-domain step taking the faster of NCCL's ring and double binary
+tree (2 log2 n latency steps; NCCL 2.4 release notes), as NCCL's tuner picks per message size. Achieved bandwidth = link bandwidth x
+``ServingEfficiency.link_bw_fraction``.
+
+Groups: a worker's ranks are numbered tensor-parallel fastest; its tp group is contiguous
+(stride 1), the expert group (moe_tp x moe_ep = tp x attention-dp ranks) spans the whole stage.
+Every function takes numpy arrays for sizes and degrees.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from cost_models import collectives as coll
+from hardware_specs.cluster_spec import ClusterSpec
+from hardware_specs.serving_efficiency import ServingEfficiency
+
+
+def _f(x):
+    return np.asarray(x, dtype=float)
+
+
+def link_rates(cluster: ClusterSpec, eff: ServingEfficiency):
+    """Achieved (bw_intra, lat_intra, bw_inter, lat_inter): bytes/s and seconds."""
+    bw_i = cluster.scaleup.bw_bytes_per_s * eff.link_bw_fraction
+    bw_o = cluster.scaleout.bw_bytes_per_s * eff.link_bw_fraction / cluster.oversubscription
+    return bw_i, cluster.scaleup.latency_s, bw_o, cluster.scaleout.latency_s
+
+
+def allreduce_time_s(bytes_, group, cluster: ClusterSpec, eff: ServingEfficiency, custom: bool = True):
+    """All-reduce of a ``bytes_`` buffer over ``group`` contiguous GPUs, seconds (0 for group 1)."""
+    n = _f(group)
+    s = _f(bytes_)
+    bw_i, lat_i, bw_o, lat_o = link_rates(cluster, eff)
+    per_node = float(cluster.gpus_per_node)
+    inside = n <= per_node
+    if custom:
+        one_shot = lat_i + (n - 1.0) * s / bw_i
+        two_shot = 2.0 * lat_i + 2.0 * (n - 1.0) / np.maximum(n, 1.0) * s / bw_i
+        t_in = np.minimum(one_shot, two_shot)
+    else:
+        t_in = coll.ring_allreduce_time_s(s, n, bw_i, lat_i)
+    n_intra = np.minimum(n, per_node)
+    n_inter = np.ceil(n / np.maximum(n_intra, 1.0))
+    shard = s / np.maximum(n_intra, 1.0)
+    intra = 2.0 * coll.reduce_scatter_time_s(s, n_intra, bw_i, lat_i)
+    across = np.minimum(coll.ring_allreduce_time_s(shard, n_inter, bw_o, lat_o),
+                        coll.tree_allreduce_time_s(shard, n_inter, bw_o, lat_o))
+    t_out = intra + across
+    return np.where(n > 1, np.where(inside, t_in, t_out), 0.0)
+
+
+def all_to_all_time_s(bytes_, group, cluster: ClusterSpec, eff: ServingEfficiency):
+    """All-to-all where each of ``group`` GPUs holds ``bytes_`` and keeps 1/group of it, seconds
+    (the part leaving the NVLink domain goes over each GPU's NIC)."""
+    n = _f(group)
+    bw_i, lat_i, bw_o, lat_o = link_rates(cluster, eff)
+    per_node = float(cluster.gpus_per_node)
+    n_intra = np.minimum(n, per_node)
+    n_inter = np.ceil(n / np.maximum(n_intra, 1.0))
+    # the engines' all-to-all kernels (DeepEP, NVLink one-sided copies) issue every peer at once:
+    # the NVLink and NIC parts overlap (the slower sets the time) and each tier pays one start-up
+    inside = _f(bytes_) * (n_intra - 1.0) / np.maximum(n, 1.0) / bw_i
+    outside = _f(bytes_) * n_intra * (n_inter - 1.0) / np.maximum(n, 1.0) / bw_o
+    lat = lat_i + np.where(n_inter > 1, lat_o, 0.0)
+    return np.where(n > 1, np.maximum(inside, outside) + lat, 0.0)
+
+
+def p2p_time_s(bytes_, cross_domain, cluster: ClusterSpec, eff: ServingEfficiency):
+    """One send/recv of ``bytes_`` between neighbouring pipeline stages, seconds."""
+    bw_i, lat_i, bw_o, lat_o = link_rates(cluster, eff)
+    cross = np.asarray(cross_domain, dtype=bool)
+    return np.where(cross, _f(bytes_) / bw_o + lat_o, _f(bytes_) / bw_i + lat_i)
+
+
+def kv_transfer_time_s(bytes_, sender_gpus, same_domain, cluster: ClusterSpec, eff: ServingEfficiency):
+    """Moving one request's KV cache (``bytes_``, the whole model's) from a prefill worker to a
+    decode worker, seconds: each of the ``sender_gpus`` GPUs holding a shard sends it over its
+    own link at once (NVLink inside one domain, else its NIC; NIXL / Mooncake transfer engines
+    read GPU memory directly)."""
+    bw_i, lat_i, bw_o, lat_o = link_rates(cluster, eff)
+    same = np.asarray(same_domain, dtype=bool)
+    bw = np.where(same, bw_i, bw_o) * np.maximum(_f(sender_gpus), 1.0)
+    return _f(bytes_) / bw + np.where(same, lat_i, lat_o)

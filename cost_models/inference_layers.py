@@ -1,0 +1,246 @@
+"""Time of one transformer layer of an inference step on one GPU (prefill chunks and decodes).
+
+A step of one engine (one attention-data-parallel rank, ``tp`` GPUs) processes ``P`` prompt
+tokens whose queries attend on average to ``Kp`` keys, and one new token for each of ``d``
+decoding requests whose context is ``Ld`` tokens long: ``T = P + d`` tokens in all.
+
+Every kernel is timed by its roofline, max(FLOPs / achieved FLOP/s, bytes / achieved HBM
+bytes/s), with the serving efficiency of the GPU generation:
+
+* GEMMs (attention projections, dense MLP, shared and routed experts, LM head) read their
+  weights once per step and run 2 x T x weights FLOPs at ``gemm_peak_fraction`` of the weight
+  format's tensor-core peak (``cost_models.weight_formats``); at decode batch sizes the weight
+  bytes dominate (a batched GEMV), at prefill the FLOPs.
+* The attention core of decode reads each request's KV cache (``cost_models.kv_cache``); that
+  of prefill does the causal FLOPs at ``attention_peak_fraction`` of the 16-bit peak. MLA
+  decodes in the absorbed form (queries projected into the latent: scores over
+  kv_lora + rope, values over kv_lora; DeepSeek-V2, arXiv 2405.04434, appendix C) and prefills
+  in the expanded form (qk_nope + rope and v_head per head).
+* A routed-expert layer streams only the experts some token activated
+  (``cost_models.expert_activation``): the expert group (moe_tp x moe_ep GPUs = tp x adp) sees
+  the tokens of all adp ranks.
+* Norms, activations, residual adds, rotary embedding: memory-bound bytes.
+
+Kernel counts per layer (``KERNELS``) say how many kernels each block launches in the engines'
+fused implementations; each costs ``kernel_fixed_s`` of GPU time. All inputs may be numpy
+arrays (one row per layout); model, hardware and formats are scalars.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cost_models.expert_activation import expected_distinct_experts
+from cost_models.kv_cache import kv_bytes_per_token_layer, kv_heads_per_gpu, layer_counts, linear_state_bytes_per_layer
+from cost_models.weight_formats import compute_dtype, weight_bytes
+from hardware_specs.gpu_spec import GPUSpec
+from hardware_specs.serving_efficiency import ServingEfficiency
+from model_specs.model_spec import ModelSpec
+
+#: activation / communication bytes per element (16-bit)
+ACT_BYTES = 2.0
+#: kernels per layer block in fused engine implementations: softmax attention (norm, QKV GEMM,
+#: rotary + KV write, attention, output GEMM, residual/all-reduce), MLA (q_a, q-norm, q_b,
+#: kv_a, kv-norm, rotary + latent write, absorb GEMMs x2, attention, output GEMM, residual),
+#: linear attention (norm, in-projections, conv, gates, chunked scan / state update, gated
+#: norm, output GEMM, residual), dense MLP (norm, gate-up GEMM, activation, down GEMM),
+#: routed experts (router GEMM, top-k, permute, two grouped GEMMs, activation, finalize) and the
+#: LM head + sampling (norm, GEMM, softmax / top-p, sample).
+KERNELS = {"attention": 6.0, "mla": 11.0, "linear_attention": 8.0, "mlp": 4.0, "moe": 7.0, "head": 4.0}
+#: memory-bound traffic per token per layer besides the GEMMs, in hidden-size elements: two
+#: RMSNorms (read + write each), two residual adds (read 2, write 1 each), rotary on q and k.
+ELEMENTWISE_H_PER_TOKEN = 12.0
+
+
+def _f(x):
+    return np.asarray(x, dtype=float)
+
+
+@dataclass(frozen=True)
+class LayerRates:
+    """Achieved rates of one GPU for inference kernels (from ``ServingEfficiency``)."""
+
+    dense_flops_per_s: float     # GEMMs with weights in the dense (attention / MLP) format
+    expert_flops_per_s: float    # GEMMs with weights in the routed-expert format
+    head_flops_per_s: float      # 16-bit GEMMs (LM head, router)
+    attention_flops_per_s: float  # prefill attention core (16-bit)
+    hbm_bytes_per_s: float
+    kernel_fixed_s: float
+    dense_weight_bytes: float    # bytes per weight element, dense format
+    expert_weight_bytes: float   # bytes per weight element, routed-expert format
+
+
+def layer_rates(gpu: GPUSpec, eff: ServingEfficiency, dense_format: str, expert_format: str) -> LayerRates:
+    """``LayerRates`` of ``gpu`` for weights in ``dense_format`` / ``expert_format``."""
+    sixteen = compute_dtype("bf16", gpu)
+    return LayerRates(
+        dense_flops_per_s=gpu.peak_flops(compute_dtype(dense_format, gpu)) * eff.gemm_peak_fraction,
+        expert_flops_per_s=gpu.peak_flops(compute_dtype(expert_format, gpu)) * eff.gemm_peak_fraction,
+        head_flops_per_s=gpu.peak_flops(sixteen) * eff.gemm_peak_fraction,
+        attention_flops_per_s=gpu.peak_flops(sixteen) * eff.attention_peak_fraction,
+        hbm_bytes_per_s=gpu.hbm_bw_bytes_per_s * eff.decode_hbm_fraction,
+        kernel_fixed_s=eff.kernel_fixed_s,
+        dense_weight_bytes=weight_bytes(dense_format),
+        expert_weight_bytes=weight_bytes(expert_format),
+    )
+
+
+def gemm_s(tokens, weights, flops_per_s, weight_bytes_per_elem, rates: LayerRates, in_dim, out_dim):
+    """Roofline time of a GEMM of ``tokens`` rows against ``weights`` elements (in x out)."""
+    t = _f(tokens)
+    flops = 2.0 * t * _f(weights)
+    traffic = _f(weights) * weight_bytes_per_elem + t * (_f(in_dim) + _f(out_dim)) * ACT_BYTES
+    return np.maximum(flops / flops_per_s, traffic / rates.hbm_bytes_per_s)
+
+
+# ---- attention ----------------------------------------------------------------------------
+
+def attention_weights_per_gpu(model: ModelSpec, tp):
+    """(weight elements one GPU holds for one softmax-attention block, its output width)."""
+    h, a, d = model.hidden_size, model.num_heads, model.head_dim
+    tp = _f(tp)
+    if model.mla is not None:
+        m = model.mla
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        replicated = h * (m.kv_lora_rank + m.qk_rope_head_dim) + (h * m.q_lora_rank if m.q_lora_rank else 0.0)
+        q_up = (m.q_lora_rank if m.q_lora_rank else h) * a * qk
+        split = q_up + m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim) + a * m.v_head_dim * h
+        return replicated + split / tp
+    return 2.0 * h * a * d / tp + 2.0 * h * d * kv_heads_per_gpu(model, tp)
+
+
+def linear_attention_weights_per_gpu(model: ModelSpec, tp):
+    """Weight elements one GPU holds for one linear-attention block."""
+    from cost_models.params import linear_attention_params
+    return linear_attention_params(model) / _f(tp)
+
+
+def attention_block_s(model: ModelSpec, rates: LayerRates, tp, prefill_tokens, prefill_keys, decode_reqs,
+                      decode_ctx, kv_bytes: float):
+    """Seconds of the attention part of one layer, averaged over the model's layer kinds
+    (full, sliding-window, linear attention): projections + attention core."""
+    h, a = model.hidden_size, model.num_heads
+    tp = _f(tp)
+    P, Kp, d, Ld = _f(prefill_tokens), _f(prefill_keys), _f(decode_reqs), _f(decode_ctx)
+    T = P + d
+    full, window, linear = layer_counts(model)
+    n = float(model.num_layers)
+    heads = a / tp
+
+    w = attention_weights_per_gpu(model, tp)
+    proj = gemm_s(T, w, rates.dense_flops_per_s, rates.dense_weight_bytes, rates, h, h)
+
+    # attention core per softmax layer: decode reads the KV cache, prefill does causal FLOPs
+    per_token_kv = kv_bytes_per_token_layer(model, tp, kv_bytes)
+    if model.mla is not None:
+        m = model.mla
+        dec_dims = (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
+        pre_dims = m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim
+    else:
+        dec_dims = pre_dims = 2.0 * model.head_dim
+
+    def core(ctx_dec, keys_pre):
+        dec_bytes = d * ctx_dec * per_token_kv
+        dec_flops = 2.0 * d * ctx_dec * heads * dec_dims
+        dec = np.maximum(dec_bytes / rates.hbm_bytes_per_s, dec_flops / rates.attention_flops_per_s)
+        pre_flops = 2.0 * P * keys_pre * heads * pre_dims
+        # the prefill writes its new KV entries
+        pre = pre_flops / rates.attention_flops_per_s + P * per_token_kv / rates.hbm_bytes_per_s
+        return dec + pre
+
+    core_full = core(Ld, Kp)
+    if window:
+        win = float(model.sliding_window)
+        core_window = core(np.minimum(Ld, win), np.minimum(Kp, win))
+    else:
+        core_window = 0.0
+    softmax = proj + core_full * (full / max(full + window, 1e-9)) + core_window * (window / max(full + window, 1e-9))
+    if model.mla is not None:
+        kernels_softmax = KERNELS["mla"]
+    else:
+        kernels_softmax = KERNELS["attention"]
+    if not linear:
+        return softmax, np.full_like(T, kernels_softmax)
+
+    la = model.linear_attention
+    wl = linear_attention_weights_per_gpu(model, tp)
+    lin_proj = gemm_s(T, wl, rates.dense_flops_per_s, rates.dense_weight_bytes, rates, h, h)
+    state = linear_state_bytes_per_layer(model, tp)
+    # decode: read and write each request's state once; prefill: a chunked scan of
+    # ~4 x heads x dk x dv FLOPs per token (Yang et al. 2025, section 3.3), at the attention rate
+    lin_dec = 2.0 * d * state / rates.hbm_bytes_per_s
+    lin_pre = 4.0 * P * la.num_value_heads / tp * la.key_head_dim * la.value_head_dim / rates.attention_flops_per_s
+    lin_total = lin_proj + np.maximum(lin_dec, 0.0) + lin_pre
+    mean = (softmax * (full + window) + lin_total * linear) / n
+    kernels = (kernels_softmax * (full + window) + KERNELS["linear_attention"] * linear) / n
+    return mean, np.full_like(T, kernels)
+
+
+# ---- MLP / experts --------------------------------------------------------------------------
+
+def dense_mlp_s(model: ModelSpec, rates: LayerRates, tp, tokens, ffn: int):
+    """Seconds of one dense (gated) MLP of width ``ffn`` split over tp, for ``tokens`` tokens."""
+    mats = 3.0 if model.gated_mlp else 2.0
+    w = mats * model.hidden_size * ffn / _f(tp)
+    return gemm_s(tokens, w, rates.dense_flops_per_s, rates.dense_weight_bytes, rates,
+                  model.hidden_size, ffn / _f(tp) * (mats - 1.0))
+
+
+def moe_block_s(model: ModelSpec, rates: LayerRates, tp, adp, moe_tp, moe_ep, tokens):
+    """Seconds of one routed-expert layer's MLP part on one GPU (router, activated routed
+    experts, shared experts), for ``tokens`` tokens per attention-DP rank."""
+    moe = model.moe
+    h = model.hidden_size
+    mats = 3.0 if model.gated_mlp else 2.0
+    T = _f(tokens)
+    group_tokens = T * _f(adp)            # tokens of every adp rank meet in the expert group
+    expert_w = mats * h * moe.expert_ffn_hidden_size / _f(moe_tp)
+    active_local = expected_distinct_experts(moe.num_experts, moe.top_k, group_tokens) / _f(moe_ep)
+    routed_rows = group_tokens * moe.top_k / _f(moe_ep)      # rows one GPU's experts process
+    flops = 2.0 * routed_rows * expert_w
+    traffic = (active_local * expert_w * rates.expert_weight_bytes
+               + routed_rows * (h + moe.expert_ffn_hidden_size / _f(moe_tp)) * 2.0 * ACT_BYTES)
+    routed = np.maximum(flops / rates.expert_flops_per_s, traffic / rates.hbm_bytes_per_s)
+    router = gemm_s(T, h * moe.num_experts, rates.head_flops_per_s, 2.0, rates, h, moe.num_experts)
+    shared_ffn = moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
+    shared = dense_mlp_s(model, rates, tp, T, shared_ffn) if shared_ffn else 0.0
+    kernels = KERNELS["moe"] + (KERNELS["mlp"] - 1.0 if shared_ffn else 0.0)
+    return routed + router + shared, kernels
+
+
+def elementwise_s(model: ModelSpec, rates: LayerRates, tokens):
+    """Memory-bound kernels of one layer (norms, residual adds, rotary), seconds."""
+    return _f(tokens) * model.hidden_size * ELEMENTWISE_H_PER_TOKEN * ACT_BYTES / rates.hbm_bytes_per_s
+
+
+def lm_head_s(model: ModelSpec, rates: LayerRates, tp, logits_tokens):
+    """LM head GEMM (vocab split over tp) and sampling for ``logits_tokens`` tokens, seconds."""
+    w = model.vocab_size * model.hidden_size / _f(tp)
+    head = gemm_s(logits_tokens, w, rates.head_flops_per_s, 2.0, rates, model.hidden_size, model.vocab_size / _f(tp))
+    # softmax / top-p over the logits: read fp32 logits a few times
+    sample = _f(logits_tokens) * model.vocab_size / _f(tp) * 4.0 * 3.0 / rates.hbm_bytes_per_s
+    return head + sample
+
+
+def prefill_flops(model: ModelSpec, tokens, keys):
+    """FLOPs of a prefill of ``tokens`` prompt tokens whose queries attend to ``keys`` keys on
+    average (isl / 2 for a causal prompt), whole model, one copy: 2 x tokens x the weights a
+    token multiplies (attention projections, the dense MLP or the top-k routed and shared
+    experts, the router) + the attention core, 2 x tokens x keys x heads x (qk + v) per softmax
+    layer (window layers attend to at most the window), + the LM head for the one sampled token.
+    Linear-attention layers' scans are not counted (a few percent)."""
+    from cost_models.params import dense_layer_params, moe_layer_params
+    t, k = _f(tokens), _f(keys)
+    layer_weights = model.num_dense_layers * (dense_layer_params(model) - 2 * model.hidden_size)
+    layer_weights += model.num_moe_layers * (moe_layer_params(model, active=True) - 2 * model.hidden_size)
+    if model.mla is not None:
+        m = model.mla
+        dims = m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim
+    else:
+        dims = 2.0 * model.head_dim
+    full, window, _ = layer_counts(model)
+    keys_window = np.minimum(k, model.sliding_window) if window else 0.0
+    core = 2.0 * t * model.num_heads * dims * (full * k + window * keys_window)
+    head = 2.0 * model.vocab_size * model.hidden_size
+    return 2.0 * t * layer_weights + core + head

@@ -1,0 +1,83 @@
+"""Memory of a serving worker per GPU: weights, activation workspace, runtime reserve, KV cache.
+
+Weights per GPU: each pipeline stage holds num_layers/pp layers. In a layer, attention weights
+are split over tp (``inference_layers.attention_weights_per_gpu``; replicated over attention
+data parallelism), dense MLPs and shared experts over tp, routed experts over the expert group:
+E/moe_ep experts per GPU, each cut moe_tp ways. Embedding and LM head are vocabulary-parallel
+over tp, in 16-bit. Bytes per element come from the weight formats.
+
+Activation workspace: the engines size it by a dummy forward of their per-step token budget
+(vLLM profiles ``max_num_batched_tokens``, TensorRT-LLM ``max_num_tokens``): the hidden state,
+residual and norm output (3 x h), the QKV and attention outputs, the MLP's gate-up output
+(2 x ffn / tp) and the routed tokens' copies, 16-bit.
+
+KV-cache pool: what the stack's memory rule leaves (``ServingBehaviour``):
+``total``: fraction x HBM - weights - workspace - reserve; ``free``: fraction x (HBM - weights -
+workspace - reserve). The largest concurrency that fits is that pool over one request's KV
+bytes (``cost_models.kv_cache``) at its full length.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from cost_models.inference_layers import ACT_BYTES, attention_weights_per_gpu, linear_attention_weights_per_gpu
+from cost_models.kv_cache import layer_counts
+from cost_models.weight_formats import weight_bytes
+from hardware_specs.serving_behaviour import ServingBehaviour
+from model_specs.model_spec import ModelSpec
+
+GIB = 2**30
+
+
+def _f(x):
+    return np.asarray(x, dtype=float)
+
+
+def weight_bytes_per_gpu(model: ModelSpec, tp, adp, pp, moe_tp, moe_ep, dense_format: str, expert_format: str):
+    """Bytes of weights one GPU holds (the largest stage: layers/pp plus embedding and head)."""
+    tp, pp, moe_tp, moe_ep = _f(tp), _f(pp), _f(moe_tp), _f(moe_ep)
+    wd, we = weight_bytes(dense_format), weight_bytes(expert_format)
+    h = model.hidden_size
+    mats = 3.0 if model.gated_mlp else 2.0
+    full, window, linear = layer_counts(model)
+    n = float(model.num_layers)
+    attn = (full + window) * attention_weights_per_gpu(model, tp)
+    if linear:
+        attn = attn + linear * linear_attention_weights_per_gpu(model, tp)
+    n_moe = float(model.num_moe_layers)
+    n_dense = n - n_moe
+    dense_ffn = model.ffn_hidden_size
+    if model.moe is not None and model.moe.dense_ffn_hidden_size:
+        dense_ffn = model.moe.dense_ffn_hidden_size
+    dense = n_dense * mats * h * dense_ffn / tp
+    layers = (attn + dense) * wd
+    if n_moe:
+        moe = model.moe
+        experts = moe.num_experts / moe_ep * mats * h * moe.expert_ffn_hidden_size / moe_tp
+        shared_ffn = moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
+        layers = layers + n_moe * (experts * we + mats * h * shared_ffn / tp * wd + h * moe.num_experts * ACT_BYTES)
+    embed = model.vocab_size * h / tp * ACT_BYTES * (1.0 if model.tied_embeddings else 2.0)
+    return layers / pp + embed * np.where(pp > 1, 0.5 if not model.tied_embeddings else 1.0, 1.0)
+
+
+def activation_bytes_per_gpu(model: ModelSpec, tp, adp, moe_ep, token_budget):
+    """Activation workspace of a forward over ``token_budget`` tokens on one GPU, bytes."""
+    t = _f(token_budget)
+    tp = _f(tp)
+    h = model.hidden_size
+    qkv = (model.num_heads + 2 * model.num_kv_heads) * model.head_dim / tp
+    ffn = model.ffn_hidden_size
+    if model.moe is not None:
+        ffn = max(model.moe.dense_ffn_hidden_size or 0, model.moe.expert_ffn_hidden_size * model.moe.top_k)
+    per_token = 3.0 * h + qkv + model.num_heads * model.head_dim / tp + 2.0 * ffn / tp
+    return t * per_token * ACT_BYTES
+
+
+def kv_pool_bytes_per_gpu(hbm_bytes: float, weights, activations, behaviour: ServingBehaviour):
+    """Bytes left for the KV cache on one GPU under the stack's memory rule (may be <= 0)."""
+    reserve = behaviour.runtime_reserved_gib * GIB
+    if behaviour.reserve_covers_activations:
+        activations = 0.0
+    if behaviour.memory_fraction_of == "free":
+        return behaviour.gpu_memory_fraction * (hbm_bytes - _f(weights) - _f(activations) - reserve)
+    return behaviour.gpu_memory_fraction * hbm_bytes - _f(weights) - _f(activations) - reserve

@@ -1,0 +1,69 @@
+"""Stored weight formats of served models: bytes per weight, and the GEMM dtype they run in.
+
+Bytes per element include the scales each format stores:
+
+* 16-bit (``bf16``/``fp16``, the empty quant mode): 2 bytes.
+* ``fp8`` (per-tensor or per-channel scale): 1 byte.
+* ``fp8_block`` (DeepSeek-V3 style, one fp32 scale per 128 x 128 block; DeepSeek-V3 report,
+  section 3.3.2): 1 + 4/16384 bytes.
+* ``nvfp4`` (two e2m1 values per byte, one fp8 scale per 16 values; NVIDIA, "Introducing NVFP4",
+  2025): 0.5 + 1/16 bytes. ``mxfp4`` (one e8m0 scale per 32, OCP MX spec v1.0): 0.5 + 1/32.
+* ``int4_wo`` (int4 weight-only, AWQ/GPTQ group 128 with a 16-bit scale; Lin et al. 2024,
+  arXiv 2306.00978): 0.5 + 2/128 bytes.
+
+A GEMM runs at the tensor-core rate of its dtype when the GPU has one (``fp8`` on Hopper and
+Blackwell, ``nvfp4`` on Blackwell); otherwise the weights are dequantised in the kernel and
+the math runs in 16-bit (weight-only kernels such as Marlin: int4 everywhere, fp4 on Hopper).
+"""
+from __future__ import annotations
+
+from hardware_specs.errors import InputError
+from hardware_specs.gpu_spec import GPUSpec
+
+WEIGHT_FORMAT_BYTES = {
+    "bf16": 2.0, "fp16": 2.0,
+    "fp8": 1.0, "fp8_block": 1.0 + 4.0 / 16384.0,
+    "nvfp4": 0.5 + 1.0 / 16.0, "mxfp4": 0.5 + 1.0 / 32.0,
+    "int4_wo": 0.5 + 2.0 / 128.0,
+}
+#: the tensor-core dtype each format computes in when the GPU supports it
+_COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "nvfp4",
+                  "mxfp4": "nvfp4", "int4_wo": "bf16"}
+#: spellings sources use for the same format
+ALIASES = {"": "bf16", "none": "bf16", "16bit": "bf16", "bfloat16": "bf16", "float16": "fp16", "fp4": "nvfp4",
+           "int4": "int4_wo", "w4a16": "int4_wo", "fp8_e4m3": "fp8"}
+WEIGHT_FORMATS = tuple(WEIGHT_FORMAT_BYTES)
+#: bytes per KV-cache element per dtype
+KV_DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "auto": 2.0, "fp8": 1.0}
+
+
+def canonical_format(name: str | None, field: str = "weight format") -> str:
+    """The catalog name of a weight format (``None``/empty = 16-bit); unknown names are an
+    ``InputError`` listing the known ones."""
+    key = "" if name is None else str(name).strip().lower()
+    key = ALIASES.get(key, key)
+    if key not in WEIGHT_FORMAT_BYTES:
+        raise InputError(field, f"unknown weight format {name!r}", "use one of " + ", ".join(WEIGHT_FORMATS))
+    return key
+
+
+def weight_bytes(fmt: str) -> float:
+    """Bytes per stored weight element of format ``fmt`` (scales included)."""
+    return WEIGHT_FORMAT_BYTES[canonical_format(fmt)]
+
+
+def compute_dtype(fmt: str, gpu: GPUSpec) -> str:
+    """The dtype whose tensor-core peak a GEMM with weights in ``fmt`` runs at on ``gpu``: the
+    format's own when the chip has it, else the chip's 16-bit dtype (weight-only dequant)."""
+    want = _COMPUTE_DTYPE[canonical_format(fmt)]
+    if want in gpu.peak_flops_per_s:
+        return want
+    return "bf16" if "bf16" in gpu.peak_flops_per_s else ("fp16" if "fp16" in gpu.peak_flops_per_s else "fp32")
+
+
+def kv_dtype_bytes(kv_dtype: str) -> float:
+    """Bytes per KV-cache element."""
+    key = str(kv_dtype).strip().lower()
+    if key not in KV_DTYPE_BYTES:
+        raise InputError("kv_cache_dtype", f"unknown KV-cache dtype {kv_dtype!r}", "use auto, bf16, fp16 or fp8")
+    return KV_DTYPE_BYTES[key]

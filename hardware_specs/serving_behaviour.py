@@ -1,0 +1,150 @@
+"""What a serving engine release does (the ``serving`` section of a software-stack file).
+
+Every field is a documented behaviour of vLLM, SGLang or TensorRT-LLM at the releases a stack
+file names, with the framework file or docs page it comes from in the file's ``source:``
+entries (``StackSpec.citations``). Nothing here is fitted: the hardware's achieved efficiency
+is ``hardware_specs.serving_efficiency`` (one model per GPU generation, fitted across stacks).
+
+Units: seconds (``_s``), tokens, requests, fractions.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Mapping
+
+from hardware_specs.errors import InputError
+
+#: which steps run as captured CUDA graphs: ``decode_only`` (steps holding only decode tokens,
+#: up to ``cuda_graph_max_batch`` requests: TensorRT-LLM, SGLang), ``full_and_piecewise``
+#: (vLLM: decode steps in one graph, mixed steps in per-layer graphs with attention launched
+#: eagerly), ``none`` (every kernel launched from Python).
+CUDA_GRAPH_MODES = ("decode_only", "full_and_piecewise", "none")
+#: KV-cache dtypes: ``auto`` = the 16-bit activation dtype (all three engines' default unless the
+#: checkpoint says otherwise), ``fp8``, ``bf16``/``fp16``.
+KV_CACHE_DTYPES = ("auto", "fp8", "bf16", "fp16")
+#: what ``gpu_memory_fraction`` is a fraction of: ``total`` device memory (vLLM
+#: ``gpu_memory_utilization``, SGLang ``mem_fraction_static``: weights + KV inside it) or the
+#: ``free`` memory left after weights and activations (TensorRT-LLM ``free_gpu_memory_fraction``).
+MEMORY_FRACTION_OF = ("total", "free")
+
+
+@dataclass(frozen=True)
+class ServingBehaviour:
+    """One serving engine release's default behaviour (documented, not fitted).
+
+    Attributes:
+        mixed_batches: prefill tokens share a step with the decode tokens of running requests
+            (vLLM V1's unified scheduler, TensorRT-LLM in-flight batching). False: a prefill
+            batch runs alone and running decodes wait for it (SGLang without
+            ``--enable-mixed-chunk``).
+        chunked_prefill: a prompt longer than the token budget is split over several steps.
+            False: each step takes whole prompts up to the budget (at least one).
+        prefill_token_budget: tokens one step may process, by device memory: a mapping of HBM
+            GiB threshold -> tokens; the largest threshold not above the GPU's memory applies
+            (vLLM ``max_num_batched_tokens``, SGLang ``chunked_prefill_size``, TensorRT-LLM
+            ``max_num_tokens``).
+        max_running_requests: requests one engine (one attention-data-parallel rank) keeps
+            running at most; 0 = limited by the KV cache alone (vLLM ``max_num_seqs``,
+            TensorRT-LLM ``max_batch_size``).
+        cuda_graphs: one of ``CUDA_GRAPH_MODES``.
+        cuda_graph_max_batch: largest decode batch captured in a CUDA graph; larger decode
+            steps are launched eagerly.
+        overlap_scheduler: the host schedules step n+1 while the GPU runs step n (SGLang's
+            overlap scheduler, TensorRT-LLM's overlap scheduler, vLLM async scheduling), so only
+            host time beyond the GPU step is exposed.
+        host_step_s: host time per step outside the kernels (scheduling, input preparation,
+            sampling bookkeeping, output processing), seconds.
+        host_launch_s: host time to launch one kernel eagerly (outside a CUDA graph), seconds.
+        gpu_memory_fraction: share of device memory the engine may use (see ``memory_fraction_of``).
+        memory_fraction_of: one of ``MEMORY_FRACTION_OF``.
+        runtime_reserved_gib: device memory outside the engine's pools (CUDA context, NCCL and
+            all-reduce buffers, CUDA-graph pools), GiB.
+        reserve_covers_activations: the activation workspace lives inside that reserve (SGLang
+            sizes its reserve to hold it) instead of being subtracted on top.
+        kv_cache_dtype: default KV-cache dtype, one of ``KV_CACHE_DTYPES``.
+        kv_dtype_from_checkpoint: with ``auto``, the KV cache takes the dtype the checkpoint's
+            quantisation config names (NVIDIA ModelOpt NVFP4 exports name FP8:
+            ``kv_cache_quant_algo`` in their hf_quant_config.json); False: ``auto`` is 16-bit.
+        custom_allreduce: small tensor-parallel all-reduces inside one NVLink domain use the
+            engine's one-shot / two-shot kernels instead of NCCL rings.
+        speculative_tokens: draft tokens per step by default (MTP / EAGLE); 0 = none, the
+            default of all three engines (each needs an explicit speculative config).
+    """
+
+    mixed_batches: bool = True
+    chunked_prefill: bool = True
+    prefill_token_budget: Mapping[float, int] = field(default_factory=lambda: {0.0: 8192})
+    max_running_requests: int = 0
+    cuda_graphs: str = "decode_only"
+    cuda_graph_max_batch: int = 512
+    overlap_scheduler: bool = True
+    host_step_s: float = 0.0
+    host_launch_s: float = 0.0
+    gpu_memory_fraction: float = 0.9
+    memory_fraction_of: str = "total"
+    runtime_reserved_gib: float = 2.0
+    reserve_covers_activations: bool = False
+    kv_cache_dtype: str = "auto"
+    kv_dtype_from_checkpoint: bool = False
+    custom_allreduce: bool = True
+    speculative_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        where = "serving"
+        if self.cuda_graphs not in CUDA_GRAPH_MODES:
+            raise InputError(f"{where}.cuda_graphs", f"unknown mode {self.cuda_graphs!r}",
+                             "choose one of " + ", ".join(CUDA_GRAPH_MODES))
+        if self.memory_fraction_of not in MEMORY_FRACTION_OF:
+            raise InputError(f"{where}.memory_fraction_of", f"unknown value {self.memory_fraction_of!r}",
+                             "choose one of " + ", ".join(MEMORY_FRACTION_OF))
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise InputError(f"{where}.kv_cache_dtype", f"unknown dtype {self.kv_cache_dtype!r}",
+                             "choose one of " + ", ".join(KV_CACHE_DTYPES))
+        if not isinstance(self.prefill_token_budget, Mapping) or not self.prefill_token_budget:
+            raise InputError(f"{where}.prefill_token_budget", "must be a mapping of HBM GiB -> tokens",
+                             "e.g. {0: 2048, 70: 8192}")
+        budget = {}
+        for gib, tokens in self.prefill_token_budget.items():
+            try:
+                gib_f, tokens_i = float(gib), int(tokens)
+            except (TypeError, ValueError):
+                raise InputError(f"{where}.prefill_token_budget", f"bad entry {gib!r}: {tokens!r}",
+                                 "use HBM GiB: tokens, e.g. {0: 2048, 70: 8192}") from None
+            if not math.isfinite(gib_f) or gib_f < 0 or tokens_i < 1 or tokens_i != tokens:
+                raise InputError(f"{where}.prefill_token_budget", f"bad entry {gib!r}: {tokens!r}",
+                                 "thresholds >= 0 GiB, budgets whole tokens >= 1")
+            budget[gib_f] = tokens_i
+        object.__setattr__(self, "prefill_token_budget", MappingProxyType(dict(sorted(budget.items()))))
+        for name in ("max_running_requests", "cuda_graph_max_batch", "speculative_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InputError(f"{where}.{name}", f"must be a whole number >= 0, got {value!r}")
+        for name in ("host_step_s", "host_launch_s", "runtime_reserved_gib"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise InputError(f"{where}.{name}", f"must be a finite number >= 0, got {value!r}")
+        if not (0.0 < self.gpu_memory_fraction <= 1.0):
+            raise InputError(f"{where}.gpu_memory_fraction", f"must be in (0, 1], got {self.gpu_memory_fraction!r}")
+
+    def token_budget(self, hbm_bytes: float) -> int:
+        """Tokens one step may process on a GPU with ``hbm_bytes`` of device memory."""
+        gib = hbm_bytes / 2**30
+        chosen = None
+        for threshold, tokens in self.prefill_token_budget.items():
+            if gib >= threshold:
+                chosen = tokens
+        return int(chosen if chosen is not None else next(iter(self.prefill_token_budget.values())))
+
+    def graph_covers(self, decode_batch, mixed) -> "object":
+        """Whether a step runs from a CUDA graph (numpy-friendly): a decode-only step of at most
+        ``cuda_graph_max_batch`` requests under ``decode_only`` or ``full_and_piecewise``."""
+        import numpy as np
+        if self.cuda_graphs == "none":
+            return np.zeros(np.shape(decode_batch), dtype=bool) if np.ndim(decode_batch) else False
+        return np.logical_and(np.logical_not(mixed), np.asarray(decode_batch) <= self.cuda_graph_max_batch)
+
+    @classmethod
+    def keys(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))

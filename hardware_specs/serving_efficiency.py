@@ -1,0 +1,99 @@
+"""Achieved efficiency of inference kernels on one GPU generation (fitted, few, physical).
+
+The training factors (``efficiency_model.py``) describe training kernels: large forward and
+backward GEMMs, fused attention with its backward, gradient collectives. Serving runs other
+kernels: batched GEMV-like decode GEMMs and paged attention that stream weights and KV cache
+from HBM, prefill GEMMs over a prompt chunk, small latency-bound all-reduces. Their factors
+live here, one file per generation in ``hardware_specs/serving_efficiency/<generation>.yaml``,
+written by ``python -m paraplan.validation.serving_fit`` (committed values are what it returns).
+
+What an engine does per step on the host (scheduling, launches) is not here: it is a documented
+input of the software stack (``hardware_specs.serving_behaviour``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from hardware_specs.errors import InputError
+
+#: the factors the fitter moves, with the (low, high) range it searches: fractions anywhere up
+#: to the datasheet peak; a fitted value at a bound means the physics is missing something, so
+#: the fitter reports it.
+FIT_RANGES = {
+    "decode_hbm_fraction": (0.3, 1.0),
+    "gemm_peak_fraction": (0.2, 1.0),
+    "attention_peak_fraction": (0.1, 1.0),
+    "kernel_fixed_s": (0.5e-6, 20e-6),
+    "arrival_sync_chunked": (0.1, 40.0),
+    "arrival_sync_whole": (0.1, 40.0),
+    "arrival_sync_alone": (0.1, 40.0),
+}
+
+
+@dataclass(frozen=True)
+class ServingEfficiency:
+    """Per-generation achieved-efficiency factors of inference kernels.
+
+    Attributes:
+        generation: key matching ``GPUSpec.generation``.
+        decode_hbm_fraction: fraction of peak HBM bandwidth reached by the memory-bound decode
+            kernels (weight streaming in small-batch GEMMs and grouped expert GEMMs, paged
+            attention reading the KV cache, linear-attention state updates).
+        gemm_peak_fraction: fraction of the dtype's dense peak reached by prefill GEMMs over a
+            chunk of thousands of tokens (the plateau).
+        attention_peak_fraction: fraction of the 16-bit dense peak reached by the prefill
+            attention core (FlashAttention / FlashInfer / TRT-LLM FMHA over a prompt chunk).
+        kernel_fixed_s: fixed GPU time per kernel of a step (launch gap inside a CUDA graph,
+            ramp-up and tail of a short kernel), seconds.
+        arrival_sync_chunked, arrival_sync_whole, arrival_sync_alone: how synchronised the
+            clients of a closed concurrency loop stay, by how the engine's scheduler interleaves
+            prompts with decodes (``ServingBehaviour``): prompts chunked into steps shared with
+            decodes (vLLM), whole prompts in steps shared with decodes (TensorRT-LLM), prompt
+            batches run alone while decodes pause (SGLang). The wait of a prompt behind the
+            others is this factor x the geometric mean of the fully-synchronised and the
+            independent-arrival waits (``simulator.serving.aggregated``); 1 = exactly that mean.
+            Finer interleaving spreads the clients out; pausing decodes keeps them in step.
+        link_bw_fraction: achieved bus bandwidth / link bandwidth of collectives (NCCL busBW
+            over NVLink and InfiniBand, nccl-tests: ~0.8); not fitted.
+        fitted_on: what the numbers were fitted on, with the in-sample and cross-validated error.
+        prior: True for a hand-set profile no measurement has been fitted to (predictions that
+            rest on it say so).
+    """
+
+    generation: str
+    decode_hbm_fraction: float = 0.8
+    gemm_peak_fraction: float = 0.6
+    attention_peak_fraction: float = 0.4
+    kernel_fixed_s: float = 4e-6
+    arrival_sync_chunked: float = 1.0
+    arrival_sync_whole: float = 1.0
+    arrival_sync_alone: float = 1.0
+    link_bw_fraction: float = 0.8
+    fitted_on: str = ""
+    prior: bool = False
+
+    def __post_init__(self) -> None:
+        where = f"serving_efficiency {self.generation}"
+        for name in ("decode_hbm_fraction", "gemm_peak_fraction", "attention_peak_fraction", "link_bw_fraction"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0.0 < value <= 1.0):
+                raise InputError(f"{where}.{name}", f"is a fraction in (0, 1], got {value!r}")
+        for name in ("arrival_sync_chunked", "arrival_sync_whole", "arrival_sync_alone"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0.0 <= value < 1000.0):
+                raise InputError(f"{where}.{name}", f"must be a number in [0, 1000), got {value!r}")
+        v = self.kernel_fixed_s
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise InputError(f"{where}.kernel_fixed_s", f"must be a finite number of seconds >= 0, got {v!r}")
+
+    def arrival_sync(self, mixed_batches: bool, chunked_prefill: bool) -> float:
+        """The synchronisation factor of an engine whose scheduler mixes prompts into decode
+        steps (``mixed_batches``) in chunks (``chunked_prefill``) or not."""
+        if not mixed_batches:
+            return self.arrival_sync_alone
+        return self.arrival_sync_chunked if chunked_prefill else self.arrival_sync_whole
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))

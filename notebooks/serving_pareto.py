@@ -1,0 +1,119 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Aggregated or disaggregated serving? Pareto fronts on H100 and B200
+#
+# For one mixture-of-experts model (Qwen3-235B-A22B, 128 experts top-8) and one dense model
+# (Llama-3.1-70B), served by TensorRT-LLM with FP8 weights on 16 GPUs, `paraplan serve plan`
+# searches aggregated workers (one pool doing prefill and decode) and disaggregated pools
+# (prefill workers + decode workers, KV cache moved between them), and draws the Pareto front
+# of output tokens/s per GPU against tokens/s per user (1 / TPOT), among layouts meeting a
+# TTFT objective. Two objectives: an interactive one (TTFT <= 500 ms, TPOT <= 20 ms) and a
+# batch one (TTFT <= 3 s, TPOT <= 60 ms). Requests: 4096 prompt and 1024 output tokens.
+#
+# Every number below comes from the simulator (`simulator.serving`) with the serving efficiency
+# fitted per GPU generation (`hardware_specs/serving_efficiency/`); the text is computed from it.
+# This file is the source; `notebooks/serving_pareto.ipynb` is it executed
+# (`python tools/notebooks.py notebooks/serving_pareto.py` refreshes it).
+
+# %%
+import io
+import os
+
+import pandas as pd
+from IPython.display import Image, Markdown, display
+from matplotlib.figure import Figure
+
+from paraplan.serving_plots import serving_pareto
+from planners.serving import plan_serving
+from simulator.serving.context import ServingContext
+
+MODELS = {"MoE": "qwen3-235b-a22b", "dense": "llama3.1-70b"}
+SYSTEMS = {"H100": "dgx-h100", "B200": "dgx-b200"}
+SLOS = {"interactive": (500.0, 20.0), "batch": (3000.0, 60.0)}
+GPUS, ISL, OSL = 16, 4096, 1024
+
+plans = {}
+for kind, model in MODELS.items():
+    for gpu, system in SYSTEMS.items():
+        ctx = ServingContext.build(model, system, "trtllm", "fp8", "fp8")
+        for slo, (ttft_ms, tpot_ms) in SLOS.items():
+            try:
+                plans[kind, gpu, slo] = plan_serving(ctx, GPUS, ISL, OSL, ttft_ms, tpot_ms)
+            except Exception as exc:          # an objective no layout meets: say so
+                plans[kind, gpu, slo] = exc
+rows = []
+for (kind, gpu, slo), plan in plans.items():
+    if isinstance(plan, Exception):
+        rows.append({"model": kind, "gpu": gpu, "slo": slo, "best_mode": None, "note": str(plan)})
+        continue
+    best = plan.best
+    other = plan.candidates[plan.candidates.meets_slo & (plan.candidates["mode"] != best["mode"])]
+    rows.append({"model": kind, "gpu": gpu, "slo": slo, "best_mode": best["mode"],
+                 "tokens_per_s_per_gpu": round(best.tokens_per_s_per_gpu),
+                 "ttft_ms": round(best.ttft_ms), "tpot_ms": round(best.tpot_ms, 1),
+                 "other_mode_best": round(other.tokens_per_s_per_gpu.max()) if len(other) else None})
+summary = pd.DataFrame(rows)
+summary
+
+# %%
+fig = Figure(figsize=(12, 8), dpi=100)
+axes = fig.subplots(2, 2)
+for i, (kind, model) in enumerate(MODELS.items()):
+    for j, gpu in enumerate(SYSTEMS):
+        ax = axes[i][j]
+        for (slo, (ttft_ms, tpot_ms)), style in zip(SLOS.items(), ("-", "--")):
+            plan = plans[kind, gpu, slo]
+            if isinstance(plan, Exception):
+                continue
+            serving_pareto(plan.front, ax=ax, tpot_ms=tpot_ms, label_prefix=f"{slo} (TTFT <= {ttft_ms:g} ms): ",
+                           linestyle=style, title=f"{MODELS[kind]} on {GPUS} x {gpu}")
+fig.tight_layout()
+if os.environ.get("PARAPLAN_FIGURES"):
+    fig.savefig(os.path.join(os.environ["PARAPLAN_FIGURES"], "serving_pareto.png"))
+png = io.BytesIO()
+fig.savefig(png, format="png")
+display(Image(data=png.getvalue()))
+
+# %% [markdown]
+# ## What the fronts say
+
+# %%
+lines = []
+for kind in MODELS:
+    for gpu in SYSTEMS:
+        for slo in SLOS:
+            r = summary[(summary.model == kind) & (summary.gpu == gpu) & (summary.slo == slo)].iloc[0]
+            if r.best_mode is None:
+                lines.append(f"- {kind} on {gpu}, {slo}: no layout meets the objective ({r.note}).")
+                continue
+            versus = (f"{r.tokens_per_s_per_gpu / r.other_mode_best:.2f}x the best "
+                      f"{'disaggregated' if r.best_mode == 'agg' else 'aggregated'} layout"
+                      if r.other_mode_best else "the other mode meets no layout")
+            lines.append(f"- {kind} on {gpu}, {slo} objective: **{r.best_mode}** wins with "
+                         f"{r.tokens_per_s_per_gpu:,} tokens/s/GPU (TTFT {r.ttft_ms} ms, TPOT {r.tpot_ms} ms), "
+                         f"{versus}.")
+ok = summary.dropna(subset=["best_mode"])
+gain = {}
+for kind in MODELS:
+    h = ok[(ok.model == kind) & (ok.gpu == "H100") & (ok.slo == "batch")]
+    b = ok[(ok.model == kind) & (ok.gpu == "B200") & (ok.slo == "batch")]
+    if len(h) and len(b):
+        gain[kind] = b.tokens_per_s_per_gpu.iloc[0] / h.tokens_per_s_per_gpu.iloc[0]
+disagg_wins = int((ok.best_mode == "disagg").sum())
+lines.append("")
+lines.append(f"Disaggregation wins {disagg_wins} of the {len(ok)} cases that some layout meets; "
+             + "; ".join(f"at the batch objective B200 serves {g:.1f}x the tokens/s per GPU of H100 for the {k} model"
+                         for k, g in gain.items()) + ".")
+display(Markdown("\n".join(lines)))

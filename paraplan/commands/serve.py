@@ -1,0 +1,330 @@
+"""``paraplan serve``: simulate one LLM serving deployment, or plan the best one under an SLO.
+
+``serve simulate`` predicts TTFT, TPOT, request latency, tokens/s per GPU and per user, memory
+per GPU and the largest concurrency that fits, for an aggregated or disaggregated deployment
+(``simulator.serving``). ``serve plan`` searches layouts (``planners.serving``) and prints the
+winner, why it wins, and the Pareto front of tokens/s/GPU against tokens/s/user, as a table,
+``--json`` or ``--csv``, with ``--plot`` drawing the front.
+"""
+from __future__ import annotations
+
+import io
+import math
+
+import click
+
+from hardware_specs.errors import InputError
+from paraplan.cli import atomic_output_path, check_writable, dump_json, format_table, write_atomic
+
+POS = click.IntRange(min=1)
+GIB = 2**30
+PRECISIONS = ("bf16", "fp16", "fp8", "fp8_block", "nvfp4", "mxfp4", "int4_wo")
+PART_MEANING = {
+    "decode_attention_s": "attention projections and the KV-cache read",
+    "decode_mlp_s": "MLP / routed and shared experts (weight streaming)",
+    "decode_elementwise_s": "norms, residual adds, rotary",
+    "decode_lm_head_s": "LM head and sampling",
+    "decode_comm_s": "tensor-parallel all-reduce / expert dispatch and combine",
+    "decode_kernel_fixed_s": "fixed time per kernel",
+    "decode_host_s": "host time not hidden (launches, scheduling)",
+}
+MEMORY_MEANING = {
+    "weights_bytes": "weights in their stored formats",
+    "activations_bytes": "activation workspace of one step's token budget",
+    "reserved_bytes": "CUDA context, communication buffers, graphs",
+    "kv_pool_bytes": "KV-cache pool",
+}
+_PLAN_COLUMNS = ("mode", "layout", "prefill_layout", "decode_layout", "batch", "prefill_batch", "workers",
+                 "prefill_workers", "decode_workers", "gpus_used", "concurrency", "ttft_ms", "ttft_p90_ms", "tpot_ms",
+                 "tokens_per_s_per_gpu", "tokens_per_s_per_user", "meets_slo")
+
+
+@click.group("serve", short_help="Simulate or plan LLM inference deployments (TTFT, TPOT, tokens/s/GPU).")
+def command() -> None:
+    """Serving: how fast does a deployment answer, and which layout serves most tokens per GPU
+    within a latency objective?
+
+    \b
+    Examples:
+      paraplan serve simulate --model llama3.1-70b --system dgx-h100 --backend vllm --tp 4 --batch 32
+      paraplan serve plan --model deepseek-r1 --system hgx-h200 --gpus 64 --isl 1024 --osl 1024 \\
+          --ttft-ms 1000 --tpot-ms 30 --precision fp8
+    """
+
+
+def _common(f):
+    opts = [
+        click.option("--model", "-m", required=True, help="Model preset (paraplan models list), YAML or HF config.json."),
+        click.option("--system", "-s", required=True, help="Cluster preset (paraplan hardware list) or YAML file."),
+        click.option("--backend", "-b", default="vllm", show_default=True,
+                     help="Serving stack: a framework (vllm, sglang, trtllm: its newest profile) or a stack name (vllm-0.11)."),
+        click.option("--backend-version", metavar="VERSION", help="Release of the framework (picks the profile describing it)."),
+        click.option("--isl", type=POS, default=1024, show_default=True, help="Input (prompt) tokens per request."),
+        click.option("--osl", type=POS, default=1024, show_default=True, help="Output tokens per request."),
+        click.option("--precision", type=click.Choice(PRECISIONS), default=None,
+                     help="Weight format of all GEMMs (default: fp8 on GPUs with FP8 tensor cores, else bf16)."),
+        click.option("--expert-precision", type=click.Choice(PRECISIONS), default=None,
+                     help="Weight format of the routed experts (default: --precision)."),
+        click.option("--kv-cache-dtype", type=click.Choice(["auto", "bf16", "fp16", "fp8"]), default="auto", show_default=True,
+                     help="KV-cache dtype (auto = the stack's default, 16-bit)."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _context(opts):
+    from hardware_specs.catalog import load_cluster
+    from simulator.serving.context import ServingContext
+    cluster = load_cluster(opts["system"])
+    precision = opts["precision"] or ("fp8" if "fp8" in cluster.gpu.peak_flops_per_s else "bf16")
+    return ServingContext.build(opts["model"], cluster, opts["backend"], precision, opts["expert_precision"] or precision,
+                                opts["kv_cache_dtype"], backend_version=opts["backend_version"])
+
+
+def _prior_note(ctx) -> str:
+    if ctx.efficiency.prior:
+        return (f" [rests on an unfitted prior: no serving measurement of {ctx.cluster.gpu.generation} GPUs was fitted; "
+                f"see hardware_specs/serving_efficiency/default.yaml]")
+    return ""
+
+
+# --------------------------------------------------------------------------------------------
+# simulate
+# --------------------------------------------------------------------------------------------
+
+def _layout(opts, prefix: str, where: str):
+    from simulator.serving.deployment import WorkerLayout
+    p = prefix.replace("-", "_")
+    tp, adp = opts[f"{p}tp"], opts[f"{p}adp"]
+    moe_tp, moe_ep = opts[f"{p}moe_tp"], opts[f"{p}moe_ep"]
+    if moe_tp is None and moe_ep is None:
+        moe_tp, moe_ep = tp * adp, 1
+    elif moe_tp is None:
+        if (tp * adp) % moe_ep:
+            raise InputError(f"--{prefix}moe-ep", f"{moe_ep} does not divide tp x adp = {tp * adp}",
+                             "give a divisor, or --moe-tp too")
+        moe_tp = tp * adp // moe_ep
+    elif moe_ep is None:
+        if (tp * adp) % moe_tp:
+            raise InputError(f"--{prefix}moe-tp", f"{moe_tp} does not divide tp x adp = {tp * adp}",
+                             "give a divisor, or --moe-ep too")
+        moe_ep = tp * adp // moe_tp
+    return WorkerLayout(tp=tp, pp=opts[f"{p}pp"], adp=adp, moe_tp=moe_tp, moe_ep=moe_ep, batch=opts[f"{p}batch"],
+                        where=where)
+
+
+def _layout_options(prefix: str, what: str):
+    def deco(f):
+        opts = [
+            click.option(f"--{prefix}tp", type=POS, default=1, show_default=True, help=f"{what}: attention tensor parallelism."),
+            click.option(f"--{prefix}pp", type=POS, default=1, show_default=True, help=f"{what}: pipeline stages."),
+            click.option(f"--{prefix}adp", type=POS, default=1, show_default=True,
+                         help=f"{what}: attention data-parallel ranks (MoE models)."),
+            click.option(f"--{prefix}moe-tp", type=POS, default=None, help=f"{what}: expert tensor parallelism (default tp x adp / moe-ep)."),
+            click.option(f"--{prefix}moe-ep", type=POS, default=None, help=f"{what}: expert parallelism (default 1)."),
+            click.option(f"--{prefix}batch", type=POS, default=1 if prefix == "prefill-" else 32, show_default=True,
+                         help=f"{what}: " + ("prompts per prefill step per rank." if prefix == "prefill-"
+                                              else "requests in flight per attention-DP rank.")),
+        ]
+        for o in reversed(opts):
+            f = o(f)
+        return f
+    return deco
+
+
+def render_simulation(report) -> str:
+    """The human-readable table of one ``ServingReport``."""
+    ctx, d, m = report.context, report.deployment, report.metrics
+    lines = [
+        f"model    {ctx.model.name}  ({ctx.model.num_layers} layers, hidden {ctx.model.hidden_size}"
+        + (f", {ctx.model.moe.num_experts} experts top-{ctx.model.moe.top_k}" if ctx.model.moe else "") + ")",
+        f"system   {ctx.cluster.name}  ({ctx.cluster.gpu.name}, {ctx.cluster.gpus_per_node} GPUs per NVLink domain)",
+        f"stack    {ctx.stack.name}  (weights {ctx.dense_format}"
+        + (f", experts {ctx.expert_format}" if ctx.model.moe else "") + f", KV {int(ctx.kv_bytes * 8)}-bit)",
+    ]
+    if d.mode == "agg":
+        lines.append(f"layout   aggregated: {d.workers} x worker {d.layout.label()} ({d.layout.gpus} GPUs), "
+                     f"{d.layout.batch} requests per rank")
+    else:
+        lines.append(f"layout   disaggregated: {d.prefill_workers} x prefill {d.prefill.label()} "
+                     f"({d.prefill.batch} prompts per step) + {d.decode_workers} x decode {d.decode.label()} "
+                     f"({d.decode.batch} requests per rank)")
+    lines.append(f"load     isl {d.isl} / osl {d.osl} tokens, {d.concurrency} requests in flight on {d.gpus} GPUs")
+    lines += ["", "latency and throughput" + _prior_note(ctx)]
+    rows = [["ttft_ms", f"{1e3 * m['ttft_s']:.1f}", "time to first token, mean"],
+            ["ttft_p90_ms", f"{1e3 * m['ttft_p90_s']:.1f}", "time to first token, 90th percentile (queueing model)"],
+            ["tpot_ms", f"{1e3 * m['tpot_s']:.2f}", "time per output token, mean"],
+            ["latency_s", f"{m['latency_s']:.2f}", "request latency = TTFT + (osl - 1) x TPOT"],
+            ["tokens_per_s_per_gpu", f"{m['tokens_per_s_per_gpu']:,.1f}", "output tokens/s per GPU"],
+            ["tokens_per_s_per_user", f"{m['tokens_per_s_per_user']:,.1f}", "output tokens/s each user sees"],
+            ["max_batch_per_rank", f"{int(m['max_batch_per_rank'])}", "largest concurrency per rank whose KV cache fits"]]
+    for k, v in report.extra.items():
+        unit = 1e3 if k.endswith("_s") else 1.0
+        name = k[:-2] + "_ms" if k.endswith("_s") else k
+        rows.append([name, f"{unit * v:.3g}", ""])
+    lines.append(format_table(rows, ["metric", "value", "what"], align="lrl", indent="  ").rstrip())
+    step = sum(report.decode_breakdown_s.values())
+    lines += ["", "decode step (one token for every request of a rank)"]
+    rows = [[k.removeprefix("decode_"), f"{1e3 * v:.3f}", f"{100 * v / step:.1f}" if step > 0 else "-", PART_MEANING[k]]
+            for k, v in report.decode_breakdown_s.items()]
+    rows.append(["step_ms", f"{1e3 * step:.3f}", "100.0", ""])
+    lines.append(format_table(rows, ["part", "time_ms", "pct", "what"], align="lrrl", indent="  ").rstrip())
+    hbm = ctx.cluster.gpu.hbm_bytes
+    lines += ["", "memory per GPU" + (" (decode worker)" if d.mode == "disagg" else "")]
+    rows = [[k.removesuffix("_bytes"), f"{v / GIB:.2f}", f"{100 * v / hbm:.1f}", MEMORY_MEANING[k]]
+            for k, v in report.memory_bytes.items()]
+    rows.append(["hbm", f"{hbm / GIB:.2f}", "100.0", f"{ctx.cluster.gpu.name} device memory"])
+    lines.append(format_table(rows, ["part", "mem_gib", "pct_of_hbm", "what"], align="lrrl", indent="  ").rstrip())
+    biggest = max(report.decode_breakdown_s.items(), key=lambda kv: kv[1])
+    lines += ["", f"why: the decode step is {1e3 * step:.2f} ms, {100 * biggest[1] / max(step, 1e-12):.0f}% of it "
+                  f"{biggest[0].removeprefix('decode_')[:-2]} ({PART_MEANING[biggest[0]]})"]
+    return "\n".join(lines) + "\n"
+
+
+@command.command("simulate", short_help="TTFT, TPOT, tokens/s and memory of one serving deployment.")
+@_common
+@click.option("--mode", type=click.Choice(["agg", "disagg"]), default="agg", show_default=True,
+              help="agg: workers do prefill and decode; disagg: separate prefill and decode workers.")
+@_layout_options("", "agg worker")
+@click.option("--workers", type=POS, default=1, show_default=True, help="agg: identical workers.")
+@_layout_options("prefill-", "disagg prefill worker")
+@click.option("--prefill-workers", type=POS, default=1, show_default=True, help="disagg: prefill workers.")
+@_layout_options("decode-", "disagg decode worker")
+@click.option("--decode-workers", type=POS, default=1, show_default=True, help="disagg: decode workers.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (SI units: seconds, bytes).")
+def simulate_cmd(as_json: bool, **opts) -> None:
+    """How fast does one deployment of MODEL on SYSTEM serve requests of ISL prompt and OSL output
+    tokens, with BATCH requests in flight per rank?
+
+    Prints TTFT (mean and 90th percentile), TPOT, request latency, output tokens/s per GPU and
+    per user, the decode step by part, memory per GPU and the largest concurrency that fits.
+
+    \b
+    Examples:
+      paraplan serve simulate -m llama3.1-70b -s dgx-h100 -b vllm --tp 4 --batch 64 --isl 2048 --osl 512
+      paraplan serve simulate -m deepseek-r1 -s gb200-nvl72 -b trtllm --precision nvfp4 --mode disagg \\
+          --prefill-adp 4 --prefill-moe-ep 4 --prefill-workers 2 --decode-adp 16 --decode-moe-ep 16 --decode-batch 64
+    """
+    from simulator.serving.deployment import Deployment
+    from simulator.serving.simulate import simulate_serving
+
+    ctx = _context(opts)
+    common = dict(model=opts["model"], system=opts["system"], backend=ctx.stack.name, mode=opts["mode"],
+                  isl=opts["isl"], osl=opts["osl"], dense_format=ctx.dense_format, expert_format=ctx.expert_format,
+                  kv_cache_dtype=opts["kv_cache_dtype"])
+    if opts["mode"] == "agg":
+        dep = Deployment(**common, layout=_layout(opts, "", "layout"), workers=opts["workers"])
+    else:
+        dep = Deployment(**common, prefill=_layout(opts, "prefill-", "prefill"), prefill_workers=opts["prefill_workers"],
+                         decode=_layout(opts, "decode-", "decode"), decode_workers=opts["decode_workers"])
+    report = simulate_serving(dep, ctx)
+    if as_json:
+        click.echo(dump_json(report.as_dict()), nl=False)
+    else:
+        click.echo(render_simulation(report), nl=False)
+
+
+# --------------------------------------------------------------------------------------------
+# plan
+# --------------------------------------------------------------------------------------------
+
+def _plan_rows(df):
+    cols = [c for c in _PLAN_COLUMNS if c in df.columns]
+    return df[cols]
+
+
+def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int) -> str:
+    b = plan.best
+    lines = [f"serving plan for {ctx.model.name} on {gpus} x {ctx.cluster.gpu.name} ({ctx.cluster.name}), "
+             f"stack {ctx.stack.name}, weights {ctx.dense_format}" + (f" / experts {ctx.expert_format}" if ctx.model.moe else ""),
+             f"objective: TTFT <= {ttft_ms:g} ms, TPOT <= {tpot_ms:g} ms; {plan.evaluated:,} candidates scored in "
+             f"{plan.wall_s:.2f} s" + _prior_note(ctx), ""]
+    if b["mode"] == "agg":
+        lines.append(f"best: aggregated, {int(b['workers'])} x worker {b['layout']}, batch {int(b['batch'])} per rank "
+                     f"({int(b['concurrency'])} requests in flight on {int(b['gpus_used'])} GPUs)")
+    else:
+        lines.append(f"best: disaggregated, {int(b['prefill_workers'])} x prefill {b['prefill_layout']} "
+                     f"({int(b['prefill_batch'])} prompts per step) + {int(b['decode_workers'])} x decode "
+                     f"{b['decode_layout']} (batch {int(b['batch'])} per rank; {int(b['concurrency'])} requests in flight "
+                     f"on {int(b['gpus_used'])} GPUs)")
+    lines.append(f"      TTFT {b['ttft_ms']:.0f} ms (p90 {b['ttft_p90_ms']:.0f}), TPOT {b['tpot_ms']:.1f} ms, "
+                 f"{b['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {b['tokens_per_s_per_user']:.1f} tokens/s/user")
+    lines += plan.why
+    front = plan.front
+    lines += ["", f"Pareto front (tokens/s/GPU vs tokens/s/user, TTFT <= {ttft_ms:g} ms), per mode"]
+    rows = []
+    for r in front.sort_values(["mode", "tokens_per_s_per_user"]).to_dict("records"):
+        lay = r["layout"] if r["mode"] == "agg" else f"P {r['prefill_layout']} x{int(r['prefill_workers'])} / D {r['decode_layout']} x{int(r['decode_workers'])}"
+        rows.append([r["mode"], lay, int(r["batch"]), int(r["gpus_used"]), f"{r['ttft_ms']:.0f}", f"{r['tpot_ms']:.1f}",
+                     f"{r['tokens_per_s_per_gpu']:,.0f}", f"{r['tokens_per_s_per_user']:.1f}", "yes" if r["meets_slo"] else "no"])
+    if top and len(rows) > top:
+        rows = rows[:top]
+    lines.append(format_table(rows, ["mode", "layout", "batch", "gpus_used", "ttft_ms", "tpot_ms", "tokens_per_s_per_gpu",
+                                     "tokens_per_s_per_user", "meets_slo"], align="llrrrrrrl", indent="  ").rstrip())
+    return "\n".join(lines) + "\n"
+
+
+@command.command("plan", short_help="Best serving layout under a TTFT / TPOT objective, and the Pareto front.")
+@_common
+@click.option("--gpus", "-n", type=POS, required=True, help="GPUs available.")
+@click.option("--ttft-ms", type=click.FloatRange(min=0, min_open=True), default=1000.0, show_default=True,
+              help="Mean time-to-first-token objective, ms.")
+@click.option("--tpot-ms", type=click.FloatRange(min=0, min_open=True), default=50.0, show_default=True,
+              help="Time-per-output-token objective, ms.")
+@click.option("--mode", "modes", type=click.Choice(["agg", "disagg", "both"]), default="both", show_default=True,
+              help="Which deployments to search.")
+@click.option("--max-batch", type=POS, default=1024, show_default=True, help="Largest per-rank batch tried (powers of two).")
+@click.option("--no-pp", is_flag=True, help="Do not try pipeline parallelism.")
+@click.option("--top", type=click.IntRange(min=0), default=40, show_default=True, help="Front rows printed (0 = all).")
+@click.option("--json", "as_json", is_flag=True, help="Best row, why, and the front as JSON.")
+@click.option("--csv", "as_csv", is_flag=True, help="The front as CSV.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Write the output here (atomically) instead of stdout.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Draw the Pareto front to this PNG/SVG/PDF.")
+def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: int, no_pp: bool, top: int,
+             as_json: bool, as_csv: bool, out_path: str | None, plot_path: str | None, **opts) -> None:
+    """Which layout serves MODEL on GPUS GPUs of SYSTEM with the most output tokens/s per GPU while
+    mean TTFT <= TTFT_MS and TPOT <= TPOT_MS?
+
+    Searches aggregated workers (tensor / pipeline / attention-data / expert parallelism, batch)
+    and disaggregated prefill + decode pools (their layouts, batches and worker counts). Prints
+    the winner, why it wins over the best of the other mode and what binds, and the Pareto front
+    of tokens/s/GPU against tokens/s/user among layouts meeting the TTFT objective.
+
+    \b
+    Examples:
+      paraplan serve plan -m deepseek-r1 -s hgx-h200 -n 64 --isl 1024 --osl 1024 --ttft-ms 1000 --tpot-ms 30
+      paraplan serve plan -m llama3.1-70b -s dgx-b200 -n 8 --precision nvfp4 --csv --out front.csv --plot front.png
+    """
+    from planners.serving import plan_serving
+
+    if as_json and as_csv:
+        raise click.UsageError("give --json or --csv, not both")
+    for field, path in (("--out", out_path), ("--plot", plot_path)):
+        if path is not None:
+            check_writable(path, field)
+    ctx = _context(opts)
+    search = ("agg", "disagg") if modes == "both" else (modes,)
+    plan = plan_serving(ctx, gpus, opts["isl"], opts["osl"], ttft_ms, tpot_ms, modes=search, max_batch=max_batch,
+                        allow_pp=not no_pp)
+    if as_json:
+        text = dump_json({"best": {k: plan.best[k] for k in plan.best.index if k in _PLAN_COLUMNS or "_" in k},
+                          "why": plan.why, "front": _plan_rows(plan.front).to_dict("records"),
+                          "evaluated": plan.evaluated, "efficiency_is_prior": ctx.efficiency.prior})
+    elif as_csv:
+        buf = io.StringIO()
+        _plan_rows(plan.front).to_csv(buf, index=False)
+        text = buf.getvalue()
+    else:
+        text = render_plan(plan, ctx, gpus, ttft_ms, tpot_ms, top)
+    if plot_path is not None:
+        from paraplan.serving_plots import serving_pareto
+        title = f"{ctx.model.name} on {gpus} x {ctx.cluster.gpu.name}, isl {opts['isl']} / osl {opts['osl']}, TTFT <= {ttft_ms:g} ms"
+        atomic_output_path(plot_path, lambda tmp: serving_pareto(plan.front, tmp, tpot_ms=tpot_ms, title=title), "--plot")
+    if out_path is not None:
+        write_atomic(out_path, text)
+        click.echo(f"wrote {out_path}", err=True)
+    else:
+        click.echo(text, nl=False)
+    if plot_path is not None:
+        click.echo(f"wrote {plot_path}", err=True)

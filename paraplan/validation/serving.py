@@ -1,0 +1,362 @@
+"""``paraplan validate serving``: predict measured serving runs (TTFT, TPOT) and report the error.
+
+The rows are those of ``serving_runs.csv`` (``../shared/validation/serving_README.md``):
+AIConfigurator's measured deployments of vLLM, SGLang and TensorRT-LLM. How a row becomes a
+prediction:
+
+* model: the Hugging Face id in ``model_path`` maps to a preset (``MODEL_PRESETS``; the NVIDIA
+  re-quantised checkpoints have their base model's architecture).
+* system: ``SYSTEMS`` maps the file's system names to cluster presets.
+* stack: the ``backend`` framework's serving stack covering ``backend_version``
+  (``hardware_specs.catalog.serving_stack_for``); rows without a version get the framework's
+  newest profile (``ASSUMPTIONS``). Dynamo's TensorRT-LLM runtime containers (0.5-0.8) are
+  listed in the TensorRT-LLM 1.x stack.
+* formats: ``gemm_quant_mode`` for attention and dense GEMMs, ``moe_quant_mode`` for routed
+  experts, empty = 16-bit.
+* aggregated layout: ``tp_size``, ``pp_size``, ``attention_dp_size`` (empty or 0 = 1),
+  ``moe_tp_size``, ``moe_ep_size`` (one of them 0 or empty = 1; both unset = the experts split
+  tensor-parallel over the whole worker, the engines' default without expert parallelism);
+  ``batch_size`` is the requests one attention-DP
+  rank keeps in flight (the file's concurrency is batch_size x attention_dp_size for 98% of
+  its aggregated rows). A ``tp_size`` larger than the node (64 on 8-GPU H200 / B200 nodes) is
+  read as the source states it: attention tensor parallelism over tp GPUs of several nodes,
+  its all-reduces crossing the NICs. A ``tp_size`` that does not divide the attention heads
+  (24, 28, 36, 72 for DeepSeek's 128) cannot be a tensor-parallel split; such rows are skipped
+  with that reason, as are expert layouts with moe_tp x moe_ep != tp x attention_dp_size.
+* disaggregated rows need their worker counts and batch sizes (``prefill_num_workers``,
+  ``prefill_batch_size``, ``decode_num_workers``, ``decode_batch_size``); without them they
+  are skipped with the reason.
+
+Rows are evaluated in groups sharing (model, system, stack, formats, mode), each group as numpy
+columns through the same functions ``paraplan serve simulate`` and ``serve plan`` use.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from hardware_specs.catalog import load_cluster, serving_stack_for
+from hardware_specs.errors import InputError
+from hardware_specs.serving_efficiency import ServingEfficiency
+from model_specs.catalog import load_model
+from simulator.serving.context import ServingContext
+from simulator.serving.evaluate import evaluate_agg_columns, evaluate_disagg_columns
+
+#: Hugging Face model ids of the file -> model presets (architecture from the public config.json)
+MODEL_PRESETS = {
+    "deepseek-ai/deepseek-r1": "deepseek-r1",
+    "deepseek-ai/deepseek-v3": "deepseek-v3",
+    "nvidia/deepseek-r1-nvfp4": "deepseek-r1",
+    "nvidia/deepseek-v3.1-nvfp4": "deepseek-v3",
+    "moonshotai/kimi-k2.5": "kimi-k2.5",
+    "minimaxai/minimax-m2.5": "minimax-m2.5",
+    "openai/gpt-oss-120b": "gpt-oss-120b",
+    "meta-llama/llama-3.1-8b-instruct": "llama3.1-8b",
+    "nvidia/llama-3.1-8b-instruct-fp8": "llama3.1-8b",
+    "meta-llama/llama-3.1-70b": "llama3.1-70b",
+    "qwen/qwen3-32b": "qwen3-32b",
+    "nvidia/qwen3-32b-nvfp4": "qwen3-32b",
+    "qwen/qwen3-235b-a22b-fp8": "qwen3-235b-a22b",
+    "qwen/qwen3.5-397b-a17b": "qwen3.5-397b-a17b",
+    "zhipuai/glm-5": "glm-5",
+}
+#: the file's system names -> cluster presets
+SYSTEMS = {"h100_sxm": "dgx-h100", "h200_sxm": "hgx-h200", "b200_sxm": "dgx-b200", "b300_sxm": "dgx-b300",
+           "gb200": "gb200-nvl72", "gb300": "gb300-nvl72"}
+#: what a prediction assumes where the row is silent, by cause
+ASSUMPTIONS = {
+    "no_version": "backend_version empty: the framework's newest serving stack",
+}
+REQUIRED_COLUMNS = ("id", "backend", "model_path", "system", "mode", "isl", "osl", "silicon_ttft_ms", "silicon_tpot_ms")
+METRICS = ("ttft_ms", "tpot_ms")
+_LAYOUT = ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
+
+
+def read_rows(path: str | Path) -> pd.DataFrame:
+    """The rows of a serving-runs CSV; a missing column is an ``InputError`` naming it."""
+    df = pd.read_csv(path, dtype={"backend_version": str})
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise InputError("csv", f"column '{missing[0]}' missing in {path}",
+                         "use the columns of ../shared/validation/serving_runs.csv")
+    for col in _LAYOUT + tuple(f"{s}_{c}" for s in ("prefill", "decode") for c in _LAYOUT + ("batch_size", "num_workers")) + ("batch_size",):
+        if col not in df.columns:
+            df[col] = np.nan
+    for col in ("gemm_quant_mode", "moe_quant_mode", "precision", "backend_version"):
+        if col not in df.columns:
+            df[col] = None
+    return df
+
+
+def _num(value) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return v if math.isfinite(v) else math.nan
+
+
+def _deg(value) -> float:
+    """A parallel degree: empty or 0 means 1."""
+    v = _num(value)
+    return 1.0 if (math.isnan(v) or v == 0) else v
+
+
+def _fmt(value, precision) -> str:
+    if isinstance(value, str) and value.strip():
+        return value.strip().lower()
+    p = str(precision).strip().lower() if isinstance(precision, str) else ""
+    return "bf16" if p in ("", "bf16", "fp16", "nan") else p
+
+
+@dataclass
+class _Row:
+    index: int
+    key: tuple
+    values: dict
+
+
+def _expert_degrees(moe_tp_value, moe_ep_value, tp: float, adp: float) -> tuple[float, float]:
+    """(moe_tp, moe_ep) as the row states them; both unset (empty or 0) = tensor-parallel experts
+    over the whole worker (the engines' default without expert parallelism)."""
+    mtp, mep = _num(moe_tp_value), _num(moe_ep_value)
+    unset = lambda v: math.isnan(v) or v == 0
+    if unset(mtp) and unset(mep):
+        return tp * adp, 1.0
+    return _deg(moe_tp_value), _deg(moe_ep_value)
+
+
+def _layout_problem(model, tp, adp, moe_tp, moe_ep, prefix: str) -> str | None:
+    """Why a layout cannot be a valid split of ``model`` (None if it can)."""
+    if tp < 1 or adp < 1 or moe_tp < 1 or moe_ep < 1 or any(x != int(x) for x in (tp, adp, moe_tp, moe_ep)):
+        return f"{prefix}layout degrees must be whole numbers >= 1"
+    if model.num_heads % int(tp):
+        return (f"{prefix}tp_size {int(tp)} does not divide the {model.num_heads} attention heads "
+                f"(not a tensor-parallel split; the source's layout cannot be modelled)")
+    if model.moe is not None:
+        if int(moe_tp) * int(moe_ep) != int(tp) * int(adp):
+            return (f"{prefix}moe_tp_size x moe_ep_size = {int(moe_tp * moe_ep)} differs from tp_size x "
+                    f"attention_dp_size = {int(tp * adp)} (the expert group must span the worker)")
+        if model.moe.num_experts % int(moe_ep):
+            return f"{prefix}moe_ep_size {int(moe_ep)} does not divide the {model.moe.num_experts} experts"
+    return None
+
+
+def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
+    """Rows that can be predicted (grouped by key) and the skip reason of the others."""
+    rows: list[_Row] = []
+    skipped: dict[int, str] = {}
+    stacks: dict[tuple, object] = {}
+    models: dict[str, object] = {}
+    for i, r in enumerate(df.to_dict("records")):
+        model_key = str(r.get("model_path") or "").strip().lower()
+        preset = MODEL_PRESETS.get(model_key)
+        if preset is None:
+            skipped[i] = f"model_path {r.get('model_path')!r} has no preset"
+            continue
+        system = SYSTEMS.get(str(r.get("system") or "").strip().lower())
+        if system is None:
+            skipped[i] = f"system {r.get('system')!r} has no cluster preset"
+            continue
+        mode = str(r.get("mode") or "").strip().lower()
+        isl, osl = _num(r.get("isl")), _num(r.get("osl"))
+        if not (isl >= 1 and osl >= 1):
+            skipped[i] = "isl / osl missing or < 1"
+            continue
+        version = r.get("backend_version")
+        version = str(version).strip() if isinstance(version, str) and version.strip() else None
+        skey = (str(r.get("backend")), version)
+        if skey not in stacks:
+            try:
+                stacks[skey] = serving_stack_for(*skey)
+            except InputError as exc:
+                stacks[skey] = exc
+        stack = stacks[skey]
+        if isinstance(stack, InputError):
+            skipped[i] = str(stack)
+            continue
+        if preset not in models:
+            models[preset] = load_model(preset)
+        model = models[preset]
+        dense, expert = _fmt(r.get("gemm_quant_mode"), r.get("precision")), _fmt(r.get("moe_quant_mode"), r.get("precision"))
+        values = {"isl": isl, "osl": osl, "assumption": "" if version else ASSUMPTIONS["no_version"]}
+        if mode == "agg":
+            tp, pp, adp = _deg(r.get("tp_size")), _deg(r.get("pp_size")), _deg(r.get("attention_dp_size"))
+            moe_tp, moe_ep = _expert_degrees(r.get("moe_tp_size"), r.get("moe_ep_size"), tp, adp)
+            batch = _num(r.get("batch_size"))
+            if math.isnan(_num(r.get("tp_size"))) or math.isnan(batch) or batch < 1:
+                skipped[i] = "aggregated row without tp_size / batch_size"
+                continue
+            if model.moe is None:
+                moe_tp, moe_ep = tp * adp, 1.0
+            problem = _layout_problem(model, tp, adp, moe_tp, moe_ep, "")
+            if problem:
+                skipped[i] = problem
+                continue
+            values.update(tp=tp, pp=pp, adp=adp, moe_tp=moe_tp, moe_ep=moe_ep, batch=batch)
+        elif mode == "disagg":
+            need = ("prefill_num_workers", "prefill_batch_size", "decode_num_workers", "decode_batch_size", "prefill_tp_size",
+                    "decode_tp_size")
+            if any(math.isnan(_num(r.get(c))) for c in need):
+                skipped[i] = "disaggregated row without worker counts and batch sizes"
+                continue
+            problem = None
+            for side in ("prefill", "decode"):
+                tp, pp, adp = _deg(r.get(f"{side}_tp_size")), _deg(r.get(f"{side}_pp_size")), _deg(r.get(f"{side}_attention_dp_size"))
+                moe_tp, moe_ep = _expert_degrees(r.get(f"{side}_moe_tp_size"), r.get(f"{side}_moe_ep_size"), tp, adp)
+                if model.moe is None:
+                    moe_tp, moe_ep = tp * adp, 1.0
+                problem = problem or _layout_problem(model, tp, adp, moe_tp, moe_ep, f"{side}_")
+                values.update({f"{side}_tp": tp, f"{side}_pp": pp, f"{side}_adp": adp, f"{side}_moe_tp": moe_tp,
+                               f"{side}_moe_ep": moe_ep, f"{side}_batch": max(_num(r.get(f"{side}_batch_size")), 1.0),
+                               f"{side}_workers": max(_num(r.get(f"{side}_num_workers")), 1.0)})
+            if problem:
+                skipped[i] = problem
+                continue
+        else:
+            skipped[i] = f"mode {r.get('mode')!r} is neither agg nor disagg"
+            continue
+        rows.append(_Row(i, (preset, system, stack.name, dense, expert, mode), values))
+    return rows, skipped
+
+
+@dataclass
+class Group:
+    """Rows sharing (model, system, stack, formats, mode): one vectorized evaluation."""
+
+    context: ServingContext
+    mode: str
+    index: np.ndarray
+    columns: dict[str, np.ndarray]
+
+    @property
+    def generation(self) -> str:
+        return self.context.cluster.gpu.generation
+
+
+@dataclass
+class Prepared:
+    """A serving-runs table turned into evaluation groups, plus per-row skip reasons."""
+
+    n: int
+    groups: list[Group]
+    reason: np.ndarray
+    assumption: np.ndarray
+
+
+def prepare(df: pd.DataFrame) -> Prepared:
+    """Map every row to a group (or a skip reason); done once, evaluated many times by the fitter."""
+    rows, skipped = _prepare(df)
+    n = len(df)
+    reason = np.array([""] * n, dtype=object)
+    assumption = np.array([""] * n, dtype=object)
+    for i, why in skipped.items():
+        reason[i] = why
+    by_key: dict[tuple, list[_Row]] = {}
+    for row in rows:
+        by_key.setdefault(row.key, []).append(row)
+        assumption[row.index] = row.values["assumption"]
+    groups = []
+    for key, members in by_key.items():
+        preset, system, stack, dense, expert, mode = key
+        try:
+            ctx = ServingContext.build(preset, load_cluster(system), stack, dense, expert)
+        except InputError as exc:
+            for m in members:
+                reason[m.index] = str(exc)
+            continue
+        cols = {k: np.array([m.values[k] for m in members], dtype=float)
+                for k in members[0].values if k != "assumption"}
+        groups.append(Group(ctx, mode, np.array([m.index for m in members]), cols))
+    return Prepared(n, groups, reason, assumption)
+
+
+def evaluate_prepared(prep: Prepared, efficiency: Mapping[str, ServingEfficiency] | None = None,
+                      generations: set[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(TTFT ms, TPOT ms) per row, NaN where skipped or outside ``generations``."""
+    from dataclasses import replace
+    ttft = np.full(prep.n, np.nan)
+    tpot = np.full(prep.n, np.nan)
+    for g in prep.groups:
+        if generations is not None and g.generation not in generations:
+            continue
+        ctx = g.context
+        if efficiency and g.generation in efficiency:
+            ctx = replace(ctx, efficiency=efficiency[g.generation])
+        out = evaluate_agg_columns(ctx, g.columns) if g.mode == "agg" else evaluate_disagg_columns(ctx, g.columns)
+        ttft[g.index] = out["ttft_s"] * 1e3
+        tpot[g.index] = out["tpot_s"] * 1e3
+    return ttft, tpot
+
+
+def predict(df: pd.DataFrame, efficiency: Mapping[str, ServingEfficiency] | None = None,
+            progress: Callable[[int], None] | None = None) -> pd.DataFrame:
+    """Predicted TTFT and TPOT (ms) per row, NaN where skipped; columns ``pred_ttft_ms``,
+    ``pred_tpot_ms``, ``generation``, ``reason``, ``assumption``. ``efficiency`` overrides the
+    serving efficiency per GPU generation (the fitter's candidates)."""
+    prep = prepare(df)
+    ttft, tpot = evaluate_prepared(prep, efficiency)
+    generation = np.array([""] * prep.n, dtype=object)
+    for g in prep.groups:
+        generation[g.index] = g.generation
+        if progress is not None:
+            progress(len(g.index))
+    return pd.DataFrame({"pred_ttft_ms": ttft, "pred_tpot_ms": tpot, "generation": generation,
+                         "reason": prep.reason, "assumption": prep.assumption}, index=df.index)
+
+
+def validate_rows(df: pd.DataFrame, efficiency=None, progress=None) -> pd.DataFrame:
+    """One record per (row, metric): id, metric, status (ok | skipped), predicted, measured,
+    rel_error = (predicted - measured) / measured, reason, plus the row's backend, system, mode,
+    model and generation for grouping."""
+    pred = predict(df, efficiency, progress)
+    records = []
+    for (i, r), p in zip(df.iterrows(), pred.to_dict("records")):
+        for metric, col, pcol in (("ttft_ms", "silicon_ttft_ms", "pred_ttft_ms"), ("tpot_ms", "silicon_tpot_ms", "pred_tpot_ms")):
+            measured = _num(r.get(col))
+            predicted = p[pcol]
+            ok = not math.isnan(predicted) and measured > 0
+            reason = p["reason"] if not ok else ""
+            if not math.isnan(predicted) and not measured > 0:
+                reason = f"measured {metric} missing or <= 0"
+            records.append({
+                "id": r.get("id"), "metric": metric, "status": "ok" if ok else "skipped",
+                "predicted": float(predicted) if ok else None, "measured": measured if measured > 0 else None,
+                "rel_error": (predicted - measured) / measured if ok else None, "reason": reason,
+                "backend": r.get("backend"), "system": r.get("system"), "mode": r.get("mode"),
+                "model": r.get("model_path"), "generation": p["generation"], "assumption": p["assumption"],
+            })
+    return pd.DataFrame.from_records(records)
+
+
+GROUP_KEYS = ("backend", "system", "mode", "model")
+
+
+def summarize(results: pd.DataFrame, by=GROUP_KEYS) -> pd.DataFrame:
+    """Per group: rows used and skipped, mean and worst |error| of TTFT and TPOT, in percent."""
+    out = []
+    for key, g in results.groupby(list(by), dropna=False, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        rec = dict(zip(by, key))
+        rows = g.drop_duplicates("id")
+        ok_ids = set(g[g.status == "ok"].id)
+        rec["rows_used"] = len(ok_ids)
+        rec["rows_skipped"] = int(len(set(rows.id)) - len(ok_ids))
+        for metric in METRICS:
+            err = g[(g.metric == metric) & (g.status == "ok")].rel_error.astype(float).abs() * 100
+            rec[f"{metric.removesuffix('_ms')}_mean_abs_err_pct"] = float(err.mean()) if len(err) else math.nan
+            rec[f"{metric.removesuffix('_ms')}_worst_abs_err_pct"] = float(err.max()) if len(err) else math.nan
+        out.append(rec)
+    return pd.DataFrame.from_records(out)
+
+
+def concurrency_of(source: str) -> float:
+    """The ``silicon_concurrency=N`` a row's ``silicon_data_source`` states, NaN if absent."""
+    m = re.search(r"silicon_concurrency=(\d+)", str(source))
+    return float(m.group(1)) if m else math.nan

@@ -1,0 +1,221 @@
+"""Fit the serving efficiency of each GPU generation to the measured serving runs, rerunnably.
+
+``python -m paraplan.validation.serving_fit`` reads ``serving_runs.csv`` (the resolved path,
+``paraplan.validation.datasets``), fits the factors of ``FIT_RANGES``
+(``hardware_specs.serving_efficiency``) per GPU generation by Nelder-Mead on bounded
+(logit-transformed) coordinates, starting from the hand-set prior (``default.yaml``, so a rerun
+returns the same numbers), minimising the mean over rows and both metrics (TTFT, TPOT) of
+|log(predicted / measured)| (symmetric in over- and under-prediction, so no row's noise pulls
+the factors harder one way than the other), and writes
+``hardware_specs/serving_efficiency/<generation>.yaml`` with exactly the values it found
+(rounded to 4 significant digits, the rounding re-evaluated). A factor that ends within 1% of
+its range's end is reported: the physics is then missing something the factor is absorbing.
+
+``--cv`` adds leave-one-group-out cross-validation: for each model (and each backend) the
+factors are refitted without that group's rows and the group is predicted with them; the
+pooled held-out errors are the honest forecast for runs the fit never saw. Each refit starts
+from the prior too, so nothing of the held-out group leaks in through the starting point; a
+factor no training row depends on (the synchronisation of a scheduler kind whose only engine
+is held out) stays at its prior.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import minimize
+
+from hardware_specs.catalog import load_serving_efficiency, serving_efficiency_path
+from hardware_specs.serving_efficiency import FIT_RANGES, ServingEfficiency
+from paraplan.validation.datasets import SERVING_RUNS, validation_file
+from paraplan.validation.serving import evaluate_prepared, prepare, read_rows
+
+PARAMS = tuple(FIT_RANGES)
+
+
+def _to_unit(value: float, lo: float, hi: float) -> float:
+    x = min(max((value - lo) / (hi - lo), 1e-6), 1 - 1e-6)
+    return math.log(x / (1 - x))
+
+
+def _from_unit(z: float, lo: float, hi: float) -> float:
+    return lo + (hi - lo) / (1.0 + math.exp(-z))
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.4g}")
+
+
+def errors(prep, measured_ttft, measured_tpot, efficiency: dict, rows: np.ndarray, generations=None):
+    """(|log ratio| per used row and metric, relative errors of TTFT, of TPOT) over ``rows``."""
+    ttft, tpot = evaluate_prepared(prep, efficiency, generations)
+    out = []
+    rel = []
+    for pred, meas in ((ttft, measured_ttft), (tpot, measured_tpot)):
+        m = rows & np.isfinite(pred) & (meas > 0) & (pred > 0)
+        out.append(np.abs(np.log(pred[m] / meas[m])))
+        rel.append((pred[m] - meas[m]) / meas[m])
+    return np.concatenate(out), rel[0], rel[1]
+
+
+def fit_generation(prep, measured_ttft, measured_tpot, generation: str, rows: np.ndarray,
+                   start: ServingEfficiency, maxiter: int = 400) -> tuple[ServingEfficiency, float]:
+    """The factors of ``generation`` minimising mean |log ratio| over ``rows``; (profile, loss)."""
+    z0 = [_to_unit(getattr(start, p), *FIT_RANGES[p]) for p in PARAMS]
+
+    def profile(z):
+        values = {p: _from_unit(zi, *FIT_RANGES[p]) for p, zi in zip(PARAMS, z)}
+        return replace(start, **values)
+
+    def loss(z):
+        e, _, _ = errors(prep, measured_ttft, measured_tpot, {generation: profile(z)}, rows, {generation})
+        return float(e.mean()) if len(e) else 0.0
+
+    if maxiter <= 0:                 # evaluate the given profile as it is (e.g. the committed one)
+        best = start
+    else:
+        res = minimize(loss, z0, method="Nelder-Mead", options={"maxiter": maxiter, "xatol": 1e-3, "fatol": 1e-5})
+        best = profile(res.x)
+    rounded = replace(best, **{p: _round(getattr(best, p)) for p in PARAMS})
+    e, _, _ = errors(prep, measured_ttft, measured_tpot, {generation: rounded}, rows, {generation})
+    return rounded, float(e.mean()) if len(e) else 0.0
+
+
+def at_bound(profile: ServingEfficiency) -> list[str]:
+    """Factors within 1% (of the range) of a bound."""
+    hits = []
+    for p in PARAMS:
+        lo, hi = FIT_RANGES[p]
+        v = getattr(profile, p)
+        if (v - lo) / (hi - lo) < 0.01 or (hi - v) / (hi - lo) < 0.01:
+            hits.append(f"{p}={v:g} (range {lo:g}..{hi:g})")
+    return hits
+
+
+def prior_profile(generation: str) -> ServingEfficiency:
+    """The hand-set prior (``default.yaml``) for ``generation``: where every fit starts."""
+    from hardware_specs.catalog import serving_efficiency_from_dict, read_yaml, serving_efficiency_path
+    data = read_yaml(serving_efficiency_path("default"), "serving_efficiency")
+    return replace(serving_efficiency_from_dict(data), generation=generation, prior=False, fitted_on="")
+
+
+def fit_all(df: pd.DataFrame, rows: np.ndarray | None = None, starts: dict | None = None,
+            maxiter: int = 400, prep=None) -> dict[str, ServingEfficiency]:
+    """Fitted profile per generation over ``rows`` (boolean mask; default all), each started
+    from ``starts[generation]`` (default: the prior)."""
+    prep = prep or prepare(df)
+    mt = df["silicon_ttft_ms"].to_numpy(dtype=float)
+    mp = df["silicon_tpot_ms"].to_numpy(dtype=float)
+    rows = np.ones(len(df), dtype=bool) if rows is None else rows
+    fitted = {}
+    gens = sorted({g.generation for g in prep.groups if rows[g.index].any()})
+    for gen in gens:
+        start = (starts or {}).get(gen) or prior_profile(gen)
+        start = replace(start, generation=gen, prior=False)
+        fitted[gen], _ = fit_generation(prep, mt, mp, gen, rows, start, maxiter)
+    return fitted
+
+
+def _summary(rel_ttft, rel_tpot) -> str:
+    return (f"TTFT mean |err| {100 * np.mean(np.abs(rel_ttft)):.1f}% (median {100 * np.median(np.abs(rel_ttft)):.1f}%), "
+            f"TPOT mean |err| {100 * np.mean(np.abs(rel_tpot)):.1f}% (median {100 * np.median(np.abs(rel_tpot)):.1f}%)")
+
+
+def cross_validate(df: pd.DataFrame, column: str, fitted: dict, prep, maxiter: int = 150) -> pd.DataFrame:
+    """Leave-one-group-out over ``column``: refit without the group, predict it. One row per
+    held-out (row, metric) with its relative error."""
+    mt = df["silicon_ttft_ms"].to_numpy(dtype=float)
+    mp = df["silicon_tpot_ms"].to_numpy(dtype=float)
+    key = df[column].astype(str).to_numpy()
+    records = []
+    for value in sorted(set(key)):
+        held = key == value
+        train = ~held
+        refit = fit_all(df, train, maxiter=maxiter, prep=prep)
+        profiles = {g: refit.get(g, fitted.get(g)) for g in {g.generation for g in prep.groups}}
+        ttft, tpot = evaluate_prepared(prep, {k: v for k, v in profiles.items() if v is not None})
+        for metric, pred, meas in (("ttft_ms", ttft, mt), ("tpot_ms", tpot, mp)):
+            m = held & np.isfinite(pred) & (meas > 0)
+            for i in np.flatnonzero(m):
+                records.append({"held_out": value, "id": df["id"].iat[i], "metric": metric,
+                                "backend": df["backend"].iat[i], "mode": df["mode"].iat[i],
+                                "rel_error": (pred[i] - meas[i]) / meas[i]})
+        print(f"  held out {column}={value}: {int(held.sum())} rows", file=sys.stderr)
+    return pd.DataFrame.from_records(records)
+
+
+def _yaml(profile: ServingEfficiency) -> str:
+    lines = ["# Written by `python -m paraplan.validation.serving_fit`; see hardware_specs/serving_efficiency.py",
+             f"generation: {profile.generation}"]
+    for p in PARAMS:
+        lines.append(f"{p}: {getattr(profile, p)!r}")
+    lines.append(f"link_bw_fraction: {profile.link_bw_fraction!r}")
+    lines.append("prior: false")
+    text = profile.fitted_on.replace('"', "'")
+    lines.append(f'fitted_on: "{text}"')
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("path", nargs="?", default=None, help="serving-runs CSV (default: the resolved serving_runs.csv)")
+    ap.add_argument("--write", action="store_true", help="write hardware_specs/serving_efficiency/<generation>.yaml")
+    ap.add_argument("--cv", choices=["model_path", "backend", "both"], default=None,
+                    help="also leave-one-group-out cross-validation by model, by backend, or both")
+    ap.add_argument("--cv-maxiter", type=int, default=250,
+                    help="Nelder-Mead iterations per refit (each starts from the prior)")
+    ap.add_argument("--maxiter", type=int, default=600,
+                    help="Nelder-Mead iterations of the full fit (0 = take the committed profiles as they are)")
+    args = ap.parse_args(argv)
+    path = args.path or validation_file(SERVING_RUNS)
+    df = read_rows(path)
+    prep = prepare(df)
+    if args.maxiter <= 0:       # take the committed profiles as they are
+        fitted = fit_all(df, maxiter=0, prep=prep,
+                         starts={g.generation: load_serving_efficiency(g.generation) for g in prep.groups})
+    else:
+        fitted = fit_all(df, maxiter=args.maxiter, prep=prep)
+    mt = df["silicon_ttft_ms"].to_numpy(dtype=float)
+    mp = df["silicon_tpot_ms"].to_numpy(dtype=float)
+    everything = np.ones(len(df), dtype=bool)
+    _, rt, rp = errors(prep, mt, mp, fitted, everything)
+    print(f"in-sample over {len(rt)} rows: {_summary(rt, rp)}")
+    cv_text = ""
+    if args.cv:
+        for column in (("model_path", "backend") if args.cv == "both" else (args.cv,)):
+            cv = cross_validate(df, column, fitted, prep, maxiter=args.cv_maxiter)
+            t = cv[cv.metric == "ttft_ms"].rel_error.to_numpy()
+            p = cv[cv.metric == "tpot_ms"].rel_error.to_numpy()
+            line = f"leave-one-{column}-out: {_summary(t, p)}"
+            print(line)
+            for (backend, mode), g in cv.groupby(["backend", "mode"]):
+                gt = g[g.metric == "ttft_ms"].rel_error.to_numpy()
+                gp = g[g.metric == "tpot_ms"].rel_error.to_numpy()
+                print(f"  {backend} {mode}: {len(gt)} rows, {_summary(gt, gp)}")
+            cv.to_csv(f"serving_cv_{column}.csv", index=False)
+            cv_text += f"; {line}"
+    for gen, profile in sorted(fitted.items()):
+        g_rows = np.zeros(len(df), dtype=bool)
+        for g in prep.groups:
+            if g.generation == gen:
+                g_rows[g.index] = True
+        _, gt, gp = errors(prep, mt, mp, fitted, g_rows, {gen})
+        note = (f"Nelder-Mead on mean |log(pred/measured)| of TTFT and TPOT over {len(gt)} rows of "
+                f"{Path(path).name}; in-sample {_summary(gt, gp)}{cv_text}")
+        fitted[gen] = replace(profile, fitted_on=note)
+        bounds = at_bound(profile)
+        print(f"{gen}: " + ", ".join(f"{p}={getattr(profile, p):g}" for p in PARAMS)
+              + (f"  AT BOUND: {bounds}" if bounds else ""))
+        if args.write:
+            serving_efficiency_path(gen).write_text(_yaml(fitted[gen]))
+            print(f"  wrote {serving_efficiency_path(gen)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

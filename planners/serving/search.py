@@ -1,0 +1,252 @@
+"""Search aggregated and disaggregated serving layouts for the best tokens/s per GPU under an SLO.
+
+Aggregated: every worker layout of ``space.worker_layouts`` crossed with per-rank batches,
+replicated over the GPUs (throughput per GPU is one worker's). Disaggregated: prefill layouts x
+prompts per prefill step (1, 2, 4, 8), decode layouts x batches, and worker counts that fit
+the GPUs (prefill counts up to 64, log-spaced beyond, each with as many decode workers as fit,
+or a power of two fewer). Both go through ``simulator.serving`` (the functions ``serve
+simulate`` calls), column-wise: the decode and prefill sides are evaluated once per distinct
+configuration, the closed loop once per combination. Decode configurations off the decode-only
+Pareto front (tokens/s/GPU vs tokens/s/user) and prefill configurations off the prefill front
+(requests/s per GPU vs one prompt's time) cannot be on the combined front and are dropped before
+combining.
+
+The objective: the highest tokens/s per GPU among candidates whose mean TTFT <= ``ttft_ms`` and
+TPOT <= ``tpot_ms``; the Pareto front of tokens/s/GPU against tokens/s/user (1 / TPOT) among
+candidates meeting the TTFT objective, per mode.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from hardware_specs.errors import InputError
+from planners.serving.pareto import pareto_front
+from planners.serving.space import with_batches, worker_layouts
+from simulator.serving.aggregated import evaluate_agg
+from simulator.serving.disaggregated import combine, decode_side, prefill_side
+
+PREFILL_BATCHES = (1, 2, 4, 8)
+#: the largest GPU count one search covers (worker counts are enumerated up to it)
+MAX_GPUS = 4096
+#: columns of ``ServingPlan.candidates``
+COLUMNS = ("mode", "layout", "prefill_layout", "decode_layout", "batch", "prefill_batch", "workers", "prefill_workers",
+           "decode_workers", "gpus_used", "concurrency", "ttft_ms", "ttft_p90_ms", "tpot_ms", "tokens_per_s_per_gpu",
+           "tokens_per_s_per_user", "meets_slo")
+
+
+@dataclass
+class ServingPlan:
+    """Result of ``plan_serving``.
+
+    Attributes:
+        candidates: every fitting candidate (``COLUMNS``; layouts as labels, degrees in
+            ``*_tp``/``*_pp``/... columns).
+        front: the Pareto-front rows per mode among candidates meeting the TTFT objective.
+        best: the winning row (None when nothing meets the SLO).
+        why: lines explaining the winner (or what binds when nothing meets the SLO).
+        evaluated: candidates scored; wall_s: seconds.
+    """
+
+    candidates: pd.DataFrame
+    front: pd.DataFrame
+    best: pd.Series | None
+    why: list[str] = field(default_factory=list)
+    evaluated: int = 0
+    wall_s: float = 0.0
+
+
+def _label(tp, pp, adp, etp, ep) -> list[str]:
+    out = []
+    for t, p, a, e, x in zip(tp, pp, adp, etp, ep):
+        s = f"tp{int(t)}"
+        if p > 1:
+            s += f"-pp{int(p)}"
+        if a > 1:
+            s += f"-adp{int(a)}"
+        if x > 1 or (e > 1 and e != t * a):
+            s += f"-etp{int(e)}xep{int(x)}"
+        out.append(s)
+    return out
+
+
+def _agg(ctx, gpus: int, isl: int, osl: int, max_batch: int, allow_pp: bool) -> pd.DataFrame:
+    layouts = worker_layouts(ctx.model, gpus, ctx.cluster.gpus_per_node, allow_pp)
+    if len(layouts) == 0:
+        return pd.DataFrame(columns=COLUMNS)
+    cols = with_batches(layouts, max_batch)
+    out = evaluate_agg(ctx, cols["tp"], cols["adp"], cols["pp"], cols["moe_tp"], cols["moe_ep"], cols["batch"], isl, osl)
+    worker_gpus = cols["tp"] * cols["pp"] * cols["adp"]
+    workers = np.floor(gpus / worker_gpus)
+    keep = out["fits"] & (workers >= 1)
+    df = pd.DataFrame({
+        "mode": "agg", "layout": _label(cols["tp"], cols["pp"], cols["adp"], cols["moe_tp"], cols["moe_ep"]),
+        "tp": cols["tp"], "pp": cols["pp"], "adp": cols["adp"], "moe_tp": cols["moe_tp"], "moe_ep": cols["moe_ep"],
+        "batch": cols["batch"], "workers": workers, "gpus_used": workers * worker_gpus,
+        "concurrency": cols["batch"] * cols["adp"] * workers,
+        "ttft_ms": out["ttft_s"] * 1e3, "ttft_p90_ms": out["ttft_p90_s"] * 1e3, "tpot_ms": out["tpot_s"] * 1e3,
+        "tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"], "tokens_per_s_per_user": out["tokens_per_s_per_user"],
+        "max_batch_per_rank": out["max_batch_per_rank"],
+    })
+    return df[keep].reset_index(drop=True)
+
+
+def _disagg(ctx, gpus: int, isl: int, osl: int, max_batch: int) -> pd.DataFrame:
+    domain = ctx.cluster.gpus_per_node
+    layouts = worker_layouts(ctx.model, max(gpus - 1, 1), domain, allow_pp=False)
+    if len(layouts) == 0 or gpus < 2:
+        return pd.DataFrame(columns=COLUMNS)
+    # decode side: layouts x batches, keep the decode-only front
+    dcols = with_batches(layouts, max_batch)
+    dec = decode_side(ctx, dcols["tp"], dcols["adp"], dcols["pp"], dcols["moe_tp"], dcols["moe_ep"], dcols["batch"],
+                      isl, osl)
+    d_tps_gpu = dec["clients"] / dec["tpot_s"] / dec["gpus"]
+    d_ok = np.flatnonzero(dec["fits"])
+    d_keep = d_ok[pareto_front(1.0 / dec["tpot_s"][d_ok], d_tps_gpu[d_ok])]
+    # prefill side: layouts x prompts per step, keep the prefill front
+    pb = np.array(PREFILL_BATCHES, dtype=float)
+    li, bi = np.meshgrid(np.arange(len(layouts)), np.arange(len(pb)), indexing="ij")
+    li, bi = li.ravel(), bi.ravel()
+    p = {k: layouts[li, n] for n, k in enumerate(("tp", "pp", "adp", "moe_tp", "moe_ep"))}
+    pre = prefill_side(ctx, p["tp"], p["adp"], p["pp"], p["moe_tp"], p["moe_ep"], pb[bi], isl)
+    rate_gpu = pre["mu_per_rank"] * pre["ranks"] / pre["gpus"]
+    p_ok = np.flatnonzero(pre["fits"])
+    p_keep = p_ok[pareto_front(rate_gpu[p_ok], -pre["pre_one_s"][p_ok])]
+    if d_keep.size == 0 or p_keep.size == 0:
+        return pd.DataFrame(columns=COLUMNS)
+    # worker counts per distinct pair of worker sizes
+    pi_all, di_all, npw_all, ndw_all = [], [], [], []
+    for gp in np.unique(pre["gpus"][p_keep]):
+        for gd in np.unique(dec["gpus"][d_keep]):
+            # prefill counts: every one up to 64, then 48 log-spaced ones (the ratio matters);
+            # decode counts: as many as fit, and the powers of two below
+            most = gpus // int(gp)
+            n_p = (np.arange(1, most + 1, dtype=float) if most <= 64
+                   else np.unique(np.round(np.geomspace(1, most, 48))))
+            fill = np.floor((gpus - n_p * gp) / gd)
+            pow2 = 2.0 ** np.arange(0, int(np.log2(max(gpus // int(gd), 1))) + 1)
+            np_ = np.concatenate([n_p, np.repeat(n_p, len(pow2))])
+            nd_ = np.concatenate([fill, np.tile(pow2, len(n_p))])
+            pairs = np.unique(np.stack([np_, nd_], axis=1), axis=0)
+            pairs = pairs[(pairs[:, 1] >= 1) & (pairs[:, 0] * gp + pairs[:, 1] * gd <= gpus)]
+            np_, nd_ = pairs[:, 0], pairs[:, 1]
+            if np_.size == 0:
+                continue
+            ps = p_keep[pre["gpus"][p_keep] == gp]
+            ds = d_keep[dec["gpus"][d_keep] == gd]
+            a, b, c = np.meshgrid(ps, ds, np.arange(np_.size), indexing="ij")
+            pi_all.append(a.ravel())
+            di_all.append(b.ravel())
+            npw_all.append(np_[c.ravel()])
+            ndw_all.append(nd_[c.ravel()])
+    if not pi_all:
+        return pd.DataFrame(columns=COLUMNS)
+    pi, di = np.concatenate(pi_all), np.concatenate(di_all)
+    npw, ndw = np.concatenate(npw_all), np.concatenate(ndw_all)
+    dsel = {k: v[di] for k, v in dec.items() if isinstance(v, np.ndarray) and v.shape == dec["tpot_s"].shape}
+    psel = {k: v[pi] for k, v in pre.items() if isinstance(v, np.ndarray) and v.shape == pre["pre_one_s"].shape}
+    out = combine(ctx, dsel, psel, npw, ndw, isl, osl)
+    p_lab = np.array(_label(p["tp"], p["pp"], p["adp"], p["moe_tp"], p["moe_ep"]))
+    d_lab = np.array(_label(dcols["tp"], dcols["pp"], dcols["adp"], dcols["moe_tp"], dcols["moe_ep"]))
+    df = pd.DataFrame({
+        "mode": "disagg", "prefill_layout": p_lab[pi], "decode_layout": d_lab[di],
+        "prefill_tp": p["tp"][pi], "prefill_adp": p["adp"][pi], "prefill_moe_tp": p["moe_tp"][pi],
+        "prefill_moe_ep": p["moe_ep"][pi], "decode_tp": dcols["tp"][di], "decode_adp": dcols["adp"][di],
+        "decode_moe_tp": dcols["moe_tp"][di], "decode_moe_ep": dcols["moe_ep"][di],
+        "prefill_batch": pb[bi][pi], "batch": dcols["batch"][di], "prefill_workers": npw, "decode_workers": ndw,
+        "gpus_used": out["gpus"], "concurrency": dsel["clients"] * ndw,
+        "ttft_ms": out["ttft_s"] * 1e3, "ttft_p90_ms": out["ttft_p90_s"] * 1e3, "tpot_ms": out["tpot_s"] * 1e3,
+        "tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"], "tokens_per_s_per_user": out["tokens_per_s_per_user"],
+        "prefill_utilization": out["prefill_utilization"], "max_batch_per_rank": dsel["max_batch_per_rank"],
+    })
+    return df
+
+
+def _why(best: pd.Series, cands: pd.DataFrame, ttft_ms: float, tpot_ms: float) -> list[str]:
+    lines = []
+    desc = best["layout"] if best["mode"] == "agg" else f"prefill {best['prefill_layout']} x{int(best['prefill_workers'])} + decode {best['decode_layout']} x{int(best['decode_workers'])}"
+    lines.append(f"why: {best['mode']} {desc} at batch {int(best['batch'])} per rank reaches "
+                 f"{best['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU with TTFT {best['ttft_ms']:.0f} ms and TPOT "
+                 f"{best['tpot_ms']:.1f} ms (SLO {ttft_ms:g} / {tpot_ms:g} ms)")
+    meets = cands[cands.meets_slo]
+    other = meets[meets["mode"] != best["mode"]]
+    if len(other):
+        o = other.loc[other.tokens_per_s_per_gpu.idxmax()]
+        ratio = best["tokens_per_s_per_gpu"] / max(o["tokens_per_s_per_gpu"], 1e-9)
+        lines.append(f"     the best {o['mode']} layout meeting the SLO reaches {o['tokens_per_s_per_gpu']:,.0f} "
+                     f"tokens/s/GPU ({ratio:.2f}x less) at TPOT {o['tpot_ms']:.1f} ms, TTFT {o['ttft_ms']:.0f} ms")
+    else:
+        lines.append(f"     no {'disagg' if best['mode'] == 'agg' else 'agg'} layout meets the SLO")
+    bigger = cands[(cands["mode"] == best["mode"]) & (cands.tokens_per_s_per_gpu > best["tokens_per_s_per_gpu"])]
+    if len(bigger):
+        t_bind = int((bigger.ttft_ms > ttft_ms).sum())
+        p_bind = int((bigger.tpot_ms > tpot_ms).sum())
+        binding = "TPOT" if p_bind >= t_bind else "TTFT"
+        lines.append(f"     {len(bigger)} {best['mode']} candidates with more tokens/s/GPU miss the SLO, "
+                     f"{p_bind} on TPOT and {t_bind} on TTFT: {binding} is what binds")
+    return lines
+
+
+def _no_layout_error(cands: pd.DataFrame, ttft_ms: float, tpot_ms: float, gpus: int) -> InputError:
+    best_tpot = cands.loc[cands.tpot_ms.idxmin()]
+    best_ttft = cands.loc[cands.ttft_ms.idxmin()]
+    meet_tpot = cands[cands.tpot_ms <= tpot_ms]
+    if meet_tpot.empty:
+        return InputError("--tpot-ms", f"no layout on {gpus} GPUs reaches TPOT {tpot_ms:g} ms: the fastest is "
+                          f"{best_tpot['tpot_ms']:.1f} ms ({best_tpot['mode']}, batch {int(best_tpot['batch'])})",
+                          f"allow --tpot-ms {np.ceil(best_tpot['tpot_ms'] * 10) / 10:g} or more, or use faster GPUs")
+    t = meet_tpot.loc[meet_tpot.ttft_ms.idxmin()]
+    return InputError("--ttft-ms", f"no layout meeting TPOT {tpot_ms:g} ms reaches TTFT {ttft_ms:g} ms: the best "
+                      f"is {t['ttft_ms']:.0f} ms (the lowest TTFT of any layout is {best_ttft['ttft_ms']:.0f} ms)",
+                      f"allow --ttft-ms {np.ceil(t['ttft_ms']):g} or more, or a looser --tpot-ms")
+
+
+def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: float, modes=("agg", "disagg"),
+                 max_batch: int = 1024, allow_pp: bool = True) -> ServingPlan:
+    """Search ``modes`` on ``gpus`` GPUs of ``ctx.cluster`` for ``ctx.model`` at request shape
+    (isl, osl) under the objective (mean TTFT <= ttft_ms, TPOT <= tpot_ms). Raises
+    ``InputError`` naming the binding constraint when nothing fits or nothing meets the SLO."""
+    for name, value in (("--gpus", gpus), ("--isl", isl), ("--osl", osl)):
+        if not isinstance(value, (int, np.integer)) or value < 1:
+            raise InputError(name, f"must be a whole number >= 1, got {value!r}")
+    for name, value in (("--ttft-ms", ttft_ms), ("--tpot-ms", tpot_ms)):
+        if not (isinstance(value, (int, float)) and np.isfinite(value) and value > 0):
+            raise InputError(name, f"must be a finite number > 0, got {value!r}")
+    if gpus > MAX_GPUS:
+        raise InputError("--gpus", f"{gpus} GPUs is more than the {MAX_GPUS} a serving search covers",
+                         "plan one deployment unit and replicate it")
+    if ctx.cluster.max_gpus is not None and gpus > ctx.cluster.max_gpus:
+        raise InputError("--gpus", f"{gpus} GPUs exceed the {ctx.cluster.max_gpus} of {ctx.cluster.name}")
+    t0 = time.perf_counter()
+    parts = []
+    evaluated = 0
+    if "agg" in modes:
+        a = _agg(ctx, gpus, isl, osl, max_batch, allow_pp)
+        evaluated += len(a)
+        parts.append(a)
+    if "disagg" in modes:
+        d = _disagg(ctx, gpus, isl, osl, max_batch)
+        evaluated += len(d)
+        parts.append(d)
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        raise InputError("--gpus", f"no layout of {ctx.model.name} fits in {gpus} x {ctx.cluster.gpu.name}",
+                         "add GPUs, or use a smaller weight format (--precision fp8 / nvfp4)")
+    cands = pd.concat(parts, ignore_index=True, sort=False)
+    cands["meets_slo"] = (cands.ttft_ms <= ttft_ms) & (cands.tpot_ms <= tpot_ms)
+    fronts = []
+    for mode, g in cands[cands.ttft_ms <= ttft_ms].groupby("mode"):
+        idx = pareto_front(g.tokens_per_s_per_user.to_numpy(), g.tokens_per_s_per_gpu.to_numpy())
+        fronts.append(g.iloc[idx])
+    front = pd.concat(fronts, ignore_index=True) if fronts else cands.iloc[:0]
+    meets = cands[cands.meets_slo]
+    best = meets.loc[meets.tokens_per_s_per_gpu.idxmax()] if len(meets) else None
+    plan = ServingPlan(candidates=cands, front=front.sort_values(["mode", "tokens_per_s_per_user"]).reset_index(drop=True),
+                       best=best, evaluated=evaluated, wall_s=time.perf_counter() - t0)
+    if best is None:
+        raise _no_layout_error(cands, ttft_ms, tpot_ms, gpus)
+    plan.why = _why(best, cands, ttft_ms, tpot_ms)
+    return plan

@@ -1,0 +1,81 @@
+"""The layouts a serving search considers, as numpy columns.
+
+Worker layouts: attention tensor parallelism ``tp`` (a divisor of the attention heads, powers of
+two up to the NVLink domain), attention data parallelism ``adp`` (MoE models only: it pays when
+the experts are shared by ranks holding their own requests), pipeline stages ``pp`` (1, 2, 4,
+8; at most the layers), expert parallelism ``moe_ep`` (a power of two dividing tp x adp and the
+expert count; ``moe_tp`` = tp x adp / moe_ep). Per-rank concurrency ``batch`` runs over powers
+of two from 1 to ``max_batch``. A worker never exceeds the GPUs given.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from model_specs.model_spec import ModelSpec
+
+PP_CHOICES = (1, 2, 4, 8)
+
+
+def _pow2_upto(n: int) -> list[int]:
+    out, v = [], 1
+    while v <= n:
+        out.append(v)
+        v *= 2
+    return out
+
+
+def worker_layouts(model: ModelSpec, gpus: int, domain: int, allow_pp: bool = True) -> np.ndarray:
+    """Rows (tp, pp, adp, moe_tp, moe_ep) of the worker layouts of ``model`` on at most ``gpus``
+    GPUs, tensor parallelism inside one ``domain`` (NVLink) of GPUs."""
+    rows = []
+    heads = model.num_heads
+    for tp in _pow2_upto(min(domain, gpus)):
+        if heads % tp:
+            continue
+        adps = _pow2_upto(gpus // tp) if model.moe is not None else [1]
+        for adp in adps:
+            for pp in (PP_CHOICES if allow_pp else (1,)):
+                if tp * adp * pp > gpus or pp > model.num_layers:
+                    continue
+                if model.moe is None:
+                    rows.append((tp, pp, adp, tp * adp, 1))
+                    continue
+                group = tp * adp
+                for ep in _pow2_upto(group):
+                    if model.moe.num_experts % ep or group % ep:
+                        continue
+                    etp = group // ep
+                    if model.moe.expert_ffn_hidden_size % etp:
+                        continue
+                    rows.append((tp, pp, adp, etp, ep))
+    return np.array(rows, dtype=float).reshape(-1, 5)
+
+
+def with_batches(layouts: np.ndarray, max_batch: int) -> dict[str, np.ndarray]:
+    """Every layout crossed with batch = 1, 2, 4, ... <= ``max_batch``: columns tp, pp, adp,
+    moe_tp, moe_ep, batch."""
+    batches = np.array(_pow2_upto(max_batch), dtype=float)
+    li, bi = np.meshgrid(np.arange(len(layouts)), np.arange(len(batches)), indexing="ij")
+    li, bi = li.ravel(), bi.ravel()
+    cols = {name: layouts[li, k] for k, name in enumerate(("tp", "pp", "adp", "moe_tp", "moe_ep"))}
+    cols["batch"] = batches[bi]
+    return cols
+
+
+def worker_count_pairs(gpus: int, prefill_gpus: np.ndarray, decode_gpus: np.ndarray):
+    """For each (prefill worker size, decode worker size) pair, every (n_prefill, n_decode) with
+    n_prefill x prefill + n_decode x decode <= gpus, both >= 1: yields index arrays into the
+    inputs and the two counts."""
+    pi, di, npw, ndw = [], [], [], []
+    for i, j in itertools.product(range(len(prefill_gpus)), range(len(decode_gpus))):
+        gp, gd = int(prefill_gpus[i]), int(decode_gpus[j])
+        for n_p in range(1, gpus // gp + 1):
+            left = gpus - n_p * gp
+            for n_d in range(1, left // gd + 1):
+                pi.append(i)
+                di.append(j)
+                npw.append(n_p)
+                ndw.append(n_d)
+    return (np.array(pi, dtype=int), np.array(di, dtype=int), np.array(npw, dtype=float), np.array(ndw, dtype=float))

@@ -1,0 +1,185 @@
+"""Aggregated serving: one engine does prefill and decode, continuous batching, closed loop.
+
+Load model: ``b`` clients per attention-DP rank, each sending its next request as soon as the
+previous one finished (the concurrency benchmarks of the engines and of AIConfigurator's
+measured rows). In steady state requests arrive at the rank at rate X (Little's law:
+X = b / (TTFT + (osl - 1) TPOT)) and each brings ``isl`` prompt tokens.
+
+Per rank, with ``t_d`` the time of a step decoding all b requests (context isl + osl / 2):
+
+* prompts waiting together are packed into steps of ``P = min(C, b isl)`` prompt tokens (C the
+  stack's token budget; whole prompts when it does not chunk them), which for engines that mix
+  prompts and decodes in one step (``ServingBehaviour.mixed_batches``: vLLM, TensorRT-LLM) also
+  carry the b decodes, and run alone otherwise (SGLang). A prompt's service ``s`` is its share
+  isl / P of such a step, and its prefill work ``w_p`` the part of that share beyond the
+  decode step (all of it when the prefill runs alone).
+* the prefill share of the engine's time is u = X w_p; decoding requests get one token per
+  step, so TPOT = t_d / (1 - u) (steps slowed, or paused, by prompts).
+* TTFT = half a step (a request arrives mid-step and joins at the next boundary) + its own
+  prefill (the ceil(isl / C) steps carrying its chunks, with the decodes when mixed) +
+  the wait behind other prompts. That wait lies between two limits of a closed loop: clients
+  whose requests finished together come back together (fully synchronised waves: the mean
+  client waits for (b - 1) / 2 other prompts, each holding the engine for its service ``s``,
+  W_wave = (b - 1) s / 2), or arrive
+  independently (the queue is empty and a request waits for the next step boundary,
+  W_0 = t_d / 2). Measured concurrency sweeps sit in between, growing about as the square root
+  of b; the wait is taken as the geometric mean of the two limits scaled by the serving
+  efficiency's ``arrival_sync`` for the engine's scheduler (fitted: how synchronised the clients stay),
+  W = arrival_sync x sqrt(W_wave x W_0), and never below the G/D/1 wait of independent
+  arrivals at the prompt server's utilisation X s (Allen-Cunneen, Allen 1990, "Probability, Statistics and Queueing
+  Theory", section 6.3: W = u / (1 - u) / 2 x s for Poisson arrivals and deterministic
+  service), which dominates near saturation, but never above (b - 1) s: in a closed loop of b
+  clients a prompt can only queue behind the other b - 1. The 90th percentile: a wait spread evenly over
+  [0, 2 W_wave] has its 90th percentile at 1.8 x its mean, so the synchronised part scales
+  by sqrt(1.8); the independent part takes the exponential tail of the G/D/1 wait.
+* X solves the closed loop by bisection (the loop time grows with X). The decode steps carry
+  the requests actually decoding, X (osl - 1) TPOT by Little's law (not the clients waiting for
+  a prompt slot): three fixed-point passes, starting from all b.
+
+Capacity: at most ``n_fit`` requests hold KV cache at once: the pool over one request's KV at
+its mean context isl + osl / 2 (paged KV caches allocate blocks as tokens are generated,
+Kwon et al. 2023, "Efficient Memory Management for LLM Serving with PagedAttention"; in
+steady state the running requests are spread over their lifetimes), capped by the stack's
+``max_running_requests``. The others queue; by Little's law their wait (b - n_fit) / X adds to
+TTFT.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from cost_models.inference_step import step_time
+from cost_models.kv_cache import kv_bytes_per_request
+from cost_models.serving_memory import activation_bytes_per_gpu, kv_pool_bytes_per_gpu, weight_bytes_per_gpu
+
+
+def _f(x):
+    return np.asarray(x, dtype=float)
+
+
+def memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, osl, token_budget=None):
+    """Per-GPU memory parts (bytes) and the largest number of requests one attention-DP rank can
+    keep running (KV at the mean context isl + osl / 2)."""
+    model, beh = ctx.model, ctx.behaviour
+    budget = ctx.token_budget if token_budget is None else token_budget
+    weights = weight_bytes_per_gpu(model, tp, adp, pp, moe_tp, moe_ep, ctx.dense_format, ctx.expert_format)
+    acts = activation_bytes_per_gpu(model, tp, adp, moe_ep, budget)
+    pool = kv_pool_bytes_per_gpu(ctx.cluster.gpu.hbm_bytes, weights, acts, beh)
+    per_request = kv_bytes_per_request(model, tp, _f(isl) + _f(osl) / 2.0, ctx.kv_bytes, pp)
+    n_fit = np.floor(np.maximum(pool, 0.0) / np.maximum(per_request, 1.0))
+    if beh.max_running_requests:
+        n_fit = np.minimum(n_fit, beh.max_running_requests)
+    reserve = beh.runtime_reserved_gib * 2**30
+    return {"weights_bytes": _f(weights), "activations_bytes": np.where(beh.reserve_covers_activations, 0.0, acts),
+            "reserved_bytes": np.full_like(_f(weights), reserve), "kv_pool_bytes": np.maximum(pool, 0.0),
+            "kv_bytes_per_request": _f(per_request), "max_batch_per_rank": n_fit}
+
+
+_BISECTION_STEPS = 40
+
+
+def queue_wait_s(u, service_s):
+    """(mean, 90th percentile) wait of a G/D/1 queue of utilisation ``u`` with Poisson-like
+    arrivals (Allen-Cunneen)."""
+    u = np.clip(_f(u), 0.0, 0.999999)
+    mean = u / (1.0 - u) / 2.0 * _f(service_s)
+    cond = mean / np.maximum(u, 1e-12)                  # mean wait of a request that waits
+    p90 = np.where(u > 0.1, cond * np.log(np.maximum(u, 1e-12) / 0.1), 0.0)
+    return mean, p90
+
+
+#: the 90th percentile of a wait spread evenly over [0, 2m] is 1.8 m; under the square root
+SYNC_P90 = float(np.sqrt(1.8))
+
+
+def synchronised_wait_s(clients, service_s, step_s, arrival_sync):
+    """Mean wait behind other prompts of ``clients`` closed-loop clients per prefill server:
+    ``arrival_sync`` x the geometric mean of the synchronised-wave wait (clients - 1) x service
+    / 2 and the independent-arrival wait step / 2."""
+    wave = np.maximum(_f(clients) - 1.0, 0.0) * _f(service_s) / 2.0
+    return _f(arrival_sync) * np.sqrt(wave * _f(step_s) / 2.0)
+
+
+#: fixed-point passes for the number of requests decoding (the first assumes all b)
+_RUNNING_ITERATIONS = 3
+
+
+def _solve_loop(b, gen, t_d, own, service, w_p, sync):
+    """The closed loop's request rate X per rank (bisection: the loop time grows with X) and
+    (TTFT, TPOT, 90th-percentile wait, prompt share u) at it."""
+    def loop(x):
+        u = np.minimum(x * w_p, 0.999999)                 # share of the engine's time spent on prompts
+        wq, w90 = queue_wait_s(np.minimum(x * service, 0.999999), service)
+        cap = np.maximum(b - 1.0, 0.0) * service         # only the other clients can be ahead
+        wq, w90 = np.minimum(wq, cap), np.minimum(w90, cap)
+        ttft = 0.5 * t_d + own + np.maximum(wq, sync)
+        tpot = t_d / (1.0 - u)
+        return ttft, tpot, np.maximum(w90, SYNC_P90 * sync), u
+
+    lo = np.zeros_like(b)
+    hi = 0.999999 / np.maximum(w_p, service)
+    for _ in range(_BISECTION_STEPS):
+        mid = 0.5 * (lo + hi)
+        ttft_m, tpot_m, _, _ = loop(mid)
+        too_fast = mid * (ttft_m + gen * tpot_m) > b
+        hi = np.where(too_fast, mid, hi)
+        lo = np.where(too_fast, lo, mid)
+    x = 0.5 * (lo + hi)
+    return x, loop(x)
+
+
+def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
+    """Aggregated-serving metrics per row (seconds, tokens/s, bytes); see the module docstring."""
+    beh = ctx.behaviour
+    eff = ctx.efficiency
+    b_req = np.maximum(_f(batch), 1.0)
+    isl, osl = _f(isl), _f(osl)
+    gen = np.maximum(osl - 1.0, 1.0)
+    mem = memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, osl)
+    n_fit = mem["max_batch_per_rank"]
+    b = np.maximum(np.minimum(b_req, n_fit), 1.0)
+
+    budget = float(ctx.token_budget)
+    chunk = np.minimum(isl, budget) if beh.chunked_prefill else isl
+    steps_own = np.ceil(isl / chunk)
+    if beh.chunked_prefill:
+        packed = np.minimum(budget, b * isl)
+    else:
+        packed = np.minimum(np.maximum(np.floor(budget / isl), 1.0), b) * isl
+    common = (ctx.model, ctx.cluster, eff, beh, ctx.dense_format, ctx.expert_format, ctx.kv_bytes,
+              tp, adp, pp, moe_tp, moe_ep)
+    # requests decoding = clients not waiting for or in their prefill (Little's law on the
+    # decode phase): start with all b, then refine from the loop's solution
+    running = b
+    for _ in range(_RUNNING_ITERATIONS):
+        dec = step_time(*common, 0.0 * b, 0.0, running, isl + osl / 2.0)
+        t_d = dec["step_s"]
+        riders = running if beh.mixed_batches else 0.0 * b        # decodes sharing a prompt's step
+        t_own = step_time(*common, chunk, isl / 2.0, riders, isl + osl / 2.0)["step_s"]
+        t_packed = step_time(*common, packed, isl / 2.0, riders, isl + osl / 2.0)["step_s"]
+        own = steps_own * t_own
+        service = t_packed * isl / packed
+        w_p = np.maximum(service - (t_d * isl / packed if beh.mixed_batches else 0.0), 1e-9)
+        sync = synchronised_wait_s(b, service, t_d, eff.arrival_sync(beh.mixed_batches, beh.chunked_prefill))
+        x, (ttft, tpot, w90, u) = _solve_loop(b, gen, t_d, own, service, w_p, sync)
+        running = np.clip(x * gen * tpot, 1.0, b)
+    ttft_p90 = 0.5 * t_d + own + w90
+    # clients beyond the KV capacity wait for a slot (Little's law)
+    queue_wait = np.maximum(b_req - b, 0.0) / np.maximum(x, 1e-12)
+    ttft = ttft + queue_wait
+    ttft_p90 = ttft_p90 + queue_wait
+    tpot = np.where(osl > 1, tpot, 0.0)
+    latency = ttft + gen * tpot
+    gpus_per_rank = _f(tp) * _f(pp)
+    out = {
+        "ttft_s": ttft, "ttft_p90_s": ttft_p90, "tpot_s": tpot, "latency_s": latency,
+        "tokens_per_s_per_user": np.where(tpot > 0, 1.0 / np.maximum(tpot, 1e-12), 0.0),
+        # Little's law: the rank completes X requests per second (the bisection's root)
+        "tokens_per_s_per_gpu": x * osl / gpus_per_rank,
+        "prefill_work_s": w_p, "decode_step_s": t_d, "prefill_share": u,
+        "queue_wait_s": queue_wait, "running_per_rank": b, "decoding_per_rank": running,
+    }
+    for part in ("attention_s", "mlp_s", "elementwise_s", "lm_head_s", "comm_s", "kernel_fixed_s", "host_s"):
+        out["decode_" + part] = dec[part]
+    out.update(mem)
+    out["fits"] = (mem["kv_pool_bytes"] > 0) & (b_req <= n_fit)
+    return out

@@ -1,0 +1,78 @@
+"""What stays fixed while layouts vary: model, system, stack, efficiency, formats, KV dtype.
+
+``ServingContext.build`` loads the catalogs once and checks what does not depend on a layout
+(the weight formats exist, the request fits the model); the evaluation functions then take
+numpy columns of layouts (``simulator.serving.evaluate``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cost_models.weight_formats import canonical_format, kv_dtype_bytes
+from hardware_specs.catalog import load_cluster, load_serving_efficiency, load_stack, serving_stack_for
+from hardware_specs.cluster_spec import ClusterSpec
+from hardware_specs.errors import InputError
+from hardware_specs.serving_behaviour import ServingBehaviour
+from hardware_specs.serving_efficiency import ServingEfficiency
+from hardware_specs.stack_spec import StackSpec
+from model_specs.catalog import load_model
+from model_specs.model_spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class ServingContext:
+    """The fixed inputs of a serving evaluation.
+
+    Attributes:
+        model, cluster: the model and the system.
+        stack: the serving stack (framework release) whose documented behaviour applies.
+        efficiency: the GPU generation's serving efficiency (fitted, or a prior).
+        dense_format, expert_format: weight formats (canonical names).
+        kv_bytes: bytes per KV-cache element.
+        token_budget: tokens one step may process on this GPU (the stack's budget).
+    """
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    stack: StackSpec
+    efficiency: ServingEfficiency
+    dense_format: str
+    expert_format: str
+    kv_bytes: float
+    token_budget: int
+
+    @property
+    def behaviour(self) -> ServingBehaviour:
+        return self.stack.serving
+
+    @classmethod
+    def build(cls, model: str | ModelSpec, system: str | ClusterSpec, backend: str | StackSpec,
+              dense_format: str | None = None, expert_format: str | None = None, kv_cache_dtype: str = "auto",
+              backend_version: str | None = None, efficiency: ServingEfficiency | None = None) -> "ServingContext":
+        """Load and check the fixed inputs. ``backend`` is a stack name (``vllm-0.14``), a
+        framework (``vllm``, ``sglang``, ``trtllm``: the profile covering ``backend_version``,
+        else the newest) or a ``StackSpec``."""
+        m = model if isinstance(model, ModelSpec) else load_model(model)
+        c = system if isinstance(system, ClusterSpec) else load_cluster(system)
+        if isinstance(backend, StackSpec):
+            stack = backend
+        else:
+            try:
+                stack = load_stack(backend)
+            except InputError:
+                stack = serving_stack_for(backend, backend_version)
+        if stack.serving is None:
+            raise InputError("backend", f"stack {stack.name} has no serving section",
+                             "choose a serving stack: vllm, sglang or trtllm")
+        if stack.serving.speculative_tokens:
+            raise InputError("backend", f"stack {stack.name} drafts {stack.serving.speculative_tokens} speculative "
+                             "tokens per step; speculative decoding is not modelled yet",
+                             "use a stack profile without speculative decoding")
+        dense = canonical_format(dense_format, "dense_format")
+        expert = canonical_format(expert_format if expert_format is not None else dense_format, "expert_format")
+        kv = stack.serving.kv_cache_dtype if kv_cache_dtype in (None, "auto") else kv_cache_dtype
+        if kv == "auto" and stack.serving.kv_dtype_from_checkpoint and "nvfp4" in (dense, expert):
+            kv = "fp8"        # NVFP4 checkpoints (ModelOpt exports) quantise the KV cache to FP8
+        eff = efficiency if efficiency is not None else load_serving_efficiency(c.gpu.generation)
+        return cls(model=m, cluster=c, stack=stack, efficiency=eff, dense_format=dense, expert_format=expert,
+                   kv_bytes=kv_dtype_bytes(kv), token_budget=stack.serving.token_budget(c.gpu.hbm_bytes))

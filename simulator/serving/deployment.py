@@ -1,0 +1,137 @@
+"""A serving deployment as frozen value objects, validated on construction (errors name the field).
+
+A *worker* is one engine instance: ``tp x pp x adp`` GPUs. Attention runs tensor-parallel over
+``tp`` GPUs and data-parallel over ``adp`` ranks (each rank its own requests and KV cache);
+the MLP / experts of a stage run over the same ``tp x adp`` GPUs re-split as
+``moe_tp x moe_ep`` (expert tensor and expert parallel). ``batch`` is the requests one
+attention-DP rank keeps in flight.
+
+``Deployment.mode``: ``agg`` = one pool of ``workers`` identical workers doing prefill and
+decode; ``disagg`` = ``prefill_workers`` and ``decode_workers`` of their own layouts, the KV
+cache moved from one to the other.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from hardware_specs.errors import InputError
+
+MODES = ("agg", "disagg")
+
+
+def _whole(field_name: str, value, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value != int(value) or value < minimum:
+        raise InputError(field_name, f"must be a whole number >= {minimum}, got {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class WorkerLayout:
+    """One worker's parallel layout and per-rank concurrency.
+
+    Attributes:
+        tp: attention tensor-parallel degree.
+        pp: pipeline stages.
+        adp: attention data-parallel ranks (DP attention); 1 = off.
+        moe_tp: expert tensor-parallel degree (1 for a dense model).
+        moe_ep: expert-parallel degree; moe_tp * moe_ep must equal tp * adp for an MoE model.
+        batch: requests one attention-DP rank keeps in flight (agg and decode workers) or
+            prompts it prefills per step (prefill workers).
+    """
+
+    tp: int = 1
+    pp: int = 1
+    adp: int = 1
+    moe_tp: int = 1
+    moe_ep: int = 1
+    batch: int = 1
+    where: str = field(default="layout", compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "adp", "moe_tp", "moe_ep", "batch"):
+            object.__setattr__(self, name, _whole(f"{self.where}.{name}", getattr(self, name)))
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one worker."""
+        return self.tp * self.pp * self.adp
+
+    def label(self) -> str:
+        parts = [f"tp{self.tp}"]
+        if self.pp > 1:
+            parts.append(f"pp{self.pp}")
+        if self.adp > 1:
+            parts.append(f"adp{self.adp}")
+        if self.moe_ep > 1 or self.moe_tp != self.tp * self.adp:
+            parts.append(f"etp{self.moe_tp}xep{self.moe_ep}")
+        return "-".join(parts)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One serving deployment at one request shape and load.
+
+    Attributes:
+        model, system, backend: catalog names (model preset, cluster, serving stack name or
+            framework).
+        mode: ``agg`` or ``disagg``.
+        isl, osl: input and output tokens per request.
+        dense_format, expert_format: weight formats of attention / dense GEMMs and of routed
+            experts (``cost_models.weight_formats``).
+        kv_cache_dtype: ``auto`` (the stack's default), ``bf16``, ``fp16`` or ``fp8``.
+        layout, workers: agg worker layout and worker count.
+        prefill, prefill_workers, decode, decode_workers: disagg layouts and counts.
+    """
+
+    model: str
+    system: str
+    backend: str
+    mode: str = "agg"
+    isl: int = 1024
+    osl: int = 1024
+    dense_format: str = "bf16"
+    expert_format: str = "bf16"
+    kv_cache_dtype: str = "auto"
+    layout: WorkerLayout | None = None
+    workers: int = 1
+    prefill: WorkerLayout | None = None
+    prefill_workers: int = 1
+    decode: WorkerLayout | None = None
+    decode_workers: int = 1
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise InputError("mode", f"unknown mode {self.mode!r}", "use agg or disagg")
+        for name in ("isl", "osl"):
+            object.__setattr__(self, name, _whole(name, getattr(self, name)))
+        if self.isl > 10_000_000 or self.osl > 10_000_000:
+            raise InputError("isl" if self.isl > 10_000_000 else "osl", "longer than 10 million tokens",
+                             "give a request length a model can serve")
+        for name in ("workers", "prefill_workers", "decode_workers"):
+            object.__setattr__(self, name, _whole(name, getattr(self, name)))
+        if self.mode == "agg":
+            if self.layout is None:
+                raise InputError("layout", "missing for an aggregated deployment", "give tp/pp/adp/moe_tp/moe_ep and batch")
+        else:
+            if self.prefill is None or self.decode is None:
+                raise InputError("prefill" if self.prefill is None else "decode",
+                                 "missing for a disaggregated deployment", "give both worker layouts")
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of the whole deployment."""
+        if self.mode == "agg":
+            return self.layout.gpus * self.workers
+        return self.prefill.gpus * self.prefill_workers + self.decode.gpus * self.decode_workers
+
+    @property
+    def concurrency(self) -> int:
+        """Requests in flight in the whole deployment."""
+        if self.mode == "agg":
+            return self.layout.batch * self.layout.adp * self.workers
+        return self.decode.batch * self.decode.adp * self.decode_workers
+
+    def with_(self, **changes) -> "Deployment":
+        return replace(self, **changes)

@@ -1,0 +1,157 @@
+"""Disaggregated serving: prefill workers, decode workers, the KV cache moved between them.
+
+Decode workers only decode: every step carries the ``batch`` requests of a rank at mean
+context isl + osl / 2, so TPOT is one decode step (DistServe, Zhong et al. OSDI 2024, section
+2: no prefill-decode interference).
+
+Prefill workers form a queue: ``c`` = prefill workers x their adp ranks, each serving batches
+of up to ``batch`` prompts (``prefill_batch_size``) in one step of the prompt tokens. A request's
+TTFT = wait for a prefill rank (behind the other prompts, each taking its share 1 / mu of a
+full prefill step) + its own prefill step + moving its KV cache to the decode
+worker (over NVLink when both sit in one NVLink domain, else the NICs of the tp GPUs holding
+it; ``cost_models.inference_comm.kv_transfer_time_s``).
+
+Closed loop with N = decode batch x decode ranks clients: throughput X = N / (TTFT + (osl - 1)
+TPOT) (Little's law), which sets the prefill utilisation rho = X / (c mu), mu = batch / step.
+The wait behind other prompts is the larger of the closed loop's partly synchronised wait
+(``aggregated.synchronised_wait_s`` with N / c clients per prefill rank, the per-prompt share
+of a full prefill step and the decode step) and the M/D/c queue's by Sakasegawa's approximation (Sakasegawa 1977, Ann. Inst.
+Statist. Math. 29, "An approximation formula L_q ~ alpha rho^beta / (1 - rho)"):
+W_q = rho^(sqrt(2(c+1)) - 1) / (c (1 - rho)) x (c_a^2 + c_s^2) / 2 / mu with Poisson-like
+arrivals (c_a^2 = 1) and deterministic service (c_s^2 = 0); its 90th percentile from the
+exponential tail of the M/M/c waiting time scaled the same way; at most the other N - 1
+clients' service spread over the c ranks (a closed loop cannot queue more). X is found by bisection
+(the left side increases with X). When even saturated prefill (rho -> 1) cannot serve N
+clients, X = c mu and the excess waits in the queue (Little again).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from cost_models.inference_comm import kv_transfer_time_s
+from cost_models.inference_step import step_time
+from cost_models.kv_cache import kv_bytes_per_token_model, linear_state_bytes_model
+from simulator.serving.aggregated import SYNC_P90, memory_columns, synchronised_wait_s
+
+#: bisection iterations for the closed-loop throughput (2^-40 relative precision)
+_BISECTION_STEPS = 40
+
+
+def _f(x):
+    return np.asarray(x, dtype=float)
+
+
+def mdc_wait_s(rho, servers, service_s):
+    """(mean, 90th-percentile) queueing wait of an M/D/c queue, seconds (Sakasegawa)."""
+    rho = np.clip(_f(rho), 0.0, 0.999999)
+    c = np.maximum(_f(servers), 1.0)
+    scv = 0.5                                  # (c_a^2 + c_s^2) / 2 with c_a^2 = 1, c_s^2 = 0
+    p_wait = np.clip(rho ** (np.sqrt(2.0 * (c + 1.0)) - 1.0), 0.0, 1.0)
+    wq = p_wait / (c * (1.0 - rho)) * scv * _f(service_s)
+    # P(W > t) = p_wait exp(-t / theta), theta = mean wait of a waiting request
+    theta = scv * _f(service_s) / (c * (1.0 - rho))
+    w90 = np.where(p_wait > 0.1, theta * np.log(np.maximum(p_wait, 1e-12) / 0.1), 0.0)
+    return wq, w90
+
+
+def decode_side(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl) -> dict[str, np.ndarray]:
+    """Per decode-worker layout: TPOT (one decode-only step), its parts, memory, fit."""
+    beh = ctx.behaviour
+    isl, osl = _f(isl), _f(osl)
+    mem = memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, osl)
+    b_req = np.maximum(_f(batch), 1.0)
+    b = np.maximum(np.minimum(b_req, mem["max_batch_per_rank"]), 1.0)
+    dec = step_time(ctx.model, ctx.cluster, ctx.efficiency, beh, ctx.dense_format, ctx.expert_format, ctx.kv_bytes,
+                    tp, adp, pp, moe_tp, moe_ep, 0.0 * b, 0.0, b, isl + osl / 2.0)
+    out = {"tpot_s": dec["step_s"], "clients": b_req * _f(adp), "gpus": _f(tp) * _f(pp) * _f(adp),
+           "fits": (mem["kv_pool_bytes"] > 0) & (b_req <= mem["max_batch_per_rank"])}
+    for part in ("attention_s", "mlp_s", "elementwise_s", "lm_head_s", "comm_s", "kernel_fixed_s", "host_s"):
+        out["decode_" + part] = dec[part]
+    out.update(mem)
+    return out
+
+
+def prefill_side(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl) -> dict[str, np.ndarray]:
+    """Per prefill-worker layout: the step of one prompt and of a full batch, requests per
+    second per rank, KV-transfer bytes, memory, fit."""
+    beh = ctx.behaviour
+    isl = _f(isl)
+    common = (ctx.model, ctx.cluster, ctx.efficiency, beh, ctx.dense_format, ctx.expert_format, ctx.kv_bytes,
+              tp, adp, pp, moe_tp, moe_ep)
+    mem = memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, 1.0)
+    pb = np.maximum(_f(batch), 1.0)
+    pre_full = step_time(*common, pb * isl, isl / 2.0, 0.0, 0.0, pb)["step_s"]
+    pre_one = step_time(*common, isl, isl / 2.0, 0.0, 0.0, 1.0)["step_s"]
+    return {"pre_one_s": pre_one, "pre_full_s": pre_full, "batch": pb, "mu_per_rank": pb / pre_full,
+            "ranks": _f(adp), "tp": _f(tp), "gpus": _f(tp) * _f(pp) * _f(adp),
+            "weights_bytes": mem["weights_bytes"], "max_batch_per_rank": mem["max_batch_per_rank"],
+            "fits": (mem["kv_pool_bytes"] > 0) & (pb <= mem["max_batch_per_rank"])}
+
+
+def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_free=False) -> dict[str, np.ndarray]:
+    """The closed loop of one prefill pool and one decode pool (arrays already aligned per row):
+    TTFT (mean, p90), TPOT, latency, throughput, prefill utilisation."""
+    isl, osl = _f(isl), _f(osl)
+    gen = np.maximum(osl - 1.0, 1.0)
+    tpot = dec["tpot_s"]
+    pre_one, pre_full, pb = pre["pre_one_s"], pre["pre_full_s"], pre["batch"]
+    servers = np.maximum(_f(p_workers) * pre["ranks"], 1.0)
+    mu = pre["mu_per_rank"]
+    service = 1.0 / mu
+    kv_bytes = isl * kv_bytes_per_token_model(ctx.model, ctx.kv_bytes) + linear_state_bytes_model(ctx.model)
+    same_domain = (pre["gpus"] + dec["gpus"]) <= ctx.cluster.gpus_per_node
+    t_kv = kv_transfer_time_s(kv_bytes, pre["tp"], same_domain, ctx.cluster, ctx.efficiency)
+    if kv_link_free:
+        t_kv = 0.0 * t_kv
+    n_clients = dec["clients"] * _f(d_workers)
+    capacity = servers * mu
+    sync = synchronised_wait_s(n_clients / servers, service, tpot, ctx.efficiency.arrival_sync(ctx.behaviour.mixed_batches, ctx.behaviour.chunked_prefill))
+
+    own = pre_one
+
+    def ttft_at(x):
+        rho = x / capacity
+        wq, w90 = mdc_wait_s(rho, servers, service)
+        cap = np.maximum(n_clients - 1.0, 0.0) * service / servers   # only the other clients can be ahead
+        wq, w90 = np.minimum(wq, cap), np.minimum(w90, cap)
+        return own + np.maximum(wq, sync) + t_kv, own + np.maximum(w90, SYNC_P90 * sync) + t_kv, own
+
+    lo = np.zeros_like(n_clients)
+    hi = np.minimum(capacity * 0.999999, n_clients / (gen * tpot + t_kv))
+    for _ in range(_BISECTION_STEPS):
+        mid = 0.5 * (lo + hi)
+        ttft_mid = ttft_at(mid)[0]
+        too_fast = mid * (ttft_mid + gen * tpot) > n_clients
+        hi = np.where(too_fast, mid, hi)
+        lo = np.where(too_fast, lo, mid)
+    x = 0.5 * (lo + hi)
+    ttft, ttft_p90, own = ttft_at(x)
+    # saturated prefill: clients left over wait in the queue (Little's law)
+    extra = np.maximum(n_clients / np.maximum(x, 1e-12) - (ttft + gen * tpot), 0.0)
+    ttft = ttft + extra
+    ttft_p90 = ttft_p90 + extra
+    latency = ttft + gen * tpot
+    gpus = pre["gpus"] * _f(p_workers) + dec["gpus"] * _f(d_workers)
+    return {
+        "ttft_s": ttft, "ttft_p90_s": ttft_p90, "tpot_s": tpot, "latency_s": latency,
+        "tokens_per_s_per_user": 1.0 / np.maximum(tpot, 1e-12),
+        "tokens_per_s_per_gpu": np.minimum(x, n_clients / latency) * osl / gpus,
+        "prefill_step_s": pre_full, "decode_step_s": tpot, "kv_transfer_s": t_kv,
+        "prefill_utilization": x / capacity, "queue_wait_s": ttft - own - t_kv, "gpus": gpus,
+        "fits": dec["fits"] & pre["fits"],
+    }
+
+
+def evaluate_disagg(ctx, p_tp, p_adp, p_pp, p_moe_tp, p_moe_ep, p_batch, p_workers,
+                    d_tp, d_adp, d_pp, d_moe_tp, d_moe_ep, d_batch, d_workers, isl, osl, kv_link_free=False):
+    """Disaggregated-serving metrics per row; ``kv_link_free`` makes the KV transfer cost nothing
+    (for what-if comparisons)."""
+    dec = decode_side(ctx, d_tp, d_adp, d_pp, d_moe_tp, d_moe_ep, d_batch, isl, osl)
+    pre = prefill_side(ctx, p_tp, p_adp, p_pp, p_moe_tp, p_moe_ep, p_batch, isl)
+    out = combine(ctx, dec, pre, p_workers, d_workers, isl, osl, kv_link_free)
+    for key, value in dec.items():
+        if key.startswith("decode_") or key.endswith("_bytes") or key == "max_batch_per_rank":
+            out[key] = value
+    out["prefill_weights_bytes"] = pre["weights_bytes"]
+    out["prefill_max_batch_per_rank"] = pre["max_batch_per_rank"]
+    return out

@@ -1,0 +1,154 @@
+"""One serving deployment -> a ``ServingReport`` (the single-row call of the shared evaluation)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from cost_models.kv_cache import kv_bytes_per_request
+from hardware_specs.errors import InputError
+from simulator.serving.context import ServingContext
+from simulator.serving.deployment import Deployment, WorkerLayout
+from simulator.serving.evaluate import evaluate_agg_columns, evaluate_disagg_columns
+
+#: decode-step parts, in the order reports list them
+DECODE_PARTS = ("decode_attention_s", "decode_mlp_s", "decode_elementwise_s", "decode_lm_head_s", "decode_comm_s",
+                "decode_kernel_fixed_s", "decode_host_s")
+MEMORY_PARTS = ("weights_bytes", "activations_bytes", "reserved_bytes", "kv_pool_bytes")
+
+
+@dataclass(frozen=True)
+class ServingReport:
+    """What ``simulate_serving`` predicts for one deployment (SI units: seconds, bytes).
+
+    Attributes:
+        deployment: the input.
+        context: model, system, stack and efficiency used.
+        metrics: ttft_s, ttft_p90_s, tpot_s, latency_s, tokens_per_s_per_gpu,
+            tokens_per_s_per_user, max_batch_per_rank (largest concurrency per attention-DP rank
+            whose KV cache fits), fits.
+        decode_breakdown_s: the decode step by part (``DECODE_PARTS``).
+        memory_bytes: per GPU of the (decode) worker: weights, activations, reserve, KV pool.
+        extra: mode-specific quantities (prefill share, KV transfer, prefill utilisation, ...).
+    """
+
+    deployment: Deployment
+    context: ServingContext
+    metrics: Mapping[str, float]
+    decode_breakdown_s: Mapping[str, float]
+    memory_bytes: Mapping[str, float]
+    extra: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def prior(self) -> bool:
+        """Whether the efficiency behind the numbers is an unfitted prior."""
+        return self.context.efficiency.prior
+
+    def as_dict(self) -> dict[str, Any]:
+        d = self.deployment
+        layouts = {}
+        for name in ("layout", "prefill", "decode"):
+            lay = getattr(d, name)
+            if lay is not None:
+                layouts[name] = {k: getattr(lay, k) for k in ("tp", "pp", "adp", "moe_tp", "moe_ep", "batch")}
+        return {
+            "model": self.context.model.name, "system": self.context.cluster.name, "stack": self.context.stack.name,
+            "gpu": self.context.cluster.gpu.name, "mode": d.mode, "isl": d.isl, "osl": d.osl,
+            "dense_format": self.context.dense_format, "expert_format": self.context.expert_format,
+            "kv_bytes_per_element": self.context.kv_bytes, "gpus": d.gpus, "concurrency": d.concurrency,
+            "workers": d.workers if d.mode == "agg" else None,
+            "prefill_workers": d.prefill_workers if d.mode == "disagg" else None,
+            "decode_workers": d.decode_workers if d.mode == "disagg" else None,
+            **layouts, **dict(self.metrics), "decode_breakdown_s": dict(self.decode_breakdown_s),
+            "memory_bytes": dict(self.memory_bytes), **dict(self.extra),
+            "efficiency_generation": self.context.efficiency.generation, "efficiency_is_prior": self.prior,
+        }
+
+
+def _check_layout(ctx: ServingContext, lay: WorkerLayout, prefix: str) -> None:
+    model = ctx.model
+    if model.num_heads % lay.tp:
+        divisors = [t for t in range(1, model.num_heads + 1) if model.num_heads % t == 0 and t <= 64]
+        raise InputError(f"--{prefix}tp", f"{lay.tp} does not divide the {model.num_heads} attention heads of {model.name}",
+                         "use one of " + ", ".join(map(str, divisors)))
+    if lay.pp > model.num_layers:
+        raise InputError(f"--{prefix}pp", f"{lay.pp} stages for {model.num_layers} layers", f"use at most {model.num_layers}")
+    if model.moe is None:
+        if (lay.moe_tp, lay.moe_ep) not in ((1, 1), (lay.tp * lay.adp, 1)):
+            raise InputError(f"--{prefix}moe-ep", f"{model.name} has no experts", "drop --moe-tp / --moe-ep")
+        if lay.adp > 1:
+            raise InputError(f"--{prefix}adp", f"attention data parallelism needs a mixture-of-experts model; "
+                             f"{model.name} is dense", "use more workers (--workers) instead")
+        return
+    if lay.moe_tp * lay.moe_ep != lay.tp * lay.adp:
+        raise InputError(f"--{prefix}moe-ep", f"moe_tp x moe_ep = {lay.moe_tp * lay.moe_ep} must equal tp x adp = "
+                         f"{lay.tp * lay.adp} (the expert group spans the worker)",
+                         f"e.g. --{prefix}moe-tp 1 --{prefix}moe-ep {lay.tp * lay.adp}")
+    if model.moe.num_experts % lay.moe_ep:
+        raise InputError(f"--{prefix}moe-ep", f"{lay.moe_ep} does not divide the {model.moe.num_experts} experts",
+                         "use a divisor of the expert count")
+    if model.moe.expert_ffn_hidden_size % lay.moe_tp:
+        raise InputError(f"--{prefix}moe-tp", f"{lay.moe_tp} does not divide the expert width "
+                         f"{model.moe.expert_ffn_hidden_size}", "use more expert parallelism instead")
+
+
+def _cols(lay: WorkerLayout) -> dict[str, np.ndarray]:
+    return {k: np.array([float(getattr(lay, k))]) for k in ("tp", "pp", "adp", "moe_tp", "moe_ep", "batch")}
+
+
+def simulate_serving(dep: Deployment, ctx: ServingContext | None = None, require_fit: bool = True) -> ServingReport:
+    """Predict one deployment. With ``require_fit`` a batch whose KV cache does not fit is an
+    ``InputError`` saying how many fit and what would make more fit."""
+    ctx = ctx or ServingContext.build(dep.model, dep.system, dep.backend, dep.dense_format, dep.expert_format,
+                                      dep.kv_cache_dtype)
+    gpus_domain = ctx.cluster.max_gpus
+    if gpus_domain is not None and dep.gpus > gpus_domain:
+        raise InputError("--workers", f"the deployment needs {dep.gpus} GPUs, more than the {gpus_domain} of "
+                         f"{ctx.cluster.name}", "use fewer workers")
+    if dep.mode == "agg":
+        _check_layout(ctx, dep.layout, "")
+        cols = _cols(dep.layout)
+        cols.update(isl=np.array([float(dep.isl)]), osl=np.array([float(dep.osl)]))
+        out = evaluate_agg_columns(ctx, cols)
+        batch_lay, field_name = dep.layout, "--batch"
+        extra_keys = ("prefill_work_s", "prefill_share", "queue_wait_s")
+    else:
+        _check_layout(ctx, dep.prefill, "prefill-")
+        _check_layout(ctx, dep.decode, "decode-")
+        cols = {f"prefill_{k}": v for k, v in _cols(dep.prefill).items()}
+        cols.update({f"decode_{k}": v for k, v in _cols(dep.decode).items()})
+        cols.update(prefill_workers=np.array([float(dep.prefill_workers)]),
+                    decode_workers=np.array([float(dep.decode_workers)]),
+                    isl=np.array([float(dep.isl)]), osl=np.array([float(dep.osl)]))
+        out = evaluate_disagg_columns(ctx, cols)
+        batch_lay, field_name = dep.decode, "--decode-batch"
+        extra_keys = ("prefill_step_s", "kv_transfer_s", "prefill_utilization", "queue_wait_s")
+        if out["prefill_max_batch_per_rank"][0] < dep.prefill.batch:
+            raise InputError("--prefill-batch", f"{dep.prefill.batch} prompts of {dep.isl} tokens do not fit a prefill "
+                             f"rank's KV pool (at most {int(out['prefill_max_batch_per_rank'][0])})",
+                             "lower --prefill-batch or raise --prefill-tp")
+    n_fit = float(out["max_batch_per_rank"][0])
+    if require_fit and (out["kv_pool_bytes"][0] <= 0 or batch_lay.batch > n_fit):
+        if out["kv_pool_bytes"][0] <= 0:
+            raise InputError(field_name.replace("batch", "tp"), f"the weights ({out['weights_bytes'][0] / 2**30:.1f} GiB per "
+                             f"GPU) leave no room for a KV cache on {ctx.cluster.gpu.name}",
+                             "raise tp / pp / moe-ep, or use a smaller weight format")
+        per_req = kv_bytes_per_request(ctx.model, batch_lay.tp, dep.isl + dep.osl / 2.0, ctx.kv_bytes, batch_lay.pp)
+        if n_fit < 1:
+            raise InputError(field_name, f"not even one request fits: its KV cache needs {float(per_req) / 2**30:.1f} GiB "
+                             f"per GPU and {out['kv_pool_bytes'][0] / 2**30:.1f} GiB is free",
+                             "shorten --isl/--osl, raise tp/pp, or use --kv-cache-dtype fp8")
+        raise InputError(field_name, f"{batch_lay.batch} requests per rank need "
+                         f"{batch_lay.batch * float(per_req) / 2**30:.1f} GiB of KV cache per GPU; "
+                         f"{out['kv_pool_bytes'][0] / 2**30:.1f} GiB is free, so at most {int(n_fit)} fit",
+                         f"use {field_name} {max(int(n_fit), 1)} or less, more tp/pp, or --kv-cache-dtype fp8")
+    metrics = {k: float(out[k][0]) for k in ("ttft_s", "ttft_p90_s", "tpot_s", "latency_s", "tokens_per_s_per_gpu",
+                                              "tokens_per_s_per_user", "max_batch_per_rank")}
+    metrics["fits"] = bool(out["fits"][0])
+    return ServingReport(
+        deployment=dep, context=ctx, metrics=metrics,
+        decode_breakdown_s={k: float(out[k][0]) for k in DECODE_PARTS},
+        memory_bytes={k: float(out[k][0]) for k in MEMORY_PARTS},
+        extra={k: float(out[k][0]) for k in extra_keys if k in out},
+    )

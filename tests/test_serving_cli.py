@@ -1,0 +1,140 @@
+"""``paraplan serve simulate|plan`` and ``paraplan validate serving``: outputs and one-line errors."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from paraplan.cli import main
+
+SIM = ["serve", "simulate", "--model", "llama3.1-70b", "--system", "dgx-h100", "--backend", "vllm"]
+PLAN = ["serve", "plan", "--model", "llama3.1-8b", "--system", "dgx-h100", "--gpus", "8", "--isl", "1024",
+        "--osl", "256", "--ttft-ms", "2000", "--tpot-ms", "40"]
+
+
+@pytest.fixture(autouse=True)
+def _no_debug_env(monkeypatch):
+    monkeypatch.delenv("PARAPLAN_DEBUG", raising=False)
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def one_line_error(result, *needles):
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.output
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def test_simulate_prints_latency_throughput_memory_and_why():
+    r = run(*SIM, "--tp", "4", "--batch", "32", "--isl", "2048", "--osl", "512")
+    assert r.exit_code == 0, r.output
+    for needle in ("ttft_ms", "ttft_p90_ms", "tpot_ms", "tokens_per_s_per_gpu", "max_batch_per_rank", "kv_pool", "why:"):
+        assert needle in r.stdout
+
+
+def test_simulate_json_is_consistent():
+    r = run(*SIM, "--tp", "4", "--batch", "32", "--json")
+    d = json.loads(r.stdout)
+    assert d["mode"] == "agg" and d["layout"]["tp"] == 4 and d["gpus"] == 4
+    assert d["latency_s"] == pytest.approx(d["ttft_s"] + 1023 * d["tpot_s"])
+    assert d["tokens_per_s_per_user"] == pytest.approx(1 / d["tpot_s"])
+    assert d["max_batch_per_rank"] >= 32 and d["fits"] is True
+
+
+def test_simulate_disaggregated():
+    r = run("serve", "simulate", "--model", "deepseek-r1", "--system", "gb200-nvl72", "--backend", "trtllm",
+            "--precision", "nvfp4", "--mode", "disagg", "--prefill-adp", "4", "--prefill-moe-ep", "4",
+            "--prefill-workers", "2", "--decode-adp", "16", "--decode-moe-ep", "16", "--decode-batch", "32", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["mode"] == "disagg" and d["gpus"] == 24 and d["concurrency"] == 512
+    assert d["kv_transfer_s"] > 0
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--model", "no-such-model"], ["error: model: unknown model 'no-such-model'"]),
+    (["--system", "no-such-cluster"], ["error: cluster: unknown cluster 'no-such-cluster'"]),
+    (["--tp", "3"], ["error: --tp: 3 does not divide the 64 attention heads", "use one of"]),
+    (["--tp", "4", "--batch", "5000", "--isl", "8192"], ["error: --batch: 5000 requests per rank need", "at most"]),
+    (["--adp", "2"], ["error: --adp: attention data parallelism needs a mixture-of-experts model"]),
+    (["--isl", "0"], ["error: --isl:"]),
+    (["--batch", "nan"], ["error: --batch:"]),
+])
+def test_simulate_bad_input_is_one_line_exit_2(args, needles):
+    base = list(SIM)
+    for flag in ("--model", "--system"):
+        if flag in args:
+            base[base.index(flag) + 1] = args[args.index(flag) + 1]
+            i = args.index(flag)
+            args = args[:i] + args[i + 2:]
+    one_line_error(run(*base, *args), *needles)
+
+
+def test_moe_layout_errors_name_the_field():
+    base = ["serve", "simulate", "--model", "deepseek-r1", "--system", "hgx-h200", "--backend", "sglang"]
+    one_line_error(run(*base, "--tp", "8", "--moe-ep", "3"), "error: --moe-ep: 3 does not divide tp x adp = 8")
+    one_line_error(run(*base, "--tp", "8", "--moe-tp", "2", "--moe-ep", "2"), "error: --moe-ep: moe_tp x moe_ep = 4 must equal")
+
+
+def test_plan_table_json_csv_and_plot(tmp_path):
+    r = run(*PLAN)
+    assert r.exit_code == 0, r.output
+    assert "best:" in r.stdout and "why:" in r.stdout and "Pareto front" in r.stdout
+    j = json.loads(run(*PLAN, "--json").stdout)
+    assert j["best"]["tpot_ms"] <= 40 and j["best"]["ttft_ms"] <= 2000
+    assert {row["mode"] for row in j["front"]} <= {"agg", "disagg"}
+    out = tmp_path / "front.csv"
+    png = tmp_path / "front.png"
+    r = run(*PLAN, "--csv", "--out", out, "--plot", png)
+    assert r.exit_code == 0, r.output
+    front = pd.read_csv(out)
+    assert {"tokens_per_s_per_gpu", "tokens_per_s_per_user", "ttft_ms", "tpot_ms", "mode"} <= set(front.columns)
+    assert png.stat().st_size > 10_000
+
+
+def test_plan_slo_no_layout_meets_names_the_binding_constraint():
+    line = one_line_error(run(*PLAN[:-4], "--ttft-ms", "2000", "--tpot-ms", "0.5"), "error: --tpot-ms: no layout on 8 GPUs reaches TPOT 0.5 ms")
+    assert "allow --tpot-ms" in line
+    one_line_error(run(*PLAN[:-4], "--ttft-ms", "0.01", "--tpot-ms", "100"), "error: --ttft-ms:", "allow --ttft-ms")
+
+
+def test_plan_bad_output_folder_fails_before_the_search(tmp_path):
+    one_line_error(run(*PLAN, "--csv", "--out", tmp_path / "missing" / "x.csv"), "error: --out: folder")
+
+
+def test_validate_serving_table_json_and_csv(tmp_path):
+    from paraplan.validation.datasets import SERVING_RUNS, validation_file
+    df = pd.read_csv(validation_file(SERVING_RUNS))
+    small = df[df.model_path.isin(["openai/gpt-oss-120b", "zhipuai/GLM-5"])]
+    path = tmp_path / "rows.csv"
+    small.to_csv(path, index=False)
+    r = run("validate", "serving", path)
+    assert r.exit_code == 0, r.output
+    assert "per backend and mode" in r.stdout and "disaggregated row without worker counts" in r.stdout
+    records = json.loads(run("validate", "serving", path, "--json").stdout)
+    assert len(records) == 2 * len(small)
+    assert set(records[0]) == {"id", "metric", "status", "predicted", "measured", "rel_error", "reason"}
+    assert {r["metric"] for r in records} == {"ttft_ms", "tpot_ms"}
+    ok = [r for r in records if r["status"] == "ok"]
+    assert ok and all(r["rel_error"] == pytest.approx((r["predicted"] - r["measured"]) / r["measured"]) for r in ok)
+    skipped = [r for r in records if r["status"] == "skipped"]
+    assert skipped and all(r["reason"] for r in skipped)
+    out = tmp_path / "v.csv"
+    assert run("validate", "serving", path, "--csv", "--out", out).exit_code == 0
+    assert list(pd.read_csv(out).columns) == ["id", "metric", "status", "predicted", "measured", "rel_error", "reason"]
+
+
+def test_validate_serving_bad_inputs(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,backend\nx,vllm\n")
+    one_line_error(run("validate", "serving", bad), "error: csv: column 'model_path' missing")
+    one_line_error(run("validate", "serving", tmp_path / "none.csv"), "error:")
+    one_line_error(run("validate", "serving", "--backend", "tgi"), "error: --backend: no row has backend 'tgi'")

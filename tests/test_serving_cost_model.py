@@ -1,0 +1,123 @@
+"""Inference cost model: hand-derived decode step, KV bytes per token, concurrency that fits,
+prefill FLOPs, expected distinct experts, and invariants."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cost_models.expert_activation import expected_distinct_experts
+from cost_models.inference_layers import prefill_flops
+from cost_models.inference_step import step_time
+from cost_models.kv_cache import kv_bytes_per_request, kv_bytes_per_token_model
+from cost_models.weight_formats import canonical_format, compute_dtype, weight_bytes
+from hardware_specs.catalog import load_cluster
+from hardware_specs.errors import InputError
+from hardware_specs.serving_behaviour import ServingBehaviour
+from hardware_specs.serving_efficiency import ServingEfficiency
+from hardware_specs.stack_spec import StackSpec
+from model_specs.catalog import load_model
+from model_specs.model_spec import ModelSpec
+from simulator.serving.context import ServingContext
+
+GIB = 2**30
+#: an efficiency with no fixed per-kernel time, so a decode step is pure roofline
+PURE = ServingEfficiency(generation="hopper", decode_hbm_fraction=0.8, gemm_peak_fraction=0.6,
+                         attention_peak_fraction=0.5, kernel_fixed_s=0.0, arrival_sync_chunked=1.0)
+QUIET = StackSpec(name="quiet", framework="test", serving=ServingBehaviour(host_step_s=0.0, host_launch_s=0.0))
+
+
+def test_decode_step_of_a_dense_model_at_batch_1_is_weight_bytes_over_achieved_hbm_bandwidth():
+    model = load_model("llama3.1-8b")
+    cluster = load_cluster("dgx-h100")
+    h, f, L, V = 4096, 14336, 32, 128256
+    # per layer: q and o (h x h), k and v (h x 8 x 128), gate/up/down (3 h f); LM head V x h; all bf16
+    layer = 2 * h * h + 2 * h * 8 * 128 + 3 * h * f
+    weight_bytes_total = 2.0 * (L * layer + V * h)
+    expected = weight_bytes_total / (cluster.gpu.hbm_bw_bytes_per_s * PURE.decode_hbm_fraction)
+    out = step_time(model, cluster, PURE, QUIET.serving, "bf16", "bf16", 2.0, 1, 1, 1, 1, 1, 0.0, 0.0, 1.0, 1.0)
+    # the rest (one token's activations, norms, a one-token KV read) is < 1% of the weights
+    assert out["step_s"] == pytest.approx(expected, rel=0.01)
+    assert expected == pytest.approx(15.01e9 / (3.35e12 * 0.8), rel=0.002)   # 7.5e9 weights x 2 bytes
+
+
+def test_kv_bytes_per_token_for_mha_gqa_and_mla():
+    mha = ModelSpec(name="mha", num_layers=24, hidden_size=2048, num_heads=16, num_kv_heads=16,
+                    ffn_hidden_size=8192, vocab_size=50000)
+    # MHA: 2 (K, V) x 16 heads x 128 x 2 bytes x 24 layers
+    assert kv_bytes_per_token_model(mha, 2.0) == 2 * 16 * 128 * 2 * 24
+    gqa = load_model("llama3.1-70b")
+    assert kv_bytes_per_token_model(gqa, 2.0) == 2 * 8 * 128 * 2 * 80 == 327_680
+    # per GPU under tp 8 the 8 KV heads split: one each
+    assert kv_bytes_per_request(gqa, 8, 1, 2.0) == pytest.approx(327_680 / 8)
+    # tp 16 > 8 KV heads: each GPU still holds one head (replicated)
+    assert kv_bytes_per_request(gqa, 16, 1, 2.0) == pytest.approx(327_680 / 8)
+    mla = load_model("deepseek-r1")
+    # MLA: one latent of 512 + rope key of 64 per layer, shared by the heads, 61 layers
+    assert kv_bytes_per_token_model(mla, 2.0) == (512 + 64) * 2 * 61 == 70_272
+    assert kv_bytes_per_request(mla, 8, 1, 2.0) == pytest.approx(70_272)   # not split by tp
+    assert kv_bytes_per_token_model(mla, 1.0) == 70_272 / 2                # fp8 KV cache
+
+
+def test_sliding_window_layers_hold_at_most_the_window():
+    m = load_model("gpt-oss-120b")    # 36 layers, half with a 128-token window, 8 KV heads of 64
+    per_token_layer = 2 * 8 * 64 * 2
+    assert kv_bytes_per_request(m, 1, 10_000, 2.0) == pytest.approx(per_token_layer * (18 * 10_000 + 18 * 128))
+
+
+def test_largest_concurrency_that_fits_is_the_kv_pool_over_one_requests_kv():
+    ctx = ServingContext.build("llama3.1-8b", "dgx-h100", "vllm-0.14", "fp8", "fp8", efficiency=PURE)
+    from simulator.serving.aggregated import memory_columns
+    mem = memory_columns(ctx, 1, 1, 1, 1, 1, 2048, 1024)
+    h, f, L, V = 4096, 14336, 32, 128256
+    weights = L * (2 * h * h + 2 * h * 1024 + 3 * h * f) * 1.0 + 2 * V * h * 2.0   # fp8 layers, bf16 embed + head
+    assert mem["weights_bytes"] == pytest.approx(weights)
+    # vLLM: 0.9 of the 80 GiB, minus weights, the activation workspace and 1 GiB reserve
+    pool = 0.9 * 80 * GIB - weights - float(mem["activations_bytes"]) - 1 * GIB
+    assert mem["kv_pool_bytes"] == pytest.approx(pool)
+    per_request = (2048 + 512) * 2 * 8 * 128 * 2 * 32          # mean context isl + osl/2, bf16 KV
+    assert mem["max_batch_per_rank"] == min(math.floor(pool / per_request), 1024)
+
+
+def test_prefill_flops_are_two_per_weight_per_token_plus_the_attention_core():
+    m = load_model("llama3.1-8b")
+    h, f, L, V, a, d = 4096, 14336, 32, 128256, 32, 128
+    layer = 2 * h * h + 2 * h * 8 * 128 + 3 * h * f
+    isl = 1024
+    expected = 2 * isl * L * layer + 2 * isl * (isl / 2) * a * (2 * d) * L + 2 * V * h
+    assert prefill_flops(m, isl, isl / 2) == pytest.approx(expected)
+
+
+def test_expected_distinct_experts_follows_the_occupancy_formula():
+    assert expected_distinct_experts(256, 8, 1) == pytest.approx(8.0)
+    assert expected_distinct_experts(256, 8, 0) == pytest.approx(0.0)
+    assert expected_distinct_experts(256, 8, 64) == pytest.approx(256 * (1 - (1 - 8 / 256) ** 64))
+    assert expected_distinct_experts(256, 8, 10_000) == pytest.approx(256.0)
+
+
+def test_weight_formats_bytes_and_compute_dtypes():
+    assert weight_bytes("bf16") == 2.0 and weight_bytes("fp8") == 1.0
+    assert weight_bytes("nvfp4") == pytest.approx(0.5625)
+    assert canonical_format("fp4") == "nvfp4" and canonical_format(None) == "bf16"
+    h100, b200 = load_cluster("dgx-h100").gpu, load_cluster("dgx-b200").gpu
+    assert compute_dtype("nvfp4", b200) == "nvfp4"
+    assert compute_dtype("nvfp4", h100) == "bf16"          # Hopper: fp4 weights, 16-bit math
+    assert compute_dtype("int4_wo", b200) == "bf16"
+    with pytest.raises(InputError, match="unknown weight format"):
+        canonical_format("int3")
+
+
+@settings(max_examples=40, deadline=None)
+@given(scale=st.floats(1.0, 4.0), batch=st.integers(1, 512), ctx_len=st.integers(1, 32_000),
+       model=st.sampled_from(["llama3.1-8b", "deepseek-r1", "qwen3.5-397b-a17b", "gpt-oss-120b"]))
+def test_more_hbm_bandwidth_never_slows_decode(scale, batch, ctx_len, model):
+    from dataclasses import replace
+    m = load_model(model)
+    cluster = load_cluster("dgx-b200")
+    faster = cluster.with_gpu(replace(cluster.gpu, hbm_bw_bytes_per_s=cluster.gpu.hbm_bw_bytes_per_s * scale))
+    args = ("fp8", "fp8", 2.0, 8, 1, 1, 8 if m.moe is None else 1, 1 if m.moe is None else 8, 0.0, 0.0, batch, ctx_len)
+    eff = replace(PURE, generation="blackwell")
+    slow = step_time(m, cluster, eff, QUIET.serving, *args)["step_s"]
+    fast = step_time(m, faster, eff, QUIET.serving, *args)["step_s"]
+    assert fast <= slow * (1 + 1e-12)

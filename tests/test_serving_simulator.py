@@ -1,0 +1,147 @@
+"""Serving simulator and planner: invariants, errors that name the field, planner = simulator."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hardware_specs.errors import InputError
+from planners.serving import pareto_front, plan_serving
+from simulator.serving.context import ServingContext
+from simulator.serving.deployment import Deployment, WorkerLayout
+from simulator.serving.evaluate import evaluate_agg_columns, evaluate_disagg_columns
+from simulator.serving.simulate import simulate_serving
+
+CASES = [("llama3.1-70b", "dgx-h100", "vllm", "fp8", 4, 1, 1),
+         ("deepseek-r1", "hgx-h200", "sglang", "fp8", 8, 1, 8),
+         ("qwen3-235b-a22b", "dgx-b200", "trtllm", "nvfp4", 4, 1, 4),
+         ("gpt-oss-120b", "dgx-b200", "trtllm", "nvfp4", 1, 4, 4)]
+
+
+def _ctx(model, system, backend, fmt):
+    return ServingContext.build(model, system, backend, fmt, fmt)
+
+
+@settings(max_examples=25, deadline=None)
+@given(case=st.sampled_from(CASES), isl=st.sampled_from([128, 1024, 8192]), osl=st.sampled_from([64, 1024, 4096]))
+def test_a_larger_batch_never_lowers_tokens_per_gpu_while_it_fits(case, isl, osl):
+    model, system, backend, fmt, tp, adp, ep = case
+    ctx = _ctx(model, system, backend, fmt)
+    batch = 2.0 ** np.arange(0, 12)
+    moe_tp = tp * adp // ep
+    out = evaluate_agg_columns(ctx, {"tp": tp, "pp": 1, "adp": adp, "moe_tp": moe_tp, "moe_ep": ep,
+                                     "batch": batch, "isl": isl, "osl": osl})
+    fits = out["fits"]
+    tps = out["tokens_per_s_per_gpu"][fits]
+    assert len(tps) >= 2
+    assert np.all(np.diff(tps) >= -1e-9 * tps[:-1])
+
+
+def _disagg_at_rate(ctx, lay, rate, isl, osl, prefill_batch):
+    """Disaggregated metrics (1 prefill + 1 decode worker of layout ``lay``, free KV link) at the
+    decode concurrency whose request rate equals ``rate`` (bisection on the concurrency)."""
+    cols = {**{f"prefill_{k}": v for k, v in lay.items()}, **{f"decode_{k}": v for k, v in lay.items()},
+            "prefill_batch": prefill_batch, "prefill_workers": 1, "decode_workers": 1, "isl": isl, "osl": osl}
+    gpus = 2 * lay["tp"] * lay["adp"]
+
+    def run(batch):
+        out = evaluate_disagg_columns(ctx, {**cols, "decode_batch": batch}, kv_link_free=True)
+        return out, out["tokens_per_s_per_gpu"][0] * gpus / osl
+
+    lo, hi = 1.0, 1.0
+    out, r = run(hi)
+    if r >= rate:                     # even one client per rank runs at least as many requests
+        return out
+    while r < rate and hi < 1e6:
+        lo, hi = hi, hi * 2
+        out, r = run(hi)
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        out, r = run(mid)
+        lo, hi = (mid, hi) if r < rate else (lo, mid)
+    return run(hi)[0]
+
+
+@settings(max_examples=25, deadline=None)
+@given(case=st.sampled_from(CASES), isl=st.sampled_from([256, 1024, 8192]), osl=st.sampled_from([128, 1024]),
+       batch=st.sampled_from([1, 4, 16, 64]))
+def test_disaggregated_with_a_free_kv_link_is_never_slower_in_ttft_than_aggregated_at_the_same_load(case, isl, osl, batch):
+    """Same load = the same request rate; the prefill worker has the aggregated worker's layout
+    and packs prompts by the same token budget."""
+    model, system, backend, fmt, tp, adp, ep = case
+    ctx = _ctx(model, system, backend, fmt)
+    lay = {"tp": tp, "pp": 1, "adp": adp, "moe_tp": tp * adp // ep, "moe_ep": ep}
+    agg = evaluate_agg_columns(ctx, {**lay, "batch": batch, "isl": isl, "osl": osl})
+    if not agg["fits"][0]:
+        return
+    rate = agg["tokens_per_s_per_gpu"][0] * tp * adp / osl
+    dis = _disagg_at_rate(ctx, lay, rate, isl, osl, max(1, ctx.token_budget // isl))
+    assert dis["ttft_s"][0] <= agg["ttft_s"][0] * (1 + 1e-6)
+
+
+def test_planner_and_simulator_agree_exactly_on_the_winner():
+    ctx = _ctx("llama3.1-70b", "dgx-h100", "vllm", "fp8")
+    plan = plan_serving(ctx, 8, 1024, 512, 2000.0, 40.0, modes=("agg",))
+    b = plan.best
+    dep = Deployment(model="llama3.1-70b", system="dgx-h100", backend=ctx.stack.name, isl=1024, osl=512,
+                     dense_format="fp8", expert_format="fp8",
+                     layout=WorkerLayout(tp=int(b.tp), pp=int(b.pp), adp=int(b.adp), moe_tp=int(b.moe_tp),
+                                         moe_ep=int(b.moe_ep), batch=int(b.batch)), workers=int(b.workers))
+    rep = simulate_serving(dep, ctx)
+    assert rep.metrics["ttft_s"] * 1e3 == b.ttft_ms
+    assert rep.metrics["tpot_s"] * 1e3 == b.tpot_ms
+    assert rep.metrics["tokens_per_s_per_gpu"] == b.tokens_per_s_per_gpu
+
+
+def test_plan_front_is_pareto_and_the_best_meets_the_slo():
+    ctx = _ctx("deepseek-r1", "hgx-h200", "trtllm", "fp8")
+    plan = plan_serving(ctx, 32, 1024, 1024, 1500.0, 40.0)
+    assert plan.best.ttft_ms <= 1500 and plan.best.tpot_ms <= 40
+    assert plan.best.tokens_per_s_per_gpu == plan.candidates[plan.candidates.meets_slo].tokens_per_s_per_gpu.max()
+    for mode, g in plan.front.groupby("mode"):
+        x, y = g.tokens_per_s_per_user.to_numpy(), g.tokens_per_s_per_gpu.to_numpy()
+        pool = plan.candidates[(plan.candidates["mode"] == mode) & (plan.candidates.ttft_ms <= 1500)]
+        for xi, yi in zip(x, y):   # nothing in the pool beats a front point on both axes
+            assert not ((pool.tokens_per_s_per_user > xi) & (pool.tokens_per_s_per_gpu > yi)).any()
+    assert {"agg", "disagg"} <= set(plan.candidates["mode"])
+
+
+def test_pareto_front_keeps_exactly_the_undominated_points():
+    x = np.array([1, 2, 3, 2, np.nan])
+    y = np.array([3, 2, 1, 1, 9])
+    assert sorted(pareto_front(x, y).tolist()) == [0, 1, 2]
+
+
+def test_an_slo_no_layout_meets_names_the_binding_constraint_and_what_would_meet_it():
+    ctx = _ctx("llama3.1-70b", "dgx-h100", "vllm", "fp8")
+    with pytest.raises(InputError, match=r"--tpot-ms: no layout on 8 GPUs reaches TPOT 1 ms: the fastest is .*allow --tpot-ms"):
+        plan_serving(ctx, 8, 1024, 512, 2000.0, 1.0)
+    with pytest.raises(InputError, match=r"--ttft-ms: no layout meeting TPOT 100 ms reaches TTFT 0.5 ms.*allow --ttft-ms"):
+        plan_serving(ctx, 8, 1024, 512, 0.5, 100.0)
+    with pytest.raises(InputError, match=r"--gpus: no layout of deepseek-r1 fits in 1 x h100"):
+        plan_serving(_ctx("deepseek-r1", "dgx-h100", "vllm", "fp8"), 1, 1024, 1024, 1000.0, 50.0)
+
+
+def test_simulate_rejects_a_tp_that_does_not_divide_the_heads_and_a_batch_that_does_not_fit():
+    base = dict(model="llama3.1-70b", system="dgx-h100", backend="vllm", dense_format="fp8", expert_format="fp8")
+    with pytest.raises(InputError, match=r"--tp: 3 does not divide the 64 attention heads .*use one of 1, 2, 4, 8"):
+        simulate_serving(Deployment(**base, layout=WorkerLayout(tp=3, moe_tp=3, batch=8)))
+    with pytest.raises(InputError, match=r"--batch: 4096 requests per rank need .* so at most \d+ fit \(use --batch \d+"):
+        simulate_serving(Deployment(**base, layout=WorkerLayout(tp=4, moe_tp=4, batch=4096), isl=8192, osl=1024))
+    with pytest.raises(InputError, match="batch: must be a whole number >= 1"):
+        WorkerLayout(tp=1, batch=0)
+    with pytest.raises(InputError, match="mode: unknown mode"):
+        Deployment(**base, mode="hybrid", layout=WorkerLayout())
+    with pytest.raises(InputError, match="isl: must be a whole number >= 1, got nan"):
+        Deployment(**base, layout=WorkerLayout(), isl=float("nan"))
+
+
+def test_a_disaggregated_report_carries_kv_transfer_and_prefill_utilisation():
+    dep = Deployment(model="deepseek-r1", system="gb200-nvl72", backend="trtllm", mode="disagg", isl=8192, osl=1024,
+                     dense_format="nvfp4", expert_format="nvfp4",
+                     prefill=WorkerLayout(tp=1, adp=4, moe_tp=1, moe_ep=4, batch=1, where="prefill"), prefill_workers=2,
+                     decode=WorkerLayout(tp=1, adp=16, moe_tp=1, moe_ep=16, batch=32, where="decode"), decode_workers=1)
+    rep = simulate_serving(dep)
+    assert dep.gpus == 24 and dep.concurrency == 512
+    assert 0 < rep.extra["prefill_utilization"] < 1
+    assert rep.extra["kv_transfer_s"] > 0
+    assert rep.metrics["latency_s"] == pytest.approx(rep.metrics["ttft_s"] + 1023 * rep.metrics["tpot_s"])

@@ -1,0 +1,90 @@
+"""Serving stacks in the software-stack catalog: documented behaviour with a citation per value,
+the per-generation serving efficiency files, and model presets for the serving file."""
+import pytest
+
+from hardware_specs.catalog import (list_serving_stacks, load_serving_efficiency, load_stack, serving_stack_for,
+                                    stack_from_dict)
+from hardware_specs.errors import InputError
+from hardware_specs.serving_behaviour import ServingBehaviour
+from hardware_specs.serving_efficiency import FIT_RANGES
+from hardware_specs.stack_spec import StackSpec
+from model_specs.catalog import load_model
+
+
+def test_every_serving_stack_cites_each_behaviour():
+    names = list_serving_stacks()
+    assert {"vllm-0.11", "vllm-0.14", "sglang-0.5", "trtllm-1"} <= set(names)
+    for name in names:
+        stack = load_stack(name)
+        assert isinstance(stack.serving, ServingBehaviour)
+        cited = {k.split(".", 1)[1] for k in stack.citations if k.startswith("serving.")}
+        assert cited == set(StackSpec.serving_keys()), f"{name}: uncited {set(StackSpec.serving_keys()) - cited}"
+
+
+def test_the_documented_differences_between_engines():
+    vllm, sglang, trt = (load_stack(n).serving for n in ("vllm-0.14", "sglang-0.5", "trtllm-1"))
+    assert vllm.mixed_batches and trt.mixed_batches and not sglang.mixed_batches
+    assert vllm.chunked_prefill and not trt.chunked_prefill
+    assert not load_stack("vllm-0.11").serving.overlap_scheduler and vllm.overlap_scheduler
+    # token budgets by device memory: vLLM 2048 below 70 GiB, SGLang 16384 above 160 GB
+    assert vllm.token_budget(40 * 2**30) == 2048 and vllm.token_budget(80 * 2**30) == 8192
+    assert sglang.token_budget(180 * 2**30) == 16384 and trt.token_budget(180 * 2**30) == 8192
+
+
+def test_a_release_maps_to_the_stack_that_lists_it():
+    assert serving_stack_for("vllm", "0.12.0").name == "vllm-0.11"
+    assert serving_stack_for("vllm", "0.19.0").name == "vllm-0.14"
+    assert serving_stack_for("trtllm", "1.2.0rc6.post3").name == "trtllm-1"
+    assert serving_stack_for("trtllm", "0.8.1.post1").name == "trtllm-1"     # Dynamo runtime container
+    assert serving_stack_for("sglang", None).name == "sglang-0.5"              # newest when unknown
+    with pytest.raises(InputError, match="no serving stack for framework 'tgi'"):
+        serving_stack_for("tgi", "3.0")
+
+
+def test_serving_section_errors_name_the_field():
+    with pytest.raises(InputError, match="serving.cuda_graphs: unknown mode 'sometimes'"):
+        stack_from_dict({"name": "x", "framework": "f", "serving": {"cuda_graphs": "sometimes"}})
+    with pytest.raises(InputError, match="serving.no_such: unknown behaviour"):
+        stack_from_dict({"name": "x", "framework": "f", "serving": {"no_such": 1}})
+    with pytest.raises(InputError, match="serving.gpu_memory_fraction: must be in"):
+        stack_from_dict({"name": "x", "framework": "f", "serving": {"gpu_memory_fraction": 1.5}})
+    with pytest.raises(InputError, match="serving.mixed_batches: must be true or false"):
+        stack_from_dict({"name": "x", "framework": "f", "serving": {"mixed_batches": "yes"}})
+    s = stack_from_dict({"name": "x", "framework": "f",
+                         "serving": {"prefill_token_budget": {"value": {0: 1024, 40: 4096}, "source": "docs"}}})
+    assert s.serving.token_budget(80 * 2**30) == 4096 and s.citations["serving.prefill_token_budget"] == "docs"
+
+
+def test_fitted_serving_efficiency_is_inside_its_ranges_and_not_at_a_bound():
+    for gen in ("hopper", "blackwell"):
+        eff = load_serving_efficiency(gen)
+        assert not eff.prior and eff.fitted_on
+        for name, (lo, hi) in FIT_RANGES.items():
+            value = getattr(eff, name)
+            assert lo < value < hi
+            assert (value - lo) / (hi - lo) > 0.01 and (hi - value) / (hi - lo) > 0.01, (gen, name, value)
+    prior = load_serving_efficiency("ampere")          # no fitted file: the prior, flagged
+    assert prior.prior and prior.generation == "ampere"
+
+
+@pytest.mark.parametrize("name, total_b, active_b", [
+    ("deepseek-r1", 671, 37.6), ("kimi-k2.5", 1026, 32.9), ("minimax-m2.5", 229, 11.0),
+    ("qwen3-32b", 32.8, 32.8), ("qwen3.5-397b-a17b", 396, 16.8), ("glm-5", 743, 41.1),
+])
+def test_serving_presets_have_their_published_sizes(name, total_b, active_b):
+    from cost_models.params import total_params
+    m = load_model(name)
+    assert total_params(m) / 1e9 == pytest.approx(total_b, rel=0.01)
+    assert total_params(m, active=True) / 1e9 == pytest.approx(active_b, rel=0.02)
+    assert "config.json" in m.source
+
+
+def test_linear_attention_layers_keep_a_fixed_state_not_a_growing_cache():
+    from cost_models.kv_cache import kv_bytes_per_request
+    m = load_model("qwen3.5-397b-a17b")
+    assert m.linear_attention.layer_fraction == 0.75
+    short, long = (kv_bytes_per_request(m, 1, n, 2.0) for n in (1000, 2000))
+    # only the 15 full-attention layers grow: 2 KV heads x 256 x 2 bytes x 2 (K, V) per token
+    assert long - short == pytest.approx(1000 * 15 * 2 * 2 * 256 * 2)
+    # 45 linear layers x 64 value heads x 128 x 128 fp32 state (+ conv state)
+    assert short > 45 * 64 * 128 * 128 * 4
