@@ -1,6 +1,6 @@
 """Peak memory per GPU on every pipeline stage, by part, for every row of a ``ConfigBatch``.
 
-Each stage holds (``simulator.step_pipeline.padded_stage_batches``):
+Each stage holds (``simulator.stage_cells``: every row's cells, flat):
 
 * model states of its layers and of the model's ends it carries (embedding, LM head, MTP
   projections; an MTP stage without the embedding keeps its own copy of it), under ZeRO over
@@ -36,7 +36,8 @@ from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
 from simulator.config_batch import RECOMPUTE_CODES, RECOMPUTE_METHOD_CODES, ConfigBatch
 from simulator.parallel_config import Recompute, RecomputeMethod
-from simulator.step_pipeline import layer_split_counts, padded_stage_batches
+from simulator.stage_cells import StageCells, row_bounds, stage_cell_batches
+from simulator.step_pipeline import _moe_prefix, _rows, split_counts
 
 #: memory parts per GPU, summing to ``memory_bytes`` (the order tables print them in)
 PARTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "logits_bytes",
@@ -169,42 +170,42 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
         out.update({"_recompute_num_layers": np.asarray(batch.recompute_num_layers, dtype=float).copy(),
                     "_recompute_layers_decrement": np.asarray(batch.recompute_layers_decrement, dtype=float).copy(),
                     "_offload_activation_layers": np.asarray(batch.offload_activation_layers, dtype=float).copy()})
-    for idx, cells, in_flight, chunks, stages in padded_stage_batches(model, batch):
-        static = _static_parts(ctx, idx, cells)
-        split = layer_split_counts(model, batch, idx, cells, None)
-        v = chunks[:, None]
+    prefix = _moe_prefix(model)
+    for idx, fc in stage_cell_batches(model, batch):
+        sidx = idx[fc.row]                      # each stage's row of the batch
+        prm = _split_inputs(batch, idx)
+        static = _static_parts(ctx, sidx, fc)
+        split = _split(prefix, prm, fc, given=True)
         if search:
-            split = _fewest_that_fit(model, batch, idx, cells, v, in_flight, split, ctx, fit_limit_bytes, out, static,
-                                     stages)
-        st = _stage_parts(ctx, idx, cells, split, in_flight, v, static)
+            split = _fewest_that_fit(prefix, prm, idx, fc, ctx, fit_limit_bytes, out, static, split)
+        st = _stage_parts(ctx, sidx, fc, split, static)
         parts, total, host = st["parts"], st["total"], st["host"]
-        valid = np.arange(total.shape[1])[None, :] < stages[:, None]
-        total = np.where(valid, total, -np.inf)
-        k = np.argmax(total, axis=1)
-        rows = np.arange(len(idx))
-        last = stages - 1
+        bounds = row_bounds(fc.row)
+        last = np.append(bounds[1:], len(fc)) - 1            # each row's last stage
+        peak = np.maximum.reduceat(total, bounds)
+        at_peak = np.where(total == np.repeat(peak, np.diff(np.append(bounds, len(fc)))), np.arange(len(fc)), len(fc))
+        k = np.minimum.reduceat(at_peak, bounds)               # the first stage at the peak (as argmax)
         for name, value in parts.items():
-            out[name][idx] = value[rows, k]
-        out["memory_bytes"][idx] = total[rows, k]
-        out["memory_stage"][idx] = k
-        out["host_memory_bytes"][idx] = np.where(valid, host, 0.0).max(axis=1)
+            out[name][idx] = value[k]
+        out["memory_bytes"][idx] = total[k]
+        out["memory_stage"][idx] = fc.local[k]
+        out["host_memory_bytes"][idx] = np.maximum.reduceat(host, bounds)
         # the optimizer step is timed on the larger of the first and last stage's parameters (as
         # the efficiency fit was made; a middle stage can hold more when the ends are lighter)
-        out["params_local"][idx] = np.maximum(st["params"][:, 0], st["params"][rows, last])
-        out["expert_params_local"][idx] = np.maximum(st["expert_params"][:, 0], st["expert_params"][rows, last])
-        out["_p_first"][idx] = st["params"][:, 0]
-        out["_p_first_expert"][idx] = st["expert_params"][:, 0]
-        out["_count_first_layers"][idx] = st["layers"][:, 0]
-        out["_count_last_layers"][idx] = st["layers"][rows, last]
+        out["params_local"][idx] = np.maximum(st["params"][bounds], st["params"][last])
+        out["expert_params_local"][idx] = np.maximum(st["expert_params"][bounds], st["expert_params"][last])
+        out["_p_first"][idx] = st["params"][bounds]
+        out["_p_first_expert"][idx] = st["expert_params"][bounds]
+        out["_count_first_layers"][idx] = st["layers"][bounds]
+        out["_count_last_layers"][idx] = st["layers"][last]
         if detail:
-            P = total.shape[1]
-            nan = lambda x: np.where(valid, x, np.nan)  # noqa: E731
+            at = (sidx, fc.local)
             for name, value in parts.items():
-                stage_out[name][idx, :P] = nan(value)
-            stage_out["memory_bytes"][idx, :P] = nan(total)
-            stage_out["host_memory_bytes"][idx, :P] = nan(host)
-            stage_out["layers"][idx, :P] = nan(st["layers"])
-            stage_out["in_flight"][idx, :P] = nan(in_flight)
+                stage_out[name][at] = value
+            stage_out["memory_bytes"][at] = total
+            stage_out["host_memory_bytes"][at] = host
+            stage_out["layers"][at] = st["layers"]
+            stage_out["in_flight"][at] = fc.in_flight
 
     host = cluster.host
     out["host_memory_node_bytes"] = out["host_memory_bytes"] * cluster.gpus_per_node
@@ -227,15 +228,48 @@ class _Context:
         self.copy_bytes, self.per_row, self.act = copy_bytes, per_row, act
 
 
-def _static_parts(ctx: _Context, idx, cells: dict) -> dict:
-    """What of a group's (row, stage) memory does not depend on recomputation or offload: model
-    states, logits, MoE dispatch and ZeRO-3 buffers (``parts``), the host memory of an
-    offloaded optimizer (``host``), and ``params`` / ``expert_params`` (before ZeRO) and
-    ``layers``."""
+
+def _split_inputs(batch, idx) -> dict:
+    """Per row of ``idx``: what the layer split counts read (recompute code, num layers,
+    decrement, method code, offloaded layers)."""
+    return {"rc": _rows(batch.recompute, idx), "nl": _rows(batch.recompute_num_layers, idx),
+            "dec": _rows(batch.recompute_layers_decrement, idx), "method": _rows(batch.recompute_method, idx),
+            "off": _rows(batch.offload_activation_layers, idx)}
+
+
+def _split(prefix, prm: dict, fc: StageCells, stage_rc=None, offload=None, given: bool = False):
+    """Per cell of ``fc``: the layers recomputed in full and offloaded
+    (``step_pipeline.split_counts``), None when no cell has any. ``stage_rc`` (per stage of
+    ``fc``) and ``offload`` (per stage: its row's count) override the rows' block counts and
+    offloaded layers (the search). ``given``: the rows as enumerated, where a row that
+    recomputes every layer of every cell (``recompute full`` without a count, nothing
+    offloaded) takes the cells' own counts (``layer_split_counts``' direct path)."""
+    row = fc.cell_row
+    rc, nl, off = prm["rc"], prm["nl"], prm["off"]
+    if stage_rc is None and offload is None and not ((rc == _FULL) | (off > 0)).any():
+        return None
+    dense, moe = fc.cell["dense"], fc.cell["moe"]
+    out = split_counts(prefix, dense, moe, fc.cell["start"], fc.local[fc.cell_stage].astype(float), rc[row], nl[row],
+                       prm["dec"][row], prm["method"][row], off[row] if offload is None else offload[fc.cell_stage],
+                       None if stage_rc is None else stage_rc[fc.cell_stage])
+    if given:
+        every = ((rc == _FULL) & (nl == 0) & (off == 0))[row]
+        if every.any():
+            out["rc_dense"] = np.where(every, dense, out["rc_dense"])
+            out["rc_moe"] = np.where(every, moe, out["rc_moe"])
+            out["rc_inputs"] = np.where(every, dense + moe, out["rc_inputs"])
+    return out
+
+
+def _static_parts(ctx: _Context, sidx, fc: StageCells) -> dict:
+    """What of a stage's memory does not depend on recomputation or offload (per stage of
+    ``fc``; ``sidx``: each stage's batch row): model states, logits, MoE dispatch and ZeRO-3
+    buffers (``parts``), the host memory of an offloaded optimizer (``host``), and ``params`` /
+    ``expert_params`` (before ZeRO) and ``layers``."""
     model = ctx.model
-    g = {k: x[idx][:, None] for k, x in ctx.per_row.items()}
-    L_d, L_m = cells["stage_dense"][..., 0], cells["stage_moe"][..., 0]
-    emb, head, mtp = cells["stage_emb"][..., 0], cells["stage_head"][..., 0], cells["stage_mtp"][..., 0]
+    g = {k: x[sidx] for k, x in ctx.per_row.items()}
+    L_d, L_m = fc.stage["stage_dense"], fc.stage["stage_moe"]
+    emb, head, mtp = fc.stage["stage_emb"], fc.stage["stage_head"], fc.stage["stage_mtp"]
     layer_p = L_d * g["dense_p"] + L_m * g["moe_ne_p"]
     # an MTP module, and a tied output layer, need the embedding: a stage without it keeps a copy
     needs_emb = (mtp > 0) | ((head > 0) & model.tied_embeddings)
@@ -249,45 +283,47 @@ def _static_parts(ctx: _Context, idx, cells: dict) -> dict:
     opt_params = opt / (2.0 * mom if fp else 4.0 + 2.0 * mom)
     parts = {"weights_bytes": w1 + w2 + w3, "gradients_bytes": g1 + g2 + g3,
              "optimizer_bytes": opt * (1.0 - g["off"]), "logits_bytes": (head + mtp) * g["logits"],
-             "moe_dispatch_bytes": np.where(L_m > 0, ctx.act["dispatch"][idx][:, None], 0.0),
+             "moe_dispatch_bytes": np.where(L_m > 0, ctx.act["dispatch"][sidx], 0.0),
              "zero3_buffers_bytes": g["z3"] + 0.0 * L_d}
     return {"parts": parts, "tensors": sum(parts.values()),
             "host": g["off"] * opt_params * offload.HOST_OPTIMIZER_BYTES_PER_PARAM,
             "params": layer_p + end_p, "expert_params": expert_p, "layers": L_d + L_m}
 
 
-def _dynamic_parts(ctx: _Context, idx, cells: dict, split: dict, in_flight, v: int) -> dict:
-    """What recomputation and offload change, per (row, stage): ``activations_bytes``,
+def _dynamic_parts(ctx: _Context, sidx, fc: StageCells, split) -> dict:
+    """What recomputation and offload change, per stage of ``fc``: ``activations_bytes``,
     ``recompute_buffers_bytes``, ``offload_buffers_bytes``, and ``host`` (offloaded activations)."""
-    a = {k: x[idx][:, None] for k, x in ctx.act.items()}
-    rc_group = ctx.per_row["rc_group"][idx][:, None, None]
-    per_stage = {k: x.sum(axis=2) for k, x in split.items()}
+    a = {k: x[sidx] for k, x in ctx.act.items()}
+    if split is None:
+        zero = np.zeros(len(fc))
+        per_stage = dict.fromkeys(("rc_dense", "rc_moe", "rc_inputs", "off_dense", "off_moe"), zero)
+    else:
+        per_stage = {k: fc.stage_sum(x) for k, x in split.items()}
     offd, offm = per_stage["off_dense"], per_stage["off_moe"]
-    kept_d = cells["stage_dense"][..., 0] - per_stage["rc_dense"] - offd
-    kept_m = cells["stage_moe"][..., 0] - per_stage["rc_moe"] - offm
-    sets = in_flight / v
+    kept_d = fc.stage["stage_dense"] - per_stage["rc_dense"] - offd
+    kept_m = fc.stage["stage_moe"] - per_stage["rc_moe"] - offm
+    sets = fc.in_flight / fc.chunks
     return {
         "activations_bytes": sets * (kept_d * a["kept_dense"] + kept_m * a["kept_moe"]
                                      + per_stage["rc_inputs"] * a["input"]),
-        "recompute_buffers_bytes": _recompute_buffer(cells, split, a, rc_group),
+        "recompute_buffers_bytes": _recompute_buffer(fc, split, a, ctx.per_row["rc_group"][sidx]),
         "offload_buffers_bytes": offload.OFFLOAD_STAGING_LAYERS * np.maximum(
             np.where(offd > 0, a["kept_dense"], 0.0), np.where(offm > 0, a["kept_moe"], 0.0)),
         "host": sets * (offd * a["kept_dense"] + offm * a["kept_moe"]),
     }
 
 
-def _total(static: dict, dynamic: dict) -> np.ndarray:
+def _total(static_tensors, dynamic: dict) -> np.ndarray:
     """Stage totals with the allocator's allowance."""
-    tensors = static["tensors"] + dynamic["activations_bytes"] + dynamic["recompute_buffers_bytes"] \
+    tensors = static_tensors + dynamic["activations_bytes"] + dynamic["recompute_buffers_bytes"] \
         + dynamic["offload_buffers_bytes"]
     return tensors + memory.allocator_allowance_bytes(tensors)
 
 
-def _stage_parts(ctx: _Context, idx, cells: dict, split: dict, in_flight, v: int, static=None) -> dict:
-    """Per (row, stage) of a group: ``parts`` (``PARTS`` with the allocator), ``total``,
-    ``host`` (host bytes per GPU), ``params`` / ``expert_params`` (before ZeRO), ``layers``."""
-    static = _static_parts(ctx, idx, cells) if static is None else static
-    dyn = _dynamic_parts(ctx, idx, cells, split, in_flight, v)
+def _stage_parts(ctx: _Context, sidx, fc: StageCells, split, static: dict) -> dict:
+    """Per stage of ``fc``: ``parts`` (``PARTS`` with the allocator), ``total``, ``host`` (host
+    bytes per GPU), ``params`` / ``expert_params`` (before ZeRO), ``layers``."""
+    dyn = _dynamic_parts(ctx, sidx, fc, split)
     parts = dict(static["parts"])
     parts.update({k: dyn[k] for k in ("activations_bytes", "recompute_buffers_bytes", "offload_buffers_bytes")})
     parts = {k: parts[k] for k in PARTS if k != "allocator_bytes"}
@@ -297,8 +333,9 @@ def _stage_parts(ctx: _Context, idx, cells: dict, split: dict, in_flight, v: int
             "params": static["params"], "expert_params": static["expert_params"], "layers": static["layers"]}
 
 
-def _recompute_buffer(cells: dict, split: dict, a: dict, group) -> np.ndarray:
-    """(rows, stages) bytes recomputation brings back at a stage's backward, beyond what it keeps:
+def _recompute_buffer(fc: StageCells, split, a: dict, group) -> np.ndarray:
+    """Per stage of ``fc``, bytes recomputation brings back at the stage's backward, beyond what
+    it keeps:
 
     * a layer that recomputes selected operations materialises them again during its backward:
       its full activations less what it kept (the first layer a backward reaches is one of these
@@ -308,195 +345,151 @@ def _recompute_buffer(cells: dict, split: dict, a: dict, group) -> np.ndarray:
       that chunk that keep their activations have freed by then (their backward runs first, the
       recomputed layers being the chunk's first).
 
-    The larger of the two, over the stage's chunks."""
-    a3 = {k: v[:, :, None] for k, v in a.items()}
-    group = np.asarray(group)
-    if not np.any(split["off_dense"]) and not np.any(split["off_moe"]) \
-            and np.array_equal(split["rc_dense"] + split["rc_moe"] > 0, (split["rc_dense"] + split["rc_moe"]) ==
-                               (cells["dense"] + cells["moe"])) \
-            and np.all((split["rc_dense"] + split["rc_moe"] == 0) | (split["rc_dense"] + split["rc_moe"]
-                                                                       == cells["dense"] + cells["moe"])):
-        # each cell recomputes all its layers or none (no partial counts, no offload): a fully
-        # recomputing stage brings back one layer less its input, the others the selected
-        # operations of one layer
-        rc_stage = (split["rc_dense"] + split["rc_moe"]).sum(axis=2) > 0
-        full = np.maximum(np.where(cells["stage_dense"] > 0, a3["full_dense"], 0.0),
-                          np.where(cells["stage_moe"] > 0, a3["full_moe"], 0.0))[..., 0]
-        rc_need = np.maximum(group[..., 0] * full - a["input"], 0.0)
-        sel = np.maximum(np.where(cells["stage_dense"] > 0, a3["full_dense"] - a3["kept_dense"], 0.0),
-                         np.where(cells["stage_moe"] > 0, a3["full_moe"] - a3["kept_moe"], 0.0))[..., 0]
-        return np.where(rc_stage, rc_need, np.maximum(sel, 0.0))
-    if not np.any(split["rc_dense"]) and not np.any(split["rc_moe"]) and not np.any(split["off_dense"]) \
-            and not np.any(split["off_moe"]):
-        # no layer recomputed in full or offloaded: only the selected operations come back, during
-        # the backward of the stage's first layer of each kind it holds
-        sel = np.maximum(np.where(cells["stage_dense"] > 0, a3["full_dense"] - a3["kept_dense"], 0.0),
-                         np.where(cells["stage_moe"] > 0, a3["full_moe"] - a3["kept_moe"], 0.0))
-        return np.maximum(sel, 0.0)[..., 0]
-    full = np.maximum(np.where(split["rc_dense"] > 0, a3["full_dense"], 0.0),
-                      np.where(split["rc_moe"] > 0, a3["full_moe"], 0.0))
-    kept_d = cells["dense"] - split["rc_dense"] - split["off_dense"]
-    kept_m = cells["moe"] - split["rc_moe"] - split["off_moe"]
-    kept = kept_d * a3["kept_dense"] + kept_m * a3["kept_moe"]
-    rc_need = np.where(split["rc_dense"] + split["rc_moe"] > 0, np.maximum(group * full - a3["input"] - kept, 0.0), 0.0)
-    sel_need = np.maximum(np.where(kept_d > 0, a3["full_dense"] - a3["kept_dense"], 0.0),
-                          np.where(kept_m > 0, a3["full_moe"] - a3["kept_moe"], 0.0))
-    return np.maximum(rc_need, np.maximum(sel_need, 0.0)).max(axis=2)
+    The larger of the two, over the stage's chunks. With nothing recomputed in full or offloaded
+    that is the selected operations of one layer of each kind the stage holds."""
+    if split is None:
+        sel = np.maximum(np.where(fc.stage["stage_dense"] > 0, a["full_dense"] - a["kept_dense"], 0.0),
+                         np.where(fc.stage["stage_moe"] > 0, a["full_moe"] - a["kept_moe"], 0.0))
+        return np.maximum(sel, 0.0)
+    c = {k: a[k][fc.cell_stage] for k in ("full_dense", "full_moe", "kept_dense", "kept_moe", "input")}
+    rc_d, rc_m = split["rc_dense"], split["rc_moe"]
+    full = np.maximum(np.where(rc_d > 0, c["full_dense"], 0.0), np.where(rc_m > 0, c["full_moe"], 0.0))
+    kept_d = fc.cell["dense"] - rc_d - split["off_dense"]
+    kept_m = fc.cell["moe"] - rc_m - split["off_moe"]
+    kept = kept_d * c["kept_dense"] + kept_m * c["kept_moe"]
+    rc_need = np.where(rc_d + rc_m > 0, np.maximum(group[fc.cell_stage] * full - c["input"] - kept, 0.0), 0.0)
+    sel_need = np.maximum(np.where(kept_d > 0, c["full_dense"] - c["kept_dense"], 0.0),
+                          np.where(kept_m > 0, c["full_moe"] - c["kept_moe"], 0.0))
+    return fc.stage_max(np.maximum(rc_need, np.maximum(sel_need, 0.0)))
 
 
-def _fewest_that_fit(model, batch, idx, cells, v, in_flight, split, ctx, limit, out, static, stages) -> dict:
-    """The split counts of the group's rows after the planner's search (``memory_parts`` with
-    ``fit_limit_bytes``): per stage, bisection on the fewest recomputed (or offloaded) layers per
-    chunk whose stage total fits, on the rows that need it; the counts chosen are written to
-    ``out``."""
-    n_layers = cells["dense"] + cells["moe"]
-    if not n_layers.size or n_layers.max() <= 0:
+def _ranges(starts, counts) -> np.ndarray:
+    """The concatenated integer ranges [start, start + count)."""
+    counts = np.asarray(counts, dtype=np.int64)
+    offset = np.cumsum(counts) - counts
+    return np.repeat(np.asarray(starts, dtype=np.int64) - offset, counts) + np.arange(int(counts.sum()))
+
+
+def _fewest_that_fit(prefix, prm, idx, fc: StageCells, ctx, limit, out, static, split):
+    """The split counts of the batch's cells after the planner's search (``memory_parts`` with
+    ``fit_limit_bytes``): per stage, bisection on the fewest recomputed layers per chunk whose
+    stage total fits; per row, on the fewest offloaded layers per chunk that make it fit; on
+    the rows that need it. The counts chosen are written to ``out``."""
+    n_cell = fc.cell["dense"] + fc.cell["moe"]
+    if not n_cell.size or n_cell.max() <= 0:
         return split
-    p = n_layers.shape[1]
-    row_max = n_layers.reshape(len(idx), -1).max(axis=1)        # the row's largest chunk
-    rc = np.asarray(batch.recompute)[idx] if np.ndim(batch.recompute) else np.full(len(idx), batch.recompute)
-    nl = np.asarray(batch.recompute_num_layers)[idx]
-    enumerated_full = (rc == _FULL) & (nl == 0) & (np.asarray(batch.recompute_method)[idx] != _UNIFORM)
+    bounds = row_bounds(fc.row)
+    n_stages = np.diff(np.append(bounds, len(fc)))
+    row_max = np.maximum.reduceat(fc.stage_max(n_cell), bounds)     # each row's largest chunk
+    rc, nl = prm["rc"], prm["nl"]
+    sidx = idx[fc.row]
 
-    def sub(rows_mask):
-        r = np.flatnonzero(rows_mask)
-        return r, {k: _take_rows(x, r) for k, x in cells.items()}, \
-            {k: _take_rows(x, r) for k, x in static.items() if k != "parts"}
+    def totals(pos, stage_rc=None, offload=None):
+        sub = fc.take(pos)
+        trial = _split(prefix, prm, sub, stage_rc=stage_rc, offload=offload)
+        return _total(static["tensors"][pos], _dynamic_parts(ctx, sidx[pos], sub, trial)), sub, trial
 
-    def vsub(r):
-        return v[r] if np.ndim(v) else v
-
-    def totals(r, c, st, stage_rc=None, offload=None):
-        trial = layer_split_counts_for(model, batch, idx[r], c, None, stage_rc=stage_rc, offload=offload)
-        return _total(st, _dynamic_parts(ctx, idx[r], c, trial, in_flight[r], vsub(r))), trial
+    def replace_cells(pos, trial):
+        nonlocal split
+        if split is None:
+            split = {k: np.zeros(len(n_cell)) for k in trial}
+        cells = _ranges(fc.first_cell[pos], np.diff(np.append(fc.first_cell, len(n_cell)))[pos])
+        for k in split:
+            split[k][cells] = trial[k]
 
     # every row's stage totals as enumerated (full recomputation of every layer where asked)
-    t_given = _total(static, _dynamic_parts(ctx, idx, cells, split, in_flight, v))
+    t_given = _total(static["tensors"], _dynamic_parts(ctx, sidx, fc, split))
+    peak_given = np.maximum.reduceat(t_given, bounds)
+    enumerated_full = (rc == _FULL) & (nl == 0) & (prm["method"] != _UNIFORM)
     if enumerated_full.any():
         # rows that fit recomputing every layer but not recomputing none: the fewest layers per
         # chunk N_s per stage s that fit, by bisection between 1 and every layer (a row that fits
         # without recomputation stays the "every layer" point of the memory / time trade-off; one
         # that does not fit even so is dropped by the planner)
-        r, c, st = sub(enumerated_full)
-        t_all = t_given[r]
-        t0, _ = totals(r, c, st, stage_rc=np.zeros((len(r), p)))
-        middle = (t_all.max(axis=1) <= limit) & (t0.max(axis=1) > limit)
-        r, c, st = sub(np.isin(np.arange(len(idx)), r[middle]))
-        t0 = t0[middle]
-    if enumerated_full.any() and len(r):
-        n_max = row_max[r][:, None]
-        lo = np.where(t0 <= limit, 0.0, 1.0)
-        hi = np.where(t0 <= limit, 0.0, n_max)
-        # memory falls about linearly with the layers recomputed: two probes around the linear
-        # estimate settle most rows, bisection the rest
-        t_hi = t_all[middle]
-        guess = np.ceil(n_max * (t0 - limit) / np.maximum(t0 - t_hi, 1.0))
-        real = np.arange(p)[None, :] < stages[r][:, None]          # the row's own stages
-        lo, hi = _bisect(lambda g, rows: totals(r[rows], {k: _take_rows(x, rows) for k, x in c.items()},
-                                                {k: _take_rows(x, rows) for k, x in st.items()}, stage_rc=g)[0] <= limit,
-                         lo, hi, guess)
-        need = np.where(real, hi, 0.0)
-        top = np.maximum(need.max(axis=1), 1.0)
-        at = np.arange(p, dtype=float)[None, :]
-        if p > 1:
-            slack = np.where(real[:, 1:], (top[:, None] - need[:, 1:]) / at[:, 1:], np.inf)
-            dec = np.floor(slack.min(axis=1))
+        cand = np.flatnonzero(enumerated_full & (peak_given <= limit))
+        pos = _ranges(bounds[cand], n_stages[cand])
+        t0 = totals(pos, stage_rc=np.zeros(len(pos)))[0]
+        middle = _row_peaks(t0, n_stages[cand]) > limit
+        rows = cand[middle]
+        keep = np.repeat(middle, n_stages[cand])
+        pos, t0 = pos[keep], t0[keep]
+        if len(rows):
+            n_max = row_max[fc.row[pos]]
+            lo = np.where(t0 <= limit, 0.0, 1.0)
+            hi = np.where(t0 <= limit, 0.0, n_max)
+            # memory falls about linearly with the layers recomputed: two probes around the linear
+            # estimate settle most stages, bisection the rest
+            guess = np.ceil(n_max * (t0 - limit) / np.maximum(t0 - t_given[pos], 1.0))
+            lo, hi = _bisect(lambda g, open_: totals(pos[open_], stage_rc=g)[0] <= limit, lo, hi, guess)
+            need = hi
+            rb = np.cumsum(n_stages[rows]) - n_stages[rows]
+            top = np.maximum(_row_peaks(need, n_stages[rows]), 1.0)
+            top_s = np.repeat(top, n_stages[rows])
+            at = fc.local[pos].astype(float)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                slack = np.where(at > 0, (top_s - need) / at, np.inf)
+            dec = np.floor(np.minimum.reduceat(slack, rb))
             dec = np.where(np.isfinite(dec), np.maximum(dec, 0.0), 0.0)
-        else:
-            dec = np.zeros(len(r))
-        covers_all = top >= n_max[:, 0]       # every layer recomputed: the enumerated "full"
-        counts = np.where(covers_all[:, None], n_max, np.maximum(top[:, None] - at * dec[:, None], 0.0))
-        out["_recompute_num_layers"][idx[r]] = np.where(covers_all, 0.0, top)
-        out["_recompute_layers_decrement"][idx[r]] = np.where(covers_all | (stages[r] == 1), 0.0, dec)
-        _, chosen = totals(r, c, st, stage_rc=counts)
-        split = {k: np.array(x, copy=True) for k, x in split.items()}
-        for k in split:
-            split[k][r] = chosen[k]
-    offloadable = (rc != _FULL) & ctx.per_row["offload_ok"][idx] & (np.asarray(batch.offload_activation_layers)[idx] == 0)
+            covers_all = top >= row_max[rows]       # every layer recomputed: the enumerated "full"
+            counts = np.where(np.repeat(covers_all, n_stages[rows]), n_max,
+                              np.maximum(top_s - at * np.repeat(dec, n_stages[rows]), 0.0))
+            out["_recompute_num_layers"][idx[rows]] = np.where(covers_all, 0.0, top)
+            out["_recompute_layers_decrement"][idx[rows]] = np.where(covers_all | (n_stages[rows] == 1), 0.0, dec)
+            replace_cells(pos, totals(pos, stage_rc=counts)[2])
+    offloadable = (rc != _FULL) & ctx.per_row["offload_ok"][idx] & (prm["off"] == 0) & (peak_given > limit)
     if offloadable.any():
-        r, c, st = sub(offloadable)
-        base = t_given[r]           # these rows' split is as enumerated (the recompute search skips them)
-        want = base.max(axis=1) > limit
-        if want.any():
-            r, c, st = sub(np.isin(np.arange(len(idx)), r[want]))
-            lo = np.ones(len(r))
-            hi = np.maximum(row_max[r] - 1.0, 1.0)
-            t_lo = base.max(axis=1)[want]
-            tried = []                # (counts, split) of every evaluation, to take the chosen one from
+        rows = np.flatnonzero(offloadable)
+        lo = np.ones(len(rows))
+        hi = np.maximum(row_max[rows] - 1.0, 1.0)
+        t_lo = peak_given[rows]
 
-            def offload_fits(g, rows):
-                t, trial = totals(r[rows], {k: _take_rows(x, rows) for k, x in c.items()},
-                                  {k: _take_rows(x, rows) for k, x in st.items()}, offload=g)
-                tried.append((rows, np.asarray(g, dtype=float), trial))
-                return t.max(axis=1) <= limit
+        def peaks(r, g):
+            """Each row's peak with ``g`` layers offloaded per chunk (rows ``r`` of ``rows``)."""
+            pos = _ranges(bounds[rows[r]], n_stages[rows[r]])
+            return _row_peaks(totals(pos, offload=np.repeat(g, n_stages[rows[r]]))[0], n_stages[rows[r]])
 
-            t_hi, trial_hi = totals(r, c, st, offload=hi)
-            reach = t_hi.max(axis=1) <= limit     # rows that fit offloading all it may (else: dropped)
-            if reach.any():
-                r, c, st = sub(np.isin(np.arange(len(idx)), r[reach]))
-                lo, hi, t_lo = lo[reach], hi[reach], t_lo[reach]
-                t_hi = t_hi[reach].max(axis=1)
-                tried.append((np.arange(len(r)), hi.copy(), {k: x[reach] for k, x in trial_hi.items()}))
-                guess = np.ceil(hi * (t_lo - limit) / np.maximum(t_lo - t_hi, 1.0))
-                lo, hi = _bisect(offload_fits, lo, hi, guess)
-            else:
-                r = r[:0]
-            if len(r):
-                out["_offload_activation_layers"][idx[r]] = hi
-                chosen = {k: np.array(x, copy=True) for k, x in tried[0][2].items()}
-                for rows, g, trial in tried[1:]:
-                    hit = g == hi[rows]
-                    for k in chosen:
-                        chosen[k][rows[hit]] = trial[k][hit]
-                split = {k: np.array(x, copy=True) for k, x in split.items()}
-                for k in split:
-                    split[k][r] = chosen[k]
+        t_hi = peaks(np.arange(len(rows)), hi)
+        reach = t_hi <= limit     # rows that fit offloading all it may (else: dropped)
+        rows, lo, hi, t_lo, t_hi = rows[reach], lo[reach], hi[reach], t_lo[reach], t_hi[reach]
+        if len(rows):
+            guess = np.ceil(hi * (t_lo - limit) / np.maximum(t_lo - t_hi, 1.0))
+            lo, hi = _bisect(lambda g, r: peaks(r, g) <= limit, lo, hi, guess)
+            out["_offload_activation_layers"][idx[rows]] = hi
+            pos = _ranges(bounds[rows], n_stages[rows])
+            replace_cells(pos, totals(pos, offload=np.repeat(hi, n_stages[rows]))[2])
     return split
 
 
-def _take_rows(x, rows):
-    """Rows ``rows`` of ``x``; a broadcast view (every row the same layout) stays one."""
-    x = np.asarray(x)
-    if x.ndim and x.strides[0] == 0:
-        return np.broadcast_to(x[0], (len(rows),) + x.shape[1:])
-    return x[rows]
+def _row_peaks(x, n_stages) -> np.ndarray:
+    """Per row, the largest of per-stage ``x`` laid out row after row, ``n_stages`` each."""
+    if not len(n_stages):
+        return np.zeros(0)
+    return np.maximum.reduceat(x, np.cumsum(n_stages) - n_stages)
 
 
 def _bisect(fits, lo, hi, guess):
-    """The smallest count in [lo, hi] for which ``fits(counts, rows)`` (monotone; evaluated on
-    the row indices ``rows`` only) holds, elementwise over rows (and stages): first two probes
-    at the ``guess`` and next to it, then bisection on the rows still open; (lo, hi) with
-    lo == hi."""
-    def probe(g, rows):
-        g = np.clip(g[rows], lo[rows], hi[rows])
-        ok = fits(g, rows)
-        open_ = lo[rows] < hi[rows]
-        hi[rows] = np.where(open_ & ok, g, hi[rows])
-        lo[rows] = np.where(open_ & ~ok, g + 1.0, lo[rows])
+    """The smallest count in [lo, hi] for which ``fits(counts, elements)`` (monotone; evaluated
+    on the element indices ``elements`` only) holds, elementwise: first two probes at the
+    ``guess`` and next to it, then bisection on the elements still open; (lo, hi) with lo == hi."""
+    def probe(g, at):
+        g = np.clip(g[at], lo[at], hi[at])
+        ok = fits(g, at)
+        hi[at] = np.where(ok, g, hi[at])
+        lo[at] = np.where(~ok, g + 1.0, lo[at])
         return ok
 
     lo, hi = np.array(lo, dtype=float), np.array(hi, dtype=float)
     guess = np.broadcast_to(np.asarray(guess, dtype=float), lo.shape)
-
-    def still_open():
-        return np.flatnonzero((lo < hi).reshape(len(lo), -1).any(axis=1))
-
-    rows = still_open()
-    if len(rows):
-        ok = probe(guess, rows)
+    at = np.flatnonzero(lo < hi)
+    if len(at):
+        ok = probe(guess, at)
         second = np.array(guess, copy=True)
-        second[rows] = np.where(ok, guess[rows] - 1.0, guess[rows] + 1.0)
-        rows = still_open()
-        if len(rows):
-            probe(second, rows)
-    rows = still_open()
-    while len(rows):
-        probe(np.floor((lo + hi) / 2.0), rows)
-        rows = still_open()
+        second[at] = np.where(ok, guess[at] - 1.0, guess[at] + 1.0)
+        at = np.flatnonzero(lo < hi)
+        if len(at):
+            probe(second, at)
+    at = np.flatnonzero(lo < hi)
+    while len(at):
+        probe(np.floor((lo + hi) / 2.0), at)
+        at = np.flatnonzero(lo < hi)
     return lo, hi
-
-
-def layer_split_counts_for(model, batch, idx, cells, v, stage_rc=None, offload=None):
-    """``step_pipeline.layer_split_counts`` (imported here to keep the import graph flat)."""
-    from simulator.step_pipeline import layer_split_counts
-    return layer_split_counts(model, batch, idx, cells, v, stage_rc=stage_rc, offload=offload)

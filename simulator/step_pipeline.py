@@ -224,23 +224,34 @@ def layer_split_counts(model, batch, idx, cells: dict, v: int, stage_rc=None, of
             full[rows] = x
             out[k] = full
         return out
-    rc = rc_rows[:, None, None]
-    nl = _rows(batch.recompute_num_layers, idx)[:, None, None]
-    dec = _rows(batch.recompute_layers_decrement, idx)[:, None, None]
-    uniform = (_rows(batch.recompute_method, idx) == RECOMPUTE_METHOD_CODES[RecomputeMethod.UNIFORM])[:, None, None]
-    stage = np.arange(p, dtype=float)[None, :, None]
+    def per_row(x):
+        return x[:, None, None]
+
+    stage_n = None if stage_rc is None else np.asarray(stage_rc, dtype=float)[:, :, None]
+    return split_counts(_moe_prefix(model), dense, moe, start, np.arange(p, dtype=float)[None, :, None],
+                        per_row(rc_rows), per_row(nl_rows), per_row(_rows(batch.recompute_layers_decrement, idx)),
+                        per_row(_rows(batch.recompute_method, idx)), per_row(off_rows), stage_n)
+
+
+def split_counts(prefix, dense, moe, start, stage, rc, nl, dec, method, off, stage_rc=None) -> dict:
+    """``layer_split_counts``' formula on arrays that broadcast to the cells: the cells' dense and
+    MoE layers and first layer index, their stage's index, the row's recompute code,
+    ``recompute_num_layers``, ``recompute_layers_decrement``, ``recompute_method`` code and
+    offloaded layers, and (optional) the block count of the cell's stage; ``prefix``:
+    ``_moe_prefix``. (The per-stage memory calls it on flat cells, the timing on (row, stage,
+    chunk) arrays.)"""
+    n = dense + moe
+    uniform = method == RECOMPUTE_METHOD_CODES[RecomputeMethod.UNIFORM]
     full = rc == _FULL_CODE
     block_n = np.where(nl > 0, np.minimum(np.maximum(nl - stage * dec, 0.0), n), n)
     if stage_rc is not None:
-        block_n = np.minimum(np.asarray(stage_rc, dtype=float)[:, :, None], n)
+        block_n = np.minimum(stage_rc, n)
     n_rc = np.where(full, np.where(uniform, n, block_n), 0.0)
     inputs = np.where(full & uniform & (nl > 0), np.ceil(n / np.maximum(nl, 1.0)), n_rc)
-    prefix = _moe_prefix(model)
     rc_moe = _moe_between(prefix, start, n_rc)
-    off = _rows(batch.offload_activation_layers, idx) if offload is None else np.asarray(offload, dtype=float)
     # Transformer Engine's offload context keeps the chunk's last layer (it offloads at most
     # layers - 1: get_cpu_offload_context's num_layers <= model_layers - 1)
-    n_off = np.minimum(np.minimum(off[:, None, None], n - n_rc), np.maximum(n - 1.0, 0.0))
+    n_off = np.minimum(np.minimum(off, n - n_rc), np.maximum(n - 1.0, 0.0))
     off_moe = _moe_between(prefix, start + n_rc, n_off)
     return {"rc_dense": n_rc - rc_moe, "rc_moe": rc_moe + 0.0, "rc_inputs": inputs,
             "off_dense": n_off - off_moe, "off_moe": off_moe + 0.0}
@@ -430,77 +441,6 @@ def _groups(sched, pp, vpp):
         idx = order[bounds[g]:bounds[g + 1]]
         i0 = idx[0]
         yield idx, int(sched[i0]), int(pp[i0]), int(vpp[i0])
-
-
-#: most (row x stage x chunk) cells one padded batch of ``padded_stage_batches`` holds
-MAX_PADDED_CELLS = 2_000_000
-#: the cell arrays a padded batch carries ((rows, P, V); ``stage_*`` (rows, P, 1))
-_PADDED_KEYS = ("dense", "moe", "emb", "head", "mtp", "start")
-_STAGE_KEYS = ("stage_dense", "stage_moe", "stage_emb", "stage_head", "stage_mtp")
-
-
-def padded_stage_batches(model, batch, max_cells: int = MAX_PADDED_CELLS):
-    """The rows of ``batch`` in a few batches whose cells are zero-padded to a common (stages,
-    chunks) shape, so the per-stage memory runs once per batch rather than once per (schedule,
-    pp, vpp) group: yields ``(idx, cells, in_flight, chunks, stages)`` with ``cells`` (rows, P, V)
-    arrays (``group_cells``'s layer counts, masks and ``start``; ``stage_*`` sums (rows, P, 1)),
-    ``in_flight`` (rows, P) the most micro-batch chunk activation sets each stage holds at once
-    (``makespan.peak_in_flight``: 1F1B's first stage min(m, p), ZB-H2's 2p - 1, DualPipe's p + 1,
-    GPipe's m; 0 on padding), and per row its chunks per stage and its stages."""
-    from simulator.pipeline.makespan import peak_in_flight
-    if len(batch) == 0:
-        return
-    pp = np.asarray(batch.pp).astype(np.int64)
-    vpp = np.asarray(batch.vpp).astype(np.int64)
-    sched = np.asarray(batch.schedule).astype(np.int64)
-    m_all = np.rint(np.asarray(batch.global_batch, dtype=float)
-                    / (np.asarray(batch.dp, dtype=float) * np.asarray(batch.micro_batch, dtype=float)))
-    m_all = np.broadcast_to(m_all, (len(batch),))
-    groups = []
-    for idx, code, p, vp in _groups(sched, pp, vpp):
-        kind = _CODE_TO_KIND[code]
-        v = schedule_chunks(code, vp)
-        cells = group_cells(model, kind, p, v, _rows(batch.first_stage_layers, idx).astype(np.int64),
-                            _rows(batch.last_stage_layers, idx).astype(np.int64), _layouts(batch, idx))
-        m = m_all[idx]
-        in_flight = np.zeros((len(idx), p))
-        for m_value in np.unique(m):
-            in_flight[m == m_value] = peak_in_flight(kind, p, int(m_value), v)
-        groups.append((idx, p, v, cells, in_flight))
-    groups.sort(key=lambda g: g[1] * g[2])
-    start = 0
-    while start < len(groups):
-        stop, P, V, rows = start, 0, 0, 0
-        while stop < len(groups):
-            _, p, v, _, _ = groups[stop]
-            n = len(groups[stop][0])
-            P2, V2 = max(P, p), max(V, v)
-            if rows and (rows + n) * P2 * V2 > max_cells:
-                break
-            P, V, rows, stop = P2, V2, rows + n, stop + 1
-        yield _pad(groups[start:stop], P, V)
-        start = stop
-
-
-def _pad(groups, P: int, V: int):
-    rows = sum(len(g[0]) for g in groups)
-    cells = {k: np.zeros((rows, P, V)) for k in _PADDED_KEYS}
-    cells.update({k: np.zeros((rows, P, 1)) for k in _STAGE_KEYS})
-    in_flight = np.zeros((rows, P))
-    chunks = np.zeros(rows)
-    stages = np.zeros(rows, dtype=np.int64)
-    idx = np.zeros(rows, dtype=np.int64)
-    at = 0
-    for g_idx, p, v, g_cells, g_in_flight in groups:
-        sl = slice(at, at + len(g_idx))
-        for k in _PADDED_KEYS:
-            cells[k][sl, :p, :v] = g_cells[k]
-        for k in _STAGE_KEYS:
-            cells[k][sl, :p] = g_cells[k]
-        in_flight[sl, :p] = g_in_flight
-        chunks[sl], stages[sl], idx[sl] = v, p, g_idx
-        at += len(g_idx)
-    return idx, cells, in_flight, chunks, stages
 
 
 @lru_cache(maxsize=1024)

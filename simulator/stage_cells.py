@@ -1,0 +1,135 @@
+"""Every row's (stage, chunk) cells in flat arrays, for the per-stage memory and its search.
+
+Rows of one ``ConfigBatch`` differ in stages p and chunks per stage v (schedule, pp, vpp), so
+a (rows, P, V) array padded to the largest p and v is mostly padding (7 % of its cells were
+real on the 70B / 256-GPU search). Here each row keeps only its own p v cells, stage by stage:
+a per-stage quantity is a segment sum or maximum (``np.add.reduceat``) over that stage's
+chunks, a per-row one over that row's stages; layer counts are small integers, so the sums
+are exact and the same whatever their order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+#: most cells one batch of ``stage_cell_batches`` holds (bounds the working memory)
+MAX_CELLS = 1_000_000
+#: per-cell arrays (``group_cells``' layer counts and first layer index)
+CELL_KEYS = ("dense", "moe", "start")
+#: per-stage arrays (``group_cells``' ``stage_*`` sums)
+STAGE_KEYS = ("stage_dense", "stage_moe", "stage_emb", "stage_head", "stage_mtp")
+
+
+@dataclass(frozen=True)
+class StageCells:
+    """Cells of some stages of some rows, flat.
+
+    Per stage (length S): ``row`` (the row, 0..rows-1 of the batch being evaluated),
+    ``local`` (its index 0..p-1 in the row), ``first_cell`` (offset of its chunks in the cell
+    arrays), ``in_flight`` (peak chunk sets held, ``makespan.peak_in_flight``), ``chunks`` (v),
+    and ``stage[k]`` (``STAGE_KEYS``). Per cell: ``cell_stage`` (position of its stage in the
+    stage arrays) and ``cell[k]`` (``CELL_KEYS``)."""
+
+    row: np.ndarray
+    local: np.ndarray
+    first_cell: np.ndarray
+    in_flight: np.ndarray
+    chunks: np.ndarray
+    stage: dict
+    cell_stage: np.ndarray
+    cell: dict
+
+    def __len__(self) -> int:
+        return len(self.row)
+
+    @property
+    def cell_row(self) -> np.ndarray:
+        return self.row[self.cell_stage]
+
+    def stage_sum(self, x) -> np.ndarray:
+        """Per stage, the sum of the per-cell ``x`` over its chunks."""
+        return np.add.reduceat(x, self.first_cell) if len(self.row) else np.zeros(0)
+
+    def stage_max(self, x) -> np.ndarray:
+        """Per stage, the largest of the per-cell ``x`` over its chunks."""
+        return np.maximum.reduceat(x, self.first_cell) if len(self.row) else np.zeros(0)
+
+    def take(self, stages) -> "StageCells":
+        """The stages at positions ``stages`` (ascending), with their cells."""
+        stages = np.asarray(stages, dtype=np.int64)
+        counts = np.diff(np.append(self.first_cell, len(self.cell_stage)))[stages]
+        first = np.cumsum(counts) - counts
+        cells = np.repeat(self.first_cell[stages] - first, counts) + np.arange(int(counts.sum()))
+        return StageCells(self.row[stages], self.local[stages], first, self.in_flight[stages], self.chunks[stages],
+                          {k: x[stages] for k, x in self.stage.items()}, np.repeat(np.arange(len(stages)), counts),
+                          {k: x[cells] for k, x in self.cell.items()})
+
+
+def row_bounds(row: np.ndarray) -> np.ndarray:
+    """Offsets of each row's first stage in stage arrays ordered by row (every row present)."""
+    return np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
+
+
+def stage_cell_batches(model, batch, max_cells: int = MAX_CELLS):
+    """The rows of ``batch`` in batches of at most about ``max_cells`` cells: yields ``(idx,
+    cells)`` with ``idx`` the batch rows and ``cells`` a ``StageCells`` of all their stages,
+    ordered by row (``row`` indexes ``idx``)."""
+    from simulator.pipeline.makespan import peak_in_flight
+    from simulator.step_pipeline import _CODE_TO_KIND, _groups, _layouts, _rows, group_cells, schedule_chunks
+    if len(batch) == 0:
+        return
+    pp = np.asarray(batch.pp).astype(np.int64)
+    vpp = np.asarray(batch.vpp).astype(np.int64)
+    sched = np.asarray(batch.schedule).astype(np.int64)
+    m_all = np.rint(np.asarray(batch.global_batch, dtype=float)
+                    / (np.asarray(batch.dp, dtype=float) * np.asarray(batch.micro_batch, dtype=float)))
+    m_all = np.broadcast_to(m_all, (len(batch),))
+    pending, size = [], 0
+    for idx, code, p, vp in _groups(sched, pp, vpp):
+        kind = _CODE_TO_KIND[code]
+        v = schedule_chunks(code, vp)
+        # rows of a group one batch at a time, at most max_cells cells each
+        step = max(max_cells // (p * v), 1)
+        for lo in range(0, len(idx), step):
+            part = idx[lo:lo + step]
+            if pending and size + len(part) * p * v > max_cells:
+                yield _flatten(pending)
+                pending, size = [], 0
+            g = group_cells(model, kind, p, v, _rows(batch.first_stage_layers, part).astype(np.int64),
+                            _rows(batch.last_stage_layers, part).astype(np.int64), _layouts(batch, part))
+            m = m_all[part]
+            in_flight = np.zeros((len(part), p))
+            for m_value in np.unique(m):
+                in_flight[m == m_value] = peak_in_flight(kind, p, int(m_value), v)
+            pending.append((part, p, v, g, in_flight))
+            size += len(part) * p * v
+    if pending:
+        yield _flatten(pending)
+
+
+def _flatten(groups):
+    """(idx, StageCells) of the groups' rows, ordered as listed."""
+    idx = np.concatenate([g[0] for g in groups])
+    rows_before = np.cumsum([0] + [len(g[0]) for g in groups])
+    row, local, in_flight, chunks, cell_stage = [], [], [], [], []
+    stage = {k: [] for k in STAGE_KEYS}
+    cell = {k: [] for k in CELL_KEYS}
+    n_stages = 0
+    for (g_idx, p, v, g_cells, g_in_flight), r0 in zip(groups, rows_before):
+        n = len(g_idx)
+        row.append(np.repeat(np.arange(r0, r0 + n), p))
+        local.append(np.tile(np.arange(p), n))
+        in_flight.append(g_in_flight.reshape(-1))
+        chunks.append(np.full(n * p, float(v)))
+        cell_stage.append(np.repeat(np.arange(n_stages, n_stages + n * p), v))
+        for k in STAGE_KEYS:
+            stage[k].append(np.broadcast_to(g_cells[k], (n, p, 1)).reshape(-1))
+        for k in CELL_KEYS:
+            cell[k].append(np.broadcast_to(g_cells[k], (n, p, v)).reshape(-1))
+        n_stages += n * p
+    cell_stage = np.concatenate(cell_stage)
+    first_cell = np.flatnonzero(np.r_[True, cell_stage[1:] != cell_stage[:-1]])
+    return idx, StageCells(np.concatenate(row), np.concatenate(local), first_cell, np.concatenate(in_flight),
+                           np.concatenate(chunks), {k: np.concatenate(x) for k, x in stage.items()}, cell_stage,
+                           {k: np.concatenate(x).astype(float) for k, x in cell.items()})
