@@ -176,9 +176,10 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
         prm = _split_inputs(batch, idx)
         static = _static_parts(ctx, sidx, fc)
         split = _split(prefix, prm, fc, given=True)
+        dyn = _dynamic_parts(ctx, sidx, fc, split)
         if search:
-            split = _fewest_that_fit(prefix, prm, idx, fc, ctx, fit_limit_bytes, out, static, split)
-        st = _stage_parts(ctx, sidx, fc, split, static)
+            dyn = _fewest_that_fit(prefix, prm, idx, fc, ctx, fit_limit_bytes, out, static, dyn)
+        st = _stage_parts(fc, dyn, static)
         parts, total, host = st["parts"], st["total"], st["host"]
         bounds = row_bounds(fc.row)
         last = np.append(bounds[1:], len(fc)) - 1            # each row's last stage
@@ -248,16 +249,34 @@ def _split(prefix, prm: dict, fc: StageCells, stage_rc=None, offload=None, given
     rc, nl, off = prm["rc"], prm["nl"], prm["off"]
     if stage_rc is None and offload is None and not ((rc == _FULL) | (off > 0)).any():
         return None
-    dense, moe = fc.cell["dense"], fc.cell["moe"]
-    out = split_counts(prefix, dense, moe, fc.cell["start"], fc.local[fc.cell_stage].astype(float), rc[row], nl[row],
-                       prm["dec"][row], prm["method"][row], off[row] if offload is None else offload[fc.cell_stage],
-                       None if stage_rc is None else stage_rc[fc.cell_stage])
+    busy = None
+    if stage_rc is None and offload is None:
+        busy_rows = (rc == _FULL) | (off > 0)
+        if not busy_rows.all():
+            # only the rows that recompute in full or offload have counts: those cells, zeros elsewhere
+            bounds = row_bounds(fc.row)
+            ends = np.append(fc.first_cell, len(fc.cell_stage))[np.append(bounds[1:], len(fc))]
+            r = np.flatnonzero(busy_rows)
+            starts = fc.first_cell[bounds[r]]
+            busy = _ranges(starts, ends[r] - starts)
+            row = row[busy]
+    pick = (lambda x: x) if busy is None else (lambda x: x[busy])   # noqa: E731
+    dense, moe = pick(fc.cell["dense"]), pick(fc.cell["moe"])
+    out = split_counts(prefix, dense, moe, pick(fc.cell["start"]), pick(fc.local[fc.cell_stage]).astype(float),
+                       rc[row], nl[row], prm["dec"][row], prm["method"][row],
+                       off[row] if offload is None else pick(offload[fc.cell_stage]),
+                       None if stage_rc is None else pick(stage_rc[fc.cell_stage]))
     if given:
         every = ((rc == _FULL) & (nl == 0) & (off == 0))[row]
         if every.any():
             out["rc_dense"] = np.where(every, dense, out["rc_dense"])
             out["rc_moe"] = np.where(every, moe, out["rc_moe"])
             out["rc_inputs"] = np.where(every, dense + moe, out["rc_inputs"])
+    if busy is not None:
+        for k, x in out.items():
+            full = np.zeros(len(fc.cell_stage))
+            full[busy] = x
+            out[k] = full
     return out
 
 
@@ -306,7 +325,8 @@ def _dynamic_parts(ctx: _Context, sidx, fc: StageCells, split) -> dict:
     return {
         "activations_bytes": sets * (kept_d * a["kept_dense"] + kept_m * a["kept_moe"]
                                      + per_stage["rc_inputs"] * a["input"]),
-        "recompute_buffers_bytes": _recompute_buffer(fc, split, a, ctx.per_row["rc_group"][sidx]),
+        "recompute_buffers_bytes": _recompute_buffer(fc, split, a, ctx.per_row["rc_group"][sidx],
+                                                     (per_stage["rc_dense"] + per_stage["rc_moe"] + offd + offm) > 0),
         "offload_buffers_bytes": offload.OFFLOAD_STAGING_LAYERS * np.maximum(
             np.where(offd > 0, a["kept_dense"], 0.0), np.where(offm > 0, a["kept_moe"], 0.0)),
         "host": sets * (offd * a["kept_dense"] + offm * a["kept_moe"]),
@@ -320,10 +340,10 @@ def _total(static_tensors, dynamic: dict) -> np.ndarray:
     return tensors + memory.allocator_allowance_bytes(tensors)
 
 
-def _stage_parts(ctx: _Context, sidx, fc: StageCells, split, static: dict) -> dict:
-    """Per stage of ``fc``: ``parts`` (``PARTS`` with the allocator), ``total``, ``host`` (host
-    bytes per GPU), ``params`` / ``expert_params`` (before ZeRO), ``layers``."""
-    dyn = _dynamic_parts(ctx, sidx, fc, split)
+def _stage_parts(fc: StageCells, dyn: dict, static: dict) -> dict:
+    """Per stage of ``fc``, from its ``_static_parts`` and ``_dynamic_parts``: ``parts``
+    (``PARTS`` with the allocator), ``total``, ``host`` (host bytes per GPU), ``params`` /
+    ``expert_params`` (before ZeRO), ``layers``."""
     parts = dict(static["parts"])
     parts.update({k: dyn[k] for k in ("activations_bytes", "recompute_buffers_bytes", "offload_buffers_bytes")})
     parts = {k: parts[k] for k in PARTS if k != "allocator_bytes"}
@@ -333,7 +353,7 @@ def _stage_parts(ctx: _Context, sidx, fc: StageCells, split, static: dict) -> di
             "params": static["params"], "expert_params": static["expert_params"], "layers": static["layers"]}
 
 
-def _recompute_buffer(fc: StageCells, split, a: dict, group) -> np.ndarray:
+def _recompute_buffer(fc: StageCells, split, a: dict, group, busy) -> np.ndarray:
     """Per stage of ``fc``, bytes recomputation brings back at the stage's backward, beyond what
     it keeps:
 
@@ -346,21 +366,31 @@ def _recompute_buffer(fc: StageCells, split, a: dict, group) -> np.ndarray:
       recomputed layers being the chunk's first).
 
     The larger of the two, over the stage's chunks. With nothing recomputed in full or offloaded
-    that is the selected operations of one layer of each kind the stage holds."""
-    if split is None:
-        sel = np.maximum(np.where(fc.stage["stage_dense"] > 0, a["full_dense"] - a["kept_dense"], 0.0),
-                         np.where(fc.stage["stage_moe"] > 0, a["full_moe"] - a["kept_moe"], 0.0))
-        return np.maximum(sel, 0.0)
-    c = {k: a[k][fc.cell_stage] for k in ("full_dense", "full_moe", "kept_dense", "kept_moe", "input")}
-    rc_d, rc_m = split["rc_dense"], split["rc_moe"]
+    (``busy`` false) that is the selected operations of one layer of each kind the stage holds."""
+    sel = np.maximum(np.where(fc.stage["stage_dense"] > 0, a["full_dense"] - a["kept_dense"], 0.0),
+                     np.where(fc.stage["stage_moe"] > 0, a["full_moe"] - a["kept_moe"], 0.0))
+    sel = np.maximum(sel, 0.0)
+    if split is None or not busy.any():
+        return sel
+    # the stages with a layer recomputed in full or offloaded, chunk by chunk (on the others the
+    # chunk-by-chunk maximum is the stage's ``sel``)
+    pos = np.flatnonzero(busy)
+    counts = np.diff(np.append(fc.first_cell, len(fc.cell_stage)))
+    cells = _ranges(fc.first_cell[pos], counts[pos]) if len(pos) < len(fc) else slice(None)
+    cell_stage = np.repeat(pos, counts[pos])
+    c = {k: a[k][cell_stage] for k in ("full_dense", "full_moe", "kept_dense", "kept_moe", "input")}
+    rc_d, rc_m = split["rc_dense"][cells], split["rc_moe"][cells]
     full = np.maximum(np.where(rc_d > 0, c["full_dense"], 0.0), np.where(rc_m > 0, c["full_moe"], 0.0))
-    kept_d = fc.cell["dense"] - rc_d - split["off_dense"]
-    kept_m = fc.cell["moe"] - rc_m - split["off_moe"]
+    kept_d = fc.cell["dense"][cells] - rc_d - split["off_dense"][cells]
+    kept_m = fc.cell["moe"][cells] - rc_m - split["off_moe"][cells]
     kept = kept_d * c["kept_dense"] + kept_m * c["kept_moe"]
-    rc_need = np.where(rc_d + rc_m > 0, np.maximum(group[fc.cell_stage] * full - c["input"] - kept, 0.0), 0.0)
+    rc_need = np.where(rc_d + rc_m > 0, np.maximum(group[cell_stage] * full - c["input"] - kept, 0.0), 0.0)
     sel_need = np.maximum(np.where(kept_d > 0, c["full_dense"] - c["kept_dense"], 0.0),
                           np.where(kept_m > 0, c["full_moe"] - c["kept_moe"], 0.0))
-    return fc.stage_max(np.maximum(rc_need, np.maximum(sel_need, 0.0)))
+    per_cell = np.maximum(rc_need, np.maximum(sel_need, 0.0))
+    out = np.array(sel, copy=True)
+    out[pos] = np.maximum.reduceat(per_cell, np.cumsum(counts[pos]) - counts[pos])
+    return out
 
 
 def _ranges(starts, counts) -> np.ndarray:
@@ -370,14 +400,15 @@ def _ranges(starts, counts) -> np.ndarray:
     return np.repeat(np.asarray(starts, dtype=np.int64) - offset, counts) + np.arange(int(counts.sum()))
 
 
-def _fewest_that_fit(prefix, prm, idx, fc: StageCells, ctx, limit, out, static, split):
-    """The split counts of the batch's cells after the planner's search (``memory_parts`` with
-    ``fit_limit_bytes``): per stage, bisection on the fewest recomputed layers per chunk whose
-    stage total fits; per row, on the fewest offloaded layers per chunk that make it fit; on
-    the rows that need it. The counts chosen are written to ``out``."""
+def _fewest_that_fit(prefix, prm, idx, fc: StageCells, ctx, limit, out, static, dyn):
+    """The dynamic parts (``_dynamic_parts``; ``dyn``: as enumerated) of the batch's stages
+    after the planner's search (``memory_parts`` with ``fit_limit_bytes``): per stage,
+    bisection on the fewest recomputed layers per chunk whose stage total fits; per row, on the
+    fewest offloaded layers per chunk that make it fit; on the rows that need it. The counts
+    chosen are written to ``out``."""
     n_cell = fc.cell["dense"] + fc.cell["moe"]
     if not n_cell.size or n_cell.max() <= 0:
-        return split
+        return dyn
     bounds = row_bounds(fc.row)
     n_stages = np.diff(np.append(bounds, len(fc)))
     row_max = np.maximum.reduceat(fc.stage_max(n_cell), bounds)     # each row's largest chunk
@@ -389,17 +420,19 @@ def _fewest_that_fit(prefix, prm, idx, fc: StageCells, ctx, limit, out, static, 
         trial = _split(prefix, prm, sub, stage_rc=stage_rc, offload=offload)
         return _total(static["tensors"][pos], _dynamic_parts(ctx, sidx[pos], sub, trial)), sub, trial
 
-    def replace_cells(pos, trial):
-        nonlocal split
-        if split is None:
-            split = {k: np.zeros(len(n_cell)) for k in trial}
-        cells = _ranges(fc.first_cell[pos], np.diff(np.append(fc.first_cell, len(n_cell)))[pos])
-        for k in split:
-            split[k][cells] = trial[k]
+    changed = []          # (stages, their dynamic parts) the search chose
+
+    def replace(pos, counts_key, counts):
+        sub = fc.take(pos)
+        changed.append((pos, _dynamic_parts(ctx, sidx[pos], sub, _split(prefix, prm, sub, **{counts_key: counts}))))
 
     # every row's stage totals as enumerated (full recomputation of every layer where asked)
-    t_given = _total(static["tensors"], _dynamic_parts(ctx, sidx, fc, split))
+    t_given = _total(static["tensors"], dyn)
     peak_given = np.maximum.reduceat(t_given, bounds)
+    # the dynamic parts are never negative: a row whose static parts alone do not fit never fits
+    t_static = _total(static["tensors"], dict.fromkeys(("activations_bytes", "recompute_buffers_bytes",
+                                                        "offload_buffers_bytes"), 0.0))
+    hopeless = np.maximum.reduceat(t_static, bounds) > limit
     enumerated_full = (rc == _FULL) & (nl == 0) & (prm["method"] != _UNIFORM)
     if enumerated_full.any():
         # rows that fit recomputing every layer but not recomputing none: the fewest layers per
@@ -435,8 +468,9 @@ def _fewest_that_fit(prefix, prm, idx, fc: StageCells, ctx, limit, out, static, 
                               np.maximum(top_s - at * np.repeat(dec, n_stages[rows]), 0.0))
             out["_recompute_num_layers"][idx[rows]] = np.where(covers_all, 0.0, top)
             out["_recompute_layers_decrement"][idx[rows]] = np.where(covers_all | (n_stages[rows] == 1), 0.0, dec)
-            replace_cells(pos, totals(pos, stage_rc=counts)[2])
-    offloadable = (rc != _FULL) & ctx.per_row["offload_ok"][idx] & (prm["off"] == 0) & (peak_given > limit)
+            replace(pos, "stage_rc", counts)
+    offloadable = (rc != _FULL) & ctx.per_row["offload_ok"][idx] & (prm["off"] == 0) & (peak_given > limit) \
+        & ~hopeless
     if offloadable.any():
         rows = np.flatnonzero(offloadable)
         lo = np.ones(len(rows))
@@ -456,8 +490,14 @@ def _fewest_that_fit(prefix, prm, idx, fc: StageCells, ctx, limit, out, static, 
             lo, hi = _bisect(lambda g, r: peaks(r, g) <= limit, lo, hi, guess)
             out["_offload_activation_layers"][idx[rows]] = hi
             pos = _ranges(bounds[rows], n_stages[rows])
-            replace_cells(pos, totals(pos, offload=np.repeat(hi, n_stages[rows]))[2])
-    return split
+            replace(pos, "offload", np.repeat(hi, n_stages[rows]))
+    if not changed:
+        return dyn
+    dyn = {k: np.array(x, copy=True) for k, x in dyn.items()}
+    for pos, part in changed:
+        for k in dyn:
+            dyn[k][pos] = part[k]
+    return dyn
 
 
 def _row_peaks(x, n_stages) -> np.ndarray:

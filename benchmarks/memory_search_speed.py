@@ -1,0 +1,76 @@
+"""How fast the per-stage memory and its recomputation / offload search are.
+
+Run: ``python benchmarks/memory_search_speed.py [--json] [--repeat N]``.
+
+Times (median of ``--repeat`` runs, wall seconds, one process):
+  * ``plan_wall_s``: ``paraplan.api.plan('llama3-70b', 'dgx-h100', 256,
+    global_batch_tokens=4194304)``, the whole search;
+  * ``memory_wall_s``: ``step_model.memory_parts`` with the planner's memory limit (the search
+    for the fewest recomputed / offloaded layers that fit) on every batch that plan scores,
+    summed; ``rows`` is their rows.
+
+Measured on the shared 2-core development machine (noisy: +-30 %), llama3-70b / 256 H100:
+  main before per-stage memory (766b14f): plan 1.3-2.3 s;
+  per-stage memory on (rows, P, V) arrays padded to the batch's largest p and v (9b9aa44):
+  plan 8.3-9.3 s, memory_parts 13.3 s for 12 calls (89,268 rows, with and without detail);
+  on flat cells (``simulator.stage_cells``): see the commit messages for the figures of each
+  step.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from paraplan import api  # noqa: E402
+from planners import vectorized  # noqa: E402
+from simulator import step_model  # noqa: E402
+
+CASE = {"model": "llama3-70b", "cluster": "dgx-h100", "gpus": 256, "global_batch_tokens": 4194304}
+
+
+def _plan():
+    return api.plan(CASE["model"], CASE["cluster"], CASE["gpus"], global_batch_tokens=CASE["global_batch_tokens"])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--repeat", type=int, default=3, help="runs (median reported)")
+    args = ap.parse_args(argv)
+    calls = []
+    original = vectorized.memory_parts
+
+    def capture(model, cluster, eff, batch, detail=False, fit_limit_bytes=None):
+        calls.append((model, cluster, eff, batch, fit_limit_bytes))
+        return original(model, cluster, eff, batch, detail=detail, fit_limit_bytes=fit_limit_bytes)
+
+    vectorized.memory_parts = capture
+    _plan()                                   # warm up (catalogs, caches) and capture the batches
+    vectorized.memory_parts = original
+    plan_runs, memory_runs = [], []
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        _plan()
+        plan_runs.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        for model, cluster, eff, batch, limit in calls:
+            step_model.memory_parts(model, cluster, eff, batch, fit_limit_bytes=limit)
+        memory_runs.append(time.perf_counter() - t0)
+    out = {"case": CASE, "plan_wall_s": sorted(plan_runs)[len(plan_runs) // 2],
+           "memory_wall_s": sorted(memory_runs)[len(memory_runs) // 2],
+           "memory_calls": len(calls), "rows": sum(len(c[3]) for c in calls)}
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(f"plan {out['plan_wall_s']:.2f} s wall; memory search {out['memory_wall_s']:.2f} s over "
+              f"{out['memory_calls']} batches, {out['rows']:,} rows")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
