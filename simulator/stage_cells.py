@@ -55,10 +55,17 @@ class StageCells:
         """Per stage, the largest of the per-cell ``x`` over its chunks."""
         return np.maximum.reduceat(x, self.first_cell) if len(self.row) else np.zeros(0)
 
+    def view(self, stages, row) -> "StageCells":
+        """The stages at positions ``stages`` (repeats allowed), renumbered to rows ``row``,
+        sharing these cells: only ``take`` and the per-stage arrays may be read from it."""
+        return StageCells(row, self.local[stages], self.first_cell[stages], self.in_flight[stages],
+                          self.chunks[stages], {k: x[stages] for k, x in self.stage.items()}, self.cell_stage,
+                          self.cell)
+
     def take(self, stages) -> "StageCells":
-        """The stages at positions ``stages`` (ascending), with their cells."""
+        """The stages at positions ``stages``, with their cells (copied, in that order)."""
         stages = np.asarray(stages, dtype=np.int64)
-        counts = np.diff(np.append(self.first_cell, len(self.cell_stage)))[stages]
+        counts = self.chunks[stages].astype(np.int64)          # a stage's cells are its chunks
         first = np.cumsum(counts) - counts
         cells = np.repeat(self.first_cell[stages] - first, counts) + np.arange(int(counts.sum()))
         return StageCells(self.row[stages], self.local[stages], first, self.in_flight[stages], self.chunks[stages],

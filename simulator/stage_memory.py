@@ -37,7 +37,7 @@ from model_specs.model_spec import ModelSpec
 from simulator.config_batch import RECOMPUTE_CODES, RECOMPUTE_METHOD_CODES, ConfigBatch
 from simulator.parallel_config import Recompute, RecomputeMethod
 from simulator.stage_cells import StageCells, row_bounds, stage_cell_batches
-from simulator.step_pipeline import _moe_prefix, _rows, split_counts
+from simulator.step_pipeline import _layouts, _moe_prefix, _rows, split_counts
 
 #: memory parts per GPU, summing to ``memory_bytes`` (the order tables print them in)
 PARTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "logits_bytes",
@@ -171,14 +171,35 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
                     "_recompute_layers_decrement": np.asarray(batch.recompute_layers_decrement, dtype=float).copy(),
                     "_offload_activation_layers": np.asarray(batch.offload_activation_layers, dtype=float).copy()})
     prefix = _moe_prefix(model)
-    for idx, fc in stage_cell_batches(model, batch):
+    # rows equal in everything the activations, recomputation and offload read share their
+    # stages' dynamic parts: those are computed once per distinct row (a tenth of the rows of a
+    # search, which differ in ZeRO, sharding and data parallelism far more than in layout)
+    reps, inverse = _distinct_dynamic_rows(batch, act, rc_group)
+    rep_batch = batch.take(reps) if len(reps) < n else batch
+    in_batch = np.zeros(len(reps), dtype=bool)
+    rep_local = np.zeros(len(reps), dtype=np.int64)
+    for ridx, rfc in stage_cell_batches(model, rep_batch):
+        rows_of_rep = reps[ridx]
+        rep_bounds = row_bounds(rfc.row)
+        rep_stages = np.diff(np.append(rep_bounds, len(rfc)))
+        split = _split(prefix, _split_inputs(batch, rows_of_rep), rfc, given=True)
+        rep_dyn = _dynamic_parts(ctx, rows_of_rep[rfc.row], rfc, split)
+        # the batch rows whose distinct row is in this batch, and their stages' places in it
+        in_batch[:] = False
+        in_batch[ridx] = True
+        rep_local[ridx] = np.arange(len(ridx))
+        idx = np.flatnonzero(in_batch[inverse])
+        own = rep_local[inverse[idx]]
+        pos = _ranges(rep_bounds[own], rep_stages[own])
+        fc = rfc.view(pos, np.repeat(np.arange(len(idx)), rep_stages[own]))
         sidx = idx[fc.row]                      # each stage's row of the batch
-        prm = _split_inputs(batch, idx)
         static = _static_parts(ctx, sidx, fc)
-        split = _split(prefix, prm, fc, given=True)
-        dyn = _dynamic_parts(ctx, sidx, fc, split)
+        dyn = {k: x[pos] for k, x in rep_dyn.items()}
         if search:
-            dyn = _fewest_that_fit(prefix, prm, idx, fc, ctx, fit_limit_bytes, out, static, dyn)
+            n_cell = rfc.cell["dense"] + rfc.cell["moe"]
+            row_max = np.maximum.reduceat(rfc.stage_max(n_cell), rep_bounds)[own] if len(rfc) else np.zeros(0)
+            dyn = _fewest_that_fit(prefix, _split_inputs(batch, idx), idx, fc, ctx, fit_limit_bytes, out, static, dyn,
+                                   row_max)
         st = _stage_parts(fc, dyn, static)
         parts, total, host = st["parts"], st["total"], st["host"]
         bounds = row_bounds(fc.row)
@@ -228,6 +249,36 @@ class _Context:
         self.model, self.low_precision, self.full_precision = model, low_precision, full_precision
         self.copy_bytes, self.per_row, self.act = copy_bytes, per_row, act
 
+
+
+def _distinct_dynamic_rows(batch, act: dict, rc_group):
+    """(first row of each distinct key, each row's key) over the rows of ``batch``, the key
+    being everything a stage's dynamic parts read: the layout (schedule, pp, vpp, first and
+    last stage layers, layout string), the micro-batches per step (the in-flight chunk sets),
+    the recomputation and offload settings and the per-layer activation bytes."""
+    n = len(batch)
+
+    def col(x):
+        return np.broadcast_to(np.asarray(x, dtype=float), (n,))
+
+    m = np.rint(np.asarray(batch.global_batch, dtype=float)
+                / (np.asarray(batch.dp, dtype=float) * np.asarray(batch.micro_batch, dtype=float)))
+    cols = [col(getattr(batch, f)) for f in ("schedule", "pp", "vpp", "first_stage_layers", "last_stage_layers",
+                                              "recompute", "recompute_num_layers", "recompute_layers_decrement",
+                                              "recompute_method", "offload_activation_layers")]
+    cols += [col(m), col(rc_group)] + [col(act[k]) for k in ("kept_dense", "kept_moe", "input", "full_dense",
+                                                               "full_moe")]
+    layouts = _layouts(batch, np.arange(n))
+    if layouts is not None:
+        cols.append(np.unique(np.asarray(layouts, dtype=object).astype(str), return_inverse=True)[1]
+                    .reshape(-1).astype(float))
+    key = np.ascontiguousarray(np.stack(cols, axis=1))
+    _, first, inverse = np.unique(key.view(np.dtype((np.void, key.itemsize * key.shape[1]))).reshape(-1),
+                                  return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")          # distinct rows in batch order
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return first[order], rank[inverse.reshape(-1)]
 
 
 def _split_inputs(batch, idx) -> dict:
@@ -400,18 +451,16 @@ def _ranges(starts, counts) -> np.ndarray:
     return np.repeat(np.asarray(starts, dtype=np.int64) - offset, counts) + np.arange(int(counts.sum()))
 
 
-def _fewest_that_fit(prefix, prm, idx, fc: StageCells, ctx, limit, out, static, dyn):
+def _fewest_that_fit(prefix, prm, idx, fc: StageCells, ctx, limit, out, static, dyn, row_max):
     """The dynamic parts (``_dynamic_parts``; ``dyn``: as enumerated) of the batch's stages
     after the planner's search (``memory_parts`` with ``fit_limit_bytes``): per stage,
     bisection on the fewest recomputed layers per chunk whose stage total fits; per row, on the
     fewest offloaded layers per chunk that make it fit; on the rows that need it. The counts
-    chosen are written to ``out``."""
-    n_cell = fc.cell["dense"] + fc.cell["moe"]
-    if not n_cell.size or n_cell.max() <= 0:
+    chosen are written to ``out``; ``row_max``: each row's largest chunk (layers)."""
+    if not len(row_max) or row_max.max() <= 0:
         return dyn
     bounds = row_bounds(fc.row)
     n_stages = np.diff(np.append(bounds, len(fc)))
-    row_max = np.maximum.reduceat(fc.stage_max(n_cell), bounds)     # each row's largest chunk
     rc, nl = prm["rc"], prm["nl"]
     sidx = idx[fc.row]
 
