@@ -199,7 +199,7 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
             n_cell = rfc.cell["dense"] + rfc.cell["moe"]
             row_max = np.maximum.reduceat(rfc.stage_max(n_cell), rep_bounds)[own] if len(rfc) else np.zeros(0)
             dyn = _fewest_that_fit(prefix, _split_inputs(batch, idx), idx, fc, ctx, fit_limit_bytes, out, static, dyn,
-                                   row_max)
+                                   row_max, pos)
         st = _stage_parts(fc, dyn, static)
         parts, total, host = st["parts"], st["total"], st["host"]
         bounds = row_bounds(fc.row)
@@ -451,12 +451,14 @@ def _ranges(starts, counts) -> np.ndarray:
     return np.repeat(np.asarray(starts, dtype=np.int64) - offset, counts) + np.arange(int(counts.sum()))
 
 
-def _fewest_that_fit(prefix, prm, idx, fc: StageCells, ctx, limit, out, static, dyn, row_max):
+def _fewest_that_fit(prefix, prm, idx, fc: StageCells, ctx, limit, out, static, dyn, row_max, shared):
     """The dynamic parts (``_dynamic_parts``; ``dyn``: as enumerated) of the batch's stages
     after the planner's search (``memory_parts`` with ``fit_limit_bytes``): per stage,
     bisection on the fewest recomputed layers per chunk whose stage total fits; per row, on the
     fewest offloaded layers per chunk that make it fit; on the rows that need it. The counts
-    chosen are written to ``out``; ``row_max``: each row's largest chunk (layers)."""
+    chosen are written to ``out``; ``row_max``: each row's largest chunk (layers); ``shared``:
+    per stage, the stage of the distinct row it shares its dynamic parts with (one evaluation
+    per distinct (stage, count) of a probe)."""
     if not len(row_max) or row_max.max() <= 0:
         return dyn
     bounds = row_bounds(fc.row)
@@ -464,16 +466,32 @@ def _fewest_that_fit(prefix, prm, idx, fc: StageCells, ctx, limit, out, static, 
     rc, nl = prm["rc"], prm["nl"]
     sidx = idx[fc.row]
 
+    def dynamic(pos, counts_key, counts, keys=("activations_bytes", "recompute_buffers_bytes",
+                                                 "offload_buffers_bytes", "host")):
+        """The dynamic parts of stages ``pos`` with ``counts`` (``_split``'s ``counts_key``),
+        evaluated once per distinct (shared stage, count)."""
+        counts = np.asarray(counts, dtype=float)
+        whole = (counts >= 0).all() and (counts == np.floor(counts)).all()
+        if whole and len(pos):
+            key = shared[pos] * (int(counts.max()) + 1) + counts.astype(np.int64)
+            _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+            inverse = inverse.reshape(-1)
+        else:
+            first, inverse = np.arange(len(pos)), slice(None)
+        sub = fc.take(pos[first])
+        part = _dynamic_parts(ctx, sidx[pos[first]], sub, _split(prefix, prm, sub, **{counts_key: counts[first]}))
+        return {k: part[k][inverse] for k in keys}
+
     def totals(pos, stage_rc=None, offload=None):
-        sub = fc.take(pos)
-        trial = _split(prefix, prm, sub, stage_rc=stage_rc, offload=offload)
-        return _total(static["tensors"][pos], _dynamic_parts(ctx, sidx[pos], sub, trial)), sub, trial
+        kind, counts = ("stage_rc", stage_rc) if offload is None else ("offload", offload)
+        return _total(static["tensors"][pos], dynamic(pos, kind, counts, keys=("activations_bytes",
+                                                                              "recompute_buffers_bytes",
+                                                                              "offload_buffers_bytes")))
 
     changed = []          # (stages, their dynamic parts) the search chose
 
     def replace(pos, counts_key, counts):
-        sub = fc.take(pos)
-        changed.append((pos, _dynamic_parts(ctx, sidx[pos], sub, _split(prefix, prm, sub, **{counts_key: counts}))))
+        changed.append((pos, dynamic(pos, counts_key, counts)))
 
     # every row's stage totals as enumerated (full recomputation of every layer where asked)
     t_given = _total(static["tensors"], dyn)
@@ -490,7 +508,7 @@ def _fewest_that_fit(prefix, prm, idx, fc: StageCells, ctx, limit, out, static, 
         # that does not fit even so is dropped by the planner)
         cand = np.flatnonzero(enumerated_full & (peak_given <= limit))
         pos = _ranges(bounds[cand], n_stages[cand])
-        t0 = totals(pos, stage_rc=np.zeros(len(pos)))[0]
+        t0 = totals(pos, stage_rc=np.zeros(len(pos)))
         middle = _row_peaks(t0, n_stages[cand]) > limit
         rows = cand[middle]
         keep = np.repeat(middle, n_stages[cand])
@@ -502,7 +520,7 @@ def _fewest_that_fit(prefix, prm, idx, fc: StageCells, ctx, limit, out, static, 
             # memory falls about linearly with the layers recomputed: two probes around the linear
             # estimate settle most stages, bisection the rest
             guess = np.ceil(n_max * (t0 - limit) / np.maximum(t0 - t_given[pos], 1.0))
-            lo, hi = _bisect(lambda g, open_: totals(pos[open_], stage_rc=g)[0] <= limit, lo, hi, guess)
+            lo, hi = _bisect(lambda g, open_: totals(pos[open_], stage_rc=g) <= limit, lo, hi, guess)
             need = hi
             rb = np.cumsum(n_stages[rows]) - n_stages[rows]
             top = np.maximum(_row_peaks(need, n_stages[rows]), 1.0)
@@ -529,7 +547,7 @@ def _fewest_that_fit(prefix, prm, idx, fc: StageCells, ctx, limit, out, static, 
         def peaks(r, g):
             """Each row's peak with ``g`` layers offloaded per chunk (rows ``r`` of ``rows``)."""
             pos = _ranges(bounds[rows[r]], n_stages[rows[r]])
-            return _row_peaks(totals(pos, offload=np.repeat(g, n_stages[rows[r]]))[0], n_stages[rows[r]])
+            return _row_peaks(totals(pos, offload=np.repeat(g, n_stages[rows[r]])), n_stages[rows[r]])
 
         t_hi = peaks(np.arange(len(rows)), hi)
         reach = t_hi <= limit     # rows that fit offloading all it may (else: dropped)
