@@ -210,6 +210,11 @@ def build_config(model: ModelSpec, gpus: int | None = None, **config_fields) -> 
 # simulate
 # --------------------------------------------------------------------------------------------
 
+#: the fields ``config_label`` reads
+LABEL_FIELDS = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage", "recompute", "sequence_parallel",
+                "schedule", "dtype", "attention_kernel")
+
+
 def config_label(config: Mapping[str, Any]) -> str:
     """A short human label of a configuration, e.g. ``dp8 tp8 pp4 vpp5 mb1 z1 sel sp``."""
     parts = [f"dp{config['dp']}", f"tp{config['tp']}", f"pp{config['pp']}"]
@@ -395,7 +400,9 @@ def _with_plan_columns(df: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec,
     if "config" not in df.columns and len(df) and all(k in df.columns for k in ("dp", "tp", "pp", "micro_batch",
                                                                                  "zero_stage")):
         defaults = ParallelConfig().as_dict()
-        df["config"] = [config_label({**defaults, **row}) for row in df.to_dict("records")]
+        # only the labelled fields: boxing every column of a large plan table costs more than the labels
+        labelled = df[[k for k in LABEL_FIELDS if k in df.columns]]
+        df["config"] = [config_label({**defaults, **row}) for row in labelled.to_dict("records")]
     return df
 
 
