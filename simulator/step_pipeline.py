@@ -216,7 +216,8 @@ def layer_split_counts(model, batch, idx, cells: dict, v: int, stage_rc=None, of
     if stage_rc is None and not busy.all():
         # only the rows that recompute in full or offload have counts: compute those, zeros elsewhere
         rows = np.flatnonzero(busy)
-        part = layer_split_counts(model, batch, np.asarray(idx)[rows], {k: _take(x, rows) for k, x in cells.items()},
+        part = layer_split_counts(model, batch, np.asarray(idx)[rows],
+                                  {k: _take(cells[k], rows) for k in ("dense", "moe", "start")},
                                   v, offload=None if offload is None else off_rows[rows])
         out = {}
         for k, x in part.items():
@@ -371,7 +372,9 @@ def pipeline_pass(model, batch, m, per_layer: PerLayer, ends: Ends, exact: np.nd
         out["first_window_f_s"][idx] = share * f[:, 0, :].sum(axis=1)
         out["first_window_bw_s"][idx] = share * (b[:, 0, :] + w[:, 0, :]).sum(axis=1)
         rows_k = np.arange(len(idx))
-        at_k = {name: cells[name].sum(axis=2)[rows_k, k] for name in cells}
+        # the busiest stage's counts: the layouts' per-stage sums, and the sends summed here
+        at_k = {name: cells["stage_" + name][rows_k, k, 0] for name in ("dense", "moe", "emb", "head", "mtp")}
+        at_k.update({name: cells[name].sum(axis=2)[rows_k, k] for name in ("send_f", "send_b")})
         at_k.update({name: split[name].sum(axis=2)[rows_k, k] for name in split})
         out["busiest_layers"][idx] = at_k["dense"] + at_k["moe"]
 
