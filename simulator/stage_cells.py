@@ -67,10 +67,17 @@ class StageCells:
         stages = np.asarray(stages, dtype=np.int64)
         counts = self.chunks[stages].astype(np.int64)          # a stage's cells are its chunks
         first = np.cumsum(counts) - counts
-        cells = np.repeat(self.first_cell[stages] - first, counts) + np.arange(int(counts.sum()))
+        cells = ranges(self.first_cell[stages], counts)
         return StageCells(self.row[stages], self.local[stages], first, self.in_flight[stages], self.chunks[stages],
                           {k: x[stages] for k, x in self.stage.items()}, np.repeat(np.arange(len(stages)), counts),
                           {k: x[cells] for k, x in self.cell.items()})
+
+
+def ranges(starts, counts) -> np.ndarray:
+    """The concatenated integer ranges [start, start + count)."""
+    counts = np.asarray(counts, dtype=np.int64)
+    offset = np.cumsum(counts) - counts
+    return np.repeat(np.asarray(starts, dtype=np.int64) - offset, counts) + np.arange(int(counts.sum()))
 
 
 def row_bounds(row: np.ndarray) -> np.ndarray:

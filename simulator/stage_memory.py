@@ -36,7 +36,8 @@ from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
 from simulator.config_batch import RECOMPUTE_CODES, RECOMPUTE_METHOD_CODES, ConfigBatch
 from simulator.parallel_config import Recompute, RecomputeMethod
-from simulator.stage_cells import StageCells, row_bounds, stage_cell_batches
+from simulator.memory_search import fewest_that_fit
+from simulator.stage_cells import StageCells, ranges, row_bounds, stage_cell_batches
 from simulator.step_pipeline import _layouts, _moe_prefix, _rows, split_counts
 
 #: memory parts per GPU, summing to ``memory_bytes`` (the order tables print them in)
@@ -190,7 +191,7 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
         rep_local[ridx] = np.arange(len(ridx))
         idx = np.flatnonzero(in_batch[inverse])
         own = rep_local[inverse[idx]]
-        pos = _ranges(rep_bounds[own], rep_stages[own])
+        pos = ranges(rep_bounds[own], rep_stages[own])
         fc = rfc.view(pos, np.repeat(np.arange(len(idx)), rep_stages[own]))
         sidx = idx[fc.row]                      # each stage's row of the batch
         static = _static_parts(ctx, sidx, fc)
@@ -198,8 +199,9 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
         if search:
             n_cell = rfc.cell["dense"] + rfc.cell["moe"]
             row_max = np.maximum.reduceat(rfc.stage_max(n_cell), rep_bounds)[own] if len(rfc) else np.zeros(0)
-            dyn = _fewest_that_fit(prefix, _split_inputs(batch, idx), idx, fc, ctx, fit_limit_bytes, out, static, dyn,
-                                   row_max, pos)
+            prm = _split_inputs(batch, idx)
+            dyn = fewest_that_fit(prm, idx, fc, fit_limit_bytes, out, static["tensors"], dyn, row_max,
+                                  ctx.per_row["offload_ok"][idx], _shared_dynamic(prefix, prm, fc, ctx, sidx, pos))
         st = _stage_parts(fc, dyn, static)
         parts, total, host = st["parts"], st["total"], st["host"]
         bounds = row_bounds(fc.row)
@@ -309,7 +311,7 @@ def _split(prefix, prm: dict, fc: StageCells, stage_rc=None, offload=None, given
             ends = np.append(fc.first_cell, len(fc.cell_stage))[np.append(bounds[1:], len(fc))]
             r = np.flatnonzero(busy_rows)
             starts = fc.first_cell[bounds[r]]
-            busy = _ranges(starts, ends[r] - starts)
+            busy = ranges(starts, ends[r] - starts)
             row = row[busy]
     pick = (lambda x: x) if busy is None else (lambda x: x[busy])   # noqa: E731
     dense, moe = pick(fc.cell["dense"]), pick(fc.cell["moe"])
@@ -384,13 +386,6 @@ def _dynamic_parts(ctx: _Context, sidx, fc: StageCells, split) -> dict:
     }
 
 
-def _total(static_tensors, dynamic: dict) -> np.ndarray:
-    """Stage totals with the allocator's allowance."""
-    tensors = static_tensors + dynamic["activations_bytes"] + dynamic["recompute_buffers_bytes"] \
-        + dynamic["offload_buffers_bytes"]
-    return tensors + memory.allocator_allowance_bytes(tensors)
-
-
 def _stage_parts(fc: StageCells, dyn: dict, static: dict) -> dict:
     """Per stage of ``fc``, from its ``_static_parts`` and ``_dynamic_parts``: ``parts``
     (``PARTS`` with the allocator), ``total``, ``host`` (host bytes per GPU), ``params`` /
@@ -427,7 +422,7 @@ def _recompute_buffer(fc: StageCells, split, a: dict, group, busy) -> np.ndarray
     # chunk-by-chunk maximum is the stage's ``sel``)
     pos = np.flatnonzero(busy)
     counts = np.diff(np.append(fc.first_cell, len(fc.cell_stage)))
-    cells = _ranges(fc.first_cell[pos], counts[pos]) if len(pos) < len(fc) else slice(None)
+    cells = ranges(fc.first_cell[pos], counts[pos]) if len(pos) < len(fc) else slice(None)
     cell_stage = np.repeat(pos, counts[pos])
     c = {k: a[k][cell_stage] for k in ("full_dense", "full_moe", "kept_dense", "kept_moe", "input")}
     rc_d, rc_m = split["rc_dense"][cells], split["rc_moe"][cells]
@@ -444,35 +439,14 @@ def _recompute_buffer(fc: StageCells, split, a: dict, group, busy) -> np.ndarray
     return out
 
 
-def _ranges(starts, counts) -> np.ndarray:
-    """The concatenated integer ranges [start, start + count)."""
-    counts = np.asarray(counts, dtype=np.int64)
-    offset = np.cumsum(counts) - counts
-    return np.repeat(np.asarray(starts, dtype=np.int64) - offset, counts) + np.arange(int(counts.sum()))
-
-
-def _fewest_that_fit(prefix, prm, idx, fc: StageCells, ctx, limit, out, static, dyn, row_max, shared):
-    """The dynamic parts (``_dynamic_parts``; ``dyn``: as enumerated) of the batch's stages
-    after the planner's search (``memory_parts`` with ``fit_limit_bytes``): per stage,
-    bisection on the fewest recomputed layers per chunk whose stage total fits; per row, on the
-    fewest offloaded layers per chunk that make it fit; on the rows that need it. The counts
-    chosen are written to ``out``; ``row_max``: each row's largest chunk (layers); ``shared``:
-    per stage, the stage of the distinct row it shares its dynamic parts with (one evaluation
-    per distinct (stage, count) of a probe)."""
-    if not len(row_max) or row_max.max() <= 0:
-        return dyn
-    bounds = row_bounds(fc.row)
-    n_stages = np.diff(np.append(bounds, len(fc)))
-    rc, nl = prm["rc"], prm["nl"]
-    sidx = idx[fc.row]
-
-    def dynamic(pos, counts_key, counts, keys=("activations_bytes", "recompute_buffers_bytes",
-                                                 "offload_buffers_bytes", "host")):
-        """The dynamic parts of stages ``pos`` with ``counts`` (``_split``'s ``counts_key``),
-        evaluated once per distinct (shared stage, count)."""
+def _shared_dynamic(prefix, prm: dict, fc: StageCells, ctx: _Context, sidx, shared):
+    """``dynamic(pos, counts_key, counts)``: the dynamic parts of the stages ``pos`` of ``fc``
+    with ``counts`` (``_split``'s ``stage_rc`` or ``offload``, per stage), evaluated once per
+    distinct (shared stage, count); ``shared``: per stage, the stage of the distinct row whose
+    dynamic parts it shares."""
+    def dynamic(pos, counts_key, counts):
         counts = np.asarray(counts, dtype=float)
-        whole = (counts >= 0).all() and (counts == np.floor(counts)).all()
-        if whole and len(pos):
+        if len(pos) and (counts >= 0).all() and (counts == np.floor(counts)).all():
             key = shared[pos] * (int(counts.max()) + 1) + counts.astype(np.int64)
             _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
             inverse = inverse.reshape(-1)
@@ -480,123 +454,6 @@ def _fewest_that_fit(prefix, prm, idx, fc: StageCells, ctx, limit, out, static, 
             first, inverse = np.arange(len(pos)), slice(None)
         sub = fc.take(pos[first])
         part = _dynamic_parts(ctx, sidx[pos[first]], sub, _split(prefix, prm, sub, **{counts_key: counts[first]}))
-        return {k: part[k][inverse] for k in keys}
+        return {k: x[inverse] for k, x in part.items()}
 
-    def totals(pos, stage_rc=None, offload=None):
-        kind, counts = ("stage_rc", stage_rc) if offload is None else ("offload", offload)
-        return _total(static["tensors"][pos], dynamic(pos, kind, counts, keys=("activations_bytes",
-                                                                              "recompute_buffers_bytes",
-                                                                              "offload_buffers_bytes")))
-
-    changed = []          # (stages, their dynamic parts) the search chose
-
-    def replace(pos, counts_key, counts):
-        changed.append((pos, dynamic(pos, counts_key, counts)))
-
-    # every row's stage totals as enumerated (full recomputation of every layer where asked)
-    t_given = _total(static["tensors"], dyn)
-    peak_given = np.maximum.reduceat(t_given, bounds)
-    # the dynamic parts are never negative: a row whose static parts alone do not fit never fits
-    t_static = _total(static["tensors"], dict.fromkeys(("activations_bytes", "recompute_buffers_bytes",
-                                                        "offload_buffers_bytes"), 0.0))
-    hopeless = np.maximum.reduceat(t_static, bounds) > limit
-    enumerated_full = (rc == _FULL) & (nl == 0) & (prm["method"] != _UNIFORM)
-    if enumerated_full.any():
-        # rows that fit recomputing every layer but not recomputing none: the fewest layers per
-        # chunk N_s per stage s that fit, by bisection between 1 and every layer (a row that fits
-        # without recomputation stays the "every layer" point of the memory / time trade-off; one
-        # that does not fit even so is dropped by the planner)
-        cand = np.flatnonzero(enumerated_full & (peak_given <= limit))
-        pos = _ranges(bounds[cand], n_stages[cand])
-        t0 = totals(pos, stage_rc=np.zeros(len(pos)))
-        middle = _row_peaks(t0, n_stages[cand]) > limit
-        rows = cand[middle]
-        keep = np.repeat(middle, n_stages[cand])
-        pos, t0 = pos[keep], t0[keep]
-        if len(rows):
-            n_max = row_max[fc.row[pos]]
-            lo = np.where(t0 <= limit, 0.0, 1.0)
-            hi = np.where(t0 <= limit, 0.0, n_max)
-            # memory falls about linearly with the layers recomputed: two probes around the linear
-            # estimate settle most stages, bisection the rest
-            guess = np.ceil(n_max * (t0 - limit) / np.maximum(t0 - t_given[pos], 1.0))
-            lo, hi = _bisect(lambda g, open_: totals(pos[open_], stage_rc=g) <= limit, lo, hi, guess)
-            need = hi
-            rb = np.cumsum(n_stages[rows]) - n_stages[rows]
-            top = np.maximum(_row_peaks(need, n_stages[rows]), 1.0)
-            top_s = np.repeat(top, n_stages[rows])
-            at = fc.local[pos].astype(float)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                slack = np.where(at > 0, (top_s - need) / at, np.inf)
-            dec = np.floor(np.minimum.reduceat(slack, rb))
-            dec = np.where(np.isfinite(dec), np.maximum(dec, 0.0), 0.0)
-            covers_all = top >= row_max[rows]       # every layer recomputed: the enumerated "full"
-            counts = np.where(np.repeat(covers_all, n_stages[rows]), n_max,
-                              np.maximum(top_s - at * np.repeat(dec, n_stages[rows]), 0.0))
-            out["_recompute_num_layers"][idx[rows]] = np.where(covers_all, 0.0, top)
-            out["_recompute_layers_decrement"][idx[rows]] = np.where(covers_all | (n_stages[rows] == 1), 0.0, dec)
-            replace(pos, "stage_rc", counts)
-    offloadable = (rc != _FULL) & ctx.per_row["offload_ok"][idx] & (prm["off"] == 0) & (peak_given > limit) \
-        & ~hopeless
-    if offloadable.any():
-        rows = np.flatnonzero(offloadable)
-        lo = np.ones(len(rows))
-        hi = np.maximum(row_max[rows] - 1.0, 1.0)
-        t_lo = peak_given[rows]
-
-        def peaks(r, g):
-            """Each row's peak with ``g`` layers offloaded per chunk (rows ``r`` of ``rows``)."""
-            pos = _ranges(bounds[rows[r]], n_stages[rows[r]])
-            return _row_peaks(totals(pos, offload=np.repeat(g, n_stages[rows[r]])), n_stages[rows[r]])
-
-        t_hi = peaks(np.arange(len(rows)), hi)
-        reach = t_hi <= limit     # rows that fit offloading all it may (else: dropped)
-        rows, lo, hi, t_lo, t_hi = rows[reach], lo[reach], hi[reach], t_lo[reach], t_hi[reach]
-        if len(rows):
-            guess = np.ceil(hi * (t_lo - limit) / np.maximum(t_lo - t_hi, 1.0))
-            lo, hi = _bisect(lambda g, r: peaks(r, g) <= limit, lo, hi, guess)
-            out["_offload_activation_layers"][idx[rows]] = hi
-            pos = _ranges(bounds[rows], n_stages[rows])
-            replace(pos, "offload", np.repeat(hi, n_stages[rows]))
-    if not changed:
-        return dyn
-    dyn = {k: np.array(x, copy=True) for k, x in dyn.items()}
-    for pos, part in changed:
-        for k in dyn:
-            dyn[k][pos] = part[k]
-    return dyn
-
-
-def _row_peaks(x, n_stages) -> np.ndarray:
-    """Per row, the largest of per-stage ``x`` laid out row after row, ``n_stages`` each."""
-    if not len(n_stages):
-        return np.zeros(0)
-    return np.maximum.reduceat(x, np.cumsum(n_stages) - n_stages)
-
-
-def _bisect(fits, lo, hi, guess):
-    """The smallest count in [lo, hi] for which ``fits(counts, elements)`` (monotone; evaluated
-    on the element indices ``elements`` only) holds, elementwise: first two probes at the
-    ``guess`` and next to it, then bisection on the elements still open; (lo, hi) with lo == hi."""
-    def probe(g, at):
-        g = np.clip(g[at], lo[at], hi[at])
-        ok = fits(g, at)
-        hi[at] = np.where(ok, g, hi[at])
-        lo[at] = np.where(~ok, g + 1.0, lo[at])
-        return ok
-
-    lo, hi = np.array(lo, dtype=float), np.array(hi, dtype=float)
-    guess = np.broadcast_to(np.asarray(guess, dtype=float), lo.shape)
-    at = np.flatnonzero(lo < hi)
-    if len(at):
-        ok = probe(guess, at)
-        second = np.array(guess, copy=True)
-        second[at] = np.where(ok, guess[at] - 1.0, guess[at] + 1.0)
-        at = np.flatnonzero(lo < hi)
-        if len(at):
-            probe(second, at)
-    at = np.flatnonzero(lo < hi)
-    while len(at):
-        probe(np.floor((lo + hi) / 2.0), at)
-        at = np.flatnonzero(lo < hi)
-    return lo, hi
+    return dynamic
