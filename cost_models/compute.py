@@ -110,6 +110,8 @@ GEMM_TILES = ((256.0, 128.0), (128.0, 256.0), (128.0, 128.0), (128.0, 64.0), (64
 GEMM_K_PROLOGUE = 128.0
 #: shortest K per split when cuBLAS splits a GEMM along K to fill the SMs
 MIN_SPLIT_K = 512.0
+_TILE_M = np.array([t[0] for t in GEMM_TILES])
+_TILE_N = np.array([t[1] for t in GEMM_TILES])
 
 
 def wave_shape_factor(m, n, k, sm_count, k_stage_scale=1.0):
@@ -125,17 +127,19 @@ def wave_shape_factor(m, n, k, sm_count, k_stage_scale=1.0):
     and wave quantization).
     """
     m, n, k = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (m, n, k))
-    best = None
-    for tm, tn in GEMM_TILES:
-        tiles = np.ceil(m / tm) * np.ceil(n / tn)
-        padding = m * n / (tiles * tm * tn)
-        split = np.clip(np.floor(sm_count / tiles), 1.0, np.maximum(np.floor(k / MIN_SPLIT_K), 1.0))
-        work = tiles * split
-        waves = work / (np.ceil(work / sm_count) * sm_count)
-        k_split = k / split
-        util = padding * waves * k_split / (k_split + GEMM_K_PROLOGUE * k_stage_scale)
-        best = util if best is None else np.maximum(best, util)
-    return best
+    # every candidate tile at once along a leading axis (one pass of array operations, not one
+    # per tile: the planner calls this tens of thousands of times on small arrays)
+    shape = (len(GEMM_TILES),) + (1,) * max(m.ndim, n.ndim, k.ndim)
+    tm = _TILE_M.reshape(shape)
+    tn = _TILE_N.reshape(shape)
+    tiles = np.ceil(m / tm) * np.ceil(n / tn)
+    padding = m * n / (tiles * tm * tn)
+    split = np.clip(np.floor(sm_count / tiles), 1.0, np.maximum(np.floor(k / MIN_SPLIT_K), 1.0))
+    work = tiles * split
+    waves = work / (np.ceil(work / sm_count) * sm_count)
+    k_split = k / split
+    util = padding * waves * k_split / (k_split + GEMM_K_PROLOGUE * k_stage_scale)
+    return util.max(axis=0)
 
 
 def gemm_shape_factor(m, n, k, half_dim, k_half_dim=None, sm_count=None, k_stage_scale=1.0):

@@ -490,3 +490,17 @@ def test_mfu_is_percent_of_the_bf16_peak_in_every_command():
     fp8 = json.loads(run(*SIM, *PLAN_64, "--dtype", "fp8", "--json").stdout)
     # an fp8 plan's MFU against the bf16 peak: its FLOPs over the bf16 rate, so above its fp8-peak share
     assert 0 < fp8["mfu_bf16_pct"] < 200 and fp8["mfu_bf16_pct"] > sim["mfu_bf16_pct"]
+
+
+def test_ep_comm_overlap_switch_hides_the_all_to_all_the_layers_compute_covers():
+    # Mixtral on 64 H100, ep 8 within a node: each layer's dispatch/combine is shorter than its
+    # expert GEMMs, so with the switch on nothing is exposed and the step loses exactly what the
+    # switch-off run exposed (the all-to-all is on no other path)
+    base = ["simulate", "-m", "mixtral-8x7b", "-c", "dgx-h100", "-n", "64", "--tp", "2", "--ep", "8",
+            "--global-batch", "256", "--json"]
+    off = json.loads(run(*base, "--no-ep-comm-overlap").stdout)
+    on = json.loads(run(*base, "--ep-comm-overlap").stdout)
+    assert off["time_breakdown_s"]["ep_comm_exposed_s"] > 0.1
+    assert on["time_breakdown_s"]["ep_comm_exposed_s"] == 0.0
+    assert on["step_time_s"] == pytest.approx(off["step_time_s"] - off["time_breakdown_s"]["ep_comm_exposed_s"], rel=1e-9)
+    assert on["config"]["ep_comm_overlap"] is True and off["config"]["ep_comm_overlap"] is False

@@ -38,12 +38,12 @@ def test_gh200_runs_are_predicted_within_the_measured_bounds(records):
     time_err = _errors(records, "clariden", "iter_time_s")
     mem_err = _errors(records, "clariden", "peak_memory_bytes")
     assert len(time_err) == 26
-    # measured with main's step model at 06303bb (GEMMs by tile and wave quantisation, a
-    # host-issue floor, materialised scores as batched GEMMs, the fp32 softmax unfused):
-    # iteration time mean 16.7%, worst 52.7% (OPT-350M on 4 nodes, one micro-batch: -53%);
-    # GPT-Neo-2.7B on 8-64 nodes +7 to +13%; peak memory mean 11.8%, worst 35.4%
-    assert time_err.mean() <= 0.18
-    assert time_err.max() <= 0.55
+    # measured with main's step model after the FA2 mma.sync rate and the refit on the
+    # rowcov rows (the Hopper factors these runs use): iteration time mean 12.3%, worst 26.2%
+    # (GPT-Neo-2.7B on 4 nodes, +26%; GPT-Neo 17-26% slow on 4-64 nodes, 20% fast on 2; OPT-350M within
+    # -9..+14%); peak memory mean 11.8%, worst 35.4%. The issue's target is a 15% mean.
+    assert time_err.mean() <= 0.15
+    assert time_err.max() <= 0.30
     assert mem_err.mean() <= 0.13
 
 

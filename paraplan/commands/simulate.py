@@ -87,8 +87,8 @@ def _data_parallel(dp: int | None, gpus: int | None, tp: int, pp: int, cp: int) 
 
 
 #: software switches that default to the ``--stack``'s behaviour and override it when given
-SWITCH_OPTIONS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "flash_attention",
-                  "attention_kernel", "grad_accumulation_fusion", "zero3_recompute_gather")
+SWITCH_OPTIONS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",
+                  "flash_attention", "attention_kernel", "grad_accumulation_fusion", "zero3_recompute_gather")
 
 
 def build_inputs(opts: dict) -> tuple[ModelSpec, object, ParallelConfig, int | None]:
@@ -177,7 +177,7 @@ def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | 
         f"attention_kernel={c['attention_kernel']}",
         f"         overlap_grad_reduce={_on_off(c['overlap_grad_reduce'])} "
         f"overlap_param_gather={_on_off(c['overlap_param_gather'])} tp_comm_overlap={_on_off(c['tp_comm_overlap'])} "
-        f"cp_kind={c['cp_kind']} moe_load_imbalance={c['moe_load_imbalance']:g} "
+        f"ep_comm_overlap={_on_off(c['ep_comm_overlap'])} cp_kind={c['cp_kind']} moe_load_imbalance={c['moe_load_imbalance']:g} "
         f"grad_accumulation_fusion={_on_off(c['grad_accumulation_fusion'])}"
         + (f" zero3_recompute_gather={_on_off(c['zero3_recompute_gather'])}" if c["zero_stage"] >= 3 else ""),
         "",
@@ -382,6 +382,10 @@ POS = click.IntRange(min=1)
 @click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=None, help="DP gradient reduction overlaps backward.")
 @click.option("--overlap-param-gather/--no-overlap-param-gather", default=None, help="ZeRO parameter all-gathers prefetched under compute.")
 @click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=None, help="TP collectives overlap the GEMMs (userbuffers / async TP).")
+@click.option("--ep-comm-overlap/--no-ep-comm-overlap", default=None,
+              help="MoE dispatch/combine all-to-alls overlap compute, only what exceeds the layer's compute "
+                   "is exposed (DeepSeek-V3's DualPipe chunk pairs, DeepEP, Megatron's "
+                   "--overlap-moe-expert-parallel-comm); default: the stack's.")
 @click.option("--cp-kind", type=click.Choice([k.value for k in CPKind]), default="ring", show_default=True, help="Context-parallel flavour.")
 @click.option("--moe-load-imbalance", type=click.FloatRange(min=1.0), metavar="RATIO", default=1.0, show_default=True, help="Busiest expert's tokens / mean (1 = balanced).")
 @click.option("--flash-attention/--no-flash-attention", default=None, help="Fused attention core (no stored score matrix).")
