@@ -9,12 +9,17 @@ Times (median of ``--repeat`` runs, wall seconds, one process):
     for the fewest recomputed / offloaded layers that fit) on every batch that plan scores,
     summed; ``rows`` is their rows.
 
-Measured on the shared 2-core development machine (noisy: +-30 %), llama3-70b / 256 H100:
-  main before per-stage memory (766b14f): plan 1.3-2.3 s;
-  per-stage memory on (rows, P, V) arrays padded to the batch's largest p and v (9b9aa44):
-  plan 8.3-9.3 s, memory_parts 13.3 s for 12 calls (89,268 rows, with and without detail);
-  on flat cells (``simulator.stage_cells``): see the commit messages for the figures of each
-  step.
+Measured on the shared 2-core development machine (noisy: +-20 %), llama3-70b / 256 H100,
+89,268 rows in 6 memory batches; plan_wall_s / memory_wall_s, median of 3-5 warm runs:
+  main without per-stage memory (85653fb):                       plan 0.71 s
+  per-stage memory on (rows, P, V) arrays padded to the batch's
+  largest p and v (9b9aa44):                                     plan 5.78 s, memory 4.69 s
+  flat cells, one evaluation per distinct row, deduplicated
+  probes (d8a6adb, merged with 85653fb):                         plan 0.95-1.05 s, memory 0.25 s
+The cold single call of the issue's profile (``cProfile`` of one ``api.plan`` in a fresh
+process): main 1.37-1.45 s, 9b9aa44 8.3-9.3 s, d8a6adb 1.88-2.23 s. What is left over main is
+mostly the branch's larger space (HSDP) and its rows that fit only with partial recomputation
+or offload: more rows timed and labelled (36,149 plan rows against main's 22,333).
 """
 from __future__ import annotations
 
