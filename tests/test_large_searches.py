@@ -16,7 +16,7 @@ from planners.search_space import (MAX_FACTORISATIONS, _factorisations, enumerat
 from planners.vectorized import kept_rows
 
 #: a range search small enough to run unbounded in a test (a few hundred thousand rows)
-MODEL, CLUSTER, GPUS, GBS = "llama3-8b", "dgx-h100", (48, 128), 96
+MODEL, CLUSTER, GPUS, GBS = "llama3-8b", "dgx-h100", (48, 96), 96
 
 
 @pytest.mark.parametrize("lo, hi", [(1, 1), (1, 300), (1024, 1100), (16384, 16384), (5000, 5128),
