@@ -399,11 +399,38 @@ def _with_plan_columns(df: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec,
         df["global_batch_tokens"] = df["global_batch"] * model.seq_len
     if "config" not in df.columns and len(df) and all(k in df.columns for k in ("dp", "tp", "pp", "micro_batch",
                                                                                  "zero_stage")):
-        defaults = ParallelConfig().as_dict()
-        # only the labelled fields: boxing every column of a large plan table costs more than the labels
-        labelled = df[[k for k in LABEL_FIELDS if k in df.columns]]
-        df["config"] = [config_label({**defaults, **row}) for row in labelled.to_dict("records")]
+        df["config"] = config_labels(df)
     return df
+
+
+def config_labels(df: pd.DataFrame) -> pd.Series:
+    """``config_label`` of every row of ``df`` at once (column-wise string operations: a plan
+    table has tens of thousands of rows); fields ``df`` lacks take ``ParallelConfig``'s defaults."""
+    defaults = ParallelConfig().as_dict()
+
+    def text(key: str) -> pd.Series:
+        if key in df.columns:
+            return df[key].astype(object).map(str)
+        return pd.Series(str(defaults[key]), index=df.index, dtype=object)
+
+    def value(key: str) -> pd.Series:
+        return df[key] if key in df.columns else pd.Series([defaults[key]] * len(df), index=df.index)
+
+    out = "dp" + text("dp") + " tp" + text("tp") + " pp" + text("pp")
+    for key in ("cp", "ep", "vpp"):
+        shown = value(key).astype(float).astype(int) > 1
+        out = out + (" " + key + text(key)).where(shown, "")
+    out = out + " mb" + text("micro_batch") + " z" + text("zero_stage")
+    recompute = text("recompute")
+    out = out + (" " + recompute.replace({"selective": "sel"})).where(recompute != "none", "")
+    out = out + pd.Series(" sp", index=df.index).where(value("sequence_parallel").astype(bool), "")
+    schedule = text("schedule")
+    out = out + (" " + schedule).where(~schedule.isin(["1f1b", "interleaved"]), "")
+    dtype = text("dtype")
+    out = out + (" " + dtype).where(dtype != "bf16", "")
+    kernel = text("attention_kernel")
+    out = out + (" attn-" + kernel).where(kernel != "auto", "")
+    return out.astype(object)
 
 
 def best_plan(model, cluster, gpus: int, global_batch_tokens: int | None = None, *,
