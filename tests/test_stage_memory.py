@@ -152,3 +152,41 @@ def test_simulate_json_and_table_carry_the_memory_of_every_stage():
     assert data["memory_bytes"] == pytest.approx(max(s["memory_bytes"] for s in stages), rel=1e-12)
     table = CliRunner().invoke(main, args).stdout
     assert "memory per GPU by pipeline stage" in table and "in_flight" in table
+
+
+def _fits_80gb(report):
+    # fits the device with the headroom a run keeps (simulate's default: 5% of HBM)
+    from simulator.headroom import GIB, headroom_gib
+    return report.memory_bytes + headroom_gib(report.hbm_bytes) * GIB <= report.hbm_bytes
+
+
+def test_llama_405b_published_layout_fits_with_two_recomputed_layers_per_stage_and_not_without():
+    # Llama 3 paper (arXiv 2407.21783, section 3.3.2): 8,192 H100 at TP 8, PP 16, DP 64, sequence 8192,
+    # first and last stages one layer short; with 2 of 8 layers recomputed per stage it fits,
+    # with selective recomputation alone stage 1's 15 in-flight micro-batches do not
+    model, cluster = load_model("llama3.1-405b"), load_cluster("dgx-h100")
+    base = dict(dp=64, tp=8, pp=16, global_batch=2048, first_stage_layers=7, last_stage_layers=7,
+                sequence_parallel=True, zero_stage=1)
+    partial = simulate(model, cluster, ParallelConfig(recompute="full", recompute_num_layers=2, **base))
+    selective = simulate(model, cluster, ParallelConfig(recompute="selective", **base))
+    full = simulate(model, cluster, ParallelConfig(recompute="full", **base))
+    assert _fits_80gb(partial) and not _fits_80gb(selective)
+    assert partial.extras["memory_stage"] == 1
+    assert partial.step_time_s < full.step_time_s
+    # recomputing 2 of 8 layers costs a quarter of what recomputing all 8 does on the busiest stage
+    assert partial.time_breakdown_s["recompute_s"] == pytest.approx(full.time_breakdown_s["recompute_s"] / 4, rel=1e-9)
+
+
+def test_deepseek_v3_dualpipe_layout_fits_with_its_memory_features_and_not_with_operator_recompute_alone():
+    # DeepSeek-V3 report (arXiv 2412.19437, sections 3.2-3.3): 2,048 H800, PP 16 DualPipe, EP 64,
+    # ZeRO-1, FP8 GEMMs, BF16 Adam moments, RMSNorm / MLA up-projection / SwiGLU recomputed
+    model, cluster = load_model("deepseek-v3"), load_cluster("h800-node")
+    base = dict(dp=128, pp=16, ep=64, schedule="dualpipe", uneven_layers=True, zero_stage=1, dtype="fp8",
+                global_batch=15360, optimizer_moment_bytes=2)
+    ops = simulate(model, cluster, ParallelConfig(recompute="selective",
+                                                  recompute_modules="layernorm,mla_up_proj,mlp_act", **base))
+    fitted = simulate(model, cluster, ParallelConfig(recompute="full", recompute_num_layers=2,
+                                                     recompute_modules="layernorm,mla_up_proj,mlp_act,moe_dispatch",
+                                                     **base))
+    assert not _fits_80gb(ops) and _fits_80gb(fitted)
+    assert fitted.memory_bytes < ops.memory_bytes

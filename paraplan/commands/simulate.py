@@ -466,7 +466,9 @@ def command(ctx: click.Context, as_json: bool, trace_path: str | None, gantt_pat
       paraplan simulate -m llama3.1-405b -c dgx-h100 -n 8192 --tp 8 --pp 16 --global-batch 2048 \\
           --first-stage-layers 7 --last-stage-layers 7 --zero 1 --recompute full --recompute-num-layers 2
       paraplan simulate -m deepseek-v3 -c h800-node -n 2048 --pp 16 --ep 64 --schedule dualpipe \\
-          --uneven-layers --zero 1 --dtype fp8 --global-batch 15360 --recompute-modules layernorm,mla_up_proj,mlp_act
+          --uneven-layers --zero 1 --dtype fp8 --global-batch 15360 --optimizer-moment-bytes 2 \\
+          --recompute-modules layernorm,mla_up_proj,mlp_act,moe_dispatch --recompute full \\
+          --recompute-num-layers 2 --ep-comm-overlap
       paraplan simulate -m llama3-70b -c examples/clusters/a100-h100.yaml --global-batch 512 \\
           --group "32x h100:tp8:pp1" --group "8x a100:tp8:pp4" --zero 1 --sequence-parallel
     """
