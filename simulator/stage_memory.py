@@ -333,13 +333,21 @@ def _split(prefix, prm: dict, fc: StageCells, stage_rc=None, offload=None, given
     return out
 
 
+def _gather(x: np.ndarray, idx) -> np.ndarray:
+    """``x[idx]``, or for a per-row value that is one number broadcast over the rows (a
+    zero-stride view) that number: gathering it would copy it once per stage."""
+    if x.ndim == 1 and x.strides[0] == 0 and len(x):
+        return x[0]
+    return x[idx]
+
+
 def _static_parts(ctx: _Context, sidx, fc: StageCells) -> dict:
     """What of a stage's memory does not depend on recomputation or offload (per stage of
     ``fc``; ``sidx``: each stage's batch row): model states, logits, MoE dispatch and ZeRO-3
     buffers (``parts``), the host memory of an offloaded optimizer (``host``), and ``params`` /
     ``expert_params`` (before ZeRO) and ``layers``."""
     model = ctx.model
-    g = {k: x[sidx] for k, x in ctx.per_row.items()}
+    g = {k: _gather(x, sidx) for k, x in ctx.per_row.items()}
     L_d, L_m = fc.stage["stage_dense"], fc.stage["stage_moe"]
     emb, head, mtp = fc.stage["stage_emb"], fc.stage["stage_head"], fc.stage["stage_mtp"]
     layer_p = L_d * g["dense_p"] + L_m * g["moe_ne_p"]
