@@ -194,7 +194,7 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
         pos = ranges(rep_bounds[own], rep_stages[own])
         fc = rfc.view(pos, np.repeat(np.arange(len(idx)), rep_stages[own]))
         sidx = idx[fc.row]                      # each stage's row of the batch
-        static = _static_parts(ctx, sidx, fc)
+        static = _static_parts_by_run(ctx, sidx, fc)
         dyn = {k: x[pos] for k, x in rep_dyn.items()}
         if search:
             n_cell = rfc.cell["dense"] + rfc.cell["moe"]
@@ -339,6 +339,32 @@ def _gather(x: np.ndarray, idx) -> np.ndarray:
     if x.ndim == 1 and x.strides[0] == 0 and len(x):
         return x[0]
     return x[idx]
+
+
+def _static_parts_by_run(ctx: _Context, sidx, fc: StageCells) -> dict:
+    """``_static_parts`` of every stage of ``fc``, computed once per run of consecutive stages of
+    one row that hold the same layers and ends (a uniform layout's middle stages: a row of p
+    stages has about three runs) and repeated over the run: the same numbers, p / 3 times fewer
+    array elements."""
+    if len(fc) < 2:
+        return _static_parts(ctx, sidx, fc)
+    same = sidx[1:] == sidx[:-1]
+    for key in ("stage_dense", "stage_moe", "stage_emb", "stage_head", "stage_mtp"):
+        x = fc.stage[key]
+        same &= x[1:] == x[:-1]
+    starts = np.flatnonzero(np.r_[True, ~same])
+    if len(starts) == len(fc):
+        return _static_parts(ctx, sidx, fc)
+    run = np.cumsum(np.r_[True, ~same]) - 1                # each stage's run
+    sub = StageCells(fc.row[starts], fc.local[starts], fc.first_cell[starts], fc.in_flight[starts],
+                     fc.chunks[starts], {k: x[starts] for k, x in fc.stage.items()}, fc.cell_stage, fc.cell)
+    static = _static_parts(ctx, sidx[starts], sub)
+
+    def spread(x):
+        return x[run] if np.ndim(x) else x
+    out = {k: spread(v) for k, v in static.items() if k != "parts"}
+    out["parts"] = {k: spread(v) for k, v in static["parts"].items()}
+    return out
 
 
 def _static_parts(ctx: _Context, sidx, fc: StageCells) -> dict:
