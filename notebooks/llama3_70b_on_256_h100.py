@@ -69,7 +69,8 @@ MODEL, CLUSTER, GPUS = "llama3-70b", "dgx-h100", 256
 BATCH_TOKENS = 4 * 2**20            # 512 sequences of 8192 tokens
 
 plans = api.plan(MODEL, CLUSTER, GPUS, global_batch_tokens=BATCH_TOKENS)
-winner = api.best_plan(MODEL, CLUSTER, GPUS, global_batch_tokens=BATCH_TOKENS)
+# the top plan re-simulated for every column (what api.best_plan does, without searching again)
+winner = api.simulate(MODEL, CLUSTER, **{k: plans.iloc[0][k] for k in api.CONFIG_FIELDS if k in plans.columns})
 w = winner.iloc[0]
 print(f"{len(plans):,} plans fit in memory")
 plans.head(10)[["config", "schedule", "step_time_s", "tokens_per_s", "mfu", "memory_gib"]]
@@ -214,7 +215,17 @@ tp8 = cmp[cmp.plan == "best with TP=8"].iloc[0]
 classic = cmp[cmp.plan == "Megatron classic"].iloc[0]
 fsdp = cmp[cmp.plan == "FSDP (ZeRO-3)"].iloc[0]
 structure = [f"ZeRO-{int(w.zero_stage)}"] + [f"{k}={int(w[k])}" for k in ("pp", "cp") if w[k] > 1]
-recompute = "without recomputation" if w.recompute == "none" else f"with {w.recompute} recomputation"
+if w.zero_shard_group > 0:
+    structure.append(f"ZeRO sharded within groups of {int(w.zero_shard_group)} GPUs (HSDP)")
+if w.offload_activation_layers > 0:
+    structure.append(f"the activations of {int(w.offload_activation_layers)} layers per chunk offloaded to host memory "
+                     f"({w.offload_exposed_s:.2f} s of copies exposed per step)")
+if w.recompute == "none":
+    recompute = "without recomputation"
+elif w.recompute == "full" and w.recompute_num_layers > 0:
+    recompute = f"recomputing {int(w.recompute_num_layers)} layers per chunk in full"
+else:
+    recompute = f"with {w.recompute} recomputation"
 memory_note = (f"**Memory is the price:** the winner fills {100 * w.memory_gib / w.hbm_gib:.0f}% of HBM ({w.memory_gib:.1f} GiB) "
                f"against {classic.memory_gib:.1f} GiB for Megatron classic; a run that needs headroom (longer sequences, "
                f"fragmentation) should take a plan from the frontier of section 3."

@@ -211,21 +211,35 @@ def build_config(model: ModelSpec, gpus: int | None = None, **config_fields) -> 
 # --------------------------------------------------------------------------------------------
 
 #: the fields ``config_label`` reads
-LABEL_FIELDS = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage", "recompute", "sequence_parallel",
-                "schedule", "dtype", "attention_kernel")
+LABEL_FIELDS = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage", "zero_shard_group", "recompute",
+                "recompute_num_layers", "recompute_layers_decrement", "offload_activation_layers",
+                "sequence_parallel", "schedule", "dtype", "attention_kernel")
 
 
 def config_label(config: Mapping[str, Any]) -> str:
-    """A short human label of a configuration, e.g. ``dp8 tp8 pp4 vpp5 mb1 z1 sel sp``."""
+    """A short human label of a configuration, e.g. ``dp8 tp8 pp4 vpp5 mb1 z1 sel sp``.
+
+    Memory features appear when used: ``hsdp8`` (ZeRO sharded over groups of 8), ``full2``
+    (2 layers per chunk recomputed in full; ``full2d1``: one fewer per later stage), ``off24``
+    (24 layers' activations per chunk offloaded to the host)."""
     parts = [f"dp{config['dp']}", f"tp{config['tp']}", f"pp{config['pp']}"]
     for key, short in (("cp", "cp"), ("ep", "ep"), ("vpp", "vpp")):
         if int(config.get(key, 1)) > 1:
             parts.append(f"{short}{config[key]}")
     parts.append(f"mb{config['micro_batch']}")
     parts.append(f"z{config['zero_stage']}")
+    if int(config.get("zero_shard_group", 0) or 0) > 0:
+        parts.append(f"hsdp{config['zero_shard_group']}")
     recompute = str(config.get("recompute", "none"))
     if recompute != "none":
-        parts.append({"selective": "sel", "full": "full"}.get(recompute, recompute))
+        label = {"selective": "sel", "full": "full"}.get(recompute, recompute)
+        if recompute == "full" and int(config.get("recompute_num_layers", 0) or 0) > 0:
+            label += str(config["recompute_num_layers"])
+            if int(config.get("recompute_layers_decrement", 0) or 0) > 0:
+                label += f"d{config['recompute_layers_decrement']}"
+        parts.append(label)
+    if int(config.get("offload_activation_layers", 0) or 0) > 0:
+        parts.append(f"off{config['offload_activation_layers']}")
     if config.get("sequence_parallel"):
         parts.append("sp")
     schedule = str(config.get("schedule", "1f1b"))
@@ -421,8 +435,15 @@ def config_labels(df: pd.DataFrame) -> pd.Series:
         shown = value(key).astype(float).astype(int) > 1
         out = out + (" " + key + text(key)).where(shown, "")
     out = out + " mb" + text("micro_batch") + " z" + text("zero_stage")
+    out = out + (" hsdp" + text("zero_shard_group")).where(value("zero_shard_group").fillna(0).astype(float) > 0, "")
     recompute = text("recompute")
-    out = out + (" " + recompute.replace({"selective": "sel"})).where(recompute != "none", "")
+    counted = (recompute == "full") & (value("recompute_num_layers").fillna(0).astype(float) > 0)
+    decrement = counted & (value("recompute_layers_decrement").fillna(0).astype(float) > 0)
+    label = (recompute.replace({"selective": "sel"}) + text("recompute_num_layers").where(counted, "")
+             + ("d" + text("recompute_layers_decrement")).where(decrement, ""))
+    out = out + (" " + label).where(recompute != "none", "")
+    out = out + (" off" + text("offload_activation_layers")).where(
+        value("offload_activation_layers").fillna(0).astype(float) > 0, "")
     out = out + pd.Series(" sp", index=df.index).where(value("sequence_parallel").astype(bool), "")
     schedule = text("schedule")
     out = out + (" " + schedule).where(~schedule.isin(["1f1b", "interleaved"]), "")

@@ -10,15 +10,24 @@ def test_config_labels_of_a_table_equal_config_label_row_by_row():
             dict(dp=2, tp=1, pp=16, cp=2, ep=8, micro_batch=2, zero_stage=0, recompute="full",
                  sequence_parallel=False, schedule="dualpipe", dtype="fp8", attention_kernel="serial"),
             dict(dp=64, tp=2, pp=1, micro_batch=4, zero_stage=3, schedule="zb-h2", dtype="mxfp8",
-                 attention_kernel="pipelined")]
+                 attention_kernel="pipelined"),
+            dict(dp=32, tp=8, pp=16, micro_batch=1, zero_stage=2, zero_shard_group=8, recompute="full",
+                 recompute_num_layers=2, recompute_layers_decrement=1, offload_activation_layers=3,
+                 sequence_parallel=True),
+            dict(dp=128, tp=1, pp=1, cp=2, micro_batch=1, zero_stage=3, offload_activation_layers=24)]
     table = pd.DataFrame(rows)          # columns a row lacks are NaN in the table: fill as a plan table has them
     defaults = ParallelConfig().as_dict()
     table = table.fillna({k: defaults[k] for k in table.columns if k in defaults}).infer_objects()
-    table = table.astype({k: int for k in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage")})
+    table = table.astype({k: int for k in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage",
+                                           "zero_shard_group", "recompute_num_layers", "recompute_layers_decrement",
+                                           "offload_activation_layers")})
     expected = [api.config_label({**defaults, **r}) for r in table.to_dict("records")]
     assert list(api.config_labels(table)) == expected
     assert expected[0] == "dp8 tp8 pp4 vpp5 mb1 z1 sel sp"
     assert expected[1] == "dp2 tp1 pp16 cp2 ep8 mb2 z0 full dualpipe fp8 attn-serial"
+    # the memory features a plan needs are in its label
+    assert expected[3] == "dp32 tp8 pp16 mb1 z2 hsdp8 full2d1 off3 sp"
+    assert expected[4] == "dp128 tp1 pp1 cp2 mb1 z3 off24"
     # a table without the optional columns takes the defaults
     bare = pd.DataFrame([dict(dp=4, tp=2, pp=1, micro_batch=1, zero_stage=1)])
     assert list(api.config_labels(bare)) == ["dp4 tp2 pp1 mb1 z1"]
