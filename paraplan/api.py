@@ -418,40 +418,13 @@ def _with_plan_columns(df: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec,
 
 
 def config_labels(df: pd.DataFrame) -> pd.Series:
-    """``config_label`` of every row of ``df`` at once (column-wise string operations: a plan
-    table has tens of thousands of rows); fields ``df`` lacks take ``ParallelConfig``'s defaults."""
+    """``config_label`` of every row of ``df``; fields ``df`` lacks take ``ParallelConfig``'s
+    defaults. Only the labelled columns are read (boxing every column of a plan table of tens of
+    thousands of rows costs more than the labels)."""
     defaults = ParallelConfig().as_dict()
-
-    def text(key: str) -> pd.Series:
-        if key in df.columns:
-            return df[key].astype(object).map(str)
-        return pd.Series(str(defaults[key]), index=df.index, dtype=object)
-
-    def value(key: str) -> pd.Series:
-        return df[key] if key in df.columns else pd.Series([defaults[key]] * len(df), index=df.index)
-
-    out = "dp" + text("dp") + " tp" + text("tp") + " pp" + text("pp")
-    for key in ("cp", "ep", "vpp"):
-        shown = value(key).astype(float).astype(int) > 1
-        out = out + (" " + key + text(key)).where(shown, "")
-    out = out + " mb" + text("micro_batch") + " z" + text("zero_stage")
-    out = out + (" hsdp" + text("zero_shard_group")).where(value("zero_shard_group").fillna(0).astype(float) > 0, "")
-    recompute = text("recompute")
-    counted = (recompute == "full") & (value("recompute_num_layers").fillna(0).astype(float) > 0)
-    decrement = counted & (value("recompute_layers_decrement").fillna(0).astype(float) > 0)
-    label = (recompute.replace({"selective": "sel"}) + text("recompute_num_layers").where(counted, "")
-             + ("d" + text("recompute_layers_decrement")).where(decrement, ""))
-    out = out + (" " + label).where(recompute != "none", "")
-    out = out + (" off" + text("offload_activation_layers")).where(
-        value("offload_activation_layers").fillna(0).astype(float) > 0, "")
-    out = out + pd.Series(" sp", index=df.index).where(value("sequence_parallel").astype(bool), "")
-    schedule = text("schedule")
-    out = out + (" " + schedule).where(~schedule.isin(["1f1b", "interleaved"]), "")
-    dtype = text("dtype")
-    out = out + (" " + dtype).where(dtype != "bf16", "")
-    kernel = text("attention_kernel")
-    out = out + (" attn-" + kernel).where(kernel != "auto", "")
-    return out.astype(object)
+    labelled = df[[k for k in LABEL_FIELDS if k in df.columns]]
+    return pd.Series([config_label({**defaults, **row}) for row in labelled.to_dict("records")],
+                     index=df.index, dtype=object)
 
 
 def best_plan(model, cluster, gpus: int, global_batch_tokens: int | None = None, *,

@@ -356,9 +356,7 @@ def _static_parts_by_run(ctx: _Context, sidx, fc: StageCells) -> dict:
     if len(starts) == len(fc):
         return _static_parts(ctx, sidx, fc)
     run = np.cumsum(np.r_[True, ~same]) - 1                # each stage's run
-    sub = StageCells(fc.row[starts], fc.local[starts], fc.first_cell[starts], fc.in_flight[starts],
-                     fc.chunks[starts], {k: x[starts] for k, x in fc.stage.items()}, fc.cell_stage, fc.cell)
-    static = _static_parts(ctx, sidx[starts], sub)
+    static = _static_parts(ctx, sidx[starts], fc.view(starts, fc.row[starts]))
 
     def spread(x):
         return x[run] if np.ndim(x) else x
