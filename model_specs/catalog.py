@@ -70,16 +70,22 @@ def _canonical(name: str) -> str:
     return "".join(ch for ch in name.strip().lower() if ch not in "-_ ")
 
 
-def _entries() -> dict[str, Path]:
+def _over_folders(read) -> dict[str, Path]:
+    """{key: file} over the search folders, the first folder naming a key winning; ``read(folder,
+    stamp)`` lists a folder's (key, path) pairs, memoised per modification time."""
     found: dict[str, Path] = {}
     for d in _search_dirs():
         try:
             stamp = d.stat().st_mtime_ns
         except OSError:
             continue
-        for stem, p in _listing(str(d), stamp):
-            found.setdefault(stem, p)
+        for key, p in read(str(d), stamp):
+            found.setdefault(key, p)
     return found
+
+
+def _entries() -> dict[str, Path]:
+    return _over_folders(_listing)
 
 
 @lru_cache(maxsize=None)
@@ -114,15 +120,7 @@ def _resolve(name_or_path: str) -> Path:
 
 def _aliased() -> dict[str, Path]:
     """{canonical alias: file} over the search folders (the first folder naming an alias wins)."""
-    found: dict[str, Path] = {}
-    for d in _search_dirs():
-        try:
-            stamp = d.stat().st_mtime_ns
-        except OSError:
-            continue
-        for alias, p in _folder_aliases(str(d), stamp):
-            found.setdefault(alias, p)
-    return found
+    return _over_folders(_folder_aliases)
 
 
 @lru_cache(maxsize=None)

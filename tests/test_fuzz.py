@@ -233,6 +233,20 @@ YAML_HOSTILE = [
 ]
 
 
+def _damaged_yaml(rng: random.Random, base: dict, paths: list) -> tuple:
+    """(YAML text, what was done) of ``base`` with one leaf removed (15%) or set to a bad value."""
+    data = json.loads(json.dumps(base))
+    path = rng.choice(paths)
+    if rng.random() < 0.15:
+        node = data
+        for k in path[:-1]:
+            node = node[k]
+        del node[path[-1]]
+        return yaml.safe_dump(data, sort_keys=False), f"without {'.'.join(map(str, path))}"
+    raw = rng.choice(YAML_BAD)
+    return _yaml_of(data, path, raw), f"{'.'.join(map(str, path))}={raw}"
+
+
 def model_file_cases(rng: random.Random) -> list[Case]:
     """Damaged model presets (dense, MoE, MLA) used by simulate and plan."""
     cases = []
@@ -240,17 +254,7 @@ def model_file_cases(rng: random.Random) -> list[Case]:
         base = _preset(preset)
         paths = _leaf_paths(base)
         for i in range(45):
-            data = json.loads(json.dumps(base))
-            path = rng.choice(paths)
-            if rng.random() < 0.15:
-                node = data
-                for k in path[:-1]:
-                    node = node[k]
-                del node[path[-1]]
-                text, what = yaml.safe_dump(data, sort_keys=False), f"without {'.'.join(map(str, path))}"
-            else:
-                raw = rng.choice(YAML_BAD)
-                text, what = _yaml_of(data, path, raw), f"{'.'.join(map(str, path))}={raw}"
+            text, what = _damaged_yaml(rng, base, paths)
             cmd = rng.choice([_model_sim, _model_sim, _model_plan, _model_show])
             cases.append(Case(f"model {preset} {what} ({cmd.__name__})", cmd("{tmp}/m.yaml"), {"m.yaml": text}))
         for name, make in YAML_HOSTILE:
@@ -324,17 +328,7 @@ def cluster_file_cases(rng: random.Random) -> list[Case]:
     base["efficiency"] = yaml.safe_load((REPO / "hardware_specs" / "efficiency" / "hopper.yaml").read_text())
     paths = [p for p in _leaf_paths(base) if p[-1] not in ("description", "source", "fitted_on")]
     for i in range(120):
-        data = json.loads(json.dumps(base))
-        path = rng.choice(paths)
-        if rng.random() < 0.15:
-            node = data
-            for k in path[:-1]:
-                node = node[k]
-            del node[path[-1]]
-            text, what = yaml.safe_dump(data, sort_keys=False), f"without {'.'.join(map(str, path))}"
-        else:
-            raw = rng.choice(YAML_BAD)
-            text, what = _yaml_of(data, path, raw), f"{'.'.join(map(str, path))}={raw}"
+        text, what = _damaged_yaml(rng, base, paths)
         cmd = rng.choice([_cluster_sim, _cluster_sim, _cluster_plan, _cluster_show])
         cases.append(Case(f"cluster {what} ({cmd.__name__})", cmd("{tmp}/c.yaml"), {"c.yaml": text}))
     for name, make in YAML_HOSTILE:
