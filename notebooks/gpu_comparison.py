@@ -32,33 +32,15 @@
 
 # %%
 # %matplotlib inline
-import os
-
 import numpy as np
 import pandas as pd
-from IPython.display import Markdown, display
 from matplotlib.figure import Figure
 
 from paraplan import api, exports, plots
+from paraplan.notebook_helpers import fig_path, figures_dir, pct, say, show_tables
 
-pd.set_option("display.width", 200)
-pd.set_option("display.max_columns", 40)
-pd.set_option("display.precision", 3)
-FIGURES = os.environ.get("PARAPLAN_FIGURES")     # a folder: every figure is also saved there as PNG
-
-
-def fig_path(name):
-    return os.path.join(FIGURES, name) if FIGURES else None
-
-
-def say(text):
-    """Render a conclusion (an f-string of computed values) as Markdown."""
-    display(Markdown(text))
-
-
-def pct(a, b):
-    """Relative change from b to a, in percent."""
-    return 100.0 * (a / b - 1.0)
+show_tables()
+FIGURES = figures_dir()     # a folder: every figure is also saved there as PNG
 
 
 # %%

@@ -32,23 +32,16 @@
 
 # %%
 # %matplotlib inline
-import os
-
 import pandas as pd
-from IPython.display import Markdown, display
+from IPython.display import display
 from matplotlib.figure import Figure
 
 from hardware_specs.catalog import load_cluster
 from hardware_specs.pools import Pool, PooledCluster, PoolLink
+from paraplan.notebook_helpers import fig_path, say, show_tables
 from planners.heterogeneous import plan_heterogeneous
 
-pd.set_option("display.width", 200)
-pd.set_option("display.precision", 3)
-FIGURES = os.environ.get("PARAPLAN_FIGURES")
-
-
-def say(text):
-    display(Markdown(text))
+show_tables()
 
 
 A100, H100 = load_cluster("dgx-a100-80gb"), load_cluster("dgx-h100")
@@ -121,8 +114,8 @@ ax.set_title("Llama-3-70B, 4M-token batches")
 ax.grid(alpha=0.3)
 ax.legend()
 fig.tight_layout()
-if FIGURES:
-    fig.savefig(os.path.join(FIGURES, "heterogeneous_a100_h100.png"), dpi=120)
+if fig_path("heterogeneous_a100_h100.png"):
+    fig.savefig(fig_path("heterogeneous_a100_h100.png"), dpi=120)
 display(fig)
 
 # %%
