@@ -156,8 +156,8 @@ def test_simulate_json_and_table_carry_the_memory_of_every_stage():
 
 def _fits_80gb(report):
     # fits the device with the headroom a run keeps (simulate's default: 5% of HBM)
-    from simulator.headroom import GIB, headroom_gib
-    return report.memory_bytes + headroom_gib(report.hbm_bytes) * GIB <= report.hbm_bytes
+    from simulator.headroom import fits
+    return bool(fits(report.memory_bytes, report.hbm_bytes))
 
 
 def test_llama_405b_published_layout_fits_with_two_recomputed_layers_per_stage_and_not_without():
