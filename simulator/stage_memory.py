@@ -38,7 +38,7 @@ from simulator.config_batch import RECOMPUTE_CODES, RECOMPUTE_METHOD_CODES, Conf
 from simulator.parallel_config import Recompute, RecomputeMethod
 from simulator.memory_search import fewest_that_fit
 from simulator.stage_cells import StageCells, ranges, row_bounds, stage_cell_batches
-from simulator.step_pipeline import _layouts, _moe_prefix, _rows, split_counts
+from simulator.step_pipeline import _layouts, _moe_prefix, _rows, _take, split_counts
 
 #: memory parts per GPU, summing to ``memory_bytes`` (the order tables print them in)
 PARTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "logits_bytes",
@@ -333,14 +333,6 @@ def _split(prefix, prm: dict, fc: StageCells, stage_rc=None, offload=None, given
     return out
 
 
-def _gather(x: np.ndarray, idx) -> np.ndarray:
-    """``x[idx]``, or for a per-row value that is one number broadcast over the rows (a
-    zero-stride view) that number: gathering it would copy it once per stage."""
-    if x.ndim == 1 and x.strides[0] == 0 and len(x):
-        return x[0]
-    return x[idx]
-
-
 def _static_parts_by_run(ctx: _Context, sidx, fc: StageCells) -> dict:
     """``_static_parts`` of every stage of ``fc``, computed once per run of consecutive stages of
     one row that hold the same layers and ends (a uniform layout's middle stages: a row of p
@@ -371,7 +363,7 @@ def _static_parts(ctx: _Context, sidx, fc: StageCells) -> dict:
     buffers (``parts``), the host memory of an offloaded optimizer (``host``), and ``params`` /
     ``expert_params`` (before ZeRO) and ``layers``."""
     model = ctx.model
-    g = {k: _gather(x, sidx) for k, x in ctx.per_row.items()}
+    g = {k: _take(x, sidx) for k, x in ctx.per_row.items()}     # broadcast rows stay views
     L_d, L_m = fc.stage["stage_dense"], fc.stage["stage_moe"]
     emb, head, mtp = fc.stage["stage_emb"], fc.stage["stage_head"], fc.stage["stage_mtp"]
     layer_p = L_d * g["dense_p"] + L_m * g["moe_ne_p"]
