@@ -396,6 +396,9 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
         ev = evaluate_space(model, cluster, eff, space, gbs, limit, chunk_rows=chunk_rows, workers=workers,
                             progress=progress, defaults=defaults, memory_search=memory_search)
         if len(ev.rows) == 0:
+            if ev.bound_pruned:       # the smallest footprint, over every row
+                ev = evaluate_space(model, cluster, eff, space, gbs, limit, chunk_rows=chunk_rows, workers=workers,
+                                    defaults=defaults, memory_search=memory_search, prune_by_bound=False)
             raise infeasible.nothing_fits(model, cluster, eff, constraints, space, ev, limit, headroom_gib)
         ev = refine_exact(model, cluster, eff, space, gbs, ev, defaults=defaults)
         plans = _ranked_table(space, ev, gbs, cluster.gpu.hbm_bytes)
@@ -410,6 +413,10 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
                              progress=progress, defaults=defaults, refine=refine_exact,
                              memory_search=memory_search)
         if scored.fitting == 0:
+            if scored.bound_pruned:   # the smallest footprint, over every row
+                scored = score_space(model, cluster, eff, base, limit, max_plans, chunk_rows=chunk_rows,
+                                     workers=workers, defaults=defaults, memory_search=memory_search,
+                                     prune_by_bound=False)
             row, combo, dtype_index = scored.min_memory_pick
             smallest = base.pick(np.array([row]), np.array([combo]))
             ev = Evaluated(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), {}, scored.evaluated,

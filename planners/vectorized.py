@@ -23,6 +23,7 @@ from planners.search_space import SearchSpace, SpaceBase
 from simulator.config_batch import ConfigBatch
 from simulator.parallel_config import ParallelConfig
 from simulator.report import TIME_PARTS
+from simulator.memory_rows import static_lower_bound_bytes
 from simulator.step_model import evaluate, memory_parts
 
 #: step-model outputs the planner keeps for every fitting row.
@@ -53,6 +54,8 @@ class Evaluated:
             how far an infeasible request is from fitting); row -1 when nothing was evaluated.
         wall_s: seconds spent scoring (batches, step model, fit filter, collection); cpu_s: CPU
             seconds of this process meanwhile (less contention-sensitive; excludes workers).
+        bound_pruned: rows the memory lower bound dropped before the stage model (their
+            memory is not seen: when nothing fits, ``min_memory_*`` is exact only if this is 0).
     """
 
     rows: np.ndarray
@@ -64,6 +67,7 @@ class Evaluated:
     min_memory_dtype: int
     wall_s: float = 0.0
     cpu_s: float = 0.0
+    bound_pruned: int = 0
 
 
 def _template() -> ConfigBatch:
@@ -109,6 +113,7 @@ class _Job:
     memory_limit_bytes: float
     defaults: tuple = ()              # per dtype: the software stack's ParallelConfig fields
     memory_search: bool = True        # choose the fewest recomputed / offloaded layers that fit
+    prune_by_bound: bool = True       # skip the stage model on rows over the limit by the lower bound
 
 
 _JOB: _Job | None = None   # set before forking so workers inherit it without pickling
@@ -121,6 +126,17 @@ def _evaluate_chunk(job: _Job, dtype_index: int, start: int, stop: int):
     defaults = job.defaults[dtype_index] if job.defaults else None
     batch = config_batch(job.columns, job.dtypes[dtype_index], job.global_batch, start, stop, defaults)
     limit = job.memory_limit_bytes if job.memory_search else None
+    # rows whose lower bound is over the limit cannot fit: the stage model runs on the others
+    maybe = np.arange(len(batch))
+    if job.prune_by_bound:
+        maybe = np.flatnonzero(static_lower_bound_bytes(job.model, job.cluster, job.eff, batch)
+                               <= job.memory_limit_bytes)
+        if len(maybe) < len(batch):
+            batch = batch.take(maybe)
+    pruned = stop - start - len(maybe)
+    if not len(maybe):
+        kept = {k: np.zeros(0) for k in KEPT_OUTPUTS + CHOSEN_FIELDS}
+        return _ChunkResult(dtype_index, start, stop, np.zeros(0, dtype=np.int64), kept, np.inf, -1, pruned)
     parts = memory_parts(job.model, job.cluster, job.eff, batch, fit_limit_bytes=limit)
     mem = np.asarray(parts["memory_bytes"], dtype=float)
     fit = np.flatnonzero((mem <= job.memory_limit_bytes) & np.asarray(parts["host_fits"], dtype=bool))
@@ -139,7 +155,8 @@ def _evaluate_chunk(job: _Job, dtype_index: int, start: int, stop: int):
     else:
         kept = {k: np.zeros(0) for k in KEPT_OUTPUTS + CHOSEN_FIELDS}
     i_min = int(np.argmin(mem))
-    return _ChunkResult(dtype_index, start, stop, start + fit, kept, float(mem[i_min]), start + i_min)
+    return _ChunkResult(dtype_index, start, stop, start + maybe[fit], kept, float(mem[i_min]), start + maybe[i_min],
+                        pruned)
 
 
 @dataclass(frozen=True)
@@ -151,6 +168,7 @@ class _ChunkResult:
     kept: Mapping[str, np.ndarray]
     min_memory_bytes: float
     min_memory_row: int
+    bound_pruned: int = 0
 
 
 def evaluate_rows_exact(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, space: SearchSpace,
@@ -183,7 +201,7 @@ def evaluate_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel,
                    global_batch: int, memory_limit_bytes: float, chunk_rows: int = DEFAULT_CHUNK_ROWS,
                    workers: int | None = None,
                    progress: Callable[[int, int], None] | None = None, defaults: tuple = (),
-                   memory_search: bool = True) -> Evaluated:
+                   memory_search: bool = True, prune_by_bound: bool = True) -> Evaluated:
     """Evaluate every row of ``space`` in every dtype; keep those with memory <= the limit.
 
     ``workers``: processes (None: all CPUs when the search is large, else 1).
@@ -194,13 +212,16 @@ def evaluate_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel,
     fewest recomputed layers that fit,
     rows that do not fit the fewest offloaded layers that make them fit
     (``step_model.memory_parts(fit_limit_bytes=...)``); their counts are in ``CHOSEN_FIELDS``.
+    ``prune_by_bound``: rows whose memory lower bound (``memory_rows.static_lower_bound_bytes``)
+    is over the limit skip the stage model (they cannot fit; the fitting rows and their numbers
+    are the same either way).
     """
     global _JOB
     t0, c0 = time.perf_counter(), time.process_time()
     n = len(space)
     total = n * len(space.dtypes)
     job = _Job(model, cluster, eff, space.columns, space.dtypes, global_batch, memory_limit_bytes, tuple(defaults),
-               memory_search)
+               memory_search, prune_by_bound)
     if workers is None:
         workers = (os.cpu_count() or 1) if total >= PARALLEL_MIN_ROWS else 1
     if n == 0:
@@ -238,7 +259,7 @@ def evaluate_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel,
     return Evaluated(rows=rows, dtype_index=dtype_index, outputs=outputs, evaluated=total,
                      min_memory_bytes=best.min_memory_bytes, min_memory_row=best.min_memory_row,
                      min_memory_dtype=best.dtype_index, wall_s=time.perf_counter() - t0,
-                     cpu_s=time.process_time() - c0)
+                     cpu_s=time.process_time() - c0, bound_pruned=sum(r.bound_pruned for r in results))
 
 
 # --------------------------------------------------------------------------------------------
@@ -295,6 +316,7 @@ class Scored:
     min_memory_pick: tuple[int, int, int]       # (base row, combination, dtype index); -1s: none
     wall_s: float
     cpu_s: float
+    bound_pruned: int = 0
 
 
 @dataclass(frozen=True)
@@ -309,6 +331,7 @@ class _ScoreJob:
     defaults: tuple = ()
     refine: Callable | None = None
     memory_search: bool = True
+    prune_by_bound: bool = True
 
 
 _SCORE_JOB: _ScoreJob | None = None
@@ -318,7 +341,8 @@ def _score_chunk(job: _ScoreJob, i: int) -> dict:
     c0 = time.process_time()
     space, rows, combo = job.base.chunk(i)
     ev = evaluate_space(job.model, job.cluster, job.eff, space, job.base.global_batch, job.memory_limit_bytes,
-                        chunk_rows=job.chunk_rows, workers=1, defaults=job.defaults, memory_search=job.memory_search)
+                        chunk_rows=job.chunk_rows, workers=1, defaults=job.defaults, memory_search=job.memory_search,
+                        prune_by_bound=job.prune_by_bound)
     if job.refine is not None and len(ev.rows):
         # exact times for every row that can rank in this chunk: a superset of those it can
         # rank among in the whole space (the chunk's thresholds are looser), so the kept rows
@@ -335,7 +359,7 @@ def _score_chunk(job: _ScoreJob, i: int) -> dict:
             "n_gpus": n[keep], "evaluated": ev.evaluated, "fitting": len(ev.rows), "rows": len(space),
             "min_memory_bytes": ev.min_memory_bytes,
             "min_memory_pick": (int(rows[row]), int(combo[row]), ev.min_memory_dtype) if row >= 0 else (-1, -1, -1),
-            "cpu_s": time.process_time() - c0}
+            "bound_pruned": ev.bound_pruned, "cpu_s": time.process_time() - c0}
 
 
 def _score_worker(i: int) -> dict:
@@ -345,7 +369,8 @@ def _score_worker(i: int) -> dict:
 def score_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, base: SpaceBase,
                 memory_limit_bytes: float, max_plans: int | None, chunk_rows: int = DEFAULT_CHUNK_ROWS,
                 workers: int | None = None, progress: Callable[[int, int], None] | None = None,
-                defaults: tuple = (), refine: Callable | None = None, memory_search: bool = True) -> Scored:
+                defaults: tuple = (), refine: Callable | None = None, memory_search: bool = True,
+                prune_by_bound: bool = True) -> Scored:
     """Score every row of ``base`` (each chunk built, evaluated and reduced to ``kept_rows`` in
     one step, so memory is bounded by a chunk and the kept rows, not by the space); chunks are
     split over processes (fork) when the space is large.
@@ -353,12 +378,13 @@ def score_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ba
     ``progress(done_rows, total_rows)`` is called after each chunk (rows of every dtype);
     ``defaults``: per dtype, the fields the planner does not search (see ``evaluate_space``);
     ``refine(model, cluster, eff, space, global_batch, ev, defaults=)``: applied to each chunk's
-    evaluation before its rows are chosen (``planners.plan.refine_exact``).
+    evaluation before its rows are chosen (``planners.plan.refine_exact``); ``prune_by_bound``:
+    see ``evaluate_space``.
     """
     global _SCORE_JOB
     t0, c0 = time.perf_counter(), time.process_time()
     job = _ScoreJob(model, cluster, eff, base, memory_limit_bytes, max_plans, chunk_rows, tuple(defaults), refine,
-                    memory_search)
+                    memory_search, prune_by_bound)
     total = base.total * len(base.dtypes)
     if workers is None:
         workers = (os.cpu_count() or 1) if total >= PARALLEL_MIN_ROWS else 1
@@ -386,5 +412,5 @@ def score_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ba
     return Scored(**cat, evaluated=sum(p["evaluated"] for p in parts), fitting=sum(p["fitting"] for p in parts),
                   min_memory_bytes=smallest["min_memory_bytes"] if smallest else float("inf"),
                   min_memory_pick=smallest["min_memory_pick"] if smallest else (-1, -1, -1),
-                  wall_s=time.perf_counter() - t0,
+                  wall_s=time.perf_counter() - t0, bound_pruned=sum(p["bound_pruned"] for p in parts),
                   cpu_s=(time.process_time() - c0) + (sum(p["cpu_s"] for p in parts) if workers > 1 else 0.0))

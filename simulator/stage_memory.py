@@ -28,14 +28,15 @@ from functools import partial
 
 import numpy as np
 
-from cost_models import memory, moe as moe_costs, offload, params, sharding
-from cost_models.compute import LOW_PRECISION, activation_bytes, compute_rates
-from cost_models.low_precision import saved_gemm_input_bytes_per_element, weight_copy_bytes_per_param
+from cost_models import memory, moe as moe_costs, offload
+from cost_models.compute import LOW_PRECISION, activation_bytes
+from cost_models.low_precision import saved_gemm_input_bytes_per_element
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
 from simulator.config_batch import RECOMPUTE_CODES, RECOMPUTE_METHOD_CODES, ConfigBatch
 from simulator.parallel_config import Recompute, RecomputeMethod
+from simulator.memory_rows import _degrees, row_terms
 from simulator.memory_search import fewest_that_fit
 from simulator.stage_cells import StageCells, ranges, row_bounds, stage_cell_batches
 from simulator.step_pipeline import _layouts, _moe_prefix, _rows, _take, split_counts
@@ -46,20 +47,6 @@ PARTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_byt
          "allocator_bytes")
 _UNIFORM = RECOMPUTE_METHOD_CODES[RecomputeMethod.UNIFORM]
 _FULL = RECOMPUTE_CODES[Recompute.FULL]
-
-
-def _degrees(batch: ConfigBatch):
-    f = lambda x: np.asarray(x, dtype=float)  # noqa: E731
-    return (f(batch.dp), f(batch.tp), f(batch.pp), f(batch.cp), f(batch.ep), f(batch.etp), f(batch.vpp))
-
-
-def layer_params(model: ModelSpec, tp, ep, etp):
-    """Per-GPU parameters of one dense layer, and of one MoE layer's non-expert and expert parts."""
-    dense = params.dense_layer_params(model) / tp
-    if model.moe is None:
-        return dense, dense, 0.0 * tp
-    moe_non_expert, moe_expert = moe_costs.moe_layer_params_local(model, tp, ep, etp)
-    return dense, moe_non_expert + 0.0 * tp, moe_expert + 0.0 * tp
 
 
 def layer_activation_bytes(model: ModelSpec, dtype: str, mbs, tp, cp, sp, rc, flash_attention, ep, etp, imbalance,
@@ -117,15 +104,10 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
     ``_offload_activation_layers`` hold the counts chosen (``fewest_that_fit``).
     """
     n = len(batch)
-    rates = compute_rates(cluster.gpu, eff, batch.dtype)
-    param_bytes = rates.act_bytes
-    low_precision = batch.dtype in LOW_PRECISION
-    copy_bytes = weight_copy_bytes_per_param(batch.dtype) if low_precision else 0.0
-    full_precision = rates.act_bytes > 2
+    terms = row_terms(model, cluster, eff, batch)
+    low_precision, full_precision, copy_bytes = terms["low_precision"], terms["full_precision"], terms["copy_bytes"]
     dp, tp, pp, cp, ep, etp, vpp = _degrees(batch)
     mbs = np.asarray(batch.micro_batch, dtype=float)
-    zero = np.asarray(batch.zero_stage)
-    tokens = mbs * float(model.seq_len) / cp
 
     fn = partial(layer_activation_bytes, model, batch.dtype)
     args = (mbs, tp, cp, batch.sequence_parallel, batch.recompute, batch.flash_attention, ep, etp,
@@ -133,31 +115,11 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
     act = once_per_run(batch, layer_key_fields, fn, *args) if once_per_run else fn(*args)
     act = {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in act.items()}
 
-    dense_p, moe_ne_p, moe_ex_p = layer_params(model, tp, ep, etp)
-    emb_p = params.embedding_params(model) / tp
-    head_p = params.lm_head_params(model) / tp
-    mtp_p = params.mtp_projection_params(model) / tp if model.mtp_layers else 0.0 * tp
-    dp_group = dp * cp
-    shard = sharding.shard_size(dp_group, batch.zero_shard_group)
-    replica_groups = sharding.replicas(dp_group, batch.zero_shard_group)
-    edp = moe_costs.expert_data_parallel_size(dp, cp, tp, ep, etp) if model.moe is not None else dp_group
-    expert_shard = np.maximum(edp / replica_groups, 1.0)
-    z3 = np.where((zero >= 3) & (shard > 1), 2.0 * np.maximum(dense_p, moe_ne_p + moe_ex_p) * param_bytes, 0.0)
-    loss_tokens = np.where(np.asarray(batch.loss_chunk_tokens) > 0,
-                           np.minimum(tokens, np.asarray(batch.loss_chunk_tokens, dtype=float)), tokens)
-    logits_row = loss_tokens * model.vocab_size / tp * memory.LOGIT_BYTES
-    off_fraction = np.asarray(batch.offload_optimizer_fraction, dtype=float)
-    rc_group = np.where((np.asarray(batch.recompute_method) == _UNIFORM) & (np.asarray(batch.recompute_num_layers) > 0),
-                        np.asarray(batch.recompute_num_layers, dtype=float), 1.0)
-
     def row(x):
         return np.broadcast_to(np.asarray(x, dtype=float), (n,))
 
-    per_row = {k: row(v) for k, v in dict(dense_p=dense_p, moe_ne_p=moe_ne_p, moe_ex_p=moe_ex_p, emb_p=emb_p,
-                                          head_p=head_p, mtp_p=mtp_p, shard=shard, expert_shard=expert_shard,
-                                          z3=z3, logits=logits_row, off=off_fraction, rc_group=rc_group,
-                                          zero=zero, moments=batch.optimizer_moment_bytes).items()}
-    per_row["offload_ok"] = np.full(n, cluster.host is not None, dtype=bool)
+    per_row = {k: v for k, v in terms.items() if k not in ("edp", "low_precision", "full_precision", "copy_bytes")}
+    rc_group = per_row["rc_group"]
     out = {k: np.zeros(n) for k in PARTS + ("memory_bytes", "memory_stage", "params_local", "expert_params_local",
                                             "host_memory_bytes", "_p_first", "_p_first_expert",
                                             "_count_first_layers", "_count_last_layers")}
@@ -237,8 +199,9 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
         out["host_fits"] = out["host_memory_node_bytes"] <= host.memory_bytes
     else:
         out["host_fits"] = np.ones(n, dtype=bool)
-    out.update({"_p_dense_layer": row(dense_p), "_p_moe_layer": row(moe_ne_p), "_p_expert_layer": row(moe_ex_p),
-                "_edp": row(edp), "_act_kept_dense": act["kept_dense"], "_act_kept_moe": act["kept_moe"]})
+    out.update({"_p_dense_layer": per_row["dense_p"], "_p_moe_layer": per_row["moe_ne_p"],
+                "_p_expert_layer": per_row["moe_ex_p"], "_edp": row(terms["edp"]),
+                "_act_kept_dense": act["kept_dense"], "_act_kept_moe": act["kept_moe"]})
     if detail:
         out.update({f"_stage_{k}": v for k, v in stage_out.items()})
     return out

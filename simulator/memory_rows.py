@@ -1,0 +1,123 @@
+"""Per-row memory terms of a ``ConfigBatch``, and a lower bound on each row's peak memory.
+
+``row_terms`` is what every stage of a row shares in ``simulator.stage_memory`` (parameters per
+layer and per end on one GPU, the ZeRO shard groups, the ZeRO-3 buffers, one micro-batch's
+logits, the offloaded optimizer fraction). ``static_lower_bound_bytes`` bounds a row's peak from
+below with those terms alone, before any stage is built, so the planner can drop the rows that
+cannot fit without running the per-stage model on them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from cost_models import memory, moe as moe_costs, params, sharding
+from cost_models.compute import LOW_PRECISION, compute_rates
+from cost_models.low_precision import weight_copy_bytes_per_param
+from hardware_specs.cluster_spec import ClusterSpec
+from hardware_specs.efficiency_model import EfficiencyModel
+from model_specs.model_spec import ModelSpec
+from simulator.config_batch import RECOMPUTE_METHOD_CODES, ConfigBatch
+from simulator.parallel_config import RecomputeMethod
+from simulator.stage_layout import moe_layers_before
+from simulator.step_pipeline import _layouts
+
+_UNIFORM = RECOMPUTE_METHOD_CODES[RecomputeMethod.UNIFORM]
+#: relative margin the bound keeps below the per-stage figure: the bound sums the stages in
+#: another order, so it may differ from an exact sum in the last bits
+BOUND_MARGIN = 1e-9
+
+
+def _degrees(batch: ConfigBatch):
+    f = lambda x: np.asarray(x, dtype=float)  # noqa: E731
+    return (f(batch.dp), f(batch.tp), f(batch.pp), f(batch.cp), f(batch.ep), f(batch.etp), f(batch.vpp))
+
+
+def layer_params(model: ModelSpec, tp, ep, etp):
+    """Per-GPU parameters of one dense layer, and of one MoE layer's non-expert and expert parts."""
+    dense = params.dense_layer_params(model) / tp
+    if model.moe is None:
+        return dense, dense, 0.0 * tp
+    moe_non_expert, moe_expert = moe_costs.moe_layer_params_local(model, tp, ep, etp)
+    return dense, moe_non_expert + 0.0 * tp, moe_expert + 0.0 * tp
+
+
+def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch) -> dict:
+    """Per row of ``batch`` (arrays of its length, broadcast views where constant): parameters on
+    one GPU of one dense layer (``dense_p``), of one MoE layer's non-expert and expert parts
+    (``moe_ne_p``, ``moe_ex_p``), of the embedding, LM head and MTP projections (``emb_p``,
+    ``head_p``, ``mtp_p``); the ZeRO shard group (``shard``) and the experts' (``expert_shard``),
+    ``zero``; ZeRO-3's gathered-parameter buffers (``z3``, bytes); one micro-batch's logits
+    (``logits``, bytes); the offloaded optimizer fraction (``off``); the uniform recomputation
+    group (``rc_group``, layers); the Adam moment bytes (``moments``); ``offload_ok`` (the cluster
+    has a host link). Also ``edp`` (expert-data-parallel ranks, not a view) and the dtype's
+    ``low_precision``, ``full_precision`` and ``copy_bytes`` (scalars)."""
+    n = len(batch)
+    rates = compute_rates(cluster.gpu, eff, batch.dtype)
+    param_bytes = rates.act_bytes
+    low_precision = batch.dtype in LOW_PRECISION
+    dp, tp, pp, cp, ep, etp, vpp = _degrees(batch)
+    tokens = np.asarray(batch.micro_batch, dtype=float) * float(model.seq_len) / cp
+    zero = np.asarray(batch.zero_stage)
+    dense_p, moe_ne_p, moe_ex_p = layer_params(model, tp, ep, etp)
+    dp_group = dp * cp
+    shard = sharding.shard_size(dp_group, batch.zero_shard_group)
+    replica_groups = sharding.replicas(dp_group, batch.zero_shard_group)
+    edp = moe_costs.expert_data_parallel_size(dp, cp, tp, ep, etp) if model.moe is not None else dp_group
+    z3 = np.where((zero >= 3) & (shard > 1), 2.0 * np.maximum(dense_p, moe_ne_p + moe_ex_p) * param_bytes, 0.0)
+    loss_tokens = np.where(np.asarray(batch.loss_chunk_tokens) > 0,
+                           np.minimum(tokens, np.asarray(batch.loss_chunk_tokens, dtype=float)), tokens)
+    rc_group = np.where((np.asarray(batch.recompute_method) == _UNIFORM) & (np.asarray(batch.recompute_num_layers) > 0),
+                        np.asarray(batch.recompute_num_layers, dtype=float), 1.0)
+    terms = dict(dense_p=dense_p, moe_ne_p=moe_ne_p, moe_ex_p=moe_ex_p, emb_p=params.embedding_params(model) / tp,
+                 head_p=params.lm_head_params(model) / tp,
+                 mtp_p=params.mtp_projection_params(model) / tp if model.mtp_layers else 0.0 * tp,
+                 shard=shard, expert_shard=np.maximum(edp / replica_groups, 1.0), z3=z3,
+                 logits=loss_tokens * model.vocab_size / tp * memory.LOGIT_BYTES,
+                 off=np.asarray(batch.offload_optimizer_fraction, dtype=float), rc_group=rc_group, zero=zero,
+                 moments=batch.optimizer_moment_bytes)
+    out = {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in terms.items()}
+    out["offload_ok"] = np.full(n, cluster.host is not None, dtype=bool)
+    out.update(edp=edp, low_precision=low_precision, full_precision=rates.act_bytes > 2,
+               copy_bytes=weight_copy_bytes_per_param(batch.dtype) if low_precision else 0.0)
+    return out
+
+
+def static_lower_bound_bytes(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch,
+                             terms: dict | None = None) -> np.ndarray:
+    """Per row, bytes no larger than its peak memory per GPU (``stage_memory.memory_parts``'
+    ``memory_bytes``, with or without its memory search): what a stage holds whatever it
+    recomputes or offloads, the mean over the row's pp stages or, with MoE layers, that of a
+    stage holding ceil(MoE layers / pp) of them if more, with the allocator's allowance.
+
+    A row's stages hold every decoder layer and the embedding and LM head once at least (MTP
+    layers, copies of the embedding, dispatch buffers and activations only add); the model
+    states are linear in the parameters (``memory.model_state_bytes``), each stage holds the
+    ZeRO-3 buffers, the head's stage one micro-batch's logits. The largest stage holds at
+    least the mean, and some stage at least ceil(M / pp) of the M MoE layers; the allowance grows with the tensors, and recomputation and offload change
+    only activations: so the peak is at least this, less ``BOUND_MARGIN`` for rounding. Rows
+    with a layout string get 0 (their layout is not read here)."""
+    t = row_terms(model, cluster, eff, batch) if terms is None else terms
+    main_layers = model.num_layers
+    moe_layers = float(moe_layers_before(main_layers, model)) if model.moe is not None else 0.0
+    layer_p = (main_layers - moe_layers) * t["dense_p"] + moe_layers * t["moe_ne_p"]
+    lp, fp, mom = t["low_precision"], t["full_precision"], t["moments"]
+    states = [memory.model_state_bytes(layer_p, t["zero"], t["shard"], lp, fp, t["copy_bytes"], mom),
+              memory.model_state_bytes(t["emb_p"] + t["head_p"], t["zero"], t["shard"], lp, fp, 0.0, mom),
+              memory.model_state_bytes(moe_layers * t["moe_ex_p"], t["zero"], t["expert_shard"], lp, fp,
+                                       t["copy_bytes"], mom)]
+    pp = np.asarray(batch.pp, dtype=float)
+    tensors = sum(w + g + o * (1.0 - t["off"]) for w, g, o in states) + t["logits"]
+    tensors = tensors / pp
+    if moe_layers:
+        # some stage holds at least ceil(moe_layers / pp) MoE layers (whole layers: pigeonhole)
+        most = np.ceil(moe_layers / pp)
+        busiest = [memory.model_state_bytes(most * t["moe_ne_p"], t["zero"], t["shard"], lp, fp, t["copy_bytes"], mom),
+                   memory.model_state_bytes(most * t["moe_ex_p"], t["zero"], t["expert_shard"], lp, fp,
+                                            t["copy_bytes"], mom)]
+        tensors = np.maximum(tensors, sum(w + g + o * (1.0 - t["off"]) for w, g, o in busiest))
+    tensors = tensors + t["z3"]
+    bound = (tensors + memory.allocator_allowance_bytes(tensors)) * (1.0 - BOUND_MARGIN)
+    layouts = _layouts(batch, np.arange(len(batch)))
+    if layouts is not None:
+        bound = np.where(np.asarray(layouts, dtype=object).astype(str) != "", 0.0, bound)
+    return np.broadcast_to(bound, (len(batch),))
