@@ -112,10 +112,9 @@ def stage_cell_batches(model, batch, max_cells: int = MAX_CELLS):
                 pending, size = [], 0
             g = group_cells(model, kind, p, v, _rows(batch.first_stage_layers, part).astype(np.int64),
                             _rows(batch.last_stage_layers, part).astype(np.int64), _layouts(batch, part))
-            m = m_all[part]
-            in_flight = np.zeros((len(part), p))
-            for m_value in np.unique(m):
-                in_flight[m == m_value] = peak_in_flight(kind, p, int(m_value), v)
+            m_values, m_index = np.unique(m_all[part], return_inverse=True)
+            in_flight = np.array([peak_in_flight(kind, p, int(x), v) for x in m_values],
+                                 dtype=float).reshape(len(m_values), p)[m_index.reshape(-1)]
             pending.append((part, p, v, g, in_flight))
             size += len(part) * p * v
     if pending:
