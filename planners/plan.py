@@ -422,7 +422,7 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
             ev = Evaluated(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), {}, scored.evaluated,
                            scored.min_memory_bytes, 0, dtype_index)
             raise infeasible.nothing_fits(model, cluster, eff, constraints, smallest, ev, limit, headroom_gib)
-        plans = _kept_table(model, cluster, eff, base, scored, limit, max_plans, defaults, memory_search)
+        plans = _kept_table(model, cluster, eff, base, scored, limit, max_plans, defaults, memory_search, workers)
         evaluated, fitting, eval_s, eval_cpu_s = scored.evaluated, scored.fitting, scored.wall_s, scored.cpu_s
     pruned = dict(base.pruned)
     pruned["memory"] = evaluated - fitting
@@ -446,11 +446,12 @@ _RANK_BY, _RANK_ASCENDING = ["tokens_per_s", "memory_gib", "dtype", "_row"], [Fa
 
 
 def _kept_table(model, cluster, eff, base, scored, limit: float, max_plans: int | None, defaults: tuple,
-                memory_search: bool = True) -> pd.DataFrame:
+                memory_search: bool = True, workers: int | None = None) -> pd.DataFrame:
     """The ranked table of the rows ``kept_rows`` keeps over the whole space: those rows are
     rebuilt and scored again with the step model (row-wise, so with the very numbers the search
-    found), one dtype at a time, each sorted by the layer key; then the ones that can rank get
-    their exact pipeline makespan (``refine_exact``)."""
+    found), one dtype at a time, each sorted by the layer key, over ``workers`` processes
+    (``evaluate_space``); then the ones that can rank get their exact pipeline makespan
+    (``refine_exact``)."""
     keep = kept_rows(scored.tokens_per_s, scored.memory_bytes, scored.n_gpus, max_plans)
     tables = []
     for d in np.unique(scored.dtype_index[keep]):
@@ -460,7 +461,7 @@ def _kept_table(model, cluster, eff, base, scored, limit: float, max_plans: int 
         space = replace(space, columns={k: v[order] for k, v in space.columns.items()},
                         dtypes=(space.dtypes[d],))
         own = (defaults[d],) if defaults else ()
-        ev = evaluate_space(model, cluster, eff, space, base.global_batch, limit, workers=1, defaults=own,
+        ev = evaluate_space(model, cluster, eff, space, base.global_batch, limit, workers=workers, defaults=own,
                             memory_search=memory_search)
         ev = refine_exact(model, cluster, eff, space, base.global_batch, ev, defaults=own)
         table = _ranked_table(space, ev, base.global_batch, cluster.gpu.hbm_bytes,

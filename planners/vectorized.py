@@ -37,8 +37,9 @@ CHOSEN_FIELDS = ("recompute_num_layers", "recompute_layers_decrement", "offload_
 #: process) 16k, 32k, 64k, 128k and 256k rows took 15.2, 13.4, 11.0, 12.2 and 16.0 CPU s
 #: (peak RSS 0.8 GiB at 64k, 1.8 GiB at 256k).
 DEFAULT_CHUNK_ROWS = 65_536
-#: below this many rows forking a second process costs more than it saves.
-PARALLEL_MIN_ROWS = 250_000
+#: below this many rows forking a second process costs more than it saves (two default chunks:
+#: a search's kept plans, about 200k rows, are scored again on every CPU).
+PARALLEL_MIN_ROWS = 2 * DEFAULT_CHUNK_ROWS
 #: columns the step model converts to float anyway; passing float64 saves the conversion.
 _FLOAT_COLUMNS = ("dp", "tp", "pp", "cp", "vpp", "micro_batch", "global_batch")
 
