@@ -32,7 +32,8 @@ def stage_total(static_tensors, dynamic: dict) -> np.ndarray:
 def fewest_that_fit(prm: dict, idx, fc: StageCells, limit, out: dict, static_tensors, dyn: dict, row_max,
                     offload_ok, dynamic) -> dict:
     """The dynamic parts of the batch's stages after the search (``dyn``: as enumerated, per
-    stage of ``fc``, whose rows are ``idx`` of the batch): per stage, bisection on the fewest
+    stage of ``fc``, whose rows are ``idx`` of the batch; its arrays are updated in place, so
+    they must be the caller's own): per stage, bisection on the fewest
     recomputed layers per chunk whose stage total fits ``limit`` (bytes); per row, on the
     fewest offloaded layers per chunk that make it fit; on the rows that need it. The counts
     chosen are written to ``out`` (``_recompute_num_layers``, ``_recompute_layers_decrement``,
@@ -123,9 +124,6 @@ def fewest_that_fit(prm: dict, idx, fc: StageCells, limit, out: dict, static_ten
             out["_offload_activation_layers"][idx[rows]] = hi
             pos = ranges(bounds[rows], n_stages[rows])
             replace(pos, "offload", np.repeat(hi, n_stages[rows]))
-    if not changed:
-        return dyn
-    dyn = {k: np.array(x, copy=True) for k, x in dyn.items()}
     for pos, part in changed:
         for k in dyn:
             dyn[k][pos] = part[k]

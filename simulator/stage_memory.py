@@ -162,35 +162,44 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
             n_cell = rfc.cell["dense"] + rfc.cell["moe"]
             row_max = np.maximum.reduceat(rfc.stage_max(n_cell), rep_bounds)[own] if len(rfc) else np.zeros(0)
             prm = _split_inputs(batch, idx)
-            dyn = fewest_that_fit(prm, idx, fc, fit_limit_bytes, out, static["tensors"], dyn, row_max,
+            dyn = fewest_that_fit(prm, idx, fc, fit_limit_bytes, out, static.stage("tensors"), dyn, row_max,
                                   ctx.per_row["offload_ok"][idx], _shared_dynamic(prefix, prm, fc, ctx, sidx, pos))
-        st = _stage_parts(fc, dyn, static)
-        parts, total, host = st["parts"], st["total"], st["host"]
+        allocator, total = _stage_totals(static, dyn)
+        host = static.stage("host") + dyn["host"]
+
+        def part(name, where):
+            """Part ``name`` of the stages at ``where``."""
+            if name == "allocator_bytes":
+                return allocator[where]
+            return dyn[name][where] if name in dyn else static.at(name, where)
+
         bounds = row_bounds(fc.row)
         last = np.append(bounds[1:], len(fc)) - 1            # each row's last stage
         peak = np.maximum.reduceat(total, bounds)
         at_peak = np.where(total == np.repeat(peak, np.diff(np.append(bounds, len(fc)))), np.arange(len(fc)), len(fc))
         k = np.minimum.reduceat(at_peak, bounds)               # the first stage at the peak (as argmax)
-        for name, value in parts.items():
-            out[name][idx] = value[k]
+        for name in PARTS:
+            out[name][idx] = part(name, k)
         out["memory_bytes"][idx] = total[k]
         out["memory_stage"][idx] = fc.local[k]
         out["host_memory_bytes"][idx] = np.maximum.reduceat(host, bounds)
         # the optimizer step is timed on the larger of the first and last stage's parameters (as
         # the efficiency fit was made; a middle stage can hold more when the ends are lighter)
-        out["params_local"][idx] = np.maximum(st["params"][bounds], st["params"][last])
-        out["expert_params_local"][idx] = np.maximum(st["expert_params"][bounds], st["expert_params"][last])
-        out["_p_first"][idx] = st["params"][bounds]
-        out["_p_first_expert"][idx] = st["expert_params"][bounds]
-        out["_count_first_layers"][idx] = st["layers"][bounds]
-        out["_count_last_layers"][idx] = st["layers"][last]
+        out["params_local"][idx] = np.maximum(static.at("params", bounds), static.at("params", last))
+        out["expert_params_local"][idx] = np.maximum(static.at("expert_params", bounds),
+                                                     static.at("expert_params", last))
+        out["_p_first"][idx] = static.at("params", bounds)
+        out["_p_first_expert"][idx] = static.at("expert_params", bounds)
+        out["_count_first_layers"][idx] = static.at("layers", bounds)
+        out["_count_last_layers"][idx] = static.at("layers", last)
         if detail:
             at = (sidx, fc.local)
-            for name, value in parts.items():
-                stage_out[name][at] = value
+            every = np.arange(len(fc))
+            for name in PARTS:
+                stage_out[name][at] = part(name, every)
             stage_out["memory_bytes"][at] = total
             stage_out["host_memory_bytes"][at] = host
-            stage_out["layers"][at] = st["layers"]
+            stage_out["layers"][at] = static.stage("layers")
             stage_out["in_flight"][at] = fc.in_flight
 
     host = cluster.host
@@ -296,28 +305,44 @@ def _split(prefix, prm: dict, fc: StageCells, stage_rc=None, offload=None, given
     return out
 
 
-def _static_parts_by_run(ctx: _Context, sidx, fc: StageCells) -> dict:
+class _RunStatic:
+    """``_static_parts`` of every stage, held once per run of equal stages (``values``: the
+    parts, ``tensors``, ``host``, ``params``, ``expert_params``, ``layers`` per run; ``run``:
+    each stage's run, None when every stage is its own): read a stage's value through ``at``,
+    so only the values read are repeated over the stages."""
+
+    def __init__(self, values: dict, run):
+        self.values, self.run = values, run
+
+    def at(self, key, where):
+        """``key`` of the stages at ``where``."""
+        x = self.values[key]
+        return x[where] if self.run is None else x[self.run[where]]
+
+    def stage(self, key):
+        """``key`` of every stage."""
+        x = self.values[key]
+        return x if self.run is None else x[self.run]
+
+
+def _static_parts_by_run(ctx: _Context, sidx, fc: StageCells) -> _RunStatic:
     """``_static_parts`` of every stage of ``fc``, computed once per run of consecutive stages of
     one row that hold the same layers and ends (a uniform layout's middle stages: a row of p
-    stages has about three runs) and repeated over the run: the same numbers, p / 3 times fewer
-    array elements."""
+    stages has about three runs): the same numbers, p / 3 times fewer array elements."""
+    def flat(static):
+        return {**static["parts"], **{k: v for k, v in static.items() if k != "parts"}}
+
     if len(fc) < 2:
-        return _static_parts(ctx, sidx, fc)
+        return _RunStatic(flat(_static_parts(ctx, sidx, fc)), None)
     same = sidx[1:] == sidx[:-1]
     for key in ("stage_dense", "stage_moe", "stage_emb", "stage_head", "stage_mtp"):
         x = fc.stage[key]
         same &= x[1:] == x[:-1]
     starts = np.flatnonzero(np.r_[True, ~same])
     if len(starts) == len(fc):
-        return _static_parts(ctx, sidx, fc)
+        return _RunStatic(flat(_static_parts(ctx, sidx, fc)), None)
     run = np.cumsum(np.r_[True, ~same]) - 1                # each stage's run
-    static = _static_parts(ctx, sidx[starts], fc.view(starts, fc.row[starts]))
-
-    def spread(x):
-        return x[run] if np.ndim(x) else x
-    out = {k: spread(v) for k, v in static.items() if k != "parts"}
-    out["parts"] = {k: spread(v) for k, v in static["parts"].items()}
-    return out
+    return _RunStatic(flat(_static_parts(ctx, sidx[starts], fc.view(starts, fc.row[starts]))), run)
 
 
 def _static_parts(ctx: _Context, sidx, fc: StageCells) -> dict:
@@ -373,17 +398,17 @@ def _dynamic_parts(ctx: _Context, sidx, fc: StageCells, split) -> dict:
     }
 
 
-def _stage_parts(fc: StageCells, dyn: dict, static: dict) -> dict:
-    """Per stage of ``fc``, from its ``_static_parts`` and ``_dynamic_parts``: ``parts``
-    (``PARTS`` with the allocator), ``total``, ``host`` (host bytes per GPU), ``params`` /
-    ``expert_params`` (before ZeRO), ``layers``."""
-    parts = dict(static["parts"])
-    parts.update({k: dyn[k] for k in ("activations_bytes", "recompute_buffers_bytes", "offload_buffers_bytes")})
-    parts = {k: parts[k] for k in PARTS if k != "allocator_bytes"}
-    tensors = sum(parts.values())
-    parts["allocator_bytes"] = memory.allocator_allowance_bytes(tensors)
-    return {"parts": parts, "total": tensors + parts["allocator_bytes"], "host": static["host"] + dyn["host"],
-            "params": static["params"], "expert_params": static["expert_params"], "layers": static["layers"]}
+def _stage_totals(static: _RunStatic, dyn: dict):
+    """(allocator allowance, total) bytes per stage, from its ``_static_parts`` and
+    ``_dynamic_parts``: the parts summed in ``PARTS`` order, the parts that precede the first
+    dynamic one summed once per run (the same sums: a run's stages hold equal values)."""
+    v = static.values
+    head = v["weights_bytes"] + v["gradients_bytes"] + v["optimizer_bytes"]
+    tensors = head if static.run is None else head[static.run]
+    for name in PARTS[3:-1]:
+        tensors = tensors + (dyn[name] if name in dyn else static.stage(name))
+    allocator = memory.allocator_allowance_bytes(tensors)
+    return allocator, tensors + allocator
 
 
 def _recompute_buffer(fc: StageCells, split, a: dict, group, busy) -> np.ndarray:
