@@ -27,6 +27,7 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
+import pandas as pd
 
 from cost_models import memory, moe as moe_costs, offload
 from cost_models.compute import LOW_PRECISION, activation_bytes
@@ -460,8 +461,10 @@ def _shared_dynamic(prefix, prm: dict, fc: StageCells, ctx: _Context, sidx, shar
         counts = np.asarray(counts, dtype=float)
         if len(pos) and (counts >= 0).all() and (counts == np.floor(counts)).all():
             key = shared[pos] * (int(counts.max()) + 1) + counts.astype(np.int64)
-            _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-            inverse = inverse.reshape(-1)
+            # (a hash table: a sort of the keys cost more than the parts it saves)
+            inverse, distinct = pd.factorize(key)
+            first = np.empty(len(distinct), dtype=np.int64)
+            first[inverse[::-1]] = np.arange(len(key) - 1, -1, -1)    # each key's first stage
         else:
             first, inverse = np.arange(len(pos)), slice(None)
         sub = fc.take(pos[first])
