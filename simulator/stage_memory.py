@@ -146,8 +146,8 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
         rows_of_rep = reps[ridx]
         rep_bounds = row_bounds(rfc.row)
         rep_stages = np.diff(np.append(rep_bounds, len(rfc)))
-        split = _split(prefix, _split_inputs(batch, rows_of_rep), rfc, given=True)
-        rep_dyn = _dynamic_parts(ctx, rows_of_rep[rfc.row], rfc, split)
+        rep_prm = _split_inputs(batch, rows_of_rep)
+        rep_dyn = _dynamic_parts(ctx, rows_of_rep[rfc.row], rfc, _split(prefix, rep_prm, rfc, given=True))
         # the batch rows whose distinct row is in this batch, and their stages' places in it
         in_batch[:] = False
         in_batch[ridx] = True
@@ -155,16 +155,18 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
         idx = np.flatnonzero(in_batch[inverse])
         own = rep_local[inverse[idx]]
         pos = ranges(rep_bounds[own], rep_stages[own])
-        fc = rfc.view(pos, np.repeat(np.arange(len(idx)), rep_stages[own]))
+        # the batch's stages, each its distinct row's stage ``pos`` of ``rfc``: only their rows and
+        # places are spelled out (a stage's layers and cells are read at ``pos``)
+        fc = _StageRows(np.repeat(np.arange(len(idx)), rep_stages[own]), rfc.local[pos])
         sidx = idx[fc.row]                      # each stage's row of the batch
-        static = _static_parts_by_run(ctx, sidx, fc)
+        static = _static_parts_by_run(ctx, sidx, fc, rfc, pos)
         dyn = {k: x[pos] for k, x in rep_dyn.items()}
         if search:
             n_cell = rfc.cell["dense"] + rfc.cell["moe"]
             row_max = np.maximum.reduceat(rfc.stage_max(n_cell), rep_bounds)[own] if len(rfc) else np.zeros(0)
             prm = _split_inputs(batch, idx)
             dyn = fewest_that_fit(prm, idx, fc, fit_limit_bytes, out, static.stage("tensors"), dyn, row_max,
-                                  ctx.per_row["offload_ok"][idx], _shared_dynamic(prefix, prm, fc, ctx, sidx, pos))
+                                  ctx.per_row["offload_ok"][idx], _shared_dynamic(prefix, rep_prm, rfc, ctx, rows_of_rep, pos))
         allocator, total = _stage_totals(static, dyn)
         host = static.stage("host") + dyn["host"]
 
@@ -201,7 +203,7 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
             stage_out["memory_bytes"][at] = total
             stage_out["host_memory_bytes"][at] = host
             stage_out["layers"][at] = static.stage("layers")
-            stage_out["in_flight"][at] = fc.in_flight
+            stage_out["in_flight"][at] = rfc.in_flight[pos]
 
     host = cluster.host
     out["host_memory_node_bytes"] = out["host_memory_bytes"] * cluster.gpus_per_node
@@ -326,24 +328,37 @@ class _RunStatic:
         return x if self.run is None else x[self.run]
 
 
-def _static_parts_by_run(ctx: _Context, sidx, fc: StageCells) -> _RunStatic:
-    """``_static_parts`` of every stage of ``fc``, computed once per run of consecutive stages of
-    one row that hold the same layers and ends (a uniform layout's middle stages: a row of p
-    stages has about three runs): the same numbers, p / 3 times fewer array elements."""
+class _StageRows:
+    """Stages laid out row after row: each stage's ``row`` and ``local`` place in its row."""
+
+    def __init__(self, row, local):
+        self.row, self.local = row, local
+
+    def __len__(self) -> int:
+        return len(self.row)
+
+
+def _static_parts_by_run(ctx: _Context, sidx, fc: _StageRows, cells: StageCells, pos) -> _RunStatic:
+    """``_static_parts`` of the stages ``fc`` (stage ``pos`` of ``cells`` each; ``sidx``: their
+    batch rows), computed once per run of consecutive stages of one row that hold the same
+    layers and ends (a uniform layout's middle stages: a row of p stages has about three runs):
+    the same numbers, p / 3 times fewer array elements. A row's stages are a whole row of
+    ``cells``, so its runs are those of that row."""
     def flat(static):
         return {**static["parts"], **{k: v for k, v in static.items() if k != "parts"}}
 
-    if len(fc) < 2:
-        return _RunStatic(flat(_static_parts(ctx, sidx, fc)), None)
-    same = sidx[1:] == sidx[:-1]
-    for key in ("stage_dense", "stage_moe", "stage_emb", "stage_head", "stage_mtp"):
-        x = fc.stage[key]
-        same &= x[1:] == x[:-1]
-    starts = np.flatnonzero(np.r_[True, ~same])
+    new = np.ones(len(cells), dtype=bool)
+    if len(cells) > 1:
+        new[1:] = cells.row[1:] != cells.row[:-1]
+        for key in ("stage_dense", "stage_moe", "stage_emb", "stage_head", "stage_mtp"):
+            x = cells.stage[key]
+            new[1:] |= x[1:] != x[:-1]
+    new = new[pos]
+    starts = np.flatnonzero(new)
     if len(starts) == len(fc):
-        return _RunStatic(flat(_static_parts(ctx, sidx, fc)), None)
-    run = np.cumsum(np.r_[True, ~same]) - 1                # each stage's run
-    return _RunStatic(flat(_static_parts(ctx, sidx[starts], fc.view(starts, fc.row[starts]))), run)
+        return _RunStatic(flat(_static_parts(ctx, sidx, cells.view(pos, fc.row))), None)
+    run = np.cumsum(new) - 1                # each stage's run
+    return _RunStatic(flat(_static_parts(ctx, sidx[starts], cells.view(pos[starts], fc.row[starts]))), run)
 
 
 def _static_parts(ctx: _Context, sidx, fc: StageCells) -> dict:
@@ -452,11 +467,12 @@ def _recompute_buffer(fc: StageCells, split, a: dict, group, busy) -> np.ndarray
     return out
 
 
-def _shared_dynamic(prefix, prm: dict, fc: StageCells, ctx: _Context, sidx, shared):
-    """``dynamic(pos, counts_key, counts)``: the dynamic parts of the stages ``pos`` of ``fc``
-    with ``counts`` (``_split``'s ``stage_rc`` or ``offload``, per stage), evaluated once per
-    distinct (shared stage, count); ``shared``: per stage, the stage of the distinct row whose
-    dynamic parts it shares."""
+def _shared_dynamic(prefix, prm: dict, cells: StageCells, ctx: _Context, rows, shared):
+    """``dynamic(pos, counts_key, counts)``: the dynamic parts of the stages ``pos`` (of the
+    batch's stages) with ``counts`` (``_split``'s ``stage_rc`` or ``offload``, per stage),
+    evaluated once per distinct (shared stage, count) on the distinct rows' stages ``cells``
+    (their rows: batch rows ``rows``, split inputs ``prm``); ``shared``: per stage, the stage of
+    ``cells`` whose dynamic parts it shares (every input of those is the same)."""
     def dynamic(pos, counts_key, counts):
         counts = np.asarray(counts, dtype=float)
         if len(pos) and (counts >= 0).all() and (counts == np.floor(counts)).all():
@@ -467,8 +483,8 @@ def _shared_dynamic(prefix, prm: dict, fc: StageCells, ctx: _Context, sidx, shar
             first[inverse[::-1]] = np.arange(len(key) - 1, -1, -1)    # each key's first stage
         else:
             first, inverse = np.arange(len(pos)), slice(None)
-        sub = fc.take(pos[first])
-        part = _dynamic_parts(ctx, sidx[pos[first]], sub, _split(prefix, prm, sub, **{counts_key: counts[first]}))
+        sub = cells.take(shared[pos[first]])
+        part = _dynamic_parts(ctx, rows[sub.row], sub, _split(prefix, prm, sub, **{counts_key: counts[first]}))
         return {k: x[inverse] for k, x in part.items()}
 
     return dynamic
