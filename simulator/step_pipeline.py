@@ -286,15 +286,19 @@ def _moe_between(prefix, start, count):
     return prefix[b] - prefix[a]
 
 
-def cell_durations(model, cells: dict, per_layer: PerLayer, ends: Ends, idx, split: dict | None = None) -> tuple:
+def cell_durations(model, cells: dict, per_layer: PerLayer, ends: Ends, idx, split: dict | None = None,
+                   rows=None) -> tuple:
     """(f, b, w) seconds per (row, stage, chunk) for the rows ``idx`` of a group; ``split``:
     the cells' recomputed and offloaded layers (``layer_split_counts``; None = every layer
-    recomputed as ``per_layer.r`` says and none offloaded)."""
+    recomputed as ``per_layer.r`` says and none offloaded); ``rows(x)``: ``_rows(x, idx)``
+    (a caller's memo of the gathered rows)."""
+    rows = rows or (lambda x: _rows(x, idx))  # noqa: E731
+
     def lay(pair, dense=None, moe=None):
-        d, m = (_rows(x, idx)[:, None, None] for x in pair)
+        d, m = (rows(x)[:, None, None] for x in pair)
         return (cells["dense"] if dense is None else dense) * d + (cells["moe"] if moe is None else moe) * m
 
-    e = {name: _rows(getattr(ends, name), idx)[:, None, None] for name in Ends.__dataclass_fields__}
+    e = {name: rows(getattr(ends, name))[:, None, None] for name in Ends.__dataclass_fields__}
     if split is None:
         rec = lay(per_layer.r)
         off_f = off_b = 0.0
@@ -346,7 +350,15 @@ def pipeline_pass(model, batch, m, per_layer: PerLayer, ends: Ends, exact: np.nd
         cells = group_cells(model, kind, p, v, _rows(batch.first_stage_layers, idx).astype(np.int64),
                             _rows(batch.last_stage_layers, idx).astype(np.int64), _layouts(batch, idx))
         split = layer_split_counts(model, batch, idx, cells, v)
-        f, b, w = cell_durations(model, cells, per_layer, ends, idx, split)
+        gathered = {}
+
+        def rows(x, idx=idx, gathered=gathered):
+            """``_rows(x, idx)``, gathered once per array of the group."""
+            if id(x) not in gathered:
+                gathered[id(x)] = (x, _rows(x, idx))        # (x kept: its id stays its own)
+            return gathered[id(x)][1]
+
+        f, b, w = cell_durations(model, cells, per_layer, ends, idx, split, rows)
         # per micro-batch a stage runs every chunk once, except DualPipe (one chunk per direction)
         share = 0.5 if kind == ScheduleKind.DUALPIPE else 1.0
         stage_busy = share * (f + b + w).sum(axis=2)                 # (rows, p)
@@ -379,12 +391,12 @@ def pipeline_pass(model, batch, m, per_layer: PerLayer, ends: Ends, exact: np.nd
         out["busiest_layers"][idx] = at_k["dense"] + at_k["moe"]
 
         def per_layer_sum(pair, dense="dense", moe="moe"):
-            d, mo = (_rows(x, idx) for x in pair)
+            d, mo = (rows(x) for x in pair)
             dn = at_k[dense] if isinstance(dense, str) else dense
             mn = at_k[moe] if isinstance(moe, str) else moe
             return dn * d + mn * mo
 
-        e = {name: _rows(getattr(ends, name), idx) for name in Ends.__dataclass_fields__}
+        e = {name: rows(getattr(ends, name)) for name in Ends.__dataclass_fields__}
         for name in PART_KEYS:
             if name != "recompute":
                 out[f"part_{name}_s"][idx] = per_layer_sum(per_layer.parts[name])
