@@ -93,9 +93,10 @@ def static_lower_bound_bytes(model: ModelSpec, cluster: ClusterSpec, eff: Effici
     layers, copies of the embedding, dispatch buffers and activations only add); the model
     states are linear in the parameters (``memory.model_state_bytes``), each stage holds the
     ZeRO-3 buffers, the head's stage one micro-batch's logits. The largest stage holds at
-    least the mean, and some stage at least ceil(M / pp) of the M MoE layers; the allowance grows with the tensors, and recomputation and offload change
-    only activations: so the peak is at least this, less ``BOUND_MARGIN`` for rounding. Rows
-    with a layout string get 0 (their layout is not read here)."""
+    least the mean, and some stage at least ceil(M / pp) of the M MoE layers; the allowance
+    grows with the tensors, and recomputation and offload change only activations: so the peak
+    is at least this, less ``BOUND_MARGIN`` for rounding. Rows with a layout string get 0
+    (their layout is not read here)."""
     t = row_terms(model, cluster, eff, batch) if terms is None else terms
     main_layers = model.num_layers
     moe_layers = float(moe_layers_before(main_layers, model)) if model.moe is not None else 0.0

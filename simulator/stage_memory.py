@@ -165,8 +165,9 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
             n_cell = rfc.cell["dense"] + rfc.cell["moe"]
             row_max = np.maximum.reduceat(rfc.stage_max(n_cell), rep_bounds)[own] if len(rfc) else np.zeros(0)
             prm = _split_inputs(batch, idx)
+            shared = _shared_dynamic(prefix, rep_prm, rfc, ctx, rows_of_rep, pos)
             dyn = fewest_that_fit(prm, idx, fc, fit_limit_bytes, out, static.stage("tensors"), dyn, row_max,
-                                  ctx.per_row["offload_ok"][idx], _shared_dynamic(prefix, rep_prm, rfc, ctx, rows_of_rep, pos))
+                                  ctx.per_row["offload_ok"][idx], shared)
         allocator, total = _stage_totals(static, dyn)
         host = static.stage("host") + dyn["host"]
 
