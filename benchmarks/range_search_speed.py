@@ -16,6 +16,13 @@ Cases:
   deepseek-v3-1024to4096-gbs15360: DeepSeek-V3's own batch (15360 sequences, DeepSeek-V3
       technical report, arXiv 2412.19437, section 4.2), bf16: 26 million configurations.
   deepseek-v3-1024to4096-gbs4096-bf16+fp8: both GEMM dtypes.
+
+Measured (2 cores, 2026-12-01; plan tables byte-identical before and after): gbs4096, before the
+memory lower bound and the 64k-row scoring calls, 48.6 s wall, 80.6 CPU s, 0.88 GiB (load 1.2);
+after, 36.3 s wall, 62.6 CPU s, 0.88 GiB (load 0.6). Back to back at a load average of 6.7:
+254 -> 199 s wall, 104.7 -> 73.8 CPU s. bf16+fp8 (13.5 M configurations), load ~5: 256 -> 244 s
+wall, 183.9 -> 123.1 CPU s, 0.88 GiB (workers 1.2 GiB). gbs15360 (26 M configurations) was not
+timed again. The < 10 s target is not met.
 """
 from __future__ import annotations
 
