@@ -85,6 +85,21 @@ def hierarchical_all_gather_time_s(bytes_, n_intra, n_inter, bw_intra, lat_intra
     return hierarchical_reduce_scatter_time_s(bytes_, n_intra, n_inter, bw_intra, lat_intra, bw_inter, lat_inter)
 
 
+def forwarded_all_to_all_time_s(intra_bytes, inter_bytes, n, n_inter, bw_intra, lat_intra, bw_inter, lat_inter):
+    """All-to-all whose per-GPU NVLink and NIC volumes the caller states, seconds.
+
+    For a dispatcher that sends a token once per destination GPU inside the domain and once per
+    destination domain over the NIC, forwarding it over NVLink on arrival (DeepEP's normal
+    kernels, Zhao et al. 2025, github.com/deepseek-ai/DeepEP README "internode": RDMA to the
+    same-index GPU of each target node, then NVLink): the volumes depend on the routing, not
+    only on the buffer (``cost_models.moe.deduplicated_dispatch_volumes``). Both tiers send at
+    once; the slower sets the time, plus one start-up per peer step.
+    """
+    n = np.maximum(np.asarray(n, dtype=float), 1.0)
+    lat = np.where(np.asarray(n_inter) > 1, lat_inter, lat_intra)
+    return np.maximum(intra_bytes / bw_intra, inter_bytes / bw_inter) + _steps(n) * lat
+
+
 def hierarchical_all_to_all_time_s(bytes_, n_intra, n_inter, bw_intra, lat_intra, bw_inter, lat_inter):
     """All-to-all where (n_inter-1)/n_inter of the data leaves the domain over each GPU's NIC.
 

@@ -37,7 +37,7 @@ from cost_models.layer_costs import (ACTIVATION_UNITS, ELEMENTWISE_KERNELS_FWD, 
                                      REPLICATED_ELEMENTWISE_UNITS_BWD, linear_cast_bytes,
                                      mlp_gemm_shapes)
 from cost_models.params import attention_params, expert_params_per_moe_layer, mlp_params
-from cost_models.topology import group_collective_time_s
+from cost_models.topology import group_collective_time_s, group_forwarded_all_to_all_time_s, group_span
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
@@ -255,8 +255,49 @@ def moe_dispatch_bytes_sent(tokens, top_k, hidden, bytes_per_element, ep):
     return moe_dispatch_bytes(tokens, top_k, hidden, bytes_per_element) * (ep - 1.0) / ep
 
 
+def destination_hit_probability(num_experts, top_k, experts_at_destination):
+    """Probability that a token's ``top_k`` distinct experts include at least one of the
+    ``experts_at_destination`` held by one destination (a GPU or a node) when the router picks
+    them uniformly among ``num_experts``: ``1 - C(E - m, k) / C(E, k)``
+    (hypergeometric; = ``1 - prod_{i<k} (E - m - i) / (E - i)``)."""
+    e = float(num_experts)
+    m = _f(experts_at_destination)
+    miss = np.ones_like(m)
+    for i in range(int(top_k)):
+        miss = miss * np.maximum(e - m - i, 0.0) / (e - i)
+    return 1.0 - miss
+
+
+def deduplicated_dispatch_volumes(token_bytes, num_experts, top_k, ep, stride, gpus_per_node):
+    """(NVLink bytes, NIC bytes) one GPU sends in one dispatch under a deduplicating dispatcher.
+
+    ``token_bytes``: the GPU's routed tokens x hidden x bytes per element (one copy each). The
+    dispatcher (DeepEP's normal kernels, NVIDIA HybridEP: Megatron's ``flex`` token dispatcher)
+    sends a token once to each node of the EP group that holds one of its experts, over the NIC
+    to the GPU of the same local index, which forwards it over NVLink to each GPU of that node
+    that needs it; inside the own node it sends one copy per destination GPU. With
+    ``R`` group members per node, ``N`` nodes, ``e = E / ep`` experts per GPU,
+    ``p_gpu = destination_hit_probability(E, k, e)`` and ``p_node`` the same for ``R e``:
+
+    * NIC: ``token_bytes * (N - 1) * p_node``;
+    * NVLink: ``token_bytes * (R - 1) * p_gpu`` inside the own node, plus forwarding on arrival:
+      per needed remote node, the expected GPUs needing the token there (``R p_gpu / p_node``)
+      less the receiving GPU when it is one of them (``p_gpu / p_node``), which sums to
+      ``token_bytes * (R - 1) * N * p_gpu``.
+
+    Under uniform routing; the combine moves the same volumes back.
+    """
+    n_intra, n_inter = group_span(ep, stride, gpus_per_node)
+    per_gpu = float(num_experts) / np.maximum(_f(ep), 1.0)
+    p_gpu = destination_hit_probability(num_experts, top_k, per_gpu)
+    p_node = destination_hit_probability(num_experts, top_k, n_intra * per_gpu)
+    tb = _f(token_bytes)
+    return tb * (n_intra - 1.0) * n_inter * p_gpu, tb * (n_inter - 1.0) * p_node
+
+
 def moe_all_to_all_time_s(dispatch_bytes, ep, etp, cluster: ClusterSpec, eff: EfficiencyModel,
-                          overlap=0.0, load_imbalance=1.0, combine_bytes=None, stride=None):
+                          overlap=0.0, load_imbalance=1.0, combine_bytes=None, stride=None,
+                          dedup=False, num_experts=None, top_k=None):
     """Expert-parallel communication of one MoE layer, seconds (forward and backward).
 
     Forward = dispatch all-to-all + combine all-to-all over the EP group; backward = the same
@@ -273,6 +314,11 @@ def moe_all_to_all_time_s(dispatch_bytes, ep, etp, cluster: ClusterSpec, eff: Ef
     ``dispatch_bytes`` / ``combine_bytes``: ``moe_dispatch_bytes`` in the dispatch / combine
     dtype (combine defaults to the dispatch size).
 
+    ``dedup`` (per row): the stack's dispatcher sends each token once per destination GPU and
+    node instead of once per chosen expert (``deduplicated_dispatch_volumes``; needs
+    ``num_experts`` and ``top_k``); False = Megatron's ``alltoall`` dispatcher, one row per
+    (token, expert) pair.
+
     Returns a dict of float arrays: ``dispatch_s``, ``combine_s``, ``etp_s`` (all-gather +
     reduce-scatter), ``fwd_s``, ``bwd_s`` (totals), ``fwd_exposed_s``, ``bwd_exposed_s``.
     """
@@ -283,6 +329,13 @@ def moe_all_to_all_time_s(dispatch_bytes, ep, etp, cluster: ClusterSpec, eff: Ef
     c_bytes = (_f(dispatch_bytes) if combine_bytes is None else _f(combine_bytes)) * imb
     dispatch = group_collective_time_s("all_to_all", d_bytes, ep, stride, cluster, eff)
     combine = group_collective_time_s("all_to_all", c_bytes, ep, stride, cluster, eff)
+    if np.any(dedup):
+        def forwarded(bytes_):
+            intra, inter = deduplicated_dispatch_volumes(bytes_ / float(top_k), num_experts, top_k, ep, stride,
+                                                         cluster.gpus_per_node)
+            return group_forwarded_all_to_all_time_s(intra, inter, ep, stride, cluster, eff)
+        dispatch = np.where(dedup, forwarded(d_bytes), dispatch)
+        combine = np.where(dedup, forwarded(c_bytes), combine)
     etp_s = (group_collective_time_s("all_gather", d_bytes * etp, etp, 1, cluster, eff)
              + group_collective_time_s("reduce_scatter", c_bytes * etp, etp, 1, cluster, eff))
     fwd = dispatch + combine + etp_s

@@ -107,6 +107,18 @@ def group_collective_time_s(kind: str, bytes_, group_size, stride, cluster: Clus
     return np.where(np.asarray(group_size) > 1, t, 0.0)
 
 
+def group_forwarded_all_to_all_time_s(intra_bytes, inter_bytes, group_size, stride, cluster: ClusterSpec,
+                                      eff: EfficiencyModel):
+    """A forwarding all-to-all (``collectives.forwarded_all_to_all_time_s``) over a group placed
+    by (size, stride) on ``cluster``, given each GPU's NVLink and NIC volumes in bytes; seconds."""
+    _, n_inter = group_span(group_size, stride, cluster.gpus_per_node)
+    bw_i, lat_i, bw_o, lat_o = tier_bandwidths(cluster, eff)
+    kind_fraction = eff.collective_fraction("all_to_all")
+    t = coll.forwarded_all_to_all_time_s(intra_bytes, inter_bytes, group_size, n_inter, bw_i * kind_fraction,
+                                         lat_i, bw_o * kind_fraction, lat_o)
+    return np.where(np.asarray(group_size) > 1, t, 0.0)
+
+
 def p2p_stage_time_s(bytes_, stride, cluster: ClusterSpec, eff: EfficiencyModel):
     """Send/recv between neighbouring ranks ``stride`` apart (e.g. pipeline stages), seconds."""
     bw_i, lat_i, bw_o, lat_o = tier_bandwidths(cluster, eff)

@@ -63,6 +63,10 @@ class TrainingBehaviour:
             userbuffers / ``--tp-comm-overlap``).
         ep_comm_overlap: expert-parallel dispatch/combine all-to-all overlaps compute
             (DeepEP / ``--overlap-moe-expert-parallel-comm``, DualPipe).
+        ep_dispatch_dedup: the expert-parallel dispatcher sends each token once per destination
+            GPU over NVLink and once per destination node over the NIC, forwarding it inside the
+            node (DeepEP / HybridEP: Megatron ``--moe-token-dispatcher-type flex``), instead of
+            one row per (token, expert) pair (Megatron's ``alltoall`` dispatcher).
         attention_kernel: one of ``ATTENTION_KERNELS``.
         grad_accumulation_fusion: the weight-gradient GEMM accumulates into the fp32 gradient
             buffer in place (Megatron ``--gradient-accumulation-fusion``).
@@ -118,6 +122,7 @@ class TrainingBehaviour:
     zero01_grad_reduce: str = "last_microbatch"
     tp_comm_overlap: bool = False
     ep_comm_overlap: bool = False
+    ep_dispatch_dedup: bool = False
     attention_kernel: str = "auto"
     grad_accumulation_fusion: bool = True
     sequence_parallel_with_tp: bool = False

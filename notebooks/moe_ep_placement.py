@@ -56,7 +56,10 @@ say("**The simulator models the expert layers** (step time depends on `ep`): the
 # `cost_models.moe`: each GPU routes its tokens (one 4096-token micro-batch) to 8 experts, the
 # dispatch all-to-all sends them to the GPUs holding those experts and the combine all-to-all
 # brings them back (forward; backward repeats both). Up to 8 GPUs the group is inside a node
-# (NVLink); beyond, the share addressed to other nodes crosses the NICs.
+# (NVLink); beyond, the share addressed to other nodes crosses the NICs. Two dispatchers:
+# Megatron's `alltoall` sends one row per (token, expert) pair; DeepEP / HybridEP (Megatron's
+# `flex`) send a token once to each node holding one of its experts and forward it over NVLink
+# there (`moe.deduplicated_dispatch_volumes`).
 
 # %%
 from cost_models import moe
@@ -66,23 +69,28 @@ from model_specs import load_model
 spec = load_model(MODEL)
 tokens = spec.seq_len                                 # one sequence per micro-batch, no TP/CP split
 dispatch_bytes = moe.moe_dispatch_bytes(tokens, spec.moe.top_k, spec.hidden_size, 2)
+DISPATCHERS = {"alltoall": False, "DeepEP": True}      # name -> sends a token once per GPU and node
 a2a = []
 for bw in (400, 800):
     cluster = api.what_if_cluster(CLUSTER, scaleout_gbit_per_s=bw)
     eff = efficiency_for_cluster(cluster)
-    for ep in EPS[1:]:
-        t = moe.moe_all_to_all_time_s(dispatch_bytes, ep, 1, cluster, eff)
-        a2a.append({"scaleout_gbit_per_s": bw, "ep": ep, "inside_node": ep <= cluster.gpus_per_node,
-                    "fwd_ms": 1e3 * float(t["fwd_s"]), "fwd_plus_bwd_ms": 1e3 * float(t["fwd_s"] + t["bwd_s"])})
+    for dispatcher, dedup in DISPATCHERS.items():
+        for ep in EPS[1:]:
+            t = moe.moe_all_to_all_time_s(dispatch_bytes, ep, 1, cluster, eff, dedup=dedup,
+                                          num_experts=spec.moe.num_experts, top_k=spec.moe.top_k)
+            a2a.append({"scaleout_gbit_per_s": bw, "dispatcher": dispatcher, "ep": ep,
+                        "inside_node": ep <= cluster.gpus_per_node, "fwd_ms": 1e3 * float(t["fwd_s"]),
+                        "fwd_plus_bwd_ms": 1e3 * float(t["fwd_s"] + t["bwd_s"])})
 a2a = pd.DataFrame(a2a)
-a2a.pivot(index="ep", columns="scaleout_gbit_per_s", values="fwd_plus_bwd_ms").rename(
-    columns=lambda b: f"{b} Gb/s: ms per layer per micro-batch")
+a2a.pivot(index="ep", columns=["dispatcher", "scaleout_gbit_per_s"], values="fwd_plus_bwd_ms").rename(
+    columns=lambda b: f"{b} Gb/s" if isinstance(b, (int, np.integer)) else b)
 
 # %%
 fig = Figure(figsize=(8, 4.5), dpi=110)
 ax = fig.add_subplot()
-for bw, g in a2a.groupby("scaleout_gbit_per_s"):
-    ax.plot(g.ep, g.fwd_plus_bwd_ms, "-o", label=f"{bw} Gb/s per GPU scale-out")
+for (bw, dispatcher), g in a2a.groupby(["scaleout_gbit_per_s", "dispatcher"]):
+    ax.plot(g.ep, g.fwd_plus_bwd_ms, "-o" if dispatcher == "alltoall" else "--s",
+            label=f"{bw} Gb/s per GPU scale-out, {dispatcher} dispatcher")
 ax.axvspan(1.5, 8.5, color="#55A868", alpha=0.08, label="EP group inside one node (NVLink)")
 ax.set_xscale("log", base=2)
 ax.set_xticks(EPS[1:], [str(e) for e in EPS[1:]])
@@ -147,12 +155,17 @@ if MOE_MODELLED:
 # ## Conclusions
 
 # %%
-l = a2a.set_index(["scaleout_gbit_per_s", "ep"]).fwd_plus_bwd_ms
+l = a2a[a2a.dispatcher == "alltoall"].set_index(["scaleout_gbit_per_s", "ep"]).fwd_plus_bwd_ms
+d = a2a[a2a.dispatcher == "DeepEP"].set_index(["scaleout_gbit_per_s", "ep"]).fwd_plus_bwd_ms
 same_inside = np.isclose(l[400, 8], l[800, 8], rtol=0.01)
 text = f"""* **One layer's all-to-all:** at 400 Gb/s it takes {l[400, 8]:.1f} ms with EP inside a node (ep=8) and
   {l[400, 16]:.1f} ms once the group spans two nodes (ep=16), {l[400, 16] / l[400, 8]:.1f}x; at 800 Gb/s ep=16 takes
   {l[800, 16]:.1f} ms. Inside the node the NICs {"do not matter" if same_inside else "matter little"} ({l[400, 8]:.1f} vs
-  {l[800, 8]:.1f} ms)."""
+  {l[800, 8]:.1f} ms).
+* **Dispatcher:** DeepEP's once-per-node dispatch cuts ep=16 at 400 Gb/s to {d[400, 16]:.1f} ms
+  ({l[400, 16] / d[400, 16]:.1f}x less: per pair, {spec.moe.top_k / 2:g} of a token's {spec.moe.top_k} copies cross to the
+  other node on average; deduplicated, at most one) and ep=64 to {d[400, 64]:.1f} ms ({l[400, 64] / d[400, 64]:.1f}x); inside the node ep=8 takes
+  {d[400, 8]:.1f} ms. The plans below use the default stack's `alltoall` dispatcher."""
 if MOE_MODELLED:
     s = ep_study.set_index(["network", "ep"])
     b400 = ep_study[ep_study.network == "400 Gb/s"].sort_values("tokens_per_s").iloc[-1]

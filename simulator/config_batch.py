@@ -59,6 +59,7 @@ class ConfigBatch:
     first_stage_layers: np.ndarray
     last_stage_layers: np.ndarray
     ep_comm_overlap: np.ndarray
+    ep_dispatch_dedup: np.ndarray
     grad_reduce_bytes: np.ndarray
     grad_bucket_elements: np.ndarray
     grad_bucket_elements_per_dp: np.ndarray
@@ -122,6 +123,7 @@ class ConfigBatch:
             zero3_recompute_gather=col("zero3_recompute_gather", bool, bool),
             first_stage_layers=col("first_stage_layers"), last_stage_layers=col("last_stage_layers"),
             ep_comm_overlap=col("ep_comm_overlap", bool, bool),
+            ep_dispatch_dedup=col("ep_dispatch_dedup", bool, bool),
             grad_reduce_bytes=col("grad_reduce_bytes", float, float),
             grad_bucket_elements=col("grad_bucket_elements", float, float),
             grad_bucket_elements_per_dp=col("grad_bucket_elements_per_dp", float, float),
@@ -176,7 +178,8 @@ class ConfigBatch:
             grad_accumulation_fusion=bool(self.grad_accumulation_fusion[i]),
             zero3_recompute_gather=bool(self.zero3_recompute_gather[i]),
             first_stage_layers=int(self.first_stage_layers[i]), last_stage_layers=int(self.last_stage_layers[i]),
-            ep_comm_overlap=bool(self.ep_comm_overlap[i]), grad_reduce_bytes=float(self.grad_reduce_bytes[i]),
+            ep_comm_overlap=bool(self.ep_comm_overlap[i]), ep_dispatch_dedup=bool(self.ep_dispatch_dedup[i]),
+            grad_reduce_bytes=float(self.grad_reduce_bytes[i]),
             grad_bucket_elements=float(self.grad_bucket_elements[i]),
             grad_bucket_elements_per_dp=float(self.grad_bucket_elements_per_dp[i]),
             grad_reduce_every_microbatch=bool(self.grad_reduce_every_microbatch[i]),

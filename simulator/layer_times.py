@@ -25,7 +25,8 @@ pass is host-bound (the floor is off under CUDA graphs);
 and the parts of each for the step's breakdown. Communication is exposed as the software stack
 decides (``ParallelConfig``): tensor-parallel collectives fully unless ``tp_comm_overlap``
 (then what exceeds the GEMMs they pipeline with), expert all-to-alls fully unless
-``ep_comm_overlap`` (then what exceeds the layer's compute), context-parallel rings under the
+``ep_comm_overlap`` (then what exceeds the layer's compute; their volume per the stack's
+dispatcher, ``ep_dispatch_dedup``), context-parallel rings under the
 attention core; the backward TP collectives under the gradient GEMMs with
 ``tp_backward_overlap``. Nothing here is a fitted exposure share.
 """
@@ -64,7 +65,8 @@ def attention_mma_share(attention_kernel, gpu):
 
 def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, rates, tokens, tp, cp, sp, rc,
                 ep, etp, imbalance, tp_overlap, cp_kind, attention_kernel, flash_attention, ep_overlap,
-                tp_backward_overlap=True, softmax_fusion=True, cuda_graphs=False, modules=0) -> dict:
+                tp_backward_overlap=True, softmax_fusion=True, cuda_graphs=False, modules=0,
+                ep_dispatch_dedup=False) -> dict:
     """Per-layer times (seconds, one micro-batch) and FLOPs for the given layer keys; see the
     module docstring for the keys (``f_dense``, ``b_moe``, ...) and the model's ends
     (``emb_f``, ``emb_b``, ``head_f``, ``head_b``, ``head_w``, ``mtp_f``, ``mtp_b``,
@@ -150,7 +152,9 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         tpr_full = np.where(tp_overlap, np.maximum(tp_fwd - gemm_f, 0.0), tp_fwd)
         if kind == "moe":
             dispatch = moe_costs.moe_dispatch_bytes(tokens / tp, model.moe.top_k, h, rates.act_bytes)
-            a2a = moe_costs.moe_all_to_all_time_s(dispatch, ep, etp, cluster, eff, load_imbalance=imbalance)
+            a2a = moe_costs.moe_all_to_all_time_s(dispatch, ep, etp, cluster, eff, load_imbalance=imbalance,
+                                                  dedup=ep_dispatch_dedup, num_experts=model.moe.num_experts,
+                                                  top_k=model.moe.top_k)
             epf = np.where(ep_overlap, np.maximum(a2a["fwd_s"] - fwd, 0.0), a2a["fwd_s"])
             epb = np.where(ep_overlap, np.maximum(a2a["bwd_s"] - bwd - wgrad, 0.0), a2a["bwd_s"])
             epr_full = epf

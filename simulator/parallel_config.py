@@ -80,7 +80,7 @@ MAX_MOE_LOAD_IMBALANCE = 2**20
 #: switches of ``ParallelConfig`` (each must be a real bool: the string "false" is truthy)
 BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
                "flash_attention", "grad_accumulation_fusion", "uneven_layers", "zero3_recompute_gather",
-               "ep_comm_overlap", "grad_reduce_every_microbatch", "tp_backward_overlap", "softmax_fusion",
+               "ep_comm_overlap", "ep_dispatch_dedup", "grad_reduce_every_microbatch", "tp_backward_overlap", "softmax_fusion",
                "param_gather_per_tensor", "cuda_graphs")
 #: non-negative integer fields (0 = not set)
 LAYOUT_FIELDS = ("first_stage_layers", "last_stage_layers", "recompute_num_layers", "recompute_layers_decrement",
@@ -148,6 +148,10 @@ class ParallelConfig:
             set (an even split). The other stages share the rest evenly.
         ep_comm_overlap: the expert-parallel all-to-alls overlap compute (DeepEP, Megatron
             ``--overlap-moe-expert-parallel-comm``); off = on the critical path.
+        ep_dispatch_dedup: the expert dispatcher sends a token once per destination GPU and
+            node, forwarding inside the node (DeepEP / HybridEP, Megatron's ``flex``
+            dispatcher; ``cost_models.moe.deduplicated_dispatch_volumes``); off = one row per
+            (token, expert) pair (Megatron's ``alltoall`` dispatcher).
         grad_reduce_bytes: bytes per gradient element in the data-parallel reduction: 4 (fp32
             main gradients, Megatron-Core and FSDP's usual ``reduce_dtype``) or 2 (reduced in
             the 16-bit training dtype: DeepSpeed fp16, Megatron-LM fp16 before 2022).
@@ -245,6 +249,7 @@ class ParallelConfig:
     first_stage_layers: int = 0
     last_stage_layers: int = 0
     ep_comm_overlap: bool = False
+    ep_dispatch_dedup: bool = False
     grad_reduce_bytes: float = 4.0
     grad_bucket_elements: float = 40e6
     grad_bucket_elements_per_dp: float = 1e6

@@ -13,7 +13,7 @@ from hardware_specs.stack_spec import StackSpec
 STACK_FIELDS = ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_bytes", "grad_bucket_elements",
                 "grad_bucket_elements_per_dp", "grad_reduce_every_microbatch", "param_prefetch_forward",
                 "param_prefetch_backward", "param_prefetch_max_elements", "tp_comm_overlap", "tp_backward_overlap",
-                "ep_comm_overlap", "attention_kernel", "flash_attention", "softmax_fusion",
+                "ep_comm_overlap", "ep_dispatch_dedup", "attention_kernel", "flash_attention", "softmax_fusion",
                 "grad_accumulation_fusion", "zero3_recompute_gather", "param_gather_per_tensor", "cuda_graphs")
 #: dtypes whose gradients a stack reduces as bf16 ones (FP8 recipes keep bf16 parameters)
 _BF16_LIKE = ("bf16", "fp8", "mxfp8", "nvfp4")
@@ -49,6 +49,7 @@ def stack_config_fields(stack: StackSpec, dtype: str = "bf16", model_name: str |
         "tp_comm_overlap": t.tp_comm_overlap,
         "tp_backward_overlap": t.tp_backward_overlap,
         "ep_comm_overlap": t.ep_comm_overlap,
+        "ep_dispatch_dedup": t.ep_dispatch_dedup,
         "attention_kernel": "auto" if materialized else t.attention_kernel,
         "flash_attention": not materialized,
         "softmax_fusion": t.softmax_fusion,

@@ -162,3 +162,17 @@ def test_rule_expressions_are_evaluated_without_eval():
     assert megatron_table.evaluate("prod(s) == 8 if s is not None else False", {"s": [4, 2]})
     with pytest.raises(ValueError):
         megatron_table.evaluate("__import__('os')", {})
+
+
+def test_a_plan_priced_with_deduplicated_dispatch_exports_the_flex_dispatcher():
+    # DeepEP's once-per-GPU-and-node dispatch is Megatron's flex dispatcher; a plan without it keeps
+    # alltoall (one row per token and expert), the dispatcher the per-pair cost prices
+    row = dict(model="qwen3-30b-a3b", seq_len=4096, dp=16, tp=1, pp=1, ep=16, micro_batch=1, global_batch=1024,
+               zero_stage=1, recompute="none")
+    flex = flags_of(megatron.emit(dict(row, ep_dispatch_dedup=True)))
+    plain = flags_of(megatron.emit(row))
+    at = flex.index("--moe-token-dispatcher-type")
+    assert flex[at + 1] == "flex" and flex[flex.index("--moe-flex-dispatcher-backend") + 1] == "deepep"
+    assert plain[plain.index("--moe-token-dispatcher-type") + 1] == "alltoall"
+    assert "--moe-flex-dispatcher-backend" not in plain
+    assert megatron_table.check_command(flex, 16, {}) == []

@@ -189,6 +189,50 @@ def test_deepseek_v3_all_to_all_time_over_8_nodes(cluster, eff):
     assert skew["dispatch_s"] == pytest.approx(1.2 * one)
 
 
+def test_destination_hit_probability_is_the_hypergeometric_complement():
+    from math import comb
+    # Qwen3-30B-A3B: 128 experts, top-8. A GPU of EP 16 holds 8 experts; a node of 8 such GPUs 64
+    assert moe.destination_hit_probability(128, 8, 8) == pytest.approx(1 - comb(120, 8) / comb(128, 8), rel=1e-12)
+    assert moe.destination_hit_probability(128, 8, 64) == pytest.approx(1 - comb(64, 8) / comb(128, 8), rel=1e-12)
+    # the numbers: 0.41228... and 0.99690...
+    assert moe.destination_hit_probability(128, 8, 8) == pytest.approx(0.4122820507, rel=1e-9)
+    assert moe.destination_hit_probability(128, 8, 64) == pytest.approx(0.9969041357, rel=1e-9)
+    # a destination holding every expert is always hit; one holding none never; top-1 = m / E
+    assert moe.destination_hit_probability(64, 6, 64) == 1.0
+    assert moe.destination_hit_probability(64, 6, 0) == 0.0
+    assert moe.destination_hit_probability(64, 1, np.array([8.0, 16.0])) == pytest.approx([0.125, 0.25])
+
+
+def test_deduplicated_dispatch_sends_a_token_once_per_node_over_the_nic(cluster, eff):
+    # Qwen3-30B-A3B on EP 16 over two 8-GPU nodes, 4096 bf16 tokens of hidden 2048 per GPU:
+    # one copy of the tokens is T = 4096 * 2048 * 2 = 16,777,216 B. Per-pair (Megatron alltoall):
+    # 8 copies, half to the other node: NIC 4 T. Deduplicated (DeepEP / HybridEP): the other node
+    # is needed with p_node = 0.99690..., so NIC = 0.99690 T; NVLink = (R - 1) N p_gpu T
+    # = 7 * 2 * 0.41228 T = 5.77195 T (own-node copies plus forwarding on arrival).
+    token = 4096 * 2048 * 2
+    intra, inter = moe.deduplicated_dispatch_volumes(token, 128, 8, 16, 1, 8)
+    assert inter == pytest.approx(0.9969041357 * token, rel=1e-9)
+    assert intra == pytest.approx(7 * 2 * 0.4122820507 * token, rel=1e-9)
+    buffer = moe.moe_dispatch_bytes(4096, 8, 2048, 2)
+    per_pair = moe.moe_all_to_all_time_s(buffer, 16, 1, cluster, eff)
+    dedup = moe.moe_all_to_all_time_s(buffer, 16, 1, cluster, eff, dedup=True, num_experts=128, top_k=8)
+    assert per_pair["dispatch_s"] == pytest.approx(max(buffer * 7 / 16 / NVLINK, buffer * 8 / 16 / NIC))
+    assert dedup["dispatch_s"] == pytest.approx(max(intra / NVLINK, inter / NIC))
+    assert per_pair["dispatch_s"] / dedup["dispatch_s"] == pytest.approx(4 / 0.9969041357, rel=1e-9)
+    # per row: the switch is an array like every other column
+    both = moe.moe_all_to_all_time_s(buffer, 16, 1, cluster, eff, dedup=np.array([False, True]),
+                                     num_experts=128, top_k=8)
+    assert both["dispatch_s"] == pytest.approx([per_pair["dispatch_s"], dedup["dispatch_s"]])
+
+
+def test_top1_routing_has_nothing_to_deduplicate_across_nodes():
+    # one expert per token: the NIC carries (N - 1) / N of the tokens either way
+    intra, inter = moe.deduplicated_dispatch_volumes(1.0, 64, 1, 32, 1, 8)
+    assert inter == pytest.approx(3 / 4)
+    # NVLink: own-node copies (7/32) plus the forwarded remote arrivals (3/4 * 7/8)
+    assert intra == pytest.approx(7 / 32 + 3 / 4 * 7 / 8)
+
+
 def test_ep_inside_the_nvlink_domain_and_expert_tp_widening_it(cluster, eff):
     # EP 8 stride 1 fits one node: B * 7/8 / 400e9 = 1.02760448e-3 s
     inside = moe.moe_all_to_all_time_s(DSV3_BUFFER, 8, 1, cluster, eff)

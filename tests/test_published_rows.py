@@ -333,3 +333,18 @@ def test_gated_mlp_and_gqa_come_from_the_architecture_not_from_ffn_width():
     assert row_inputs(gpt).model.gated_mlp is False
     llama = _llama31_8b_row(vocab=128256, kv_heads="")
     assert row_inputs(llama).model.num_kv_heads == 8
+
+
+def test_a_per_gpu_rate_row_whose_gpu_count_contradicts_its_layout_keeps_the_printed_degrees():
+    # NeMo's long-sequence B200 table prints TP*PP*DP*CP = n_gpus / 4 on every row; what one GPU
+    # does depends on its own layout and micro-batch count, so a per-GPU rate is predicted on
+    # dp*tp*pp*cp GPUs with the reason recorded. A step time or a global rate is not.
+    from paraplan.validation.published import Skip, row_inputs
+    inputs = row_inputs(_llama31_8b_row(n_gpus=32, dp=2, tp=2, cp=2, global_batch=16))
+    c = inputs.config
+    assert (c.dp, c.tp, c.cp, c.n_gpus) == (2, 2, 2, 8)
+    assert any("n_gpus 32 contradicts dp*tp*pp*cp = 8" in a for a in inputs.assumptions)
+    for metric in ("iter_time_s", "tokens_per_s"):
+        with pytest.raises(Skip, match="dp\\*tp\\*pp\\*cp = 8 != n_gpus 32"):
+            row_inputs(_llama31_8b_row(n_gpus=32, dp=2, tp=2, cp=2, global_batch=16, measured_metric=metric,
+                                       id=f"X-1:{metric}"))

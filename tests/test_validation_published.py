@@ -4,8 +4,9 @@ The bounds are the errors measured when this test was last updated plus a small 
 the issue's target where it is met), so a change that makes predictions drift fails here
 (measured at the refit with FlashAttention-2's mma.sync rate on Hopper and the BLOOM, NeMo
 24.07 and Kimi K2 rows: KOR22 step time 5.74% mean / 11.0% worst, NAR21 11.2% (Table 1 2.6%, the DeepSpeed ZeRO-3 rows 19-68% fast), dense
-rows with their own fields 6.31%, vTrain single-node 8.66%, MoE rows 9.11%, context-parallel
-rows 7.85%, FP8/MXFP8/NVFP4 rows 11.97%). The issue targets: KOR22 <= 3% mean and 6% worst,
+rows with their own fields 6.31%, vTrain single-node 8.66%, MoE rows 9.01%, context-parallel
+rows 7.66%, FP8/MXFP8/NVFP4 rows 11.52%; after the deduplicated MoE dispatch and the NeMo
+long-sequence B200 rows joined the Blackwell fit). The issue targets: KOR22 <= 3% mean and 6% worst,
 NAR21 <= 6%, dense rows <= 10%, MoE, CP and low precision <= 12%. Row sets are selected by
 their columns, and counts are lower bounds, so rows added to the shared file are bounded too.
 """
@@ -92,15 +93,15 @@ def test_moe_rows_are_predicted_within_bound(results):
     ok = moe[moe.status == "ok"]
     assert len(moe) >= 53
     assert len(ok) >= 0.8 * len(moe)          # measured 48/53
-    assert _mean_abs_pct(ok) <= 12.0          # the issue's target; measured 9.11%
+    assert _mean_abs_pct(ok) <= 12.0          # the issue's target; measured 9.01%
 
 
 def test_context_parallel_rows_are_predicted_within_bound(results):
     r = _with_columns(results)
     cp = r[r.id.str.startswith("NEMOLS") | (r.cp.fillna(1) > 1)]
     ok = cp[cp.status == "ok"]
-    assert len(ok) >= 60                      # measured 69 of 87 (NEMOLS b200 rows do not add up)
-    assert _mean_abs_pct(ok) <= 10.0          # measured 7.85%
+    assert len(ok) >= 70                      # measured 77 of 87
+    assert _mean_abs_pct(ok) <= 10.0          # measured 7.66%
 
 
 def test_low_precision_rows_are_predicted_within_bound(results):
@@ -108,10 +109,10 @@ def test_low_precision_rows_are_predicted_within_bound(results):
     lp = r[r.dtype_norm.isin(["fp8", "mxfp8", "nvfp4"])
            & r.gpu_profile.isin(["h100-sxm-80gb", "b200", "b300", "gb200", "gb300"])]
     ok = lp[lp.status == "ok"]
-    assert len(ok) >= 240                     # measured 245
-    # measured 11.97% (the issue's target is 12%): GPT-OSS and Qwen3 MoE rows on Blackwell
-    # (up to 2.3x fast) keep the Blackwell GEMM plateaus on their lower bound
-    assert _mean_abs_pct(ok) <= 12.5
+    assert len(ok) >= 255                     # measured 265
+    # measured 11.52% (the issue's target is 12%): GPT-OSS and one Qwen3-235B layout on Blackwell
+    # run up to 2.3x slower than the model
+    assert _mean_abs_pct(ok) <= 12.0
 
 
 def test_every_skipped_row_says_why(results):

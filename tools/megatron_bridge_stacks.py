@@ -62,13 +62,17 @@ def primary_rows(rows: list[dict]) -> dict:
 
 def behaviour(row: dict) -> dict:
     """The preset's switches as TrainingBehaviour values that differ from the stack defaults
-    (megatron-bridge.yaml: no TP/EP overlap, no CUDA graphs, bf16 gradient reduction, ZeRO-1,
+    (megatron-bridge.yaml: no TP/EP overlap, the alltoall expert dispatcher, no CUDA graphs, bf16
+    gradient reduction, ZeRO-1,
     tensorwise FP8, grad-reduce and param-gather overlap on)."""
     out = {}
     if row["tp_comm_overlap"] == "true":
         out["tp_comm_overlap"] = True
     if row["moe_a2a_overlap"] == "true":
         out["ep_comm_overlap"] = True
+    if row["moe_dispatcher"] == "flex":
+        # DeepEP / HybridEP send a token once per destination GPU and node
+        out["ep_dispatch_dedup"] = True
     if row["cuda_graphs_full_iteration"] == "true":
         out["cuda_graphs"] = True
     if row["grad_reduce_in_fp32"] == "true":

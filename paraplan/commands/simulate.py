@@ -88,6 +88,7 @@ def _data_parallel(dp: int | None, gpus: int | None, tp: int, pp: int, cp: int) 
 
 #: software switches that default to the ``--stack``'s behaviour and override it when given
 SWITCH_OPTIONS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap",
+                  "ep_dispatch_dedup",
                   "flash_attention", "attention_kernel", "grad_accumulation_fusion", "zero3_recompute_gather")
 
 
@@ -177,7 +178,8 @@ def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | 
         f"attention_kernel={c['attention_kernel']}",
         f"         overlap_grad_reduce={_on_off(c['overlap_grad_reduce'])} "
         f"overlap_param_gather={_on_off(c['overlap_param_gather'])} tp_comm_overlap={_on_off(c['tp_comm_overlap'])} "
-        f"ep_comm_overlap={_on_off(c['ep_comm_overlap'])} cp_kind={c['cp_kind']} moe_load_imbalance={c['moe_load_imbalance']:g} "
+        f"ep_comm_overlap={_on_off(c['ep_comm_overlap'])} ep_dispatch_dedup={_on_off(c['ep_dispatch_dedup'])} "
+        f"cp_kind={c['cp_kind']} moe_load_imbalance={c['moe_load_imbalance']:g} "
         f"grad_accumulation_fusion={_on_off(c['grad_accumulation_fusion'])}"
         + (f" zero3_recompute_gather={_on_off(c['zero3_recompute_gather'])}" if c["zero_stage"] >= 3 else ""),
         "",
@@ -386,6 +388,10 @@ POS = click.IntRange(min=1)
               help="MoE dispatch/combine all-to-alls overlap compute, only what exceeds the layer's compute "
                    "is exposed (DeepSeek-V3's DualPipe chunk pairs, DeepEP, Megatron's "
                    "--overlap-moe-expert-parallel-comm); default: the stack's.")
+@click.option("--ep-dispatch-dedup/--no-ep-dispatch-dedup", default=None,
+              help="The MoE dispatcher sends a token once per destination GPU and once per destination node "
+                   "(forwarded over NVLink inside it) instead of once per chosen expert: DeepEP / HybridEP, "
+                   "Megatron's --moe-token-dispatcher-type flex; default: the stack's.")
 @click.option("--cp-kind", type=click.Choice([k.value for k in CPKind]), default="ring", show_default=True, help="Context-parallel flavour.")
 @click.option("--moe-load-imbalance", type=click.FloatRange(min=1.0), metavar="RATIO", default=1.0, show_default=True, help="Busiest expert's tokens / mean (1 = balanced).")
 @click.option("--flash-attention/--no-flash-attention", default=None, help="Fused attention core (no stored score matrix).")

@@ -99,6 +99,9 @@ def _check(p: dict) -> None:
     if p["ep_comm_overlap"] and p["ep"] > 1:
         raise InputError("ep_comm_overlap", "AutoEP's config has no overlapped expert all-to-all",
                          "plan without ep_comm_overlap for DeepSpeed")
+    if p["ep_dispatch_dedup"] and p["ep"] > 1:
+        raise InputError("ep_dispatch_dedup", "AutoEP's all-to-all sends one row per token and expert, not "
+                         "DeepEP's once-per-node dispatch the plan priced", "plan without ep_dispatch_dedup for DeepSpeed")
     if p["cuda_graphs"]:
         raise InputError("cuda_graphs", f"{RELEASE}'s training config has no CUDA-graph switch",
                          "plan without cuda_graphs for DeepSpeed")

@@ -138,7 +138,10 @@ def _refuse_plan(p: dict, model: ModelSpec) -> None:
 
 # ---- the command ---------------------------------------------------------------------------
 
-def _model_args(m: ModelSpec, seq_len: int) -> list[tuple[str, Any]]:
+def _model_args(m: ModelSpec, seq_len: int, dedup_dispatch: bool = False) -> list[tuple[str, Any]]:
+    """The architecture's flags; ``dedup_dispatch``: the plan priced DeepEP's once-per-GPU-and-node
+    expert dispatch (``cost_models.moe.deduplicated_dispatch_volumes``), Megatron's ``flex``
+    dispatcher, instead of the ``alltoall`` one (one row per token and expert)."""
     args: list[tuple[str, Any]] = [("--num-layers", m.num_layers), ("--hidden-size", m.hidden_size),
                                    ("--ffn-hidden-size", m.ffn_hidden_size), ("--num-attention-heads", m.num_heads)]
     if m.mla is not None:
@@ -181,7 +184,9 @@ def _model_args(m: ModelSpec, seq_len: int) -> list[tuple[str, Any]]:
         args += [("--num-experts", m.moe.num_experts), ("--moe-router-topk", m.moe.top_k),
                  ("--moe-ffn-hidden-size", m.moe.expert_ffn_hidden_size),
                  ("--moe-router-score-function", m.moe.router_score),
-                 ("--moe-token-dispatcher-type", "alltoall"), ("--moe-grouped-gemm", None)]
+                 *([("--moe-token-dispatcher-type", "flex"), ("--moe-flex-dispatcher-backend", "deepep")]
+                   if dedup_dispatch else [("--moe-token-dispatcher-type", "alltoall")]),
+                 ("--moe-grouped-gemm", None)]
         if m.moe.num_shared_experts:
             width = m.moe.shared_expert_ffn_hidden_size or m.moe.expert_ffn_hidden_size
             args.append(("--moe-shared-expert-intermediate-size", m.moe.num_shared_experts * width))
@@ -342,7 +347,8 @@ def _groups(p: dict) -> list[tuple[str, list[tuple[str, Any]]]]:
         training.append(("--attention-backend", "unfused"))
         if not p["softmax_fusion"]:
             training.append(("--no-masked-softmax-fusion", None))
-    return [("MODEL_ARGS", _model_args(model, p["seq_len"])), ("PARALLEL_ARGS", parallel),
+    model_args = _model_args(model, p["seq_len"], bool(p["ep_dispatch_dedup"] and p["ep"] > 1))
+    return [("MODEL_ARGS", model_args), ("PARALLEL_ARGS", parallel),
             ("TRAINING_ARGS", training)]
 
 

@@ -140,6 +140,10 @@ def _settings(p: dict) -> dict:
     if p["ep_comm_overlap"] and ep > 1:
         raise InputError("ep_comm_overlap", "this export does not switch on an overlapped expert all-to-all "
                          "(torchtitan's HybridEP / MinimalAsyncEP dispatchers)", "plan without ep_comm_overlap")
+    if p["ep_dispatch_dedup"] and ep > 1:
+        raise InputError("ep_dispatch_dedup", "this export writes torchtitan's default expert all-to-all (one row "
+                         "per token and expert), not the once-per-node dispatch the plan priced",
+                         "plan without ep_dispatch_dedup")
     if p["cuda_graphs"] and (pp > 1 or ep > 1):
         raise InputError("cuda_graphs", "torchtitan 0.3.0 captures no CUDA graphs with a pipeline or with its "
                          "default expert dispatcher", "plan without cuda_graphs here")

@@ -10,7 +10,10 @@ defaults, each recorded in the row's ``assumptions``:
   whole architecture from that preset. Otherwise ``ffn_hidden`` empty is 4 * hidden, ``kv_heads``
   empty is heads, and the MLP is gated when the model family is one that uses SwiGLU
   (``GATED_FAMILIES``: a fact about the named architecture, never inferred from ffn != 4h);
-- ``dp`` empty: n_gpus / (tp * pp * cp);  ``vpp`` empty: 1;  ``cp`` empty: 1;
+- ``dp`` empty: n_gpus / (tp * pp * cp); on a per-GPU rate row (``PER_GPU_RATE_METRICS``) whose
+  n_gpus contradicts dp * tp * pp * cp, the printed degrees are kept and the GPU count is their
+  product (what one GPU does depends on its layout, not on the number of replicas);
+  ``vpp`` empty: 1;  ``cp`` empty: 1;
   ``micro_batch`` empty: 1;  ``zero_norm`` empty: 0;
 - software stack: the ``framework`` and ``framework_version`` columns name it
   (``hardware_specs.catalog.stack_for``); its documented behaviour sets overlap, kernels,
@@ -80,6 +83,8 @@ REQUIRED_COLUMNS = ("id", "run_id", "gpu_profile", "dtype_norm", "zero_norm", "f
                     "micro_batch", "global_batch", "recompute", "seq_parallel", "measured_metric",
                     "measured_value")
 
+#: metrics that are a rate per GPU (what one GPU does; the GPU count only scales the rest)
+PER_GPU_RATE_METRICS = ("tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "hfu")
 TRAINING_METRICS = ("iter_time_s", "tokens_per_s_per_gpu", "tokens_per_s", "tflops_per_gpu", "mfu",
                     "hfu", "layer_fwd_bwd_time_ms")
 
@@ -296,6 +301,13 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
             # expert-data-parallel degree, the full data-parallel degree is dp * ep
             dp = dp * ep_col
             assumptions.append("dp column = expert-data-parallel degree (dp = dp * ep)")
+        elif metric in PER_GPU_RATE_METRICS:
+            # what one GPU does depends on its own layout (tp, pp, cp, micro-batches = global
+            # batch / (dp * micro_batch)), not on how many GPUs the source says ran it: the
+            # printed degrees are kept and the GPU count is their product
+            assumptions.append(f"n_gpus {n} contradicts dp*tp*pp*cp = {dp * tp * pp * cp}: the per-GPU rate of "
+                               "the printed layout is predicted on dp*tp*pp*cp GPUs")
+            n = dp * tp * pp * cp
         else:
             raise Skip(f"dp*tp*pp*cp = {dp * tp * pp * cp} != n_gpus {n}")
     stack = _row_stack(row, assumptions)
