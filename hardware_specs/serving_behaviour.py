@@ -28,6 +28,11 @@ KV_CACHE_DTYPES = ("auto", "fp8", "bf16", "fp16")
 #: ``gpu_memory_utilization``, SGLang ``mem_fraction_static``: weights + KV inside it) or the
 #: ``free`` memory left after weights and activations (TensorRT-LLM ``free_gpu_memory_fraction``).
 MEMORY_FRACTION_OF = ("total", "free")
+#: what must be free in the KV pool to start a request: ``prompt`` (blocks for its prompt; the
+#: cache grows block by block and running requests are preempted or retracted when it runs out:
+#: vLLM, SGLang) or ``full_request`` (blocks for prompt + maximum output reserved up front, never
+#: preempted: TensorRT-LLM's GUARANTEED_NO_EVICT capacity scheduler).
+KV_ADMISSIONS = ("prompt", "full_request")
 
 
 @dataclass(frozen=True)
@@ -65,10 +70,11 @@ class ServingBehaviour:
             sizes its reserve to hold it) instead of being subtracted on top.
         kv_cache_dtype: default KV-cache dtype, one of ``KV_CACHE_DTYPES``.
         kv_dtype_from_checkpoint: with ``auto``, the KV cache takes the dtype the checkpoint's
-            quantisation config names (NVIDIA ModelOpt NVFP4 exports name FP8:
+            quantisation config names (NVIDIA ModelOpt NVFP4 and per-tensor FP8 exports name FP8:
             ``kv_cache_quant_algo`` in their hf_quant_config.json); False: ``auto`` is 16-bit.
         custom_allreduce: small tensor-parallel all-reduces inside one NVLink domain use the
             engine's one-shot / two-shot kernels instead of NCCL rings.
+        kv_admission: one of ``KV_ADMISSIONS``.
         speculative_tokens: draft tokens per step by default (MTP / EAGLE); 0 = none, the
             default of all three engines (each needs an explicit speculative config).
     """
@@ -90,6 +96,7 @@ class ServingBehaviour:
     kv_dtype_from_checkpoint: bool = False
     custom_allreduce: bool = True
     speculative_tokens: int = 0
+    kv_admission: str = "prompt"
 
     def __post_init__(self) -> None:
         where = "serving"
@@ -99,6 +106,9 @@ class ServingBehaviour:
         if self.memory_fraction_of not in MEMORY_FRACTION_OF:
             raise InputError(f"{where}.memory_fraction_of", f"unknown value {self.memory_fraction_of!r}",
                              "choose one of " + ", ".join(MEMORY_FRACTION_OF))
+        if self.kv_admission not in KV_ADMISSIONS:
+            raise InputError(f"{where}.kv_admission", f"unknown value {self.kv_admission!r}",
+                             "choose one of " + ", ".join(KV_ADMISSIONS))
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise InputError(f"{where}.kv_cache_dtype", f"unknown dtype {self.kv_cache_dtype!r}",
                              "choose one of " + ", ".join(KV_CACHE_DTYPES))

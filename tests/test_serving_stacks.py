@@ -29,6 +29,11 @@ def test_the_documented_differences_between_engines():
     # token budgets by device memory: vLLM 2048 below 70 GiB, SGLang 16384 above 160 GB
     assert vllm.token_budget(40 * 2**30) == 2048 and vllm.token_budget(80 * 2**30) == 8192
     assert sglang.token_budget(180 * 2**30) == 16384 and trt.token_budget(180 * 2**30) == 8192
+    # KV admission: blocks for the prompt (vLLM, SGLang) or the whole request (TRT-LLM's
+    # GUARANTEED_NO_EVICT); the KV dtype of a ModelOpt checkpoint is read by all but vLLM < 0.14
+    assert (vllm.kv_admission, sglang.kv_admission, trt.kv_admission) == ("prompt", "prompt", "full_request")
+    assert vllm.kv_dtype_from_checkpoint and sglang.kv_dtype_from_checkpoint and trt.kv_dtype_from_checkpoint
+    assert not load_stack("vllm-0.11").serving.kv_dtype_from_checkpoint
 
 
 def test_a_release_maps_to_the_stack_that_lists_it():
@@ -48,6 +53,8 @@ def test_serving_section_errors_name_the_field():
         stack_from_dict({"name": "x", "framework": "f", "serving": {"no_such": 1}})
     with pytest.raises(InputError, match="serving.gpu_memory_fraction: must be in"):
         stack_from_dict({"name": "x", "framework": "f", "serving": {"gpu_memory_fraction": 1.5}})
+    with pytest.raises(InputError, match="serving.kv_admission: unknown value 'lazy'"):
+        stack_from_dict({"name": "x", "framework": "f", "serving": {"kv_admission": "lazy"}})
     with pytest.raises(InputError, match="serving.mixed_batches: must be true or false"):
         stack_from_dict({"name": "x", "framework": "f", "serving": {"mixed_batches": "yes"}})
     s = stack_from_dict({"name": "x", "framework": "f",

@@ -23,6 +23,14 @@ prediction:
   its all-reduces crossing the NICs. A ``tp_size`` that does not divide the attention heads
   (24, 28, 36, 72 for DeepSeek's 128) cannot be a tensor-parallel split; such rows are skipped
   with that reason, as are expert layouts with moe_tp x moe_ep != tp x attention_dp_size.
+  vLLM rows with attention data parallelism whose ``tp_size`` equals their
+  ``attention_dp_size`` D (and ``moe_ep_size`` = D x D) describe vLLM's data-parallel
+  deployment on D GPUs (``--data-parallel-size D --enable-expert-parallel``: D engine ranks of
+  tensor parallelism 1, their experts in one expert-parallel group of DP x TP = D, vLLM docs
+  "Data Parallel Deployment"); the source wrote the worker's GPU count D in ``tp_size`` (their
+  ids read ``tpD_epD``), so they are read as tp 1, attention DP D, expert parallel D
+  (``_vllm_data_parallel``). Read as 16 GPUs over two nodes instead, a 4-rank row's prefill
+  would be bound by an inter-node all-to-all that the measured TTFT (a fifth of it) rules out.
 * disaggregated rows need their worker counts and batch sizes (``prefill_num_workers``,
   ``prefill_batch_size``, ``decode_num_workers``, ``decode_batch_size``); without them they
   are skipped with the reason.
@@ -132,6 +140,14 @@ def _expert_degrees(moe_tp_value, moe_ep_value, tp: float, adp: float) -> tuple[
     return _deg(moe_tp_value), _deg(moe_ep_value)
 
 
+def _vllm_data_parallel(backend, tp: float, adp: float, moe_tp: float, moe_ep: float) -> tuple[float, float, float]:
+    """(tp, moe_tp, moe_ep) of a vLLM data-parallel row (see the module docstring): tp_size ==
+    attention_dp_size = D > 1 with the experts over D x D means D ranks of tp 1, experts over D."""
+    if str(backend).strip().lower() == "vllm" and adp > 1 and tp == adp and moe_tp * moe_ep == tp * adp:
+        return 1.0, 1.0, adp
+    return tp, moe_tp, moe_ep
+
+
 def _layout_problem(model, tp, adp, moe_tp, moe_ep, prefix: str) -> str | None:
     """Why a layout cannot be a valid split of ``model`` (None if it can)."""
     if tp < 1 or adp < 1 or moe_tp < 1 or moe_ep < 1 or any(x != int(x) for x in (tp, adp, moe_tp, moe_ep)):
@@ -193,6 +209,7 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
             if math.isnan(_num(r.get("tp_size"))) or math.isnan(batch) or batch < 1:
                 skipped[i] = "aggregated row without tp_size / batch_size"
                 continue
+            tp, moe_tp, moe_ep = _vllm_data_parallel(r.get("backend"), tp, adp, moe_tp, moe_ep)
             if model.moe is None:
                 moe_tp, moe_ep = tp * adp, 1.0
             problem = _layout_problem(model, tp, adp, moe_tp, moe_ep, "")
@@ -210,6 +227,7 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
             for side in ("prefill", "decode"):
                 tp, pp, adp = _deg(r.get(f"{side}_tp_size")), _deg(r.get(f"{side}_pp_size")), _deg(r.get(f"{side}_attention_dp_size"))
                 moe_tp, moe_ep = _expert_degrees(r.get(f"{side}_moe_tp_size"), r.get(f"{side}_moe_ep_size"), tp, adp)
+                tp, moe_tp, moe_ep = _vllm_data_parallel(r.get("backend"), tp, adp, moe_tp, moe_ep)
                 if model.moe is None:
                     moe_tp, moe_ep = tp * adp, 1.0
                 problem = problem or _layout_problem(model, tp, adp, moe_tp, moe_ep, f"{side}_")

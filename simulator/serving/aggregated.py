@@ -36,12 +36,13 @@ Per rank, with ``t_d`` the time of a step decoding all b requests (context isl +
   the requests actually decoding, X (osl - 1) TPOT by Little's law (not the clients waiting for
   a prompt slot): three fixed-point passes, starting from all b.
 
-Capacity: at most ``n_fit`` requests hold KV cache at once: the pool over one request's KV at
-its mean context isl + osl / 2 (paged KV caches allocate blocks as tokens are generated,
-Kwon et al. 2023, "Efficient Memory Management for LLM Serving with PagedAttention"; in
-steady state the running requests are spread over their lifetimes), capped by the stack's
-``max_running_requests``. The others queue; by Little's law their wait (b - n_fit) / X adds to
-TTFT.
+Capacity (``memory_columns``): the engine admits past their first token at most
+``max_admitted_per_rank`` requests (the prompts whose KV blocks fit, or whole requests for an
+engine that reserves them, ``ServingBehaviour.kv_admission``) and keeps at most ``n_fit`` =
+``max_batch_per_rank`` of them decoding at once. Admitted requests beyond n_fit take turns
+(preempted and resumed), so the rank finishes at most n_fit requests per gen decode steps and
+their loop time beyond TTFT is decode (TPOT from Little's law); the clients beyond the admitted
+ones wait for a slot before their first token, (b - admitted) / X by Little's law.
 """
 from __future__ import annotations
 
@@ -57,21 +58,40 @@ def _f(x):
 
 
 def memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, osl, token_budget=None):
-    """Per-GPU memory parts (bytes) and the largest number of requests one attention-DP rank can
-    keep running (KV at the mean context isl + osl / 2)."""
+    """Per-GPU memory parts (bytes), the largest number of requests one attention-DP rank can
+    keep running (``max_batch_per_rank``) and the largest number it admits past their first
+    token (``max_admitted_per_rank``), by the stack's ``kv_admission``:
+
+    * ``prompt`` (vLLM, SGLang): a request starts when its prompt's KV blocks are free; the
+      running requests then hold their mean context isl + osl / 2 in steady state (paged KV
+      caches allocate blocks as tokens are generated, Kwon et al. 2023, "Efficient Memory
+      Management for LLM Serving with PagedAttention"), which bounds those decoding at once;
+      the pool admits pool / KV(isl) prompts, and any beyond the running bound are preempted
+      and resumed in turn.
+    * ``full_request`` (TensorRT-LLM GUARANTEED_NO_EVICT): a request starts only with blocks
+      for isl + osl tokens reserved; admitted = running = pool / KV(isl + osl).
+
+    Both are capped by the stack's ``max_running_requests``."""
     model, beh = ctx.model, ctx.behaviour
     budget = ctx.token_budget if token_budget is None else token_budget
     weights = weight_bytes_per_gpu(model, tp, adp, pp, moe_tp, moe_ep, ctx.dense_format, ctx.expert_format)
     acts = activation_bytes_per_gpu(model, tp, adp, moe_ep, budget)
     pool = kv_pool_bytes_per_gpu(ctx.cluster.gpu.hbm_bytes, weights, acts, beh)
-    per_request = kv_bytes_per_request(model, tp, _f(isl) + _f(osl) / 2.0, ctx.kv_bytes, pp)
+    isl, osl = _f(isl), _f(osl)
+    held = isl + osl if beh.kv_admission == "full_request" else isl + osl / 2.0
+    admit = isl + osl if beh.kv_admission == "full_request" else isl
+    per_request = kv_bytes_per_request(model, tp, held, ctx.kv_bytes, pp)
+    per_prompt = kv_bytes_per_request(model, tp, admit, ctx.kv_bytes, pp)
     n_fit = np.floor(np.maximum(pool, 0.0) / np.maximum(per_request, 1.0))
+    n_admit = np.floor(np.maximum(pool, 0.0) / np.maximum(per_prompt, 1.0))
     if beh.max_running_requests:
         n_fit = np.minimum(n_fit, beh.max_running_requests)
+        n_admit = np.minimum(n_admit, beh.max_running_requests)
     reserve = beh.runtime_reserved_gib * 2**30
     return {"weights_bytes": _f(weights), "activations_bytes": np.where(beh.reserve_covers_activations, 0.0, acts),
             "reserved_bytes": np.full_like(_f(weights), reserve), "kv_pool_bytes": np.maximum(pool, 0.0),
-            "kv_bytes_per_request": _f(per_request), "max_batch_per_rank": n_fit}
+            "kv_bytes_per_request": _f(per_request), "max_batch_per_rank": n_fit,
+            "max_admitted_per_rank": np.maximum(n_admit, n_fit)}
 
 
 _BISECTION_STEPS = 40
@@ -135,8 +155,8 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
     isl, osl = _f(isl), _f(osl)
     gen = np.maximum(osl - 1.0, 1.0)
     mem = memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, osl)
-    n_fit = mem["max_batch_per_rank"]
-    b = np.maximum(np.minimum(b_req, n_fit), 1.0)
+    n_fit = np.maximum(mem["max_batch_per_rank"], 1.0)
+    b = np.maximum(np.minimum(b_req, mem["max_admitted_per_rank"]), 1.0)      # admitted per rank
 
     budget = float(ctx.token_budget)
     chunk = np.minimum(isl, budget) if beh.chunked_prefill else isl
@@ -161,7 +181,12 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
         w_p = np.maximum(service - (t_d * isl / packed if beh.mixed_batches else 0.0), 1e-9)
         sync = synchronised_wait_s(b, service, t_d, eff.arrival_sync(beh.mixed_batches, beh.chunked_prefill))
         x, (ttft, tpot, w90, u) = _solve_loop(b, gen, t_d, own, service, w_p, sync)
-        running = np.clip(x * gen * tpot, 1.0, b)
+        running = np.clip(x * gen * tpot, 1.0, np.minimum(b, n_fit))
+    # more requests decoding than the KV pool holds: the engine preempts and resumes them in
+    # turn, so n_fit slots finish one request per gen steps each, and the admitted requests'
+    # remaining loop time is decode (Little's law)
+    x = np.minimum(x, n_fit / (gen * tpot))
+    tpot = np.maximum(tpot, (b / x - ttft) / gen)
     ttft_p90 = 0.5 * t_d + own + w90
     # clients beyond the KV capacity wait for a slot (Little's law)
     queue_wait = np.maximum(b_req - b, 0.0) / np.maximum(x, 1e-12)
@@ -175,7 +200,7 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
         "tokens_per_s_per_user": np.where(tpot > 0, 1.0 / np.maximum(tpot, 1e-12), 0.0),
         # Little's law: the rank completes X requests per second (the bisection's root)
         "tokens_per_s_per_gpu": x * osl / gpus_per_rank,
-        "prefill_work_s": w_p, "decode_step_s": t_d, "prefill_share": u,
+        "prefill_work_s": w_p, "prefill_own_s": own, "prefill_service_s": service, "decode_step_s": t_d, "prefill_share": u,
         "queue_wait_s": queue_wait, "running_per_rank": b, "decoding_per_rank": running,
     }
     for part in ("attention_s", "mlp_s", "elementwise_s", "lm_head_s", "comm_s", "kernel_fixed_s", "host_s"):

@@ -71,8 +71,12 @@ class ServingContext:
         dense = canonical_format(dense_format, "dense_format")
         expert = canonical_format(expert_format if expert_format is not None else dense_format, "expert_format")
         kv = stack.serving.kv_cache_dtype if kv_cache_dtype in (None, "auto") else kv_cache_dtype
-        if kv == "auto" and stack.serving.kv_dtype_from_checkpoint and "nvfp4" in (dense, expert):
-            kv = "fp8"        # NVFP4 checkpoints (ModelOpt exports) quantise the KV cache to FP8
+        if kv == "auto" and stack.serving.kv_dtype_from_checkpoint and {"nvfp4", "fp8"} & {dense, expert}:
+            # NVFP4 and per-tensor FP8 checkpoints are NVIDIA ModelOpt exports, whose
+            # hf_quant_config.json states kv_cache_quant_algo FP8 (the FP8 export's example in
+            # ModelOpt's docs: {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}); block-scaled
+            # FP8 (fp8_block) checkpoints come from the model's authors without a KV format
+            kv = "fp8"
         eff = efficiency if efficiency is not None else load_serving_efficiency(c.gpu.generation)
         return cls(model=m, cluster=c, stack=stack, efficiency=eff, dense_format=dense, expert_format=expert,
                    kv_bytes=kv_dtype_bytes(kv), token_budget=stack.serving.token_budget(c.gpu.hbm_bytes))

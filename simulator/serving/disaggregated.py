@@ -150,7 +150,7 @@ def evaluate_disagg(ctx, p_tp, p_adp, p_pp, p_moe_tp, p_moe_ep, p_batch, p_worke
     pre = prefill_side(ctx, p_tp, p_adp, p_pp, p_moe_tp, p_moe_ep, p_batch, isl)
     out = combine(ctx, dec, pre, p_workers, d_workers, isl, osl, kv_link_free)
     for key, value in dec.items():
-        if key.startswith("decode_") or key.endswith("_bytes") or key == "max_batch_per_rank":
+        if key.startswith("decode_") or key.endswith("_bytes") or key in ("max_batch_per_rank", "kv_bytes_per_request"):
             out[key] = value
     out["prefill_weights_bytes"] = pre["weights_bytes"]
     out["prefill_max_batch_per_rank"] = pre["max_batch_per_rank"]

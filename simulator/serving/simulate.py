@@ -6,7 +6,6 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from cost_models.kv_cache import kv_bytes_per_request
 from hardware_specs.errors import InputError
 from simulator.serving.context import ServingContext
 from simulator.serving.deployment import Deployment, WorkerLayout
@@ -134,15 +133,18 @@ def simulate_serving(dep: Deployment, ctx: ServingContext | None = None, require
             raise InputError(field_name.replace("batch", "tp"), f"the weights ({out['weights_bytes'][0] / 2**30:.1f} GiB per "
                              f"GPU) leave no room for a KV cache on {ctx.cluster.gpu.name}",
                              "raise tp / pp / moe-ep, or use a smaller weight format")
-        per_req = kv_bytes_per_request(ctx.model, batch_lay.tp, dep.isl + dep.osl / 2.0, ctx.kv_bytes, batch_lay.pp)
+        # the KV one request holds as the stack admits it (memory_columns: isl + osl / 2, or
+        # isl + osl where the engine reserves whole requests)
+        per_req = float(out["kv_bytes_per_request"][0])
+        fp8_hint = ", or --kv-cache-dtype fp8" if ctx.kv_bytes > 1.0 else ""
         if n_fit < 1:
-            raise InputError(field_name, f"not even one request fits: its KV cache needs {float(per_req) / 2**30:.1f} GiB "
+            raise InputError(field_name, f"not even one request fits: its KV cache needs {per_req / 2**30:.1f} GiB "
                              f"per GPU and {out['kv_pool_bytes'][0] / 2**30:.1f} GiB is free",
-                             "shorten --isl/--osl, raise tp/pp, or use --kv-cache-dtype fp8")
+                             f"shorten --isl/--osl, raise tp/pp{fp8_hint}")
         raise InputError(field_name, f"{batch_lay.batch} requests per rank need "
-                         f"{batch_lay.batch * float(per_req) / 2**30:.1f} GiB of KV cache per GPU; "
+                         f"{batch_lay.batch * per_req / 2**30:.1f} GiB of KV cache per GPU; "
                          f"{out['kv_pool_bytes'][0] / 2**30:.1f} GiB is free, so at most {int(n_fit)} fit",
-                         f"use {field_name} {max(int(n_fit), 1)} or less, more tp/pp, or --kv-cache-dtype fp8")
+                         f"use {field_name} {max(int(n_fit), 1)} or less, more tp/pp{fp8_hint}")
     metrics = {k: float(out[k][0]) for k in ("ttft_s", "ttft_p90_s", "tpot_s", "latency_s", "tokens_per_s_per_gpu",
                                               "tokens_per_s_per_user", "max_batch_per_rank")}
     metrics["fits"] = bool(out["fits"][0])
