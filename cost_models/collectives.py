@@ -109,6 +109,4 @@ def hierarchical_all_to_all_time_s(bytes_, n_intra, n_inter, bw_intra, lat_intra
     n = np.maximum(n_intra * n_inter, 1)
     inside = bytes_ * (np.maximum(n_intra, 1) - 1) / n
     outside = bytes_ * (n_intra * (np.maximum(n_inter, 1) - 1)) / n
-    steps = _steps(n)
-    lat = np.where(n_inter > 1, lat_inter, lat_intra)
-    return np.maximum(inside / bw_intra, outside / bw_inter) + steps * lat
+    return forwarded_all_to_all_time_s(inside, outside, n, n_inter, bw_intra, lat_intra, bw_inter, lat_inter)
