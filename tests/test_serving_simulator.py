@@ -145,3 +145,26 @@ def test_a_disaggregated_report_carries_kv_transfer_and_prefill_utilisation():
     assert 0 < rep.extra["prefill_utilization"] < 1
     assert rep.extra["kv_transfer_s"] > 0
     assert rep.metrics["latency_s"] == pytest.approx(rep.metrics["ttft_s"] + 1023 * rep.metrics["tpot_s"])
+
+
+@pytest.mark.parametrize("overlap, steps", [(False, 0.5), (True, 1.5)])
+def test_one_client_waits_half_a_step_or_with_an_overlap_scheduler_one_and_a_half_before_its_prefill(overlap, steps):
+    # one closed-loop client: nobody to queue behind, so TTFT = join_steps x decode step + its
+    # own prefill. An overlap scheduler has formed batch n+1 while step n runs, so a request
+    # arriving during step n joins batch n+2: 1.5 steps instead of 0.5. No host time, so the
+    # steps themselves do not depend on the flag.
+    from dataclasses import replace
+
+    from hardware_specs.serving_behaviour import ServingBehaviour
+    from hardware_specs.stack_spec import StackSpec
+    from simulator.serving.aggregated import join_steps
+    stack = StackSpec(name="quiet", framework="test",
+                      serving=ServingBehaviour(host_step_s=0.0, host_launch_s=0.0, overlap_scheduler=overlap))
+    ctx = replace(_ctx("llama3.1-70b", "dgx-h100", "vllm", "fp8"), stack=stack)
+    assert join_steps(stack.serving) == steps
+    cols = dict(tp=4.0, pp=1.0, adp=1.0, moe_tp=4.0, moe_ep=1.0, batch=1.0, isl=2048.0, osl=256.0)
+    out = evaluate_agg_columns(ctx, cols)
+    t_d, own = out["decode_step_s"][0], out["prefill_own_s"][0]
+    assert out["queue_wait_s"][0] == 0.0
+    assert out["ttft_s"][0] == pytest.approx(steps * t_d + own, rel=1e-9)
+    assert out["ttft_p90_s"][0] == pytest.approx(steps * t_d + own, rel=1e-9)

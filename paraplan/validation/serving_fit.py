@@ -51,6 +51,18 @@ def _round(x: float) -> float:
     return float(f"{x:.4g}")
 
 
+#: the first simplex's step along each (logit) coordinate: scipy's default, 5% of the
+#: coordinate's value (0.00025 where it is 0), leaves a factor whose prior sits mid-range (logit
+#: 0) all but unexplored; one logit unit moves such a fraction by about a quarter of its range
+SIMPLEX_STEP = 1.0
+
+
+def initial_simplex(z0) -> np.ndarray:
+    """Nelder-Mead's first simplex: ``z0`` and ``z0`` + ``SIMPLEX_STEP`` along each axis."""
+    z0 = np.asarray(z0, dtype=float)
+    return np.vstack([z0, z0 + SIMPLEX_STEP * np.eye(len(z0))])
+
+
 def errors(prep, measured_ttft, measured_tpot, efficiency: dict, rows: np.ndarray, generations=None):
     """(|log ratio| per used row and metric, relative errors of TTFT, of TPOT) over ``rows``."""
     ttft, tpot = evaluate_prepared(prep, efficiency, generations)
@@ -79,7 +91,8 @@ def fit_generation(prep, measured_ttft, measured_tpot, generation: str, rows: np
     if maxiter <= 0:                 # evaluate the given profile as it is (e.g. the committed one)
         best = start
     else:
-        res = minimize(loss, z0, method="Nelder-Mead", options={"maxiter": maxiter, "xatol": 1e-3, "fatol": 1e-5})
+        res = minimize(loss, z0, method="Nelder-Mead", options={"maxiter": maxiter, "xatol": 1e-3, "fatol": 1e-5,
+                                                                "initial_simplex": initial_simplex(z0)})
         best = profile(res.x)
     rounded = replace(best, **{p: _round(getattr(best, p)) for p in PARAMS})
     e, _, _ = errors(prep, measured_ttft, measured_tpot, {generation: rounded}, rows, {generation})

@@ -15,7 +15,10 @@ Per rank, with ``t_d`` the time of a step decoding all b requests (context isl +
   decode step (all of it when the prefill runs alone).
 * the prefill share of the engine's time is u = X w_p; decoding requests get one token per
   step, so TPOT = t_d / (1 - u) (steps slowed, or paused, by prompts).
-* TTFT = half a step (a request arrives mid-step and joins at the next boundary) + its own
+* TTFT = the steps before the request joins a batch (``join_steps``: it arrives mid-step; an
+  engine without an overlap scheduler takes it at the next boundary, half a step on average;
+  one with an overlap scheduler has already formed the next batch while the current step runs,
+  so the request joins the batch after next, one and a half steps) + its own
   prefill (the ceil(isl / C) steps carrying its chunks, with the decodes when mixed) +
   the wait behind other prompts. That wait lies between two limits of a closed loop: clients
   whose requests finished together come back together (fully synchronised waves: the mean
@@ -123,15 +126,31 @@ def synchronised_wait_s(clients, service_s, step_s, arrival_sync):
 _RUNNING_ITERATIONS = 3
 
 
-def _solve_loop(b, gen, t_d, own, service, w_p, sync):
+def join_steps(behaviour) -> float:
+    """Mean steps (of the step in flight) from a request's arrival at a busy engine until the
+    step that takes it starts: 0.5 (the rest of the current step) without an overlap scheduler,
+    1.5 with one: the host forms batch n+1 and launches it before it processes step n's results
+    and reads new requests, so a request arriving while step n runs joins batch n+2 (SGLang
+    python/sglang/srt/managers/scheduler.py ``event_loop_overlap``: recv_requests,
+    get_next_batch_to_run, run_batch, then process_batch_result of the previous batch; its
+    authors on enabling it by default, sgl-project/sglang PR #2067: median TTFT rose "because we
+    delayed the processing of the first batch in favor of launching the kernels for the next
+    batch first"; TensorRT-LLM tensorrt_llm/_torch/pyexecutor/py_executor.py
+    ``_executor_loop_overlap``, same order; vLLM V1 async scheduling schedules step n+1 before
+    step n's output returns)."""
+    return 1.5 if behaviour.overlap_scheduler else 0.5
+
+
+def _solve_loop(b, gen, t_d, own, service, w_p, sync, lead):
     """The closed loop's request rate X per rank (bisection: the loop time grows with X) and
-    (TTFT, TPOT, 90th-percentile wait, prompt share u) at it."""
+    (TTFT, TPOT, 90th-percentile wait, prompt share u) at it; ``lead`` is the time before the
+    request joins a batch (``join_steps`` x the decode step)."""
     def loop(x):
         u = np.minimum(x * w_p, 0.999999)                 # share of the engine's time spent on prompts
         wq, w90 = queue_wait_s(np.minimum(x * service, 0.999999), service)
         cap = np.maximum(b - 1.0, 0.0) * service         # only the other clients can be ahead
         wq, w90 = np.minimum(wq, cap), np.minimum(w90, cap)
-        ttft = 0.5 * t_d + own + np.maximum(wq, sync)
+        ttft = lead + own + np.maximum(wq, sync)
         tpot = t_d / (1.0 - u)
         return ttft, tpot, np.maximum(w90, SYNC_P90 * sync), u
 
@@ -180,14 +199,14 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
         service = t_packed * isl / packed
         w_p = np.maximum(service - (t_d * isl / packed if beh.mixed_batches else 0.0), 1e-9)
         sync = synchronised_wait_s(b, service, t_d, eff.arrival_sync(beh.mixed_batches, beh.chunked_prefill))
-        x, (ttft, tpot, w90, u) = _solve_loop(b, gen, t_d, own, service, w_p, sync)
+        x, (ttft, tpot, w90, u) = _solve_loop(b, gen, t_d, own, service, w_p, sync, join_steps(beh) * t_d)
         running = np.clip(x * gen * tpot, 1.0, np.minimum(b, n_fit))
     # more requests decoding than the KV pool holds: the engine preempts and resumes them in
     # turn, so n_fit slots finish one request per gen steps each, and the admitted requests'
     # remaining loop time is decode (Little's law)
     x = np.minimum(x, n_fit / (gen * tpot))
     tpot = np.maximum(tpot, (b / x - ttft) / gen)
-    ttft_p90 = 0.5 * t_d + own + w90
+    ttft_p90 = join_steps(beh) * t_d + own + w90
     # clients beyond the KV capacity wait for a slot (Little's law)
     queue_wait = np.maximum(b_req - b, 0.0) / np.maximum(x, 1e-12)
     ttft = ttft + queue_wait
