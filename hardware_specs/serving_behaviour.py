@@ -58,7 +58,8 @@ class ServingBehaviour:
             steps are launched eagerly.
         overlap_scheduler: the host schedules step n+1 while the GPU runs step n (SGLang's
             overlap scheduler, TensorRT-LLM's overlap scheduler, vLLM async scheduling), so only
-            host time beyond the GPU step is exposed.
+            host time beyond the GPU step is exposed; and a request arriving while step n runs
+            joins batch n+2, not n+1 (``simulator.serving.aggregated.join_steps``).
         host_step_s: host time per step outside the kernels (scheduling, input preparation,
             sampling bookkeeping, output processing), seconds.
         host_launch_s: host time to launch one kernel eagerly (outside a CUDA graph), seconds.
