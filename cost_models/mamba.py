@@ -91,6 +91,27 @@ def ssd_scan_flops(model: ModelSpec, tokens, tp=1.0):
     return np.asarray(tokens, dtype=float) * per_token / np.asarray(tp, dtype=float)
 
 
+#: the SSD kernels' speed, measured: Dao & Gu 2024, figure 10 (A100, head dim 64, state 64):
+#: the SSD forward takes as long as FlashAttention-2 over a causal sequence of this length with
+#: the same channels (and grows linearly beyond, where attention grows quadratically). Its
+#: chunked matmuls are small (Q x N, Q x P tiles) and its state passing sequential, so it
+#: reaches a small share of the tensor rate: about a tenth of its FLOPs' worth at 2K.
+SSD_EQUIVALENT_CAUSAL_KEYS = 2048
+#: the state size of that measurement; the state work (chunk states, state passing,
+#: state-to-output) scales with N, assumed here for the whole kernel time
+SSD_REFERENCE_STATE = 64
+
+
+def ssd_attention_equivalent_flops(model: ModelSpec, tokens, tp=1.0):
+    """The attention-core forward FLOPs whose fused-kernel time equals the SSD scan's, for
+    ``tokens`` tokens on one GPU: a causal attention core over ``SSD_EQUIVALENT_CAUSAL_KEYS``
+    keys with d_inner / tp channels (4 x channels x keys / 2 per token), scaled by
+    N / ``SSD_REFERENCE_STATE`` (see the constants for the source and the assumption)."""
+    m = model.mamba
+    per_token = 4.0 * m.d_inner * SSD_EQUIVALENT_CAUSAL_KEYS / 2.0 * (m.state_size / SSD_REFERENCE_STATE)
+    return np.asarray(tokens, dtype=float) * per_token / np.asarray(tp, dtype=float)
+
+
 def mamba_forward_flops(model: ModelSpec, tokens, tp=1.0):
     """Forward FLOPs of one Mamba-2 block on one GPU: the two projections (2 x tokens x n x k),
     the conv1d (2 K per channel and token) and the SSD scan (``ssd_scan_flops``)."""
@@ -105,8 +126,9 @@ def mamba_block_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp):
     """Seconds and FLOPs of one Mamba-2 layer (mixer, its pre-norm and residual add; no
     communication), with the keys of ``layer_costs.attention_block_costs`` so the step model
     treats it as a sequence-mixing block: the projections as GEMMs (``gemm_*``), the SSD scan as
-    the block's core (``core_*``: its matmuls at the fused-kernel rate, ``attention_time_s``'s
-    backward ratio, never faster than its HBM traffic), conv1d, gated norm, pre-norm and
+    the block's core (``core_*``: the time of ``ssd_attention_equivalent_flops`` at the fused
+    attention rate with ``attention_time_s``'s backward ratio, never faster than its HBM traffic;
+    ``core_flops_fwd`` its own FLOPs, ``ssd_scan_flops``), conv1d, gated norm, pre-norm and
     residual add as element-wise kernels. Projection inputs are quantised by their own kernels
     under low-precision recipes except in_proj's (its pre-norm writes the copy)."""
     tokens = np.asarray(tokens, dtype=float)
@@ -119,7 +141,7 @@ def mamba_block_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp):
     bc_dt = 2.0 * m.num_groups * m.state_size + m.num_heads
     io_f = tokens * (SCAN_IO_UNITS[0] * m.d_inner + bc_dt) / tp * rates.act_bytes
     io_b = tokens * (SCAN_IO_UNITS[1] * m.d_inner + 2.0 * bc_dt) / tp * rates.act_bytes
-    mma_f, mma_b = attention_time_s(scan_flops, rates)
+    mma_f, mma_b = attention_time_s(ssd_attention_equivalent_flops(model, tokens, tp), rates)
     core_f = np.maximum(mma_f, io_f / rates.hbm_bytes_per_s + rates.kernel_overhead_s)
     core_b = np.maximum(mma_b, io_b / rates.hbm_bytes_per_s + 2 * rates.kernel_overhead_s)
     split = np.where(sp, tp, 1.0)
