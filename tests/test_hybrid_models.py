@@ -120,3 +120,16 @@ def test_mamba_block_time_is_finite_and_grows_with_tokens():
         assert np.all(np.isfinite(a[key])) and a[key][1] > a[key][0] > 0
     # the SSD scan's FLOPs are its own; its time is the measured kernel speed's (paper anchor)
     assert float(a["core_flops_fwd"][0]) == pytest.approx(float(mamba.ssd_scan_flops(m, 8192.0)))
+
+
+@pytest.mark.parametrize("framework", ["megatron", "deepspeed", "torchtitan"])
+def test_exports_refuse_hybrid_mamba_plans_in_one_line(framework):
+    from paraplan import exports
+    row = dict(model="nemotron-3-nano", seq_len=8192, dp=8, tp=1, pp=1, ep=8, micro_batch=1, global_batch=64,
+               zero_stage=1, recompute="none")
+    with pytest.raises(InputError) as err:
+        exports.emit(row, framework)
+    assert err.value.field == "model"
+    assert "hybrid Mamba models: not supported by this export" in str(err.value)
+    assert "\n" not in str(err.value)
+    assert not exports.can_run(row, framework)

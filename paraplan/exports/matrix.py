@@ -72,9 +72,6 @@ MATRIX: tuple[tuple[str, dict, dict], ...] = (
     ("nemotron-squared-relu", dict(model="nemotron-4-15b", seq_len=4096, dp=8, tp=4, pp=2, micro_batch=1,
                                    global_batch=128, zero_stage=1, recompute="selective", sequence_parallel=True),
      {"torchtitan": "model", "deepspeed": "tp"}),
-    ("hybrid-mamba-moe", dict(model="nemotron-3-nano", seq_len=8192, dp=8, tp=1, pp=1, ep=8, micro_batch=1,
-                              global_batch=64, zero_stage=1, recompute="none"),
-     {"megatron": "model", "torchtitan": "model", "deepspeed": "model"}),
 )
 
 
