@@ -122,7 +122,7 @@ def mamba_forward_flops(model: ModelSpec, tokens, tp=1.0):
     return gemm + conv + ssd_scan_flops(model, tokens, tp)
 
 
-def mamba_block_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp):
+def mamba_block_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, scan_mma_share=1.0):
     """Seconds and FLOPs of one Mamba-2 layer (mixer, its pre-norm and residual add; no
     communication), with the keys of ``layer_costs.attention_block_costs`` so the step model
     treats it as a sequence-mixing block: the projections as GEMMs (``gemm_*``), the SSD scan as
@@ -130,7 +130,12 @@ def mamba_block_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp):
     attention rate with ``attention_time_s``'s backward ratio, never faster than its HBM traffic;
     ``core_flops_fwd`` its own FLOPs, ``ssd_scan_flops``), conv1d, gated norm, pre-norm and
     residual add as element-wise kernels. Projection inputs are quantised by their own kernels
-    under low-precision recipes except in_proj's (its pre-norm writes the copy)."""
+    under low-precision recipes except in_proj's (its pre-norm writes the copy).
+
+    ``scan_mma_share``: share of the fused attention rate the SSD kernels reach. They are Triton
+    kernels (``mamba_ssm/ops/triton/ssd_*.py``), measured against FlashAttention-2 on A100, so
+    on later chips they run at the portable-kernel share of the best attention kernel's rate
+    (``GPUSpec.sync_mma_peak_fraction``; ``attention_time_s``'s ``mma_share``)."""
     tokens = np.asarray(tokens, dtype=float)
     tp = np.asarray(tp, dtype=float)
     m = model.mamba
@@ -141,7 +146,8 @@ def mamba_block_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp):
     bc_dt = 2.0 * m.num_groups * m.state_size + m.num_heads
     io_f = tokens * (SCAN_IO_UNITS[0] * m.d_inner + bc_dt) / tp * rates.act_bytes
     io_b = tokens * (SCAN_IO_UNITS[1] * m.d_inner + 2.0 * bc_dt) / tp * rates.act_bytes
-    mma_f, mma_b = attention_time_s(ssd_attention_equivalent_flops(model, tokens, tp), rates)
+    mma_f, mma_b = attention_time_s(ssd_attention_equivalent_flops(model, tokens, tp), rates,
+                                    mma_share=scan_mma_share)
     core_f = np.maximum(mma_f, io_f / rates.hbm_bytes_per_s + rates.kernel_overhead_s)
     core_b = np.maximum(mma_b, io_b / rates.hbm_bytes_per_s + 2 * rates.kernel_overhead_s)
     split = np.where(sp, tp, 1.0)

@@ -93,7 +93,8 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         # a hybrid layer is one block: the dense slot holds the Mamba, attention and MLP layers
         # at their mean (``mamba.non_moe_kind_shares``), the moe slot the E layers' MoE alone
         none_a = {k: 0.0 * np.asarray(v) for k, v in a.items()}
-        mixers = {"attention": a, **({"mamba": mamba.mamba_block_costs(model, r, tokens, tp, sp)}
+        scan_share = cluster.gpu.sync_mma_peak_fraction
+        mixers = {"attention": a, **({"mamba": mamba.mamba_block_costs(model, r, tokens, tp, sp, scan_share)}
                                      if model.mamba is not None else {})}
         return ({"dense": mamba.mix(mixers, shares), "moe": none_a},
                 {**b, "dense": mamba.mix({"mlp": b["dense"]}, shares)})

@@ -122,6 +122,33 @@ def test_mamba_block_time_is_finite_and_grows_with_tokens():
     assert float(a["core_flops_fwd"][0]) == pytest.approx(float(mamba.ssd_scan_flops(m, 8192.0)))
 
 
+def test_ssd_scan_runs_at_the_portable_kernel_share_of_the_attention_rate():
+    """The SSD kernels are Triton kernels: at share s of the fused attention rate, a compute-bound
+    scan's matrix time is 1/s times the share-1 time (here a long scan, far above its HBM
+    floor), and the layer model uses the GPU's portable-kernel share (0.37 on B200)."""
+    from hardware_specs.catalog import load_cluster
+    from simulator.simulate import efficiency_for_cluster
+    from cost_models.compute import attention_time_s, compute_rates
+    cl = load_cluster("dgx-b200")
+    assert cl.gpu.sync_mma_peak_fraction == pytest.approx(1 / 2.7, abs=0.005)
+    rates = compute_rates(cl.gpu, efficiency_for_cluster(cl), "bf16")
+    m = load_model("nemotron-3-nano")
+    tokens = np.array([65536.0])
+    full = mamba.mamba_block_costs(m, rates, tokens, 1.0, False, 1.0)
+    part = mamba.mamba_block_costs(m, rates, tokens, 1.0, False, 0.37)
+    eq = mamba.ssd_attention_equivalent_flops(m, tokens)
+    f1, b1 = attention_time_s(eq, rates, mma_share=1.0)
+    f37, b37 = attention_time_s(eq, rates, mma_share=0.37)
+    assert float(full["core_fwd_s"][0]) == pytest.approx(float(f1[0]))
+    assert float(part["core_fwd_s"][0]) == pytest.approx(float(f37[0]))
+    k = rates.kernel_overhead_s
+    assert (float(part["core_fwd_s"][0]) - k) == pytest.approx((float(full["core_fwd_s"][0]) - k) / 0.37)
+    assert (float(part["core_bwd_s"][0]) - 2 * k) == pytest.approx((float(full["core_bwd_s"][0]) - 2 * k) / 0.37)
+    # everything else in the block is the same kernels at the same rates
+    for key in ("gemm_fwd_s", "gemm_dgrad_s", "gemm_wgrad_s", "elem_fwd_s", "elem_bwd_s"):
+        assert float(part[key][0]) == float(full[key][0])
+
+
 @pytest.mark.parametrize("framework", ["megatron", "deepspeed", "torchtitan"])
 def test_exports_refuse_hybrid_mamba_plans_in_one_line(framework):
     from paraplan import exports
