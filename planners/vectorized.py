@@ -24,7 +24,8 @@ from simulator.config_batch import ConfigBatch
 from simulator.parallel_config import ParallelConfig
 from simulator.report import TIME_PARTS
 from simulator.memory_rows import static_lower_bound_bytes
-from simulator.step_model import evaluate, memory_parts
+from simulator.stage_static import static_peak_bytes
+from simulator.step_model import LAYER_KEY_FIELDS, _once_per_run as once_per_run, evaluate, memory_parts
 
 #: step-model outputs the planner keeps for every fitting row.
 KEPT_OUTPUTS = ("step_time_s", "step_time_lower_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "memory_bytes",
@@ -137,6 +138,11 @@ def _evaluate_chunk(job: _Job, dtype_index: int, start: int, stop: int):
                                <= job.memory_limit_bytes)
         if len(maybe) < len(batch):
             batch = batch.take(maybe)
+        # then the largest stage's static parts (a few distinct stages per row, not pp)
+        peak = static_peak_bytes(job.model, job.cluster, job.eff, batch, once_per_run, LAYER_KEY_FIELDS)
+        within = np.flatnonzero(peak <= job.memory_limit_bytes)
+        if len(within) < len(batch):
+            maybe, batch = maybe[within], batch.take(within)
     pruned = stop - start - len(maybe)
     if not len(maybe):
         kept = {k: np.zeros(0) for k in KEPT_OUTPUTS + CHOSEN_FIELDS}
