@@ -20,7 +20,7 @@ from model_specs.model_spec import ModelSpec
 from simulator.config_batch import ConfigBatch
 from simulator.memory_rows import BOUND_MARGIN, _degrees, row_terms
 from simulator.stage_activations import layer_activation_bytes
-from simulator.stage_cells import StageCells
+from simulator.stage_cells import STAGE_KEYS, StageCells, distinct_stage_counts
 from simulator.step_pipeline import _take
 
 
@@ -155,42 +155,19 @@ def static_peak_bytes(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMod
     ``BOUND_MARGIN`` for the other order of the sums. Each row's stages are read from its
     layout's distinct per-stage counts (a uniform layout has about three: first, middle, last),
     so the bound costs a few stages per row, not pp."""
-    from simulator.stage_cells import STAGE_KEYS
-    from simulator.step_pipeline import _CODE_TO_KIND, _groups, _layouts, _rows, group_cells, schedule_chunks
     n = len(batch)
     out = np.zeros(n)
     if n == 0:
         return out
     ctx = stage_context(model, cluster, eff, batch, once_per_run, layer_key_fields)
-    sched, pp, vpp = (np.broadcast_to(np.asarray(getattr(batch, f)).astype(np.int64), (n,))
-                      for f in ("schedule", "pp", "vpp"))
-    rows_of, counts, blocks = [], {k: [] for k in STAGE_KEYS}, []
-    for idx, code, p, vp in _groups(sched, pp, vpp):
-        kind, v = _CODE_TO_KIND[code], schedule_chunks(code, vp)
-        first = _rows(batch.first_stage_layers, idx).astype(np.int64)
-        last = _rows(batch.last_stage_layers, idx).astype(np.int64)
-        layouts = _layouts(batch, idx)
-        text = (np.unique(layouts.astype(str), return_inverse=True)[1].reshape(-1) if layouts is not None
-                else np.zeros(len(idx), dtype=np.int64))
-        span = int(max(first.max(), last.max())) + 1
-        key = (text * span + first) * span + last
-        if (key == key[0]).all():
-            keys, inverse = key[:1], np.zeros(len(idx), dtype=np.int64)
-        else:
-            keys, inverse = np.unique(key, return_inverse=True)
-            inverse = inverse.reshape(-1)
-        for j in range(len(keys)):
-            mine = np.flatnonzero(inverse == j) if len(keys) > 1 else np.arange(len(idx))
-            r = mine[:1]
-            cells = group_cells(model, kind, p, v, first[r], last[r], None if layouts is None else layouts[r])
-            per_stage = np.unique(np.stack([np.asarray(cells[k])[0, :, 0] for k in STAGE_KEYS], axis=1), axis=0)
-            u = len(per_stage)
-            rows_of.append(np.repeat(idx[mine], u))
-            for i, k in enumerate(STAGE_KEYS):
-                counts[k].append(np.tile(per_stage[:, i], len(mine)))
-            blocks.append((idx[mine], u))
+    rows_of, counts, blocks = [], [], []
+    for rows, per_stage, _ in distinct_stage_counts(model, batch, STAGE_KEYS):
+        rows_of.append(np.repeat(rows, len(per_stage)))
+        counts.append(np.tile(per_stage, (len(rows), 1)))
+        blocks.append((rows, len(per_stage)))
+    counts = np.concatenate(counts)
     sidx = np.concatenate(rows_of)
-    static = static_parts(ctx, sidx, _Stages({k: np.concatenate(x) for k, x in counts.items()}))
+    static = static_parts(ctx, sidx, _Stages({k: counts[:, i] for i, k in enumerate(STAGE_KEYS)}))
     total = static["tensors"] + memory.allocator_allowance_bytes(static["tensors"])
     at = 0
     for rows, u in blocks:

@@ -26,9 +26,9 @@ from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
 from simulator.config_batch import ConfigBatch
 from simulator.memory_rows import BOUND_MARGIN
-from simulator.step_model import (_DUALPIPE, _degrees, _dp_after_flush, _layer_times, _optimizer_step_s, _overlapped,
+from simulator.step_model import (_degrees, _dp_after_flush, _layer_times, _optimizer_step_s, _overlapped,
                                   _pipeline_inputs, _shard_groups, _stage_params, _weight_cast_fill_s)
-from simulator.step_pipeline import _groups, _layouts, _rows, group_cells, schedule_chunks, _CODE_TO_KIND
+from simulator.stage_cells import distinct_stage_counts
 
 #: per-stage counts the busiest stage's work is linear in: layers, ends, and sends (forward and backward)
 _COUNTS = ("stage_dense", "stage_moe", "stage_emb", "stage_head", "stage_mtp", "sends")
@@ -79,29 +79,7 @@ def _busiest_stage_work_s(model: ModelSpec, batch: ConfigBatch, coef: np.ndarray
     """Per row, the largest over its stages of the stage's work per micro-batch (DualPipe: half of
     its two chunks), ``coef`` (rows, ``_COUNTS``) seconds per layer, end and send: the layout's
     per-stage counts times the row's costs, once per distinct layout."""
-    n = len(batch)
-    out = np.zeros(n)
-    sched, pp, vpp = (np.broadcast_to(np.asarray(getattr(batch, f)).astype(np.int64), (n,))
-                      for f in ("schedule", "pp", "vpp"))
-    for idx, code, p, vp in _groups(sched, pp, vpp):
-        kind, v = _CODE_TO_KIND[code], schedule_chunks(code, vp)
-        share = 0.5 if code == _DUALPIPE else 1.0
-        first = _rows(batch.first_stage_layers, idx).astype(np.int64)
-        last = _rows(batch.last_stage_layers, idx).astype(np.int64)
-        layouts = _layouts(batch, idx)
-        text = (np.unique(layouts.astype(str), return_inverse=True)[1].reshape(-1) if layouts is not None
-                else np.zeros(len(idx), dtype=np.int64))
-        span = int(max(first.max(), last.max())) + 1
-        key = (text * span + first) * span + last
-        keys, inverse = (key[:1], np.zeros(len(idx), dtype=np.int64)) if (key == key[0]).all() else \
-            np.unique(key, return_inverse=True)
-        inverse = inverse.reshape(-1)
-        for j in range(len(keys)):
-            mine = idx if len(keys) == 1 else idx[inverse == j]
-            r = np.flatnonzero(inverse == j)[:1]
-            cells = group_cells(model, kind, p, v, first[r], last[r], None if layouts is None else layouts[r])
-            counts = {k: np.asarray(cells[k])[0, :, 0] for k in _COUNTS[:-1]}
-            counts["sends"] = (np.asarray(cells["send_f"])[0] + np.asarray(cells["send_b"])[0]).sum(axis=1)
-            per_stage = np.unique(np.stack([counts[k] for k in _COUNTS], axis=1), axis=0)     # (stages, counts)
-            out[mine] = share * (coef[mine] @ per_stage.T).max(axis=1)
+    out = np.zeros(len(batch))
+    for rows, per_stage, share in distinct_stage_counts(model, batch, _COUNTS):
+        out[rows] = share * (coef[rows] @ per_stage.T).max(axis=1)
     return out
