@@ -55,3 +55,31 @@ def skippable(floor_s: np.ndarray, memory_bytes: np.ndarray, n_gpus: np.ndarray,
     j = np.maximum(below - 1, 0)
     ok &= (below > 0) & (least_peak[j] <= floor_s) & (most_tps[j] >= ceiling)
     return ok
+
+
+def next_to_time(floor_s: np.ndarray, memory_bytes: np.ndarray, n_gpus: np.ndarray, timed_peak_s: np.ndarray,
+                 timed_memory_bytes: np.ndarray, timed_n_gpus: np.ndarray, step: int) -> np.ndarray:
+    """Indices of the open rows (``floor_s``, ``memory_bytes``, ``n_gpus``: not skippable) to
+    time next: the ``step`` lowest floors, and the rows that could still be on the frontier or
+    their count's fastest even at their floor (no row with less memory, or of their count, is
+    known or hoped to be faster): those are what the other rows wait for to be dominated."""
+    pick = np.zeros(len(floor_s), dtype=bool)
+    pick[np.argsort(floor_s, kind="stable")[:step]] = True
+    # optimistic frontier over the timed rows (their largest time) and the open rows (floor)
+    value = np.concatenate([timed_peak_s, floor_s])
+    mem = np.concatenate([timed_memory_bytes, memory_bytes])
+    order = np.lexsort((value, mem))
+    best_before = np.minimum.accumulate(np.concatenate([[np.inf], value[order][:-1]]))
+    # rows with equal memory are not "less memory": compare with the best of strictly smaller memory
+    sorted_mem = mem[order]
+    first_of_equal = np.searchsorted(sorted_mem, sorted_mem, side="left")
+    frontier = value[order] < best_before[first_of_equal]
+    is_open = order >= len(timed_peak_s)
+    pick[order[frontier & is_open] - len(timed_peak_s)] = True
+    # each GPU count's lowest floor, where no timed row of the count is as fast
+    counts, group = np.unique(np.concatenate([timed_n_gpus, n_gpus]), return_inverse=True)
+    best = np.full(len(counts), np.inf)
+    np.minimum.at(best, group, value)
+    mine = group[len(timed_peak_s):]
+    pick |= floor_s <= best[mine]
+    return np.flatnonzero(pick)

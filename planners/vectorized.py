@@ -24,7 +24,7 @@ from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
 from planners.refine import TOP_EXACT
 from planners.search_space import SearchSpace
-from planners.time_pruning import skippable
+from planners.time_pruning import next_to_time, skippable
 from simulator.config_batch import ConfigBatch
 from simulator.parallel_config import ParallelConfig
 from simulator.report import TIME_PARTS
@@ -386,6 +386,7 @@ def _time_and_refine(model, cluster, eff, space, global_batch: int, job: _Job, f
         open_rows = rest[~skip]
         if not len(open_rows):
             return ev
-        # the next rows lowest floor first (a row once skippable stays so: no need to time it)
-        open_rows = open_rows[np.argsort(floor[open_rows], kind="stable")]
-        new = np.sort(open_rows[:max(keep // 2, DEFAULT_CHUNK_ROWS)])
+        # a row once skippable stays so: the next come from the open rows only
+        new = np.sort(open_rows[next_to_time(floor[open_rows], fitting.memory["memory_bytes"][open_rows],
+                                             n_gpus[open_rows], trace["peak_s"], ev.outputs["memory_bytes"],
+                                             n_gpus[at], max(keep // 4, 1024))])

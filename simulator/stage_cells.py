@@ -152,9 +152,10 @@ def _flatten(groups):
 def distinct_stage_counts(model, batch, keys=STAGE_KEYS + ("sends",)):
     """The rows of ``batch`` grouped by layout (schedule, p, v, first and last stage layers,
     layout string): yields ``(rows, counts, share)`` with ``counts`` the layout's distinct
-    per-stage count vectors (stages, ``keys``: ``STAGE_KEYS`` and ``sends``, the stage's
-    forward and backward sends) and ``share`` the part of a stage's chunks one micro-batch
-    runs (DualPipe: half). A uniform layout has about three distinct stages, whatever p."""
+    per-stage count vectors (stages, ``keys``: ``STAGE_KEYS``, ``sends``, the stage's
+    forward and backward sends, and ``cells``, its chunks' layer counts, sorted: v columns)
+    and ``share`` the part of a stage's chunks one micro-batch runs (DualPipe: half). A
+    uniform layout has about three distinct stages, whatever p."""
     from simulator.step_pipeline import _CODE_TO_KIND, _groups, _layouts, _rows, schedule_chunks
     from simulator.pipeline.schedules import ScheduleKind
     n = len(batch)
@@ -197,7 +198,12 @@ def _stage_counts(model, kind, p: int, v: int, first: int, last: int, layout: st
 def _stage_counts_cached(num_layers, mtp_layers, moe, kind, p, v, first, last, layout, keys) -> np.ndarray:
     from simulator.step_pipeline import _layout_cells
     cells = _layout_cells(num_layers, mtp_layers, moe, kind, p, v, first, last, layout)
-    columns = [(cells["send_f"] + cells["send_b"]).sum(axis=1) if k == "sends" else cells[k][:, 0] for k in keys]
+    columns = []
+    for k in keys:
+        if k == "cells":
+            columns += list(np.sort(cells["dense"] + cells["moe"], axis=1).T)
+        else:
+            columns.append((cells["send_f"] + cells["send_b"]).sum(axis=1) if k == "sends" else cells[k][:, 0])
     out = np.unique(np.stack(columns, axis=1).astype(float), axis=0)
     out.setflags(write=False)
     return out
