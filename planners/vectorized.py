@@ -370,7 +370,7 @@ def _time_and_refine(model, cluster, eff, space, global_batch: int, job: _Job, f
     cache = (None, np.zeros(n_fit, dtype=bool), {k: np.zeros(n_fit) for k in KEPT_OUTPUTS})
     is_timed = np.zeros(n_fit, dtype=bool)
     order = np.argsort(floor, kind="stable")
-    new = np.sort(order[:keep + keep // 4 + TOP_EXACT])
+    new = np.sort(order[:keep + keep // 16 + TOP_EXACT])
     while True:
         res = timed(new)
         for k in outputs:
