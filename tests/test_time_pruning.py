@@ -102,7 +102,7 @@ def test_branch_and_bound_times_a_fraction_of_the_fitting_rows_and_keeps_the_sam
     pruned = evaluate_space(*args, workers=1, refine=refine_exact, keep=keep)
     every = evaluate_space(*args, workers=1, refine=refine_exact)
     assert pruned.fitting == every.fitting == len(every.rows) > 20 * keep
-    assert len(pruned.rows) < every.fitting / 4          # measured: 1,126 of 43,887
+    assert len(pruned.rows) < every.fitting / 4          # measured: 8,339 of 43,887
     n = (space.columns["dp"] * space.columns["tp"] * space.columns["pp"] * space.columns["cp"])
     mine = kept_rows(pruned.outputs["tokens_per_s"], pruned.outputs["memory_bytes"], n[pruned.rows], keep)
     theirs = kept_rows(every.outputs["tokens_per_s"], every.outputs["memory_bytes"], n[every.rows], keep)
