@@ -56,8 +56,32 @@ def mlp_params(hidden: int, ffn: int, gated: bool) -> int:
     return (3 if gated else 2) * hidden * ffn
 
 
+def hybrid_layer_params(model: ModelSpec) -> dict:
+    """{kind: weights} of one layer of each kind of a hybrid pattern, each with its one norm
+    (h): ``mamba`` (``mamba.mamba_params``), ``attention``, ``mlp``, ``moe`` (routed and shared
+    experts, router)."""
+    from cost_models.mamba import mamba_params
+    h = model.hidden_size
+    out = {"mamba": (mamba_params(model) if model.mamba is not None else 0) + h,
+           "attention": softmax_attention_params(model) + h,
+           "mlp": mlp_params(h, model.ffn_hidden_size, model.gated_mlp) + h}
+    moe = model.moe
+    if moe is not None:
+        shared_ffn = moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size
+        out["moe"] = (moe.num_experts * mlp_params(h, moe.expert_ffn_hidden_size, model.gated_mlp)
+                      + moe.num_shared_experts * mlp_params(h, shared_ffn, model.gated_mlp) + h * moe.num_experts + h)
+        out["moe_active"] = out["moe"] - (moe.num_experts - moe.top_k) * mlp_params(h, moe.expert_ffn_hidden_size,
+                                                                                   model.gated_mlp)
+    return out
+
+
 def dense_layer_params(model: ModelSpec) -> int:
-    """One dense transformer layer: attention + MLP + two norms."""
+    """One dense transformer layer: attention + MLP + two norms (a hybrid pattern: the mean of
+    its layers without routed experts, rounded)."""
+    if model.hybrid_pattern:
+        from cost_models.mamba import non_moe_kind_shares
+        per = hybrid_layer_params(model)
+        return int(round(sum(w * per[k] for k, w in non_moe_kind_shares(model).items())))
     ffn = model.ffn_hidden_size
     if model.moe is not None and model.moe.dense_ffn_hidden_size:
         ffn = model.moe.dense_ffn_hidden_size
@@ -69,6 +93,8 @@ def moe_layer_params(model: ModelSpec, active: bool = False) -> int:
     moe = model.moe
     if moe is None:
         return dense_layer_params(model)
+    if model.hybrid_pattern:        # an E layer: the MoE block alone
+        return hybrid_layer_params(model)["moe_active" if active else "moe"]
     h = model.hidden_size
     experts = moe.top_k if active else moe.num_experts
     routed = experts * mlp_params(h, moe.expert_ffn_hidden_size, model.gated_mlp)
@@ -116,6 +142,12 @@ def mtp_params(model: ModelSpec) -> int:
 
 def total_params(model: ModelSpec, active: bool = False) -> int:
     """All parameters (``active=True``: those one token uses, for MoE)."""
+    if model.hybrid_pattern:
+        per = hybrid_layer_params(model)
+        if model.moe is not None:
+            per["moe"] = per["moe_active" if active else "moe"]
+        layers = sum(n * per[kind] for kind, n in model.hybrid_counts().items() if n)
+        return layers + embedding_params(model) + lm_head_params(model) + model.hidden_size
     layers = model.num_dense_layers * dense_layer_params(model)
     layers += model.num_moe_layers * moe_layer_params(model, active=active)
     return layers + embedding_params(model) + lm_head_params(model) + model.hidden_size

@@ -31,11 +31,15 @@ class GPUSpec:
         sm_count: streaming multiprocessors (compute units): a GEMM's output tiles run in waves
             of this many (``cost_models.compute.gemm_shape_factor``); None where the chip has no
             such units in this sense (CPUs, TPUs), which then use the smooth shape factor.
-        sync_mma_peak_fraction: share of the dense tensor peak that warp-synchronous ``mma.sync``
-            instructions reach. Kernels written for Ampere (FlashAttention-2) issue only these;
-            Hopper's full rate needs the asynchronous warpgroup ``wgmma`` instructions, and
-            ``mma.sync`` reaches about 2/3 of it (Shah et al. 2024, FlashAttention-3, section
-            2.2). 1.0 where ``mma.sync`` is the chip's native path (Volta to Ada) or not known.
+        sync_mma_peak_fraction: share of the best attention kernel's tensor rate that portable
+            kernels reach: those not written for the chip's asynchronous tensor-core pipeline,
+            i.e. FlashAttention-2 (warp-synchronous ``mma.sync``) and Triton-compiled kernels
+            such as Mamba-2's SSD scan. Hopper's full rate needs the warpgroup ``wgmma``
+            instructions and ``mma.sync`` reaches about 2/3 of it (Shah et al. 2024,
+            FlashAttention-3, section 2.2); on Blackwell, FlashAttention-4 runs up to 2.7x
+            faster than Triton's attention on B200 (Zadouri et al. 2026, FlashAttention-4),
+            about 0.37. 1.0 where the portable path is the chip's native one (Volta to Ada) or
+            not known.
     """
 
     name: str

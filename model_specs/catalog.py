@@ -23,7 +23,10 @@ activation (swiglu / gelu by gated_mlp), source; optional ``linear_attention:`` 
 value_head_dim, conv_kernel, state_bytes); optional ``moe:`` mapping with the ``MoESpec`` fields
 (num_experts, top_k, expert_ffn_hidden_size, num_shared_experts, ...) and optional ``mla:``
 mapping with the ``MLASpec`` fields (q_lora_rank, kv_lora_rank, qk_nope_head_dim,
-qk_rope_head_dim, v_head_dim). ``description`` and ``notes`` are free text and ignored.
+qk_rope_head_dim, v_head_dim); for a hybrid Mamba-Transformer ``hybrid_pattern`` (one of
+``M * - E`` per layer) and a ``mamba:`` mapping with the ``MambaSpec`` fields (num_heads,
+head_dim, state_size, num_groups, conv_kernel, chunk_size). ``description`` and ``notes`` are
+free text and ignored.
 """
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ from typing import Any
 from hardware_specs.catalog import read_yaml
 from hardware_specs.errors import InputError, suggest
 from model_specs.hf_config import is_hf_config, model_from_hf_config, read_json
-from model_specs.model_spec import LinearAttentionSpec, MLASpec, ModelSpec, MoESpec
+from model_specs.model_spec import LinearAttentionSpec, MambaSpec, MLASpec, ModelSpec, MoESpec
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "presets"
 ENV_VAR = "PARAPLAN_MODEL_PATH"
@@ -50,10 +53,11 @@ _INT_FIELDS = {"num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hi
                "vocab_size", "seq_len", "head_dim", "sliding_window", "mtp_layers"}
 _BOOL_FIELDS = {"gated_mlp", "tied_embeddings", "linear_bias", "qkv_bias", "attention_dropout", "hidden_dropout"}
 _FLOAT_FIELDS = {"sliding_window_layer_fraction", "rotary_fraction"}
-_STR_FIELDS = {"name", "source", "position_embedding", "normalization", "activation"}
+_STR_FIELDS = {"name", "source", "position_embedding", "normalization", "activation", "hybrid_pattern"}
 
 _MOE_REQUIRED = ("num_experts", "top_k", "expert_ffn_hidden_size")
 _MLA_REQUIRED = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+_MAMBA_REQUIRED = ("num_heads", "head_dim", "state_size", "num_groups")
 _LINEAR_REQUIRED = ("layer_fraction", "num_key_heads", "key_head_dim", "num_value_heads", "value_head_dim")
 
 
@@ -234,6 +238,15 @@ def _linear_attention_from_dict(data: Any, where: str) -> LinearAttentionSpec:
     return LinearAttentionSpec(**kwargs)
 
 
+def _mamba_from_dict(data: Any, where: str) -> MambaSpec:
+    if not isinstance(data, dict):
+        raise InputError(where, "must be a mapping with " + ", ".join(_MAMBA_REQUIRED))
+    known = {f.name for f in fields(MambaSpec)}
+    _check_keys(data, known, where)
+    _require(data, _MAMBA_REQUIRED, where)
+    return MambaSpec(**{k: _int(v, f"{where}.{k}") for k, v in data.items() if k in known and v is not None})
+
+
 def model_from_dict(data: dict[str, Any], where: str = "model", default_name: str | None = None) -> ModelSpec:
     """Build a ``ModelSpec`` from a preset mapping (keys as in the module docstring).
 
@@ -272,6 +285,8 @@ def model_from_dict(data: dict[str, Any], where: str = "model", default_name: st
             kwargs[key] = _mla_from_dict(value, field)
         elif key == "linear_attention":
             kwargs[key] = _linear_attention_from_dict(value, field)
+        elif key == "mamba":
+            kwargs[key] = _mamba_from_dict(value, field)
     kwargs.setdefault("num_kv_heads", kwargs["num_heads"])
     for key in ("head_dim", "sliding_window", "mtp_layers"):
         if kwargs.get(key, 0) < 0:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from hardware_specs.errors import InputError
 
 #: largest value of each size (a larger one is a typo): well above every published model (2025:
@@ -15,7 +17,8 @@ SIZE_LIMITS = {"num_layers": 2**16, "hidden_size": 2**22, "num_heads": 2**16, "n
                "num_experts": 2**16, "top_k": 2**16, "expert_ffn_hidden_size": 2**24, "num_shared_experts": 2**16,
                "shared_expert_ffn_hidden_size": 2**24, "first_dense_layers": 2**16, "dense_ffn_hidden_size": 2**24,
                "moe_layer_frequency": 2**16, "q_lora_rank": 2**22, "kv_lora_rank": 2**22,
-               "qk_nope_head_dim": 2**16, "qk_rope_head_dim": 2**16, "v_head_dim": 2**16}
+               "qk_nope_head_dim": 2**16, "qk_rope_head_dim": 2**16, "v_head_dim": 2**16,
+               "state_size": 2**16, "num_groups": 2**16, "conv_kernel": 2**10, "chunk_size": 2**16}
 
 
 def check_size(field: str, value, minimum: int = 1, size: str | None = None) -> int:
@@ -140,6 +143,62 @@ class LinearAttentionSpec:
             raise InputError("linear_attention.state_bytes", "must be > 0")
 
 
+#: layer symbols of Megatron-Core's hybrid layer pattern (``--hybrid-override-pattern``,
+#: megatron/core/models/hybrid/hybrid_layer_allocation.py): each character is one layer holding
+#: one block behind its own pre-norm and residual add
+HYBRID_SYMBOLS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+
+
+@dataclass(frozen=True)
+class MambaSpec:
+    """The Mamba-2 mixer of a hybrid model's ``M`` layers (Dao & Gu 2024, "Transformers are SSMs",
+    arXiv 2405.21060, section 7: the Mamba-2 block; Megatron-Core ``MambaMixer``).
+
+    Attributes:
+        num_heads: SSM heads (H; ``mamba_num_heads``).
+        head_dim: channels per head (P; ``mamba_head_dim``); the inner width d_inner = H * P.
+        state_size: state dimension per channel (N; ``ssm_state_size`` / ``mamba_state_dim``).
+        num_groups: groups sharing the B and C projections (G; ``n_groups``), like GQA's kv groups.
+        conv_kernel: width of the depthwise causal convolution over x, B, C (``conv_kernel``, 4).
+        chunk_size: chunk length Q of the SSD algorithm (section 6; Megatron's default 128).
+    """
+
+    num_heads: int
+    head_dim: int
+    state_size: int
+    num_groups: int
+    conv_kernel: int = 4
+    chunk_size: int = 128
+
+    def __post_init__(self) -> None:
+        for name in ("num_heads", "head_dim", "state_size", "num_groups", "conv_kernel", "chunk_size"):
+            check_size(f"mamba.{name}", getattr(self, name), size=name if name != "num_heads" else "num_heads")
+        if self.num_heads % self.num_groups:
+            raise InputError("mamba.num_groups", f"num_heads {self.num_heads} is not a multiple of num_groups "
+                             f"{self.num_groups}", "each group must hold whole heads")
+
+    @property
+    def d_inner(self) -> int:
+        """Inner width H * P (``expand`` x hidden in the Mamba papers)."""
+        return self.num_heads * self.head_dim
+
+
+def parse_hybrid_pattern(pattern, num_layers: int, field: str = "model.hybrid_pattern") -> str:
+    """``pattern`` validated against ``num_layers``: one ``HYBRID_SYMBOLS`` character per layer
+    (Megatron's ``|`` pipeline-stage separators are dropped); ``InputError`` naming ``field``."""
+    if not isinstance(pattern, str):
+        raise InputError(field, f"expected text such as 'M*M-', got {pattern!r}", "quote it")
+    text = pattern.replace("|", "").strip()
+    bad = sorted({c for c in text if c not in HYBRID_SYMBOLS})
+    if bad:
+        raise InputError(field, f"unknown layer symbol(s) {''.join(bad)!r}",
+                         "use " + ", ".join(f"{k} = {v}" for k, v in HYBRID_SYMBOLS.items()))
+    if len(text) != num_layers:
+        raise InputError(field, f"{len(text)} layer symbols for num_layers {num_layers}",
+                         "give one symbol per layer")
+    return text
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """A decoder-only transformer.
@@ -185,6 +244,12 @@ class ModelSpec:
         linear_attention: linear-attention layers mixed in (``LinearAttentionSpec``), or None
             when every layer is softmax attention. The attention fields above then describe the
             full-attention layers.
+        hybrid_pattern: a hybrid Mamba-Transformer's layer list, one ``HYBRID_SYMBOLS``
+            character per layer (Megatron's ``hybrid_override_pattern``; Nemotron-H, Nemotron 3):
+            ``M`` a Mamba-2 mixer, ``*`` self-attention, ``-`` an MLP of ``ffn_hidden_size``,
+            ``E`` a MoE block (``moe``); each alone behind a pre-norm, so a layer here is half a
+            transformer layer. Empty = every layer attention + MLP/MoE.
+        mamba: the ``M`` layers' mixer (``MambaSpec``); required when the pattern has ``M``.
     """
 
     name: str
@@ -213,6 +278,8 @@ class ModelSpec:
     attention_dropout: bool = True
     hidden_dropout: bool = True
     linear_attention: LinearAttentionSpec | None = None
+    hybrid_pattern: str = ""
+    mamba: MambaSpec | None = None
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
@@ -236,6 +303,29 @@ class ModelSpec:
         if not 0.0 <= self.sliding_window_layer_fraction <= 1.0:       # false for nan too
             raise InputError("model.sliding_window_layer_fraction", "must be in [0, 1]")
         self._check_architecture()
+        self._check_hybrid()
+
+    def _check_hybrid(self) -> None:
+        if not self.hybrid_pattern:
+            if self.mamba is not None:
+                raise InputError("model.mamba", "a Mamba mixer needs the layer pattern",
+                                 "give hybrid_pattern (M = Mamba, * = attention, - = MLP, E = MoE)")
+            return
+        text = parse_hybrid_pattern(self.hybrid_pattern, self.num_layers)
+        object.__setattr__(self, "hybrid_pattern", text)
+        if "M" in text and self.mamba is None:
+            raise InputError("model.mamba", "the hybrid pattern has Mamba layers (M) but no mamba: sizes",
+                             "add mamba: {num_heads, head_dim, state_size, num_groups}")
+        if "E" in text and self.moe is None:
+            raise InputError("model.moe", "the hybrid pattern has MoE layers (E) but no moe: sizes", "add moe:")
+        if self.moe is not None and "E" not in text:
+            raise InputError("model.hybrid_pattern", "moe: is given but the pattern has no MoE layer (E)")
+        for name in ("mla", "linear_attention"):
+            if getattr(self, name) is not None:
+                raise InputError(f"model.{name}", "not supported together with a hybrid layer pattern")
+        if self.mtp_layers:
+            raise InputError("model.mtp_layers", "multi-token prediction is not modelled for hybrid patterns",
+                             "set mtp_layers: 0")
 
     def _check_architecture(self) -> None:
         # unstated details follow the MLP: a gated MLP comes with the Llama layout, a plain one
@@ -272,12 +362,29 @@ class ModelSpec:
         """Layers with a routed-expert MLP."""
         if self.moe is None:
             return 0
+        if self.hybrid_pattern:
+            return self.hybrid_pattern.count("E")
         rest = self.num_layers - self.moe.first_dense_layers
         return max(0, (rest + self.moe.moe_layer_frequency - 1) // self.moe.moe_layer_frequency)
 
     @property
     def num_dense_layers(self) -> int:
         return self.num_layers - self.num_moe_layers
+
+    def hybrid_counts(self) -> dict:
+        """{kind: layers} of a hybrid pattern (``HYBRID_SYMBOLS`` kinds); empty otherwise."""
+        return {kind: self.hybrid_pattern.count(sym) for sym, kind in HYBRID_SYMBOLS.items()} \
+            if self.hybrid_pattern else {}
+
+    def is_moe_layer(self):
+        """(num_layers,) booleans: which decoder layers hold routed experts."""
+        if self.moe is None:
+            return np.zeros(self.num_layers, dtype=bool)
+        if self.hybrid_pattern:
+            return np.array([c == "E" for c in self.hybrid_pattern], dtype=bool)
+        i = np.arange(self.num_layers)
+        first, freq = self.moe.first_dense_layers, self.moe.moe_layer_frequency
+        return (i >= first) & ((i - first) % freq == 0)
 
     def with_seq_len(self, seq_len: int) -> "ModelSpec":
         return replace(self, seq_len=int(seq_len))

@@ -219,11 +219,7 @@ def _layer_costs(model: ModelSpec, cluster, eff, config: ParallelConfig):
 
 def _layer_kinds(model: ModelSpec) -> np.ndarray:
     """True for the MoE layers (after ``first_dense_layers``, every ``moe_layer_frequency``-th)."""
-    moe = np.zeros(model.num_layers, dtype=bool)
-    if model.moe is not None:
-        first, freq = model.moe.first_dense_layers, model.moe.moe_layer_frequency
-        moe[first::freq] = True
-    return moe
+    return model.is_moe_layer()
 
 
 def stage_assignment_for(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, config: ParallelConfig,
@@ -240,6 +236,9 @@ def stage_assignment_for(model: ModelSpec, cluster: ClusterSpec, eff: Efficiency
     """
     n_stages = config.pp * config.vpp
     tp = config.tp
+    if model.hybrid_pattern:
+        raise InputError("model", f"{model.name}: hybrid Mamba models are not supported by the per-layer stage "
+                         "assignment", "use the even pipeline split (no --stage-assignment)")
     if model.moe is None:
         t_layer, b_layer, v = _layer_costs(model, cluster, eff, config)
         times = np.full(model.num_layers, t_layer)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cost_models import context_parallel, layer_costs, memory, moe as moe_costs
+from cost_models import context_parallel, layer_costs, mamba, memory, moe as moe_costs
 from cost_models.compute import LOW_PRECISION, compute_rates, kernel_counting_rates, sixteen_bit_dtype
 from cost_models.topology import group_collective_time_s
 from hardware_specs.cluster_spec import ClusterSpec
@@ -78,13 +78,26 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     mma_share = attention_mma_share(attention_kernel, cluster.gpu)
     dense_ffn = (model.moe.dense_ffn_hidden_size or model.ffn_hidden_size) if model.moe else None
 
+    hybrid = bool(model.hybrid_pattern)
+    shares = mamba.non_moe_kind_shares(model)
+
     def costs(r):
+        """({kind: sequence-mixing block}, {kind: MLP block}) for the two layer slots."""
         a = layer_costs.attention_block_costs(model, r, tokens, s, tp, sp, softmax_exposed, flash_attention,
                                               softmax_fusion, mma_share)
         b = {"dense": layer_costs.dense_mlp_costs(model, r, tokens, tp, sp, ffn=dense_ffn)}
         if model.moe is not None:
             b["moe"] = moe_costs.moe_mlp_costs(model, r, tokens, ep, etp, imbalance, tp, sp)
-        return a, b
+        if not hybrid:
+            return {"dense": a, "moe": a}, b
+        # a hybrid layer is one block: the dense slot holds the Mamba, attention and MLP layers
+        # at their mean (``mamba.non_moe_kind_shares``), the moe slot the E layers' MoE alone
+        none_a = {k: 0.0 * np.asarray(v) for k, v in a.items()}
+        scan_share = cluster.gpu.sync_mma_peak_fraction
+        mixers = {"attention": a, **({"mamba": mamba.mamba_block_costs(model, r, tokens, tp, sp, scan_share)}
+                                     if model.mamba is not None else {})}
+        return ({"dense": mamba.mix(mixers, shares), "moe": none_a},
+                {**b, "dense": mamba.mix({"mlp": b["dense"]}, shares)})
 
     attn, blocks = costs(rates)
     # the host issues every kernel of an eager pass; it runs ahead of the GPU, so a pass lasts the
@@ -97,38 +110,47 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     # pairs under sequence parallelism, the same time); sequence parallelism all-gathers the norm
     # outputs again in backward for the column-parallel weight gradients (Korthikanti et al. 2022,
     # section 4.2.2): together one more all-reduce's time
+    # (a hybrid layer is one column/row-parallel block: half of each)
+    blocks_per_layer = 1.0 if hybrid else 2.0
     act_bytes = tokens * h * rates.act_bytes
     tp_coll = group_collective_time_s("all_reduce", act_bytes, tp, 1, cluster, eff)
-    tp_fwd = 2.0 * tp_coll
-    tp_bwd = 2.0 * tp_coll + np.where(sp, tp_coll, 0.0)
+    tp_fwd = blocks_per_layer * tp_coll
+    tp_bwd = blocks_per_layer * tp_coll + np.where(sp, blocks_per_layer / 2.0 * tp_coll, 0.0)
     tp_rec = np.where(rc == 2, tp_fwd, 0.0)
-    if np.any(np.asarray(cp) > 1):
-        cpc = context_parallel.context_parallel_costs(model, cp_kind, tokens, cp, tp, attn["core_fwd_s"],
-                                                      attn["core_bwd_s"], cluster, eff, rates=rates)
-        # the ring runs the attention core as cp block calls and merges the partial outputs
-        attn = dict(attn, core_fwd_s=attn["core_fwd_s"] + cpc["fwd_compute_s"],
-                    core_bwd_s=attn["core_bwd_s"] + cpc["bwd_compute_s"])
-    else:
-        cpc = {"fwd_exposed_s": 0.0 * tokens, "bwd_exposed_s": 0.0 * tokens}
+    cpcs = {}
+    for kind, mixer in list(attn.items()):
+        if kind == "moe" and not hybrid:        # the same attention block as the dense slot's
+            attn[kind], cpcs[kind] = attn["dense"], cpcs["dense"]
+            continue
+        if np.any(np.asarray(cp) > 1):
+            cpc = context_parallel.context_parallel_costs(model, cp_kind, tokens, cp, tp, mixer["core_fwd_s"],
+                                                          mixer["core_bwd_s"], cluster, eff, rates=rates)
+            # the ring runs the attention core as cp block calls and merges the partial outputs
+            attn[kind] = dict(mixer, core_fwd_s=mixer["core_fwd_s"] + cpc["fwd_compute_s"],
+                              core_bwd_s=mixer["core_bwd_s"] + cpc["bwd_compute_s"])
+        else:
+            cpc = {"fwd_exposed_s": 0.0 * tokens, "bwd_exposed_s": 0.0 * tokens}
+        cpcs[kind] = cpc
 
     mods = memory.effective_modules(rc, modules)
 
     def bit(name):
         return (mods & memory.MODULE_BITS[name]) != 0
 
-    norm_s = layer_costs.norm_forward_s(model, rates, tokens, tp, sp)
+    norm_s = layer_costs.norm_forward_s(model, rates, tokens, tp, sp) * (blocks_per_layer / 2.0)
     mla_s, mla_flops = layer_costs.mla_up_projection_forward(model, rates, tokens, tp)
     out = {}
     for kind, mlp in blocks.items():
-        gemm_f = attn["gemm_fwd_s"] + mlp["gemm_fwd_s"]
-        dgrad = attn["gemm_dgrad_s"] + mlp["gemm_dgrad_s"]
-        wgrad = attn["gemm_wgrad_s"] + mlp["gemm_wgrad_s"]
-        cast_f = attn["cast_fwd_s"] + mlp["cast_fwd_s"]
-        cast_b = attn["cast_bwd_s"] + mlp["cast_bwd_s"]
-        elem_f = attn["elem_fwd_s"] + mlp["elem_fwd_s"]
-        elem_b = attn["elem_bwd_s"] + mlp["elem_bwd_s"]
-        fwd = gemm_f + cast_f + attn["core_fwd_s"] + elem_f
-        bwd = dgrad + cast_b + attn["core_bwd_s"] + elem_b
+        attn_k, cpc = attn[kind], cpcs[kind]
+        gemm_f = attn_k["gemm_fwd_s"] + mlp["gemm_fwd_s"]
+        dgrad = attn_k["gemm_dgrad_s"] + mlp["gemm_dgrad_s"]
+        wgrad = attn_k["gemm_wgrad_s"] + mlp["gemm_wgrad_s"]
+        cast_f = attn_k["cast_fwd_s"] + mlp["cast_fwd_s"]
+        cast_b = attn_k["cast_bwd_s"] + mlp["cast_bwd_s"]
+        elem_f = attn_k["elem_fwd_s"] + mlp["elem_fwd_s"]
+        elem_b = attn_k["elem_bwd_s"] + mlp["elem_bwd_s"]
+        fwd = gemm_f + cast_f + attn_k["core_fwd_s"] + elem_f
+        bwd = dgrad + cast_b + attn_k["core_bwd_s"] + elem_b
         # the selected operations' forward kernels, for layers not recomputed in full
         if kind == "moe":
             moe = model.moe
@@ -139,9 +161,10 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
                      + (layer_costs.activation_forward_s(model, rates, tokens, shared / tp) if shared else 0.0))
         else:
             act_s = layer_costs.activation_forward_s(model, rates, tokens, (dense_ffn or model.ffn_hidden_size) / tp)
-        sel = (np.where(bit("core_attn"), attn["core_fwd_s"], 0.0) + np.where(bit("layernorm"), norm_s, 0.0)
+            act_s = act_s * shares["mlp"] if hybrid else act_s
+        sel = (np.where(bit("core_attn"), attn_k["core_fwd_s"], 0.0) + np.where(bit("layernorm"), norm_s, 0.0)
                + np.where(bit("mlp_act"), act_s, 0.0) + np.where(bit("mla_up_proj"), mla_s, 0.0))
-        sel_flops = np.where(bit("core_attn"), attn["core_flops_fwd"], 0.0) + np.where(bit("mla_up_proj"), mla_flops, 0.0)
+        sel_flops = np.where(bit("core_attn"), attn_k["core_flops_fwd"], 0.0) + np.where(bit("mla_up_proj"), mla_flops, 0.0)
         rec_full = fwd
         # exposed TP traffic: userbuffers overlap (tp_comm_overlap) pipelines it with the GEMMs of
         # the same pass; the backward collectives of the column-parallel layers also run under
@@ -164,16 +187,16 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             sel = sel + np.where(bit("moe_dispatch"), permute + a2a["dispatch_s"], 0.0)
         else:
             epf = epb = epr_full = ep_total = 0.0 * tokens
-        flops = attn["gemm_flops_fwd"] + mlp["gemm_flops_fwd"] + attn["core_flops_fwd"]
+        flops = attn_k["gemm_flops_fwd"] + mlp["gemm_flops_fwd"] + attn_k["core_flops_fwd"]
         if eff.cpu_issue_s > 0:
             # kernels per pass: the layer's compute kernels and its TP collectives (NCCL kernels)
             mlp_n = blocks_n[kind]
-            n_fwd = (attn_n["gemm_fwd_s"] + mlp_n["gemm_fwd_s"] + attn_n["core_fwd_s"] + attn_n["elem_fwd_s"]
-                     + mlp_n["elem_fwd_s"] + np.where(tp > 1, 2.0, 0.0))
-            n_bwd = (attn_n["gemm_dgrad_s"] + mlp_n["gemm_dgrad_s"] + attn_n["gemm_wgrad_s"] + mlp_n["gemm_wgrad_s"]
-                     + attn_n["core_bwd_s"] + attn_n["elem_bwd_s"] + mlp_n["elem_bwd_s"]
-                     + np.where(tp > 1, np.where(sp, 3.0, 2.0), 0.0))
-            n_sel = (np.where(bit("core_attn"), attn_n["core_fwd_s"], 0.0) + 2.0 * bit("layernorm")
+            n_fwd = (attn_n[kind]["gemm_fwd_s"] + mlp_n["gemm_fwd_s"] + attn_n[kind]["core_fwd_s"] + attn_n[kind]["elem_fwd_s"]
+                     + mlp_n["elem_fwd_s"] + np.where(tp > 1, blocks_per_layer, 0.0))
+            n_bwd = (attn_n[kind]["gemm_dgrad_s"] + mlp_n["gemm_dgrad_s"] + attn_n[kind]["gemm_wgrad_s"] + mlp_n["gemm_wgrad_s"]
+                     + attn_n[kind]["core_bwd_s"] + attn_n[kind]["elem_bwd_s"] + mlp_n["elem_bwd_s"]
+                     + np.where(tp > 1, np.where(sp, 1.5, 1.0) * blocks_per_layer, 0.0))
+            n_sel = (np.where(bit("core_attn"), attn_n[kind]["core_fwd_s"], 0.0) + blocks_per_layer * bit("layernorm")
                      + 1.0 * bit("mlp_act") + 2.0 * bit("mla_up_proj"))
             # the host-bound share shows as compute: what the floor adds above the GPU's passes
             host_f = np.maximum(n_fwd * host_s - (fwd + tpf + cpc["fwd_exposed_s"] + epf), 0.0)
@@ -201,7 +224,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             f"ep_recompute_{kind}": epr_full + 0.0 * tokens, f"ep_total_{kind}": ep_total,
             f"tp_total_{kind}": tp_fwd + tp_bwd + tp_rec, f"tp_total_base_{kind}": tp_fwd + tp_bwd,
             f"tp_total_recompute_{kind}": tp_fwd + 0.0 * tokens,
-            f"weight_cast_{kind}": attn["weight_cast_s"] + mlp["weight_cast_s"],
+            f"weight_cast_{kind}": attn_k["weight_cast_s"] + mlp["weight_cast_s"],
             f"flops_{kind}": flops,
             f"recompute_flops_{kind}": np.where(full, flops, sel_flops), f"recompute_full_flops_{kind}": flops,
             f"recompute_sel_flops_{kind}": sel_flops + 0.0 * tokens,

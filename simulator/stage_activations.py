@@ -44,6 +44,9 @@ def layer_activation_bytes(model: ModelSpec, dtype: str, mbs, tp, cp, sp, rc, fl
         return memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, recompute, flash_attention, ffn, m, gb, eb)
 
     not_full = np.where(np.asarray(rc) == 2, np.where(mods != 0, 1, 0), rc)   # what the other layers do
+    if model.hybrid_pattern:
+        return _hybrid_activation_bytes(model, mbs, s, tp, cp, sp, rc, not_full, mods, flash_attention, ep, etp,
+                                        imbalance, gb, eb)
     out = {"kept_dense": kept(dense_ffn, not_full, mods), "full_dense": kept(dense_ffn, 0, 0),
            "input": memory.activation_terms(model, mbs, s, tp, cp, sp, flash_attention, element_bytes=eb)["layer_input"]}
     if model.moe is not None:
@@ -57,6 +60,54 @@ def layer_activation_bytes(model: ModelSpec, dtype: str, mbs, tp, cp, sp, rc, fl
         out["kept_moe"], out["full_moe"], out["dispatch"] = out["kept_dense"], out["full_dense"], 0.0 * tp
     return {k: np.asarray(v, dtype=float) + 0.0 * np.asarray(tp, dtype=float) for k, v in out.items()}
 
+
+
+#: ``memory.activation_terms`` of one transformer layer split by block: a hybrid layer holds
+#: one block behind one pre-norm, so it keeps half of the per-layer norm and mask terms
+_ATTENTION_TERMS = ("qkv", "mla_latents", "attn_out", "core")
+_MLP_TERMS = ("mlp_fc1_out", "mlp_act_out")
+_HALVED_TERMS = ("norm_inputs", "norm_outputs", "dropout_masks")
+
+
+def _block_terms(terms: dict, names) -> dict:
+    out = {k: terms[k] for k in names}
+    out.update({k: terms[k] / 2.0 for k in _HALVED_TERMS})
+    out["layer_input"] = terms["layer_input"]
+    return out
+
+
+def _hybrid_activation_bytes(model: ModelSpec, mbs, s, tp, cp, sp, rc, not_full, mods, flash_attention, ep, etp,
+                             imbalance, gb, eb) -> dict:
+    """``layer_activation_bytes`` of a hybrid pattern: the dense slot the share-weighted mean of
+    its Mamba (``mamba.mamba_activation_terms``), attention and MLP layers, the moe slot an E
+    layer's MoE block alone (shared experts as an MLP, routed experts as for any MoE layer)."""
+    from cost_models import mamba
+    kept_mods = memory.effective_modules(not_full, mods)
+
+    def kept_and_full(terms):
+        """(bytes kept by a layer not recomputed in full, everything it materialises)"""
+        return memory.kept_bytes(terms, kept_mods), memory.kept_bytes(terms, 0)
+
+    layer = memory.activation_terms(model, mbs, s, tp, cp, sp, flash_attention, None, gb, eb)
+    parts = {"attention": kept_and_full(_block_terms(layer, _ATTENTION_TERMS)),
+             "mlp": kept_and_full(_block_terms(layer, _MLP_TERMS))}
+    if model.mamba is not None:
+        parts["mamba"] = kept_and_full(mamba.mamba_activation_terms(model, mbs, s, tp, cp, sp, gb, eb))
+    shares = mamba.non_moe_kind_shares(model)
+    out = {"kept_dense": sum(shares[k] * v[0] for k, v in parts.items()),
+           "full_dense": sum(shares[k] * v[1] for k, v in parts.items()), "input": layer["layer_input"]}
+    if model.moe is not None:
+        moe = model.moe
+        shared_ffn = max(moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size), 1)
+        shared = kept_and_full(_block_terms(memory.activation_terms(model, mbs, s, tp, cp, sp, flash_attention,
+                                                                    shared_ffn, gb, eb), _MLP_TERMS))
+        routed = partial(moe_costs.moe_activation_bytes_per_layer, model, mbs, s, tp, cp, ep, etp)
+        out["kept_moe"] = shared[0] + routed(not_full, imbalance, mods, gb)
+        out["full_moe"] = shared[1] + routed(0, imbalance, 0, gb)
+        out["dispatch"] = moe_costs.moe_dispatch_buffer_bytes(model, mbs, s, tp, cp, etp, imbalance, ep) + 0.0 * tp
+    else:
+        out["kept_moe"], out["full_moe"], out["dispatch"] = out["kept_dense"], out["full_dense"], 0.0 * tp
+    return {k: np.asarray(v, dtype=float) + 0.0 * np.asarray(tp, dtype=float) for k, v in out.items()}
 
 
 def distinct_dynamic_rows(batch, act: dict, rc_group):

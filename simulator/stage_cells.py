@@ -191,13 +191,15 @@ def distinct_stage_counts(model, batch, keys=STAGE_KEYS + ("sends",)):
 
 def _stage_counts(model, kind, p: int, v: int, first: int, last: int, layout: str, keys: tuple) -> np.ndarray:
     """Distinct rows of the layout's (stages, ``keys``) count matrix (memoised per layout)."""
-    return _stage_counts_cached(model.num_layers, model.mtp_layers, model.moe, kind, p, v, first, last, layout, keys)
+    return _stage_counts_cached(model.num_layers, model.mtp_layers, model.moe, kind, p, v, first, last, layout, keys,
+                                getattr(model, "hybrid_pattern", ""))
 
 
 @lru_cache(maxsize=4096)
-def _stage_counts_cached(num_layers, mtp_layers, moe, kind, p, v, first, last, layout, keys) -> np.ndarray:
+def _stage_counts_cached(num_layers, mtp_layers, moe, kind, p, v, first, last, layout, keys,
+                         hybrid_pattern="") -> np.ndarray:
     from simulator.step_pipeline import _layout_cells
-    cells = _layout_cells(num_layers, mtp_layers, moe, kind, p, v, first, last, layout)
+    cells = _layout_cells(num_layers, mtp_layers, moe, kind, p, v, first, last, layout, hybrid_pattern)
     columns = []
     for k in keys:
         if k == "cells":

@@ -115,6 +115,10 @@ def moe_layers_before(index, model) -> np.ndarray:
     moe = model.moe
     if moe is None:
         return np.zeros_like(index)
+    pattern = getattr(model, "hybrid_pattern", "")
+    if pattern:     # a hybrid layer list: the E layers, counted by a prefix sum (no MTP layers)
+        prefix = np.concatenate([[0], np.cumsum([c == "E" for c in pattern])])
+        return prefix[np.clip(index, 0, len(pattern))]
     fd, q, L = moe.first_dense_layers, moe.moe_layer_frequency, model.num_layers
     decoder = np.minimum(index, L)
     count = _ceil_div(np.maximum(decoder - fd, 0), q)

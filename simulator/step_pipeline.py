@@ -102,7 +102,8 @@ def group_cells(model, kind: ScheduleKind, p: int, v: int, first, last, layout=N
     rows = max(len(first), len(last))
     first, last = np.broadcast_to(first, (rows,)), np.broadcast_to(last, (rows,))
     def cells_of(a, c, text=""):
-        return _layout_cells(model.num_layers, model.mtp_layers, model.moe, kind, p, v, int(a), int(c), text)
+        return _layout_cells(model.num_layers, model.mtp_layers, model.moe, kind, p, v, int(a), int(c), text,
+                             model.hybrid_pattern)
 
     if layout is None:
         if (first == first[0]).all() and (last == last[0]).all():
@@ -126,12 +127,12 @@ def group_cells(model, kind: ScheduleKind, p: int, v: int, first, last, layout=N
 
 @lru_cache(maxsize=4096)
 def _layout_cells(num_layers: int, mtp_layers: int, moe, kind: ScheduleKind, p: int, v: int, first: int,
-                  last: int, layout: str = "") -> dict:
+                  last: int, layout: str = "", hybrid_pattern: str = "") -> dict:
     """``group_cells`` of one (first, last, layout) triple: (p, v) arrays, read-only (memoised)."""
     class _M:       # what stage_layout needs of the model
         pass
     m = _M()
-    m.num_layers, m.mtp_layers, m.moe = num_layers, mtp_layers, moe
+    m.num_layers, m.mtp_layers, m.moe, m.hybrid_pattern = num_layers, mtp_layers, moe, hybrid_pattern
     cells_of_path = path_cells(kind, p, v)
     n_pos = len(cells_of_path)
     emb_pos = np.zeros(n_pos)
@@ -259,11 +260,11 @@ def split_counts(prefix, dense, moe, start, stage, rc, nl, dec, method, off, sta
 
 
 @lru_cache(maxsize=64)
-def _moe_prefix_cached(num_layers: int, mtp_layers: int, moe) -> np.ndarray:
+def _moe_prefix_cached(num_layers: int, mtp_layers: int, moe, hybrid_pattern: str = "") -> np.ndarray:
     class _M:
         pass
     m = _M()
-    m.num_layers, m.mtp_layers, m.moe = num_layers, mtp_layers, moe
+    m.num_layers, m.mtp_layers, m.moe, m.hybrid_pattern = num_layers, mtp_layers, moe, hybrid_pattern
     out = moe_layers_before(np.arange(num_layers + mtp_layers + 1), m).astype(float)
     out.setflags(write=False)
     return out
@@ -273,7 +274,7 @@ def _moe_prefix(model) -> np.ndarray | None:
     """MoE layers before each layer index 0..L+mtp (None for a dense model)."""
     if model.moe is None:
         return None
-    return _moe_prefix_cached(model.num_layers, model.mtp_layers, model.moe)
+    return _moe_prefix_cached(model.num_layers, model.mtp_layers, model.moe, model.hybrid_pattern)
 
 
 def _moe_between(prefix, start, count):

@@ -15,8 +15,9 @@ import pytest
 
 from hardware_specs.catalog import list_efficiency_models, load_efficiency
 from paraplan.validation.datasets import BUNDLED_DIR, PUBLISHED_RUNS
-from paraplan.validation.fit import (FIT_BOUNDS, MIN_ROWS_FOR_FULL_FIT, _bounds, _from_model, at_bound, by_generation,
-                                     fit_generation, fitted_names, objective, source_weights, subset)
+from paraplan.validation.fit import (FIT_BOUNDS, MAX_FIT_ROUNDS, MIN_ROWS_FOR_FULL_FIT, _bounds, _from_model, _to_model,
+                                     at_bound, by_generation, fit_generation, fitted_names, objective,
+                                     source_weights, subset)
 from paraplan.validation.predict import predict, prepare
 from paraplan.validation.published import read_runs
 
@@ -80,7 +81,6 @@ def test_the_fitter_recovers_a_known_gemm_plateau(bundled_rows):
     assert 8 <= len(kor) < MIN_ROWS_FOR_FULL_FIT      # a gemm16-only fit
     base = load_efficiency("ampere")
     truth_x = dict(_from_model(base), gemm16=0.8)
-    from paraplan.validation.fit import _to_model
     truth = _to_model(base, truth_x)
     synthetic = type(kor)(kor.ids, kor.sources, kor.inputs, predict(kor, {"ampere": truth}), kor.scale, kor.power,
                           kor.layer_metric, kor.groups)
@@ -89,6 +89,20 @@ def test_the_fitter_recovers_a_known_gemm_plateau(bundled_rows):
     assert score < 0.005
     lo, hi = _bounds("gemm16", truth_x)
     assert lo < 0.8 < hi and not math.isclose(lo, 0.8)
+
+
+def test_the_fixed_point_fit_is_returned_unchanged_by_one_more_fit(bundled_rows):
+    """What the fitter writes is a fixed point: a further round from it returns the same factors
+    (rerunning the fitter on the committed file reproduces the file)."""
+    from paraplan.validation.fit import fit_to_fixed_point
+    rows = bundled_rows["ampere"]
+    kor = subset(rows, np.flatnonzero(np.asarray(rows.sources) == "KOR22")[:12])
+    start = _to_model(load_efficiency("ampere"), dict(_from_model(load_efficiency("ampere")), gemm16=0.6))
+    fitted, score, rounds = fit_to_fixed_point(kor, "ampere", start, sweeps=1)
+    assert rounds < MAX_FIT_ROUNDS
+    again, again_score = fit_generation(kor, "ampere", fitted, sweeps=1)
+    assert _from_model(again) == _from_model(fitted)
+    assert again_score == pytest.approx(score, abs=1e-12)
 
 
 def test_fit_bounds_are_physical():

@@ -555,27 +555,49 @@ def test_generator_makes_over_a_thousand_distinct_inputs_reproducibly():
     assert len(distinct) >= 0.9 * len(cases)
 
 
-def test_every_fuzz_input_ends_in_an_answer_or_a_one_line_error(tmp_path, monkeypatch):
-    monkeypatch.delenv("PARAPLAN_DEBUG", raising=False)
-    monkeypatch.setenv("MPLBACKEND", "Agg")
+#: processes the cases are split over (each its own interpreter, started with ``spawn`` so no
+#: thread or lock of the test session is inherited; CI has 2 cores)
+FUZZ_PROCESSES = 2
+
+
+def _verdicts(indices: list[int], folder: str) -> list[tuple[int, str | None, int | None]]:
+    """(case index, problem or None, exit code) of each case in ``indices``, run in this
+    process with the measurement launcher stubbed out (no GPU job may start)."""
     # import every module before patching any: importing train or calibrate after runtime.launch is
     # patched would bind the stand-in as their own launch, and the undo would then restore the stand-in
     modules = [importlib.import_module(f"paraplan.measure.{name}") for name in ("runtime", "train", "calibrate")]
+    saved = [module.launch for module in modules]
     for module in modules:
-        monkeypatch.setattr(module, "launch", _no_launch)
-    runner = CliRunner()
+        module.launch = _no_launch
+    try:
+        runner = CliRunner()
+        cases = generate()
+        out = []
+        for i in indices:
+            result, elapsed, hung = run_case(cases[i], Path(folder) / f"c{i}", runner)
+            out.append((i, problems_with(result, elapsed, hung), None if result is None else result.exit_code))
+        return out
+    finally:
+        for module, launch in zip(modules, saved):
+            module.launch = launch
+
+
+def test_every_fuzz_input_ends_in_an_answer_or_a_one_line_error(tmp_path, monkeypatch):
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    monkeypatch.delenv("PARAPLAN_DEBUG", raising=False)
+    monkeypatch.setenv("MPLBACKEND", "Agg")
     cases = generate()
-    failures, counts = [], {"ok": 0, "refused": 0}
     t0 = time.perf_counter()
-    for i, case in enumerate(cases):
-        result, elapsed, hung = run_case(case, tmp_path / f"c{i}", runner)
-        problem = problems_with(result, elapsed, hung)
-        if problem:
-            failures.append(f"{case.name}: {problem}")
-        else:
-            counts["ok" if result.exit_code == 0 else "refused"] += 1
+    chunks = [list(range(start, len(cases), FUZZ_PROCESSES)) for start in range(FUZZ_PROCESSES)]
+    with ProcessPoolExecutor(FUZZ_PROCESSES, mp_context=multiprocessing.get_context("spawn")) as pool:
+        verdicts = [v for part in pool.map(_verdicts, chunks, [str(tmp_path)] * len(chunks)) for v in part]
     wall = time.perf_counter() - t0
-    print(f"\n{len(cases)} inputs in {wall:.1f} s: {counts['ok']} answered, {counts['refused']} refused "
-          f"with one line, {len(failures)} failures")
+    assert sorted(i for i, _, _ in verdicts) == list(range(len(cases))), "a case was not run"
+    failures = [f"{cases[i].name}: {problem}" for i, problem, _ in sorted(verdicts) if problem]
+    counts = {"ok": sum(1 for _, p, code in verdicts if not p and code == 0),
+              "refused": sum(1 for _, p, code in verdicts if not p and code != 0)}
+    print(f"\n{len(cases)} inputs in {wall:.1f} s on {FUZZ_PROCESSES} processes: {counts['ok']} answered, "
+          f"{counts['refused']} refused with one line, {len(failures)} failures")
     assert not failures, f"{len(failures)} of {len(cases)} inputs broke the contract:\n" + "\n".join(failures[:60])
     assert counts["ok"] >= 100 and counts["refused"] >= 500      # both paths exercised

@@ -13,6 +13,7 @@ import json
 import re
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -20,6 +21,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_WALL_S = 60.0          # each notebook, kernel start included
+#: notebooks executed at once: each runs in its own kernel process, one core each (CI has 2)
+PARALLEL_KERNELS = 2
 
 
 def _tool():
@@ -86,12 +89,31 @@ def test_saved_ipynb_has_the_cells_of_its_py_and_their_outputs(source):
     assert not [o for c in code for o in c.outputs if o.output_type == "error"]
 
 
-@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
-def test_notebook_executes_without_errors_in_under_a_minute(source, kernel_name):
+def _execute_timed(source: Path, kernel_name: str):
+    """(executed notebook, wall seconds, the exception it raised or None)."""
     nb = TOOL.load(source)
     t0 = time.perf_counter()
-    TOOL.execute(nb, timeout_s=MAX_WALL_S, kernel_name=kernel_name)   # raises at the first failing cell
-    wall = time.perf_counter() - t0
+    try:
+        TOOL.execute(nb, timeout_s=MAX_WALL_S, kernel_name=kernel_name)   # raises at the first failing cell
+    except Exception as exc:                 # reported by the notebook's own test below
+        return nb, time.perf_counter() - t0, exc
+    return nb, time.perf_counter() - t0, None
+
+
+@pytest.fixture(scope="module")
+def executed(kernel_name):
+    """Every notebook executed in a fresh kernel, ``PARALLEL_KERNELS`` kernels at a time (the
+    kernels are separate processes, so this uses the machine's cores without sharing state)."""
+    with ThreadPoolExecutor(max_workers=PARALLEL_KERNELS) as pool:
+        futures = {s.stem: pool.submit(_execute_timed, s, kernel_name) for s in SOURCES}
+        return {stem: f.result() for stem, f in futures.items()}
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_notebook_executes_without_errors_in_under_a_minute(source, executed):
+    nb, wall, error = executed[source.stem]
+    if error is not None:
+        raise error
     assert wall < MAX_WALL_S, f"{source.name} took {wall:.0f} s"
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.output_type == "error"]

@@ -54,6 +54,7 @@ def _enumerate(model, gpus, gbs, max_tp=8, **kw):
     ("gpt3-1.3b", "dgx-a100-80gb", 32, 64, ("bf16",)),
     ("llama3-8b", "dgx-h100", 64, 128, ("bf16", "fp8")),
     ("mixtral-8x7b", "dgx-h100", 32, 64, ("bf16",)),
+    ("nemotron-3-nano", "dgx-h100", 16, 32, ("bf16",)),      # hybrid Mamba / attention / MoE layers
 ])
 def test_random_plans_match_simulate_to_1e9(model, cluster, gpus, gbs, dtypes):
     spec = load_model(model)

@@ -52,6 +52,9 @@ def can_run(plan_row: Any) -> bool:
 
 def _check(p: dict) -> None:
     model = require_model(p, RELEASE)
+    if model.hybrid_pattern:
+        raise InputError("model", f"hybrid Mamba models: not supported by this export ({model.name}; the model code "
+                         "DeepSpeed wraps here has no Mamba mixer)", "emit the plan's degrees by hand")
     refuse_memory_features(p, RELEASE, supported=("offload_optimizer_fraction",))
     if p.get("offload_optimizer_fraction") and (p["offload_optimizer_fraction"] != 1.0 or p["zero_stage"] == 0):
         raise InputError("offload_optimizer_fraction", "ZeRO-Offload moves the whole optimizer of ZeRO 1-3 to the "

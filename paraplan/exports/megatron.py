@@ -111,6 +111,10 @@ def _refuse_memory_features(p: dict, model: ModelSpec) -> None:
 
 def _refuse_plan(p: dict, model: ModelSpec) -> None:
     _refuse_memory_features(p, model)
+    if model.hybrid_pattern:
+        raise InputError("model", "hybrid Mamba models: not supported by this export (Megatron-LM builds them with "
+                         "pretrain_mamba.py and --hybrid-override-pattern, which this export does not write)",
+                         "write the hybrid launch by hand from the plan's parallel degrees")
     if p["cuda_graphs"]:
         raise InputError("cuda_graphs", "this export does not capture CUDA graphs (--cuda-graph-impl and its "
                          "module list are the user's)", "plan without cuda_graphs, then add them by hand")

@@ -105,6 +105,9 @@ def can_run(plan_row: Any) -> bool:
 def _settings(p: dict) -> dict:
     """The plan as torchtitan settings; raises ``InputError`` for what 0.3.0 cannot run as planned."""
     model = require_model(p, RELEASE)
+    if model.hybrid_pattern:
+        raise InputError("model", f"hybrid Mamba models: not supported by this export ({RELEASE} registers no "
+                         "Mamba mixer)", "emit the plan's degrees by hand")
     entry = registry_entry(model)
     if entry is None:
         raise InputError("model", f"{RELEASE} registers no model with {model.name}'s architecture "

@@ -197,6 +197,26 @@ def fit_generation(prepared: Prepared, generation: str, base: EfficiencyModel, s
     return model, objective(prepared, generation, model, weights)
 
 
+#: refits from the previous result until the factors stop moving (``fit_to_fixed_point``)
+MAX_FIT_ROUNDS = 8
+
+
+def fit_to_fixed_point(prepared: Prepared, generation: str, base: EfficiencyModel, sweeps: int = 2,
+                       verbose: bool = False, max_rounds: int = MAX_FIT_ROUNDS) -> tuple[EfficiencyModel, float, int]:
+    """(fitted model, objective, rounds): ``fit_generation`` restarted from its own result until
+    a round returns the factors it started from, so rerunning the fitter on the committed file
+    returns that file (the coordinate search is local: one pass from a moved start can still
+    improve). Stops after ``max_rounds`` rounds (the last round's factors are then returned and
+    the caller reports that the search had not settled)."""
+    model, score = fit_generation(prepared, generation, base, sweeps, verbose)
+    for rounds in range(1, max_rounds):
+        again, score_again = fit_generation(prepared, generation, model, sweeps, verbose)
+        if _from_model(again) == _from_model(model) and again.fitted_factors == model.fitted_factors:
+            return model, score, rounds
+        model, score = again, score_again
+    return model, score, max_rounds
+
+
 def _rounded(model: EfficiencyModel) -> EfficiencyModel:
     """The model with its factors rounded as they are written to YAML (so the recorded
     objective is the committed model's)."""
@@ -392,12 +412,14 @@ def main(argv=None) -> int:
             continue
         base = prior_model(gen)
         before = objective(rows, gen, base)
-        fitted, after = fit_generation(rows, gen, base, verbose=args.verbose)
+        fitted, after, rounds = fit_to_fixed_point(rows, gen, base, verbose=args.verbose)
         srcs = sorted(set(rows.sources))
         note = (f"coordinate search on the weighted mean |pred/measured - 1| over {len(rows)} rows of "
                 f"{', '.join(srcs)} in {Path(args.csv).name}")
         names = list(fitted.fitted_factors)
-        print(f"{gen}: {len(rows)} rows, objective {100 * before:.2f}% -> {100 * after:.2f}%; fitted {names}")
+        settled = (f"settled after {rounds} round(s)" if rounds < MAX_FIT_ROUNDS
+                   else f"NOT settled after {MAX_FIT_ROUNDS} rounds")
+        print(f"{gen}: {len(rows)} rows, objective {100 * before:.2f}% -> {100 * after:.2f}%; fitted {names}; {settled}")
         print("   ", {k: float(f"{v:.4g}") for k, v in _from_model(fitted).items() if k in names})
         bound = at_bound(fitted, names)
         if bound:

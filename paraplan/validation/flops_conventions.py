@@ -43,6 +43,8 @@ def _megatron_core(m: ModelSpec, B: float, causal: bool) -> float:
     a, g, d = m.num_heads, m.num_kv_heads, m.head_dim
     mult = 1.5 if m.gated_mlp else 1.0
     keys = s / (2.0 if causal else 1.0)      # keys each query attends to, on average
+    if m.hybrid_pattern:
+        return _megatron_hybrid(m, B, keys)
     if m.sliding_window:
         # windowed layers (GPT-OSS: every other one) attend to at most the window
         frac = m.sliding_window_layer_fraction
@@ -70,6 +72,37 @@ def _megatron_core(m: ModelSpec, B: float, causal: bool) -> float:
     main = 12.0 * B * s * l * h * h * (attn + mlp + V / (2.0 * l * h))
     mtp = m.mtp_layers * 12.0 * B * s * h * h * (attn + last_mlp + 1.0 + V / (2.0 * h))
     return main + mtp
+
+
+def _megatron_hybrid(m: ModelSpec, B: float, keys: float) -> float:
+    """Model FLOPs per step of a hybrid pattern as Megatron-Bridge counts them
+    (``hybrid_flops`` in src/megatron/bridge/training/utils/flop_utils.py@067f987): 3 x the
+    forward, per token
+
+    * Mamba layer: 2h(2 d_in + 2 G N + H) + 7 d_in N + 2 d_in h, with d_in taken as 2h (the
+      counter's expand-2 assumption, not H P: Nemotron 3 Nano's 5376 against its 4096, so this
+      is the source's convention, not the FLOPs executed; ``cost_models.mamba`` counts those);
+    * attention layer: 4 h (a d)(1 + g/a) + 4 (a d) x keys, keys the keys each query sees: s,
+      or s/2 for the causal convention (the counter's 2 (a d) s is the causal form);
+    * MLP layer: 4 h f m; MoE layer: 4 h m (k f_expert + shared f_shared);
+    * logits: 2 h V.
+    """
+    h, V = m.hidden_size, m.vocab_size
+    n = m.hybrid_counts()
+    mult = 1.5 if m.gated_mlp else 1.0
+    ad = m.num_heads * m.head_dim
+    per_token = n["attention"] * (4.0 * h * ad * (1.0 + m.num_kv_heads / m.num_heads) + 4.0 * ad * keys)
+    per_token += n["mlp"] * 4.0 * h * m.ffn_hidden_size * mult
+    if m.mamba is not None:
+        mb, d_in = m.mamba, 2.0 * h
+        per_token += n["mamba"] * (2.0 * h * (2.0 * d_in + 2.0 * mb.num_groups * mb.state_size + mb.num_heads)
+                                   + 7.0 * d_in * mb.state_size + 2.0 * d_in * h)
+    if m.moe is not None:
+        moe = m.moe
+        shared = moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
+        per_token += n["moe"] * 4.0 * h * mult * (moe.top_k * moe.expert_ffn_hidden_size + shared)
+    per_token += 2.0 * h * V
+    return 3.0 * B * m.seq_len * per_token
 
 
 def megatron_core_model(m: ModelSpec, B: float) -> float:
