@@ -45,6 +45,7 @@ def _fitting_sample(name, gpus, gbs, dtype, schedules=("1f1b", "interleaved"), n
     ("deepseek-v3", (1024, 1032), 4096, "bf16", ("1f1b", "interleaved")),    # MoE, MTP, uneven stages
     ("llama3-70b", (512, 512), 512, "fp8", ("1f1b", "interleaved")),         # weight casts in the fill
     ("gpt3-13b", (64, 64), 512, "bf16", ALL_SCHEDULES),                     # every schedule, offload rows
+    ("nemotron-3-nano", (64, 64), 512, "bf16", ("1f1b", "interleaved")),     # hybrid Mamba-attention-MoE
 ])
 def test_floor_never_exceeds_the_step_models_lower_bound_or_estimate_and_is_tight_on_some_rows(name, gpus, gbs,
                                                                                               dtype, schedules):
@@ -74,13 +75,14 @@ def test_one_stage_floor_is_every_layers_passes_times_the_micro_batches_plus_the
 
 SEARCHES = [
     # (model, gpus, global batch, plan keywords): dense and MoE, one count and a range over
-    # chunks, no pipeline, every schedule, two dtypes, no memory search, one plan kept
+    # chunks, no pipeline, every schedule, two dtypes, no memory search, one plan kept, a hybrid
     ("llama3-8b", 64, 128, dict(max_plans=40)),
     ("mixtral-8x7b", (32, 64), 256, dict(max_plans=25, space_chunk_rows=30_000)),
     ("gpt3-13b", 64, 512, dict(max_plans=10, fixed={"pp": 1})),
     ("gpt3-13b", 64, 512, dict(max_plans=10, schedules=ALL_SCHEDULES, fixed={"pp": (2, 4, 8)})),
     ("llama3-8b", (32, 48), 64, dict(max_plans=15, dtypes=("bf16", "fp8"), memory_search=False)),
     ("gpt3-2.7b", 32, 256, dict(max_plans=1)),
+    ("nemotron-3-nano", 64, 512, dict(max_plans=20, assign_stages=False)),     # hybrid Mamba-attention-MoE
 ]
 
 
