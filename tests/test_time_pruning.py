@@ -77,12 +77,12 @@ SEARCHES = [
     # (model, gpus, global batch, plan keywords): dense and MoE, one count and a range over
     # chunks, no pipeline, every schedule, two dtypes, no memory search, one plan kept, a hybrid
     ("llama3-8b", 64, 128, dict(max_plans=40)),
-    ("mixtral-8x7b", (32, 64), 256, dict(max_plans=25, space_chunk_rows=30_000)),
+    ("mixtral-8x7b", (56, 64), 256, dict(max_plans=25, space_chunk_rows=60_000)),
     ("gpt3-13b", 64, 512, dict(max_plans=10, fixed={"pp": 1})),
-    ("gpt3-13b", 64, 512, dict(max_plans=10, schedules=ALL_SCHEDULES, fixed={"pp": (2, 4, 8)})),
+    ("gpt3-13b", 64, 512, dict(max_plans=10, schedules=ALL_SCHEDULES, fixed={"pp": (2, 4)})),
     ("llama3-8b", (32, 48), 64, dict(max_plans=15, dtypes=("bf16", "fp8"), memory_search=False)),
     ("gpt3-2.7b", 32, 256, dict(max_plans=1)),
-    ("nemotron-3-nano", 64, 512, dict(max_plans=20, assign_stages=False)),     # hybrid Mamba-attention-MoE
+    ("nemotron-3-nano", 32, 128, dict(max_plans=20, assign_stages=False)),     # hybrid Mamba-attention-MoE
 ]
 
 
