@@ -160,3 +160,13 @@ def test_exports_refuse_hybrid_mamba_plans_in_one_line(framework):
     assert "hybrid Mamba models: not supported by this export" in str(err.value)
     assert "\n" not in str(err.value)
     assert not exports.can_run(row, framework)
+
+
+def test_serving_a_hybrid_model_is_refused_in_one_line():
+    from click.testing import CliRunner
+    from paraplan.cli import main
+    result = CliRunner().invoke(main, ["serve", "simulate", "--model", "nemotron-3-nano", "--system", "dgx-h100",
+                                       "--tp", "8", "--isl", "1024", "--osl", "256", "--batch", "8"])
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: model: ") and "hybrid Mamba model" in lines[0]

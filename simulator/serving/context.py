@@ -53,6 +53,10 @@ class ServingContext:
         framework (``vllm``, ``sglang``, ``trtllm``: the profile covering ``backend_version``,
         else the newest) or a ``StackSpec``."""
         m = model if isinstance(model, ModelSpec) else load_model(model)
+        if m.hybrid_pattern:
+            raise InputError("model", f"{m.name} is a hybrid Mamba model: serving it is not modelled (its Mamba "
+                             "layers keep a fixed-size state per request, not a KV cache)",
+                             "serve a transformer model, or simulate its training with `paraplan simulate`")
         c = system if isinstance(system, ClusterSpec) else load_cluster(system)
         if isinstance(backend, StackSpec):
             stack = backend
