@@ -22,7 +22,20 @@ memory lower bound and the 64k-row scoring calls, 48.6 s wall, 80.6 CPU s, 0.88 
 after, 36.3 s wall, 62.6 CPU s, 0.88 GiB (load 0.6). Back to back at a load average of 6.7:
 254 -> 199 s wall, 104.7 -> 73.8 CPU s. bf16+fp8 (13.5 M configurations), load ~5: 256 -> 244 s
 wall, 183.9 -> 123.1 CPU s, 0.88 GiB (workers 1.2 GiB). gbs15360 (26 M configurations) was not
-timed again. The < 10 s target is not met.
+timed again.
+
+Then (2026-12-01, later) the largest stage's static memory as a second lower bound
+(``stage_static.static_peak_bytes``) and timing only the fitting rows a chunk can keep, lowest
+step-time floor first (``simulator.step_bounds``, ``planners.time_pruning``: 1.06 M of the 2.34 M
+fitting rows timed, counting the kept plans' re-scoring): gbs4096 back to back with the code
+before, at load averages of 2.0-4.8 (other agents on the 2 cores), 77.1 and 79.6 CPU s before,
+67.2 and 70.6 after; wall 110-115 s before, 112 and 52 s after (the wall time follows the load
+here); 0.90 GiB (workers 1.07 GiB). One process (``workers=1``), the two run side by side:
+57.8 -> 52.5 CPU s. The rest, one process: the per-stage memory model and its memory search
+(~24 s; every row that passes the bounds needs it, since the search reports how many fit),
+timing the kept rows (~8 s), the exact DAG makespans of the rows that can rank (~6.5 s),
+the step-time floors (~4 s), the memory bounds (~2.5 s), the space (~2.5 s). The < 10 s target
+is not met.
 """
 from __future__ import annotations
 

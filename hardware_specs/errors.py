@@ -21,6 +21,11 @@ class InputError(ValueError):
             text += f" ({fix})"
         super().__init__(text)
 
+    def __reduce__(self):
+        # rebuilt from its fields: an error raised in a search's worker process reaches the
+        # parent (the default pickling passes only the text, and the parent's pool hangs)
+        return (type(self), (self.field, self.message, self.fix))
+
 
 def suggest(name: str, known: Iterable[str]) -> str:
     """A 'did you mean' hint listing the closest known names, or all names if none is close."""

@@ -30,12 +30,13 @@ from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from planners import infeasible
 from planners.explain import explain_text, memory_feature_notes
+from planners.refine import refine_exact
 from planners.search_space import (DEFAULT_SCHEDULES, FIXABLE, RECOMPUTE_NAMES, SCHEDULE_NAMES,
                                    SPACE_CHUNK_ROWS, enumerate_base,
                                    SearchConstraints)
 from planners.stage_assignment import StageAssignment, stage_assignment_for
-from planners.vectorized import (CHOSEN_FIELDS, DEFAULT_CHUNK_ROWS, Evaluated, evaluate_space, kept_rows,
-                                 score_space)
+from planners.space_scoring import kept_rows, score_space
+from planners.vectorized import DEFAULT_CHUNK_ROWS, Evaluated, evaluate_space
 from simulator import headroom
 from simulator.parallel_config import MAX_GLOBAL_BATCH, MAX_GPUS, ParallelConfig
 from simulator.report import TIME_PARTS
@@ -153,58 +154,6 @@ class PlanResult:
         tps = order["tokens_per_s"].to_numpy()
         running = np.maximum.accumulate(np.concatenate([[-np.inf], tps[:-1]]))
         return order.loc[tps > running, list(OUTPUT_COLUMNS)].reset_index(drop=True)
-
-
-#: plans whose step time is computed exactly (the schedule's DAG makespan) at least: the best
-#: ``TOP_EXACT`` by time, the memory Pareto front and the best per GPU count, plus every plan
-#: whose lower bound could beat one of them; at most ``MAX_EXACT`` rows.
-TOP_EXACT = 50
-MAX_EXACT = 4000
-
-
-def refine_exact(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, space, global_batch: int, ev,
-                 top: int = TOP_EXACT, max_rows: int = MAX_EXACT, defaults: tuple = ()):
-    """``ev`` with the exact pipeline makespan for every row that can rank among the best.
-
-    ``evaluate_space`` gives every fitting row its pipeline makespan by the closed-form estimate
-    and a lower bound (``step_model.evaluate``). Rows are computed exactly, lowest bound first,
-    until no estimated row's lower bound beats the ``top``-th best time, the best time of a row
-    with less memory (the Pareto front) or the best time at its GPU count; so the reported
-    winners, front and per-count bests are what ``simulate`` says of them.
-    """
-    from planners.vectorized import evaluate_rows_exact
-    out = {k: np.array(v, dtype=float, copy=True) for k, v in ev.outputs.items()}
-    n = len(ev.rows)
-    if n == 0:
-        return ev
-    exact = out["pipeline_exact"].astype(bool)
-    mem_order = np.argsort(out["memory_bytes"], kind="stable")
-    cols = space.columns
-    n_gpus = (cols["dp"] * cols["tp"] * cols["pp"] * cols["cp"])[ev.rows]
-    gpu_values, gpu_group = np.unique(n_gpus, return_inverse=True)
-    budget = max_rows
-    while budget > 0:
-        t, lb = out["step_time_s"], out["step_time_lower_s"]
-        k = min(top, n) - 1
-        kth = np.partition(t, k)[k]
-        run_min = np.minimum.accumulate(t[mem_order])
-        frontier = np.empty(n)
-        frontier[mem_order] = np.concatenate([[np.inf], run_min[:-1]])
-        group_best = np.full(len(gpu_values), np.inf)
-        np.minimum.at(group_best, gpu_group, t)
-        need = ~exact & ((lb <= kth) | (lb < frontier) | (lb <= group_best[gpu_group]))
-        if not need.any():
-            break
-        idx = np.flatnonzero(need)
-        idx = idx[np.argsort(lb[idx], kind="stable")][:budget]
-        res = evaluate_rows_exact(model, cluster, eff, space, global_batch, ev.rows[idx], ev.dtype_index[idx],
-                                  defaults, chosen={f: out[f][idx] for f in CHOSEN_FIELDS if f in out})
-        for key, value in res.items():
-            out[key][idx] = value
-        exact[idx] = True
-        budget -= len(idx)
-    out["pipeline_exact"] = exact.astype(float)
-    return replace(ev, outputs=out)
 
 
 def row_config(row, software: Mapping | None = None) -> ParallelConfig:
@@ -327,7 +276,8 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
          chunk_rows: int = DEFAULT_CHUNK_ROWS, workers: int | None = None,
          progress: Callable[[int, int], None] | None = None, assign_stages: bool = True,
          stack: str = "megatron-core", max_plans: int | None = MAX_PLANS,
-         space_chunk_rows: int | None = SPACE_CHUNK_ROWS, memory_search: bool = True, hsdp: bool = True) -> PlanResult:
+         space_chunk_rows: int | None = SPACE_CHUNK_ROWS, memory_search: bool = True, hsdp: bool = True,
+         prune_by_time: bool = True) -> PlanResult:
     """Rank every valid configuration of ``model`` on ``gpus`` GPUs of ``cluster`` that fits.
 
     Args:
@@ -360,6 +310,9 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
             and every plan that does not fit otherwise the fewest offloaded layers that do (on a
             cluster with a host link).
         hsdp: also try ZeRO 2-3 sharded within each node and replicated across nodes.
+        prune_by_time: time (step model) only the fitting rows that can be among the kept
+            ``max_plans``, frontier and per-count plans, lowest step-time floor first
+            (``time_pruning``); the plans and every number are the same as timing them all.
 
     Raises ``InputError`` naming what would make the request feasible when nothing fits.
     """
@@ -394,24 +347,24 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
     if base.n_chunks == 1:        # the whole space at once: every fitting row, scored once
         space = base.chunk(0)[0]
         ev = evaluate_space(model, cluster, eff, space, gbs, limit, chunk_rows=chunk_rows, workers=workers,
-                            progress=progress, defaults=defaults, memory_search=memory_search)
-        if len(ev.rows) == 0:
+                            progress=progress, defaults=defaults, memory_search=memory_search, refine=refine_exact,
+                            keep=max_plans if prune_by_time else None)
+        if ev.fitting == 0:
             if ev.bound_pruned:       # the smallest footprint, over every row
                 ev = evaluate_space(model, cluster, eff, space, gbs, limit, chunk_rows=chunk_rows, workers=workers,
                                     defaults=defaults, memory_search=memory_search, prune_by_bound=False)
             raise infeasible.nothing_fits(model, cluster, eff, constraints, space, ev, limit, headroom_gib)
-        ev = refine_exact(model, cluster, eff, space, gbs, ev, defaults=defaults)
         plans = _ranked_table(space, ev, gbs, cluster.gpu.hbm_bytes)
         if max_plans is not None and len(plans) > max_plans:
             keep = kept_rows(plans["tokens_per_s"].to_numpy(), plans["memory_gib"].to_numpy(),
                              plans["n_gpus"].to_numpy(), max_plans)
             plans = plans[keep].reset_index(drop=True)
         plans = plans.drop(columns="_row")
-        evaluated, fitting, eval_s, eval_cpu_s = ev.evaluated, len(ev.rows), ev.wall_s, ev.cpu_s
+        evaluated, fitting, eval_s, eval_cpu_s = ev.evaluated, ev.fitting, ev.wall_s, ev.cpu_s
     else:                         # chunk by chunk: only the rows a result can show are kept
         scored = score_space(model, cluster, eff, base, limit, max_plans, chunk_rows=chunk_rows, workers=workers,
                              progress=progress, defaults=defaults, refine=refine_exact,
-                             memory_search=memory_search)
+                             memory_search=memory_search, prune_by_time=prune_by_time)
         if scored.fitting == 0:
             if scored.bound_pruned:   # the smallest footprint, over every row
                 scored = score_space(model, cluster, eff, base, limit, max_plans, chunk_rows=chunk_rows,
@@ -462,8 +415,7 @@ def _kept_table(model, cluster, eff, base, scored, limit: float, max_plans: int 
                         dtypes=(space.dtypes[d],))
         own = (defaults[d],) if defaults else ()
         ev = evaluate_space(model, cluster, eff, space, base.global_batch, limit, workers=workers, defaults=own,
-                            memory_search=memory_search)
-        ev = refine_exact(model, cluster, eff, space, base.global_batch, ev, defaults=own)
+                            memory_search=memory_search, refine=refine_exact)
         table = _ranked_table(space, ev, base.global_batch, cluster.gpu.hbm_bytes,
                               row_ids=scored.positions[sel][order])
         table["dtype"] = pd.Categorical([base.dtypes[d]] * len(table), categories=list(base.dtypes))

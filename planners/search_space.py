@@ -43,6 +43,7 @@ RULES = {
     "experts": "ep does not divide the experts, or does not divide dp*cp*tp",
     "vpp_needs_pp": "virtual pipeline stages with pp = 1",
     "schedule": "schedule does not match vpp (interleaved needs vpp > 1; vpp > 1 is always interleaved)",
+    "dualpipe": "DualPipe without an even pp and an even micro-batch count >= 2 pp (its schedule pairs rank i with p-1-i)",
     "sp_needs_tp": "sequence parallel on with tp = 1 (the same configuration as off)",
     "dominated_zero_without_dp": "ZeRO 1-3 with a data-parallel group of 1 (nothing to shard: ZeRO-0 or worse)",
     "hsdp": "hybrid sharding whose shard group is not a proper divisor (>= 2) of dp*cp",
@@ -384,10 +385,15 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
         return np.broadcast_to(mask, shape)
 
     two_chunks = np.isin(sched, [SCHEDULE_CODES[Schedule.ZB_V], SCHEDULE_CODES[Schedule.DUALPIPE]])[None, :]
+    m_all = gbs // (cols["dp"] * cols["micro_batch"])
     ok = count.apply2d([
         ("fixed", grid(_allowed(fixed, "schedule", sched)[None, :])),
         ("schedule", grid(inter == (cols["vpp"] > 1)[:, None])),
         ("layers", grid(~two_chunks | (2 * cols["pp"] <= L + model.mtp_layers)[:, None])),   # 2 chunks per rank
+        # DualPipe pairs rank i with p-1-i and feeds micro-batches from both ends
+        # (``pipeline.schedules``): an even p and an even m >= 2p
+        ("dualpipe", grid((sched != SCHEDULE_CODES[Schedule.DUALPIPE])[None, :]
+                          | ((cols["pp"] % 2 == 0) & (m_all % 2 == 0) & (m_all >= 2 * cols["pp"]))[:, None])),
         ("fixed", grid(_allowed(fixed, "sequence_parallel", sp)[None, :])),
         ("sp_needs_tp", grid((sp == 0)[None, :] | (t > 1))),
         ("fixed", grid(_allowed(fixed, "zero_stage", zero)[None, :])),

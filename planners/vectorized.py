@@ -2,9 +2,12 @@
 
 Every row goes through ``simulator.step_model`` (the one cost formula the simulator uses too);
 nothing is re-derived here. Rows are evaluated ``chunk_rows`` at a time, one ``ConfigBatch``
-per dtype: first their memory (``memory_parts``), then the step time (``evaluate``) of the rows
-that fit, which alone are kept, so memory stays bounded by the chunk size plus the fitting rows.
-Large searches are split over processes (fork), each evaluating whole chunks.
+per dtype: first their memory (``memory_parts``, after two lower bounds drop rows that cannot
+fit), then the step time (``evaluate``) of the rows that fit, which alone are kept, so memory
+stays bounded by the chunk size plus the fitting rows. When the caller keeps only the fastest
+rows (``keep``), the fitting rows are timed lowest step-time floor first
+(``simulator.step_bounds``) until the rest provably cannot be kept (``time_pruning``). Large
+searches are split over processes (fork), each evaluating whole chunks.
 """
 from __future__ import annotations
 
@@ -19,12 +22,16 @@ import numpy as np
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
-from planners.search_space import SearchSpace, SpaceBase
+from planners.refine import TOP_EXACT
+from planners.search_space import SearchSpace
+from planners.time_pruning import next_to_time, skippable
 from simulator.config_batch import ConfigBatch
 from simulator.parallel_config import ParallelConfig
 from simulator.report import TIME_PARTS
 from simulator.memory_rows import static_lower_bound_bytes
-from simulator.step_model import evaluate, memory_parts
+from simulator.stage_static import static_peak_bytes
+from simulator.step_bounds import step_time_floor_s
+from simulator.step_model import LAYER_KEY_FIELDS, _once_per_run as once_per_run, evaluate, memory_parts
 
 #: step-model outputs the planner keeps for every fitting row.
 KEPT_OUTPUTS = ("step_time_s", "step_time_lower_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "memory_bytes",
@@ -60,6 +67,8 @@ class Evaluated:
             seconds of this process meanwhile (less contention-sensitive; excludes workers).
         bound_pruned: rows the memory lower bound dropped before the stage model (their
             memory is not seen: when nothing fits, ``min_memory_*`` is exact only if this is 0).
+        fitting: rows that fit (all dtypes); ``rows`` are all of them unless the search was told
+            which it keeps (``evaluate_space(keep=...)``), then those it had to time.
     """
 
     rows: np.ndarray
@@ -72,6 +81,7 @@ class Evaluated:
     wall_s: float = 0.0
     cpu_s: float = 0.0
     bound_pruned: int = 0
+    fitting: int = 0
 
 
 def _template() -> ConfigBatch:
@@ -118,49 +128,60 @@ class _Job:
     defaults: tuple = ()              # per dtype: the software stack's ParallelConfig fields
     memory_search: bool = True        # choose the fewest recomputed / offloaded layers that fit
     prune_by_bound: bool = True       # skip the stage model on rows over the limit by the lower bound
+    floors: bool = False              # give every fitting row its step-time floor (``step_bounds``)
 
+
+#: ``memory_parts`` outputs the step model reads (``evaluate(memory_by_part=...)``), kept for
+#: every fitting row between its memory and its step time
+_MEMORY_KEYS = ("memory_bytes", "host_memory_bytes", "host_fits", "params_local", "expert_params_local",
+                "_p_dense_layer", "_p_moe_layer", "_p_expert_layer", "_edp", "_p_first", "_p_first_expert",
+                "_act_kept_dense", "_act_kept_moe", "_count_first_layers", "_count_last_layers")
 
 _JOB: _Job | None = None   # set before forking so workers inherit it without pickling
+_FITTING: "_Fitting | None" = None
 
 
-def _evaluate_chunk(job: _Job, dtype_index: int, start: int, stop: int):
-    """Memory of every row of the chunk; step time only of the rows that fit (a row that does
-    not fit is never ranked, and ``evaluate`` is row-wise, so timing the fitting subset gives
-    the very numbers timing the whole chunk would)."""
+def _memory_chunk(job: _Job, dtype_index: int, start: int, stop: int) -> "_ChunkResult":
+    """Memory of every row of the chunk (a row whose lower bound is over the limit cannot fit:
+    the stage model runs on the others); of the rows that fit, what their step time needs (the
+    memory search's counts, ``_MEMORY_KEYS``) and, with ``job.floors``, their step-time floor."""
     defaults = job.defaults[dtype_index] if job.defaults else None
     batch = config_batch(job.columns, job.dtypes[dtype_index], job.global_batch, start, stop, defaults)
     limit = job.memory_limit_bytes if job.memory_search else None
-    # rows whose lower bound is over the limit cannot fit: the stage model runs on the others
     maybe = np.arange(len(batch))
     if job.prune_by_bound:
         maybe = np.flatnonzero(static_lower_bound_bytes(job.model, job.cluster, job.eff, batch)
                                <= job.memory_limit_bytes)
         if len(maybe) < len(batch):
             batch = batch.take(maybe)
+        # then the largest stage's static parts (a few distinct stages per row, not pp)
+        peak = static_peak_bytes(job.model, job.cluster, job.eff, batch, once_per_run, LAYER_KEY_FIELDS)
+        within = np.flatnonzero(peak <= job.memory_limit_bytes)
+        if len(within) < len(batch):
+            maybe, batch = maybe[within], batch.take(within)
     pruned = stop - start - len(maybe)
     if not len(maybe):
-        kept = {k: np.zeros(0) for k in KEPT_OUTPUTS + CHOSEN_FIELDS}
-        return _ChunkResult(dtype_index, start, stop, np.zeros(0, dtype=np.int64), kept, np.inf, -1, pruned)
+        return _ChunkResult(dtype_index, start, stop, np.zeros(0, dtype=np.int64), _no_memory(), None, np.inf, -1,
+                            pruned)
     parts = memory_parts(job.model, job.cluster, job.eff, batch, fit_limit_bytes=limit)
     mem = np.asarray(parts["memory_bytes"], dtype=float)
     fit = np.flatnonzero((mem <= job.memory_limit_bytes) & np.asarray(parts["host_fits"], dtype=bool))
-    if len(fit):
-        fitting_parts = {k: np.asarray(v)[fit] if np.ndim(v) else v for k, v in parts.items()}
-        timed = batch.take(fit)
-        if job.memory_search:
-            timed = replace(timed, **{f: fitting_parts[f"_{f}"].astype(np.int64) for f in CHOSEN_FIELDS})
-        # the pipeline makespan of every fitting row by its closed-form estimate and lower bound;
-        # ``plan`` computes the exact DAG makespan of the rows that can matter
-        out = evaluate(job.model, job.cluster, job.eff, timed, memory_by_part=fitting_parts,
-                       exact_pipeline=np.zeros(len(fit), dtype=bool))
-        kept = {k: np.asarray(out[k], dtype=float) for k in KEPT_OUTPUTS}
-        for f in CHOSEN_FIELDS:
-            kept[f] = np.asarray(getattr(timed, f), dtype=float)
-    else:
-        kept = {k: np.zeros(0) for k in KEPT_OUTPUTS + CHOSEN_FIELDS}
+    kept = {k: np.array(np.broadcast_to(parts[k], (len(batch),))[fit]) for k in _MEMORY_KEYS}
+    for f in CHOSEN_FIELDS:
+        kept[f] = (np.asarray(parts[f"_{f}"])[fit] if job.memory_search
+                   else np.asarray(np.broadcast_to(getattr(batch, f), (len(batch),)))[fit]).astype(np.int64)
+    floor = None
+    if job.floors and len(fit):
+        timed = replace(batch.take(fit), **{f: kept[f] for f in CHOSEN_FIELDS})
+        floor = np.array(step_time_floor_s(job.model, job.cluster, job.eff, timed, kept), dtype=float)
     i_min = int(np.argmin(mem))
-    return _ChunkResult(dtype_index, start, stop, start + maybe[fit], kept, float(mem[i_min]), start + maybe[i_min],
-                        pruned)
+    return _ChunkResult(dtype_index, start, stop, start + maybe[fit], kept, floor, float(mem[i_min]),
+                        start + maybe[i_min], pruned)
+
+
+def _no_memory() -> dict:
+    kinds = {**dict.fromkeys(CHOSEN_FIELDS, np.int64), "host_fits": bool}
+    return {k: np.zeros(0, dtype=kinds.get(k, float)) for k in _MEMORY_KEYS + CHOSEN_FIELDS}
 
 
 @dataclass(frozen=True)
@@ -169,10 +190,44 @@ class _ChunkResult:
     start: int
     stop: int
     fit_rows: np.ndarray
-    kept: Mapping[str, np.ndarray]
+    memory: Mapping[str, np.ndarray]      # _MEMORY_KEYS and CHOSEN_FIELDS of the fitting rows
+    floor_s: np.ndarray | None
     min_memory_bytes: float
     min_memory_row: int
     bound_pruned: int = 0
+
+
+@dataclass(frozen=True)
+class _Fitting:
+    """Every fitting row of a search (row, dtype index) with its memory-phase outputs."""
+
+    rows: np.ndarray
+    dtype_index: np.ndarray
+    memory: Mapping[str, np.ndarray]
+    floor_s: np.ndarray | None
+
+
+def _time_rows(job: _Job, fitting: _Fitting, at: np.ndarray) -> dict:
+    """``KEPT_OUTPUTS`` and ``CHOSEN_FIELDS`` of the fitting rows ``at`` (one dtype, rows in
+    order): the step time by the closed-form pipeline estimate and its lower bound; ``plan``
+    computes the exact DAG makespan of the rows that can matter (``refine.refine_exact``).
+    ``evaluate`` is row-wise, so any subset gives each row the numbers the whole space would."""
+    d = int(fitting.dtype_index[at[0]])
+    cols = {k: v[fitting.rows[at]] for k, v in job.columns.items()}
+    for f in CHOSEN_FIELDS:
+        cols[f] = fitting.memory[f][at]
+    batch = config_batch(cols, job.dtypes[d], job.global_batch, defaults=job.defaults[d] if job.defaults else None)
+    memory = {k: fitting.memory[k][at] for k in _MEMORY_KEYS}
+    out = evaluate(job.model, job.cluster, job.eff, batch, memory_by_part=memory,
+                   exact_pipeline=np.zeros(len(at), dtype=bool))
+    kept = {k: np.asarray(out[k], dtype=float) for k in KEPT_OUTPUTS}
+    for f in CHOSEN_FIELDS:
+        kept[f] = fitting.memory[f][at].astype(float)
+    return kept
+
+
+def _time_worker(at):
+    return _time_rows(_JOB, _FITTING, at)
 
 
 def evaluate_rows_exact(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, space: SearchSpace,
@@ -194,38 +249,64 @@ def evaluate_rows_exact(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyM
 
 
 def _worker(task):
-    return _evaluate_chunk(_JOB, *task)
+    return _memory_chunk(_JOB, *task)
 
 
 def _tasks(n_rows: int, n_dtypes: int, chunk_rows: int) -> list[tuple[int, int, int]]:
     return [(d, s, min(s + chunk_rows, n_rows)) for d in range(n_dtypes) for s in range(0, n_rows, chunk_rows)]
 
 
+def _run(fn, tasks: list, workers: int, on_result=None) -> list:
+    """``fn(task)`` of every task, over ``workers`` forked processes when more than one (``_JOB``
+    and ``_FITTING`` are inherited); ``on_result(result)`` as each comes in."""
+    results = []
+    if workers > 1 and len(tasks) > 1 and "fork" in mp.get_all_start_methods():
+        with mp.get_context("fork").Pool(min(workers, len(tasks))) as pool:
+            for res in pool.imap(fn, tasks):
+                results.append(res)
+                if on_result is not None:
+                    on_result(res)
+    else:
+        for task in tasks:
+            results.append(fn(task))
+            if on_result is not None:
+                on_result(results[-1])
+    return results
+
+
 def evaluate_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, space: SearchSpace,
                    global_batch: int, memory_limit_bytes: float, chunk_rows: int = DEFAULT_CHUNK_ROWS,
                    workers: int | None = None,
                    progress: Callable[[int, int], None] | None = None, defaults: tuple = (),
-                   memory_search: bool = True, prune_by_bound: bool = True) -> Evaluated:
+                   memory_search: bool = True, prune_by_bound: bool = True, refine: Callable | None = None,
+                   keep: int | None = None) -> Evaluated:
     """Evaluate every row of ``space`` in every dtype; keep those with memory <= the limit.
 
     ``workers``: processes (None: all CPUs when the search is large, else 1).
     ``defaults``: per dtype of ``space.dtypes``, the ParallelConfig fields the planner does not
     search (the software stack's, ``simulator.stack_defaults.stack_config_fields``).
-    ``progress(done_rows, total_rows)`` is called after each chunk.
+    ``progress(done_rows, total_rows)`` is called after each chunk's memory.
     ``memory_search``: rows that recompute in full and fit only with some recomputation get the
     fewest recomputed layers that fit,
     rows that do not fit the fewest offloaded layers that make them fit
     (``step_model.memory_parts(fit_limit_bytes=...)``); their counts are in ``CHOSEN_FIELDS``.
-    ``prune_by_bound``: rows whose memory lower bound (``memory_rows.static_lower_bound_bytes``)
-    is over the limit skip the stage model (they cannot fit; the fitting rows and their numbers
-    are the same either way).
+    ``prune_by_bound``: rows whose memory lower bounds (``memory_rows.static_lower_bound_bytes``,
+    ``stage_static.static_peak_bytes``) are over the limit skip the stage model (they cannot
+    fit; the fitting rows and their numbers are the same either way).
+    ``refine(model, cluster, eff, space, global_batch, ev, defaults=, cache=, trace=)``: applied
+    to the timed rows (``refine.refine_exact``).
+    ``keep``: the caller keeps only ``space_scoring.kept_rows(..., keep)`` of the refined rows;
+    the fitting rows that provably cannot be among them nor change the refinement are not timed
+    (``time_pruning``, lowest step-time floor first): ``rows`` are the timed rows, ``fitting``
+    counts them all. The kept rows and their numbers are those of timing every row.
     """
-    global _JOB
+    global _JOB, _FITTING
     t0, c0 = time.perf_counter(), time.process_time()
     n = len(space)
     total = n * len(space.dtypes)
+    prune_time = keep is not None and refine is not None
     job = _Job(model, cluster, eff, space.columns, space.dtypes, global_batch, memory_limit_bytes, tuple(defaults),
-               memory_search, prune_by_bound)
+               memory_search, prune_by_bound, prune_time)
     if workers is None:
         workers = (os.cpu_count() or 1) if total >= PARALLEL_MIN_ROWS else 1
     if n == 0:
@@ -234,187 +315,78 @@ def evaluate_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel,
     if workers > 1:
         # at least two chunks per worker so the work splits evenly
         chunk_rows = max(1, min(chunk_rows, -(-n // (2 * workers))))
-    tasks = _tasks(n, len(space.dtypes), chunk_rows)
-    results = []
-    done = 0
-    if workers > 1 and len(tasks) > 1 and "fork" in mp.get_all_start_methods():
-        _JOB = job
-        try:
-            with mp.get_context("fork").Pool(min(workers, len(tasks))) as pool:
-                for res in pool.imap_unordered(_worker, tasks):
-                    results.append(res)
-                    done += res.stop - res.start
-                    if progress is not None:
-                        progress(done, total)
-        finally:
-            _JOB = None
-    else:
-        for task in tasks:
-            res = _evaluate_chunk(job, *task)
-            results.append(res)
-            done += res.stop - res.start
-            if progress is not None:
-                progress(done, total)
-    results.sort(key=lambda r: (r.dtype_index, r.start))
-    rows = np.concatenate([r.fit_rows for r in results])
-    dtype_index = np.concatenate([np.full(len(r.fit_rows), r.dtype_index, dtype=np.int64) for r in results])
-    outputs = {k: np.concatenate([r.kept[k] for r in results]) for k in KEPT_OUTPUTS + CHOSEN_FIELDS}
-    best = min(results, key=lambda r: r.min_memory_bytes)
-    return Evaluated(rows=rows, dtype_index=dtype_index, outputs=outputs, evaluated=total,
-                     min_memory_bytes=best.min_memory_bytes, min_memory_row=best.min_memory_row,
-                     min_memory_dtype=best.dtype_index, wall_s=time.perf_counter() - t0,
-                     cpu_s=time.process_time() - c0, bound_pruned=sum(r.bound_pruned for r in results))
+    done = [0]
+
+    def tick(res):
+        done[0] += res.stop - res.start
+        if progress is not None:
+            progress(done[0], total)
+
+    _JOB = job
+    try:
+        results = _run(_worker, _tasks(n, len(space.dtypes), chunk_rows), workers, tick)
+        fitting = _Fitting(np.concatenate([r.fit_rows for r in results]),
+                           np.concatenate([np.full(len(r.fit_rows), r.dtype_index, dtype=np.int64) for r in results]),
+                           {k: np.concatenate([r.memory[k] for r in results]) for k in _MEMORY_KEYS + CHOSEN_FIELDS},
+                           np.concatenate([r.floor_s for r in results if r.floor_s is not None] + [np.zeros(0)])
+                           if prune_time else None)
+        _FITTING = fitting
+        best = min(results, key=lambda r: r.min_memory_bytes)
+        ev_kw = dict(evaluated=total, min_memory_bytes=best.min_memory_bytes, min_memory_row=best.min_memory_row,
+                     min_memory_dtype=best.dtype_index, bound_pruned=sum(r.bound_pruned for r in results),
+                     fitting=len(fitting.rows))
+        ev = _time_and_refine(model, cluster, eff, space, global_batch, job, fitting, refine, keep, workers,
+                              chunk_rows, ev_kw)
+    finally:
+        _JOB = _FITTING = None
+    return replace(ev, wall_s=time.perf_counter() - t0, cpu_s=time.process_time() - c0)
 
 
-# --------------------------------------------------------------------------------------------
-# A whole space, chunk by chunk, keeping only the rows a result can show
-# --------------------------------------------------------------------------------------------
+def _time_and_refine(model, cluster, eff, space, global_batch: int, job: _Job, fitting: _Fitting, refine, keep,
+                     workers: int, chunk_rows: int, ev_kw: dict) -> Evaluated:
+    """The fitting rows timed (all, or by branch and bound when ``keep`` is given: see
+    ``evaluate_space``) and refined, as ``Evaluated``."""
+    n_fit = len(fitting.rows)
 
-def kept_rows(tps: np.ndarray, mem: np.ndarray, n: np.ndarray, max_plans: int | None) -> np.ndarray:
-    """Mask of the rows among the ``max_plans`` fastest (with every row tied with the slowest
-    of them), on the throughput-vs-memory frontier (no row with less memory is as fast, none
-    with as much is faster), or the fastest of their GPU count: every row a ranked table, its
-    frontiers and its ranking of GPU counts can show, ties included. All rows when there are at
-    most ``max_plans`` (or None)."""
-    if max_plans is None or len(tps) <= max_plans:
-        return np.ones(len(tps), dtype=bool)
-    keep = tps >= -np.partition(-tps, max_plans - 1)[max_plans - 1]
-    # frontier: only a row faster than every row in a lower memory bin can be on it; sort those
-    lo_mem, span = float(mem.min()), float(mem.max() - mem.min())
-    bins = ((mem - lo_mem) * (4095 / span)).astype(np.int64) if span > 0 else np.zeros(len(mem), dtype=np.int64)
-    bin_best = np.full(4097, -np.inf)
-    np.maximum.at(bin_best, bins + 1, tps)
-    candidates = np.flatnonzero(tps > np.maximum.accumulate(bin_best)[bins])
-    by_memory = candidates[np.lexsort((-tps[candidates], mem[candidates]))]
-    ranked, ranked_mem = tps[by_memory], mem[by_memory]
-    # per memory value, its fastest rows (all of them when tied: which one a table shows is
-    # the ranking's choice, so keeping every tied row keeps the result independent of order)
-    first = np.concatenate([[True], ranked_mem[1:] != ranked_mem[:-1]])
-    group = np.cumsum(first) - 1
-    group_best = ranked[first]
-    best_before = np.maximum.accumulate(np.concatenate([[-np.inf], group_best[:-1]]))
-    keep[by_memory[(ranked == group_best[group]) & (group_best[group] > best_before[group])]] = True
-    lo = int(n.min())
-    fastest = np.full(int(n.max()) - lo + 1, -np.inf)
-    np.maximum.at(fastest, n - lo, tps)
-    keep |= tps == fastest[n - lo]
-    return keep
+    def timed(at):
+        """Outputs of the fitting rows ``at`` (sorted), in chunks of one dtype."""
+        cuts = np.flatnonzero(np.diff(fitting.dtype_index[at])) + 1
+        tasks = [part[s:s + chunk_rows] for part in np.split(at, cuts) for s in range(0, len(part), chunk_rows)]
+        parts = _run(_time_worker, tasks, workers) if len(at) else []
+        return {k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0) for k in KEPT_OUTPUTS + CHOSEN_FIELDS}
 
+    def evaluated(at, outputs) -> Evaluated:
+        return Evaluated(rows=fitting.rows[at], dtype_index=fitting.dtype_index[at], outputs=outputs, **ev_kw)
 
-@dataclass(frozen=True)
-class Scored:
-    """What a whole space's scoring keeps: the candidate rows (``kept_rows`` of each chunk) as
-    (base row, combination, dtype index, row number in the space), their tokens/s, memory and
-    GPU count, plus the counts and the smallest footprint seen (as ``Evaluated``)."""
-
-    base_rows: np.ndarray
-    combos: np.ndarray
-    dtype_index: np.ndarray
-    positions: np.ndarray
-    tokens_per_s: np.ndarray
-    memory_bytes: np.ndarray
-    n_gpus: np.ndarray
-    evaluated: int
-    fitting: int
-    min_memory_bytes: float
-    min_memory_pick: tuple[int, int, int]       # (base row, combination, dtype index); -1s: none
-    wall_s: float
-    cpu_s: float
-    bound_pruned: int = 0
-
-
-@dataclass(frozen=True)
-class _ScoreJob:
-    model: ModelSpec
-    cluster: ClusterSpec
-    eff: EfficiencyModel
-    base: SpaceBase
-    memory_limit_bytes: float
-    max_plans: int | None
-    chunk_rows: int
-    defaults: tuple = ()
-    refine: Callable | None = None
-    memory_search: bool = True
-    prune_by_bound: bool = True
-
-
-_SCORE_JOB: _ScoreJob | None = None
-
-
-def _score_chunk(job: _ScoreJob, i: int) -> dict:
-    c0 = time.process_time()
-    space, rows, combo = job.base.chunk(i)
-    ev = evaluate_space(job.model, job.cluster, job.eff, space, job.base.global_batch, job.memory_limit_bytes,
-                        chunk_rows=job.chunk_rows, workers=1, defaults=job.defaults, memory_search=job.memory_search,
-                        prune_by_bound=job.prune_by_bound)
-    if job.refine is not None and len(ev.rows):
-        # exact times for every row that can rank in this chunk: a superset of those it can
-        # rank among in the whole space (the chunk's thresholds are looser), so the kept rows
-        # are chosen by the times the whole search would give them
-        ev = job.refine(job.model, job.cluster, job.eff, space, job.base.global_batch, ev, defaults=job.defaults)
+    if refine is None or keep is None or n_fit <= max(keep, TOP_EXACT):
+        at = np.arange(n_fit)
+        ev = evaluated(at, timed(at))
+        return refine(model, cluster, eff, space, global_batch, ev, defaults=job.defaults) if refine and n_fit else ev
+    floor = fitting.floor_s
     cols = space.columns
-    n = (cols["dp"] * cols["tp"] * cols["pp"] * cols["cp"])[ev.rows]
-    tps, mem = ev.outputs["tokens_per_s"], ev.outputs["memory_bytes"]
-    keep = kept_rows(tps, mem, n, job.max_plans) if len(ev.rows) else np.zeros(0, dtype=bool)
-    r = ev.rows[keep]
-    row = ev.min_memory_row
-    return {"base_rows": rows[r], "combos": combo[r], "dtype_index": ev.dtype_index[keep],
-            "positions": job.base.rank(rows[r], combo[r]), "tokens_per_s": tps[keep], "memory_bytes": mem[keep],
-            "n_gpus": n[keep], "evaluated": ev.evaluated, "fitting": len(ev.rows), "rows": len(space),
-            "min_memory_bytes": ev.min_memory_bytes,
-            "min_memory_pick": (int(rows[row]), int(combo[row]), ev.min_memory_dtype) if row >= 0 else (-1, -1, -1),
-            "bound_pruned": ev.bound_pruned, "cpu_s": time.process_time() - c0}
-
-
-def _score_worker(i: int) -> dict:
-    return _score_chunk(_SCORE_JOB, i)
-
-
-def score_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, base: SpaceBase,
-                memory_limit_bytes: float, max_plans: int | None, chunk_rows: int = DEFAULT_CHUNK_ROWS,
-                workers: int | None = None, progress: Callable[[int, int], None] | None = None,
-                defaults: tuple = (), refine: Callable | None = None, memory_search: bool = True,
-                prune_by_bound: bool = True) -> Scored:
-    """Score every row of ``base`` (each chunk built, evaluated and reduced to ``kept_rows`` in
-    one step, so memory is bounded by a chunk and the kept rows, not by the space); chunks are
-    split over processes (fork) when the space is large.
-
-    ``progress(done_rows, total_rows)`` is called after each chunk (rows of every dtype);
-    ``defaults``: per dtype, the fields the planner does not search (see ``evaluate_space``);
-    ``refine(model, cluster, eff, space, global_batch, ev, defaults=)``: applied to each chunk's
-    evaluation before its rows are chosen (``planners.plan.refine_exact``); ``prune_by_bound``:
-    see ``evaluate_space``.
-    """
-    global _SCORE_JOB
-    t0, c0 = time.perf_counter(), time.process_time()
-    job = _ScoreJob(model, cluster, eff, base, memory_limit_bytes, max_plans, chunk_rows, tuple(defaults), refine,
-                    memory_search, prune_by_bound)
-    total = base.total * len(base.dtypes)
-    if workers is None:
-        workers = (os.cpu_count() or 1) if total >= PARALLEL_MIN_ROWS else 1
-    parts, done = [], 0
-    if workers > 1 and base.n_chunks > 1 and "fork" in mp.get_all_start_methods():
-        _SCORE_JOB = job
-        try:
-            with mp.get_context("fork").Pool(min(workers, base.n_chunks)) as pool:
-                for part in pool.imap_unordered(_score_worker, range(base.n_chunks)):
-                    parts.append(part)
-                    done += part["rows"] * len(base.dtypes)
-                    if progress is not None:
-                        progress(done, total)
-        finally:
-            _SCORE_JOB = None
-    else:
-        for i in range(base.n_chunks):
-            parts.append(_score_chunk(job, i))
-            done += parts[-1]["rows"] * len(base.dtypes)
-            if progress is not None:
-                progress(done, total)
-    cat = {k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
-           for k in ("base_rows", "combos", "dtype_index", "positions", "tokens_per_s", "memory_bytes", "n_gpus")}
-    smallest = min(parts, key=lambda p: p["min_memory_bytes"]) if parts else None
-    return Scored(**cat, evaluated=sum(p["evaluated"] for p in parts), fitting=sum(p["fitting"] for p in parts),
-                  min_memory_bytes=smallest["min_memory_bytes"] if smallest else float("inf"),
-                  min_memory_pick=smallest["min_memory_pick"] if smallest else (-1, -1, -1),
-                  wall_s=time.perf_counter() - t0, bound_pruned=sum(p["bound_pruned"] for p in parts),
-                  cpu_s=(time.process_time() - c0) + (sum(p["cpu_s"] for p in parts) if workers > 1 else 0.0))
+    n_gpus = (cols["dp"] * cols["tp"] * cols["pp"] * cols["cp"])[fitting.rows]
+    tokens = float(global_batch) * float(model.seq_len)
+    outputs = {k: np.zeros(n_fit) for k in KEPT_OUTPUTS + CHOSEN_FIELDS}
+    cache = (None, np.zeros(n_fit, dtype=bool), {k: np.zeros(n_fit) for k in KEPT_OUTPUTS})
+    is_timed = np.zeros(n_fit, dtype=bool)
+    order = np.argsort(floor, kind="stable")
+    new = np.sort(order[:keep + keep // 16 + TOP_EXACT])
+    while True:
+        res = timed(new)
+        for k in outputs:
+            outputs[k][new] = res[k]
+        is_timed[new] = True
+        at = np.flatnonzero(is_timed)
+        trace: dict = {}
+        ev = refine(model, cluster, eff, space, global_batch, evaluated(at, {k: v[at] for k, v in outputs.items()}),
+                    defaults=job.defaults, cache=(at,) + cache[1:], trace=trace)
+        rest = np.flatnonzero(~is_timed)
+        skip = skippable(floor[rest], fitting.memory["memory_bytes"][rest], n_gpus[rest], tokens,
+                         ev.outputs["tokens_per_s"], ev.outputs["memory_bytes"], n_gpus[at], trace, keep)
+        open_rows = rest[~skip]
+        if not len(open_rows):
+            return ev
+        # a row once skippable stays so: the next come from the open rows only
+        new = np.sort(open_rows[next_to_time(floor[open_rows], fitting.memory["memory_bytes"][open_rows],
+                                             n_gpus[open_rows], trace["peak_s"], ev.outputs["memory_bytes"],
+                                             n_gpus[at], max(keep // 4, 1024))])

@@ -10,6 +10,7 @@ are exact and the same whatever their order.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -146,3 +147,65 @@ def _flatten(groups):
     return idx, StageCells(np.concatenate(row), np.concatenate(local), first_cell, np.concatenate(in_flight),
                            np.concatenate(chunks), {k: np.concatenate(x) for k, x in stage.items()}, cell_stage,
                            {k: np.concatenate(x).astype(float) for k, x in cell.items()})
+
+
+def distinct_stage_counts(model, batch, keys=STAGE_KEYS + ("sends",)):
+    """The rows of ``batch`` grouped by layout (schedule, p, v, first and last stage layers,
+    layout string): yields ``(rows, counts, share)`` with ``counts`` the layout's distinct
+    per-stage count vectors (stages, ``keys``: ``STAGE_KEYS``, ``sends``, the stage's
+    forward and backward sends, and ``cells``, its chunks' layer counts, sorted: v columns)
+    and ``share`` the part of a stage's chunks one micro-batch runs (DualPipe: half). A
+    uniform layout has about three distinct stages, whatever p."""
+    from simulator.step_pipeline import _CODE_TO_KIND, _groups, _layouts, _rows, schedule_chunks
+    from simulator.pipeline.schedules import ScheduleKind
+    n = len(batch)
+    if n == 0:
+        return
+    sched, pp, vpp = (np.broadcast_to(np.asarray(getattr(batch, f)).astype(np.int64), (n,))
+                      for f in ("schedule", "pp", "vpp"))
+    for idx, code, p, vp in _groups(sched, pp, vpp):
+        kind, v = _CODE_TO_KIND[code], schedule_chunks(code, vp)
+        share = 0.5 if kind == ScheduleKind.DUALPIPE else 1.0
+        first = _rows(batch.first_stage_layers, idx).astype(np.int64)
+        last = _rows(batch.last_stage_layers, idx).astype(np.int64)
+        layouts = _layouts(batch, idx)
+        texts, text = ((np.zeros(1, dtype=object), np.zeros(len(idx), dtype=np.int64)) if layouts is None
+                       else np.unique(layouts.astype(str), return_inverse=True))
+        text = text.reshape(-1)
+        span = int(max(first.max(), last.max())) + 1
+        key = (text * span + first) * span + last
+        if (key == key[0]).all():
+            yield idx, _stage_counts(model, kind, p, v, int(first[0]), int(last[0]), str(texts[text[0]] or ""),
+                                     tuple(keys)), share
+            continue
+        uniq, inverse = np.unique(key, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.searchsorted(inverse[order], np.arange(len(uniq) + 1))
+        for j in range(len(uniq)):
+            mine = order[bounds[j]:bounds[j + 1]]
+            r = mine[0]
+            yield idx[mine], _stage_counts(model, kind, p, v, int(first[r]), int(last[r]),
+                                           str(texts[text[r]] or ""), tuple(keys)), share
+
+
+def _stage_counts(model, kind, p: int, v: int, first: int, last: int, layout: str, keys: tuple) -> np.ndarray:
+    """Distinct rows of the layout's (stages, ``keys``) count matrix (memoised per layout)."""
+    return _stage_counts_cached(model.num_layers, model.mtp_layers, model.moe, kind, p, v, first, last, layout, keys,
+                                getattr(model, "hybrid_pattern", ""))
+
+
+@lru_cache(maxsize=4096)
+def _stage_counts_cached(num_layers, mtp_layers, moe, kind, p, v, first, last, layout, keys,
+                         hybrid_pattern="") -> np.ndarray:
+    from simulator.step_pipeline import _layout_cells
+    cells = _layout_cells(num_layers, mtp_layers, moe, kind, p, v, first, last, layout, hybrid_pattern)
+    columns = []
+    for k in keys:
+        if k == "cells":
+            columns += list(np.sort(cells["dense"] + cells["moe"], axis=1).T)
+        else:
+            columns.append((cells["send_f"] + cells["send_b"]).sum(axis=1) if k == "sends" else cells[k][:, 0])
+    out = np.unique(np.stack(columns, axis=1).astype(float), axis=0)
+    out.setflags(write=False)
+    return out

@@ -30,7 +30,7 @@ from functools import partial
 
 import numpy as np
 
-from cost_models import moe as moe_costs, offload, params, sharding
+from cost_models import offload, params, sharding
 from cost_models.compute import compute_rates
 from cost_models.topology import group_collective_time_s, p2p_stage_time_s
 from hardware_specs.cluster_spec import ClusterSpec
@@ -338,9 +338,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     param_bytes = rates.act_bytes      # 16-bit weights gathered (fp32 when training in fp32)
     dp, tp, pp, cp, ep, etp, vpp = _degrees(batch)
     mbs, gbs = np.asarray(batch.micro_batch, dtype=float), np.asarray(batch.global_batch, dtype=float)
-    rc, zero = batch.recompute, batch.zero_stage
     s = float(model.seq_len)
-    h = float(model.hidden_size)
     m = gbs / (dp * mbs)
     tokens = mbs * s / cp
     n_rows = len(batch)
@@ -361,57 +359,18 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     # low-precision weights are quantised once per step (the first micro-batch's forward) and
     # reused by every later micro-batch and by recomputation; each stage casts in-line in its
     # first forward, so the first micro-batch reaches the end that much later (pipeline fill)
-    n_moe_total = float(model.num_moe_layers) + (model.mtp_layers if model.num_moe_layers else 0)
-    n_dense_total = float(model.num_layers + model.mtp_layers) - n_moe_total
-    weight_cast_fill = n_dense_total * lay["weight_cast_dense"] + n_moe_total * lay["weight_cast_moe"]
-    weight_cast_fill = np.where(batch.schedule == _DUALPIPE, 2.0, 1.0) * weight_cast_fill
+    n_moe_total, n_dense_total = _layers_on_path(model)
+    weight_cast_fill = _weight_cast_fill_s(model, batch, lay)
     pipeline = pipe["makespan_s"] + weight_cast_fill
 
     # ---- data-parallel gradient reduction and parameter gather after the flush -------------
-    # all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1) of the first stage's gradients, which
-    # finishes its backward last; ZeRO-2/3 reduced theirs per micro-batch already
-    params_dp = sp_["first"]
-    expert_dp = sp_["first_expert"]
-    grad_bytes = params_dp * batch.grad_reduce_bytes
-    expert_grad_bytes = expert_dp * batch.grad_reduce_bytes
-    # (HSDP: the reduce-scatter and the gather run inside the shard group; every rank's gradient
-    # shard is then all-reduced across the replicas holding the same shard, once per step:
-    # ``cost_models.sharding``)
-    grad_rs = group_collective_time_s("reduce_scatter", grad_bytes, shard, tp, cluster, eff)
-    grad_ar = group_collective_time_s("all_reduce", grad_bytes, dp_group, tp, cluster, eff)
-    param_ag = group_collective_time_s("all_gather", params_dp * param_bytes, shard, tp, cluster, eff)
-    cross = group_collective_time_s("all_reduce", grad_bytes / shard, replicas, tp * shard, cluster, eff)
-    if model.moe is not None:   # expert gradients reduce over the expert-data-parallel group
-        e_rs = group_collective_time_s("reduce_scatter", expert_grad_bytes, expert_shard, tp * ep, cluster, eff)
-        e_ar = group_collective_time_s("all_reduce", expert_grad_bytes, edp, tp * ep, cluster, eff)
-        e_ag = group_collective_time_s("all_gather", expert_dp * param_bytes, expert_shard, tp * ep, cluster, eff)
-        cross = cross + group_collective_time_s("all_reduce", expert_grad_bytes / expert_shard, replicas,
-                                                tp * ep * expert_shard, cluster, eff)
-    else:
-        e_rs = e_ar = e_ag = 0.0
-    cross = np.where(zero >= 1, cross, 0.0)
-    per_mb_grads = (zero == 2) | ((zero <= 1) & batch.grad_reduce_every_microbatch)
-    grad_comm = np.where(per_mb_grads, 0.0, np.where(zero == 0, grad_ar + e_ar, np.where(zero == 1, grad_rs + e_rs, 0.0)))
-    grad_comm = grad_comm + cross
-    gather_comm = np.where((zero == 1) | (zero == 2), param_ag + e_ag, 0.0)
-    # the last bucket starts only when the backward has produced it: its share of the traffic
-    # (an unbucketed stack reduces everything in one collective after the backward)
-    bucket_elements = np.maximum(batch.grad_bucket_elements, batch.grad_bucket_elements_per_dp * dp_group)
-    total_elements = np.maximum(params_dp + expert_dp, 1.0)
-    bucket_share = np.where(bucket_elements > 0, np.minimum(bucket_elements / total_elements, 1.0), 1.0)
+    grad_comm, gather_comm, bucket_share = _dp_after_flush(model, cluster, eff, batch, sp_, param_bytes)
     exposed_grad = _overlapped(grad_comm, pipe["first_window_bw_s"], bucket_share * grad_comm, batch.overlap_grad_reduce)
     exposed_gather = _overlapped(gather_comm, pipe["first_window_f_s"], bucket_share * gather_comm,
                                  batch.overlap_param_gather)
     dp_exposed = exposed_grad + exposed_gather
 
-    params_local = memory_by_part["params_local"]
-    expert_local = memory_by_part["expert_params_local"]
-    opt_params = params_local / np.where(zero >= 1, shard, 1.0) + expert_local / np.where(zero >= 1, expert_shard, 1.0)
-    adam_bytes = {"fp32": ADAM_STEP_BYTES_PER_PARAM_FP32,
-                  "fp16": ADAM_STEP_BYTES_PER_PARAM_FP16}.get(batch.dtype, ADAM_STEP_BYTES_PER_PARAM)
-    opt_fraction = eff.optimizer_hbm_fraction or eff.hbm_fraction
-    off = np.asarray(batch.offload_optimizer_fraction, dtype=float)
-    optimizer = (1.0 - off) * opt_params * adam_bytes / (gpu.hbm_bw_bytes_per_s * opt_fraction)
+    optimizer, opt_params, off = _optimizer_step_s(cluster, eff, batch, memory_by_part, shard, expert_shard)
     # the offloaded share's gradients go to the host under the last backward (like the DP
     # reduction), the host runs Adam on them and sends the 16-bit weights back before the next
     # forward (``cost_models.offload``)
@@ -505,6 +464,78 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         "hbm_bytes": np.full(n_rows, gpu.hbm_bytes),
         "fits": (mem["memory_bytes"] <= gpu.hbm_bytes) & mem["host_fits"],
     }
+
+
+def _layers_on_path(model: ModelSpec) -> tuple[float, float]:
+    """(MoE, dense) layers one micro-batch passes, the MTP layers included."""
+    n_moe_total = float(model.num_moe_layers) + (model.mtp_layers if model.num_moe_layers else 0)
+    return n_moe_total, float(model.num_layers + model.mtp_layers) - n_moe_total
+
+
+def _weight_cast_fill_s(model: ModelSpec, batch: ConfigBatch, lay: dict):
+    """Seconds the first micro-batch's low-precision weight casts add to the pipeline fill."""
+    n_moe_total, n_dense_total = _layers_on_path(model)
+    weight_cast_fill = n_dense_total * lay["weight_cast_dense"] + n_moe_total * lay["weight_cast_moe"]
+    return np.where(batch.schedule == _DUALPIPE, 2.0, 1.0) * weight_cast_fill
+
+
+def _dp_after_flush(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch, sp_: dict,
+                    param_bytes):
+    """(gradient traffic, parameter-gather traffic, last bucket's share) of the data-parallel
+    collectives after the flush, seconds, before any overlap."""
+    dp, tp, pp, cp, ep, etp, vpp = _degrees(batch)
+    zero = batch.zero_stage
+    dp_group = dp * cp
+    edp = sp_["edp"]
+    shard, replicas, expert_shard = _shard_groups(batch, dp_group, edp)
+    # all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1) of the first stage's gradients, which
+    # finishes its backward last; ZeRO-2/3 reduced theirs per micro-batch already
+    params_dp = sp_["first"]
+    expert_dp = sp_["first_expert"]
+    grad_bytes = params_dp * batch.grad_reduce_bytes
+    expert_grad_bytes = expert_dp * batch.grad_reduce_bytes
+    # (HSDP: the reduce-scatter and the gather run inside the shard group; every rank's gradient
+    # shard is then all-reduced across the replicas holding the same shard, once per step:
+    # ``cost_models.sharding``)
+    grad_rs = group_collective_time_s("reduce_scatter", grad_bytes, shard, tp, cluster, eff)
+    grad_ar = group_collective_time_s("all_reduce", grad_bytes, dp_group, tp, cluster, eff)
+    param_ag = group_collective_time_s("all_gather", params_dp * param_bytes, shard, tp, cluster, eff)
+    cross = group_collective_time_s("all_reduce", grad_bytes / shard, replicas, tp * shard, cluster, eff)
+    if model.moe is not None:   # expert gradients reduce over the expert-data-parallel group
+        e_rs = group_collective_time_s("reduce_scatter", expert_grad_bytes, expert_shard, tp * ep, cluster, eff)
+        e_ar = group_collective_time_s("all_reduce", expert_grad_bytes, edp, tp * ep, cluster, eff)
+        e_ag = group_collective_time_s("all_gather", expert_dp * param_bytes, expert_shard, tp * ep, cluster, eff)
+        cross = cross + group_collective_time_s("all_reduce", expert_grad_bytes / expert_shard, replicas,
+                                                tp * ep * expert_shard, cluster, eff)
+    else:
+        e_rs = e_ar = e_ag = 0.0
+    cross = np.where(zero >= 1, cross, 0.0)
+    per_mb_grads = (zero == 2) | ((zero <= 1) & batch.grad_reduce_every_microbatch)
+    grad_comm = np.where(per_mb_grads, 0.0, np.where(zero == 0, grad_ar + e_ar, np.where(zero == 1, grad_rs + e_rs, 0.0)))
+    grad_comm = grad_comm + cross
+    gather_comm = np.where((zero == 1) | (zero == 2), param_ag + e_ag, 0.0)
+    # the last bucket starts only when the backward has produced it: its share of the traffic
+    # (an unbucketed stack reduces everything in one collective after the backward)
+    bucket_elements = np.maximum(batch.grad_bucket_elements, batch.grad_bucket_elements_per_dp * dp_group)
+    total_elements = np.maximum(params_dp + expert_dp, 1.0)
+    bucket_share = np.where(bucket_elements > 0, np.minimum(bucket_elements / total_elements, 1.0), 1.0)
+    return grad_comm, gather_comm, bucket_share
+
+
+def _optimizer_step_s(cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch, memory_by_part: dict, shard,
+                      expert_shard):
+    """(seconds of the optimizer step on the GPU, parameters it updates, offloaded fraction)."""
+    gpu = cluster.gpu
+    zero = batch.zero_stage
+    params_local = memory_by_part["params_local"]
+    expert_local = memory_by_part["expert_params_local"]
+    opt_params = params_local / np.where(zero >= 1, shard, 1.0) + expert_local / np.where(zero >= 1, expert_shard, 1.0)
+    adam_bytes = {"fp32": ADAM_STEP_BYTES_PER_PARAM_FP32,
+                  "fp16": ADAM_STEP_BYTES_PER_PARAM_FP16}.get(batch.dtype, ADAM_STEP_BYTES_PER_PARAM)
+    opt_fraction = eff.optimizer_hbm_fraction or eff.hbm_fraction
+    off = np.asarray(batch.offload_optimizer_fraction, dtype=float)
+    optimizer = (1.0 - off) * opt_params * adam_bytes / (gpu.hbm_bw_bytes_per_s * opt_fraction)
+    return optimizer, opt_params, off
 
 
 def _layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, rates, batch: ConfigBatch, tokens):

@@ -110,6 +110,21 @@ def test_the_fixed_point_fit_is_returned_unchanged_by_one_more_fit(bundled_rows)
     assert again_score == pytest.approx(score, abs=1e-12)
 
 
+def test_held_out_fits_start_from_a_point_no_row_chose(bundled_rows):
+    """The cross-validation's start is the middle of each fitted factor's range: two models with
+    different fitted values give the same start (the committed fit saw the held-out source)."""
+    from paraplan.validation.fit import neutral_start
+    rows = bundled_rows["hopper"]
+    base = load_efficiency("hopper")
+    moved = _to_model(base, dict(_from_model(base), gemm16=0.9, hbm_fraction=0.9, attention_peak_fraction=0.2))
+    a, b = _from_model(neutral_start(base, rows)), _from_model(neutral_start(moved, rows))
+    names = fitted_names(rows)
+    assert {n: a[n] for n in names} == {n: b[n] for n in names}
+    assert a["gemm16"] == pytest.approx(sum(FIT_BOUNDS["gemm16"]) / 2)
+    assert a["hbm_fraction"] == pytest.approx(sum(FIT_BOUNDS["hbm_fraction"]) / 2)
+    assert a["gemm8"] == pytest.approx((FIT_BOUNDS["gemm8"][0] + a["gemm16"]) / 2)
+
+
 def test_fit_bounds_are_physical():
     assert FIT_BOUNDS["gemm16"][1] <= 0.95 and FIT_BOUNDS["hbm_fraction"][1] <= 0.95
     assert FIT_BOUNDS["gemm8"][1] is None          # bounded by the fitted 16-bit plateau

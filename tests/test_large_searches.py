@@ -10,10 +10,10 @@ import pytest
 from hardware_specs.errors import InputError
 from model_specs.catalog import load_model
 from planners import SearchConstraints, enumerate_space, plan
-from planners.plan import TOP_EXACT
+from planners.refine import TOP_EXACT
 from planners.search_space import (MAX_FACTORISATIONS, _factorisations, enumerate_base, enumerate_chunks,
                                    factorisation_count)
-from planners.vectorized import kept_rows
+from planners.space_scoring import kept_rows
 
 #: a range search small enough to run unbounded in a test (a few hundred thousand rows)
 MODEL, CLUSTER, GPUS, GBS = "llama3-8b", "dgx-h100", (48, 96), 96
@@ -69,7 +69,7 @@ def test_bounded_search_keeps_the_ranking_and_both_frontiers_of_the_unbounded_on
         pd.testing.assert_frame_equal(bounded.plans, unbounded.plans)
     else:
         assert max_plans <= len(bounded.plans) < 2 * max_plans
-    # the rows a result shows: the best (exact pipeline makespans, planners.plan.TOP_EXACT) and
+    # the rows a result shows: the best (exact pipeline makespans, planners.refine.TOP_EXACT) and
     # both frontiers; further down the ranking rests on estimates either way
     pd.testing.assert_frame_equal(bounded.top(TOP_EXACT), unbounded.top(TOP_EXACT))
     pd.testing.assert_frame_equal(bounded.pareto("memory"), unbounded.pareto("memory"))

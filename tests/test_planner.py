@@ -481,3 +481,26 @@ def test_a_batch_varying_every_layer_key_field_matches_row_by_row_evaluation():
         alone = evaluate(spec, cl, eff, ConfigBatch.from_configs([c]))
         for key, value in alone.items():
             assert np.broadcast_to(together[key], (len(configs),))[i] == np.asarray(value).reshape(-1)[0], (key, c)
+
+
+def test_dualpipe_rows_without_an_even_pp_and_an_even_m_of_at_least_2pp_are_pruned_and_the_rest_plan():
+    # DualPipe pairs rank i with p-1-i and feeds micro-batches from both ends
+    # (simulator.pipeline.schedules): gpt3-13b on 64 GPUs, 512 sequences
+    model = load_model("gpt3-13b")
+    c = SearchConstraints(gpus=(64, 64), global_batch=512, max_tp=8, schedules=("dualpipe",))
+    space = enumerate_space(model, c)
+    cols = space.columns
+    m = 512 // (cols["dp"] * cols["micro_batch"])
+    assert len(space) > 1000 and space.pruned["dualpipe"] > 0
+    assert (cols["pp"] % 2 == 0).all() and (m % 2 == 0).all() and (m >= 2 * cols["pp"]).all()
+    best = plan(model, "dgx-h100", 64, 512, schedules=("dualpipe",), max_plans=5, workers=1).best
+    assert best["schedule"] == "dualpipe" and best["pp"] % 2 == 0
+
+
+def test_an_input_error_crosses_a_process_boundary_whole():
+    # a search's worker that raises reaches the parent as the same one-line error (the default
+    # pickling of an exception with a three-argument constructor failed and hung the pool)
+    import pickle
+    err = pickle.loads(pickle.dumps(InputError("m", "DualPipe needs an even m", "use m >= 4")))
+    assert (type(err), err.field, err.message, err.fix, str(err)) == \
+        (InputError, "m", "DualPipe needs an even m", "use m >= 4", "m: DualPipe needs an even m (use m >= 4)")

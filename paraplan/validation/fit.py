@@ -12,8 +12,9 @@ cannot pin down keep their prior values. The result is written to
 (``fit_objective``), which ``tests/test_efficiency_fit.py`` re-evaluates on the committed
 code and the bundled file: the committed factors are exactly what this fitter returned.
 
-``--cross-validate`` also refits each generation once per source with that source left out and
-predicts the left-out rows with it: the leave-one-source-out error, the honest forecast for runs
+``--cross-validate`` also refits each generation once per source with that source left out
+(starting from the middle of each factor's range, ``neutral_start``, not from the committed fit,
+which saw the source) and predicts the left-out rows with it: the leave-one-source-out error, the honest forecast for runs
 of a new stack or cluster. A generation with a single source has no held-out fit: its rows are
 predicted by the generation's prior (``PRIORS``) instead.
 
@@ -306,6 +307,24 @@ def _transfer(model: EfficiencyModel, target: EfficiencyModel) -> EfficiencyMode
     return replace(_to_model(target, {**_from_model(target), **fitted}), fitted_factors=model.fitted_factors)
 
 
+def neutral_start(base: EfficiencyModel, prepared: Prepared) -> EfficiencyModel:
+    """``base`` with every factor ``prepared``'s rows would fit set to the middle of its range
+    (geometric middle for the log-scaled ones; a low-precision plateau at the middle of its range
+    under the 16-bit middle): a start that owes nothing to any row, so a fit without a source
+    cannot inherit that source's influence through where the search began."""
+    x = _from_model(base)
+    names = fitted_names(prepared)
+    if "gemm16" in names:
+        lo, hi = FIT_BOUNDS["gemm16"]
+        x["gemm16"] = (lo + hi) / 2.0
+    for n in names:
+        if n == "gemm16":
+            continue
+        lo, hi = _bounds(n, x)
+        x[n] = math.sqrt(lo * hi) if n in ("gemm_half_dim", "kernel_overhead_s", "cpu_issue_s") else (lo + hi) / 2.0
+    return _to_model(base, x)
+
+
 def _held_out_prediction(prepared: Prepared, src: str, sweeps: int) -> np.ndarray:
     """Predictions of source ``src``'s rows by efficiency models fitted without ``src``."""
     sources = np.asarray(prepared.sources)
@@ -316,7 +335,7 @@ def _held_out_prediction(prepared: Prepared, src: str, sweeps: int) -> np.ndarra
 
     def fitted_without(gen):
         if gen not in cache:
-            cache[gen] = (fit_generation(others[gen], gen, prior_model(gen), sweeps)[0]
+            cache[gen] = (fit_generation(others[gen], gen, neutral_start(prior_model(gen), others[gen]), sweeps)[0]
                           if gen in others else None)
         return cache[gen]
 

@@ -1,0 +1,96 @@
+"""Exact pipeline makespans for the rows that can rank (``refine_exact``).
+
+The step model gives every fitting row its pipeline makespan by a closed-form estimate and a
+lower bound (``simulator.step_model.evaluate``, ``exact_pipeline`` False); the DAG makespan
+(``simulator.pipeline.makespan``) costs far more. Rows are computed exactly, lowest bound
+first, until no estimated row's lower bound beats the ``top``-th best time, the best time of a
+row with less memory (the Pareto front) or the best time at its GPU count; so the reported
+winners, front and per-count bests are what ``simulate`` says of them.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from hardware_specs.cluster_spec import ClusterSpec
+from hardware_specs.efficiency_model import EfficiencyModel
+from model_specs.model_spec import ModelSpec
+
+#: plans whose step time is computed exactly (the schedule's DAG makespan) at least: the best
+#: ``TOP_EXACT`` by time, the memory Pareto front and the best per GPU count, plus every plan
+#: whose lower bound could beat one of them; at most ``MAX_EXACT`` rows.
+TOP_EXACT = 50
+MAX_EXACT = 4000
+
+
+def refine_exact(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, space, global_batch: int, ev,
+                 top: int = TOP_EXACT, max_rows: int = MAX_EXACT, defaults: tuple = (), cache=None,
+                 trace: dict | None = None):
+    """``ev`` with the exact pipeline makespan for every row that can rank among the best.
+
+    Rounds: each computes, over the current times, the ``top``-th best, the best time of every
+    row with less memory (stable order) and the best per GPU count; the estimated rows whose
+    lower bound reaches one of them are computed exactly, lowest bound first, at most
+    ``max_rows`` in all.
+
+    ``cache``: (slot per row of ``ev``, known mask, values by ``KEPT_OUTPUTS`` name) of exact
+    results already computed (reused, and filled in); ``trace``: a dict this fills with the
+    largest ``top``-th best time any round saw (``kth_s``), the GPU counts (``gpus``) and the
+    largest best time of each (``group_best_s``), and every row's largest time (``peak_s``):
+    what ``time_pruning`` needs to show an untimed row could not have changed the rounds.
+    """
+    from planners.vectorized import CHOSEN_FIELDS, evaluate_rows_exact
+    out = {k: np.array(v, dtype=float, copy=True) for k, v in ev.outputs.items()}
+    n = len(ev.rows)
+    if n == 0:
+        return ev
+    exact = out["pipeline_exact"].astype(bool)
+    mem_order = np.argsort(out["memory_bytes"], kind="stable")
+    cols = space.columns
+    n_gpus = (cols["dp"] * cols["tp"] * cols["pp"] * cols["cp"])[ev.rows]
+    gpu_values, gpu_group = np.unique(n_gpus, return_inverse=True)
+    if trace is not None:
+        trace.update(kth_s=-np.inf, gpus=gpu_values, group_best_s=np.full(len(gpu_values), -np.inf),
+                     peak_s=np.array(out["step_time_s"], copy=True))
+    budget = max_rows
+    while True:
+        t, lb = out["step_time_s"], out["step_time_lower_s"]
+        k = min(top, n) - 1
+        kth = np.partition(t, k)[k]
+        run_min = np.minimum.accumulate(t[mem_order])
+        frontier = np.empty(n)
+        frontier[mem_order] = np.concatenate([[np.inf], run_min[:-1]])
+        group_best = np.full(len(gpu_values), np.inf)
+        np.minimum.at(group_best, gpu_group, t)
+        if trace is not None:
+            trace["kth_s"] = max(trace["kth_s"], kth)
+            np.maximum(trace["group_best_s"], group_best, out=trace["group_best_s"])
+            np.maximum(trace["peak_s"], t, out=trace["peak_s"])
+        if budget <= 0:
+            break
+        need = ~exact & ((lb <= kth) | (lb < frontier) | (lb <= group_best[gpu_group]))
+        if not need.any():
+            break
+        idx = np.flatnonzero(need)
+        idx = idx[np.argsort(lb[idx], kind="stable")][:budget]
+        todo = idx
+        if cache is not None:
+            slots, known, values = cache
+            todo = idx[~known[slots[idx]]]
+        if len(todo):
+            res = evaluate_rows_exact(model, cluster, eff, space, global_batch, ev.rows[todo], ev.dtype_index[todo],
+                                      defaults, chosen={f: out[f][todo] for f in CHOSEN_FIELDS if f in out})
+            if cache is not None:
+                for key, value in res.items():
+                    values[key][slots[todo]] = value
+                known[slots[todo]] = True
+        for key in out:
+            if cache is not None and key in cache[2]:
+                out[key][idx] = cache[2][key][cache[0][idx]]
+            elif cache is None and key in res:
+                out[key][idx] = res[key]
+        exact[idx] = True
+        budget -= len(idx)
+    out["pipeline_exact"] = exact.astype(float)
+    return replace(ev, outputs=out)

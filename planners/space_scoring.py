@@ -1,0 +1,175 @@
+"""A whole search space scored chunk by chunk, keeping only the rows a result can show.
+
+The space (``search_space.SpaceBase``) is built one chunk at a time; each chunk is scored
+(``vectorized.evaluate_space``: memory, then the step time of the rows it can keep, refined)
+and reduced at once to ``kept_rows``, the rows a ranked table, its frontiers and its ranking
+of GPU counts can show, so memory is bounded by a chunk and the kept rows, not by the space.
+Chunks are split over processes (fork) when the space is large.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from hardware_specs.cluster_spec import ClusterSpec
+from hardware_specs.efficiency_model import EfficiencyModel
+from model_specs.model_spec import ModelSpec
+from planners.search_space import SpaceBase
+from planners.vectorized import DEFAULT_CHUNK_ROWS, PARALLEL_MIN_ROWS, evaluate_space
+
+
+
+def kept_rows(tps: np.ndarray, mem: np.ndarray, n: np.ndarray, max_plans: int | None) -> np.ndarray:
+    """Mask of the rows among the ``max_plans`` fastest (with every row tied with the slowest
+    of them), on the throughput-vs-memory frontier (no row with less memory is as fast, none
+    with as much is faster), or the fastest of their GPU count: every row a ranked table, its
+    frontiers and its ranking of GPU counts can show, ties included. All rows when there are at
+    most ``max_plans`` (or None)."""
+    if max_plans is None or len(tps) <= max_plans:
+        return np.ones(len(tps), dtype=bool)
+    keep = tps >= -np.partition(-tps, max_plans - 1)[max_plans - 1]
+    # frontier: only a row faster than every row in a lower memory bin can be on it; sort those
+    lo_mem, span = float(mem.min()), float(mem.max() - mem.min())
+    bins = ((mem - lo_mem) * (4095 / span)).astype(np.int64) if span > 0 else np.zeros(len(mem), dtype=np.int64)
+    bin_best = np.full(4097, -np.inf)
+    np.maximum.at(bin_best, bins + 1, tps)
+    candidates = np.flatnonzero(tps > np.maximum.accumulate(bin_best)[bins])
+    by_memory = candidates[np.lexsort((-tps[candidates], mem[candidates]))]
+    ranked, ranked_mem = tps[by_memory], mem[by_memory]
+    # per memory value, its fastest rows (all of them when tied: which one a table shows is
+    # the ranking's choice, so keeping every tied row keeps the result independent of order)
+    first = np.concatenate([[True], ranked_mem[1:] != ranked_mem[:-1]])
+    group = np.cumsum(first) - 1
+    group_best = ranked[first]
+    best_before = np.maximum.accumulate(np.concatenate([[-np.inf], group_best[:-1]]))
+    keep[by_memory[(ranked == group_best[group]) & (group_best[group] > best_before[group])]] = True
+    lo = int(n.min())
+    fastest = np.full(int(n.max()) - lo + 1, -np.inf)
+    np.maximum.at(fastest, n - lo, tps)
+    keep |= tps == fastest[n - lo]
+    return keep
+
+
+@dataclass(frozen=True)
+class Scored:
+    """What a whole space's scoring keeps: the candidate rows (``kept_rows`` of each chunk) as
+    (base row, combination, dtype index, row number in the space), their tokens/s, memory and
+    GPU count, plus the counts and the smallest footprint seen (as ``Evaluated``)."""
+
+    base_rows: np.ndarray
+    combos: np.ndarray
+    dtype_index: np.ndarray
+    positions: np.ndarray
+    tokens_per_s: np.ndarray
+    memory_bytes: np.ndarray
+    n_gpus: np.ndarray
+    evaluated: int
+    fitting: int
+    min_memory_bytes: float
+    min_memory_pick: tuple[int, int, int]       # (base row, combination, dtype index); -1s: none
+    wall_s: float
+    cpu_s: float
+    bound_pruned: int = 0
+
+
+@dataclass(frozen=True)
+class _ScoreJob:
+    model: ModelSpec
+    cluster: ClusterSpec
+    eff: EfficiencyModel
+    base: SpaceBase
+    memory_limit_bytes: float
+    max_plans: int | None
+    chunk_rows: int
+    defaults: tuple = ()
+    refine: Callable | None = None
+    memory_search: bool = True
+    prune_by_bound: bool = True
+    prune_by_time: bool = True
+
+
+_SCORE_JOB: _ScoreJob | None = None
+
+
+def _score_chunk(job: _ScoreJob, i: int) -> dict:
+    c0 = time.process_time()
+    space, rows, combo = job.base.chunk(i)
+    # refined: exact times for every row that can rank in this chunk, a superset of those it can
+    # rank among in the whole space (the chunk's thresholds are looser), so the kept rows are
+    # chosen by the times the whole search would give them; rows that cannot be kept are not timed
+    ev = evaluate_space(job.model, job.cluster, job.eff, space, job.base.global_batch, job.memory_limit_bytes,
+                        chunk_rows=job.chunk_rows, workers=1, defaults=job.defaults, memory_search=job.memory_search,
+                        prune_by_bound=job.prune_by_bound, refine=job.refine,
+                        keep=job.max_plans if job.prune_by_time else None)
+    cols = space.columns
+    n = (cols["dp"] * cols["tp"] * cols["pp"] * cols["cp"])[ev.rows]
+    tps, mem = ev.outputs["tokens_per_s"], ev.outputs["memory_bytes"]
+    keep = kept_rows(tps, mem, n, job.max_plans) if len(ev.rows) else np.zeros(0, dtype=bool)
+    r = ev.rows[keep]
+    row = ev.min_memory_row
+    return {"base_rows": rows[r], "combos": combo[r], "dtype_index": ev.dtype_index[keep],
+            "positions": job.base.rank(rows[r], combo[r]), "tokens_per_s": tps[keep], "memory_bytes": mem[keep],
+            "n_gpus": n[keep], "evaluated": ev.evaluated, "fitting": ev.fitting, "rows": len(space),
+            "min_memory_bytes": ev.min_memory_bytes,
+            "min_memory_pick": (int(rows[row]), int(combo[row]), ev.min_memory_dtype) if row >= 0 else (-1, -1, -1),
+            "bound_pruned": ev.bound_pruned, "cpu_s": time.process_time() - c0}
+
+
+def _score_worker(i: int) -> dict:
+    return _score_chunk(_SCORE_JOB, i)
+
+
+def score_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, base: SpaceBase,
+                memory_limit_bytes: float, max_plans: int | None, chunk_rows: int = DEFAULT_CHUNK_ROWS,
+                workers: int | None = None, progress: Callable[[int, int], None] | None = None,
+                defaults: tuple = (), refine: Callable | None = None, memory_search: bool = True,
+                prune_by_bound: bool = True, prune_by_time: bool = True) -> Scored:
+    """Score every row of ``base`` (each chunk built, evaluated and reduced to ``kept_rows`` in
+    one step, so memory is bounded by a chunk and the kept rows, not by the space); chunks are
+    split over processes (fork) when the space is large.
+
+    ``progress(done_rows, total_rows)`` is called after each chunk (rows of every dtype);
+    ``defaults``: per dtype, the fields the planner does not search (see ``evaluate_space``);
+    ``refine(model, cluster, eff, space, global_batch, ev, defaults=)``: applied to each chunk's
+    evaluation before its rows are chosen (``planners.refine.refine_exact``); ``prune_by_bound``:
+    see ``evaluate_space``; ``prune_by_time``: time only the rows a chunk can keep
+    (``evaluate_space(keep=max_plans)``).
+    """
+    global _SCORE_JOB
+    t0, c0 = time.perf_counter(), time.process_time()
+    job = _ScoreJob(model, cluster, eff, base, memory_limit_bytes, max_plans, chunk_rows, tuple(defaults), refine,
+                    memory_search, prune_by_bound, prune_by_time)
+    total = base.total * len(base.dtypes)
+    if workers is None:
+        workers = (os.cpu_count() or 1) if total >= PARALLEL_MIN_ROWS else 1
+    parts, done = [], 0
+    if workers > 1 and base.n_chunks > 1 and "fork" in mp.get_all_start_methods():
+        _SCORE_JOB = job
+        try:
+            with mp.get_context("fork").Pool(min(workers, base.n_chunks)) as pool:
+                for part in pool.imap_unordered(_score_worker, range(base.n_chunks)):
+                    parts.append(part)
+                    done += part["rows"] * len(base.dtypes)
+                    if progress is not None:
+                        progress(done, total)
+        finally:
+            _SCORE_JOB = None
+    else:
+        for i in range(base.n_chunks):
+            parts.append(_score_chunk(job, i))
+            done += parts[-1]["rows"] * len(base.dtypes)
+            if progress is not None:
+                progress(done, total)
+    cat = {k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+           for k in ("base_rows", "combos", "dtype_index", "positions", "tokens_per_s", "memory_bytes", "n_gpus")}
+    smallest = min(parts, key=lambda p: p["min_memory_bytes"]) if parts else None
+    return Scored(**cat, evaluated=sum(p["evaluated"] for p in parts), fitting=sum(p["fitting"] for p in parts),
+                  min_memory_bytes=smallest["min_memory_bytes"] if smallest else float("inf"),
+                  min_memory_pick=smallest["min_memory_pick"] if smallest else (-1, -1, -1),
+                  wall_s=time.perf_counter() - t0, bound_pruned=sum(p["bound_pruned"] for p in parts),
+                  cpu_s=(time.process_time() - c0) + (sum(p["cpu_s"] for p in parts) if workers > 1 else 0.0))

@@ -1,0 +1,281 @@
+"""What recomputation and offload change in a pipeline stage's memory, for ``stage_memory``.
+
+Per layer and micro-batch the activation bytes a layer keeps (``layer_activation_bytes``:
+everything less the recomputed operations; a layer recomputed in full keeps its input); per
+cell the layers recomputed in full and offloaded (``split_cells``); per stage the activations
+of its peak of in-flight chunk sets, what recomputation brings back during a backward, the
+offload staging buffers and the host copy (``dynamic_parts``). Rows equal in everything these
+read share them (``distinct_dynamic_rows``), and the memory search evaluates them once per
+distinct (stage, count) (``shared_dynamic``).
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import pandas as pd
+
+from cost_models import memory, moe as moe_costs, offload
+from cost_models.compute import LOW_PRECISION, activation_bytes
+from cost_models.low_precision import saved_gemm_input_bytes_per_element
+from model_specs.model_spec import ModelSpec
+from simulator.config_batch import RECOMPUTE_CODES
+from simulator.parallel_config import Recompute
+from simulator.stage_cells import StageCells, ranges, row_bounds
+from simulator.step_pipeline import _layouts, _rows, split_counts
+
+_FULL = RECOMPUTE_CODES[Recompute.FULL]
+
+
+def layer_activation_bytes(model: ModelSpec, dtype: str, mbs, tp, cp, sp, rc, flash_attention, ep, etp, imbalance,
+                           modules) -> dict:
+    """Per layer and micro-batch on one GPU, bytes: ``kept_dense`` / ``kept_moe`` (a layer not
+    recomputed in full, the selected operations recomputed), ``input`` (a layer recomputed in
+    full keeps only its input), ``full_dense`` / ``full_moe`` (everything: what a recomputed
+    layer materialises during its backward), ``dispatch`` (one MoE layer's transient token
+    exchange buffers)."""
+    s = float(model.seq_len)
+    eb = activation_bytes(dtype)            # 2 in 16-bit training, 4 in fp32
+    gb = saved_gemm_input_bytes_per_element(dtype) if dtype in LOW_PRECISION else eb
+    mods = memory.effective_modules(rc, modules)
+    dense_ffn = (model.moe.dense_ffn_hidden_size or model.ffn_hidden_size) if model.moe else None
+
+    def kept(ffn, recompute, m):
+        return memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, recompute, flash_attention, ffn, m, gb, eb)
+
+    not_full = np.where(np.asarray(rc) == 2, np.where(mods != 0, 1, 0), rc)   # what the other layers do
+    if model.hybrid_pattern:
+        return _hybrid_activation_bytes(model, mbs, s, tp, cp, sp, rc, not_full, mods, flash_attention, ep, etp,
+                                        imbalance, gb, eb)
+    out = {"kept_dense": kept(dense_ffn, not_full, mods), "full_dense": kept(dense_ffn, 0, 0),
+           "input": memory.activation_terms(model, mbs, s, tp, cp, sp, flash_attention, element_bytes=eb)["layer_input"]}
+    if model.moe is not None:
+        shared_ffn = max(model.moe.num_shared_experts * (model.moe.shared_expert_ffn_hidden_size
+                                                         or model.moe.expert_ffn_hidden_size), 1)
+        routed = partial(moe_costs.moe_activation_bytes_per_layer, model, mbs, s, tp, cp, ep, etp)
+        out["kept_moe"] = kept(shared_ffn, not_full, mods) + routed(not_full, imbalance, mods, gb)
+        out["full_moe"] = kept(shared_ffn, 0, 0) + routed(0, imbalance, 0, gb)
+        out["dispatch"] = moe_costs.moe_dispatch_buffer_bytes(model, mbs, s, tp, cp, etp, imbalance, ep) + 0.0 * tp
+    else:
+        out["kept_moe"], out["full_moe"], out["dispatch"] = out["kept_dense"], out["full_dense"], 0.0 * tp
+    return {k: np.asarray(v, dtype=float) + 0.0 * np.asarray(tp, dtype=float) for k, v in out.items()}
+
+
+
+#: ``memory.activation_terms`` of one transformer layer split by block: a hybrid layer holds
+#: one block behind one pre-norm, so it keeps half of the per-layer norm and mask terms
+_ATTENTION_TERMS = ("qkv", "mla_latents", "attn_out", "core")
+_MLP_TERMS = ("mlp_fc1_out", "mlp_act_out")
+_HALVED_TERMS = ("norm_inputs", "norm_outputs", "dropout_masks")
+
+
+def _block_terms(terms: dict, names) -> dict:
+    out = {k: terms[k] for k in names}
+    out.update({k: terms[k] / 2.0 for k in _HALVED_TERMS})
+    out["layer_input"] = terms["layer_input"]
+    return out
+
+
+def _hybrid_activation_bytes(model: ModelSpec, mbs, s, tp, cp, sp, rc, not_full, mods, flash_attention, ep, etp,
+                             imbalance, gb, eb) -> dict:
+    """``layer_activation_bytes`` of a hybrid pattern: the dense slot the share-weighted mean of
+    its Mamba (``mamba.mamba_activation_terms``), attention and MLP layers, the moe slot an E
+    layer's MoE block alone (shared experts as an MLP, routed experts as for any MoE layer)."""
+    from cost_models import mamba
+    kept_mods = memory.effective_modules(not_full, mods)
+
+    def kept_and_full(terms):
+        """(bytes kept by a layer not recomputed in full, everything it materialises)"""
+        return memory.kept_bytes(terms, kept_mods), memory.kept_bytes(terms, 0)
+
+    layer = memory.activation_terms(model, mbs, s, tp, cp, sp, flash_attention, None, gb, eb)
+    parts = {"attention": kept_and_full(_block_terms(layer, _ATTENTION_TERMS)),
+             "mlp": kept_and_full(_block_terms(layer, _MLP_TERMS))}
+    if model.mamba is not None:
+        parts["mamba"] = kept_and_full(mamba.mamba_activation_terms(model, mbs, s, tp, cp, sp, gb, eb))
+    shares = mamba.non_moe_kind_shares(model)
+    out = {"kept_dense": sum(shares[k] * v[0] for k, v in parts.items()),
+           "full_dense": sum(shares[k] * v[1] for k, v in parts.items()), "input": layer["layer_input"]}
+    if model.moe is not None:
+        moe = model.moe
+        shared_ffn = max(moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size), 1)
+        shared = kept_and_full(_block_terms(memory.activation_terms(model, mbs, s, tp, cp, sp, flash_attention,
+                                                                    shared_ffn, gb, eb), _MLP_TERMS))
+        routed = partial(moe_costs.moe_activation_bytes_per_layer, model, mbs, s, tp, cp, ep, etp)
+        out["kept_moe"] = shared[0] + routed(not_full, imbalance, mods, gb)
+        out["full_moe"] = shared[1] + routed(0, imbalance, 0, gb)
+        out["dispatch"] = moe_costs.moe_dispatch_buffer_bytes(model, mbs, s, tp, cp, etp, imbalance, ep) + 0.0 * tp
+    else:
+        out["kept_moe"], out["full_moe"], out["dispatch"] = out["kept_dense"], out["full_dense"], 0.0 * tp
+    return {k: np.asarray(v, dtype=float) + 0.0 * np.asarray(tp, dtype=float) for k, v in out.items()}
+
+
+def distinct_dynamic_rows(batch, act: dict, rc_group):
+    """(first row of each distinct key, each row's key) over the rows of ``batch``, the key
+    being everything a stage's dynamic parts read: the layout (schedule, pp, vpp, first and
+    last stage layers, layout string), the micro-batches per step (the in-flight chunk sets),
+    the recomputation and offload settings and the per-layer activation bytes."""
+    n = len(batch)
+
+    def col(x):
+        return np.broadcast_to(np.asarray(x, dtype=float), (n,))
+
+    m = np.rint(np.asarray(batch.global_batch, dtype=float)
+                / (np.asarray(batch.dp, dtype=float) * np.asarray(batch.micro_batch, dtype=float)))
+    cols = [col(getattr(batch, f)) for f in ("schedule", "pp", "vpp", "first_stage_layers", "last_stage_layers",
+                                              "recompute", "recompute_num_layers", "recompute_layers_decrement",
+                                              "recompute_method", "offload_activation_layers")]
+    cols += [col(m), col(rc_group)] + [col(act[k]) for k in ("kept_dense", "kept_moe", "input", "full_dense",
+                                                               "full_moe")]
+    layouts = _layouts(batch, np.arange(n))
+    if layouts is not None:
+        cols.append(np.unique(np.asarray(layouts, dtype=object).astype(str), return_inverse=True)[1]
+                    .reshape(-1).astype(float))
+    key = np.ascontiguousarray(np.stack(cols, axis=1))
+    _, first, inverse = np.unique(key.view(np.dtype((np.void, key.itemsize * key.shape[1]))).reshape(-1),
+                                  return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")          # distinct rows in batch order
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return first[order], rank[inverse.reshape(-1)]
+
+
+
+def split_inputs(batch, idx) -> dict:
+    """Per row of ``idx``: what the layer split counts read (recompute code, num layers,
+    decrement, method code, offloaded layers)."""
+    return {"rc": _rows(batch.recompute, idx), "nl": _rows(batch.recompute_num_layers, idx),
+            "dec": _rows(batch.recompute_layers_decrement, idx), "method": _rows(batch.recompute_method, idx),
+            "off": _rows(batch.offload_activation_layers, idx)}
+
+
+def split_cells(prefix, prm: dict, fc: StageCells, stage_rc=None, offload=None, given: bool = False):
+    """Per cell of ``fc``: the layers recomputed in full and offloaded
+    (``step_pipeline.split_counts``), None when no cell has any. ``stage_rc`` (per stage of
+    ``fc``) and ``offload`` (per stage: its row's count) override the rows' block counts and
+    offloaded layers (the search). ``given``: the rows as enumerated, where a row that
+    recomputes every layer of every cell (``recompute full`` without a count, nothing
+    offloaded) takes the cells' own counts (``layer_split_counts``' direct path)."""
+    row = fc.cell_row
+    rc, nl, off = prm["rc"], prm["nl"], prm["off"]
+    if stage_rc is None and offload is None and not ((rc == _FULL) | (off > 0)).any():
+        return None
+    busy = None
+    if stage_rc is None and offload is None:
+        busy_rows = (rc == _FULL) | (off > 0)
+        if not busy_rows.all():
+            # only the rows that recompute in full or offload have counts: those cells, zeros elsewhere
+            bounds = row_bounds(fc.row)
+            ends = np.append(fc.first_cell, len(fc.cell_stage))[np.append(bounds[1:], len(fc))]
+            r = np.flatnonzero(busy_rows)
+            starts = fc.first_cell[bounds[r]]
+            busy = ranges(starts, ends[r] - starts)
+            row = row[busy]
+    pick = (lambda x: x) if busy is None else (lambda x: x[busy])   # noqa: E731
+    dense, moe = pick(fc.cell["dense"]), pick(fc.cell["moe"])
+    out = split_counts(prefix, dense, moe, pick(fc.cell["start"]), pick(fc.local[fc.cell_stage]).astype(float),
+                       rc[row], nl[row], prm["dec"][row], prm["method"][row],
+                       off[row] if offload is None else pick(offload[fc.cell_stage]),
+                       None if stage_rc is None else pick(stage_rc[fc.cell_stage]))
+    if given:
+        every = ((rc == _FULL) & (nl == 0) & (off == 0))[row]
+        if every.any():
+            out["rc_dense"] = np.where(every, dense, out["rc_dense"])
+            out["rc_moe"] = np.where(every, moe, out["rc_moe"])
+            out["rc_inputs"] = np.where(every, dense + moe, out["rc_inputs"])
+    if busy is not None:
+        for k, x in out.items():
+            full = np.zeros(len(fc.cell_stage))
+            full[busy] = x
+            out[k] = full
+    return out
+
+
+
+def dynamic_parts(ctx, sidx, fc: StageCells, split) -> dict:
+    """What recomputation and offload change, per stage of ``fc``: ``activations_bytes``,
+    ``recompute_buffers_bytes``, ``offload_buffers_bytes``, and ``host`` (offloaded activations)."""
+    a = {k: x[sidx] for k, x in ctx.act.items()}
+    if split is None:
+        zero = np.zeros(len(fc))
+        per_stage = dict.fromkeys(("rc_dense", "rc_moe", "rc_inputs", "off_dense", "off_moe"), zero)
+    else:
+        per_stage = {k: fc.stage_sum(x) for k, x in split.items()}
+    offd, offm = per_stage["off_dense"], per_stage["off_moe"]
+    kept_d = fc.stage["stage_dense"] - per_stage["rc_dense"] - offd
+    kept_m = fc.stage["stage_moe"] - per_stage["rc_moe"] - offm
+    sets = fc.in_flight / fc.chunks
+    return {
+        "activations_bytes": sets * (kept_d * a["kept_dense"] + kept_m * a["kept_moe"]
+                                     + per_stage["rc_inputs"] * a["input"]),
+        "recompute_buffers_bytes": _recompute_buffer(fc, split, a, ctx.per_row["rc_group"][sidx],
+                                                     (per_stage["rc_dense"] + per_stage["rc_moe"] + offd + offm) > 0),
+        "offload_buffers_bytes": offload.OFFLOAD_STAGING_LAYERS * np.maximum(
+            np.where(offd > 0, a["kept_dense"], 0.0), np.where(offm > 0, a["kept_moe"], 0.0)),
+        "host": sets * (offd * a["kept_dense"] + offm * a["kept_moe"]),
+    }
+
+
+
+def _recompute_buffer(fc: StageCells, split, a: dict, group, busy) -> np.ndarray:
+    """Per stage of ``fc``, bytes recomputation brings back at the stage's backward, beyond what
+    it keeps:
+
+    * a layer that recomputes selected operations materialises them again during its backward:
+      its full activations less what it kept (the first layer a backward reaches is one of these
+      unless the chunk recomputes every layer);
+    * a fully recomputed layer (``uniform``: its group of layers) materialises its full
+      activations less its input (stored already), less what the same micro-batch's layers of
+      that chunk that keep their activations have freed by then (their backward runs first, the
+      recomputed layers being the chunk's first).
+
+    The larger of the two, over the stage's chunks. With nothing recomputed in full or offloaded
+    (``busy`` false) that is the selected operations of one layer of each kind the stage holds."""
+    sel = np.maximum(np.where(fc.stage["stage_dense"] > 0, a["full_dense"] - a["kept_dense"], 0.0),
+                     np.where(fc.stage["stage_moe"] > 0, a["full_moe"] - a["kept_moe"], 0.0))
+    sel = np.maximum(sel, 0.0)
+    if split is None or not busy.any():
+        return sel
+    # the stages with a layer recomputed in full or offloaded, chunk by chunk (on the others the
+    # chunk-by-chunk maximum is the stage's ``sel``)
+    pos = np.flatnonzero(busy)
+    counts = np.diff(np.append(fc.first_cell, len(fc.cell_stage)))
+    cells = ranges(fc.first_cell[pos], counts[pos]) if len(pos) < len(fc) else slice(None)
+    cell_stage = np.repeat(pos, counts[pos])
+    c = {k: a[k][cell_stage] for k in ("full_dense", "full_moe", "kept_dense", "kept_moe", "input")}
+    rc_d, rc_m = split["rc_dense"][cells], split["rc_moe"][cells]
+    full = np.maximum(np.where(rc_d > 0, c["full_dense"], 0.0), np.where(rc_m > 0, c["full_moe"], 0.0))
+    kept_d = fc.cell["dense"][cells] - rc_d - split["off_dense"][cells]
+    kept_m = fc.cell["moe"][cells] - rc_m - split["off_moe"][cells]
+    kept = kept_d * c["kept_dense"] + kept_m * c["kept_moe"]
+    rc_need = np.where(rc_d + rc_m > 0, np.maximum(group[cell_stage] * full - c["input"] - kept, 0.0), 0.0)
+    sel_need = np.maximum(np.where(kept_d > 0, c["full_dense"] - c["kept_dense"], 0.0),
+                          np.where(kept_m > 0, c["full_moe"] - c["kept_moe"], 0.0))
+    per_cell = np.maximum(rc_need, np.maximum(sel_need, 0.0))
+    out = np.array(sel, copy=True)
+    out[pos] = np.maximum.reduceat(per_cell, np.cumsum(counts[pos]) - counts[pos])
+    return out
+
+
+
+def shared_dynamic(prefix, prm: dict, cells: StageCells, ctx, rows, shared):
+    """``dynamic(pos, counts_key, counts)``: the dynamic parts of the stages ``pos`` (of the
+    batch's stages) with ``counts`` (``split_cells``'s ``stage_rc`` or ``offload``, per stage),
+    evaluated once per distinct (shared stage, count) on the distinct rows' stages ``cells``
+    (their rows: batch rows ``rows``, split inputs ``prm``); ``shared``: per stage, the stage of
+    ``cells`` whose dynamic parts it shares (every input of those is the same)."""
+    def dynamic(pos, counts_key, counts):
+        counts = np.asarray(counts, dtype=float)
+        if len(pos) and (counts >= 0).all() and (counts == np.floor(counts)).all():
+            key = shared[pos] * (int(counts.max()) + 1) + counts.astype(np.int64)
+            # (a hash table: a sort of the keys cost more than the parts it saves)
+            inverse, distinct = pd.factorize(key)
+            first = np.empty(len(distinct), dtype=np.int64)
+            first[inverse[::-1]] = np.arange(len(key) - 1, -1, -1)    # each key's first stage
+        else:
+            first, inverse = np.arange(len(pos)), slice(None)
+        sub = cells.take(shared[pos[first]])
+        part = dynamic_parts(ctx, rows[sub.row], sub, split_cells(prefix, prm, sub, **{counts_key: counts[first]}))
+        return {k: x[inverse] for k, x in part.items()}
+
+    return dynamic

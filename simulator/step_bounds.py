@@ -1,0 +1,107 @@
+"""A lower bound on every row's step time, far cheaper than the step model: what the planner
+orders its candidates by, to time exactly only those that can rank (``planners.time_pruning``).
+
+    floor = m x the busiest stage's work per micro-batch (every layer recomputed in full on a
+                row that recomputes in full with no count, else each layer's recomputation at
+                the cheapest its row could run it; nothing offloaded)
+            + the low-precision weight casts of the pipeline fill
+            + the data-parallel traffic no overlap hides (the last bucket, or all of it when the
+              stack does not overlap)
+            + the optimizer step on the GPU
+
+Every term comes from the step model's own functions (``simulator.step_model``) on the same
+inputs, and each is at most its counterpart in ``evaluate``: the pipeline's lower bound
+(``step_pipeline._busiest_stage_bound``) is the busiest stage's m passes plus the fill and drain
+chains, its passes hold the recomputation and offload this bound leaves out; the exposed
+traffic is at least its tail whatever the window it overlaps with; the straggler wait and the
+host's optimizer step are never negative. So ``floor <= step_time_lower_s <= step_time_s``
+(less ``BOUND_MARGIN`` for sums taken in another order), whatever rows are timed exactly.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from cost_models.compute import compute_rates
+from hardware_specs.cluster_spec import ClusterSpec
+from hardware_specs.efficiency_model import EfficiencyModel
+from model_specs.model_spec import ModelSpec
+from simulator.config_batch import ConfigBatch
+from simulator.memory_rows import BOUND_MARGIN
+from simulator.step_model import (_FULL, _degrees, _dp_after_flush, _layer_times, _optimizer_step_s, _overlapped,
+                                  _pipeline_inputs, _shard_groups, _stage_params, _weight_cast_fill_s)
+from simulator.stage_cells import distinct_stage_counts
+
+#: per-stage counts the busiest stage's work is linear in: layers, ends, and sends (forward and backward)
+_COUNTS = ("stage_dense", "stage_moe", "stage_emb", "stage_head", "stage_mtp", "sends")
+
+
+def step_time_floor_s(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch,
+                      memory_by_part: dict) -> np.ndarray:
+    """Per row of ``batch``, seconds no larger than ``evaluate``'s ``step_time_lower_s`` (and so
+    than its ``step_time_s``) with the same ``memory_by_part`` (``memory_parts`` of the rows,
+    after the memory search when the planner's)."""
+    n = len(batch)
+    if n == 0:
+        return np.zeros(0)
+    rates = compute_rates(cluster.gpu, eff, batch.dtype)
+    dp, tp, pp, cp, ep, etp, vpp = _degrees(batch)
+    mbs, gbs = np.asarray(batch.micro_batch, dtype=float), np.asarray(batch.global_batch, dtype=float)
+    tokens = mbs * float(model.seq_len) / cp
+    lay = _layer_times(model, cluster, eff, rates, batch, tokens)
+    sp_ = _stage_params(memory_by_part)
+    per_layer, ends = _pipeline_inputs(model, cluster, eff, batch, lay, sp_, rates, tokens)
+
+    def row(x):
+        return np.broadcast_to(np.asarray(x, dtype=float), (n,))
+
+    # a row that recomputes in full with no count and offloads nothing recomputes every layer
+    # in full (``step_pipeline.layer_split_counts``); another, a layer's selected operations or,
+    # where its count covers it, the whole layer: at least the lesser
+    rc = np.broadcast_to(np.asarray(batch.recompute), (n,))
+    every = (rc == _FULL) & (row(batch.recompute_num_layers) == 0) & (row(batch.offload_activation_layers) == 0)
+
+    def layer(i):
+        least = np.where(rc == _FULL, np.minimum(row(per_layer.r_full[i]), row(per_layer.r_sel[i])),
+                         np.minimum(row(per_layer.r[i]), row(per_layer.r_sel[i])))
+        r = np.where(every, row(per_layer.r_full[i]), least)
+        return row(per_layer.f[i]) + row(per_layer.b[i]) + row(per_layer.w[i]) + r
+
+    e = {k: row(getattr(ends, k)) for k in ends.__dataclass_fields__}
+    coef = np.stack([layer(0), layer(1),
+                     e["emb_f"] + e["emb_z3_f"] + e["emb_b"] + e["emb_w"] + e["emb_z3_bw"],
+                     e["head_f"] + e["head_z3_f"] + e["head_b"] + e["head_w"] + e["head_z3_bw"],
+                     e["mtp_f"] + e["mtp_b"] + e["mtp_w"], e["p2p"]], axis=1)
+    # an offloaded layer's host copies exposed in forward and backward (the cheaper kind's)
+    off = np.where(rc == _FULL, 0.0, row(batch.offload_activation_layers))
+    off_cost = np.minimum(row(per_layer.off_f[0]) + row(per_layer.off_b[0]), row(per_layer.off_f[1])
+                          + row(per_layer.off_b[1]))
+    busiest = _busiest_stage_work_s(model, batch, coef, off, off_cost)
+    m = np.rint(gbs / (dp * mbs))
+
+    grad_comm, gather_comm, bucket_share = _dp_after_flush(model, cluster, eff, batch, sp_, rates.act_bytes)
+    dp_tail = (_overlapped(grad_comm, np.inf, bucket_share * grad_comm, batch.overlap_grad_reduce)
+               + _overlapped(gather_comm, np.inf, bucket_share * gather_comm, batch.overlap_param_gather))
+    shard, _, expert_shard = _shard_groups(batch, dp * cp, sp_["edp"])
+    optimizer = _optimizer_step_s(cluster, eff, batch, memory_by_part, shard, expert_shard)[0]
+    floor = m * busiest + _weight_cast_fill_s(model, batch, lay) + dp_tail + optimizer
+    return np.broadcast_to(floor * (1.0 - BOUND_MARGIN), (n,))
+
+
+def _busiest_stage_work_s(model: ModelSpec, batch: ConfigBatch, coef: np.ndarray, off, off_cost) -> np.ndarray:
+    """Per row, the largest over its stages of the stage's work per micro-batch (DualPipe: half of
+    its two chunks), ``coef`` (rows, ``_COUNTS``) seconds per layer, end and send: the layout's
+    per-stage counts times the row's costs, once per distinct layout; plus, on rows offloading
+    ``off`` layers per chunk (not recomputing in full), each chunk's ``min(off, layers - 1)``
+    offloaded layers (``step_pipeline.split_counts``) at ``off_cost`` each."""
+    out = np.zeros(len(batch))
+    k = len(_COUNTS)
+    for rows, per_stage, share in distinct_stage_counts(model, batch, _COUNTS + ("cells",)):
+        work = coef[rows] @ per_stage[:, :k].T                              # (rows, stages)
+        busy = off[rows] > 0
+        if busy.any():
+            r = rows[busy]
+            cells = np.maximum(per_stage[:, k:] - 1.0, 0.0)                   # (stages, chunks)
+            offloaded = np.minimum(off[r][:, None, None], cells[None]).sum(axis=2)
+            work[busy] += offloaded * off_cost[r][:, None]
+        out[rows] = share * work.max(axis=1)
+    return out

@@ -1,0 +1,128 @@
+"""The planner's branch and bound on step time (``planners.time_pruning`` with
+``simulator.step_bounds``): the floor never exceeds what the step model gives a row, a search
+that times only the rows it can keep returns the very table of one that times them all, and it
+times far fewer."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hardware_specs.catalog import efficiency_for_cluster, load_cluster
+from model_specs.catalog import load_model
+from planners import plan
+from planners.refine import refine_exact
+from planners.search_space import SearchConstraints, enumerate_space
+from planners.space_scoring import kept_rows
+from planners.time_pruning import skippable
+from planners.vectorized import CHOSEN_FIELDS, config_batch, evaluate_space
+from simulator.step_bounds import step_time_floor_s
+from simulator.step_model import evaluate, memory_parts
+
+CLUSTER = load_cluster("dgx-h100")
+EFF = efficiency_for_cluster(CLUSTER)
+LIMIT = CLUSTER.gpu.hbm_bytes * 0.95
+ALL_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipe")
+
+
+def _fitting_sample(name, gpus, gbs, dtype, schedules=("1f1b", "interleaved"), n=3000, seed=18):
+    """Rows of a search that fit after the memory search, with the counts it chose."""
+    model = load_model(name)
+    space = enumerate_space(model, SearchConstraints(gpus=gpus, global_batch=gbs, max_tp=8, hsdp_gpus=8,
+                                                     dtypes=(dtype,), schedules=schedules))
+    rows = np.sort(np.random.default_rng(seed).choice(len(space), min(n, len(space)), replace=False))
+    batch = config_batch({k: v[rows] for k, v in space.columns.items()}, dtype, gbs)
+    mem = memory_parts(model, CLUSTER, EFF, batch, fit_limit_bytes=LIMIT)
+    fit = np.flatnonzero((mem["memory_bytes"] <= LIMIT) & mem["host_fits"])
+    mem = {k: np.asarray(v)[fit] if np.ndim(v) else v for k, v in mem.items()}
+    batch = replace(batch.take(fit), **{f: mem[f"_{f}"].astype(np.int64) for f in CHOSEN_FIELDS})
+    return model, batch, mem
+
+
+@pytest.mark.parametrize("name, gpus, gbs, dtype, schedules", [
+    ("deepseek-v3", (1024, 1032), 4096, "bf16", ("1f1b", "interleaved")),    # MoE, MTP, uneven stages
+    ("llama3-70b", (512, 512), 512, "fp8", ("1f1b", "interleaved")),         # weight casts in the fill
+    ("gpt3-13b", (64, 64), 512, "bf16", ALL_SCHEDULES),                     # every schedule, offload rows
+    ("nemotron-3-nano", (64, 64), 512, "bf16", ("1f1b", "interleaved")),     # hybrid Mamba-attention-MoE
+])
+def test_floor_never_exceeds_the_step_models_lower_bound_or_estimate_and_is_tight_on_some_rows(name, gpus, gbs,
+                                                                                              dtype, schedules):
+    model, batch, mem = _fitting_sample(name, gpus, gbs, dtype, schedules)
+    floor = step_time_floor_s(model, CLUSTER, EFF, batch, mem)
+    out = evaluate(model, CLUSTER, EFF, batch, memory_by_part=mem, exact_pipeline=np.zeros(len(batch), dtype=bool))
+    assert len(batch) > 300 and (batch.offload_activation_layers > 0).any() and (floor > 0).all()
+    assert (floor <= out["step_time_lower_s"]).all() and (floor <= out["step_time_s"]).all()
+    # the busiest stage's m passes are most of a step: within 5% of the lower bound somewhere
+    assert (out["step_time_lower_s"] / floor).min() < 1.05
+
+
+def test_one_stage_floor_is_every_layers_passes_times_the_micro_batches_plus_the_optimizer_step():
+    model, batch, mem = _fitting_sample("llama3-8b", (8, 8), 64, "bf16")
+    one = np.flatnonzero((batch.pp == 1) & (batch.recompute == 0) & (batch.offload_activation_layers == 0)
+                         & (batch.zero_stage == 0))[:1]
+    batch, mem = batch.take(one), {k: np.asarray(v)[one] if np.ndim(v) else v for k, v in mem.items()}
+    out = evaluate(model, CLUSTER, EFF, batch, memory_by_part=mem)
+    floor = step_time_floor_s(model, CLUSTER, EFF, batch, mem)[0]
+    # pp = 1, nothing recomputed or offloaded: the stage's m passes are the whole pipeline (no
+    # bubble, no sends); the ZeRO-0 all-reduce's exposed part is at least its last bucket
+    passes = out["num_microbatches"][0] * out["microbatch_stage_time_s"][0]
+    assert out["pipeline_makespan_s"][0] == pytest.approx(passes, rel=1e-12)
+    assert passes + out["optimizer_s"][0] <= floor * (1 + 1e-9)
+    assert floor <= passes + out["optimizer_s"][0] + out["dp_comm_exposed_s"][0] == pytest.approx(out["step_time_s"][0])
+
+
+SEARCHES = [
+    # (model, gpus, global batch, plan keywords): dense and MoE, one count and a range over
+    # chunks, no pipeline, every schedule, two dtypes, no memory search, one plan kept, a hybrid
+    ("llama3-8b", 64, 128, dict(max_plans=40)),
+    ("mixtral-8x7b", (56, 64), 256, dict(max_plans=25, space_chunk_rows=60_000)),
+    ("gpt3-13b", 64, 512, dict(max_plans=10, fixed={"pp": 1})),
+    ("gpt3-13b", 64, 512, dict(max_plans=10, schedules=ALL_SCHEDULES, fixed={"pp": (2, 4)})),
+    ("llama3-8b", (32, 48), 64, dict(max_plans=15, dtypes=("bf16", "fp8"), memory_search=False)),
+    ("gpt3-2.7b", 32, 256, dict(max_plans=1)),
+    ("nemotron-3-nano", 32, 128, dict(max_plans=20, assign_stages=False)),     # hybrid Mamba-attention-MoE
+]
+
+
+@pytest.mark.parametrize("name, gpus, gbs, kw", SEARCHES)
+def test_a_search_timing_only_what_it_can_keep_returns_the_table_of_one_timing_every_row(name, gpus, gbs, kw):
+    pruned = plan(name, "dgx-h100", gpus, gbs, workers=1, **kw)
+    every = plan(name, "dgx-h100", gpus, gbs, workers=1, prune_by_time=False, **kw)
+    assert every.fitting > 3 * kw["max_plans"]           # something to prune
+    pd.testing.assert_frame_equal(pruned.plans, every.plans, check_exact=True)
+    assert (pruned.fitting, pruned.evaluated, pruned.pruned, pruned.stage_layers, pruned.explain.split("search")[0]) \
+        == (every.fitting, every.evaluated, every.pruned, every.stage_layers, every.explain.split("search")[0])
+
+
+def test_branch_and_bound_times_a_fraction_of_the_fitting_rows_and_keeps_the_same_ones():
+    model = load_model("mixtral-8x7b")
+    space = enumerate_space(model, SearchConstraints(gpus=(64, 64), global_batch=256, max_tp=8, hsdp_gpus=8))
+    args = (model, CLUSTER, EFF, space, 256, LIMIT)
+    keep = 500
+    pruned = evaluate_space(*args, workers=1, refine=refine_exact, keep=keep)
+    every = evaluate_space(*args, workers=1, refine=refine_exact)
+    assert pruned.fitting == every.fitting == len(every.rows) > 20 * keep
+    assert len(pruned.rows) < every.fitting / 4          # measured: 8,339 of 43,887
+    n = (space.columns["dp"] * space.columns["tp"] * space.columns["pp"] * space.columns["cp"])
+    mine = kept_rows(pruned.outputs["tokens_per_s"], pruned.outputs["memory_bytes"], n[pruned.rows], keep)
+    theirs = kept_rows(every.outputs["tokens_per_s"], every.outputs["memory_bytes"], n[every.rows], keep)
+    np.testing.assert_array_equal(pruned.rows[mine], every.rows[theirs])
+    for k in ("tokens_per_s", "memory_bytes", "step_time_s", "pipeline_exact"):
+        np.testing.assert_array_equal(pruned.outputs[k][mine], every.outputs[k][theirs])
+
+
+def test_a_row_is_skipped_only_when_every_condition_holds():
+    # timed rows: tokens/s 10 (memory 1, 8 GPUs) and 5 (memory 3, 8 GPUs); keep 1; tokens 100
+    trace = {"kth_s": 10.0, "gpus": np.array([8]), "group_best_s": np.array([10.0]), "peak_s": np.array([10.0, 20.0])}
+    timed = (np.array([10.0, 5.0]), np.array([1.0, 3.0]), np.array([8, 8]))
+    # floors 20 (at most 5 tok/s): below the best, dominated by the memory-1 row -> skipped;
+    # floor 9: could be the fastest; memory 0.5: nothing with less memory; 16 GPUs: a count of its own
+    floor = np.array([20.0, 9.0, 20.0, 20.0])
+    memory = np.array([2.0, 2.0, 0.5, 2.0])
+    gpus = np.array([8, 8, 8, 16])
+    got = skippable(floor, memory, gpus, 100.0, *timed, trace, keep=1)
+    np.testing.assert_array_equal(got, [True, False, False, False])
+    # a refinement round whose k-th best time reached the floor: the row could have been refined
+    assert not skippable(floor[:1], memory[:1], gpus[:1], 100.0, *timed, {**trace, "kth_s": 20.0}, keep=1)[0]
