@@ -65,13 +65,9 @@ def hybrid_layer_params(model: ModelSpec) -> dict:
     out = {"mamba": (mamba_params(model) if model.mamba is not None else 0) + h,
            "attention": softmax_attention_params(model) + h,
            "mlp": mlp_params(h, model.ffn_hidden_size, model.gated_mlp) + h}
-    moe = model.moe
-    if moe is not None:
-        shared_ffn = moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size
-        out["moe"] = (moe.num_experts * mlp_params(h, moe.expert_ffn_hidden_size, model.gated_mlp)
-                      + moe.num_shared_experts * mlp_params(h, shared_ffn, model.gated_mlp) + h * moe.num_experts + h)
-        out["moe_active"] = out["moe"] - (moe.num_experts - moe.top_k) * mlp_params(h, moe.expert_ffn_hidden_size,
-                                                                                   model.gated_mlp)
+    if model.moe is not None:
+        out["moe"] = moe_block_params(model) + h
+        out["moe_active"] = moe_block_params(model, active=True) + h
     return out
 
 
@@ -88,20 +84,24 @@ def dense_layer_params(model: ModelSpec) -> int:
     return attention_params(model) + mlp_params(model.hidden_size, ffn, model.gated_mlp) + 2 * model.hidden_size
 
 
-def moe_layer_params(model: ModelSpec, active: bool = False) -> int:
-    """One MoE layer; ``active=True`` counts only the top-k routed experts a token uses."""
-    moe = model.moe
-    if moe is None:
-        return dense_layer_params(model)
-    if model.hybrid_pattern:        # an E layer: the MoE block alone
-        return hybrid_layer_params(model)["moe_active" if active else "moe"]
-    h = model.hidden_size
+def moe_block_params(model: ModelSpec, active: bool = False) -> int:
+    """The MoE block of a layer: routed experts (``active=True``: the top-k a token uses), shared
+    experts and the router (h x E); no attention, no norms."""
+    moe, h = model.moe, model.hidden_size
     experts = moe.top_k if active else moe.num_experts
     routed = experts * mlp_params(h, moe.expert_ffn_hidden_size, model.gated_mlp)
     shared_ffn = moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size
     shared = moe.num_shared_experts * mlp_params(h, shared_ffn, model.gated_mlp)
-    router = h * moe.num_experts
-    return attention_params(model) + routed + shared + router + 2 * h
+    return routed + shared + h * moe.num_experts
+
+
+def moe_layer_params(model: ModelSpec, active: bool = False) -> int:
+    """One MoE layer; ``active=True`` counts only the top-k routed experts a token uses."""
+    if model.moe is None:
+        return dense_layer_params(model)
+    if model.hybrid_pattern:        # an E layer: the MoE block alone
+        return hybrid_layer_params(model)["moe_active" if active else "moe"]
+    return attention_params(model) + moe_block_params(model, active) + 2 * model.hidden_size
 
 
 def expert_params_per_moe_layer(model: ModelSpec) -> int:

@@ -227,24 +227,26 @@ def _mla_from_dict(data: Any, where: str) -> MLASpec:
     return MLASpec(**kwargs)
 
 
-def _linear_attention_from_dict(data: Any, where: str) -> LinearAttentionSpec:
+def _sub_spec_items(data: Any, spec, required, where: str) -> dict:
+    """The set fields of a nested spec mapping (``spec``'s field names), after checking it is a
+    mapping with no unknown key and every ``required`` one."""
     if not isinstance(data, dict):
-        raise InputError(where, "must be a mapping with " + ", ".join(_LINEAR_REQUIRED))
-    known = {f.name for f in fields(LinearAttentionSpec)}
+        raise InputError(where, "must be a mapping with " + ", ".join(required))
+    known = {f.name for f in fields(spec)}
     _check_keys(data, known, where)
-    _require(data, _LINEAR_REQUIRED, where)
-    kwargs = {k: (_float(v, f"{where}.{k}") if k in ("layer_fraction", "state_bytes") else _int(v, f"{where}.{k}"))
-              for k, v in data.items() if k in known and v is not None}
-    return LinearAttentionSpec(**kwargs)
+    _require(data, required, where)
+    return {k: v for k, v in data.items() if k in known and v is not None}
+
+
+def _linear_attention_from_dict(data: Any, where: str) -> LinearAttentionSpec:
+    items = _sub_spec_items(data, LinearAttentionSpec, _LINEAR_REQUIRED, where)
+    return LinearAttentionSpec(**{k: (_float(v, f"{where}.{k}") if k in ("layer_fraction", "state_bytes")
+                                      else _int(v, f"{where}.{k}")) for k, v in items.items()})
 
 
 def _mamba_from_dict(data: Any, where: str) -> MambaSpec:
-    if not isinstance(data, dict):
-        raise InputError(where, "must be a mapping with " + ", ".join(_MAMBA_REQUIRED))
-    known = {f.name for f in fields(MambaSpec)}
-    _check_keys(data, known, where)
-    _require(data, _MAMBA_REQUIRED, where)
-    return MambaSpec(**{k: _int(v, f"{where}.{k}") for k, v in data.items() if k in known and v is not None})
+    items = _sub_spec_items(data, MambaSpec, _MAMBA_REQUIRED, where)
+    return MambaSpec(**{k: _int(v, f"{where}.{k}") for k, v in items.items()})
 
 
 def model_from_dict(data: dict[str, Any], where: str = "model", default_name: str | None = None) -> ModelSpec:

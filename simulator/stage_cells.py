@@ -156,7 +156,7 @@ def distinct_stage_counts(model, batch, keys=STAGE_KEYS + ("sends",)):
     forward and backward sends, and ``cells``, its chunks' layer counts, sorted: v columns)
     and ``share`` the part of a stage's chunks one micro-batch runs (DualPipe: half). A
     uniform layout has about three distinct stages, whatever p."""
-    from simulator.step_pipeline import _CODE_TO_KIND, _groups, _layouts, _rows, schedule_chunks
+    from simulator.step_pipeline import _CODE_TO_KIND, _groups, _layouts, _rows, key_groups, schedule_chunks
     from simulator.pipeline.schedules import ScheduleKind
     n = len(batch)
     if n == 0:
@@ -173,17 +173,7 @@ def distinct_stage_counts(model, batch, keys=STAGE_KEYS + ("sends",)):
                        else np.unique(layouts.astype(str), return_inverse=True))
         text = text.reshape(-1)
         span = int(max(first.max(), last.max())) + 1
-        key = (text * span + first) * span + last
-        if (key == key[0]).all():
-            yield idx, _stage_counts(model, kind, p, v, int(first[0]), int(last[0]), str(texts[text[0]] or ""),
-                                     tuple(keys)), share
-            continue
-        uniq, inverse = np.unique(key, return_inverse=True)
-        inverse = inverse.reshape(-1)
-        order = np.argsort(inverse, kind="stable")
-        bounds = np.searchsorted(inverse[order], np.arange(len(uniq) + 1))
-        for j in range(len(uniq)):
-            mine = order[bounds[j]:bounds[j + 1]]
+        for mine in key_groups((text * span + first) * span + last):
             r = mine[0]
             yield idx[mine], _stage_counts(model, kind, p, v, int(first[r]), int(last[r]),
                                            str(texts[text[r]] or ""), tuple(keys)), share

@@ -445,16 +445,24 @@ def _layouts(batch, idx):
     return sub if (sub.astype(str) != "").any() else None
 
 
-def _groups(sched, pp, vpp):
-    """(row indices, schedule code, pp, vpp) of each distinct (schedule, pp, vpp) among the rows
-    (one 1-D sort of a combined key: far cheaper than a row-wise unique)."""
-    key = (sched * 1_000_003 + pp) * 1_000_003 + vpp
+def key_groups(key):
+    """Row indices of each distinct value of the 1-D integer ``key``, in increasing key order,
+    rows in their own order (one sort of the key: far cheaper than a row-wise unique)."""
+    key = np.asarray(key)
+    if (key == key[0]).all():
+        yield np.arange(len(key))
+        return
     uniq, inverse = np.unique(key, return_inverse=True)
     inverse = inverse.reshape(-1)
     order = np.argsort(inverse, kind="stable")
     bounds = np.searchsorted(inverse[order], np.arange(len(uniq) + 1))
     for g in range(len(uniq)):
-        idx = order[bounds[g]:bounds[g + 1]]
+        yield order[bounds[g]:bounds[g + 1]]
+
+
+def _groups(sched, pp, vpp):
+    """(row indices, schedule code, pp, vpp) of each distinct (schedule, pp, vpp) among the rows."""
+    for idx in key_groups((sched * 1_000_003 + pp) * 1_000_003 + vpp):
         i0 = idx[0]
         yield idx, int(sched[i0]), int(pp[i0]), int(vpp[i0])
 

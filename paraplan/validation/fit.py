@@ -72,6 +72,8 @@ UNPINNED_TOLERANCE = 1e-3
 #: candidate values per factor for the coordinate search (log-spaced where the scale is)
 GRID_POINTS = 9
 _DTYPE_FACTORS = (("gemm8", "fp8"), ("gemm_mx8", "mxfp8"), ("gemm4", "nvfp4"))
+#: factors whose scale is searched (and whose middle is taken) in logarithm
+LOG_SCALED = ("gemm_half_dim", "kernel_overhead_s", "cpu_issue_s")
 
 
 def _to_model(base: EfficiencyModel, x: dict) -> EfficiencyModel:
@@ -99,7 +101,7 @@ def _bounds(name: str, x: dict) -> tuple[float, float]:
 
 def _grid(name: str, x: dict) -> np.ndarray:
     lo, hi = _bounds(name, x)
-    if name in ("gemm_half_dim", "kernel_overhead_s", "cpu_issue_s"):
+    if name in LOG_SCALED:
         return np.geomspace(lo, hi, GRID_POINTS)
     return np.linspace(lo, hi, GRID_POINTS)
 
@@ -167,7 +169,7 @@ def fit_generation(prepared: Prepared, generation: str, base: EfficiencyModel, s
             lo, hi = _bounds(n, x)
             if sweep == 0:
                 candidates = _grid(n, x)
-            elif n in ("gemm_half_dim", "kernel_overhead_s", "cpu_issue_s"):
+            elif n in LOG_SCALED:
                 step = (hi / lo) ** (1.0 / (GRID_POINTS - 1) / 2 ** sweep)
                 candidates = np.clip(x[n] * step ** np.arange(-2, 3), lo, hi)
             else:
@@ -321,7 +323,7 @@ def neutral_start(base: EfficiencyModel, prepared: Prepared) -> EfficiencyModel:
         if n == "gemm16":
             continue
         lo, hi = _bounds(n, x)
-        x[n] = math.sqrt(lo * hi) if n in ("gemm_half_dim", "kernel_overhead_s", "cpu_issue_s") else (lo + hi) / 2.0
+        x[n] = math.sqrt(lo * hi) if n in LOG_SCALED else (lo + hi) / 2.0
     return _to_model(base, x)
 
 
