@@ -23,7 +23,7 @@ from simulator.config_batch import RECOMPUTE_CODES, RECOMPUTE_METHOD_CODES, SCHE
 from simulator.layout_string import parse_layout
 from simulator.parallel_config import Recompute, RecomputeMethod, Schedule
 from simulator.pipeline.bound import flush_lower_bound_s
-from simulator.pipeline.makespan import flush_makespan_s
+from simulator.pipeline.makespan import flush_makespan_s, stage_work_s
 from simulator.pipeline.schedules import ScheduleKind
 from simulator.stage_layout import moe_layers_before, path_cells, position_layers, position_moe_layers
 
@@ -363,14 +363,14 @@ def pipeline_pass(model, batch, m, per_layer: PerLayer, ends: Ends, exact: np.nd
         f, b, w = cell_durations(model, cells, per_layer, ends, idx, split, rows)
         # per micro-batch a stage runs every chunk once, except DualPipe (one chunk per direction)
         share = 0.5 if kind == ScheduleKind.DUALPIPE else 1.0
-        stage_busy = share * (f + b + w).sum(axis=2)                 # (rows, p)
+        stage_busy = stage_work_s(kind, f, b, w)                      # (rows, p)
         k = np.argmax(stage_busy, axis=1)
         busy = stage_busy[np.arange(len(idx)), k]
         # a lower bound: each stage waits for the first forward to reach it, runs all its
         # passes, and its last backward still travels back to the first position while only
         # the W passes it defers run (``pipeline.bound``); an estimate: every cell at the
         # slowest cell's times, by the closed forms
-        lo = flush_lower_bound_s(kind, p, mm, v, f, b, w)
+        lo = flush_lower_bound_s(kind, p, mm, v, f, b, w, work=stage_busy)
         hi = even_estimate_s(kind, p, mm, v, f.max(axis=(1, 2)), b.max(axis=(1, 2)), w.max(axis=(1, 2)))
         span = np.maximum(hi, lo)
         ex = exact[idx]

@@ -41,7 +41,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from simulator.pipeline.makespan import m_cap, order_durations, stage_work_s
+from simulator.pipeline.makespan import RATIO_STEP, m_cap, order_durations, stage_work_s
 from simulator.pipeline.schedules import B, BW, W, ScheduleKind, make_schedule, schedule_paths
 
 #: schedules whose every backward is a fused BW: no W ever trails a stage's last backward
@@ -69,22 +69,27 @@ def trailing_w_counts(kind: ScheduleKind, p: int, m: int, v: int, durations=(1.0
 
 
 @lru_cache(maxsize=1024)
-def _stage_positions(kind: ScheduleKind, p: int, v: int) -> tuple:
-    """Every (path, position) of every path, grouped by stage: (flat indices into the
-    concatenated paths, ordered by stage; each stage's first index into that order;
-    the position of each within its path)."""
+def _first_positions(kind: ScheduleKind, p: int, v: int) -> np.ndarray:
+    """(n_paths, p) each stage's first position on each path (read-only). Chains of
+    non-negative passes only grow along a path, so the least chain to any of a stage's
+    positions is the one to its first; every stage's first position is below p."""
     paths = schedule_paths(kind, p, v)
-    n_paths, length = paths.shape
-    stage = (paths // v).reshape(-1)
-    order = np.argsort(stage, kind="stable")
-    starts = np.searchsorted(stage[order], np.arange(p))
-    position = np.tile(np.arange(length), n_paths)[order]
-    for a in (order, starts, position):
-        a.setflags(write=False)
-    return order, starts, position
+    stage = paths // v
+    out = np.array([[np.flatnonzero(row == k)[0] for k in range(p)] for row in stage], dtype=np.int64)
+    out.setflags(write=False)
+    return out
 
 
-def flush_lower_bound_s(kind, p: int, m, v: int, f, b, w) -> np.ndarray:
+def _chain_to(steps: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """(rows, p) sums of ``steps`` (rows, positions) over the positions before each of ``first``."""
+    head = steps[:, :max(int(first.max()), 1)]
+    cum = np.cumsum(head, axis=1)
+    out = cum[:, np.maximum(first - 1, 0)]
+    out[:, first == 0] = 0.0
+    return out
+
+
+def flush_lower_bound_s(kind, p: int, m, v: int, f, b, w, work=None) -> np.ndarray:
     """A lower bound (s) on ``flush_makespan_s(kind, p, m, v, f, b, w)``, per row (module
     docstring: the argument).
 
@@ -93,35 +98,47 @@ def flush_lower_bound_s(kind, p: int, m, v: int, f, b, w) -> np.ndarray:
         m: micro-batches, one for all rows or one per row.
         f, b, w: (rows, p, v) forward, input-gradient and weight-gradient seconds of one
             micro-batch through each (stage, chunk) cell.
+        work: ``makespan.stage_work_s`` of these cells, when the caller has it.
     """
     kind = ScheduleKind(getattr(kind, "value", kind))
     f, b, w = (np.asarray(x, dtype=float) for x in (f, b, w))
     rows = f.shape[0]
     m = np.broadcast_to(np.rint(np.asarray(m, dtype=float)), (rows,))
     paths = schedule_paths(kind, p, v)
-    flat = (f.reshape(rows, -1), b.reshape(rows, -1), w.reshape(rows, -1))
-    back = flat[1] + flat[2] if kind in FUSED else flat[1]
-    fwd_chain, back_chain = [], []
-    for path in paths:
-        step_f, step_b = flat[0][:, path], back[:, path]
-        fwd_chain.append(np.cumsum(step_f, axis=1) - step_f)
-        chain = np.cumsum(step_b, axis=1) - step_b
+    firsts = _first_positions(kind, p, v)
+    reach = int(firsts.max()) + 1                      # positions any chain here runs through
+    start = drain = None
+    for path, first in zip(paths, firsts):
+        cells = path[:reach]
+        stage, chunk = cells // v, cells % v
+        step_f = f[:, stage, chunk]
+        step_b = b[:, stage, chunk] + w[:, stage, chunk] if kind in FUSED else b[:, stage, chunk]
+        s_k, d_k = _chain_to(step_f, first), _chain_to(step_b, first)
         if kind in SPLIT:      # the W of position 0 waits for the chain's last B
-            chain[:, 1:] += flat[2][:, path[:1]]
-        back_chain.append(chain)
-    order, starts, _ = _stage_positions(kind, p, v)
-    start = np.minimum.reduceat(np.concatenate(fwd_chain, axis=1)[:, order], starts, axis=1)     # (rows, p)
-    drain = np.minimum.reduceat(np.concatenate(back_chain, axis=1)[:, order], starts, axis=1)
-    work = stage_work_s(kind, f, b, w)
-    trailing = np.zeros((rows, p))
+            d_k += np.where(first > 0, w[:, stage[0], chunk[0]][:, None], 0.0)
+        start = s_k if start is None else np.minimum(start, s_k)
+        drain = d_k if drain is None else np.minimum(drain, d_k)
+    work = stage_work_s(kind, f, b, w) if work is None else work
     if kind not in FUSED:
-        cap = m_cap(kind, p)
-        m_order = np.minimum(m, cap).astype(np.int64)
-        keys = np.concatenate([m_order[:, None], order_durations(kind, f, b, w)], axis=1)
-        uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-        inverse = inverse.reshape(-1)
-        for g, key in enumerate(uniq):
-            sel = np.flatnonzero(inverse == g)
-            counts = trailing_w_counts(kind, p, int(key[0]), v, tuple(float(x) for x in key[1:]))
-            trailing[sel] = (w[sel] * counts).sum(axis=2)
-    return (start + m[:, None] * work + np.maximum(drain - trailing, 0.0)).max(axis=1)
+        drain = np.maximum(drain - _trailing_w_s(kind, p, m, v, f, b, w), 0.0)
+    return (start + m[:, None] * work + drain).max(axis=1)
+
+
+def _trailing_w_s(kind: ScheduleKind, p: int, m: np.ndarray, v: int, f, b, w) -> np.ndarray:
+    """(rows, p) seconds of the W passes each stage runs after its last B or BW, in the order
+    the flush's makespan is swept on (``m`` capped at ``m_cap``; ZB-H2 / ZB-V: the order built
+    for the row's pass-time ratios, ``makespan.order_durations``)."""
+    rows = f.shape[0]
+    m_order = np.minimum(m, m_cap(kind, p)).astype(np.int64)
+    ratios = order_durations(kind, f, b, w)
+    grid = np.rint(ratios[:, 1:] / RATIO_STEP).astype(np.int64)          # integers <= 16 / RATIO_STEP
+    span = int(round(16.0 / RATIO_STEP)) + 1
+    key = (m_order * span + grid[:, 0]) * span + grid[:, 1]
+    out = np.empty((rows, p))
+    uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    for g, i in enumerate(first):
+        sel = np.flatnonzero(inverse == g) if len(uniq) > 1 else slice(None)
+        counts = trailing_w_counts(kind, p, int(m_order[i]), v, tuple(float(x) for x in ratios[i]))
+        out[sel] = (w[sel] * counts).sum(axis=2)
+    return out
