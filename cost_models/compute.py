@@ -210,16 +210,20 @@ def attention_core_exponentials(flops_fwd, qk_dim, v_dim):
 ATTENTION_BACKWARD_RATIO = 2.5
 
 
-#: HBM bytes per attention-score element of the materialised (unfused) attention core,
-#: 16-bit scores, as Megatron-LM ran it before fused attention (``FusedScaleMaskSoftmax`` plus
-#: attention dropout, megatron/model/transformer.py, 2020-2022). Forward: QK^T writes the
-#: scores (2), the fused scale-mask-softmax reads them and writes the probabilities (4), dropout
-#: reads them and writes its output and a 1-byte mask (5), the AV batched GEMM reads the output
-#: (2). Backward: the AV gradient GEMM writes dP (2), dropout backward reads dP and the mask and
-#: writes (5), softmax backward reads the probabilities and the gradient and writes dS (6), the
-#: QK^T gradient GEMMs read dS (2) and the probabilities for dV (2).
-MATERIALISED_SCORE_BYTES_FWD = 13.0
-MATERIALISED_SCORE_BYTES_BWD = 17.0
+#: HBM bytes per attention-score element of the materialised (unfused) attention core moved by
+#: its memory-bound passes, 16-bit scores, as Megatron-LM ran it before fused attention
+#: (``FusedScaleMaskSoftmax`` plus attention dropout, megatron/model/transformer.py, 2020-2022).
+#: Forward: the fused scale-mask-softmax reads the scores and writes the probabilities (4),
+#: dropout reads them and writes its output and a 1-byte mask (5, ``ATTENTION_DROPOUT_SCORE_BYTES``).
+#: Backward: dropout backward reads the gradient and the mask and writes (5), softmax backward
+#: reads the probabilities and the gradient and writes dS (6). The batched GEMMs' own score-sized operands and outputs (QK^T
+#: writing the scores, AV reading the probabilities; dP written, dS and P read in backward) are
+#: their roofline traffic (``gemm_traffic_bytes``: these GEMMs, with K = head_dim, are memory-
+#: bound), so they are not counted here a second time.
+MATERIALISED_SCORE_BYTES_FWD = 9.0
+MATERIALISED_SCORE_BYTES_BWD = 11.0
+#: the attention dropout's share of each (forward and backward): absent without attention dropout
+ATTENTION_DROPOUT_SCORE_BYTES = 5.0
 #: without the fused kernel, scale and mask are two more passes over the scores in forward
 #: (read 2 + write 2 each; the mask's own read is small) and the scale's gradient one more in
 #: backward (Megatron-LM 2019: ``attention_scores * scale``, ``masked_fill``, ``softmax``).
@@ -227,10 +231,12 @@ UNFUSED_SOFTMAX_EXTRA_BYTES_FWD = 8.0
 UNFUSED_SOFTMAX_EXTRA_BYTES_BWD = 4.0
 
 
-def materialised_attention_time_s(tokens, seq_len, heads, qk_dim, v_dim, rates: ComputeRates, softmax_fusion=True):
+def materialised_attention_time_s(tokens, seq_len, heads, qk_dim, v_dim, rates: ComputeRates, softmax_fusion=True,
+                                  attention_dropout=True):
     """(forward, backward) seconds of an unfused attention core: batched GEMMs over the full
     square of scores (the causal mask is applied to them, not skipped) and memory-bound passes
-    over the scores (``MATERIALISED_SCORE_BYTES_*``).
+    over the scores (``MATERIALISED_SCORE_BYTES_*``, less the dropout's passes without attention
+    dropout).
 
     ``tokens`` queries (micro_batch * seq) over ``heads`` heads (per GPU), each against
     ``seq_len`` keys. Forward: per (sequence, head), QK^T is (s, s, qk_dim) and PV is
@@ -244,10 +250,14 @@ def materialised_attention_time_s(tokens, seq_len, heads, qk_dim, v_dim, rates: 
     pv = gemm_time_s(s, v_dim, s, rates, count=batch) - (batch - 1.0) * rates.kernel_overhead_s
     scores = batch * s * s
     unfused = 1.0 - np.asarray(softmax_fusion, dtype=float)
-    fwd = qk + pv + memory_bound_time_s(scores * (MATERIALISED_SCORE_BYTES_FWD + unfused * UNFUSED_SOFTMAX_EXTRA_BYTES_FWD),
-                                        rates, 2 + 2 * unfused)
+    dropout = float(bool(attention_dropout))
+    no_dropout = (1.0 - dropout) * ATTENTION_DROPOUT_SCORE_BYTES
+    fwd = qk + pv + memory_bound_time_s(
+        scores * (MATERIALISED_SCORE_BYTES_FWD - no_dropout + unfused * UNFUSED_SOFTMAX_EXTRA_BYTES_FWD),
+        rates, 1 + dropout + 2 * unfused)
     bwd = 2.0 * (qk + pv) + memory_bound_time_s(
-        scores * (MATERIALISED_SCORE_BYTES_BWD + unfused * UNFUSED_SOFTMAX_EXTRA_BYTES_BWD), rates, 2 + unfused)
+        scores * (MATERIALISED_SCORE_BYTES_BWD - no_dropout + unfused * UNFUSED_SOFTMAX_EXTRA_BYTES_BWD),
+        rates, 1 + dropout + unfused)
     return fwd, bwd
 
 

@@ -145,7 +145,7 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
                                           softmax_exposed, mma_share)
     if not np.all(flash_attention):
         mat_fwd, mat_bwd = materialised_attention_time_s(tokens, seq_len, model.num_heads / tp, qk, v, rates,
-                                                         softmax_fusion)
+                                                         softmax_fusion, model.attention_dropout)
         core_fwd = np.where(flash_attention, core_fwd, mat_fwd)
         core_bwd = np.where(flash_attention, core_bwd, mat_bwd)
     split = np.where(sp, tp, 1.0)

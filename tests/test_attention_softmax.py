@@ -159,3 +159,29 @@ def test_a_sync_mma_share_above_one_is_refused(tmp_path):
     with pytest.raises(InputError) as info:
         load_gpu(str(path))
     assert info.value.field.endswith("sync_mma_peak_fraction")
+
+
+def test_materialised_attention_counts_each_score_pass_once():
+    """The unfused core: its batched GEMMs (their roofline includes writing the scores and reading
+    the probabilities) plus the softmax pass (read 2 + write 2 bytes per score) and, with
+    attention dropout, the dropout pass (read 2 + write 2 + a 1-byte mask) in forward; in
+    backward the four GEMMs plus dropout backward (5) and softmax backward (6)."""
+    from cost_models.compute import compute_rates, gemm_time_s, materialised_attention_time_s
+    from hardware_specs.catalog import load_efficiency, load_gpu
+    rates = compute_rates(load_gpu("a100-sxm-80gb"), load_efficiency("ampere"), "fp16")
+    s, heads, d, seqs = 1024.0, 16.0, 64.0, 2.0
+    pairs = seqs * heads
+    qk = gemm_time_s(s, s, d, rates, count=pairs) - (pairs - 1) * rates.kernel_overhead_s
+    pv = gemm_time_s(s, d, s, rates, count=pairs) - (pairs - 1) * rates.kernel_overhead_s
+    scores = pairs * s * s
+    bw, k = rates.hbm_bytes_per_s, rates.kernel_overhead_s
+    fwd, bwd = materialised_attention_time_s(seqs * s, s, heads, d, d, rates)
+    assert float(fwd) == pytest.approx(qk + pv + scores * (4 + 5) / bw + 2 * k, rel=1e-12)
+    assert float(bwd) == pytest.approx(2 * (qk + pv) + scores * (5 + 6) / bw + 2 * k, rel=1e-12)
+    fwd0, bwd0 = materialised_attention_time_s(seqs * s, s, heads, d, d, rates, attention_dropout=False)
+    assert float(fwd0) == pytest.approx(qk + pv + scores * 4 / bw + k, rel=1e-12)
+    assert float(bwd0) == pytest.approx(2 * (qk + pv) + scores * 6 / bw + k, rel=1e-12)
+    # QK^T with K = head_dim 64 is memory-bound on an A100: its roofline time is its traffic,
+    # the score write included (which is why the passes above leave it out)
+    intensity = 2 * s * s * d / ((2 * s * d) * 2 + s * s * 2)
+    assert intensity < rates.gemm_flops_per_s / bw

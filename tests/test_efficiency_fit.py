@@ -50,9 +50,6 @@ def test_generations_with_too_few_rows_are_labelled_unfitted_priors(bundled_rows
 #: generations whose fit lands on a bound: the step model misses something there (a factor on a
 #: bound is a model error, not a value to keep). strict: the mark fails once the model is fixed.
 KNOWN_MODEL_GAPS = {
-    "ampere": "HBM fraction at its upper bound (0.95): vTrain's 721 Megatron-DeepSpeed rows (materialised "
-              "attention, full recompute, hidden 1024-2048) want memory-bound kernels faster than streaming "
-              "bandwidth, so their element-wise and score traffic is likely counted too high",
     "blackwell": "fp8 and mxfp8 GEMM plateaus at bf16's: the bf16 rows are mostly GPT-OSS 120B, 15-80% "
                  "slower than the model at any plateau, and pull the bf16 plateau down to 0.5",
     "hopper": "HBM fraction at its lower bound, the per-kernel overhead at its upper bound (40 us) and the "
