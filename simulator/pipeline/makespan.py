@@ -120,6 +120,11 @@ def peak_in_flight(kind, p: int, m: int, v: int) -> tuple[int, ...]:
         m_eff = -(-m_eff // p) * p
     if kind == ScheduleKind.GPIPE:
         return tuple([int(m)] * p)
+    if kind == ScheduleKind.ONE_F_ONE_B:
+        # stage s runs p - s - 1 warm-up forwards, then one forward per backward (Narayanan et
+        # al. 2021, section 2.2): it holds min(m, p - s) sets, as the simulation finds
+        # (tests/test_pipeline_schedules.py), without simulating the flush
+        return tuple(min(m_eff, p - s) for s in range(p))
     return _simulated_peaks(kind, p, m_eff, v)
 
 
