@@ -111,3 +111,29 @@ def test_the_memory_search_returns_the_fewest_recomputed_layers_that_fit():
                                                         recompute_layers_decrement=0)
     assert float(memory_parts(model, CLUSTER, EFF, ConfigBatch.from_configs([fewer]))["memory_bytes"][0]) > limit
     assert best["memory_gib"] * 2**30 <= limit
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(configs(), st.sampled_from(["none", "selective"]), st.floats(0.5, 1.05))
+def test_the_offload_search_returns_the_fewest_offloaded_layers_that_fit(case, recompute, squeeze):
+    # brute force over every offload count: the search's choice is the fewest that fit (none
+    # when the row fits as it is), and a row it leaves over the limit fits with no count
+    model, kw = case
+    kw = {**kw, "recompute": recompute}
+    given_bytes = _memory(model, **kw)
+    limit = given_bytes * squeeze
+    batch = ConfigBatch.from_configs([ParallelConfig(**kw)])
+    found = memory_parts(model, CLUSTER, EFF, batch, fit_limit_bytes=limit)
+    chosen = int(found["_offload_activation_layers"][0])
+    per_chunk = int(np.ceil(model.num_layers / (kw["pp"] * (2 if kw["schedule"] in ("zb-v", "dualpipe") else
+                                                          kw["vpp"]))))
+    counts = list(range(per_chunk + 1))
+    every = memory_parts(model, CLUSTER, EFF, ConfigBatch.from_configs(
+        [ParallelConfig(**{**kw, "offload_activation_layers": k}) for k in counts]))["memory_bytes"]
+    fitting = [k for k, m in zip(counts, every) if m <= limit]
+    if given_bytes <= limit:
+        assert chosen == 0
+    elif chosen:
+        assert fitting and chosen == fitting[0] and found["memory_bytes"][0] == every[chosen]
+    else:
+        assert not [k for k in fitting if k < per_chunk]
