@@ -63,10 +63,6 @@ def fewest_that_fit(prm: dict, idx, fc: StageCells, limit, out: dict, static_ten
     # every row's stage totals as enumerated (full recomputation of every layer where asked)
     t_given = stage_total(static_tensors, dyn)
     peak_given = np.maximum.reduceat(t_given, bounds)
-    # the dynamic parts are never negative: a row whose static parts alone do not fit never fits
-    t_static = stage_total(static_tensors, dict.fromkeys(("activations_bytes", "recompute_buffers_bytes",
-                                                          "offload_buffers_bytes"), 0.0))
-    hopeless = np.maximum.reduceat(t_static, bounds) > limit
     enumerated_full = (rc == _FULL) & (nl == 0) & (prm["method"] != _UNIFORM)
     if enumerated_full.any():
         # rows that fit recomputing every layer but not recomputing none: the fewest layers per
@@ -103,7 +99,14 @@ def fewest_that_fit(prm: dict, idx, fc: StageCells, limit, out: dict, static_ten
             out["_recompute_num_layers"][idx[rows]] = np.where(covers_all, 0.0, top)
             out["_recompute_layers_decrement"][idx[rows]] = np.where(covers_all | (n_stages[rows] == 1), 0.0, dec)
             replace(pos, "stage_rc", counts)
-    offloadable = (rc != _FULL) & offload_ok & (prm["off"] == 0) & (peak_given > limit) & ~hopeless
+    offloadable = (rc != _FULL) & offload_ok & (prm["off"] == 0) & (peak_given > limit)
+    if offloadable.any():
+        # the dynamic parts are never negative: a row whose static parts alone do not fit never fits
+        r = np.flatnonzero(offloadable)
+        t_static = stage_total(static_tensors[ranges(bounds[r], n_stages[r])],
+                               dict.fromkeys(("activations_bytes", "recompute_buffers_bytes", "offload_buffers_bytes"),
+                                             0.0))
+        offloadable[r] = _row_peaks(t_static, n_stages[r]) <= limit
     if offloadable.any():
         rows = np.flatnonzero(offloadable)
         lo = np.ones(len(rows))
