@@ -159,12 +159,15 @@ def _memory_chunk(job: _Job, dtype_index: int, start: int, stop: int) -> "_Chunk
         within = np.flatnonzero(peak <= job.memory_limit_bytes)
         if len(within) < len(batch):
             maybe, batch = maybe[within], batch.take(within)
-    pruned = stop - start - len(maybe)
     if not len(maybe):
         return _ChunkResult(dtype_index, start, stop, np.zeros(0, dtype=np.int64), _no_memory(), None, np.inf, -1,
-                            pruned)
-    parts = memory_parts(job.model, job.cluster, job.eff, batch, fit_limit_bytes=limit)
+                            stop - start)
+    # with the bounds, the rows the search leaves over the limit at an end stage skip the rest
+    # of the stage model (memory inf: pruned like the bounds' rows)
+    parts = memory_parts(job.model, job.cluster, job.eff, batch, fit_limit_bytes=limit,
+                         drop_over_limit=job.prune_by_bound and limit is not None)
     mem = np.asarray(parts["memory_bytes"], dtype=float)
+    pruned = stop - start - int(np.count_nonzero(np.isfinite(mem)))
     fit = np.flatnonzero((mem <= job.memory_limit_bytes) & np.asarray(parts["host_fits"], dtype=bool))
     kept = {k: np.array(np.broadcast_to(parts[k], (len(batch),))[fit]) for k in _MEMORY_KEYS}
     for f in CHOSEN_FIELDS:
@@ -176,7 +179,7 @@ def _memory_chunk(job: _Job, dtype_index: int, start: int, stop: int) -> "_Chunk
         floor = np.array(step_time_floor_s(job.model, job.cluster, job.eff, timed, kept), dtype=float)
     i_min = int(np.argmin(mem))
     return _ChunkResult(dtype_index, start, stop, start + maybe[fit], kept, floor, float(mem[i_min]),
-                        start + maybe[i_min], pruned)
+                        start + maybe[i_min] if np.isfinite(mem[i_min]) else -1, pruned)
 
 
 def _no_memory() -> dict:

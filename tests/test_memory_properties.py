@@ -137,3 +137,27 @@ def test_the_offload_search_returns_the_fewest_offloaded_layers_that_fit(case, r
         assert fitting and chosen == fitting[0] and found["memory_bytes"][0] == every[chosen]
     else:
         assert not [k for k in fitting if k < per_chunk]
+
+
+def test_rows_shown_over_the_limit_at_an_end_stage_are_exactly_rows_that_do_not_fit():
+    # the planner's shortcut (stage_memory.memory_parts(drop_over_limit=True)): a row it marks
+    # inf does not fit with the full search, every other row gets the same numbers
+    import itertools
+    model = MODELS["deepseek-v2"]
+    rows = [ParallelConfig(dp=dp, tp=tp, pp=pp, ep=ep, micro_batch=mb, global_batch=64, zero_stage=zero,
+                           recompute=rc, schedule="1f1b", uneven_layers=True)
+            for dp, tp, pp, ep, mb, zero, rc in itertools.product((2, 4), (4, 8), (2, 4, 8), (2, 4), (1, 2), (0, 1, 3),
+                                                                  ("none", "selective", "full"))]
+    batch = ConfigBatch.from_configs(rows)
+    given = memory_parts(model, CLUSTER, EFF, batch)["memory_bytes"]
+    limit = float(np.quantile(given, 0.5))
+    full = memory_parts(model, CLUSTER, EFF, batch, fit_limit_bytes=limit)
+    short = memory_parts(model, CLUSTER, EFF, batch, fit_limit_bytes=limit, drop_over_limit=True)
+    dropped = ~np.isfinite(short["memory_bytes"])
+    assert 0 < dropped.sum() < (full["memory_bytes"] > limit).sum() + 1
+    assert (full["memory_bytes"][dropped] > limit).all()
+    for key, value in full.items():
+        if key.startswith("_stage") or np.ndim(value) == 0:
+            continue
+        a, b = np.broadcast_to(value, (len(batch),)), np.broadcast_to(short[key], (len(batch),))
+        assert np.array_equal(a[~dropped], b[~dropped]), key
