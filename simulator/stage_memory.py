@@ -49,7 +49,7 @@ PARTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_byt
 
 def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch,
                  detail: bool = False, once_per_run=None, layer_key_fields=(), fit_limit_bytes=None,
-                 drop_over_limit: bool = False) -> dict:
+                 drop_over_bytes=None) -> dict:
     """Peak memory per GPU, bytes, by part (``PARTS``), per row of ``batch``: the largest stage's.
 
     Returns the parts, ``memory_bytes`` (their sum), ``memory_stage`` (the stage), the host
@@ -70,9 +70,10 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
     layers per chunk that make them fit (when the cluster has a host link); the memory returned
     is theirs and ``_recompute_num_layers``, ``_recompute_layers_decrement``,
     ``_offload_activation_layers`` hold the counts chosen (``fewest_that_fit``).
-    ``drop_over_limit`` (with ``fit_limit_bytes``): a row shown over the limit, search or not,
-    by its first or last stage (``_over_at_an_end``) gets ``memory_bytes`` inf and nothing else
-    (its other stages are not computed); every other row gets the very numbers it gets without.
+    ``drop_over_bytes`` (the planner; the search's limit when it searches): a row whose first
+    or last stage shows it over this, after the search if any (``_over_at_an_end``), gets
+    ``memory_bytes`` inf and nothing else (its other stages are not computed); every other row
+    gets the very numbers it gets without.
     """
     n = len(batch)
     ctx = stage_context(model, cluster, eff, batch, once_per_run, layer_key_fields)
@@ -118,9 +119,10 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
         if search:
             n_cell = rfc.cell["dense"] + rfc.cell["moe"]
             rep_row_max = np.maximum.reduceat(rfc.stage_max(n_cell), rep_bounds) if len(rfc) else np.zeros(0)
-        if search and drop_over_limit and len(idx):
+        if drop_over_bytes is not None and len(idx):
             over = _over_at_an_end(ctx, prefix, split_inputs(batch, idx), idx, own, rfc, rep_bounds, rep_stages,
-                                   rep_dyn, rep_prm, rows_of_rep, rep_row_max, fit_limit_bytes)
+                                   rep_dyn, rep_prm, rows_of_rep, rep_row_max if search else None, drop_over_bytes,
+                                   search)
             out["memory_bytes"][idx[over]] = np.inf
             idx, own = idx[~over], own[~over]
             if not len(idx):
@@ -192,7 +194,7 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
 
 
 def _over_at_an_end(ctx, prefix, prm: dict, idx, own, rfc, rep_bounds, rep_stages, rep_dyn: dict, rep_prm: dict,
-                    rows_of_rep, rep_row_max, limit) -> np.ndarray:
+                    rows_of_rep, rep_row_max, limit, search: bool) -> np.ndarray:
     """Mask of the batch rows ``idx`` (distinct row ``own`` of ``rfc`` each) that the memory
     search leaves over ``limit``, shown from their first and last stages alone: the stage totals
     of both are computed as ``fewest_that_fit`` and ``_stage_totals`` compute them (a stage's
@@ -202,7 +204,7 @@ def _over_at_an_end(ctx, prefix, prm: dict, idx, own, rfc, rep_bounds, rep_stage
     final sum (``_stage_totals``), and, if it may offload (not recomputing in full, nothing
     offloaded, a host link), an end stage is over with all it may offload (so the offload
     search drops it, ``fewest_that_fit``'s ``ends_over``): then its layers stay as enumerated
-    and its peak is over the limit."""
+    and its peak is over the limit. Without the ``search``, an end stage over in the final sum."""
     n = len(idx)
     ends = np.concatenate([rep_bounds[own], rep_bounds[own] + rep_stages[own] - 1])
     rows = np.concatenate([idx, idx])
@@ -213,8 +215,10 @@ def _over_at_an_end(ctx, prefix, prm: dict, idx, own, rfc, rep_bounds, rep_stage
     def either(mask):
         return mask.reshape(2, n).any(axis=0)
 
-    over = either(stage_total(static["tensors"], dyn) > limit) & either(_stage_totals(RunStatic(values, None), dyn)[1]
-                                                                         > limit)
+    over = either(_stage_totals(RunStatic(values, None), dyn)[1] > limit)
+    if not search:
+        return over
+    over &= either(stage_total(static["tensors"], dyn) > limit)
     may_offload = over & (prm["rc"] != _FULL) & ctx.per_row["offload_ok"][idx] & (prm["off"] == 0)
     if may_offload.any():
         r = np.flatnonzero(may_offload)
