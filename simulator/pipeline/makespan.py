@@ -128,6 +128,17 @@ def peak_in_flight(kind, p: int, m: int, v: int) -> tuple[int, ...]:
     return _simulated_peaks(kind, p, m_eff, v)
 
 
+def peak_in_flight_rows(kind, p: int, m_values, v: int) -> np.ndarray:
+    """``peak_in_flight`` for each micro-batch count of ``m_values``: a (len(m_values), p) array
+    (1F1B's closed form at once, the other schedules count by count)."""
+    kind = ScheduleKind(getattr(kind, "value", kind))
+    m_values = np.asarray(m_values, dtype=np.int64)
+    if kind == ScheduleKind.ONE_F_ONE_B:
+        # min(min(m, m_cap), p - s) = min(m, p - s): the cap is at least p
+        return np.minimum(m_values[:, None], p - np.arange(p)[None, :]).astype(float)
+    return np.array([peak_in_flight(kind, p, int(m), v) for m in m_values], dtype=float).reshape(len(m_values), p)
+
+
 @lru_cache(maxsize=4096)
 def _simulated_peaks(kind: ScheduleKind, p: int, m: int, v: int) -> tuple[int, ...]:
     """``peak_in_flight`` of one flush simulated with unit pass times; cached per capped
@@ -188,4 +199,4 @@ def _flush(kind: ScheduleKind, p: int, m: int, v: int, table: np.ndarray, durati
     return t_hi + (m - cap) * rate
 
 
-__all__ = ["flush_makespan_s", "m_cap", "order_durations", "peak_in_flight", "F", "W", "BW"]
+__all__ = ["flush_makespan_s", "m_cap", "order_durations", "peak_in_flight", "peak_in_flight_rows", "F", "W", "BW"]
