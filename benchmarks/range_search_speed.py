@@ -36,6 +36,11 @@ here); 0.90 GiB (workers 1.07 GiB). One process (``workers=1``), the two run sid
 timing the kept rows (~8 s), the exact DAG makespans of the rows that can rank (~6.5 s),
 the step-time floors (~4 s), the memory bounds (~2.5 s), the space (~2.5 s). The < 10 s target
 is not met.
+
+Then (2026-12-02) the pipeline lower bound proven for every schedule (``simulator.pipeline.bound``,
+issue 18; the former one exceeded the exact makespan on ZB-H1/H2, ZB-V and DualPipe rows):
+gbs4096 back to back with the code before, load average 2.7: 64.6 CPU s before, 64.2 after
+(wall 58.4 and 40.2 s); same best plan.
 """
 from __future__ import annotations
 

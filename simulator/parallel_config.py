@@ -168,9 +168,9 @@ class ParallelConfig:
         param_prefetch_max_elements: cap on prefetched parameter elements (DeepSpeed
             ``stage3_prefetch_bucket_size``); 0 = none.
         param_gather_per_tensor: ZeRO-3 gathers each parameter tensor of a layer in its own
-            collective (DeepSpeed 0.3: one ``all_gather`` per parameter), paying the ring's
-            start-up steps once per tensor; off = one collective per layer (FSDP's flat
-            parameter).
+            collective and reduce-scatters each tensor's gradient in its own (DeepSpeed 0.3: one
+            ``all_gather`` and one ``reduce_scatter`` per parameter), paying the ring's start-up
+            steps once per tensor; off = one collective per layer (FSDP's flat parameter).
         cuda_graphs: each pass is replayed from a captured CUDA graph, so the host issues no
             kernels one by one (``EfficiencyModel.cpu_issue_s`` does not bound it).
         tp_backward_overlap: the backward TP collectives run under the weight- and data-gradient

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.pipeline.schedules import ScheduleKind
+from simulator.pipeline.schedules import ScheduleKind, schedule_paths
 
 
 def _ceil_div(a, b):
@@ -34,16 +34,8 @@ def _ceil_div(a, b):
 
 def path_cells(kind: ScheduleKind, p: int, v: int) -> np.ndarray:
     """(positions,) cell index ``stage * v + chunk`` of each forward position of one path
-    (for DualPipe: of the first model copy; the second mirrors it)."""
-    u = np.arange(p * v if kind != ScheduleKind.DUALPIPE else p)
-    if kind == ScheduleKind.INTERLEAVED:
-        return (u % p) * v + u // p
-    if kind in (ScheduleKind.ZB_V, ScheduleKind.DUALPIPE_V):
-        stage = np.where(u < p, u, 2 * p - 1 - u)
-        return stage * v + (u >= p)
-    if kind == ScheduleKind.DUALPIPE:
-        return u * v
-    return u * v
+    (for DualPipe: of the first model copy; the second mirrors it): the schedule's own path."""
+    return schedule_paths(kind, p, v)[0]
 
 
 def position_stages(kind: ScheduleKind, p: int, v: int) -> np.ndarray:

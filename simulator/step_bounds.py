@@ -11,10 +11,10 @@ orders its candidates by, to time exactly only those that can rank (``planners.t
 
 Every term comes from the step model's own functions (``simulator.step_model``) on the same
 inputs, and each is at most its counterpart in ``evaluate``: the pipeline's lower bound
-(``step_pipeline._busiest_stage_bound``) is the busiest stage's m passes plus the fill and drain
-chains, its passes hold the recomputation and offload this bound leaves out; the exposed
-traffic is at least its tail whatever the window it overlaps with; the straggler wait and the
-host's optimizer step are never negative. So ``floor <= step_time_lower_s <= step_time_s``
+(``pipeline.bound.flush_lower_bound_s``) is at least every stage's m passes (plus the fill and
+what of the drain its deferred W passes do not cover), its passes hold the recomputation and
+offload this bound leaves out; the exposed traffic is at least its tail whatever the window it
+overlaps with; the straggler wait and the host's optimizer step are never negative. So ``floor <= step_time_lower_s <= step_time_s``
 (less ``BOUND_MARGIN`` for sums taken in another order), whatever rows are timed exactly.
 """
 from __future__ import annotations

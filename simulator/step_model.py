@@ -182,7 +182,9 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
     # micro-batch gradient reduce-scatter; and plain DP / ZeRO-1 gradients reduced every
     # micro-batch when the stack does (PyTorch DDP without no_sync)
     # a stack that gathers each parameter tensor alone pays every collective's start-up steps
-    # once per tensor (the bytes split over them)
+    # once per tensor (the bytes split over them); under ZeRO-3 it also reduce-scatters each
+    # tensor's gradient alone (DeepSpeed 0.3: ``_reduce_scatter_gradients`` loops over the
+    # parameters, one ``reduce_scatter`` each)
     n_calls = np.where(batch.param_gather_per_tensor, float(params.layer_param_tensors(model)), 1.0)
 
     # (ZeRO-3 and ZeRO-2 collectives run inside the shard group; a per-micro-batch all-reduce of
@@ -195,7 +197,8 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
                 t = t + group_collective_time_s(kind, expert_params * nbytes, e_group, tp * ep, cluster, eff)
             return t
         return (both("all_gather", dense_or_moe_params, param_bytes, n_calls),
-                both("reduce_scatter", dense_or_moe_params, batch.grad_reduce_bytes),
+                both("reduce_scatter", dense_or_moe_params, batch.grad_reduce_bytes,
+                     np.where(zero >= 3, n_calls, 1.0)),
                 both("all_reduce", dense_or_moe_params, batch.grad_reduce_bytes))
 
     def prefetch_layers(depth, layer_elements):

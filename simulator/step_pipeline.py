@@ -22,7 +22,8 @@ import numpy as np
 from simulator.config_batch import RECOMPUTE_CODES, RECOMPUTE_METHOD_CODES, SCHEDULE_CODES
 from simulator.layout_string import parse_layout
 from simulator.parallel_config import Recompute, RecomputeMethod, Schedule
-from simulator.pipeline.makespan import flush_makespan_s
+from simulator.pipeline.bound import flush_lower_bound_s
+from simulator.pipeline.makespan import flush_makespan_s, stage_work_s
 from simulator.pipeline.schedules import ScheduleKind
 from simulator.stage_layout import moe_layers_before, path_cells, position_layers, position_moe_layers
 
@@ -362,13 +363,14 @@ def pipeline_pass(model, batch, m, per_layer: PerLayer, ends: Ends, exact: np.nd
         f, b, w = cell_durations(model, cells, per_layer, ends, idx, split, rows)
         # per micro-batch a stage runs every chunk once, except DualPipe (one chunk per direction)
         share = 0.5 if kind == ScheduleKind.DUALPIPE else 1.0
-        stage_busy = share * (f + b + w).sum(axis=2)                 # (rows, p)
+        stage_busy = stage_work_s(kind, f, b, w)                      # (rows, p)
         k = np.argmax(stage_busy, axis=1)
         busy = stage_busy[np.arange(len(idx)), k]
-        # a lower bound: the busiest stage cannot start before the first micro-batch reaches it,
-        # must run all its passes, and its last backward must still travel back to the first
-        # position; an estimate: every cell at the slowest cell's times, by the closed forms
-        lo = _busiest_stage_bound(kind, p, v, mm, f, b, k, busy)
+        # a lower bound: each stage waits for the first forward to reach it, runs all its
+        # passes, and its last backward still travels back to the first position while only
+        # the W passes it defers run (``pipeline.bound``); an estimate: every cell at the
+        # slowest cell's times, by the closed forms
+        lo = flush_lower_bound_s(kind, p, mm, v, f, b, w, work=stage_busy)
         hi = even_estimate_s(kind, p, mm, v, f.max(axis=(1, 2)), b.max(axis=(1, 2)), w.max(axis=(1, 2)))
         span = np.maximum(hi, lo)
         ex = exact[idx]
@@ -465,32 +467,6 @@ def _groups(sched, pp, vpp):
     for idx in key_groups((sched * 1_000_003 + pp) * 1_000_003 + vpp):
         i0 = idx[0]
         yield idx, int(sched[i0]), int(pp[i0]), int(vpp[i0])
-
-
-@lru_cache(maxsize=1024)
-def _first_position_of_stage(kind: ScheduleKind, p: int, v: int) -> np.ndarray:
-    """Per stage, the first position of the schedule's forward path on it (read-only)."""
-    stage_of = path_cells(kind, p, v) // v
-    out = np.array([np.flatnonzero(stage_of == s)[0] for s in range(p)])
-    out.setflags(write=False)
-    return out
-
-
-def _busiest_stage_bound(kind: ScheduleKind, p: int, v: int, m: int, f, b, k, busy):
-    """A lower bound on the makespan, per row: arrival of the first forward at the busiest
-    stage ``k``'s first position + its m micro-batches of work + the backward chain from that
-    position back to the first."""
-    cells = path_cells(kind, p, v)
-    rows = np.arange(f.shape[0])
-    f_path = f.reshape(f.shape[0], -1)[:, cells]
-    b_path = b.reshape(b.shape[0], -1)[:, cells]
-    before_f = np.cumsum(f_path, axis=1) - f_path          # forward chain up to each position
-    before_b = np.cumsum(b_path, axis=1) - b_path
-    first_pos = _first_position_of_stage(kind, p, v)[k]
-    per_mb = busy
-    if kind == ScheduleKind.DUALPIPE:
-        return m * per_mb        # both directions reach every rank; the chains overlap
-    return before_f[rows, first_pos] + m * per_mb + before_b[rows, first_pos]
 
 
 def even_estimate_s(kind: ScheduleKind, p: int, m: int, v: int, f, b, w):

@@ -145,3 +145,21 @@ def test_an_unlisted_host_or_kernel_factor_holds_its_documented_prior(generation
         else:
             at_prior = objective(rows, generation, _to_model(model, dict(x, **{name: UNPINNED_PRIORS[name]})))
             assert at_prior > model.fit_objective + UNPINNED_TOLERANCE, name
+
+
+def test_a_held_out_model_keeps_no_committed_value_its_rows_did_not_fit():
+    """Factors a held-out fit did not set take values no row chose: unexercised low-precision
+    plateaus follow the fitted 16-bit one, the host and kernel factors their documented priors."""
+    from paraplan.validation.fit import UNPINNED_PRIORS, source_free
+    base = load_efficiency("blackwell")
+    x = dict(_from_model(base), gemm16=0.66, gemm8=0.41, gemm_mx8=0.42, gemm4=0.43, kernel_overhead_s=3e-5,
+             cpu_issue_s=4e-5, hbm_fraction=0.77)
+    fitted = _to_model(base, x)
+    from dataclasses import replace
+    fitted = replace(fitted, fitted_factors=("gemm16", "gemm8", "hbm_fraction"))
+    out = _from_model(source_free(fitted))
+    assert out["gemm16"] == 0.66 and out["gemm8"] == 0.41 and out["hbm_fraction"] == 0.77   # fitted: kept
+    assert out["gemm_mx8"] == 0.66 and out["gemm4"] == 0.66                                # unexercised: 16-bit
+    assert out["kernel_overhead_s"] == UNPINNED_PRIORS["kernel_overhead_s"]
+    assert out["cpu_issue_s"] == UNPINNED_PRIORS["cpu_issue_s"]
+    assert source_free(fitted).fitted_factors == ("gemm16", "gemm8", "hbm_fraction")

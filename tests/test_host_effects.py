@@ -128,3 +128,20 @@ def test_optimizer_fraction_sets_the_adam_bandwidth_and_zero_falls_back():
     fp32 = replace(cfg, dtype="fp32")
     assert simulate(model, fast, fp32, n_gpus=1).time_breakdown_s["optimizer_s"] == pytest.approx(
         n * 28 / (CLUSTER.gpu.hbm_bw_bytes_per_s * 0.9), rel=1e-5)
+
+
+def test_per_tensor_zero3_pays_each_collectives_start_up_once_per_tensor():
+    """DeepSpeed 0.3 gathers each parameter and reduce-scatters each gradient in its own ring: on
+    a group spanning nodes every extra call adds (n - 1) steps of the NIC tier's start-up, for the
+    forward gather, the backward gather and the gradient reduce-scatter of every layer."""
+    model = load_model("llama3-8b")
+    base = ParallelConfig(dp=32, tp=1, pp=1, micro_batch=1, global_batch=32, zero_stage=3, recompute="none",
+                          overlap_param_gather=False, zero3_recompute_gather=False)
+    flat = simulate(model, CLUSTER, base, n_gpus=32)
+    per_tensor = simulate(model, CLUSTER, replace(base, param_gather_per_tensor=True), n_gpus=32)
+    tensors = 6                                     # fused QKV, output, gate+up, down, two RMSNorms
+    steps = 32 - 1                                  # one ring over the 32 ranks of 4 nodes
+    expected = model.num_layers * 3 * (tensors - 1) * steps * CLUSTER.scaleout.latency_s
+    extra = per_tensor.time_breakdown_s["zero3_comm_exposed_s"] - flat.time_breakdown_s["zero3_comm_exposed_s"]
+    assert extra == pytest.approx(expected, rel=1e-9)
+    assert per_tensor.step_time_s - flat.step_time_s == pytest.approx(expected, rel=1e-9)

@@ -123,3 +123,28 @@ def test_more_hbm_bandwidth_never_slows_decode(scale, batch, ctx_len, model):
     slow = step_time(m, cluster, eff, QUIET.serving, *args)["step_s"]
     fast = step_time(m, faster, eff, QUIET.serving, *args)["step_s"]
     assert fast <= slow * (1 + 1e-12)
+
+
+def test_a_one_prompt_moe_prefill_streams_every_expert_the_tokens_touch():
+    # DeepSeek-R1 (256 routed experts of 3 x 7168 x 2048, top-8, one shared expert), FP8 experts
+    # split tensor-parallel over 8 H200s. A 1024-token prompt routes 8192 rows: the expected
+    # number of distinct experts is 256 (1 - (1 - 8/256)^1024) = 256, so a prefill of one prompt
+    # at small batch reads all routed-expert weights, like a decode step, on top of its FLOPs.
+    from cost_models.inference_layers import layer_rates, moe_block_s
+    model = load_model("deepseek-r1")
+    gpu = load_cluster("hgx-h200").gpu
+    rates = layer_rates(gpu, PURE, "fp8", "fp8")
+    h, ffn, tokens = 7168, 2048, 1024
+    bw = 4.8e12 * 0.8                                         # HBM bytes/s achieved
+    expert_w = 3 * h * ffn / 8                                # one expert's slice on one GPU
+    rows = tokens * 8                                         # routed rows
+    routed_bytes = 256 * expert_w * 1.0 + rows * (h + ffn / 8) * 2 * 2.0
+    routed_flops = 2.0 * rows * expert_w
+    assert routed_bytes / bw > routed_flops / (1978.9e12 * 0.6)   # weight-read bound at 1k tokens
+    router = max(2.0 * tokens * h * 256 / (989.4e12 * 0.6), (h * 256 * 2.0 + tokens * (h + 256) * 2.0) / bw)
+    shared = max(2.0 * tokens * expert_w / (1978.9e12 * 0.6),
+                 (expert_w * 1.0 + tokens * (h + 2 * ffn / 8) * 2.0) / bw)
+    t, _ = moe_block_s(model, rates, 8, 1, 8, 1, tokens)
+    assert float(t) == pytest.approx(routed_bytes / bw + router + shared, rel=1e-6)
+    # ~0.43 ms of expert weights per layer: 25 ms over the 58 MoE layers of one 1k-token prefill
+    assert 58 * routed_bytes / bw == pytest.approx(0.0249, rel=0.01)

@@ -52,11 +52,12 @@ def test_narayanan_tables_stay_within_bound(results):
     megatron = ok[~ok.id.str.contains("zero3")]
     # Megatron-LM's own rows (Table 1, Table 2 PTD); the issue's target is 6%
     assert _mean_abs_pct(megatron) <= 4.0     # measured 2.2%
-    # Table 2's DeepSpeed ZeRO-3 rows are 14-65% fast (measured 35%): the model's per-tensor
-    # all-gathers over 384-2240 ranks take 2/3 of the measured time; the issue's 6% target for
-    # the source is not met (measured 11.2% over all 22 rows)
-    assert _mean_abs_pct(zero3) <= 40.0
-    assert _mean_abs_pct(ok) <= 12.0
+    # Table 2's DeepSpeed ZeRO-3 rows are 9-46% fast (measured 23.2%; 32.5% before each
+    # gradient's own reduce-scatter was counted): the per-tensor collectives over 384-2240 ranks
+    # still take less than measured; the issue's 6% target for the source is not met (measured
+    # 8.83% over all 22 rows)
+    assert _mean_abs_pct(zero3) <= 28.0
+    assert _mean_abs_pct(ok) <= 10.0
 
 
 def test_dense_rows_with_their_fields_are_predicted(results):

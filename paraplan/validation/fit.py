@@ -14,9 +14,10 @@ code and the bundled file: the committed factors are exactly what this fitter re
 
 ``--cross-validate`` also refits each generation once per source with that source left out
 (starting from the middle of each factor's range, ``neutral_start``, not from the committed fit,
-which saw the source) and predicts the left-out rows with it: the leave-one-source-out error, the honest forecast for runs
-of a new stack or cluster. A generation with a single source has no held-out fit: its rows are
-predicted by the generation's prior (``PRIORS``) instead.
+which saw the source) and predicts the left-out rows with it: the leave-one-source-out error, the
+honest forecast for runs of a new stack or cluster. A generation left with too few rows to fit
+borrows its neighbour generation's fit without the source; factors the remaining rows do not
+exercise take values no row chose (``source_free``), never the committed ones.
 
 What a framework does (overlap, kernels, fusion) is not fitted: it is the row's software stack
 (``hardware_specs/stacks``). Only achieved hardware efficiency is.
@@ -335,8 +336,44 @@ def neutral_start(base: EfficiencyModel, prepared: Prepared) -> EfficiencyModel:
     return _to_model(base, x)
 
 
+def source_free(model: EfficiencyModel) -> EfficiencyModel:
+    """``model`` with every factor its fit did not set (not in ``fitted_factors``) at a value no
+    row chose: a low-precision plateau the rows did not exercise at the 16-bit plateau (the same
+    share of its own peak, the bound the fit keeps it under), the host and kernel factors at
+    their documented priors (``UNPINNED_PRIORS``). A held-out fit starts from the committed file,
+    whose values of those factors were fitted with the held-out source; this removes them."""
+    x = _from_model(model)
+    fitted = set(model.fitted_factors or ())
+    for name, _ in _DTYPE_FACTORS:
+        if name not in fitted:
+            x[name] = x["gemm16"]
+    for name, value in UNPINNED_PRIORS.items():
+        if name not in fitted:
+            x[name] = value
+    return replace(_to_model(model, x), fitted_factors=model.fitted_factors)
+
+
+def _middle_of_ranges(base: EfficiencyModel) -> EfficiencyModel:
+    """``base`` with every fitted factor at the middle of its range, the host and kernel factors at
+    their documented priors (no rows to fit, none to borrow)."""
+    x = _from_model(base)
+    x["gemm16"] = sum(FIT_BOUNDS["gemm16"]) / 2.0
+    for n in FIT_BOUNDS:
+        if n != "gemm16":
+            lo, hi = _bounds(n, x)
+            x[n] = math.sqrt(lo * hi) if n in LOG_SCALED else (lo + hi) / 2.0
+    x.update(UNPINNED_PRIORS)
+    return replace(_to_model(base, x), fitted_factors=())
+
+
 def _held_out_prediction(prepared: Prepared, src: str, sweeps: int) -> np.ndarray:
-    """Predictions of source ``src``'s rows by efficiency models fitted without ``src``."""
+    """Predictions of source ``src``'s rows by efficiency models fitted without ``src``.
+
+    A generation with at least ``MIN_ROWS_FOR_FULL_FIT`` rows left is fitted on them (from
+    ``neutral_start``); one with fewer borrows its ``NEIGHBOUR``'s fit without ``src`` on its own
+    datasheet (as a new generation would be predicted); one with neither takes the middle of
+    every range (a generation never fitted, its hand-set prior). Factors no remaining row set
+    are made ``source_free``."""
     sources = np.asarray(prepared.sources)
     gens = prepared.generations
     rest = np.flatnonzero(sources != src)
@@ -345,17 +382,21 @@ def _held_out_prediction(prepared: Prepared, src: str, sweeps: int) -> np.ndarra
 
     def fitted_without(gen):
         if gen not in cache:
-            cache[gen] = (fit_generation(others[gen], gen, neutral_start(prior_model(gen), others[gen]), sweeps)[0]
-                          if gen in others else None)
+            rows = others.get(gen)
+            cache[gen] = (fit_generation(rows, gen, neutral_start(prior_model(gen), rows), sweeps)[0]
+                          if rows is not None and len(rows) >= MIN_ROWS_FOR_FULL_FIT else None)
         return cache[gen]
 
     models = {}
-    for gen in np.unique(gens[sources == src]):
-        model = fitted_without(str(gen))
-        if model is None and NEIGHBOUR.get(str(gen)) is not None:
-            donor = fitted_without(NEIGHBOUR[str(gen)])
-            model = _transfer(donor, prior_model(str(gen))) if donor is not None else None
-        models[str(gen)] = model if model is not None else prior_model(str(gen))
+    for gen in (str(g) for g in np.unique(gens[sources == src])):
+        model = fitted_without(gen)
+        if model is None and NEIGHBOUR.get(gen) is not None:
+            donor = fitted_without(NEIGHBOUR[gen])
+            model = _transfer(donor, prior_model(gen)) if donor is not None else None
+        if model is None:
+            base = prior_model(gen)
+            model = _middle_of_ranges(base) if base.is_fitted else base
+        models[gen] = source_free(model) if model.is_fitted else model
     held = np.flatnonzero(sources == src)
     return predict(subset(prepared, held), models)
 

@@ -299,32 +299,47 @@ def make_schedule(kind, p: int, m: int, v: int | None = None, num_layers: int | 
 
 
 @lru_cache(maxsize=64)
+def schedule_paths(kind: ScheduleKind, p: int, v: int) -> np.ndarray:
+    """(n_paths, positions) cells ``stage * v + chunk`` each forward path visits, in layer order
+    (read-only): one path, except DualPipe's two (the second copy runs up the ranks on chunk 1)."""
+    kind = _kind(kind)
+    u = np.arange(p * v)
+    if kind == ScheduleKind.INTERLEAVED:
+        paths = ((u % p) * v + u // p)[None, :]
+    elif kind in V_SHAPED:
+        stage = np.where(u < p, u, 2 * p - 1 - u)
+        paths = (stage * v + (u >= p))[None, :]
+    elif kind == ScheduleKind.DUALPIPE:
+        paths = np.array([np.arange(p) * v, (p - 1 - np.arange(p)) * v + 1])
+    else:
+        paths = np.arange(p)[None, :] * v
+    return _readonly(paths.astype(np.int64))
+
+
+@lru_cache(maxsize=64)
 def _generate(kind: ScheduleKind, p: int, m: int, v: int, num_layers: int | None,
               durations: tuple[float, float, float] = (1.0, 1.0, 1.0)) -> PipelineSchedule:
     """Build (and memoise: schedules are immutable) the op orders of a checked request."""
-    straight = np.arange(p)[None, :] * v                        # cells (i, 0), one path
+    paths = schedule_paths(kind, p, v)
     mb_path = np.zeros(m, dtype=np.int64)
     if kind == ScheduleKind.GPIPE:
-        orders, paths = gen.gpipe_order(p, m), straight
+        orders = gen.gpipe_order(p, m)
     elif kind == ScheduleKind.ONE_F_ONE_B:
-        orders, paths = gen.one_f_one_b_order(p, m), straight
+        orders = gen.one_f_one_b_order(p, m)
     elif kind == ScheduleKind.ZB_H1:
-        orders, paths = gen.zb_h1_order(p, m), straight
+        orders = gen.zb_h1_order(p, m)
     elif kind == ScheduleKind.ZB_H2:
         cells = [(i, 0) for i in range(p)]
-        orders, paths = gen.best_timed_order(p, m, 1, cells, 2 * p - 1, *durations), straight
+        orders = gen.best_timed_order(p, m, 1, cells, 2 * p - 1, *durations)
     elif kind == ScheduleKind.INTERLEAVED:
-        u = np.arange(p * v)
-        orders, paths = gen.interleaved_order(p, m, v), ((u % p) * v + u // p)[None, :]
+        orders = gen.interleaved_order(p, m, v)
     elif kind in V_SHAPED:
         cells = [(i, 0) for i in range(p)] + [(i, 1) for i in reversed(range(p))]
-        paths = np.array([[s * 2 + c for s, c in cells]])
         if kind == ScheduleKind.ZB_V:
             orders = gen.best_timed_order(p, m, 2, cells, 2 * p, *durations, chunk0_reserve=1)
         else:
             orders = gen.dualpipe_v_order(p, m)
     else:   # DUALPIPE
-        paths = np.array([np.arange(p) * 2, (p - 1 - np.arange(p)) * 2 + 1])
         mb_path[m // 2:] = 1
         orders = gen.dualpipe_order(p, m)
     return _build(kind, p, m, v, orders, paths, mb_path, num_layers)
