@@ -41,6 +41,27 @@ Then (2026-12-02) the pipeline lower bound proven for every schedule (``simulato
 issue 18; the former one exceeded the exact makespan on ZB-H1/H2, ZB-V and DualPipe rows):
 gbs4096 back to back with the code before, load average 2.7: 64.6 CPU s before, 64.2 after
 (wall 58.4 and 40.2 s); same best plan.
+
+Then (2026-12-02, later; plan tables byte-identical, ``tools/plan_snapshot.py`` on this case and
+on four smaller dense and MoE searches, with and without a GPU range or the memory search):
+1F1B's in-flight sets by their closed form min(m, p - s) (the search simulated 362 flushes for
+them), the hybrid-sharding rules once per (tp, dp*cp) pair (the space: 1.5-2.9 -> 0.4-0.5 CPU
+s), rows the search leaves over the limit at their first or last stage dropped before the rest
+of the per-stage model (``stage_memory.memory_parts(drop_over_bytes=...)``, in place of the
+largest static stage's bound, which cost 5 CPU s; the offload search settles its rows the same
+way first), the dynamic rows' keys by hash tables. Back to back with the code before (main with
+the bound above), load averages 3.2-4.6: one process 47.3 and 49.4 -> 38.9 and 41.0 CPU s (wall
+49.5 and 50.8 -> 40.0 and 51.1 s), 1.12 -> 1.11-1.12 GiB; two processes (the default) 62.6 ->
+50.4 CPU s, 94.5 -> 75.6 s wall, 0.90 -> 0.63 GiB (workers 1.07 -> 1.05 GiB). Where one
+process's CPU seconds go (timers around the phases, load ~3.8, before -> after): the per-stage
+memory model 21.8 -> 18.7 s, of which its search for the fewest recomputed / offloaded layers
+9.7 -> 8.6 (every row that may fit needs it: the fitting count and the kept rows' memory depend
+on it, and no two rows of a chunk share their stages' inputs); the largest static stage's bound
+5.1 -> 0 (the end stages, 1.4 s, are in the model's figure); timing the kept rows 7.9 -> 7.2;
+the exact DAG makespans 4.6 -> 4.1; the step-time floors 3.5 -> 3.3; the kept plans' table 3.8
+-> 3.2; branch and bound 1.5 -> 1.3; the memory lower bound 0.7 -> 0.6; the space 1.5 -> 0.4;
+total 50.5 -> 39.9. The < 10 s target is not met: what is left is the memory search's row-by-
+stage work and the step model's pipeline pass (``simulator/step_pipeline.py``) on the rows timed.
 """
 from __future__ import annotations
 

@@ -543,16 +543,22 @@ def _hsdp_rules(cols: dict, c: SearchConstraints, fixed: Mapping, zero, hs, shap
     excludes is ``fixed``; a shard group that is not a proper divisor >= 2 of dp*cp, or is asked
     of ZeRO-0 (ZeRO-1 too unless ``--fix zero_shard_group`` names it: one reduction per step
     gains little from it), is ``hsdp``."""
-    group = _shard_group(hs[None, :], cols["tp"][:, None], c.hsdp_gpus)
-    dpc = (cols["dp"] * cols["cp"])[:, None]
+    # the rules read a base row's tp and dp*cp only: evaluated once per distinct pair (a few
+    # dozen against millions of base rows), then spread to the rows
+    dpc_rows = cols["dp"] * cols["cp"]
+    span = int(dpc_rows.max()) + 1 if len(dpc_rows) else 1
+    pairs, inverse = np.unique(cols["tp"] * span + dpc_rows, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    group = _shard_group(hs[None, :], (pairs // span)[:, None], c.hsdp_gpus)
+    dpc = (pairs % span)[:, None]
     rules = []
     if "zero_shard_group" in fixed:
         allowed = np.isin(group, np.asarray(fixed["zero_shard_group"], dtype=np.int64))
-        rules.append(("fixed", np.broadcast_to(allowed, shape)))
+        rules.append(("fixed", np.broadcast_to(allowed[inverse], shape)))
     min_zero = 1 if "zero_shard_group" in fixed else 2
     valid = (group == 0) | ((zero[None, :] >= min_zero) & (group >= 2) & (group < dpc)
                             & (dpc % np.maximum(group, 1) == 0))
-    rules.append(("hsdp", np.broadcast_to(valid, shape)))
+    rules.append(("hsdp", np.broadcast_to(valid[inverse], shape)))
     return rules
 
 

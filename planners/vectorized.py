@@ -2,8 +2,8 @@
 
 Every row goes through ``simulator.step_model`` (the one cost formula the simulator uses too);
 nothing is re-derived here. Rows are evaluated ``chunk_rows`` at a time, one ``ConfigBatch``
-per dtype: first their memory (``memory_parts``, after two lower bounds drop rows that cannot
-fit), then the step time (``evaluate``) of the rows that fit, which alone are kept, so memory
+per dtype: first their memory (``memory_parts``, after a lower bound and the end stages drop
+rows that cannot fit), then the step time (``evaluate``) of the rows that fit, which alone are kept, so memory
 stays bounded by the chunk size plus the fitting rows. When the caller keeps only the fastest
 rows (``keep``), the fitting rows are timed lowest step-time floor first
 (``simulator.step_bounds``) until the rest provably cannot be kept (``time_pruning``). Large
@@ -29,7 +29,6 @@ from simulator.config_batch import ConfigBatch
 from simulator.parallel_config import ParallelConfig
 from simulator.report import TIME_PARTS
 from simulator.memory_rows import static_lower_bound_bytes
-from simulator.stage_static import static_peak_bytes
 from simulator.step_bounds import step_time_floor_s
 from simulator.step_model import LAYER_KEY_FIELDS, _once_per_run as once_per_run, evaluate, memory_parts
 
@@ -65,8 +64,9 @@ class Evaluated:
             how far an infeasible request is from fitting); row -1 when nothing was evaluated.
         wall_s: seconds spent scoring (batches, step model, fit filter, collection); cpu_s: CPU
             seconds of this process meanwhile (less contention-sensitive; excludes workers).
-        bound_pruned: rows the memory lower bound dropped before the stage model (their
-            memory is not seen: when nothing fits, ``min_memory_*`` is exact only if this is 0).
+        bound_pruned: rows the memory lower bound or the end stages dropped before the whole
+            stage model (their memory is not seen: when nothing fits, ``min_memory_*`` is exact
+            only if this is 0).
         fitting: rows that fit (all dtypes); ``rows`` are all of them unless the search was told
             which it keeps (``evaluate_space(keep=...)``), then those it had to time.
     """
@@ -142,8 +142,8 @@ _FITTING: "_Fitting | None" = None
 
 
 def _memory_chunk(job: _Job, dtype_index: int, start: int, stop: int) -> "_ChunkResult":
-    """Memory of every row of the chunk (a row whose lower bound is over the limit cannot fit:
-    the stage model runs on the others); of the rows that fit, what their step time needs (the
+    """Memory of every row of the chunk (a row whose lower bound, or whose first or last stage,
+    is over the limit cannot fit: the whole stage model runs on the others); of the rows that fit, what their step time needs (the
     memory search's counts, ``_MEMORY_KEYS``) and, with ``job.floors``, their step-time floor."""
     defaults = job.defaults[dtype_index] if job.defaults else None
     batch = config_batch(job.columns, job.dtypes[dtype_index], job.global_batch, start, stop, defaults)
@@ -154,17 +154,15 @@ def _memory_chunk(job: _Job, dtype_index: int, start: int, stop: int) -> "_Chunk
                                <= job.memory_limit_bytes)
         if len(maybe) < len(batch):
             batch = batch.take(maybe)
-        # then the largest stage's static parts (a few distinct stages per row, not pp)
-        peak = static_peak_bytes(job.model, job.cluster, job.eff, batch, once_per_run, LAYER_KEY_FIELDS)
-        within = np.flatnonzero(peak <= job.memory_limit_bytes)
-        if len(within) < len(batch):
-            maybe, batch = maybe[within], batch.take(within)
-    pruned = stop - start - len(maybe)
     if not len(maybe):
         return _ChunkResult(dtype_index, start, stop, np.zeros(0, dtype=np.int64), _no_memory(), None, np.inf, -1,
-                            pruned)
-    parts = memory_parts(job.model, job.cluster, job.eff, batch, fit_limit_bytes=limit)
+                            stop - start)
+    # then the rows over the limit at an end stage (after the search) skip the rest of the stage
+    # model: memory inf, pruned like the bound's rows
+    parts = memory_parts(job.model, job.cluster, job.eff, batch, fit_limit_bytes=limit,
+                         drop_over_bytes=job.memory_limit_bytes if job.prune_by_bound else None)
     mem = np.asarray(parts["memory_bytes"], dtype=float)
+    pruned = stop - start - int(np.count_nonzero(np.isfinite(mem)))
     fit = np.flatnonzero((mem <= job.memory_limit_bytes) & np.asarray(parts["host_fits"], dtype=bool))
     kept = {k: np.array(np.broadcast_to(parts[k], (len(batch),))[fit]) for k in _MEMORY_KEYS}
     for f in CHOSEN_FIELDS:
@@ -176,7 +174,7 @@ def _memory_chunk(job: _Job, dtype_index: int, start: int, stop: int) -> "_Chunk
         floor = np.array(step_time_floor_s(job.model, job.cluster, job.eff, timed, kept), dtype=float)
     i_min = int(np.argmin(mem))
     return _ChunkResult(dtype_index, start, stop, start + maybe[fit], kept, floor, float(mem[i_min]),
-                        start + maybe[i_min], pruned)
+                        start + maybe[i_min] if np.isfinite(mem[i_min]) else -1, pruned)
 
 
 def _no_memory() -> dict:
@@ -290,9 +288,10 @@ def evaluate_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel,
     fewest recomputed layers that fit,
     rows that do not fit the fewest offloaded layers that make them fit
     (``step_model.memory_parts(fit_limit_bytes=...)``); their counts are in ``CHOSEN_FIELDS``.
-    ``prune_by_bound``: rows whose memory lower bounds (``memory_rows.static_lower_bound_bytes``,
-    ``stage_static.static_peak_bytes``) are over the limit skip the stage model (they cannot
-    fit; the fitting rows and their numbers are the same either way).
+    ``prune_by_bound``: rows whose memory lower bound (``memory_rows.static_lower_bound_bytes``)
+    is over the limit skip the stage model, and those whose first or last stage is (after the
+    memory search: ``stage_memory.memory_parts(drop_over_bytes=...)``) the rest of it (they
+    cannot fit; the fitting rows and their numbers are the same either way).
     ``refine(model, cluster, eff, space, global_batch, ev, defaults=, cache=, trace=)``: applied
     to the timed rows (``refine.refine_exact``).
     ``keep``: the caller keeps only ``space_scoring.kept_rows(..., keep)`` of the refined rows;

@@ -63,10 +63,6 @@ def fewest_that_fit(prm: dict, idx, fc: StageCells, limit, out: dict, static_ten
     # every row's stage totals as enumerated (full recomputation of every layer where asked)
     t_given = stage_total(static_tensors, dyn)
     peak_given = np.maximum.reduceat(t_given, bounds)
-    # the dynamic parts are never negative: a row whose static parts alone do not fit never fits
-    t_static = stage_total(static_tensors, dict.fromkeys(("activations_bytes", "recompute_buffers_bytes",
-                                                          "offload_buffers_bytes"), 0.0))
-    hopeless = np.maximum.reduceat(t_static, bounds) > limit
     enumerated_full = (rc == _FULL) & (nl == 0) & (prm["method"] != _UNIFORM)
     if enumerated_full.any():
         # rows that fit recomputing every layer but not recomputing none: the fewest layers per
@@ -103,7 +99,14 @@ def fewest_that_fit(prm: dict, idx, fc: StageCells, limit, out: dict, static_ten
             out["_recompute_num_layers"][idx[rows]] = np.where(covers_all, 0.0, top)
             out["_recompute_layers_decrement"][idx[rows]] = np.where(covers_all | (n_stages[rows] == 1), 0.0, dec)
             replace(pos, "stage_rc", counts)
-    offloadable = (rc != _FULL) & offload_ok & (prm["off"] == 0) & (peak_given > limit) & ~hopeless
+    offloadable = (rc != _FULL) & offload_ok & (prm["off"] == 0) & (peak_given > limit)
+    if offloadable.any():
+        # the dynamic parts are never negative: a row whose static parts alone do not fit never fits
+        r = np.flatnonzero(offloadable)
+        t_static = stage_total(static_tensors[ranges(bounds[r], n_stages[r])],
+                               dict.fromkeys(("activations_bytes", "recompute_buffers_bytes", "offload_buffers_bytes"),
+                                             0.0))
+        offloadable[r] = _row_peaks(t_static, n_stages[r]) <= limit
     if offloadable.any():
         rows = np.flatnonzero(offloadable)
         lo = np.ones(len(rows))
@@ -115,12 +118,31 @@ def fewest_that_fit(prm: dict, idx, fc: StageCells, limit, out: dict, static_ten
             pos = ranges(bounds[rows[r]], n_stages[rows[r]])
             return _row_peaks(totals(pos, offload=np.repeat(g, n_stages[rows[r]])), n_stages[rows[r]])
 
+        def ends_over(r, g):
+            """Whether the first or the last stage of rows ``r`` is over the limit with ``g``
+            layers offloaded per chunk: those stages' totals are the very numbers ``peaks``
+            reads (a stage's total depends on its own inputs only), so such a row's peak is
+            over too; the first stage holds the most in-flight sets, the last the logits."""
+            first = bounds[rows[r]]
+            return (totals(first, offload=g) > limit) | (totals(first + n_stages[rows[r]] - 1, offload=g) > limit)
+
+        def fits(r, g):
+            """``peaks(r, g) <= limit``, the rows whose first or last stage is over settled
+            without their other stages."""
+            ok = ~ends_over(r, g)
+            ok[ok] = peaks(r[ok], g[ok]) <= limit
+            return ok
+
+        # rows that fit offloading all they may (the others are dropped): most of the rows
+        # over the limit as enumerated are over at an end stage even so
+        over = ends_over(np.arange(len(rows)), hi)
+        rows, lo, hi, t_lo = rows[~over], lo[~over], hi[~over], t_lo[~over]
         t_hi = peaks(np.arange(len(rows)), hi)
-        reach = t_hi <= limit     # rows that fit offloading all it may (else: dropped)
+        reach = t_hi <= limit
         rows, lo, hi, t_lo, t_hi = rows[reach], lo[reach], hi[reach], t_lo[reach], t_hi[reach]
         if len(rows):
             guess = np.ceil(hi * (t_lo - limit) / np.maximum(t_lo - t_hi, 1.0))
-            lo, hi = _bisect(lambda g, r: peaks(r, g) <= limit, lo, hi, guess)
+            lo, hi = _bisect(lambda g, r: fits(r, g), lo, hi, guess)
             out["_offload_activation_layers"][idx[rows]] = hi
             pos = ranges(bounds[rows], n_stages[rows])
             replace(pos, "offload", np.repeat(hi, n_stages[rows]))

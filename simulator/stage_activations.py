@@ -129,15 +129,18 @@ def distinct_dynamic_rows(batch, act: dict, rc_group):
                                                                "full_moe")]
     layouts = _layouts(batch, np.arange(n))
     if layouts is not None:
-        cols.append(np.unique(np.asarray(layouts, dtype=object).astype(str), return_inverse=True)[1]
-                    .reshape(-1).astype(float))
-    key = np.ascontiguousarray(np.stack(cols, axis=1))
-    _, first, inverse = np.unique(key.view(np.dtype((np.void, key.itemsize * key.shape[1]))).reshape(-1),
-                                  return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")          # distinct rows in batch order
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    return first[order], rank[inverse.reshape(-1)]
+        cols.append(np.asarray(layouts, dtype=object).astype(str))
+    # each row's key numbered in order of first appearance, column by column (hash tables on
+    # one column at a time: cheaper than sorting the rows' bytes; constant columns skipped)
+    code = np.zeros(n, dtype=np.int64)
+    for c in cols:
+        if c.ndim and c.strides[0] == 0:
+            continue
+        values, distinct = pd.factorize(c, use_na_sentinel=False)
+        code = pd.factorize(code * len(distinct) + values)[0]
+    first = np.empty(int(code.max()) + 1 if n else 0, dtype=np.int64)
+    first[code[::-1]] = np.arange(n - 1, -1, -1)     # the last write of a key is its first row
+    return first, code
 
 
 

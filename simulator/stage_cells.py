@@ -90,7 +90,7 @@ def stage_cell_batches(model, batch, max_cells: int = MAX_CELLS):
     """The rows of ``batch`` in batches of at most about ``max_cells`` cells: yields ``(idx,
     cells)`` with ``idx`` the batch rows and ``cells`` a ``StageCells`` of all their stages,
     ordered by row (``row`` indexes ``idx``)."""
-    from simulator.pipeline.makespan import peak_in_flight
+    from simulator.pipeline.makespan import peak_in_flight_rows
     from simulator.step_pipeline import _CODE_TO_KIND, _groups, _layouts, _rows, group_cells, schedule_chunks
     if len(batch) == 0:
         return
@@ -114,8 +114,7 @@ def stage_cell_batches(model, batch, max_cells: int = MAX_CELLS):
             g = group_cells(model, kind, p, v, _rows(batch.first_stage_layers, part).astype(np.int64),
                             _rows(batch.last_stage_layers, part).astype(np.int64), _layouts(batch, part))
             m_values, m_index = np.unique(m_all[part], return_inverse=True)
-            in_flight = np.array([peak_in_flight(kind, p, int(x), v) for x in m_values],
-                                 dtype=float).reshape(len(m_values), p)[m_index.reshape(-1)]
+            in_flight = peak_in_flight_rows(kind, p, m_values, v)[m_index.reshape(-1)]
             pending.append((part, p, v, g, in_flight))
             size += len(part) * p * v
     if pending:

@@ -30,14 +30,16 @@ from cost_models import memory
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
-from simulator.config_batch import ConfigBatch
-from simulator.memory_search import fewest_that_fit
+from simulator.config_batch import RECOMPUTE_CODES, ConfigBatch
+from simulator.memory_search import fewest_that_fit, stage_total
+from simulator.parallel_config import Recompute
 from simulator.stage_activations import (distinct_dynamic_rows, dynamic_parts, shared_dynamic, split_cells,
                                          split_inputs)
 from simulator.stage_cells import ranges, row_bounds, stage_cell_batches
-from simulator.stage_static import RunStatic, StageRows, stage_context, static_parts_by_run
+from simulator.stage_static import RunStatic, StageRows, stage_context, static_parts, static_parts_by_run
 from simulator.step_pipeline import _moe_prefix
 
+_FULL = RECOMPUTE_CODES[Recompute.FULL]
 #: memory parts per GPU, summing to ``memory_bytes`` (the order tables print them in)
 PARTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "logits_bytes",
          "recompute_buffers_bytes", "offload_buffers_bytes", "moe_dispatch_bytes", "zero3_buffers_bytes",
@@ -46,7 +48,8 @@ PARTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_byt
 
 
 def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch,
-                 detail: bool = False, once_per_run=None, layer_key_fields=(), fit_limit_bytes=None) -> dict:
+                 detail: bool = False, once_per_run=None, layer_key_fields=(), fit_limit_bytes=None,
+                 drop_over_bytes=None) -> dict:
     """Peak memory per GPU, bytes, by part (``PARTS``), per row of ``batch``: the largest stage's.
 
     Returns the parts, ``memory_bytes`` (their sum), ``memory_stage`` (the stage), the host
@@ -67,6 +70,10 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
     layers per chunk that make them fit (when the cluster has a host link); the memory returned
     is theirs and ``_recompute_num_layers``, ``_recompute_layers_decrement``,
     ``_offload_activation_layers`` hold the counts chosen (``fewest_that_fit``).
+    ``drop_over_bytes`` (the planner; the search's limit when it searches): a row whose first
+    or last stage shows it over this, after the search if any (``_over_at_an_end``), gets
+    ``memory_bytes`` inf and nothing else (its other stages are not computed); every other row
+    gets the very numbers it gets without.
     """
     n = len(batch)
     ctx = stage_context(model, cluster, eff, batch, once_per_run, layer_key_fields)
@@ -109,6 +116,17 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
         rep_local[ridx] = np.arange(len(ridx))
         idx = np.flatnonzero(in_batch[inverse])
         own = rep_local[inverse[idx]]
+        if search:
+            n_cell = rfc.cell["dense"] + rfc.cell["moe"]
+            rep_row_max = np.maximum.reduceat(rfc.stage_max(n_cell), rep_bounds) if len(rfc) else np.zeros(0)
+        if drop_over_bytes is not None and len(idx):
+            over = _over_at_an_end(ctx, prefix, split_inputs(batch, idx), idx, own, rfc, rep_bounds, rep_stages,
+                                   rep_dyn, rep_prm, rows_of_rep, rep_row_max if search else None, drop_over_bytes,
+                                   search)
+            out["memory_bytes"][idx[over]] = np.inf
+            idx, own = idx[~over], own[~over]
+            if not len(idx):
+                continue
         pos = ranges(rep_bounds[own], rep_stages[own])
         # the batch's stages, each its distinct row's stage ``pos`` of ``rfc``: only their rows and
         # places are spelled out (a stage's layers and cells are read at ``pos``)
@@ -117,8 +135,7 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
         static = static_parts_by_run(ctx, sidx, fc, rfc, pos)
         dyn = {k: x[pos] for k, x in rep_dyn.items()}
         if search:
-            n_cell = rfc.cell["dense"] + rfc.cell["moe"]
-            row_max = np.maximum.reduceat(rfc.stage_max(n_cell), rep_bounds)[own] if len(rfc) else np.zeros(0)
+            row_max = rep_row_max[own] if len(rfc) else np.zeros(0)
             prm = split_inputs(batch, idx)
             shared = shared_dynamic(prefix, rep_prm, rfc, ctx, rows_of_rep, pos)
             dyn = fewest_that_fit(prm, idx, fc, fit_limit_bytes, out, static.stage("tensors"), dyn, row_max,
@@ -174,6 +191,43 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
         out.update({f"_stage_{k}": v for k, v in stage_out.items()})
     return out
 
+
+
+def _over_at_an_end(ctx, prefix, prm: dict, idx, own, rfc, rep_bounds, rep_stages, rep_dyn: dict, rep_prm: dict,
+                    rows_of_rep, rep_row_max, limit, search: bool) -> np.ndarray:
+    """Mask of the batch rows ``idx`` (distinct row ``own`` of ``rfc`` each) that the memory
+    search leaves over ``limit``, shown from their first and last stages alone: the stage totals
+    of both are computed as ``fewest_that_fit`` and ``_stage_totals`` compute them (a stage's
+    total depends on its own inputs only, so these are the very numbers). A row is over when
+    an end stage is over as enumerated in the search's sum (so the recomputation search leaves
+    it, and with it the offload search unless the row may offload), an end stage is over in the
+    final sum (``_stage_totals``), and, if it may offload (not recomputing in full, nothing
+    offloaded, a host link), an end stage is over with all it may offload (so the offload
+    search drops it, ``fewest_that_fit``'s ``ends_over``): then its layers stay as enumerated
+    and its peak is over the limit. Without the ``search``, an end stage over in the final sum."""
+    n = len(idx)
+    ends = np.concatenate([rep_bounds[own], rep_bounds[own] + rep_stages[own] - 1])
+    rows = np.concatenate([idx, idx])
+    static = static_parts(ctx, rows, rfc.view(ends, np.arange(2 * n)))
+    values = {**static["parts"], **{k: v for k, v in static.items() if k != "parts"}}
+    dyn = {k: x[ends] for k, x in rep_dyn.items()}
+
+    def either(mask):
+        return mask.reshape(2, n).any(axis=0)
+
+    over = either(_stage_totals(RunStatic(values, None), dyn)[1] > limit)
+    if not search:
+        return over
+    over &= either(stage_total(static["tensors"], dyn) > limit)
+    may_offload = over & (prm["rc"] != _FULL) & ctx.per_row["offload_ok"][idx] & (prm["off"] == 0)
+    if may_offload.any():
+        r = np.flatnonzero(may_offload)
+        at = np.concatenate([r, n + r])
+        hi = np.maximum(rep_row_max[own[r]] - 1.0, 1.0)
+        offloaded = shared_dynamic(prefix, rep_prm, rfc, ctx, rows_of_rep, ends[at])(
+            np.arange(len(at)), "offload", np.concatenate([hi, hi]))
+        over[r] = (stage_total(static["tensors"][at], offloaded) > limit).reshape(2, len(r)).any(axis=0)
+    return over
 
 
 def _stage_totals(static: RunStatic, dyn: dict):

@@ -1,5 +1,5 @@
 """What of a pipeline stage's memory does not depend on recomputation or offload, for
-``stage_memory``; and, from it alone, a lower bound on a row's peak (``static_peak_bytes``).
+``stage_memory``.
 
 A stage's static parts (``static_parts``): the model states of its layers and ends under ZeRO
 over the shard group (the experts' over their expert-data-parallel ranks of one replica
@@ -18,9 +18,9 @@ from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
 from simulator.config_batch import ConfigBatch
-from simulator.memory_rows import BOUND_MARGIN, _degrees, row_terms
+from simulator.memory_rows import _degrees, row_terms
 from simulator.stage_activations import layer_activation_bytes
-from simulator.stage_cells import STAGE_KEYS, StageCells, distinct_stage_counts
+from simulator.stage_cells import StageCells
 from simulator.step_pipeline import _take
 
 
@@ -133,44 +133,3 @@ def static_parts(ctx: StageContext, sidx, fc: StageCells) -> dict:
     return {"parts": parts, "tensors": sum(parts.values()),
             "host": g["off"] * opt_params * offload.HOST_OPTIMIZER_BYTES_PER_PARAM,
             "params": layer_p + end_p, "expert_params": expert_p, "layers": L_d + L_m}
-
-
-
-class _Stages:
-    """Per-stage layer and end counts (``stage_cells.STAGE_KEYS``), what ``static_parts`` reads."""
-
-    def __init__(self, stage: dict):
-        self.stage = stage
-
-
-def static_peak_bytes(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch,
-                      once_per_run=None, layer_key_fields=()) -> np.ndarray:
-    """Per row, bytes no larger than its peak memory per GPU (``stage_memory.memory_parts``'
-    ``memory_bytes``, with or without its memory search): the largest over its stages of the
-    static parts plus the allocator's allowance on them.
-
-    A stage's total is its static parts plus its activations, recompute and offload buffers
-    (never negative: the memory search changes only these) plus the allowance, which grows with
-    the tensors; so no stage is below this and the peak is at least its largest, less
-    ``BOUND_MARGIN`` for the other order of the sums. Each row's stages are read from its
-    layout's distinct per-stage counts (a uniform layout has about three: first, middle, last),
-    so the bound costs a few stages per row, not pp."""
-    n = len(batch)
-    out = np.zeros(n)
-    if n == 0:
-        return out
-    ctx = stage_context(model, cluster, eff, batch, once_per_run, layer_key_fields)
-    rows_of, counts, blocks = [], [], []
-    for rows, per_stage, _ in distinct_stage_counts(model, batch, STAGE_KEYS):
-        rows_of.append(np.repeat(rows, len(per_stage)))
-        counts.append(np.tile(per_stage, (len(rows), 1)))
-        blocks.append((rows, len(per_stage)))
-    counts = np.concatenate(counts)
-    sidx = np.concatenate(rows_of)
-    static = static_parts(ctx, sidx, _Stages({k: counts[:, i] for i, k in enumerate(STAGE_KEYS)}))
-    total = static["tensors"] + memory.allocator_allowance_bytes(static["tensors"])
-    at = 0
-    for rows, u in blocks:
-        out[rows] = total[at:at + len(rows) * u].reshape(len(rows), u).max(axis=1)
-        at += len(rows) * u
-    return out * (1.0 - BOUND_MARGIN)

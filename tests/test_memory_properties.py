@@ -111,3 +111,53 @@ def test_the_memory_search_returns_the_fewest_recomputed_layers_that_fit():
                                                         recompute_layers_decrement=0)
     assert float(memory_parts(model, CLUSTER, EFF, ConfigBatch.from_configs([fewer]))["memory_bytes"][0]) > limit
     assert best["memory_gib"] * 2**30 <= limit
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(configs(), st.sampled_from(["none", "selective"]), st.floats(0.5, 1.05))
+def test_the_offload_search_returns_the_fewest_offloaded_layers_that_fit(case, recompute, squeeze):
+    # brute force over every offload count: the search's choice is the fewest that fit (none
+    # when the row fits as it is), and a row it leaves over the limit fits with no count
+    model, kw = case
+    kw = {**kw, "recompute": recompute}
+    given_bytes = _memory(model, **kw)
+    limit = given_bytes * squeeze
+    batch = ConfigBatch.from_configs([ParallelConfig(**kw)])
+    found = memory_parts(model, CLUSTER, EFF, batch, fit_limit_bytes=limit)
+    chosen = int(found["_offload_activation_layers"][0])
+    # past a chunk's layers less one the count changes nothing (each chunk keeps its last layer)
+    counts = list(range(model.num_layers + 1))
+    every = memory_parts(model, CLUSTER, EFF, ConfigBatch.from_configs(
+        [ParallelConfig(**{**kw, "offload_activation_layers": k}) for k in counts]))["memory_bytes"]
+    fitting = [k for k, m in zip(counts, every) if m <= limit]
+    if given_bytes <= limit:
+        assert chosen == 0
+    elif chosen:
+        assert fitting and chosen == fitting[0] and found["memory_bytes"][0] == every[chosen]
+    else:
+        assert not fitting
+
+
+def test_rows_shown_over_the_limit_at_an_end_stage_are_exactly_rows_that_do_not_fit():
+    # the planner's shortcut (stage_memory.memory_parts(drop_over_limit=True)): a row it marks
+    # inf does not fit with the full search, every other row gets the same numbers
+    import itertools
+    model = MODELS["deepseek-v2"]
+    rows = [ParallelConfig(dp=dp, tp=tp, pp=pp, ep=ep, micro_batch=mb, global_batch=64, zero_stage=zero,
+                           recompute=rc, schedule="1f1b", uneven_layers=True)
+            for dp, tp, pp, ep, mb, zero, rc in itertools.product((2, 4), (4, 8), (2, 4, 8), (2, 4), (1, 2), (0, 1, 3),
+                                                                  ("none", "selective", "full"))]
+    batch = ConfigBatch.from_configs(rows)
+    given = memory_parts(model, CLUSTER, EFF, batch)["memory_bytes"]
+    limit = float(np.quantile(given, 0.5))
+    for search in (limit, None):        # with the memory search and without
+        full = memory_parts(model, CLUSTER, EFF, batch, fit_limit_bytes=search)
+        short = memory_parts(model, CLUSTER, EFF, batch, fit_limit_bytes=search, drop_over_bytes=limit)
+        dropped = ~np.isfinite(short["memory_bytes"])
+        assert 0 < dropped.sum() <= (full["memory_bytes"] > limit).sum()
+        assert (full["memory_bytes"][dropped] > limit).all()
+        for key, value in full.items():
+            if key.startswith("_stage") or np.ndim(value) == 0:
+                continue
+            a, b = np.broadcast_to(value, (len(batch),)), np.broadcast_to(short[key], (len(batch),))
+            assert np.array_equal(a[~dropped], b[~dropped]), key

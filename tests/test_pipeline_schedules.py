@@ -260,3 +260,19 @@ def test_event_sim_is_fast_for_64_stages_and_512_microbatches():
     result = simulate_schedule(schedule, **FUSED)
     assert time.perf_counter() - t0 < 1.0
     assert result.bubble_fraction == pytest.approx(63 / 575)
+
+
+def test_1f1b_peak_in_flight_closed_form_equals_the_simulated_flush():
+    # planner's shortcut (makespan.peak_in_flight): stage s holds min(m, p - s) sets; the
+    # event simulation of every (p, m) up to the sweep cap must say the same
+    from simulator.pipeline.makespan import _simulated_peaks, m_cap, peak_in_flight, peak_in_flight_rows
+    for p in range(1, 17):
+        ms = range(1, m_cap(ScheduleKind.ONE_F_ONE_B, p) + 1)
+        for m in ms:
+            assert peak_in_flight(ScheduleKind.ONE_F_ONE_B, p, m, 1) == \
+                _simulated_peaks(ScheduleKind.ONE_F_ONE_B, p, m, 1)
+        assert peak_in_flight_rows(ScheduleKind.ONE_F_ONE_B, p, list(ms) + [10_000], 1).tolist() == \
+            [list(peak_in_flight(ScheduleKind.ONE_F_ONE_B, p, m, 1)) for m in list(ms) + [10_000]]
+    assert peak_in_flight(ScheduleKind.ONE_F_ONE_B, 8, 1000, 1) == (8, 7, 6, 5, 4, 3, 2, 1)
+    assert peak_in_flight_rows("interleaved", 4, [4, 8], 2).tolist() == \
+        [list(peak_in_flight("interleaved", 4, m, 2)) for m in (4, 8)]

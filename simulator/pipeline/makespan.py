@@ -125,7 +125,23 @@ def peak_in_flight(kind, p: int, m: int, v: int) -> tuple[int, ...]:
         m_eff = -(-m_eff // p) * p
     if kind == ScheduleKind.GPIPE:
         return tuple([int(m)] * p)
+    if kind == ScheduleKind.ONE_F_ONE_B:
+        # stage s runs p - s - 1 warm-up forwards, then one forward per backward (Narayanan et
+        # al. 2021, section 2.2): it holds min(m, p - s) sets, as the simulation finds
+        # (tests/test_pipeline_schedules.py), without simulating the flush
+        return tuple(min(m_eff, p - s) for s in range(p))
     return _simulated_peaks(kind, p, m_eff, v)
+
+
+def peak_in_flight_rows(kind, p: int, m_values, v: int) -> np.ndarray:
+    """``peak_in_flight`` for each micro-batch count of ``m_values``: a (len(m_values), p) array
+    (1F1B's closed form at once, the other schedules count by count)."""
+    kind = ScheduleKind(getattr(kind, "value", kind))
+    m_values = np.asarray(m_values, dtype=np.int64)
+    if kind == ScheduleKind.ONE_F_ONE_B:
+        # min(min(m, m_cap), p - s) = min(m, p - s): the cap is at least p
+        return np.minimum(m_values[:, None], p - np.arange(p)[None, :]).astype(float)
+    return np.array([peak_in_flight(kind, p, int(m), v) for m in m_values], dtype=float).reshape(len(m_values), p)
 
 
 @lru_cache(maxsize=4096)
@@ -198,4 +214,4 @@ def _flush(kind: ScheduleKind, p: int, m: int, v: int, table: np.ndarray, durati
     return t_hi + (m - cap) * rate
 
 
-__all__ = ["flush_makespan_s", "m_cap", "order_durations", "peak_in_flight", "F", "W", "BW"]
+__all__ = ["flush_makespan_s", "m_cap", "order_durations", "peak_in_flight", "peak_in_flight_rows", "F", "W", "BW"]
