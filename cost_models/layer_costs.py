@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models.compute import (ComputeRates, attention_core_exponentials, attention_core_flops, attention_time_s,
-                                 gemm_time_s, linear_gemm_times_s, materialised_attention_time_s,
+                                 linear_gemm_times_s, materialised_attention_time_s,
                                  memory_bound_time_s)
 from cost_models.low_precision import (ELEMENT_BYTES, SOURCE_BYTES, quantise_bytes_per_element,
                                        quantised_copies)

@@ -1,7 +1,7 @@
 """Accelerator profile: peak FLOP/s per dtype, HBM size and bandwidth, scale-up link."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping
 

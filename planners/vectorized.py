@@ -30,7 +30,7 @@ from simulator.parallel_config import ParallelConfig
 from simulator.report import TIME_PARTS
 from simulator.memory_rows import static_lower_bound_bytes
 from simulator.step_bounds import step_time_floor_s
-from simulator.step_model import LAYER_KEY_FIELDS, _once_per_run as once_per_run, evaluate, memory_parts
+from simulator.step_model import evaluate, memory_parts
 
 #: step-model outputs the planner keeps for every fitting row.
 KEPT_OUTPUTS = ("step_time_s", "step_time_lower_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "memory_bytes",

@@ -21,7 +21,7 @@ import numpy as np
 
 from simulator.config_batch import RECOMPUTE_CODES, RECOMPUTE_METHOD_CODES, SCHEDULE_CODES
 from simulator.layout_string import parse_layout
-from simulator.parallel_config import Recompute, RecomputeMethod, Schedule
+from simulator.parallel_config import Recompute, RecomputeMethod
 from simulator.pipeline.bound import flush_lower_bound_s
 from simulator.pipeline.makespan import flush_makespan_s, stage_work_s
 from simulator.pipeline.schedules import ScheduleKind

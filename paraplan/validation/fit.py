@@ -323,17 +323,20 @@ def neutral_start(base: EfficiencyModel, prepared: Prepared) -> EfficiencyModel:
     (geometric middle for the log-scaled ones; a low-precision plateau at the middle of its range
     under the 16-bit middle): a start that owes nothing to any row, so a fit without a source
     cannot inherit that source's influence through where the search began."""
-    x = _from_model(base)
-    names = fitted_names(prepared)
+    return _to_model(base, _at_middles(_from_model(base), fitted_names(prepared)))
+
+
+def _at_middles(x: dict, names) -> dict:
+    """``x`` with each factor of ``names`` at the middle of its range (geometric for the
+    ``LOG_SCALED``), the 16-bit plateau first: the low-precision plateaus' ranges end at it."""
+    x = dict(x)
     if "gemm16" in names:
-        lo, hi = FIT_BOUNDS["gemm16"]
-        x["gemm16"] = (lo + hi) / 2.0
+        x["gemm16"] = sum(FIT_BOUNDS["gemm16"]) / 2.0
     for n in names:
-        if n == "gemm16":
-            continue
-        lo, hi = _bounds(n, x)
-        x[n] = math.sqrt(lo * hi) if n in LOG_SCALED else (lo + hi) / 2.0
-    return _to_model(base, x)
+        if n != "gemm16":
+            lo, hi = _bounds(n, x)
+            x[n] = math.sqrt(lo * hi) if n in LOG_SCALED else (lo + hi) / 2.0
+    return x
 
 
 def source_free(model: EfficiencyModel) -> EfficiencyModel:
@@ -356,12 +359,7 @@ def source_free(model: EfficiencyModel) -> EfficiencyModel:
 def _middle_of_ranges(base: EfficiencyModel) -> EfficiencyModel:
     """``base`` with every fitted factor at the middle of its range, the host and kernel factors at
     their documented priors (no rows to fit, none to borrow)."""
-    x = _from_model(base)
-    x["gemm16"] = sum(FIT_BOUNDS["gemm16"]) / 2.0
-    for n in FIT_BOUNDS:
-        if n != "gemm16":
-            lo, hi = _bounds(n, x)
-            x[n] = math.sqrt(lo * hi) if n in LOG_SCALED else (lo + hi) / 2.0
+    x = _at_middles(_from_model(base), FIT_BOUNDS)
     x.update(UNPINNED_PRIORS)
     return replace(_to_model(base, x), fitted_factors=())
 

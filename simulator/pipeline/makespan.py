@@ -126,11 +126,16 @@ def peak_in_flight(kind, p: int, m: int, v: int) -> tuple[int, ...]:
     if kind == ScheduleKind.GPIPE:
         return tuple([int(m)] * p)
     if kind == ScheduleKind.ONE_F_ONE_B:
-        # stage s runs p - s - 1 warm-up forwards, then one forward per backward (Narayanan et
-        # al. 2021, section 2.2): it holds min(m, p - s) sets, as the simulation finds
-        # (tests/test_pipeline_schedules.py), without simulating the flush
-        return tuple(min(m_eff, p - s) for s in range(p))
+        return tuple(int(x) for x in _one_f_one_b_in_flight(np.array([m_eff]), p)[0])
     return _simulated_peaks(kind, p, m_eff, v)
+
+
+def _one_f_one_b_in_flight(m_values: np.ndarray, p: int) -> np.ndarray:
+    """(len(m_values), p) activation sets each 1F1B stage holds at most: stage s runs p - s - 1
+    warm-up forwards, then one forward per backward (Narayanan et al. 2021, section 2.2), so it
+    holds min(m, p - s), as the simulation finds (tests/test_pipeline_schedules.py), without
+    simulating the flush; ``m_cap`` is at least p, so capping m first changes nothing."""
+    return np.minimum(np.asarray(m_values, dtype=np.int64)[:, None], p - np.arange(p)[None, :])
 
 
 def peak_in_flight_rows(kind, p: int, m_values, v: int) -> np.ndarray:
@@ -139,8 +144,7 @@ def peak_in_flight_rows(kind, p: int, m_values, v: int) -> np.ndarray:
     kind = ScheduleKind(getattr(kind, "value", kind))
     m_values = np.asarray(m_values, dtype=np.int64)
     if kind == ScheduleKind.ONE_F_ONE_B:
-        # min(min(m, m_cap), p - s) = min(m, p - s): the cap is at least p
-        return np.minimum(m_values[:, None], p - np.arange(p)[None, :]).astype(float)
+        return _one_f_one_b_in_flight(m_values, p).astype(float)
     return np.array([peak_in_flight(kind, p, int(m), v) for m in m_values], dtype=float).reshape(len(m_values), p)
 
 
