@@ -119,6 +119,26 @@ def grouped_gemm_time_s(m_per_group, n, k, groups, rates: ComputeRates, launches
     return gemm_time_s(m, n, k, rates, count=groups) - (groups - launches) * rates.kernel_overhead_s
 
 
+def expert_output_bias_work(rows, hidden, local_experts, act_bytes):
+    """HBM bytes and kernels of adding the routed experts' output bias, weighted by the routing
+    probabilities, one micro-batch on one GPU, forward and backward.
+
+    Megatron-Core's ``TEGroupedMLP`` runs the second expert GEMM without its bias and adds it
+    per local expert in Python (NVIDIA/Megatron-LM@core_v0.15.0 megatron/core/transformer/moe/
+    experts.py ``_apply_bias``: ``torch.cat([t + b * p for each expert's rows])``). Forward, per
+    expert: ``b * p`` writes its rows x hidden, the add reads two and writes one, and the
+    concatenation reads and writes them all once more: 6 row passes of ``rows * hidden``
+    elements and ``2 e + 1`` kernels for ``e`` local experts. Backward, per expert, autograd's
+    two products (gradient times ``p``, gradient times ``b``: read one, write one) and their two
+    sums (read one): 6 passes and ``4 e`` kernels; the concatenation and the add pass the
+    gradient through as views. Elements counted in the activation dtype.
+    """
+    elems = _f(rows) * float(hidden) * float(act_bytes)
+    e = _f(local_experts)
+    return {"fwd_bytes": 6.0 * elems, "bwd_bytes": 6.0 * elems, "fwd_kernels": 2.0 * e + 1.0,
+            "bwd_kernels": 4.0 * e}
+
+
 def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_imbalance=1.0, tp=1, sp=True,
                   current_scaling=False):
     """Forward seconds, FLOPs and all-to-all sizes of one MoE block on one GPU, one micro-batch.
@@ -218,8 +238,11 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
                       + (2.0 * k + 1.0) * routed * row_bytes
                       + tokens * act_bwd * f_sh / tp * rates.act_bytes
                       + tokens * row_bytes * (REPLICATED_ELEMENTWISE_UNITS_BWD / 2) / split)
-    elem_s = memory_bound_time_s(elem_bytes, rates, MOE_ELEMENTWISE_KERNELS_FWD)
-    elem_bwd_s = memory_bound_time_s(elem_bwd_bytes, rates, MOE_ELEMENTWISE_KERNELS_FWD)
+    bias = expert_output_bias_work(rows, h, local_experts, rates.act_bytes) if model.linear_bias else None
+    elem_s = memory_bound_time_s(elem_bytes + (bias["fwd_bytes"] if bias else 0.0), rates,
+                                 MOE_ELEMENTWISE_KERNELS_FWD + (bias["fwd_kernels"] if bias else 0.0))
+    elem_bwd_s = memory_bound_time_s(elem_bwd_bytes + (bias["bwd_bytes"] if bias else 0.0), rates,
+                                     MOE_ELEMENTWISE_KERNELS_FWD + (bias["bwd_kernels"] if bias else 0.0))
 
     out = {
         "gemm_fwd_s": router_s + expert_s + shared_s,

@@ -135,3 +135,26 @@ def test_a_host_bound_pass_issues_the_quantisation_kernels_too():
 def test_the_stacks_fp8_recipe_sets_current_scaling():
     assert stack_config_fields(load_stack("megatron-bridge"), "fp8")["fp8_current_scaling"] is True
     assert stack_config_fields(load_stack("megatron-core"), "fp8")["fp8_current_scaling"] is False
+
+
+def test_the_expert_output_bias_is_added_per_local_expert_in_six_row_passes_each_way():
+    # 16 local experts, 16,384 routed rows of 2,880 bf16 elements (GPT-OSS 120B at EP 8)
+    work = moe.expert_output_bias_work(16384.0, 2880, 16.0, 2.0)
+    assert float(work["fwd_bytes"]) == 6 * 16384 * 2880 * 2 == float(work["bwd_bytes"])
+    assert float(work["fwd_kernels"]) == 2 * 16 + 1 and float(work["bwd_kernels"]) == 4 * 16
+
+
+def test_a_biased_moe_block_pays_the_bias_passes_and_an_unbiased_one_does_not():
+    rates = compute_rates(load_cluster("dgx-h100").gpu, load_efficiency("hopper"), "bf16")
+    biased = load_model("gpt-oss-120b")
+    plain = replace(biased, linear_bias=False)
+    with_bias = moe.moe_mlp_costs(biased, rates, 4096.0, 8, 1)
+    without = moe.moe_mlp_costs(plain, rates, 4096.0, 8, 1)
+    # 4096 tokens x top 4 = 16,384 rows on the GPU, 128 / 8 = 16 local experts
+    work = moe.expert_output_bias_work(16384.0, 2880, 16.0, 2.0)
+    assert float(with_bias["elem_fwd_s"] - without["elem_fwd_s"]) == pytest.approx(
+        float(work["fwd_bytes"]) / rates.hbm_bytes_per_s + float(work["fwd_kernels"]) * rates.kernel_overhead_s,
+        rel=1e-9)
+    assert float(with_bias["elem_bwd_s"] - without["elem_bwd_s"]) == pytest.approx(
+        float(work["bwd_bytes"]) / rates.hbm_bytes_per_s + float(work["bwd_kernels"]) * rates.kernel_overhead_s,
+        rel=1e-9)
