@@ -81,31 +81,32 @@ def order_durations(kind, f, b, w):
 
 @lru_cache(maxsize=256)
 def _levels(kind: ScheduleKind, p: int, m: int, v: int, durations=(1.0, 1.0, 1.0)):
-    """The schedule's ops grouped by DAG level: for each level (op index, previous op on the
-    stage, dependency op) arrays (-1 = none, mapped to a zero sentinel), plus the op cell and
-    kind arrays for building durations."""
+    """The schedule's ops renumbered level by level of the DAG (ops on one level have all their
+    predecessors on earlier ones), so that each level is a contiguous slice: for each level
+    (start, stop, previous op on the stage, dependency op) with -1 (none) mapped to a zero
+    sentinel, plus each renumbered op's cell and kind for building durations."""
     s = make_schedule(kind, p, m, v, durations=durations)
     n = s.n_ops
     prev_same = np.arange(n) - 1
     prev_same[s.stage_ptr[:-1]] = -1
     dep = s.predecessor.copy()
-    # an op's level is its depth in the DAG (ops on one level have all predecessors on earlier
-    # ones): the end time of a sweep with unit durations and no transfer time, minus one
+    # an op's level is its depth in the DAG: the end time of a sweep with unit durations and no
+    # transfer time, minus one
     _, end = sweep(s, np.ones(n), np.zeros(n))
     level = np.rint(end).astype(np.int64) - 1
     order = np.argsort(level, kind="stable")
-    bounds = np.flatnonzero(np.diff(level[order])) + 1
-    groups = []
-    sentinel = n
-    for idx in np.split(order, bounds):
-        a = prev_same[idx]
-        d = dep[idx]
-        groups.append((idx, np.where(a >= 0, a, sentinel), np.where(d >= 0, d, sentinel)))
-    cell = s.op_stage * v + s.op_chunk.astype(np.int64)
-    kinds = s.op_kind.astype(np.int64)
-    for arr in (cell, kinds):
+    new_of = np.empty(n + 1, dtype=np.int64)
+    new_of[order] = np.arange(n)
+    new_of[n] = n                                  # the sentinel stays last
+    bounds = np.concatenate([[0], np.flatnonzero(np.diff(level[order])) + 1, [n]])
+    a_all = new_of[np.where(prev_same >= 0, prev_same, n)[order]]
+    d_all = new_of[np.where(dep >= 0, dep, n)[order]]
+    groups = tuple((int(lo), int(hi), a_all[lo:hi], d_all[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:]))
+    cell = (s.op_stage * v + s.op_chunk.astype(np.int64))[order]
+    kinds = s.op_kind.astype(np.int64)[order]
+    for arr in (cell, kinds, a_all, d_all):
         arr.setflags(write=False)
-    return tuple(groups), cell, kinds, n
+    return groups, cell, kinds, n
 
 
 def peak_in_flight(kind, p: int, m: int, v: int) -> tuple[int, ...]:
@@ -168,8 +169,8 @@ def _sweep(kind: ScheduleKind, p: int, m: int, v: int, table: np.ndarray, durati
         hi = min(rows, lo + step)
         dur = table[kinds, lo:hi, cell]                 # (n, r)
         end = np.zeros((n + 1, hi - lo))
-        for idx, a, d in groups:
-            end[idx] = np.maximum(end[a], end[d]) + dur[idx]
+        for lo_op, hi_op, a, d in groups:
+            np.add(np.maximum(end[a], end[d]), dur[lo_op:hi_op], out=end[lo_op:hi_op])
         out[lo:hi] = end[:n].max(axis=0)
     return out
 
