@@ -25,6 +25,7 @@ the floor moved 95 distinct flushes, which were -8.3% to +0.3% off the full swee
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from functools import lru_cache
 
 import numpy as np
@@ -200,8 +201,53 @@ def flush_makespan_s(kind, p: int, m: int, v: int, f, b, w) -> np.ndarray:
     out = np.empty(rows)
     for key in np.unique(orders, axis=0):
         sel = np.flatnonzero((orders == key).all(axis=1))
-        out[sel] = _flush(kind, p, m, v, table[:, sel], tuple(key), stage_work_s(kind, f[sel], b[sel], w[sel]))
+        out[sel] = _memo_flush(kind, p, m, v, table[:, sel], tuple(float(x) for x in key))
     return out
+
+
+#: rows whose makespan each (schedule, p, m, v, order) memo holds, and the memos kept
+MEMO_ROWS, MEMO_KEYS = 8192, 512
+_MEMO: "OrderedDict[tuple, tuple[np.ndarray, np.ndarray]]" = OrderedDict()
+
+
+def _row_bytes(table: np.ndarray) -> np.ndarray:
+    """Each row of ``table`` (4, rows, cells) as one opaque byte string (its op durations)."""
+    x = np.ascontiguousarray(np.moveaxis(table, 1, 0).reshape(table.shape[1], -1))
+    return x.view(np.dtype((np.void, x.dtype.itemsize * x.shape[1]))).ravel()
+
+
+def _memo_flush(kind: ScheduleKind, p: int, m: int, v: int, table: np.ndarray, durations) -> np.ndarray:
+    """``_flush`` of each row, swept once per distinct row: a row whose op durations are
+    byte-identical to one swept before (in this call or an earlier one: a search computes the
+    same flush for configurations that differ only in what the pipeline does not see, and the
+    kept plans' table again) takes that row's makespan. ``_flush`` is a pure function of the row,
+    so the values are the very numbers a sweep gives. The memo is bounded: per key ``MEMO_ROWS``
+    rows (past that it holds the last call's new rows only), ``MEMO_KEYS`` keys (the least
+    recently used dropped)."""
+    key = (kind, p, m, v, durations)
+    rows = _row_bytes(table)
+    uniq, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
+    known_keys, known_values = _MEMO.get(key, (uniq[:0], np.zeros(0)))
+    at = np.minimum(np.searchsorted(known_keys, uniq), max(len(known_keys) - 1, 0))
+    hit = (known_keys[at] == uniq) if len(known_keys) else np.zeros(len(uniq), dtype=bool)
+    values = np.empty(len(uniq))
+    values[hit] = known_values[at[hit]]
+    miss = np.flatnonzero(~hit)
+    if len(miss):
+        sel = first[miss]
+        values[miss] = _flush(kind, p, m, v, table[:, sel], durations,
+                              stage_work_s(kind, *(table[i, sel].reshape(len(sel), p, v) for i in range(3))))
+        keys, vals = np.concatenate([known_keys, uniq[miss]]), np.concatenate([known_values, values[miss]])
+        if len(keys) > MEMO_ROWS:
+            keys, vals = uniq[miss], values[miss]          # full: start again from this call's rows
+        order = np.argsort(keys, kind="stable")
+        _MEMO[key] = (keys[order], vals[order])
+        _MEMO.move_to_end(key)
+    elif key in _MEMO:
+        _MEMO.move_to_end(key)
+    while len(_MEMO) > MEMO_KEYS:
+        _MEMO.popitem(last=False)
+    return values[inverse.ravel()]
 
 
 def _flush(kind: ScheduleKind, p: int, m: int, v: int, table: np.ndarray, durations, work) -> np.ndarray:
