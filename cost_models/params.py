@@ -161,3 +161,26 @@ def layer_param_tensors(model: ModelSpec) -> int:
     biased = getattr(model, "linear_bias", not model.gated_mlp)
     layernorm = getattr(model, "normalization", "rmsnorm" if model.gated_mlp else "layernorm") == "layernorm"
     return 4 * (2 if biased else 1) + 2 * (2 if layernorm else 1)
+
+
+def layer_param_tensor_shapes(model: ModelSpec) -> tuple[tuple[int, bool], ...]:
+    """(elements, split by tensor parallelism) of each parameter tensor of one dense layer, in
+    the layout ``layer_param_tensors`` counts: fused QKV weight (h x (a + 2g) d) and its bias,
+    output projection (a d x h) and its bias, MLP in (h x ffn, twice when gated) and its bias,
+    MLP out (ffn x h) and its bias, then the two norms' weights (and biases for LayerNorm).
+    Megatron's column-parallel layers (QKV, MLP in) split weight and bias over the TP ranks; the
+    row-parallel ones (output, MLP out) split the weight and keep the bias whole; norms are
+    whole. GPT-3 175B (h 12,288): 3 x 12,288^2, 36,864, 12,288^2, 12,288, 4 x 12,288^2, 49,152,
+    4 x 12,288^2, 12,288, 12,288 x 4."""
+    h, a, g, d = model.hidden_size, model.num_heads, model.num_kv_heads, model.head_dim
+    gate = 2 if model.gated_mlp else 1
+    ffn = model.ffn_hidden_size
+    biased = getattr(model, "linear_bias", not model.gated_mlp)
+    layernorm = getattr(model, "normalization", "rmsnorm" if model.gated_mlp else "layernorm") == "layernorm"
+    qkv = (a + 2 * g) * d
+    out = [(h * qkv, True)] + ([(qkv, True)] if biased else [])
+    out += [(a * d * h, True)] + ([(h, False)] if biased else [])
+    out += [(gate * h * ffn, True)] + ([(gate * ffn, True)] if biased else [])
+    out += [(ffn * h, True)] + ([(h, False)] if biased else [])
+    out += [(h, False)] * (4 if layernorm else 2)
+    return tuple(out)

@@ -30,6 +30,9 @@ ATTENTION_KERNELS = ("auto", "serial", "pipelined", "materialized")
 #: (DeepSpeed stage 2, FSDP), or once after the last one (Megatron's distributed optimizer keeps
 #: full gradients in its buffer until then, which is ZeRO-1's traffic).
 ZERO2_REDUCE = ("every_microbatch", "last_microbatch")
+#: how ZeRO-3 reduces gradients: each rank receives its shard, or every bucket is all-reduced
+#: whole and each rank keeps its shard (DeepSpeed 0.3 unless ``reduce_scatter: true``)
+ZERO3_GRAD_REDUCE = ("reduce_scatter", "all_reduce")
 #: FP8 scaling recipes (Transformer Engine names; ``none`` = the stack has no FP8 path).
 FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4", "none")
 #: prefetch depths above this are not a documented framework behaviour (and would be a typo).
@@ -109,6 +112,17 @@ class TrainingBehaviour:
         zero3_gather_per_tensor: ZeRO-3 gathers every parameter tensor of a module in its own
             collective (DeepSpeed 0.3.x ``_allgather_param`` per parameter) instead of one
             collective per module (FSDP's flat parameter, later DeepSpeed coalescing).
+        zero3_persistence_threshold_elements: ZeRO-3 parameter tensors with fewer elements stay
+            whole on every rank (biases, norm weights): not gathered per use, gathered once
+            after each optimizer step (DeepSpeed ``stage3_param_persistence_threshold``); 0 =
+            none persist.
+        collective_per_rank_copies: the stack hands each ZeRO all-gather / reduce-scatter a
+            list of one tensor per rank, so PyTorch's c10d copies every rank's slice in its own
+            kernel (``n`` kernels per call; DeepSpeed 0.3 with PyTorch <= 1.8's list API), and
+            gathers its persistent parameters with one copy per parameter and rank.
+        zero3_grad_reduce: how ZeRO-3 reduces the gradients, one of ``ZERO3_GRAD_REDUCE``:
+            ``reduce_scatter`` (each rank receives its shard) or ``all_reduce`` (each reduce
+            bucket all-reduced whole, the shard kept: DeepSpeed 0.3's default).
         bf16_grads_in_fp32: when the run's dtype is bf16 the stack accumulates and reduces
             gradients in fp32 (4 bytes) whatever ``grad_reduce_bytes`` says for fp16 (Megatron-LM
             forces ``--accumulate-allreduce-grads-in-fp32`` with ``--bf16``; DeepSpeed's
@@ -139,6 +153,9 @@ class TrainingBehaviour:
     softmax_fusion: bool = True
     bf16_grads_in_fp32: bool = True
     zero3_gather_per_tensor: bool = False
+    zero3_persistence_threshold_elements: float = 0.0
+    collective_per_rank_copies: bool = False
+    zero3_grad_reduce: str = "reduce_scatter"
 
     def __post_init__(self) -> None:
         if self.attention_kernel not in ATTENTION_KERNELS:
@@ -148,12 +165,16 @@ class TrainingBehaviour:
             if getattr(self, name) not in ZERO2_REDUCE:
                 raise InputError(f"training.{name}", f"unknown value {getattr(self, name)!r}",
                                  "choose one of " + ", ".join(ZERO2_REDUCE))
+        if self.zero3_grad_reduce not in ZERO3_GRAD_REDUCE:
+            raise InputError("training.zero3_grad_reduce", f"unknown value {self.zero3_grad_reduce!r}",
+                             "choose one of " + ", ".join(ZERO3_GRAD_REDUCE))
         if self.grad_reduce_bytes not in (2.0, 4.0):
             raise InputError("training.grad_reduce_bytes", f"must be 2 or 4, got {self.grad_reduce_bytes!r}")
         if self.fp8_recipe not in FP8_RECIPES:
             raise InputError("training.fp8_recipe", f"unknown recipe {self.fp8_recipe!r}",
                              "choose one of " + ", ".join(FP8_RECIPES))
-        for name in ("grad_bucket_elements", "grad_bucket_elements_per_dp", "param_prefetch_max_elements"):
+        for name in ("grad_bucket_elements", "grad_bucket_elements_per_dp", "param_prefetch_max_elements",
+                     "zero3_persistence_threshold_elements"):
             require_positive(f"training.{name}", getattr(self, name), allow_zero=True)
         for name in ("param_prefetch_layers_forward", "param_prefetch_layers_backward"):
             value = getattr(self, name)

@@ -71,6 +71,9 @@ class ConfigBatch:
     softmax_fusion: np.ndarray
     param_gather_per_tensor: np.ndarray
     cuda_graphs: np.ndarray
+    zero3_persistence_elements: np.ndarray
+    collective_per_rank_copies: np.ndarray
+    zero3_grad_all_reduce: np.ndarray
     uneven_layers: np.ndarray
     recompute_num_layers: np.ndarray = None
     recompute_method: np.ndarray = None       # index into RecomputeMethod
@@ -135,6 +138,9 @@ class ConfigBatch:
             softmax_fusion=col("softmax_fusion", bool, bool),
             param_gather_per_tensor=col("param_gather_per_tensor", bool, bool),
             cuda_graphs=col("cuda_graphs", bool, bool),
+            zero3_persistence_elements=col("zero3_persistence_elements", float, float),
+            collective_per_rank_copies=col("collective_per_rank_copies", bool, bool),
+            zero3_grad_all_reduce=col("zero3_grad_all_reduce", bool, bool),
             uneven_layers=col("uneven_layers", bool, bool),
             recompute_num_layers=col("recompute_num_layers"),
             recompute_method=col("recompute_method", RECOMPUTE_METHOD_CODES.get),
@@ -188,6 +194,9 @@ class ConfigBatch:
             param_prefetch_max_elements=float(self.param_prefetch_max_elements[i]),
             tp_backward_overlap=bool(self.tp_backward_overlap[i]), softmax_fusion=bool(self.softmax_fusion[i]),
             param_gather_per_tensor=bool(self.param_gather_per_tensor[i]), cuda_graphs=bool(self.cuda_graphs[i]),
+            zero3_persistence_elements=float(self.zero3_persistence_elements[i]),
+            collective_per_rank_copies=bool(self.collective_per_rank_copies[i]),
+            zero3_grad_all_reduce=bool(self.zero3_grad_all_reduce[i]),
             uneven_layers=bool(self.uneven_layers[i]),
             recompute_num_layers=int(self.recompute_num_layers[i]),
             recompute_method=list(RecomputeMethod)[int(self.recompute_method[i])],

@@ -81,7 +81,7 @@ MAX_MOE_LOAD_IMBALANCE = 2**20
 BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
                "flash_attention", "grad_accumulation_fusion", "uneven_layers", "zero3_recompute_gather",
                "ep_comm_overlap", "ep_dispatch_dedup", "grad_reduce_every_microbatch", "tp_backward_overlap", "softmax_fusion",
-               "param_gather_per_tensor", "cuda_graphs")
+               "param_gather_per_tensor", "cuda_graphs", "collective_per_rank_copies", "zero3_grad_all_reduce")
 #: non-negative integer fields (0 = not set)
 LAYOUT_FIELDS = ("first_stage_layers", "last_stage_layers", "recompute_num_layers", "recompute_layers_decrement",
                  "offload_activation_layers", "zero_shard_group", "loss_chunk_tokens")
@@ -171,6 +171,17 @@ class ParallelConfig:
             collective and reduce-scatters each tensor's gradient in its own (DeepSpeed 0.3: one
             ``all_gather`` and one ``reduce_scatter`` per parameter), paying the ring's start-up
             steps once per tensor; off = one collective per layer (FSDP's flat parameter).
+        zero3_persistence_elements: ZeRO-3 parameter tensors smaller than this many elements
+            (per rank after tensor parallelism) stay whole on every rank: no gather per use, one
+            gather of them all after each optimizer step (DeepSpeed
+            ``stage3_param_persistence_threshold``); 0 = every tensor is gathered per use.
+        collective_per_rank_copies: every ZeRO all-gather / reduce-scatter is handed a list of
+            one tensor per rank, which PyTorch's ProcessGroupNCCL (before ``_all_gather_base``)
+            flattens and copies back one kernel per rank: ``n`` copy kernels of
+            ``EfficiencyModel.kernel_overhead_s`` per call (DeepSpeed 0.3); off = one flat buffer.
+        zero3_grad_all_reduce: under ZeRO-3 each rank all-reduces its fp16 gradients one reduce
+            bucket (``grad_bucket_elements``) at a time and keeps its shard (DeepSpeed 0.3's
+            default ``reduce_scatter: false``); off = reduce-scattered.
         cuda_graphs: each pass is replayed from a captured CUDA graph, so the host issues no
             kernels one by one (``EfficiencyModel.cpu_issue_s`` does not bound it).
         tp_backward_overlap: the backward TP collectives run under the weight- and data-gradient
@@ -261,6 +272,9 @@ class ParallelConfig:
     softmax_fusion: bool = True
     param_gather_per_tensor: bool = False
     cuda_graphs: bool = False
+    zero3_persistence_elements: float = 0.0
+    collective_per_rank_copies: bool = False
+    zero3_grad_all_reduce: bool = False
     recompute_num_layers: int = 0
     recompute_method: RecomputeMethod = RecomputeMethod.BLOCK
     recompute_layers_decrement: int = 0
@@ -308,7 +322,7 @@ class ParallelConfig:
             raise InputError("grad_reduce_bytes", f"must be 2 or 4, got {self.grad_reduce_bytes!r}")
         object.__setattr__(self, "grad_reduce_bytes", float(self.grad_reduce_bytes))
         for name in ("grad_bucket_elements", "grad_bucket_elements_per_dp", "param_prefetch_forward",
-                     "param_prefetch_backward", "param_prefetch_max_elements"):
+                     "param_prefetch_backward", "param_prefetch_max_elements", "zero3_persistence_elements"):
             value = getattr(self, name)
             try:
                 as_float = float(value)

@@ -42,6 +42,7 @@ from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES, ConfigBatch
 from simulator.layer_times import layer_times
 from simulator.parallel_config import Recompute, Schedule
 from simulator.step_pipeline import Ends, PerLayer, pipeline_pass
+from simulator.zero3_collectives import persistent_gather_s, persistent_layer_tensors, rank_copies_s
 
 #: HBM bytes the optimizer step moves per local parameter in mixed-precision training, as
 #: Megatron's optimizer runs it: fused Adam (fp32 weight, grad, m, v read; weight, m, v
@@ -185,21 +186,33 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
     # once per tensor (the bytes split over them); under ZeRO-3 it also reduce-scatters each
     # tensor's gradient alone (DeepSpeed 0.3: ``_reduce_scatter_gradients`` loops over the
     # parameters, one ``reduce_scatter`` each)
-    n_calls = np.where(batch.param_gather_per_tensor, float(params.layer_param_tensors(model)), 1.0)
+    # Tensors below the stack's persistence threshold stay whole on every rank: they are neither
+    # gathered per use nor counted in the gathered bytes, but their gradients are still reduced
+    n_persist, persist_elements = persistent_layer_tensors(model, batch)
+    n_tensors = float(params.layer_param_tensors(model))
+    n_calls = np.where(batch.param_gather_per_tensor, n_tensors - n_persist, 1.0)
+    n_rs_calls = np.where(batch.param_gather_per_tensor, n_tensors, 1.0)
+    # a ZeRO-3 stack that all-reduces its gradients does so one reduce bucket at a time
+    bucket = np.asarray(batch.grad_bucket_elements, dtype=float)
 
     # (ZeRO-3 and ZeRO-2 collectives run inside the shard group; a per-micro-batch all-reduce of
     # plain DP spans every replica)
     def per_layer_z(dense_or_moe_params, expert_params):
         def both(kind, n_params, nbytes, calls=1.0):
             group, e_group = (dp_group, sp_["edp"]) if kind == "all_reduce" else (shard, expert_shard)
-            t = calls * group_collective_time_s(kind, n_params * nbytes / calls, group, tp, cluster, eff)
+            one = group_collective_time_s(kind, n_params * nbytes / np.maximum(calls, 1.0), group, tp, cluster, eff)
+            if kind != "all_reduce":
+                one = one + rank_copies_s(batch, group, eff)
+            t = calls * one
             if model.moe is not None:
                 t = t + group_collective_time_s(kind, expert_params * nbytes, e_group, tp * ep, cluster, eff)
             return t
-        return (both("all_gather", dense_or_moe_params, param_bytes, n_calls),
+        return (both("all_gather", np.maximum(dense_or_moe_params - persist_elements, 0.0), param_bytes, n_calls),
                 both("reduce_scatter", dense_or_moe_params, batch.grad_reduce_bytes,
-                     np.where(zero >= 3, n_calls, 1.0)),
-                both("all_reduce", dense_or_moe_params, batch.grad_reduce_bytes))
+                     np.where(zero >= 3, n_rs_calls, 1.0)),
+                both("all_reduce", dense_or_moe_params, batch.grad_reduce_bytes,
+                     np.where((zero >= 3) & (bucket > 0), np.maximum(dense_or_moe_params / np.maximum(bucket, 1.0), 1.0),
+                              1.0)))
 
     def prefetch_layers(depth, layer_elements):
         # layers whose gathers run ahead; DeepSpeed caps the prefetched elements
@@ -229,7 +242,8 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         # prefetches); in backward the gathers and the gradient reduce-scatter share the window
         z3f = np.where(zero >= 3, _overlapped(ag, fwd_window, 0.0, batch.overlap_param_gather), 0.0)
         grad_mb = np.where(zero == 2, rs_grad, np.where(zero == 1, rs_grad, ar_grad))
-        bwd_comm = np.where(zero >= 3, ag * (1.0 + regather) + rs_grad, np.where(per_mb_grads, grad_mb, 0.0))
+        z3_grad = np.where(batch.zero3_grad_all_reduce, ar_grad, rs_grad)
+        bwd_comm = np.where(zero >= 3, ag * (1.0 + regather) + z3_grad, np.where(per_mb_grads, grad_mb, 0.0))
         grad_window = lay[f"compute_bwd_{kind}"] + w
         z3b = np.where(zero >= 3, _overlapped(bwd_comm, bwd_window, 0.0, batch.overlap_param_gather),
                        np.where(per_mb_grads, _overlapped(bwd_comm, grad_window, 0.0, batch.overlap_grad_reduce), 0.0))
@@ -286,13 +300,18 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
 
     # ZeRO-3 also shards the embedding and the output layer: gathered for the forward and the
     # backward (their first and last passes: nothing earlier to prefetch under), gradients
-    # reduce-scattered after the backward
+    # reduce-scattered (or all-reduced a bucket at a time, as the stack does) after the backward
     def z3_ends(n_params):
         if not np.any(zero >= 3):
             return 0.0 * tp, 0.0 * tp
-        ag = group_collective_time_s("all_gather", n_params * param_bytes, shard, tp, cluster, eff)
-        rs = group_collective_time_s("reduce_scatter", n_params * param_bytes, shard, tp, cluster, eff)
-        return np.where(zero >= 3, ag, 0.0), np.where(zero >= 3, ag + rs, 0.0)
+        copies = rank_copies_s(batch, shard, eff)
+        ag = group_collective_time_s("all_gather", n_params * param_bytes, shard, tp, cluster, eff) + copies
+        rs = group_collective_time_s("reduce_scatter", n_params * param_bytes, shard, tp, cluster, eff) + copies
+        calls = np.where(bucket > 0, np.maximum(n_params / np.maximum(bucket, 1.0), 1.0), 1.0)
+        ar = calls * group_collective_time_s("all_reduce", n_params * batch.grad_reduce_bytes / calls, dp_group, tp,
+                                             cluster, eff)
+        grad = np.where(batch.zero3_grad_all_reduce, ar, rs)
+        return np.where(zero >= 3, ag, 0.0), np.where(zero >= 3, ag + grad, 0.0)
 
     emb_z3_f, emb_z3_bw = z3_ends(emb_params)
     head_z3_f, head_z3_bw = z3_ends(head_params) if params.lm_head_params(model) else (0.0 * tp, 0.0 * tp)
@@ -373,7 +392,8 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     exposed_grad = _overlapped(grad_comm, pipe["first_window_bw_s"], bucket_share * grad_comm, batch.overlap_grad_reduce)
     exposed_gather = _overlapped(gather_comm, pipe["first_window_f_s"], bucket_share * gather_comm,
                                  batch.overlap_param_gather)
-    dp_exposed = exposed_grad + exposed_gather
+    persist_gather = persistent_gather_s(model, cluster, eff, batch, shard, param_bytes)
+    dp_exposed = exposed_grad + exposed_gather + persist_gather
 
     optimizer, opt_params, off = _optimizer_step_s(cluster, eff, batch, memory_by_part, shard, expert_shard)
     # the offloaded share's gradients go to the host under the last backward (like the DP
@@ -455,7 +475,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         "first_stage_layers": memory_by_part["_count_first_layers"],
         "last_stage_layers": memory_by_part["_count_last_layers"],
         "tp_comm_total_s": m * share * pipe["busiest_tp_total_s"],
-        "dp_comm_total_s": grad_comm + gather_comm,
+        "dp_comm_total_s": grad_comm + gather_comm + persist_gather,
         "model_flops": model_flops,
         "hardware_flops": hardware_flops,
         "tokens_per_step": tokens_per_step + 0 * step,

@@ -54,7 +54,10 @@ def test_tp_group_inside_a_node_uses_nvlink_and_across_nodes_uses_the_nic():
     # a flat ring at min(NVLink, 8 x 50 GB/s), or the tree (reduce-scatter in the node, double
     # binary tree across on the 1/8 shard, all-gather in the node); NCCL takes the faster
     lat_i, lat_o = cluster.scaleup.latency_s, cluster.scaleout.latency_s
-    ring = coll.ring_allreduce_time_s(1e8, 16, min(450e9, 8 * 50e9), lat_o)
+    # the ring's 15 steps: 1 crosses the node boundary (NIC latency), 14 stay on NVLink (NCCL's
+    # tuning model); the all-reduce pays that mean twice over
+    lat_ring = (14 * lat_i + 1 * lat_o) / 15
+    ring = coll.ring_allreduce_time_s(1e8, 16, min(450e9, 8 * 50e9), lat_ring)
     hier = (coll.reduce_scatter_time_s(1e8, 8, 450e9, lat_i) + coll.ring_allreduce_time_s(1e8 / 8, 2, 50e9, lat_o)
             + coll.all_gather_time_s(1e8, 8, 450e9, lat_i))
     tree = (coll.reduce_scatter_time_s(1e8, 8, 450e9, lat_i) + coll.tree_allreduce_time_s(1e8 / 8, 2, 50e9, lat_o)
@@ -63,7 +66,7 @@ def test_tp_group_inside_a_node_uses_nvlink_and_across_nodes_uses_the_nic():
     assert float(group_collective_time_s("all_reduce", 1e8, 16, 1, cluster, eff, "hierarchical")) == pytest.approx(hier)
     # all-gather has no tree in NCCL: the ring over all NICs, n - 1 start-up steps
     ag = group_collective_time_s("all_gather", 1e8, 16, 1, cluster, eff)
-    assert ag == pytest.approx(coll.all_gather_time_s(1e8, 16, min(450e9, 8 * 50e9), lat_o))
+    assert ag == pytest.approx(coll.all_gather_time_s(1e8, 16, min(450e9, 8 * 50e9), lat_ring))
     assert across > inside
     # a DP group one member per node (stride 8, tp 8) has one NIC per member: a flat ring at 50 GB/s
     one_per_node = group_collective_time_s("all_reduce", 1e8, 16, 8, cluster, eff)
@@ -80,3 +83,18 @@ def test_all_to_all_splits_traffic_between_tiers():
 def test_collectives_accept_numpy_arrays():
     t = coll.ring_allreduce_time_s(np.array([1e6, 1e9]), np.array([2, 8]), 1e10, 0.0)
     assert t.shape == (2,) and t[1] > t[0]
+
+
+def test_a_flat_ring_over_nodes_pays_the_nic_latency_only_on_the_steps_that_cross_nodes():
+    """NCCL's model (nccl v2.8.4-1 tuning.cc): an all-gather over 1,536 ranks on 192 DGX A100
+    nodes has 1,535 steps, 191 across nodes at the NIC's 5 us and 1,344 over NVLink at 3 us:
+    1,344 x 3 + 191 x 5 = 4,987 us of start-ups for a message too small to count."""
+    from cost_models.topology import ring_step_latency_s
+    cluster = load_cluster("dgx-a100-80gb")
+    eff = EfficiencyModel("ampere", {"bf16": 0.8})
+    assert float(ring_step_latency_s(1536, 192, 3e-6, 5e-6)) * 1535 == pytest.approx(4987e-6, rel=1e-12)
+    t = group_collective_time_s("all_gather", 1536.0, 1536, 1, cluster, eff)
+    bw = min(cluster.scaleup.bw_bytes_per_s * eff.scaleup_fraction, 8 * cluster.scaleout.bw_bytes_per_s * eff.scaleout_fraction)
+    assert float(t) == pytest.approx(4987e-6 + 1535 / 1536 * 1536.0 / bw, rel=1e-9)
+    # one member per node: every step crosses a node
+    assert float(ring_step_latency_s(16, 16, 3e-6, 5e-6)) == pytest.approx(5e-6)

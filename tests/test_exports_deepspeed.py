@@ -129,3 +129,15 @@ def test_plans_deepspeed_cannot_run_are_refused_with_one_line():
             deepspeed.emit(row)
         assert err.value.field == field, (row, err.value)
         assert "\n" not in str(err.value)
+
+
+def test_a_zero3_plan_priced_with_persistent_tensors_and_all_reduced_gradients_says_so():
+    """The plan's ZeRO-3 persistence threshold and all-reduced gradient buckets become
+    DeepSpeed's own keys (stage3_param_persistence_threshold, reduce_scatter: false); the
+    matrix test above has DeepSpeed's parser accept them."""
+    row = dict(next(r for n, r in ACCEPTED if n == "zero3-deepspeed"))
+    z = deepspeed.config(row)["zero_optimization"]
+    assert (z["stage"], z["stage3_param_persistence_threshold"], z["reduce_scatter"]) == (3, 100000, False)
+    plain = {k: v for k, v in row.items() if k not in ("zero3_persistence_elements", "zero3_grad_all_reduce")}
+    plain_z = deepspeed.config(plain)["zero_optimization"]
+    assert "stage3_param_persistence_threshold" not in plain_z and plain_z["reduce_scatter"] is True

@@ -420,11 +420,12 @@ def test_dominance_rules_only_drop_configurations_that_cannot_win(model, cluster
             assert t[j] <= t[i] * (1 + 1e-12) and mem[j] <= mem[i] * (1 + 1e-12)
 
 
-@pytest.mark.parametrize("model, cluster, gpus, gbs", [
-    ("llama3-8b", "dgx-h100", 64, 128),
-    ("mixtral-8x7b", "dgx-h100", 32, 64),
+@pytest.mark.parametrize("model, cluster, gpus, gbs, chunk_rows", [
+    ("llama3-8b", "dgx-h100", 64, 128, 97),
+    ("mixtral-8x7b", "dgx-h100", 32, 64, 1009),     # many more rows: fewer, still uneven, chunks
 ])
-def test_memory_first_scoring_keeps_the_rows_and_numbers_of_full_scoring(model, cluster, gpus, gbs):
+def test_memory_first_scoring_keeps_the_rows_and_numbers_of_full_scoring(model, cluster, gpus, gbs,
+                                                                          chunk_rows):
     """The planner computes every row's memory, then times only the rows that fit; timing the
     whole batch and filtering afterwards must give the same rows and the same numbers."""
     from planners.vectorized import KEPT_OUTPUTS, config_batch, evaluate_space
@@ -437,7 +438,8 @@ def test_memory_first_scoring_keeps_the_rows_and_numbers_of_full_scoring(model, 
     limit = float(np.median(full["memory_bytes"]))          # about half the rows fit
     fit = np.flatnonzero(full["memory_bytes"] <= limit)
     assert 0 < len(fit) < len(space)
-    ev = evaluate_space(spec, cl, eff, space, gbs, limit, chunk_rows=97, workers=1, memory_search=False)
+    ev = evaluate_space(spec, cl, eff, space, gbs, limit, chunk_rows=chunk_rows, workers=1,
+                        memory_search=False)
     first = ev.dtype_index == 0
     assert np.array_equal(ev.rows[first], fit)
     for key in KEPT_OUTPUTS:

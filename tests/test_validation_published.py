@@ -55,12 +55,15 @@ def test_narayanan_tables_stay_within_bound(results):
     megatron = ok[~ok.id.str.contains("zero3")]
     # Megatron-LM's own rows (Table 1, Table 2 PTD); the issue's target is 6%
     assert _mean_abs_pct(megatron) <= 5.0     # measured 4.2%
-    # Table 2's DeepSpeed ZeRO-3 rows are 8-45% fast (measured 22.3%; 32.5% before each
-    # gradient's own reduce-scatter was counted): the per-tensor collectives over 384-2240 ranks
-    # still take less than measured; the issue's 6% target for the source is not met (measured
-    # 9.15% over all 22 rows)
-    assert _mean_abs_pct(zero3) <= 28.0
-    assert _mean_abs_pct(ok) <= 10.0
+    # Table 2's DeepSpeed ZeRO-3 rows with DeepSpeed 0.3's per-rank copies of its list-based
+    # collectives, persistent small tensors and gradients all-reduced per bucket, and rings
+    # paying the NIC's start-up only on their cross-node steps: measured 9.72% mean, -6.6% ..
+    # +20.0% (22.3% and up to 45% fast before); 175B +1%, +5%, -7% and 530B +13%, +12%, +20%
+    # over 384/768/1536 and 640/1120/2240 ranks
+    assert _mean_abs_pct(zero3) <= 10.5
+    assert float((zero3.rel_error.abs() * 100).max()) <= 21.0
+    # the issue's 6% target for the source: measured 5.71% over all 22 rows
+    assert _mean_abs_pct(ok) <= 6.0
 
 
 def test_dense_rows_with_their_fields_are_predicted(results):

@@ -145,6 +145,12 @@ def _config(p: dict) -> dict:
     }
     if p["zero_stage"] == 3 and p["param_prefetch_max_elements"] > 0:
         cfg["zero_optimization"]["stage3_prefetch_bucket_size"] = int(p["param_prefetch_max_elements"])
+    if p["zero_stage"] == 3 and p.get("zero3_persistence_elements", 0) > 0:
+        # the tensors the plan priced as persistent (never gathered per use)
+        cfg["zero_optimization"]["stage3_param_persistence_threshold"] = int(p["zero3_persistence_elements"])
+    if p["zero_stage"] == 3 and p.get("zero3_grad_all_reduce", False):
+        # the plan priced all-reduced gradient buckets, DeepSpeed's path without reduce_scatter
+        cfg["zero_optimization"]["reduce_scatter"] = False
     if p.get("offload_optimizer_fraction"):
         # ZeRO-Offload: optimizer states and step on the host (pinned buffers)
         cfg["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
