@@ -13,7 +13,7 @@ from cost_models.compute import (ComputeRates, attention_core_exponentials, atte
                                  linear_gemm_times_s, materialised_attention_time_s,
                                  memory_bound_time_s)
 from cost_models.low_precision import (ELEMENT_BYTES, SOURCE_BYTES, quantise_bytes_per_element,
-                                       quantised_copies)
+                                       quantise_kernels, quantised_copies)
 from model_specs.model_spec import ModelSpec
 
 #: memory-bound traffic per token of the parts that sequence parallelism splits, in units of
@@ -65,39 +65,72 @@ def mlp_gemm_shapes(hidden: int, ffn, gated: bool, tp):
     return [(up, hidden + 0 * tp), (hidden + 0 * tp, np.asarray(ffn, dtype=float) / tp)]
 
 
-def linear_cast_bytes(tokens, shapes, dtype: str, input_fused, grad_fused):
-    """HBM bytes of the quantisation kernels of the linear layers ``shapes`` ([(n, k), ...],
+def linear_cast_bytes(tokens, shapes, dtype: str, input_fused, grad_fused, current_scaling=False, groups=1.0,
+                      seq_split=1.0, input_sharded=None, grad_sharded=None):
+    """HBM bytes and kernels of the quantisation of the linear layers ``shapes`` ([(n, k), ...],
     Y[tokens, n] = X[tokens, k] W[k, n]) for one micro-batch, by pass: a dict with
     ``fprop`` (inputs X), ``weights`` (W, once per optimizer step: Transformer Engine caches
-    the quantised weights across micro-batches) and ``dgrad`` (output gradients dY); the
-    weight-gradient GEMM reuses the stored column-wise copies (``low_precision``).
+    the quantised weights across micro-batches) and ``dgrad`` (output gradients dY) in bytes, and
+    ``fprop_kernels`` / ``dgrad_kernels``; the weight-gradient GEMM reuses the stored
+    column-wise copies (``low_precision``).
 
-    ``input_fused[i]`` / ``grad_fused[i]``: the kernel that produces X (a norm, or the MLP's
-    activation function) or dY (the activation function's backward) writes the quantised
-    copies itself in place of its 16-bit output (Transformer Engine's LayerNormLinear and
-    LayerNormMLP), so only the copies' bytes beyond that 16-bit write are extra. Otherwise a
-    standalone kernel pays ``quantise_bytes_per_element``. Zero for 16/32-bit dtypes.
+    ``input_fused[i]`` / ``grad_fused[i]``: the kernel that produces X (a norm) or dY writes the
+    quantised copies itself in place of its 16-bit output (delayed scaling in Transformer
+    Engine's LayerNormLinear), so only the copies' bytes beyond that 16-bit write are extra.
+    Under per-tensor current scaling (``current_scaling``, per row allowed) and the block-scaled
+    recipes the norm writes its 16-bit output (and the amax) and a kernel quantises it after
+    (``low_precision.FUSED_QUANTISE_KERNELS``): the read of that output and the copies' writes.
+    Otherwise a standalone kernel pays ``quantise_bytes_per_element`` (current scaling: its
+    amax read too). ``groups``: tensors each operand is split into, each quantised by its own
+    kernels (a grouped GEMM's per-expert inputs: Transformer Engine's ``split_quantize`` runs one
+    quantisation per split for these recipes, NVIDIA/TransformerEngine@v2.12
+    pytorch/csrc/extensions/cast.cpp ``multi_tensor_quantize_impl``; one fused kernel for
+    delayed scaling only, counted as one). ``seq_split``: the sequence-parallel degree (1 without
+    sequence parallelism); operands flagged in ``input_sharded`` / ``grad_sharded`` are quantised
+    on the GPU's sequence shard, ``tokens / seq_split`` rows, before the all-gather that gives
+    the GEMM its full rows (Transformer Engine gathers the FP8 copy: a column-parallel layer's
+    input, a row-parallel layer's output gradient; transformer_engine/pytorch/module/
+    layernorm_linear.py@v2.12 ``gather_along_first_dim(..., quantizer=...)``). Zero for
+    16/32-bit dtypes.
     """
     tokens = np.asarray(tokens, dtype=float)
+    current = np.asarray(current_scaling, dtype=bool)
     copies = quantised_copies(dtype)
-    fused_extra = max(0.0, copies * ELEMENT_BYTES.get(dtype, 0.0) - SOURCE_BYTES) if copies else 0.0
-    out = {"fprop": 0.0 * tokens, "weights": 0.0 * tokens, "dgrad": 0.0 * tokens}
+    zero = 0.0 * tokens * current
+    out = {"fprop": zero, "weights": zero, "dgrad": zero, "fprop_kernels": zero, "dgrad_kernels": zero}
     if not copies:
         return out
-    per_act = quantise_bytes_per_element(dtype, "activation")
-    per_grad = quantise_bytes_per_element(dtype, "grad")
+    write = copies * ELEMENT_BYTES.get(dtype, 0.0)
+    separate = dtype != "fp8" or current          # the norm writes 16-bit output; a kernel quantises it
+    fused_extra = np.where(separate, SOURCE_BYTES + write, max(0.0, write - SOURCE_BYTES))
+    per_act = np.where(current, quantise_bytes_per_element(dtype, "activation", "current"),
+                       quantise_bytes_per_element(dtype, "activation"))
+    per_grad = np.where(current, quantise_bytes_per_element(dtype, "grad", "current"),
+                        quantise_bytes_per_element(dtype, "grad"))
     per_weight = quantise_bytes_per_element(dtype, "weight")
-    for (n, k), x_fused, g_fused in zip(shapes, input_fused, grad_fused):
-        out["fprop"] = out["fprop"] + tokens * k * (fused_extra if x_fused else per_act)
+    alone = quantise_kernels(dtype, current)
+    fused = quantise_kernels(dtype, current, fused=True)
+    # delayed scaling's per-expert quantisation is one multi-tensor kernel
+    split = np.where((dtype == "fp8") & ~current, 1.0, np.asarray(groups, dtype=float))
+    input_sharded = input_sharded or [False] * len(shapes)
+    grad_sharded = grad_sharded or [False] * len(shapes)
+    local = tokens / np.asarray(seq_split, dtype=float)
+    for (n, k), x_fused, g_fused, x_local, g_local in zip(shapes, input_fused, grad_fused, input_sharded,
+                                                         grad_sharded):
+        out["fprop"] = out["fprop"] + (local if x_local else tokens) * k * (fused_extra if x_fused else per_act)
         out["weights"] = out["weights"] + np.asarray(k * n, dtype=float) * per_weight
-        out["dgrad"] = out["dgrad"] + tokens * n * (fused_extra if g_fused else per_grad)
+        out["dgrad"] = out["dgrad"] + (local if g_local else tokens) * n * (fused_extra if g_fused else per_grad)
+        out["fprop_kernels"] = out["fprop_kernels"] + split * (fused if x_fused else alone)
+        out["dgrad_kernels"] = out["dgrad_kernels"] + split * (fused if g_fused else alone)
     return out
 
 
 def _cast_times(cast_bytes: dict, rates: ComputeRates) -> dict:
-    return {"cast_fwd_s": cast_bytes["fprop"] / rates.hbm_bytes_per_s,
+    """Seconds of the quantisation kernels of ``linear_cast_bytes``: bytes at the memory rate plus
+    each kernel's fixed time (the weights' casts run once per step, their kernels not counted)."""
+    return {"cast_fwd_s": memory_bound_time_s(cast_bytes["fprop"], rates, cast_bytes["fprop_kernels"]),
             "weight_cast_s": cast_bytes["weights"] / rates.hbm_bytes_per_s,
-            "cast_bwd_s": cast_bytes["dgrad"] / rates.hbm_bytes_per_s}
+            "cast_bwd_s": memory_bound_time_s(cast_bytes["dgrad"], rates, cast_bytes["dgrad_kernels"])}
 
 
 def _linear_times(tokens, shapes, rates: ComputeRates) -> dict:
@@ -114,7 +147,7 @@ def _linear_times(tokens, shapes, rates: ComputeRates) -> dict:
 
 
 def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len, tp, sp, softmax_exposed=None,
-                          flash_attention=True, softmax_fusion=True, mma_share=1.0):
+                          flash_attention=True, softmax_fusion=True, mma_share=1.0, current_scaling=False):
     """Forward/backward seconds and FLOPs of one attention block (no communication).
 
     ``softmax_exposed``: share of the attention core's softmax exponentials added to its
@@ -135,8 +168,11 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
     tokens = np.asarray(tokens, dtype=float)
     tp = np.asarray(tp, dtype=float)
     shapes = attention_gemm_shapes(model, tp)
-    casts = _cast_times(linear_cast_bytes(tokens, shapes, rates.dtype, [True] * (len(shapes) - 1) + [False],
-                                          [False] * len(shapes)), rates)
+    n_in = len(shapes) - 1
+    casts = _cast_times(linear_cast_bytes(tokens, shapes, rates.dtype, [True] * n_in + [False], [False] * len(shapes),
+                                          current_scaling, seq_split=np.where(sp, tp, 1.0),
+                                          input_sharded=[True] * n_in + [False],
+                                          grad_sharded=[False] * n_in + [True]), rates)
     gemms = _linear_times(tokens, shapes, rates)
     qk, v = _attention_dims(model)
     core_flops = attention_core_flops(tokens, seq_len, model.num_heads / tp, qk, v,
@@ -156,19 +192,23 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
             "elem_fwd_s": elem_fwd, "elem_bwd_s": elem_bwd, "core_flops_fwd": core_flops, **casts}
 
 
-def dense_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, ffn=None):
+def dense_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, ffn=None, current_scaling=False):
     """Seconds and FLOPs of one dense MLP block: ``gemm_fwd_s``, ``gemm_dgrad_s``,
     ``gemm_wgrad_s``, ``elem_fwd_s`` and ``elem_bwd_s`` (element-wise kernels), ``gemm_flops_fwd``
     and the quantisation times ``cast_fwd_s``, ``cast_bwd_s``, ``weight_cast_s`` (the up
-    projection reads the norm's output, the down projection the activation function's, and the
-    up projection's output gradient comes from the activation function's backward: all fused;
-    the down projection's output gradient is quantised alone).
+    projection reads the norm's output: fused, Transformer Engine's LayerNormLinear; the down
+    projection's input and both output gradients are quantised by their own kernels: Megatron-Core
+    runs the MLP as TE LayerNormColumnParallelLinear, its own fused bias-activation kernel and TE
+    RowParallelLinear, NVIDIA/Megatron-LM@core_v0.15.0 megatron/core/models/gpt/gpt_layer_specs.py
+    and transformer/mlp.py, not TE's LayerNormMLP that would fuse the activation's casts).
     """
     tokens = np.asarray(tokens, dtype=float)
     tp = np.asarray(tp, dtype=float)
     ffn = model.ffn_hidden_size if ffn is None else ffn
     shapes = mlp_gemm_shapes(model.hidden_size, ffn, model.gated_mlp, tp)
-    casts = _cast_times(linear_cast_bytes(tokens, shapes, rates.dtype, [True, True], [True, False]), rates)
+    casts = _cast_times(linear_cast_bytes(tokens, shapes, rates.dtype, [True, False], [False, False], current_scaling,
+                                          seq_split=np.where(sp, tp, 1.0), input_sharded=[True, False],
+                                          grad_sharded=[False, True]), rates)
     gemms = _linear_times(tokens, shapes, rates)
     act_fwd, act_bwd = ACTIVATION_UNITS[bool(model.gated_mlp)]
     split = np.where(sp, tp, 1.0)

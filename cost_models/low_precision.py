@@ -80,6 +80,37 @@ def quantised_copies(dtype: str, transposed_copy: bool = True) -> int:
     return 2 if dtype in ("mxfp8", "nvfp4") else 0
 
 
+#: kernels one standalone quantisation of a 16-bit tensor launches (into all its copies), by
+#: recipe. Transformer Engine (NVIDIA/TransformerEngine@v2.12): delayed scaling casts (and
+#: transposes) in one kernel that records the amax as it goes (``nvte_quantize``); current
+#: (per-tensor, "tensorwise") scaling first reduces the tensor's amax, then turns it into a scale,
+#: then casts: three kernels (transformer_engine/pytorch/csrc/quantizer.cpp,
+#: ``Float8CurrentScalingQuantizer::quantize_impl``: ``nvte_compute_amax_with_config``,
+#: ``nvte_compute_scale_from_amax``, ``nvte_quantize_v2``); MXFP8 and block scaling write both
+#: copies with their local scales in one kernel.
+QUANTISE_KERNELS = {"delayed": 1.0, "current": 3.0, "mxfp8": 1.0, "nvfp4": 1.0}
+#: the same when the norm before the GEMM produces the tensor (TE's LayerNormLinear): delayed
+#: scaling writes the FP8 copy from the norm kernel itself (no extra kernel); under current
+#: scaling the norm writes 16-bit output and its amax, then the scale and the cast follow
+#: (transformer_engine/pytorch/csrc/extensions/normalization.cpp@v2.12, ``FUSED_NORM_AMAX_FP8``:
+#: ``quantize_with_amax``, two kernels); MXFP8 quantises the norm's 16-bit output after it
+#: (``Impl::UNFUSED`` unless ``NVTE_NORM_FWD_USE_CUDNN``): one kernel.
+FUSED_QUANTISE_KERNELS = {"delayed": 0.0, "current": 2.0, "mxfp8": 1.0, "nvfp4": 1.0}
+
+
+def quantise_kernels(dtype: str, current_scaling=False, fused=False):
+    """Kernels that quantise one tensor for a low-precision GEMM (``QUANTISE_KERNELS``, or
+    ``FUSED_QUANTISE_KERNELS`` when the producing norm computes it); ``current_scaling`` (per
+    row allowed) picks per-tensor current scaling over delayed scaling for ``fp8``; 0 for
+    16/32-bit dtypes."""
+    if not quantised_copies(dtype):
+        return 0.0 * np.asarray(current_scaling, dtype=float)
+    table = FUSED_QUANTISE_KERNELS if fused else QUANTISE_KERNELS
+    if dtype == "fp8":
+        return np.where(current_scaling, table["current"], table["delayed"])
+    return table[dtype] + 0.0 * np.asarray(current_scaling, dtype=float)
+
+
 def quantise_bytes_per_element(dtype: str, operand: str, scaling: str = "delayed",
                                transposed_copy: bool = True) -> float:
     """HBM bytes per element to quantise one GEMM operand into all the copies it needs.

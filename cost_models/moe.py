@@ -34,7 +34,7 @@ import numpy as np
 from cost_models import memory
 from cost_models.compute import ACT_BYTES, ComputeRates, gemm_time_s, linear_gemm_times_s, memory_bound_time_s
 from cost_models.layer_costs import (ACTIVATION_UNITS, ELEMENTWISE_KERNELS_FWD, REPLICATED_ELEMENTWISE_UNITS,
-                                     REPLICATED_ELEMENTWISE_UNITS_BWD, linear_cast_bytes,
+                                     REPLICATED_ELEMENTWISE_UNITS_BWD, _cast_times, linear_cast_bytes,
                                      mlp_gemm_shapes)
 from cost_models.params import attention_params, expert_params_per_moe_layer, mlp_params
 from cost_models.topology import group_collective_time_s, group_forwarded_all_to_all_time_s, group_span
@@ -101,19 +101,46 @@ def moe_routed_tokens_per_gpu(tokens, tp):
 
 # ---- compute ----------------------------------------------------------------------------------
 
-def grouped_gemm_time_s(m_per_group, n, k, groups, rates: ComputeRates):
+def grouped_gemm_time_s(m_per_group, n, k, groups, rates: ComputeRates, launches=None):
     """One grouped GEMM of ``groups`` problems of shape (m, n, k), seconds.
 
     Each problem pays its own shape efficiency (small per-expert M leaves tiles and SMs idle:
-    ``gemm_shape_factor`` in ``cost_models.compute``) and streams its own weights; the group is
-    one kernel launch (TE GroupedLinear / CUTLASS grouped GEMM), so the fixed overhead counts once.
+    ``gemm_shape_factor`` in ``cost_models.compute``) and streams its own weights. ``launches``:
+    the kernels the group runs as, each with its fixed time (default ``groups``: Transformer
+    Engine's ``GroupedLinear``, which Megatron-Core's ``TEGroupedMLP`` uses, launches one cuBLAS
+    GEMM per expert, round-robin over its compute streams: NVIDIA/TransformerEngine@v2.12
+    common/gemm/cublaslt_gemm.cu ``multi_stream_cublas_gemm``; its single-kernel CUTLASS grouped
+    GEMM is opt-in, ``NVTE_USE_CUTLASS_GROUPED_GEMM``, Hopper and 16-bit only; 1 for a single
+    grouped kernel).
     """
     m = np.maximum(_f(m_per_group), 1.0)
     groups = _f(groups)
-    return gemm_time_s(m, n, k, rates, count=groups) - (groups - 1.0) * rates.kernel_overhead_s
+    launches = groups if launches is None else _f(launches)
+    return gemm_time_s(m, n, k, rates, count=groups) - (groups - launches) * rates.kernel_overhead_s
 
 
-def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_imbalance=1.0, tp=1, sp=True):
+def expert_output_bias_work(rows, hidden, local_experts, act_bytes):
+    """HBM bytes and kernels of adding the routed experts' output bias, weighted by the routing
+    probabilities, one micro-batch on one GPU, forward and backward.
+
+    Megatron-Core's ``TEGroupedMLP`` runs the second expert GEMM without its bias and adds it
+    per local expert in Python (NVIDIA/Megatron-LM@core_v0.15.0 megatron/core/transformer/moe/
+    experts.py ``_apply_bias``: ``torch.cat([t + b * p for each expert's rows])``). Forward, per
+    expert: ``b * p`` writes its rows x hidden, the add reads two and writes one, and the
+    concatenation reads and writes them all once more: 6 row passes of ``rows * hidden``
+    elements and ``2 e + 1`` kernels for ``e`` local experts. Backward, per expert, autograd's
+    two products (gradient times ``p``, gradient times ``b``: read one, write one) and their two
+    sums (read one): 6 passes and ``4 e`` kernels; the concatenation and the add pass the
+    gradient through as views. Elements counted in the activation dtype.
+    """
+    elems = _f(rows) * float(hidden) * float(act_bytes)
+    e = _f(local_experts)
+    return {"fwd_bytes": 6.0 * elems, "bwd_bytes": 6.0 * elems, "fwd_kernels": 2.0 * e + 1.0,
+            "bwd_kernels": 4.0 * e}
+
+
+def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_imbalance=1.0, tp=1, sp=True,
+                  current_scaling=False):
     """Forward seconds, FLOPs and all-to-all sizes of one MoE block on one GPU, one micro-batch.
 
     ``tokens`` is the same quantity ``layer_costs.dense_mlp_costs`` takes: tokens the GPU's
@@ -170,7 +197,8 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
                                                           local_experts, rates)
     # quantisation of the grouped GEMMs' operands: permuted rows and their gradients are
     # quantised by standalone kernels; each local expert's weights once per step
-    expert_casts = linear_cast_bytes(rows, expert_shapes, rates.dtype, [False, False], [False, False])
+    expert_casts = linear_cast_bytes(rows, expert_shapes, rates.dtype, [False, False], [False, False],
+                                     current_scaling, local_experts)
     expert_casts["weights"] = expert_casts["weights"] * local_experts
     up = (3.0 if model.gated_mlp else 2.0)
     expert_flops = 2.0 * routed * k * up * h * f_exp
@@ -185,7 +213,9 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
             fwd, dgrad, wgrad = linear_gemm_times_s(tokens, n, kk, rates)
             shared_s, shared_dgrad, shared_wgrad = shared_s + fwd, shared_dgrad + dgrad, shared_wgrad + wgrad
             shared_flops = shared_flops + 2.0 * tokens * n * kk
-        shared_casts = linear_cast_bytes(tokens, shared_shapes, rates.dtype, [True, True], [True, False])
+        shared_casts = linear_cast_bytes(tokens, shared_shapes, rates.dtype, [True, False], [False, False],
+                                         current_scaling, seq_split=np.where(sp, tp, 1.0),
+                                         input_sharded=[True, False], grad_sharded=[False, True])
         casts = {key: casts[key] + shared_casts[key] for key in casts}
 
     split = np.where(sp, tp, 1.0)
@@ -208,8 +238,11 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
                       + (2.0 * k + 1.0) * routed * row_bytes
                       + tokens * act_bwd * f_sh / tp * rates.act_bytes
                       + tokens * row_bytes * (REPLICATED_ELEMENTWISE_UNITS_BWD / 2) / split)
-    elem_s = memory_bound_time_s(elem_bytes, rates, MOE_ELEMENTWISE_KERNELS_FWD)
-    elem_bwd_s = memory_bound_time_s(elem_bwd_bytes, rates, MOE_ELEMENTWISE_KERNELS_FWD)
+    bias = expert_output_bias_work(rows, h, local_experts, rates.act_bytes) if model.linear_bias else None
+    elem_s = memory_bound_time_s(elem_bytes + (bias["fwd_bytes"] if bias else 0.0), rates,
+                                 MOE_ELEMENTWISE_KERNELS_FWD + (bias["fwd_kernels"] if bias else 0.0))
+    elem_bwd_s = memory_bound_time_s(elem_bwd_bytes + (bias["bwd_bytes"] if bias else 0.0), rates,
+                                     MOE_ELEMENTWISE_KERNELS_FWD + (bias["bwd_kernels"] if bias else 0.0))
 
     out = {
         "gemm_fwd_s": router_s + expert_s + shared_s,
@@ -220,9 +253,7 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
         "router_fwd_s": router_s,
         "elem_fwd_s": elem_s,
         "elem_bwd_s": elem_bwd_s,
-        "cast_fwd_s": casts["fprop"] / rates.hbm_bytes_per_s,
-        "cast_bwd_s": casts["dgrad"] / rates.hbm_bytes_per_s,
-        "weight_cast_s": casts["weights"] / rates.hbm_bytes_per_s,
+        **_cast_times(casts, rates),
         "gemm_flops_fwd": router_flops + expert_flops + shared_flops,
         "router_flops_fwd": router_flops,
         "expert_rows": rows,

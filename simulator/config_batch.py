@@ -85,6 +85,7 @@ class ConfigBatch:
     pipeline_layout: np.ndarray = None        # object array of layout strings ("" = none)
     loss_chunk_tokens: np.ndarray = None
     optimizer_moment_bytes: np.ndarray = None
+    fp8_current_scaling: np.ndarray = None
     dtype: str = "bf16"
 
     def __post_init__(self) -> None:
@@ -152,6 +153,7 @@ class ConfigBatch:
             pipeline_layout=col("pipeline_layout", str, object),
             loss_chunk_tokens=col("loss_chunk_tokens"),
             optimizer_moment_bytes=col("optimizer_moment_bytes", float, float),
+            fp8_current_scaling=col("fp8_current_scaling", bool, bool),
             dtype=dtypes.pop(),
         )
 
@@ -208,10 +210,12 @@ class ConfigBatch:
             pipeline_layout=str(self.pipeline_layout[i] or ""),
             loss_chunk_tokens=int(self.loss_chunk_tokens[i]),
             optimizer_moment_bytes=float(self.optimizer_moment_bytes[i]),
+            fp8_current_scaling=bool(self.fp8_current_scaling[i]),
         )
 
 
 #: columns with a default, and the value that means "not set"
 _NEW_COLUMNS = {"recompute_num_layers": 0, "recompute_method": 0, "recompute_layers_decrement": 0,
                 "recompute_modules": 0, "offload_activation_layers": 0, "offload_optimizer_fraction": 0.0,
-                "zero_shard_group": 0, "pipeline_layout": "", "loss_chunk_tokens": 0, "optimizer_moment_bytes": 4.0}
+                "zero_shard_group": 0, "pipeline_layout": "", "loss_chunk_tokens": 0, "optimizer_moment_bytes": 4.0,
+                "fp8_current_scaling": False}

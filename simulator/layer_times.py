@@ -66,11 +66,13 @@ def attention_mma_share(attention_kernel, gpu):
 def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, rates, tokens, tp, cp, sp, rc,
                 ep, etp, imbalance, tp_overlap, cp_kind, attention_kernel, flash_attention, ep_overlap,
                 tp_backward_overlap=True, softmax_fusion=True, cuda_graphs=False, modules=0,
-                ep_dispatch_dedup=False) -> dict:
+                ep_dispatch_dedup=False, fp8_current_scaling=False) -> dict:
     """Per-layer times (seconds, one micro-batch) and FLOPs for the given layer keys; see the
     module docstring for the keys (``f_dense``, ``b_moe``, ...) and the model's ends
     (``emb_f``, ``emb_b``, ``head_f``, ``head_b``, ``head_w``, ``mtp_f``, ``mtp_b``,
-    ``mtp_w``). ``modules``: the ``recompute_modules`` bit mask (``memory.MODULE_BITS``)."""
+    ``mtp_w``). ``modules``: the ``recompute_modules`` bit mask (``memory.MODULE_BITS``).
+    ``fp8_current_scaling``: per-tensor current scaling for ``fp8`` GEMM operands
+    (``ParallelConfig.fp8_current_scaling``)."""
     h = float(model.hidden_size)
     s = float(model.seq_len)
     tokens = np.asarray(tokens, dtype=float)
@@ -84,17 +86,19 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     def costs(r):
         """({kind: sequence-mixing block}, {kind: MLP block}) for the two layer slots."""
         a = layer_costs.attention_block_costs(model, r, tokens, s, tp, sp, softmax_exposed, flash_attention,
-                                              softmax_fusion, mma_share)
-        b = {"dense": layer_costs.dense_mlp_costs(model, r, tokens, tp, sp, ffn=dense_ffn)}
+                                              softmax_fusion, mma_share, fp8_current_scaling)
+        b = {"dense": layer_costs.dense_mlp_costs(model, r, tokens, tp, sp, ffn=dense_ffn,
+                                                  current_scaling=fp8_current_scaling)}
         if model.moe is not None:
-            b["moe"] = moe_costs.moe_mlp_costs(model, r, tokens, ep, etp, imbalance, tp, sp)
+            b["moe"] = moe_costs.moe_mlp_costs(model, r, tokens, ep, etp, imbalance, tp, sp, fp8_current_scaling)
         if not hybrid:
             return {"dense": a, "moe": a}, b
         # a hybrid layer is one block: the dense slot holds the Mamba, attention and MLP layers
         # at their mean (``mamba.non_moe_kind_shares``), the moe slot the E layers' MoE alone
         none_a = {k: 0.0 * np.asarray(v) for k, v in a.items()}
         scan_share = cluster.gpu.sync_mma_peak_fraction
-        mixers = {"attention": a, **({"mamba": mamba.mamba_block_costs(model, r, tokens, tp, sp, scan_share)}
+        mixers = {"attention": a, **({"mamba": mamba.mamba_block_costs(model, r, tokens, tp, sp, scan_share,
+                                                                        fp8_current_scaling)}
                                      if model.mamba is not None else {})}
         return ({"dense": mamba.mix(mixers, shares), "moe": none_a},
                 {**b, "dense": mamba.mix({"mlp": b["dense"]}, shares)})
@@ -189,12 +193,15 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             epf = epb = epr_full = ep_total = 0.0 * tokens
         flops = attn_k["gemm_flops_fwd"] + mlp["gemm_flops_fwd"] + attn_k["core_flops_fwd"]
         if eff.cpu_issue_s > 0:
-            # kernels per pass: the layer's compute kernels and its TP collectives (NCCL kernels)
+            # kernels per pass: the layer's compute and quantisation kernels and its TP collectives
+            # (NCCL kernels)
             mlp_n = blocks_n[kind]
             n_fwd = (attn_n[kind]["gemm_fwd_s"] + mlp_n["gemm_fwd_s"] + attn_n[kind]["core_fwd_s"] + attn_n[kind]["elem_fwd_s"]
-                     + mlp_n["elem_fwd_s"] + np.where(tp > 1, blocks_per_layer, 0.0))
+                     + mlp_n["elem_fwd_s"] + attn_n[kind]["cast_fwd_s"] + mlp_n["cast_fwd_s"]
+                     + np.where(tp > 1, blocks_per_layer, 0.0))
             n_bwd = (attn_n[kind]["gemm_dgrad_s"] + mlp_n["gemm_dgrad_s"] + attn_n[kind]["gemm_wgrad_s"] + mlp_n["gemm_wgrad_s"]
                      + attn_n[kind]["core_bwd_s"] + attn_n[kind]["elem_bwd_s"] + mlp_n["elem_bwd_s"]
+                     + attn_n[kind]["cast_bwd_s"] + mlp_n["cast_bwd_s"]
                      + np.where(tp > 1, np.where(sp, 1.5, 1.0) * blocks_per_layer, 0.0))
             n_sel = (np.where(bit("core_attn"), attn_n[kind]["core_fwd_s"], 0.0) + blocks_per_layer * bit("layernorm")
                      + 1.0 * bit("mlp_act") + 2.0 * bit("mla_up_proj"))

@@ -81,7 +81,8 @@ MAX_MOE_LOAD_IMBALANCE = 2**20
 BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
                "flash_attention", "grad_accumulation_fusion", "uneven_layers", "zero3_recompute_gather",
                "ep_comm_overlap", "ep_dispatch_dedup", "grad_reduce_every_microbatch", "tp_backward_overlap", "softmax_fusion",
-               "param_gather_per_tensor", "cuda_graphs", "collective_per_rank_copies", "zero3_grad_all_reduce")
+               "param_gather_per_tensor", "cuda_graphs", "fp8_current_scaling", "collective_per_rank_copies",
+               "zero3_grad_all_reduce")
 #: non-negative integer fields (0 = not set)
 LAYOUT_FIELDS = ("first_stage_layers", "last_stage_layers", "recompute_num_layers", "recompute_layers_decrement",
                  "offload_activation_layers", "zero_shard_group", "loss_chunk_tokens")
@@ -184,6 +185,11 @@ class ParallelConfig:
             default ``reduce_scatter: false``); off = reduce-scattered.
         cuda_graphs: each pass is replayed from a captured CUDA graph, so the host issues no
             kernels one by one (``EfficiencyModel.cpu_issue_s`` does not bound it).
+        fp8_current_scaling: an ``fp8`` run scales each tensor by its current amax (Transformer
+            Engine ``Float8CurrentScaling``, Megatron ``--fp8-recipe tensorwise``): every
+            quantisation reads the tensor once more for its amax and launches three kernels
+            (``cost_models.low_precision.QUANTISE_KERNELS``); off = delayed scaling (one
+            kernel, the amax from history). Ignored for other dtypes.
         tp_backward_overlap: the backward TP collectives run under the weight- and data-gradient
             GEMMs (Megatron-LM since 2021-08, Transformer Engine); off = exposed.
         softmax_fusion: the materialised attention's scale, mask and softmax are one kernel
@@ -272,6 +278,7 @@ class ParallelConfig:
     softmax_fusion: bool = True
     param_gather_per_tensor: bool = False
     cuda_graphs: bool = False
+    fp8_current_scaling: bool = False
     zero3_persistence_elements: float = 0.0
     collective_per_rank_copies: bool = False
     zero3_grad_all_reduce: bool = False

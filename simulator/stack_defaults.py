@@ -15,7 +15,8 @@ STACK_FIELDS = ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_byte
                 "param_prefetch_backward", "param_prefetch_max_elements", "tp_comm_overlap", "tp_backward_overlap",
                 "ep_comm_overlap", "ep_dispatch_dedup", "attention_kernel", "flash_attention", "softmax_fusion",
                 "grad_accumulation_fusion", "zero3_recompute_gather", "param_gather_per_tensor", "cuda_graphs",
-                "zero3_persistence_elements", "collective_per_rank_copies", "zero3_grad_all_reduce")
+                "fp8_current_scaling", "zero3_persistence_elements", "collective_per_rank_copies",
+                "zero3_grad_all_reduce")
 #: dtypes whose gradients a stack reduces as bf16 ones (FP8 recipes keep bf16 parameters)
 _BF16_LIKE = ("bf16", "fp8", "mxfp8", "nvfp4")
 
@@ -58,6 +59,8 @@ def stack_config_fields(stack: StackSpec, dtype: str = "bf16", model_name: str |
         "zero3_recompute_gather": t.zero3_recompute_gather,
         "param_gather_per_tensor": t.zero3_gather_per_tensor,
         "cuda_graphs": t.cuda_graphs,
+        # Megatron-Core's ``tensorwise`` recipe is Transformer Engine's per-tensor current scaling
+        "fp8_current_scaling": t.fp8_recipe == "tensorwise",
         "zero3_persistence_elements": float(t.zero3_persistence_threshold_elements),
         "collective_per_rank_copies": t.collective_per_rank_copies,
         "zero3_grad_all_reduce": t.zero3_grad_reduce == "all_reduce",

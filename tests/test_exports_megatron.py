@@ -176,3 +176,15 @@ def test_a_plan_priced_with_deduplicated_dispatch_exports_the_flex_dispatcher():
     assert plain[plain.index("--moe-token-dispatcher-type") + 1] == "alltoall"
     assert "--moe-flex-dispatcher-backend" not in plain
     assert megatron_table.check_command(flex, 16, {}) == []
+
+
+def test_a_plan_priced_with_fp8_current_scaling_exports_the_tensorwise_recipe():
+    # per-tensor current scaling is Megatron's --fp8-recipe tensorwise; without it the export keeps
+    # Megatron's default (delayed), the recipe the plan then priced
+    row = dict(model="llama3-8b", seq_len=8192, dp=8, tp=1, pp=1, micro_batch=1, global_batch=128,
+               zero_stage=1, recompute="none", dtype="fp8")
+    current = flags_of(megatron.emit(dict(row, fp8_current_scaling=True)))
+    delayed = flags_of(megatron.emit(row))
+    assert current[current.index("--fp8-recipe") + 1] == "tensorwise"
+    assert "--fp8-recipe" not in delayed and "--fp8-format" in delayed
+    assert megatron_table.check_command(current, 8, {}) == []

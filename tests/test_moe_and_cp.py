@@ -383,10 +383,16 @@ def test_linear_cast_bytes_of_a_gated_mlp_by_pass():
     assert float(fp8["fprop"]) == 0.0
     assert float(fp8["weights"]) == (8192 * 57344 + 28672 * 8192) * 4.0
     assert float(fp8["dgrad"]) == 4096 * 8192 * 4.0
+    # kernels: the fused producers launch none (delayed scaling), the down projection's
+    # output gradient one cast-transpose
+    assert float(fp8["fprop_kernels"]) == 0.0 and float(fp8["dgrad_kernels"]) == 1.0
     mx = linear_cast_bytes(4096, shapes, "mxfp8", [True, False], [False, False])
-    # MXFP8 copies carry 1/32 byte of scale per element: fused extra 2 * 1.03125 - 2 = 0.0625
-    assert float(mx["fprop"]) == 4096 * 8192 * 0.0625 + 4096 * 28672 * 4.0625
+    # MXFP8 copies carry 1/32 byte of scale per element; the norm writes its 16-bit output and a
+    # kernel quantises it after (TE normalization.cpp Impl::UNFUSED), so the "fused" input costs
+    # what a standalone one does: read 2 + write 2 * 1.03125 = 4.0625 B, one kernel each
+    assert float(mx["fprop"]) == 4096 * (8192 + 28672) * 4.0625
     assert float(mx["dgrad"]) == (4096 * 57344 + 4096 * 8192) * 4.0625
+    assert float(mx["fprop_kernels"]) == 2.0 and float(mx["dgrad_kernels"]) == 2.0
     bf16 = linear_cast_bytes(4096, shapes, "bf16", [False, False], [False, False])
     assert all(float(v) == 0.0 for v in bf16.values())
 

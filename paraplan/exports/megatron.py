@@ -343,6 +343,9 @@ def _groups(p: dict) -> list[tuple[str, list[tuple[str, Any]]]]:
         training.append(("--bf16", None))
     if dtype == "fp8":
         training.append(("--fp8-format", "hybrid"))
+        if p.get("fp8_current_scaling"):
+            # per-tensor current scaling, as priced (Megatron-Core's default recipe is delayed)
+            training.append(("--fp8-recipe", "tensorwise"))
     elif dtype == "mxfp8":
         training += [("--fp8-format", "e4m3"), ("--fp8-recipe", "mxfp8")]
     elif dtype == "nvfp4":

@@ -1,0 +1,160 @@
+"""Quantisation kernels of low-precision GEMMs and per-expert GEMM launches
+(``cost_models.low_precision``, ``layer_costs.linear_cast_bytes``, ``moe.grouped_gemm_time_s``):
+hand-derived bytes and kernel counts, and what they add to a layer's passes."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from cost_models import low_precision as lp
+from cost_models import moe
+from cost_models.compute import compute_rates, gemm_time_s, kernel_counting_rates
+from cost_models.layer_costs import _cast_times, linear_cast_bytes
+from hardware_specs.catalog import load_cluster, load_efficiency, load_stack
+from model_specs.catalog import load_model
+from simulator.config_batch import ATTENTION_KERNEL_CODES, CP_KIND_CODES
+from simulator.layer_times import layer_times
+from simulator.parallel_config import AttentionKernel, CPKind
+from simulator.stack_defaults import stack_config_fields
+
+ONE = [(4096.0, 8192.0)]          # one linear layer: Y[m, 4096] = X[m, 8192] W
+
+
+def test_current_scaling_reads_each_tensor_once_more_and_launches_three_kernels():
+    delayed = linear_cast_bytes(1024, ONE, "fp8", [False], [False])
+    current = linear_cast_bytes(1024, ONE, "fp8", [False], [False], current_scaling=True)
+    # delayed: read 2 B, write the row-wise and transposed FP8 copies 1 + 1 B, one kernel;
+    # current: the amax pass reads 2 B more; amax, scale and cast are three kernels
+    assert float(delayed["fprop"]) == 1024 * 8192 * 4.0 and float(delayed["fprop_kernels"]) == 1.0
+    assert float(current["fprop"]) == 1024 * 8192 * 6.0 and float(current["fprop_kernels"]) == 3.0
+    assert float(delayed["dgrad"]) == 1024 * 4096 * 4.0 and float(current["dgrad"]) == 1024 * 4096 * 6.0
+    assert float(current["dgrad_kernels"]) == 3.0
+    # weights are cast once per step, the same under both
+    assert float(current["weights"]) == float(delayed["weights"]) == 8192 * 4096 * 4.0
+
+
+def test_a_norm_fed_input_is_free_under_delayed_scaling_and_two_kernels_under_current():
+    delayed = linear_cast_bytes(1024, ONE, "fp8", [True], [False])
+    current = linear_cast_bytes(1024, ONE, "fp8", [True], [False], current_scaling=True)
+    assert float(delayed["fprop"]) == 0.0 and float(delayed["fprop_kernels"]) == 0.0
+    # the norm writes 16-bit output and its amax; the scale and the cast follow: read 2 B,
+    # write 2 x 1 B
+    assert float(current["fprop"]) == 1024 * 8192 * 4.0 and float(current["fprop_kernels"]) == 2.0
+    assert lp.quantise_kernels("fp8", True, fused=True) == 2.0
+    assert lp.quantise_kernels("bf16", True) == 0.0
+
+
+def test_per_expert_operands_quantise_once_per_expert_except_under_delayed_scaling():
+    current = linear_cast_bytes(1024, ONE, "fp8", [False], [False], current_scaling=True, groups=8)
+    delayed = linear_cast_bytes(1024, ONE, "fp8", [False], [False], groups=8)
+    mx = linear_cast_bytes(1024, ONE, "mxfp8", [False], [False], groups=8)
+    assert float(current["fprop_kernels"]) == 3.0 * 8 and float(current["dgrad_kernels"]) == 3.0 * 8
+    assert float(delayed["fprop_kernels"]) == 1.0           # TE's multi-tensor cast-transpose
+    assert float(mx["fprop_kernels"]) == 8.0
+    # the bytes do not depend on how the rows are split
+    assert float(current["fprop"]) == 1024 * 8192 * 6.0
+
+
+def test_sequence_parallelism_quantises_the_shard_before_the_all_gather():
+    full = linear_cast_bytes(4096, ONE, "fp8", [False], [False], current_scaling=True)
+    shard = linear_cast_bytes(4096, ONE, "fp8", [False], [False], current_scaling=True, seq_split=4.0,
+                              input_sharded=[True], grad_sharded=[True])
+    assert float(shard["fprop"]) == float(full["fprop"]) / 4 == 1024 * 8192 * 6.0
+    assert float(shard["dgrad"]) == float(full["dgrad"]) / 4
+    assert float(shard["fprop_kernels"]) == 3.0
+
+
+def test_cast_seconds_are_bytes_at_the_memory_rate_plus_each_kernels_fixed_time():
+    rates = compute_rates(load_cluster("dgx-h100").gpu, load_efficiency("hopper"), "fp8")
+    casts = _cast_times(linear_cast_bytes(1024, ONE, "fp8", [False], [False], current_scaling=True), rates)
+    assert float(casts["cast_fwd_s"]) == pytest.approx(1024 * 8192 * 6.0 / rates.hbm_bytes_per_s
+                                                       + 3 * rates.kernel_overhead_s, rel=1e-12)
+    assert float(casts["weight_cast_s"]) == pytest.approx(8192 * 4096 * 4.0 / rates.hbm_bytes_per_s, rel=1e-12)
+
+
+def test_a_grouped_gemm_launches_one_gemm_per_expert():
+    rates = compute_rates(load_cluster("dgx-h100").gpu, load_efficiency("hopper"), "bf16")
+    count = kernel_counting_rates(rates)
+    assert float(moe.grouped_gemm_time_s(512, 1536, 2048, 16, count)) == 16.0
+    assert float(moe.grouped_gemm_time_s(512, 1536, 2048, 16, count, launches=1)) == 1.0
+    per_expert = float(gemm_time_s(512, 1536, 2048, rates))
+    assert float(moe.grouped_gemm_time_s(512, 1536, 2048, 16, rates)) == pytest.approx(16 * per_expert, rel=1e-12)
+
+
+def test_an_fp8_moe_block_counts_its_per_expert_gemms_and_quantisations():
+    model = load_model("qwen3-30b-a3b")             # 128 experts, top 8, SwiGLU experts
+    rates = kernel_counting_rates(compute_rates(load_cluster("dgx-h100").gpu, load_efficiency("hopper"), "fp8"))
+    # ep 16: 8 local experts; two grouped GEMMs (fc1, fc2) of 8 launches and the router GEMM
+    current = moe.moe_mlp_costs(model, rates, 4096.0, 16, 1, current_scaling=True)
+    delayed = moe.moe_mlp_costs(model, rates, 4096.0, 16, 1)
+    assert float(current["gemm_fwd_s"]) == 1 + 2 * 8
+    assert float(current["gemm_dgrad_s"]) == 1 + 2 * 8 and float(current["gemm_wgrad_s"]) == 1 + 2 * 8
+    # fc1 and fc2 inputs (forward) and output gradients (backward), per expert, 3 kernels each
+    assert float(current["cast_fwd_s"]) == 2 * 8 * 3 and float(current["cast_bwd_s"]) == 2 * 8 * 3
+    assert float(delayed["cast_fwd_s"]) == 2 and float(delayed["cast_bwd_s"]) == 2
+
+
+def _dense_layer(eff, current, cuda_graphs=True):
+    model = load_model("llama3-8b")
+    cluster = load_cluster("dgx-h100")
+    rates = compute_rates(cluster.gpu, eff, "fp8")
+    return layer_times(model, cluster, eff, rates, np.array([4096.0]), np.array([1.0]), np.array([1.0]),
+                       np.array([False]), np.array([0]), np.array([1.0]), np.array([1.0]), np.array([1.0]),
+                       np.array([False]), np.array([CP_KIND_CODES[CPKind.RING]]),
+                       np.array([ATTENTION_KERNEL_CODES[AttentionKernel.AUTO]]), np.array([True]),
+                       np.array([False]), cuda_graphs=np.array([cuda_graphs]),
+                       fp8_current_scaling=np.array([current])), rates
+
+
+def test_current_scaling_adds_the_hand_counted_bytes_and_kernels_to_a_dense_layers_forward():
+    eff = load_efficiency("hopper")
+    cur, rates = _dense_layer(eff, True)
+    dly, _ = _dense_layer(eff, False)
+    # Llama-3-8B, 4096 tokens, tp 1: h 4096, attention width 32 x 128 = 4096, FFN 14336.
+    # qkv and fc1 read a norm's output: delayed 0 B / 0 kernels, current 4 B / 2 kernels;
+    # the output projection's and fc2's inputs (the attention core's and the activation's
+    # outputs) alone: 4 B / 1 kernel vs 6 B / 3 kernels
+    extra_bytes = 4096 * (4096 * 4 + 4096 * 2 + 4096 * 4 + 14336 * 2)
+    extra_kernels = 2 + 2 + 2 + 2
+    delta = float(cur["compute_fwd_dense"][0] - dly["compute_fwd_dense"][0])
+    assert delta == pytest.approx(extra_bytes / rates.hbm_bytes_per_s + extra_kernels * rates.kernel_overhead_s,
+                                  rel=1e-9)
+
+
+def test_a_host_bound_pass_issues_the_quantisation_kernels_too():
+    # with one second per issued kernel the pass lasts its kernel count in seconds: current
+    # scaling issues the 8 extra forward kernels of the test above
+    eff = replace(load_efficiency("hopper"), cpu_issue_s=1.0)
+    cur, _ = _dense_layer(eff, True, cuda_graphs=False)
+    dly, _ = _dense_layer(eff, False, cuda_graphs=False)
+    assert float(cur["f_dense"][0] - dly["f_dense"][0]) == pytest.approx(8.0, abs=1e-6)
+
+
+def test_the_stacks_fp8_recipe_sets_current_scaling():
+    assert stack_config_fields(load_stack("megatron-bridge"), "fp8")["fp8_current_scaling"] is True
+    assert stack_config_fields(load_stack("megatron-core"), "fp8")["fp8_current_scaling"] is False
+
+
+def test_the_expert_output_bias_is_added_per_local_expert_in_six_row_passes_each_way():
+    # 16 local experts, 16,384 routed rows of 2,880 bf16 elements (GPT-OSS 120B at EP 8)
+    work = moe.expert_output_bias_work(16384.0, 2880, 16.0, 2.0)
+    assert float(work["fwd_bytes"]) == 6 * 16384 * 2880 * 2 == float(work["bwd_bytes"])
+    assert float(work["fwd_kernels"]) == 2 * 16 + 1 and float(work["bwd_kernels"]) == 4 * 16
+
+
+def test_a_biased_moe_block_pays_the_bias_passes_and_an_unbiased_one_does_not():
+    rates = compute_rates(load_cluster("dgx-h100").gpu, load_efficiency("hopper"), "bf16")
+    biased = load_model("gpt-oss-120b")
+    plain = replace(biased, linear_bias=False)
+    with_bias = moe.moe_mlp_costs(biased, rates, 4096.0, 8, 1)
+    without = moe.moe_mlp_costs(plain, rates, 4096.0, 8, 1)
+    # 4096 tokens x top 4 = 16,384 rows on the GPU, 128 / 8 = 16 local experts
+    work = moe.expert_output_bias_work(16384.0, 2880, 16.0, 2.0)
+    assert float(with_bias["elem_fwd_s"] - without["elem_fwd_s"]) == pytest.approx(
+        float(work["fwd_bytes"]) / rates.hbm_bytes_per_s + float(work["fwd_kernels"]) * rates.kernel_overhead_s,
+        rel=1e-9)
+    assert float(with_bias["elem_bwd_s"] - without["elem_bwd_s"]) == pytest.approx(
+        float(work["bwd_bytes"]) / rates.hbm_bytes_per_s + float(work["bwd_kernels"]) * rates.kernel_overhead_s,
+        rel=1e-9)
