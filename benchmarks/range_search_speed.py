@@ -73,11 +73,11 @@ packing their whole-number columns into one integer. Back to back with main's co
 -> 2.50 CPU s, the exact rows' evaluation 6.72 -> 2.96, the kept plans' table 4.05 -> 2.67, the
 distinct dynamic rows 1.06 -> 0.62 (both versions on the same batches); total 49.6 -> 39.3 (the
 other phases' code is unchanged and moved with the load). The benchmark itself, back to back,
-load 1.1-3.9: one process 40.8 -> 39.4 CPU s (46.7 -> 41.0 s wall, 1.13 GiB both); two
-processes (the default) 54.3 -> 48.0 CPU s (54.6 -> 48.1 s wall, 0.60 -> 0.63 GiB, workers
-1.06 GiB); an earlier pair at load 2.6-4.4 gave one process 39.9 and 46.2 (main) against 45.3
-and 42.4 CPU s, two processes 57.7 -> 50.2: on this shared machine one run's noise (+-4 s) is
-larger than the one-process gain. Where one process's 39.3 CPU s go now: the per-stage memory
+load 1.1-3.9: two processes (the default) 54.3 -> 48.0 CPU s (54.6 -> 48.1 s wall, 0.60 ->
+0.63 GiB, workers 1.06 GiB; an earlier pair at load 2.6-4.4: 57.7 -> 50.2 CPU s). One process
+run back to back is noisier than the gain on this shared machine (main 40.8, 47.1, 40.8 CPU s
+against 39.4, 47.2, 45.6), so main and this code were run side by side, twice (same load for
+both): 45.4 -> 42.2 and 53.5 -> 50.0 CPU s (-7%), 1.13 GiB. Where one process's 39.3 CPU s go now: the per-stage memory
 model 19.1 (its search 9.2: 1,376 bisection probes over 107 M stage places; the end-stage check
 1.3; the stage cells 3, the static parts 2.4), timing the rows that can rank 7.4 (the pipeline
 pass: cell durations, split counts, the flush's lower bound), the step-time floors 4.2, the
