@@ -1,0 +1,129 @@
+"""Where the serving predictions miss: the residuals of ``validate serving`` sliced by what a
+deployment is made of, rerunnably.
+
+``python -m paraplan.validation.serving_residuals [PATH]`` predicts every row of the serving
+runs (the committed efficiency; ``paraplan.validation.serving.predict``) and prints, for TTFT
+and TPOT, the mean |error| and the median signed error (+ = predicted slow) per backend and
+mode, then per tensor-parallel degree, concurrency band, request shape (isl x osl), dense vs
+MoE (from the model preset, not its name), precision and system. Last, the marginal cost of a
+request in a decode step: within each layout measured at three or more concurrencies
+(<= ``MAX_BATCH``, aggregated), the least-squares slope of TPOT against concurrency, measured
+and predicted; their ratio (measured / predicted) per tensor-parallel degree says whether the
+per-token cost the model is missing grows with tp, and the intercept ratio whether the fixed
+per-step cost is right.
+
+Nothing here changes a prediction; the README's serving notes quote its tables.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+import pandas as pd
+
+#: the largest concurrency used in the slope fits: beyond it the KV pool and CUDA-graph limits
+#: bend the TPOT curve
+MAX_BATCH = 128
+#: concurrency bands of the slices
+CONCURRENCY_BANDS = (0, 4, 16, 64, 256, np.inf)
+#: what identifies one layout measured at several concurrencies
+LAYOUT_KEYS = ("backend", "backend_version", "model_path", "system", "precision", "tp_size",
+               "attention_dp_size", "moe_tp_size", "moe_ep_size", "isl", "osl")
+
+
+def residuals(df: pd.DataFrame, pred: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with ``pred_ttft_ms``, ``pred_tpot_ms`` and the signed relative errors
+    ``ttft_err``, ``tpot_err`` ((predicted - measured) / measured), rows with both predicted."""
+    out = df.copy()
+    out["pred_ttft_ms"] = pred["pred_ttft_ms"].to_numpy(dtype=float)
+    out["pred_tpot_ms"] = pred["pred_tpot_ms"].to_numpy(dtype=float)
+    for metric in ("ttft", "tpot"):
+        meas = out[f"silicon_{metric}_ms"].to_numpy(dtype=float)
+        out[f"{metric}_err"] = (out[f"pred_{metric}_ms"].to_numpy(dtype=float) - meas) / meas
+    ok = np.isfinite(out.ttft_err) & np.isfinite(out.tpot_err)
+    return out[ok]
+
+
+def slice_errors(res: pd.DataFrame, keys) -> pd.DataFrame:
+    """Per group of ``keys``: rows, mean |error| and median signed error of TTFT and TPOT (%)."""
+    g = res.groupby(list(keys), dropna=False, observed=True)
+    out = pd.DataFrame({
+        "rows": g.size(),
+        "ttft_mean_abs_pct": g.ttft_err.apply(lambda e: 100 * e.abs().mean()),
+        "ttft_median_pct": g.ttft_err.median() * 100,
+        "tpot_mean_abs_pct": g.tpot_err.apply(lambda e: 100 * e.abs().mean()),
+        "tpot_median_pct": g.tpot_err.median() * 100,
+    })
+    return out.round(1)
+
+
+def decode_slopes(res: pd.DataFrame, max_batch: float = MAX_BATCH) -> pd.DataFrame:
+    """One row per aggregated layout measured at >= 3 concurrencies <= ``max_batch``: the
+    least-squares TPOT = intercept + slope x concurrency of the measured and the predicted TPOT
+    (ms, ms per request), and their ratios (measured / predicted)."""
+    agg = res[(res["mode"] == "agg") & (res.batch_size <= max_batch)]
+    records = []
+    for key, g in agg.groupby(list(LAYOUT_KEYS), dropna=False):
+        if g.batch_size.nunique() < 3:
+            continue
+        b = g.batch_size.to_numpy(dtype=float)
+        slope_m, icpt_m = np.polyfit(b, g.silicon_tpot_ms.to_numpy(dtype=float), 1)
+        slope_p, icpt_p = np.polyfit(b, g.pred_tpot_ms.to_numpy(dtype=float), 1)
+        records.append({**dict(zip(LAYOUT_KEYS, key)), "points": len(g),
+                        "slope_measured_ms": slope_m, "slope_predicted_ms": slope_p,
+                        "intercept_measured_ms": icpt_m, "intercept_predicted_ms": icpt_p,
+                        "slope_ratio": slope_m / slope_p if slope_p > 0 else np.nan,
+                        "intercept_ratio": icpt_m / icpt_p if icpt_p > 0 else np.nan})
+    return pd.DataFrame.from_records(records)
+
+
+def slope_ratio_by(slopes: pd.DataFrame, keys=("tp_size",)) -> pd.DataFrame:
+    """Median slope and intercept ratios per group of ``keys`` (layouts counted once each)."""
+    g = slopes.groupby(list(keys), dropna=False)
+    return pd.DataFrame({"layouts": g.size(), "slope_ratio_median": g.slope_ratio.median(),
+                         "intercept_ratio_median": g.intercept_ratio.median()}).round(2)
+
+
+def _annotate(res: pd.DataFrame) -> pd.DataFrame:
+    from model_specs.catalog import load_model
+    from paraplan.validation.serving import MODEL_PRESETS
+    moe = {}
+    for path in res.model_path.dropna().unique():
+        preset = MODEL_PRESETS.get(str(path).strip().lower())
+        moe[path] = "moe" if preset and load_model(preset).moe is not None else "dense"
+    out = res.copy()
+    out["architecture"] = out.model_path.map(moe)
+    out["concurrency"] = pd.cut(out.batch_size, CONCURRENCY_BANDS)
+    out["shape"] = out.isl.astype(int).astype(str) + "x" + out.osl.astype(int).astype(str)
+    return out
+
+
+def report(res: pd.DataFrame) -> str:
+    """The text the command prints."""
+    res = _annotate(res)
+    parts = []
+    for keys in (("backend", "mode"), ("backend", "mode", "tp_size"), ("backend", "concurrency"),
+                 ("backend", "shape"), ("backend", "architecture"), ("precision",), ("system",)):
+        parts.append(f"== by {', '.join(keys)} ==\n{slice_errors(res, keys).to_string()}")
+    slopes = decode_slopes(res)
+    if len(slopes):
+        parts.append("== decode: measured / predicted TPOT slope and intercept against concurrency "
+                     f"(<= {MAX_BATCH}), per tp ==\n{slope_ratio_by(slopes).to_string()}")
+        parts.append(f"== the same per backend and tp ==\n{slope_ratio_by(slopes, ('backend', 'tp_size')).to_string()}")
+    return "\n\n".join(parts)
+
+
+def main(argv=None) -> int:
+    from paraplan.validation.datasets import SERVING_RUNS, validation_file
+    from paraplan.validation.serving import predict, read_rows
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("path", nargs="?", default=None, help="serving-runs CSV (default: the resolved serving_runs.csv)")
+    args = ap.parse_args(argv)
+    df = read_rows(args.path or validation_file(SERVING_RUNS))
+    print(report(residuals(df, predict(df))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

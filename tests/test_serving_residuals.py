@@ -1,0 +1,76 @@
+"""The residual slices of ``paraplan.validation.serving_residuals`` on rows whose errors are known
+by construction."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from paraplan.validation.serving_residuals import (decode_slopes, report, residuals, slice_errors,
+                                                   slope_ratio_by)
+
+
+def _layout(tp, batches, measured, predicted, backend="vllm"):
+    n = len(batches)
+    df = pd.DataFrame({"id": [f"{backend}-tp{tp}-c{b}" for b in batches], "backend": backend,
+                       "backend_version": "0.11", "model_path": "meta-llama/Llama-3.1-70B",
+                       "system": "h100_sxm", "precision": "fp8", "mode": "agg", "tp_size": float(tp),
+                       "attention_dp_size": 1.0, "moe_tp_size": np.nan, "moe_ep_size": np.nan,
+                       "isl": 1024, "osl": 1024, "batch_size": np.asarray(batches, dtype=float),
+                       "silicon_ttft_ms": 100.0, "silicon_tpot_ms": measured})
+    pred = pd.DataFrame({"pred_ttft_ms": np.full(n, 120.0), "pred_tpot_ms": predicted})
+    return df, pred
+
+
+def _rows():
+    b = np.array([1.0, 8.0, 32.0, 64.0])
+    # tp 1: measured 10 + 0.2 b ms, predicted 10 + 0.1 b (half the per-request cost);
+    # tp 8: measured 8 + 0.3 b, predicted 10 + 0.1 b (a third of it, and 25% more fixed cost)
+    d1, p1 = _layout(1, b, 10 + 0.2 * b, 10 + 0.1 * b)
+    d8, p8 = _layout(8, b, 8 + 0.3 * b, 10 + 0.1 * b)
+    return pd.concat([d1, d8], ignore_index=True), pd.concat([p1, p8], ignore_index=True)
+
+
+def test_residuals_are_signed_relative_errors_positive_when_predicted_slow():
+    df, pred = _rows()
+    res = residuals(df, pred)
+    assert res.ttft_err.to_numpy() == pytest.approx(np.full(8, 0.2))     # 120 vs 100 ms
+    # tp 1 at concurrency 64: predicted 16.4, measured 22.8 ms
+    row = res[(res.tp_size == 1) & (res.batch_size == 64)].iloc[0]
+    assert row.tpot_err == pytest.approx((16.4 - 22.8) / 22.8)
+
+
+def test_residuals_drop_rows_without_a_prediction():
+    df, pred = _rows()
+    pred.loc[0, "pred_tpot_ms"] = np.nan
+    assert len(residuals(df, pred)) == 7
+
+
+def test_slice_errors_report_mean_absolute_and_median_signed_percent():
+    df, pred = _rows()
+    table = slice_errors(residuals(df, pred), ["tp_size"])
+    assert table.loc[1.0, "rows"] == 4
+    assert table.loc[1.0, "ttft_mean_abs_pct"] == pytest.approx(20.0)
+    # tp 1 TPOT errors at 1, 8, 32, 64: (10.1-10.2)/10.2, (10.8-11.6)/11.6, (13.2-16.4)/16.4, (16.4-22.8)/22.8
+    errs = np.array([-0.1 / 10.2, -0.8 / 11.6, -3.2 / 16.4, -6.4 / 22.8])
+    assert table.loc[1.0, "tpot_mean_abs_pct"] == pytest.approx(round(100 * np.abs(errs).mean(), 1))
+    assert table.loc[1.0, "tpot_median_pct"] == pytest.approx(round(100 * np.median(errs), 1))
+
+
+def test_decode_slope_ratio_recovers_the_missing_per_request_cost_per_tp():
+    df, pred = _rows()
+    slopes = decode_slopes(residuals(df, pred))
+    by_tp = slope_ratio_by(slopes)
+    assert by_tp.loc[1.0, "slope_ratio_median"] == pytest.approx(2.0)      # 0.2 / 0.1
+    assert by_tp.loc[8.0, "slope_ratio_median"] == pytest.approx(3.0)      # 0.3 / 0.1
+    assert by_tp.loc[1.0, "intercept_ratio_median"] == pytest.approx(1.0)
+    assert by_tp.loc[8.0, "intercept_ratio_median"] == pytest.approx(0.8)  # 8 / 10
+
+
+def test_a_layout_needs_three_concurrencies_for_a_slope():
+    df, pred = _layout(2, [4.0, 16.0], [10.0, 12.0], [10.0, 11.0])
+    assert decode_slopes(residuals(df, pred)).empty
+
+
+def test_report_names_dense_and_moe_from_the_model_preset():
+    df, pred = _rows()
+    text = report(residuals(df, pred))
+    assert "dense" in text and "slope_ratio_median" in text
