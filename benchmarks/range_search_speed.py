@@ -62,6 +62,31 @@ the exact DAG makespans 4.6 -> 4.1; the step-time floors 3.5 -> 3.3; the kept pl
 -> 3.2; branch and bound 1.5 -> 1.3; the memory lower bound 0.7 -> 0.6; the space 1.5 -> 0.4;
 total 50.5 -> 39.9. The < 10 s target is not met: what is left is the memory search's row-by-
 stage work and the step model's pipeline pass (``simulator/step_pipeline.py``) on the rows timed.
+
+Then (2026-12-02, later; plan tables byte-identical, ``tools/plan_snapshot.py`` on its five cases
+against main before and after merging it): the exact DAG makespans swept level by level over
+contiguous slices (the ops renumbered by level) and memoised on the rows' op durations (the
+search, its refinement rounds and the kept plans' table sweep the same flush for configurations
+the pipeline cannot tell apart; ``makespan._memo_flush``), and the distinct dynamic rows keyed by
+packing their whole-number columns into one integer. Back to back with main's code (main at
+79383de / bb491ee), phase timers in one process, load ~2.5: all ``flush_makespan_s`` calls 6.07
+-> 2.50 CPU s, the exact rows' evaluation 6.72 -> 2.96, the kept plans' table 4.05 -> 2.67, the
+distinct dynamic rows 1.06 -> 0.62 (both versions on the same batches); total 49.6 -> 39.3 (the
+other phases' code is unchanged and moved with the load). The benchmark itself, back to back,
+load 1.1-3.9: two processes (the default) 54.3 -> 48.0 CPU s (54.6 -> 48.1 s wall, 0.60 ->
+0.63 GiB, workers 1.06 GiB; an earlier pair at load 2.6-4.4: 57.7 -> 50.2 CPU s). One process
+run back to back is noisier than the gain on this shared machine (main 40.8, 47.1, 40.8 CPU s
+against 39.4, 47.2, 45.6), so main and this code were run side by side, twice (same load for
+both): 45.4 -> 42.2 and 53.5 -> 50.0 CPU s (-7%), 1.13 GiB. Where one process's 39.3 CPU s go now: the per-stage memory
+model 19.1 (its search 9.2: 1,376 bisection probes over 107 M stage places; the end-stage check
+1.3; the stage cells 3, the static parts 2.4), timing the rows that can rank 7.4 (the pipeline
+pass: cell durations, split counts, the flush's lower bound), the step-time floors 4.2, the
+exact rows 3.0 (2.5 of it the DAG sweeps, now mostly per-level overhead at ~12 rows a call),
+the kept plans' table 2.7, the bounds and the space ~1.5. The < 10 s target is not met; what
+would reach it is not computing the memory search's bisection on rows that are never timed (the
+fitting count does not need it: a row that fits recomputing every layer fits, an offloading row
+fits iff it fits offloading all it may, up to its host memory), which needs memory lower bounds
+for the pruning rules and the smallest-memory row, and counts for the floors.
 """
 from __future__ import annotations
 

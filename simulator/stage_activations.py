@@ -131,11 +131,25 @@ def distinct_dynamic_rows(batch, act: dict, rc_group):
     if layouts is not None:
         cols.append(np.asarray(layouts, dtype=object).astype(str))
     # each row's key numbered in order of first appearance, column by column (hash tables on
-    # one column at a time: cheaper than sorting the rows' bytes; constant columns skipped)
+    # one column at a time: cheaper than sorting the rows' bytes; constant columns skipped);
+    # columns of small non-negative whole numbers (the layout and recomputation settings) are
+    # packed into one integer first, digit by digit, without a hash table each
     code = np.zeros(n, dtype=np.int64)
+    radix = 1
+    packed = []
     for c in cols:
         if c.ndim and c.strides[0] == 0:
             continue
+        if c.dtype.kind == "f" and n:
+            top = float(c.max())
+            if c.min() >= 0 and top < 2**20 and radix * (top + 1) < 2**62 and (c == np.floor(c)).all():
+                code = code * int(top + 1) + c.astype(np.int64)
+                radix *= int(top + 1)
+                continue
+        packed.append(c)
+    if radix > 1:
+        code = pd.factorize(code)[0]
+    for c in packed:
         values, distinct = pd.factorize(c, use_na_sentinel=False)
         code = pd.factorize(code * len(distinct) + values)[0]
     first = np.empty(int(code.max()) + 1 if n else 0, dtype=np.int64)

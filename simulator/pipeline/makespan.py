@@ -25,6 +25,7 @@ the floor moved 95 distinct flushes, which were -8.3% to +0.3% off the full swee
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from functools import lru_cache
 
 import numpy as np
@@ -81,31 +82,32 @@ def order_durations(kind, f, b, w):
 
 @lru_cache(maxsize=256)
 def _levels(kind: ScheduleKind, p: int, m: int, v: int, durations=(1.0, 1.0, 1.0)):
-    """The schedule's ops grouped by DAG level: for each level (op index, previous op on the
-    stage, dependency op) arrays (-1 = none, mapped to a zero sentinel), plus the op cell and
-    kind arrays for building durations."""
+    """The schedule's ops renumbered level by level of the DAG (ops on one level have all their
+    predecessors on earlier ones), so that each level is a contiguous slice: for each level
+    (start, stop, previous op on the stage, dependency op) with -1 (none) mapped to a zero
+    sentinel, plus each renumbered op's cell and kind for building durations."""
     s = make_schedule(kind, p, m, v, durations=durations)
     n = s.n_ops
     prev_same = np.arange(n) - 1
     prev_same[s.stage_ptr[:-1]] = -1
     dep = s.predecessor.copy()
-    # an op's level is its depth in the DAG (ops on one level have all predecessors on earlier
-    # ones): the end time of a sweep with unit durations and no transfer time, minus one
+    # an op's level is its depth in the DAG: the end time of a sweep with unit durations and no
+    # transfer time, minus one
     _, end = sweep(s, np.ones(n), np.zeros(n))
     level = np.rint(end).astype(np.int64) - 1
     order = np.argsort(level, kind="stable")
-    bounds = np.flatnonzero(np.diff(level[order])) + 1
-    groups = []
-    sentinel = n
-    for idx in np.split(order, bounds):
-        a = prev_same[idx]
-        d = dep[idx]
-        groups.append((idx, np.where(a >= 0, a, sentinel), np.where(d >= 0, d, sentinel)))
-    cell = s.op_stage * v + s.op_chunk.astype(np.int64)
-    kinds = s.op_kind.astype(np.int64)
-    for arr in (cell, kinds):
+    new_of = np.empty(n + 1, dtype=np.int64)
+    new_of[order] = np.arange(n)
+    new_of[n] = n                                  # the sentinel stays last
+    bounds = np.concatenate([[0], np.flatnonzero(np.diff(level[order])) + 1, [n]])
+    a_all = new_of[np.where(prev_same >= 0, prev_same, n)[order]]
+    d_all = new_of[np.where(dep >= 0, dep, n)[order]]
+    groups = tuple((int(lo), int(hi), a_all[lo:hi], d_all[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:]))
+    cell = (s.op_stage * v + s.op_chunk.astype(np.int64))[order]
+    kinds = s.op_kind.astype(np.int64)[order]
+    for arr in (cell, kinds, a_all, d_all):
         arr.setflags(write=False)
-    return tuple(groups), cell, kinds, n
+    return groups, cell, kinds, n
 
 
 def peak_in_flight(kind, p: int, m: int, v: int) -> tuple[int, ...]:
@@ -168,8 +170,8 @@ def _sweep(kind: ScheduleKind, p: int, m: int, v: int, table: np.ndarray, durati
         hi = min(rows, lo + step)
         dur = table[kinds, lo:hi, cell]                 # (n, r)
         end = np.zeros((n + 1, hi - lo))
-        for idx, a, d in groups:
-            end[idx] = np.maximum(end[a], end[d]) + dur[idx]
+        for lo_op, hi_op, a, d in groups:
+            np.add(np.maximum(end[a], end[d]), dur[lo_op:hi_op], out=end[lo_op:hi_op])
         out[lo:hi] = end[:n].max(axis=0)
     return out
 
@@ -199,8 +201,53 @@ def flush_makespan_s(kind, p: int, m: int, v: int, f, b, w) -> np.ndarray:
     out = np.empty(rows)
     for key in np.unique(orders, axis=0):
         sel = np.flatnonzero((orders == key).all(axis=1))
-        out[sel] = _flush(kind, p, m, v, table[:, sel], tuple(key), stage_work_s(kind, f[sel], b[sel], w[sel]))
+        out[sel] = _memo_flush(kind, p, m, v, table[:, sel], tuple(float(x) for x in key))
     return out
+
+
+#: rows whose makespan each (schedule, p, m, v, order) memo holds, and the memos kept
+MEMO_ROWS, MEMO_KEYS = 8192, 512
+_MEMO: "OrderedDict[tuple, tuple[np.ndarray, np.ndarray]]" = OrderedDict()
+
+
+def _row_bytes(table: np.ndarray) -> np.ndarray:
+    """Each row of ``table`` (4, rows, cells) as one opaque byte string (its op durations)."""
+    x = np.ascontiguousarray(np.moveaxis(table, 1, 0).reshape(table.shape[1], -1))
+    return x.view(np.dtype((np.void, x.dtype.itemsize * x.shape[1]))).ravel()
+
+
+def _memo_flush(kind: ScheduleKind, p: int, m: int, v: int, table: np.ndarray, durations) -> np.ndarray:
+    """``_flush`` of each row, swept once per distinct row: a row whose op durations are
+    byte-identical to one swept before (in this call or an earlier one: a search computes the
+    same flush for configurations that differ only in what the pipeline does not see, and the
+    kept plans' table again) takes that row's makespan. ``_flush`` is a pure function of the row,
+    so the values are the very numbers a sweep gives. The memo is bounded: per key ``MEMO_ROWS``
+    rows (past that it holds the last call's new rows only), ``MEMO_KEYS`` keys (the least
+    recently used dropped)."""
+    key = (kind, p, m, v, durations)
+    rows = _row_bytes(table)
+    uniq, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
+    known_keys, known_values = _MEMO.get(key, (uniq[:0], np.zeros(0)))
+    at = np.minimum(np.searchsorted(known_keys, uniq), max(len(known_keys) - 1, 0))
+    hit = (known_keys[at] == uniq) if len(known_keys) else np.zeros(len(uniq), dtype=bool)
+    values = np.empty(len(uniq))
+    values[hit] = known_values[at[hit]]
+    miss = np.flatnonzero(~hit)
+    if len(miss):
+        sel = first[miss]
+        values[miss] = _flush(kind, p, m, v, table[:, sel], durations,
+                              stage_work_s(kind, *(table[i, sel].reshape(len(sel), p, v) for i in range(3))))
+        keys, vals = np.concatenate([known_keys, uniq[miss]]), np.concatenate([known_values, values[miss]])
+        if len(keys) > MEMO_ROWS:
+            keys, vals = uniq[miss], values[miss]          # full: start again from this call's rows
+        order = np.argsort(keys, kind="stable")
+        _MEMO[key] = (keys[order], vals[order])
+        _MEMO.move_to_end(key)
+    elif key in _MEMO:
+        _MEMO.move_to_end(key)
+    while len(_MEMO) > MEMO_KEYS:
+        _MEMO.popitem(last=False)
+    return values[inverse.ravel()]
 
 
 def _flush(kind: ScheduleKind, p: int, m: int, v: int, table: np.ndarray, durations, work) -> np.ndarray:

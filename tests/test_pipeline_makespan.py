@@ -1,0 +1,82 @@
+"""The DAG makespan of a flush (``simulator.pipeline.makespan``): the level-by-level sweep equals
+the event simulation op for op, a hand-derived 1F1B flush, and the memo of swept rows gives the
+very numbers a fresh sweep gives."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.pipeline import makespan
+from simulator.pipeline.event_sim import sweep
+from simulator.pipeline.makespan import _flush, _sweep, flush_makespan_s, order_durations, stage_work_s
+from simulator.pipeline.schedules import ScheduleKind, make_schedule
+
+CASES = [(ScheduleKind.GPIPE, 3, 5, 1), (ScheduleKind.ONE_F_ONE_B, 4, 7, 1), (ScheduleKind.INTERLEAVED, 3, 6, 2),
+         (ScheduleKind.ZB_H1, 4, 6, 1), (ScheduleKind.ZB_H2, 3, 8, 1), (ScheduleKind.ZB_V, 3, 6, 2),
+         (ScheduleKind.DUALPIPE, 4, 8, 2), (ScheduleKind.DUALPIPE_V, 3, 6, 2)]
+
+
+def _cells(p, v, rows=5, seed=0):
+    rng = np.random.default_rng(seed)
+    f = rng.uniform(0.5, 2.0, (rows, p, v))
+    return f, f * rng.uniform(1.0, 3.0, (rows, p, v)), f * rng.uniform(0.0, 1.5, (rows, p, v))
+
+
+@pytest.mark.parametrize("kind,p,m,v", CASES)
+def test_level_sweep_equals_the_event_simulation_of_every_row_exactly(kind, p, m, v):
+    f, b, w = _cells(p, v)
+    table = np.stack([f, b, w, b + w]).reshape(4, len(f), p * v)
+    durations = tuple(float(x) for x in order_durations(kind, f, b, w)[0])
+    rows = np.flatnonzero((order_durations(kind, f, b, w) == durations).all(axis=1))
+    got = _sweep(kind, p, m, v, table[:, rows], durations)
+    s = make_schedule(kind, p, m, v, durations=durations)
+    cell = s.op_stage * v + s.op_chunk.astype(np.int64)
+    for i, r in enumerate(rows):
+        _, end = sweep(s, table[s.op_kind.astype(np.int64), r, cell], np.zeros(s.n_ops))
+        assert got[i] == end.max()          # same max and add, in dependency order: bit for bit
+
+
+def test_1f1b_flush_of_equal_stages_is_m_plus_p_minus_1_passes():
+    # 1F1B, p = 4 equal stages, m = 6, f = 1, b = 2, w = 0.5 (fused BW = 2.5): the makespan is
+    # (m + p - 1) (f + b + w) = 9 * 3.5 = 31.5 s (Narayanan et al. 2021, section 2.2)
+    p, m = 4, 6
+    f = np.ones((1, p, 1))
+    assert flush_makespan_s("1f1b", p, m, 1, f, 2 * f, 0.5 * f)[0] == pytest.approx(31.5, rel=1e-12)
+
+
+@pytest.mark.parametrize("kind,p,m,v", [(ScheduleKind.ONE_F_ONE_B, 3, 40, 1), (ScheduleKind.INTERLEAVED, 2, 4, 2),
+                                        (ScheduleKind.ZB_V, 2, 30, 2)])
+def test_memo_returns_what_a_fresh_sweep_gives_for_repeated_seen_and_new_rows(kind, p, m, v):
+    makespan._MEMO.clear()
+    f, b, w = _cells(p, v, rows=8, seed=1)
+    first = flush_makespan_s(kind, p, m, v, f[:4], b[:4], w[:4])
+    # rows 2, 3 seen before, 4..7 new, row 5 twice
+    pick = np.array([3, 5, 2, 5, 4, 6, 7])
+    again = flush_makespan_s(kind, p, m, v, f[pick], b[pick], w[pick])
+    makespan._MEMO.clear()
+    fresh = np.array([flush_makespan_s(kind, p, m, v, f[i:i + 1], b[i:i + 1], w[i:i + 1])[0] for i in range(8)])
+    makespan._MEMO.clear()
+    assert first.tolist() == fresh[:4].tolist()
+    assert again.tolist() == fresh[pick].tolist()
+    # and what the unmemoised function gives
+    table = np.stack([f, b, w, b + w]).reshape(4, 8, p * v)
+    for key in np.unique(order_durations(kind, f, b, w), axis=0):
+        sel = np.flatnonzero((order_durations(kind, f, b, w) == key).all(axis=1))
+        direct = _flush(kind, p, m, v, table[:, sel], tuple(key), stage_work_s(kind, f[sel], b[sel], w[sel]))
+        assert direct.tolist() == fresh[sel].tolist()
+
+
+def test_memo_stays_bounded(monkeypatch):
+    monkeypatch.setattr(makespan, "MEMO_ROWS", 5)
+    monkeypatch.setattr(makespan, "MEMO_KEYS", 2)
+    makespan._MEMO.clear()
+    f, b, w = _cells(2, 1, rows=7, seed=2)
+    key = (ScheduleKind.ONE_F_ONE_B, 2, 5, 1, (1.0, 1.0, 1.0))
+    flush_makespan_s("1f1b", 2, 5, 1, f[:3], b[:3], w[:3])
+    assert len(makespan._MEMO[key][0]) == 3
+    flush_makespan_s("1f1b", 2, 5, 1, f[3:], b[3:], w[3:])      # 3 + 4 rows > 5: this call's 4 only
+    assert len(makespan._MEMO[key][0]) == 4
+    for m in (3, 4):
+        flush_makespan_s("1f1b", 2, m, 1, f, b, w)
+    assert list(makespan._MEMO) == [(ScheduleKind.ONE_F_ONE_B, 2, m, 1, (1.0, 1.0, 1.0)) for m in (3, 4)]
+    makespan._MEMO.clear()
