@@ -250,10 +250,24 @@ def resolve_global_batch(seq_len: int, global_batch: int | None, global_batch_to
         raise InputError("global_batch_tokens", f"{tokens:,} tokens is more than {MAX_GLOBAL_BATCH:,} sequences",
                          "check the number")
     if tokens < seq_len or tokens % seq_len:
-        k = max(1, round(tokens / seq_len))
         raise InputError("global_batch_tokens", f"{tokens} tokens is not a whole number of {seq_len}-token sequences",
-                         f"use e.g. {k * seq_len} = {k} x {seq_len}")
+                         whole_sequences_fix(tokens, seq_len))
     return tokens // seq_len
+
+
+def whole_sequences_fix(tokens: int, seq_len: int) -> str:
+    """How to give a token count that is a whole number of ``seq_len``-token sequences: the
+    nearest one, and, for a round decimal count such as 4,000,000 ("4M"), its binary reading
+    (4Mi = 4,194,304) where that one is whole."""
+    k = max(1, round(tokens / seq_len))
+    fix = f"use e.g. {k * seq_len} = {k} x {seq_len}"
+    for decimal, binary, suffix in ((10**9, 2**30, "Gi"), (10**6, 2**20, "Mi"), (10**3, 2**10, "Ki")):
+        if tokens % decimal == 0:
+            count = tokens // decimal * binary
+            if count % seq_len == 0:
+                fix += f", or {tokens // decimal}{suffix} = {count} = {count // seq_len} x {seq_len}"
+            break
+    return fix
 
 
 def default_dtype(cluster: ClusterSpec) -> str:

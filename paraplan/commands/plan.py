@@ -24,6 +24,7 @@ from paraplan.cli import dump_json, format_table
 from planners.explain import stage_layers_text
 from planners.plan import PlanResult, parse_gpus, plan
 from simulator.parallel_config import Recompute, Schedule
+from paraplan.commands.token_count import TOKENS
 
 POS = click.IntRange(min=1)
 #: show a progress bar once the evaluation has run this long, seconds.
@@ -187,7 +188,7 @@ def _csv(df) -> str:
 @click.option("--gpus", "-n", help="GPU count (1024) or a range of counts to compare (256-1024); not for a pooled "
                                     "cluster, whose pools state their counts.")
 @click.option("--global-batch", type=POS, help="Sequences per optimizer step.")
-@click.option("--global-batch-tokens", type=POS, help="Tokens per optimizer step (a multiple of the sequence length).")
+@click.option("--global-batch-tokens", type=TOKENS, help="Tokens per optimizer step, a multiple of the sequence length: 4194304, 4Mi (= 4,194,304) or 4M (= 4,000,000).")
 @click.option("--seq-len", type=POS, help="Sequence length in tokens (default: the model's).")
 @click.option("--top", type=POS, default=10, show_default=True, help="Plans to print.")
 @click.option("--max-tp", type=POS, help="Largest tensor-parallel degree [default: the cluster's GPUs per node].")
@@ -246,7 +247,7 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
       paraplan plan -m llama3.1-405b -c dgx-h100 -n 16384 --global-batch-tokens 16777216
       paraplan plan -m megatron-530b -c dgx-a100-80gb -n 4480-5120 --global-batch 2520 --pareto
       paraplan plan -m llama3-70b -c dgx-h100 -n 64 --global-batch 128 --fix zero=1 --explain
-      paraplan plan -m llama3-70b -c dgx-h100 -n 256 --global-batch-tokens 4194304 --emit megatron > launch.sh
+      paraplan plan -m llama3-70b -c dgx-h100 -n 256 --global-batch-tokens 4Mi --emit megatron > launch.sh
       paraplan plan -m llama3-70b -c dgx-h100 -n 256 --global-batch-tokens 4194304 --emit torchtitan > paraplan_plan.py
 
     A pooled (mixed) cluster file plans across its pools: pipelines on one pool, each pool's

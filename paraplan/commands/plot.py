@@ -25,6 +25,7 @@ from hardware_specs.errors import InputError
 from hardware_specs.gpu_spec import KNOWN_DTYPES
 from paraplan.cli import atomic_output_path, check_image_path
 from simulator.parallel_config import CPKind, Recompute, Schedule
+from paraplan.commands.token_count import TOKENS
 
 KINDS = ("breakdown", "memory", "roofline", "pareto", "scaling", "bandwidth")
 DEFAULT_FIELD = {"scaling": "gpus", "bandwidth": "scaleout_gbit_per_s"}
@@ -77,7 +78,7 @@ def check_sweep(kind: str, field: str | None, values: str | None) -> tuple[str |
 @click.option("--vpp", type=POS, metavar="N", default=1, show_default=True, help="Virtual stages per pipeline rank.")
 @click.option("--micro-batch", type=POS, metavar="N", default=1, show_default=True, help="Sequences per micro-batch.")
 @click.option("--global-batch", type=POS, metavar="N", help="Sequences per optimizer step.")
-@click.option("--global-batch-tokens", type=POS, metavar="N", help="Tokens per optimizer step (instead of --global-batch).")
+@click.option("--global-batch-tokens", type=TOKENS, help="Tokens per optimizer step (instead of --global-batch): 4194304, 4Mi or 4M.")
 @click.option("--zero", type=click.IntRange(0, 3), metavar="{0,1,2,3}", default=0, show_default=True, help="ZeRO stage.")
 @click.option("--recompute", type=click.Choice([r.value for r in Recompute]), default="none", show_default=True,
               help="Activation recomputation.")

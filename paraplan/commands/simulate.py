@@ -18,6 +18,8 @@ from model_specs.model_spec import ModelSpec
 from paraplan import mfu as mfu_units
 from paraplan import priors
 from paraplan.cli import atomic_output_path, check_image_path, check_writable, dump_json, format_table
+from paraplan.commands.token_count import TOKENS
+from planners.plan import whole_sequences_fix
 from simulator.parallel_config import AttentionKernel, CPKind, ParallelConfig, Recompute, Schedule
 from simulator import headroom
 from simulator.report import StepReport
@@ -68,9 +70,8 @@ def _global_batch(global_batch: int | None, global_batch_tokens: int | None, seq
         raise InputError("--global-batch", "missing",
                          "give --global-batch SEQUENCES or --global-batch-tokens TOKENS")
     if global_batch_tokens % seq_len:
-        k = max(1, round(global_batch_tokens / seq_len))
         raise InputError("--global-batch-tokens", f"{global_batch_tokens} is not a multiple of the sequence "
-                         f"length {seq_len}", f"use e.g. {k * seq_len} = {k} x {seq_len}")
+                         f"length {seq_len}", whole_sequences_fix(global_batch_tokens, seq_len))
     return global_batch_tokens // seq_len
 
 
@@ -371,7 +372,7 @@ POS = click.IntRange(min=1)
 @click.option("--vpp", type=POS, metavar="N", default=1, show_default=True, help="Virtual stages (chunks) per pipeline rank; > 1 means interleaved 1F1B.")
 @click.option("--micro-batch", type=POS, metavar="N", default=1, show_default=True, help="Sequences per micro-batch per data-parallel rank.")
 @click.option("--global-batch", type=POS, metavar="N", help="Sequences per optimizer step (whole job).")
-@click.option("--global-batch-tokens", type=POS, metavar="N", help="Tokens per optimizer step (instead of --global-batch; a multiple of seq_len).")
+@click.option("--global-batch-tokens", type=TOKENS, help="Tokens per optimizer step (instead of --global-batch; a multiple of seq_len): 4194304, 4Mi (= 4,194,304) or 4M (= 4,000,000).")
 @click.option("--zero", type=click.IntRange(0, 3), metavar="{0,1,2,3}", default=0, show_default=True, help="ZeRO stage: 0 DDP, 1 optimizer states, 2 + gradients, 3 + weights sharded.")
 @click.option("--recompute", type=click.Choice([r.value for r in Recompute]), default="none", show_default=True, help="Activation recomputation.")
 @click.option("--stack", default="megatron-core", show_default=True, metavar="NAME",
