@@ -87,6 +87,26 @@ would reach it is not computing the memory search's bisection on rows that are n
 fitting count does not need it: a row that fits recomputing every layer fits, an offloading row
 fits iff it fits offloading all it may, up to its host memory), which needs memory lower bounds
 for the pruning rules and the smallest-memory row, and counts for the floors.
+
+Then (2026-12-02, later; measured before building that, main at d97c803, one process, load
+1.3-1.5): the memory search is a smaller share than the line above supposed, and deferring it
+cannot reach the target. Side by side with timers around ``fewest_that_fit``: 7.1 and 7.9 of
+33.4 and 36.4 CPU s (21-22%). Under cProfile (36.2 s): ``fewest_that_fit`` 7.6, of which the
+bisection's probes 3.0 (200 bisections over 17.1 M elements, stages for the recomputation
+search, rows for offload; probes per round 10.36 M, 7.46 M, 0.81 M, 0.29 M, 0.11 M, 0.04 M,
+0.01 M: the linear guess settles 92% of them in its two probes, the least a check of
+"fits at g, not at g - 1" needs), the starting totals (nothing recomputed, all offloaded, end
+stages) ~2.2, re-evaluating the chosen counts 1.2 (``pd.factorize`` in ``shared_dynamic``
+1.25 over all of it). Of the fitting rows the search changed (recomputation counts or offload:
+844 k of 2.54 M fitting, counting the kept plans' re-scoring), 516 k (61%) are timed, so
+searching only timed rows would skip at most ~39% of ~6.5 s, ~2.5 CPU s, before the cost of
+running the stage model again on the 516 k timed rows: far from the < 10 s target, which
+needs the timing (12.9 s, its pipeline pass 8.3), the rest of the stage model (~9 s) and the
+floors (3.6) cut as well. Tried and dropped: keeping each accepted probe's dynamic parts in
+place of re-evaluating them at the chosen counts (every ``memory_parts`` output bitwise the same
+on four searches, plan tables identical), side by side 7.98 and 8.11 s in ``fewest_that_fit``
+against 7.1 and 7.88: the masked stores cost what they saved (Megatron's decrement form leaves
+the recomputation counts above the bisection's on many stages, which still need evaluating).
 """
 from __future__ import annotations
 
