@@ -125,12 +125,24 @@ def linear_cast_bytes(tokens, shapes, dtype: str, input_fused, grad_fused, curre
     return out
 
 
-def _cast_times(cast_bytes: dict, rates: ComputeRates) -> dict:
+def cast_times(cast_bytes: dict, rates: ComputeRates) -> dict:
     """Seconds of the quantisation kernels of ``linear_cast_bytes``: bytes at the memory rate plus
     each kernel's fixed time (the weights' casts run once per step, their kernels not counted)."""
     return {"cast_fwd_s": memory_bound_time_s(cast_bytes["fprop"], rates, cast_bytes["fprop_kernels"]),
             "weight_cast_s": cast_bytes["weights"] / rates.hbm_bytes_per_s,
             "cast_bwd_s": memory_bound_time_s(cast_bytes["dgrad"], rates, cast_bytes["dgrad_kernels"])}
+
+
+def block_cast_bytes(tokens, shapes, dtype: str, current_scaling, tp, sp) -> dict:
+    """``linear_cast_bytes`` of a block of column-parallel projections that read the block's norm,
+    then one row-parallel projection (attention, dense MLP, Mamba mixer, shared experts): the
+    norm produces the first projections' inputs (fused where the recipe allows), every other
+    operand is quantised alone; under sequence parallelism the column-parallel inputs and the
+    row-parallel output gradient are quantised on the sequence shard before their all-gather."""
+    n_in = len(shapes) - 1
+    return linear_cast_bytes(tokens, shapes, dtype, [True] * n_in + [False], [False] * len(shapes), current_scaling,
+                             seq_split=np.where(sp, tp, 1.0), input_sharded=[True] * n_in + [False],
+                             grad_sharded=[False] * n_in + [True])
 
 
 def _linear_times(tokens, shapes, rates: ComputeRates) -> dict:
@@ -168,11 +180,7 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
     tokens = np.asarray(tokens, dtype=float)
     tp = np.asarray(tp, dtype=float)
     shapes = attention_gemm_shapes(model, tp)
-    n_in = len(shapes) - 1
-    casts = _cast_times(linear_cast_bytes(tokens, shapes, rates.dtype, [True] * n_in + [False], [False] * len(shapes),
-                                          current_scaling, seq_split=np.where(sp, tp, 1.0),
-                                          input_sharded=[True] * n_in + [False],
-                                          grad_sharded=[False] * n_in + [True]), rates)
+    casts = cast_times(block_cast_bytes(tokens, shapes, rates.dtype, current_scaling, tp, sp), rates)
     gemms = _linear_times(tokens, shapes, rates)
     qk, v = _attention_dims(model)
     core_flops = attention_core_flops(tokens, seq_len, model.num_heads / tp, qk, v,
@@ -206,9 +214,7 @@ def dense_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, ffn=N
     tp = np.asarray(tp, dtype=float)
     ffn = model.ffn_hidden_size if ffn is None else ffn
     shapes = mlp_gemm_shapes(model.hidden_size, ffn, model.gated_mlp, tp)
-    casts = _cast_times(linear_cast_bytes(tokens, shapes, rates.dtype, [True, False], [False, False], current_scaling,
-                                          seq_split=np.where(sp, tp, 1.0), input_sharded=[True, False],
-                                          grad_sharded=[False, True]), rates)
+    casts = cast_times(block_cast_bytes(tokens, shapes, rates.dtype, current_scaling, tp, sp), rates)
     gemms = _linear_times(tokens, shapes, rates)
     act_fwd, act_bwd = ACTIVATION_UNITS[bool(model.gated_mlp)]
     split = np.where(sp, tp, 1.0)

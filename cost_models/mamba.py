@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models.compute import ComputeRates, attention_time_s, memory_bound_time_s
-from cost_models.layer_costs import REPLICATED_ELEMENTWISE_UNITS, _cast_times, _linear_times, linear_cast_bytes
+from cost_models.layer_costs import REPLICATED_ELEMENTWISE_UNITS, _linear_times, block_cast_bytes, cast_times
 from model_specs.model_spec import ModelSpec
 
 #: memory-bound traffic per token of the conv1d + SiLU, in units of conv channels: read the
@@ -140,9 +140,7 @@ def mamba_block_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, sca
     tp = np.asarray(tp, dtype=float)
     m = model.mamba
     shapes = mamba_gemm_shapes(model, tp)
-    casts = _cast_times(linear_cast_bytes(tokens, shapes, rates.dtype, [True, False], [False, False], current_scaling,
-                                          seq_split=np.where(sp, tp, 1.0), input_sharded=[True, False],
-                                          grad_sharded=[False, True]), rates)
+    casts = cast_times(block_cast_bytes(tokens, shapes, rates.dtype, current_scaling, tp, sp), rates)
     gemms = _linear_times(tokens, shapes, rates)
     scan_flops = ssd_scan_flops(model, tokens, tp)
     bc_dt = 2.0 * m.num_groups * m.state_size + m.num_heads

@@ -34,7 +34,7 @@ import numpy as np
 from cost_models import memory
 from cost_models.compute import ACT_BYTES, ComputeRates, gemm_time_s, linear_gemm_times_s, memory_bound_time_s
 from cost_models.layer_costs import (ACTIVATION_UNITS, ELEMENTWISE_KERNELS_FWD, REPLICATED_ELEMENTWISE_UNITS,
-                                     REPLICATED_ELEMENTWISE_UNITS_BWD, _cast_times, linear_cast_bytes,
+                                     REPLICATED_ELEMENTWISE_UNITS_BWD, block_cast_bytes, cast_times, linear_cast_bytes,
                                      mlp_gemm_shapes)
 from cost_models.params import attention_params, expert_params_per_moe_layer, mlp_params
 from cost_models.topology import group_collective_time_s, group_forwarded_all_to_all_time_s, group_span
@@ -213,9 +213,7 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
             fwd, dgrad, wgrad = linear_gemm_times_s(tokens, n, kk, rates)
             shared_s, shared_dgrad, shared_wgrad = shared_s + fwd, shared_dgrad + dgrad, shared_wgrad + wgrad
             shared_flops = shared_flops + 2.0 * tokens * n * kk
-        shared_casts = linear_cast_bytes(tokens, shared_shapes, rates.dtype, [True, False], [False, False],
-                                         current_scaling, seq_split=np.where(sp, tp, 1.0),
-                                         input_sharded=[True, False], grad_sharded=[False, True])
+        shared_casts = block_cast_bytes(tokens, shared_shapes, rates.dtype, current_scaling, tp, sp)
         casts = {key: casts[key] + shared_casts[key] for key in casts}
 
     split = np.where(sp, tp, 1.0)
@@ -253,7 +251,7 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
         "router_fwd_s": router_s,
         "elem_fwd_s": elem_s,
         "elem_bwd_s": elem_bwd_s,
-        **_cast_times(casts, rates),
+        **cast_times(casts, rates),
         "gemm_flops_fwd": router_flops + expert_flops + shared_flops,
         "router_flops_fwd": router_flops,
         "expert_rows": rows,

@@ -158,9 +158,12 @@ def layer_param_tensors(model: ModelSpec) -> int:
     projection, MLP in (gate and up fused) and out, each with a bias when the architecture has
     linear biases (GPT-2/3, OPT, BLOOM), and two norms (LayerNorm: weight and bias; RMSNorm:
     weight). GPT-3: 4 x 2 + 2 x 2 = 12; Llama: 4 + 2 = 6."""
-    biased = getattr(model, "linear_bias", not model.gated_mlp)
-    layernorm = getattr(model, "normalization", "rmsnorm" if model.gated_mlp else "layernorm") == "layernorm"
-    return 4 * (2 if biased else 1) + 2 * (2 if layernorm else 1)
+    return len(layer_param_tensor_shapes(model))
+
+
+def norm_tensors(model: ModelSpec) -> int:
+    """Parameter tensors of one norm: LayerNorm's weight and bias, RMSNorm's weight."""
+    return 2 if model.normalization == "layernorm" else 1
 
 
 def layer_param_tensor_shapes(model: ModelSpec) -> tuple[tuple[int, bool], ...]:
@@ -175,12 +178,11 @@ def layer_param_tensor_shapes(model: ModelSpec) -> tuple[tuple[int, bool], ...]:
     h, a, g, d = model.hidden_size, model.num_heads, model.num_kv_heads, model.head_dim
     gate = 2 if model.gated_mlp else 1
     ffn = model.ffn_hidden_size
-    biased = getattr(model, "linear_bias", not model.gated_mlp)
-    layernorm = getattr(model, "normalization", "rmsnorm" if model.gated_mlp else "layernorm") == "layernorm"
+    biased = bool(model.linear_bias)
     qkv = (a + 2 * g) * d
     out = [(h * qkv, True)] + ([(qkv, True)] if biased else [])
     out += [(a * d * h, True)] + ([(h, False)] if biased else [])
     out += [(gate * h * ffn, True)] + ([(gate * ffn, True)] if biased else [])
     out += [(ffn * h, True)] + ([(h, False)] if biased else [])
-    out += [(h, False)] * (4 if layernorm else 2)
+    out += [(h, False)] * (2 * norm_tensors(model))
     return tuple(out)

@@ -179,9 +179,9 @@ def _global_batch(fields: dict, seq_len: int) -> int:
         raise InputError("global_batch", "missing", "give global_batch (sequences) or global_batch_tokens")
     tokens = int(tokens)
     if tokens % seq_len:
-        k = max(1, round(tokens / seq_len))
+        from planners.plan import whole_sequences_fix
         raise InputError("global_batch_tokens", f"{tokens} is not a multiple of the sequence length {seq_len}",
-                         f"use e.g. {k * seq_len} = {k} x {seq_len}")
+                         whole_sequences_fix(tokens, seq_len))
     return tokens // seq_len
 
 

@@ -42,7 +42,7 @@ from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES, ConfigBatch
 from simulator.layer_times import layer_times
 from simulator.parallel_config import Recompute, Schedule
 from simulator.step_pipeline import Ends, PerLayer, pipeline_pass
-from simulator.zero3_collectives import persistent_gather_s, persistent_layer_tensors, rank_copies_s
+from simulator.zero3_collectives import bucket_calls, persistent_gather_s, persistent_layer_tensors, rank_copies_s
 
 #: HBM bytes the optimizer step moves per local parameter in mixed-precision training, as
 #: Megatron's optimizer runs it: fused Adam (fp32 weight, grad, m, v read; weight, m, v
@@ -211,8 +211,7 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
                 both("reduce_scatter", dense_or_moe_params, batch.grad_reduce_bytes,
                      np.where(zero >= 3, n_rs_calls, 1.0)),
                 both("all_reduce", dense_or_moe_params, batch.grad_reduce_bytes,
-                     np.where((zero >= 3) & (bucket > 0), np.maximum(dense_or_moe_params / np.maximum(bucket, 1.0), 1.0),
-                              1.0)))
+                     np.where(zero >= 3, bucket_calls(dense_or_moe_params, bucket), 1.0)))
 
     def prefetch_layers(depth, layer_elements):
         # layers whose gathers run ahead; DeepSpeed caps the prefetched elements
@@ -307,7 +306,7 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         copies = rank_copies_s(batch, shard, eff)
         ag = group_collective_time_s("all_gather", n_params * param_bytes, shard, tp, cluster, eff) + copies
         rs = group_collective_time_s("reduce_scatter", n_params * param_bytes, shard, tp, cluster, eff) + copies
-        calls = np.where(bucket > 0, np.maximum(n_params / np.maximum(bucket, 1.0), 1.0), 1.0)
+        calls = bucket_calls(n_params, bucket)
         ar = calls * group_collective_time_s("all_reduce", n_params * batch.grad_reduce_bytes / calls, dp_group, tp,
                                              cluster, eff)
         grad = np.where(batch.zero3_grad_all_reduce, ar, rs)

@@ -41,6 +41,8 @@ def persistent_layer_tensors(model: ModelSpec, batch: ConfigBatch):
     on = np.asarray(batch.zero_stage) >= 3
     count = np.zeros(len(batch))
     elements = np.zeros(len(batch))
+    if not on.any():                    # the planner's usual batch: no ZeRO-3 row, nothing to size
+        return count, elements
     for size, split in params.layer_param_tensor_shapes(model):
         local = size / tp if split else size + 0.0 * tp
         small = on & (local < threshold)
@@ -58,12 +60,20 @@ def persistent_gather_s(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyM
     DeepSpeed's ``_allgather_params`` loop, one copy per persistent tensor and rank, and the list
     API's one per rank. 0 where nothing persists."""
     n_persist, elements = persistent_layer_tensors(model, batch)
+    if not n_persist.any():
+        return np.zeros(len(batch))
     pp = np.asarray(batch.pp, dtype=float)
     layers = np.ceil(model.num_layers / pp)
-    norm_tensors = 2.0 if getattr(model, "normalization", "rmsnorm" if model.gated_mlp else "layernorm") == "layernorm" else 1.0
-    final_norm = np.where(n_persist > 0, norm_tensors, 0.0)
+    final_norm = np.where(n_persist > 0, float(params.norm_tensors(model)), 0.0)
     tensors = layers * n_persist + final_norm
     total = layers * elements + final_norm * model.hidden_size
     gather = group_collective_time_s("all_gather", total * param_bytes, shard, batch.tp, cluster, eff)
     copies = rank_copies_s(batch, shard, eff) * (1.0 + tensors)
     return np.where(tensors > 0, gather + copies, 0.0)
+
+
+def bucket_calls(n_params, bucket_elements):
+    """All-reduce calls of ``n_params`` gradients reduced one bucket of ``bucket_elements`` at a
+    time (at least one; one when the stack sets no bucket, ``bucket_elements`` 0)."""
+    bucket = np.asarray(bucket_elements, dtype=float)
+    return np.where(bucket > 0, np.maximum(np.asarray(n_params, dtype=float) / np.maximum(bucket, 1.0), 1.0), 1.0)

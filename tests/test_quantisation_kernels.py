@@ -11,7 +11,7 @@ import pytest
 from cost_models import low_precision as lp
 from cost_models import moe
 from cost_models.compute import compute_rates, gemm_time_s, kernel_counting_rates
-from cost_models.layer_costs import _cast_times, linear_cast_bytes
+from cost_models.layer_costs import cast_times, linear_cast_bytes
 from hardware_specs.catalog import load_cluster, load_efficiency, load_stack
 from model_specs.catalog import load_model
 from simulator.config_batch import ATTENTION_KERNEL_CODES, CP_KIND_CODES
@@ -68,7 +68,7 @@ def test_sequence_parallelism_quantises_the_shard_before_the_all_gather():
 
 def test_cast_seconds_are_bytes_at_the_memory_rate_plus_each_kernels_fixed_time():
     rates = compute_rates(load_cluster("dgx-h100").gpu, load_efficiency("hopper"), "fp8")
-    casts = _cast_times(linear_cast_bytes(1024, ONE, "fp8", [False], [False], current_scaling=True), rates)
+    casts = cast_times(linear_cast_bytes(1024, ONE, "fp8", [False], [False], current_scaling=True), rates)
     assert float(casts["cast_fwd_s"]) == pytest.approx(1024 * 8192 * 6.0 / rates.hbm_bytes_per_s
                                                        + 3 * rates.kernel_overhead_s, rel=1e-12)
     assert float(casts["weight_cast_s"]) == pytest.approx(8192 * 4096 * 4.0 / rates.hbm_bytes_per_s, rel=1e-12)

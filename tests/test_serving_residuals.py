@@ -74,3 +74,13 @@ def test_report_names_dense_and_moe_from_the_model_preset():
     df, pred = _rows()
     text = report(residuals(df, pred))
     assert "dense" in text and "slope_ratio_median" in text
+
+
+def test_a_missing_or_damaged_csv_is_one_line_and_exit_2(tmp_path, capsys):
+    from paraplan.validation.serving_residuals import main
+    damaged = tmp_path / "damaged.csv"
+    damaged.write_bytes(b"\xae\x00\xff" * 50)
+    for path, field in ((tmp_path / "absent.csv", "error: path:"), (damaged, "error: csv:")):
+        assert main([str(path)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(field)

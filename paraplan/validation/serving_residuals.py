@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from hardware_specs.errors import InputError
 
 #: the largest concurrency used in the slope fits: beyond it the KV pool and CUDA-graph limits
 #: bend the TPOT curve
@@ -120,7 +123,18 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("path", nargs="?", default=None, help="serving-runs CSV (default: the resolved serving_runs.csv)")
     args = ap.parse_args(argv)
-    df = read_rows(args.path or validation_file(SERVING_RUNS))
+    path = args.path or validation_file(SERVING_RUNS)
+    try:
+        if not Path(path).is_file():
+            raise InputError("path", f"{path} is not a file", "give a serving-runs CSV")
+        df = read_rows(path)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        print(f"error: csv: {path} cannot be read as a CSV ({type(exc).__name__}; give a serving-runs CSV)",
+              file=sys.stderr)
+        return 2
     print(report(residuals(df, predict(df))))
     return 0
 
