@@ -38,20 +38,22 @@ def test_every_model_and_system_of_the_file_has_a_preset(rows):
 def test_rows_carrying_their_layout_are_predicted(rows, results):
     layout = rows[(rows["mode"] == "agg") | rows.prefill_num_workers.notna()]
     predicted = results[(results.metric == "ttft_ms") & (results.status == "ok")].id.nunique()
-    assert predicted / len(layout) >= 0.97          # 2092 of 2143 measured
+    assert predicted / len(layout) >= 0.96          # 2068 of 2143 measured
     skipped = results[results.status == "skipped"].drop_duplicates("id")
     assert skipped.reason.str.len().min() > 10       # every skip says why
     assert (skipped.reason.str.contains("does not divide the 128 attention heads")).sum() == 42
+    # the auto-gap-analysis rows whose batch_size x attention_dp_size is not the stated concurrency
+    assert (skipped.reason.str.contains("differs from the silicon_concurrency")).sum() == 24
 
 
 # (backend, mode) -> (TTFT bound %, TPOT bound %, rows): the measured in-sample mean |error| plus
 # ~1.5 points; a change that makes a row set worse than this fails here
 BOUNDS = {
     ("vllm", "agg"): (26.5, 16.5, 759),
-    ("sglang", "agg"): (48.5, 20.5, 450),
-    ("trtllm", "agg"): (46.5, 25.0, 774),
-    ("sglang", "disagg"): (61.5, 20.5, 51),
-    ("trtllm", "disagg"): (48.0, 21.5, 56),
+    ("sglang", "agg"): (47.0, 19.5, 450),
+    ("trtllm", "agg"): (47.5, 21.0, 750),
+    ("sglang", "disagg"): (60.5, 20.5, 51),
+    ("trtllm", "disagg"): (47.0, 21.5, 56),
 }
 
 
