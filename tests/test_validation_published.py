@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from paraplan.validation.published import read_runs, summarize, validate_rows
+from paraplan.validation.published import TIME_METRICS, read_runs, speed_error, summarize, validate_rows
 from paraplan.validation.datasets import PUBLISHED_RUNS, validation_file
 
 CSV = validation_file(PUBLISHED_RUNS)
@@ -151,3 +151,23 @@ def test_summary_has_one_row_per_source_plus_all(results):
     assert summary.iloc[-1].source == "ALL"
     assert summary.rows_ok.iloc[:-1].sum() == summary.rows_ok.iloc[-1]
 
+
+
+def test_speed_error_is_positive_when_predicted_faster_for_time_and_rate_metrics():
+    # a step predicted at 11 s that took 10 s ran 10/11 of the predicted speed: the model is
+    # 9.09% slow; 110 tokens/s predicted for 100 measured is 10% fast
+    assert speed_error("iter_time_s", 11.0, 10.0) == pytest.approx(10.0 / 11.0 - 1.0)
+    assert speed_error("iter_time_s", 11.0, 10.0) == pytest.approx(-0.090909, abs=1e-6)
+    assert speed_error("tokens_per_s_per_gpu", 110.0, 100.0) == pytest.approx(0.10)
+    assert speed_error("mfu", 45.0, 50.0) == pytest.approx(-0.10)
+
+
+def test_a_runs_time_row_and_rate_row_agree_in_speed_error_sign(results):
+    ok = results[results.status == "ok"]
+    timed = ok.metric.isin(TIME_METRICS)
+    assert timed.any() and (~timed).any()
+    # rates: the same number as rel_error; durations: 1 / (1 + rel_error) - 1, the other sign
+    assert (ok[~timed].speed_error - ok[~timed].rel_error).abs().max() < 1e-12
+    t = ok[timed]
+    assert ((t.speed_error - (1.0 / (1.0 + t.rel_error) - 1.0)).abs() < 1e-12).all()
+    assert (t.speed_error * t.rel_error <= 0).all()
