@@ -37,6 +37,7 @@ TIME_LABELS = {
     "dp_comm_exposed_s": "DP grad reduce (exposed)",
     "sync_wait_s": "straggler wait",
     "optimizer_s": "optimizer step",
+    "offload_exposed_s": "activation offload (exposed)",
 }
 #: human names of the memory columns of ``api`` rows.
 MEMORY_LABELS = {

@@ -246,3 +246,12 @@ def test_plot_best_lets_the_planner_choose_unless_degrees_are_given(tmp_path):
     pinned = _run("plot", "memory", "-m", MODEL, "-c", CLUSTER, "-n", "256", "--global-batch", "512", "--best",
                   "--tp", "8", "-o", tmp_path / "pinned.png")
     assert pinned.exit_code == 0, pinned.output
+
+
+def test_every_step_time_part_has_a_human_label():
+    """Notebooks and legends name every part of ``TIME_PARTS`` (a part with no label was a
+    KeyError in the 70B notebook once its plans offloaded activations)."""
+    from paraplan.plots import TIME_LABELS
+    from simulator.report import TIME_PARTS
+    assert set(TIME_PARTS) <= set(TIME_LABELS)
+    assert TIME_LABELS["offload_exposed_s"] == "activation offload (exposed)"
