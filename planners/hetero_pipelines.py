@@ -22,7 +22,7 @@ from simulator.heterogeneous.compose import (Groups, StageBlocks, boundary_p2p_s
                                              layer_activation_bytes, stage_memory_parts, stage_param_count)
 from simulator.heterogeneous.unit_costs import UnitCosts
 from simulator.parallel_config import ParallelConfig
-from simulator.step_model import DENSE_LAYER_PARAM_TENSORS, GRAD_BUFFER_BYTES
+from simulator.step_model import DENSE_LAYER_PARAM_TENSORS, unfused_accumulation_bytes
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ def lay_out(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     if not settings.grad_accumulation_fusion:
         hbm_bw = np.array([q.cluster.gpu.hbm_bw_bytes_per_s for q in cluster.pools])[pool]
         overhead = np.array([e.kernel_overhead_s for e in effs])[pool]
-        per_param = (act_bytes + 2.0 * GRAD_BUFFER_BYTES) / hbm_bw
+        per_param = unfused_accumulation_bytes(act_bytes, settings.grad_reduce_bytes) / hbm_bw
         p0 = stage_param_count(model, 0, first, last, pp_b, tp)
         p1 = stage_param_count(model, 1, first, last, pp_b, tp)
         tau = tau + (p1 - p0) * per_param + DENSE_LAYER_PARAM_TENSORS * overhead

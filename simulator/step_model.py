@@ -56,9 +56,20 @@ ADAM_STEP_BYTES_PER_PARAM_FP16 = 50.0
 #: pure fp32 training (torch.optim.Adam on the CPU runs): the weights are the master copy, no
 #: 16-bit copy, no clipping
 ADAM_STEP_BYTES_PER_PARAM_FP32 = 28.0
-#: gradient buffers are fp32 (Megatron's main grads) for the accumulation whatever the dtype
-#: the DP reduction moves (``ParallelConfig.grad_reduce_bytes``).
+#: bytes per element of the fp32 gradients an offloaded optimizer step moves to the host.
 GRAD_BUFFER_BYTES = 4.0
+
+
+def unfused_accumulation_bytes(grad_bytes, grad_buffer_bytes):
+    """HBM bytes per parameter of one micro-batch's unfused gradient accumulation: read the
+    fresh weight gradient (``grad_bytes``, the 16-bit GEMM output) and the accumulation buffer,
+    write the buffer. The buffer is the one the data-parallel reduction then moves, so its
+    element is ``ParallelConfig.grad_reduce_bytes``: Megatron-LM's local DDP allocates its main
+    gradients in the parameter dtype unless gradients accumulate and all-reduce in fp32
+    (NVIDIA/Megatron-LM@d898a8991d megatron/model/distributed.py ``_get_buffer_type``, and the
+    backward hook ``param.main_grad.add_(param.grad.data)``); autograd's own accumulation into
+    ``.grad`` (DeepSpeed, FSDP) adds in the gradient's dtype, the one reduced."""
+    return grad_bytes + 2.0 * np.asarray(grad_buffer_bytes, dtype=float)
 #: weight tensors of a dense transformer layer: fused QKV, output projection, MLP up (fused
 #: gate+up when gated) and down, two norms. One accumulation kernel each; biases, which the
 #: model specs do not record, would add one each.
@@ -251,7 +262,8 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         # the fp32 gradient buffer: read the fresh gradient and the buffer, write the buffer. A
         # plain add streams at the memory's full bandwidth
         accum = np.where(batch.grad_accumulation_fusion, 0.0,
-                         (layer_p + expert_p) * (param_bytes + 2.0 * GRAD_BUFFER_BYTES) / gpu.hbm_bw_bytes_per_s
+                         (layer_p + expert_p) * unfused_accumulation_bytes(param_bytes, batch.grad_reduce_bytes)
+                         / gpu.hbm_bw_bytes_per_s
                          + n_tensors * rates.kernel_overhead_s)
         # an offloaded layer's activations go to the host under the next layer's forward and come
         # back under the previous layer's backward (``cost_models.offload``)
@@ -289,7 +301,8 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
     # the embedding's and the output layer's weight gradients are accumulated like a layer's
     def accum_of(n_params):
         return np.where(batch.grad_accumulation_fusion, 0.0,
-                        n_params * (param_bytes + 2.0 * GRAD_BUFFER_BYTES) / gpu.hbm_bw_bytes_per_s
+                        n_params * unfused_accumulation_bytes(param_bytes, batch.grad_reduce_bytes)
+                        / gpu.hbm_bw_bytes_per_s
                         + rates.kernel_overhead_s)
 
     emb_params = params.embedding_params(model) / tp

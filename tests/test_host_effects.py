@@ -61,6 +61,24 @@ def test_unfused_gradient_accumulation_costs_one_add_pass_per_microbatch():
     assert unfused.time_breakdown_s["compute_s"] - fused.time_breakdown_s["compute_s"] == pytest.approx(extra, rel=1e-9)
 
 
+def test_unfused_accumulation_into_fp16_main_grads_moves_six_bytes_per_parameter():
+    """Megatron-LM's local DDP keeps its main gradients in the parameter dtype unless gradients
+    accumulate in fp32 (megatron/model/distributed.py ``_get_buffer_type``): an fp16 run that
+    reduces fp16 gradients adds each micro-batch's gradient into an fp16 buffer, 2 + 2 + 2 bytes
+    per parameter, against 2 + 4 + 4 into fp32 main grads."""
+    base = ParallelConfig(dp=1, tp=1, pp=1, micro_batch=1, global_batch=4, recompute="full", dtype="fp16",
+                          grad_accumulation_fusion=False)
+    fp32_buffer = _llama8b(replace(base, grad_reduce_bytes=4))
+    fp16_buffer = _llama8b(replace(base, grad_reduce_bytes=2))
+    from cost_models import params
+    n_params = params.total_params(load_model("llama3-8b"))
+    hbm = CLUSTER.gpu.hbm_bw_bytes_per_s
+    # 4 micro-batches, 4 bytes per parameter fewer each (the buffer's read and write at 2, not 4)
+    saved = 4 * n_params * (10 - 6) / hbm
+    assert fp32_buffer.time_breakdown_s["compute_s"] - fp16_buffer.time_breakdown_s["compute_s"] == pytest.approx(
+        saved, rel=1e-6)
+
+
 def test_sync_wait_is_the_skew_fraction_of_compute_and_zero_on_one_rank():
     jittery = replace(CLUSTER, efficiency=replace(EFF, sync_skew_fraction=0.05))
     one = ParallelConfig(dp=1, micro_batch=1, global_batch=2)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from paraplan.validation.published import read_runs, summarize, validate_rows
+from paraplan.validation.published import TIME_METRICS, read_runs, speed_error, summarize, validate_rows
 from paraplan.validation.datasets import PUBLISHED_RUNS, validation_file
 
 CSV = validation_file(PUBLISHED_RUNS)
@@ -43,9 +43,13 @@ def test_korthikanti_step_times_stay_within_bound(results):
     # Counting the materialised attention's score traffic once (the batched GEMMs' own reads and
     # writes were counted twice) took the HBM fraction off its bound (0.81) and the plateau to
     # 0.70: the error grows with the model (22B 3%, 175B 7%, 530B 12%, 1T 16% slow), larger
-    # GEMMs reaching more of the peak than the tile model gives; measured 9.37% / 16.4%
-    assert _mean_abs_pct(ok) <= 10.0
-    assert float((ok.rel_error.abs() * 100).max()) <= 17.5
+    # GEMMs reaching more of the peak than the tile model gives; measured 9.37% / 16.4%. With
+    # the unfused gradient accumulation priced in the buffer's own dtype (Megatron-LM's fp16
+    # main grads: 6 bytes a parameter and micro-batch, not 10): 7.45% / 13.3% (22B -2%, 175B
+    # +4%, 530B +8%, 1T +13% slow). Each row fits at a GEMM plateau growing with the model:
+    # 0.67-0.72 (22B), 0.73-0.76 (175B), 0.77-0.79 (530B), 0.81 (1T) against the fitted 0.70
+    assert _mean_abs_pct(ok) <= 8.5
+    assert float((ok.rel_error.abs() * 100).max()) <= 14.5
 
 
 def test_narayanan_tables_stay_within_bound(results):
@@ -54,15 +58,17 @@ def test_narayanan_tables_stay_within_bound(results):
     zero3 = ok[ok.id.str.contains("zero3")]
     megatron = ok[~ok.id.str.contains("zero3")]
     # Megatron-LM's own rows (Table 1, Table 2 PTD); the issue's target is 6%
-    assert _mean_abs_pct(megatron) <= 5.0     # measured 4.2%
+    assert _mean_abs_pct(megatron) <= 4.0     # measured 3.10% (4.2% with fp32 accumulation buffers)
     # Table 2's DeepSpeed ZeRO-3 rows with DeepSpeed 0.3's per-rank copies of its list-based
     # collectives, persistent small tensors and gradients all-reduced per bucket, and rings
     # paying the NIC's start-up only on their cross-node steps: measured 9.72% mean, -6.6% ..
     # +20.0% (22.3% and up to 45% fast before); 175B +1%, +5%, -7% and 530B +13%, +12%, +20%
-    # over 384/768/1536 and 640/1120/2240 ranks
+    # over 384/768/1536 and 640/1120/2240 ranks; with fp16 accumulation buffers 10.16% mean,
+    # 529.6B at 2,240 ranks +20.9%
     assert _mean_abs_pct(zero3) <= 10.5
-    assert float((zero3.rel_error.abs() * 100).max()) <= 21.0
-    # the issue's 6% target for the source: measured 5.71% over all 22 rows
+    assert float((zero3.rel_error.abs() * 100).max()) <= 21.5
+    # the issue's 6% target for the source: measured 5.71% over all 22 rows, 5.03% with fp16
+    # accumulation buffers
     assert _mean_abs_pct(ok) <= 6.0
 
 
@@ -72,7 +78,7 @@ def test_dense_rows_with_their_fields_are_predicted(results):
     from_preset = dense.assumptions.fillna("").str.contains("preset")
     modelable = dense[~unpredictable & ~from_preset]
     assert (modelable.status == "ok").mean() >= 0.90      # measured 268/268
-    assert _mean_abs_pct(modelable[modelable.status == "ok"]) <= 10.0   # the target; measured 6.11%
+    assert _mean_abs_pct(modelable[modelable.status == "ok"]) <= 10.0   # the target; measured 5.90%
 
 
 def _is_vtrain_single_node(results):
@@ -151,3 +157,23 @@ def test_summary_has_one_row_per_source_plus_all(results):
     assert summary.iloc[-1].source == "ALL"
     assert summary.rows_ok.iloc[:-1].sum() == summary.rows_ok.iloc[-1]
 
+
+
+def test_speed_error_is_positive_when_predicted_faster_for_time_and_rate_metrics():
+    # a step predicted at 11 s that took 10 s ran 10/11 of the predicted speed: the model is
+    # 9.09% slow; 110 tokens/s predicted for 100 measured is 10% fast
+    assert speed_error("iter_time_s", 11.0, 10.0) == pytest.approx(10.0 / 11.0 - 1.0)
+    assert speed_error("iter_time_s", 11.0, 10.0) == pytest.approx(-0.090909, abs=1e-6)
+    assert speed_error("tokens_per_s_per_gpu", 110.0, 100.0) == pytest.approx(0.10)
+    assert speed_error("mfu", 45.0, 50.0) == pytest.approx(-0.10)
+
+
+def test_a_runs_time_row_and_rate_row_agree_in_speed_error_sign(results):
+    ok = results[results.status == "ok"]
+    timed = ok.metric.isin(TIME_METRICS)
+    assert timed.any() and (~timed).any()
+    # rates: the same number as rel_error; durations: 1 / (1 + rel_error) - 1, the other sign
+    assert (ok[~timed].speed_error - ok[~timed].rel_error).abs().max() < 1e-12
+    t = ok[timed]
+    assert ((t.speed_error - (1.0 / (1.0 + t.rel_error) - 1.0)).abs() < 1e-12).all()
+    assert (t.speed_error * t.rel_error <= 0).all()

@@ -21,7 +21,8 @@ from paraplan.cli import check_writable, dump_json, format_table, write_atomic
 from hardware_specs.errors import InputError
 
 #: the per-row output columns of --json / --csv, in order.
-ROW_KEYS = ("id", "status", "metric", "predicted", "measured", "rel_error", "reason", "source", "assumptions")
+ROW_KEYS = ("id", "status", "metric", "predicted", "measured", "rel_error", "speed_error", "reason", "source",
+            "assumptions")
 
 
 @click.group("validate", short_help="Compare predictions with measured runs.")
@@ -102,7 +103,9 @@ def summary_text(results, summary, list_skipped: bool) -> str:
 @click.option("--source", "source_prefix", metavar="PREFIX",
               help="Only rows whose run_id starts with PREFIX (e.g. KOR22, NAR21).")
 @click.option("--json", "as_json", is_flag=True,
-              help="One object per row: id, status (ok|skipped), metric, predicted, measured, rel_error, reason, ...")
+              help="One object per row: id, status (ok|skipped), metric, predicted, measured, rel_error, speed_error "
+                   "(predicted speed / measured speed - 1: + = predicted faster, for time and rate metrics "
+                   "alike), reason, ...")
 @click.option("--csv", "as_csv", is_flag=True, help="The same rows as a CSV table.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False),
               help="Write the output to this file (atomically) instead of stdout.")

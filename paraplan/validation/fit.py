@@ -131,23 +131,74 @@ def objective(prepared: Prepared, generation: str, eff: EfficiencyModel, weights
     return float(np.sum(err * w) / np.sum(w))
 
 
-def fitted_names(prepared: Prepared) -> list[str]:
-    """The factors ``prepared``'s rows can pin down."""
+def fitted_names(prepared: Prepared, hold=()) -> list[str]:
+    """The factors ``prepared``'s rows can pin down (less those in ``hold``, held at their value)."""
     if len(prepared) < MIN_ROWS_FOR_FULL_FIT:
         return ["gemm16"]
-    names = list(FIT_BOUNDS)
-    if all(i.cluster.gpu.sm_count for i in prepared.inputs):
+    names = [n for n in FIT_BOUNDS if n not in hold]
+    if all(i.cluster.gpu.sm_count for i in prepared.inputs) and "gemm_half_dim" in names:
         names.remove("gemm_half_dim")       # GPUs with SMs: shapes follow tile and wave quantization
     dtypes = {i.config.dtype for i in prepared.inputs}
     for name, dtype in _DTYPE_FACTORS:
-        if dtype not in dtypes:
+        if dtype not in dtypes and name in names:
             names.remove(name)
     return names
 
 
+def _clipped_start(base: EfficiencyModel, names) -> dict:
+    """``base``'s factors, each of ``names`` clipped into its range."""
+    x = _from_model(base)
+    for n in names:
+        lo, hi = _bounds(n, x)
+        x[n] = float(np.clip(x[n], lo, hi))
+    return x
+
+
+def _under_16bit(trial: dict) -> dict:
+    """``trial`` with the low-precision plateaus kept under the 16-bit one (their upper bound)."""
+    for name, _ in _DTYPE_FACTORS:
+        trial[name] = min(trial[name], trial["gemm16"])
+    return trial
+
+
+def _candidates(name: str, x: dict, sweep: int) -> np.ndarray:
+    """Values of factor ``name`` a coordinate sweep tries: the whole grid on the first sweep,
+    then five points around the current value at a step halved each sweep."""
+    lo, hi = _bounds(name, x)
+    if sweep == 0:
+        return _grid(name, x)
+    if name in LOG_SCALED:
+        step = (hi / lo) ** (1.0 / (GRID_POINTS - 1) / 2 ** sweep)
+        return np.clip(x[name] * step ** np.arange(-2, 3), lo, hi)
+    span = (hi - lo) / (GRID_POINTS - 1) / (2 ** sweep)
+    return np.clip(np.linspace(x[name] - span, x[name] + span, 5), lo, hi)
+
+
+def _scan_plateau_and_knee(x: dict, best: float, score) -> tuple[dict, float]:
+    """The 16-bit plateau and the shape knee scanned jointly (they trade against each other)."""
+    for g in _grid("gemm16", x):
+        for hd in _grid("gemm_half_dim", x):
+            trial = _under_16bit(dict(x, gemm16=float(g), gemm_half_dim=float(hd)))
+            s = score(trial)
+            if s < best - 1e-12:
+                best, x = s, trial
+    return x, best
+
+
+def _coordinate_step(x: dict, best: float, name: str, sweep: int, score) -> tuple[dict, float]:
+    """``x`` with factor ``name`` moved to its best candidate of this sweep (others held)."""
+    for value in _candidates(name, x, sweep):
+        trial = _under_16bit(dict(x, **{name: float(value)}))
+        s = score(trial)
+        if s < best - 1e-12:
+            best, x = s, trial
+    return x, best
+
+
 def fit_generation(prepared: Prepared, generation: str, base: EfficiencyModel, sweeps: int = 2,
-                   verbose: bool = False) -> tuple[EfficiencyModel, float]:
-    """(fitted model, objective) for ``prepared`` (rows of one generation), starting at ``base``.
+                   verbose: bool = False, hold=()) -> tuple[EfficiencyModel, float]:
+    """(fitted model, objective) for ``prepared`` (rows of one generation), starting at ``base``;
+    the factors in ``hold`` keep ``base``'s values.
 
     Coordinate search: the 16-bit plateau and the shape knee are scanned jointly first (they
     trade against each other), then each sweep scans every factor over a grid within its bounds
@@ -155,48 +206,29 @@ def fit_generation(prepared: Prepared, generation: str, base: EfficiencyModel, s
     objective has kinks (max() in roofline and overlap terms), so no derivatives are used.
     """
     weights = source_weights(prepared.sources)
-    names = fitted_names(prepared)
-    x = _from_model(base)
-    for n in names:
-        lo, hi = _bounds(n, x)
-        x[n] = float(np.clip(x[n], lo, hi))
+    names = fitted_names(prepared, hold)
+    x = _clipped_start(base, names)
 
     def score(trial):
         return objective(prepared, generation, _to_model(base, trial), weights)
 
     best = score(x)
     if "gemm_half_dim" in names:
-        for g in _grid("gemm16", x):
-            for hd in _grid("gemm_half_dim", x):
-                trial = dict(x, gemm16=float(g), gemm_half_dim=float(hd))
-                for name, _ in _DTYPE_FACTORS:      # keep low-precision plateaus under the 16-bit one
-                    trial[name] = min(trial[name], trial["gemm16"])
-                s = score(trial)
-                if s < best - 1e-12:
-                    best, x = s, trial
+        x, best = _scan_plateau_and_knee(x, best, score)
     for sweep in range(sweeps):
         for n in names:
-            lo, hi = _bounds(n, x)
-            if sweep == 0:
-                candidates = _grid(n, x)
-            elif n in LOG_SCALED:
-                step = (hi / lo) ** (1.0 / (GRID_POINTS - 1) / 2 ** sweep)
-                candidates = np.clip(x[n] * step ** np.arange(-2, 3), lo, hi)
-            else:
-                span = (hi - lo) / (GRID_POINTS - 1) / (2 ** sweep)
-                candidates = np.clip(np.linspace(x[n] - span, x[n] + span, 5), lo, hi)
-            for value in candidates:
-                trial = dict(x)
-                trial[n] = float(value)
-                for name, _ in _DTYPE_FACTORS:
-                    trial[name] = min(trial[name], trial["gemm16"])
-                s = score(trial)
-                if s < best - 1e-12:
-                    best, x = s, trial
+            x, best = _coordinate_step(x, best, n, sweep, score)
             if verbose:
                 print(f"  sweep {sweep} {n} = {x[n]:.4g}: {100 * best:.2f}%", file=sys.stderr)
-    # a factor the rows cannot pin down (the objective no worse, within the tolerance, at its
-    # documented prior) is not fitted: it takes the prior
+    x, best, kept = _priors_where_unpinned(x, best, names, score)
+    kept += [n for n in hold if n in (base.fitted_factors or ())]
+    model = replace(_rounded(_to_model(base, x)), fitted_factors=tuple(n for n in FIT_BOUNDS if n in kept))
+    return model, objective(prepared, generation, model, weights)
+
+
+def _priors_where_unpinned(x: dict, best: float, names, score) -> tuple[dict, float, list[str]]:
+    """A factor the rows cannot pin down (the objective no worse, within the tolerance, at its
+    documented prior) is not fitted: it takes the prior. Returns (x, objective, fitted names)."""
     kept = list(names)
     for n in names:
         if n in PRIOR_ONLY_IF_UNPINNED:
@@ -205,8 +237,7 @@ def fit_generation(prepared: Prepared, generation: str, base: EfficiencyModel, s
             if at_prior <= best + UNPINNED_TOLERANCE:
                 x, best = trial, at_prior
                 kept.remove(n)
-    model = replace(_rounded(_to_model(base, x)), fitted_factors=tuple(kept))
-    return model, objective(prepared, generation, model, weights)
+    return x, best, kept
 
 
 #: refits from the previous result until the factors stop moving (``fit_to_fixed_point``)
@@ -214,15 +245,16 @@ MAX_FIT_ROUNDS = 8
 
 
 def fit_to_fixed_point(prepared: Prepared, generation: str, base: EfficiencyModel, sweeps: int = 2,
-                       verbose: bool = False, max_rounds: int = MAX_FIT_ROUNDS) -> tuple[EfficiencyModel, float, int]:
+                       verbose: bool = False, max_rounds: int = MAX_FIT_ROUNDS,
+                       hold=()) -> tuple[EfficiencyModel, float, int]:
     """(fitted model, objective, rounds): ``fit_generation`` restarted from its own result until
     a round returns the factors it started from, so rerunning the fitter on the committed file
     returns that file (the coordinate search is local: one pass from a moved start can still
     improve). Stops after ``max_rounds`` rounds (the last round's factors are then returned and
     the caller reports that the search had not settled)."""
-    model, score = fit_generation(prepared, generation, base, sweeps, verbose)
+    model, score = fit_generation(prepared, generation, base, sweeps, verbose, hold)
     for rounds in range(1, max_rounds):
-        again, score_again = fit_generation(prepared, generation, model, sweeps, verbose)
+        again, score_again = fit_generation(prepared, generation, model, sweeps, verbose, hold)
         if _from_model(again) == _from_model(model) and again.fitted_factors == model.fitted_factors:
             return model, score, rounds
         model, score = again, score_again
@@ -367,23 +399,25 @@ def _middle_of_ranges(base: EfficiencyModel) -> EfficiencyModel:
 def _held_out_prediction(prepared: Prepared, src: str, sweeps: int) -> np.ndarray:
     """Predictions of source ``src``'s rows by efficiency models fitted without ``src``.
 
-    A generation with at least ``MIN_ROWS_FOR_FULL_FIT`` rows left is fitted on them (from
-    ``neutral_start``); one with fewer borrows its ``NEIGHBOUR``'s fit without ``src`` on its own
+    Every generation with at least ``MIN_ROWS_FOR_FULL_FIT`` rows left is fitted on them (from
+    ``neutral_start``), all together (``joint_fit.fit_jointly``: the host's issue time is one
+    factor of them all); one with fewer borrows its ``NEIGHBOUR``'s fit without ``src`` on its own
     datasheet (as a new generation would be predicted); one with neither takes the middle of
     every range (a generation never fitted, its hand-set prior). Factors no remaining row set
     are made ``source_free``."""
+    from paraplan.validation.joint_fit import fit_jointly
     sources = np.asarray(prepared.sources)
     gens = prepared.generations
     rest = np.flatnonzero(sources != src)
     others = by_generation(subset(prepared, rest)) if len(rest) else {}
-    cache: dict[str, EfficiencyModel | None] = {}
+    # every generation with enough rows left is fitted, together: the host's issue time is one
+    # factor of all of them (``joint_fit``), so the held-out source's host time comes from the others
+    fittable = {g: rows for g, rows in others.items() if len(rows) >= MIN_ROWS_FOR_FULL_FIT}
+    fitted = fit_jointly(fittable, {g: neutral_start(prior_model(g), rows) for g, rows in fittable.items()},
+                         sweeps) if fittable else {}
 
     def fitted_without(gen):
-        if gen not in cache:
-            rows = others.get(gen)
-            cache[gen] = (fit_generation(rows, gen, neutral_start(prior_model(gen), rows), sweeps)[0]
-                          if rows is not None and len(rows) >= MIN_ROWS_FOR_FULL_FIT else None)
-        return cache[gen]
+        return fitted.get(gen)
 
     models = {}
     for gen in (str(g) for g in np.unique(gens[sources == src])):
@@ -445,6 +479,61 @@ def cross_validate(prepared: Prepared, sweeps: int = 2, progress=None, jobs: int
     return pred
 
 
+def _fit_and_write(by_gen: dict[str, Prepared], order: list[str], args) -> None:
+    """Fit the generations (jointly, ``joint_fit``; with ``--generation`` only those, the shared
+    host factor held at its committed value), then the sparse ones from their neighbours, and
+    write each YAML (unless ``--dry-run``)."""
+    from paraplan.validation.joint_fit import SHARED_FACTORS, fit_jointly_to_fixed_point
+    chosen = [g for g in order if len(by_gen[g]) >= MIN_ROWS_TO_FIT and (not args.generation or g in args.generation)]
+    csv_name = Path(args.csv).name
+    if args.generation:
+        fits = {}
+        for gen in chosen:
+            model, _, rounds = fit_to_fixed_point(by_gen[gen], gen, prior_model(gen), verbose=args.verbose,
+                                                  hold=SHARED_FACTORS)
+            fits[gen] = (model, rounds)
+        joint = ""
+    else:
+        models, rounds = fit_jointly_to_fixed_point({g: by_gen[g] for g in chosen},
+                                                     {g: prior_model(g) for g in chosen}, verbose=args.verbose)
+        fits = {g: (models[g], rounds) for g in chosen}
+        n_rows = sum(len(by_gen[g]) for g in chosen)
+        joint = (f"; {', '.join(SHARED_FACTORS)} (the host's) one value for {', '.join(chosen)}, fitted jointly "
+                 f"over their {n_rows} rows")
+    for gen in chosen:
+        rows, (fitted, rounds) = by_gen[gen], fits[gen]
+        before = objective(rows, gen, prior_model(gen))
+        after = objective(rows, gen, fitted)
+        srcs = sorted(set(rows.sources))
+        note = (f"coordinate search on the weighted mean |pred/measured - 1| over {len(rows)} rows of "
+                f"{', '.join(srcs)} in {csv_name}{joint}")
+        names = list(fitted.fitted_factors)
+        settled = (f"settled after {rounds} round(s)" if rounds < MAX_FIT_ROUNDS
+                   else f"NOT settled after {MAX_FIT_ROUNDS} rounds")
+        print(f"{gen}: {len(rows)} rows, objective {100 * before:.2f}% -> {100 * after:.2f}%; fitted {names}; {settled}")
+        print("   ", {k: float(f"{v:.4g}") for k, v in _from_model(fitted).items() if k in names})
+        bound = at_bound(fitted, names)
+        if bound:
+            print(f"    at a bound of their range (missing physics?): {bound}")
+        if not args.dry_run:
+            write_efficiency(fitted, efficiency_path(gen), note, after, names)
+    for gen in order:
+        rows = by_gen[gen]
+        if len(rows) >= MIN_ROWS_TO_FIT or (args.generation and gen not in args.generation):
+            continue
+        donor = NEIGHBOUR.get(gen)
+        base = prior_model(gen)
+        model = _transfer(prior_model(donor), base) if donor else base
+        model = replace(model, fitted_factors=())
+        note = (f"unfitted prior: {len(rows)} rows of {', '.join(sorted(set(rows.sources)))} are too few to fit "
+                f"(< {MIN_ROWS_TO_FIT}); " + (f"the fitted factors of {donor} on this generation's own datasheet "
+                                              f"numbers" if donor else "hand-set initial values"))
+        score = objective(rows, gen, model)
+        print(f"{gen}: {len(rows)} rows: {note}; objective {100 * score:.2f}%")
+        if not args.dry_run:
+            write_efficiency(model, efficiency_path(gen), note, score, [])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("csv", nargs="?", default=str(BUNDLED_DIR / PUBLISHED_RUNS),
@@ -461,39 +550,8 @@ def main(argv=None) -> int:
     by_gen = by_generation(prepared)
     # generations with enough rows first, so a sparse one can borrow its neighbour's fresh fit
     order = sorted(by_gen, key=lambda g: (len(by_gen[g]) < MIN_ROWS_TO_FIT, g))
-    for gen in ([] if args.skip_fit else order):
-        rows = by_gen[gen]
-        if args.generation and gen not in args.generation:
-            continue
-        if len(rows) < MIN_ROWS_TO_FIT:
-            donor = NEIGHBOUR.get(gen)
-            base = prior_model(gen)
-            model = _transfer(prior_model(donor), base) if donor else base
-            model = replace(model, fitted_factors=())
-            note = (f"unfitted prior: {len(rows)} rows of {', '.join(sorted(set(rows.sources)))} are too few to fit "
-                    f"(< {MIN_ROWS_TO_FIT}); " + (f"the fitted factors of {donor} on this generation's own datasheet "
-                                                  f"numbers" if donor else "hand-set initial values"))
-            score = objective(rows, gen, model)
-            print(f"{gen}: {len(rows)} rows: {note}; objective {100 * score:.2f}%")
-            if not args.dry_run:
-                write_efficiency(model, efficiency_path(gen), note, score, [])
-            continue
-        base = prior_model(gen)
-        before = objective(rows, gen, base)
-        fitted, after, rounds = fit_to_fixed_point(rows, gen, base, verbose=args.verbose)
-        srcs = sorted(set(rows.sources))
-        note = (f"coordinate search on the weighted mean |pred/measured - 1| over {len(rows)} rows of "
-                f"{', '.join(srcs)} in {Path(args.csv).name}")
-        names = list(fitted.fitted_factors)
-        settled = (f"settled after {rounds} round(s)" if rounds < MAX_FIT_ROUNDS
-                   else f"NOT settled after {MAX_FIT_ROUNDS} rounds")
-        print(f"{gen}: {len(rows)} rows, objective {100 * before:.2f}% -> {100 * after:.2f}%; fitted {names}; {settled}")
-        print("   ", {k: float(f"{v:.4g}") for k, v in _from_model(fitted).items() if k in names})
-        bound = at_bound(fitted, names)
-        if bound:
-            print(f"    at a bound of their range (missing physics?): {bound}")
-        if not args.dry_run:
-            write_efficiency(fitted, efficiency_path(gen), note, after, list(fitted.fitted_factors))
+    if not args.skip_fit:
+        _fit_and_write(by_gen, order, args)
     if args.cross_validate:
         cv = cross_validate(prepared, progress=lambda src: print(f"  cross-validated {src}", file=sys.stderr, flush=True),
                             jobs=max(1, args.jobs))

@@ -85,6 +85,8 @@ REQUIRED_COLUMNS = ("id", "run_id", "gpu_profile", "dtype_norm", "zero_norm", "f
 
 #: metrics that are a rate per GPU (what one GPU does; the GPU count only scales the rest)
 PER_GPU_RATE_METRICS = ("tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "hfu")
+#: metrics that are a duration (larger is slower); every other training metric is a rate
+TIME_METRICS = ("iter_time_s", "layer_fwd_bwd_time_ms")
 TRAINING_METRICS = ("iter_time_s", "tokens_per_s_per_gpu", "tokens_per_s", "tflops_per_gpu", "mfu",
                     "hfu", "layer_fwd_bwd_time_ms")
 
@@ -392,9 +394,20 @@ def metric_from_prediction(inputs: RowInputs, report) -> float:
     return 100.0 * per_gpu / peak          # mfu / hfu are in percent
 
 
+def speed_error(metric: str, predicted, measured):
+    """Predicted speed over measured speed, minus 1: positive when the model predicts the run
+    faster than it ran, whatever the metric. ``rel_error`` (predicted / measured - 1) has the
+    opposite sign for a duration (``TIME_METRICS``) than for a rate, so averaging it over a
+    run's time row and its rate row cancels; for a duration this is measured / predicted - 1."""
+    if metric in TIME_METRICS:
+        return measured / predicted - 1.0
+    return predicted / measured - 1.0
+
+
 def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None, cross_validate: bool = False,
                   cv_progress=None) -> pd.DataFrame:
-    """One output row per input row: id, status, predicted, measured, rel_error, reason, ...
+    """One output row per input row: id, status, predicted, measured, rel_error, speed_error
+    (``speed_error``: + = predicted faster), reason, ...
 
     Rows are predicted together (``predict.predict``: one step-model call per model, cluster
     and dtype); ``progress(i)`` is called once per input row. With ``cross_validate`` each
@@ -422,11 +435,12 @@ def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None
         rec = {"id": row.get("id"), "run_id": row.get("run_id"), "source": str(row.get("run_id", "")).split("-")[0],
                "gpu_profile": row.get("gpu_profile"), "metric": row.get("measured_metric"),
                "status": "skipped", "predicted": None, "measured": _measured(row),
-               "rel_error": None, "reason": reasons.get(i, ""), "assumptions": ""}
+               "rel_error": None, "speed_error": None, "reason": reasons.get(i, ""), "assumptions": ""}
         if i not in reasons:
             value, inp, fits, own = by_id[j]
             j += 1
             rec.update(status="ok", predicted=float(value), rel_error=(float(value) - rec["measured"]) / rec["measured"],
+                       speed_error=speed_error(rec["metric"], float(value), rec["measured"]),
                        assumptions="; ".join(inp.assumptions), generation=inp.cluster.gpu.generation,
                        fits=bool(fits), stack=inp.stack, cluster=inp.cluster.name)
             if cross_validate:

@@ -55,7 +55,8 @@ from simulator.heterogeneous.unit_costs import UnitCosts
 from simulator.parallel_config import ParallelConfig, Schedule
 from simulator.step_model import _overlapped
 from simulator.step_model import (ADAM_STEP_BYTES_PER_PARAM, ADAM_STEP_BYTES_PER_PARAM_FP16,
-                                  ADAM_STEP_BYTES_PER_PARAM_FP32, DENSE_LAYER_PARAM_TENSORS, GRAD_BUFFER_BYTES)
+                                  ADAM_STEP_BYTES_PER_PARAM_FP32, DENSE_LAYER_PARAM_TENSORS,
+                                  unfused_accumulation_bytes)
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,7 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     if settings.grad_accumulation_fusion:
         grad_accum = np.zeros(R)
     else:   # as step_model: read the fresh gradient and the buffer, write the buffer
-        grad_accum = (stage_params * (act_bytes + 2.0 * GRAD_BUFFER_BYTES) / hbm_bw
+        grad_accum = (stage_params * unfused_accumulation_bytes(act_bytes, settings.grad_reduce_bytes) / hbm_bw
                       + n * DENSE_LAYER_PARAM_TENSORS * kernel_overhead)
     t_stage = n * (fwd + bwd + w) + ends + p2p + grad_accum
     part_compute = n * units["compute_s"][k] + ends + grad_accum
