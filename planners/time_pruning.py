@@ -22,18 +22,18 @@ did, and ``i`` keeps its estimate. By 1-3, with its tokens/s <= ``u``, it is not
 changes no other row's place in them: the kept rows and their numbers are those of timing
 every row. Adding rows to ``T`` only lowers these thresholds, so a row once skippable stays so.
 
-Across chunks (``space_scoring.score_space``: each chunk keeps its own ``kept_rows``, and the
-whole search keeps ``kept_rows`` of their union) the rows other chunks already kept, ``G``
-(their refined tokens/s, memory and GPU counts, at least ``keep`` of them), replace the
-tokens/s halves of 1-3 (``excluded``): ``u`` below the ``keep``-th best tokens/s of
-``G``, below the best of ``G`` at ``i``'s GPU count, and at most the tokens/s of some row of
-``G`` with strictly less memory. Then ``i`` is none of the whole search's kept rows, whatever
-its chunk keeps; the time halves of 1-3 still hold, so its chunk's refinement and the numbers
-of the rows it times are unchanged. A row of the whole search's kept rows is then timed and
+Across chunks (``space_scoring.score_space`` in one process: each chunk keeps its own
+``kept_rows``, and the whole search keeps ``kept_rows`` of their union) the rows the earlier
+chunks kept, ``G`` (their refined tokens/s, memory and GPU counts), join ``T`` in the tokens/s
+halves of 1-3 (``excluded`` over ``G`` and ``T``): ``u`` below the ``keep``-th best tokens/s of
+``G`` and ``T`` together, below their best at ``i``'s GPU count, and at most the tokens/s of one
+of them with strictly less memory. Every row of ``G`` and ``T`` is a row of the whole search
+with the numbers timing every row gives it, so ``i`` is none of the whole search's kept rows
+(whatever its chunk keeps); the time halves of 1-3 still hold, so its chunk's refinement and
+the numbers of the rows it times are unchanged. A row the whole search keeps is then timed and
 kept by its chunk (a kept row of a set is a kept row of any subset holding it), and
-``kept_rows`` of a union that holds every row ``kept_rows`` of all rows keeps, and only rows
-with the numbers timing every row gives them, is that set: the whole search keeps the same
-rows.
+``kept_rows`` of a union that holds every row ``kept_rows`` of all rows keeps, and only rows with
+the numbers timing every row gives them, is that set: the whole search keeps the same rows.
 """
 from __future__ import annotations
 
