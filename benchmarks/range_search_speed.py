@@ -116,10 +116,13 @@ the earlier chunks' kept rows show cannot be among the whole search's kept rows
 keeps 200 k). Rows timed, counting the kept plans' re-scoring: 1.20 M -> 0.75 M of the 2.34 M
 fitting rows (by chunk 265 k, 161 k -> 114 k, 127 k -> 103 k, 72 k; the kept table 200 k).
 Side by side with main's code (same load, 6.3): 36.4 -> 34.4 CPU s, 140.7 -> 138.0 s wall,
-1.12 -> 1.09 GiB. Phase timers, side by side at load ~7: timing the rows 6.9 -> 4.6 CPU s, the
+1.12 -> 1.09 GiB; again after merging main (load 3.1): 36.1 -> 34.9 CPU s, 74.0 -> 72.0 s wall,
+1.12 -> 1.07 GiB. Phase timers, side by side at load ~7: timing the rows 6.9 -> 4.6 CPU s, the
 pruning rounds (``skippable``, ``next_to_time``) 1.3 -> 2.0 (more, smaller rounds), the exact
 DAG makespans 2.9 -> 3.4, the memory phase unchanged (20.9 and 20.6, floors 3.5 of it): in all
-35.4 -> 33.6. With two processes the chunks run in parallel and nothing changes. The < 10 s
+35.4 -> 33.6. Rounds of 12.5 k rows in place of 50 k (fewer rows timed) were slower, side by
+side at load 5: 34.3 -> 40.2 CPU s (each round refines and re-checks every timed and untimed
+row); not kept. With two processes the chunks run in parallel and nothing changes. The < 10 s
 target is not met, and cutting the timing cannot meet it: the memory phase alone is ~20 of the
 ~34 CPU s. It runs on every row that passes the memory lower bound (4.8 M of 6.76 M) because the
 search reports how many configurations fit and the frontier needs every fitting row's memory;
