@@ -38,16 +38,14 @@ def test_gh200_runs_are_predicted_within_the_measured_bounds(records):
     time_err = _errors(records, "clariden", "iter_time_s")
     mem_err = _errors(records, "clariden", "peak_memory_bytes")
     assert len(time_err) == 26
-    # measured with main's step model after the FA2 mma.sync rate and the refit on the
-    # rowcov rows (the Hopper factors these runs use): iteration time mean 12.3%, worst 26.2%;
-    # the issue's target is a 15% mean. Counting current scaling's and the grouped GEMMs'
-    # kernels took it to 8.7% on those factors, but the Hopper refit that followed moved the
-    # per-kernel time 40 -> 25 us (off its bound), and these fp32/TF32 eager Megatron-DeepSpeed
-    # runs of small models (not in the fit) are per-kernel bound: now 16.7% mean, every run
-    # predicted fast, worst 39% (GPT-Neo-2.7B on 2 nodes); OPT-350M 12-38% fast where it was
-    # within -9..+14%. A regression against the target, kept visible here, not hidden by a factor.
-    assert time_err.mean() <= 0.175
-    assert time_err.max() <= 0.40
+    # the issue's target is a 15% mean. These fp32/TF32 eager Megatron-DeepSpeed runs of small
+    # models (not in the fit) are bound by the host and the per-kernel time: 12.3% mean with
+    # Hopper's per-kernel time on its 40 us bound, 16.7% (every run fast, worst 39%) once the
+    # Hopper refit took it to 25 us, 14.0% (worst 40.9%, GPT-Neo-2.7B on 2 nodes) since the
+    # host's issue time is one factor of every generation (56 us, pinned by Ampere's and
+    # Blackwell's rows; Hopper's own rows never bound it, so it had none).
+    assert time_err.mean() <= 0.15
+    assert time_err.max() <= 0.42
     assert mem_err.mean() <= 0.13
 
 
