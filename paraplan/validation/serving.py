@@ -18,9 +18,22 @@ prediction:
   tensor-parallel over the whole worker, the engines' default without expert parallelism);
   ``batch_size`` is the requests one attention-DP
   rank keeps in flight (the file's concurrency is batch_size x attention_dp_size for 98% of
-  its aggregated rows). A ``tp_size`` larger than the node (64 on 8-GPU H200 / B200 nodes) is
-  read as the source states it: attention tensor parallelism over tp GPUs of several nodes,
-  its all-reduces crossing the NICs. A ``tp_size`` that does not divide the attention heads
+  its aggregated rows); where the row's ``silicon_data_source`` states a
+  ``silicon_concurrency`` that differs from batch_size x attention_dp_size (24 rows of the
+  auto-gap-analysis files: e.g. 224 clients against batch 56 at tp 4, 448 against 14 at tp 2),
+  the row's own fields disagree on the load one engine carries and it is skipped with that
+  reason. A stated layout with moe_tp_size == moe_ep_size == M > 1 and tp_size x
+  attention_dp_size == M x M beyond one node (64 = 8 x 8, 16 = 4 x 4 on 8-GPU H200 / B200
+  nodes; tp or attention DP 1) is the export's squared form of a pure expert-parallel worker of
+  M GPUs: the file holds the same measurements (TTFT and TPOT equal to 1e-6) a second time
+  labelled tp 8 / attention DP 8 with experts over 8 (e.g. ``..._c64_tp8_0_ep8_0_976`` and
+  ``..._c64_tp8_ep8_937``: 13 of the file's 152 such rows; in the source's full
+  silicon_sample.csv, 116 of its 295 have a twin and all 116 twins are the M-GPU
+  expert-parallel worker), and the 2026-04-06 ids say ``tp8_ep8`` / ``tp4_ep4``.
+  Such rows are read as tp / M (or attention DP / M), experts over M, the same clients
+  (``_squared_expert_layout``). Any other ``tp_size`` larger than the node is read as stated:
+  attention tensor parallelism over tp GPUs of several nodes, its all-reduces crossing the
+  NICs. A ``tp_size`` that does not divide the attention heads
   (24, 28, 36, 72 for DeepSeek's 128) cannot be a tensor-parallel split; such rows are skipped
   with that reason, as are expert layouts with moe_tp x moe_ep != tp x attention_dp_size.
   vLLM rows with attention data parallelism whose ``tp_size`` equals their
@@ -148,6 +161,19 @@ def _vllm_data_parallel(backend, tp: float, adp: float, moe_tp: float, moe_ep: f
     return tp, moe_tp, moe_ep
 
 
+def _squared_expert_layout(tp: float, adp: float, moe_tp: float, moe_ep: float,
+                           gpus_per_node: int) -> tuple[float, float, float, float]:
+    """(tp, adp, moe_tp, moe_ep) of an aggregated row whose stated layout is the squared form of
+    a pure expert-parallel worker of M GPUs (see the module docstring): moe_tp == moe_ep == M > 1,
+    tp x adp == M x M beyond one node, one of tp / adp 1 -> the M-GPU worker, tp (or adp) / M,
+    experts over M. Any other layout is returned as stated."""
+    m = moe_tp
+    if (m > 1 and moe_ep == m and tp * adp == m * m and m * m > gpus_per_node
+            and min(tp, adp) == 1):
+        return (tp / m if tp > 1 else 1.0), (adp / m if adp > 1 else 1.0), 1.0, m
+    return tp, adp, moe_tp, moe_ep
+
+
 def _layout_problem(model, tp, adp, moe_tp, moe_ep, prefix: str) -> str | None:
     """Why a layout cannot be a valid split of ``model`` (None if it can)."""
     if tp < 1 or adp < 1 or moe_tp < 1 or moe_ep < 1 or any(x != int(x) for x in (tp, adp, moe_tp, moe_ep)):
@@ -170,6 +196,7 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
     skipped: dict[int, str] = {}
     stacks: dict[tuple, object] = {}
     models: dict[str, object] = {}
+    clusters: dict[str, object] = {}
     for i, r in enumerate(df.to_dict("records")):
         model_key = str(r.get("model_path") or "").strip().lower()
         preset = MODEL_PRESETS.get(model_key)
@@ -210,6 +237,17 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
                 skipped[i] = "aggregated row without tp_size / batch_size"
                 continue
             tp, moe_tp, moe_ep = _vllm_data_parallel(r.get("backend"), tp, adp, moe_tp, moe_ep)
+            clients = concurrency_of(r.get("silicon_data_source"))
+            if math.isfinite(clients) and abs(clients - batch * adp) > 0.5:
+                skipped[i] = (f"batch_size x attention_dp_size = {batch * adp:g} differs from the "
+                              f"silicon_concurrency = {clients:g} its silicon_data_source states "
+                              f"(the requests one engine keeps in flight are ambiguous)")
+                continue
+            if system not in clusters:
+                clusters[system] = load_cluster(system)
+            stated_adp = adp
+            tp, adp, moe_tp, moe_ep = _squared_expert_layout(tp, adp, moe_tp, moe_ep, clusters[system].gpus_per_node)
+            batch = batch * stated_adp / adp      # the same clients over fewer attention-DP ranks
             if model.moe is None:
                 moe_tp, moe_ep = tp * adp, 1.0
             problem = _layout_problem(model, tp, adp, moe_tp, moe_ep, "")
