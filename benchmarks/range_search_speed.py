@@ -107,6 +107,30 @@ place of re-evaluating them at the chosen counts (every ``memory_parts`` output 
 on four searches, plan tables identical), side by side 7.98 and 8.11 s in ``fewest_that_fit``
 against 7.1 and 7.88: the masked stores cost what they saved (Megatron's decrement form leaves
 the recomputation counts above the bisection's on many stages, which still need evaluating).
+
+Then (2026-12-02, later; issue 18 part 2; plan tables byte-identical, ``tools/plan_snapshot.py``
+on its five cases, by default and with ``--one-process``, against main before the change): in
+one process the chunks are scored one after another, and a chunk no longer times the rows that
+the earlier chunks' kept rows show cannot be among the whole search's kept rows
+(``time_pruning.excluded``: each chunk used to time at least its own 200 k fastest, since it
+keeps 200 k). Rows timed, counting the kept plans' re-scoring: 1.20 M -> 0.75 M of the 2.34 M
+fitting rows (by chunk 265 k, 161 k -> 114 k, 127 k -> 103 k, 72 k; the kept table 200 k).
+Side by side with main's code (same load, 6.3): 36.4 -> 34.4 CPU s, 140.7 -> 138.0 s wall,
+1.12 -> 1.09 GiB; again after merging main (load 3.1): 36.1 -> 34.9 CPU s, 74.0 -> 72.0 s wall,
+1.12 -> 1.07 GiB. Phase timers, side by side at load ~7: timing the rows 6.9 -> 4.6 CPU s, the
+pruning rounds (``skippable``, ``next_to_time``) 1.3 -> 2.0 (more, smaller rounds), the exact
+DAG makespans 2.9 -> 3.4, the memory phase unchanged (20.9 and 20.6, floors 3.5 of it): in all
+35.4 -> 33.6. Rounds of 12.5 k rows in place of 50 k (fewer rows timed) were slower, side by
+side at load 5: 34.3 -> 40.2 CPU s (each round refines and re-checks every timed and untimed
+row); not kept. With two processes the chunks run in parallel and nothing changes. The < 10 s
+target is not met, and cutting the timing cannot meet it: the memory phase alone is ~20 of the
+~34 CPU s. It runs on every row that passes the memory lower bound (4.8 M of 6.76 M) because the
+search reports how many configurations fit and the frontier needs every fitting row's memory;
+what would reach the target is computing the per-stage model (and its search) only on the rows
+that are timed, from a floor and a memory lower bound that need no stage model, with the fit
+count then an interval ("at least the timed rows' count, at most the rows the bound passes")
+or settled by a cheaper exact check (a row fits iff it fits at its search's extreme counts,
+without the bisection). Not built in this round.
 """
 from __future__ import annotations
 

@@ -96,16 +96,18 @@ class _ScoreJob:
 _SCORE_JOB: _ScoreJob | None = None
 
 
-def _score_chunk(job: _ScoreJob, i: int) -> dict:
+def _score_chunk(job: _ScoreJob, i: int, kept_elsewhere: tuple | None = None) -> dict:
     c0 = time.process_time()
     space, rows, combo = job.base.chunk(i)
     # refined: exact times for every row that can rank in this chunk, a superset of those it can
     # rank among in the whole space (the chunk's thresholds are looser), so the kept rows are
-    # chosen by the times the whole search would give them; rows that cannot be kept are not timed
+    # chosen by the times the whole search would give them; rows that cannot be kept are not timed,
+    # by the chunk's own rows or by ``kept_elsewhere``, the rows earlier chunks keep
     ev = evaluate_space(job.model, job.cluster, job.eff, space, job.base.global_batch, job.memory_limit_bytes,
                         chunk_rows=job.chunk_rows, workers=1, defaults=job.defaults, memory_search=job.memory_search,
                         prune_by_bound=job.prune_by_bound, refine=job.refine,
-                        keep=job.max_plans if job.prune_by_time else None)
+                        keep=job.max_plans if job.prune_by_time else None,
+                        kept_elsewhere=kept_elsewhere if job.prune_by_time else None)
     cols = space.columns
     n = (cols["dp"] * cols["tp"] * cols["pp"] * cols["cp"])[ev.rows]
     tps, mem = ev.outputs["tokens_per_s"], ev.outputs["memory_bytes"]
@@ -161,7 +163,11 @@ def score_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ba
             _SCORE_JOB = None
     else:
         for i in range(base.n_chunks):
-            parts.append(_score_chunk(job, i))
+            # one chunk after another: the rows earlier chunks keep spare timing rows of this
+            # one that the whole search cannot keep (``time_pruning.excluded``)
+            kept = tuple(np.concatenate([p[k] for p in parts]) for k in ("tokens_per_s", "memory_bytes", "n_gpus")) \
+                if parts and max_plans is not None else None
+            parts.append(_score_chunk(job, i, kept))
             done += parts[-1]["rows"] * len(base.dtypes)
             if progress is not None:
                 progress(done, total)

@@ -21,6 +21,19 @@ did, and ``i`` keeps its estimate. By 1-3, with its tokens/s <= ``u``, it is not
 ``keep`` fastest (nor tied), not its count's fastest and not on the frontier, and removing it
 changes no other row's place in them: the kept rows and their numbers are those of timing
 every row. Adding rows to ``T`` only lowers these thresholds, so a row once skippable stays so.
+
+Across chunks (``space_scoring.score_space`` in one process: each chunk keeps its own
+``kept_rows``, and the whole search keeps ``kept_rows`` of their union) the rows the earlier
+chunks kept, ``G`` (their refined tokens/s, memory and GPU counts), join ``T`` in the tokens/s
+halves of 1-3 (``excluded`` over ``G`` and ``T``): ``u`` below the ``keep``-th best tokens/s of
+``G`` and ``T`` together, below their best at ``i``'s GPU count, and at most the tokens/s of one
+of them with strictly less memory. Every row of ``G`` and ``T`` is a row of the whole search
+with the numbers timing every row gives it, so ``i`` is none of the whole search's kept rows
+(whatever its chunk keeps); the time halves of 1-3 still hold, so its chunk's refinement and
+the numbers of the rows it times are unchanged. A row the whole search keeps is then timed and
+kept by its chunk (a kept row of a set is a kept row of any subset holding it), and
+``kept_rows`` of a union that holds every row ``kept_rows`` of all rows keeps, and only rows with
+the numbers timing every row gives them, is that set: the whole search keeps the same rows.
 """
 from __future__ import annotations
 
@@ -29,32 +42,82 @@ import numpy as np
 
 def skippable(floor_s: np.ndarray, memory_bytes: np.ndarray, n_gpus: np.ndarray, tokens_per_step: float,
               timed_tokens_per_s: np.ndarray, timed_memory_bytes: np.ndarray, timed_n_gpus: np.ndarray,
-              trace: dict, keep: int) -> np.ndarray:
+              trace: dict, keep: int, elsewhere: tuple | None = None) -> np.ndarray:
     """Mask of the untimed rows (``floor_s``, ``memory_bytes``, ``n_gpus``) that need no step
     time, given the timed rows' refined tokens/s, memory and GPU counts and the refinement's
-    ``trace`` (``refine_exact``, over the timed rows in the same order) (see the module)."""
+    ``trace`` (``refine_exact``, over the timed rows in the same order) (see the module);
+    ``elsewhere``: ``held_by_row`` of the rows other chunks keep, for these rows."""
     n = len(floor_s)
-    if n == 0 or len(timed_tokens_per_s) < max(keep, 1):
+    if n == 0 or len(timed_tokens_per_s) == 0:
         return np.zeros(n, dtype=bool)
-    with np.errstate(divide="ignore"):
-        ceiling = tokens_per_step / floor_s                     # at least the row's tokens/s
-    kth_best = -np.partition(-timed_tokens_per_s, keep - 1)[keep - 1]
-    ok = (ceiling < kth_best) & (floor_s > trace["kth_s"])
-    # 2: the best of the row's GPU count (a count no timed row has: the row may be its best)
+    # the time halves: the row changes no refinement round of the timed rows
     gpus = trace["gpus"]
     at = np.clip(np.searchsorted(gpus, n_gpus), 0, len(gpus) - 1)
-    known = gpus[at] == n_gpus
-    best = np.full(len(gpus), -np.inf)
-    np.maximum.at(best, np.searchsorted(gpus, timed_n_gpus), timed_tokens_per_s)
-    ok &= known & (ceiling < best[at]) & (floor_s > trace["group_best_s"][at])
-    # 3: dominated on the frontier by rows with strictly less memory
+    known = gpus[at] == n_gpus        # a count no timed row has: the row may be its best
     order = np.argsort(timed_memory_bytes, kind="stable")
     below = np.searchsorted(timed_memory_bytes[order], memory_bytes, side="left")   # timed rows with less memory
     least_peak = np.minimum.accumulate(trace["peak_s"][order])
-    most_tps = np.maximum.accumulate(timed_tokens_per_s[order])
     j = np.maximum(below - 1, 0)
-    ok &= (below > 0) & (least_peak[j] <= floor_s) & (most_tps[j] >= ceiling)
-    return ok
+    ok = ((floor_s > trace["kth_s"]) & known & (floor_s > trace["group_best_s"][at]) & (below > 0)
+          & (least_peak[j] <= floor_s))
+    # the tokens/s halves: not among the kept rows of the timed rows and the rows other
+    # chunks kept together (1: the keep fastest, 2: its count's fastest, 3: dominated on the
+    # frontier by a row with strictly less memory), so not among the whole search's
+    top, best, less = held_by_row(memory_bytes, n_gpus, kept_summary(timed_tokens_per_s, timed_memory_bytes,
+                                                                     timed_n_gpus, keep))
+    if elsewhere is not None:
+        top, best, less = np.concatenate([top, elsewhere[0]]), np.maximum(best, elsewhere[1]), \
+            np.maximum(less, elsewhere[2])
+    mine = excluded(floor_s, tokens_per_step, keep, top, best, less)
+    return ok & mine
+
+
+def kept_summary(tokens_per_s: np.ndarray, memory_bytes: np.ndarray, n_gpus: np.ndarray, keep: int) -> dict:
+    """What ``excluded`` reads of a set of rows a search holds (their refined tokens/s, memory
+    and GPU counts): the ``keep`` best tokens/s (``top``), the GPU counts and the best tokens/s
+    of each (``gpus``, ``best``), the memory in increasing order and the best tokens/s of the
+    rows up to each (``memory``, ``most``)."""
+    tokens_per_s = np.asarray(tokens_per_s, dtype=float)
+    top = -np.partition(-tokens_per_s, keep - 1)[:keep] if len(tokens_per_s) > keep else tokens_per_s
+    gpus, group = np.unique(n_gpus, return_inverse=True)
+    best = np.full(len(gpus), -np.inf)
+    np.maximum.at(best, group, tokens_per_s)
+    order = np.argsort(memory_bytes, kind="stable")
+    return {"top": top, "gpus": gpus, "best": best, "memory": np.asarray(memory_bytes)[order],
+            "most": np.maximum.accumulate(tokens_per_s[order]) if len(order) else np.zeros(0)}
+
+
+def held_by_row(memory_bytes: np.ndarray, n_gpus: np.ndarray, summary: dict) -> tuple:
+    """What rows (``memory_bytes``, ``n_gpus``) are up against among rows a search holds
+    (``kept_summary``): their ``keep`` best tokens/s, and per row the best held tokens/s at its
+    GPU count and the best of the held rows with strictly less memory (-inf: none)."""
+    n = len(memory_bytes)
+    best, less = np.full(n, -np.inf), np.full(n, -np.inf)
+    gpus = summary["gpus"]
+    if len(gpus) and n:
+        at = np.clip(np.searchsorted(gpus, n_gpus), 0, len(gpus) - 1)
+        best = np.where(gpus[at] == n_gpus, summary["best"][at], -np.inf)
+        below = np.searchsorted(summary["memory"], memory_bytes, side="left")
+        less = np.where(below > 0, summary["most"][np.maximum(below - 1, 0)], -np.inf)
+    return summary["top"], best, less
+
+
+def excluded(floor_s: np.ndarray, tokens_per_step: float, keep: int, top: np.ndarray, best: np.ndarray,
+             less: np.ndarray) -> np.ndarray:
+    """Mask of the rows (``floor_s``) that cannot be among a whole search's
+    ``space_scoring.kept_rows(..., keep)`` given rows it also holds (``held_by_row``: ``top``,
+    at least the ``keep`` best of their tokens/s, as the search gives them; ``best`` and
+    ``less`` per row): with ``u = tokens / floor`` (at least the row's tokens/s), ``u`` is below
+    the ``keep``-th best held tokens/s (no row is excluded when fewer than ``keep`` are held),
+    below the best held at the row's GPU count, and some held row with strictly less memory has
+    tokens/s >= ``u``."""
+    n = len(floor_s)
+    if n == 0 or len(top) < max(keep, 1):
+        return np.zeros(n, dtype=bool)
+    with np.errstate(divide="ignore"):
+        ceiling = tokens_per_step / floor_s
+    kth_best = -np.partition(-top, keep - 1)[keep - 1]
+    return (ceiling < kth_best) & (ceiling < best) & (less >= ceiling)
 
 
 def next_to_time(floor_s: np.ndarray, memory_bytes: np.ndarray, n_gpus: np.ndarray, timed_peak_s: np.ndarray,

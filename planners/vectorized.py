@@ -24,7 +24,7 @@ from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
 from planners.refine import TOP_EXACT
 from planners.search_space import SearchSpace
-from planners.time_pruning import next_to_time, skippable
+from planners.time_pruning import excluded, held_by_row, kept_summary, next_to_time, skippable
 from simulator.config_batch import ConfigBatch
 from simulator.parallel_config import ParallelConfig
 from simulator.report import TIME_PARTS
@@ -277,7 +277,7 @@ def evaluate_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel,
                    workers: int | None = None,
                    progress: Callable[[int, int], None] | None = None, defaults: tuple = (),
                    memory_search: bool = True, prune_by_bound: bool = True, refine: Callable | None = None,
-                   keep: int | None = None) -> Evaluated:
+                   keep: int | None = None, kept_elsewhere: tuple | None = None) -> Evaluated:
     """Evaluate every row of ``space`` in every dtype; keep those with memory <= the limit.
 
     ``workers``: processes (None: all CPUs when the search is large, else 1).
@@ -298,6 +298,11 @@ def evaluate_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel,
     the fitting rows that provably cannot be among them nor change the refinement are not timed
     (``time_pruning``, lowest step-time floor first): ``rows`` are the timed rows, ``fitting``
     counts them all. The kept rows and their numbers are those of timing every row.
+    ``kept_elsewhere``: (tokens/s, memory bytes, GPU counts) of the rows other parts of the same
+    search keep (``space_scoring.score_space``'s earlier chunks), with ``keep``: rows that
+    cannot be among the whole search's kept rows are not timed either
+    (``time_pruning.excluded``); the rows this returns may then differ, but
+    ``kept_rows`` of them together with the other parts' is the same set with the same numbers.
     """
     global _JOB, _FITTING
     t0, c0 = time.perf_counter(), time.process_time()
@@ -335,14 +340,14 @@ def evaluate_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel,
                      min_memory_dtype=best.dtype_index, bound_pruned=sum(r.bound_pruned for r in results),
                      fitting=len(fitting.rows))
         ev = _time_and_refine(model, cluster, eff, space, global_batch, job, fitting, refine, keep, workers,
-                              chunk_rows, ev_kw)
+                              chunk_rows, ev_kw, kept_elsewhere)
     finally:
         _JOB = _FITTING = None
     return replace(ev, wall_s=time.perf_counter() - t0, cpu_s=time.process_time() - c0)
 
 
 def _time_and_refine(model, cluster, eff, space, global_batch: int, job: _Job, fitting: _Fitting, refine, keep,
-                     workers: int, chunk_rows: int, ev_kw: dict) -> Evaluated:
+                     workers: int, chunk_rows: int, ev_kw: dict, kept_elsewhere: tuple | None = None) -> Evaluated:
     """The fitting rows timed (all, or by branch and bound when ``keep`` is given: see
     ``evaluate_space``) and refined, as ``Evaluated``."""
     n_fit = len(fitting.rows)
@@ -368,8 +373,22 @@ def _time_and_refine(model, cluster, eff, space, global_batch: int, job: _Job, f
     outputs = {k: np.zeros(n_fit) for k in KEPT_OUTPUTS + CHOSEN_FIELDS}
     cache = (None, np.zeros(n_fit, dtype=bool), {k: np.zeros(n_fit) for k in KEPT_OUTPUTS})
     is_timed = np.zeros(n_fit, dtype=bool)
+    held = elsewhere = None
+    if kept_elsewhere is not None and len(kept_elsewhere[0]) >= keep:
+        held = held_by_row(fitting.memory["memory_bytes"], n_gpus, kept_summary(*kept_elsewhere, keep))
+        elsewhere = excluded(floor, tokens, keep, *held)
+    # the first round: the lowest floors; with other chunks' kept rows, those of the rows they
+    # do not rule out, fewer (the kept rows of the timed and the other chunks' rows together
+    # rule out more rows each round), and at least TOP_EXACT rows, so the refinement's
+    # thresholds exist
     order = np.argsort(floor, kind="stable")
-    new = np.sort(order[:keep + keep // 16 + TOP_EXACT])
+    # rows timed a round (each round is a refinement pass over the timed rows)
+    step = max(keep // 4, 1024)
+    if elsewhere is None:
+        new = np.sort(order[:keep + keep // 16 + TOP_EXACT])
+    else:
+        first = order[~elsewhere[order]]
+        new = np.sort(first[:step + TOP_EXACT] if len(first) >= TOP_EXACT else order[:TOP_EXACT])
     while True:
         res = timed(new)
         for k in outputs:
@@ -381,11 +400,12 @@ def _time_and_refine(model, cluster, eff, space, global_batch: int, job: _Job, f
                     defaults=job.defaults, cache=(at,) + cache[1:], trace=trace)
         rest = np.flatnonzero(~is_timed)
         skip = skippable(floor[rest], fitting.memory["memory_bytes"][rest], n_gpus[rest], tokens,
-                         ev.outputs["tokens_per_s"], ev.outputs["memory_bytes"], n_gpus[at], trace, keep)
+                         ev.outputs["tokens_per_s"], ev.outputs["memory_bytes"], n_gpus[at], trace, keep,
+                         None if held is None else (held[0], held[1][rest], held[2][rest]))
         open_rows = rest[~skip]
         if not len(open_rows):
             return ev
         # a row once skippable stays so: the next come from the open rows only
         new = np.sort(open_rows[next_to_time(floor[open_rows], fitting.memory["memory_bytes"][open_rows],
                                              n_gpus[open_rows], trace["peak_s"], ev.outputs["memory_bytes"],
-                                             n_gpus[at], max(keep // 4, 1024))])
+                                             n_gpus[at], step)])

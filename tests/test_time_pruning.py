@@ -16,7 +16,7 @@ from planners import plan
 from planners.refine import refine_exact
 from planners.search_space import SearchConstraints, enumerate_space
 from planners.space_scoring import kept_rows
-from planners.time_pruning import skippable
+from planners.time_pruning import excluded, held_by_row, kept_summary, skippable
 from planners.vectorized import CHOSEN_FIELDS, config_batch, evaluate_space
 from simulator.step_bounds import step_time_floor_s
 from simulator.step_model import evaluate, memory_parts
@@ -126,3 +126,66 @@ def test_a_row_is_skipped_only_when_every_condition_holds():
     np.testing.assert_array_equal(got, [True, False, False, False])
     # a refinement round whose k-th best time reached the floor: the row could have been refined
     assert not skippable(floor[:1], memory[:1], gpus[:1], 100.0, *timed, {**trace, "kth_s": 20.0}, keep=1)[0]
+
+
+def test_a_row_is_excluded_by_held_rows_only_when_it_can_be_none_of_the_kept_rows():
+    # held rows: tokens/s 10 (memory 1, 8 GPUs), 6 (memory 2, 8 GPUs), 4 (memory 4, 16 GPUs);
+    # keep 2: the 2nd best is 6. Tokens per step 100, so u = 100 / floor.
+    summary = kept_summary(np.array([10.0, 6.0, 4.0]), np.array([1.0, 2.0, 4.0]), np.array([8, 8, 16]), keep=2)
+    np.testing.assert_array_equal(np.sort(summary["top"]), [6.0, 10.0])
+    np.testing.assert_array_equal(summary["gpus"], [8, 16])
+    np.testing.assert_array_equal(summary["best"], [10.0, 4.0])
+    np.testing.assert_array_equal(summary["most"], [10.0, 10.0, 10.0])
+    floor = np.array([20.0, 20.0, 12.5, 20.0, 20.0, 16.0])      # u: 5, 5, 8, 5, 5, 6.25
+    memory = np.array([3.0, 1.0, 3.0, 3.0, 5.0, 3.0])
+    gpus = np.array([8, 8, 8, 16, 32, 8])
+    top, best, less = held_by_row(memory, gpus, summary)
+    np.testing.assert_array_equal(best, [10.0, 10.0, 10.0, 4.0, -np.inf, 10.0])
+    np.testing.assert_array_equal(less, [10.0, -np.inf, 10.0, 10.0, 10.0, 10.0])
+    got = excluded(floor, 100.0, 2, top, best, less)
+    # 0: u 5 < 6, < 10 at 8 GPUs, dominated by the memory-1 row -> excluded; 1: nothing holds
+    # less memory (memory 1 is not less than 1) -> may be on the frontier; 2: u 8 >= 6, may be
+    # among the 2 fastest; 3: u 5 > 4, may be the fastest of 16 GPUs; 4: a count no row holds;
+    # 5: u 6.25 >= the 2nd best 6
+    np.testing.assert_array_equal(got, [True, False, False, False, False, False])
+    # fewer held rows than kept: any row may be among the fastest
+    assert not excluded(floor, 100.0, 4, top, best, less).any()
+
+
+def _half(space, rows):
+    return replace(space, columns={k: v[rows] for k, v in space.columns.items()})
+
+
+def test_rows_kept_by_another_chunk_spare_timing_and_leave_the_whole_kept_set_unchanged():
+    # a space scored as two chunks: the second, told the first's kept rows, times fewer rows,
+    # and the rows kept over both chunks (and their numbers) are the same
+    model = load_model("mixtral-8x7b")
+    space = enumerate_space(model, SearchConstraints(gpus=(64, 64), global_batch=256, max_tp=8, hsdp_gpus=8))
+    keep = 500
+    n_all = space.columns["dp"] * space.columns["tp"] * space.columns["pp"] * space.columns["cp"]
+    halves = np.array_split(np.arange(len(space)), 2)
+    parts = []
+    for rows in halves:
+        ev = evaluate_space(model, CLUSTER, EFF, _half(space, rows), 256, LIMIT, workers=1, refine=refine_exact,
+                            keep=keep)
+        n = n_all[rows][ev.rows]
+        k = kept_rows(ev.outputs["tokens_per_s"], ev.outputs["memory_bytes"], n, keep)
+        parts.append((rows[ev.rows[k]], ev.outputs["tokens_per_s"][k], ev.outputs["memory_bytes"][k], n[k], ev))
+    first = parts[0]
+    told = evaluate_space(model, CLUSTER, EFF, _half(space, halves[1]), 256, LIMIT, workers=1, refine=refine_exact,
+                          keep=keep, kept_elsewhere=first[1:4])
+    alone = parts[1][4]
+    assert told.fitting == alone.fitting
+    assert len(told.rows) < 0.85 * len(alone.rows)          # measured: 3,060 of 3,790
+    n = n_all[halves[1]][told.rows]
+    k = kept_rows(told.outputs["tokens_per_s"], told.outputs["memory_bytes"], n, keep)
+    second = (halves[1][told.rows[k]], told.outputs["tokens_per_s"][k], told.outputs["memory_bytes"][k], n[k])
+
+    def whole(a, b):
+        rows, tps, mem, n = (np.concatenate([x, y]) for x, y in zip(a[:4], b[:4]))
+        keep_mask = kept_rows(tps, mem, n, keep)
+        order = np.argsort(rows[keep_mask])
+        return rows[keep_mask][order], tps[keep_mask][order], mem[keep_mask][order]
+
+    for mine, theirs in zip(whole(first, second), whole(first, parts[1])):
+        np.testing.assert_array_equal(mine, theirs)

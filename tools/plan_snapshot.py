@@ -5,7 +5,9 @@ Run: ``python tools/plan_snapshot.py save DIR [--case NAME]`` before the change,
 ``python tools/plan_snapshot.py compare DIR [--case NAME]`` after (exit 1 and a unified diff
 on any difference). The cases cover a wide MoE range search (the ``range_search_speed``
 benchmark's), dense and MoE searches with and without a GPU range, two dtypes, and a search
-without the memory search.
+without the memory search. ``--one-process`` runs each search in one process (``os.cpu_count``
+taken as 1, so the planner scores the chunks of a large space one after another, in order,
+where by default it splits them over every CPU).
 """
 from __future__ import annotations
 
@@ -32,9 +34,15 @@ CASES = {
 _TIMING = ("wall_s", "eval_s", "evals_per_s")
 
 
-def snapshot(name: str) -> str:
+#: runs the CLI with ``os.cpu_count()`` 1: the planner's default workers, one process
+_ONE_PROCESS = ("import os, runpy, sys; os.cpu_count = lambda: 1; sys.argv[0] = 'paraplan'; "
+                "runpy.run_module('paraplan.cli', run_name='__main__')")
+
+
+def snapshot(name: str, one_process: bool = False) -> str:
     """The case's ``--json`` (top 30 and the frontiers) without its timing fields, as text."""
-    cmd = [sys.executable, "-m", "paraplan.cli", "plan", *CASES[name], "--top", "30", "--pareto", "--json"]
+    cli = ["-c", _ONE_PROCESS] if one_process else ["-m", "paraplan.cli"]
+    cmd = [sys.executable, *cli, "plan", *CASES[name], "--top", "30", "--pareto", "--json"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True).stdout
     data = json.loads(out)
     for k in _TIMING:
@@ -47,12 +55,13 @@ def main(argv=None) -> int:
     ap.add_argument("action", choices=("save", "compare"))
     ap.add_argument("directory", type=Path)
     ap.add_argument("--case", choices=sorted(CASES), action="append")
+    ap.add_argument("--one-process", action="store_true", help="score every search in one process")
     args = ap.parse_args(argv)
     args.directory.mkdir(parents=True, exist_ok=True)
     status = 0
     for name in args.case or CASES:
         t0 = time.perf_counter()
-        text = snapshot(name)
+        text = snapshot(name, args.one_process)
         path = args.directory / f"{name}.json"
         if args.action == "save":
             path.write_text(text)
