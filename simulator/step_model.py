@@ -70,6 +70,8 @@ def unfused_accumulation_bytes(grad_bytes, grad_buffer_bytes):
     backward hook ``param.main_grad.add_(param.grad.data)``); autograd's own accumulation into
     ``.grad`` (DeepSpeed, FSDP) adds in the gradient's dtype, the one reduced."""
     return grad_bytes + 2.0 * np.asarray(grad_buffer_bytes, dtype=float)
+
+
 #: weight tensors of a dense transformer layer: fused QKV, output projection, MLP up (fused
 #: gate+up when gated) and down, two norms. One accumulation kernel each; biases, which the
 #: model specs do not record, would add one each.
@@ -259,8 +261,9 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
                        np.where(per_mb_grads, _overlapped(bwd_comm, grad_window, 0.0, batch.overlap_grad_reduce), 0.0))
         # unfused gradient accumulation: each micro-batch's weight gradients land in fresh tensors
         # (written by the GEMM, counted there) that an extra kernel per parameter tensor adds into
-        # the fp32 gradient buffer: read the fresh gradient and the buffer, write the buffer. A
-        # plain add streams at the memory's full bandwidth
+        # the gradient buffer (in the dtype the DP reduction moves, ``unfused_accumulation_bytes``):
+        # read the fresh gradient and the buffer, write the buffer. A plain add streams at the
+        # memory's full bandwidth
         accum = np.where(batch.grad_accumulation_fusion, 0.0,
                          (layer_p + expert_p) * unfused_accumulation_bytes(param_bytes, batch.grad_reduce_bytes)
                          / gpu.hbm_bw_bytes_per_s

@@ -15,7 +15,7 @@ import pytest
 
 from hardware_specs.catalog import list_efficiency_models, load_efficiency
 from paraplan.validation.datasets import BUNDLED_DIR, PUBLISHED_RUNS
-from paraplan.validation.fit import (FIT_BOUNDS, MAX_FIT_ROUNDS, MIN_ROWS_FOR_FULL_FIT, _bounds, _from_model, _to_model,
+from paraplan.validation.fit import (FIT_BOUNDS, MAX_FIT_ROUNDS, MIN_ROWS_FOR_FULL_FIT, factor_bounds, from_model, to_model,
                                      at_bound, by_generation, fit_generation, fitted_names, objective,
                                      source_weights, subset)
 from paraplan.validation.predict import predict, prepare
@@ -65,7 +65,7 @@ def test_no_fitted_factor_sits_on_a_bound_of_its_range(generation):
     model = load_efficiency(generation)
     assert at_bound(model, model.fitted_factors) == []
     # a low-precision GEMM plateau is not a higher fraction of its peak than the 16-bit one
-    x = _from_model(model)
+    x = from_model(model)
     for name in ("gemm8", "gemm_mx8", "gemm4"):
         assert x[name] <= x["gemm16"] + 1e-12
 
@@ -83,14 +83,14 @@ def test_the_fitter_recovers_a_known_gemm_plateau(bundled_rows):
     kor = subset(rows, np.flatnonzero(np.asarray(rows.sources) == "KOR22")[:12])
     assert 8 <= len(kor) < MIN_ROWS_FOR_FULL_FIT      # a gemm16-only fit
     base = load_efficiency("ampere")
-    truth_x = dict(_from_model(base), gemm16=0.8)
-    truth = _to_model(base, truth_x)
+    truth_x = dict(from_model(base), gemm16=0.8)
+    truth = to_model(base, truth_x)
     synthetic = type(kor)(kor.ids, kor.sources, kor.inputs, predict(kor, {"ampere": truth}), kor.scale, kor.power,
                           kor.layer_metric, kor.groups)
     fitted, score = fit_generation(synthetic, "ampere", base, sweeps=3)
     assert fitted.gemm_fraction("bf16") == pytest.approx(0.8, abs=0.01)
     assert score < 0.005
-    lo, hi = _bounds("gemm16", truth_x)
+    lo, hi = factor_bounds("gemm16", truth_x)
     assert lo < 0.8 < hi and not math.isclose(lo, 0.8)
 
 
@@ -100,11 +100,11 @@ def test_the_fixed_point_fit_is_returned_unchanged_by_one_more_fit(bundled_rows)
     from paraplan.validation.fit import fit_to_fixed_point
     rows = bundled_rows["ampere"]
     kor = subset(rows, np.flatnonzero(np.asarray(rows.sources) == "KOR22")[:12])
-    start = _to_model(load_efficiency("ampere"), dict(_from_model(load_efficiency("ampere")), gemm16=0.6))
+    start = to_model(load_efficiency("ampere"), dict(from_model(load_efficiency("ampere")), gemm16=0.6))
     fitted, score, rounds = fit_to_fixed_point(kor, "ampere", start, sweeps=1)
     assert rounds < MAX_FIT_ROUNDS
     again, again_score = fit_generation(kor, "ampere", fitted, sweeps=1)
-    assert _from_model(again) == _from_model(fitted)
+    assert from_model(again) == from_model(fitted)
     assert again_score == pytest.approx(score, abs=1e-12)
 
 
@@ -114,8 +114,8 @@ def test_held_out_fits_start_from_a_point_no_row_chose(bundled_rows):
     from paraplan.validation.fit import neutral_start
     rows = bundled_rows["hopper"]
     base = load_efficiency("hopper")
-    moved = _to_model(base, dict(_from_model(base), gemm16=0.9, hbm_fraction=0.9, attention_peak_fraction=0.2))
-    a, b = _from_model(neutral_start(base, rows)), _from_model(neutral_start(moved, rows))
+    moved = to_model(base, dict(from_model(base), gemm16=0.9, hbm_fraction=0.9, attention_peak_fraction=0.2))
+    a, b = from_model(neutral_start(base, rows)), from_model(neutral_start(moved, rows))
     names = fitted_names(rows)
     assert {n: a[n] for n in names} == {n: b[n] for n in names}
     assert a["gemm16"] == pytest.approx(sum(FIT_BOUNDS["gemm16"]) / 2)
@@ -136,13 +136,13 @@ def test_an_unlisted_host_or_kernel_factor_holds_its_documented_prior(generation
     from paraplan.validation.joint_fit import SHARED_FACTORS
     model = load_efficiency(generation)
     rows = bundled_rows[generation]
-    x = _from_model(model)
+    x = from_model(model)
     # the host's factors are pinned over all generations' rows (tests/test_joint_fit.py)
     for name in (n for n in PRIOR_ONLY_IF_UNPINNED if n not in SHARED_FACTORS):
         if name not in model.fitted_factors:
             assert x[name] == UNPINNED_PRIORS[name], name
         else:
-            at_prior = objective(rows, generation, _to_model(model, dict(x, **{name: UNPINNED_PRIORS[name]})))
+            at_prior = objective(rows, generation, to_model(model, dict(x, **{name: UNPINNED_PRIORS[name]})))
             assert at_prior > model.fit_objective + UNPINNED_TOLERANCE, name
 
 
@@ -151,12 +151,12 @@ def test_a_held_out_model_keeps_no_committed_value_its_rows_did_not_fit():
     plateaus follow the fitted 16-bit one, the host and kernel factors their documented priors."""
     from paraplan.validation.fit import UNPINNED_PRIORS, source_free
     base = load_efficiency("blackwell")
-    x = dict(_from_model(base), gemm16=0.66, gemm8=0.41, gemm_mx8=0.42, gemm4=0.43, kernel_overhead_s=3e-5,
+    x = dict(from_model(base), gemm16=0.66, gemm8=0.41, gemm_mx8=0.42, gemm4=0.43, kernel_overhead_s=3e-5,
              cpu_issue_s=4e-5, hbm_fraction=0.77)
-    fitted = _to_model(base, x)
+    fitted = to_model(base, x)
     from dataclasses import replace
     fitted = replace(fitted, fitted_factors=("gemm16", "gemm8", "hbm_fraction"))
-    out = _from_model(source_free(fitted))
+    out = from_model(source_free(fitted))
     assert out["gemm16"] == 0.66 and out["gemm8"] == 0.41 and out["hbm_fraction"] == 0.77   # fitted: kept
     assert out["gemm_mx8"] == 0.66 and out["gemm4"] == 0.66                                # unexercised: 16-bit
     assert out["kernel_overhead_s"] == UNPINNED_PRIORS["kernel_overhead_s"]

@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hardware_specs.catalog import list_efficiency_models, load_efficiency
+from hardware_specs.catalog import load_efficiency
 from paraplan.validation.datasets import BUNDLED_DIR, PUBLISHED_RUNS
-from paraplan.validation.fit import (FIT_BOUNDS, MIN_ROWS_FOR_FULL_FIT, UNPINNED_PRIORS, UNPINNED_TOLERANCE, _from_model,
-                                     _to_model, by_generation, fitted_names, source_weights, subset)
+from paraplan.validation.fit import (FIT_BOUNDS, MIN_ROWS_FOR_FULL_FIT, UNPINNED_PRIORS, UNPINNED_TOLERANCE, from_model,
+                                     to_model, by_generation, fitted_names, source_weights, subset)
 from paraplan.validation.joint_fit import SHARED_FACTORS, fit_jointly, pooled_objective
 from paraplan.validation.predict import predict, prepare
 from paraplan.validation.published import read_runs
@@ -27,7 +27,7 @@ def test_every_jointly_fitted_generation_carries_the_same_host_issue_time(bundle
     gens = _jointly_fitted(bundled_rows)
     assert len(gens) >= 2
     for name in SHARED_FACTORS:
-        values = {g: _from_model(load_efficiency(g))[name] for g in gens}
+        values = {g: from_model(load_efficiency(g))[name] for g in gens}
         assert len(set(values.values())) == 1, values
         listed = {g: name in load_efficiency(g).fitted_factors for g in gens}
         assert len(set(listed.values())) == 1, listed
@@ -38,7 +38,7 @@ def test_a_listed_shared_factor_is_pinned_by_the_pooled_rows(bundled_rows):
     fitted generations' rows together (the per-generation rule, on the pooled objective)."""
     gens = _jointly_fitted(bundled_rows)
     models = {g: load_efficiency(g) for g in gens}
-    xs = {g: _from_model(m) for g, m in models.items()}
+    xs = {g: from_model(m) for g, m in models.items()}
     fitted = pooled_objective(gens, xs, models)
     for name in SHARED_FACTORS:
         at_prior = pooled_objective(gens, {g: dict(x, **{name: UNPINNED_PRIORS[name]}) for g, x in xs.items()}, models)
@@ -50,17 +50,31 @@ def test_a_listed_shared_factor_is_pinned_by_the_pooled_rows(bundled_rows):
 
 def test_the_pooled_objective_weighs_a_source_over_all_its_generations(bundled_rows):
     """By hand: the weighted mean of |pred/measured - 1| over two generations' rows, each source
-    weighing 1/sqrt(its rows in both)."""
-    pick = {g: subset(bundled_rows[g], np.arange(5)) for g in ("ampere", "hopper")}
+    weighing 1/sqrt(its rows in both): Megatron-Bridge rows on Hopper and on Blackwell are one
+    source (weight 1/sqrt(8) each), not two of 1/sqrt(4)."""
+    pick = {}
+    for g in ("hopper", "blackwell"):
+        rows = bundled_rows[g]
+        mb = np.flatnonzero(np.asarray(rows.sources) == "MBRIDGE")[:4]
+        other = np.flatnonzero(np.asarray(rows.sources) != "MBRIDGE")[:2]
+        pick[g] = subset(rows, np.concatenate([mb, other]))
     models = {g: load_efficiency(g) for g in pick}
     errors = np.concatenate([np.abs(predict(r, {g: models[g]}) / r.measured - 1) for g, r in pick.items()])
     sources = [s for r in pick.values() for s in r.sources]
+    assert sources.count("MBRIDGE") == 8
     counts = {s: sources.count(s) for s in sources}
     w = np.array([1 / np.sqrt(counts[s]) for s in sources])
     assert np.allclose(w, source_weights(sources))
+    assert np.allclose(w[[i for i, s in enumerate(sources) if s == "MBRIDGE"]], 1 / np.sqrt(8))
     want = float((errors * w).sum() / w.sum())
-    got = pooled_objective(pick, {g: _from_model(m) for g, m in models.items()}, models)
+    got = pooled_objective(pick, {g: from_model(m) for g, m in models.items()}, models)
     assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_no_generations_fit_to_nothing_and_a_shared_factor_cannot_be_held():
+    assert fit_jointly({}, {}) == {}
+    with pytest.raises(ValueError, match="cpu_issue_s"):
+        fit_jointly({}, {}, hold=("cpu_issue_s",))
 
 
 def test_the_joint_fit_recovers_a_host_time_planted_in_two_generations(bundled_rows):
@@ -74,13 +88,35 @@ def test_the_joint_fit_recovers_a_host_time_planted_in_two_generations(bundled_r
     hop = subset(bundled_rows["hopper"], np.arange(MIN_ROWS_FOR_FULL_FIT))
     rows = {"ampere": vt, "hopper": hop}
     assert all("cpu_issue_s" in fitted_names(r) for r in rows.values())
-    truth = {g: _to_model(load_efficiency(g), dict(_from_model(load_efficiency(g)), cpu_issue_s=7.5e-5,
+    truth = {g: to_model(load_efficiency(g), dict(from_model(load_efficiency(g)), cpu_issue_s=7.5e-5,
                                                    kernel_overhead_s=5e-6)) for g in rows}
     synthetic = {g: type(r)(r.ids, r.sources, r.inputs, predict(r, {g: truth[g]}), r.scale, r.power, r.layer_metric,
                             r.groups) for g, r in rows.items()}
-    starts = {g: _to_model(m, dict(_from_model(m), cpu_issue_s=1e-5)) for g, m in truth.items()}
-    fitted = fit_jointly(synthetic, starts, sweeps=2, hold=tuple(FIT_BOUNDS))
+    starts = {g: to_model(m, dict(from_model(m), cpu_issue_s=1e-5)) for g, m in truth.items()}
+    fitted = fit_jointly(synthetic, starts, sweeps=2, hold=tuple(n for n in FIT_BOUNDS if n not in SHARED_FACTORS))
     values = {g: m.cpu_issue_s for g, m in fitted.items()}
     assert values["ampere"] == values["hopper"]
     assert values["ampere"] == pytest.approx(7.5e-5, rel=0.002)
     assert all("cpu_issue_s" in m.fitted_factors for m in fitted.values())
+
+
+def test_a_held_out_prediction_does_not_move_with_the_held_out_rows_measurements():
+    """The leave-source-out prediction of a source is made by fits that never see its rows: scale
+    its measured values by 1.3 and every held-out prediction stays the same, while the joint fit
+    of the generations left (vTrain's eager Ampere rows, Hopper rows) still sets the host time."""
+    from dataclasses import replace as dc_replace
+
+    from paraplan.validation.fit import _held_out_prediction
+    everything = prepare(read_runs(BUNDLED_DIR / PUBLISHED_RUNS).to_dict("records"))
+    ids = np.asarray(everything.ids, dtype=str)
+    gens = everything.generations
+    pick = np.concatenate([np.flatnonzero(np.char.startswith(ids, "VTRAIN-S"))[:20],
+                           np.flatnonzero(np.char.startswith(ids, "KOR22-T5"))[:4],
+                           np.flatnonzero(gens == "hopper")[:20]])
+    rows = subset(everything, pick)
+    held = np.asarray(rows.sources) == "KOR22"
+    assert held.sum() == 4
+    moved = dc_replace(rows, measured=np.where(held, rows.measured * 1.3, rows.measured))
+    a = _held_out_prediction(rows, "KOR22", sweeps=1)
+    b = _held_out_prediction(moved, "KOR22", sweeps=1)
+    assert np.all(np.isfinite(a)) and np.array_equal(a, b)

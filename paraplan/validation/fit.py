@@ -5,15 +5,16 @@ well a fit predicts runs it did not see.
 the simulator can model (``predict``: one step-model call per model, cluster and dtype), groups
 the rows by GPU generation, and fits that generation's ``EfficiencyModel`` factors to minimise
 the weighted mean absolute relative error by a derivative-free coordinate search within physical
-bounds (``FIT_BOUNDS``). Each source's total weight grows with the square root of its row count,
+bounds (``FIT_BOUNDS``; the search is ``fit_search``). The host's per-kernel issue time is one
+factor of every generation, fitted over all their rows together (``joint_fit``). Each source's total weight grows with the square root of its row count,
 so a benchmark with hundreds of rows does not drown the others. Factors a generation's rows
 cannot pin down keep their prior values. The result is written to
 ``hardware_specs/efficiency/<generation>.yaml`` with the objective it reached
 (``fit_objective``), which ``tests/test_efficiency_fit.py`` re-evaluates on the committed
 code and the bundled file: the committed factors are exactly what this fitter returned.
 
-``--cross-validate`` also refits each generation once per source with that source left out
-(starting from the middle of each factor's range, ``neutral_start``, not from the committed fit,
+``--cross-validate`` also refits every generation (jointly, as above) once per source with that
+source left out (starting from the middle of each factor's range, ``neutral_start``, not from the committed fit,
 which saw the source) and predicts the left-out rows with it: the leave-one-source-out error, the
 honest forecast for runs of a new stack or cluster. A generation left with too few rows to fit
 borrows its neighbour generation's fit without the source; factors the remaining rows do not
@@ -38,250 +39,13 @@ from hardware_specs.efficiency_model import EfficiencyModel
 from paraplan.validation.datasets import BUNDLED_DIR, PUBLISHED_RUNS
 from paraplan.validation.predict import Prepared, predict, prepare
 from paraplan.validation.published import read_runs
-
-#: fitted factors with their physical bounds. GEMM plateaus: cuBLAS reaches 0.6-0.9 of the dense
-#: peak on large 16-bit GEMMs; a low-precision plateau is not a higher fraction of its (2x) peak
-#: than the 16-bit one (its bound is the 16-bit value, ``_bounds``). Attention: FlashAttention-2
-#: reports 0.5-0.73 of A100's peak forward, FA3 ~0.75 on H100 (kernels on short sequences less).
-#: HBM: memory-bound kernels reach 0.6-0.93 of the datasheet bandwidth (STREAM-like copies ~0.9).
-#: Kernel overhead: launch and tail time of one kernel, 1-40 us.
-FIT_BOUNDS = {
-    "gemm16": (0.45, 0.95),
-    "gemm8": (0.3, None),            # upper bound: the fitted 16-bit plateau
-    "gemm_mx8": (0.3, None),
-    "gemm4": (0.3, None),
-    "gemm_half_dim": (8.0, 2048.0),
-    "attention_peak_fraction": (0.15, 0.9),
-    "hbm_fraction": (0.4, 0.95),
-    "kernel_overhead_s": (1e-6, 4e-5),
-    "cpu_issue_s": (1e-6, 1e-4),
-}
-#: collective bus-bandwidth fractions (nccl-tests-like measurements reach ~0.75-0.85 of link
-#: bandwidth): held at these priors, not fitted (fitting them lets them absorb compute errors)
-PRIORS = {"scaleup_fraction": 0.8, "scaleout_fraction": 0.85}
-#: a generation with fewer rows than this fits only its 16-bit GEMM plateau (the one factor
-#: every row exercises); the rest stay at the prior, so a handful of rows cannot be overfitted
-MIN_ROWS_FOR_FULL_FIT = 20
-#: a generation with fewer rows than this is not fitted at all: it stays an unfitted prior (its
-#: ``NEIGHBOUR``'s fitted factors on its own datasheet numbers), labelled as such in every output
-MIN_ROWS_TO_FIT = 8
-#: factors whose effect a generation's rows may not exercise (no host-bound row, no kernel-bound
-#: row): when their documented prior (``UNPINNED_PRIORS``) does as well as the fitted value within
-#: ``UNPINNED_TOLERANCE`` of the objective, the factor takes the prior and is not listed as fitted;
-#: otherwise it is fitted, and reported on a bound like any other factor
-PRIOR_ONLY_IF_UNPINNED = ("cpu_issue_s", "kernel_overhead_s")
-UNPINNED_TOLERANCE = 1e-3
-#: the documented values those factors take when unpinned; never the committed fit (which would
-#: carry an earlier fit's value, bound included, forward as a "prior", and leak a held-out
-#: source's value into its cross-validation). Kernel overhead: back-to-back short kernels cost a
-#: few microseconds each on the CUDA driver's launch path (NVIDIA developer blog "Getting Started
-#: with CUDA Graphs", 2019: ~3-4 us per kernel issued in a stream) plus the last wave's tail;
-#: ``EfficiencyModel``'s default, 5 us. Host issue time: zero, i.e. the host keeps ahead of the
-#: GPU (the case for the large models and CUDA-graphed stacks that most rows are).
-UNPINNED_PRIORS = {"kernel_overhead_s": 5e-6, "cpu_issue_s": 0.0}
-#: candidate values per factor for the coordinate search (log-spaced where the scale is)
-GRID_POINTS = 9
-_DTYPE_FACTORS = (("gemm8", "fp8"), ("gemm_mx8", "mxfp8"), ("gemm4", "nvfp4"))
-#: factors whose scale is searched (and whose middle is taken) in logarithm
-LOG_SCALED = ("gemm_half_dim", "kernel_overhead_s", "cpu_issue_s")
-
-
-def _to_model(base: EfficiencyModel, x: dict) -> EfficiencyModel:
-    fr = dict(base.gemm_peak_fraction)
-    fr["bf16"] = fr["fp16"] = x["gemm16"]
-    fr["fp8"], fr["mxfp8"], fr["nvfp4"] = x["gemm8"], x["gemm_mx8"], x["gemm4"]
-    kw = {k: v for k, v in x.items() if k not in ("gemm16", "gemm8", "gemm_mx8", "gemm4")}
-    kw.update(PRIORS)
-    return replace(base, gemm_peak_fraction=fr, **kw)
-
-
-def _from_model(m: EfficiencyModel) -> dict:
-    x = {"gemm16": m.gemm_fraction("bf16"), "gemm8": m.gemm_fraction("fp8"),
-         "gemm_mx8": m.gemm_fraction("mxfp8"), "gemm4": m.gemm_fraction("nvfp4")}
-    for k in FIT_BOUNDS:
-        if k not in x:
-            x[k] = float(getattr(m, k))
-    return x
-
-
-def _bounds(name: str, x: dict) -> tuple[float, float]:
-    lo, hi = FIT_BOUNDS[name]
-    return lo, (x["gemm16"] if hi is None else hi)
-
-
-def _grid(name: str, x: dict) -> np.ndarray:
-    lo, hi = _bounds(name, x)
-    if name in LOG_SCALED:
-        return np.geomspace(lo, hi, GRID_POINTS)
-    return np.linspace(lo, hi, GRID_POINTS)
-
-
-def source_weights(sources) -> np.ndarray:
-    """Per row 1/sqrt(rows of its source): each source weighs sqrt(its row count) in all."""
-    sources = np.asarray(sources)
-    _, inverse, counts = np.unique(sources, return_inverse=True, return_counts=True)
-    return 1.0 / np.sqrt(counts[inverse].astype(float))
-
-
-def objective(prepared: Prepared, generation: str, eff: EfficiencyModel, weights=None) -> float:
-    """Weighted mean |predicted / measured - 1| of ``prepared`` (rows of one generation)."""
-    pred = predict(prepared, {generation: eff})
-    err = np.abs(pred / prepared.measured - 1.0)
-    w = source_weights(prepared.sources) if weights is None else weights
-    return float(np.sum(err * w) / np.sum(w))
-
-
-def fitted_names(prepared: Prepared, hold=()) -> list[str]:
-    """The factors ``prepared``'s rows can pin down (less those in ``hold``, held at their value)."""
-    if len(prepared) < MIN_ROWS_FOR_FULL_FIT:
-        return ["gemm16"]
-    names = [n for n in FIT_BOUNDS if n not in hold]
-    if all(i.cluster.gpu.sm_count for i in prepared.inputs) and "gemm_half_dim" in names:
-        names.remove("gemm_half_dim")       # GPUs with SMs: shapes follow tile and wave quantization
-    dtypes = {i.config.dtype for i in prepared.inputs}
-    for name, dtype in _DTYPE_FACTORS:
-        if dtype not in dtypes and name in names:
-            names.remove(name)
-    return names
-
-
-def _clipped_start(base: EfficiencyModel, names) -> dict:
-    """``base``'s factors, each of ``names`` clipped into its range."""
-    x = _from_model(base)
-    for n in names:
-        lo, hi = _bounds(n, x)
-        x[n] = float(np.clip(x[n], lo, hi))
-    return x
-
-
-def _under_16bit(trial: dict) -> dict:
-    """``trial`` with the low-precision plateaus kept under the 16-bit one (their upper bound)."""
-    for name, _ in _DTYPE_FACTORS:
-        trial[name] = min(trial[name], trial["gemm16"])
-    return trial
-
-
-def _candidates(name: str, x: dict, sweep: int) -> np.ndarray:
-    """Values of factor ``name`` a coordinate sweep tries: the whole grid on the first sweep,
-    then five points around the current value at a step halved each sweep."""
-    lo, hi = _bounds(name, x)
-    if sweep == 0:
-        return _grid(name, x)
-    if name in LOG_SCALED:
-        step = (hi / lo) ** (1.0 / (GRID_POINTS - 1) / 2 ** sweep)
-        return np.clip(x[name] * step ** np.arange(-2, 3), lo, hi)
-    span = (hi - lo) / (GRID_POINTS - 1) / (2 ** sweep)
-    return np.clip(np.linspace(x[name] - span, x[name] + span, 5), lo, hi)
-
-
-def _scan_plateau_and_knee(x: dict, best: float, score) -> tuple[dict, float]:
-    """The 16-bit plateau and the shape knee scanned jointly (they trade against each other)."""
-    for g in _grid("gemm16", x):
-        for hd in _grid("gemm_half_dim", x):
-            trial = _under_16bit(dict(x, gemm16=float(g), gemm_half_dim=float(hd)))
-            s = score(trial)
-            if s < best - 1e-12:
-                best, x = s, trial
-    return x, best
-
-
-def _coordinate_step(x: dict, best: float, name: str, sweep: int, score) -> tuple[dict, float]:
-    """``x`` with factor ``name`` moved to its best candidate of this sweep (others held)."""
-    for value in _candidates(name, x, sweep):
-        trial = _under_16bit(dict(x, **{name: float(value)}))
-        s = score(trial)
-        if s < best - 1e-12:
-            best, x = s, trial
-    return x, best
-
-
-def fit_generation(prepared: Prepared, generation: str, base: EfficiencyModel, sweeps: int = 2,
-                   verbose: bool = False, hold=()) -> tuple[EfficiencyModel, float]:
-    """(fitted model, objective) for ``prepared`` (rows of one generation), starting at ``base``;
-    the factors in ``hold`` keep ``base``'s values.
-
-    Coordinate search: the 16-bit plateau and the shape knee are scanned jointly first (they
-    trade against each other), then each sweep scans every factor over a grid within its bounds
-    holding the others, keeping the best; later sweeps refine around the current value. The
-    objective has kinks (max() in roofline and overlap terms), so no derivatives are used.
-    """
-    weights = source_weights(prepared.sources)
-    names = fitted_names(prepared, hold)
-    x = _clipped_start(base, names)
-
-    def score(trial):
-        return objective(prepared, generation, _to_model(base, trial), weights)
-
-    best = score(x)
-    if "gemm_half_dim" in names:
-        x, best = _scan_plateau_and_knee(x, best, score)
-    for sweep in range(sweeps):
-        for n in names:
-            x, best = _coordinate_step(x, best, n, sweep, score)
-            if verbose:
-                print(f"  sweep {sweep} {n} = {x[n]:.4g}: {100 * best:.2f}%", file=sys.stderr)
-    x, best, kept = _priors_where_unpinned(x, best, names, score)
-    kept += [n for n in hold if n in (base.fitted_factors or ())]
-    model = replace(_rounded(_to_model(base, x)), fitted_factors=tuple(n for n in FIT_BOUNDS if n in kept))
-    return model, objective(prepared, generation, model, weights)
-
-
-def _priors_where_unpinned(x: dict, best: float, names, score) -> tuple[dict, float, list[str]]:
-    """A factor the rows cannot pin down (the objective no worse, within the tolerance, at its
-    documented prior) is not fitted: it takes the prior. Returns (x, objective, fitted names)."""
-    kept = list(names)
-    for n in names:
-        if n in PRIOR_ONLY_IF_UNPINNED:
-            trial = dict(x, **{n: UNPINNED_PRIORS[n]})
-            at_prior = score(trial)
-            if at_prior <= best + UNPINNED_TOLERANCE:
-                x, best = trial, at_prior
-                kept.remove(n)
-    return x, best, kept
-
-
-#: refits from the previous result until the factors stop moving (``fit_to_fixed_point``)
-MAX_FIT_ROUNDS = 8
-
-
-def fit_to_fixed_point(prepared: Prepared, generation: str, base: EfficiencyModel, sweeps: int = 2,
-                       verbose: bool = False, max_rounds: int = MAX_FIT_ROUNDS,
-                       hold=()) -> tuple[EfficiencyModel, float, int]:
-    """(fitted model, objective, rounds): ``fit_generation`` restarted from its own result until
-    a round returns the factors it started from, so rerunning the fitter on the committed file
-    returns that file (the coordinate search is local: one pass from a moved start can still
-    improve). Stops after ``max_rounds`` rounds (the last round's factors are then returned and
-    the caller reports that the search had not settled)."""
-    model, score = fit_generation(prepared, generation, base, sweeps, verbose, hold)
-    for rounds in range(1, max_rounds):
-        again, score_again = fit_generation(prepared, generation, model, sweeps, verbose, hold)
-        if _from_model(again) == _from_model(model) and again.fitted_factors == model.fitted_factors:
-            return model, score, rounds
-        model, score = again, score_again
-    return model, score, max_rounds
-
-
-def _rounded(model: EfficiencyModel) -> EfficiencyModel:
-    """The model with its factors rounded as they are written to YAML (so the recorded
-    objective is the committed model's)."""
-    return replace(model,
-                   gemm_peak_fraction={k: round(float(v), 4) for k, v in model.gemm_peak_fraction.items()},
-                   gemm_half_dim=round(float(model.gemm_half_dim), 2),
-                   attention_peak_fraction=round(float(model.attention_peak_fraction), 4),
-                   hbm_fraction=round(float(model.hbm_fraction), 4),
-                   kernel_overhead_s=float(f"{model.kernel_overhead_s:.3g}"),
-                   cpu_issue_s=float(f"{model.cpu_issue_s:.3g}"))
-
-
-def at_bound(model: EfficiencyModel, names) -> list[str]:
-    """Fitted factors that sit on a bound of their range (a sign of missing physics)."""
-    x = _from_model(model)
-    out = []
-    for n in names:
-        lo, hi = _bounds(n, x)
-        if math.isclose(x[n], lo, rel_tol=1e-3) or math.isclose(x[n], hi, rel_tol=1e-3):
-            out.append(n)
-    return out
+# the search itself lives in fit_search; its names are re-exported here, where callers look for them
+from paraplan.validation.fit_search import (DTYPE_FACTORS, FIT_BOUNDS, GRID_POINTS, LOG_SCALED,  # noqa: F401
+                                            MAX_FIT_ROUNDS, MIN_ROWS_FOR_FULL_FIT, MIN_ROWS_TO_FIT, PRIORS,
+                                            PRIOR_ONLY_IF_UNPINNED, UNPINNED_PRIORS, UNPINNED_TOLERANCE, at_bound,
+                                            factor_bounds, fit_generation, fit_to_fixed_point, fitted_names,
+                                            from_model, objective, source_weights, to_model)
+from paraplan.validation.joint_fit import SHARED_FACTORS, fit_jointly, fit_jointly_to_fixed_point
 
 
 def write_efficiency(model: EfficiencyModel, path: Path, note: str, objective_value: float,
@@ -345,9 +109,9 @@ NEIGHBOUR = {"volta": "ampere", "ampere": "hopper", "hopper": "blackwell", "blac
 
 def _transfer(model: EfficiencyModel, target: EfficiencyModel) -> EfficiencyModel:
     """``target`` with ``model``'s fitted factors (the generation key and documented fields kept)."""
-    x = _from_model(model)
+    x = from_model(model)
     fitted = {k: v for k, v in x.items() if k in (model.fitted_factors or FIT_BOUNDS)}
-    return replace(_to_model(target, {**_from_model(target), **fitted}), fitted_factors=model.fitted_factors)
+    return replace(to_model(target, {**from_model(target), **fitted}), fitted_factors=model.fitted_factors)
 
 
 def neutral_start(base: EfficiencyModel, prepared: Prepared) -> EfficiencyModel:
@@ -355,7 +119,7 @@ def neutral_start(base: EfficiencyModel, prepared: Prepared) -> EfficiencyModel:
     (geometric middle for the log-scaled ones; a low-precision plateau at the middle of its range
     under the 16-bit middle): a start that owes nothing to any row, so a fit without a source
     cannot inherit that source's influence through where the search began."""
-    return _to_model(base, _at_middles(_from_model(base), fitted_names(prepared)))
+    return to_model(base, _at_middles(from_model(base), fitted_names(prepared)))
 
 
 def _at_middles(x: dict, names) -> dict:
@@ -366,7 +130,7 @@ def _at_middles(x: dict, names) -> dict:
         x["gemm16"] = sum(FIT_BOUNDS["gemm16"]) / 2.0
     for n in names:
         if n != "gemm16":
-            lo, hi = _bounds(n, x)
+            lo, hi = factor_bounds(n, x)
             x[n] = math.sqrt(lo * hi) if n in LOG_SCALED else (lo + hi) / 2.0
     return x
 
@@ -377,23 +141,23 @@ def source_free(model: EfficiencyModel) -> EfficiencyModel:
     share of its own peak, the bound the fit keeps it under), the host and kernel factors at
     their documented priors (``UNPINNED_PRIORS``). A held-out fit starts from the committed file,
     whose values of those factors were fitted with the held-out source; this removes them."""
-    x = _from_model(model)
+    x = from_model(model)
     fitted = set(model.fitted_factors or ())
-    for name, _ in _DTYPE_FACTORS:
+    for name, _ in DTYPE_FACTORS:
         if name not in fitted:
             x[name] = x["gemm16"]
     for name, value in UNPINNED_PRIORS.items():
         if name not in fitted:
             x[name] = value
-    return replace(_to_model(model, x), fitted_factors=model.fitted_factors)
+    return replace(to_model(model, x), fitted_factors=model.fitted_factors)
 
 
 def _middle_of_ranges(base: EfficiencyModel) -> EfficiencyModel:
     """``base`` with every fitted factor at the middle of its range, the host and kernel factors at
     their documented priors (no rows to fit, none to borrow)."""
-    x = _at_middles(_from_model(base), FIT_BOUNDS)
+    x = _at_middles(from_model(base), FIT_BOUNDS)
     x.update(UNPINNED_PRIORS)
-    return replace(_to_model(base, x), fitted_factors=())
+    return replace(to_model(base, x), fitted_factors=())
 
 
 def _held_out_prediction(prepared: Prepared, src: str, sweeps: int) -> np.ndarray:
@@ -405,7 +169,6 @@ def _held_out_prediction(prepared: Prepared, src: str, sweeps: int) -> np.ndarra
     datasheet (as a new generation would be predicted); one with neither takes the middle of
     every range (a generation never fitted, its hand-set prior). Factors no remaining row set
     are made ``source_free``."""
-    from paraplan.validation.joint_fit import fit_jointly
     sources = np.asarray(prepared.sources)
     gens = prepared.generations
     rest = np.flatnonzero(sources != src)
@@ -483,7 +246,6 @@ def _fit_and_write(by_gen: dict[str, Prepared], order: list[str], args) -> None:
     """Fit the generations (jointly, ``joint_fit``; with ``--generation`` only those, the shared
     host factor held at its committed value), then the sparse ones from their neighbours, and
     write each YAML (unless ``--dry-run``)."""
-    from paraplan.validation.joint_fit import SHARED_FACTORS, fit_jointly_to_fixed_point
     chosen = [g for g in order if len(by_gen[g]) >= MIN_ROWS_TO_FIT and (not args.generation or g in args.generation)]
     csv_name = Path(args.csv).name
     if args.generation:
@@ -511,7 +273,7 @@ def _fit_and_write(by_gen: dict[str, Prepared], order: list[str], args) -> None:
         settled = (f"settled after {rounds} round(s)" if rounds < MAX_FIT_ROUNDS
                    else f"NOT settled after {MAX_FIT_ROUNDS} rounds")
         print(f"{gen}: {len(rows)} rows, objective {100 * before:.2f}% -> {100 * after:.2f}%; fitted {names}; {settled}")
-        print("   ", {k: float(f"{v:.4g}") for k, v in _from_model(fitted).items() if k in names})
+        print("   ", {k: float(f"{v:.4g}") for k, v in from_model(fitted).items() if k in names})
         bound = at_bound(fitted, names)
         if bound:
             print(f"    at a bound of their range (missing physics?): {bound}")

@@ -4,9 +4,10 @@ shared by all of them.
 Why one value: ``cpu_issue_s`` is the time the *host* takes to issue one kernel from an eager
 framework (Python, the PyTorch dispatcher, the CUDA driver's launch call; ``layer_times``): a
 property of the server CPU and the software path, not of the GPU behind it. Fitted per
-generation it was pinned by the rows of two generations independently, at the same value (56.2
-us by Ampere's eager single-node vTrain runs and by Blackwell's Megatron-Bridge MoE rows, 2026-12
-fit), and left at its prior of zero by Hopper, whose published rows never bind it, so GH200's
+generation it was pinned by the rows of two generations independently, in the same cell of the
+search's grid (56.2 us, between its neighbours 42 and 75 us: by Ampere's eager single-node vTrain
+runs and by Blackwell's Megatron-Bridge MoE rows, 2026-12 fit), and left at its prior of zero by
+Hopper, whose published rows never bind it, so GH200's
 eager fp32 runs (Sailor) and any held-out host-bound source had no host time at all. Fitted
 jointly, the rows of every generation that exercise the host pin the one value, and a source
 held out in cross-validation is predicted with the host time the other sources measured.
@@ -15,19 +16,26 @@ The search is the per-generation coordinate search (``fit.fit_generation``) run 
 each sweep moves every generation's own factors against its own objective, then the shared
 factor against the pooled objective (every generation's rows, each source weighing the square
 root of its row count, ``fit.source_weights``). A shared factor no row pins (the pooled objective
-no worse at its documented prior, within ``fit.UNPINNED_TOLERANCE``) takes the prior.
+no worse at its documented prior, within ``fit.UNPINNED_TOLERANCE``) takes the prior. The two
+steps weigh a source that spans generations differently (within one generation by its rows
+there, in the pool by all its rows), so the alternation is not a descent on one objective; it is
+run to a fixed point (``fit_jointly_to_fixed_point``), and each generation's own objective is
+what its YAML records. Only generations whose rows could fit a shared factor on their own
+(``fit_search.fitted_names``) take the shared value; the others keep theirs.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 
 import numpy as np
 
 from hardware_specs.efficiency_model import EfficiencyModel
-from paraplan.validation.fit import (FIT_BOUNDS, MAX_FIT_ROUNDS, PRIOR_ONLY_IF_UNPINNED, UNPINNED_PRIORS,
-                                     UNPINNED_TOLERANCE, _candidates, _clipped_start, _coordinate_step, _from_model,
-                                     _priors_where_unpinned, _rounded, _scan_plateau_and_knee, _to_model, _under_16bit,
-                                     fitted_names, objective, source_weights)
+from paraplan.validation.fit_search import (FIT_BOUNDS, MAX_FIT_ROUNDS, PRIOR_ONLY_IF_UNPINNED, UNPINNED_PRIORS,
+                                            UNPINNED_TOLERANCE, clipped_start, coordinate_step, fitted_names,
+                                            from_model, objective, priors_where_unpinned, rounded_as_written,
+                                            scan_plateau_and_knee, source_weights, sweep_candidates, to_model,
+                                            under_16bit_plateau)
 from paraplan.validation.predict import Prepared, predict
 
 #: factors that belong to the host, not to the GPU generation: one value for every generation
@@ -42,85 +50,93 @@ def pooled_objective(rows_by_generation: dict[str, Prepared], xs: dict[str, dict
     its row count over all generations (a source on two generations is one source)."""
     errors, sources = [], []
     for gen, rows in rows_by_generation.items():
-        pred = predict(rows, {gen: _to_model(bases[gen], xs[gen])})
+        pred = predict(rows, {gen: to_model(bases[gen], xs[gen])})
         errors.append(np.abs(pred / rows.measured - 1.0))
         sources.extend(rows.sources)
     w = source_weights(sources)
     return float(np.sum(np.concatenate(errors) * w) / np.sum(w))
 
 
-def shared_in_play(rows_by_generation: dict[str, Prepared]) -> list[str]:
-    """The shared factors some generation's rows can pin (``fit.fitted_names``)."""
-    return [n for n in SHARED_FACTORS if any(n in fitted_names(rows) for rows in rows_by_generation.values())]
+def _fitting(rows_by_generation: dict[str, Prepared], name: str) -> list[str]:
+    """The generations whose rows could fit the shared factor ``name`` on their own."""
+    return [g for g in sorted(rows_by_generation) if name in fitted_names(rows_by_generation[g])]
 
 
 def _shared_start(bases: dict[str, EfficiencyModel], rows_by_generation: dict[str, Prepared], name: str) -> float:
     """Where the shared factor's search starts: the value of the generation with the most rows
     among those that fit it, clipped into its range (all equal once the generations were fitted
     together, or when every start is ``fit.neutral_start``)."""
-    fitting = [g for g in rows_by_generation if name in fitted_names(rows_by_generation[g])]
-    gen = max(fitting, key=lambda g: (len(rows_by_generation[g]), g))
+    gen = max(_fitting(rows_by_generation, name), key=lambda g: (len(rows_by_generation[g]), g))
     lo, hi = FIT_BOUNDS[name]
-    return float(np.clip(_from_model(bases[gen])[name], lo, hi))
+    return float(np.clip(from_model(bases[gen])[name], lo, hi))
 
 
 def fit_jointly(rows_by_generation: dict[str, Prepared], bases: dict[str, EfficiencyModel], sweeps: int = 2,
-                verbose: bool = False, hold=()) -> dict[str, EfficiencyModel]:
+                verbose: bool = False, hold: tuple[str, ...] = ()) -> dict[str, EfficiencyModel]:
     """Fitted models of every generation in ``rows_by_generation`` (each starting at its
-    ``bases`` entry), the ``SHARED_FACTORS`` one value for all of them (module docstring); the
-    generations' own factors in ``hold`` keep their ``bases`` values."""
+    ``bases`` entry), each ``SHARED_FACTORS`` entry one value for all generations that can fit
+    it (module docstring); the generations' own factors in ``hold`` keep their ``bases`` values
+    (a shared factor cannot be held: ``ValueError``). No generations: no models."""
+    if set(hold) & set(SHARED_FACTORS):
+        raise ValueError(f"shared factors cannot be held: {sorted(set(hold) & set(SHARED_FACTORS))}")
     gens = sorted(rows_by_generation)
-    shared = shared_in_play(rows_by_generation)
+    if not gens:
+        return {}
+    shared = {n: _fitting(rows_by_generation, n) for n in SHARED_FACTORS}
+    shared = {n: fitting for n, fitting in shared.items() if fitting}
     names = {g: fitted_names(rows_by_generation[g], hold=(*SHARED_FACTORS, *hold)) for g in gens}
     weights = {g: source_weights(rows_by_generation[g].sources) for g in gens}
-    x = {g: _clipped_start(bases[g], names[g]) for g in gens}
-    for n in shared:
+    x = {g: clipped_start(bases[g], names[g]) for g in gens}
+    for n, fitting in shared.items():
         start = _shared_start(bases, rows_by_generation, n)
-        for g in gens:
+        for g in fitting:
             x[g][n] = start
 
     def score_of(g):
-        return lambda trial: objective(rows_by_generation[g], g, _to_model(bases[g], trial), weights[g])
+        return lambda trial: objective(rows_by_generation[g], g, to_model(bases[g], trial), weights[g])
 
     best = {g: score_of(g)(x[g]) for g in gens}
     for g in gens:
         if "gemm_half_dim" in names[g]:
-            x[g], best[g] = _scan_plateau_and_knee(x[g], best[g], score_of(g))
-    pooled = pooled_objective(rows_by_generation, x, bases)
+            x[g], best[g] = scan_plateau_and_knee(x[g], best[g], score_of(g))
     for sweep in range(sweeps):
         for g in gens:
             for n in names[g]:
-                x[g], best[g] = _coordinate_step(x[g], best[g], n, sweep, score_of(g))
-        for n in shared:
-            x, pooled = _shared_step(rows_by_generation, bases, x, n, _candidates(n, x[gens[0]], sweep))
+                x[g], best[g] = coordinate_step(x[g], best[g], n, sweep, score_of(g))
+        for n, fitting in shared.items():
+            x, pooled = _shared_step(rows_by_generation, bases, x, n, fitting,
+                                     sweep_candidates(n, x[fitting[0]], sweep))
             best = {g: score_of(g)(x[g]) for g in gens}
             if verbose:
-                import sys
-                print(f"  sweep {sweep} shared {n} = {x[gens[0]][n]:.4g}: pooled {100 * pooled:.2f}%", file=sys.stderr)
+                print(f"  sweep {sweep} shared {n} = {x[fitting[0]][n]:.4g}: pooled {100 * pooled:.2f}%",
+                      file=sys.stderr)
     kept = {}
     for g in gens:
-        x[g], best[g], kept[g] = _priors_where_unpinned(x[g], best[g], names[g], score_of(g))
+        x[g], best[g], kept[g] = priors_where_unpinned(x[g], best[g], names[g], score_of(g))
+        kept[g] += [n for n in hold if n in (bases[g].fitted_factors or ())]
     pooled = pooled_objective(rows_by_generation, x, bases)
-    for n in shared:
+    for n, fitting in shared.items():
         if n in PRIOR_ONLY_IF_UNPINNED:
-            at_prior = {g: dict(x[g], **{n: UNPINNED_PRIORS[n]}) for g in gens}
+            at_prior = {g: (dict(xg, **{n: UNPINNED_PRIORS[n]}) if g in fitting else xg) for g, xg in x.items()}
             score = pooled_objective(rows_by_generation, at_prior, bases)
             if score <= pooled + UNPINNED_TOLERANCE:
                 x, pooled = at_prior, score
                 continue
-        for g in gens:
-            if n in fitted_names(rows_by_generation[g]):
-                kept[g].append(n)
-    return {g: replace(_rounded(_to_model(bases[g], x[g])), fitted_factors=tuple(n for n in FIT_BOUNDS if n in kept[g]))
+        for g in fitting:
+            kept[g].append(n)
+    return {g: replace(rounded_as_written(to_model(bases[g], x[g])),
+                       fitted_factors=tuple(n for n in FIT_BOUNDS if n in kept[g]))
             for g in gens}
 
 
-def _shared_step(rows_by_generation, bases, x: dict[str, dict], name: str, candidates) -> tuple[dict, float]:
-    """Every generation's ``x`` with the shared factor ``name`` at the candidate that minimises the
-    pooled objective (the generations' own factors held)."""
+def _shared_step(rows_by_generation, bases, x: dict[str, dict], name: str, fitting: list[str],
+                 candidates) -> tuple[dict, float]:
+    """Every generation's ``x`` with the shared factor ``name`` (of the generations ``fitting``)
+    at the candidate that minimises the pooled objective (the generations' own factors held)."""
     best_x, best = x, pooled_objective(rows_by_generation, x, bases)
     for value in candidates:
-        trial = {g: _under_16bit(dict(xg, **{name: float(value)})) for g, xg in x.items()}
+        trial = {g: (under_16bit_plateau(dict(xg, **{name: float(value)})) if g in fitting else xg)
+                 for g, xg in x.items()}
         s = pooled_objective(rows_by_generation, trial, bases)
         if s < best - 1e-12:
             best_x, best = trial, s
@@ -136,7 +152,7 @@ def fit_jointly_to_fixed_point(rows_by_generation: dict[str, Prepared], bases: d
     models = fit_jointly(rows_by_generation, bases, sweeps, verbose)
     for rounds in range(1, max_rounds):
         again = fit_jointly(rows_by_generation, models, sweeps, verbose)
-        if all(_from_model(again[g]) == _from_model(models[g]) and again[g].fitted_factors == models[g].fitted_factors
+        if all(from_model(again[g]) == from_model(models[g]) and again[g].fitted_factors == models[g].fitted_factors
                for g in models):
             return models, rounds
         models = again

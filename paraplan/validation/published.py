@@ -412,7 +412,7 @@ def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None
     Rows are predicted together (``predict.predict``: one step-model call per model, cluster
     and dtype); ``progress(i)`` is called once per input row. With ``cross_validate`` each
     source's rows are predicted by efficiency models fitted without that source
-    (``fit.cross_validate``, minutes: one refit per source and generation): ``predicted`` and
+    (``fit.cross_validate``, minutes: one joint refit of every generation per source): ``predicted`` and
     ``rel_error`` are then the cross-validated ones, ``in_sample_predicted`` /
     ``in_sample_rel_error`` those of the committed models; ``cv_progress(source)`` after each.
     """
