@@ -47,9 +47,11 @@ def test_korthikanti_step_times_stay_within_bound(results):
     # the unfused gradient accumulation priced in the buffer's own dtype (Megatron-LM's fp16
     # main grads: 6 bytes a parameter and micro-batch, not 10): 7.45% / 13.3% (22B -2%, 175B
     # +4%, 530B +8%, 1T +13% slow). Each row fits at a GEMM plateau growing with the model:
-    # 0.67-0.72 (22B), 0.73-0.76 (175B), 0.77-0.79 (530B), 0.81 (1T) against the fitted 0.70
-    assert _mean_abs_pct(ok) <= 8.5
-    assert float((ok.rel_error.abs() * 100).max()) <= 14.5
+    # 0.67-0.72 (22B), 0.73-0.76 (175B), 0.77-0.79 (530B), 0.81 (1T) against the fitted 0.70.
+    # The refit that followed (plateau 0.716, HBM 0.778): 6.52% / 11.5% (22B +2% / -3%, 175B +6%
+    # / +3%, 530B +9% / +6%, 1T +12% / +11%)
+    assert _mean_abs_pct(ok) <= 7.0
+    assert float((ok.rel_error.abs() * 100).max()) <= 12.5
 
 
 def test_narayanan_tables_stay_within_bound(results):
@@ -58,17 +60,19 @@ def test_narayanan_tables_stay_within_bound(results):
     zero3 = ok[ok.id.str.contains("zero3")]
     megatron = ok[~ok.id.str.contains("zero3")]
     # Megatron-LM's own rows (Table 1, Table 2 PTD); the target is 6%
-    assert _mean_abs_pct(megatron) <= 4.0     # measured 3.10% (4.2% with fp32 accumulation buffers)
+    # measured 3.10% (4.2% with fp32 accumulation buffers), 2.45% after the refit that followed
+    assert _mean_abs_pct(megatron) <= 3.0
     # Table 2's DeepSpeed ZeRO-3 rows with DeepSpeed 0.3's per-rank copies of its list-based
     # collectives, persistent small tensors and gradients all-reduced per bucket, and rings
     # paying the NIC's start-up only on their cross-node steps: measured 9.72% mean, -6.6% ..
     # +20.0% (22.3% and up to 45% fast before); 175B +1%, +5%, -7% and 530B +13%, +12%, +20%
     # over 384/768/1536 and 640/1120/2240 ranks; with fp16 accumulation buffers 10.16% mean,
-    # 529.6B at 2,240 ranks +20.9%
-    assert _mean_abs_pct(zero3) <= 10.5
-    assert float((zero3.rel_error.abs() * 100).max()) <= 21.5
+    # 529.6B at 2,240 ranks +20.9%; after the refit (per-kernel time 12.6 -> 15.9 us) 8.33%:
+    # 174.6B +0.1 / -1.0 / -17.2%, 529.6B +12.8 / +8.7 / +10.2% (TFLOP/s, + = predicted fast)
+    assert _mean_abs_pct(zero3) <= 9.0
+    assert float((zero3.rel_error.abs() * 100).max()) <= 18.5
     # the 6% target for the source: measured 5.71% over all 22 rows, 5.03% with fp16
-    # accumulation buffers
+    # accumulation buffers, 4.05% after the refit
     assert _mean_abs_pct(ok) <= 6.0
 
 
@@ -143,7 +147,7 @@ def test_hybrid_mamba_moe_rows_are_predicted_within_bound(results):
     ok = hybrid[hybrid.status == "ok"]
     assert len(hybrid) >= 20
     assert len(ok) == len(hybrid)             # measured 20 of 20
-    assert _mean_abs_pct(ok) <= 9.5           # measured 8.58%
+    assert _mean_abs_pct(ok) <= 9.0           # measured 8.58%, 8.03% with the host's time shared
 
 
 def test_every_skipped_row_says_why(results):
