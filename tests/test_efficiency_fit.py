@@ -14,19 +14,17 @@ import numpy as np
 import pytest
 
 from hardware_specs.catalog import list_efficiency_models, load_efficiency
-from paraplan.validation.datasets import BUNDLED_DIR, PUBLISHED_RUNS
 from paraplan.validation.fit import (FIT_BOUNDS, MAX_FIT_ROUNDS, MIN_ROWS_FOR_FULL_FIT, factor_bounds, from_model, to_model,
-                                     at_bound, by_generation, fit_generation, fitted_names, objective,
+                                     at_bound, fit_generation, fitted_names, objective,
                                      source_weights, subset)
-from paraplan.validation.predict import predict, prepare
-from paraplan.validation.published import read_runs
+from paraplan.validation.predict import predict
 
 FITTED = [g for g in list_efficiency_models() if load_efficiency(g).is_fitted]
 
 
 @pytest.fixture(scope="module")
-def bundled_rows():
-    return by_generation(prepare(read_runs(BUNDLED_DIR / PUBLISHED_RUNS).to_dict("records")))
+def bundled_rows(bundled_rows_by_generation):
+    return bundled_rows_by_generation
 
 
 @pytest.mark.parametrize("generation", FITTED)

@@ -5,17 +5,15 @@ import numpy as np
 import pytest
 
 from hardware_specs.catalog import load_efficiency
-from paraplan.validation.datasets import BUNDLED_DIR, PUBLISHED_RUNS
 from paraplan.validation.fit import (FIT_BOUNDS, MIN_ROWS_FOR_FULL_FIT, UNPINNED_PRIORS, UNPINNED_TOLERANCE, from_model,
-                                     to_model, by_generation, fitted_names, source_weights, subset)
+                                     to_model, fitted_names, source_weights, subset)
 from paraplan.validation.joint_fit import SHARED_FACTORS, fit_jointly, pooled_objective
-from paraplan.validation.predict import predict, prepare
-from paraplan.validation.published import read_runs
+from paraplan.validation.predict import predict
 
 
 @pytest.fixture(scope="module")
-def bundled_rows():
-    return by_generation(prepare(read_runs(BUNDLED_DIR / PUBLISHED_RUNS).to_dict("records")))
+def bundled_rows(bundled_rows_by_generation):
+    return bundled_rows_by_generation
 
 
 def _jointly_fitted(bundled_rows):
