@@ -248,15 +248,19 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         else:
             ag = rs_grad = ar_grad = 0.0
         elements = layer_p + expert_p
-        fwd_window = prefetch_layers(batch.param_prefetch_forward, elements) * lay[f"compute_fwd_{kind}"]
-        bwd_window = prefetch_layers(batch.param_prefetch_backward, elements) * (lay[f"compute_bwd_{kind}"] + w)
-        # ZeRO-3: the next layer's gather runs under this layer's compute (as far as the stack
+        # the windows are the passes' whole durations on the compute stream (compute, the host's
+        # floor and the exposed TP / CP / EP collectives, ``layer_times``): a prefetched gather or
+        # a gradient reduction on its own stream runs under all of it, so faster GEMMs never make
+        # a step slower by exposing both the TP collectives and the ZeRO traffic
+        fwd_window = prefetch_layers(batch.param_prefetch_forward, elements) * f
+        bwd_window = prefetch_layers(batch.param_prefetch_backward, elements) * (b + w)
+        # ZeRO-3: the next layer's gather runs under this layer's pass (as far as the stack
         # prefetches); in backward the gathers and the gradient reduce-scatter share the window
         z3f = np.where(zero >= 3, _overlapped(ag, fwd_window, 0.0, batch.overlap_param_gather), 0.0)
         grad_mb = np.where(zero == 2, rs_grad, np.where(zero == 1, rs_grad, ar_grad))
         z3_grad = np.where(batch.zero3_grad_all_reduce, ar_grad, rs_grad)
         bwd_comm = np.where(zero >= 3, ag * (1.0 + regather) + z3_grad, np.where(per_mb_grads, grad_mb, 0.0))
-        grad_window = lay[f"compute_bwd_{kind}"] + w
+        grad_window = b + w
         z3b = np.where(zero >= 3, _overlapped(bwd_comm, bwd_window, 0.0, batch.overlap_param_gather),
                        np.where(per_mb_grads, _overlapped(bwd_comm, grad_window, 0.0, batch.overlap_grad_reduce), 0.0))
         # unfused gradient accumulation: each micro-batch's weight gradients land in fresh tensors

@@ -50,6 +50,22 @@ def test_more_flops_never_slows_a_step(config, factor):
         simulate(LLAMA_LIKE, cluster, config).step_time_s * (1 + 1e-12)
 
 
+def test_zero3_gathers_hide_under_the_whole_pass_so_faster_gemms_never_slow_a_step():
+    """The case hypothesis found once the refit moved Hopper's factors: ZeRO-3 over 32 nodes at
+    tp 8 with sequence parallelism, GEMMs twice as fast. The gathers were overlapped with the
+    pass's compute only, so faster GEMMs exposed both more TP collectives and more gather time
+    (0.2246 -> 0.2260 s); the window is now the whole pass on the compute stream."""
+    cluster = load_cluster("dgx-h100")
+    config = ParallelConfig(dp=32, tp=8, pp=1, micro_batch=1, global_batch=32, zero_stage=3, recompute="none",
+                            sequence_parallel=True)
+    fast = cluster.with_gpu(replace(cluster.gpu, peak_flops_per_s={k: 2 * v for k, v in
+                                                                   cluster.gpu.peak_flops_per_s.items()}))
+    slow_r, fast_r = simulate(LLAMA_LIKE, cluster, config), simulate(LLAMA_LIKE, fast, config)
+    assert fast_r.time_breakdown_s["compute_s"] < slow_r.time_breakdown_s["compute_s"]
+    assert fast_r.time_breakdown_s["zero3_comm_exposed_s"] > slow_r.time_breakdown_s["zero3_comm_exposed_s"]
+    assert fast_r.step_time_s < slow_r.step_time_s
+
+
 @settings(max_examples=40, deadline=None)
 @given(configs, st.floats(1.0, 4.0))
 def test_more_hbm_never_makes_a_fitting_config_not_fit(config, factor):
