@@ -160,3 +160,15 @@ def test_a_held_out_model_keeps_no_committed_value_its_rows_did_not_fit():
     assert out["kernel_overhead_s"] == UNPINNED_PRIORS["kernel_overhead_s"]
     assert out["cpu_issue_s"] == UNPINNED_PRIORS["cpu_issue_s"]
     assert source_free(fitted).fitted_factors == ("gemm16", "gemm8", "hbm_fraction")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["/nonexistent/runs.csv", "--dry-run"], "error: path: no such file"),
+    (["--dry-run", "--jobs", "0"], "error: --jobs: 0 is not a process count (use 1 or more)"),
+    (["--dry-run", "--generation", "nosuch"], "error: --generation: no rows of nosuch"),
+])
+def test_the_fitter_refuses_bad_input_on_one_line_with_exit_2(args, needle, capsys):
+    from paraplan.validation.fit import main
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(needle) and "\n" not in err and "Traceback" not in err

@@ -36,6 +36,7 @@ import yaml
 
 from hardware_specs.catalog import efficiency_path, load_efficiency
 from hardware_specs.efficiency_model import EfficiencyModel
+from hardware_specs.errors import InputError
 from paraplan.validation.datasets import BUNDLED_DIR, PUBLISHED_RUNS
 from paraplan.validation.predict import Prepared, predict, prepare
 from paraplan.validation.published import read_runs
@@ -308,15 +309,34 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="processes for the cross-validation fits")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
+    try:
+        return _run(args)
+    except InputError as exc:
+        # one line, exit 2, nothing written (the YAMLs are written only after every fit is done)
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args) -> int:
+    """``main`` after parsing: fit and write, and/or cross-validate (``InputError`` on bad input)."""
+    if args.jobs < 1:
+        raise InputError("--jobs", f"{args.jobs} is not a process count", "use 1 or more")
     prepared = prepare(read_runs(args.csv).to_dict("records"))
+    if len(prepared) == 0:
+        raise InputError("csv", f"{args.csv} has no row the simulator can predict",
+                         "use a published-runs CSV like the bundled one")
     by_gen = by_generation(prepared)
+    unknown = sorted(set(args.generation or ()) - set(by_gen))
+    if unknown:
+        raise InputError("--generation", f"no rows of {', '.join(unknown)} in {args.csv}",
+                         f"choose from {', '.join(sorted(by_gen))}")
     # generations with enough rows first, so a sparse one can borrow its neighbour's fresh fit
     order = sorted(by_gen, key=lambda g: (len(by_gen[g]) < MIN_ROWS_TO_FIT, g))
     if not args.skip_fit:
         _fit_and_write(by_gen, order, args)
     if args.cross_validate:
         cv = cross_validate(prepared, progress=lambda src: print(f"  cross-validated {src}", file=sys.stderr, flush=True),
-                            jobs=max(1, args.jobs))
+                            jobs=args.jobs)
         ins = predict(prepared)
         for src in sorted(set(prepared.sources)):
             sel = np.asarray(prepared.sources) == src
