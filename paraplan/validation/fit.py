@@ -44,9 +44,10 @@ from paraplan.validation.published import read_runs
 from paraplan.validation.fit_search import (DTYPE_FACTORS, FIT_BOUNDS, GRID_POINTS, LOG_SCALED,  # noqa: F401
                                             MAX_FIT_ROUNDS, MIN_ROWS_FOR_FULL_FIT, MIN_ROWS_TO_FIT, PRIORS,
                                             PRIOR_ONLY_IF_UNPINNED, UNPINNED_PRIORS, UNPINNED_TOLERANCE, at_bound,
-                                            factor_bounds, fit_generation, fit_to_fixed_point, fitted_names,
+                                            factor_bounds, fitted_names,
                                             from_model, objective, source_weights, to_model)
-from paraplan.validation.joint_fit import SHARED_FACTORS, fit_jointly, fit_jointly_to_fixed_point
+from paraplan.validation.joint_fit import (SHARED_FACTORS, fit_generation, fit_jointly,  # noqa: F401
+                                           fit_jointly_to_fixed_point, fit_to_fixed_point)
 
 
 def write_efficiency(model: EfficiencyModel, path: Path, note: str, objective_value: float,

@@ -3,14 +3,13 @@
 Factors, their physical bounds and documented priors; the objective (weighted mean |predicted /
 measured - 1|, each source weighing the square root of its row count); the search's steps (the
 16-bit plateau and shape knee scanned together, one coordinate at a time over a grid that
-narrows each sweep, unpinned host and kernel factors back to their priors); one generation's fit
-and its fixed point. ``fit`` runs it per generation and cross-validates; ``joint_fit`` runs it for
-all generations at once with the host's factors shared.
+narrows each sweep, unpinned host and kernel factors back to their priors). ``joint_fit`` runs
+them, for one generation or for all at once with the host's factors shared, to a fixed point;
+``fit`` writes the result and cross-validates.
 """
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import replace
 
 import numpy as np
@@ -175,37 +174,6 @@ def coordinate_step(x: dict, best: float, name: str, sweep: int, score) -> tuple
     return x, best
 
 
-def fit_generation(prepared: Prepared, generation: str, base: EfficiencyModel, sweeps: int = 2,
-                   verbose: bool = False, hold=()) -> tuple[EfficiencyModel, float]:
-    """(fitted model, objective) for ``prepared`` (rows of one generation), starting at ``base``;
-    the factors in ``hold`` keep ``base``'s values.
-
-    Coordinate search: the 16-bit plateau and the shape knee are scanned jointly first (they
-    trade against each other), then each sweep scans every factor over a grid within its bounds
-    holding the others, keeping the best; later sweeps refine around the current value. The
-    objective has kinks (max() in roofline and overlap terms), so no derivatives are used.
-    """
-    weights = source_weights(prepared.sources)
-    names = fitted_names(prepared, hold)
-    x = clipped_start(base, names)
-
-    def score(trial):
-        return objective(prepared, generation, to_model(base, trial), weights)
-
-    best = score(x)
-    if "gemm_half_dim" in names:
-        x, best = scan_plateau_and_knee(x, best, score)
-    for sweep in range(sweeps):
-        for n in names:
-            x, best = coordinate_step(x, best, n, sweep, score)
-            if verbose:
-                print(f"  sweep {sweep} {n} = {x[n]:.4g}: {100 * best:.2f}%", file=sys.stderr)
-    x, best, kept = priors_where_unpinned(x, best, names, score)
-    kept += [n for n in hold if n in (base.fitted_factors or ())]
-    model = replace(rounded_as_written(to_model(base, x)), fitted_factors=tuple(n for n in FIT_BOUNDS if n in kept))
-    return model, objective(prepared, generation, model, weights)
-
-
 def priors_where_unpinned(x: dict, best: float, names, score) -> tuple[dict, float, list[str]]:
     """A factor the rows cannot pin down (the objective no worse, within the tolerance, at its
     documented prior) is not fitted: it takes the prior. Returns (x, objective, fitted names)."""
@@ -222,23 +190,6 @@ def priors_where_unpinned(x: dict, best: float, names, score) -> tuple[dict, flo
 
 #: refits from the previous result until the factors stop moving (``fit_to_fixed_point``)
 MAX_FIT_ROUNDS = 8
-
-
-def fit_to_fixed_point(prepared: Prepared, generation: str, base: EfficiencyModel, sweeps: int = 2,
-                       verbose: bool = False, max_rounds: int = MAX_FIT_ROUNDS,
-                       hold=()) -> tuple[EfficiencyModel, float, int]:
-    """(fitted model, objective, rounds): ``fit_generation`` restarted from its own result until
-    a round returns the factors it started from, so rerunning the fitter on the committed file
-    returns that file (the coordinate search is local: one pass from a moved start can still
-    improve). Stops after ``max_rounds`` rounds (the last round's factors are then returned and
-    the caller reports that the search had not settled)."""
-    model, score = fit_generation(prepared, generation, base, sweeps, verbose, hold)
-    for rounds in range(1, max_rounds):
-        again, score_again = fit_generation(prepared, generation, model, sweeps, verbose, hold)
-        if from_model(again) == from_model(model) and again.fitted_factors == model.fitted_factors:
-            return model, score, rounds
-        model, score = again, score_again
-    return model, score, max_rounds
 
 
 def rounded_as_written(model: EfficiencyModel) -> EfficiencyModel:

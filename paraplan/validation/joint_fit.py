@@ -79,10 +79,33 @@ def fit_jointly(rows_by_generation: dict[str, Prepared], bases: dict[str, Effici
     (a shared factor cannot be held: ``ValueError``). No generations: no models."""
     if set(hold) & set(SHARED_FACTORS):
         raise ValueError(f"shared factors cannot be held: {sorted(set(hold) & set(SHARED_FACTORS))}")
+    return _search(rows_by_generation, bases, sweeps, verbose, hold)
+
+
+def fit_generation(prepared: Prepared, generation: str, base: EfficiencyModel, sweeps: int = 2,
+                   verbose: bool = False, hold: tuple[str, ...] = ()) -> tuple[EfficiencyModel, float]:
+    """(fitted model, objective) for ``prepared`` (rows of one generation), starting at ``base``;
+    the factors in ``hold`` (the host's included) keep ``base``'s values. The joint search on one
+    generation: its pooled objective is the generation's own, so the host's factor is searched
+    like the others (after them, as in ``FIT_BOUNDS``).
+
+    Coordinate search: the 16-bit plateau and the shape knee are scanned jointly first (they
+    trade against each other), then each sweep scans every factor over a grid within its bounds
+    holding the others, keeping the best; later sweeps refine around the current value. The
+    objective has kinks (max() in roofline and overlap terms), so no derivatives are used.
+    """
+    model = _search({generation: prepared}, {generation: base}, sweeps, verbose, hold)[generation]
+    return model, objective(prepared, generation, model, source_weights(prepared.sources))
+
+
+def _search(rows_by_generation: dict[str, Prepared], bases: dict[str, EfficiencyModel], sweeps: int,
+            verbose: bool, hold: tuple[str, ...]) -> dict[str, EfficiencyModel]:
+    """``fit_jointly`` with any factor holdable: a held shared factor keeps each base's value
+    and stays listed as fitted where the base lists it."""
     gens = sorted(rows_by_generation)
     if not gens:
         return {}
-    shared = {n: _fitting(rows_by_generation, n) for n in SHARED_FACTORS}
+    shared = {n: _fitting(rows_by_generation, n) for n in SHARED_FACTORS if n not in hold}
     shared = {n: fitting for n, fitting in shared.items() if fitting}
     names = {g: fitted_names(rows_by_generation[g], hold=(*SHARED_FACTORS, *hold)) for g in gens}
     weights = {g: source_weights(rows_by_generation[g].sources) for g in gens}
@@ -103,6 +126,8 @@ def fit_jointly(rows_by_generation: dict[str, Prepared], bases: dict[str, Effici
         for g in gens:
             for n in names[g]:
                 x[g], best[g] = coordinate_step(x[g], best[g], n, sweep, score_of(g))
+                if verbose:
+                    print(f"  sweep {sweep} {g} {n} = {x[g][n]:.4g}: {100 * best[g]:.2f}%", file=sys.stderr)
         for n, fitting in shared.items():
             x, pooled = _shared_step(rows_by_generation, bases, x, n, fitting,
                                      sweep_candidates(n, x[fitting[0]], sweep))
@@ -149,9 +174,29 @@ def fit_jointly_to_fixed_point(rows_by_generation: dict[str, Prepared], bases: d
     """(fitted models, rounds): ``fit_jointly`` restarted from its own result until a round
     returns the factors it started from (so rerunning the fitter on the committed files returns
     them); stops after ``max_rounds``."""
-    models = fit_jointly(rows_by_generation, bases, sweeps, verbose)
+    return _to_fixed_point(lambda start: fit_jointly(rows_by_generation, start, sweeps, verbose), bases, max_rounds)
+
+
+def fit_to_fixed_point(prepared: Prepared, generation: str, base: EfficiencyModel, sweeps: int = 2,
+                       verbose: bool = False, max_rounds: int = MAX_FIT_ROUNDS,
+                       hold: tuple[str, ...] = ()) -> tuple[EfficiencyModel, float, int]:
+    """(fitted model, objective, rounds): ``fit_generation`` restarted from its own result until
+    a round returns the factors it started from, so rerunning the fitter on the committed file
+    returns that file (the coordinate search is local: one pass from a moved start can still
+    improve). Stops after ``max_rounds`` rounds (the last round's factors are then returned and
+    the caller reports that the search had not settled)."""
+    models, rounds = _to_fixed_point(
+        lambda start: _search({generation: prepared}, start, sweeps, verbose, hold), {generation: base}, max_rounds)
+    model = models[generation]
+    return model, objective(prepared, generation, model, source_weights(prepared.sources)), rounds
+
+
+def _to_fixed_point(fit_once, bases: dict[str, EfficiencyModel], max_rounds: int):
+    """(models, rounds): ``fit_once(start)`` from ``bases``, then from its own result, until a
+    round returns the factors and fitted lists it started from, or after ``max_rounds``."""
+    models = fit_once(bases)
     for rounds in range(1, max_rounds):
-        again = fit_jointly(rows_by_generation, models, sweeps, verbose)
+        again = fit_once(models)
         if all(from_model(again[g]) == from_model(models[g]) and again[g].fitted_factors == models[g].fitted_factors
                for g in models):
             return models, rounds

@@ -26,10 +26,11 @@ prediction:
   attention_dp_size == M x M beyond one node (64 = 8 x 8, 16 = 4 x 4 on 8-GPU H200 / B200
   nodes; tp or attention DP 1) is the export's squared form of a pure expert-parallel worker of
   M GPUs: the file holds the same measurements (TTFT and TPOT equal to 1e-6) a second time
-  labelled tp 8 / attention DP 8 with experts over 8 (e.g. ``..._c64_tp8_0_ep8_0_976`` and
-  ``..._c64_tp8_ep8_937``: 13 of the file's 152 such rows; in the source's full
-  silicon_sample.csv, 116 of its 295 have a twin and all 116 twins are the M-GPU
-  expert-parallel worker), and the 2026-04-06 ids say ``tp8_ep8`` / ``tp4_ep4``.
+  with the M-GPU layout in their fields (tp_size 1, attention_dp_size 8 or 4, experts over 8 or
+  4; e.g. ``..._c64_tp8_0_ep8_0_976`` and ``..._c64_tp8_ep8_937``: 13 of the file's 152 such
+  rows, all of the attention-DP form; in the source's full silicon_sample.csv, 116 of its 295
+  have a twin and all 116 twins are the M-GPU expert-parallel worker), and the tp-form rows'
+  own 2026-04-06 ids say ``tp8_ep8`` / ``tp4_ep4``.
   Such rows are read as tp / M (or attention DP / M), experts over M, the same clients
   (``_squared_expert_layout``). Any other ``tp_size`` larger than the node is read as stated:
   attention tensor parallelism over tp GPUs of several nodes, its all-reduces crossing the
