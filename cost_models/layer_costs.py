@@ -158,6 +158,22 @@ def _linear_times(tokens, shapes, rates: ComputeRates) -> dict:
     return out
 
 
+def fused_softmax_kernel_available(tokens, seq_len, heads_per_gpu):
+    """Whether Megatron's fused scale-mask-softmax kernel takes a causal score tensor, per row.
+
+    ``FusedScaleMaskSoftmax.is_kernel_available`` (NVIDIA/Megatron-LM megatron/model/fused_softmax.py,
+    2021-2023, and its Megatron-DeepSpeed copy) runs the fused CUDA kernel only when the key
+    length is in (16, 4096], query and key lengths are multiples of 4 and the (sequence, head)
+    pairs per GPU, micro_batch x heads / tp, are a multiple of 4 (the kernel's batches per
+    block: 4 warps of one row each for keys over 128); otherwise it falls back to the separate
+    PyTorch scale, mask and softmax ops. One sequence of a 16-head model at tp 8 has 2 pairs:
+    unfused.
+    """
+    s = np.asarray(seq_len, dtype=float)
+    pairs = np.rint(np.asarray(tokens, dtype=float) / s * np.asarray(heads_per_gpu, dtype=float))
+    return (s > 16) & (s <= 4096) & (np.mod(s, 4) == 0) & (np.mod(pairs, 4) == 0)
+
+
 def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len, tp, sp, softmax_exposed=None,
                           flash_attention=True, softmax_fusion=True, mma_share=1.0, current_scaling=False):
     """Forward/backward seconds and FLOPs of one attention block (no communication).
@@ -168,7 +184,8 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
     (``compute.attention_time_s``).
     ``flash_attention`` False (per row allowed): the unfused core of 2020-2022 Megatron
     (``compute.materialised_attention_time_s``), its scale, mask and softmax one fused kernel
-    unless ``softmax_fusion`` is False (three passes, 2019-2020).
+    unless ``softmax_fusion`` is False (three passes, 2019-2020) or the shape rules the kernel out
+    (``fused_softmax_kernel_available``: PyTorch's ops in fp32 instead).
 
     Returns a dict with ``gemm_fwd_s``, ``gemm_dgrad_s``, ``gemm_wgrad_s``, ``core_fwd_s``,
     ``core_bwd_s``, ``elem_fwd_s``, ``elem_bwd_s``, ``gemm_flops_fwd``, ``core_flops_fwd`` and the
@@ -188,8 +205,9 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
     core_fwd, core_bwd = attention_time_s(core_flops, rates, attention_core_exponentials(core_flops, qk, v),
                                           softmax_exposed, mma_share)
     if not np.all(flash_attention):
-        mat_fwd, mat_bwd = materialised_attention_time_s(tokens, seq_len, model.num_heads / tp, qk, v, rates,
-                                                         softmax_fusion, model.attention_dropout)
+        mat_fwd, mat_bwd = materialised_attention_time_s(
+            tokens, seq_len, model.num_heads / tp, qk, v, rates, softmax_fusion, model.attention_dropout,
+            fused_softmax_kernel_available(tokens, seq_len, model.num_heads / tp))
         core_fwd = np.where(flash_attention, core_fwd, mat_fwd)
         core_bwd = np.where(flash_attention, core_bwd, mat_bwd)
     split = np.where(sp, tp, 1.0)
