@@ -7,7 +7,9 @@ picks, per call, the algorithm its model predicts fastest for the message size a
 so does ``group_collective_time_s`` with ``algorithm="auto"`` (the default). All-reduce has two:
 the ring (bandwidth-optimal, ``2(n-1)`` latency steps) and the tree (a chain inside the node,
 double binary trees across nodes: ``2 log2`` steps; Sanders et al. 2009, NCCL 2.4), so the tree
-wins small messages on many nodes. All-gather and reduce-scatter are rings only (NCCL's
+wins small messages on many nodes. Every ring call runs on NCCL's fastest protocol for its size
+(``cost_models.nccl_protocols``: LL / LL128 / Simple, each with its per-call base latency, hop
+latency and share of the bandwidth). All-gather and reduce-scatter are rings only (NCCL's
 ``ncclAllGather`` / ``ncclReduceScatter`` have no tree), so each call pays ``n - 1`` start-up
 steps however small it is: the ``n_inter - 1`` that cross nodes at the NIC's latency, the others
 at the scale-up link's (``ring_step_latency_s``). Groups inside one domain use the scale-up link.
