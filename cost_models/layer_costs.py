@@ -58,6 +58,34 @@ ATTENTION_BWD_BYTES_PER_QK_CHANNEL = 10.0
 ATTENTION_BWD_EXTRA_KERNELS = 2.0
 
 
+#: kernels of the packed-sequence copies around a variable-length attention call
+#: (``unpad_copy_bytes``): forward, three gathers and the output's zero fill and scatter;
+#: backward, the output gradient's gather and three zero fills and scatters.
+UNPAD_KERNELS = (5.0, 7.0)
+
+
+def unpad_copy_bytes(model: ModelSpec, tokens, tp):
+    """(forward, backward) HBM bytes of the copies a stack makes to hand the attention core packed
+    (unpadded) rows, per attention block, ``tokens`` rows, 16-bit.
+
+    llm-foundry's flash path (mosaicml/llm-foundry@8c8dd48 llmfoundry/models/layers/attention.py
+    ``flash_attn_fn``) gathers the query, key and value rows into new tensors with flash-attn's
+    ``bert_padding.index_first_axis`` and writes the output back with ``pad_input``, whatever the
+    padding (Dao-AILab/flash-attention@v2.4.2 flash_attn/bert_padding.py). Forward: each gather
+    reads and writes its channels (4 bytes per q/k/v channel); the output is zero-filled, then
+    scattered into (read and write: 6 per output channel). Backward: the output gradient is
+    gathered (4 per output channel); each input's gradient is zero-filled and scattered into (6
+    per q/k/v channel).
+    """
+    tokens = np.asarray(tokens, dtype=float)
+    tp = np.asarray(tp, dtype=float)
+    qk, v = _attention_dims(model)
+    kv_heads = model.num_kv_heads if model.mla is None else model.num_heads
+    inputs = (model.num_heads * qk + kv_heads * (qk + v)) / tp
+    output = model.num_heads * v / tp
+    return tokens * (4.0 * inputs + 6.0 * output), tokens * (6.0 * inputs + 4.0 * output)
+
+
 def rotary_bytes(model: ModelSpec, tokens, tp):
     """HBM bytes of rotary position embedding in one attention block's forward (and again in
     its backward, which rotates the query and key gradients back), for ``tokens`` rows.
@@ -208,7 +236,8 @@ def _linear_times(tokens, shapes, rates: ComputeRates) -> dict:
 
 
 def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len, tp, sp, softmax_exposed=None,
-                          flash_attention=True, softmax_fusion=True, mma_share=1.0, current_scaling=False):
+                          flash_attention=True, softmax_fusion=True, mma_share=1.0, current_scaling=False,
+                          unpad=False):
     """Forward/backward seconds and FLOPs of one attention block (no communication).
 
     ``softmax_exposed``: share of the attention core's softmax exponentials added to its
@@ -218,6 +247,8 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
     ``flash_attention`` False (per row allowed): the unfused core of 2020-2022 Megatron
     (``compute.materialised_attention_time_s``), its scale, mask and softmax one fused kernel
     unless ``softmax_fusion`` is False (three passes, 2019-2020).
+    ``unpad`` (per row allowed): the stack copies the query, key and value rows into packed
+    tensors for the core and the output back (``unpad_copy_bytes``; element-wise time).
 
     Returns a dict with ``gemm_fwd_s``, ``gemm_dgrad_s``, ``gemm_wgrad_s``, ``core_fwd_s``,
     ``core_bwd_s``, ``elem_fwd_s``, ``elem_bwd_s``, ``gemm_flops_fwd``, ``core_flops_fwd`` and the
@@ -249,10 +280,13 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
     flash = np.asarray(flash_attention, dtype=float)
     heads = model.num_heads / tp
     core_extra = flash * tokens * heads * (ATTENTION_BWD_BYTES_PER_V_CHANNEL * v + ATTENTION_BWD_BYTES_PER_QK_CHANNEL * qk)
-    elem_fwd = memory_bound_time_s(row * REPLICATED_ELEMENTWISE_UNITS / 2 + rope, rates, ELEMENTWISE_KERNELS_FWD / 2)
-    elem_bwd = memory_bound_time_s(row * REPLICATED_ELEMENTWISE_UNITS_BWD / 2 + rope + core_extra, rates,
-                                   ELEMENTWISE_KERNELS_FWD / 2 + RESIDUAL_FORK_KERNELS_BWD
-                                   + flash * ATTENTION_BWD_EXTRA_KERNELS)
+    copies = np.asarray(unpad, dtype=float)
+    copy_fwd, copy_bwd = unpad_copy_bytes(model, tokens, tp)
+    elem_fwd = memory_bound_time_s(row * REPLICATED_ELEMENTWISE_UNITS / 2 + rope + copies * copy_fwd, rates,
+                                   ELEMENTWISE_KERNELS_FWD / 2 + copies * UNPAD_KERNELS[0])
+    elem_bwd = memory_bound_time_s(row * REPLICATED_ELEMENTWISE_UNITS_BWD / 2 + rope + core_extra + copies * copy_bwd,
+                                   rates, ELEMENTWISE_KERNELS_FWD / 2 + RESIDUAL_FORK_KERNELS_BWD
+                                   + flash * ATTENTION_BWD_EXTRA_KERNELS + copies * UNPAD_KERNELS[1])
     return {**gemms, "core_fwd_s": core_fwd, "core_bwd_s": core_bwd,
             "elem_fwd_s": elem_fwd, "elem_bwd_s": elem_bwd, "core_flops_fwd": core_flops, **casts}
 

@@ -462,6 +462,36 @@ def test_rotary_bytes_by_hand():
     assert float(rotary_bytes(gpt, 8192, 1)) == 0.0
 
 
+def test_packed_row_copies_by_hand(rates):
+    """llm-foundry's flash path gathers q, k, v into packed rows and scatters the output back:
+    MPT-760M's layer (h 1536, 12 heads of 128) over 2048 tokens at tp 1. Forward: gathers read
+    and write 3 x 1536 channels (4 bytes each), the output is zero-filled and scattered (6 bytes
+    per channel): 2048 x (4 x 4608 + 6 x 1536) = 56,623,104 bytes, 9 passes over the 16-bit
+    h-wide rows (2048 x 1536 x 2 = 6,291,456 bytes); backward: the output gradient's gather (4)
+    and three zero-fill + scatters (6): 2048 x (6 x 4608 + 4 x 1536) = 69,206,016, 11 passes.
+    The attention block's element-wise time grows by exactly that at the toy 3 TB/s."""
+    from cost_models.layer_costs import attention_block_costs, unpad_copy_bytes
+    from model_specs import ModelSpec
+    mpt = ModelSpec("mpt-760m", 24, 1536, 12, 12, 6144, 50368, 2048)
+    fwd, bwd = unpad_copy_bytes(mpt, 2048, 1)
+    assert (float(fwd), float(bwd)) == (56_623_104, 69_206_016)
+    assert (float(fwd) / 6_291_456, float(bwd) / 6_291_456) == (9.0, 11.0)
+    plain = attention_block_costs(mpt, rates, 2048, 2048, 1, False)
+    packed = attention_block_costs(mpt, rates, 2048, 2048, 1, False, unpad=True)
+    assert float(packed["elem_fwd_s"] - plain["elem_fwd_s"]) == pytest.approx(56_623_104 / 3e12)
+    assert float(packed["elem_bwd_s"] - plain["elem_bwd_s"]) == pytest.approx(69_206_016 / 3e12)
+    assert float(packed["core_fwd_s"]) == float(plain["core_fwd_s"])
+
+
+def test_llm_foundry_is_the_stack_that_copies_packed_rows_and_the_config_carries_it():
+    from hardware_specs.catalog import list_stacks, load_stack
+    from simulator.stack_defaults import stack_config_fields
+    copying = [n for n in list_stacks() if load_stack(n).training is not None and load_stack(n).training.attention_unpad]
+    assert copying == ["llm-foundry"]
+    assert stack_config_fields(load_stack("llm-foundry"))["attention_unpad"] is True
+    assert stack_config_fields(load_stack("megatron-core"))["attention_unpad"] is False
+
+
 def test_backward_adds_its_residual_sums_and_the_fused_cores_kernels_to_the_launch_count(cluster, eff):
     """Counted with free work (``compute.kernel_counting_rates``): a block's backward launches the
     forward's element-wise kernels (8 / 2 a block) plus the residual fork's gradient sum (1);
