@@ -131,6 +131,36 @@ that are timed, from a floor and a memory lower bound that need no stage model, 
 count then an interval ("at least the timed rows' count, at most the rows the bound passes")
 or settled by a cheaper exact check (a row fits iff it fits at its search's extreme counts,
 without the bisection). Not built in this round.
+
+Then (2026-12-02, later; issue 18 part 2; plan tables byte-identical, ``tools/plan_snapshot.py``
+on its five cases, by default and with ``--one-process``, against main at 162cfa5 before and
+after merging main at 06189ed): the memory search's probes memoise each (shared stage, count)'s
+dynamic parts, indexed directly by ``stage * (top + 1) + count`` (``stage_activations.
+shared_dynamic``: 45% of a probe's distinct pairs were evaluated by an earlier probe on
+1,024-1,536 GPUs, and no probe hashes its keys), and a batch with one (first, last) layer pair
+and no layout string builds its stage cells from ``_layout_cells``' memo into preallocated flat
+arrays (``stage_cells._flatten``). Phase timers, one process, back to back with main: the
+search's dynamic parts 4.54 and 4.58 -> 3.99 and 4.00 CPU s, ``stage_cell_batches`` 1.63 ->
+0.43. The benchmark back to back with main, load 2.4-3.4: one process 44.8 -> 41.0 CPU s (45.1
+-> 42.6 s wall) and, the other order, 47.9 -> 46.1 CPU s (69.5 -> 64.1 s wall), 1.08 GiB both;
+two processes (the default) 55.6 -> 54.2 CPU s, 62.0 -> 52.2 s wall, 0.63 -> 0.58 GiB (workers
+1.06 GiB). Measured and not built: deduplicating the search's per-stage work by (shared stage,
+static bytes) pairs, as idea (a) of the issue's note would, cannot pay: 67.5 M of the 70.8 M
+stage places the search sees are distinct pairs (95%; the shared stages alone are 2.6 M), since
+rows that share their dynamic parts differ in ZeRO, sharding and data parallelism, which set
+the static bytes. Counting the fitting rows from the search's extreme counts without the
+bisection (idea (b)) is exact only if a stage's memory is monotone in its recomputed layers,
+which the model does not guarantee (recomputing a layer drops its kept activations, a
+``kept - input`` difference, and raises the recompute buffer), and every fitting row's exact
+memory and chosen counts still feed the step-time floors and the pruning rules. Where one
+process's ~28-29 CPU s go now (phase timers at load ~3; cProfile and line_profiler agree on the
+shares): the per-stage memory model ~15 (its search ~7: probes' dynamic parts ~4, stage totals
+and gathers the rest; the static parts by run ~1.5, the end stages ~1.3, the distinct dynamic
+rows ~0.7), timing the rows that can rank ~7 (its exact DAG sweeps about half: few rows a call,
+per-level overhead), the exact refinement ~3.5, the step-time floors ~3.4, the kept plans' table
+~2.5, the space ~1. The < 10 s target is not met; no one phase holds more than half of the time,
+so reaching it needs the memory model's per-stage work cut several-fold, which keeping every
+result bit-identical has not allowed so far.
 """
 from __future__ import annotations
 
