@@ -153,14 +153,15 @@ bisection (idea (b)) is exact only if a stage's memory is monotone in its recomp
 which the model does not guarantee (recomputing a layer drops its kept activations, a
 ``kept - input`` difference, and raises the recompute buffer), and every fitting row's exact
 memory and chosen counts still feed the step-time floors and the pruning rules. Where one
-process's ~28-29 CPU s go now (phase timers at load ~3; cProfile and line_profiler agree on the
-shares): the per-stage memory model ~15 (its search ~7: probes' dynamic parts ~4, stage totals
-and gathers the rest; the static parts by run ~1.5, the end stages ~1.3, the distinct dynamic
-rows ~0.7), timing the rows that can rank ~7 (its exact DAG sweeps about half: few rows a call,
-per-level overhead), the exact refinement ~3.5, the step-time floors ~3.4, the kept plans' table
-~2.5, the space ~1. The < 10 s target is not met; no one phase holds more than half of the time,
-so reaching it needs the memory model's per-stage work cut several-fold, which keeping every
-result bit-identical has not allowed so far.
+process's CPU time goes now (phase timers; 49.2 CPU s at a load of ~3, 28-29 s at lighter
+load, the shares steady): the per-stage memory model 43% (its search 22%: the probes' dynamic
+parts, stage totals and gathers; the static parts by run 4%, the end stages 3%, the distinct
+dynamic rows 2%), the step model's timing of the rows that can rank 24% (the exact refinement's
+rows included; its DAG sweeps run few rows a call, per-level overhead), the step-time floors
+10%, the kept plans' table 7%, the space 5%, the pruning rounds 5%. The < 10 s target is not
+met: no phase holds half of the time, so reaching it needs the per-stage memory model's work
+(and the timing's) cut several-fold with every result bit-identical, which no change measured
+here allows.
 """
 from __future__ import annotations
 
