@@ -91,8 +91,15 @@ def stage_cell_batches(model, batch, max_cells: int = MAX_CELLS):
     cells)`` with ``idx`` the batch rows and ``cells`` a ``StageCells`` of all their stages,
     ordered by row (``row`` indexes ``idx``)."""
     from simulator.pipeline.makespan import peak_in_flight_rows
-    from simulator.step_pipeline import _CODE_TO_KIND, _groups, _layout_cells, _layouts, _rows, group_cells, \
-        schedule_chunks
+    from simulator.step_pipeline import (
+        _CODE_TO_KIND,
+        _groups,
+        _layout_cells,
+        _layouts,
+        _rows,
+        group_cells,
+        schedule_chunks,
+    )
     n_rows = len(batch)
     if n_rows == 0:
         return

@@ -54,11 +54,11 @@ def test_constant_columns_give_one_key():
 def _searched_sample(monkeypatch, memo_keys: int) -> dict:
     """The memory search's outputs on a DeepSeek-V3 sample (1,024-1,032 GPUs: recomputation and
     offload searched) with ``shared_dynamic``'s memo allowed ``memo_keys`` keys (0: none)."""
-    import simulator.stage_activations as stage_activations
     from hardware_specs.catalog import efficiency_for_cluster, load_cluster
     from model_specs.catalog import load_model
     from planners.search_space import SearchConstraints, enumerate_space
     from planners.vectorized import config_batch
+    from simulator import stage_activations
     from simulator.step_model import memory_parts
 
     monkeypatch.setattr(stage_activations, "MEMO_MAX_KEYS", memo_keys)
