@@ -131,6 +131,37 @@ that are timed, from a floor and a memory lower bound that need no stage model, 
 count then an interval ("at least the timed rows' count, at most the rows the bound passes")
 or settled by a cheaper exact check (a row fits iff it fits at its search's extreme counts,
 without the bisection). Not built in this round.
+
+Then (2026-12-02, later; issue 18 part 2; plan tables byte-identical, ``tools/plan_snapshot.py``
+on its five cases, by default and with ``--one-process``, against main at 162cfa5 before and
+after merging main at 06189ed): the memory search's probes memoise each (shared stage, count)'s
+dynamic parts, indexed directly by ``stage * (top + 1) + count`` (``stage_activations.
+shared_dynamic``: 45% of a probe's distinct pairs were evaluated by an earlier probe on
+1,024-1,536 GPUs, and no probe hashes its keys), and a batch with one (first, last) layer pair
+and no layout string builds its stage cells from ``_layout_cells``' memo into preallocated flat
+arrays (``stage_cells._flatten``). Phase timers, one process, back to back with main: the
+search's dynamic parts 4.54 and 4.58 -> 3.99 and 4.00 CPU s, ``stage_cell_batches`` 1.63 ->
+0.43. The benchmark back to back with main, load 2.4-3.4: one process 44.8 -> 41.0 CPU s (45.1
+-> 42.6 s wall) and, the other order, 47.9 -> 46.1 CPU s (69.5 -> 64.1 s wall), 1.08 GiB both;
+two processes (the default) 55.6 -> 54.2 CPU s, 62.0 -> 52.2 s wall, 0.63 -> 0.58 GiB (workers
+1.06 GiB). Measured and not built: deduplicating the search's per-stage work by (shared stage,
+static bytes) pairs, as idea (a) of the issue's note would, cannot pay: 67.5 M of the 70.8 M
+stage places the search sees are distinct pairs (95%; the shared stages alone are 2.6 M), since
+rows that share their dynamic parts differ in ZeRO, sharding and data parallelism, which set
+the static bytes. Counting the fitting rows from the search's extreme counts without the
+bisection (idea (b)) is exact only if a stage's memory is monotone in its recomputed layers,
+which the model does not guarantee (recomputing a layer drops its kept activations, a
+``kept - input`` difference, and raises the recompute buffer), and every fitting row's exact
+memory and chosen counts still feed the step-time floors and the pruning rules. Where one
+process's CPU time goes now (phase timers; 49.2 CPU s at a load of ~3, 28-29 s at lighter
+load, the shares steady): the per-stage memory model 43% (its search 22%: the probes' dynamic
+parts, stage totals and gathers; the static parts by run 4%, the end stages 3%, the distinct
+dynamic rows 2%), the step model's timing of the rows that can rank 24% (the exact refinement's
+rows included; its DAG sweeps run few rows a call, per-level overhead), the step-time floors
+10%, the kept plans' table 7%, the space 5%, the pruning rounds 5%. The < 10 s target is not
+met: no phase holds half of the time, so reaching it needs the per-stage memory model's work
+(and the timing's) cut several-fold with every result bit-identical, which no change measured
+here allows.
 """
 from __future__ import annotations
 

@@ -91,15 +91,30 @@ def stage_cell_batches(model, batch, max_cells: int = MAX_CELLS):
     cells)`` with ``idx`` the batch rows and ``cells`` a ``StageCells`` of all their stages,
     ordered by row (``row`` indexes ``idx``)."""
     from simulator.pipeline.makespan import peak_in_flight_rows
-    from simulator.step_pipeline import _CODE_TO_KIND, _groups, _layouts, _rows, group_cells, schedule_chunks
-    if len(batch) == 0:
+    from simulator.step_pipeline import (
+        _CODE_TO_KIND,
+        _groups,
+        _layout_cells,
+        _layouts,
+        _rows,
+        group_cells,
+        schedule_chunks,
+    )
+    n_rows = len(batch)
+    if n_rows == 0:
         return
     pp = np.asarray(batch.pp).astype(np.int64)
     vpp = np.asarray(batch.vpp).astype(np.int64)
     sched = np.asarray(batch.schedule).astype(np.int64)
     m_all = np.rint(np.asarray(batch.global_batch, dtype=float)
                     / (np.asarray(batch.dp, dtype=float) * np.asarray(batch.micro_batch, dtype=float)))
-    m_all = np.broadcast_to(m_all, (len(batch),))
+    m_all = np.broadcast_to(m_all, (n_rows,))
+    # one (first, last) pair and no layout string in the whole batch (the planner's usual case):
+    # every row of a group has its group's (p, v) cells, read once from ``_layout_cells``' memo
+    first_all = np.broadcast_to(np.asarray(batch.first_stage_layers), (n_rows,))
+    last_all = np.broadcast_to(np.asarray(batch.last_stage_layers), (n_rows,))
+    one_layout = ((first_all == first_all[0]).all() and (last_all == last_all[0]).all()
+                  and _layouts(batch, np.arange(n_rows)) is None)
     pending, size = [], 0
     for idx, code, p, vp in _groups(sched, pp, vpp):
         kind = _CODE_TO_KIND[code]
@@ -111,8 +126,12 @@ def stage_cell_batches(model, batch, max_cells: int = MAX_CELLS):
             if pending and size + len(part) * p * v > max_cells:
                 yield _flatten(pending)
                 pending, size = [], 0
-            g = group_cells(model, kind, p, v, _rows(batch.first_stage_layers, part).astype(np.int64),
-                            _rows(batch.last_stage_layers, part).astype(np.int64), _layouts(batch, part))
+            if one_layout:        # (p, v) arrays that every row of ``part`` shares
+                g = _layout_cells(model.num_layers, model.mtp_layers, model.moe, kind, p, v, int(first_all[0]),
+                                  int(last_all[0]), "", model.hybrid_pattern)
+            else:
+                g = group_cells(model, kind, p, v, _rows(batch.first_stage_layers, part).astype(np.int64),
+                                _rows(batch.last_stage_layers, part).astype(np.int64), _layouts(batch, part))
             m_values, m_index = np.unique(m_all[part], return_inverse=True)
             in_flight = peak_in_flight_rows(kind, p, m_values, v)[m_index.reshape(-1)]
             pending.append((part, p, v, g, in_flight))
@@ -122,30 +141,33 @@ def stage_cell_batches(model, batch, max_cells: int = MAX_CELLS):
 
 
 def _flatten(groups):
-    """(idx, StageCells) of the groups' rows, ordered as listed."""
+    """(idx, StageCells) of the groups' rows, ordered as listed; a group's cells are (rows, p, v)
+    arrays or (p, v) arrays every row of it shares (written into the flat arrays in place)."""
     idx = np.concatenate([g[0] for g in groups])
-    rows_before = np.cumsum([0] + [len(g[0]) for g in groups])
-    row, local, in_flight, chunks, cell_stage = [], [], [], [], []
-    stage = {k: [] for k in STAGE_KEYS}
-    cell = {k: [] for k in CELL_KEYS}
-    n_stages = 0
-    for (g_idx, p, v, g_cells, g_in_flight), r0 in zip(groups, rows_before):
-        n = len(g_idx)
-        row.append(np.repeat(np.arange(r0, r0 + n), p))
-        local.append(np.tile(np.arange(p), n))
-        in_flight.append(g_in_flight.reshape(-1))
-        chunks.append(np.full(n * p, float(v)))
-        cell_stage.append(np.repeat(np.arange(n_stages, n_stages + n * p), v))
+    n = np.array([len(g[0]) for g in groups], dtype=np.int64)
+    p = np.array([g[1] for g in groups], dtype=np.int64)
+    v = np.array([g[2] for g in groups], dtype=np.int64)
+    stage_end, cell_end = np.cumsum(n * p), np.cumsum(n * p * v)
+    n_stages, n_cells = int(stage_end[-1]), int(cell_end[-1])
+    stages_per_row = np.repeat(p, n)
+    row = np.repeat(np.arange(len(idx)), stages_per_row)
+    first_stage = np.repeat(np.cumsum(stages_per_row) - stages_per_row, stages_per_row)
+    local = np.arange(n_stages) - first_stage                     # 0..p-1 in each row
+    chunks = np.repeat(v, n * p).astype(float)
+    cells_per_stage = np.repeat(v, n * p)
+    cell_stage = np.repeat(np.arange(n_stages), cells_per_stage)
+    first_cell = np.cumsum(cells_per_stage) - cells_per_stage       # every stage has v >= 1 cells
+    in_flight = np.concatenate([g[4].reshape(-1) for g in groups])
+    stage = {k: np.empty(n_stages) for k in STAGE_KEYS}
+    cell = {k: np.empty(n_cells) for k in CELL_KEYS}
+    for (g_idx, g_p, g_v, g_cells, _), s1, c1 in zip(groups, stage_end.tolist(), cell_end.tolist()):
+        g_n = len(g_idx)
+        s0, c0 = s1 - g_n * g_p, c1 - g_n * g_p * g_v
         for k in STAGE_KEYS:
-            stage[k].append(np.broadcast_to(g_cells[k], (n, p, 1)).reshape(-1))
+            stage[k][s0:s1].reshape(g_n, g_p, 1)[...] = g_cells[k]
         for k in CELL_KEYS:
-            cell[k].append(np.broadcast_to(g_cells[k], (n, p, v)).reshape(-1))
-        n_stages += n * p
-    cell_stage = np.concatenate(cell_stage)
-    first_cell = np.flatnonzero(np.r_[True, cell_stage[1:] != cell_stage[:-1]])
-    return idx, StageCells(np.concatenate(row), np.concatenate(local), first_cell, np.concatenate(in_flight),
-                           np.concatenate(chunks), {k: np.concatenate(x) for k, x in stage.items()}, cell_stage,
-                           {k: np.concatenate(x).astype(float) for k, x in cell.items()})
+            cell[k][c0:c1].reshape(g_n, g_p, g_v)[...] = g_cells[k]
+    return idx, StageCells(row, local, first_cell, in_flight, chunks, stage, cell_stage, cell)
 
 
 def distinct_stage_counts(model, batch, keys=STAGE_KEYS + ("sends",)):

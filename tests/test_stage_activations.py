@@ -1,6 +1,7 @@
 """Rows that share their stages' dynamic parts (``stage_activations.distinct_dynamic_rows``):
 equal keys exactly when every column the dynamic parts read is equal, whichever way a column
-is keyed (whole numbers packed into one integer, other values hashed)."""
+is keyed (whole numbers packed into one integer, other values hashed); and the memory search's
+memo of (stage, count) dynamic parts (``shared_dynamic``) changes no output bit."""
 from __future__ import annotations
 
 import numpy as np
@@ -48,3 +49,32 @@ def test_constant_columns_give_one_key():
     act = {k: np.float64(2.0e9) for k in ("kept_dense", "kept_moe", "input", "full_dense", "full_moe")}
     first, code = distinct_dynamic_rows(batch, act, np.float64(1.0))
     assert code.tolist() == [0] * n and first.tolist() == [0]
+
+
+def _searched_sample(monkeypatch, memo_keys: int) -> dict:
+    """The memory search's outputs on a DeepSeek-V3 sample (1,024-1,032 GPUs: recomputation and
+    offload searched) with ``shared_dynamic``'s memo allowed ``memo_keys`` keys (0: none)."""
+    from hardware_specs.catalog import efficiency_for_cluster, load_cluster
+    from model_specs.catalog import load_model
+    from planners.search_space import SearchConstraints, enumerate_space
+    from planners.vectorized import config_batch
+    from simulator import stage_activations
+    from simulator.step_model import memory_parts
+
+    monkeypatch.setattr(stage_activations, "MEMO_MAX_KEYS", memo_keys)
+    model, cluster = load_model("deepseek-v3"), load_cluster("dgx-h100")
+    space = enumerate_space(model, SearchConstraints(gpus=(1024, 1032), global_batch=4096, max_tp=8))
+    rows = np.sort(np.random.default_rng(18).choice(len(space), 3000, replace=False))
+    batch = config_batch({k: v[rows] for k, v in space.columns.items()}, "bf16", 4096)
+    return memory_parts(model, cluster, efficiency_for_cluster(cluster), batch,
+                        fit_limit_bytes=cluster.gpu.hbm_bytes * 0.95)
+
+
+def test_memoised_search_probes_give_every_output_bit_for_bit(monkeypatch):
+    memo = _searched_sample(monkeypatch, 10**9)
+    fresh = _searched_sample(monkeypatch, 0)
+    # the search chose counts on this sample (both kinds), so the memo was read back
+    assert (memo["_recompute_num_layers"] > 0).sum() > 50 and (memo["_offload_activation_layers"] > 0).sum() > 50
+    assert memo.keys() == fresh.keys()
+    for k in memo:
+        assert np.array_equal(np.asarray(memo[k]), np.asarray(fresh[k])), k
