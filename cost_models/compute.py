@@ -229,14 +229,30 @@ ATTENTION_DROPOUT_SCORE_BYTES = 5.0
 #: backward (Megatron-LM 2019: ``attention_scores * scale``, ``masked_fill``, ``softmax``).
 UNFUSED_SOFTMAX_EXTRA_BYTES_FWD = 8.0
 UNFUSED_SOFTMAX_EXTRA_BYTES_BWD = 4.0
+#: when the stack asks for the fused kernel but the shape rules it out
+#: (``layer_costs.fused_softmax_kernel_available``), Megatron's ``FusedScaleMaskSoftmax``
+#: runs ``forward_torch_softmax``: with 16-bit scores and ``softmax_in_fp32`` (forced on by
+#: ``apply_query_key_layer_scaling``, the default of Megatron-LM 2020-2023 and Megatron-DeepSpeed,
+#: ``--no-query-key-layer-scaling`` turns it off) that is five PyTorch ops in place of the one
+#: kernel: cast up (read 2, write 4), scale (4 + 4), masked_fill (4 + 4), softmax (4 + 4), cast
+#: down (4 + 2): 36 bytes an element against the fused kernel's 4. Autograd runs the five
+#: backwards: cast (2 + 4), softmax backward (reads the probabilities and the gradient, writes:
+#: 12), masked_fill (4 + 4), scale (4 + 4), cast (4 + 2): 40 bytes against the fused 6.
+FALLBACK_SOFTMAX_EXTRA_BYTES_FWD = 36.0 - 4.0
+FALLBACK_SOFTMAX_EXTRA_BYTES_BWD = 40.0 - 6.0
+FALLBACK_SOFTMAX_EXTRA_KERNELS = 4.0
 
 
 def materialised_attention_time_s(tokens, seq_len, heads, qk_dim, v_dim, rates: ComputeRates, softmax_fusion=True,
-                                  attention_dropout=True):
+                                  attention_dropout=True, fused_softmax_fits=True):
     """(forward, backward) seconds of an unfused attention core: batched GEMMs over the full
     square of scores (the causal mask is applied to them, not skipped) and memory-bound passes
     over the scores (``MATERIALISED_SCORE_BYTES_*``, less the dropout's passes without attention
     dropout).
+
+    ``softmax_fusion`` False: the separate 16-bit scale, mask and softmax of 2019-2020 Megatron
+    (``UNFUSED_SOFTMAX_*``); True but ``fused_softmax_fits`` False (per row): the fused kernel's
+    fp32 PyTorch fallback (``FALLBACK_SOFTMAX_*``).
 
     ``tokens`` queries (micro_batch * seq) over ``heads`` heads (per GPU), each against
     ``seq_len`` keys. Forward: per (sequence, head), QK^T is (s, s, qk_dim) and PV is
@@ -249,15 +265,19 @@ def materialised_attention_time_s(tokens, seq_len, heads, qk_dim, v_dim, rates: 
     qk = gemm_time_s(s, s, qk_dim, rates, count=batch) - (batch - 1.0) * rates.kernel_overhead_s
     pv = gemm_time_s(s, v_dim, s, rates, count=batch) - (batch - 1.0) * rates.kernel_overhead_s
     scores = batch * s * s
-    unfused = 1.0 - np.asarray(softmax_fusion, dtype=float)
+    fusion = np.asarray(softmax_fusion, dtype=float)
+    unfused = 1.0 - fusion
+    fallback = fusion * (1.0 - np.asarray(fused_softmax_fits, dtype=float))
     dropout = float(bool(attention_dropout))
     no_dropout = (1.0 - dropout) * ATTENTION_DROPOUT_SCORE_BYTES
     fwd = qk + pv + memory_bound_time_s(
-        scores * (MATERIALISED_SCORE_BYTES_FWD - no_dropout + unfused * UNFUSED_SOFTMAX_EXTRA_BYTES_FWD),
-        rates, 1 + dropout + 2 * unfused)
+        scores * (MATERIALISED_SCORE_BYTES_FWD - no_dropout + unfused * UNFUSED_SOFTMAX_EXTRA_BYTES_FWD
+                  + fallback * FALLBACK_SOFTMAX_EXTRA_BYTES_FWD),
+        rates, 1 + dropout + 2 * unfused + fallback * FALLBACK_SOFTMAX_EXTRA_KERNELS)
     bwd = 2.0 * (qk + pv) + memory_bound_time_s(
-        scores * (MATERIALISED_SCORE_BYTES_BWD - no_dropout + unfused * UNFUSED_SOFTMAX_EXTRA_BYTES_BWD),
-        rates, 1 + dropout + unfused)
+        scores * (MATERIALISED_SCORE_BYTES_BWD - no_dropout + unfused * UNFUSED_SOFTMAX_EXTRA_BYTES_BWD
+                  + fallback * FALLBACK_SOFTMAX_EXTRA_BYTES_BWD),
+        rates, 1 + dropout + unfused + fallback * FALLBACK_SOFTMAX_EXTRA_KERNELS)
     return fwd, bwd
 
 

@@ -20,16 +20,93 @@ from model_specs.model_spec import ModelSpec
 #: ``hidden`` activation elements: two norms (read + write: 4) and two fused
 #: bias-dropout-residual adds (read 2, write 1, 1-byte mask = 0.5: 7).
 REPLICATED_ELEMENTWISE_UNITS = 11.0
+#: backward: where the residual stream forks (it feeds a block's norm and the residual add),
+#: autograd sums the gradients of the two branches before passing them on: one add kernel per
+#: block reading both and writing the sum (3; PyTorch's engine, torch/csrc/autograd/
+#: input_buffer.cpp ``InputBuffer::add``, accumulates a tensor's gradients from several uses;
+#: no framework fuses it into the norm's backward: Transformer Engine's LayerNormLinear returns
+#: the norm's input gradient alone, NVIDIA/TransformerEngine@v2.12 transformer_engine/pytorch/
+#: module/layernorm_linear.py).
+RESIDUAL_FORK_UNITS_BWD = 3.0
 #: the same parts in backward: two norm backwards (read the output gradient and the saved
-#: input, write the input gradient: 6) and two dropout backwards (read the gradient and the
-#: mask, write: 5; the residual branch passes the gradient on untouched). Equal to forward.
-REPLICATED_ELEMENTWISE_UNITS_BWD = 11.0
+#: input, write the input gradient: 6), two dropout backwards (read the gradient and the
+#: mask, write: 5; the residual branch passes the gradient on untouched) and the two sums of
+#: the residual stream's gradients at the forks (``RESIDUAL_FORK_UNITS_BWD``: 6).
+REPLICATED_ELEMENTWISE_UNITS_BWD = 11.0 + 2.0 * RESIDUAL_FORK_UNITS_BWD
+#: backward kernels per block beyond the forward's (``ELEMENTWISE_KERNELS_FWD`` / 2): the
+#: residual fork's sum.
+RESIDUAL_FORK_KERNELS_BWD = 1.0
 #: activation-function traffic per token in units of ``ffn`` elements, forward / backward:
 #: plain (GeLU): read x, write y / read dy and x, write dx; gated (SwiGLU): read gate and up,
 #: write y / read dy, gate and up, write both gradients.
 ACTIVATION_UNITS = {False: (2.0, 3.0), True: (3.0, 5.0)}
 #: kernels per layer outside the GEMMs and attention (norms, activation, adds, rotary, casts).
 ELEMENTWISE_KERNELS_FWD = 8.0
+#: HBM bytes per query row, head and channel of the memory-bound kernels around a fused
+#: attention backward (16-bit O, dO, dQ; fp32 accumulator), in bytes per v channel and per
+#: q/k channel. FlashAttention-2's backward first computes D = rowsum(dO * O) (Dao 2023,
+#: arXiv 2307.08691, Algorithm 2) in its own kernel, which also zeroes the fp32 dQ accumulator
+#: the main kernel adds into, and a last kernel converts that accumulator to 16-bit dQ
+#: (Dao-AILab/flash-attention@v2.4.2 csrc/flash_attn/src/flash_bwd_launch_template.h
+#: ``compute_dot_do_o<Clear_dQaccum>``, ``convert_dQ``; flash_api.cpp: ``dq_accum`` in
+#: float32). FlashAttention-3 keeps the same two kernels (hopper/flash_bwd_launch_template.h:
+#: ``flash_bwd_preprocess``, ``flash_bwd_postprocess``). Per v channel: read dO and O (2 + 2);
+#: per q/k channel: zero the accumulator (4), read it (4), write dQ (2).
+ATTENTION_BWD_BYTES_PER_V_CHANNEL = 4.0
+ATTENTION_BWD_BYTES_PER_QK_CHANNEL = 10.0
+#: their kernels: the pre-processing and the conversion
+ATTENTION_BWD_EXTRA_KERNELS = 2.0
+
+
+#: kernels of the packed-sequence copies around a variable-length attention call
+#: (``unpad_copy_bytes``): forward, three gathers and the output's zero fill and scatter;
+#: backward, the output gradient's gather and three zero fills and scatters.
+UNPAD_KERNELS = (5.0, 7.0)
+
+
+def unpad_copy_bytes(model: ModelSpec, tokens, tp):
+    """(forward, backward) HBM bytes of the copies a stack makes to hand the attention core packed
+    (unpadded) rows, per attention block, ``tokens`` rows, 16-bit.
+
+    llm-foundry's flash path (mosaicml/llm-foundry@8c8dd48 llmfoundry/models/layers/attention.py
+    ``flash_attn_fn``) gathers the query, key and value rows into new tensors with flash-attn's
+    ``bert_padding.index_first_axis`` and writes the output back with ``pad_input``, whatever the
+    padding (Dao-AILab/flash-attention@v2.4.2 flash_attn/bert_padding.py). Forward: each gather
+    reads and writes its channels (4 bytes per q/k/v channel); the output is zero-filled, then
+    scattered into (read and write: 6 per output channel). Backward: the output gradient is
+    gathered (4 per output channel); each input's gradient is zero-filled and scattered into (6
+    per q/k/v channel).
+    """
+    tokens = np.asarray(tokens, dtype=float)
+    tp = np.asarray(tp, dtype=float)
+    qk, v = _attention_dims(model)
+    kv_heads = model.num_kv_heads if model.mla is None else model.num_heads
+    inputs = (model.num_heads * qk + kv_heads * (qk + v)) / tp
+    output = model.num_heads * v / tp
+    return tokens * (4.0 * inputs + 6.0 * output), tokens * (6.0 * inputs + 4.0 * output)
+
+
+def rotary_bytes(model: ModelSpec, tokens, tp):
+    """HBM bytes of rotary position embedding in one attention block's forward (and again in
+    its backward, which rotates the query and key gradients back), for ``tokens`` rows.
+
+    The rotation reads the query and key heads the GPU holds and writes them rotated, 16-bit:
+    2 x 2 bytes per channel (Megatron-Core ``apply_rotary_pos_emb`` on the query and on the key,
+    fused into one kernel each with ``apply_rope_fusion``: NVIDIA/Megatron-LM@core_v0.15.0
+    megatron/core/transformer/attention.py, megatron/core/models/common/embeddings/
+    rope_utils.py; Transformer Engine's ``FusedRoPEFunc`` writes the whole head, rotated and
+    passed-through channels). Multi-latent attention rotates only its decoupled RoPE channels
+    (``qk_rope_head_dim`` per query head and one shared key head; DeepSeek-V2 report, arXiv
+    2405.04434, section 2.1.3). Zero without RoPE (learned, ALiBi or no position encoding)."""
+    tokens = np.asarray(tokens, dtype=float)
+    tp = np.asarray(tp, dtype=float)
+    if model.position_embedding != "rope":
+        return 0.0 * tokens * tp
+    if model.mla is not None:
+        channels = model.num_heads * model.mla.qk_rope_head_dim / tp + model.mla.qk_rope_head_dim
+    else:
+        channels = (model.num_heads + model.num_kv_heads) * model.head_dim / tp
+    return tokens * channels * 2.0 * 2.0
 
 
 def _attention_dims(model: ModelSpec):
@@ -158,8 +235,25 @@ def _linear_times(tokens, shapes, rates: ComputeRates) -> dict:
     return out
 
 
+def fused_softmax_kernel_available(tokens, seq_len, heads_per_gpu):
+    """Whether Megatron's fused scale-mask-softmax kernel takes a causal score tensor, per row.
+
+    ``FusedScaleMaskSoftmax.is_kernel_available`` (NVIDIA/Megatron-LM megatron/model/fused_softmax.py,
+    2021-2023, and its Megatron-DeepSpeed copy) runs the fused CUDA kernel only when the key
+    length is in (16, 4096], query and key lengths are multiples of 4 and the (sequence, head)
+    pairs per GPU, micro_batch x heads / tp, are a multiple of 4 (the kernel's batches per
+    block: 4 warps of one row each for keys over 128); otherwise it falls back to the separate
+    PyTorch scale, mask and softmax ops. One sequence of a 16-head model at tp 8 has 2 pairs:
+    unfused.
+    """
+    s = np.asarray(seq_len, dtype=float)
+    pairs = np.rint(np.asarray(tokens, dtype=float) / s * np.asarray(heads_per_gpu, dtype=float))
+    return (s > 16) & (s <= 4096) & (np.mod(s, 4) == 0) & (np.mod(pairs, 4) == 0)
+
+
 def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len, tp, sp, softmax_exposed=None,
-                          flash_attention=True, softmax_fusion=True, mma_share=1.0, current_scaling=False):
+                          flash_attention=True, softmax_fusion=True, mma_share=1.0, current_scaling=False,
+                          unpad=False):
     """Forward/backward seconds and FLOPs of one attention block (no communication).
 
     ``softmax_exposed``: share of the attention core's softmax exponentials added to its
@@ -168,7 +262,10 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
     (``compute.attention_time_s``).
     ``flash_attention`` False (per row allowed): the unfused core of 2020-2022 Megatron
     (``compute.materialised_attention_time_s``), its scale, mask and softmax one fused kernel
-    unless ``softmax_fusion`` is False (three passes, 2019-2020).
+    unless ``softmax_fusion`` is False (three passes, 2019-2020) or the shape rules the kernel out
+    (``fused_softmax_kernel_available``: PyTorch's ops in fp32 instead).
+    ``unpad`` (per row allowed): the stack copies the query, key and value rows into packed
+    tensors for the core and the output back (``unpad_copy_bytes``; element-wise time).
 
     Returns a dict with ``gemm_fwd_s``, ``gemm_dgrad_s``, ``gemm_wgrad_s``, ``core_fwd_s``,
     ``core_bwd_s``, ``elem_fwd_s``, ``elem_bwd_s``, ``gemm_flops_fwd``, ``core_flops_fwd`` and the
@@ -188,14 +285,26 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
     core_fwd, core_bwd = attention_time_s(core_flops, rates, attention_core_exponentials(core_flops, qk, v),
                                           softmax_exposed, mma_share)
     if not np.all(flash_attention):
-        mat_fwd, mat_bwd = materialised_attention_time_s(tokens, seq_len, model.num_heads / tp, qk, v, rates,
-                                                         softmax_fusion, model.attention_dropout)
+        mat_fwd, mat_bwd = materialised_attention_time_s(
+            tokens, seq_len, model.num_heads / tp, qk, v, rates, softmax_fusion, model.attention_dropout,
+            fused_softmax_kernel_available(tokens, seq_len, model.num_heads / tp))
         core_fwd = np.where(flash_attention, core_fwd, mat_fwd)
         core_bwd = np.where(flash_attention, core_bwd, mat_bwd)
     split = np.where(sp, tp, 1.0)
     row = tokens * model.hidden_size * rates.act_bytes / split
-    elem_fwd = memory_bound_time_s(row * REPLICATED_ELEMENTWISE_UNITS / 2, rates, ELEMENTWISE_KERNELS_FWD / 2)
-    elem_bwd = memory_bound_time_s(row * REPLICATED_ELEMENTWISE_UNITS_BWD / 2, rates, ELEMENTWISE_KERNELS_FWD / 2)
+    rope = rotary_bytes(model, tokens, tp)
+    # a fused core's backward adds its pre- and post-processing kernels (the materialised core's
+    # score passes are in ``materialised_attention_time_s``)
+    flash = np.asarray(flash_attention, dtype=float)
+    heads = model.num_heads / tp
+    core_extra = flash * tokens * heads * (ATTENTION_BWD_BYTES_PER_V_CHANNEL * v + ATTENTION_BWD_BYTES_PER_QK_CHANNEL * qk)
+    copies = np.asarray(unpad, dtype=float)
+    copy_fwd, copy_bwd = unpad_copy_bytes(model, tokens, tp)
+    elem_fwd = memory_bound_time_s(row * REPLICATED_ELEMENTWISE_UNITS / 2 + rope + copies * copy_fwd, rates,
+                                   ELEMENTWISE_KERNELS_FWD / 2 + copies * UNPAD_KERNELS[0])
+    elem_bwd = memory_bound_time_s(row * REPLICATED_ELEMENTWISE_UNITS_BWD / 2 + rope + core_extra + copies * copy_bwd,
+                                   rates, ELEMENTWISE_KERNELS_FWD / 2 + RESIDUAL_FORK_KERNELS_BWD
+                                   + flash * ATTENTION_BWD_EXTRA_KERNELS + copies * UNPAD_KERNELS[1])
     return {**gemms, "core_fwd_s": core_fwd, "core_bwd_s": core_bwd,
             "elem_fwd_s": elem_fwd, "elem_bwd_s": elem_bwd, "core_flops_fwd": core_flops, **casts}
 
@@ -222,7 +331,7 @@ def dense_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, ffn=N
     elem_fwd = memory_bound_time_s(tokens * rates.act_bytes * (act_fwd * ffn / tp + replicated * REPLICATED_ELEMENTWISE_UNITS / 2),
                                    rates, ELEMENTWISE_KERNELS_FWD / 2)
     elem_bwd = memory_bound_time_s(tokens * rates.act_bytes * (act_bwd * ffn / tp + replicated * REPLICATED_ELEMENTWISE_UNITS_BWD / 2),
-                                   rates, ELEMENTWISE_KERNELS_FWD / 2)
+                                   rates, ELEMENTWISE_KERNELS_FWD / 2 + RESIDUAL_FORK_KERNELS_BWD)
     return {**gemms, "elem_fwd_s": elem_fwd, "elem_bwd_s": elem_bwd, **casts}
 
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models.compute import ComputeRates, attention_time_s, memory_bound_time_s
-from cost_models.layer_costs import REPLICATED_ELEMENTWISE_UNITS, _linear_times, block_cast_bytes, cast_times
+from cost_models.layer_costs import (REPLICATED_ELEMENTWISE_UNITS, REPLICATED_ELEMENTWISE_UNITS_BWD,
+                                     RESIDUAL_FORK_KERNELS_BWD, _linear_times, block_cast_bytes, cast_times)
 from model_specs.model_spec import ModelSpec
 
 #: memory-bound traffic per token of the conv1d + SiLU, in units of conv channels: read the
@@ -152,12 +153,14 @@ def mamba_block_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, sca
     core_b = np.maximum(mma_b, io_b / rates.hbm_bytes_per_s + 2 * rates.kernel_overhead_s)
     split = np.where(sp, tp, 1.0)
     per_tp = tokens * rates.act_bytes / tp
-    replicated = tokens * model.hidden_size * rates.act_bytes / split * REPLICATED_ELEMENTWISE_UNITS / 2
+    row = tokens * model.hidden_size * rates.act_bytes / split
+    replicated = row * REPLICATED_ELEMENTWISE_UNITS / 2
+    replicated_bwd = row * REPLICATED_ELEMENTWISE_UNITS_BWD / 2
     c = conv_channels(model)
     elem_f = memory_bound_time_s(per_tp * (CONV_UNITS[0] * c + GATED_NORM_UNITS[0] * m.d_inner) + replicated,
                                  rates, MAMBA_ELEMENTWISE_KERNELS / 2)
-    elem_b = memory_bound_time_s(per_tp * (CONV_UNITS[1] * c + GATED_NORM_UNITS[1] * m.d_inner) + replicated,
-                                 rates, MAMBA_ELEMENTWISE_KERNELS / 2)
+    elem_b = memory_bound_time_s(per_tp * (CONV_UNITS[1] * c + GATED_NORM_UNITS[1] * m.d_inner) + replicated_bwd,
+                                 rates, MAMBA_ELEMENTWISE_KERNELS / 2 + RESIDUAL_FORK_KERNELS_BWD)
     conv_flops = 2.0 * m.conv_kernel * c * tokens / tp
     return {**gemms, "gemm_flops_fwd": gemms["gemm_flops_fwd"] + conv_flops,
             "core_fwd_s": core_f, "core_bwd_s": core_b, "core_flops_fwd": scan_flops,

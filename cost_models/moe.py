@@ -34,8 +34,8 @@ import numpy as np
 from cost_models import memory
 from cost_models.compute import ACT_BYTES, ComputeRates, gemm_time_s, linear_gemm_times_s, memory_bound_time_s
 from cost_models.layer_costs import (ACTIVATION_UNITS, ELEMENTWISE_KERNELS_FWD, REPLICATED_ELEMENTWISE_UNITS,
-                                     REPLICATED_ELEMENTWISE_UNITS_BWD, block_cast_bytes, cast_times, linear_cast_bytes,
-                                     mlp_gemm_shapes)
+                                     REPLICATED_ELEMENTWISE_UNITS_BWD, RESIDUAL_FORK_KERNELS_BWD, block_cast_bytes,
+                                     cast_times, linear_cast_bytes, mlp_gemm_shapes)
 from cost_models.params import attention_params, expert_params_per_moe_layer, mlp_params
 from cost_models.topology import group_collective_time_s, group_forwarded_all_to_all_time_s, group_span
 from hardware_specs.cluster_spec import ClusterSpec
@@ -240,7 +240,8 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
     elem_s = memory_bound_time_s(elem_bytes + (bias["fwd_bytes"] if bias else 0.0), rates,
                                  MOE_ELEMENTWISE_KERNELS_FWD + (bias["fwd_kernels"] if bias else 0.0))
     elem_bwd_s = memory_bound_time_s(elem_bwd_bytes + (bias["bwd_bytes"] if bias else 0.0), rates,
-                                     MOE_ELEMENTWISE_KERNELS_FWD + (bias["bwd_kernels"] if bias else 0.0))
+                                     MOE_ELEMENTWISE_KERNELS_FWD + RESIDUAL_FORK_KERNELS_BWD
+                                     + (bias["bwd_kernels"] if bias else 0.0))
 
     out = {
         "gemm_fwd_s": router_s + expert_s + shared_s,

@@ -7,7 +7,9 @@ picks, per call, the algorithm its model predicts fastest for the message size a
 so does ``group_collective_time_s`` with ``algorithm="auto"`` (the default). All-reduce has two:
 the ring (bandwidth-optimal, ``2(n-1)`` latency steps) and the tree (a chain inside the node,
 double binary trees across nodes: ``2 log2`` steps; Sanders et al. 2009, NCCL 2.4), so the tree
-wins small messages on many nodes. All-gather and reduce-scatter are rings only (NCCL's
+wins small messages on many nodes. Every ring call runs on NCCL's fastest protocol for its size
+(``cost_models.nccl_protocols``: LL / LL128 / Simple, each with its per-call base latency, hop
+latency and share of the bandwidth). All-gather and reduce-scatter are rings only (NCCL's
 ``ncclAllGather`` / ``ncclReduceScatter`` have no tree), so each call pays ``n - 1`` start-up
 steps however small it is: the ``n_inter - 1`` that cross nodes at the NIC's latency, the others
 at the scale-up link's (``ring_step_latency_s``). Groups inside one domain use the scale-up link.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models import collectives as coll
+from cost_models import nccl_protocols
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 
@@ -100,10 +103,11 @@ def group_collective_time_s(kind: str, bytes_, group_size, stride, cluster: Clus
     # a flat ring across domains: the cross-node hop of every channel is one member's NIC, and a
     # node's n_intra members cross in parallel on their own NICs
     ring_bw = np.where(spans, np.minimum(bw_i, n_intra * bw_o), bw_i)
-    ring_lat = np.where(spans, ring_step_latency_s(group_size, n_inter, lat_i, lat_o), lat_i)
     times = []
+    ring = _ring_protocol_envelope_s(kind, bytes_, group_size, n_inter, spans, ring_bw, lat_i, lat_o,
+                                     cluster.gpu.generation)
     if algorithm in ("auto", "ring"):
-        times.append(_FLAT[kind](bytes_, group_size, ring_bw, ring_lat))
+        times.append(ring)
     if algorithm == "hierarchical":
         times.append(np.where(spans, _HIER[kind](bytes_, n_intra, n_inter, bw_i, lat_i, bw_o, lat_o),
                               _FLAT[kind](bytes_, group_size, bw_i, lat_i)))
@@ -114,13 +118,32 @@ def group_collective_time_s(kind: str, bytes_, group_size, stride, cluster: Clus
         tree = (coll.reduce_scatter_time_s(bytes_, n_intra, bw_i, lat_i)
                 + coll.tree_allreduce_time_s(shard, n_inter, bw_o, lat_o)
                 + coll.all_gather_time_s(bytes_, n_intra, bw_i, lat_i))
-        times.append(np.where(spans, tree, _FLAT[kind](bytes_, group_size, bw_i, lat_i)))
+        tree_base = (nccl_protocols.TREE_BASE_LATENCY_S
+                     if nccl_protocols.protocols_for(cluster.gpu.generation) is nccl_protocols.NCCL_PROTOCOLS else 0.0)
+        times.append(np.where(spans, tree + tree_base, ring))
     if not times:
         raise ValueError(f"unknown algorithm {algorithm!r} for {kind}")
     t = times[0]
     for other in times[1:]:
         t = np.minimum(t, other)
     return np.where(np.asarray(group_size) > 1, t, 0.0)
+
+
+def _ring_protocol_envelope_s(kind, bytes_, group_size, n_inter, spans, ring_bw, lat_i, lat_o, generation):
+    """Flat-ring time of ``kind`` on the fastest NCCL protocol (``cost_models.nccl_protocols``), seconds.
+
+    Each protocol pays its base latency per call, its hop latency per step (the scale-up link's
+    for steps inside a node, the NIC's for the ``n_inter - 1`` crossings, as in
+    ``ring_step_latency_s``) and moves the bytes at its share of the ring's bandwidth.
+    """
+    best = None
+    for proto in nccl_protocols.protocols_for(generation):
+        hop_i, hop_o = lat_i * proto.nvlink_hop_ratio, lat_o * proto.net_hop_ratio
+        lat = np.where(spans, ring_step_latency_s(group_size, n_inter, hop_i, hop_o), hop_i)
+        bw = nccl_protocols.protocol_bus_bw(proto, ring_bw, n_inter, generation)
+        t = _FLAT[kind](bytes_, group_size, bw, lat) + proto.ring_base_latency_s
+        best = t if best is None else np.minimum(best, t)
+    return best
 
 
 def group_forwarded_all_to_all_time_s(intra_bytes, inter_bytes, group_size, stride, cluster: ClusterSpec,

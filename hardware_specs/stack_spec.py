@@ -109,6 +109,12 @@ class TrainingBehaviour:
             fused kernel over the score matrix (Megatron ``scaled_upper_triang_masked_softmax``,
             v2.0+); False = separate PyTorch ops, one memory pass each (Megatron 2019-2020).
             Irrelevant for the flash/fused kernels.
+        attention_unpad: the attention wrapper hands the fused core packed (unpadded) rows: it
+            gathers the query, key and value rows into new tensors and scatters the output back
+            (flash-attn ``bert_padding.index_first_axis`` / ``pad_input``, as llm-foundry's
+            ``flash_attn_fn`` calls them), even when nothing is padded; the backward gathers and
+            scatters the gradients. Megatron-Core hands Transformer Engine the sbhd tensors as
+            they are (False).
         zero3_gather_per_tensor: ZeRO-3 gathers every parameter tensor of a module in its own
             collective (DeepSpeed 0.3.x ``_allgather_param`` per parameter) instead of one
             collective per module (FSDP's flat parameter, later DeepSpeed coalescing).
@@ -151,6 +157,7 @@ class TrainingBehaviour:
     default_zero_stage: int = 1
     tp_backward_overlap: bool = True
     softmax_fusion: bool = True
+    attention_unpad: bool = False
     bf16_grads_in_fp32: bool = True
     zero3_gather_per_tensor: bool = False
     zero3_persistence_threshold_elements: float = 0.0

@@ -52,9 +52,9 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from cost_models.compute import (LOW_PRECISION, compute_rates,
+from cost_models.compute import (LOW_PRECISION, compute_rates, kernel_counting_rates,
                                  gemm_time_s, gemm_traffic_bytes, sixteen_bit_dtype)
-from cost_models.layer_costs import (ELEMENTWISE_KERNELS_FWD, _attention_dims, attention_block_costs,
+from cost_models.layer_costs import (_attention_dims, attention_block_costs,
                                      attention_gemm_shapes, dense_mlp_costs, mlp_gemm_shapes)
 from hardware_specs.catalog import efficiency_for_cluster, load_cluster, load_gpu
 from hardware_specs.cluster_spec import ClusterSpec
@@ -627,9 +627,14 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     mlp = dense_mlp_costs(model_spec, rates, tokens, tp, True, ffn=ffn)
     elem_flops = tokens * (2 * (4 + 1) * model_spec.hidden_size / tp
                            + (5.0 if model_spec.gated_mlp else 8.0) * ffn / tp)
+    # the same blocks timed with free work count their kernels (``compute.kernel_counting_rates``)
+    counting = kernel_counting_rates(rates)
+    attn_n = attention_block_costs(model_spec, counting, tokens, model_spec.seq_len, tp, True)
+    mlp_n = dense_mlp_costs(model_spec, counting, tokens, tp, True, ffn=ffn)
     for pass_, key, flops in (("forward", "elem_fwd_s", elem_flops), ("backward", "elem_bwd_s", 2.0 * elem_flops)):
         elem_s = float(attn[key] + mlp[key])
-        elem_bytes = (elem_s - ELEMENTWISE_KERNELS_FWD * rates.kernel_overhead_s) * rates.hbm_bytes_per_s
+        kernels = float(attn_n[key] + mlp_n[key])
+        elem_bytes = (elem_s - kernels * rates.kernel_overhead_s) * rates.hbm_bytes_per_s
         rows.append({"op": "norms, residual adds, activation", "pass": pass_, "m": np.nan, "n": np.nan,
                      "k": np.nan, "flops": flops, "bytes": elem_bytes, "time_s": elem_s})
     for pass_, key in (("forward", "cast_fwd_s"), ("backward", "cast_bwd_s")):

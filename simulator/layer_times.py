@@ -66,13 +66,14 @@ def attention_mma_share(attention_kernel, gpu):
 def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, rates, tokens, tp, cp, sp, rc,
                 ep, etp, imbalance, tp_overlap, cp_kind, attention_kernel, flash_attention, ep_overlap,
                 tp_backward_overlap=True, softmax_fusion=True, cuda_graphs=False, modules=0,
-                ep_dispatch_dedup=False, fp8_current_scaling=False) -> dict:
+                ep_dispatch_dedup=False, fp8_current_scaling=False, attention_unpad=False) -> dict:
     """Per-layer times (seconds, one micro-batch) and FLOPs for the given layer keys; see the
     module docstring for the keys (``f_dense``, ``b_moe``, ...) and the model's ends
     (``emb_f``, ``emb_b``, ``head_f``, ``head_b``, ``head_w``, ``mtp_f``, ``mtp_b``,
     ``mtp_w``). ``modules``: the ``recompute_modules`` bit mask (``memory.MODULE_BITS``).
     ``fp8_current_scaling``: per-tensor current scaling for ``fp8`` GEMM operands
-    (``ParallelConfig.fp8_current_scaling``)."""
+    (``ParallelConfig.fp8_current_scaling``). ``attention_unpad``: the stack copies the attention
+    core's inputs into packed rows and its output back (``ParallelConfig.attention_unpad``)."""
     h = float(model.hidden_size)
     s = float(model.seq_len)
     tokens = np.asarray(tokens, dtype=float)
@@ -86,7 +87,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     def costs(r):
         """({kind: sequence-mixing block}, {kind: MLP block}) for the two layer slots."""
         a = layer_costs.attention_block_costs(model, r, tokens, s, tp, sp, softmax_exposed, flash_attention,
-                                              softmax_fusion, mma_share, fp8_current_scaling)
+                                              softmax_fusion, mma_share, fp8_current_scaling, attention_unpad)
         b = {"dense": layer_costs.dense_mlp_costs(model, r, tokens, tp, sp, ffn=dense_ffn,
                                                   current_scaling=fp8_current_scaling)}
         if model.moe is not None:

@@ -81,6 +81,7 @@ MAX_MOE_LOAD_IMBALANCE = 2**20
 BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
                "flash_attention", "grad_accumulation_fusion", "uneven_layers", "zero3_recompute_gather",
                "ep_comm_overlap", "ep_dispatch_dedup", "grad_reduce_every_microbatch", "tp_backward_overlap", "softmax_fusion",
+               "attention_unpad",
                "param_gather_per_tensor", "cuda_graphs", "fp8_current_scaling", "collective_per_rank_copies",
                "zero3_grad_all_reduce")
 #: non-negative integer fields (0 = not set)
@@ -194,6 +195,9 @@ class ParallelConfig:
             GEMMs (Megatron-LM since 2021-08, Transformer Engine); off = exposed.
         softmax_fusion: the materialised attention's scale, mask and softmax are one kernel
             (Megatron v2.0+); off = three memory passes (2019-2020).
+        attention_unpad: the stack copies the attention core's query, key and value rows into
+            packed (unpadded) tensors and scatters its output back, forward and backward
+            (llm-foundry's flash path; ``layer_costs.unpad_copy_bytes``).
         recompute_num_layers: with ``recompute="full"``, the layers of each model chunk it covers
             (Megatron ``--recompute-num-layers``): ``block`` recomputes the first N layers of
             every chunk and keeps the others' activations; ``uniform`` recomputes every layer
@@ -276,6 +280,7 @@ class ParallelConfig:
     param_prefetch_max_elements: float = 0.0
     tp_backward_overlap: bool = True
     softmax_fusion: bool = True
+    attention_unpad: bool = False
     param_gather_per_tensor: bool = False
     cuda_graphs: bool = False
     fp8_current_scaling: bool = False

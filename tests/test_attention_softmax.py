@@ -185,3 +185,37 @@ def test_materialised_attention_counts_each_score_pass_once():
     # the score write included (which is why the passes above leave it out)
     intensity = 2 * s * s * d / ((2 * s * d) * 2 + s * s * 2)
     assert intensity < rates.gemm_flops_per_s / bw
+
+
+def test_megatron_fused_softmax_needs_sequence_head_pairs_in_multiples_of_four():
+    """``FusedScaleMaskSoftmax.is_kernel_available``: 16 < sk <= 4096, sq and sk multiples of 4,
+    micro_batch x heads/tp a multiple of 4 (the causal kernel's 4 rows a block)."""
+    from cost_models.layer_costs import fused_softmax_kernel_available as fits
+    assert not fits(1024.0, 1024, 16 / 8)            # 1 sequence x 2 heads at tp 8: 2 pairs
+    assert fits(2048.0, 1024, 16 / 8)                # 2 sequences x 2 heads: 4 pairs
+    assert fits(1024.0, 1024, 16 / 4)                # 1 x 4
+    assert not fits(3 * 1024.0, 1024, 16 / 8)        # 3 x 2 = 6 pairs
+    assert not fits(8192.0, 8192, 32)                # keys beyond 4096
+    assert not fits(1022.0, 1022, 32)                # length not a multiple of 4
+    assert not fits(16.0, 16, 32)                    # 16 keys: not above 16
+    assert list(fits(np.array([1024.0, 2048.0]), 1024, 2.0)) == [False, True]
+
+
+def test_fused_softmax_fallback_runs_five_fp32_pytorch_ops_each_way():
+    """Shape ruled out: cast up, scale, mask, softmax, cast down in forward (6+8+8+8+6 = 36 bytes
+    a score against the fused 4) and their five backwards (6+12+8+8+6 = 40 against 6): 32 and
+    34 more bytes a score, four more kernels each way."""
+    from cost_models.compute import compute_rates, materialised_attention_time_s
+    from hardware_specs.catalog import load_efficiency, load_gpu
+    rates = compute_rates(load_gpu("a100-sxm-80gb"), load_efficiency("ampere"), "fp16")
+    s, heads = 1024.0, 2.0
+    scores = heads * s * s
+    bw, k = rates.hbm_bytes_per_s, rates.kernel_overhead_s
+    fused = materialised_attention_time_s(s, s, heads, 64, 64, rates)
+    fallback = materialised_attention_time_s(s, s, heads, 64, 64, rates, fused_softmax_fits=False)
+    assert float(fallback[0] - fused[0]) == pytest.approx(scores * 32 / bw + 4 * k, rel=1e-9)
+    assert float(fallback[1] - fused[1]) == pytest.approx(scores * 34 / bw + 4 * k, rel=1e-9)
+    # a stack without the fused kernel (Megatron-LM 2019) keeps its own three 16-bit passes
+    unfused = materialised_attention_time_s(s, s, heads, 64, 64, rates, softmax_fusion=False, fused_softmax_fits=False)
+    assert float(unfused[0] - fused[0]) == pytest.approx(scores * 8 / bw + 2 * k, rel=1e-9)
+

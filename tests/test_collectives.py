@@ -48,7 +48,9 @@ def test_tp_group_inside_a_node_uses_nvlink_and_across_nodes_uses_the_nic():
     cluster = load_cluster("dgx-h100")
     eff = EfficiencyModel("hopper", {"bf16": 0.8}, scaleup_fraction=1.0, scaleout_fraction=1.0)
     inside = group_collective_time_s("all_reduce", 1e8, 8, 1, cluster, eff)
-    assert inside == pytest.approx(coll.ring_allreduce_time_s(1e8, 8, 450e9, cluster.scaleup.latency_s))
+    # 100 MB runs NCCL's Simple protocol: the ring line plus its 8.4 us per-call base latency
+    base = 8.4e-6
+    assert inside == pytest.approx(coll.ring_allreduce_time_s(1e8, 8, 450e9, cluster.scaleup.latency_s) + base)
     across = group_collective_time_s("all_reduce", 1e8, 16, 1, cluster, eff)
     # across two nodes each node's 8 members drive their 8 NICs (NCCL: one channel per NIC):
     # a flat ring at min(NVLink, 8 x 50 GB/s), or the tree (reduce-scatter in the node, double
@@ -62,16 +64,23 @@ def test_tp_group_inside_a_node_uses_nvlink_and_across_nodes_uses_the_nic():
             + coll.all_gather_time_s(1e8, 8, 450e9, lat_i))
     tree = (coll.reduce_scatter_time_s(1e8, 8, 450e9, lat_i) + coll.tree_allreduce_time_s(1e8 / 8, 2, 50e9, lat_o)
             + coll.all_gather_time_s(1e8, 8, 450e9, lat_i))
-    assert across == pytest.approx(min(ring, tree))
+    # 100 MB over two nodes: NCCL's LL128 (120/128 of the bandwidth, hops of 1.9/3.4 of NVLink's
+    # and 4.0/14 of the NIC's, 14 us base) beats Simple, whose longer hops cost more than the
+    # 6% of bandwidth LL128 gives up: 563.8 us against 571.2 us
+    lat_ll128 = (14 * lat_i * 1.9 / 3.4 + 1 * lat_o * 4.0 / 14.0) / 15
+    ring_ll128 = coll.ring_allreduce_time_s(1e8, 16, min(450e9, 8 * 50e9) * 120 / 128, lat_ll128) + 14e-6
+    assert ring_ll128 == pytest.approx(563.8e-6, abs=0.1e-6) and ring + base == pytest.approx(571.2e-6, abs=0.1e-6)
+    assert across == pytest.approx(min(ring + base, ring_ll128, tree + base))
     assert float(group_collective_time_s("all_reduce", 1e8, 16, 1, cluster, eff, "hierarchical")) == pytest.approx(hier)
     # all-gather has no tree in NCCL: the ring over all NICs, n - 1 start-up steps
     ag = group_collective_time_s("all_gather", 1e8, 16, 1, cluster, eff)
-    assert ag == pytest.approx(coll.all_gather_time_s(1e8, 16, min(450e9, 8 * 50e9), lat_ring))
+    assert ag == pytest.approx(min(coll.all_gather_time_s(1e8, 16, min(450e9, 8 * 50e9), lat_ring) + base,
+                                   coll.all_gather_time_s(1e8, 16, min(450e9, 8 * 50e9) * 120 / 128, lat_ll128) + 14e-6))
     assert across > inside
     # a DP group one member per node (stride 8, tp 8) has one NIC per member: a flat ring at 50 GB/s
     one_per_node = group_collective_time_s("all_reduce", 1e8, 16, 8, cluster, eff)
     assert one_per_node == pytest.approx(min(coll.ring_allreduce_time_s(1e8, 16, 50e9, lat_o),
-                                             coll.tree_allreduce_time_s(1e8, 16, 50e9, lat_o)))
+                                             coll.tree_allreduce_time_s(1e8, 16, 50e9, lat_o)) + base)
 
 
 def test_all_to_all_splits_traffic_between_tiers():
@@ -94,7 +103,10 @@ def test_a_flat_ring_over_nodes_pays_the_nic_latency_only_on_the_steps_that_cros
     eff = EfficiencyModel("ampere", {"bf16": 0.8})
     assert float(ring_step_latency_s(1536, 192, 3e-6, 5e-6)) * 1535 == pytest.approx(4987e-6, rel=1e-12)
     t = group_collective_time_s("all_gather", 1536.0, 1536, 1, cluster, eff)
-    bw = min(cluster.scaleup.bw_bytes_per_s * eff.scaleup_fraction, 8 * cluster.scaleout.bw_bytes_per_s * eff.scaleout_fraction)
-    assert float(t) == pytest.approx(4987e-6 + 1535 / 1536 * 1536.0 / bw, rel=1e-9)
+    # so tiny a message runs NCCL's LL protocol: hops of 3 x 0.6/3.4 us on NVLink and 5 x 2.7/14
+    # us across nodes (NCCL's LL/Simple hop ratios), 6.6 us base, at LL's 20.4 GB/s cap
+    ll = 6.6e-6 + 1344 * 3e-6 * 0.6 / 3.4 + 191 * 5e-6 * 2.7 / 14 + 1535 / 1536 * 1536.0 / 20.4e9
+    assert float(t) == pytest.approx(ll, rel=1e-9)
+    assert ll == pytest.approx(902.3e-6, abs=0.1e-6)
     # one member per node: every step crosses a node
     assert float(ring_step_latency_s(16, 16, 3e-6, 5e-6)) == pytest.approx(5e-6)

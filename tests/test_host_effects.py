@@ -21,10 +21,11 @@ def test_collective_fraction_divides_only_that_kinds_bandwidth():
     size, n = 1e9, 8
     bw = CLUSTER.scaleup.bw_bytes_per_s * EFF.scaleup_fraction
     lat = CLUSTER.scaleup.latency_s
-    # ring reduce-scatter inside a node: (n-1)/n * S / (0.25 bw) + (n-1) steps of latency
-    expected = coll.reduce_scatter_time_s(size, n, 0.25 * bw, lat)
+    # ring reduce-scatter inside a node on NCCL's Simple protocol: (n-1)/n * S / (0.25 bw) + (n-1)
+    # steps of latency + its 8.4 us base latency
+    expected = coll.reduce_scatter_time_s(size, n, 0.25 * bw, lat) + 8.4e-6
     assert float(group_collective_time_s("reduce_scatter", size, n, 1, CLUSTER, slow_rs)) == pytest.approx(expected, rel=1e-12)
-    assert expected == pytest.approx(7 / 8 * size / (0.25 * bw) + 7 * lat, rel=1e-12)
+    assert expected == pytest.approx(7 / 8 * size / (0.25 * bw) + 7 * lat + 8.4e-6, rel=1e-12)
     for kind in ("all_reduce", "all_gather"):
         assert float(group_collective_time_s(kind, size, n, 1, CLUSTER, slow_rs)) == pytest.approx(
             float(group_collective_time_s(kind, size, n, 1, CLUSTER, EFF)), rel=1e-12)
@@ -158,10 +159,24 @@ def test_per_tensor_zero3_pays_each_collectives_start_up_once_per_tensor():
     flat = simulate(model, CLUSTER, base, n_gpus=32)
     per_tensor = simulate(model, CLUSTER, replace(base, param_gather_per_tensor=True), n_gpus=32)
     tensors = 6                                     # fused QKV, output, gate+up, down, two RMSNorms
+    from cost_models import params
+    layer_bytes = params.dense_layer_params(model) * 2.0      # bf16 parameters
     # one ring over the 32 ranks of 4 nodes: 3 of its 31 steps cross nodes (NIC latency), 28 stay
-    # on NVLink
-    startups = 28 * CLUSTER.scaleup.latency_s + 3 * CLUSTER.scaleout.latency_s
-    expected = model.num_layers * 3 * (tensors - 1) * startups
+    # on NVLink. A whole layer's parameters (436 MB) run NCCL's Simple protocol; a sixth of them
+    # (73 MB) LL128, whose shorter hops outweigh its 120/128 bandwidth at that size
+    bw = min(CLUSTER.scaleup.bw_bytes_per_s * EFF.scaleup_fraction,
+             8 * CLUSTER.scaleout.bw_bytes_per_s * EFF.scaleout_fraction)
+    lat_i, lat_o = CLUSTER.scaleup.latency_s, CLUSTER.scaleout.latency_s
+    simple_startup = 28 * lat_i + 3 * lat_o + 8.4e-6
+    simple = 31 / 32 * layer_bytes / bw + simple_startup
+    ll128 = 31 / 32 * layer_bytes / tensors / (bw * 120 / 128) + 28 * lat_i * 1.9 / 3.4 + 3 * lat_o * 4.0 / 14 + 14e-6
+    assert ll128 < 31 / 32 * layer_bytes / tensors / bw + simple_startup
+    # the fp32 gradients (bf16 runs reduce them in fp32) stay on Simple in sixths too (145 MB):
+    # each extra reduce-scatter adds Simple's start-up
+    grad_sixth = 31 / 32 * params.dense_layer_params(model) * 4.0 / tensors
+    assert grad_sixth / bw + simple_startup < grad_sixth / (bw * 120 / 128) + 28 * lat_i * 1.9 / 3.4 + 3 * lat_o * 4.0 / 14 + 14e-6
+    # a layer's forward and backward gathers, and its gradient reduce-scatter
+    expected = model.num_layers * (2 * (tensors * ll128 - simple) + (tensors - 1) * simple_startup)
     extra = per_tensor.time_breakdown_s["zero3_comm_exposed_s"] - flat.time_breakdown_s["zero3_comm_exposed_s"]
     assert extra == pytest.approx(expected, rel=1e-9)
     assert per_tensor.step_time_s - flat.step_time_s == pytest.approx(expected, rel=1e-9)

@@ -116,3 +116,23 @@ def test_a_held_out_prediction_does_not_move_with_the_held_out_rows_measurements
     a = _held_out_prediction(rows, "KOR22", sweeps=1)
     b = _held_out_prediction(moved, "KOR22", sweeps=1)
     assert np.all(np.isfinite(a)) and np.array_equal(a, b)
+
+
+def test_of_two_fits_the_fitter_keeps_the_lower_pooled_objective_and_the_first_of_a_tie(bundled_rows):
+    """``best_of_starts`` on the committed models and on a copy with one fitted factor moved 20%
+    off (which can only be worse or equal at a fixed point of the search): the committed one is
+    kept in either order, and two identical fits keep the first."""
+    from paraplan.validation.joint_fit import best_of_starts
+    gens = {g: subset(rows, np.arange(min(len(rows), 12))) for g, rows in _jointly_fitted(bundled_rows).items()}
+    committed = {g: load_efficiency(g) for g in gens}
+    moved = {g: to_model(m, dict(from_model(m), gemm16=from_model(m)["gemm16"] * 0.8)) for g, m in committed.items()}
+    score = {name: pooled_objective(gens, {g: from_model(m[g]) for g in gens}, m)
+             for name, m in (("committed", committed), ("moved", moved))}
+    assert score["moved"] > score["committed"]
+    kept, index = best_of_starts(gens, [moved, committed])
+    assert index == 1 and kept is committed
+    kept, index = best_of_starts(gens, [committed, moved])
+    assert index == 0 and kept is committed
+    assert best_of_starts(gens, [moved, dict(moved)])[1] == 0
+    with pytest.raises(ValueError):
+        best_of_starts(gens, [])

@@ -412,24 +412,101 @@ def test_weight_copies_and_op_table():
 
 def test_elementwise_bytes_per_pass_by_hand(rates):
     """Per token, in 2-byte elements: the norm and residual-dropout kernels move 11 h forward
-    and 11 h backward (two norms 2 h / 3 h, two dropout-adds 3.5 h / 2.5 h), split by tp under
-    SP; a SwiGLU activation moves 3 f / tp forward and 5 f / tp backward (read gradient, gate,
-    up; write both gradients), a GeLU 2 f / tp and 3 f / tp. Toy HBM 3 TB/s, no launch cost."""
+    (two norms 2 h, two dropout-adds 3.5 h) and 17 h backward (two norm backwards 3 h, two
+    dropout backwards 2.5 h, the residual stream's two gradient sums at the forks 3 h), split by
+    tp under SP; a SwiGLU activation moves 3 f / tp forward and 5 f / tp backward (read
+    gradient, gate, up; write both gradients), a GeLU 2 f / tp and 3 f / tp. The gated toy uses
+    RoPE: its attention block also rotates the 8 + 8 query and key heads of 128 channels (read
+    and write, 2 bytes: 4 bytes per channel, / tp) forward and backward, and the fused core's
+    backward adds D = rowsum(dO * O) (4 bytes per v channel) and its fp32 dQ accumulator (zero,
+    read, write 16-bit dQ: 10 bytes per q channel) on its 8 / tp heads; the plain toy (learned
+    positions) rotates nothing. Toy HBM 3 TB/s, no launch cost."""
     from cost_models.layer_costs import attention_block_costs, dense_mlp_costs
     from model_specs import ModelSpec
     h, f, tokens, tp = 1024, 4096, 2048, 4
     gated = ModelSpec("g", 2, h, 8, 8, f, 1000, 2048, gated_mlp=True)
     plain = ModelSpec("p", 2, h, 8, 8, f, 1000, 2048)
     bw = 3e12
+    rope = tokens * (8 + 8) * 128 / tp * 4
+    core = tokens * 8 / tp * (4 * 128 + 10 * 128)
     for sp, split in ((False, 1), (True, tp)):
         attn = attention_block_costs(gated, rates, tokens, 2048, tp, sp)
-        assert attn["elem_fwd_s"] == pytest.approx(tokens * 2 * 5.5 * h / split / bw)
-        assert attn["elem_bwd_s"] == pytest.approx(tokens * 2 * 5.5 * h / split / bw)
+        assert attn["elem_fwd_s"] == pytest.approx((tokens * 2 * 5.5 * h / split + rope) / bw)
+        assert attn["elem_bwd_s"] == pytest.approx((tokens * 2 * 8.5 * h / split + rope + core) / bw)
+        learned = attention_block_costs(plain, rates, tokens, 2048, tp, sp)
+        assert learned["elem_fwd_s"] == pytest.approx(tokens * 2 * 5.5 * h / split / bw)
+        assert learned["elem_bwd_s"] == pytest.approx((tokens * 2 * 8.5 * h / split + core) / bw)
         g = dense_mlp_costs(gated, rates, tokens, tp, sp)
         assert g["elem_fwd_s"] == pytest.approx(tokens * 2 * (3 * f / tp + 5.5 * h / split) / bw)
-        assert g["elem_bwd_s"] == pytest.approx(tokens * 2 * (5 * f / tp + 5.5 * h / split) / bw)
+        assert g["elem_bwd_s"] == pytest.approx(tokens * 2 * (5 * f / tp + 8.5 * h / split) / bw)
         p = dense_mlp_costs(plain, rates, tokens, tp, sp)
-        assert p["elem_bwd_s"] == pytest.approx(tokens * 2 * (3 * f / tp + 5.5 * h / split) / bw)
+        assert p["elem_bwd_s"] == pytest.approx(tokens * 2 * (3 * f / tp + 8.5 * h / split) / bw)
+
+
+def test_rotary_bytes_by_hand():
+    """RoPE reads and writes the query and key heads a GPU holds, 2 bytes each: Llama-3 8B
+    (32 query, 8 key heads of 128) at tp 2 over 8192 tokens: 8192 x (32 + 8) x 128 / 2 x 4 =
+    83,886,080 bytes; multi-latent attention rotates only its decoupled channels (DeepSeek-V3:
+    128 heads x 64 at tp 1 plus the one shared 64-channel key: 4096 tokens x 8256 x 4 =
+    135,266,304); a learned-position model none."""
+    from cost_models.layer_costs import rotary_bytes
+    from model_specs import ModelSpec
+    llama = ModelSpec("l", 32, 4096, 32, 8, 14336, 128256, 8192, gated_mlp=True)
+    assert llama.position_embedding == "rope"
+    assert float(rotary_bytes(llama, 8192, 2)) == 83_886_080
+    dsv3 = load_model("deepseek-v3")
+    assert (dsv3.num_heads, dsv3.mla.qk_rope_head_dim) == (128, 64)
+    assert float(rotary_bytes(dsv3, 4096, 1)) == 4096 * (128 * 64 + 64) * 4 == 135_266_304
+    gpt = ModelSpec("p", 2, 1024, 8, 8, 4096, 1000, 2048)
+    assert gpt.position_embedding == "learned"
+    assert float(rotary_bytes(gpt, 8192, 1)) == 0.0
+
+
+def test_packed_row_copies_by_hand(rates):
+    """llm-foundry's flash path gathers q, k, v into packed rows and scatters the output back:
+    MPT-760M's layer (h 1536, 12 heads of 128) over 2048 tokens at tp 1. Forward: gathers read
+    and write 3 x 1536 channels (4 bytes each), the output is zero-filled and scattered (6 bytes
+    per channel): 2048 x (4 x 4608 + 6 x 1536) = 56,623,104 bytes, 9 passes over the 16-bit
+    h-wide rows (2048 x 1536 x 2 = 6,291,456 bytes); backward: the output gradient's gather (4)
+    and three zero-fill + scatters (6): 2048 x (6 x 4608 + 4 x 1536) = 69,206,016, 11 passes.
+    The attention block's element-wise time grows by exactly that at the toy 3 TB/s."""
+    from cost_models.layer_costs import attention_block_costs, unpad_copy_bytes
+    from model_specs import ModelSpec
+    mpt = ModelSpec("mpt-760m", 24, 1536, 12, 12, 6144, 50368, 2048)
+    fwd, bwd = unpad_copy_bytes(mpt, 2048, 1)
+    assert (float(fwd), float(bwd)) == (56_623_104, 69_206_016)
+    assert (float(fwd) / 6_291_456, float(bwd) / 6_291_456) == (9.0, 11.0)
+    plain = attention_block_costs(mpt, rates, 2048, 2048, 1, False)
+    packed = attention_block_costs(mpt, rates, 2048, 2048, 1, False, unpad=True)
+    assert float(packed["elem_fwd_s"] - plain["elem_fwd_s"]) == pytest.approx(56_623_104 / 3e12)
+    assert float(packed["elem_bwd_s"] - plain["elem_bwd_s"]) == pytest.approx(69_206_016 / 3e12)
+    assert float(packed["core_fwd_s"]) == float(plain["core_fwd_s"])
+
+
+def test_llm_foundry_is_the_stack_that_copies_packed_rows_and_the_config_carries_it():
+    from hardware_specs.catalog import list_stacks, load_stack
+    from simulator.stack_defaults import stack_config_fields
+    copying = [n for n in list_stacks() if load_stack(n).training is not None and load_stack(n).training.attention_unpad]
+    assert copying == ["llm-foundry"]
+    assert stack_config_fields(load_stack("llm-foundry"))["attention_unpad"] is True
+    assert stack_config_fields(load_stack("megatron-core"))["attention_unpad"] is False
+
+
+def test_backward_adds_its_residual_sums_and_the_fused_cores_kernels_to_the_launch_count(cluster, eff):
+    """Counted with free work (``compute.kernel_counting_rates``): a block's backward launches the
+    forward's element-wise kernels (8 / 2 a block) plus the residual fork's gradient sum (1);
+    the fused attention core's backward adds its pre-processing and dQ conversion (2), the
+    materialised core does not (its score passes are counted there)."""
+    from cost_models.compute import kernel_counting_rates
+    from cost_models.layer_costs import attention_block_costs, dense_mlp_costs
+    from model_specs import ModelSpec
+    counting = kernel_counting_rates(compute_rates(cluster.gpu, eff, "bf16"))
+    m = ModelSpec("g", 2, 1024, 8, 8, 4096, 1000, 2048, gated_mlp=True)
+    fused = attention_block_costs(m, counting, 2048, 2048, 1, False)
+    unfused = attention_block_costs(m, counting, 2048, 2048, 1, False, flash_attention=False)
+    assert (float(fused["elem_fwd_s"]), float(fused["elem_bwd_s"]), float(unfused["elem_bwd_s"])) == (4.0, 7.0, 5.0)
+    mlp = dense_mlp_costs(m, counting, 2048, 1, False)
+    assert (float(mlp["elem_fwd_s"]), float(mlp["elem_bwd_s"])) == (4.0, 5.0)
 
 
 def test_fp8_gemm_shape_factor_scales_only_the_reduction_dimension_by_the_rate():

@@ -13,15 +13,27 @@ from model_specs import load_model
 from simulator import simulate
 from simulator.parallel_config import ParallelConfig
 from simulator.stack_defaults import stack_config_fields
+from nccl_by_hand import ring_s
 
 CLUSTER = load_cluster("dgx-a100-80gb")
 EFF = efficiency_for_cluster(CLUSTER)
 N = 32                                           # 4 nodes of 8
-# a ring over 4 nodes: 3 of its 31 steps cross nodes at the NIC's start-up, 28 stay on NVLink
-LAT = (28 * CLUSTER.scaleup.latency_s + 3 * CLUSTER.scaleout.latency_s) / 31
+# a ring over 4 nodes: 3 of its 31 steps (6 of an all-reduce's 62) cross nodes at the NIC's
+# start-up, 28 (56) stay on NVLink
 # a flat ring over 4 nodes with 8 members each: every member drives its own NIC, capped by NVLink
 RING_BW = min(CLUSTER.scaleup.bw_bytes_per_s * EFF.scaleup_fraction,
               8 * CLUSTER.scaleout.bw_bytes_per_s * EFF.scaleout_fraction / CLUSTER.oversubscription)
+LL_CAP = 20.4e9                                  # NCCL's LL bus-bandwidth cap over more than 2 nodes
+
+
+def gather_s(nbytes):
+    """All-gather (or reduce-scatter) of an nbytes buffer over the 32 ranks, NCCL's fastest protocol."""
+    return ring_s((N - 1) / N * nbytes, 28, 3, RING_BW, CLUSTER.scaleup.latency_s, CLUSTER.scaleout.latency_s, LL_CAP)
+
+
+def all_reduce_s(nbytes):
+    return ring_s(2 * (N - 1) / N * nbytes, 56, 6, RING_BW, CLUSTER.scaleup.latency_s, CLUSTER.scaleout.latency_s,
+                  LL_CAP)
 
 
 def _base(**kw):
@@ -52,10 +64,13 @@ def test_persistent_tensors_leave_the_per_use_gathers_and_are_gathered_once_afte
     h, layers = model.hidden_size, model.num_layers
     gathered = simulate(model, CLUSTER, _base(), n_gpus=N)
     persistent = simulate(model, CLUSTER, _base(zero3_persistence_elements=1e5), n_gpus=N)
-    saved_per_pass = 2 * (N - 1) * LAT + 2 * h * 2 * (N - 1) / N / RING_BW
+    # the 4 other tensors' bytes split over 4 calls in place of all 6 over 6 (each on NCCL's
+    # fastest protocol for its size)
+    layer_bytes = params.dense_layer_params(model) * 2
+    saved_per_pass = 6 * gather_s(layer_bytes / 6) - 4 * gather_s((layer_bytes - 2 * h * 2) / 4)
     z3 = gathered.time_breakdown_s["zero3_comm_exposed_s"] - persistent.time_breakdown_s["zero3_comm_exposed_s"]
     assert z3 == pytest.approx(layers * 2 * saved_per_pass, rel=1e-9)
-    after_step = (2 * layers + 1) * h * 2 * (N - 1) / N / RING_BW + (N - 1) * LAT
+    after_step = gather_s((2 * layers + 1) * h * 2)
     assert persistent.time_breakdown_s["dp_comm_exposed_s"] == pytest.approx(after_step, rel=1e-9)
     assert gathered.time_breakdown_s["dp_comm_exposed_s"] == 0.0
     # a threshold below every tensor changes nothing
@@ -96,14 +111,11 @@ def test_all_reduced_gradients_cost_one_ring_all_reduce_per_bucket():
     rs = simulate(model, CLUSTER, _base(grad_bucket_elements=bucket), n_gpus=N)
     ar = simulate(model, CLUSTER, _base(grad_bucket_elements=bucket, zero3_grad_all_reduce=True), n_gpus=N)
     calls = layer / bucket
-    one_ar = 2 * (N - 1) / N * (layer * 2 / calls) / RING_BW + 2 * (N - 1) * LAT
-    one_rs = (N - 1) / N * (layer * 2 / 6) / RING_BW + (N - 1) * LAT
-    per_layer = calls * one_ar - 6 * one_rs
+    per_layer = calls * all_reduce_s(layer * 2 / calls) - 6 * gather_s(layer * 2 / 6)
     ends = 0.0
     for n_params in (params.embedding_params(model), params.lm_head_params(model)):
         c = n_params / bucket
-        ends += c * (2 * (N - 1) / N * (n_params * 2 / c) / RING_BW + 2 * (N - 1) * LAT) \
-            - ((N - 1) / N * n_params * 2 / RING_BW + (N - 1) * LAT)
+        ends += c * all_reduce_s(n_params * 2 / c) - gather_s(n_params * 2)
     assert ar.step_time_s - rs.step_time_s == pytest.approx(model.num_layers * per_layer + ends, rel=1e-6)
 
 

@@ -177,6 +177,24 @@ def fit_jointly_to_fixed_point(rows_by_generation: dict[str, Prepared], bases: d
     return _to_fixed_point(lambda start: fit_jointly(rows_by_generation, start, sweeps, verbose), bases, max_rounds)
 
 
+def best_of_starts(rows_by_generation: dict[str, Prepared],
+                   fits: list[dict[str, EfficiencyModel]]) -> tuple[dict[str, EfficiencyModel], int]:
+    """(models, index): of ``fits`` (each a fit of every generation in ``rows_by_generation``,
+    from a different start), the one with the lowest ``pooled_objective``; a tie keeps the earlier.
+
+    The coordinate search is local: from the committed factors it can settle in a valley that a
+    start owing nothing to them (``fit.neutral_start``) climbs out of, or the other way round.
+    The fitter runs both and keeps the better, so the committed fit is the lowest objective of
+    the two searches, and rerunning it on the committed files returns them (the committed start
+    is then a fixed point, and the neutral start does not depend on the committed factors)."""
+    if not fits:
+        raise ValueError("best_of_starts needs at least one fit")
+    scores = [pooled_objective(rows_by_generation, {g: from_model(m[g]) for g in rows_by_generation}, m)
+              for m in fits]
+    best = int(np.argmin(scores))          # the first of equal minima
+    return fits[best], best
+
+
 def fit_to_fixed_point(prepared: Prepared, generation: str, base: EfficiencyModel, sweeps: int = 2,
                        verbose: bool = False, max_rounds: int = MAX_FIT_ROUNDS,
                        hold: tuple[str, ...] = ()) -> tuple[EfficiencyModel, float, int]:

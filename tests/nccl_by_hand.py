@@ -1,0 +1,25 @@
+"""A ring collective's time on NCCL's fastest protocol, written out from NCCL's tuning constants
+(NVIDIA/nccl@v2.27.7-1 src/graph/tuning.cc) for tests that derive expected values by hand, so
+that they do not call the code under test for them.
+
+Each protocol: base latency per call + hops (the cluster's per-step latency scaled by NCCL's
+LL / LL128 / Simple ratio on that link kind) + the bytes on the wire at its share of the bus
+bandwidth (LL's share capped by ``ll_cap``)."""
+BASE_S = {"LL": 6.6e-6, "LL128": 14.0e-6, "Simple": 8.4e-6}
+NVLINK_HOP = {"LL": 0.6 / 3.4, "LL128": 1.9 / 3.4, "Simple": 1.0}
+NET_HOP = {"LL": 2.7 / 14.0, "LL128": 4.0 / 14.0, "Simple": 1.0}
+BW_SHARE = {"LL": 0.5, "LL128": 120.0 / 128.0, "Simple": 1.0}
+
+
+def protocol_s(protocol, wire_bytes, hops_intra, hops_inter, bus_bw, lat_intra, lat_inter, ll_cap=float("inf")):
+    bw = bus_bw * BW_SHARE[protocol]
+    if protocol == "LL":
+        bw = min(bw, ll_cap)
+    return (BASE_S[protocol] + hops_intra * lat_intra * NVLINK_HOP[protocol]
+            + hops_inter * lat_inter * NET_HOP[protocol] + wire_bytes / bw)
+
+
+def ring_s(wire_bytes, hops_intra, hops_inter, bus_bw, lat_intra, lat_inter, ll_cap=float("inf")):
+    """The least of the three protocols' times, seconds."""
+    return min(protocol_s(p, wire_bytes, hops_intra, hops_inter, bus_bw, lat_intra, lat_inter, ll_cap)
+               for p in BASE_S)
