@@ -28,6 +28,7 @@ FIT_RANGES = {
     "arrival_sync_chunked": (0.1, 40.0),
     "arrival_sync_whole": (0.1, 40.0),
     "arrival_sync_alone": (0.1, 40.0),
+    "request_host_s": (0.0, 0.4),
 }
 
 
@@ -54,6 +55,14 @@ class ServingEfficiency:
             others is this factor x the geometric mean of the fully-synchronised and the
             independent-arrival waits (``simulator.serving.aggregated``); 1 = exactly that mean.
             Finer interleaving spreads the clients out; pausing decodes keeps them in step.
+        request_host_s: time of one request outside the engine's steps, seconds: the client's
+            HTTP request and the first streamed event, the API server's tokenisation of the
+            prompt and detokenisation of the first token, the hand-over between the server and
+            engine processes (vLLM's API server and EngineCore, SGLang's TokenizerManager,
+            Scheduler and DetokenizerManager, Dynamo's frontend and worker). Every request's
+            TTFT carries it once, at any load: the part of the first token's time that no GPU
+            step explains (measured TTFT at 1-4 clients is 1.5-8x the modelled prefill).
+            Fitted: a host-side time of the serving systems measured on the generation.
         link_bw_fraction: achieved bus bandwidth / link bandwidth of collectives (NCCL busBW
             over NVLink and InfiniBand, nccl-tests: ~0.8); not fitted.
         fitted_on: what the numbers were fitted on, with the in-sample and cross-validated error.
@@ -69,6 +78,7 @@ class ServingEfficiency:
     arrival_sync_chunked: float = 1.0
     arrival_sync_whole: float = 1.0
     arrival_sync_alone: float = 1.0
+    request_host_s: float = 0.02
     link_bw_fraction: float = 0.8
     fitted_on: str = ""
     prior: bool = False
@@ -83,9 +93,10 @@ class ServingEfficiency:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0.0 <= value < 1000.0):
                 raise InputError(f"{where}.{name}", f"must be a number in [0, 1000), got {value!r}")
-        v = self.kernel_fixed_s
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise InputError(f"{where}.kernel_fixed_s", f"must be a finite number of seconds >= 0, got {v!r}")
+        for name in ("kernel_fixed_s", "request_host_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise InputError(f"{where}.{name}", f"must be a finite number of seconds >= 0, got {v!r}")
 
     def arrival_sync(self, mixed_batches: bool, chunked_prefill: bool) -> float:
         """The synchronisation factor of an engine whose scheduler mixes prompts into decode

@@ -149,8 +149,8 @@ def test_a_disaggregated_report_carries_kv_transfer_and_prefill_utilisation():
 
 @pytest.mark.parametrize("overlap, steps", [(False, 0.5), (True, 1.5)])
 def test_one_client_waits_half_a_step_or_with_an_overlap_scheduler_one_and_a_half_before_its_prefill(overlap, steps):
-    # one closed-loop client: nobody to queue behind, so TTFT = join_steps x decode step + its
-    # own prefill. An overlap scheduler has formed batch n+1 while step n runs, so a request
+    # one closed-loop client: nobody to queue behind, so TTFT = join_steps x decode step + the
+    # request's host time + its own prefill. An overlap scheduler has formed batch n+1 while step n runs, so a request
     # arriving during step n joins batch n+2: 1.5 steps instead of 0.5. No host time, so the
     # steps themselves do not depend on the flag.
     from dataclasses import replace
@@ -166,5 +166,39 @@ def test_one_client_waits_half_a_step_or_with_an_overlap_scheduler_one_and_a_hal
     out = evaluate_agg_columns(ctx, cols)
     t_d, own = out["decode_step_s"][0], out["prefill_own_s"][0]
     assert out["queue_wait_s"][0] == 0.0
-    assert out["ttft_s"][0] == pytest.approx(steps * t_d + own, rel=1e-9)
-    assert out["ttft_p90_s"][0] == pytest.approx(steps * t_d + own, rel=1e-9)
+    host = ctx.efficiency.request_host_s
+    assert out["ttft_s"][0] == pytest.approx(steps * t_d + host + own, rel=1e-9)
+    assert out["ttft_p90_s"][0] == pytest.approx(steps * t_d + host + own, rel=1e-9)
+
+
+def test_the_request_host_time_adds_once_to_every_first_token_and_never_to_a_step():
+    # one client (agg: batch 1; disagg: one decode slot): no queue, so TTFT is a sum of its
+    # parts and the host time enters it exactly once; the steps do not see it. Hand-derived:
+    # 50 ms more host time = 50 ms more TTFT; a disaggregated decode step is unchanged; an
+    # aggregated one only sheds prompt work (the client's loop is longer, so fewer prompts per
+    # second share the engine: TPOT = t_d / (1 - X w_p) falls with X).
+    from dataclasses import replace
+    base = _ctx("llama3.1-70b", "dgx-h100", "vllm", "fp8")
+    agg = dict(tp=4.0, pp=1.0, adp=1.0, moe_tp=4.0, moe_ep=1.0, batch=1.0, isl=2048.0, osl=256.0)
+    side = dict(tp=4.0, pp=1.0, adp=1.0, moe_tp=4.0, moe_ep=1.0, batch=1.0, workers=1.0)
+    dis = {**{f"prefill_{k}": v for k, v in side.items()}, **{f"decode_{k}": v for k, v in side.items()},
+           "isl": 2048.0, "osl": 256.0}
+    outs = {}
+    for host in (0.0, 0.05):
+        ctx = replace(base, efficiency=replace(base.efficiency, request_host_s=host))
+        outs[host] = (evaluate_agg_columns(ctx, agg), evaluate_disagg_columns(ctx, dis))
+    (a0, d0), (a1, d1) = outs[0.0], outs[0.05]
+    for lo, hi in ((a0, a1), (d0, d1)):
+        assert hi["ttft_s"][0] - lo["ttft_s"][0] == pytest.approx(0.05, abs=1e-12)
+        assert hi["ttft_p90_s"][0] - lo["ttft_p90_s"][0] == pytest.approx(0.05, abs=1e-12)
+    assert d1["tpot_s"][0] == d0["tpot_s"][0]
+    assert a0["decode_step_s"][0] < a1["tpot_s"][0] <= a0["tpot_s"][0]
+    # disaggregated, one client: TTFT = host + one prompt's prefill step + the KV transfer
+    assert d1["ttft_s"][0] == pytest.approx(0.05 + d1["prefill_step_s"][0] + d1["kv_transfer_s"][0], rel=1e-12)
+
+
+def test_a_negative_or_infinite_request_host_time_is_refused_naming_the_field():
+    from hardware_specs.serving_efficiency import ServingEfficiency
+    for bad in (-0.01, float("inf"), float("nan")):
+        with pytest.raises(InputError, match=r"serving_efficiency hopper.request_host_s: must be a finite number"):
+            ServingEfficiency(generation="hopper", request_host_s=bad)

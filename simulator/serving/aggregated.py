@@ -15,7 +15,9 @@ Per rank, with ``t_d`` the time of a step decoding all b requests (context isl +
   decode step (all of it when the prefill runs alone).
 * the prefill share of the engine's time is u = X w_p; decoding requests get one token per
   step, so TPOT = t_d / (1 - u) (steps slowed, or paused, by prompts).
-* TTFT = the steps before the request joins a batch (``join_steps``: it arrives mid-step; an
+* TTFT = the request's time outside the engine's steps (``ServingEfficiency.request_host_s``:
+  HTTP, tokenisation, the hand-over to the engine process; the same at any load) + the steps
+  before the request joins a batch (``join_steps``: it arrives mid-step; an
   engine without an overlap scheduler takes it at the next boundary, half a step on average;
   one with an overlap scheduler has already formed the next batch while the current step runs,
   so the request joins the batch after next, one and a half steps) + its own
@@ -144,7 +146,7 @@ def join_steps(behaviour) -> float:
 def _solve_loop(b, gen, t_d, own, service, w_p, sync, lead):
     """The closed loop's request rate X per rank (bisection: the loop time grows with X) and
     (TTFT, TPOT, 90th-percentile wait, prompt share u) at it; ``lead`` is the time before the
-    request joins a batch (``join_steps`` x the decode step)."""
+    request joins a batch (``join_steps`` x the decode step, plus the request's host time)."""
     def loop(x):
         u = np.minimum(x * w_p, 0.999999)                 # share of the engine's time spent on prompts
         wq, w90 = queue_wait_s(np.minimum(x * service, 0.999999), service)
@@ -199,14 +201,15 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
         service = t_packed * isl / packed
         w_p = np.maximum(service - (t_d * isl / packed if beh.mixed_batches else 0.0), 1e-9)
         sync = synchronised_wait_s(b, service, t_d, eff.arrival_sync(beh.mixed_batches, beh.chunked_prefill))
-        x, (ttft, tpot, w90, u) = _solve_loop(b, gen, t_d, own, service, w_p, sync, join_steps(beh) * t_d)
+        lead = join_steps(beh) * t_d + eff.request_host_s
+        x, (ttft, tpot, w90, u) = _solve_loop(b, gen, t_d, own, service, w_p, sync, lead)
         running = np.clip(x * gen * tpot, 1.0, np.minimum(b, n_fit))
     # more requests decoding than the KV pool holds: the engine preempts and resumes them in
     # turn, so n_fit slots finish one request per gen steps each, and the admitted requests'
     # remaining loop time is decode (Little's law)
     x = np.minimum(x, n_fit / (gen * tpot))
     tpot = np.maximum(tpot, (b / x - ttft) / gen)
-    ttft_p90 = join_steps(beh) * t_d + own + w90
+    ttft_p90 = lead + own + w90
     # clients beyond the KV capacity wait for a slot (Little's law)
     queue_wait = np.maximum(b_req - b, 0.0) / np.maximum(x, 1e-12)
     ttft = ttft + queue_wait

@@ -6,7 +6,7 @@ context isl + osl / 2, so TPOT is one decode step (DistServe, Zhong et al. OSDI 
 
 Prefill workers form a queue: ``c`` = prefill workers x their adp ranks, each serving batches
 of up to ``batch`` prompts (``prefill_batch_size``) in one step of the prompt tokens. A request's
-TTFT = wait for a prefill rank (behind the other prompts, each taking its share 1 / mu of a
+TTFT = its host time (``ServingEfficiency.request_host_s``) + wait for a prefill rank (behind the other prompts, each taking its share 1 / mu of a
 full prefill step) + its own prefill step + moving its KV cache to the decode
 worker (over NVLink when both sit in one NVLink domain, else the NICs of the tp GPUs holding
 it; ``cost_models.inference_comm.kv_transfer_time_s``).
@@ -108,13 +108,15 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
     sync = synchronised_wait_s(n_clients / servers, service, tpot, ctx.efficiency.arrival_sync(ctx.behaviour.mixed_batches, ctx.behaviour.chunked_prefill))
 
     own = pre_one
+    host = ctx.efficiency.request_host_s         # the request's time outside any engine step
 
     def ttft_at(x):
         rho = x / capacity
         wq, w90 = mdc_wait_s(rho, servers, service)
         cap = np.maximum(n_clients - 1.0, 0.0) * service / servers   # only the other clients can be ahead
         wq, w90 = np.minimum(wq, cap), np.minimum(w90, cap)
-        return own + np.maximum(wq, sync) + t_kv, own + np.maximum(w90, SYNC_P90 * sync) + t_kv, own
+        return (host + own + np.maximum(wq, sync) + t_kv, host + own + np.maximum(w90, SYNC_P90 * sync) + t_kv,
+                own)
 
     lo = np.zeros_like(n_clients)
     hi = np.minimum(capacity * 0.999999, n_clients / (gen * tpot + t_kv))
@@ -137,7 +139,7 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
         "tokens_per_s_per_user": 1.0 / np.maximum(tpot, 1e-12),
         "tokens_per_s_per_gpu": np.minimum(x, n_clients / latency) * osl / gpus,
         "prefill_step_s": pre_full, "decode_step_s": tpot, "kv_transfer_s": t_kv,
-        "prefill_utilization": x / capacity, "queue_wait_s": ttft - own - t_kv, "gpus": gpus,
+        "prefill_utilization": x / capacity, "queue_wait_s": ttft - host - own - t_kv, "gpus": gpus,
         "fits": dec["fits"] & pre["fits"],
     }
 
