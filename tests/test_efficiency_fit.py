@@ -50,10 +50,6 @@ def test_generations_with_too_few_rows_are_labelled_unfitted_priors(bundled_rows
 KNOWN_MODEL_GAPS = {
     "blackwell": "fp8 and mxfp8 GEMM plateaus at bf16's (0.51): the bf16 rows are mostly GPT-OSS 120B, "
                  "still 18-110% faster in the model than measured, and pull the bf16 plateau down",
-    "hopper": "the fp8 GEMM plateau at bf16's (0.67): the FP8 rows want the same fraction of their doubled "
-              "peak as bf16 GEMMs reach of theirs; and the HBM fraction at its lower bound (0.40) since the host's "
-              "issue time (56 us, pinned by Ampere's and Blackwell's rows) is shared: the per-kernel time fell "
-              "25 -> 20 us and the rows want more memory-bound time than the model counts",
 }
 
 
