@@ -57,11 +57,13 @@ prediction:
   @095f58a), but a TensorRT-LLM MoE row with tp_size T > 1 and attention_dp_size 1 could also be
   an attention-DP engine recorded by its tensor_parallel_size. Where the reading matters most
   it is not decided: if the row's batch_size exceeds the requests the KV cache of T
-  attention-TP GPUs admits (so the prediction would queue clients for a KV slot) while T
-  attention-DP ranks would each carry batch_size / T, the row is skipped with that reason
+  attention-TP GPUs admits (the prediction would queue clients for a KV slot, where T
+  attention-DP ranks, each with its own KV cache, would carry batch_size / T each and hold
+  about T times as many), the row is skipped with that reason
   (``_attention_dp_ambiguity``; e.g. tp 64 with 538 clients and tp 32 with 2,150 clients of
-  DeepSeek-R1 at 8192 x 1024 on GB200, whose family in the same export also holds tp 12, 20, 24,
-  28, 36, 40, 48, 52: no attention-TP split of 128 heads). A TensorRT-LLM MoE row whose batch
+  DeepSeek-R1 at 8192 x 1024 on GB200, rows whose family of the same export, tp_size =
+  moe_tp_size, also holds tp 24, 28, 36 here and 12, 20, 40, 48, 52 in the source's full
+  silicon_sample.csv: no attention-TP split of 128 heads). A TensorRT-LLM MoE row whose batch
   fits under attention TP is read as stated.
 * disaggregated rows need their worker counts and batch sizes (``prefill_num_workers``,
   ``prefill_batch_size``, ``decode_num_workers``, ``decode_batch_size``); without them they
@@ -334,8 +336,9 @@ _ROW_ONLY = ("assumption", "tp_may_be_world")
 def _attention_dp_ambiguity(ctx: ServingContext, members: list[_Row]) -> list[str]:
     """Per aggregated row, why its tp_size cannot be read (see the module docstring), else "":
     a row flagged ``tp_may_be_world`` (TensorRT-LLM, MoE, tp T > 1, no attention DP) whose
-    batch_size exceeds what the KV cache of T attention-TP GPUs admits, while T attention-DP
-    ranks (KV cache partitioned, TensorRT-LLM parallel-strategy docs) would each carry batch / T."""
+    batch_size exceeds what the KV cache of T attention-TP GPUs admits: the prediction would then
+    rest on which of the two engines ran, T attention-DP ranks (KV cache partitioned, TensorRT-LLM
+    parallel-strategy docs) each carrying batch / T holding about T times the requests."""
     col = lambda k: np.array([m.values[k] for m in members], dtype=float)
     flag = col("tp_may_be_world") > 0
     if not flag.any():
@@ -345,7 +348,7 @@ def _attention_dp_ambiguity(ctx: ServingContext, members: list[_Row]) -> list[st
     as_dp = memory_columns(ctx, np.ones_like(tp), tp, pp, moe_tp, moe_ep, isl, osl)["max_admitted_per_rank"]
     out = []
     for i in range(len(members)):
-        if flag[i] and batch[i] > as_tp[i] and batch[i] / tp[i] <= as_dp[i]:
+        if flag[i] and batch[i] > as_tp[i]:
             out.append(f"TensorRT-LLM tp_size {tp[i]:g} with attention_dp_size 1: as attention tensor parallelism "
                        f"its KV cache admits {as_tp[i]:g} of the batch_size {batch[i]:g} requests, as "
                        f"enable_attention_dp over the same {tp[i]:g} ranks (tensor_parallel_size is the world size "
