@@ -44,6 +44,8 @@ def test_rows_carrying_their_layout_are_predicted(rows, results):
     assert (skipped.reason.str.contains("does not divide the 128 attention heads")).sum() == 42
     # the auto-gap-analysis rows whose batch_size x attention_dp_size is not the stated concurrency
     assert (skipped.reason.str.contains("differs from the silicon_concurrency")).sum() == 24
+    # TensorRT-LLM MoE rows whose batch fits only if tp_size is an attention-DP world size
+    assert (skipped.reason.str.contains("the file has no column for the flag")).sum() == 2
 
 
 # (backend, mode) -> (TTFT bound %, TPOT bound %, rows): the measured in-sample mean |error| plus
@@ -51,7 +53,7 @@ def test_rows_carrying_their_layout_are_predicted(rows, results):
 BOUNDS = {
     ("vllm", "agg"): (26.5, 16.5, 759),
     ("sglang", "agg"): (47.0, 19.5, 450),
-    ("trtllm", "agg"): (47.5, 21.0, 750),
+    ("trtllm", "agg"): (36.5, 19.5, 748),
     ("sglang", "disagg"): (60.5, 20.5, 51),
     ("trtllm", "disagg"): (47.0, 21.5, 56),
 }
@@ -150,6 +152,28 @@ def test_a_row_whose_batch_disagrees_with_its_stated_concurrency_is_skipped_with
     cols = _one_deepseek_row(tp_size=1, attention_dp_size=4, moe_tp_size=1, moe_ep_size=4, batch_size=16,
                              silicon_data_source="x; silicon_concurrency=64; y")
     assert cols["batch"] == 16.0 and cols["adp"] == 4.0
+
+
+def test_a_trtllm_moe_row_whose_batch_only_fits_if_tp_size_is_the_attention_dp_world_is_skipped():
+    # TensorRT-LLM writes tensor_parallel_size 8 for TP-8 and for DP-8 (enable_attention_dp), a flag
+    # the file has no column for. DeepSeek-R1 fp8 on 8 B200 at 8192 x 1024: the MLA KV cache is
+    # replicated over 8 attention-TP GPUs (292 requests admitted), partitioned over 8 DP ranks
+    why = _one_deepseek_row(tp_size=8, attention_dp_size=1, moe_tp_size=8, moe_ep_size=1, batch_size=600,
+                            isl=8192, osl=1024)
+    assert isinstance(why, str) and "enable_attention_dp" in why
+    assert "admits 292 of the batch_size 600" in why and "carries 75 of" in why
+    # the same layout with a batch that fits under attention TP is read as stated
+    cols = _one_deepseek_row(tp_size=8, attention_dp_size=1, moe_tp_size=8, moe_ep_size=1, batch_size=64,
+                             isl=8192, osl=1024)
+    assert (cols["tp"], cols["adp"], cols["batch"]) == (8.0, 1.0, 64.0)
+    # attention DP stated in its own column: no ambiguity, read as stated (8 x 600 requests)
+    cols = _one_deepseek_row(tp_size=1, attention_dp_size=8, moe_tp_size=1, moe_ep_size=8, batch_size=600,
+                             isl=8192, osl=1024)
+    assert (cols["tp"], cols["adp"], cols["batch"]) == (1.0, 8.0, 600.0)
+    # another framework's tp_size is not TensorRT-LLM's world size: read as stated, clients queue
+    cols = _one_deepseek_row(backend="sglang", backend_version="", tp_size=8, attention_dp_size=1, moe_tp_size=8,
+                             moe_ep_size=1, batch_size=600, isl=8192, osl=1024)
+    assert (cols["tp"], cols["adp"], cols["batch"]) == (8.0, 1.0, 600.0)
 
 
 def test_the_serving_fit_starts_nelder_mead_one_logit_unit_along_each_factor():

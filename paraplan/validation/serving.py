@@ -45,6 +45,26 @@ prediction:
   ids read ``tpD_epD``), so they are read as tp 1, attention DP D, expert parallel D
   (``_vllm_data_parallel``). Read as 16 GPUs over two nodes instead, a 4-rank row's prefill
   would be bound by an inter-node all-to-all that the measured TTFT (a fifth of it) rules out.
+  TensorRT-LLM's ``tensor_parallel_size`` is the engine's world size whether its attention is
+  tensor-parallel or data-parallel: ``enable_attention_dp`` decides (TensorRT-LLM
+  ``docs/source/features/parallel-strategy.md``: "TP-8: tensor_parallel_size: 8,
+  enable_attention_dp: false; DP-8: tensor_parallel_size: 8, enable_attention_dp: true"; with
+  DP the KV cache is partitioned over the ranks, with TP of an MLA / GQA model whose KV heads are
+  fewer than the ranks it is replicated; ``tensorrt_llm/mapping.py``: moe_tp_size x moe_ep_size
+  == tp_size, both unset = moe_tp_size tp_size, moe_ep_size 1). The file has no column for that
+  flag: AIConfigurator writes attention DP as ``attention_dp_size`` > 1 (its generator sets
+  ``enable_attention_dp`` exactly then, for MoE models: ``generator/rule_plugin/trtllm.rule``
+  @095f58a), but a TensorRT-LLM MoE row with tp_size T > 1 and attention_dp_size 1 could also be
+  an attention-DP engine recorded by its tensor_parallel_size. Where the reading matters most
+  it is not decided: if the row's batch_size exceeds the requests the KV cache of T
+  attention-TP GPUs admits (the prediction would queue clients for a KV slot, where T
+  attention-DP ranks, each with its own KV cache, would carry batch_size / T each and hold
+  about T times as many), the row is skipped with that reason
+  (``_attention_dp_ambiguity``; e.g. tp 64 with 538 clients and tp 32 with 2,150 clients of
+  DeepSeek-R1 at 8192 x 1024 on GB200, rows whose family of the same export, tp_size =
+  moe_tp_size, also holds tp 24, 28, 36 here and 12, 20, 40, 48, 52 in the source's full
+  silicon_sample.csv: no attention-TP split of 128 heads). A TensorRT-LLM MoE row whose batch
+  fits under attention TP is read as stated.
 * disaggregated rows need their worker counts and batch sizes (``prefill_num_workers``,
   ``prefill_batch_size``, ``decode_num_workers``, ``decode_batch_size``); without them they
   are skipped with the reason.
@@ -67,6 +87,7 @@ from hardware_specs.catalog import load_cluster, serving_stack_for
 from hardware_specs.errors import InputError
 from hardware_specs.serving_efficiency import ServingEfficiency
 from model_specs.catalog import load_model
+from simulator.serving.aggregated import memory_columns
 from simulator.serving.context import ServingContext
 from simulator.serving.evaluate import evaluate_agg_columns, evaluate_disagg_columns
 
@@ -255,7 +276,9 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
             if problem:
                 skipped[i] = problem
                 continue
-            values.update(tp=tp, pp=pp, adp=adp, moe_tp=moe_tp, moe_ep=moe_ep, batch=batch)
+            values.update(tp=tp, pp=pp, adp=adp, moe_tp=moe_tp, moe_ep=moe_ep, batch=batch,
+                          tp_may_be_world=float(str(r.get("backend")).strip().lower() == "trtllm"
+                                                and model.moe is not None and adp == 1 and tp > 1))
         elif mode == "disagg":
             need = ("prefill_num_workers", "prefill_batch_size", "decode_num_workers", "decode_batch_size", "prefill_tp_size",
                     "decode_tp_size")
@@ -307,6 +330,35 @@ class Prepared:
     assumption: np.ndarray
 
 
+_ROW_ONLY = ("assumption", "tp_may_be_world")
+
+
+def _attention_dp_ambiguity(ctx: ServingContext, members: list[_Row]) -> list[str]:
+    """Per aggregated row, why its tp_size cannot be read (see the module docstring), else "":
+    a row flagged ``tp_may_be_world`` (TensorRT-LLM, MoE, tp T > 1, no attention DP) whose
+    batch_size exceeds what the KV cache of T attention-TP GPUs admits: the prediction would then
+    rest on which of the two engines ran, T attention-DP ranks (KV cache partitioned, TensorRT-LLM
+    parallel-strategy docs) each carrying batch / T holding about T times the requests."""
+    col = lambda k: np.array([m.values[k] for m in members], dtype=float)
+    flag = col("tp_may_be_world") > 0
+    if not flag.any():
+        return [""] * len(members)
+    tp, pp, moe_tp, moe_ep, batch, isl, osl = (col(k) for k in ("tp", "pp", "moe_tp", "moe_ep", "batch", "isl", "osl"))
+    as_tp = memory_columns(ctx, tp, np.ones_like(tp), pp, moe_tp, moe_ep, isl, osl)["max_admitted_per_rank"]
+    as_dp = memory_columns(ctx, np.ones_like(tp), tp, pp, moe_tp, moe_ep, isl, osl)["max_admitted_per_rank"]
+    out = []
+    for i in range(len(members)):
+        if flag[i] and batch[i] > as_tp[i]:
+            out.append(f"TensorRT-LLM tp_size {tp[i]:g} with attention_dp_size 1: as attention tensor parallelism "
+                       f"its KV cache admits {as_tp[i]:g} of the batch_size {batch[i]:g} requests, as "
+                       f"enable_attention_dp over the same {tp[i]:g} ranks (tensor_parallel_size is the world size "
+                       f"either way) each rank carries {batch[i] / tp[i]:.3g} of {as_dp[i]:g}; the file has no "
+                       f"column for the flag, so the layout is ambiguous")
+        else:
+            out.append("")
+    return out
+
+
 def prepare(df: pd.DataFrame) -> Prepared:
     """Map every row to a group (or a skip reason); done once, evaluated many times by the fitter."""
     rows, skipped = _prepare(df)
@@ -328,8 +380,16 @@ def prepare(df: pd.DataFrame) -> Prepared:
             for m in members:
                 reason[m.index] = str(exc)
             continue
+        if mode == "agg":
+            why = _attention_dp_ambiguity(ctx, members)
+            for m, w in zip(members, why):
+                if w:
+                    reason[m.index] = w
+            members = [m for m, w in zip(members, why) if not w]
+            if not members:
+                continue
         cols = {k: np.array([m.values[k] for m in members], dtype=float)
-                for k in members[0].values if k != "assumption"}
+                for k in members[0].values if k not in _ROW_ONLY}
         groups.append(Group(ctx, mode, np.array([m.index for m in members]), cols))
     return Prepared(n, groups, reason, assumption)
 
