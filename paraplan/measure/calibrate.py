@@ -62,6 +62,7 @@ def _calibration_worker(rank: int, world: int, device, choice, args: dict) -> di
     dtype = names[choice.dtype]
     kind = choice.kind
     out: dict = {"rank": rank}
+    sweeps = int(args.get("sweeps", SWEEPS))
 
     dist.barrier()
     busy0, own0, wall0 = system_busy_cpu_s(), time.process_time(), time.perf_counter()
@@ -71,12 +72,12 @@ def _calibration_worker(rank: int, world: int, device, choice, args: dict) -> di
     out["gemm_shapes"] = shapes
     out["gemm_s"] = {}
     for name in _dtypes_to_calibrate(kind):
-        for _ in range(SWEEPS):
+        for _ in range(sweeps):
             dist.barrier()
             times = bm.gemm_times(device, names[name], shapes)
             best = out["gemm_s"].get(name, times)
             out["gemm_s"][name] = [min(x, y) for x, y in zip(best, times)]
-    for _ in range(SWEEPS):
+    for _ in range(sweeps):
         dist.barrier()
         bw = bm.memory_bandwidth(device, dtype, MEMORY_BYTES[kind])
         best = out.get("memory_bytes_per_s", bw)
@@ -103,7 +104,7 @@ def _calibration_worker(rank: int, world: int, device, choice, args: dict) -> di
         # VM on the host) during one sweep triples every collective it touches
         gaps_run: list[float] = []
         out["collective_s"] = {}
-        for _ in range(SWEEPS):
+        for _ in range(sweeps):
             for kind_ in bm.STEP_COLLECTIVES:
                 times = bm.collective_times_in_step(device, dtype, kind_, sizes, compute_gap_s=COLLECTIVE_GAP_S,
                                                     gaps_out=gaps_run)
@@ -303,7 +304,7 @@ def cluster_mapping(summary: dict, ranks: list[dict], world: int, choice, name: 
 
 
 def run_calibration(out_path, nprocs: int = 2, name: str | None = None, device: str = "auto",
-                    threads_per_rank: int | None = None) -> Path:
+                    threads_per_rank: int | None = None, sweeps: int = SWEEPS) -> Path:
     """Measure this machine with ``nprocs`` local ranks and write a catalog cluster YAML.
 
     Args:
@@ -313,6 +314,9 @@ def run_calibration(out_path, nprocs: int = 2, name: str | None = None, device: 
         name: cluster name; defaults to the file stem.
         device: ``auto``, ``cpu`` or ``cuda``.
         threads_per_rank: CPU threads per rank (default ``cpu_count // nprocs``).
+        sweeps: passes over the GEMM, memory and collective benchmarks, each keeping its best
+            (default ``SWEEPS``; one pass is ~40% quicker on a CPU host and more exposed to a
+            burst of foreign load, which the sidecar's ``cpu_wait_fraction`` reports).
 
     Returns the path written. Raises ``InputError`` if torch is missing.
     """
@@ -324,7 +328,9 @@ def run_calibration(out_path, nprocs: int = 2, name: str | None = None, device: 
     if out_path.suffix not in (".yaml", ".yml"):
         raise InputError("out_path", f"{out_path} must end in .yaml", "e.g. local-cpu.yaml")
     choice = choose_device(device, local_ranks=nprocs, threads_per_rank=threads_per_rank)
-    ranks = launch(_calibration_worker, int(nprocs), {}, choice)
+    if not 1 <= int(sweeps) <= 16:
+        raise InputError("sweeps", f"must be between 1 and 16, got {sweeps}")
+    ranks = launch(_calibration_worker, int(nprocs), {"sweeps": int(sweeps)}, choice)
     summary = summarize(ranks, int(nprocs), choice)
     wait = summary["cpu_wait_fraction"]
     if wait is not None and wait > LOADED_MACHINE:
