@@ -284,10 +284,11 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
                                       model.sliding_window, model.sliding_window_layer_fraction)
     core_fwd, core_bwd = attention_time_s(core_flops, rates, attention_core_exponentials(core_flops, qk, v),
                                           softmax_exposed, mma_share)
+    heads = model.num_heads / tp
     if not np.all(flash_attention):
         mat_fwd, mat_bwd = materialised_attention_time_s(
-            tokens, seq_len, model.num_heads / tp, qk, v, rates, softmax_fusion, model.attention_dropout,
-            fused_softmax_kernel_available(tokens, seq_len, model.num_heads / tp))
+            tokens, seq_len, heads, qk, v, rates, softmax_fusion, model.attention_dropout,
+            fused_softmax_kernel_available(tokens, seq_len, heads))
         core_fwd = np.where(flash_attention, core_fwd, mat_fwd)
         core_bwd = np.where(flash_attention, core_bwd, mat_bwd)
     split = np.where(sp, tp, 1.0)
@@ -296,7 +297,6 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
     # a fused core's backward adds its pre- and post-processing kernels (the materialised core's
     # score passes are in ``materialised_attention_time_s``)
     flash = np.asarray(flash_attention, dtype=float)
-    heads = model.num_heads / tp
     core_extra = flash * tokens * heads * (ATTENTION_BWD_BYTES_PER_V_CHANNEL * v + ATTENTION_BWD_BYTES_PER_QK_CHANNEL * qk)
     copies = np.asarray(unpad, dtype=float)
     copy_fwd, copy_bwd = unpad_copy_bytes(model, tokens, tp)

@@ -74,9 +74,14 @@ LL_MAX_BUS_BW_MANY_NODES = 20.4e9
 PLAIN = (Protocol("plain", 0.0, 1.0, 1.0, 1.0),)
 
 
+def runs_nccl(generation: str) -> bool:
+    """Whether ``generation``'s collectives run NCCL (its protocols and base latencies apply)."""
+    return generation in LL_MAX_BUS_BW_BYTES_PER_S
+
+
 def protocols_for(generation: str) -> tuple[Protocol, ...]:
     """The protocols whose lower envelope gives a collective's time on ``generation``."""
-    return NCCL_PROTOCOLS if generation in LL_MAX_BUS_BW_BYTES_PER_S else PLAIN
+    return NCCL_PROTOCOLS if runs_nccl(generation) else PLAIN
 
 
 def protocol_bus_bw(protocol: Protocol, bw_bytes_per_s, n_inter, generation: str):

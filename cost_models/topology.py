@@ -118,8 +118,7 @@ def group_collective_time_s(kind: str, bytes_, group_size, stride, cluster: Clus
         tree = (coll.reduce_scatter_time_s(bytes_, n_intra, bw_i, lat_i)
                 + coll.tree_allreduce_time_s(shard, n_inter, bw_o, lat_o)
                 + coll.all_gather_time_s(bytes_, n_intra, bw_i, lat_i))
-        tree_base = (nccl_protocols.TREE_BASE_LATENCY_S
-                     if nccl_protocols.protocols_for(cluster.gpu.generation) is nccl_protocols.NCCL_PROTOCOLS else 0.0)
+        tree_base = nccl_protocols.TREE_BASE_LATENCY_S if nccl_protocols.runs_nccl(cluster.gpu.generation) else 0.0
         times.append(np.where(spans, tree + tree_base, ring))
     if not times:
         raise ValueError(f"unknown algorithm {algorithm!r} for {kind}")
