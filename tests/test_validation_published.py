@@ -55,6 +55,16 @@ def test_korthikanti_step_times_stay_within_bound(results):
     assert float((ok.rel_error.abs() * 100).max()) <= 11.0
 
 
+def test_bloom_runs_on_jean_zay_stay_within_bound(results):
+    ok = results[(results.status == "ok") & results.source.isin(["BLOOMPRE", "BLOOM176"])]
+    assert len(ok) >= 32
+    # on a DGX A100's 200 Gb/s per GPU these rows were 15.1% / 13.2% off (BLOOMPRE / BLOOM176,
+    # all fast); on Jean Zay's own fabric (4 x 100 Gb/s Omni-Path per 8-GPU node, the cluster
+    # their gpu column names) 11.35% / 10.33%, 11.2% together; the data-parallel 24 rows are
+    # still 28-32% fast
+    assert _mean_abs_pct(ok) <= 12.0
+
+
 def test_narayanan_tables_stay_within_bound(results):
     ok = results[(results.status == "ok") & (results.source == "NAR21")]
     assert len(ok) >= 22
