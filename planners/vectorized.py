@@ -69,6 +69,9 @@ class Evaluated:
             only if this is 0).
         fitting: rows that fit (all dtypes); ``rows`` are all of them unless the search was told
             which it keeps (``evaluate_space(keep=...)``), then those it had to time.
+        unrefined: with a ``refine``, the rows' ``KEPT_OUTPUTS`` and ``CHOSEN_FIELDS`` as timed,
+            before it (what ``evaluate_space`` of any set of these rows gives them before its
+            own refinement: ``planners.plan`` rebuilds its table from them); None without.
     """
 
     rows: np.ndarray
@@ -82,6 +85,7 @@ class Evaluated:
     cpu_s: float = 0.0
     bound_pruned: int = 0
     fitting: int = 0
+    unrefined: Mapping[str, np.ndarray] | None = None
 
 
 def _template() -> ConfigBatch:
@@ -365,7 +369,10 @@ def _time_and_refine(model, cluster, eff, space, global_batch: int, job: _Job, f
     if refine is None or keep is None or n_fit <= max(keep, TOP_EXACT):
         at = np.arange(n_fit)
         ev = evaluated(at, timed(at))
-        return refine(model, cluster, eff, space, global_batch, ev, defaults=job.defaults) if refine and n_fit else ev
+        if not (refine and n_fit):
+            return ev
+        return replace(refine(model, cluster, eff, space, global_batch, ev, defaults=job.defaults),
+                       unrefined=ev.outputs)
     floor = fitting.floor_s
     cols = space.columns
     n_gpus = (cols["dp"] * cols["tp"] * cols["pp"] * cols["cp"])[fitting.rows]
@@ -404,7 +411,7 @@ def _time_and_refine(model, cluster, eff, space, global_batch: int, job: _Job, f
                          None if held is None else (held[0], held[1][rest], held[2][rest]))
         open_rows = rest[~skip]
         if not len(open_rows):
-            return ev
+            return replace(ev, unrefined={k: v[at] for k, v in outputs.items()})
         # a row once skippable stays so: the next come from the open rows only
         new = np.sort(open_rows[next_to_time(floor[open_rows], fitting.memory["memory_bytes"][open_rows],
                                              n_gpus[open_rows], trace["peak_s"], ev.outputs["memory_bytes"],
