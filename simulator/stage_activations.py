@@ -275,6 +275,8 @@ def _recompute_buffer(fc: StageCells, split, a: dict, group, busy) -> np.ndarray
 
 
 
+#: ``dynamic_parts``' outputs, in the order ``shared_dynamic``'s store holds them
+_DYNAMIC = ("activations_bytes", "recompute_buffers_bytes", "offload_buffers_bytes", "host")
 #: largest (stage, count) key space ``shared_dynamic`` memoises (its index, 4 bytes a key, is
 #: allocated zeroed and touched only where keys fall)
 MEMO_MAX_KEYS = 16_000_000
@@ -297,7 +299,8 @@ def shared_dynamic(prefix, prm: dict, cells: StageCells, ctx, rows, shared):
     n_cells = len(cells)
     top = int(np.max(cells.cell["dense"] + cells.cell["moe"])) if n_cells else 0
     span = top + 1
-    memo: dict = {}       # counts_key -> [index (1 + place in the store; 0: not yet), parts, store]
+    # counts_key -> [index (1 + place in the store; 0: not yet), store (place, part), places filled]
+    memo: dict = {}
 
     def evaluate(stages, counts_key, counts):
         sub = cells.take(stages)
@@ -306,23 +309,31 @@ def shared_dynamic(prefix, prm: dict, cells: StageCells, ctx, rows, shared):
     def memoised(pos, counts_key, counts):
         key = shared[pos] * span + counts.astype(np.int64)
         if counts_key not in memo:
-            memo[counts_key] = [np.zeros(n_cells * span, dtype=np.int32), [], None]
+            memo[counts_key] = [np.zeros(n_cells * span, dtype=np.int32), np.zeros((len(_DYNAMIC), 0)), 0]
         entry = memo[counts_key]
-        index, parts = entry[0], entry[1]
-        missing = key[index[key] == 0]
-        if len(missing):
+        index = entry[0]
+        at = index[key]
+        unseen = at == 0
+        if unseen.any():
+            missing = key[unseen]
             # one occurrence per distinct missing key (the last write of a key wins), no hash table
             mark = -np.arange(1, len(missing) + 1, dtype=np.int32)
             index[missing] = mark
             new = missing[index[missing] == mark]
-            known = sum(len(part["activations_bytes"]) for part in parts)
+            known = entry[2]
             index[new] = np.arange(known + 1, known + len(new) + 1, dtype=np.int32)
-            parts.append(evaluate(new // span, counts_key, (new % span).astype(float)))
-            entry[2] = None
-        if entry[2] is None:
-            entry[2] = {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
-        at = index[key] - 1
-        return {k: x[at] for k, x in entry[2].items()}
+            part = evaluate(new // span, counts_key, (new % span).astype(float))
+            if known + len(new) > entry[1].shape[1]:
+                # the store grows by doubling: each part is copied in once, not the whole store
+                grown = np.empty((len(_DYNAMIC), max(2 * entry[1].shape[1], known + len(new))))
+                grown[:, :known] = entry[1][:, :known]
+                entry[1] = grown
+            for j, k in enumerate(_DYNAMIC):
+                entry[1][j, known:known + len(new)] = part[k]
+            entry[2] = known + len(new)
+            at[unseen] = index[missing]
+        at -= 1
+        return {k: entry[1][j][at] for j, k in enumerate(_DYNAMIC)}
 
     def dynamic(pos, counts_key, counts):
         counts = np.asarray(counts, dtype=float)
