@@ -381,8 +381,12 @@ def _time_and_refine(model, cluster, eff, space, global_batch: int, job: _Job, f
     cache = (None, np.zeros(n_fit, dtype=bool), {k: np.zeros(n_fit) for k in KEPT_OUTPUTS})
     is_timed = np.zeros(n_fit, dtype=bool)
     held = elsewhere = None
+    fit_memory = fitting.memory["memory_bytes"]
+    # the fitting rows by memory, once: each round's untimed rows are looked up in that order
+    # (``time_pruning.rank_among``)
+    by_memory = np.argsort(fit_memory, kind="stable")
     if kept_elsewhere is not None and len(kept_elsewhere[0]) >= keep:
-        held = held_by_row(fitting.memory["memory_bytes"], n_gpus, kept_summary(*kept_elsewhere, keep))
+        held = held_by_row(fit_memory, n_gpus, kept_summary(*kept_elsewhere, keep), by_memory)
         elsewhere = excluded(floor, tokens, keep, *held)
     # the first round: the lowest floors; with other chunks' kept rows, those of the rows they
     # do not rule out, fewer (the kept rows of the timed and the other chunks' rows together
@@ -405,14 +409,16 @@ def _time_and_refine(model, cluster, eff, space, global_batch: int, job: _Job, f
         trace: dict = {}
         ev = refine(model, cluster, eff, space, global_batch, evaluated(at, {k: v[at] for k, v in outputs.items()}),
                     defaults=job.defaults, cache=(at,) + cache[1:], trace=trace)
-        rest = np.flatnonzero(~is_timed)
-        skip = skippable(floor[rest], fitting.memory["memory_bytes"][rest], n_gpus[rest], tokens,
+        untimed = ~is_timed
+        rest = np.flatnonzero(untimed)
+        rest_by_memory = (np.cumsum(untimed) - 1)[by_memory[untimed[by_memory]]]
+        skip = skippable(floor[rest], fit_memory[rest], n_gpus[rest], tokens,
                          ev.outputs["tokens_per_s"], ev.outputs["memory_bytes"], n_gpus[at], trace, keep,
-                         None if held is None else (held[0], held[1][rest], held[2][rest]))
+                         None if held is None else (held[0], held[1][rest], held[2][rest]), rest_by_memory)
         open_rows = rest[~skip]
         if not len(open_rows):
             return replace(ev, unrefined={k: v[at] for k, v in outputs.items()})
         # a row once skippable stays so: the next come from the open rows only
-        new = np.sort(open_rows[next_to_time(floor[open_rows], fitting.memory["memory_bytes"][open_rows],
+        new = np.sort(open_rows[next_to_time(floor[open_rows], fit_memory[open_rows],
                                              n_gpus[open_rows], trace["peak_s"], ev.outputs["memory_bytes"],
                                              n_gpus[at], step)])
