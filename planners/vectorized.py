@@ -164,7 +164,7 @@ def _memory_chunk(job: _Job, dtype_index: int, start: int, stop: int) -> "_Chunk
     # then the rows over the limit at an end stage (after the search) skip the rest of the stage
     # model: memory inf, pruned like the bound's rows
     parts = memory_parts(job.model, job.cluster, job.eff, batch, fit_limit_bytes=limit,
-                         drop_over_bytes=job.memory_limit_bytes if job.prune_by_bound else None)
+                         drop_over_bytes=job.memory_limit_bytes if job.prune_by_bound else None, by_part=False)
     mem = np.asarray(parts["memory_bytes"], dtype=float)
     pruned = stop - start - int(np.count_nonzero(np.isfinite(mem)))
     fit = np.flatnonzero((mem <= job.memory_limit_bytes) & np.asarray(parts["host_fits"], dtype=bool))
