@@ -321,6 +321,37 @@ def test_row_clusters_take_the_stated_node_size_and_nic_bandwidth():
     assert generic.gpus_per_node == 8 and generic.scaleout.bw_bytes_per_s == 400e9 / 8
 
 
+def test_a_system_the_gpu_column_names_runs_on_its_own_preset():
+    """BLOOM's rows say "A100-SXM-80GB (Jean Zay)": four 100 Gb/s Omni-Path links per 8-GPU node
+    (BLOOM, arXiv 2211.05100, section 3.4.1) = 50 Gb/s per GPU, not a DGX A100's 200; the row's
+    own columns still win, and a GPU kind the named system does not have keeps its usual system."""
+    from paraplan.validation.published import named_system, row_inputs
+    row = {**_llama31_8b_row(vocab=128256, gpu_profile="a100-sxm-80gb"), "gpu": "A100-SXM-80GB (Jean Zay)"}
+    inputs = row_inputs(row)
+    assert inputs.cluster.name == "jean-zay-a100"
+    assert (inputs.cluster.gpus_per_node, inputs.cluster.scaleout.bw_bytes_per_s) == (8, 50e9 / 8)
+    assert "cluster=jean-zay-a100 (the system the gpu column names)" in inputs.assumptions
+    stated = row_inputs({**row, "scaleout_gbps_per_gpu": 100}).cluster
+    assert stated.scaleout.bw_bytes_per_s == 100e9 / 8 and stated.name.startswith("jean-zay-a100[")
+    assert named_system("A100-SXM-80GB (Jean Zay, Omni-Path)", "a100-sxm-80gb") == "jean-zay-a100"
+    assert named_system("H100 (Jean Zay)", "h100-sxm-80gb") is None
+    assert named_system("A100-SXM-80GB (Selene)", "a100-sxm-80gb") is None
+
+
+def test_a_data_parallel_all_reduce_over_jean_zay_takes_four_times_a_dgx_a100s():
+    """A bandwidth-bound ring all-reduce across nodes, one GPU per node: the NIC is the
+    bottleneck, 2 (n-1)/n S / B; 50 against 200 Gb/s per GPU is 4x the time."""
+    from cost_models.topology import group_collective_time_s
+    from hardware_specs.catalog import efficiency_for_cluster, load_cluster
+    s = 4e9
+    times = {}
+    for name in ("jean-zay-a100", "dgx-a100-80gb"):
+        cluster = load_cluster(name)
+        eff = efficiency_for_cluster(cluster)
+        times[name] = float(group_collective_time_s("all_reduce", s, 8, 8, cluster, eff))
+    assert times["jean-zay-a100"] / times["dgx-a100-80gb"] == pytest.approx(4.0, rel=0.02)
+
+
 def test_gated_mlp_and_gqa_come_from_the_architecture_not_from_ffn_width():
     """PaLM is SwiGLU at ffn = 4h (Chowdhery et al. 2022, section 2): the family decides, not
     ffn != 4h; a GPT at ffn != 4h stays ungated; a GQA preset keeps its key/value heads when the

@@ -61,7 +61,7 @@ def test_simulate_disaggregated():
 
 @pytest.mark.parametrize("args, needles", [
     (["--model", "no-such-model"], ["error: model: unknown model 'no-such-model'"]),
-    (["--system", "no-such-cluster"], ["error: cluster: unknown cluster 'no-such-cluster'"]),
+    (["--system", "no-such-cluster"], ["error: system: unknown cluster 'no-such-cluster'"]),
     (["--tp", "3"], ["error: --tp: 3 does not divide the 64 attention heads", "use one of"]),
     (["--tp", "4", "--batch", "5000", "--isl", "8192"], ["error: --batch: 5000 requests per rank need", "at most"]),
     (["--adp", "2"], ["error: --adp: attention data parallelism needs a mixture-of-experts model"]),
@@ -76,6 +76,17 @@ def test_simulate_bad_input_is_one_line_exit_2(args, needles):
             i = args.index(flag)
             args = args[:i] + args[i + 2:]
     one_line_error(run(*base, *args), *needles)
+
+
+def test_the_serving_files_model_and_system_names_are_accepted():
+    """``deepseek-ai/DeepSeek-R1`` on ``b200_sxm`` (serving_runs.csv's spellings) is the same
+    deployment as ``deepseek-r1`` on ``dgx-b200``."""
+    layout = ["--backend", "trtllm", "--tp", "8", "--batch", "8", "--json"]
+    by_file = run("serve", "simulate", "--model", "deepseek-ai/DeepSeek-R1", "--system", "b200_sxm", *layout)
+    by_preset = run("serve", "simulate", "--model", "deepseek-r1", "--system", "dgx-b200", *layout)
+    assert by_file.exit_code == 0, by_file.output
+    a, b = json.loads(by_file.stdout), json.loads(by_preset.stdout)
+    assert a["tpot_s"] == b["tpot_s"] > 0 and a["ttft_s"] == b["ttft_s"] > 0
 
 
 def test_moe_layout_errors_name_the_field():

@@ -75,10 +75,20 @@ def _common(f):
 
 def _context(opts):
     from hardware_specs.catalog import load_cluster
+    from hardware_specs.errors import InputError
+    from paraplan.validation.serving import MODEL_PRESETS, SYSTEMS
     from simulator.serving.context import ServingContext
-    cluster = load_cluster(opts["system"])
+    # the serving-runs file's spellings (a Hugging Face id, "b200_sxm") name the same presets
+    model = MODEL_PRESETS.get(str(opts["model"]).lower(), opts["model"])
+    system = SYSTEMS.get(str(opts["system"]).lower(), opts["system"])
+    try:
+        cluster = load_cluster(system)
+    except InputError as e:
+        if e.field != "cluster":
+            raise
+        raise InputError("system", e.message, e.fix) from None
     precision = opts["precision"] or ("fp8" if "fp8" in cluster.gpu.peak_flops_per_s else "bf16")
-    return ServingContext.build(opts["model"], cluster, opts["backend"], precision, opts["expert_precision"] or precision,
+    return ServingContext.build(model, cluster, opts["backend"], precision, opts["expert_precision"] or precision,
                                 opts["kv_cache_dtype"], backend_version=opts["backend_version"])
 
 

@@ -34,10 +34,13 @@ defaults, each recorded in the row's ``assumptions``:
   layout when it runs that layout in one precision only, else the row is skipped
   (``row_precision``).
 
-The cluster is the usual system of the row's GPU kind (``SYSTEM_FOR_GPU``; a kind with no
-system preset gets a generic node of its generation, ``catalog.generic_cluster``), with the
-row's ``gpus_per_node`` and ``scaleout_gbps_per_gpu`` when it states them. One hardware
-profile per GPU kind, one efficiency model per generation, nothing keyed to a row or source.
+The cluster is the system the row's ``gpu`` text names when the catalog has it (``NAMED_SYSTEMS``:
+the validation README has that column say what is known of the hardware and its network, e.g.
+"A100-SXM-80GB (Jean Zay)"), else the usual system of the row's GPU kind (``SYSTEM_FOR_GPU``; a
+kind with no system preset gets a generic node of its generation, ``catalog.generic_cluster``),
+with the row's ``gpus_per_node`` and ``scaleout_gbps_per_gpu`` when it states them. One
+hardware profile per GPU kind, one efficiency model per generation, nothing keyed to a row or
+source.
 """
 from __future__ import annotations
 
@@ -76,6 +79,23 @@ SYSTEM_FOR_GPU = {
     "tpu-v3": "tpu-v3-pod",
     "tpu-v4": "tpu-v4-pod",
 }
+
+#: named systems with a cluster preset of their own, as a row's ``gpu`` text names them (lower
+#: case) -> the preset; its fabric differs from the usual system of the GPU kind
+NAMED_SYSTEMS = {
+    "jean zay": "jean-zay-a100",     # BLOOM (arXiv 2211.05100) 3.4.1: 4 x 100 Gb/s Omni-Path per 8-GPU node
+}
+
+
+def named_system(gpu_text: str, gpu: str) -> str | None:
+    """The cluster preset of the system ``gpu_text`` names (``NAMED_SYSTEMS``), when that
+    preset's GPU is the row's canonical kind ``gpu``; else None."""
+    text = str(gpu_text or "").lower()
+    for name, preset in NAMED_SYSTEMS.items():
+        if name in text and load_cluster(preset).gpu.name == gpu:
+            return preset
+    return None
+
 
 REQUIRED_COLUMNS = ("id", "run_id", "gpu_profile", "dtype_norm", "zero_norm", "flops_convention",
                     "model", "layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len",
@@ -236,13 +256,17 @@ def row_inputs(row, run_conventions=frozenset()) -> RowInputs:
     return _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conventions)
 
 
-def row_cluster(gpu: str, gpus_per_node=None, scaleout_gbps_per_gpu=None) -> ClusterSpec:
-    """The cluster a row ran on: the usual system of its GPU kind (``SYSTEM_FOR_GPU``, else a
-    generic node of its generation), with the row's GPUs per node (NVLink domain) and scale-out
-    bandwidth per GPU (Gb/s, one direction) where it states them."""
-    key = (gpu, gpus_per_node, scaleout_gbps_per_gpu)
+def row_cluster(gpu: str, gpus_per_node=None, scaleout_gbps_per_gpu=None, system: str | None = None) -> ClusterSpec:
+    """The cluster a row ran on: the named ``system`` preset (``named_system``), else the usual
+    system of its GPU kind (``SYSTEM_FOR_GPU``, else a generic node of its generation), with the
+    row's GPUs per node (NVLink domain) and scale-out bandwidth per GPU (Gb/s, one direction)
+    where it states them."""
+    key = (gpu, gpus_per_node, scaleout_gbps_per_gpu, system)
     if key not in _CLUSTERS:
-        base = load_cluster(SYSTEM_FOR_GPU[gpu]) if gpu in SYSTEM_FOR_GPU else generic_cluster(gpu)
+        if system is not None:
+            base = load_cluster(system)
+        else:
+            base = load_cluster(SYSTEM_FOR_GPU[gpu]) if gpu in SYSTEM_FOR_GPU else generic_cluster(gpu)
         cluster = base
         if gpus_per_node is not None or scaleout_gbps_per_gpu is not None:
             out = base.scaleout
@@ -320,7 +344,10 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
     gbs = needed.get("global_batch") or mbs * dp
     vpp = _int(row, "vpp") or 1
     ep = _int(row, "ep") or 1
-    cluster = row_cluster(gpu, _int(row, "gpus_per_node"), _num(row, "scaleout_gbps_per_gpu"))
+    system = named_system(_str(row, "gpu"), gpu)
+    cluster = row_cluster(gpu, _int(row, "gpus_per_node"), _num(row, "scaleout_gbps_per_gpu"), system)
+    if system is not None:
+        assumptions.append(f"cluster={system} (the system the gpu column names)")
     stated_zero = _int(row, "zero_norm", minimum=0)
     dtype = _str(row, "dtype_norm")
     if not dtype:
