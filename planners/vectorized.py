@@ -370,7 +370,7 @@ def _time_and_refine(model, cluster, eff, space, global_batch: int, job: _Job, f
         at = np.arange(n_fit)
         ev = evaluated(at, timed(at))
         if not (refine and n_fit):
-            return ev
+            return replace(ev, unrefined=ev.outputs) if refine else ev
         return replace(refine(model, cluster, eff, space, global_batch, ev, defaults=job.defaults),
                        unrefined=ev.outputs)
     floor = fitting.floor_s
