@@ -177,9 +177,9 @@ planner's memory phase skips the per-part outputs (``memory_parts(by_part=False)
 one process, side by side with main (load 3.7), main -> this: the kept plans' table 4.40 -> 0.48
 CPU s, the step-time floors 9.14 -> 7.00, timing the rows 8.82 -> 6.22 (the kept table's share
 gone), the memory model 23.63 -> 21.07 (its search 11.33 -> 9.96), ``skippable`` 2.21 -> 1.35;
-total 56.2 -> 48.4. The benchmark, one process, side by side with main, twice (load 3.2 and
-2.9): 46.4 -> 41.7 and 47.5 -> 41.0 CPU s (wall 86.2 -> 79.9 and 88.2 -> 81.6 s; other agents
-shared the 2 cores), peak RSS 1.07 -> 1.13 GiB (the chunks' kept rows carry their outputs); two
+total 56.2 -> 48.4. The benchmark, one process, side by side with main, three times (load 3.2,
+2.9, 4.1): 46.4 -> 41.7, 47.5 -> 41.0 and 53.7 -> 47.4 CPU s (wall 86.2 -> 79.9, 88.2 -> 81.6 and
+100.8 -> 94.1 s; other agents shared the 2 cores), peak RSS 1.07 -> 1.12-1.14 GiB (the chunks' kept rows carry their outputs); two
 processes (the default), back to back, load 2.8-3.1: 59.1 -> 50.5 CPU s, 67.9 -> 56.2 s wall,
 0.58 -> 0.61 GiB (workers 1.06 GiB both).
 
