@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from paraplan.validation.serving_residuals import (decode_slopes, report, residuals, slice_errors,
+from paraplan.validation.serving_residuals import (decode_slopes, osl_pairs, report, residuals, slice_errors,
                                                    slope_ratio_by)
 
 
@@ -84,3 +84,25 @@ def test_a_missing_or_damaged_csv_is_one_line_and_exit_2(tmp_path, capsys):
         assert main([str(path)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(field)
+
+
+def test_osl_pairs_divide_the_shorter_runs_ttft_by_the_longer_runs_at_equal_layout_and_load():
+    # one layout at 4 clients measured at osl 1024 (300 ms) and 8192 (100 ms), predicted 150 ms
+    # both; the same at 8 clients (200 vs 200 ms); a third load with one osl only, and one pair
+    # beyond the pair concurrency limit: neither forms a pair
+    rows = [(4, 1024, 300.0), (4, 8192, 100.0), (8, 1024, 200.0), (8, 8192, 200.0), (16, 1024, 90.0),
+            (128, 1024, 500.0), (128, 8192, 100.0)]
+    df = pd.DataFrame({"id": [f"r{i}" for i in range(len(rows))], "backend": "trtllm", "backend_version": "1.0",
+                       "model_path": "meta-llama/Llama-3.1-70B", "system": "b200_sxm", "precision": "fp8",
+                       "mode": "agg", "tp_size": 1.0, "attention_dp_size": 1.0, "moe_tp_size": np.nan,
+                       "moe_ep_size": np.nan, "isl": 1024, "osl": [r[1] for r in rows],
+                       "batch_size": [float(r[0]) for r in rows], "silicon_ttft_ms": [r[2] for r in rows],
+                       "silicon_tpot_ms": 10.0})
+    pred = pd.DataFrame({"pred_ttft_ms": 150.0, "pred_tpot_ms": np.full(len(rows), 10.0)})
+    pairs = osl_pairs(residuals(df, pred)).set_index("batch_size")
+    assert sorted(pairs.index) == [4.0, 8.0]
+    assert pairs.loc[4.0, "ttft_ratio_measured"] == pytest.approx(3.0)
+    assert pairs.loc[8.0, "ttft_ratio_measured"] == pytest.approx(1.0)
+    assert pairs.ttft_ratio_predicted.to_numpy() == pytest.approx([1.0, 1.0])
+    assert (pairs.osl_short == 1024).all() and (pairs.osl_long == 8192).all()
+    assert "TTFT at the shorter osl" in report(residuals(df, pred))

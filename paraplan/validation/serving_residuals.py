@@ -10,7 +10,10 @@ request in a decode step: within each layout measured at three or more concurren
 (<= ``MAX_BATCH``, aggregated), the least-squares slope of TPOT against concurrency, measured
 and predicted; their ratio (measured / predicted) per tensor-parallel degree says whether the
 per-token cost the model is missing grows with tp, and the intercept ratio whether the fixed
-per-step cost is right.
+per-step cost is right. Then the output-length pairs: aggregated runs that differ only in osl
+(same layout, isl and concurrency <= ``MAX_PAIR_BATCH``), the TTFT at the shorter osl over that at
+the longer, measured and predicted, per backend and model; the prompt and the load are the same,
+so a measured ratio far from 1 is time in the TTFT that no step of the shorter run explains.
 
 Nothing here changes a prediction; the README's serving notes quote its tables.
 """
@@ -30,6 +33,8 @@ from hardware_specs.errors import InputError
 MAX_BATCH = 128
 #: concurrency bands of the slices
 CONCURRENCY_BANDS = (0, 4, 16, 64, 256, np.inf)
+#: the largest concurrency of the output-length pairs (beyond it the KV pool decides)
+MAX_PAIR_BATCH = 64
 #: what identifies one layout measured at several concurrencies
 LAYOUT_KEYS = ("backend", "backend_version", "model_path", "system", "precision", "tp_size",
                "attention_dp_size", "moe_tp_size", "moe_ep_size", "isl", "osl")
@@ -88,6 +93,23 @@ def slope_ratio_by(slopes: pd.DataFrame, keys=("tp_size",)) -> pd.DataFrame:
                          "intercept_ratio_median": g.intercept_ratio.median()}).round(2)
 
 
+def osl_pairs(res: pd.DataFrame, max_batch: float = MAX_PAIR_BATCH) -> pd.DataFrame:
+    """One row per aggregated layout and concurrency (<= ``max_batch``) measured at two or more
+    output lengths: the TTFT at the shortest osl over the TTFT at the longest, measured
+    (``ttft_ratio_measured``) and predicted (``ttft_ratio_predicted``), and the two osl."""
+    agg = res[(res["mode"] == "agg") & (res.batch_size <= max_batch)]
+    keys = [k for k in LAYOUT_KEYS if k != "osl"] + ["batch_size"]
+    records = []
+    for key, g in agg.groupby(keys, dropna=False):
+        if g.osl.nunique() < 2:
+            continue
+        short, long_ = g[g.osl == g.osl.min()], g[g.osl == g.osl.max()]
+        records.append({**dict(zip(keys, key)), "osl_short": float(g.osl.min()), "osl_long": float(g.osl.max()),
+                        "ttft_ratio_measured": short.silicon_ttft_ms.median() / long_.silicon_ttft_ms.median(),
+                        "ttft_ratio_predicted": short.pred_ttft_ms.median() / long_.pred_ttft_ms.median()})
+    return pd.DataFrame.from_records(records)
+
+
 def _annotate(res: pd.DataFrame) -> pd.DataFrame:
     from model_specs.catalog import load_model
     from paraplan.validation.serving import MODEL_PRESETS
@@ -114,6 +136,14 @@ def report(res: pd.DataFrame) -> str:
         parts.append("== decode: measured / predicted TPOT slope and intercept against concurrency "
                      f"(<= {MAX_BATCH}), per tp ==\n{slope_ratio_by(slopes).to_string()}")
         parts.append(f"== the same per backend and tp ==\n{slope_ratio_by(slopes, ('backend', 'tp_size')).to_string()}")
+    pairs = osl_pairs(res)
+    if len(pairs):
+        g = pairs.groupby(["backend", "model_path"], dropna=False)
+        table = pd.DataFrame({"pairs": g.size(), "measured_median": g.ttft_ratio_measured.median(),
+                              "measured_q75": g.ttft_ratio_measured.quantile(0.75),
+                              "predicted_median": g.ttft_ratio_predicted.median()}).round(2)
+        parts.append(f"== TTFT at the shorter osl / at the longer (same layout, isl, concurrency <= "
+                     f"{MAX_PAIR_BATCH}) ==\n{table.to_string()}")
     return "\n\n".join(parts)
 
 
