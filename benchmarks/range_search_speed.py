@@ -162,6 +162,39 @@ rows included; its DAG sweeps run few rows a call, per-level overhead), the step
 met: no phase holds half of the time, so reaching it needs the per-stage memory model's work
 (and the timing's) cut several-fold with every result bit-identical, which no change measured
 here allows.
+
+Then (2026-12-02, later; issue 18; plan tables byte-identical, ``tools/plan_snapshot.py`` on its
+five cases, by default and with ``--one-process``, against main at af0f5ca): the kept plans'
+table is built from what the chunks timed and refined (``Evaluated.unrefined``; ``Scored.timed``
+and ``exact_outputs`` seed ``refine_exact``'s cache) instead of running the memory and step model
+again on its ~200 k rows (the model is row-wise; a test compares the two frames); collective
+times are computed once per distinct (bytes, group size, stride) (``cost_models.distinct``: 80.8 M
+elements, 180 k distinct, of the floors and the timing); the memory search's probes read the
+three dynamic parts a stage total needs (not the host copy) from a count-major memo index whose
+store grows by doubling; branch and bound looks the untimed rows up in memory order
+(``time_pruning.rank_among``: ~1 M unordered binary searches cost ~10x ordered ones); the
+planner's memory phase skips the per-part outputs (``memory_parts(by_part=False)``). Phase timers,
+one process, side by side with main (load 3.7), main -> this: the kept plans' table 4.40 -> 0.48
+CPU s, the step-time floors 9.14 -> 7.00, timing the rows 8.82 -> 6.22 (the kept table's share
+gone), the memory model 23.63 -> 21.07 (its search 11.33 -> 9.96), ``skippable`` 2.21 -> 1.35;
+total 56.2 -> 48.4. The benchmark, one process, side by side with main, three times (load 3.2,
+2.9, 4.1): 46.4 -> 41.7, 47.5 -> 41.0 and 53.7 -> 47.4 CPU s (wall 86.2 -> 79.9, 88.2 -> 81.6 and
+100.8 -> 94.1 s; other agents shared the 2 cores), peak RSS 1.07 -> 1.12-1.14 GiB (the chunks' kept rows carry their outputs); two
+processes (the default), back to back, load 2.8-3.1: 59.1 -> 50.5 CPU s, 67.9 -> 56.2 s wall,
+0.58 -> 0.61 GiB (workers 1.06 GiB both).
+
+Measured and not built: skipping rows by monotonicity in dp (a row over the limit at its given
+counts with a larger-dp sibling over too: larger dp only shrinks the ZeRO-sharded states and the
+in-flight sets) could spare few rows: of the 4.80 M rows the lower bound passes, 2.10 M are
+dropped at an end stage and 2.69 M get the whole stage model, of which 2.36 M fit in HBM and only
+0.34 M (13%) are over the limit. The fitting rows need the model: the search's counts feed their
+floors, their memory the branch and bound's frontier rule, and the fitting count is reported.
+Constant ``ConfigBatch`` columns as broadcast views kept through ``take`` (no gather of the 54
+fields' unsearched ones): 47.33 vs 47.16 CPU s side by side, not kept. Where one process's 48.4 CPU s
+(load 3.7) go now: the per-stage memory model 21.1 (its search 10.0, the static parts by run 2.3,
+the end stages 2.0, the distinct dynamic rows 1.0), the step-time floors 7.0, timing the rows
+that can rank with their exact DAG makespans 6.2, branch and bound 1.8, the kept table 0.5. The
+< 10 s target is not met.
 """
 from __future__ import annotations
 

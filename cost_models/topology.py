@@ -24,9 +24,12 @@ fraction (``EfficiencyModel.collective_bw_fraction``, 1 unless a calibration mea
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from cost_models import collectives as coll
+from cost_models.distinct import once_per_distinct
 from cost_models import nccl_protocols
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
@@ -91,7 +94,17 @@ def group_collective_time_s(kind: str, bytes_, group_size, stride, cluster: Clus
     trees across domains on the shard, an all-gather inside) or ``hierarchical`` (the same split
     with a ring across: a what-if, not an NCCL algorithm). All-to-all always splits its traffic
     between the tiers, the NVLink and NIC parts running at once.
+
+    Elementwise in ``bytes_``, ``group_size`` and ``stride``: a planner's batch is computed once
+    per distinct triple (``distinct.once_per_distinct``; the same numbers).
     """
+    return once_per_distinct(partial(_group_collective_time_s, kind, cluster=cluster, eff=eff, algorithm=algorithm),
+                             bytes_, group_size, stride)
+
+
+def _group_collective_time_s(kind: str, bytes_, group_size, stride, cluster: ClusterSpec,
+                             eff: EfficiencyModel, algorithm: str = "auto"):
+    """``group_collective_time_s`` computed on every element."""
     n_intra, n_inter = group_span(group_size, stride, cluster.gpus_per_node)
     bw_i, lat_i, bw_o, lat_o = tier_bandwidths(cluster, eff)
     kind_fraction = eff.collective_fraction(kind)

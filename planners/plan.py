@@ -428,8 +428,11 @@ def _kept_table(model, cluster, eff, base, scored, limit: float, max_plans: int 
         space = replace(space, columns={k: v[order] for k, v in space.columns.items()},
                         dtypes=(space.dtypes[d],))
         own = (defaults[d],) if defaults else ()
-        ev = evaluate_space(model, cluster, eff, space, base.global_batch, limit, workers=workers, defaults=own,
-                            memory_search=memory_search, refine=refine_exact)
+        if scored.timed is not None:
+            ev = _refined_from_scoring(model, cluster, eff, space, base.global_batch, scored, sel, order, own)
+        else:
+            ev = evaluate_space(model, cluster, eff, space, base.global_batch, limit, workers=workers, defaults=own,
+                                memory_search=memory_search, refine=refine_exact)
         table = _ranked_table(space, ev, base.global_batch, cluster.gpu.hbm_bytes,
                               row_ids=scored.positions[sel][order])
         table["dtype"] = pd.Categorical([base.dtypes[d]] * len(table), categories=list(base.dtypes))
@@ -437,6 +440,27 @@ def _kept_table(model, cluster, eff, base, scored, limit: float, max_plans: int 
     plans = tables[0] if len(tables) == 1 else pd.concat(tables, ignore_index=True)
     plans = plans.sort_values(_RANK_BY, ascending=_RANK_ASCENDING, kind="stable", ignore_index=True)
     return plans.drop(columns="_row")
+
+
+def _refined_from_scoring(model, cluster, eff, space, global_batch: int, scored, sel: np.ndarray,
+                          order: np.ndarray, defaults: tuple) -> Evaluated:
+    """What ``evaluate_space(..., refine=refine_exact)`` of ``space`` (the scored rows ``sel``,
+    in ``order``, one dtype; every one fits) gives, from the scoring's own outputs: the step
+    model is row-wise, so each row's memory, search counts and times as timed are the ones the
+    search gave it (``scored.timed``), and the rows the search's refinement computed exactly
+    seed ``refine_exact``'s cache with those exact outputs; the refinement over these rows then
+    runs as on a fresh evaluation, computing only the exact rows the search did not."""
+    n = len(order)
+    timed = {k: v[sel][order] for k, v in scored.timed.items()}
+    ev = Evaluated(np.arange(n), np.zeros(n, dtype=np.int64), timed, n, np.inf, -1, -1, fitting=n)
+    place = np.full(len(scored.exact), -1)
+    place[scored.exact] = np.arange(int(np.count_nonzero(scored.exact)))
+    at = place[np.flatnonzero(sel)[order]]
+    known = at >= 0
+    values = {k: np.where(known, v[np.maximum(at, 0)], 0.0) if len(v) else np.zeros(n)
+              for k, v in scored.exact_outputs.items()}
+    return refine_exact(model, cluster, eff, space, global_batch, ev, defaults=defaults,
+                        cache=(np.arange(n), known, values))
 
 
 def _ranked_table(space, ev, gbs: int, hbm_bytes: float, row_ids: np.ndarray | None = None) -> pd.DataFrame:

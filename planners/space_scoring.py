@@ -12,7 +12,7 @@ import multiprocessing as mp
 import os
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
 from planners.search_space import SpaceBase
-from planners.vectorized import DEFAULT_CHUNK_ROWS, PARALLEL_MIN_ROWS, evaluate_space
+from planners.vectorized import DEFAULT_CHUNK_ROWS, KEPT_OUTPUTS, PARALLEL_MIN_ROWS, evaluate_space
 
 
 
@@ -59,7 +59,10 @@ def kept_rows(tps: np.ndarray, mem: np.ndarray, n: np.ndarray, max_plans: int | 
 class Scored:
     """What a whole space's scoring keeps: the candidate rows (``kept_rows`` of each chunk) as
     (base row, combination, dtype index, row number in the space), their tokens/s, memory and
-    GPU count, plus the counts and the smallest footprint seen (as ``Evaluated``)."""
+    GPU count, plus the counts and the smallest footprint seen (as ``Evaluated``). With a
+    ``refine``, also the candidates' outputs as timed (``timed``: ``Evaluated.unrefined``), which
+    of them the refinement computed exactly (``exact``) and those rows' exact outputs
+    (``exact_outputs``, ``KEPT_OUTPUTS``), so their table needs no step model again."""
 
     base_rows: np.ndarray
     combos: np.ndarray
@@ -75,6 +78,9 @@ class Scored:
     wall_s: float
     cpu_s: float
     bound_pruned: int = 0
+    timed: Mapping[str, np.ndarray] | None = None
+    exact: np.ndarray | None = None
+    exact_outputs: Mapping[str, np.ndarray] | None = None
 
 
 @dataclass(frozen=True)
@@ -114,12 +120,20 @@ def _score_chunk(job: _ScoreJob, i: int, kept_elsewhere: tuple | None = None) ->
     keep = kept_rows(tps, mem, n, job.max_plans) if len(ev.rows) else np.zeros(0, dtype=bool)
     r = ev.rows[keep]
     row = ev.min_memory_row
-    return {"base_rows": rows[r], "combos": combo[r], "dtype_index": ev.dtype_index[keep],
+    part = {"base_rows": rows[r], "combos": combo[r], "dtype_index": ev.dtype_index[keep],
             "positions": job.base.rank(rows[r], combo[r]), "tokens_per_s": tps[keep], "memory_bytes": mem[keep],
             "n_gpus": n[keep], "evaluated": ev.evaluated, "fitting": ev.fitting, "rows": len(space),
             "min_memory_bytes": ev.min_memory_bytes,
             "min_memory_pick": (int(rows[row]), int(combo[row]), ev.min_memory_dtype) if row >= 0 else (-1, -1, -1),
             "bound_pruned": ev.bound_pruned, "cpu_s": time.process_time() - c0}
+    if ev.unrefined is not None:
+        # the kept rows' outputs as timed, and those the refinement computed exactly, for the
+        # table of the whole search's kept rows (``Scored.timed``)
+        part["timed"] = {k: np.asarray(v)[keep] for k, v in ev.unrefined.items()}
+        exact = np.asarray(ev.outputs["pipeline_exact"])[keep].astype(bool)
+        part["exact"] = exact
+        part["exact_outputs"] = {k: np.asarray(ev.outputs[k])[keep][exact] for k in KEPT_OUTPUTS}
+    return part
 
 
 def _score_worker(i: int) -> dict:
@@ -174,6 +188,10 @@ def score_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ba
     cat = {k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
            for k in ("base_rows", "combos", "dtype_index", "positions", "tokens_per_s", "memory_bytes", "n_gpus")}
     smallest = min(parts, key=lambda p: p["min_memory_bytes"]) if parts else None
+    if parts and all("timed" in p for p in parts):
+        cat["timed"] = {k: np.concatenate([p["timed"][k] for p in parts]) for k in parts[0]["timed"]}
+        cat["exact"] = np.concatenate([p["exact"] for p in parts])
+        cat["exact_outputs"] = {k: np.concatenate([p["exact_outputs"][k] for p in parts]) for k in KEPT_OUTPUTS}
     return Scored(**cat, evaluated=sum(p["evaluated"] for p in parts), fitting=sum(p["fitting"] for p in parts),
                   min_memory_bytes=smallest["min_memory_bytes"] if smallest else float("inf"),
                   min_memory_pick=smallest["min_memory_pick"] if smallest else (-1, -1, -1),

@@ -40,13 +40,27 @@ from __future__ import annotations
 import numpy as np
 
 
+def rank_among(sorted_values: np.ndarray, x: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
+    """``np.searchsorted(sorted_values, x, side="left")``, the queries taken in increasing order
+    (``order``: a sorting permutation of ``x``; none: ``x`` as given): each binary search then
+    starts where the last ended, in cache, where a million unordered queries into a few
+    hundred thousand values cost several times their sort."""
+    if order is None:
+        return np.searchsorted(sorted_values, x, side="left")
+    out = np.empty(len(x), dtype=np.intp)
+    out[order] = np.searchsorted(sorted_values, x[order], side="left")
+    return out
+
+
 def skippable(floor_s: np.ndarray, memory_bytes: np.ndarray, n_gpus: np.ndarray, tokens_per_step: float,
               timed_tokens_per_s: np.ndarray, timed_memory_bytes: np.ndarray, timed_n_gpus: np.ndarray,
-              trace: dict, keep: int, elsewhere: tuple | None = None) -> np.ndarray:
+              trace: dict, keep: int, elsewhere: tuple | None = None,
+              memory_order: np.ndarray | None = None) -> np.ndarray:
     """Mask of the untimed rows (``floor_s``, ``memory_bytes``, ``n_gpus``) that need no step
     time, given the timed rows' refined tokens/s, memory and GPU counts and the refinement's
     ``trace`` (``refine_exact``, over the timed rows in the same order) (see the module);
-    ``elsewhere``: ``held_by_row`` of the rows other chunks keep, for these rows."""
+    ``elsewhere``: ``held_by_row`` of the rows other chunks keep, for these rows;
+    ``memory_order``: a sorting permutation of ``memory_bytes`` (``rank_among``), if known."""
     n = len(floor_s)
     if n == 0 or len(timed_tokens_per_s) == 0:
         return np.zeros(n, dtype=bool)
@@ -55,7 +69,7 @@ def skippable(floor_s: np.ndarray, memory_bytes: np.ndarray, n_gpus: np.ndarray,
     at = np.clip(np.searchsorted(gpus, n_gpus), 0, len(gpus) - 1)
     known = gpus[at] == n_gpus        # a count no timed row has: the row may be its best
     order = np.argsort(timed_memory_bytes, kind="stable")
-    below = np.searchsorted(timed_memory_bytes[order], memory_bytes, side="left")   # timed rows with less memory
+    below = rank_among(timed_memory_bytes[order], memory_bytes, memory_order)   # timed rows with less memory
     least_peak = np.minimum.accumulate(trace["peak_s"][order])
     j = np.maximum(below - 1, 0)
     ok = ((floor_s > trace["kth_s"]) & known & (floor_s > trace["group_best_s"][at]) & (below > 0)
@@ -64,7 +78,7 @@ def skippable(floor_s: np.ndarray, memory_bytes: np.ndarray, n_gpus: np.ndarray,
     # chunks kept together (1: the keep fastest, 2: its count's fastest, 3: dominated on the
     # frontier by a row with strictly less memory), so not among the whole search's
     top, best, less = held_by_row(memory_bytes, n_gpus, kept_summary(timed_tokens_per_s, timed_memory_bytes,
-                                                                     timed_n_gpus, keep))
+                                                                     timed_n_gpus, keep), memory_order)
     if elsewhere is not None:
         top, best, less = np.concatenate([top, elsewhere[0]]), np.maximum(best, elsewhere[1]), \
             np.maximum(less, elsewhere[2])
@@ -87,17 +101,19 @@ def kept_summary(tokens_per_s: np.ndarray, memory_bytes: np.ndarray, n_gpus: np.
             "most": np.maximum.accumulate(tokens_per_s[order]) if len(order) else np.zeros(0)}
 
 
-def held_by_row(memory_bytes: np.ndarray, n_gpus: np.ndarray, summary: dict) -> tuple:
+def held_by_row(memory_bytes: np.ndarray, n_gpus: np.ndarray, summary: dict,
+                memory_order: np.ndarray | None = None) -> tuple:
     """What rows (``memory_bytes``, ``n_gpus``) are up against among rows a search holds
     (``kept_summary``): their ``keep`` best tokens/s, and per row the best held tokens/s at its
-    GPU count and the best of the held rows with strictly less memory (-inf: none)."""
+    GPU count and the best of the held rows with strictly less memory (-inf: none);
+    ``memory_order``: a sorting permutation of ``memory_bytes``, if known."""
     n = len(memory_bytes)
     best, less = np.full(n, -np.inf), np.full(n, -np.inf)
     gpus = summary["gpus"]
     if len(gpus) and n:
         at = np.clip(np.searchsorted(gpus, n_gpus), 0, len(gpus) - 1)
         best = np.where(gpus[at] == n_gpus, summary["best"][at], -np.inf)
-        below = np.searchsorted(summary["memory"], memory_bytes, side="left")
+        below = rank_among(summary["memory"], memory_bytes, memory_order)
         less = np.where(below > 0, summary["most"][np.maximum(below - 1, 0)], -np.inf)
     return summary["top"], best, less
 

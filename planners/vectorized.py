@@ -69,6 +69,9 @@ class Evaluated:
             only if this is 0).
         fitting: rows that fit (all dtypes); ``rows`` are all of them unless the search was told
             which it keeps (``evaluate_space(keep=...)``), then those it had to time.
+        unrefined: with a ``refine``, the rows' ``KEPT_OUTPUTS`` and ``CHOSEN_FIELDS`` as timed,
+            before it (what ``evaluate_space`` of any set of these rows gives them before its
+            own refinement: ``planners.plan`` rebuilds its table from them); None without.
     """
 
     rows: np.ndarray
@@ -82,6 +85,7 @@ class Evaluated:
     cpu_s: float = 0.0
     bound_pruned: int = 0
     fitting: int = 0
+    unrefined: Mapping[str, np.ndarray] | None = None
 
 
 def _template() -> ConfigBatch:
@@ -160,7 +164,7 @@ def _memory_chunk(job: _Job, dtype_index: int, start: int, stop: int) -> "_Chunk
     # then the rows over the limit at an end stage (after the search) skip the rest of the stage
     # model: memory inf, pruned like the bound's rows
     parts = memory_parts(job.model, job.cluster, job.eff, batch, fit_limit_bytes=limit,
-                         drop_over_bytes=job.memory_limit_bytes if job.prune_by_bound else None)
+                         drop_over_bytes=job.memory_limit_bytes if job.prune_by_bound else None, by_part=False)
     mem = np.asarray(parts["memory_bytes"], dtype=float)
     pruned = stop - start - int(np.count_nonzero(np.isfinite(mem)))
     fit = np.flatnonzero((mem <= job.memory_limit_bytes) & np.asarray(parts["host_fits"], dtype=bool))
@@ -365,7 +369,10 @@ def _time_and_refine(model, cluster, eff, space, global_batch: int, job: _Job, f
     if refine is None or keep is None or n_fit <= max(keep, TOP_EXACT):
         at = np.arange(n_fit)
         ev = evaluated(at, timed(at))
-        return refine(model, cluster, eff, space, global_batch, ev, defaults=job.defaults) if refine and n_fit else ev
+        if not (refine and n_fit):
+            return replace(ev, unrefined=ev.outputs) if refine else ev
+        return replace(refine(model, cluster, eff, space, global_batch, ev, defaults=job.defaults),
+                       unrefined=ev.outputs)
     floor = fitting.floor_s
     cols = space.columns
     n_gpus = (cols["dp"] * cols["tp"] * cols["pp"] * cols["cp"])[fitting.rows]
@@ -374,8 +381,12 @@ def _time_and_refine(model, cluster, eff, space, global_batch: int, job: _Job, f
     cache = (None, np.zeros(n_fit, dtype=bool), {k: np.zeros(n_fit) for k in KEPT_OUTPUTS})
     is_timed = np.zeros(n_fit, dtype=bool)
     held = elsewhere = None
+    fit_memory = fitting.memory["memory_bytes"]
+    # the fitting rows by memory, once: each round's untimed rows are looked up in that order
+    # (``time_pruning.rank_among``)
+    by_memory = np.argsort(fit_memory, kind="stable")
     if kept_elsewhere is not None and len(kept_elsewhere[0]) >= keep:
-        held = held_by_row(fitting.memory["memory_bytes"], n_gpus, kept_summary(*kept_elsewhere, keep))
+        held = held_by_row(fit_memory, n_gpus, kept_summary(*kept_elsewhere, keep), by_memory)
         elsewhere = excluded(floor, tokens, keep, *held)
     # the first round: the lowest floors; with other chunks' kept rows, those of the rows they
     # do not rule out, fewer (the kept rows of the timed and the other chunks' rows together
@@ -398,14 +409,16 @@ def _time_and_refine(model, cluster, eff, space, global_batch: int, job: _Job, f
         trace: dict = {}
         ev = refine(model, cluster, eff, space, global_batch, evaluated(at, {k: v[at] for k, v in outputs.items()}),
                     defaults=job.defaults, cache=(at,) + cache[1:], trace=trace)
-        rest = np.flatnonzero(~is_timed)
-        skip = skippable(floor[rest], fitting.memory["memory_bytes"][rest], n_gpus[rest], tokens,
+        untimed = ~is_timed
+        rest = np.flatnonzero(untimed)
+        rest_by_memory = (np.cumsum(untimed) - 1)[by_memory[untimed[by_memory]]]
+        skip = skippable(floor[rest], fit_memory[rest], n_gpus[rest], tokens,
                          ev.outputs["tokens_per_s"], ev.outputs["memory_bytes"], n_gpus[at], trace, keep,
-                         None if held is None else (held[0], held[1][rest], held[2][rest]))
+                         None if held is None else (held[0], held[1][rest], held[2][rest]), rest_by_memory)
         open_rows = rest[~skip]
         if not len(open_rows):
-            return ev
+            return replace(ev, unrefined={k: v[at] for k, v in outputs.items()})
         # a row once skippable stays so: the next come from the open rows only
-        new = np.sort(open_rows[next_to_time(floor[open_rows], fitting.memory["memory_bytes"][open_rows],
+        new = np.sort(open_rows[next_to_time(floor[open_rows], fit_memory[open_rows],
                                              n_gpus[open_rows], trace["peak_s"], ev.outputs["memory_bytes"],
                                              n_gpus[at], step)])

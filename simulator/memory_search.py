@@ -21,6 +21,10 @@ _UNIFORM = RECOMPUTE_METHOD_CODES[RecomputeMethod.UNIFORM]
 _FULL = RECOMPUTE_CODES[Recompute.FULL]
 
 
+#: the dynamic parts a stage total reads
+_TOTAL_KEYS = ("activations_bytes", "recompute_buffers_bytes", "offload_buffers_bytes")
+
+
 def stage_total(static_tensors, dynamic: dict) -> np.ndarray:
     """Stage totals (bytes) with the allocator's allowance: the static tensors plus the
     activations, recompute and offload buffers of ``dynamic``."""
@@ -42,9 +46,9 @@ def fewest_that_fit(prm: dict, idx, fc: StageCells, limit, out: dict, static_ten
     ``prm``: the rows' split inputs (``rc``, ``nl``, ``method``, ``off`` codes);
     ``static_tensors``: per stage, the bytes that do not depend on the counts; ``row_max``:
     each row's largest chunk (layers); ``offload_ok``: per row, whether the cluster can take
-    offloaded activations; ``dynamic(pos, counts_key, counts)``: the dynamic parts of stages
-    ``pos`` with ``counts`` per stage (``counts_key`` ``stage_rc``: the block counts,
-    ``offload``: the offloaded layers per chunk)."""
+    offloaded activations; ``dynamic(pos, counts_key, counts, keys)``: the dynamic parts
+    ``keys`` (default all) of stages ``pos`` with ``counts`` per stage (``counts_key``
+    ``stage_rc``: the block counts, ``offload``: the offloaded layers per chunk)."""
     if not len(row_max) or row_max.max() <= 0:
         return dyn
     bounds = row_bounds(fc.row)
@@ -53,7 +57,7 @@ def fewest_that_fit(prm: dict, idx, fc: StageCells, limit, out: dict, static_ten
 
     def totals(pos, stage_rc=None, offload=None):
         kind, counts = ("stage_rc", stage_rc) if offload is None else ("offload", offload)
-        return stage_total(static_tensors[pos], dynamic(pos, kind, counts))
+        return stage_total(static_tensors[pos], dynamic(pos, kind, counts, _TOTAL_KEYS))
 
     changed = []          # (stages, their dynamic parts) the search chose
 

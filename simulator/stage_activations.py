@@ -275,6 +275,8 @@ def _recompute_buffer(fc: StageCells, split, a: dict, group, busy) -> np.ndarray
 
 
 
+#: ``dynamic_parts``' outputs, in the order ``shared_dynamic``'s store holds them
+_DYNAMIC = ("activations_bytes", "recompute_buffers_bytes", "offload_buffers_bytes", "host")
 #: largest (stage, count) key space ``shared_dynamic`` memoises (its index, 4 bytes a key, is
 #: allocated zeroed and touched only where keys fall)
 MEMO_MAX_KEYS = 16_000_000
@@ -290,45 +292,56 @@ def shared_dynamic(prefix, prm: dict, cells: StageCells, ctx, rows, shared):
     A (shared stage, count) pair's parts are a function of that pair alone (every operation is
     per stage), so they are memoised across calls: the memory search's probes revisit many
     pairs (on DeepSeek-V3 over 1,024-1,536 GPUs 45% of each probe's distinct pairs were
-    evaluated by an earlier probe). The memo's index is direct-addressed by ``stage * (top + 1)
-    + count`` (``top`` the largest chunk of ``cells``, which no count exceeds), so a probe needs
-    no hash table either; without it (a key space over ``MEMO_MAX_KEYS``, or counts that are
+    evaluated by an earlier probe). The memo's index is direct-addressed by ``count *
+    len(cells) + stage`` (counts at most ``top``, the largest chunk of ``cells``), so a probe needs
+    no hash table either; ``keys``: the parts wanted (the search's probes need no ``host``); without it (a key space over ``MEMO_MAX_KEYS``, or counts that are
     not whole numbers in [0, top]) each call evaluates its distinct pairs afresh."""
     n_cells = len(cells)
     top = int(np.max(cells.cell["dense"] + cells.cell["moe"])) if n_cells else 0
     span = top + 1
-    memo: dict = {}       # counts_key -> [index (1 + place in the store; 0: not yet), parts, store]
+    # counts_key -> [index (1 + place in the store; 0: not yet), store (place, part), places filled]
+    memo: dict = {}
 
     def evaluate(stages, counts_key, counts):
         sub = cells.take(stages)
         return dynamic_parts(ctx, rows[sub.row], sub, split_cells(prefix, prm, sub, **{counts_key: counts}))
 
-    def memoised(pos, counts_key, counts):
-        key = shared[pos] * span + counts.astype(np.int64)
+    def memoised(pos, counts_key, counts, keys):
+        # count-major: a probe's counts fall in a narrow range, so its lookups stay in a few
+        # stretches of the index
+        key = counts.astype(np.int64) * n_cells + shared[pos]
         if counts_key not in memo:
-            memo[counts_key] = [np.zeros(n_cells * span, dtype=np.int32), [], None]
+            memo[counts_key] = [np.zeros(n_cells * span, dtype=np.int32), np.zeros((len(_DYNAMIC), 0)), 0]
         entry = memo[counts_key]
-        index, parts = entry[0], entry[1]
-        missing = key[index[key] == 0]
-        if len(missing):
+        index = entry[0]
+        at = index[key]
+        unseen = at == 0
+        if unseen.any():
+            missing = key[unseen]
             # one occurrence per distinct missing key (the last write of a key wins), no hash table
             mark = -np.arange(1, len(missing) + 1, dtype=np.int32)
             index[missing] = mark
             new = missing[index[missing] == mark]
-            known = sum(len(part["activations_bytes"]) for part in parts)
+            known = entry[2]
             index[new] = np.arange(known + 1, known + len(new) + 1, dtype=np.int32)
-            parts.append(evaluate(new // span, counts_key, (new % span).astype(float)))
-            entry[2] = None
-        if entry[2] is None:
-            entry[2] = {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
-        at = index[key] - 1
-        return {k: x[at] for k, x in entry[2].items()}
+            part = evaluate(new % n_cells, counts_key, (new // n_cells).astype(float))
+            if known + len(new) > entry[1].shape[1]:
+                # the store grows by doubling: each part is copied in once, not the whole store
+                grown = np.empty((len(_DYNAMIC), max(2 * entry[1].shape[1], known + len(new))))
+                grown[:, :known] = entry[1][:, :known]
+                entry[1] = grown
+            for j, k in enumerate(_DYNAMIC):
+                entry[1][j, known:known + len(new)] = part[k]
+            entry[2] = known + len(new)
+            at[unseen] = index[missing]
+        at -= 1
+        return {k: entry[1][j][at] for j, k in enumerate(_DYNAMIC) if k in keys}
 
-    def dynamic(pos, counts_key, counts):
+    def dynamic(pos, counts_key, counts, keys=_DYNAMIC):
         counts = np.asarray(counts, dtype=float)
         if len(pos) and (counts >= 0).all() and (counts == np.floor(counts)).all():
             if n_cells * span <= MEMO_MAX_KEYS and counts.max() <= top:
-                return memoised(pos, counts_key, counts)
+                return memoised(pos, counts_key, counts, keys)
             key = shared[pos] * (int(counts.max()) + 1) + counts.astype(np.int64)
             # (a hash table: a sort of the keys cost more than the parts it saves)
             inverse, distinct = pd.factorize(key)

@@ -49,7 +49,7 @@ PARTS = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_byt
 
 def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch,
                  detail: bool = False, once_per_run=None, layer_key_fields=(), fit_limit_bytes=None,
-                 drop_over_bytes=None) -> dict:
+                 drop_over_bytes=None, by_part: bool = True) -> dict:
     """Peak memory per GPU, bytes, by part (``PARTS``), per row of ``batch``: the largest stage's.
 
     Returns the parts, ``memory_bytes`` (their sum), ``memory_stage`` (the stage), the host
@@ -73,7 +73,8 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
     ``drop_over_bytes`` (the planner; the search's limit when it searches): a row whose first
     or last stage shows it over this, after the search if any (``_over_at_an_end``), gets
     ``memory_bytes`` inf and nothing else (its other stages are not computed); every other row
-    gets the very numbers it gets without.
+    gets the very numbers it gets without. ``by_part`` False (the planner's memory phase, which
+    reads the total): ``PARTS`` and ``memory_stage`` are left zero, every other key the same.
     """
     n = len(batch)
     ctx = stage_context(model, cluster, eff, batch, once_per_run, layer_key_fields)
@@ -154,10 +155,11 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
         peak = np.maximum.reduceat(total, bounds)
         at_peak = np.where(total == np.repeat(peak, np.diff(np.append(bounds, len(fc)))), np.arange(len(fc)), len(fc))
         k = np.minimum.reduceat(at_peak, bounds)               # the first stage at the peak (as argmax)
-        for name in PARTS:
-            out[name][idx] = part(name, k)
+        if by_part:
+            for name in PARTS:
+                out[name][idx] = part(name, k)
+            out["memory_stage"][idx] = fc.local[k]
         out["memory_bytes"][idx] = total[k]
-        out["memory_stage"][idx] = fc.local[k]
         out["host_memory_bytes"][idx] = np.maximum.reduceat(host, bounds)
         # the optimizer step is timed on the larger of the first and last stage's parameters (as
         # the efficiency fit was made; a middle stage can hold more when the ends are lighter)

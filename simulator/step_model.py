@@ -128,7 +128,7 @@ def _once_per_run(batch: ConfigBatch, key_fields, fn, *args):
 # ---- memory ----------------------------------------------------------------------------------
 
 def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch,
-                 detail: bool = False, fit_limit_bytes=None, drop_over_bytes=None) -> dict:
+                 detail: bool = False, fit_limit_bytes=None, drop_over_bytes=None, by_part: bool = True) -> dict:
     """Peak memory per GPU, bytes, by part, per row of ``batch``: the largest pipeline stage's
     (``simulator.stage_memory``); ``memory_bytes`` is the total.
 
@@ -136,11 +136,12 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
     rows that fit (the figures are the same arrays ``evaluate`` returns). ``fit_limit_bytes``:
     the planner's search for the fewest recomputed / offloaded layers that fit
     (``stage_memory.memory_parts``); ``drop_over_bytes``: rows shown over it from their end
-    stages get only ``memory_bytes`` inf.
+    stages get only ``memory_bytes`` inf; ``by_part`` False: the total without the parts
+    (``stage_memory.memory_parts``).
     """
     return stage_memory.memory_parts(model, cluster, eff, batch, detail=detail, once_per_run=_once_per_run,
                                      layer_key_fields=LAYER_KEY_FIELDS, fit_limit_bytes=fit_limit_bytes,
-                                     drop_over_bytes=drop_over_bytes)
+                                     drop_over_bytes=drop_over_bytes, by_part=by_part)
 
 
 def _stage_params(mem: dict) -> dict:

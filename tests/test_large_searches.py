@@ -3,6 +3,9 @@ fastest ``max_plans`` plans plus every frontier plan, and a request too wide to 
 refused at once. Each bounded search must give the numbers the unbounded one gives."""
 from __future__ import annotations
 
+import importlib
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -90,3 +93,25 @@ def test_kept_rows_are_the_fastest_the_memory_frontier_and_the_fastest_per_gpu_c
         for g in np.unique(gpus):
             expected |= (gpus == g) & (tps == tps[gpus == g].max())
         assert np.array_equal(kept_rows(tps, mem, gpus, k), expected)
+
+
+def test_kept_table_from_the_scoring_outputs_is_the_table_of_scoring_the_kept_rows_again(monkeypatch):
+    # the table of the whole search's kept rows is built from what the chunks timed and refined
+    # (``Scored.timed``, ``exact_outputs``); scoring those rows again must give the same frame
+    plan_module = importlib.import_module("planners.plan")
+    kw = dict(max_plans=500, space_chunk_rows=20_000, assign_stages=False, workers=1)
+    reused = plan(MODEL, CLUSTER, GPUS, GBS, **kw)
+    score_space = plan_module.score_space
+    seen = []
+
+    def without_outputs(*args, **kwargs):
+        scored = score_space(*args, **kwargs)
+        seen.append(scored.timed is not None and bool(scored.exact.any()))
+        return replace(scored, timed=None, exact=None, exact_outputs=None)
+
+    monkeypatch.setattr(plan_module, "score_space", without_outputs)
+    rescored = plan(MODEL, CLUSTER, GPUS, GBS, **kw)
+    assert seen == [True]
+    assert len(reused.plans) >= 500 and reused.plans["pipeline_exact"].any()
+    pd.testing.assert_frame_equal(reused.plans, rescored.plans, check_exact=True)
+    assert reused.fitting == rescored.fitting and reused.evaluated == rescored.evaluated

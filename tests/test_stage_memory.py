@@ -190,3 +190,24 @@ def test_deepseek_v3_dualpipe_layout_fits_with_its_memory_features_and_not_with_
                                                      **base))
     assert not _fits_80gb(ops) and _fits_80gb(fitted)
     assert fitted.memory_bytes < ops.memory_bytes
+
+
+def test_the_planners_total_only_memory_is_the_total_of_the_memory_by_part():
+    # the planner's memory phase skips the parts (``by_part=False``): every key it keeps must be
+    # the very number of the full call, with the search and the end-stage drop on
+    from simulator.step_model import memory_parts
+    configs = [cfg(pp=p, dp=d, zero_stage=z, recompute=r, micro_batch=m, global_batch=16)
+               for p in (1, 2, 4) for d in (1, 2) for z in ((0, 1, 3) if d > 1 else (0,))
+               for r in ("none", "selective", "full") for m in (1, 2)]
+    batch = ConfigBatch.from_configs(configs)
+    eff = efficiency_for_cluster(CLUSTER)
+    full = memory_parts(MODEL, CLUSTER, eff, batch)
+    limit = float(np.median(full["memory_bytes"]))
+    kw = dict(fit_limit_bytes=limit, drop_over_bytes=limit)
+    whole = memory_parts(MODEL, CLUSTER, eff, batch, **kw)
+    total = memory_parts(MODEL, CLUSTER, eff, batch, by_part=False, **kw)
+    assert np.isfinite(whole["memory_bytes"]).any() and not np.isfinite(whole["memory_bytes"]).all()
+    for key in set(whole) - {"memory_stage", "weights_bytes", "gradients_bytes", "optimizer_bytes",
+                             "activations_bytes", "logits_bytes", "recompute_buffers_bytes",
+                             "offload_buffers_bytes", "moe_dispatch_bytes", "zero3_buffers_bytes", "allocator_bytes"}:
+        np.testing.assert_array_equal(np.broadcast_to(total[key], np.shape(whole[key])), whole[key], err_msg=key)
