@@ -17,16 +17,16 @@ import pandas as pd
 MIN_ELEMENTS = 4096
 
 
-def distinct_elements(arrays) -> tuple[np.ndarray, np.ndarray] | None:
+def distinct_elements(arrays, min_elements: int = MIN_ELEMENTS) -> tuple[np.ndarray, np.ndarray] | None:
     """(first index of each distinct combination, each element's combination) over 1-D arrays
     of one length (scalars and broadcast columns, constant, are left out of the key), the
     combinations numbered in order of first appearance; None when there is nothing to gain
-    (fewer than ``MIN_ELEMENTS`` elements, or no column that varies)."""
+    (fewer than ``min_elements`` elements, or no column that varies)."""
     cols = [a for a in arrays if a.ndim == 1 and a.strides[0] != 0]
     if not cols:
         return None
     n = len(cols[0])
-    if n < MIN_ELEMENTS:
+    if n < max(min_elements, 1):
         return None
     code, radix, hashed = None, 1, []
     for c in cols:

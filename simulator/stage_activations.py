@@ -17,6 +17,7 @@ import pandas as pd
 
 from cost_models import memory, moe as moe_costs, offload
 from cost_models.compute import LOW_PRECISION, activation_bytes
+from cost_models.distinct import distinct_elements
 from cost_models.low_precision import saved_gemm_input_bytes_per_element
 from model_specs.model_spec import ModelSpec
 from simulator.config_batch import RECOMPUTE_CODES
@@ -130,31 +131,12 @@ def distinct_dynamic_rows(batch, act: dict, rc_group):
     layouts = _layouts(batch, np.arange(n))
     if layouts is not None:
         cols.append(np.asarray(layouts, dtype=object).astype(str))
-    # each row's key numbered in order of first appearance, column by column (hash tables on
-    # one column at a time: cheaper than sorting the rows' bytes; constant columns skipped);
-    # columns of small non-negative whole numbers (the layout and recomputation settings) are
-    # packed into one integer first, digit by digit, without a hash table each
-    code = np.zeros(n, dtype=np.int64)
-    radix = 1
-    packed = []
-    for c in cols:
-        if c.ndim and c.strides[0] == 0:
-            continue
-        if c.dtype.kind == "f" and n:
-            top = float(c.max())
-            if c.min() >= 0 and top < 2**20 and radix * (top + 1) < 2**62 and (c == np.floor(c)).all():
-                code = code * int(top + 1) + c.astype(np.int64)
-                radix *= int(top + 1)
-                continue
-        packed.append(c)
-    if radix > 1:
-        code = pd.factorize(code)[0]
-    for c in packed:
-        values, distinct = pd.factorize(c, use_na_sentinel=False)
-        code = pd.factorize(code * len(distinct) + values)[0]
-    first = np.empty(int(code.max()) + 1 if n else 0, dtype=np.int64)
-    first[code[::-1]] = np.arange(n - 1, -1, -1)     # the last write of a key is its first row
-    return first, code
+    # each row's key numbered in order of first appearance (``distinct.distinct_elements``:
+    # small whole numbers packed into one integer, the other columns hashed one at a time)
+    found = distinct_elements(cols, min_elements=1)
+    if found is None:           # no row, or no column that varies: one key
+        return np.zeros(min(n, 1), dtype=np.int64), np.zeros(n, dtype=np.int64)
+    return found
 
 
 
@@ -293,9 +275,10 @@ def shared_dynamic(prefix, prm: dict, cells: StageCells, ctx, rows, shared):
     per stage), so they are memoised across calls: the memory search's probes revisit many
     pairs (on DeepSeek-V3 over 1,024-1,536 GPUs 45% of each probe's distinct pairs were
     evaluated by an earlier probe). The memo's index is direct-addressed by ``count *
-    len(cells) + stage`` (counts at most ``top``, the largest chunk of ``cells``), so a probe needs
-    no hash table either; ``keys``: the parts wanted (the search's probes need no ``host``); without it (a key space over ``MEMO_MAX_KEYS``, or counts that are
-    not whole numbers in [0, top]) each call evaluates its distinct pairs afresh."""
+    len(cells) + stage`` (counts at most ``top``, the largest chunk of ``cells``), so a probe
+    needs no hash table either; ``keys``: the parts wanted (the search's probes need no
+    ``host``); without the memo (a key space over ``MEMO_MAX_KEYS``, or counts that are not
+    whole numbers in [0, top]) each call evaluates its distinct pairs afresh."""
     n_cells = len(cells)
     top = int(np.max(cells.cell["dense"] + cells.cell["moe"])) if n_cells else 0
     span = top + 1
