@@ -44,6 +44,7 @@ source.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -118,6 +119,11 @@ TRAINING_METRICS = ("iter_time_s", "tokens_per_s_per_gpu", "tokens_per_s", "tflo
 GATED_FAMILIES = ("palm", "llama", "mistral", "mixtral", "qwen", "deepseek", "grok", "gemma")
 #: the stack a row with an empty ``framework`` column runs (noted in its assumptions)
 DEFAULT_STACK = "megatron-core"
+#: a row whose notes carry its source's word that the number is a known performance regression
+#: (a footnote such as Megatron-Bridge's 26.06.01 "Performance regression in GPT-OSS 120B
+#: pre-training is a known issue", cudnn-frontend issue 256: a grouped-GEMM kernel 10x slower in
+#: one library release) measures a bug the source expects fixed, not the stack's behaviour
+KNOWN_REGRESSION_NOTE = re.compile(r"performance regression\b.*\bknown issue", re.IGNORECASE)
 
 
 @dataclass
@@ -154,6 +160,9 @@ def row_inputs(row, run_conventions=frozenset()) -> RowInputs:
     ``run_conventions``: the FLOP conventions of all rows of the row's run (``run_conventions``),
     which say whether the run recomputed activations when its own row does not."""
     metric = _str(row, "measured_metric")
+    if KNOWN_REGRESSION_NOTE.search(_str(row, "notes")):
+        raise Skip("the source marks this measurement as a known performance regression (see notes): "
+                   "it measures a bug, not the stack")
     if metric not in TRAINING_METRICS:
         raise Skip(f"metric '{metric}' is not a training-step metric" if metric else "metric empty: not a training-step metric")
     conv = _str(row, "flops_convention") or "none"
