@@ -195,6 +195,40 @@ fields' unsearched ones): 47.33 vs 47.16 CPU s side by side, not kept. Where one
 the end stages 2.0, the distinct dynamic rows 1.0), the step-time floors 7.0, timing the rows
 that can rank with their exact DAG makespans 6.2, branch and bound 1.8, the kept table 0.5. The
 < 10 s target is not met.
+
+Then (2026-12-02, later; issue 18 part 2): the redesign the paragraphs above point to, built,
+measured and not kept. The per-stage memory model and its search ran only on the rows the
+branch and bound picks for timing: each chunk's rows the memory lower bound passes (4.8 M) got,
+without the stage model, a step-time floor good for any counts the memory search may choose
+(each layer's recomputation at the cheapest its row could run it, nothing offloaded; the first
+and last stages' parameters from the layout's end stages by ``stage_static``'s own formula) and
+the lower bound as their memory in the pruning rules (both at most the row's own figures, so
+``time_pruning``'s rules stay sound); a picked row went through the stage model first and left
+the search if it did not fit, and the fit count became a proven interval (rows shown to fit;
+at most the rows not shown over the limit). The plan tables stayed byte-identical
+(``tools/plan_snapshot.py``, five cases, by default and with ``--one-process``; only ``fit`` and
+``pruned.memory`` changed: this case "between 0.57 M and 3.55 M fit" in one process, 1.05 M and
+3.05 M in two, against 2.34 M exact). It was slower. One process, side by side with main, twice
+(load 3.0-4.8, then 3.5-4.1): 38.7 -> 55.1 and 37.9 -> 51.1 CPU s, 117.0 -> 142.0 and 112.9 ->
+133.5 s wall, 1.13 -> 1.43 GiB. Why (cProfile with a CPU-time clock, both side by side at load
+3.3-4.5, main 49.6 CPU s, the redesign 71.3): the stage model fell from 19.3 to 11.3 CPU s, but
+the floor costs nearly what the model does per row (2.9 against 4.0 us; main floors only the
+2.34 M fitting rows, 8.2 s, the redesign all 4.8 M, 13.7 s), the model costs more per row on
+the scattered rows picked (6.3 us: they share fewer distinct stages than a whole chunk), and
+~1.25 M of the ~1.8 M rows modelled did not fit (fast on paper, too large: no floor rules them
+out, so they must be modelled). With the weaker floor (it falls by up to 30% on full-
+recomputation rows, median unchanged) and memory (the lower bound, for the frontier rule) the
+branch and bound needed 35 refinement rounds instead of 11: timing 7.0 -> 12.8 CPU s, the
+refinement 8.4 -> 14.7 (the exact DAG makespans 6.4 -> 9.1), ``next_to_time`` 0.4 -> 6.7,
+``skippable`` 0.8 -> 4.9. Deferring the stage model cannot pay until a floor is several times
+cheaper per row than the model, and a memory bound with activations rules out the rows that do
+not fit before they are floored or modelled. Also seen in ``memory_search.fewest_that_fit``: a
+row's fit verdict does not depend on the bisection (a row whose extreme counts, every layer
+recomputed or all it may offloaded, fit always keeps a count that fits, since the bisection
+moves only to probes that fit; the final sum in ``PARTS`` order aside), so an exact count
+needs only the extreme counts, but still the stage model on every row the bound passes. Where
+main's time goes (its cProfile above): the stage model 39% (its search 20%), the floors 17%,
+the refinement 17%, timing the rows 14%. The < 10 s target is not met.
 """
 from __future__ import annotations
 
