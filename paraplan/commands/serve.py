@@ -145,7 +145,13 @@ def _layout_options(prefix: str, what: str):
 
 def render_simulation(report) -> str:
     """The human-readable table of one ``ServingReport``."""
+    from planners.serving.labels import worker_label
     ctx, d, m = report.context, report.deployment, report.metrics
+    moe = ctx.model.moe is not None
+
+    def label(lay) -> str:
+        return worker_label(lay.tp, lay.pp, lay.adp, lay.moe_tp, lay.moe_ep, moe)
+
     lines = [
         f"model    {ctx.model.name}  ({ctx.model.num_layers} layers, hidden {ctx.model.hidden_size}"
         + (f", {ctx.model.moe.num_experts} experts top-{ctx.model.moe.top_k}" if ctx.model.moe else "") + ")",
@@ -154,11 +160,11 @@ def render_simulation(report) -> str:
         + (f", experts {ctx.expert_format}" if ctx.model.moe else "") + f", KV {int(ctx.kv_bytes * 8)}-bit)",
     ]
     if d.mode == "agg":
-        lines.append(f"layout   aggregated: {d.workers} x worker {d.layout.label()} ({d.layout.gpus} GPUs), "
+        lines.append(f"layout   aggregated: {d.workers} x worker {label(d.layout)} ({d.layout.gpus} GPUs), "
                      f"{d.layout.batch} requests per rank")
     else:
-        lines.append(f"layout   disaggregated: {d.prefill_workers} x prefill {d.prefill.label()} "
-                     f"({d.prefill.batch} prompts per step) + {d.decode_workers} x decode {d.decode.label()} "
+        lines.append(f"layout   disaggregated: {d.prefill_workers} x prefill {label(d.prefill)} "
+                     f"({d.prefill.batch} prompts per step) + {d.decode_workers} x decode {label(d.decode)} "
                      f"({d.decode.batch} requests per rank)")
     lines.append(f"load     isl {d.isl} / osl {d.osl} tokens, {d.concurrency} requests in flight on {d.gpus} GPUs")
     lines += ["", "latency and throughput" + _prior_note(ctx)]
@@ -300,6 +306,10 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
     and disaggregated prefill + decode pools (their layouts, batches and worker counts). Prints
     the winner, why it wins over the best of the other mode and what binds, and the Pareto front
     of tokens/s/GPU against tokens/s/user among layouts meeting the TTFT objective.
+
+    A layout reads tpT[-ppP][-adpA][-etpExepX]: attention tensor parallelism T, pipeline stages
+    P, attention data-parallel ranks A and, for MoE models, how the experts are split over the
+    worker's T x A GPUs: expert tensor parallelism E x expert parallelism X (E x X = T x A).
 
     \b
     Examples:

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from hardware_specs.errors import InputError
+from planners.serving.labels import worker_labels
 from planners.serving.pareto import pareto_front
 from planners.serving.space import with_batches, worker_layouts
 from simulator.serving.aggregated import evaluate_agg
@@ -59,20 +60,6 @@ class ServingPlan:
     wall_s: float = 0.0
 
 
-def _label(tp, pp, adp, etp, ep) -> list[str]:
-    out = []
-    for t, p, a, e, x in zip(tp, pp, adp, etp, ep):
-        s = f"tp{int(t)}"
-        if p > 1:
-            s += f"-pp{int(p)}"
-        if a > 1:
-            s += f"-adp{int(a)}"
-        if x > 1 or (e > 1 and e != t * a):
-            s += f"-etp{int(e)}xep{int(x)}"
-        out.append(s)
-    return out
-
-
 def _agg(ctx, gpus: int, isl: int, osl: int, max_batch: int, allow_pp: bool) -> pd.DataFrame:
     layouts = worker_layouts(ctx.model, gpus, ctx.cluster.gpus_per_node, allow_pp)
     if len(layouts) == 0:
@@ -81,9 +68,10 @@ def _agg(ctx, gpus: int, isl: int, osl: int, max_batch: int, allow_pp: bool) -> 
     out = evaluate_agg(ctx, cols["tp"], cols["adp"], cols["pp"], cols["moe_tp"], cols["moe_ep"], cols["batch"], isl, osl)
     worker_gpus = cols["tp"] * cols["pp"] * cols["adp"]
     workers = np.floor(gpus / worker_gpus)
+    moe = ctx.model.moe is not None
     keep = out["fits"] & (workers >= 1)
     df = pd.DataFrame({
-        "mode": "agg", "layout": _label(cols["tp"], cols["pp"], cols["adp"], cols["moe_tp"], cols["moe_ep"]),
+        "mode": "agg", "layout": worker_labels(cols["tp"], cols["pp"], cols["adp"], cols["moe_tp"], cols["moe_ep"], moe),
         "tp": cols["tp"], "pp": cols["pp"], "adp": cols["adp"], "moe_tp": cols["moe_tp"], "moe_ep": cols["moe_ep"],
         "batch": cols["batch"], "workers": workers, "gpus_used": workers * worker_gpus,
         "concurrency": cols["batch"] * cols["adp"] * workers,
@@ -149,8 +137,9 @@ def _disagg(ctx, gpus: int, isl: int, osl: int, max_batch: int) -> pd.DataFrame:
     dsel = {k: v[di] for k, v in dec.items() if isinstance(v, np.ndarray) and v.shape == dec["tpot_s"].shape}
     psel = {k: v[pi] for k, v in pre.items() if isinstance(v, np.ndarray) and v.shape == pre["pre_one_s"].shape}
     out = combine(ctx, dsel, psel, npw, ndw, isl, osl)
-    p_lab = np.array(_label(p["tp"], p["pp"], p["adp"], p["moe_tp"], p["moe_ep"]))
-    d_lab = np.array(_label(dcols["tp"], dcols["pp"], dcols["adp"], dcols["moe_tp"], dcols["moe_ep"]))
+    moe = ctx.model.moe is not None
+    p_lab = np.array(worker_labels(p["tp"], p["pp"], p["adp"], p["moe_tp"], p["moe_ep"], moe))
+    d_lab = np.array(worker_labels(dcols["tp"], dcols["pp"], dcols["adp"], dcols["moe_tp"], dcols["moe_ep"], moe))
     df = pd.DataFrame({
         "mode": "disagg", "prefill_layout": p_lab[pi], "decode_layout": d_lab[di],
         "prefill_tp": p["tp"][pi], "prefill_adp": p["adp"][pi], "prefill_moe_tp": p["moe_tp"][pi],
