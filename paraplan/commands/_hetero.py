@@ -83,7 +83,7 @@ def read_plan_file(path: str) -> dict:
     """A plan file (YAML or JSON; the ``best_plan`` object of ``paraplan plan --json``)."""
     p = Path(path)
     if not p.is_file():
-        raise InputError("--plan", f"no such file {path}")
+        raise InputError("--plan", f"no such file {path}", "check the path")
     text = p.read_text()
     try:
         data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)

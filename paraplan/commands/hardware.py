@@ -172,7 +172,7 @@ def _resolve_entry(name: str) -> tuple[str, GPUSpec | ClusterSpec]:
     path = Path(name)
     if path.suffix in (".yaml", ".yml") or path.is_file():
         if not path.is_file():
-            raise InputError("NAME", f"no such file {name}")
+            raise InputError("NAME", f"no such file {name}", "check the path, or give a name from `paraplan hardware list`")
         data = read_yaml(path, "hardware")
         if "pools" in data:
             return "pooled", load_pooled_cluster(name)

@@ -94,7 +94,7 @@ def read_runs(path) -> list[dict]:
     """The runs of a Sailor-format JSON file ({"runs": [...]} or a list); one-line errors."""
     p = Path(path)
     if not p.is_file():
-        raise InputError("PATH", f"no such file {path}")
+        raise InputError("PATH", f"no such file {path}", "check the path, or omit PATH for the bundled runs")
     try:
         data = json.loads(p.read_text())
     except json.JSONDecodeError as exc:

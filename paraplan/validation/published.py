@@ -142,7 +142,7 @@ def read_runs(path: str | Path) -> pd.DataFrame:
     """Read a published-runs CSV; a missing file or column is an ``InputError``."""
     p = Path(path)
     if not p.is_file():
-        raise InputError("path", f"no such file {path}")
+        raise InputError("path", f"no such file {path}", "check the path, or omit PATH for the bundled runs")
     try:
         df = pd.read_csv(p)
     except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
