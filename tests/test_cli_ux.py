@@ -23,3 +23,21 @@ def test_missing_input_files_say_how_to_fix_them(tmp_path):
                  ("hardware", "show", tmp_path / "gpu.yaml")):
         line = one_line_error(run(*args))
         assert "no such file" in line and line.endswith(")") and "(check the path" in line, line
+
+
+def test_plan_table_names_each_plan_by_its_config_label_and_fits_120_columns():
+    import json
+
+    from paraplan.api import config_label
+    base = ["plan", "-m", "gpt3-1.3b", "-c", "dgx-a100-80gb", "-n", "8", "--global-batch", "32", "--top", "3"]
+    table = run(*base)
+    assert table.exit_code == 0, table.output
+    plans = json.loads(run(*base, "--json").stdout)["plans"]
+    lines = table.stdout.splitlines()
+    header = next(ln for ln in lines if ln.startswith("rank"))
+    assert header.split()[:3] == ["rank", "config", "step_time_s"] and "n_gpus" not in header
+    first = lines[lines.index(header) + 2]
+    assert config_label(plans[0]) in first
+    # four significant digits, trailing zeros kept: every step time has the same width
+    assert f"{plans[0]['step_time_s']:#.4g}" in first
+    assert max(len(ln) for ln in lines) <= 120

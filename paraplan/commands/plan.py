@@ -1,6 +1,6 @@
 """``paraplan plan``: the fastest parallel configurations of a model on a cluster that fit.
 
-Prints the top plans as a table (degrees, micro-batch, ZeRO, recompute, step time, tokens/s,
+Prints the top plans as a table (one config label: degrees, micro-batch, ZeRO, recompute; step time, tokens/s,
 MFU, memory and headroom per GPU), or ``--json`` / ``--csv``; ``--pareto`` adds the
 throughput-vs-memory frontier (and throughput-vs-GPUs when ``--gpus`` is a range);
 ``--explain`` says why the winner beats the runner-up and what each pruning rule removed.
@@ -77,7 +77,7 @@ def _cells(df) -> list[list[str]]:
 
 _FORMATS = {
     "sequence_parallel": lambda v: "on" if v else "off",
-    "step_time_s": lambda v: f"{v:.4g}",
+    "step_time_s": lambda v: f"{v:#.4g}",
     "tokens_per_s": lambda v: f"{v:,.0f}",
     "tokens_per_s_per_gpu": lambda v: f"{v:,.1f}",
     "mfu_bf16_pct": lambda v: f"{v:.1f}",
@@ -102,12 +102,26 @@ def display(df, cluster):
     return out
 
 
-def _table(df, ranked: bool = True) -> str:
+#: what the ``config`` column's abbreviations mean (``paraplan.api.config_label``)
+CONFIG_LEGEND = ("config: dp tp pp (cp ep vpp when > 1) degrees, mb micro-batch, z ZeRO stage, hsdpG ZeRO over groups "
+                 "of G ranks,\n        sel / full / fullN recompute (N layers per chunk), offN layers per chunk whose "
+                 "activations are offloaded,\n        sp sequence parallel; 1f1b (interleaved if vpp > 1) and bf16 "
+                 "unless named; every field: --csv, --json\n")
+
+
+def _table(df, ranked: bool = True, show_gpus: bool = False) -> str:
+    """The plans as a table that fits a terminal: the configuration as one ``config`` label
+    (every field stays a column in --csv / --json), then the step time, throughput, MFU and
+    memory; n_gpus only when the request is a range of counts."""
+    from paraplan.api import LABEL_FIELDS, config_labels
     df = df.copy()
     star = "" if df.empty or bool(df["efficiency_fitted"].iloc[0]) else priors.mark_text()
     df = df.drop(columns="efficiency_fitted")
-    headers = list(df.columns)
-    rows = _cells(df)
+    shown = df.drop(columns=[c for c in df.columns if c in LABEL_FIELDS or c == "global_batch"
+                             or (c == "n_gpus" and not show_gpus)])
+    shown.insert(1 if show_gpus else 0, "config", config_labels(df).to_numpy() if len(df) else [])
+    headers = list(shown.columns)
+    rows = _cells(shown)
     if star:        # every time in the table rests on the prior: the marker beside each
         for c in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu"):
             if c in headers:
@@ -297,15 +311,18 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         click.echo(_csv(display(result.pareto("gpus" if is_range else "memory") if pareto else result.top(top), cl)),
                    nl=False)
         return
-    out = [_header(result), _table(display(result.top(top), cl))]
+    out = [_header(result), _table(display(result.top(top), cl), show_gpus=is_range), CONFIG_LEGEND]
     if result.stage_layers:
-        out.append(f"best plan's layers per pipeline stage: {stage_layers_text(result.stage_layers)}\n")
+        n = len(result.stage_layers)
+        key = "stage:first-last layer" if n <= 16 else "n xk = k chunks of n layers"
+        out.append(f"best plan's layers per model chunk ({n} chunk{'s' if n > 1 else ''} = pp x vpp; {key}): "
+                   f"{stage_layers_text(result.stage_layers)}\n")
     if pareto:
         out.append("\npareto frontier: tokens/s vs memory per GPU (no plan with less memory is as fast)\n")
-        out.append(_table(display(result.pareto("memory"), cl), ranked=False))
+        out.append(_table(display(result.pareto("memory"), cl), ranked=False, show_gpus=is_range))
         if is_range:
             out.append("\npareto frontier: tokens/s vs GPU count (no smaller count is as fast)\n")
-            out.append(_table(display(result.pareto("gpus"), cl), ranked=False))
+            out.append(_table(display(result.pareto("gpus"), cl), ranked=False, show_gpus=True))
     if explain:
         out.append("\n" + result.explain)
     note = priors.footnote(cl)
