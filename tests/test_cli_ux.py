@@ -41,3 +41,19 @@ def test_plan_table_names_each_plan_by_its_config_label_and_fits_120_columns():
     # four significant digits, trailing zeros kept: every step time has the same width
     assert f"{plans[0]['step_time_s']:#.4g}" in first
     assert max(len(ln) for ln in lines) <= 120
+
+
+def test_pooled_plan_shows_mfu_in_percent_like_every_other_table(tmp_path):
+    import json
+    pooled = tmp_path / "small.yaml"
+    pooled.write_text("name: small-mixed\npools:\n  - {name: a100, cluster: dgx-a100-80gb, gpus: 16}\n"
+                      "  - {name: h100, cluster: dgx-h100, gpus: 8}\n")
+    base = ["plan", "-m", "gpt3-1.3b", "-c", pooled, "--global-batch", "64", "--max-micro-batch", "2"]
+    text = run(*base, "--explain").stdout
+    best = json.loads(run(*base, "--json").stdout)["comparison"][0]
+    lines = text.splitlines()
+    header = next(ln for ln in lines if ln.startswith("plan "))
+    assert header.split()[4] == "mfu_bf16_pct"
+    row = next(ln for ln in lines if ln.startswith("best plan "))
+    assert row.split()[-2] == f"{100 * best['mfu']:.1f}"
+    assert f"MFU {100 * best['mfu']:.1f}%" in text

@@ -148,7 +148,7 @@ def render_report(report: HeteroReport, model: ModelSpec, cluster: PooledCluster
     lines += ["", "throughput" + prior,
               format_table([["tokens_per_s", f"{report.tokens_per_s:,.0f}"],
                             ["tokens_per_s_per_gpu", f"{report.tokens_per_s_per_gpu:,.1f}"],
-                            ["mfu_pct", f"{100 * report.mfu:.1f}"]], ["metric", "value"], align="lr", indent="  ").rstrip(),
+                            [f"mfu_{s.dtype}_pct", f"{100 * report.mfu:.1f}"]], ["metric", "value"], align="lr", indent="  ").rstrip(),
               "", "replica groups"]
     rows = [[i, g["replicas"], g["stages"], g["micro_batches"], g["micro_batches_total"], f"{g['slowest_stage_s'] * 1e3:.2f}",
              f"{g['pipeline_s']:.4f}"] for i, g in enumerate(report.groups)]
@@ -197,18 +197,19 @@ def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool) -
     out = [f"plan: {result.model} on {result.cluster} ({pools}); global batch {result.global_batch} sequences x "
            f"{result.seq_len} = {tokens:,} tokens, {result.dtype}\n",
            f"scored {result.evaluated:,} candidate plans in {result.wall_s:.2f} s\n\n"]
-    rows = [[r["plan"], r["n_gpus"], "-" if r["n_gpus"] == 0 else f"{r['step_time_s']:.4g}",
-             f"{r['tokens_per_s']:,.0f}", "-" if r["n_gpus"] == 0 else f"{r['mfu']:.3f}",
+    mfu_head = f"mfu_{result.dtype}_pct"      # percent of the plan dtype's peak, summed over its GPUs
+    rows = [[r["plan"], r["n_gpus"], "-" if r["n_gpus"] == 0 else f"{r['step_time_s']:#.4g}",
+             f"{r['tokens_per_s']:,.0f}", "-" if r["n_gpus"] == 0 else f"{100 * r['mfu']:.1f}",
              "-" if r["n_gpus"] == 0 else f"{r['best_gain_pct']:+.1f}"] for r in comp.to_dict("records")]
-    out.append(format_table(rows, ["plan", "n_gpus", "step_time_s", "tokens_per_s", "mfu", "best_vs_this_pct"]))
+    out.append(format_table(rows, ["plan", "n_gpus", "step_time_s", "tokens_per_s", mfu_head, "best_vs_this_pct"]))
     out.append(f"\nbest plan: {layout_text(result.best)}\n")
     cells = []
     for r in table.to_dict("records"):
         cells.append([r["kind"], r["pools"], r["n_gpus"], r["layout"], r["micro_batch"], r["zero_stage"], r["recompute"],
-                      "on" if r["sequence_parallel"] else "off", f"{r['step_time_s']:.4g}", f"{r['tokens_per_s']:,.0f}",
-                      f"{r['mfu']:.3f}", f"{r['memory_gib']:.1f}"])
+                      "on" if r["sequence_parallel"] else "off", f"{r['step_time_s']:#.4g}", f"{r['tokens_per_s']:,.0f}",
+                      f"{100 * r['mfu']:.1f}", f"{r['memory_gib']:.1f}"])
     head = ["kind", "pools", "n_gpus", "layout", "micro_batch", "zero", "recompute", "sp", "step_time_s",
-            "tokens_per_s", "mfu", "memory_gib"]
+            "tokens_per_s", mfu_head, "memory_gib"]
     out.append("\ntop plans\n" + format_table([[str(i + 1)] + c for i, c in enumerate(cells)], ["rank"] + head))
     if result.prior_pools:
         out.append(f"\nnote: numbers on {', '.join(result.prior_pools)} rest on an unfitted efficiency prior\n")
