@@ -372,7 +372,7 @@ def main() -> None:
     Examples:
       paraplan hardware list
       paraplan models show llama3-70b
-      paraplan simulate --model llama3-70b --cluster dgx-h100 --gpus 64 --tp 4 --pp 4 --global-batch 128
+      paraplan simulate -m llama3-70b -c dgx-h100 -n 64 --tp 8 --pp 4 --zero 1 --sequence-parallel --global-batch 128
       paraplan validate published
 
     Errors print one line and exit 2; set PARAPLAN_DEBUG=1 to see the traceback.

@@ -57,3 +57,30 @@ def test_pooled_plan_shows_mfu_in_percent_like_every_other_table(tmp_path):
     row = next(ln for ln in lines if ln.startswith("best plan "))
     assert row.split()[-2] == f"{100 * best['mfu']:.1f}"
     assert f"MFU {100 * best['mfu']:.1f}%" in text
+
+
+def _help_examples(*command) -> list[list[str]]:
+    """The ``paraplan ...`` example lines of ``command --help`` (continuations joined), as argv."""
+    import shlex
+    text = run(*command, "--help").stdout
+    examples, current = [], None
+    for line in text.splitlines():
+        line = line.strip()
+        if current is not None:
+            current += " " + line.rstrip("\\")
+        elif line.startswith("paraplan "):
+            current = line.rstrip("\\")
+        if current is not None and not line.endswith("\\"):
+            examples.append(shlex.split(current)[1:])
+            current = None
+    return examples
+
+
+def test_every_simulate_example_in_help_runs_and_fits():
+    examples = [e for e in _help_examples() if e[0] == "simulate"] + _help_examples("simulate")
+    assert len(examples) == 5
+    for argv in examples:
+        r = run(*argv)
+        assert r.exit_code == 0, (argv, r.output)
+        # single cluster: "fits: yes"; pooled: a fits column of yes / NO per stage
+        assert "fits: yes" in r.stdout or ("group  stage" in r.stdout and " NO" not in r.stdout), argv

@@ -469,8 +469,8 @@ def command(ctx: click.Context, as_json: bool, trace_path: str | None, gantt_pat
     \b
     Examples:
       paraplan simulate --model llama3-70b --cluster dgx-h100 --gpus 64 \\
-          --tp 4 --pp 4 --micro-batch 1 --global-batch 128 --recompute selective --sequence-parallel
-      paraplan simulate -m llama3.1-405b -c dgx-h100 -n 8192 --tp 8 --pp 16 --global-batch 2048 \\
+          --tp 8 --pp 4 --zero 1 --micro-batch 1 --global-batch 128 --recompute selective --sequence-parallel
+      paraplan simulate -m llama3.1-405b -c dgx-h100 -n 8192 --tp 8 --pp 16 --global-batch 2048 --sequence-parallel \\
           --first-stage-layers 7 --last-stage-layers 7 --zero 1 --recompute full --recompute-num-layers 2
       paraplan simulate -m deepseek-v3 -c h800-node -n 2048 --pp 16 --ep 64 --schedule dualpipe \\
           --uneven-layers --zero 1 --dtype fp8 --global-batch 15360 --optimizer-moment-bytes 2 \\
