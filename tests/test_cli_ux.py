@@ -84,3 +84,21 @@ def test_every_simulate_example_in_help_runs_and_fits():
         assert r.exit_code == 0, (argv, r.output)
         # single cluster: "fits: yes"; pooled: a fits column of yes / NO per stage
         assert "fits: yes" in r.stdout or ("group  stage" in r.stdout and " NO" not in r.stdout), argv
+
+
+def test_serve_simulate_text_names_match_their_units():
+    import json
+
+    import pytest
+    args = ["serve", "simulate", "-m", "llama3.1-70b", "-s", "dgx-h100", "--tp", "4", "--batch", "32"]
+    text = run(*args).stdout
+    data = json.loads(run(*args, "--json").stdout)
+    rows = {ln.split()[0]: ln.split() for ln in text.splitlines() if ln.startswith("  ") and len(ln.split()) > 1}
+    # decode parts under time_ms carry no "_s" suffix, and their times add up to the step
+    assert "attention_s" not in rows and "step_ms" not in rows
+    parts = ("attention", "mlp", "elementwise", "lm_head", "comm", "kernel_fixed", "host")
+    assert sum(float(rows[p][1]) for p in parts) == pytest.approx(float(rows["step"][1]), abs=0.01)
+    # a fraction is shown in percent under a _pct name (3 significant digits);
+    # TPOT = decode step / (1 - prefill share)
+    assert float(rows["prefill_share_pct"][1]) == pytest.approx(100 * data["prefill_share"], rel=1e-2)
+    assert float(rows["step"][1]) / (1 - data["prefill_share"]) == pytest.approx(1e3 * data["tpot_s"], rel=1e-3)

@@ -34,6 +34,15 @@ MEMORY_MEANING = {
     "reserved_bytes": "CUDA context, communication buffers, graphs",
     "kv_pool_bytes": "KV-cache pool",
 }
+#: the mode-specific metrics of ``ServingReport.extra``: (shown as, what); fractions in percent
+EXTRA_MEANING = {
+    "prefill_work_s": ("prefill_work_ms", "engine time one prompt's prefill adds to the shared steps"),
+    "prefill_share": ("prefill_share_pct", "share of the engine's time on prompts (TPOT = decode step / (1 - share))"),
+    "prefill_step_s": ("prefill_step_ms", "one prefill step of a prefill worker"),
+    "kv_transfer_s": ("kv_transfer_ms", "one request's KV cache moved from prefill to decode worker"),
+    "prefill_utilization": ("prefill_utilization_pct", "share of the prefill workers' capacity in use"),
+    "queue_wait_s": ("queue_wait_ms", "part of the TTFT spent waiting (prefill queue, or a free KV-cache slot)"),
+}
 _PLAN_COLUMNS = ("mode", "layout", "prefill_layout", "decode_layout", "batch", "prefill_batch", "workers",
                  "prefill_workers", "decode_workers", "gpus_used", "concurrency", "ttft_ms", "ttft_p90_ms", "tpot_ms",
                  "tokens_per_s_per_gpu", "tokens_per_s_per_user", "meets_slo")
@@ -176,16 +185,17 @@ def render_simulation(report) -> str:
             ["tokens_per_s_per_user", f"{m['tokens_per_s_per_user']:,.1f}", "output tokens/s each user sees"],
             ["max_batch_per_rank", f"{int(m['max_batch_per_rank'])}", "largest concurrency per rank whose KV cache fits"]]
     for k, v in report.extra.items():
-        unit = 1e3 if k.endswith("_s") else 1.0
-        name = k[:-2] + "_ms" if k.endswith("_s") else k
-        rows.append([name, f"{unit * v:.3g}", ""])
+        scale = 1e3 if k.endswith("_s") else 100.0       # seconds to ms, fractions to percent
+        name, what = EXTRA_MEANING.get(k, (k[:-2] + "_ms" if k.endswith("_s") else k + "_pct", ""))
+        rows.append([name, f"{scale * v:.3g}", what])
     lines.append(format_table(rows, ["metric", "value", "what"], align="lrl", indent="  ").rstrip())
     step = sum(report.decode_breakdown_s.values())
     lines += ["", "decode step (one token for every request of a rank)"]
-    rows = [[k.removeprefix("decode_"), f"{1e3 * v:.3f}", f"{100 * v / step:.1f}" if step > 0 else "-", PART_MEANING[k]]
-            for k, v in report.decode_breakdown_s.items()]
-    rows.append(["step_ms", f"{1e3 * step:.3f}", "100.0", ""])
-    lines.append(format_table(rows, ["part", "time_ms", "pct", "what"], align="lrrl", indent="  ").rstrip())
+    # part names without their "_s": the time_ms column carries the unit
+    rows = [[k.removeprefix("decode_").removesuffix("_s"), f"{1e3 * v:.3f}", f"{100 * v / step:.1f}" if step > 0 else "-",
+             PART_MEANING[k]] for k, v in report.decode_breakdown_s.items()]
+    rows.append(["step", f"{1e3 * step:.3f}", "100.0", "one decode step"])
+    lines.append(format_table(rows, ["part", "time_ms", "pct_of_step", "what"], align="lrrl", indent="  ").rstrip())
     hbm = ctx.cluster.gpu.hbm_bytes
     lines += ["", "memory per GPU" + (" (decode worker)" if d.mode == "disagg" else "")]
     rows = [[k.removesuffix("_bytes"), f"{v / GIB:.2f}", f"{100 * v / hbm:.1f}", MEMORY_MEANING[k]]
