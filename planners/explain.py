@@ -147,7 +147,7 @@ def explain_text(result, model: ModelSpec, memory_notes=()) -> str:
         for part in TIME_PARTS + ("step_time_s",):
             a, b = float(win[part]), float(run[part])
             deltas[part] = b - a
-            lines.append(f"  {part:<22} {a:>12.5g} {b:>12.5g} {b - a:>+12.4g}")
+            lines.append(f"  {part:<22} {a:>12.4f} {b:>12.4f} {b - a:>+12.4f}")   # seconds, as simulate prints them
         gains = sorted(((d, p) for p, d in deltas.items() if p != "step_time_s" and d > 0), reverse=True)
         costs = sorted((d, p) for p, d in deltas.items() if p != "step_time_s" and d < 0)
         why = []

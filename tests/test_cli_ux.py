@@ -102,3 +102,16 @@ def test_serve_simulate_text_names_match_their_units():
     # TPOT = decode step / (1 - prefill share)
     assert float(rows["prefill_share_pct"][1]) == pytest.approx(100 * data["prefill_share"], rel=1e-2)
     assert float(rows["step"][1]) / (1 - data["prefill_share"]) == pytest.approx(1e3 * data["tpot_s"], rel=1e-3)
+
+
+def test_plan_explain_prints_step_parts_in_seconds_with_fixed_decimals():
+    import re
+    text = run("plan", "-m", "gpt3-1.3b", "-c", "dgx-a100-80gb", "-n", "8", "--global-batch", "32", "--explain").stdout
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if "step-time part" in ln)
+    rows = lines[start + 1:start + 14]
+    assert rows[-1].split()[0] == "step_time_s"
+    for row in rows:
+        name, win, run_up, diff = row.split()
+        assert all(re.fullmatch(r"[+-]?\d+\.\d{4}", v) for v in (win, run_up, diff)), row
+        assert float(diff) == __import__("pytest").approx(float(run_up) - float(win), abs=1.5e-4)
