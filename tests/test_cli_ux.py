@@ -115,3 +115,13 @@ def test_plan_explain_prints_step_parts_in_seconds_with_fixed_decimals():
         name, win, run_up, diff = row.split()
         assert all(re.fullmatch(r"[+-]?\d+\.\d{4}", v) for v in (win, run_up, diff)), row
         assert float(diff) == __import__("pytest").approx(float(run_up) - float(win), abs=1.5e-4)
+
+
+def test_simulate_report_fits_120_columns_and_keeps_every_setting():
+    r = run("simulate", "-m", "deepseek-v3", "-c", "h800-node", "-n", "2048", "--pp", "16", "--ep", "64",
+            "--schedule", "dualpipe", "--uneven-layers", "--zero", "1", "--dtype", "fp8", "--global-batch", "15360")
+    assert r.exit_code == 0, r.output
+    assert max(len(ln) for ln in r.stdout.splitlines()) <= 120
+    for setting in ("dp=128", "ep=64", "zero=1", "schedule=dualpipe", "dtype=fp8", "grad_accumulation_fusion=on",
+                    "moe_load_imbalance=1", "fits: NO", "why: "):
+        assert setting in r.stdout, setting

@@ -8,6 +8,8 @@ same configuration and write a Chrome/Perfetto trace or a PNG timeline.
 from __future__ import annotations
 
 
+import textwrap
+
 import click
 
 from hardware_specs.catalog import load_cluster, load_stack
@@ -30,7 +32,7 @@ GIB = 2**30
 
 #: what each step-time part is, for the table (keys are ``TIME_PARTS``).
 TIME_MEANING = {
-    "compute_s": "forward + backward compute (GEMMs, attention, elementwise, LM head; gradient accumulation when unfused)",
+    "compute_s": "fwd + bwd compute: GEMMs, attention, elementwise, LM head, grad accum.",
     "recompute_s": "activation recomputation in backward",
     "tp_comm_exposed_s": "tensor-parallel collectives not hidden under GEMMs",
     "cp_comm_exposed_s": "context-parallel K/V exchange not hidden under attention",
@@ -163,6 +165,12 @@ def why_line(report: StepReport) -> str:
             f"{value:.4g} s ({_pct(value, step)}%): {TIME_MEANING.get(name, name)}")
 
 
+def _wrapped(settings: str, first: str = " " * 9, width: int = 120) -> list[str]:
+    """``name=value`` settings as lines of at most ``width`` characters, aligned under ``first``."""
+    return textwrap.wrap(settings, width=width, initial_indent=first, subsequent_indent=" " * len(first),
+                         break_long_words=False, break_on_hyphens=False)
+
+
 def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | None = None) -> str:
     """The human-readable table for one ``StepReport``."""
     c = report.config
@@ -171,18 +179,18 @@ def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | 
         f"model    {report.model}  ({model.num_layers} layers, hidden {model.hidden_size}, seq_len {model.seq_len})",
         f"cluster  {report.cluster}  ({report.gpu}, {cluster.gpus_per_node} GPUs per node)",
         f"gpus     {report.n_gpus}",
-        f"config   dp={c['dp']} tp={c['tp']} pp={c['pp']} cp={c['cp']} ep={c['ep']} etp={c['etp']} vpp={c['vpp']}  "
-        f"micro_batch={c['micro_batch']} global_batch={c['global_batch']} "
-        f"({report.num_microbatches} micro-batches, {report.tokens_per_step:,.0f} tokens/step)",
-        f"         zero={c['zero_stage']} recompute={c['recompute']} sequence_parallel={_on_off(c['sequence_parallel'])} "
-        f"dtype={c['dtype']} schedule={c['schedule']} flash_attention={_on_off(c['flash_attention'])} "
-        f"attention_kernel={c['attention_kernel']}",
-        f"         overlap_grad_reduce={_on_off(c['overlap_grad_reduce'])} "
-        f"overlap_param_gather={_on_off(c['overlap_param_gather'])} tp_comm_overlap={_on_off(c['tp_comm_overlap'])} "
-        f"ep_comm_overlap={_on_off(c['ep_comm_overlap'])} ep_dispatch_dedup={_on_off(c['ep_dispatch_dedup'])} "
-        f"cp_kind={c['cp_kind']} moe_load_imbalance={c['moe_load_imbalance']:g} "
-        f"grad_accumulation_fusion={_on_off(c['grad_accumulation_fusion'])}"
-        + (f" zero3_recompute_gather={_on_off(c['zero3_recompute_gather'])}" if c["zero_stage"] >= 3 else ""),
+        *_wrapped(f"dp={c['dp']} tp={c['tp']} pp={c['pp']} cp={c['cp']} ep={c['ep']} etp={c['etp']} vpp={c['vpp']}  "
+                  f"micro_batch={c['micro_batch']} global_batch={c['global_batch']} "
+                  f"({report.num_microbatches} micro-batches, {report.tokens_per_step:,.0f} tokens/step)", first="config   "),
+        *_wrapped(f"zero={c['zero_stage']} recompute={c['recompute']} sequence_parallel={_on_off(c['sequence_parallel'])} "
+                  f"dtype={c['dtype']} schedule={c['schedule']} flash_attention={_on_off(c['flash_attention'])} "
+                  f"attention_kernel={c['attention_kernel']} "
+                  f"overlap_grad_reduce={_on_off(c['overlap_grad_reduce'])} "
+                  f"overlap_param_gather={_on_off(c['overlap_param_gather'])} tp_comm_overlap={_on_off(c['tp_comm_overlap'])} "
+                  f"ep_comm_overlap={_on_off(c['ep_comm_overlap'])} ep_dispatch_dedup={_on_off(c['ep_dispatch_dedup'])} "
+                  f"cp_kind={c['cp_kind']} moe_load_imbalance={c['moe_load_imbalance']:g} "
+                  f"grad_accumulation_fusion={_on_off(c['grad_accumulation_fusion'])}"
+                  + (f" zero3_recompute_gather={_on_off(c['zero3_recompute_gather'])}" if c["zero_stage"] >= 3 else "")),
         "",
         "step time",
     ]
@@ -231,10 +239,12 @@ def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | 
         lines.append("fits: NO (the host memory offload needs exceeds the node's; offload less)")
     else:
         big_name, big = max(report.memory_breakdown_bytes.items(), key=lambda kv: kv[1])
-        lines.append(f"fits: NO (over by {keep - free:.2f} GiB per GPU on stage {stage} with the {keep:.2f} GiB "
-                     f"headroom a run keeps; largest part {big_name.removesuffix('_bytes')} {big / GIB:.2f} GiB; "
-                     f"try recompute (--recompute-num-layers), offload, more tp/pp, uneven stages, or a ZeRO stage)")
-    lines.append(why_line(report))
+        lines += textwrap.wrap(
+            f"fits: NO (over by {keep - free:.2f} GiB per GPU on stage {stage} with the {keep:.2f} GiB "
+            f"headroom a run keeps; largest part {big_name.removesuffix('_bytes')} {big / GIB:.2f} GiB; "
+            f"try recompute (--recompute-num-layers), offload, more tp/pp, uneven stages, or a ZeRO stage)",
+            width=120, subsequent_indent=" " * 6, break_long_words=False)
+    lines += textwrap.wrap(why_line(report), width=120, subsequent_indent=" " * 5, break_long_words=False)
     note = priors.footnote(cluster)
     if note:
         lines.append(note)
