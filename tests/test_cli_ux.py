@@ -125,3 +125,15 @@ def test_simulate_report_fits_120_columns_and_keeps_every_setting():
     for setting in ("dp=128", "ep=64", "zero=1", "schedule=dualpipe", "dtype=fp8", "grad_accumulation_fusion=on",
                     "moe_load_imbalance=1", "fits: NO", "why: "):
         assert setting in r.stdout, setting
+
+
+def test_catalog_listings_print_every_value_readably():
+    models = run("models", "list").stdout.splitlines()
+    header = models[0].split()
+    col = header.index("params_b")
+    mixtral = next(ln.split() for ln in models if ln.startswith("mixtral-8x7b "))
+    assert mixtral[col] == "46.70"          # 46.70 B parameters, not "46.7" beside "140.62"
+    show = run("hardware", "show", "h100-sxm-80gb").stdout.splitlines()
+    fields = {ln.split()[0]: ln.split()[1:] for ln in show if ln.startswith("  ") and ln.split()}
+    assert fields["collective_bw_fraction"] == ["-"]            # empty: "-", not a blank
+    assert "[" not in " ".join(fields["fitted_factors"])        # a list, not its Python repr

@@ -199,7 +199,9 @@ def _kv_lines(d: dict, indent: str = "  ") -> list[str]:
     for k, v in d.items():
         if isinstance(v, dict):
             v = "  ".join(f"{kk} {vv}" for kk, vv in v.items())
-        elif v is None or v == "":
+        elif isinstance(v, (list, tuple)):
+            v = ", ".join(str(x) for x in v)
+        if v is None or v == "":        # an empty dict or list too: say there is nothing
             v = "-"
         lines.append(f"{indent}{k.ljust(width)}  {v}")
     return lines

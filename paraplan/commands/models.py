@@ -76,7 +76,9 @@ def list_cmd(as_json: bool) -> None:
     if not rows:
         click.echo("no models found")
         return
-    click.echo(format_table([list(r.values()) for r in rows], list(rows[0])), nl=False)
+    billions = ("params_b", "active_params_b")      # two decimals in every row: 46.70, not 46.7
+    click.echo(format_table([[f"{v:.2f}" if k in billions else v for k, v in r.items()] for r in rows], list(rows[0])),
+               nl=False)
 
 
 @command.command("show", short_help="Every field of one model, with parameter counts.")
