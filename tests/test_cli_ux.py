@@ -137,3 +137,10 @@ def test_catalog_listings_print_every_value_readably():
     fields = {ln.split()[0]: ln.split()[1:] for ln in show if ln.startswith("  ") and ln.split()}
     assert fields["collective_bw_fraction"] == ["-"]            # empty: "-", not a blank
     assert "[" not in " ".join(fields["fitted_factors"])        # a list, not its Python repr
+
+
+def test_hardware_stacks_table_fits_120_columns():
+    lines = run("hardware", "stacks").stdout.splitlines()
+    assert max(len(ln) for ln in lines) <= 120
+    core = next(ln for ln in lines if ln.startswith("megatron-core "))
+    assert "0.8, 0.9 ... 2024 (13)" in core             # 13 releases, first two and the last named

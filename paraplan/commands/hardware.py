@@ -187,6 +187,17 @@ def _resolve_entry(name: str) -> tuple[str, GPUSpec | ClusterSpec]:
     raise InputError("NAME", f"unknown GPU or cluster '{name}'", suggest(key, list_gpus() + list_clusters()))
 
 
+def _versions_text(versions) -> str:
+    """Up to four releases listed; more as the first two ... the last (and how many)."""
+    if len(versions) <= 4:
+        return ", ".join(versions) or "-"
+    return f"{versions[0]}, {versions[1]} ... {versions[-1]} ({len(versions)})"
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 3].rstrip() + "..."
+
+
 def _table(rows: list[dict]) -> str:
     if not rows:
         return "  (none)\n"
@@ -366,7 +377,10 @@ def stacks_cmd(name: str | None, as_json: bool) -> None:
         click.echo(dump_json(data if name is None else data[0]), nl=False)
         return
     if name is None:
-        rows = [[d["name"], d["framework"], ", ".join(d["versions"]) or "-", d["description"][:80]] for d in data]
+        rows = [[d["name"], d["framework"], _versions_text(d["versions"])] for d in data]
+        # the description fills what is left of 120 columns (all of it: hardware stacks NAME)
+        room = max(120 - sum(max(len(r[i]) for r in rows + [["stack", "framework", "versions"]]) + 2 for i in range(3)), 30)
+        rows = [r + [_clip(d["description"], room)] for r, d in zip(rows, data)]
         click.echo(format_table(rows, ["stack", "framework", "versions", "description"], align="llll"), nl=False)
         return
     d = data[0]
