@@ -146,3 +146,34 @@ def test_hardware_stacks_table_fits_120_columns():
     from hardware_specs.catalog import load_stack
     v = load_stack("megatron-core").versions
     assert len(v) > 4 and f"{v[0]}, {v[1]} ... {v[-1]} ({len(v)})" in core    # first two and last named
+
+
+def test_validate_measured_table_shows_errors_in_percent(monkeypatch, tmp_path):
+    import pandas as pd
+
+    import paraplan.measure
+    df = pd.DataFrame([{"name": "dp2", "dp": 2, "tp": 1, "pp": 1, "micro_batch": 1, "global_batch": 4, "zero_stage": 0,
+                        "recompute": "none", "measured_step_s": 0.5, "predicted_step_s": 0.45, "rel_error": -0.1,
+                        "rel_error_spread": 0.02, "cpu_wait_fraction": 0.25}])
+    monkeypatch.setattr(paraplan.measure, "compare_measured", lambda *a, **k: df)
+    profile = tmp_path / "machine.yaml"
+    profile.write_text("x")
+    r = run("validate", "measured", profile)
+    assert r.exit_code == 0, r.output
+    header, _, row = r.stdout.splitlines()[:3]
+    cells = dict(zip(header.split(), row.split()))
+    assert cells["rel_error_pct"] == "-10.0" and cells["rel_error_spread_pct"] == "2.0"
+    assert cells["cpu_wait_pct"] == "25.0" and cells["predicted_step_s"] == "0.4500"
+    assert "mean |error| 10.0%" in r.stdout
+
+
+def test_validate_heterogeneous_times_keep_four_significant_digits():
+    import re
+    lines = run("validate", "heterogeneous").stdout.splitlines()
+    head = lines[0].split()
+    i, j = head.index("pred_iter_s"), head.index("meas_iter_s")
+    ok = [ln.split() for ln in lines[2:] if " ok " in ln]
+    assert ok
+    for cells in ok:
+        for v in (cells[i], cells[j]):      # 2.000 and 1.700, not 2 and 1.7
+            assert len(re.sub(r"^0\.0*|\.", "", v)) == 4, v

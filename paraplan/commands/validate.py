@@ -217,9 +217,13 @@ def measured_cmd(cluster_path: str | None, steps: int, warmup: int, rounds: int,
         text = df.drop(columns=["measured_step_times_s"], errors="ignore").to_csv(index=False)
     else:
         err = df["rel_error"].abs() * 100
-        rows = [[r[c] if not isinstance(r[c], float) else f"{r[c]:.4g}" for c in cols] for _, r in df.iterrows()]
-        text = format_table(rows, cols) + (f"\nmean |error| {err.mean():.1f}%, worst {err.max():.1f}% over "
-                                           f"{len(df)} configurations\n")
+        # fractions shown in percent under a _pct name; times with 4 significant digits
+        pct = ("rel_error", "rel_error_spread", "cpu_wait_fraction")
+        heads = [c.removesuffix("_fraction") + "_pct" if c in pct else c for c in cols]
+        rows = [[(f"{100 * r[c]:+.1f}" if c == "rel_error" else f"{100 * r[c]:.1f}") if c in pct
+                 else f"{r[c]:#.4g}" if isinstance(r[c], float) else r[c] for c in cols] for _, r in df.iterrows()]
+        text = format_table(rows, heads) + (f"\nmean |error| {err.mean():.1f}%, worst {err.max():.1f}% over "
+                                            f"{len(df)} configurations\n")
     if out_path is not None:
         write_atomic(out_path, text)
         click.echo(f"wrote {out_path} ({len(df)} configurations)", err=True)
@@ -308,7 +312,7 @@ def _hetero_text(records, summary, gbps, lat, intra) -> str:
         twin = [a for a in t["assumptions"] if "identical" in a]
         if twin:
             note = (note + "; " if note else "") + "duplicate numbers at the source"
-        rows.append([short, "ok", f"{t['predicted']:.4g}", f"{t['measured']:.4g}", f"{100 * t['rel_error']:+.1f}",
+        rows.append([short, "ok", f"{t['predicted']:#.4g}", f"{t['measured']:#.4g}", f"{100 * t['rel_error']:+.1f}",
                      f"{m['predicted'] / 2**30:.2f}", f"{m['measured'] / 2**30:.2f}", f"{100 * m['rel_error']:+.1f}", note])
     head = ["run", "status", "pred_iter_s", "meas_iter_s", "iter_err_pct", "pred_mem_gib", "meas_mem_gib",
             "mem_err_pct", "note"]
