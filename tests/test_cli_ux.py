@@ -177,3 +177,14 @@ def test_validate_heterogeneous_times_keep_four_significant_digits():
     for cells in ok:
         for v in (cells[i], cells[j]):      # 2.000 and 1.700, not 2 and 1.7
             assert len(re.sub(r"^0\.0*|\.", "", v)) == 4, v
+
+
+def test_skipped_reasons_are_counted_most_common_first_and_wrapped_to_120_columns():
+    from collections import Counter
+
+    from paraplan.commands.validate import _counted_reasons
+    long = "dtype_norm empty on an FP8-capable GPU " * 6
+    lines = _counted_reasons(Counter({"short": 3, long.strip(): 18, "": 1}))
+    assert lines[0].startswith("     18  dtype_norm") and max(len(ln) for ln in lines) <= 120
+    assert " ".join(ln[9:] for ln in lines[:-2]) == long.strip()     # wrapped, nothing lost
+    assert lines[-2] == "      3  short" and lines[-1] == "      1  (no reason)"

@@ -92,8 +92,7 @@ def summary_text(results, summary, list_skipped: bool) -> str:
             lines.append(format_table(table, ["id", "reason"], align="ll", indent="  ").rstrip())
         else:
             counts = Counter(skipped.reason.fillna("").astype(str))
-            table = [[n, reason or "(no reason)"] for reason, n in counts.most_common()]
-            lines.append(format_table(table, ["rows", "reason"], align="rl", indent="  ").rstrip())
+            lines += ["   rows  reason"] + _counted_reasons(counts)
             lines.append("  (--list-skipped lists every skipped row id)")
     return "\n".join(lines) + "\n"
 
@@ -355,18 +354,26 @@ def serving_summary_text(results, summary, list_skipped: bool) -> str:
     assumed = results[(results.status == "ok") & (results.assumption.fillna("") != "")].drop_duplicates("id")
     if len(assumed):
         lines += ["", f"rows predicted under an assumption: {len(assumed)}"]
-        for reason, n in Counter(assumed.assumption).most_common():
-            lines.append(f"  {n:5d}  {reason}")
+        lines += _counted_reasons(Counter(assumed.assumption))
     if len(skipped):
         lines += ["", f"skipped rows: {len(skipped)}"]
         if list_skipped:
             table = [[r["id"], r["reason"]] for r in skipped.to_dict("records")]
             lines.append(format_table(table, ["id", "reason"], align="ll", indent="  ").rstrip())
         else:
-            for reason, n in Counter(skipped.reason.fillna("").astype(str)).most_common():
-                lines.append(f"  {n:5d}  {reason or '(no reason)'}")
+            lines += _counted_reasons(Counter(skipped.reason.fillna("").astype(str)))
             lines.append("  (--list-skipped lists every skipped row id)")
     return "\n".join(lines) + "\n"
+
+
+def _counted_reasons(counts: Counter, width: int = 120) -> list[str]:
+    """``  count  reason`` lines, most common first, each reason wrapped to ``width`` columns."""
+    import textwrap
+    lines = []
+    for reason, n in counts.most_common():
+        lines += textwrap.wrap(reason or "(no reason)", width=width, initial_indent=f"  {n:5d}  ",
+                               subsequent_indent=" " * 9, break_long_words=False, break_on_hyphens=False)
+    return lines
 
 
 def _serving_csv(records: list[dict]) -> str:
