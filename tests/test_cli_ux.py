@@ -188,3 +188,15 @@ def test_skipped_reasons_are_counted_most_common_first_and_wrapped_to_120_column
     assert lines[0].startswith("     18  dtype_norm") and max(len(ln) for ln in lines) <= 120
     assert " ".join(ln[9:] for ln in lines[:-2]) == long.strip()     # wrapped, nothing lost
     assert lines[-2] == "      3  short" and lines[-1] == "      1  (no reason)"
+
+
+def test_measure_prints_rounded_values_in_named_units(monkeypatch):
+    import paraplan.measure
+    result = {"measured_step_s": 0.318232132500043, "tokens_per_s": 1608.8884424640269,
+              "peak_memory_bytes": 471552000.0, "cpu_wait_fraction": 0.2163937743930873}
+    monkeypatch.setattr(paraplan.measure, "run_measurement", lambda config: result)
+    r = run("measure", "--tp", "2")
+    assert r.exit_code == 0, r.output
+    values = dict(ln.split() for ln in r.stdout.splitlines())
+    assert values == {"measured_step_s": "0.3182", "tokens_per_s": "1,609", "peak_memory_gib": "0.439",
+                      "cpu_wait_pct": "21.6"}

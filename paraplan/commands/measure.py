@@ -7,19 +7,23 @@ from paraplan.cli import dump_json
 
 
 @click.command("measure", short_help="Train a small GPT here with real DP/TP/PP and time it.")
-@click.option("--dp", type=click.IntRange(1), default=1, show_default=True)
-@click.option("--tp", type=click.IntRange(1), default=1, show_default=True)
-@click.option("--pp", type=click.IntRange(1), default=1, show_default=True)
-@click.option("--micro-batch", type=click.IntRange(1), default=1, show_default=True)
-@click.option("--global-batch", type=click.IntRange(1), default=4, show_default=True)
-@click.option("--zero", "zero_stage", type=click.IntRange(0, 1), default=0, show_default=True)
-@click.option("--recompute", type=click.Choice(["none", "full"]), default="none", show_default=True)
-@click.option("--layers", "num_layers", type=click.IntRange(1), default=4, show_default=True)
-@click.option("--hidden", "hidden_size", type=click.IntRange(8), default=256, show_default=True)
-@click.option("--heads", "num_heads", type=click.IntRange(1), default=4, show_default=True)
-@click.option("--seq-len", type=click.IntRange(2), default=128, show_default=True)
-@click.option("--steps", type=click.IntRange(2), default=6, show_default=True)
-@click.option("--warmup", type=click.IntRange(0), default=2, show_default=True)
+@click.option("--dp", type=click.IntRange(1), default=1, show_default=True, help="Data-parallel ranks.")
+@click.option("--tp", type=click.IntRange(1), default=1, show_default=True, help="Tensor-parallel degree.")
+@click.option("--pp", type=click.IntRange(1), default=1, show_default=True, help="Pipeline stages (1F1B).")
+@click.option("--micro-batch", type=click.IntRange(1), default=1, show_default=True, help="Sequences per micro-batch.")
+@click.option("--global-batch", type=click.IntRange(1), default=4, show_default=True,
+              help="Sequences per optimizer step.")
+@click.option("--zero", "zero_stage", type=click.IntRange(0, 1), default=0, show_default=True,
+              help="ZeRO stage: 0 DDP, 1 optimizer states sharded.")
+@click.option("--recompute", type=click.Choice(["none", "full"]), default="none", show_default=True,
+              help="Activation recomputation.")
+@click.option("--layers", "num_layers", type=click.IntRange(1), default=4, show_default=True, help="Transformer layers.")
+@click.option("--hidden", "hidden_size", type=click.IntRange(8), default=256, show_default=True, help="Hidden size.")
+@click.option("--heads", "num_heads", type=click.IntRange(1), default=4, show_default=True, help="Attention heads.")
+@click.option("--seq-len", type=click.IntRange(2), default=128, show_default=True, help="Sequence length in tokens.")
+@click.option("--steps", type=click.IntRange(2), default=6, show_default=True, help="Steps timed, warm-up included.")
+@click.option("--warmup", type=click.IntRange(0), default=2, show_default=True,
+              help="Leading steps left out of the median.")
 @click.option("--json", "as_json", is_flag=True, help="Print every measured field as JSON.")
 def command(as_json: bool, **config) -> None:
     """How fast does a small GPT train on this machine under this layout? Launches
@@ -38,6 +42,9 @@ def command(as_json: bool, **config) -> None:
     if as_json:
         click.echo(dump_json(result), nl=False)
         return
-    for key in ("measured_step_s", "tokens_per_s", "peak_memory_bytes", "cpu_wait_fraction"):
+    shown = (("measured_step_s", "measured_step_s", 1.0, "{:.4f}"), ("tokens_per_s", "tokens_per_s", 1.0, "{:,.0f}"),
+             ("peak_memory_bytes", "peak_memory_gib", 2.0**-30, "{:.3f}"),
+             ("cpu_wait_fraction", "cpu_wait_pct", 100.0, "{:.1f}"))
+    for key, name, scale, fmt in shown:      # median step, throughput, peak memory, share of time waiting
         if key in result:
-            click.echo(f"{key:22s} {result[key]}")
+            click.echo(f"{name:22s} {fmt.format(scale * result[key])}")
