@@ -1,6 +1,7 @@
 """Why the winner wins: its step-time breakdown against the runner-up, and what was pruned."""
 from __future__ import annotations
 
+from hardware_specs.mfu_reference import mfu_pct, reference_dtype
 from model_specs.model_spec import ModelSpec
 from planners.search_space import RULES
 from simulator.report import TIME_PARTS
@@ -25,9 +26,15 @@ def _config_text(row) -> str:
             f"sp={sp} schedule={row['schedule']} {row['dtype']}")
 
 
-def _perf_text(row) -> str:
+def _perf_text(row, gpu=None) -> str:
+    """Step, throughput, MFU (percent of ``gpu``'s reference peak, as the plan table shows it;
+    of the row dtype's peak without ``gpu``) and memory of one plan row."""
+    if gpu is None:
+        mfu = f"MFU {100 * row['mfu']:.1f}% of the {row['dtype']} peak"
+    else:
+        mfu = f"MFU {float(mfu_pct(row['mfu'], str(row['dtype']), gpu)):.1f}% of the {reference_dtype(gpu)} peak"
     return (f"{row['step_time_s']:.4g} s/step, {row['tokens_per_s']:,.0f} tokens/s, "
-            f"MFU {100 * row['mfu']:.1f}%, {row['memory_gib']:.1f} GiB/GPU")
+            f"{mfu}, {row['memory_gib']:.1f} GiB/GPU")
 
 
 def _runner_up(plans):
@@ -105,7 +112,7 @@ def memory_feature_notes(model: ModelSpec, cluster, eff, config, limit_bytes: fl
     return notes
 
 
-def explain_text(result, model: ModelSpec, memory_notes=()) -> str:
+def explain_text(result, model: ModelSpec, memory_notes=(), gpu=None) -> str:
     """The ``--explain`` text of a ``PlanResult`` (``memory_notes``: ``memory_feature_notes``
     of the winner)."""
     plans = result.plans
@@ -128,7 +135,7 @@ def explain_text(result, model: ModelSpec, memory_notes=()) -> str:
     win = plans.iloc[0]
     lines.append("")
     lines.append(f"winner:    {_config_text(win)}")
-    lines.append(f"           {_perf_text(win)}")
+    lines.append(f"           {_perf_text(win, gpu)}")
     idx, ties = _runner_up(plans)
     if idx is None:
         lines.append("runner-up: none (only one configuration fits)")
@@ -139,7 +146,7 @@ def explain_text(result, model: ModelSpec, memory_notes=()) -> str:
                          f"using the least memory)")
         diffs = [f"{k} {win[k]} -> {run[k]}" for k in _COMPARED if str(win[k]) != str(run[k])]
         lines.append(f"runner-up: {_config_text(run)}")
-        lines.append(f"           {_perf_text(run)}  ({100 * (run['step_time_s'] / win['step_time_s'] - 1):+.2f}% "
+        lines.append(f"           {_perf_text(run, gpu)}  ({100 * (run['step_time_s'] / win['step_time_s'] - 1):+.2f}% "
                      f"step time; differs in {', '.join(diffs) if diffs else 'nothing'})")
         lines.append("")
         lines.append(f"  {'step-time part':<22} {'winner_s':>12} {'runner_up_s':>12} {'diff_s':>12}")

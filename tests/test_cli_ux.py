@@ -200,3 +200,12 @@ def test_measure_prints_rounded_values_in_named_units(monkeypatch):
     values = dict(ln.split() for ln in r.stdout.splitlines())
     assert values == {"measured_step_s": "0.3182", "tokens_per_s": "1,609", "peak_memory_gib": "0.439",
                       "cpu_wait_pct": "21.6"}
+
+
+def test_plan_explain_shows_mfu_against_the_same_peak_as_the_table():
+    import json
+    base = ["plan", "-m", "gpt3-1.3b", "-c", "dgx-h100", "-n", "8", "--global-batch", "32", "--dtype", "fp8", "--top", "1"]
+    best = json.loads(run(*base, "--json").stdout)["plans"][0]
+    assert best["dtype"] == "fp8"
+    # an fp8 plan: the table's mfu_bf16_pct is twice its share of the fp8 peak, and the explanation agrees
+    assert f"MFU {best['mfu_bf16_pct']:.1f}% of the bf16 peak" in run(*base, "--explain").stdout

@@ -129,7 +129,7 @@ def summary(p: dict) -> str:
         if "tokens_per_s" in p:
             pred += f", {p['tokens_per_s']:,.0f} tokens/s"
         if "mfu" in p:
-            pred += f", MFU {100 * p['mfu']:.1f}%"
+            pred += f", MFU {100 * p['mfu']:.1f}% of the {p['dtype']} peak"   # the simulator's mfu: of its own dtype
     return f"paraplan plan: {head}: " + ", ".join(parts) + pred
 
 
