@@ -209,3 +209,16 @@ def test_plan_explain_shows_mfu_against_the_same_peak_as_the_table():
     assert best["dtype"] == "fp8"
     # an fp8 plan: the table's mfu_bf16_pct is twice its share of the fp8 peak, and the explanation agrees
     assert f"MFU {best['mfu_bf16_pct']:.1f}% of the bf16 peak" in run(*base, "--explain").stdout
+
+
+def test_simulate_on_a_cpu_shows_small_tflops_and_fp32_model_states():
+    import json
+    args = ["simulate", "-c", "cpu-local", "-m", "gpt3-125m", "--gpus", "2", "--dp", "2", "--global-batch", "8",
+            "--dtype", "fp32"]
+    rep = json.loads(run(*args, "--json").stdout)
+    rows = {ln.split()[0]: ln.split()[1:] for ln in run(*args).stdout.splitlines() if ln.startswith("  ") and ln.split()}
+    assert 0 < rep["model_tflops_per_gpu"] < 10
+    assert rows["model_tflops_per_gpu"][0].rstrip("*") == f"{rep['model_tflops_per_gpu']:.3g}"    # not "0.0"
+    assert rows["weights"][2:] == ["fp32", "weights"] and rows["gradients"][2:] == ["fp32", "gradients"]
+    # fp32 training: 4-byte weights and no master copy, so Adam's two fp32 moments are twice the weights
+    assert rep["memory_breakdown_bytes"]["optimizer_bytes"] == 2 * rep["memory_breakdown_bytes"]["weights_bytes"]

@@ -14,6 +14,7 @@ import click
 
 from hardware_specs.catalog import load_cluster, load_stack
 from hardware_specs.errors import InputError
+from cost_models.compute import FULL_PRECISION
 from hardware_specs.gpu_spec import KNOWN_DTYPES
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
@@ -44,6 +45,13 @@ TIME_MEANING = {
     "sync_wait_s": "waiting for the slowest rank at synchronisations (compute jitter)",
     "optimizer_s": "optimizer step (Adam, memory-bound)",
     "offload_exposed_s": "host offload transfers (and host optimizer step) not hidden",
+}
+#: fp32 / tf32 training keeps 4-byte weights and gradients and no master copy
+#: (``cost_models.memory.model_state_bytes``, ``full_precision``)
+FULL_PRECISION_MEANING = {
+    "weights_bytes": "fp32 weights",
+    "gradients_bytes": "fp32 gradients",
+    "optimizer_bytes": "Adam m and v (fp32 training: no master copy; less what is offloaded)",
 }
 MEMORY_MEANING = {
     "weights_bytes": "16-bit weights (and the 8-bit copies of low-precision GEMMs)",
@@ -165,6 +173,11 @@ def why_line(report: StepReport) -> str:
             f"{value:.4g} s ({_pct(value, step)}%): {TIME_MEANING.get(name, name)}")
 
 
+def _tflops(value: float) -> str:
+    """One decimal, or three significant digits below 10 TFLOP/s (a CPU's 0.0144, not 0.0)."""
+    return f"{value:.1f}" if value >= 10 else f"{value:.3g}"
+
+
 def _wrapped(settings: str, first: str = " " * 9, width: int = 120) -> list[str]:
     """``name=value`` settings as lines of at most ``width`` characters, aligned under ``first``."""
     return textwrap.wrap(settings, width=width, initial_indent=first, subsequent_indent=" " * len(first),
@@ -205,8 +218,8 @@ def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | 
     dtype = c["dtype"]
     rows = [["tokens_per_s", f"{report.tokens_per_s:,.0f}{star}"],
             ["tokens_per_s_per_gpu", f"{report.tokens_per_s_per_gpu:,.1f}{star}"],
-            ["model_tflops_per_gpu", f"{report.model_tflops_per_gpu:.1f}{star}"],
-            ["hardware_tflops_per_gpu", f"{report.hardware_tflops_per_gpu:.1f}{star}"],
+            ["model_tflops_per_gpu", f"{_tflops(report.model_tflops_per_gpu)}{star}"],
+            ["hardware_tflops_per_gpu", f"{_tflops(report.hardware_tflops_per_gpu)}{star}"],
             [mfu_units.mfu_column(cluster.gpu), f"{mfu_units.mfu_pct(report.mfu, dtype, cluster.gpu):.1f}{star}"],
             [mfu_units.mfu_column(cluster.gpu, 'hfu'), f"{mfu_units.mfu_pct(report.hfu, dtype, cluster.gpu):.1f}{star}"]]
     lines.append(format_table(rows, ["metric", "value"], align="lr", indent="  ").rstrip())
@@ -214,7 +227,8 @@ def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | 
     hbm = report.hbm_bytes
     stage = int(report.extras.get("memory_stage", 0))
     lines += ["", f"memory per GPU (peak, on pipeline stage {stage} of {c['pp']})"]
-    rows = [[k.removesuffix("_bytes"), f"{v / GIB:.2f}", _pct(v, hbm), MEMORY_MEANING.get(k, "")]
+    meaning = {**MEMORY_MEANING, **(FULL_PRECISION_MEANING if c["dtype"] in FULL_PRECISION else {})}
+    rows = [[k.removesuffix("_bytes"), f"{v / GIB:.2f}", _pct(v, hbm), meaning.get(k, "")]
             for k, v in report.memory_breakdown_bytes.items()]
     rows.append(["total", f"{report.memory_bytes / GIB:.2f}", _pct(report.memory_bytes, hbm), "peak bytes per GPU"])
     rows.append(["hbm", f"{hbm / GIB:.2f}", "100.0", f"{report.gpu} device memory"])
