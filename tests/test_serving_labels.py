@@ -32,10 +32,16 @@ def test_serve_plan_front_labels_all_show_the_expert_split_and_match_the_degrees
     front = json.loads(r.stdout)["front"]
     assert front
     for row in front:
-        labels = [row["layout"]] if row["mode"] == "agg" else [row["prefill_layout"], row["decode_layout"]]
-        for label in labels:
+        sides = [("", row["layout"])] if row["mode"] == "agg" else [("prefill_", row["prefill_layout"]),
+                                                                   ("decode_", row["decode_layout"])]
+        for side, label in sides:
             tp, pp, adp, etp, ep = (int(g) if g else 1 for g in MOE_LABEL.match(label).groups())
             assert etp * ep == tp * adp, label
+            # the JSON carries the degrees themselves, equal to what the label says
+            assert (row[f"{side}tp"], row[f"{side}adp"], row[f"{side}moe_tp"], row[f"{side}moe_ep"]) == \
+                (tp, adp, etp, ep), (label, row)
+            if side == "":
+                assert row["pp"] == pp
 
 
 def test_serve_simulate_prints_the_same_label_as_the_plan():

@@ -12,6 +12,7 @@ import io
 import math
 
 import click
+import pandas as pd
 
 from hardware_specs.errors import InputError
 from paraplan.cli import atomic_output_path, check_writable, dump_json, format_table, write_atomic
@@ -255,9 +256,28 @@ def simulate_cmd(as_json: bool, **opts) -> None:
 # plan
 # --------------------------------------------------------------------------------------------
 
+#: the layouts' degrees, beside their labels, so --json / --csv need no label parsing
+_DEGREE_COLUMNS = ("tp", "pp", "adp", "moe_tp", "moe_ep", "prefill_tp", "prefill_adp", "prefill_moe_tp", "prefill_moe_ep",
+                   "decode_tp", "decode_adp", "decode_moe_tp", "decode_moe_ep")
+
+
+#: columns that count something: whole numbers in --json / --csv (empty where the mode has none)
+_COUNT_COLUMNS = _DEGREE_COLUMNS + ("batch", "prefill_batch", "workers", "prefill_workers", "decode_workers",
+                                    "gpus_used", "concurrency")
+
+
 def _plan_rows(df):
-    cols = [c for c in _PLAN_COLUMNS if c in df.columns]
-    return df[cols]
+    """The printed columns of ``df`` and its degrees, counts as whole numbers."""
+    out = df[[c for c in _PLAN_COLUMNS + _DEGREE_COLUMNS if c in df.columns]].copy()
+    for c in _COUNT_COLUMNS:
+        if c in out:
+            out[c] = pd.to_numeric(out[c]).astype("Int64")
+    return out
+
+
+def _records(df) -> list[dict]:
+    return [{k: (None if pd.isna(v) else int(v) if k in _COUNT_COLUMNS else v) for k, v in r.items()}
+            for r in _plan_rows(df).to_dict("records")]
 
 
 def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int) -> str:
@@ -338,8 +358,9 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
     plan = plan_serving(ctx, gpus, opts["isl"], opts["osl"], ttft_ms, tpot_ms, modes=search, max_batch=max_batch,
                         allow_pp=not no_pp)
     if as_json:
-        text = dump_json({"best": {k: plan.best[k] for k in plan.best.index if k in _PLAN_COLUMNS or "_" in k},
-                          "why": plan.why, "front": _plan_rows(plan.front).to_dict("records"),
+        best = {k: plan.best[k] for k in plan.best.index if k in _PLAN_COLUMNS or "_" in k}
+        best.update(_records(plan.best.to_frame().T)[0])     # with every degree, as whole numbers
+        text = dump_json({"best": best, "why": plan.why, "front": _records(plan.front),
                           "evaluated": plan.evaluated, "efficiency_is_prior": ctx.efficiency.prior})
     elif as_csv:
         buf = io.StringIO()
