@@ -128,9 +128,9 @@ def test_moe_rows_are_predicted_within_bound(results):
     assert len(ok) >= 0.8 * len(moe)          # measured 48/53
     # the target is 12%: measured 10.37%, 10.58% after the thirteenth round's refit, 12.08%
     # after the fourteenth's (more memory-bound traffic per layer, the fit from two starts: larger
-    # GEMM plateaus on Hopper, 0.67 -> 0.70, so Grok-1 under NeMo 24.09 is 15-29% fast); a
-    # regression guard, not the target
-    assert _mean_abs_pct(ok) <= 12.5
+    # GEMM plateaus on Hopper, 0.67 -> 0.70, so Grok-1 under NeMo 24.09 is 15-29% fast), 11.85%
+    # since the GPT-OSS row its source footnotes as a known regression is skipped (sixteenth round)
+    assert _mean_abs_pct(ok) <= 12.0
 
 
 def test_context_parallel_rows_are_predicted_within_bound(results):
