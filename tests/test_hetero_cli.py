@@ -151,3 +151,28 @@ def test_pooled_plan_and_simulate_run_the_stack_given(tmp_path):
     assert json.loads(s.stdout)["tokens_per_s"] == pytest.approx(data["comparison"][0]["tokens_per_s"], rel=1e-9)
     one_line_error(run("plan", "-m", "gpt3-1.3b", "-c", MIXED, "--global-batch", "256", "--stack", "torchtitan"),
                    "stack", "every micro-batch")
+
+
+def test_pooled_simulate_judges_fit_with_the_headroom_a_run_keeps():
+    """A stage that fits the HBM but not the headroom the planner keeps free is "tight", not
+    "yes" (one-kind clusters say "fits: no" there): Llama-3-70B's first stage of 20 layers on
+    H100 at tp 8 needs 63.45 GiB of 80, so 20 GiB of headroom leaves it 3.45 GiB short."""
+    args = ("simulate", "-m", "llama3-70b", "-c", MIXED, "--group", "8x h100:tp8:pp4", "--micro-batch", "1",
+            "--global-batch", "64", "--recompute", "selective", "--sequence-parallel")
+    default = run(*args)
+    assert default.exit_code == 0, default.output
+    assert "tight" not in default.stdout          # 63.45 GiB leaves more than 5% of 80 GiB free
+    r = run(*args, "--headroom-gib", "20")
+    assert r.exit_code == 0, r.output
+    stage0 = next(line for line in r.stdout.splitlines() if "63.45/80" in line)
+    assert stage0.split()[-1] == "tight"
+    assert "less than the 20.00 GiB headroom" in r.stdout
+    data = json.loads(run(*args, "--headroom-gib", "20", "--json").stdout)
+    first = data["stages"][0]
+    assert first["fits"] is False and first["fits_hbm"] is True
+    assert first["headroom_required_bytes"] == 20 * 2**30
+    assert [s["fits"] for s in data["stages"][1:]] == [True, True, True]     # 55.6, 50.2, 47.7 GiB
+    assert data["fits"] is False and data["fits_hbm"] is True
+    assert data["pools"][0]["fits"] is False
+    bad = run(*args, "--headroom-gib", "nan")
+    assert bad.exit_code == 2 and bad.output.startswith("error: headroom_gib")

@@ -25,6 +25,7 @@ from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
 from paraplan.cli import dump_json, format_table
 from planners.hetero_explain import POOL_HEADERS, layout_text, pool_rows
+from simulator import headroom
 from simulator.heterogeneous import HeteroPlan, HeteroReport, ReplicaGroup, StagePlacement, plan_dict
 from simulator.report import TIME_PARTS
 
@@ -129,8 +130,39 @@ def require_fit(report: HeteroReport) -> None:
                              "use more stages or tensor parallelism there, recomputation, ZeRO or a smaller micro-batch")
 
 
-def render_report(report: HeteroReport, model: ModelSpec, cluster: PooledCluster) -> str:
-    """The table of one heterogeneous step: breakdown, throughput, groups, stages, pools."""
+def stage_fit_text(st, headroom_gib: float | None = None) -> str:
+    """``yes`` when the stage leaves the headroom a run keeps free (``simulator.headroom``, as
+    the planner and a one-kind cluster's ``simulate`` require), ``tight`` when it fits the HBM
+    but not with that headroom, ``NO`` over the HBM."""
+    keep = headroom.headroom_gib(st.hbm_bytes, headroom_gib)
+    if headroom.fits(st.memory_bytes, st.hbm_bytes, keep):
+        return "yes"
+    return "tight" if st.memory_bytes <= st.hbm_bytes else "NO"
+
+
+def report_json(report: HeteroReport, headroom_gib: float | None = None) -> dict:
+    """``report.as_dict()`` with each stage's and the plan's ``fits`` judged with the headroom a run
+    keeps (``fits_hbm``: the bare HBM check) and each stage's ``headroom_required_bytes``."""
+    data = report.as_dict()
+    ok = []
+    for st, d in zip(report.stages, data.get("stages", [])):
+        keep = headroom.headroom_gib(st.hbm_bytes, headroom_gib)
+        d["fits_hbm"] = bool(st.fits)
+        d["headroom_required_bytes"] = keep * GIB
+        d["fits"] = bool(headroom.fits(st.memory_bytes, st.hbm_bytes, keep))
+        ok.append(d["fits"])
+    for d in data.get("pools", []):
+        d["fits_hbm"] = bool(d["fits"])
+        d["fits"] = all(sd["fits"] for sd in data.get("stages", []) if sd["pool"] == d["pool"])
+    data["fits_hbm"] = bool(report.fits)
+    data["fits"] = bool(all(ok)) if ok else bool(report.fits)
+    return data
+
+
+def render_report(report: HeteroReport, model: ModelSpec, cluster: PooledCluster,
+                  headroom_gib: float | None = None) -> str:
+    """The table of one heterogeneous step: breakdown, throughput, groups, stages, pools; a
+    stage's ``fits`` keeps the headroom ``headroom_gib`` (default: ``simulator.headroom``'s)."""
     plan = report.plan
     s = plan.settings
     prior = f" (rests on the unfitted efficiency prior of {', '.join(report.prior_pools)})" if report.prior_pools else ""
@@ -157,9 +189,14 @@ def render_report(report: HeteroReport, model: ModelSpec, cluster: PooledCluster
     lines += ["", "stages (per micro-batch; memory per GPU at the stage's peak)"]
     rows = [[st.group, st.stage, st.pool, st.tp, st.layers, f"{st.stage_time_s * 1e3:.2f}", f"{st.compute_s * 1e3:.2f}",
              f"{st.tp_comm_exposed_s * 1e3:.2f}", f"{st.pp_comm_s * 1e3:.2f}",
-             f"{st.memory_bytes / GIB:.2f}/{st.hbm_bytes / GIB:.0f}", "yes" if st.fits else "NO"] for st in report.stages]
+             f"{st.memory_bytes / GIB:.2f}/{st.hbm_bytes / GIB:.0f}", stage_fit_text(st, headroom_gib)]
+            for st in report.stages]
     lines.append(format_table(rows, ["group", "stage", "pool", "tp", "layers", "stage_ms", "compute_ms", "tp_comm_ms",
                                      "pp_comm_ms", "memory_gib/hbm_gib", "fits"], indent="  ").rstrip())
+    if any(stage_fit_text(st, headroom_gib) == "tight" for st in report.stages):
+        keep = {f"{headroom.headroom_gib(st.hbm_bytes, headroom_gib):.2f}" for st in report.stages}
+        lines.append(f"  tight: fits the HBM but leaves less than the {' / '.join(sorted(keep))} GiB headroom a run keeps "
+                     "free (the planner's limit; --headroom-gib sets it)")
     lines += ["", "where the time goes per pool (busiest stage, seconds per step)"]
     lines.append(format_table(pool_rows(report), POOL_HEADERS, indent="  ").rstrip())
     return "\n".join(lines) + "\n"

@@ -505,7 +505,7 @@ def command(ctx: click.Context, as_json: bool, trace_path: str | None, gantt_pat
     """
     from hardware_specs.catalog import is_pooled
     if is_pooled(opts["cluster"]):
-        _simulate_pooled(ctx, opts, plan_path, groups, as_json, trace_path, gantt_path)
+        _simulate_pooled(ctx, opts, plan_path, groups, as_json, trace_path, gantt_path, headroom_gib)
         return
     if plan_path is not None or groups:
         raise InputError("--plan" if plan_path else "--group", f"{opts['cluster']} is one GPU kind",
@@ -533,7 +533,7 @@ def command(ctx: click.Context, as_json: bool, trace_path: str | None, gantt_pat
 _DEGREE_OPTIONS = ("gpus", "dp", "tp", "pp", "cp", "ep", "etp", "vpp")
 
 
-def _simulate_pooled(ctx, opts, plan_path, groups, as_json, trace_path, gantt_path) -> None:
+def _simulate_pooled(ctx, opts, plan_path, groups, as_json, trace_path, gantt_path, headroom_gib=None) -> None:
     """``simulate`` on a pooled cluster (see ``paraplan.commands._hetero``)."""
     from click.core import ParameterSource
 
@@ -585,12 +585,14 @@ def _simulate_pooled(ctx, opts, plan_path, groups, as_json, trace_path, gantt_pa
         plan = _hetero.plan_from_data(data)
     else:
         plan = HeteroPlan(groups=tuple(_hetero.parse_group(g, model) for g in groups), global_batch=gbs, **shared)
+    for pool in cluster.pools:      # a bad --headroom-gib fails before anything is computed
+        headroom.headroom_gib(pool.cluster.gpu.hbm_bytes, headroom_gib)
     report = simulate_heterogeneous(model, cluster, plan)
     _hetero.require_fit(report)
     if as_json:
-        click.echo(dump_json(report.as_dict()), nl=False)
+        click.echo(dump_json(_hetero.report_json(report, headroom_gib)), nl=False)
     else:
-        click.echo(_hetero.render_report(report, model, cluster), nl=False)
+        click.echo(_hetero.render_report(report, model, cluster, headroom_gib), nl=False)
 
 
 _OPTION_OF = {"zero_stage": "zero"}

@@ -58,16 +58,6 @@ class WorkerLayout:
         """GPUs of one worker."""
         return self.tp * self.pp * self.adp
 
-    def label(self) -> str:
-        parts = [f"tp{self.tp}"]
-        if self.pp > 1:
-            parts.append(f"pp{self.pp}")
-        if self.adp > 1:
-            parts.append(f"adp{self.adp}")
-        if self.moe_ep > 1 or self.moe_tp != self.tp * self.adp:
-            parts.append(f"etp{self.moe_tp}xep{self.moe_ep}")
-        return "-".join(parts)
-
 
 @dataclass(frozen=True)
 class Deployment:
