@@ -55,8 +55,10 @@ def test_pooled_plan_shows_mfu_in_percent_like_every_other_table(tmp_path):
     header = next(ln for ln in lines if ln.startswith("plan "))
     assert header.split()[4] == "mfu_bf16_pct"
     row = next(ln for ln in lines if ln.startswith("best plan "))
-    assert row.split()[-2] == f"{100 * best['mfu']:.1f}"
-    assert f"MFU {100 * best['mfu']:.1f}%" in text
+    assert row.split()[-2] == f"{best['mfu_bf16_pct']:.1f}" and "mfu" not in best
+    assert f"MFU {best['mfu_bf16_pct']:.1f}%" in text
+    csv_header = run(*base, "--csv").stdout.splitlines()[0].split(",")
+    assert "mfu_bf16_pct" in csv_header and "mfu" not in csv_header
 
 
 def _help_examples(*command) -> list[list[str]]:

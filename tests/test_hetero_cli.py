@@ -176,3 +176,12 @@ def test_pooled_simulate_judges_fit_with_the_headroom_a_run_keeps():
     assert data["pools"][0]["fits"] is False
     bad = run(*args, "--headroom-gib", "nan")
     assert bad.exit_code == 2 and bad.output.startswith("error: headroom_gib")
+
+
+def test_pooled_simulate_json_gives_mfu_in_percent_of_the_dtype_peak():
+    args = ("simulate", "-m", "llama3-70b", "-c", MIXED, "--group", "8x h100:tp8:pp4", "--micro-batch", "1",
+            "--global-batch", "64", "--recompute", "selective", "--sequence-parallel")
+    data = json.loads(run(*args, "--json").stdout)
+    text = run(*args).stdout
+    shown = float(next(line for line in text.splitlines() if "mfu_bf16_pct" in line).split()[-1])
+    assert "mfu" not in data and shown == pytest.approx(data["mfu_bf16_pct"], abs=0.05)

@@ -155,6 +155,7 @@ def report_json(report: HeteroReport, headroom_gib: float | None = None) -> dict
         d["fits_hbm"] = bool(d["fits"])
         d["fits"] = all(sd["fits"] for sd in data.get("stages", []) if sd["pool"] == d["pool"])
     data["fits_hbm"] = bool(report.fits)
+    data[f"mfu_{report.plan.settings.dtype}_pct"] = 100.0 * data.pop("mfu")
     data["fits"] = bool(all(ok)) if ok else bool(report.fits)
     return data
 
@@ -202,10 +203,22 @@ def render_report(report: HeteroReport, model: ModelSpec, cluster: PooledCluster
     return "\n".join(lines) + "\n"
 
 
+def _mfu_in_percent(frame, dtype: str):
+    """``frame`` with its ``mfu`` fraction as ``mfu_<dtype>_pct`` (percent of the plan dtype's
+    peak summed over the plan's GPUs), the name and unit every other command's output uses."""
+    if "mfu" not in frame.columns:
+        return frame
+    frame = frame.copy()
+    frame.insert(list(frame.columns).index("mfu"), f"mfu_{dtype}_pct", 100.0 * frame["mfu"])
+    return frame.drop(columns="mfu")
+
+
 def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool) -> str:
     """``paraplan plan`` output for a pooled cluster."""
     comp = result.comparison()
     table = result.plans.head(top)
+    if as_json or as_csv:
+        comp, table = _mfu_in_percent(comp, result.dtype), _mfu_in_percent(table, result.dtype)
     if as_json:
         data = {
             "request": {"model": result.model, "cluster": result.cluster,
