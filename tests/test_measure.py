@@ -139,12 +139,20 @@ def _loaded(df):
 
 def _suspect(df):
     """Rows a single round cannot vouch for, the ones a re-measurement helps most first: quiet
-    rows outside the bound or drifted (a verdict hangs on them), then loaded rows (no verdict)."""
+    rows outside the bound or drifted (a verdict hangs on them), then loaded rows (no verdict),
+    then, when the quiet rows' mean is above its bound, the rest of them, largest error first."""
     base = _baseline_errors()
     drift = (df["rel_error"] - df["name"].map(base)).abs().fillna(0.0)
     off = (df["rel_error"].abs() > ERROR_BOUND) | (drift > DRIFT_MARGIN)
     loaded = _loaded(df)
-    return list(df.loc[off & ~loaded, "name"]) + list(df.loc[loaded, "name"])
+    suspects = list(df.loc[off & ~loaded, "name"]) + list(df.loc[loaded, "name"])
+    quiet = df[~loaded]
+    if len(quiet) and quiet["rel_error"].abs().mean() > MEAN_ERROR_BOUND:
+        # a verdict on the mean hangs on one round too: its largest errors first (a round in
+        # which the whole VM ran slow moves every row alike, by up to ~0.25 in the full suite)
+        by_error = quiet.assign(e=quiet["rel_error"].abs()).sort_values("e", ascending=False)["name"]
+        suspects += [n for n in by_error if n not in suspects]
+    return suspects
 
 
 def measure_set(directory: Path, calibration: Path | None = None, deadline: float | None = None,
@@ -309,3 +317,14 @@ if __name__ == "__main__":      # spawned ranks re-import this file: keep the wo
         refresh_baseline()
     else:
         print(__doc__)
+
+
+def test_a_round_whose_mean_is_over_its_bound_has_every_quiet_row_remeasured_largest_error_first():
+    """No measurement: which rows ``measure_set`` measures again after one round."""
+    import pandas as pd
+    df = pd.DataFrame({"name": ["a", "b", "c", "d"], "rel_error": [-0.21, -0.28, -0.22, 0.01],
+                       "cpu_wait_fraction": [0.05, 0.06, 0.04, 0.9]})
+    # quiet rows a, b, c (mean 0.237 > 0.20), none outside the per-row bound; d is loaded
+    assert _suspect(df) == ["d", "b", "c", "a"]
+    calm = df.assign(rel_error=[-0.05, -0.10, 0.40, 0.0])      # mean 0.183: only c, then loaded d
+    assert _suspect(calm) == ["c", "d"]
