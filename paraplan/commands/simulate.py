@@ -501,7 +501,7 @@ def command(ctx: click.Context, as_json: bool, trace_path: str | None, gantt_pat
           --recompute-modules layernorm,mla_up_proj,mlp_act,moe_dispatch --recompute full \\
           --recompute-num-layers 2 --ep-comm-overlap
       paraplan simulate -m llama3-70b -c examples/clusters/a100-h100.yaml --global-batch 512 \\
-          --group "32x h100:tp8:pp1" --group "8x a100:tp8:pp4" --zero 1 --sequence-parallel
+          --group "16x h100:tp8:pp2" --group "8x a100:tp8:pp4" --zero 1 --sequence-parallel
     """
     from hardware_specs.catalog import is_pooled
     if is_pooled(opts["cluster"]):
