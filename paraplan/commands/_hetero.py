@@ -205,7 +205,8 @@ def render_report(report: HeteroReport, model: ModelSpec, cluster: PooledCluster
 
 def _mfu_in_percent(frame, dtype: str):
     """``frame`` with its ``mfu`` fraction as ``mfu_<dtype>_pct`` (percent of the plan dtype's
-    peak summed over the plan's GPUs), the name and unit every other command's output uses."""
+    peak summed over the plan's GPUs): in percent like every other command's output, but of the
+    plan dtype's peak, not the bf16 reference ``paraplan.mfu`` uses (the same for bf16 plans)."""
     if "mfu" not in frame.columns:
         return frame
     frame = frame.copy()
