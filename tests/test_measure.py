@@ -312,13 +312,6 @@ def refresh_baseline(path: Path = BASELINE, rounds: int = 3) -> None:
     print(f"kept round: mean |error| {err.mean():.1%}, worst {err.max():.1%}")
 
 
-if __name__ == "__main__":      # spawned ranks re-import this file: keep the work behind main
-    if "--refresh-baseline" in sys.argv:
-        refresh_baseline()
-    else:
-        print(__doc__)
-
-
 def test_a_round_whose_mean_is_over_its_bound_has_every_quiet_row_remeasured_largest_error_first():
     """No measurement: which rows ``measure_set`` measures again after one round."""
     import pandas as pd
@@ -328,3 +321,10 @@ def test_a_round_whose_mean_is_over_its_bound_has_every_quiet_row_remeasured_lar
     assert _suspect(df) == ["d", "b", "c", "a"]
     calm = df.assign(rel_error=[-0.05, -0.10, 0.40, 0.0])      # mean 0.183: only c, then loaded d
     assert _suspect(calm) == ["c", "d"]
+
+
+if __name__ == "__main__":      # spawned ranks re-import this file: keep the work behind main
+    if "--refresh-baseline" in sys.argv:
+        refresh_baseline()
+    else:
+        print(__doc__)
