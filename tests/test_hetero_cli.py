@@ -185,3 +185,18 @@ def test_pooled_simulate_json_gives_mfu_in_percent_of_the_dtype_peak():
     text = run(*args).stdout
     shown = float(next(line for line in text.splitlines() if "mfu_bf16_pct" in line).split()[-1])
     assert "mfu" not in data and shown == pytest.approx(data["mfu_bf16_pct"], abs=0.05)
+
+
+def test_the_tight_note_names_the_headroom_of_the_tight_stages_pool_only(tmp_path):
+    """Default headroom is 5% of each pool's HBM: 4.00 GiB of an H100's 80, 9.00 of a B200's 180.
+    Only the H100 stage (79.16 GiB) is tight, so the note gives its pool's 4.00 GiB alone."""
+    pooled = tmp_path / "hb.yaml"
+    pooled.write_text("name: hb\npools:\n  - {name: h100, cluster: dgx-h100, gpus: 256}\n"
+                      "  - {name: b200, cluster: dgx-b200, gpus: 8}\n")
+    r = run("simulate", "-m", "llama3-70b", "-c", pooled, "--group", "32x h100:tp8:pp1", "--group", "b200:tp8:pp1",
+            "--global-batch", "528", "--zero", "1", "--sequence-parallel")
+    assert r.exit_code == 0, r.output
+    fits = {ln.split()[2]: ln.split()[-1] for ln in r.stdout.splitlines() if ln.split()[:2] in (["0", "0"], ["1", "0"])}
+    assert fits == {"h100": "tight", "b200": "yes"}
+    note = next(ln for ln in r.stdout.splitlines() if ln.strip().startswith("tight:"))
+    assert "less than the 4.00 GiB headroom a run keeps free on h100 " in note and "9.00" not in note

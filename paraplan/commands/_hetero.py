@@ -194,10 +194,12 @@ def render_report(report: HeteroReport, model: ModelSpec, cluster: PooledCluster
             for st in report.stages]
     lines.append(format_table(rows, ["group", "stage", "pool", "tp", "layers", "stage_ms", "compute_ms", "tp_comm_ms",
                                      "pp_comm_ms", "memory_gib/hbm_gib", "fits"], indent="  ").rstrip())
-    if any(stage_fit_text(st, headroom_gib) == "tight" for st in report.stages):
-        keep = {f"{headroom.headroom_gib(st.hbm_bytes, headroom_gib):.2f}" for st in report.stages}
+    tight = [st for st in report.stages if stage_fit_text(st, headroom_gib) == "tight"]
+    if tight:       # the headroom of the tight stages' pools only (pools differ in HBM, so in the default)
+        keep = {f"{headroom.headroom_gib(st.hbm_bytes, headroom_gib):.2f}" for st in tight}
+        pools = ", ".join(dict.fromkeys(st.pool for st in tight))
         lines.append(f"  tight: fits the HBM but leaves less than the {' / '.join(sorted(keep))} GiB headroom a run keeps "
-                     "free (the planner's limit; --headroom-gib sets it)")
+                     f"free on {pools} (the planner's limit; --headroom-gib sets it)")
     lines += ["", "where the time goes per pool (busiest stage, seconds per step)"]
     lines.append(format_table(pool_rows(report), POOL_HEADERS, indent="  ").rstrip())
     return "\n".join(lines) + "\n"
