@@ -200,3 +200,15 @@ def test_the_tight_note_names_the_headroom_of_the_tight_stages_pool_only(tmp_pat
     assert fits == {"h100": "tight", "b200": "yes"}
     note = next(ln for ln in r.stdout.splitlines() if ln.strip().startswith("tight:"))
     assert "less than the 4.00 GiB headroom a run keeps free on h100 " in note and "9.00" not in note
+
+
+def test_pooled_explain_names_the_peak_its_mfu_is_of(tmp_path):
+    """The pooled tables' MFU is of the plan dtype's peak (mfu_fp8_pct for fp8); the explanation
+    says so instead of a bare percent (the one-kind explanation says "of the bf16 peak")."""
+    pooled = tmp_path / "hb.yaml"
+    pooled.write_text("name: hb\npools:\n  - {name: h100, cluster: dgx-h100, gpus: 8}\n"
+                      "  - {name: b200, cluster: dgx-b200, gpus: 8}\n")
+    base = ["plan", "-m", "gpt3-1.3b", "-c", pooled, "--global-batch", "64", "--max-micro-batch", "2", "--dtype", "fp8"]
+    best = json.loads(run(*base, "--json").stdout)["comparison"][0]
+    text = run(*base, "--explain").stdout
+    assert f"MFU {best['mfu_fp8_pct']:.1f}% of the fp8 peak" in text
