@@ -161,6 +161,13 @@ def dump_json(value: Any) -> str:
     return json.dumps(json_safe(value), indent=2, allow_nan=False) + "\n"
 
 
+def four_significant(value: float) -> str:
+    """``value`` with 4 significant digits, trailing zeros kept so a column's widths agree
+    (``2.000``, ``0.7496``), and no bare trailing point from 1,000 up (``1759``, not ``1759.``)."""
+    text = f"{value:#.4g}"
+    return text[:-1] if text.endswith(".") else text
+
+
 def format_table(rows: Sequence[Sequence[Any]], headers: Sequence[str], align: str | None = None,
                  indent: str = "") -> str:
     """A plain aligned text table. ``align``: one char per column, ``l`` or ``r`` (default: text

@@ -229,3 +229,19 @@ def test_simulate_on_a_cpu_shows_small_tflops_and_fp32_model_states():
     assert rows["weights"][2:] == ["fp32", "weights"] and rows["gradients"][2:] == ["fp32", "gradients"]
     # fp32 training: 4-byte weights and no master copy, so Adam's two fp32 moments are twice the weights
     assert rep["memory_breakdown_bytes"]["optimizer_bytes"] == 2 * rep["memory_breakdown_bytes"]["weights_bytes"]
+
+
+def test_step_times_of_a_thousand_seconds_and_more_print_without_a_bare_point_and_align_right():
+    import json
+
+    from paraplan.cli import four_significant
+    assert [four_significant(v) for v in (1759.4, 2.0, 0.74962, 123.45)] == ["1759", "2.000", "0.7496", "123.5"]
+    base = ["plan", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "8", "--global-batch", "16384", "--top", "2"]
+    steps = [p["step_time_s"] for p in json.loads(run(*base, "--json").stdout)["plans"]]
+    assert all(1000 <= s < 10000 for s in steps)         # 4 digits before the point: "1759", not "1759."
+    lines = run(*base).stdout.splitlines()
+    header = next(ln for ln in lines if ln.startswith("rank"))
+    end = header.index("step_time_s") + len("step_time_s")
+    rows = lines[lines.index(header) + 2:][:2]
+    # right-aligned under its header, as a number column is
+    assert [row[:end].split()[-1] for row in rows] == [f"{s:.0f}" for s in steps]

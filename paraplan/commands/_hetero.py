@@ -23,7 +23,7 @@ import yaml
 from hardware_specs.errors import InputError
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
-from paraplan.cli import dump_json, format_table
+from paraplan.cli import dump_json, format_table, four_significant
 from planners.hetero_explain import POOL_HEADERS, layout_text, pool_rows
 from simulator import headroom
 from simulator.heterogeneous import HeteroPlan, HeteroReport, ReplicaGroup, StagePlacement, plan_dict
@@ -251,7 +251,7 @@ def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool) -
            f"{result.seq_len} = {tokens:,} tokens, {result.dtype}\n",
            f"scored {result.evaluated:,} candidate plans in {result.wall_s:.2f} s\n\n"]
     mfu_head = f"mfu_{result.dtype}_pct"      # percent of the plan dtype's peak, summed over its GPUs
-    rows = [[r["plan"], r["n_gpus"], "-" if r["n_gpus"] == 0 else f"{r['step_time_s']:#.4g}",
+    rows = [[r["plan"], r["n_gpus"], "-" if r["n_gpus"] == 0 else four_significant(r['step_time_s']),
              f"{r['tokens_per_s']:,.0f}", "-" if r["n_gpus"] == 0 else f"{100 * r['mfu']:.1f}",
              "-" if r["n_gpus"] == 0 else f"{r['best_gain_pct']:+.1f}"] for r in comp.to_dict("records")]
     out.append(format_table(rows, ["plan", "n_gpus", "step_time_s", "tokens_per_s", mfu_head, "best_vs_this_pct"]))
@@ -259,7 +259,7 @@ def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool) -
     cells = []
     for r in table.to_dict("records"):
         cells.append([r["kind"], r["pools"], r["n_gpus"], r["layout"], r["micro_batch"], r["zero_stage"], r["recompute"],
-                      "on" if r["sequence_parallel"] else "off", f"{r['step_time_s']:#.4g}", f"{r['tokens_per_s']:,.0f}",
+                      "on" if r["sequence_parallel"] else "off", four_significant(r['step_time_s']), f"{r['tokens_per_s']:,.0f}",
                       f"{100 * r['mfu']:.1f}", f"{r['memory_gib']:.1f}"])
     head = ["kind", "pools", "n_gpus", "layout", "micro_batch", "zero", "recompute", "sp", "step_time_s",
             "tokens_per_s", mfu_head, "memory_gib"]

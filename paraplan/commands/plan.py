@@ -20,7 +20,7 @@ from hardware_specs.gpu_spec import KNOWN_DTYPES
 from model_specs.catalog import load_model
 from paraplan import mfu as mfu_units
 from paraplan import priors
-from paraplan.cli import dump_json, format_table
+from paraplan.cli import dump_json, format_table, four_significant
 from planners.explain import stage_layers_text
 from planners.plan import PlanResult, parse_gpus, plan
 from simulator.parallel_config import Recompute, Schedule
@@ -77,7 +77,7 @@ def _cells(df) -> list[list[str]]:
 
 _FORMATS = {
     "sequence_parallel": lambda v: "on" if v else "off",
-    "step_time_s": lambda v: f"{v:#.4g}",
+    "step_time_s": four_significant,
     "tokens_per_s": lambda v: f"{v:,.0f}",
     "tokens_per_s_per_gpu": lambda v: f"{v:,.1f}",
     "mfu_bf16_pct": lambda v: f"{v:.1f}",

@@ -17,7 +17,7 @@ from collections import Counter
 
 import click
 
-from paraplan.cli import check_writable, dump_json, format_table, write_atomic
+from paraplan.cli import check_writable, dump_json, format_table, four_significant, write_atomic
 from hardware_specs.errors import InputError
 
 #: the per-row output columns of --json / --csv, in order.
@@ -220,7 +220,7 @@ def measured_cmd(cluster_path: str | None, steps: int, warmup: int, rounds: int,
         pct = ("rel_error", "rel_error_spread", "cpu_wait_fraction")
         heads = [c.removesuffix("_fraction") + "_pct" if c in pct else c for c in cols]
         rows = [[(f"{100 * r[c]:+.1f}" if c == "rel_error" else f"{100 * r[c]:.1f}") if c in pct
-                 else f"{r[c]:#.4g}" if isinstance(r[c], float) else r[c] for c in cols] for _, r in df.iterrows()]
+                 else four_significant(r[c]) if isinstance(r[c], float) else r[c] for c in cols] for _, r in df.iterrows()]
         text = format_table(rows, heads) + (f"\nmean |error| {err.mean():.1f}%, worst {err.max():.1f}% over "
                                             f"{len(df)} configurations\n")
     if out_path is not None:
@@ -311,7 +311,7 @@ def _hetero_text(records, summary, gbps, lat, intra) -> str:
         twin = [a for a in t["assumptions"] if "identical" in a]
         if twin:
             note = (note + "; " if note else "") + "duplicate numbers at the source"
-        rows.append([short, "ok", f"{t['predicted']:#.4g}", f"{t['measured']:#.4g}", f"{100 * t['rel_error']:+.1f}",
+        rows.append([short, "ok", four_significant(t['predicted']), four_significant(t['measured']), f"{100 * t['rel_error']:+.1f}",
                      f"{m['predicted'] / 2**30:.2f}", f"{m['measured'] / 2**30:.2f}", f"{100 * m['rel_error']:+.1f}", note])
     head = ["run", "status", "pred_iter_s", "meas_iter_s", "iter_err_pct", "pred_mem_gib", "meas_mem_gib",
             "mem_err_pct", "note"]
