@@ -185,6 +185,11 @@ def test_pooled_simulate_json_gives_mfu_in_percent_of_the_dtype_peak():
     text = run(*args).stdout
     shown = float(next(line for line in text.splitlines() if "mfu_bf16_pct" in line).split()[-1])
     assert "mfu" not in data and shown == pytest.approx(data["mfu_bf16_pct"], abs=0.05)
+    # percent, by its definition: the step's model FLOPs over what the 256 H100s' bf16 peak does in it
+    from hardware_specs.catalog import load_cluster
+    peak = load_cluster("dgx-h100").gpu.peak_flops("bf16")
+    assert data["n_gpus"] == 256
+    assert data["mfu_bf16_pct"] == pytest.approx(100 * data["model_flops"] / (data["step_time_s"] * 256 * peak), rel=1e-9)
 
 
 def test_the_tight_note_names_the_headroom_of_the_tight_stages_pool_only(tmp_path):
