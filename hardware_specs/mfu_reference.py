@@ -6,7 +6,9 @@ fraction); tables, JSON, CSV and sweeps show it against one reference instead, s
 and a bf16 plan compare on one scale: the GPU's dense bf16 peak (fp16 on GPUs without bf16,
 e.g. V100; fp32 on CPUs), in percent, in a column that names it (``mfu_bf16_pct``). This is
 the convention of PaLM (Chowdhery et al. 2022, appendix B: MFU against the accelerator's peak
-of the training precision, bf16) and of Megatron-LM's reported utilisation.
+of the training precision, bf16) and of Megatron-LM's reported utilisation. Pooled (mixed)
+clusters do not use it yet: their outputs give percent of the plan dtype's peak summed over the
+plan's GPUs (``mfu_fp8_pct`` for an fp8 plan; ``paraplan.commands._hetero``).
 """
 from __future__ import annotations
 
