@@ -1,6 +1,10 @@
 """What the CLI shows a new user: errors that say how to fix them, consistent units and labels."""
 from __future__ import annotations
 
+import json
+import re
+
+import pytest
 from click.testing import CliRunner
 
 from paraplan.cli import main
@@ -26,8 +30,6 @@ def test_missing_input_files_say_how_to_fix_them(tmp_path):
 
 
 def test_plan_table_names_each_plan_by_its_config_label_and_fits_120_columns():
-    import json
-
     from paraplan.api import config_label
     base = ["plan", "-m", "gpt3-1.3b", "-c", "dgx-a100-80gb", "-n", "8", "--global-batch", "32", "--top", "3"]
     table = run(*base)
@@ -44,7 +46,6 @@ def test_plan_table_names_each_plan_by_its_config_label_and_fits_120_columns():
 
 
 def test_pooled_plan_shows_mfu_in_percent_like_every_other_table(tmp_path):
-    import json
     pooled = tmp_path / "small.yaml"
     pooled.write_text("name: small-mixed\npools:\n  - {name: a100, cluster: dgx-a100-80gb, gpus: 16}\n"
                       "  - {name: h100, cluster: dgx-h100, gpus: 8}\n")
@@ -94,9 +95,6 @@ def test_every_simulate_example_in_help_runs_and_fits():
 
 
 def test_serve_simulate_text_names_match_their_units():
-    import json
-
-    import pytest
     args = ["serve", "simulate", "-m", "llama3.1-70b", "-s", "dgx-h100", "--tp", "4", "--batch", "32"]
     text = run(*args).stdout
     data = json.loads(run(*args, "--json").stdout)
@@ -112,7 +110,6 @@ def test_serve_simulate_text_names_match_their_units():
 
 
 def test_plan_explain_prints_step_parts_in_seconds_with_fixed_decimals():
-    import re
     text = run("plan", "-m", "gpt3-1.3b", "-c", "dgx-a100-80gb", "-n", "8", "--global-batch", "32", "--explain").stdout
     lines = text.splitlines()
     start = next(i for i, ln in enumerate(lines) if "step-time part" in ln)
@@ -121,7 +118,7 @@ def test_plan_explain_prints_step_parts_in_seconds_with_fixed_decimals():
     for row in rows:
         name, win, run_up, diff = row.split()
         assert all(re.fullmatch(r"[+-]?\d+\.\d{4}", v) for v in (win, run_up, diff)), row
-        assert float(diff) == __import__("pytest").approx(float(run_up) - float(win), abs=1.5e-4)
+        assert float(diff) == pytest.approx(float(run_up) - float(win), abs=1.5e-4)
 
 
 def test_simulate_report_fits_120_columns_and_keeps_every_setting():
@@ -175,7 +172,6 @@ def test_validate_measured_table_shows_errors_in_percent(monkeypatch, tmp_path):
 
 
 def test_validate_heterogeneous_times_keep_four_significant_digits():
-    import re
     lines = run("validate", "heterogeneous").stdout.splitlines()
     head = lines[0].split()
     i, j = head.index("pred_iter_s"), head.index("meas_iter_s")
@@ -210,7 +206,6 @@ def test_measure_prints_rounded_values_in_named_units(monkeypatch):
 
 
 def test_plan_explain_shows_mfu_against_the_same_peak_as_the_table():
-    import json
     base = ["plan", "-m", "gpt3-1.3b", "-c", "dgx-h100", "-n", "8", "--global-batch", "32", "--dtype", "fp8", "--top", "1"]
     best = json.loads(run(*base, "--json").stdout)["plans"][0]
     assert best["dtype"] == "fp8"
@@ -219,7 +214,6 @@ def test_plan_explain_shows_mfu_against_the_same_peak_as_the_table():
 
 
 def test_simulate_on_a_cpu_shows_small_tflops_and_fp32_model_states():
-    import json
     args = ["simulate", "-c", "cpu-local", "-m", "gpt3-125m", "--gpus", "2", "--dp", "2", "--global-batch", "8",
             "--dtype", "fp32"]
     rep = json.loads(run(*args, "--json").stdout)
@@ -232,8 +226,6 @@ def test_simulate_on_a_cpu_shows_small_tflops_and_fp32_model_states():
 
 
 def test_step_times_of_a_thousand_seconds_and_more_print_without_a_bare_point_and_align_right():
-    import json
-
     from paraplan.cli import four_significant
     assert [four_significant(v) for v in (1759.4, 2.0, 0.74962, 123.45)] == ["1759", "2.000", "0.7496", "123.5"]
     base = ["plan", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "8", "--global-batch", "16384", "--top", "2"]
