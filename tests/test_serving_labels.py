@@ -45,7 +45,19 @@ def test_serve_plan_front_labels_all_show_the_expert_split_and_match_the_degrees
 
 
 def test_serve_simulate_prints_the_same_label_as_the_plan():
-    r = CliRunner().invoke(main, ["serve", "simulate", "-m", "deepseek-r1", "-s", "dgx-b200", "--adp", "8",
-                                  "--batch", "16"])
+    """The plan's best aggregated layout, run again through ``serve simulate`` with its own
+    degrees, is printed under the same label."""
+    import json
+    args = ["-m", "deepseek-r1", "-s", "dgx-b200"]
+    planned = CliRunner().invoke(main, ["serve", "plan", *args, "--gpus", "8", "--isl", "1024", "--osl", "1024",
+                                        "--tpot-ms", "50", "--json"])
+    assert planned.exit_code == 0, planned.output
+    best = json.loads(planned.stdout)["best"]
+    assert best["mode"] == "agg"
+    r = CliRunner().invoke(main, ["serve", "simulate", *args, "--tp", str(best["tp"]), "--pp", str(best["pp"]),
+                                  "--adp", str(best["adp"]), "--moe-tp", str(best["moe_tp"]),
+                                  "--moe-ep", str(best["moe_ep"]), "--batch", str(best["batch"])])
     assert r.exit_code == 0, r.output
-    assert "1 x worker tp1-adp8-etp8xep1 (8 GPUs)" in r.stdout
+    gpus = best["tp"] * best["pp"] * best["adp"]
+    assert f"1 x worker {best['layout']} ({gpus} GPUs)" in r.stdout
+    assert best["layout"] == worker_label(best["tp"], best["pp"], best["adp"], best["moe_tp"], best["moe_ep"], moe=True)
