@@ -146,10 +146,9 @@ def report_json(report: HeteroReport, headroom_gib: float | None = None) -> dict
     data = report.as_dict()
     ok = []
     for st, d in zip(report.stages, data.get("stages", [])):
-        keep = headroom.headroom_gib(st.hbm_bytes, headroom_gib)
         d["fits_hbm"] = bool(st.fits)
-        d["headroom_required_bytes"] = keep * GIB
-        d["fits"] = bool(headroom.fits(st.memory_bytes, st.hbm_bytes, keep))
+        d["headroom_required_bytes"] = headroom.headroom_gib(st.hbm_bytes, headroom_gib) * GIB
+        d["fits"] = stage_fit_text(st, headroom_gib) == "yes"
         ok.append(d["fits"])
     for d in data.get("pools", []):
         d["fits_hbm"] = bool(d["fits"])

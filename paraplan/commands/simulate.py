@@ -12,9 +12,9 @@ import textwrap
 
 import click
 
+from cost_models.compute import FULL_PRECISION
 from hardware_specs.catalog import load_cluster, load_stack
 from hardware_specs.errors import InputError
-from cost_models.compute import FULL_PRECISION
 from hardware_specs.gpu_spec import KNOWN_DTYPES
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec

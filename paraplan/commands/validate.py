@@ -13,6 +13,7 @@ import csv
 import io
 import math
 import sys
+import textwrap
 from collections import Counter
 
 import click
@@ -368,7 +369,6 @@ def serving_summary_text(results, summary, list_skipped: bool) -> str:
 
 def _counted_reasons(counts: Counter, width: int = 120) -> list[str]:
     """``  count  reason`` lines, most common first, each reason wrapped to ``width`` columns."""
-    import textwrap
     lines = []
     for reason, n in counts.most_common():
         lines += textwrap.wrap(reason or "(no reason)", width=width, initial_indent=f"  {n:5d}  ",
