@@ -15,7 +15,7 @@ import click
 import pandas as pd
 
 from hardware_specs.errors import InputError
-from paraplan.cli import atomic_output_path, check_writable, dump_json, format_table, write_atomic
+from paraplan.cli import atomic_output_path, check_image_path, check_writable, dump_json, format_table, write_atomic
 
 POS = click.IntRange(min=1)
 GIB = 2**30
@@ -350,9 +350,10 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
 
     if as_json and as_csv:
         raise click.UsageError("give --json or --csv, not both")
-    for field, path in (("--out", out_path), ("--plot", plot_path)):
-        if path is not None:
-            check_writable(path, field)
+    if out_path is not None:
+        check_writable(out_path, "--out")
+    if plot_path is not None:
+        check_image_path(plot_path, "--plot")      # matplotlib picks the format by the suffix
     ctx = _context(opts)
     search = ("agg", "disagg") if modes == "both" else (modes,)
     plan = plan_serving(ctx, gpus, opts["isl"], opts["osl"], ttft_ms, tpot_ms, modes=search, max_batch=max_batch,

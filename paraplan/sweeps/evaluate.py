@@ -77,6 +77,9 @@ def _simulate_group(rows: list[dict], points: list[Mapping], model, cluster) -> 
             fields = stack_fields(point["stack"], point["dtype"], model, cluster.gpu.name, int(given.get("tp", 1)))
             fields.update(given)                 # the grid's own values win over the stack's
             gbs = _batch(point, model.seq_len)
+            for name in ("tp", "pp", "cp"):
+                if int(fields.get(name, 1)) < 1:      # before dividing the GPUs by them
+                    raise InputError(f"config.{name}", f"must be a whole number >= 1, got {fields[name]}")
             per_replica = int(fields.get("tp", 1)) * int(fields.get("pp", 1)) * int(fields.get("cp", 1))
             if "dp" not in fields:
                 if point["gpus"] % per_replica:

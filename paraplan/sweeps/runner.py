@@ -70,7 +70,7 @@ def _client(scheduler: str | None, workers: int | None):
     if scheduler:
         try:
             return Client(scheduler, timeout="10s"), None
-        except (OSError, TimeoutError) as exc:
+        except (OSError, TimeoutError, ValueError, TypeError) as exc:   # an unknown scheme, tls:// without certificates
             raise InputError("--scheduler", f"cannot reach a Dask scheduler at {scheduler}: {exc}",
                              "start one (dask scheduler) or drop --scheduler for a local cluster") from None
     cluster = LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,
