@@ -18,8 +18,8 @@ import json
 import re
 from pathlib import Path
 
-import yaml
 
+from hardware_specs.catalog import parse_yaml
 from hardware_specs.errors import InputError
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
@@ -85,11 +85,19 @@ def read_plan_file(path: str) -> dict:
     p = Path(path)
     if not p.is_file():
         raise InputError("--plan", f"no such file {path}", "check the path")
-    text = p.read_text()
     try:
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError):
-        raise InputError("--plan", f"cannot parse {path}", "give a YAML or JSON plan") from None
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError("--plan", f"{path} is not UTF-8 text (byte {exc.start})", "save it as UTF-8") from None
+    if p.suffix == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            raise InputError("--plan", f"cannot parse {path}", "give a YAML or JSON plan") from None
+        except RecursionError:
+            raise InputError("--plan", f"{path} nests values too deeply", "flatten the file") from None
+    else:       # the catalog's guarded reader: alias bombs and runaway nesting are refused
+        data = parse_yaml(text, "--plan", path)
     if isinstance(data, dict) and isinstance(data.get("best_plan"), dict):
         data = data["best_plan"]
     if not isinstance(data, dict) or not isinstance(data.get("groups"), list):

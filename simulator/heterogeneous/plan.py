@@ -183,6 +183,9 @@ class HeteroPlan:
         """The extra ``ParallelConfig`` switches of ``software`` (the stack's behaviour fields)."""
         known = {f.name for f in fields(ParallelConfig)}
         own = {f.name for f in fields(HeteroPlan)}
+        if self.software is not None and not isinstance(self.software, Mapping):
+            raise InputError("software", f"expected a mapping of switch: value, got {self.software!r}",
+                             "write e.g. software: {cuda_graphs: true}, or leave it out")
         extra = dict(self.software or {})
         for key in extra:
             if key not in known or key in own or key in _DEGREE_FIELDS:
