@@ -14,8 +14,8 @@ import numpy as np
 
 from hardware_specs.errors import InputError
 from model_specs.model_spec import ModelSpec
-from planners.search_space import (RECOMPUTE_NAMES, SearchConstraints, divisibility_only, enumerate_chunks,
-                                   enumerate_space)
+from planners.search_space import (MAX_COUNTS_ABOVE_TABLE, MAX_TABLE_GPUS, RECOMPUTE_NAMES, SearchConstraints,
+                                   divisibility_only, enumerate_chunks, enumerate_space)
 
 GIB = 2**30
 
@@ -32,6 +32,8 @@ def _nearby_counts(model: ModelSpec, c: SearchConstraints, node: int, limit: int
     ``node`` GPUs first."""
     lo, hi = c.gpus
     span = max(4 * node, hi // 16)
+    if hi + span > MAX_TABLE_GPUS:      # counted one count at a time there: a window of millions hangs
+        span = min(span, MAX_COUNTS_ABOVE_TABLE // 4)
     t = divisibility_only(model, (max(1, lo - span), hi + span), c.global_batch, c.max_tp, c.fixed)
     ok = c.global_batch % t["dp"] == 0
     counts = np.unique(t["n"][ok])
