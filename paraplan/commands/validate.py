@@ -138,15 +138,17 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
         raise click.UsageError("give --json or --csv, not both")
     if out_path is not None:
         check_writable(out_path)   # fail now, not after predicting every row
-    if path is None:
+    default_path = path is None
+    if default_path:
         path = str(validation_file(PUBLISHED_RUNS))
-        click.echo(f"reading {path}", err=True)
     df = read_runs(path)
     if source_prefix:
         df = df[df["run_id"].astype(str).str.startswith(source_prefix)]
         if df.empty:
             raise InputError("--source", f"no row's run_id starts with '{source_prefix}'",
                              "see the run_id column for the source prefixes")
+    if default_path:        # after the checks: a refused request prints its one error line only
+        click.echo(f"reading {path}", err=True)
     if cross_validate:
         n_sources = df["run_id"].astype(str).str.split("-").str[0].nunique()
         with click.progressbar(length=n_sources, label="refitting without each source", file=sys.stderr,

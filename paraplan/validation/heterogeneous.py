@@ -101,6 +101,8 @@ def read_runs(path) -> list[dict]:
         raise InputError("PATH", f"malformed JSON in {path} at line {exc.lineno}: {exc.msg}", "fix the file") from None
     except UnicodeDecodeError:
         raise InputError("PATH", f"{path} is not UTF-8 text", "give the sailor_runs.json file") from None
+    except RecursionError:
+        raise InputError("PATH", f"{path} nests values too deeply", "give the sailor_runs.json file") from None
     runs = data.get("runs") if isinstance(data, dict) else data
     if not isinstance(runs, list) or not runs:
         raise InputError("PATH", f"{path} holds no list of runs", "give a file with {\"runs\": [...]}")
@@ -163,6 +165,8 @@ def run_inputs(run: dict, inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS,
     if not isinstance(pipes, list) or len(pipes) != 1:
         raise ValueError("needs exactly one entry in pipeline_list")
     pipe = pipes[0]
+    if not isinstance(pipe, dict):
+        raise ValueError("the pipeline_list entry is not a JSON object")
     layers = pipe.get("layers_per_stage")
     stages = pipe.get("tmp_per_stage")
     dp = pipe.get("dp")
@@ -170,11 +174,13 @@ def run_inputs(run: dict, inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS,
             not (len(layers) == len(stages) == len(dp)) or not layers:
         raise ValueError("layers_per_stage, tmp_per_stage and dp must be lists of one entry per stage")
     S = len(layers)
+    if any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in dp):
+        raise ValueError(f"dp holds {dp!r}: data-parallel degrees are whole numbers >= 1")
     if len(set(dp)) != 1:
         raise ValueError(f"stages have different data-parallel degrees {dp}")
     d = int(dp[0])
     counts = [len(l) if isinstance(l, list) else -1 for l in layers]
-    if any(c < 1 for c in counts) or any(len(s) != d for s in stages):
+    if any(c < 1 for c in counts) or any(not isinstance(s, list) or len(s) != d for s in stages):
         raise ValueError("every stage needs its layers and one entry per replica")
     transformer = list(counts)
     transformer[0] -= 1           # the embedding, counted as a layer by Sailor
@@ -196,8 +202,10 @@ def run_inputs(run: dict, inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS,
             try:
                 vms, tp = entry[0], int(entry[1])
                 kind, slice_gpus = str(vms[0][0]), int(vms[0][1])
-            except (TypeError, ValueError, IndexError):
+            except (TypeError, ValueError, IndexError, KeyError, OverflowError):     # not [[[kind, gpus, zone]], tp]
                 raise ValueError(f"cannot read stage {s} replica {j}: {entry!r}") from None
+            if tp < 1 or slice_gpus < 1:
+                raise ValueError(f"stage {s} replica {j}: tp {tp} and {slice_gpus} GPUs must be >= 1")
             if kind not in CONSUMER_GPUS and kind not in SYSTEMS:
                 raise ValueError(f"unknown GPU kind {kind!r}")
             chain.append((kind, slice_gpus, tp))
