@@ -59,7 +59,8 @@ class RunConfig:
     copies: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("dp", "tp", "pp", "micro_batch", "global_batch", "steps", "copies"):
+        for name in ("dp", "tp", "pp", "micro_batch", "global_batch", "steps", "copies", "num_layers", "hidden_size",
+                     "num_heads", "vocab_size", "seq_len"):
             if int(getattr(self, name)) < 1:
                 raise InputError(name, f"must be >= 1, got {getattr(self, name)}")
         # a measured run is a small model for seconds on this machine: larger values are typos
@@ -78,6 +79,20 @@ class RunConfig:
             raise InputError("recompute", f"measured runs support none or full, got {self.recompute!r}")
         if self.zero_stage not in (0, 1):
             raise InputError("zero_stage", f"measured runs support 0 or 1, got {self.zero_stage}")
+        # the shape rules the ranks' model (measure/gpt.py, parallel.py) enforces, checked here
+        # so a bad layout is one error line before any process starts, not a rank's traceback
+        if self.hidden_size % self.num_heads:
+            raise InputError("num_heads", f"hidden_size {self.hidden_size} is not divisible by {self.num_heads} heads",
+                             "use a head count dividing the hidden size")
+        if self.num_heads % self.tp:
+            raise InputError("tp", f"{self.num_heads} heads are not divisible by tp={self.tp}",
+                             "use a tp dividing the head count")
+        if self.vocab_size % self.tp:
+            raise InputError("tp", f"the vocabulary of {self.vocab_size} is not divisible by tp={self.tp}",
+                             "use a tp dividing the vocabulary")
+        if self.num_layers < self.pp:
+            raise InputError("pp", f"{self.num_layers} layers cannot fill {self.pp} pipeline stages",
+                             "use at most one stage per layer")
 
     @classmethod
     def from_dict(cls, config: dict) -> "RunConfig":
