@@ -4,12 +4,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hardware_specs.efficiency_model import EfficiencyModel
-from hardware_specs.errors import InputError, require_positive
-from hardware_specs.gpu_spec import GPUSpec
+from hardware_specs.errors import InputError, require_plausible, require_positive
+from hardware_specs.gpu_spec import MIN_RATE_PER_S, GPUSpec
 
 #: largest GPU count a cluster file may state (per node or in all): 2**24, over a hundred times
 #: the largest clusters built (a larger value is a typo; ``ParallelConfig`` has the same bound)
 MAX_CLUSTER_GPUS = 2**24
+#: plausibility bounds (``require_plausible``): a link slower than 1 kB/s or a message latency
+#: over 10 s, host memory over 1 EiB, a taper over 1000 are typos or unit slips, not machines
+MAX_LATENCY_S = 10.0
+MAX_HOST_MEMORY_BYTES = 2.0**60
+MAX_OVERSUBSCRIPTION = 1000.0
 
 
 @dataclass(frozen=True)
@@ -28,8 +33,8 @@ class NetworkTier:
     latency_s: float
 
     def __post_init__(self) -> None:
-        require_positive(f"network.{self.kind}.bw_bytes_per_s", self.bw_bytes_per_s)
-        require_positive(f"network.{self.kind}.latency_s", self.latency_s, allow_zero=True)
+        require_plausible(f"network.{self.kind}.bw_bytes_per_s", self.bw_bytes_per_s, MIN_RATE_PER_S)
+        require_plausible(f"network.{self.kind}.latency_s", self.latency_s, high=MAX_LATENCY_S, allow_zero=True)
 
 
 @dataclass(frozen=True)
@@ -55,11 +60,11 @@ class HostSpec:
     source: str = ""
 
     def __post_init__(self) -> None:
-        require_positive("host.link_bw_bytes_per_s", self.link_bw_bytes_per_s)
+        require_plausible("host.link_bw_bytes_per_s", self.link_bw_bytes_per_s, MIN_RATE_PER_S)
         if self.memory_bytes is not None:
-            require_positive("host.memory_bytes", self.memory_bytes)
+            require_plausible("host.memory_bytes", self.memory_bytes, high=MAX_HOST_MEMORY_BYTES)
         if self.memory_bw_bytes_per_s is not None:
-            require_positive("host.memory_bw_bytes_per_s", self.memory_bw_bytes_per_s)
+            require_plausible("host.memory_bw_bytes_per_s", self.memory_bw_bytes_per_s, MIN_RATE_PER_S)
 
 
 @dataclass(frozen=True)
@@ -106,7 +111,7 @@ class ClusterSpec:
             if value is not None and value > MAX_CLUSTER_GPUS:
                 raise InputError(f"{where}.{name}", f"{value:g} is above the largest supported value "
                                  f"{MAX_CLUSTER_GPUS:,}", "check the number")
-        require_positive(f"{where}.oversubscription", self.oversubscription)      # finite too
+        require_plausible(f"{where}.oversubscription", self.oversubscription, high=MAX_OVERSUBSCRIPTION)
         if self.oversubscription < 1.0:
             raise InputError(f"{where}.oversubscription", "must be >= 1 (1 = full bisection)")
         if self.max_gpus is not None:

@@ -53,3 +53,16 @@ def require_positive(field: str, value: float, allow_zero: bool = False) -> None
         raise InputError(field, f"must be >= 0, got {value!r}")
     if not allow_zero and v <= 0:
         raise InputError(field, f"must be > 0, got {value!r}")
+
+
+def require_plausible(field: str, value: float, low: float = 0.0, high: float = float("inf"),
+                      allow_zero: bool = False) -> None:
+    """``require_positive``, then ``low <= value <= high``: bounds many orders of magnitude past
+    any real hardware, so a value outside them is a typo or a unit slip. Without them a finite
+    but absurd input (a link of 1e-300 bytes/s) gives finite but absurd outputs (steps of 1e290 s)."""
+    require_positive(field, value, allow_zero=allow_zero)
+    v = float(value)
+    if (v > 0 or not allow_zero) and v < low:
+        raise InputError(field, f"{value!r} is below the plausible minimum {low:g}", "check the number and its unit")
+    if v > high:
+        raise InputError(field, f"{value!r} is above the plausible maximum {high:g}", "check the number and its unit")

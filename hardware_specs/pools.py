@@ -13,8 +13,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from hardware_specs.cluster_spec import ClusterSpec, NetworkTier
-from hardware_specs.errors import InputError, require_positive, suggest
+from hardware_specs.cluster_spec import MAX_LATENCY_S, ClusterSpec, NetworkTier
+from hardware_specs.gpu_spec import MIN_RATE_PER_S
+from hardware_specs.errors import InputError, require_plausible, suggest
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
@@ -79,8 +80,8 @@ class PoolLink:
         where = f"links.{a}-{b}"
         if a == b:
             raise InputError(f"{where}.between", f"pool {a} is linked to itself", "name two different pools")
-        require_positive(f"{where}.bw_bytes_per_s", self.bw_bytes_per_s)
-        require_positive(f"{where}.latency_s", self.latency_s, allow_zero=True)
+        require_plausible(f"{where}.bw_bytes_per_s", self.bw_bytes_per_s, MIN_RATE_PER_S)
+        require_plausible(f"{where}.latency_s", self.latency_s, high=MAX_LATENCY_S, allow_zero=True)
         object.__setattr__(self, "pools", (str(a), str(b)))
 
 

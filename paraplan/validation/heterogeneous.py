@@ -260,13 +260,16 @@ def run_inputs(run: dict, inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS,
     return model, pooled, plan, assumptions
 
 
-def _check_input(name: str, value, allow_zero: bool = False) -> None:
+def _check_input(name: str, value, allow_zero: bool = False, low: float = 0.0, high: float = 1e9) -> None:
     try:
         v = float(value)
     except (TypeError, ValueError):
         raise InputError(name, f"expected a number, got {value!r}") from None
     if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero) or v > 1e9:
         raise InputError(name, f"must be a positive finite number, got {value!r}")
+    if (v > 0 and v < low) or v > high:       # the network tier refuses such links (cluster_spec's bounds)
+        raise InputError(name, f"{value!r} is outside the plausible range {low:g} to {high:g}",
+                         "check the number and its unit")
 
 
 def validate_runs(runs: list[dict], inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS,
@@ -274,10 +277,10 @@ def validate_runs(runs: list[dict], inter_node_gbps: float = DEFAULT_INTER_NODE_
                   progress=None) -> list[dict]:
     """One record per run and metric (``ROW_KEYS``); a run that cannot be modelled gets status
     ``skipped`` and the reason."""
-    _check_input("--inter-node-gbps", inter_node_gbps)
-    _check_input("--inter-node-latency-us", inter_node_latency_us, allow_zero=True)
+    _check_input("--inter-node-gbps", inter_node_gbps, low=1e-3)          # 1 Mb/s
+    _check_input("--inter-node-latency-us", inter_node_latency_us, allow_zero=True, high=1e7)   # 10 s
     if intra_node_gb_per_s is not None:
-        _check_input("--intra-node-gb-per-s", intra_node_gb_per_s)
+        _check_input("--intra-node-gb-per-s", intra_node_gb_per_s, low=1e-3)   # 1 MB/s
     records = []
     seen: dict[tuple, str] = {}
     for run in runs:
