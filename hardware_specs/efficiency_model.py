@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Mapping
 
-from hardware_specs.errors import InputError, require_positive
+from hardware_specs.errors import InputError, require_plausible
 
 
 #: collective kinds whose bandwidth ``collective_bw_fraction`` may scale
@@ -106,9 +106,9 @@ class EfficiencyModel:
         _check_fraction(f"{where}.exposed_softmax_fraction", self.exposed_softmax_fraction, allow_zero=True)
         _check_fraction(f"{where}.sync_skew_fraction", self.sync_skew_fraction, allow_zero=True)
         _check_fraction(f"{where}.optimizer_hbm_fraction", self.optimizer_hbm_fraction, allow_zero=True)
-        require_positive(f"{where}.gemm_half_dim", self.gemm_half_dim, allow_zero=True)
-        require_positive(f"{where}.kernel_overhead_s", self.kernel_overhead_s, allow_zero=True)
-        require_positive(f"{where}.cpu_issue_s", self.cpu_issue_s, allow_zero=True)
+        require_plausible(f"{where}.gemm_half_dim", self.gemm_half_dim, high=MAX_GEMM_HALF_DIM, allow_zero=True)
+        require_plausible(f"{where}.kernel_overhead_s", self.kernel_overhead_s, high=MAX_PER_KERNEL_S, allow_zero=True)
+        require_plausible(f"{where}.cpu_issue_s", self.cpu_issue_s, high=MAX_PER_KERNEL_S, allow_zero=True)
         for kind, value in self.collective_bw_fraction.items():
             if kind not in COLLECTIVE_KINDS:
                 raise InputError(f"{where}.collective_bw_fraction.{kind}", "unknown collective kind",
@@ -146,7 +146,15 @@ class EfficiencyModel:
         return tuple(f.name for f in fields(cls))
 
 
+#: plausibility bounds (``require_plausible``), far outside the fitter's physical ranges
+#: (``paraplan.validation.fit_search.FIT_BOUNDS``: fractions from 0.15, per-kernel times to 40 us):
+#: a fraction of 1e-300 or a per-kernel time of 1e30 s is a typo that would print 1e300 s steps
+MIN_FRACTION = 1e-3
+MAX_PER_KERNEL_S = 1.0
+MAX_GEMM_HALF_DIM = 2.0**20
+
+
 def _check_fraction(name: str, value: float, allow_zero: bool = False) -> None:
-    require_positive(name, value, allow_zero=allow_zero)
+    require_plausible(name, value, MIN_FRACTION, allow_zero=allow_zero)
     if value > 1.0:
         raise InputError(name, f"is a fraction and must be <= 1, got {value}")
