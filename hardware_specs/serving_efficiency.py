@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+from hardware_specs.efficiency_model import MAX_PER_KERNEL_S, MIN_FRACTION
 from hardware_specs.errors import InputError
 
 #: the factors the fitter moves, with the (low, high) range it searches: fractions anywhere up
@@ -30,6 +31,9 @@ FIT_RANGES = {
     "arrival_sync_alone": (0.1, 40.0),
     "request_host_s": (0.0, 0.4),
 }
+#: plausibility bound of the host time per request, far past ``FIT_RANGES`` (fractions use the
+#: training model's ``MIN_FRACTION``, per-kernel times its ``MAX_PER_KERNEL_S``): outside is a typo
+MAX_REQUEST_HOST_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -87,16 +91,16 @@ class ServingEfficiency:
         where = f"serving_efficiency {self.generation}"
         for name in ("decode_hbm_fraction", "gemm_peak_fraction", "attention_peak_fraction", "link_bw_fraction"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0.0 < value <= 1.0):
-                raise InputError(f"{where}.{name}", f"is a fraction in (0, 1], got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (MIN_FRACTION <= value <= 1.0):
+                raise InputError(f"{where}.{name}", f"is a fraction in [{MIN_FRACTION:g}, 1], got {value!r}")
         for name in ("arrival_sync_chunked", "arrival_sync_whole", "arrival_sync_alone"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0.0 <= value < 1000.0):
                 raise InputError(f"{where}.{name}", f"must be a number in [0, 1000), got {value!r}")
-        for name in ("kernel_fixed_s", "request_host_s"):
+        for name, most in (("kernel_fixed_s", MAX_PER_KERNEL_S), ("request_host_s", MAX_REQUEST_HOST_S)):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise InputError(f"{where}.{name}", f"must be a finite number of seconds >= 0, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or v > most:
+                raise InputError(f"{where}.{name}", f"must be a finite number of seconds in [0, {most:g}], got {v!r}")
 
     def arrival_sync(self, mixed_batches: bool, chunked_prefill: bool) -> float:
         """The synchronisation factor of an engine whose scheduler mixes prompts into decode
