@@ -33,6 +33,9 @@ MEMORY_FRACTION_OF = ("total", "free")
 #: vLLM, SGLang) or ``full_request`` (blocks for prompt + maximum output reserved up front, never
 #: preempted: TensorRT-LLM's GUARANTEED_NO_EVICT capacity scheduler).
 KV_ADMISSIONS = ("prompt", "full_request")
+#: plausibility bounds of the host times (seconds per step or launch) and the reserve (GiB)
+MAX_HOST_S = 1.0
+MAX_RESERVED_GIB = 1024.0
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,7 @@ class ServingBehaviour:
         for gib, tokens in self.prefill_token_budget.items():
             try:
                 gib_f, tokens_i = float(gib), int(tokens)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):      # OverflowError: int(inf)
                 raise InputError(f"{where}.prefill_token_budget", f"bad entry {gib!r}: {tokens!r}",
                                  "use HBM GiB: tokens, e.g. {0: 2048, 70: 8192}") from None
             if not math.isfinite(gib_f) or gib_f < 0 or tokens_i < 1 or tokens_i != tokens:
@@ -132,10 +135,14 @@ class ServingBehaviour:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InputError(f"{where}.{name}", f"must be a whole number >= 0, got {value!r}")
-        for name in ("host_step_s", "host_launch_s", "runtime_reserved_gib"):
+        # upper bounds far past any engine (vLLM's host step is ~1 ms, a launch ~5 us, reserves a
+        # few GiB): a larger value is a typo that would print TTFTs of 1e300 s
+        for name, most in (("host_step_s", MAX_HOST_S), ("host_launch_s", MAX_HOST_S),
+                           ("runtime_reserved_gib", MAX_RESERVED_GIB)):
             value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise InputError(f"{where}.{name}", f"must be a finite number >= 0, got {value!r}")
+            if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                    and 0 <= value <= most):
+                raise InputError(f"{where}.{name}", f"must be a finite number in [0, {most:g}], got {value!r}")
         if not (0.0 < self.gpu_memory_fraction <= 1.0):
             raise InputError(f"{where}.gpu_memory_fraction", f"must be in (0, 1], got {self.gpu_memory_fraction!r}")
 
