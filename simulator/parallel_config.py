@@ -87,6 +87,9 @@ BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather
 #: non-negative integer fields (0 = not set)
 LAYOUT_FIELDS = ("first_stage_layers", "last_stage_layers", "recompute_num_layers", "recompute_layers_decrement",
                  "offload_activation_layers", "zero_shard_group", "loss_chunk_tokens")
+#: largest value of a ``LAYOUT_FIELDS`` entry: above any layer count, data-parallel group or
+#: token chunk a run has, and within the int64 columns of ``ConfigBatch`` (2**63 overflowed them)
+MAX_LAYOUT_VALUE = 2**40
 
 
 def _modules(value) -> tuple[str, ...]:
@@ -322,6 +325,9 @@ class ParallelConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
                 raise InputError(name, f"must be an integer >= 0 (0 = not set), got {value!r}")
+            if value > MAX_LAYOUT_VALUE:
+                raise InputError(name, f"{value} is above the largest supported value {MAX_LAYOUT_VALUE:,}",
+                                 "check the number")
             object.__setattr__(self, name, int(value))
         if (self.first_stage_layers or self.last_stage_layers) and self.pp < 2:
             raise InputError("first_stage_layers", "first/last stage layer counts need pp > 1",

@@ -60,7 +60,13 @@ def check_sweep(kind: str, field: str | None, values: str | None) -> tuple[str |
         raise InputError("--field", exc.message, exc.fix) from None
     if values is None:
         raise InputError("--values", "missing", f"give the values of {field}, e.g. --values 1,2,4")
-    return field, parse_values(field, values)
+    parsed = parse_values(field, values)
+    if kind in DEFAULT_FIELD and any(not isinstance(v, (int, float)) or (kind == "bandwidth" and isinstance(v, bool))
+                                     for v in parsed):
+        # these plots put the field on a numeric x axis (the bandwidth plot's is logarithmic)
+        raise InputError("--field", f"a {kind} plot needs a numeric field; {field} has values {values!r}",
+                         f"use --field {DEFAULT_FIELD[kind]} (or another number), or a breakdown plot")
+    return field, parsed
 
 
 @click.command("plot", short_help="Figures: breakdown, memory, roofline, Pareto, scaling, bandwidth.")
