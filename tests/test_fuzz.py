@@ -8,8 +8,10 @@ The inputs are generated from a fixed seed (``PARAPLAN_FUZZ_SEED`` picks another
 reproducible and a failure names the case: command-line options out of range (zero, negative,
 1e30, nan, inf, wrong types, unknown names, incompatible combinations); damaged model, Hugging
 Face config, GPU and cluster files (mutated keys, YAML anchor bombs, python tags, deep nesting,
-binary garbage); damaged validation CSVs; and pipeline timelines (``--gantt`` / ``--trace``)
-with huge micro-batch counts. Commands run through click's ``CliRunner`` (no process start per
+binary garbage); damaged validation CSVs; pipeline timelines (``--gantt`` / ``--trace``)
+with huge micro-batch counts; and, from ``fuzz_surfaces``, the serving commands, the sweep
+runner, pooled clusters' plans, the serving and Sailor validation files, hardware values of
+absurd magnitude, and every command's ``--help``. Commands run through click's ``CliRunner`` (no process start per
 input); an input may use ``PER_INPUT_S`` CPU seconds, and a SIGALRM timer stops one still
 running after ``HANG_S`` wall seconds and counts it as a hang.
 """
@@ -30,6 +32,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+import fuzz_surfaces
 from paraplan.cli import main
 from paraplan.validation.datasets import BUNDLED_DIR, PUBLISHED_RUNS
 
@@ -420,7 +423,8 @@ def sweep_cases(rng: random.Random) -> list[Case]:
 def generate(seed: int = SEED) -> list[Case]:
     rng = random.Random(seed)
     return (option_cases(rng) + timeline_cases(rng) + model_file_cases(rng) + hf_config_cases(rng)
-            + cluster_file_cases(rng) + csv_cases(rng) + sweep_cases(rng))
+            + cluster_file_cases(rng) + csv_cases(rng) + sweep_cases(rng)
+            + [Case(name, args, files) for name, args, files in fuzz_surfaces.generate(rng)])
 
 
 def _set(args: list[str], opt: str, value: str) -> list[str]:
@@ -492,6 +496,9 @@ def _bad_output(text: str) -> str | None:
 QUANTITY = re.compile(r"(_s|_bytes|_gib|_flops|_per_s|_per_gpu|mfu|hfu|_tflops|_pct)$")
 #: keys that may be null or negative by design
 EXEMPT = re.compile(r"^(rel_error|measured|predicted|headroom_bytes|headroom_gib|min_memory_bytes)$")
+#: a time, rate or size above this is a finite overflow of absurd inputs (1e290 s steps from a
+#: 1e-300 Gb/s link), not an answer; FLOP counts are exempt (1e12 sequences of a 1T model reach 1e28)
+ABSURD = 1e30
 
 
 def _bad_json(data, where: str) -> str | None:
@@ -503,6 +510,8 @@ def _bad_json(data, where: str) -> str | None:
                     return f"{where}.{key} is null (a NaN or inf turned into null?)"
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and (not math.isfinite(v) or v < 0):
                     return f"{where}.{key} = {v}"
+                if isinstance(v, (int, float)) and not key.endswith("_flops") and abs(v) > ABSURD:
+                    return f"{where}.{key} = {v:g}, an absurd magnitude"
             bad = _bad_json(v, f"{where}.{key}")
             if bad:
                 return bad
@@ -521,7 +530,7 @@ def run_case(case: Case, folder: Path, runner: CliRunner):
     folder.mkdir(parents=True, exist_ok=True)
     for name, content in case.files.items():
         path = folder / name
-        path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
+        path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content.replace("{tmp}", str(folder)))
     args = [a.replace("{tmp}", str(folder)) for a in case.args]
     hung = False
 

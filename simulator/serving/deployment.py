@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from hardware_specs.errors import InputError
+from simulator.parallel_config import MAX_GPUS
 
 MODES = ("agg", "disagg")
 
@@ -108,6 +109,14 @@ class Deployment:
             if self.prefill is None or self.decode is None:
                 raise InputError("prefill" if self.prefill is None else "decode",
                                  "missing for a disaggregated deployment", "give both worker layouts")
+        if self.gpus > MAX_GPUS:        # as a training job: larger is a typo, and TTFTs would reach 1e39 s
+            if self.mode == "agg":
+                name = "workers"
+            else:
+                name = ("prefill_workers" if self.prefill.gpus * self.prefill_workers >= self.decode.gpus * self.decode_workers
+                        else "decode_workers")
+            raise InputError(name, f"the deployment spans {self.gpus:,} GPUs, above the largest supported {MAX_GPUS:,}",
+                             "use fewer workers or smaller workers")
 
     @property
     def gpus(self) -> int:
