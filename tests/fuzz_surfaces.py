@@ -249,6 +249,9 @@ def misc_cases() -> list[tuple]:
     """Single inputs that broke the contract once, and every command's --help."""
     out = [("plan -n 16777216 (nearby counts once took minutes)",
             ["plan", "-m", "gpt3-125m", "-c", "dgx-h100", "--global-batch", "32", "-n", "16777216"], {})]
+    out.append(("serve disagg without a prefill queue (queue_wait_s was -1e-17)",
+                ["serve", "simulate", "-m", "gpt3-13b", "-s", "dgx-h100", "--precision", "fp8", "--mode", "disagg",
+                 "--decode-batch", "1", "--prefill-pp", "3", "--json"], {}))
     for opt in ("--recompute-num-layers", "--offload-activation-layers", "--loss-chunk-tokens", "--zero-shard-group",
                 "--first-stage-layers"):                 # 2**63 overflowed ConfigBatch's int64 columns
         out.append((f"simulate {opt}=2**63", SIM_16 + [opt, str(2**63), "--recompute", "full"], {}))
