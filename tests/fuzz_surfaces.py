@@ -103,6 +103,20 @@ def sweep_runner_cases() -> list[tuple]:
     for address in ("nope://x", "tls://127.0.0.1:1", "tcp://host:notaport", "inproc://x"):
         out.append((f"sweep --scheduler {address}", ["sweep", "{tmp}/s.yaml", "--scheduler", address, "--out", "{tmp}/out"],
                     {"s.yaml": spec}))
+    # a resumed sweep whose finished chunk file is damaged evaluates the chunk again (was an
+    # internal ArrowInvalid, or a KeyError for a parquet of other columns)
+    import io
+
+    import pandas as pd
+    from paraplan.sweeps.runner import chunk_key, chunks
+    from paraplan.sweeps.spec import spec_from_dict
+    parsed = spec_from_dict(yaml.safe_load(spec))
+    chunk_file = f"out/chunks/{chunk_key(parsed, chunks(parsed)[0])}.parquet"
+    other = io.BytesIO()
+    pd.DataFrame({"x": [1]}).to_parquet(other)
+    for name, content in (("garbage", b"garbage"), ("empty", b""), ("other columns", other.getvalue())):
+        out.append((f"sweep resumed over a chunk file of {name}", ["sweep", "{tmp}/s.yaml", "--local", "--out", "{tmp}/out"],
+                    {"s.yaml": spec, chunk_file: content}))
     return out
 
 

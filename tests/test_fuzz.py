@@ -530,6 +530,7 @@ def run_case(case: Case, folder: Path, runner: CliRunner):
     folder.mkdir(parents=True, exist_ok=True)
     for name, content in case.files.items():
         path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content.replace("{tmp}", str(folder)))
     args = [a.replace("{tmp}", str(folder)) for a in case.args]
     hung = False

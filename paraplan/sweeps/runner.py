@@ -78,6 +78,19 @@ def _client(scheduler: str | None, workers: int | None):
     return Client(cluster), cluster
 
 
+def _read_chunk(path: Path, chunk: list[tuple[int, dict]]) -> pd.DataFrame | None:
+    """A finished chunk's rows, or None when its file cannot be read or does not hold this
+    chunk's points (damaged by hand, or truncated by a full disk): the chunk is then evaluated
+    again, like a missing one."""
+    try:
+        df = pd.read_parquet(path)
+    except (OSError, ValueError):          # pyarrow's ArrowInvalid is a ValueError
+        return None
+    if "status" not in df or "point" not in df or sorted(df["point"].tolist()) != [i for i, _ in chunk]:
+        return None
+    return df
+
+
 def run_sweep(spec: SweepSpec, out_dir: str | Path | None = None, *, client=None, scheduler: str | None = None,
               local: bool = False, workers: int | None = None,
               progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
@@ -101,8 +114,9 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path | None = None, *, client=None
     todo = []
     for i, key in enumerate(keys):
         path = None if folder is None else folder / f"{key}.parquet"
-        if path is not None and path.is_file():
-            results[i] = pd.read_parquet(path)
+        cached = _read_chunk(path, parts[i]) if path is not None and path.is_file() else None
+        if cached is not None:
+            results[i] = cached
         else:
             todo.append(i)
     done = sum(len(parts[i]) for i in results)
