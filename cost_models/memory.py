@@ -10,7 +10,10 @@ gated MLPs and fused (flash) attention, which stores no score matrix, fall out o
 
 Model states: mixed-precision Adam keeps 16-bit weights (2 bytes), fp32 main gradients
 (4 bytes, Megatron's gradient buffers) and fp32 master weights, momentum and variance
-(12 bytes): 18 bytes per parameter, the count behind Korthikanti's Figure 1.
+(12 bytes): 18 bytes per parameter, the count behind Korthikanti's Figure 1. Two stack
+behaviours change it: a gradient buffer in the 16-bit parameter dtype (2 bytes; Megatron-Core
+DDP without ``grad_reduce_in_fp32``), and FP8 parameters (Megatron ``--fp8-param-gather``),
+whose quantised tensors replace the 16-bit working weights (``model_state_bytes``).
 ZeRO (Rajbhandari et al. 2020) shards optimizer states (stage 1), then gradients (2), then
 weights (3) over the data-parallel group.
 """
@@ -166,7 +169,7 @@ def in_flight_microbatches(pp, vpp, num_microbatches, schedule_is_gpipe=False):
 
 
 def model_state_bytes(params_local, zero_stage, dp_shard, low_precision=False, full_precision=False,
-                      copy_bytes=None, moment_bytes=4.0):
+                      copy_bytes=None, moment_bytes=4.0, grad_bytes=GRAD_BYTES, fp8_param_gather=False):
     """(weights, gradients, optimizer) bytes on one GPU for ``params_local`` parameters.
 
     ``full_precision`` (fp32 training): 4-byte weights and gradients and 8 bytes of Adam
@@ -179,18 +182,33 @@ def model_state_bytes(params_local, zero_stage, dp_shard, low_precision=False, f
     ``low_precision``. ``moment_bytes``: bytes of each Adam moment (4 fp32; 2 when they are kept in
     BF16, DeepSeek-V3 report section 3.3.2, Megatron ``--exp-avg-dtype bf16
     --exp-avg-sq-dtype bf16``), beside the fp32 master weight.
+
+    ``grad_bytes`` (arrays allowed): bytes per parameter of the gradient buffer, 4 (fp32) or 2
+    (the 16-bit parameter dtype): Megatron-Core DDP allocates it as ``torch.float if
+    grad_reduce_in_fp32 else param.dtype`` (NVIDIA/Megatron-LM@core_v0.14.0
+    megatron/core/distributed/distributed_data_parallel.py, line 234); fp32 training keeps 4.
+    ``fp8_param_gather`` (arrays allowed): the quantised copies (``copy_bytes``, when there are
+    any) are the only weights the model holds, no 16-bit working copy (Megatron
+    ``--fp8-param-gather``: the parameter is a Transformer Engine Float8Tensor whose row-wise
+    data lives in the distributed optimizer's uint8 parameter buffer, plus its transpose on
+    Hopper, or an MXFP8Tensor with row- and column-wise data; the fp32 master copy stays in the
+    optimizer). Parameters without a quantised copy (embedding, LM head) keep 2 bytes.
     """
     p = np.asarray(params_local, dtype=float)
     z = np.asarray(zero_stage)
     n = np.asarray(dp_shard, dtype=float)
     if copy_bytes is None:
         copy_bytes = LOW_PRECISION_WEIGHT_COPY_BYTES if low_precision else 0.0
-    weight_bytes = WEIGHT_BYTES + copy_bytes
+    copy_bytes = np.asarray(copy_bytes, dtype=float)
+    quantised_only = np.asarray(fp8_param_gather, dtype=bool) & (copy_bytes > 0)
+    weight_bytes = np.where(quantised_only, copy_bytes, WEIGHT_BYTES + copy_bytes)
     optimizer_bytes = OPTIMIZER_BYTES - 2.0 * (4.0 - np.asarray(moment_bytes, dtype=float))
+    grad_bytes = np.asarray(grad_bytes, dtype=float)
     if full_precision:
         weight_bytes, optimizer_bytes = 4.0, 2.0 * np.asarray(moment_bytes, dtype=float)
+        grad_bytes = GRAD_BYTES
     weights = p * weight_bytes / np.where(z >= 3, n, 1.0)
-    grads = p * GRAD_BYTES / np.where(z >= 2, n, 1.0)
+    grads = p * grad_bytes / np.where(z >= 2, n, 1.0)
     optimizer = p * optimizer_bytes / np.where(z >= 1, n, 1.0)
     return weights, grads, optimizer
 

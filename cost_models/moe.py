@@ -398,15 +398,18 @@ def moe_layer_params_local(model: ModelSpec, tp, ep, etp):
     return non_expert, expert
 
 
-def expert_model_state_bytes(expert_params_local, zero_stage, dp, cp, tp, ep, etp, low_precision=False):
+def expert_model_state_bytes(expert_params_local, zero_stage, dp, cp, tp, ep, etp, low_precision=False,
+                             grad_bytes=memory.GRAD_BYTES, fp8_param_gather=False):
     """(weights, gradients, optimizer) bytes of ``expert_params_local`` expert parameters.
 
-    Same per-parameter bytes as ``memory.model_state_bytes`` (18 B mixed-precision Adam), with
-    ZeRO sharding over the expert-data-parallel group instead of dp*cp (Megatron's distributed
-    optimizer shards expert states over the expert-DP group).
+    Same per-parameter bytes as ``memory.model_state_bytes`` (18 B mixed-precision Adam, less
+    with a 16-bit gradient buffer ``grad_bytes`` or ``fp8_param_gather``), with ZeRO sharding
+    over the expert-data-parallel group instead of dp*cp (Megatron's distributed optimizer
+    shards expert states over the expert-DP group).
     """
     edp = expert_data_parallel_size(dp, cp, tp, ep, etp)
-    return memory.model_state_bytes(expert_params_local, zero_stage, edp, low_precision)
+    return memory.model_state_bytes(expert_params_local, zero_stage, edp, low_precision,
+                                    grad_bytes=grad_bytes, fp8_param_gather=fp8_param_gather)
 
 
 def moe_activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, cp, ep, etp, recompute,

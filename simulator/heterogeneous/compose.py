@@ -395,7 +395,9 @@ def stage_memory_parts(model: ModelSpec, settings: ParallelConfig, stage_params,
     act_bytes = activation_bytes(dtype)
     s = float(model.seq_len)
     tokens = np.asarray(micro_batch, dtype=float) * s
-    w_b, g_b, o_b = memory.model_state_bytes(stage_params, zero, dp_shard, dtype in LOW_PRECISION, act_bytes > 2)
+    w_b, g_b, o_b = memory.model_state_bytes(stage_params, zero, dp_shard, dtype in LOW_PRECISION, act_bytes > 2,
+                                             grad_bytes=settings.grad_buffer_bytes,
+                                             fp8_param_gather=settings.fp8_param_gather)
     activations = layer_act * np.asarray(layers, dtype=float) * in_flight \
         + np.where(np.asarray(layers) > 0, np.maximum(full_act - layer_act, 0.0), 0.0)
     # fp32 softmax copy next to the logits in the training dtype (memory.LOGIT_BYTES in 16-bit)
