@@ -24,6 +24,7 @@ import numpy as np
 from model_specs.model_spec import ModelSpec
 
 WEIGHT_BYTES = 2.0
+#: fp32 main gradients, the default gradient buffer (``model_state_bytes(grad_bytes=...)``)
 GRAD_BYTES = 4.0
 OPTIMIZER_BYTES = 12.0
 #: low-precision training keeps an extra 8-bit copy of the weights for the GEMMs.
