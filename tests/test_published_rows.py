@@ -449,7 +449,7 @@ def test_a_row_without_recompute_takes_what_its_releases_preset_for_that_layout_
     """Megatron-Bridge 26.04's GB200 BF16 preset for GPT-OSS 120B (EP 64, micro-batch 4, global
     batch 1280) recomputes layernorm and moe_act; 26.04.01's GB200 FP8-CS preset for Llama 3
     70B (Megatron-FSDP, micro-batch 2) offloads 40 layers' activations; Nemotron 3 Nano's H100
-    preset also recomputes whole MoE layers ('moe'), which the model does not price, and says so."""
+    preset also recomputes whole MoE layers (Megatron's 'moe')."""
     from paraplan.validation.published import row_inputs
     gpt = row_inputs(_bundled_row("MBRIDGE-26.04-GPTOSS120B-DGX-GB200-64g-BF16"))
     assert gpt.config.recompute.value == "selective"
@@ -458,8 +458,8 @@ def test_a_row_without_recompute_takes_what_its_releases_preset_for_that_layout_
     assert (llama.config.zero_stage, llama.config.offload_activation_layers) == (3, 40)
     assert llama.config.recompute.value == "none"
     nano = row_inputs(_bundled_row("MBRIDGE-26.04.01-Nemotron_3_Nano-DGX-H100"))
-    assert nano.config.recompute_modules == ("core_attn", "layernorm", "mlp_act")
-    assert any("moe not modelled" in a for a in nano.assumptions)
+    assert nano.config.recompute_modules == ("core_attn", "layernorm", "mlp_act", "moe")
+    assert not any("not modelled" in a for a in nano.assumptions)
     # a layout no preset of the release runs: nothing assumed beyond "none"
     other = row_inputs(_bundled_row("MBRIDGE-25.11-GPTOSS120B-DGX-H100-64g-BF16-tp1pp4cp1ep8vp1-gbs512-mbs4"))
     assert other.config.recompute.value == "none" and other.config.offload_activation_layers == 0

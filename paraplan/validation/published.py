@@ -450,7 +450,7 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
 #: Megatron ``--recompute-modules`` names -> paraplan's (``cost_models.memory.RECOMPUTE_MODULES``);
 #: ``moe_act`` is the experts' activation, which paraplan's ``mlp_act`` covers with the dense one
 RECIPE_RECOMPUTE_MODULES = {"core_attn": "core_attn", "layernorm": "layernorm", "moe_act": "mlp_act",
-                            "mla_up_proj": "mla_up_proj"}
+                            "mla_up_proj": "mla_up_proj", "mlp": "mlp", "moe": "moe"}
 
 
 def _recipe_memory_savings(stack, savings, presets, assumptions) -> tuple[str, dict]:
