@@ -38,14 +38,29 @@ LOGIT_BYTES = 6.0
 
 
 #: operations a selective recomputation may recompute in every layer (Megatron
-#: ``--recompute-modules``), in the order of their bits in a modules mask.
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp_act", "mla_up_proj", "moe_dispatch")
+#: ``--recompute-modules``), in the order of their bits in a modules mask. ``mlp``: the dense
+#: layers' whole MLP block (Megatron's ``mlp``: it checkpoints the MLP on its input, the
+#: pre-MLP norm's output); ``moe``: the MoE layers' whole MoE block, router, dispatch, experts,
+#: shared experts and combine (Megatron's ``moe``; NVIDIA/Megatron-LM@core_v0.14.0
+#: megatron/core/transformer/transformer_layer.py ``recompute_mlp`` for non-MoE MLPs and
+#: megatron/core/transformer/moe/moe_layer.py ``moe_layer_recompute``).
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp_act", "mla_up_proj", "moe_dispatch", "mlp", "moe")
 MODULE_BITS = {name: 1 << i for i, name in enumerate(RECOMPUTE_MODULES)}
 #: the modules mask of Megatron's plain ``--recompute-granularity selective``
 SELECTIVE_DEFAULT = MODULE_BITS["core_attn"]
-#: which kept tensors (``activation_terms``) each module drops
+#: which kept tensors (``activation_terms``) each module drops (``moe``'s routed-expert tensors
+#: are dropped by ``moe.moe_activation_bytes_per_layer``, its shared experts' by
+#: ``moe_block_modules``)
 MODULE_DROPS = {"core_attn": ("core",), "layernorm": ("norm_outputs",), "mlp_act": ("mlp_act_out",),
-                "mla_up_proj": ("qkv",), "moe_dispatch": ()}
+                "mla_up_proj": ("qkv",), "moe_dispatch": (), "mlp": ("mlp_fc1_out", "mlp_act_out"), "moe": ()}
+
+
+def moe_block_modules(modules):
+    """The modules mask to apply to the activation terms of an MoE layer's shared experts: they
+    are part of the MoE block (recomputed with ``moe``), not a dense MLP (``mlp`` leaves them)."""
+    modules = np.asarray(modules, dtype=np.int64)
+    mlp, moe = MODULE_BITS["mlp"], MODULE_BITS["moe"]
+    return (modules & ~mlp) | np.where((modules & moe) != 0, mlp, 0)
 
 
 def activation_terms(model: ModelSpec, micro_batch, seq_len, tp, cp, sp, flash_attention=True, ffn=None,

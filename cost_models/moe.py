@@ -430,8 +430,8 @@ def moe_activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, c
     * expert outputs back at the source before the weighted sum (probabilities' gradient),
       ``routed * top_k * h * 2``.
 
-    ``recompute`` 2 (full) keeps none of it (the layer input is in the generic formula);
-    otherwise ``modules`` (a ``memory.MODULE_BITS`` mask, None = from ``recompute`` alone via
+    ``recompute`` 2 (full) or the ``moe`` module keep none of it (the layer input, or the
+    block's input, is in the generic formula); otherwise ``modules`` (a ``memory.MODULE_BITS`` mask, None = from ``recompute`` alone via
     ``memory.effective_modules``) says what is recomputed.
     """
     moe = model.moe
@@ -448,7 +448,9 @@ def moe_activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, c
             + np.where(drop_dispatch, 0.0, rows * h * gb)
             + rows * (fc1_out + np.where(drop_act, 0.0, gb * f_local))
             + routed * k * h * ACT_BYTES)
-    return np.where(np.asarray(recompute) == 2, 0.0, kept)
+    # ``moe``: the whole block is recomputed from its input (the norm's output, kept by the layer)
+    whole_block = (mods & memory.MODULE_BITS["moe"]) != 0
+    return np.where((np.asarray(recompute) == 2) | whole_block, 0.0, kept)
 
 
 def moe_dispatch_buffer_bytes(model: ModelSpec, micro_batch, seq_len, tp, cp, etp, load_imbalance=1.0, ep=1,

@@ -167,9 +167,17 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         else:
             act_s = layer_costs.activation_forward_s(model, rates, tokens, (dense_ffn or model.ffn_hidden_size) / tp)
             act_s = act_s * shares["mlp"] if hybrid else act_s
+        # a whole MLP / MoE block recomputed (Megatron's ``mlp`` for dense layers, ``moe`` for MoE
+        # layers): its forward again, with its TP collective; it includes the activation
+        # (and, for MoE, the dispatch), so those modules add nothing more there
+        whole = bit("moe") if kind == "moe" else bit("mlp")
+        block_tp = tp_coll * (shares["mlp"] if hybrid and kind == "dense" else 1.0)
+        block_s = mlp["gemm_fwd_s"] + mlp["cast_fwd_s"] + mlp["elem_fwd_s"] + np.where(tp > 1, block_tp, 0.0)
         sel = (np.where(bit("core_attn"), attn_k["core_fwd_s"], 0.0) + np.where(bit("layernorm"), norm_s, 0.0)
-               + np.where(bit("mlp_act"), act_s, 0.0) + np.where(bit("mla_up_proj"), mla_s, 0.0))
-        sel_flops = np.where(bit("core_attn"), attn_k["core_flops_fwd"], 0.0) + np.where(bit("mla_up_proj"), mla_flops, 0.0)
+               + np.where(bit("mlp_act") & ~whole, act_s, 0.0) + np.where(bit("mla_up_proj"), mla_s, 0.0)
+               + np.where(whole, block_s, 0.0))
+        sel_flops = (np.where(bit("core_attn"), attn_k["core_flops_fwd"], 0.0) + np.where(bit("mla_up_proj"), mla_flops, 0.0)
+                     + np.where(whole, mlp["gemm_flops_fwd"], 0.0))
         rec_full = fwd
         # exposed TP traffic: userbuffers overlap (tp_comm_overlap) pipelines it with the GEMMs of
         # the same pass; the backward collectives of the column-parallel layers also run under
@@ -187,9 +195,11 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             epb = np.where(ep_overlap, np.maximum(a2a["bwd_s"] - bwd - wgrad, 0.0), a2a["bwd_s"])
             epr_full = epf
             ep_total = a2a["fwd_s"] + a2a["bwd_s"]
-            # recomputing the dispatch permutes the rows and sends them again (not overlapped)
+            # recomputing the dispatch permutes the rows and sends them again (not overlapped);
+            # recomputing the whole block sends them and combines them again
             permute = 2.0 * routed * moe.top_k * h * rates.act_bytes / rates.hbm_bytes_per_s
-            sel = sel + np.where(bit("moe_dispatch"), permute + a2a["dispatch_s"], 0.0)
+            sel = sel + np.where(bit("moe_dispatch") & ~whole, permute + a2a["dispatch_s"], 0.0) \
+                + np.where(whole, a2a["fwd_s"], 0.0)
         else:
             epf = epb = epr_full = ep_total = 0.0 * tokens
         flops = attn_k["gemm_flops_fwd"] + mlp["gemm_flops_fwd"] + attn_k["core_flops_fwd"]
@@ -205,7 +215,9 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
                      + attn_n[kind]["cast_bwd_s"] + mlp_n["cast_bwd_s"]
                      + np.where(tp > 1, np.where(sp, 1.5, 1.0) * blocks_per_layer, 0.0))
             n_sel = (np.where(bit("core_attn"), attn_n[kind]["core_fwd_s"], 0.0) + blocks_per_layer * bit("layernorm")
-                     + 1.0 * bit("mlp_act") + 2.0 * bit("mla_up_proj"))
+                     + 1.0 * (bit("mlp_act") & ~whole) + 2.0 * bit("mla_up_proj")
+                     + np.where(whole, mlp_n["gemm_fwd_s"] + mlp_n["elem_fwd_s"] + mlp_n["cast_fwd_s"]
+                                + np.where(tp > 1, 1.0, 0.0), 0.0))
             # the host-bound share shows as compute: what the floor adds above the GPU's passes
             host_f = np.maximum(n_fwd * host_s - (fwd + tpf + cpc["fwd_exposed_s"] + epf), 0.0)
             host_b = np.maximum(n_bwd * host_s - (bwd + wgrad + tpb + cpc["bwd_exposed_s"] + epb), 0.0)

@@ -212,8 +212,9 @@ class ParallelConfig:
             norms' outputs, i.e. the QKV and MLP inputs), ``mlp_act`` (the MLP activation
             function's output, dense and expert), ``mla_up_proj`` (multi-latent attention's
             up-projected queries, keys and values), ``moe_dispatch`` (the tokens dispatched to
-            the experts: permutation and all-to-all again). Naming any makes the recomputation
-            selective.
+            the experts: permutation and all-to-all again), ``mlp`` (the dense layers' whole MLP
+            block, from its input), ``moe`` (the MoE layers' whole block: router, dispatch,
+            experts, shared experts, combine). Naming any makes the recomputation selective.
         offload_activation_layers: layers per model chunk whose kept activations are copied to
             host memory after their forward and back before their backward (Megatron /
             Transformer Engine ``--cpu-offloading-num-layers``), over the cluster's host link.

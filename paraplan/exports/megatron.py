@@ -78,7 +78,8 @@ def grad_bucket_elements(p: dict) -> int:
 
 
 #: Megatron-LM's ``--recompute-modules`` name of each ``memory.RECOMPUTE_MODULES`` entry it has
-_MODULE_NAMES = {"core_attn": "core_attn", "layernorm": "layernorm", "mla_up_proj": "mla_up_proj", "mlp_act": "moe_act"}
+_MODULE_NAMES = {"core_attn": "core_attn", "layernorm": "layernorm", "mla_up_proj": "mla_up_proj", "mlp_act": "moe_act",
+                 "mlp": "mlp", "moe": "moe"}
 
 
 def _refuse_memory_features(p: dict, model: ModelSpec) -> None:
