@@ -234,9 +234,10 @@ class ParallelConfig:
             without ``grad_reduce_in_fp32``, whose buffer is ``torch.float if grad_reduce_in_fp32
             else param.dtype``); sharded like the gradients under ZeRO-2/3
             (``cost_models.memory.model_state_bytes``). Memory only.
-        fp8_param_gather: an ``fp8`` / ``mxfp8`` run keeps its compute weights only as the
+        fp8_param_gather: a low-precision run keeps its layers' compute weights only as the
             recipe's quantised tensors (Megatron ``--fp8-param-gather``): no 16-bit working copy
-            (``cost_models.memory.model_state_bytes``). Only its memory effect is modelled (the
+            (``cost_models.memory.model_state_bytes``); the stacks set it for ``fp8`` and
+            ``mxfp8`` runs only (``simulator.stack_defaults``). Only its memory effect is modelled (the
             distributed optimizer's parameter all-gather is still priced in 16 bits).
         optimizer_moment_bytes: bytes per element of each Adam moment: 4 (fp32) or 2 (BF16
             moments: DeepSeek-V3 report section 3.3.2, Megatron's precision-aware optimizer
