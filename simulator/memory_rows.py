@@ -65,7 +65,14 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     shard = sharding.shard_size(dp_group, batch.zero_shard_group)
     replica_groups = sharding.replicas(dp_group, batch.zero_shard_group)
     edp = moe_costs.expert_data_parallel_size(dp, cp, tp, ep, etp) if model.moe is not None else dp_group
-    z3 = np.where((zero >= 3) & (shard > 1), 2.0 * np.maximum(dense_p, moe_ne_p + moe_ex_p) * param_bytes, 0.0)
+    expert_shard = np.maximum(edp / replica_groups, 1.0)
+    # two layers' gathered parameters (the computing one and the prefetched one), of the largest
+    # kind of layer the model has; a part whose shard group is one rank is never gathered (its
+    # weights are already whole on the GPU, and counted so in ``weights_bytes``): with expert
+    # parallelism over all the data-parallel ranks, the experts
+    gathered_moe = moe_ne_p + np.where(expert_shard > 1, moe_ex_p, 0.0)
+    gathered_dense = dense_p if model.num_dense_layers > 0 else 0.0 * dense_p
+    z3 = np.where((zero >= 3) & (shard > 1), 2.0 * np.maximum(gathered_dense, gathered_moe) * param_bytes, 0.0)
     loss_tokens = np.where(np.asarray(batch.loss_chunk_tokens) > 0,
                            np.minimum(tokens, np.asarray(batch.loss_chunk_tokens, dtype=float)), tokens)
     rc_group = np.where((np.asarray(batch.recompute_method) == _UNIFORM) & (np.asarray(batch.recompute_num_layers) > 0),
@@ -73,7 +80,7 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     terms = dict(dense_p=dense_p, moe_ne_p=moe_ne_p, moe_ex_p=moe_ex_p, emb_p=params.embedding_params(model) / tp,
                  head_p=params.lm_head_params(model) / tp,
                  mtp_p=params.mtp_projection_params(model) / tp if model.mtp_layers else 0.0 * tp,
-                 shard=shard, expert_shard=np.maximum(edp / replica_groups, 1.0), z3=z3,
+                 shard=shard, expert_shard=expert_shard, z3=z3,
                  logits=loss_tokens * model.vocab_size / tp * memory.LOGIT_BYTES,
                  off=np.asarray(batch.offload_optimizer_fraction, dtype=float), rc_group=rc_group, zero=zero,
                  moments=batch.optimizer_moment_bytes, grad_buffer=batch.grad_buffer_bytes,
