@@ -12,7 +12,7 @@ precision only, the run's precision is that preset's: a fact of the release, rea
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -48,8 +48,10 @@ class MemorySavings:
     and ``recompute_num_layers`` (full), ``recompute_modules`` (selective: Megatron's
     ``--recompute-modules`` names, e.g. ``layernorm``, ``moe_act``, ``mla_up_proj``, ``mlp``,
     ``moe``), ``offload_layers`` (Transformer Engine activation offloading,
-    ``cpu_offloading_num_layers``; 0 = none) and ``distributed_optimizer`` (Megatron's
-    ``use_distributed_optimizer``: optimizer states sharded over data parallelism, ZeRO-1)."""
+    ``cpu_offloading_num_layers``; 0 = none), ``distributed_optimizer`` (Megatron's
+    ``use_distributed_optimizer``: optimizer states sharded over data parallelism, ZeRO-1) and
+    ``fp8_param_gather`` (an FP8 / MXFP8 preset keeps its layers' weights only quantised; None
+    where the preset's precision has no such switch)."""
 
     recompute: str = ""
     recompute_method: str = ""
@@ -57,6 +59,7 @@ class MemorySavings:
     recompute_modules: tuple = ()
     offload_layers: int = 0
     distributed_optimizer: bool = True
+    fp8_param_gather: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,8 @@ def all_presets(path: str = str(PRESETS_CSV)) -> tuple[Preset, ...]:
                 recompute_modules=tuple(sorted(m.strip() for m in (row.get("recompute_modules") or "").split("|")
                                                if m.strip())),
                 offload_layers=_int(row.get("cpu_offloading_layers", ""), 0),
-                distributed_optimizer=(row.get("use_distributed_optimizer") or "").strip().lower() == "true")
+                distributed_optimizer=(row.get("use_distributed_optimizer") or "").strip().lower() == "true",
+                fp8_param_gather={"true": True, "false": False}.get((row.get("fp8_param_gather") or "").strip().lower()))
             out.append(Preset(container=row["container"].strip(), model=model_key(row["recipe"]),
                               gpu=row["gpu"].strip().lower(), dtype=row["dtype"].strip().lower(),
                               compute_dtype=row["compute_dtype"].strip(), layout=layout,
@@ -131,8 +135,14 @@ def memory_savings_of_layout(stack: StackSpec, model_name: str, gpu: str, layout
     """(savings, presets): the recomputation and activation offloading of the release's presets
     for the model and GPU kind that run ``layout`` in ``dtype`` (only release ``container`` when
     the file has presets of it), when they all agree; ``None`` when no preset runs that layout
-    in that precision or they disagree (the release then says nothing about the run)."""
-    matches = [p for p in presets_for(stack, model_name, gpu) if p.layout == layout and p.dtype == dtype]
+    in that precision or they disagree (the release then says nothing about the run). A layout
+    no preset runs at its global batch takes the presets with every other degree equal: what a
+    GPU holds depends on its micro-batch and degrees, and the releases' pages publish some
+    presets at a larger global batch than their code's default."""
+    candidates = [p for p in presets_for(stack, model_name, gpu) if p.dtype == dtype]
+    matches = [p for p in candidates if p.layout == layout]
+    if not matches:
+        matches = [p for p in candidates if replace(p.layout, global_batch=layout.global_batch) == layout]
     if container is not None and any(p.container == container for p in matches):
         matches = [p for p in matches if p.container == container]
     found = {p.savings for p in matches}

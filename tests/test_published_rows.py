@@ -434,13 +434,16 @@ def test_fsdp_off_in_a_megatron_bridge_row_is_the_releases_distributed_optimizer
     assert {r["use_distributed_optimizer"] for r in gpt} == {"true"}
     row = _bundled_row("MBRIDGE-26.04-GPTOSS120B-DGX-GB200-64g-BF16")
     assert row["zero_stage"] == "ddp (FSDP=0)" and row["zero_norm"] == 0
-    inputs = row_inputs(row)
+    inputs = gpt = row_inputs(row)
     assert inputs.config.zero_stage == 1
     assert any("use_distributed_optimizer=True; the row's zero_stage 'ddp (FSDP=0)' says only that "
                "Megatron-FSDP was off" in a for a in inputs.assumptions)
-    # Kimi K2's presets train with Muon and use_distributed_optimizer=False: replicated states
+    # Kimi K2's presets train with Muon and use_distributed_optimizer=False: replicated states,
+    # and (without the distributed optimizer's parameter all-gather) no FP8 parameter gather
     kimi = row_inputs(_bundled_row("MBRIDGE-26.04.01-Kimi_K2-DGX-GB300"))
-    assert kimi.config.zero_stage == 0
+    assert kimi.config.zero_stage == 0 and kimi.config.dtype == "mxfp8"
+    assert kimi.config.fp8_param_gather is False
+    assert gpt.config.dtype == "bf16" and not gpt.config.fp8_param_gather
     plain = row_inputs(_llama31_8b_row(zero_norm="0", zero_stage="0", n_gpus=8, dp=8))
     assert plain.config.zero_stage == 0
 

@@ -433,8 +433,8 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
     try:
         config = ParallelConfig(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch=mbs, global_batch=gbs,
                                 zero_stage=zero, recompute=rc, sequence_parallel=sp or (model.moe is not None and tp > 1),
-                                dtype=dtype, uneven_layers=True, **stack_config_fields(stack, dtype, model.name, gpu),
-                                **recipe_savings)
+                                dtype=dtype, uneven_layers=True,
+                                **{**stack_config_fields(stack, dtype, model.name, gpu), **recipe_savings})
         recipe = [r.source for r in stack.recipes_for(model.name, gpu, dtype)]
         if recipe:
             assumptions.append(f"{stack.name} recipe for this model: " + "; ".join(recipe))
@@ -458,10 +458,12 @@ def _recipe_memory_savings(stack, savings, presets, assumptions) -> tuple[str, d
     release's own performance preset with the row's layout and precision recomputes and offloads
     (``savings``, ``presets``: ``stack_presets.memory_savings_of_layout``), else none. Modules
     the model does not price (Megatron's ``mlp``, ``moe``, ...) are noted."""
+    kw: dict = {}
+    if savings is not None and savings.fp8_param_gather is not None:
+        kw["fp8_param_gather"] = savings.fp8_param_gather
     if savings is None or (not savings.recompute and not savings.offload_layers):
         assumptions.append("recompute=none" + (f" (as {stack.name}'s preset with this layout)" if savings else ""))
-        return "none", {}
-    kw: dict = {}
+        return "none", kw
     rc = savings.recompute or "none"
     said = []
     if rc == "full":
