@@ -175,8 +175,8 @@ def weight_copy_bytes_per_param(dtype: str, transposed_copy: bool = True) -> flo
 
     Kept on top of the 16-bit working weights (``memory.WEIGHT_BYTES``): fp8 1 + 1 (the
     transposed copy; 1 without it), mxfp8 2 x 1.03125 = 2.0625, nvfp4 2 x 0.5625 = 1.125;
-    0 for 16/32-bit. (Megatron's ``--fp8-param-gather`` makes the FP8 copy the working copy
-    and drops the 16-bit one; not modelled here.)
+    0 for 16/32-bit. Megatron's ``--fp8-param-gather`` makes these copies the only weights,
+    dropping the 16-bit ones (``memory.model_state_bytes(fp8_param_gather=...)``).
     """
     return quantised_copies(dtype, transposed_copy) * ELEMENT_BYTES.get(dtype, 0.0)
 

@@ -10,7 +10,10 @@ gated MLPs and fused (flash) attention, which stores no score matrix, fall out o
 
 Model states: mixed-precision Adam keeps 16-bit weights (2 bytes), fp32 main gradients
 (4 bytes, Megatron's gradient buffers) and fp32 master weights, momentum and variance
-(12 bytes): 18 bytes per parameter, the count behind Korthikanti's Figure 1.
+(12 bytes): 18 bytes per parameter, the count behind Korthikanti's Figure 1. Two stack
+behaviours change it: a gradient buffer in the 16-bit parameter dtype (2 bytes; Megatron-Core
+DDP without ``grad_reduce_in_fp32``), and FP8 parameters (Megatron ``--fp8-param-gather``),
+whose quantised tensors replace the 16-bit working weights (``model_state_bytes``).
 ZeRO (Rajbhandari et al. 2020) shards optimizer states (stage 1), then gradients (2), then
 weights (3) over the data-parallel group.
 """
@@ -21,6 +24,7 @@ import numpy as np
 from model_specs.model_spec import ModelSpec
 
 WEIGHT_BYTES = 2.0
+#: fp32 main gradients, the default gradient buffer (``model_state_bytes(grad_bytes=...)``)
 GRAD_BYTES = 4.0
 OPTIMIZER_BYTES = 12.0
 #: low-precision training keeps an extra 8-bit copy of the weights for the GEMMs.
@@ -34,14 +38,29 @@ LOGIT_BYTES = 6.0
 
 
 #: operations a selective recomputation may recompute in every layer (Megatron
-#: ``--recompute-modules``), in the order of their bits in a modules mask.
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp_act", "mla_up_proj", "moe_dispatch")
+#: ``--recompute-modules``), in the order of their bits in a modules mask. ``mlp``: the dense
+#: layers' whole MLP block (Megatron's ``mlp``: it checkpoints the MLP on its input, the
+#: pre-MLP norm's output); ``moe``: the MoE layers' whole MoE block, router, dispatch, experts,
+#: shared experts and combine (Megatron's ``moe``; NVIDIA/Megatron-LM@core_v0.14.0
+#: megatron/core/transformer/transformer_layer.py ``recompute_mlp`` for non-MoE MLPs and
+#: megatron/core/transformer/moe/moe_layer.py ``moe_layer_recompute``).
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp_act", "mla_up_proj", "moe_dispatch", "mlp", "moe")
 MODULE_BITS = {name: 1 << i for i, name in enumerate(RECOMPUTE_MODULES)}
 #: the modules mask of Megatron's plain ``--recompute-granularity selective``
 SELECTIVE_DEFAULT = MODULE_BITS["core_attn"]
-#: which kept tensors (``activation_terms``) each module drops
+#: which kept tensors (``activation_terms``) each module drops (``moe``'s routed-expert tensors
+#: are dropped by ``moe.moe_activation_bytes_per_layer``, its shared experts' by
+#: ``moe_block_modules``)
 MODULE_DROPS = {"core_attn": ("core",), "layernorm": ("norm_outputs",), "mlp_act": ("mlp_act_out",),
-                "mla_up_proj": ("qkv",), "moe_dispatch": ()}
+                "mla_up_proj": ("qkv",), "moe_dispatch": (), "mlp": ("mlp_fc1_out", "mlp_act_out"), "moe": ()}
+
+
+def moe_block_modules(modules):
+    """The modules mask to apply to the activation terms of an MoE layer's shared experts: they
+    are part of the MoE block (recomputed with ``moe``), not a dense MLP (``mlp`` leaves them)."""
+    modules = np.asarray(modules, dtype=np.int64)
+    mlp, moe = MODULE_BITS["mlp"], MODULE_BITS["moe"]
+    return (modules & ~mlp) | np.where((modules & moe) != 0, mlp, 0)
 
 
 def activation_terms(model: ModelSpec, micro_batch, seq_len, tp, cp, sp, flash_attention=True, ffn=None,
@@ -166,7 +185,7 @@ def in_flight_microbatches(pp, vpp, num_microbatches, schedule_is_gpipe=False):
 
 
 def model_state_bytes(params_local, zero_stage, dp_shard, low_precision=False, full_precision=False,
-                      copy_bytes=None, moment_bytes=4.0):
+                      copy_bytes=None, moment_bytes=4.0, grad_bytes=GRAD_BYTES, fp8_param_gather=False):
     """(weights, gradients, optimizer) bytes on one GPU for ``params_local`` parameters.
 
     ``full_precision`` (fp32 training): 4-byte weights and gradients and 8 bytes of Adam
@@ -179,18 +198,33 @@ def model_state_bytes(params_local, zero_stage, dp_shard, low_precision=False, f
     ``low_precision``. ``moment_bytes``: bytes of each Adam moment (4 fp32; 2 when they are kept in
     BF16, DeepSeek-V3 report section 3.3.2, Megatron ``--exp-avg-dtype bf16
     --exp-avg-sq-dtype bf16``), beside the fp32 master weight.
+
+    ``grad_bytes`` (arrays allowed): bytes per parameter of the gradient buffer, 4 (fp32) or 2
+    (the 16-bit parameter dtype): Megatron-Core DDP allocates it as ``torch.float if
+    grad_reduce_in_fp32 else param.dtype`` (NVIDIA/Megatron-LM@core_v0.14.0
+    megatron/core/distributed/distributed_data_parallel.py, line 234); fp32 training keeps 4.
+    ``fp8_param_gather`` (arrays allowed): the quantised copies (``copy_bytes``, when there are
+    any) are the only weights the model holds, no 16-bit working copy (Megatron
+    ``--fp8-param-gather``: the parameter is a Transformer Engine Float8Tensor whose row-wise
+    data lives in the distributed optimizer's uint8 parameter buffer, plus its transpose on
+    Hopper, or an MXFP8Tensor with row- and column-wise data; the fp32 master copy stays in the
+    optimizer). Parameters without a quantised copy (embedding, LM head) keep 2 bytes.
     """
     p = np.asarray(params_local, dtype=float)
     z = np.asarray(zero_stage)
     n = np.asarray(dp_shard, dtype=float)
     if copy_bytes is None:
         copy_bytes = LOW_PRECISION_WEIGHT_COPY_BYTES if low_precision else 0.0
-    weight_bytes = WEIGHT_BYTES + copy_bytes
+    copy_bytes = np.asarray(copy_bytes, dtype=float)
+    quantised_only = np.asarray(fp8_param_gather, dtype=bool) & (copy_bytes > 0)
+    weight_bytes = np.where(quantised_only, copy_bytes, WEIGHT_BYTES + copy_bytes)
     optimizer_bytes = OPTIMIZER_BYTES - 2.0 * (4.0 - np.asarray(moment_bytes, dtype=float))
+    grad_bytes = np.asarray(grad_bytes, dtype=float)
     if full_precision:
         weight_bytes, optimizer_bytes = 4.0, 2.0 * np.asarray(moment_bytes, dtype=float)
+        grad_bytes = GRAD_BYTES
     weights = p * weight_bytes / np.where(z >= 3, n, 1.0)
-    grads = p * GRAD_BYTES / np.where(z >= 2, n, 1.0)
+    grads = p * grad_bytes / np.where(z >= 2, n, 1.0)
     optimizer = p * optimizer_bytes / np.where(z >= 1, n, 1.0)
     return weights, grads, optimizer
 

@@ -398,15 +398,18 @@ def moe_layer_params_local(model: ModelSpec, tp, ep, etp):
     return non_expert, expert
 
 
-def expert_model_state_bytes(expert_params_local, zero_stage, dp, cp, tp, ep, etp, low_precision=False):
+def expert_model_state_bytes(expert_params_local, zero_stage, dp, cp, tp, ep, etp, low_precision=False,
+                             grad_bytes=memory.GRAD_BYTES, fp8_param_gather=False):
     """(weights, gradients, optimizer) bytes of ``expert_params_local`` expert parameters.
 
-    Same per-parameter bytes as ``memory.model_state_bytes`` (18 B mixed-precision Adam), with
-    ZeRO sharding over the expert-data-parallel group instead of dp*cp (Megatron's distributed
-    optimizer shards expert states over the expert-DP group).
+    Same per-parameter bytes as ``memory.model_state_bytes`` (18 B mixed-precision Adam, less
+    with a 16-bit gradient buffer ``grad_bytes`` or ``fp8_param_gather``), with ZeRO sharding
+    over the expert-data-parallel group instead of dp*cp (Megatron's distributed optimizer
+    shards expert states over the expert-DP group).
     """
     edp = expert_data_parallel_size(dp, cp, tp, ep, etp)
-    return memory.model_state_bytes(expert_params_local, zero_stage, edp, low_precision)
+    return memory.model_state_bytes(expert_params_local, zero_stage, edp, low_precision,
+                                    grad_bytes=grad_bytes, fp8_param_gather=fp8_param_gather)
 
 
 def moe_activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, cp, ep, etp, recompute,
@@ -427,8 +430,8 @@ def moe_activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, c
     * expert outputs back at the source before the weighted sum (probabilities' gradient),
       ``routed * top_k * h * 2``.
 
-    ``recompute`` 2 (full) keeps none of it (the layer input is in the generic formula);
-    otherwise ``modules`` (a ``memory.MODULE_BITS`` mask, None = from ``recompute`` alone via
+    ``recompute`` 2 (full) or the ``moe`` module keep none of it (the layer input, or the
+    block's input, is in the generic formula); otherwise ``modules`` (a ``memory.MODULE_BITS`` mask, None = from ``recompute`` alone via
     ``memory.effective_modules``) says what is recomputed.
     """
     moe = model.moe
@@ -445,7 +448,9 @@ def moe_activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, c
             + np.where(drop_dispatch, 0.0, rows * h * gb)
             + rows * (fc1_out + np.where(drop_act, 0.0, gb * f_local))
             + routed * k * h * ACT_BYTES)
-    return np.where(np.asarray(recompute) == 2, 0.0, kept)
+    # ``moe``: the whole block is recomputed from its input (the norm's output, kept by the layer)
+    whole_block = (mods & memory.MODULE_BITS["moe"]) != 0
+    return np.where((np.asarray(recompute) == 2) | whole_block, 0.0, kept)
 
 
 def moe_dispatch_buffer_bytes(model: ModelSpec, micro_batch, seq_len, tp, cp, etp, load_imbalance=1.0, ep=1,

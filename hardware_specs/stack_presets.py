@@ -12,7 +12,7 @@ precision only, the run's precision is that preset's: a fact of the release, rea
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -42,9 +42,31 @@ class Layout:
 
 
 @dataclass(frozen=True)
+class MemorySavings:
+    """What a preset trades compute for memory with (the release's recipe values, Megatron's
+    names): ``recompute`` granularity (``""`` none, ``selective``, ``full``), ``recompute_method``
+    and ``recompute_num_layers`` (full), ``recompute_modules`` (selective: Megatron's
+    ``--recompute-modules`` names, e.g. ``layernorm``, ``moe_act``, ``mla_up_proj``, ``mlp``,
+    ``moe``), ``offload_layers`` (Transformer Engine activation offloading,
+    ``cpu_offloading_num_layers``; 0 = none), ``distributed_optimizer`` (Megatron's
+    ``use_distributed_optimizer``: optimizer states sharded over data parallelism, ZeRO-1) and
+    ``fp8_param_gather`` (an FP8 / MXFP8 preset keeps its layers' weights only quantised; None
+    where the preset's precision has no such switch)."""
+
+    recompute: str = ""
+    recompute_method: str = ""
+    recompute_num_layers: int = 0
+    recompute_modules: tuple = ()
+    offload_layers: int = 0
+    distributed_optimizer: bool = True
+    fp8_param_gather: bool | None = None
+
+
+@dataclass(frozen=True)
 class Preset:
     """One performance preset of one release: model recipe, GPU kind, paraplan dtype
-    (``bf16``, ``fp8``, ``mxfp8``, ``nvfp4``), the release's compute-dtype name, layout, source."""
+    (``bf16``, ``fp8``, ``mxfp8``, ``nvfp4``), the release's compute-dtype name, layout, source,
+    and its recomputation / activation offloading (``MemorySavings``)."""
 
     container: str
     model: str          # model_key of the Bridge recipe name, e.g. "llama31405b"
@@ -53,6 +75,7 @@ class Preset:
     compute_dtype: str
     layout: Layout
     source: str
+    savings: MemorySavings = MemorySavings()
 
 
 def _int(text: str, default: int = 1) -> int:
@@ -72,10 +95,19 @@ def all_presets(path: str = str(PRESETS_CSV)) -> tuple[Preset, ...]:
                             cp=_int(row["cp"]), ep=_int(row["ep"]), vpp=_int(row["vpp"]),
                             micro_batch=_int(row["micro_batch"]), global_batch=_int(row["global_batch"]),
                             fsdp=row["megatron_fsdp"].strip().lower() == "true")
+            savings = MemorySavings(
+                recompute=(row.get("recompute_granularity") or "").strip().lower(),
+                recompute_method=(row.get("recompute_method") or "").strip().lower(),
+                recompute_num_layers=_int(row.get("recompute_num_layers", ""), 0),
+                recompute_modules=tuple(sorted(m.strip() for m in (row.get("recompute_modules") or "").split("|")
+                                               if m.strip())),
+                offload_layers=_int(row.get("cpu_offloading_layers", ""), 0),
+                distributed_optimizer=(row.get("use_distributed_optimizer") or "").strip().lower() == "true",
+                fp8_param_gather={"true": True, "false": False}.get((row.get("fp8_param_gather") or "").strip().lower()))
             out.append(Preset(container=row["container"].strip(), model=model_key(row["recipe"]),
                               gpu=row["gpu"].strip().lower(), dtype=row["dtype"].strip().lower(),
                               compute_dtype=row["compute_dtype"].strip(), layout=layout,
-                              source=row["source"].strip()))
+                              source=row["source"].strip(), savings=savings))
     return tuple(out)
 
 
@@ -96,3 +128,24 @@ def precision_of_layout(stack: StackSpec, model_name: str, gpu: str, layout: Lay
                      key=lambda p: (COMPUTE_ORDER.index(p.compute_dtype) if p.compute_dtype in COMPUTE_ORDER
                                     else len(COMPUTE_ORDER), p.source))
     return {p.dtype for p in matches}, tuple(matches)
+
+
+def memory_savings_of_layout(stack: StackSpec, model_name: str, gpu: str, layout: Layout, dtype: str,
+                             container: str | None = None) -> tuple[MemorySavings | None, tuple]:
+    """(savings, presets): the recomputation and activation offloading of the release's presets
+    for the model and GPU kind that run ``layout`` in ``dtype`` (only release ``container`` when
+    the file has presets of it), when they all agree; ``None`` when no preset runs that layout
+    in that precision or they disagree (the release then says nothing about the run). A layout
+    no preset runs at its global batch takes the presets with every other degree equal: what a
+    GPU holds depends on its micro-batch and degrees, and the releases' pages publish some
+    presets at a larger global batch than their code's default."""
+    candidates = [p for p in presets_for(stack, model_name, gpu) if p.dtype == dtype]
+    matches = [p for p in candidates if p.layout == layout]
+    if not matches:
+        matches = [p for p in candidates if replace(p.layout, global_batch=layout.global_batch) == layout]
+    if container is not None and any(p.container == container for p in matches):
+        matches = [p for p in matches if p.container == container]
+    found = {p.savings for p in matches}
+    if len(found) != 1:
+        return None, tuple(matches)
+    return found.pop(), tuple(matches)

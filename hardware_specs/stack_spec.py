@@ -35,6 +35,13 @@ ZERO2_REDUCE = ("every_microbatch", "last_microbatch")
 ZERO3_GRAD_REDUCE = ("reduce_scatter", "all_reduce")
 #: FP8 scaling recipes (Transformer Engine names; ``none`` = the stack has no FP8 path).
 FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4", "none")
+#: what dtype a training stack keeps its gradient buffer (the gradients a backward accumulates
+#: into, one element per parameter) in: ``fp32`` = 4 bytes whatever the reduction (today's
+#: default, also where a stack's buffer is not traced), ``reduce`` = the buffer is the
+#: data-parallel reduction buffer, in the dtype the run reduces in (``grad_reduce_bytes`` as
+#: resolved for the run's dtype; Megatron-Core ``grad_reduce_in_fp32``, Megatron-LM local DDP
+#: ``--accumulate-allreduce-grads-in-fp32``).
+GRAD_BUFFERS = ("fp32", "reduce")
 #: prefetch depths above this are not a documented framework behaviour (and would be a typo).
 MAX_PREFETCH_LAYERS = 8.0
 
@@ -133,6 +140,18 @@ class TrainingBehaviour:
             gradients in fp32 (4 bytes) whatever ``grad_reduce_bytes`` says for fp16 (Megatron-LM
             forces ``--accumulate-allreduce-grads-in-fp32`` with ``--bf16``; DeepSpeed's
             BF16_Optimizer reduces its fp32 gradients).
+        grad_buffer: the dtype of the gradient buffer, one of ``GRAD_BUFFERS``: ``reduce`` = the
+            buffer the backward accumulates into is the reduction buffer, so it holds
+            ``grad_reduce_bytes`` (as resolved for the run's dtype) per parameter (Megatron-Core
+            DDP: ``torch.float if grad_reduce_in_fp32 else param.dtype``; Megatron-LM 2021-2022
+            local DDP the same with ``--accumulate-allreduce-grads-in-fp32``); ``fp32`` = 4 bytes
+            whatever the reduction.
+        fp8_param_gather: ``fp8`` and ``mxfp8`` runs keep the model's compute weights only as
+            Transformer Engine quantised tensors (Megatron ``--fp8-param-gather``, Megatron-Bridge
+            ``mixed_precision.fp8_param_gather``): no 16-bit working copy, the fp32 master copy in
+            the optimizer; the quantised tensors hold what ``low_precision.
+            weight_copy_bytes_per_param`` counts (FP8 row-wise data and, on Hopper, its transpose;
+            MXFP8 row-wise and column-wise data with their scales). Other dtypes ignore it.
     """
 
     overlap_grad_reduce: bool = True
@@ -163,6 +182,8 @@ class TrainingBehaviour:
     zero3_persistence_threshold_elements: float = 0.0
     collective_per_rank_copies: bool = False
     zero3_grad_reduce: str = "reduce_scatter"
+    grad_buffer: str = "fp32"
+    fp8_param_gather: bool = False
 
     def __post_init__(self) -> None:
         if self.attention_kernel not in ATTENTION_KERNELS:
@@ -175,6 +196,9 @@ class TrainingBehaviour:
         if self.zero3_grad_reduce not in ZERO3_GRAD_REDUCE:
             raise InputError("training.zero3_grad_reduce", f"unknown value {self.zero3_grad_reduce!r}",
                              "choose one of " + ", ".join(ZERO3_GRAD_REDUCE))
+        if self.grad_buffer not in GRAD_BUFFERS:
+            raise InputError("training.grad_buffer", f"unknown value {self.grad_buffer!r}",
+                             "choose one of " + ", ".join(GRAD_BUFFERS))
         if self.grad_reduce_bytes not in (2.0, 4.0):
             raise InputError("training.grad_reduce_bytes", f"must be 2 or 4, got {self.grad_reduce_bytes!r}")
         if self.fp8_recipe not in FP8_RECIPES:

@@ -11,6 +11,13 @@ then places layers on pipeline positions (``simulator.stage_layout``). Per layer
   backward, exposed communication);
 * ``w``: weight-gradient GEMMs (which reduce over the tokens: M = in-features, N = out-features,
   K = tokens, so a short micro-batch makes them skinny along K);
+* ``b_split``, ``w_split``: the same two passes where the schedule runs W apart from B (the
+  zero-bubble schedules' B and W ops): ``b`` and ``w`` above are the halves of one fused
+  backward, whose backward collectives hide under the data- and weight-gradient GEMMs together
+  (and whose host floor counts both passes' kernels), so ``b`` shrinks as ``w`` grows; a B that
+  runs alone hides them under its own GEMMs only, each pass floored by its own kernels. Using
+  ``b`` for a split B would make faster weight-gradient GEMMs lengthen the B passes on a
+  zero-bubble schedule's critical path, i.e. a faster GPU a slower step;
 * ``r``: what recomputation repeats before ``b`` when every layer is treated alike;
   ``r_full`` that of a layer recomputed in full (its whole forward with the TP and EP
   communication the stack exposes there), ``r_sel`` that of a layer that recomputes only the
@@ -167,9 +174,17 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         else:
             act_s = layer_costs.activation_forward_s(model, rates, tokens, (dense_ffn or model.ffn_hidden_size) / tp)
             act_s = act_s * shares["mlp"] if hybrid else act_s
+        # a whole MLP / MoE block recomputed (Megatron's ``mlp`` for dense layers, ``moe`` for MoE
+        # layers): its forward again, with its TP collective; it includes the activation
+        # (and, for MoE, the dispatch), so those modules add nothing more there
+        whole = bit("moe") if kind == "moe" else bit("mlp")
+        block_tp = tp_coll * (shares["mlp"] if hybrid and kind == "dense" else 1.0)
+        block_s = mlp["gemm_fwd_s"] + mlp["cast_fwd_s"] + mlp["elem_fwd_s"] + np.where(tp > 1, block_tp, 0.0)
         sel = (np.where(bit("core_attn"), attn_k["core_fwd_s"], 0.0) + np.where(bit("layernorm"), norm_s, 0.0)
-               + np.where(bit("mlp_act"), act_s, 0.0) + np.where(bit("mla_up_proj"), mla_s, 0.0))
-        sel_flops = np.where(bit("core_attn"), attn_k["core_flops_fwd"], 0.0) + np.where(bit("mla_up_proj"), mla_flops, 0.0)
+               + np.where(bit("mlp_act") & ~whole, act_s, 0.0) + np.where(bit("mla_up_proj"), mla_s, 0.0)
+               + np.where(whole, block_s, 0.0))
+        sel_flops = (np.where(bit("core_attn"), attn_k["core_flops_fwd"], 0.0) + np.where(bit("mla_up_proj"), mla_flops, 0.0)
+                     + np.where(whole, mlp["gemm_flops_fwd"], 0.0))
         rec_full = fwd
         # exposed TP traffic: userbuffers overlap (tp_comm_overlap) pipelines it with the GEMMs of
         # the same pass; the backward collectives of the column-parallel layers also run under
@@ -177,6 +192,9 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         # (tp_backward_overlap: Megatron-LM since 2021-08, Transformer Engine)
         tpf = np.where(tp_overlap, np.maximum(tp_fwd - gemm_f, 0.0), tp_fwd)
         tpb = np.where(tp_overlap | tp_backward_overlap, np.maximum(tp_bwd - dgrad - wgrad, 0.0), tp_bwd)
+        # a B pass whose W runs later (zero-bubble schedules) has no weight-gradient GEMMs to
+        # hide its collectives under: its own data-gradient GEMMs are the window
+        tpb_split = np.where(tp_overlap | tp_backward_overlap, np.maximum(tp_bwd - dgrad, 0.0), tp_bwd)
         tpr_full = np.where(tp_overlap, np.maximum(tp_fwd - gemm_f, 0.0), tp_fwd)
         if kind == "moe":
             dispatch = moe_costs.moe_dispatch_bytes(tokens / tp, model.moe.top_k, h, rates.act_bytes)
@@ -185,14 +203,20 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
                                                   top_k=model.moe.top_k)
             epf = np.where(ep_overlap, np.maximum(a2a["fwd_s"] - fwd, 0.0), a2a["fwd_s"])
             epb = np.where(ep_overlap, np.maximum(a2a["bwd_s"] - bwd - wgrad, 0.0), a2a["bwd_s"])
+            epb_split = np.where(ep_overlap, np.maximum(a2a["bwd_s"] - bwd, 0.0), a2a["bwd_s"])
             epr_full = epf
             ep_total = a2a["fwd_s"] + a2a["bwd_s"]
-            # recomputing the dispatch permutes the rows and sends them again (not overlapped)
+            # recomputing the dispatch permutes the rows and sends them again (not overlapped);
+            # recomputing the whole block sends them and combines them again
             permute = 2.0 * routed * moe.top_k * h * rates.act_bytes / rates.hbm_bytes_per_s
-            sel = sel + np.where(bit("moe_dispatch"), permute + a2a["dispatch_s"], 0.0)
+            sel = sel + np.where(bit("moe_dispatch") & ~whole, permute + a2a["dispatch_s"], 0.0) \
+                + np.where(whole, a2a["fwd_s"], 0.0)
         else:
-            epf = epb = epr_full = ep_total = 0.0 * tokens
+            epf = epb = epb_split = epr_full = ep_total = 0.0 * tokens
         flops = attn_k["gemm_flops_fwd"] + mlp["gemm_flops_fwd"] + attn_k["core_flops_fwd"]
+        # the backward split as zero-bubble schedules run it: B (data gradients, with the
+        # collectives exposed beyond its own GEMMs) and W (weight gradients) as separate passes
+        bwd_split, wgrad_split = bwd + 0.0, wgrad + 0.0 * tokens
         if eff.cpu_issue_s > 0:
             # kernels per pass: the layer's compute and quantisation kernels and its TP collectives
             # (NCCL kernels)
@@ -205,12 +229,19 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
                      + attn_n[kind]["cast_bwd_s"] + mlp_n["cast_bwd_s"]
                      + np.where(tp > 1, np.where(sp, 1.5, 1.0) * blocks_per_layer, 0.0))
             n_sel = (np.where(bit("core_attn"), attn_n[kind]["core_fwd_s"], 0.0) + blocks_per_layer * bit("layernorm")
-                     + 1.0 * bit("mlp_act") + 2.0 * bit("mla_up_proj"))
+                     + 1.0 * (bit("mlp_act") & ~whole) + 2.0 * bit("mla_up_proj")
+                     + np.where(whole, mlp_n["gemm_fwd_s"] + mlp_n["elem_fwd_s"] + mlp_n["cast_fwd_s"]
+                                + np.where(tp > 1, 1.0, 0.0), 0.0))
             # the host-bound share shows as compute: what the floor adds above the GPU's passes
             host_f = np.maximum(n_fwd * host_s - (fwd + tpf + cpc["fwd_exposed_s"] + epf), 0.0)
             host_b = np.maximum(n_bwd * host_s - (bwd + wgrad + tpb + cpc["bwd_exposed_s"] + epb), 0.0)
             host_r = np.maximum(n_fwd * host_s - (rec_full + tpr_full + epr_full), 0.0)
             host_sel = np.maximum(n_sel * host_s - sel, 0.0)
+            # split passes: each is floored by the kernels it issues itself
+            n_w = attn_n[kind]["gemm_wgrad_s"] + mlp_n["gemm_wgrad_s"]
+            bwd_split = bwd + np.maximum((n_bwd - n_w) * host_s
+                                         - (bwd + tpb_split + cpc["bwd_exposed_s"] + epb_split), 0.0)
+            wgrad_split = wgrad + np.maximum(n_w * host_s - wgrad, 0.0)
             fwd, bwd = fwd + host_f, bwd + host_b
             rec_full, sel = rec_full + host_r, sel + host_sel
         full = rc == 2
@@ -220,6 +251,8 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             f"f_{kind}": fwd + tpf + cpc["fwd_exposed_s"] + epf,
             f"b_{kind}": bwd + tpb + cpc["bwd_exposed_s"] + epb,
             f"w_{kind}": wgrad + 0.0 * tokens,
+            f"b_split_{kind}": bwd_split + tpb_split + cpc["bwd_exposed_s"] + epb_split,
+            f"w_split_{kind}": wgrad_split, f"compute_bwd_split_{kind}": bwd_split,
             f"r_{kind}": r_kind, f"r_full_{kind}": r_full, f"r_sel_{kind}": sel + 0.0 * tokens,
             # breakdown parts (compute excludes communication); the recomputation's TP / EP
             # exposure of a fully recomputed layer apart (``tp_recompute``, ``ep_recompute``)

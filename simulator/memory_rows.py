@@ -48,7 +48,9 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     ``head_p``, ``mtp_p``); the ZeRO shard group (``shard``) and the experts' (``expert_shard``),
     ``zero``; ZeRO-3's gathered-parameter buffers (``z3``, bytes); one micro-batch's logits
     (``logits``, bytes); the offloaded optimizer fraction (``off``); the uniform recomputation
-    group (``rc_group``, layers); the Adam moment bytes (``moments``); ``offload_ok`` (the cluster
+    group (``rc_group``, layers); the Adam moment bytes (``moments``); the gradient buffer's bytes
+    per parameter (``grad_buffer``) and whether the quantised weights are the only ones
+    (``fp8_param_gather``, 0/1; both for ``memory.model_state_bytes``); ``offload_ok`` (the cluster
     has a host link). Also ``edp`` (expert-data-parallel ranks, not a view) and the dtype's
     ``low_precision``, ``full_precision`` and ``copy_bytes`` (scalars)."""
     n = len(batch)
@@ -63,7 +65,14 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     shard = sharding.shard_size(dp_group, batch.zero_shard_group)
     replica_groups = sharding.replicas(dp_group, batch.zero_shard_group)
     edp = moe_costs.expert_data_parallel_size(dp, cp, tp, ep, etp) if model.moe is not None else dp_group
-    z3 = np.where((zero >= 3) & (shard > 1), 2.0 * np.maximum(dense_p, moe_ne_p + moe_ex_p) * param_bytes, 0.0)
+    expert_shard = np.maximum(edp / replica_groups, 1.0)
+    # two layers' gathered parameters (the computing one and the prefetched one), of the largest
+    # kind of layer the model has; a part whose shard group is one rank is never gathered (its
+    # weights are already whole on the GPU, and counted so in ``weights_bytes``): with expert
+    # parallelism over all the data-parallel ranks, the experts
+    gathered_moe = moe_ne_p + np.where(expert_shard > 1, moe_ex_p, 0.0)
+    gathered_dense = dense_p if model.num_dense_layers > 0 else 0.0 * dense_p
+    z3 = np.where((zero >= 3) & (shard > 1), 2.0 * np.maximum(gathered_dense, gathered_moe) * param_bytes, 0.0)
     loss_tokens = np.where(np.asarray(batch.loss_chunk_tokens) > 0,
                            np.minimum(tokens, np.asarray(batch.loss_chunk_tokens, dtype=float)), tokens)
     rc_group = np.where((np.asarray(batch.recompute_method) == _UNIFORM) & (np.asarray(batch.recompute_num_layers) > 0),
@@ -71,10 +80,11 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     terms = dict(dense_p=dense_p, moe_ne_p=moe_ne_p, moe_ex_p=moe_ex_p, emb_p=params.embedding_params(model) / tp,
                  head_p=params.lm_head_params(model) / tp,
                  mtp_p=params.mtp_projection_params(model) / tp if model.mtp_layers else 0.0 * tp,
-                 shard=shard, expert_shard=np.maximum(edp / replica_groups, 1.0), z3=z3,
+                 shard=shard, expert_shard=expert_shard, z3=z3,
                  logits=loss_tokens * model.vocab_size / tp * memory.LOGIT_BYTES,
                  off=np.asarray(batch.offload_optimizer_fraction, dtype=float), rc_group=rc_group, zero=zero,
-                 moments=batch.optimizer_moment_bytes)
+                 moments=batch.optimizer_moment_bytes, grad_buffer=batch.grad_buffer_bytes,
+                 fp8_param_gather=batch.fp8_param_gather)
     out = {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in terms.items()}
     out["offload_ok"] = np.full(n, cluster.host is not None, dtype=bool)
     out.update(edp=edp, low_precision=low_precision, full_precision=rates.act_bytes > 2,
@@ -102,19 +112,21 @@ def static_lower_bound_bytes(model: ModelSpec, cluster: ClusterSpec, eff: Effici
     moe_layers = float(moe_layers_before(main_layers, model)) if model.moe is not None else 0.0
     layer_p = (main_layers - moe_layers) * t["dense_p"] + moe_layers * t["moe_ne_p"]
     lp, fp, mom = t["low_precision"], t["full_precision"], t["moments"]
-    states = [memory.model_state_bytes(layer_p, t["zero"], t["shard"], lp, fp, t["copy_bytes"], mom),
-              memory.model_state_bytes(t["emb_p"] + t["head_p"], t["zero"], t["shard"], lp, fp, 0.0, mom),
+    held = dict(grad_bytes=t["grad_buffer"], fp8_param_gather=t["fp8_param_gather"])
+    states = [memory.model_state_bytes(layer_p, t["zero"], t["shard"], lp, fp, t["copy_bytes"], mom, **held),
+              memory.model_state_bytes(t["emb_p"] + t["head_p"], t["zero"], t["shard"], lp, fp, 0.0, mom, **held),
               memory.model_state_bytes(moe_layers * t["moe_ex_p"], t["zero"], t["expert_shard"], lp, fp,
-                                       t["copy_bytes"], mom)]
+                                       t["copy_bytes"], mom, **held)]
     pp = np.asarray(batch.pp, dtype=float)
     tensors = sum(w + g + o * (1.0 - t["off"]) for w, g, o in states) + t["logits"]
     tensors = tensors / pp
     if moe_layers:
         # some stage holds at least ceil(moe_layers / pp) MoE layers (whole layers: pigeonhole)
         most = np.ceil(moe_layers / pp)
-        busiest = [memory.model_state_bytes(most * t["moe_ne_p"], t["zero"], t["shard"], lp, fp, t["copy_bytes"], mom),
+        busiest = [memory.model_state_bytes(most * t["moe_ne_p"], t["zero"], t["shard"], lp, fp, t["copy_bytes"], mom,
+                                            **held),
                    memory.model_state_bytes(most * t["moe_ex_p"], t["zero"], t["expert_shard"], lp, fp,
-                                            t["copy_bytes"], mom)]
+                                            t["copy_bytes"], mom, **held)]
         tensors = np.maximum(tensors, sum(w + g + o * (1.0 - t["off"]) for w, g, o in busiest))
     tensors = tensors + t["z3"]
     bound = (tensors + memory.allocator_allowance_bytes(tensors)) * (1.0 - BOUND_MARGIN)

@@ -83,7 +83,7 @@ BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather
                "ep_comm_overlap", "ep_dispatch_dedup", "grad_reduce_every_microbatch", "tp_backward_overlap", "softmax_fusion",
                "attention_unpad",
                "param_gather_per_tensor", "cuda_graphs", "fp8_current_scaling", "collective_per_rank_copies",
-               "zero3_grad_all_reduce")
+               "zero3_grad_all_reduce", "fp8_param_gather")
 #: non-negative integer fields (0 = not set)
 LAYOUT_FIELDS = ("first_stage_layers", "last_stage_layers", "recompute_num_layers", "recompute_layers_decrement",
                  "offload_activation_layers", "zero_shard_group", "loss_chunk_tokens")
@@ -215,8 +215,9 @@ class ParallelConfig:
             norms' outputs, i.e. the QKV and MLP inputs), ``mlp_act`` (the MLP activation
             function's output, dense and expert), ``mla_up_proj`` (multi-latent attention's
             up-projected queries, keys and values), ``moe_dispatch`` (the tokens dispatched to
-            the experts: permutation and all-to-all again). Naming any makes the recomputation
-            selective.
+            the experts: permutation and all-to-all again), ``mlp`` (the dense layers' whole MLP
+            block, from its input), ``moe`` (the MoE layers' whole block: router, dispatch,
+            experts, shared experts, combine). Naming any makes the recomputation selective.
         offload_activation_layers: layers per model chunk whose kept activations are copied to
             host memory after their forward and back before their backward (Megatron /
             Transformer Engine ``--cpu-offloading-num-layers``), over the cluster's host link.
@@ -231,6 +232,16 @@ class ParallelConfig:
         pipeline_layout: Megatron's layout string (``--pipeline-model-parallel-layout``, see
             ``simulator.layout_string``): the layers, embedding, MTP modules and loss of every
             pipeline position. Empty = the split of ``first_stage_layers`` / ``last_stage_layers``.
+        grad_buffer_bytes: bytes per parameter of the gradient buffer the backward accumulates
+            into: 4 (fp32 main gradients) or 2 (the 16-bit parameter dtype: Megatron-Core DDP
+            without ``grad_reduce_in_fp32``, whose buffer is ``torch.float if grad_reduce_in_fp32
+            else param.dtype``); sharded like the gradients under ZeRO-2/3
+            (``cost_models.memory.model_state_bytes``). Memory only.
+        fp8_param_gather: a low-precision run keeps its layers' compute weights only as the
+            recipe's quantised tensors (Megatron ``--fp8-param-gather``): no 16-bit working copy
+            (``cost_models.memory.model_state_bytes``); the stacks set it for ``fp8`` and
+            ``mxfp8`` runs only (``simulator.stack_defaults``). Only its memory effect is modelled (the
+            distributed optimizer's parameter all-gather is still priced in 16 bits).
         optimizer_moment_bytes: bytes per element of each Adam moment: 4 (fp32) or 2 (BF16
             moments: DeepSeek-V3 report section 3.3.2, Megatron's precision-aware optimizer
             ``--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``); the master weights stay fp32.
@@ -300,6 +311,8 @@ class ParallelConfig:
     pipeline_layout: str = ""
     loss_chunk_tokens: int = 0
     optimizer_moment_bytes: float = 4.0
+    grad_buffer_bytes: float = 4.0
+    fp8_param_gather: bool = False
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch"):
@@ -339,6 +352,9 @@ class ParallelConfig:
         if self.grad_reduce_bytes not in (2, 4, 2.0, 4.0) or isinstance(self.grad_reduce_bytes, bool):
             raise InputError("grad_reduce_bytes", f"must be 2 or 4, got {self.grad_reduce_bytes!r}")
         object.__setattr__(self, "grad_reduce_bytes", float(self.grad_reduce_bytes))
+        if self.grad_buffer_bytes not in (2, 4, 2.0, 4.0) or isinstance(self.grad_buffer_bytes, bool):
+            raise InputError("grad_buffer_bytes", f"must be 2 or 4, got {self.grad_buffer_bytes!r}")
+        object.__setattr__(self, "grad_buffer_bytes", float(self.grad_buffer_bytes))
         for name in ("grad_bucket_elements", "grad_bucket_elements_per_dp", "param_prefetch_forward",
                      "param_prefetch_backward", "param_prefetch_max_elements", "zero3_persistence_elements"):
             value = getattr(self, name)

@@ -16,9 +16,11 @@ STACK_FIELDS = ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_byte
                 "ep_comm_overlap", "ep_dispatch_dedup", "attention_kernel", "flash_attention", "softmax_fusion",
                 "attention_unpad", "grad_accumulation_fusion", "zero3_recompute_gather", "param_gather_per_tensor", "cuda_graphs",
                 "fp8_current_scaling", "zero3_persistence_elements", "collective_per_rank_copies",
-                "zero3_grad_all_reduce")
+                "zero3_grad_all_reduce", "grad_buffer_bytes", "fp8_param_gather")
 #: dtypes whose gradients a stack reduces as bf16 ones (FP8 recipes keep bf16 parameters)
 _BF16_LIKE = ("bf16", "fp8", "mxfp8", "nvfp4")
+#: dtypes whose weights Megatron's ``--fp8-param-gather`` keeps as FP8 tensors only
+_FP8_PARAM_DTYPES = ("fp8", "mxfp8")
 
 
 def stack_config_fields(stack: StackSpec, dtype: str = "bf16", model_name: str | None = None,
@@ -38,6 +40,9 @@ def stack_config_fields(stack: StackSpec, dtype: str = "bf16", model_name: str |
         grad_bytes = 4.0
     else:
         grad_bytes = float(t.grad_reduce_bytes)
+    # a "reduce" buffer holds the gradients in the dtype they reduce in (fp32 or the 16-bit
+    # parameter dtype; FP8 recipes' parameters are bf16)
+    grad_buffer_bytes = grad_bytes if t.grad_buffer == "reduce" else 4.0
     return {
         "overlap_grad_reduce": t.overlap_grad_reduce,
         "overlap_param_gather": t.overlap_param_gather,
@@ -65,6 +70,8 @@ def stack_config_fields(stack: StackSpec, dtype: str = "bf16", model_name: str |
         "zero3_persistence_elements": float(t.zero3_persistence_threshold_elements),
         "collective_per_rank_copies": t.collective_per_rank_copies,
         "zero3_grad_all_reduce": t.zero3_grad_reduce == "all_reduce",
+        "grad_buffer_bytes": grad_buffer_bytes,
+        "fp8_param_gather": t.fp8_param_gather and dtype in _FP8_PARAM_DTYPES,
     }
 
 

@@ -54,7 +54,10 @@ def layer_activation_bytes(model: ModelSpec, dtype: str, mbs, tp, cp, sp, rc, fl
         shared_ffn = max(model.moe.num_shared_experts * (model.moe.shared_expert_ffn_hidden_size
                                                          or model.moe.expert_ffn_hidden_size), 1)
         routed = partial(moe_costs.moe_activation_bytes_per_layer, model, mbs, s, tp, cp, ep, etp)
-        out["kept_moe"] = kept(shared_ffn, not_full, mods) + routed(not_full, imbalance, mods, gb)
+        # (a mask emptied by ``moe_block_modules`` recomputes nothing there: not the default core_attn)
+        block_mods = memory.moe_block_modules(mods)
+        out["kept_moe"] = (kept(shared_ffn, np.where(block_mods != 0, not_full, 0), block_mods)
+                           + routed(not_full, imbalance, mods, gb))
         out["full_moe"] = kept(shared_ffn, 0, 0) + routed(0, imbalance, 0, gb)
         out["dispatch"] = moe_costs.moe_dispatch_buffer_bytes(model, mbs, s, tp, cp, etp, imbalance, ep) + 0.0 * tp
     else:
@@ -100,8 +103,10 @@ def _hybrid_activation_bytes(model: ModelSpec, mbs, s, tp, cp, sp, rc, not_full,
     if model.moe is not None:
         moe = model.moe
         shared_ffn = max(moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size), 1)
-        shared = kept_and_full(_block_terms(memory.activation_terms(model, mbs, s, tp, cp, sp, flash_attention,
-                                                                    shared_ffn, gb, eb), _MLP_TERMS))
+        shared_terms = _block_terms(memory.activation_terms(model, mbs, s, tp, cp, sp, flash_attention, shared_ffn,
+                                                            gb, eb), _MLP_TERMS)
+        shared = (memory.kept_bytes(shared_terms, memory.moe_block_modules(kept_mods)),
+                  memory.kept_bytes(shared_terms, 0))
         routed = partial(moe_costs.moe_activation_bytes_per_layer, model, mbs, s, tp, cp, ep, etp)
         out["kept_moe"] = shared[0] + routed(not_full, imbalance, mods, gb)
         out["full_moe"] = shared[1] + routed(0, imbalance, 0, gb)

@@ -6,7 +6,9 @@ Each stage holds (``simulator.stage_cells``: every row's cells, flat):
   projections; an MTP stage without the embedding keeps its own copy of it), under ZeRO over
   the shard group (``zero_shard_group``: HSDP), the experts' over their expert-data-parallel
   ranks of one replica group; low-precision recipes add the quantised weight copies of the
-  layers (``low_precision.weight_copy_bytes_per_param``); an offloaded fraction of the
+  layers (``low_precision.weight_copy_bytes_per_param``), which replace the 16-bit weights under
+  ``fp8_param_gather``; the gradient buffer holds ``grad_buffer_bytes`` a parameter (both:
+  ``memory.model_state_bytes``); an offloaded fraction of the
   optimizer states lives on the host (``cost_models.offload``);
 * the activations of its schedule's peak of in-flight chunk sets (``makespan.peak_in_flight``):
   per layer what it keeps (``memory.activation_terms``: everything, less the recomputed

@@ -121,9 +121,10 @@ def static_parts(ctx: StageContext, sidx, fc: StageCells) -> dict:
     end_p = emb * g["emb_p"] + head * g["head_p"] + mtp * g["mtp_p"] + np.where(needs_emb & (emb == 0), g["emb_p"], 0.0)
     expert_p = L_m * g["moe_ex_p"]
     lp, fp, mom = ctx.low_precision, ctx.full_precision, g["moments"]
-    w1, g1, o1 = memory.model_state_bytes(layer_p, g["zero"], g["shard"], lp, fp, ctx.copy_bytes, mom)
-    w2, g2, o2 = memory.model_state_bytes(end_p, g["zero"], g["shard"], lp, fp, 0.0, mom)
-    w3, g3, o3 = memory.model_state_bytes(expert_p, g["zero"], g["expert_shard"], lp, fp, ctx.copy_bytes, mom)
+    held = dict(grad_bytes=g["grad_buffer"], fp8_param_gather=g["fp8_param_gather"])
+    w1, g1, o1 = memory.model_state_bytes(layer_p, g["zero"], g["shard"], lp, fp, ctx.copy_bytes, mom, **held)
+    w2, g2, o2 = memory.model_state_bytes(end_p, g["zero"], g["shard"], lp, fp, 0.0, mom, **held)
+    w3, g3, o3 = memory.model_state_bytes(expert_p, g["zero"], g["expert_shard"], lp, fp, ctx.copy_bytes, mom, **held)
     opt = o1 + o2 + o3
     opt_params = opt / (2.0 * mom if fp else 4.0 + 2.0 * mom)
     parts = {"weights_bytes": w1 + w2 + w3, "gradients_bytes": g1 + g2 + g3,

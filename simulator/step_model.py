@@ -234,6 +234,7 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
 
     per_layer_f, per_layer_b, per_layer_w, per_layer_r = [], [], [], []
     r_full, r_sel, off_f, off_b = [], [], [], []
+    per_layer_b_split, per_layer_w_split, off_b_split = [], [], []
     parts = {name: [] for name in ("compute", "recompute", "tp", "cp", "ep", "z3", "tp_total", "weight_cast",
                                    "recompute_full", "recompute_sel", "tp_recompute", "ep_recompute",
                                    "tp_total_recompute")}
@@ -264,6 +265,12 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         grad_window = b + w
         z3b = np.where(zero >= 3, _overlapped(bwd_comm, bwd_window, 0.0, batch.overlap_param_gather),
                        np.where(per_mb_grads, _overlapped(bwd_comm, grad_window, 0.0, batch.overlap_grad_reduce), 0.0))
+        # a B pass run apart from its W (zero-bubble schedules) is the only window it has
+        b_split = lay[f"b_split_{kind}"]
+        z3b_split = np.where(
+            zero >= 3, _overlapped(bwd_comm, prefetch_layers(batch.param_prefetch_backward, elements) * b_split, 0.0,
+                                   batch.overlap_param_gather),
+            np.where(per_mb_grads, _overlapped(bwd_comm, b_split, 0.0, batch.overlap_grad_reduce), 0.0))
         # unfused gradient accumulation: each micro-batch's weight gradients land in fresh tensors
         # (written by the GEMM, counted there) that an extra kernel per parameter tensor adds into
         # the gradient buffer (in the dtype the DP reduction moves, ``unfused_accumulation_bytes``):
@@ -278,8 +285,11 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         kept = sp_[f"act_kept_{kind}"]
         off_f.append(offload.exposed_transfer_s(kept, link_bw, lay[f"compute_fwd_{kind}"]))
         off_b.append(offload.exposed_transfer_s(kept, link_bw, lay[f"compute_bwd_{kind}"] + w))
+        off_b_split.append(offload.exposed_transfer_s(kept, link_bw, lay[f"compute_bwd_split_{kind}"]))
         per_layer_f.append(f + z3f)
         per_layer_b.append(b + z3b)
+        per_layer_b_split.append(b_split + z3b_split)
+        per_layer_w_split.append(lay[f"w_split_{kind}"] + accum)
         per_layer_r.append(r)
         r_full.append(lay[f"r_full_{kind}"])
         r_sel.append(lay[f"r_sel_{kind}"])
@@ -299,7 +309,8 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         parts["weight_cast"].append(lay[f"weight_cast_{kind}"])
     per_layer = PerLayer(f=tuple(per_layer_f), b=tuple(per_layer_b), w=tuple(per_layer_w), r=tuple(per_layer_r),
                          parts={k: tuple(v) for k, v in parts.items()}, r_full=tuple(r_full), r_sel=tuple(r_sel),
-                         off_f=tuple(off_f), off_b=tuple(off_b))
+                         off_f=tuple(off_f), off_b=tuple(off_b), b_split=tuple(per_layer_b_split),
+                         w_split=tuple(per_layer_w_split), off_b_split=tuple(off_b_split))
 
     # scatter/gather optimisation: each TP rank sends 1/tp of the activation across stages and
     # the receiver all-gathers it over NVLink (Narayanan et al. 2021, section 4.1); one send per
@@ -342,12 +353,16 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
     return per_layer, ends
 
 
-def cell_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch, row: int = 0):
+def cell_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch, row: int = 0,
+               with_fused: bool = False):
     """The pipeline inputs of row ``row`` as the event simulator takes them: (schedule kind, p,
     m, v, f, b, w) with (p, v) arrays of one micro-batch's forward, input-gradient (with
-    recomputation) and weight-gradient seconds per (stage, chunk) cell."""
-    from simulator.step_pipeline import (_CODE_TO_KIND, _layouts, cell_durations, group_cells, layer_split_counts,
-                                         schedule_chunks)
+    recomputation) and weight-gradient seconds per (stage, chunk) cell: those of the schedule's
+    B and W ops (a B run apart from its W on the zero-bubble schedules and DualPipe,
+    ``step_pipeline.SPLIT_W``). ``with_fused``: also the seconds of a fused BW op per cell (the
+    fused backward's b + w; what DualPipe's non-zero-bubble passes last)."""
+    from simulator.step_pipeline import (_CODE_TO_KIND, MIXED_W, SPLIT_W, _layouts, cell_durations, group_cells,
+                                         layer_split_counts, schedule_chunks)
     one = batch.take(np.array([row]))
     rates = compute_rates(cluster.gpu, eff, one.dtype)
     dp, tp, pp, cp, ep, etp, vpp = _degrees(one)
@@ -361,9 +376,12 @@ def cell_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, bat
     cells = group_cells(model, _CODE_TO_KIND[code], p, v, one.first_stage_layers.astype(np.int64),
                         one.last_stage_layers.astype(np.int64), _layouts(one, idx))
     split = layer_split_counts(model, one, idx, cells, v)
-    f, b, w = cell_durations(model, cells, per_layer, ends, idx, split)
+    kind = _CODE_TO_KIND[code]
+    f, b_fused, w_fused = cell_durations(model, cells, per_layer, ends, idx, split)
+    _, b, w = cell_durations(model, cells, per_layer, ends, idx, split, w_apart=kind in SPLIT_W + MIXED_W)
     m = int(round(float(one.global_batch[0]) / (float(one.dp[0]) * float(one.micro_batch[0]))))
-    return _CODE_TO_KIND[code], p, m, v, f[0], b[0], w[0]
+    out = (kind, p, m, v, f[0], b[0], w[0])
+    return out + ((b_fused + w_fused)[0],) if with_fused else out
 
 
 def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch,

@@ -23,12 +23,15 @@ from simulator.config_batch import RECOMPUTE_CODES, RECOMPUTE_METHOD_CODES, SCHE
 from simulator.layout_string import parse_layout
 from simulator.parallel_config import Recompute, RecomputeMethod
 from simulator.pipeline.bound import flush_lower_bound_s
-from simulator.pipeline.makespan import flush_makespan_s, stage_work_s
+from simulator.pipeline.makespan import MIXED_W, flush_makespan_s, stage_work_s
 from simulator.pipeline.schedules import ScheduleKind
 from simulator.stage_layout import moe_layers_before, path_cells, position_layers, position_moe_layers
 
 _CODE_TO_KIND = {code: ScheduleKind(s.value) for s, code in SCHEDULE_CODES.items()}
 _FULL_CODE = RECOMPUTE_CODES[Recompute.FULL]
+#: schedules whose every backward is a B and a later W (``PerLayer.b_split``); DualPipe splits
+#: only some (``makespan.MIXED_W``)
+SPLIT_W = (ScheduleKind.ZB_H1, ScheduleKind.ZB_H2, ScheduleKind.ZB_V)
 #: per-layer parts summed over a cell for the busiest stage's breakdown
 PART_KEYS = ("compute", "recompute", "tp", "cp", "ep", "z3")
 
@@ -51,7 +54,10 @@ class PerLayer:
     ``r_sel``: that of a layer recomputed in full / of one that recomputes only the selected
     operations; ``off_f`` / ``off_b``: the exposed host transfer of an offloaded layer in
     forward / backward; ``parts``: name -> (dense, moe) arrays of the breakdown parts per layer
-    and micro-batch (``PART_KEYS``, ``recompute_full``, ``recompute_sel`` and ``tp_total``)."""
+    and micro-batch (``PART_KEYS``, ``recompute_full``, ``recompute_sel`` and ``tp_total``);
+    ``b_split``, ``w_split``, ``off_b_split``: ``b``, ``w`` and ``off_b`` of a backward whose W
+    runs apart from its B (``layer_times``: the B pass is the only window of its exposed
+    traffic), the durations of the zero-bubble schedules' B and W ops (None: as ``b``, ``w``)."""
 
     f: tuple
     b: tuple
@@ -62,6 +68,9 @@ class PerLayer:
     r_sel: tuple = None
     off_f: tuple = None
     off_b: tuple = None
+    b_split: tuple = None
+    w_split: tuple = None
+    off_b_split: tuple = None
 
 
 @dataclass(frozen=True)
@@ -289,11 +298,13 @@ def _moe_between(prefix, start, count):
 
 
 def cell_durations(model, cells: dict, per_layer: PerLayer, ends: Ends, idx, split: dict | None = None,
-                   rows=None) -> tuple:
+                   rows=None, w_apart: bool = False) -> tuple:
     """(f, b, w) seconds per (row, stage, chunk) for the rows ``idx`` of a group; ``split``:
     the cells' recomputed and offloaded layers (``layer_split_counts``; None = every layer
     recomputed as ``per_layer.r`` says and none offloaded); ``rows(x)``: ``_rows(x, idx)``
-    (a caller's memo of the gathered rows)."""
+    (a caller's memo of the gathered rows); ``w_apart``: b and w of a B pass run apart from its
+    W (``PerLayer.b_split``; the zero-bubble schedules' B and W ops) instead of the two halves
+    of one fused backward."""
     rows = rows or (lambda x: _rows(x, idx))  # noqa: E731
 
     def lay(pair, dense=None, moe=None):
@@ -301,6 +312,8 @@ def cell_durations(model, cells: dict, per_layer: PerLayer, ends: Ends, idx, spl
         return (cells["dense"] if dense is None else dense) * d + (cells["moe"] if moe is None else moe) * m
 
     e = {name: rows(getattr(ends, name))[:, None, None] for name in Ends.__dataclass_fields__}
+    apart = w_apart and per_layer.b_split is not None
+    b_layer, w_layer = (per_layer.b_split, per_layer.w_split) if apart else (per_layer.b, per_layer.w)
     if split is None:
         rec = lay(per_layer.r)
         off_f = off_b = 0.0
@@ -308,12 +321,12 @@ def cell_durations(model, cells: dict, per_layer: PerLayer, ends: Ends, idx, spl
         rec = (lay(per_layer.r_full, split["rc_dense"], split["rc_moe"])
                + lay(per_layer.r_sel, cells["dense"] - split["rc_dense"], cells["moe"] - split["rc_moe"]))
         off_f = lay(per_layer.off_f, split["off_dense"], split["off_moe"])
-        off_b = lay(per_layer.off_b, split["off_dense"], split["off_moe"])
+        off_b = lay(per_layer.off_b_split if apart else per_layer.off_b, split["off_dense"], split["off_moe"])
     f = lay(per_layer.f) + off_f + cells["emb"] * (e["emb_f"] + e["emb_z3_f"]) \
         + cells["head"] * (e["head_f"] + e["head_z3_f"]) + cells["mtp"] * e["mtp_f"] + cells["send_f"] * e["p2p"]
-    b = lay(per_layer.b) + rec + off_b + cells["emb"] * e["emb_b"] \
+    b = lay(b_layer) + rec + off_b + cells["emb"] * e["emb_b"] \
         + cells["head"] * e["head_b"] + cells["mtp"] * e["mtp_b"] + cells["send_b"] * e["p2p"]
-    w = lay(per_layer.w) + cells["emb"] * (e["emb_w"] + e["emb_z3_bw"]) \
+    w = lay(w_layer) + cells["emb"] * (e["emb_w"] + e["emb_z3_bw"]) \
         + cells["head"] * (e["head_w"] + e["head_z3_bw"]) + cells["mtp"] * e["mtp_w"]
     return f, b, w
 
@@ -360,7 +373,12 @@ def pipeline_pass(model, batch, m, per_layer: PerLayer, ends: Ends, exact: np.nd
                 gathered[id(x)] = (x, _rows(x, idx))        # (x kept: its id stays its own)
             return gathered[id(x)][1]
 
-        f, b, w = cell_durations(model, cells, per_layer, ends, idx, split, rows)
+        # the zero-bubble schedules run W apart from B (DualPipe: some of its passes only)
+        f, b, w = cell_durations(model, cells, per_layer, ends, idx, split, rows, w_apart=kind in SPLIT_W)
+        apart = None
+        if kind in MIXED_W:
+            _, b_apart, w_apart = cell_durations(model, cells, per_layer, ends, idx, split, rows, w_apart=True)
+            apart = (b_apart, w_apart)
         # per micro-batch a stage runs every chunk once, except DualPipe (one chunk per direction)
         share = 0.5 if kind == ScheduleKind.DUALPIPE else 1.0
         stage_busy = stage_work_s(kind, f, b, w)                      # (rows, p)
@@ -378,7 +396,8 @@ def pipeline_pass(model, batch, m, per_layer: PerLayer, ends: Ends, exact: np.nd
             sel = np.flatnonzero(ex)
             for m_value in np.unique(m_int[idx][sel]):
                 sub = sel[m_int[idx][sel] == m_value]
-                span[sub] = flush_makespan_s(kind, p, int(m_value), v, f[sub], b[sub], w[sub])
+                span[sub] = flush_makespan_s(kind, p, int(m_value), v, f[sub], b[sub], w[sub],
+                                             apart=None if apart is None else (apart[0][sub], apart[1][sub]))
         out["makespan_s"][idx] = span
         out["makespan_lower_s"][idx] = lo
         out["makespan_upper_s"][idx] = hi

@@ -94,6 +94,9 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
         if "moe_dispatch" in c.recompute_modules and model.moe is None:
             raise InputError("recompute_modules", f"moe_dispatch recomputes the expert dispatch; {model.name} has "
                              "no experts", "drop moe_dispatch")
+        if "moe" in c.recompute_modules and model.moe is None:
+            raise InputError("recompute_modules", f"moe recomputes the MoE layers; {model.name} has no experts",
+                             "drop moe (mlp recomputes a dense MLP)")
     if model.seq_len % c.cp:
         raise InputError("cp", f"cp={c.cp} does not divide the sequence length {model.seq_len}",
                          f"choose cp from {_divisors(model.seq_len)}")

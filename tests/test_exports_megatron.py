@@ -188,3 +188,19 @@ def test_a_plan_priced_with_fp8_current_scaling_exports_the_tensorwise_recipe():
     assert current[current.index("--fp8-recipe") + 1] == "tensorwise"
     assert "--fp8-recipe" not in delayed and "--fp8-format" in delayed
     assert megatron_table.check_command(current, 8, {}) == []
+
+
+def test_a_plan_counting_fp8_weights_only_exports_fp8_param_gather():
+    # the plan's memory has no bf16 weight copy (ParallelConfig.fp8_param_gather): the run must
+    # keep its weights in FP8 (--fp8-param-gather), which Megatron-LM allows only with the
+    # distributed optimizer or FSDP; MXFP8 all-gathers through the gradient buffer as Bridge does
+    row = dict(model="llama3-8b", seq_len=8192, dp=8, tp=1, pp=1, micro_batch=1, global_batch=128,
+               zero_stage=1, recompute="none", dtype="fp8")
+    gathered = flags_of(megatron.emit(dict(row, fp8_param_gather=True)))
+    assert "--fp8-param-gather" in gathered and "--reuse-grad-buf-for-mxfp8-param-ag" not in gathered
+    assert "--fp8-param-gather" not in flags_of(megatron.emit(row))
+    mx = flags_of(megatron.emit(dict(row, dtype="mxfp8", fp8_param_gather=True)))
+    assert "--fp8-param-gather" in mx and "--reuse-grad-buf-for-mxfp8-param-ag" in mx
+    assert megatron_table.check_command(gathered, 8, {}) == []
+    with pytest.raises(InputError, match="fp8_param_gather"):
+        megatron.emit(dict(row, zero_stage=0, fp8_param_gather=True))

@@ -201,6 +201,19 @@ def test_a_single_pool_even_pipeline_reproduces_the_step_model(model_name, tp, p
     assert het.mfu == pytest.approx(homo.mfu, rel=1e-9)
 
 
+def test_a_single_pool_counts_the_quantised_weight_copies_the_step_model_counts():
+    """FP8 on Hopper keeps the FP8 weights and their transpose (2 bytes a parameter beside the
+    16-bit ones, ``low_precision.weight_copy_bytes_per_param``); the pooled model took a flat
+    1 byte until this test, so one pool of H100s needed less memory than the same H100s."""
+    model, cl = load_model("llama3-8b"), load_cluster("dgx-h100")
+    cfg = ParallelConfig(dp=4, tp=2, pp=2, micro_batch=2, global_batch=128, zero_stage=1, dtype="fp8")
+    homo = simulate(model, cl, cfg)
+    plan = HeteroPlan(groups=(ReplicaGroup(tuple(StagePlacement("p", 2, 16) for _ in range(2)), replicas=4),),
+                      micro_batch=2, global_batch=128, zero_stage=1, dtype="fp8")
+    het = simulate_heterogeneous(model, PooledCluster.single(cl, 16, "p"), plan)
+    assert het.memory_bytes == pytest.approx(homo.memory_bytes, rel=1e-9)
+
+
 _H100 = load_cluster("dgx-h100")
 _SPLIT_MODEL = load_model("llama3-8b")
 

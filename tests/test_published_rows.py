@@ -401,3 +401,81 @@ def test_a_row_its_source_marks_as_a_known_performance_regression_is_skipped_wit
     for _, r in flagged.iterrows():
         with pytest.raises(Skip, match="known performance regression"):
             row_inputs(r)
+
+
+def _bundled_row(prefix: str) -> dict:
+    from paraplan.validation.published import read_runs
+    df = read_runs(validation_file(PUBLISHED_RUNS))
+    return df[df.id.astype(str).str.startswith(prefix)].iloc[0].to_dict()
+
+
+def test_a_same_shape_preset_gives_the_details_no_column_holds():
+    """Llama 3.1 8B trains without dropout (Hugging Face config: attention_dropout 0.0; no
+    residual dropout in the modeling code), so the row of that shape keeps no dropout masks;
+    a shape no preset has keeps the generic defaults."""
+    from paraplan.validation.published import row_inputs
+    llama = row_inputs(_llama31_8b_row()).model
+    assert (llama.attention_dropout, llama.hidden_dropout) == (False, False)
+    assert llama.name == "Llama 3.1 8B" and llama.num_kv_heads == 8
+    other = row_inputs(_llama31_8b_row(model="Some 8B model", vocab=128256)).model
+    assert (other.attention_dropout, other.hidden_dropout) == (True, True)
+
+
+def test_fsdp_off_in_a_megatron_bridge_row_is_the_releases_distributed_optimizer():
+    """The Megatron-Bridge tables have a Megatron-FSDP column and nothing on the optimizer's
+    sharding; the row records 'ddp (FSDP=0)'. Every executed preset of those releases runs
+    use_distributed_optimizer=True (megatron_bridge_presets.csv), i.e. ZeRO-1; a row that
+    states its stage plainly keeps it."""
+    import csv
+    from hardware_specs.stack_presets import PRESETS_CSV
+    from paraplan.validation.published import row_inputs
+    with open(PRESETS_CSV, newline="") as fh:
+        gpt = [r for r in csv.DictReader(fh) if r["container"] == "26.04" and r["recipe"] == "gpt_oss_120b"]
+    assert {r["use_distributed_optimizer"] for r in gpt} == {"true"}
+    row = _bundled_row("MBRIDGE-26.04-GPTOSS120B-DGX-GB200-64g-BF16")
+    assert row["zero_stage"] == "ddp (FSDP=0)" and row["zero_norm"] == 0
+    inputs = gpt = row_inputs(row)
+    assert inputs.config.zero_stage == 1
+    assert any("use_distributed_optimizer=True; the row's zero_stage 'ddp (FSDP=0)' says only that "
+               "Megatron-FSDP was off" in a for a in inputs.assumptions)
+    # Kimi K2's presets train with Muon and use_distributed_optimizer=False: replicated states,
+    # and (without the distributed optimizer's parameter all-gather) no FP8 parameter gather
+    kimi = row_inputs(_bundled_row("MBRIDGE-26.04.01-Kimi_K2-DGX-GB300"))
+    assert kimi.config.zero_stage == 0 and kimi.config.dtype == "mxfp8"
+    assert kimi.config.fp8_param_gather is False
+    assert gpt.config.dtype == "bf16" and not gpt.config.fp8_param_gather
+    plain = row_inputs(_llama31_8b_row(zero_norm="0", zero_stage="0", n_gpus=8, dp=8))
+    assert plain.config.zero_stage == 0
+
+
+def test_a_row_without_recompute_takes_what_its_releases_preset_for_that_layout_saves():
+    """Megatron-Bridge 26.04's GB200 BF16 preset for GPT-OSS 120B (EP 64, micro-batch 4, global
+    batch 1280) recomputes layernorm and moe_act; 26.04.01's GB200 FP8-CS preset for Llama 3
+    70B (Megatron-FSDP, micro-batch 2) offloads 40 layers' activations; Nemotron 3 Nano's H100
+    preset also recomputes whole MoE layers (Megatron's 'moe')."""
+    from paraplan.validation.published import row_inputs
+    gpt = row_inputs(_bundled_row("MBRIDGE-26.04-GPTOSS120B-DGX-GB200-64g-BF16"))
+    assert gpt.config.recompute.value == "selective"
+    assert gpt.config.recompute_modules == ("layernorm", "mlp_act")
+    llama = row_inputs(_bundled_row("MBRIDGE-26.04.01-LLAMA3_70B-DGX-GB200-64g-FP8-tp1pp1"))
+    assert (llama.config.zero_stage, llama.config.offload_activation_layers) == (3, 40)
+    assert llama.config.recompute.value == "none"
+    nano = row_inputs(_bundled_row("MBRIDGE-26.04.01-Nemotron_3_Nano-DGX-H100"))
+    assert nano.config.recompute_modules == ("core_attn", "layernorm", "mlp_act", "moe")
+    assert not any("not modelled" in a for a in nano.assumptions)
+    # a layout no preset of the release runs: nothing assumed beyond "none"
+    other = row_inputs(_bundled_row("MBRIDGE-25.11-GPTOSS120B-DGX-H100-64g-BF16-tp1pp4cp1ep8vp1-gbs512-mbs4"))
+    assert other.config.recompute.value == "none" and other.config.offload_activation_layers == 0
+
+
+def test_presets_that_disagree_on_memory_savings_say_nothing():
+    from dataclasses import replace
+    from hardware_specs.catalog import load_stack
+    from hardware_specs.stack_presets import MemorySavings, all_presets, memory_savings_of_layout
+    stack = load_stack("megatron-bridge-26.04")
+    gpt = next(p for p in all_presets() if p.container == "26.04" and p.model == "gptoss120b"
+               and p.gpu == "gb200" and p.dtype == "bf16" and p.layout.global_batch == 1280)
+    found, presets = memory_savings_of_layout(stack, "gpt-oss-120b", "gb200", gpt.layout, "bf16", "26.04")
+    assert found == MemorySavings(recompute="selective", recompute_modules=("layernorm", "moe_act"))
+    assert memory_savings_of_layout(stack, "gpt-oss-120b", "gb200", replace(gpt.layout, micro_batch=3),
+                                    "bf16")[0] is None

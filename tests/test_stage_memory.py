@@ -79,6 +79,8 @@ def test_uniform_groups_keep_one_input_per_group_and_recompute_the_group_at_once
     (("layernorm",), 30 * H + 4 * A),                  # the QKV and MLP inputs (2 x 2h) are not kept
     (("mlp_act",), 26 * H + 4 * A),                    # the second GEMM's input (2f = 8h)
     (("core_attn", "layernorm", "mlp_act"), 22 * H),
+    (("mlp",), 18 * H + 4 * A),                        # the whole MLP: its first GEMM's output (8h) too
+    (("mlp", "mlp_act"), 18 * H + 4 * A),              # the activation is part of the MLP
 ])
 def test_named_op_recomputation_drops_exactly_its_tensors(modules, kept_per_token):
     parts = stage_acts(cfg(pp=1, recompute_modules=modules), 0)
@@ -211,3 +213,38 @@ def test_the_planners_total_only_memory_is_the_total_of_the_memory_by_part():
                              "activations_bytes", "logits_bytes", "recompute_buffers_bytes",
                              "offload_buffers_bytes", "moe_dispatch_bytes", "zero3_buffers_bytes", "allocator_bytes"}:
         np.testing.assert_array_equal(np.broadcast_to(total[key], np.shape(whole[key])), whole[key], err_msg=key)
+
+
+def test_recomputing_the_moe_block_keeps_only_what_precedes_it_and_replays_its_forward():
+    """Megatron's ``moe`` module checkpoints the whole MoE layer on its input (the pre-MLP norm's
+    output, which the layer keeps anyway): the routed experts' tensors and the shared experts'
+    MLP tensors go, and backward runs the block's forward again, all-to-all included. ``mlp``
+    leaves an MoE layer alone (it is Megatron's dense-MLP module)."""
+    from cost_models import memory, moe as moe_costs
+    from simulator.stage_activations import layer_activation_bytes
+    model = load_model("qwen3-30b-a3b")
+    args = ("bf16", 1, 1, 1, False, True, 8, 1, 1.0)     # dtype, mbs, tp, cp, sp | flash, ep, etp, imbalance
+    none = layer_activation_bytes(model, *args[:5], 0, *args[5:], 0)
+    moe_bit, mlp_bit = memory.MODULE_BITS["moe"], memory.MODULE_BITS["mlp"]
+    whole = layer_activation_bytes(model, *args[:5], 1, *args[5:], moe_bit)
+    routed = moe_costs.moe_activation_bytes_per_layer(model, 1, model.seq_len, 1, 1, 8, 1, 0, 1.0, 0, 2.0)
+    assert routed > 0
+    assert model.moe.num_shared_experts == 0
+    # Qwen3-30B-A3B has no shared experts; the MoE slot carries them as a width-1 MLP, whose two
+    # tensors (gated fc1 output 4 bytes, activation output 2 bytes per token) go with the block
+    placeholder = model.seq_len * (4 + 2)
+    assert float(none["kept_moe"] - whole["kept_moe"]) == pytest.approx(float(routed) + placeholder, rel=1e-12)
+    assert float(whole["kept_dense"]) == pytest.approx(float(none["kept_dense"]), rel=1e-12)
+    dense_only = layer_activation_bytes(model, *args[:5], 1, *args[5:], mlp_bit)
+    assert float(dense_only["kept_moe"]) == pytest.approx(float(none["kept_moe"]), rel=1e-12)
+
+    cluster = load_cluster("dgx-h100")
+    base = dict(dp=8, ep=8, micro_batch=1, global_batch=64, dtype="bf16")
+    parts = {mods: simulate(model, cluster, ParallelConfig(recompute="selective", recompute_modules=mods, **base))
+             for mods in ("mlp_act,moe_dispatch", "moe")}
+    full = simulate(model, cluster, ParallelConfig(recompute="full", **base))
+    rec = {k: r.time_breakdown_s["recompute_s"] for k, r in parts.items()}
+    # the block's replay holds its activation and dispatch and its GEMMs and combine besides;
+    # recomputing the whole layer also replays the attention
+    assert rec["mlp_act,moe_dispatch"] < rec["moe"] < full.time_breakdown_s["recompute_s"]
+    assert parts["moe"].memory_bytes < parts["mlp_act,moe_dispatch"].memory_bytes

@@ -458,7 +458,8 @@ POS = click.IntRange(min=1)
               help="Stage s recomputes max(N - s*K, 0) layers per chunk (NeMo activations_checkpoint_layers_per_pipeline).")
 @click.option("--recompute-modules", metavar="LIST",
               help="Operations recomputed in the layers not recomputed in full, comma-separated: core_attn, layernorm, "
-                   "mlp_act, mla_up_proj, moe_dispatch (Megatron --recompute-modules); implies selective.")
+                   "mlp_act, mla_up_proj, moe_dispatch, mlp (dense layers' whole MLP), moe (MoE layers' whole MoE block) "
+                   "(Megatron --recompute-modules); implies selective.")
 @click.option("--offload-activation-layers", type=click.IntRange(0), metavar="N",
               help="Layers per model chunk whose activations go to host memory between forward and backward "
                    "(Megatron/TE --cpu-offloading-num-layers), over the cluster's host link.")

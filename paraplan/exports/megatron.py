@@ -78,7 +78,8 @@ def grad_bucket_elements(p: dict) -> int:
 
 
 #: Megatron-LM's ``--recompute-modules`` name of each ``memory.RECOMPUTE_MODULES`` entry it has
-_MODULE_NAMES = {"core_attn": "core_attn", "layernorm": "layernorm", "mla_up_proj": "mla_up_proj", "mlp_act": "moe_act"}
+_MODULE_NAMES = {"core_attn": "core_attn", "layernorm": "layernorm", "mla_up_proj": "mla_up_proj", "mlp_act": "moe_act",
+                 "mlp": "mlp", "moe": "moe"}
 
 
 def _refuse_memory_features(p: dict, model: ModelSpec) -> None:
@@ -107,6 +108,10 @@ def _refuse_memory_features(p: dict, model: ModelSpec) -> None:
     if p.get("loss_chunk_tokens"):
         raise InputError("loss_chunk_tokens", "Megatron-LM's fused cross-entropy takes the whole micro-batch's logits",
                          "plan with loss_chunk_tokens 0")
+    if p.get("fp8_param_gather") and p["dtype"] in ("fp8", "mxfp8") and p["zero_stage"] == 0:
+        raise InputError("fp8_param_gather", "Megatron-LM keeps the weights in FP8 only with the distributed "
+                         "optimizer or FSDP (--fp8-param-gather, megatron/training/arguments.py)",
+                         "plan with zero_stage >= 1, or without fp8_param_gather")
 
 
 def _refuse_plan(p: dict, model: ModelSpec) -> None:
@@ -348,6 +353,12 @@ def _groups(p: dict) -> list[tuple[str, list[tuple[str, Any]]]]:
             training.append(("--fp8-recipe", "tensorwise"))
     elif dtype == "mxfp8":
         training += [("--fp8-format", "e4m3"), ("--fp8-recipe", "mxfp8")]
+    if dtype in ("fp8", "mxfp8") and p.get("fp8_param_gather"):
+        # the plan counted FP8 weights only, no bf16 copy; MXFP8 all-gathers through the gradient
+        # buffer, as Megatron-Bridge's bf16_with_mxfp8_mixed pairs them
+        training.append(("--fp8-param-gather", None))
+        if dtype == "mxfp8":
+            training.append(("--reuse-grad-buf-for-mxfp8-param-ag", None))
     elif dtype == "nvfp4":
         training += [("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
     if not p["flash_attention"]:

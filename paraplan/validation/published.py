@@ -5,8 +5,9 @@ only. Where a column is empty the row is skipped with the reason, except for the
 defaults, each recorded in the row's ``assumptions``:
 
 - architecture: the model preset the ``model`` column names supplies what the columns lack
-  when it has the row's layers, hidden size and heads (its vocabulary, key/value heads and
-  whether its MLP is gated); mixture-of-experts rows and rows without an architecture take the
+  when it has the row's layers, hidden size and heads (its vocabulary, key/value heads, whether
+  its MLP is gated, and the details no column holds: dropout, norm, biases, positions,
+  activation); mixture-of-experts rows and rows without an architecture take the
   whole architecture from that preset. Otherwise ``ffn_hidden`` empty is 4 * hidden, ``kv_heads``
   empty is heads, and the MLP is gated when the model family is one that uses SwiGLU
   (``GATED_FAMILIES``: a fact about the named architecture, never inferred from ffn != 4h);
@@ -14,7 +15,10 @@ defaults, each recorded in the row's ``assumptions``:
   n_gpus contradicts dp * tp * pp * cp, the printed degrees are kept and the GPU count is their
   product (what one GPU does depends on its layout, not on the number of replicas);
   ``vpp`` empty: 1;  ``cp`` empty: 1;
-  ``micro_batch`` empty: 1;  ``zero_norm`` empty: 0;
+  ``micro_batch`` empty: 1;  ``zero_norm`` empty: the stack's default sharding; ``zero_norm`` 0
+  from a ``zero_stage`` cell that only records a Megatron-FSDP switch off ("ddp (FSDP=0)",
+  ``FSDP_OFF_ONLY``): the stack's default distributed optimizer (ZeRO-1/2), since "FSDP off"
+  does not say the optimizer states were replicated;
 - software stack: the ``framework`` and ``framework_version`` columns name it
   (``hardware_specs.catalog.stack_for``); its documented behaviour sets overlap, kernels,
   fusion, gradient-reduction dtype and whether its recipes turn sequence parallelism on with
@@ -54,7 +58,7 @@ import pandas as pd
 from hardware_specs.catalog import generic_cluster, load_cluster, load_gpu, load_stack, stack_for
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.errors import InputError
-from hardware_specs.stack_presets import Layout
+from hardware_specs.stack_presets import Layout, memory_savings_of_layout
 from model_specs.model_spec import ModelSpec
 from paraplan.validation.flops_conventions import CONVENTIONS
 from paraplan.validation.row_model import (Skip, _check_family_vocab, _int, _lead_int, _measured, _named_preset_or_none, _num,
@@ -116,6 +120,9 @@ TRAINING_METRICS = ("iter_time_s", "tokens_per_s_per_gpu", "tokens_per_s", "tflo
 #: PaLM (Chowdhery et al. 2022, section 2: SwiGLU, ffn = 4h), LLaMA and Llama 2/3 (Touvron et al.
 #: 2023), Mistral / Mixtral, Qwen, DeepSeek, Grok-1, Gemma. GPT, OPT, BLOOM, MPT, Gopher, MT-NLG
 #: and Nemotron-4 (squared ReLU) are not gated.
+#: a ``zero_stage`` cell that records only a Megatron-FSDP switch set off ("ddp (FSDP=0)"): the
+#: source's table says nothing about the optimizer's sharding
+FSDP_OFF_ONLY = re.compile(r"\bfsdp\s*=\s*0\b", re.IGNORECASE)
 GATED_FAMILIES = ("palm", "llama", "mistral", "mixtral", "qwen", "deepseek", "grok", "gemma")
 #: the stack a row with an empty ``framework`` column runs (noted in its assumptions)
 DEFAULT_STACK = "megatron-core"
@@ -252,12 +259,22 @@ def row_inputs(row, run_conventions=frozenset()) -> RowInputs:
         gated = any(f in family for f in GATED_FAMILIES)
         assumptions.append(f"gated_mlp={gated} (model family)")
     tokenizer_source = shape_preset or kin
+    name = _str(row, "model") or _str(row, "run_id")
     try:
-        model = ModelSpec(name=_str(row, "model") or _str(row, "run_id"), num_layers=needed["layers"],
-                          hidden_size=h, num_heads=needed["heads"], num_kv_heads=kv,
-                          ffn_hidden_size=ffn_size, vocab_size=needed["vocab"], seq_len=needed["seq_len"],
-                          gated_mlp=gated,
-                          tied_embeddings=tokenizer_source.tied_embeddings if tokenizer_source is not None else False)
+        if shape_preset is not None:
+            # the model the row names, at the row's own sizes: what its columns cannot say
+            # (dropout, norm, biases, positions, activation) is that model's, not a generic default
+            model = replace(shape_preset, name=name, num_layers=needed["layers"], hidden_size=h,
+                            num_heads=needed["heads"], num_kv_heads=kv, ffn_hidden_size=ffn_size,
+                            vocab_size=needed["vocab"], seq_len=needed["seq_len"])
+            assumptions.append(f"architecture details (dropout, norm, biases, positions) from preset "
+                               f"{shape_preset.name} (same layers, hidden, heads)")
+        else:
+            model = ModelSpec(name=name, num_layers=needed["layers"],
+                              hidden_size=h, num_heads=needed["heads"], num_kv_heads=kv,
+                              ffn_hidden_size=ffn_size, vocab_size=needed["vocab"], seq_len=needed["seq_len"],
+                              gated_mlp=gated,
+                              tied_embeddings=tokenizer_source.tied_embeddings if tokenizer_source is not None else False)
     except InputError as exc:
         raise Skip(f"architecture invalid: {exc}") from None
     if kin is not None:
@@ -368,10 +385,31 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
             raise Skip(why)
         assumptions.append(why)
     zero = stated_zero
+    # what the release's own preset with the row's layout and precision shards, recomputes and
+    # offloads (``stack_presets.memory_savings_of_layout``: a fact of the release, from its files)
+    layout = Layout(n_gpus=n, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch=mbs, global_batch=gbs,
+                    fsdp=stated_zero == 3)
+    savings, presets = memory_savings_of_layout(stack, model.name, gpu, layout, dtype,
+                                                container=_str(row, "framework_version") or None)
+    if zero == 0 and FSDP_OFF_ONLY.search(_str(row, "zero_stage")):
+        # the source's table has a Megatron-FSDP on/off column and nothing on the optimizer's
+        # sharding: "FSDP=0" rules out ZeRO-3, not the distributed optimizer its presets run
+        if savings is not None:
+            zero = 1 if savings.distributed_optimizer and dp * cp > 1 else 0
+            why = f"its preset with this layout: use_distributed_optimizer={savings.distributed_optimizer}"
+        else:
+            # the release's own default, not a recipe's Megatron-FSDP (which the row rules out)
+            default = stack.training.default_zero_stage if stack.training is not None else 0
+            zero = default if dp * cp > 1 and default in (1, 2) else 0
+            why = f"{stack.name}'s default"
+        if zero:
+            assumptions.append(f"zero={zero} ({why}; the row's zero_stage '{_str(row, 'zero_stage')}' says only "
+                               "that Megatron-FSDP was off)")
     if zero is None:
         zero = stack.training_for(model.name, gpu, dtype).default_zero_stage if dp * cp > 1 else 0
         assumptions.append(f"zero={zero} ({stack.name}'s default)")
     rc = _str(row, "recompute").split("(")[0].strip().lower()
+    recipe_savings: dict = {}
     if not rc:
         if conv == "megatron_hw_eq3":
             rc = "full"
@@ -380,8 +418,7 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
             rc = "full"
             assumptions.append("recompute=full (the run's TFLOP/s row counts the recomputed forward pass)")
         else:
-            rc = "none"
-            assumptions.append("recompute=none")
+            rc, recipe_savings = _recipe_memory_savings(stack, savings, presets, assumptions)
     if rc not in ("none", "selective", "full"):
         raise Skip(f"recompute '{rc}' unknown")
     sp_cell = _str(row, "seq_parallel").lower()
@@ -396,7 +433,8 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
     try:
         config = ParallelConfig(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch=mbs, global_batch=gbs,
                                 zero_stage=zero, recompute=rc, sequence_parallel=sp or (model.moe is not None and tp > 1),
-                                dtype=dtype, uneven_layers=True, **stack_config_fields(stack, dtype, model.name, gpu))
+                                dtype=dtype, uneven_layers=True,
+                                **{**stack_config_fields(stack, dtype, model.name, gpu), **recipe_savings})
         recipe = [r.source for r in stack.recipes_for(model.name, gpu, dtype)]
         if recipe:
             assumptions.append(f"{stack.name} recipe for this model: " + "; ".join(recipe))
@@ -407,6 +445,47 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
     except InputError as exc:
         raise Skip(f"configuration invalid: {exc}") from None
     return RowInputs(model, cluster.name, config, metric, conv, assumptions, cluster=cluster, stack=stack.name)
+
+
+#: Megatron ``--recompute-modules`` names -> paraplan's (``cost_models.memory.RECOMPUTE_MODULES``);
+#: ``moe_act`` is the experts' activation, which paraplan's ``mlp_act`` covers with the dense one
+RECIPE_RECOMPUTE_MODULES = {"core_attn": "core_attn", "layernorm": "layernorm", "moe_act": "mlp_act",
+                            "mla_up_proj": "mla_up_proj", "mlp": "mlp", "moe": "moe"}
+
+
+def _recipe_memory_savings(stack, savings, presets, assumptions) -> tuple[str, dict]:
+    """(recompute, ParallelConfig keywords) for a row that states no recomputation: what the stack
+    release's own performance preset with the row's layout and precision recomputes and offloads
+    (``savings``, ``presets``: ``stack_presets.memory_savings_of_layout``), else none. Modules
+    the model does not price (Megatron's ``mlp``, ``moe``, ...) are noted."""
+    kw: dict = {}
+    if savings is not None and savings.fp8_param_gather is not None:
+        kw["fp8_param_gather"] = savings.fp8_param_gather
+    if savings is None or (not savings.recompute and not savings.offload_layers):
+        assumptions.append("recompute=none" + (f" (as {stack.name}'s preset with this layout)" if savings else ""))
+        return "none", kw
+    rc = savings.recompute or "none"
+    said = []
+    if rc == "full":
+        kw.update(recompute_method=savings.recompute_method or "block",
+                  recompute_num_layers=savings.recompute_num_layers)
+        said.append(f"recompute=full ({savings.recompute_method or 'block'}, "
+                    f"{savings.recompute_num_layers or 'all'} layers)")
+    elif rc == "selective":
+        named = savings.recompute_modules or ("core_attn",)     # Megatron's default module list
+        ours = tuple(sorted({RECIPE_RECOMPUTE_MODULES[m] for m in named if m in RECIPE_RECOMPUTE_MODULES}))
+        missing = [m for m in named if m not in RECIPE_RECOMPUTE_MODULES]
+        if ours:
+            kw["recompute_modules"] = ours
+        else:
+            rc = "none"
+        said.append(f"recompute modules {'|'.join(named)}"
+                    + (f" ({', '.join(missing)} not modelled: memory over, time under-estimated)" if missing else ""))
+    if savings.offload_layers:
+        kw["offload_activation_layers"] = savings.offload_layers
+        said.append(f"activations of {savings.offload_layers} layers offloaded to the host")
+    assumptions.append("; ".join(said) + f" ({stack.name}'s own preset with this layout: {presets[0].source})")
+    return rc, kw
 
 
 def metric_from_prediction(inputs: RowInputs, report) -> float:

@@ -46,6 +46,7 @@ import numpy as np
 
 from cost_models import memory, params, pool_links
 from cost_models.compute import LOW_PRECISION, activation_bytes
+from cost_models.low_precision import saved_gemm_input_bytes_per_element, weight_copy_bytes_per_param
 from cost_models.topology import group_collective_time_s, p2p_stage_time_s
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
@@ -373,11 +374,15 @@ def layer_activation_bytes(model: ModelSpec, settings: ParallelConfig, units: Un
     """Per ``UnitCosts`` row: activation bytes one layer keeps per micro-batch under the row's
     recomputation, and without recomputation (the layer being recomputed), one GPU."""
     act_bytes = activation_bytes(settings.dtype)
+    # low-precision recipes keep the GEMM inputs quantised, as the step model's stages do
+    # (``simulator.stage_activations``)
+    gemm_in = saved_gemm_input_bytes_per_element(settings.dtype) if settings.dtype in LOW_PRECISION else None
     s = float(model.seq_len)
     per_layer = memory.activation_bytes_per_layer(model, units.micro_batch, s, units.tp, 1.0, units.sequence_parallel,
-                                                  units.recompute, settings.flash_attention, element_bytes=act_bytes)
+                                                  units.recompute, settings.flash_attention, gemm_input_bytes=gemm_in,
+                                                  element_bytes=act_bytes)
     full = memory.activation_bytes_per_layer(model, units.micro_batch, s, units.tp, 1.0, units.sequence_parallel, 0,
-                                             settings.flash_attention, element_bytes=act_bytes)
+                                             settings.flash_attention, gemm_input_bytes=gemm_in, element_bytes=act_bytes)
     return np.broadcast_to(per_layer, (len(units),)), np.broadcast_to(full, (len(units),))
 
 
@@ -395,7 +400,15 @@ def stage_memory_parts(model: ModelSpec, settings: ParallelConfig, stage_params,
     act_bytes = activation_bytes(dtype)
     s = float(model.seq_len)
     tokens = np.asarray(micro_batch, dtype=float) * s
-    w_b, g_b, o_b = memory.model_state_bytes(stage_params, zero, dp_shard, dtype in LOW_PRECISION, act_bytes > 2)
+    # the layers keep the quantised weight copies the step model counts, the embedding and LM
+    # head stay 16-bit (``simulator.memory_rows``)
+    copy_bytes = weight_copy_bytes_per_param(dtype) if dtype in LOW_PRECISION else 0.0
+    layer_params = np.asarray(layers, dtype=float) * float(params.dense_layer_params(model)) / np.asarray(tp, dtype=float)
+    held = dict(grad_bytes=settings.grad_buffer_bytes, fp8_param_gather=settings.fp8_param_gather)
+    states = [memory.model_state_bytes(part, zero, dp_shard, dtype in LOW_PRECISION, act_bytes > 2,
+                                       copy_bytes=copies, **held)
+              for part, copies in ((layer_params, copy_bytes), (np.asarray(stage_params) - layer_params, 0.0))]
+    w_b, g_b, o_b = (a + b for a, b in zip(*states))
     activations = layer_act * np.asarray(layers, dtype=float) * in_flight \
         + np.where(np.asarray(layers) > 0, np.maximum(full_act - layer_act, 0.0), 0.0)
     # fp32 softmax copy next to the logits in the training dtype (memory.LOGIT_BYTES in 16-bit)

@@ -154,7 +154,7 @@ def _readonly(*arrays):
 
 
 def simulate_schedule(schedule: PipelineSchedule, f_time_s, b_time_s, w_time_s, p2p_time_s=0.0,
-                      activation_bytes=None) -> ScheduleResult:
+                      activation_bytes=None, bw_time_s=None) -> ScheduleResult:
     """Simulate one flush of ``schedule``.
 
     Args:
@@ -165,6 +165,9 @@ def simulate_schedule(schedule: PipelineSchedule, f_time_s, b_time_s, w_time_s, 
             stage; a scalar or (p,) indexed by the sending stage. Transfers do not occupy the
             compute stream (they overlap with compute, as with Megatron's async p2p).
         activation_bytes: optional (p, v) bytes held per in-flight (micro-batch, chunk).
+        bw_time_s: optional time of a fused BW op per cell, where it differs from the split
+            B and W ops' ``b + w`` (a fused backward hides its collectives under both halves);
+            None: ``b + w``.
 
     Returns:
         :class:`ScheduleResult`.
@@ -179,7 +182,8 @@ def simulate_schedule(schedule: PipelineSchedule, f_time_s, b_time_s, w_time_s, 
     if not np.all(np.isfinite(p2p)) or np.any(p2p < 0):
         raise InputError("p2p_time_s", "must be finite and >= 0 (seconds)")
     stage, chunk, kind = s.op_stage, s.op_chunk.astype(np.int64), s.op_kind
-    table = np.stack([f, b, w, b + w])                       # (4, p, v), indexed by kind code
+    bw = b + w if bw_time_s is None else _per_cell("bw_time_s", bw_time_s, s.p, s.v)
+    table = np.stack([f, b, w, bw])                          # (4, p, v), indexed by kind code
     dur = table[kind, stage, chunk]
     pred = s.predecessor
     remote = (pred >= 0) & (stage[np.maximum(pred, 0)] != stage)

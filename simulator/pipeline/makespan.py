@@ -33,6 +33,8 @@ import numpy as np
 from simulator.pipeline.event_sim import sweep
 from simulator.pipeline.schedules import BW, F, W, ScheduleKind, make_schedule
 
+#: schedules that split some backward passes into B and W and fuse the others (BW)
+MIXED_W = (ScheduleKind.DUALPIPE, ScheduleKind.DUALPIPE_V)
 #: most op-row cells one sweep holds at once (8 bytes each): bounds memory per call.
 MAX_CELLS_PER_SWEEP = 4_000_000
 
@@ -184,7 +186,7 @@ def stage_work_s(kind, f, b, w) -> np.ndarray:
     return share * (np.asarray(f, dtype=float) + np.asarray(b, dtype=float) + np.asarray(w, dtype=float)).sum(axis=2)
 
 
-def flush_makespan_s(kind, p: int, m: int, v: int, f, b, w) -> np.ndarray:
+def flush_makespan_s(kind, p: int, m: int, v: int, f, b, w, apart=None) -> np.ndarray:
     """Makespan (s) of one flush of ``m`` micro-batches, per row.
 
     Args:
@@ -192,11 +194,15 @@ def flush_makespan_s(kind, p: int, m: int, v: int, f, b, w) -> np.ndarray:
         p, m, v: stages, micro-batches, chunks per stage (as ``make_schedule`` takes them).
         f, b, w: (rows, p, v) forward, input-gradient and weight-gradient seconds of one
             micro-batch through each (stage, chunk) cell; a fused BW lasts b + w.
+        apart: optional (b, w) of a B and a W run as separate ops, where the schedule mixes
+            split and fused backward passes (DualPipe): its B and W ops last these, its BW ops
+            ``b + w`` of the fused pair above. None: the B and W ops last ``b`` and ``w``.
     """
     kind = ScheduleKind(getattr(kind, "value", kind))
     f, b, w = (np.asarray(x, dtype=float) for x in (f, b, w))
     rows = f.shape[0]
-    table = np.stack([f, b, w, b + w]).reshape(4, rows, p * v)
+    b_op, w_op = (b, w) if apart is None else (np.asarray(x, dtype=float) for x in apart)
+    table = np.stack([f, b_op, w_op, b + w]).reshape(4, rows, p * v)
     orders = order_durations(kind, f, b, w)
     out = np.empty(rows)
     for key in np.unique(orders, axis=0):
@@ -235,8 +241,12 @@ def _memo_flush(kind: ScheduleKind, p: int, m: int, v: int, table: np.ndarray, d
     miss = np.flatnonzero(~hit)
     if len(miss):
         sel = first[miss]
-        values[miss] = _flush(kind, p, m, v, table[:, sel], durations,
-                              stage_work_s(kind, *(table[i, sel].reshape(len(sel), p, v) for i in range(3))))
+        # the stage's work; where the schedule mixes split and fused backward passes, its
+        # forwards and fused backwards (no more than its split ones)
+        f_, b_, w_ = (table[i, sel].reshape(len(sel), p, v) for i in range(3))
+        if kind in MIXED_W:
+            b_, w_ = table[3, sel].reshape(len(sel), p, v), 0.0
+        values[miss] = _flush(kind, p, m, v, table[:, sel], durations, stage_work_s(kind, f_, b_, w_))
         keys, vals = np.concatenate([known_keys, uniq[miss]]), np.concatenate([known_values, values[miss]])
         if len(keys) > MEMO_ROWS:
             keys, vals = uniq[miss], values[miss]          # full: start again from this call's rows
