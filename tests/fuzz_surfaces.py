@@ -15,11 +15,17 @@ they stay covered whatever the seed.
 from __future__ import annotations
 
 import copy
+import csv
+import io
 import json
 import random
 from pathlib import Path
 
+import pandas as pd
 import yaml
+
+from paraplan.sweeps.runner import chunk_key, chunks
+from paraplan.sweeps.spec import spec_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
 POOLED = str(REPO / "examples" / "clusters" / "a100-h100.yaml")
@@ -100,16 +106,12 @@ def sweep_runner_cases() -> list[tuple]:
     for key in ("tp", "pp", "cp"):
         out.append((f"sweep config {key}=0", ["sweep", "{tmp}/s.yaml", "--local", "--out", "{tmp}/out"],
                     {"s.yaml": spec + f"config: {{{key}: [0, 1]}}\n"}))
+    out.append(("sweep --out ''", ["sweep", "{tmp}/s.yaml", "--local", "--out", ""], {"s.yaml": spec}))
     for address in ("nope://x", "tls://127.0.0.1:1", "tcp://host:notaport", "inproc://x"):
         out.append((f"sweep --scheduler {address}", ["sweep", "{tmp}/s.yaml", "--scheduler", address, "--out", "{tmp}/out"],
                     {"s.yaml": spec}))
     # a resumed sweep whose finished chunk file is damaged evaluates the chunk again (was an
     # internal ArrowInvalid, or a KeyError for a parquet of other columns)
-    import io
-
-    import pandas as pd
-    from paraplan.sweeps.runner import chunk_key, chunks
-    from paraplan.sweeps.spec import spec_from_dict
     parsed = spec_from_dict(yaml.safe_load(spec))
     chunk_file = f"out/chunks/{chunk_key(parsed, chunks(parsed)[0])}.parquet"
     other = io.BytesIO()
@@ -160,7 +162,6 @@ def _sailor_runs() -> dict:
 
 
 def _serving_rows() -> tuple[list[str], list[dict]]:
-    import csv
     with open(REPO / "paraplan" / "data" / "validation" / "serving_runs.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     agg = next(r for r in rows if r["mode"] == "agg")
@@ -169,8 +170,6 @@ def _serving_rows() -> tuple[list[str], list[dict]]:
 
 
 def _csv(header: list[str], rows: list[dict]) -> str:
-    import csv
-    import io
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=header, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()

@@ -45,6 +45,8 @@ def command(spec_path: str, out_dir: str, scheduler: str | None, workers: int | 
 
     if local and scheduler:
         raise InputError("--local", "given with --scheduler", "use one of them")
+    if not out_dir.strip():     # Path("") is the working folder: the results would land among its files
+        raise InputError("--out", "is empty", "give a folder for the results, e.g. --out sweep-out/")
     spec = load_spec(spec_path)
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
