@@ -106,15 +106,20 @@ def test_list_scheduled_zb_v_keeps_a_documented_order_anomaly():
     config = ParallelConfig(dp=8, tp=2, pp=4, ep=4, micro_batch=1, global_batch=32, schedule="zb-v",
                             sequence_parallel=True, zero_stage=3, recompute="selective", uneven_layers=True)
     fast = _faster(cluster, nvlink=2.0)
+    # the Blackwell factors the case was found at (the sixteenth round's fit; a refit moves the
+    # pass times and with them which ratios round where)
+    pinned = replace(efficiency_for_cluster(cluster), hbm_fraction=0.7781,
+                     gemm_peak_fraction={"bf16": 0.5281, "fp16": 0.5281, "fp8": 0.5281, "mxfp8": 0.5281,
+                                         "nvfp4": 0.4666})
     orders = []
     for c in (cluster, fast):
-        kind, p, m, v, f, b, w = cell_times(spec, c, efficiency_for_cluster(c), ConfigBatch.from_configs([config]))
+        kind, p, m, v, f, b, w = cell_times(spec, c, pinned, ConfigBatch.from_configs([config]))
         orders.append(tuple(makespan.order_durations(kind, f[None], b[None], w[None])[0]))
     assert orders == [(1.0, 1.5, 0.625), (1.0, 1.625, 0.625)]
-    assert simulate(spec, fast, config).step_time_s > simulate(spec, cluster, config).step_time_s
-    kind, p, m, v, f0, b0, w0 = cell_times(spec, cluster, efficiency_for_cluster(cluster),
+    assert simulate(spec, fast, config, efficiency=pinned).step_time_s > simulate(spec, cluster, config, efficiency=pinned).step_time_s
+    kind, p, m, v, f0, b0, w0 = cell_times(spec, cluster, pinned,
                                            ConfigBatch.from_configs([config]))
-    _, _, _, _, f1, b1, w1 = cell_times(spec, fast, efficiency_for_cluster(fast), ConfigBatch.from_configs([config]))
+    _, _, _, _, f1, b1, w1 = cell_times(spec, fast, pinned, ConfigBatch.from_configs([config]))
     held = orders[0]
     spans = [makespan._sweep(kind, p, m, v, np.stack([f, b, w, b + w]).reshape(4, 1, p * v), held)[0]
              for f, b, w in ((f0, b0, w0), (f1, b1, w1))]
