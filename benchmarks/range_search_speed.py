@@ -233,8 +233,8 @@ the refinement 17%, timing the rows 14%. The < 10 s target is not met.
 Then (2026-12-02, seventeenth round; the memory model now also carries the gradient-buffer dtype
 and FP8-only parameters, the recompute modules mlp / moe): one process on an idle machine (load
 0.2), gbs4096: 27.3 s wall, 28.1 CPU s, 1.14 GiB peak, 2,343,685 of 6,763,986 configurations fit
-(the same count: the default megatron-core stack's bf16 gradients stay fp32). Same best plan
-shape as before. The < 10 s target is not met; < 2 GB is.
+(the same count as before: the default megatron-core stack's bf16 gradients stay fp32); best
+plan n=4096 dp=2048 tp=2 ep=128 mb=1 zero=3 full bf16. The < 10 s target is not met; < 2 GB is.
 """
 from __future__ import annotations
 
