@@ -28,7 +28,10 @@ defaults, each recorded in the row's ``assumptions``:
   (``simulator.stage_layout``), as published runs lay them out;
 - ``recompute`` empty: full when the row's FLOP convention, or that of another row of the same
   run (``run_conventions``: a run's time row and its TFLOP/s row measure one step), counts the
-  recomputed forward pass (megatron_hw_eq3), else none;
+  recomputed forward pass (megatron_hw_eq3), else what the stack release's own performance
+  preset with the row's layout and precision recomputes, offloads and keeps of its FP8 weights
+  (``stack_presets.memory_savings_of_layout``; modules the model does not price are noted),
+  else none;
 - ``vocab`` empty: the vocabulary of the preset the ``model`` column names, when it has the row's
   shape; for another shape of that model (a candidate or proxy) only when the row's stated
   ``params_b`` confirms it (``row_model._check_family_vocab``);
