@@ -132,7 +132,7 @@ def precision_of_layout(stack: StackSpec, model_name: str, gpu: str, layout: Lay
 
 def memory_savings_of_layout(stack: StackSpec, model_name: str, gpu: str, layout: Layout, dtype: str,
                              container: str | None = None) -> tuple[MemorySavings | None, tuple]:
-    """(savings, presets): the recomputation and activation offloading of the release's presets
+    """(savings, presets): the memory settings (``MemorySavings``) of the release's presets
     for the model and GPU kind that run ``layout`` in ``dtype`` (only release ``container`` when
     the file has presets of it), when they all agree; ``None`` when no preset runs that layout
     in that precision or they disagree (the release then says nothing about the run). A layout

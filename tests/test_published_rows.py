@@ -468,7 +468,7 @@ def test_a_row_without_recompute_takes_what_its_releases_preset_for_that_layout_
     assert other.config.recompute.value == "none" and other.config.offload_activation_layers == 0
 
 
-def test_presets_that_disagree_on_memory_savings_say_nothing():
+def test_a_layout_no_preset_runs_takes_no_memory_savings():
     from dataclasses import replace
     from hardware_specs.catalog import load_stack
     from hardware_specs.stack_presets import MemorySavings, all_presets, memory_savings_of_layout

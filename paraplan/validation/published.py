@@ -17,8 +17,9 @@ defaults, each recorded in the row's ``assumptions``:
   ``vpp`` empty: 1;  ``cp`` empty: 1;
   ``micro_batch`` empty: 1;  ``zero_norm`` empty: the stack's default sharding; ``zero_norm`` 0
   from a ``zero_stage`` cell that only records a Megatron-FSDP switch off ("ddp (FSDP=0)",
-  ``FSDP_OFF_ONLY``): the stack's default distributed optimizer (ZeRO-1/2), since "FSDP off"
-  does not say the optimizer states were replicated;
+  ``FSDP_OFF_ONLY``): the optimizer sharding of the release's preset with the row's layout
+  (``use_distributed_optimizer``), else the stack's default distributed optimizer (ZeRO-1/2),
+  since "FSDP off" does not say the optimizer states were replicated;
 - software stack: the ``framework`` and ``framework_version`` columns name it
   (``hardware_specs.catalog.stack_for``); its documented behaviour sets overlap, kernels,
   fusion, gradient-reduction dtype and whether its recipes turn sequence parallelism on with
@@ -123,10 +124,10 @@ TRAINING_METRICS = ("iter_time_s", "tokens_per_s_per_gpu", "tokens_per_s", "tflo
 #: PaLM (Chowdhery et al. 2022, section 2: SwiGLU, ffn = 4h), LLaMA and Llama 2/3 (Touvron et al.
 #: 2023), Mistral / Mixtral, Qwen, DeepSeek, Grok-1, Gemma. GPT, OPT, BLOOM, MPT, Gopher, MT-NLG
 #: and Nemotron-4 (squared ReLU) are not gated.
+GATED_FAMILIES = ("palm", "llama", "mistral", "mixtral", "qwen", "deepseek", "grok", "gemma")
 #: a ``zero_stage`` cell that records only a Megatron-FSDP switch set off ("ddp (FSDP=0)"): the
 #: source's table says nothing about the optimizer's sharding
 FSDP_OFF_ONLY = re.compile(r"\bfsdp\s*=\s*0\b", re.IGNORECASE)
-GATED_FAMILIES = ("palm", "llama", "mistral", "mixtral", "qwen", "deepseek", "grok", "gemma")
 #: the stack a row with an empty ``framework`` column runs (noted in its assumptions)
 DEFAULT_STACK = "megatron-core"
 #: a row whose notes carry its source's word that the number is a known performance regression
@@ -460,7 +461,7 @@ def _recipe_memory_savings(stack, savings, presets, assumptions) -> tuple[str, d
     """(recompute, ParallelConfig keywords) for a row that states no recomputation: what the stack
     release's own performance preset with the row's layout and precision recomputes and offloads
     (``savings``, ``presets``: ``stack_presets.memory_savings_of_layout``), else none. Modules
-    the model does not price (Megatron's ``mlp``, ``moe``, ...) are noted."""
+    the model does not price (Megatron's ``shared_experts``, ``mhc``) are noted."""
     kw: dict = {}
     if savings is not None and savings.fp8_param_gather is not None:
         kw["fp8_param_gather"] = savings.fp8_param_gather

@@ -403,7 +403,7 @@ def stage_memory_parts(model: ModelSpec, settings: ParallelConfig, stage_params,
     # the layers keep the quantised weight copies the step model counts, the embedding and LM
     # head stay 16-bit (``simulator.memory_rows``)
     copy_bytes = weight_copy_bytes_per_param(dtype) if dtype in LOW_PRECISION else 0.0
-    layer_params = np.asarray(layers, dtype=float) * float(params.dense_layer_params(model)) / np.asarray(tp, dtype=float)
+    layer_params = stage_param_count(model, layers, 0.0, 0.0, 1.0, tp)
     held = dict(grad_bytes=settings.grad_buffer_bytes, fp8_param_gather=settings.fp8_param_gather)
     states = [memory.model_state_bytes(part, zero, dp_shard, dtype in LOW_PRECISION, act_bytes > 2,
                                        copy_bytes=copies, **held)
