@@ -162,6 +162,17 @@ def test_hardware_show_cluster_json():
     assert data["efficiency"]["generation"] == "hopper"
 
 
+def test_hardware_show_of_a_never_fitted_efficiency_model_prints_no_nan():
+    # a calibrated cluster file's inline efficiency has no fit objective (NaN in the dataclass):
+    # shown as "-" / null, not as the number nan (fuzz seeds 303 and 404)
+    path = str(Path(__file__).parent / "data" / "measured_calibration.yaml")
+    table = run("hardware", "show", path)
+    assert table.exit_code == 0 and "nan" not in table.stdout.lower()
+    assert json.loads(run("hardware", "show", path, "--json").stdout)["efficiency"]["fit_objective"] is None
+    fitted = json.loads(run("hardware", "show", "dgx-h100", "--json").stdout)["efficiency"]["fit_objective"]
+    assert 0 < fitted < 1
+
+
 def test_hardware_show_unknown_name_suggests_close_names():
     line = assert_one_line_error(run("hardware", "show", "h100"), "did you mean", "h100-sxm-80gb")
     assert "unknown" in line
