@@ -322,6 +322,17 @@ def test_validate_published_prints_per_source_table_and_skip_reasons(small_runs_
     assert "SKIPME:gpu_hours" in listed
 
 
+def test_a_skipped_row_without_an_id_is_listed_by_its_position_not_as_nan(small_runs_csv, tmp_path):
+    df = pd.read_csv(small_runs_csv)
+    df.loc[df["id"] == "SKIPME:gpu_hours", "id"] = ""        # read back as missing (NaN)
+    path = tmp_path / "no_id.csv"
+    df.to_csv(path, index=False)
+    listed = run("validate", "published", path, "--list-skipped")
+    assert listed.exit_code == 0, listed.output
+    line = next(ln for ln in listed.stdout.splitlines() if "gpu_hours" in ln)
+    assert line.split("  ")[1].strip() == f"(no id: data row {len(df)})" and "nan" not in listed.stdout.lower()
+
+
 ROW_KEYS = {"id", "status", "predicted", "measured", "rel_error", "reason"}
 
 
