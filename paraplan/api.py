@@ -216,41 +216,59 @@ LABEL_FIELDS = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage"
                 "sequence_parallel", "schedule", "dtype", "attention_kernel")
 
 
+def _degree_piece(short: str):
+    return lambda degree: f"{short}{degree}" if int(degree) > 1 else ""
+
+
+def _recompute_piece(recompute: Any, num_layers: Any, decrement: Any) -> str:
+    recompute = str(recompute)
+    if recompute == "none":
+        return ""
+    label = {"selective": "sel", "full": "full"}.get(recompute, recompute)
+    if recompute == "full" and int(num_layers or 0) > 0:
+        label += str(num_layers)
+        if int(decrement or 0) > 0:
+            label += f"d{decrement}"
+    return label
+
+
+#: the label's pieces in order: (the fields a piece reads, their values -> the piece; "" leaves
+#: it out). ``config_label`` joins them for one configuration, ``config_labels`` for a table.
+_LABEL_PIECES = (
+    (("dp",), lambda dp: f"dp{dp}"),
+    (("tp",), lambda tp: f"tp{tp}"),
+    (("pp",), lambda pp: f"pp{pp}"),
+    (("cp",), _degree_piece("cp")),
+    (("ep",), _degree_piece("ep")),
+    (("vpp",), _degree_piece("vpp")),
+    (("micro_batch",), lambda mb: f"mb{mb}"),
+    (("zero_stage",), lambda z: f"z{z}"),
+    (("zero_shard_group",), lambda group: f"hsdp{group}" if int(group or 0) > 0 else ""),
+    (("recompute", "recompute_num_layers", "recompute_layers_decrement"), _recompute_piece),
+    (("offload_activation_layers",), lambda layers: f"off{layers}" if int(layers or 0) > 0 else ""),
+    (("sequence_parallel",), lambda sp: "sp" if sp else ""),
+    (("schedule",), lambda schedule: "" if str(schedule) in ("1f1b", "interleaved") else str(schedule)),
+    (("dtype",), lambda dtype: "" if dtype == "bf16" else str(dtype)),
+    (("attention_kernel",), lambda kernel: "" if str(kernel) == "auto" else f"attn-{kernel}"),
+)
+#: what ``config_label`` takes for an optional field its configuration lacks (dp, tp, pp,
+#: micro_batch and zero_stage are required)
+_LABEL_OPTIONAL = dict(cp=1, ep=1, vpp=1, zero_shard_group=0, recompute="none", recompute_num_layers=0,
+                       recompute_layers_decrement=0, offload_activation_layers=0, sequence_parallel=False,
+                       schedule="1f1b", dtype="bf16", attention_kernel="auto")
+
+
 def config_label(config: Mapping[str, Any]) -> str:
     """A short human label of a configuration, e.g. ``dp8 tp8 pp4 vpp5 mb1 z1 sel sp``.
 
     Memory features appear when used: ``hsdp8`` (ZeRO sharded over groups of 8), ``full2``
     (2 layers per chunk recomputed in full; ``full2d1``: one fewer per later stage), ``off24``
     (24 layers' activations per chunk offloaded to the host)."""
-    parts = [f"dp{config['dp']}", f"tp{config['tp']}", f"pp{config['pp']}"]
-    for key, short in (("cp", "cp"), ("ep", "ep"), ("vpp", "vpp")):
-        if int(config.get(key, 1)) > 1:
-            parts.append(f"{short}{config[key]}")
-    parts.append(f"mb{config['micro_batch']}")
-    parts.append(f"z{config['zero_stage']}")
-    if int(config.get("zero_shard_group", 0) or 0) > 0:
-        parts.append(f"hsdp{config['zero_shard_group']}")
-    recompute = str(config.get("recompute", "none"))
-    if recompute != "none":
-        label = {"selective": "sel", "full": "full"}.get(recompute, recompute)
-        if recompute == "full" and int(config.get("recompute_num_layers", 0) or 0) > 0:
-            label += str(config["recompute_num_layers"])
-            if int(config.get("recompute_layers_decrement", 0) or 0) > 0:
-                label += f"d{config['recompute_layers_decrement']}"
-        parts.append(label)
-    if int(config.get("offload_activation_layers", 0) or 0) > 0:
-        parts.append(f"off{config['offload_activation_layers']}")
-    if config.get("sequence_parallel"):
-        parts.append("sp")
-    schedule = str(config.get("schedule", "1f1b"))
-    if schedule not in ("1f1b", "interleaved"):
-        parts.append(schedule)
-    if config.get("dtype", "bf16") != "bf16":
-        parts.append(str(config["dtype"]))
-    kernel = str(config.get("attention_kernel", "auto"))
-    if kernel != "auto":
-        parts.append(f"attn-{kernel}")
-    return " ".join(parts)
+    def value(name):
+        return config.get(name, _LABEL_OPTIONAL[name]) if name in _LABEL_OPTIONAL else config[name]
+
+    pieces = (piece(*(value(name) for name in names)) for names, piece in _LABEL_PIECES)
+    return " ".join(p for p in pieces if p)
 
 
 def report_row(report: StepReport, model: ModelSpec | None = None,
@@ -419,12 +437,23 @@ def _with_plan_columns(df: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec,
 
 def config_labels(df: pd.DataFrame) -> pd.Series:
     """``config_label`` of every row of ``df``; fields ``df`` lacks take ``ParallelConfig``'s
-    defaults. Only the labelled columns are read (boxing every column of a plan table of tens of
-    thousands of rows costs more than the labels)."""
+    defaults. Each piece of the label is made once per distinct value of the fields it reads (a
+    plan table of tens of thousands of rows has a handful per field), then the pieces are
+    joined column by column."""
     defaults = ParallelConfig().as_dict()
-    labelled = df[[k for k in LABEL_FIELDS if k in df.columns]]
-    return pd.Series([config_label({**defaults, **row}) for row in labelled.to_dict("records")],
-                     index=df.index, dtype=object)
+    n = len(df)
+    joined = np.full(n, "", dtype=object)
+    for names, piece in _LABEL_PIECES:
+        present = [k for k in names if k in df.columns]
+        key = np.zeros(n, dtype=np.int64)
+        for name in present:          # one code per distinct combination of the piece's fields
+            codes, uniques = pd.factorize(df[name], use_na_sentinel=False)
+            key = key * max(len(uniques), 1) + codes
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        records = df[present].iloc[first].to_dict("records") if present else [{}] * len(first)
+        texts = [piece(*({**defaults, **record}[name] for name in names)) for record in records]
+        joined = joined + np.array([" " + t if t else "" for t in texts] or [""], dtype=object)[inverse.ravel()]
+    return pd.Series([label[1:] for label in joined], index=df.index, dtype=object)
 
 
 def best_plan(model, cluster, gpus: int, global_batch_tokens: int | None = None, *,
