@@ -473,17 +473,19 @@ def best_plan(model, cluster, gpus: int, global_batch_tokens: int | None = None,
 
 
 def best_plan_for(framework: str, model, cluster, gpus: int, global_batch_tokens: int | None = None,
-                  **kwargs) -> pd.DataFrame:
+                  *, plans: pd.DataFrame | None = None, **kwargs) -> pd.DataFrame:
     """The fastest plan ``framework`` (megatron, torchtitan, deepspeed) can run as planned: the
     planner's ranked plans filtered by ``paraplan.exports.<framework>.refusal`` (the first that
     the framework runs), re-simulated like :func:`best_plan` (a one-row DataFrame). Its
     ``.attrs`` hold ``rank`` (0-based, in the unrestricted ranking) and ``slowdown`` (1 - its
-    tokens/s over the unrestricted winner's)."""
+    tokens/s over the unrestricted winner's). ``plans``: the :func:`plan` table of this same
+    request, when the caller has it already (the search is not run again)."""
     from paraplan import exports
     exports.module(framework)                       # unknown names fail before the search
     what_if = {k: kwargs.pop(k) for k in ("gpu", "seq_len", "scaleout_gbit_per_s", "scaleup_gbit_per_s")
                if k in kwargs}
-    plans = plan(model, cluster, gpus, global_batch_tokens, **what_if, **kwargs)
+    if plans is None:
+        plans = plan(model, cluster, gpus, global_batch_tokens, **what_if, **kwargs)
     spec = _model(model, what_if.get("seq_len"))
     row, rank, slowdown = exports.best_runnable(plans, framework, model=spec, seq_len=spec.seq_len)
     config = {k: _plain(row[k]) for k in CONFIG_FIELDS if k in row}
