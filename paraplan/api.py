@@ -442,16 +442,19 @@ def config_labels(df: pd.DataFrame) -> pd.Series:
     joined column by column."""
     defaults = ParallelConfig().as_dict()
     n = len(df)
+    columns = {name: df[name].to_numpy() for name in LABEL_FIELDS if name in df.columns}
     joined = np.full(n, "", dtype=object)
     for names, piece in _LABEL_PIECES:
-        present = [k for k in names if k in df.columns]
+        present = [name for name in names if name in columns]
         key = np.zeros(n, dtype=np.int64)
         for name in present:          # one code per distinct combination of the piece's fields
-            codes, uniques = pd.factorize(df[name], use_na_sentinel=False)
+            codes, uniques = pd.factorize(columns[name], use_na_sentinel=False)
             key = key * max(len(uniques), 1) + codes
         _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-        records = df[present].iloc[first].to_dict("records") if present else [{}] * len(first)
-        texts = [piece(*({**defaults, **record}[name] for name in names)) for record in records]
+        # the distinct values as Python scalars (what a row of ``df.to_dict("records")`` holds)
+        values = {name: columns[name][first].tolist() if name in columns else [defaults[name]] * len(first)
+                  for name in names}
+        texts = [piece(*(values[name][i] for name in names)) for i in range(len(first))]
         joined = joined + np.array([" " + t if t else "" for t in texts] or [""], dtype=object)[inverse.ravel()]
     return pd.Series([label[1:] for label in joined], index=df.index, dtype=object)
 
