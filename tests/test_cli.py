@@ -162,6 +162,17 @@ def test_hardware_show_cluster_json():
     assert data["efficiency"]["generation"] == "hopper"
 
 
+def test_hardware_show_of_a_never_fitted_efficiency_model_prints_no_nan():
+    # a calibrated cluster file's inline efficiency has no fit objective (NaN in the dataclass):
+    # shown as "-" / null, not as the number nan (fuzz seeds 303 and 404)
+    path = str(Path(__file__).parent / "data" / "measured_calibration.yaml")
+    table = run("hardware", "show", path)
+    assert table.exit_code == 0 and "nan" not in table.stdout.lower()
+    assert json.loads(run("hardware", "show", path, "--json").stdout)["efficiency"]["fit_objective"] is None
+    fitted = json.loads(run("hardware", "show", "dgx-h100", "--json").stdout)["efficiency"]["fit_objective"]
+    assert 0 < fitted < 1
+
+
 def test_hardware_show_unknown_name_suggests_close_names():
     line = assert_one_line_error(run("hardware", "show", "h100"), "did you mean", "h100-sxm-80gb")
     assert "unknown" in line
@@ -309,6 +320,17 @@ def test_validate_published_prints_per_source_table_and_skip_reasons(small_runs_
     assert "'gpu_hours' is not a training-step metric" in out
     listed = run("validate", "published", small_runs_csv, "--list-skipped").stdout
     assert "SKIPME:gpu_hours" in listed
+
+
+def test_a_skipped_row_without_an_id_is_listed_by_its_position_not_as_nan(small_runs_csv, tmp_path):
+    df = pd.read_csv(small_runs_csv)
+    df.loc[df["id"] == "SKIPME:gpu_hours", "id"] = ""        # read back as missing (NaN)
+    path = tmp_path / "no_id.csv"
+    df.to_csv(path, index=False)
+    listed = run("validate", "published", path, "--list-skipped")
+    assert listed.exit_code == 0, listed.output
+    line = next(ln for ln in listed.stdout.splitlines() if "gpu_hours" in ln)
+    assert line.split("  ")[1].strip() == f"(no id: data row {len(df)})" and "nan" not in listed.stdout.lower()
 
 
 ROW_KEYS = {"id", "status", "predicted", "measured", "rel_error", "reason"}

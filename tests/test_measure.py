@@ -214,12 +214,15 @@ def calibration(tmp_path_factory):
 @pytest.fixture(scope="session")
 def measured(calibration, tmp_path_factory):
     """``MEASURED_SET`` measured on the session's calibration, within ``BUDGET_S``."""
+    import time
     path, deadline = calibration
     try:
-        return measure_set(tmp_path_factory.mktemp("measured"), calibration=path, deadline=deadline,
-                           stop_when_busy=True)
+        df = measure_set(tmp_path_factory.mktemp("measured"), calibration=path, deadline=deadline,
+                         stop_when_busy=True)
     except MachineBusy as exc:
         pytest.skip(f"machine busy: {exc}")
+    df.attrs["elapsed_s"] = time.monotonic() - (deadline - BUDGET_S)    # calibration included
+    return df
 
 
 def _quiet_rows(df):
@@ -237,10 +240,39 @@ def test_tensor_pipeline_and_data_parallel_gradients_match_unsharded_reference()
         assert errs["loss_abs_error"] <= 1e-12, (name, errs)
 
 
+def _diagnosis(df) -> str:
+    """Every row's measured and predicted parts, and the calibration they were predicted from:
+    what a reader of a CI log needs to tell a slow machine from a wrong cost model."""
+    import json
+
+    from paraplan.measure.calibrate import sidecar_path
+    parts = ["name", "rounds", "measured_step_s", "predicted_step_s", "rel_error", "cpu_wait_fraction"]
+    parts += [c for c in df.columns if c.startswith(("pred_", "measured_")) and c not in parts
+              and c != "measured_step_times_s" and "memory" not in c and "tokens" not in c]
+    text = df[parts].T.to_string(header=False, float_format=lambda x: f"{x:.4g}")
+    calibration = df.attrs.get("calibration")
+    if calibration is not None and sidecar_path(Path(calibration)).is_file():
+        summary = json.loads(sidecar_path(Path(calibration)).read_text()).get("summary", {})
+        keys = ("peak_flops_per_s", "gemm_half_dim", "kernel_overhead_s", "stream_bw_bytes_per_s",
+                "hbm_fraction", "attention_peak_fraction", "allreduce_bus_bw_bytes_per_s", "link_latency_s",
+                "collective_bw_fraction", "sync_skew_fraction", "cpu_wait_fraction")
+        text += "\ncalibration: " + json.dumps({k: summary.get(k) for k in keys}, default=str)
+        fits = summary.get("gemm_fits", {})
+        text += "\nGEMM fit rms relative error: " + json.dumps({k: round(v.get("rms_rel_error", float("nan")), 3)
+                                                              for k, v in fits.items()})
+    text += f"\nmachine: {df['machine'].iloc[0]}; seconds spent: {df.attrs.get('elapsed_s', float('nan')):.0f}"
+    return text
+
+
 def test_measured_step_time_prediction_error_is_within_bound(measured):
+    import warnings
     quiet = _quiet_rows(measured)
     cols = ["name", "measured_step_s", "predicted_step_s", "rel_error", "cpu_wait_fraction"]
-    print("\n" + quiet[cols].to_string(index=False))
+    diagnosis = _diagnosis(measured)
+    print("\n" + diagnosis)
+    # shown in the warnings summary of every run, passed or failed: the CI machine is not one a
+    # developer can log into, and its numbers are the only view of the simulator on it
+    warnings.warn(f"measured step times on this machine:\n{diagnosis}", UserWarning, stacklevel=1)
     assert (quiet["measured_step_s"] > 0).all()
     bad = quiet[quiet["rel_error"].abs() > ERROR_BOUND]
     assert bad.empty, f"prediction error above {ERROR_BOUND:.0%}:\n{bad[cols].to_string(index=False)}"

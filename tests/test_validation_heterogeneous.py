@@ -122,6 +122,10 @@ def test_damaged_files_and_runs_are_named(tmp_path):
     broken = dict(RUNS[0], mbs="four")
     rec = het.validate_runs([broken])
     assert rec[0]["status"] == "skipped" and "mbs" in rec[0]["reason"]
+    # a fractional batch truncated to 0 was a modulo by zero (an internal error; fuzz seed 202)
+    for key, value in (("mbs", 0.5), ("gbs", 2.5), ("mbs", 1e300)):
+        rec = het.validate_runs([dict(RUNS[0], **{key: value})])
+        assert rec[0]["status"] == "skipped" and "whole number" in rec[0]["reason"], (key, value, rec[0])
     unknown = json.loads(json.dumps(RUNS[-1]))
     unknown["pipeline_list"][0]["tmp_per_stage"][0][0][0][0][0] = "B9000"
     assert "unknown GPU kind" in het.validate_runs([unknown])[0]["reason"]

@@ -5,6 +5,8 @@ GB/s per GPU one direction for scale-up links, Gb/s per GPU for scale-out NICs, 
 """
 from __future__ import annotations
 
+import math
+
 from pathlib import Path
 
 import click
@@ -125,7 +127,8 @@ def efficiency_detail(eff: EfficiencyModel) -> dict:
         "scaleout_fraction": eff.scaleout_fraction,
         "kernel_overhead_s": eff.kernel_overhead_s,
         "fitted_factors": list(eff.fitted_factors),
-        "fit_objective": eff.fit_objective,
+        # NaN in the dataclass means "never fitted": shown as null, not as a number
+        "fit_objective": eff.fit_objective if math.isfinite(eff.fit_objective) else None,
         "exposed_softmax_fraction": eff.exposed_softmax_fraction,
         "optimizer_hbm_fraction": eff.optimizer_hbm_fraction,
         "sync_skew_fraction": eff.sync_skew_fraction,

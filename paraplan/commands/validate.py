@@ -70,6 +70,15 @@ def _fmt_pct(x) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
 
 
+def _row_label(record: dict, index) -> str:
+    """A skipped row's id as the file gives it; a row with no id is named by its position
+    (an empty cell is read as missing, and would print as nan)."""
+    rid = record.get("id")
+    if rid is None or (isinstance(rid, float) and rid != rid) or not str(rid).strip():
+        return f"(no id: data row {int(index) + 1})"
+    return str(rid)
+
+
 def summary_text(results, summary, list_skipped: bool) -> str:
     """Per-source error table, then skipped rows grouped by reason (or listed one by one)."""
     if "in_sample_mean_abs_err_pct" in summary:
@@ -89,7 +98,7 @@ def summary_text(results, summary, list_skipped: bool) -> str:
     if len(skipped):
         lines += ["", f"skipped rows: {len(skipped)}"]
         if list_skipped:
-            table = [[r["id"], r["reason"]] for r in skipped.to_dict("records")]
+            table = [[_row_label(r, i), r["reason"]] for i, r in zip(skipped.index, skipped.to_dict("records"))]
             lines.append(format_table(table, ["id", "reason"], align="ll", indent="  ").rstrip())
         else:
             counts = Counter(skipped.reason.fillna("").astype(str))
@@ -361,7 +370,7 @@ def serving_summary_text(results, summary, list_skipped: bool) -> str:
     if len(skipped):
         lines += ["", f"skipped rows: {len(skipped)}"]
         if list_skipped:
-            table = [[r["id"], r["reason"]] for r in skipped.to_dict("records")]
+            table = [[_row_label(r, i), r["reason"]] for i, r in zip(skipped.index, skipped.to_dict("records"))]
             lines.append(format_table(table, ["id", "reason"], align="ll", indent="  ").rstrip())
         else:
             lines += _counted_reasons(Counter(skipped.reason.fillna("").astype(str)))

@@ -116,6 +116,14 @@ def _number(run: dict, key: str, rid: str, positive=True) -> float:
     return float(v)
 
 
+def _whole_number(run: dict, key: str, rid: str) -> int:
+    """A count (micro-batch size, global batch): a positive whole number, or ValueError."""
+    v = _number(run, key, rid)
+    if v != int(v) or v > 2**53:
+        raise ValueError(f"{key} is {run.get(key)!r}, not a whole number of sequences")
+    return int(v)
+
+
 def architecture(run: dict, total_layers: int) -> tuple[str, dict]:
     """(key, architecture) of a run: from its folder name, else from its layer count."""
     name = str(run.get("_file", ""))
@@ -188,8 +196,8 @@ def run_inputs(run: dict, inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS,
     if any(c < 1 for c in transformer):
         raise ValueError("a stage holds no transformer layer")
     key, arch = architecture(run, sum(counts))
-    mbs = int(_number(run, "mbs", rid))
-    gbs = int(_number(run, "gbs", rid))
+    mbs = _whole_number(run, "mbs", rid)
+    gbs = _whole_number(run, "gbs", rid)
     if gbs % (mbs * d):
         raise ValueError(f"gbs {gbs} is not a multiple of mbs x dp = {mbs * d}")
     m = gbs // (mbs * d)
