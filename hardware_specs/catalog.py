@@ -732,7 +732,9 @@ def stack_for(framework: str, version: Any = None) -> StackSpec:
     ``default_when_version_unstated``. Raises ``InputError`` naming ``framework`` or
     ``framework_version`` (with the known values) when nothing matches.
     """
-    stacks = [load_stack(n) for n in list_stacks()]
+    # the catalog's folder listed once, not once per stack (validation asks for every row)
+    entries = _entries("stacks")
+    stacks = [_load_stack_cached(str(p), p.stat().st_mtime) for p in (entries[n] for n in sorted(entries))]
     if _unstated(framework):
         raise InputError("framework", "not stated, so no software stack applies",
                          "name one of: " + ", ".join(sorted({s.framework for s in stacks})))

@@ -56,6 +56,15 @@ PRICE_USD_PER_GPU_HOUR = {
 
 SYSTEMS = {"H100": "dgx-h100", "H200": "hgx-h200", "B200": "dgx-b200", "MI300X": "mi300x-node"}
 MODEL, GPUS, BATCH_TOKENS = "llama3-70b", 256, 4 * 2**20
+_searched = {}
+
+
+def best_plan(cluster, gpus):
+    """``api.best_plan`` of the model and batch on ``gpus`` GPUs of ``cluster``, searched once per
+    request (part 2 asks again for a count part 1 already searched)."""
+    if (cluster, gpus) not in _searched:
+        _searched[cluster, gpus] = api.best_plan(MODEL, cluster, gpus, BATCH_TOKENS)
+    return _searched[cluster, gpus]
 
 # %% [markdown]
 # ## 1. Same GPU count: 256 of each
@@ -63,7 +72,7 @@ MODEL, GPUS, BATCH_TOKENS = "llama3-70b", 256, 4 * 2**20
 # %%
 rows = []
 for name, cluster in SYSTEMS.items():
-    best = api.best_plan(MODEL, cluster, GPUS, BATCH_TOKENS).assign(accelerator=name)
+    best = best_plan(cluster, GPUS).assign(accelerator=name)
     rows.append(best)
 same_n = pd.concat(rows, ignore_index=True)
 same_n["usd_per_hour"] = same_n.n_gpus * same_n.accelerator.map(PRICE_USD_PER_GPU_HOUR)
@@ -134,7 +143,7 @@ BUDGET_USD_PER_HOUR = 256 * PRICE_USD_PER_GPU_HOUR["H100"]
 rows = []
 for name, cluster in SYSTEMS.items():
     max_gpus = int(BUDGET_USD_PER_HOUR // PRICE_USD_PER_GPU_HOUR[name]) // 8 * 8
-    best = api.best_plan(MODEL, cluster, max_gpus, BATCH_TOKENS)
+    best = best_plan(cluster, max_gpus)
     rows.append(best.assign(accelerator=name, gpus_affordable=max_gpus))
 budget = pd.concat(rows, ignore_index=True)
 budget["usd_per_hour"] = budget.n_gpus * budget.accelerator.map(PRICE_USD_PER_GPU_HOUR)

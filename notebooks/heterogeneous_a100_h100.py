@@ -88,7 +88,8 @@ say(f"On 256 + 256 GPUs the best plan reaches **{best.tokens_per_s:,.0f} tokens/
 # %%
 rows = []
 for h in range(64, TOTAL, 64):
-    r = plan_heterogeneous("llama3-70b", fleet(h), global_batch_tokens=TOKENS)
+    # 256 + 256 is the fleet searched above: its plans again, not a second search
+    r = half if h == 256 else plan_heterogeneous("llama3-70b", fleet(h), global_batch_tokens=TOKENS)
     alone = {name: (pair[1].tokens_per_s if pair else 0.0) for name, pair in r.pool_only.items()}
     rows.append({"h100_gpus": h, "a100_gpus": TOTAL - h, "best_tokens_per_s": r.best_report.tokens_per_s,
                  "h100_only_tokens_per_s": alone["h100"], "a100_only_tokens_per_s": alone["a100"],

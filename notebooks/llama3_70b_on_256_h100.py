@@ -181,7 +181,7 @@ for framework in exports.FRAMEWORKS:
     try:
         text, row, note = exports.emit(w, framework), w, "runs the winner as planned"
     except InputError as exc:
-        row = api.best_plan_for(framework, MODEL, CLUSTER, GPUS, BATCH_TOKENS).iloc[0]
+        row = api.best_plan_for(framework, MODEL, CLUSTER, GPUS, BATCH_TOKENS, plans=plans).iloc[0]
         text = exports.emit(row, framework)
         note = (f"cannot run the winner ({exc.message}); its best plan is `{row.config}`, "
                 f"{pct(row.tokens_per_s, w.tokens_per_s):+.1f}% tokens/s")

@@ -31,3 +31,19 @@ def test_config_labels_of_a_table_equal_config_label_row_by_row():
     # a table without the optional columns takes the defaults
     bare = pd.DataFrame([dict(dp=4, tp=2, pp=1, micro_batch=1, zero_stage=1)])
     assert list(api.config_labels(bare)) == ["dp4 tp2 pp1 mb1 z1"]
+
+
+def test_best_plan_keeps_two_plans_and_finds_the_winner_of_the_whole_ranking():
+    """``best_plan`` searches keeping ``BEST_PLAN_KEEP`` plans (the planner then times only rows
+    that can be among them): its winner and numbers are row 0 of the full ranking, and its
+    explanation names the same runner-up."""
+    import pytest
+    for model, cluster, gpus, tokens in (("llama3-8b", "dgx-h100", 16, 2**20), ("mixtral-8x7b", "dgx-h100", 16, 2**20)):
+        ranked = api.plan(model, cluster, gpus, tokens)
+        best = api.best_plan(model, cluster, gpus, tokens)
+        assert len(ranked) > 1000 * api.BEST_PLAN_KEEP
+        top = ranked.iloc[0]
+        assert best.iloc[0].config == top.config
+        assert float(best.iloc[0].tokens_per_s) == pytest.approx(float(top.tokens_per_s), rel=1e-9)
+        runner_up = lambda text: [line for line in text.splitlines() if line.startswith("runner-up")]
+        assert runner_up(best.attrs["explain"]) == runner_up(ranked.attrs["explain"]) != []

@@ -12,6 +12,7 @@ import json
 import re
 import shlex
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
@@ -238,6 +239,13 @@ def test_best_plan_for_resimulates_the_best_runnable_row(ranked):
         assert int(best.iloc[0].tp) == int(ranked.iloc[rank].tp)
         assert best.iloc[0].tokens_per_s == pytest.approx(ranked.iloc[rank].tokens_per_s, rel=1e-6)
         assert exports.can_run(best.iloc[0], framework)
+        # given the same request's table, it picks and re-simulates the same row without searching
+        given = api.best_plan_for(framework, MODEL, CLUSTER, GPUS, TOKENS, plans=ranked)
+        assert given.attrs["rank"] == rank and given.attrs["slowdown"] == best.attrs["slowdown"]
+        pd.testing.assert_frame_equal(given, best)
+        # and it ranks within the table it is given (the rows before the runnable one dropped)
+        rest = api.best_plan_for(framework, MODEL, CLUSTER, GPUS, TOKENS, plans=ranked.iloc[rank:])
+        assert rest.attrs["rank"] == 0 and rest.iloc[0].config == best.iloc[0].config
 
 
 def test_cli_emit_prints_the_launch_and_says_how_much_slower_than_the_winner_it_is():

@@ -33,6 +33,7 @@ import yaml
 from click.testing import CliRunner
 
 import fuzz_surfaces
+from fuzz_surfaces import safe_dump
 from paraplan.cli import main
 from paraplan.validation.datasets import BUNDLED_DIR, PUBLISHED_RUNS
 
@@ -197,7 +198,7 @@ def _yaml_of(data: dict, key_path: tuple, raw: str) -> str:
     for k in key_path[:-1]:
         node = node[k]
     node[key_path[-1]] = marker
-    return yaml.safe_dump(data, sort_keys=False).replace(f"'{marker}'", raw).replace(marker, raw)
+    return safe_dump(data, sort_keys=False).replace(f"'{marker}'", raw).replace(marker, raw)
 
 
 def _leaf_paths(data: dict, prefix: tuple = ()) -> list[tuple]:
@@ -213,26 +214,26 @@ def _leaf_paths(data: dict, prefix: tuple = ()) -> list[tuple]:
 BOMB = "\n".join(["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
                  + [f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 9) + "]" for i in range(8)])
 YAML_HOSTILE = [
-    ("bomb in description", lambda base: yaml.safe_dump(base, sort_keys=False) + BOMB + "\ndescription: *i\n"),
-    ("bomb as a field", lambda base: BOMB + "\n" + yaml.safe_dump({**base, "name": "x"}, sort_keys=False)
+    ("bomb in description", lambda base: safe_dump(base, sort_keys=False) + BOMB + "\ndescription: *i\n"),
+    ("bomb as a field", lambda base: BOMB + "\n" + safe_dump({**base, "name": "x"}, sort_keys=False)
      .replace("num_layers: ", "num_layers: *i\nxx: ")),
-    ("python tag", lambda base: "name: !!python/object/apply:os.getcwd []\n" + yaml.safe_dump(base, sort_keys=False)),
-    ("python name", lambda base: yaml.safe_dump(base, sort_keys=False) + "source: !!python/name:os.system\n"),
-    ("deep nesting", lambda base: yaml.safe_dump(base, sort_keys=False) + "notes: " + "[" * 800 + "]" * 800 + "\n"),
-    ("deep mapping", lambda base: yaml.safe_dump(base, sort_keys=False) + "notes: " + "{a: " * 800 + "1" + "}" * 800 + "\n"),
+    ("python tag", lambda base: "name: !!python/object/apply:os.getcwd []\n" + safe_dump(base, sort_keys=False)),
+    ("python name", lambda base: safe_dump(base, sort_keys=False) + "source: !!python/name:os.system\n"),
+    ("deep nesting", lambda base: safe_dump(base, sort_keys=False) + "notes: " + "[" * 800 + "]" * 800 + "\n"),
+    ("deep mapping", lambda base: safe_dump(base, sort_keys=False) + "notes: " + "{a: " * 800 + "1" + "}" * 800 + "\n"),
     ("list document", lambda base: "- 1\n- 2\n"),
     ("scalar document", lambda base: "42\n"),
     ("empty", lambda base: ""),
     ("null document", lambda base: "~\n"),
     ("tabs", lambda base: "name:\tx\n\tnum_layers: 2\n"),
     ("unclosed", lambda base: "name: [x\n"),
-    ("duplicate keys", lambda base: yaml.safe_dump(base, sort_keys=False) + "num_layers: -4\n"),
-    ("two documents", lambda base: yaml.safe_dump(base) + "---\n" + yaml.safe_dump(base)),
-    ("huge string", lambda base: yaml.safe_dump({**base, "source": "x" * 200_000}, sort_keys=False)),
+    ("duplicate keys", lambda base: safe_dump(base, sort_keys=False) + "num_layers: -4\n"),
+    ("two documents", lambda base: safe_dump(base) + "---\n" + safe_dump(base)),
+    ("huge string", lambda base: safe_dump({**base, "source": "x" * 200_000}, sort_keys=False)),
     ("binary", lambda base: b"\x00\xff\xfe" + bytes(range(256)) * 4),
-    ("latin-1", lambda base: yaml.safe_dump(base, sort_keys=False).encode() + b"notes: caf\xe9\n"),
+    ("latin-1", lambda base: safe_dump(base, sort_keys=False).encode() + b"notes: caf\xe9\n"),
     ("int keys", lambda base: "1: 2\n3: 4\n"),
-    ("key is a list", lambda base: "? [a, b]\n: 1\n" + yaml.safe_dump(base, sort_keys=False)),
+    ("key is a list", lambda base: "? [a, b]\n: 1\n" + safe_dump(base, sort_keys=False)),
 ]
 
 
@@ -245,7 +246,7 @@ def _damaged_yaml(rng: random.Random, base: dict, paths: list) -> tuple:
         for k in path[:-1]:
             node = node[k]
         del node[path[-1]]
-        return yaml.safe_dump(data, sort_keys=False), f"without {'.'.join(map(str, path))}"
+        return safe_dump(data, sort_keys=False), f"without {'.'.join(map(str, path))}"
     raw = rng.choice(YAML_BAD)
     return _yaml_of(data, path, raw), f"{'.'.join(map(str, path))}={raw}"
 

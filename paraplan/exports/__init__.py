@@ -83,13 +83,14 @@ def best_runnable(plans: pd.DataFrame, framework: str, **context: Any) -> tuple[
     mod = module(framework)
     if len(plans) == 0:
         raise InputError("plan", "the search found no plan", "relax the request")
-    records = plans.to_dict("records")
     reasons: dict[str, int] = {}
-    for rank, rec in enumerate(records):
+    best = None
+    for rank, rec in enumerate(_records(plans)):
+        if rank == 0:
+            best = rec.get("tokens_per_s")
         row = {**rec, **context}
         err = mod.refusal(plan_fields(row))
         if err is None:
-            best = records[0].get("tokens_per_s")
             mine = rec.get("tokens_per_s")
             slowdown = 1.0 - mine / best if best and mine is not None else 0.0
             return row, rank, max(0.0, float(slowdown))
@@ -97,8 +98,18 @@ def best_runnable(plans: pd.DataFrame, framework: str, **context: Any) -> tuple[
             raise err
         reasons[err.field] = reasons.get(err.field, 0) + 1
     counts = ", ".join(f"{n} by {field}" for field, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
-    raise InputError("--emit", f"none of the {len(records)} plans that fit runs in {framework} as planned "
+    raise InputError("--emit", f"none of the {len(plans)} plans that fit runs in {framework} as planned "
                      f"(refused: {counts})", "relax the request or emit another framework")
+
+
+def _records(plans: pd.DataFrame, first_rows: int = 64):
+    """The rows of ``plans`` as dicts, in order, boxed a block at a time (a block twice the size
+    of the one before): a search that stops early does not box a table of tens of thousands of
+    rows."""
+    start, size = 0, first_rows
+    while start < len(plans):
+        yield from plans.iloc[start:start + size].to_dict("records")
+        start, size = start + size, 2 * size
 
 
 def file_suffix(framework: str) -> str:
