@@ -19,9 +19,11 @@ shows up there, on every machine.
 
 Rows during which a rank's compute thread waited more than ``LOADED`` of the time for a CPU
 another process held say nothing about the simulator (shared machines): they are not judged.
-Rows that one round puts outside a bound, then loaded rows, are measured twice more and judged
-on their median while the budget lasts. A contended calibration, or two loaded rows in a row
-before any quiet one, skip the measured tests there and then, not minutes later.
+Rows during which other processes or the hypervisor (steal) kept more than ``LOADED`` of the
+cores busy are not judged either. Rows that one round puts outside a bound, then loaded rows, are
+measured again, one round at a time, up to ``MAX_ROUNDS`` while the budget lasts, and judged on
+their fastest quiet round. A contended calibration, or two loaded rows in a row before any quiet
+one, skip the measured tests there and then, not minutes later.
 
 Refresh the baseline after a deliberate change to the simulator, the cost models or the
 calibration (3 rounds of calibrate-then-measure, the median round kept, ~5 minutes; it refuses
@@ -75,10 +77,15 @@ STEPS, WARMUP = 10, 3
 
 #: wall seconds the measured tests may spend calibrating and measuring, re-measurements
 #: included (a quiet 2-core VM needs ~33 s to calibrate and ~24 s to measure the set once, 6 s a
-#: configuration; measured 2026-12-02); a re-measurement (two more rounds of one configuration,
-#: ~12 s) that would not end within it is not started, so at most one or two suspect rows are
-#: re-measured and the suite stays within its 4 minutes
+#: configuration; measured 2026-12-02); a re-measurement (one more round of one configuration,
+#: ~6 s, ~10 s on a CI host that ran tp2-recompute at half speed) that would not end within it
+#: is not started, so the suite stays within its 4 minutes
 BUDGET_S = 110.0
+#: rounds a suspect configuration is measured at most (its first included). The fastest quiet
+#: round is judged: the calibration keeps each benchmark's best too, and other tenants of a
+#: shared host only ever slow a round down (CI, 2026-12-02: tp2-recompute ran one round at 0.53 s
+#: where this VM measures 0.24-0.26 s, with its ranks' CPU wait at 5.6%)
+MAX_ROUNDS = 3
 #: passes of the session's calibration (``run_calibration``'s default is 2, each benchmark keeping
 #: its best): one pass takes ~20 s instead of ~33 s on the quiet 2-core VM, and a pass that a
 #: burst of foreign load slowed shows in its ``cpu_wait_fraction``, which skips the test
@@ -134,7 +141,11 @@ def _drift_column(baseline) -> str:
 
 
 def _loaded(df):
-    return df["cpu_wait_fraction"].fillna(0.0) > LOADED
+    """Rows whose ranks waited for a CPU another process held, or during which other processes
+    or the hypervisor (``/proc/stat`` steal, invisible to a thread's own run-queue wait) kept
+    more than ``LOADED`` of the cores busy."""
+    foreign = df["foreign_load"].fillna(0.0) if "foreign_load" in df else 0.0
+    return (df["cpu_wait_fraction"].fillna(0.0) > LOADED) | (foreign > LOADED)
 
 
 def _suspect(df):
@@ -161,10 +172,10 @@ def measure_set(directory: Path, calibration: Path | None = None, deadline: floa
 
     Configurations are measured one at a time. With ``stop_when_busy``, two loaded rows before
     any quiet one raise ``MachineBusy`` at once. A row that was loaded, or that one round puts
-    outside the bound or the drift margin, is measured in two more rounds and judged on its
-    median of three (one round on this VM moves a row by up to ~0.3; a real cost-model mistake
-    moves it by more than 1), as long as the re-measurement ends before ``deadline``
-    (``time.monotonic()`` seconds; None: no limit).
+    outside the bound or the drift margin, is measured again, one round at a time up to
+    ``MAX_ROUNDS`` rounds, and judged on its fastest quiet round (one round on this VM moves a row
+    by up to ~0.3; a real cost-model mistake moves it by more than 1), as long as each
+    re-measurement ends before ``deadline`` (``time.monotonic()`` seconds; None: no limit).
     """
     import time
 
@@ -179,18 +190,28 @@ def measure_set(directory: Path, calibration: Path | None = None, deadline: floa
         if stop_when_busy and len(loaded) >= 2 and all(loaded):
             raise MachineBusy(f"other processes held the CPUs while measuring {', '.join(c['name'] for c in MEASURED_SET[:len(rows)])}")
     df = pd.concat(rows, ignore_index=True)
-    per_config_s = max(seconds)
+    df["rounds"] = 1
+    per_config = dict(zip([c["name"] for c in MEASURED_SET], seconds))
     for name in _suspect(df):
-        if deadline is not None and time.monotonic() + 2 * per_config_s > deadline:
-            break
         cfg = next(c for c in MEASURED_SET if c["name"] == name)
-        more = [compare_measured(cluster, configs=[cfg], steps=STEPS, warmup=WARMUP).iloc[0] for _ in range(2)]
         i = df.index[df["name"] == name][0]
-        times = sorted([df.loc[i, "measured_step_s"]] + [r["measured_step_s"] for r in more])
-        df.loc[i, "measured_step_s"] = times[1]          # median of three rounds
-        df.loc[i, "rel_error"] = (df.loc[i, "predicted_step_s"] - times[1]) / times[1]
-        df.loc[i, "cpu_wait_fraction"] = max([df.loc[i, "cpu_wait_fraction"] or 0.0]
-                                             + [r["cpu_wait_fraction"] or 0.0 for r in more])
+        while df.loc[i, "rounds"] < MAX_ROUNDS and (_loaded(df.loc[[i]]).iloc[0] or abs(df.loc[i, "rel_error"]) > ERROR_BOUND
+                                                    or name in _suspect(df)):
+            if deadline is not None and time.monotonic() + per_config[name] > deadline:
+                break
+            t0 = time.monotonic()
+            again = compare_measured(cluster, configs=[cfg], steps=STEPS, warmup=WARMUP).iloc[0]
+            per_config[name] = max(per_config[name], time.monotonic() - t0)
+            df.loc[i, "rounds"] += 1
+            if _loaded(again.to_frame().T).iloc[0]:
+                continue                     # a loaded round is no evidence either way
+            if _loaded(df.loc[[i]]).iloc[0] or again["measured_step_s"] < df.loc[i, "measured_step_s"]:
+                # the fastest quiet round stands, as the calibration keeps each benchmark's best:
+                # other tenants only ever slow a round down
+                rounds = df.loc[i, "rounds"]
+                shared = [c for c in again.index if c in df.columns]
+                df.loc[i, shared] = again[shared].values
+                df.loc[i, "rounds"] = rounds
     df["machine"] = machine_fingerprint(device_kind="cuda" if torch.cuda.is_available() else "cpu")
     df.attrs["calibration"] = cluster
     return df
@@ -246,7 +267,8 @@ def _diagnosis(df) -> str:
     import json
 
     from paraplan.measure.calibrate import sidecar_path
-    parts = ["name", "rounds", "measured_step_s", "predicted_step_s", "rel_error", "cpu_wait_fraction"]
+    parts = ["name", "rounds", "measured_step_s", "predicted_step_s", "rel_error", "cpu_wait_fraction",
+             "foreign_load"]
     parts += [c for c in df.columns if c.startswith(("pred_", "measured_")) and c not in parts
               and c != "measured_step_times_s" and "memory" not in c and "tokens" not in c]
     text = df[parts].T.to_string(header=False, float_format=lambda x: f"{x:.4g}")
@@ -354,6 +376,46 @@ def test_a_round_whose_mean_is_over_its_bound_has_every_quiet_row_remeasured_lar
     calm = df.assign(rel_error=[-0.05, -0.10, 0.40, 0.0])      # mean 0.183: only c, then loaded d
     assert _suspect(calm) == ["c", "d"]
 
+
+
+def test_a_suspect_row_is_judged_on_its_fastest_quiet_round_within_the_budget(monkeypatch, tmp_path):
+    """No measurement: ``measure_set`` with scripted rounds. tp2-recompute's first round is 2.2x
+    slow (as on CI, 2026-12-02), its second is loaded (ignored), its third is quiet and fast."""
+    import pandas as pd
+    module = sys.modules[__name__]
+    predicted = {"dp2-zero1": 0.165, "tp2-recompute": 0.226, "pp2-mb1x4": 0.172}
+    script = {"dp2-zero1": [(0.160, 0.03)], "tp2-recompute": [(0.527, 0.05), (0.20, 0.40), (0.24, 0.04)],
+              "pp2-mb1x4": [(0.183, 0.03)]}
+    calls = []
+
+    def fake_compare(cluster, configs, steps, warmup):
+        name = configs[0]["name"]
+        measured, wait = script[name][sum(c == name for c in calls)]
+        calls.append(name)
+        return pd.DataFrame([{"name": name, "measured_step_s": measured, "predicted_step_s": predicted[name],
+                              "rel_error": (predicted[name] - measured) / measured,
+                              "cpu_wait_fraction": wait, "foreign_load": 0.0}])
+
+    monkeypatch.setattr(module, "compare_measured", fake_compare)
+    monkeypatch.setattr(module, "_baseline_errors", lambda: {})
+    df = measure_set(tmp_path, calibration=tmp_path / "c.yaml").set_index("name")
+    assert calls == ["dp2-zero1", "tp2-recompute", "pp2-mb1x4", "tp2-recompute", "tp2-recompute"]
+    assert df.loc["tp2-recompute", "rounds"] == 3
+    assert df.loc["tp2-recompute", "measured_step_s"] == 0.24
+    assert abs(df.loc["tp2-recompute", "rel_error"] - (0.226 - 0.24) / 0.24) < 1e-12
+    assert df.loc["dp2-zero1", "rounds"] == 1 and df.loc["dp2-zero1", "measured_step_s"] == 0.160
+    # a deadline already past: no re-measurement, the slow round is what the test judges
+    calls.clear()
+    import time
+    late = measure_set(tmp_path, calibration=tmp_path / "c.yaml", deadline=time.monotonic() - 1).set_index("name")
+    assert calls == ["dp2-zero1", "tp2-recompute", "pp2-mb1x4"]
+    assert late.loc["tp2-recompute", "measured_step_s"] == 0.527 and late.loc["tp2-recompute", "rounds"] == 1
+
+
+def test_a_round_the_hypervisor_or_other_processes_slowed_is_loaded_even_without_cpu_wait():
+    import pandas as pd
+    df = pd.DataFrame({"cpu_wait_fraction": [0.02, 0.02, 0.30, None], "foreign_load": [0.0, 0.40, 0.0, None]})
+    assert list(_loaded(df)) == [False, True, True, False]
 
 if __name__ == "__main__":      # spawned ranks re-import this file: keep the work behind main
     if "--refresh-baseline" in sys.argv:
