@@ -220,14 +220,14 @@ def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
         hbm_bytes = _get(data, "hbm_gb", where) * 1e9
     return GPUSpec(
         name=name,
-        vendor=str(data.get("vendor", "")),
+        vendor=_get(data, "vendor", where, str, ""),
         generation=_get(data, "generation", where, str),
         peak_flops_per_s=peak_flops,
         hbm_bytes=hbm_bytes,
         hbm_bw_bytes_per_s=_get(data, "hbm_bw_tb_per_s", where) * 1e12,
         scaleup_bw_bytes_per_s=_get(data, "scaleup_bw_gb_per_s", where) * 1e9,
         scaleup_domain_size=_get(data, "scaleup_domain_size", where, int),
-        source=str(data.get("source", "")),
+        source=_get(data, "source", where, str, ""),
         sfu_exp_per_s=_optional_tera(data, "sfu_tera_exp_per_s", where),
         sm_count=_get(data, "sm_count", where, float, None),
         sync_mma_peak_fraction=_get(data, "sync_mma_peak_fraction", where, float, 1.0),

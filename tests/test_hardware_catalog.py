@@ -283,6 +283,19 @@ def test_user_directory_in_env_var_adds_a_gpu_and_a_cluster_using_it(tmp_path, m
     assert box.scaleout.bw_bytes_per_s == 12.5e9 and box.scaleout.latency_s == pytest.approx(7e-6)
 
 
+@pytest.mark.parametrize("key, value", [("vendor", ".inf"), ("vendor", "[a, b]"), ("source", ".nan")])
+def test_a_gpu_label_that_is_not_text_is_an_input_error_naming_it(key, value):
+    import yaml
+    from hardware_specs.catalog import gpu_from_dict
+    data = dict(yaml.safe_load("name: x\nvendor: acme\ngeneration: hopper\npeak_tflops: {bf16: 500}\n"
+                               "hbm_gb: 100\nhbm_bw_tb_per_s: 2\nscaleup_bw_gb_per_s: 100\n"
+                               "scaleup_domain_size: 4\n"))
+    data[key] = yaml.safe_load(f"v: {value}\n")["v"]
+    with pytest.raises(InputError) as err:
+        gpu_from_dict(data)
+    assert err.value.field == f"gpu x.{key}" and "expected str" in str(err.value)
+
+
 # ---- hostile files ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("text, says", [
