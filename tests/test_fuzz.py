@@ -33,6 +33,7 @@ import yaml
 from click.testing import CliRunner
 
 import fuzz_surfaces
+from conftest import cores_for_this_worker
 from fuzz_surfaces import safe_dump
 from paraplan.cli import main
 from paraplan.validation.datasets import BUNDLED_DIR, PUBLISHED_RUNS
@@ -568,9 +569,11 @@ def test_generator_makes_over_a_thousand_distinct_inputs_reproducibly():
     assert len(distinct) >= 0.9 * len(cases)
 
 
-#: processes the cases are split over (each its own interpreter, started with ``spawn`` so no
-#: thread or lock of the test session is inherited; CI has 2 cores)
-FUZZ_PROCESSES = 2
+#: tests the cases are split over (every FUZZ_PARTS-th case each), so pytest-xdist workers share
+#: them out; within a test, the part is split again over the cores this test process may use,
+#: each its own interpreter started with ``spawn`` so no thread or lock of the test session is
+#: inherited (CI has 2 cores)
+FUZZ_PARTS = 2
 
 
 def _verdicts(indices: list[int], folder: str) -> list[tuple[int, str | None, int | None]]:
@@ -595,22 +598,25 @@ def _verdicts(indices: list[int], folder: str) -> list[tuple[int, str | None, in
             module.launch = launch
 
 
-def test_every_fuzz_input_ends_in_an_answer_or_a_one_line_error(tmp_path, monkeypatch):
+@pytest.mark.parametrize("part", range(FUZZ_PARTS))
+def test_every_fuzz_input_ends_in_an_answer_or_a_one_line_error(part, tmp_path, monkeypatch):
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
     monkeypatch.delenv("PARAPLAN_DEBUG", raising=False)
     monkeypatch.setenv("MPLBACKEND", "Agg")
     cases = generate()
+    mine = list(range(part, len(cases), FUZZ_PARTS))
+    processes = cores_for_this_worker()
     t0 = time.perf_counter()
-    chunks = [list(range(start, len(cases), FUZZ_PROCESSES)) for start in range(FUZZ_PROCESSES)]
-    with ProcessPoolExecutor(FUZZ_PROCESSES, mp_context=multiprocessing.get_context("spawn")) as pool:
-        verdicts = [v for part in pool.map(_verdicts, chunks, [str(tmp_path)] * len(chunks)) for v in part]
+    chunks = [mine[start::processes] for start in range(processes)]
+    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
+        verdicts = [v for part_ in pool.map(_verdicts, chunks, [str(tmp_path)] * len(chunks)) for v in part_]
     wall = time.perf_counter() - t0
-    assert sorted(i for i, _, _ in verdicts) == list(range(len(cases))), "a case was not run"
+    assert sorted(i for i, _, _ in verdicts) == mine, "a case was not run"
     failures = [f"{cases[i].name}: {problem}" for i, problem, _ in sorted(verdicts) if problem]
     counts = {"ok": sum(1 for _, p, code in verdicts if not p and code == 0),
               "refused": sum(1 for _, p, code in verdicts if not p and code != 0)}
-    print(f"\n{len(cases)} inputs in {wall:.1f} s on {FUZZ_PROCESSES} processes: {counts['ok']} answered, "
+    print(f"\n{len(mine)} of {len(cases)} inputs in {wall:.1f} s on {processes} processes: {counts['ok']} answered, "
           f"{counts['refused']} refused with one line, {len(failures)} failures")
-    assert not failures, f"{len(failures)} of {len(cases)} inputs broke the contract:\n" + "\n".join(failures[:60])
-    assert counts["ok"] >= 100 and counts["refused"] >= 500      # both paths exercised
+    assert not failures, f"{len(failures)} of {len(mine)} inputs broke the contract:\n" + "\n".join(failures[:60])
+    assert counts["ok"] >= 100 // FUZZ_PARTS and counts["refused"] >= 500 // FUZZ_PARTS   # both paths exercised

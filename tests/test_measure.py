@@ -286,6 +286,7 @@ def _diagnosis(df) -> str:
     return text
 
 
+@pytest.mark.quiet_machine
 def test_measured_step_time_prediction_error_is_within_bound(measured):
     import warnings
     quiet = _quiet_rows(measured)
@@ -302,6 +303,7 @@ def test_measured_step_time_prediction_error_is_within_bound(measured):
     assert mean <= MEAN_ERROR_BOUND, f"mean |error| {mean:.1%} above {MEAN_ERROR_BOUND:.0%}"
 
 
+@pytest.mark.quiet_machine
 def test_measured_prediction_error_has_not_drifted_from_baseline(measured):
     import pandas as pd
     if not BASELINE.is_file():

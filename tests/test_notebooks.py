@@ -19,11 +19,13 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import cores_for_this_worker
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_WALL_S = 60.0          # each notebook, kernel start included
-#: notebooks executed at once: each runs in its own kernel process, one core each (CI has 2)
-PARALLEL_KERNELS = 2
+#: notebooks executed at once: each runs in its own kernel process, one core each (CI has 2);
+#: under pytest-xdist each worker executes its own notebooks, one at a time
+PARALLEL_KERNELS = cores_for_this_worker()
 
 
 def _tool():
@@ -116,19 +118,31 @@ def _saved_run_s(source: Path) -> float:
 
 @pytest.fixture(scope="module")
 def executed(kernel_name):
-    """Every notebook executed in a fresh kernel, ``PARALLEL_KERNELS`` kernels at a time (the
-    kernels are separate processes, so this uses the machine's cores without sharing state).
-    The longest saved runs start first, so the kernels finish close together rather than one
-    long notebook running alone at the end."""
-    longest_first = sorted(SOURCES, key=_saved_run_s, reverse=True)
-    with ThreadPoolExecutor(max_workers=PARALLEL_KERNELS) as pool:
-        futures = {s.stem: pool.submit(_execute_timed, s, kernel_name) for s in longest_first}
-        return {stem: f.result() for stem, f in futures.items()}
+    """stem -> (executed notebook, wall seconds, exception or None), executed on first use.
+
+    With more than one core for this test process, every notebook is executed at the first use,
+    ``PARALLEL_KERNELS`` fresh kernels at a time (the kernels are separate processes, so this
+    uses the machine's cores without sharing state), the longest saved runs first so the kernels
+    finish close together. With one core (a pytest-xdist worker), each notebook runs when its
+    test asks, so the workers share the notebooks out between them."""
+    results: dict = {}
+
+    def get(stem: str):
+        if stem not in results:
+            if PARALLEL_KERNELS > 1:
+                longest_first = sorted(SOURCES, key=_saved_run_s, reverse=True)
+                with ThreadPoolExecutor(max_workers=PARALLEL_KERNELS) as pool:
+                    futures = {s.stem: pool.submit(_execute_timed, s, kernel_name) for s in longest_first}
+                    results.update({name: f.result() for name, f in futures.items()})
+            else:
+                results[stem] = _execute_timed(next(s for s in SOURCES if s.stem == stem), kernel_name)
+        return results[stem]
+    return get
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
 def test_notebook_executes_without_errors_in_under_a_minute(source, executed):
-    nb, wall, error = executed[source.stem]
+    nb, wall, error = executed(source.stem)
     if error is not None:
         raise error
     assert wall < MAX_WALL_S, f"{source.name} took {wall:.0f} s"
