@@ -123,19 +123,24 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
             n_cell = rfc.cell["dense"] + rfc.cell["moe"]
             rep_row_max = np.maximum.reduceat(rfc.stage_max(n_cell), rep_bounds) if len(rfc) else np.zeros(0)
         if drop_over_bytes is not None and len(idx):
-            over = _over_at_an_end(ctx, prefix, split_inputs(batch, idx), idx, own, rfc, rep_bounds, rep_stages,
-                                   rep_dyn, rep_prm, rows_of_rep, rep_row_max if search else None, drop_over_bytes,
-                                   search)
+            over, end_static = _over_at_an_end(ctx, prefix, split_inputs(batch, idx), idx, own, rfc, rep_bounds,
+                                               rep_stages, rep_dyn, rep_prm, rows_of_rep,
+                                               rep_row_max if search else None, drop_over_bytes, search)
             out["memory_bytes"][idx[over]] = np.inf
-            idx, own = idx[~over], own[~over]
+            # the rows left read their end stages' static parts from the check's
+            kept = np.flatnonzero(~over)
+            ends = (end_static, kept, len(idx) + kept)
+            idx, own = idx[kept], own[kept]
             if not len(idx):
                 continue
+        else:
+            ends = None
         pos = ranges(rep_bounds[own], rep_stages[own])
         # the batch's stages, each its distinct row's stage ``pos`` of ``rfc``: only their rows and
         # places are spelled out (a stage's layers and cells are read at ``pos``)
         fc = StageRows(np.repeat(np.arange(len(idx)), rep_stages[own]), rfc.local[pos])
         sidx = idx[fc.row]                      # each stage's row of the batch
-        static = static_parts_by_run(ctx, sidx, fc, rfc, pos)
+        static = static_parts_by_run(ctx, sidx, fc, rfc, pos, ends)
         dyn = {k: x[pos] for k, x in rep_dyn.items()}
         if search:
             row_max = rep_row_max[own] if len(rfc) else np.zeros(0)
@@ -208,7 +213,9 @@ def _over_at_an_end(ctx, prefix, prm: dict, idx, own, rfc, rep_bounds, rep_stage
     final sum (``_stage_totals``), and, if it may offload (not recomputing in full, nothing
     offloaded, a host link), an end stage is over with all it may offload (so the offload
     search drops it, ``fewest_that_fit``'s ``ends_over``): then its layers stay as enumerated
-    and its peak is over the limit. Without the ``search``, an end stage over in the final sum."""
+    and its peak is over the limit. Without the ``search``, an end stage over in the final sum.
+    Also returns the end stages' flat static parts (every row's first stage, then every row's
+    last), which ``static_parts_by_run`` reuses for the rows kept."""
     n = len(idx)
     ends = np.concatenate([rep_bounds[own], rep_bounds[own] + rep_stages[own] - 1])
     rows = np.concatenate([idx, idx])
@@ -221,7 +228,7 @@ def _over_at_an_end(ctx, prefix, prm: dict, idx, own, rfc, rep_bounds, rep_stage
 
     over = either(_stage_totals(RunStatic(values, None), dyn)[1] > limit)
     if not search:
-        return over
+        return over, values
     over &= either(stage_total(static["tensors"], dyn) > limit)
     may_offload = over & (prm["rc"] != _FULL) & ctx.per_row["offload_ok"][idx] & (prm["off"] == 0)
     if may_offload.any():
@@ -231,7 +238,7 @@ def _over_at_an_end(ctx, prefix, prm: dict, idx, own, rfc, rep_bounds, rep_stage
         offloaded = shared_dynamic(prefix, rep_prm, rfc, ctx, rows_of_rep, ends[at])(
             np.arange(len(at)), "offload", np.concatenate([hi, hi]))
         over[r] = (stage_total(static["tensors"][at], offloaded) > limit).reshape(2, len(r)).any(axis=0)
-    return over
+    return over, values
 
 
 def _stage_totals(static: RunStatic, dyn: dict):

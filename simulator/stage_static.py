@@ -20,7 +20,7 @@ from model_specs.model_spec import ModelSpec
 from simulator.config_batch import ConfigBatch
 from simulator.memory_rows import _degrees, row_terms
 from simulator.stage_activations import layer_activation_bytes
-from simulator.stage_cells import StageCells
+from simulator.stage_cells import StageCells, row_bounds
 from simulator.step_pipeline import _take
 
 
@@ -83,12 +83,18 @@ class StageRows:
         return len(self.row)
 
 
-def static_parts_by_run(ctx: StageContext, sidx, fc: StageRows, cells: StageCells, pos) -> RunStatic:
+def static_parts_by_run(ctx: StageContext, sidx, fc: StageRows, cells: StageCells, pos, ends=None) -> RunStatic:
     """``static_parts`` of the stages ``fc`` (stage ``pos`` of ``cells`` each; ``sidx``: their
     batch rows), computed once per run of consecutive stages of one row that hold the same
     layers and ends (a uniform layout's middle stages: a row of p stages has about three runs):
     the same numbers, p / 3 times fewer array elements. A row's stages are a whole row of
-    ``cells``, so its runs are those of that row."""
+    ``cells``, so its runs are those of that row.
+
+    ``ends`` (values, first, last): the flat ``static_parts`` of some stages computed already
+    (``stage_memory._over_at_an_end``: every row's first and last stage), and per row of ``fc``
+    the places in them of its first and last stage's: the runs that start at a row's first or
+    last stage read those (a stage's static parts are elementwise in its own inputs, so they are
+    the very numbers), and only the other runs are computed."""
     def flat(static):
         return {**static["parts"], **{k: v for k, v in static.items() if k != "parts"}}
 
@@ -99,6 +105,25 @@ def static_parts_by_run(ctx: StageContext, sidx, fc: StageRows, cells: StageCell
             x = cells.stage[key]
             new[1:] |= x[1:] != x[:-1]
     new = new[pos]
+    if ends is not None and len(fc):
+        known, first_at, last_at = ends
+        bounds = row_bounds(fc.row)
+        last = np.append(bounds[1:], len(fc)) - 1            # each row's last stage
+        at_end = np.zeros(len(fc), dtype=bool)
+        at_end[bounds] = True
+        at_end[last] = True
+        run = np.cumsum(new) - 1                # each stage's run
+        starts = np.flatnonzero(new & ~at_end)
+        mid = flat(static_parts(ctx, sidx[starts], cells.view(pos[starts], fc.row[starts])))
+        n_known = len(known["tensors"])
+        slot = np.empty(run[-1] + 1, dtype=np.int64)      # each run's place in ``values``
+        slot[run[starts]] = n_known + np.arange(len(starts))
+        opens = new[last]
+        slot[run[last[opens]]] = np.asarray(last_at)[opens]
+        slot[run[bounds]] = first_at                       # a row's first stage opens a run
+        values = {k: np.concatenate([np.broadcast_to(known[k], (n_known,)), np.broadcast_to(mid[k], (len(starts),))])
+                  for k in known}
+        return RunStatic(values, slot[run])
     starts = np.flatnonzero(new)
     if len(starts) == len(fc):
         return RunStatic(flat(static_parts(ctx, sidx, cells.view(pos, fc.row))), None)
