@@ -168,10 +168,11 @@ def _bisect(fits, lo, hi, guess):
     on the element indices ``elements`` only) holds, elementwise: first two probes at the
     ``guess`` and next to it, then bisection on the elements still open; (lo, hi) with lo == hi."""
     def probe(g, at):
-        g = np.clip(g[at], lo[at], hi[at])
+        lo_at, hi_at = lo[at], hi[at]
+        g = np.clip(g[at], lo_at, hi_at)
         ok = fits(g, at)
-        hi[at] = np.where(ok, g, hi[at])
-        lo[at] = np.where(~ok, g + 1.0, lo[at])
+        hi[at] = np.where(ok, g, hi_at)
+        lo[at] = np.where(ok, lo_at, g + 1.0)
         return ok
 
     lo, hi = np.array(lo, dtype=float), np.array(hi, dtype=float)

@@ -294,12 +294,12 @@ def shared_dynamic(prefix, prm: dict, cells: StageCells, ctx, rows, shared):
         sub = cells.take(stages)
         return dynamic_parts(ctx, rows[sub.row], sub, split_cells(prefix, prm, sub, **{counts_key: counts}))
 
-    def memoised(pos, counts_key, counts, keys):
-        # count-major: a probe's counts fall in a narrow range, so its lookups stay in a few
-        # stretches of the index
-        key = counts.astype(np.int64) * n_cells + shared[pos]
+    def memoised(pos, counts_key, whole, keys):
+        # count-major: a probe's counts (``whole``: int64) fall in a narrow range, so its lookups
+        # stay in a few stretches of the index
+        key = whole * n_cells + shared[pos]
         if counts_key not in memo:
-            memo[counts_key] = [np.zeros(n_cells * span, dtype=np.int32), np.zeros((len(_DYNAMIC), 0)), 0]
+            memo[counts_key] = [np.zeros(n_cells * span, dtype=np.int32), np.zeros((0, len(_DYNAMIC))), 0]
         entry = memo[counts_key]
         index = entry[0]
         at = index[key]
@@ -313,23 +313,28 @@ def shared_dynamic(prefix, prm: dict, cells: StageCells, ctx, rows, shared):
             known = entry[2]
             index[new] = np.arange(known + 1, known + len(new) + 1, dtype=np.int32)
             part = evaluate(new % n_cells, counts_key, (new // n_cells).astype(float))
-            if known + len(new) > entry[1].shape[1]:
+            if known + len(new) > entry[1].shape[0]:
                 # the store grows by doubling: each part is copied in once, not the whole store
-                grown = np.empty((len(_DYNAMIC), max(2 * entry[1].shape[1], known + len(new))))
-                grown[:, :known] = entry[1][:, :known]
+                grown = np.empty((max(2 * entry[1].shape[0], known + len(new)), len(_DYNAMIC)))
+                grown[:known] = entry[1][:known]
                 entry[1] = grown
             for j, k in enumerate(_DYNAMIC):
-                entry[1][j, known:known + len(new)] = part[k]
+                entry[1][known:known + len(new), j] = part[k]
             entry[2] = known + len(new)
             at[unseen] = index[missing]
         at -= 1
-        return {k: entry[1][j][at] for j, k in enumerate(_DYNAMIC) if k in keys}
+        # a key's parts lie side by side in the store: one gather of whole rows (one cache line
+        # a key, where a gather per part reads one each)
+        found = np.take(entry[1], at, axis=0)
+        return {k: found[:, j] for j, k in enumerate(_DYNAMIC) if k in keys}
 
     def dynamic(pos, counts_key, counts, keys=_DYNAMIC):
         counts = np.asarray(counts, dtype=float)
-        if len(pos) and (counts >= 0).all() and (counts == np.floor(counts)).all():
-            if n_cells * span <= MEMO_MAX_KEYS and counts.max() <= top:
-                return memoised(pos, counts_key, counts, keys)
+        with np.errstate(invalid="ignore"):          # a NaN or inf count is not whole: no memo
+            whole = counts.astype(np.int64)
+        if len(pos) and (whole == counts).all() and whole.min() >= 0:
+            if n_cells * span <= MEMO_MAX_KEYS and whole.max() <= top:
+                return memoised(pos, counts_key, whole, keys)
             key = shared[pos] * (int(counts.max()) + 1) + counts.astype(np.int64)
             # (a hash table: a sort of the keys cost more than the parts it saves)
             inverse, distinct = pd.factorize(key)

@@ -160,13 +160,14 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
         bounds = row_bounds(fc.row)
         last = np.append(bounds[1:], len(fc)) - 1            # each row's last stage
         peak = np.maximum.reduceat(total, bounds)
-        at_peak = np.where(total == np.repeat(peak, np.diff(np.append(bounds, len(fc)))), np.arange(len(fc)), len(fc))
-        k = np.minimum.reduceat(at_peak, bounds)               # the first stage at the peak (as argmax)
         if by_part:
+            at_peak = np.where(total == np.repeat(peak, np.diff(np.append(bounds, len(fc)))), np.arange(len(fc)),
+                               len(fc))
+            k = np.minimum.reduceat(at_peak, bounds)               # the first stage at the peak (as argmax)
             for name in PARTS:
                 out[name][idx] = part(name, k)
             out["memory_stage"][idx] = fc.local[k]
-        out["memory_bytes"][idx] = total[k]
+        out["memory_bytes"][idx] = peak                        # (the total of that stage)
         out["host_memory_bytes"][idx] = np.maximum.reduceat(host, bounds)
         # the optimizer step is timed on the larger of the first and last stage's parameters (as
         # the efficiency fit was made; a middle stage can hold more when the ends are lighter)

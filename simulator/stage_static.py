@@ -21,7 +21,6 @@ from simulator.config_batch import ConfigBatch
 from simulator.memory_rows import _degrees, row_terms
 from simulator.stage_activations import layer_activation_bytes
 from simulator.stage_cells import StageCells, row_bounds
-from simulator.step_pipeline import _take
 
 
 class StageContext:
@@ -131,13 +130,24 @@ def static_parts_by_run(ctx: StageContext, sidx, fc: StageRows, cells: StageCell
     return RunStatic(flat(static_parts(ctx, sidx[starts], cells.view(pos[starts], fc.row[starts]))), run)
 
 
+def _one_or_rows(x, rows):
+    """Rows ``rows`` of a per-row array, or its one value (a 0-d array) when it is a broadcast
+    view of one value (``step_pipeline._take``'s case)."""
+    x = np.asarray(x)
+    if x.ndim == 1 and x.strides[0] == 0 and len(x):
+        return x[:1].reshape(())
+    return x[rows]
+
+
 def static_parts(ctx: StageContext, sidx, fc: StageCells) -> dict:
     """What of a stage's memory does not depend on recomputation or offload (per stage of
     ``fc``; ``sidx``: each stage's batch row): model states, logits, MoE dispatch and ZeRO-3
     buffers (``parts``), the host memory of an offloaded optimizer (``host``), and ``params`` /
     ``expert_params`` (before ZeRO) and ``layers``."""
     model = ctx.model
-    g = {k: _take(x, sidx) for k, x in ctx.per_row.items()}     # broadcast rows stay views
+    # a column equal on every row (a broadcast view) enters as its one value: the same numbers,
+    # elementwise, on one element in place of one per stage
+    g = {k: _one_or_rows(x, sidx) for k, x in ctx.per_row.items()}
     L_d, L_m = fc.stage["stage_dense"], fc.stage["stage_moe"]
     emb, head, mtp = fc.stage["stage_emb"], fc.stage["stage_head"], fc.stage["stage_mtp"]
     layer_p = L_d * g["dense_p"] + L_m * g["moe_ne_p"]
@@ -147,8 +157,10 @@ def static_parts(ctx: StageContext, sidx, fc: StageCells) -> dict:
     expert_p = L_m * g["moe_ex_p"]
     lp, fp, mom = ctx.low_precision, ctx.full_precision, g["moments"]
     held = dict(grad_bytes=g["grad_buffer"], fp8_param_gather=g["fp8_param_gather"])
-    w1, g1, o1 = memory.model_state_bytes(layer_p, g["zero"], g["shard"], lp, fp, ctx.copy_bytes, mom, **held)
-    w2, g2, o2 = memory.model_state_bytes(end_p, g["zero"], g["shard"], lp, fp, 0.0, mom, **held)
+    shard = memory.zero_divisors(g["zero"], g["shard"])          # the layers' and ends' ZeRO
+    w1, g1, o1 = memory.model_state_bytes(layer_p, g["zero"], g["shard"], lp, fp, ctx.copy_bytes, mom,
+                                          divisors=shard, **held)
+    w2, g2, o2 = memory.model_state_bytes(end_p, g["zero"], g["shard"], lp, fp, 0.0, mom, divisors=shard, **held)
     w3, g3, o3 = memory.model_state_bytes(expert_p, g["zero"], g["expert_shard"], lp, fp, ctx.copy_bytes, mom, **held)
     opt = o1 + o2 + o3
     opt_params = opt / (2.0 * mom if fp else 4.0 + 2.0 * mom)
