@@ -117,31 +117,41 @@ def fewest_that_fit(prm: dict, idx, fc: StageCells, limit, out: dict, static_ten
         hi = np.maximum(row_max[rows] - 1.0, 1.0)
         t_lo = peak_given[rows]
 
-        def peaks(r, g):
-            """Each row's peak with ``g`` layers offloaded per chunk (rows ``r`` of ``rows``)."""
-            pos = ranges(bounds[rows[r]], n_stages[rows[r]])
-            return _row_peaks(totals(pos, offload=np.repeat(g, n_stages[rows[r]])), n_stages[rows[r]])
-
-        def ends_over(r, g):
-            """Whether the first or the last stage of rows ``r`` is over the limit with ``g``
-            layers offloaded per chunk: those stages' totals are the very numbers ``peaks``
-            reads (a stage's total depends on its own inputs only), so such a row's peak is
-            over too; the first stage holds the most in-flight sets, the last the logits."""
+        def end_totals(r, g):
+            """The first and the last stage's totals of rows ``r`` (of ``rows``) with ``g`` layers
+            offloaded per chunk (the same stage twice on a one-stage row)."""
             first = bounds[rows[r]]
-            return (totals(first, offload=g) > limit) | (totals(first + n_stages[rows[r]] - 1, offload=g) > limit)
+            return totals(first, offload=g), totals(first + n_stages[rows[r]] - 1, offload=g)
+
+        def middle_peaks(r, g):
+            """Each row's peak over its stages other than the first and the last (-inf when it
+            has none), ``g`` layers offloaded per chunk: with ``end_totals``, the row's peak (a
+            stage's total depends on its own inputs only, and a maximum on its operands, not
+            their order)."""
+            inner = n_stages[rows[r]] - 2
+            out = np.full(len(r), -np.inf)
+            has = inner > 0
+            if has.any():
+                rr = r[has]
+                pos = ranges(bounds[rows[rr]] + 1, inner[has])
+                out[has] = _row_peaks(totals(pos, offload=np.repeat(g[has], inner[has])), inner[has])
+            return out
 
         def fits(r, g):
-            """``peaks(r, g) <= limit``, the rows whose first or last stage is over settled
-            without their other stages."""
-            ok = ~ends_over(r, g)
-            ok[ok] = peaks(r[ok], g[ok]) <= limit
+            """Whether rows ``r`` peak within the limit with ``g`` layers offloaded per chunk:
+            a row whose first or last stage is over is settled without its other stages (the
+            first stage holds the most in-flight sets, the last the logits)."""
+            first, last = end_totals(r, g)
+            ok = ~((first > limit) | (last > limit))
+            ok[ok] = np.maximum(np.maximum(first[ok], last[ok]), middle_peaks(r[ok], g[ok])) <= limit
             return ok
 
         # rows that fit offloading all they may (the others are dropped): most of the rows
         # over the limit as enumerated are over at an end stage even so
-        over = ends_over(np.arange(len(rows)), hi)
+        first, last = end_totals(np.arange(len(rows)), hi)
+        over = (first > limit) | (last > limit)
         rows, lo, hi, t_lo = rows[~over], lo[~over], hi[~over], t_lo[~over]
-        t_hi = peaks(np.arange(len(rows)), hi)
+        t_hi = np.maximum(np.maximum(first[~over], last[~over]), middle_peaks(np.arange(len(rows)), hi))
         reach = t_hi <= limit
         rows, lo, hi, t_lo, t_hi = rows[reach], lo[reach], hi[reach], t_lo[reach], t_hi[reach]
         if len(rows):
