@@ -235,6 +235,33 @@ and FP8-only parameters, the recompute modules mlp / moe): one process on an idl
 0.2), gbs4096: 27.3 s wall, 28.1 CPU s, 1.14 GiB peak, 2,343,685 of 6,763,986 configurations fit
 (the same count as before: the default megatron-core stack's bf16 gradients stay fp32); best
 plan n=4096 dp=2048 tp=2 ep=128 mb=1 zero=3 full bf16. The < 10 s target is not met; < 2 GB is.
+
+Then (2026-12-02, later; the per-stage memory model, issue 18; the plan table byte-identical: the
+whole kept table of this case in one process written with 17 significant digits, and
+``tools/plan_snapshot.py`` on its five cases, against main at 7d63375): the rows kept after the
+end-stage check read their first and last stages' static parts from the check (only the middle
+runs are computed again: ``static_parts_by_run(ends=...)``); the offload search reads a row's end
+stages once a probe and its other stages only where both ends fit (its peaks looked every end
+stage up twice); the memo of the search's dynamic parts stores a key's parts side by side (one
+gather a key); ZeRO's divisors once per shard group (``memory.zero_divisors``) and constant
+columns as one value in ``static_parts``; the planner's total-only call reads the peak without
+its argmax stage. The benchmark, one process (``--workers 1``), side by side with main's code
+three times: 55.2 -> 52.8 CPU s (131.6 -> 128.7 s wall, load 1.9-4.1), 58.0 -> 56.9 (57.8 -> 56.6
+s, load 2.4; without the offload change), 70.5 -> 67.9 (71.4 -> 69.0 s, load 1.0-1.6); peak RSS
+1.12-1.17 GiB both. ``memory_parts`` alone on 18 of this case's 105 planner calls (the same
+batches, outputs hashed identical), four rounds side by side: 20.4 -> 18.4 CPU s (-10%); under
+cProfile 5.20 -> 4.52 s before the offload change. On this VM the CPU seconds of one thread
+exceed its wall time at times and move by +-20% run to run, more than most of these changes.
+Where the memory model's time goes (those 18 calls): the search 50% (its memo: 20.4 M lookups,
+of which 14.2 M miss yet are only 0.86 M distinct (shared stage, count) pairs, each requested by
+~16 batch stages that differ in their static bytes; the lookups by origin: the recomputation
+search's count-0 totals 4.3 M, its probes 4.5 M, its chosen counts 3.7 M; the offload search's
+peaks 4.9 M (before the change above), its chosen counts 1.4 M), the static parts and the end
+stages ~20%, the stage totals, cells and distinct rows the rest. Outside the memory model the
+collective times' deduplication (``distinct.once_per_distinct``: 79.5 M elements over 2,766
+calls, its radix over 10^8 for all but 11 M of them, so no direct-addressed table replaces its
+hashing) costs ~7% of the search. The < 10 s target is not met: every phase left is a sum of
+small vector passes, none more than ~15% of the time.
 """
 from __future__ import annotations
 
