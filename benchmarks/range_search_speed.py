@@ -260,8 +260,9 @@ peaks 4.9 M (before the change above), its chosen counts 1.4 M), the static part
 stages ~20%, the stage totals, cells and distinct rows the rest. Outside the memory model the
 collective times' deduplication (``distinct.once_per_distinct``: 79.5 M elements over 2,766
 calls, its radix over 10^8 for all but 11 M of them, so no direct-addressed table replaces its
-hashing) costs ~7% of the search. The < 10 s target is not met: every phase left is a sum of
-small vector passes, none more than ~15% of the time.
+hashing) costs ~7% of the search. The < 10 s target is not met: the memory model is still ~40%
+of the search, and it and the other phases are sums of many vector passes over the rows and
+stages, no one function over ~15% of the time.
 """
 from __future__ import annotations
 
