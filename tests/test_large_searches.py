@@ -18,6 +18,8 @@ from planners.search_space import (MAX_FACTORISATIONS, _factorisations, enumerat
                                    factorisation_count)
 from planners.space_scoring import kept_rows
 
+from frames import assert_frame_equal
+
 #: a range search small enough to run unbounded in a test (a few hundred thousand rows)
 MODEL, CLUSTER, GPUS, GBS = "llama3-8b", "dgx-h100", (48, 96), 96
 
@@ -46,7 +48,7 @@ def test_chunks_hold_every_row_of_the_space_once_each_sorted_by_the_layer_key():
     as_rows = lambda spaces: pd.DataFrame({k: np.concatenate([s.columns[k] for s in spaces]) for k in whole.columns})
     a = as_rows(chunks).sort_values(list(whole.columns)).reset_index(drop=True)
     b = as_rows([whole]).sort_values(list(whole.columns)).reset_index(drop=True)
-    pd.testing.assert_frame_equal(a, b)
+    assert_frame_equal(a, b)
     key = ["tp", "cp", "micro_batch", "sequence_parallel", "recompute", "ep"]
     for ch in chunks:
         codes = pd.DataFrame({k: ch.columns[k] for k in key})
@@ -69,14 +71,14 @@ def test_bounded_search_keeps_the_ranking_and_both_frontiers_of_the_unbounded_on
     assert bounded.fitting == unbounded.fitting == len(unbounded.plans) > 5000
     assert bounded.evaluated == unbounded.evaluated and bounded.pruned == unbounded.pruned
     if max_plans is None:
-        pd.testing.assert_frame_equal(bounded.plans, unbounded.plans)
+        assert_frame_equal(bounded.plans, unbounded.plans)
     else:
         assert max_plans <= len(bounded.plans) < 2 * max_plans
     # the rows a result shows: the best (exact pipeline makespans, planners.refine.TOP_EXACT) and
     # both frontiers; further down the ranking rests on estimates either way
-    pd.testing.assert_frame_equal(bounded.top(TOP_EXACT), unbounded.top(TOP_EXACT))
-    pd.testing.assert_frame_equal(bounded.pareto("memory"), unbounded.pareto("memory"))
-    pd.testing.assert_frame_equal(bounded.pareto("gpus"), unbounded.pareto("gpus"))
+    assert_frame_equal(bounded.top(TOP_EXACT), unbounded.top(TOP_EXACT))
+    assert_frame_equal(bounded.pareto("memory"), unbounded.pareto("memory"))
+    assert_frame_equal(bounded.pareto("gpus"), unbounded.pareto("gpus"))
 
 
 def test_kept_rows_are_the_fastest_the_memory_frontier_and_the_fastest_per_gpu_count():
@@ -113,5 +115,5 @@ def test_kept_table_from_the_scoring_outputs_is_the_table_of_scoring_the_kept_ro
     rescored = plan(MODEL, CLUSTER, GPUS, GBS, **kw)
     assert seen == [True]
     assert len(reused.plans) >= 500 and reused.plans["pipeline_exact"].any()
-    pd.testing.assert_frame_equal(reused.plans, rescored.plans, check_exact=True)
+    assert_frame_equal(reused.plans, rescored.plans, check_exact=True)
     assert reused.fitting == rescored.fitting and reused.evaluated == rescored.evaluated

@@ -21,6 +21,8 @@ from planners.vectorized import CHOSEN_FIELDS, config_batch, evaluate_space
 from simulator.step_bounds import step_time_floor_s
 from simulator.step_model import evaluate, memory_parts
 
+from frames import assert_frame_equal
+
 CLUSTER = load_cluster("dgx-h100")
 EFF = efficiency_for_cluster(CLUSTER)
 LIMIT = CLUSTER.gpu.hbm_bytes * 0.95
@@ -91,7 +93,7 @@ def test_a_search_timing_only_what_it_can_keep_returns_the_table_of_one_timing_e
     pruned = plan(name, "dgx-h100", gpus, gbs, workers=1, **kw)
     every = plan(name, "dgx-h100", gpus, gbs, workers=1, prune_by_time=False, **kw)
     assert every.fitting > 3 * kw["max_plans"]           # something to prune
-    pd.testing.assert_frame_equal(pruned.plans, every.plans, check_exact=True)
+    assert_frame_equal(pruned.plans, every.plans, check_exact=True)
     assert (pruned.fitting, pruned.evaluated, pruned.pruned, pruned.stage_layers, pruned.explain.split("search")[0]) \
         == (every.fitting, every.evaluated, every.pruned, every.stage_layers, every.explain.split("search")[0])
 
