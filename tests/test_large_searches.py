@@ -90,8 +90,10 @@ def test_kept_rows_are_the_fastest_the_memory_frontier_and_the_fastest_per_gpu_c
         gpus = rng.integers(1, 6, n)
         k = int(rng.integers(1, n))
         expected = tps >= np.sort(tps)[::-1][k - 1]
-        for i in range(n):       # on the frontier: nothing smaller as fast, nothing as small faster
-            expected[i] |= not ((mem < mem[i]) & (tps >= tps[i])).any() and not ((mem == mem[i]) & (tps > tps[i])).any()
+        # on the frontier: nothing smaller as fast, nothing as small faster (row i against every j)
+        smaller_as_fast = (mem[None, :] < mem[:, None]) & (tps[None, :] >= tps[:, None])
+        as_small_faster = (mem[None, :] == mem[:, None]) & (tps[None, :] > tps[:, None])
+        expected |= ~smaller_as_fast.any(axis=1) & ~as_small_faster.any(axis=1)
         for g in np.unique(gpus):
             expected |= (gpus == g) & (tps == tps[gpus == g].max())
         assert np.array_equal(kept_rows(tps, mem, gpus, k), expected)
