@@ -45,6 +45,13 @@ def _memory(model, **kw):
     return float(memory_parts(model, CLUSTER, EFF, ConfigBatch.from_configs([ParallelConfig(**kw)]))["memory_bytes"][0])
 
 
+def _memories(model, kws):
+    """``[_memory(model, **kw) for kw in kws]`` in one call: the memory model prices a batch row
+    by row (checked against one row at a time: the same bytes on every row)."""
+    batch = ConfigBatch.from_configs([ParallelConfig(**kw) for kw in kws])
+    return [float(x) for x in memory_parts(model, CLUSTER, EFF, batch)["memory_bytes"]]
+
+
 RECOMPUTE_LADDER = (
     dict(recompute="none"),
     dict(recompute="selective"),
@@ -57,28 +64,32 @@ RECOMPUTE_LADDER = (
 @given(configs())
 def test_more_recomputation_never_raises_memory(case):
     model, base = case
-    ladder = [_memory(model, **base, **step) for step in RECOMPUTE_LADDER]
-    for more, less in zip(ladder[1:], ladder[:-1]):
-        assert more <= less * (1 + 1e-12), ladder
-    # then more layers recomputed in full, the others recomputing the same operations
+    # the ladder (each step recomputes more), then after each step more layers recomputed in
+    # full, the others recomputing that step's operations; all priced in one batch
     layers = model.num_layers + model.mtp_layers
     counts = [n for n in (1, 2, 3, 5, 8, 13) if n < layers] + [0]          # 0 = every layer
-    for step, start in zip(RECOMPUTE_LADDER, ladder):
-        modules = step.get("recompute_modules", ("core_attn",) if step["recompute"] == "selective" else ())
-        chain = [start] + [_memory(model, **base, recompute="full", recompute_num_layers=n, recompute_modules=modules)
-                           for n in counts]
+    full = [dict(recompute="full", recompute_num_layers=n,
+                 recompute_modules=step.get("recompute_modules", ("core_attn",) if step["recompute"] == "selective"
+                                            else ()))
+            for step in RECOMPUTE_LADDER for n in counts]
+    priced = _memories(model, [{**base, **kw} for kw in (*RECOMPUTE_LADDER, *full)])
+    ladder, chains = priced[:len(RECOMPUTE_LADDER)], priced[len(RECOMPUTE_LADDER):]
+    for more, less in zip(ladder[1:], ladder[:-1]):
+        assert more <= less * (1 + 1e-12), ladder
+    for i, (step, start) in enumerate(zip(RECOMPUTE_LADDER, ladder)):
+        chain = [start] + chains[i * len(counts):(i + 1) * len(counts)]
         for more, less in zip(chain[1:], chain[:-1]):
-            assert more <= less * (1 + 1e-12), (modules, chain)
+            assert more <= less * (1 + 1e-12), (full[i * len(counts)]["recompute_modules"], chain)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(configs(), st.sampled_from(["none", "selective"]))
 def test_more_offload_never_raises_gpu_memory(case, recompute):
     model, base = case
-    seen = [_memory(model, **base, recompute=recompute, offload_activation_layers=n) for n in (0, 1, 2, 4, 8, 64)]
+    seen = _memories(model, [dict(base, recompute=recompute, offload_activation_layers=n) for n in (0, 1, 2, 4, 8, 64)])
     for more, less in zip(seen[1:], seen[:-1]):
         assert more <= less * (1 + 1e-12), seen
-    fraction = [_memory(model, **base, offload_optimizer_fraction=f) for f in (0.0, 0.5, 1.0)] \
+    fraction = _memories(model, [dict(base, offload_optimizer_fraction=f) for f in (0.0, 0.5, 1.0)]) \
         if base["dtype"] != "fp32" else []
     for more, less in zip(fraction[1:], fraction[:-1]):
         assert more <= less * (1 + 1e-12)

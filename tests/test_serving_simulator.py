@@ -38,26 +38,45 @@ def test_a_larger_batch_never_lowers_tokens_per_gpu_while_it_fits(case, isl, osl
 
 def _disagg_at_rate(ctx, lay, rate, isl, osl, prefill_batch):
     """Disaggregated metrics (1 prefill + 1 decode worker of layout ``lay``, free KV link) at the
-    decode concurrency whose request rate equals ``rate`` (bisection on the concurrency)."""
+    decode concurrency whose request rate equals ``rate``: the concurrency doubles from 1 until
+    its rate reaches ``rate`` (at most 2^20), then 50 bisection steps, each keeping the half
+    whose ends bracket ``rate``; the metrics are those at the bracket's upper end.
+
+    The step model prices a column of concurrencies row by row (the same numbers as one at a
+    time), so the doublings are priced in one call and the bisection six steps a call: every
+    midpoint the next six steps could visit (63) is priced at once, then the path is walked.
+    The concurrency reached is the one the one-at-a-time search reaches, bit for bit."""
     cols = {**{f"prefill_{k}": v for k, v in lay.items()}, **{f"decode_{k}": v for k, v in lay.items()},
             "prefill_batch": prefill_batch, "prefill_workers": 1, "decode_workers": 1, "isl": isl, "osl": osl}
     gpus = 2 * lay["tp"] * lay["adp"]
 
     def run(batch):
         out = evaluate_disagg_columns(ctx, {**cols, "decode_batch": batch}, kv_link_free=True)
-        return out, out["tokens_per_s_per_gpu"][0] * gpus / osl
+        return out, out["tokens_per_s_per_gpu"] * gpus / osl
 
-    lo, hi = 1.0, 1.0
-    out, r = run(hi)
-    if r >= rate:                     # even one client per rank runs at least as many requests
-        return out
-    while r < rate and hi < 1e6:
-        lo, hi = hi, hi * 2
-        out, r = run(hi)
-    for _ in range(50):
-        mid = 0.5 * (lo + hi)
-        out, r = run(mid)
-        lo, hi = (mid, hi) if r < rate else (lo, mid)
+    doublings = 2.0 ** np.arange(21)                 # 1, 2, ..., 2^20 (the first at or past 1e6)
+    rates = run(doublings)[1]
+    if rates[0] >= rate:              # even one client per rank runs at least as many requests
+        return run(1.0)[0]
+    reached = np.flatnonzero(rates >= rate)
+    i = int(reached[0]) if len(reached) else len(doublings) - 1
+    lo, hi = doublings[i - 1], doublings[i]
+    steps, depth = 50, 6
+    while steps:
+        d = min(depth, steps)
+        brackets, mids = [(lo, hi)], []          # the midpoints of d steps, level by level
+        for _ in range(d):
+            level = [(a, 0.5 * (a + b), b) for a, b in brackets]
+            mids.extend(m for _, m, _ in level)
+            brackets = [x for a, m, b in level for x in ((a, m), (m, b))]
+        r = run(np.array(mids))[1]
+        node = 0                                 # index of the current midpoint within its level
+        for level in range(d):
+            k = (2 ** level - 1) + node
+            mid = mids[k]
+            lo, hi = (mid, hi) if r[k] < rate else (lo, mid)
+            node = 2 * node + (1 if r[k] < rate else 0)
+        steps -= d
     return run(hi)[0]
 
 
