@@ -241,7 +241,7 @@ def _tier_from_dict(data: Any, where: str, default_kind: str) -> NetworkTier:
         bw = _get(data, "bw_gbit_per_s", where) * 1e9 / 8
     else:
         bw = _get(data, "bw_gb_per_s", where) * 1e9
-    return NetworkTier(kind=str(data.get("kind", default_kind)), bw_bytes_per_s=bw,
+    return NetworkTier(kind=_get(data, "kind", where, str, default_kind), bw_bytes_per_s=bw,
                        latency_s=_get(data, "latency_us", where, default=5.0) * 1e-6)
 
 
@@ -264,7 +264,7 @@ def _host_from_dict(data: Any, where: str) -> HostSpec | None:
     return HostSpec(link=_get(data, "link", where, str), link_bw_bytes_per_s=link_bw * 1e9,
                     memory_bytes=None if memory is None else memory * GIB,
                     memory_bw_bytes_per_s=None if memory_bw is None else memory_bw * 1e9,
-                    source=str(data.get("source", "")))
+                    source=_get(data, "source", where, str, ""))
 
 
 def cluster_from_dict(data: dict, where: str = "cluster") -> ClusterSpec:
@@ -296,7 +296,7 @@ def cluster_from_dict(data: dict, where: str = "cluster") -> ClusterSpec:
         rail_optimized=_get(data, "rail_optimized", where, bool, default=True),
         oversubscription=_get(data, "oversubscription", where, default=1.0),
         max_gpus=max_gpus,
-        source=str(data.get("source", "")), description=str(data.get("description", "")),
+        source=_get(data, "source", where, str, ""), description=_get(data, "description", where, str, ""),
         efficiency=efficiency, host=_host_from_dict(data.get("host"), f"{where}.host"),
     )
 
@@ -319,7 +319,7 @@ def pool_from_dict(data: dict, index: int) -> Pool:
     """One entry of a pooled cluster file's ``pools`` list (see the module docstring)."""
     if not isinstance(data, dict):
         raise InputError(f"pools[{index}]", "must be a mapping with name, gpus and cluster (or gpu, gpus_per_node, ...)")
-    name = str(data.get("name", "")).strip()
+    name = _get(data, "name", f"pools[{index}]", str, "").strip()
     if not name:
         raise InputError(f"pools[{index}].name", "missing", "give every pool a name")
     if "gpus" not in data or data["gpus"] is None:
@@ -358,7 +358,7 @@ def _link_from_dict(data: dict, index: int) -> PoolLink:
         bw = _get(data, "bw_gb_per_s", where) * 1e9
     return PoolLink(pools=(str(ends[0]), str(ends[1])), bw_bytes_per_s=bw,
                     latency_s=_get(data, "latency_us", where, default=10.0) * 1e-6,
-                    kind=str(data.get("kind", "ethernet")))
+                    kind=_get(data, "kind", where, str, "ethernet"))
 
 
 def pooled_cluster_from_dict(data: dict, where: str = "cluster") -> PooledCluster:
@@ -372,7 +372,7 @@ def pooled_cluster_from_dict(data: dict, where: str = "cluster") -> PooledCluste
         raise InputError(f"cluster {name}.links", "must be a list of links")
     return PooledCluster(name=name, pools=tuple(pool_from_dict(p, i) for i, p in enumerate(pools)),
                          links=tuple(_link_from_dict(l, i) for i, l in enumerate(links)),
-                         description=str(data.get("description", "")), source=str(data.get("source", "")))
+                         description=_get(data, "description", where, str, ""), source=_get(data, "source", where, str, ""))
 
 #: keys of older efficiency files, read and ignored: the exposed shares of DP / TP / EP traffic
 #: were fitted until the software-stack catalog replaced them (``hardware_specs/stacks``)
@@ -538,7 +538,7 @@ def stack_from_dict(data: dict, where: str = "stack") -> StackSpec:
                                       source=str(entry["source"]), gpus=tuple(entry.get("gpus") or ()),
                                       dtypes=tuple(entry.get("dtypes") or ())))
     return StackSpec(name=name, framework=_get(data, "framework", where, str), versions=tuple(versions),
-                     description=str(data.get("description", "")), training=training, serving=serving,
+                     description=_get(data, "description", where, str, ""), training=training, serving=serving,
                      citations=citations, default_when_version_unstated=unstated, recipes=tuple(recipes))
 
 

@@ -296,6 +296,22 @@ def test_a_gpu_label_that_is_not_text_is_an_input_error_naming_it(key, value):
     assert err.value.field == f"gpu x.{key}" and "expected str" in str(err.value)
 
 
+@pytest.mark.parametrize("path, value", [("scaleout.kind", "-.inf"), ("description", ".nan"), ("source", "[1, 2]")])
+def test_a_cluster_label_that_is_not_text_is_an_input_error_naming_it(path, value):
+    import yaml
+    from hardware_specs.catalog import cluster_from_dict
+    data = yaml.safe_load("name: box\ngpu: h100-sxm-80gb\ngpus_per_node: 8\n"
+                          "scaleout: {kind: roce, bw_gbit_per_s: 400, latency_us: 5}\n")
+    *parents, key = path.split(".")
+    target = data
+    for parent in parents:
+        target = target[parent]
+    target[key] = yaml.safe_load(f"v: {value}\n")["v"]
+    with pytest.raises(InputError) as err:
+        cluster_from_dict(data)
+    assert err.value.field.endswith(f".{key}") and "expected str" in str(err.value)
+
+
 # ---- hostile files ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("text, says", [
