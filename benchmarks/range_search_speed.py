@@ -263,6 +263,23 @@ calls, its radix over 10^8 for all but 11 M of them, so no direct-addressed tabl
 hashing) costs ~7% of the search. The < 10 s target is not met: the memory model is still ~40%
 of the search, and it and the other phases are sums of many vector passes over the rows and
 stages, no one function over ~15% of the time.
+
+Then (2026-12-02, later; measured, nothing built): the memo's 14.2 M misses are already evaluated
+once per distinct (shared stage, count) (``shared_dynamic`` marks each missing key in its index
+before evaluating: 0.86 M evaluations), so deduplicating them again saves nothing. Answering a
+shared stage's ~16 batch stages by one ``searchsorted`` on their budgets (limit less static
+bytes) in place of bisecting each cannot be made bit-identical: a stage fits iff
+``f(((static + activations) + recompute buffer) + offload buffer) <= limit`` (``f`` the total
+with the allocator's allowance, each operation rounded), and the parts trade off as layers are
+recomputed (DeepSeek-V3 on 256-512 GPUs, bf16 and fp8: of 737 k adjacent evaluated counts of a
+shared stage, the sum of the parts never rose with more layers recomputed, but a part rose in
+282 k, the recompute buffer), so the rounded fit test need not be monotone in the count for a
+given static figure, and the bisection's answer is then not the smallest fitting count a
+search by budget returns. Two exact micro-changes (the recomputation probes reading the static
+bytes from a copy in their own order; one gather of the memo index after filling the misses in
+place of a masked store) measured within noise, one process, back to back both orders, timers
+around ``fewest_that_fit``: 11.43 -> 11.16 and 13.63 -> 13.70 CPU s (51.8 -> 54.0 and 62.7 ->
+63.9 s in all; load 0.2-0.9): not kept.
 """
 from __future__ import annotations
 
