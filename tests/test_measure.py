@@ -150,6 +150,10 @@ def _loaded(df):
     return (df["cpu_wait_fraction"].fillna(0.0) > LOADED) | (foreign > LOADED)
 
 
+def _share(x) -> str:
+    return "?" if x is None or x != x else f"{x:.0%}"
+
+
 def _suspect(df):
     """Rows a single round cannot vouch for, the ones a re-measurement helps most first: quiet
     rows outside the bound or drifted (a verdict hangs on them), then loaded rows (no verdict),
@@ -190,7 +194,10 @@ def measure_set(directory: Path, calibration: Path | None = None, deadline: floa
         seconds.append(time.monotonic() - t0)
         loaded = [bool(_loaded(r).iloc[0]) for r in rows]
         if stop_when_busy and len(loaded) >= 2 and all(loaded):
-            raise MachineBusy(f"other processes held the CPUs while measuring {', '.join(c['name'] for c in MEASURED_SET[:len(rows)])}")
+            seen = "; ".join(f"{r['name'].iloc[0]}: ranks' CPU wait {_share(r['cpu_wait_fraction'].iloc[0])}, "
+                             f"cores other processes or the hypervisor took {_share(r['foreign_load'].iloc[0])}"
+                             for r in rows)
+            raise MachineBusy(f"other processes or the hypervisor held the CPUs while measuring ({seen})")
     df = pd.concat(rows, ignore_index=True)
     df["rounds"] = 1
     per_config = dict(zip([c["name"] for c in MEASURED_SET], seconds))
@@ -414,6 +421,25 @@ def test_a_suspect_row_is_judged_on_its_fastest_quiet_round_within_the_budget(mo
     late = measure_set(tmp_path, calibration=tmp_path / "c.yaml", deadline=time.monotonic() - 1).set_index("name")
     assert calls == ["dp2-zero1", "tp2-recompute", "pp2-mb1x4"]
     assert late.loc["tp2-recompute", "measured_step_s"] == 0.527 and late.loc["tp2-recompute", "rounds"] == 1
+
+
+def test_two_stolen_rows_first_stop_the_measurement_and_say_how_loaded_the_machine_was(monkeypatch, tmp_path):
+    """No measurement: a hypervisor taking 30% of the cores during the first two layouts (their
+    ranks' own CPU wait 2%) ends ``measure_set`` there, with the shares in the message."""
+    import pandas as pd
+    module = sys.modules[__name__]
+    calls = []
+
+    def stolen(cluster, configs, steps, warmup):
+        calls.append(configs[0]["name"])
+        return pd.DataFrame([{"name": configs[0]["name"], "measured_step_s": 0.3, "predicted_step_s": 0.2,
+                              "rel_error": -1 / 3, "cpu_wait_fraction": 0.02, "foreign_load": 0.30}])
+
+    monkeypatch.setattr(module, "compare_measured", stolen)
+    with pytest.raises(MachineBusy) as busy:
+        measure_set(tmp_path, calibration=tmp_path / "c.yaml", stop_when_busy=True)
+    assert calls == ["dp2-zero1", "tp2-recompute"]
+    assert "tp2-recompute: ranks' CPU wait 2%, cores other processes or the hypervisor took 30%" in str(busy.value)
 
 
 def test_a_round_the_hypervisor_or_other_processes_slowed_is_loaded_even_without_cpu_wait():
