@@ -116,16 +116,20 @@ def _probe_foreign_load(seconds: float = PROBE_S) -> float | None:
 
 
 def _calibrate(directory: Path, attempts: int = 1) -> Path:
-    """A calibration of this machine; ``MachineBusy`` if other processes held the CPUs during
-    each of ``attempts`` tries."""
+    """A calibration of this machine; ``MachineBusy`` if other processes, or the hypervisor
+    (steal: on 2026-12-03 a calibration taken here while it took 20-45% of the cores read the
+    GEMM peak 59 instead of 80-93 GFLOP/s and the all-reduce bus 0.5 instead of 0.9-1.5 GB/s, and
+    predicted tp2-recompute 70% slow), held the CPUs during each of ``attempts`` tries."""
     import json
     for _ in range(attempts):
         path = run_calibration(directory / "measured_calibration.yaml", nprocs=2, name="measured-calibration",
                                sweeps=CALIBRATION_SWEEPS)
-        wait = json.loads(sidecar_path(path).read_text())["summary"].get("cpu_wait_fraction") or 0.0
-        if wait <= LOADED:
+        summary = json.loads(sidecar_path(path).read_text())["summary"]
+        wait, foreign = summary.get("cpu_wait_fraction") or 0.0, summary.get("foreign_load") or 0.0
+        if wait <= LOADED and foreign <= LOADED:
             return path
-    raise MachineBusy(f"ranks waited {wait:.0%} of the calibration for CPUs other processes held")
+    raise MachineBusy(f"during the calibration the ranks waited {wait:.0%} of the time for a CPU, and other "
+                      f"processes or the hypervisor took {foreign:.0%} of the cores")
 
 
 def _baseline_errors() -> dict:
@@ -440,6 +444,26 @@ def test_two_stolen_rows_first_stop_the_measurement_and_say_how_loaded_the_machi
         measure_set(tmp_path, calibration=tmp_path / "c.yaml", stop_when_busy=True)
     assert calls == ["dp2-zero1", "tp2-recompute"]
     assert "tp2-recompute: ranks' CPU wait 2%, cores other processes or the hypervisor took 30%" in str(busy.value)
+
+
+@pytest.mark.parametrize("wait, foreign, busy", [(0.02, 0.30, True), (0.30, 0.0, True), (0.02, 0.05, False)])
+def test_a_calibration_the_hypervisor_or_other_processes_slowed_is_not_used(monkeypatch, tmp_path, wait, foreign, busy):
+    """No measurement: ``_calibrate`` reads the sidecar's CPU wait and foreign load."""
+    import json
+    module = sys.modules[__name__]
+
+    def fake_calibration(path, **kwargs):
+        path = Path(path)
+        path.write_text("name: c\n")
+        sidecar_path(path).write_text(json.dumps({"summary": {"cpu_wait_fraction": wait, "foreign_load": foreign}}))
+        return path
+
+    monkeypatch.setattr(module, "run_calibration", fake_calibration)
+    if busy:
+        with pytest.raises(MachineBusy, match="hypervisor"):
+            _calibrate(tmp_path)
+    else:
+        assert _calibrate(tmp_path) == tmp_path / "measured_calibration.yaml"
 
 
 def test_a_round_the_hypervisor_or_other_processes_slowed_is_loaded_even_without_cpu_wait():
