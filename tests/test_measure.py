@@ -161,13 +161,19 @@ def _share(x) -> str:
 def _suspect(df):
     """Rows a single round cannot vouch for, the ones a re-measurement helps most first: quiet
     rows outside the bound or drifted (a verdict hangs on them), then loaded rows (no verdict),
-    then, when the quiet rows' mean is above its bound, the rest of them, largest error first."""
+    then quiet rows off by more than ``MEAN_ERROR_BOUND``, then, when the quiet rows' mean is
+    above its bound, the rest of them (these two tiers largest error first)."""
     base = _baseline_errors()
     drift = (df["rel_error"] - df["name"].map(base)).abs().fillna(0.0)
     off = (df["rel_error"].abs() > ERROR_BOUND) | (drift > DRIFT_MARGIN)
     loaded = _loaded(df)
     suspects = list(df.loc[off & ~loaded, "name"]) + list(df.loc[loaded, "name"])
     quiet = df[~loaded]
+    by_error = quiet.assign(e=quiet["rel_error"].abs()).sort_values("e", ascending=False)
+    # quiet rows off by more than the mean's bound, largest first: one slow round puts a row there
+    # (the fresh clone's run of 2026-12-03 measured tp2-recompute once at 0.285 s, -30%, where
+    # this VM measures 0.22-0.23 s), and one more such round would fail the row or the mean
+    suspects += [n for n in by_error.loc[by_error["e"] > MEAN_ERROR_BOUND, "name"] if n not in suspects]
     if len(quiet) and quiet["rel_error"].abs().mean() > MEAN_ERROR_BOUND:
         # a verdict on the mean hangs on one round too: its largest errors first (a round in
         # which the whole VM ran slow moves every row alike, by up to ~0.25 in the full suite)
@@ -390,6 +396,9 @@ def test_a_round_whose_mean_is_over_its_bound_has_every_quiet_row_remeasured_lar
     assert _suspect(df) == ["d", "b", "c", "a"]
     calm = df.assign(rel_error=[-0.05, -0.10, 0.40, 0.0])      # mean 0.183: only c, then loaded d
     assert _suspect(calm) == ["c", "d"]
+    # mean 0.187, none outside 0.35: only the row off by more than 0.20 is measured again
+    near = df.iloc[:3].assign(rel_error=[-0.17, -0.30, -0.09])
+    assert _suspect(near) == ["b"]
 
 
 
