@@ -248,7 +248,10 @@ columns as one value in ``static_parts``; the planner's total-only call reads th
 its argmax stage. The benchmark, one process (``--workers 1``), side by side with main's code
 three times: 55.2 -> 52.8 CPU s (131.6 -> 128.7 s wall, load 1.9-4.1), 58.0 -> 56.9 (57.8 -> 56.6
 s, load 2.4; without the offload change), 70.5 -> 67.9 (71.4 -> 69.0 s, load 1.0-1.6); peak RSS
-1.12-1.17 GiB both. ``memory_parts`` alone on 18 of this case's 105 planner calls (the same
+1.12-1.17 GiB both. On review the end-stage reuse, ``zero_divisors`` and the constant-column path (a second
+path through ``static_parts_by_run`` and ``model_state_bytes``) were taken out again: 2-4% of
+CPU, inside this VM's run-to-run noise, did not pay for them; the offload search's single read
+of the end stages and the memo's side-by-side store stay. ``memory_parts`` alone on 18 of this case's 105 planner calls (the same
 batches, outputs hashed identical), four rounds side by side: 20.4 -> 18.4 CPU s (-10%); under
 cProfile 5.20 -> 4.52 s before the offload change. On this VM the CPU seconds of one thread
 exceed its wall time at times and move by +-20% run to run, more than most of these changes.

@@ -184,17 +184,8 @@ def in_flight_microbatches(pp, vpp, num_microbatches, schedule_is_gpipe=False):
     return np.where(schedule_is_gpipe, m, one_f_one_b)
 
 
-def zero_divisors(zero_stage, dp_shard):
-    """What ZeRO divides the (weights, gradients, optimizer states) of a GPU by: the shard group
-    ``dp_shard`` from stage 3, 2 and 1 on, else 1 (``model_state_bytes``' ``divisors``)."""
-    z = np.asarray(zero_stage)
-    n = np.asarray(dp_shard, dtype=float)
-    return np.where(z >= 3, n, 1.0), np.where(z >= 2, n, 1.0), np.where(z >= 1, n, 1.0)
-
-
 def model_state_bytes(params_local, zero_stage, dp_shard, low_precision=False, full_precision=False,
-                      copy_bytes=None, moment_bytes=4.0, grad_bytes=GRAD_BYTES, fp8_param_gather=False,
-                      divisors=None):
+                      copy_bytes=None, moment_bytes=4.0, grad_bytes=GRAD_BYTES, fp8_param_gather=False):
     """(weights, gradients, optimizer) bytes on one GPU for ``params_local`` parameters.
 
     ``full_precision`` (fp32 training): 4-byte weights and gradients and 8 bytes of Adam
@@ -218,11 +209,10 @@ def model_state_bytes(params_local, zero_stage, dp_shard, low_precision=False, f
     data lives in the distributed optimizer's uint8 parameter buffer, plus its transpose on
     Hopper, or an MXFP8Tensor with row- and column-wise data; the fp32 master copy stays in the
     optimizer). Parameters without a quantised copy (embedding, LM head) keep 2 bytes.
-
-    ``divisors``: ``zero_divisors(zero_stage, dp_shard)`` when the caller has them already
-    (several parameter counts under one ZeRO setting); the same numbers.
     """
     p = np.asarray(params_local, dtype=float)
+    z = np.asarray(zero_stage)
+    n = np.asarray(dp_shard, dtype=float)
     if copy_bytes is None:
         copy_bytes = LOW_PRECISION_WEIGHT_COPY_BYTES if low_precision else 0.0
     copy_bytes = np.asarray(copy_bytes, dtype=float)
@@ -233,10 +223,9 @@ def model_state_bytes(params_local, zero_stage, dp_shard, low_precision=False, f
     if full_precision:
         weight_bytes, optimizer_bytes = 4.0, 2.0 * np.asarray(moment_bytes, dtype=float)
         grad_bytes = GRAD_BYTES
-    d_weights, d_grads, d_optimizer = zero_divisors(zero_stage, dp_shard) if divisors is None else divisors
-    weights = p * weight_bytes / d_weights
-    grads = p * grad_bytes / d_grads
-    optimizer = p * optimizer_bytes / d_optimizer
+    weights = p * weight_bytes / np.where(z >= 3, n, 1.0)
+    grads = p * grad_bytes / np.where(z >= 2, n, 1.0)
+    optimizer = p * optimizer_bytes / np.where(z >= 1, n, 1.0)
     return weights, grads, optimizer
 
 

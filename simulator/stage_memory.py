@@ -123,24 +123,19 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
             n_cell = rfc.cell["dense"] + rfc.cell["moe"]
             rep_row_max = np.maximum.reduceat(rfc.stage_max(n_cell), rep_bounds) if len(rfc) else np.zeros(0)
         if drop_over_bytes is not None and len(idx):
-            over, end_static = _over_at_an_end(ctx, prefix, split_inputs(batch, idx), idx, own, rfc, rep_bounds,
-                                               rep_stages, rep_dyn, rep_prm, rows_of_rep,
-                                               rep_row_max if search else None, drop_over_bytes, search)
+            over = _over_at_an_end(ctx, prefix, split_inputs(batch, idx), idx, own, rfc, rep_bounds, rep_stages,
+                                   rep_dyn, rep_prm, rows_of_rep, rep_row_max if search else None, drop_over_bytes,
+                                   search)
             out["memory_bytes"][idx[over]] = np.inf
-            # the rows left read their end stages' static parts from the check's
-            kept = np.flatnonzero(~over)
-            ends = (end_static, kept, len(idx) + kept)
-            idx, own = idx[kept], own[kept]
+            idx, own = idx[~over], own[~over]
             if not len(idx):
                 continue
-        else:
-            ends = None
         pos = ranges(rep_bounds[own], rep_stages[own])
         # the batch's stages, each its distinct row's stage ``pos`` of ``rfc``: only their rows and
         # places are spelled out (a stage's layers and cells are read at ``pos``)
         fc = StageRows(np.repeat(np.arange(len(idx)), rep_stages[own]), rfc.local[pos])
         sidx = idx[fc.row]                      # each stage's row of the batch
-        static = static_parts_by_run(ctx, sidx, fc, rfc, pos, ends)
+        static = static_parts_by_run(ctx, sidx, fc, rfc, pos)
         dyn = {k: x[pos] for k, x in rep_dyn.items()}
         if search:
             row_max = rep_row_max[own] if len(rfc) else np.zeros(0)
@@ -160,14 +155,13 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
         bounds = row_bounds(fc.row)
         last = np.append(bounds[1:], len(fc)) - 1            # each row's last stage
         peak = np.maximum.reduceat(total, bounds)
+        at_peak = np.where(total == np.repeat(peak, np.diff(np.append(bounds, len(fc)))), np.arange(len(fc)), len(fc))
+        k = np.minimum.reduceat(at_peak, bounds)               # the first stage at the peak (as argmax)
         if by_part:
-            at_peak = np.where(total == np.repeat(peak, np.diff(np.append(bounds, len(fc)))), np.arange(len(fc)),
-                               len(fc))
-            k = np.minimum.reduceat(at_peak, bounds)               # the first stage at the peak (as argmax)
             for name in PARTS:
                 out[name][idx] = part(name, k)
             out["memory_stage"][idx] = fc.local[k]
-        out["memory_bytes"][idx] = peak                        # (the total of that stage)
+        out["memory_bytes"][idx] = total[k]
         out["host_memory_bytes"][idx] = np.maximum.reduceat(host, bounds)
         # the optimizer step is timed on the larger of the first and last stage's parameters (as
         # the efficiency fit was made; a middle stage can hold more when the ends are lighter)
@@ -214,9 +208,7 @@ def _over_at_an_end(ctx, prefix, prm: dict, idx, own, rfc, rep_bounds, rep_stage
     final sum (``_stage_totals``), and, if it may offload (not recomputing in full, nothing
     offloaded, a host link), an end stage is over with all it may offload (so the offload
     search drops it, ``fewest_that_fit``'s ``ends_over``): then its layers stay as enumerated
-    and its peak is over the limit. Without the ``search``, an end stage over in the final sum.
-    Also returns the end stages' flat static parts (every row's first stage, then every row's
-    last), which ``static_parts_by_run`` reuses for the rows kept."""
+    and its peak is over the limit. Without the ``search``, an end stage over in the final sum."""
     n = len(idx)
     ends = np.concatenate([rep_bounds[own], rep_bounds[own] + rep_stages[own] - 1])
     rows = np.concatenate([idx, idx])
@@ -229,7 +221,7 @@ def _over_at_an_end(ctx, prefix, prm: dict, idx, own, rfc, rep_bounds, rep_stage
 
     over = either(_stage_totals(RunStatic(values, None), dyn)[1] > limit)
     if not search:
-        return over, values
+        return over
     over &= either(stage_total(static["tensors"], dyn) > limit)
     may_offload = over & (prm["rc"] != _FULL) & ctx.per_row["offload_ok"][idx] & (prm["off"] == 0)
     if may_offload.any():
@@ -239,7 +231,7 @@ def _over_at_an_end(ctx, prefix, prm: dict, idx, own, rfc, rep_bounds, rep_stage
         offloaded = shared_dynamic(prefix, rep_prm, rfc, ctx, rows_of_rep, ends[at])(
             np.arange(len(at)), "offload", np.concatenate([hi, hi]))
         over[r] = (stage_total(static["tensors"][at], offloaded) > limit).reshape(2, len(r)).any(axis=0)
-    return over, values
+    return over
 
 
 def _stage_totals(static: RunStatic, dyn: dict):

@@ -20,7 +20,8 @@ from model_specs.model_spec import ModelSpec
 from simulator.config_batch import ConfigBatch
 from simulator.memory_rows import _degrees, row_terms
 from simulator.stage_activations import layer_activation_bytes
-from simulator.stage_cells import StageCells, row_bounds
+from simulator.stage_cells import StageCells
+from simulator.step_pipeline import _take
 
 
 class StageContext:
@@ -82,18 +83,12 @@ class StageRows:
         return len(self.row)
 
 
-def static_parts_by_run(ctx: StageContext, sidx, fc: StageRows, cells: StageCells, pos, ends=None) -> RunStatic:
+def static_parts_by_run(ctx: StageContext, sidx, fc: StageRows, cells: StageCells, pos) -> RunStatic:
     """``static_parts`` of the stages ``fc`` (stage ``pos`` of ``cells`` each; ``sidx``: their
     batch rows), computed once per run of consecutive stages of one row that hold the same
     layers and ends (a uniform layout's middle stages: a row of p stages has about three runs):
     the same numbers, p / 3 times fewer array elements. A row's stages are a whole row of
-    ``cells``, so its runs are those of that row.
-
-    ``ends`` (values, first, last): the flat ``static_parts`` of some stages computed already
-    (``stage_memory._over_at_an_end``: every row's first and last stage), and per row of ``fc``
-    the places in them of its first and last stage's: the runs that start at a row's first or
-    last stage read those (a stage's static parts are elementwise in its own inputs, so they are
-    the very numbers), and only the other runs are computed."""
+    ``cells``, so its runs are those of that row."""
     def flat(static):
         return {**static["parts"], **{k: v for k, v in static.items() if k != "parts"}}
 
@@ -104,39 +99,11 @@ def static_parts_by_run(ctx: StageContext, sidx, fc: StageRows, cells: StageCell
             x = cells.stage[key]
             new[1:] |= x[1:] != x[:-1]
     new = new[pos]
-    if ends is not None and len(fc):
-        known, first_at, last_at = ends
-        bounds = row_bounds(fc.row)
-        last = np.append(bounds[1:], len(fc)) - 1            # each row's last stage
-        at_end = np.zeros(len(fc), dtype=bool)
-        at_end[bounds] = True
-        at_end[last] = True
-        run = np.cumsum(new) - 1                # each stage's run
-        starts = np.flatnonzero(new & ~at_end)
-        mid = flat(static_parts(ctx, sidx[starts], cells.view(pos[starts], fc.row[starts])))
-        n_known = len(known["tensors"])
-        slot = np.empty(run[-1] + 1, dtype=np.int64)      # each run's place in ``values``
-        slot[run[starts]] = n_known + np.arange(len(starts))
-        opens = new[last]
-        slot[run[last[opens]]] = np.asarray(last_at)[opens]
-        slot[run[bounds]] = first_at                       # a row's first stage opens a run
-        values = {k: np.concatenate([np.broadcast_to(known[k], (n_known,)), np.broadcast_to(mid[k], (len(starts),))])
-                  for k in known}
-        return RunStatic(values, slot[run])
     starts = np.flatnonzero(new)
     if len(starts) == len(fc):
         return RunStatic(flat(static_parts(ctx, sidx, cells.view(pos, fc.row))), None)
     run = np.cumsum(new) - 1                # each stage's run
     return RunStatic(flat(static_parts(ctx, sidx[starts], cells.view(pos[starts], fc.row[starts]))), run)
-
-
-def _one_or_rows(x, rows):
-    """Rows ``rows`` of a per-row array, or its one value (a 0-d array) when it is a broadcast
-    view of one value (``step_pipeline._take``'s case)."""
-    x = np.asarray(x)
-    if x.ndim == 1 and x.strides[0] == 0 and len(x):
-        return x[:1].reshape(())
-    return x[rows]
 
 
 def static_parts(ctx: StageContext, sidx, fc: StageCells) -> dict:
@@ -145,9 +112,7 @@ def static_parts(ctx: StageContext, sidx, fc: StageCells) -> dict:
     buffers (``parts``), the host memory of an offloaded optimizer (``host``), and ``params`` /
     ``expert_params`` (before ZeRO) and ``layers``."""
     model = ctx.model
-    # a column equal on every row (a broadcast view) enters as its one value: the same numbers,
-    # elementwise, on one element in place of one per stage
-    g = {k: _one_or_rows(x, sidx) for k, x in ctx.per_row.items()}
+    g = {k: _take(x, sidx) for k, x in ctx.per_row.items()}     # broadcast rows stay views
     L_d, L_m = fc.stage["stage_dense"], fc.stage["stage_moe"]
     emb, head, mtp = fc.stage["stage_emb"], fc.stage["stage_head"], fc.stage["stage_mtp"]
     layer_p = L_d * g["dense_p"] + L_m * g["moe_ne_p"]
@@ -157,10 +122,8 @@ def static_parts(ctx: StageContext, sidx, fc: StageCells) -> dict:
     expert_p = L_m * g["moe_ex_p"]
     lp, fp, mom = ctx.low_precision, ctx.full_precision, g["moments"]
     held = dict(grad_bytes=g["grad_buffer"], fp8_param_gather=g["fp8_param_gather"])
-    shard = memory.zero_divisors(g["zero"], g["shard"])          # the layers' and ends' ZeRO
-    w1, g1, o1 = memory.model_state_bytes(layer_p, g["zero"], g["shard"], lp, fp, ctx.copy_bytes, mom,
-                                          divisors=shard, **held)
-    w2, g2, o2 = memory.model_state_bytes(end_p, g["zero"], g["shard"], lp, fp, 0.0, mom, divisors=shard, **held)
+    w1, g1, o1 = memory.model_state_bytes(layer_p, g["zero"], g["shard"], lp, fp, ctx.copy_bytes, mom, **held)
+    w2, g2, o2 = memory.model_state_bytes(end_p, g["zero"], g["shard"], lp, fp, 0.0, mom, **held)
     w3, g3, o3 = memory.model_state_bytes(expert_p, g["zero"], g["expert_shard"], lp, fp, ctx.copy_bytes, mom, **held)
     opt = o1 + o2 + o3
     opt_params = opt / (2.0 * mom if fp else 4.0 + 2.0 * mom)

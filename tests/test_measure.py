@@ -214,8 +214,7 @@ def measure_set(directory: Path, calibration: Path | None = None, deadline: floa
     for name in _suspect(df):
         cfg = next(c for c in MEASURED_SET if c["name"] == name)
         i = df.index[df["name"] == name][0]
-        while df.loc[i, "rounds"] < MAX_ROUNDS and (_loaded(df.loc[[i]]).iloc[0] or abs(df.loc[i, "rel_error"]) > ERROR_BOUND
-                                                    or name in _suspect(df)):
+        while df.loc[i, "rounds"] < MAX_ROUNDS and name in _suspect(df):
             if deadline is not None and time.monotonic() + per_config[name] > deadline:
                 break
             t0 = time.monotonic()
