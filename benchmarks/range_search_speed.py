@@ -283,6 +283,32 @@ bytes from a copy in their own order; one gather of the memo index after filling
 place of a masked store) measured within noise, one process, back to back both orders, timers
 around ``fewest_that_fit``: 11.43 -> 11.16 and 13.63 -> 13.70 CPU s (51.8 -> 54.0 and 62.7 ->
 63.9 s in all; load 0.2-0.9): not kept.
+
+Then (2026-12-03; issue 18 part 2; measured, nothing built): the memory search's bisection only on
+the rows that are timed, every other row's fit settled at its search's extreme counts. Not exact: of
+the 2,696,078 rows that reach ``fewest_that_fit`` in one process, the extreme counts (the enumerated
+ones; an offloading row's "all it may") fit 2,361,976 in HBM, the search 2,343,685: 18,291 rows fit
+in HBM with the fewest layers offloaded that fit, yet the host memory those layers take (per node,
+``host_fits``) is over, and the host copy grows with the layers offloaded, so their verdict needs
+that count, which only the bisection gives. (The HBM verdicts agreed on every row here, the
+decrement form's counts above a stage's need included, but the model does not guarantee it: the
+stage parts are not monotone in the count.) Nor can it pay: which rows are timed is known only from
+the branch and bound, which needs every fitting row's floor (from the counts the search chooses) and
+memory first, so the untimed rows would take the sound stand-ins (a floor good for any counts the
+search may choose, the memory lower bound), the weaker pruning the redesign above measured at 35
+refinement rounds instead of 11. What the bisection costs bounds the gain even before that: timers,
+one process, load 3.0-4.0, 58.8 CPU s in all (93.3 s wall): ``fewest_that_fit`` 12.8, its
+``_bisect`` 5.1, the planner's ``memory_parts`` 28.0, the floors 7.6, timing the rows 7.5; cProfile
+(81.4 CPU s under the profiler): ``fewest_that_fit`` 16.6, of which ``_bisect`` 7.4, re-evaluating
+the chosen counts 1.1, the totals with nothing recomputed 2.1 and with all offloaded 2.4 (the
+extreme check keeps these). Rows the search changes and the share of them timed (counted by hooks,
+rows handed to ``_time_rows``: 266 k, 115 k, 104 k and 73 k by chunk): the recomputation search
+548,046 rows over 15.5 M stage places, 214,742 rows (6.1 M places, 40%) timed; the offload search
+501,256 rows over 8.7 M places, 174,254 (3.2 M places, 37%) timed. Skipping the bisection and the
+re-evaluation on the other ~60% saves at most ~0.6 x (5.1 + ~0.8) ~ 3.5 of 58.8 CPU s (6%), before
+the stage model runs again on the ~0.39 M searched rows picked for timing (~4-6 us a row on
+scattered rows, as the redesign measured) and the extra rounds: under the 10% that would pay for a
+second path through the search. The < 10 s target is not met.
 """
 from __future__ import annotations
 
