@@ -51,6 +51,8 @@ def test_two_runs_of_100_and_200_ms():
     a = errs[errs.tp_size == 4].sort_values("silicon_ttft_ms")
     # geometric mean sqrt(100 x 200) = 141.42 ms: each run ln(2)/2 = 34.66% from it in log
     assert a.ttft_spread.to_numpy() == pytest.approx([LN2 / 2, LN2 / 2])
+    # two measurements sit sqrt(2) closer to their own centre than to the true one
+    assert a.ttft_noise.to_numpy() == pytest.approx([LN2 / np.sqrt(2)] * 2)
     # predicting 141.42 ms: 41.42% over the 100 ms run, 29.29% under the 200 ms run
     assert a.ttft_gm_err.to_numpy() == pytest.approx([np.sqrt(2) - 1, 1 - np.sqrt(2) / 2])
     # the error (c - 100)/100 + (200 - c)/200 grows with c: c = 100 ms is best, 0 and 50%
@@ -68,6 +70,7 @@ def test_three_runs_of_10_20_40_ms_tpot_and_the_slice_table():
     # geometric mean 20 ms: spreads ln 2, 0, ln 2
     assert b.tpot_spread_median_pct == pytest.approx(round(100 * LN2, 2))
     assert b.tpot_spread_mean_pct == pytest.approx(round(100 * 2 * LN2 / 3, 2))
+    assert b.tpot_noise_pct == pytest.approx(round(100 * 2 * LN2 / 3 * np.sqrt(1.5), 2))
     assert b.tpot_floor_gm_pct == pytest.approx(50.0)                  # (100% + 0 + 50%) / 3
     assert b.tpot_floor_pct == pytest.approx(round(100 * 1.25 / 3, 2))  # c = 10 ms: 0, 50%, 75%
     assert b.tpot_model_pct == pytest.approx(round(100 * (2 + 0.5 + 0.25) / 3, 2))  # predicted 30 ms

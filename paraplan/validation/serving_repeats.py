@@ -14,6 +14,11 @@ median of the x_i weighted by 1 / x_i (the error is piecewise linear in c with s
 sum(w_i / x_i) over the rows below c minus that above). That mean is the *noise floor*; the
 error of predicting the group's geometric mean is shown beside it, and the spread
 |ln(x_i / geometric mean)| (in percent) says how far the measurements sit from their centre.
+Both are measured from the group's own centre, which sits closer to its few measurements than
+the deployment's true centre does: for n measurements with normal scatter in ln x, the mean
+|ln(x_i / gm)| is sqrt((n - 1) / n) of the mean |ln(x / true centre)| (0.71 for a pair), so
+``noise`` scales the spread by sqrt(n / (n - 1)): the expected |log error| of one measurement
+against a predictor exact up to the repeat noise, the floor to expect on a row measured once.
 
 Nothing here changes a prediction; ``python -m paraplan.validation.serving_residuals`` prints
 these tables after its residual slices.
@@ -83,7 +88,8 @@ def best_constant(values: pd.Series, group: pd.Series, weights: pd.Series | None
 
 def repeat_errors(reps: pd.DataFrame) -> pd.DataFrame:
     """``reps`` (from ``repeat_measurements``) with, per metric m: ``m_spread`` |ln(x / group
-    geometric mean)|, ``m_gm_err`` |gm - x| / x, ``m_floor_err`` |c - x| / x with c the best
+    geometric mean)|, ``m_noise`` that spread x sqrt(n / (n - 1)) (n measurements in the group;
+    the scatter about the true centre, module docstring), ``m_gm_err`` |gm - x| / x, ``m_floor_err`` |c - x| / x with c the best
     constant over the distinct measurements, ``m_floor_rows_err`` the same with c the best
     constant over the rows (copies weighted: the least error on the file's rows), and
     ``m_maxmin`` the group's max / min (fractions)."""
@@ -92,6 +98,7 @@ def repeat_errors(reps: pd.DataFrame) -> pd.DataFrame:
         x = out[f"silicon_{m}_ms"].astype(float)
         gm = np.exp(np.log(x).groupby(out.group).transform("mean"))
         out[f"{m}_spread"] = np.abs(np.log(x / gm))
+        out[f"{m}_noise"] = out[f"{m}_spread"] * np.sqrt(out.measurements / (out.measurements - 1))
         out[f"{m}_gm_err"] = np.abs(gm - x) / x
         out[f"{m}_floor_err"] = np.abs(best_constant(x, out.group) - x) / x
         out[f"{m}_floor_rows_err"] = np.abs(best_constant(x, out.group, out.copies) - x) / x
@@ -101,7 +108,7 @@ def repeat_errors(reps: pd.DataFrame) -> pd.DataFrame:
 
 def floor_table(errs: pd.DataFrame, keys=("backend", "mode")) -> pd.DataFrame:
     """Per slice of ``keys``: repeat groups, distinct measurements and the rows they stand for;
-    per metric the spread (median and mean, %), the geometric-mean and best-constant floors
+    per metric the spread (median and mean, %), the noise (mean, %), the geometric-mean and best-constant floors
     (mean |error| over the distinct measurements, %), the model's mean |error| on the same
     measurements where ``errs`` has ``m_err`` (%), and the median and largest group max / min."""
     g = errs.groupby(list(keys), dropna=False)
@@ -110,6 +117,7 @@ def floor_table(errs: pd.DataFrame, keys=("backend", "mode")) -> pd.DataFrame:
     for m in METRICS:
         cols[f"{m}_spread_median_pct"] = 100 * g[f"{m}_spread"].median()
         cols[f"{m}_spread_mean_pct"] = 100 * g[f"{m}_spread"].mean()
+        cols[f"{m}_noise_pct"] = 100 * g[f"{m}_noise"].mean()
         cols[f"{m}_floor_gm_pct"] = 100 * g[f"{m}_gm_err"].mean()
         cols[f"{m}_floor_pct"] = 100 * g[f"{m}_floor_err"].mean()
         if f"{m}_err" in errs.columns:
