@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from paraplan.validation.serving_repeats import (best_constant, floor_share, floor_table, repeat_errors,
-                                                 repeat_measurements, repeats_report)
+from paraplan.validation.serving_repeats import (best_constant, distinct_measurements, floor_share, floor_table,
+                                                 repeat_errors, repeat_measurements, repeats_report)
 
 LN2 = np.log(2.0)
 
@@ -44,6 +44,12 @@ def test_copies_count_once_and_single_measurements_are_not_groups():
     # any release: the 400 ms run of release 1.1 joins deployment A
     assert sorted(repeat_measurements(_rows(), same_release=False).query("tp_size == 4").silicon_ttft_ms) == \
         [100.0, 200.0, 400.0]
+    # 8 rows, 7 measurements; A's three rows and B's three share a deployment (A's four across releases)
+    dist = distinct_measurements(_rows())
+    assert len(dist) == 7 and dist.copies.sum() == 8 and dist[dist.rows >= 2].copies.sum() == 6
+    text = repeats_report(_rows())
+    assert "(same release): 8 rows, 6 sharing their deployment with another row, 1 of them copies" in text
+    assert "(any release): 8 rows, 7 sharing" in text and "7 distinct measurements" in text
 
 
 def test_two_runs_of_100_and_200_ms():
@@ -126,8 +132,10 @@ def test_real_file_repeat_groups_hold_their_invariants(real_residuals, same_rele
     assert len(errs) > 0
     size = errs.groupby("group").size()
     assert (size >= 2).all() and (errs.measurements == errs.group.map(size)).all()
-    # the merged copies and the distinct measurements are all rows of the groups
-    assert errs.copies.sum() <= len(res) and errs.id.is_unique
+    # every row is one distinct measurement or a copy of one; the repeat groups are some of them
+    dist = distinct_measurements(res, same_release)
+    assert dist.copies.sum() == len(res) and dist.id.is_unique and errs.id.isin(dist.id).all()
+    assert (dist.rows >= dist.measurements).all() and (errs.rows == errs.group.map(errs.groupby("group").copies.sum())).all()
     for m in ("ttft", "tpot"):
         assert (errs[f"{m}_spread"] >= 0).all() and (errs[f"{m}_maxmin"] >= 1).all()
         per_group = errs.groupby("group")

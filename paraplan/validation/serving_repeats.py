@@ -45,14 +45,12 @@ def deployment_keys(same_release: bool) -> list[str]:
     return list(DEPLOYMENT_KEYS) + (["backend_version"] if same_release else [])
 
 
-def repeat_measurements(frame: pd.DataFrame, same_release: bool = True) -> pd.DataFrame:
-    """The distinct measurements of every deployment measured more than once.
-
-    One row per distinct measurement (copies within ``COPY_TOLERANCE_MS`` in both TTFT and TPOT
-    merged into the first), in groups of two or more, with ``group`` (an integer per
-    deployment), ``copies`` (rows of ``frame`` it stands for) and ``measurements`` (distinct
-    measurements of its group). Columns of ``DEPLOYMENT_KEYS`` absent from ``frame`` count as
-    equal on every row."""
+def distinct_measurements(frame: pd.DataFrame, same_release: bool = True) -> pd.DataFrame:
+    """One row per distinct measurement of ``frame`` (rows of one deployment whose TTFT and TPOT
+    both agree to ``COPY_TOLERANCE_MS`` merged into the first), with ``group`` (an integer per
+    deployment), ``copies`` (rows of ``frame`` it stands for), ``measurements`` (distinct
+    measurements of its group) and ``rows`` (rows of its group). Columns of
+    ``DEPLOYMENT_KEYS`` absent from ``frame`` count as equal on every row."""
     keys = deployment_keys(same_release)
     df = frame.copy()
     for k in keys:
@@ -70,6 +68,14 @@ def repeat_measurements(frame: pd.DataFrame, same_release: bool = True) -> pd.Da
     out = df[~copy].copy()
     out["copies"] = copies.to_numpy()
     out["measurements"] = out.groupby("group").group.transform("size")
+    out["rows"] = out.groupby("group").copies.transform("sum")
+    return out
+
+
+def repeat_measurements(frame: pd.DataFrame, same_release: bool = True) -> pd.DataFrame:
+    """The distinct measurements (``distinct_measurements``) of every deployment that holds two
+    or more."""
+    out = distinct_measurements(frame, same_release)
     return out[out.measurements >= 2]
 
 
@@ -151,7 +157,12 @@ def repeats_report(res: pd.DataFrame) -> str:
     """The text of the repeat tables, for both readings of the deployment key."""
     parts = []
     for same_release, label in ((True, "same release"), (False, "any release")):
-        errs = repeat_errors(repeat_measurements(res, same_release))
+        dist = distinct_measurements(res, same_release)
+        shared = dist[dist.rows >= 2]
+        parts.append(f"== deployments ({label}): {len(res)} rows, {int(shared.copies.sum())} sharing their "
+                     f"deployment with another row, {int((shared.copies - 1).sum())} of them copies of another "
+                     f"row's measurement: {len(dist)} distinct measurements ==")
+        errs = repeat_errors(dist[dist.measurements >= 2])
         if errs.empty:
             parts.append(f"== repeat groups ({label}): none ==")
             continue
