@@ -14,6 +14,10 @@ per-step cost is right. Then the output-length pairs: aggregated runs that diffe
 (same layout, isl and concurrency <= ``MAX_PAIR_BATCH``), the TTFT at the shorter osl over that at
 the longer, measured and predicted, per backend and model; the prompt and the load are the same,
 so a measured ratio far from 1 is time in the TTFT that no step of the shorter run explains.
+Last, the repeat-noise floor (``paraplan.validation.serving_repeats``): rows that describe one
+deployment (same release, then any release) but hold different measurements, how far they
+disagree, the least mean |error| one value per deployment can reach on them, the model's error
+on the same rows, and that floor's share of each backend and mode's error over all its rows.
 
 Nothing here changes a prediction; the README's serving notes quote its tables.
 """
@@ -126,6 +130,8 @@ def _annotate(res: pd.DataFrame) -> pd.DataFrame:
 
 def report(res: pd.DataFrame) -> str:
     """The text the command prints."""
+    from paraplan.validation.serving_repeats import repeats_report
+    repeats = repeats_report(res)
     res = _annotate(res)
     parts = []
     for keys in (("backend", "mode"), ("backend", "mode", "tp_size"), ("backend", "concurrency"),
@@ -144,6 +150,7 @@ def report(res: pd.DataFrame) -> str:
                               "predicted_median": g.ttft_ratio_predicted.median()}).round(2)
         parts.append(f"== TTFT at the shorter osl / at the longer (same layout, isl, concurrency <= "
                      f"{MAX_PAIR_BATCH}) ==\n{table.to_string()}")
+    parts.append(repeats)
     return "\n\n".join(parts)
 
 
