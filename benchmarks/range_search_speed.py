@@ -293,11 +293,14 @@ in HBM with the fewest layers offloaded that fit, yet the host memory those laye
 that count, which only the bisection gives. (The HBM verdicts agreed on every row here, the
 decrement form's counts above a stage's need included, but the model does not guarantee it: the
 stage parts are not monotone in the count.) Nor can it pay: which rows are timed is known only from
-the branch and bound, which needs every fitting row's floor (from the counts the search chooses) and
-memory first, so the untimed rows would take the sound stand-ins (a floor good for any counts the
-search may choose, the memory lower bound), the weaker pruning the redesign above measured at 35
-refinement rounds instead of 11. What the bisection costs bounds the gain even before that: timers,
-one process, load 3.0-4.0, 58.8 CPU s in all (93.3 s wall): ``fewest_that_fit`` 12.8, its
+the branch and bound, which needs every fitting row's memory (the frontier and per-count rules) and
+floor first, so the rows not yet searched would take sound stand-ins: the memory lower bound (the
+memory at the search's counts is not bounded below by the memory at every layer recomputed, the
+parts not being monotone), and a floor with one layer offloaded (the floor reads the recomputation
+counts only as whether a row recomputes every layer, ``step_bounds``, but an offloading row's
+offloaded layers one by one, each at its copies' cost); the redesign above measured such stand-ins
+at 35 refinement rounds instead of 11. What the bisection costs bounds the gain even before that:
+timers, one process, load 3.0-4.0, 58.8 CPU s in all (93.3 s wall): ``fewest_that_fit`` 12.8, its
 ``_bisect`` 5.1, the planner's ``memory_parts`` 28.0, the floors 7.6, timing the rows 7.5; cProfile
 (81.4 CPU s under the profiler): ``fewest_that_fit`` 16.6, of which ``_bisect`` 7.4, re-evaluating
 the chosen counts 1.1, the totals with nothing recomputed 2.1 and with all offloaded 2.4 (the
