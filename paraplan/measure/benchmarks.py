@@ -81,10 +81,35 @@ COLD_BYTES = {"cpu": 64 * 2**20, "cuda": 256 * 2**20}
 _VIEW_OPS = {"aten.empty", "aten.empty_like", "aten.empty_strided", "aten.detach", "aten._unsafe_view"}
 
 
+def _set_count(bytes_per_set: float, device) -> int:
+    """Operand sets that fill ``COLD_BYTES`` (at least 1, at most 64)."""
+    return int(min(64, max(1, COLD_BYTES[device.type] // max(bytes_per_set, 1))))
+
+
 def _operand_sets(make, bytes_per_set: float, device) -> list:
-    """As many operand sets from ``make()`` as fill ``COLD_BYTES`` (at least 1, at most 64)."""
-    n = int(min(64, max(1, COLD_BYTES[device.type] // max(bytes_per_set, 1))))
-    return [make() for _ in range(n)]
+    """As many operand sets from ``make(i)`` (``i``: the set's index) as fill ``COLD_BYTES``."""
+    return [make(i) for i in range(_set_count(bytes_per_set, device))]
+
+
+def _random_buffer(device, dtype, numel: int):
+    """One buffer of ``numel`` random values that the operand sets are cut from, set ``i``
+    from ``i`` x its size on, so no two sets overlap.
+
+    Operands cut from one buffer are as cache-cold as freshly drawn ones (each set lies in its
+    own memory) and GEMM or attention time does not depend on the values, but drawing them
+    afresh for every set costs more than the timing: ``torch.randn`` makes ~85 M values/s on
+    one core of this project's 2-core VM, 0.2 s per 64 MB of operands, ~6 s of each
+    calibration sweep's 33 GEMM timings (measured 2026-12-03)."""
+    torch = require_torch()
+    return torch.randn(int(numel), device=device, dtype=dtype)
+
+
+def _cut(buffer, offset: int, shape):
+    """``buffer[offset:offset + prod(shape)]`` viewed as ``shape``."""
+    size = 1
+    for d in shape:
+        size *= int(d)
+    return buffer[offset:offset + size].view(*shape)
 
 
 def _cycling(sets: list, call) -> Callable[[], object]:
@@ -137,13 +162,18 @@ def gemm_times(device, dtype, shapes) -> list[float]:
     with cache-cold operands (``COLD_BYTES``)."""
     torch = require_torch()
     elt = torch.tensor([], dtype=dtype).element_size()
+    # the inputs of every shape's operand sets are cut from one random buffer (each shape and
+    # layout is timed on its own); the outputs are fresh, as before
+    inputs = [m * k + k * n for m, n, k in shapes]
+    buffer = _random_buffer(device, dtype, max(
+        _set_count((m * k + k * n + m * n) * elt, device) * size for (m, n, k), size in zip(shapes, inputs)))
     out = []
-    for m, n, k in shapes:
+    for (m, n, k), size in zip(shapes, inputs):
         total = 0.0
         for layout in GEMM_LAYOUTS:
-            def make(layout=layout, m=m, n=n, k=k):
-                a = torch.randn((k, m) if layout[0] == "t" else (m, k), device=device, dtype=dtype)
-                b = torch.randn((n, k) if layout[1] == "t" else (k, n), device=device, dtype=dtype)
+            def make(i, layout=layout, m=m, n=n, k=k, size=size):
+                a = _cut(buffer, i * size, (k, m) if layout[0] == "t" else (m, k))
+                b = _cut(buffer, i * size + m * k, (n, k) if layout[1] == "t" else (k, n))
                 return (a.t() if layout[0] == "t" else a, b.t() if layout[1] == "t" else b,
                         torch.empty(m, n, device=device, dtype=dtype))
             sets = _operand_sets(make, (m * k + k * n + m * n) * elt, device)
@@ -191,11 +221,15 @@ def attention_times(device, dtype, shapes, causal: bool) -> list[float]:
     torch = require_torch()
     import torch.nn.functional as F
     elt = torch.tensor([], dtype=dtype).element_size()
+    # q, k, v and the output gradient of every set cut from one random buffer (the gradients
+    # and outputs the step makes are fresh, as before)
+    buffer = _random_buffer(device, dtype, max(
+        _set_count(8 * b * a * s * d * elt, device) * 4 * b * a * s * d for b, a, s, d in shapes))
     out = []
     for bsz, heads, seq, dim in shapes:
-        def make():
-            return tuple(torch.randn(bsz, heads, seq, dim, device=device, dtype=dtype, requires_grad=i < 3)
-                         for i in range(4))
+        def make(i, shape=(bsz, heads, seq, dim)):
+            size = bsz * heads * seq * dim
+            return tuple(_cut(buffer, (4 * i + j) * size, shape).detach().requires_grad_(j < 3) for j in range(4))
 
         def step(q, k, v, grad):
             F.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(grad)
