@@ -11,8 +11,9 @@ Three entry points, which the CLI wires as ``paraplan calibrate``, ``paraplan me
   predicted step time for a list of small configurations.
 
 Importing this package does not import torch; each function raises ``InputError('torch', ...)``
-with install instructions when torch is missing. Ranks are started with the ``spawn`` method,
-which re-imports the calling script: call these from a script only under
+with install instructions when torch is missing. Ranks are forked from a fork server that has
+torch loaded (``runtime.start_method``; ``spawn`` where the platform has no fork server), which
+imports the calling script as spawn would: call these from a script only under
 ``if __name__ == "__main__":``.
 
 Layout: ``runtime`` (device choice, launching ranks, load and memory meters), ``benchmarks``
