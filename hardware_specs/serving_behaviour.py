@@ -36,6 +36,9 @@ KV_ADMISSIONS = ("prompt", "full_request")
 #: plausibility bounds of the host times (seconds per step or launch) and the reserve (GiB)
 MAX_HOST_S = 1.0
 MAX_RESERVED_GIB = 1024.0
+#: plausibility bound of the hold settings (steps): the engines' own examples and tuned
+#: deployments use tens of steps (SGLang recv interval 10-30, TensorRT-LLM batch waits 20-60)
+MAX_HOLD_STEPS = 10_000
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,35 @@ class ServingBehaviour:
         kv_admission: one of ``KV_ADMISSIONS``.
         speculative_tokens: draft tokens per step by default (MTP / EAGLE); 0 = none, the
             default of all three engines (each needs an explicit speculative config).
+        recv_interval_steps: the scheduler reads new requests only every N decode steps (SGLang
+            ``--scheduler-recv-interval``, ``ServerArgs.scheduler_recv_interval``, default 1:
+            python/sglang/srt/managers/scheduler_recv_skipper.py ``SchedulerRecvSkipper.handle``
+            adds a weight per loop iteration, 1 after a decode step (env
+            ``SGLANG_SCHEDULER_RECV_SKIPPER_WEIGHT_DECODE``) or an idle iteration, 1000 after
+            any other step, and ``Scheduler.recv_requests`` returns nothing until the sum reaches
+            N; not with attention DP, which the skipper asserts off). A request arriving at a
+            random decode step waits (N - 1) / 2 steps more on average; after a prefill step it
+            is read at once. 1 = every step (vLLM, TensorRT-LLM, SGLang's default).
+        context_wait_steps: iterations the scheduler holds a waiting context (prefill) request
+            while the batch is not full, before scheduling it anyway (TensorRT-LLM
+            ``batch_wait_timeout_iters``, default 0: tensorrt_llm/_torch/pyexecutor/py_executor.py
+            ``PyExecutor._waiting_requests``, since moved to the scheduler's ``_schedule``: the
+            context requests are held while fewer than ``batch_wait_max_tokens_ratio`` x
+            ``max_num_tokens`` tokens (the waiting prompts' plus one per decode) are scheduled and
+            the wait counter is below the timeout; only when decodes are running and attention DP
+            is off). The ratio matters: at its default 0 the token test always passes and the
+            timeout holds nothing, so set this to ``batch_wait_timeout_iters`` only when the ratio
+            is above what the waiting prompts and decodes reach (a ratio of 0.9 x 8192 tokens is
+            not reached by one 1k prompt and a few hundred decodes), else 0. TensorRT-LLM's
+            attention-DP balance (``attention_dp_config``: ``enable_balance``, default False;
+            ``timeout_iters``, default 50; ``batching_wait_iters``, default 10; same files,
+            ``_balance_adp_requests``) is a hold of the same kind and is expressed by the same
+            field: with balance on, context requests are held until every attention-DP rank has
+            one waiting (then ``batching_wait_iters`` more while all ranks also decode), up to
+            ``timeout_iters``, and released at once when some rank has no decodes; at the loads
+            where all ranks rarely hold a prompt together the hold runs to the timeout, so set
+            this to ``timeout_iters`` (``batching_wait_iters`` alone when every rank always has
+            prompts waiting). 0 = no hold (the default of all three engines).
     """
 
     mixed_batches: bool = True
@@ -101,6 +133,8 @@ class ServingBehaviour:
     custom_allreduce: bool = True
     speculative_tokens: int = 0
     kv_admission: str = "prompt"
+    recv_interval_steps: int = 1
+    context_wait_steps: int = 0
 
     def __post_init__(self) -> None:
         where = "serving"
@@ -135,6 +169,11 @@ class ServingBehaviour:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InputError(f"{where}.{name}", f"must be a whole number >= 0, got {value!r}")
+        for name, least in (("recv_interval_steps", 1), ("context_wait_steps", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= MAX_HOLD_STEPS:
+                raise InputError(f"{where}.{name}", f"must be a whole number of steps in [{least}, {MAX_HOLD_STEPS}], "
+                                 f"got {value!r}")
         # upper bounds far past any engine (vLLM's host step is ~1 ms, a launch ~5 us, reserves a
         # few GiB): a larger value is a typo that would print TTFTs of 1e300 s
         for name, most in (("host_step_s", MAX_HOST_S), ("host_launch_s", MAX_HOST_S),
