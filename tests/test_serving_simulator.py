@@ -221,3 +221,73 @@ def test_a_negative_or_infinite_request_host_time_is_refused_naming_the_field():
     for bad in (-0.01, float("inf"), float("nan")):
         with pytest.raises(InputError, match=r"serving_efficiency hopper.request_host_s: must be a finite number"):
             ServingEfficiency(generation="hopper", request_host_s=bad)
+
+
+def _held(backend, **holds):
+    """The catalog ``backend`` context with its serving behaviour's hold settings replaced."""
+    from dataclasses import replace
+    base = _ctx("llama3.1-70b", "dgx-b200", backend, "fp8")
+    return replace(base, stack=replace(base.stack, serving=replace(base.stack.serving, **holds)))
+
+
+_HOLD_COLS = dict(tp=4.0, pp=1.0, adp=1.0, moe_tp=4.0, moe_ep=1.0, isl=1024.0, osl=1024.0)
+
+
+def test_the_engine_default_holds_are_exactly_zero_and_leave_ttft_unchanged_to_the_bit():
+    # every serving stack states the engines' defaults (poll every step, hold nothing), so the
+    # hold term is an exact 0.0 at any load, and (join + 0.0) x t_d is join x t_d to the bit:
+    # TTFT and its 90th percentile equal those of the stack rebuilt with the defaults spelled out
+    from simulator.serving.aggregated import hold_steps
+    clients = np.array([1.0, 2.0, 8.0, 64.0, 1024.0])
+    for backend in ("vllm-0.11", "vllm-0.14", "sglang-0.5", "trtllm-1"):
+        ctx = _ctx("llama3.1-70b", "dgx-b200", backend, "fp8")
+        beh = ctx.behaviour
+        assert (beh.recv_interval_steps, beh.context_wait_steps) == (1, 0)
+        assert np.all(hold_steps(beh, clients) == 0.0)
+        cols = {**_HOLD_COLS, "batch": np.array([1.0, 8.0, 64.0])}
+        a = evaluate_agg_columns(ctx, cols)
+        b = evaluate_agg_columns(_held(backend, recv_interval_steps=1, context_wait_steps=0), cols)
+        assert np.array_equal(a["ttft_s"], b["ttft_s"]) and np.array_equal(a["ttft_p90_s"], b["ttft_p90_s"])
+
+
+@pytest.mark.parametrize("holds, steps", [(dict(recv_interval_steps=10), 4.5), (dict(recv_interval_steps=31), 15.0),
+                                          (dict(context_wait_steps=20), 20.0),
+                                          (dict(recv_interval_steps=3, context_wait_steps=60), 61.0)])
+def test_a_hold_adds_its_steps_to_the_lead_only_while_other_requests_decode(holds, steps):
+    # SGLang --scheduler-recv-interval N: read every N steps, a random arrival waits (N - 1) / 2
+    # more; TensorRT-LLM batch_wait_timeout_iters K (a token ratio the batch does not reach): K
+    # steps. Hand-derived: N = 10 -> 4.5, N = 31 -> 15, K = 20 -> 20, N = 3 with K = 60 -> 61.
+    from simulator.serving.aggregated import hold_steps, join_steps
+    backend = "trtllm-1"
+    ctx = _held(backend, **holds)
+    assert np.array_equal(hold_steps(ctx.behaviour, np.array([1.0, 2.0, 64.0])), [0.0, steps, steps])
+    base = evaluate_agg_columns(_ctx("llama3.1-70b", "dgx-b200", backend, "fp8"), {**_HOLD_COLS, "batch": 1.0})
+    held = evaluate_agg_columns(ctx, {**_HOLD_COLS, "batch": 1.0})
+    # one client: the engine is idle when its request arrives (no decodes to hold it behind), so
+    # TTFT is the default's to the bit
+    assert held["ttft_s"][0] == base["ttft_s"][0] and held["ttft_p90_s"][0] == base["ttft_p90_s"][0]
+    # four clients: the lead grows by steps x the decode step. The closed loop then runs fewer
+    # requests per second (less prompt work in the steps, a shorter wait behind other prompts),
+    # so TTFT grows by at most that lead (by 99.99 % of it here: the loop moves little)
+    base = evaluate_agg_columns(_ctx("llama3.1-70b", "dgx-b200", backend, "fp8"), {**_HOLD_COLS, "batch": 4.0})
+    held = evaluate_agg_columns(ctx, {**_HOLD_COLS, "batch": 4.0})
+    lead = steps * held["decode_step_s"][0]
+    rise = held["ttft_s"][0] - base["ttft_s"][0]
+    assert 0.99 * lead < rise <= lead * (1 + 1e-9)
+    assert held["ttft_p90_s"][0] - base["ttft_p90_s"][0] == pytest.approx(rise, rel=0.1)
+    assert join_steps(ctx.behaviour) == 1.5                 # the hold comes on top of the overlap join
+
+
+@pytest.mark.parametrize("name, least", [("recv_interval_steps", 1), ("context_wait_steps", 0)])
+def test_a_hold_setting_that_is_not_a_whole_number_of_steps_in_range_is_refused_naming_the_field(name, least):
+    from hardware_specs.catalog import stack_from_dict
+    from hardware_specs.serving_behaviour import ServingBehaviour
+    ServingBehaviour(**{name: least})
+    ServingBehaviour(**{name: 30})
+    for bad in (least - 1, -1, float("nan"), 1.5, 1e30, 10 ** 30, True, "10"):
+        with pytest.raises(InputError, match=rf"serving\.{name}: must be a whole number of steps"):
+            ServingBehaviour(**{name: bad})
+    # a stack file: a one-line error that names the file's section and the field
+    for bad in (least - 1, 1.5, 1e30):
+        with pytest.raises(InputError, match=rf"stack x\.serving\.{name}"):
+            stack_from_dict({"name": "x", "framework": "f", "serving": {name: bad}})

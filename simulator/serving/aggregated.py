@@ -20,7 +20,9 @@ Per rank, with ``t_d`` the time of a step decoding all b requests (context isl +
   before the request joins a batch (``join_steps``: it arrives mid-step; an
   engine without an overlap scheduler takes it at the next boundary, half a step on average;
   one with an overlap scheduler has already formed the next batch while the current step runs,
-  so the request joins the batch after next, one and a half steps) + its own
+  so the request joins the batch after next, one and a half steps; plus ``hold_steps``: steps a
+  scheduler set to poll for requests only every N steps or to hold prompts for a fuller batch
+  adds, none at the engines' defaults) + its own
   prefill (the ceil(isl / C) steps carrying its chunks, with the decodes when mixed) +
   the wait behind other prompts. That wait lies between two limits of a closed loop: clients
   whose requests finished together come back together (fully synchronised waves: the mean
@@ -143,10 +145,42 @@ def join_steps(behaviour) -> float:
     return 1.5 if behaviour.overlap_scheduler else 0.5
 
 
+def hold_steps(behaviour, clients):
+    """Mean decode steps (numpy-friendly, per row of ``clients`` per rank) that the engine's
+    hold settings add between a request's arrival and the step that takes it, beyond
+    ``join_steps``:
+
+        hold = (recv_interval_steps - 1) / 2 + context_wait_steps   when clients > 1, else 0.
+
+    * ``recv_interval_steps`` N (SGLang ``--scheduler-recv-interval``; python/sglang/srt/
+      managers/scheduler_recv_skipper.py ``SchedulerRecvSkipper.handle``): new requests are read
+      only every N decode steps, so one arriving at a random step waits 0 .. N - 1 steps more,
+      (N - 1) / 2 on average.
+    * ``context_wait_steps`` K (TensorRT-LLM ``batch_wait_timeout_iters`` with a
+      ``batch_wait_max_tokens_ratio`` the batch does not reach, or the attention-DP balance
+      ``timeout_iters``; tensorrt_llm/_torch/pyexecutor/py_executor.py ``_waiting_requests``,
+      ``_balance_adp_requests``): the waiting prompt is held K iterations. The full K is taken:
+      at the concurrencies modelled one prompt plus the decodes stays far below the token
+      threshold (e.g. 0.9 x 8192 tokens against a 1k prompt and 64 decodes), so only the
+      timeout ends the hold. A prompt arriving while an earlier one is already held waits only
+      the rest of that window (for Poisson arrivals at L per step the mean would be
+      K (1 + L K / 2) / (1 + L K)); that load dependence is left out, as it matters only when
+      several prompts arrive within K steps.
+
+    Both holds need other requests decoding: with one client per rank the engine is idle when
+    the request arrives (TensorRT-LLM checks batch waiting only when generation requests are
+    scheduled and releases the balance hold when a rank has none; SGLang counts an idle
+    iteration, microseconds long, as one step of the interval), so they add nothing there.
+    At the defaults (N = 1, K = 0) the hold is exactly 0."""
+    extra = (behaviour.recv_interval_steps - 1) / 2.0 + behaviour.context_wait_steps
+    return np.where(_f(clients) > 1.0, float(extra), 0.0)
+
+
 def _solve_loop(b, gen, t_d, own, service, w_p, sync, lead):
     """The closed loop's request rate X per rank (bisection: the loop time grows with X) and
     (TTFT, TPOT, 90th-percentile wait, prompt share u) at it; ``lead`` is the time before the
-    request joins a batch (``join_steps`` x the decode step, plus the request's host time)."""
+    request joins a batch ((``join_steps`` + ``hold_steps``) x the decode step, plus the request's
+    host time)."""
     def loop(x):
         u = np.minimum(x * w_p, 0.999999)                 # share of the engine's time spent on prompts
         wq, w90 = queue_wait_s(np.minimum(x * service, 0.999999), service)
@@ -201,7 +235,7 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
         service = t_packed * isl / packed
         w_p = np.maximum(service - (t_d * isl / packed if beh.mixed_batches else 0.0), 1e-9)
         sync = synchronised_wait_s(b, service, t_d, eff.arrival_sync(beh.mixed_batches, beh.chunked_prefill))
-        lead = join_steps(beh) * t_d + eff.request_host_s
+        lead = (join_steps(beh) + hold_steps(beh, b)) * t_d + eff.request_host_s
         x, (ttft, tpot, w90, u) = _solve_loop(b, gen, t_d, own, service, w_p, sync, lead)
         running = np.clip(x * gen * tpot, 1.0, np.minimum(b, n_fit))
     # more requests decoding than the KV pool holds: the engine preempts and resumes them in
