@@ -149,3 +149,34 @@ def test_validate_serving_bad_inputs(tmp_path):
     one_line_error(run("validate", "serving", bad), "error: csv: column 'model_path' missing")
     one_line_error(run("validate", "serving", tmp_path / "none.csv"), "error:")
     one_line_error(run("validate", "serving", "--backend", "tgi"), "error: --backend: no row has backend 'tgi'")
+
+
+def test_a_stack_file_of_ones_own_sets_the_engine_hold_flags(tmp_path):
+    # a deployment run with TensorRT-LLM batch_wait_timeout_iters 20 (and a token ratio its
+    # batch never reaches) is described by a copy of the catalog stack with context_wait_steps
+    # 20, passed as --backend FILE: four clients, so other requests are decoding and the
+    # prompt waits 20 decode steps more (1.5 + 20 steps before it joins a batch, not 1.5)
+    from pathlib import Path
+
+    import yaml
+    src = yaml.safe_load((Path(__file__).resolve().parents[1] / "hardware_specs/stacks/trtllm-1.yaml").read_text())
+    src["name"] = "trtllm-1-batch-wait"
+    src["serving"]["context_wait_steps"] = {"value": 20, "source": "our launch config: batch_wait_timeout_iters 20"}
+    own = tmp_path / "trtllm-batch-wait.yaml"
+    own.write_text(yaml.safe_dump(src))
+    args = ["serve", "simulate", "-m", "llama3.1-70b", "-s", "dgx-b200", "--tp", "4", "--batch", "4",
+            "--precision", "fp8", "--json"]
+    base = json.loads(run(*args, "--backend", "trtllm-1").output)
+    held = json.loads(run(*args, "--backend", own).output)
+    assert held["stack"] == "trtllm-1-batch-wait"
+    rise = held["ttft_s"] - base["ttft_s"]
+    # the decode step is at most the TPOT (TPOT = step / (1 - prompt share)), so the 20 steps
+    # add at most 20 TPOTs, and at four clients the prompt share is small: most of that
+    assert 0.9 * 20 * held["tpot_s"] < rise <= 20 * held["tpot_s"]
+    # a bad value in such a file is a one-line error naming the field
+    src["serving"]["context_wait_steps"] = {"value": 1.5, "source": "typo"}
+    own.write_text(yaml.safe_dump(src))
+    one_line_error(run(*args, "--backend", own), "context_wait_steps")
+    src["serving"]["context_wait_steps"] = {"value": -1, "source": "typo"}
+    own.write_text(yaml.safe_dump(src))
+    one_line_error(run(*args, "--backend", own), "context_wait_steps", "whole number of steps")

@@ -7,6 +7,7 @@ numpy columns of layouts (``simulator.serving.evaluate``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from cost_models.weight_formats import canonical_format, kv_dtype_bytes
 from hardware_specs.catalog import load_cluster, load_serving_efficiency, load_stack, serving_stack_for
@@ -64,6 +65,10 @@ class ServingContext:
             try:
                 stack = load_stack(backend)
             except InputError:
+                # a stack file's own error (a bad value, a missing file) is the one to report,
+                # not "no framework named FILE"
+                if Path(backend).suffix in (".yaml", ".yml") or Path(backend).is_file():
+                    raise
                 stack = serving_stack_for(backend, backend_version)
         if stack.serving is None:
             raise InputError("backend", f"stack {stack.name} has no serving section",
