@@ -366,6 +366,10 @@ CSV_BAD = ["", "nan", "NaN", "-1", "0", "1e30", "inf", "abc", "1.5", "y", "n", "
            "\x00", '"', "1,2"]
 
 
+#: text columns of the published-runs CSV that ``validate published`` echoes back as given
+ECHOED_LABELS = ("measured_metric",)
+
+
 def csv_cases(rng: random.Random) -> list[Case]:
     """Damaged published-runs CSVs for ``validate published``."""
     import csv
@@ -382,8 +386,10 @@ def csv_cases(rng: random.Random) -> list[Case]:
             row = rng.choice(picked)
             col = rng.choice(numeric + ["id", "model"])
             # a label is echoed as given (--csv, --list-skipped): an id "inf" is a name, not the
-            # non-finite number the output check looks for (seed 909); "nan" stays (read as missing)
-            row[col] = rng.choice(CSV_BAD if col in numeric else [v for v in CSV_BAD if v.lower() != "inf"])
+            # non-finite number the output check looks for (seed 909), and so is a metric name
+            # (a skipped row's ``metric`` column, seed 4005); "nan" stays (read as missing)
+            label = col not in numeric or col in ECHOED_LABELS
+            row[col] = rng.choice([v for v in CSV_BAD if v.lower() != "inf"] if label else CSV_BAD)
             what.append(f"{col}={row[col]!r}")
         if rng.random() < 0.1:
             gone = rng.choice(numeric)
