@@ -180,3 +180,26 @@ def test_a_stack_file_of_ones_own_sets_the_engine_hold_flags(tmp_path):
     src["serving"]["context_wait_steps"] = {"value": -1, "source": "typo"}
     own.write_text(yaml.safe_dump(src))
     one_line_error(run(*args, "--backend", own), "context_wait_steps", "whole number of steps")
+
+
+def test_plan_prints_each_disaggregated_rows_prefill_batch_so_serve_simulate_reproduces_it():
+    # the front's disaggregated rows differ by their prefill batch too; a table without it sent a
+    # user to serve simulate's default --prefill-batch 1 and another TTFT
+    table = run(*PLAN).stdout.splitlines()
+    header = next(ln for ln in table if ln.strip().startswith("mode "))
+    assert header.split()[:4] == ["mode", "layout", "batch", "prefill_batch"]
+    row = next(ln for ln in table if ln.strip().startswith("disagg  P tp1 x4 / D tp1 x4"))
+    cells = row.split()
+    batch, prefill_batch, ttft_ms = int(cells[8]), int(cells[9]), float(cells[11])
+    assert (batch, prefill_batch, ttft_ms) == (512, 8, 805)
+    why = next(ln for ln in table if "the best disagg layout" in ln)
+    assert why.endswith("disagg prefill tp1 x4 (8 prompts per step) + decode tp1 x4 at batch 512 per rank")
+    front = json.loads(run(*PLAN, "--json").stdout)["front"]
+    planned = next(r for r in front if r["mode"] == "disagg" and r["prefill_workers"] == 4 and r["batch"] == 512)
+    sim = ["serve", "simulate", "--model", "llama3.1-8b", "--system", "dgx-h100", "--isl", "1024", "--osl", "256",
+           "--mode", "disagg", "--prefill-workers", "4", "--decode-workers", "4", "--decode-batch", batch, "--json"]
+    got = json.loads(run(*sim, "--prefill-batch", prefill_batch).stdout)
+    assert got["ttft_s"] * 1e3 == pytest.approx(planned["ttft_ms"], rel=1e-9)
+    assert got["tpot_s"] * 1e3 == pytest.approx(planned["tpot_ms"], rel=1e-9)
+    default = json.loads(run(*sim).stdout)        # --prefill-batch 1: another deployment
+    assert abs(default["ttft_s"] * 1e3 / planned["ttft_ms"] - 1) > 0.05

@@ -302,12 +302,16 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int) 
     rows = []
     for r in front.sort_values(["mode", "tokens_per_s_per_user"]).to_dict("records"):
         lay = r["layout"] if r["mode"] == "agg" else f"P {r['prefill_layout']} x{int(r['prefill_workers'])} / D {r['decode_layout']} x{int(r['decode_workers'])}"
-        rows.append([r["mode"], lay, int(r["batch"]), int(r["gpus_used"]), f"{r['ttft_ms']:.0f}", f"{r['tpot_ms']:.1f}",
-                     f"{r['tokens_per_s_per_gpu']:,.0f}", f"{r['tokens_per_s_per_user']:.1f}", "yes" if r["meets_slo"] else "no"])
+        # a disaggregated row is only determined with its prefill batch (serve simulate --prefill-batch)
+        prefill_batch = "-" if r["mode"] == "agg" else int(r["prefill_batch"])
+        rows.append([r["mode"], lay, int(r["batch"]), prefill_batch, int(r["gpus_used"]), f"{r['ttft_ms']:.0f}",
+                     f"{r['tpot_ms']:.1f}", f"{r['tokens_per_s_per_gpu']:,.0f}", f"{r['tokens_per_s_per_user']:.1f}",
+                     "yes" if r["meets_slo"] else "no"])
     if top and len(rows) > top:
         rows = rows[:top]
-    lines.append(format_table(rows, ["mode", "layout", "batch", "gpus_used", "ttft_ms", "tpot_ms", "tokens_per_s_per_gpu",
-                                     "tokens_per_s_per_user", "meets_slo"], align="llrrrrrrl", indent="  ").rstrip())
+    lines.append(format_table(rows, ["mode", "layout", "batch", "prefill_batch", "gpus_used", "ttft_ms", "tpot_ms",
+                                     "tokens_per_s_per_gpu", "tokens_per_s_per_user", "meets_slo"], align="llrrrrrrrl",
+                              indent="  ").rstrip())
     return "\n".join(lines) + "\n"
 
 
