@@ -485,6 +485,15 @@ def test_numbers_on_an_unfitted_efficiency_model_carry_the_marker_and_the_field(
     assert plan["request"]["efficiency_fitted"] is False and plan["plans"][0]["efficiency_fitted"] is False
     table = run("plan", "-m", "llama3-8b", "-c", "mi300x-node", "-n", "16", "--global-batch", "64", "--top", "2")
     assert "unfitted prior" in table.stdout.splitlines()[-1]
+    # the plan table marks MFU as simulate does: it is a time on the prior divided into the FLOPs
+    lines = table.stdout.splitlines()
+    header = next(ln for ln in lines if ln.startswith("rank "))
+    first = next(ln for ln in lines if ln.strip().startswith("1 "))
+    mfu_at = header.index("mfu_bf16_pct") + len("mfu_bf16_pct")      # right-aligned column
+    assert first[:mfu_at].rstrip().endswith("*"), (header, first)
+    assert float(first[:mfu_at].split()[-2]) == pytest.approx(plan["plans"][0]["mfu_bf16_pct"], abs=0.05)
+    sim_mfu = next(ln for ln in prior.stdout.splitlines() if ln.strip().startswith("mfu_bf16_pct"))
+    assert sim_mfu.rstrip().endswith("*")
 
 
 def test_simulate_and_plan_keep_the_default_headroom_unless_told_otherwise():

@@ -122,8 +122,8 @@ def _table(df, ranked: bool = True, show_gpus: bool = False) -> str:
     shown.insert(1 if show_gpus else 0, "config", config_labels(df).to_numpy() if len(df) else [])
     headers = list(shown.columns)
     rows = _cells(shown)
-    if star:        # every time in the table rests on the prior: the marker beside each
-        for c in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu"):
+    if star:        # every time in the table rests on the prior: the marker beside each (MFU is one too)
+        for c in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", *(h for h in headers if h.startswith("mfu_"))):
             if c in headers:
                 i = headers.index(c)
                 rows = [r[:i] + [r[i] + star] + r[i + 1:] for r in rows]
