@@ -203,3 +203,14 @@ def test_plan_prints_each_disaggregated_rows_prefill_batch_so_serve_simulate_rep
     assert got["tpot_s"] * 1e3 == pytest.approx(planned["tpot_ms"], rel=1e-9)
     default = json.loads(run(*sim).stdout)        # --prefill-batch 1: another deployment
     assert abs(default["ttft_s"] * 1e3 / planned["ttft_ms"] - 1) > 0.05
+
+
+def test_kv_cache_dtype_help_says_what_auto_picks_and_the_header_shows_it():
+    # auto is not always 16-bit: vllm 0.14 reads an fp8 checkpoint's FP8 KV, 0.11 does not
+    help_text = " ".join(run("serve", "simulate", "--help").stdout.split())
+    assert "auto = the stack's default, 16-bit" not in help_text
+    assert "the 8-bit KV an fp8 / nvfp4 (ModelOpt) checkpoint names" in help_text
+    args = ["serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "--precision", "fp8"]
+    assert "KV 8-bit" in run(*args, "-b", "vllm-0.14").stdout
+    assert "KV 16-bit" in run(*args, "-b", "vllm-0.11").stdout
+    assert "KV 16-bit" in run(*args, "-b", "vllm-0.14", "--precision", "bf16").stdout

@@ -76,7 +76,10 @@ def _common(f):
         click.option("--expert-precision", type=click.Choice(PRECISIONS), default=None,
                      help="Weight format of the routed experts (default: --precision)."),
         click.option("--kv-cache-dtype", type=click.Choice(["auto", "bf16", "fp16", "fp8"]), default="auto", show_default=True,
-                     help="KV-cache dtype (auto = the stack's default, 16-bit)."),
+                     help="KV-cache dtype (auto = as the engine decides: the 8-bit KV an fp8 / nvfp4 "
+                          "(ModelOpt) checkpoint names where the stack reads it (its kv_dtype_from_checkpoint, "
+                          "paraplan hardware stacks NAME), else the stack's default, 16-bit; the header's KV says "
+                          "which)."),
     ]
     for o in reversed(opts):
         f = o(f)
