@@ -274,6 +274,12 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
     """
     if as_json and as_csv:
         raise InputError("--json", "give --json or --csv, not both")
+    if emit:        # the launch replaces the table: say so rather than drop the other outputs silently
+        dropped = [flag for flag, given in (("--json", as_json), ("--csv", as_csv), ("--pareto", pareto),
+                                            ("--explain", explain)) if given]
+        if dropped:
+            raise InputError("--emit", f"prints the launch instead of the table, so {' / '.join(dropped)} would "
+                             "print nothing", f"run --emit and {dropped[0]} as two commands")
     spec = load_model(model)
     if seq_len is not None:
         spec = spec.with_seq_len(seq_len)
