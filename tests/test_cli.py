@@ -549,3 +549,13 @@ def test_ep_dispatch_dedup_switch_cuts_the_cross_node_all_to_all_about_fourfold(
     assert on["config"]["ep_dispatch_dedup"] is True and off["config"]["ep_dispatch_dedup"] is False
     ratio = off["time_breakdown_s"]["ep_comm_exposed_s"] / on["time_breakdown_s"]["ep_comm_exposed_s"]
     assert 3.0 < ratio < 4.02
+
+
+def test_json_and_csv_together_is_the_same_one_line_error_in_every_command():
+    # plan named the field --json; serve plan and the validate commands said 'usage'
+    want = "error: --json: give --json or --csv, not both"
+    for args in (["plan", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "8", "--global-batch", "8"],
+                 ["serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-h100", "-n", "8"],
+                 ["validate", "published"], ["validate", "serving"], ["validate", "heterogeneous"]):
+        line = assert_one_line_error(run(*args, "--json", "--csv"))
+        assert line == want, (args, line)

@@ -356,7 +356,7 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
     from planners.serving import plan_serving
 
     if as_json and as_csv:
-        raise click.UsageError("give --json or --csv, not both")
+        raise InputError("--json", "give --json or --csv, not both")
     if out_path is not None:
         check_writable(out_path, "--out")
     if plot_path is not None:
