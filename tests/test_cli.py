@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -284,6 +285,18 @@ def test_simulate_trace_and_gantt_files(tmp_path):
     assert {e["pid"] for e in events if e.get("ph") == "X"} == {0, 1, 2, 3}
     assert gantt.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step.json", "step.png"]   # no temp files
+    # the note's idle share is the mean over the trace's stages (it was labelled 'bubble', beside a
+    # breakdown whose pipeline_bubble_s is the busiest stage's idle: 11.1% of 4 x 17.05 s against 8.2%
+    # of the 17.17 s step here)
+    ops = [e for e in events if e.get("ph") == "X"]
+    makespan_us = max(e["ts"] + e["dur"] for e in ops)
+    mean_idle_pct = 100 * (1 - sum(e["dur"] for e in ops) / (4 * makespan_us))
+    note = next(ln for ln in result.stderr.splitlines() if ln.startswith("wrote trace"))
+    shown = float(re.search(r"mean stage idle ([\d.]+)%", note).group(1))
+    assert shown == pytest.approx(mean_idle_pct, abs=0.05) and shown == pytest.approx(11.1, abs=0.05)
+    assert "pipeline_bubble_s above is the busiest stage's idle" in note and " bubble " not in note
+    bubble_line = next(ln for ln in result.stdout.splitlines() if ln.strip().startswith("pipeline_bubble_s"))
+    assert float(bubble_line.split()[2]) == pytest.approx(8.2, abs=0.05)
 
 
 def test_simulate_trace_into_missing_folder_fails_before_simulating(tmp_path):
