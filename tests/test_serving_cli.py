@@ -1,6 +1,7 @@
 """``paraplan serve simulate|plan`` and ``paraplan validate serving``: outputs and one-line errors."""
 from __future__ import annotations
 
+import io
 import json
 
 import pandas as pd
@@ -214,3 +215,12 @@ def test_kv_cache_dtype_help_says_what_auto_picks_and_the_header_shows_it():
     assert "KV 8-bit" in run(*args, "-b", "vllm-0.14").stdout
     assert "KV 16-bit" in run(*args, "-b", "vllm-0.11").stdout
     assert "KV 16-bit" in run(*args, "-b", "vllm-0.14", "--precision", "bf16").stdout
+
+
+def test_plan_csv_says_whether_its_numbers_rest_on_the_prior():
+    # the table and --json said so for a GPU without serving measurements (MI300X); the CSV did not
+    prior = pd.read_csv(io.StringIO(run("serve", "plan", "-m", "llama3.1-8b", "-s", "mi300x-node", "-n", "8",
+                                        "--csv").stdout))
+    fitted = pd.read_csv(io.StringIO(run(*PLAN, "--csv").stdout))
+    assert prior["efficiency_fitted"].tolist() == [False] * len(prior) and len(prior) > 0
+    assert fitted["efficiency_fitted"].tolist() == [True] * len(fitted) and len(fitted) > 0

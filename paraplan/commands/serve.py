@@ -372,7 +372,10 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
                           "evaluated": plan.evaluated, "efficiency_is_prior": ctx.efficiency.prior})
     elif as_csv:
         buf = io.StringIO()
-        _plan_rows(plan.front).to_csv(buf, index=False)
+        rows = _plan_rows(plan.front)
+        # as the training CSVs: whether the numbers rest on fitted factors or on the prior
+        rows["efficiency_fitted"] = not ctx.efficiency.prior
+        rows.to_csv(buf, index=False)
         text = buf.getvalue()
     else:
         text = render_plan(plan, ctx, gpus, ttft_ms, tpot_ms, top)
