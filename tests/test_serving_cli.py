@@ -224,3 +224,21 @@ def test_plan_csv_says_whether_its_numbers_rest_on_the_prior():
     fitted = pd.read_csv(io.StringIO(run(*PLAN, "--csv").stdout))
     assert prior["efficiency_fitted"].tolist() == [False] * len(prior) and len(prior) > 0
     assert fitted["efficiency_fitted"].tolist() == [True] * len(fitted) and len(fitted) > 0
+
+
+def test_max_batch_says_when_the_engines_running_request_cap_binds_not_the_kv_cache():
+    # DeepSeek-R1 fp8 on B200, tp1-adp16: 102.8 GiB of KV pool holds 2044 requests of 1024 + 512
+    # tokens (50.3 MiB each); vLLM 0.14 runs at most max_num_seqs = 1024, which is what bounds
+    args = ["serve", "simulate", "-m", "deepseek-r1", "-s", "dgx-b200", "--tp", "1", "--adp", "16", "--moe-tp", "16",
+            "--moe-ep", "1"]
+    line = one_line_error(run(*args, "--batch", "100000"), "error: --batch:")
+    assert line == ("error: --batch: 100000 requests per rank need 5026.2 GiB of KV cache per GPU; 102.8 GiB is free, "
+                    "room for 2044, but vllm-0.14 runs at most 1024 requests at once (max_running_requests) "
+                    "(use --batch 1024 or less, or more workers)")
+    row = next(ln for ln in run(*args, "--batch", "64").stdout.splitlines() if ln.strip().startswith("max_batch_per_rank"))
+    assert row.split()[1] == "1024" and "vllm-0.14's max_running_requests (the KV cache would hold more)" in row
+    # where the KV cache binds, the message and the row say so as before
+    dense = ["serve", "simulate", "-m", "llama3.1-70b", "-s", "dgx-h100", "--tp", "4"]
+    assert one_line_error(run(*dense, "--batch", "100000")).endswith("so at most 911 fit (use --batch 911 or less, more tp/pp)")
+    row = next(ln for ln in run(*dense).stdout.splitlines() if ln.strip().startswith("max_batch_per_rank"))
+    assert row.split()[1] == "911" and row.rstrip().endswith("largest concurrency per rank whose KV cache fits")

@@ -156,6 +156,14 @@ def _layout_options(prefix: str, what: str):
     return deco
 
 
+def _max_batch_meaning(ctx, m) -> str:
+    """What bounds ``max_batch_per_rank``: the KV cache, or the stack's cap on running requests."""
+    cap = ctx.behaviour.max_running_requests
+    if cap and int(m["max_batch_per_rank"]) == cap:
+        return f"largest concurrency per rank: {ctx.stack.name}'s max_running_requests (the KV cache would hold more)"
+    return "largest concurrency per rank whose KV cache fits"
+
+
 def render_simulation(report) -> str:
     """The human-readable table of one ``ServingReport``."""
     from planners.serving.labels import worker_label
@@ -187,7 +195,7 @@ def render_simulation(report) -> str:
             ["latency_s", f"{m['latency_s']:.2f}", "request latency = TTFT + (osl - 1) x TPOT"],
             ["tokens_per_s_per_gpu", f"{m['tokens_per_s_per_gpu']:,.1f}", "output tokens/s per GPU"],
             ["tokens_per_s_per_user", f"{m['tokens_per_s_per_user']:,.1f}", "output tokens/s each user sees"],
-            ["max_batch_per_rank", f"{int(m['max_batch_per_rank'])}", "largest concurrency per rank whose KV cache fits"]]
+            ["max_batch_per_rank", f"{int(m['max_batch_per_rank'])}", _max_batch_meaning(ctx, m)]]
     for k, v in report.extra.items():
         scale = 1e3 if k.endswith("_s") else 100.0       # seconds to ms, fractions to percent
         name, what = EXTRA_MEANING.get(k, (k[:-2] + "_ms" if k.endswith("_s") else k + "_pct", ""))
