@@ -242,3 +242,25 @@ def test_max_batch_says_when_the_engines_running_request_cap_binds_not_the_kv_ca
     assert one_line_error(run(*dense, "--batch", "100000")).endswith("so at most 911 fit (use --batch 911 or less, more tp/pp)")
     row = next(ln for ln in run(*dense).stdout.splitlines() if ln.strip().startswith("max_batch_per_rank"))
     assert row.split()[1] == "911" and row.rstrip().endswith("largest concurrency per rank whose KV cache fits")
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--mode", "disagg", "--tp", "4", "--batch", "16"],
+     "error: --tp: sets the aggregated worker; a disaggregated deployment (--mode disagg) has prefill and decode "
+     "workers (use --prefill-tp / --decode-tp, or drop --mode disagg)"),
+    (["--mode", "disagg", "--batch", "16"],
+     "error: --batch: sets the aggregated worker; a disaggregated deployment (--mode disagg) has prefill and decode "
+     "workers (use --prefill-batch / --decode-batch, or drop --mode disagg)"),
+    (["--tp", "4", "--decode-tp", "8"],
+     "error: --decode-tp: sets a disaggregated worker; this deployment is aggregated (--mode agg) "
+     "(add --mode disagg, or use --tp)"),
+    (["--tp", "4", "--prefill-workers", "3"],
+     "error: --prefill-workers: sets a disaggregated worker; this deployment is aggregated (--mode agg) "
+     "(add --mode disagg, or use --workers)"),
+])
+def test_simulate_names_an_option_of_the_other_mode_instead_of_ignoring_it(args, line):
+    # --mode disagg --tp 4 --batch 16 ran a tp1 prefill + tp1 decode deployment at decode batch 32 and
+    # then failed on --decode-batch, an option the user never gave
+    assert one_line_error(run("serve", "simulate", "-m", "llama3.1-70b", "-s", "dgx-h100", *args)) == line
+    # the same values on the matching options run
+    assert run("serve", "simulate", "-m", "llama3.1-70b", "-s", "dgx-h100", "--tp", "4", "--batch", "16").exit_code == 0

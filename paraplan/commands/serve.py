@@ -156,6 +156,34 @@ def _layout_options(prefix: str, what: str):
     return deco
 
 
+_AGG_ONLY = ("tp", "pp", "adp", "moe_tp", "moe_ep", "batch", "workers")
+
+
+def _refuse_other_modes_options(mode: str) -> None:
+    """An agg worker's option under --mode disagg (or a prefill / decode option under agg) was
+    ignored without a word; name it instead."""
+    from click.core import ParameterSource
+    ctx = click.get_current_context()
+
+    def given(name: str) -> bool:
+        return ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)
+
+    if mode == "disagg":
+        for name in _AGG_ONLY:
+            if given(name):
+                flag = "--" + name.replace("_", "-")
+                sides = (f"--prefill-{flag[2:]} / --decode-{flag[2:]}" if name != "batch" else
+                         "--prefill-batch / --decode-batch")
+                raise InputError(flag, "sets the aggregated worker; a disaggregated deployment (--mode disagg) has "
+                                 "prefill and decode workers", f"use {sides}, or drop --mode disagg")
+    else:
+        for name in ctx.params:
+            if name.startswith(("prefill_", "decode_")) and given(name):
+                flag = "--" + name.replace("_", "-")
+                raise InputError(flag, f"sets a disaggregated worker; this deployment is aggregated (--mode {mode})",
+                                 f"add --mode disagg, or use --{flag.split('-', 3)[3]}")
+
+
 def _max_batch_meaning(ctx, m) -> str:
     """What bounds ``max_batch_per_rank``: the KV cache, or the stack's cap on running requests."""
     cap = ctx.behaviour.max_running_requests
@@ -247,6 +275,7 @@ def simulate_cmd(as_json: bool, **opts) -> None:
     from simulator.serving.deployment import Deployment
     from simulator.serving.simulate import simulate_serving
 
+    _refuse_other_modes_options(opts["mode"])
     ctx = _context(opts)
     common = dict(model=opts["model"], system=opts["system"], backend=ctx.stack.name, mode=opts["mode"],
                   isl=opts["isl"], osl=opts["osl"], dense_format=ctx.dense_format, expert_format=ctx.expert_format,
