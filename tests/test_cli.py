@@ -147,6 +147,19 @@ def test_hardware_list_json_has_gpus_and_clusters():
     assert clusters["dgx-h100"]["gpus_per_node"] == 8
 
 
+def test_hardware_list_says_which_generations_rest_on_a_prior():
+    # the list gave no sign that MI300X, TPU or V100 numbers come from unfitted efficiency models
+    gpus = {g["name"]: g for g in json.loads(run("hardware", "list", "--json").stdout)["gpus"]}
+    trained = {n for n, g in gpus.items() if g["efficiency_fitted"]}
+    served = {n for n, g in gpus.items() if g["serving_efficiency_fitted"]}
+    assert {"a100-sxm-80gb", "h100-sxm-80gb", "b200", "gb200"} <= trained
+    assert not {"mi300x", "mi250x", "tpu-v3", "tpu-v4", "v100-sxm-32gb", "cpu-generic"} & trained
+    assert {"h100-sxm-80gb", "h200-sxm-141gb", "b200", "gb200"} <= served
+    assert not {"a100-sxm-80gb", "mi300x", "tpu-v4"} & served          # no serving runs fitted there
+    mi300x = next(ln for ln in run("hardware", "list").stdout.splitlines() if ln.startswith("mi300x "))
+    assert mi300x.split()[-2:] == ["False", "False"]
+
+
 def test_hardware_show_gpu_lists_fields_with_units_and_efficiency_model():
     result = run("hardware", "show", "h100-sxm-80gb")
     assert result.exit_code == 0
