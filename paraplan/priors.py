@@ -2,7 +2,7 @@
 
 Every time the simulator predicts uses the GPU generation's efficiency model
 (``hardware_specs/efficiency/<generation>.yaml``). Most are fitted to published runs; a few
-(CDNA2/CDNA3, TPU v3, the generic CPU) are priors no measured run has checked
+(CDNA2/CDNA3, TPU v3/v4, Volta, Turing, the generic CPU) are priors no measured run has checked
 (``EfficiencyModel.is_fitted`` is false: no ``fitted_factors``). Outputs put a marker beside such numbers: tables a
 ``MARK`` and a footnote, JSON and CSV an ``efficiency_fitted`` field.
 """

@@ -115,3 +115,9 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
     elif c.ep > 1:
         raise InputError("ep", f"{model.name} has no experts; expert parallelism needs an MoE model",
                          "set ep 1")
+    elif c.etp > 1:     # accepted and printed before, with no effect on a dense model
+        raise InputError("etp", f"{model.name} has no experts; expert tensor parallelism needs an MoE model",
+                         "set etp 1; tp splits the dense MLP")
+    elif c.moe_load_imbalance != 1.0:
+        raise InputError("moe_load_imbalance", f"{model.name} has no experts to load unevenly",
+                         "leave it 1, or use an MoE model")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -146,6 +147,19 @@ def test_hardware_list_json_has_gpus_and_clusters():
     assert clusters["dgx-h100"]["gpus_per_node"] == 8
 
 
+def test_hardware_list_says_which_generations_rest_on_a_prior():
+    # the list gave no sign that MI300X, TPU or V100 numbers come from unfitted efficiency models
+    gpus = {g["name"]: g for g in json.loads(run("hardware", "list", "--json").stdout)["gpus"]}
+    trained = {n for n, g in gpus.items() if g["efficiency_fitted"]}
+    served = {n for n, g in gpus.items() if g["serving_efficiency_fitted"]}
+    assert {"a100-sxm-80gb", "h100-sxm-80gb", "b200", "gb200"} <= trained
+    assert not {"mi300x", "mi250x", "tpu-v3", "tpu-v4", "v100-sxm-32gb", "cpu-generic"} & trained
+    assert {"h100-sxm-80gb", "h200-sxm-141gb", "b200", "gb200"} <= served
+    assert not {"a100-sxm-80gb", "mi300x", "tpu-v4"} & served          # no serving runs fitted there
+    mi300x = next(ln for ln in run("hardware", "list").stdout.splitlines() if ln.startswith("mi300x "))
+    assert mi300x.split()[-2:] == ["False", "False"]
+
+
 def test_hardware_show_gpu_lists_fields_with_units_and_efficiency_model():
     result = run("hardware", "show", "h100-sxm-80gb")
     assert result.exit_code == 0
@@ -284,6 +298,18 @@ def test_simulate_trace_and_gantt_files(tmp_path):
     assert {e["pid"] for e in events if e.get("ph") == "X"} == {0, 1, 2, 3}
     assert gantt.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step.json", "step.png"]   # no temp files
+    # the note's idle share is the mean over the trace's stages (it was labelled 'bubble', beside a
+    # breakdown whose pipeline_bubble_s is the busiest stage's idle: 11.1% of 4 x 17.05 s against 8.2%
+    # of the 17.17 s step here)
+    ops = [e for e in events if e.get("ph") == "X"]
+    makespan_us = max(e["ts"] + e["dur"] for e in ops)
+    mean_idle_pct = 100 * (1 - sum(e["dur"] for e in ops) / (4 * makespan_us))
+    note = next(ln for ln in result.stderr.splitlines() if ln.startswith("wrote trace"))
+    shown = float(re.search(r"mean stage idle ([\d.]+)%", note).group(1))
+    assert shown == pytest.approx(mean_idle_pct, abs=0.05) and shown == pytest.approx(11.1, abs=0.05)
+    assert "pipeline_bubble_s above is the busiest stage's idle" in note and " bubble " not in note
+    bubble_line = next(ln for ln in result.stdout.splitlines() if ln.strip().startswith("pipeline_bubble_s"))
+    assert float(bubble_line.split()[2]) == pytest.approx(8.2, abs=0.05)
 
 
 def test_simulate_trace_into_missing_folder_fails_before_simulating(tmp_path):
@@ -485,6 +511,15 @@ def test_numbers_on_an_unfitted_efficiency_model_carry_the_marker_and_the_field(
     assert plan["request"]["efficiency_fitted"] is False and plan["plans"][0]["efficiency_fitted"] is False
     table = run("plan", "-m", "llama3-8b", "-c", "mi300x-node", "-n", "16", "--global-batch", "64", "--top", "2")
     assert "unfitted prior" in table.stdout.splitlines()[-1]
+    # the plan table marks MFU as simulate does: it is a time on the prior divided into the FLOPs
+    lines = table.stdout.splitlines()
+    header = next(ln for ln in lines if ln.startswith("rank "))
+    first = next(ln for ln in lines if ln.strip().startswith("1 "))
+    mfu_at = header.index("mfu_bf16_pct") + len("mfu_bf16_pct")      # right-aligned column
+    assert first[:mfu_at].rstrip().endswith("*"), (header, first)
+    assert float(first[:mfu_at].split()[-2]) == pytest.approx(plan["plans"][0]["mfu_bf16_pct"], abs=0.05)
+    sim_mfu = next(ln for ln in prior.stdout.splitlines() if ln.strip().startswith("mfu_bf16_pct"))
+    assert sim_mfu.rstrip().endswith("*")
 
 
 def test_simulate_and_plan_keep_the_default_headroom_unless_told_otherwise():
@@ -540,3 +575,13 @@ def test_ep_dispatch_dedup_switch_cuts_the_cross_node_all_to_all_about_fourfold(
     assert on["config"]["ep_dispatch_dedup"] is True and off["config"]["ep_dispatch_dedup"] is False
     ratio = off["time_breakdown_s"]["ep_comm_exposed_s"] / on["time_breakdown_s"]["ep_comm_exposed_s"]
     assert 3.0 < ratio < 4.02
+
+
+def test_json_and_csv_together_is_the_same_one_line_error_in_every_command():
+    # plan named the field --json; serve plan and the validate commands said 'usage'
+    want = "error: --json: give --json or --csv, not both"
+    for args in (["plan", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "8", "--global-batch", "8"],
+                 ["serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-h100", "-n", "8"],
+                 ["validate", "published"], ["validate", "serving"], ["validate", "heterogeneous"]):
+        line = assert_one_line_error(run(*args, "--json", "--csv"))
+        assert line == want, (args, line)

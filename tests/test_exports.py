@@ -265,3 +265,15 @@ def test_cli_emit_prints_the_launch_and_says_how_much_slower_than_the_winner_it_
     assert cfg["train_micro_batch_size_per_gpu"] >= 1
     note = re.search(r"rank (\d+) of \d+, ([\d.]+)% slower|the unrestricted winner runs", slower.stderr)
     assert note, slower.stderr
+
+
+def test_cli_emit_with_a_table_output_is_refused_before_the_search_not_silently_dropped():
+    # --emit prints the launch instead of the table; a --json beside it used to vanish without a word
+    runner = CliRunner(mix_stderr=False) if "mix_stderr" in CliRunner.__init__.__code__.co_varnames else CliRunner()
+    args = ["plan", "-m", MODEL, "-c", CLUSTER, "-n", "64", "--global-batch", "128", "--emit", "megatron"]
+    for extra in (["--json"], ["--csv"], ["--pareto"], ["--explain"], ["--json", "--pareto"]):
+        bad = runner.invoke(cli, args + extra)
+        assert bad.exit_code == 2, (extra, bad.output)
+        assert bad.stdout == ""
+        assert bad.stderr == (f"error: --emit: prints the launch instead of the table, so {' / '.join(extra)} would "
+                              f"print nothing (run --emit and {extra[0]} as two commands)\n")

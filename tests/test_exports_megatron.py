@@ -204,3 +204,19 @@ def test_a_plan_counting_fp8_weights_only_exports_fp8_param_gather():
     assert megatron_table.check_command(gathered, 8, {}) == []
     with pytest.raises(InputError, match="fp8_param_gather"):
         megatron.emit(dict(row, zero_stage=0, fp8_param_gather=True))
+
+
+def test_the_first_line_names_the_memory_features_the_flags_set():
+    # the header said 'recompute=full' for a plan recomputing 22 of 80 layers per chunk; the flags
+    # below it said 22: the line that names the plan now names them too
+    row = dict(model="llama3-70b", n_gpus=512, dp=256, tp=1, pp=1, cp=2, micro_batch=1, global_batch=512,
+               zero_stage=3, recompute="full", recompute_num_layers=22, seq_len=8192, step_time_s=7.3)
+    text = megatron.emit(row)
+    first = text.splitlines()[0]
+    assert "zero=3 recompute=full schedule=1f1b dtype=bf16, recompute_num_layers=22;" in first, first
+    value = dict(zip(flags_of(text), flags_of(text)[1:]))
+    assert value["--recompute-num-layers"] == "22"
+    plain = megatron.emit({**row, "recompute": "selective", "recompute_num_layers": 0,
+                           "recompute_modules": ("core_attn", "layernorm")})
+    assert "dtype=bf16, recompute_modules=core_attn,layernorm;" in plain.splitlines()[0]
+    assert "recompute_num_layers" not in plain.splitlines()[0]

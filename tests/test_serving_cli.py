@@ -1,6 +1,7 @@
 """``paraplan serve simulate|plan`` and ``paraplan validate serving``: outputs and one-line errors."""
 from __future__ import annotations
 
+import io
 import json
 
 import pandas as pd
@@ -180,3 +181,86 @@ def test_a_stack_file_of_ones_own_sets_the_engine_hold_flags(tmp_path):
     src["serving"]["context_wait_steps"] = {"value": -1, "source": "typo"}
     own.write_text(yaml.safe_dump(src))
     one_line_error(run(*args, "--backend", own), "context_wait_steps", "whole number of steps")
+
+
+def test_plan_prints_each_disaggregated_rows_prefill_batch_so_serve_simulate_reproduces_it():
+    # the front's disaggregated rows differ by their prefill batch too; a table without it sent a
+    # user to serve simulate's default --prefill-batch 1 and another TTFT
+    table = run(*PLAN).stdout.splitlines()
+    header = next(ln for ln in table if ln.strip().startswith("mode "))
+    assert header.split()[:4] == ["mode", "layout", "batch", "prefill_batch"]
+    row = next(ln for ln in table if ln.strip().startswith("disagg  P tp1 x4 / D tp1 x4"))
+    cells = row.split()
+    batch, prefill_batch, ttft_ms = int(cells[8]), int(cells[9]), float(cells[11])
+    assert (batch, prefill_batch, ttft_ms) == (512, 8, 805)
+    why = next(ln for ln in table if "the best disagg layout" in ln)
+    assert why.endswith("disagg prefill tp1 x4 (8 prompts per step) + decode tp1 x4 at batch 512 per rank")
+    front = json.loads(run(*PLAN, "--json").stdout)["front"]
+    planned = next(r for r in front if r["mode"] == "disagg" and r["prefill_workers"] == 4 and r["batch"] == 512)
+    sim = ["serve", "simulate", "--model", "llama3.1-8b", "--system", "dgx-h100", "--isl", "1024", "--osl", "256",
+           "--mode", "disagg", "--prefill-workers", "4", "--decode-workers", "4", "--decode-batch", batch, "--json"]
+    got = json.loads(run(*sim, "--prefill-batch", prefill_batch).stdout)
+    assert got["ttft_s"] * 1e3 == pytest.approx(planned["ttft_ms"], rel=1e-9)
+    assert got["tpot_s"] * 1e3 == pytest.approx(planned["tpot_ms"], rel=1e-9)
+    default = json.loads(run(*sim).stdout)        # --prefill-batch 1: another deployment
+    assert abs(default["ttft_s"] * 1e3 / planned["ttft_ms"] - 1) > 0.05
+
+
+def test_kv_cache_dtype_help_says_what_auto_picks_and_the_header_shows_it():
+    # auto is not always 16-bit: vllm 0.14 reads an fp8 checkpoint's FP8 KV, 0.11 does not
+    help_text = " ".join(run("serve", "simulate", "--help").stdout.split())
+    assert "auto = the stack's default, 16-bit" not in help_text
+    assert "the 8-bit KV an fp8 / nvfp4 (ModelOpt) checkpoint names" in help_text
+    args = ["serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "--precision", "fp8"]
+    assert "KV 8-bit" in run(*args, "-b", "vllm-0.14").stdout
+    assert "KV 16-bit" in run(*args, "-b", "vllm-0.11").stdout
+    assert "KV 16-bit" in run(*args, "-b", "vllm-0.14", "--precision", "bf16").stdout
+
+
+def test_plan_csv_says_whether_its_numbers_rest_on_the_prior():
+    # the table and --json said so for a GPU without serving measurements (MI300X); the CSV did not
+    prior = pd.read_csv(io.StringIO(run("serve", "plan", "-m", "llama3.1-8b", "-s", "mi300x-node", "-n", "8",
+                                        "--csv").stdout))
+    fitted = pd.read_csv(io.StringIO(run(*PLAN, "--csv").stdout))
+    assert prior["efficiency_fitted"].tolist() == [False] * len(prior) and len(prior) > 0
+    assert fitted["efficiency_fitted"].tolist() == [True] * len(fitted) and len(fitted) > 0
+
+
+def test_max_batch_says_when_the_engines_running_request_cap_binds_not_the_kv_cache():
+    # DeepSeek-R1 fp8 on B200, tp1-adp16: 102.8 GiB of KV pool holds 2044 requests of 1024 + 512
+    # tokens (50.3 MiB each); vLLM 0.14 runs at most max_num_seqs = 1024, which is what bounds
+    args = ["serve", "simulate", "-m", "deepseek-r1", "-s", "dgx-b200", "--tp", "1", "--adp", "16", "--moe-tp", "16",
+            "--moe-ep", "1"]
+    line = one_line_error(run(*args, "--batch", "100000"), "error: --batch:")
+    assert line == ("error: --batch: 100000 requests per rank need 5026.2 GiB of KV cache per GPU; 102.8 GiB is free, "
+                    "room for 2044, but vllm-0.14 runs at most 1024 requests at once (max_running_requests) "
+                    "(use --batch 1024 or less, or more workers)")
+    row = next(ln for ln in run(*args, "--batch", "64").stdout.splitlines() if ln.strip().startswith("max_batch_per_rank"))
+    assert row.split()[1] == "1024" and "vllm-0.14's max_running_requests (the KV cache would hold more)" in row
+    # where the KV cache binds, the message and the row say so as before
+    dense = ["serve", "simulate", "-m", "llama3.1-70b", "-s", "dgx-h100", "--tp", "4"]
+    assert one_line_error(run(*dense, "--batch", "100000")).endswith("so at most 911 fit (use --batch 911 or less, more tp/pp)")
+    row = next(ln for ln in run(*dense).stdout.splitlines() if ln.strip().startswith("max_batch_per_rank"))
+    assert row.split()[1] == "911" and row.rstrip().endswith("largest concurrency per rank whose KV cache fits")
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--mode", "disagg", "--tp", "4", "--batch", "16"],
+     "error: --tp: sets the aggregated worker; a disaggregated deployment (--mode disagg) has prefill and decode "
+     "workers (use --prefill-tp / --decode-tp, or drop --mode disagg)"),
+    (["--mode", "disagg", "--batch", "16"],
+     "error: --batch: sets the aggregated worker; a disaggregated deployment (--mode disagg) has prefill and decode "
+     "workers (use --prefill-batch / --decode-batch, or drop --mode disagg)"),
+    (["--tp", "4", "--decode-tp", "8"],
+     "error: --decode-tp: sets a disaggregated worker; this deployment is aggregated (--mode agg) "
+     "(add --mode disagg, or use --tp)"),
+    (["--tp", "4", "--prefill-workers", "3"],
+     "error: --prefill-workers: sets a disaggregated worker; this deployment is aggregated (--mode agg) "
+     "(add --mode disagg, or use --workers)"),
+])
+def test_simulate_names_an_option_of_the_other_mode_instead_of_ignoring_it(args, line):
+    # --mode disagg --tp 4 --batch 16 ran a tp1 prefill + tp1 decode deployment at decode batch 32 and
+    # then failed on --decode-batch, an option the user never gave
+    assert one_line_error(run("serve", "simulate", "-m", "llama3.1-70b", "-s", "dgx-h100", *args)) == line
+    # the same values on the matching options run
+    assert run("serve", "simulate", "-m", "llama3.1-70b", "-s", "dgx-h100", "--tp", "4", "--batch", "16").exit_code == 0

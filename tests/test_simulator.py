@@ -323,6 +323,23 @@ def test_moe_load_imbalance_is_at_most_experts_over_top_k():
     assert err.value.field == "moe_load_imbalance"
 
 
+@pytest.mark.parametrize("field, value", [("etp", 2), ("moe_load_imbalance", 2.0)])
+def test_expert_settings_on_a_dense_model_are_refused_like_ep(field, value):
+    # ep > 1 on Llama-3-8B was refused; etp 2 and an imbalance of 2 were printed in the config and
+    # changed nothing, so a user believed they had been modelled
+    from hardware_specs.errors import InputError
+    from model_specs.catalog import load_model
+    from simulator.parallel_config import ParallelConfig
+    from simulator.validate_config import check_config
+    dense = load_model("llama3-8b")
+    tp = 2 if field == "etp" else 1                    # ep*etp folds into dp*cp*tp
+    check_config(dense, ParallelConfig(dp=8, tp=tp, global_batch=8))
+    with pytest.raises(InputError) as err:
+        check_config(dense, ParallelConfig(dp=8, tp=tp, global_batch=8, **{field: value}))
+    assert err.value.field == field and "llama3-8b has no experts" in err.value.message
+    check_config(load_model("mixtral-8x7b"), ParallelConfig(dp=8, tp=tp, ep=2, global_batch=8, **{field: value}))
+
+
 @pytest.mark.parametrize("field, value", [("num_layers", 2**17), ("hidden_size", 10**30), ("seq_len", 2**31),
                                           ("vocab_size", 1.5)])
 def test_model_spec_refuses_sizes_beyond_its_bounds_naming_the_field(field, value):

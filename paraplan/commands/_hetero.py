@@ -262,6 +262,10 @@ def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool) -
              f"{r['tokens_per_s']:,.0f}", "-" if r["n_gpus"] == 0 else f"{100 * r['mfu']:.1f}",
              "-" if r["n_gpus"] == 0 else f"{r['best_gain_pct']:+.1f}"] for r in comp.to_dict("records")]
     out.append(format_table(rows, ["plan", "n_gpus", "step_time_s", "tokens_per_s", mfu_head, "best_vs_this_pct"]))
+    # the 'only' rows come from the mixed search's narrower space, not from a one-kind plan
+    out.append("the 'only' rows are the best plans on that pool within this mixed search (pipelines, ZeRO 0-1 unless "
+               "--zero, no CP or activation offload);\n`paraplan plan -c <the pool's cluster> -n <its GPUs>` searches "
+               "one kind's whole space and can be faster\n")
     out.append(f"\nbest plan: {layout_text(result.best)}\n")
     cells = []
     for r in table.to_dict("records"):

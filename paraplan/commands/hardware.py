@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from hardware_specs.catalog import (efficiency_for, efficiency_for_cluster, is_pooled, list_clusters, list_gpus,
-                                    load_cluster, load_gpu, load_pooled_cluster, read_yaml)
+                                    load_cluster, load_gpu, load_pooled_cluster, load_serving_efficiency, read_yaml)
 from hardware_specs.pools import PooledCluster
 from hardware_specs.cluster_spec import ClusterSpec, NetworkTier
 from hardware_specs.efficiency_model import EfficiencyModel
@@ -39,7 +39,18 @@ def gpu_row(gpu: GPUSpec) -> dict:
         "hbm_gib": _r(gpu.hbm_bytes / GIB, 2),
         "hbm_bw_tb_per_s": _r(gpu.hbm_bw_bytes_per_s / 1e12, 3),
         "scaleup_bw_gb_per_s": _r(gpu.scaleup_bw_bytes_per_s / 1e9, 1),
+        # whether training / serving times on this GPU rest on fitted factors or on a prior
+        "efficiency_fitted": _fitted(lambda: efficiency_for(gpu).is_fitted),
+        "serving_efficiency_fitted": _fitted(lambda: not load_serving_efficiency(gpu.generation).prior),
     }
+
+
+def _fitted(read) -> bool | None:
+    """``read()`` as a bool; None where the generation has no efficiency profile to read."""
+    try:
+        return bool(read())
+    except InputError:
+        return None
 
 
 def gpu_detail(gpu: GPUSpec) -> dict:
@@ -256,7 +267,9 @@ def command() -> None:
 def list_cmd(as_json: bool) -> None:
     """Which GPUs and clusters are in the catalog, with their headline numbers.
 
-    GPU columns: dense peak TFLOP/s, HBM GiB and TB/s, scale-up GB/s per GPU one direction.
+    GPU columns: dense peak TFLOP/s, HBM GiB and TB/s, scale-up GB/s per GPU one direction, and
+    whether the generation's training and serving efficiency models are fitted to measured runs
+    (False: an unfitted prior; its numbers are marked * where printed).
     Cluster columns: GPUs per scale-up node, per-GPU link Gb/s and latency in microseconds.
 
     \b

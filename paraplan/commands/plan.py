@@ -122,8 +122,8 @@ def _table(df, ranked: bool = True, show_gpus: bool = False) -> str:
     shown.insert(1 if show_gpus else 0, "config", config_labels(df).to_numpy() if len(df) else [])
     headers = list(shown.columns)
     rows = _cells(shown)
-    if star:        # every time in the table rests on the prior: the marker beside each
-        for c in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu"):
+    if star:        # every time in the table rests on the prior: the marker beside each (MFU is one too)
+        for c in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", *(h for h in headers if h.startswith("mfu_"))):
             if c in headers:
                 i = headers.index(c)
                 rows = [r[:i] + [r[i] + star] + r[i + 1:] for r in rows]
@@ -274,6 +274,12 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
     """
     if as_json and as_csv:
         raise InputError("--json", "give --json or --csv, not both")
+    if emit:        # the launch replaces the table: say so rather than drop the other outputs silently
+        dropped = [flag for flag, given in (("--json", as_json), ("--csv", as_csv), ("--pareto", pareto),
+                                            ("--explain", explain)) if given]
+        if dropped:
+            raise InputError("--emit", f"prints the launch instead of the table, so {' / '.join(dropped)} would "
+                             "print nothing", f"run --emit and {dropped[0]} as two commands")
     spec = load_model(model)
     if seq_len is not None:
         spec = spec.with_seq_len(seq_len)

@@ -76,7 +76,10 @@ def _common(f):
         click.option("--expert-precision", type=click.Choice(PRECISIONS), default=None,
                      help="Weight format of the routed experts (default: --precision)."),
         click.option("--kv-cache-dtype", type=click.Choice(["auto", "bf16", "fp16", "fp8"]), default="auto", show_default=True,
-                     help="KV-cache dtype (auto = the stack's default, 16-bit)."),
+                     help="KV-cache dtype (auto = as the engine decides: the 8-bit KV an fp8 / nvfp4 "
+                          "(ModelOpt) checkpoint names where the stack reads it (its kv_dtype_from_checkpoint, "
+                          "paraplan hardware stacks NAME), else the stack's default, 16-bit; the header's KV says "
+                          "which)."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -153,6 +156,42 @@ def _layout_options(prefix: str, what: str):
     return deco
 
 
+_AGG_ONLY = ("tp", "pp", "adp", "moe_tp", "moe_ep", "batch", "workers")
+
+
+def _refuse_other_modes_options(mode: str) -> None:
+    """An agg worker's option under --mode disagg (or a prefill / decode option under agg) was
+    ignored without a word; name it instead."""
+    from click.core import ParameterSource
+    ctx = click.get_current_context()
+
+    def given(name: str) -> bool:
+        return ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)
+
+    if mode == "disagg":
+        for name in _AGG_ONLY:
+            if given(name):
+                flag = "--" + name.replace("_", "-")
+                sides = (f"--prefill-{flag[2:]} / --decode-{flag[2:]}" if name != "batch" else
+                         "--prefill-batch / --decode-batch")
+                raise InputError(flag, "sets the aggregated worker; a disaggregated deployment (--mode disagg) has "
+                                 "prefill and decode workers", f"use {sides}, or drop --mode disagg")
+    else:
+        for name in ctx.params:
+            if name.startswith(("prefill_", "decode_")) and given(name):
+                flag = "--" + name.replace("_", "-")
+                raise InputError(flag, f"sets a disaggregated worker; this deployment is aggregated (--mode {mode})",
+                                 f"add --mode disagg, or use --{flag.split('-', 3)[3]}")
+
+
+def _max_batch_meaning(ctx, m) -> str:
+    """What bounds ``max_batch_per_rank``: the KV cache, or the stack's cap on running requests."""
+    cap = ctx.behaviour.max_running_requests
+    if cap and int(m["max_batch_per_rank"]) == cap:
+        return f"largest concurrency per rank: {ctx.stack.name}'s max_running_requests (the KV cache would hold more)"
+    return "largest concurrency per rank whose KV cache fits"
+
+
 def render_simulation(report) -> str:
     """The human-readable table of one ``ServingReport``."""
     from planners.serving.labels import worker_label
@@ -184,7 +223,7 @@ def render_simulation(report) -> str:
             ["latency_s", f"{m['latency_s']:.2f}", "request latency = TTFT + (osl - 1) x TPOT"],
             ["tokens_per_s_per_gpu", f"{m['tokens_per_s_per_gpu']:,.1f}", "output tokens/s per GPU"],
             ["tokens_per_s_per_user", f"{m['tokens_per_s_per_user']:,.1f}", "output tokens/s each user sees"],
-            ["max_batch_per_rank", f"{int(m['max_batch_per_rank'])}", "largest concurrency per rank whose KV cache fits"]]
+            ["max_batch_per_rank", f"{int(m['max_batch_per_rank'])}", _max_batch_meaning(ctx, m)]]
     for k, v in report.extra.items():
         scale = 1e3 if k.endswith("_s") else 100.0       # seconds to ms, fractions to percent
         name, what = EXTRA_MEANING.get(k, (k[:-2] + "_ms" if k.endswith("_s") else k + "_pct", ""))
@@ -236,6 +275,7 @@ def simulate_cmd(as_json: bool, **opts) -> None:
     from simulator.serving.deployment import Deployment
     from simulator.serving.simulate import simulate_serving
 
+    _refuse_other_modes_options(opts["mode"])
     ctx = _context(opts)
     common = dict(model=opts["model"], system=opts["system"], backend=ctx.stack.name, mode=opts["mode"],
                   isl=opts["isl"], osl=opts["osl"], dense_format=ctx.dense_format, expert_format=ctx.expert_format,
@@ -302,12 +342,16 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int) 
     rows = []
     for r in front.sort_values(["mode", "tokens_per_s_per_user"]).to_dict("records"):
         lay = r["layout"] if r["mode"] == "agg" else f"P {r['prefill_layout']} x{int(r['prefill_workers'])} / D {r['decode_layout']} x{int(r['decode_workers'])}"
-        rows.append([r["mode"], lay, int(r["batch"]), int(r["gpus_used"]), f"{r['ttft_ms']:.0f}", f"{r['tpot_ms']:.1f}",
-                     f"{r['tokens_per_s_per_gpu']:,.0f}", f"{r['tokens_per_s_per_user']:.1f}", "yes" if r["meets_slo"] else "no"])
+        # a disaggregated row is only determined with its prefill batch (serve simulate --prefill-batch)
+        prefill_batch = "-" if r["mode"] == "agg" else int(r["prefill_batch"])
+        rows.append([r["mode"], lay, int(r["batch"]), prefill_batch, int(r["gpus_used"]), f"{r['ttft_ms']:.0f}",
+                     f"{r['tpot_ms']:.1f}", f"{r['tokens_per_s_per_gpu']:,.0f}", f"{r['tokens_per_s_per_user']:.1f}",
+                     "yes" if r["meets_slo"] else "no"])
     if top and len(rows) > top:
         rows = rows[:top]
-    lines.append(format_table(rows, ["mode", "layout", "batch", "gpus_used", "ttft_ms", "tpot_ms", "tokens_per_s_per_gpu",
-                                     "tokens_per_s_per_user", "meets_slo"], align="llrrrrrrl", indent="  ").rstrip())
+    lines.append(format_table(rows, ["mode", "layout", "batch", "prefill_batch", "gpus_used", "ttft_ms", "tpot_ms",
+                                     "tokens_per_s_per_gpu", "tokens_per_s_per_user", "meets_slo"], align="llrrrrrrrl",
+                              indent="  ").rstrip())
     return "\n".join(lines) + "\n"
 
 
@@ -349,7 +393,7 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
     from planners.serving import plan_serving
 
     if as_json and as_csv:
-        raise click.UsageError("give --json or --csv, not both")
+        raise InputError("--json", "give --json or --csv, not both")
     if out_path is not None:
         check_writable(out_path, "--out")
     if plot_path is not None:
@@ -365,7 +409,10 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
                           "evaluated": plan.evaluated, "efficiency_is_prior": ctx.efficiency.prior})
     elif as_csv:
         buf = io.StringIO()
-        _plan_rows(plan.front).to_csv(buf, index=False)
+        rows = _plan_rows(plan.front)
+        # as the training CSVs: whether the numbers rest on fitted factors or on the prior
+        rows["efficiency_fitted"] = not ctx.efficiency.prior
+        rows.to_csv(buf, index=False)
         text = buf.getvalue()
     else:
         text = render_plan(plan, ctx, gpus, ttft_ms, tpot_ms, top)

@@ -362,12 +362,15 @@ def write_timelines(model, config, report, trace_path: str | None, gantt_path: s
                              "install matplotlib, or drop --gantt") from None
     schedule, result = pipeline_timeline(model, config, cluster)
     summary = (f"{schedule.kind.value} p={schedule.p} m={schedule.m} v={schedule.v}: makespan "
-               f"{result.makespan_s:.4g} s, bubble {100 * result.bubble_fraction:.1f}%")
+               f"{result.makespan_s:.4g} s, mean stage idle {100 * result.bubble_fraction:.1f}%")
     notes = []
     if trace_path is not None:
         names = [f"stage {i}" for i in range(schedule.p)]
         atomic_output_path(trace_path, lambda tmp: write_chrome_trace(tmp, result, schedule, names), "--trace")
-        notes.append(f"wrote trace {trace_path} ({summary}); open it in https://ui.perfetto.dev")
+        # the mean over stages, which counts the lighter stages' waits: not the breakdown's
+        # pipeline_bubble_s, the busiest stage's idle
+        notes.append(f"wrote trace {trace_path} ({summary}; pipeline_bubble_s above is the busiest stage's idle); "
+                     "open it in https://ui.perfetto.dev")
     if gantt_path is not None:
         title = (f"{report.model} on {report.n_gpus}x {report.gpu}: {summary}")
         atomic_output_path(gantt_path, lambda tmp: draw_gantt(result, schedule, tmp, title=title), "--gantt")

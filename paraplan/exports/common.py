@@ -120,6 +120,12 @@ def summary(p: dict) -> str:
             parts.append(f"{k}={p[k]}")
     parts.append(f"micro_batch={p['micro_batch']} global_batch={p['global_batch']} x {p['seq_len']} tokens")
     parts.append(f"zero={p['zero_stage']} recompute={p['recompute']} schedule={p['schedule']} dtype={p['dtype']}")
+    # the memory features in use (recompute_num_layers, hybrid sharding, ...) are part of the plan too
+    used = [f"{k}={','.join(map(str, v)) if isinstance(v, (tuple, list)) else _plain(v)}"
+            for k, v in ((k, p.get(k)) for k in MEMORY_FEATURES)
+            if _present(v) and v and v != _NOT_USED.get(k)]
+    if used:
+        parts.append(" ".join(used))
     head = f"{p['model_name'] or 'model'} on {p['n_gpus']} GPUs"
     if p.get("gpu"):
         head += f" ({p['gpu']}{', ' + p['cluster'] if p.get('cluster') else ''})"

@@ -154,10 +154,18 @@ def _disagg(ctx, gpus: int, isl: int, osl: int, max_batch: int) -> pd.DataFrame:
     return df
 
 
+def describe(row) -> str:
+    """One candidate as ``paraplan serve simulate`` takes it: its mode, layouts, worker counts and
+    batches (a disaggregated one's prefill batch too: without it the deployment is not determined)."""
+    if row["mode"] == "agg":
+        return f"agg {int(row['workers'])} x {row['layout']} at batch {int(row['batch'])} per rank"
+    return (f"disagg prefill {row['prefill_layout']} x{int(row['prefill_workers'])} ({int(row['prefill_batch'])} prompts "
+            f"per step) + decode {row['decode_layout']} x{int(row['decode_workers'])} at batch {int(row['batch'])} per rank")
+
+
 def _why(best: pd.Series, cands: pd.DataFrame, ttft_ms: float, tpot_ms: float) -> list[str]:
     lines = []
-    desc = best["layout"] if best["mode"] == "agg" else f"prefill {best['prefill_layout']} x{int(best['prefill_workers'])} + decode {best['decode_layout']} x{int(best['decode_workers'])}"
-    lines.append(f"why: {best['mode']} {desc} at batch {int(best['batch'])} per rank reaches "
+    lines.append(f"why: {describe(best)} reaches "
                  f"{best['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU with TTFT {best['ttft_ms']:.0f} ms and TPOT "
                  f"{best['tpot_ms']:.1f} ms (SLO {ttft_ms:g} / {tpot_ms:g} ms)")
     meets = cands[cands.meets_slo]
@@ -166,7 +174,8 @@ def _why(best: pd.Series, cands: pd.DataFrame, ttft_ms: float, tpot_ms: float) -
         o = other.loc[other.tokens_per_s_per_gpu.idxmax()]
         ratio = best["tokens_per_s_per_gpu"] / max(o["tokens_per_s_per_gpu"], 1e-9)
         lines.append(f"     the best {o['mode']} layout meeting the SLO reaches {o['tokens_per_s_per_gpu']:,.0f} "
-                     f"tokens/s/GPU ({ratio:.2f}x less) at TPOT {o['tpot_ms']:.1f} ms, TTFT {o['ttft_ms']:.0f} ms")
+                     f"tokens/s/GPU ({ratio:.2f}x less) at TPOT {o['tpot_ms']:.1f} ms, TTFT {o['ttft_ms']:.0f} ms: "
+                     f"{describe(o)}")
     else:
         lines.append(f"     no {'disagg' if best['mode'] == 'agg' else 'agg'} layout meets the SLO")
     bigger = cands[(cands["mode"] == best["mode"]) & (cands.tokens_per_s_per_gpu > best["tokens_per_s_per_gpu"])]

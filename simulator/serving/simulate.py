@@ -141,10 +141,16 @@ def simulate_serving(dep: Deployment, ctx: ServingContext | None = None, require
             raise InputError(field_name, f"not even one request fits: its KV cache needs {per_req / 2**30:.1f} GiB "
                              f"per GPU and {out['kv_pool_bytes'][0] / 2**30:.1f} GiB is free",
                              f"shorten --isl/--osl, raise tp/pp{fp8_hint}")
+        # the stack's cap on running requests can bind before the KV pool does (memory_columns)
+        kv_fit = int(out["kv_pool_bytes"][0] // max(per_req, 1.0))
+        limit = (f"so at most {int(n_fit)} fit" if kv_fit <= n_fit else
+                 f"room for {kv_fit}, but {ctx.stack.name} runs at most {int(n_fit)} requests at once "
+                 "(max_running_requests)")
         raise InputError(field_name, f"{batch_lay.batch} requests per rank need "
                          f"{batch_lay.batch * per_req / 2**30:.1f} GiB of KV cache per GPU; "
-                         f"{out['kv_pool_bytes'][0] / 2**30:.1f} GiB is free, so at most {int(n_fit)} fit",
-                         f"use {field_name} {max(int(n_fit), 1)} or less, more tp/pp{fp8_hint}")
+                         f"{out['kv_pool_bytes'][0] / 2**30:.1f} GiB is free, {limit}",
+                         f"use {field_name} {max(int(n_fit), 1)} or less"
+                         + (f", more tp/pp{fp8_hint}" if kv_fit <= n_fit else ", or more workers"))
     metrics = {k: float(out[k][0]) for k in ("ttft_s", "ttft_p90_s", "tpot_s", "latency_s", "tokens_per_s_per_gpu",
                                               "tokens_per_s_per_user", "max_batch_per_rank")}
     metrics["fits"] = bool(out["fits"][0])
