@@ -92,10 +92,15 @@ def test_narayanan_tables_stay_within_bound(results):
 def test_dense_rows_with_their_fields_are_predicted(results):
     dense = results[results.gpu_profile.isin(DENSE_GPUS) & ~_is_vtrain_single_node(results)]
     unpredictable = dense.reason.str.contains("needed field|gpu_profile|metric|convention|preset|ep > 1", regex=True)
-    from_preset = dense.assumptions.fillna("").str.contains("preset")
+    # rows whose whole architecture came from a preset (the row states no layers / hidden /
+    # heads); not rows that took only details (norm, biases, vocab) or a release's recompute /
+    # ZeRO setting from one: matching any "preset" had shrunk this set to 222 rows once those
+    # assumptions were written out (seventeenth round)
+    from_preset = dense.assumptions.fillna("").str.contains(r"(?:^|; )architecture from preset", regex=True)
     modelable = dense[~unpredictable & ~from_preset]
-    assert (modelable.status == "ok").mean() >= 0.90      # measured 268/268
-    assert _mean_abs_pct(modelable[modelable.status == "ok"]) <= 10.0   # the target; measured 5.90%
+    assert len(modelable) >= 300
+    assert (modelable.status == "ok").mean() >= 0.90      # measured 372/372 (2026-12-03)
+    assert _mean_abs_pct(modelable[modelable.status == "ok"]) <= 10.0   # the target; measured 5.82%
 
 
 def _is_vtrain_single_node(results):
