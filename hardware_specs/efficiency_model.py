@@ -118,6 +118,14 @@ class EfficiencyModel:
         object.__setattr__(self, "collective_bw_fraction", MappingProxyType(dict(self.collective_bw_fraction)))
         object.__setattr__(self, "fitted_factors", tuple(str(f) for f in (self.fitted_factors or ())))
 
+    def __reduce__(self):
+        """Pickle by field values, the read-only mappings as plain dicts (``__post_init__`` wraps
+        them again): the fitter's forked workers send their fitted models back this way."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values["gemm_peak_fraction"] = dict(values["gemm_peak_fraction"])
+        values["collective_bw_fraction"] = dict(values["collective_bw_fraction"])
+        return (_efficiency_model_from_fields, (values,))
+
     @property
     def is_fitted(self) -> bool:
         """Whether the factors were fitted to measured runs (else: an unfitted prior)."""
@@ -158,3 +166,8 @@ def _check_fraction(name: str, value: float, allow_zero: bool = False) -> None:
     require_plausible(name, value, MIN_FRACTION, allow_zero=allow_zero)
     if value > 1.0:
         raise InputError(name, f"is a fraction and must be <= 1, got {value}")
+
+
+def _efficiency_model_from_fields(values: dict) -> EfficiencyModel:
+    """``EfficiencyModel`` from its field values (unpickling)."""
+    return EfficiencyModel(**values)
