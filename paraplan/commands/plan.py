@@ -133,12 +133,14 @@ def _table(df, ranked: bool = True, show_gpus: bool = False) -> str:
     return format_table(rows, headers)
 
 
-def _emit(result: PlanResult, spec, framework: str) -> str:
+def _emit(result: PlanResult, spec, framework: str, cl=None) -> str:
     """The launch of the fastest plan ``framework`` can run; a note on stderr says which rank it
     had and how much slower than the unrestricted winner it is (DeepSpeed's recipe follows)."""
     from paraplan import exports
     from paraplan.api import config_label
     context = {"model": spec, "seq_len": result.seq_len, "gpu": result.gpu, "cluster": result.cluster}
+    if cl is not None:      # the cluster as loaded (a file's too), for the launch's hosts
+        context["gpus_per_host"] = cl.launch_gpus_per_host
     row, rank, slowdown = exports.best_runnable(result.plans, framework, **context)
     if rank == 0:
         note = f"the unrestricted winner runs in {framework} as planned"
@@ -308,7 +310,7 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         bar.close()
     is_range = result.gpus[0] != result.gpus[1]
     if emit:
-        click.echo(_emit(result, spec, emit), nl=False)
+        click.echo(_emit(result, spec, emit, cl), nl=False)
         return
     if as_json:
         click.echo(_json(result, top, pareto, explain, cl), nl=False)
