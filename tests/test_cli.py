@@ -522,6 +522,24 @@ def test_numbers_on_an_unfitted_efficiency_model_carry_the_marker_and_the_field(
     assert sim_mfu.rstrip().endswith("*")
 
 
+def test_plan_explain_marks_the_winner_and_runner_up_numbers_on_a_prior_as_the_table_does():
+    args = ("plan", "-m", "llama3-8b", "-c", "{}", "-n", "16", "--global-batch", "64", "--explain")
+    prior = run(*(a.format("mi300x-node") for a in args))
+    assert prior.exit_code == 0, prior.output
+    lines = prior.stdout.splitlines()
+    plan = json.loads(run("plan", "-m", "llama3-8b", "-c", "mi300x-node", "-n", "16", "--global-batch", "64",
+                          "--json", "--top", "1").stdout)["plans"][0]
+    for label in ("winner:", "runner-up:"):
+        perf = lines[next(i for i, ln in enumerate(lines) if ln.startswith(label)) + 1]
+        # time, throughput and MFU rest on the cdna3 prior; memory does not (the table marks the same cells)
+        assert re.search(r"[\d.]+ s/step \*, [\d,]+ tokens/s \*, MFU [\d.]+% \* of the bf16 peak, [\d.]+ GiB/GPU$",
+                         perf.split("  (")[0]), perf
+    win = lines[next(i for i, ln in enumerate(lines) if ln.startswith("winner:")) + 1]
+    assert f"{plan['step_time_s']:.4g} s/step *, {plan['tokens_per_s']:,.0f} tokens/s *" in win
+    fitted = run(*(a.format("dgx-h100") for a in args))
+    assert fitted.exit_code == 0 and " *" not in fitted.stdout and "unfitted prior" not in fitted.stdout
+
+
 def test_simulate_and_plan_keep_the_default_headroom_unless_told_otherwise():
     from simulator.headroom import DEFAULT_HEADROOM_FRACTION
     base = ["simulate", "-m", "llama3-8b", "-c", "mi300x-node", "--gpus", "8", "--global-batch", "64", "--json"]
