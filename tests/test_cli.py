@@ -540,6 +540,20 @@ def test_plan_explain_marks_the_winner_and_runner_up_numbers_on_a_prior_as_the_t
     assert fitted.exit_code == 0 and " *" not in fitted.stdout and "unfitted prior" not in fitted.stdout
 
 
+def test_plan_json_writes_a_single_gpu_count_as_a_number_and_a_range_as_min_max():
+    base = ("plan", "-m", "llama3-8b", "-c", "dgx-h100", "--global-batch", "64", "--json", "--top", "1")
+    single = json.loads(run(*base, "-n", "16").stdout)
+    assert single["request"]["gpus"] == 16
+    ranged = json.loads(run(*base, "-n", "8-16").stdout)
+    assert ranged["request"]["gpus"] == {"min": 8, "max": 16}
+    # stage_layers is half-open: llama3-8b's 32 layers on one stage are [0, 32), the table's 0:0-31
+    assert single["stage_layers"] == [[0, 32]]
+    table = run("plan", "-m", "llama3-8b", "-c", "dgx-h100", "--global-batch", "64", "-n", "16", "--top", "1").stdout
+    assert "0:0-31" in table
+    help_text = "".join(run("plan", "--help").stdout.split())      # as wrapped: compare without spaces
+    assert '{"min":lo,"max":hi}' in help_text and "[start,end)" in help_text and "end-exclusive" in help_text
+
+
 def test_simulate_and_plan_keep_the_default_headroom_unless_told_otherwise():
     from simulator.headroom import DEFAULT_HEADROOM_FRACTION
     base = ["simulate", "-m", "llama3-8b", "-c", "mi300x-node", "--gpus", "8", "--global-batch", "64", "--json"]

@@ -167,10 +167,16 @@ def _header(result: PlanResult) -> str:
             f"({result.evals_per_s:,.0f}/s), {result.fitting:,} fit in {result.memory_limit_bytes / 2**30:.1f} GiB\n")
 
 
+def _gpus_json(gpus: tuple[int, int]):
+    """``request.gpus``: the count searched, or ``{"min": lo, "max": hi}`` for a range."""
+    lo, hi = (int(g) for g in gpus)
+    return lo if lo == hi else {"min": lo, "max": hi}
+
+
 def _json(result: PlanResult, top: int, pareto: bool, explain: bool, cluster) -> str:
     data = {
         "request": {"model": result.model, "cluster": result.cluster, "gpu": result.gpu,
-                    "gpus": list(result.gpus), "global_batch": result.global_batch, "seq_len": result.seq_len,
+                    "gpus": _gpus_json(result.gpus), "global_batch": result.global_batch, "seq_len": result.seq_len,
                     "dtypes": list(result.dtypes), "memory_limit_bytes": result.memory_limit_bytes,
                     "headroom_required_bytes": result.hbm_bytes - result.memory_limit_bytes,
                     **priors.json_fields(cluster)},
@@ -239,7 +245,10 @@ def _csv(df) -> str:
 @click.option("--stack", default="megatron-core", show_default=True, metavar="NAME",
               help="Software stack every plan runs (its overlap, kernels, fusion, gradient dtype and recipe "
                    "for this model); see `paraplan hardware stacks`.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (request, search counts, pruned, plans, stage_layers).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON (request, search counts, pruned, plans, stage_layers). request.gpus is the GPU "
+                   "count, or {\"min\": lo, \"max\": hi} for a range; stage_layers lists the best plan's "
+                   "[start, end) per model chunk, 0-based and end-exclusive ([[0, 80]] = the table's 0:0-79).")
 @click.option("--csv", "as_csv", is_flag=True, help="Print the top plans (or, with --pareto, the frontier) as CSV.")
 @click.option("--pareto", is_flag=True, help="Also print the throughput-vs-memory frontier (and vs GPUs for a range).")
 @click.option("--explain", is_flag=True, help="Explain the winner against the runner-up; pruned counts per rule.")
