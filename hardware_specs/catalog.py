@@ -20,7 +20,8 @@ efficiency (optional inline efficiency mapping, as ``paraplan calibrate`` writes
 latency_us} (optional: defaults to the GPU's link), scaleout {kind, bw_gbit_per_s or
 bw_gb_per_s, latency_us}, rail_optimized, oversubscription, max_gpus, source, and optionally host
 {link, link_bw_gb_per_s (per GPU, one direction), memory_gib (per node), memory_bw_gb_per_s (per
-node), source} for offload.
+node), source} for offload, and gpus_per_host (GPUs one host drives, for the launch exports, where a
+scale-up domain spans several hosts; default gpus_per_node).
 
 Pooled cluster files (a mixed cluster) list ``pools`` instead: each pool has a name, ``gpus`` (its
 GPU count) and either ``cluster`` (a catalog cluster or file giving its GPU and fabric; other keys
@@ -298,6 +299,7 @@ def cluster_from_dict(data: dict, where: str = "cluster") -> ClusterSpec:
         max_gpus=max_gpus,
         source=_get(data, "source", where, str, ""), description=_get(data, "description", where, str, ""),
         efficiency=efficiency, host=_host_from_dict(data.get("host"), f"{where}.host"),
+        gpus_per_host=_get(data, "gpus_per_host", where, int, None),
     )
 
 

@@ -86,6 +86,9 @@ class ClusterSpec:
             ``paraplan calibrate``); None = use the GPU generation's fitted model.
         host: the GPUs' link to host memory and the node's host memory (``HostSpec``), for
             activation and optimizer offload; None = not in the catalog (offload refused).
+        gpus_per_host: GPUs one host drives (one ``torchrun`` agent, ``--nproc-per-node``),
+            where a scale-up domain spans several hosts (4 per GB200 NVL72 compute tray); None =
+            the scale-up domain is one host (``gpus_per_node``). Only the launch exports read it.
     """
 
     name: str
@@ -100,9 +103,15 @@ class ClusterSpec:
     description: str = ""
     efficiency: EfficiencyModel | None = None
     host: HostSpec | None = None
+    gpus_per_host: int | None = None
 
     def __post_init__(self) -> None:
         where = f"cluster {self.name}"
+        if self.gpus_per_host is not None:
+            require_positive(f"{where}.gpus_per_host", self.gpus_per_host)
+            if int(self.gpus_per_host) != self.gpus_per_host or self.gpus_per_node % self.gpus_per_host:
+                raise InputError(f"{where}.gpus_per_host", f"{self.gpus_per_host} must be an integer dividing "
+                                 f"gpus_per_node {self.gpus_per_node}")
         require_positive(f"{where}.gpus_per_node", self.gpus_per_node)
         if int(self.gpus_per_node) != self.gpus_per_node:
             raise InputError(f"{where}.gpus_per_node", "must be an integer")
@@ -118,6 +127,11 @@ class ClusterSpec:
             require_positive(f"{where}.max_gpus", self.max_gpus)
             if int(self.max_gpus) != self.max_gpus:
                 raise InputError(f"{where}.max_gpus", "must be an integer")
+
+    @property
+    def launch_gpus_per_host(self) -> int:
+        """GPUs per host for a launch (``torchrun --nproc-per-node``)."""
+        return int(self.gpus_per_host or self.gpus_per_node)
 
     def with_gpu(self, gpu: GPUSpec) -> "ClusterSpec":
         """The same fabric with another accelerator (for what-if studies)."""

@@ -17,6 +17,9 @@ from hardware_specs.errors import InputError, require_plausible
 
 #: collective kinds whose bandwidth ``collective_bw_fraction`` may scale
 COLLECTIVE_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "p2p")
+#: the marker outputs put beside a number that rests on an unfitted model (``is_fitted`` false);
+#: ``paraplan.priors.MARK`` is this, and the planner's ``--explain`` text uses it too
+PRIOR_MARK = "*"
 
 
 @dataclass(frozen=True)

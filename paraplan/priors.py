@@ -9,9 +9,10 @@ Every time the simulator predicts uses the GPU generation's efficiency model
 from __future__ import annotations
 
 from hardware_specs.catalog import efficiency_for_cluster
+from hardware_specs.efficiency_model import PRIOR_MARK
 
 #: the marker beside a number that rests on a prior (explained by ``footnote``)
-MARK = "*"
+MARK = PRIOR_MARK
 
 
 def is_prior(cluster) -> bool:

@@ -1,6 +1,7 @@
 """Why the winner wins: its step-time breakdown against the runner-up, and what was pruned."""
 from __future__ import annotations
 
+from hardware_specs.efficiency_model import PRIOR_MARK
 from hardware_specs.mfu_reference import mfu_pct, reference_dtype
 from model_specs.model_spec import ModelSpec
 from planners.search_space import RULES
@@ -26,14 +27,15 @@ def _config_text(row) -> str:
             f"sp={sp} schedule={row['schedule']} {row['dtype']}")
 
 
-def _perf_text(row, gpu=None) -> str:
+def _perf_text(row, gpu=None, mark: str = "") -> str:
     """Step, throughput, MFU (percent of ``gpu``'s reference peak, as the plan table shows it;
-    of the row dtype's peak without ``gpu``) and memory of one plan row."""
+    of the row dtype's peak without ``gpu``) and memory of one plan row; ``mark`` follows each
+    number that rests on the efficiency model (time, throughput, MFU), as in the plan table."""
     if gpu is None:
-        mfu = f"MFU {100 * row['mfu']:.1f}% of the {row['dtype']} peak"
+        mfu = f"MFU {100 * row['mfu']:.1f}%{mark} of the {row['dtype']} peak"
     else:
-        mfu = f"MFU {float(mfu_pct(row['mfu'], str(row['dtype']), gpu)):.1f}% of the {reference_dtype(gpu)} peak"
-    return (f"{row['step_time_s']:.4g} s/step, {row['tokens_per_s']:,.0f} tokens/s, "
+        mfu = f"MFU {float(mfu_pct(row['mfu'], str(row['dtype']), gpu)):.1f}%{mark} of the {reference_dtype(gpu)} peak"
+    return (f"{row['step_time_s']:.4g} s/step{mark}, {row['tokens_per_s']:,.0f} tokens/s{mark}, "
             f"{mfu}, {row['memory_gib']:.1f} GiB/GPU")
 
 
@@ -112,9 +114,11 @@ def memory_feature_notes(model: ModelSpec, cluster, eff, config, limit_bytes: fl
     return notes
 
 
-def explain_text(result, model: ModelSpec, memory_notes=(), gpu=None) -> str:
+def explain_text(result, model: ModelSpec, memory_notes=(), gpu=None, prior: bool = False) -> str:
     """The ``--explain`` text of a ``PlanResult`` (``memory_notes``: ``memory_feature_notes``
-    of the winner)."""
+    of the winner). ``prior``: the times rest on an unfitted efficiency model, so the winner's
+    and runner-up's time, throughput and MFU carry ``PRIOR_MARK`` as the table's cells do."""
+    mark = f" {PRIOR_MARK}" if prior else ""
     plans = result.plans
     lines = []
     lo, hi = result.gpus
@@ -135,7 +139,7 @@ def explain_text(result, model: ModelSpec, memory_notes=(), gpu=None) -> str:
     win = plans.iloc[0]
     lines.append("")
     lines.append(f"winner:    {_config_text(win)}")
-    lines.append(f"           {_perf_text(win, gpu)}")
+    lines.append(f"           {_perf_text(win, gpu, mark)}")
     idx, ties = _runner_up(plans)
     if idx is None:
         lines.append("runner-up: none (only one configuration fits)")
@@ -146,7 +150,7 @@ def explain_text(result, model: ModelSpec, memory_notes=(), gpu=None) -> str:
                          f"using the least memory)")
         diffs = [f"{k} {win[k]} -> {run[k]}" for k in _COMPARED if str(win[k]) != str(run[k])]
         lines.append(f"runner-up: {_config_text(run)}")
-        lines.append(f"           {_perf_text(run, gpu)}  ({100 * (run['step_time_s'] / win['step_time_s'] - 1):+.2f}% "
+        lines.append(f"           {_perf_text(run, gpu, mark)}  ({100 * (run['step_time_s'] / win['step_time_s'] - 1):+.2f}% "
                      f"step time; differs in {', '.join(diffs) if diffs else 'nothing'})")
         lines.append("")
         lines.append(f"  {'step-time part':<22} {'winner_s':>12} {'runner_up_s':>12} {'diff_s':>12}")

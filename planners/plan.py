@@ -404,7 +404,7 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
         stages = stage_assignment_for(model, cluster, eff, result.best_config, limit)
     notes = memory_feature_notes(model, cluster, eff, result.best_config, limit)
     result = replace(result, stage_assignment=stages, wall_s=time.perf_counter() - t0)
-    return replace(result, explain=explain_text(result, model, notes, gpu=cluster.gpu))
+    return replace(result, explain=explain_text(result, model, notes, gpu=cluster.gpu, prior=not eff.is_fitted))
 
 
 #: order of the ranked table: fastest first; among equal step times the smaller footprint, then

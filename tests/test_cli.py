@@ -522,6 +522,74 @@ def test_numbers_on_an_unfitted_efficiency_model_carry_the_marker_and_the_field(
     assert sim_mfu.rstrip().endswith("*")
 
 
+def test_plan_explain_marks_the_winner_and_runner_up_numbers_on_a_prior_as_the_table_does():
+    args = ("plan", "-m", "llama3-8b", "-c", "{}", "-n", "16", "--global-batch", "64", "--explain")
+    prior = run(*(a.format("mi300x-node") for a in args))
+    assert prior.exit_code == 0, prior.output
+    lines = prior.stdout.splitlines()
+    plan = json.loads(run("plan", "-m", "llama3-8b", "-c", "mi300x-node", "-n", "16", "--global-batch", "64",
+                          "--json", "--top", "1").stdout)["plans"][0]
+    for label in ("winner:", "runner-up:"):
+        perf = lines[next(i for i, ln in enumerate(lines) if ln.startswith(label)) + 1]
+        # time, throughput and MFU rest on the cdna3 prior; memory does not (the table marks the same cells)
+        assert re.search(r"[\d.]+ s/step \*, [\d,]+ tokens/s \*, MFU [\d.]+% \* of the bf16 peak, [\d.]+ GiB/GPU$",
+                         perf.split("  (")[0]), perf
+    win = lines[next(i for i, ln in enumerate(lines) if ln.startswith("winner:")) + 1]
+    assert f"{plan['step_time_s']:.4g} s/step *, {plan['tokens_per_s']:,.0f} tokens/s *" in win
+    fitted = run(*(a.format("dgx-h100") for a in args))
+    assert fitted.exit_code == 0 and " *" not in fitted.stdout and "unfitted prior" not in fitted.stdout
+
+
+def test_plan_json_writes_a_single_gpu_count_as_a_number_and_a_range_as_min_max():
+    base = ("plan", "-m", "llama3-8b", "-c", "dgx-h100", "--global-batch", "64", "--json", "--top", "1")
+    single = json.loads(run(*base, "-n", "16").stdout)
+    assert single["request"]["gpus"] == 16
+    ranged = json.loads(run(*base, "-n", "8-16").stdout)
+    assert ranged["request"]["gpus"] == {"min": 8, "max": 16}
+    # stage_layers is half-open: llama3-8b's 32 layers on one stage are [0, 32), the table's 0:0-31
+    assert single["stage_layers"] == [[0, 32]]
+    table = run("plan", "-m", "llama3-8b", "-c", "dgx-h100", "--global-batch", "64", "-n", "16", "--top", "1").stdout
+    assert "0:0-31" in table
+    help_text = "".join(run("plan", "--help").stdout.split())      # as wrapped: compare without spaces
+    assert '{"min":lo,"max":hi}' in help_text and "[start,end)" in help_text and "end-exclusive" in help_text
+
+
+@pytest.mark.parametrize("extra, field, fix", [
+    (("--schedule", "zb-h1"), "schedule", "drop --schedule, or set --pp 2 or more"),
+    (("--schedule", "zb-h2"), "schedule", "drop --schedule, or set --pp 2 or more"),
+    (("--schedule", "zb-v"), "schedule", "drop --schedule, or set --pp 2 or more"),
+    (("--cp-kind", "ulysses"), "cp_kind", "drop --cp-kind, or set --cp 2 or more"),
+    (("--cp-kind", "hybrid"), "cp_kind", "drop --cp-kind, or set --cp 2 or more"),
+    (("--recompute-method", "uniform"), "recompute_method", "drop --recompute-method, or set --recompute full and --recompute-num-layers N"),
+    (("--recompute", "full", "--recompute-method", "uniform"), "recompute_method", "drop --recompute-method, or set --recompute full and --recompute-num-layers N"),
+    (("--recompute", "selective", "--recompute-method", "uniform"), "recompute_method", "drop --recompute-method, or set --recompute full and --recompute-num-layers N"),
+])
+def test_simulate_refuses_an_option_the_run_would_not_use(extra, field, fix):
+    # each was printed in the config beside a step time it did not change (llama3-8b on 8 H100s:
+    # 7.048 s and 184.7 GiB with and without it; uniform with full but no N: 9.164 s as block)
+    base = ("simulate", "-m", "llama3-8b", "-c", "dgx-h100", "--gpus", "8", "--global-batch", "64")
+    assert_one_line_error(run(*base, *extra), f"error: {field}: ", f"({fix})")
+
+
+def test_simulate_keeps_the_options_where_they_change_the_run():
+    base = ("simulate", "-m", "llama3-8b", "-c", "dgx-h100", "--gpus", "8", "--global-batch", "64", "--json")
+    plain = json.loads(run(*base).stdout)
+    # GPipe on one stage still keeps all 8 micro-batches' activations: 434.9 GiB against 184.7
+    gpipe = json.loads(run(*base, "--schedule", "gpipe").stdout)
+    assert plain["memory_bytes"] / 2**30 == pytest.approx(184.7, abs=0.05)
+    assert gpipe["memory_bytes"] / 2**30 == pytest.approx(434.9, abs=0.05)
+    # the defaults given explicitly are what runs anyway
+    for extra in (("--schedule", "1f1b"), ("--cp-kind", "ring"), ("--recompute-method", "block")):
+        assert json.loads(run(*base, *extra).stdout)["step_time_s"] == plain["step_time_s"]
+    # and where they matter they are taken: uniform groups of 4 recompute every layer (9.164 s), block
+    # recomputes the first 4 (7.312 s)
+    full4 = (*base, "--recompute", "full", "--recompute-num-layers", "4")
+    assert json.loads(run(*full4).stdout)["step_time_s"] == pytest.approx(7.3125, abs=1e-3)
+    assert json.loads(run(*full4, "--recompute-method", "uniform").stdout)["step_time_s"] == pytest.approx(9.1637, abs=1e-3)
+    for extra in (("--pp", "2", "--schedule", "zb-h1"), ("--cp", "2", "--cp-kind", "ulysses")):
+        assert run(*base, *extra).exit_code == 0
+
+
 def test_simulate_and_plan_keep_the_default_headroom_unless_told_otherwise():
     from simulator.headroom import DEFAULT_HEADROOM_FRACTION
     base = ["simulate", "-m", "llama3-8b", "-c", "mi300x-node", "--gpus", "8", "--global-batch", "64", "--json"]

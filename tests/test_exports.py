@@ -277,3 +277,46 @@ def test_cli_emit_with_a_table_output_is_refused_before_the_search_not_silently_
         assert bad.stdout == ""
         assert bad.stderr == (f"error: --emit: prints the launch instead of the table, so {' / '.join(extra)} would "
                               f"print nothing (run --emit and {extra[0]} as two commands)\n")
+
+
+# ---- the launch line: hosts and GPUs per host from the cluster --------------------------------
+
+def _launch_line(text: str) -> str:
+    return next(line for line in text.splitlines() if "torchrun" in line)
+
+
+@pytest.mark.parametrize("cluster, dp, tp, expected", [
+    # 64 x 8 = 512 GPUs on DGX H100 hosts of 8: 64 hosts; the rendezvous endpoint stays a placeholder
+    ("dgx-h100", 64, 8, "torchrun --nnodes 64 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:PORT "),
+    # GB200 NVL72: a 72-GPU NVLink domain is 18 compute trays of 4 GPUs; 144 GPUs = 36 trays
+    ("gb200-nvl72", 18, 8, "torchrun --nnodes 36 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint HOST:PORT "),
+    # 4 GPUs, fewer than one host: one host of 4 processes, no rendezvous
+    ("dgx-h100", 1, 4, "torchrun --nnodes 1 --nproc-per-node 4 pretrain_gpt.py"),
+    # 12 GPUs do not fill 8-GPU hosts: the counts stay placeholders
+    ("dgx-h100", 3, 4, "torchrun --nnodes N --nproc-per-node G --rdzv-backend c10d --rdzv-endpoint HOST:PORT "),
+    # no cluster: nothing known
+    (None, 64, 8, "torchrun --nnodes N --nproc-per-node G "),
+])
+def test_megatron_launch_line_names_the_plans_hosts_and_gpus_per_host(cluster, dp, tp, expected):
+    row = dict(model="llama3-70b", seq_len=8192, dp=dp, tp=tp, pp=1, micro_batch=1, global_batch=8 * dp,
+               zero_stage=1, recompute="full", sequence_parallel=True)
+    if cluster:
+        row["cluster"] = cluster
+    assert expected in _launch_line(exports.emit(row, "megatron"))
+
+
+def test_torchtitan_launch_line_names_the_plans_hosts_and_a_rows_own_gpus_per_host_wins():
+    row = dict(model="llama3-70b", cluster="dgx-h100", seq_len=8192, dp=32, tp=8, pp=1, micro_batch=1,
+               global_batch=256, zero_stage=1, recompute="full", sequence_parallel=True)
+    assert ("torchrun --nnodes 32 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:PORT "
+            "-m torchtitan.train") in _launch_line(exports.emit(row, "torchtitan"))
+    # a row that carries its own gpus_per_host (the CLI passes the loaded cluster's) wins
+    assert "--nnodes 64 --nproc-per-node 4 " in _launch_line(exports.emit({**row, "gpus_per_host": 4}, "torchtitan"))
+
+
+def test_plan_emit_megatron_launches_on_the_searched_clusters_hosts():
+    res = CliRunner().invoke(cli, ["plan", "-m", MODEL, "-c", CLUSTER, "-n", str(GPUS), "--global-batch-tokens",
+                                   str(TOKENS), "--emit", "megatron"])
+    assert res.exit_code == 0, res.output
+    assert "#   torchrun --nnodes 32 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:PORT pretrain_gpt.py" \
+        in res.output

@@ -133,12 +133,14 @@ def _table(df, ranked: bool = True, show_gpus: bool = False) -> str:
     return format_table(rows, headers)
 
 
-def _emit(result: PlanResult, spec, framework: str) -> str:
+def _emit(result: PlanResult, spec, framework: str, cl=None) -> str:
     """The launch of the fastest plan ``framework`` can run; a note on stderr says which rank it
     had and how much slower than the unrestricted winner it is (DeepSpeed's recipe follows)."""
     from paraplan import exports
     from paraplan.api import config_label
     context = {"model": spec, "seq_len": result.seq_len, "gpu": result.gpu, "cluster": result.cluster}
+    if cl is not None:      # the cluster as loaded (a file's too), for the launch's hosts
+        context["gpus_per_host"] = cl.launch_gpus_per_host
     row, rank, slowdown = exports.best_runnable(result.plans, framework, **context)
     if rank == 0:
         note = f"the unrestricted winner runs in {framework} as planned"
@@ -165,10 +167,16 @@ def _header(result: PlanResult) -> str:
             f"({result.evals_per_s:,.0f}/s), {result.fitting:,} fit in {result.memory_limit_bytes / 2**30:.1f} GiB\n")
 
 
+def _gpus_json(gpus: tuple[int, int]):
+    """``request.gpus``: the count searched, or ``{"min": lo, "max": hi}`` for a range."""
+    lo, hi = (int(g) for g in gpus)
+    return lo if lo == hi else {"min": lo, "max": hi}
+
+
 def _json(result: PlanResult, top: int, pareto: bool, explain: bool, cluster) -> str:
     data = {
         "request": {"model": result.model, "cluster": result.cluster, "gpu": result.gpu,
-                    "gpus": list(result.gpus), "global_batch": result.global_batch, "seq_len": result.seq_len,
+                    "gpus": _gpus_json(result.gpus), "global_batch": result.global_batch, "seq_len": result.seq_len,
                     "dtypes": list(result.dtypes), "memory_limit_bytes": result.memory_limit_bytes,
                     "headroom_required_bytes": result.hbm_bytes - result.memory_limit_bytes,
                     **priors.json_fields(cluster)},
@@ -237,7 +245,10 @@ def _csv(df) -> str:
 @click.option("--stack", default="megatron-core", show_default=True, metavar="NAME",
               help="Software stack every plan runs (its overlap, kernels, fusion, gradient dtype and recipe "
                    "for this model); see `paraplan hardware stacks`.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (request, search counts, pruned, plans, stage_layers).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON (request, search counts, pruned, plans, stage_layers). request.gpus is the GPU "
+                   "count, or {\"min\": lo, \"max\": hi} for a range; stage_layers lists the best plan's "
+                   "[start, end) per model chunk, 0-based and end-exclusive ([[0, 80]] = the table's 0:0-79).")
 @click.option("--csv", "as_csv", is_flag=True, help="Print the top plans (or, with --pareto, the frontier) as CSV.")
 @click.option("--pareto", is_flag=True, help="Also print the throughput-vs-memory frontier (and vs GPUs for a range).")
 @click.option("--explain", is_flag=True, help="Explain the winner against the runner-up; pruned counts per rule.")
@@ -308,7 +319,7 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         bar.close()
     is_range = result.gpus[0] != result.gpus[1]
     if emit:
-        click.echo(_emit(result, spec, emit), nl=False)
+        click.echo(_emit(result, spec, emit, cl), nl=False)
         return
     if as_json:
         click.echo(_json(result, top, pareto, explain, cl), nl=False)

@@ -103,6 +103,31 @@ SWITCH_OPTIONS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overla
                   "flash_attention", "attention_kernel", "grad_accumulation_fusion", "zero3_recompute_gather")
 
 
+#: schedules that run as 1F1B on one pipeline stage: the zero-bubble splits only fill bubbles
+#: between stages, and ZB-V's two chunks on one rank are the layers in order (GPipe is not
+#: among them: it keeps every micro-batch's activations, so it still differs at pp 1)
+_ONE_STAGE_AS_1F1B = (Schedule.ZB_H1.value, Schedule.ZB_H2.value, Schedule.ZB_V.value)
+
+
+def _refuse_options_without_effect(opts: dict) -> None:
+    """Refuse a value the user chose that the run would not use (the table would print it beside
+    numbers it did not change): a zero-bubble schedule on one stage, a CP flavour without CP,
+    the uniform recompute method without a full recomputation of N layers. Only the command
+    line refuses them; the API, planner, sweeps and validation rows keep the degenerate but
+    valid configurations (a --fix schedule over a pp range that includes 1)."""
+    if opts["pp"] == 1 and opts.get("schedule") in _ONE_STAGE_AS_1F1B:
+        raise InputError("schedule", f"{opts['schedule']} with pp 1 runs as 1f1b (one stage has no pipeline "
+                         "bubble to fill)", "drop --schedule, or set --pp 2 or more")
+    if opts["cp"] == 1 and opts.get("cp_kind", CPKind.RING.value) != CPKind.RING.value:
+        raise InputError("cp_kind", f"{opts['cp_kind']} context parallelism with cp 1 changes nothing",
+                         "drop --cp-kind, or set --cp 2 or more")
+    if opts.get("recompute_method") == "uniform" and not (opts["recompute"] == Recompute.FULL.value
+                                                          and opts.get("recompute_num_layers")):
+        raise InputError("recompute_method", "uniform groups the --recompute-num-layers N layers of a full "
+                         "recomputation; without both it changes nothing",
+                         "drop --recompute-method, or set --recompute full and --recompute-num-layers N")
+
+
 def build_inputs(opts: dict) -> tuple[ModelSpec, object, ParallelConfig, int | None]:
     """(model, cluster, config, n_gpus) from the command's options; errors name the option."""
     model = load_model(opts["model"])
@@ -118,6 +143,7 @@ def build_inputs(opts: dict) -> tuple[ModelSpec, object, ParallelConfig, int | N
     schedule = opts["schedule"]
     if schedule is None:
         schedule = Schedule.INTERLEAVED.value if opts["vpp"] > 1 else Schedule.ONE_F_ONE_B.value
+    _refuse_options_without_effect(opts)
     # the software stack's documented behaviour, then every switch the user set explicitly
     stack = load_stack(opts["stack"])
     software = stack_config_fields(stack, opts["dtype"], model.name, cluster.gpu.name)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import fields as dc_fields
 from typing import Any, Mapping
 
+from hardware_specs.catalog import load_cluster
+from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.errors import InputError
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
@@ -24,7 +26,8 @@ CONFIG_FIELDS = tuple(f.name for f in dc_fields(ParallelConfig))
 def plan_fields(plan_row: Any) -> dict:
     """The plan as a dict: every ``ParallelConfig`` field (validated; the stage layout's
     ``first_stage_layers`` / ``last_stage_layers`` among them, 0 = the step model's rule),
-    ``model`` (a ``ModelSpec``), ``model_name``, ``seq_len``, ``n_gpus``, and the prediction
+    ``model`` (a ``ModelSpec``), ``model_name``, ``seq_len``, ``n_gpus``, ``gpus_per_host`` (of
+    the cluster the row names, or the row's own; None = unknown), and the prediction
     fields it carries (``step_time_s``, ``tokens_per_s``, ``mfu``, ...)."""
     row = _row(plan_row)
     if isinstance(row.get("config"), Mapping):
@@ -54,7 +57,51 @@ def plan_fields(plan_row: Any) -> dict:
     for key in ("cluster", "gpu", "step_time_s", "tokens_per_s", "mfu", "memory_gib"):
         if key in row and _present(row[key]):
             out[key] = _plain(row[key])
+    out["gpus_per_host"] = _gpus_per_host(row)
     return out
+
+
+def _gpus_per_host(row: Mapping) -> int | None:
+    """GPUs per host of the plan's cluster: the row's ``gpus_per_host``, else the catalog
+    cluster's it names (``ClusterSpec.launch_gpus_per_host``); None when unknown."""
+    if _present(row.get("gpus_per_host")):
+        return int(row["gpus_per_host"])
+    cluster = row.get("cluster")
+    if isinstance(cluster, ClusterSpec):
+        return cluster.launch_gpus_per_host
+    if isinstance(cluster, str) and cluster:
+        try:
+            return load_cluster(cluster).launch_gpus_per_host
+        except InputError:
+            return None                      # a name the catalog does not know
+    return None
+
+
+def launch_hosts(p: dict) -> tuple[int, int] | None:
+    """``(nnodes, nproc_per_node)`` of the plan's ``torchrun`` launch: the plan's GPUs over hosts
+    of the cluster's ``gpus_per_host`` (a plan smaller than one host runs on one); None when the
+    cluster is unknown or the GPUs do not fill whole hosts."""
+    per_host, n = p.get("gpus_per_host"), int(p["n_gpus"])
+    if not per_host:
+        return None
+    if n <= per_host:
+        return 1, n
+    if n % per_host:
+        return None
+    return n // per_host, int(per_host)
+
+
+def torchrun_head(p: dict) -> str:
+    """``torchrun --nnodes ... --nproc-per-node ...`` for the plan; placeholders (``N``, ``G``)
+    only where the cluster does not say, and the rendezvous endpoint, which no plan knows,
+    for a launch on more than one host."""
+    hosts = launch_hosts(p)
+    if hosts is None:
+        return "torchrun --nnodes N --nproc-per-node G --rdzv-backend c10d --rdzv-endpoint HOST:PORT"
+    nnodes, nproc = hosts
+    if nnodes == 1:
+        return f"torchrun --nnodes 1 --nproc-per-node {nproc}"
+    return f"torchrun --nnodes {nnodes} --nproc-per-node {nproc} --rdzv-backend c10d --rdzv-endpoint HOST:PORT"
 
 
 def require_model(p: dict, framework: str) -> ModelSpec:

@@ -7,9 +7,10 @@ from the release's own registry function for the model (``llama3_70b``, ``deepse
 ...), rebuilds the model spec with the plan's converters (float8) and MTP modules, and sets the
 plan's degrees, batch, pipeline split and recomputation. Launch::
 
-    torchrun --nproc-per-node G ... -m torchtitan.train --module paraplan_plan --config paraplan_plan
+    torchrun --nnodes 32 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:PORT \
+        -m torchtitan.train --module paraplan_plan --config paraplan_plan
 
-with the file saved as ``paraplan_plan.py`` in the working directory.
+(the plan's hosts and GPUs per host, ``common.torchrun_head``) with the file saved as ``paraplan_plan.py`` in the working directory.
 
 How the plan maps (and what is refused, ``refusal``):
 
@@ -44,7 +45,7 @@ from typing import Any
 from hardware_specs.errors import InputError
 from model_specs.model_spec import ModelSpec
 from paraplan.exports.common import (plan_fields, refuse_memory_features, require_model, stage_layer_counts,
-                                     summary)
+                                     summary, torchrun_head)
 from simulator.parallel_config import Recompute, Schedule
 
 NAME = "torchtitan"
@@ -245,7 +246,7 @@ def emit(plan_row: Any, note: str = "") -> str:
     lines = [f'"""{summary(p)}',
              "",
              f"{RELEASE} job written by paraplan (paraplan.exports.torchtitan). Save as {MODULE_NAME}.py and run",
-             f"    torchrun --nproc-per-node G ... -m torchtitan.train --module {MODULE_NAME} --config {MODULE_NAME}",
+             f"    {torchrun_head(p)} -m torchtitan.train --module {MODULE_NAME} --config {MODULE_NAME}",
              f"on {p['n_gpus']} GPUs. Data, tokenizer (hf_assets_path), optimizer and checkpoints come from",
              f"{reg['config']}(); change them below." + (f"\n{note}" if note else ""),
              '"""',
