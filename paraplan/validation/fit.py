@@ -246,33 +246,6 @@ def cross_validate(prepared: Prepared, sweeps: int = 2, progress=None, jobs: int
     return pred
 
 
-#: the fit of one start that a forked worker runs (set in the parent just before the workers
-#: fork; never written by them)
-_FORKED_FIT: dict = {}
-
-
-def _fit_start_in_worker(which: str):
-    return _FORKED_FIT["fit"](which)
-
-
-def fit_starts(fit_one, starts, jobs: int = 1) -> list:
-    """``[fit_one(which) for which in starts]``; with ``jobs`` > 1 the starts run in that many
-    forked processes (the searches are deterministic and independent, so the results are the
-    same: the two starts of a fit take about half the time on two cores)."""
-    if jobs <= 1 or len(starts) < 2:
-        return [fit_one(which) for which in starts]
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    # forked workers inherit ``fit_one`` and the rows it closes over (they do not pickle)
-    _FORKED_FIT["fit"] = fit_one
-    try:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(starts)),
-                                 mp_context=multiprocessing.get_context("fork")) as pool:
-            return list(pool.map(_fit_start_in_worker, starts))
-    finally:
-        _FORKED_FIT.clear()
-
-
 def _fit_and_write(by_gen: dict[str, Prepared], order: list[str], args) -> None:
     """Fit the generations (jointly, ``joint_fit``; with ``--generation`` only those, the shared
     host factor held at its committed value), then the sparse ones from their neighbours, and
@@ -288,18 +261,18 @@ def _fit_and_write(by_gen: dict[str, Prepared], order: list[str], args) -> None:
     if args.generation:
         fits = {}
         for gen in chosen:
-            tries = fit_starts(lambda which: fit_to_fixed_point(by_gen[gen], gen, start(gen, which),
-                                                                verbose=args.verbose, hold=SHARED_FACTORS),
-                               starts, args.jobs)
+            tries = [fit_to_fixed_point(by_gen[gen], gen, start(gen, which), verbose=args.verbose, hold=SHARED_FACTORS,
+                                        jobs=args.jobs)
+                     for which in starts]
             models, pick = best_of_starts({gen: by_gen[gen]}, [{gen: t[0]} for t in tries])
             print(f"{gen}: kept the fit from the {starts[pick]} start")
             fits[gen] = (models[gen], tries[pick][2])
         joint = ""
     else:
         rows = {g: by_gen[g] for g in chosen}
-        tries = fit_starts(lambda which: fit_jointly_to_fixed_point(rows, {g: start(g, which) for g in chosen},
-                                                                    verbose=args.verbose),
-                           starts, args.jobs)
+        tries = [fit_jointly_to_fixed_point(rows, {g: start(g, which) for g in chosen}, verbose=args.verbose,
+                                            jobs=args.jobs)
+                 for which in starts]
         models, pick = best_of_starts(rows, [t[0] for t in tries])
         rounds = tries[pick][1]
         print(f"kept the joint fit from the {starts[pick]} start")
@@ -351,7 +324,8 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-fit", action="store_true",
                     help="with --cross-validate: keep the committed files, only cross-validate")
     ap.add_argument("--jobs", type=int, default=1,
-                    help="processes: the fit's two starts run side by side, and the cross-validation's fits")
+                    help="processes: the fit scores each factor's candidates side by side (the same fit, faster), "
+                         "the cross-validation runs its held-out fits side by side")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
     try:

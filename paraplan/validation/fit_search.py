@@ -153,8 +153,17 @@ def sweep_candidates(name: str, x: dict, sweep: int) -> np.ndarray:
     return np.clip(np.linspace(x[name] - span, x[name] + span, 5), lo, hi)
 
 
+def _prefetch(score, trials) -> None:
+    """Let a scorer that can (``trial_scores.GenerationScore``) score the trials side by side
+    first; the search below then reads them in its own order."""
+    if hasattr(score, "prefetch"):
+        score.prefetch(trials)
+
+
 def scan_plateau_and_knee(x: dict, best: float, score) -> tuple[dict, float]:
     """The 16-bit plateau and the shape knee scanned jointly (they trade against each other)."""
+    _prefetch(score, [under_16bit_plateau(dict(x, gemm16=float(g), gemm_half_dim=float(hd)))
+                      for g in factor_grid("gemm16", x) for hd in factor_grid("gemm_half_dim", x)])
     for g in factor_grid("gemm16", x):
         for hd in factor_grid("gemm_half_dim", x):
             trial = under_16bit_plateau(dict(x, gemm16=float(g), gemm_half_dim=float(hd)))
@@ -166,6 +175,7 @@ def scan_plateau_and_knee(x: dict, best: float, score) -> tuple[dict, float]:
 
 def coordinate_step(x: dict, best: float, name: str, sweep: int, score) -> tuple[dict, float]:
     """``x`` with factor ``name`` moved to its best candidate of this sweep (others held)."""
+    _prefetch(score, [under_16bit_plateau(dict(x, **{name: float(v)})) for v in sweep_candidates(name, x, sweep)])
     for value in sweep_candidates(name, x, sweep):
         trial = under_16bit_plateau(dict(x, **{name: float(value)}))
         s = score(trial)
