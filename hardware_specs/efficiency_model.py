@@ -123,7 +123,7 @@ class EfficiencyModel:
 
     def __reduce__(self):
         """Pickle by field values, the read-only mappings as plain dicts (``__post_init__`` wraps
-        them again): the fitter's forked workers send their fitted models back this way."""
+        them again), so a model (a calibrated cluster's own too) can cross to another process."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values["gemm_peak_fraction"] = dict(values["gemm_peak_fraction"])
         values["collective_bw_fraction"] = dict(values["collective_bw_fraction"])

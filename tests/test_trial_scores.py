@@ -30,7 +30,7 @@ def test_a_prefetched_score_is_the_objective_of_that_trial(bundled_rows_by_gener
     weights = source_weights(rows.sources)
     x = from_model(base)
     trials = [dict(x, gemm16=v) for v in (0.55, 0.6, 0.65, 0.7)]
-    with TrialScores({"hopper": rows}, {"hopper": base}, {"hopper": weights}, jobs=2) as scores:
+    with TrialScores({"hopper": rows}, {"hopper": base}, jobs=2) as scores:
         score = scores.of("hopper")
         score.prefetch(trials)
         got = [score(t) for t in trials]
@@ -46,13 +46,12 @@ def test_a_coordinate_step_with_workers_is_the_step_without_them_even_when_a_tri
     own: the step still ends where the serial one does."""
     rows = _few_hopper_rows(bundled_rows_by_generation)
     base = prior_model("hopper")
-    weights = {"hopper": source_weights(rows.sources)}
     # a start too high: a lower plateau is accepted and clamps the 8-bit one, changing the trials
     # that follow from the ones prefetched
     x = dict(from_model(base), gemm16=0.95, gemm8=0.9)
     results = []
     for jobs in (1, 2):
-        with TrialScores({"hopper": rows}, {"hopper": base}, weights, jobs=jobs) as scores:
+        with TrialScores({"hopper": rows}, {"hopper": base}, jobs=jobs) as scores:
             score = scores.of("hopper")
             results.append(coordinate_step(dict(x), score(x), "gemm16", 0, score))
     assert results[0] == results[1]

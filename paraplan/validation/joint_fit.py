@@ -108,12 +108,11 @@ def _search(rows_by_generation: dict[str, Prepared], bases: dict[str, Efficiency
     gens = sorted(rows_by_generation)
     if not gens:
         return {}
-    weights = {g: source_weights(rows_by_generation[g].sources) for g in gens}
-    with TrialScores(rows_by_generation, bases, weights, jobs) as scores:
-        return _search_with(rows_by_generation, bases, sweeps, verbose, hold, weights, scores)
+    with TrialScores(rows_by_generation, bases, jobs) as scores:
+        return _search_with(rows_by_generation, bases, sweeps, verbose, hold, scores)
 
 
-def _search_with(rows_by_generation, bases, sweeps, verbose, hold, weights, scores) -> dict[str, EfficiencyModel]:
+def _search_with(rows_by_generation, bases, sweeps, verbose, hold, scores) -> dict[str, EfficiencyModel]:
     """``_search`` with the generations' objectives from ``scores`` (``trial_scores.TrialScores``)."""
     gens = sorted(rows_by_generation)
     shared = {n: _fitting(rows_by_generation, n) for n in SHARED_FACTORS if n not in hold}

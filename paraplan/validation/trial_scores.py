@@ -14,16 +14,20 @@ from __future__ import annotations
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 
-from paraplan.validation.fit_search import objective, to_model
+from paraplan.validation.fit_search import objective, source_weights, to_model
 
 #: what the forked workers score with (set in the parent before the pool forks, constant while it
 #: lives, cleared when it is shut down; never written by the workers)
 _FORKED: dict = {}
 
 
-def _score_in_worker(generation: str, trial: dict) -> float:
-    rows, bases, weights = _FORKED["rows"], _FORKED["bases"], _FORKED["weights"]
+def _objective_at(rows, bases, weights, generation: str, trial: dict) -> float:
+    """The generation's weighted objective at ``bases[generation]`` with ``trial``'s factors."""
     return objective(rows[generation], generation, to_model(bases[generation], trial), weights[generation])
+
+
+def _score_in_worker(generation: str, trial: dict) -> float:
+    return _objective_at(_FORKED["rows"], _FORKED["bases"], _FORKED["weights"], generation, trial)
 
 
 def _key(generation: str, trial: dict) -> tuple:
@@ -31,11 +35,13 @@ def _key(generation: str, trial: dict) -> tuple:
 
 
 class TrialScores:
-    """``objective`` of each generation's rows at a trial's factors (``bases[g]`` with ``trial``),
-    cached; ``prefetch`` scores a list of trials in ``jobs`` forked processes. Use as a context
-    manager (the pool is shut down on exit); ``jobs`` = 1 scores in this process."""
+    """``objective`` of each generation's rows at a trial's factors (``bases[g]`` with ``trial``,
+    each source weighted by ``source_weights``), cached; ``prefetch`` scores a list of trials in
+    ``jobs`` forked processes. Use as a context manager (the pool is shut down on exit);
+    ``jobs`` = 1 scores in this process."""
 
-    def __init__(self, rows_by_generation: dict, bases: dict, weights: dict, jobs: int = 1):
+    def __init__(self, rows_by_generation: dict, bases: dict, jobs: int = 1):
+        weights = {g: source_weights(rows.sources) for g, rows in rows_by_generation.items()}
         self._rows, self._bases, self._weights = rows_by_generation, bases, weights
         self._cache: dict = {}
         self._pool = None
@@ -60,8 +66,7 @@ class TrialScores:
     def score(self, generation: str, trial: dict) -> float:
         key = _key(generation, trial)
         if key not in self._cache:
-            self._cache[key] = objective(self._rows[generation], generation,
-                                         to_model(self._bases[generation], trial), self._weights[generation])
+            self._cache[key] = _objective_at(self._rows, self._bases, self._weights, generation, trial)
         return self._cache[key]
 
     def prefetch(self, generation: str, trials: list[dict]) -> None:
