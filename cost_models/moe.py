@@ -139,8 +139,33 @@ def expert_output_bias_work(rows, hidden, local_experts, act_bytes):
             "bwd_kernels": 4.0 * e}
 
 
+#: forward and backward passes over one FC1-output half (width f) per row of an eagerly clamped
+#: GLU (``glu_clamp_bytes``), and the kernels each direction launches
+GLU_CLAMP_UNITS_FWD = 8.0
+GLU_CLAMP_UNITS_BWD = 10.0
+GLU_CLAMP_KERNELS = 3.0
+
+
+def glu_clamp_bytes(rows, ffn_local, bytes_per_element):
+    """HBM bytes (forward, backward) of clamping a GLU's two halves with separate ops before the
+    activation kernel, for ``rows`` rows of ``ffn_local`` columns per half.
+
+    Megatron-Core's ``weighted_bias_quick_geglu_impl`` (NVIDIA/Megatron-LM
+    megatron/core/fusions/fused_bias_geglu.py, the same at core commits 0d8e0714, 2edffadb,
+    d0b3b775 and cd4afffa, which Megatron-Bridge v0.2.0, v0.4.2, v0.5.0 and v0.6.0 pin) splits
+    the FC1 output [rows, 2f] into gate and linear halves, clamps each (``x_glu.clamp(max=l)``,
+    ``x_linear.clamp(-l, l)``: read f, write f each) and concatenates them (read 2f, write 2f)
+    before the fused activation: 8 f elements a row forward. Autograd's backward: each clamp's
+    gradient reads its output gradient and its input and writes the masked gradient (3 f each),
+    and the split's backward writes the two halves into one [rows, 2f] gradient (read 2f, write
+    2f): 10 f a row. Each direction launches ``GLU_CLAMP_KERNELS`` kernels (two clamps, one
+    concatenation)."""
+    elems = np.asarray(rows, dtype=float) * np.asarray(ffn_local, dtype=float) * float(bytes_per_element)
+    return GLU_CLAMP_UNITS_FWD * elems, GLU_CLAMP_UNITS_BWD * elems
+
+
 def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_imbalance=1.0, tp=1, sp=True,
-                  current_scaling=False):
+                  current_scaling=False, glu_clamp_eager=False):
     """Forward seconds, FLOPs and all-to-all sizes of one MoE block on one GPU, one micro-batch.
 
     ``tokens`` is the same quantity ``layer_costs.dense_mlp_costs`` takes: tokens the GPU's
@@ -155,7 +180,9 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
       ``tokens`` (as ``dense_mlp_costs``);
     * memory-bound: permute (read+write every routed row), sort/unsort by local expert when
       E/ep > 1, activation function, unpermute with probabilities (read k rows, write one),
-      and the norm/residual half of the layer's element-wise work (split by tp under SP).
+      and the norm/residual half of the layer's element-wise work (split by tp under SP);
+      with ``glu_clamp_eager`` and a clamped GLU (``ModelSpec.glu_clamp_limit``) the experts'
+      clamp and concatenation before the activation (``glu_clamp_bytes``).
 
     Returns a dict of float arrays: ``gemm_fwd_s`` (router + experts + shared),
     ``expert_gemm_fwd_s``, ``shared_gemm_fwd_s``, ``router_fwd_s``, ``elem_fwd_s``, the
@@ -237,10 +264,13 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
                       + tokens * act_bwd * f_sh / tp * rates.act_bytes
                       + tokens * row_bytes * (REPLICATED_ELEMENTWISE_UNITS_BWD / 2) / split)
     bias = expert_output_bias_work(rows, h, local_experts, rates.act_bytes) if model.linear_bias else None
-    elem_s = memory_bound_time_s(elem_bytes + (bias["fwd_bytes"] if bias else 0.0), rates,
-                                 MOE_ELEMENTWISE_KERNELS_FWD + (bias["fwd_kernels"] if bias else 0.0))
-    elem_bwd_s = memory_bound_time_s(elem_bwd_bytes + (bias["bwd_bytes"] if bias else 0.0), rates,
-                                     MOE_ELEMENTWISE_KERNELS_FWD + RESIDUAL_FORK_KERNELS_BWD
+    clamp = np.asarray(glu_clamp_eager, dtype=bool) & (model.glu_clamp_limit > 0)
+    clamp_fwd, clamp_bwd = glu_clamp_bytes(rows, f_exp / etp, rates.act_bytes)
+    clamp_kernels = np.where(clamp, GLU_CLAMP_KERNELS, 0.0)
+    elem_s = memory_bound_time_s(elem_bytes + np.where(clamp, clamp_fwd, 0.0) + (bias["fwd_bytes"] if bias else 0.0),
+                                 rates, MOE_ELEMENTWISE_KERNELS_FWD + clamp_kernels + (bias["fwd_kernels"] if bias else 0.0))
+    elem_bwd_s = memory_bound_time_s(elem_bwd_bytes + np.where(clamp, clamp_bwd, 0.0) + (bias["bwd_bytes"] if bias else 0.0),
+                                     rates, MOE_ELEMENTWISE_KERNELS_FWD + RESIDUAL_FORK_KERNELS_BWD + clamp_kernels
                                      + (bias["bwd_kernels"] if bias else 0.0))
 
     out = {

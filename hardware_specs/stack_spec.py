@@ -122,6 +122,12 @@ class TrainingBehaviour:
             ``flash_attn_fn`` calls them), even when nothing is padded; the backward gathers and
             scatters the gradients. Megatron-Core hands Transformer Engine the sbhd tensors as
             they are (False).
+        glu_clamp_eager: a clamped GLU (``ModelSpec.glu_clamp_limit``, gpt-oss) is clamped by
+            separate PyTorch ops before the fused activation kernel: two clamps and a concat
+            (forward 8 and backward 10 passes over the FC1 output's width, in 16-bit;
+            ``moe.glu_clamp_bytes``), as Megatron-Core's ``weighted_bias_quick_geglu_impl`` does;
+            False = the clamp runs inside the activation kernel (Transformer Engine's
+            ``ScaledClampedQGeGLU`` under Megatron-Core's op fuser) or the model has no clamp.
         zero3_gather_per_tensor: ZeRO-3 gathers every parameter tensor of a module in its own
             collective (DeepSpeed 0.3.x ``_allgather_param`` per parameter) instead of one
             collective per module (FSDP's flat parameter, later DeepSpeed coalescing).
@@ -177,6 +183,7 @@ class TrainingBehaviour:
     tp_backward_overlap: bool = True
     softmax_fusion: bool = True
     attention_unpad: bool = False
+    glu_clamp_eager: bool = False
     bf16_grads_in_fp32: bool = True
     zero3_gather_per_tensor: bool = False
     zero3_persistence_threshold_elements: float = 0.0

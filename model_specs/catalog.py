@@ -18,7 +18,7 @@ head_dim (default hidden_size / num_heads), gated_mlp, tied_embeddings, sliding_
 sliding_window_layer_fraction (default 1 when a window is given), mtp_layers (default 0),
 the architecture details position_embedding, normalization, linear_bias (default: the Llama
 layout with a gated MLP, the GPT-2/3 one without), rotary_fraction (1), qkv_bias (false),
-activation (swiglu / gelu by gated_mlp), source; optional ``linear_attention:`` mapping with the
+activation (swiglu / gelu by gated_mlp), glu_clamp_limit (0: no clamp), source; optional ``linear_attention:`` mapping with the
 ``LinearAttentionSpec`` fields (layer_fraction, num_key_heads, key_head_dim, num_value_heads,
 value_head_dim, conv_kernel, state_bytes); optional ``moe:`` mapping with the ``MoESpec`` fields
 (num_experts, top_k, expert_ffn_hidden_size, num_shared_experts, ...) and optional ``mla:``
@@ -52,7 +52,7 @@ _REQUIRED = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab
 _INT_FIELDS = {"num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
                "vocab_size", "seq_len", "head_dim", "sliding_window", "mtp_layers"}
 _BOOL_FIELDS = {"gated_mlp", "tied_embeddings", "linear_bias", "qkv_bias", "attention_dropout", "hidden_dropout"}
-_FLOAT_FIELDS = {"sliding_window_layer_fraction", "rotary_fraction"}
+_FLOAT_FIELDS = {"sliding_window_layer_fraction", "rotary_fraction", "glu_clamp_limit"}
 _STR_FIELDS = {"name", "source", "position_embedding", "normalization", "activation", "hybrid_pattern"}
 
 _MOE_REQUIRED = ("num_experts", "top_k", "expert_ffn_hidden_size")

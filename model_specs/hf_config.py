@@ -15,7 +15,7 @@ Supported ``model_type`` families and the keys read (names as in ``transformers`
   n_shared_experts, first_k_dense_replace, moe_layer_freq, and the multi-latent attention sizes
   q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim; num_nextn_predict_layers
   (multi-token-prediction modules).
-- gpt_oss: + num_local_experts, experts_per_token, sliding_window, layer_types.
+- gpt_oss: + num_local_experts, experts_per_token, sliding_window, layer_types, swiglu_limit.
 
 Sequence length: a config states the longest context the model supports, not the length it
 was trained at. ``seq_len`` is taken, in order, from the ``seq_len`` argument, the pre-training
@@ -28,6 +28,7 @@ For multi-latent attention ``head_dim`` is the query/key head width
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Callable
 
@@ -102,6 +103,15 @@ class _Config:
         if default is _MISSING:
             raise InputError(f"{self.where}.{keys[0]}", "missing", f"add '{keys[0]}' to the config")
         return default
+
+    def get_float(self, key: str, default: float) -> float:
+        """``key`` as a finite number, or ``default`` when the config does not set it."""
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InputError(f"{self.where}.{key}", f"expected a finite number, got {value!r}")
+        return float(value)
 
     def get_bool(self, key: str, default: bool) -> bool:
         value = self.data.get(key)
@@ -320,6 +330,7 @@ def _gpt_oss(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
                             top_k=cfg.get_int("experts_per_token", "num_experts_per_tok"),
                             expert_ffn_hidden_size=fields["ffn_hidden_size"])
     fields["linear_bias"] = True     # biased attention and expert projections (model card, section 2)
+    fields["glu_clamp_limit"] = cfg.get_float("swiglu_limit", default=0.0)
     return fields
 
 

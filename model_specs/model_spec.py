@@ -241,6 +241,10 @@ class ModelSpec:
         linear_bias: every linear layer has a bias (GPT-2/3, OPT, BLOOM, GPT-NeoX, gpt-oss).
         qkv_bias: the query/key/value projection has a bias even when the others do not (Qwen2).
         activation: the MLP activation; empty = ``swiglu`` for a gated MLP, ``gelu`` otherwise.
+        glu_clamp_limit: the gated MLP clamps its two halves before the activation, the gate to
+            at most this value and the linear half to [-limit, limit] (gpt-oss: config.json
+            ``swiglu_limit`` 7.0; model card arXiv 2508.10925 section 2.2); 0 = no clamp. The
+            clamp's cost depends on the stack (``TrainingBehaviour.glu_clamp_eager``).
         linear_attention: linear-attention layers mixed in (``LinearAttentionSpec``), or None
             when every layer is softmax attention. The attention fields above then describe the
             full-attention layers.
@@ -274,6 +278,7 @@ class ModelSpec:
     linear_bias: bool | None = None
     qkv_bias: bool = False
     activation: str = ""
+    glu_clamp_limit: float = 0.0
     source: str = ""
     attention_dropout: bool = True
     hidden_dropout: bool = True
@@ -302,6 +307,12 @@ class ModelSpec:
         check_size("model.mtp_layers", self.mtp_layers, minimum=0)
         if not 0.0 <= self.sliding_window_layer_fraction <= 1.0:       # false for nan too
             raise InputError("model.sliding_window_layer_fraction", "must be in [0, 1]")
+        if not (0.0 <= self.glu_clamp_limit < float("inf")):            # false for nan too
+            raise InputError("model.glu_clamp_limit", f"must be a finite number >= 0, got {self.glu_clamp_limit!r}",
+                             "give the clamp value, or 0 for none")
+        if self.glu_clamp_limit and not self.gated_mlp:
+            raise InputError("model.glu_clamp_limit", "only a gated MLP (gated_mlp: true) clamps its halves",
+                             "set glu_clamp_limit: 0 or gated_mlp: true")
         self._check_architecture()
         self._check_hybrid()
 

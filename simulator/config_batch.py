@@ -70,6 +70,7 @@ class ConfigBatch:
     tp_backward_overlap: np.ndarray
     softmax_fusion: np.ndarray
     attention_unpad: np.ndarray
+    glu_clamp_eager: np.ndarray
     param_gather_per_tensor: np.ndarray
     cuda_graphs: np.ndarray
     zero3_persistence_elements: np.ndarray
@@ -141,6 +142,7 @@ class ConfigBatch:
             tp_backward_overlap=col("tp_backward_overlap", bool, bool),
             softmax_fusion=col("softmax_fusion", bool, bool),
             attention_unpad=col("attention_unpad", bool, bool),
+            glu_clamp_eager=col("glu_clamp_eager", bool, bool),
             param_gather_per_tensor=col("param_gather_per_tensor", bool, bool),
             cuda_graphs=col("cuda_graphs", bool, bool),
             zero3_persistence_elements=col("zero3_persistence_elements", float, float),
@@ -201,7 +203,7 @@ class ConfigBatch:
             param_prefetch_backward=float(self.param_prefetch_backward[i]),
             param_prefetch_max_elements=float(self.param_prefetch_max_elements[i]),
             tp_backward_overlap=bool(self.tp_backward_overlap[i]), softmax_fusion=bool(self.softmax_fusion[i]),
-            attention_unpad=bool(self.attention_unpad[i]),
+            attention_unpad=bool(self.attention_unpad[i]), glu_clamp_eager=bool(self.glu_clamp_eager[i]),
             param_gather_per_tensor=bool(self.param_gather_per_tensor[i]), cuda_graphs=bool(self.cuda_graphs[i]),
             zero3_persistence_elements=float(self.zero3_persistence_elements[i]),
             collective_per_rank_copies=bool(self.collective_per_rank_copies[i]),

@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models import context_parallel, layer_costs, mamba, memory, moe as moe_costs
-from cost_models.compute import LOW_PRECISION, compute_rates, kernel_counting_rates, sixteen_bit_dtype
+from cost_models.compute import LOW_PRECISION, compute_rates, kernel_counting_rates, memory_bound_time_s, sixteen_bit_dtype
 from cost_models.topology import group_collective_time_s
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
@@ -73,14 +73,17 @@ def attention_mma_share(attention_kernel, gpu):
 def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, rates, tokens, tp, cp, sp, rc,
                 ep, etp, imbalance, tp_overlap, cp_kind, attention_kernel, flash_attention, ep_overlap,
                 tp_backward_overlap=True, softmax_fusion=True, cuda_graphs=False, modules=0,
-                ep_dispatch_dedup=False, fp8_current_scaling=False, attention_unpad=False) -> dict:
+                ep_dispatch_dedup=False, fp8_current_scaling=False, attention_unpad=False,
+                glu_clamp_eager=False) -> dict:
     """Per-layer times (seconds, one micro-batch) and FLOPs for the given layer keys; see the
     module docstring for the keys (``f_dense``, ``b_moe``, ...) and the model's ends
     (``emb_f``, ``emb_b``, ``head_f``, ``head_b``, ``head_w``, ``mtp_f``, ``mtp_b``,
     ``mtp_w``). ``modules``: the ``recompute_modules`` bit mask (``memory.MODULE_BITS``).
     ``fp8_current_scaling``: per-tensor current scaling for ``fp8`` GEMM operands
     (``ParallelConfig.fp8_current_scaling``). ``attention_unpad``: the stack copies the attention
-    core's inputs into packed rows and its output back (``ParallelConfig.attention_unpad``)."""
+    core's inputs into packed rows and its output back (``ParallelConfig.attention_unpad``).
+    ``glu_clamp_eager``: a clamped GLU is clamped by separate ops before the activation
+    (``ParallelConfig.glu_clamp_eager``; recomputing ``mlp_act`` repeats the clamp)."""
     h = float(model.hidden_size)
     s = float(model.seq_len)
     tokens = np.asarray(tokens, dtype=float)
@@ -98,7 +101,8 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         b = {"dense": layer_costs.dense_mlp_costs(model, r, tokens, tp, sp, ffn=dense_ffn,
                                                   current_scaling=fp8_current_scaling)}
         if model.moe is not None:
-            b["moe"] = moe_costs.moe_mlp_costs(model, r, tokens, ep, etp, imbalance, tp, sp, fp8_current_scaling)
+            b["moe"] = moe_costs.moe_mlp_costs(model, r, tokens, ep, etp, imbalance, tp, sp, fp8_current_scaling,
+                                               glu_clamp_eager)
         if not hybrid:
             return {"dense": a, "moe": a}, b
         # a hybrid layer is one block: the dense slot holds the Mamba, attention and MLP layers
@@ -171,6 +175,10 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             shared = moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
             act_s = (layer_costs.activation_forward_s(model, rates, rows, moe.expert_ffn_hidden_size / etp)
                      + (layer_costs.activation_forward_s(model, rates, tokens, shared / tp) if shared else 0.0))
+            # Megatron-Core checkpoints the whole bias_act_func (TEGroupedMLP.forward), clamp included
+            clamp_fwd, _ = moe_costs.glu_clamp_bytes(rows, moe.expert_ffn_hidden_size / etp, rates.act_bytes)
+            act_s = act_s + np.where(np.asarray(glu_clamp_eager, dtype=bool) & (model.glu_clamp_limit > 0),
+                                     memory_bound_time_s(clamp_fwd, rates, moe_costs.GLU_CLAMP_KERNELS), 0.0)
         else:
             act_s = layer_costs.activation_forward_s(model, rates, tokens, (dense_ffn or model.ffn_hidden_size) / tp)
             act_s = act_s * shares["mlp"] if hybrid else act_s

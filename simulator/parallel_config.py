@@ -81,7 +81,7 @@ MAX_MOE_LOAD_IMBALANCE = 2**20
 BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
                "flash_attention", "grad_accumulation_fusion", "uneven_layers", "zero3_recompute_gather",
                "ep_comm_overlap", "ep_dispatch_dedup", "grad_reduce_every_microbatch", "tp_backward_overlap", "softmax_fusion",
-               "attention_unpad",
+               "attention_unpad", "glu_clamp_eager",
                "param_gather_per_tensor", "cuda_graphs", "fp8_current_scaling", "collective_per_rank_copies",
                "zero3_grad_all_reduce", "fp8_param_gather")
 #: non-negative integer fields (0 = not set)
@@ -201,6 +201,9 @@ class ParallelConfig:
         attention_unpad: the stack copies the attention core's query, key and value rows into
             packed (unpadded) tensors and scatters its output back, forward and backward
             (llm-foundry's flash path; ``layer_costs.unpad_copy_bytes``).
+        glu_clamp_eager: a clamped GLU (``ModelSpec.glu_clamp_limit``) is clamped by separate
+            ops before the activation kernel (Megatron-Core without its op fuser;
+            ``moe.glu_clamp_bytes``); no effect on a model without a clamp.
         recompute_num_layers: with ``recompute="full"``, the layers of each model chunk it covers
             (Megatron ``--recompute-num-layers``): ``block`` recomputes the first N layers of
             every chunk and keeps the others' activations; ``uniform`` recomputes every layer
@@ -295,6 +298,7 @@ class ParallelConfig:
     tp_backward_overlap: bool = True
     softmax_fusion: bool = True
     attention_unpad: bool = False
+    glu_clamp_eager: bool = False
     param_gather_per_tensor: bool = False
     cuda_graphs: bool = False
     fp8_current_scaling: bool = False

@@ -46,7 +46,8 @@ GPT_OSS_120B = {
     "hidden_size": 2880, "initial_context_length": 4096, "intermediate_size": 2880,
     "layer_types": ["sliding_attention", "full_attention"] * 18, "max_position_embeddings": 131072,
     "num_attention_heads": 64, "num_experts_per_tok": 4, "num_hidden_layers": 36, "num_key_value_heads": 8,
-    "num_local_experts": 128, "sliding_window": 128, "tie_word_embeddings": False, "vocab_size": 201088,
+    "num_local_experts": 128, "sliding_window": 128, "swiglu_limit": 7.0, "tie_word_embeddings": False,
+    "vocab_size": 201088,
 }
 QWEN2_57B_A14B = {
     "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "decoder_sparse_step": 1,
@@ -168,7 +169,7 @@ def test_preset_matches_its_hugging_face_config():
         from_hf = model_from_hf_config(config, name=preset, seq_len=from_yaml.seq_len)
         for field in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size",
                       "vocab_size", "gated_mlp", "tied_embeddings", "moe", "mla", "sliding_window",
-                      "sliding_window_layer_fraction", "mtp_layers"):
+                      "sliding_window_layer_fraction", "mtp_layers", "glu_clamp_limit"):
             assert getattr(from_hf, field) == getattr(from_yaml, field), (preset, field)
 
 

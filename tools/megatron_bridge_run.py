@@ -186,6 +186,7 @@ def summarise(cfg, tag: str, dp: int, compute_dtype: str) -> dict:
         "fp4_param_gather": fp4_pg,
         "optimizer": _plain(_get(cfg, "optimizer.optimizer", "")),
         "moe_router_fusion": _plain(_get(cfg, "model.moe_router_fusion", False)) if moe else "",
+        "te_op_fuser": _plain(_get(cfg, "model.use_transformer_engine_op_fuser", False)) if moe else "",
         "seq_length": _plain(_get(cfg, "model.seq_length", "")),
     }
 

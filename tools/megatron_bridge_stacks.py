@@ -85,6 +85,10 @@ def behaviour(row: dict) -> dict:
         out["overlap_param_gather"] = False
     if dp > 1 and row["overlap_grad_reduce"] == "false":
         out["overlap_grad_reduce"] = False
+    if row.get("te_op_fuser") == "true":
+        # Megatron-Core's op fuser runs the grouped MLP through Transformer Engine ops whose
+        # ScaledClampedQGeGLU clamps inside the activation kernel (experts.py _make_fused_ops)
+        out["glu_clamp_eager"] = False
     if row["dtype"] == "fp8" and row["fp8_recipe"] not in ("", "tensorwise"):
         out["fp8_recipe"] = row["fp8_recipe"]
     return out
