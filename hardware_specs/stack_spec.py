@@ -112,6 +112,8 @@ class TrainingBehaviour:
             input all-gather runs under the data-gradient GEMM (Megatron-LM
             ``LinearWithGradAccumulationAndAsyncCommunication`` since 2021-08-30, Transformer Engine
             ``Linear``/``LayerNormLinear``). Independent of ``tp_comm_overlap`` (userbuffers).
+            It does not cover the all-gather of a row-parallel output's gradient under sequence
+            parallelism, which both gradient GEMMs wait for (``simulator.layer_times``).
         softmax_fusion: with ``attention_kernel: materialized``, scale, mask and softmax run as one
             fused kernel over the score matrix (Megatron ``scaled_upper_triang_masked_softmax``,
             v2.0+); False = separate PyTorch ops, one memory pass each (Megatron 2019-2020).

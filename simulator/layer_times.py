@@ -35,7 +35,9 @@ decides (``ParallelConfig``): tensor-parallel collectives fully unless ``tp_comm
 ``ep_comm_overlap`` (then what exceeds the layer's compute; their volume per the stack's
 dispatcher, ``ep_dispatch_dedup``), context-parallel rings under the
 attention core; the backward TP collectives under the gradient GEMMs with
-``tp_backward_overlap``. Nothing here is a fitted exposure share.
+``tp_backward_overlap``, except, under sequence parallelism, the all-gather of each
+row-parallel output's gradient, which the gradient GEMMs wait for. Nothing here is a fitted
+exposure share.
 """
 from __future__ import annotations
 
@@ -133,6 +135,19 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     tp_fwd = blocks_per_layer * tp_coll
     tp_bwd = blocks_per_layer * tp_coll + np.where(sp, blocks_per_layer / 2.0 * tp_coll, 0.0)
     tp_rec = np.where(rc == 2, tp_fwd, 0.0)
+    # under sequence parallelism the backward of each row-parallel output's reduce-scatter is an
+    # all-gather of the output gradient (half an all-reduce's ring), and both gradient GEMMs of
+    # that linear read the gathered tensor: no GEMM of the layer can run under it, so the
+    # asynchronous backward collectives (``tp_backward_overlap``, column-parallel linears only)
+    # leave it exposed; only userbuffers pipelining (``tp_comm_overlap``) splits it into chunks
+    # under the data-gradient GEMM. NVIDIA/Megatron-LM@d898a8991d megatron/mpu/layers.py
+    # ``RowParallelLinear.forward``: ``reduce_scatter_to_sequence_parallel_region``, whose
+    # backward (megatron/mpu/mappings.py ``_ReduceScatterToSequenceParallelRegion.backward``)
+    # is ``_gather_along_first_dim``, a synchronous ``_all_gather_base``; the column-parallel
+    # linear's own backward collectives are the asynchronous ones
+    # (``LinearWithGradAccumulationAndAsyncCommunication.backward``: input re-gather under
+    # the data-gradient GEMM, gradient reduce-scatter under the weight-gradient GEMM).
+    tp_bwd_dependent = np.where(sp, blocks_per_layer / 2.0 * tp_coll, 0.0)
     cpcs = {}
     for kind, mixer in list(attn.items()):
         if kind == "moe" and not hybrid:        # the same attention block as the dense slot's
@@ -199,10 +214,16 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         # their weight- and data-gradient GEMMs when the stack issues them asynchronously
         # (tp_backward_overlap: Megatron-LM since 2021-08, Transformer Engine)
         tpf = np.where(tp_overlap, np.maximum(tp_fwd - gemm_f, 0.0), tp_fwd)
-        tpb = np.where(tp_overlap | tp_backward_overlap, np.maximum(tp_bwd - dgrad - wgrad, 0.0), tp_bwd)
+        # (the row-parallel output gradients' all-gathers, ``tp_bwd_dependent``, stay exposed
+        # unless userbuffers pipeline them)
+        async_b = tp_bwd_dependent + np.maximum(tp_bwd - tp_bwd_dependent - dgrad - wgrad, 0.0)
+        tpb = np.where(tp_overlap, np.maximum(tp_bwd - dgrad - wgrad, 0.0),
+                       np.where(tp_backward_overlap, async_b, tp_bwd))
         # a B pass whose W runs later (zero-bubble schedules) has no weight-gradient GEMMs to
         # hide its collectives under: its own data-gradient GEMMs are the window
-        tpb_split = np.where(tp_overlap | tp_backward_overlap, np.maximum(tp_bwd - dgrad, 0.0), tp_bwd)
+        async_b_split = tp_bwd_dependent + np.maximum(tp_bwd - tp_bwd_dependent - dgrad, 0.0)
+        tpb_split = np.where(tp_overlap, np.maximum(tp_bwd - dgrad, 0.0),
+                             np.where(tp_backward_overlap, async_b_split, tp_bwd))
         tpr_full = np.where(tp_overlap, np.maximum(tp_fwd - gemm_f, 0.0), tp_fwd)
         if kind == "moe":
             dispatch = moe_costs.moe_dispatch_bytes(tokens / tp, model.moe.top_k, h, rates.act_bytes)

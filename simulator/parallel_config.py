@@ -194,8 +194,10 @@ class ParallelConfig:
             quantisation reads the tensor once more for its amax and launches three kernels
             (``cost_models.low_precision.QUANTISE_KERNELS``); off = delayed scaling (one
             kernel, the amax from history). Ignored for other dtypes.
-        tp_backward_overlap: the backward TP collectives run under the weight- and data-gradient
-            GEMMs (Megatron-LM since 2021-08, Transformer Engine); off = exposed.
+        tp_backward_overlap: the backward TP collectives of the column-parallel linears run under
+            the weight- and data-gradient GEMMs (Megatron-LM since 2021-08, Transformer Engine);
+            off = exposed. The row-parallel output gradient's all-gather (sequence parallelism)
+            stays exposed either way: its GEMMs wait for it.
         softmax_fusion: the materialised attention's scale, mask and softmax are one kernel
             (Megatron v2.0+); off = three memory passes (2019-2020).
         attention_unpad: the stack copies the attention core's query, key and value rows into
