@@ -160,3 +160,17 @@ def test_a_biased_moe_block_pays_the_bias_passes_and_an_unbiased_one_does_not():
     assert float(with_bias["elem_bwd_s"] - without["elem_bwd_s"]) == pytest.approx(
         float(work["bwd_bytes"]) / rates.hbm_bytes_per_s + float(work["bwd_kernels"]) * rates.kernel_overhead_s,
         rel=1e-9)
+
+
+def test_nemotron_3_nano_moe_block_at_ep8_prices_two_tensor_kernels_per_expert_operand():
+    # 128 experts / ep 8 = 16 local experts, squared-ReLU (not gated) experts and one shared
+    # expert. Forward: fc1 and fc2 inputs split per expert, amax + cast each: 2 x 16 x 2 = 64;
+    # the shared expert's fc1 reads the pre-MLP norm (cast after the norm's amax: 1) and its fc2
+    # input is quantised alone (2): 67. Backward: the output gradients of fc1 and fc2 per expert
+    # (64) and of the shared expert's two linears (2 x 2): 68. Transformer Engine v2.14 launches
+    # twice as many per split (zero_amax and compute_scale_from_amax, <<<1, 1>>>), not priced.
+    model = load_model("nemotron-3-nano")
+    rates = kernel_counting_rates(compute_rates(load_cluster("dgx-h100").gpu, load_efficiency("hopper"), "fp8"))
+    block = moe.moe_mlp_costs(model, rates, 8192.0, 8, 1, current_scaling=True)
+    assert float(block["cast_fwd_s"]) == 2 * 16 * 2 + 1 + 2
+    assert float(block["cast_bwd_s"]) == 2 * 16 * 2 + 2 * 2
