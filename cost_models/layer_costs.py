@@ -160,9 +160,10 @@ def linear_cast_bytes(tokens, shapes, dtype: str, input_fused, grad_fused, curre
     Otherwise a standalone kernel pays ``quantise_bytes_per_element`` (current scaling: its
     amax read too). ``groups``: tensors each operand is split into, each quantised by its own
     kernels (a grouped GEMM's per-expert inputs: Transformer Engine's ``split_quantize`` runs one
-    quantisation per split for these recipes, NVIDIA/TransformerEngine@v2.12
+    quantisation per split for these recipes, NVIDIA/TransformerEngine@v2.12 and @v2.14
     pytorch/csrc/extensions/cast.cpp ``multi_tensor_quantize_impl``; one fused kernel for
-    delayed scaling only, counted as one). ``seq_split``: the sequence-parallel degree (1 without
+    delayed scaling only, counted as one). Kernel counts are the tensor kernels
+    (``low_precision.quantise_kernels``). ``seq_split``: the sequence-parallel degree (1 without
     sequence parallelism); operands flagged in ``input_sharded`` / ``grad_sharded`` are quantised
     on the GPU's sequence shard, ``tokens / seq_split`` rows, before the all-gather that gives
     the GEMM its full rows (Transformer Engine gathers the FP8 copy: a column-parallel layer's

@@ -80,29 +80,42 @@ def quantised_copies(dtype: str, transposed_copy: bool = True) -> int:
     return 2 if dtype in ("mxfp8", "nvfp4") else 0
 
 
-#: kernels one standalone quantisation of a 16-bit tensor launches (into all its copies), by
-#: recipe. Transformer Engine (NVIDIA/TransformerEngine@v2.12): delayed scaling casts (and
+#: kernels that stream a tensor in one standalone quantisation of a 16-bit tensor (into all its
+#: copies), by recipe: each pays the per-kernel fixed time (``EfficiencyModel.kernel_overhead_s``)
+#: and is issued by the host. Transformer Engine (NVIDIA/TransformerEngine@v2.14, the release the
+#: Megatron-Bridge 26.04 and 26.04.01 containers pin, uv.lock at Bridge v0.4.0 / v0.4.2:
+#: TransformerEngine@71bbefb, 2.14.0, and @366798e, 2.14.1): delayed scaling casts (and
 #: transposes) in one kernel that records the amax as it goes (``nvte_quantize``); current
-#: (per-tensor, "tensorwise") scaling first reduces the tensor's amax, then turns it into a scale,
-#: then casts: three kernels (transformer_engine/pytorch/csrc/quantizer.cpp,
-#: ``Float8CurrentScalingQuantizer::quantize_impl``: ``nvte_compute_amax_with_config``,
-#: ``nvte_compute_scale_from_amax``, ``nvte_quantize_v2``); MXFP8 and block scaling write both
-#: copies with their local scales in one kernel.
-QUANTISE_KERNELS = {"delayed": 1.0, "current": 3.0, "mxfp8": 1.0, "nvfp4": 1.0}
+#: (per-tensor, "tensorwise") scaling reduces the tensor's amax in one pass and casts in a second
+#: (transformer_engine/pytorch/csrc/quantizer.cpp ``Float8CurrentScalingQuantizer::quantize_impl``:
+#: ``nvte_compute_amax_with_config``, ``nvte_compute_scale_from_amax``, ``nvte_quantize_v2``):
+#: two tensor kernels; the scalar launches around them are ``SCALAR_QUANTISE_KERNELS``. MXFP8 and
+#: block scaling write both copies with their local scales in one kernel.
+QUANTISE_KERNELS = {"delayed": 1.0, "current": 2.0, "mxfp8": 1.0, "nvfp4": 1.0}
 #: the same when the norm before the GEMM produces the tensor (TE's LayerNormLinear): delayed
 #: scaling writes the FP8 copy from the norm kernel itself (no extra kernel); under current
-#: scaling the norm writes 16-bit output and its amax, then the scale and the cast follow
-#: (transformer_engine/pytorch/csrc/extensions/normalization.cpp@v2.12, ``FUSED_NORM_AMAX_FP8``:
-#: ``quantize_with_amax``, two kernels); MXFP8 quantises the norm's 16-bit output after it
-#: (``Impl::UNFUSED`` unless ``NVTE_NORM_FWD_USE_CUDNN``): one kernel.
-FUSED_QUANTISE_KERNELS = {"delayed": 0.0, "current": 2.0, "mxfp8": 1.0, "nvfp4": 1.0}
+#: scaling the norm writes 16-bit output and its amax, then the cast follows
+#: (transformer_engine/pytorch/csrc/extensions/normalization.cpp@v2.14, ``FUSED_NORM_AMAX_FP8``:
+#: ``quantize_with_amax``, one tensor kernel after the scale's scalar one); MXFP8 quantises the
+#: norm's 16-bit output after it (``Impl::UNFUSED`` unless ``NVTE_NORM_FWD_USE_CUDNN``): one kernel.
+FUSED_QUANTISE_KERNELS = {"delayed": 0.0, "current": 1.0, "mxfp8": 1.0, "nvfp4": 1.0}
+#: one-thread launches (``<<<1, 1>>>``) of a current-scaling quantisation, standalone and after a
+#: norm: ``zero_amax_kernel`` (inside ``nvte_compute_amax``) and ``compute_scale_from_amax_kernel``
+#: (transformer_engine/common/recipe/current_scaling.cu@v2.14, the same at v2.8 and v2.12); after
+#: a norm only the scale's. Documentation, not priced: each reads and writes one float and has no
+#: wave of blocks to drain, so the per-kernel fixed time of a tensor kernel (launch latency and
+#: last-wave tail, ``kernel_overhead_s``) does not describe it (its GPU time is the stream's gap
+#: between dependent launches, about a microsecond), and the host launches it from the same C++
+#: call as the tensor kernels (``quantize_impl``), with no Python op of its own.
+SCALAR_QUANTISE_KERNELS = {"current": 2.0, "current_fused": 1.0}
 
 
 def quantise_kernels(dtype: str, current_scaling=False, fused=False):
-    """Kernels that quantise one tensor for a low-precision GEMM (``QUANTISE_KERNELS``, or
-    ``FUSED_QUANTISE_KERNELS`` when the producing norm computes it); ``current_scaling`` (per
-    row allowed) picks per-tensor current scaling over delayed scaling for ``fp8``; 0 for
-    16/32-bit dtypes."""
+    """Tensor kernels that quantise one tensor for a low-precision GEMM (``QUANTISE_KERNELS``,
+    or ``FUSED_QUANTISE_KERNELS`` when the producing norm computes it; the one-thread scale
+    launches, ``SCALAR_QUANTISE_KERNELS``, are not counted); ``current_scaling`` (per row
+    allowed) picks per-tensor current scaling over delayed scaling for ``fp8``; 0 for 16/32-bit
+    dtypes."""
     if not quantised_copies(dtype):
         return 0.0 * np.asarray(current_scaling, dtype=float)
     table = FUSED_QUANTISE_KERNELS if fused else QUANTISE_KERNELS

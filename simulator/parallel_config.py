@@ -191,9 +191,10 @@ class ParallelConfig:
             kernels one by one (``EfficiencyModel.cpu_issue_s`` does not bound it).
         fp8_current_scaling: an ``fp8`` run scales each tensor by its current amax (Transformer
             Engine ``Float8CurrentScaling``, Megatron ``--fp8-recipe tensorwise``): every
-            quantisation reads the tensor once more for its amax and launches three kernels
-            (``cost_models.low_precision.QUANTISE_KERNELS``); off = delayed scaling (one
-            kernel, the amax from history). Ignored for other dtypes.
+            quantisation reads the tensor once more for its amax and streams it in two kernels,
+            amax and cast (``cost_models.low_precision.QUANTISE_KERNELS``; the one-thread scale
+            launches between them are not priced, ``SCALAR_QUANTISE_KERNELS``); off = delayed
+            scaling (one kernel, the amax from history). Ignored for other dtypes.
         tp_backward_overlap: the backward TP collectives of the column-parallel linears run under
             the weight- and data-gradient GEMMs (Megatron-LM since 2021-08, Transformer Engine);
             off = exposed. The row-parallel output gradient's all-gather (sequence parallelism)

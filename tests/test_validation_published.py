@@ -161,7 +161,8 @@ def test_low_precision_rows_are_predicted_within_bound(results):
     assert len(ok) >= 275                     # measured 285 (265 + the 20 Nemotron 3 Nano rows)
     # the issue's target is 12%: measured 9.27% (10.94% before FP8 current scaling's and the
     # grouped GEMMs' kernels were counted; GPT-OSS on Blackwell still runs up to 2.1x slower
-    # than the model)
+    # than the model); 8.99% -> 8.71% once current scaling's one-thread scale launches are not
+    # priced as tensor kernels (two of its four launches, low_precision.SCALAR_QUANTISE_KERNELS)
     assert _mean_abs_pct(ok) <= 12.0
 
 
@@ -178,7 +179,8 @@ def test_hybrid_mamba_moe_rows_are_predicted_within_bound(results):
     assert len(ok) == len(hybrid)             # measured 20 of 20
     # measured 8.58%, 8.03% with the host's time shared, 8.54% at the sixteenth round; 11.88% since
     # the H100 rows run their preset's recomputation (core_attn|layernorm|moe|moe_act: the whole MoE
-    # block again in backward): they were 20% slow in the model, now 39%; Blackwell's 16 rows 2-8% fast
+    # block again in backward): they were 20% slow in the model, now 39%; Blackwell's 16 rows 2-8% fast;
+    # 10.90% (H100 rows 34-35% slow) once current scaling's one-thread scale launches are not priced
     assert _mean_abs_pct(ok) <= 12.5
 
 
