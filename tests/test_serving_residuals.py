@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from paraplan.validation.serving_residuals import (decode_slopes, osl_pairs, report, residuals, slice_errors,
-                                                   slope_ratio_by)
+from paraplan.validation.serving_residuals import (decode_slopes, deployment_offsets, offset_share, osl_pairs,
+                                                   report, residuals, slice_errors, slope_ratio_by)
 
 
 def _layout(tp, batches, measured, predicted, backend="vllm"):
@@ -106,3 +106,47 @@ def test_osl_pairs_divide_the_shorter_runs_ttft_by_the_longer_runs_at_equal_layo
     assert pairs.ttft_ratio_predicted.to_numpy() == pytest.approx([1.0, 1.0])
     assert (pairs.osl_short == 1024).all() and (pairs.osl_long == 8192).all()
     assert "TTFT at the shorter osl" in report(residuals(df, pred))
+
+
+def _sweeps():
+    """Deployment A (vLLM, 3 loads) predicted at 0.5, 0.5, 2 x its measured TTFT; B (TensorRT-LLM,
+    3 loads) at 2, 2, 4 x; C is B's layout at another osl, measured once, at 8 x."""
+    rows = [("vllm", 1024, 4, 0.5), ("vllm", 1024, 16, 0.5), ("vllm", 1024, 64, 2.0),
+            ("trtllm", 1024, 4, 2.0), ("trtllm", 1024, 8, 2.0), ("trtllm", 1024, 32, 4.0),
+            ("trtllm", 8192, 4, 8.0)]
+    df = pd.DataFrame({"id": [f"r{i}" for i in range(len(rows))], "backend": [r[0] for r in rows],
+                       "backend_version": "1.0", "model_path": "meta-llama/Llama-3.1-70B", "system": "b200_sxm",
+                       "precision": "fp8", "mode": "agg", "tp_size": 2.0, "attention_dp_size": 1.0,
+                       "moe_tp_size": np.nan, "moe_ep_size": np.nan, "isl": 1024, "osl": [r[1] for r in rows],
+                       "batch_size": [float(r[2]) for r in rows], "silicon_ttft_ms": 100.0, "silicon_tpot_ms": 10.0})
+    pred = pd.DataFrame({"pred_ttft_ms": [100.0 * r[3] for r in rows], "pred_tpot_ms": np.full(len(rows), 10.0)})
+    return residuals(df, pred)
+
+
+def test_deployment_offsets_are_the_median_log_error_of_each_sweep_most_under_predicted_first():
+    offsets = deployment_offsets(_sweeps())
+    ln2 = np.log(2.0)
+    # C (one row, another osl) is its own deployment and too short a sweep: had it joined B,
+    # B's median would be 1.5 ln 2
+    assert list(offsets.backend) == ["vllm", "trtllm"]
+    assert offsets.offset.to_numpy() == pytest.approx([-ln2, ln2])
+    assert offsets.scatter.to_numpy() == pytest.approx([2 * ln2 / 3, ln2 / 3])    # |ln 2 - (-ln 2)| / 3; ln 2 / 3
+    assert offsets.rows.tolist() == [3, 3]
+    assert offsets.batch_min.tolist() == [4.0, 4.0] and offsets.batch_max.tolist() == [64.0, 32.0]
+
+
+def test_offset_share_is_the_error_one_constant_per_deployment_removes():
+    share = offset_share(_sweeps())
+    ln2 = np.log(2.0)
+    vllm, trt, every = share.loc[("vllm", "agg")], share.loc[("trtllm", "agg")], share.loc[("all", "")]
+    assert vllm.mean_abs_log_err == pytest.approx(round(ln2, 3))
+    assert vllm.within_deployment == pytest.approx(round(2 * ln2 / 3, 3))
+    assert vllm.offset_share == pytest.approx(round(1 - round(2 * ln2 / 3, 3) / round(ln2, 3), 3))
+    assert (trt.rows, trt.sweep_rows, trt.deployments) == (4, 3, 1)
+    assert trt.mean_abs_log_err == pytest.approx(round(4 * ln2 / 3, 3))          # ln 2, ln 2, 2 ln 2
+    assert trt.within_deployment == pytest.approx(round(ln2 / 3, 3))
+    assert (every.rows, every.sweep_rows, every.deployments) == (7, 6, 2)
+    assert every.mean_abs_log_err == pytest.approx(round(7 * ln2 / 6, 3))
+    assert every.within_deployment == pytest.approx(round(ln2 / 2, 3))          # (2 ln 2 + ln 2) / 6
+    assert every.offset_share == pytest.approx(round(1 - round(ln2 / 2, 3) / round(7 * ln2 / 6, 3), 3), abs=1e-3)
+    assert "per-deployment offsets" in report(_sweeps())

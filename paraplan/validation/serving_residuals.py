@@ -14,7 +14,12 @@ per-step cost is right. Then the output-length pairs: aggregated runs that diffe
 (same layout, isl and concurrency <= ``MAX_PAIR_BATCH``), the TTFT at the shorter osl over that at
 the longer, measured and predicted, per backend and model; the prompt and the load are the same,
 so a measured ratio far from 1 is time in the TTFT that no step of the shorter run explains.
-Last, the repeat-noise floor (``paraplan.validation.serving_repeats``): rows that describe one
+Then the per-deployment offsets: a deployment is every column the prediction reads except the
+load (``OFFSET_KEYS``), and its offset the median ln(predicted / measured) over the loads it was
+measured at (deployments of ``MIN_SWEEP_ROWS`` rows or more); per backend and mode, the mean |ln error| before and after removing each
+deployment's offset (how much of the error one constant per deployment carries: what a missing
+engine behaviour common to a deployment's sweep would look like), and the deployments at both
+ends of the TTFT ranking, with what they share. Last, the repeat-noise floor (``paraplan.validation.serving_repeats``): rows that describe one
 deployment (same release, then any release) but hold different measurements, how far they
 disagree, the least mean |error| one value per deployment can reach on them, the model's error
 on the same rows, and that floor's share of each backend and mode's error over all its rows.
@@ -31,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from hardware_specs.errors import InputError
+from paraplan.validation.serving_repeats import DEPLOYMENT_KEYS
 
 #: the largest concurrency used in the slope fits: beyond it the KV pool and CUDA-graph limits
 #: bend the TPOT curve
@@ -114,6 +120,73 @@ def osl_pairs(res: pd.DataFrame, max_batch: float = MAX_PAIR_BATCH) -> pd.DataFr
     return pd.DataFrame.from_records(records)
 
 
+#: one deployment measured at several loads: every column the prediction reads except the load
+#: (``batch_size``; a disaggregated row's prefill and decode batch sizes), with the release
+OFFSET_KEYS = tuple(k for k in DEPLOYMENT_KEYS if k not in ("batch_size", "prefill_batch_size", "decode_batch_size")) \
+    + ("backend_version",)
+#: deployments listed at each end of the offset ranking in the report
+OFFSET_LIST = 12
+#: a deployment's offset is read only from a sweep: at least this many rows (loads); with one
+#: row the offset is the row's own error and nothing is left "within" it
+MIN_SWEEP_ROWS = 3
+
+
+def _log_errors(res: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """``res`` with ``log_err`` = ln(predicted / measured) of ``metric`` (ttft | tpot), ``dep`` (an
+    integer per deployment of ``OFFSET_KEYS``; keys absent from ``res`` count as equal), ``offset``
+    (the median ``log_err`` of the row's deployment) and ``sweep_rows`` (its rows)."""
+    df = res.copy()
+    for k in OFFSET_KEYS:
+        if k not in df.columns:
+            df[k] = np.nan
+    df["log_err"] = np.log1p(df[f"{metric}_err"].to_numpy(dtype=float))
+    df["dep"] = df.groupby(list(OFFSET_KEYS), dropna=False, sort=False).ngroup()
+    df["offset"] = df.groupby("dep").log_err.transform("median")
+    df["sweep_rows"] = df.groupby("dep").log_err.transform("size")
+    return df
+
+
+def deployment_offsets(res: pd.DataFrame, metric: str = "ttft", min_rows: int = MIN_SWEEP_ROWS) -> pd.DataFrame:
+    """One row per deployment (``OFFSET_KEYS``) with at least ``min_rows`` rows: its rows, the
+    lowest and highest concurrency (``batch_size``), ``offset`` = the median of ln(predicted /
+    measured) of ``metric`` over its rows (negative: predicted fast) and ``scatter`` = the mean
+    |ln error - offset| left around it; most under-predicted first."""
+    df = _log_errors(res, metric)
+    df = df[df.sweep_rows >= min_rows]
+    g = df.groupby("dep")
+    out = g[list(OFFSET_KEYS)].first()
+    out["rows"] = g.size()
+    out["batch_min"] = g.batch_size.min()
+    out["batch_max"] = g.batch_size.max()
+    out["offset"] = g.offset.first()
+    out["scatter"] = (df.log_err - df.offset).abs().groupby(df.dep).mean()
+    return out.sort_values("offset", kind="stable").reset_index(drop=True)
+
+
+def offset_share(res: pd.DataFrame, metric: str = "ttft", keys=("backend", "mode"),
+                 min_rows: int = MIN_SWEEP_ROWS) -> pd.DataFrame:
+    """Per slice of ``keys``, over the rows of deployments (``OFFSET_KEYS``) measured at least
+    ``min_rows`` times (``sweep_rows`` of ``rows``; ``deployments`` of them): the mean
+    |ln(predicted / measured)| of ``metric``, the same with each deployment's median removed
+    (``within_deployment``: what one constant per deployment cannot remove) and the share of the
+    first the offsets carry, 1 - within / all; an ``all`` row over every row."""
+    df = _log_errors(res, metric)
+    df["resid"] = (df.log_err - df.offset).abs()
+    df["abs"] = df.log_err.abs()
+
+    def table(frame):
+        sweep = frame[frame.sweep_rows >= min_rows]
+        return {"rows": len(frame), "sweep_rows": len(sweep), "deployments": sweep.dep.nunique(),
+                "mean_abs_log_err": sweep["abs"].mean(), "within_deployment": sweep.resid.mean()}
+
+    records = [{**dict(zip(keys, k if isinstance(k, tuple) else (k,))), **table(f)}
+               for k, f in df.groupby(list(keys), dropna=False)]
+    records.append({**{k: "all" if i == 0 else "" for i, k in enumerate(keys)}, **table(df)})
+    out = pd.DataFrame.from_records(records).set_index(list(keys))
+    out["offset_share"] = 1.0 - out.within_deployment / out.mean_abs_log_err
+    return out.round(3)
+
+
 def _annotate(res: pd.DataFrame) -> pd.DataFrame:
     from model_specs.catalog import load_model
     from paraplan.validation.serving import MODEL_PRESETS
@@ -150,6 +223,16 @@ def report(res: pd.DataFrame) -> str:
                               "predicted_median": g.ttft_ratio_predicted.median()}).round(2)
         parts.append(f"== TTFT at the shorter osl / at the longer (same layout, isl, concurrency <= "
                      f"{MAX_PAIR_BATCH}) ==\n{table.to_string()}")
+    for metric in ("ttft", "tpot"):
+        parts.append(f"== {metric.upper()}: per-deployment offsets (ln(predicted / measured); a deployment is every "
+                     f"column the prediction reads but the load; deployments of >= {MIN_SWEEP_ROWS} rows) "
+                     f"==\n{offset_share(res, metric).to_string()}")
+    offsets = deployment_offsets(res, "ttft")
+    shown = ["backend", "mode", "model_path", "system", "precision", "backend_version", "isl", "osl", "tp_size",
+             "attention_dp_size", "moe_ep_size", "rows", "batch_min", "batch_max", "offset", "scatter"]
+    ends = pd.concat([offsets.head(OFFSET_LIST), offsets.tail(OFFSET_LIST)]).drop_duplicates()
+    parts.append(f"== TTFT: the {OFFSET_LIST} most under- and over-predicted deployments of >= {MIN_SWEEP_ROWS} "
+                 f"rows (offset = median ln(predicted / measured)) ==\n{ends[shown].round(3).to_string(index=False)}")
     parts.append(repeats)
     return "\n\n".join(parts)
 
