@@ -114,7 +114,7 @@ _TILE_M = np.array([t[0] for t in GEMM_TILES])
 _TILE_N = np.array([t[1] for t in GEMM_TILES])
 
 
-def wave_shape_factor(m, n, k, sm_count, k_stage_scale=1.0):
+def wave_shape_factor(m, n, k, sm_count, k_stage_scale=1.0, with_waves=False):
     """Fraction of the plateau a (m, n, k) GEMM reaches on a GPU of ``sm_count`` SMs.
 
     Its output is cut into tiles (``GEMM_TILES``; the last row and column padded:
@@ -125,6 +125,11 @@ def wave_shape_factor(m, n, k, sm_count, k_stage_scale=1.0):
     of the split's K (scaled to the dtype's elements per stage). This is the standard account of
     tensor-core GEMM efficiency (NVIDIA "Matrix Multiplication Background User's Guide": tile
     and wave quantization).
+
+    ``with_waves``: return (factor, wave fill) where the wave fill is the chosen tile's
+    ``tiles / (ceil(tiles / SMs) x SMs)`` term alone: the share of the SM-time of its waves that
+    the last, partly idle wave does not waste (``grouped_gemm_time_s`` lets concurrent GEMMs
+    fill that idle part).
     """
     m, n, k = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (m, n, k))
     # every candidate tile at once along a leading axis (one pass of array operations, not one
@@ -139,6 +144,10 @@ def wave_shape_factor(m, n, k, sm_count, k_stage_scale=1.0):
     waves = work / (np.ceil(work / sm_count) * sm_count)
     k_split = k / split
     util = padding * waves * k_split / (k_split + GEMM_K_PROLOGUE * k_stage_scale)
+    if with_waves:
+        pick = util.argmax(axis=0)[None]
+        return (np.take_along_axis(util, pick, axis=0)[0],
+                np.take_along_axis(np.broadcast_to(waves, util.shape), pick, axis=0)[0])
     return util.max(axis=0)
 
 

@@ -32,7 +32,8 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models import memory
-from cost_models.compute import ACT_BYTES, ComputeRates, gemm_time_s, linear_gemm_times_s, memory_bound_time_s
+from cost_models.compute import (ACT_BYTES, ComputeRates, gemm_shape_factor, gemm_time_s, gemm_traffic_bytes,
+                                 linear_gemm_times_s, memory_bound_time_s, wave_shape_factor)
 from cost_models.layer_costs import (ACTIVATION_UNITS, ELEMENTWISE_KERNELS_FWD, REPLICATED_ELEMENTWISE_UNITS,
                                      REPLICATED_ELEMENTWISE_UNITS_BWD, RESIDUAL_FORK_KERNELS_BWD, block_cast_bytes,
                                      cast_times, linear_cast_bytes, mlp_gemm_shapes)
@@ -101,7 +102,7 @@ def moe_routed_tokens_per_gpu(tokens, tp):
 
 # ---- compute ----------------------------------------------------------------------------------
 
-def grouped_gemm_time_s(m_per_group, n, k, groups, rates: ComputeRates, launches=None):
+def grouped_gemm_time_s(m_per_group, n, k, groups, rates: ComputeRates, launches=None, streams=1):
     """One grouped GEMM of ``groups`` problems of shape (m, n, k), seconds.
 
     Each problem pays its own shape efficiency (small per-expert M leaves tiles and SMs idle:
@@ -112,11 +113,41 @@ def grouped_gemm_time_s(m_per_group, n, k, groups, rates: ComputeRates, launches
     common/gemm/cublaslt_gemm.cu ``multi_stream_cublas_gemm``; its single-kernel CUTLASS grouped
     GEMM is opt-in, ``NVTE_USE_CUTLASS_GROUPED_GEMM``, Hopper and 16-bit only; 1 for a single
     grouped kernel).
+
+    ``streams`` (``TrainingBehaviour.grouped_gemm_streams``): how many of the GEMMs run at once.
+    ``multi_stream_cublas_gemm`` (NVIDIA/TransformerEngine@v2.14 common/gemm/cublaslt_gemm.cu)
+    issues GEMM ``i`` on compute stream ``i % S``, ``S = nvte_get_num_compute_streams()`` = 4
+    (common/util/multi_stream.cpp), and joins the streams afterwards. A GEMM's time splits into
+    its *work*, the time its tiles keep every SM busy (``max(FLOPs / (plateau x shape factor
+    without the wave term), bytes / HBM rate)``: concurrent GEMMs share the SMs and HBM, so work
+    adds up), and its *fixed* time: the idle SMs of its partly filled last wave
+    (``compute.wave_shape_factor(with_waves=True)``) and its launch (``kernel_overhead_s``),
+    which a GEMM on another stream fills. With S streams the fixed times of S consecutive GEMMs
+    overlap: ``groups x work + ceil(groups / S) x tail + ceil(launches / S) x overhead``. At
+    S = 1 this is the serial sum ``groups x (work + tail) + launches x overhead``, computed as
+    before (bit for bit).
     """
     m = np.maximum(_f(m_per_group), 1.0)
     groups = _f(groups)
     launches = groups if launches is None else _f(launches)
-    return gemm_time_s(m, n, k, rates, count=groups) - (groups - launches) * rates.kernel_overhead_s
+    serial = gemm_time_s(m, n, k, rates, count=groups) - (groups - launches) * rates.kernel_overhead_s
+    streams = np.maximum(_f(streams), 1.0)
+    if not np.any(streams > 1):
+        return serial
+    n, k = _f(n), _f(k)
+    flops = 2.0 * m * n * k
+    if rates.sm_count:
+        shape, fill = wave_shape_factor(m, n, k, rates.sm_count, rates.k_stage_scale, with_waves=True)
+    else:
+        shape = gemm_shape_factor(m, n, k, rates.half_dim, rates.k_half_dim)
+        fill = 1.0
+    compute = flops / (rates.gemm_flops_per_s * shape)
+    memory_s = gemm_traffic_bytes(m, n, k, rates) / rates.hbm_bytes_per_s
+    busy = np.maximum(compute, memory_s)
+    work = np.maximum(compute * fill, memory_s)
+    concurrent = (groups * work + np.ceil(groups / streams) * (busy - work)
+                  + np.ceil(launches / streams) * rates.kernel_overhead_s)
+    return np.where(streams > 1, concurrent, serial)
 
 
 def expert_output_bias_work(rows, hidden, local_experts, act_bytes):
@@ -165,7 +196,7 @@ def glu_clamp_bytes(rows, ffn_local, bytes_per_element):
 
 
 def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_imbalance=1.0, tp=1, sp=True,
-                  current_scaling=False, glu_clamp_eager=False):
+                  current_scaling=False, glu_clamp_eager=False, grouped_gemm_streams=1):
     """Forward seconds, FLOPs and all-to-all sizes of one MoE block on one GPU, one micro-batch.
 
     ``tokens`` is the same quantity ``layer_costs.dense_mlp_costs`` takes: tokens the GPU's
@@ -183,6 +214,9 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
       and the norm/residual half of the layer's element-wise work (split by tp under SP);
       with ``glu_clamp_eager`` and a clamped GLU (``ModelSpec.glu_clamp_limit``) the experts'
       clamp and concatenation before the activation (``glu_clamp_bytes``).
+
+    ``grouped_gemm_streams``: how many per-expert GEMMs of each grouped GEMM run at once
+    (``grouped_gemm_time_s``; ``TrainingBehaviour.grouped_gemm_streams``, 1 = one after another).
 
     Returns a dict of float arrays: ``gemm_fwd_s`` (router + experts + shared),
     ``expert_gemm_fwd_s``, ``shared_gemm_fwd_s``, ``router_fwd_s``, ``elem_fwd_s``, the
@@ -215,13 +249,14 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
     router_flops = 2.0 * routed * E * h
 
     expert_s = expert_dgrad = expert_wgrad = 0.0
+    streams = _f(grouped_gemm_streams)
     expert_shapes = mlp_gemm_shapes(h, f_exp, model.gated_mlp, etp)
     for n, kk in expert_shapes:
         # data gradient (m, k, n) and weight gradient (k, n, m) of every local expert
-        expert_s = expert_s + grouped_gemm_time_s(m_exp, n, kk, local_experts, rates)
-        expert_dgrad = expert_dgrad + grouped_gemm_time_s(m_exp, kk, n, local_experts, rates)
+        expert_s = expert_s + grouped_gemm_time_s(m_exp, n, kk, local_experts, rates, streams=streams)
+        expert_dgrad = expert_dgrad + grouped_gemm_time_s(m_exp, kk, n, local_experts, rates, streams=streams)
         expert_wgrad = expert_wgrad + grouped_gemm_time_s(kk + 0.0 * m_exp, n, np.maximum(m_exp, 1.0),
-                                                          local_experts, rates)
+                                                          local_experts, rates, streams=streams)
     # quantisation of the grouped GEMMs' operands: permuted rows and their gradients are
     # quantised by standalone kernels; each local expert's weights once per step
     expert_casts = linear_cast_bytes(rows, expert_shapes, rates.dtype, [False, False], [False, False],

@@ -44,6 +44,9 @@ FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4", "none")
 GRAD_BUFFERS = ("fp32", "reduce")
 #: prefetch depths above this are not a documented framework behaviour (and would be a typo).
 MAX_PREFETCH_LAYERS = 8.0
+#: most concurrent GEMM streams a grouped linear can have (Transformer Engine runs 4; CUDA has at
+#: most 32 hardware work queues, CUDA_DEVICE_MAX_CONNECTIONS)
+MAX_GROUPED_GEMM_STREAMS = 32
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,12 @@ class TrainingBehaviour:
             ``moe.glu_clamp_bytes``), as Megatron-Core's ``weighted_bias_quick_geglu_impl`` does;
             False = the clamp runs inside the activation kernel (Transformer Engine's
             ``ScaledClampedQGeGLU`` under Megatron-Core's op fuser) or the model has no clamp.
+        grouped_gemm_streams: how many of a grouped linear's per-expert GEMMs run concurrently
+            (``moe.grouped_gemm_time_s``): Transformer Engine's ``GroupedLinear`` issues one cuBLAS
+            GEMM per local expert round-robin over its 4 compute streams
+            (``multi_stream_cublas_gemm``), which run side by side when the process has several
+            hardware work queues (``CUDA_DEVICE_MAX_CONNECTIONS`` > 1); 1 = one after another
+            (one queue, or a stack that loops over the experts on one stream).
         zero3_gather_per_tensor: ZeRO-3 gathers every parameter tensor of a module in its own
             collective (DeepSpeed 0.3.x ``_allgather_param`` per parameter) instead of one
             collective per module (FSDP's flat parameter, later DeepSpeed coalescing).
@@ -186,6 +195,7 @@ class TrainingBehaviour:
     softmax_fusion: bool = True
     attention_unpad: bool = False
     glu_clamp_eager: bool = False
+    grouped_gemm_streams: int = 1
     bf16_grads_in_fp32: bool = True
     zero3_gather_per_tensor: bool = False
     zero3_persistence_threshold_elements: float = 0.0
@@ -222,6 +232,11 @@ class TrainingBehaviour:
             if value > MAX_PREFETCH_LAYERS:
                 raise InputError(f"training.{name}", f"must be <= {MAX_PREFETCH_LAYERS}, got {value!r}",
                                  "frameworks prefetch one or two layers ahead")
+        if isinstance(self.grouped_gemm_streams, bool) or not isinstance(self.grouped_gemm_streams, int) \
+                or not 1 <= self.grouped_gemm_streams <= MAX_GROUPED_GEMM_STREAMS:
+            raise InputError("training.grouped_gemm_streams",
+                             f"must be an integer from 1 to {MAX_GROUPED_GEMM_STREAMS}, got {self.grouped_gemm_streams!r}",
+                             "Transformer Engine runs 4 compute streams; 1 = serial")
         if self.default_zero_stage not in (0, 1, 2, 3):
             raise InputError("training.default_zero_stage", f"must be 0, 1, 2 or 3, got {self.default_zero_stage!r}")
 

@@ -89,7 +89,7 @@ ROW_COLUMNS = ("config", "model", "cluster", "gpu", "n_gpus", "seq_len") + CONFI
                       "efficiency_fitted")
 
 _INT_FIELDS = {"dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch", "zero_stage",
-               "gpus", "seq_len", "global_batch_tokens"}
+               "gpus", "seq_len", "global_batch_tokens", "grouped_gemm_streams"}
 _FLOAT_FIELDS = {"moe_load_imbalance", "scaleout_gbit_per_s", "scaleup_gbit_per_s"}
 _BOOL_FIELDS = set(BOOL_FIELDS)
 

@@ -90,6 +90,7 @@ class ConfigBatch:
     fp8_current_scaling: np.ndarray = None
     grad_buffer_bytes: np.ndarray = None
     fp8_param_gather: np.ndarray = None
+    grouped_gemm_streams: np.ndarray = None
     dtype: str = "bf16"
 
     def __post_init__(self) -> None:
@@ -162,6 +163,7 @@ class ConfigBatch:
             fp8_current_scaling=col("fp8_current_scaling", bool, bool),
             grad_buffer_bytes=col("grad_buffer_bytes", float, float),
             fp8_param_gather=col("fp8_param_gather", bool, bool),
+            grouped_gemm_streams=col("grouped_gemm_streams"),
             dtype=dtypes.pop(),
         )
 
@@ -222,6 +224,7 @@ class ConfigBatch:
             fp8_current_scaling=bool(self.fp8_current_scaling[i]),
             grad_buffer_bytes=float(self.grad_buffer_bytes[i]),
             fp8_param_gather=bool(self.fp8_param_gather[i]),
+            grouped_gemm_streams=int(self.grouped_gemm_streams[i]),
         )
 
 
@@ -229,4 +232,5 @@ class ConfigBatch:
 _NEW_COLUMNS = {"recompute_num_layers": 0, "recompute_method": 0, "recompute_layers_decrement": 0,
                 "recompute_modules": 0, "offload_activation_layers": 0, "offload_optimizer_fraction": 0.0,
                 "zero_shard_group": 0, "pipeline_layout": "", "loss_chunk_tokens": 0, "optimizer_moment_bytes": 4.0,
-                "fp8_current_scaling": False, "grad_buffer_bytes": 4.0, "fp8_param_gather": False}
+                "fp8_current_scaling": False, "grad_buffer_bytes": 4.0, "fp8_param_gather": False,
+                "grouped_gemm_streams": 1}

@@ -76,7 +76,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
                 ep, etp, imbalance, tp_overlap, cp_kind, attention_kernel, flash_attention, ep_overlap,
                 tp_backward_overlap=True, softmax_fusion=True, cuda_graphs=False, modules=0,
                 ep_dispatch_dedup=False, fp8_current_scaling=False, attention_unpad=False,
-                glu_clamp_eager=False) -> dict:
+                glu_clamp_eager=False, grouped_gemm_streams=1) -> dict:
     """Per-layer times (seconds, one micro-batch) and FLOPs for the given layer keys; see the
     module docstring for the keys (``f_dense``, ``b_moe``, ...) and the model's ends
     (``emb_f``, ``emb_b``, ``head_f``, ``head_b``, ``head_w``, ``mtp_f``, ``mtp_b``,
@@ -85,7 +85,9 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     (``ParallelConfig.fp8_current_scaling``). ``attention_unpad``: the stack copies the attention
     core's inputs into packed rows and its output back (``ParallelConfig.attention_unpad``).
     ``glu_clamp_eager``: a clamped GLU is clamped by separate ops before the activation
-    (``ParallelConfig.glu_clamp_eager``; recomputing ``mlp_act`` repeats the clamp)."""
+    (``ParallelConfig.glu_clamp_eager``; recomputing ``mlp_act`` repeats the clamp).
+    ``grouped_gemm_streams``: per-expert GEMMs of a grouped linear that run at once
+    (``ParallelConfig.grouped_gemm_streams``); the host still issues every one of them."""
     h = float(model.hidden_size)
     s = float(model.seq_len)
     tokens = np.asarray(tokens, dtype=float)
@@ -96,7 +98,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     hybrid = bool(model.hybrid_pattern)
     shares = mamba.non_moe_kind_shares(model)
 
-    def costs(r):
+    def costs(r, streams):
         """({kind: sequence-mixing block}, {kind: MLP block}) for the two layer slots."""
         a = layer_costs.attention_block_costs(model, r, tokens, s, tp, sp, softmax_exposed, flash_attention,
                                               softmax_fusion, mma_share, fp8_current_scaling, attention_unpad)
@@ -104,7 +106,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
                                                   current_scaling=fp8_current_scaling)}
         if model.moe is not None:
             b["moe"] = moe_costs.moe_mlp_costs(model, r, tokens, ep, etp, imbalance, tp, sp, fp8_current_scaling,
-                                               glu_clamp_eager)
+                                               glu_clamp_eager, streams)
         if not hybrid:
             return {"dense": a, "moe": a}, b
         # a hybrid layer is one block: the dense slot holds the Mamba, attention and MLP layers
@@ -117,12 +119,12 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         return ({"dense": mamba.mix(mixers, shares), "moe": none_a},
                 {**b, "dense": mamba.mix({"mlp": b["dense"]}, shares)})
 
-    attn, blocks = costs(rates)
+    attn, blocks = costs(rates, grouped_gemm_streams)
     # the host issues every kernel of an eager pass; it runs ahead of the GPU, so a pass lasts the
     # longer of its GPU time and its kernel count x the host's issue time (no floor under CUDA graphs)
     host_s = np.where(cuda_graphs, 0.0, eff.cpu_issue_s)
     if eff.cpu_issue_s > 0:
-        attn_n, blocks_n = costs(kernel_counting_rates(rates))
+        attn_n, blocks_n = costs(kernel_counting_rates(rates), 1)
 
     # tensor-parallel collectives of one pass: two all-reduces (or reduce-scatter + all-gather
     # pairs under sequence parallelism, the same time); sequence parallelism all-gathers the norm

@@ -90,6 +90,8 @@ LAYOUT_FIELDS = ("first_stage_layers", "last_stage_layers", "recompute_num_layer
 #: largest value of a ``LAYOUT_FIELDS`` entry: above any layer count, data-parallel group or
 #: token chunk a run has, and within the int64 columns of ``ConfigBatch`` (2**63 overflowed them)
 MAX_LAYOUT_VALUE = 2**40
+#: most concurrent GEMM streams of a grouped linear (CUDA has at most 32 hardware work queues)
+MAX_GROUPED_GEMM_STREAMS = 32
 
 
 def _modules(value) -> tuple[str, ...]:
@@ -207,6 +209,9 @@ class ParallelConfig:
         glu_clamp_eager: a clamped GLU (``ModelSpec.glu_clamp_limit``) is clamped by separate
             ops before the activation kernel (Megatron-Core without its op fuser;
             ``moe.glu_clamp_bytes``); no effect on a model without a clamp.
+        grouped_gemm_streams: how many per-expert GEMMs of a grouped linear run concurrently
+            (Transformer Engine's 4 compute streams when ``CUDA_DEVICE_MAX_CONNECTIONS`` > 1;
+            ``moe.grouped_gemm_time_s``); 1 = one after another.
         recompute_num_layers: with ``recompute="full"``, the layers of each model chunk it covers
             (Megatron ``--recompute-num-layers``): ``block`` recomputes the first N layers of
             every chunk and keeps the others' activations; ``uniform`` recomputes every layer
@@ -302,6 +307,7 @@ class ParallelConfig:
     softmax_fusion: bool = True
     attention_unpad: bool = False
     glu_clamp_eager: bool = False
+    grouped_gemm_streams: int = 1
     param_gather_per_tensor: bool = False
     cuda_graphs: bool = False
     fp8_current_scaling: bool = False
@@ -349,6 +355,13 @@ class ParallelConfig:
                 raise InputError(name, f"{value} is above the largest supported value {MAX_LAYOUT_VALUE:,}",
                                  "check the number")
             object.__setattr__(self, name, int(value))
+        streams = self.grouped_gemm_streams
+        if isinstance(streams, bool) or not isinstance(streams, (int, np.integer)) \
+                or not 1 <= streams <= MAX_GROUPED_GEMM_STREAMS:
+            raise InputError("grouped_gemm_streams",
+                             f"must be an integer from 1 to {MAX_GROUPED_GEMM_STREAMS}, got {streams!r}",
+                             "Transformer Engine runs 4 compute streams; 1 = one GEMM after another")
+        object.__setattr__(self, "grouped_gemm_streams", int(streams))
         if (self.first_stage_layers or self.last_stage_layers) and self.pp < 2:
             raise InputError("first_stage_layers", "first/last stage layer counts need pp > 1",
                              "set pp > 1 or leave them 0")

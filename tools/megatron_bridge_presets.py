@@ -56,7 +56,7 @@ COLUMNS = [
     "recompute_num_layers", "recompute_modules", "grad_reduce_in_fp32", "use_distributed_optimizer",
     "overlap_grad_reduce", "overlap_param_gather", "overlap_param_gather_with_optimizer_step",
     "fp8_recipe", "fp8_param_gather", "fp4_recipe", "fp4_param_gather", "optimizer", "moe_router_fusion", "te_op_fuser",
-    "seq_length",
+    "cuda_device_max_connections", "seq_length",
     "source", "note",
 ]
 

@@ -103,6 +103,43 @@ def _is_moe(cfg) -> bool:
     return bool(n) and n > 1
 
 
+#: CUDA's number of hardware work queues when CUDA_DEVICE_MAX_CONNECTIONS is unset (CUDA C
+#: Programming Guide, environment variables: default 8, at most 32)
+CUDA_DEFAULT_CONNECTIONS = 8
+
+
+def max_connections(cfg, tag: str, tp: int, cp: int, pp: int, dp: int, a2a: bool, co) -> int:
+    """CUDA_DEVICE_MAX_CONNECTIONS the preset's processes run with.
+
+    * v0.6.0: the flat recipe's own ``cfg.env_vars`` (src/megatron/bridge/perf_recipes/*/*/*.py).
+    * v0.2.0 .. v0.5.1: scripts/performance/perf_plugins.py
+      ``PerfEnvPlugin._set_num_cuda_device_max_connections``: 8, 32 with the DeepEP / HybridEP
+      flex dispatcher, 32 on Blackwell (b200, b300, gb200, gb300); on Hopper 1 when tp > 1 or
+      cp > 1 without MoE all-to-all overlap (kernel issue order for the TP/CP overlap).
+    * v0.1.0rc3: src/megatron/bridge/training/comm_overlap.py
+      ``CommOverlapConfig._set_num_cuda_device_max_connections`` (run by its ``setup`` when the
+      config has a ``comm_overlap``): compute capability > 9 with tp or cp > 1 and dp or pp > 1:
+      32; Hopper with tp or cp > 1 without all-to-all overlap: 1; else unset (CUDA's 8).
+    """
+    major = recorder.CONTEXT.device_major
+    if tag >= "v0.6.0":
+        env = _get(cfg, "env_vars", None) or {}
+        value = env.get("CUDA_DEVICE_MAX_CONNECTIONS") if isinstance(env, dict) else None
+        return int(value) if value not in (None, "") else CUDA_DEFAULT_CONNECTIONS
+    if tag < "v0.2.0":
+        if co is None:
+            return CUDA_DEFAULT_CONNECTIONS
+        if major > 9:
+            return 32 if (tp > 1 or cp > 1) and (dp > 1 or pp > 1) else CUDA_DEFAULT_CONNECTIONS
+        return 1 if (tp > 1 or cp > 1) and not a2a else CUDA_DEFAULT_CONNECTIONS
+    flex = _get(cfg, "model.moe_flex_dispatcher_backend", None) \
+        if _get(cfg, "model.moe_token_dispatcher_type", "") == "flex" else None
+    connections = 32 if _plain(flex) in ("deepep", "hybridep") else CUDA_DEFAULT_CONNECTIONS
+    if major >= 10:
+        return 32
+    return 1 if (tp > 1 or cp > 1) and not a2a else connections
+
+
 def summarise(cfg, tag: str, dp: int, compute_dtype: str) -> dict:
     """The preset's switches as the run would see them after Megatron-Bridge's setup
     (src/megatron/bridge/training/comm_overlap.py CommOverlapConfig.setup)."""
@@ -187,6 +224,8 @@ def summarise(cfg, tag: str, dp: int, compute_dtype: str) -> dict:
         "optimizer": _plain(_get(cfg, "optimizer.optimizer", "")),
         "moe_router_fusion": _plain(_get(cfg, "model.moe_router_fusion", False)) if moe else "",
         "te_op_fuser": _plain(_get(cfg, "model.use_transformer_engine_op_fuser", False)) if moe else "",
+        "cuda_device_max_connections": str(max_connections(
+            cfg, tag, tp, int(_get(cfg, "model.context_parallel_size", 1) or 1), pp, dp, a2a, co)),
         "seq_length": _plain(_get(cfg, "model.seq_length", "")),
     }
 
