@@ -136,9 +136,10 @@ class TrainingBehaviour:
         grouped_gemm_streams: how many of a grouped linear's per-expert GEMMs run concurrently
             (``moe.grouped_gemm_time_s``): Transformer Engine's ``GroupedLinear`` issues one cuBLAS
             GEMM per local expert round-robin over its 4 compute streams
-            (``multi_stream_cublas_gemm``), which run side by side when the process has several
-            hardware work queues (``CUDA_DEVICE_MAX_CONNECTIONS`` > 1); 1 = one after another
-            (one queue, or a stack that loops over the experts on one stream).
+            (``multi_stream_cublas_gemm``), which run side by side (with one hardware work queue,
+            ``CUDA_DEVICE_MAX_CONNECTIONS=1``, too: it fixes the order in which kernels start, as
+            Megatron-Core's TP overlap relies on); 1 = one after another (a stack that loops over
+            the experts on one stream).
         zero3_gather_per_tensor: ZeRO-3 gathers every parameter tensor of a module in its own
             collective (DeepSpeed 0.3.x ``_allgather_param`` per parameter) instead of one
             collective per module (FSDP's flat parameter, later DeepSpeed coalescing).

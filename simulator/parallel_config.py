@@ -210,8 +210,8 @@ class ParallelConfig:
             ops before the activation kernel (Megatron-Core without its op fuser;
             ``moe.glu_clamp_bytes``); no effect on a model without a clamp.
         grouped_gemm_streams: how many per-expert GEMMs of a grouped linear run concurrently
-            (Transformer Engine's 4 compute streams when ``CUDA_DEVICE_MAX_CONNECTIONS`` > 1;
-            ``moe.grouped_gemm_time_s``); 1 = one after another.
+            (Transformer Engine's 4 compute streams; ``moe.grouped_gemm_time_s``); 1 = one after
+            another.
         recompute_num_layers: with ``recompute="full"``, the layers of each model chunk it covers
             (Megatron ``--recompute-num-layers``): ``block`` recomputes the first N layers of
             every chunk and keeps the others' activations; ``uniform`` recomputes every layer

@@ -89,10 +89,9 @@ def behaviour(row: dict) -> dict:
         # Megatron-Core's op fuser runs the grouped MLP through Transformer Engine ops whose
         # ScaledClampedQGeGLU clamps inside the activation kernel (experts.py _make_fused_ops)
         out["glu_clamp_eager"] = False
-    if row["moe_dispatcher"] and row.get("cuda_device_max_connections") == "1":
-        # one hardware work queue: Transformer Engine's per-expert GEMMs, issued round-robin over
-        # its compute streams, run one after another (megatron-bridge.yaml grouped_gemm_streams)
-        out["grouped_gemm_streams"] = 1
+    # cuda_device_max_connections is recorded, not mapped: one hardware work queue fixes the order
+    # in which Transformer Engine's per-expert GEMMs start, not that they run one after another
+    # (megatron-bridge.yaml grouped_gemm_streams)
     if row["dtype"] == "fp8" and row["fp8_recipe"] not in ("", "tensorwise"):
         out["fp8_recipe"] = row["fp8_recipe"]
     return out
