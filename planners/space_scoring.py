@@ -7,8 +7,7 @@ of GPU counts can show, so memory is bounded by a chunk and the kept rows, not b
 The chunks are scored one after another, so each one need not time the rows that the earlier
 chunks' kept rows show the whole search cannot keep (``time_pruning.excluded``); a chunk's
 memory phase and timing are split over processes (fork) when the space is large
-(``evaluate_space(workers=...)``), and the next chunk's memory phase runs in its processes
-while a chunk is timed.
+(``evaluate_space(workers=...)``).
 """
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
 from planners.search_space import SpaceBase
-from planners.vectorized import (DEFAULT_CHUNK_ROWS, KEPT_OUTPUTS, PARALLEL_MIN_ROWS, evaluate_space,
-                                 start_memory_phase)
+from planners.vectorized import DEFAULT_CHUNK_ROWS, KEPT_OUTPUTS, PARALLEL_MIN_ROWS, evaluate_space
 
 
 
@@ -104,31 +102,18 @@ class _ScoreJob:
     prune_by_time: bool = True
 
 
-def _start_chunk(job: _ScoreJob, i: int, workers: int) -> tuple:
-    """Chunk ``i`` built, and its memory phase started over ``workers`` (``MemoryPhase``):
-    (space, base rows, combinations, phase)."""
-    space, rows, combo = job.base.chunk(i)
-    floors = job.prune_by_time and job.max_plans is not None and job.refine is not None
-    phase = start_memory_phase(job.model, job.cluster, job.eff, space, job.base.global_batch, job.memory_limit_bytes,
-                               job.chunk_rows, workers, job.defaults, job.memory_search, job.prune_by_bound, floors)
-    return space, rows, combo, phase
-
-
-def _score_chunk(job: _ScoreJob, started: tuple, kept_elsewhere: tuple | None = None,
-                 then: Callable[[], None] | None = None) -> dict:
-    """The chunk ``started`` (``_start_chunk``) scored and reduced to its kept rows; ``then``:
-    see ``evaluate_space``."""
+def _score_chunk(job: _ScoreJob, i: int, kept_elsewhere: tuple | None = None, workers: int = 1) -> dict:
     c0 = time.process_time()
-    space, rows, combo, phase = started
+    space, rows, combo = job.base.chunk(i)
     # refined: exact times for every row that can rank in this chunk, a superset of those it can
     # rank among in the whole space (the chunk's thresholds are looser), so the kept rows are
     # chosen by the times the whole search would give them; rows that cannot be kept are not timed,
     # by the chunk's own rows or by ``kept_elsewhere``, the rows earlier chunks keep
     ev = evaluate_space(job.model, job.cluster, job.eff, space, job.base.global_batch, job.memory_limit_bytes,
-                        chunk_rows=job.chunk_rows, defaults=job.defaults, memory_search=job.memory_search,
+                        chunk_rows=job.chunk_rows, workers=workers, defaults=job.defaults, memory_search=job.memory_search,
                         prune_by_bound=job.prune_by_bound, refine=job.refine,
                         keep=job.max_plans if job.prune_by_time else None,
-                        kept_elsewhere=kept_elsewhere if job.prune_by_time else None, memory=phase, then=then)
+                        kept_elsewhere=kept_elsewhere if job.prune_by_time else None)
     cols = space.columns
     n = (cols["dp"] * cols["tp"] * cols["pp"] * cols["cp"])[ev.rows]
     tps, mem = ev.outputs["tokens_per_s"], ev.outputs["memory_bytes"]
@@ -175,33 +160,17 @@ def score_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ba
     if workers is None:
         workers = (os.cpu_count() or 1) if total >= PARALLEL_MIN_ROWS else 1
     parts, done = [], 0
-    started: list = []
-
-    def start_next():
-        # the next chunk's memory phase runs in its workers while this one is timed (it needs
-        # nothing from this one: only the timing reads the earlier chunks' kept rows)
-        if len(started) < base.n_chunks:
-            started.append(_start_chunk(job, len(started), workers))
-
-    try:
-        for i in range(base.n_chunks):
-            # one chunk after another: the rows earlier chunks keep spare timing rows of this one
-            # that the whole search cannot keep (``time_pruning.excluded``); the chunk's own work
-            # is split over the workers (whole chunks scored in parallel could not: each timed at
-            # least its own ``max_plans`` fastest rows)
-            kept = tuple(np.concatenate([p[k] for p in parts]) for k in ("tokens_per_s", "memory_bytes", "n_gpus")) \
-                if parts and max_plans is not None else None
-            if len(started) <= i:
-                started.append(_start_chunk(job, i, workers))
-            parts.append(_score_chunk(job, started[i], kept, then=start_next if workers > 1 else None))
-            started[i] = None                  # its space and phase are no longer needed
-            done += parts[-1]["rows"] * len(base.dtypes)
-            if progress is not None:
-                progress(done, total)
-    finally:
-        for chunk in started:
-            if chunk is not None:
-                chunk[3].cancel()
+    for i in range(base.n_chunks):
+        # one chunk after another: the rows earlier chunks keep spare timing rows of this one
+        # that the whole search cannot keep (``time_pruning.excluded``); the chunk's own work
+        # is split over the workers (whole chunks scored in parallel could not: each timed at
+        # least its own ``max_plans`` fastest rows)
+        kept = tuple(np.concatenate([p[k] for p in parts]) for k in ("tokens_per_s", "memory_bytes", "n_gpus")) \
+            if parts and max_plans is not None else None
+        parts.append(_score_chunk(job, i, kept, workers))
+        done += parts[-1]["rows"] * len(base.dtypes)
+        if progress is not None:
+            progress(done, total)
     cat = {k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
            for k in ("base_rows", "combos", "dtype_index", "positions", "tokens_per_s", "memory_bytes", "n_gpus")}
     smallest = min(parts, key=lambda p: p["min_memory_bytes"]) if parts else None

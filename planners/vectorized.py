@@ -276,81 +276,12 @@ def _run(fn, tasks: list, workers: int, on_result=None) -> list:
     return results
 
 
-class MemoryPhase:
-    """The memory phase of ``evaluate_space`` (every row's memory, the fitting rows' search
-    counts and floors: ``_memory_chunk`` over chunks of ``chunk_rows``), started before it is
-    needed: over more than one worker its forked processes start at once and work while the
-    caller does something else (``space_scoring`` times one chunk meanwhile); ``results``
-    waits for them. With one worker it runs in this process when ``results`` is called. The
-    results are the same either way (each task is a pure function of the job and its rows)."""
-
-    def __init__(self, job: _Job, n_rows: int, chunk_rows: int, workers: int):
-        global _JOB
-        self.job, self.workers = job, workers
-        if workers > 1:
-            # at least two chunks per worker so the work splits evenly
-            chunk_rows = max(1, min(chunk_rows, -(-n_rows // (2 * workers))))
-        self.chunk_rows = chunk_rows
-        self.tasks = _tasks(n_rows, len(job.dtypes), chunk_rows)
-        self._pool = self._pending = None
-        if workers > 1 and len(self.tasks) > 1 and "fork" in mp.get_all_start_methods():
-            before, _JOB = _JOB, job        # the workers inherit the job as they fork
-            try:
-                self._pool = mp.get_context("fork").Pool(min(workers, len(self.tasks)))
-            finally:
-                _JOB = before
-            self._pending = self._pool.imap(_worker, self.tasks)
-
-    def results(self, on_result=None) -> list:
-        """Every task's ``_ChunkResult``, in task order; ``on_result(result)`` as each comes in."""
-        global _JOB
-        if self._pool is None:
-            before, _JOB = _JOB, self.job
-            try:
-                return _run(_worker, self.tasks, 1, on_result)
-            finally:
-                _JOB = before
-        out = []
-        try:
-            for res in self._pending:
-                out.append(res)
-                if on_result is not None:
-                    on_result(res)
-        except BaseException:
-            self.cancel()
-            raise
-        self._pool.close()
-        self._pool.join()
-        return out
-
-    def cancel(self) -> None:
-        """Stop the workers, if any (a phase whose results are not wanted)."""
-        if self._pool is not None:
-            self._pool.terminate()
-            self._pool.join()
-
-
-def start_memory_phase(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, space: SearchSpace,
-                       global_batch: int, memory_limit_bytes: float, chunk_rows: int = DEFAULT_CHUNK_ROWS,
-                       workers: int | None = None, defaults: tuple = (), memory_search: bool = True,
-                       prune_by_bound: bool = True, floors: bool = False) -> MemoryPhase:
-    """``evaluate_space``'s memory phase of ``space``, started now (see ``MemoryPhase``); the
-    arguments are ``evaluate_space``'s (``floors``: its ``keep`` and ``refine`` are given)."""
-    job = _Job(model, cluster, eff, space.columns, space.dtypes, global_batch, memory_limit_bytes, tuple(defaults),
-               memory_search, prune_by_bound, floors)
-    total = len(space) * len(space.dtypes)
-    if workers is None:
-        workers = (os.cpu_count() or 1) if total >= PARALLEL_MIN_ROWS else 1
-    return MemoryPhase(job, len(space), chunk_rows, workers)
-
-
 def evaluate_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, space: SearchSpace,
                    global_batch: int, memory_limit_bytes: float, chunk_rows: int = DEFAULT_CHUNK_ROWS,
                    workers: int | None = None,
                    progress: Callable[[int, int], None] | None = None, defaults: tuple = (),
                    memory_search: bool = True, prune_by_bound: bool = True, refine: Callable | None = None,
-                   keep: int | None = None, kept_elsewhere: tuple | None = None,
-                   memory: MemoryPhase | None = None, then: Callable[[], None] | None = None) -> Evaluated:
+                   keep: int | None = None, kept_elsewhere: tuple | None = None) -> Evaluated:
     """Evaluate every row of ``space`` in every dtype; keep those with memory <= the limit.
 
     ``workers``: processes (None: all CPUs when the search is large, else 1).
@@ -376,22 +307,22 @@ def evaluate_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel,
     cannot be among the whole search's kept rows are not timed either
     (``time_pruning.excluded``); the rows this returns may then differ, but
     ``kept_rows`` of them together with the other parts' is the same set with the same numbers.
-    ``memory``: this call's memory phase, already started (``start_memory_phase`` with the same
-    arguments); ``then()``: called once the memory phase is done, before the timing (the caller
-    may start its next memory phase there, to run while this one times its rows).
     """
     global _JOB, _FITTING
     t0, c0 = time.perf_counter(), time.process_time()
     n = len(space)
     total = n * len(space.dtypes)
     prune_time = keep is not None and refine is not None
+    job = _Job(model, cluster, eff, space.columns, space.dtypes, global_batch, memory_limit_bytes, tuple(defaults),
+               memory_search, prune_by_bound, prune_time)
+    if workers is None:
+        workers = (os.cpu_count() or 1) if total >= PARALLEL_MIN_ROWS else 1
     if n == 0:
         empty = {k: np.zeros(0) for k in KEPT_OUTPUTS + CHOSEN_FIELDS}
         return Evaluated(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), empty, 0, np.inf, -1, -1)
-    if memory is None:
-        memory = start_memory_phase(model, cluster, eff, space, global_batch, memory_limit_bytes, chunk_rows, workers,
-                                    defaults, memory_search, prune_by_bound, prune_time)
-    job, workers, chunk_rows = memory.job, memory.workers, memory.chunk_rows
+    if workers > 1:
+        # at least two chunks per worker so the work splits evenly
+        chunk_rows = max(1, min(chunk_rows, -(-n // (2 * workers))))
     done = [0]
 
     def tick(res):
@@ -399,11 +330,9 @@ def evaluate_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel,
         if progress is not None:
             progress(done[0], total)
 
+    _JOB = job
     try:
-        results = memory.results(tick)
-        if then is not None:
-            then()
-        _JOB = job
+        results = _run(_worker, _tasks(n, len(space.dtypes), chunk_rows), workers, tick)
         fitting = _Fitting(np.concatenate([r.fit_rows for r in results]),
                            np.concatenate([np.full(len(r.fit_rows), r.dtype_index, dtype=np.int64) for r in results]),
                            {k: np.concatenate([r.memory[k] for r in results]) for k in _MEMORY_KEYS + CHOSEN_FIELDS},
