@@ -12,7 +12,6 @@ memory phase and timing are split over processes (fork) when the space is large
 from __future__ import annotations
 
 import os
-import resource
 import time
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -187,5 +186,5 @@ def score_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ba
 
 def _children_cpu_s() -> float:
     """CPU seconds of this process's finished child processes (the scoring workers)."""
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return kids.ru_utime + kids.ru_stime
+    t = os.times()
+    return t.children_user + t.children_system
