@@ -312,6 +312,49 @@ re-evaluation on the other ~60% saves at most ~0.6 x (5.1 + ~0.8) ~ 3.5 of 58.8 
 the stage model runs again on the ~0.39 M searched rows picked for timing (~4-6 us a row on
 scattered rows, as the redesign measured) and the extra rounds: under the 10% that would pay for a
 second path through the search. The < 10 s target is not met.
+
+Then (2026-12-03; issue 18: factoring the work by data parallelism, counted before building; main
+at 3c34688, one process, hooks on the phases' inputs). For fixed tp, pp, cp, ep, vpp, micro-batch,
+ZeRO, recompute, schedule and stack fields the GPU count enters only through dp. Rows against
+distinct keys of every ``ConfigBatch`` field but dp: the rows the memory lower bound passes (the
+per-stage model's input) 4,796,667 against 2,852,514 (1.68 rows a key); the fitting rows (the
+floors') 2,343,685 against 1,495,584 (1.57); the rows timed 558,884 against 411,739 (1.36). So
+even if all the work that does not depend on dp were free, the memory phase could shrink at most
+1.68-fold and the floors and timing 1.57- and 1.36-fold: ~39 CPU s -> ~24 at best, above the
+~20 CPU s that < 10 s on 2 cores needs. What the model already shares is shared: the dynamic parts
+once per distinct dp-free row (``distinct_dynamic_rows``) and per (shared stage, count)
+(``shared_dynamic``), the per-layer times once per run of the layer key. What is left depends on
+dp: the static bytes (ZeRO over the dp*cp ranks: a + b/dp per stage, 88% of these rows have ZeRO
+1-3) and, for 2,181,384 rows (45%), the in-flight sets min(m, p - s) with m = gbs/(dp*mb) < pp;
+and the memory search's fit test is per (row, stage) on those bytes. The memory outputs (peak,
+host memory, parameters, chosen counts, end-stage figures) of a key's rows agree across dp on
+1.09 M rows (4.80 M rows, 3.71 M distinct (key, outputs) pairs, the rows dropped as over the limit
+included), of which those known to agree before the model runs (ZeRO-0 or ZeRO within a node,
+HSDP, and m >= pp) are 862,635 rows in 539,472 keys: 323,163 rows (6.7% of the memory phase,
+~1.3 of its ~20 CPU s) could copy a sibling. Not built: the floors and the step time read dp in
+every row (its data-parallel collectives and m), so no row's timing can be copied across GPU
+counts either.
+
+Measured there, and built: with two processes (the default) the four chunks of this case were
+scored two at a time, 11.9, 12.3, 9.7 and 4.8 CPU s (2.0 M, 2.0 M, 2.0 M and 0.76 M rows), each
+chunk timing at least its own 200 k fastest rows, since it did not see the others' kept rows
+(``time_pruning.excluded`` worked only in one process). Now ``score_space`` scores the chunks one
+after another whatever the workers, each chunk's memory phase and timing split over them
+(``evaluate_space(workers=...)``), so every chunk after the first skips the rows the earlier
+chunks' kept rows rule out. Plan tables identical (``tools/plan_snapshot.py``, five cases, by
+default and with ``--one-process``, against main; this case's whole 200,012-row kept table
+written with 17 significant digits, byte-identical). The benchmark, one run at a time
+alternating with main (other agents' jobs on the 2 cores, load 2.6-4.9), four rounds: main 42.7,
+39.1, 42.3, 41.5 CPU s, this 38.9, 37.3, 39.4, 39.8 (-6%); side by side once (load 3.3): 44.2 ->
+40.7 CPU s; wall main 51.1, 29.8, 43.1, 48.0 s, this 47.8, 37.1, 40.3, 42.7 s (the load decides);
+peak RSS 0.61 -> 1.2 GiB (the parent now holds a chunk's fitting rows, as in one process; workers
+1.07 -> 1.05 GiB). On an idle machine main took 24.5 s wall, 39.0 CPU s (load 0.2; its wall bound
+is one worker's two chunks, 21.6 CPU s); this one's parent runs the branch and bound's refinement
+rounds alone (~9 CPU s a search), so its wall should fall to about 9 + 22/2 s, not measured here
+without load. Tried and reverted: starting the next chunk's memory phase in its workers while the
+parent times a chunk (more processes than cores): 39.5-43.0 CPU s against 37.3-39.8 for the above,
+no wall time gained (39.3-54.3 s against 37.1-47.8), 1.4 GiB. The < 10 s target is not met, and
+factoring by dp cannot meet it.
 """
 from __future__ import annotations
 

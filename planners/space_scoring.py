@@ -4,11 +4,13 @@ The space (``search_space.SpaceBase``) is built one chunk at a time; each chunk 
 (``vectorized.evaluate_space``: memory, then the step time of the rows it can keep, refined)
 and reduced at once to ``kept_rows``, the rows a ranked table, its frontiers and its ranking
 of GPU counts can show, so memory is bounded by a chunk and the kept rows, not by the space.
-Chunks are split over processes (fork) when the space is large.
+The chunks are scored one after another, so each one need not time the rows that the earlier
+chunks' kept rows show the whole search cannot keep (``time_pruning.excluded``); a chunk's
+memory phase and timing are split over processes (fork) when the space is large
+(``evaluate_space(workers=...)``).
 """
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import time
 from dataclasses import dataclass
@@ -99,10 +101,7 @@ class _ScoreJob:
     prune_by_time: bool = True
 
 
-_SCORE_JOB: _ScoreJob | None = None
-
-
-def _score_chunk(job: _ScoreJob, i: int, kept_elsewhere: tuple | None = None) -> dict:
+def _score_chunk(job: _ScoreJob, i: int, kept_elsewhere: tuple | None = None, workers: int = 1) -> dict:
     c0 = time.process_time()
     space, rows, combo = job.base.chunk(i)
     # refined: exact times for every row that can rank in this chunk, a superset of those it can
@@ -110,7 +109,7 @@ def _score_chunk(job: _ScoreJob, i: int, kept_elsewhere: tuple | None = None) ->
     # chosen by the times the whole search would give them; rows that cannot be kept are not timed,
     # by the chunk's own rows or by ``kept_elsewhere``, the rows earlier chunks keep
     ev = evaluate_space(job.model, job.cluster, job.eff, space, job.base.global_batch, job.memory_limit_bytes,
-                        chunk_rows=job.chunk_rows, workers=1, defaults=job.defaults, memory_search=job.memory_search,
+                        chunk_rows=job.chunk_rows, workers=workers, defaults=job.defaults, memory_search=job.memory_search,
                         prune_by_bound=job.prune_by_bound, refine=job.refine,
                         keep=job.max_plans if job.prune_by_time else None,
                         kept_elsewhere=kept_elsewhere if job.prune_by_time else None)
@@ -136,18 +135,15 @@ def _score_chunk(job: _ScoreJob, i: int, kept_elsewhere: tuple | None = None) ->
     return part
 
 
-def _score_worker(i: int) -> dict:
-    return _score_chunk(_SCORE_JOB, i)
-
-
 def score_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, base: SpaceBase,
                 memory_limit_bytes: float, max_plans: int | None, chunk_rows: int = DEFAULT_CHUNK_ROWS,
                 workers: int | None = None, progress: Callable[[int, int], None] | None = None,
                 defaults: tuple = (), refine: Callable | None = None, memory_search: bool = True,
                 prune_by_bound: bool = True, prune_by_time: bool = True) -> Scored:
     """Score every row of ``base`` (each chunk built, evaluated and reduced to ``kept_rows`` in
-    one step, so memory is bounded by a chunk and the kept rows, not by the space); chunks are
-    split over processes (fork) when the space is large.
+    one step, so memory is bounded by a chunk and the kept rows, not by the space), chunk after
+    chunk, each chunk's memory phase and timing over ``workers`` processes (fork; None: every
+    CPU when the space is large).
 
     ``progress(done_rows, total_rows)`` is called after each chunk (rows of every dtype);
     ``defaults``: per dtype, the fields the planner does not search (see ``evaluate_space``);
@@ -156,35 +152,24 @@ def score_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ba
     see ``evaluate_space``; ``prune_by_time``: time only the rows a chunk can keep
     (``evaluate_space(keep=max_plans)``).
     """
-    global _SCORE_JOB
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0, c0, kids0 = time.perf_counter(), time.process_time(), _children_cpu_s()
     job = _ScoreJob(model, cluster, eff, base, memory_limit_bytes, max_plans, chunk_rows, tuple(defaults), refine,
                     memory_search, prune_by_bound, prune_by_time)
     total = base.total * len(base.dtypes)
     if workers is None:
         workers = (os.cpu_count() or 1) if total >= PARALLEL_MIN_ROWS else 1
     parts, done = [], 0
-    if workers > 1 and base.n_chunks > 1 and "fork" in mp.get_all_start_methods():
-        _SCORE_JOB = job
-        try:
-            with mp.get_context("fork").Pool(min(workers, base.n_chunks)) as pool:
-                for part in pool.imap_unordered(_score_worker, range(base.n_chunks)):
-                    parts.append(part)
-                    done += part["rows"] * len(base.dtypes)
-                    if progress is not None:
-                        progress(done, total)
-        finally:
-            _SCORE_JOB = None
-    else:
-        for i in range(base.n_chunks):
-            # one chunk after another: the rows earlier chunks keep spare timing rows of this
-            # one that the whole search cannot keep (``time_pruning.excluded``)
-            kept = tuple(np.concatenate([p[k] for p in parts]) for k in ("tokens_per_s", "memory_bytes", "n_gpus")) \
-                if parts and max_plans is not None else None
-            parts.append(_score_chunk(job, i, kept))
-            done += parts[-1]["rows"] * len(base.dtypes)
-            if progress is not None:
-                progress(done, total)
+    for i in range(base.n_chunks):
+        # one chunk after another: the rows earlier chunks keep spare timing rows of this one
+        # that the whole search cannot keep (``time_pruning.excluded``); the chunk's own work
+        # is split over the workers (whole chunks scored in parallel could not: each timed at
+        # least its own ``max_plans`` fastest rows)
+        kept = tuple(np.concatenate([p[k] for p in parts]) for k in ("tokens_per_s", "memory_bytes", "n_gpus")) \
+            if parts and max_plans is not None else None
+        parts.append(_score_chunk(job, i, kept, workers))
+        done += parts[-1]["rows"] * len(base.dtypes)
+        if progress is not None:
+            progress(done, total)
     cat = {k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
            for k in ("base_rows", "combos", "dtype_index", "positions", "tokens_per_s", "memory_bytes", "n_gpus")}
     smallest = min(parts, key=lambda p: p["min_memory_bytes"]) if parts else None
@@ -196,4 +181,10 @@ def score_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ba
                   min_memory_bytes=smallest["min_memory_bytes"] if smallest else float("inf"),
                   min_memory_pick=smallest["min_memory_pick"] if smallest else (-1, -1, -1),
                   wall_s=time.perf_counter() - t0, bound_pruned=sum(p["bound_pruned"] for p in parts),
-                  cpu_s=(time.process_time() - c0) + (sum(p["cpu_s"] for p in parts) if workers > 1 else 0.0))
+                  cpu_s=(time.process_time() - c0) + (_children_cpu_s() - kids0))
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds of this process's finished child processes (the scoring workers)."""
+    t = os.times()
+    return t.children_user + t.children_system

@@ -22,7 +22,7 @@ did, and ``i`` keeps its estimate. By 1-3, with its tokens/s <= ``u``, it is not
 changes no other row's place in them: the kept rows and their numbers are those of timing
 every row. Adding rows to ``T`` only lowers these thresholds, so a row once skippable stays so.
 
-Across chunks (``space_scoring.score_space`` in one process: each chunk keeps its own
+Across chunks (``space_scoring.score_space``, chunk after chunk: each chunk keeps its own
 ``kept_rows``, and the whole search keeps ``kept_rows`` of their union) the rows the earlier
 chunks kept, ``G`` (their refined tokens/s, memory and GPU counts), join ``T`` in the tokens/s
 halves of 1-3 (``excluded`` over ``G`` and ``T``): ``u`` below the ``keep``-th best tokens/s of
