@@ -253,9 +253,10 @@ def _damaged_yaml(rng: random.Random, base: dict, paths: list) -> tuple:
 
 
 def model_file_cases(rng: random.Random) -> list[Case]:
-    """Damaged model presets (dense, MoE, MLA) used by simulate and plan."""
+    """Damaged model presets (dense, MoE, MLA, and gpt-oss's biased, windowed, clamped-GLU MoE)
+    used by simulate and plan."""
     cases = []
-    for preset in ("gpt3-125m", "mixtral-8x7b", "deepseek-v3"):
+    for preset in ("gpt3-125m", "mixtral-8x7b", "deepseek-v3", "gpt-oss-20b"):
         base = _preset(preset)
         paths = _leaf_paths(base)
         for i in range(45):
