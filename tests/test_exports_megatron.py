@@ -220,3 +220,17 @@ def test_the_first_line_names_the_memory_features_the_flags_set():
                            "recompute_modules": ("core_attn", "layernorm")})
     assert "dtype=bf16, recompute_modules=core_attn,layernorm;" in plain.splitlines()[0]
     assert "recompute_num_layers" not in plain.splitlines()[0]
+
+
+def test_a_clamped_glu_is_named_as_what_the_flags_cannot_set():
+    """gpt-oss clamps its GLU at 7 (config.json swiglu_limit); Megatron-LM's parser has no flag for
+    TransformerConfig.activation_func_clamp_value, so the export says so in a comment above the
+    flags (which still pass the table), and a model without a clamp gets no such line."""
+    row = dict(model="gpt-oss-20b", seq_len=4096, dp=8, tp=1, pp=1, ep=8, micro_batch=1, global_batch=64,
+               zero_stage=1, recompute="none")
+    text = megatron.emit(row)
+    notes = [ln for ln in text.splitlines() if ln.startswith("#") and "clamp" in ln]
+    assert len(notes) == 1 and "gpt-oss-20b clamps its GLU at 7 (activation_func_clamp_value)" in notes[0]
+    assert megatron_table.check_command(flags_of(text), 8, {}) == []
+    plain = megatron.emit(dict(row, model="qwen3-30b-a3b"))
+    assert "clamp" not in plain

@@ -448,6 +448,13 @@ def emit(plan_row: Any, note: str = "") -> str:
               "vocabulary to a multiple of 128 x tp)."]
     if note:
         header.append(f"# {note}")
+    if p["model"].glu_clamp_limit:
+        # Megatron-LM's training flags have no clamp (TransformerConfig.activation_func_clamp_value
+        # is set from code: Megatron-Bridge's GPT-OSS provider sets 7.0, quick-GeGLU, offset 1)
+        header.append(f"# {p['model'].name} clamps its GLU at {p['model'].glu_clamp_limit:g} "
+                      "(activation_func_clamp_value), which no Megatron-LM flag sets: these flags build an "
+                      "unclamped SwiGLU of the same sizes, without the clamp's passes the plan priced; set "
+                      "the clamp in TransformerConfig or run the model from Megatron-Bridge's GPT-OSS provider.")
     if not env:
         header.append("# No CUDA_DEVICE_MAX_CONNECTIONS: "
                       + ("Megatron-FSDP requires it unset." if p["zero_stage"] >= 2 else "neither TP nor CP > 1."))
