@@ -15,7 +15,12 @@ bytes/s), with the serving efficiency of the GPU generation:
   of prefill does the causal FLOPs at ``attention_peak_fraction`` of the 16-bit peak. MLA
   decodes in the absorbed form (queries projected into the latent: scores over
   kv_lora + rope, values over kv_lora; DeepSeek-V2, arXiv 2405.04434, appendix C) and prefills
-  in the expanded form (qk_nope + rope and v_head per head).
+  in the expanded form (qk_nope + rope and v_head per head). The absorbed decode does
+  2 x heads/tp x (2 kv_lora + rope) FLOPs per cached latent of (kv_lora + rope) x kv_bytes
+  bytes: ~60 FLOP/byte at 16 heads a GPU and an FP8 cache, so its compute side matters; it
+  runs in a decode kernel of its own (FlashMLA, FlashInfer MLA, TRT-LLM's MLA kernels), not
+  the prefill FMHA, and where that kernel's compute-bound rate is published
+  (``MLA_DECODE_PEAK_FRACTION``) that rate is used, else the prefill attention fraction.
 * A routed-expert layer streams only the experts some token activated
   (``cost_models.expert_activation``): the expert group (moe_tp x moe_ep GPUs = tp x adp) sees
   the tokens of all adp ranks.
@@ -48,6 +53,12 @@ ACT_BYTES = 2.0
 #: routed experts (router GEMM, top-k, permute, two grouped GEMMs, activation, finalize) and the
 #: LM head + sampling (norm, GEMM, softmax / top-p, sample).
 KERNELS = {"attention": 6.0, "mla": 11.0, "linear_attention": 8.0, "mlp": 4.0, "moe": 7.0, "head": 4.0}
+#: compute-bound rate of the absorbed-MLA decode kernel as a fraction of the GPU's dense 16-bit
+#: peak, per GPU generation where it is published: FlashMLA (deepseek-ai/FlashMLA README,
+#: February 2025: "up to 3000 GB/s in memory-bound configuration and 580 TFLOPS in
+#: computation-bound configuration on H800 SXM5"; the H800 SXM5 has the H100 SXM5's 989.4 TFLOPS
+#: dense BF16). Not fitted. A generation absent here uses the prefill ``attention_peak_fraction``.
+MLA_DECODE_PEAK_FRACTION = {"hopper": 580.0 / 989.4}
 #: memory-bound traffic per token per layer besides the GEMMs, in hidden-size elements: two
 #: RMSNorms (read + write each), two residual adds (read 2, write 1 each), rotary on q and k.
 ELEMENTWISE_H_PER_TOKEN = 12.0
@@ -65,6 +76,7 @@ class LayerRates:
     expert_flops_per_s: float    # GEMMs with weights in the routed-expert format
     head_flops_per_s: float      # 16-bit GEMMs (LM head, router)
     attention_flops_per_s: float  # prefill attention core (16-bit)
+    mla_decode_flops_per_s: float  # absorbed-MLA decode core (16-bit; ``MLA_DECODE_PEAK_FRACTION``)
     hbm_bytes_per_s: float
     kernel_fixed_s: float
     dense_weight_bytes: float    # bytes per weight element, dense format
@@ -74,11 +86,13 @@ class LayerRates:
 def layer_rates(gpu: GPUSpec, eff: ServingEfficiency, dense_format: str, expert_format: str) -> LayerRates:
     """``LayerRates`` of ``gpu`` for weights in ``dense_format`` / ``expert_format``."""
     sixteen = compute_dtype("bf16", gpu)
+    mla_fraction = MLA_DECODE_PEAK_FRACTION.get(gpu.generation, eff.attention_peak_fraction)
     return LayerRates(
         dense_flops_per_s=gpu.peak_flops(compute_dtype(dense_format, gpu)) * eff.gemm_peak_fraction,
         expert_flops_per_s=gpu.peak_flops(compute_dtype(expert_format, gpu)) * eff.gemm_peak_fraction,
         head_flops_per_s=gpu.peak_flops(sixteen) * eff.gemm_peak_fraction,
         attention_flops_per_s=gpu.peak_flops(sixteen) * eff.attention_peak_fraction,
+        mla_decode_flops_per_s=gpu.peak_flops(sixteen) * mla_fraction,
         hbm_bytes_per_s=gpu.hbm_bw_bytes_per_s * eff.decode_hbm_fraction,
         kernel_fixed_s=eff.kernel_fixed_s,
         dense_weight_bytes=weight_bytes(dense_format),
@@ -137,13 +151,15 @@ def attention_block_s(model: ModelSpec, rates: LayerRates, tp, prefill_tokens, p
         m = model.mla
         dec_dims = (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
         pre_dims = m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim
+        dec_flops_per_s = rates.mla_decode_flops_per_s
     else:
         dec_dims = pre_dims = 2.0 * model.head_dim
+        dec_flops_per_s = rates.attention_flops_per_s
 
     def core(ctx_dec, keys_pre):
         dec_bytes = d * ctx_dec * per_token_kv
         dec_flops = 2.0 * d * ctx_dec * heads * dec_dims
-        dec = np.maximum(dec_bytes / rates.hbm_bytes_per_s, dec_flops / rates.attention_flops_per_s)
+        dec = np.maximum(dec_bytes / rates.hbm_bytes_per_s, dec_flops / dec_flops_per_s)
         pre_flops = 2.0 * P * keys_pre * heads * pre_dims
         # the prefill writes its new KV entries
         pre = pre_flops / rates.attention_flops_per_s + P * per_token_kv / rates.hbm_bytes_per_s

@@ -148,3 +148,24 @@ def test_a_one_prompt_moe_prefill_streams_every_expert_the_tokens_touch():
     assert float(t) == pytest.approx(routed_bytes / bw + router + shared, rel=1e-6)
     # ~0.43 ms of expert weights per layer: 25 ms over the 58 MoE layers of one 1k-token prefill
     assert 58 * routed_bytes / bw == pytest.approx(0.0249, rel=0.01)
+
+
+def test_mla_decode_core_runs_at_flashmla_rate_on_hopper_and_at_the_prefill_attention_rate_elsewhere():
+    """Absorbed-MLA decode of 4 requests x 4,096 latents at tp 1 (128 heads, FP8 cache): FLOPs
+    2 x 4 x 4096 x 128 x (2 x 512 + 64) = 4,563,402,752; bytes 4 x 4096 x 576 = 9,437,184. On an
+    H100 the FLOPs run at FlashMLA's published 580 TFLOPS (7.87 us; the bytes need 3.52 us at
+    0.8 x 3.35 TB/s), not at the prefill attention fraction; on a B200, with no published MLA
+    decode rate, at 0.5 x 2,250 TFLOPS (4.06 us; bytes 1.47 us)."""
+    from cost_models.inference_layers import attention_block_s, layer_rates
+    model = load_model("deepseek-v3")
+    flops = 2.0 * 4 * 4096 * 128 * (2 * 512 + 64)
+    assert flops == 4_563_402_752
+    for cluster_name, generation, rate in (("dgx-h100", "hopper", 580e12), ("dgx-b200", "blackwell", 0.5 * 2250e12)):
+        gpu = load_cluster(cluster_name).gpu
+        eff = ServingEfficiency(generation=generation, decode_hbm_fraction=0.8, gemm_peak_fraction=0.6,
+                                attention_peak_fraction=0.5, kernel_fixed_s=0.0)
+        rates = layer_rates(gpu, eff, "fp8", "fp8")
+        with_ctx, _ = attention_block_s(model, rates, 1, 0.0, 0.0, 4.0, 4096.0, 1.0)
+        without, _ = attention_block_s(model, rates, 1, 0.0, 0.0, 4.0, 0.0, 1.0)
+        assert float(with_ctx - without) == pytest.approx(flops / rate, rel=1e-9)
+        assert 9_437_184 / (gpu.hbm_bw_bytes_per_s * 0.8) < flops / rate      # compute-bound in both
