@@ -168,18 +168,38 @@ def gemm_traffic_bytes(m, n, k, rates: ComputeRates):
     return (m * k + k * n) * rates.operand_bytes + m * n * rates.act_bytes
 
 
+def gemm_roofline_s(m, n, k, rates: ComputeRates, with_tail=False):
+    """One (m, n, k) GEMM's time without its launch overhead, seconds: the larger of its FLOPs at
+    the plateau times the shape factor (``gemm_shape_factor``) and its HBM traffic
+    (``gemm_traffic_bytes``).
+
+    ``with_tail``: return (time, tail), the tail being the part of the time its partly filled
+    last wave leaves SMs idle (``wave_shape_factor(with_waves=True)``; 0 on a chip without SMs,
+    and none of a memory-bound GEMM's time): what a GEMM on another stream can fill
+    (``moe.grouped_gemm_time_s``)."""
+    m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
+    flops = 2.0 * m * n * k
+    if with_tail and rates.sm_count:
+        shape, fill = wave_shape_factor(m, n, k, rates.sm_count, rates.k_stage_scale, with_waves=True)
+    else:
+        shape = gemm_shape_factor(m, n, k, rates.half_dim, rates.k_half_dim, rates.sm_count, rates.k_stage_scale)
+        fill = 1.0
+    compute = flops / (rates.gemm_flops_per_s * shape)
+    memory = gemm_traffic_bytes(m, n, k, rates) / rates.hbm_bytes_per_s
+    busy = np.maximum(compute, memory)
+    if not with_tail:
+        return busy
+    return busy, busy - np.maximum(compute * fill, memory)
+
+
 def gemm_time_s(m, n, k, rates: ComputeRates, count=1.0):
-    """Time of ``count`` GEMMs of shape (m, n, k), seconds (roofline + shape efficiency).
+    """Time of ``count`` GEMMs of shape (m, n, k), seconds (``gemm_roofline_s`` + the launch
+    overhead each).
 
     Only the GEMM: the quantisation kernels of low-precision GEMMs are charged per pass by
     ``layer_costs.linear_cast_bytes`` (an operand is quantised once and reused).
     """
-    m, n, k = (np.asarray(x, dtype=float) for x in (m, n, k))
-    flops = 2.0 * m * n * k
-    shape = gemm_shape_factor(m, n, k, rates.half_dim, rates.k_half_dim, rates.sm_count, rates.k_stage_scale)
-    compute = flops / (rates.gemm_flops_per_s * shape)
-    memory = gemm_traffic_bytes(m, n, k, rates) / rates.hbm_bytes_per_s
-    return count * (np.maximum(compute, memory) + rates.kernel_overhead_s)
+    return count * (gemm_roofline_s(m, n, k, rates) + rates.kernel_overhead_s)
 
 
 def linear_gemm_times_s(tokens, n, k, rates: ComputeRates):

@@ -32,8 +32,8 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models import memory
-from cost_models.compute import (ACT_BYTES, ComputeRates, gemm_shape_factor, gemm_time_s, gemm_traffic_bytes,
-                                 linear_gemm_times_s, memory_bound_time_s, wave_shape_factor)
+from cost_models.compute import (ACT_BYTES, ComputeRates, gemm_roofline_s, linear_gemm_times_s,
+                                 memory_bound_time_s)
 from cost_models.layer_costs import (ACTIVATION_UNITS, ELEMENTWISE_KERNELS_FWD, REPLICATED_ELEMENTWISE_UNITS,
                                      REPLICATED_ELEMENTWISE_UNITS_BWD, RESIDUAL_FORK_KERNELS_BWD, block_cast_bytes,
                                      cast_times, linear_cast_bytes, mlp_gemm_shapes)
@@ -118,10 +118,9 @@ def grouped_gemm_time_s(m_per_group, n, k, groups, rates: ComputeRates, launches
     ``multi_stream_cublas_gemm`` (NVIDIA/TransformerEngine@v2.14 common/gemm/cublaslt_gemm.cu)
     issues GEMM ``i`` on compute stream ``i % S``, ``S = nvte_get_num_compute_streams()`` = 4
     (common/util/multi_stream.cpp), and joins the streams afterwards. A GEMM's time splits into
-    its *work*, the time its tiles keep every SM busy (``max(FLOPs / (plateau x shape factor
-    without the wave term), bytes / HBM rate)``: concurrent GEMMs share the SMs and HBM, so work
-    adds up), and its *fixed* time: the idle SMs of its partly filled last wave
-    (``compute.wave_shape_factor(with_waves=True)``) and its launch (``kernel_overhead_s``),
+    its *work*, the time its tiles keep every SM busy (concurrent GEMMs share the SMs and HBM,
+    so work adds up), and its *fixed* time: the idle SMs of its partly filled last wave (the
+    tail of ``compute.gemm_roofline_s(with_tail=True)``) and its launch (``kernel_overhead_s``),
     which a GEMM on another stream fills. With S streams the fixed times of S consecutive GEMMs
     overlap: ``groups x work + ceil(groups / S) x tail + ceil(launches / S) x overhead``. At
     S = 1 this is the serial sum ``groups x (work + tail) + launches x overhead``, computed as
@@ -130,22 +129,16 @@ def grouped_gemm_time_s(m_per_group, n, k, groups, rates: ComputeRates, launches
     m = np.maximum(_f(m_per_group), 1.0)
     groups = _f(groups)
     launches = groups if launches is None else _f(launches)
-    serial = gemm_time_s(m, n, k, rates, count=groups) - (groups - launches) * rates.kernel_overhead_s
     streams = np.maximum(_f(streams), 1.0)
-    if not np.any(streams > 1):
-        return serial
-    n, k = _f(n), _f(k)
-    flops = 2.0 * m * n * k
-    if rates.sm_count:
-        shape, fill = wave_shape_factor(m, n, k, rates.sm_count, rates.k_stage_scale, with_waves=True)
+    concurrent_rows = bool(np.any(streams > 1))
+    if concurrent_rows:
+        busy, tail = gemm_roofline_s(m, n, k, rates, with_tail=True)
     else:
-        shape = gemm_shape_factor(m, n, k, rates.half_dim, rates.k_half_dim)
-        fill = 1.0
-    compute = flops / (rates.gemm_flops_per_s * shape)
-    memory_s = gemm_traffic_bytes(m, n, k, rates) / rates.hbm_bytes_per_s
-    busy = np.maximum(compute, memory_s)
-    work = np.maximum(compute * fill, memory_s)
-    concurrent = (groups * work + np.ceil(groups / streams) * (busy - work)
+        busy = gemm_roofline_s(m, n, k, rates)
+    serial = groups * (busy + rates.kernel_overhead_s) - (groups - launches) * rates.kernel_overhead_s
+    if not concurrent_rows:
+        return serial
+    concurrent = (groups * (busy - tail) + np.ceil(groups / streams) * tail
                   + np.ceil(launches / streams) * rates.kernel_overhead_s)
     return np.where(streams > 1, concurrent, serial)
 
@@ -193,6 +186,19 @@ def glu_clamp_bytes(rows, ffn_local, bytes_per_element):
     concatenation)."""
     elems = np.asarray(rows, dtype=float) * np.asarray(ffn_local, dtype=float) * float(bytes_per_element)
     return GLU_CLAMP_UNITS_FWD * elems, GLU_CLAMP_UNITS_BWD * elems
+
+
+def eager_glu_clamp(model: ModelSpec, glu_clamp_eager):
+    """Where (per row of ``glu_clamp_eager``) the experts pay ``glu_clamp_bytes``: the stack clamps
+    eagerly and the model has a clamp (``ModelSpec.glu_clamp_limit``)."""
+    return np.asarray(glu_clamp_eager, dtype=bool) & (model.glu_clamp_limit > 0)
+
+
+def glu_clamp_forward_s(model: ModelSpec, rates: ComputeRates, rows, ffn_local, glu_clamp_eager):
+    """Forward seconds of the eager clamp (``glu_clamp_bytes`` forward, ``GLU_CLAMP_KERNELS``)
+    where ``eager_glu_clamp``, else 0: what recomputing the activation repeats."""
+    fwd, _ = glu_clamp_bytes(rows, ffn_local, rates.act_bytes)
+    return np.where(eager_glu_clamp(model, glu_clamp_eager), memory_bound_time_s(fwd, rates, GLU_CLAMP_KERNELS), 0.0)
 
 
 def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_imbalance=1.0, tp=1, sp=True,
@@ -299,7 +305,7 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
                       + tokens * act_bwd * f_sh / tp * rates.act_bytes
                       + tokens * row_bytes * (REPLICATED_ELEMENTWISE_UNITS_BWD / 2) / split)
     bias = expert_output_bias_work(rows, h, local_experts, rates.act_bytes) if model.linear_bias else None
-    clamp = np.asarray(glu_clamp_eager, dtype=bool) & (model.glu_clamp_limit > 0)
+    clamp = eager_glu_clamp(model, glu_clamp_eager)
     clamp_fwd, clamp_bwd = glu_clamp_bytes(rows, f_exp / etp, rates.act_bytes)
     clamp_kernels = np.where(clamp, GLU_CLAMP_KERNELS, 0.0)
     elem_s = memory_bound_time_s(elem_bytes + np.where(clamp, clamp_fwd, 0.0) + (bias["fwd_bytes"] if bias else 0.0),

@@ -13,6 +13,7 @@ defaults of a ``ParallelConfig``'s software fields) and/or a ``serving`` section
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -47,6 +48,16 @@ MAX_PREFETCH_LAYERS = 8.0
 #: most concurrent GEMM streams a grouped linear can have (Transformer Engine runs 4; CUDA has at
 #: most 32 hardware work queues, CUDA_DEVICE_MAX_CONNECTIONS)
 MAX_GROUPED_GEMM_STREAMS = 32
+
+
+def check_grouped_gemm_streams(field: str, value) -> int:
+    """``value`` as a stream count of a grouped linear (an integer in 1 ..
+    ``MAX_GROUPED_GEMM_STREAMS``), else an ``InputError`` naming ``field``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
+            or not 1 <= value <= MAX_GROUPED_GEMM_STREAMS:
+        raise InputError(field, f"must be an integer from 1 to {MAX_GROUPED_GEMM_STREAMS}, got {value!r}",
+                         "Transformer Engine runs 4 compute streams; 1 = one GEMM after another")
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -233,11 +244,7 @@ class TrainingBehaviour:
             if value > MAX_PREFETCH_LAYERS:
                 raise InputError(f"training.{name}", f"must be <= {MAX_PREFETCH_LAYERS}, got {value!r}",
                                  "frameworks prefetch one or two layers ahead")
-        if isinstance(self.grouped_gemm_streams, bool) or not isinstance(self.grouped_gemm_streams, int) \
-                or not 1 <= self.grouped_gemm_streams <= MAX_GROUPED_GEMM_STREAMS:
-            raise InputError("training.grouped_gemm_streams",
-                             f"must be an integer from 1 to {MAX_GROUPED_GEMM_STREAMS}, got {self.grouped_gemm_streams!r}",
-                             "Transformer Engine runs 4 compute streams; 1 = serial")
+        check_grouped_gemm_streams("training.grouped_gemm_streams", self.grouped_gemm_streams)
         if self.default_zero_stage not in (0, 1, 2, 3):
             raise InputError("training.default_zero_stage", f"must be 0, 1, 2 or 3, got {self.default_zero_stage!r}")
 

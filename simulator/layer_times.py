@@ -44,7 +44,7 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models import context_parallel, layer_costs, mamba, memory, moe as moe_costs
-from cost_models.compute import LOW_PRECISION, compute_rates, kernel_counting_rates, memory_bound_time_s, sixteen_bit_dtype
+from cost_models.compute import LOW_PRECISION, compute_rates, kernel_counting_rates, sixteen_bit_dtype
 from cost_models.topology import group_collective_time_s
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
@@ -193,9 +193,8 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             act_s = (layer_costs.activation_forward_s(model, rates, rows, moe.expert_ffn_hidden_size / etp)
                      + (layer_costs.activation_forward_s(model, rates, tokens, shared / tp) if shared else 0.0))
             # Megatron-Core checkpoints the whole bias_act_func (TEGroupedMLP.forward), clamp included
-            clamp_fwd, _ = moe_costs.glu_clamp_bytes(rows, moe.expert_ffn_hidden_size / etp, rates.act_bytes)
-            act_s = act_s + np.where(np.asarray(glu_clamp_eager, dtype=bool) & (model.glu_clamp_limit > 0),
-                                     memory_bound_time_s(clamp_fwd, rates, moe_costs.GLU_CLAMP_KERNELS), 0.0)
+            act_s = act_s + moe_costs.glu_clamp_forward_s(model, rates, rows, moe.expert_ffn_hidden_size / etp,
+                                                          glu_clamp_eager)
         else:
             act_s = layer_costs.activation_forward_s(model, rates, tokens, (dense_ffn or model.ffn_hidden_size) / tp)
             act_s = act_s * shares["mlp"] if hybrid else act_s

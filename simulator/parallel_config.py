@@ -9,6 +9,7 @@ import numpy as np
 from cost_models.memory import RECOMPUTE_MODULES
 from hardware_specs.errors import InputError
 from hardware_specs.gpu_spec import KNOWN_DTYPES
+from hardware_specs.stack_spec import check_grouped_gemm_streams
 
 
 class Recompute(str, Enum):
@@ -90,8 +91,6 @@ LAYOUT_FIELDS = ("first_stage_layers", "last_stage_layers", "recompute_num_layer
 #: largest value of a ``LAYOUT_FIELDS`` entry: above any layer count, data-parallel group or
 #: token chunk a run has, and within the int64 columns of ``ConfigBatch`` (2**63 overflowed them)
 MAX_LAYOUT_VALUE = 2**40
-#: most concurrent GEMM streams of a grouped linear (CUDA has at most 32 hardware work queues)
-MAX_GROUPED_GEMM_STREAMS = 32
 
 
 def _modules(value) -> tuple[str, ...]:
@@ -355,13 +354,8 @@ class ParallelConfig:
                 raise InputError(name, f"{value} is above the largest supported value {MAX_LAYOUT_VALUE:,}",
                                  "check the number")
             object.__setattr__(self, name, int(value))
-        streams = self.grouped_gemm_streams
-        if isinstance(streams, bool) or not isinstance(streams, (int, np.integer)) \
-                or not 1 <= streams <= MAX_GROUPED_GEMM_STREAMS:
-            raise InputError("grouped_gemm_streams",
-                             f"must be an integer from 1 to {MAX_GROUPED_GEMM_STREAMS}, got {streams!r}",
-                             "Transformer Engine runs 4 compute streams; 1 = one GEMM after another")
-        object.__setattr__(self, "grouped_gemm_streams", int(streams))
+        object.__setattr__(self, "grouped_gemm_streams",
+                           check_grouped_gemm_streams("grouped_gemm_streams", self.grouped_gemm_streams))
         if (self.first_stage_layers or self.last_stage_layers) and self.pp < 2:
             raise InputError("first_stage_layers", "first/last stage layer counts need pp > 1",
                              "set pp > 1 or leave them 0")
