@@ -192,11 +192,13 @@ def test_plan_prints_each_disaggregated_rows_prefill_batch_so_serve_simulate_rep
     row = next(ln for ln in table if ln.strip().startswith("disagg  P tp1 x4 / D tp1 x4"))
     cells = row.split()
     batch, prefill_batch, ttft_ms = int(cells[8]), int(cells[9]), float(cells[11])
-    assert (batch, prefill_batch, ttft_ms) == (512, 8, 805)
+    assert (batch, prefill_batch) == (512, 8)
     why = next(ln for ln in table if "the best disagg layout" in ln)
     assert why.endswith("disagg prefill tp1 x4 (8 prompts per step) + decode tp1 x4 at batch 512 per rank")
     front = json.loads(run(*PLAN, "--json").stdout)["front"]
     planned = next(r for r in front if r["mode"] == "disagg" and r["prefill_workers"] == 4 and r["batch"] == 512)
+    # the table's TTFT is the same row's (whole milliseconds), not another deployment's
+    assert ttft_ms == round(planned["ttft_ms"])
     sim = ["serve", "simulate", "--model", "llama3.1-8b", "--system", "dgx-h100", "--isl", "1024", "--osl", "256",
            "--mode", "disagg", "--prefill-workers", "4", "--decode-workers", "4", "--decode-batch", batch, "--json"]
     got = json.loads(run(*sim, "--prefill-batch", prefill_batch).stdout)
