@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from paraplan.validation.datasets import SERVING_RUNS, validation_file
+from paraplan.validation.datasets import BUNDLED_DIR, SERVING_RUNS, validation_file
 from paraplan.validation.serving import MODEL_PRESETS, SYSTEMS, prepare, read_rows, summarize, validate_rows
 
 
@@ -188,3 +188,25 @@ def test_the_serving_fit_starts_nelder_mead_one_logit_unit_along_each_factor():
     assert _to_unit(0.6, 0.2, 1.0) == pytest.approx(0.0, abs=1e-12)
     assert _from_unit(1.0, 0.2, 1.0) == pytest.approx(0.2 + 0.8 / (1 + math.exp(-1.0)), rel=1e-12)
     assert _from_unit(1.0, 0.2, 1.0) == pytest.approx(0.7848, abs=1e-4)
+
+
+@pytest.mark.parametrize("generation", ["hopper", "blackwell"])
+def test_committed_serving_factors_give_the_in_sample_errors_their_fit_recorded(generation):
+    # the committed factors are what the committed fitter returned: evaluated on the bundled rows
+    # by the fitter's own error function, they give the errors written into ``fitted_on`` when
+    # they were fitted (a code change that moves the predictions without a refit fails here)
+    import re
+    from hardware_specs.catalog import load_serving_efficiency
+    from paraplan.validation.serving_fit import _summary, errors
+    bundled = read_rows(BUNDLED_DIR / SERVING_RUNS)
+    prep = prepare(bundled)
+    profile = load_serving_efficiency(generation)
+    recorded = re.search(r"in-sample (TTFT mean \|err\| [^;\"]*)", profile.fitted_on).group(1)
+    rows = np.zeros(len(bundled), dtype=bool)
+    for g in prep.groups:
+        if g.generation == generation:
+            rows[g.index] = True
+    _, rel_ttft, rel_tpot = errors(prep, bundled["silicon_ttft_ms"].to_numpy(dtype=float),
+                                   bundled["silicon_tpot_ms"].to_numpy(dtype=float),
+                                   {generation: profile}, rows, {generation})
+    assert _summary(rel_ttft, rel_tpot) == recorded.strip()
