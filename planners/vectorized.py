@@ -324,12 +324,24 @@ class _Shared:
             self.running -= 1
             self.idle.notify_all()
 
-    def run_rest(self) -> list:
+    def run_rest(self, on_result=None) -> list:
         """Every task's result, in order: the tasks not handed out yet run here, one at a time
-        (the workers keep taking theirs), then this waits for the workers'."""
+        (the workers keep taking theirs), then this waits for the workers'. ``on_result(result)``
+        is called here once for each, after each task this process runs (for the results in by
+        then) and at the end."""
+        told = np.zeros(len(self.results), dtype=bool)
+
+        def tell():
+            for i in np.flatnonzero(~told):
+                if self.results[i] is not None:
+                    told[i] = True
+                    if on_result is not None:
+                        on_result(self.results[i])
+
         try:
             while (nxt := self._next()) is not None:
                 self.results[nxt[0]] = self.local_fn(nxt[1])
+                tell()
             with self.idle:
                 while self.running and self.error is None:
                     self.idle.wait()
@@ -337,6 +349,7 @@ class _Shared:
             self.close()
         if self.error is not None:
             raise self.error
+        tell()
         return self.results
 
     def close(self) -> None:
@@ -423,9 +436,7 @@ class Evaluation:
             finally:
                 _JOB = before
         else:
-            results = self._results.run_rest()
-            for res in results:
-                tick(res)
+            results = self._results.run_rest(tick)
         self._pool = self._results = None
         floors = [r.floor_s for r in results if r.floor_s is not None]
         self._fitting = _Fitting(np.concatenate([r.fit_rows for r in results]),

@@ -32,3 +32,10 @@ def test_a_worker_error_is_raised_here():
     shared = _Shared(mp.get_context("fork").Pool(1), _fail_on_three, _fail_on_three, [3], 1)
     with pytest.raises(ValueError, match="task 3"):
         shared.run_rest()
+
+
+def test_each_result_is_reported_once():
+    seen = []
+    shared = _Shared(mp.get_context("fork").Pool(1), _square_and_pid, _square_and_pid, list(range(12)), 1)
+    out = shared.run_rest(seen.append)
+    assert sorted(v for v, _ in seen) == sorted(v for v, _ in out) == [x * x for x in range(12)]
