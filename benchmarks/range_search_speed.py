@@ -377,7 +377,8 @@ which stay above the lower bound by a median 8%), refinement rounds 11 -> 8; one
 to back (load 0.6-0.8): the floors 3.52 -> 3.86 CPU s, timing and refinement 7.65 -> 6.59.
 The benchmark, gbs4096, alternating with the code before: on a quiet VM (load 1.1-1.5) 21.7,
 21.1 -> 18.5, 18.4 s wall, 34.5, 33.9 -> 33.8, 33.8 CPU s (after (1) alone), again after both
-(load 0.4-1.0) 26.4 -> 21.2 s, 38.7 -> 36.3 CPU s; peak RSS 1.14-1.20 -> 1.25-1.31 GiB (workers
+(load 0.4-1.0) 26.4 -> 21.2 s, 38.7 -> 36.3 CPU s (the next pair, 24.9 -> 39.0 s and 37.9 ->
+39.3 CPU s, ran into another agent's job starting, load 1.4 -> 2.7); peak RSS 1.14-1.20 -> 1.25-1.31 GiB (workers
 1.02-1.07 -> 1.09-1.21: the parent holds one chunk's fitting rows while the next is scored).
 With another agent's job holding one core (load 1.8-2.6) the overlap has no core to use: 34.3,
 34.7 -> 34.4, 35.4 s wall, 34.8, 35.7 -> 35.2, 36.0 CPU s. One process, side by side (same
