@@ -355,6 +355,44 @@ without load. Tried and reverted: starting the next chunk's memory phase in its 
 parent times a chunk (more processes than cores): 39.5-43.0 CPU s against 37.3-39.8 for the above,
 no wall time gained (39.3-54.3 s against 37.1-47.8), 1.4 GiB. The < 10 s target is not met, and
 factoring by dp cannot meet it.
+
+Then (2026-12-03; issue 18 part 2; plan tables byte-identical, ``tools/plan_snapshot.py`` on its
+five cases, by default and with ``--one-process``, against the code before, after each change).
+Two changes. (1) The next chunk's memory phase runs while this process times and refines the
+current one (``vectorized.start_evaluation`` / ``Evaluation``: the memory tasks go one at a time
+to a pool of workers - 1 forked processes and, once it is done timing, to this process,
+``vectorized._Shared``; the chunk is timed here alone meanwhile on 2 CPUs): before, the parent's
+timing and refinement (~7 of the ~34 CPU s) left one core idle. Where the wall time goes now
+(phase timers, load 0.5, 18.9 s): the space 1.0 s and the first chunk's memory phase 3.8 s (both
+processes), then both cores busy until the last chunk's timing (1.1 s) and the kept table (0.3 s)
+run alone; CPU 19.2 s in this process and 14.8 in the workers. (2) The step-time floor
+(``simulator.step_bounds``) adds ``pipeline.bound``'s start and, on the fused schedules, drain
+chains before each stage (``stage_cells.StageChains``: the cells each stage's chains cross, per
+layout; on one-path schedules only the last stage of each distinct count vector can hold the
+largest sum): it was m x the busiest stage's work alone, a median 0.76 of the step model's lower
+bound here (tenth percentile 0.37, the bubble of deep pipelines with few micro-batches), now 0.997
+(0.80). Rows timed 561,300 -> 498,186 (by chunk 266,676, 116,213, 105,059, 73,352 -> 241,141,
+100,055, 97,183, 59,807: the floor is compared with the kept rows' estimated times, which stay
+above the lower bound by a median 8%), refinement rounds 11 -> 8; one process back to back (load
+0.6-0.8): the floors 3.52 -> 3.86 CPU s, timing and refinement 7.65 -> 6.59. The benchmark,
+gbs4096, alternating with the code before: on a quiet VM (load 1.1-1.5) 21.7, 21.1 -> 18.5, 18.4 s
+wall, 34.5, 33.9 -> 33.8, 33.8 CPU s (after (1) alone), again after both (load 0.4-1.0) 26.4 ->
+21.2 s, 38.7 -> 36.3 CPU s (the next pair, 24.9 -> 39.0 s and 37.9 -> 39.3 CPU s, ran into another
+agent's job starting, load 1.4 -> 2.7); peak RSS 1.14-1.20 -> 1.25-1.31 GiB (workers 1.02-1.07 ->
+1.09-1.21: the parent holds one chunk's fitting rows while the next is scored). With another
+agent's job holding one core (load 1.8-2.6) the overlap has no core to use: 34.3, 34.7 -> 34.4,
+35.4 s wall, 34.8, 35.7 -> 35.2, 36.0 CPU s. One process, side by side (same load, 2.6-2.9): 34.4
+-> 34.1 and 32.2 -> 31.9 CPU s (62.7-66.9 s wall), 1.12-1.14 -> 1.05-1.07 GiB. Measured, not kept:
+space chunks of 1 M rows (in place of 2 M) 39.4 against 35.2 CPU s and 23.8 against 19.7 s wall, 3
+M rows 35.3 CPU s, 20.1 s, 1.61 GiB. Two processes cost ~4 CPU s more than one (31.8 user + 4.5
+sys against 28.4 + 2.0; minor page faults 1.23 M against 0.68 M): not the results' transfer (342
+MB pickled, 0.17 CPU s to pickle and unpickle) nor the forked workers' cold caches (the memory
+phase's memoised layouts cost < 0.1 s to refill), but page faults and two cores sharing memory
+bandwidth; glibc kept from returning memory (``MALLOC_MMAP_THRESHOLD_`` /
+``MALLOC_TRIM_THRESHOLD_`` 4 GiB) cut the system time 3.5-3.9 -> 2.6-2.7 s with two processes (2.5
+-> 0.9 s with one) at 1.48 GiB peak; a process-wide allocator setting, not built. The < 10 s
+target is not met: the wall time is now about the space (1 s) plus half the CPU time plus ~1.4 s
+alone at the end, so < 10 s on 2 cores needs ~17 CPU s, half of today's; < 2 GB is met.
 """
 from __future__ import annotations
 

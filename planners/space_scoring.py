@@ -7,7 +7,9 @@ of GPU counts can show, so memory is bounded by a chunk and the kept rows, not b
 The chunks are scored one after another, so each one need not time the rows that the earlier
 chunks' kept rows show the whole search cannot keep (``time_pruning.excluded``); a chunk's
 memory phase and timing are split over processes (fork) when the space is large
-(``evaluate_space(workers=...)``).
+(``evaluate_space(workers=...)``), and the next chunk's memory phase, which needs no other
+chunk, runs in the workers while this process times and refines the current one
+(``vectorized.start_evaluation``).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
 from planners.search_space import SpaceBase
-from planners.vectorized import DEFAULT_CHUNK_ROWS, KEPT_OUTPUTS, PARALLEL_MIN_ROWS, evaluate_space
+from planners.vectorized import DEFAULT_CHUNK_ROWS, KEPT_OUTPUTS, PARALLEL_MIN_ROWS, start_evaluation
 
 
 
@@ -101,18 +103,27 @@ class _ScoreJob:
     prune_by_time: bool = True
 
 
-def _score_chunk(job: _ScoreJob, i: int, kept_elsewhere: tuple | None = None, workers: int = 1) -> dict:
+def _start_chunk(job: _ScoreJob, i: int, workers: int = 1):
+    """Chunk ``i`` built and its evaluation begun (``vectorized.start_evaluation``: with
+    workers, its memory phase runs in them from now on)."""
     c0 = time.process_time()
     space, rows, combo = job.base.chunk(i)
     # refined: exact times for every row that can rank in this chunk, a superset of those it can
     # rank among in the whole space (the chunk's thresholds are looser), so the kept rows are
     # chosen by the times the whole search would give them; rows that cannot be kept are not timed,
     # by the chunk's own rows or by ``kept_elsewhere``, the rows earlier chunks keep
-    ev = evaluate_space(job.model, job.cluster, job.eff, space, job.base.global_batch, job.memory_limit_bytes,
-                        chunk_rows=job.chunk_rows, workers=workers, defaults=job.defaults, memory_search=job.memory_search,
-                        prune_by_bound=job.prune_by_bound, refine=job.refine,
-                        keep=job.max_plans if job.prune_by_time else None,
-                        kept_elsewhere=kept_elsewhere if job.prune_by_time else None)
+    ev = start_evaluation(job.model, job.cluster, job.eff, space, job.base.global_batch, job.memory_limit_bytes,
+                          chunk_rows=job.chunk_rows, workers=workers, defaults=job.defaults,
+                          memory_search=job.memory_search, prune_by_bound=job.prune_by_bound, refine=job.refine,
+                          keep=job.max_plans if job.prune_by_time else None)
+    return space, rows, combo, ev, time.process_time() - c0
+
+
+def _score_chunk(job: _ScoreJob, i: int, kept_elsewhere: tuple | None = None, workers: int = 1,
+                 started=None, timing_workers: int | None = None) -> dict:
+    space, rows, combo, evaluation, cpu_s = started if started is not None else _start_chunk(job, i, workers)
+    c0 = time.process_time() - cpu_s
+    ev = evaluation.finish(kept_elsewhere if job.prune_by_time else None, timing_workers)
     cols = space.columns
     n = (cols["dp"] * cols["tp"] * cols["pp"] * cols["cp"])[ev.rows]
     tps, mem = ev.outputs["tokens_per_s"], ev.outputs["memory_bytes"]
@@ -159,17 +170,31 @@ def score_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ba
     if workers is None:
         workers = (os.cpu_count() or 1) if total >= PARALLEL_MIN_ROWS else 1
     parts, done = [], 0
-    for i in range(base.n_chunks):
-        # one chunk after another: the rows earlier chunks keep spare timing rows of this one
-        # that the whole search cannot keep (``time_pruning.excluded``); the chunk's own work
-        # is split over the workers (whole chunks scored in parallel could not: each timed at
-        # least its own ``max_plans`` fastest rows)
-        kept = tuple(np.concatenate([p[k] for p in parts]) for k in ("tokens_per_s", "memory_bytes", "n_gpus")) \
-            if parts and max_plans is not None else None
-        parts.append(_score_chunk(job, i, kept, workers))
-        done += parts[-1]["rows"] * len(base.dtypes)
-        if progress is not None:
-            progress(done, total)
+    started = _start_chunk(job, 0, workers) if base.n_chunks else None
+    try:
+        for i in range(base.n_chunks):
+            # one chunk after another: the rows earlier chunks keep spare timing rows of this one
+            # that the whole search cannot keep (``time_pruning.excluded``); the chunk's own work
+            # is split over the workers (whole chunks scored in parallel could not: each timed at
+            # least its own ``max_plans`` fastest rows). The next chunk's memory phase, which needs
+            # no other chunk, runs in its workers while this one is timed and refined here.
+            kept = tuple(np.concatenate([p[k] for p in parts]) for k in ("tokens_per_s", "memory_bytes", "n_gpus")) \
+                if parts and max_plans is not None else None
+            current = started
+            current[3].memory()
+            started = _start_chunk(job, i + 1, workers) if i + 1 < base.n_chunks and workers > 1 else None
+            # (while the next chunk's memory phase has the workers, this one is timed over half as
+            # many: on 2 CPUs, here alone, beside the one worker; both numbers are the same either way)
+            timing_workers = max(1, workers // 2) if started is not None else None
+            parts.append(_score_chunk(job, i, kept, workers, current, timing_workers))
+            if started is None and i + 1 < base.n_chunks:
+                started = _start_chunk(job, i + 1, workers)
+            done += parts[-1]["rows"] * len(base.dtypes)
+            if progress is not None:
+                progress(done, total)
+    finally:
+        if started is not None:
+            started[3].close()
     cat = {k: np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
            for k in ("base_rows", "combos", "dtype_index", "positions", "tokens_per_s", "memory_bytes", "n_gpus")}
     smallest = min(parts, key=lambda p: p["min_memory_bytes"]) if parts else None

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import threading
 import time
+from collections import deque
 from dataclasses import dataclass, fields, replace
+from functools import partial
 from typing import Callable, Mapping
 
 import numpy as np
@@ -254,6 +257,10 @@ def _worker(task):
     return _memory_chunk(_JOB, *task)
 
 
+def _run_memory_task(job: _Job, task):
+    return _memory_chunk(job, *task)
+
+
 def _tasks(n_rows: int, n_dtypes: int, chunk_rows: int) -> list[tuple[int, int, int]]:
     return [(d, s, min(s + chunk_rows, n_rows)) for d in range(n_dtypes) for s in range(0, n_rows, chunk_rows)]
 
@@ -274,6 +281,82 @@ def _run(fn, tasks: list, workers: int, on_result=None) -> list:
             if on_result is not None:
                 on_result(results[-1])
     return results
+
+
+class _Shared:
+    """Tasks handed out one at a time, to the workers of a pool (each gets its next task when
+    it returns one) and to this process (``run_rest``), so a process that comes free takes
+    the next task whoever it is: the caller can keep one CPU for other work meanwhile and join
+    the pool's workers when done."""
+
+    def __init__(self, pool, fn, local_fn, tasks: list, n_workers: int):
+        self.pool, self.fn, self.local_fn = pool, fn, local_fn
+        self.todo = deque(enumerate(tasks))
+        self.results: list = [None] * len(tasks)
+        self.lock, self.idle = threading.Lock(), threading.Condition()
+        self.running, self.error = 0, None
+        for _ in range(n_workers):
+            self._hand_out()
+
+    def _next(self):
+        with self.lock:
+            return self.todo.popleft() if self.todo else None
+
+    def _hand_out(self) -> None:
+        with self.lock:                     # (not after ``close``: it empties ``todo`` under the lock)
+            if not self.todo:
+                return
+            i, task = self.todo.popleft()
+            with self.idle:
+                self.running += 1
+            self.pool.apply_async(self.fn, (task,), callback=partial(self._returned, i), error_callback=self._failed)
+
+    def _returned(self, i: int, res) -> None:          # the pool's result thread
+        self.results[i] = res
+        self._hand_out()
+        with self.idle:
+            self.running -= 1
+            self.idle.notify_all()
+
+    def _failed(self, exc) -> None:
+        with self.idle:
+            self.error = exc
+            self.running -= 1
+            self.idle.notify_all()
+
+    def run_rest(self, on_result=None) -> list:
+        """Every task's result, in order: the tasks not handed out yet run here, one at a time
+        (the workers keep taking theirs), then this waits for the workers'. ``on_result(result)``
+        is called here once for each, after each task this process runs (for the results in by
+        then) and at the end."""
+        told = np.zeros(len(self.results), dtype=bool)
+
+        def tell():
+            for i in np.flatnonzero(~told):
+                if self.results[i] is not None:
+                    told[i] = True
+                    if on_result is not None:
+                        on_result(self.results[i])
+
+        try:
+            while (nxt := self._next()) is not None:
+                self.results[nxt[0]] = self.local_fn(nxt[1])
+                tell()
+            with self.idle:
+                while self.running and self.error is None:
+                    self.idle.wait()
+        finally:
+            self.close()
+        if self.error is not None:
+            raise self.error
+        tell()
+        return self.results
+
+    def close(self) -> None:
+        """Hand out nothing more and end the workers."""
+        with self.lock:
+            self.todo.clear()
+        self.pool.terminate()
 
 
 def evaluate_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, space: SearchSpace,
@@ -308,8 +391,93 @@ def evaluate_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel,
     (``time_pruning.excluded``); the rows this returns may then differ, but
     ``kept_rows`` of them together with the other parts' is the same set with the same numbers.
     """
-    global _JOB, _FITTING
-    t0, c0 = time.perf_counter(), time.process_time()
+    return start_evaluation(model, cluster, eff, space, global_batch, memory_limit_bytes, chunk_rows, workers,
+                            progress, defaults, memory_search, prune_by_bound, refine, keep).finish(kept_elsewhere)
+
+
+class Evaluation:
+    """An ``evaluate_space`` under way (``start_evaluation``): its memory phase runs in worker
+    processes from the start (when it has workers), so the caller can do other work meanwhile
+    (``space_scoring.score_space`` times the previous chunk); ``finish`` waits for it, then
+    times and refines the fitting rows."""
+
+    def __init__(self, model, cluster, eff, space, global_batch, job: "_Job", refine, keep, workers: int,
+                 chunk_rows: int, progress, pool, results):
+        self.model, self.cluster, self.eff, self.space, self.global_batch = model, cluster, eff, space, global_batch
+        self.job, self.refine, self.keep, self.workers, self.chunk_rows = job, refine, keep, workers, chunk_rows
+        self.progress, self._pool, self._results = progress, pool, results
+        self._fitting = self._ev_kw = None
+        self.t0, self.c0 = time.perf_counter(), time.process_time()
+
+    def close(self) -> None:
+        """End the memory phase's workers, if it is still under way (an evaluation given up)."""
+        if self._pool is not None:
+            self._results.close()
+            self._pool = self._results = None
+
+    def memory(self) -> None:
+        """Wait for the memory phase (the fitting rows and their memory), if not done yet."""
+        global _JOB
+        if self._fitting is not None or not len(self.space):
+            return
+        space, job = self.space, self.job
+        total = len(space) * len(space.dtypes)
+        done = [0]
+
+        def tick(res):
+            done[0] += res.stop - res.start
+            if self.progress is not None:
+                self.progress(done[0], total)
+
+        if self._pool is None:
+            before, _JOB = _JOB, job
+            try:
+                results = _run(_worker, self._results, self.workers, tick)
+            finally:
+                _JOB = before
+        else:
+            results = self._results.run_rest(tick)
+        self._pool = self._results = None
+        floors = [r.floor_s for r in results if r.floor_s is not None]
+        self._fitting = _Fitting(np.concatenate([r.fit_rows for r in results]),
+                                 np.concatenate([np.full(len(r.fit_rows), r.dtype_index, dtype=np.int64)
+                                                 for r in results]),
+                                 {k: np.concatenate([r.memory[k] for r in results])
+                                  for k in _MEMORY_KEYS + CHOSEN_FIELDS},
+                                 np.concatenate(floors + [np.zeros(0)]) if job.floors else None)
+        best = min(results, key=lambda r: r.min_memory_bytes)
+        self._ev_kw = dict(evaluated=total, min_memory_bytes=best.min_memory_bytes,
+                           min_memory_row=best.min_memory_row, min_memory_dtype=best.dtype_index,
+                           bound_pruned=sum(r.bound_pruned for r in results), fitting=len(self._fitting.rows))
+
+    def finish(self, kept_elsewhere: tuple | None = None, timing_workers: int | None = None) -> Evaluated:
+        """The evaluation (``evaluate_space``'s result; ``kept_elsewhere`` as there);
+        ``timing_workers``: processes that time the rows (default: the memory phase's)."""
+        global _JOB, _FITTING
+        if not len(self.space):
+            empty = {k: np.zeros(0) for k in KEPT_OUTPUTS + CHOSEN_FIELDS}
+            return Evaluated(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), empty, 0, np.inf, -1, -1)
+        self.memory()
+        _JOB, _FITTING = self.job, self._fitting
+        try:
+            ev = _time_and_refine(self.model, self.cluster, self.eff, self.space, self.global_batch, self.job,
+                                  self._fitting, self.refine, self.keep,
+                                  self.workers if timing_workers is None else timing_workers, self.chunk_rows,
+                                  self._ev_kw,
+                                  kept_elsewhere)
+        finally:
+            _JOB = _FITTING = None
+        return replace(ev, wall_s=time.perf_counter() - self.t0, cpu_s=time.process_time() - self.c0)
+
+
+def start_evaluation(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, space: SearchSpace,
+                     global_batch: int, memory_limit_bytes: float, chunk_rows: int = DEFAULT_CHUNK_ROWS,
+                     workers: int | None = None, progress: Callable[[int, int], None] | None = None,
+                     defaults: tuple = (), memory_search: bool = True, prune_by_bound: bool = True,
+                     refine: Callable | None = None, keep: int | None = None) -> Evaluation:
+    """``evaluate_space`` begun (arguments as there): with more than one worker its memory phase
+    is handed to forked workers at once and runs while the caller goes on; ``finish`` ends it."""
+    global _JOB
     n = len(space)
     total = n * len(space.dtypes)
     prune_time = keep is not None and refine is not None
@@ -317,37 +485,23 @@ def evaluate_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel,
                memory_search, prune_by_bound, prune_time)
     if workers is None:
         workers = (os.cpu_count() or 1) if total >= PARALLEL_MIN_ROWS else 1
-    if n == 0:
-        empty = {k: np.zeros(0) for k in KEPT_OUTPUTS + CHOSEN_FIELDS}
-        return Evaluated(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), empty, 0, np.inf, -1, -1)
-    if workers > 1:
+    if workers > 1 and n:
         # at least two chunks per worker so the work splits evenly
         chunk_rows = max(1, min(chunk_rows, -(-n // (2 * workers))))
-    done = [0]
-
-    def tick(res):
-        done[0] += res.stop - res.start
-        if progress is not None:
-            progress(done[0], total)
-
-    _JOB = job
-    try:
-        results = _run(_worker, _tasks(n, len(space.dtypes), chunk_rows), workers, tick)
-        fitting = _Fitting(np.concatenate([r.fit_rows for r in results]),
-                           np.concatenate([np.full(len(r.fit_rows), r.dtype_index, dtype=np.int64) for r in results]),
-                           {k: np.concatenate([r.memory[k] for r in results]) for k in _MEMORY_KEYS + CHOSEN_FIELDS},
-                           np.concatenate([r.floor_s for r in results if r.floor_s is not None] + [np.zeros(0)])
-                           if prune_time else None)
-        _FITTING = fitting
-        best = min(results, key=lambda r: r.min_memory_bytes)
-        ev_kw = dict(evaluated=total, min_memory_bytes=best.min_memory_bytes, min_memory_row=best.min_memory_row,
-                     min_memory_dtype=best.dtype_index, bound_pruned=sum(r.bound_pruned for r in results),
-                     fitting=len(fitting.rows))
-        ev = _time_and_refine(model, cluster, eff, space, global_batch, job, fitting, refine, keep, workers,
-                              chunk_rows, ev_kw, kept_elsewhere)
-    finally:
-        _JOB = _FITTING = None
-    return replace(ev, wall_s=time.perf_counter() - t0, cpu_s=time.process_time() - c0)
+    tasks = _tasks(n, len(space.dtypes), chunk_rows) if n else []
+    pool, results = None, tasks
+    if workers > 1 and len(tasks) > 1 and "fork" in mp.get_all_start_methods():
+        # workers - 1 processes forked now, with this job (the caller's later work does not
+        # reach them), start on the tasks; this process takes the rest with them once the
+        # caller asks for the memory (``Evaluation.memory``)
+        before, _JOB = _JOB, job
+        try:
+            pool = mp.get_context("fork").Pool(min(workers, len(tasks)) - 1)
+        finally:
+            _JOB = before
+        results = _Shared(pool, _worker, partial(_run_memory_task, job), tasks, min(workers, len(tasks)) - 1)
+    return Evaluation(model, cluster, eff, space, global_batch, job, refine, keep, workers, chunk_rows, progress,
+                      pool, results)
 
 
 def _time_and_refine(model, cluster, eff, space, global_batch: int, job: _Job, fitting: _Fitting, refine, keep,

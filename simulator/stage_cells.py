@@ -170,13 +170,16 @@ def _flatten(groups):
     return idx, StageCells(row, local, first_cell, in_flight, chunks, stage, cell_stage, cell)
 
 
-def distinct_stage_counts(model, batch, keys=STAGE_KEYS + ("sends",)):
+def distinct_stage_counts(model, batch, keys=STAGE_KEYS + ("sends",), chains: bool = False):
     """The rows of ``batch`` grouped by layout (schedule, p, v, first and last stage layers,
     layout string): yields ``(rows, counts, share)`` with ``counts`` the layout's distinct
     per-stage count vectors (stages, ``keys``: ``STAGE_KEYS``, ``sends``, the stage's
     forward and backward sends, and ``cells``, its chunks' layer counts, sorted: v columns)
     and ``share`` the part of a stage's chunks one micro-batch runs (DualPipe: half). A
-    uniform layout has about three distinct stages, whatever p."""
+    uniform layout has about three distinct stages, whatever p.
+
+    ``chains``: also yields the layout's ``StageChains`` (each stage's distinct count vector,
+    and the cells the forward and backward chains before it cross)."""
     from simulator.step_pipeline import _CODE_TO_KIND, _groups, _layouts, _rows, key_groups, schedule_chunks
     from simulator.pipeline.schedules import ScheduleKind
     n = len(batch)
@@ -196,8 +199,66 @@ def distinct_stage_counts(model, batch, keys=STAGE_KEYS + ("sends",)):
         span = int(max(first.max(), last.max())) + 1
         for mine in key_groups((text * span + first) * span + last):
             r = mine[0]
-            yield idx[mine], _stage_counts(model, kind, p, v, int(first[r]), int(last[r]),
-                                           str(texts[text[r]] or ""), tuple(keys)), share
+            args = (model, kind, p, v, int(first[r]), int(last[r]), str(texts[text[r]] or ""), tuple(keys))
+            if chains:
+                yield idx[mine], _stage_counts(*args), share, stage_chains(*args)
+            else:
+                yield idx[mine], _stage_counts(*args), share
+
+
+@dataclass(frozen=True)
+class StageChains:
+    """Of one layout, per stage that can hold a flush's largest start + work + drain (every
+    stage, or on a one-path schedule the last of each distinct count vector): which of
+    ``_stage_counts``' distinct count vectors it has (``stage``), and the cells the chains
+    before it cross (``chains``, (paths, stages, 12)):
+    over each path's positions before the stage's first one, the counts of dense layers, MoE
+    layers, embeddings, heads, MTP layers and forward sends (the forward chain), then the same
+    with the backward sends (the backward chain; zero on the schedules that split a backward
+    into B and W, whose deferred W passes may run while it descends). ``pipeline.bound``'s
+    start and, fused, drain of a stage on a path are these counts times the cells' per-count
+    forward and backward times."""
+
+    stage: np.ndarray
+    chains: np.ndarray
+
+
+def stage_chains(model, kind, p: int, v: int, first: int, last: int, layout: str, keys: tuple) -> StageChains:
+    """The layout's ``StageChains`` (memoised per layout)."""
+    return _stage_chains_cached(model.num_layers, model.mtp_layers, model.moe, kind, p, v, first, last, layout, keys,
+                                getattr(model, "hybrid_pattern", ""))
+
+
+@lru_cache(maxsize=4096)
+def _stage_chains_cached(num_layers, mtp_layers, moe, kind, p, v, first, last, layout, keys,
+                         hybrid_pattern="") -> StageChains:
+    from simulator.pipeline.bound import FUSED, _first_positions
+    from simulator.pipeline.schedules import schedule_paths
+    from simulator.step_pipeline import _layout_cells
+    cells = _layout_cells(num_layers, mtp_layers, moe, kind, p, v, first, last, layout, hybrid_pattern)
+    distinct = _stage_counts_cached(num_layers, mtp_layers, moe, kind, p, v, first, last, layout, keys,
+                                    hybrid_pattern)
+    per_stage = _stage_count_matrix(cells, keys)
+    # each stage's row of the distinct vectors (np.unique sorted them: equal rows match exactly)
+    stage = np.argmax((per_stage[:, None, :] == distinct[None, :, :]).all(axis=2), axis=1)
+    paths, firsts = schedule_paths(kind, p, v), _first_positions(kind, p, v)
+    common = [cells[k].reshape(-1) for k in ("dense", "moe", "emb", "head", "mtp")]
+    per_cell = np.stack(common + [cells["send_f"].reshape(-1)] + common + [cells["send_b"].reshape(-1)], axis=1)
+    if kind not in FUSED:
+        per_cell[:, 6:] = 0.0
+    chains = np.zeros((len(paths), p, 12))
+    for i, (path, first_pos) in enumerate(zip(paths, firsts)):
+        chains[i] = np.concatenate([np.zeros((1, 12)), np.cumsum(per_cell[path], axis=0)])[first_pos]
+    # the chains only grow along a path, so on a one-path schedule (stages met in order) a
+    # stage before another with the same count vector never holds the larger sum: keep the
+    # last stage of each vector (about three, whatever p)
+    keep = np.arange(p)
+    if len(paths) == 1 and (np.diff(firsts[0]) > 0).all():
+        keep = np.array(sorted({int(d): k for k, d in enumerate(stage)}.values()), dtype=np.int64)
+    stage, chains = stage[keep], np.ascontiguousarray(chains[:, keep, :])
+    stage.setflags(write=False)
+    chains.setflags(write=False)
+    return StageChains(stage, chains)
 
 
 def _stage_counts(model, kind, p: int, v: int, first: int, last: int, layout: str, keys: tuple) -> np.ndarray:
@@ -211,12 +272,17 @@ def _stage_counts_cached(num_layers, mtp_layers, moe, kind, p, v, first, last, l
                          hybrid_pattern="") -> np.ndarray:
     from simulator.step_pipeline import _layout_cells
     cells = _layout_cells(num_layers, mtp_layers, moe, kind, p, v, first, last, layout, hybrid_pattern)
+    out = np.unique(_stage_count_matrix(cells, keys), axis=0)
+    out.setflags(write=False)
+    return out
+
+
+def _stage_count_matrix(cells: dict, keys: tuple) -> np.ndarray:
+    """(p, ``keys``) per-stage counts of a layout's cells (``distinct_stage_counts``)."""
     columns = []
     for k in keys:
         if k == "cells":
             columns += list(np.sort(cells["dense"] + cells["moe"], axis=1).T)
         else:
             columns.append((cells["send_f"] + cells["send_b"]).sum(axis=1) if k == "sends" else cells[k][:, 0])
-    out = np.unique(np.stack(columns, axis=1).astype(float), axis=0)
-    out.setflags(write=False)
-    return out
+    return np.stack(columns, axis=1).astype(float)

@@ -57,3 +57,25 @@ def test_a_batch_gives_each_row_the_memory_it_has_alone():
         for key in ("memory_bytes", "memory_stage", "activations_bytes", "recompute_buffers_bytes",
                     "_recompute_num_layers", "_recompute_layers_decrement", "_offload_activation_layers"):
             assert together[key][i] == alone[key][0], (key, c)
+
+
+def test_stage_chains_count_the_cells_before_each_stage_on_its_path():
+    """llama3-8b (32 dense layers) on 4 stages, 1F1B: 8 layers a stage, the embedding on
+    stage 0, the head on stage 3; stages 1 and 2 share a count vector, so only stage 2 (the
+    later one: the chains before it are longer) is kept. Before stage 2: 16 layers, the
+    embedding, the forward sends of stages 0-1 and the backward send of stage 1; before
+    stage 3: 24 layers, 3 and 2 sends. ZB-H1 defers W passes past the drain: no backward
+    chain. DualPipe's two paths meet the stages in opposite orders: every stage is kept."""
+    from simulator.pipeline.schedules import ScheduleKind
+    from simulator.stage_cells import stage_chains
+    from simulator.step_bounds import _COUNTS
+    model, keys = load_model("llama3-8b"), _COUNTS + ("cells",)
+    c = stage_chains(model, ScheduleKind.ONE_F_ONE_B, 4, 1, 0, 0, "", keys)
+    assert c.chains.shape == (1, 3, 12)
+    np.testing.assert_array_equal(c.chains[0], [[0] * 12,
+                                                [16, 0, 1, 0, 0, 2, 16, 0, 1, 0, 0, 1],
+                                                [24, 0, 1, 0, 0, 3, 24, 0, 1, 0, 0, 2]])
+    zb = stage_chains(model, ScheduleKind.ZB_H1, 4, 1, 0, 0, "", keys)
+    np.testing.assert_array_equal(zb.chains[0][:, :6], c.chains[0][:, :6])
+    assert not zb.chains[0][:, 6:].any()
+    assert stage_chains(model, ScheduleKind.DUALPIPE, 4, 2, 0, 0, "", keys).chains.shape == (2, 4, 12)
