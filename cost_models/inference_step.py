@@ -82,13 +82,21 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
     comm = n_layers * ar + n_dense * ar
     ar_kernels = np.where(tp > 1, 1.0, 0.0)
     kernels = kernels + (n_layers + n_dense) * ar_kernels
+    # an engine that fuses the all-reduce with the residual add and the RMSNorm after it runs
+    # that norm inside the all-reduce kernel (``ServingBehaviour.allreduce_norm_fusion``; off
+    # under attention data parallelism): one kernel fewer for each all-reduce a counted norm
+    # follows: a dense layer's attention output (the MLP's norm) and its MLP output (the next
+    # layer's input norm, counted with the attention block); a MoE layer's MoE output (the next
+    # input norm; ``KERNELS["moe"]`` counts no norm before the experts)
+    fused = np.where(behaviour.allreduce_norm_fusion & (adp <= 1), ar_kernels, 0.0)
+    kernels = kernels - 2.0 * n_dense * fused
     if n_moe:
         group = tp * adp
         k_eff = np.minimum(float(model.moe.top_k), moe_ep)
         a2a = 2.0 * all_to_all_time_s(T * k_eff * h * ACT_BYTES, group, cluster, eff)
         use_a2a = adp > 1
         comm = comm + n_moe * np.where(use_a2a, a2a, ar)
-        kernels = kernels + n_moe * np.where(use_a2a, 2.0, ar_kernels)
+        kernels = kernels + n_moe * np.where(use_a2a, 2.0, ar_kernels - fused)
     stage_cross = (tp * adp) >= cluster.gpus_per_node
     p2p = np.where(pp > 1, p2p_time_s(T * h * ACT_BYTES, stage_cross, cluster, eff), 0.0)
 

@@ -81,6 +81,10 @@ class ServingBehaviour:
             ``kv_cache_quant_algo`` in their hf_quant_config.json); False: ``auto`` is 16-bit.
         custom_allreduce: small tensor-parallel all-reduces inside one NVLink domain use the
             engine's one-shot / two-shot kernels instead of NCCL rings.
+        allreduce_norm_fusion: a tensor-parallel all-reduce (tp > 1, no attention data
+            parallelism) also adds the residual and applies the RMSNorm that follows it, in one
+            kernel (TensorRT-LLM ``AllReduceFusionOp.RESIDUAL_RMS_NORM``): the step has one kernel
+            fewer per all-reduce that a counted norm follows (``cost_models.inference_step``).
         kv_admission: one of ``KV_ADMISSIONS``.
         speculative_tokens: draft tokens per step by default (MTP / EAGLE); 0 = none, the
             default of all three engines (each needs an explicit speculative config).
@@ -131,6 +135,7 @@ class ServingBehaviour:
     kv_cache_dtype: str = "auto"
     kv_dtype_from_checkpoint: bool = False
     custom_allreduce: bool = True
+    allreduce_norm_fusion: bool = False
     speculative_tokens: int = 0
     kv_admission: str = "prompt"
     recv_interval_steps: int = 1

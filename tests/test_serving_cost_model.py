@@ -169,3 +169,33 @@ def test_mla_decode_core_runs_at_flashmla_rate_on_hopper_and_at_the_prefill_atte
         without, _ = attention_block_s(model, rates, 1, 0.0, 0.0, 4.0, 0.0, 1.0)
         assert float(with_ctx - without) == pytest.approx(flops / rate, rel=1e-9)
         assert 9_437_184 / (gpu.hbm_bw_bytes_per_s * 0.8) < flops / rate      # compute-bound in both
+
+
+def test_a_fused_all_reduce_and_norm_saves_one_kernel_per_all_reduce_a_norm_follows():
+    # TensorRT-LLM's AllReduceFusionOp.RESIDUAL_RMS_NORM: with tp > 1 and no attention DP the
+    # all-reduce runs the residual add and the next RMSNorm in its own kernel. Only the fixed
+    # time per kernel moves: kernel_fixed_s x (fewer kernels), nothing else in the step
+    from dataclasses import replace
+    eff = replace(PURE, kernel_fixed_s=5e-6)
+    plain = ServingBehaviour(host_step_s=0.0, host_launch_s=0.0)
+    fusing = replace(plain, allreduce_norm_fusion=True)
+    cluster = load_cluster("dgx-h100")
+
+    def fixed(model, beh, tp, adp, moe_ep=1):
+        out = step_time(model, cluster, eff, beh, "bf16", "bf16", 2.0, tp, adp, 1, tp * adp // moe_ep, moe_ep,
+                        0.0, 0.0, 8.0, 1024.0)
+        return out["kernel_fixed_s"][()] if np.ndim(out["kernel_fixed_s"]) else out["kernel_fixed_s"], out
+
+    dense = load_model("llama3.1-70b")        # 80 dense layers: 2 all-reduces a layer, each before a norm
+    (f0, o0), (f1, o1) = fixed(dense, plain, 4, 1), fixed(dense, fusing, 4, 1)
+    assert float(f0 - f1) == pytest.approx(2 * 80 * 5e-6, rel=1e-9)
+    assert float(o0["step_s"] - o1["step_s"]) == pytest.approx(2 * 80 * 5e-6, rel=1e-9)
+    # at tp 1 there is no all-reduce to fuse into
+    assert float(fixed(dense, plain, 1, 1)[0]) == float(fixed(dense, fusing, 1, 1)[0])
+    moe = load_model("qwen3-235b-a22b")       # 94 MoE layers: the MoE output's all-reduce precedes the
+    n_moe = moe.num_moe_layers                # next input norm; no norm is counted before the experts
+    assert n_moe == moe.num_layers == 94
+    (g0, _), (g1, _) = fixed(moe, plain, 4, 1), fixed(moe, fusing, 4, 1)
+    assert float(g0 - g1) == pytest.approx(94 * 5e-6, rel=1e-9)
+    # attention data parallelism: TensorRT-LLM turns the fusion off
+    assert float(fixed(moe, plain, 2, 4, 8)[0]) == float(fixed(moe, fusing, 2, 4, 8)[0])
