@@ -184,7 +184,7 @@ def test_a_fused_all_reduce_and_norm_saves_one_kernel_per_all_reduce_a_norm_foll
     def fixed(model, beh, tp, adp, moe_ep=1):
         out = step_time(model, cluster, eff, beh, "bf16", "bf16", 2.0, tp, adp, 1, tp * adp // moe_ep, moe_ep,
                         0.0, 0.0, 8.0, 1024.0)
-        return out["kernel_fixed_s"][()] if np.ndim(out["kernel_fixed_s"]) else out["kernel_fixed_s"], out
+        return out["kernel_fixed_s"], out
 
     dense = load_model("llama3.1-70b")        # 80 dense layers: 2 all-reduces a layer, each before a norm
     (f0, o0), (f1, o1) = fixed(dense, plain, 4, 1), fixed(dense, fusing, 4, 1)
@@ -193,8 +193,7 @@ def test_a_fused_all_reduce_and_norm_saves_one_kernel_per_all_reduce_a_norm_foll
     # at tp 1 there is no all-reduce to fuse into
     assert float(fixed(dense, plain, 1, 1)[0]) == float(fixed(dense, fusing, 1, 1)[0])
     moe = load_model("qwen3-235b-a22b")       # 94 MoE layers: the MoE output's all-reduce precedes the
-    n_moe = moe.num_moe_layers                # next input norm; no norm is counted before the experts
-    assert n_moe == moe.num_layers == 94
+    assert moe.num_moe_layers == moe.num_layers == 94     # next input norm; none counted before the experts
     (g0, _), (g1, _) = fixed(moe, plain, 4, 1), fixed(moe, fusing, 4, 1)
     assert float(g0 - g1) == pytest.approx(94 * 5e-6, rel=1e-9)
     # attention data parallelism: TensorRT-LLM turns the fusion off

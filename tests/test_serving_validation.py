@@ -197,16 +197,12 @@ def test_committed_serving_factors_give_the_in_sample_errors_their_fit_recorded(
     # they were fitted (a code change that moves the predictions without a refit fails here)
     import re
     from hardware_specs.catalog import load_serving_efficiency
-    from paraplan.validation.serving_fit import _summary, errors
+    from paraplan.validation.serving_fit import _summary, errors, generation_rows
     bundled = read_rows(BUNDLED_DIR / SERVING_RUNS)
     prep = prepare(bundled)
     profile = load_serving_efficiency(generation)
     recorded = re.search(r"in-sample (TTFT mean \|err\| [^;\"]*)", profile.fitted_on).group(1)
-    rows = np.zeros(len(bundled), dtype=bool)
-    for g in prep.groups:
-        if g.generation == generation:
-            rows[g.index] = True
     _, rel_ttft, rel_tpot = errors(prep, bundled["silicon_ttft_ms"].to_numpy(dtype=float),
                                    bundled["silicon_tpot_ms"].to_numpy(dtype=float),
-                                   {generation: profile}, rows, {generation})
+                                   {generation: profile}, generation_rows(prep, generation), {generation})
     assert _summary(rel_ttft, rel_tpot) == recorded.strip()

@@ -75,6 +75,15 @@ def errors(prep, measured_ttft, measured_tpot, efficiency: dict, rows: np.ndarra
     return np.concatenate(out), rel[0], rel[1]
 
 
+def generation_rows(prep, generation: str) -> np.ndarray:
+    """Boolean mask of the prepared rows whose deployment runs on ``generation``."""
+    rows = np.zeros(prep.n, dtype=bool)
+    for g in prep.groups:
+        if g.generation == generation:
+            rows[g.index] = True
+    return rows
+
+
 def fit_generation(prep, measured_ttft, measured_tpot, generation: str, rows: np.ndarray,
                    start: ServingEfficiency, maxiter: int = 400) -> tuple[ServingEfficiency, float]:
     """The factors of ``generation`` minimising mean |log ratio| over ``rows``; (profile, loss)."""
@@ -213,11 +222,7 @@ def main(argv=None) -> int:
             cv.to_csv(f"serving_cv_{column}.csv", index=False)
             cv_text += f"; {line}"
     for gen, profile in sorted(fitted.items()):
-        g_rows = np.zeros(len(df), dtype=bool)
-        for g in prep.groups:
-            if g.generation == gen:
-                g_rows[g.index] = True
-        _, gt, gp = errors(prep, mt, mp, fitted, g_rows, {gen})
+        _, gt, gp = errors(prep, mt, mp, fitted, generation_rows(prep, gen), {gen})
         note = (f"Nelder-Mead on mean |log(pred/measured)| of TTFT and TPOT over {len(gt)} rows of "
                 f"{Path(path).name}; in-sample {_summary(gt, gp)}{cv_text}")
         fitted[gen] = replace(profile, fitted_on=note)
