@@ -142,7 +142,7 @@ def test_moe_rows_are_predicted_within_bound(results):
     # since the GPT-OSS row its source footnotes as a known regression is skipped (sixteenth round);
     # 12.31% since the rows run their release presets' recomputation (seventeenth round: whole MoE
     # blocks and MLA up-projections recomputed on rows the model already gave too slow; the target
-    # is missed by that much, recorded in the README); 11.38% (worst 28.5%) in the eighteenth round
+    # is missed by that much, recorded in docs/accuracy_training.md); 11.38% (worst 28.5%) in the eighteenth round
     # (GPT-OSS's eager GLU clamp, current scaling's scalar launches unpriced, Transformer Engine's
     # per-expert GEMMs on 4 streams, refitted)
     assert _mean_abs_pct(ok) <= 12.5

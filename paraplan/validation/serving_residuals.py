@@ -24,7 +24,7 @@ deployment (same release, then any release) but hold different measurements, how
 disagree, the least mean |error| one value per deployment can reach on them, the model's error
 on the same rows, and that floor's share of each backend and mode's error over all its rows.
 
-Nothing here changes a prediction; the README's serving notes quote its tables.
+Nothing here changes a prediction; docs/accuracy_serving.md quotes its tables.
 """
 from __future__ import annotations
 
