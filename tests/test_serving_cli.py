@@ -269,3 +269,10 @@ def test_simulate_names_an_option_of_the_other_mode_instead_of_ignoring_it(args,
     assert one_line_error(run("serve", "simulate", "-m", "llama3.1-70b", "-s", "dgx-h100", *args)) == line
     # the same values on the matching options run
     assert run("serve", "simulate", "-m", "llama3.1-70b", "-s", "dgx-h100", "--tp", "4", "--batch", "16").exit_code == 0
+
+
+def test_hardware_stacks_json_writes_the_all_reduce_switch_points():
+    # a mapping-valued serving behaviour is written as a JSON object, not refused by the encoder
+    out = json.loads(run("hardware", "stacks", "vllm-0.14", "--json").stdout)["serving"]
+    assert out["oneshot_allreduce_max_bytes"] == {"2.0": 8388608.0, "4.0": 524288.0, "8.0": 262144.0}
+    assert out["prefill_token_budget"] == {"0.0": 2048, "70.0": 8192}
