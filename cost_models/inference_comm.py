@@ -5,8 +5,13 @@ Decode all-reduces are small (batch x hidden x 2 bytes) and latency-bound. Insid
 domain the engines use their own all-reduce kernels (vLLM ``custom_all_reduce``, SGLang's
 custom all-reduce, TensorRT-LLM ``AllReduceStrategy``) rather than NCCL rings: one-shot (every
 GPU reads the n-1 peer buffers: one latency, (n-1) x S bytes per GPU) for small messages,
-two-shot (reduce-scatter then all-gather: two latencies, 2(n-1)/n x S) for larger ones; the
-faster of the two is taken. Without them the NCCL ring applies. Across domains the all-reduce
+two-shot (reduce-scatter then all-gather: two latencies, 2(n-1)/n x S) for larger ones. Which
+one runs is the engine's switch point (``ServingBehaviour.oneshot_allreduce``: vLLM and
+SGLang switch on the message's bytes, TensorRT-LLM on its tokens), not the faster of the two:
+at 8 GPUs a decode batch of 100 x 16 KiB runs one-shot in TensorRT-LLM although two-shot would
+move a quarter of the bytes, so the per-request cost of a decode step grows with (n-1) x the
+hidden size. Where the engine states no switch point the faster of the two is taken. Without
+the custom kernels the NCCL ring applies. Across domains the all-reduce
 is hierarchical (reduce-scatter inside the domain, all-reduce of the shard across domains,
 all-gather inside), the cross-domain step taking the faster of NCCL's ring and double binary
 tree (2 log2 n latency steps; NCCL 2.4 release notes), as NCCL's tuner picks per message size. Achieved bandwidth = link bandwidth x
@@ -36,8 +41,13 @@ def link_rates(cluster: ClusterSpec, eff: ServingEfficiency):
     return bw_i, cluster.scaleup.latency_s, bw_o, cluster.scaleout.latency_s
 
 
-def allreduce_time_s(bytes_, group, cluster: ClusterSpec, eff: ServingEfficiency, custom: bool = True):
-    """All-reduce of a ``bytes_`` buffer over ``group`` contiguous GPUs, seconds (0 for group 1)."""
+def allreduce_time_s(bytes_, group, cluster: ClusterSpec, eff: ServingEfficiency, custom: bool = True,
+                     oneshot=None, stated=None):
+    """All-reduce of a ``bytes_`` buffer over ``group`` contiguous GPUs, seconds (0 for group 1).
+
+    Inside one NVLink domain with ``custom`` kernels: the one-shot kernel where ``oneshot`` is
+    True, the two-shot kernel where it is False, and the faster of the two where ``oneshot`` is
+    None or ``stated`` is False (``ServingBehaviour.oneshot_allreduce`` gives both)."""
     n = _f(group)
     s = _f(bytes_)
     bw_i, lat_i, bw_o, lat_o = link_rates(cluster, eff)
@@ -47,6 +57,9 @@ def allreduce_time_s(bytes_, group, cluster: ClusterSpec, eff: ServingEfficiency
         one_shot = lat_i + (n - 1.0) * s / bw_i
         two_shot = 2.0 * lat_i + 2.0 * (n - 1.0) / np.maximum(n, 1.0) * s / bw_i
         t_in = np.minimum(one_shot, two_shot)
+        if oneshot is not None:
+            engine = np.where(oneshot, one_shot, two_shot)
+            t_in = engine if stated is None else np.where(stated, engine, t_in)
     else:
         t_in = coll.ring_allreduce_time_s(s, n, bw_i, lat_i)
     n_intra = np.minimum(n, per_node)

@@ -78,7 +78,8 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
     # collectives: attention output all-reduce over tp; after the MLP, an all-reduce over tp or
     # (with attention DP and experts) dispatch + combine over the expert group
     msg = T * h * ACT_BYTES
-    ar = allreduce_time_s(msg, tp, cluster, eff, behaviour.custom_allreduce)
+    oneshot, stated = behaviour.oneshot_allreduce(msg, tp, T)
+    ar = allreduce_time_s(msg, tp, cluster, eff, behaviour.custom_allreduce, oneshot, stated)
     comm = n_layers * ar + n_dense * ar
     ar_kernels = np.where(tp > 1, 1.0, 0.0)
     kernels = kernels + (n_layers + n_dense) * ar_kernels

@@ -81,6 +81,17 @@ class ServingBehaviour:
             ``kv_cache_quant_algo`` in their hf_quant_config.json); False: ``auto`` is 16-bit.
         custom_allreduce: small tensor-parallel all-reduces inside one NVLink domain use the
             engine's one-shot / two-shot kernels instead of NCCL rings.
+        oneshot_allreduce_max_bytes: which of the engine's two NVLink all-reduce kernels runs a
+            message (``cost_models.inference_comm``): a mapping of group size -> bytes; a group
+            of n GPUs takes the entry of the smallest listed size >= n and runs the one-shot
+            kernel (every GPU reads the n - 1 peers' whole buffers) for messages below it, the
+            two-shot kernel (reduce-scatter + all-gather) otherwise (vLLM and SGLang
+            custom_all_reduce.cuh: one-shot at 2 GPUs, below 512 KiB at <= 4, below 256 KiB at
+            <= 8). None, or a group larger than every listed size: the faster of the two, as
+            an engine that tuned its switch point on the message alone would pick.
+        oneshot_allreduce_max_tokens: the one-shot kernel runs only for messages of at most this
+            many tokens, whatever their bytes (TensorRT-LLM's MIN_LATENCY strategy: one-shot
+            for <= ``kOneShotMaxToken`` = 128 tokens); 0 = no token limit.
         allreduce_norm_fusion: a tensor-parallel all-reduce (tp > 1, no attention data
             parallelism) also adds the residual and applies the RMSNorm that follows it, in one
             kernel (TensorRT-LLM ``AllReduceFusionOp.RESIDUAL_RMS_NORM``): the step has one kernel
@@ -135,6 +146,8 @@ class ServingBehaviour:
     kv_cache_dtype: str = "auto"
     kv_dtype_from_checkpoint: bool = False
     custom_allreduce: bool = True
+    oneshot_allreduce_max_bytes: Mapping[float, float] | None = None
+    oneshot_allreduce_max_tokens: int = 0
     allreduce_norm_fusion: bool = False
     speculative_tokens: int = 0
     kv_admission: str = "prompt"
@@ -170,7 +183,27 @@ class ServingBehaviour:
                                  "thresholds >= 0 GiB, budgets whole tokens >= 1")
             budget[gib_f] = tokens_i
         object.__setattr__(self, "prefill_token_budget", MappingProxyType(dict(sorted(budget.items()))))
-        for name in ("max_running_requests", "cuda_graph_max_batch", "speculative_tokens"):
+        if self.oneshot_allreduce_max_bytes is not None:
+            limits = self.oneshot_allreduce_max_bytes
+            if not isinstance(limits, Mapping) or not limits:
+                raise InputError(f"{where}.oneshot_allreduce_max_bytes",
+                                 "must be a mapping of group size -> bytes, or null",
+                                 "e.g. {2: 8388608, 4: 524288, 8: 262144}")
+            checked = {}
+            for gpus, most in limits.items():
+                try:
+                    gpus_f, most_f = float(gpus), float(most)
+                except (TypeError, ValueError):
+                    raise InputError(f"{where}.oneshot_allreduce_max_bytes", f"bad entry {gpus!r}: {most!r}",
+                                     "use group size: bytes, e.g. {8: 262144}") from None
+                if isinstance(most, bool) or not (math.isfinite(gpus_f) and gpus_f >= 2 and math.isfinite(most_f)
+                                                  and most_f >= 0):
+                    raise InputError(f"{where}.oneshot_allreduce_max_bytes", f"bad entry {gpus!r}: {most!r}",
+                                     "group sizes >= 2, finite bytes >= 0")
+                checked[gpus_f] = most_f
+            object.__setattr__(self, "oneshot_allreduce_max_bytes", MappingProxyType(dict(sorted(checked.items()))))
+        for name in ("max_running_requests", "cuda_graph_max_batch", "speculative_tokens",
+                     "oneshot_allreduce_max_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InputError(f"{where}.{name}", f"must be a whole number >= 0, got {value!r}")
@@ -206,6 +239,29 @@ class ServingBehaviour:
         if self.cuda_graphs == "none":
             return np.zeros(np.shape(decode_batch), dtype=bool) if np.ndim(decode_batch) else False
         return np.logical_and(np.logical_not(mixed), np.asarray(decode_batch) <= self.cuda_graph_max_batch)
+
+    def oneshot_allreduce(self, message_bytes, group, tokens):
+        """(one-shot, stated): numpy bool arrays over the rows of ``message_bytes``, ``group``
+        (GPUs) and ``tokens``: whether the engine runs its one-shot all-reduce kernel (else its
+        two-shot one), and whether it states a switch point for that group size at all (False
+        for a group larger than every listed size); (None, None) when
+        ``oneshot_allreduce_max_bytes`` is None. Where nothing is stated the caller takes the
+        faster of the two kernels."""
+        import numpy as np
+        limits = self.oneshot_allreduce_max_bytes
+        if limits is None:
+            return None, None
+        n = np.asarray(group, dtype=float)
+        most = np.full(np.broadcast_shapes(n.shape, np.shape(message_bytes), np.shape(tokens)), np.inf)
+        listed = np.zeros(most.shape, dtype=bool)
+        for gpus, cap in sorted(limits.items(), reverse=True):       # the smallest size >= n wins
+            fits = n <= gpus
+            most = np.where(fits, cap, most)
+            listed = listed | fits
+        oneshot = np.asarray(message_bytes, dtype=float) < most
+        if self.oneshot_allreduce_max_tokens:
+            oneshot = oneshot & (np.asarray(tokens, dtype=float) <= self.oneshot_allreduce_max_tokens)
+        return oneshot & listed, listed
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:

@@ -198,3 +198,66 @@ def test_a_fused_all_reduce_and_norm_saves_one_kernel_per_all_reduce_a_norm_foll
     assert float(g0 - g1) == pytest.approx(94 * 5e-6, rel=1e-9)
     # attention data parallelism: TensorRT-LLM turns the fusion off
     assert float(fixed(moe, plain, 2, 4, 8)[0]) == float(fixed(moe, fusing, 2, 4, 8)[0])
+
+
+def test_the_engine_switch_point_not_the_faster_kernel_picks_the_all_reduce():
+    # 8 B200s (NVLink 900 GB/s x link_bw_fraction 0.8 = 720 GB/s, 3 us a hop); a decode step of
+    # 64 Llama-3.1-70B tokens all-reduces 64 x 8192 x 2 bytes = 1 MiB. One-shot: every GPU reads
+    # the 7 peers' buffers, 3 us + 7 x 1 MiB / 720 GB/s = 13.194 us; two-shot: 6 us + 2 x 7/8 x
+    # 1 MiB / 720 GB/s = 8.549 us. TensorRT-LLM runs one-shot up to 128 tokens whatever the bytes;
+    # vLLM / SGLang below 256 KiB at 8 GPUs, so two-shot here; unstated: the faster
+    from cost_models.inference_comm import allreduce_time_s
+    cluster = load_cluster("dgx-b200")
+    one = 3e-6 + 7 * 1048576 / 720e9
+    two = 6e-6 + 1.75 * 1048576 / 720e9
+    assert (one, two) == (pytest.approx(13.194e-6, abs=1e-9), pytest.approx(8.549e-6, abs=1e-9))
+    trt = load_stack_serving("trtllm-1")
+    vllm = load_stack_serving("vllm-0.14")
+    sglang = load_stack_serving("sglang-0.5")
+    unstated = ServingBehaviour()
+
+    def ar(beh, tokens, group=8):
+        msg = tokens * 8192 * 2.0
+        oneshot, stated = beh.oneshot_allreduce(msg, group, tokens)
+        return float(allreduce_time_s(msg, group, cluster, PURE, True, oneshot, stated))
+
+    assert ar(trt, 64) == pytest.approx(one, rel=1e-12)
+    assert ar(vllm, 64) == ar(sglang, 64) == ar(unstated, 64) == pytest.approx(two, rel=1e-12)
+    # 129 tokens: TensorRT-LLM leaves one-shot (NCCL, taken as the two-shot volume)
+    assert ar(trt, 129) == pytest.approx(6e-6 + 1.75 * 129 * 16384 / 720e9, rel=1e-12)
+    # 8 tokens = 128 KiB < 256 KiB: everyone one-shot (3 us + 7 x 128 KiB / 720 GB/s)
+    assert ar(vllm, 8) == ar(trt, 8) == pytest.approx(3e-6 + 7 * 131072 / 720e9, rel=1e-12)
+    # vLLM at 4 GPUs: one-shot below 512 KiB (16 tokens = 256 KiB: 3 us + 3 x 256 KiB / 720 GB/s)
+    assert ar(vllm, 16, 4) == pytest.approx(3e-6 + 3 * 262144 / 720e9, rel=1e-12)
+    assert ar(vllm, 32, 4) == pytest.approx(6e-6 + 1.5 * 524288 / 720e9, rel=1e-12)
+    # a group no entry covers (16 GPUs of one NVL72 domain) keeps the faster of the two
+    nvl = load_cluster("gb200-nvl72")
+    msg = 64 * 8192 * 2.0
+    oneshot, stated = trt.oneshot_allreduce(msg, 16, 64)
+    assert not bool(stated)
+    assert float(allreduce_time_s(msg, 16, nvl, PURE, True, oneshot, stated)) == pytest.approx(
+        min(3e-6 + 15 * msg / 720e9, 6e-6 + 2 * 15 / 16 * msg / 720e9), rel=1e-12)
+
+    # in the step: Llama-3.1-70B at tp 8, 64 decodes: 2 all-reduces in each of 80 layers
+    model = load_model("llama3.1-70b")
+    quiet = {"host_step_s": 0.0, "host_launch_s": 0.0, "allreduce_norm_fusion": False}
+    from dataclasses import replace
+    steps = [step_time(model, cluster, PURE, replace(beh, **quiet), "bf16", "bf16", 2.0, 8, 1, 1, 8, 1,
+                       0.0, 0.0, 64.0, 1024.0) for beh in (trt, unstated)]
+    assert float(steps[0]["comm_s"] - steps[1]["comm_s"]) == pytest.approx(160 * (one - two), rel=1e-9)
+    assert 160 * (one - two) == pytest.approx(0.743e-3, abs=1e-6)
+
+
+def load_stack_serving(name):
+    from hardware_specs.catalog import load_stack
+    return load_stack(name).serving
+
+
+def test_oneshot_switch_point_errors_name_the_field():
+    with pytest.raises(InputError, match="oneshot_allreduce_max_bytes: bad entry 1"):
+        ServingBehaviour(oneshot_allreduce_max_bytes={1: 1024})
+    with pytest.raises(InputError, match="oneshot_allreduce_max_bytes: must be a mapping"):
+        ServingBehaviour(oneshot_allreduce_max_bytes={})
+    with pytest.raises(InputError, match="oneshot_allreduce_max_tokens: must be a whole number"):
+        ServingBehaviour(oneshot_allreduce_max_tokens=-1)
+    assert ServingBehaviour().oneshot_allreduce(1e6, 8, 64) == (None, None)

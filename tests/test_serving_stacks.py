@@ -34,6 +34,12 @@ def test_the_documented_differences_between_engines():
     assert (vllm.kv_admission, sglang.kv_admission, trt.kv_admission) == ("prompt", "prompt", "full_request")
     assert vllm.kv_dtype_from_checkpoint and sglang.kv_dtype_from_checkpoint and trt.kv_dtype_from_checkpoint
     assert not load_stack("vllm-0.11").serving.kv_dtype_from_checkpoint
+    # the all-reduce kernel: vLLM and SGLang switch to two-shot by bytes (custom_all_reduce.cuh),
+    # TensorRT-LLM runs one-shot up to 128 tokens (MIN_LATENCY, kOneShotMaxToken)
+    assert dict(vllm.oneshot_allreduce_max_bytes) == dict(sglang.oneshot_allreduce_max_bytes) == {
+        2.0: 8 * 2**20, 4.0: 512 * 2**10, 8.0: 256 * 2**10}
+    assert vllm.oneshot_allreduce_max_tokens == sglang.oneshot_allreduce_max_tokens == 0
+    assert trt.oneshot_allreduce_max_tokens == 128 and dict(trt.oneshot_allreduce_max_bytes) == {8.0: 64 * 2**20}
 
 
 def test_a_release_maps_to_the_stack_that_lists_it():

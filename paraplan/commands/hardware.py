@@ -377,6 +377,7 @@ def stacks_cmd(name: str | None, as_json: bool) -> None:
       paraplan hardware stacks
       paraplan hardware stacks megatron-bridge
     """
+    from collections.abc import Mapping
     from dataclasses import asdict
 
     from hardware_specs.catalog import list_stacks, load_stack
@@ -384,8 +385,9 @@ def stacks_cmd(name: str | None, as_json: bool) -> None:
     stacks = [load_stack(n) for n in names]
     data = [{"name": s.name, "framework": s.framework, "versions": list(s.versions), "description": s.description,
              "training": asdict(s.training) if s.training is not None else None,
-             "serving": ({k: (dict(getattr(s.serving, k)) if k == "prefill_token_budget" else getattr(s.serving, k))
-                          for k in s.serving.keys()} if s.serving is not None else None),
+             "serving": ({k: (dict(v) if isinstance(v, Mapping) else v)
+                          for k, v in ((k, getattr(s.serving, k)) for k in s.serving.keys())}
+                         if s.serving is not None else None),
              "recipes": [{"models": list(r.models), "gpus": list(r.gpus), "dtypes": list(r.dtypes),
                           "training": dict(r.training), "source": r.source} for r in s.recipes],
              "citations": dict(s.citations)} for s in stacks]
