@@ -50,6 +50,23 @@ def _runner_up(plans):
     return slower, ties
 
 
+#: a part's difference smaller than this share of the step is floating-point rounding (a makespan
+#: less the busy time comes out near 1e-16 s for pp = 1), not a reason one plan is faster
+NOISE_SHARE_OF_STEP = 1e-9
+
+
+def why_parts(deltas: dict, step_time_s: float) -> tuple[list, list]:
+    """The step-time parts the runner-up spends more on (``gains``, largest first) and those the
+    winner pays more for (``costs``, largest first), as (runner-up minus winner seconds, part)
+    pairs from ``deltas`` (part -> runner-up minus winner, seconds). A difference within
+    ``NOISE_SHARE_OF_STEP`` of ``step_time_s`` is rounding and names neither."""
+    noise_s = NOISE_SHARE_OF_STEP * step_time_s
+    parts = [(d, p) for p, d in deltas.items() if p != "step_time_s" and abs(d) > noise_s]
+    gains = sorted(((d, p) for d, p in parts if d > 0), reverse=True)
+    costs = sorted((d, p) for d, p in parts if d < 0)
+    return gains, costs
+
+
 def stage_layers_text(stage_layers) -> str:
     """``0:0-7 1:8-15 ...`` (stage: first-last layer) for up to 16 stages, else run lengths of
     the layer counts (``1 x126``); an empty stage (embedding or loss only) shows as ``-``."""
@@ -159,8 +176,7 @@ def explain_text(result, model: ModelSpec, memory_notes=(), gpu=None, prior: boo
             a, b = float(win[part]), float(run[part])
             deltas[part] = b - a
             lines.append(f"  {part:<22} {a:>12.4f} {b:>12.4f} {b - a:>+12.4f}")   # seconds, as simulate prints them
-        gains = sorted(((d, p) for p, d in deltas.items() if p != "step_time_s" and d > 0), reverse=True)
-        costs = sorted((d, p) for p, d in deltas.items() if p != "step_time_s" and d < 0)
+        gains, costs = why_parts(deltas, max(float(win["step_time_s"]), float(run["step_time_s"])))
         why = []
         if gains:
             why.append("the runner-up spends more on " + ", ".join(f"{p} (+{d:.3g} s)" for d, p in gains[:2]))
