@@ -37,7 +37,7 @@ RULES = {
     "heads": "tp does not divide the attention heads",
     "kv_heads": "tp and the key/value heads do not divide each other",
     "ffn": "tp does not divide the FFN width",
-    "layers": "pp above the layer count, or pp*vpp not dividing the layers (or layers + 2)",
+    "layers": "pp above the layer count, or (interleaved) pp*vpp not dividing the layers (or layers + 2); with vpp = 1 the layers need not split evenly over the stages",
     "sequence": "cp does not divide the sequence length",
     "batch": "dp*micro_batch does not divide the global batch (or, interleaved, the micro-batch count is not a multiple of pp)",
     "experts": "ep does not divide the experts, or does not divide dp*cp*tp",
