@@ -36,9 +36,11 @@ def headroom_gib(hbm_bytes: float, requested_gib: float | None = None) -> float:
     try:
         value = float(requested_gib)
     except (TypeError, ValueError):
-        raise InputError("headroom_gib", f"expected a number, got {requested_gib!r}") from None
+        raise InputError("headroom_gib", f"expected a number, got {requested_gib!r}",
+                         "give GiB to keep free, e.g. 4; 0 plans to the modelled peak") from None
     if not (math.isfinite(value) and value >= 0):
-        raise InputError("headroom_gib", f"must be a finite number >= 0, got {requested_gib}")
+        raise InputError("headroom_gib", f"must be a finite number >= 0, got {requested_gib}",
+                         "give GiB to keep free, e.g. 4; 0 plans to the modelled peak")
     if value * GIB >= hbm_bytes:
         raise InputError("headroom_gib", f"{value:g} GiB leaves nothing of the {hbm_bytes / GIB:.0f} GiB HBM",
                          "use a smaller headroom")

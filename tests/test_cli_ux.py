@@ -237,3 +237,15 @@ def test_step_times_of_a_thousand_seconds_and_more_print_without_a_bare_point_an
     rows = lines[lines.index(header) + 2:][:2]
     # right-aligned under its header, as a number column is
     assert [row[:end].split()[-1] for row in rows] == [f"{s:.0f}" for s in steps]
+
+
+def test_a_degree_given_twice_and_a_negative_headroom_say_how_to_fix_them():
+    twice = one_line_error(run("plan", "-m", "llama3-70b", "-c", "dgx-h100", "-n", 64, "--global-batch", 128,
+                               "--fix", "pp=4,8", "--pp", 2))
+    assert twice == ("error: --pp: given both as an option and in --fix pp=... "
+                     "(give it once: --pp 2 or --fix pp=4,8)"), twice
+    for value in ("-1", "nan"):
+        line = one_line_error(run("simulate", "-m", "llama3-70b", "-c", "dgx-h100", "-n", 64, "--tp", 8,
+                                  "--pp", 4, "--global-batch", 128, "--headroom-gib", value))
+        assert line.startswith("error: headroom_gib: must be a finite number >= 0") and line.endswith(
+            "(give GiB to keep free, e.g. 4; 0 plans to the modelled peak)"), line

@@ -307,7 +307,9 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         value = explicit.get(name)
         if value is not None:
             if name in fixed:
-                raise InputError(f"--{name.replace('_', '-')}", f"given both as an option and in --fix {name}=...")
+                flag = f"--{name.replace('_', '-')}"
+                raise InputError(flag, f"given both as an option and in --fix {name}=...",
+                                 f"give it once: {flag} {value} or --fix {name}={','.join(map(str, fixed[name]))}")
             fixed[name] = (value,)
     bar = _LazyBar()
     try:
