@@ -112,6 +112,15 @@ def test_plan_table_json_csv_and_plot(tmp_path):
     assert png.stat().st_size > 10_000
 
 
+def test_plan_json_echoes_the_request_it_answers():
+    j = json.loads(run(*PLAN, "--no-pp", "--json").stdout)
+    assert j["request"].pop("stack").startswith("vllm-")          # vllm's newest profile, whichever it is
+    assert j["request"] == {"model": "llama3.1-8b", "system": "dgx-h100", "gpu": "h100-sxm-80gb", "gpus": 8,
+                            "isl": 1024, "osl": 256, "ttft_ms": 2000.0, "tpot_ms": 40.0, "modes": ["agg", "disagg"],
+                            "max_batch": 1024, "pipeline_parallel": False,
+                            "dense_format": "fp8", "expert_format": "fp8", "kv_cache_dtype": "auto"}
+
+
 def test_plan_slo_no_layout_meets_names_the_binding_constraint():
     line = one_line_error(run(*PLAN[:-4], "--ttft-ms", "2000", "--tpot-ms", "0.5"), "error: --tpot-ms: no layout on 8 GPUs reaches TPOT 0.5 ms")
     assert "allow --tpot-ms" in line

@@ -367,7 +367,7 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int) 
 @click.option("--max-batch", type=POS, default=1024, show_default=True, help="Largest per-rank batch tried (powers of two).")
 @click.option("--no-pp", is_flag=True, help="Do not try pipeline parallelism.")
 @click.option("--top", type=click.IntRange(min=0), default=40, show_default=True, help="Front rows printed (0 = all).")
-@click.option("--json", "as_json", is_flag=True, help="Best row, why, and the front as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="The request, best row, why, and the front as JSON.")
 @click.option("--csv", "as_csv", is_flag=True, help="The front as CSV.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Write the output here (atomically) instead of stdout.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Draw the Pareto front to this PNG/SVG/PDF.")
@@ -405,7 +405,13 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
     if as_json:
         best = {k: plan.best[k] for k in plan.best.index if k in _PLAN_COLUMNS or "_" in k}
         best.update(_records(plan.best.to_frame().T)[0])     # with every degree, as whole numbers
-        text = dump_json({"best": best, "why": plan.why, "front": _records(plan.front),
+        # what was asked, as `plan --json` echoes its request: a saved answer says what it answers
+        request = {"model": ctx.model.name, "system": ctx.cluster.name, "gpu": ctx.cluster.gpu.name, "gpus": gpus,
+                   "isl": opts["isl"], "osl": opts["osl"], "ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "modes": list(search),
+                   "max_batch": max_batch, "pipeline_parallel": not no_pp, "stack": ctx.stack.name,
+                   "dense_format": ctx.dense_format, "expert_format": ctx.expert_format,
+                   "kv_cache_dtype": opts["kv_cache_dtype"]}
+        text = dump_json({"request": request, "best": best, "why": plan.why, "front": _records(plan.front),
                           "evaluated": plan.evaluated, "efficiency_is_prior": ctx.efficiency.prior})
     elif as_csv:
         buf = io.StringIO()
