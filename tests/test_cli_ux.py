@@ -263,3 +263,14 @@ def test_the_deepseek_v3_help_example_dispatches_as_deepseek_did_and_lands_near_
     assert abs(published - 1543.2) < 0.1
     # the help's layout without the deduplicated dispatch predicted 1,060 (-31%); with it 1,359 (-12%)
     assert abs(report["tokens_per_s_per_gpu"] / published - 1) < 0.2, report["tokens_per_s_per_gpu"]
+
+
+def test_plan_csv_with_explain_says_the_explanation_would_be_lost():
+    # the CSV holds plan rows only: --explain was dropped without a word (--emit already refuses it)
+    for cluster in ("dgx-h100", "examples/clusters/a100-h100.yaml"):
+        args = ["plan", "-m", "llama3-8b", "-c", cluster, "--global-batch", 64, "--csv", "--explain"]
+        if cluster == "dgx-h100":
+            args += ["-n", 8]
+        line = one_line_error(run(*args))
+        assert line == ("error: --csv: prints plan rows only, so --explain would print nothing (use --json, which "
+                        "carries the explanation, or run --csv and --explain as two commands)"), line

@@ -291,6 +291,9 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         if dropped:
             raise InputError("--emit", f"prints the launch instead of the table, so {' / '.join(dropped)} would "
                              "print nothing", f"run --emit and {dropped[0]} as two commands")
+    if as_csv and explain:      # the CSV holds plan rows only; --json carries the explanation
+        raise InputError("--csv", "prints plan rows only, so --explain would print nothing",
+                         "use --json, which carries the explanation, or run --csv and --explain as two commands")
     spec = load_model(model)
     if seq_len is not None:
         spec = spec.with_seq_len(seq_len)
