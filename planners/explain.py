@@ -67,6 +67,13 @@ def why_parts(deltas: dict, step_time_s: float) -> tuple[list, list]:
     return gains, costs
 
 
+def ms_text(seconds: float) -> str:
+    """``seconds`` in milliseconds to three significant digits, without an exponent: 19.3 ms,
+    867 ms, 3,350 ms (``:.3g`` wrote 3.35e+03 ms)."""
+    ms = float(f"{seconds * 1e3:.3g}")
+    return f"{ms:,.0f} ms" if ms >= 100 else f"{ms:.3g} ms"
+
+
 def stage_layers_text(stage_layers) -> str:
     """``0:0-7 1:8-15 ...`` (stage: first-last layer) for up to 16 stages, else run lengths of
     the layer counts (``1 x126``); an empty stage (embedding or loss only) shows as ``-``."""
@@ -195,6 +202,6 @@ def explain_text(result, model: ModelSpec, memory_notes=(), gpu=None, prior: boo
         pp = int(win["pp"])
         lines.append(f"winner's layers per stage ({n_chunks} stage(s){'' if n_chunks == pp else f', chunk c on rank c mod {pp}'}; "
                      f"embedding on the first, LM head + loss on the last): slowest "
-                     f"{sa.max_stage_time_s * 1e3:.3g} ms per micro-batch")
+                     f"{ms_text(sa.max_stage_time_s)} per micro-batch")
         lines.append("  " + stage_layers_text(sa.stage_layers))
     return "\n".join(lines) + "\n"
