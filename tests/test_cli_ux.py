@@ -109,6 +109,26 @@ def test_serve_simulate_text_names_match_their_units():
     assert float(rows["step"][1]) / (1 - data["prefill_share"]) == pytest.approx(1e3 * data["tpot_s"], rel=1e-3)
 
 
+def test_serve_simulate_memory_table_totals_what_the_engine_holds():
+    def memory_rows(backend):
+        text = run("serve", "simulate", "-m", "llama3.1-70b", "-s", "dgx-h100", "-b", backend, "--tp", 4,
+                   "--batch", 64, "--isl", 2048, "--osl", 512).stdout
+        block = text[text.index("memory per GPU"):text.index("why:")]
+        return {ln.split()[0]: ln for ln in block.splitlines() if ln.startswith("  ") and ln.split()[0].isidentifier()}
+    vllm = memory_rows("vllm")
+    parts = sum(float(vllm[p].split()[1]) for p in ("weights", "activations", "reserved", "kv_pool"))
+    # vLLM's gpu_memory_utilization 0.9 of the 80 GiB device: 72.00 GiB, 90.0% of HBM
+    assert vllm["total"].split()[1:3] == ["72.00", "90.0"] and parts == pytest.approx(72.0, abs=0.02)
+    assert vllm["total"].endswith("takes 0.9 of the device memory")
+    # TensorRT-LLM's free_gpu_memory_fraction 0.9 of what weights, activations and its reserve leave
+    trt = memory_rows("trtllm")
+    weights, act, reserved = (float(trt[p].split()[1]) for p in ("weights", "activations", "reserved"))
+    assert float(trt["kv_pool"].split()[1]) == pytest.approx(0.9 * (80 - weights - act - reserved), abs=0.02)
+    assert float(trt["total"].split()[1]) == pytest.approx(weights + act + reserved + float(trt["kv_pool"].split()[1]),
+                                                           abs=0.02)
+    assert trt["total"].endswith("takes 0.9 of the free memory")
+
+
 def test_plan_explain_prints_step_parts_in_seconds_with_fixed_decimals():
     text = run("plan", "-m", "gpt3-1.3b", "-c", "dgx-a100-80gb", "-n", "8", "--global-batch", "32", "--explain").stdout
     lines = text.splitlines()

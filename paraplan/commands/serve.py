@@ -240,6 +240,13 @@ def render_simulation(report) -> str:
     lines += ["", "memory per GPU" + (" (decode worker)" if d.mode == "disagg" else "")]
     rows = [[k.removesuffix("_bytes"), f"{v / GIB:.2f}", f"{100 * v / hbm:.1f}", MEMORY_MEANING[k]]
             for k, v in report.memory_bytes.items()]
+    # the parts stop short of the HBM by what the stack leaves free (vLLM gpu_memory_utilization 0.9 of
+    # the device, TensorRT-LLM free_gpu_memory_fraction 0.9 of what is free): say so, as a total
+    held = sum(report.memory_bytes.values())
+    b = ctx.behaviour
+    rows.append(["total", f"{held / GIB:.2f}", f"{100 * held / hbm:.1f}",
+                 f"held: {ctx.stack.name} takes {b.gpu_memory_fraction:g} of the "
+                 f"{'device' if b.memory_fraction_of == 'total' else 'free'} memory"])
     rows.append(["hbm", f"{hbm / GIB:.2f}", "100.0", f"{ctx.cluster.gpu.name} device memory"])
     lines.append(format_table(rows, ["part", "mem_gib", "pct_of_hbm", "what"], align="lrrl", indent="  ").rstrip())
     biggest = max(report.decode_breakdown_s.items(), key=lambda kv: kv[1])
