@@ -219,10 +219,34 @@ def _usage_field(exc: click.UsageError) -> tuple[str, str]:
     return "usage", exc.format_message()
 
 
+def _siblings_with_option(ctx: click.Context, opt: str) -> list[str]:
+    """Paths of the commands beside ``ctx``'s in its group (``paraplan plan`` beside ``paraplan
+    simulate``) that take option ``opt``."""
+    parent = ctx.parent
+    if parent is None or not isinstance(parent.command, click.Group):
+        return []
+    group = parent.command
+    found = []
+    for name in sorted(group.list_commands(parent)):      # the CLI loads its commands lazily
+        sub = group.get_command(parent, name)
+        if (sub is not None and name != ctx.info_name and not isinstance(sub, click.Group)
+                and any(opt in p.opts or opt in p.secondary_opts for p in sub.params)):
+            found.append(f"{parent.command_path} {name}")
+    return found
+
+
 def error_line(exc: BaseException) -> tuple[str, int]:
     """The one-line message and exit code for an exception escaping a command."""
     if isinstance(exc, InputError):
         return f"error: {_one_line(str(exc))}", EXIT_BAD_INPUT
+    if isinstance(exc, click.NoSuchOption) and exc.ctx is not None:
+        # an option of a sibling command (simulate --explain, serve simulate --plot): name it
+        # there rather than suggest look-alikes of this command
+        elsewhere = _siblings_with_option(exc.ctx, exc.option_name)
+        if elsewhere:
+            return (f"error: usage: {exc.ctx.command_path} has no option '{exc.option_name}'; "
+                    f"{', '.join(repr(p) for p in elsewhere)} {'take' if len(elsewhere) > 1 else 'takes'} it "
+                    f"(see '{exc.ctx.command_path} --help')"), EXIT_BAD_INPUT
     if isinstance(exc, click.UsageError):
         field, message = _usage_field(exc)
         path = exc.ctx.command_path if exc.ctx is not None else "paraplan"

@@ -294,3 +294,18 @@ def test_plan_csv_with_explain_says_the_explanation_would_be_lost():
         line = one_line_error(run(*args))
         assert line == ("error: --csv: prints plan rows only, so --explain would print nothing (use --json, which "
                         "carries the explanation, or run --csv and --explain as two commands)"), line
+
+
+def test_an_option_of_a_sibling_command_is_named_there():
+    # `simulate --explain` suggested '--ep' and '--plan'; the option is plan's
+    cases = {("simulate", "--explain"): "error: usage: paraplan simulate has no option '--explain'; 'paraplan plan' "
+                                        "takes it (see 'paraplan simulate --help')",
+             ("plan", "--gantt", "g.png"): "error: usage: paraplan plan has no option '--gantt'; 'paraplan simulate' "
+                                           "takes it (see 'paraplan plan --help')",
+             ("serve", "simulate", "--plot", "f.png"): "error: usage: paraplan serve simulate has no option '--plot'; "
+                                                       "'paraplan serve plan' takes it (see 'paraplan serve simulate "
+                                                       "--help')"}
+    for args, expected in cases.items():
+        assert one_line_error(CliRunner().invoke(main, list(args), prog_name="paraplan")) == expected
+    # an option no sibling has keeps click's own message and its look-alikes
+    assert one_line_error(run("simulate", "--explian")).startswith("error: usage: No such option '--explian'")
