@@ -42,7 +42,7 @@ EXTRA_MEANING = {
     "prefill_step_s": ("prefill_step_ms", "one prefill step of a prefill worker"),
     "kv_transfer_s": ("kv_transfer_ms", "one request's KV cache moved from prefill to decode worker"),
     "prefill_utilization": ("prefill_utilization_pct", "share of the prefill workers' capacity in use"),
-    "queue_wait_s": ("queue_wait_ms", "part of the TTFT spent waiting (prefill queue, or a free KV-cache slot)"),
+    "queue_wait_s": ("queue_wait_ms", "TTFT spent waiting: behind prompts arriving in waves, or for a free KV-cache slot"),
 }
 _PLAN_COLUMNS = ("mode", "layout", "prefill_layout", "decode_layout", "batch", "prefill_batch", "workers",
                  "prefill_workers", "decode_workers", "gpus_used", "concurrency", "ttft_ms", "ttft_p90_ms", "tpot_ms",
