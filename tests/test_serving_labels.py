@@ -61,3 +61,8 @@ def test_serve_simulate_prints_the_same_label_as_the_plan():
     gpus = best["tp"] * best["pp"] * best["adp"]
     assert f"1 x worker {best['layout']} ({gpus} GPUs)" in r.stdout
     assert best["layout"] == worker_label(best["tp"], best["pp"], best["adp"], best["moe_tp"], best["moe_ep"], moe=True)
+
+
+def test_a_prefill_batch_of_one_is_one_prompt():
+    from planners.serving.labels import prompts_per_step
+    assert [prompts_per_step(n) for n in (1, 1.0, 8)] == ["1 prompt per step", "1 prompt per step", "8 prompts per step"]

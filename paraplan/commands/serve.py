@@ -194,7 +194,7 @@ def _max_batch_meaning(ctx, m) -> str:
 
 def render_simulation(report) -> str:
     """The human-readable table of one ``ServingReport``."""
-    from planners.serving.labels import worker_label
+    from planners.serving.labels import prompts_per_step, worker_label
     ctx, d, m = report.context, report.deployment, report.metrics
     moe = ctx.model.moe is not None
 
@@ -213,7 +213,7 @@ def render_simulation(report) -> str:
                      f"{d.layout.batch} requests per rank")
     else:
         lines.append(f"layout   disaggregated: {d.prefill_workers} x prefill {label(d.prefill)} "
-                     f"({d.prefill.batch} prompts per step) + {d.decode_workers} x decode {label(d.decode)} "
+                     f"({prompts_per_step(d.prefill.batch)}) + {d.decode_workers} x decode {label(d.decode)} "
                      f"({d.decode.batch} requests per rank)")
     lines.append(f"load     isl {d.isl} / osl {d.osl} tokens, {d.concurrency} requests in flight on {d.gpus} GPUs")
     lines += ["", "latency and throughput" + _prior_note(ctx)]
@@ -328,6 +328,7 @@ def _records(df) -> list[dict]:
 
 
 def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int) -> str:
+    from planners.serving.labels import prompts_per_step
     b = plan.best
     lines = [f"serving plan for {ctx.model.name} on {gpus} x {ctx.cluster.gpu.name} ({ctx.cluster.name}), "
              f"stack {ctx.stack.name}, weights {ctx.dense_format}" + (f" / experts {ctx.expert_format}" if ctx.model.moe else ""),
@@ -338,7 +339,7 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int) 
                      f"({int(b['concurrency'])} requests in flight on {int(b['gpus_used'])} GPUs)")
     else:
         lines.append(f"best: disaggregated, {int(b['prefill_workers'])} x prefill {b['prefill_layout']} "
-                     f"({int(b['prefill_batch'])} prompts per step) + {int(b['decode_workers'])} x decode "
+                     f"({prompts_per_step(b['prefill_batch'])}) + {int(b['decode_workers'])} x decode "
                      f"{b['decode_layout']} (batch {int(b['batch'])} per rank; {int(b['concurrency'])} requests in flight "
                      f"on {int(b['gpus_used'])} GPUs)")
     lines.append(f"      TTFT {b['ttft_ms']:.0f} ms (p90 {b['ttft_p90_ms']:.0f}), TPOT {b['tpot_ms']:.1f} ms, "

@@ -25,3 +25,9 @@ def worker_label(tp: float, pp: float, adp: float, moe_tp: float, moe_ep: float,
 def worker_labels(tp, pp, adp, moe_tp, moe_ep, moe: bool) -> list[str]:
     """``worker_label`` of each row of equally long degree arrays."""
     return [worker_label(*row, moe=moe) for row in zip(tp, pp, adp, moe_tp, moe_ep)]
+
+
+def prompts_per_step(n: float) -> str:
+    """A disaggregated prefill worker's batch in words: ``1 prompt per step``, ``8 prompts per step``."""
+    n = int(n)
+    return f"{n} prompt{'' if n == 1 else 's'} per step"

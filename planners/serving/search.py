@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from hardware_specs.errors import InputError
-from planners.serving.labels import worker_labels
+from planners.serving.labels import prompts_per_step, worker_labels
 from planners.serving.pareto import pareto_front
 from planners.serving.space import with_batches, worker_layouts
 from simulator.serving.aggregated import evaluate_agg
@@ -159,8 +159,8 @@ def describe(row) -> str:
     batches (a disaggregated one's prefill batch too: without it the deployment is not determined)."""
     if row["mode"] == "agg":
         return f"agg {int(row['workers'])} x {row['layout']} at batch {int(row['batch'])} per rank"
-    return (f"disagg prefill {row['prefill_layout']} x{int(row['prefill_workers'])} ({int(row['prefill_batch'])} prompts "
-            f"per step) + decode {row['decode_layout']} x{int(row['decode_workers'])} at batch {int(row['batch'])} per rank")
+    return (f"disagg prefill {row['prefill_layout']} x{int(row['prefill_workers'])} ({prompts_per_step(row['prefill_batch'])}"
+            f") + decode {row['decode_layout']} x{int(row['decode_workers'])} at batch {int(row['batch'])} per rank")
 
 
 def _why(best: pd.Series, cands: pd.DataFrame, ttft_ms: float, tpot_ms: float) -> list[str]:
