@@ -52,10 +52,15 @@ def weight_bytes(fmt: str) -> float:
     return WEIGHT_FORMAT_BYTES[canonical_format(fmt)]
 
 
+def native_compute_dtype(fmt: str) -> str:
+    """The tensor-core dtype format ``fmt`` computes in on a GPU that has it."""
+    return _COMPUTE_DTYPE[canonical_format(fmt)]
+
+
 def compute_dtype(fmt: str, gpu: GPUSpec) -> str:
     """The dtype whose tensor-core peak a GEMM with weights in ``fmt`` runs at on ``gpu``: the
     format's own when the chip has it, else the chip's 16-bit dtype (weight-only dequant)."""
-    want = _COMPUTE_DTYPE[canonical_format(fmt)]
+    want = native_compute_dtype(fmt)
     if want in gpu.peak_flops_per_s:
         return want
     return "bf16" if "bf16" in gpu.peak_flops_per_s else ("fp16" if "fp16" in gpu.peak_flops_per_s else "fp32")

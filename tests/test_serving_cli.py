@@ -285,3 +285,16 @@ def test_hardware_stacks_json_writes_the_all_reduce_switch_points():
     out = json.loads(run("hardware", "stacks", "vllm-0.14", "--json").stdout)["serving"]
     assert out["oneshot_allreduce_max_bytes"] == {"2.0": 8388608.0, "4.0": 524288.0, "8.0": 262144.0}
     assert out["prefill_token_budget"] == {"0.0": 2048, "70.0": 8192}
+
+
+def test_the_header_says_when_a_format_runs_weight_only():
+    # Hopper has no FP4 tensor cores, Ampere no FP8 ones: the weights are dequantised in the kernel
+    # and the GEMMs run in bf16 (cost_models.weight_formats.compute_dtype)
+    hopper = run("serve", "simulate", "-m", "deepseek-r1", "-s", "dgx-h100", "--precision", "nvfp4", "--tp", 8).stdout
+    assert "(weights nvfp4 weight-only in bf16, experts nvfp4 weight-only in bf16, KV 8-bit)" in hopper
+    ampere = run(*SIM[:4], "--system", "dgx-a100-80gb", "--tp", 4, "--precision", "fp8").stdout
+    assert "(weights fp8 weight-only in bf16, KV 8-bit)" in ampere
+    native = run(*SIM, "--tp", 4).stdout            # fp8 on H100: its own tensor cores
+    assert "(weights fp8, KV 8-bit)" in native
+    plan = run("serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-a100-80gb", "-n", 1, "--precision", "fp8").stdout
+    assert plan.splitlines()[0].endswith("weights fp8 weight-only in bf16")

@@ -205,8 +205,9 @@ def render_simulation(report) -> str:
         f"model    {ctx.model.name}  ({ctx.model.num_layers} layers, hidden {ctx.model.hidden_size}"
         + (f", {ctx.model.moe.num_experts} experts top-{ctx.model.moe.top_k}" if ctx.model.moe else "") + ")",
         f"system   {ctx.cluster.name}  ({ctx.cluster.gpu.name}, {ctx.cluster.gpus_per_node} GPUs per NVLink domain)",
-        f"stack    {ctx.stack.name}  (weights {ctx.dense_format}"
-        + (f", experts {ctx.expert_format}" if ctx.model.moe else "") + f", KV {int(ctx.kv_bytes * 8)}-bit)",
+        f"stack    {ctx.stack.name}  (weights {format_text(ctx.dense_format, ctx.cluster.gpu)}"
+        + (f", experts {format_text(ctx.expert_format, ctx.cluster.gpu)}" if ctx.model.moe else "")
+        + f", KV {int(ctx.kv_bytes * 8)}-bit)",
     ]
     if d.mode == "agg":
         lines.append(f"layout   aggregated: {d.workers} x worker {label(d.layout)} ({d.layout.gpus} GPUs), "
@@ -327,11 +328,23 @@ def _records(df) -> list[dict]:
             for r in _plan_rows(df).to_dict("records")]
 
 
+def format_text(fmt: str, gpu) -> str:
+    """A weight format as the header names it, with the math it runs in where ``gpu`` lacks the
+    format's tensor cores (``nvfp4 weight-only in bf16`` on Hopper; ``cost_models.weight_formats``:
+    the weights are dequantised in the kernel)."""
+    from cost_models.weight_formats import canonical_format, compute_dtype, native_compute_dtype
+    math_dtype = compute_dtype(fmt, gpu)
+    if math_dtype == native_compute_dtype(fmt) or canonical_format(fmt) == "int4_wo":   # int4_wo says so itself
+        return fmt
+    return f"{fmt} weight-only in {math_dtype}"
+
+
 def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int) -> str:
     from planners.serving.labels import prompts_per_step
     b = plan.best
     lines = [f"serving plan for {ctx.model.name} on {gpus} x {ctx.cluster.gpu.name} ({ctx.cluster.name}), "
-             f"stack {ctx.stack.name}, weights {ctx.dense_format}" + (f" / experts {ctx.expert_format}" if ctx.model.moe else ""),
+             f"stack {ctx.stack.name}, weights {format_text(ctx.dense_format, ctx.cluster.gpu)}"
+             + (f" / experts {format_text(ctx.expert_format, ctx.cluster.gpu)}" if ctx.model.moe else ""),
              f"objective: TTFT <= {ttft_ms:g} ms, TPOT <= {tpot_ms:g} ms; {plan.evaluated:,} candidates scored in "
              f"{plan.wall_s:.2f} s" + _prior_note(ctx), ""]
     if b["mode"] == "agg":
