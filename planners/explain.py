@@ -116,13 +116,13 @@ def memory_feature_notes(model: ModelSpec, cluster, eff, config, limit_bytes: fl
         dec = (f", {config.recompute_layers_decrement} fewer per later stage" if config.recompute_layers_decrement
                else "")
         t, t_full = step(config), step(full)
-        notes.append(f"recomputes {config.recompute_num_layers} layer(s) per chunk in full{dec}: "
+        notes.append(f"recomputes {config.recompute_num_layers} layer{'' if config.recompute_num_layers == 1 else 's'} per chunk in full{dec}: "
                      f"{base / GIB:.1f} GiB; without recomputation {mem(none) / GIB:.1f} GiB "
                      f"({'does not fit' if mem(none) > limit_bytes else 'fits'} in {limit:.1f}); recomputing every "
                      f"layer would cost {t_full - t:+.3g} s per step")
     if config.offload_activation_layers:
         without = mem(replace(config, offload_activation_layers=0))
-        notes.append(f"offloads the activations of {config.offload_activation_layers} layer(s) per chunk to the host: "
+        notes.append(f"offloads the activations of {config.offload_activation_layers} layer{'' if config.offload_activation_layers == 1 else 's'} per chunk to the host: "
                      f"{base / GIB:.1f} GiB; without offload {without / GIB:.1f} GiB "
                      f"({'does not fit' if without > limit_bytes else 'fits'} in {limit:.1f})")
     if config.offload_optimizer_fraction:
@@ -200,7 +200,7 @@ def explain_text(result, model: ModelSpec, memory_notes=(), gpu=None, prior: boo
         lines.append("")
         n_chunks = len(sa.stage_layers)
         pp = int(win["pp"])
-        lines.append(f"winner's layers per stage ({n_chunks} stage(s){'' if n_chunks == pp else f', chunk c on rank c mod {pp}'}; "
+        lines.append(f"winner's layers per stage ({n_chunks} stage{'' if n_chunks == 1 else 's'}{'' if n_chunks == pp else f', chunk c on rank c mod {pp}'}; "
                      f"embedding on the first, LM head + loss on the last): slowest "
                      f"{ms_text(sa.max_stage_time_s)} per micro-batch")
         lines.append("  " + stage_layers_text(sa.stage_layers))

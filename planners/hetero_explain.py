@@ -74,7 +74,7 @@ def _why(result) -> list[str]:
         per_pool = {}
         for s in g.stages:
             per_pool.setdefault(s.pool, []).append(s.layers)
-        split = "; ".join(f"{p}: {len(v)} stages, {sum(v)} layers" for p, v in per_pool.items())
+        split = "; ".join(f"{p}: {len(v)} stage{'' if len(v) == 1 else 's'}, {sum(v)} layers" for p, v in per_pool.items())
         lines.append(f"a pipeline crosses pools, layers split by speed ({split})")
     parts = rep.time_breakdown_s
     dp = parts.get("dp_comm_exposed_s", 0.0)

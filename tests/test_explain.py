@@ -29,6 +29,21 @@ def test_plan_explain_why_line_names_no_rounding_noise():
     assert res.exit_code == 0, res.output
     why = next(line for line in res.output.splitlines() if line.startswith("why: "))
     assert "e-1" not in why and "pipeline_bubble_s" not in why, why
+    # counts in words: one stage, 22 layers (not "1 stage(s)", "22 layer(s)")
+    assert "winner's layers per stage (1 stage; " in res.output and "(s)" not in res.output
+    import re
+    offload = re.search(r"offloads the activations of (\d+) (layers?) per chunk", res.output)   # 22 layers at review
+    assert offload and (offload.group(1) == "1") == (offload.group(2) == "layer"), offload
+
+
+def test_pooled_explain_counts_one_stage_in_the_singular():
+    res = CliRunner().invoke(main, ["plan", "-m", "llama3-70b", "-c", "examples/clusters/a100-h100.yaml",
+                                    "--global-batch-tokens", "4194304", "--explain"])
+    assert res.exit_code == 0, res.output
+    import re
+    split = re.search(r"layers split by speed \((.*)\)", res.output).group(1)    # a100: 1 stage, 21 layers; ...
+    counts = re.findall(r"(\d+) (stages?),", split)
+    assert counts and all((n == "1") == (word == "stage") for n, word in counts), split
 
 
 def test_stage_times_print_in_milliseconds_without_an_exponent():
