@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from hardware_specs.errors import InputError
 from paraplan import api, exports
 from paraplan.cli import main as cli
-from paraplan.exports import matrix, torchtitan
-from paraplan.exports.common import stage_layer_counts
+from paraplan.exports import matrix, megatron_table, torchtitan
+from paraplan.exports.common import chunk_layers, stage_layer_counts
 
 MODEL, CLUSTER, GPUS, TOKENS = "llama3-70b", "dgx-h100", 256, 4 * 2**20
 
@@ -53,7 +53,7 @@ def read_back(text: str, framework: str, row: dict) -> dict:
         if "--num-virtual-stages-per-pipeline-rank" in f:
             vpp = int(f["--num-virtual-stages-per-pipeline-rank"])
         elif "--pipeline-model-parallel-layout" in f:
-            vpp = len(f["--pipeline-model-parallel-layout"].split("|")) // pp
+            vpp = megatron_table.layout_stages(f["--pipeline-model-parallel-layout"]) // pp
         else:
             vpp = 1
         return {"dp": p["n_gpus"] // (tp * pp * cp), "tp": tp, "pp": pp, "cp": cp, "vpp": vpp,
@@ -116,21 +116,42 @@ def test_61_deepseek_layers_and_one_mtp_module_on_pp4_take_15_16_16_14_plus_mtp(
     assert stage_layer_counts(61, 4, mtp_layers=1) == (15, 16, 16, 14)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(layers=st.integers(2, 130), pp=st.integers(2, 16), vpp=st.integers(1, 4), mtp=st.integers(0, 2))
 def test_layout_holds_every_layer_and_no_chunk_exceeds_the_step_models_slowest_stage(layers, pp, vpp, mtp):
+    """The rule: every chunk holds at least one transformer layer (decoder layer or MTP module),
+    except that the first may hold only the embedding and the last only the loss; so at most
+    layers + MTP + 2 chunks, and anything beyond is refused on pp."""
     chunks = pp * vpp
     try:
-        counts = stage_layer_counts(layers, pp, vpp, mtp)
+        decoder, mtp_of = chunk_layers(layers, pp, vpp, mtp)
     except InputError as err:
-        # fewer layers than chunks, or the MTP modules leave the last chunk no decoder layer
-        assert err.field == "pp" and (layers < chunks or -(-(layers + mtp) // chunks) - (chunks > 1) <= mtp)
+        assert err.field == "pp" and layers + mtp + 2 < chunks
         return
-    assert sum(counts) == layers and len(counts) == chunks and min(counts) >= 1
-    units = list(counts)
-    units[-1] += mtp
-    assert max(units) == -(-(layers + mtp) // chunks)          # ceil((L + mtp) / chunks)
+    assert layers + mtp + 2 >= chunks
+    assert stage_layer_counts(layers, pp, vpp, mtp) == decoder
+    assert sum(decoder) == layers and sum(mtp_of) == mtp and len(decoder) == len(mtp_of) == chunks
+    units = [d + m for d, m in zip(decoder, mtp_of)]
+    assert min(units[1:-1], default=1) >= 1                     # no empty chunk inside the path
+    empty = [i for i, u in enumerate(units) if u == 0]           # only the embedding or only the loss
+    assert set(empty) <= {0, chunks - 1} and len(empty) == max(0, chunks - layers - mtp)
+    assert max(units) == -(-(layers + mtp) // chunks)            # ceil((L + mtp) / chunks)
     assert max(units) - min(units) <= 1
+    # the MTP modules follow the last decoder layer
+    first_mtp = next((i for i, m in enumerate(mtp_of) if m), chunks)
+    assert all(d == 0 for d in decoder[first_mtp + 1:])
+
+
+def test_126_layers_on_128_chunks_put_the_embedding_and_the_loss_alone_on_the_end_chunks():
+    # Llama 3 405B on pp 16 x vpp 8 (Llama 3 paper, section 3.3.2), and one layer short: the loss alone
+    assert stage_layer_counts(126, 16, 8) == (0,) + (1,) * 126 + (0,)
+    assert stage_layer_counts(127, 16, 8) == (1,) * 127 + (0,)
+    with pytest.raises(InputError) as err:
+        stage_layer_counts(125, 16, 8)
+    assert err.value.field == "pp" and "at most layers + 2" in err.value.message
+    # 61 DeepSeek-V3 layers and the MTP module on 64 chunks: the MTP module and the loss each alone
+    decoder, mtp = chunk_layers(61, 16, 4, 1)
+    assert decoder == (0,) + (1,) * 61 + (0, 0) and mtp == (0,) * 62 + (1, 0)
 
 
 def test_the_layout_is_the_step_models_own():

@@ -23,13 +23,14 @@ import pandas as pd
 
 from hardware_specs.errors import InputError
 from paraplan.exports import deepspeed, megatron, torchtitan
-from paraplan.exports.common import plan_fields, stage_layer_counts
+from paraplan.exports.common import chunk_layers, plan_fields, stage_layer_counts
 
 FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
 MODULES = {"megatron": megatron, "torchtitan": torchtitan, "deepspeed": deepspeed}
 
 __all__ = ["FRAMEWORKS", "MODULES", "emit", "emit_megatron", "emit_torchtitan", "emit_deepspeed", "refusal",
-           "can_run", "best_runnable", "file_suffix", "plan_fields", "stage_layer_counts", "launch_notes"]
+           "can_run", "best_runnable", "file_suffix", "plan_fields", "stage_layer_counts", "chunk_layers",
+           "launch_notes"]
 
 
 def module(framework: str):

@@ -17,7 +17,8 @@ batch keys follow, so that ``train_batch_size == micro * gradient_accumulation *
 Refused (``refusal``), each with the reason: low-precision GEMMs (fp8 / mxfp8 / nvfp4; DeepSpeed
 has no FP8 training switch, the model's own Transformer Engine layers would be), virtual
 pipeline stages and schedules other than 1F1B (the pipeline engine runs one 1F1B schedule; this
-export writes ``PipelineModule`` only), ZeRO-2/3 beside a pipeline, AutoTP beside a pipeline or
+export writes ``PipelineModule`` only), a stage without a decoder layer (the export balances the
+stages by decoder layer), ZeRO-2/3 beside a pipeline, AutoTP beside a pipeline or
 beside Ulysses, ring / hybrid context parallelism (DeepSpeed's is Ulysses), expert TP, ZeRO-3
 with full recomputation unless the plan priced DeepSpeed's extra parameter gather
 (``zero3_recompute_gather``), ZeRO-3 MoE with Ulysses, and MTP modules (the model code it wraps
@@ -67,6 +68,11 @@ def _check(p: dict) -> None:
     if p["vpp"] > 1:
         raise InputError("vpp", f"DeepSpeed's pipeline engine runs one stage per rank, not vpp={p['vpp']}",
                          "use a plan with vpp 1, or emit megatron / torchtitan")
+    if pp > 1 and min(stage_layer_counts(model.num_layers, pp)) < 1:
+        raise InputError("pp", f"this export balances PipelineModule's {pp} stages by decoder layer "
+                         "(partition_method='type:DecoderLayer'), which cannot leave a stage only the embedding or "
+                         f"only the loss as the plan's {model.num_layers} layers do", "use a plan with pp <= layers, "
+                         "or emit megatron / torchtitan")
     if pp > 1 and Schedule(p["schedule"]) != Schedule.ONE_F_ONE_B:
         raise InputError("schedule", f"this export writes DeepSpeed's PipelineModule, whose engine runs 1F1B, not "
                          f"{p['schedule']}", "use the 1f1b schedule, or emit megatron / torchtitan")
