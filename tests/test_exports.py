@@ -288,6 +288,26 @@ def test_cli_emit_prints_the_launch_and_says_how_much_slower_than_the_winner_it_
     assert note, slower.stderr
 
 
+def test_405b_plans_on_126_plus_2_chunks_run_in_megatron_with_their_embedding_and_loss_chunks():
+    """The review's request (plan -m llama3.1-405b -c dgx-h100 -n 16384 --global-batch-tokens
+    16777216): its winner ran 126 layers on pp 16 x vpp 8 = 128 chunks and --emit megatron
+    refused it ('cannot lay 126 layers on 128 pipeline chunks'), emitting rank 20, 5.7% slower.
+    No plan of the request is refused for its chunk layout now, and the 128-chunk ones export
+    the plan's own layout."""
+    plans = api.plan("llama3.1-405b", "dgx-h100", 16384, 16777216)
+    top = plans.iloc[:200].to_dict("records")
+    for rec in top:
+        err = exports.refusal({**rec, "model": "llama3.1-405b"}, "megatron")
+        assert err is None or "pipeline chunks" not in err.message and "layout" not in err.message, (rec["config"], err)
+    ends = [r for r in top if r["pp"] * r["vpp"] == 128]
+    assert ends
+    for rec in ends[:5]:
+        row = {**rec, "model": "llama3.1-405b"}
+        if exports.can_run(row, "megatron"):
+            flags = megatron_flags(exports.emit(row, "megatron"))
+            assert flags["--pipeline-model-parallel-layout"] == "E|(t|)*126,L"
+
+
 def test_cli_emit_with_a_table_output_is_refused_before_the_search_not_silently_dropped():
     # --emit prints the launch instead of the table; a --json beside it used to vanish without a word
     runner = CliRunner(mix_stderr=False) if "mix_stderr" in CliRunner.__init__.__code__.co_varnames else CliRunner()

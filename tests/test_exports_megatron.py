@@ -10,13 +10,19 @@ exports to that table and to what the real code answered.
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hardware_specs.errors import InputError
 from paraplan.exports import matrix, megatron, megatron_table
-from paraplan.exports.common import plan_fields
-from paraplan.exports.megatron import pipeline_layout_args
+from paraplan.exports.common import chunk_layers, plan_fields, stage_layer_counts
+from paraplan.exports.megatron import layout_string, pipeline_layout_args
+from simulator.layout_string import parse_layout
+from simulator.pipeline.schedules import ScheduleKind
+from simulator.stage_layout import position_layers
 
 TABLE = megatron_table.table()
 VERIFIED = {case["id"]: case for case in TABLE["verified"]["cases"]}
@@ -97,11 +103,77 @@ def test_layouts_use_first_last_counts_with_one_chunk_per_rank_and_a_layout_stri
     assert pipeline_layout_args(32, 4) == []
     assert pipeline_layout_args(80, 4, 5) == [("--num-virtual-stages-per-pipeline-rank", 5)]
     assert pipeline_layout_args(32, 3) == [("--decoder-last-pipeline-num-layers", 10)]
-    assert pipeline_layout_args(32, 4, 3) == [("--pipeline-model-parallel-layout",
-                                               "Et*2|t*2|t*3|t*3|t*3|t*3|t*3|t*3|t*3|t*3|t*2|t*2L")]
+    assert pipeline_layout_args(32, 4, 3) == [("--pipeline-model-parallel-layout", "Et*2|t*2|(t*3|)*8,t*2|t*2L")]
     # plan-fixed stage counts: the last counts the MTP module (as the step model does), the flag does not
     assert pipeline_layout_args(61, 4, 1, 1, first_stage_layers=13, last_stage_layers=13) == [
         ("--decoder-first-pipeline-num-layers", 13), ("--decoder-last-pipeline-num-layers", 12)]
+
+
+#: the 16,384-GPU Llama 3.1 405B winner of the review (plan -m llama3.1-405b -c dgx-h100 -n 16384
+#: --global-batch-tokens 16777216): 126 layers on pp 16 x vpp 8 = 128 chunks
+LLAMA405_WINNER = dict(model="llama3.1-405b", cluster="dgx-h100", seq_len=8192, dp=64, tp=4, pp=16, vpp=8, cp=4,
+                       micro_batch=1, global_batch=2048, zero_stage=1, recompute="none", sequence_parallel=True)
+
+
+def test_405b_on_128_chunks_exports_an_embedding_only_and_a_loss_only_chunk_that_megatron_accepts():
+    text = megatron.emit(LLAMA405_WINNER)
+    argv, env = flags_of(text), env_of(text)
+    assert megatron_table.check_command(argv, 16384, env) == []
+    value = dict(zip(argv, argv[1:]))
+    layout = value["--pipeline-model-parallel-layout"]
+    assert layout == "E|(t|)*126,L"
+    # the layout flag stands alone: Megatron derives vpp from it and refuses the other layout flags beside it
+    for flag in ("--num-virtual-stages-per-pipeline-rank", "--num-layers-per-virtual-pipeline-stage",
+                 "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
+                 "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"):
+        assert flag not in argv
+    # read back, it is the plan: 128 chunks, 16 ranks x 8 virtual stages, the step model's layers per chunk
+    spec = parse_layout(layout)
+    assert megatron_table.layout_stages(layout) == spec.positions == 16 * 8
+    units = position_layers(ScheduleKind.INTERLEAVED, 16, 8, 126)[0].tolist()
+    assert list(spec.layers()) == units == [0] + [1] * 126 + [0]
+    assert spec.embedding[0] == 1 and spec.loss[-1] == 1
+
+
+def test_the_matrix_plans_with_empty_end_chunks_read_back_as_their_layout():
+    by_name = {name: row for name, row, _ in matrix.MATRIX}
+    for name, expected in (("embedding-loss-chunks", "E|(t|)*126,L"), ("mtp-alone-chunk", "E|(t|)*61,m|L")):
+        row = by_name[name]
+        argv = flags_of(megatron.emit(row))
+        layout = argv[argv.index("--pipeline-model-parallel-layout") + 1]
+        assert layout == expected
+        p = plan_fields(row)
+        spec = parse_layout(layout)
+        decoder, mtp = chunk_layers(p["model"].num_layers, p["pp"], p["vpp"], p["model"].mtp_layers)
+        assert (spec.decoder, spec.mtp) == (decoder, mtp)
+        assert VERIFIED[name]["real"]["virtual_pipeline_model_parallel_size"] == p["vpp"]
+
+
+def test_mtp_modules_split_over_two_chunks_are_refused_as_megatron_would():
+    # two MTP modules on 64 chunks: 61 + 2 = 63 layers, the last chunk the loss alone, the MTP modules on
+    # chunks 61 and 62 (ranks 13 and 14): Megatron builds them all in one chunk (validate_layer_layout)
+    row = dict(next(r for n, r, _ in matrix.MATRIX if n == "mtp-alone-chunk"))
+    row["model"] = replace(plan_fields(row)["model"], mtp_layers=2)
+    err = megatron.refusal(plan_fields(row))
+    assert err is not None and err.field == "megatron" and "layout_mtp_placement" in err.message
+
+
+@settings(max_examples=200, deadline=None)
+@given(layers=st.integers(2, 130), pp=st.integers(2, 16), vpp=st.integers(1, 8), mtp=st.integers(0, 2))
+def test_layout_strings_read_back_as_the_plans_chunks(layers, pp, vpp, mtp):
+    """Every layout the export can write parses back (Megatron's own unrolling, as the table
+    reads it, and paraplan's parser) to the plan's decoder layers and MTP modules per chunk."""
+    try:
+        decoder, mtp_of = chunk_layers(layers, pp, vpp, mtp)
+    except InputError:
+        return
+    text = layout_string(decoder, mtp_of)
+    spec = parse_layout(text)
+    assert (spec.decoder, spec.mtp) == (decoder, mtp_of)
+    assert spec.embedding[0] == spec.loss[-1] == 1 and sum(spec.embedding) == sum(spec.loss) == 1
+    assert megatron_table.layout_stages(text) == pp * vpp
+    assert megatron_table.layout_count(text, "t") == layers and megatron_table.layout_count(text, "m") == mtp
+    assert stage_layer_counts(layers, pp, vpp, mtp) == decoder
 
 
 def test_environment_sets_one_connection_for_tp_or_cp_and_never_for_megatron_fsdp():

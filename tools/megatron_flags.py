@@ -125,6 +125,20 @@ RULES = [
          " and layout_count(pipeline_model_parallel_layout, 'E') == 1 and layout_count(pipeline_model_parallel_layout, 'L') == 1",
          "the pipeline layout must hold every decoder layer and MTP module once, embedding first and loss last,"
          " in a multiple of pp chunks", {"base": "uneven-vpp", "set": {"--num-layers": "31"}}),
+    rule("layout_alone", f"{TC}: TransformerConfig.__post_init__ (PP layout)",
+         "pipeline_model_parallel_layout is not None",
+         "decoder_first_pipeline_num_layers is None and decoder_last_pipeline_num_layers is None"
+         " and not account_for_embedding_in_pipeline_split and not account_for_loss_in_pipeline_split",
+         "--pipeline-model-parallel-layout excludes --decoder-first/last-pipeline-num-layers and"
+         " --account-for-embedding/loss-in-pipeline-split",
+         {"base": "embedding-loss-chunks", "set": {"--decoder-last-pipeline-num-layers": "31"}}),
+    rule("layout_mtp_placement", f"{TC}: PipelineParallelLayerLayout.validate_layer_layout",
+         "pipeline_model_parallel_layout is not None and layout_count(pipeline_model_parallel_layout, 'm') > 0",
+         "layout_mtp_placed(pipeline_model_parallel_layout, pipeline_model_parallel_size)",
+         "the MTP modules must follow every decoder layer, all in one chunk, the last virtual stage of its rank",
+         {"base": "mla-mtp-uneven-pp", "set": {"--decoder-first-pipeline-num-layers": None,
+                                               "--decoder-last-pipeline-num-layers": None,
+                                               "--pipeline-model-parallel-layout": "Et*15|t*16|t*15m|t*15L"}}),
     rule("interleaving_needs_pp", f"{ARGS}: validate_args", "virtual_pipeline_size > 1",
          "pipeline_model_parallel_size > (1 if overlap_p2p_comm else 2)",
          "virtual pipeline stages need pp > 1 (> 2 without p2p overlap)"),

@@ -14,7 +14,8 @@ What the output states, and why:
   activation, experts, their router score, shared experts, dense-layer pattern, MTP modules,
   sliding windows, untied embeddings, sequence length;
 * the degrees: TP, PP (with the plan's stage layout: ``--decoder-first/last-pipeline-num-
-  layers`` for one chunk per rank, ``--pipeline-model-parallel-layout`` with virtual stages),
+  layers`` for one chunk per rank, ``--pipeline-model-parallel-layout`` with virtual stages
+  or a chunk holding only the embedding, only MTP modules or only the loss),
   virtual stages, CP with its communication type (``p2p`` ring, ``a2a`` Ulysses, ``a2a+p2p``
   with ``--hierarchical-context-parallel-sizes`` inner x outer), EP, expert TP, sequence
   parallelism;
@@ -39,7 +40,7 @@ from cost_models.context_parallel import hybrid_cp_split
 from hardware_specs.errors import InputError
 from model_specs.model_spec import ModelSpec
 from paraplan.exports import megatron_table
-from paraplan.exports.common import plan_fields, require_model, stage_layer_counts, summary, torchrun_head
+from paraplan.exports.common import chunk_layers, plan_fields, require_model, summary, torchrun_head
 from simulator.parallel_config import Recompute, Schedule
 
 NAME = "megatron"
@@ -226,15 +227,19 @@ def pipeline_layout_args(num_layers: int, pp: int, vpp: int = 1, mtp_layers: int
                          first_stage_layers: int = 0, last_stage_layers: int = 0) -> list[tuple[str, Any]]:
     """The flags that put the plan's layers on Megatron-LM's pipeline stages.
 
-    The layout is the step model's (``common.stage_layer_counts``). Stage counts the plan fixes
+    The layout is the step model's (``common.chunk_layers``). Stage counts the plan fixes
     (``first_stage_layers`` / ``last_stage_layers`` > 0, the last counting the MTP modules as
     the step model does) become ``--decoder-first-pipeline-num-layers`` /
     ``--decoder-last-pipeline-num-layers`` (decoder layers only). Otherwise: even chunks need
     only ``--num-virtual-stages-per-pipeline-rank`` (vpp > 1); one chunk per rank with equal
     middle stages takes the two flags (61 DeepSeek-V3 layers + MTP on pp 4: first 15, last 14,
-    middle 16); any other layout is written chunk by chunk as ``--pipeline-model-parallel-layout``
-    (``E`` embedding, ``t`` decoder layer, ``m`` MTP module, ``L`` loss; ``|`` between chunks in
-    layer order).
+    middle 16); any other layout, among them a chunk holding only the embedding or only the
+    loss, is written chunk by chunk as ``--pipeline-model-parallel-layout``
+    (``layout_string``), which Megatron-LM takes alone: it derives the virtual stages from the
+    string and refuses it beside ``--num-virtual-stages-per-pipeline-rank``,
+    ``--num-layers-per-virtual-pipeline-stage`` (megatron/training/arguments.py
+    ``validate_args``), ``--decoder-first/last-pipeline-num-layers`` and
+    ``--account-for-embedding/loss-in-pipeline-split`` (``TransformerConfig.__post_init__``).
     """
     if pp == 1:
         return []
@@ -246,22 +251,46 @@ def pipeline_layout_args(num_layers: int, pp: int, vpp: int = 1, mtp_layers: int
         if last_stage_layers:
             args.append(("--decoder-last-pipeline-num-layers", last_stage_layers - mtp_layers))
         return virtual + args
-    counts = stage_layer_counts(num_layers, pp, vpp, mtp_layers)
-    if len(set(counts)) == 1:
+    decoder, mtp = chunk_layers(num_layers, pp, vpp, mtp_layers)
+    mtp_last = mtp[-1] == mtp_layers               # Megatron's own split builds the MTP modules last
+    if mtp_last and min(decoder) >= 1 and len(set(decoder)) == 1:
         return virtual
-    middle = counts[1:-1]
-    if vpp == 1 and len(set(middle)) <= 1:
+    middle = decoder[1:-1]
+    if mtp_last and min(decoder) >= 1 and vpp == 1 and len(set(middle)) <= 1:
         mid = middle[0] if middle else None
         args = []
-        if mid is not None and counts[0] != mid:
-            args.append(("--decoder-first-pipeline-num-layers", counts[0]))
-        if mid is None or counts[-1] != mid:
-            args.append(("--decoder-last-pipeline-num-layers", counts[-1]))
+        if mid is not None and decoder[0] != mid:
+            args.append(("--decoder-first-pipeline-num-layers", decoder[0]))
+        if mid is None or decoder[-1] != mid:
+            args.append(("--decoder-last-pipeline-num-layers", decoder[-1]))
         return args
-    chunks = [f"t*{n}" if n > 1 else "t" for n in counts]
+    return [("--pipeline-model-parallel-layout", layout_string(decoder, mtp))]
+
+
+def layout_string(decoder: tuple[int, ...], mtp: tuple[int, ...] = ()) -> str:
+    """Megatron-LM's ``--pipeline-model-parallel-layout`` for chunks holding ``decoder`` decoder
+    layers and ``mtp`` MTP modules, in layer order: ``E`` the embedding (first chunk), ``t`` a
+    decoder layer, ``m`` an MTP module, ``L`` the loss (last chunk), ``|`` between chunks;
+    ``x*n`` repeats a symbol and ``(...|)*n`` a run of equal chunks, a comma closing the run
+    (megatron/core/transformer/pipeline_parallel_layer_layout.py ``parse_str_to_list``).
+    Llama 3 405B on pp 16 x vpp 8: ``E|(t|)*126,L``."""
+    mtp = tuple(mtp) or (0,) * len(decoder)
+
+    def run(symbol: str, n: int) -> str:
+        return "" if n == 0 else symbol if n == 1 else f"{symbol}*{n}"
+
+    chunks = [run("t", d) + run("m", m) for d, m in zip(decoder, mtp)]
     chunks[0] = "E" + chunks[0]
-    chunks[-1] = chunks[-1] + ("m" * mtp_layers) + "L"
-    return [("--pipeline-model-parallel-layout", "|".join(chunks))]
+    chunks[-1] = chunks[-1] + "L"
+    out, i = [], 0
+    while i < len(chunks) - 1:                     # every chunk but the last is followed by '|'
+        j = i
+        while j + 1 < len(chunks) - 1 and chunks[j + 1] == chunks[i]:
+            j += 1
+        n = j - i + 1
+        out.append(f"({chunks[i]}|)*{n}," if n > 1 else f"{chunks[i]}|")
+        i = j + 1
+    return "".join(out) + chunks[-1]
 
 
 def _command(p: dict) -> tuple[list[str], dict[str, str]]:

@@ -19,7 +19,8 @@ source at a pinned commit and writes ``megatron_flags.json`` beside this module:
 ``check_command`` parses a command line the way argparse would with that table and returns
 every rule it breaks (an empty list when Megatron-LM would accept it). Expressions use a small
 safe evaluator (names, numbers, strings, lists, arithmetic, comparisons, ``and``/``or``/``not``,
-``in``, ``is None`` and the functions ``prod``, ``len``, ``int``); nothing is ``eval``-ed.
+``in``, ``is None`` and the functions ``prod``, ``len``, ``int`` and the layout-string readers
+``layout_stages``, ``layout_count``, ``layout_mtp_placed``); nothing is ``eval``-ed.
 """
 from __future__ import annotations
 
@@ -173,7 +174,22 @@ def layout_count(layout: str, symbol: str) -> int:
     return sum(chunk.count(symbol) for chunk in _unrolled(layout))
 
 
-_FUNCS = {"prod": math.prod, "len": len, "int": int, "layout_stages": layout_stages, "layout_count": layout_count}
+def layout_mtp_placed(layout: str, pp: int) -> bool:
+    """Whether a pipeline layout string places its MTP modules (``m``) as Megatron-Core builds
+    them (``PipelineParallelLayerLayout.validate_layer_layout``): after every decoder layer, all
+    in one chunk, and that chunk the last virtual stage of its pipeline rank (chunk ``c`` is
+    virtual stage ``c // pp`` of rank ``c % pp``). True for a layout without MTP modules."""
+    chunks = _unrolled(layout)
+    holding = [c for c, chunk in enumerate(chunks) if "m" in chunk]
+    if not holding:
+        return True
+    flat = "".join(chunks)
+    return (len(holding) == 1 and "t" not in flat[flat.index("m"):]
+            and holding[0] // pp == len(chunks) // pp - 1)
+
+
+_FUNCS = {"prod": math.prod, "len": len, "int": int, "layout_stages": layout_stages, "layout_count": layout_count,
+          "layout_mtp_placed": layout_mtp_placed}
 
 
 def evaluate(expr: str, names: Mapping[str, Any]) -> Any:
