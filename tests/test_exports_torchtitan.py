@@ -125,6 +125,30 @@ def test_pipeline_split_follows_the_plan_layout_not_torchtitans_default():
     assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "lm_head"]
 
 
+#: Llama 3 8B's 32 layers on pp 2 x vpp 17 = 34 chunks: the first chunk only the embedding, the last only the
+#: norm and head (torchtitan 0.3.0's own split, _generate_llm_fqn_per_model_part with input and output weight 1,
+#: gives the same parts)
+EMPTY_ENDS = dict(model="llama3-8b", seq_len=8192, dp=4, tp=1, pp=2, vpp=17, micro_batch=1, global_batch=32,
+                  zero_stage=1, recompute="full")
+
+
+def test_a_chunk_may_hold_only_the_embedding_or_only_the_head():
+    parts = torchtitan.settings(EMPTY_ENDS)["parallelism"]["module_fqns_per_model_part"]
+    assert len(parts) == 34 and parts[0] == ["tok_embeddings"] and parts[-1] == ["norm", "lm_head"]
+    assert parts[1:-1] == [[f"layers.{i}"] for i in range(32)]
+
+
+def test_config_manager_builds_the_plan_with_embedding_only_and_head_only_chunks(tt, load):
+    cfg = load("empty-ends", torchtitan.emit(EMPTY_ENDS))
+    par = cfg.parallelism
+    assert par.module_fqns_per_model_part[0] == ["tok_embeddings"]
+    assert par.module_fqns_per_model_part[-1] == ["norm", "lm_head"]
+    stages = sorted(s for r in range(2) for s in tt["stage_map"](r, 2, par.pipeline_parallel_schedule, 34))
+    assert stages == list(range(34))
+    from torchtitan.distributed.pipeline_parallel import _generate_llm_fqn_per_model_part
+    assert par.module_fqns_per_model_part == _generate_llm_fqn_per_model_part(34, 32)
+
+
 def test_plans_torchtitan_cannot_run_as_planned_are_refused_with_the_reason():
     base = dict(next(r for n, r in ACCEPTED if n == "zero2"))
     for change, field in (({"recompute": "selective"}, "recompute"), ({"dtype": "fp16"}, "dtype"),
