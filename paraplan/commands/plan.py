@@ -14,7 +14,7 @@ import time
 
 import click
 
-from hardware_specs.catalog import load_cluster
+from hardware_specs.catalog import load_cluster, load_stack
 from hardware_specs.errors import InputError
 from hardware_specs.gpu_spec import KNOWN_DTYPES
 from model_specs.catalog import load_model
@@ -24,6 +24,7 @@ from paraplan.cli import dump_json, format_table, four_significant
 from planners.explain import stage_layers_text
 from planners.plan import PlanResult, parse_gpus, plan
 from simulator.parallel_config import Recompute, Schedule
+from paraplan.commands.simulate import STACK_HELP, ep_comm_overlap_option, ep_dispatch_dedup_option
 from paraplan.commands.token_count import TOKENS
 
 POS = click.IntRange(min=1)
@@ -133,12 +134,14 @@ def _table(df, ranked: bool = True, show_gpus: bool = False) -> str:
     return format_table(rows, headers)
 
 
-def _emit(result: PlanResult, spec, framework: str, cl=None) -> str:
+def _emit(result: PlanResult, spec, framework: str, cl=None, switches=None) -> str:
     """The launch of the fastest plan ``framework`` can run; a note on stderr says which rank it
-    had and how much slower than the unrestricted winner it is (DeepSpeed's recipe follows)."""
+    had and how much slower than the unrestricted winner it is (DeepSpeed's recipe follows).
+    ``switches``: the software switches given on the command line, which every plan ran with."""
     from paraplan import exports
     from paraplan.api import config_label
-    context = {"model": spec, "seq_len": result.seq_len, "gpu": result.gpu, "cluster": result.cluster}
+    context = {"model": spec, "seq_len": result.seq_len, "gpu": result.gpu, "cluster": result.cluster,
+               **(switches or {})}
     if cl is not None:      # the cluster as loaded (a file's too), for the launch's hosts
         context["gpus_per_host"] = cl.launch_gpus_per_host
     row, rank, slowdown = exports.best_runnable(result.plans, framework, **context)
@@ -242,9 +245,11 @@ def _csv(df) -> str:
               help="Also try ZeRO 2-3 sharded within a node and replicated across nodes (HSDP).")
 @click.option("--dtype", "dtypes", multiple=True, type=click.Choice(list(KNOWN_DTYPES)),
               help="GEMM dtype to allow (repeatable) [default: the GPU's 16-bit type].")
-@click.option("--stack", default="megatron-core", show_default=True, metavar="NAME",
-              help="Software stack every plan runs (its overlap, kernels, fusion, gradient dtype and recipe "
-                   "for this model); see `paraplan hardware stacks`.")
+@click.option("--stack", default="megatron-core", show_default=True, metavar="NAME|FILE",
+              help=STACK_HELP + " every plan runs (its overlap, kernels, fusion, gradient dtype and recipe "
+                   "for this model). The expert switches below override it, as in `paraplan simulate`.")
+@ep_comm_overlap_option
+@ep_dispatch_dedup_option
 @click.option("--json", "as_json", is_flag=True,
               help="Print JSON (request, search counts, pruned, plans, stage_layers). request.gpus is the GPU "
                    "count, or {\"min\": lo, \"max\": hi} for a range; stage_layers lists the best plan's "
@@ -258,7 +263,7 @@ def _csv(df) -> str:
                    "instead of the table, and say how much slower it is than the unrestricted winner.")
 def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, top, max_tp, fix, headroom_gib,
             dtypes, stack, as_json, as_csv, pareto, explain, max_micro_batch, emit, memory_search, hsdp,
-            **explicit) -> None:
+            ep_comm_overlap, ep_dispatch_dedup, **explicit) -> None:
     """Find the parallel configurations of MODEL on CLUSTER with the highest throughput that fit
     in memory: every factorisation of the GPUs over dp x tp x pp x cp (x ep), virtual pipeline
     stages, micro-batch, ZeRO 0-3 (and hybrid sharding within a node), recomputation and sequence
@@ -297,6 +302,10 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
     spec = load_model(model)
     if seq_len is not None:
         spec = spec.with_seq_len(seq_len)
+    switches = {k: v for k, v in (("ep_comm_overlap", ep_comm_overlap), ("ep_dispatch_dedup", ep_dispatch_dedup))
+                if v is not None}
+    # the stack's behaviour with every switch given overriding it (its recipes' too), as simulate does
+    stack = load_stack(stack).with_training(**switches)
     from hardware_specs.catalog import is_pooled
     if is_pooled(cluster):
         _plan_pooled(spec, cluster, gpus, global_batch, global_batch_tokens, top, max_tp, fix, headroom_gib, dtypes,
@@ -324,7 +333,7 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         bar.close()
     is_range = result.gpus[0] != result.gpus[1]
     if emit:
-        click.echo(_emit(result, spec, emit, cl), nl=False)
+        click.echo(_emit(result, spec, emit, cl, switches), nl=False)
         return
     if as_json:
         click.echo(_json(result, top, pareto, explain, cl), nl=False)
