@@ -104,6 +104,9 @@ def _resimulate(row: dict, model: str, cluster: str, global_batch: int, switches
     ("deepseek-v3", "h800-node", 2048, 15360,
      ["--pp", "16", "--ep", "64", "--schedule", "dualpipe", "--dtype", "fp8", "--zero", "1", "--micro-batch", "1"],
      ["--ep-comm-overlap", "--ep-dispatch-dedup"]),
+    # a stack whose weight gradients are not fused into the GEMMs (pytorch-fsdp.yaml:
+    # grad_accumulation_fusion false): simulate takes it from the stack as plan does
+    ("llama3-8b", "dgx-h100", 16, 32, [], ["--stack", "pytorch-fsdp"]),
 ])
 def test_the_plans_winner_resimulated_with_the_same_switches_takes_the_same_step(model, cluster, gpus, gbs, fixed,
                                                                                 switches):
@@ -118,6 +121,8 @@ def test_the_plans_winner_resimulated_with_the_same_switches_takes_the_same_step
     assert report["tokens_per_s_per_gpu"] == pytest.approx(best["tokens_per_s_per_gpu"], rel=1e-9)
     for name, option in (("ep_comm_overlap", "--ep-comm-overlap"), ("ep_dispatch_dedup", "--ep-dispatch-dedup")):
         assert report["config"][name] is (option in switches)
+    if "pytorch-fsdp" in switches:
+        assert report["config"]["grad_accumulation_fusion"] is False
 
 
 def test_plan_with_deepseeks_dispatch_reaches_what_simulate_gives_it():

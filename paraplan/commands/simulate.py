@@ -462,12 +462,14 @@ POS = click.IntRange(min=1)
               help="How the fused attention kernel meets its softmax: auto = the GPU generation's usual kernel; "
                    "serial = softmax between the two matmuls (FlashAttention-2, e.g. llm-foundry); "
                    "pipelined = softmax hidden under the matmuls (FlashAttention-3).")
-@click.option("--grad-accumulation-fusion/--no-grad-accumulation-fusion", default=True, show_default=True,
+@click.option("--grad-accumulation-fusion/--no-grad-accumulation-fusion", default=None,
               help="Weight-gradient GEMMs accumulate into the gradient buffer in place (Megatron default); "
-                   "off = an extra read-add-write of the gradients per micro-batch (plain PyTorch).")
-@click.option("--zero3-recompute-gather/--no-zero3-recompute-gather", default=False, show_default=True,
+                   "off = an extra read-add-write of the gradients per micro-batch (plain PyTorch); "
+                   "default: the stack's.")
+@click.option("--zero3-recompute-gather/--no-zero3-recompute-gather", default=None,
               help="ZeRO-3 with full recompute gathers each layer's parameters a third time for the "
-                   "recompute forward (DeepSpeed ZeRO-3); off = PyTorch FSDP, where one gather serves both.")
+                   "recompute forward (DeepSpeed ZeRO-3); off = PyTorch FSDP, where one gather serves both; "
+                   "default: the stack's.")
 @click.option("--headroom-gib", type=float, default=None,
               help="Memory a run keeps free per GPU, GiB; fits means peak memory + headroom <= HBM "
                    "[default: 5% of HBM, see simulator/headroom.py].")
