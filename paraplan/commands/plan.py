@@ -22,7 +22,7 @@ from paraplan import mfu as mfu_units
 from paraplan import priors
 from paraplan.cli import dump_json, format_table, four_significant
 from planners.explain import stage_layers_text
-from planners.plan import PlanResult, parse_gpus, plan
+from planners.plan import OUTPUT_COLUMNS, PlanResult, parse_gpus, plan
 from simulator.parallel_config import Recompute, Schedule
 from paraplan.commands.simulate import STACK_HELP, ep_comm_overlap_option, ep_dispatch_dedup_option
 from paraplan.commands.token_count import TOKENS
@@ -195,7 +195,24 @@ def _json(result: PlanResult, top: int, pareto: bool, explain: bool, cluster) ->
             data["pareto_gpus"] = display(result.pareto("gpus"), cluster).to_dict("records")
     if explain:
         data["explain"] = result.explain
+        data["without_features"] = _without_features(result, cluster)
     return dump_json(data)
+
+
+def _without_features(result: PlanResult, cluster) -> list[dict]:
+    """``--json --explain``'s ``without_features``: per exotic feature of the winner (and all of
+    them together), the fastest kept plan without it (``planners.explain.plainer_plans``): its
+    1-based ``rank`` and ``plan`` row, ``slower_pct`` (its step time over the winner's, less one,
+    in percent); rank, plan and slower_pct null when no kept plan is without it."""
+    from planners.explain import plainer_plans
+    out = []
+    for p in plainer_plans(result.plans):
+        found = p.index is not None
+        out.append({"without": list(p.without), "rank": p.index + 1 if found else None,
+                    "slower_pct": 100 * p.slower_share if found else None, "plans_kept": p.kept,
+                    "plan": display(result.plans.iloc[[p.index]][list(OUTPUT_COLUMNS)], cluster).to_dict("records")[0]
+                    if found else None})
+    return out
 
 
 def _csv(df) -> str:
@@ -256,7 +273,10 @@ def _csv(df) -> str:
                    "[start, end) per model chunk, 0-based and end-exclusive ([[0, 80]] = the table's 0:0-79).")
 @click.option("--csv", "as_csv", is_flag=True, help="Print the top plans (or, with --pareto, the frontier) as CSV.")
 @click.option("--pareto", is_flag=True, help="Also print the throughput-vs-memory frontier (and vs GPUs for a range).")
-@click.option("--explain", is_flag=True, help="Explain the winner against the runner-up; pruned counts per rule.")
+@click.option("--explain", is_flag=True,
+              help="Explain the winner against the runner-up, and against the fastest kept plan without each "
+                   "of its exotic features (activation offload, ZeRO-3, full recomputation); pruned counts per "
+                   "rule. With --json: explain and without_features.")
 @click.option("--emit", type=click.Choice(["megatron", "torchtitan", "deepspeed"]),
               help="Print the launch of the best plan this framework can run as planned (Megatron-LM: env + "
                    "flags; torchtitan 0.3.0: a config module; DeepSpeed 0.19.8: JSON, recipe on stderr) "
