@@ -271,6 +271,17 @@ def test_a_degree_given_twice_and_a_negative_headroom_say_how_to_fix_them():
             "(give GiB to keep free, e.g. 4; 0 plans to the modelled peak)"), line
 
 
+@pytest.mark.parametrize("fix, expected", [
+    ("zero=5", "error: fix: zero=5 is out of range (ZeRO stages are 0-3)"),
+    ("zero=-1", "error: fix: zero=-1 is out of range (ZeRO stages are 0-3)"),
+    ("dp=0", "error: fix: dp=0 is out of range (dp is 1 to 16,777,216)"),             # MAX_GPUS = 2**24
+    ("zero_shard_group=-2", "error: fix: zero_shard_group=-2 is out of range (zero_shard_group is 0 to 16,777,216)"),
+])
+def test_a_fixed_value_out_of_range_names_the_range(fix, expected):
+    line = one_line_error(run("plan", "-m", "llama3-8b", "-c", "dgx-h100", "-n", 8, "--global-batch", 16, "--fix", fix))
+    assert line == expected
+
+
 def test_the_deepseek_v3_help_example_dispatches_as_deepseek_did_and_lands_near_its_report():
     """DeepSeek-V3 (arXiv 2412.19437) routes a token to at most 4 nodes (section 2.1.2) and sends
     it over IB once per node, to the GPU of the same in-node index, which forwards it over NVLink
