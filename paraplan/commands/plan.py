@@ -165,7 +165,8 @@ def _header(result: PlanResult) -> str:
     gpus = f"{lo}" if lo == hi else f"{lo}-{hi}"
     tokens = result.global_batch * result.seq_len
     return (f"plan: {result.model} on {gpus} x {result.gpu} ({result.cluster}); global batch "
-            f"{result.global_batch} sequences x {result.seq_len} = {tokens:,} tokens\n"
+            f"{result.global_batch} sequence{'' if result.global_batch == 1 else 's'} x {result.seq_len} = "
+            f"{tokens:,} tokens\n"
             f"searched {result.raw_size:,} configurations in {result.wall_s:.2f} s: {result.evaluated:,} evaluated "
             f"({result.evals_per_s:,.0f}/s), {result.fitting:,} fit in {result.memory_limit_bytes / 2**30:.1f} GiB\n")
 
