@@ -343,6 +343,24 @@ class StackSpec:
                 out = _replace(out, **dict(recipe.training))
         return out
 
+    def with_training(self, **behaviour: Any) -> "StackSpec":
+        """This stack with ``behaviour`` (``TrainingBehaviour`` keys) set for every run: the
+        defaults take the values and no recipe overrides them, as a switch the user sets on the
+        command line overrides the stack's behaviour (``paraplan simulate`` / ``plan
+        --ep-comm-overlap``). Unknown keys are an ``InputError``."""
+        if self.training is None:
+            raise InputError("stack", f"{self.name} describes serving only, not training",
+                             "pick a training stack (paraplan hardware stacks)")
+        unknown = [k for k in behaviour if k not in self.training_keys()]
+        if unknown:
+            raise InputError(unknown[0], "not a training behaviour of a stack")
+        if not behaviour:
+            return self
+        from dataclasses import replace as _replace
+        recipes = tuple(_replace(r, training={k: v for k, v in r.training.items() if k not in behaviour})
+                        for r in self.recipes)
+        return _replace(self, training=_replace(self.training, **behaviour), recipes=recipes)
+
     def recipes_for(self, model_name: str, gpu: str | None = None, dtype: str | None = None) -> list:
         """The recipes that apply to ``model_name`` on ``gpu`` in ``dtype``."""
         return [r for r in self.recipes if r.applies_to(model_name, gpu, dtype)]

@@ -1,6 +1,10 @@
 """Why the winner wins: its step-time breakdown against the runner-up, and what was pruned."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
+
 from hardware_specs.efficiency_model import PRIOR_MARK
 from hardware_specs.mfu_reference import mfu_pct, reference_dtype
 from model_specs.model_spec import ModelSpec
@@ -48,6 +52,101 @@ def _runner_up(plans):
         return None, 0
     slower = ties + 1 if ties + 1 < len(plans) else 1
     return slower, ties
+
+
+#: memory features a plan may use that cost time or a framework's support, and how a ranked
+#: table's row uses each (selective recomputation is not among them: it is the plain default)
+EXOTIC_FEATURES = {
+    "activation offload": lambda plans: plans["offload_activation_layers"].to_numpy() > 0,
+    "ZeRO-3": lambda plans: plans["zero_stage"].to_numpy() >= 3,
+    "full recomputation": lambda plans: plans["recompute"].astype(str).to_numpy() == "full",
+}
+
+
+@dataclass(frozen=True)
+class Plainer:
+    """The fastest kept plan without some of the winner's exotic features.
+
+    Attributes:
+        without: the features it does without (``EXOTIC_FEATURES`` names).
+        index: its 0-based position in the ranked table; None when no kept plan is without them.
+        kept: plans in the table (the search's kept plans, ``PlanResult.plans``).
+        slower_share: its step time over the winner's, less one (0.0023 = 0.23% slower).
+    """
+
+    without: tuple[str, ...]
+    index: int | None
+    kept: int
+    slower_share: float | None = None
+
+    @property
+    def label(self) -> str:
+        return " and ".join(self.without)
+
+
+def plainer_plans(plans) -> list[Plainer]:
+    """For the winner (row 0 of ``plans``, ranked fastest first), the fastest plan without each
+    of its exotic features (``EXOTIC_FEATURES``) and, when it uses several, without all of
+    them: from the plans the search kept, no second search. Empty when it uses none."""
+    if len(plans) == 0:
+        return []
+    uses = {name: used(plans) for name, used in EXOTIC_FEATURES.items()}
+    mine = [name for name, mask in uses.items() if mask[0]]
+    groups = [(name,) for name in mine] + ([tuple(mine)] if len(mine) > 1 else [])
+    step = plans["step_time_s"].to_numpy()
+    out = []
+    for group in groups:
+        free = np.flatnonzero(~np.logical_or.reduce([uses[name] for name in group]))
+        if len(free) == 0:
+            out.append(Plainer(group, None, len(plans)))
+            continue
+        i = int(free[0])
+        out.append(Plainer(group, i, len(plans), float(step[i] / step[0] - 1.0)))
+    return out
+
+
+def _without_text(group: list[Plainer]) -> str:
+    """What the plans of ``group`` (one answer) do without: ``activation offload``,
+    ``activation offload or ZeRO-3`` (each alone), ``activation offload, ZeRO-3 or both`` (each
+    alone and all of them together), ``activation offload and ZeRO-3`` (together only)."""
+    singles = [p.label for p in group if len(p.without) == 1]
+    together = [p for p in group if len(p.without) > 1]
+    if not singles:
+        return together[0].label
+    if together:
+        return ", ".join(singles) + (" or both" if len(singles) == 2 else " or all of them")
+    return ", ".join(singles[:-1]) + " or " + singles[-1] if len(singles) > 1 else singles[0]
+
+
+def plainer_lines(plans, found: list[Plainer]) -> list[str]:
+    """The ``--explain`` lines of ``plainer_plans``: rank, configuration and how much slower.
+    Features whose fastest plan without them is the same plan share one line (the plan without
+    all of them joins that line only when it is the plan of every one)."""
+    singles = [p for p in found if len(p.without) == 1]
+    groups: dict = {}
+    for p in singles:
+        groups.setdefault(p.index, []).append(p)
+    for p in found:
+        if len(p.without) > 1:
+            same = groups.get(p.index, [])
+            if len(same) == len(singles):
+                same.append(p)
+            else:
+                groups[("together", p.index)] = [p]
+    lines = []
+    for group in groups.values():
+        index, kept = group[0].index, group[0].kept
+        if index is None:
+            it = "it" if len(group) == 1 and len(group[0].without) == 1 else "them"
+            lines.append(f"  without {_without_text(group)}: none of the {kept:,} kept plan{'' if kept == 1 else 's'} "
+                         f"is without {it}")
+            continue
+        row = plans.iloc[index]
+        share = group[0].slower_share
+        pace = "as fast" if share <= 0 else f"{100 * share:.2f}% slower"
+        lines.append(f"  without {_without_text(group)}: rank {index + 1}, {_config_text(row)}: {pace} "
+                     f"({row['step_time_s']:.4g} s/step)")
+    return lines
 
 
 #: a part's difference smaller than this share of the step is floating-point rounding (a makespan
@@ -191,6 +290,11 @@ def explain_text(result, model: ModelSpec, memory_notes=(), gpu=None, prior: boo
             why.append("the winner pays more for " + ", ".join(f"{p} ({-d:.3g} s)" for d, p in costs[:2]))
         if why:
             lines.append("why: " + "; ".join(why) + ".")
+    found = plainer_plans(plans)
+    if found:
+        lines.append("")
+        lines.append("winner's exotic features (the fastest kept plan without each):")
+        lines.extend(plainer_lines(plans, found))
     if memory_notes:
         lines.append("")
         lines.append("winner's memory features (and whether it would fit without each):")

@@ -233,7 +233,8 @@ def _fixed_value(name: str, v):
         raise InputError("fix", f"{name}={v!r} is not an integer") from None
     if as_int < (0 if name in ("zero_stage", "zero_shard_group") else 1) or (name == "zero_stage" and as_int > 3) \
             or as_int > MAX_GPUS:
-        raise InputError("fix", f"{name}={v!r} is out of range")
+        raise InputError("fix", f"{'zero' if name == 'zero_stage' else name}={v} is out of range", "ZeRO stages are 0-3"
+                         if name == "zero_stage" else f"{name} is {int(name != 'zero_shard_group')} to {MAX_GPUS:,}")
     return as_int
 
 

@@ -271,6 +271,17 @@ def test_a_degree_given_twice_and_a_negative_headroom_say_how_to_fix_them():
             "(give GiB to keep free, e.g. 4; 0 plans to the modelled peak)"), line
 
 
+@pytest.mark.parametrize("fix, expected", [
+    ("zero=5", "error: fix: zero=5 is out of range (ZeRO stages are 0-3)"),
+    ("zero=-1", "error: fix: zero=-1 is out of range (ZeRO stages are 0-3)"),
+    ("dp=0", "error: fix: dp=0 is out of range (dp is 1 to 16,777,216)"),             # MAX_GPUS = 2**24
+    ("zero_shard_group=-2", "error: fix: zero_shard_group=-2 is out of range (zero_shard_group is 0 to 16,777,216)"),
+])
+def test_a_fixed_value_out_of_range_names_the_range(fix, expected):
+    line = one_line_error(run("plan", "-m", "llama3-8b", "-c", "dgx-h100", "-n", 8, "--global-batch", 16, "--fix", fix))
+    assert line == expected
+
+
 def test_the_deepseek_v3_help_example_dispatches_as_deepseek_did_and_lands_near_its_report():
     """DeepSeek-V3 (arXiv 2412.19437) routes a token to at most 4 nodes (section 2.1.2) and sends
     it over IB once per node, to the GPU of the same in-node index, which forwards it over NVLink
@@ -309,3 +320,19 @@ def test_an_option_of_a_sibling_command_is_named_there():
         assert one_line_error(CliRunner().invoke(main, list(args), prog_name="paraplan")) == expected
     # an option no sibling has keeps click's own message and its look-alikes
     assert one_line_error(run("simulate", "--explian")).startswith("error: usage: No such option '--explian'")
+
+
+def test_one_gpu_and_one_sequence_are_counted_in_the_singular_and_degrees_group_in_the_export_summary():
+    base = ("plan", "-m", "gpt3-1.3b", "-c", "dgx-h100", "-n", 1, "--global-batch", 1)
+    assert run(*base).stdout.splitlines()[0] == ("plan: gpt3-1.3b on 1 x h100-sxm-80gb (dgx-h100); global batch "
+                                                 "1 sequence x 2048 = 2,048 tokens")
+    launch = run(*base, "--emit", "megatron").stdout.splitlines()
+    assert launch[0].startswith("# paraplan plan: gpt3-1.3b on 1 GPU (h100-sxm-80gb, dgx-h100): dp=1 tp=1 pp=1, "
+                                "micro_batch=1 global_batch=1 x 2048 tokens, zero=0 "), launch[0]
+    assert any(line.startswith("# Launch on 1 GPU (dp=1 x tp=1 x pp=1 x cp=1):") for line in launch), launch[:4]
+    from paraplan.exports.common import summary
+    p = {"dp": 256, "tp": 1, "pp": 1, "vpp": 1, "cp": 2, "ep": 4, "micro_batch": 1, "global_batch": 512,
+         "seq_len": 8192, "zero_stage": 1, "recompute": "none", "schedule": "1f1b", "dtype": "bf16",
+         "model_name": "llama3-8b", "n_gpus": 512}
+    assert summary(p) == ("paraplan plan: llama3-8b on 512 GPUs: dp=256 tp=1 pp=1 cp=2 ep=4, micro_batch=1 "
+                          "global_batch=512 x 8192 tokens, zero=1 recompute=none schedule=1f1b dtype=bf16")

@@ -51,3 +51,67 @@ def test_stage_times_print_in_milliseconds_without_an_exponent():
     # the slowest stages of the 405B / 8B / 70B plans of the review: 19.3 ms, 867 ms, 3.35 s per micro-batch
     assert [ms_text(s) for s in (0.019312, 0.8674, 3.3497, 12.3456, 0.0000456)] == [
         "19.3 ms", "867 ms", "3,350 ms", "12,300 ms", "0.0456 ms"]
+
+
+def _plans(rows):
+    import pandas as pd
+    base = {"n_gpus": 64, "dp": 8, "tp": 8, "pp": 1, "cp": 1, "ep": 1, "vpp": 1, "micro_batch": 1, "zero_stage": 1,
+            "zero_shard_group": 0, "recompute": "none", "recompute_num_layers": 0, "recompute_layers_decrement": 0,
+            "offload_activation_layers": 0, "sequence_parallel": True, "schedule": "1f1b", "dtype": "bf16"}
+    return pd.DataFrame([{**base, **r} for r in rows])
+
+
+def test_plainer_plans_name_the_fastest_kept_plan_without_each_exotic_feature():
+    from planners.explain import plainer_lines, plainer_plans
+    plans = _plans([
+        {"step_time_s": 10.0, "offload_activation_layers": 4, "zero_stage": 3},      # the winner: both
+        {"step_time_s": 10.05, "zero_stage": 3},                                     # no offload: 0.5% slower
+        {"step_time_s": 10.2, "offload_activation_layers": 2, "dp": 4, "tp": 16},    # no ZeRO-3: 2% slower
+        {"step_time_s": 10.4, "zero_stage": 2, "recompute": "selective"},            # neither: 4% slower
+    ])
+    found = plainer_plans(plans)
+    assert [(p.without, p.index) for p in found] == [(("activation offload",), 1), (("ZeRO-3",), 2),
+                                                     (("activation offload", "ZeRO-3"), 3)]
+    assert [round(p.slower_share, 12) for p in found] == [0.005, 0.02, 0.04]
+    assert plainer_lines(plans, found) == [
+        "  without activation offload: rank 2, dp=8 tp=8 pp=1 cp=1 ep=1 vpp=1 micro_batch=1 zero=3 recompute=none "
+        "sp=on schedule=1f1b bf16: 0.50% slower (10.05 s/step)",
+        "  without ZeRO-3: rank 3, dp=4 tp=16 pp=1 cp=1 ep=1 vpp=1 micro_batch=1 zero=1 recompute=none "
+        "offload_layers=2 sp=on schedule=1f1b bf16: 2.00% slower (10.2 s/step)",
+        "  without activation offload and ZeRO-3: rank 4, dp=8 tp=8 pp=1 cp=1 ep=1 vpp=1 micro_batch=1 zero=2 "
+        "recompute=selective sp=on schedule=1f1b bf16: 4.00% slower (10.4 s/step)"]
+
+
+def test_plainer_plans_say_when_no_kept_plan_is_without_it_and_nothing_for_a_plain_winner():
+    from planners.explain import plainer_lines, plainer_plans
+    full = _plans([{"step_time_s": 5.0, "recompute": "full", "recompute_num_layers": 3},
+                   {"step_time_s": 5.5, "recompute": "full"}])
+    found = plainer_plans(full)
+    assert plainer_lines(full, found) == ["  without full recomputation: none of the 2 kept plans is without it"]
+    assert plainer_plans(_plans([{"step_time_s": 5.0, "recompute": "selective"},
+                                 {"step_time_s": 5.1, "recompute": "full"}])) == []
+
+
+def test_plan_explain_says_how_much_slower_the_plan_without_offload_and_zero3_is():
+    # the review's case: mixtral-8x7b on 64 x H100 wins with ZeRO-3 and 6 offloaded layers per
+    # chunk by 0.23% over a plain ZeRO-2 plan (16.5380 s against 16.5755 s at review)
+    import json
+    import re
+    args = ["plan", "-m", "mixtral-8x7b", "-c", "dgx-h100", "-n", "64", "--global-batch-tokens", "4Mi", "--explain"]
+    data = json.loads(CliRunner().invoke(main, args + ["--json"]).stdout)
+    win = data["plans"][0]
+    assert win["zero_stage"] == 3 and win["offload_activation_layers"] > 0
+    without = data["without_features"]
+    assert [w["without"] for w in without] == [["activation offload"], ["ZeRO-3"], ["activation offload", "ZeRO-3"]]
+    for w in without:
+        plan = w["plan"]
+        assert plan["zero_stage"] < 3 or "ZeRO-3" not in w["without"]
+        assert plan["offload_activation_layers"] == 0 or "activation offload" not in w["without"]
+        assert w["slower_pct"] == 100 * (plan["step_time_s"] / win["step_time_s"] - 1)
+        assert plan == data["plans"][w["rank"] - 1]
+    first = without[0]
+    assert first["rank"] == 2 and round(first["slower_pct"], 2) == 0.23
+    text = CliRunner().invoke(main, args).stdout
+    line = next(ln for ln in text.splitlines() if ln.startswith("  without "))
+    assert re.fullmatch(r"  without activation offload, ZeRO-3 or both: rank 2, dp=\d+ .* zero=[012] .*: 0\.23% slower "
+                        r"\(\d+\.\d+ s/step\)", line), line

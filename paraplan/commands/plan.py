@@ -14,7 +14,7 @@ import time
 
 import click
 
-from hardware_specs.catalog import load_cluster
+from hardware_specs.catalog import load_cluster, load_stack
 from hardware_specs.errors import InputError
 from hardware_specs.gpu_spec import KNOWN_DTYPES
 from model_specs.catalog import load_model
@@ -22,8 +22,9 @@ from paraplan import mfu as mfu_units
 from paraplan import priors
 from paraplan.cli import dump_json, format_table, four_significant
 from planners.explain import stage_layers_text
-from planners.plan import PlanResult, parse_gpus, plan
+from planners.plan import OUTPUT_COLUMNS, PlanResult, parse_gpus, plan
 from simulator.parallel_config import Recompute, Schedule
+from paraplan.commands.simulate import STACK_HELP, ep_comm_overlap_option, ep_dispatch_dedup_option
 from paraplan.commands.token_count import TOKENS
 
 POS = click.IntRange(min=1)
@@ -133,12 +134,14 @@ def _table(df, ranked: bool = True, show_gpus: bool = False) -> str:
     return format_table(rows, headers)
 
 
-def _emit(result: PlanResult, spec, framework: str, cl=None) -> str:
+def _emit(result: PlanResult, spec, framework: str, cl=None, switches=None) -> str:
     """The launch of the fastest plan ``framework`` can run; a note on stderr says which rank it
-    had and how much slower than the unrestricted winner it is (DeepSpeed's recipe follows)."""
+    had and how much slower than the unrestricted winner it is (DeepSpeed's recipe follows).
+    ``switches``: the software switches given on the command line, which every plan ran with."""
     from paraplan import exports
     from paraplan.api import config_label
-    context = {"model": spec, "seq_len": result.seq_len, "gpu": result.gpu, "cluster": result.cluster}
+    context = {"model": spec, "seq_len": result.seq_len, "gpu": result.gpu, "cluster": result.cluster,
+               **(switches or {})}
     if cl is not None:      # the cluster as loaded (a file's too), for the launch's hosts
         context["gpus_per_host"] = cl.launch_gpus_per_host
     row, rank, slowdown = exports.best_runnable(result.plans, framework, **context)
@@ -162,7 +165,8 @@ def _header(result: PlanResult) -> str:
     gpus = f"{lo}" if lo == hi else f"{lo}-{hi}"
     tokens = result.global_batch * result.seq_len
     return (f"plan: {result.model} on {gpus} x {result.gpu} ({result.cluster}); global batch "
-            f"{result.global_batch} sequences x {result.seq_len} = {tokens:,} tokens\n"
+            f"{result.global_batch} sequence{'' if result.global_batch == 1 else 's'} x {result.seq_len} = "
+            f"{tokens:,} tokens\n"
             f"searched {result.raw_size:,} configurations in {result.wall_s:.2f} s: {result.evaluated:,} evaluated "
             f"({result.evals_per_s:,.0f}/s), {result.fitting:,} fit in {result.memory_limit_bytes / 2**30:.1f} GiB\n")
 
@@ -192,7 +196,24 @@ def _json(result: PlanResult, top: int, pareto: bool, explain: bool, cluster) ->
             data["pareto_gpus"] = display(result.pareto("gpus"), cluster).to_dict("records")
     if explain:
         data["explain"] = result.explain
+        data["without_features"] = _without_features(result, cluster)
     return dump_json(data)
+
+
+def _without_features(result: PlanResult, cluster) -> list[dict]:
+    """``--json --explain``'s ``without_features``: per exotic feature of the winner (and all of
+    them together), the fastest kept plan without it (``planners.explain.plainer_plans``): its
+    1-based ``rank`` and ``plan`` row, ``slower_pct`` (its step time over the winner's, less one,
+    in percent); rank, plan and slower_pct null when no kept plan is without it."""
+    from planners.explain import plainer_plans
+    out = []
+    for p in plainer_plans(result.plans):
+        found = p.index is not None
+        out.append({"without": list(p.without), "rank": p.index + 1 if found else None,
+                    "slower_pct": 100 * p.slower_share if found else None, "plans_kept": p.kept,
+                    "plan": display(result.plans.iloc[[p.index]][list(OUTPUT_COLUMNS)], cluster).to_dict("records")[0]
+                    if found else None})
+    return out
 
 
 def _csv(df) -> str:
@@ -242,23 +263,28 @@ def _csv(df) -> str:
               help="Also try ZeRO 2-3 sharded within a node and replicated across nodes (HSDP).")
 @click.option("--dtype", "dtypes", multiple=True, type=click.Choice(list(KNOWN_DTYPES)),
               help="GEMM dtype to allow (repeatable) [default: the GPU's 16-bit type].")
-@click.option("--stack", default="megatron-core", show_default=True, metavar="NAME",
-              help="Software stack every plan runs (its overlap, kernels, fusion, gradient dtype and recipe "
-                   "for this model); see `paraplan hardware stacks`.")
+@click.option("--stack", default="megatron-core", show_default=True, metavar="NAME|FILE",
+              help=STACK_HELP + " every plan runs (its overlap, kernels, fusion, gradient dtype and recipe "
+                   "for this model). The expert switches below override it, as in `paraplan simulate`.")
+@ep_comm_overlap_option
+@ep_dispatch_dedup_option
 @click.option("--json", "as_json", is_flag=True,
               help="Print JSON (request, search counts, pruned, plans, stage_layers). request.gpus is the GPU "
                    "count, or {\"min\": lo, \"max\": hi} for a range; stage_layers lists the best plan's "
                    "[start, end) per model chunk, 0-based and end-exclusive ([[0, 80]] = the table's 0:0-79).")
 @click.option("--csv", "as_csv", is_flag=True, help="Print the top plans (or, with --pareto, the frontier) as CSV.")
 @click.option("--pareto", is_flag=True, help="Also print the throughput-vs-memory frontier (and vs GPUs for a range).")
-@click.option("--explain", is_flag=True, help="Explain the winner against the runner-up; pruned counts per rule.")
+@click.option("--explain", is_flag=True,
+              help="Explain the winner against the runner-up, and against the fastest kept plan without each "
+                   "of its exotic features (activation offload, ZeRO-3, full recomputation); pruned counts per "
+                   "rule. With --json: explain and without_features.")
 @click.option("--emit", type=click.Choice(["megatron", "torchtitan", "deepspeed"]),
               help="Print the launch of the best plan this framework can run as planned (Megatron-LM: env + "
                    "flags; torchtitan 0.3.0: a config module; DeepSpeed 0.19.8: JSON, recipe on stderr) "
                    "instead of the table, and say how much slower it is than the unrestricted winner.")
 def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, top, max_tp, fix, headroom_gib,
             dtypes, stack, as_json, as_csv, pareto, explain, max_micro_batch, emit, memory_search, hsdp,
-            **explicit) -> None:
+            ep_comm_overlap, ep_dispatch_dedup, **explicit) -> None:
     """Find the parallel configurations of MODEL on CLUSTER with the highest throughput that fit
     in memory: every factorisation of the GPUs over dp x tp x pp x cp (x ep), virtual pipeline
     stages, micro-batch, ZeRO 0-3 (and hybrid sharding within a node), recomputation and sequence
@@ -297,6 +323,10 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
     spec = load_model(model)
     if seq_len is not None:
         spec = spec.with_seq_len(seq_len)
+    switches = {k: v for k, v in (("ep_comm_overlap", ep_comm_overlap), ("ep_dispatch_dedup", ep_dispatch_dedup))
+                if v is not None}
+    # the stack's behaviour with every switch given overriding it (its recipes' too), as simulate does
+    stack = load_stack(stack).with_training(**switches)
     from hardware_specs.catalog import is_pooled
     if is_pooled(cluster):
         _plan_pooled(spec, cluster, gpus, global_batch, global_batch_tokens, top, max_tp, fix, headroom_gib, dtypes,
@@ -324,7 +354,7 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         bar.close()
     is_range = result.gpus[0] != result.gpus[1]
     if emit:
-        click.echo(_emit(result, spec, emit, cl), nl=False)
+        click.echo(_emit(result, spec, emit, cl, switches), nl=False)
         return
     if as_json:
         click.echo(_json(result, top, pareto, explain, cl), nl=False)

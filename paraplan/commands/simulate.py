@@ -109,6 +109,22 @@ SWITCH_OPTIONS = ("overlap_grad_reduce", "overlap_param_gather", "tp_comm_overla
 _ONE_STAGE_AS_1F1B = (Schedule.ZB_H1.value, Schedule.ZB_H2.value, Schedule.ZB_V.value)
 
 
+#: the expert-communication switches, shared by ``simulate`` and ``plan`` (one meaning, one help)
+ep_comm_overlap_option = click.option(
+    "--ep-comm-overlap/--no-ep-comm-overlap", default=None,
+    help="MoE dispatch/combine all-to-alls overlap compute, only what exceeds the layer's compute "
+         "is exposed (DeepSeek-V3's DualPipe chunk pairs, DeepEP, Megatron's "
+         "--overlap-moe-expert-parallel-comm); default: the stack's.")
+ep_dispatch_dedup_option = click.option(
+    "--ep-dispatch-dedup/--no-ep-dispatch-dedup", default=None,
+    help="The MoE dispatcher sends a token once per destination GPU and once per destination node "
+         "(forwarded over NVLink inside it) instead of once per chosen expert: DeepEP / HybridEP, "
+         "Megatron's --moe-token-dispatcher-type flex; default: the stack's.")
+#: the help of ``--stack``: what it takes (``hardware_specs.catalog.load_stack``)
+STACK_HELP = ("Software stack: a catalog name (see `paraplan hardware stacks`) or a stack YAML file "
+              "(the format of hardware_specs/stacks/*.yaml)")
+
+
 def _refuse_options_without_effect(opts: dict) -> None:
     """Refuse a value the user chose that the run would not use (the table would print it beside
     numbers it did not change): a zero-bubble schedule on one stage, a CP flavour without CP,
@@ -428,24 +444,17 @@ POS = click.IntRange(min=1)
 @click.option("--global-batch-tokens", type=TOKENS, help="Tokens per optimizer step (instead of --global-batch; a multiple of seq_len): 4194304, 4Mi (= 4,194,304) or 4M (= 4,000,000).")
 @click.option("--zero", type=click.IntRange(0, 3), metavar="{0,1,2,3}", default=0, show_default=True, help="ZeRO stage: 0 DDP, 1 optimizer states, 2 + gradients, 3 + weights sharded.")
 @click.option("--recompute", type=click.Choice([r.value for r in Recompute]), default="none", show_default=True, help="Activation recomputation.")
-@click.option("--stack", default="megatron-core", show_default=True, metavar="NAME",
-              help="Software stack whose documented behaviour (overlap, kernels, fusion, gradient dtype, "
-                   "its recipe for this model) the run has; see `paraplan hardware stacks`. The switches "
-                   "below override it one by one.")
+@click.option("--stack", default="megatron-core", show_default=True, metavar="NAME|FILE",
+              help=STACK_HELP + " whose documented behaviour (overlap, kernels, fusion, gradient dtype, "
+                   "its recipe for this model) the run has. The switches below override it one by one.")
 @click.option("--sequence-parallel/--no-sequence-parallel", default=None, help="Megatron sequence parallelism alongside TP (default: the stack's recipes).")
 @click.option("--dtype", type=click.Choice(list(KNOWN_DTYPES)), default="bf16", show_default=True, help="GEMM dtype.")
 @click.option("--schedule", type=click.Choice([s.value for s in Schedule]), help="Pipeline schedule (default 1f1b, interleaved when --vpp > 1).")
 @click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=None, help="DP gradient reduction overlaps backward.")
 @click.option("--overlap-param-gather/--no-overlap-param-gather", default=None, help="ZeRO parameter all-gathers prefetched under compute.")
 @click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=None, help="TP collectives overlap the GEMMs (userbuffers / async TP).")
-@click.option("--ep-comm-overlap/--no-ep-comm-overlap", default=None,
-              help="MoE dispatch/combine all-to-alls overlap compute, only what exceeds the layer's compute "
-                   "is exposed (DeepSeek-V3's DualPipe chunk pairs, DeepEP, Megatron's "
-                   "--overlap-moe-expert-parallel-comm); default: the stack's.")
-@click.option("--ep-dispatch-dedup/--no-ep-dispatch-dedup", default=None,
-              help="The MoE dispatcher sends a token once per destination GPU and once per destination node "
-                   "(forwarded over NVLink inside it) instead of once per chosen expert: DeepEP / HybridEP, "
-                   "Megatron's --moe-token-dispatcher-type flex; default: the stack's.")
+@ep_comm_overlap_option
+@ep_dispatch_dedup_option
 @click.option("--cp-kind", type=click.Choice([k.value for k in CPKind]), default="ring", show_default=True, help="Context-parallel flavour.")
 @click.option("--moe-load-imbalance", type=click.FloatRange(min=1.0), metavar="RATIO", default=1.0, show_default=True, help="Busiest expert's tokens / mean (1 = balanced).")
 @click.option("--flash-attention/--no-flash-attention", default=None, help="Fused attention core (no stored score matrix).")
@@ -453,12 +462,14 @@ POS = click.IntRange(min=1)
               help="How the fused attention kernel meets its softmax: auto = the GPU generation's usual kernel; "
                    "serial = softmax between the two matmuls (FlashAttention-2, e.g. llm-foundry); "
                    "pipelined = softmax hidden under the matmuls (FlashAttention-3).")
-@click.option("--grad-accumulation-fusion/--no-grad-accumulation-fusion", default=True, show_default=True,
+@click.option("--grad-accumulation-fusion/--no-grad-accumulation-fusion", default=None,
               help="Weight-gradient GEMMs accumulate into the gradient buffer in place (Megatron default); "
-                   "off = an extra read-add-write of the gradients per micro-batch (plain PyTorch).")
-@click.option("--zero3-recompute-gather/--no-zero3-recompute-gather", default=False, show_default=True,
+                   "off = an extra read-add-write of the gradients per micro-batch (plain PyTorch); "
+                   "default: the stack's.")
+@click.option("--zero3-recompute-gather/--no-zero3-recompute-gather", default=None,
               help="ZeRO-3 with full recompute gathers each layer's parameters a third time for the "
-                   "recompute forward (DeepSpeed ZeRO-3); off = PyTorch FSDP, where one gather serves both.")
+                   "recompute forward (DeepSpeed ZeRO-3); off = PyTorch FSDP, where one gather serves both; "
+                   "default: the stack's.")
 @click.option("--headroom-gib", type=float, default=None,
               help="Memory a run keeps free per GPU, GiB; fits means peak memory + headroom <= HBM "
                    "[default: 5% of HBM, see simulator/headroom.py].")

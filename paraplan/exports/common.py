@@ -159,12 +159,16 @@ def _plain(v: Any) -> Any:
     return v
 
 
+def gpus_text(n: int) -> str:
+    """``1 GPU``, ``64 GPUs``."""
+    return f"{n} GPU{'' if n == 1 else 's'}"
+
+
 def summary(p: dict) -> str:
-    """One line naming the plan and its prediction (the first line of every export)."""
-    parts = [f"dp={p['dp']} tp={p['tp']} pp={p['pp']}"]
-    for k in ("vpp", "cp", "ep"):
-        if p[k] > 1:
-            parts.append(f"{k}={p[k]}")
+    """One line naming the plan and its prediction (the first line of every export): groups
+    separated by commas (degrees; batch; ZeRO, recompute, schedule, dtype; memory features)."""
+    parts = [" ".join([f"dp={p['dp']} tp={p['tp']} pp={p['pp']}"] + [f"{k}={p[k]}" for k in ("vpp", "cp", "ep")
+                                                                       if p[k] > 1])]
     parts.append(f"micro_batch={p['micro_batch']} global_batch={p['global_batch']} x {p['seq_len']} tokens")
     parts.append(f"zero={p['zero_stage']} recompute={p['recompute']} schedule={p['schedule']} dtype={p['dtype']}")
     # the memory features in use (recompute_num_layers, hybrid sharding, ...) are part of the plan too
@@ -173,7 +177,7 @@ def summary(p: dict) -> str:
             if _present(v) and v and v != _NOT_USED.get(k)]
     if used:
         parts.append(" ".join(used))
-    head = f"{p['model_name'] or 'model'} on {p['n_gpus']} GPUs"
+    head = f"{p['model_name'] or 'model'} on {gpus_text(p['n_gpus'])}"
     if p.get("gpu"):
         head += f" ({p['gpu']}{', ' + p['cluster'] if p.get('cluster') else ''})"
     pred = ""

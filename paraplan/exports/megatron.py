@@ -40,7 +40,7 @@ from cost_models.context_parallel import hybrid_cp_split
 from hardware_specs.errors import InputError
 from model_specs.model_spec import ModelSpec
 from paraplan.exports import megatron_table
-from paraplan.exports.common import chunk_layers, plan_fields, require_model, summary, torchrun_head
+from paraplan.exports.common import chunk_layers, gpus_text, plan_fields, require_model, summary, torchrun_head
 from simulator.parallel_config import Recompute, Schedule
 
 NAME = "megatron"
@@ -470,7 +470,7 @@ def emit(plan_row: Any, note: str = "") -> str:
     world = p["n_gpus"]
     header = [f"# {summary(p)}",
               f"# Megatron-LM flags for {release()}, written by paraplan (paraplan.exports.megatron).",
-              f"# Launch on {world} GPUs (dp={p['dp']} x tp={p['tp']} x pp={p['pp']} x cp={p['cp']}):",
+              f"# Launch on {gpus_text(world)} (dp={p['dp']} x tp={p['tp']} x pp={p['pp']} x cp={p['cp']}):",
               f'#   {torchrun_head(p)} pretrain_gpt.py "${{MODEL_ARGS[@]}}" "${{PARALLEL_ARGS[@]}}" \\',
               '#       "${TRAINING_ARGS[@]}" <data, tokenizer, optimizer and checkpoint flags>',
               f"# The tokenizer must have the model's {p['model'].vocab_size} tokens (Megatron-LM pads the "

@@ -44,7 +44,7 @@ from typing import Any
 
 from hardware_specs.errors import InputError
 from model_specs.model_spec import ModelSpec
-from paraplan.exports.common import (plan_fields, refuse_memory_features, require_model, stage_layer_counts,
+from paraplan.exports.common import (gpus_text, plan_fields, refuse_memory_features, require_model, stage_layer_counts,
                                      summary, torchrun_head)
 from simulator.parallel_config import Recompute, Schedule
 
@@ -247,7 +247,7 @@ def emit(plan_row: Any, note: str = "") -> str:
              "",
              f"{RELEASE} job written by paraplan (paraplan.exports.torchtitan). Save as {MODULE_NAME}.py and run",
              f"    {torchrun_head(p)} -m torchtitan.train --module {MODULE_NAME} --config {MODULE_NAME}",
-             f"on {p['n_gpus']} GPUs. Data, tokenizer (hf_assets_path), optimizer and checkpoints come from",
+             f"on {gpus_text(p['n_gpus'])}. Data, tokenizer (hf_assets_path), optimizer and checkpoints come from",
              f"{reg['config']}(); change them below." + (f"\n{note}" if note else ""),
              '"""',
              f"from {module} import model_registry",

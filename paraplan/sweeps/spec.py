@@ -43,8 +43,8 @@ SEARCHES = ("best", "simulate")
 #: ParallelConfig fields a spec's ``config`` may set (plus the planner's search in ``best``)
 CONFIG_KEYS = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_stage", "recompute",
                "sequence_parallel", "schedule", "cp_kind", "attention_kernel", "overlap_grad_reduce",
-               "overlap_param_gather", "tp_comm_overlap", "flash_attention", "grad_accumulation_fusion",
-               "zero3_recompute_gather", "moe_load_imbalance")
+               "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap", "ep_dispatch_dedup", "flash_attention",
+               "grad_accumulation_fusion", "zero3_recompute_gather", "moe_load_imbalance")
 #: the config keys the planner can fix (``planners.search_space.FIXABLE``)
 PLANNER_KEYS = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage", "recompute",
                 "sequence_parallel", "schedule")
@@ -162,7 +162,8 @@ def _values(data: Mapping, key: str, kind, allow_none: bool = False) -> tuple:
 
 _INT_CONFIG = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_stage")
 _BOOL_CONFIG = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-                "flash_attention", "grad_accumulation_fusion", "zero3_recompute_gather")
+                "ep_comm_overlap", "ep_dispatch_dedup", "flash_attention", "grad_accumulation_fusion",
+                "zero3_recompute_gather")
 
 
 def _config_values(value: Any, key: str) -> tuple:
