@@ -214,6 +214,7 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
     for name, value in (("--ttft-ms", ttft_ms), ("--tpot-ms", tpot_ms)):
         if not (isinstance(value, (int, float)) and np.isfinite(value) and value > 0):
             raise InputError(name, f"must be a finite number > 0, got {value!r}")
+    ctx.check_request(isl, osl)
     if gpus > MAX_GPUS:
         raise InputError("--gpus", f"{gpus} GPUs is more than the {MAX_GPUS} a serving search covers",
                          "plan one deployment unit and replicate it")

@@ -108,6 +108,7 @@ def simulate_serving(dep: Deployment, ctx: ServingContext | None = None, require
     ``InputError`` saying how many fit and what would make more fit."""
     ctx = ctx or ServingContext.build(dep.model, dep.system, dep.backend, dep.dense_format, dep.expert_format,
                                       dep.kv_cache_dtype)
+    ctx.check_request(dep.isl, dep.osl)
     gpus_domain = ctx.cluster.max_gpus
     if gpus_domain is not None and dep.gpus > gpus_domain:
         raise InputError("--workers", f"the deployment needs {dep.gpus} GPUs, more than the {gpus_domain} of "
