@@ -33,6 +33,11 @@ MEMORY_FRACTION_OF = ("total", "free")
 #: vLLM, SGLang) or ``full_request`` (blocks for prompt + maximum output reserved up front, never
 #: preempted: TensorRT-LLM's GUARANTEED_NO_EVICT capacity scheduler).
 KV_ADMISSIONS = ("prompt", "full_request")
+#: how the routed experts of a worker may be split over its tp x adp ranks (one pipeline stage):
+#: ``all_ep_or_all_tp`` (expert-parallel over all of them, or tensor-parallel over all of them,
+#: never a mix: vLLM) or ``any`` (expert tensor parallelism x expert parallelism = tp x adp in
+#: any factorisation: SGLang, TensorRT-LLM)
+EXPERT_SPLITS = ("all_ep_or_all_tp", "any")
 #: plausibility bounds of the host times (seconds per step or launch) and the reserve (GiB)
 MAX_HOST_S = 1.0
 MAX_RESERVED_GIB = 1024.0
@@ -128,6 +133,15 @@ class ServingBehaviour:
             where all ranks rarely hold a prompt together the hold runs to the timeout, so set
             this to ``timeout_iters`` (``batching_wait_iters`` alone when every rank always has
             prompts waiting). 0 = no hold (the default of all three engines).
+        expert_splits: which (expert tensor parallel, expert parallel) splits of a worker's
+            G = tp x adp ranks the engine runs, one of ``EXPERT_SPLITS``. ``all_ep_or_all_tp``:
+            etp 1 x ep G or etp G x ep 1 only (vLLM ``FusedMoEParallelConfig.make``,
+            vllm/model_executor/layers/fused_moe/config.py: the MoE layer flattens dp x tp into
+            one group and, with ``--enable-expert-parallel``, makes all of it expert-parallel,
+            ep = dp x tp, else all of it tensor-parallel, ep 1). ``any``: every etp x ep = G
+            (SGLang: ``--ep-size`` divides ``--tp-size``, moe_tp = tp / ep; TensorRT-LLM:
+            ``moe_tensor_parallel_size`` x ``moe_expert_parallel_size`` = tensor_parallel_size).
+            Default ``any`` (no restriction); every shipped stack states it.
     """
 
     mixed_batches: bool = True
@@ -153,6 +167,7 @@ class ServingBehaviour:
     kv_admission: str = "prompt"
     recv_interval_steps: int = 1
     context_wait_steps: int = 0
+    expert_splits: str = "any"
 
     def __post_init__(self) -> None:
         where = "serving"
@@ -165,6 +180,9 @@ class ServingBehaviour:
         if self.kv_admission not in KV_ADMISSIONS:
             raise InputError(f"{where}.kv_admission", f"unknown value {self.kv_admission!r}",
                              "choose one of " + ", ".join(KV_ADMISSIONS))
+        if self.expert_splits not in EXPERT_SPLITS:
+            raise InputError(f"{where}.expert_splits", f"unknown value {self.expert_splits!r}",
+                             "choose one of " + ", ".join(EXPERT_SPLITS))
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise InputError(f"{where}.kv_cache_dtype", f"unknown dtype {self.kv_cache_dtype!r}",
                              "choose one of " + ", ".join(KV_CACHE_DTYPES))
@@ -262,6 +280,21 @@ class ServingBehaviour:
         if self.oneshot_allreduce_max_tokens:
             oneshot = oneshot & (np.asarray(tokens, dtype=float) <= self.oneshot_allreduce_max_tokens)
         return oneshot & listed, listed
+
+    def runs_expert_split(self, moe_tp, moe_ep):
+        """Whether the engine runs the routed experts split ``moe_tp`` x ``moe_ep`` over a
+        worker's moe_tp x moe_ep ranks (numpy-friendly; ``expert_splits``). A dense model's
+        (tp x adp, 1) is a split every engine runs."""
+        import numpy as np
+        if self.expert_splits == "any":
+            return np.ones(np.broadcast_shapes(np.shape(moe_tp), np.shape(moe_ep)), dtype=bool)
+        return np.logical_or(np.asarray(moe_tp) == 1, np.asarray(moe_ep) == 1)
+
+    def expert_splits_text(self, group: int) -> str:
+        """The splits of a ``group``-rank worker the engine runs, in words (for error messages)."""
+        if self.expert_splits == "any":
+            return f"any etp x ep = {group}"
+        return f"etp1 x ep{group} (all expert-parallel) or etp{group} x ep1 (all tensor-parallel)"
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ wins over another file's alias.
 
 File keys mirror the ``ModelSpec`` fields: name (defaults to the file name), num_layers,
 hidden_size, num_heads, num_kv_heads (default num_heads), ffn_hidden_size, vocab_size, seq_len,
+max_context_tokens (config.json max_position_embeddings; 0 = not stated),
 head_dim (default hidden_size / num_heads), gated_mlp, tied_embeddings, sliding_window,
 sliding_window_layer_fraction (default 1 when a window is given), mtp_layers (default 0),
 the architecture details position_embedding, normalization, linear_bias (default: the Llama
@@ -50,7 +51,7 @@ _ALIAS_KEY = "aliases"
 
 _REQUIRED = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size")
 _INT_FIELDS = {"num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
-               "vocab_size", "seq_len", "head_dim", "sliding_window", "mtp_layers"}
+               "vocab_size", "seq_len", "head_dim", "sliding_window", "mtp_layers", "max_context_tokens"}
 _BOOL_FIELDS = {"gated_mlp", "tied_embeddings", "linear_bias", "qkv_bias", "attention_dropout", "hidden_dropout"}
 _FLOAT_FIELDS = {"sliding_window_layer_fraction", "rotary_fraction", "glu_clamp_limit"}
 _STR_FIELDS = {"name", "source", "position_embedding", "normalization", "activation", "hybrid_pattern"}

@@ -17,7 +17,8 @@ Supported ``model_type`` families and the keys read (names as in ``transformers`
   (multi-token-prediction modules).
 - gpt_oss: + num_local_experts, experts_per_token, sliding_window, layer_types, swiglu_limit.
 
-Sequence length: a config states the longest context the model supports, not the length it
+Sequence length: a config states the longest context the model supports (kept as
+``max_context_tokens``, which ``serve`` checks prompt + output against), not the length it
 was trained at. ``seq_len`` is taken, in order, from the ``seq_len`` argument, the pre-training
 context the config names (``rope_scaling.original_max_position_embeddings``,
 ``initial_context_length``), or ``max_position_embeddings`` capped at ``MAX_DEFAULT_SEQ_LEN``.
@@ -457,7 +458,11 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | 
         raise InputError(f"{where}.model_type", f"unsupported model_type '{family}'",
                          "supported: " + ", ".join(supported_model_types())
                          + "; or write a model YAML file with the ModelSpec fields")
-    fields = build(_Config(data, where), family, seq_len)
+    cfg = _Config(data, where)
+    fields = build(cfg, family, seq_len)
+    if cfg.has("max_position_embeddings"):
+        # the longest context the model serves (engines default their maximum model length to it)
+        fields.setdefault("max_context_tokens", cfg.get_int("max_position_embeddings"))
     for key, value in _dropout_fields(data).items():
         fields.setdefault(key, value)
     source = f"Hugging Face config {path}" if path is not None else "Hugging Face config (dict)"

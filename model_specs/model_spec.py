@@ -13,7 +13,7 @@ from hardware_specs.errors import InputError
 #: FLOP, byte and time count finite in float64
 SIZE_LIMITS = {"num_layers": 2**16, "hidden_size": 2**22, "num_heads": 2**16, "num_kv_heads": 2**16,
                "ffn_hidden_size": 2**24, "vocab_size": 2**28, "seq_len": 2**30, "head_dim": 2**16,
-               "sliding_window": 2**30, "mtp_layers": 2**10,
+               "sliding_window": 2**30, "mtp_layers": 2**10, "max_context_tokens": 2**30,
                "num_experts": 2**16, "top_k": 2**16, "expert_ffn_hidden_size": 2**24, "num_shared_experts": 2**16,
                "shared_expert_ffn_hidden_size": 2**24, "first_dense_layers": 2**16, "dense_ffn_hidden_size": 2**24,
                "moe_layer_frequency": 2**16, "q_lora_rank": 2**22, "kv_lora_rank": 2**22,
@@ -213,6 +213,11 @@ class ModelSpec:
         ffn_hidden_size: dense MLP width (f).
         vocab_size: vocabulary (V).
         seq_len: default training sequence length (s).
+        max_context_tokens: the longest context the model serves, prompt plus output tokens
+            (Hugging Face config.json ``max_position_embeddings``, which the engines take as their
+            default maximum model length: vLLM ``_get_and_verify_max_len`` in vllm/config/model.py
+            derives ``max_model_len`` from it and refuses a request whose prompt plus output
+            exceeds it); 0 = not stated (nothing is checked).
         gated_mlp: SwiGLU-style MLP with three matrices (True) or plain two-matrix MLP.
         tied_embeddings: input embedding and LM head share weights.
         moe: mixture-of-experts part, or None for a dense model.
@@ -264,6 +269,7 @@ class ModelSpec:
     ffn_hidden_size: int
     vocab_size: int
     seq_len: int = 2048
+    max_context_tokens: int = 0
     head_dim: int = 0
     gated_mlp: bool = False
     tied_embeddings: bool = False
@@ -290,7 +296,7 @@ class ModelSpec:
         for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
                      "vocab_size", "seq_len"):
             check_size(f"model.{name}", getattr(self, name))
-        for name in ("head_dim", "sliding_window"):
+        for name in ("head_dim", "sliding_window", "max_context_tokens"):
             check_size(f"model.{name}", getattr(self, name), minimum=0)
         if self.head_dim == 0:
             if self.hidden_size % self.num_heads:

@@ -412,7 +412,10 @@ def test_hf_config_with_wrong_types_raises_input_error():
 def test_hf_plain_mlp_families_match_their_presets(preset, config):
     from_hf = model_from_hf_config(config, name=preset)
     from_yaml = load_model(preset)
-    assert from_hf == ModelSpec(**{**from_yaml.__dict__, "source": from_hf.source})
+    # the config's context window (max_position_embeddings) is kept; these training presets do not state one
+    assert from_yaml.max_context_tokens == 0 and from_hf.max_context_tokens == config.get("max_position_embeddings", 0)
+    assert from_hf == ModelSpec(**{**from_yaml.__dict__, "source": from_hf.source,
+                                   "max_context_tokens": from_hf.max_context_tokens})
 
 
 def test_sliding_window_without_fraction_applies_to_all_layers():

@@ -298,3 +298,29 @@ def test_the_header_says_when_a_format_runs_weight_only():
     assert "(weights fp8, KV 8-bit)" in native
     plan = run("serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-a100-80gb", "-n", 1, "--precision", "fp8").stdout
     assert plan.splitlines()[0].endswith("weights fp8 weight-only in bf16")
+
+
+def test_a_request_longer_than_the_models_context_is_refused_by_simulate_and_plan():
+    # DeepSeek-R1 config.json max_position_embeddings 163,840 (yarn: 4,096 x 40)
+    line = one_line_error(run("serve", "simulate", "-m", "deepseek-r1", "-s", "dgx-b200", "--tp", "8",
+                              "--isl", "1000000"), "error: --isl: 1,000,000 prompt + 1,024 output tokens exceed")
+    assert "163,840-token context of deepseek-r1" in line and "keep --isl + --osl <= 163,840" in line
+    # Qwen3-32B: 40,960; the output pushes it over, so --osl is named
+    one_line_error(run("serve", "plan", "-m", "qwen3-32b", "-s", "dgx-b200", "-n", "8", "--isl", "32768",
+                       "--osl", "16384"), "error: --osl: 32,768 prompt + 16,384 output tokens exceed the 40,960-token")
+
+
+def test_the_context_check_admits_exactly_the_window_and_skips_models_that_do_not_state_one():
+    from hardware_specs.errors import InputError
+    from model_specs.hf_config import model_from_hf_config
+    from simulator.serving.context import ServingContext
+    ctx = ServingContext.build("llama3.1-8b", "dgx-h100", "vllm", "bf16")
+    assert ctx.model.max_context_tokens == 131072
+    ctx.check_request(131072 - 1024, 1024)              # prompt + output = the window: served
+    with pytest.raises(InputError, match="--osl"):
+        ctx.check_request(131072 - 1024, 1025)
+    ServingContext.build("gpt3-175b", "dgx-h100", "vllm", "bf16").check_request(10**6, 10**6)   # not stated
+    # a Hugging Face config.json carries its window into the spec
+    cfg = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4,
+           "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 32768}
+    assert model_from_hf_config(cfg).max_context_tokens == 32768

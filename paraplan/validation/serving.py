@@ -36,7 +36,10 @@ prediction:
   attention tensor parallelism over tp GPUs of several nodes, its all-reduces crossing the
   NICs. A ``tp_size`` that does not divide the attention heads
   (24, 28, 36, 72 for DeepSeek's 128) cannot be a tensor-parallel split; such rows are skipped
-  with that reason, as are expert layouts with moe_tp x moe_ep != tp x attention_dp_size.
+  with that reason, as are expert layouts with moe_tp x moe_ep != tp x attention_dp_size, and
+  expert splits the row's stack does not run (``ServingBehaviour.expert_splits``: vLLM runs a
+  worker's experts all expert-parallel or all tensor-parallel; in the file no vLLM row, as read,
+  mixes the two, while 17 TensorRT-LLM and 12 SGLang rows do, which those engines run).
   vLLM rows with attention data parallelism whose ``tp_size`` equals their
   ``attention_dp_size`` D (and ``moe_ep_size`` = D x D) describe vLLM's data-parallel
   deployment on D GPUs (``--data-parallel-size D --enable-expert-parallel``: D engine ranks of
@@ -212,6 +215,17 @@ def _layout_problem(model, tp, adp, moe_tp, moe_ep, prefix: str) -> str | None:
     return None
 
 
+def _split_problem(stack, model, moe_tp, moe_ep, prefix: str) -> str | None:
+    """Why the stack's engine cannot run the row's expert split (None if it can): a measured row
+    in such a split is read wrongly or mislabelled, so it is skipped with the reason, not predicted
+    as a layout the engine never ran (``ServingBehaviour.expert_splits``)."""
+    if model.moe is None or stack.serving.runs_expert_split(moe_tp, moe_ep):
+        return None
+    group = int(moe_tp * moe_ep)
+    return (f"{prefix}expert split etp{int(moe_tp)} x ep{int(moe_ep)} is not one {stack.name} runs "
+            f"({stack.serving.expert_splits_text(group)}; stack input expert_splits)")
+
+
 def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
     """Rows that can be predicted (grouped by key) and the skip reason of the others."""
     rows: list[_Row] = []
@@ -272,7 +286,8 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
             batch = batch * stated_adp / adp      # the same clients over fewer attention-DP ranks
             if model.moe is None:
                 moe_tp, moe_ep = tp * adp, 1.0
-            problem = _layout_problem(model, tp, adp, moe_tp, moe_ep, "")
+            problem = (_layout_problem(model, tp, adp, moe_tp, moe_ep, "")
+                       or _split_problem(stack, model, moe_tp, moe_ep, ""))
             if problem:
                 skipped[i] = problem
                 continue
@@ -292,7 +307,8 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
                 tp, moe_tp, moe_ep = _vllm_data_parallel(r.get("backend"), tp, adp, moe_tp, moe_ep)
                 if model.moe is None:
                     moe_tp, moe_ep = tp * adp, 1.0
-                problem = problem or _layout_problem(model, tp, adp, moe_tp, moe_ep, f"{side}_")
+                problem = (problem or _layout_problem(model, tp, adp, moe_tp, moe_ep, f"{side}_")
+                           or _split_problem(stack, model, moe_tp, moe_ep, f"{side}_"))
                 values.update({f"{side}_tp": tp, f"{side}_pp": pp, f"{side}_adp": adp, f"{side}_moe_tp": moe_tp,
                                f"{side}_moe_ep": moe_ep, f"{side}_batch": max(_num(r.get(f"{side}_batch_size")), 1.0),
                                f"{side}_workers": max(_num(r.get(f"{side}_num_workers")), 1.0)})

@@ -1,6 +1,7 @@
 """Search aggregated and disaggregated serving layouts for the best tokens/s per GPU under an SLO.
 
-Aggregated: every worker layout of ``space.worker_layouts`` crossed with per-rank batches,
+Aggregated: every worker layout of ``space.worker_layouts`` (only the expert splits the
+stack's engine runs) crossed with per-rank batches,
 replicated over the GPUs (throughput per GPU is one worker's). Disaggregated: prefill layouts x
 prompts per prefill step (1, 2, 4, 8), decode layouts x batches, and worker counts that fit
 the GPUs (prefill counts up to 64, log-spaced beyond, each with as many decode workers as fit,
@@ -61,7 +62,7 @@ class ServingPlan:
 
 
 def _agg(ctx, gpus: int, isl: int, osl: int, max_batch: int, allow_pp: bool) -> pd.DataFrame:
-    layouts = worker_layouts(ctx.model, gpus, ctx.cluster.gpus_per_node, allow_pp)
+    layouts = worker_layouts(ctx.model, gpus, ctx.cluster.gpus_per_node, allow_pp, ctx.behaviour)
     if len(layouts) == 0:
         return pd.DataFrame(columns=COLUMNS)
     cols = with_batches(layouts, max_batch)
@@ -84,7 +85,7 @@ def _agg(ctx, gpus: int, isl: int, osl: int, max_batch: int, allow_pp: bool) -> 
 
 def _disagg(ctx, gpus: int, isl: int, osl: int, max_batch: int) -> pd.DataFrame:
     domain = ctx.cluster.gpus_per_node
-    layouts = worker_layouts(ctx.model, max(gpus - 1, 1), domain, allow_pp=False)
+    layouts = worker_layouts(ctx.model, max(gpus - 1, 1), domain, allow_pp=False, behaviour=ctx.behaviour)
     if len(layouts) == 0 or gpus < 2:
         return pd.DataFrame(columns=COLUMNS)
     # decode side: layouts x batches, keep the decode-only front
@@ -213,6 +214,7 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
     for name, value in (("--ttft-ms", ttft_ms), ("--tpot-ms", tpot_ms)):
         if not (isinstance(value, (int, float)) and np.isfinite(value) and value > 0):
             raise InputError(name, f"must be a finite number > 0, got {value!r}")
+    ctx.check_request(isl, osl)
     if gpus > MAX_GPUS:
         raise InputError("--gpus", f"{gpus} GPUs is more than the {MAX_GPUS} a serving search covers",
                          "plan one deployment unit and replicate it")

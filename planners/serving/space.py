@@ -4,8 +4,10 @@ Worker layouts: attention tensor parallelism ``tp`` (a divisor of the attention 
 two up to the NVLink domain), attention data parallelism ``adp`` (MoE models only: it pays when
 the experts are shared by ranks holding their own requests), pipeline stages ``pp`` (1, 2, 4,
 8; at most the layers), expert parallelism ``moe_ep`` (a power of two dividing tp x adp and the
-expert count; ``moe_tp`` = tp x adp / moe_ep). Per-rank concurrency ``batch`` runs over powers
-of two from 1 to ``max_batch``. A worker never exceeds the GPUs given.
+expert count; ``moe_tp`` = tp x adp / moe_ep), keeping only the expert splits the serving
+stack runs (``ServingBehaviour.expert_splits``: vLLM runs its experts all expert-parallel or
+all tensor-parallel over the worker, never etp 2 x ep 4). Per-rank concurrency ``batch`` runs
+over powers of two from 1 to ``max_batch``. A worker never exceeds the GPUs given.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import itertools
 
 import numpy as np
 
+from hardware_specs.serving_behaviour import ServingBehaviour
 from model_specs.model_spec import ModelSpec
 
 PP_CHOICES = (1, 2, 4, 8)
@@ -26,9 +29,11 @@ def _pow2_upto(n: int) -> list[int]:
     return out
 
 
-def worker_layouts(model: ModelSpec, gpus: int, domain: int, allow_pp: bool = True) -> np.ndarray:
+def worker_layouts(model: ModelSpec, gpus: int, domain: int, allow_pp: bool = True,
+                   behaviour: ServingBehaviour | None = None) -> np.ndarray:
     """Rows (tp, pp, adp, moe_tp, moe_ep) of the worker layouts of ``model`` on at most ``gpus``
-    GPUs, tensor parallelism inside one ``domain`` (NVLink) of GPUs."""
+    GPUs, tensor parallelism inside one ``domain`` (NVLink) of GPUs; with ``behaviour``, only
+    the expert splits its engine runs (``ServingBehaviour.runs_expert_split``)."""
     rows = []
     heads = model.num_heads
     for tp in _pow2_upto(min(domain, gpus)):
@@ -50,7 +55,10 @@ def worker_layouts(model: ModelSpec, gpus: int, domain: int, allow_pp: bool = Tr
                     if model.moe.expert_ffn_hidden_size % etp:
                         continue
                     rows.append((tp, pp, adp, etp, ep))
-    return np.array(rows, dtype=float).reshape(-1, 5)
+    layouts = np.array(rows, dtype=float).reshape(-1, 5)
+    if behaviour is not None:
+        layouts = layouts[behaviour.runs_expert_split(layouts[:, 3], layouts[:, 4])]
+    return layouts
 
 
 def with_batches(layouts: np.ndarray, max_batch: int) -> dict[str, np.ndarray]:

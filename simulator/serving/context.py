@@ -1,7 +1,8 @@
 """What stays fixed while layouts vary: model, system, stack, efficiency, formats, KV dtype.
 
 ``ServingContext.build`` loads the catalogs once and checks what does not depend on a layout
-(the weight formats exist, the request fits the model); the evaluation functions then take
+(the weight formats exist, the model can be served); ``check_request`` checks a request's
+length against the model's context; the evaluation functions then take
 numpy columns of layouts (``simulator.serving.evaluate``).
 """
 from __future__ import annotations
@@ -45,6 +46,18 @@ class ServingContext:
     @property
     def behaviour(self) -> ServingBehaviour:
         return self.stack.serving
+
+    def check_request(self, isl: int, osl: int) -> None:
+        """Refuse a request longer than the model's context: prompt + output tokens above
+        ``ModelSpec.max_context_tokens`` (config.json ``max_position_embeddings``; the engines
+        refuse such a request, vLLM with "This model's maximum context length is ..."). Nothing
+        is checked for a model that does not state its context."""
+        most = self.model.max_context_tokens
+        if most and isl + osl > most:
+            name = "--isl" if isl >= most else "--osl"
+            raise InputError(name, f"{isl:,} prompt + {osl:,} output tokens exceed the {most:,}-token context of "
+                             f"{self.model.name} (config.json max_position_embeddings)",
+                             f"keep --isl + --osl <= {most:,}")
 
     @classmethod
     def build(cls, model: str | ModelSpec, system: str | ClusterSpec, backend: str | StackSpec,

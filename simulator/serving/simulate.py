@@ -84,6 +84,13 @@ def _check_layout(ctx: ServingContext, lay: WorkerLayout, prefix: str) -> None:
         raise InputError(f"--{prefix}moe-ep", f"moe_tp x moe_ep = {lay.moe_tp * lay.moe_ep} must equal tp x adp = "
                          f"{lay.tp * lay.adp} (the expert group spans the worker)",
                          f"e.g. --{prefix}moe-tp 1 --{prefix}moe-ep {lay.tp * lay.adp}")
+    beh = ctx.behaviour
+    if not beh.runs_expert_split(lay.moe_tp, lay.moe_ep):
+        group = lay.tp * lay.adp
+        raise InputError(f"--{prefix}moe-ep", f"{ctx.stack.name} does not run the experts as etp{lay.moe_tp} x "
+                         f"ep{lay.moe_ep}: it runs {beh.expert_splits_text(group)} over a worker's tp x adp = "
+                         f"{group} GPUs (stack input expert_splits: {beh.expert_splits})",
+                         f"use --{prefix}moe-ep {group} or --{prefix}moe-tp {group}, or --backend sglang / trtllm")
     if model.moe.num_experts % lay.moe_ep:
         raise InputError(f"--{prefix}moe-ep", f"{lay.moe_ep} does not divide the {model.moe.num_experts} experts",
                          "use a divisor of the expert count")
@@ -101,6 +108,7 @@ def simulate_serving(dep: Deployment, ctx: ServingContext | None = None, require
     ``InputError`` saying how many fit and what would make more fit."""
     ctx = ctx or ServingContext.build(dep.model, dep.system, dep.backend, dep.dense_format, dep.expert_format,
                                       dep.kv_cache_dtype)
+    ctx.check_request(dep.isl, dep.osl)
     gpus_domain = ctx.cluster.max_gpus
     if gpus_domain is not None and dep.gpus > gpus_domain:
         raise InputError("--workers", f"the deployment needs {dep.gpus} GPUs, more than the {gpus_domain} of "
