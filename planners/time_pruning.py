@@ -101,6 +101,20 @@ def kept_summary(tokens_per_s: np.ndarray, memory_bytes: np.ndarray, n_gpus: np.
             "most": np.maximum.accumulate(tokens_per_s[order]) if len(order) else np.zeros(0)}
 
 
+def compact_summary(summary: dict, keep: int) -> dict:
+    """``summary`` (``kept_summary``) reduced to what ``held_by_row`` and ``excluded`` read of
+    it, for ``excluded(..., keep=1, ...)``: the ``keep``-th best tokens/s alone as ``top`` (none
+    when fewer rows are held), and of the memory order only the rows where the best tokens/s
+    so far rises (the best of the held rows with strictly less memory than any ``x`` is that at
+    the last such row below ``x``: no row between it and ``x`` raises it)."""
+    top = summary["top"]
+    kth = -np.partition(-top, keep - 1)[keep - 1:keep] if len(top) >= keep else np.zeros(0)
+    most = summary["most"]
+    rise = np.concatenate([[True], most[1:] > most[:-1]]) if len(most) else np.zeros(0, dtype=bool)
+    return {"top": kth, "gpus": summary["gpus"], "best": summary["best"], "memory": summary["memory"][rise],
+            "most": most[rise]}
+
+
 def held_by_row(memory_bytes: np.ndarray, n_gpus: np.ndarray, summary: dict,
                 memory_order: np.ndarray | None = None) -> tuple:
     """What rows (``memory_bytes``, ``n_gpus``) are up against among rows a search holds
