@@ -123,7 +123,8 @@ def _start_chunk(job: _ScoreJob, i: int, workers: int = 1, kept_before: tuple | 
                           chunk_rows=job.chunk_rows, workers=workers, defaults=job.defaults,
                           memory_search=job.memory_search, prune_by_bound=job.prune_by_bound, refine=job.refine,
                           keep=job.max_plans if job.prune_by_time else None,
-                          screen_by=None if job.count_fitting else kept_before)
+                          screen_by=None if job.count_fitting else kept_before,
+                          screening=i > 0 and not job.count_fitting and job.max_plans is not None)
     return space, rows, combo, ev, time.process_time() - c0
 
 

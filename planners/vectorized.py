@@ -165,6 +165,7 @@ class _Job:
     memory_search: bool = True        # choose the fewest recomputed / offloaded layers that fit
     prune_by_bound: bool = True       # skip the stage model on rows over the limit by the lower bound
     floors: bool = False              # give every fitting row its step-time floor (``step_bounds``)
+    screening: bool = False           # the rows may be screened (``Screen``): keep their stand-ins
 
 
 #: ``memory_parts`` outputs the step model reads (``evaluate(memory_by_part=...)``), kept for
@@ -200,25 +201,30 @@ def _memory_of(job: _Job, dtype_index: int, batch: ConfigBatch, ids: np.ndarray,
         maybe = np.flatnonzero(lower <= job.memory_limit_bytes)
         if len(maybe) < len(batch):
             batch = batch.take(maybe)
-    screened = _no_screened()
-    if screen is not None and lower is not None and len(maybe):
+    screened = candidates = _no_screened()
+    if (screen is not None or job.screening) and lower is not None and len(maybe):
         # rows that cannot be among the rows other chunks keep, by a floor good for any memory
         # search outcome and the memory lower bound: no per-stage model (checked again, and
-        # modelled if need be, once the chunk's own rows are timed: ``_time_and_refine``)
+        # modelled if need be, once the chunk's own rows are timed: ``_time_and_refine``). The
+        # others keep their stand-ins too, for the chunk's final screen (``Evaluation.memory``)
         floor_any = np.array(step_time_floor_any_memory_s(job.model, job.cluster, job.eff, batch), dtype=float)
         lb = lower[maybe]
-        n_gpus = np.asarray(job.columns["dp"] * job.columns["tp"] * job.columns["pp"] * job.columns["cp"])[ids[maybe]]
-        out = excluded(floor_any, screen.tokens_per_step, screen.keep, *held_by_row(lb, n_gpus, screen.summary))
+        out = np.zeros(len(maybe), dtype=bool)
+        if screen is not None:
+            out = _screened_out(job, screen, ids[maybe], floor_any, lb)
+        both = {"rows": ids[maybe], "dtype_index": np.full(len(maybe), dtype_index), "floor_s": floor_any,
+                "memory_lower_bytes": lb}
+        screened = {k: v[out] for k, v in both.items()}
+        if job.screening:
+            candidates = {k: v[~out] for k, v in both.items()}
         if out.any():
-            screened = {"rows": ids[maybe[out]], "dtype_index": np.full(int(np.count_nonzero(out)), dtype_index),
-                        "floor_s": floor_any[out], "memory_lower_bytes": lb[out]}
             rest = np.flatnonzero(~out)
             maybe = maybe[rest]
             batch = batch.take(rest)
     n_screened = len(screened["rows"])
     if not len(maybe):
         return _ChunkResult(dtype_index, start, stop, np.zeros(0, dtype=np.int64), _no_memory(), None, np.inf, -1,
-                            len(ids) - n_screened, screened)
+                            len(ids) - n_screened, screened, candidates)
     # then the rows over the limit at an end stage (after the search) skip the rest of the stage
     # model: memory inf, pruned like the bound's rows
     parts = memory_parts(job.model, job.cluster, job.eff, batch, fit_limit_bytes=limit,
@@ -236,7 +242,32 @@ def _memory_of(job: _Job, dtype_index: int, batch: ConfigBatch, ids: np.ndarray,
         floor = np.array(step_time_floor_s(job.model, job.cluster, job.eff, timed, kept), dtype=float)
     i_min = int(np.argmin(mem))
     return _ChunkResult(dtype_index, start, stop, ids[maybe[fit]], kept, floor, float(mem[i_min]),
-                        int(ids[maybe[i_min]]) if np.isfinite(mem[i_min]) else -1, pruned, screened)
+                        int(ids[maybe[i_min]]) if np.isfinite(mem[i_min]) else -1, pruned, screened, candidates)
+
+
+def _rescreened(job: _Job, screen: Screen, res: "_ChunkResult") -> "_ChunkResult":
+    """``res`` with the rows it modelled that ``screen`` rules out moved to its screened rows
+    (their memory results dropped: they count as unchecked, as if screened at first)."""
+    cand = res.candidates
+    if not len(cand["rows"]):
+        return res
+    out = _screened_out(job, screen, cand["rows"], cand["floor_s"], cand["memory_lower_bytes"])
+    if not out.any():
+        return res
+    # (``bound_pruned`` stays: it matters only when nothing fits, and a screen needs fitting rows)
+    stay = ~np.isin(res.fit_rows, cand["rows"][out], assume_unique=True)
+    return replace(res, fit_rows=res.fit_rows[stay], memory={k: v[stay] for k, v in res.memory.items()},
+                   floor_s=None if res.floor_s is None else res.floor_s[stay],
+                   screened={k: np.concatenate([res.screened[k], cand[k][out]]) for k in res.screened},
+                   candidates={k: v[~out] for k, v in cand.items()})
+
+
+def _screened_out(job: _Job, screen: Screen, ids: np.ndarray, floor_any: np.ndarray,
+                  lower_bytes: np.ndarray) -> np.ndarray:
+    """Mask of the rows ``ids`` (their floor for any memory search outcome, memory lower bound)
+    that ``screen`` rules out (``time_pruning.excluded``)."""
+    n_gpus = np.asarray(job.columns["dp"] * job.columns["tp"] * job.columns["pp"] * job.columns["cp"])[ids]
+    return excluded(floor_any, screen.tokens_per_step, screen.keep, *held_by_row(lower_bytes, n_gpus, screen.summary))
 
 
 def _no_memory() -> dict:
@@ -263,6 +294,8 @@ class _ChunkResult:
     #: rows ``Screen`` kept from the memory model: row, dtype index, floor for any memory search
     #: outcome, memory lower bound
     screened: Mapping[str, np.ndarray] = field(default_factory=_no_screened)
+    #: with ``_Job.screening``, the same of the rows it modelled, for a later screen
+    candidates: Mapping[str, np.ndarray] = field(default_factory=_no_screened)
 
 
 @dataclass(frozen=True)
@@ -364,6 +397,10 @@ class _Shared:
         for _ in range(n_workers):
             self._hand_out()
 
+    def _with_extra(self, task):
+        """``task`` with the arguments set by ``extra`` (a tuple task then), as handed out now."""
+        return task + self.extra if self.extra else task
+
     def _next(self):
         with self.lock:
             return self.todo.popleft() if self.todo else None
@@ -375,7 +412,7 @@ class _Shared:
             i, task = self.todo.popleft()
             with self.idle:
                 self.running += 1
-            self.pool.apply_async(self.fn, (task + self.extra,), callback=partial(self._returned, i),
+            self.pool.apply_async(self.fn, (self._with_extra(task),), callback=partial(self._returned, i),
                                   error_callback=self._failed)
 
     def _returned(self, i: int, res) -> None:          # the pool's result thread
@@ -407,7 +444,7 @@ class _Shared:
 
         try:
             while (nxt := self._next()) is not None:
-                self.results[nxt[0]] = self.local_fn(nxt[1] + self.extra)
+                self.results[nxt[0]] = self.local_fn(self._with_extra(nxt[1]))
                 tell()
             with self.idle:
                 while self.running and self.error is None:
@@ -473,18 +510,19 @@ class Evaluation:
         self.model, self.cluster, self.eff, self.space, self.global_batch = model, cluster, eff, space, global_batch
         self.job, self.refine, self.keep, self.workers, self.chunk_rows = job, refine, keep, workers, chunk_rows
         self.progress, self._pool, self._results = progress, pool, results
-        self._fitting = self._ev_kw = None
+        self._fitting = self._ev_kw = self._screen = None
         self.t0, self.c0 = time.perf_counter(), time.process_time()
 
     def screen_by(self, kept: tuple | None) -> None:
         """Screen the memory tasks not begun yet by ``kept`` (tokens/s, memory bytes, GPU counts
         of rows other chunks of the same search keep: ``Screen``), when the rows are timed by
         branch and bound (``keep``) and at least ``keep`` rows are held."""
-        if not (self.job.floors and self.job.prune_by_bound) or self._fitting is not None or self._results is None:
+        if not self.job.screening or self._fitting is not None or self._results is None:
             return
         screen = screen_for(kept, self.keep, float(self.global_batch) * float(self.model.seq_len))
         if screen is None:
             return
+        self._screen = screen
         if self._pool is not None:
             self._results.extra = (screen,)
         else:
@@ -519,6 +557,10 @@ class Evaluation:
         else:
             results = self._results.run_rest(tick)
         self._pool = self._results = None
+        if self._screen is not None:
+            # every row of the chunk by the last screen, whichever its task had: the same rows
+            # are screened (and counted) whatever the workers and their timing
+            results = [_rescreened(job, self._screen, r) for r in results]
         floors = [r.floor_s for r in results if r.floor_s is not None]
         self._fitting = _Fitting(np.concatenate([r.fit_rows for r in results]),
                                  np.concatenate([np.full(len(r.fit_rows), r.dtype_index, dtype=np.int64)
@@ -558,19 +600,21 @@ def start_evaluation(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
                      workers: int | None = None, progress: Callable[[int, int], None] | None = None,
                      defaults: tuple = (), memory_search: bool = True, prune_by_bound: bool = True,
                      refine: Callable | None = None, keep: int | None = None,
-                     screen_by: tuple | None = None) -> Evaluation:
+                     screen_by: tuple | None = None, screening: bool = False) -> Evaluation:
     """``evaluate_space`` begun (arguments as there): with more than one worker its memory phase
     is handed to forked workers at once and runs while the caller goes on; ``finish`` ends it.
-    ``screen_by``: (tokens/s, memory bytes, GPU counts) of rows other chunks of the same search
-    keep, at least ``keep`` of them: the rows they show cannot be kept skip the memory model
-    (``Screen``; ``Evaluated.unchecked`` counts those never modelled). The kept rows and their
-    numbers are the same; ``fitting`` then counts the rows shown to fit."""
+    ``screening``: the rows may be screened from the memory model (``Screen``), by ``screen_by``
+    or by ``Evaluation.screen_by`` later: (tokens/s, memory bytes, GPU counts) of rows other
+    chunks of the same search keep, at least ``keep`` of them; the rows they show cannot be
+    kept skip it (``Evaluated.unchecked`` counts those never modelled). The kept rows and their
+    numbers are the same; ``fitting`` then counts the rows shown to fit. Which rows are
+    screened depends on the last screen given before ``memory`` alone, not on the workers."""
     global _JOB
     n = len(space)
     total = n * len(space.dtypes)
     prune_time = keep is not None and refine is not None
     job = _Job(model, cluster, eff, space.columns, space.dtypes, global_batch, memory_limit_bytes, tuple(defaults),
-               memory_search, prune_by_bound, prune_time)
+               memory_search, prune_by_bound, prune_time, screening and prune_time and prune_by_bound)
     if workers is None:
         workers = (os.cpu_count() or 1) if total >= PARALLEL_MIN_ROWS else 1
     if workers > 1 and n:

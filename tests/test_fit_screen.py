@@ -141,3 +141,13 @@ def test_count_fitting_flag_reaches_the_planner():
     assert out.exit_code == 0, out.output
     search = json.loads(out.output)["search"]
     assert search["fit_exact"] is True and search["fit_unchecked"] == 0 and search["fit"] > 0
+
+
+def test_the_rows_screened_do_not_depend_on_the_workers(searches):
+    # with two processes the next chunk's memory tasks start before this chunk's kept rows are
+    # known; every row is screened again by the last screen, so the counts are the same
+    screened, _ = searches
+    two = plan("mixtral-8x7b", "dgx-h100", (56, 64), 256, max_plans=25, space_chunk_rows=60_000, workers=2,
+               assign_stages=False)
+    assert (two.fitting, two.fit_unchecked, two.pruned) == (screened.fitting, screened.fit_unchecked, screened.pruned)
+    assert_frame_equal(two.plans, screened.plans, check_exact=True)
