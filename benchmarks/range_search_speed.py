@@ -423,7 +423,8 @@ own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resourc
 best = r.best
 print(json.dumps({{"wall_s": wall, "cpu_s": own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime,
                   "peak_rss_gib": own.ru_maxrss / 2**20, "worker_peak_rss_gib": kids.ru_maxrss / 2**20,
-                  "configurations": r.evaluated, "fit": r.fitting, "plans_kept": len(r.plans),
+                  "configurations": r.evaluated, "fit": r.fitting, "fit_unchecked": r.fit_unchecked,
+                  "plans_kept": len(r.plans),
                   "best": {{k: (v.item() if hasattr(v, "item") else v) for k, v in best.items()
                            if k in ("n_gpus", "dp", "tp", "pp", "cp", "ep", "micro_batch", "zero_stage", "recompute",
                                     "dtype", "tokens_per_s", "memory_gib")}}}}))
@@ -448,11 +449,12 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
-    print(f"{'case':42s} {'configs':>11s} {'fit':>10s} {'wall_s':>7s} {'cpu_s':>7s} {'rss_gib':>7s} "
+    print(f"{'case':42s} {'configs':>11s} {'fit':>11s} {'wall_s':>7s} {'cpu_s':>7s} {'rss_gib':>7s} "
           f"{'worker_gib':>10s} {'load':>5s}  best")
     for r in results:
         b = r["best"]
-        print(f"{r['name']:42s} {r['configurations']:11,d} {r['fit']:10,d} {r['wall_s']:7.1f} {r['cpu_s']:7.1f} "
+        fit = f"{'>=' if r['fit_unchecked'] else ''}{r['fit']:,d}"
+        print(f"{r['name']:42s} {r['configurations']:11,d} {fit:>11s} {r['wall_s']:7.1f} {r['cpu_s']:7.1f} "
               f"{r['peak_rss_gib']:7.2f} {r['worker_peak_rss_gib']:10.2f} {r['load_avg_1min']:5.1f}  "
               f"n={b['n_gpus']} dp={b['dp']} tp={b['tp']} pp={b['pp']} cp={b['cp']} ep={b['ep']} "
               f"mb={b['micro_batch']} zero={b['zero_stage']} {b['recompute']} {b['dtype']}: "

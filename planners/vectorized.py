@@ -207,7 +207,7 @@ def _memory_of(job: _Job, dtype_index: int, batch: ConfigBatch, ids: np.ndarray,
         # search outcome and the memory lower bound: no per-stage model (checked again, and
         # modelled if need be, once the chunk's own rows are timed: ``_time_and_refine``). The
         # others keep their stand-ins too, for the chunk's final screen (``Evaluation.memory``)
-        floor_any = np.array(step_time_floor_any_memory_s(job.model, job.cluster, job.eff, batch), dtype=float)
+        floor_any = _floor_any_memory_s(job, batch, ids[maybe])
         lb = lower[maybe]
         out = np.zeros(len(maybe), dtype=bool)
         if screen is not None:
@@ -243,6 +243,34 @@ def _memory_of(job: _Job, dtype_index: int, batch: ConfigBatch, ids: np.ndarray,
     i_min = int(np.argmin(mem))
     return _ChunkResult(dtype_index, start, stop, ids[maybe[fit]], kept, floor, float(mem[i_min]),
                         int(ids[maybe[i_min]]) if np.isfinite(mem[i_min]) else -1, pruned, screened, candidates)
+
+
+#: searched fields a row's floor for any memory search outcome does not read (ZeRO's traffic is
+#: left out of it, and the shard group only sizes that traffic)
+_NOT_IN_FLOOR_ANY = ("zero_stage", "zero_shard_group")
+
+
+def _floor_any_memory_s(job: _Job, batch: ConfigBatch, ids: np.ndarray) -> np.ndarray:
+    """``step_time_floor_any_memory_s`` of the rows ``batch`` (the space's rows ``ids``),
+    computed once per distinct row but for ``_NOT_IN_FLOOR_ANY`` (the ZeRO stages and shard
+    groups of a configuration: ~6 rows each on DeepSeek-V3 over 1,024-4,096 GPUs) and spread
+    back (the floor is row-wise)."""
+    keys = [np.asarray(v)[ids] for k, v in job.columns.items() if k not in _NOT_IN_FLOOR_ANY]
+    order = np.lexsort(keys[::-1])
+    change = np.zeros(len(ids), dtype=bool)
+    change[:1] = True
+    for k in keys:
+        sk = k[order]
+        change[1:] |= sk[1:] != sk[:-1]
+    group = np.empty(len(ids), dtype=np.int64)
+    group[order] = np.cumsum(change) - 1
+    first = np.full(int(group.max()) + 1 if len(ids) else 0, len(ids), dtype=np.int64)
+    np.minimum.at(first, group, np.arange(len(ids)))
+    at = np.sort(first)                      # the first row of each, in the batch's order (its runs)
+    place = np.empty(len(first), dtype=np.int64)
+    place[np.argsort(first)] = np.arange(len(first))
+    floor = np.array(step_time_floor_any_memory_s(job.model, job.cluster, job.eff, batch.take(at)), dtype=float)
+    return floor[place[group]]
 
 
 def _rescreened(job: _Job, screen: Screen, res: "_ChunkResult") -> "_ChunkResult":
