@@ -393,6 +393,40 @@ bandwidth; glibc kept from returning memory (``MALLOC_MMAP_THRESHOLD_`` /
 -> 0.9 s with one) at 1.48 GiB peak; a process-wide allocator setting, not built. The < 10 s
 target is not met: the wall time is now about the space (1 s) plus half the CPU time plus ~1.4 s
 alone at the end, so < 10 s on 2 cores needs ~17 CPU s, half of today's; < 2 GB is met.
+
+Then (2026-12-03, later; issue 18; plan tables byte-identical: ``tools/plan_snapshot.py`` on its
+five cases, by default and with ``--one-process``, against main at 64817e2: plans, frontiers
+and stage layers the same, only this case's ``fit`` and ``pruned.memory`` differ; with the new
+``--count-fitting`` the whole JSON is main's; this case's whole 200,009-row kept table hashed
+identical in one and two processes). The rows of a later space chunk that the earlier chunks'
+kept rows rule out skip the per-stage memory model (``vectorized.Screen``): each bound-passing
+row of chunks 1-3 gets a floor for any memory search outcome (``step_bounds.
+step_time_floor_any_memory_s``: the flush with the cheapest recomputation, nothing offloaded,
+no ZeRO or data-parallel traffic, no tail or optimizer step; computed once per configuration
+but for its ZeRO stage and shard group, ~6 rows each) and ``time_pruning.excluded`` with its
+memory lower bound against those kept rows. Measured first (hooks, one process): of the fitting
+rows of chunks 1-3, 82%, 88% and 97% are excluded by the earlier chunks' kept rows with their
+own floor and memory, still 70-85% with the memory lower bound and 60% of the floor; the stand-
+in floor is a median 0.80-0.98 of the floor (four sampled searches, never above it). The screened
+rows stay open rows of the chunk's branch and bound by their stand-ins, so a row is left out only
+once shown skippable (the stand-ins are at most its own floor and memory); a prototype that left
+them out unchecked (22.3 against 29.7 CPU s) could not show that: 184,649 of 537,678 screened
+rows of chunk 3 failed the per-GPU-count time half (few rows of a count modelled, its best time
+slow). Now they are modelled when no modelled row is left to time, most promising first
+(``next_to_time``): 50,000 rows of chunk 3 (36,081 fit), after which the rest are skippable. Rows
+given the memory model 6.76 M -> 3.98 M (2,828,837 screened, 50,000 of them modelled late);
+2,778,837 never checked, so the search reports "at least 1,022,646 fit" (the exact 2,343,685 with
+``--count-fitting``). With two processes the next chunk's first tasks start before this chunk's
+kept rows exist; every row is screened again by the last screen, so both give the same rows and
+counts. The benchmark, alternating with main (other agents' jobs on the 2 cores, load 3.4-4.7):
+43.3, 43.6 -> 36.5, 38.2 CPU s, 51.1, 53.6 -> 41.9, 45.4 s wall, peak RSS 1.25-1.27 -> 1.19-1.22
+GiB (workers 1.15-1.18 -> 1.13-1.17); one process back to back (load ~2): 31.3, 32.2 -> 25.9,
+25.9 CPU s, and side by side (same load, 4.3): 39.8 -> 31.4 CPU s (86.6 -> 69.5 s wall). Where
+one process's CPU goes now (cProfile, load ~3, 34.2 s under the profiler, before the per-
+configuration stand-in): the per-stage memory model 11.2 (17.7 before; chunk 0's 2 M rows have
+no earlier kept rows to be screened by), timing and refinement 9.8, the floors 3.6, the stand-
+in floors 4.1 (~1.5 after). Measured, not kept: space chunks of 1 M rows (earlier screens, weaker
+ones) 32.5, 32.7 against 28.2, 27.6 CPU s. The < 10 s target is not met (~17 CPU s needed).
 """
 from __future__ import annotations
 

@@ -34,6 +34,15 @@ the numbers of the rows it times are unchanged. A row the whole search keeps is 
 kept by its chunk (a kept row of a set is a kept row of any subset holding it), and
 ``kept_rows`` of a union that holds every row ``kept_rows`` of all rows keeps, and only rows with
 the numbers timing every row gives them, is that set: the whole search keeps the same rows.
+
+Rows a chunk's memory phase screened (``vectorized.Screen``: never given the per-stage model)
+are open rows too, with a floor for any memory search outcome ``f' <= f``
+(``step_bounds.step_time_floor_any_memory_s``) and the memory lower bound ``b <= m`` in place
+of their own. Each condition above holding for ``(f', b)`` holds for ``(f, m)``: a larger floor
+only widens the time halves and lowers ``u``; fewer timed or held rows have memory below ``b``
+than below ``m``, so the least time and the best tokens/s over them can only be worse. A
+screened row shown skippable so is skippable whether it fits or not; one not shown so is
+given the memory model (``vectorized._with_late``) and is then a row like any other.
 """
 from __future__ import annotations
 

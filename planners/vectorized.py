@@ -6,8 +6,11 @@ per dtype: first their memory (``memory_parts``, after a lower bound and the end
 rows that cannot fit), then the step time (``evaluate``) of the rows that fit, which alone are kept, so memory
 stays bounded by the chunk size plus the fitting rows. When the caller keeps only the fastest
 rows (``keep``), the fitting rows are timed lowest step-time floor first
-(``simulator.step_bounds``) until the rest provably cannot be kept (``time_pruning``). Large
-searches are split over processes (fork), each evaluating whole chunks.
+(``simulator.step_bounds``) until the rest provably cannot be kept (``time_pruning``); and a
+chunk of a larger search may skip the memory model on the rows that the rows other chunks
+keep rule out by a floor needing no memory model (``Screen``: ``Evaluated.fitting`` then
+counts the rows shown to fit, ``unchecked`` the others). Large searches are split over
+processes (fork), each evaluating whole chunks.
 """
 from __future__ import annotations
 
