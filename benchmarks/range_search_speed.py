@@ -414,8 +414,8 @@ them out unchecked (22.3 against 29.7 CPU s) could not show that: 184,649 of 537
 rows of chunk 3 failed the per-GPU-count time half (few rows of a count modelled, its best time
 slow). Now they are modelled when no modelled row is left to time, most promising first
 (``next_to_time``): 50,000 rows of chunk 3 (36,081 fit), after which the rest are skippable. Rows
-given the memory model 6.76 M -> 3.98 M (2,828,837 screened, 50,000 of them modelled late);
-2,778,837 never checked, so the search reports "at least 1,022,646 fit" (the exact 2,343,685 with
+given the per-stage model (past the memory lower bound) 4.80 M -> 2.02 M (of chunks 1-3's 3.38 M,
+2,828,837 screened, 50,000 of them modelled late; chunk 0's 1.42 M all); 2,778,837 never checked, so the search reports "at least 1,022,646 fit" (the exact 2,343,685 with
 ``--count-fitting``). With two processes the next chunk's first tasks start before this chunk's
 kept rows exist; every row is screened again by the last screen, so both give the same rows and
 counts. The benchmark, alternating with main (other agents' jobs on the 2 cores, load 3.4-4.7):
