@@ -24,7 +24,7 @@ from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
 from planners.search_space import SpaceBase
-from planners.vectorized import DEFAULT_CHUNK_ROWS, KEPT_OUTPUTS, PARALLEL_MIN_ROWS, start_evaluation
+from planners.vectorized import DEFAULT_CHUNK_ROWS, KEPT_OUTPUTS, PARALLEL_MIN_ROWS, seed_screen, start_evaluation
 
 
 
@@ -115,6 +115,11 @@ def _start_chunk(job: _ScoreJob, i: int, workers: int = 1, kept_before: tuple | 
     memory model (unless ``count_fitting``)."""
     c0 = time.process_time()
     space, rows, combo = job.base.chunk(i)
+    screening = not job.count_fitting and job.max_plans is not None and job.prune_by_time
+    if i == 0 and screening and job.base.n_chunks > 1:
+        # the first chunk screens itself: the lowest floors first (``vectorized.seed_screen``)
+        kept_before = seed_screen(job.model, job.cluster, job.eff, space, job.base.global_batch,
+                                  job.memory_limit_bytes, job.max_plans, job.defaults)
     # refined: exact times for every row that can rank in this chunk, a superset of those it can
     # rank among in the whole space (the chunk's thresholds are looser), so the kept rows are
     # chosen by the times the whole search would give them; rows that cannot be kept are not timed,
@@ -123,8 +128,7 @@ def _start_chunk(job: _ScoreJob, i: int, workers: int = 1, kept_before: tuple | 
                           chunk_rows=job.chunk_rows, workers=workers, defaults=job.defaults,
                           memory_search=job.memory_search, prune_by_bound=job.prune_by_bound, refine=job.refine,
                           keep=job.max_plans if job.prune_by_time else None,
-                          screen_by=None if job.count_fitting else kept_before,
-                          screening=i > 0 and not job.count_fitting and job.max_plans is not None)
+                          screen_by=kept_before if screening else None, screening=screening)
     return space, rows, combo, ev, time.process_time() - c0
 
 

@@ -123,6 +123,53 @@ def screen_for(kept: tuple, keep: int, tokens_per_step: float) -> Screen | None:
     return Screen(compact_summary(kept_summary(*kept, keep), keep), 1, tokens_per_step)
 
 
+#: a search's first chunk, which no other chunk's kept rows can screen, gives the per-stage model
+#: first to the rows with the lowest floors for any memory search outcome (``seed_screen``): at
+#: least this many times the rows kept, and at least ``SEED_MIN_SHARE`` of the rows past the
+#: memory lower bound; the others wait as screened rows (``_time_and_refine``). On DeepSeek-V3
+#: over 1,024-4,096 GPUs 99% of the first chunk's rows its own timed rows cannot rule out are
+#: within its 585 k lowest such floors, of 1.42 M (keep 200 k).
+SEED_KEEP_TIMES = 3
+SEED_MIN_SHARE = 0.25
+#: rows of a space sampled to place ``seed_screen``'s threshold (a fixed seed: the same rows
+#: every run)
+SEED_SAMPLE_ROWS = 65_536
+
+
+def seed_screen(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, space: SearchSpace,
+                global_batch: int, memory_limit_bytes: float, keep: int, defaults: tuple = ()) -> Screen | None:
+    """A ``Screen`` for a chunk that no other chunk's kept rows screen: it rules out the rows
+    whose floor for any memory search outcome is above the ``q``-quantile of those floors over
+    the rows the memory lower bound passes (estimated on ``SEED_SAMPLE_ROWS`` rows), ``q`` =
+    max(``SEED_KEEP_TIMES`` x ``keep`` / those rows, ``SEED_MIN_SHARE``). No soundness rests on
+    it: a row it rules out is given the memory model all the same unless the chunk's own timed
+    rows show it skippable (``_time_and_refine``). None when it would rule out nothing."""
+    n = len(space)
+    if n == 0:
+        return None
+    tokens = float(global_batch) * float(model.seq_len)
+    rows = np.sort(np.random.default_rng(18).choice(n, min(n, SEED_SAMPLE_ROWS), replace=False))
+    cols = {k: v[rows] for k, v in space.columns.items()}
+    floors, passing = [], 0
+    for d, dtype in enumerate(space.dtypes):
+        batch = config_batch(cols, dtype, global_batch, defaults=defaults[d] if defaults else None)
+        ok = np.flatnonzero(np.asarray(static_lower_bound_bytes(model, cluster, eff, batch)) <= memory_limit_bytes)
+        passing += len(ok)
+        if len(ok):
+            floors.append(np.asarray(step_time_floor_any_memory_s(model, cluster, eff, batch.take(ok)), dtype=float))
+    if not floors:
+        return None
+    share = max(SEED_KEEP_TIMES * keep / max(passing * n / len(rows), 1.0), SEED_MIN_SHARE)
+    if share >= 1.0:
+        return None
+    threshold_s = float(np.quantile(np.concatenate(floors), share))
+    # ``excluded`` with one held rate, tokens / threshold, that every count and memory clears
+    gpus = np.unique(space.columns["dp"] * space.columns["tp"] * space.columns["pp"] * space.columns["cp"])
+    summary = {"top": np.array([tokens / threshold_s]), "gpus": gpus, "best": np.full(len(gpus), np.inf),
+               "memory": np.array([-np.inf]), "most": np.array([np.inf])}
+    return Screen(summary, 1, tokens)
+
+
 def _template() -> ConfigBatch:
     return ConfigBatch.from_configs([ParallelConfig()])
 
@@ -544,13 +591,15 @@ class Evaluation:
         self._fitting = self._ev_kw = self._screen = None
         self.t0, self.c0 = time.perf_counter(), time.process_time()
 
-    def screen_by(self, kept: tuple | None) -> None:
+    def screen_by(self, kept) -> None:
         """Screen the memory tasks not begun yet by ``kept`` (tokens/s, memory bytes, GPU counts
         of rows other chunks of the same search keep: ``Screen``), when the rows are timed by
-        branch and bound (``keep``) and at least ``keep`` rows are held."""
+        branch and bound (``keep``) and at least ``keep`` rows are held; or by ``kept`` itself
+        when it is a ``Screen`` (``seed_screen``)."""
         if not self.job.screening or self._fitting is not None or self._results is None:
             return
-        screen = screen_for(kept, self.keep, float(self.global_batch) * float(self.model.seq_len))
+        screen = kept if isinstance(kept, Screen) else \
+            screen_for(kept, self.keep, float(self.global_batch) * float(self.model.seq_len))
         if screen is None:
             return
         self._screen = screen

@@ -151,3 +151,27 @@ def test_the_rows_screened_do_not_depend_on_the_workers(searches):
                assign_stages=False)
     assert (two.fitting, two.fit_unchecked, two.pruned) == (screened.fitting, screened.fit_unchecked, screened.pruned)
     assert_frame_equal(two.plans, screened.plans, check_exact=True)
+
+
+def test_the_first_chunks_seed_screen_rules_out_the_rows_above_a_floor_quantile():
+    # no other chunk's kept rows screen the first chunk: it rules out the rows whose floor for
+    # any memory search outcome is above the q-quantile of a fixed sample's (q: three times the
+    # rows kept over the rows past the memory lower bound, at least a quarter), whatever their
+    # GPU count or memory
+    from planners.vectorized import Screen, seed_screen
+    model = load_model("mixtral-8x7b")
+    space = enumerate_space(model, SearchConstraints(gpus=(64, 64), global_batch=256, max_tp=8, hsdp_gpus=8))
+    screen = seed_screen(model, CLUSTER, EFF, space, 256, LIMIT, keep=500)
+    assert isinstance(screen, Screen) and screen.keep == 1
+    tokens = 256.0 * model.seq_len
+    threshold_s = tokens / screen.summary["top"][0]
+    rows = np.arange(0, len(space), 7)
+    batch = config_batch({k: v[rows] for k, v in space.columns.items()}, "bf16", 256)
+    floor = np.asarray(step_time_floor_any_memory_s(model, CLUSTER, EFF, batch))
+    n_gpus = (space.columns["dp"] * space.columns["tp"] * space.columns["pp"] * space.columns["cp"])[rows]
+    memory = np.random.default_rng(1).random(len(rows)) * LIMIT
+    out = excluded(floor, tokens, 1, *held_by_row(memory, n_gpus, screen.summary))
+    np.testing.assert_array_equal(out, floor > threshold_s)
+    assert 0.5 < out.mean() < 0.8          # a quarter to a third of the rows kept for the model
+    # keeping (nearly) every row: no screen
+    assert seed_screen(model, CLUSTER, EFF, space, 256, LIMIT, keep=len(space)) is None
