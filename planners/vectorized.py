@@ -334,9 +334,12 @@ def _rescreened(job: _Job, screen: Screen, res: "_ChunkResult") -> "_ChunkResult
         return res
     # (``bound_pruned`` stays: it matters only when nothing fits, and a screen needs fitting rows)
     stay = ~np.isin(res.fit_rows, cand["rows"][out], assume_unique=True)
+    screened = {k: np.concatenate([res.screened[k], cand[k][out]]) for k in res.screened}
+    # in row order, as if screened at first (the branch and bound breaks ties by position)
+    order = np.argsort(screened["rows"], kind="stable")
     return replace(res, fit_rows=res.fit_rows[stay], memory={k: v[stay] for k, v in res.memory.items()},
                    floor_s=None if res.floor_s is None else res.floor_s[stay],
-                   screened={k: np.concatenate([res.screened[k], cand[k][out]]) for k in res.screened},
+                   screened={k: v[order] for k, v in screened.items()},
                    candidates={k: v[~out] for k, v in cand.items()})
 
 
@@ -344,7 +347,8 @@ def _screened_out(job: _Job, screen: Screen, ids: np.ndarray, floor_any: np.ndar
                   lower_bytes: np.ndarray) -> np.ndarray:
     """Mask of the rows ``ids`` (their floor for any memory search outcome, memory lower bound)
     that ``screen`` rules out (``time_pruning.excluded``)."""
-    n_gpus = np.asarray(job.columns["dp"] * job.columns["tp"] * job.columns["pp"] * job.columns["cp"])[ids]
+    c = job.columns
+    n_gpus = c["dp"][ids] * c["tp"][ids] * c["pp"][ids] * c["cp"][ids]
     return excluded(floor_any, screen.tokens_per_step, screen.keep, *held_by_row(lower_bytes, n_gpus, screen.summary))
 
 
