@@ -443,8 +443,10 @@ Measured, not kept: the per-layer times memoised across calls per (dtype, layer 
 search (one process side by side, load 3.8: 28.8 -> 28.5 CPU s, inside the noise). The benchmark,
 alternating with main (load 3.1, then 2.7 -> 4.1 as another agent's job started): 40.0, 42.2 ->
 32.5, 37.6 CPU s; wall 37.7 -> 21.2 s in the first pair, 59.3 -> 69.7 s in the second (the load
-decides); peak RSS 1.24-1.32 -> 1.17-1.23 GiB (workers 1.09-1.18 -> 1.10). The < 10 s target is not
-met on this shared VM; < 2 GB is.
+decides); peak RSS 1.24-1.32 -> 1.17-1.23 GiB (workers 1.09-1.18 -> 1.10); a third pair after the
+screened rows were put in row order (load 3.5): 41.5 -> 33.6 CPU s, 35.7 -> 29.0 s wall, 1.29 ->
+1.18 GiB. One process, that code (load 2.9): 26.0 CPU s. The < 10 s target is not met on this
+shared VM; < 2 GB is.
 """
 from __future__ import annotations
 
