@@ -237,6 +237,18 @@ def memory_feature_notes(model: ModelSpec, cluster, eff, config, limit_bytes: fl
     return notes
 
 
+def fit_text(result, fitting: int | None = None) -> str:
+    """How many configurations fit, as the table and the explanation say it: "N fit", or, when
+    some rows were never given the memory model (``PlanResult.fit_unchecked``), "at least N fit
+    (M not checked ...)". ``fitting``: the count to show (default ``result.fitting``)."""
+    n = result.fitting if fitting is None else fitting
+    unchecked = getattr(result, "fit_unchecked", 0)
+    if not unchecked:
+        return f"{n:,} fit"
+    return (f"at least {n:,} fit ({unchecked:,} not checked for memory: their step-time floor could not rank; "
+            f"--count-fitting checks them)")
+
+
 def explain_text(result, model: ModelSpec, memory_notes=(), gpu=None, prior: bool = False) -> str:
     """The ``--explain`` text of a ``PlanResult`` (``memory_notes``: ``memory_feature_notes``
     of the winner). ``prior``: the times rest on an unfitted efficiency model, so the winner's
@@ -249,7 +261,7 @@ def explain_text(result, model: ModelSpec, memory_notes=(), gpu=None, prior: boo
     lines.append(f"search: {result.model} on {gpus} x {result.gpu} ({result.cluster}), global batch "
                  f"{result.global_batch} x {result.seq_len} tokens")
     lines.append(f"  {result.raw_size:,} candidate configurations, {result.evaluated:,} evaluated "
-                 f"({result.evals_per_s:,.0f}/s), {max(result.fitting, len(plans)):,} fit in "
+                 f"({result.evals_per_s:,.0f}/s), {fit_text(result, max(result.fitting, len(plans)))} in "
                  f"{result.memory_limit_bytes / 2**30:.1f} GiB; search {result.wall_s:.2f} s"
                  + (f" (the {len(plans):,} fastest and frontier plans kept)" if result.fitting > len(plans) else ""))
     lines.append("pruned (rule: configurations removed):")

@@ -73,13 +73,19 @@ class PlanResult:
             (``fitting`` counts them all). Rows with ``pipeline_exact`` False carry the
             closed-form estimate of their pipeline makespan (they cannot rank among the best:
             ``refine_exact``).
-        pruned: rule -> raw configurations it removed (``search_space.RULES``, incl. memory).
+        pruned: rule -> raw configurations it removed (``search_space.RULES``, incl. memory: the
+            rows shown not to fit).
         raw_size: configurations in the unpruned space; evaluated: rows scored.
         memory_limit_bytes: HBM minus the headroom; hbm_bytes: the GPU's memory.
         wall_s: seconds the search took; eval_s: of which scoring with the step model;
             eval_cpu_s: CPU seconds of that scoring in this process.
         stage_assignment: the winner's layers per (virtual) stage.
         explain: why the winner wins and what the pruning removed (text).
+        fitting: configurations shown to fit in memory; fit_unchecked: configurations whose
+            memory was never evaluated, because their step-time floor (for any memory search
+            outcome) could not rank among the plans kept from the space's earlier chunks
+            (``vectorized.Screen``): each may fit or not, so ``fitting`` is then "at least"
+            (``fit_exact``); ``plan(count_fitting=True)`` evaluates them all.
     """
 
     model: str
@@ -103,6 +109,13 @@ class PlanResult:
     stack: str = "megatron-core"
     software: Mapping[str, Mapping] = field(default_factory=dict)
     fitting: int = 0
+    fit_unchecked: int = 0
+
+    @property
+    def fit_exact(self) -> bool:
+        """Whether ``fitting`` is the exact count of fitting configurations (else a lower bound:
+        ``fit_unchecked`` rows were never given the memory model)."""
+        return self.fit_unchecked == 0
 
     @property
     def evals_per_s(self) -> float:
@@ -292,7 +305,7 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
          progress: Callable[[int, int], None] | None = None, assign_stages: bool = True,
          stack: str = "megatron-core", max_plans: int | None = MAX_PLANS,
          space_chunk_rows: int | None = SPACE_CHUNK_ROWS, memory_search: bool = True, hsdp: bool = True,
-         prune_by_time: bool = True) -> PlanResult:
+         prune_by_time: bool = True, count_fitting: bool = False) -> PlanResult:
     """Rank every valid configuration of ``model`` on ``gpus`` GPUs of ``cluster`` that fits.
 
     Args:
@@ -328,6 +341,12 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
         prune_by_time: time (step model) only the fitting rows that can be among the kept
             ``max_plans``, frontier and per-count plans, lowest step-time floor first
             (``time_pruning``); the plans and every number are the same as timing them all.
+            A search over more than one space chunk also skips the memory model on the rows
+            of a chunk whose floor shows they cannot be among the rows earlier chunks keep
+            (``vectorized.Screen``): ``fitting`` then counts the rows shown to fit and
+            ``fit_unchecked`` the others.
+        count_fitting: give every row the memory model, so ``fitting`` is the exact count of
+            fitting configurations (slower on a large search; the plans are the same).
 
     Raises ``InputError`` naming what would make the request feasible when nothing fits.
     """
@@ -376,10 +395,12 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
             plans = plans[keep].reset_index(drop=True)
         plans = plans.drop(columns="_row")
         evaluated, fitting, eval_s, eval_cpu_s = ev.evaluated, ev.fitting, ev.wall_s, ev.cpu_s
+        unchecked = ev.unchecked
     else:                         # chunk by chunk: only the rows a result can show are kept
         scored = score_space(model, cluster, eff, base, limit, max_plans, chunk_rows=chunk_rows, workers=workers,
                              progress=progress, defaults=defaults, refine=refine_exact,
-                             memory_search=memory_search, prune_by_time=prune_by_time)
+                             memory_search=memory_search, prune_by_time=prune_by_time,
+                             count_fitting=count_fitting)
         if scored.fitting == 0:
             if scored.bound_pruned:   # the smallest footprint, over every row
                 scored = score_space(model, cluster, eff, base, limit, max_plans, chunk_rows=chunk_rows,
@@ -392,14 +413,15 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
             raise infeasible.nothing_fits(model, cluster, eff, constraints, smallest, ev, limit, headroom_gib)
         plans = _kept_table(model, cluster, eff, base, scored, limit, max_plans, defaults, memory_search, workers)
         evaluated, fitting, eval_s, eval_cpu_s = scored.evaluated, scored.fitting, scored.wall_s, scored.cpu_s
+        unchecked = scored.unchecked
     pruned = dict(base.pruned)
-    pruned["memory"] = evaluated - fitting
+    pruned["memory"] = evaluated - fitting - unchecked
     result = PlanResult(
         model=model.name, cluster=cluster.name, gpu=cluster.gpu.name, gpus=(lo, hi), global_batch=gbs,
         seq_len=model.seq_len, plans=plans, pruned=pruned, raw_size=base.raw_size, evaluated=evaluated,
         memory_limit_bytes=limit, hbm_bytes=cluster.gpu.hbm_bytes, wall_s=0.0, eval_s=eval_s,
         eval_cpu_s=eval_cpu_s, dtypes=dtypes, stack=stack_spec.name, software=dict(zip(dtypes, defaults)),
-        fitting=fitting)
+        fitting=fitting, fit_unchecked=unchecked)
     stages = None
     if assign_stages:
         stages = stage_assignment_for(model, cluster, eff, result.best_config, limit)

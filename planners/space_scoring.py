@@ -24,7 +24,7 @@ from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
 from planners.search_space import SpaceBase
-from planners.vectorized import DEFAULT_CHUNK_ROWS, KEPT_OUTPUTS, PARALLEL_MIN_ROWS, start_evaluation
+from planners.vectorized import DEFAULT_CHUNK_ROWS, KEPT_OUTPUTS, PARALLEL_MIN_ROWS, seed_screen, start_evaluation
 
 
 
@@ -85,6 +85,10 @@ class Scored:
     timed: Mapping[str, np.ndarray] | None = None
     exact: np.ndarray | None = None
     exact_outputs: Mapping[str, np.ndarray] | None = None
+    #: rows never given the memory model (``vectorized.Screen``: their step-time floor could not
+    #: rank among the rows earlier chunks kept): ``fitting`` counts the rows shown to fit, a
+    #: lower bound on the fitting rows when this is not 0
+    unchecked: int = 0
 
 
 @dataclass(frozen=True)
@@ -101,13 +105,21 @@ class _ScoreJob:
     memory_search: bool = True
     prune_by_bound: bool = True
     prune_by_time: bool = True
+    count_fitting: bool = False
 
 
-def _start_chunk(job: _ScoreJob, i: int, workers: int = 1):
+def _start_chunk(job: _ScoreJob, i: int, workers: int = 1, kept_before: tuple | None = None):
     """Chunk ``i`` built and its evaluation begun (``vectorized.start_evaluation``: with
-    workers, its memory phase runs in them from now on)."""
+    workers, its memory phase runs in them from now on); ``kept_before``: (tokens/s, memory,
+    GPU counts) of the rows earlier chunks keep, to screen this chunk's rows with before the
+    memory model (unless ``count_fitting``)."""
     c0 = time.process_time()
     space, rows, combo = job.base.chunk(i)
+    screening = not job.count_fitting and job.max_plans is not None and job.prune_by_time
+    if i == 0 and screening and job.base.n_chunks > 1:
+        # the first chunk screens itself: the lowest floors first (``vectorized.seed_screen``)
+        kept_before = seed_screen(job.model, job.cluster, job.eff, space, job.base.global_batch,
+                                  job.memory_limit_bytes, job.max_plans, job.defaults)
     # refined: exact times for every row that can rank in this chunk, a superset of those it can
     # rank among in the whole space (the chunk's thresholds are looser), so the kept rows are
     # chosen by the times the whole search would give them; rows that cannot be kept are not timed,
@@ -115,7 +127,8 @@ def _start_chunk(job: _ScoreJob, i: int, workers: int = 1):
     ev = start_evaluation(job.model, job.cluster, job.eff, space, job.base.global_batch, job.memory_limit_bytes,
                           chunk_rows=job.chunk_rows, workers=workers, defaults=job.defaults,
                           memory_search=job.memory_search, prune_by_bound=job.prune_by_bound, refine=job.refine,
-                          keep=job.max_plans if job.prune_by_time else None)
+                          keep=job.max_plans if job.prune_by_time else None,
+                          screen_by=kept_before if screening else None, screening=screening)
     return space, rows, combo, ev, time.process_time() - c0
 
 
@@ -132,7 +145,8 @@ def _score_chunk(job: _ScoreJob, i: int, kept_elsewhere: tuple | None = None, wo
     row = ev.min_memory_row
     part = {"base_rows": rows[r], "combos": combo[r], "dtype_index": ev.dtype_index[keep],
             "positions": job.base.rank(rows[r], combo[r]), "tokens_per_s": tps[keep], "memory_bytes": mem[keep],
-            "n_gpus": n[keep], "evaluated": ev.evaluated, "fitting": ev.fitting, "rows": len(space),
+            "n_gpus": n[keep], "evaluated": ev.evaluated, "fitting": ev.fitting, "unchecked": ev.unchecked,
+            "rows": len(space),
             "min_memory_bytes": ev.min_memory_bytes,
             "min_memory_pick": (int(rows[row]), int(combo[row]), ev.min_memory_dtype) if row >= 0 else (-1, -1, -1),
             "bound_pruned": ev.bound_pruned, "cpu_s": time.process_time() - c0}
@@ -150,7 +164,7 @@ def score_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ba
                 memory_limit_bytes: float, max_plans: int | None, chunk_rows: int = DEFAULT_CHUNK_ROWS,
                 workers: int | None = None, progress: Callable[[int, int], None] | None = None,
                 defaults: tuple = (), refine: Callable | None = None, memory_search: bool = True,
-                prune_by_bound: bool = True, prune_by_time: bool = True) -> Scored:
+                prune_by_bound: bool = True, prune_by_time: bool = True, count_fitting: bool = False) -> Scored:
     """Score every row of ``base`` (each chunk built, evaluated and reduced to ``kept_rows`` in
     one step, so memory is bounded by a chunk and the kept rows, not by the space), chunk after
     chunk, each chunk's memory phase and timing over ``workers`` processes (fork; None: every
@@ -161,11 +175,14 @@ def score_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ba
     ``refine(model, cluster, eff, space, global_batch, ev, defaults=)``: applied to each chunk's
     evaluation before its rows are chosen (``planners.refine.refine_exact``); ``prune_by_bound``:
     see ``evaluate_space``; ``prune_by_time``: time only the rows a chunk can keep
-    (``evaluate_space(keep=max_plans)``).
+    (``evaluate_space(keep=max_plans)``), and give the memory model only to the rows of a chunk
+    that the earlier chunks' kept rows do not rule out (``vectorized.Screen``; ``Scored.unchecked``
+    counts the others) unless ``count_fitting``, which models every row and so counts exactly
+    the fitting ones (the kept rows and their numbers are the same either way).
     """
     t0, c0, kids0 = time.perf_counter(), time.process_time(), _children_cpu_s()
     job = _ScoreJob(model, cluster, eff, base, memory_limit_bytes, max_plans, chunk_rows, tuple(defaults), refine,
-                    memory_search, prune_by_bound, prune_by_time)
+                    memory_search, prune_by_bound, prune_by_time, count_fitting)
     total = base.total * len(base.dtypes)
     if workers is None:
         workers = (os.cpu_count() or 1) if total >= PARALLEL_MIN_ROWS else 1
@@ -178,17 +195,21 @@ def score_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ba
             # is split over the workers (whole chunks scored in parallel could not: each timed at
             # least its own ``max_plans`` fastest rows). The next chunk's memory phase, which needs
             # no other chunk, runs in its workers while this one is timed and refined here.
-            kept = tuple(np.concatenate([p[k] for p in parts]) for k in ("tokens_per_s", "memory_bytes", "n_gpus")) \
-                if parts and max_plans is not None else None
+            kept = _kept_so_far(parts) if parts and max_plans is not None else None
             current = started
             current[3].memory()
-            started = _start_chunk(job, i + 1, workers) if i + 1 < base.n_chunks and workers > 1 else None
+            # (the next chunk is screened by the rows the chunks before this one keep: this one's
+            # are known only once it is timed)
+            started = _start_chunk(job, i + 1, workers, kept) if i + 1 < base.n_chunks and workers > 1 else None
             # (while the next chunk's memory phase has the workers, this one is timed over half as
             # many: on 2 CPUs, here alone, beside the one worker; both numbers are the same either way)
             timing_workers = max(1, workers // 2) if started is not None else None
             parts.append(_score_chunk(job, i, kept, workers, current, timing_workers))
+            if started is not None and max_plans is not None and not count_fitting:
+                # the next chunk's memory tasks not begun yet are screened by this one's kept rows too
+                started[3].screen_by(_kept_so_far(parts))
             if started is None and i + 1 < base.n_chunks:
-                started = _start_chunk(job, i + 1, workers)
+                started = _start_chunk(job, i + 1, workers, _kept_so_far(parts) if max_plans is not None else None)
             done += parts[-1]["rows"] * len(base.dtypes)
             if progress is not None:
                 progress(done, total)
@@ -203,10 +224,16 @@ def score_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ba
         cat["exact"] = np.concatenate([p["exact"] for p in parts])
         cat["exact_outputs"] = {k: np.concatenate([p["exact_outputs"][k] for p in parts]) for k in KEPT_OUTPUTS}
     return Scored(**cat, evaluated=sum(p["evaluated"] for p in parts), fitting=sum(p["fitting"] for p in parts),
+                  unchecked=sum(p["unchecked"] for p in parts),
                   min_memory_bytes=smallest["min_memory_bytes"] if smallest else float("inf"),
                   min_memory_pick=smallest["min_memory_pick"] if smallest else (-1, -1, -1),
                   wall_s=time.perf_counter() - t0, bound_pruned=sum(p["bound_pruned"] for p in parts),
                   cpu_s=(time.process_time() - c0) + (_children_cpu_s() - kids0))
+
+
+def _kept_so_far(parts: list) -> tuple:
+    """(tokens/s, memory bytes, GPU counts) of the rows the scored chunks ``parts`` keep."""
+    return tuple(np.concatenate([p[k] for p in parts]) for k in ("tokens_per_s", "memory_bytes", "n_gpus"))
 
 
 def _children_cpu_s() -> float:

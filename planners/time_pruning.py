@@ -34,6 +34,15 @@ the numbers of the rows it times are unchanged. A row the whole search keeps is 
 kept by its chunk (a kept row of a set is a kept row of any subset holding it), and
 ``kept_rows`` of a union that holds every row ``kept_rows`` of all rows keeps, and only rows with
 the numbers timing every row gives them, is that set: the whole search keeps the same rows.
+
+Rows a chunk's memory phase screened (``vectorized.Screen``: never given the per-stage model)
+are open rows too, with a floor for any memory search outcome ``f' <= f``
+(``step_bounds.step_time_floor_any_memory_s``) and the memory lower bound ``b <= m`` in place
+of their own. Each condition above holding for ``(f', b)`` holds for ``(f, m)``: a larger floor
+only widens the time halves and lowers ``u``; fewer timed or held rows have memory below ``b``
+than below ``m``, so the least time and the best tokens/s over them can only be worse. A
+screened row shown skippable so is skippable whether it fits or not; one not shown so is
+given the memory model (``vectorized._with_late``) and is then a row like any other.
 """
 from __future__ import annotations
 
@@ -99,6 +108,20 @@ def kept_summary(tokens_per_s: np.ndarray, memory_bytes: np.ndarray, n_gpus: np.
     order = np.argsort(memory_bytes, kind="stable")
     return {"top": top, "gpus": gpus, "best": best, "memory": np.asarray(memory_bytes)[order],
             "most": np.maximum.accumulate(tokens_per_s[order]) if len(order) else np.zeros(0)}
+
+
+def compact_summary(summary: dict, keep: int) -> dict:
+    """``summary`` (``kept_summary``) reduced to what ``held_by_row`` and ``excluded`` read of
+    it, for ``excluded(..., keep=1, ...)``: the ``keep``-th best tokens/s alone as ``top`` (none
+    when fewer rows are held), and of the memory order only the rows where the best tokens/s
+    so far rises (the best of the held rows with strictly less memory than any ``x`` is that at
+    the last such row below ``x``: no row between it and ``x`` raises it)."""
+    top = summary["top"]
+    kth = -np.partition(-top, keep - 1)[keep - 1:keep] if len(top) >= keep else np.zeros(0)
+    most = summary["most"]
+    rise = np.concatenate([[True], most[1:] > most[:-1]]) if len(most) else np.zeros(0, dtype=bool)
+    return {"top": kth, "gpus": summary["gpus"], "best": summary["best"], "memory": summary["memory"][rise],
+            "most": most[rise]}
 
 
 def held_by_row(memory_bytes: np.ndarray, n_gpus: np.ndarray, summary: dict,

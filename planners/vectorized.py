@@ -6,8 +6,11 @@ per dtype: first their memory (``memory_parts``, after a lower bound and the end
 rows that cannot fit), then the step time (``evaluate``) of the rows that fit, which alone are kept, so memory
 stays bounded by the chunk size plus the fitting rows. When the caller keeps only the fastest
 rows (``keep``), the fitting rows are timed lowest step-time floor first
-(``simulator.step_bounds``) until the rest provably cannot be kept (``time_pruning``). Large
-searches are split over processes (fork), each evaluating whole chunks.
+(``simulator.step_bounds``) until the rest provably cannot be kept (``time_pruning``); and a
+chunk of a larger search may skip the memory model on the rows that the rows other chunks
+keep rule out by a floor needing no memory model (``Screen``: ``Evaluated.fitting`` then
+counts the rows shown to fit, ``unchecked`` the others). Large searches are split over
+processes (fork), each evaluating whole chunks.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import os
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from typing import Callable, Mapping
 
@@ -27,12 +30,13 @@ from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
 from planners.refine import TOP_EXACT
 from planners.search_space import SearchSpace
-from planners.time_pruning import excluded, held_by_row, kept_summary, next_to_time, skippable
+from planners.time_pruning import (compact_summary, excluded, held_by_row, kept_summary, next_to_time,
+                                   skippable)
 from simulator.config_batch import ConfigBatch
 from simulator.parallel_config import ParallelConfig
 from simulator.report import TIME_PARTS
 from simulator.memory_rows import static_lower_bound_bytes
-from simulator.step_bounds import step_time_floor_s
+from simulator.step_bounds import step_time_floor_any_memory_s, step_time_floor_s
 from simulator.step_model import evaluate, memory_parts
 
 #: step-model outputs the planner keeps for every fitting row.
@@ -70,8 +74,11 @@ class Evaluated:
         bound_pruned: rows the memory lower bound or the end stages dropped before the whole
             stage model (their memory is not seen: when nothing fits, ``min_memory_*`` is exact
             only if this is 0).
-        fitting: rows that fit (all dtypes); ``rows`` are all of them unless the search was told
-            which it keeps (``evaluate_space(keep=...)``), then those it had to time.
+        fitting: rows shown to fit (all dtypes); ``rows`` are all of them unless the search was
+            told which it keeps (``evaluate_space(keep=...)``), then those it had to time.
+        unchecked: rows whose memory was never evaluated (``Screen``: their step-time floor
+            could not rank among what other chunks keep): each may fit or not, so ``fitting``
+            is then a lower bound (0 unless screened).
         unrefined: with a ``refine``, the rows' ``KEPT_OUTPUTS`` and ``CHOSEN_FIELDS`` as timed,
             before it (what ``evaluate_space`` of any set of these rows gives them before its
             own refinement: ``planners.plan`` rebuilds its table from them); None without.
@@ -89,6 +96,78 @@ class Evaluated:
     bound_pruned: int = 0
     fitting: int = 0
     unrefined: Mapping[str, np.ndarray] | None = None
+    unchecked: int = 0
+
+
+@dataclass(frozen=True)
+class Screen:
+    """What a chunk's memory phase screens its rows against: ``time_pruning.kept_summary`` of
+    the rows other chunks of the same search keep (``compact_summary``'s, with ``keep`` 1: one
+    per task handed to a worker), with ``keep`` and the tokens per step (``screen_for``). A row
+    whose floor for any memory search outcome (``step_bounds.step_time_floor_any_memory_s``)
+    and memory lower bound (``memory_rows.static_lower_bound_bytes``) show it cannot be among
+    those rows' ``kept_rows`` (``time_pruning.excluded``, sound with a lesser floor and memory)
+    skips the per-stage memory model; it is checked again against the chunk's own timed rows
+    once they are refined (``_time_and_refine``), and modelled then if it could change them."""
+
+    summary: Mapping[str, np.ndarray]
+    keep: int
+    tokens_per_step: float
+
+
+def screen_for(kept: tuple, keep: int, tokens_per_step: float) -> Screen | None:
+    """The ``Screen`` of the rows other chunks keep, ``kept`` (tokens/s, memory bytes, GPU
+    counts); None when they are fewer than ``keep`` (no row can be ruled out then)."""
+    if kept is None or len(kept[0]) < keep:
+        return None
+    return Screen(compact_summary(kept_summary(*kept, keep), keep), 1, tokens_per_step)
+
+
+#: a search's first chunk, which no other chunk's kept rows can screen, gives the per-stage model
+#: first to the rows with the lowest floors for any memory search outcome (``seed_screen``): at
+#: least this many times the rows kept, and at least ``SEED_MIN_SHARE`` of the rows past the
+#: memory lower bound; the others wait as screened rows (``_time_and_refine``). On DeepSeek-V3
+#: over 1,024-4,096 GPUs 99% of the first chunk's rows its own timed rows cannot rule out are
+#: within its 585 k lowest such floors, of 1.42 M (keep 200 k).
+SEED_KEEP_TIMES = 3
+SEED_MIN_SHARE = 0.25
+#: rows of a space sampled to place ``seed_screen``'s threshold (a fixed seed: the same rows
+#: every run)
+SEED_SAMPLE_ROWS = 65_536
+
+
+def seed_screen(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, space: SearchSpace,
+                global_batch: int, memory_limit_bytes: float, keep: int, defaults: tuple = ()) -> Screen | None:
+    """A ``Screen`` for a chunk that no other chunk's kept rows screen: it rules out the rows
+    whose floor for any memory search outcome is above the ``q``-quantile of those floors over
+    the rows the memory lower bound passes (estimated on ``SEED_SAMPLE_ROWS`` rows), ``q`` =
+    max(``SEED_KEEP_TIMES`` x ``keep`` / those rows, ``SEED_MIN_SHARE``). No soundness rests on
+    it: a row it rules out is given the memory model all the same unless the chunk's own timed
+    rows show it skippable (``_time_and_refine``). None when it would rule out nothing."""
+    n = len(space)
+    if n == 0:
+        return None
+    tokens = float(global_batch) * float(model.seq_len)
+    rows = np.sort(np.random.default_rng(18).choice(n, min(n, SEED_SAMPLE_ROWS), replace=False))
+    cols = {k: v[rows] for k, v in space.columns.items()}
+    floors, passing = [], 0
+    for d, dtype in enumerate(space.dtypes):
+        batch = config_batch(cols, dtype, global_batch, defaults=defaults[d] if defaults else None)
+        ok = np.flatnonzero(np.asarray(static_lower_bound_bytes(model, cluster, eff, batch)) <= memory_limit_bytes)
+        passing += len(ok)
+        if len(ok):
+            floors.append(np.asarray(step_time_floor_any_memory_s(model, cluster, eff, batch.take(ok)), dtype=float))
+    if not floors:
+        return None
+    share = max(SEED_KEEP_TIMES * keep / max(passing * n / len(rows), 1.0), SEED_MIN_SHARE)
+    if share >= 1.0:
+        return None
+    threshold_s = float(np.quantile(np.concatenate(floors), share))
+    # ``excluded`` with one held rate, tokens / threshold, that every count and memory clears
+    gpus = np.unique(space.columns["dp"] * space.columns["tp"] * space.columns["pp"] * space.columns["cp"])
+    summary = {"top": np.array([tokens / threshold_s]), "gpus": gpus, "best": np.full(len(gpus), np.inf),
+               "memory": np.array([-np.inf]), "most": np.array([np.inf])}
+    return Screen(summary, 1, tokens)
 
 
 def _template() -> ConfigBatch:
@@ -136,6 +215,7 @@ class _Job:
     memory_search: bool = True        # choose the fewest recomputed / offloaded layers that fit
     prune_by_bound: bool = True       # skip the stage model on rows over the limit by the lower bound
     floors: bool = False              # give every fitting row its step-time floor (``step_bounds``)
+    screening: bool = False           # the rows may be screened (``Screen``): keep their stand-ins
 
 
 #: ``memory_parts`` outputs the step model reads (``evaluate(memory_by_part=...)``), kept for
@@ -148,28 +228,59 @@ _JOB: _Job | None = None   # set before forking so workers inherit it without pi
 _FITTING: "_Fitting | None" = None
 
 
-def _memory_chunk(job: _Job, dtype_index: int, start: int, stop: int) -> "_ChunkResult":
+def _memory_chunk(job: _Job, dtype_index: int, start: int, stop: int, screen: Screen | None = None) -> "_ChunkResult":
     """Memory of every row of the chunk (a row whose lower bound, or whose first or last stage,
-    is over the limit cannot fit: the whole stage model runs on the others); of the rows that fit, what their step time needs (the
-    memory search's counts, ``_MEMORY_KEYS``) and, with ``job.floors``, their step-time floor."""
+    is over the limit cannot fit: the whole stage model runs on the others); of the rows that
+    fit, what their step time needs (the memory search's counts, ``_MEMORY_KEYS``) and, with
+    ``job.floors``, their step-time floor. With a ``screen``, the rows it rules out are not
+    modelled (``_ChunkResult.screened``)."""
     defaults = job.defaults[dtype_index] if job.defaults else None
     batch = config_batch(job.columns, job.dtypes[dtype_index], job.global_batch, start, stop, defaults)
+    return _memory_of(job, dtype_index, batch, np.arange(start, stop), start, stop, screen)
+
+
+def _memory_of(job: _Job, dtype_index: int, batch: ConfigBatch, ids: np.ndarray, start: int, stop: int,
+               screen: Screen | None) -> "_ChunkResult":
+    """``_memory_chunk`` of the rows ``ids`` of the space (``batch``: those rows, one dtype);
+    ``start``, ``stop``: the task's row range, for progress."""
     limit = job.memory_limit_bytes if job.memory_search else None
     maybe = np.arange(len(batch))
+    lower = None
     if job.prune_by_bound:
-        maybe = np.flatnonzero(static_lower_bound_bytes(job.model, job.cluster, job.eff, batch)
-                               <= job.memory_limit_bytes)
+        lower = np.asarray(static_lower_bound_bytes(job.model, job.cluster, job.eff, batch))
+        maybe = np.flatnonzero(lower <= job.memory_limit_bytes)
         if len(maybe) < len(batch):
             batch = batch.take(maybe)
+    screened = candidates = _no_screened()
+    if (screen is not None or job.screening) and lower is not None and len(maybe):
+        # rows that cannot be among the rows other chunks keep, by a floor good for any memory
+        # search outcome and the memory lower bound: no per-stage model (checked again, and
+        # modelled if need be, once the chunk's own rows are timed: ``_time_and_refine``). The
+        # others keep their stand-ins too, for the chunk's final screen (``Evaluation.memory``)
+        floor_any = _floor_any_memory_s(job, batch, ids[maybe])
+        lb = lower[maybe]
+        out = np.zeros(len(maybe), dtype=bool)
+        if screen is not None:
+            out = _screened_out(job, screen, ids[maybe], floor_any, lb)
+        both = {"rows": ids[maybe], "dtype_index": np.full(len(maybe), dtype_index), "floor_s": floor_any,
+                "memory_lower_bytes": lb}
+        screened = {k: v[out] for k, v in both.items()}
+        if job.screening:
+            candidates = {k: v[~out] for k, v in both.items()}
+        if out.any():
+            rest = np.flatnonzero(~out)
+            maybe = maybe[rest]
+            batch = batch.take(rest)
+    n_screened = len(screened["rows"])
     if not len(maybe):
         return _ChunkResult(dtype_index, start, stop, np.zeros(0, dtype=np.int64), _no_memory(), None, np.inf, -1,
-                            stop - start)
+                            len(ids) - n_screened, screened, candidates)
     # then the rows over the limit at an end stage (after the search) skip the rest of the stage
     # model: memory inf, pruned like the bound's rows
     parts = memory_parts(job.model, job.cluster, job.eff, batch, fit_limit_bytes=limit,
                          drop_over_bytes=job.memory_limit_bytes if job.prune_by_bound else None, by_part=False)
     mem = np.asarray(parts["memory_bytes"], dtype=float)
-    pruned = stop - start - int(np.count_nonzero(np.isfinite(mem)))
+    pruned = len(ids) - n_screened - int(np.count_nonzero(np.isfinite(mem)))
     fit = np.flatnonzero((mem <= job.memory_limit_bytes) & np.asarray(parts["host_fits"], dtype=bool))
     kept = {k: np.array(np.broadcast_to(parts[k], (len(batch),))[fit]) for k in _MEMORY_KEYS}
     for f in CHOSEN_FIELDS:
@@ -180,13 +291,75 @@ def _memory_chunk(job: _Job, dtype_index: int, start: int, stop: int) -> "_Chunk
         timed = replace(batch.take(fit), **{f: kept[f] for f in CHOSEN_FIELDS})
         floor = np.array(step_time_floor_s(job.model, job.cluster, job.eff, timed, kept), dtype=float)
     i_min = int(np.argmin(mem))
-    return _ChunkResult(dtype_index, start, stop, start + maybe[fit], kept, floor, float(mem[i_min]),
-                        start + maybe[i_min] if np.isfinite(mem[i_min]) else -1, pruned)
+    return _ChunkResult(dtype_index, start, stop, ids[maybe[fit]], kept, floor, float(mem[i_min]),
+                        int(ids[maybe[i_min]]) if np.isfinite(mem[i_min]) else -1, pruned, screened, candidates)
+
+
+#: searched fields a row's floor for any memory search outcome does not read (ZeRO's traffic is
+#: left out of it, and the shard group only sizes that traffic)
+_NOT_IN_FLOOR_ANY = ("zero_stage", "zero_shard_group")
+
+
+def _floor_any_memory_s(job: _Job, batch: ConfigBatch, ids: np.ndarray) -> np.ndarray:
+    """``step_time_floor_any_memory_s`` of the rows ``batch`` (the space's rows ``ids``),
+    computed once per distinct row but for ``_NOT_IN_FLOOR_ANY`` (the ZeRO stages and shard
+    groups of a configuration: ~6 rows each on DeepSeek-V3 over 1,024-4,096 GPUs) and spread
+    back (the floor is row-wise)."""
+    keys = [np.asarray(v)[ids] for k, v in job.columns.items() if k not in _NOT_IN_FLOOR_ANY]
+    order = np.lexsort(keys[::-1])
+    change = np.zeros(len(ids), dtype=bool)
+    change[:1] = True
+    for k in keys:
+        sk = k[order]
+        change[1:] |= sk[1:] != sk[:-1]
+    group = np.empty(len(ids), dtype=np.int64)
+    group[order] = np.cumsum(change) - 1
+    first = np.full(int(group.max()) + 1 if len(ids) else 0, len(ids), dtype=np.int64)
+    np.minimum.at(first, group, np.arange(len(ids)))
+    at = np.sort(first)                      # the first row of each, in the batch's order (its runs)
+    place = np.empty(len(first), dtype=np.int64)
+    place[np.argsort(first)] = np.arange(len(first))
+    floor = np.array(step_time_floor_any_memory_s(job.model, job.cluster, job.eff, batch.take(at)), dtype=float)
+    return floor[place[group]]
+
+
+def _rescreened(job: _Job, screen: Screen, res: "_ChunkResult") -> "_ChunkResult":
+    """``res`` with the rows it modelled that ``screen`` rules out moved to its screened rows
+    (their memory results dropped: they count as unchecked, as if screened at first)."""
+    cand = res.candidates
+    if not len(cand["rows"]):
+        return res
+    out = _screened_out(job, screen, cand["rows"], cand["floor_s"], cand["memory_lower_bytes"])
+    if not out.any():
+        return res
+    # (``bound_pruned`` stays: it matters only when nothing fits, and a screen needs fitting rows)
+    stay = ~np.isin(res.fit_rows, cand["rows"][out], assume_unique=True)
+    screened = {k: np.concatenate([res.screened[k], cand[k][out]]) for k in res.screened}
+    # in row order, as if screened at first (the branch and bound breaks ties by position)
+    order = np.argsort(screened["rows"], kind="stable")
+    return replace(res, fit_rows=res.fit_rows[stay], memory={k: v[stay] for k, v in res.memory.items()},
+                   floor_s=None if res.floor_s is None else res.floor_s[stay],
+                   screened={k: v[order] for k, v in screened.items()},
+                   candidates={k: v[~out] for k, v in cand.items()})
+
+
+def _screened_out(job: _Job, screen: Screen, ids: np.ndarray, floor_any: np.ndarray,
+                  lower_bytes: np.ndarray) -> np.ndarray:
+    """Mask of the rows ``ids`` (their floor for any memory search outcome, memory lower bound)
+    that ``screen`` rules out (``time_pruning.excluded``)."""
+    c = job.columns
+    n_gpus = c["dp"][ids] * c["tp"][ids] * c["pp"][ids] * c["cp"][ids]
+    return excluded(floor_any, screen.tokens_per_step, screen.keep, *held_by_row(lower_bytes, n_gpus, screen.summary))
 
 
 def _no_memory() -> dict:
     kinds = {**dict.fromkeys(CHOSEN_FIELDS, np.int64), "host_fits": bool}
     return {k: np.zeros(0, dtype=kinds.get(k, float)) for k in _MEMORY_KEYS + CHOSEN_FIELDS}
+
+
+def _no_screened() -> dict:
+    return {"rows": np.zeros(0, dtype=np.int64), "dtype_index": np.zeros(0, dtype=np.int64), "floor_s": np.zeros(0),
+            "memory_lower_bytes": np.zeros(0)}
 
 
 @dataclass(frozen=True)
@@ -200,16 +373,23 @@ class _ChunkResult:
     min_memory_bytes: float
     min_memory_row: int
     bound_pruned: int = 0
+    #: rows ``Screen`` kept from the memory model: row, dtype index, floor for any memory search
+    #: outcome, memory lower bound
+    screened: Mapping[str, np.ndarray] = field(default_factory=_no_screened)
+    #: with ``_Job.screening``, the same of the rows it modelled, for a later screen
+    candidates: Mapping[str, np.ndarray] = field(default_factory=_no_screened)
 
 
 @dataclass(frozen=True)
 class _Fitting:
-    """Every fitting row of a search (row, dtype index) with its memory-phase outputs."""
+    """Every fitting row of a search (row, dtype index) with its memory-phase outputs, and the
+    rows screened from the memory model (``_ChunkResult.screened``, concatenated)."""
 
     rows: np.ndarray
     dtype_index: np.ndarray
     memory: Mapping[str, np.ndarray]
     floor_s: np.ndarray | None
+    screened: Mapping[str, np.ndarray] = field(default_factory=_no_screened)
 
 
 def _time_rows(job: _Job, fitting: _Fitting, at: np.ndarray) -> dict:
@@ -295,8 +475,13 @@ class _Shared:
         self.results: list = [None] * len(tasks)
         self.lock, self.idle = threading.Lock(), threading.Condition()
         self.running, self.error = 0, None
+        self.extra: tuple = ()              # arguments every task handed out from now on gets
         for _ in range(n_workers):
             self._hand_out()
+
+    def _with_extra(self, task):
+        """``task`` with the arguments set by ``extra`` (a tuple task then), as handed out now."""
+        return task + self.extra if self.extra else task
 
     def _next(self):
         with self.lock:
@@ -309,7 +494,8 @@ class _Shared:
             i, task = self.todo.popleft()
             with self.idle:
                 self.running += 1
-            self.pool.apply_async(self.fn, (task,), callback=partial(self._returned, i), error_callback=self._failed)
+            self.pool.apply_async(self.fn, (self._with_extra(task),), callback=partial(self._returned, i),
+                                  error_callback=self._failed)
 
     def _returned(self, i: int, res) -> None:          # the pool's result thread
         self.results[i] = res
@@ -340,7 +526,7 @@ class _Shared:
 
         try:
             while (nxt := self._next()) is not None:
-                self.results[nxt[0]] = self.local_fn(nxt[1])
+                self.results[nxt[0]] = self.local_fn(self._with_extra(nxt[1]))
                 tell()
             with self.idle:
                 while self.running and self.error is None:
@@ -406,8 +592,25 @@ class Evaluation:
         self.model, self.cluster, self.eff, self.space, self.global_batch = model, cluster, eff, space, global_batch
         self.job, self.refine, self.keep, self.workers, self.chunk_rows = job, refine, keep, workers, chunk_rows
         self.progress, self._pool, self._results = progress, pool, results
-        self._fitting = self._ev_kw = None
+        self._fitting = self._ev_kw = self._screen = None
         self.t0, self.c0 = time.perf_counter(), time.process_time()
+
+    def screen_by(self, kept) -> None:
+        """Screen the memory tasks not begun yet by ``kept`` (tokens/s, memory bytes, GPU counts
+        of rows other chunks of the same search keep: ``Screen``), when the rows are timed by
+        branch and bound (``keep``) and at least ``keep`` rows are held; or by ``kept`` itself
+        when it is a ``Screen`` (``seed_screen``)."""
+        if not self.job.screening or self._fitting is not None or self._results is None:
+            return
+        screen = kept if isinstance(kept, Screen) else \
+            screen_for(kept, self.keep, float(self.global_batch) * float(self.model.seq_len))
+        if screen is None:
+            return
+        self._screen = screen
+        if self._pool is not None:
+            self._results.extra = (screen,)
+        else:
+            self._results = [task[:3] + (screen,) for task in self._results]
 
     def close(self) -> None:
         """End the memory phase's workers, if it is still under way (an evaluation given up)."""
@@ -438,17 +641,23 @@ class Evaluation:
         else:
             results = self._results.run_rest(tick)
         self._pool = self._results = None
+        if self._screen is not None:
+            # every row of the chunk by the last screen, whichever its task had: the same rows
+            # are screened (and counted) whatever the workers and their timing
+            results = [_rescreened(job, self._screen, r) for r in results]
         floors = [r.floor_s for r in results if r.floor_s is not None]
         self._fitting = _Fitting(np.concatenate([r.fit_rows for r in results]),
                                  np.concatenate([np.full(len(r.fit_rows), r.dtype_index, dtype=np.int64)
                                                  for r in results]),
                                  {k: np.concatenate([r.memory[k] for r in results])
                                   for k in _MEMORY_KEYS + CHOSEN_FIELDS},
-                                 np.concatenate(floors + [np.zeros(0)]) if job.floors else None)
+                                 np.concatenate(floors + [np.zeros(0)]) if job.floors else None,
+                                 {k: np.concatenate([r.screened[k] for r in results]) for k in _no_screened()})
         best = min(results, key=lambda r: r.min_memory_bytes)
         self._ev_kw = dict(evaluated=total, min_memory_bytes=best.min_memory_bytes,
                            min_memory_row=best.min_memory_row, min_memory_dtype=best.dtype_index,
-                           bound_pruned=sum(r.bound_pruned for r in results), fitting=len(self._fitting.rows))
+                           bound_pruned=sum(r.bound_pruned for r in results), fitting=len(self._fitting.rows),
+                           unchecked=len(self._fitting.screened["rows"]))
 
     def finish(self, kept_elsewhere: tuple | None = None, timing_workers: int | None = None) -> Evaluated:
         """The evaluation (``evaluate_space``'s result; ``kept_elsewhere`` as there);
@@ -474,15 +683,22 @@ def start_evaluation(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
                      global_batch: int, memory_limit_bytes: float, chunk_rows: int = DEFAULT_CHUNK_ROWS,
                      workers: int | None = None, progress: Callable[[int, int], None] | None = None,
                      defaults: tuple = (), memory_search: bool = True, prune_by_bound: bool = True,
-                     refine: Callable | None = None, keep: int | None = None) -> Evaluation:
+                     refine: Callable | None = None, keep: int | None = None,
+                     screen_by: tuple | None = None, screening: bool = False) -> Evaluation:
     """``evaluate_space`` begun (arguments as there): with more than one worker its memory phase
-    is handed to forked workers at once and runs while the caller goes on; ``finish`` ends it."""
+    is handed to forked workers at once and runs while the caller goes on; ``finish`` ends it.
+    ``screening``: the rows may be screened from the memory model (``Screen``), by ``screen_by``
+    or by ``Evaluation.screen_by`` later: (tokens/s, memory bytes, GPU counts) of rows other
+    chunks of the same search keep, at least ``keep`` of them; the rows they show cannot be
+    kept skip it (``Evaluated.unchecked`` counts those never modelled). The kept rows and their
+    numbers are the same; ``fitting`` then counts the rows shown to fit. Which rows are
+    screened depends on the last screen given before ``memory`` alone, not on the workers."""
     global _JOB
     n = len(space)
     total = n * len(space.dtypes)
     prune_time = keep is not None and refine is not None
     job = _Job(model, cluster, eff, space.columns, space.dtypes, global_batch, memory_limit_bytes, tuple(defaults),
-               memory_search, prune_by_bound, prune_time)
+               memory_search, prune_by_bound, prune_time, screening and prune_time and prune_by_bound)
     if workers is None:
         workers = (os.cpu_count() or 1) if total >= PARALLEL_MIN_ROWS else 1
     if workers > 1 and n:
@@ -500,15 +716,23 @@ def start_evaluation(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         finally:
             _JOB = before
         results = _Shared(pool, _worker, partial(_run_memory_task, job), tasks, min(workers, len(tasks)) - 1)
-    return Evaluation(model, cluster, eff, space, global_batch, job, refine, keep, workers, chunk_rows, progress,
-                      pool, results)
+    evaluation = Evaluation(model, cluster, eff, space, global_batch, job, refine, keep, workers, chunk_rows, progress,
+                            pool, results)
+    evaluation.screen_by(screen_by)
+    return evaluation
 
 
 def _time_and_refine(model, cluster, eff, space, global_batch: int, job: _Job, fitting: _Fitting, refine, keep,
                      workers: int, chunk_rows: int, ev_kw: dict, kept_elsewhere: tuple | None = None) -> Evaluated:
     """The fitting rows timed (all, or by branch and bound when ``keep`` is given: see
-    ``evaluate_space``) and refined, as ``Evaluated``."""
+    ``evaluate_space``) and refined, as ``Evaluated``. Rows the memory phase screened
+    (``Screen``) are open rows of the branch and bound too, by their floor for any memory
+    search outcome and their memory lower bound (each at most the row's own, so a row shown
+    skippable by them is skippable); one that is not shown so when no modelled row is left to
+    time gets the memory model then (``_with_late``), and joins the fitting rows if it fits."""
+    global _FITTING
     n_fit = len(fitting.rows)
+    ev_kw = dict(ev_kw)
 
     def timed(at):
         """Outputs of the fitting rows ``at`` (sorted), in chunks of one dtype."""
@@ -520,28 +744,39 @@ def _time_and_refine(model, cluster, eff, space, global_batch: int, job: _Job, f
     def evaluated(at, outputs) -> Evaluated:
         return Evaluated(rows=fitting.rows[at], dtype_index=fitting.dtype_index[at], outputs=outputs, **ev_kw)
 
-    if refine is None or keep is None or n_fit <= max(keep, TOP_EXACT):
+    screened = fitting.screened
+    if not len(screened["rows"]) and (refine is None or keep is None or n_fit <= max(keep, TOP_EXACT)):
         at = np.arange(n_fit)
         ev = evaluated(at, timed(at))
         if not (refine and n_fit):
             return replace(ev, unrefined=ev.outputs) if refine else ev
         return replace(refine(model, cluster, eff, space, global_batch, ev, defaults=job.defaults),
                        unrefined=ev.outputs)
-    floor = fitting.floor_s
     cols = space.columns
-    n_gpus = (cols["dp"] * cols["tp"] * cols["pp"] * cols["cp"])[fitting.rows]
+    all_gpus = cols["dp"] * cols["tp"] * cols["pp"] * cols["cp"]
     tokens = float(global_batch) * float(model.seq_len)
+    summary = kept_summary(*kept_elsewhere, keep) if kept_elsewhere is not None and len(kept_elsewhere[0]) >= keep \
+        else None
     outputs = {k: np.zeros(n_fit) for k in KEPT_OUTPUTS + CHOSEN_FIELDS}
     cache = (None, np.zeros(n_fit, dtype=bool), {k: np.zeros(n_fit) for k in KEPT_OUTPUTS})
     is_timed = np.zeros(n_fit, dtype=bool)
-    held = elsewhere = None
-    fit_memory = fitting.memory["memory_bytes"]
-    # the fitting rows by memory, once: each round's untimed rows are looked up in that order
-    # (``time_pruning.rank_among``)
-    by_memory = np.argsort(fit_memory, kind="stable")
-    if kept_elsewhere is not None and len(kept_elsewhere[0]) >= keep:
-        held = held_by_row(fit_memory, n_gpus, kept_summary(*kept_elsewhere, keep), by_memory)
-        elsewhere = excluded(floor, tokens, keep, *held)
+
+    def derived():
+        """What the rounds read of the fitting rows (recomputed when screened rows join them)."""
+        n_gpus = all_gpus[fitting.rows]
+        fit_memory = fitting.memory["memory_bytes"]
+        # the fitting rows by memory, once: each round's untimed rows are looked up in that order
+        # (``time_pruning.rank_among``)
+        by_memory = np.argsort(fit_memory, kind="stable")
+        held = elsewhere = None
+        if summary is not None:
+            held = held_by_row(fit_memory, n_gpus, summary, by_memory)
+            elsewhere = excluded(fitting.floor_s, tokens, keep, *held)
+        s_gpus = all_gpus[screened["rows"]]
+        s_held = held_by_row(screened["memory_lower_bytes"], s_gpus, summary) if summary is not None else None
+        return fitting.floor_s, n_gpus, fit_memory, by_memory, held, elsewhere, s_gpus, s_held
+
+    floor, n_gpus, fit_memory, by_memory, held, elsewhere, s_gpus, s_held = derived()
     # the first round: the lowest floors; with other chunks' kept rows, those of the rows they
     # do not rule out, fewer (the kept rows of the timed and the other chunks' rows together
     # rule out more rows each round), and at least TOP_EXACT rows, so the refinement's
@@ -555,6 +790,7 @@ def _time_and_refine(model, cluster, eff, space, global_batch: int, job: _Job, f
         first = order[~elsewhere[order]]
         new = np.sort(first[:step + TOP_EXACT] if len(first) >= TOP_EXACT else order[:TOP_EXACT])
     while True:
+        _FITTING = fitting                # what ``_time_worker`` reads
         res = timed(new)
         for k in outputs:
             outputs[k][new] = res[k]
@@ -570,9 +806,74 @@ def _time_and_refine(model, cluster, eff, space, global_batch: int, job: _Job, f
                          ev.outputs["tokens_per_s"], ev.outputs["memory_bytes"], n_gpus[at], trace, keep,
                          None if held is None else (held[0], held[1][rest], held[2][rest]), rest_by_memory)
         open_rows = rest[~skip]
+        if not len(open_rows) and len(screened["rows"]):
+            # the screened rows by their stand-ins: those not shown skippable get the memory
+            # model, the most promising first (``next_to_time``), and the fitting ones become
+            # untimed rows of the next round
+            s_skip = skippable(screened["floor_s"], screened["memory_lower_bytes"], s_gpus, tokens,
+                               ev.outputs["tokens_per_s"], ev.outputs["memory_bytes"], n_gpus[at], trace, keep,
+                               s_held)
+            s_open = np.flatnonzero(~s_skip)
+            if len(s_open):
+                late = np.zeros(len(s_skip), dtype=bool)
+                late[s_open[next_to_time(screened["floor_s"][s_open], screened["memory_lower_bytes"][s_open],
+                                         s_gpus[s_open], trace.get("peak_s", np.zeros(0)),
+                                         ev.outputs["memory_bytes"], n_gpus[at], step)]] = True
+                fitting, ev_kw, place = _with_late(job, fitting, ev_kw, late)
+                screened = fitting.screened
+                n_old = len(is_timed)
+                is_timed = _placed(is_timed, place, n_old, False)
+                outputs = {k: _placed(v, place, n_old, 0.0) for k, v in outputs.items()}
+                cache = (None, _placed(cache[1], place, n_old, False),
+                         {k: _placed(v, place, n_old, 0.0) for k, v in cache[2].items()})
+                floor, n_gpus, fit_memory, by_memory, held, elsewhere, s_gpus, s_held = derived()
+                new = np.zeros(0, dtype=np.int64)
+                continue
         if not len(open_rows):
             return replace(ev, unrefined={k: v[at] for k, v in outputs.items()})
         # a row once skippable stays so: the next come from the open rows only
         new = np.sort(open_rows[next_to_time(floor[open_rows], fit_memory[open_rows],
                                              n_gpus[open_rows], trace["peak_s"], ev.outputs["memory_bytes"],
                                              n_gpus[at], step)])
+
+
+def _placed(values: np.ndarray, place: np.ndarray, n_old: int, fill) -> np.ndarray:
+    """``values`` (one per row of a fitting set) laid out for the enlarged set: old row ``i``
+    at ``place[i]``, the new rows ``fill``."""
+    out = np.full(len(place), fill, dtype=values.dtype)
+    out[place[:n_old]] = values
+    return out
+
+
+def _with_late(job: _Job, fitting: _Fitting, ev_kw: dict, late: np.ndarray) -> tuple:
+    """(``fitting`` with the screened rows ``late`` (mask) modelled: the fitting ones in their
+    place, every array in (dtype, row) order as the memory phase gives it; the rest stay
+    screened; ``ev_kw`` with the counts moved; where each row of the concatenation (old rows,
+    then the new ones) went)."""
+    sc = fitting.screened
+    results = []
+    for d in np.unique(sc["dtype_index"][late]):
+        ids = np.sort(sc["rows"][late & (sc["dtype_index"] == d)])
+        cols = {k: v[ids] for k, v in job.columns.items()}
+        batch = config_batch(cols, job.dtypes[int(d)], job.global_batch,
+                             defaults=job.defaults[int(d)] if job.defaults else None)
+        results.append(_memory_of(job, int(d), batch, ids, 0, len(ids), None))
+    rows = np.concatenate([fitting.rows] + [r.fit_rows for r in results])
+    dtype_index = np.concatenate([fitting.dtype_index] + [np.full(len(r.fit_rows), r.dtype_index, dtype=np.int64)
+                                                          for r in results])
+    order = np.lexsort((rows, dtype_index))
+    place = np.empty(len(order), dtype=np.int64)
+    place[order] = np.arange(len(order))
+    memory = {k: np.concatenate([fitting.memory[k]] + [r.memory[k] for r in results])[order]
+              for k in _MEMORY_KEYS + CHOSEN_FIELDS}
+    floors = [fitting.floor_s] + [r.floor_s for r in results if r.floor_s is not None]
+    merged = _Fitting(rows[order], dtype_index[order], memory, np.concatenate(floors)[order],
+                      {k: v[~late] for k, v in sc.items()})
+    n_late = int(np.count_nonzero(late))
+    kw = dict(ev_kw, fitting=len(merged.rows), unchecked=ev_kw["unchecked"] - n_late,
+              bound_pruned=ev_kw["bound_pruned"] + sum(r.bound_pruned for r in results))
+    best = min(results, key=lambda r: r.min_memory_bytes)
+    if best.min_memory_bytes < kw["min_memory_bytes"]:
+        kw.update(min_memory_bytes=best.min_memory_bytes, min_memory_row=best.min_memory_row,
+                  min_memory_dtype=best.dtype_index)
+    return merged, kw, place

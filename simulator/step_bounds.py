@@ -29,6 +29,8 @@ H100 its median was 0.76 of the lower bound, a tenth of the rows under 0.37; wit
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from cost_models.compute import compute_rates
@@ -36,7 +38,7 @@ from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
 from simulator.config_batch import ConfigBatch
-from simulator.memory_rows import BOUND_MARGIN
+from simulator.memory_rows import BOUND_MARGIN, row_terms
 from simulator.step_model import (_FULL, _degrees, _dp_after_flush, _layer_times, _optimizer_step_s, _overlapped,
                                   _pipeline_inputs, _shard_groups, _stage_params, _weight_cast_fill_s)
 from simulator.stage_cells import distinct_stage_counts
@@ -53,6 +55,51 @@ def step_time_floor_s(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMod
     n = len(batch)
     if n == 0:
         return np.zeros(0)
+    flush, lay, sp_, rates = _pipeline_floor_s(model, cluster, eff, batch, memory_by_part, any_counts=False)
+    dp, tp, pp, cp, ep, etp, vpp = _degrees(batch)
+    grad_comm, gather_comm, bucket_share = _dp_after_flush(model, cluster, eff, batch, sp_, rates.act_bytes)
+    dp_tail = (_overlapped(grad_comm, np.inf, bucket_share * grad_comm, batch.overlap_grad_reduce)
+               + _overlapped(gather_comm, np.inf, bucket_share * gather_comm, batch.overlap_param_gather))
+    shard, _, expert_shard = _shard_groups(batch, dp * cp, sp_["edp"])
+    optimizer = _optimizer_step_s(cluster, eff, batch, memory_by_part, shard, expert_shard)[0]
+    floor = flush + _weight_cast_fill_s(model, batch, lay) + dp_tail + optimizer
+    return np.broadcast_to(floor * (1.0 - BOUND_MARGIN), (n,))
+
+
+def step_time_floor_any_memory_s(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel,
+                                 batch: ConfigBatch) -> np.ndarray:
+    """Per row of ``batch``, seconds no larger than ``step_time_floor_s`` of the row whatever its
+    memory search chooses, computed without the per-stage memory model (``memory_rows.row_terms``
+    only): the pipeline flush's floor with every layer's recomputation at the cheapest its row
+    could run it (a search may give a fully recomputing row a count), nothing offloaded and no
+    data-parallel or ZeRO traffic in the passes (each exposed collective and offload copy is
+    >= 0, and ZeRO never changes a layer's compute: the layer times depend on the layer key
+    alone), plus the low-precision weight casts of the fill; the data-parallel tail and the
+    optimizer step (both >= 0) are left out. The planner orders and screens rows with it before
+    running the memory model on them (``planners.vectorized``, ``time_pruning.excluded``)."""
+    n = len(batch)
+    if n == 0:
+        return np.zeros(0)
+    no_dp = replace(batch, zero_stage=np.zeros(n, dtype=np.asarray(batch.zero_stage).dtype),
+                    grad_reduce_every_microbatch=np.zeros(n, dtype=bool),
+                    offload_activation_layers=np.zeros(n, dtype=np.asarray(batch.offload_activation_layers).dtype))
+    t = row_terms(model, cluster, eff, no_dp)
+    zeros = np.zeros(n)
+    memory_by_part = {"_p_dense_layer": t["dense_p"], "_p_moe_layer": t["moe_ne_p"], "_p_expert_layer": t["moe_ex_p"],
+                      "_edp": np.broadcast_to(t["edp"], (n,)), "_p_first": zeros, "_p_first_expert": zeros,
+                      "_act_kept_dense": zeros, "_act_kept_moe": zeros}
+    flush, lay, _, _ = _pipeline_floor_s(model, cluster, eff, no_dp, memory_by_part, any_counts=True)
+    floor = flush + _weight_cast_fill_s(model, no_dp, lay)
+    return np.broadcast_to(floor * (1.0 - BOUND_MARGIN), (n,))
+
+
+def _pipeline_floor_s(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch,
+                      memory_by_part: dict, any_counts: bool):
+    """(the flush's floor per row (``_flush_floor_s``), the layer times, the stage parameters,
+    the rates); ``any_counts``: every layer's recomputation at the cheapest its row could run
+    it, whatever the row's counts (else a row that recomputes in full with no count and
+    offloads nothing recomputes every layer in full)."""
+    n = len(batch)
     rates = compute_rates(cluster.gpu, eff, batch.dtype)
     dp, tp, pp, cp, ep, etp, vpp = _degrees(batch)
     mbs, gbs = np.asarray(batch.micro_batch, dtype=float), np.asarray(batch.global_batch, dtype=float)
@@ -69,6 +116,8 @@ def step_time_floor_s(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMod
     # where its count covers it, the whole layer: at least the lesser
     rc = np.broadcast_to(np.asarray(batch.recompute), (n,))
     every = (rc == _FULL) & (row(batch.recompute_num_layers) == 0) & (row(batch.offload_activation_layers) == 0)
+    if any_counts:
+        every = np.zeros(n, dtype=bool)
 
     def recompute(i):
         least = np.where(rc == _FULL, np.minimum(row(per_layer.r_full[i]), row(per_layer.r_sel[i])),
@@ -97,15 +146,7 @@ def step_time_floor_s(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMod
     off_cost = np.minimum(row(per_layer.off_f[0]) + row(per_layer.off_b[0]), row(per_layer.off_f[1])
                           + row(per_layer.off_b[1]))
     m = np.rint(gbs / (dp * mbs))
-    flush = _flush_floor_s(model, batch, m, coef, chain_s, off, off_cost)
-
-    grad_comm, gather_comm, bucket_share = _dp_after_flush(model, cluster, eff, batch, sp_, rates.act_bytes)
-    dp_tail = (_overlapped(grad_comm, np.inf, bucket_share * grad_comm, batch.overlap_grad_reduce)
-               + _overlapped(gather_comm, np.inf, bucket_share * gather_comm, batch.overlap_param_gather))
-    shard, _, expert_shard = _shard_groups(batch, dp * cp, sp_["edp"])
-    optimizer = _optimizer_step_s(cluster, eff, batch, memory_by_part, shard, expert_shard)[0]
-    floor = flush + _weight_cast_fill_s(model, batch, lay) + dp_tail + optimizer
-    return np.broadcast_to(floor * (1.0 - BOUND_MARGIN), (n,))
+    return _flush_floor_s(model, batch, m, coef, chain_s, off, off_cost), lay, sp_, rates
 
 
 def _flush_floor_s(model: ModelSpec, batch: ConfigBatch, m, coef: np.ndarray, chain_s: np.ndarray, off,

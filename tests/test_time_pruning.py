@@ -98,11 +98,21 @@ SEARCHES = [
 @pytest.mark.parametrize("name, gpus, gbs, kw", SEARCHES)
 def test_a_search_timing_only_what_it_can_keep_returns_the_table_of_one_timing_every_row(name, gpus, gbs, kw):
     pruned = plan(name, "dgx-h100", gpus, gbs, workers=1, **kw)
+    counted = plan(name, "dgx-h100", gpus, gbs, workers=1, count_fitting=True, **kw)
     every = plan(name, "dgx-h100", gpus, gbs, workers=1, prune_by_time=False, **kw)
     assert every.fitting > 3 * kw["max_plans"]           # something to prune
     assert_frame_equal(pruned.plans, every.plans, check_exact=True)
-    assert (pruned.fitting, pruned.evaluated, pruned.pruned, pruned.stage_layers, pruned.explain.split("search")[0]) \
+    assert_frame_equal(counted.plans, every.plans, check_exact=True)
+    assert counted.fit_exact and every.fit_exact
+    assert (counted.fitting, counted.evaluated, counted.pruned, counted.stage_layers, counted.explain.split("search")[0]) \
         == (every.fitting, every.evaluated, every.pruned, every.stage_layers, every.explain.split("search")[0])
+    # without count_fitting a search over several chunks may leave rows unchecked for memory
+    # (their floor cannot rank): its count is then a lower bound, the unchecked rows the gap
+    assert pruned.fitting <= every.fitting <= pruned.fitting + pruned.fit_unchecked
+    assert pruned.fitting + pruned.fit_unchecked + pruned.pruned["memory"] == pruned.evaluated == every.evaluated
+    assert {k: v for k, v in pruned.pruned.items() if k != "memory"} \
+        == {k: v for k, v in every.pruned.items() if k != "memory"}
+    assert pruned.stage_layers == every.stage_layers
 
 
 def test_branch_and_bound_times_a_fraction_of_the_fitting_rows_and_keeps_the_same_ones():

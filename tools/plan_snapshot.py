@@ -7,7 +7,8 @@ on any difference). The cases cover a wide MoE range search (the ``range_search_
 benchmark's), dense and MoE searches with and without a GPU range, two dtypes, and a search
 without the memory search. ``--one-process`` runs each search in one process (``os.cpu_count``
 taken as 1, so the planner scores the chunks of a large space one after another, in order,
-where by default it splits them over every CPU).
+where by default it splits them over every CPU). ``--count-fitting`` passes that flag (every
+row given the memory model, so ``search.fit`` is exact on the range search too).
 """
 from __future__ import annotations
 
@@ -39,10 +40,11 @@ _ONE_PROCESS = ("import os, runpy, sys; os.cpu_count = lambda: 1; sys.argv[0] = 
                 "runpy.run_module('paraplan.cli', run_name='__main__')")
 
 
-def snapshot(name: str, one_process: bool = False) -> str:
+def snapshot(name: str, one_process: bool = False, count_fitting: bool = False) -> str:
     """The case's ``--json`` (top 30 and the frontiers) without its timing fields, as text."""
     cli = ["-c", _ONE_PROCESS] if one_process else ["-m", "paraplan.cli"]
-    cmd = [sys.executable, *cli, "plan", *CASES[name], "--top", "30", "--pareto", "--json"]
+    cmd = [sys.executable, *cli, "plan", *CASES[name], "--top", "30", "--pareto", "--json",
+           *(["--count-fitting"] if count_fitting else [])]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True).stdout
     data = json.loads(out)
     for k in _TIMING:
@@ -56,12 +58,13 @@ def main(argv=None) -> int:
     ap.add_argument("directory", type=Path)
     ap.add_argument("--case", choices=sorted(CASES), action="append")
     ap.add_argument("--one-process", action="store_true", help="score every search in one process")
+    ap.add_argument("--count-fitting", action="store_true", help="give every row the memory model (exact fit count)")
     args = ap.parse_args(argv)
     args.directory.mkdir(parents=True, exist_ok=True)
     status = 0
     for name in args.case or CASES:
         t0 = time.perf_counter()
-        text = snapshot(name, args.one_process)
+        text = snapshot(name, args.one_process, args.count_fitting)
         path = args.directory / f"{name}.json"
         if args.action == "save":
             path.write_text(text)

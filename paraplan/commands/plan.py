@@ -21,7 +21,7 @@ from model_specs.catalog import load_model
 from paraplan import mfu as mfu_units
 from paraplan import priors
 from paraplan.cli import dump_json, format_table, four_significant
-from planners.explain import stage_layers_text
+from planners.explain import fit_text, stage_layers_text
 from planners.plan import OUTPUT_COLUMNS, PlanResult, parse_gpus, plan
 from simulator.parallel_config import Recompute, Schedule
 from paraplan.commands.simulate import STACK_HELP, ep_comm_overlap_option, ep_dispatch_dedup_option
@@ -168,7 +168,7 @@ def _header(result: PlanResult) -> str:
             f"{result.global_batch} sequence{'' if result.global_batch == 1 else 's'} x {result.seq_len} = "
             f"{tokens:,} tokens\n"
             f"searched {result.raw_size:,} configurations in {result.wall_s:.2f} s: {result.evaluated:,} evaluated "
-            f"({result.evals_per_s:,.0f}/s), {result.fitting:,} fit in {result.memory_limit_bytes / 2**30:.1f} GiB\n")
+            f"({result.evals_per_s:,.0f}/s), {fit_text(result)} in {result.memory_limit_bytes / 2**30:.1f} GiB\n")
 
 
 def _gpus_json(gpus: tuple[int, int]):
@@ -184,7 +184,8 @@ def _json(result: PlanResult, top: int, pareto: bool, explain: bool, cluster) ->
                     "dtypes": list(result.dtypes), "memory_limit_bytes": result.memory_limit_bytes,
                     "headroom_required_bytes": result.hbm_bytes - result.memory_limit_bytes,
                     **priors.json_fields(cluster)},
-        "search": {"configurations": result.raw_size, "evaluated": result.evaluated, "fit": result.fitting, "plans_kept": len(result.plans),
+        "search": {"configurations": result.raw_size, "evaluated": result.evaluated, "fit": result.fitting,
+                   "fit_exact": result.fit_exact, "fit_unchecked": result.fit_unchecked, "plans_kept": len(result.plans),
                    "wall_s": result.wall_s, "eval_s": result.eval_s, "evals_per_s": result.evals_per_s},
         "pruned": dict(result.pruned),
         "plans": display(result.top(top), cluster).to_dict("records"),
@@ -259,6 +260,10 @@ def _csv(df) -> str:
 @click.option("--memory-search/--no-memory-search", default=True, show_default=True,
               help="Give each plan that needs recomputation to fit the fewest recomputed layers per chunk that fit "
                    "(stage by stage), and each plan that fits no other way the fewest layers offloaded to the host.")
+@click.option("--count-fitting", is_flag=True,
+              help="Give every configuration the memory model, so the fit count is exact. By default a search "
+                   "over several space chunks skips it on the rows whose step-time floor shows they cannot "
+                   "rank among the plans already kept, and says \"at least N fit\"; the plans are the same.")
 @click.option("--hsdp/--no-hsdp", default=True, show_default=True,
               help="Also try ZeRO 2-3 sharded within a node and replicated across nodes (HSDP).")
 @click.option("--dtype", "dtypes", multiple=True, type=click.Choice(list(KNOWN_DTYPES)),
@@ -284,7 +289,7 @@ def _csv(df) -> str:
                    "instead of the table, and say how much slower it is than the unrestricted winner.")
 def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, top, max_tp, fix, headroom_gib,
             dtypes, stack, as_json, as_csv, pareto, explain, max_micro_batch, emit, memory_search, hsdp,
-            ep_comm_overlap, ep_dispatch_dedup, **explicit) -> None:
+            ep_comm_overlap, ep_dispatch_dedup, count_fitting, **explicit) -> None:
     """Find the parallel configurations of MODEL on CLUSTER with the highest throughput that fit
     in memory: every factorisation of the GPUs over dp x tp x pp x cp (x ep), virtual pipeline
     stages, micro-batch, ZeRO 0-3 (and hybrid sharding within a node), recomputation and sequence
@@ -349,7 +354,7 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         result = plan(spec, cl, parse_gpus(gpus), global_batch, global_batch_tokens=global_batch_tokens,
                       max_tp=max_tp, fixed=fixed, headroom_gib=headroom_gib, dtypes=dtypes or None,
                       max_micro_batch=max_micro_batch, progress=bar, stack=stack, memory_search=memory_search,
-                      hsdp=hsdp)
+                      hsdp=hsdp, count_fitting=count_fitting)
     finally:
         bar.close()
     is_range = result.gpus[0] != result.gpus[1]
