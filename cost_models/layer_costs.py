@@ -337,7 +337,7 @@ def dense_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, ffn=N
     return {**gemms, "elem_fwd_s": elem_fwd, "elem_bwd_s": elem_bwd, **casts}
 
 
-def lm_head_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, cross_entropy="megatron_fused"):
+def lm_head_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, cross_entropy="megatron_unfused"):
     """Output layer + loss on the last stage: ``fwd_s``, ``dgrad_s`` (the input gradient with the
     loss backward), ``wgrad_s`` (the output layer's weight gradient), ``bwd_s`` (their sum),
     ``flops_fwd``, ``loss_fwd_s`` and ``loss_bwd_s`` (the loss alone, included in the others).

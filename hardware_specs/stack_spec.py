@@ -193,6 +193,8 @@ class TrainingBehaviour:
             (Megatron ``--cross-entropy-loss-fusion`` and ``--cross-entropy-fusion-impl``,
             Megatron-Bridge ``model.cross_entropy_loss_fusion`` / ``cross_entropy_fusion_impl``);
             what each moves through HBM per logit is counted in ``cost_models.cross_entropy``.
+            Default ``megatron_unfused``: Megatron-Core's own default (``cross_entropy_loss_fusion:
+            bool = False``, megatron/core/model_parallel_config.py).
     """
 
     overlap_grad_reduce: bool = True
@@ -227,7 +229,7 @@ class TrainingBehaviour:
     zero3_grad_reduce: str = "reduce_scatter"
     grad_buffer: str = "fp32"
     fp8_param_gather: bool = False
-    cross_entropy: str = "megatron_fused"
+    cross_entropy: str = "megatron_unfused"
 
     def __post_init__(self) -> None:
         if self.attention_kernel not in ATTENTION_KERNELS:

@@ -76,7 +76,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
                 ep, etp, imbalance, tp_overlap, cp_kind, attention_kernel, flash_attention, ep_overlap,
                 tp_backward_overlap=True, softmax_fusion=True, cuda_graphs=False, modules=0,
                 ep_dispatch_dedup=False, fp8_current_scaling=False, attention_unpad=False,
-                glu_clamp_eager=False, grouped_gemm_streams=1, cross_entropy="megatron_fused") -> dict:
+                glu_clamp_eager=False, grouped_gemm_streams=1, cross_entropy="megatron_unfused") -> dict:
     """Per-layer times (seconds, one micro-batch) and FLOPs for the given layer keys; see the
     module docstring for the keys (``f_dense``, ``b_moe``, ...) and the model's ends
     (``emb_f``, ``emb_b``, ``head_f``, ``head_b``, ``head_w``, ``mtp_f``, ``mtp_b``,

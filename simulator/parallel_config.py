@@ -310,7 +310,7 @@ class ParallelConfig:
     attention_unpad: bool = False
     glu_clamp_eager: bool = False
     grouped_gemm_streams: int = 1
-    cross_entropy: str = "megatron_fused"
+    cross_entropy: str = "megatron_unfused"
     param_gather_per_tensor: bool = False
     cuda_graphs: bool = False
     fp8_current_scaling: bool = False
