@@ -12,6 +12,7 @@ import numpy as np
 from cost_models.compute import (ComputeRates, attention_core_exponentials, attention_core_flops, attention_time_s,
                                  linear_gemm_times_s, materialised_attention_time_s,
                                  memory_bound_time_s)
+from cost_models.cross_entropy import loss_traffic
 from cost_models.low_precision import (ELEMENT_BYTES, SOURCE_BYTES, quantise_bytes_per_element,
                                        quantise_kernels, quantised_copies)
 from model_specs.model_spec import ModelSpec
@@ -336,25 +337,27 @@ def dense_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, ffn=N
     return {**gemms, "elem_fwd_s": elem_fwd, "elem_bwd_s": elem_bwd, **casts}
 
 
-#: bytes per logit of the fused vocab-parallel cross-entropy (fp32 logits: max, exp-sum,
-#: loss forward; softmax gradient backward), forward and backward each.
-CROSS_ENTROPY_BYTES_PER_LOGIT = 8.0
-
-
-def lm_head_costs(model: ModelSpec, rates: ComputeRates, tokens, tp):
+def lm_head_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, cross_entropy="megatron_unfused"):
     """Output layer + loss on the last stage: ``fwd_s``, ``dgrad_s`` (the input gradient with the
     loss backward), ``wgrad_s`` (the output layer's weight gradient), ``bwd_s`` (their sum),
-    ``flops_fwd``.
+    ``flops_fwd``, ``loss_fwd_s`` and ``loss_bwd_s`` (the loss alone, included in the others).
 
     Pass 16-bit ``rates``: low-precision recipes keep the output layer in BF16 (``low_precision``).
+    ``cross_entropy``: the loss implementation (a name of ``CROSS_ENTROPY_IMPLS`` or an array of
+    its codes, one per row): its bytes per logit and kernels each way (``cost_models.cross_entropy``)
+    over the ``tokens x vocab / tp`` logits this GPU holds.
     """
     tokens = np.asarray(tokens, dtype=float)
     tp = np.asarray(tp, dtype=float)
     vocab_local = model.vocab_size / tp
     fwd, dgrad, wgrad = linear_gemm_times_s(tokens, vocab_local, model.hidden_size, rates)
-    loss = memory_bound_time_s(tokens * vocab_local * CROSS_ENTROPY_BYTES_PER_LOGIT, rates, 3)
-    return {"fwd_s": fwd + loss, "dgrad_s": dgrad + loss, "wgrad_s": wgrad, "bwd_s": dgrad + wgrad + loss,
-            "flops_fwd": 2.0 * tokens * vocab_local * model.hidden_size}
+    bytes_fwd, bytes_bwd, kernels_fwd, kernels_bwd = loss_traffic(cross_entropy)
+    logits = tokens * vocab_local
+    loss_fwd = memory_bound_time_s(logits * bytes_fwd, rates, kernels_fwd)
+    loss_bwd = memory_bound_time_s(logits * bytes_bwd, rates, kernels_bwd)
+    return {"fwd_s": fwd + loss_fwd, "dgrad_s": dgrad + loss_bwd, "wgrad_s": wgrad, "bwd_s": dgrad + wgrad + loss_bwd,
+            "flops_fwd": 2.0 * tokens * vocab_local * model.hidden_size,
+            "loss_fwd_s": loss_fwd, "loss_bwd_s": loss_bwd}
 
 
 def mtp_projection_costs(model: ModelSpec, rates: ComputeRates, tokens, tp):

@@ -43,6 +43,14 @@ FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4", "none")
 #: resolved for the run's dtype; Megatron-Core ``grad_reduce_in_fp32``, Megatron-LM local DDP
 #: ``--accumulate-allreduce-grads-in-fp32``).
 GRAD_BUFFERS = ("fp32", "reduce")
+#: language-model loss implementations a training stack may run (``TrainingBehaviour.cross_entropy``;
+#: their HBM traffic per logit is counted in ``cost_models.cross_entropy``): ``megatron_unfused`` =
+#: Megatron's eager ``vocab_parallel_cross_entropy`` on an fp32 copy, ``megatron_fused`` = Megatron-Core
+#: ``cross_entropy_loss_fusion`` with the ``native`` (``torch.compile``d) implementation,
+#: ``te_triton`` = the same flag with ``cross_entropy_fusion_impl: te`` (Transformer Engine's Triton
+#: kernels), ``torch_eager`` = ``F.cross_entropy`` on an fp32 copy in eager PyTorch,
+#: ``flash_attn_xentropy`` = flash-attn's fused ``CrossEntropyLoss``.
+CROSS_ENTROPY_IMPLS = ("megatron_unfused", "megatron_fused", "te_triton", "torch_eager", "flash_attn_xentropy")
 #: prefetch depths above this are not a documented framework behaviour (and would be a typo).
 MAX_PREFETCH_LAYERS = 8.0
 #: most concurrent GEMM streams a grouped linear can have (Transformer Engine runs 4; CUDA has at
@@ -181,6 +189,12 @@ class TrainingBehaviour:
             the optimizer; the quantised tensors hold what ``low_precision.
             weight_copy_bytes_per_param`` counts (FP8 row-wise data and, on Hopper, its transpose;
             MXFP8 row-wise and column-wise data with their scales). Other dtypes ignore it.
+        cross_entropy: the language-model loss implementation, one of ``CROSS_ENTROPY_IMPLS``
+            (Megatron ``--cross-entropy-loss-fusion`` and ``--cross-entropy-fusion-impl``,
+            Megatron-Bridge ``model.cross_entropy_loss_fusion`` / ``cross_entropy_fusion_impl``);
+            what each moves through HBM per logit is counted in ``cost_models.cross_entropy``.
+            Default ``megatron_unfused``: Megatron-Core's own default (``cross_entropy_loss_fusion:
+            bool = False``, megatron/core/model_parallel_config.py).
     """
 
     overlap_grad_reduce: bool = True
@@ -215,6 +229,7 @@ class TrainingBehaviour:
     zero3_grad_reduce: str = "reduce_scatter"
     grad_buffer: str = "fp32"
     fp8_param_gather: bool = False
+    cross_entropy: str = "megatron_unfused"
 
     def __post_init__(self) -> None:
         if self.attention_kernel not in ATTENTION_KERNELS:
@@ -230,6 +245,9 @@ class TrainingBehaviour:
         if self.grad_buffer not in GRAD_BUFFERS:
             raise InputError("training.grad_buffer", f"unknown value {self.grad_buffer!r}",
                              "choose one of " + ", ".join(GRAD_BUFFERS))
+        if self.cross_entropy not in CROSS_ENTROPY_IMPLS:
+            raise InputError("training.cross_entropy", f"unknown implementation {self.cross_entropy!r}",
+                             "choose one of " + ", ".join(CROSS_ENTROPY_IMPLS))
         if self.grad_reduce_bytes not in (2.0, 4.0):
             raise InputError("training.grad_reduce_bytes", f"must be 2 or 4, got {self.grad_reduce_bytes!r}")
         if self.fp8_recipe not in FP8_RECIPES:

@@ -255,7 +255,8 @@ def stage_assignment_for(model: ModelSpec, cluster: ClusterSpec, eff: Efficiency
     tokens = config.micro_batch * model.seq_len / config.cp
     rates = compute_rates(cluster.gpu, eff, config.dtype)
     head_dtype = sixteen_bit_dtype(cluster.gpu) if config.dtype in LOW_PRECISION else config.dtype
-    head = layer_costs.lm_head_costs(model, compute_rates(cluster.gpu, eff, head_dtype), tokens, tp)
+    head = layer_costs.lm_head_costs(model, compute_rates(cluster.gpu, eff, head_dtype), tokens, tp,
+                                     config.cross_entropy)
     emb = layer_costs.embedding_costs(model, rates, tokens)
     states = v["weights_bytes"] + v["gradients_bytes"] + v["optimizer_bytes"]
     per_param = states / max(v["params_local"], 1.0)

@@ -9,7 +9,9 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from cost_models.cross_entropy import CROSS_ENTROPY_CODES
 from cost_models.memory import MODULE_BITS
+from hardware_specs.stack_spec import CROSS_ENTROPY_IMPLS
 from simulator.parallel_config import (RECOMPUTE_MODULES, AttentionKernel, CPKind, ParallelConfig, Recompute,
                                        RecomputeMethod, Schedule)
 
@@ -71,6 +73,7 @@ class ConfigBatch:
     softmax_fusion: np.ndarray
     attention_unpad: np.ndarray
     glu_clamp_eager: np.ndarray
+    cross_entropy: np.ndarray        # index into CROSS_ENTROPY_IMPLS
     param_gather_per_tensor: np.ndarray
     cuda_graphs: np.ndarray
     zero3_persistence_elements: np.ndarray
@@ -144,6 +147,7 @@ class ConfigBatch:
             softmax_fusion=col("softmax_fusion", bool, bool),
             attention_unpad=col("attention_unpad", bool, bool),
             glu_clamp_eager=col("glu_clamp_eager", bool, bool),
+            cross_entropy=col("cross_entropy", CROSS_ENTROPY_CODES.get),
             param_gather_per_tensor=col("param_gather_per_tensor", bool, bool),
             cuda_graphs=col("cuda_graphs", bool, bool),
             zero3_persistence_elements=col("zero3_persistence_elements", float, float),
@@ -206,6 +210,7 @@ class ConfigBatch:
             param_prefetch_max_elements=float(self.param_prefetch_max_elements[i]),
             tp_backward_overlap=bool(self.tp_backward_overlap[i]), softmax_fusion=bool(self.softmax_fusion[i]),
             attention_unpad=bool(self.attention_unpad[i]), glu_clamp_eager=bool(self.glu_clamp_eager[i]),
+            cross_entropy=CROSS_ENTROPY_IMPLS[int(self.cross_entropy[i])],
             param_gather_per_tensor=bool(self.param_gather_per_tensor[i]), cuda_graphs=bool(self.cuda_graphs[i]),
             zero3_persistence_elements=float(self.zero3_persistence_elements[i]),
             collective_per_rank_copies=bool(self.collective_per_rank_copies[i]),

@@ -76,7 +76,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
                 ep, etp, imbalance, tp_overlap, cp_kind, attention_kernel, flash_attention, ep_overlap,
                 tp_backward_overlap=True, softmax_fusion=True, cuda_graphs=False, modules=0,
                 ep_dispatch_dedup=False, fp8_current_scaling=False, attention_unpad=False,
-                glu_clamp_eager=False, grouped_gemm_streams=1) -> dict:
+                glu_clamp_eager=False, grouped_gemm_streams=1, cross_entropy="megatron_unfused") -> dict:
     """Per-layer times (seconds, one micro-batch) and FLOPs for the given layer keys; see the
     module docstring for the keys (``f_dense``, ``b_moe``, ...) and the model's ends
     (``emb_f``, ``emb_b``, ``head_f``, ``head_b``, ``head_w``, ``mtp_f``, ``mtp_b``,
@@ -87,7 +87,9 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     ``glu_clamp_eager``: a clamped GLU is clamped by separate ops before the activation
     (``ParallelConfig.glu_clamp_eager``; recomputing ``mlp_act`` repeats the clamp).
     ``grouped_gemm_streams``: per-expert GEMMs of a grouped linear that run at once
-    (``ParallelConfig.grouped_gemm_streams``); the host still issues every one of them."""
+    (``ParallelConfig.grouped_gemm_streams``); the host still issues every one of them.
+    ``cross_entropy``: the loss implementation (``ParallelConfig.cross_entropy``; a name, or codes
+    per row, ``cost_models.cross_entropy``)."""
     h = float(model.hidden_size)
     s = float(model.seq_len)
     tokens = np.asarray(tokens, dtype=float)
@@ -307,7 +309,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     # ---- the model's ends: the output layer stays 16-bit under low-precision recipes ---------
     low_precision = rates.dtype in LOW_PRECISION
     head_rates = compute_rates(cluster.gpu, eff, sixteen_bit_dtype(cluster.gpu)) if low_precision else rates
-    head = layer_costs.lm_head_costs(model, head_rates, tokens, tp)
+    head = layer_costs.lm_head_costs(model, head_rates, tokens, tp, cross_entropy)
     emb = layer_costs.embedding_costs(model, rates, tokens)
     out.update({"emb_f": emb["fwd_s"] + 0.0 * tokens, "emb_b": emb["bwd_s"] + 0.0 * tokens,
                 "head_f": head["fwd_s"], "head_b": head["dgrad_s"], "head_w": head["wgrad_s"],

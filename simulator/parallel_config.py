@@ -9,7 +9,7 @@ import numpy as np
 from cost_models.memory import RECOMPUTE_MODULES
 from hardware_specs.errors import InputError
 from hardware_specs.gpu_spec import KNOWN_DTYPES
-from hardware_specs.stack_spec import check_grouped_gemm_streams
+from hardware_specs.stack_spec import CROSS_ENTROPY_IMPLS, check_grouped_gemm_streams
 
 
 class Recompute(str, Enum):
@@ -211,6 +211,9 @@ class ParallelConfig:
         grouped_gemm_streams: how many per-expert GEMMs of a grouped linear run concurrently
             (Transformer Engine's 4 compute streams; ``moe.grouped_gemm_time_s``); 1 = one after
             another.
+        cross_entropy: the language-model loss implementation (``TrainingBehaviour.cross_entropy``,
+            one of ``hardware_specs.stack_spec.CROSS_ENTROPY_IMPLS``): the HBM bytes per logit the
+            loss moves forward and backward (``cost_models.cross_entropy``).
         recompute_num_layers: with ``recompute="full"``, the layers of each model chunk it covers
             (Megatron ``--recompute-num-layers``): ``block`` recomputes the first N layers of
             every chunk and keeps the others' activations; ``uniform`` recomputes every layer
@@ -307,6 +310,7 @@ class ParallelConfig:
     attention_unpad: bool = False
     glu_clamp_eager: bool = False
     grouped_gemm_streams: int = 1
+    cross_entropy: str = "megatron_unfused"
     param_gather_per_tensor: bool = False
     cuda_graphs: bool = False
     fp8_current_scaling: bool = False
@@ -392,6 +396,9 @@ class ParallelConfig:
         object.__setattr__(self, "cp_kind", _enum(CPKind, self.cp_kind, "cp_kind"))
         object.__setattr__(self, "attention_kernel",
                            _enum(AttentionKernel, self.attention_kernel, "attention_kernel"))
+        if self.cross_entropy not in CROSS_ENTROPY_IMPLS:
+            raise InputError("cross_entropy", f"unknown implementation {self.cross_entropy!r}",
+                             "choose one of " + ", ".join(CROSS_ENTROPY_IMPLS))
         if self.dtype not in KNOWN_DTYPES:
             raise InputError("dtype", f"unknown dtype {self.dtype!r}", "choose one of " + ", ".join(KNOWN_DTYPES))
         if self.vpp > 1 and self.schedule == Schedule.ONE_F_ONE_B:

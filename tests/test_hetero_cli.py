@@ -220,16 +220,16 @@ def test_pooled_explain_names_the_peak_its_mfu_is_of(tmp_path):
 
 
 def test_the_pool_alone_rows_say_they_come_from_the_mixed_search_not_a_one_kind_plan(small):
-    # 8 H100 alone: the mixed search's best (ZeRO <= 1, no CP / offload) takes 7.516 s a step for
-    # Llama-3-8B at 64 x 8192 tokens; `paraplan plan -c dgx-h100 -n 8` finds 6.953 s (ZeRO-2), so the
+    # 8 H100 alone: the mixed search's best (ZeRO <= 1, no CP / offload) takes 7.622 s a step for
+    # Llama-3-8B at 64 x 8192 tokens; `paraplan plan -c dgx-h100 -n 8` finds 7.059 s (ZeRO-2), so the
     # table's +62.7% over the H100s is measured against a narrower search, which it now says
     r = run("plan", "-m", "llama3-8b", "-c", small, "--global-batch", "64")
     assert r.exit_code == 0, r.output
     only = next(ln for ln in r.stdout.splitlines() if ln.startswith("only h100 (fastest GPU)"))
-    assert float(only.split()[5]) == pytest.approx(7.516, abs=5e-4)
+    assert float(only.split()[5]) == pytest.approx(7.622, abs=5e-4)
     assert ("the 'only' rows are the best plans on that pool within this mixed search (pipelines, ZeRO 0-1 unless "
             "--zero, no CP or activation offload);") in r.stdout
     assert "`paraplan plan -c <the pool's cluster> -n <its GPUs>` searches one kind's whole space" in r.stdout
     alone = json.loads(run("plan", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "8", "--global-batch", "64",
                            "--json", "--top", "1").stdout)
-    assert alone["plans"][0]["step_time_s"] == pytest.approx(6.953, abs=5e-4)
+    assert alone["plans"][0]["step_time_s"] == pytest.approx(7.059, abs=5e-4)

@@ -1,0 +1,110 @@
+"""HBM traffic of the language-model loss (cross-entropy over the vocabulary), per logit.
+
+The loss is memory-bound: every kernel streams the [tokens, vocab / tp] logits (or a copy of
+them) through HBM. What it moves depends on the implementation a stack runs
+(``TrainingBehaviour.cross_entropy``, one of ``hardware_specs.stack_spec.CROSS_ENTROPY_IMPLS``);
+the counts below are read from each implementation's code, one term per vocabulary-sized tensor
+a kernel reads or writes (bytes per logit, the logits 16-bit as the output layer writes them;
+per-token tensors such as the max, the sum and the target logit are left out). Whether the
+second read of a row hits L2 is not modelled: every read counts.
+
+``megatron_unfused``: Megatron-Core ``tensor_parallel.vocab_parallel_cross_entropy``
+(NVIDIA/Megatron-LM@d7288711 megatron/core/tensor_parallel/cross_entropy.py; the same ops
+since the 2020-03-10 "memory optimization in mpu cross entropy", 57064fd6, in Megatron-LM
+2020-2022, Megatron-DeepSpeed and GPT-NeoX, which call it on ``output.float()``), eager
+PyTorch, one kernel per op. Forward: ``.float()`` reads 2 and writes 4; ``max`` reads 4; the
+in-place subtract reads and writes 4 + 4; ``exp(out=)`` 4 + 4; ``sum`` 4; the softmax ``div_``
+4 + 4 (kept for backward): 38 bytes, 6 kernels. Backward: the target scatter is per token;
+``mul_`` by the output gradient reads and writes 4 + 4; autograd's backward of ``.float()``
+casts the gradient back, 4 + 2: 14 bytes, 2 kernels. (Before 57064fd6 the forward also
+``clone()``d the fp32 logits, 8 bytes more; no stack here runs that code: the "2019" rows quote
+the README of 2020-09.)
+
+``megatron_fused``: Megatron-Core ``fused_vocab_parallel_cross_entropy``
+(``cross_entropy_loss_fusion`` with ``cross_entropy_fusion_impl: native``;
+megatron/core/fusions/fused_cross_entropy.py at d7288711): three ``jit_fuser`` functions
+(``torch.compile`` on PyTorch >= 2.2, megatron/core/jit.py), one kernel each, in forward:
+``calculate_logits_max`` reads the 16-bit logits and writes the fp32 copy it returns (2 + 4),
+``calculate_predicted_logits`` subtracts the max, exponentiates in place and sums (4 + 4),
+``calculate_cross_entropy_loss`` divides in place (4 + 4): 22 bytes, 3 kernels. Backward:
+``calculate_gradients`` updates the saved fp32 softmax in place (read 4, written back 4: the
+compiled graph applies its input's mutation) and returns it cast to bf16 (2): 10 bytes,
+1 kernel.
+
+``te_triton``: Transformer Engine ``parallel_cross_entropy`` (``cross_entropy_fusion_impl:
+te``; NVIDIA/TransformerEngine@v2.12 transformer_engine/common/triton/cross_entropy.py,
+pytorch/triton/cross_entropy.py), Triton kernels on the 16-bit logits: ``online_softmax_kernel``
+reads the row once (2), ``cross_entropy_kernel`` reads it again and writes the gradient over it
+in place (2 + 2): 6 bytes, 2 kernels. Backward: Megatron-Core asks for the unreduced loss
+(``reduce_loss=False``, megatron/core/extensions/transformer_engine.py
+``te_parallel_cross_entropy``), so the output gradient is not the scalar 1 and
+``element_mul_kernel`` scales the stored gradient in place (2 + 2): 4 bytes, 1 kernel.
+
+``torch_eager``: ``F.cross_entropy(logits.float(), labels)`` in eager PyTorch (torchtitan's
+``cross_entropy_loss``, pytorch/torchtitan@v0.2.0 torchtitan/components/loss.py, when the loss is
+not compiled; PyTorch DDP / FSDP loops): the cast (2 + 4), then ``log_softmax``'s kernel
+(aten/src/ATen/native/cuda/SoftMax.cu ``cunn_SoftMaxForward``: a max pass and a sum-of-exp pass
+over the row, then a pass that reads it again and writes the output: 4 + 4 + 4 + 4) and the
+per-token ``nll_loss``: 22 bytes, 2 kernels. Backward: ``nll_loss_backward`` zero-fills a
+logits-sized gradient (4) and scatters per token; ``cunn_SoftMaxBackward`` sums the gradient
+over the row (4), then reads it and the saved output and writes the input gradient (4 + 4 + 4);
+the cast's backward (4 + 2): 26 bytes, 4 kernels.
+
+``flash_attn_xentropy``: flash-attn's ``flash_attn.losses.cross_entropy.CrossEntropyLoss``
+(llm-foundry's MPT ``loss_fn`` default ``fused_crossentropy``, llmfoundry/models/mpt/
+modeling_mpt.py), one kernel each way on the 16-bit logits: forward reads the row for its max and
+its sum of exponentials (2 + 2: apex's xentropy, which flash-attn 1.x wraps, makes two passes;
+flash-attn 2's Triton kernel one), backward reads the logits and writes their gradient (2 + 2):
+4 and 4 bytes, 1 kernel each.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hardware_specs.stack_spec import CROSS_ENTROPY_IMPLS
+
+
+@dataclass(frozen=True)
+class LossTraffic:
+    """Bytes per logit and vocabulary-sized kernels of one loss implementation, each direction."""
+
+    bytes_per_logit_fwd: float
+    bytes_per_logit_bwd: float
+    kernels_fwd: float
+    kernels_bwd: float
+
+
+#: implementation -> its traffic (the module docstring counts each)
+CROSS_ENTROPY_TRAFFIC = {
+    "megatron_unfused": LossTraffic(38.0, 14.0, 6.0, 2.0),
+    "megatron_fused": LossTraffic(22.0, 10.0, 3.0, 1.0),
+    "te_triton": LossTraffic(6.0, 4.0, 2.0, 1.0),
+    "torch_eager": LossTraffic(22.0, 26.0, 2.0, 4.0),
+    "flash_attn_xentropy": LossTraffic(4.0, 4.0, 1.0, 1.0),
+}
+assert set(CROSS_ENTROPY_TRAFFIC) == set(CROSS_ENTROPY_IMPLS)
+#: implementation name -> integer code (``ConfigBatch.cross_entropy``)
+CROSS_ENTROPY_CODES = {name: i for i, name in enumerate(CROSS_ENTROPY_IMPLS)}
+_TABLE = np.array([[CROSS_ENTROPY_TRAFFIC[n].bytes_per_logit_fwd, CROSS_ENTROPY_TRAFFIC[n].bytes_per_logit_bwd,
+                    CROSS_ENTROPY_TRAFFIC[n].kernels_fwd, CROSS_ENTROPY_TRAFFIC[n].kernels_bwd]
+                   for n in CROSS_ENTROPY_IMPLS])
+
+
+def cross_entropy_code(impl) -> int:
+    """The integer code of implementation ``impl`` (a name or a code)."""
+    if isinstance(impl, str):
+        return CROSS_ENTROPY_CODES[impl]
+    return int(impl)
+
+
+def loss_traffic(impl):
+    """(bytes per logit forward, backward, kernels forward, backward) of ``impl``: one
+    implementation name or code, or an array of codes (one per configuration row)."""
+    if isinstance(impl, str):
+        codes = np.asarray(CROSS_ENTROPY_CODES[impl])
+    else:
+        codes = np.asarray(impl, dtype=np.int64)
+    row = _TABLE[codes]
+    return row[..., 0], row[..., 1], row[..., 2], row[..., 3]
