@@ -54,8 +54,10 @@ KNOWN_MODEL_GAPS = {
     "hopper": "fp8 GEMM plateau at bf16's (0.6844; 0.663 before the loss traffic became a stack input): at the "
               "previous factors with the per-stack loss bytes the H100 FP8 rows are predicted slow (Megatron-Bridge "
               "28 rows -4.7%, NeMo 24.07 14 rows -2.7%, NeMo long-sequence 9 rows -3.8% mean signed) while its "
-              "BF16 rows are not, so the FP8 plateau is pushed onto the 16-bit one (docs/accuracy_training.md, "
-              "nineteenth round)",
+              "BF16 rows are not, so the FP8 plateau is pushed onto the 16-bit one. Those sources have FP8 rows "
+              "only; DGX Cloud, the one H100 source with FP8 and BF16 twins, prefers it lower (FP8 +5.0%, BF16 "
+              "-1.1% mean signed), and neither the loss nor the HBM fraction explains it (docs/accuracy_training.md, "
+              "nineteenth round, 'What holds Hopper's FP8 plateau on its bound')",
 }
 
 
