@@ -433,7 +433,7 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
                    "dense_format": ctx.dense_format, "expert_format": ctx.expert_format,
                    "kv_cache_dtype": opts["kv_cache_dtype"]}
         text = dump_json({"request": request, "best": best, "why": plan.why, "front": _records(plan.front),
-                          "evaluated": plan.evaluated, "efficiency_is_prior": ctx.efficiency.prior})
+                          "evaluated": plan.evaluated, "efficiency_fitted": not ctx.efficiency.prior})
     elif as_csv:
         buf = io.StringIO()
         rows = _plan_rows(plan.front)

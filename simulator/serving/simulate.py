@@ -61,7 +61,9 @@ class ServingReport:
             "decode_workers": d.decode_workers if d.mode == "disagg" else None,
             **layouts, **dict(self.metrics), "decode_breakdown_s": dict(self.decode_breakdown_s),
             "memory_bytes": dict(self.memory_bytes), **dict(self.extra),
-            "efficiency_generation": self.context.efficiency.generation, "efficiency_is_prior": self.prior,
+            # named as the training JSON names it (``paraplan.priors``): False where the times rest on
+            # the unfitted prior (hardware_specs/serving_efficiency/default.yaml)
+            "efficiency_generation": self.context.efficiency.generation, "efficiency_fitted": not self.prior,
         }
 
 
