@@ -426,6 +426,8 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
     if as_json:
         best = {k: plan.best[k] for k in plan.best.index if k in _PLAN_COLUMNS or "_" in k}
         best.update(_records(plan.best.to_frame().T)[0])     # with every degree, as whole numbers
+        if best.get("max_batch_per_rank") is not None:      # a count of requests, as serve simulate --json
+            best["max_batch_per_rank"] = int(best["max_batch_per_rank"])
         # what was asked, as `plan --json` echoes its request: a saved answer says what it answers
         request = {"model": ctx.model.name, "system": ctx.cluster.name, "gpu": ctx.cluster.gpu.name, "gpus": gpus,
                    "isl": opts["isl"], "osl": opts["osl"], "ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "modes": list(search),
