@@ -217,6 +217,29 @@ def test_pruned_counts_add_up_and_rules_fire():
         assert space.pruned[rule] > 0, rule
 
 
+def test_a_fixed_schedule_restricts_the_reported_space_and_keeps_the_same_rows():
+    # DeepSeek-V3 on 2048 GPUs, pp16 ep64: `--fix schedule=dualpipe` had reported 145,297,152
+    # configurations, above the unrestricted 96,864,768, since DualPipe joined the default
+    # 1F1B + interleaved axis and both were then pruned as "fixed". Searching only the fixed
+    # schedule makes it one schedule of two: exactly half. The rows kept are the same.
+    from planners.plan import searched_schedules
+    req = dict(model="deepseek-v3", cluster="dgx-h100", gpus=2048, global_batch=15360)
+    free = plan(**req, fixed={"pp": 16, "ep": 64})
+    fixed = plan(**req, fixed={"pp": 16, "ep": 64, "schedule": "dualpipe"})
+    assert free.raw_size == 96_864_768 and fixed.raw_size == 96_864_768 // 2 == 48_432_384
+    assert fixed.pruned["fixed"] == free.pruned["fixed"] // 2 == 46_717_440     # pp and ep, as before
+    assert set(fixed.plans["schedule"]) == {"dualpipe"}
+    assert searched_schedules(("1f1b", "interleaved"), {"schedule": ("dualpipe",)}) == ("dualpipe",)
+    assert searched_schedules(("1f1b", "interleaved"), {"schedule": ("interleaved",)}) == ("interleaved",)
+    assert searched_schedules(("1f1b", "interleaved"), {}) == ("1f1b", "interleaved")
+    spec = load_model("mixtral-8x7b")
+    old = _enumerate(spec, (16, 24), 48, schedules=("1f1b", "interleaved", "zb-v"), fixed={"schedule": ("interleaved", "zb-v")})
+    new = _enumerate(spec, (16, 24), 48, schedules=("interleaved", "zb-v"), fixed={"schedule": ("interleaved", "zb-v")})
+    assert len(new) == len(old) > 0 and new.raw_size == old.raw_size * 2 // 3
+    for k in old.columns:
+        assert np.array_equal(old.columns[k], new.columns[k]), k
+
+
 def test_more_hbm_never_removes_a_fitting_plan():
     spec = load_model("gpt3-13b")
     cl = load_cluster("dgx-a100-40gb")
