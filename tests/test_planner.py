@@ -240,6 +240,22 @@ def test_a_fixed_schedule_restricts_the_reported_space_and_keeps_the_same_rows()
         assert np.array_equal(old.columns[k], new.columns[k]), k
 
 
+def test_a_fixed_shard_group_restricts_the_reported_space_and_runs_without_hsdp():
+    # Llama 3 70B on 64 H100s, batch 512: --fix zero_shard_group=4 had added 4 to the hybrid-
+    # sharding axis {0, node group} and pruned every 0 row as "fixed", reporting 1,451,520
+    # configurations for the unrestricted 967,680; 0 is now off the axis unless named, so the
+    # axis is {node group, 4}: the same size. With hsdp off the fixed group had crashed
+    # (IndexError in _shard_group); its axis is {4}, the size of the unrestricted {0}.
+    req = dict(model="llama3-70b", cluster="dgx-h100", gpus=64, global_batch=512)
+    free, fixed = plan(**req), plan(**req, fixed={"zero_shard_group": 4})
+    assert free.raw_size == fixed.raw_size == 967_680
+    assert set(fixed.plans["zero_shard_group"]) == {4}
+    free_flat, fixed_flat = plan(**req, hsdp=False), plan(**req, hsdp=False, fixed={"zero_shard_group": 4})
+    assert free_flat.raw_size == fixed_flat.raw_size == 967_680 // 2
+    assert set(fixed_flat.plans["zero_shard_group"]) == {4}
+    assert fixed_flat.plans["step_time_s"].iloc[0] == pytest.approx(fixed.plans["step_time_s"].iloc[0])
+
+
 def test_more_hbm_never_removes_a_fitting_plan():
     spec = load_model("gpt3-13b")
     cl = load_cluster("dgx-a100-40gb")
