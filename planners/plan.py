@@ -38,7 +38,7 @@ from planners.stage_assignment import StageAssignment, stage_assignment_for
 from planners.space_scoring import kept_rows, score_space
 from planners.vectorized import DEFAULT_CHUNK_ROWS, Evaluated, evaluate_space
 from simulator import headroom
-from simulator.parallel_config import MAX_GLOBAL_BATCH, MAX_GPUS, ParallelConfig
+from simulator.parallel_config import MAX_GLOBAL_BATCH, MAX_GPUS, ParallelConfig, Schedule
 from simulator.report import TIME_PARTS
 from simulator.stack_defaults import stack_config_fields
 from simulator.step_model import LAYER_KEY_FIELDS
@@ -224,6 +224,20 @@ def normalise_fixed(fixed: Mapping | None) -> dict[str, tuple]:
     return out
 
 
+def searched_schedules(schedules: Iterable[str], fixed: Mapping[str, tuple]) -> tuple[str, ...]:
+    """The schedule axis a request searches: ``schedules``, or, where ``--fix schedule=...`` names
+    some, only those (in the order ``schedules`` + fixed lists them). A fixed dimension restricts
+    the space: searching the other schedules too only to prune them as ``fixed`` would count
+    configurations no one asked for, and a fixed schedule outside ``schedules`` (DualPipe, ZB-V)
+    would make the reported space larger than the unrestricted search's. The rows that survive,
+    and their order, are the same either way (the others all fell to the ``fixed`` rule)."""
+    names = [Schedule(s).value for s in schedules]
+    if "schedule" not in fixed:
+        return tuple(dict.fromkeys(names))
+    chosen = [Schedule(s).value for s in fixed["schedule"]]
+    return tuple(s for s in dict.fromkeys(names + chosen) if s in chosen)
+
+
 def _fixed_value(name: str, v):
     if name == "recompute":
         if str(v).lower() not in RECOMPUTE_NAMES:
@@ -365,7 +379,7 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
     headroom_gib = headroom.headroom_gib(cluster.gpu.hbm_bytes, headroom_gib)
     limit = cluster.gpu.hbm_bytes - headroom_gib * GIB
     fixed = normalise_fixed(fixed)
-    schedules = tuple(dict.fromkeys(tuple(schedules) + tuple(fixed.get("schedule", ()))))
+    schedules = searched_schedules(schedules, fixed)
     constraints = SearchConstraints(
         gpus=(lo, hi), global_batch=gbs, max_tp=int(max_tp or cluster.gpus_per_node),
         fixed=fixed, dtypes=dtypes, schedules=schedules,

@@ -523,18 +523,24 @@ _NODE_GROUP = -1
 def _hsdp_choices(c: SearchConstraints, fixed: Mapping) -> np.ndarray | None:
     """Values of the hybrid-sharding axis: 0 (shard over every dp*cp rank), ``_NODE_GROUP``
     (``hsdp_gpus / tp`` ranks) when searched, and the group sizes ``--fix zero_shard_group``
-    names; None when the axis has only 0."""
-    values = {0}
+    names; None when the axis has only 0. Where ``--fix zero_shard_group`` names sizes, 0 is on the
+    axis only if it is one of them: its rows would all be pruned as ``fixed``, and counting them
+    made a fixed group widen the reported space beyond the unrestricted one (the same rows survive,
+    in the same order)."""
+    named = {int(v) for v in fixed.get("zero_shard_group", ())}
+    values = {0} if not named or 0 in named else set()
     if c.hsdp_gpus:
         values.add(_NODE_GROUP)
-    values.update(int(v) for v in fixed.get("zero_shard_group", ()))
+    values.update(named)
     return None if values == {0} else np.array(sorted(values), dtype=np.int64)
 
 
 def _shard_group(choice, tp, hsdp_gpus: int) -> np.ndarray:
     """``zero_shard_group`` of a row from its ``hsdp_choice`` and tensor-parallel degree."""
-    choice = np.asarray(choice, dtype=np.int64)
-    node = hsdp_gpus // np.maximum(np.asarray(tp, dtype=np.int64), 1) if hsdp_gpus else np.zeros_like(choice)
+    # broadcast first: without hsdp_gpus the node group is 0, and it must still take tp's shape
+    # (--fix zero_shard_group with --no-hsdp had returned one row for every (tp, dp*cp) pair)
+    choice, tp = np.broadcast_arrays(np.asarray(choice, dtype=np.int64), np.asarray(tp, dtype=np.int64))
+    node = hsdp_gpus // np.maximum(tp, 1) if hsdp_gpus else np.zeros_like(choice)
     return np.where(choice == _NODE_GROUP, node, choice)
 
 

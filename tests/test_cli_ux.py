@@ -336,3 +336,20 @@ def test_one_gpu_and_one_sequence_are_counted_in_the_singular_and_degrees_group_
          "model_name": "llama3-8b", "n_gpus": 512}
     assert summary(p) == ("paraplan plan: llama3-8b on 512 GPUs: dp=256 tp=1 pp=1 cp=2 ep=4, micro_batch=1 "
                           "global_batch=512 x 8192 tokens, zero=1 recompute=none schedule=1f1b dtype=bf16")
+
+
+def test_the_plan_header_says_when_the_sequence_length_is_the_models_whole_context():
+    # mixtral-8x22b's default seq_len is its 64K context window (no source states a training
+    # length): 4Mi tokens are 64 sequences of 65536, and a third header line says where 65536 came from
+    base = ("plan", "-m", "mixtral-8x22b", "-c", "dgx-h100", "-n", 64, "--global-batch-tokens", "4Mi", "--top", 1)
+    lines = run(*base).stdout.splitlines()
+    assert lines[0] == ("plan: mixtral-8x22b on 64 x h100-sxm-80gb (dgx-h100); global batch 64 sequences x 65536 = "
+                        "4,194,304 tokens")
+    assert lines[2] == ("sequence length 65536: mixtral-8x22b's default seq_len, its whole context window "
+                        "(--seq-len sets another)")
+    given = run(*base, "--seq-len", 4096).stdout.splitlines()
+    assert given[0].endswith("global batch 1024 sequences x 4096 = 4,194,304 tokens")
+    assert given[2].startswith("rank ")
+    # a preset whose seq_len is below its context (llama3.1-8b: 8192 of 131072) gets no such line
+    assert run("plan", "-m", "llama3.1-8b", "-c", "dgx-h100", "-n", 8, "--global-batch", 64,
+               "--top", 1).stdout.splitlines()[2].startswith("rank ")

@@ -159,6 +159,17 @@ def test_plans_torchtitan_cannot_run_as_planned_are_refused_with_the_reason():
         assert err.value.field == field, (change, err.value)
 
 
+def test_a_model_outside_the_registry_is_refused_naming_exactly_the_registry_models():
+    # the message had said "Llama 3 8B/70B/405B, DeepSeek-V3 671B, Qwen3, gpt-oss, ..." while
+    # REGISTRY maps three models; it now lists REGISTRY itself
+    with pytest.raises(InputError) as err:
+        torchtitan.emit({**dict(ACCEPTED[0][1]), "model": "mixtral-8x7b"})
+    assert err.value.field == "model"
+    assert ("registry models this export maps (llama3 8B (llama3_8b), llama3 70B (llama3_70b), "
+            "deepseek_v3 671B (deepseek_v3_671b))") in str(err.value)
+    assert "405B" not in str(err.value)
+
+
 def test_the_export_names_the_release_it_is_for_and_its_launch_line():
     text = torchtitan.emit(dict(ACCEPTED[0][1]))
     assert "torchtitan 0.3.0" in text and "--module paraplan_plan --config paraplan_plan" in text

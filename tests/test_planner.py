@@ -217,6 +217,45 @@ def test_pruned_counts_add_up_and_rules_fire():
         assert space.pruned[rule] > 0, rule
 
 
+def test_a_fixed_schedule_restricts_the_reported_space_and_keeps_the_same_rows():
+    # DeepSeek-V3 on 2048 GPUs, pp16 ep64: `--fix schedule=dualpipe` had reported 145,297,152
+    # configurations, above the unrestricted 96,864,768, since DualPipe joined the default
+    # 1F1B + interleaved axis and both were then pruned as "fixed". Searching only the fixed
+    # schedule makes it one schedule of two: exactly half. The rows kept are the same.
+    from planners.plan import searched_schedules
+    req = dict(model="deepseek-v3", cluster="dgx-h100", gpus=2048, global_batch=15360)
+    free = plan(**req, fixed={"pp": 16, "ep": 64})
+    fixed = plan(**req, fixed={"pp": 16, "ep": 64, "schedule": "dualpipe"})
+    assert free.raw_size == 96_864_768 and fixed.raw_size == 96_864_768 // 2 == 48_432_384
+    assert fixed.pruned["fixed"] == free.pruned["fixed"] // 2 == 46_717_440     # pp and ep, as before
+    assert set(fixed.plans["schedule"]) == {"dualpipe"}
+    assert searched_schedules(("1f1b", "interleaved"), {"schedule": ("dualpipe",)}) == ("dualpipe",)
+    assert searched_schedules(("1f1b", "interleaved"), {"schedule": ("interleaved",)}) == ("interleaved",)
+    assert searched_schedules(("1f1b", "interleaved"), {}) == ("1f1b", "interleaved")
+    spec = load_model("mixtral-8x7b")
+    old = _enumerate(spec, (16, 24), 48, schedules=("1f1b", "interleaved", "zb-v"), fixed={"schedule": ("interleaved", "zb-v")})
+    new = _enumerate(spec, (16, 24), 48, schedules=("interleaved", "zb-v"), fixed={"schedule": ("interleaved", "zb-v")})
+    assert len(new) == len(old) > 0 and new.raw_size == old.raw_size * 2 // 3
+    for k in old.columns:
+        assert np.array_equal(old.columns[k], new.columns[k]), k
+
+
+def test_a_fixed_shard_group_restricts_the_reported_space_and_runs_without_hsdp():
+    # Llama 3 70B on 64 H100s, batch 512: --fix zero_shard_group=4 had added 4 to the hybrid-
+    # sharding axis {0, node group} and pruned every 0 row as "fixed", reporting 1,451,520
+    # configurations for the unrestricted 967,680; 0 is now off the axis unless named, so the
+    # axis is {node group, 4}: the same size. With hsdp off the fixed group had crashed
+    # (IndexError in _shard_group); its axis is {4}, the size of the unrestricted {0}.
+    req = dict(model="llama3-70b", cluster="dgx-h100", gpus=64, global_batch=512)
+    free, fixed = plan(**req), plan(**req, fixed={"zero_shard_group": 4})
+    assert free.raw_size == fixed.raw_size == 967_680
+    assert set(fixed.plans["zero_shard_group"]) == {4}
+    free_flat, fixed_flat = plan(**req, hsdp=False), plan(**req, hsdp=False, fixed={"zero_shard_group": 4})
+    assert free_flat.raw_size == fixed_flat.raw_size == 967_680 // 2
+    assert set(fixed_flat.plans["zero_shard_group"]) == {4}
+    assert fixed_flat.plans["step_time_s"].iloc[0] == pytest.approx(fixed.plans["step_time_s"].iloc[0])
+
+
 def test_more_hbm_never_removes_a_fitting_plan():
     spec = load_model("gpt3-13b")
     cl = load_cluster("dgx-a100-40gb")

@@ -240,6 +240,37 @@ def test_plan_csv_says_whether_its_numbers_rest_on_the_prior():
     assert fitted["efficiency_fitted"].tolist() == [True] * len(fitted) and len(fitted) > 0
 
 
+def test_serving_json_names_the_prior_as_the_training_json_does():
+    # serving JSON said efficiency_is_prior, training JSON efficiency_fitted (its negation); now both
+    # say efficiency_fitted: False on MI300X (no serving measurements, default.yaml), True on H100
+    prior = ["-m", "llama3.1-8b", "-s", "mi300x-node"]
+    sim = json.loads(run("serve", "simulate", *prior, "--json").stdout)
+    plan = json.loads(run("serve", "plan", *prior, "-n", "8", "--json").stdout)
+    fitted_sim = json.loads(run(*SIM, "--tp", "4", "--batch", "32", "--json").stdout)
+    fitted_plan = json.loads(run(*PLAN, "--json").stdout)
+    assert sim["efficiency_fitted"] is False and plan["efficiency_fitted"] is False
+    assert fitted_sim["efficiency_fitted"] is True and fitted_plan["efficiency_fitted"] is True
+    assert not any("efficiency_is_prior" in d for d in (sim, plan, fitted_sim, fitted_plan))
+
+
+def test_serving_json_counts_are_integers():
+    # max_batch_per_rank printed as 911.0 / 658.0; requests are counted in whole numbers. Llama 3.1
+    # 70B fp8 on H100 under vLLM 0.14, tp4: 53.42 GiB of KV pool / (1024 + 512 tokens x 80 layers x
+    # 2 x 2 KV heads per GPU x 128 x 1 byte = 60 MiB) = 911.7 -> 911
+    d = json.loads(run(*SIM, "--tp", "4", "--batch", "32", "--json").stdout)
+    assert d["max_batch_per_rank"] == 911 and type(d["max_batch_per_rank"]) is int
+    assert d["max_batch_per_rank"] == d["memory_bytes"]["kv_pool_bytes"] // (1536 * 80 * 2 * 2 * 128)
+    for key in ("gpus", "concurrency", "workers", "isl", "osl"):
+        assert type(d[key]) is int, key
+    assert all(type(v) is int for v in d["layout"].values())
+    best = json.loads(run(*PLAN, "--json").stdout)["best"]
+    assert type(best["max_batch_per_rank"]) is int and best["max_batch_per_rank"] >= best["batch"]
+    for key in ("batch", "gpus_used", "concurrency"):
+        assert type(best[key]) is int, key
+    counts = [k for k in best if k.endswith(("tp", "pp", "adp", "ep", "workers", "batch"))]
+    assert all(best[k] is None or type(best[k]) is int for k in counts), {k: best[k] for k in counts}
+
+
 def test_max_batch_says_when_the_engines_running_request_cap_binds_not_the_kv_cache():
     # DeepSeek-R1 fp8 on B200, tp1-adp16: 102.8 GiB of KV pool holds 2044 requests of 1024 + 512
     # tokens (50.3 MiB each); vLLM 0.14 runs at most max_num_seqs = 1024, which is what bounds

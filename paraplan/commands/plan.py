@@ -18,6 +18,7 @@ from hardware_specs.catalog import load_cluster, load_stack
 from hardware_specs.errors import InputError
 from hardware_specs.gpu_spec import KNOWN_DTYPES
 from model_specs.catalog import load_model
+from model_specs.model_spec import ModelSpec
 from paraplan import mfu as mfu_units
 from paraplan import priors
 from paraplan.cli import dump_json, format_table, four_significant
@@ -160,7 +161,8 @@ def _emit(result: PlanResult, spec, framework: str, cl=None, switches=None) -> s
     return text
 
 
-def _header(result: PlanResult) -> str:
+def _header(result: PlanResult, seq_len_note: str = "") -> str:
+    """The plan's first lines; ``seq_len_note`` (``default_seq_len_note``) a third one."""
     lo, hi = result.gpus
     gpus = f"{lo}" if lo == hi else f"{lo}-{hi}"
     tokens = result.global_batch * result.seq_len
@@ -168,7 +170,19 @@ def _header(result: PlanResult) -> str:
             f"{result.global_batch} sequence{'' if result.global_batch == 1 else 's'} x {result.seq_len} = "
             f"{tokens:,} tokens\n"
             f"searched {result.raw_size:,} configurations in {result.wall_s:.2f} s: {result.evaluated:,} evaluated "
-            f"({result.evals_per_s:,.0f}/s), {fit_text(result)} in {result.memory_limit_bytes / 2**30:.1f} GiB\n")
+            f"({result.evals_per_s:,.0f}/s), {fit_text(result)} in {result.memory_limit_bytes / 2**30:.1f} GiB\n"
+            + (f"{seq_len_note}\n" if seq_len_note else ""))
+
+
+def default_seq_len_note(spec: ModelSpec, seq_len_given: bool) -> str:
+    """Where the sequence length is the model's default ``seq_len`` and that default is its whole
+    context window (``max_context_tokens``; the Mixtral presets: 8x7B's paper states it trained at
+    that 32K context, no source states 8x22B's training length), a line saying so, since a
+    ``--global-batch-tokens`` budget then counts few, very long sequences; else ''."""
+    if seq_len_given or not spec.max_context_tokens or spec.seq_len < spec.max_context_tokens:
+        return ""
+    return (f"sequence length {spec.seq_len}: {spec.name}'s default seq_len, its whole context window "
+            "(--seq-len sets another)")
 
 
 def _gpus_json(gpus: tuple[int, int]):
@@ -368,7 +382,8 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         click.echo(_csv(display(result.pareto("gpus" if is_range else "memory") if pareto else result.top(top), cl)),
                    nl=False)
         return
-    out = [_header(result), _table(display(result.top(top), cl), show_gpus=is_range), CONFIG_LEGEND]
+    out = [_header(result, default_seq_len_note(spec, seq_len is not None)),
+           _table(display(result.top(top), cl), show_gpus=is_range), CONFIG_LEGEND]
     if result.stage_layers:
         n = len(result.stage_layers)
         key = "stage:first-last layer" if n <= 16 else "n xk = k chunks of n layers"

@@ -426,6 +426,8 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
     if as_json:
         best = {k: plan.best[k] for k in plan.best.index if k in _PLAN_COLUMNS or "_" in k}
         best.update(_records(plan.best.to_frame().T)[0])     # with every degree, as whole numbers
+        if best.get("max_batch_per_rank") is not None:      # a count of requests, as serve simulate --json
+            best["max_batch_per_rank"] = int(best["max_batch_per_rank"])
         # what was asked, as `plan --json` echoes its request: a saved answer says what it answers
         request = {"model": ctx.model.name, "system": ctx.cluster.name, "gpu": ctx.cluster.gpu.name, "gpus": gpus,
                    "isl": opts["isl"], "osl": opts["osl"], "ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "modes": list(search),
@@ -433,7 +435,7 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
                    "dense_format": ctx.dense_format, "expert_format": ctx.expert_format,
                    "kv_cache_dtype": opts["kv_cache_dtype"]}
         text = dump_json({"request": request, "best": best, "why": plan.why, "front": _records(plan.front),
-                          "evaluated": plan.evaluated, "efficiency_is_prior": ctx.efficiency.prior})
+                          "evaluated": plan.evaluated, "efficiency_fitted": not ctx.efficiency.prior})
     elif as_csv:
         buf = io.StringIO()
         rows = _plan_rows(plan.front)

@@ -90,6 +90,12 @@ def registry_entry(model: ModelSpec) -> dict | None:
     return None
 
 
+def registry_text() -> str:
+    """The registry models this export maps, as a refusal names them (from ``REGISTRY``, so the two
+    cannot disagree): ``llama3 8B (llama3_8b), ...``."""
+    return ", ".join(f"{e['module']} {e['flavor']} ({e['config']})" for e in REGISTRY)
+
+
 def refusal(p: dict) -> InputError | None:
     """Why torchtitan 0.3.0 cannot run the plan ``p`` (a ``plan_fields`` dict) as planned, or None."""
     try:
@@ -111,8 +117,8 @@ def _settings(p: dict) -> dict:
                          "Mamba mixer)", "emit the plan's degrees by hand")
     entry = registry_entry(model)
     if entry is None:
-        raise InputError("model", f"{RELEASE} registers no model with {model.name}'s architecture "
-                         "(it has Llama 3 8B/70B/405B, DeepSeek-V3 671B, Qwen3, gpt-oss, ...)",
+        raise InputError("model", f"{model.name}'s architecture is none of the {RELEASE} registry models this "
+                         f"export maps ({registry_text()})",
                          "emit megatron or deepspeed, or add a config_registry function for this model")
     dp, tp, pp, cp, ep = p["dp"], p["tp"], p["pp"], p["cp"], p["ep"]
     zero = p["zero_stage"]

@@ -61,7 +61,9 @@ class ServingReport:
             "decode_workers": d.decode_workers if d.mode == "disagg" else None,
             **layouts, **dict(self.metrics), "decode_breakdown_s": dict(self.decode_breakdown_s),
             "memory_bytes": dict(self.memory_bytes), **dict(self.extra),
-            "efficiency_generation": self.context.efficiency.generation, "efficiency_is_prior": self.prior,
+            # named as the training JSON names it (``paraplan.priors``): False where the times rest on
+            # the unfitted prior (hardware_specs/serving_efficiency/default.yaml)
+            "efficiency_generation": self.context.efficiency.generation, "efficiency_fitted": not self.prior,
         }
 
 
@@ -161,6 +163,7 @@ def simulate_serving(dep: Deployment, ctx: ServingContext | None = None, require
                          + (f", more tp/pp{fp8_hint}" if kv_fit <= n_fit else ", or more workers"))
     metrics = {k: float(out[k][0]) for k in ("ttft_s", "ttft_p90_s", "tpot_s", "latency_s", "tokens_per_s_per_gpu",
                                               "tokens_per_s_per_user", "max_batch_per_rank")}
+    metrics["max_batch_per_rank"] = int(n_fit)     # a count of requests (memory_columns floors it)
     metrics["fits"] = bool(out["fits"][0])
     return ServingReport(
         deployment=dep, context=ctx, metrics=metrics,
