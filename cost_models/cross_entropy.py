@@ -46,9 +46,10 @@ not compiled; PyTorch DDP / FSDP loops): the cast (2 + 4), then ``log_softmax``'
 (aten/src/ATen/native/cuda/SoftMax.cu ``cunn_SoftMaxForward``: a max pass and a sum-of-exp pass
 over the row, then a pass that reads it again and writes the output: 4 + 4 + 4 + 4) and the
 per-token ``nll_loss``: 22 bytes, 2 kernels. Backward: ``nll_loss_backward`` zero-fills a
-logits-sized gradient (4) and scatters per token; ``cunn_SoftMaxBackward`` sums the gradient
-over the row (4), then reads it and the saved output and writes the input gradient (4 + 4 + 4);
-the cast's backward (4 + 2): 26 bytes, 4 kernels.
+logits-sized gradient (4) and scatters per token (a per-token kernel, not counted, as
+Megatron's target update is not); ``cunn_SoftMaxBackward`` sums the gradient over the row (4),
+then reads it and the saved output and writes the input gradient (4 + 4 + 4); the cast's
+backward (4 + 2): 26 bytes, 3 vocabulary-sized kernels.
 
 ``flash_attn_xentropy``: flash-attn's ``flash_attn.losses.cross_entropy.CrossEntropyLoss``
 (llm-foundry's MPT ``loss_fn`` default ``fused_crossentropy``, llmfoundry/models/mpt/
@@ -81,7 +82,7 @@ CROSS_ENTROPY_TRAFFIC = {
     "megatron_unfused": LossTraffic(38.0, 14.0, 6.0, 2.0),
     "megatron_fused": LossTraffic(22.0, 10.0, 3.0, 1.0),
     "te_triton": LossTraffic(6.0, 4.0, 2.0, 1.0),
-    "torch_eager": LossTraffic(22.0, 26.0, 2.0, 4.0),
+    "torch_eager": LossTraffic(22.0, 26.0, 2.0, 3.0),
     "flash_attn_xentropy": LossTraffic(4.0, 4.0, 1.0, 1.0),
 }
 assert set(CROSS_ENTROPY_TRAFFIC) == set(CROSS_ENTROPY_IMPLS)
@@ -90,13 +91,6 @@ CROSS_ENTROPY_CODES = {name: i for i, name in enumerate(CROSS_ENTROPY_IMPLS)}
 _TABLE = np.array([[CROSS_ENTROPY_TRAFFIC[n].bytes_per_logit_fwd, CROSS_ENTROPY_TRAFFIC[n].bytes_per_logit_bwd,
                     CROSS_ENTROPY_TRAFFIC[n].kernels_fwd, CROSS_ENTROPY_TRAFFIC[n].kernels_bwd]
                    for n in CROSS_ENTROPY_IMPLS])
-
-
-def cross_entropy_code(impl) -> int:
-    """The integer code of implementation ``impl`` (a name or a code)."""
-    if isinstance(impl, str):
-        return CROSS_ENTROPY_CODES[impl]
-    return int(impl)
 
 
 def loss_traffic(impl):

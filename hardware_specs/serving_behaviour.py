@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Mapping
 
+import numpy as np
+
 from hardware_specs.errors import InputError
 
 #: which steps run as captured CUDA graphs: ``decode_only`` (steps holding only decode tokens,
@@ -253,7 +255,6 @@ class ServingBehaviour:
     def graph_covers(self, decode_batch, mixed) -> "object":
         """Whether a step runs from a CUDA graph (numpy-friendly): a decode-only step of at most
         ``cuda_graph_max_batch`` requests under ``decode_only`` or ``full_and_piecewise``."""
-        import numpy as np
         if self.cuda_graphs == "none":
             return np.zeros(np.shape(decode_batch), dtype=bool) if np.ndim(decode_batch) else False
         return np.logical_and(np.logical_not(mixed), np.asarray(decode_batch) <= self.cuda_graph_max_batch)
@@ -265,7 +266,6 @@ class ServingBehaviour:
         for a group larger than every listed size); (None, None) when
         ``oneshot_allreduce_max_bytes`` is None. Where nothing is stated the caller takes the
         faster of the two kernels."""
-        import numpy as np
         limits = self.oneshot_allreduce_max_bytes
         if limits is None:
             return None, None
@@ -285,7 +285,6 @@ class ServingBehaviour:
         """Whether the engine runs the routed experts split ``moe_tp`` x ``moe_ep`` over a
         worker's moe_tp x moe_ep ranks (numpy-friendly; ``expert_splits``). A dense model's
         (tp x adp, 1) is a split every engine runs."""
-        import numpy as np
         if self.expert_splits == "any":
             return np.ones(np.broadcast_shapes(np.shape(moe_tp), np.shape(moe_ep)), dtype=bool)
         return np.logical_or(np.asarray(moe_tp) == 1, np.asarray(moe_ep) == 1)
