@@ -399,7 +399,7 @@ five cases, by default and with ``--one-process``, against main at 64817e2: plan
 and stage layers the same, only this case's ``fit`` and ``pruned.memory`` differ; with the new
 ``--count-fitting`` the whole JSON is main's; this case's whole 200,009-row kept table hashed
 identical in one and two processes). The rows of a later space chunk that the earlier chunks'
-kept rows rule out skip the per-stage memory model (``vectorized.Screen``): each bound-passing
+kept rows rule out skip the per-stage memory model (``memory_screen.Screen``): each bound-passing
 row of chunks 1-3 gets a floor for any memory search outcome (``step_bounds.
 step_time_floor_any_memory_s``: the flush with the cheapest recomputation, nothing offloaded,
 no ZeRO or data-parallel traffic, no tail or optimizer step; computed once per configuration
@@ -431,7 +431,7 @@ ones) 32.5, 32.7 against 28.2, 27.6 CPU s. The < 10 s target is not met (~17 CPU
 Then (same day; same checks: plan_snapshot's five cases by default and ``--one-process`` against
 main, plans, frontiers and stage layers identical, the two modes' JSON identical to each other,
 fit counts included; ``--count-fitting`` identical to main's whole JSON). The first chunk, which
-no earlier chunk's kept rows screen, screens itself (``vectorized.seed_screen``): its rows past
+no earlier chunk's kept rows screen, screens itself (``memory_screen.seed_screen``): its rows past
 the memory lower bound whose stand-in floor is above the quantile that keeps three times the
 rows kept (at least a quarter; placed on a fixed 64k-row sample) wait as screened rows. Measured
 first (hooks): 827,413 of its 1,418,433 such rows are skippable by their stand-ins against its own

@@ -84,7 +84,7 @@ class PlanResult:
         fitting: configurations shown to fit in memory; fit_unchecked: configurations whose
             memory was never evaluated, because their step-time floor (for any memory search
             outcome) could not rank among the plans kept from the space's earlier chunks
-            (``vectorized.Screen``): each may fit or not, so ``fitting`` is then "at least"
+            (``memory_screen.Screen``): each may fit or not, so ``fitting`` is then "at least"
             (``fit_exact``); ``plan(count_fitting=True)`` evaluates them all.
     """
 
@@ -357,7 +357,7 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
             (``time_pruning``); the plans and every number are the same as timing them all.
             A search over more than one space chunk also skips the memory model on the rows
             of a chunk whose floor shows they cannot be among the rows earlier chunks keep
-            (``vectorized.Screen``): ``fitting`` then counts the rows shown to fit and
+            (``memory_screen.Screen``): ``fitting`` then counts the rows shown to fit and
             ``fit_unchecked`` the others.
         count_fitting: give every row the memory model, so ``fitting`` is the exact count of
             fitting configurations (slower on a large search; the plans are the same).

@@ -23,8 +23,9 @@ import numpy as np
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
+from planners.memory_screen import seed_screen
 from planners.search_space import SpaceBase
-from planners.vectorized import DEFAULT_CHUNK_ROWS, KEPT_OUTPUTS, PARALLEL_MIN_ROWS, seed_screen, start_evaluation
+from planners.vectorized import DEFAULT_CHUNK_ROWS, KEPT_OUTPUTS, PARALLEL_MIN_ROWS, start_evaluation
 
 
 
@@ -85,7 +86,7 @@ class Scored:
     timed: Mapping[str, np.ndarray] | None = None
     exact: np.ndarray | None = None
     exact_outputs: Mapping[str, np.ndarray] | None = None
-    #: rows never given the memory model (``vectorized.Screen``: their step-time floor could not
+    #: rows never given the memory model (``memory_screen.Screen``: their step-time floor could not
     #: rank among the rows earlier chunks kept): ``fitting`` counts the rows shown to fit, a
     #: lower bound on the fitting rows when this is not 0
     unchecked: int = 0
@@ -117,7 +118,7 @@ def _start_chunk(job: _ScoreJob, i: int, workers: int = 1, kept_before: tuple | 
     space, rows, combo = job.base.chunk(i)
     screening = not job.count_fitting and job.max_plans is not None and job.prune_by_time
     if i == 0 and screening and job.base.n_chunks > 1:
-        # the first chunk screens itself: the lowest floors first (``vectorized.seed_screen``)
+        # the first chunk screens itself: the lowest floors first (``memory_screen.seed_screen``)
         kept_before = seed_screen(job.model, job.cluster, job.eff, space, job.base.global_batch,
                                   job.memory_limit_bytes, job.max_plans, job.defaults)
     # refined: exact times for every row that can rank in this chunk, a superset of those it can
@@ -176,7 +177,7 @@ def score_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ba
     evaluation before its rows are chosen (``planners.refine.refine_exact``); ``prune_by_bound``:
     see ``evaluate_space``; ``prune_by_time``: time only the rows a chunk can keep
     (``evaluate_space(keep=max_plans)``), and give the memory model only to the rows of a chunk
-    that the earlier chunks' kept rows do not rule out (``vectorized.Screen``; ``Scored.unchecked``
+    that the earlier chunks' kept rows do not rule out (``memory_screen.Screen``; ``Scored.unchecked``
     counts the others) unless ``count_fitting``, which models every row and so counts exactly
     the fitting ones (the kept rows and their numbers are the same either way).
     """

@@ -35,7 +35,7 @@ kept by its chunk (a kept row of a set is a kept row of any subset holding it), 
 ``kept_rows`` of a union that holds every row ``kept_rows`` of all rows keeps, and only rows with
 the numbers timing every row gives them, is that set: the whole search keeps the same rows.
 
-Rows a chunk's memory phase screened (``vectorized.Screen``: never given the per-stage model)
+Rows a chunk's memory phase screened (``memory_screen.Screen``: never given the per-stage model)
 are open rows too, with a floor for any memory search outcome ``f' <= f``
 (``step_bounds.step_time_floor_any_memory_s``) and the memory lower bound ``b <= m`` in place
 of their own. Each condition above holding for ``(f', b)`` holds for ``(f, m)``: a larger floor

@@ -1,4 +1,4 @@
-"""Rows screened from the memory model (``planners.vectorized.Screen``): their floor for any
+"""Rows screened from the memory model (``planners.memory_screen.Screen``): their floor for any
 memory search outcome (``step_bounds.step_time_floor_any_memory_s``) never exceeds the floor the
 branch and bound reads after the search, the compact summary the workers get answers as the
 full one, and a search that screens keeps the same plans and reports its fit count as "at least"
@@ -158,7 +158,7 @@ def test_the_first_chunks_seed_screen_rules_out_the_rows_above_a_floor_quantile(
     # any memory search outcome is above the q-quantile of a fixed sample's (q: three times the
     # rows kept over the rows past the memory lower bound, at least a quarter), whatever their
     # GPU count or memory
-    from planners.vectorized import Screen, seed_screen
+    from planners.memory_screen import Screen, seed_screen
     model = load_model("mixtral-8x7b")
     space = enumerate_space(model, SearchConstraints(gpus=(64, 64), global_batch=256, max_tp=8, hsdp_gpus=8))
     screen = seed_screen(model, CLUSTER, EFF, space, 256, LIMIT, keep=500)

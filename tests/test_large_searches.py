@@ -70,7 +70,7 @@ def test_bounded_search_keeps_the_ranking_and_both_frontiers_of_the_unbounded_on
                    assign_stages=False, workers=workers)
     assert unbounded.fitting == len(unbounded.plans) > 5000 and unbounded.fit_exact
     # a bounded search over chunks leaves the rows its earlier chunks' kept rows rule out
-    # unchecked for memory (``vectorized.Screen``): its count is at most the exact one, the
+    # unchecked for memory (``memory_screen.Screen``): its count is at most the exact one, the
     # unchecked rows at least the gap
     assert bounded.fitting <= unbounded.fitting <= bounded.fitting + bounded.fit_unchecked
     if bounded.fit_exact:
