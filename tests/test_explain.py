@@ -32,8 +32,10 @@ def test_plan_explain_why_line_names_no_rounding_noise():
     # counts in words: one stage, 22 layers (not "1 stage(s)", "22 layer(s)")
     assert "winner's layers per stage (1 stage; " in res.output and "(s)" not in res.output
     import re
-    offload = re.search(r"offloads the activations of (\d+) (layers?) per chunk", res.output)   # 22 layers at review
-    assert offload is None or (offload.group(1) == "1") == (offload.group(2) == "layer"), offload
+    # the winner offloads (22 layers per chunk at review): the note must be there, counted in words
+    offload = re.search(r"offloads the activations of (\d+) (layers?) per chunk", res.output)
+    assert offload is not None, res.output
+    assert (offload.group(1) == "1") == (offload.group(2) == "layer"), offload.group(0)
 
 
 def test_pooled_explain_counts_one_stage_in_the_singular():
