@@ -6,7 +6,6 @@ full one, and a search that screens keeps the same plans and reports its fit cou
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -18,27 +17,12 @@ from paraplan.commands.plan import _header, _json
 from planners import plan
 from planners.search_space import SearchConstraints, enumerate_space
 from planners.time_pruning import compact_summary, excluded, held_by_row, kept_summary
-from planners.vectorized import CHOSEN_FIELDS, config_batch
+from planners.vectorized import config_batch
 from simulator.step_bounds import step_time_floor_any_memory_s, step_time_floor_s
-from simulator.step_model import evaluate, memory_parts
+from simulator.step_model import evaluate
 
 from frames import assert_frame_equal
-from test_time_pruning import ALL_SCHEDULES, CLUSTER, EFF, LIMIT
-
-
-def _before_and_after_search(name, gpus, gbs, dtype, schedules, n, seed=18):
-    """A sample of a search's rows as enumerated (counts 0), and of those that fit, the same
-    rows with the counts the memory search chose and their memory."""
-    model = load_model(name)
-    space = enumerate_space(model, SearchConstraints(gpus=gpus, global_batch=gbs, max_tp=8, hsdp_gpus=8,
-                                                     dtypes=(dtype,), schedules=schedules))
-    rows = np.sort(np.random.default_rng(seed).choice(len(space), min(n, len(space)), replace=False))
-    before = config_batch({k: v[rows] for k, v in space.columns.items()}, dtype, gbs)
-    mem = memory_parts(model, CLUSTER, EFF, before, fit_limit_bytes=LIMIT)
-    fit = np.flatnonzero((mem["memory_bytes"] <= LIMIT) & mem["host_fits"])
-    mem = {k: np.asarray(v)[fit] if np.ndim(v) else v for k, v in mem.items()}
-    after = replace(before.take(fit), **{f: mem[f"_{f}"].astype(np.int64) for f in CHOSEN_FIELDS})
-    return model, before, fit, after, mem
+from test_time_pruning import ALL_SCHEDULES, CLUSTER, EFF, LIMIT, sample_before_and_after_search
 
 
 @pytest.mark.parametrize("name, gpus, gbs, dtype, schedules, n", [
@@ -48,7 +32,7 @@ def _before_and_after_search(name, gpus, gbs, dtype, schedules, n, seed=18):
     ("nemotron-3-nano", (64, 64), 512, "bf16", ("1f1b", "interleaved"), 2000),     # hybrid Mamba-attention-MoE
 ])
 def test_floor_for_any_memory_outcome_is_at_most_the_floor_after_the_search(name, gpus, gbs, dtype, schedules, n):
-    model, before, fit, after, mem = _before_and_after_search(name, gpus, gbs, dtype, schedules, n)
+    model, before, fit, after, mem = sample_before_and_after_search(name, gpus, gbs, dtype, schedules, n)
     any_outcome = step_time_floor_any_memory_s(model, CLUSTER, EFF, before)[fit]
     floor = step_time_floor_s(model, CLUSTER, EFF, after, mem)
     # the sample holds what the stand-in leaves out: counts the search chose, offloaded layers,
@@ -65,7 +49,7 @@ def test_floor_for_any_memory_outcome_of_one_stage_is_the_micro_batches_passes_w
     # (no bubble, no sends, no ZeRO traffic in a pass), and the stand-in leaves out only the
     # optimizer step and the data-parallel tail: it is those passes. A ZeRO-3 sibling (same row
     # otherwise) gets the same figure, the ZeRO-0 row's passes, below its own (its gathers).
-    model, before, fit, after, mem = _before_and_after_search("llama3-8b", (8, 8), 64, "bf16", ("1f1b",), 3000)
+    model, before, fit, after, mem = sample_before_and_after_search("llama3-8b", (8, 8), 64, "bf16", ("1f1b",), 3000)
     key = ("dp", "tp", "pp", "cp", "micro_batch", "sequence_parallel", "recompute", "zero_shard_group")
     plain = np.flatnonzero((after.pp == 1) & (after.recompute == 0) & (after.offload_activation_layers == 0)
                            & (after.zero_stage == 0))

@@ -29,17 +29,25 @@ LIMIT = CLUSTER.gpu.hbm_bytes * 0.95
 ALL_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipe")
 
 
-def _fitting_sample(name, gpus, gbs, dtype, schedules=("1f1b", "interleaved"), n=3000, seed=18):
-    """Rows of a search that fit after the memory search, with the counts it chose."""
+def sample_before_and_after_search(name, gpus, gbs, dtype, schedules=("1f1b", "interleaved"), n=3000, seed=18):
+    """A sample of a search's rows as enumerated (counts 0), the positions in it of those that fit
+    after the memory search, and those rows with the counts it chose and their memory:
+    (model, before, fit, after, mem)."""
     model = load_model(name)
     space = enumerate_space(model, SearchConstraints(gpus=gpus, global_batch=gbs, max_tp=8, hsdp_gpus=8,
                                                      dtypes=(dtype,), schedules=schedules))
     rows = np.sort(np.random.default_rng(seed).choice(len(space), min(n, len(space)), replace=False))
-    batch = config_batch({k: v[rows] for k, v in space.columns.items()}, dtype, gbs)
-    mem = memory_parts(model, CLUSTER, EFF, batch, fit_limit_bytes=LIMIT)
+    before = config_batch({k: v[rows] for k, v in space.columns.items()}, dtype, gbs)
+    mem = memory_parts(model, CLUSTER, EFF, before, fit_limit_bytes=LIMIT)
     fit = np.flatnonzero((mem["memory_bytes"] <= LIMIT) & mem["host_fits"])
     mem = {k: np.asarray(v)[fit] if np.ndim(v) else v for k, v in mem.items()}
-    batch = replace(batch.take(fit), **{f: mem[f"_{f}"].astype(np.int64) for f in CHOSEN_FIELDS})
+    after = replace(before.take(fit), **{f: mem[f"_{f}"].astype(np.int64) for f in CHOSEN_FIELDS})
+    return model, before, fit, after, mem
+
+
+def _fitting_sample(name, gpus, gbs, dtype, schedules=("1f1b", "interleaved"), n=3000, seed=18):
+    """Rows of a search that fit after the memory search, with the counts it chose."""
+    model, _, _, batch, mem = sample_before_and_after_search(name, gpus, gbs, dtype, schedules, n, seed)
     return model, batch, mem
 
 
