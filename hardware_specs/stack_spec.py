@@ -14,7 +14,7 @@ defaults of a ``ParallelConfig``'s software fields) and/or a ``serving`` section
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -354,11 +354,10 @@ class StackSpec:
         defaults with the overrides of every recipe written for that model, in file order."""
         if self.training is None or model_name is None:
             return self.training
-        from dataclasses import replace as _replace
         out = self.training
         for recipe in self.recipes:
             if recipe.applies_to(model_name, gpu, dtype):
-                out = _replace(out, **dict(recipe.training))
+                out = replace(out, **dict(recipe.training))
         return out
 
     def with_training(self, **behaviour: Any) -> "StackSpec":
@@ -374,10 +373,9 @@ class StackSpec:
             raise InputError(unknown[0], "not a training behaviour of a stack")
         if not behaviour:
             return self
-        from dataclasses import replace as _replace
-        recipes = tuple(_replace(r, training={k: v for k, v in r.training.items() if k not in behaviour})
+        recipes = tuple(replace(r, training={k: v for k, v in r.training.items() if k not in behaviour})
                         for r in self.recipes)
-        return _replace(self, training=_replace(self.training, **behaviour), recipes=recipes)
+        return replace(self, training=replace(self.training, **behaviour), recipes=recipes)
 
     def recipes_for(self, model_name: str, gpu: str | None = None, dtype: str | None = None) -> list:
         """The recipes that apply to ``model_name`` on ``gpu`` in ``dtype``."""

@@ -162,7 +162,7 @@ def simulate_serving(dep: Deployment, ctx: ServingContext | None = None, require
                          f"use {field_name} {max(int(n_fit), 1)} or less"
                          + (f", more tp/pp{fp8_hint}" if kv_fit <= n_fit else ", or more workers"))
     metrics = {k: float(out[k][0]) for k in ("ttft_s", "ttft_p90_s", "tpot_s", "latency_s", "tokens_per_s_per_gpu",
-                                              "tokens_per_s_per_user", "max_batch_per_rank")}
+                                              "tokens_per_s_per_user")}
     metrics["max_batch_per_rank"] = int(n_fit)     # a count of requests (memory_columns floors it)
     metrics["fits"] = bool(out["fits"][0])
     return ServingReport(
