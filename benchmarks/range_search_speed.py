@@ -456,8 +456,9 @@ lists with one call, with the ops' depths found level by level from 24 stages (t
 and 112 level builds of a search 2.04, 2.18 -> 1.76, 1.77 CPU s alternating with main, load
 3.2-3.7). gbs4096, two processes, alternating with main (load 2.8-3.7): main 39.1, 37.2, 38.9
 CPU s, this 39.8, 37.1, 37.3; wall 47.2, 23.6, 26.4 against 46.4, 25.0, 33.9 s (other jobs on
-the 2 cores decide it); 1.16-1.21 GiB (workers 1.05-1.15). One process, phase timers: ~0.8 of
-~30 CPU s, inside the run-to-run noise of the whole. Measured and not built, with numbers in
+the 2 cores decide it); 1.16-1.21 GiB (workers 1.05-1.15); one process (``--workers 1``),
+alternating, load 4.5-5.0: main 29.8, 30.7 CPU s, this 29.8, 30.6. By phase ~0.8 of ~30 CPU s,
+inside the run-to-run noise of the whole. Measured and not built, with numbers in
 docs/search_speed.md: a lead chunk of the lowest floors over the whole space scored first (at
 most ~10%), chunks 1-3 screening themselves by a floor quantile too (late-modelling rounds eat
 the gain), the floor for any memory outcome with its row's ZeRO traffic (1.21 -> 1.05 M rows
