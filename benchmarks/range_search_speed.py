@@ -447,6 +447,26 @@ decides); peak RSS 1.24-1.32 -> 1.17-1.23 GiB (workers 1.09-1.18 -> 1.10); a thi
 screened rows were put in row order (load 3.5): 41.5 -> 33.6 CPU s, 35.7 -> 29.0 s wall, 1.29 ->
 1.18 GiB. One process, that code (load 2.9): 26.0 CPU s. The < 10 s target is not met on this
 shared VM; < 2 GB is.
+
+Then (2026-12-03, session 25; plan tables and the whole JSON identical, fit counts included:
+``tools/plan_snapshot.py`` on its five cases, by default and with ``--one-process``). A memory
+task cuts its ``ConfigBatch`` once, to the rows it models (it first cut it to the 4.85 M rows
+the lower bound passes: ~0.45 CPU s), and the exact DAG sweeps gather a level's two predecessor
+lists with one call, with the ops' depths found level by level from 24 stages (the 774 sweeps
+and 112 level builds of a search 2.04, 2.18 -> 1.76, 1.77 CPU s alternating with main, load
+3.2-3.7). gbs4096, two processes, alternating with main (load 2.8-3.7): main 39.1, 37.2, 38.9
+CPU s, this 39.8, 37.1, 37.3; wall 47.2, 23.6, 26.4 against 46.4, 25.0, 33.9 s (other jobs on
+the 2 cores decide it); 1.16-1.21 GiB (workers 1.05-1.15); one process (``--workers 1``),
+alternating, load 4.5-5.0: main 29.8, 30.7 CPU s, this 29.8, 30.6. By phase ~0.8 of ~30 CPU s,
+inside the run-to-run noise of the whole. Measured and not built, with numbers in
+docs/search_speed.md: a lead chunk of the lowest floors over the whole space scored first (at
+most ~10%), chunks 1-3 screening themselves by a floor quantile too (late-modelling rounds eat
+the gain), the floor for any memory outcome with its row's ZeRO traffic (1.21 -> 1.05 M rows
+modelled, its own cost 3.5 -> 10.5 CPU s), one sweep over the union of a call's flush DAGs
+(slower). Even screened by the whole search's final kept rows, the stand-ins (that floor, the
+memory lower bound) leave 674 k rows for the memory model (1.21 M today). The < 10 s target is
+not met: the wall time is ~1.7 s + half the CPU time + ~2 s, so it needs ~12 CPU s, and no phase
+holds more than a third of the ~30.
 """
 from __future__ import annotations
 

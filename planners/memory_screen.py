@@ -123,11 +123,12 @@ def _no_screened() -> dict:
 _NOT_IN_FLOOR_ANY = ("zero_stage", "zero_shard_group")
 
 
-def _floor_any_memory_s(job: _Job, batch: ConfigBatch, ids: np.ndarray) -> np.ndarray:
-    """``step_time_floor_any_memory_s`` of the rows ``batch`` (the space's rows ``ids``),
-    computed once per distinct row but for ``_NOT_IN_FLOOR_ANY`` (the ZeRO stages and shard
-    groups of a configuration: ~6 rows each on DeepSeek-V3 over 1,024-4,096 GPUs) and spread
-    back (the floor is row-wise)."""
+def _floor_any_memory_s(job: _Job, batch: ConfigBatch, ids: np.ndarray, at_rows: np.ndarray | None = None) -> np.ndarray:
+    """``step_time_floor_any_memory_s`` of the rows ``batch`` (the space's rows ``ids``; with
+    ``at_rows``, of the rows ``at_rows`` of ``batch``, the space's rows ``ids``), computed once
+    per distinct row but for ``_NOT_IN_FLOOR_ANY`` (the ZeRO stages and shard groups of a
+    configuration: ~6 rows each on DeepSeek-V3 over 1,024-4,096 GPUs) and spread back (the
+    floor is row-wise)."""
     keys = [np.asarray(v)[ids] for k, v in job.columns.items() if k not in _NOT_IN_FLOOR_ANY]
     order = np.lexsort(keys[::-1])
     change = np.zeros(len(ids), dtype=bool)
@@ -142,7 +143,8 @@ def _floor_any_memory_s(job: _Job, batch: ConfigBatch, ids: np.ndarray) -> np.nd
     at = np.sort(first)                      # the first row of each, in the batch's order (its runs)
     place = np.empty(len(first), dtype=np.int64)
     place[np.argsort(first)] = np.arange(len(first))
-    floor = np.array(step_time_floor_any_memory_s(job.model, job.cluster, job.eff, batch.take(at)), dtype=float)
+    picked = batch.take(at if at_rows is None else at_rows[at])
+    floor = np.array(step_time_floor_any_memory_s(job.model, job.cluster, job.eff, picked), dtype=float)
     return floor[place[group]]
 
 

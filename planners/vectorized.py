@@ -178,15 +178,17 @@ def _memory_of(job: _Job, dtype_index: int, batch: ConfigBatch, ids: np.ndarray,
     if job.prune_by_bound:
         lower = np.asarray(static_lower_bound_bytes(job.model, job.cluster, job.eff, batch))
         maybe = np.flatnonzero(lower <= job.memory_limit_bytes)
-        if len(maybe) < len(batch):
-            batch = batch.take(maybe)
+    screening = (screen is not None or job.screening) and lower is not None and len(maybe)
+    if len(maybe) < len(batch) and not screening:
+        batch = batch.take(maybe)
     screened = candidates = _no_screened()
-    if (screen is not None or job.screening) and lower is not None and len(maybe):
+    if screening:
         # rows that cannot be among the rows other chunks keep, by a floor good for any memory
         # search outcome and the memory lower bound: no per-stage model (checked again, and
         # modelled if need be, once the chunk's own rows are timed: ``_time_and_refine``). The
-        # others keep their stand-ins too, for the chunk's final screen (``Evaluation.memory``)
-        floor_any = _floor_any_memory_s(job, batch, ids[maybe])
+        # others keep their stand-ins too, for the chunk's final screen (``Evaluation.memory``).
+        # (The batch is cut once, to the rows modelled, not first to the rows the bound passes.)
+        floor_any = _floor_any_memory_s(job, batch, ids[maybe], at_rows=maybe)
         lb = lower[maybe]
         out = np.zeros(len(maybe), dtype=bool)
         if screen is not None:
@@ -197,9 +199,9 @@ def _memory_of(job: _Job, dtype_index: int, batch: ConfigBatch, ids: np.ndarray,
         if job.screening:
             candidates = {k: v[~out] for k, v in both.items()}
         if out.any():
-            rest = np.flatnonzero(~out)
-            maybe = maybe[rest]
-            batch = batch.take(rest)
+            maybe = maybe[~out]
+        if len(maybe) < len(batch):
+            batch = batch.take(maybe)
     n_screened = len(screened["rows"])
     if not len(maybe):
         return _ChunkResult(dtype_index, start, stop, np.zeros(0, dtype=np.int64), _no_memory(), None, np.inf, -1,

@@ -80,3 +80,21 @@ def test_memo_stays_bounded(monkeypatch):
         flush_makespan_s("1f1b", 2, m, 1, f, b, w)
     assert list(makespan._MEMO) == [(ScheduleKind.ONE_F_ONE_B, 2, m, 1, (1.0, 1.0, 1.0)) for m in (3, 4)]
     makespan._MEMO.clear()
+
+
+@pytest.mark.parametrize("kind,p,m,v", CASES + [(ScheduleKind.ONE_F_ONE_B, 13, 40, 1), (ScheduleKind.ONE_F_ONE_B, 16, 3, 1),
+                                                (ScheduleKind.ZB_V, 5, 30, 2), (ScheduleKind.DUALPIPE, 6, 24, 2)])
+def test_level_by_level_depths_equal_the_unit_event_sweep_op_for_op(kind, p, m, v, monkeypatch):
+    # the depths found a level at a time (from LEVEL_STEP_MIN_STAGES stages, here from one) are
+    # the unit-duration event sweep's end times less one, on every schedule kind
+    monkeypatch.setattr(makespan, "LEVEL_STEP_MIN_STAGES", 1)
+    s = make_schedule(kind, p, m, v)
+    _, end = sweep(s, np.ones(s.n_ops), np.zeros(s.n_ops))
+    assert np.array_equal(makespan._depths(s), np.rint(end).astype(np.int64) - 1)
+
+
+def test_a_planner_sized_1f1b_flush_gets_the_sweeps_depths_by_levels():
+    s = make_schedule(ScheduleKind.ONE_F_ONE_B, 30, 120, 1)
+    assert s.p >= makespan.LEVEL_STEP_MIN_STAGES
+    _, end = sweep(s, np.ones(s.n_ops), np.zeros(s.n_ops))
+    assert np.array_equal(makespan._depths(s), np.rint(end).astype(np.int64) - 1)
