@@ -14,8 +14,14 @@ and ``scaleup_gbit_per_s`` (per-GPU, one-direction bandwidth of the NICs / of NV
 450 GB/s NVLink is 3600 Gb/s), ``seq_len``, ``global_batch_tokens`` (instead of ``global_batch``
 sequences), ``model`` and ``cluster``.
 
+A configuration runs a software stack (``stack=``, default ``megatron-core``, a catalog name or a
+``StackSpec``) as ``paraplan simulate --stack`` does: the stack's documented behaviour
+(``simulator.stack_defaults``) fills every software field not given, sequence parallelism too,
+and the dtype defaults to the GPU's 16-bit type (fp16 on V100). So :func:`simulate` of the
+planner's winner gives the planner's numbers.
+
 Columns of a result row (``ROW_COLUMNS`` lists the first ones in order): ``config`` (a short
-label), ``model``, ``cluster``, ``gpu``, ``n_gpus``, ``seq_len``, every ``ParallelConfig`` field,
+label), ``model``, ``cluster``, ``gpu``, ``stack``, ``n_gpus``, ``seq_len``, every ``ParallelConfig`` field,
 ``global_batch_tokens``, ``num_microbatches``, ``step_time_s``, the step-time parts
 (``simulator.report.TIME_PARTS``, seconds), ``tokens_per_s``, ``tokens_per_s_per_gpu``,
 ``model_tflops_per_gpu``, ``mfu``, ``hfu``, ``memory_gib`` and its parts (``weights_gib``, ...,
@@ -56,11 +62,12 @@ from cost_models.compute import (LOW_PRECISION, compute_rates, kernel_counting_r
                                  gemm_time_s, gemm_traffic_bytes, sixteen_bit_dtype)
 from cost_models.layer_costs import (_attention_dims, attention_block_costs,
                                      attention_gemm_shapes, dense_mlp_costs, mlp_gemm_shapes)
-from hardware_specs.catalog import efficiency_for_cluster, load_cluster, load_gpu
+from hardware_specs.catalog import efficiency_for_cluster, load_cluster, load_gpu, load_stack
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError, suggest
 from hardware_specs.gpu_spec import GPUSpec
+from hardware_specs.stack_spec import StackSpec
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from paraplan import priors
@@ -68,6 +75,7 @@ from simulator import headroom
 from simulator.parallel_config import BOOL_FIELDS, ParallelConfig
 from simulator.report import MEMORY_PARTS, TIME_PARTS, StepReport
 from simulator.simulate import simulate as _simulate
+from simulator.stack_defaults import stack_config_fields, stack_sequence_parallel
 
 GIB = 2**30
 GBIT = 1e9 / 8          # bytes/s in one Gb/s
@@ -82,11 +90,14 @@ SWEEP_FIELDS = WHAT_IF_FIELDS + CONFIG_FIELDS
 #: memory columns (GiB) in the order of ``MEMORY_PARTS``.
 MEMORY_COLUMNS = tuple(p.replace("_bytes", "_gib") for p in MEMORY_PARTS)
 #: the leading columns of every result row.
-ROW_COLUMNS = ("config", "model", "cluster", "gpu", "n_gpus", "seq_len") + CONFIG_FIELDS + (
+ROW_COLUMNS = ("config", "model", "cluster", "gpu", "stack", "n_gpus", "seq_len") + CONFIG_FIELDS + (
     "global_batch_tokens", "num_microbatches", "step_time_s") + TIME_PARTS + (
     "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu", "memory_gib") + \
     MEMORY_COLUMNS + ("hbm_gib", "headroom_gib", "fits", "scaleout_gbit_per_s", "scaleup_gbit_per_s",
                       "efficiency_fitted")
+
+#: the software stack a configuration runs unless told otherwise (as ``paraplan simulate``)
+DEFAULT_STACK = "megatron-core"
 
 _INT_FIELDS = {"dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch", "zero_stage",
                "gpus", "seq_len", "global_batch_tokens", "grouped_gemm_streams"}
@@ -272,11 +283,12 @@ def config_label(config: Mapping[str, Any]) -> str:
 
 
 def report_row(report: StepReport, model: ModelSpec | None = None,
-               cluster: ClusterSpec | None = None) -> dict:
-    """One result row (a dict with the ``ROW_COLUMNS``) from a ``StepReport``."""
+               cluster: ClusterSpec | None = None, stack: str | None = None) -> dict:
+    """One result row (a dict with the ``ROW_COLUMNS``) from a ``StepReport``; ``stack``: the name
+    of the software stack it ran (None when not known)."""
     config = dict(report.config)
     row: dict[str, Any] = {"config": config_label(config), "model": report.model, "cluster": report.cluster,
-                           "gpu": report.gpu, "n_gpus": int(report.n_gpus),
+                           "gpu": report.gpu, "stack": stack, "n_gpus": int(report.n_gpus),
                            "seq_len": int(round(report.tokens_per_step / config["global_batch"]))}
     row.update({k: config[k] for k in CONFIG_FIELDS})
     row["global_batch_tokens"] = int(round(report.tokens_per_step))
@@ -297,13 +309,37 @@ def report_row(report: StepReport, model: ModelSpec | None = None,
     return row
 
 
+def with_stack_fields(model: ModelSpec, cluster: ClusterSpec, stack: str | StackSpec | None,
+                      fields: Mapping[str, Any]) -> dict:
+    """``fields`` with what ``stack`` does filled in where a field is not given (None counts as
+    not given), as ``paraplan simulate --stack`` builds its configuration: the dtype defaults to
+    the GPU's 16-bit type (``cost_models.compute.sixteen_bit_dtype``), the software fields to the
+    stack's documented behaviour for this model, GPU and dtype
+    (``simulator.stack_defaults.stack_config_fields``), sequence parallelism to the stack's
+    recipes at this tensor degree."""
+    out = dict(fields)
+    if out.get("dtype") is None:
+        out["dtype"] = sixteen_bit_dtype(cluster.gpu)
+    spec = load_stack(stack or DEFAULT_STACK) if not isinstance(stack, StackSpec) else stack
+    gpu = cluster.gpu.name
+    for key, value in stack_config_fields(spec, out["dtype"], model.name, gpu).items():
+        if out.get(key) is None:
+            out[key] = value
+    if out.get("sequence_parallel") is None:
+        out["sequence_parallel"] = stack_sequence_parallel(spec, int(out.get("tp") or 1), model.name, gpu,
+                                                           out["dtype"])
+    return out
+
+
 def simulate_report(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpus: int | None = None,
                     gpu: str | GPUSpec | None = None, seq_len: int | None = None,
                     scaleout_gbit_per_s: float | None = None, scaleup_gbit_per_s: float | None = None,
-                    efficiency: EfficiencyModel | None = None, **config_fields):
+                    efficiency: EfficiencyModel | None = None, stack: str | StackSpec = DEFAULT_STACK,
+                    **config_fields):
     """Like :func:`simulate` but returns ``(StepReport, ModelSpec, ClusterSpec)``."""
     model_spec = _model(model, seq_len)
     cluster_spec = what_if_cluster(cluster, gpu, scaleout_gbit_per_s, scaleup_gbit_per_s)
+    config_fields = with_stack_fields(model_spec, cluster_spec, stack, config_fields)
     config = build_config(model_spec, gpus, **config_fields)
     report = _simulate(model_spec, cluster_spec, config, n_gpus=gpus, efficiency=efficiency)
     return report, model_spec, cluster_spec
@@ -319,7 +355,8 @@ def simulate(model: str | ModelSpec, cluster: str | ClusterSpec, **fields) -> pd
             recompute="selective", sequence_parallel=True, ...``), ``global_batch`` (sequences)
             or ``global_batch_tokens``, and the what-if fields ``gpus``, ``gpu``, ``seq_len``,
             ``scaleout_gbit_per_s``, ``scaleup_gbit_per_s``; ``efficiency`` (an
-            ``EfficiencyModel``) overrides the GPU generation's fitted one.
+            ``EfficiencyModel``) overrides the GPU generation's fitted one; ``stack`` (default
+            ``megatron-core``) the software stack whose behaviour fills the fields not given.
 
     Example::
 
@@ -328,7 +365,9 @@ def simulate(model: str | ModelSpec, cluster: str | ClusterSpec, **fields) -> pd
         ...     ["config", "step_time_s", "tokens_per_s", "mfu", "memory_gib", "fits"]]  # doctest: +SKIP
     """
     report, model_spec, cluster_spec = simulate_report(model, cluster, **fields)
-    return pd.DataFrame([report_row(report, model_spec, cluster_spec)], columns=list(ROW_COLUMNS))
+    stack = fields.get("stack") or DEFAULT_STACK
+    stack_name = stack.name if isinstance(stack, StackSpec) else str(stack)
+    return pd.DataFrame([report_row(report, model_spec, cluster_spec, stack_name)], columns=list(ROW_COLUMNS))
 
 
 # --------------------------------------------------------------------------------------------
@@ -479,7 +518,9 @@ def best_plan(model, cluster, gpus: int, global_batch_tokens: int | None = None,
     plans = plan(model, cluster, gpus, global_batch_tokens, **what_if, **constraints)
     top = plans.iloc[0]
     config = {k: _plain(top[k]) for k in CONFIG_FIELDS if k in plans.columns}
-    row = simulate(model, cluster, **{k: v for k, v in what_if.items() if v is not None}, **config)
+    # the winner re-simulated on the stack the planner scored it with
+    row = simulate(model, cluster, **{k: v for k, v in what_if.items() if v is not None},
+                   stack=constraints.get("stack") or DEFAULT_STACK, **config)
     row.attrs["explain"] = plans.attrs.get("explain", "")
     return row
 
@@ -501,7 +542,8 @@ def best_plan_for(framework: str, model, cluster, gpus: int, global_batch_tokens
     spec = _model(model, what_if.get("seq_len"))
     row, rank, slowdown = exports.best_runnable(plans, framework, model=spec, seq_len=spec.seq_len)
     config = {k: _plain(row[k]) for k in CONFIG_FIELDS if k in row}
-    out = simulate(model, cluster, **{k: v for k, v in what_if.items() if v is not None}, **config)
+    out = simulate(model, cluster, **{k: v for k, v in what_if.items() if v is not None},
+                   stack=kwargs.get("stack") or DEFAULT_STACK, **config)
     out.attrs.update(rank=rank, slowdown=slowdown, explain=plans.attrs.get("explain", ""))
     return out
 
@@ -601,8 +643,9 @@ def sweep(base: Mapping[str, Any], field: str, values: Iterable[Any], *, best: b
 
 def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | GPUSpec | None = None,
               tp: int = 1, micro_batch: int = 1, seq_len: int | None = None, cp: int = 1,
-              dtype: str = "bf16", efficiency: EfficiencyModel | None = None) -> pd.DataFrame:
-    """The operations of one transformer layer (plus the LM head) on one GPU, for a roofline.
+              dtype: str | None = None, efficiency: EfficiencyModel | None = None) -> pd.DataFrame:
+    """The operations of one transformer layer (plus the LM head) on one GPU, for a roofline
+    (``dtype`` default: the GPU's 16-bit type).
 
     Shapes follow ``cost_models.layer_costs`` (tensor parallelism splits heads and FFN columns;
     M = tokens per micro-batch on the GPU, ``micro_batch * seq_len / cp``); times come from
@@ -623,6 +666,7 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     model_spec = _model(model, seq_len)
     cluster_spec = what_if_cluster(cluster, gpu)
     g = cluster_spec.gpu
+    dtype = dtype or sixteen_bit_dtype(g)
     eff = efficiency if efficiency is not None else efficiency_for_cluster(cluster_spec)
     rates = compute_rates(g, eff, dtype)
     if model_spec.seq_len % cp:
