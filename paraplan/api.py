@@ -24,7 +24,8 @@ Columns of a result row (``ROW_COLUMNS`` lists the first ones in order): ``confi
 label), ``model``, ``cluster``, ``gpu``, ``stack``, ``n_gpus``, ``seq_len``, every ``ParallelConfig`` field,
 ``global_batch_tokens``, ``num_microbatches``, ``step_time_s``, the step-time parts
 (``simulator.report.TIME_PARTS``, seconds), ``tokens_per_s``, ``tokens_per_s_per_gpu``,
-``model_tflops_per_gpu``, ``mfu``, ``hfu``, ``memory_gib`` and its parts (``weights_gib``, ...,
+``model_tflops_per_gpu``, ``mfu_bf16_pct``, ``hfu_bf16_pct`` (percent of the GPU's dense bf16
+peak, as every command shows MFU: ``paraplan.mfu``; ``mfu_fp16_pct`` on V100), ``memory_gib`` and its parts (``weights_gib``, ...,
 from ``MEMORY_PARTS``), ``hbm_gib``, ``headroom_gib`` (HBM left free), ``fits`` (with the headroom a run keeps,
 ``simulator.headroom``), ``scaleout_gbit_per_s``, ``scaleup_gbit_per_s`` and
 ``efficiency_fitted`` (False: the times rest on an unfitted prior efficiency model, see
@@ -71,6 +72,7 @@ from hardware_specs.stack_spec import StackSpec
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from paraplan import priors
+from paraplan.mfu import mfu_column, mfu_pct
 from simulator import headroom
 from simulator.parallel_config import BOOL_FIELDS, ParallelConfig
 from simulator.report import MEMORY_PARTS, TIME_PARTS, StepReport
@@ -92,9 +94,16 @@ MEMORY_COLUMNS = tuple(p.replace("_bytes", "_gib") for p in MEMORY_PARTS)
 #: the leading columns of every result row.
 ROW_COLUMNS = ("config", "model", "cluster", "gpu", "stack", "n_gpus", "seq_len") + CONFIG_FIELDS + (
     "global_batch_tokens", "num_microbatches", "step_time_s") + TIME_PARTS + (
-    "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu", "memory_gib") + \
-    MEMORY_COLUMNS + ("hbm_gib", "headroom_gib", "fits", "scaleout_gbit_per_s", "scaleup_gbit_per_s",
-                      "efficiency_fitted")
+    "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu_bf16_pct", "hfu_bf16_pct",
+    "memory_gib") + MEMORY_COLUMNS + ("hbm_gib", "headroom_gib", "fits", "scaleout_gbit_per_s",
+                                      "scaleup_gbit_per_s", "efficiency_fitted")
+
+
+def row_columns(gpu: GPUSpec) -> list[str]:
+    """``ROW_COLUMNS`` with the MFU and HFU columns named for ``gpu``'s reference peak
+    (``mfu_fp16_pct`` on a V100, ``paraplan.mfu``)."""
+    names = {"mfu_bf16_pct": mfu_column(gpu), "hfu_bf16_pct": mfu_column(gpu, "hfu")}
+    return [names.get(c, c) for c in ROW_COLUMNS]
 
 #: the software stack a configuration runs unless told otherwise (as ``paraplan simulate``)
 DEFAULT_STACK = "megatron-core"
@@ -295,8 +304,13 @@ def report_row(report: StepReport, model: ModelSpec | None = None,
     row["num_microbatches"] = int(report.num_microbatches)
     row["step_time_s"] = float(report.step_time_s)
     row.update({k: float(report.time_breakdown_s[k]) for k in TIME_PARTS})
-    for k in ("tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu"):
+    for k in ("tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu"):
         row[k] = float(getattr(report, k))
+    # MFU and HFU as every command shows them: percent of the reference (bf16) peak, not the
+    # fraction of the row dtype's own peak the simulator reports (an fp8 row's is half of it)
+    gpu = cluster.gpu if cluster is not None else load_gpu(report.gpu)
+    for k in ("mfu", "hfu"):
+        row[mfu_column(gpu, k)] = float(mfu_pct(float(getattr(report, k)), str(config["dtype"]), gpu))
     row["memory_gib"] = float(report.memory_bytes) / GIB
     for part, col in zip(MEMORY_PARTS, MEMORY_COLUMNS):
         row[col] = float(report.memory_breakdown_bytes[part]) / GIB
@@ -362,12 +376,13 @@ def simulate(model: str | ModelSpec, cluster: str | ClusterSpec, **fields) -> pd
 
         >>> simulate("llama3-70b", "dgx-h100", gpus=64, tp=8, pp=4, global_batch=128,
         ...          zero_stage=1, sequence_parallel=True, recompute="selective")[
-        ...     ["config", "step_time_s", "tokens_per_s", "mfu", "memory_gib", "fits"]]  # doctest: +SKIP
+        ...     ["config", "step_time_s", "tokens_per_s", "mfu_bf16_pct", "memory_gib", "fits"]]  # doctest: +SKIP
     """
     report, model_spec, cluster_spec = simulate_report(model, cluster, **fields)
     stack = fields.get("stack") or DEFAULT_STACK
     stack_name = stack.name if isinstance(stack, StackSpec) else str(stack)
-    return pd.DataFrame([report_row(report, model_spec, cluster_spec, stack_name)], columns=list(ROW_COLUMNS))
+    return pd.DataFrame([report_row(report, model_spec, cluster_spec, stack_name)],
+                        columns=row_columns(cluster_spec.gpu))
 
 
 # --------------------------------------------------------------------------------------------
@@ -405,7 +420,7 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int, global_b
     Example::
 
         >>> plans = plan("llama3-70b", "dgx-h100", gpus=256, global_batch_tokens=4 * 2**20)  # doctest: +SKIP
-        >>> plans.iloc[0][["config", "tokens_per_s", "mfu", "memory_gib"]]                    # doctest: +SKIP
+        >>> plans.iloc[0][["config", "tokens_per_s", "mfu_bf16_pct", "memory_gib"]]           # doctest: +SKIP
     """
     fn = _planner()
     model_spec = _model(model, seq_len)
@@ -422,6 +437,19 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int, global_b
     df = _with_plan_columns(df.reset_index(drop=True), model_spec, cluster_spec, gpus)
     df.attrs["explain"] = getattr(result, "explain", "")
     return df
+
+
+def mfu_pct_columns(df: pd.DataFrame, gpu: GPUSpec) -> pd.DataFrame:
+    """``df`` with the planner's ``mfu`` (and ``hfu``), fractions of each row's own dtype peak,
+    replaced in place by ``mfu_bf16_pct`` (``hfu_...``): percent of ``gpu``'s reference peak, as
+    every command shows MFU (``paraplan.mfu``)."""
+    out = df.copy()
+    for name in ("mfu", "hfu"):
+        if name in out.columns:
+            pct = [float(mfu_pct(float(m), str(d), gpu)) for m, d in zip(out[name], out["dtype"])]
+            out.insert(out.columns.get_loc(name), mfu_column(gpu, name), pct)
+            out = out.drop(columns=name)
+    return out
 
 
 #: ``ParallelConfig`` fields the planner searches (``planners.search_space.FIXABLE``); given to
@@ -452,7 +480,7 @@ def _planner_kwargs(constraints: Mapping[str, Any]) -> dict:
 
 def _with_plan_columns(df: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec, gpus: int) -> pd.DataFrame:
     """Add the columns :func:`simulate` rows have and a planner table may lack (names, GiB, label)."""
-    df = df.copy()
+    df = mfu_pct_columns(df, cluster.gpu)
     for col, value in (("model", model.name), ("cluster", cluster.name), ("gpu", cluster.gpu.name),
                        ("n_gpus", gpus), ("seq_len", model.seq_len),
                        ("scaleout_gbit_per_s", cluster.scaleout.bw_bytes_per_s / GBIT),
@@ -587,7 +615,7 @@ def sweep(base: Mapping[str, Any], field: str, values: Iterable[Any], *, best: b
 
         >>> sweep(dict(model="llama3-70b", cluster="dgx-h100", tp=8, pp=4, global_batch=256,
         ...            zero_stage=1, sequence_parallel=True, recompute="selective"),
-        ...       "gpus", [64, 128, 256])[["gpus", "tokens_per_s", "mfu"]]                 # doctest: +SKIP
+        ...       "gpus", [64, 128, 256])[["gpus", "tokens_per_s", "mfu_bf16_pct"]]        # doctest: +SKIP
     """
     check_field(field)
     if on_error not in ("raise", "skip"):

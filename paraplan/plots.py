@@ -59,6 +59,24 @@ def _color(name: str, names: Sequence[str]) -> str:
     return _PALETTE[list(names).index(name) % len(_PALETTE)] if name in names else _PALETTE[-1]
 
 
+def _mfu_columns(df: pd.DataFrame) -> list[str]:
+    """The rows' MFU columns (``mfu_bf16_pct``; a sweep over GPUs may add ``mfu_fp16_pct``)."""
+    return [c for c in df.columns if c.startswith("mfu_") and c.endswith("_pct")]
+
+
+def _mfu_pct(df: pd.DataFrame) -> pd.Series | None:
+    """Each row's MFU in percent of its GPU's reference peak (``paraplan.mfu``), or None."""
+    cols = _mfu_columns(df)
+    if not cols:
+        return None
+    return df[cols].astype(float).bfill(axis=1).iloc[:, 0]
+
+
+def _mfu_reference(df: pd.DataFrame) -> str:
+    """``bf16`` (the dtype the MFU columns are percent of; ``bf16/fp16`` when they differ)."""
+    return "/".join(c[len("mfu_"):-len("_pct")] for c in _mfu_columns(df)) or "bf16"
+
+
 def frame(data: Any) -> pd.DataFrame:
     """A DataFrame of result rows from a DataFrame, a ``StepReport``, a dict, or a list of them."""
     if isinstance(data, pd.DataFrame):
@@ -161,8 +179,9 @@ def breakdown(data: Any, path: str | Path | None = None, *, label: str | None = 
         text = f" {t:.2f} s"
         if "tokens_per_s" in df.columns and np.isfinite(df["tokens_per_s"].iloc[i]):
             text += f"  ({_thousands(df['tokens_per_s'].iloc[i])} tok/s"
-            if "mfu" in df.columns:
-                text += f", MFU {100 * df['mfu'].iloc[i]:.0f}%"
+            mfu = _mfu_pct(df)
+            if mfu is not None and np.isfinite(mfu.iloc[i]):
+                text += f", MFU {mfu.iloc[i]:.0f}%"
             text += ")"
         ax.text(t, yi, text, va="center", fontsize=8)
     ax.set_yticks(y, labels, fontsize=8)
@@ -371,9 +390,11 @@ def scaling(data: Any, path: str | Path | None = None, *, x: str = "n_gpus", tit
     ax.yaxis.set_major_formatter(FuncFormatter(_thousands))
     ax.grid(alpha=0.3)
     ax2 = ax.twinx()
-    ax2.plot(xs, 100 * df["mfu"].to_numpy(dtype=float), "-s", color="#DD8452", label="MFU")
-    ax2.set_ylabel("MFU (%)", color="#DD8452")
-    ax2.set_ylim(0, max(60.0, 100 * float(np.nanmax(df["mfu"])) * 1.2))
+    mfu = _mfu_pct(df)
+    mfu = mfu.to_numpy(dtype=float) if mfu is not None else np.full(len(df), np.nan)
+    ax2.plot(xs, mfu, "-s", color="#DD8452", label="MFU")
+    ax2.set_ylabel(f"MFU (% of the {_mfu_reference(df)} peak)", color="#DD8452")
+    ax2.set_ylim(0, max(60.0, float(np.nanmax(mfu)) * 1.2 if np.isfinite(mfu).any() else 0.0))
     if "fits" in df.columns and not df["fits"].all():
         bad = df.loc[~df["fits"].astype(bool), x]
         ax.scatter(bad, df.loc[bad.index, "tokens_per_s"], marker="x", s=80, color="black", zorder=4,

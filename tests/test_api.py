@@ -105,4 +105,45 @@ def test_simulate_defaults_to_the_gpus_16_bit_type_on_v100():
                     "--json")
     assert cli["config"]["dtype"] == "fp16"
     assert cli["step_time_s"] == pytest.approx(float(row.step_time_s), rel=1e-12)
-    assert cli["mfu_fp16_pct"] == pytest.approx(100 * float(row.mfu), rel=1e-9)
+    assert cli["mfu_fp16_pct"] == pytest.approx(float(row.mfu_fp16_pct), rel=1e-9)
+
+
+def test_api_rows_show_mfu_as_every_command_does_in_percent_of_the_bf16_peak():
+    """An fp8 plan's MFU in ``paraplan.api`` rows is percent of the H100's dense bf16 peak
+    (989.4 TFLOP/s) in a column that names it, as ``paraplan simulate`` / ``plan`` / ``sweep`` show
+    it; the rows had ``mfu``, a fraction of the fp8 peak (1,978.9 TFLOP/s): half the number the
+    command line printed for the same plan."""
+    import pytest
+    kwargs = dict(gpus=64, tp=8, pp=4, global_batch=128, zero_stage=1, recompute="selective",
+                  sequence_parallel=True, dtype="fp8")
+    row = api.simulate("llama3-70b", "dgx-h100", **kwargs).iloc[0]
+    assert "mfu" not in row.index and "hfu" not in row.index
+    hand = 100 * float(row.model_tflops_per_gpu) / 989.4
+    assert float(row.mfu_bf16_pct) == pytest.approx(hand, rel=1e-3)
+    assert float(row.hfu_bf16_pct) > float(row.mfu_bf16_pct)
+    cli = _cli_json("simulate", "-m", "llama3-70b", "-c", "dgx-h100", "-n", 64, "--tp", 8, "--pp", 4,
+                    "--global-batch", 128, "--zero", 1, "--recompute", "selective", "--sequence-parallel",
+                    "--dtype", "fp8", "--json")
+    assert float(row.mfu_bf16_pct) == pytest.approx(cli["mfu_bf16_pct"], rel=1e-12)
+    # the planner's table: the same column, the same convention
+    plans = api.plan("llama3-8b", "dgx-h100", 8, global_batch=16, dtype="fp8", max_plans=1)
+    top = plans.iloc[0]
+    assert "mfu" not in plans.columns
+    check = api.simulate("llama3-8b", "dgx-h100", **{k: top[k] for k in api.CONFIG_FIELDS if k in plans.columns}).iloc[0]
+    assert float(top.mfu_bf16_pct) == pytest.approx(float(check.mfu_bf16_pct), rel=1e-9)
+    assert float(top.mfu_bf16_pct) == pytest.approx(100 * float(check.model_tflops_per_gpu) / 989.4, rel=1e-3)
+
+
+def test_export_header_states_mfu_of_the_bf16_peak_for_an_fp8_plan():
+    """``--emit``'s first line gives an fp8 plan's MFU as the table does (percent of the bf16
+    peak), not as a share of the fp8 peak (half the number)."""
+    import re
+
+    import pytest
+
+    from paraplan import exports
+    row = api.simulate("llama3-70b", "dgx-h100", gpus=64, tp=8, pp=4, global_batch=128, zero_stage=1,
+                       recompute="selective", sequence_parallel=True, dtype="fp8").iloc[0]
+    first = exports.emit(row, "megatron").splitlines()[0]
+    shown = float(re.search(r"MFU ([\d.]+)% of the bf16 peak", first).group(1))
+    assert shown == pytest.approx(float(row.mfu_bf16_pct), abs=0.05)

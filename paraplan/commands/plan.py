@@ -19,7 +19,6 @@ from hardware_specs.errors import InputError
 from hardware_specs.gpu_spec import KNOWN_DTYPES
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
-from paraplan import mfu as mfu_units
 from paraplan import priors
 from paraplan.cli import dump_json, format_table, four_significant
 from planners.explain import fit_text, stage_layers_text
@@ -94,12 +93,8 @@ def display(df, cluster):
     """The plans as every output shows them: MFU in percent of the reference peak
     (``paraplan.mfu``) instead of the fraction of the row dtype's peak, and whether the times
     rest on a fitted efficiency model (``efficiency_fitted``, see ``paraplan.priors``)."""
-    out = df.copy()
-    if "mfu" in out:
-        gpu = cluster.gpu
-        pct = [float(mfu_units.mfu_pct(m, str(d), gpu)) for m, d in zip(out["mfu"], out["dtype"])]
-        out.insert(out.columns.get_loc("mfu"), mfu_units.mfu_column(gpu), pct)
-        out = out.drop(columns="mfu")
+    from paraplan.api import mfu_pct_columns
+    out = mfu_pct_columns(df, cluster.gpu)
     out["efficiency_fitted"] = not priors.is_prior(cluster)
     return out
 
