@@ -355,3 +355,32 @@ def test_the_context_check_admits_exactly_the_window_and_skips_models_that_do_no
     cfg = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4,
            "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 32768}
     assert model_from_hf_config(cfg).max_context_tokens == 32768
+
+
+@pytest.mark.parametrize("mode", ["agg", "disagg"])
+def test_plan_prints_the_serve_simulate_command_of_its_best_row_and_it_gives_the_same_numbers(mode):
+    """A plan's layout string (``tp1-adp16-etp16xep1``) names the experts' split etp x ep, which
+    ``serve simulate`` takes as --moe-tp / --moe-ep: the plan prints the command that runs its best
+    row as one deployment, and that command prints the plan's TTFT, TPOT and tokens/s/GPU.
+    DeepSeek-R1 on 64 B200 at TPOT <= 30 ms: aggregated 4 workers of tp1-adp16-etp16xep1 at batch 64
+    per rank; disaggregated 1 prefill tp1-adp8-etp8xep1 at 8 prompts per step + 1 decode
+    tp1-adp32-etp32xep1 at batch 64."""
+    import shlex
+    request = ["serve", "plan", "-m", "deepseek-r1", "-s", "dgx-b200", "-n", 64, "--tpot-ms", 30, "--mode", mode]
+    text = run(*request, "--top", 1)
+    assert text.exit_code == 0, text.output
+    line = next(l for l in text.stdout.splitlines() if "as one deployment:" in l)
+    command = shlex.split(line.split("as one deployment:", 1)[1])
+    expected = {"agg": "--adp 16 --moe-tp 16 --batch 64 --workers 4",
+                "disagg": "--mode disagg --prefill-adp 8 --prefill-moe-tp 8 --decode-adp 32 --decode-moe-tp 32 "
+                          "--prefill-batch 8 --decode-batch 64"}[mode]
+    assert " ".join(command).endswith(expected)
+    assert command[:3] == ["paraplan", "serve", "simulate"]
+    best = json.loads(run(*request, "--json").stdout)["best"]
+    sim = run(*command[1:], "--json")
+    assert sim.exit_code == 0, sim.output
+    got = json.loads(sim.stdout)          # serve simulate --json is in seconds, serve plan's in ms
+    assert 1e3 * got["ttft_s"] == pytest.approx(best["ttft_ms"], rel=1e-9)
+    assert 1e3 * got["tpot_s"] == pytest.approx(best["tpot_ms"], rel=1e-9)
+    assert got["tokens_per_s_per_gpu"] == pytest.approx(best["tokens_per_s_per_gpu"], rel=1e-9)
+    assert got["gpus"] == best["gpus_used"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import math
+import shlex
 
 import click
 import pandas as pd
@@ -339,7 +340,45 @@ def format_text(fmt: str, gpu) -> str:
     return f"{fmt} weight-only in {math_dtype}"
 
 
-def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int) -> str:
+#: a plan row's worker layout as ``serve simulate`` options, per mode (option, column)
+_AGG_OPTIONS = (("--tp", "tp"), ("--pp", "pp"), ("--adp", "adp"), ("--moe-tp", "moe_tp"), ("--moe-ep", "moe_ep"),
+                ("--batch", "batch"), ("--workers", "workers"))
+_DISAGG_OPTIONS = tuple((f"--{side}-{opt}", f"{side}_{col}") for side in ("prefill", "decode")
+                        for opt, col in (("tp", "tp"), ("pp", "pp"), ("adp", "adp"), ("moe-tp", "moe_tp"),
+                                         ("moe-ep", "moe_ep"))) + (
+    ("--prefill-batch", "prefill_batch"), ("--prefill-workers", "prefill_workers"), ("--decode-batch", "batch"),
+    ("--decode-workers", "decode_workers"))
+
+
+def simulate_command(row, opts: dict, moe: bool = True) -> str:
+    """The ``paraplan serve simulate`` command that gives ``row`` (a ``serve plan`` row) again:
+    the request's own model, system, backend, shape and formats, and the row's layout as the
+    options ``serve simulate`` takes (the layout string's ``etpExepX`` is ``--moe-tp E --moe-ep X``).
+    Options at their default (1, or not given) are left out, the expert split on a dense model
+    (``moe`` False) too."""
+    args = ["paraplan", "serve", "simulate", "-m", opts["model"], "-s", opts["system"], "-b", opts["backend"]]
+    for name in ("backend_version", "precision", "expert_precision"):
+        if opts.get(name) is not None:
+            args += [f"--{name.replace('_', '-')}", str(opts[name])]
+    if opts.get("kv_cache_dtype") not in (None, "auto"):
+        args += ["--kv-cache-dtype", opts["kv_cache_dtype"]]
+    args += ["--isl", str(opts["isl"]), "--osl", str(opts["osl"])]
+    agg = row["mode"] == "agg"
+    if not agg:
+        args += ["--mode", "disagg"]
+    for option, col in (_AGG_OPTIONS if agg else _DISAGG_OPTIONS):
+        value = row.get(col) if hasattr(row, "get") else None
+        if not moe and "moe" in option:
+            continue
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            continue
+        value = int(value)
+        if value != 1 or option.endswith(("-batch", "--batch")):
+            args += [option, str(value)]
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, opts: dict | None = None) -> str:
     from planners.serving.labels import prompts_per_step
     b = plan.best
     lines = [f"serving plan for {ctx.model.name} on {gpus} x {ctx.cluster.gpu.name} ({ctx.cluster.name}), "
@@ -357,6 +396,8 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int) 
                      f"on {int(b['gpus_used'])} GPUs)")
     lines.append(f"      TTFT {b['ttft_ms']:.0f} ms (p90 {b['ttft_p90_ms']:.0f}), TPOT {b['tpot_ms']:.1f} ms, "
                  f"{b['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {b['tokens_per_s_per_user']:.1f} tokens/s/user")
+    if opts is not None:
+        lines.append(f"      as one deployment: {simulate_command(b, opts, moe=ctx.model.moe is not None)}")
     lines += plan.why
     front = plan.front
     lines += ["", f"Pareto front (tokens/s/GPU vs tokens/s/user, TTFT <= {ttft_ms:g} ms), per mode"]
@@ -405,6 +446,8 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
     A layout reads tpT[-ppP][-adpA][-etpExepX]: attention tensor parallelism T, pipeline stages
     P, attention data-parallel ranks A and, for MoE models, how the experts are split over the
     worker's T x A GPUs: expert tensor parallelism E x expert parallelism X (E x X = T x A).
+    `serve simulate` takes it as --tp T --pp P --adp A --moe-tp E --moe-ep X; the table's best
+    row is printed as that command ("as one deployment: ...").
 
     \b
     Examples:
@@ -444,7 +487,7 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
         rows.to_csv(buf, index=False)
         text = buf.getvalue()
     else:
-        text = render_plan(plan, ctx, gpus, ttft_ms, tpot_ms, top)
+        text = render_plan(plan, ctx, gpus, ttft_ms, tpot_ms, top, opts)
     if plot_path is not None:
         from paraplan.serving_plots import serving_pareto
         title = f"{ctx.model.name} on {gpus} x {ctx.cluster.gpu.name}, isl {opts['isl']} / osl {opts['osl']}, TTFT <= {ttft_ms:g} ms"
