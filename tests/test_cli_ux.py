@@ -353,3 +353,15 @@ def test_the_plan_header_says_when_the_sequence_length_is_the_models_whole_conte
     # a preset whose seq_len is below its context (llama3.1-8b: 8192 of 131072) gets no such line
     assert run("plan", "-m", "llama3.1-8b", "-c", "dgx-h100", "-n", 8, "--global-batch", 64,
                "--top", 1).stdout.splitlines()[2].startswith("rank ")
+
+
+def test_a_fixed_tp_wider_than_a_node_says_to_raise_max_tp():
+    """--tp 16 on 8-GPU H100 nodes is refused because --max-tp defaults to one node's GPUs; the
+    error says so and names the option, which then runs the request (dp4 tp16 on 64 GPUs)."""
+    args = ("plan", "-m", "llama3-70b", "-c", "dgx-h100", "-n", 64, "--global-batch", 128, "--tp", 16)
+    line = one_line_error(run(*args))
+    assert line.startswith("error: gpus: ") and "raise --max-tp to 16" in line
+    ok = run(*args, "--max-tp", 16, "--json", "--top", 1)
+    assert ok.exit_code == 0, ok.output
+    best = json.loads(ok.stdout)["plans"][0]
+    assert (best["tp"], best["dp"]) == (16, 4)
