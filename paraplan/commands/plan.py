@@ -140,6 +140,7 @@ def _emit(result: PlanResult, spec, framework: str, cl=None, switches=None) -> s
                **(switches or {})}
     if cl is not None:      # the cluster as loaded (a file's too), for the launch's hosts
         context["gpus_per_host"] = cl.launch_gpus_per_host
+        context["efficiency_fitted"] = not priors.is_prior(cl)     # the header says when it rests on a prior
     row, rank, slowdown = exports.best_runnable(result.plans, framework, **context)
     if rank == 0:
         note = f"the unrestricted winner runs in {framework} as planned"

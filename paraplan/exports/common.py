@@ -29,7 +29,7 @@ def plan_fields(plan_row: Any) -> dict:
     ``first_stage_layers`` / ``last_stage_layers`` among them, 0 = the step model's rule),
     ``model`` (a ``ModelSpec``), ``model_name``, ``seq_len``, ``n_gpus``, ``gpus_per_host`` (of
     the cluster the row names, or the row's own; None = unknown), and the prediction
-    fields it carries (``step_time_s``, ``tokens_per_s``, ``mfu``, ...)."""
+    fields it carries (``step_time_s``, ``tokens_per_s``, ``mfu``, ``efficiency_fitted``, ...)."""
     row = _row(plan_row)
     if isinstance(row.get("config"), Mapping):
         row = {**row, **row["config"]}
@@ -56,7 +56,7 @@ def plan_fields(plan_row: Any) -> dict:
     out["model_name"] = spec.name if spec is not None else str(row.get("model") or "")
     out["n_gpus"] = config.n_gpus
     mfu_cols = [k for k in row if isinstance(k, str) and k.startswith("mfu_") and k.endswith("_pct")]
-    for key in ("cluster", "gpu", "step_time_s", "tokens_per_s", "mfu", *mfu_cols, "memory_gib"):
+    for key in ("cluster", "gpu", "step_time_s", "tokens_per_s", "mfu", *mfu_cols, "memory_gib", "efficiency_fitted"):
         if key in row and _present(row[key]):
             out[key] = _plain(row[key])
     out["gpus_per_host"] = _gpus_per_host(row)
@@ -190,6 +190,8 @@ def summary(p: dict) -> str:
         mfu = _mfu_text(p)
         if mfu:
             pred += f", MFU {mfu}"
+        if p.get("efficiency_fitted") is False:       # as the tables' * and footnote (paraplan.priors)
+            pred += " (on an unfitted prior efficiency model: no measured run has checked it)"
     return f"paraplan plan: {head}: " + ", ".join(parts) + pred
 
 
