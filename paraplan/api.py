@@ -689,7 +689,8 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     Columns: ``op``, ``pass`` (forward/backward), ``m``, ``n``, ``k`` (GEMMs; NaN for attention),
     ``flops``, ``bytes``, ``time_s``, ``intensity_flop_per_byte``, ``achieved_tflop_per_s``,
     and, repeated on every row for the roofline, ``peak_tflop_per_s``, ``hbm_tb_per_s``,
-    ``achieved_peak_tflop_per_s`` (plateau GEMM rate), ``achieved_hbm_tb_per_s``, ``gpu``, ``dtype``.
+    ``achieved_peak_tflop_per_s`` (plateau GEMM rate), ``achieved_hbm_tb_per_s``, ``gpu``, ``dtype``,
+    ``efficiency_fitted`` (False: the achieved rates are an unfitted prior's).
     """
     model_spec = _model(model, seq_len)
     cluster_spec = what_if_cluster(cluster, gpu)
@@ -770,6 +771,7 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     df["model"] = model_spec.name
     df["tp"] = tp
     df["tokens"] = tokens
+    df["efficiency_fitted"] = bool(eff.is_fitted)   # the achieved rates rest on this efficiency model
     return df
 
 

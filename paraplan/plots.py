@@ -126,7 +126,23 @@ def _subject(df: pd.DataFrame) -> str:
     return " ".join(parts)
 
 
-def _finish(fig: Figure, path: str | Path | None) -> Figure:
+def prior_note(df: pd.DataFrame) -> str | None:
+    """The line a figure carries when any of its rows rests on an unfitted prior efficiency model
+    (``efficiency_fitted`` False, ``paraplan.priors``), as the tables mark such numbers; else None."""
+    if "efficiency_fitted" not in df.columns:
+        return None
+    prior = df["efficiency_fitted"].astype(object).eq(False)
+    if not prior.any():
+        return None
+    gpus = sorted({str(g) for g in df.loc[prior, "gpu"]}) if "gpu" in df.columns else []
+    return (f"{', '.join(gpus) or 'these GPUs'}: an unfitted prior efficiency model; no measured run has "
+            "checked these numbers (read them as a sketch)")
+
+
+def _finish(fig: Figure, path: str | Path | None, df: pd.DataFrame | None = None) -> Figure:
+    note = prior_note(df) if df is not None else None
+    if note:
+        fig.text(0.5, 1.02, note, fontsize=8, color="#C44E52", ha="center", va="bottom")   # above the title
     if path is not None:
         fig.savefig(path, dpi=fig.dpi, bbox_inches="tight")
     return fig
@@ -197,7 +213,7 @@ def breakdown(data: Any, path: str | Path | None = None, *, label: str | None = 
               fontsize=8, frameon=False)
     subject = _subject(df)
     ax.set_title(title or f"Where the step time goes{': ' + subject if subject else ''}")
-    return _finish(fig, path)
+    return _finish(fig, path, df)
 
 
 # --------------------------------------------------------------------------------------------
@@ -248,7 +264,7 @@ def memory(data: Any, path: str | Path | None = None, *, label: str | None = Non
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
     subject = _subject(df)
     ax.set_title(title or f"Memory per GPU{': ' + subject if subject else ''}")
-    return _finish(fig, path)
+    return _finish(fig, path, df)
 
 
 # --------------------------------------------------------------------------------------------
@@ -300,7 +316,7 @@ def roofline(ops: pd.DataFrame, path: str | Path | None = None, *, title: str | 
     meta = df.iloc[0]
     desc = f"{meta.get('model', '')}, tp={int(meta.get('tp', 1))}, {int(meta.get('tokens', 0))} tokens/micro-batch"
     ax.set_title(title or f"Roofline of one layer's ops on {meta['gpu']} ({meta['dtype']}): {desc}", fontsize=10)
-    return _finish(fig, path)
+    return _finish(fig, path, ops)
 
 
 # --------------------------------------------------------------------------------------------
@@ -357,7 +373,7 @@ def pareto(plans: Any, path: str | Path | None = None, *, x: str = "memory_gib",
     ax.legend(fontsize=8, loc="lower right")
     subject = _subject(df)
     ax.set_title(title or f"Plans: throughput vs memory{': ' + subject if subject else ''}", fontsize=10)
-    return _finish(fig, path)
+    return _finish(fig, path, df)
 
 
 # --------------------------------------------------------------------------------------------
@@ -404,7 +420,7 @@ def scaling(data: Any, path: str | Path | None = None, *, x: str = "n_gpus", tit
     ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
     subject = " ".join(str(df[c].iloc[0]) for c in ("model", "gpu") if c in df.columns and df[c].nunique() == 1)
     ax.set_title(title or f"Scaling{': ' + subject if subject else ''}", fontsize=10)
-    return _finish(fig, path)
+    return _finish(fig, path, df)
 
 
 # --------------------------------------------------------------------------------------------
@@ -461,7 +477,7 @@ def bandwidth(data: Any, path: str | Path | None = None, *, x: str = "scaleout_g
     fig.suptitle(title or f"Sensitivity to {_bw_label(x).split(' (')[0]}{': ' + subject if subject else ''}",
                  fontsize=11)
     fig.tight_layout()
-    return _finish(fig, path)
+    return _finish(fig, path, df)
 
 
 def _bw_label(x: str) -> str:

@@ -152,7 +152,8 @@ def command(kind: str, field: str | None, values: str | None, best: bool, title:
         kwargs["x"] = field
     fig = plots.KINDS[kind](df, None, **kwargs)
     atomic_output_path(out, lambda tmp: fig.savefig(tmp, dpi=fig.dpi, bbox_inches="tight"))
-    click.echo(f"wrote {out} ({kind}, {len(df)} row{'s' if len(df) != 1 else ''})")
+    note = plots.prior_note(df)
+    click.echo(f"wrote {out} ({kind}, {len(df)} row{'s' if len(df) != 1 else ''})" + (f"; {note}" if note else ""))
 
 
 def _base(opts: dict, kind: str) -> dict:
