@@ -384,3 +384,14 @@ def test_plan_prints_the_serve_simulate_command_of_its_best_row_and_it_gives_the
     assert 1e3 * got["tpot_s"] == pytest.approx(best["tpot_ms"], rel=1e-9)
     assert got["tokens_per_s_per_gpu"] == pytest.approx(best["tokens_per_s_per_gpu"], rel=1e-9)
     assert got["gpus"] == best["gpus_used"]
+
+
+def test_plan_top_applies_to_each_mode_of_the_front():
+    """The front is printed 'per mode', aggregated rows first: --top 2 cut it after the two
+    aggregated rows (of 12) and showed no disaggregated one (12 too) for DeepSeek-R1 on 64 B200."""
+    text = run("serve", "plan", "-m", "deepseek-r1", "-s", "dgx-b200", "-n", 64, "--tpot-ms", 30, "--top", 2)
+    assert text.exit_code == 0, text.output
+    lines = text.stdout.splitlines()
+    head = next(i for i, l in enumerate(lines) if l.split()[:2] == ["mode", "layout"])
+    modes = [l.split()[0] for l in lines[head + 2:] if l.strip()]
+    assert modes == ["agg", "agg", "disagg", "disagg"]

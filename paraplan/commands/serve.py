@@ -402,15 +402,16 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
     front = plan.front
     lines += ["", f"Pareto front (tokens/s/GPU vs tokens/s/user, TTFT <= {ttft_ms:g} ms), per mode"]
     rows = []
-    for r in front.sort_values(["mode", "tokens_per_s_per_user"]).to_dict("records"):
+    ordered = front.sort_values(["mode", "tokens_per_s_per_user"])
+    if top:         # the first rows of each mode, so a long aggregated front does not hide the other
+        ordered = ordered.groupby("mode", sort=False, group_keys=False).head(top)
+    for r in ordered.to_dict("records"):
         lay = r["layout"] if r["mode"] == "agg" else f"P {r['prefill_layout']} x{int(r['prefill_workers'])} / D {r['decode_layout']} x{int(r['decode_workers'])}"
         # a disaggregated row is only determined with its prefill batch (serve simulate --prefill-batch)
         prefill_batch = "-" if r["mode"] == "agg" else int(r["prefill_batch"])
         rows.append([r["mode"], lay, int(r["batch"]), prefill_batch, int(r["gpus_used"]), f"{r['ttft_ms']:.0f}",
                      f"{r['tpot_ms']:.1f}", f"{r['tokens_per_s_per_gpu']:,.0f}", f"{r['tokens_per_s_per_user']:.1f}",
                      "yes" if r["meets_slo"] else "no"])
-    if top and len(rows) > top:
-        rows = rows[:top]
     lines.append(format_table(rows, ["mode", "layout", "batch", "prefill_batch", "gpus_used", "ttft_ms", "tpot_ms",
                                      "tokens_per_s_per_gpu", "tokens_per_s_per_user", "meets_slo"], align="llrrrrrrrl",
                               indent="  ").rstrip())
@@ -428,7 +429,8 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
               help="Which deployments to search.")
 @click.option("--max-batch", type=POS, default=1024, show_default=True, help="Largest per-rank batch tried (powers of two).")
 @click.option("--no-pp", is_flag=True, help="Do not try pipeline parallelism.")
-@click.option("--top", type=click.IntRange(min=0), default=40, show_default=True, help="Front rows printed (0 = all).")
+@click.option("--top", type=click.IntRange(min=0), default=40, show_default=True,
+              help="Front rows printed per mode (0 = all).")
 @click.option("--json", "as_json", is_flag=True, help="The request, best row, why, and the front as JSON.")
 @click.option("--csv", "as_csv", is_flag=True, help="The front as CSV.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Write the output here (atomically) instead of stdout.")
