@@ -84,9 +84,10 @@ GBIT = 1e9 / 8          # bytes/s in one Gb/s
 
 #: every ``ParallelConfig`` field, in declaration order.
 CONFIG_FIELDS = tuple(f.name for f in dc_fields(ParallelConfig))
-#: fields that change the hardware or the workload rather than the parallel configuration.
+#: fields that change the hardware, the workload or the software stack rather than the parallel
+#: configuration.
 WHAT_IF_FIELDS = ("model", "cluster", "gpu", "gpus", "seq_len", "global_batch_tokens",
-                  "scaleout_gbit_per_s", "scaleup_gbit_per_s")
+                  "scaleout_gbit_per_s", "scaleup_gbit_per_s", "stack")
 #: every field :func:`sweep` accepts.
 SWEEP_FIELDS = WHAT_IF_FIELDS + CONFIG_FIELDS
 #: memory columns (GiB) in the order of ``MEMORY_PARTS``.
@@ -595,7 +596,8 @@ def sweep(base: Mapping[str, Any], field: str, values: Iterable[Any], *, best: b
         field: any of ``SWEEP_FIELDS``: ``gpu`` (kind), ``gpus`` (count: dp follows unless base
             fixes it), ``scaleout_gbit_per_s`` / ``scaleup_gbit_per_s`` (Gb/s per GPU),
             ``model`` (preset name), ``cluster``, ``seq_len``, ``global_batch`` /
-            ``global_batch_tokens``, or any ``ParallelConfig`` field.
+            ``global_batch_tokens``, ``stack`` (a software stack's name or file), or any
+            ``ParallelConfig`` field.
         values: the values to try (strings are converted with :func:`coerce_value`).
         best: instead of simulating ``base``'s configuration, ask the planner for its best plan
             at each value (``base`` then holds ``model``, ``cluster``, ``gpus``,
