@@ -101,7 +101,7 @@ def check_sweep(kind: str, field: str | None, values: str | None) -> tuple[str |
               help=STACK_HELP + " whose documented behaviour the runs have, as in `paraplan simulate` "
                    "(and every plan runs, with --best or pareto).")
 @click.option("--field", "field", metavar="FIELD", help="Sweep this field (any ParallelConfig field, gpus, gpu, "
-              "model, cluster, seq_len, global_batch[_tokens], scaleout_gbit_per_s, scaleup_gbit_per_s).")
+              "model, cluster, stack, seq_len, global_batch[_tokens], scaleout_gbit_per_s, scaleup_gbit_per_s).")
 @click.option("--values", "values", metavar="A,B,C", help="Comma-separated values of --field.")
 @click.option("--best", is_flag=True, help="Use the planner's best plan (at each value) instead of the given degrees.")
 @click.option("--title", help="Figure title (default: says what is shown).")
