@@ -1,12 +1,11 @@
 """``paraplan calibrate``: microbenchmark this machine into a hardware profile."""
 from __future__ import annotations
 
-import sys
 import warnings
 
 import click
 
-from paraplan.cli import check_writable
+from paraplan.cli import StepBar, check_writable, echo_warnings
 
 
 @click.command("calibrate", short_help="Measure this machine and write a cluster profile.")
@@ -29,15 +28,12 @@ def command(out_path: str, nprocs: int, name: str | None) -> None:
     from paraplan.measure import run_calibration
 
     check_writable(out_path)
-    with click.progressbar(length=1, label="calibrating", file=sys.stderr, show_pos=True,
-                           item_show_func=lambda label: label) as bar:
-        def progress(done: int, total: int, label: str) -> None:
-            bar.length = total
-            bar.update(done - bar.pos, label)
-
+    bar = StepBar("calibrating")
+    try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            path = run_calibration(out_path, nprocs=nprocs, name=name, progress=progress)
-    for w in caught:            # one line each, as errors are (not Python's warning with its source line)
-        click.echo(f"warning: {' '.join(str(w.message).split())}", err=True)
+            path = run_calibration(out_path, nprocs=nprocs, name=name, progress=bar)
+    finally:
+        bar.close()
+    echo_warnings(caught)
     click.echo(f"wrote {path}")
