@@ -395,3 +395,11 @@ def test_plan_top_applies_to_each_mode_of_the_front():
     head = next(i for i, l in enumerate(lines) if l.split()[:2] == ["mode", "layout"])
     modes = [l.split()[0] for l in lines[head + 2:] if l.strip()]
     assert modes == ["agg", "agg", "disagg", "disagg"]
+
+
+def test_simulate_header_names_the_scale_up_fabric_and_counts_gpus_in_the_singular():
+    """An MI300X node's 8 GPUs share an Infinity Fabric domain, not an NVLink one; one GPU is
+    '1 GPU'."""
+    text = run("serve", "simulate", "-m", "llama3.1-8b", "-s", "mi300x-node", "--tp", 1, "--batch", 4).stdout
+    assert "(mi300x, 8 GPUs per infinity-fabric domain)" in text and "NVLink" not in text
+    assert "tp1 (1 GPU)," in text and "in flight on 1 GPU\n" in text

@@ -193,6 +193,11 @@ def _max_batch_meaning(ctx, m) -> str:
     return "largest concurrency per rank whose KV cache fits"
 
 
+def _gpus(n) -> str:
+    """``1 GPU``, ``8 GPUs``."""
+    return f"{int(n)} GPU{'' if int(n) == 1 else 's'}"
+
+
 def render_simulation(report) -> str:
     """The human-readable table of one ``ServingReport``."""
     from planners.serving.labels import prompts_per_step, worker_label
@@ -205,19 +210,20 @@ def render_simulation(report) -> str:
     lines = [
         f"model    {ctx.model.name}  ({ctx.model.num_layers} layers, hidden {ctx.model.hidden_size}"
         + (f", {ctx.model.moe.num_experts} experts top-{ctx.model.moe.top_k}" if ctx.model.moe else "") + ")",
-        f"system   {ctx.cluster.name}  ({ctx.cluster.gpu.name}, {ctx.cluster.gpus_per_node} GPUs per NVLink domain)",
+        f"system   {ctx.cluster.name}  ({ctx.cluster.gpu.name}, {_gpus(ctx.cluster.gpus_per_node)} per "
+        f"{ctx.cluster.scaleup.kind} domain)",
         f"stack    {ctx.stack.name}  (weights {format_text(ctx.dense_format, ctx.cluster.gpu)}"
         + (f", experts {format_text(ctx.expert_format, ctx.cluster.gpu)}" if ctx.model.moe else "")
         + f", KV {int(ctx.kv_bytes * 8)}-bit)",
     ]
     if d.mode == "agg":
-        lines.append(f"layout   aggregated: {d.workers} x worker {label(d.layout)} ({d.layout.gpus} GPUs), "
+        lines.append(f"layout   aggregated: {d.workers} x worker {label(d.layout)} ({_gpus(d.layout.gpus)}), "
                      f"{d.layout.batch} requests per rank")
     else:
         lines.append(f"layout   disaggregated: {d.prefill_workers} x prefill {label(d.prefill)} "
                      f"({prompts_per_step(d.prefill.batch)}) + {d.decode_workers} x decode {label(d.decode)} "
                      f"({d.decode.batch} requests per rank)")
-    lines.append(f"load     isl {d.isl} / osl {d.osl} tokens, {d.concurrency} requests in flight on {d.gpus} GPUs")
+    lines.append(f"load     isl {d.isl} / osl {d.osl} tokens, {d.concurrency} requests in flight on {_gpus(d.gpus)}")
     lines += ["", "latency and throughput" + _prior_note(ctx)]
     rows = [["ttft_ms", f"{1e3 * m['ttft_s']:.1f}", "time to first token, mean"],
             ["ttft_p90_ms", f"{1e3 * m['ttft_p90_s']:.1f}", "time to first token, 90th percentile (queueing model)"],
@@ -388,12 +394,12 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
              f"{plan.wall_s:.2f} s" + _prior_note(ctx), ""]
     if b["mode"] == "agg":
         lines.append(f"best: aggregated, {int(b['workers'])} x worker {b['layout']}, batch {int(b['batch'])} per rank "
-                     f"({int(b['concurrency'])} requests in flight on {int(b['gpus_used'])} GPUs)")
+                     f"({int(b['concurrency'])} requests in flight on {_gpus(b['gpus_used'])})")
     else:
         lines.append(f"best: disaggregated, {int(b['prefill_workers'])} x prefill {b['prefill_layout']} "
                      f"({prompts_per_step(b['prefill_batch'])}) + {int(b['decode_workers'])} x decode "
                      f"{b['decode_layout']} (batch {int(b['batch'])} per rank; {int(b['concurrency'])} requests in flight "
-                     f"on {int(b['gpus_used'])} GPUs)")
+                     f"on {_gpus(b['gpus_used'])})")
     lines.append(f"      TTFT {b['ttft_ms']:.0f} ms (p90 {b['ttft_p90_ms']:.0f}), TPOT {b['tpot_ms']:.1f} ms, "
                  f"{b['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {b['tokens_per_s_per_user']:.1f} tokens/s/user")
     if opts is not None:
