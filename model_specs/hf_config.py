@@ -481,6 +481,11 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | 
         fields.setdefault("max_context_tokens", cfg.get_int("max_position_embeddings"))
     if fields.get("position_embedding") == "rope":
         fields.update(_rope_fields(cfg))
+    quant = data.get("quantization_config")
+    if fields.get("moe") is not None and isinstance(quant, dict) and quant.get("quant_method") == "mxfp4":
+        # gpt-oss: MXFP4 routed experts; attention, router and embeddings stay 16-bit
+        # (modules_to_not_convert)
+        fields.setdefault("expert_checkpoint_format", "mxfp4")
     for key, value in _dropout_fields(data).items():
         fields.setdefault(key, value)
     source = f"Hugging Face config {path}" if path is not None else "Hugging Face config (dict)"

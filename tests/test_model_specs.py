@@ -464,3 +464,9 @@ def test_rope_base_and_scaling_come_from_config_json_and_need_rope_positions():
     with pytest.raises(InputError, match="model.rope_theta"):
         ModelSpec(name="gpt", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=4, ffn_hidden_size=256,
                   vocab_size=100, rope_theta=10000.0)           # learned positions (no gated MLP)
+
+
+def test_an_mxfp4_checkpoint_names_its_experts_format():
+    from model_specs.catalog import load_model
+    assert load_model("gpt-oss-120b").expert_checkpoint_format == "mxfp4"
+    assert load_model("deepseek-r1").expert_checkpoint_format == ""

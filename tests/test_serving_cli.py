@@ -403,3 +403,21 @@ def test_simulate_header_names_the_scale_up_fabric_and_counts_gpus_in_the_singul
     text = run("serve", "simulate", "-m", "llama3.1-8b", "-s", "mi300x-node", "--tp", 1, "--batch", 4).stdout
     assert "(mi300x, 8 GPUs per infinity-fabric domain)" in text and "NVLink" not in text
     assert "tp1 (1 GPU)," in text and "in flight on 1 GPU\n" in text
+
+
+def test_gpt_oss_is_served_with_its_checkpoints_mxfp4_experts_unless_told_otherwise():
+    """gpt-oss-120b ships its routed experts in MXFP4 (config.json quantization_config; 4.25 bits a
+    parameter) and famously serves from one 80 GB GPU; the experts defaulted to --precision's fp8
+    and the command said 'the weights (109.9 GiB per GPU) leave no room for a KV cache'. By hand:
+    36 x 128 experts x 3 x 2880^2 = 114.7 B parameters x 4.25 / 8 bytes = 56.73 GiB, + 0.96 B
+    attention parameters in fp8 (0.89 GiB) + embedding and LM head 2 x 201088 x 2880 in bf16
+    (2.16 GiB) = 59.8 GiB."""
+    args = ("serve", "simulate", "-m", "gpt-oss-120b", "-s", "dgx-h100", "--tp", 1, "--batch", 8)
+    r = run(*args)
+    assert r.exit_code == 0, r.output
+    assert "experts mxfp4 weight-only in bf16" in r.stdout
+    data = json.loads(run(*args, "--json").stdout)
+    assert data["expert_format"] == "mxfp4"
+    assert data["memory_bytes"]["weights_bytes"] / 2**30 == pytest.approx(59.8, abs=0.1)
+    # --precision names every GEMM's format, the experts' too, as before
+    one_line_error(run(*args, "--precision", "fp8"), "--tp", "leave no room for a KV cache")

@@ -75,7 +75,9 @@ def _common(f):
         click.option("--precision", type=click.Choice(PRECISIONS), default=None,
                      help="Weight format of all GEMMs (default: fp8 on GPUs with FP8 tensor cores, else bf16)."),
         click.option("--expert-precision", type=click.Choice(PRECISIONS), default=None,
-                     help="Weight format of the routed experts (default: --precision)."),
+                     help="Weight format of the routed experts (default: --precision if given, else the "
+                          "model's checkpoint format for its experts: mxfp4 for gpt-oss, else as --precision's "
+                          "default)."),
         click.option("--kv-cache-dtype", type=click.Choice(["auto", "bf16", "fp16", "fp8"]), default="auto", show_default=True,
                      help="KV-cache dtype (auto = as the engine decides: the 8-bit KV an fp8 / nvfp4 "
                           "(ModelOpt) checkpoint names where the stack reads it (its kv_dtype_from_checkpoint, "
@@ -102,8 +104,18 @@ def _context(opts):
             raise
         raise InputError("system", e.message, e.fix) from None
     precision = opts["precision"] or ("fp8" if "fp8" in cluster.gpu.peak_flops_per_s else "bf16")
-    return ServingContext.build(model, cluster, opts["backend"], precision, opts["expert_precision"] or precision,
+    # the experts as given, else as --precision says, else as the model's checkpoint stores them
+    # (gpt-oss: mxfp4), else as the dense weights
+    expert = opts["expert_precision"] or opts["precision"] or _expert_checkpoint_format(model) or precision
+    return ServingContext.build(model, cluster, opts["backend"], precision, expert,
                                 opts["kv_cache_dtype"], backend_version=opts["backend_version"])
+
+
+def _expert_checkpoint_format(model) -> str:
+    """The routed experts' format in the model's released checkpoint (``ModelSpec``), or ''."""
+    from model_specs.catalog import load_model
+    spec = model if not isinstance(model, str) else load_model(model)
+    return spec.expert_checkpoint_format
 
 
 def _prior_note(ctx) -> str:
