@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from hardware_specs.errors import InputError
+from paraplan.measure.runtime import require_torch
 
 #: The small GPT every default configuration trains (fits two CPU ranks; ~0.1-0.5 s a step).
 DEFAULT_MODEL = {"num_layers": 4, "hidden_size": 256, "num_heads": 4, "vocab_size": 1024, "seq_len": 128}
@@ -127,6 +128,7 @@ def compare_measured(cluster_path, configs=None, steps: int = 14, warmup: int = 
     from hardware_specs.catalog import load_cluster
     from paraplan.measure.train import run_measurement
     _simulate()          # fail before spending minutes on measurements
+    require_torch()      # (and before a progress bar starts)
     cluster = load_cluster(str(cluster_path))
     threads = _calibrated_threads(Path(cluster_path))
     if int(rounds) < 1:
@@ -187,6 +189,7 @@ def compare_recalibrating(configs=None, rounds: int = 3, nprocs: int = 2, steps:
     from paraplan.measure.calibrate import run_calibration
     if int(rounds) < 1:
         raise InputError("rounds", f"must be >= 1, got {rounds}")
+    require_torch()      # before the first progress report
     frames = []
     n = len(list(configs or DEFAULT_CONFIGS))
     total = int(rounds) * (1 + n)
