@@ -41,7 +41,7 @@ Example::
     True
     >>> df = api.sweep(dict(model="llama3.1-405b", cluster="dgx-h100", gpus=1024, tp=8, pp=16,
     ...                     global_batch_tokens=16 * 2**20, zero_stage=1, sequence_parallel=True,
-    ...                     recompute="selective"),
+    ...                     recompute="full"),
     ...                "scaleout_gbit_per_s", [100, 400, 800])
     >>> list(df.scaleout_gbit_per_s)
     [100.0, 400.0, 800.0]
