@@ -116,7 +116,10 @@ class HeteroPlanResult:
         return self.row_plans[i]
 
     def comparison(self) -> pd.DataFrame:
-        """Best plan vs only the fastest pool vs only the largest pool (tokens/s and gain)."""
+        """Best plan vs only the fastest pool vs only the largest pool: GPUs, step, tokens/s, MFU
+        in percent of the reference (bf16) peaks as every output shows it (``mfu_bf16_pct``,
+        ``hardware_specs.mfu_reference``) and the best plan's gain over each (percent)."""
+        mfu_col = f"mfu_{self.mfu_reference_dtype}_pct"
         rows = [("best plan", self.best_report)]
         for label, pair in ((f"only {self.fastest_pool} (fastest GPU)", self.fastest_only),
                             (f"only {self.largest_pool} (most GPUs)", self.largest_only)):
@@ -125,11 +128,11 @@ class HeteroPlanResult:
         data = []
         for label, rep in rows:
             if rep is None:
-                data.append({"plan": label, "n_gpus": 0, "step_time_s": np.nan, "tokens_per_s": 0.0, "mfu": np.nan,
-                             "mfu_reference": np.nan, "best_gain_pct": np.nan})
+                data.append({"plan": label, "n_gpus": 0, "step_time_s": np.nan, "tokens_per_s": 0.0, mfu_col: np.nan,
+                             "best_gain_pct": np.nan})
                 continue
             data.append({"plan": label, "n_gpus": rep.n_gpus, "step_time_s": rep.step_time_s,
-                         "tokens_per_s": rep.tokens_per_s, "mfu": rep.mfu, "mfu_reference": rep.mfu_reference,
+                         "tokens_per_s": rep.tokens_per_s, mfu_col: 100.0 * rep.mfu_reference,
                          "best_gain_pct": 100.0 * (base / rep.tokens_per_s - 1.0)})
         return pd.DataFrame(data)
 

@@ -230,8 +230,7 @@ def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool) -
     comp = result.comparison()
     table = result.plans.head(top)
     if as_json or as_csv:
-        ref = result.mfu_reference_dtype
-        comp, table = _mfu_in_percent(comp, ref), _mfu_in_percent(table, ref)
+        table = _mfu_in_percent(table, result.mfu_reference_dtype)     # the comparison is in percent already
     if as_json:
         data = {
             "request": {"model": result.model, "cluster": result.cluster,
@@ -262,7 +261,7 @@ def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool) -
            f"scored {result.evaluated:,} candidate plans in {result.wall_s:.2f} s\n\n"]
     mfu_head = f"mfu_{result.mfu_reference_dtype}_pct"      # percent of the reference peaks, summed over its GPUs
     rows = [[r["plan"], r["n_gpus"], "-" if r["n_gpus"] == 0 else four_significant(r['step_time_s']),
-             f"{r['tokens_per_s']:,.0f}", "-" if r["n_gpus"] == 0 else f"{100 * r['mfu_reference']:.1f}",
+             f"{r['tokens_per_s']:,.0f}", "-" if r["n_gpus"] == 0 else f"{r[mfu_head]:.1f}",
              "-" if r["n_gpus"] == 0 else f"{r['best_gain_pct']:+.1f}"] for r in comp.to_dict("records")]
     out.append(format_table(rows, ["plan", "n_gpus", "step_time_s", "tokens_per_s", mfu_head, "best_vs_this_pct"]))
     # the 'only' rows come from the mixed search's narrower space, not from a one-kind plan
