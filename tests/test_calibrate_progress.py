@@ -78,3 +78,22 @@ def test_measured_validation_reports_each_calibration_and_run(monkeypatch):
     assert calls[0][2] == "calibration, round 1 of 2" and calls[4 + 1][2] == "calibration, round 2 of 2"
     done = [d for d, _, _ in calls]
     assert done == sorted(done)
+
+
+def test_measure_command_draws_the_training_steps(monkeypatch):
+    """paraplan measure trains for ~7-9 s (process start, then 6 steps) with no output until the
+    result; its ranks now report each step."""
+    import paraplan.measure as measure
+    seen = []
+
+    def fake(config, progress=None):
+        for done in range(7):
+            progress(done, 6, f"step {done + 1} of 6" if done < 6 else "done")
+            seen.append(done)
+        return {"measured_step_s": 0.25, "tokens_per_s": 2048.0, "peak_memory_bytes": 2**29, "cpu_wait_fraction": 0.05}
+
+    monkeypatch.setattr(measure, "run_measurement", fake)
+    result = CliRunner().invoke(main, ["measure", "--tp", "2"])
+    assert result.exit_code == 0, result.output
+    assert seen == list(range(7))
+    assert "measured_step_s        0.2500" in result.stdout and "peak_memory_gib        0.500" in result.stdout
