@@ -217,7 +217,7 @@ def test_measure_prints_rounded_values_in_named_units(monkeypatch):
     import paraplan.measure
     result = {"measured_step_s": 0.318232132500043, "tokens_per_s": 1608.8884424640269,
               "peak_memory_bytes": 471552000.0, "cpu_wait_fraction": 0.2163937743930873}
-    monkeypatch.setattr(paraplan.measure, "run_measurement", lambda config: result)
+    monkeypatch.setattr(paraplan.measure, "run_measurement", lambda config, progress=None: result)
     r = run("measure", "--tp", "2")
     assert r.exit_code == 0, r.output
     values = dict(ln.split() for ln in r.stdout.splitlines())
