@@ -29,7 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from hardware_specs.catalog import load_cluster  # noqa: E402
 from hardware_specs.errors import InputError  # noqa: E402
+from hardware_specs.mfu_reference import mfu_pct, reference_dtype  # noqa: E402
 from planners import plan  # noqa: E402
 
 CASES = [
@@ -65,13 +67,16 @@ def run_case(case: dict, repeat: int, workers: int | None) -> dict:
     runs.sort(key=lambda r: r[0])
     wall, eval_s, result = runs[len(runs) // 2]
     eval_cpu_s = result.eval_cpu_s
-    best = result.best
+    best = dict(result.best)
+    gpu = load_cluster(case["cluster"]).gpu     # MFU as every command shows it: of the bf16 peak
+    best["mfu_pct"] = float(mfu_pct(float(best["mfu"]), str(best["dtype"]), gpu))
+    best["mfu_reference"] = reference_dtype(gpu)
     return {"name": case["name"], "configs": result.evaluated, "candidates": result.raw_size,
             "fit": result.fitting, "wall_s": wall, "eval_s": eval_s, "eval_cpu_s": eval_cpu_s,
             "wall_s_min": runs[0][0],
             "best": {k: (v.item() if hasattr(v, "item") else v) for k, v in best.items()
                      if k in ("n_gpus", "dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage", "recompute", "dtype",
-                              "tokens_per_s", "mfu", "memory_gib")}}
+                              "tokens_per_s", "mfu_pct", "mfu_reference", "memory_gib")}}
 
 
 def _print_case(c: dict) -> None:
@@ -80,7 +85,8 @@ def _print_case(c: dict) -> None:
           f"{c['configs'] / c['eval_s']:11,.0f}  n={b['n_gpus']} dp={b['dp']} tp={b['tp']} pp={b['pp']} "
           f"cp={b['cp']} ep={b['ep']} vpp={b['vpp']} mb={b['micro_batch']} zero={b['zero_stage']} "
           f"{b['recompute']} {b['dtype']}: "
-          f"{b['tokens_per_s']:,.0f} tok/s, MFU {100 * b['mfu']:.1f}%, {b['memory_gib']:.1f} GiB")
+          f"{b['tokens_per_s']:,.0f} tok/s, MFU {b['mfu_pct']:.1f}% of the {b['mfu_reference']} peak, "
+          f"{b['memory_gib']:.1f} GiB")
 
 
 def run_infeasible(case: dict) -> dict:

@@ -7,8 +7,8 @@ and a bf16 plan compare on one scale: the GPU's dense bf16 peak (fp16 on GPUs wi
 e.g. V100; fp32 on CPUs), in percent, in a column that names it (``mfu_bf16_pct``). This is
 the convention of PaLM (Chowdhery et al. 2022, appendix B: MFU against the accelerator's peak
 of the training precision, bf16) and of Megatron-LM's reported utilisation. Pooled (mixed)
-clusters do not use it yet: their outputs give percent of the plan dtype's peak summed over the
-plan's GPUs (``mfu_fp8_pct`` for an fp8 plan; ``paraplan.commands._hetero``).
+clusters use it too, with the reference peaks summed over the plan's GPUs
+(``HeteroReport.mfu_reference``; ``reference_name`` names pools whose references differ).
 """
 from __future__ import annotations
 
@@ -23,6 +23,13 @@ def reference_dtype(gpu: GPUSpec) -> str:
         if dtype in gpu.peak_flops_per_s:
             return dtype
     return next(iter(gpu.peak_flops_per_s))
+
+
+def reference_name(gpus) -> str:
+    """The reference dtype of several GPUs (a pooled cluster's): ``bf16`` when they share it,
+    else their references joined (``bf16_fp16`` for A100 beside V100)."""
+    refs = sorted({reference_dtype(g) for g in gpus})
+    return "_".join(refs)
 
 
 def mfu_column(gpu: GPUSpec, name: str = "mfu") -> str:

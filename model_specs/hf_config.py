@@ -159,6 +159,22 @@ def _dropout_fields(data: dict) -> dict:
     return out
 
 
+def _rope_fields(cfg: _Config) -> dict[str, Any]:
+    """``rope_theta`` and the ``rope_scaling`` type and factor a RoPE model's config states."""
+    out: dict[str, Any] = {}
+    if cfg.has("rope_theta"):
+        out["rope_theta"] = cfg.get_float("rope_theta", 0.0)
+    rope = cfg.data.get("rope_scaling")
+    if isinstance(rope, dict):
+        kind = rope.get("rope_type", rope.get("type"))
+        if isinstance(kind, str) and kind != "default":
+            out["rope_scaling"] = kind
+            factor = rope.get("factor")
+            if isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor >= 0:
+                out["rope_scaling_factor"] = float(factor)
+    return out
+
+
 def _seq_len(cfg: _Config, seq_len: int | None) -> int:
     if seq_len is not None:
         return int(seq_len)
@@ -463,6 +479,13 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | 
     if cfg.has("max_position_embeddings"):
         # the longest context the model serves (engines default their maximum model length to it)
         fields.setdefault("max_context_tokens", cfg.get_int("max_position_embeddings"))
+    if fields.get("position_embedding") == "rope":
+        fields.update(_rope_fields(cfg))
+    quant = data.get("quantization_config")
+    if fields.get("moe") is not None and isinstance(quant, dict) and quant.get("quant_method") == "mxfp4":
+        # gpt-oss: MXFP4 routed experts; attention, router and embeddings stay 16-bit
+        # (modules_to_not_convert)
+        fields.setdefault("expert_checkpoint_format", "mxfp4")
     for key, value in _dropout_fields(data).items():
         fields.setdefault(key, value)
     source = f"Hugging Face config {path}" if path is not None else "Hugging Face config (dict)"

@@ -242,6 +242,15 @@ class ModelSpec:
         position_embedding: ``rope``, ``learned`` (absolute table, GPT-2/3, OPT), ``alibi``
             (BLOOM, MPT) or ``none``.
         rotary_fraction: share of each head's channels that RoPE rotates (GPT-NeoX: 0.25).
+        rope_theta: RoPE's base frequency (config.json ``rope_theta``: Llama 3 500000, Mixtral
+            and Qwen3 1000000, Llama 1/2 10000); 0 = not stated.
+        rope_scaling: RoPE's frequency scaling for long contexts (config.json
+            ``rope_scaling.rope_type``: ``llama3`` for Llama 3.1, ``yarn``, ...); empty = none.
+        rope_scaling_factor: that scaling's ``factor`` (Llama 3.1: 8); 0 = not stated.
+        expert_checkpoint_format: the weight format the released checkpoint stores the routed
+            experts in (config.json ``quantization_config.quant_method``, which gpt-oss applies
+            to the experts only: ``mxfp4``); ``paraplan serve`` serves them in it unless told
+            otherwise. Empty = not stated.
         normalization: ``rmsnorm`` or ``layernorm``.
         linear_bias: every linear layer has a bias (GPT-2/3, OPT, BLOOM, GPT-NeoX, gpt-oss).
         qkv_bias: the query/key/value projection has a bias even when the others do not (Qwen2).
@@ -280,6 +289,10 @@ class ModelSpec:
     mtp_layers: int = 0
     position_embedding: str = ""
     rotary_fraction: float = 1.0
+    rope_theta: float = 0.0
+    rope_scaling: str = ""
+    rope_scaling_factor: float = 0.0
+    expert_checkpoint_format: str = ""
     normalization: str = ""
     linear_bias: bool | None = None
     qkv_bias: bool = False
@@ -360,6 +373,18 @@ class ModelSpec:
                                  "choose one of " + ", ".join(allowed))
         if not 0.0 < self.rotary_fraction <= 1.0:
             raise InputError("model.rotary_fraction", f"must be in (0, 1], got {self.rotary_fraction!r}")
+        for name in ("rope_theta", "rope_scaling_factor"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1e12:
+                raise InputError(f"model.{name}", f"must be a number >= 0 (0 = not stated), got {value!r}")
+        if self.expert_checkpoint_format and self.moe is None:
+            raise InputError("model.expert_checkpoint_format", "set on a model without experts",
+                             "drop it, or add the moe: block")
+        if not isinstance(self.rope_scaling, str):
+            raise InputError("model.rope_scaling", f"must be text (llama3, yarn, ...), got {self.rope_scaling!r}")
+        if (self.rope_theta or self.rope_scaling) and self.position_embedding != "rope":
+            raise InputError("model.rope_theta", f"set on a model with {self.position_embedding} positions",
+                             "drop rope_theta / rope_scaling, or set position_embedding: rope")
         if not self.activation:
             object.__setattr__(self, "activation", "swiglu" if self.gated_mlp else "gelu")
         allowed = GATED_ACTIVATIONS if self.gated_mlp else PLAIN_ACTIVATIONS

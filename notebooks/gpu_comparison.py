@@ -82,7 +82,7 @@ same_n["label"] = same_n.accelerator + ": " + same_n.config
 # an accelerator whose efficiency model is an unfitted prior is marked wherever it is named
 PRIORS = sorted(same_n.loc[~same_n.efficiency_fitted, "accelerator"])
 same_n["shown_as"] = same_n.accelerator + np.where(same_n.efficiency_fitted, "", " *")
-same_n[["accelerator", "efficiency_fitted", "config", "step_time_s", "tokens_per_s", "mfu", "memory_gib", "hbm_gib",
+same_n[["accelerator", "efficiency_fitted", "config", "step_time_s", "tokens_per_s", "mfu_bf16_pct", "memory_gib", "hbm_gib",
         "usd_per_hour", "tokens_per_usd", "usd_per_billion_tokens"]]
 
 # %%
@@ -93,7 +93,7 @@ ax1.bar(same_n.shown_as, same_n.tokens_per_s / 1e3, color=colors)
 ax1.set_ylabel("throughput (thousand tokens/s)")
 ax1.set_title(f"{GPUS} GPUs each, best plan per GPU", fontsize=10)
 for i, r in same_n.iterrows():
-    ax1.text(i, r.tokens_per_s / 1e3, f"MFU {100 * r.mfu:.0f}%", ha="center", va="bottom", fontsize=8)
+    ax1.text(i, r.tokens_per_s / 1e3, f"MFU {r.mfu_bf16_pct:.0f}%", ha="center", va="bottom", fontsize=8)
 ax2.bar(same_n.shown_as, same_n.tokens_per_usd / 1e6, color=colors)
 ax2.set_ylabel("million tokens per dollar")
 ax2.set_title("tokens per dollar at the prices above", fontsize=10)
@@ -149,7 +149,7 @@ budget = pd.concat(rows, ignore_index=True)
 budget["usd_per_hour"] = budget.n_gpus * budget.accelerator.map(PRICE_USD_PER_GPU_HOUR)
 budget["tokens_per_usd"] = budget.tokens_per_s * 3600 / budget.usd_per_hour
 budget["hours_per_trillion_tokens"] = 1e12 / budget.tokens_per_s / 3600
-budget[["accelerator", "gpus_affordable", "n_gpus", "config", "tokens_per_s", "mfu", "usd_per_hour",
+budget[["accelerator", "gpus_affordable", "n_gpus", "config", "tokens_per_s", "mfu_bf16_pct", "usd_per_hour",
         "tokens_per_usd", "hours_per_trillion_tokens"]]
 
 # %% [markdown]
@@ -170,7 +170,7 @@ def named(r):
 
 
 lines = [f"* **{named(r)}**: `{r.config}`, {r.tokens_per_s:,.0f} tokens/s ({r.speedup_vs_h100:.2f}x H100 per GPU), "
-         f"MFU {100 * r.mfu:.0f}%, {r.memory_gib:.0f} of {r.hbm_gib:.0f} GiB; {r.tokens_per_usd / 1e6:.1f}M tokens/$; "
+         f"MFU {r.mfu_bf16_pct:.0f}% of the bf16 peak, {r.memory_gib:.0f} of {r.hbm_gib:.0f} GiB; {r.tokens_per_usd / 1e6:.1f}M tokens/$; "
          f"matches the H100's tokens/$ at ${r.break_even_usd_per_gpu_hour:.2f}/GPU-hour"
          for r in fast.itertuples()]
 peak_ratio = load_gpu(h.loc["H200"].gpu).peak_flops("bf16") / load_gpu(h.loc["H100"].gpu).peak_flops("bf16")

@@ -55,7 +55,7 @@ plans = api.plan(MODEL, CLUSTER, GPUS, global_batch_tokens=BATCH_TOKENS)
 winner = api.simulate(MODEL, CLUSTER, **{k: plans.iloc[0][k] for k in api.CONFIG_FIELDS if k in plans.columns})
 w = winner.iloc[0]
 print(f"{len(plans):,} plans fit in memory")
-plans.head(10)[["config", "schedule", "step_time_s", "tokens_per_s", "mfu", "memory_gib"]]
+plans.head(10)[["config", "schedule", "step_time_s", "tokens_per_s", "mfu_bf16_pct", "memory_gib"]]
 
 # %%
 print(plans.attrs["explain"])      # the planner's own account: pruning, winner vs runner-up
@@ -84,7 +84,7 @@ candidates = {
 }
 cmp = pd.concat([df.assign(plan=name) for name, df in candidates.items()], ignore_index=True)
 cmp["label"] = cmp["plan"] + ": " + cmp["config"]
-cmp[["plan", "config", "step_time_s", "tokens_per_s", "mfu", "memory_gib", "fits"]]
+cmp[["plan", "config", "step_time_s", "tokens_per_s", "mfu_bf16_pct", "memory_gib", "fits"]]
 
 # %%
 plots.breakdown(cmp, fig_path("llama70b_breakdown.png"), label="label",
@@ -111,7 +111,7 @@ for name in candidates:
     lines.append(f"* vs **{name}** (`{r.config}`): that plan's step is {pct(r.step_time_s, w.step_time_s):.1f}% "
                  f"longer; the winner saves {why(w, r)}.")
 say(f"""**The winner** is `{w.config}` ({w.schedule} schedule): {w.step_time_s:.2f} s per step,
-{w.tokens_per_s:,.0f} tokens/s, MFU {100 * w.mfu:.1f}%, {w.memory_gib:.1f} of {w.hbm_gib:.0f} GiB per GPU.
+{w.tokens_per_s:,.0f} tokens/s, MFU {w.mfu_bf16_pct:.1f}% of the bf16 peak, {w.memory_gib:.1f} of {w.hbm_gib:.0f} GiB per GPU.
 Compute is {100 * w.compute_s / w.step_time_s:.0f}% of its step; exposed TP communication
 {w.tp_comm_exposed_s:.2f} s, pipeline bubble {w.pipeline_bubble_s:.2f} s, recomputation {w.recompute_s:.2f} s.
 
@@ -213,7 +213,7 @@ memory_note = (f"**Memory is the price:** the winner fills {100 * w.memory_gib /
                f"fragmentation) should take a plan from the frontier of section 3."
                if w.memory_gib > classic.memory_gib else
                f"**Memory:** the winner needs {w.memory_gib:.1f} GiB, no more than Megatron classic ({classic.memory_gib:.1f} GiB).")
-say(f"""* **Run `{w.config}`** ({w.schedule} schedule): {w.tokens_per_s:,.0f} tokens/s, MFU {100 * w.mfu:.1f}%,
+say(f"""* **Run `{w.config}`** ({w.schedule} schedule): {w.tokens_per_s:,.0f} tokens/s, MFU {w.mfu_bf16_pct:.1f}% of the bf16 peak,
   {w.memory_gib:.1f} GiB per GPU; a {BATCH_TOKENS // 2**20}M-token step takes {w.step_time_s:.2f} s.
 * **Why it wins:** against Megatron classic it saves {why(w, classic)}; against FSDP {why(w, fsdp)}; against the
   best TP=8 plan {why(w, tp8)}. Its exposed TP time is {w.tp_comm_exposed_s:.2f} s at tp={int(w.tp)}, against

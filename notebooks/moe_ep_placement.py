@@ -120,7 +120,7 @@ if MOE_MODELLED:
         top = plans.groupby("ep", sort=False).head(1).sort_values("ep")
         best_per_ep.append(top.assign(network=f"{bw} Gb/s"))
     ep_study = pd.concat(best_per_ep, ignore_index=True)
-    display(ep_study[["network", "ep", "config", "step_time_s", "tokens_per_s", "mfu", "memory_gib",
+    display(ep_study[["network", "ep", "config", "step_time_s", "tokens_per_s", "mfu_bf16_pct", "memory_gib",
                       "ep_comm_exposed_s"]])
 else:
     ep_study = None
@@ -182,7 +182,7 @@ if MOE_MODELLED:
     inside = int(b400.ep) <= 8 and int(b800.ep) <= 8
     text += f"""
 * **Whole step:** the best plan at 400 Gb/s uses ep={int(b400.ep)} (`{b400.config}`, {b400.tokens_per_s:,.0f} tokens/s,
-  MFU {100 * b400.mfu:.1f}%). The best plan with ep=16 (two nodes per EP group) is {gap400:+.1f}% against the best ep=8
+  MFU {b400.mfu_bf16_pct:.1f}% of the bf16 peak). The best plan with ep=16 (two nodes per EP group) is {gap400:+.1f}% against the best ep=8
   plan, and ep=64 {pct(s.loc[("400 Gb/s", 64)].tokens_per_s, s.loc[("400 Gb/s", 8)].tokens_per_s):+.1f}%; exposed all-to-all
   grows from {s.loc[("400 Gb/s", 8)].ep_comm_exposed_s:.2f} s (ep=8) to {s.loc[("400 Gb/s", 16)].ep_comm_exposed_s:.2f} s (ep=16) per step.
 * **800 Gb/s {closes}:** ep=16 is then {gap800:+.1f}% against ep=8; the best plan uses ep={int(b800.ep)}

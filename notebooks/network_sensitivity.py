@@ -51,7 +51,7 @@ fixed_config = {k: at400[k] for k in api.CONFIG_FIELDS}
 fixed = api.sweep(dict(model=MODEL, cluster=CLUSTER, **fixed_config), "scaleout_gbit_per_s", BANDWIDTHS)
 fixed["strategy"] = f"fixed plan ({at400.config})"
 both = pd.concat([fixed, replanned], ignore_index=True)
-both[["strategy", "scaleout_gbit_per_s", "config", "step_time_s", "tokens_per_s", "mfu", "memory_gib",
+both[["strategy", "scaleout_gbit_per_s", "config", "step_time_s", "tokens_per_s", "mfu_bf16_pct", "memory_gib",
       "tp_comm_exposed_s", "pp_comm_s", "pipeline_bubble_s", "dp_comm_exposed_s", "zero3_comm_exposed_s"]]
 
 # %%

@@ -14,11 +14,18 @@ and ``scaleup_gbit_per_s`` (per-GPU, one-direction bandwidth of the NICs / of NV
 450 GB/s NVLink is 3600 Gb/s), ``seq_len``, ``global_batch_tokens`` (instead of ``global_batch``
 sequences), ``model`` and ``cluster``.
 
+A configuration runs a software stack (``stack=``, default ``megatron-core``, a catalog name or a
+``StackSpec``) as ``paraplan simulate --stack`` does: the stack's documented behaviour
+(``simulator.stack_defaults``) fills every software field not given, sequence parallelism too,
+and the dtype defaults to the GPU's 16-bit type (fp16 on V100). So :func:`simulate` of the
+planner's winner gives the planner's numbers.
+
 Columns of a result row (``ROW_COLUMNS`` lists the first ones in order): ``config`` (a short
-label), ``model``, ``cluster``, ``gpu``, ``n_gpus``, ``seq_len``, every ``ParallelConfig`` field,
+label), ``model``, ``cluster``, ``gpu``, ``stack``, ``n_gpus``, ``seq_len``, every ``ParallelConfig`` field,
 ``global_batch_tokens``, ``num_microbatches``, ``step_time_s``, the step-time parts
 (``simulator.report.TIME_PARTS``, seconds), ``tokens_per_s``, ``tokens_per_s_per_gpu``,
-``model_tflops_per_gpu``, ``mfu``, ``hfu``, ``memory_gib`` and its parts (``weights_gib``, ...,
+``model_tflops_per_gpu``, ``mfu_bf16_pct``, ``hfu_bf16_pct`` (percent of the GPU's dense bf16
+peak, as every command shows MFU: ``paraplan.mfu``; ``mfu_fp16_pct`` on V100), ``memory_gib`` and its parts (``weights_gib``, ...,
 from ``MEMORY_PARTS``), ``hbm_gib``, ``headroom_gib`` (HBM left free), ``fits`` (with the headroom a run keeps,
 ``simulator.headroom``), ``scaleout_gbit_per_s``, ``scaleup_gbit_per_s`` and
 ``efficiency_fitted`` (False: the times rest on an unfitted prior efficiency model, see
@@ -34,7 +41,7 @@ Example::
     True
     >>> df = api.sweep(dict(model="llama3.1-405b", cluster="dgx-h100", gpus=1024, tp=8, pp=16,
     ...                     global_batch_tokens=16 * 2**20, zero_stage=1, sequence_parallel=True,
-    ...                     recompute="selective"),
+    ...                     recompute="full"),
     ...                "scaleout_gbit_per_s", [100, 400, 800])
     >>> list(df.scaleout_gbit_per_s)
     [100.0, 400.0, 800.0]
@@ -56,37 +63,51 @@ from cost_models.compute import (LOW_PRECISION, compute_rates, kernel_counting_r
                                  gemm_time_s, gemm_traffic_bytes, sixteen_bit_dtype)
 from cost_models.layer_costs import (_attention_dims, attention_block_costs,
                                      attention_gemm_shapes, dense_mlp_costs, mlp_gemm_shapes)
-from hardware_specs.catalog import efficiency_for_cluster, load_cluster, load_gpu
+from hardware_specs.catalog import efficiency_for_cluster, load_cluster, load_gpu, load_stack
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError, suggest
 from hardware_specs.gpu_spec import GPUSpec
+from hardware_specs.stack_spec import StackSpec
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from paraplan import priors
+from paraplan.mfu import mfu_column, mfu_pct
 from simulator import headroom
 from simulator.parallel_config import BOOL_FIELDS, ParallelConfig
 from simulator.report import MEMORY_PARTS, TIME_PARTS, StepReport
 from simulator.simulate import simulate as _simulate
+from simulator.stack_defaults import stack_config_fields, stack_sequence_parallel
 
 GIB = 2**30
 GBIT = 1e9 / 8          # bytes/s in one Gb/s
 
 #: every ``ParallelConfig`` field, in declaration order.
 CONFIG_FIELDS = tuple(f.name for f in dc_fields(ParallelConfig))
-#: fields that change the hardware or the workload rather than the parallel configuration.
+#: fields that change the hardware, the workload or the software stack rather than the parallel
+#: configuration.
 WHAT_IF_FIELDS = ("model", "cluster", "gpu", "gpus", "seq_len", "global_batch_tokens",
-                  "scaleout_gbit_per_s", "scaleup_gbit_per_s")
+                  "scaleout_gbit_per_s", "scaleup_gbit_per_s", "stack")
 #: every field :func:`sweep` accepts.
 SWEEP_FIELDS = WHAT_IF_FIELDS + CONFIG_FIELDS
 #: memory columns (GiB) in the order of ``MEMORY_PARTS``.
 MEMORY_COLUMNS = tuple(p.replace("_bytes", "_gib") for p in MEMORY_PARTS)
 #: the leading columns of every result row.
-ROW_COLUMNS = ("config", "model", "cluster", "gpu", "n_gpus", "seq_len") + CONFIG_FIELDS + (
+ROW_COLUMNS = ("config", "model", "cluster", "gpu", "stack", "n_gpus", "seq_len") + CONFIG_FIELDS + (
     "global_batch_tokens", "num_microbatches", "step_time_s") + TIME_PARTS + (
-    "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu", "memory_gib") + \
-    MEMORY_COLUMNS + ("hbm_gib", "headroom_gib", "fits", "scaleout_gbit_per_s", "scaleup_gbit_per_s",
-                      "efficiency_fitted")
+    "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu_bf16_pct", "hfu_bf16_pct",
+    "memory_gib") + MEMORY_COLUMNS + ("hbm_gib", "headroom_gib", "fits", "scaleout_gbit_per_s",
+                                      "scaleup_gbit_per_s", "efficiency_fitted")
+
+
+def row_columns(gpu: GPUSpec) -> list[str]:
+    """``ROW_COLUMNS`` with the MFU and HFU columns named for ``gpu``'s reference peak
+    (``mfu_fp16_pct`` on a V100, ``paraplan.mfu``)."""
+    names = {"mfu_bf16_pct": mfu_column(gpu), "hfu_bf16_pct": mfu_column(gpu, "hfu")}
+    return [names.get(c, c) for c in ROW_COLUMNS]
+
+#: the software stack a configuration runs unless told otherwise (as ``paraplan simulate``)
+DEFAULT_STACK = "megatron-core"
 
 _INT_FIELDS = {"dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch", "zero_stage",
                "gpus", "seq_len", "global_batch_tokens", "grouped_gemm_streams"}
@@ -272,19 +293,25 @@ def config_label(config: Mapping[str, Any]) -> str:
 
 
 def report_row(report: StepReport, model: ModelSpec | None = None,
-               cluster: ClusterSpec | None = None) -> dict:
-    """One result row (a dict with the ``ROW_COLUMNS``) from a ``StepReport``."""
+               cluster: ClusterSpec | None = None, stack: str | None = None) -> dict:
+    """One result row (a dict with the ``ROW_COLUMNS``) from a ``StepReport``; ``stack``: the name
+    of the software stack it ran (None when not known)."""
     config = dict(report.config)
     row: dict[str, Any] = {"config": config_label(config), "model": report.model, "cluster": report.cluster,
-                           "gpu": report.gpu, "n_gpus": int(report.n_gpus),
+                           "gpu": report.gpu, "stack": stack, "n_gpus": int(report.n_gpus),
                            "seq_len": int(round(report.tokens_per_step / config["global_batch"]))}
     row.update({k: config[k] for k in CONFIG_FIELDS})
     row["global_batch_tokens"] = int(round(report.tokens_per_step))
     row["num_microbatches"] = int(report.num_microbatches)
     row["step_time_s"] = float(report.step_time_s)
     row.update({k: float(report.time_breakdown_s[k]) for k in TIME_PARTS})
-    for k in ("tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "hfu"):
+    for k in ("tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu"):
         row[k] = float(getattr(report, k))
+    # MFU and HFU as every command shows them: percent of the reference (bf16) peak, not the
+    # fraction of the row dtype's own peak the simulator reports (an fp8 row's is half of it)
+    gpu = cluster.gpu if cluster is not None else load_gpu(report.gpu)
+    for k in ("mfu", "hfu"):
+        row[mfu_column(gpu, k)] = float(mfu_pct(float(getattr(report, k)), str(config["dtype"]), gpu))
     row["memory_gib"] = float(report.memory_bytes) / GIB
     for part, col in zip(MEMORY_PARTS, MEMORY_COLUMNS):
         row[col] = float(report.memory_breakdown_bytes[part]) / GIB
@@ -297,13 +324,37 @@ def report_row(report: StepReport, model: ModelSpec | None = None,
     return row
 
 
+def with_stack_fields(model: ModelSpec, cluster: ClusterSpec, stack: str | StackSpec | None,
+                      fields: Mapping[str, Any]) -> dict:
+    """``fields`` with what ``stack`` does filled in where a field is not given (None counts as
+    not given), as ``paraplan simulate --stack`` builds its configuration: the dtype defaults to
+    the GPU's 16-bit type (``cost_models.compute.sixteen_bit_dtype``), the software fields to the
+    stack's documented behaviour for this model, GPU and dtype
+    (``simulator.stack_defaults.stack_config_fields``), sequence parallelism to the stack's
+    recipes at this tensor degree."""
+    out = dict(fields)
+    if out.get("dtype") is None:
+        out["dtype"] = sixteen_bit_dtype(cluster.gpu)
+    spec = load_stack(stack or DEFAULT_STACK) if not isinstance(stack, StackSpec) else stack
+    gpu = cluster.gpu.name
+    for key, value in stack_config_fields(spec, out["dtype"], model.name, gpu).items():
+        if out.get(key) is None:
+            out[key] = value
+    if out.get("sequence_parallel") is None:
+        out["sequence_parallel"] = stack_sequence_parallel(spec, int(out.get("tp") or 1), model.name, gpu,
+                                                           out["dtype"])
+    return out
+
+
 def simulate_report(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpus: int | None = None,
                     gpu: str | GPUSpec | None = None, seq_len: int | None = None,
                     scaleout_gbit_per_s: float | None = None, scaleup_gbit_per_s: float | None = None,
-                    efficiency: EfficiencyModel | None = None, **config_fields):
+                    efficiency: EfficiencyModel | None = None, stack: str | StackSpec = DEFAULT_STACK,
+                    **config_fields):
     """Like :func:`simulate` but returns ``(StepReport, ModelSpec, ClusterSpec)``."""
     model_spec = _model(model, seq_len)
     cluster_spec = what_if_cluster(cluster, gpu, scaleout_gbit_per_s, scaleup_gbit_per_s)
+    config_fields = with_stack_fields(model_spec, cluster_spec, stack, config_fields)
     config = build_config(model_spec, gpus, **config_fields)
     report = _simulate(model_spec, cluster_spec, config, n_gpus=gpus, efficiency=efficiency)
     return report, model_spec, cluster_spec
@@ -319,16 +370,20 @@ def simulate(model: str | ModelSpec, cluster: str | ClusterSpec, **fields) -> pd
             recompute="selective", sequence_parallel=True, ...``), ``global_batch`` (sequences)
             or ``global_batch_tokens``, and the what-if fields ``gpus``, ``gpu``, ``seq_len``,
             ``scaleout_gbit_per_s``, ``scaleup_gbit_per_s``; ``efficiency`` (an
-            ``EfficiencyModel``) overrides the GPU generation's fitted one.
+            ``EfficiencyModel``) overrides the GPU generation's fitted one; ``stack`` (default
+            ``megatron-core``) the software stack whose behaviour fills the fields not given.
 
     Example::
 
         >>> simulate("llama3-70b", "dgx-h100", gpus=64, tp=8, pp=4, global_batch=128,
         ...          zero_stage=1, sequence_parallel=True, recompute="selective")[
-        ...     ["config", "step_time_s", "tokens_per_s", "mfu", "memory_gib", "fits"]]  # doctest: +SKIP
+        ...     ["config", "step_time_s", "tokens_per_s", "mfu_bf16_pct", "memory_gib", "fits"]]  # doctest: +SKIP
     """
     report, model_spec, cluster_spec = simulate_report(model, cluster, **fields)
-    return pd.DataFrame([report_row(report, model_spec, cluster_spec)], columns=list(ROW_COLUMNS))
+    stack = fields.get("stack") or DEFAULT_STACK
+    stack_name = stack.name if isinstance(stack, StackSpec) else str(stack)
+    return pd.DataFrame([report_row(report, model_spec, cluster_spec, stack_name)],
+                        columns=row_columns(cluster_spec.gpu))
 
 
 # --------------------------------------------------------------------------------------------
@@ -366,7 +421,7 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int, global_b
     Example::
 
         >>> plans = plan("llama3-70b", "dgx-h100", gpus=256, global_batch_tokens=4 * 2**20)  # doctest: +SKIP
-        >>> plans.iloc[0][["config", "tokens_per_s", "mfu", "memory_gib"]]                    # doctest: +SKIP
+        >>> plans.iloc[0][["config", "tokens_per_s", "mfu_bf16_pct", "memory_gib"]]           # doctest: +SKIP
     """
     fn = _planner()
     model_spec = _model(model, seq_len)
@@ -383,6 +438,19 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int, global_b
     df = _with_plan_columns(df.reset_index(drop=True), model_spec, cluster_spec, gpus)
     df.attrs["explain"] = getattr(result, "explain", "")
     return df
+
+
+def mfu_pct_columns(df: pd.DataFrame, gpu: GPUSpec) -> pd.DataFrame:
+    """``df`` with the planner's ``mfu`` (and ``hfu``), fractions of each row's own dtype peak,
+    replaced in place by ``mfu_bf16_pct`` (``hfu_...``): percent of ``gpu``'s reference peak, as
+    every command shows MFU (``paraplan.mfu``)."""
+    out = df.copy()
+    for name in ("mfu", "hfu"):
+        if name in out.columns:
+            pct = [float(mfu_pct(float(m), str(d), gpu)) for m, d in zip(out[name], out["dtype"])]
+            out.insert(out.columns.get_loc(name), mfu_column(gpu, name), pct)
+            out = out.drop(columns=name)
+    return out
 
 
 #: ``ParallelConfig`` fields the planner searches (``planners.search_space.FIXABLE``); given to
@@ -413,7 +481,7 @@ def _planner_kwargs(constraints: Mapping[str, Any]) -> dict:
 
 def _with_plan_columns(df: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec, gpus: int) -> pd.DataFrame:
     """Add the columns :func:`simulate` rows have and a planner table may lack (names, GiB, label)."""
-    df = df.copy()
+    df = mfu_pct_columns(df, cluster.gpu)
     for col, value in (("model", model.name), ("cluster", cluster.name), ("gpu", cluster.gpu.name),
                        ("n_gpus", gpus), ("seq_len", model.seq_len),
                        ("scaleout_gbit_per_s", cluster.scaleout.bw_bytes_per_s / GBIT),
@@ -479,7 +547,9 @@ def best_plan(model, cluster, gpus: int, global_batch_tokens: int | None = None,
     plans = plan(model, cluster, gpus, global_batch_tokens, **what_if, **constraints)
     top = plans.iloc[0]
     config = {k: _plain(top[k]) for k in CONFIG_FIELDS if k in plans.columns}
-    row = simulate(model, cluster, **{k: v for k, v in what_if.items() if v is not None}, **config)
+    # the winner re-simulated on the stack the planner scored it with
+    row = simulate(model, cluster, **{k: v for k, v in what_if.items() if v is not None},
+                   stack=constraints.get("stack") or DEFAULT_STACK, **config)
     row.attrs["explain"] = plans.attrs.get("explain", "")
     return row
 
@@ -501,7 +571,8 @@ def best_plan_for(framework: str, model, cluster, gpus: int, global_batch_tokens
     spec = _model(model, what_if.get("seq_len"))
     row, rank, slowdown = exports.best_runnable(plans, framework, model=spec, seq_len=spec.seq_len)
     config = {k: _plain(row[k]) for k in CONFIG_FIELDS if k in row}
-    out = simulate(model, cluster, **{k: v for k, v in what_if.items() if v is not None}, **config)
+    out = simulate(model, cluster, **{k: v for k, v in what_if.items() if v is not None},
+                   stack=kwargs.get("stack") or DEFAULT_STACK, **config)
     out.attrs.update(rank=rank, slowdown=slowdown, explain=plans.attrs.get("explain", ""))
     return out
 
@@ -525,7 +596,8 @@ def sweep(base: Mapping[str, Any], field: str, values: Iterable[Any], *, best: b
         field: any of ``SWEEP_FIELDS``: ``gpu`` (kind), ``gpus`` (count: dp follows unless base
             fixes it), ``scaleout_gbit_per_s`` / ``scaleup_gbit_per_s`` (Gb/s per GPU),
             ``model`` (preset name), ``cluster``, ``seq_len``, ``global_batch`` /
-            ``global_batch_tokens``, or any ``ParallelConfig`` field.
+            ``global_batch_tokens``, ``stack`` (a software stack's name or file), or any
+            ``ParallelConfig`` field.
         values: the values to try (strings are converted with :func:`coerce_value`).
         best: instead of simulating ``base``'s configuration, ask the planner for its best plan
             at each value (``base`` then holds ``model``, ``cluster``, ``gpus``,
@@ -545,7 +617,7 @@ def sweep(base: Mapping[str, Any], field: str, values: Iterable[Any], *, best: b
 
         >>> sweep(dict(model="llama3-70b", cluster="dgx-h100", tp=8, pp=4, global_batch=256,
         ...            zero_stage=1, sequence_parallel=True, recompute="selective"),
-        ...       "gpus", [64, 128, 256])[["gpus", "tokens_per_s", "mfu"]]                 # doctest: +SKIP
+        ...       "gpus", [64, 128, 256])[["gpus", "tokens_per_s", "mfu_bf16_pct"]]        # doctest: +SKIP
     """
     check_field(field)
     if on_error not in ("raise", "skip"):
@@ -601,8 +673,9 @@ def sweep(base: Mapping[str, Any], field: str, values: Iterable[Any], *, best: b
 
 def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | GPUSpec | None = None,
               tp: int = 1, micro_batch: int = 1, seq_len: int | None = None, cp: int = 1,
-              dtype: str = "bf16", efficiency: EfficiencyModel | None = None) -> pd.DataFrame:
-    """The operations of one transformer layer (plus the LM head) on one GPU, for a roofline.
+              dtype: str | None = None, efficiency: EfficiencyModel | None = None) -> pd.DataFrame:
+    """The operations of one transformer layer (plus the LM head) on one GPU, for a roofline
+    (``dtype`` default: the GPU's 16-bit type).
 
     Shapes follow ``cost_models.layer_costs`` (tensor parallelism splits heads and FFN columns;
     M = tokens per micro-batch on the GPU, ``micro_batch * seq_len / cp``); times come from
@@ -618,11 +691,13 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     Columns: ``op``, ``pass`` (forward/backward), ``m``, ``n``, ``k`` (GEMMs; NaN for attention),
     ``flops``, ``bytes``, ``time_s``, ``intensity_flop_per_byte``, ``achieved_tflop_per_s``,
     and, repeated on every row for the roofline, ``peak_tflop_per_s``, ``hbm_tb_per_s``,
-    ``achieved_peak_tflop_per_s`` (plateau GEMM rate), ``achieved_hbm_tb_per_s``, ``gpu``, ``dtype``.
+    ``achieved_peak_tflop_per_s`` (plateau GEMM rate), ``achieved_hbm_tb_per_s``, ``gpu``, ``dtype``,
+    ``efficiency_fitted`` (False: the achieved rates are an unfitted prior's).
     """
     model_spec = _model(model, seq_len)
     cluster_spec = what_if_cluster(cluster, gpu)
     g = cluster_spec.gpu
+    dtype = dtype or sixteen_bit_dtype(g)
     eff = efficiency if efficiency is not None else efficiency_for_cluster(cluster_spec)
     rates = compute_rates(g, eff, dtype)
     if model_spec.seq_len % cp:
@@ -698,6 +773,7 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     df["model"] = model_spec.name
     df["tp"] = tp
     df["tokens"] = tokens
+    df["efficiency_fitted"] = bool(eff.is_fitted)   # the achieved rates rest on this efficiency model
     return df
 
 

@@ -199,6 +199,36 @@ def _is_number(x: Any) -> bool:
 # One-line errors
 # --------------------------------------------------------------------------------------------
 
+class StepBar:
+    """``progress(done, total, label)`` as a click progress bar on stderr, opened at the first
+    report (a command that fails on its input before any work prints only its error line) and
+    closed by ``close``; ``warnings`` collected meanwhile are printed after it, one line each."""
+
+    def __init__(self, label: str):
+        self.label = label
+        self.bar = None
+
+    def __call__(self, done: int, total: int, step: str = "") -> None:
+        if self.bar is None:
+            self.bar = click.progressbar(length=max(int(total), 1), label=self.label, file=sys.stderr, show_pos=True,
+                                         item_show_func=lambda text: text)
+            self.bar.__enter__()
+        self.bar.length = max(int(total), 1)
+        self.bar.update(int(done) - self.bar.pos, step)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+            self.bar = None
+
+
+def echo_warnings(caught) -> None:
+    """Each caught warning as one ``warning: ...`` line on stderr (not Python's format, which
+    repeats the source line that raised it)."""
+    for w in caught:
+        click.echo(f"warning: {_one_line(str(w.message))}", err=True)
+
+
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 

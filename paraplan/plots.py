@@ -59,6 +59,24 @@ def _color(name: str, names: Sequence[str]) -> str:
     return _PALETTE[list(names).index(name) % len(_PALETTE)] if name in names else _PALETTE[-1]
 
 
+def _mfu_columns(df: pd.DataFrame) -> list[str]:
+    """The rows' MFU columns (``mfu_bf16_pct``; a sweep over GPUs may add ``mfu_fp16_pct``)."""
+    return [c for c in df.columns if c.startswith("mfu_") and c.endswith("_pct")]
+
+
+def _mfu_pct(df: pd.DataFrame) -> pd.Series | None:
+    """Each row's MFU in percent of its GPU's reference peak (``paraplan.mfu``), or None."""
+    cols = _mfu_columns(df)
+    if not cols:
+        return None
+    return df[cols].astype(float).bfill(axis=1).iloc[:, 0]
+
+
+def _mfu_reference(df: pd.DataFrame) -> str:
+    """``bf16`` (the dtype the MFU columns are percent of; ``bf16/fp16`` when they differ)."""
+    return "/".join(c[len("mfu_"):-len("_pct")] for c in _mfu_columns(df)) or "bf16"
+
+
 def frame(data: Any) -> pd.DataFrame:
     """A DataFrame of result rows from a DataFrame, a ``StepReport``, a dict, or a list of them."""
     if isinstance(data, pd.DataFrame):
@@ -108,7 +126,23 @@ def _subject(df: pd.DataFrame) -> str:
     return " ".join(parts)
 
 
-def _finish(fig: Figure, path: str | Path | None) -> Figure:
+def prior_note(df: pd.DataFrame) -> str | None:
+    """The line a figure carries when any of its rows rests on an unfitted prior efficiency model
+    (``efficiency_fitted`` False, ``paraplan.priors``), as the tables mark such numbers; else None."""
+    if "efficiency_fitted" not in df.columns:
+        return None
+    prior = df["efficiency_fitted"].astype(object).eq(False)
+    if not prior.any():
+        return None
+    gpus = sorted({str(g) for g in df.loc[prior, "gpu"]}) if "gpu" in df.columns else []
+    return (f"{', '.join(gpus) or 'these GPUs'}: an unfitted prior efficiency model; no measured run has "
+            "checked these numbers (read them as a sketch)")
+
+
+def _finish(fig: Figure, path: str | Path | None, df: pd.DataFrame | None = None) -> Figure:
+    note = prior_note(df) if df is not None else None
+    if note:
+        fig.text(0.5, 1.02, note, fontsize=8, color="#C44E52", ha="center", va="bottom")   # above the title
     if path is not None:
         fig.savefig(path, dpi=fig.dpi, bbox_inches="tight")
     return fig
@@ -161,8 +195,9 @@ def breakdown(data: Any, path: str | Path | None = None, *, label: str | None = 
         text = f" {t:.2f} s"
         if "tokens_per_s" in df.columns and np.isfinite(df["tokens_per_s"].iloc[i]):
             text += f"  ({_thousands(df['tokens_per_s'].iloc[i])} tok/s"
-            if "mfu" in df.columns:
-                text += f", MFU {100 * df['mfu'].iloc[i]:.0f}%"
+            mfu = _mfu_pct(df)
+            if mfu is not None and np.isfinite(mfu.iloc[i]):
+                text += f", MFU {mfu.iloc[i]:.0f}%"
             text += ")"
         ax.text(t, yi, text, va="center", fontsize=8)
     ax.set_yticks(y, labels, fontsize=8)
@@ -178,7 +213,7 @@ def breakdown(data: Any, path: str | Path | None = None, *, label: str | None = 
               fontsize=8, frameon=False)
     subject = _subject(df)
     ax.set_title(title or f"Where the step time goes{': ' + subject if subject else ''}")
-    return _finish(fig, path)
+    return _finish(fig, path, df)
 
 
 # --------------------------------------------------------------------------------------------
@@ -229,7 +264,7 @@ def memory(data: Any, path: str | Path | None = None, *, label: str | None = Non
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
     subject = _subject(df)
     ax.set_title(title or f"Memory per GPU{': ' + subject if subject else ''}")
-    return _finish(fig, path)
+    return _finish(fig, path, df)
 
 
 # --------------------------------------------------------------------------------------------
@@ -281,7 +316,7 @@ def roofline(ops: pd.DataFrame, path: str | Path | None = None, *, title: str | 
     meta = df.iloc[0]
     desc = f"{meta.get('model', '')}, tp={int(meta.get('tp', 1))}, {int(meta.get('tokens', 0))} tokens/micro-batch"
     ax.set_title(title or f"Roofline of one layer's ops on {meta['gpu']} ({meta['dtype']}): {desc}", fontsize=10)
-    return _finish(fig, path)
+    return _finish(fig, path, ops)
 
 
 # --------------------------------------------------------------------------------------------
@@ -338,7 +373,7 @@ def pareto(plans: Any, path: str | Path | None = None, *, x: str = "memory_gib",
     ax.legend(fontsize=8, loc="lower right")
     subject = _subject(df)
     ax.set_title(title or f"Plans: throughput vs memory{': ' + subject if subject else ''}", fontsize=10)
-    return _finish(fig, path)
+    return _finish(fig, path, df)
 
 
 # --------------------------------------------------------------------------------------------
@@ -371,9 +406,11 @@ def scaling(data: Any, path: str | Path | None = None, *, x: str = "n_gpus", tit
     ax.yaxis.set_major_formatter(FuncFormatter(_thousands))
     ax.grid(alpha=0.3)
     ax2 = ax.twinx()
-    ax2.plot(xs, 100 * df["mfu"].to_numpy(dtype=float), "-s", color="#DD8452", label="MFU")
-    ax2.set_ylabel("MFU (%)", color="#DD8452")
-    ax2.set_ylim(0, max(60.0, 100 * float(np.nanmax(df["mfu"])) * 1.2))
+    mfu = _mfu_pct(df)
+    mfu = mfu.to_numpy(dtype=float) if mfu is not None else np.full(len(df), np.nan)
+    ax2.plot(xs, mfu, "-s", color="#DD8452", label="MFU")
+    ax2.set_ylabel(f"MFU (% of the {_mfu_reference(df)} peak)", color="#DD8452")
+    ax2.set_ylim(0, max(60.0, float(np.nanmax(mfu)) * 1.2 if np.isfinite(mfu).any() else 0.0))
     if "fits" in df.columns and not df["fits"].all():
         bad = df.loc[~df["fits"].astype(bool), x]
         ax.scatter(bad, df.loc[bad.index, "tokens_per_s"], marker="x", s=80, color="black", zorder=4,
@@ -383,7 +420,7 @@ def scaling(data: Any, path: str | Path | None = None, *, x: str = "n_gpus", tit
     ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
     subject = " ".join(str(df[c].iloc[0]) for c in ("model", "gpu") if c in df.columns and df[c].nunique() == 1)
     ax.set_title(title or f"Scaling{': ' + subject if subject else ''}", fontsize=10)
-    return _finish(fig, path)
+    return _finish(fig, path, df)
 
 
 # --------------------------------------------------------------------------------------------
@@ -440,7 +477,7 @@ def bandwidth(data: Any, path: str | Path | None = None, *, x: str = "scaleout_g
     fig.suptitle(title or f"Sensitivity to {_bw_label(x).split(' (')[0]}{': ' + subject if subject else ''}",
                  fontsize=11)
     fig.tight_layout()
-    return _finish(fig, path)
+    return _finish(fig, path, df)
 
 
 def _bw_label(x: str) -> str:

@@ -87,8 +87,8 @@ def explain_text(result) -> str:
     """Best plan vs each pool alone, where the time goes per pool, and why the winner wins."""
     rep = result.best_report
     out = [f"best plan ({rep.n_gpus} GPUs): {layout_text(result.best)}",
-           f"  step {rep.step_time_s:.4g} s, {rep.tokens_per_s:,.0f} tokens/s, MFU {100 * rep.mfu:.1f}% "
-           f"of the {rep.plan.settings.dtype} peak"]      # of the plan dtype's peak, as the pooled tables
+           f"  step {rep.step_time_s:.4g} s, {rep.tokens_per_s:,.0f} tokens/s, MFU {100 * rep.mfu_reference:.1f}% "
+           f"of the {rep.mfu_reference_dtype} peak"]      # of the reference peaks, as every table
     for label, pair in ((f"only {result.fastest_pool} (fastest GPU)", result.fastest_only),
                         (f"only {result.largest_pool} (most GPUs)", result.largest_only)):
         if pair is None:

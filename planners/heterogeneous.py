@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from hardware_specs.catalog import load_pooled_cluster, load_stack
+from hardware_specs.mfu_reference import reference_name
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError
 from hardware_specs.pools import Pool, PooledCluster
@@ -53,7 +54,7 @@ _RECOMPUTE_NAMES = {code: r.value for r, code in RECOMPUTE_CODES.items()}
 SINGLE, DP_MIX, PP_MIX = "single-pool", "data-parallel mix", "pipeline mix"
 #: ranked-table columns (units in the names)
 TABLE_COLUMNS = ("kind", "pools", "n_gpus", "layout", "micro_batch", "zero_stage", "recompute", "sequence_parallel",
-                 "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "memory_gib")
+                 "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "mfu_reference", "memory_gib")
 #: templates per pool and shared key that enter the data-parallel mixes, and pipeline mixes per
 #: shared key that reach the exact score
 DEFAULT_KEEP = 6
@@ -105,6 +106,8 @@ class HeteroPlanResult:
     wall_s: float
     explain: str = ""
     prior_pools: tuple = field(default=())
+    #: the reference dtype the ``mfu_reference`` columns are of (``hardware_specs.mfu_reference``)
+    mfu_reference_dtype: str = "bf16"
     row_plans: tuple = field(default=(), repr=False)
     pool_only: Mapping = field(default_factory=dict, repr=False)
 
@@ -113,7 +116,10 @@ class HeteroPlanResult:
         return self.row_plans[i]
 
     def comparison(self) -> pd.DataFrame:
-        """Best plan vs only the fastest pool vs only the largest pool (tokens/s and gain)."""
+        """Best plan vs only the fastest pool vs only the largest pool: GPUs, step, tokens/s, MFU
+        in percent of the reference (bf16) peaks as every output shows it (``mfu_bf16_pct``,
+        ``hardware_specs.mfu_reference``) and the best plan's gain over each (percent)."""
+        mfu_col = f"mfu_{self.mfu_reference_dtype}_pct"
         rows = [("best plan", self.best_report)]
         for label, pair in ((f"only {self.fastest_pool} (fastest GPU)", self.fastest_only),
                             (f"only {self.largest_pool} (most GPUs)", self.largest_only)):
@@ -122,11 +128,11 @@ class HeteroPlanResult:
         data = []
         for label, rep in rows:
             if rep is None:
-                data.append({"plan": label, "n_gpus": 0, "step_time_s": np.nan, "tokens_per_s": 0.0, "mfu": np.nan,
+                data.append({"plan": label, "n_gpus": 0, "step_time_s": np.nan, "tokens_per_s": 0.0, mfu_col: np.nan,
                              "best_gain_pct": np.nan})
                 continue
             data.append({"plan": label, "n_gpus": rep.n_gpus, "step_time_s": rep.step_time_s,
-                         "tokens_per_s": rep.tokens_per_s, "mfu": rep.mfu,
+                         "tokens_per_s": rep.tokens_per_s, mfu_col: 100.0 * rep.mfu_reference,
                          "best_gain_pct": 100.0 * (base / rep.tokens_per_s - 1.0)})
         return pd.DataFrame(data)
 
@@ -424,7 +430,7 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
         fastest_pool=fastest.name, largest_pool=largest.name, fastest_only=pairs[fastest.name],
         largest_only=pairs[largest.name], evaluated=evaluated, wall_s=time.perf_counter() - t0,
         prior_pools=tuple(p.name for p, e in zip(cluster.pools, effs_all) if e.is_prior), row_plans=tuple(refs),
-        pool_only=pairs)
+        pool_only=pairs, mfu_reference_dtype=reference_name(p.cluster.gpu for p in cluster.pools))
     return replace(result, explain=explain_text(result))
 
 
@@ -450,7 +456,7 @@ def _ranked(scored: list[Scored], model: ModelSpec, gbs: int, top: int):
             "src_": si, "plan_": ok, "kind": s.kind, "pools": "+".join(s.cluster.pool_names),
             "n_gpus": o["n_gpus"][ok].astype(np.int64), "step_time_s": o["step_time_s"][ok],
             "tokens_per_s": o["tokens_per_s"][ok], "tokens_per_s_per_gpu": o["tokens_per_s"][ok] / o["n_gpus"][ok],
-            "mfu": o["mfu"][ok], "memory_gib": o["memory_bytes"][ok] / GIB, "zero_stage": s.zero[ok]}))
+            "mfu": o["mfu"][ok], "mfu_reference": o["mfu_reference"][ok], "memory_gib": o["memory_bytes"][ok] / GIB, "zero_stage": s.zero[ok]}))
     if not frames:
         return pd.DataFrame(columns=TABLE_COLUMNS), []
     df = pd.concat(frames, ignore_index=True)

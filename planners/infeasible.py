@@ -87,6 +87,10 @@ def no_layout(model: ModelSpec, c: SearchConstraints, gpus_per_node: int = 1) ->
     near = _nearby_counts(model, c, gpus_per_node)
     if near:
         fixes.insert(0, "use " + " or ".join(str(n) for n in near) + " GPUs")
+    wide_tp = [int(t) for t in c.fixed.get("tp", ()) if int(t) > c.max_tp]
+    if wide_tp:      # a fixed tp above --max-tp (default: one node's GPUs) can never be searched
+        fixes.insert(0, f"raise --max-tp to {max(wide_tp)} (its default is the GPUs of one node, "
+                        f"{c.max_tp} here: wider tensor parallelism runs over the NICs)")
     if c.fixed:
         fixes.append("fix fewer values (" + ", ".join(f"{k}={'/'.join(map(str, v))}" for k, v in c.fixed.items()) + ")")
     return InputError("gpus", reason, "; ".join(fixes) if fixes else "try another GPU count or global batch")

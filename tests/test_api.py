@@ -47,3 +47,120 @@ def test_best_plan_keeps_two_plans_and_finds_the_winner_of_the_whole_ranking():
         assert float(best.iloc[0].tokens_per_s) == pytest.approx(float(top.tokens_per_s), rel=1e-9)
         runner_up = lambda text: [line for line in text.splitlines() if line.startswith("runner-up")]
         assert runner_up(best.attrs["explain"]) == runner_up(ranked.attrs["explain"]) != []
+
+
+def _cli_json(*args):
+    import json
+
+    from click.testing import CliRunner
+
+    from paraplan.cli import main
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_simulate_runs_the_default_stack_as_the_cli_does():
+    """``api.simulate`` runs Megatron-Core's documented behaviour unless told otherwise, as
+    ``paraplan simulate`` does: DeepSeek-V3's 8 routed experts per rank (256 / ep 32) run their
+    grouped GEMMs on Transformer Engine's 4 compute streams (hardware_specs/stacks/megatron-core.yaml
+    grouped_gemm_streams: 4). It had left every software field at ParallelConfig's defaults (1
+    stream): 18.537 s where the command line says 18.270 s for the same configuration."""
+    import pytest
+    row = api.simulate("deepseek-v3", "dgx-h100", gpus=256, pp=8, ep=32, global_batch=512, zero_stage=1,
+                       recompute="full").iloc[0]
+    cli = _cli_json("simulate", "-m", "deepseek-v3", "-c", "dgx-h100", "-n", 256, "--pp", 8, "--ep", 32,
+                    "--global-batch", 512, "--zero", 1, "--recompute", "full", "--json")
+    assert row.stack == "megatron-core"
+    assert row.grouped_gemm_streams == cli["config"]["grouped_gemm_streams"] == 4
+    assert float(row.step_time_s) == pytest.approx(cli["step_time_s"], rel=1e-12)
+    assert float(row.step_time_s) == pytest.approx(18.2704, abs=5e-4)
+    # a field given by name still overrides the stack
+    one = api.simulate("deepseek-v3", "dgx-h100", gpus=256, pp=8, ep=32, global_batch=512, zero_stage=1,
+                       recompute="full", grouped_gemm_streams=1).iloc[0]
+    assert float(one.step_time_s) == pytest.approx(18.5372, abs=5e-4)
+
+
+def test_best_plan_is_the_planners_winner_with_the_planners_numbers_for_moe():
+    """``best_plan`` re-simulates the winner on the stack the planner scored it with: for
+    DeepSeek-V3 on 256 H100 it reported 12.72 s for a plan the planner ranks at 11.47 s."""
+    import pytest
+    ranked = api.plan("deepseek-v3", "dgx-h100", 256, global_batch=512, max_plans=2)
+    best = api.best_plan("deepseek-v3", "dgx-h100", 256, global_batch=512)
+    assert best.iloc[0].config == ranked.iloc[0].config == "dp8 tp2 pp16 ep8 mb1 z1 full sp"
+    assert float(best.iloc[0].step_time_s) == pytest.approx(float(ranked.iloc[0].step_time_s), rel=1e-9)
+    assert float(best.iloc[0].step_time_s) == pytest.approx(11.4733, abs=5e-4)
+
+
+def test_simulate_defaults_to_the_gpus_16_bit_type_on_v100():
+    """A V100 has no bf16 peak (fp16 125 TFLOP/s, hardware_specs/gpus): without a dtype,
+    ``api.simulate`` and ``paraplan simulate`` run fp16 as ``paraplan plan`` searches it, instead
+    of refusing the bf16 default the user never gave."""
+    import pytest
+    row = api.simulate("gpt3-13b", "dgx2-v100", gpus=32, tp=8, global_batch=64).iloc[0]
+    fp16 = api.simulate("gpt3-13b", "dgx2-v100", gpus=32, tp=8, global_batch=64, dtype="fp16").iloc[0]
+    assert row["dtype"] == "fp16"
+    assert float(row.step_time_s) == float(fp16.step_time_s)
+    cli = _cli_json("simulate", "-m", "gpt3-13b", "-c", "dgx2-v100", "-n", 32, "--tp", 8, "--global-batch", 64,
+                    "--json")
+    assert cli["config"]["dtype"] == "fp16"
+    assert cli["step_time_s"] == pytest.approx(float(row.step_time_s), rel=1e-12)
+    assert cli["mfu_fp16_pct"] == pytest.approx(float(row.mfu_fp16_pct), rel=1e-9)
+
+
+def test_api_rows_show_mfu_as_every_command_does_in_percent_of_the_bf16_peak():
+    """An fp8 plan's MFU in ``paraplan.api`` rows is percent of the H100's dense bf16 peak
+    (989.4 TFLOP/s) in a column that names it, as ``paraplan simulate`` / ``plan`` / ``sweep`` show
+    it; the rows had ``mfu``, a fraction of the fp8 peak (1,978.9 TFLOP/s): half the number the
+    command line printed for the same plan."""
+    import pytest
+    kwargs = dict(gpus=64, tp=8, pp=4, global_batch=128, zero_stage=1, recompute="selective",
+                  sequence_parallel=True, dtype="fp8")
+    row = api.simulate("llama3-70b", "dgx-h100", **kwargs).iloc[0]
+    assert "mfu" not in row.index and "hfu" not in row.index
+    hand = 100 * float(row.model_tflops_per_gpu) / 989.4
+    assert float(row.mfu_bf16_pct) == pytest.approx(hand, rel=1e-3)
+    assert float(row.hfu_bf16_pct) > float(row.mfu_bf16_pct)
+    cli = _cli_json("simulate", "-m", "llama3-70b", "-c", "dgx-h100", "-n", 64, "--tp", 8, "--pp", 4,
+                    "--global-batch", 128, "--zero", 1, "--recompute", "selective", "--sequence-parallel",
+                    "--dtype", "fp8", "--json")
+    assert float(row.mfu_bf16_pct) == pytest.approx(cli["mfu_bf16_pct"], rel=1e-12)
+    # the planner's table: the same column, the same convention
+    plans = api.plan("llama3-8b", "dgx-h100", 8, global_batch=16, dtype="fp8", max_plans=1)
+    top = plans.iloc[0]
+    assert "mfu" not in plans.columns
+    check = api.simulate("llama3-8b", "dgx-h100", **{k: top[k] for k in api.CONFIG_FIELDS if k in plans.columns}).iloc[0]
+    assert float(top.mfu_bf16_pct) == pytest.approx(float(check.mfu_bf16_pct), rel=1e-9)
+    assert float(top.mfu_bf16_pct) == pytest.approx(100 * float(check.model_tflops_per_gpu) / 989.4, rel=1e-3)
+
+
+def test_export_header_states_mfu_of_the_bf16_peak_for_an_fp8_plan():
+    """``--emit``'s first line gives an fp8 plan's MFU as the table does (percent of the bf16
+    peak), not as a share of the fp8 peak (half the number)."""
+    import re
+
+    import pytest
+
+    from paraplan import exports
+    row = api.simulate("llama3-70b", "dgx-h100", gpus=64, tp=8, pp=4, global_batch=128, zero_stage=1,
+                       recompute="selective", sequence_parallel=True, dtype="fp8").iloc[0]
+    first = exports.emit(row, "megatron").splitlines()[0]
+    shown = float(re.search(r"MFU ([\d.]+)% of the bf16 peak", first).group(1))
+    assert shown == pytest.approx(float(row.mfu_bf16_pct), abs=0.05)
+
+
+def test_sweep_over_the_software_stack():
+    """``stack`` is a sweep field: each row runs that stack's documented behaviour, as
+    ``paraplan simulate --stack``: torchtitan's eager cross-entropy and unfused gradient
+    accumulation make Llama-3-8B on 8 H100 (ZeRO-1, 16 x 8192 tokens) 1.872 s against
+    Megatron-Core's 1.780 s."""
+    import pytest
+    df = api.sweep(dict(model="llama3-8b", cluster="dgx-h100", gpus=8, global_batch=16, zero_stage=1),
+                   "stack", ["megatron-core", "torchtitan"])
+    assert list(df["stack"]) == ["megatron-core", "torchtitan"]
+    assert list(df["cross_entropy"]) == ["megatron_unfused", "torch_eager"]
+    cli = _cli_json("simulate", "-m", "llama3-8b", "-c", "dgx-h100", "-n", 8, "--global-batch", 16, "--zero", 1,
+                    "--stack", "torchtitan", "--json")
+    assert float(df.step_time_s.iloc[1]) == pytest.approx(cli["step_time_s"], rel=1e-12)
+    assert float(df.step_time_s.iloc[0]) == pytest.approx(1.7800, abs=5e-4)
+    assert float(df.step_time_s.iloc[1]) == pytest.approx(1.8722, abs=5e-4)

@@ -217,7 +217,7 @@ def test_measure_prints_rounded_values_in_named_units(monkeypatch):
     import paraplan.measure
     result = {"measured_step_s": 0.318232132500043, "tokens_per_s": 1608.8884424640269,
               "peak_memory_bytes": 471552000.0, "cpu_wait_fraction": 0.2163937743930873}
-    monkeypatch.setattr(paraplan.measure, "run_measurement", lambda config: result)
+    monkeypatch.setattr(paraplan.measure, "run_measurement", lambda config, progress=None: result)
     r = run("measure", "--tp", "2")
     assert r.exit_code == 0, r.output
     values = dict(ln.split() for ln in r.stdout.splitlines())
@@ -353,3 +353,42 @@ def test_the_plan_header_says_when_the_sequence_length_is_the_models_whole_conte
     # a preset whose seq_len is below its context (llama3.1-8b: 8192 of 131072) gets no such line
     assert run("plan", "-m", "llama3.1-8b", "-c", "dgx-h100", "-n", 8, "--global-batch", 64,
                "--top", 1).stdout.splitlines()[2].startswith("rank ")
+
+
+def test_a_fixed_tp_wider_than_a_node_says_to_raise_max_tp():
+    """--tp 16 on 8-GPU H100 nodes is refused because --max-tp defaults to one node's GPUs; the
+    error says so and names the option, which then runs the request (dp4 tp16 on 64 GPUs)."""
+    args = ("plan", "-m", "llama3-70b", "-c", "dgx-h100", "-n", 64, "--global-batch", 128, "--tp", 16)
+    line = one_line_error(run(*args))
+    assert line.startswith("error: gpus: ") and "raise --max-tp to 16" in line
+    ok = run(*args, "--max-tp", 16, "--json", "--top", 1)
+    assert ok.exit_code == 0, ok.output
+    best = json.loads(ok.stdout)["plans"][0]
+    assert (best["tp"], best["dp"]) == (16, 4)
+
+
+@pytest.mark.parametrize("request_args", [
+    ("-m", "llama3-70b", "-c", "dgx-h100", "-n", "64", "--global-batch", "128", "--fix", "zero=1"),
+    ("-m", "deepseek-v3", "-c", "dgx-h100", "-n", "256", "--global-batch", "512"),
+    ("-m", "gpt3-13b", "-c", "dgx2-v100", "-n", "32", "--global-batch", "64"),
+])
+def test_plan_prints_the_simulate_command_of_its_best_plan_and_it_gives_the_same_step(request_args):
+    """The table names a plan by abbreviations (off7, full2d1, hsdp8) that are simulate options
+    under other names; the plan prints the best plan as a `paraplan simulate` command, which gives
+    its step time: 16.33 s for Llama-3-70B on 64 H100 at ZeRO-1 (dp8 tp4 pp2 vpp5, 7 layers a chunk
+    offloaded), 11.47 s for DeepSeek-V3 on 256 H100, 4.161 s for GPT-3 13B on 32 V100 (fp16)."""
+    import shlex
+    text = run("plan", *request_args, "--top", 1)
+    assert text.exit_code == 0, text.output
+    lines = text.stdout.splitlines()
+    at = next(i for i, l in enumerate(lines) if l.startswith("best plan as one run"))
+    block = [lines[at + 1]]
+    while block[-1].endswith("\\"):          # shell continuations, as it pastes into a shell
+        block.append(lines[at + len(block) + 1])
+    assert max(len(l) for l in block) <= 120
+    command = shlex.split(" ".join(l.rstrip("\\") for l in block))
+    assert command[:2] == ["paraplan", "simulate"]
+    planned = json.loads(run("plan", *request_args, "--json", "--top", 1).stdout)["plans"][0]
+    sim = run(*command[1:], "--json")
+    assert sim.exit_code == 0, sim.output
+    assert json.loads(sim.stdout)["step_time_s"] == pytest.approx(planned["step_time_s"], rel=1e-9)

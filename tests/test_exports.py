@@ -361,3 +361,24 @@ def test_plan_emit_megatron_launches_on_the_searched_clusters_hosts():
     assert res.exit_code == 0, res.output
     assert "#   torchrun --nnodes 32 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:PORT pretrain_gpt.py" \
         in res.output
+
+
+def test_export_header_says_when_the_prediction_rests_on_an_unfitted_prior():
+    """MI300X (cdna3) has no fitted efficiency model: the table marks its numbers with * and a
+    footnote; the launch's first line, which repeats the predicted step time and MFU, says so too
+    (it printed 'predicted 8.23 s/step, ... MFU 68.4% of the bf16 peak' bare). H100's does not."""
+    from click.testing import CliRunner
+
+    from paraplan.cli import main
+    lines = {}
+    for cluster in ("mi300x-node", "dgx-h100"):
+        result = CliRunner().invoke(main, ["plan", "-m", "llama3-8b", "-c", cluster, "-n", "8", "--global-batch", "16",
+                                           "--emit", "megatron"])
+        assert result.exit_code == 0, result.output
+        lines[cluster] = result.stdout.splitlines()[0]
+    assert "predicted" in lines["mi300x-node"] and "unfitted prior" in lines["mi300x-node"]
+    assert "predicted" in lines["dgx-h100"] and "prior" not in lines["dgx-h100"]
+    # the same from a paraplan.api row, which carries efficiency_fitted
+    row = api.simulate("llama3-8b", "mi300x-node", gpus=8, global_batch=16, zero_stage=1).iloc[0]
+    assert bool(row.efficiency_fitted) is False
+    assert "unfitted prior" in exports.emit(row, "torchtitan").splitlines()[0]

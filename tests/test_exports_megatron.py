@@ -306,3 +306,30 @@ def test_a_clamped_glu_is_named_as_what_the_flags_cannot_set():
     assert megatron_table.check_command(flags_of(text), 8, {}) == []
     plain = megatron.emit(dict(row, model="qwen3-30b-a3b"))
     assert "clamp" not in plain
+
+
+def test_rope_base_and_llama31_scaling_are_flags_and_an_unstated_base_is_said():
+    """Megatron-LM's --rotary-base defaults to 10000: Llama 3's flags built a model with another
+    RoPE than the checkpoint's rope_theta 500000 (and Llama 3.1's llama3 scaling, factor 8, was
+    dropped). The flags now carry them (checked by the real parse_args + validate_args for the
+    matrix's Llama rows: tools/megatron_flags.py); a RoPE model whose spec does not state its base
+    (DeepSeek-V3) says so in the header instead of letting the default stand silently."""
+    from paraplan import api
+    row = api.simulate("llama3.1-405b", "dgx-h100", gpus=2048, tp=8, pp=16, global_batch=2048, zero_stage=1,
+                       sequence_parallel=True, recompute="full").iloc[0]
+    text = megatron.emit(row)
+    argv = flags_of(text)
+    value = dict(zip(argv, argv[1:]))
+    assert (value["--rotary-base"], value["--rope-scaling-factor"]) == ("500000", "8.0")
+    assert "--use-rope-scaling" in argv
+    assert megatron_table.check_command(argv, 2048, env_of(text)) == []
+    llama3 = flags_of(megatron.emit(api.simulate("llama3-8b", "dgx-h100", gpus=8, global_batch=16).iloc[0]))
+    assert dict(zip(llama3, llama3[1:]))["--rotary-base"] == "500000" and "--use-rope-scaling" not in llama3
+    names = {m[0] for m in matrix.MATRIX}           # the matrix exports (not the rules' counterexamples)
+    accepted = [c for k, c in VERIFIED.items() if k in names and "--rotary-base" in c["argv"]]
+    assert len(accepted) >= 5 and all(c["real"]["accepted"] for c in accepted)
+    ds = megatron.emit(api.simulate("deepseek-v3", "dgx-h100", gpus=256, pp=8, ep=32, global_batch=512,
+                                    zero_stage=1, recompute="full").iloc[0])
+    assert "--rotary-base" not in flags_of(ds)
+    header = [line for line in ds.splitlines() if line.startswith("#")]
+    assert any("deepseek-v3's RoPE base is not in its model spec" in line for line in header)

@@ -207,16 +207,30 @@ def test_the_tight_note_names_the_headroom_of_the_tight_stages_pool_only(tmp_pat
     assert "less than the 4.00 GiB headroom a run keeps free on h100 " in note and "9.00" not in note
 
 
-def test_pooled_explain_names_the_peak_its_mfu_is_of(tmp_path):
-    """The pooled tables' MFU is of the plan dtype's peak (mfu_fp8_pct for fp8); the explanation
-    says so instead of a bare percent (the one-kind explanation says "of the bf16 peak")."""
+def test_pooled_mfu_of_an_fp8_plan_is_of_the_bf16_peaks_as_on_one_kind(tmp_path):
+    """A pooled fp8 plan's MFU is shown as every one-kind output shows it: percent of the GPUs'
+    bf16 peaks summed (8 x 989.4 + 8 x 2,250 TFLOP/s for 8 H100 + 8 B200), named mfu_bf16_pct, in
+    the table, the JSON and the explanation; it was mfu_fp8_pct, of the fp8 peaks: half the number
+    a one-kind plan shows for the same work."""
     pooled = tmp_path / "hb.yaml"
     pooled.write_text("name: hb\npools:\n  - {name: h100, cluster: dgx-h100, gpus: 8}\n"
                       "  - {name: b200, cluster: dgx-b200, gpus: 8}\n")
     base = ["plan", "-m", "gpt3-1.3b", "-c", pooled, "--global-batch", "64", "--max-micro-batch", "2", "--dtype", "fp8"]
-    best = json.loads(run(*base, "--json").stdout)["comparison"][0]
+    data = json.loads(run(*base, "--json").stdout)
+    best = data["comparison"][0]
+    assert "mfu_fp8_pct" not in best and "mfu" not in data["plans"][0]
+    assert best["n_gpus"] == 16
     text = run(*base, "--explain").stdout
-    assert f"MFU {best['mfu_fp8_pct']:.1f}% of the fp8 peak" in text
+    assert f"MFU {best['mfu_bf16_pct']:.1f}% of the bf16 peak" in text
+    assert "mfu_bf16_pct" in text.splitlines()[3]
+    # by its definition, from the simulation of the same plan
+    with open(tmp_path / "best.json", "w") as fh:
+        json.dump(data["best_plan"], fh)
+    sim = json.loads(run("simulate", "-m", "gpt3-1.3b", "-c", pooled, "--plan", tmp_path / "best.json",
+                         "--json").stdout)
+    hand = 100 * sim["model_flops"] / (sim["step_time_s"] * (8 * 989.4e12 + 8 * 2250e12))
+    assert sim["mfu_bf16_pct"] == pytest.approx(hand, rel=1e-9)
+    assert best["mfu_bf16_pct"] == pytest.approx(hand, rel=1e-9)
 
 
 def test_the_pool_alone_rows_say_they_come_from_the_mixed_search_not_a_one_kind_plan(small):

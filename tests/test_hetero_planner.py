@@ -94,6 +94,10 @@ def test_the_comparison_holds_the_best_plans_of_the_fastest_and_the_largest_pool
     assert result.best_report.tokens_per_s >= result.largest_only[1].tokens_per_s
     comp = result.comparison()
     assert list(comp["plan"])[0] == "best plan" and comp["best_gain_pct"].iloc[0] == 0.0
+    # MFU as every output shows it: percent of the bf16 peaks (a bf16 plan: its own dtype's too)
+    assert "mfu" not in comp.columns
+    assert comp["mfu_bf16_pct"].iloc[0] == pytest.approx(100 * result.best_report.mfu_reference, rel=1e-12)
+    assert comp["mfu_bf16_pct"].iloc[0] == pytest.approx(100 * result.best_report.mfu, rel=1e-9)
 
 
 # --------------------------------------------------------------------------------------------

@@ -445,3 +445,28 @@ def test_unknown_or_inconsistent_architecture_details_are_input_errors_naming_th
     with pytest.raises(InputError) as err:
         ModelSpec(**base, **{field: value})
     assert err.value.field == f"model.{field}"
+
+
+def test_rope_base_and_scaling_come_from_config_json_and_need_rope_positions():
+    from hardware_specs.errors import InputError
+    from model_specs.hf_config import model_from_hf_config
+    from model_specs.model_spec import ModelSpec
+    cfg = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+           "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+           "max_position_embeddings": 131072, "rope_theta": 500000.0,
+           "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                            "original_max_position_embeddings": 8192, "rope_type": "llama3"}}
+    m = model_from_hf_config(cfg)
+    assert (m.rope_theta, m.rope_scaling, m.rope_scaling_factor) == (500000.0, "llama3", 8.0)
+    assert m.seq_len == 8192
+    plain = model_from_hf_config({**cfg, "rope_scaling": None, "rope_theta": 1e6})
+    assert (plain.rope_theta, plain.rope_scaling) == (1e6, "")
+    with pytest.raises(InputError, match="model.rope_theta"):
+        ModelSpec(name="gpt", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=4, ffn_hidden_size=256,
+                  vocab_size=100, rope_theta=10000.0)           # learned positions (no gated MLP)
+
+
+def test_an_mxfp4_checkpoint_names_its_experts_format():
+    from model_specs.catalog import load_model
+    assert load_model("gpt-oss-120b").expert_checkpoint_format == "mxfp4"
+    assert load_model("deepseek-r1").expert_checkpoint_format == ""

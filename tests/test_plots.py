@@ -255,3 +255,17 @@ def test_every_step_time_part_has_a_human_label():
     from simulator.report import TIME_PARTS
     assert set(TIME_PARTS) <= set(TIME_LABELS)
     assert TIME_LABELS["offload_exposed_s"] == "activation offload (exposed)"
+
+
+def test_figures_of_numbers_on_an_unfitted_prior_say_so():
+    """A figure of MI300X (cdna3) or TPU v4 predictions carries the line the tables' * footnote
+    gives: their efficiency model is an unfitted prior. H100's (fitted) carries none."""
+    from paraplan import plots
+    mi = api.simulate("llama3-8b", "mi300x-node", gpus=8, global_batch=16, zero_stage=1)
+    h100 = api.simulate("llama3-8b", "dgx-h100", gpus=8, global_batch=16, zero_stage=1)
+    texts = lambda fig: [t.get_text() for t in fig.texts]
+    assert any("mi300x: an unfitted prior" in t for t in texts(plots.breakdown(mi)))
+    assert not any("prior" in t for t in texts(plots.breakdown(h100)))
+    ops = api.layer_ops("llama3-8b", "tpu-v4-pod")
+    assert bool(ops.efficiency_fitted.iloc[0]) is False
+    assert any("tpu-v4: an unfitted prior" in t for t in texts(plots.roofline(ops)))

@@ -355,3 +355,69 @@ def test_the_context_check_admits_exactly_the_window_and_skips_models_that_do_no
     cfg = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4,
            "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 32768}
     assert model_from_hf_config(cfg).max_context_tokens == 32768
+
+
+@pytest.mark.parametrize("mode", ["agg", "disagg"])
+def test_plan_prints_the_serve_simulate_command_of_its_best_row_and_it_gives_the_same_numbers(mode):
+    """A plan's layout string (``tp1-adp16-etp16xep1``) names the experts' split etp x ep, which
+    ``serve simulate`` takes as --moe-tp / --moe-ep: the plan prints the command that runs its best
+    row as one deployment, and that command prints the plan's TTFT, TPOT and tokens/s/GPU.
+    DeepSeek-R1 on 64 B200 at TPOT <= 30 ms: aggregated 4 workers of tp1-adp16-etp16xep1 at batch 64
+    per rank; disaggregated 1 prefill tp1-adp8-etp8xep1 at 8 prompts per step + 1 decode
+    tp1-adp32-etp32xep1 at batch 64."""
+    import shlex
+    request = ["serve", "plan", "-m", "deepseek-r1", "-s", "dgx-b200", "-n", 64, "--tpot-ms", 30, "--mode", mode]
+    text = run(*request, "--top", 1)
+    assert text.exit_code == 0, text.output
+    line = next(l for l in text.stdout.splitlines() if "as one deployment:" in l)
+    command = shlex.split(line.split("as one deployment:", 1)[1])
+    expected = {"agg": "--adp 16 --moe-tp 16 --batch 64 --workers 4",
+                "disagg": "--mode disagg --prefill-adp 8 --prefill-moe-tp 8 --decode-adp 32 --decode-moe-tp 32 "
+                          "--prefill-batch 8 --decode-batch 64"}[mode]
+    assert " ".join(command).endswith(expected)
+    assert command[:3] == ["paraplan", "serve", "simulate"]
+    best = json.loads(run(*request, "--json").stdout)["best"]
+    sim = run(*command[1:], "--json")
+    assert sim.exit_code == 0, sim.output
+    got = json.loads(sim.stdout)          # serve simulate --json is in seconds, serve plan's in ms
+    assert 1e3 * got["ttft_s"] == pytest.approx(best["ttft_ms"], rel=1e-9)
+    assert 1e3 * got["tpot_s"] == pytest.approx(best["tpot_ms"], rel=1e-9)
+    assert got["tokens_per_s_per_gpu"] == pytest.approx(best["tokens_per_s_per_gpu"], rel=1e-9)
+    assert got["gpus"] == best["gpus_used"]
+
+
+def test_plan_top_applies_to_each_mode_of_the_front():
+    """The front is printed 'per mode', aggregated rows first: --top 2 cut it after the two
+    aggregated rows (of 12) and showed no disaggregated one (12 too) for DeepSeek-R1 on 64 B200."""
+    text = run("serve", "plan", "-m", "deepseek-r1", "-s", "dgx-b200", "-n", 64, "--tpot-ms", 30, "--top", 2)
+    assert text.exit_code == 0, text.output
+    lines = text.stdout.splitlines()
+    head = next(i for i, l in enumerate(lines) if l.split()[:2] == ["mode", "layout"])
+    modes = [l.split()[0] for l in lines[head + 2:] if l.strip()]
+    assert modes == ["agg", "agg", "disagg", "disagg"]
+
+
+def test_simulate_header_names_the_scale_up_fabric_and_counts_gpus_in_the_singular():
+    """An MI300X node's 8 GPUs share an Infinity Fabric domain, not an NVLink one; one GPU is
+    '1 GPU'."""
+    text = run("serve", "simulate", "-m", "llama3.1-8b", "-s", "mi300x-node", "--tp", 1, "--batch", 4).stdout
+    assert "(mi300x, 8 GPUs per infinity-fabric domain)" in text and "NVLink" not in text
+    assert "tp1 (1 GPU)," in text and "in flight on 1 GPU\n" in text
+
+
+def test_gpt_oss_is_served_with_its_checkpoints_mxfp4_experts_unless_told_otherwise():
+    """gpt-oss-120b ships its routed experts in MXFP4 (config.json quantization_config; 4.25 bits a
+    parameter) and famously serves from one 80 GB GPU; the experts defaulted to --precision's fp8
+    and the command said 'the weights (109.9 GiB per GPU) leave no room for a KV cache'. By hand:
+    36 x 128 experts x 3 x 2880^2 = 114.7 B parameters x 4.25 / 8 bytes = 56.73 GiB, + 0.96 B
+    attention parameters in fp8 (0.89 GiB) + embedding and LM head 2 x 201088 x 2880 in bf16
+    (2.16 GiB) = 59.8 GiB."""
+    args = ("serve", "simulate", "-m", "gpt-oss-120b", "-s", "dgx-h100", "--tp", 1, "--batch", 8)
+    r = run(*args)
+    assert r.exit_code == 0, r.output
+    assert "experts mxfp4 weight-only in bf16" in r.stdout
+    data = json.loads(run(*args, "--json").stdout)
+    assert data["expert_format"] == "mxfp4"
+    assert data["memory_bytes"]["weights_bytes"] / 2**30 == pytest.approx(59.8, abs=0.1)
+    # --precision names every GEMM's format, the experts' too, as before
+    one_line_error(run(*args, "--precision", "fp8"), "--tp", "leave no room for a KV cache")

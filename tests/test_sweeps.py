@@ -47,16 +47,13 @@ def test_simulated_points_equal_api_simulate_row_by_row():
     assert set(df["status"]) <= {"ok", "invalid", "does not fit"} and (df["status"] == "ok").sum() > 20
     assert df.loc[df.status == "invalid", "reason"].str.len().gt(0).all()
     ok = df[df.status == "ok"].sample(8, random_state=18)
-    for _, row in ok.iterrows():       # the stack's documented behaviour set the software fields
-        from model_specs.catalog import load_model
-        from paraplan.sweeps.evaluate import stack_fields
-        software = stack_fields(row["stack"], row["dtype"], load_model(row.model), row["gpu"], int(row.tp))
+    for _, row in ok.iterrows():       # api.simulate applies the point's stack as the sweep does
         one = api.simulate(row.model, row.cluster, gpus=int(row.gpus), tp=int(row.tp), pp=int(row.pp), ep=int(row.ep),
-                           zero_stage=int(row.zero_stage), recompute=row.recompute,
-                           global_batch_tokens=int(row.global_batch_tokens), **software).iloc[0]
+                           zero_stage=int(row.zero_stage), recompute=row.recompute, dtype=row["dtype"],
+                           global_batch_tokens=int(row.global_batch_tokens), stack=row["stack"]).iloc[0]
         assert row.memory_gib == pytest.approx(one.memory_gib, rel=1e-12)
         assert row.step_time_s == pytest.approx(one.step_time_s, rel=1e-9)
-        assert row.mfu_bf16_pct == pytest.approx(100 * one.mfu, rel=1e-9)
+        assert row.mfu_bf16_pct == pytest.approx(one.mfu_bf16_pct, rel=1e-9)
     assert bool(df[df.cluster == "mi300x-node"]["efficiency_fitted"].any()) is False
     assert bool(df[df.cluster == "dgx-h100"]["efficiency_fitted"].all()) is True
 
@@ -120,3 +117,18 @@ def test_a_simulate_sweep_takes_simulates_expert_switches_as_config_axes():
     with pytest.raises(InputError) as err:
         spec_from_dict({**grid, "config": {"ep_comm_overlap": ["yes"]}})
     assert err.value.field == "config.ep_comm_overlap"
+
+
+def test_a_sweep_without_dtypes_runs_each_gpu_in_its_16_bit_type():
+    """V100 has no bf16 peak: a spec that lists no dtypes ran every point in bf16 and turned each
+    V100 point into 'dtype: v100-sxm-32gb has no bf16 peak'; the default is now each GPU's 16-bit
+    type (fp16 there, bf16 on H100), as paraplan simulate and plan default."""
+    grid = dict(kind="training", search="simulate", models=["llama3-8b"], clusters=["dgx2-v100", "dgx-h100"],
+                gpus=[16], global_batch_tokens=[2**20], config={"tp": [8], "zero_stage": [1]})
+    df = api.sweep_grid(grid)
+    assert list(df["status"]) == ["ok", "ok"] and list(df["dtype"]) == ["fp16", "bf16"]
+    one = api.simulate("llama3-8b", "dgx2-v100", gpus=16, tp=8, zero_stage=1, global_batch_tokens=2**20).iloc[0]
+    assert df.step_time_s.iloc[0] == pytest.approx(float(one.step_time_s), rel=1e-9)
+    assert df.mfu_fp16_pct.iloc[0] == pytest.approx(float(one.mfu_fp16_pct), rel=1e-9)
+    best = api.sweep_grid({**grid, "search": "best", "config": {}})
+    assert best.status.iloc[0] == "ok" and best["dtype"].iloc[0] == "fp16"

@@ -162,7 +162,8 @@ def report_json(report: HeteroReport, headroom_gib: float | None = None) -> dict
         d["fits_hbm"] = bool(d["fits"])
         d["fits"] = all(sd["fits"] for sd in data.get("stages", []) if sd["pool"] == d["pool"])
     data["fits_hbm"] = bool(report.fits)
-    data[f"mfu_{report.plan.settings.dtype}_pct"] = 100.0 * data.pop("mfu")
+    data.pop("mfu")         # of the plan dtype's peak: shown, as everywhere, of the reference (bf16) peak
+    data[f"mfu_{data.pop('mfu_reference_dtype')}_pct"] = 100.0 * data.pop("mfu_reference")
     data["fits"] = bool(all(ok)) if ok else bool(report.fits)
     return data
 
@@ -188,7 +189,8 @@ def render_report(report: HeteroReport, model: ModelSpec, cluster: PooledCluster
     lines += ["", "throughput" + prior,
               format_table([["tokens_per_s", f"{report.tokens_per_s:,.0f}"],
                             ["tokens_per_s_per_gpu", f"{report.tokens_per_s_per_gpu:,.1f}"],
-                            [f"mfu_{s.dtype}_pct", f"{100 * report.mfu:.1f}"]], ["metric", "value"], align="lr", indent="  ").rstrip(),
+                            [f"mfu_{report.mfu_reference_dtype}_pct", f"{100 * report.mfu_reference:.1f}"]],
+                           ["metric", "value"], align="lr", indent="  ").rstrip(),
               "", "replica groups"]
     rows = [[i, g["replicas"], g["stages"], g["micro_batches"], g["micro_batches_total"], f"{g['slowest_stage_s'] * 1e3:.2f}",
              f"{g['pipeline_s']:.4f}"] for i, g in enumerate(report.groups)]
@@ -212,15 +214,15 @@ def render_report(report: HeteroReport, model: ModelSpec, cluster: PooledCluster
     return "\n".join(lines) + "\n"
 
 
-def _mfu_in_percent(frame, dtype: str):
-    """``frame`` with its ``mfu`` fraction as ``mfu_<dtype>_pct`` (percent of the plan dtype's
-    peak summed over the plan's GPUs): in percent like every other command's output, but of the
-    plan dtype's peak, not the bf16 reference ``paraplan.mfu`` uses (the same for bf16 plans)."""
-    if "mfu" not in frame.columns:
+def _mfu_in_percent(frame, reference: str):
+    """``frame`` with its ``mfu_reference`` fraction as ``mfu_<reference>_pct``: percent of the
+    reference (bf16) peaks summed over the plan's GPUs, as every other command's output
+    (``paraplan.mfu``); the plan dtype's ``mfu`` is dropped."""
+    if "mfu_reference" not in frame.columns:
         return frame
     frame = frame.copy()
-    frame.insert(list(frame.columns).index("mfu"), f"mfu_{dtype}_pct", 100.0 * frame["mfu"])
-    return frame.drop(columns="mfu")
+    frame.insert(list(frame.columns).index("mfu"), f"mfu_{reference}_pct", 100.0 * frame["mfu_reference"])
+    return frame.drop(columns=["mfu", "mfu_reference"])
 
 
 def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool) -> str:
@@ -228,7 +230,7 @@ def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool) -
     comp = result.comparison()
     table = result.plans.head(top)
     if as_json or as_csv:
-        comp, table = _mfu_in_percent(comp, result.dtype), _mfu_in_percent(table, result.dtype)
+        table = _mfu_in_percent(table, result.mfu_reference_dtype)     # the comparison is in percent already
     if as_json:
         data = {
             "request": {"model": result.model, "cluster": result.cluster,
@@ -257,9 +259,9 @@ def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool) -
     out = [f"plan: {result.model} on {result.cluster} ({pools}); global batch {result.global_batch} sequences x "
            f"{result.seq_len} = {tokens:,} tokens, {result.dtype}\n",
            f"scored {result.evaluated:,} candidate plans in {result.wall_s:.2f} s\n\n"]
-    mfu_head = f"mfu_{result.dtype}_pct"      # percent of the plan dtype's peak, summed over its GPUs
+    mfu_head = f"mfu_{result.mfu_reference_dtype}_pct"      # percent of the reference peaks, summed over its GPUs
     rows = [[r["plan"], r["n_gpus"], "-" if r["n_gpus"] == 0 else four_significant(r['step_time_s']),
-             f"{r['tokens_per_s']:,.0f}", "-" if r["n_gpus"] == 0 else f"{100 * r['mfu']:.1f}",
+             f"{r['tokens_per_s']:,.0f}", "-" if r["n_gpus"] == 0 else f"{r[mfu_head]:.1f}",
              "-" if r["n_gpus"] == 0 else f"{r['best_gain_pct']:+.1f}"] for r in comp.to_dict("records")]
     out.append(format_table(rows, ["plan", "n_gpus", "step_time_s", "tokens_per_s", mfu_head, "best_vs_this_pct"]))
     # the 'only' rows come from the mixed search's narrower space, not from a one-kind plan
@@ -271,7 +273,7 @@ def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool) -
     for r in table.to_dict("records"):
         cells.append([r["kind"], r["pools"], r["n_gpus"], r["layout"], r["micro_batch"], r["zero_stage"], r["recompute"],
                       "on" if r["sequence_parallel"] else "off", four_significant(r['step_time_s']), f"{r['tokens_per_s']:,.0f}",
-                      f"{100 * r['mfu']:.1f}", f"{r['memory_gib']:.1f}"])
+                      f"{100 * r['mfu_reference']:.1f}", f"{r['memory_gib']:.1f}"])
     head = ["kind", "pools", "n_gpus", "layout", "micro_batch", "zero", "recompute", "sp", "step_time_s",
             "tokens_per_s", mfu_head, "memory_gib"]
     out.append("\ntop plans\n" + format_table([[str(i + 1)] + c for i, c in enumerate(cells)], ["rank"] + head))

@@ -1,9 +1,11 @@
 """``paraplan calibrate``: microbenchmark this machine into a hardware profile."""
 from __future__ import annotations
 
+import warnings
+
 import click
 
-from paraplan.cli import check_writable
+from paraplan.cli import StepBar, check_writable, echo_warnings
 
 
 @click.command("calibrate", short_help="Measure this machine and write a cluster profile.")
@@ -26,5 +28,12 @@ def command(out_path: str, nprocs: int, name: str | None) -> None:
     from paraplan.measure import run_calibration
 
     check_writable(out_path)
-    path = run_calibration(out_path, nprocs=nprocs, name=name)
+    bar = StepBar("calibrating")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            path = run_calibration(out_path, nprocs=nprocs, name=name, progress=bar)
+    finally:
+        bar.close()
+    echo_warnings(caught)
     click.echo(f"wrote {path}")

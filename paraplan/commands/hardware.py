@@ -137,6 +137,8 @@ def efficiency_detail(eff: EfficiencyModel) -> dict:
         "scaleup_fraction": eff.scaleup_fraction,
         "scaleout_fraction": eff.scaleout_fraction,
         "kernel_overhead_s": eff.kernel_overhead_s,
+        # the host's time to issue one kernel from an eager framework (0: no host bound)
+        "cpu_issue_s": eff.cpu_issue_s,
         "fitted_factors": list(eff.fitted_factors),
         # NaN in the dataclass means "never fitted": shown as null, not as a number
         "fit_objective": eff.fit_objective if math.isfinite(eff.fit_objective) else None,

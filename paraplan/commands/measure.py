@@ -1,9 +1,11 @@
 """``paraplan measure``: train a small GPT here with real parallelism and time it."""
 from __future__ import annotations
 
+import warnings
+
 import click
 
-from paraplan.cli import dump_json
+from paraplan.cli import StepBar, dump_json, echo_warnings
 
 
 @click.command("measure", short_help="Train a small GPT here with real DP/TP/PP and time it.")
@@ -38,7 +40,14 @@ def command(as_json: bool, **config) -> None:
     """
     from paraplan.measure import run_measurement
 
-    result = run_measurement(config)
+    bar = StepBar("training")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = run_measurement(config, progress=bar)
+    finally:
+        bar.close()
+    echo_warnings(caught)
     if as_json:
         click.echo(dump_json(result), nl=False)
         return

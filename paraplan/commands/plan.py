@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import shlex
 import sys
 import time
 
@@ -19,7 +20,6 @@ from hardware_specs.errors import InputError
 from hardware_specs.gpu_spec import KNOWN_DTYPES
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
-from paraplan import mfu as mfu_units
 from paraplan import priors
 from paraplan.cli import dump_json, format_table, four_significant
 from planners.explain import fit_text, stage_layers_text
@@ -94,12 +94,8 @@ def display(df, cluster):
     """The plans as every output shows them: MFU in percent of the reference peak
     (``paraplan.mfu``) instead of the fraction of the row dtype's peak, and whether the times
     rest on a fitted efficiency model (``efficiency_fitted``, see ``paraplan.priors``)."""
-    out = df.copy()
-    if "mfu" in out:
-        gpu = cluster.gpu
-        pct = [float(mfu_units.mfu_pct(m, str(d), gpu)) for m, d in zip(out["mfu"], out["dtype"])]
-        out.insert(out.columns.get_loc("mfu"), mfu_units.mfu_column(gpu), pct)
-        out = out.drop(columns="mfu")
+    from paraplan.api import mfu_pct_columns
+    out = mfu_pct_columns(df, cluster.gpu)
     out["efficiency_fitted"] = not priors.is_prior(cluster)
     return out
 
@@ -145,6 +141,7 @@ def _emit(result: PlanResult, spec, framework: str, cl=None, switches=None) -> s
                **(switches or {})}
     if cl is not None:      # the cluster as loaded (a file's too), for the launch's hosts
         context["gpus_per_host"] = cl.launch_gpus_per_host
+        context["efficiency_fitted"] = not priors.is_prior(cl)     # the header says when it rests on a prior
     row, rank, slowdown = exports.best_runnable(result.plans, framework, **context)
     if rank == 0:
         note = f"the unrestricted winner runs in {framework} as planned"
@@ -159,6 +156,63 @@ def _emit(result: PlanResult, spec, framework: str, cl=None, switches=None) -> s
     if recipe:
         click.echo(recipe, err=True, nl=False)
     return text
+
+
+def simulate_command(row, model: str, cluster: str, seq_len: int | None = None, stack: str = "megatron-core",
+                     switches: dict | None = None) -> str:
+    """The ``paraplan simulate`` command of a plan row (its label's abbreviations as options:
+    ``off7`` is --offload-activation-layers 7, ``full2d1`` --recompute full --recompute-num-layers 2
+    --recompute-layers-decrement 1, ``hsdp8`` --zero-shard-group 8), with the request's model,
+    cluster, sequence length, stack and switches; it prints the row's step time."""
+    get = lambda k, d=0: row[k] if k in row and row[k] is not None else d     # noqa: E731
+    args = ["paraplan", "simulate", "-m", model, "-c", cluster, "-n", str(int(get("n_gpus")))]
+    if seq_len is not None:
+        args += ["--seq-len", str(seq_len)]
+    for option, key in (("--tp", "tp"), ("--pp", "pp"), ("--cp", "cp"), ("--ep", "ep"), ("--vpp", "vpp")):
+        if int(get(key, 1)) > 1:
+            args += [option, str(int(get(key)))]
+    args += ["--micro-batch", str(int(get("micro_batch", 1))), "--global-batch", str(int(get("global_batch"))),
+             "--zero", str(int(get("zero_stage")))]
+    for option, key in (("--zero-shard-group", "zero_shard_group"),):
+        if int(get(key)) > 0:
+            args += [option, str(int(get(key)))]
+    if str(get("recompute", "none")) != "none":
+        args += ["--recompute", str(get("recompute"))]
+    for option, key in (("--recompute-num-layers", "recompute_num_layers"),
+                        ("--recompute-layers-decrement", "recompute_layers_decrement"),
+                        ("--offload-activation-layers", "offload_activation_layers")):
+        if int(get(key)) > 0:
+            args += [option, str(int(get(key)))]
+    args.append("--sequence-parallel" if bool(get("sequence_parallel", False)) else "--no-sequence-parallel")
+    default_schedule = Schedule.INTERLEAVED.value if int(get("vpp", 1)) > 1 else Schedule.ONE_F_ONE_B.value
+    if str(get("schedule", default_schedule)) != default_schedule:
+        args += ["--schedule", str(get("schedule"))]
+    args += ["--dtype", str(get("dtype", "bf16"))]
+    if stack != "megatron-core":
+        args += ["--stack", stack]
+    for key, value in (switches or {}).items():
+        flag = key.replace("_", "-")
+        args.append(f"--{flag}" if value else f"--no-{flag}")
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def wrap_command(command: str, width: int = 118, indent: str = "  ") -> str:
+    """``command`` over lines of at most ``width`` characters joined by shell continuations
+    (`` \\``), an option kept beside its value, so it pastes into a shell as it is."""
+    words = shlex.split(command)
+    pieces, i = [], 0
+    while i < len(words):
+        take = 2 if words[i].startswith("-") and i + 1 < len(words) and not words[i + 1].startswith("-") else 1
+        pieces.append(" ".join(shlex.quote(w) for w in words[i:i + take]))
+        i += take
+    lines, line = [], indent
+    for piece in pieces:
+        if line.strip() and len(line) + 1 + len(piece) + 2 > width:
+            lines.append(line + " \\")
+            line = indent + "    "
+        line += ("" if not line.strip() else " ") + piece
+    lines.append(line)
+    return "\n".join(lines)
 
 
 def _header(result: PlanResult, seq_len_note: str = "") -> str:
@@ -345,6 +399,7 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
     switches = {k: v for k, v in (("ep_comm_overlap", ep_comm_overlap), ("ep_dispatch_dedup", ep_dispatch_dedup))
                 if v is not None}
     # the stack's behaviour with every switch given overriding it (its recipes' too), as simulate does
+    stack_arg = stack
     stack = load_stack(stack).with_training(**switches)
     from hardware_specs.catalog import is_pooled
     if is_pooled(cluster):
@@ -389,6 +444,10 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         key = "stage:first-last layer" if n <= 16 else "n xk = k chunks of n layers"
         out.append(f"best plan's layers per model chunk ({n} chunk{'s' if n > 1 else ''} = pp x vpp; {key}): "
                    f"{stage_layers_text(result.stage_layers)}\n")
+    if len(result.plans):
+        best = result.plans.iloc[0].to_dict()
+        command = simulate_command(best, model, cluster, seq_len, stack_arg, switches)
+        out.append(f"best plan as one run (its step, memory per stage and why):\n{wrap_command(command)}\n")
     if pareto:
         out.append("\npareto frontier: tokens/s vs memory per GPU (no plan with less memory is as fast)\n")
         out.append(_table(display(result.pareto("memory"), cl), ranked=False, show_gpus=is_range))

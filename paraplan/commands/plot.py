@@ -24,6 +24,7 @@ from click.core import ParameterSource
 from hardware_specs.errors import InputError
 from hardware_specs.gpu_spec import KNOWN_DTYPES
 from paraplan.cli import atomic_output_path, check_image_path
+from paraplan.commands.simulate import STACK_HELP
 from simulator.parallel_config import CPKind, Recompute, Schedule
 from paraplan.commands.token_count import TOKENS
 
@@ -88,14 +89,19 @@ def check_sweep(kind: str, field: str | None, values: str | None) -> tuple[str |
 @click.option("--zero", type=click.IntRange(0, 3), metavar="{0,1,2,3}", default=0, show_default=True, help="ZeRO stage.")
 @click.option("--recompute", type=click.Choice([r.value for r in Recompute]), default="none", show_default=True,
               help="Activation recomputation.")
-@click.option("--sequence-parallel/--no-sequence-parallel", default=False, show_default=True,
-              help="Megatron sequence parallelism alongside TP.")
-@click.option("--dtype", type=click.Choice(list(KNOWN_DTYPES)), default="bf16", show_default=True, help="GEMM dtype.")
+@click.option("--sequence-parallel/--no-sequence-parallel", default=None,
+              help="Megatron sequence parallelism alongside TP (default: the stack's recipes, as in "
+                   "`paraplan simulate`).")
+@click.option("--dtype", type=click.Choice(list(KNOWN_DTYPES)), default=None,
+              help="GEMM dtype [default: the GPU's 16-bit type, bf16 (fp16 on V100)].")
 @click.option("--schedule", type=click.Choice([s.value for s in Schedule]), help="Pipeline schedule.")
 @click.option("--cp-kind", type=click.Choice([k.value for k in CPKind]), default="ring", show_default=True,
               help="Context-parallel flavour.")
+@click.option("--stack", default="megatron-core", show_default=True, metavar="NAME|FILE",
+              help=STACK_HELP + " whose documented behaviour the runs have, as in `paraplan simulate` "
+                   "(and every plan runs, with --best or pareto).")
 @click.option("--field", "field", metavar="FIELD", help="Sweep this field (any ParallelConfig field, gpus, gpu, "
-              "model, cluster, seq_len, global_batch[_tokens], scaleout_gbit_per_s, scaleup_gbit_per_s).")
+              "model, cluster, stack, seq_len, global_batch[_tokens], scaleout_gbit_per_s, scaleup_gbit_per_s).")
 @click.option("--values", "values", metavar="A,B,C", help="Comma-separated values of --field.")
 @click.option("--best", is_flag=True, help="Use the planner's best plan (at each value) instead of the given degrees.")
 @click.option("--title", help="Figure title (default: says what is shown).")
@@ -146,7 +152,8 @@ def command(kind: str, field: str | None, values: str | None, best: bool, title:
         kwargs["x"] = field
     fig = plots.KINDS[kind](df, None, **kwargs)
     atomic_output_path(out, lambda tmp: fig.savefig(tmp, dpi=fig.dpi, bbox_inches="tight"))
-    click.echo(f"wrote {out} ({kind}, {len(df)} row{'s' if len(df) != 1 else ''})")
+    note = plots.prior_note(df)
+    click.echo(f"wrote {out} ({kind}, {len(df)} row{'s' if len(df) != 1 else ''})" + (f"; {note}" if note else ""))
 
 
 def _base(opts: dict, kind: str) -> dict:
@@ -159,7 +166,7 @@ def _base(opts: dict, kind: str) -> dict:
             "global_batch": opts["global_batch"], "global_batch_tokens": opts["global_batch_tokens"],
             "zero_stage": opts["zero"], "recompute": opts["recompute"],
             "sequence_parallel": opts["sequence_parallel"], "dtype": opts["dtype"], "schedule": opts["schedule"],
-            "cp_kind": opts["cp_kind"]}
+            "cp_kind": opts["cp_kind"], "stack": opts["stack"]}
     return {k: v for k, v in base.items() if v is not None}
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import math
+import shlex
 
 import click
 import pandas as pd
@@ -74,7 +75,9 @@ def _common(f):
         click.option("--precision", type=click.Choice(PRECISIONS), default=None,
                      help="Weight format of all GEMMs (default: fp8 on GPUs with FP8 tensor cores, else bf16)."),
         click.option("--expert-precision", type=click.Choice(PRECISIONS), default=None,
-                     help="Weight format of the routed experts (default: --precision)."),
+                     help="Weight format of the routed experts (default: --precision if given, else the "
+                          "model's checkpoint format for its experts: mxfp4 for gpt-oss, else as --precision's "
+                          "default)."),
         click.option("--kv-cache-dtype", type=click.Choice(["auto", "bf16", "fp16", "fp8"]), default="auto", show_default=True,
                      help="KV-cache dtype (auto = as the engine decides: the 8-bit KV an fp8 / nvfp4 "
                           "(ModelOpt) checkpoint names where the stack reads it (its kv_dtype_from_checkpoint, "
@@ -101,8 +104,18 @@ def _context(opts):
             raise
         raise InputError("system", e.message, e.fix) from None
     precision = opts["precision"] or ("fp8" if "fp8" in cluster.gpu.peak_flops_per_s else "bf16")
-    return ServingContext.build(model, cluster, opts["backend"], precision, opts["expert_precision"] or precision,
+    # the experts as given, else as --precision says, else as the model's checkpoint stores them
+    # (gpt-oss: mxfp4), else as the dense weights
+    expert = opts["expert_precision"] or opts["precision"] or _expert_checkpoint_format(model) or precision
+    return ServingContext.build(model, cluster, opts["backend"], precision, expert,
                                 opts["kv_cache_dtype"], backend_version=opts["backend_version"])
+
+
+def _expert_checkpoint_format(model) -> str:
+    """The routed experts' format in the model's released checkpoint (``ModelSpec``), or ''."""
+    from model_specs.catalog import load_model
+    spec = model if not isinstance(model, str) else load_model(model)
+    return spec.expert_checkpoint_format
 
 
 def _prior_note(ctx) -> str:
@@ -192,6 +205,11 @@ def _max_batch_meaning(ctx, m) -> str:
     return "largest concurrency per rank whose KV cache fits"
 
 
+def _gpus(n) -> str:
+    """``1 GPU``, ``8 GPUs``."""
+    return f"{int(n)} GPU{'' if int(n) == 1 else 's'}"
+
+
 def render_simulation(report) -> str:
     """The human-readable table of one ``ServingReport``."""
     from planners.serving.labels import prompts_per_step, worker_label
@@ -204,19 +222,20 @@ def render_simulation(report) -> str:
     lines = [
         f"model    {ctx.model.name}  ({ctx.model.num_layers} layers, hidden {ctx.model.hidden_size}"
         + (f", {ctx.model.moe.num_experts} experts top-{ctx.model.moe.top_k}" if ctx.model.moe else "") + ")",
-        f"system   {ctx.cluster.name}  ({ctx.cluster.gpu.name}, {ctx.cluster.gpus_per_node} GPUs per NVLink domain)",
+        f"system   {ctx.cluster.name}  ({ctx.cluster.gpu.name}, {_gpus(ctx.cluster.gpus_per_node)} per "
+        f"{ctx.cluster.scaleup.kind} domain)",
         f"stack    {ctx.stack.name}  (weights {format_text(ctx.dense_format, ctx.cluster.gpu)}"
         + (f", experts {format_text(ctx.expert_format, ctx.cluster.gpu)}" if ctx.model.moe else "")
         + f", KV {int(ctx.kv_bytes * 8)}-bit)",
     ]
     if d.mode == "agg":
-        lines.append(f"layout   aggregated: {d.workers} x worker {label(d.layout)} ({d.layout.gpus} GPUs), "
+        lines.append(f"layout   aggregated: {d.workers} x worker {label(d.layout)} ({_gpus(d.layout.gpus)}), "
                      f"{d.layout.batch} requests per rank")
     else:
         lines.append(f"layout   disaggregated: {d.prefill_workers} x prefill {label(d.prefill)} "
                      f"({prompts_per_step(d.prefill.batch)}) + {d.decode_workers} x decode {label(d.decode)} "
                      f"({d.decode.batch} requests per rank)")
-    lines.append(f"load     isl {d.isl} / osl {d.osl} tokens, {d.concurrency} requests in flight on {d.gpus} GPUs")
+    lines.append(f"load     isl {d.isl} / osl {d.osl} tokens, {d.concurrency} requests in flight on {_gpus(d.gpus)}")
     lines += ["", "latency and throughput" + _prior_note(ctx)]
     rows = [["ttft_ms", f"{1e3 * m['ttft_s']:.1f}", "time to first token, mean"],
             ["ttft_p90_ms", f"{1e3 * m['ttft_p90_s']:.1f}", "time to first token, 90th percentile (queueing model)"],
@@ -339,7 +358,45 @@ def format_text(fmt: str, gpu) -> str:
     return f"{fmt} weight-only in {math_dtype}"
 
 
-def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int) -> str:
+#: a plan row's worker layout as ``serve simulate`` options, per mode (option, column)
+_AGG_OPTIONS = (("--tp", "tp"), ("--pp", "pp"), ("--adp", "adp"), ("--moe-tp", "moe_tp"), ("--moe-ep", "moe_ep"),
+                ("--batch", "batch"), ("--workers", "workers"))
+_DISAGG_OPTIONS = tuple((f"--{side}-{opt}", f"{side}_{col}") for side in ("prefill", "decode")
+                        for opt, col in (("tp", "tp"), ("pp", "pp"), ("adp", "adp"), ("moe-tp", "moe_tp"),
+                                         ("moe-ep", "moe_ep"))) + (
+    ("--prefill-batch", "prefill_batch"), ("--prefill-workers", "prefill_workers"), ("--decode-batch", "batch"),
+    ("--decode-workers", "decode_workers"))
+
+
+def simulate_command(row, opts: dict, moe: bool = True) -> str:
+    """The ``paraplan serve simulate`` command that gives ``row`` (a ``serve plan`` row) again:
+    the request's own model, system, backend, shape and formats, and the row's layout as the
+    options ``serve simulate`` takes (the layout string's ``etpExepX`` is ``--moe-tp E --moe-ep X``).
+    Options at their default (1, or not given) are left out, the expert split on a dense model
+    (``moe`` False) too."""
+    args = ["paraplan", "serve", "simulate", "-m", opts["model"], "-s", opts["system"], "-b", opts["backend"]]
+    for name in ("backend_version", "precision", "expert_precision"):
+        if opts.get(name) is not None:
+            args += [f"--{name.replace('_', '-')}", str(opts[name])]
+    if opts.get("kv_cache_dtype") not in (None, "auto"):
+        args += ["--kv-cache-dtype", opts["kv_cache_dtype"]]
+    args += ["--isl", str(opts["isl"]), "--osl", str(opts["osl"])]
+    agg = row["mode"] == "agg"
+    if not agg:
+        args += ["--mode", "disagg"]
+    for option, col in (_AGG_OPTIONS if agg else _DISAGG_OPTIONS):
+        value = row.get(col) if hasattr(row, "get") else None
+        if not moe and "moe" in option:
+            continue
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            continue
+        value = int(value)
+        if value != 1 or option.endswith(("-batch", "--batch")):
+            args += [option, str(value)]
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, opts: dict | None = None) -> str:
     from planners.serving.labels import prompts_per_step
     b = plan.best
     lines = [f"serving plan for {ctx.model.name} on {gpus} x {ctx.cluster.gpu.name} ({ctx.cluster.name}), "
@@ -349,27 +406,30 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int) 
              f"{plan.wall_s:.2f} s" + _prior_note(ctx), ""]
     if b["mode"] == "agg":
         lines.append(f"best: aggregated, {int(b['workers'])} x worker {b['layout']}, batch {int(b['batch'])} per rank "
-                     f"({int(b['concurrency'])} requests in flight on {int(b['gpus_used'])} GPUs)")
+                     f"({int(b['concurrency'])} requests in flight on {_gpus(b['gpus_used'])})")
     else:
         lines.append(f"best: disaggregated, {int(b['prefill_workers'])} x prefill {b['prefill_layout']} "
                      f"({prompts_per_step(b['prefill_batch'])}) + {int(b['decode_workers'])} x decode "
                      f"{b['decode_layout']} (batch {int(b['batch'])} per rank; {int(b['concurrency'])} requests in flight "
-                     f"on {int(b['gpus_used'])} GPUs)")
+                     f"on {_gpus(b['gpus_used'])})")
     lines.append(f"      TTFT {b['ttft_ms']:.0f} ms (p90 {b['ttft_p90_ms']:.0f}), TPOT {b['tpot_ms']:.1f} ms, "
                  f"{b['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {b['tokens_per_s_per_user']:.1f} tokens/s/user")
+    if opts is not None:
+        lines.append(f"      as one deployment: {simulate_command(b, opts, moe=ctx.model.moe is not None)}")
     lines += plan.why
     front = plan.front
     lines += ["", f"Pareto front (tokens/s/GPU vs tokens/s/user, TTFT <= {ttft_ms:g} ms), per mode"]
     rows = []
-    for r in front.sort_values(["mode", "tokens_per_s_per_user"]).to_dict("records"):
+    ordered = front.sort_values(["mode", "tokens_per_s_per_user"])
+    if top:         # the first rows of each mode, so a long aggregated front does not hide the other
+        ordered = ordered.groupby("mode", sort=False, group_keys=False).head(top)
+    for r in ordered.to_dict("records"):
         lay = r["layout"] if r["mode"] == "agg" else f"P {r['prefill_layout']} x{int(r['prefill_workers'])} / D {r['decode_layout']} x{int(r['decode_workers'])}"
         # a disaggregated row is only determined with its prefill batch (serve simulate --prefill-batch)
         prefill_batch = "-" if r["mode"] == "agg" else int(r["prefill_batch"])
         rows.append([r["mode"], lay, int(r["batch"]), prefill_batch, int(r["gpus_used"]), f"{r['ttft_ms']:.0f}",
                      f"{r['tpot_ms']:.1f}", f"{r['tokens_per_s_per_gpu']:,.0f}", f"{r['tokens_per_s_per_user']:.1f}",
                      "yes" if r["meets_slo"] else "no"])
-    if top and len(rows) > top:
-        rows = rows[:top]
     lines.append(format_table(rows, ["mode", "layout", "batch", "prefill_batch", "gpus_used", "ttft_ms", "tpot_ms",
                                      "tokens_per_s_per_gpu", "tokens_per_s_per_user", "meets_slo"], align="llrrrrrrrl",
                               indent="  ").rstrip())
@@ -387,7 +447,8 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int) 
               help="Which deployments to search.")
 @click.option("--max-batch", type=POS, default=1024, show_default=True, help="Largest per-rank batch tried (powers of two).")
 @click.option("--no-pp", is_flag=True, help="Do not try pipeline parallelism.")
-@click.option("--top", type=click.IntRange(min=0), default=40, show_default=True, help="Front rows printed (0 = all).")
+@click.option("--top", type=click.IntRange(min=0), default=40, show_default=True,
+              help="Front rows printed per mode (0 = all).")
 @click.option("--json", "as_json", is_flag=True, help="The request, best row, why, and the front as JSON.")
 @click.option("--csv", "as_csv", is_flag=True, help="The front as CSV.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Write the output here (atomically) instead of stdout.")
@@ -405,6 +466,8 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
     A layout reads tpT[-ppP][-adpA][-etpExepX]: attention tensor parallelism T, pipeline stages
     P, attention data-parallel ranks A and, for MoE models, how the experts are split over the
     worker's T x A GPUs: expert tensor parallelism E x expert parallelism X (E x X = T x A).
+    `serve simulate` takes it as --tp T --pp P --adp A --moe-tp E --moe-ep X; the table's best
+    row is printed as that command ("as one deployment: ...").
 
     \b
     Examples:
@@ -444,7 +507,7 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
         rows.to_csv(buf, index=False)
         text = buf.getvalue()
     else:
-        text = render_plan(plan, ctx, gpus, ttft_ms, tpot_ms, top)
+        text = render_plan(plan, ctx, gpus, ttft_ms, tpot_ms, top, opts)
     if plot_path is not None:
         from paraplan.serving_plots import serving_pareto
         title = f"{ctx.model.name} on {gpus} x {ctx.cluster.gpu.name}, isl {opts['isl']} / osl {opts['osl']}, TTFT <= {ttft_ms:g} ms"

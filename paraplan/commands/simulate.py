@@ -12,7 +12,7 @@ import textwrap
 
 import click
 
-from cost_models.compute import FULL_PRECISION
+from cost_models.compute import FULL_PRECISION, sixteen_bit_dtype
 from hardware_specs.catalog import load_cluster, load_stack
 from hardware_specs.errors import InputError
 from hardware_specs.gpu_spec import KNOWN_DTYPES
@@ -150,6 +150,8 @@ def build_inputs(opts: dict) -> tuple[ModelSpec, object, ParallelConfig, int | N
     if opts["seq_len"] is not None:
         model = model.with_seq_len(opts["seq_len"])
     cluster = load_cluster(opts["cluster"])
+    if opts.get("dtype") is None:           # the GPU's 16-bit type, as `paraplan plan` searches
+        opts = {**opts, "dtype": sixteen_bit_dtype(cluster.gpu)}
     gpus = opts["gpus"]
     if gpus is not None and cluster.max_gpus is not None and gpus > cluster.max_gpus:
         raise InputError("--gpus", f"{gpus} GPUs exceed the {cluster.max_gpus} of cluster {cluster.name}")
@@ -448,7 +450,8 @@ POS = click.IntRange(min=1)
               help=STACK_HELP + " whose documented behaviour (overlap, kernels, fusion, gradient dtype, "
                    "its recipe for this model) the run has. The switches below override it one by one.")
 @click.option("--sequence-parallel/--no-sequence-parallel", default=None, help="Megatron sequence parallelism alongside TP (default: the stack's recipes).")
-@click.option("--dtype", type=click.Choice(list(KNOWN_DTYPES)), default="bf16", show_default=True, help="GEMM dtype.")
+@click.option("--dtype", type=click.Choice(list(KNOWN_DTYPES)), default=None,
+              help="GEMM dtype [default: the GPU's 16-bit type, bf16 (fp16 on V100 and Turing), as `paraplan plan`].")
 @click.option("--schedule", type=click.Choice([s.value for s in Schedule]), help="Pipeline schedule (default 1f1b, interleaved when --vpp > 1).")
 @click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=None, help="DP gradient reduction overlaps backward.")
 @click.option("--overlap-param-gather/--no-overlap-param-gather", default=None, help="ZeRO parameter all-gathers prefetched under compute.")
@@ -595,6 +598,9 @@ def _simulate_pooled(ctx, opts, plan_path, groups, as_json, trace_path, gantt_pa
     if opts.get("seq_len"):
         model = model.with_seq_len(opts["seq_len"])
     cluster = load_pooled_cluster(opts["cluster"])
+    if opts.get("dtype") is None:           # the 16-bit type every pool's GPU has (bf16 where they differ)
+        kinds16 = {sixteen_bit_dtype(p.cluster.gpu) for p in cluster.pools}
+        opts = {**opts, "dtype": kinds16.pop() if len(kinds16) == 1 else "bf16"}
     # the stack's behaviour (GPU-specific recipes only when every pool has the same GPU kind),
     # then every switch set explicitly
     stack = load_stack(opts["stack"])

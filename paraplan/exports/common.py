@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import fields as dc_fields
 from typing import Any, Mapping
 
-from hardware_specs.catalog import load_cluster
+from hardware_specs.catalog import load_cluster, load_gpu
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.errors import InputError
+from hardware_specs.mfu_reference import mfu_pct, reference_dtype
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from simulator.parallel_config import ParallelConfig, Schedule
@@ -28,7 +29,7 @@ def plan_fields(plan_row: Any) -> dict:
     ``first_stage_layers`` / ``last_stage_layers`` among them, 0 = the step model's rule),
     ``model`` (a ``ModelSpec``), ``model_name``, ``seq_len``, ``n_gpus``, ``gpus_per_host`` (of
     the cluster the row names, or the row's own; None = unknown), and the prediction
-    fields it carries (``step_time_s``, ``tokens_per_s``, ``mfu``, ...)."""
+    fields it carries (``step_time_s``, ``tokens_per_s``, ``mfu``, ``efficiency_fitted``, ...)."""
     row = _row(plan_row)
     if isinstance(row.get("config"), Mapping):
         row = {**row, **row["config"]}
@@ -54,7 +55,8 @@ def plan_fields(plan_row: Any) -> dict:
     out["model"] = spec
     out["model_name"] = spec.name if spec is not None else str(row.get("model") or "")
     out["n_gpus"] = config.n_gpus
-    for key in ("cluster", "gpu", "step_time_s", "tokens_per_s", "mfu", "memory_gib"):
+    mfu_cols = [k for k in row if isinstance(k, str) and k.startswith("mfu_") and k.endswith("_pct")]
+    for key in ("cluster", "gpu", "step_time_s", "tokens_per_s", "mfu", *mfu_cols, "memory_gib", "efficiency_fitted"):
         if key in row and _present(row[key]):
             out[key] = _plain(row[key])
     out["gpus_per_host"] = _gpus_per_host(row)
@@ -185,9 +187,32 @@ def summary(p: dict) -> str:
         pred = f"; predicted {p['step_time_s']:.2f} s/step"
         if "tokens_per_s" in p:
             pred += f", {p['tokens_per_s']:,.0f} tokens/s"
-        if "mfu" in p:
-            pred += f", MFU {100 * p['mfu']:.1f}% of the {p['dtype']} peak"   # the simulator's mfu: of its own dtype
+        mfu = _mfu_text(p)
+        if mfu:
+            pred += f", MFU {mfu}"
+        if p.get("efficiency_fitted") is False:       # as the tables' * and footnote (paraplan.priors)
+            pred += " (on an unfitted prior efficiency model: no measured run has checked it)"
     return f"paraplan plan: {head}: " + ", ".join(parts) + pred
+
+
+def _mfu_text(p: dict) -> str:
+    """The plan's MFU as every command shows it, ``45.6% of the bf16 peak`` (``paraplan.mfu``):
+    from an ``mfu_<ref>_pct`` field, else the simulator's ``mfu`` (a fraction of the plan dtype's
+    own peak) converted with the named GPU's peaks, else that fraction as it is."""
+    for key, value in p.items():
+        if key.startswith("mfu_") and key.endswith("_pct") and _present(value):
+            return f"{float(value):.1f}% of the {key[len('mfu_'):-len('_pct')]} peak"
+    if "mfu" not in p:
+        return ""
+    gpu_name = p.get("gpu")
+    if gpu_name:
+        try:
+            gpu = load_gpu(str(gpu_name))
+        except InputError:
+            gpu = None
+        if gpu is not None:
+            return f"{float(mfu_pct(float(p['mfu']), str(p['dtype']), gpu)):.1f}% of the {reference_dtype(gpu)} peak"
+    return f"{100 * float(p['mfu']):.1f}% of the {p['dtype']} peak"
 
 
 def chunk_layers(num_layers: int, pp: int, vpp: int = 1, mtp_layers: int = 0,

@@ -148,6 +148,23 @@ def _refuse_plan(p: dict, model: ModelSpec) -> None:
 
 # ---- the command ---------------------------------------------------------------------------
 
+def _rope_note(m: ModelSpec) -> str:
+    """What the flags cannot say about the model's RoPE (its base unstated, a scaling other than
+    Llama 3.1's), so a checkpoint is not loaded under Megatron-LM's defaults silently; empty if
+    nothing."""
+    if m.position_embedding != "rope":
+        return ""
+    notes = []
+    if not m.rope_theta:
+        notes.append(f"{m.name}'s RoPE base is not in its model spec: Megatron-LM's --rotary-base defaults to "
+                     "10000; set it to the checkpoint's config.json rope_theta")
+    if m.rope_scaling and m.rope_scaling != "llama3":
+        notes.append(f"{m.name} scales RoPE as '{m.rope_scaling}'"
+                     + (f" (factor {m.rope_scaling_factor:g})" if m.rope_scaling_factor else "")
+                     + ", which these flags do not set")
+    return "; ".join(notes)
+
+
 def _model_args(m: ModelSpec, seq_len: int, dedup_dispatch: bool = False) -> list[tuple[str, Any]]:
     """The architecture's flags; ``dedup_dispatch``: the plan priced DeepEP's once-per-GPU-and-node
     expert dispatch (``cost_models.moe.deduplicated_dispatch_volumes``), Megatron's ``flex``
@@ -169,6 +186,14 @@ def _model_args(m: ModelSpec, seq_len: int, dedup_dispatch: bool = False) -> lis
                  {"rope": "rope", "learned": "learned_absolute", "none": "none"}[m.position_embedding]))
     if m.position_embedding == "rope" and m.rotary_fraction < 1.0:
         args.append(("--rotary-percent", m.rotary_fraction))
+    if m.position_embedding == "rope" and m.rope_theta:
+        # Megatron-LM's --rotary-base defaults to 10000: Llama 3's 500000 must be said
+        args.append(("--rotary-base", int(round(m.rope_theta))))
+    if m.rope_scaling == "llama3":
+        # Llama 3.1's frequency scaling (Megatron-LM --use-rope-scaling, --rope-scaling-factor, default 8)
+        args.append(("--use-rope-scaling", None))
+        if m.rope_scaling_factor:
+            args.append(("--rope-scaling-factor", m.rope_scaling_factor))
     args.append(("--normalization", "RMSNorm" if m.normalization == "rmsnorm" else "LayerNorm"))
     if not m.linear_bias:
         args.append(("--disable-bias-linear", None))
@@ -477,6 +502,9 @@ def emit(plan_row: Any, note: str = "") -> str:
               "vocabulary to a multiple of 128 x tp)."]
     if note:
         header.append(f"# {note}")
+    rope_note = _rope_note(p["model"])
+    if rope_note:
+        header.append(f"# {rope_note}")
     if p["model"].glu_clamp_limit:
         # Megatron-LM's training flags have no clamp (TransformerConfig.activation_func_clamp_value
         # is set from code: Megatron-Bridge's GPT-OSS provider sets 7.0, quick-GeGLU, offset 1)

@@ -31,9 +31,9 @@ def run_calibration(out_path, nprocs: int = 2, **kwargs) -> Path:
     return _run(out_path, nprocs=nprocs, **kwargs)
 
 
-def run_measurement(config: dict) -> dict:
+def run_measurement(config: dict, progress=None) -> dict:
     from paraplan.measure.train import run_measurement as _run
-    return _run(config)
+    return _run(config, progress=progress)
 
 
 def compare_measured(cluster_path, configs=None, **kwargs):

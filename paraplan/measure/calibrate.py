@@ -26,8 +26,8 @@ import yaml
 from hardware_specs.errors import InputError
 from paraplan.measure import benchmarks as bm
 from paraplan.measure.fitting import fit_alpha_beta, fit_gemm, ring_allreduce_bus_bw
-from paraplan.measure.runtime import (choose_device, cpu_wait_fraction, foreign_load, launch, require_torch,
-                                      run_queue_wait_s, synchronize, system_busy_cpu_s)
+from paraplan.measure.runtime import (choose_device, cpu_wait_fraction, foreign_load, launch, report_progress,
+                                      require_torch, run_queue_wait_s, synchronize, system_busy_cpu_s)
 
 GIB = 2**30
 #: How the cost models count the FLOPs of causal attention relative to full attention. The
@@ -54,6 +54,16 @@ def _dtypes_to_calibrate(kind: str) -> list[str]:
     return ["fp32"] if kind == "cpu" else ["bf16", "fp16"]
 
 
+def calibration_steps(kind: str, world: int, sweeps: int) -> int:
+    """The steps ``_calibration_worker`` reports its progress in: the kernel overhead, one per
+    dtype and sweep of GEMMs, one per sweep of memory bandwidth, attention, and with more than
+    one rank one per sweep and kind of collective and one per skew gap."""
+    steps = 1 + len(_dtypes_to_calibrate(kind)) * sweeps + sweeps + 1
+    if world > 1:
+        steps += sweeps * len(bm.STEP_COLLECTIVES) + len(SKEW_GAPS_S)
+    return steps
+
+
 def _calibration_worker(rank: int, world: int, device, choice, args: dict) -> dict:
     """One rank's microbenchmarks; compute phases run on all ranks at once, then collectives."""
     torch = require_torch()
@@ -63,30 +73,42 @@ def _calibration_worker(rank: int, world: int, device, choice, args: dict) -> di
     kind = choice.kind
     out: dict = {"rank": rank}
     sweeps = int(args.get("sweeps", SWEEPS))
+    total, done = calibration_steps(kind, world, sweeps), 0
+
+    def step(label: str) -> None:        # the next step starts: say so (rank 0, when asked)
+        report_progress(args, rank, done, total, label)
 
     dist.barrier()
     busy0, own0, wall0 = system_busy_cpu_s(), time.process_time(), time.perf_counter()
     wait0 = run_queue_wait_s()
+    step("kernel launch overhead")
     out["kernel_overhead_s"] = bm.kernel_overhead_s(device, dtype)
+    done += 1
     shapes = bm.CPU_GEMM_SHAPES if kind == "cpu" else bm.CUDA_GEMM_SHAPES
     out["gemm_shapes"] = shapes
     out["gemm_s"] = {}
     for name in _dtypes_to_calibrate(kind):
-        for _ in range(sweeps):
+        for sweep in range(sweeps):
+            step(f"{name} GEMMs, pass {sweep + 1} of {sweeps}")
             dist.barrier()
             times = bm.gemm_times(device, names[name], shapes)
             best = out["gemm_s"].get(name, times)
             out["gemm_s"][name] = [min(x, y) for x, y in zip(best, times)]
-    for _ in range(sweeps):
+            done += 1
+    for sweep in range(sweeps):
+        step(f"memory bandwidth, pass {sweep + 1} of {sweeps}")
         dist.barrier()
         bw = bm.memory_bandwidth(device, dtype, MEMORY_BYTES[kind])
         best = out.get("memory_bytes_per_s", bw)
         out["memory_bytes_per_s"] = {k: max(best[k], bw[k]) for k in bw}
+        done += 1
     att_shapes = bm.CPU_ATTENTION_SHAPES if kind == "cpu" else bm.CUDA_ATTENTION_SHAPES
     out["attention_shapes"] = att_shapes
+    step("attention")
     dist.barrier()
     out["attention_causal_s"] = bm.attention_times(device, dtype, att_shapes, causal=True)
     out["attention_full_s"] = bm.attention_times(device, dtype, att_shapes, causal=False)
+    done += 1
     synchronize(device)
     dist.barrier()
     own = torch.tensor([time.process_time() - own0], dtype=torch.float64, device=device)
@@ -104,12 +126,14 @@ def _calibration_worker(rank: int, world: int, device, choice, args: dict) -> di
         # VM on the host) during one sweep triples every collective it touches
         gaps_run: list[float] = []
         out["collective_s"] = {}
-        for _ in range(sweeps):
+        for sweep in range(sweeps):
             for kind_ in bm.STEP_COLLECTIVES:
+                step(f"{kind_.replace('_', '-')} between {world} ranks, pass {sweep + 1} of {sweeps}")
                 times = bm.collective_times_in_step(device, dtype, kind_, sizes, compute_gap_s=COLLECTIVE_GAP_S,
                                                     gaps_out=gaps_run)
                 best = out["collective_s"].get(kind_, times)
                 out["collective_s"][kind_] = [min(x, y) for x, y in zip(best, times)]
+                done += 1
         out["collective_gap_s"] = float(np.mean(gaps_run))
         # the longer ranks compute between two synchronisations, the longer the first waits
         # for the last: the slope of a small all-reduce's mean time against the gap
@@ -117,11 +141,14 @@ def _calibration_worker(rank: int, world: int, device, choice, args: dict) -> di
         out["skew_sizes"] = list(SKEW_SIZES)
         out["skew_allreduce_s"], out["skew_measured_gaps_s"] = [], []
         for gap in SKEW_GAPS_S:
+            step(f"straggler wait after {gap * 1e3:g} ms of compute")
             measured_gaps: list[float] = []
             out["skew_allreduce_s"].append(bm.collective_times_in_step(
                 device, dtype, "all_reduce", SKEW_SIZES, calls=int(max(12, SKEW_SECONDS_PER_GAP / gap)),
                 compute_gap_s=gap, gaps_out=measured_gaps))
             out["skew_measured_gaps_s"].append(float(np.mean(measured_gaps)))
+            done += 1
+    step("done")
     if kind == "cuda":
         out["device_name"] = torch.cuda.get_device_name(device)
         major, minor = torch.cuda.get_device_capability(device)
@@ -304,7 +331,7 @@ def cluster_mapping(summary: dict, ranks: list[dict], world: int, choice, name: 
 
 
 def run_calibration(out_path, nprocs: int = 2, name: str | None = None, device: str = "auto",
-                    threads_per_rank: int | None = None, sweeps: int = SWEEPS) -> Path:
+                    threads_per_rank: int | None = None, sweeps: int = SWEEPS, progress=None) -> Path:
     """Measure this machine with ``nprocs`` local ranks and write a catalog cluster YAML.
 
     Args:
@@ -317,6 +344,8 @@ def run_calibration(out_path, nprocs: int = 2, name: str | None = None, device: 
         sweeps: passes over the GEMM, memory and collective benchmarks, each keeping its best
             (default ``SWEEPS``; one pass is ~40% quicker on a CPU host and more exposed to a
             burst of foreign load, which the sidecar's ``cpu_wait_fraction`` reports).
+        progress: ``progress(done, total, label)``, called about once a second while the ranks
+            measure (``calibration_steps`` steps; ``runtime.launch``).
 
     Returns the path written. Raises ``InputError`` if torch is missing.
     """
@@ -330,7 +359,7 @@ def run_calibration(out_path, nprocs: int = 2, name: str | None = None, device: 
     choice = choose_device(device, local_ranks=nprocs, threads_per_rank=threads_per_rank)
     if not 1 <= int(sweeps) <= 16:
         raise InputError("sweeps", f"must be between 1 and 16, got {sweeps}")
-    ranks = launch(_calibration_worker, int(nprocs), {"sweeps": int(sweeps)}, choice)
+    ranks = launch(_calibration_worker, int(nprocs), {"sweeps": int(sweeps)}, choice, progress=progress)
     summary = summarize(ranks, int(nprocs), choice)
     wait = summary["cpu_wait_fraction"]
     if wait is not None and wait > LOADED_MACHINE:

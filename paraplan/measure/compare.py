@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from hardware_specs.errors import InputError
+from paraplan.measure.runtime import require_torch
 
 #: The small GPT every default configuration trains (fits two CPU ranks; ~0.1-0.5 s a step).
 DEFAULT_MODEL = {"num_layers": 4, "hidden_size": 256, "num_heads": 4, "vocab_size": 1024, "seq_len": 128}
@@ -100,7 +101,7 @@ def _calibrated_threads(cluster_path: Path) -> int | None:
 
 
 def compare_measured(cluster_path, configs=None, steps: int = 14, warmup: int = 4, model: dict | None = None,
-                     rounds: int = 1):
+                     rounds: int = 1, progress=None):
     """Measure each configuration on this machine and compare with the simulator's prediction.
 
     Args:
@@ -112,6 +113,7 @@ def compare_measured(cluster_path, configs=None, steps: int = 14, warmup: int = 
         rounds: how many times the whole list is measured, round-robin; a configuration's
             measured step time is the median over rounds (mean of the middle two if even). A shared or virtual host drifts by
             10-20% over minutes; interleaving spreads that drift over every configuration.
+        progress: ``progress(done, total, label)`` before each measured run (rounds x configs).
 
     Returns a ``pandas.DataFrame`` with one row per configuration: ``name``, the config fields,
     ``measured_step_s``, ``predicted_step_s``, ``rel_error`` ((predicted - measured) /
@@ -126,14 +128,18 @@ def compare_measured(cluster_path, configs=None, steps: int = 14, warmup: int = 
     from hardware_specs.catalog import load_cluster
     from paraplan.measure.train import run_measurement
     _simulate()          # fail before spending minutes on measurements
+    require_torch()      # (and before a progress bar starts)
     cluster = load_cluster(str(cluster_path))
     threads = _calibrated_threads(Path(cluster_path))
     if int(rounds) < 1:
         raise InputError("rounds", f"must be >= 1, got {rounds}")
     configs = list(configs or DEFAULT_CONFIGS)
     runs: list[list[dict]] = [[] for _ in configs]
-    for _ in range(int(rounds)):
+    total = int(rounds) * len(configs)
+    for r in range(int(rounds)):
         for i, cfg in enumerate(configs):
+            if progress is not None:
+                progress(r * len(configs) + i, total, f"{cfg.get('name', f'configuration {i + 1}')}, round {r + 1} of {rounds}")
             run_cfg = {**(model or DEFAULT_MODEL), "steps": steps, "warmup": warmup, **cfg}
             if threads is not None:
                 run_cfg.setdefault("threads_per_rank", threads)
@@ -159,11 +165,13 @@ def compare_measured(cluster_path, configs=None, steps: int = 14, warmup: int = 
         row.update({f"measured_{k}": v for k, v in measured["phase_s"].items()})
         row["rounds"] = len(per_round)
         rows.append(row)
+    if progress is not None:
+        progress(total, total, "done")
     return pd.DataFrame(rows)
 
 
 def compare_recalibrating(configs=None, rounds: int = 3, nprocs: int = 2, steps: int = 14, warmup: int = 4,
-                          model: dict | None = None):
+                          model: dict | None = None, progress=None):
     """``rounds`` of calibrate-then-measure; per configuration, the round with the median error.
 
     A virtual or shared host drifts by 10-20% in speed over minutes, so a calibration taken
@@ -173,6 +181,7 @@ def compare_recalibrating(configs=None, rounds: int = 3, nprocs: int = 2, steps:
 
     Returns the ``compare_measured`` columns for each configuration's median round (by
     ``rel_error``), plus ``rel_error_spread`` (max - min over rounds) and ``rounds``.
+    ``progress(done, total, label)``: before each round's calibration and each measured run.
     """
     import tempfile
 
@@ -180,12 +189,20 @@ def compare_recalibrating(configs=None, rounds: int = 3, nprocs: int = 2, steps:
     from paraplan.measure.calibrate import run_calibration
     if int(rounds) < 1:
         raise InputError("rounds", f"must be >= 1, got {rounds}")
+    require_torch()      # before the first progress report
     frames = []
+    n = len(list(configs or DEFAULT_CONFIGS))
+    total = int(rounds) * (1 + n)
+
+    def within(r):          # a round's measurements, counted after its calibration
+        return None if progress is None else (lambda done, _t, label: progress(r * (1 + n) + 1 + done, total, label))
     with tempfile.TemporaryDirectory(prefix="paraplan-calibration-") as d:
         for r in range(int(rounds)):
+            if progress is not None:
+                progress(r * (1 + n), total, f"calibration, round {r + 1} of {rounds}")
             path = run_calibration(Path(d) / f"round{r}.yaml", nprocs=nprocs, name=f"round{r}")
-            frames.append(compare_measured(path, configs=configs, steps=steps, warmup=warmup, model=model)
-                          .assign(round=r))
+            frames.append(compare_measured(path, configs=configs, steps=steps, warmup=warmup, model=model,
+                                           progress=within(r)).assign(round=r))
     every = pd.concat(frames, ignore_index=True)
     rows = []
     for _, group in every.groupby("name", sort=False):

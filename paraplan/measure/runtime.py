@@ -158,6 +158,31 @@ def cpu_wait_fraction(wait0: float | None, wait1: float | None, wall_s: float) -
     return max(0.0, wait1 - wait0) / wall_s
 
 
+#: the key of a launch's ``args`` naming the file rank 0 reports its progress to
+PROGRESS_KEY = "progress_path"
+
+
+def report_progress(args: dict, rank: int, done: int, total: int, label: str) -> None:
+    """Rank 0 records that ``done`` of ``total`` steps are finished, ``label`` the next (a launch
+    with a ``progress`` callback reads it, ``read_progress``); a no-op on other ranks and when
+    nobody asked."""
+    path = args.get(PROGRESS_KEY)
+    if rank != 0 or not path:
+        return
+    tmp = Path(f"{path}.tmp")
+    tmp.write_text(f"{int(done)}\t{int(total)}\t{label}")
+    os.replace(tmp, path)           # the reader never sees a half-written line
+
+
+def read_progress(path) -> tuple[int, int, str] | None:
+    """``(done, total, label)`` as ``report_progress`` last wrote it, or None before it did."""
+    try:
+        done, total, label = Path(path).read_text().split("\t", 2)
+        return int(done), int(total), label
+    except (OSError, ValueError):
+        return None
+
+
 def _worker_entry(rank: int, world_size: int, port: int, choice_dict: dict, fn: Callable,
                   args: dict, out_dir: str) -> None:
     torch = require_torch()
@@ -200,12 +225,13 @@ def start_method() -> str:
 
 
 def launch(fn: Callable, world_size: int, args: dict, choice: DeviceChoice,
-           timeout_s: float = 600.0) -> list[Any]:
+           timeout_s: float = 600.0, progress: Callable[[int, int, str], None] | None = None) -> list[Any]:
     """Run ``fn(rank, world_size, device, choice, args)`` in ``world_size`` new processes
     (``start_method``).
 
     ``fn`` must be a module-level function; each rank's JSON-serialisable return value is
-    collected (``None`` where a rank returned nothing), in rank order.
+    collected (``None`` where a rank returned nothing), in rank order. ``progress(done, total,
+    label)`` is called about once a second with what rank 0 reported (``report_progress``).
     """
     if not 1 <= int(world_size) <= MAX_LOCAL_PROCESSES:
         raise InputError("world_size", f"{world_size} local processes; a measurement starts 1 to "
@@ -215,6 +241,17 @@ def launch(fn: Callable, world_size: int, args: dict, choice: DeviceChoice,
     if choice.kind == "cuda" and world_size > torch.cuda.device_count():
         raise InputError("world_size", f"{world_size} ranks but only {torch.cuda.device_count()} GPUs")
     with tempfile.TemporaryDirectory(prefix="paraplan-measure-") as out_dir:
+        progress_path = Path(out_dir, "progress")
+        if progress is not None:
+            args = {**args, PROGRESS_KEY: str(progress_path)}
+        seen = None
+
+        def poll():
+            nonlocal seen
+            now = read_progress(progress_path) if progress is not None else None
+            if now is not None and now != seen:
+                seen = now
+                progress(*now)
         last_error: Exception | None = None
         for _attempt in range(3):      # a port taken between free_port() and bind: retry
             try:
@@ -223,6 +260,7 @@ def launch(fn: Callable, world_size: int, args: dict, choice: DeviceChoice,
                                          start_method=start_method())
                 deadline = time.monotonic() + timeout_s
                 while not ctx.join(timeout=1.0):
+                    poll()
                     if time.monotonic() > deadline:
                         for p in ctx.processes:
                             p.kill()
@@ -235,6 +273,7 @@ def launch(fn: Callable, world_size: int, args: dict, choice: DeviceChoice,
                 last_error = exc
         if last_error is not None:
             raise last_error
+        poll()
         results = []
         for rank in range(world_size):
             p = Path(out_dir, f"rank{rank}.json")

@@ -14,8 +14,9 @@ import time
 from dataclasses import asdict, dataclass, fields
 
 from hardware_specs.errors import InputError
-from paraplan.measure.runtime import (choose_device, cpu_wait_fraction, foreign_load, launch, peak_memory_bytes,
-                                      require_torch, run_queue_wait_s, synchronize, system_busy_cpu_s)
+from paraplan.measure.runtime import (PROGRESS_KEY, choose_device, cpu_wait_fraction, foreign_load, launch,
+                                      peak_memory_bytes, report_progress, require_torch, run_queue_wait_s,
+                                      synchronize, system_busy_cpu_s)
 
 
 #: largest values of a measured run (see ``RunConfig``)
@@ -181,7 +182,8 @@ def _train_worker(rank: int, world: int, device, choice, args: dict) -> dict:
     import torch.distributed as dist
     from paraplan.measure.gpt import GPTConfig, GPTStage
     from paraplan.measure.parallel import FlatOptimizer, build_mesh
-    run = RunConfig(**args)
+    run = RunConfig(**{k: v for k, v in args.items() if k != PROGRESS_KEY})
+    report_progress(args, rank, 0, run.steps, "building the model")
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     baseline_mem = peak_memory_bytes(device)
@@ -200,6 +202,8 @@ def _train_worker(rank: int, world: int, device, choice, args: dict) -> dict:
 
     losses, times, phases = [], [], []
     for step in range(run.steps):
+        report_progress(args, rank, step, run.steps,
+                        f"step {step + 1} of {run.steps}" + (" (warm-up)" if step < run.warmup else ""))
         if step == run.warmup:
             dist.barrier()
             busy0, own0, wall0 = system_busy_cpu_s(), time.process_time(), time.perf_counter()
@@ -223,6 +227,7 @@ def _train_worker(rank: int, world: int, device, choice, args: dict) -> dict:
             opt.check_grads_in_place()
         if loss_sum is not None:
             losses.append(float(loss_sum))
+    report_progress(args, rank, run.steps, run.steps, "done")
     dist.barrier()
     busy1, own_cpu, wall = system_busy_cpu_s(), time.process_time() - own0, time.perf_counter() - wall0
     waited = cpu_wait_fraction(wait0, run_queue_wait_s(), wall)
@@ -241,7 +246,7 @@ def _train_worker(rank: int, world: int, device, choice, args: dict) -> dict:
             "local_params": sum(p.numel() for p in model.parameters())}
 
 
-def run_measurement(config: dict) -> dict:
+def run_measurement(config: dict, progress=None) -> dict:
     """Train the small GPT with ``config`` (keys of ``RunConfig``) and report its measured cost.
 
     Returns the run's config plus: ``world_size`` (ranks of one job), ``processes``,
@@ -252,12 +257,13 @@ def run_measurement(config: dict) -> dict:
     its compute thread waited for a CPU another process held: the contention that matters),
     ``peak_memory_bytes`` (max over ranks: peak RSS on CPU, CUDA allocator peak on GPU), ``baseline_memory_bytes`` (the same before the model was
     built), ``loss_first`` / ``loss_last`` and ``params_per_rank`` (of one job).
+    ``progress(done, total, label)``: called about once a second with the step rank 0 is on.
     Raises ``InputError`` if torch is missing or the config is invalid.
     """
     run = RunConfig.from_dict(dict(config))      # a bad configuration is said before torch loads
     require_torch()
     choice = choose_device(run.device, threads_per_rank=run.threads_per_rank)
-    ranks = launch(_train_worker, run.copies * run.world_size, asdict(run), choice)
+    ranks = launch(_train_worker, run.copies * run.world_size, asdict(run), choice, progress=progress)
     times = ranks[0]["step_times_s"]
     measured = statistics.median(times[run.warmup:])
     losses = next((r["losses"] for r in ranks if r["losses"]), [])

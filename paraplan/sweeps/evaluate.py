@@ -14,10 +14,12 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from cost_models.compute import sixteen_bit_dtype
 from hardware_specs.catalog import efficiency_for_cluster, load_cluster, load_stack
 from hardware_specs.errors import InputError
 from model_specs.catalog import load_model
 from paraplan.mfu import mfu_column, mfu_pct
+from paraplan.sweeps.spec import AUTO_DTYPE
 from simulator import headroom
 from simulator.config_batch import ConfigBatch
 from simulator.parallel_config import ParallelConfig
@@ -67,14 +69,20 @@ def _context(point: Mapping):
     return model, cluster
 
 
+def _dtype(dtype: str | None, cluster) -> str:
+    """A point's dtype: ``auto`` (the spec's default) is the cluster GPU's 16-bit type."""
+    return sixteen_bit_dtype(cluster.gpu) if dtype in (None, AUTO_DTYPE) else dtype
+
+
 def _simulate_group(rows: list[dict], points: list[Mapping], model, cluster) -> None:
     """Score the valid points of one (model, cluster, seq_len, stack, dtype) group together."""
     eff = efficiency_for_cluster(cluster)
     configs, where = [], []
     for row, point in zip(rows, points):
+        dtype = _dtype(point["dtype"], cluster)
         try:
             given = dict(point["config"])
-            fields = stack_fields(point["stack"], point["dtype"], model, cluster.gpu.name, int(given.get("tp", 1)))
+            fields = stack_fields(point["stack"], dtype, model, cluster.gpu.name, int(given.get("tp", 1)))
             fields.update(given)                 # the grid's own values win over the stack's
             gbs = _batch(point, model.seq_len)
             for name in ("tp", "pp", "cp"):
@@ -87,8 +95,8 @@ def _simulate_group(rows: list[dict], points: list[Mapping], model, cluster) -> 
                 fields["dp"] = point["gpus"] // per_replica
             if cluster.max_gpus is not None and point["gpus"] > cluster.max_gpus:
                 raise InputError("gpus", f"{point['gpus']} GPUs exceed the {cluster.max_gpus} of {cluster.name}")
-            cluster.gpu.peak_flops(point["dtype"])
-            config = ParallelConfig(global_batch=gbs, dtype=point["dtype"], **fields)
+            cluster.gpu.peak_flops(dtype)
+            config = ParallelConfig(global_batch=gbs, dtype=dtype, **fields)
             check_config(model, config, point["gpus"])
         except (InputError, TypeError, ValueError) as exc:
             row.update(status="invalid", reason=str(exc))
@@ -120,6 +128,7 @@ def _best(row: dict, point: Mapping, model, cluster, spec_config: Mapping, dtype
     from planners.plan import plan
     try:
         gbs = _batch(point, model.seq_len)
+        dtypes = tuple(dict.fromkeys(_dtype(d, cluster) for d in dtypes))
         result = plan(model, cluster, point["gpus"], gbs, fixed=dict(spec_config) or None, dtypes=dtypes,
                       assign_stages=False, max_plans=1000, stack=point["stack"])
     except InputError as exc:
@@ -136,7 +145,7 @@ def _best(row: dict, point: Mapping, model, cluster, spec_config: Mapping, dtype
 
 
 def evaluate_points(indexed_points: list[tuple[int, Mapping[str, Any]]], kind: str, search: str,
-                    spec_config: Mapping[str, tuple] | None = None, dtypes=("bf16",)) -> pd.DataFrame:
+                    spec_config: Mapping[str, tuple] | None = None, dtypes=(AUTO_DTYPE,)) -> pd.DataFrame:
     """One row per point (``POINT_COLUMNS``, then ``PLAN_COLUMNS`` and the MFU column)."""
     rows = [_base_row(i, p, kind, search) for i, p in indexed_points]
     points = [p for _, p in indexed_points]

@@ -12,7 +12,8 @@ A spec file (YAML) lists, per axis, the values to try; every combination is one 
     seq_len: [8192]                # optional (default: each model's)
     stacks: [megatron-core]        # software stacks (hardware_specs/stacks; default megatron-core,
                                    #   as paraplan simulate and plan)
-    dtypes: [bf16]                 # GEMM dtypes (best: the planner tries each; simulate: an axis)
+    dtypes: [bf16]                 # GEMM dtypes (best: the planner tries each; simulate: an axis;
+                                   #   default auto: each GPU's 16-bit type, bf16 or fp16 on V100)
     config:                        # simulate: a grid over ParallelConfig fields;
       tp: [1, 2, 4, 8]             # best: values the planner may use (like --fix)
       pp: [1, 2, 4]
@@ -48,6 +49,9 @@ CONFIG_KEYS = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_
 #: the config keys the planner can fix (``planners.search_space.FIXABLE``)
 PLANNER_KEYS = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage", "recompute",
                 "sequence_parallel", "schedule")
+#: the dtype a point runs unless the spec lists others: the cluster GPU's 16-bit type
+#: (``cost_models.compute.sixteen_bit_dtype``), as ``paraplan simulate`` and ``plan`` default
+AUTO_DTYPE = "auto"
 _AXES = ("models", "clusters", "gpus", "global_batch", "global_batch_tokens", "seq_len", "stacks", "dtypes")
 _KEYS = ("kind", "search", "config", "chunk_points", "description") + _AXES
 #: most points one spec may hold (a typo in an axis should not start a week of work)
@@ -66,7 +70,7 @@ class SweepSpec:
     global_batch_tokens: tuple[int, ...] = ()
     seq_len: tuple[int | None, ...] = (None,)
     stacks: tuple[str, ...] = ("megatron-core",)
-    dtypes: tuple[str, ...] = ("bf16",)
+    dtypes: tuple[str, ...] = (AUTO_DTYPE,)
     config: Mapping[str, tuple] = field(default_factory=dict)
     kind: str = "training"
     search: str = "best"
@@ -208,7 +212,7 @@ def spec_from_dict(data: Mapping[str, Any]) -> SweepSpec:
         global_batch=_values(data, "global_batch", int), global_batch_tokens=_values(data, "global_batch_tokens", int),
         seq_len=_values(data, "seq_len", int, allow_none=True) or (None,),
         stacks=_values(data, "stacks", str) or ("megatron-core",),
-        dtypes=_values(data, "dtypes", str) or ("bf16",),
+        dtypes=_values(data, "dtypes", str) or (AUTO_DTYPE,),
         config={str(k): _config_values(v, str(k)) for k, v in config.items()},
         kind=data.get("kind", "training"), search=data.get("search", "best"), chunk_points=chunk,
         description=data.get("description", ""))

@@ -48,6 +48,7 @@ from cost_models import memory, params, pool_links
 from cost_models.compute import LOW_PRECISION, activation_bytes
 from cost_models.low_precision import saved_gemm_input_bytes_per_element, weight_copy_bytes_per_param
 from cost_models.topology import group_collective_time_s, p2p_stage_time_s
+from hardware_specs.mfu_reference import reference_dtype
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
 from simulator.heterogeneous.plan import pool_dtype
@@ -273,6 +274,9 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     gpus_row = count * tp * d_group[g]
     gpus = np.bincount(plan_of_row, weights=gpus_row, minlength=P)
     peak_total = np.bincount(plan_of_row, weights=gpus_row * peak, minlength=P)
+    # MFU as every one-kind output shows it: of each GPU's reference (bf16) peak, summed
+    ref_peak = np.array([p.cluster.gpu.peak_flops(reference_dtype(p.cluster.gpu)) for p in cluster.pools])[pool]
+    ref_peak_total = np.bincount(plan_of_row, weights=gpus_row * ref_peak, minlength=P)
     out = {
         "step_time_s": step,
         "compute_s": mc * part_compute[crit_row],
@@ -292,6 +296,7 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
         "n_gpus": gpus,
         "model_flops": model_flops,
         "mfu": model_flops / step / peak_total,
+        "mfu_reference": model_flops / step / ref_peak_total,
         "memory_bytes": np.maximum.reduceat(mem, pstart_r) if R else np.zeros(0),
         "fits": fits,
         "replicas": D,

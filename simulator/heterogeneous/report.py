@@ -5,6 +5,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from hardware_specs.mfu_reference import reference_name
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
 from simulator.heterogeneous.plan import HeteroPlan
@@ -92,6 +93,11 @@ class HeteroReport:
     stages: tuple[StageReport, ...]
     pools: tuple[PoolReport, ...]
     prior_pools: tuple[str, ...] = ()
+    #: model FLOPs over the step times the plan's GPUs' reference peaks (bf16; fp16 on V100):
+    #: MFU as one-kind outputs show it (``hardware_specs.mfu_reference``); ``mfu`` is of the
+    #: plan dtype's peaks
+    mfu_reference: float = float("nan")
+    mfu_reference_dtype: str = "bf16"
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -174,7 +180,8 @@ def build_report(model: ModelSpec, cluster: PooledCluster, plan: HeteroPlan, eff
         tokens_per_s=f(out["tokens_per_s"]), tokens_per_s_per_gpu=f(out["tokens_per_s"]) / n_gpus,
         model_flops=f(out["model_flops"]), mfu=f(out["mfu"]), memory_bytes=f(out["memory_bytes"]),
         fits=bool(f(out["fits"])), groups=groups, stages=tuple(stages), pools=tuple(pools),
-        prior_pools=tuple(p.pool for p in pools if p.efficiency_prior))
+        prior_pools=tuple(p.pool for p in pools if p.efficiency_prior), mfu_reference=f(out["mfu_reference"]),
+        mfu_reference_dtype=reference_name(p.cluster.gpu for p in cluster.pools))
 
 
 __all__ = ["HeteroReport", "MEMORY_PARTS", "POOL_TIME_PARTS", "PoolReport", "StageReport", "build_report", "plan_dict"]

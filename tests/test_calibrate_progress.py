@@ -1,0 +1,99 @@
+"""``paraplan calibrate`` says how far it is: the ranks report their steps, the command draws
+a progress bar and prints warnings on one line each. No torch needed."""
+from __future__ import annotations
+
+import warnings
+
+from click.testing import CliRunner
+
+from paraplan.cli import main
+from paraplan.measure import calibrate as cal
+from paraplan.measure.runtime import PROGRESS_KEY, read_progress, report_progress
+
+
+def test_calibration_steps_count_every_benchmark_pass():
+    # kernel overhead 1 + GEMMs (fp32 on CPU: 1 dtype) x 2 sweeps + memory 2 + attention 1
+    # + collectives 4 kinds x 2 sweeps + skew 4 gaps = 18 on 2 CPU ranks
+    assert cal.calibration_steps("cpu", 2, 2) == 18
+    assert cal.calibration_steps("cpu", 1, 1) == 4            # no collectives with one rank
+    assert cal.calibration_steps("cuda", 8, 2) == 1 + 2 * 2 + 2 + 1 + 8 + 4
+
+
+def test_rank_zero_reports_progress_and_the_launcher_reads_it(tmp_path):
+    path = tmp_path / "progress"
+    args = {PROGRESS_KEY: str(path)}
+    assert read_progress(path) is None
+    report_progress(args, 1, 3, 18, "all-gather")             # other ranks say nothing
+    assert read_progress(path) is None
+    report_progress(args, 0, 3, 18, "fp32 GEMMs, pass 2 of 2")
+    assert read_progress(path) == (3, 18, "fp32 GEMMs, pass 2 of 2")
+    report_progress({}, 0, 4, 18, "x")                        # nobody asked: no file needed
+    assert read_progress(path) == (3, 18, "fp32 GEMMs, pass 2 of 2")
+
+
+def test_calibrate_command_draws_progress_and_prints_warnings_on_one_line(tmp_path, monkeypatch):
+    """The command took ~45 s with no sign of life, then printed Python's warning with its source
+    line ('return _run(out_path, ...)')."""
+    import paraplan.measure as measure
+    seen = []
+
+    def fake(out_path, nprocs=2, name=None, progress=None):
+        for done, label in ((0, "kernel launch overhead"), (9, "p2p"), (18, "done")):
+            progress(done, 18, label)
+            seen.append(done)
+        warnings.warn("ranks waited 62% of the calibration for CPUs other processes held;\n  rerun", stacklevel=2)
+        return out_path
+
+    monkeypatch.setattr(measure, "run_calibration", fake)
+    out = tmp_path / "me.yaml"
+    result = CliRunner().invoke(main, ["calibrate", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert seen == [0, 9, 18]
+    assert result.stdout.strip() == f"wrote {out}"
+    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("warning")]
+    assert lines == ["warning: ranks waited 62% of the calibration for CPUs other processes held; rerun"]
+    assert "return _run" not in result.stderr
+
+
+def test_measured_validation_reports_each_calibration_and_run(monkeypatch):
+    """validate measured runs for minutes (rounds x 8 layouts, and with --calibrate-each-round a
+    ~45 s calibration per round): progress counts a calibration and each run as one step."""
+    import pandas as pd
+
+    from paraplan.measure import compare
+    monkeypatch.setattr(cal, "run_calibration", lambda path, **kw: path)
+
+    def fake_measured(path, configs=None, progress=None, **kw):
+        for i, c in enumerate(configs):
+            progress(i, len(configs), c["name"])
+        progress(len(configs), len(configs), "done")
+        return pd.DataFrame([{"name": c["name"], "rel_error": 0.0} for c in configs])
+
+    monkeypatch.setattr(compare, "compare_measured", fake_measured)
+    calls = []
+    configs = [{"name": n} for n in ("dp2", "tp2", "pp2")]
+    compare.compare_recalibrating(configs=configs, rounds=2, progress=lambda d, t, label: calls.append((d, t, label)))
+    assert {t for _, t, _ in calls} == {8}                     # 2 rounds x (1 calibration + 3 runs)
+    assert [d for d, _, _ in calls] == [0, 1, 2, 3, 4, 4, 5, 6, 7, 8]
+    assert calls[0][2] == "calibration, round 1 of 2" and calls[4 + 1][2] == "calibration, round 2 of 2"
+    done = [d for d, _, _ in calls]
+    assert done == sorted(done)
+
+
+def test_measure_command_draws_the_training_steps(monkeypatch):
+    """paraplan measure trains for ~7-9 s (process start, then 6 steps) with no output until the
+    result; its ranks now report each step."""
+    import paraplan.measure as measure
+    seen = []
+
+    def fake(config, progress=None):
+        for done in range(7):
+            progress(done, 6, f"step {done + 1} of 6" if done < 6 else "done")
+            seen.append(done)
+        return {"measured_step_s": 0.25, "tokens_per_s": 2048.0, "peak_memory_bytes": 2**29, "cpu_wait_fraction": 0.05}
+
+    monkeypatch.setattr(measure, "run_measurement", fake)
+    result = CliRunner().invoke(main, ["measure", "--tp", "2"])
+    assert result.exit_code == 0, result.output
+    assert seen == list(range(7))
+    assert "measured_step_s        0.2500" in result.stdout and "peak_memory_gib        0.500" in result.stdout
