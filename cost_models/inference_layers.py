@@ -23,7 +23,8 @@ bytes/s), with the serving efficiency of the GPU generation:
   (``MLA_DECODE_PEAK_FRACTION``) that rate is used, else the prefill attention fraction.
 * A routed-expert layer streams only the experts some token activated
   (``cost_models.expert_activation``): the expert group (moe_tp x moe_ep GPUs = tp x adp) sees
-  the tokens of all adp ranks.
+  the tokens of all adp ranks; each active expert a GPU holds (a slice of it under expert
+  tensor parallelism) adds ``expert_fixed_s``, the grouped GEMMs' per-expert tile cost.
 * Norms, activations, residual adds, rotary embedding: memory-bound bytes.
 
 Kernel counts per layer (``KERNELS``) say how many kernels each block launches in the engines'
@@ -79,6 +80,7 @@ class LayerRates:
     mla_decode_flops_per_s: float  # absorbed-MLA decode core (16-bit; ``MLA_DECODE_PEAK_FRACTION``)
     hbm_bytes_per_s: float
     kernel_fixed_s: float
+    expert_fixed_s: float        # per active routed expert a GPU holds, per MoE layer
     dense_weight_bytes: float    # bytes per weight element, dense format
     expert_weight_bytes: float   # bytes per weight element, routed-expert format
 
@@ -95,6 +97,7 @@ def layer_rates(gpu: GPUSpec, eff: ServingEfficiency, dense_format: str, expert_
         mla_decode_flops_per_s=gpu.peak_flops(sixteen) * mla_fraction,
         hbm_bytes_per_s=gpu.hbm_bw_bytes_per_s * eff.decode_hbm_fraction,
         kernel_fixed_s=eff.kernel_fixed_s,
+        expert_fixed_s=eff.expert_fixed_s,
         dense_weight_bytes=weight_bytes(dense_format),
         expert_weight_bytes=weight_bytes(expert_format),
     )
@@ -217,7 +220,10 @@ def moe_block_s(model: ModelSpec, rates: LayerRates, tp, adp, moe_tp, moe_ep, to
     flops = 2.0 * routed_rows * expert_w
     traffic = (active_local * expert_w * rates.expert_weight_bytes
                + routed_rows * (h + moe.expert_ffn_hidden_size / _f(moe_tp)) * 2.0 * ACT_BYTES)
-    routed = np.maximum(flops / rates.expert_flops_per_s, traffic / rates.hbm_bytes_per_s)
+    # each active expert slice also pays a fixed time its bytes do not shrink
+    # (``ServingEfficiency.expert_fixed_s``)
+    routed = (np.maximum(flops / rates.expert_flops_per_s, traffic / rates.hbm_bytes_per_s)
+              + active_local * rates.expert_fixed_s)
     router = gemm_s(T, h * moe.num_experts, rates.head_flops_per_s, 2.0, rates, h, moe.num_experts)
     shared_ffn = moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
     shared = dense_mlp_s(model, rates, tp, T, shared_ffn) if shared_ffn else 0.0

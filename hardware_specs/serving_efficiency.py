@@ -26,6 +26,7 @@ FIT_RANGES = {
     "gemm_peak_fraction": (0.2, 1.0),
     "attention_peak_fraction": (0.1, 1.0),
     "kernel_fixed_s": (0.5e-6, 20e-6),
+    "expert_fixed_s": (0.0, 2e-6),
     "arrival_sync_chunked": (0.1, 40.0),
     "arrival_sync_whole": (0.1, 40.0),
     "arrival_sync_alone": (0.1, 40.0),
@@ -51,6 +52,16 @@ class ServingEfficiency:
             attention core (FlashAttention / FlashInfer / TRT-LLM FMHA over a prompt chunk).
         kernel_fixed_s: fixed GPU time per kernel of a step (launch gap inside a CUDA graph,
             ramp-up and tail of a short kernel), seconds.
+        expert_fixed_s: fixed GPU time per active routed expert a GPU holds, per MoE layer and
+            step, on top of streaming its weights (``cost_models.inference_layers.moe_block_s``):
+            the grouped expert GEMMs run at least one weight tile per active expert slice, and
+            its start-up and drain do not shrink with the slice, so experts split tensor-
+            parallel (every GPU holds a slice of every active expert) pay it on each GPU, where
+            bytes alone would make them as cheap as whole experts split expert-parallel. The
+            fused-MoE kernel tables AIConfigurator collected (ai-dynamo/aiconfigurator@095f58a,
+            ``systems/data/{h200_sxm,b200_sxm}/moe/*/moe_perf.parquet``) show it: at the same
+            bytes a GPU, moe_tp 8 is 0.3-0.75 us per extra active expert slice slower than
+            ep 8 (SGLang 0.5.9, TensorRT-LLM 1.2.0rc5), seconds.
         arrival_sync_chunked, arrival_sync_whole, arrival_sync_alone: how synchronised the
             clients of a closed concurrency loop stay, by how the engine's scheduler interleaves
             prompts with decodes (``ServingBehaviour``): prompts chunked into steps shared with
@@ -79,6 +90,7 @@ class ServingEfficiency:
     gemm_peak_fraction: float = 0.6
     attention_peak_fraction: float = 0.4
     kernel_fixed_s: float = 4e-6
+    expert_fixed_s: float = 0.0
     arrival_sync_chunked: float = 1.0
     arrival_sync_whole: float = 1.0
     arrival_sync_alone: float = 1.0
@@ -97,7 +109,8 @@ class ServingEfficiency:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0.0 <= value < 1000.0):
                 raise InputError(f"{where}.{name}", f"must be a number in [0, 1000), got {value!r}")
-        for name, most in (("kernel_fixed_s", MAX_PER_KERNEL_S), ("request_host_s", MAX_REQUEST_HOST_S)):
+        for name, most in (("kernel_fixed_s", MAX_PER_KERNEL_S), ("expert_fixed_s", MAX_PER_KERNEL_S),
+                           ("request_host_s", MAX_REQUEST_HOST_S)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or v > most:
                 raise InputError(f"{where}.{name}", f"must be a finite number of seconds in [0, {most:g}], got {v!r}")

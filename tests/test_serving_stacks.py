@@ -80,6 +80,15 @@ def test_fitted_serving_efficiency_is_inside_its_ranges_and_not_at_a_bound():
     assert prior.prior and prior.generation == "ampere"
 
 
+def test_the_fixed_time_per_active_expert_is_a_checked_number_of_seconds_with_a_prior():
+    from hardware_specs.serving_efficiency import ServingEfficiency
+    for bad in (-1e-7, 1e300, float("nan"), True):
+        with pytest.raises(InputError, match="expert_fixed_s: must be a finite number of seconds"):
+            ServingEfficiency(generation="hopper", expert_fixed_s=bad)
+    assert ServingEfficiency(generation="hopper").expert_fixed_s == 0.0     # absent: no such cost
+    assert load_serving_efficiency("ampere").expert_fixed_s == pytest.approx(3e-7)   # the prior
+
+
 @pytest.mark.parametrize("name, total_b, active_b", [
     ("deepseek-r1", 671, 37.6), ("kimi-k2.5", 1026, 32.9), ("minimax-m2.5", 229, 11.0),
     ("qwen3-32b", 32.8, 32.8), ("qwen3.5-397b-a17b", 396, 16.8), ("glm-5", 743, 41.1),

@@ -9,7 +9,10 @@ returns the same numbers), minimising the mean over rows and both metrics (TTFT,
 the factors harder one way than the other), and writes
 ``hardware_specs/serving_efficiency/<generation>.yaml`` with exactly the values it found
 (rounded to 4 significant digits, the rounding re-evaluated). A factor that ends within 1% of
-its range's end is reported: the physics is then missing something the factor is absorbing.
+its range's end gets one restart of the search from the point found (the
+logit map is flat there, and Nelder-Mead's simplex can shrink onto the end before the objective
+turns); if it stays there it is reported: the physics is then missing something the factor is
+absorbing.
 
 ``--cv`` adds leave-one-group-out cross-validation: for each model (and each backend) the
 factors are refitted without that group's rows and the group is predicted with them; the
@@ -103,6 +106,15 @@ def fit_generation(prep, measured_ttft, measured_tpot, generation: str, rows: np
         res = minimize(loss, z0, method="Nelder-Mead", options={"maxiter": maxiter, "xatol": 1e-3, "fatol": 1e-5,
                                                                 "initial_simplex": initial_simplex(z0)})
         best = profile(res.x)
+        if at_bound(best):
+            # near a range end the logit map flattens (a step of one logit unit moves the value
+            # by a factor e towards 0), and the simplex shrinks there before it finds its way
+            # back; one restart from the point found, with a fresh simplex, re-explores it
+            again = minimize(loss, res.x, method="Nelder-Mead",
+                             options={"maxiter": maxiter, "xatol": 1e-3, "fatol": 1e-5,
+                                      "initial_simplex": initial_simplex(res.x)})
+            if again.fun < res.fun:
+                best = profile(again.x)
     rounded = replace(best, **{p: _round(getattr(best, p)) for p in PARAMS})
     e, _, _ = errors(prep, measured_ttft, measured_tpot, {generation: rounded}, rows, {generation})
     return rounded, float(e.mean()) if len(e) else 0.0
