@@ -172,6 +172,29 @@ def test_hardware_stacks_table_fits_120_columns():
     assert len(v) > 4 and f"{v[0]}, {v[1]} ... {v[-1]} ({len(v)})" in core    # first two and last named
 
 
+def test_hardware_stacks_takes_a_serving_framework_as_serve_backend_does():
+    """`serve --backend vllm` takes a framework; `hardware stacks vllm` said 'unknown stack'. It now
+    shows the stack serve would use (the profile marked the default for an unstated version), and
+    a name that is neither a stack nor a serving framework lists every stack it names."""
+    from hardware_specs.catalog import load_stack
+    from simulator.serving.context import ServingContext
+    for framework, expected in (("vllm", "vllm-0.14"), ("sglang", "sglang-0.5"), ("trtllm", "trtllm-1")):
+        served = ServingContext.build("llama3-8b", "dgx-h100", framework).stack.name
+        assert served == expected
+        out = run("hardware", "stacks", framework)
+        assert out.exit_code == 0 and out.stdout.startswith(f"stack {expected} ({framework} ")
+        shown = json.loads(run("hardware", "stacks", framework, "--json").stdout)
+        assert shown["name"] == expected and shown["framework"] == framework
+    assert run("hardware", "stacks", "vllm-0.11").stdout.startswith("stack vllm-0.11 (vllm 0.11")  # a name wins
+    line = one_line_error(run("hardware", "stacks", "megatron-lm"))
+    assert line == ("error: stack: no stack named 'megatron-lm' (the stacks of that name: megatron-lm-2019, "
+                    "megatron-lm-2021, megatron-lm-2022)"), line
+    line = one_line_error(run("hardware", "stacks", "megatron"))
+    assert all(f"megatron-bridge-{v}" in line for v in ("25.09", "26.06.01")) and "megatron-core" in line
+    assert load_stack("megatron-core").serving is None            # training frameworks resolve only by name
+    assert one_line_error(run("hardware", "stacks", "nosuch")).startswith("error: stack: unknown stack 'nosuch'")
+
+
 def test_validate_measured_table_shows_errors_in_percent(monkeypatch, tmp_path):
     import pandas as pd
 

@@ -363,6 +363,30 @@ def _pooled_text(d: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _stack_named(name: str):
+    """The stack ``name`` means: a catalog name or stack file, else a serving framework (``vllm``,
+    ``sglang``, ``trtllm``) resolved as ``serve --backend NAME`` resolves it
+    (``hardware_specs.catalog.serving_stack_for`` with no version: the profile marked the
+    default), else an error listing every stack of that framework or starting with the name."""
+    from hardware_specs.catalog import list_stacks, load_stack, serving_stack_for
+    try:
+        return load_stack(name)
+    except InputError as err:
+        if Path(name).suffix in (".yaml", ".yml") or Path(name).is_file():
+            raise
+        unknown = err
+    try:
+        return serving_stack_for(name)
+    except InputError:
+        pass
+    key = name.strip().lower()
+    matching = [n for n in list_stacks() if n.startswith(key) or load_stack(n).framework.lower() == key]
+    if matching:
+        raise InputError("stack", f"no stack named '{name}'",
+                         "the stacks of that name: " + ", ".join(matching)) from None
+    raise unknown
+
+
 @command.command("stacks", short_help="The software stacks: what each framework release does, cited.")
 @click.argument("name", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print every stack (or NAME) with its behaviour and citations as JSON.")
@@ -378,13 +402,13 @@ def stacks_cmd(name: str | None, as_json: bool) -> None:
     Example:
       paraplan hardware stacks
       paraplan hardware stacks megatron-bridge
+      paraplan hardware stacks vllm      (a serving framework: the stack serve --backend vllm uses)
     """
     from collections.abc import Mapping
     from dataclasses import asdict
 
     from hardware_specs.catalog import list_stacks, load_stack
-    names = [name] if name else list_stacks()
-    stacks = [load_stack(n) for n in names]
+    stacks = [_stack_named(name)] if name else [load_stack(n) for n in list_stacks()]
     data = [{"name": s.name, "framework": s.framework, "versions": list(s.versions), "description": s.description,
              "training": asdict(s.training) if s.training is not None else None,
              "serving": ({k: (dict(v) if isinstance(v, Mapping) else v)
