@@ -19,7 +19,9 @@ head_dim (default hidden_size / num_heads), gated_mlp, tied_embeddings, sliding_
 sliding_window_layer_fraction (default 1 when a window is given), mtp_layers (default 0),
 the architecture details position_embedding, normalization, linear_bias (default: the Llama
 layout with a gated MLP, the GPT-2/3 one without), rotary_fraction (1), rope_theta,
-rope_scaling, rope_scaling_factor (config.json rope_theta / rope_scaling; 0 / empty = not stated), qkv_bias (false),
+rope_scaling, rope_scaling_factor (config.json rope_theta / rope_scaling; 0 / empty = not stated),
+YaRN's rope_original_max_position_embeddings, rope_beta_fast, rope_beta_slow, rope_mscale,
+rope_mscale_all_dim (config.json rope_scaling keys; 0 = not stated), qkv_bias (false),
 activation (swiglu / gelu by gated_mlp), glu_clamp_limit (0: no clamp), source; optional ``linear_attention:`` mapping with the
 ``LinearAttentionSpec`` fields (layer_fraction, num_key_heads, key_head_dim, num_value_heads,
 value_head_dim, conv_kernel, state_bytes); optional ``moe:`` mapping with the ``MoESpec`` fields
@@ -52,10 +54,11 @@ _ALIAS_KEY = "aliases"
 
 _REQUIRED = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size")
 _INT_FIELDS = {"num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
-               "vocab_size", "seq_len", "head_dim", "sliding_window", "mtp_layers", "max_context_tokens"}
+               "vocab_size", "seq_len", "head_dim", "sliding_window", "mtp_layers", "max_context_tokens",
+               "rope_original_max_position_embeddings"}
 _BOOL_FIELDS = {"gated_mlp", "tied_embeddings", "linear_bias", "qkv_bias", "attention_dropout", "hidden_dropout"}
 _FLOAT_FIELDS = {"sliding_window_layer_fraction", "rotary_fraction", "glu_clamp_limit", "rope_theta",
-                 "rope_scaling_factor"}
+                 "rope_scaling_factor", "rope_beta_fast", "rope_beta_slow", "rope_mscale", "rope_mscale_all_dim"}
 _STR_FIELDS = {"name", "source", "position_embedding", "normalization", "activation", "hybrid_pattern",
                "rope_scaling", "expert_checkpoint_format"}
 

@@ -160,7 +160,8 @@ def _dropout_fields(data: dict) -> dict:
 
 
 def _rope_fields(cfg: _Config) -> dict[str, Any]:
-    """``rope_theta`` and the ``rope_scaling`` type and factor a RoPE model's config states."""
+    """``rope_theta`` and the ``rope_scaling`` type and factor a RoPE model's config states, and
+    YaRN's parameters when the type is ``yarn``."""
     out: dict[str, Any] = {}
     if cfg.has("rope_theta"):
         out["rope_theta"] = cfg.get_float("rope_theta", 0.0)
@@ -172,6 +173,13 @@ def _rope_fields(cfg: _Config) -> dict[str, Any]:
             factor = rope.get("factor")
             if isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor >= 0:
                 out["rope_scaling_factor"] = float(factor)
+            if kind == "yarn":
+                # YaRN's parameters (DeepSeek-V3: original_max_position_embeddings 4096, beta_fast 32,
+                # beta_slow 1, mscale 1.0, mscale_all_dim 1.0)
+                for key in ("original_max_position_embeddings", "beta_fast", "beta_slow", "mscale", "mscale_all_dim"):
+                    value = rope.get(key)
+                    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+                        out[f"rope_{key}"] = int(value) if key.startswith("original") else float(value)
     return out
 
 

@@ -37,6 +37,9 @@ def check_size(field: str, value, minimum: int = 1, size: str | None = None) -> 
 
 #: position encodings a ``ModelSpec`` may name (``learned``: a learned absolute table, GPT-2/3).
 POSITION_EMBEDDINGS = ("rope", "learned", "alibi", "none")
+#: YaRN's parameters as ModelSpec fields (config.json rope_scaling keys without the ``rope_`` prefix)
+YARN_FIELDS = ("rope_original_max_position_embeddings", "rope_beta_fast", "rope_beta_slow", "rope_mscale",
+               "rope_mscale_all_dim")
 NORMALIZATIONS = ("rmsnorm", "layernorm")
 #: MLP activations; ``swiglu`` / ``geglu`` are gated (three matrices), the others are not.
 GATED_ACTIVATIONS = ("swiglu", "geglu")
@@ -247,6 +250,12 @@ class ModelSpec:
         rope_scaling: RoPE's frequency scaling for long contexts (config.json
             ``rope_scaling.rope_type``: ``llama3`` for Llama 3.1, ``yarn``, ...); empty = none.
         rope_scaling_factor: that scaling's ``factor`` (Llama 3.1: 8); 0 = not stated.
+        rope_original_max_position_embeddings, rope_beta_fast, rope_beta_slow, rope_mscale,
+            rope_mscale_all_dim: YaRN's parameters (config.json ``rope_scaling`` keys
+            ``original_max_position_embeddings``, ``beta_fast``, ``beta_slow``, ``mscale``,
+            ``mscale_all_dim``; Peng et al. 2023, YaRN, arXiv 2309.00071). DeepSeek-V3: 4096, 32,
+            1, 1.0, 1.0 with factor 40. 0 = not stated (Hugging Face's YaRN treats an absent
+            ``mscale`` / ``mscale_all_dim`` the same as 0); only with ``rope_scaling: yarn``.
         expert_checkpoint_format: the weight format the released checkpoint stores the routed
             experts in (config.json ``quantization_config.quant_method``, which gpt-oss applies
             to the experts only: ``mxfp4``); ``paraplan serve`` serves them in it unless told
@@ -292,6 +301,11 @@ class ModelSpec:
     rope_theta: float = 0.0
     rope_scaling: str = ""
     rope_scaling_factor: float = 0.0
+    rope_original_max_position_embeddings: int = 0
+    rope_beta_fast: float = 0.0
+    rope_beta_slow: float = 0.0
+    rope_mscale: float = 0.0
+    rope_mscale_all_dim: float = 0.0
     expert_checkpoint_format: str = ""
     normalization: str = ""
     linear_bias: bool | None = None
@@ -373,7 +387,7 @@ class ModelSpec:
                                  "choose one of " + ", ".join(allowed))
         if not 0.0 < self.rotary_fraction <= 1.0:
             raise InputError("model.rotary_fraction", f"must be in (0, 1], got {self.rotary_fraction!r}")
-        for name in ("rope_theta", "rope_scaling_factor"):
+        for name in ("rope_theta", "rope_scaling_factor", *YARN_FIELDS):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1e12:
                 raise InputError(f"model.{name}", f"must be a number >= 0 (0 = not stated), got {value!r}")
@@ -382,6 +396,10 @@ class ModelSpec:
                              "drop it, or add the moe: block")
         if not isinstance(self.rope_scaling, str):
             raise InputError("model.rope_scaling", f"must be text (llama3, yarn, ...), got {self.rope_scaling!r}")
+        if self.rope_scaling != "yarn" and any(getattr(self, name) for name in YARN_FIELDS):
+            raise InputError("model.rope_scaling", f"YaRN parameters set with rope_scaling {self.rope_scaling!r}",
+                             "set rope_scaling: yarn, or drop the rope_beta_* / rope_mscale* / "
+                             "rope_original_max_position_embeddings fields")
         if (self.rope_theta or self.rope_scaling) and self.position_embedding != "rope":
             raise InputError("model.rope_theta", f"set on a model with {self.position_embedding} positions",
                              "drop rope_theta / rope_scaling, or set position_embedding: rope")

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hardware_specs.errors import InputError
+from model_specs.catalog import load_model
 from paraplan.exports import matrix, megatron, megatron_table
 from paraplan.exports.common import chunk_layers, plan_fields, stage_layer_counts
 from paraplan.exports.megatron import layout_string, pipeline_layout_args
@@ -328,8 +329,82 @@ def test_rope_base_and_llama31_scaling_are_flags_and_an_unstated_base_is_said():
     names = {m[0] for m in matrix.MATRIX}           # the matrix exports (not the rules' counterexamples)
     accepted = [c for k, c in VERIFIED.items() if k in names and "--rotary-base" in c["argv"]]
     assert len(accepted) >= 5 and all(c["real"]["accepted"] for c in accepted)
-    ds = megatron.emit(api.simulate("deepseek-v3", "dgx-h100", gpus=256, pp=8, ep=32, global_batch=512,
-                                    zero_stage=1, recompute="full").iloc[0])
+    row = api.simulate("deepseek-v3", "dgx-h100", gpus=256, pp=8, ep=32, global_batch=512, zero_stage=1,
+                       recompute="full").iloc[0]
+    unstated = replace(load_model("deepseek-v3"), name="ds-unstated", rope_theta=0.0)
+    ds = megatron.emit(dict(row, model=unstated))
     assert "--rotary-base" not in flags_of(ds)
     header = [line for line in ds.splitlines() if line.startswith("#")]
-    assert any("deepseek-v3's RoPE base is not in its model spec" in line for line in header)
+    assert any("ds-unstated's RoPE base is not in its model spec" in line for line in header)
+
+
+def _deepseek_v3_export() -> str:
+    from paraplan import api
+    return megatron.emit(api.simulate("deepseek-v3", "dgx-h100", gpus=256, pp=8, ep=32, global_batch=512,
+                                      zero_stage=1, recompute="full").iloc[0])
+
+
+def test_deepseek_v3_yarn_rope_is_flags_with_its_published_values_and_megatron_builds_them():
+    """DeepSeek-V3's config.json rope_theta 10000, rope_scaling yarn factor 40, original 4096,
+    beta_fast 32, beta_slow 1, mscale 1.0, mscale_all_dim 1.0 (deepseek-ai/DeepSeek-V3, as mirrored
+    in ai-dynamo/aiconfigurator@095f58a). For MLA Megatron-LM@d98e8a64 takes --rope-type yarn,
+    --rotary-scaling-factor (its default 1.0 replaced MLATransformerConfig's 40: the model built
+    had no YaRN stretch), --mscale, --mscale-all-dim (default 0.0: without it MLA's softmax lost
+    its mscale^2 = (0.1 ln 40 + 1)^2 = 1.874 factor); original / beta_fast / beta_slow have no
+    flag and MLATransformerConfig fixes them at DeepSeek-V3's 4096 / 32 / 1."""
+    text = _deepseek_v3_export()
+    argv = flags_of(text)
+    value = dict(zip(argv, argv[1:]))
+    assert {k: value[k] for k in ("--position-embedding-type", "--rotary-base", "--rope-type",
+                                  "--rotary-scaling-factor", "--mscale", "--mscale-all-dim")} == {
+        "--position-embedding-type": "rope", "--rotary-base": "10000", "--rope-type": "yarn",
+        "--rotary-scaling-factor": "40.0", "--mscale": "1.0", "--mscale-all-dim": "1.0"}
+    assert not any(a.startswith("--yarn-") for a in argv)      # the non-MLA spellings, unread by MLA
+    assert "yarn" not in " ".join(line for line in text.splitlines() if line.startswith("#"))  # nothing left unsaid
+    assert megatron_table.check_command(argv, 256, env_of(text)) == []
+    # the real parse_args + validate_args + core_transformer_config_from_args on the matrix's
+    # DeepSeek-V3 exports built an MLATransformerConfig with every published value
+    for case in ("mla-mtp-ep", "mla-mtp-uneven-pp"):
+        real = VERIFIED[case]["real"]
+        assert real["accepted"] and real["config_class"] == "MLATransformerConfig"
+        assert real["rope"] == {"rotary_base": 10000, "rope_type": "yarn", "rotary_scaling_factor": 40.0,
+                                "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1,
+                                "mscale": 1.0, "mscale_all_dim": 1.0}
+    # --rope-type yarn is MLA's: the table, like the real code, refuses it on other attention
+    broken = VERIFIED["break:rope_type_needs_mla"]
+    assert not broken["real"]["accepted"] and "rope_type" in broken["real"]["error"]
+    problems = megatron_table.check_command(broken["argv"], broken["world_size"], broken["env"])
+    assert len(problems) == 1 and problems[0].startswith("rope_type_needs_mla: ")
+
+
+def test_yarn_parameters_megatron_cannot_set_and_yarn_without_mla_are_handled():
+    """MLA with a YaRN parameter other than MLATransformerConfig's fixed one (Kimi K2's config.json
+    beta_fast 1.0, ai-dynamo/aiconfigurator@095f58a moonshotai--Kimi-K2-Instruct_config.json) or
+    unstated says so in the header; other attention takes --position-embedding-type yarn with the
+    --yarn-* flags, except beside MTP (validate_args refuses it), which keeps rope and says so."""
+    from paraplan import api
+    row = api.simulate("deepseek-v3", "dgx-h100", gpus=256, pp=8, ep=32, global_batch=512, zero_stage=1,
+                       recompute="full").iloc[0]
+    ds = load_model("deepseek-v3")
+    kimi_like = replace(ds, name="kimi-like", rope_theta=50000.0, rope_scaling_factor=32.0, rope_beta_fast=1.0,
+                        rope_original_max_position_embeddings=0)
+    header = " ".join(line for line in megatron.emit(dict(row, model=kimi_like)).splitlines() if line.startswith("#"))
+    assert "kimi-like's YaRN beta_fast is 1, but Megatron-LM's MLA config fixes it at 32" in header
+    assert "kimi-like's YaRN original_max_position_embeddings is not in its model spec" in header
+    assert "beta_slow" not in header                            # 1 = the fixed value
+    plain = replace(ds, name="yarn-gqa", mla=None, num_kv_heads=16, head_dim=56, mtp_layers=0)
+    text = megatron.emit(dict(row, model=plain))
+    argv = flags_of(text)
+    value = dict(zip(argv, argv[1:]))
+    assert {k: value[k] for k in ("--position-embedding-type", "--yarn-original-max-position-embeddings",
+                                  "--yarn-beta-fast", "--yarn-beta-slow", "--rotary-scaling-factor", "--mscale",
+                                  "--mscale-all-dim")} == {
+        "--position-embedding-type": "yarn", "--yarn-original-max-position-embeddings": "4096",
+        "--yarn-beta-fast": "32.0", "--yarn-beta-slow": "1.0", "--rotary-scaling-factor": "40.0",
+        "--mscale": "1.0", "--mscale-all-dim": "1.0"}
+    assert "--rope-type" not in argv and megatron_table.check_command(argv, 256, env_of(text)) == []
+    with_mtp = megatron.emit(dict(row, model=replace(plain, mtp_layers=1)))
+    argv = flags_of(with_mtp)
+    assert dict(zip(argv, argv[1:]))["--position-embedding-type"] == "rope" and "--yarn-beta-fast" not in argv
+    assert megatron_table.check_command(argv, 256, env_of(with_mtp)) == []
+    assert any("refused beside MTP" in line for line in with_mtp.splitlines() if line.startswith("#"))

@@ -470,3 +470,37 @@ def test_an_mxfp4_checkpoint_names_its_experts_format():
     from model_specs.catalog import load_model
     assert load_model("gpt-oss-120b").expert_checkpoint_format == "mxfp4"
     assert load_model("deepseek-r1").expert_checkpoint_format == ""
+
+
+def test_yarn_parameters_come_from_config_json_and_the_deepseek_presets_carry_the_published_ones():
+    """DeepSeek-V3 / R1 config.json (ai-dynamo/aiconfigurator@095f58a model_configs): rope_theta
+    10000, rope_scaling {type: yarn, factor: 40, original_max_position_embeddings: 4096,
+    beta_fast: 32, beta_slow: 1, mscale: 1.0, mscale_all_dim: 1.0}."""
+    from hardware_specs.errors import InputError
+    from model_specs.catalog import load_model
+    from model_specs.hf_config import model_from_hf_config
+    from model_specs.model_spec import ModelSpec
+    published = (10000.0, "yarn", 40.0, 4096, 32.0, 1.0, 1.0, 1.0)
+
+    def yarn(m):
+        return (m.rope_theta, m.rope_scaling, m.rope_scaling_factor, m.rope_original_max_position_embeddings,
+                m.rope_beta_fast, m.rope_beta_slow, m.rope_mscale, m.rope_mscale_all_dim)
+    for name in ("deepseek-v3", "deepseek-r1"):
+        assert yarn(load_model(name)) == published
+    cfg = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 4096, "num_attention_heads": 8,
+           "num_hidden_layers": 2, "num_key_value_heads": 8, "vocab_size": 1000, "max_position_embeddings": 163840,
+           "rope_theta": 10000,
+           "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                            "original_max_position_embeddings": 4096, "type": "yarn"}}
+    m = model_from_hf_config(cfg)
+    assert yarn(m) == published and isinstance(m.rope_original_max_position_embeddings, int)
+    # a yarn config without mscale keys leaves them unstated (0), as Hugging Face reads them
+    bare = model_from_hf_config({**cfg, "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                                         "original_max_position_embeddings": 32768}})
+    assert yarn(bare) == (10000.0, "yarn", 4.0, 32768, 0.0, 0.0, 0.0, 0.0)
+    with pytest.raises(InputError, match="model.rope_scaling"):
+        ModelSpec(name="x", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=4, ffn_hidden_size=256,
+                  vocab_size=100, gated_mlp=True, rope_scaling="llama3", rope_beta_fast=32.0)
+    with pytest.raises(InputError, match="model.rope_mscale"):
+        ModelSpec(name="x", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=4, ffn_hidden_size=256,
+                  vocab_size=100, gated_mlp=True, rope_scaling="yarn", rope_mscale=-1.0)

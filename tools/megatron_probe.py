@@ -108,6 +108,14 @@ def flags() -> dict:
     return out
 
 
+#: the built config's RoPE fields the verify result records (MLATransformerConfig's YaRN ones,
+#: and the yarn_* attributes argument_utils._apply_yarn_config_from_args sets for other attention)
+ROPE_FIELDS = ("position_embedding_type", "rotary_base", "rope_type", "rotary_scaling_factor",
+               "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
+               "yarn_rotary_scaling_factor", "yarn_original_max_position_embeddings", "yarn_beta_fast",
+               "yarn_beta_slow", "yarn_mscale", "yarn_mscale_all_dim")
+
+
 def verify(cases: list[dict]) -> list[dict]:
     arguments = _import()
     from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator
@@ -145,7 +153,8 @@ def verify(cases: list[dict]) -> list[dict]:
             result.update(accepted=True, config_class=type(config).__name__,
                           data_parallel_size=args.data_parallel_size, num_microbatches=calculator.get(),
                           virtual_pipeline_model_parallel_size=args.virtual_pipeline_model_parallel_size,
-                          num_layers=config.num_layers, mtp_num_layers=config.mtp_num_layers)
+                          num_layers=config.num_layers, mtp_num_layers=config.mtp_num_layers,
+                          rope={k: _jsonable(getattr(config, k)) for k in ROPE_FIELDS if hasattr(config, k)})
         except SystemExit as exc:          # argparse rejects a flag or a value
             result.update(accepted=False, error=f"argparse exit {exc.code}")
         except Exception as exc:            # noqa: BLE001 - every rejection is reported, by its type

@@ -148,21 +148,76 @@ def _refuse_plan(p: dict, model: ModelSpec) -> None:
 
 # ---- the command ---------------------------------------------------------------------------
 
+#: MLATransformerConfig's YaRN fields that no Megatron-LM flag reaches at the pinned commit
+#: (megatron/core/transformer/transformer_config.py: original_max_position_embeddings 4096, beta_fast
+#: 32, beta_slow 1): core_transformer_config_from_args copies only the arguments named like a field,
+#: and the parser names these --yarn-original-max-position-embeddings / --yarn-beta-fast /
+#: --yarn-beta-slow (dests yarn_*, read only for --position-embedding-type yarn, non-MLA models).
+MLA_YARN_FIXED = {"rope_original_max_position_embeddings": ("original_max_position_embeddings", 4096),
+                  "rope_beta_fast": ("beta_fast", 32.0), "rope_beta_slow": ("beta_slow", 1.0)}
+
+
 def _rope_note(m: ModelSpec) -> str:
     """What the flags cannot say about the model's RoPE (its base unstated, a scaling other than
-    Llama 3.1's), so a checkpoint is not loaded under Megatron-LM's defaults silently; empty if
-    nothing."""
+    Llama 3.1's or YaRN, a YaRN parameter Megatron-LM fixes for MLA, YaRN beside MTP without
+    MLA), so a checkpoint is not loaded under Megatron-LM's defaults silently; empty if nothing."""
     if m.position_embedding != "rope":
         return ""
     notes = []
     if not m.rope_theta:
         notes.append(f"{m.name}'s RoPE base is not in its model spec: Megatron-LM's --rotary-base defaults to "
                      "10000; set it to the checkpoint's config.json rope_theta")
-    if m.rope_scaling and m.rope_scaling != "llama3":
+    if m.rope_scaling == "yarn" and m.mla is not None:
+        for field, (config_field, fixed) in MLA_YARN_FIXED.items():
+            stated = getattr(m, field)
+            if stated and stated != fixed:
+                notes.append(f"{m.name}'s YaRN {config_field} is {stated:g}, but Megatron-LM's MLA config fixes "
+                             f"it at {fixed:g} (no flag sets MLATransformerConfig.{config_field}); "
+                             "set it in the model provider")
+            elif not stated:
+                notes.append(f"{m.name}'s YaRN {config_field} is not in its model spec: Megatron-LM's MLA "
+                             f"config uses {fixed:g}; check the checkpoint's config.json rope_scaling")
+    elif m.rope_scaling == "yarn" and m.mtp_layers:
+        notes.append(f"{m.name} scales RoPE as 'yarn', which Megatron-LM builds with --position-embedding-type "
+                     "yarn, refused beside MTP (validate_args); these flags keep plain RoPE")
+    elif m.rope_scaling and m.rope_scaling not in ("llama3", "yarn"):
         notes.append(f"{m.name} scales RoPE as '{m.rope_scaling}'"
                      + (f" (factor {m.rope_scaling_factor:g})" if m.rope_scaling_factor else "")
                      + ", which these flags do not set")
     return "; ".join(notes)
+
+
+def _yarn_args(m: ModelSpec) -> list[tuple[str, Any]]:
+    """YaRN's flags (Megatron-LM@d98e8a64 megatron/training/arguments.py). MLA (DeepSeek-V3):
+    ``--rope-type yarn`` (MLATransformerConfig.rope_type; core_transformer_config_from_args allows
+    it only with MLA), ``--rotary-scaling-factor`` (the parser's default 1.0 replaces the config's
+    40, so it is always said), ``--mscale`` and ``--mscale-all-dim`` (default 0.0; DeepSeek-V3's
+    1.0 also scales MLA's softmax, multi_latent_attention.py ``_yarn_get_mscale``); the other
+    three are fixed (``MLA_YARN_FIXED``, a header note when the model's differ). Other attention:
+    ``--position-embedding-type yarn`` with ``--yarn-original-max-position-embeddings``,
+    ``--yarn-beta-fast``, ``--yarn-beta-slow`` (argument_utils._apply_yarn_config_from_args), not
+    beside MTP (validate_args). Unstated parameters keep Megatron-LM's defaults."""
+    if m.rope_scaling != "yarn":
+        return []
+    args: list[tuple[str, Any]] = []
+    if m.mla is not None:
+        args.append(("--rope-type", "yarn"))
+    elif m.mtp_layers:
+        return []                                   # said in the header (_rope_note)
+    else:
+        if m.rope_original_max_position_embeddings:
+            args.append(("--yarn-original-max-position-embeddings", m.rope_original_max_position_embeddings))
+        if m.rope_beta_fast:
+            args.append(("--yarn-beta-fast", m.rope_beta_fast))
+        if m.rope_beta_slow:
+            args.append(("--yarn-beta-slow", m.rope_beta_slow))
+    if m.rope_scaling_factor:
+        args.append(("--rotary-scaling-factor", m.rope_scaling_factor))
+    if m.rope_mscale:
+        args.append(("--mscale", m.rope_mscale))
+    if m.rope_mscale_all_dim:
+        args.append(("--mscale-all-dim", m.rope_mscale_all_dim))
+    return args
 
 
 def _model_args(m: ModelSpec, seq_len: int, dedup_dispatch: bool = False) -> list[tuple[str, Any]]:
@@ -182,7 +237,8 @@ def _model_args(m: ModelSpec, seq_len: int, dedup_dispatch: bool = False) -> lis
             args.append(("--kv-channels", m.head_dim))
         if m.num_kv_heads < m.num_heads:
             args += [("--group-query-attention", None), ("--num-query-groups", m.num_kv_heads)]
-    args.append(("--position-embedding-type",
+    yarn_positions = m.rope_scaling == "yarn" and m.mla is None and not m.mtp_layers
+    args.append(("--position-embedding-type", "yarn" if yarn_positions else
                  {"rope": "rope", "learned": "learned_absolute", "none": "none"}[m.position_embedding]))
     if m.position_embedding == "rope" and m.rotary_fraction < 1.0:
         args.append(("--rotary-percent", m.rotary_fraction))
@@ -194,6 +250,7 @@ def _model_args(m: ModelSpec, seq_len: int, dedup_dispatch: bool = False) -> lis
         args.append(("--use-rope-scaling", None))
         if m.rope_scaling_factor:
             args.append(("--rope-scaling-factor", m.rope_scaling_factor))
+    args += _yarn_args(m)
     args.append(("--normalization", "RMSNorm" if m.normalization == "rmsnorm" else "LayerNorm"))
     if not m.linear_bias:
         args.append(("--disable-bias-linear", None))
