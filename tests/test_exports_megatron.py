@@ -314,7 +314,8 @@ def test_rope_base_and_llama31_scaling_are_flags_and_an_unstated_base_is_said():
     RoPE than the checkpoint's rope_theta 500000 (and Llama 3.1's llama3 scaling, factor 8, was
     dropped). The flags now carry them (checked by the real parse_args + validate_args for the
     matrix's Llama rows: tools/megatron_flags.py); a RoPE model whose spec does not state its base
-    (DeepSeek-V3) says so in the header instead of letting the default stand silently."""
+    (here DeepSeek-V3 with its rope_theta dropped) says so in the header instead of letting the
+    default stand silently."""
     from paraplan import api
     row = api.simulate("llama3.1-405b", "dgx-h100", gpus=2048, tp=8, pp=16, global_batch=2048, zero_stage=1,
                        sequence_parallel=True, recompute="full").iloc[0]
