@@ -72,7 +72,7 @@ from hardware_specs.stack_spec import StackSpec
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from paraplan import priors
-from paraplan.mfu import mfu_column, mfu_pct
+from paraplan.mfu import mfu_column, mfu_pct, mfu_pct_columns  # noqa: F401  (mfu_pct_columns: api's name too)
 from simulator import headroom
 from simulator.parallel_config import BOOL_FIELDS, ParallelConfig
 from simulator.report import MEMORY_PARTS, TIME_PARTS, StepReport
@@ -438,19 +438,6 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int, global_b
     df = _with_plan_columns(df.reset_index(drop=True), model_spec, cluster_spec, gpus)
     df.attrs["explain"] = getattr(result, "explain", "")
     return df
-
-
-def mfu_pct_columns(df: pd.DataFrame, gpu: GPUSpec) -> pd.DataFrame:
-    """``df`` with the planner's ``mfu`` (and ``hfu``), fractions of each row's own dtype peak,
-    replaced in place by ``mfu_bf16_pct`` (``hfu_...``): percent of ``gpu``'s reference peak, as
-    every command shows MFU (``paraplan.mfu``)."""
-    out = df.copy()
-    for name in ("mfu", "hfu"):
-        if name in out.columns:
-            pct = [float(mfu_pct(float(m), str(d), gpu)) for m, d in zip(out[name], out["dtype"])]
-            out.insert(out.columns.get_loc(name), mfu_column(gpu, name), pct)
-            out = out.drop(columns=name)
-    return out
 
 
 #: ``ParallelConfig`` fields the planner searches (``planners.search_space.FIXABLE``); given to

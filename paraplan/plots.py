@@ -191,11 +191,11 @@ def breakdown(data: Any, path: str | Path | None = None, *, label: str | None = 
                 edgecolor="white", linewidth=0.5)
         left += values
     total = df["step_time_s"].to_numpy(dtype=float) if "step_time_s" in df.columns else left
+    mfu = _mfu_pct(df)
     for yi, t, i in zip(y, total, range(len(df))):
         text = f" {t:.2f} s"
         if "tokens_per_s" in df.columns and np.isfinite(df["tokens_per_s"].iloc[i]):
             text += f"  ({_thousands(df['tokens_per_s'].iloc[i])} tok/s"
-            mfu = _mfu_pct(df)
             if mfu is not None and np.isfinite(mfu.iloc[i]):
                 text += f", MFU {mfu.iloc[i]:.0f}%"
             text += ")"

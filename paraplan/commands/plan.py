@@ -20,6 +20,7 @@ from hardware_specs.errors import InputError
 from hardware_specs.gpu_spec import KNOWN_DTYPES
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
+from paraplan import mfu as mfu_units
 from paraplan import priors
 from paraplan.cli import dump_json, format_table, four_significant
 from planners.explain import fit_text, stage_layers_text
@@ -94,8 +95,7 @@ def display(df, cluster):
     """The plans as every output shows them: MFU in percent of the reference peak
     (``paraplan.mfu``) instead of the fraction of the row dtype's peak, and whether the times
     rest on a fitted efficiency model (``efficiency_fitted``, see ``paraplan.priors``)."""
-    from paraplan.api import mfu_pct_columns
-    out = mfu_pct_columns(df, cluster.gpu)
+    out = mfu_units.mfu_pct_columns(df, cluster.gpu)
     out["efficiency_fitted"] = not priors.is_prior(cluster)
     return out
 
@@ -173,9 +173,8 @@ def simulate_command(row, model: str, cluster: str, seq_len: int | None = None, 
             args += [option, str(int(get(key)))]
     args += ["--micro-batch", str(int(get("micro_batch", 1))), "--global-batch", str(int(get("global_batch"))),
              "--zero", str(int(get("zero_stage")))]
-    for option, key in (("--zero-shard-group", "zero_shard_group"),):
-        if int(get(key)) > 0:
-            args += [option, str(int(get(key)))]
+    if int(get("zero_shard_group")) > 0:
+        args += ["--zero-shard-group", str(int(get("zero_shard_group")))]
     if str(get("recompute", "none")) != "none":
         args += ["--recompute", str(get("recompute"))]
     for option, key in (("--recompute-num-layers", "recompute_num_layers"),

@@ -187,6 +187,14 @@ def _rope_note(m: ModelSpec) -> str:
     return "; ".join(notes)
 
 
+#: YaRN flags every YaRN model states when its spec gives the value (flag, ModelSpec field)
+_YARN_FLAGS = (("--rotary-scaling-factor", "rope_scaling_factor"), ("--mscale", "rope_mscale"),
+               ("--mscale-all-dim", "rope_mscale_all_dim"))
+#: and the ones only a non-MLA model's ``--position-embedding-type yarn`` reads
+_NON_MLA_YARN_FLAGS = (("--yarn-original-max-position-embeddings", "rope_original_max_position_embeddings"),
+                       ("--yarn-beta-fast", "rope_beta_fast"), ("--yarn-beta-slow", "rope_beta_slow"))
+
+
 def _yarn_args(m: ModelSpec) -> list[tuple[str, Any]]:
     """YaRN's flags (Megatron-LM@d98e8a64 megatron/training/arguments.py). MLA (DeepSeek-V3):
     ``--rope-type yarn`` (MLATransformerConfig.rope_type; core_transformer_config_from_args allows
@@ -197,27 +205,11 @@ def _yarn_args(m: ModelSpec) -> list[tuple[str, Any]]:
     ``--position-embedding-type yarn`` with ``--yarn-original-max-position-embeddings``,
     ``--yarn-beta-fast``, ``--yarn-beta-slow`` (argument_utils._apply_yarn_config_from_args), not
     beside MTP (validate_args). Unstated parameters keep Megatron-LM's defaults."""
-    if m.rope_scaling != "yarn":
-        return []
-    args: list[tuple[str, Any]] = []
-    if m.mla is not None:
-        args.append(("--rope-type", "yarn"))
-    elif m.mtp_layers:
-        return []                                   # said in the header (_rope_note)
-    else:
-        if m.rope_original_max_position_embeddings:
-            args.append(("--yarn-original-max-position-embeddings", m.rope_original_max_position_embeddings))
-        if m.rope_beta_fast:
-            args.append(("--yarn-beta-fast", m.rope_beta_fast))
-        if m.rope_beta_slow:
-            args.append(("--yarn-beta-slow", m.rope_beta_slow))
-    if m.rope_scaling_factor:
-        args.append(("--rotary-scaling-factor", m.rope_scaling_factor))
-    if m.rope_mscale:
-        args.append(("--mscale", m.rope_mscale))
-    if m.rope_mscale_all_dim:
-        args.append(("--mscale-all-dim", m.rope_mscale_all_dim))
-    return args
+    if m.rope_scaling != "yarn" or (m.mla is None and m.mtp_layers):
+        return []                                   # YaRN beside MTP without MLA: said in the header (_rope_note)
+    flags = (() if m.mla is not None else _NON_MLA_YARN_FLAGS) + _YARN_FLAGS
+    head = [("--rope-type", "yarn")] if m.mla is not None else []
+    return head + [(flag, getattr(m, field)) for flag, field in flags if getattr(m, field)]
 
 
 def _model_args(m: ModelSpec, seq_len: int, dedup_dispatch: bool = False) -> list[tuple[str, Any]]:

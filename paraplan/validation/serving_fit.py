@@ -103,16 +103,17 @@ def fit_generation(prep, measured_ttft, measured_tpot, generation: str, rows: np
     if maxiter <= 0:                 # evaluate the given profile as it is (e.g. the committed one)
         best = start
     else:
-        res = minimize(loss, z0, method="Nelder-Mead", options={"maxiter": maxiter, "xatol": 1e-3, "fatol": 1e-5,
-                                                                "initial_simplex": initial_simplex(z0)})
+        def search(z):
+            return minimize(loss, z, method="Nelder-Mead", options={"maxiter": maxiter, "xatol": 1e-3, "fatol": 1e-5,
+                                                                    "initial_simplex": initial_simplex(z)})
+
+        res = search(z0)
         best = profile(res.x)
         if at_bound(best):
             # near a range end the logit map flattens (a step of one logit unit moves the value
             # by a factor e towards 0), and the simplex shrinks there before it finds its way
             # back; one restart from the point found, with a fresh simplex, re-explores it
-            again = minimize(loss, res.x, method="Nelder-Mead",
-                             options={"maxiter": maxiter, "xatol": 1e-3, "fatol": 1e-5,
-                                      "initial_simplex": initial_simplex(res.x)})
+            again = search(res.x)
             if again.fun < res.fun:
                 best = profile(again.x)
     rounded = replace(best, **{p: _round(getattr(best, p)) for p in PARAMS})
