@@ -18,6 +18,7 @@ leaves a half-written file), :func:`json_safe` and :func:`format_table`.
 from __future__ import annotations
 
 import csv
+from contextlib import contextmanager
 import enum
 import importlib
 import json
@@ -26,6 +27,7 @@ import os
 import pkgutil
 import re
 import sys
+import warnings
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -220,6 +222,20 @@ class StepBar:
         if self.bar is not None:
             self.bar.__exit__(None, None, None)
             self.bar = None
+
+
+@contextmanager
+def step_bar(label: str):
+    """A ``StepBar`` for the work in the block, closed when it ends; the warnings the work raises
+    are collected meanwhile and printed after the bar, one line each (``echo_warnings``)."""
+    bar = StepBar(label)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield bar
+        finally:
+            bar.close()
+    echo_warnings(caught)
 
 
 def echo_warnings(caught) -> None:

@@ -1,11 +1,9 @@
 """``paraplan calibrate``: microbenchmark this machine into a hardware profile."""
 from __future__ import annotations
 
-import warnings
-
 import click
 
-from paraplan.cli import StepBar, check_writable, echo_warnings
+from paraplan.cli import check_writable, step_bar
 
 
 @click.command("calibrate", short_help="Measure this machine and write a cluster profile.")
@@ -28,12 +26,6 @@ def command(out_path: str, nprocs: int, name: str | None) -> None:
     from paraplan.measure import run_calibration
 
     check_writable(out_path)
-    bar = StepBar("calibrating")
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            path = run_calibration(out_path, nprocs=nprocs, name=name, progress=bar)
-    finally:
-        bar.close()
-    echo_warnings(caught)
+    with step_bar("calibrating") as bar:
+        path = run_calibration(out_path, nprocs=nprocs, name=name, progress=bar)
     click.echo(f"wrote {path}")

@@ -1,11 +1,9 @@
 """``paraplan measure``: train a small GPT here with real parallelism and time it."""
 from __future__ import annotations
 
-import warnings
-
 import click
 
-from paraplan.cli import StepBar, dump_json, echo_warnings
+from paraplan.cli import dump_json, step_bar
 
 
 @click.command("measure", short_help="Train a small GPT here with real DP/TP/PP and time it.")
@@ -40,14 +38,8 @@ def command(as_json: bool, **config) -> None:
     """
     from paraplan.measure import run_measurement
 
-    bar = StepBar("training")
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            result = run_measurement(config, progress=bar)
-    finally:
-        bar.close()
-    echo_warnings(caught)
+    with step_bar("training") as bar:
+        result = run_measurement(config, progress=bar)
     if as_json:
         click.echo(dump_json(result), nl=False)
         return

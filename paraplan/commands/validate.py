@@ -14,12 +14,11 @@ import io
 import math
 import sys
 import textwrap
-import warnings
 from collections import Counter
 
 import click
 
-from paraplan.cli import StepBar, check_writable, dump_json, echo_warnings, format_table, four_significant, write_atomic
+from paraplan.cli import check_writable, dump_json, format_table, four_significant, step_bar, write_atomic
 from hardware_specs.errors import InputError
 
 #: the per-row output columns of --json / --csv, in order.
@@ -219,17 +218,11 @@ def measured_cmd(cluster_path: str | None, steps: int, warmup: int, rounds: int,
         raise InputError("cluster_path", "given with --calibrate-each-round", "use one or the other")
     if out_path is not None:
         check_writable(out_path)
-    bar = StepBar("measuring")
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            if calibrate_each_round:
-                df = compare_recalibrating(rounds=rounds, steps=steps, warmup=warmup, progress=bar)
-            else:
-                df = compare_measured(cluster_path, steps=steps, warmup=warmup, rounds=rounds, progress=bar)
-    finally:
-        bar.close()
-    echo_warnings(caught)
+    with step_bar("measuring") as bar:
+        if calibrate_each_round:
+            df = compare_recalibrating(rounds=rounds, steps=steps, warmup=warmup, progress=bar)
+        else:
+            df = compare_measured(cluster_path, steps=steps, warmup=warmup, rounds=rounds, progress=bar)
     cols = [c for c in ("name", "dp", "tp", "pp", "micro_batch", "global_batch", "zero_stage", "recompute",
                         "measured_step_s", "predicted_step_s", "rel_error", "rel_error_spread", "cpu_wait_fraction") if c in df]
     if as_csv:      # machines get every column: measured phases and the predicted breakdown too
