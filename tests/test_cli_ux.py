@@ -106,7 +106,7 @@ def test_serve_simulate_text_names_match_their_units():
     # a fraction is shown in percent under a _pct name (3 significant digits);
     # TPOT = decode step / (1 - prefill share)
     assert float(rows["prefill_share_pct"][1]) == pytest.approx(100 * data["prefill_share"], rel=1e-2)
-    assert float(rows["step"][1]) / (1 - data["prefill_share"]) == pytest.approx(1e3 * data["tpot_s"], rel=1e-3)
+    assert float(rows["step"][1]) / (1 - data["prefill_share"]) == pytest.approx(data["tpot_ms"], rel=1e-3)
 
 
 def test_serve_simulate_memory_table_totals_what_the_engine_holds():
