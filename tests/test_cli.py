@@ -203,6 +203,28 @@ def test_models_list_contains_presets_with_parameter_counts():
     assert data["mixtral-8x7b"]["active_params_b"] < data["mixtral-8x7b"]["params_b"]
 
 
+def test_models_list_active_params_count_embedding_and_lm_head_as_the_published_figures_do():
+    """Mixtral 8x7B, by hand: 32 layers x (attention 2 x 4096^2 + 2 x 4096 x 1024, two of eight
+    experts 2 x 3 x 4096 x 14336, router 8 x 4096, two norms 2 x 4096) + embedding and LM head
+    2 x 32000 x 4096 + final norm 4096 = 12,879,925,248: Mistral's "12.9B active" (without the
+    embedding and head, 12.75B, it would read 12.7 or 12.8). DeepSeek-V3, by hand: 61 layers x
+    (MLA 7168 x 1536 + 1536 x 128 x 192 + 7168 x 576 + 512 x 128 x 256 + 128 x 128 x 7168, its
+    norms 1536 + 512, two layer norms 2 x 7168, nine 3 x 7168 x 2048 MLPs: eight routed + one
+    shared, or the 3 x 7168 x 18432 dense MLP of the first three, the same size) + 58 routers
+    256 x 7168 + embedding and LM head 2 x 129280 x 7168 + final norm 7168 = 37,552,282,624, the
+    report's "37B activated" (1.5% above 37.0: the report states whole billions)."""
+    data = {m["name"]: m for m in json.loads(run("models", "list", "--json").stdout)}
+    mixtral, dsv3 = data["mixtral-8x7b"]["active_params_b"], data["deepseek-v3"]["active_params_b"]
+    assert mixtral == 12.88 and mixtral == pytest.approx(12.9, rel=0.01)
+    assert dsv3 == 37.55 and int(dsv3) == 37
+    shown = json.loads(run("models", "show", "deepseek-v3", "--json").stdout)
+    assert shown["active_params"] == 37_552_282_624
+    assert json.loads(run("models", "show", "mixtral-8x7b", "--json").stdout)["active_params"] == 12_879_925_248
+    footnote = " ".join(run("models", "list").stdout.split("\n\n")[-1].split())
+    assert footnote.startswith("active_params_b: parameters one token uses, input embedding and LM head included")
+    assert "input embedding and the LM head" in " ".join(run("models", "list", "--help").stdout.split())
+
+
 def test_models_show_reads_a_hugging_face_config(tmp_path):
     cfg = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 512, "num_attention_heads": 8,
            "num_key_value_heads": 2, "intermediate_size": 1536, "vocab_size": 32000,
