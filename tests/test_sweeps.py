@@ -40,6 +40,32 @@ def test_a_bad_spec_is_one_input_error_naming_the_key(change, field):
     assert err.value.field == field
 
 
+def test_a_misspelt_config_key_is_named_as_such_not_as_a_bad_value():
+    # config values were type-checked before the key: {tpp: [1]} read "expected names, got 1"
+    with pytest.raises(InputError) as err:
+        spec_from_dict({**GRID, "config": {"tpp": [1]}})
+    assert str(err.value) == "config.tpp: not a field a sweep sets (did you mean tp, pp, vpp?)"
+
+
+@pytest.mark.parametrize("axis, name, message", [
+    ("models", "llama3-8bb", "unknown model 'llama3-8bb'"),
+    ("clusters", "dgx-h1000", "unknown cluster 'dgx-h1000'"),
+    ("stacks", "megatron", "unknown stack 'megatron'")])
+def test_an_unknown_name_fails_the_sweep_before_it_runs(tmp_path, axis, name, message):
+    """A misspelt name was a column of invalid / infeasible rows and exit 0; it is the spec's
+    error, with the catalog's did-you-mean, exit 2, and no results written."""
+    grid = {**GRID, axis: [*GRID.get(axis, ["megatron-core"]), name]}
+    with pytest.raises(InputError) as err:
+        api.sweep_grid(grid)
+    assert err.value.field == axis and err.value.message == message and "did you mean" in err.value.fix
+    import yaml
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(grid))
+    result = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(tmp_path / "out"), "--local"])
+    assert result.exit_code == 2 and result.stderr.startswith(f"error: {axis}: {message} (did you mean")
+    assert not (tmp_path / "out" / "results.csv").exists()
+
+
 def test_simulated_points_equal_api_simulate_row_by_row():
     df = api.sweep_grid(GRID)
     spec = spec_from_dict(GRID)

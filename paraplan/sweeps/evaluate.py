@@ -4,8 +4,8 @@
 scored together, one ``ConfigBatch`` through the step model (``simulator.step_model.evaluate``,
 the planner's scoring: closed-form pipeline bubble). ``search: best`` points each run the
 planner (``planners.plan``) and keep its winner. A point that cannot run (an invalid layout,
-nothing fits, an unknown name) is a row with ``status`` and the one-line ``reason``; the plan's
-columns are then empty.
+nothing fits, an unknown name; ``run_sweep`` refuses a spec naming one first, ``check_names``)
+is a row with ``status`` and the one-line ``reason``; the plan's columns are then empty.
 """
 from __future__ import annotations
 

@@ -173,6 +173,8 @@ _BOOL_CONFIG = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gathe
 def _config_values(value: Any, key: str) -> tuple:
     """The values of one config axis, each of the type its ``ParallelConfig`` field takes (their
     ranges are the configuration's to check, point by point)."""
+    if key not in CONFIG_KEYS:      # before its values: a misspelt key is named as such
+        raise InputError(f"config.{key}", "not a field a sweep sets", suggest(key, CONFIG_KEYS))
     items = value if isinstance(value, list) else [value]
     for item in items:
         if key in _INT_CONFIG:
@@ -216,6 +218,21 @@ def spec_from_dict(data: Mapping[str, Any]) -> SweepSpec:
         config={str(k): _config_values(v, str(k)) for k, v in config.items()},
         kind=data.get("kind", "training"), search=data.get("search", "best"), chunk_points=chunk,
         description=data.get("description", ""))
+
+
+def check_names(spec: SweepSpec) -> None:
+    """Raise the catalog's ``InputError`` (with its did-you-mean), under the axis's key, for a
+    model, cluster or stack the spec names that does not load: a misspelt name is the spec's
+    error, not a column of invalid rows found after the run."""
+    from hardware_specs.catalog import load_cluster, load_stack
+    from model_specs.catalog import load_model
+    for key, names, load in (("models", spec.models, load_model), ("clusters", spec.clusters, load_cluster),
+                             ("stacks", spec.stacks, load_stack)):
+        for name in names:
+            try:
+                load(name)
+            except InputError as exc:
+                raise InputError(key, exc.message, exc.fix) from None
 
 
 def load_spec(path: str | Path) -> SweepSpec:
