@@ -158,3 +158,22 @@ def test_a_sweep_without_dtypes_runs_each_gpu_in_its_16_bit_type():
     assert df.mfu_fp16_pct.iloc[0] == pytest.approx(float(one.mfu_fp16_pct), rel=1e-9)
     best = api.sweep_grid({**grid, "search": "best", "config": {}})
     assert best.status.iloc[0] == "ok" and best["dtype"].iloc[0] == "fp16"
+
+
+def test_a_best_sweep_row_holds_every_field_the_planner_set_so_it_reproduces_the_plan():
+    """Llama-3-70B on 64 H100, batch 128: the best plan offloads 37 layers' activations per
+    chunk (75.7 GiB; 115.4 without). The sweep row had no offload_activation_layers column (nor
+    zero_shard_group, recompute_num_layers, recompute_layers_decrement), so it named a plan that
+    does not fit; its columns are now paraplan plan's."""
+    from planners.plan import OUTPUT_COLUMNS
+    row = api.sweep_grid({"models": ["llama3-70b"], "clusters": ["dgx-h100"], "gpus": [64],
+                          "global_batch": [128]}).iloc[0]
+    assert (row.cp, row.zero_stage, row.offload_activation_layers) == (2, 3, 37)
+    assert row.memory_gib == pytest.approx(75.74, abs=0.01)
+    planned = api.plan("llama3-70b", "dgx-h100", gpus=64, global_batch=128).iloc[0]
+    for k in OUTPUT_COLUMNS:
+        if k != "mfu":
+            assert row[k] == planned[k], k
+    one = api.simulate("llama3-70b", "dgx-h100", gpus=64, cp=2, micro_batch=1, global_batch=128, zero_stage=3,
+                       offload_activation_layers=37).iloc[0]
+    assert one.memory_gib == pytest.approx(row.memory_gib, rel=1e-9)

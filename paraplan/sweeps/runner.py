@@ -24,7 +24,7 @@ from paraplan.sweeps.evaluate import evaluate_points
 from paraplan.sweeps.spec import SweepSpec, check_names
 
 #: bump when the rows a chunk holds change meaning (columns, units), so old files are not reused
-CHUNK_FORMAT = 1
+CHUNK_FORMAT = 2
 
 
 def chunks(spec: SweepSpec) -> list[list[tuple[int, dict]]]:
