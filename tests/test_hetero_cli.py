@@ -79,6 +79,14 @@ def test_hardware_show_prints_the_pools_and_their_links():
     r = run("hardware", "show", MIXED)
     assert r.exit_code == 0, r.output
     assert "512 GPUs in 2 pools" in r.stdout and "a100 - h100" in r.stdout and "hopper" in r.stdout
+    # the scale-up tier in Gb/s under hardware list's name for it (was scaleup_gb_per_s, "nvlink 300")
+    rows = {}
+    for ln in r.stdout.splitlines():          # the pools table comes first (the links table reuses the names)
+        if ln.startswith("  ") and ln.split():
+            rows.setdefault(ln.split()[0], ln.split())
+    assert rows["pool"][6:8] == ["scaleup_gbit_per_s", "scaleout_gbit_per_s"]
+    assert rows["a100"][6:10] == ["nvlink", "2400", "infiniband", "200"]
+    assert rows["h100"][6:10] == ["nvlink", "3600", "infiniband", "400"]
     data = json.loads(run("hardware", "show", MIXED, "--json").stdout)
     assert [p["name"] for p in data["pools"]] == ["a100", "h100"] and data["links"][0]["explicit"]
 

@@ -346,11 +346,12 @@ def _pooled_text(d: dict) -> str:
         g = p["gpu"]
         peak = g["peak_tflops"].get("bf16") or g["peak_tflops"].get("fp16") or g["peak_tflops"].get("fp32")
         rows.append([p["name"], g["name"], p["gpus"], p["gpus_per_node"], f"{peak:g}", f"{g['hbm_gib']:g}",
-                     f"{p['scaleup']['kind']} {p['scaleup']['bw_gb_per_s']:g}",
+                     f"{p['scaleup']['kind']} {p['scaleup']['bw_gbit_per_s']:g}",
                      f"{p['scaleout']['kind']} {p['scaleout']['bw_gbit_per_s']:g}",
                      p["efficiency_generation"] + (" (prior, not fitted)" if p["efficiency_prior"] else "")])
+    # both tiers in Gb/s, as `hardware list` and the api what-ifs (scaleup_gbit_per_s) name them (was GB/s for NVLink)
     lines.append(format_table(rows, ["pool", "gpu", "gpus", "gpus_per_node", "peak_16bit_tflops", "hbm_gib",
-                                     "scaleup_gb_per_s", "scaleout_gbit_per_s", "efficiency"],
+                                     "scaleup_gbit_per_s", "scaleout_gbit_per_s", "efficiency"],
                               align="llrrrrlll", indent="  ").rstrip())
     if d["links"]:
         lines += ["", "  links between pools (per GPU, one direction; path = slowest of NIC, link, NIC)"]
