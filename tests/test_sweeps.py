@@ -63,7 +63,7 @@ def test_an_unknown_name_fails_the_sweep_before_it_runs(tmp_path, axis, name, me
     spec.write_text(yaml.safe_dump(grid))
     result = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(tmp_path / "out"), "--local"])
     assert result.exit_code == 2 and result.stderr.startswith(f"error: {axis}: {message} (did you mean")
-    assert not (tmp_path / "out" / "results.csv").exists()
+    assert not (tmp_path / "out").exists()          # refused before the output folder is made
 
 
 def test_simulated_points_equal_api_simulate_row_by_row():
@@ -122,6 +122,10 @@ def test_cli_writes_parquet_and_csv_with_one_row_per_point(tmp_path):
     csv = pd.read_csv(tmp_path / "out" / "results.csv")
     assert len(parquet) == len(csv) == 6 and "6 points" in result.stdout
     assert {"step_time_s", "tokens_per_s", "memory_gib", "mfu_bf16_pct"} <= set(parquet.columns)
+    help_text = CliRunner().invoke(main, ["sweep", "--help"]).stdout
+    for key in ("models, clusters, gpus", "global_batch | global_batch_tokens", "seq_len, stacks, dtypes", "search",
+                "config", "kind, chunk_points, description"):
+        assert key in help_text, key          # the keys are taught where the user looks, not in a source file
     bad = CliRunner().invoke(main, ["sweep", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "o2")])
     assert bad.exit_code == 2 and bad.stderr.startswith("error: spec")
 
