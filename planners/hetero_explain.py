@@ -44,7 +44,7 @@ def pool_rows(report: HeteroReport) -> list[list[str]]:
     """One row per pool: GPUs, stages, layers, the step's parts (s), peak memory / HBM (GiB)."""
     rows = []
     for p in report.pools:
-        prior = " (prior)" if p.efficiency_prior else ""
+        prior = "" if p.efficiency_fitted else " (prior)"
         rows.append([p.pool, p.gpu + prior, f"{p.gpus_used}/{p.gpus}", str(p.stages), str(p.layers)]
                     + [f"{p.time_s[k]:.3f}" for k in POOL_TIME_PARTS]
                     + [f"{p.peak_memory_bytes / GIB:.1f}/{p.hbm_bytes / GIB:.0f}"])

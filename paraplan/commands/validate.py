@@ -254,7 +254,7 @@ def measured_cmd(cluster_path: str | None, steps: int, warmup: int, rounds: int,
               help="Link between the consumer GPUs of one node, GB/s one direction [default: each card's PCIe link].")
 @click.option("--json", "as_json", is_flag=True,
               help="One object per run and metric: id, metric (iter_time_s|peak_memory_bytes), status, predicted, "
-                   "measured, rel_error, reason, efficiency_prior, assumptions.")
+                   "measured, rel_error, reason, efficiency_fitted, assumptions.")
 @click.option("--csv", "as_csv", is_flag=True, help="The same rows as CSV.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False),
               help="Write the output to this file (atomically) instead of stdout.")
@@ -267,8 +267,9 @@ def heterogeneous_cmd(path: str | None, inter_node_gbps: float | None, inter_nod
     simulated on pools built from its own fields; rel_error = (predicted - measured) / measured
     for the iteration time and the peak memory. Numbers resting on an unfitted efficiency prior
     (Turing: Titan RTX, RTX 2080 Ti) are marked "prior" in the table and carry
-    efficiency_prior: true in --json. The university cluster's network is not stated: it is the
-    input --inter-node-gbps (see the README).
+    efficiency_fitted: false in --json and --csv, as every other output marks them. The
+    university cluster's network is not stated: it is the input --inter-node-gbps (see the
+    README).
 
     \b
     Examples:
@@ -320,7 +321,7 @@ def _hetero_text(records, summary, gbps, lat, intra) -> str:
             reason = (t or m or {}).get("reason") or ""
             rows.append([short, "skipped", "-", "-", "-", "-", "-", "-", reason])
             continue
-        note = "prior" if t["efficiency_prior"] else ""
+        note = "" if t["efficiency_fitted"] else "prior"
         twin = [a for a in t["assumptions"] if "identical" in a]
         if twin:
             note = (note + "; " if note else "") + "duplicate numbers at the source"
@@ -331,7 +332,7 @@ def _hetero_text(records, summary, gbps, lat, intra) -> str:
     lines = [format_table(rows, head, align="llrrrrrrl").rstrip(), "",
              "error per system (|predicted - measured| / measured; prior = rests on an unfitted efficiency prior)"]
     srows = [[s["runs"], s["metric"], s["n"], f"{s['mean_abs_err_pct']:.1f}", f"{s['worst_abs_err_pct']:.1f}",
-              "yes" if s["efficiency_prior"] else "no"] for s in summary]
+              "no" if s["efficiency_fitted"] else "yes"] for s in summary]
     lines.append(format_table(srows, ["runs", "metric", "n", "mean_abs_err_pct", "worst_abs_err_pct", "prior"],
                               align="llrrrl").rstrip())
     intra_text = "each card's PCIe link" if intra is None else f"{intra:g} GB/s"
