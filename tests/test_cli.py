@@ -408,6 +408,25 @@ def test_validate_published_csv_and_source_filter(small_runs_csv):
     assert_one_line_error(run("validate", "published", small_runs_csv, "--source", "NOPE"), "--source")
 
 
+def test_validate_fail_above_gates_ci_on_the_mean_error(small_runs_csv):
+    """--fail-above PCT: exit 0 at or below the mean |error| of the predicted rows, exit 1 with one
+    'regression:' line above it (the table still printed); exit 2 stays for bad input."""
+    rows = json.loads(run("validate", "published", small_runs_csv, "--json").stdout)
+    errs = [abs(r["rel_error"]) for r in rows if r["status"] == "ok"]
+    mean_pct = 100 * sum(errs) / len(errs)
+    passed = run("validate", "published", small_runs_csv, "--fail-above", f"{mean_pct + 0.01:.4f}")
+    assert passed.exit_code == 0 and "regression" not in passed.stderr
+    failed = run("validate", "published", small_runs_csv, "--fail-above", f"{mean_pct - 0.01:.4f}")
+    assert failed.exit_code == 1 and "mean_abs_err_pct" in failed.stdout
+    assert failed.stderr.strip() == (f"regression: all rows: mean |error| {mean_pct:.2f}% over 3 rows is above "
+                                     f"--fail-above {float(f'{mean_pct - 0.01:.4f}'):g}%")
+    nothing = run("validate", "published", small_runs_csv, "--source", "SKIPME", "--fail-above", "50")
+    assert nothing.exit_code == 1 and nothing.stderr.strip() == "regression: all rows: no row predicted"
+    assert_one_line_error(run("validate", "published", small_runs_csv, "--fail-above", "-1"), "--fail-above")
+    het = run("validate", "heterogeneous", "--fail-above", "1", "--json")
+    assert het.exit_code == 1 and het.stderr.startswith("regression: iter_time_s: mean |error|")
+
+
 def test_validate_published_out_writes_atomically(small_runs_csv, tmp_path):
     out = tmp_path / "errors.json"
     result = run("validate", "published", small_runs_csv, "--json", "--out", out)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
@@ -133,6 +134,22 @@ def test_plan_slo_no_layout_meets_names_the_binding_constraint():
 
 def test_plan_bad_output_folder_fails_before_the_search(tmp_path):
     one_line_error(run(*PLAN, "--csv", "--out", tmp_path / "missing" / "x.csv"), "error: --out: folder")
+
+
+def test_validate_serving_fail_above_gates_on_ttft_and_tpot_each(tmp_path):
+    from paraplan.validation.datasets import SERVING_RUNS, validation_file
+    df = pd.read_csv(validation_file(SERVING_RUNS))
+    path = tmp_path / "rows.csv"
+    df[df.model_path == "openai/gpt-oss-120b"].to_csv(path, index=False)
+    records = json.loads(run("validate", "serving", path, "--json").stdout)
+    mean = {m: 100 * np.mean([abs(r["rel_error"]) for r in records if r["metric"] == m and r["status"] == "ok"])
+            for m in ("ttft_ms", "tpot_ms")}
+    assert run("validate", "serving", path, "--fail-above", f"{max(mean.values()) + 0.01:.4f}").exit_code == 0
+    between = (mean["ttft_ms"] + mean["tpot_ms"]) / 2        # only the metric whose mean is the larger fails
+    r = run("validate", "serving", path, "--fail-above", f"{between:.4f}")
+    worse = max(mean, key=mean.get)
+    assert r.exit_code == 1 and r.stderr.startswith(f"regression: {worse}: mean |error| {mean[worse]:.2f}%")
+    assert ";" not in r.stderr
 
 
 def test_validate_serving_table_json_and_csv(tmp_path):

@@ -70,6 +70,31 @@ def _fmt_pct(x) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
 
 
+def _fail_above_option(what: str):
+    return click.option("--fail-above", "fail_above_pct", type=click.FloatRange(min=0), metavar="PCT",
+                        help=f"For CI: after printing, exit 1 (one 'regression:' line on stderr) when the mean "
+                             f"|error| in percent {what} is above PCT, or when no row was predicted.")
+
+
+def _gate(limit_pct: float | None, errors: dict) -> None:
+    """Exit 1 when a metric's mean |rel_error| (percent) is above ``limit_pct``. ``errors``: metric
+    name -> the |rel_error| fractions of its predicted rows. Exit 2 stays for bad input."""
+    if limit_pct is None:
+        return
+    failed = []
+    for name, errs in errors.items():
+        errs = [abs(float(e)) for e in errs if e is not None and e == e]
+        if not errs:
+            failed.append(f"{name}: no row predicted")
+            continue
+        mean = 100.0 * sum(errs) / len(errs)
+        if mean > limit_pct:
+            failed.append(f"{name}: mean |error| {mean:.2f}% over {len(errs)} rows is above --fail-above {limit_pct:g}%")
+    if failed:
+        click.echo("regression: " + "; ".join(failed), err=True)
+        sys.exit(1)
+
+
 def _row_label(record: dict, index) -> str:
     """A skipped row's id as the file gives it; a row with no id is named by its position
     (an empty cell is read as missing, and would print as nan)."""
@@ -123,8 +148,9 @@ def summary_text(results, summary, list_skipped: bool) -> str:
               help="Also predict each source's rows with efficiency models refitted without that source "
                    "(leave-one-source-out; minutes). --json/--csv rows then carry the cross-validated "
                    "prediction, and the table shows it beside the in-sample error.")
+@_fail_above_option("over all predicted rows (the table's ALL row; cross-validated with --cross-validate)")
 def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as_csv: bool, out_path: str | None,
-                  list_skipped: bool, cross_validate: bool) -> None:
+                  list_skipped: bool, cross_validate: bool, fail_above_pct: float | None) -> None:
     """How well does the simulator predict the measured rows of PATH (a CSV with the columns of
     shared/validation/published_runs.csv)? Without PATH: the public published-runs file
     (../shared/validation/published_runs.csv beside the checkout, else the copy bundled with
@@ -139,6 +165,7 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
       paraplan validate published
       paraplan validate published --source KOR22
       paraplan validate published runs.csv --csv --out errors.csv
+      paraplan validate published --source KOR22 --fail-above 10     # a CI gate: exit 1 above 10%
     """
     from paraplan.validation.datasets import PUBLISHED_RUNS, validation_file
     from paraplan.validation.published import read_runs, summarize, validate_rows
@@ -177,6 +204,7 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
         click.echo(f"wrote {out_path} ({len(results)} rows, {int((results.status == 'ok').sum())} predicted)", err=True)
     else:
         click.echo(text, nl=False)
+    _gate(fail_above_pct, {"all rows": results.loc[results.status == "ok", "rel_error"].tolist()})
 
 
 @command.command("measured", short_help="Measure small torch runs here and compare with the prediction.")
@@ -258,8 +286,10 @@ def measured_cmd(cluster_path: str | None, steps: int, warmup: int, rounds: int,
 @click.option("--csv", "as_csv", is_flag=True, help="The same rows as CSV.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False),
               help="Write the output to this file (atomically) instead of stdout.")
+@_fail_above_option("of the iteration time or of the peak memory over the predicted runs")
 def heterogeneous_cmd(path: str | None, inter_node_gbps: float | None, inter_node_latency_us: float | None,
-                      intra_node_gb_per_s: float | None, as_json: bool, as_csv: bool, out_path: str | None) -> None:
+                      intra_node_gb_per_s: float | None, as_json: bool, as_csv: bool, out_path: str | None,
+                      fail_above_pct: float | None) -> None:
     """How well are mixed-GPU and GH200 training plans predicted? PATH is a Sailor-format JSON
     file (default: the shared or bundled heterogeneous/sailor_runs.json).
 
@@ -306,6 +336,8 @@ def heterogeneous_cmd(path: str | None, inter_node_gbps: float | None, inter_nod
         click.echo(f"wrote {out_path} ({len(records)} rows)", err=True)
     else:
         click.echo(text, nl=False)
+    _gate(fail_above_pct, {m: [r["rel_error"] for r in records if r["metric"] == m and r["status"] == "ok"]
+                           for m in het.METRICS})
 
 
 def _hetero_text(records, summary, gbps, lat, intra) -> str:
@@ -408,8 +440,9 @@ def _serving_csv(records: list[dict]) -> str:
 @click.option("--out", "out_path", type=click.Path(dir_okay=False),
               help="Write the output to this file (atomically) instead of stdout.")
 @click.option("--list-skipped", is_flag=True, help="List every skipped row id with its reason.")
+@_fail_above_option("of TTFT or of TPOT over the predicted rows")
 def serving_cmd(path: str | None, backend_filter: str | None, mode_filter: str | None, as_json: bool, as_csv: bool,
-                out_path: str | None, list_skipped: bool) -> None:
+                out_path: str | None, list_skipped: bool, fail_above_pct: float | None) -> None:
     """How well does the serving simulator predict measured deployments? PATH is a CSV with the
     columns of shared/validation/serving_runs.csv (default: that file, or the copy bundled with
     paraplan).
@@ -455,3 +488,5 @@ def serving_cmd(path: str | None, backend_filter: str | None, mode_filter: str |
         click.echo(f"wrote {out_path} ({len(df)} rows, {n_ok} predicted)", err=True)
     else:
         click.echo(text, nl=False)
+    ok = results[results.status == "ok"]
+    _gate(fail_above_pct, {m: ok.loc[ok.metric == m, "rel_error"].tolist() for m in ("ttft_ms", "tpot_ms")})
