@@ -275,7 +275,9 @@ def cluster_from_dict(data: dict, where: str = "cluster") -> ClusterSpec:
     if "pools" in data:
         raise InputError(where, f"lists {len(data['pools']) if isinstance(data['pools'], list) else 'its'} pools: "
                          "it is a pooled (mixed) cluster, not one GPU kind",
-                         "pass it to paraplan plan / simulate, or load it with load_pooled_cluster")
+                         "pass it to paraplan plan / simulate; in Python: planners.heterogeneous.plan_heterogeneous"
+                         "(model, hardware_specs.catalog.load_pooled_cluster(path), ...), or "
+                         "simulator.heterogeneous.simulate_heterogeneous for one plan")
     gpu_entry = data.get("gpu")
     gpu = gpu_from_dict(gpu_entry, f"{where}.gpu") if isinstance(gpu_entry, dict) \
         else load_gpu(_get(data, "gpu", where, str))
