@@ -362,6 +362,23 @@ def test_a_request_longer_than_the_models_context_is_refused_by_simulate_and_pla
                        "--osl", "16384"), "error: --osl: 32,768 prompt + 16,384 output tokens exceed the 40,960-token")
 
 
+def test_one_output_token_and_disaggregation_on_one_gpu_are_refused_with_the_reason():
+    """--osl 1 printed TPOT 0.00 ms and 0 tokens/s per user (TPOT is the gap between output
+    tokens; one has none), and serve plan took TPOT 0 as meeting any objective. --mode disagg on
+    one GPU said the model did not fit (add GPUs or a smaller weight format) when it needs two
+    workers; llama3.1-8b fits one H100 aggregated."""
+    sim = ["serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "--tp", "1", "--batch", "4", "--isl", "1024"]
+    one_line_error(run(*sim, "--osl", "1"), "error: --osl: 1 output token has no time per output token (TPOT)",
+                   "use --osl 2 or more")
+    assert json.loads(run(*sim, "--osl", "2", "--json").stdout)["tpot_ms"] > 0
+    plan = ["serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-h100", "-n", "1", "--isl", "1024", "--osl", "256"]
+    one_line_error(run(*plan, "--osl", "1"), "error: --osl:")
+    one_line_error(run(*plan, "--mode", "disagg"),
+                   "error: --gpus: disaggregated serving needs a prefill and a decode worker, at least 2 GPUs; got 1",
+                   "or --mode agg")
+    assert json.loads(run(*plan, "--json").stdout)["best"]["mode"] == "agg"
+
+
 def test_the_context_check_admits_exactly_the_window_and_skips_models_that_do_not_state_one():
     from hardware_specs.errors import InputError
     from model_specs.hf_config import model_from_hf_config

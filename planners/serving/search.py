@@ -226,6 +226,9 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
                          "plan one deployment unit and replicate it")
     if ctx.cluster.max_gpus is not None and gpus > ctx.cluster.max_gpus:
         raise InputError("--gpus", f"{gpus} GPUs exceed the {ctx.cluster.max_gpus} of {ctx.cluster.name}")
+    if "agg" not in modes and gpus < 2:      # not "nothing fits": the weights may well fit one GPU
+        raise InputError("--gpus", f"disaggregated serving needs a prefill and a decode worker, at least 2 GPUs; "
+                         f"got {gpus}", "use --gpus 2 or more, or --mode agg")
     t0 = time.perf_counter()
     parts = []
     evaluated = 0
