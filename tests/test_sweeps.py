@@ -47,6 +47,23 @@ def test_a_misspelt_config_key_is_named_as_such_not_as_a_bad_value():
     assert str(err.value) == "config.tpp: not a field a sweep sets (did you mean tp, pp, vpp?)"
 
 
+def test_a_misspelt_config_value_or_a_repeated_key_fails_the_spec(tmp_path):
+    """recompute: [full, sel] made half the points 'invalid' rows; a key written twice kept the
+    last silently (models: twice swept only the second list)."""
+    with pytest.raises(InputError) as err:
+        spec_from_dict({**GRID, "config": {"tp": [1], "recompute": ["full", "sel"]}})
+    assert str(err.value) == "config.recompute: unknown value 'sel' (choose one of none, selective, full)"
+    with pytest.raises(InputError) as err:
+        spec_from_dict({**GRID, "config": {"schedule": ["1F1B", "zero-bubble"]}})
+    assert err.value.field == "config.schedule" and "'zero-bubble'" in err.value.message
+    assert spec_from_dict({**GRID, "config": {"schedule": ["1F1B"], "cp_kind": ["ring"]}}).config["schedule"] == ("1F1B",)
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("models: [llama3-8b]\nmodels: [llama3-70b]\nclusters: [dgx-h100]\ngpus: [8]\nglobal_batch: [8]\n")
+    result = CliRunner().invoke(main, ["sweep", str(twice), "--out", str(tmp_path / "out"), "--local"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"error: spec: {twice} line 2: key 'models' appears twice in one mapping (keep one of them)"
+
+
 @pytest.mark.parametrize("axis, name, message", [
     ("models", "llama3-8bb", "unknown model 'llama3-8bb'"),
     ("clusters", "dgx-h1000", "unknown cluster 'dgx-h1000'"),

@@ -34,7 +34,7 @@ from typing import Any, Iterator, Mapping
 from hardware_specs.catalog import parse_yaml
 from hardware_specs.errors import InputError, suggest
 from model_specs.model_spec import SIZE_LIMITS
-from simulator.parallel_config import MAX_GLOBAL_BATCH, MAX_GPUS
+from simulator.parallel_config import MAX_GLOBAL_BATCH, MAX_GPUS, AttentionKernel, CPKind, Recompute, Schedule
 
 #: what a point evaluates: a training step (``simulator``); ``serving`` is reserved for the
 #: serving simulator's deployments (a spec with it is refused until that kind is registered)
@@ -165,6 +165,9 @@ def _values(data: Mapping, key: str, kind, allow_none: bool = False) -> tuple:
 
 
 _INT_CONFIG = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_stage")
+#: config keys that take one of a few names: a misspelt one is the spec's error (ParallelConfig's
+#: own check and message), not a column of invalid rows
+_ENUM_CONFIG = {"recompute": Recompute, "schedule": Schedule, "cp_kind": CPKind, "attention_kernel": AttentionKernel}
 _BOOL_CONFIG = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
                 "ep_comm_overlap", "ep_dispatch_dedup", "flash_attention", "grad_accumulation_fusion",
                 "zero3_recompute_gather")
@@ -190,6 +193,9 @@ def _config_values(value: Any, key: str) -> tuple:
             ok, what = isinstance(item, str), "names"
         if not ok:
             raise InputError(f"config.{key}", f"expected {what}, got {item!r}")
+        names = [e.value for e in _ENUM_CONFIG.get(key, ())]
+        if names and str(item).lower() not in names:
+            raise InputError(f"config.{key}", f"unknown value {item!r}", "choose one of " + ", ".join(names))
     return tuple(int(i) if key in _INT_CONFIG else i for i in items)
 
 
