@@ -427,6 +427,19 @@ def test_validate_fail_above_gates_ci_on_the_mean_error(small_runs_csv):
     assert het.exit_code == 1 and het.stderr.startswith("regression: iter_time_s: mean |error|")
 
 
+def test_validate_a_csv_with_a_header_and_no_rows_is_one_line_not_an_internal_error(small_runs_csv, tmp_path):
+    # the per-source table grouped an empty frame (KeyError: 'source'); serving likewise ('backend')
+    header_only = tmp_path / "header.csv"
+    header_only.write_text(small_runs_csv.read_text().splitlines()[0] + "\n")
+    for args in ((), ("--json",), ("--fail-above", "5")):
+        assert_one_line_error(run("validate", "published", header_only, *args),
+                              f"error: PATH: {header_only} has a header but no rows")
+    from paraplan.validation.datasets import SERVING_RUNS, validation_file
+    serving_header = tmp_path / "serving_header.csv"
+    serving_header.write_text(validation_file(SERVING_RUNS).read_text().splitlines()[0] + "\n")
+    assert_one_line_error(run("validate", "serving", serving_header), "error: PATH:", "has a header but no rows")
+
+
 def test_validate_published_out_writes_atomically(small_runs_csv, tmp_path):
     out = tmp_path / "errors.json"
     result = run("validate", "published", small_runs_csv, "--json", "--out", out)

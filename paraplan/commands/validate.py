@@ -76,6 +76,16 @@ def _fail_above_option(what: str):
                              f"|error| in percent {what} is above PCT, or when no row was predicted.")
 
 
+def _ok_errors(results, metric: str | None = None) -> list:
+    """``rel_error`` of the predicted rows (of ``metric``); none for a file without rows."""
+    if "status" not in results or "rel_error" not in results:
+        return []
+    ok = results[results["status"] == "ok"]
+    if metric is not None:
+        ok = ok[ok["metric"] == metric]
+    return ok["rel_error"].tolist()
+
+
 def _gate(limit_pct: float | None, errors: dict) -> None:
     """Exit 1 when a metric's mean |rel_error| (percent) is above ``limit_pct``. ``errors``: metric
     name -> the |rel_error| fractions of its predicted rows. Exit 2 stays for bad input."""
@@ -178,6 +188,8 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
     if default_path:
         path = str(validation_file(PUBLISHED_RUNS))
     df = read_runs(path)
+    if df.empty:        # the per-source table had nothing to group (an internal KeyError)
+        raise InputError("PATH", f"{path} has a header but no rows", "add the runs to validate below the header")
     if source_prefix:
         df = df[df["run_id"].astype(str).str.startswith(source_prefix)]
         if df.empty:
@@ -204,7 +216,8 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
         click.echo(f"wrote {out_path} ({len(results)} rows, {int((results.status == 'ok').sum())} predicted)", err=True)
     else:
         click.echo(text, nl=False)
-    _gate(fail_above_pct, {"all rows": results.loc[results.status == "ok", "rel_error"].tolist()})
+    if fail_above_pct is not None:
+        _gate(fail_above_pct, {"all rows": _ok_errors(results)})
 
 
 @command.command("measured", short_help="Measure small torch runs here and compare with the prediction.")
@@ -467,6 +480,9 @@ def serving_cmd(path: str | None, backend_filter: str | None, mode_filter: str |
     if out_path is not None:
         check_writable(out_path)
     df = read_rows(path if path is not None else validation_file(SERVING_RUNS))
+    if df.empty:
+        raise InputError("PATH", f"{path or validation_file(SERVING_RUNS)} has a header but no rows",
+                         "add the deployments to validate below the header")
     if backend_filter:
         df = df[df["backend"].astype(str).str.lower() == backend_filter.strip().lower()]
         if df.empty:
@@ -488,5 +504,5 @@ def serving_cmd(path: str | None, backend_filter: str | None, mode_filter: str |
         click.echo(f"wrote {out_path} ({len(df)} rows, {n_ok} predicted)", err=True)
     else:
         click.echo(text, nl=False)
-    ok = results[results.status == "ok"]
-    _gate(fail_above_pct, {m: ok.loc[ok.metric == m, "rel_error"].tolist() for m in ("ttft_ms", "tpot_ms")})
+    if fail_above_pct is not None:
+        _gate(fail_above_pct, {m: _ok_errors(results, m) for m in ("ttft_ms", "tpot_ms")})
