@@ -1,6 +1,7 @@
 """``paraplan sweep``: the grid, its chunks, resuming, and the same rows on Dask as in-process."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -181,14 +182,14 @@ def test_a_sweep_without_dtypes_runs_each_gpu_in_its_16_bit_type():
     assert best.status.iloc[0] == "ok" and best["dtype"].iloc[0] == "fp16"
 
 
-def test_a_best_sweep_row_holds_every_field_the_planner_set_so_it_reproduces_the_plan():
+def test_a_best_sweep_row_holds_every_field_the_planner_set_so_it_reproduces_the_plan(tmp_path):
     """Llama-3-70B on 64 H100, batch 128: the best plan offloads 37 layers' activations per
     chunk (75.7 GiB; 115.4 without). The sweep row had no offload_activation_layers column (nor
     zero_shard_group, recompute_num_layers, recompute_layers_decrement), so it named a plan that
     does not fit; its columns are now paraplan plan's."""
     from planners.plan import OUTPUT_COLUMNS
-    row = api.sweep_grid({"models": ["llama3-70b"], "clusters": ["dgx-h100"], "gpus": [64],
-                          "global_batch": [128]}).iloc[0]
+    grid = {"models": ["llama3-70b"], "clusters": ["dgx-h100"], "gpus": [64], "global_batch": [128]}
+    row = api.sweep_grid(grid).iloc[0]
     assert (row.cp, row.zero_stage, row.offload_activation_layers) == (2, 3, 37)
     assert row.memory_gib == pytest.approx(75.74, abs=0.01)
     planned = api.plan("llama3-70b", "dgx-h100", gpus=64, global_batch=128).iloc[0]
@@ -198,3 +199,11 @@ def test_a_best_sweep_row_holds_every_field_the_planner_set_so_it_reproduces_the
     one = api.simulate("llama3-70b", "dgx-h100", gpus=64, cp=2, micro_batch=1, global_batch=128, zero_stage=3,
                        offload_activation_layers=37).iloc[0]
     assert one.memory_gib == pytest.approx(row.memory_gib, rel=1e-9)
+
+    import yaml
+    spec = tmp_path / "best.yaml"
+    spec.write_text(yaml.safe_dump(grid))
+    result = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(tmp_path / "out"), "--local"])
+    assert re.fullmatch(r"1 point in [\d.]+ s \((0\.\d+|[1-9][\d.]*) points/s\): 1 ok", result.stdout.splitlines()[0])
+    csv_row = pd.read_csv(tmp_path / "out" / "results.csv").iloc[0]
+    assert csv_row.offload_activation_layers == 37 and csv_row.recompute_layers_decrement == 0

@@ -83,6 +83,8 @@ def command(spec_path: str, out_dir: str, scheduler: str | None, workers: int | 
     paths = write_results(df, out)
     counts = df["status"].value_counts().to_dict()
     summary = ", ".join(f"{n:,} {status}" for status, n in counts.items())
-    click.echo(f"{len(df):,} points in {wall:.1f} s ({len(df) / wall:,.0f} points/s): {summary}")
+    rate = len(df) / wall
+    rate_text = f"{rate:,.0f}" if rate >= 10 else f"{rate:.2g}"     # a slow best sweep is not "0 points/s"
+    click.echo(f"{len(df):,} point{'' if len(df) == 1 else 's'} in {wall:.1f} s ({rate_text} points/s): {summary}")
     for p in paths:
         click.echo(f"wrote {p}")
