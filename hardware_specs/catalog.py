@@ -98,6 +98,28 @@ def _expanded_size(node, memo: dict, limit: int, depth: int = 0) -> int:
     return total
 
 
+def _repeated_key(node) -> Any:
+    """The second occurrence of a key repeated within one mapping of the node tree, or None
+    (merge keys ``<<`` aside; each node visited once, so aliases cost nothing)."""
+    stack, seen = [node], set()
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if isinstance(n, yaml.MappingNode):
+            keys = set()
+            for k, v in n.value:
+                if isinstance(k, yaml.ScalarNode) and k.tag != "tag:yaml.org,2002:merge":
+                    if (k.tag, k.value) in keys:
+                        return k
+                    keys.add((k.tag, k.value))
+                stack.append(v)
+        elif isinstance(n, yaml.SequenceNode):
+            stack.extend(n.value)
+    return None
+
+
 def parse_yaml(text: str, what: str, path: Path | str) -> Any:
     """``yaml.safe_load`` of one document, refusing alias bombs, recursive anchors and runaway
     nesting with an ``InputError`` naming ``what`` (python tags are refused by the safe loader)."""
@@ -109,6 +131,10 @@ def parse_yaml(text: str, what: str, path: Path | str) -> Any:
         if _expanded_size(node, {}, MAX_YAML_VALUES) > MAX_YAML_VALUES:
             raise InputError(what, f"{path} expands to more than {MAX_YAML_VALUES:,} values through its "
                              "anchors and aliases", "write the values out instead of nesting aliases")
+        twice = _repeated_key(node)
+        if twice is not None:     # yaml.safe_load keeps the last silently: the first value would be ignored
+            raise InputError(what, f"{path} line {twice.start_mark.line + 1}: key '{twice.value}' appears twice "
+                             "in one mapping", "keep one of them")
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -275,7 +301,9 @@ def cluster_from_dict(data: dict, where: str = "cluster") -> ClusterSpec:
     if "pools" in data:
         raise InputError(where, f"lists {len(data['pools']) if isinstance(data['pools'], list) else 'its'} pools: "
                          "it is a pooled (mixed) cluster, not one GPU kind",
-                         "pass it to paraplan plan / simulate, or load it with load_pooled_cluster")
+                         "pass it to paraplan plan / simulate; in Python: planners.heterogeneous.plan_heterogeneous"
+                         "(model, hardware_specs.catalog.load_pooled_cluster(path), ...), or "
+                         "simulator.heterogeneous.simulate_heterogeneous for one plan")
     gpu_entry = data.get("gpu")
     gpu = gpu_from_dict(gpu_entry, f"{where}.gpu") if isinstance(gpu_entry, dict) \
         else load_gpu(_get(data, "gpu", where, str))

@@ -137,26 +137,37 @@ class _Config:
 #: ``attention_probs_dropout_prob``; Llama, Mistral, DeepSeek ``attention_dropout``)
 _HIDDEN_DROPOUT_KEYS = ("hidden_dropout", "resid_pdrop", "hidden_dropout_prob")
 _ATTENTION_DROPOUT_KEYS = ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob")
+#: a family's own name for its residual dropout (transformers OPTConfig ``dropout``)
+_FAMILY_HIDDEN_DROPOUT_KEYS = {"opt": ("dropout",)}
+#: (hidden, attention) dropout probability when the config.json states no key: the defaults of
+#: the family's transformers config class, which is what ``from_pretrained`` builds. Nonzero
+#: only for GPT2Config (resid_pdrop=0.1, attn_pdrop=0.1) and OPTConfig (dropout=0.1,
+#: attention_dropout=0.0). Every other family read here defaults to no dropout: LlamaConfig,
+#: MistralConfig, Qwen2Config, Qwen3Config, MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig,
+#: DeepseekV2Config, DeepseekV3Config, GptOssConfig and NemotronConfig have
+#: attention_dropout=0.0 and no residual dropout in their modeling code; BloomConfig and
+#: GPTNeoXConfig have hidden_dropout=0.0 and attention_dropout=0.0; MptConfig resid_pdrop=0.0
+#: and MptAttentionConfig attn_pdrop=0.0 (transformers ``models/<family>/configuration_*.py``).
+#: Absent keys therefore do not fall back to ModelSpec's Megatron-style default (on).
+_ABSENT_DROPOUT_DEFAULTS = {"gpt2": (0.1, 0.1), "opt": (0.1, 0.0)}
 
 
-def _dropout_fields(data: dict) -> dict:
+def _dropout_fields(data: dict, family: str) -> dict:
     """``hidden_dropout`` / ``attention_dropout`` as the config states them (a probability > 0
-    is on); a family whose config states an attention dropout but has no residual-dropout key
-    (Llama, Mistral, DeepSeek: their modeling code has no residual dropout) gets it off."""
-    def stated(keys):
-        values = [data[k] for k in keys if isinstance(data.get(k), (int, float)) and not isinstance(data.get(k), bool)]
+    is on), each absent one at its transformers config-class default for ``family``
+    (``_ABSENT_DROPOUT_DEFAULTS``: off except GPT-2 and OPT)."""
+    def stated(source, keys):
+        values = [source[k] for k in keys
+                  if isinstance(source.get(k), (int, float)) and not isinstance(source.get(k), bool)]
         return None if not values else any(v > 0 for v in values)
 
-    out = {}
-    attention = stated(_ATTENTION_DROPOUT_KEYS)
-    hidden = stated(_HIDDEN_DROPOUT_KEYS)
-    if attention is not None:
-        out["attention_dropout"] = attention
-    if hidden is not None:
-        out["hidden_dropout"] = hidden
-    elif "attention_dropout" in data:
-        out["hidden_dropout"] = False
-    return out
+    hidden_default, attention_default = _ABSENT_DROPOUT_DEFAULTS.get(family, (0.0, 0.0))
+    hidden = stated(data, _HIDDEN_DROPOUT_KEYS + _FAMILY_HIDDEN_DROPOUT_KEYS.get(family, ()))
+    attention = stated(data, _ATTENTION_DROPOUT_KEYS)
+    if attention is None and isinstance(data.get("attn_config"), dict):
+        attention = stated(data["attn_config"], ("attn_pdrop",))      # MPT nests it
+    return {"hidden_dropout": hidden_default > 0 if hidden is None else hidden,
+            "attention_dropout": attention_default > 0 if attention is None else attention}
 
 
 def _rope_fields(cfg: _Config) -> dict[str, Any]:
@@ -494,7 +505,7 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | 
         # gpt-oss: MXFP4 routed experts; attention, router and embeddings stay 16-bit
         # (modules_to_not_convert)
         fields.setdefault("expert_checkpoint_format", "mxfp4")
-    for key, value in _dropout_fields(data).items():
+    for key, value in _dropout_fields(data, family).items():
         fields.setdefault(key, value)
     source = f"Hugging Face config {path}" if path is not None else "Hugging Face config (dict)"
     return ModelSpec(name=name or _default_name(path, data, family), source=source, **fields)

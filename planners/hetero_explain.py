@@ -44,7 +44,7 @@ def pool_rows(report: HeteroReport) -> list[list[str]]:
     """One row per pool: GPUs, stages, layers, the step's parts (s), peak memory / HBM (GiB)."""
     rows = []
     for p in report.pools:
-        prior = " (prior)" if p.efficiency_prior else ""
+        prior = "" if p.efficiency_fitted else " (prior)"
         rows.append([p.pool, p.gpu + prior, f"{p.gpus_used}/{p.gpus}", str(p.stages), str(p.layers)]
                     + [f"{p.time_s[k]:.3f}" for k in POOL_TIME_PARTS]
                     + [f"{p.peak_memory_bytes / GIB:.1f}/{p.hbm_bytes / GIB:.0f}"])
@@ -89,8 +89,7 @@ def explain_text(result) -> str:
     out = [f"best plan ({rep.n_gpus} GPUs): {layout_text(result.best)}",
            f"  step {rep.step_time_s:.4g} s, {rep.tokens_per_s:,.0f} tokens/s, MFU {100 * rep.mfu_reference:.1f}% "
            f"of the {rep.mfu_reference_dtype} peak"]      # of the reference peaks, as every table
-    for label, pair in ((f"only {result.fastest_pool} (fastest GPU)", result.fastest_only),
-                        (f"only {result.largest_pool} (most GPUs)", result.largest_only)):
+    for label, pair in result.pool_only_rows():
         if pair is None:
             out.append(f"  vs {label}: nothing fits")
             continue

@@ -115,14 +115,21 @@ class HeteroPlanResult:
         """Row ``i`` of ``plans`` as a plan and the (merged) pools it was scored on."""
         return self.row_plans[i]
 
+    def pool_only_rows(self) -> list[tuple[str, tuple | None]]:
+        """(label, (plan, report) or None) of the fastest pool alone and the largest pool alone;
+        one row when they are the same pool (one pool, or the fastest also has the most GPUs)."""
+        if self.fastest_pool == self.largest_pool:
+            return [(f"only {self.fastest_pool} (fastest GPU, most GPUs)", self.fastest_only)]
+        return [(f"only {self.fastest_pool} (fastest GPU)", self.fastest_only),
+                (f"only {self.largest_pool} (most GPUs)", self.largest_only)]
+
     def comparison(self) -> pd.DataFrame:
         """Best plan vs only the fastest pool vs only the largest pool: GPUs, step, tokens/s, MFU
         in percent of the reference (bf16) peaks as every output shows it (``mfu_bf16_pct``,
         ``hardware_specs.mfu_reference``) and the best plan's gain over each (percent)."""
         mfu_col = f"mfu_{self.mfu_reference_dtype}_pct"
         rows = [("best plan", self.best_report)]
-        for label, pair in ((f"only {self.fastest_pool} (fastest GPU)", self.fastest_only),
-                            (f"only {self.largest_pool} (most GPUs)", self.largest_only)):
+        for label, pair in self.pool_only_rows():
             rows.append((label, pair[1] if pair else None))
         base = self.best_report.tokens_per_s
         data = []
@@ -415,7 +422,10 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
     evaluated = sum(len(s.zero) for s in scored)
     best_plan, best_cluster = refs[0]
     best_report = simulate_heterogeneous(model, best_cluster, best_plan, _eff_map(best_cluster, cluster, effs_all))
-    fastest, largest = cluster.fastest_pool(dtype), cluster.largest_pool()
+    fastest = cluster.fastest_pool(dtype)
+    # a tie for the most GPUs goes to a pool other than the fastest: the comparison then shows
+    # two pools alone, not the fastest twice
+    largest = max(cluster.pools, key=lambda p: (p.gpus, p.name != fastest.name))
     pairs = {}
     for name in cluster.pool_names:
         pick = _best_single(scored, name, gbs)

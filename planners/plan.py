@@ -49,8 +49,8 @@ GIB = 2**30
 MAX_PLANS = 200_000
 #: the ranked table's columns (units in the names; mfu is a fraction of the dtype's peak).
 OUTPUT_COLUMNS = ("n_gpus", "dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "global_batch", "zero_stage",
-                  "zero_shard_group", "recompute", "recompute_num_layers", "offload_activation_layers",
-                  "sequence_parallel", "schedule", "dtype", "step_time_s", "tokens_per_s",
+                  "zero_shard_group", "recompute", "recompute_num_layers", "recompute_layers_decrement",
+                  "offload_activation_layers", "sequence_parallel", "schedule", "dtype", "step_time_s", "tokens_per_s",
                   "tokens_per_s_per_gpu", "mfu", "memory_gib", "headroom_gib")
 _CONFIG_COLUMNS = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "global_batch", "zero_stage",
                    "recompute", "sequence_parallel", "schedule", "dtype")

@@ -203,6 +203,28 @@ def test_models_list_contains_presets_with_parameter_counts():
     assert data["mixtral-8x7b"]["active_params_b"] < data["mixtral-8x7b"]["params_b"]
 
 
+def test_models_list_active_params_count_embedding_and_lm_head_as_the_published_figures_do():
+    """Mixtral 8x7B, by hand: 32 layers x (attention 2 x 4096^2 + 2 x 4096 x 1024, two of eight
+    experts 2 x 3 x 4096 x 14336, router 8 x 4096, two norms 2 x 4096) + embedding and LM head
+    2 x 32000 x 4096 + final norm 4096 = 12,879,925,248: Mistral's "12.9B active" (without the
+    embedding and head, 12.75B, it would read 12.7 or 12.8). DeepSeek-V3, by hand: 61 layers x
+    (MLA 7168 x 1536 + 1536 x 128 x 192 + 7168 x 576 + 512 x 128 x 256 + 128 x 128 x 7168, its
+    norms 1536 + 512, two layer norms 2 x 7168, nine 3 x 7168 x 2048 MLPs: eight routed + one
+    shared, or the 3 x 7168 x 18432 dense MLP of the first three, the same size) + 58 routers
+    256 x 7168 + embedding and LM head 2 x 129280 x 7168 + final norm 7168 = 37,552,282,624, the
+    report's "37B activated" (1.5% above 37.0: the report states whole billions)."""
+    data = {m["name"]: m for m in json.loads(run("models", "list", "--json").stdout)}
+    mixtral, dsv3 = data["mixtral-8x7b"]["active_params_b"], data["deepseek-v3"]["active_params_b"]
+    assert mixtral == 12.88 and mixtral == pytest.approx(12.9, rel=0.01)
+    assert dsv3 == 37.55 and int(dsv3) == 37
+    shown = json.loads(run("models", "show", "deepseek-v3", "--json").stdout)
+    assert shown["active_params"] == 37_552_282_624
+    assert json.loads(run("models", "show", "mixtral-8x7b", "--json").stdout)["active_params"] == 12_879_925_248
+    footnote = " ".join(run("models", "list").stdout.split("\n\n")[-1].split())
+    assert footnote.startswith("active_params_b: parameters one token uses, input embedding and LM head included")
+    assert "input embedding and the LM head" in " ".join(run("models", "list", "--help").stdout.split())
+
+
 def test_models_show_reads_a_hugging_face_config(tmp_path):
     cfg = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 512, "num_attention_heads": 8,
            "num_key_value_heads": 2, "intermediate_size": 1536, "vocab_size": 32000,
@@ -384,6 +406,38 @@ def test_validate_published_csv_and_source_filter(small_runs_csv):
     assert len(lines) == 4 and all(",ok," in ln for ln in lines[1:])
     assert_one_line_error(run("validate", "published", small_runs_csv, "--json", "--csv"), "--json or --csv")
     assert_one_line_error(run("validate", "published", small_runs_csv, "--source", "NOPE"), "--source")
+
+
+def test_validate_fail_above_gates_ci_on_the_mean_error(small_runs_csv):
+    """--fail-above PCT: exit 0 at or below the mean |error| of the predicted rows, exit 1 with one
+    'regression:' line above it (the table still printed); exit 2 stays for bad input."""
+    rows = json.loads(run("validate", "published", small_runs_csv, "--json").stdout)
+    errs = [abs(r["rel_error"]) for r in rows if r["status"] == "ok"]
+    mean_pct = 100 * sum(errs) / len(errs)
+    passed = run("validate", "published", small_runs_csv, "--fail-above", f"{mean_pct + 0.01:.4f}")
+    assert passed.exit_code == 0 and "regression" not in passed.stderr
+    failed = run("validate", "published", small_runs_csv, "--fail-above", f"{mean_pct - 0.01:.4f}")
+    assert failed.exit_code == 1 and "mean_abs_err_pct" in failed.stdout
+    assert failed.stderr.strip() == (f"regression: all rows: mean |error| {mean_pct:.2f}% over 3 rows is above "
+                                     f"--fail-above {float(f'{mean_pct - 0.01:.4f}'):g}%")
+    nothing = run("validate", "published", small_runs_csv, "--source", "SKIPME", "--fail-above", "50")
+    assert nothing.exit_code == 1 and nothing.stderr.strip() == "regression: all rows: no row predicted"
+    assert_one_line_error(run("validate", "published", small_runs_csv, "--fail-above", "-1"), "--fail-above")
+    het = run("validate", "heterogeneous", "--fail-above", "1", "--json")
+    assert het.exit_code == 1 and het.stderr.startswith("regression: iter_time_s: mean |error|")
+
+
+def test_validate_a_csv_with_a_header_and_no_rows_is_one_line_not_an_internal_error(small_runs_csv, tmp_path):
+    # the per-source table grouped an empty frame (KeyError: 'source'); serving likewise ('backend')
+    header_only = tmp_path / "header.csv"
+    header_only.write_text(small_runs_csv.read_text().splitlines()[0] + "\n")
+    for args in ((), ("--json",), ("--fail-above", "5")):
+        assert_one_line_error(run("validate", "published", header_only, *args),
+                              f"error: PATH: {header_only} has a header but no rows")
+    from paraplan.validation.datasets import SERVING_RUNS, validation_file
+    serving_header = tmp_path / "serving_header.csv"
+    serving_header.write_text(validation_file(SERVING_RUNS).read_text().splitlines()[0] + "\n")
+    assert_one_line_error(run("validate", "serving", serving_header), "error: PATH:", "has a header but no rows")
 
 
 def test_validate_published_out_writes_atomically(small_runs_csv, tmp_path):

@@ -1,6 +1,8 @@
 """What the CLI shows a new user: errors that say how to fix them, consistent units and labels."""
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 
@@ -106,7 +108,7 @@ def test_serve_simulate_text_names_match_their_units():
     # a fraction is shown in percent under a _pct name (3 significant digits);
     # TPOT = decode step / (1 - prefill share)
     assert float(rows["prefill_share_pct"][1]) == pytest.approx(100 * data["prefill_share"], rel=1e-2)
-    assert float(rows["step"][1]) / (1 - data["prefill_share"]) == pytest.approx(1e3 * data["tpot_s"], rel=1e-3)
+    assert float(rows["step"][1]) / (1 - data["prefill_share"]) == pytest.approx(data["tpot_ms"], rel=1e-3)
 
 
 def test_serve_simulate_memory_table_totals_what_the_engine_holds():
@@ -415,3 +417,19 @@ def test_plan_prints_the_simulate_command_of_its_best_plan_and_it_gives_the_same
     sim = run(*command[1:], "--json")
     assert sim.exit_code == 0, sim.output
     assert json.loads(sim.stdout)["step_time_s"] == pytest.approx(planned["step_time_s"], rel=1e-9)
+
+
+def test_plan_json_and_csv_rows_carry_the_recompute_layers_decrement_their_label_shows():
+    """Rank 51 of Llama-3-70B on 64 H100 (batch 128) recomputes 1 layer per chunk on the first
+    stage, one fewer per later stage (label full1d1, which the legend now explains); --json and
+    --csv rows dropped the decrement, so a row read back named another plan (full recompute of 1
+    layer everywhere)."""
+    args = ("plan", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "64", "--global-batch", "128", "--top", "60")
+    rows = json.loads(run(*args, "--json").stdout)["plans"]
+    row = rows[50]
+    assert (row["recompute"], row["recompute_num_layers"], row["recompute_layers_decrement"]) == ("full", 1, 1)
+    csv_rows = list(csv.DictReader(io.StringIO(run(*args, "--csv").stdout)))
+    assert csv_rows[50]["recompute_layers_decrement"] == "1"
+    table = run(*args).stdout
+    assert any(ln.split()[:1] == ["51"] and " full1d1 " in ln for ln in table.splitlines())
+    assert "fullNdM: M fewer each later stage" in table

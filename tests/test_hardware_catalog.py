@@ -346,3 +346,18 @@ def test_cluster_spec_refuses_non_finite_and_out_of_range_fabric_values(key, val
     with pytest.raises(InputError) as err:
         replace(cluster, **{key: value})
     assert err.value.field.endswith(key)
+
+
+def test_a_key_written_twice_in_a_yaml_file_is_refused_naming_its_line():
+    """yaml.safe_load keeps the last of two equal keys silently (a cluster's second scaleout:
+    block would replace the first unseen); nested mappings are checked too, merge keys are not
+    repeats."""
+    from hardware_specs.catalog import parse_yaml
+    text = "name: c\nscaleout:\n  bw_gbit_per_s: 400\n  latency_us: 5\n  bw_gbit_per_s: 200\n"
+    with pytest.raises(InputError) as err:
+        parse_yaml(text, "cluster", "c.yaml")
+    assert str(err.value) == ("cluster: c.yaml line 5: key 'bw_gbit_per_s' appears twice in one mapping "
+                              "(keep one of them)")
+    merged = "base: &b {x: 1}\nuse:\n  <<: *b\n  <<: *b\n  y: 2\n"
+    assert parse_yaml(merged, "x", "m.yaml")["use"] == {"x": 1, "y": 2}
+    assert parse_yaml("a: {k: 1}\nb: {k: 2}\n", "x", "ok.yaml") == {"a": {"k": 1}, "b": {"k": 2}}

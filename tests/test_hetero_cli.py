@@ -79,6 +79,14 @@ def test_hardware_show_prints_the_pools_and_their_links():
     r = run("hardware", "show", MIXED)
     assert r.exit_code == 0, r.output
     assert "512 GPUs in 2 pools" in r.stdout and "a100 - h100" in r.stdout and "hopper" in r.stdout
+    # the scale-up tier in Gb/s under hardware list's name for it (was scaleup_gb_per_s, "nvlink 300")
+    rows = {}
+    for ln in r.stdout.splitlines():          # the pools table comes first (the links table reuses the names)
+        if ln.startswith("  ") and ln.split():
+            rows.setdefault(ln.split()[0], ln.split())
+    assert rows["pool"][6:8] == ["scaleup_gbit_per_s", "scaleout_gbit_per_s"]
+    assert rows["a100"][6:10] == ["nvlink", "2400", "infiniband", "200"]
+    assert rows["h100"][6:10] == ["nvlink", "3600", "infiniband", "400"]
     data = json.loads(run("hardware", "show", MIXED, "--json").stdout)
     assert [p["name"] for p in data["pools"]] == ["a100", "h100"] and data["links"][0]["explicit"]
 
@@ -247,3 +255,26 @@ def test_the_pool_alone_rows_say_they_come_from_the_mixed_search_not_a_one_kind_
     alone = json.loads(run("plan", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "8", "--global-batch", "64",
                            "--json", "--top", "1").stdout)
     assert alone["plans"][0]["step_time_s"] == pytest.approx(7.059, abs=5e-4)
+
+
+def test_pooled_plan_csv_and_json_rows_say_whether_they_rest_on_the_prior(tmp_path):
+    """As the one-kind plan's rows (README: CSV and JSON carry ``efficiency_fitted``): a row
+    running on an MI300X pool (CDNA3, the unfitted prior) is False, one on the H100 pool alone
+    or on DGX A100 + H100 pools (both fitted) True."""
+    import io
+
+    import pandas as pd
+    mixed = tmp_path / "mi300-h100.yaml"
+    mixed.write_text("name: mi300-h100\npools:\n  - {name: mi300, cluster: mi300x-node, gpus: 1}\n"
+                     "  - {name: h100, cluster: dgx-h100, gpus: 8}\n")
+    args = ["plan", "-m", "gpt3-1.3b", "-c", mixed, "--global-batch", "64", "--max-micro-batch", "2", "--top", "500"]
+    rows = pd.read_csv(io.StringIO(run(*args, "--csv").stdout))
+    prior = rows["pools"].str.contains("mi300")
+    assert prior.any() and (~prior).any()          # mixed rows and H100-only rows both in the table
+    assert (rows["efficiency_fitted"] == ~prior).all()
+    plans = json.loads(run(*args, "--json").stdout)["plans"]
+    assert [p["efficiency_fitted"] for p in plans] == list(~prior)
+    both_fitted = tmp_path / "small.yaml"
+    both_fitted.write_text(SMALL_MIXED)
+    fitted = pd.read_csv(io.StringIO(run(*args[:4], both_fitted, *args[5:], "--csv").stdout))
+    assert fitted["efficiency_fitted"].all()

@@ -244,6 +244,39 @@ def test_hf_gpt2_config_is_plain_mlp_with_tied_embeddings():
     assert (spec.ffn_hidden_size, spec.gated_mlp, spec.tied_embeddings) == (3072, False, True)
 
 
+def test_hf_config_without_dropout_keys_has_no_dropout_as_transformers_builds_it():
+    """LlamaConfig / MixtralConfig / DeepseekV3Config default attention_dropout 0.0 and their
+    modeling code has no residual dropout: a config.json without the keys trains with none."""
+    for config in (LLAMA31_8B, MIXTRAL_8X7B, DEEPSEEK_V3, QWEN3_30B_A3B, GPT_OSS_120B):
+        bare = {k: v for k, v in config.items() if "dropout" not in k}
+        spec = model_from_hf_config(bare)
+        assert (spec.hidden_dropout, spec.attention_dropout) == (False, False), config["model_type"]
+    # a stated probability keeps its value
+    stated = model_from_hf_config({**LLAMA31_8B, "attention_dropout": 0.1})
+    assert (stated.hidden_dropout, stated.attention_dropout) == (False, True)
+
+
+def test_hf_config_dropout_keys_present_keep_their_values_and_gpt2_opt_keep_their_defaults():
+    bare_gpt2 = {k: v for k, v in GPT2.items() if "pdrop" not in k}
+    # GPT2Config defaults resid_pdrop = attn_pdrop = 0.1
+    assert model_from_hf_config(bare_gpt2).hidden_dropout and model_from_hf_config(bare_gpt2).attention_dropout
+    no_drop = model_from_hf_config({**bare_gpt2, "resid_pdrop": 0.0, "attn_pdrop": 0.0})
+    assert (no_drop.hidden_dropout, no_drop.attention_dropout) == (False, False)
+    only_resid = model_from_hf_config({**bare_gpt2, "resid_pdrop": 0.1, "attn_pdrop": 0.0})
+    assert (only_resid.hidden_dropout, only_resid.attention_dropout) == (True, False)
+    # OPT: its residual dropout key is `dropout` (OPTConfig dropout=0.1, attention_dropout=0.0)
+    opt = {"model_type": "opt", "num_hidden_layers": 24, "hidden_size": 1024, "num_attention_heads": 16,
+           "ffn_dim": 4096, "vocab_size": 50272, "max_position_embeddings": 2048}
+    assert (model_from_hf_config(opt).hidden_dropout, model_from_hf_config(opt).attention_dropout) == (True, False)
+    opt_off = model_from_hf_config({**opt, "dropout": 0.0, "attention_dropout": 0.0})
+    assert (opt_off.hidden_dropout, opt_off.attention_dropout) == (False, False)
+    # BLOOM states both (bigscience/bloom config.json: hidden_dropout 0.0, attention_dropout 0.0)
+    bloom = {"model_type": "bloom", "n_layer": 2, "hidden_size": 64, "n_head": 8, "vocab_size": 100}
+    on = model_from_hf_config({**bloom, "hidden_dropout": 0.1, "attention_dropout": 0.1})
+    assert (on.hidden_dropout, on.attention_dropout) == (True, True)
+    assert model_from_hf_config(bloom).hidden_dropout is False
+
+
 def test_hf_config_file_and_folder_load_through_load_model(tmp_path):
     folder = tmp_path / "Mixtral-8x7B-v0.1"
     folder.mkdir()
@@ -414,8 +447,13 @@ def test_hf_plain_mlp_families_match_their_presets(preset, config):
     from_yaml = load_model(preset)
     # the config's context window (max_position_embeddings) is kept; these training presets do not state one
     assert from_yaml.max_context_tokens == 0 and from_hf.max_context_tokens == config.get("max_position_embeddings", 0)
+    # these training presets keep Megatron's dropout (the papers' runs); a config.json without
+    # dropout keys is built by transformers without it, except OPT (OPTConfig dropout=0.1)
+    assert (from_hf.hidden_dropout, from_hf.attention_dropout) == (preset == "opt-175b", False)
     assert from_hf == ModelSpec(**{**from_yaml.__dict__, "source": from_hf.source,
-                                   "max_context_tokens": from_hf.max_context_tokens})
+                                   "max_context_tokens": from_hf.max_context_tokens,
+                                   "hidden_dropout": from_hf.hidden_dropout,
+                                   "attention_dropout": from_hf.attention_dropout})
 
 
 def test_sliding_window_without_fraction_applies_to_all_layers():

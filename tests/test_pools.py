@@ -66,6 +66,12 @@ def test_one_kind_presets_still_load_as_cluster_specs_and_as_one_pool():
 def test_load_cluster_refuses_a_pooled_file_with_the_fix(tmp_path):
     with pytest.raises(InputError, match="lists 2 pools.*load_pooled_cluster"):
         load_cluster(_write(tmp_path, MIXED))
+    # a notebook user of paraplan.api is told the Python entry points, not only the CLI's
+    from paraplan import api
+    with pytest.raises(InputError) as err:
+        api.plan("gpt3-1.3b", str(_write(tmp_path, MIXED)), gpus=24, global_batch=64)
+    assert "planners.heterogeneous.plan_heterogeneous(model, hardware_specs.catalog.load_pooled_cluster(path)" \
+        in err.value.fix and "simulate_heterogeneous" in err.value.fix
 
 
 def test_a_pooled_file_does_not_take_a_gpu_count_and_a_one_kind_cluster_needs_one(tmp_path):

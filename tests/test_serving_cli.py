@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
@@ -45,8 +46,12 @@ def test_simulate_json_is_consistent():
     r = run(*SIM, "--tp", "4", "--batch", "32", "--json")
     d = json.loads(r.stdout)
     assert d["mode"] == "agg" and d["layout"]["tp"] == 4 and d["gpus"] == 4
-    assert d["latency_s"] == pytest.approx(d["ttft_s"] + 1023 * d["tpot_s"])
-    assert d["tokens_per_s_per_user"] == pytest.approx(1 / d["tpot_s"])
+    assert d["latency_ms"] == pytest.approx(d["ttft_ms"] + 1023 * d["tpot_ms"])
+    assert d["tokens_per_s_per_user"] == pytest.approx(1e3 / d["tpot_ms"])
+    # latencies in ms, as serve plan reports them; no seconds key is left
+    assert not [k for k in d if k.endswith("_s")]
+    assert sum(d["decode_breakdown_ms"].values()) == pytest.approx(
+        d["tpot_ms"] * (1 - d["prefill_share"]), rel=1e-9)
     assert d["max_batch_per_rank"] >= 32 and d["fits"] is True
 
 
@@ -57,7 +62,7 @@ def test_simulate_disaggregated():
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["mode"] == "disagg" and d["gpus"] == 24 and d["concurrency"] == 512
-    assert d["kv_transfer_s"] > 0
+    assert d["kv_transfer_ms"] > 0
 
 
 @pytest.mark.parametrize("args, needles", [
@@ -87,7 +92,7 @@ def test_the_serving_files_model_and_system_names_are_accepted():
     by_preset = run("serve", "simulate", "--model", "deepseek-r1", "--system", "dgx-b200", *layout)
     assert by_file.exit_code == 0, by_file.output
     a, b = json.loads(by_file.stdout), json.loads(by_preset.stdout)
-    assert a["tpot_s"] == b["tpot_s"] > 0 and a["ttft_s"] == b["ttft_s"] > 0
+    assert a["tpot_ms"] == b["tpot_ms"] > 0 and a["ttft_ms"] == b["ttft_ms"] > 0
 
 
 def test_moe_layout_errors_name_the_field():
@@ -129,6 +134,22 @@ def test_plan_slo_no_layout_meets_names_the_binding_constraint():
 
 def test_plan_bad_output_folder_fails_before_the_search(tmp_path):
     one_line_error(run(*PLAN, "--csv", "--out", tmp_path / "missing" / "x.csv"), "error: --out: folder")
+
+
+def test_validate_serving_fail_above_gates_on_ttft_and_tpot_each(tmp_path):
+    from paraplan.validation.datasets import SERVING_RUNS, validation_file
+    df = pd.read_csv(validation_file(SERVING_RUNS))
+    path = tmp_path / "rows.csv"
+    df[df.model_path == "openai/gpt-oss-120b"].to_csv(path, index=False)
+    records = json.loads(run("validate", "serving", path, "--json").stdout)
+    mean = {m: 100 * np.mean([abs(r["rel_error"]) for r in records if r["metric"] == m and r["status"] == "ok"])
+            for m in ("ttft_ms", "tpot_ms")}
+    assert run("validate", "serving", path, "--fail-above", f"{max(mean.values()) + 0.01:.4f}").exit_code == 0
+    between = (mean["ttft_ms"] + mean["tpot_ms"]) / 2        # only the metric whose mean is the larger fails
+    r = run("validate", "serving", path, "--fail-above", f"{between:.4f}")
+    worse = max(mean, key=mean.get)
+    assert r.exit_code == 1 and r.stderr.startswith(f"regression: {worse}: mean |error| {mean[worse]:.2f}%")
+    assert ";" not in r.stderr
 
 
 def test_validate_serving_table_json_and_csv(tmp_path):
@@ -179,10 +200,10 @@ def test_a_stack_file_of_ones_own_sets_the_engine_hold_flags(tmp_path):
     base = json.loads(run(*args, "--backend", "trtllm-1").output)
     held = json.loads(run(*args, "--backend", own).output)
     assert held["stack"] == "trtllm-1-batch-wait"
-    rise = held["ttft_s"] - base["ttft_s"]
+    rise = held["ttft_ms"] - base["ttft_ms"]
     # the decode step is at most the TPOT (TPOT = step / (1 - prompt share)), so the 20 steps
     # add at most 20 TPOTs, and at four clients the prompt share is small: most of that
-    assert 0.9 * 20 * held["tpot_s"] < rise <= 20 * held["tpot_s"]
+    assert 0.9 * 20 * held["tpot_ms"] < rise <= 20 * held["tpot_ms"]
     # a bad value in such a file is a one-line error naming the field
     src["serving"]["context_wait_steps"] = {"value": 1.5, "source": "typo"}
     own.write_text(yaml.safe_dump(src))
@@ -214,10 +235,10 @@ def test_plan_prints_each_disaggregated_rows_prefill_batch_so_serve_simulate_rep
     sim = ["serve", "simulate", "--model", "llama3.1-8b", "--system", "dgx-h100", "--isl", "1024", "--osl", "256",
            "--mode", "disagg", "--prefill-workers", "4", "--decode-workers", "4", "--decode-batch", batch, "--json"]
     got = json.loads(run(*sim, "--prefill-batch", prefill_batch).stdout)
-    assert got["ttft_s"] * 1e3 == pytest.approx(planned["ttft_ms"], rel=1e-9)
-    assert got["tpot_s"] * 1e3 == pytest.approx(planned["tpot_ms"], rel=1e-9)
+    assert got["ttft_ms"] == pytest.approx(planned["ttft_ms"], rel=1e-9)
+    assert got["tpot_ms"] == pytest.approx(planned["tpot_ms"], rel=1e-9)
     default = json.loads(run(*sim).stdout)        # --prefill-batch 1: another deployment
-    assert abs(default["ttft_s"] * 1e3 / planned["ttft_ms"] - 1) > 0.05
+    assert abs(default["ttft_ms"] / planned["ttft_ms"] - 1) > 0.05
 
 
 def test_kv_cache_dtype_help_says_what_auto_picks_and_the_header_shows_it():
@@ -341,6 +362,23 @@ def test_a_request_longer_than_the_models_context_is_refused_by_simulate_and_pla
                        "--osl", "16384"), "error: --osl: 32,768 prompt + 16,384 output tokens exceed the 40,960-token")
 
 
+def test_one_output_token_and_disaggregation_on_one_gpu_are_refused_with_the_reason():
+    """--osl 1 printed TPOT 0.00 ms and 0 tokens/s per user (TPOT is the gap between output
+    tokens; one has none), and serve plan took TPOT 0 as meeting any objective. --mode disagg on
+    one GPU said the model did not fit (add GPUs or a smaller weight format) when it needs two
+    workers; llama3.1-8b fits one H100 aggregated."""
+    sim = ["serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "--tp", "1", "--batch", "4", "--isl", "1024"]
+    one_line_error(run(*sim, "--osl", "1"), "error: --osl: 1 output token has no time per output token (TPOT)",
+                   "use --osl 2 or more")
+    assert json.loads(run(*sim, "--osl", "2", "--json").stdout)["tpot_ms"] > 0
+    plan = ["serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-h100", "-n", "1", "--isl", "1024", "--osl", "256"]
+    one_line_error(run(*plan, "--osl", "1"), "error: --osl:")
+    one_line_error(run(*plan, "--mode", "disagg"),
+                   "error: --gpus: disaggregated serving needs a prefill and a decode worker, at least 2 GPUs; got 1",
+                   "or --mode agg")
+    assert json.loads(run(*plan, "--json").stdout)["best"]["mode"] == "agg"
+
+
 def test_the_context_check_admits_exactly_the_window_and_skips_models_that_do_not_state_one():
     from hardware_specs.errors import InputError
     from model_specs.hf_config import model_from_hf_config
@@ -385,9 +423,9 @@ def test_plan_prints_the_serve_simulate_command_of_its_best_row_and_it_gives_the
     assert options.get("--mode", "agg") == mode
     sim = run(*command[1:], "--json")
     assert sim.exit_code == 0, sim.output
-    got = json.loads(sim.stdout)          # serve simulate --json is in seconds, serve plan's in ms
-    assert 1e3 * got["ttft_s"] == pytest.approx(best["ttft_ms"], rel=1e-9)
-    assert 1e3 * got["tpot_s"] == pytest.approx(best["tpot_ms"], rel=1e-9)
+    got = json.loads(sim.stdout)          # serve simulate --json and serve plan's both in ms
+    assert got["ttft_ms"] == pytest.approx(best["ttft_ms"], rel=1e-9)
+    assert got["tpot_ms"] == pytest.approx(best["tpot_ms"], rel=1e-9)
     assert got["tokens_per_s_per_gpu"] == pytest.approx(best["tokens_per_s_per_gpu"], rel=1e-9)
     assert got["gpus"] == best["gpus_used"]
 

@@ -1,6 +1,7 @@
 """``paraplan sweep``: the grid, its chunks, resuming, and the same rows on Dask as in-process."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -38,6 +39,49 @@ def test_a_bad_spec_is_one_input_error_naming_the_key(change, field):
     with pytest.raises(InputError) as err:
         spec_from_dict({**GRID, **change})
     assert err.value.field == field
+
+
+def test_a_misspelt_config_key_is_named_as_such_not_as_a_bad_value():
+    # config values were type-checked before the key: {tpp: [1]} read "expected names, got 1"
+    with pytest.raises(InputError) as err:
+        spec_from_dict({**GRID, "config": {"tpp": [1]}})
+    assert str(err.value) == "config.tpp: not a field a sweep sets (did you mean tp, pp, vpp?)"
+
+
+def test_a_misspelt_config_value_or_a_repeated_key_fails_the_spec(tmp_path):
+    """recompute: [full, sel] made half the points 'invalid' rows; a key written twice kept the
+    last silently (models: twice swept only the second list)."""
+    with pytest.raises(InputError) as err:
+        spec_from_dict({**GRID, "config": {"tp": [1], "recompute": ["full", "sel"]}})
+    assert str(err.value) == "config.recompute: unknown value 'sel' (choose one of none, selective, full)"
+    with pytest.raises(InputError) as err:
+        spec_from_dict({**GRID, "config": {"schedule": ["1F1B", "zero-bubble"]}})
+    assert err.value.field == "config.schedule" and "'zero-bubble'" in err.value.message
+    assert spec_from_dict({**GRID, "config": {"schedule": ["1F1B"], "cp_kind": ["ring"]}}).config["schedule"] == ("1F1B",)
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("models: [llama3-8b]\nmodels: [llama3-70b]\nclusters: [dgx-h100]\ngpus: [8]\nglobal_batch: [8]\n")
+    result = CliRunner().invoke(main, ["sweep", str(twice), "--out", str(tmp_path / "out"), "--local"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"error: spec: {twice} line 2: key 'models' appears twice in one mapping (keep one of them)"
+
+
+@pytest.mark.parametrize("axis, name, message", [
+    ("models", "llama3-8bb", "unknown model 'llama3-8bb'"),
+    ("clusters", "dgx-h1000", "unknown cluster 'dgx-h1000'"),
+    ("stacks", "megatron", "unknown stack 'megatron'")])
+def test_an_unknown_name_fails_the_sweep_before_it_runs(tmp_path, axis, name, message):
+    """A misspelt name was a column of invalid / infeasible rows and exit 0; it is the spec's
+    error, with the catalog's did-you-mean, exit 2, and no results written."""
+    grid = {**GRID, axis: [*GRID.get(axis, ["megatron-core"]), name]}
+    with pytest.raises(InputError) as err:
+        api.sweep_grid(grid)
+    assert err.value.field == axis and err.value.message == message and "did you mean" in err.value.fix
+    import yaml
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(grid))
+    result = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(tmp_path / "out"), "--local"])
+    assert result.exit_code == 2 and result.stderr.startswith(f"error: {axis}: {message} (did you mean")
+    assert not (tmp_path / "out").exists()          # refused before the output folder is made
 
 
 def test_simulated_points_equal_api_simulate_row_by_row():
@@ -96,6 +140,10 @@ def test_cli_writes_parquet_and_csv_with_one_row_per_point(tmp_path):
     csv = pd.read_csv(tmp_path / "out" / "results.csv")
     assert len(parquet) == len(csv) == 6 and "6 points" in result.stdout
     assert {"step_time_s", "tokens_per_s", "memory_gib", "mfu_bf16_pct"} <= set(parquet.columns)
+    help_text = CliRunner().invoke(main, ["sweep", "--help"]).stdout
+    for key in ("models, clusters, gpus", "global_batch | global_batch_tokens", "seq_len, stacks, dtypes", "search",
+                "config", "kind, chunk_points, description"):
+        assert key in help_text, key          # the keys are taught where the user looks, not in a source file
     bad = CliRunner().invoke(main, ["sweep", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "o2")])
     assert bad.exit_code == 2 and bad.stderr.startswith("error: spec")
 
@@ -132,3 +180,30 @@ def test_a_sweep_without_dtypes_runs_each_gpu_in_its_16_bit_type():
     assert df.mfu_fp16_pct.iloc[0] == pytest.approx(float(one.mfu_fp16_pct), rel=1e-9)
     best = api.sweep_grid({**grid, "search": "best", "config": {}})
     assert best.status.iloc[0] == "ok" and best["dtype"].iloc[0] == "fp16"
+
+
+def test_a_best_sweep_row_holds_every_field_the_planner_set_so_it_reproduces_the_plan(tmp_path):
+    """Llama-3-70B on 64 H100, batch 128: the best plan offloads 37 layers' activations per
+    chunk (75.7 GiB; 115.4 without). The sweep row had no offload_activation_layers column (nor
+    zero_shard_group, recompute_num_layers, recompute_layers_decrement), so it named a plan that
+    does not fit; its columns are now paraplan plan's."""
+    from planners.plan import OUTPUT_COLUMNS
+    grid = {"models": ["llama3-70b"], "clusters": ["dgx-h100"], "gpus": [64], "global_batch": [128]}
+    row = api.sweep_grid(grid).iloc[0]
+    assert (row.cp, row.zero_stage, row.offload_activation_layers) == (2, 3, 37)
+    assert row.memory_gib == pytest.approx(75.74, abs=0.01)
+    planned = api.plan("llama3-70b", "dgx-h100", gpus=64, global_batch=128).iloc[0]
+    for k in OUTPUT_COLUMNS:
+        if k != "mfu":
+            assert row[k] == planned[k], k
+    one = api.simulate("llama3-70b", "dgx-h100", gpus=64, cp=2, micro_batch=1, global_batch=128, zero_stage=3,
+                       offload_activation_layers=37).iloc[0]
+    assert one.memory_gib == pytest.approx(row.memory_gib, rel=1e-9)
+
+    import yaml
+    spec = tmp_path / "best.yaml"
+    spec.write_text(yaml.safe_dump(grid))
+    result = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(tmp_path / "out"), "--local"])
+    assert re.fullmatch(r"1 point in [\d.]+ s \((0\.\d+|[1-9][\d.]*) points/s\): 1 ok", result.stdout.splitlines()[0])
+    csv_row = pd.read_csv(tmp_path / "out" / "results.csv").iloc[0]
+    assert csv_row.offload_activation_layers == 37 and csv_row.recompute_layers_decrement == 0

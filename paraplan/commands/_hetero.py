@@ -23,6 +23,7 @@ from hardware_specs.catalog import parse_yaml
 from hardware_specs.errors import InputError
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
+from paraplan import priors
 from paraplan.cli import dump_json, format_table, four_significant
 from planners.hetero_explain import POOL_HEADERS, layout_text, pool_rows
 from simulator import headroom
@@ -231,6 +232,9 @@ def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool) -
     table = result.plans.head(top)
     if as_json or as_csv:
         table = _mfu_in_percent(table, result.mfu_reference_dtype)     # the comparison is in percent already
+        # per row, as the one-kind plan's rows: False where a pool it runs on rests on the prior
+        table = table.assign(efficiency_fitted=[
+            not any(priors.is_prior(p.cluster) for p in result.row_plan(i)[1].pools) for i in range(len(table))])
     if as_json:
         data = {
             "request": {"model": result.model, "cluster": result.cluster,

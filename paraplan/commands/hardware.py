@@ -109,7 +109,7 @@ def pooled_detail(c: PooledCluster) -> dict:
         pools.append({"name": p.name, "gpus": p.gpus, "gpus_per_node": p.gpus_per_node, "cluster": p.cluster.name,
                       "gpu": gpu_detail(p.cluster.gpu), "scaleup": _tier(p.cluster.scaleup),
                       "scaleout": _tier(p.cluster.scaleout), "oversubscription": p.cluster.oversubscription,
-                      "efficiency_generation": eff.generation, "efficiency_prior": eff.is_prior})
+                      "efficiency_generation": eff.generation, "efficiency_fitted": not eff.is_prior})
     links = []
     names = c.pool_names
     explicit = {frozenset(l.pools) for l in c.links}
@@ -346,11 +346,12 @@ def _pooled_text(d: dict) -> str:
         g = p["gpu"]
         peak = g["peak_tflops"].get("bf16") or g["peak_tflops"].get("fp16") or g["peak_tflops"].get("fp32")
         rows.append([p["name"], g["name"], p["gpus"], p["gpus_per_node"], f"{peak:g}", f"{g['hbm_gib']:g}",
-                     f"{p['scaleup']['kind']} {p['scaleup']['bw_gb_per_s']:g}",
+                     f"{p['scaleup']['kind']} {p['scaleup']['bw_gbit_per_s']:g}",
                      f"{p['scaleout']['kind']} {p['scaleout']['bw_gbit_per_s']:g}",
-                     p["efficiency_generation"] + (" (prior, not fitted)" if p["efficiency_prior"] else "")])
+                     p["efficiency_generation"] + ("" if p["efficiency_fitted"] else " (prior, not fitted)")])
+    # both tiers in Gb/s, as `hardware list` and the api what-ifs (scaleup_gbit_per_s) name them (was GB/s for NVLink)
     lines.append(format_table(rows, ["pool", "gpu", "gpus", "gpus_per_node", "peak_16bit_tflops", "hbm_gib",
-                                     "scaleup_gb_per_s", "scaleout_gbit_per_s", "efficiency"],
+                                     "scaleup_gbit_per_s", "scaleout_gbit_per_s", "efficiency"],
                               align="llrrrrlll", indent="  ").rstrip())
     if d["links"]:
         lines += ["", "  links between pools (per GPU, one direction; path = slowest of NIC, link, NIC)"]

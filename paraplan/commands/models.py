@@ -1,6 +1,7 @@
 """``paraplan models list|show``: the model catalog (presets, YAML files, HF config.json)."""
 from __future__ import annotations
 
+import textwrap
 from dataclasses import asdict
 
 import click
@@ -10,6 +11,13 @@ from hardware_specs.errors import InputError
 from model_specs.catalog import list_models, load_model, model_path
 from model_specs.model_spec import ModelSpec
 from paraplan.cli import dump_json, format_table
+
+
+#: what ``active_params_b`` counts, for the table's footnote and the --help
+ACTIVE_PARAMS_MEANING = ("active_params_b: parameters one token uses, input embedding and LM head included "
+                         "(top-k routed + shared experts for MoE; DeepSeek-V3's \"37B activated\" = 37.55, "
+                         "Mixtral 8x7B's \"12.9B active\" = 12.88); params_b: every parameter, "
+                         "multi-token-prediction modules excluded")
 
 
 def model_row(m: ModelSpec) -> dict:
@@ -60,6 +68,12 @@ def list_cmd(as_json: bool) -> None:
     """Which model presets exist: layers, widths, heads, vocabulary, default sequence length,
     total and active parameters (billions) and MoE experts / top-k.
 
+    active_params_b counts the parameters one token uses, the input embedding and the LM head
+    included (the convention of DeepSeek-V3's "37B activated", 37.55 here, and Mixtral's
+    "12.9B active", 12.88 here): every dense weight, plus the top-k routed and the shared
+    experts of each MoE layer. params_b counts every parameter, multi-token-prediction modules
+    excluded (DeepSeek-V3's 671B).
+
     \b
     Example:
       paraplan models list --json
@@ -79,6 +93,7 @@ def list_cmd(as_json: bool) -> None:
     billions = ("params_b", "active_params_b")      # two decimals in every row: 46.70, not 46.7
     click.echo(format_table([[f"{v:.2f}" if k in billions else v for k, v in r.items()] for r in rows], list(rows[0])),
                nl=False)
+    click.echo("\n" + textwrap.fill(ACTIVE_PARAMS_MEANING, width=100, subsequent_indent="  "))
 
 
 @command.command("show", short_help="Every field of one model, with parameter counts.")

@@ -102,9 +102,9 @@ def display(df, cluster):
 
 #: what the ``config`` column's abbreviations mean (``paraplan.api.config_label``)
 CONFIG_LEGEND = ("config: dp tp pp (cp ep vpp when > 1) degrees, mb micro-batch, z ZeRO stage, hsdpG ZeRO over groups "
-                 "of G ranks,\n        sel / full / fullN recompute (N layers per chunk), offN layers per chunk whose "
-                 "activations are offloaded,\n        sp sequence parallel; 1f1b (interleaved if vpp > 1) and bf16 "
-                 "unless named; every field: --csv, --json\n")
+                 "of G ranks,\n        sel / full / fullN recompute (N layers per chunk; fullNdM: M fewer each later "
+                 "stage),\n        offN layers per chunk whose activations are offloaded, sp sequence parallel; 1f1b "
+                 "(interleaved if vpp > 1)\n        and bf16 unless named; every field: --csv, --json\n")
 
 
 def _table(df, ranked: bool = True, show_gpus: bool = False) -> str:

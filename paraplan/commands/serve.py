@@ -240,7 +240,7 @@ def render_simulation(report) -> str:
     rows = [["ttft_ms", f"{1e3 * m['ttft_s']:.1f}", "time to first token, mean"],
             ["ttft_p90_ms", f"{1e3 * m['ttft_p90_s']:.1f}", "time to first token, 90th percentile (queueing model)"],
             ["tpot_ms", f"{1e3 * m['tpot_s']:.2f}", "time per output token, mean"],
-            ["latency_s", f"{m['latency_s']:.2f}", "request latency = TTFT + (osl - 1) x TPOT"],
+            ["latency_ms", f"{1e3 * m['latency_s']:.1f}", "request latency = TTFT + (osl - 1) x TPOT"],
             ["tokens_per_s_per_gpu", f"{m['tokens_per_s_per_gpu']:,.1f}", "output tokens/s per GPU"],
             ["tokens_per_s_per_user", f"{m['tokens_per_s_per_user']:,.1f}", "output tokens/s each user sees"],
             ["max_batch_per_rank", f"{int(m['max_batch_per_rank'])}", _max_batch_meaning(ctx, m)]]
@@ -285,7 +285,8 @@ def render_simulation(report) -> str:
 @click.option("--prefill-workers", type=POS, default=1, show_default=True, help="disagg: prefill workers.")
 @_layout_options("decode-", "disagg decode worker")
 @click.option("--decode-workers", type=POS, default=1, show_default=True, help="disagg: decode workers.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (SI units: seconds, bytes).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the report as JSON (times in ms as serve plan's: ttft_ms, tpot_ms, latency_ms; memory in bytes).")
 def simulate_cmd(as_json: bool, **opts) -> None:
     """How fast does one deployment of MODEL on SYSTEM serve requests of ISL prompt and OSL output
     tokens, with BATCH requests in flight per rank?
@@ -314,9 +315,31 @@ def simulate_cmd(as_json: bool, **opts) -> None:
                          decode=_layout(opts, "decode-", "decode"), decode_workers=opts["decode_workers"])
     report = simulate_serving(dep, ctx)
     if as_json:
-        click.echo(dump_json(report.as_dict()), nl=False)
+        click.echo(dump_json(simulation_json(report)), nl=False)
     else:
         click.echo(render_simulation(report), nl=False)
+
+
+def _seconds_to_ms(data: dict) -> dict:
+    """``data`` with each ``*_s`` key renamed ``*_ms`` and its seconds (a number, or a mapping of
+    them) in milliseconds; other keys (``tokens_per_s_per_gpu``, ``*_bytes``) as they are."""
+    out = {}
+    for k, v in data.items():
+        if not k.endswith("_s"):
+            out[k] = v
+        elif isinstance(v, dict):
+            out[k[:-2] + "_ms"] = _seconds_to_ms(v)
+        else:
+            out[k[:-2] + "_ms"] = None if v is None else 1e3 * v
+    return out
+
+
+def simulation_json(report) -> dict:
+    """``ServingReport.as_dict()`` as ``serve simulate --json`` prints it: latencies in milliseconds
+    under ``_ms`` names (``ttft_ms``, ``tpot_ms``, ``latency_ms``, ``decode_breakdown_ms``), the
+    unit of ``serve plan``'s columns, of the --ttft-ms / --tpot-ms objectives and of ``validate
+    serving``; memory in bytes, throughput in tokens/s, shares as fractions."""
+    return _seconds_to_ms(report.as_dict())
 
 
 # --------------------------------------------------------------------------------------------

@@ -19,8 +19,21 @@ from hardware_specs.errors import InputError
 @click.option("--local", is_flag=True, help="Evaluate in this process, without Dask.")
 def command(spec_path: str, out_dir: str, scheduler: str | None, workers: int | None, local: bool) -> None:
     """Evaluate every point of the grid in SPEC.yaml (models x clusters x GPU counts x batches x
-    stacks x configurations; see paraplan/sweeps/spec.py for the keys) and write one row per
-    point, with the plan's columns, to OUT/results.parquet and OUT/results.csv.
+    stacks x configurations) and write one row per point, with paraplan plan's columns, to
+    OUT/results.parquet and OUT/results.csv.
+
+    \b
+    Keys (each axis a list; every combination is one point):
+      models, clusters, gpus    names as in `paraplan models list` / `hardware list`, GPU counts
+      global_batch | global_batch_tokens   sequences or tokens per step (one of the two)
+      seq_len, stacks, dtypes   optional: default each model's, megatron-core, each GPU's 16-bit
+      search                    best (the planner's best plan per point, default) or simulate
+      config                    simulate: a grid of ParallelConfig fields (tp, pp, cp, ep, vpp,
+                                micro_batch, zero_stage, recompute, sequence_parallel, ...);
+                                best: the values the planner may use
+      kind, chunk_points, description   training (the only kind yet), points per task, a note
+    A misspelt key or name is an error before anything runs; a point that cannot run (a
+    layout that does not divide, nothing fits) is a row with its status and reason.
 
     Chunks of points run as Dask tasks, each one vectorized evaluation: on a local cluster of
     this machine's cores, or on the cluster at --scheduler. Finished chunks are kept in
@@ -42,12 +55,14 @@ def command(spec_path: str, out_dir: str, scheduler: str | None, workers: int | 
       paraplan sweep what-if.yaml --out sweep-out/ --scheduler tcp://10.0.0.5:8786
     """
     from paraplan.sweeps import load_spec, run_sweep, write_results
+    from paraplan.sweeps.spec import check_names
 
     if local and scheduler:
         raise InputError("--local", "given with --scheduler", "use one of them")
     if not out_dir.strip():     # Path("") is the working folder: the results would land among its files
         raise InputError("--out", "is empty", "give a folder for the results, e.g. --out sweep-out/")
     spec = load_spec(spec_path)
+    check_names(spec)          # before the output folder is made
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise InputError("--out", f"{out} is a file", "give a folder")
@@ -68,6 +83,8 @@ def command(spec_path: str, out_dir: str, scheduler: str | None, workers: int | 
     paths = write_results(df, out)
     counts = df["status"].value_counts().to_dict()
     summary = ", ".join(f"{n:,} {status}" for status, n in counts.items())
-    click.echo(f"{len(df):,} points in {wall:.1f} s ({len(df) / wall:,.0f} points/s): {summary}")
+    rate = len(df) / wall
+    rate_text = f"{rate:,.0f}" if rate >= 10 else f"{rate:.2g}"     # a slow best sweep is not "0 points/s"
+    click.echo(f"{len(df):,} point{'' if len(df) == 1 else 's'} in {wall:.1f} s ({rate_text} points/s): {summary}")
     for p in paths:
         click.echo(f"wrote {p}")

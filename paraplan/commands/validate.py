@@ -70,6 +70,41 @@ def _fmt_pct(x) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
 
 
+def _fail_above_option(what: str):
+    return click.option("--fail-above", "fail_above_pct", type=click.FloatRange(min=0), metavar="PCT",
+                        help=f"For CI: after printing, exit 1 (one 'regression:' line on stderr) when the mean "
+                             f"|error| in percent {what} is above PCT, or when no row was predicted.")
+
+
+def _ok_errors(results, metric: str | None = None) -> list:
+    """``rel_error`` of the predicted rows (of ``metric``); none for a file without rows."""
+    if "status" not in results or "rel_error" not in results:
+        return []
+    ok = results[results["status"] == "ok"]
+    if metric is not None:
+        ok = ok[ok["metric"] == metric]
+    return ok["rel_error"].tolist()
+
+
+def _gate(limit_pct: float | None, errors: dict) -> None:
+    """Exit 1 when a metric's mean |rel_error| (percent) is above ``limit_pct``. ``errors``: metric
+    name -> the |rel_error| fractions of its predicted rows. Exit 2 stays for bad input."""
+    if limit_pct is None:
+        return
+    failed = []
+    for name, errs in errors.items():
+        errs = [abs(float(e)) for e in errs if e is not None and e == e]
+        if not errs:
+            failed.append(f"{name}: no row predicted")
+            continue
+        mean = 100.0 * sum(errs) / len(errs)
+        if mean > limit_pct:
+            failed.append(f"{name}: mean |error| {mean:.2f}% over {len(errs)} rows is above --fail-above {limit_pct:g}%")
+    if failed:
+        click.echo("regression: " + "; ".join(failed), err=True)
+        sys.exit(1)
+
+
 def _row_label(record: dict, index) -> str:
     """A skipped row's id as the file gives it; a row with no id is named by its position
     (an empty cell is read as missing, and would print as nan)."""
@@ -123,8 +158,9 @@ def summary_text(results, summary, list_skipped: bool) -> str:
               help="Also predict each source's rows with efficiency models refitted without that source "
                    "(leave-one-source-out; minutes). --json/--csv rows then carry the cross-validated "
                    "prediction, and the table shows it beside the in-sample error.")
+@_fail_above_option("over all predicted rows (the table's ALL row; cross-validated with --cross-validate)")
 def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as_csv: bool, out_path: str | None,
-                  list_skipped: bool, cross_validate: bool) -> None:
+                  list_skipped: bool, cross_validate: bool, fail_above_pct: float | None) -> None:
     """How well does the simulator predict the measured rows of PATH (a CSV with the columns of
     shared/validation/published_runs.csv)? Without PATH: the public published-runs file
     (../shared/validation/published_runs.csv beside the checkout, else the copy bundled with
@@ -139,6 +175,7 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
       paraplan validate published
       paraplan validate published --source KOR22
       paraplan validate published runs.csv --csv --out errors.csv
+      paraplan validate published --source KOR22 --fail-above 10     # a CI gate: exit 1 above 10%
     """
     from paraplan.validation.datasets import PUBLISHED_RUNS, validation_file
     from paraplan.validation.published import read_runs, summarize, validate_rows
@@ -151,6 +188,8 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
     if default_path:
         path = str(validation_file(PUBLISHED_RUNS))
     df = read_runs(path)
+    if df.empty:        # the per-source table had nothing to group (an internal KeyError)
+        raise InputError("PATH", f"{path} has a header but no rows", "add the runs to validate below the header")
     if source_prefix:
         df = df[df["run_id"].astype(str).str.startswith(source_prefix)]
         if df.empty:
@@ -177,6 +216,8 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
         click.echo(f"wrote {out_path} ({len(results)} rows, {int((results.status == 'ok').sum())} predicted)", err=True)
     else:
         click.echo(text, nl=False)
+    if fail_above_pct is not None:
+        _gate(fail_above_pct, {"all rows": _ok_errors(results)})
 
 
 @command.command("measured", short_help="Measure small torch runs here and compare with the prediction.")
@@ -254,12 +295,14 @@ def measured_cmd(cluster_path: str | None, steps: int, warmup: int, rounds: int,
               help="Link between the consumer GPUs of one node, GB/s one direction [default: each card's PCIe link].")
 @click.option("--json", "as_json", is_flag=True,
               help="One object per run and metric: id, metric (iter_time_s|peak_memory_bytes), status, predicted, "
-                   "measured, rel_error, reason, efficiency_prior, assumptions.")
+                   "measured, rel_error, reason, efficiency_fitted, assumptions.")
 @click.option("--csv", "as_csv", is_flag=True, help="The same rows as CSV.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False),
               help="Write the output to this file (atomically) instead of stdout.")
+@_fail_above_option("of the iteration time or of the peak memory over the predicted runs")
 def heterogeneous_cmd(path: str | None, inter_node_gbps: float | None, inter_node_latency_us: float | None,
-                      intra_node_gb_per_s: float | None, as_json: bool, as_csv: bool, out_path: str | None) -> None:
+                      intra_node_gb_per_s: float | None, as_json: bool, as_csv: bool, out_path: str | None,
+                      fail_above_pct: float | None) -> None:
     """How well are mixed-GPU and GH200 training plans predicted? PATH is a Sailor-format JSON
     file (default: the shared or bundled heterogeneous/sailor_runs.json).
 
@@ -267,8 +310,9 @@ def heterogeneous_cmd(path: str | None, inter_node_gbps: float | None, inter_nod
     simulated on pools built from its own fields; rel_error = (predicted - measured) / measured
     for the iteration time and the peak memory. Numbers resting on an unfitted efficiency prior
     (Turing: Titan RTX, RTX 2080 Ti) are marked "prior" in the table and carry
-    efficiency_prior: true in --json. The university cluster's network is not stated: it is the
-    input --inter-node-gbps (see the README).
+    efficiency_fitted: false in --json and --csv, as every other output marks them. The
+    university cluster's network is not stated: it is the input --inter-node-gbps (see the
+    README).
 
     \b
     Examples:
@@ -305,6 +349,8 @@ def heterogeneous_cmd(path: str | None, inter_node_gbps: float | None, inter_nod
         click.echo(f"wrote {out_path} ({len(records)} rows)", err=True)
     else:
         click.echo(text, nl=False)
+    _gate(fail_above_pct, {m: [r["rel_error"] for r in records if r["metric"] == m and r["status"] == "ok"]
+                           for m in het.METRICS})
 
 
 def _hetero_text(records, summary, gbps, lat, intra) -> str:
@@ -320,7 +366,7 @@ def _hetero_text(records, summary, gbps, lat, intra) -> str:
             reason = (t or m or {}).get("reason") or ""
             rows.append([short, "skipped", "-", "-", "-", "-", "-", "-", reason])
             continue
-        note = "prior" if t["efficiency_prior"] else ""
+        note = "" if t["efficiency_fitted"] else "prior"
         twin = [a for a in t["assumptions"] if "identical" in a]
         if twin:
             note = (note + "; " if note else "") + "duplicate numbers at the source"
@@ -331,7 +377,7 @@ def _hetero_text(records, summary, gbps, lat, intra) -> str:
     lines = [format_table(rows, head, align="llrrrrrrl").rstrip(), "",
              "error per system (|predicted - measured| / measured; prior = rests on an unfitted efficiency prior)"]
     srows = [[s["runs"], s["metric"], s["n"], f"{s['mean_abs_err_pct']:.1f}", f"{s['worst_abs_err_pct']:.1f}",
-              "yes" if s["efficiency_prior"] else "no"] for s in summary]
+              "no" if s["efficiency_fitted"] else "yes"] for s in summary]
     lines.append(format_table(srows, ["runs", "metric", "n", "mean_abs_err_pct", "worst_abs_err_pct", "prior"],
                               align="llrrrl").rstrip())
     intra_text = "each card's PCIe link" if intra is None else f"{intra:g} GB/s"
@@ -407,8 +453,9 @@ def _serving_csv(records: list[dict]) -> str:
 @click.option("--out", "out_path", type=click.Path(dir_okay=False),
               help="Write the output to this file (atomically) instead of stdout.")
 @click.option("--list-skipped", is_flag=True, help="List every skipped row id with its reason.")
+@_fail_above_option("of TTFT or of TPOT over the predicted rows")
 def serving_cmd(path: str | None, backend_filter: str | None, mode_filter: str | None, as_json: bool, as_csv: bool,
-                out_path: str | None, list_skipped: bool) -> None:
+                out_path: str | None, list_skipped: bool, fail_above_pct: float | None) -> None:
     """How well does the serving simulator predict measured deployments? PATH is a CSV with the
     columns of shared/validation/serving_runs.csv (default: that file, or the copy bundled with
     paraplan).
@@ -433,6 +480,9 @@ def serving_cmd(path: str | None, backend_filter: str | None, mode_filter: str |
     if out_path is not None:
         check_writable(out_path)
     df = read_rows(path if path is not None else validation_file(SERVING_RUNS))
+    if df.empty:
+        raise InputError("PATH", f"{path or validation_file(SERVING_RUNS)} has a header but no rows",
+                         "add the deployments to validate below the header")
     if backend_filter:
         df = df[df["backend"].astype(str).str.lower() == backend_filter.strip().lower()]
         if df.empty:
@@ -454,3 +504,5 @@ def serving_cmd(path: str | None, backend_filter: str | None, mode_filter: str |
         click.echo(f"wrote {out_path} ({len(df)} rows, {n_ok} predicted)", err=True)
     else:
         click.echo(text, nl=False)
+    if fail_above_pct is not None:
+        _gate(fail_above_pct, {m: _ok_errors(results, m) for m in ("ttft_ms", "tpot_ms")})

@@ -4,8 +4,8 @@
 scored together, one ``ConfigBatch`` through the step model (``simulator.step_model.evaluate``,
 the planner's scoring: closed-form pipeline bubble). ``search: best`` points each run the
 planner (``planners.plan``) and keep its winner. A point that cannot run (an invalid layout,
-nothing fits, an unknown name) is a row with ``status`` and the one-line ``reason``; the plan's
-columns are then empty.
+nothing fits, an unknown name; ``run_sweep`` refuses a spec naming one first, ``check_names``)
+is a row with ``status`` and the one-line ``reason``; the plan's columns are then empty.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from hardware_specs.errors import InputError
 from model_specs.catalog import load_model
 from paraplan.mfu import mfu_column, mfu_pct
 from paraplan.sweeps.spec import AUTO_DTYPE
+from planners.plan import OUTPUT_COLUMNS
 from simulator import headroom
 from simulator.config_batch import ConfigBatch
 from simulator.parallel_config import ParallelConfig
@@ -33,9 +34,9 @@ GIB = 2**30
 #: follow ``tokens_per_s_per_gpu`` (one per reference dtype present, see ``paraplan.mfu``)
 POINT_COLUMNS = ("point", "kind", "search", "model", "cluster", "gpu", "stack", "seq_len", "gpus",
                  "global_batch_tokens", "status", "reason", "efficiency_fitted")
-PLAN_COLUMNS = ("n_gpus", "dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "global_batch", "zero_stage",
-                "recompute", "sequence_parallel", "schedule", "dtype", "step_time_s", "tokens_per_s",
-                "tokens_per_s_per_gpu", "memory_gib", "headroom_gib", "fits") + TIME_PARTS
+#: the plan's columns are ``paraplan plan``'s (``planners.plan.OUTPUT_COLUMNS``): a best plan that
+#: offloads activations or recomputes some layers is reproducible from its row
+PLAN_COLUMNS = tuple(c for c in OUTPUT_COLUMNS if c != "mfu") + ("fits",) + TIME_PARTS
 
 
 def stack_fields(stack_name: str, dtype: str, model, gpu: str, tp: int) -> dict:
@@ -110,7 +111,9 @@ def _simulate_group(rows: list[dict], points: list[Mapping], model, cluster) -> 
     for i, (row, config) in enumerate(zip(where, configs)):
         c = config.as_dict()
         row.update({k: c[k] for k in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "global_batch",
-                                      "zero_stage", "recompute", "sequence_parallel", "schedule", "dtype")})
+                                      "zero_stage", "zero_shard_group", "recompute", "recompute_num_layers",
+                                      "recompute_layers_decrement", "offload_activation_layers",
+                                      "sequence_parallel", "schedule", "dtype")})
         row["n_gpus"] = config.n_gpus
         for k in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu") + TIME_PARTS:
             row[k] = float(np.asarray(out[k])[i])

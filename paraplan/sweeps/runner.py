@@ -21,10 +21,10 @@ import pandas as pd
 
 from hardware_specs.errors import InputError
 from paraplan.sweeps.evaluate import evaluate_points
-from paraplan.sweeps.spec import SweepSpec
+from paraplan.sweeps.spec import SweepSpec, check_names
 
 #: bump when the rows a chunk holds change meaning (columns, units), so old files are not reused
-CHUNK_FORMAT = 1
+CHUNK_FORMAT = 2
 
 
 def chunks(spec: SweepSpec) -> list[list[tuple[int, dict]]]:
@@ -104,6 +104,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path | None = None, *, client=None
         workers: processes of the default ``LocalCluster`` (default: this machine's cores).
         progress: called as ``progress(points_done, points_total)`` after each chunk.
     """
+    check_names(spec)
     parts = chunks(spec)
     total = sum(len(c) for c in parts)
     folder = None if out_dir is None else Path(out_dir) / "chunks"

@@ -34,7 +34,7 @@ from typing import Any, Iterator, Mapping
 from hardware_specs.catalog import parse_yaml
 from hardware_specs.errors import InputError, suggest
 from model_specs.model_spec import SIZE_LIMITS
-from simulator.parallel_config import MAX_GLOBAL_BATCH, MAX_GPUS
+from simulator.parallel_config import MAX_GLOBAL_BATCH, MAX_GPUS, AttentionKernel, CPKind, Recompute, Schedule
 
 #: what a point evaluates: a training step (``simulator``); ``serving`` is reserved for the
 #: serving simulator's deployments (a spec with it is refused until that kind is registered)
@@ -165,6 +165,9 @@ def _values(data: Mapping, key: str, kind, allow_none: bool = False) -> tuple:
 
 
 _INT_CONFIG = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_stage")
+#: config keys that take one of a few names: a misspelt one is the spec's error (ParallelConfig's
+#: own check and message), not a column of invalid rows
+_ENUM_CONFIG = {"recompute": Recompute, "schedule": Schedule, "cp_kind": CPKind, "attention_kernel": AttentionKernel}
 _BOOL_CONFIG = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
                 "ep_comm_overlap", "ep_dispatch_dedup", "flash_attention", "grad_accumulation_fusion",
                 "zero3_recompute_gather")
@@ -173,6 +176,8 @@ _BOOL_CONFIG = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gathe
 def _config_values(value: Any, key: str) -> tuple:
     """The values of one config axis, each of the type its ``ParallelConfig`` field takes (their
     ranges are the configuration's to check, point by point)."""
+    if key not in CONFIG_KEYS:      # before its values: a misspelt key is named as such
+        raise InputError(f"config.{key}", "not a field a sweep sets", suggest(key, CONFIG_KEYS))
     items = value if isinstance(value, list) else [value]
     for item in items:
         if key in _INT_CONFIG:
@@ -188,6 +193,9 @@ def _config_values(value: Any, key: str) -> tuple:
             ok, what = isinstance(item, str), "names"
         if not ok:
             raise InputError(f"config.{key}", f"expected {what}, got {item!r}")
+        names = [e.value for e in _ENUM_CONFIG.get(key, ())]
+        if names and str(item).lower() not in names:
+            raise InputError(f"config.{key}", f"unknown value {item!r}", "choose one of " + ", ".join(names))
     return tuple(int(i) if key in _INT_CONFIG else i for i in items)
 
 
@@ -216,6 +224,21 @@ def spec_from_dict(data: Mapping[str, Any]) -> SweepSpec:
         config={str(k): _config_values(v, str(k)) for k, v in config.items()},
         kind=data.get("kind", "training"), search=data.get("search", "best"), chunk_points=chunk,
         description=data.get("description", ""))
+
+
+def check_names(spec: SweepSpec) -> None:
+    """Raise the catalog's ``InputError`` (with its did-you-mean), under the axis's key, for a
+    model, cluster or stack the spec names that does not load: a misspelt name is the spec's
+    error, not a column of invalid rows found after the run."""
+    from hardware_specs.catalog import load_cluster, load_stack
+    from model_specs.catalog import load_model
+    for key, names, load in (("models", spec.models, load_model), ("clusters", spec.clusters, load_cluster),
+                             ("stacks", spec.stacks, load_stack)):
+        for name in names:
+            try:
+                load(name)
+            except InputError as exc:
+                raise InputError(key, exc.message, exc.fix) from None
 
 
 def load_spec(path: str | Path) -> SweepSpec:

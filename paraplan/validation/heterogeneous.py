@@ -30,7 +30,7 @@ The university cluster's network is not stated. It is an input, ``inter_node_gbp
 node, shared by the node slice's GPUs; default ``DEFAULT_INTER_NODE_GBPS``), with
 ``inter_node_latency_us``. Turing GPUs (Titan RTX, RTX 2080 Ti) rest on the unfitted Turing
 prior (``hardware_specs/efficiency/turing.yaml``) and the RTX 3090 on the ampere model fitted on
-A100 runs: every such number says so (``efficiency_prior`` / ``assumptions``).
+A100 runs: every such number says so (``efficiency_fitted: false`` / ``assumptions``).
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ DEFAULT_INTER_NODE_LATENCY_US = 50.0
 #: metrics compared, per run
 METRICS = ("iter_time_s", "peak_memory_bytes")
 #: row keys of --json
-ROW_KEYS = ("id", "metric", "status", "predicted", "measured", "rel_error", "reason", "efficiency_prior",
+ROW_KEYS = ("id", "metric", "status", "predicted", "measured", "rel_error", "reason", "efficiency_fitted",
             "assumptions")
 
 #: Sailor's GPU kinds -> catalog GPU (consumer cards: their server slice is built here)
@@ -303,7 +303,7 @@ def validate_runs(runs: list[dict], inter_node_gbps: float = DEFAULT_INTER_NODE_
         except (ValueError, InputError) as exc:
             for metric in METRICS:
                 records.append({"id": rid, "metric": metric, "status": "skipped", "predicted": None, "measured": None,
-                                "rel_error": None, "reason": str(exc), "efficiency_prior": False, "assumptions": []})
+                                "rel_error": None, "reason": str(exc), "efficiency_fitted": None, "assumptions": []})
             if progress:
                 progress()
             continue
@@ -319,7 +319,7 @@ def validate_runs(runs: list[dict], inter_node_gbps: float = DEFAULT_INTER_NODE_
             records.append({"id": rid, "metric": metric, "status": "ok", "predicted": predicted[metric],
                             "measured": measured[metric],
                             "rel_error": predicted[metric] / measured[metric] - 1.0, "reason": None,
-                            "efficiency_prior": prior, "assumptions": list(assumptions)})
+                            "efficiency_fitted": not prior, "assumptions": list(assumptions)})
         if progress:
             progress()
     return records
@@ -335,9 +335,9 @@ def summary(records: list[dict]) -> list[dict]:
         system = "gh200 (clariden)" if "/clariden/" in r["id"] else ("mixed (mit)" if "/mit/" in r["id"] else "other")
         for key in ((system, r["metric"]), ("all", r["metric"])):
             groups.setdefault(key, []).append(abs(r["rel_error"]) * 100.0)
-            priors[key] = priors.get(key, False) or r["efficiency_prior"]
+            priors[key] = priors.get(key, False) or not r["efficiency_fitted"]
     out = []
     for (system, metric), errs in sorted(groups.items()):
         out.append({"runs": system, "metric": metric, "n": len(errs), "mean_abs_err_pct": sum(errs) / len(errs),
-                    "worst_abs_err_pct": max(errs), "efficiency_prior": priors[(system, metric)]})
+                    "worst_abs_err_pct": max(errs), "efficiency_fitted": not priors[(system, metric)]})
     return out

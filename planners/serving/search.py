@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from cost_models.weight_formats import WEIGHT_FORMATS, weight_bytes
 from hardware_specs.errors import InputError
 from planners.serving.labels import prompts_per_step, worker_labels
 from planners.serving.pareto import pareto_front
@@ -198,9 +199,14 @@ def _no_layout_error(cands: pd.DataFrame, ttft_ms: float, tpot_ms: float, gpus: 
                           f"{best_tpot['tpot_ms']:.1f} ms ({best_tpot['mode']}, batch {int(best_tpot['batch'])})",
                           f"allow --tpot-ms {np.ceil(best_tpot['tpot_ms'] * 10) / 10:g} or more, or use faster GPUs")
     t = meet_tpot.loc[meet_tpot.ttft_ms.idxmin()]
-    return InputError("--ttft-ms", f"no layout meeting TPOT {tpot_ms:g} ms reaches TTFT {ttft_ms:g} ms: the best "
-                      f"is {t['ttft_ms']:.0f} ms (the lowest TTFT of any layout is {best_ttft['ttft_ms']:.0f} ms)",
-                      f"allow --ttft-ms {np.ceil(t['ttft_ms']):g} or more, or a looser --tpot-ms")
+    allow = f"allow --ttft-ms {np.ceil(t['ttft_ms']):g} or more"
+    if round(best_ttft["ttft_ms"]) < round(t["ttft_ms"]):     # a layout missing the TPOT objective starts sooner
+        return InputError("--ttft-ms", f"no layout meeting TPOT {tpot_ms:g} ms reaches TTFT {ttft_ms:g} ms: the best "
+                          f"is {t['ttft_ms']:.0f} ms (the lowest TTFT of any layout is {best_ttft['ttft_ms']:.0f} ms)",
+                          f"{allow}, or a looser --tpot-ms")
+    # the TPOT objective costs nothing here: loosening it would not help
+    return InputError("--ttft-ms", f"no layout on {gpus} GPUs reaches TTFT {ttft_ms:g} ms: the lowest is "
+                      f"{t['ttft_ms']:.0f} ms ({t['mode']}, batch {int(t['batch'])})", f"{allow}, or use more or faster GPUs")
 
 
 def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: float, modes=("agg", "disagg"),
@@ -220,6 +226,9 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
                          "plan one deployment unit and replicate it")
     if ctx.cluster.max_gpus is not None and gpus > ctx.cluster.max_gpus:
         raise InputError("--gpus", f"{gpus} GPUs exceed the {ctx.cluster.max_gpus} of {ctx.cluster.name}")
+    if "agg" not in modes and gpus < 2:      # not "nothing fits": the weights may well fit one GPU
+        raise InputError("--gpus", f"disaggregated serving needs a prefill and a decode worker, at least 2 GPUs; "
+                         f"got {gpus}", "use --gpus 2 or more, or --mode agg")
     t0 = time.perf_counter()
     parts = []
     evaluated = 0
@@ -233,8 +242,13 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
         parts.append(d)
     parts = [p for p in parts if len(p)]
     if not parts:
-        raise InputError("--gpus", f"no layout of {ctx.model.name} fits in {gpus} x {ctx.cluster.gpu.name}",
-                         "add GPUs, or use a smaller weight format (--precision fp8 / nvfp4)")
+        # only formats smaller than the one planned help (the suggestion named fp8 to an fp8 plan)
+        held = max(weight_bytes(ctx.dense_format), weight_bytes(ctx.expert_format))
+        smaller = [f for f in WEIGHT_FORMATS if weight_bytes(f) < held]
+        raise InputError("--gpus", f"no layout of {ctx.model.name} with {ctx.dense_format} weights fits in "
+                         f"{gpus} x {ctx.cluster.gpu.name}",
+                         "add GPUs" + (", or a smaller weight format: --precision " + " / ".join(smaller)
+                                       if smaller else ""))
     cands = pd.concat(parts, ignore_index=True, sort=False)
     cands["meets_slo"] = (cands.ttft_ms <= ttft_ms) & (cands.tpot_ms <= tpot_ms)
     fronts = []

@@ -45,7 +45,8 @@ class StageReport:
 class PoolReport:
     """Where one pool's step goes (its busiest stage), and its memory against its own HBM.
 
-    ``efficiency_prior``: the pool's efficiency model is an unfitted prior (its numbers rest on it).
+    ``efficiency_fitted``: False where the pool's efficiency model is an unfitted prior (its numbers
+    rest on it), as every other output names it.
     """
 
     pool: str
@@ -59,7 +60,7 @@ class PoolReport:
     hbm_bytes: float
     fits: bool
     efficiency_generation: str
-    efficiency_prior: bool
+    efficiency_fitted: bool
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,7 @@ def build_report(model: ModelSpec, cluster: PooledCluster, plan: HeteroPlan, eff
             stages=len(mine), layers=sum(s.layers for s in mine),
             time_s={k: t[k] for k in POOL_TIME_PARTS}, peak_memory_bytes=max(s.memory_bytes for s in mine),
             hbm_bytes=pool.cluster.gpu.hbm_bytes, fits=all(s.fits for s in mine),
-            efficiency_generation=effs[pi].generation, efficiency_prior=effs[pi].is_prior))
+            efficiency_generation=effs[pi].generation, efficiency_fitted=not effs[pi].is_prior))
     n_gpus = int(round(f(out["n_gpus"])))
     return HeteroReport(
         model=model.name, cluster=cluster.name, plan=filled, n_gpus=n_gpus, step_time_s=step,
@@ -180,7 +181,7 @@ def build_report(model: ModelSpec, cluster: PooledCluster, plan: HeteroPlan, eff
         tokens_per_s=f(out["tokens_per_s"]), tokens_per_s_per_gpu=f(out["tokens_per_s"]) / n_gpus,
         model_flops=f(out["model_flops"]), mfu=f(out["mfu"]), memory_bytes=f(out["memory_bytes"]),
         fits=bool(f(out["fits"])), groups=groups, stages=tuple(stages), pools=tuple(pools),
-        prior_pools=tuple(p.pool for p in pools if p.efficiency_prior), mfu_reference=f(out["mfu_reference"]),
+        prior_pools=tuple(p.pool for p in pools if not p.efficiency_fitted), mfu_reference=f(out["mfu_reference"]),
         mfu_reference_dtype=reference_name(p.cluster.gpu for p in cluster.pools))
 
 

@@ -48,10 +48,14 @@ class ServingContext:
         return self.stack.serving
 
     def check_request(self, isl: int, osl: int) -> None:
-        """Refuse a request longer than the model's context: prompt + output tokens above
-        ``ModelSpec.max_context_tokens`` (config.json ``max_position_embeddings``; the engines
-        refuse such a request, vLLM with "This model's maximum context length is ..."). Nothing
-        is checked for a model that does not state its context."""
+        """Refuse a request with fewer than 2 output tokens (no TPOT), or one longer than the
+        model's context: prompt + output tokens above ``ModelSpec.max_context_tokens``
+        (config.json ``max_position_embeddings``; the engines refuse such a request, vLLM with
+        "This model's maximum context length is ..."); no length is refused for a model that
+        does not state its context."""
+        if osl < 2:     # TPOT is the gap between output tokens: one token has none (it printed 0 ms)
+            raise InputError("--osl", f"{osl} output token has no time per output token (TPOT)",
+                             "use --osl 2 or more; the prompt alone is TTFT")
         most = self.model.max_context_tokens
         if most and isl + osl > most:
             name = "--isl" if isl >= most else "--osl"
