@@ -18,7 +18,8 @@ from collections import Counter
 
 import click
 
-from paraplan.cli import check_writable, dump_json, format_table, four_significant, step_bar, write_atomic
+from paraplan.cli import (atomic_output_path, check_image_path, check_writable, dump_json, format_table,
+                          four_significant, step_bar, write_atomic)
 from hardware_specs.errors import InputError
 
 #: the per-row output columns of --json / --csv, in order.
@@ -74,6 +75,17 @@ def _fail_above_option(what: str):
     return click.option("--fail-above", "fail_above_pct", type=click.FloatRange(min=0), metavar="PCT",
                         help=f"For CI: after printing, exit 1 (one 'regression:' line on stderr) when the mean "
                              f"|error| in percent {what} is above PCT, or when no row was predicted.")
+
+
+def _plot_option(what: str):
+    return click.option("--plot", "plot_path", type=click.Path(dir_okay=False), metavar="FILE",
+                        help=f"Also draw {what} to FILE (.png, .svg or .pdf).")
+
+
+def _write_plot(plot_path: str, draw) -> None:
+    """Draw a figure to ``plot_path`` atomically (``draw(tmp_path)``) and say so on stderr."""
+    atomic_output_path(plot_path, draw, "--plot")
+    click.echo(f"wrote {plot_path}", err=True)
 
 
 def _ok_errors(results, metric: str | None = None) -> list:
@@ -158,9 +170,10 @@ def summary_text(results, summary, list_skipped: bool) -> str:
               help="Also predict each source's rows with efficiency models refitted without that source "
                    "(leave-one-source-out; minutes). --json/--csv rows then carry the cross-validated "
                    "prediction, and the table shows it beside the in-sample error.")
+@_plot_option("each predicted row's speed error, one column per source (cross-validated with --cross-validate)")
 @_fail_above_option("over all predicted rows (the table's ALL row; cross-validated with --cross-validate)")
 def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as_csv: bool, out_path: str | None,
-                  list_skipped: bool, cross_validate: bool, fail_above_pct: float | None) -> None:
+                  list_skipped: bool, cross_validate: bool, plot_path: str | None, fail_above_pct: float | None) -> None:
     """How well does the simulator predict the measured rows of PATH (a CSV with the columns of
     shared/validation/published_runs.csv)? Without PATH: the public published-runs file
     (../shared/validation/published_runs.csv beside the checkout, else the copy bundled with
@@ -176,6 +189,7 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
       paraplan validate published --source KOR22
       paraplan validate published runs.csv --csv --out errors.csv
       paraplan validate published --source KOR22 --fail-above 10     # a CI gate: exit 1 above 10%
+      paraplan validate published --plot published_errors.png        # the errors by source, as a figure
     """
     from paraplan.validation.datasets import PUBLISHED_RUNS, validation_file
     from paraplan.validation.published import read_runs, summarize, validate_rows
@@ -184,6 +198,8 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
         raise InputError("--json", "give --json or --csv, not both")
     if out_path is not None:
         check_writable(out_path)   # fail now, not after predicting every row
+    if plot_path is not None:
+        check_image_path(plot_path, "--plot")
     default_path = path is None
     if default_path:
         path = str(validation_file(PUBLISHED_RUNS))
@@ -216,6 +232,11 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
         click.echo(f"wrote {out_path} ({len(results)} rows, {int((results.status == 'ok').sum())} predicted)", err=True)
     else:
         click.echo(text, nl=False)
+    if plot_path is not None:
+        from paraplan.validation_plots import published_error_strip
+        _write_plot(plot_path, lambda tmp: published_error_strip(
+            results, tmp, title=("cross-validated (each source predicted by a fit without it)" if cross_validate
+                                 else None)))
     if fail_above_pct is not None:
         _gate(fail_above_pct, {"all rows": _ok_errors(results)})
 
@@ -453,9 +474,10 @@ def _serving_csv(records: list[dict]) -> str:
 @click.option("--out", "out_path", type=click.Path(dir_okay=False),
               help="Write the output to this file (atomically) instead of stdout.")
 @click.option("--list-skipped", is_flag=True, help="List every skipped row id with its reason.")
+@_plot_option("predicted against measured TTFT and TPOT, one colour per backend")
 @_fail_above_option("of TTFT or of TPOT over the predicted rows")
 def serving_cmd(path: str | None, backend_filter: str | None, mode_filter: str | None, as_json: bool, as_csv: bool,
-                out_path: str | None, list_skipped: bool, fail_above_pct: float | None) -> None:
+                out_path: str | None, list_skipped: bool, plot_path: str | None, fail_above_pct: float | None) -> None:
     """How well does the serving simulator predict measured deployments? PATH is a CSV with the
     columns of shared/validation/serving_runs.csv (default: that file, or the copy bundled with
     paraplan).
@@ -471,6 +493,7 @@ def serving_cmd(path: str | None, backend_filter: str | None, mode_filter: str |
       paraplan validate serving
       paraplan validate serving --backend vllm --mode agg
       paraplan validate serving ../shared/validation/serving_runs.csv --json --out serving_errors.json
+      paraplan validate serving --plot serving_errors.png
     """
     from paraplan.validation.datasets import SERVING_RUNS, validation_file
     from paraplan.validation.serving import read_rows, summarize, validate_rows
@@ -479,6 +502,8 @@ def serving_cmd(path: str | None, backend_filter: str | None, mode_filter: str |
         raise InputError("--json", "give --json or --csv, not both")
     if out_path is not None:
         check_writable(out_path)
+    if plot_path is not None:
+        check_image_path(plot_path, "--plot")
     df = read_rows(path if path is not None else validation_file(SERVING_RUNS))
     if df.empty:
         raise InputError("PATH", f"{path or validation_file(SERVING_RUNS)} has a header but no rows",
@@ -504,5 +529,8 @@ def serving_cmd(path: str | None, backend_filter: str | None, mode_filter: str |
         click.echo(f"wrote {out_path} ({len(df)} rows, {n_ok} predicted)", err=True)
     else:
         click.echo(text, nl=False)
+    if plot_path is not None:
+        from paraplan.validation_plots import serving_scatter
+        _write_plot(plot_path, lambda tmp: serving_scatter(results, tmp))
     if fail_above_pct is not None:
         _gate(fail_above_pct, {m: _ok_errors(results, m) for m in ("ttft_ms", "tpot_ms")})
