@@ -270,10 +270,32 @@ UNFUSED_SOFTMAX_EXTRA_BYTES_BWD = 4.0
 FALLBACK_SOFTMAX_EXTRA_BYTES_FWD = 36.0 - 4.0
 FALLBACK_SOFTMAX_EXTRA_BYTES_BWD = 40.0 - 6.0
 FALLBACK_SOFTMAX_EXTRA_KERNELS = 4.0
+#: fp32 scores (fp32 training, TF32 GEMMs included): Megatron's ``FusedScaleMaskSoftmax`` takes
+#: its fused kernel for 16-bit inputs only (``is_kernel_available``: ``self.input_in_float16``;
+#: Megatron-LM 2020-2023 and the Megatron-DeepSpeed copy, megatron/model/fused_softmax.py), so
+#: fp32 scores always run ``forward_torch_softmax`` with no casts: the scale (if the stack sets
+#: one; read 4 + write 4 bytes a score), ``attention_mask_func``'s in-place ``masked_fill_``
+#: (4 + 4) and ``torch.nn.Softmax`` (4 + 4). Backward, per PyTorch's derivatives
+#: (tools/autograd/derivatives.yaml): softmax backward reads the probabilities and their
+#: gradient and writes (12), ``masked_fill_``'s ``grad.masked_fill(mask, 0)`` (8), the scale's
+#: multiply (8). Without a scale the ``masked_fill_`` runs in place on the score GEMM's output
+#: view (``attention_scores = matmul_result.view(...)``), so autograd wraps its backward in
+#: ``CopySlices`` (torch/csrc/autograd/functions/tensor.cpp ``CopySlices::apply``): copy the
+#: gradient into a new base (8), clone the slice (8), the ``masked_fill`` (8), copy the result
+#: back (8): 32 bytes and four kernels in place of 8 and one.
+FP32_SOFTMAX_BYTES_FWD = 8.0
+FP32_MASK_BYTES_FWD = 8.0
+FP32_SCALE_BYTES = 8.0
+FP32_SOFTMAX_BYTES_BWD = 12.0
+FP32_MASK_BWD_BYTES = 8.0
+FP32_MASK_BWD_ON_VIEW_BYTES = 32.0
+FP32_MASK_BWD_ON_VIEW_KERNELS = 4.0
+#: fp32 attention dropout: read 4 + write 4 bytes and a 1-byte mask each way
+FP32_DROPOUT_BYTES = 9.0
 
 
 def materialised_attention_time_s(tokens, seq_len, heads, qk_dim, v_dim, rates: ComputeRates, softmax_fusion=True,
-                                  attention_dropout=True, fused_softmax_fits=True):
+                                  attention_dropout=True, fused_softmax_fits=True, softmax_scale_pass=True):
     """(forward, backward) seconds of an unfused attention core: batched GEMMs over the full
     square of scores (the causal mask is applied to them, not skipped) and memory-bound passes
     over the scores (``MATERIALISED_SCORE_BYTES_*``, less the dropout's passes without attention
@@ -282,6 +304,10 @@ def materialised_attention_time_s(tokens, seq_len, heads, qk_dim, v_dim, rates: 
     ``softmax_fusion`` False: the separate 16-bit scale, mask and softmax of 2019-2020 Megatron
     (``UNFUSED_SOFTMAX_*``); True but ``fused_softmax_fits`` False (per row): the fused kernel's
     fp32 PyTorch fallback (``FALLBACK_SOFTMAX_*``).
+
+    fp32 scores (``rates.act_bytes`` 4): the fused kernel never runs, whatever ``softmax_fusion``;
+    PyTorch's fp32 ops instead (``FP32_*``), with a scale pass unless ``softmax_scale_pass`` is
+    False (per row allowed), in which case the mask's backward pays ``CopySlices``' copies.
 
     ``tokens`` queries (micro_batch * seq) over ``heads`` heads (per GPU), each against
     ``seq_len`` keys. Forward: per (sequence, head), QK^T is (s, s, qk_dim) and PV is
@@ -299,6 +325,17 @@ def materialised_attention_time_s(tokens, seq_len, heads, qk_dim, v_dim, rates: 
     fallback = fusion * (1.0 - np.asarray(fused_softmax_fits, dtype=float))
     dropout = float(bool(attention_dropout))
     no_dropout = (1.0 - dropout) * ATTENTION_DROPOUT_SCORE_BYTES
+    if rates.act_bytes == 4.0:
+        scale = np.asarray(softmax_scale_pass, dtype=float)
+        on_view = 1.0 - scale
+        fwd = qk + pv + memory_bound_time_s(
+            scores * (FP32_MASK_BYTES_FWD + FP32_SOFTMAX_BYTES_FWD + scale * FP32_SCALE_BYTES + dropout * FP32_DROPOUT_BYTES),
+            rates, 2 + scale + dropout)
+        bwd = 2.0 * (qk + pv) + memory_bound_time_s(
+            scores * (FP32_SOFTMAX_BYTES_BWD + scale * (FP32_SCALE_BYTES + FP32_MASK_BWD_BYTES)
+                      + on_view * FP32_MASK_BWD_ON_VIEW_BYTES + dropout * FP32_DROPOUT_BYTES),
+            rates, 1 + 2 * scale + on_view * FP32_MASK_BWD_ON_VIEW_KERNELS + dropout)
+        return fwd, bwd
     fwd = qk + pv + memory_bound_time_s(
         scores * (MATERIALISED_SCORE_BYTES_FWD - no_dropout + unfused * UNFUSED_SOFTMAX_EXTRA_BYTES_FWD
                   + fallback * FALLBACK_SOFTMAX_EXTRA_BYTES_FWD),

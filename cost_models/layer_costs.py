@@ -255,7 +255,7 @@ def fused_softmax_kernel_available(tokens, seq_len, heads_per_gpu):
 
 def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len, tp, sp, softmax_exposed=None,
                           flash_attention=True, softmax_fusion=True, mma_share=1.0, current_scaling=False,
-                          unpad=False):
+                          unpad=False, softmax_scale_pass=True):
     """Forward/backward seconds and FLOPs of one attention block (no communication).
 
     ``softmax_exposed``: share of the attention core's softmax exponentials added to its
@@ -266,6 +266,9 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
     (``compute.materialised_attention_time_s``), its scale, mask and softmax one fused kernel
     unless ``softmax_fusion`` is False (three passes, 2019-2020) or the shape rules the kernel out
     (``fused_softmax_kernel_available``: PyTorch's ops in fp32 instead).
+    ``softmax_scale_pass`` (per row allowed): fp32 scores are scaled by their own op before the
+    mask; False: the mask runs in place on the score GEMM's output (``compute.
+    materialised_attention_time_s``; no effect on 16-bit scores or a fused core).
     ``unpad`` (per row allowed): the stack copies the query, key and value rows into packed
     tensors for the core and the output back (``unpad_copy_bytes``; element-wise time).
 
@@ -290,7 +293,7 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
     if not np.all(flash_attention):
         mat_fwd, mat_bwd = materialised_attention_time_s(
             tokens, seq_len, heads, qk, v, rates, softmax_fusion, model.attention_dropout,
-            fused_softmax_kernel_available(tokens, seq_len, heads))
+            fused_softmax_kernel_available(tokens, seq_len, heads), softmax_scale_pass)
         core_fwd = np.where(flash_attention, core_fwd, mat_fwd)
         core_bwd = np.where(flash_attention, core_bwd, mat_bwd)
     split = np.where(sp, tp, 1.0)

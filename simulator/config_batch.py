@@ -71,6 +71,7 @@ class ConfigBatch:
     param_prefetch_max_elements: np.ndarray
     tp_backward_overlap: np.ndarray
     softmax_fusion: np.ndarray
+    softmax_scale_pass: np.ndarray
     attention_unpad: np.ndarray
     glu_clamp_eager: np.ndarray
     cross_entropy: np.ndarray        # index into CROSS_ENTROPY_IMPLS
@@ -145,6 +146,7 @@ class ConfigBatch:
             param_prefetch_max_elements=col("param_prefetch_max_elements", float, float),
             tp_backward_overlap=col("tp_backward_overlap", bool, bool),
             softmax_fusion=col("softmax_fusion", bool, bool),
+            softmax_scale_pass=col("softmax_scale_pass", bool, bool),
             attention_unpad=col("attention_unpad", bool, bool),
             glu_clamp_eager=col("glu_clamp_eager", bool, bool),
             cross_entropy=col("cross_entropy", CROSS_ENTROPY_CODES.get),
@@ -209,6 +211,7 @@ class ConfigBatch:
             param_prefetch_backward=float(self.param_prefetch_backward[i]),
             param_prefetch_max_elements=float(self.param_prefetch_max_elements[i]),
             tp_backward_overlap=bool(self.tp_backward_overlap[i]), softmax_fusion=bool(self.softmax_fusion[i]),
+            softmax_scale_pass=bool(self.softmax_scale_pass[i]),
             attention_unpad=bool(self.attention_unpad[i]), glu_clamp_eager=bool(self.glu_clamp_eager[i]),
             cross_entropy=CROSS_ENTROPY_IMPLS[int(self.cross_entropy[i])],
             param_gather_per_tensor=bool(self.param_gather_per_tensor[i]), cuda_graphs=bool(self.cuda_graphs[i]),

@@ -76,7 +76,8 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
                 ep, etp, imbalance, tp_overlap, cp_kind, attention_kernel, flash_attention, ep_overlap,
                 tp_backward_overlap=True, softmax_fusion=True, cuda_graphs=False, modules=0,
                 ep_dispatch_dedup=False, fp8_current_scaling=False, attention_unpad=False,
-                glu_clamp_eager=False, grouped_gemm_streams=1, cross_entropy="megatron_unfused") -> dict:
+                glu_clamp_eager=False, grouped_gemm_streams=1, cross_entropy="megatron_unfused",
+                softmax_scale_pass=True) -> dict:
     """Per-layer times (seconds, one micro-batch) and FLOPs for the given layer keys; see the
     module docstring for the keys (``f_dense``, ``b_moe``, ...) and the model's ends
     (``emb_f``, ``emb_b``, ``head_f``, ``head_b``, ``head_w``, ``mtp_f``, ``mtp_b``,
@@ -89,7 +90,8 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     ``grouped_gemm_streams``: per-expert GEMMs of a grouped linear that run at once
     (``ParallelConfig.grouped_gemm_streams``); the host still issues every one of them.
     ``cross_entropy``: the loss implementation (``ParallelConfig.cross_entropy``; a name, or codes
-    per row, ``cost_models.cross_entropy``)."""
+    per row, ``cost_models.cross_entropy``). ``softmax_scale_pass``: fp32 scores of a materialised
+    core are scaled by their own op (``ParallelConfig.softmax_scale_pass``)."""
     h = float(model.hidden_size)
     s = float(model.seq_len)
     tokens = np.asarray(tokens, dtype=float)
@@ -103,7 +105,8 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     def costs(r, streams):
         """({kind: sequence-mixing block}, {kind: MLP block}) for the two layer slots."""
         a = layer_costs.attention_block_costs(model, r, tokens, s, tp, sp, softmax_exposed, flash_attention,
-                                              softmax_fusion, mma_share, fp8_current_scaling, attention_unpad)
+                                              softmax_fusion, mma_share, fp8_current_scaling, attention_unpad,
+                                              softmax_scale_pass)
         b = {"dense": layer_costs.dense_mlp_costs(model, r, tokens, tp, sp, ffn=dense_ffn,
                                                   current_scaling=fp8_current_scaling)}
         if model.moe is not None:

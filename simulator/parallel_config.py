@@ -82,7 +82,7 @@ MAX_MOE_LOAD_IMBALANCE = 2**20
 BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
                "flash_attention", "grad_accumulation_fusion", "uneven_layers", "zero3_recompute_gather",
                "ep_comm_overlap", "ep_dispatch_dedup", "grad_reduce_every_microbatch", "tp_backward_overlap", "softmax_fusion",
-               "attention_unpad", "glu_clamp_eager",
+               "softmax_scale_pass", "attention_unpad", "glu_clamp_eager",
                "param_gather_per_tensor", "cuda_graphs", "fp8_current_scaling", "collective_per_rank_copies",
                "zero3_grad_all_reduce", "fp8_param_gather")
 #: non-negative integer fields (0 = not set)
@@ -202,6 +202,12 @@ class ParallelConfig:
             stays exposed either way: its GEMMs wait for it.
         softmax_fusion: the materialised attention's scale, mask and softmax are one kernel
             (Megatron v2.0+); off = three memory passes (2019-2020).
+        softmax_scale_pass: fp32 scores of a materialised core (which never take the fused
+            kernel) are scaled by their own op before the mask (Megatron's
+            ``FusedScaleMaskSoftmax`` with a scale, e.g. under ``apply_query_key_layer_scaling``);
+            off = no scale op, the mask's ``masked_fill_`` runs in place on the score GEMM's output
+            and its backward pays autograd's ``CopySlices`` copies
+            (``cost_models.compute.FP32_MASK_BWD_ON_VIEW_BYTES``). No effect on 16-bit scores.
         attention_unpad: the stack copies the attention core's query, key and value rows into
             packed (unpadded) tensors and scatters its output back, forward and backward
             (llm-foundry's flash path; ``layer_costs.unpad_copy_bytes``).
@@ -307,6 +313,7 @@ class ParallelConfig:
     param_prefetch_max_elements: float = 0.0
     tp_backward_overlap: bool = True
     softmax_fusion: bool = True
+    softmax_scale_pass: bool = True
     attention_unpad: bool = False
     glu_clamp_eager: bool = False
     grouped_gemm_streams: int = 1

@@ -219,3 +219,59 @@ def test_fused_softmax_fallback_runs_five_fp32_pytorch_ops_each_way():
     unfused = materialised_attention_time_s(s, s, heads, 64, 64, rates, softmax_fusion=False, fused_softmax_fits=False)
     assert float(unfused[0] - fused[0]) == pytest.approx(scores * 8 / bw + 2 * k, rel=1e-9)
 
+
+
+def test_fp32_scores_run_pytorch_ops_at_four_bytes_an_element_and_never_the_fused_kernel():
+    """fp32 training (TF32 GEMMs): ``FusedScaleMaskSoftmax`` needs 16-bit inputs for its kernel,
+    so the scores take ``forward_torch_softmax`` whatever the fusion switch, at 4 bytes a score:
+    forward masked_fill_ (4 + 4) and softmax (4 + 4) = 16 bytes, two kernels, plus the scale
+    (4 + 4) when the stack sets one: 24 bytes, three kernels. Backward: softmax backward (read
+    P and dP, write: 12), the scale's multiply (8) and the mask's ``grad.masked_fill`` (8): 28
+    bytes, three kernels; without a scale the in-place mask hit the score GEMM's output view,
+    and autograd's ``CopySlices`` copies the gradient into a new base (8), clones the slice (8),
+    masks it (8) and copies it back (8): 12 + 32 = 44 bytes, five kernels."""
+    from cost_models.compute import compute_rates, gemm_time_s, materialised_attention_time_s
+    from hardware_specs.catalog import load_efficiency, load_gpu
+    rates = compute_rates(load_gpu("a100-sxm-80gb"), load_efficiency("ampere"), "tf32")
+    assert rates.act_bytes == 4.0
+    # OPT-350M at tp 4: 16 / 4 = 4 heads a GPU, 8 sequences of 2048: 8 x 4 x 2048^2 scores
+    s, heads, d, seqs = 2048.0, 4.0, 64.0, 8.0
+    pairs = seqs * heads
+    scores = pairs * s * s
+    assert scores == 134_217_728
+    qk = gemm_time_s(s, s, d, rates, count=pairs) - (pairs - 1) * rates.kernel_overhead_s
+    pv = gemm_time_s(s, d, s, rates, count=pairs) - (pairs - 1) * rates.kernel_overhead_s
+    bw, k = rates.hbm_bytes_per_s, rates.kernel_overhead_s
+    fwd, bwd = materialised_attention_time_s(seqs * s, s, heads, d, d, rates, softmax_fusion=False,
+                                             attention_dropout=False, softmax_scale_pass=False)
+    assert float(fwd) == pytest.approx(qk + pv + scores * 16 / bw + 2 * k, rel=1e-12)
+    assert float(bwd) == pytest.approx(2 * (qk + pv) + scores * 44 / bw + 5 * k, rel=1e-12)
+    # 2.147 GB forward and 5.906 GB backward over the scores: at 2.5 TB/s 0.86 and 2.36 ms
+    assert scores * 16 == pytest.approx(2.147e9, rel=1e-3) and scores * 44 == pytest.approx(5.906e9, rel=1e-3)
+    scaled = materialised_attention_time_s(seqs * s, s, heads, d, d, rates, softmax_fusion=False,
+                                           attention_dropout=False)
+    assert float(scaled[0]) == pytest.approx(qk + pv + scores * 24 / bw + 3 * k, rel=1e-12)
+    assert float(scaled[1]) == pytest.approx(2 * (qk + pv) + scores * 28 / bw + 3 * k, rel=1e-12)
+    # the fused kernel is never taken on fp32 scores: the fusion switch and the shape do not matter
+    for fusion in (True, False):
+        for fits in (True, False):
+            assert materialised_attention_time_s(seqs * s, s, heads, d, d, rates, softmax_fusion=fusion,
+                                                 attention_dropout=False, fused_softmax_fits=fits) == \
+                pytest.approx(scaled, rel=1e-12)
+    # attention dropout in fp32: read 4 + write 4 + a 1-byte mask, each way, one kernel each
+    dropped = materialised_attention_time_s(seqs * s, s, heads, d, d, rates, attention_dropout=True)
+    assert float(dropped[0] - scaled[0]) == pytest.approx(scores * 9 / bw + k, rel=1e-9)
+    assert float(dropped[1] - scaled[1]) == pytest.approx(scores * 9 / bw + k, rel=1e-9)
+
+
+def test_the_scale_switch_leaves_16_bit_scores_alone():
+    """16-bit scores: a Megatron torch path casts them to fp32 first (a new tensor), so no
+    ``CopySlices``; ``softmax_scale_pass`` changes nothing there."""
+    from cost_models.compute import compute_rates, materialised_attention_time_s
+    from hardware_specs.catalog import load_efficiency, load_gpu
+    rates = compute_rates(load_gpu("a100-sxm-80gb"), load_efficiency("ampere"), "fp16")
+    for fusion, fits in ((True, True), (True, False), (False, False)):
+        a = materialised_attention_time_s(2048.0, 2048.0, 4.0, 64, 64, rates, fusion, False, fits)
+        b = materialised_attention_time_s(2048.0, 2048.0, 4.0, 64, 64, rates, fusion, False, fits,
+                                          softmax_scale_pass=False)
+        assert a == b

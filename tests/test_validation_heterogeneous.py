@@ -53,8 +53,12 @@ def test_gh200_runs_are_predicted_within_the_measured_bounds(records):
     # 43.7%: again a little faster where these runs were already fast. The nineteenth round (the
     # loss's bytes per stack; refit: Hopper HBM 0.606 -> 0.641): 22.6% mean, a regression of 0.6
     # points recorded here (bound 22.5% -> 23%), for the same reason.
-    assert time_err.mean() <= 0.23
-    assert time_err.max() <= 0.45
+    # 2026-12-03 (sailor2): the fp32 scores' passes priced as these runs execute them (4 bytes an
+    # element; no scale op in Sailor's layers, so the mask's backward pays autograd's CopySlices
+    # copies): 16 + 44 bytes a score in place of 12 + 10, 9.2% mean, worst 35.9% (GPT-Neo-2.7B on
+    # 2 nodes), under the 15% target; the bound follows.
+    assert time_err.mean() <= 0.095
+    assert time_err.max() <= 0.36
     assert mem_err.mean() <= 0.13
 
 
@@ -137,3 +141,27 @@ def test_damaged_files_and_runs_are_named(tmp_path):
     unknown = json.loads(json.dumps(RUNS[-1]))
     unknown["pipeline_list"][0]["tmp_per_stage"][0][0][0][0][0] = "B9000"
     assert "unknown GPU kind" in het.validate_runs([unknown])[0]["reason"]
+
+
+def test_sailor_layers_mask_the_fp32_scores_in_place_without_a_scale(monkeypatch):
+    """Sailor's OPT / GPT-Neo layers build ``FusedScaleMaskSoftmax`` with ``coeff = None``: the
+    plan says so (``softmax_scale_pass`` off), and against a stack with a scale op it costs,
+    per score, 8 bytes less forward (16 vs 24) and 16 more backward (44 vs 28) and one kernel
+    more (2 + 5 vs 3 + 3). N16_D16 (OPT-350M, one stage, tp 4, 8 micro-batches of 8 sequences):
+    8 x 4 x 2048^2 = 134,217,728 scores a layer, 24 layers x 8 micro-batches."""
+    from cost_models.compute import compute_rates
+    from simulator.heterogeneous import simulate_heterogeneous
+    from simulator.heterogeneous.unit_costs import pool_efficiencies
+    run = next(r for r in RUNS if r["_file"].endswith("OPT-350/N16/plan_config_N16_D16.json"))
+    model, cluster, plan, _ = het.run_inputs(run)
+    assert plan.settings.softmax_scale_pass is False and plan.settings.softmax_fusion is False
+    without = simulate_heterogeneous(model, cluster, plan).step_time_s
+    monkeypatch.setattr(het, "SOFTMAX_SCALE_PASS", True)
+    model, cluster, scaled_plan, _ = het.run_inputs(run)
+    assert scaled_plan.settings.softmax_scale_pass is True
+    scaled = simulate_heterogeneous(model, cluster, scaled_plan).step_time_s
+    pool = cluster.pools[0].cluster
+    rates = compute_rates(pool.gpu, pool_efficiencies(cluster)[0], "tf32")
+    scores = 8 * 4 * 2048 ** 2
+    per_layer = scores * (16 + 44 - 24 - 28) / rates.hbm_bytes_per_s + rates.kernel_overhead_s
+    assert without - scaled == pytest.approx(24 * 8 * per_layer, rel=1e-6)
