@@ -72,6 +72,7 @@ class ConfigBatch:
     tp_backward_overlap: np.ndarray
     softmax_fusion: np.ndarray
     softmax_scale_pass: np.ndarray
+    pipe_exchange_blocking: np.ndarray
     attention_unpad: np.ndarray
     glu_clamp_eager: np.ndarray
     cross_entropy: np.ndarray        # index into CROSS_ENTROPY_IMPLS
@@ -147,6 +148,7 @@ class ConfigBatch:
             tp_backward_overlap=col("tp_backward_overlap", bool, bool),
             softmax_fusion=col("softmax_fusion", bool, bool),
             softmax_scale_pass=col("softmax_scale_pass", bool, bool),
+            pipe_exchange_blocking=col("pipe_exchange_blocking", bool, bool),
             attention_unpad=col("attention_unpad", bool, bool),
             glu_clamp_eager=col("glu_clamp_eager", bool, bool),
             cross_entropy=col("cross_entropy", CROSS_ENTROPY_CODES.get),
@@ -212,6 +214,7 @@ class ConfigBatch:
             param_prefetch_max_elements=float(self.param_prefetch_max_elements[i]),
             tp_backward_overlap=bool(self.tp_backward_overlap[i]), softmax_fusion=bool(self.softmax_fusion[i]),
             softmax_scale_pass=bool(self.softmax_scale_pass[i]),
+            pipe_exchange_blocking=bool(self.pipe_exchange_blocking[i]),
             attention_unpad=bool(self.attention_unpad[i]), glu_clamp_eager=bool(self.glu_clamp_eager[i]),
             cross_entropy=CROSS_ENTROPY_IMPLS[int(self.cross_entropy[i])],
             param_gather_per_tensor=bool(self.param_gather_per_tensor[i]), cuda_graphs=bool(self.cuda_graphs[i]),

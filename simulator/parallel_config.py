@@ -82,7 +82,7 @@ MAX_MOE_LOAD_IMBALANCE = 2**20
 BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
                "flash_attention", "grad_accumulation_fusion", "uneven_layers", "zero3_recompute_gather",
                "ep_comm_overlap", "ep_dispatch_dedup", "grad_reduce_every_microbatch", "tp_backward_overlap", "softmax_fusion",
-               "softmax_scale_pass", "attention_unpad", "glu_clamp_eager",
+               "softmax_scale_pass", "attention_unpad", "glu_clamp_eager", "pipe_exchange_blocking",
                "param_gather_per_tensor", "cuda_graphs", "fp8_current_scaling", "collective_per_rank_copies",
                "zero3_grad_all_reduce", "fp8_param_gather")
 #: non-negative integer fields (0 = not set)
@@ -208,6 +208,14 @@ class ParallelConfig:
             off = no scale op, the mask's ``masked_fill_`` runs in place on the score GEMM's output
             and its backward pays autograd's ``CopySlices`` copies
             (``cost_models.compute.FP32_MASK_BWD_ON_VIEW_BYTES``). No effect on 16-bit scores.
+        pipe_exchange_blocking: at a stage boundary the stage's send and its receive of the
+            other direction (activation one way, gradient the other) are separate blocking
+            ``send``/``recv`` calls one after the other, so each crossing costs two transfers
+            (DeepSpeed's pipeline engine: ``TrainSchedule`` pairs ``SendGrad`` with
+            ``RecvActivation`` and ``RecvGrad`` with ``SendActivation`` in one step, and
+            ``deepspeed/runtime/pipe/p2p.py`` ``send``/``recv`` call ``dist.send``/``dist.recv``);
+            off = the two directions in one batched exchange (Megatron-LM's
+            ``send_forward_recv_backward``, ``batch_isend_irecv``), one transfer a crossing.
         attention_unpad: the stack copies the attention core's query, key and value rows into
             packed (unpadded) tensors and scatters its output back, forward and backward
             (llm-foundry's flash path; ``layer_costs.unpad_copy_bytes``).
@@ -314,6 +322,7 @@ class ParallelConfig:
     tp_backward_overlap: bool = True
     softmax_fusion: bool = True
     softmax_scale_pass: bool = True
+    pipe_exchange_blocking: bool = False
     attention_unpad: bool = False
     glu_clamp_eager: bool = False
     grouped_gemm_streams: int = 1

@@ -318,9 +318,11 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
 
     # scatter/gather optimisation: each TP rank sends 1/tp of the activation across stages and
     # the receiver all-gathers it over NVLink (Narayanan et al. 2021, section 4.1); one send per
-    # pass and position boundary
+    # pass and position boundary; a blocking exchange (DeepSpeed's pipeline engine) also waits
+    # for the other direction's transfer at that boundary (ParallelConfig.pipe_exchange_blocking)
     p2p_bytes = tokens * h * rates.act_bytes / tp
-    p2p = np.where(pp > 1, p2p_stage_time_s(p2p_bytes, tp * cp * dp, cluster, eff), 0.0)
+    p2p = np.where(pp > 1, p2p_stage_time_s(p2p_bytes, tp * cp * dp, cluster, eff), 0.0) \
+        * np.where(batch.pipe_exchange_blocking, 2.0, 1.0)
     # the embedding's and the output layer's weight gradients are accumulated like a layer's
     def accum_of(n_params):
         return np.where(batch.grad_accumulation_fusion, 0.0,

@@ -130,6 +130,23 @@ def test_a_send_across_pools_runs_at_the_slowest_link_on_its_path():
     boundary = nbytes / (1e9 * eff.scaleout_fraction * eff.collective_fraction("p2p")) + 10e-6
     assert rep.stages[0].pp_comm_s == pytest.approx(boundary, rel=1e-9)
     assert rep.stages[1].pp_comm_s == pytest.approx(boundary, rel=1e-9)
+    # DeepSpeed's pipeline engine: the send and the other direction's receive block one after
+    # the other at the boundary, two transfers where a batched exchange has one
+    blocking = simulate_heterogeneous(model, cluster, replace(plan, software={"pipe_exchange_blocking": True}))
+    assert blocking.stages[0].pp_comm_s == pytest.approx(2 * boundary, rel=1e-9)
+    assert blocking.stages[1].pp_comm_s == pytest.approx(2 * boundary, rel=1e-9)
+
+
+def test_a_blocking_stage_exchange_doubles_the_step_models_pipeline_sends():
+    """The one-kind step model honours ``pipe_exchange_blocking`` as the pooled composer does:
+    every send it prices (llama3-8b, 4 stages of 2 x 1 GPUs, each 1/1 slice on NVLink) costs
+    two transfers, so the pipeline's send time doubles and the step grows; off is unchanged."""
+    cluster, model = load_cluster("dgx-h100"), load_model("llama3-8b")
+    cfg = ParallelConfig(dp=2, tp=1, pp=4, micro_batch=1, global_batch=16)
+    base, blocking = simulate(model, cluster, cfg), simulate(model, cluster, replace(cfg, pipe_exchange_blocking=True))
+    assert cfg.pipe_exchange_blocking is False
+    assert blocking.time_breakdown_s["pp_comm_s"] == pytest.approx(2 * base.time_breakdown_s["pp_comm_s"], rel=1e-12)
+    assert base.time_breakdown_s["pp_comm_s"] > 0 and blocking.step_time_s > base.step_time_s
 
 
 def test_each_stage_is_checked_against_its_own_pools_memory():

@@ -11,6 +11,8 @@ Per stage, per micro-batch (seconds):
     t_stage = layers x (fwd + bwd + w per layer, from step_model.evaluate on the stage's pool)
               + embedding (first stage) + LM head and loss (last stage)
               + send to the next stage + send back to the previous one
+                (twice that with ``pipe_exchange_blocking``: each send waits for the receive
+                of the other direction at the same boundary, DeepSpeed's pipeline engine)
               + unfused gradient accumulation (only with grad_accumulation_fusion off)
 
 Transfers between stages of one pool follow ``cost_models.topology.p2p_stage_time_s`` (as the
@@ -163,6 +165,8 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
                           act_bytes, stride)
            + boundary_p2p_s(cluster, effs, bw_m, lat_m, pool, tp, blocks.next_pool, blocks.next_tp, tokens, h,
                             act_bytes, stride))
+    if settings.pipe_exchange_blocking:     # each crossing: the send, then the other direction's receive
+        p2p = 2.0 * p2p
 
     # ---- one stage, one micro-batch -------------------------------------------------------------
     fwd, bwd, w = units["fwd_s"][k], units["bwd_s"][k], units["w_s"][k]
