@@ -20,7 +20,8 @@ A run becomes a ``HeteroPlan`` on a ``PooledCluster`` from its own fields only:
   the launch script's and fork's settings: fp32 weights and gradients (neither --fp16 nor
   --bf16) with TF32 GEMMs, ZeRO 0, no recomputation, no gradient-accumulation fusion, the fp32
   scores masked in place and soft-maxed by PyTorch's ops with no scale op (``SOFTMAX_FUSION``,
-  ``SOFTMAX_SCALE_PASS``);
+  ``SOFTMAX_SCALE_PASS``), and the fork's DeepSpeed pipeline engine, whose stage-boundary
+  sends and receives block one after the other (``PIPE_EXCHANGE_BLOCKING``);
 - the hardware: ``GH-96`` is the Alps GH200 node (``alps-gh200``: 4 GH200 per node, NVLink
   150 GB/s per pair, one 200 Gb/s Slingshot NIC per GPU; CSCS docs). ``Titan-RTX``,
   ``RTX-3090`` and ``RTX-2080`` are the GPUs of those names; Sailor's cluster config gives its
@@ -96,6 +97,12 @@ SOFTMAX_FUSION = False
 #: ``attention_mask_func``'s ``masked_fill_`` in place on the score view, then the softmax: no
 #: scale op, and autograd's ``CopySlices`` around the mask's backward
 SOFTMAX_SCALE_PASS = False
+#: the image replaces DeepSpeed 0.16.5's pipeline engine and p2p with the fork's (sailor
+#: Dockerfile: COPY deepspeed/pipe_engine.py, deepspeed/p2p.py): ``p2p.send``/``recv`` assert
+#: ``async_op == False`` and call ``dist.send``/``dist.recv``, and DeepSpeed's ``TrainSchedule``
+#: puts ``SendGrad`` + ``RecvActivation`` (and ``RecvGrad`` + ``SendActivation``) in one step, so
+#: every stage boundary costs a stage two transfers one after the other
+PIPE_EXCHANGE_BLOCKING = True
 
 
 def read_runs(path) -> list[dict]:
@@ -259,13 +266,15 @@ def run_inputs(run: dict, inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS,
         micro_batch=mbs, global_batch=gbs, zero_stage=0, recompute="none", sequence_parallel=False, dtype=DTYPE,
         **{k: fields_[k] for k in own if k in fields_},
         software={**{k: v for k, v in fields_.items() if k not in own and k not in ("dtype", "sequence_parallel")},
-                  "softmax_fusion": SOFTMAX_FUSION, "softmax_scale_pass": SOFTMAX_SCALE_PASS})
+                  "softmax_fusion": SOFTMAX_FUSION, "softmax_scale_pass": SOFTMAX_SCALE_PASS,
+                  "pipe_exchange_blocking": PIPE_EXCHANGE_BLOCKING})
     assert plan.settings.grad_reduce_bytes == GRAD_REDUCE_BYTES and not plan.settings.grad_accumulation_fusion
     assumptions = [f"model {model.name} as Megatron-DeepSpeed builds it (vocab {model.vocab_size}, no attention "
                    "dropout" + ("" if model.hidden_dropout else ", no residual dropout") + ")",
                    f"stack {STACK}: fp32 weights with TF32 GEMMs (NGC image), ZeRO 0, fp32 gradients all-reduced "
                    "after the backward, scores materialised (no fused attention; fp32 mask in place and softmax, "
-                   "no scale op), TP all-reduces exposed"]
+                   "no scale op), TP all-reduces exposed, stage-boundary send and receive blocking one after the other "
+                   "(DeepSpeed's pipeline engine)"]
     if any(k in CONSUMER_GPUS for chain in chains for k, _, _ in chain):
         intra = "each card's PCIe link" if intra_node_gb_per_s is None else f"{intra_node_gb_per_s:g} GB/s"
         assumptions.append(f"network not stated: {inter_node_gbps:g} Gb/s per node, {inter_node_latency_us:g} us "
