@@ -152,6 +152,12 @@ class TrainingBehaviour:
             ``moe.glu_clamp_bytes``), as Megatron-Core's ``weighted_bias_quick_geglu_impl`` does;
             False = the clamp runs inside the activation kernel (Transformer Engine's
             ``ScaledClampedQGeGLU`` under Megatron-Core's op fuser) or the model has no clamp.
+        pipe_exchange_blocking: at a pipeline-stage boundary the stage's send waits for the
+            peer's receive, then the stage receives the other direction's tensor (DeepSpeed's
+            PipelineEngine: blocking ``dist.send`` / ``dist.recv``, one command after the other in
+            each ``TrainSchedule`` step), so a crossing costs two transfers; False = both
+            directions posted together and overlapping (Megatron's ``batch_isend_irecv``,
+            ``torch.distributed.pipelining``) (``ParallelConfig.pipe_exchange_blocking``).
         grouped_gemm_streams: how many of a grouped linear's per-expert GEMMs run concurrently
             (``moe.grouped_gemm_time_s``): Transformer Engine's ``GroupedLinear`` issues one cuBLAS
             GEMM per local expert round-robin over its 4 compute streams
@@ -221,6 +227,7 @@ class TrainingBehaviour:
     softmax_fusion: bool = True
     attention_unpad: bool = False
     glu_clamp_eager: bool = False
+    pipe_exchange_blocking: bool = False
     grouped_gemm_streams: int = 1
     bf16_grads_in_fp32: bool = True
     zero3_gather_per_tensor: bool = False

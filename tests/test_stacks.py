@@ -202,3 +202,12 @@ def test_a_release_recipe_for_a_model_overrides_the_release_defaults():
     with pytest.raises(InputError, match="must be true or false"):
         stack_from_dict({"name": "x", "framework": "f", "training": {"tp_comm_overlap": False},
                          "recipes": [{"models": ["a"], "training": {"tp_comm_overlap": "on"}, "source": "x y z"}]})
+
+
+def test_deepspeeds_pipeline_engine_stacks_pay_both_directions_of_a_stage_crossing():
+    # DeepSpeed's PipelineEngine sends and receives one after the other (blocking dist.send /
+    # dist.recv in each TrainSchedule step); Megatron posts both together (batch_isend_irecv)
+    from simulator.stack_defaults import stack_config_fields
+    blocking = {n for n in list_stacks() if load_stack(n).training is not None
+                and stack_config_fields(load_stack(n))["pipe_exchange_blocking"]}
+    assert blocking == {"megatron-deepspeed", "gpt-neox-2022", "deepspeed-2021"}
