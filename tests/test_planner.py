@@ -396,6 +396,14 @@ def test_plan_of_a_model_whose_experts_ship_in_mxfp4_assigns_its_stages():
     assert all(x[1] == y[0] for x, y in zip(layers, layers[1:]))
 
 
+def test_plan_of_a_hybrid_mamba_model_keeps_the_even_split():
+    """The per-layer stage assignment refuses hybrid Mamba models, and plan ran it on every winner,
+    so every plan of nemotron-3-nano was refused ('hybrid Mamba models are not supported by the
+    per-layer stage assignment'); its winner now keeps the even split (found by fuzz3)."""
+    result = plan("nemotron-3-nano", "dgx-h100", 16, 16, fixed={"pp": 2})
+    assert result.best_config.pp == 2 and result.stage_assignment is None and result.stage_layers is None
+
+
 def test_winner_records_the_layers_of_every_stage():
     result = plan("llama3.1-405b", "dgx-h100", 128, 64, fixed={"pp": 8, "vpp": 1})
     layers = result.stage_layers
