@@ -436,3 +436,15 @@ def test_plan_prints_the_simulate_command_of_its_best_plan_and_it_gives_the_same
     sim = run(*command[1:], "--json")
     assert sim.exit_code == 0, sim.output
     assert json.loads(sim.stdout)["step_time_s"] == pytest.approx(planned["step_time_s"], rel=1e-9)
+
+
+def test_a_slow_search_that_ends_in_a_refusal_writes_one_stderr_line(monkeypatch):
+    """The search's progress bar appears after PROGRESS_AFTER_S; off a terminal click prints its
+    label as a line of its own, so a search slower than that (a loaded machine) that ended in a
+    refusal wrote 'evaluating configurations' above the error line. Off a terminal there is no bar
+    (found by fuzz3: plan -m nemotron-3-nano -n 128 ... --emit megatron, 6 s on a loaded machine)."""
+    import paraplan.commands.plan as plan_command
+    monkeypatch.setattr(plan_command, "PROGRESS_AFTER_S", 0.0)
+    line = one_line_error(run("plan", "-m", "mixtral-8x7b", "-c", "dgx-h100", "-n", "64", "--global-batch", "64",
+                              "--emit", "torchtitan"))
+    assert line.startswith("error: model: mixtral-8x7b's architecture is none of the torchtitan"), line
