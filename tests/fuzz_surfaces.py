@@ -319,7 +319,7 @@ EMIT_SHAPES = [("gpt3-125m", "dgx-h100", 16, 32, ["--pp", "4", "--vpp", "3"]),
                ("llama3-8b", "dgx-h100", 16, 16, ["--dtype", "fp8"]),
                ("llama3-8b", "dgx-a100-80gb", 16, 16, ["--dtype", "fp8"]),
                ("mixtral-8x7b", "dgx-h100", 16, 16, ["--ep", "8", "--tp", "2"]),
-               ("gpt-oss-20b", "dgx-h100", 16, 16, ["--ep", "8", "--dtype", "fp8"]),      # was refused (its mxfp4 experts)
+               ("gpt-oss-20b", "dgx-h100", 16, 16, ["--ep", "8", "--dtype", "fp8"]),   # was refused (mxfp4 experts)
                ("gpt-oss-20b", "dgx-h100", 16, 16, ["--pp", "2", "--ep", "4"]),
                ("qwen3-30b-a3b", "dgx-h100", 16, 16, ["--ep", "16", "--cp", "2"])]
 
@@ -378,7 +378,8 @@ ANSWERED = [
      {"config.json": json.dumps({**HF_ROPE_BASES["deepseek_v3"], "rope_scaling": {"type": "yarn", **ROPE_GOOD}})},
      "--rope-type yarn"),
     (["serve", "simulate", "-m", "gpt-oss-120b", "-s", "dgx2-v100", "--tp", "8", "--json"], {}, "mxfp4"),
-    (["serve", "plan", "-m", "gpt-oss-20b", "-s", "dgx-a100-80gb", "-n", "8", "--max-batch", "16", "--json"], {}, "mxfp4"),
+    (["serve", "plan", "-m", "gpt-oss-20b", "-s", "dgx-a100-80gb", "-n", "8", "--max-batch", "16", "--json"], {},
+     "mxfp4"),
     (["hardware", "stacks", "vllm"], {}, "stack vllm-0.14"),
     (["models", "show", "GPT-OSS-20B"], {}, "mxfp4"),
 ]

@@ -213,7 +213,8 @@ def test_an_overlong_blank_or_empty_name_is_an_unknown_name(tmp_path):
         line = one_line_error(run(*args))
         assert line.startswith(f"error: {field} (known: "), line
     line = one_line_error(run("models", "show", tmp_path))      # a folder without a config.json
-    assert line == f"error: model: no such file {tmp_path} (check the path, or give a preset from `paraplan models list`)"
+    assert line == (f"error: model: no such file {tmp_path} "
+                    "(check the path, or give a preset from `paraplan models list`)")
 
 
 def test_validate_measured_table_shows_errors_in_percent(monkeypatch, tmp_path):
