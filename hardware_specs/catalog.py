@@ -148,6 +148,23 @@ def parse_yaml(text: str, what: str, path: Path | str) -> Any:
         loader.dispose()
 
 
+def is_file(path: Path) -> bool:
+    """``path.is_file()``, False for a name the system cannot look up (a 300-character catalog name
+    raised ENAMETOOLONG, reported as an 'io' error instead of an unknown name)."""
+    try:
+        return Path(path).is_file()
+    except OSError:
+        return False
+
+
+def exists(path: Path) -> bool:
+    """``path.exists()``, False for a name the system cannot look up (as ``is_file``)."""
+    try:
+        return Path(path).exists()
+    except OSError:
+        return False
+
+
 def read_yaml(path: Path, what: str) -> dict[str, Any]:
     """Parse one YAML mapping; malformed files raise ``InputError`` naming the file."""
     try:
@@ -183,9 +200,10 @@ def _listing(folder: str, stamp: int) -> tuple:
 
 def _resolve(kind: str, name_or_path: str, what: str) -> Path:
     candidate = Path(name_or_path)
-    if candidate.suffix in (".yaml", ".yml") or candidate.is_file():
-        if not candidate.is_file():
-            raise InputError(what, f"no such file {name_or_path}")
+    if candidate.suffix in (".yaml", ".yml") or is_file(candidate):
+        if not is_file(candidate):
+            listing = "paraplan hardware stacks" if kind == "stacks" else "paraplan hardware list"
+            raise InputError(what, f"no such file {name_or_path}", f"check the path, or give a name from `{listing}`")
         return candidate
     entries = _entries(kind)
     key = name_or_path.strip().lower()

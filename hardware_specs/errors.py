@@ -30,8 +30,9 @@ class InputError(ValueError):
 def suggest(name: str, known: Iterable[str]) -> str:
     """A 'did you mean' hint listing the closest known names, or all names if none is close."""
     known = sorted(known)
-    key = name.lower()
-    prefixed = [k for k in known if k.startswith(key) or key.startswith(k)]
+    key = name.strip().lower()
+    # a blank name starts every name: list them rather than 'mean' the first three
+    prefixed = [k for k in known if key and (k.startswith(key) or key.startswith(k))]
     close = prefixed[:3] + [k for k in difflib.get_close_matches(key, known, n=3, cutoff=0.4)
                             if k not in prefixed]
     close = close[:3]

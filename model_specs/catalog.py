@@ -40,7 +40,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from hardware_specs.catalog import read_yaml
+from hardware_specs.catalog import exists, is_file, read_yaml
 from hardware_specs.errors import InputError, suggest
 from model_specs.hf_config import is_hf_config, model_from_hf_config, read_json
 from model_specs.model_spec import LinearAttentionSpec, MambaSpec, MLASpec, ModelSpec, MoESpec
@@ -110,11 +110,13 @@ def _listing(folder: str, stamp: int) -> tuple:
 
 def _resolve(name_or_path: str) -> Path:
     candidate = Path(name_or_path)
-    if candidate.suffix in _SUFFIXES + (".json",) or candidate.exists():
+    # an empty name is Path("."), which exists: it is an unknown name, not a missing file
+    if candidate.suffix in _SUFFIXES + (".json",) or (str(name_or_path) and exists(candidate)):
         if candidate.is_dir() and (candidate / "config.json").is_file():
             return candidate / "config.json"
-        if not candidate.is_file():
-            raise InputError("model", f"no such file {name_or_path}")
+        if not is_file(candidate):
+            raise InputError("model", f"no such file {name_or_path}",
+                             "check the path, or give a preset from `paraplan models list`")
         return candidate
     entries = _entries()
     key = name_or_path.strip().lower()

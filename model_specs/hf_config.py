@@ -172,34 +172,72 @@ def _dropout_fields(data: dict, family: str) -> dict:
 
 def _rope_fields(cfg: _Config) -> dict[str, Any]:
     """``rope_theta`` and the ``rope_scaling`` type and factor a RoPE model's config states, and
-    YaRN's parameters when the type is ``yarn``."""
+    YaRN's parameters when the type is ``yarn``. A stated value that is not a number >= 0 (a
+    string, a negative) is refused, not dropped: the Megatron export would otherwise launch with
+    Megatron-LM's default in its place (``--mscale`` 0.0 where the checkpoint says 1.0)."""
     out: dict[str, Any] = {}
     if cfg.has("rope_theta"):
         out["rope_theta"] = cfg.get_float("rope_theta", 0.0)
-    rope = cfg.data.get("rope_scaling")
-    if isinstance(rope, dict):
-        kind = rope.get("rope_type", rope.get("type"))
-        if isinstance(kind, str) and kind != "default":
+    rope = _rope_scaling(cfg)
+    if rope is not None:
+        key = "rope_type" if rope.has("rope_type") else "type"
+        kind = rope.data.get(key)
+        if kind is not None and not isinstance(kind, str):
+            raise InputError(f"{rope.where}.{key}", f"expected text (linear, dynamic, yarn, llama3, ...), got {kind!r}",
+                             "write the checkpoint's rope_type")
+        if kind and kind != "default":
             out["rope_scaling"] = kind
-            factor = rope.get("factor")
-            if isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor >= 0:
-                out["rope_scaling_factor"] = float(factor)
+            factor = _rope_number(rope, "factor")
+            if factor is not None:
+                out["rope_scaling_factor"] = factor
             if kind == "yarn":
                 # YaRN's parameters (DeepSeek-V3: original_max_position_embeddings 4096, beta_fast 32,
                 # beta_slow 1, mscale 1.0, mscale_all_dim 1.0)
-                for key in ("original_max_position_embeddings", "beta_fast", "beta_slow", "mscale", "mscale_all_dim"):
-                    value = rope.get(key)
-                    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
-                        out[f"rope_{key}"] = int(value) if key.startswith("original") else float(value)
+                original = _original_context(rope)
+                if original is not None:
+                    out["rope_original_max_position_embeddings"] = original
+                for name in ("beta_fast", "beta_slow", "mscale", "mscale_all_dim"):
+                    value = _rope_number(rope, name)
+                    if value is not None:
+                        out[f"rope_{name}"] = value
     return out
+
+
+def _rope_scaling(cfg: _Config) -> _Config | None:
+    """The config's ``rope_scaling`` mapping (None when absent or not a mapping)."""
+    rope = cfg.data.get("rope_scaling")
+    return _Config(rope, f"{cfg.where}.rope_scaling") if isinstance(rope, dict) else None
+
+
+def _rope_number(rope: _Config, key: str) -> float | None:
+    """A ``rope_scaling`` number (factor, beta_*, mscale*) as a float >= 0; None when unstated."""
+    if not rope.has(key):
+        return None
+    value = rope.get_float(key, 0.0)
+    if value < 0:
+        raise InputError(f"{rope.where}.{key}", f"must be >= 0, got {value:g}",
+                         "write the checkpoint's value, or drop the key")
+    return value
+
+
+def _original_context(rope: _Config | None) -> int | None:
+    """``rope_scaling.original_max_position_embeddings`` (the pre-training context) as a positive
+    integer; None when unstated."""
+    if rope is None or not rope.has("original_max_position_embeddings"):
+        return None
+    value = rope.get_int("original_max_position_embeddings")
+    if value < 1:
+        raise InputError(f"{rope.where}.original_max_position_embeddings", f"must be >= 1 token, got {value}",
+                         "write the checkpoint's pre-training context, or drop the key")
+    return value
 
 
 def _seq_len(cfg: _Config, seq_len: int | None) -> int:
     if seq_len is not None:
         return int(seq_len)
-    rope = cfg.data.get("rope_scaling")
-    if isinstance(rope, dict) and isinstance(rope.get("original_max_position_embeddings"), int):
-        return rope["original_max_position_embeddings"]
+    original = _original_context(_rope_scaling(cfg))
+    if original is not None:
+        return original
     if cfg.has("initial_context_length"):
         return cfg.get_int("initial_context_length")
     max_pos = cfg.get_int("max_position_embeddings", "n_positions", "max_seq_len", default=FALLBACK_SEQ_LEN)

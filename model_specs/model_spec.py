@@ -390,7 +390,8 @@ class ModelSpec:
         for name in ("rope_theta", "rope_scaling_factor", *YARN_FIELDS):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1e12:
-                raise InputError(f"model.{name}", f"must be a number >= 0 (0 = not stated), got {value!r}")
+                raise InputError(f"model.{name}", f"must be a number from 0 to 1e12 (0 = not stated), got {value!r}",
+                                 "write the checkpoint's value, or 0")
         if self.expert_checkpoint_format and self.moe is None:
             raise InputError("model.expert_checkpoint_format", "set on a model without experts",
                              "drop it, or add the moe: block")

@@ -437,7 +437,9 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
         eval_cpu_s=eval_cpu_s, dtypes=dtypes, stack=stack_spec.name, software=dict(zip(dtypes, defaults)),
         fitting=fitting, fit_unchecked=unchecked)
     stages = None
-    if assign_stages:
+    if assign_stages and not model.hybrid_pattern:
+        # a hybrid Mamba model has no per-layer assignment (stage_assignment_for refuses it): its
+        # winner keeps the even split the search priced, as a plan without assigned stages does
         stages = stage_assignment_for(model, cluster, eff, result.best_config, limit)
     notes = memory_feature_notes(model, cluster, eff, result.best_config, limit)
     result = replace(result, stage_assignment=stages, wall_s=time.perf_counter() - t0)

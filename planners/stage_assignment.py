@@ -245,7 +245,8 @@ def stage_assignment_for(model: ModelSpec, cluster: ClusterSpec, eff: Efficiency
         sizes = np.full(model.num_layers, b_layer)
     else:
         dense_ffn = model.moe.dense_ffn_hidden_size or model.ffn_hidden_size
-        dense = replace(model, moe=None, ffn_hidden_size=dense_ffn)
+        # the dense variant has no experts, so no expert checkpoint format (gpt-oss: mxfp4)
+        dense = replace(model, moe=None, ffn_hidden_size=dense_ffn, expert_checkpoint_format="")
         all_moe = replace(model, moe=replace(model.moe, first_dense_layers=0, moe_layer_frequency=1))
         t_d, b_d, v = _layer_costs(dense, cluster, eff, replace(config, ep=1))
         t_m, b_m, _ = _layer_costs(all_moe, cluster, eff, config)

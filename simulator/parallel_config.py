@@ -1,7 +1,7 @@
 """One parallel configuration (the plan the user runs), validated on construction."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from enum import Enum
 
 import numpy as np
@@ -504,7 +504,10 @@ class ParallelConfig:
         return self.global_batch // (self.dp * self.micro_batch)
 
     def as_dict(self) -> dict:
-        d = asdict(self)
+        # every field is a number, text, an enum or a tuple of text: a shallow read is the same as
+        # dataclasses.asdict's deep copy, at a tenth of the time (an export's best_runnable reads
+        # every plan that fits: 48,512 rows took 5 s through asdict)
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
         for k, v in d.items():
             if isinstance(v, Enum):
                 d[k] = v.value

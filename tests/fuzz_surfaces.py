@@ -5,7 +5,10 @@ paths), the sweep runner (degrees of 0, unreachable or malformed schedulers), po
 plans (``--plan`` files damaged or hostile, ``--group`` specs), the serving and Sailor validation
 files, hardware / efficiency / stack values of finite but absurd magnitude (1e-300 links, 1e300 s
 host times, denormal fractions), the layout fields' int64 edge, measurement shapes the ranks
-would refuse, non-numeric axes of numeric plots, and every command's ``--help``.
+would refuse, non-numeric axes of numeric plots, every command's ``--help``, Hugging Face
+configs with a damaged ``rope_scaling`` (through ``simulate`` and the Megatron export's YaRN
+flags), ``plan --emit`` on odd shapes, gpt-oss served on GPUs without FP4 / FP8, and odd names
+for ``hardware stacks`` and ``models show``.
 
 Each generator returns ``(name, args, files)`` triples (``{tmp}`` is the case folder, in the
 arguments and in the files' text); ``test_fuzz.generate`` turns them into cases and judges
@@ -261,6 +264,127 @@ def magnitude_cases(rng: random.Random) -> list[tuple]:
     return out
 
 
+#: Hugging Face configs a rope_scaling block is damaged in (a Llama-style model and a DeepSeek-V3
+#: style MLA one: the Megatron export writes YaRN flags from both, differently)
+HF_ROPE_BASES = {
+    "llama": {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 1024,
+              "intermediate_size": 4096, "num_attention_heads": 8, "num_hidden_layers": 4, "num_key_value_heads": 4,
+              "vocab_size": 32000, "max_position_embeddings": 16384, "rope_theta": 500000.0},
+    "deepseek_v3": {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 1024,
+                    "intermediate_size": 4096, "moe_intermediate_size": 512, "num_attention_heads": 8,
+                    "num_hidden_layers": 4, "num_key_value_heads": 8, "vocab_size": 32000,
+                    "max_position_embeddings": 16384, "n_routed_experts": 16, "num_experts_per_tok": 2,
+                    "n_shared_experts": 1, "first_k_dense_replace": 1, "moe_layer_freq": 1, "q_lora_rank": 256,
+                    "kv_lora_rank": 128, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32, "v_head_dim": 64,
+                    "rope_theta": 10000.0}}
+#: DeepSeek-V3's rope_scaling (its config.json), the block the keys are damaged in
+ROPE_GOOD = {"factor": 40, "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1, "mscale": 1.0,
+             "mscale_all_dim": 1.0}
+#: JSON text of the damaged value: 1e400 is read as inf by Python's json, NaN is refused by the reader
+ROPE_BAD = ["0", "-1", "-0.5", "NaN", "1e400", "1e30", "1e-300", "1180591620717411303424", '"8"', '""', "true", "null",
+            "[4]", "{}", "0.5", "4096.5"]
+
+
+def rope_scaling_cases(rng: random.Random) -> list[tuple]:
+    """config.json with rope_scaling damaged (yarn / llama3 / linear / dynamic; a factor, the
+    original context, beta_*, mscale* missing or zero, negative, nan, huge, text), through
+    ``simulate`` and through ``plan --emit megatron`` (which writes YaRN flags from them)."""
+    combos = [(base, kind, key, raw) for base in HF_ROPE_BASES for kind in ("yarn", "llama3", "linear", "dynamic")
+              for key in list(ROPE_GOOD) + ["type", "rope_type"] for raw in ROPE_BAD + ["(missing)"]]
+    out = []
+    for base, kind, key, raw in rng.sample(combos, 24):
+        rope = {"type": kind, **ROPE_GOOD} if kind == "yarn" else {"rope_type": kind, "factor": 8.0,
+                                                                  "original_max_position_embeddings": 8192}
+        rope[key] = "__FUZZ__"
+        if raw == "(missing)":
+            del rope[key]
+        text = json.dumps({**HF_ROPE_BASES[base], "rope_scaling": rope}).replace('"__FUZZ__"', raw)
+        if rng.random() < 0.5:
+            args = ["simulate", "-m", "{tmp}/config.json", "-c", "dgx-h100", "-n", "8", "--global-batch", "8", "--json"]
+        else:
+            args = ["plan", "-m", "{tmp}/config.json", "-c", "dgx-h100", "-n", "8", "--global-batch", "8",
+                    "--emit", "megatron"]
+        out.append((f"hf {base} rope_scaling {kind} {key}={raw} ({args[0]})", args, {"config.json": text}))
+    return out
+
+
+#: plan requests of odd shapes (pp not dividing the layers, interleaving, MoE with ep, cp, fp8,
+#: a GPU without FP8) whose winner is exported
+EMIT_SHAPES = [("gpt3-125m", "dgx-h100", 16, 32, ["--pp", "4", "--vpp", "3"]),
+               ("gpt3-125m", "dgx-h100", 16, 32, ["--pp", "5"]),
+               ("gpt3-125m", "dgx-h100", 12, 12, ["--pp", "3", "--vpp", "2"]),
+               ("gpt3-125m", "dgx-h100", 7, 7, []),
+               ("llama3-8b", "dgx-h100", 24, 24, ["--pp", "3"]),
+               ("llama3-8b", "dgx-h100", 16, 16, ["--cp", "4"]),
+               ("llama3-8b", "dgx-h100", 16, 16, ["--dtype", "fp8"]),
+               ("llama3-8b", "dgx-a100-80gb", 16, 16, ["--dtype", "fp8"]),
+               ("mixtral-8x7b", "dgx-h100", 16, 16, ["--ep", "8", "--tp", "2"]),
+               ("gpt-oss-20b", "dgx-h100", 16, 16, ["--ep", "8", "--dtype", "fp8"]),   # was refused (mxfp4 experts)
+               ("gpt-oss-20b", "dgx-h100", 16, 16, ["--pp", "2", "--ep", "4"]),
+               ("qwen3-30b-a3b", "dgx-h100", 16, 16, ["--ep", "16", "--cp", "2"])]
+
+
+def emit_cases(rng: random.Random) -> list[tuple]:
+    """``plan --emit megatron|torchtitan|deepspeed`` on the odd shapes of ``EMIT_SHAPES``."""
+    combos = [(shape, framework) for shape in EMIT_SHAPES for framework in ("megatron", "torchtitan", "deepspeed")]
+    out = []
+    for (model, cluster, gpus, batch, extra), framework in rng.sample(combos, 8):
+        out.append((f"plan {model} {' '.join(extra)} --emit {framework}",
+                    ["plan", "-m", model, "-c", cluster, "-n", str(gpus), "--global-batch", str(batch), *extra,
+                     "--emit", framework], {}))
+    return out
+
+
+def gpt_oss_serving_cases(rng: random.Random) -> list[tuple]:
+    """gpt-oss (MXFP4 experts by default) served on GPUs without FP4 or FP8 (A100, V100), the
+    experts' format left to the checkpoint or given explicitly."""
+    combos = [(model, system, precision, command) for model in ("gpt-oss-20b", "gpt-oss-120b")
+              for system in ("dgx-a100-80gb", "dgx-a100-40gb", "dgx2-v100") for precision in [None] + PRECISIONS
+              for command in ("simulate", "plan")]
+    out = []
+    for model, system, precision, command in rng.sample(combos, 8):
+        args = ["serve", command, "-m", model, "-s", system, "--json"]
+        args += ["--tp", "2"] if command == "simulate" else ["-n", "8", "--max-batch", "16"]
+        args += ["--expert-precision", precision] if precision else []
+        out.append((f"serve {command} {model} on {system} --expert-precision {precision}", args, {}))
+    return out
+
+
+#: odd names for the single-entry commands (``hardware stacks NAME``, ``models show NAME``)
+ODD_NAMES = ["", " ", "nope", "megatron", "megatron-lm", "vllm", "VLLM", " sglang ", "trtllm", "vllm-99", "vllm-0.14",
+             "deepspeed", "torchtitan", "m", "a" * 300, "*", "/dev/null", "{tmp}", "{tmp}/missing.yaml", "gpt-oss",
+             "GPT-OSS-20B", "gpt_oss_20b", " gpt-oss-20b ", "deepseek", "-", "~", "nan"]
+
+
+def name_cases(rng: random.Random) -> list[tuple]:
+    """``hardware stacks NAME`` and ``models show NAME`` with unknown, partial, blank and path-like names."""
+    combos = [(command, name) for command in (["hardware", "stacks"], ["models", "show"]) for name in ODD_NAMES]
+    return [(f"{' '.join(command)} {name[:40]!r}", command + [name], {}) for command, name in rng.sample(combos, 12)]
+
+
+#: well-formed inputs of the surfaces above, each of which must be answered (exit 0), with a
+#: text its output must hold: a refusal passes the contract, so a surface that refused every
+#: input would pass unseen (every plan of gpt-oss was refused until fuzz3)
+ANSWERED = [
+    (["plan", "-m", "gpt-oss-20b", "-c", "dgx-h100", "-n", "16", "--global-batch", "16", "--ep", "8", "--dtype", "fp8",
+      "--emit", "megatron"], {}, "--expert-model-parallel-size 8"),
+    (["plan", "-m", "gpt3-125m", "-c", "dgx-h100", "-n", "16", "--global-batch", "32", "--pp", "4", "--vpp", "3",
+      "--emit", "megatron"], {}, "--num-virtual-stages-per-pipeline-rank 3"),
+    (["plan", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "16", "--global-batch", "16", "--dtype", "fp8",
+      "--emit", "torchtitan"], {}, "llama3_8b"),
+    (["plan", "-m", "gpt3-125m", "-c", "dgx-h100", "-n", "8", "--global-batch", "8", "--emit", "deepspeed"], {},
+     "train_batch_size"),
+    (["plan", "-m", "{tmp}/config.json", "-c", "dgx-h100", "-n", "8", "--global-batch", "8", "--emit", "megatron"],
+     {"config.json": json.dumps({**HF_ROPE_BASES["deepseek_v3"], "rope_scaling": {"type": "yarn", **ROPE_GOOD}})},
+     "--rope-type yarn"),
+    (["serve", "simulate", "-m", "gpt-oss-120b", "-s", "dgx2-v100", "--tp", "8", "--json"], {}, "mxfp4"),
+    (["serve", "plan", "-m", "gpt-oss-20b", "-s", "dgx-a100-80gb", "-n", "8", "--max-batch", "16", "--json"], {},
+     "mxfp4"),
+    (["hardware", "stacks", "vllm"], {}, "stack vllm-0.14"),
+    (["models", "show", "GPT-OSS-20B"], {}, "mxfp4"),
+]
+
+
 SIM_16 = ["simulate", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "16", "--tp", "2", "--pp", "2", "--global-batch", "32", "--json"]
 
 
@@ -292,4 +416,5 @@ def misc_cases() -> list[tuple]:
 def generate(rng: random.Random) -> list[tuple]:
     """Every triple of this module, in a fixed order for a given ``rng`` state."""
     return (serving_cases(rng) + sweep_runner_cases() + pooled_cases(rng) + validation_file_cases(rng)
-            + magnitude_cases(rng) + misc_cases())
+            + magnitude_cases(rng) + misc_cases() + rope_scaling_cases(rng) + emit_cases(rng)
+            + gpt_oss_serving_cases(rng) + name_cases(rng))

@@ -197,6 +197,28 @@ def test_hardware_stacks_takes_a_serving_framework_as_serve_backend_does():
     assert one_line_error(run("hardware", "stacks", "nosuch")).startswith("error: stack: unknown stack 'nosuch'")
 
 
+def test_an_overlong_blank_or_empty_name_is_an_unknown_name(tmp_path):
+    """A 300-character name was an 'error: io: [Errno 36] File name too long' (the file check raised);
+    a blank one 'meant' the first three stacks or models (every name starts with it) or listed
+    every stack as 'the stacks of that name'; an empty model name was 'no such file' (it is the
+    folder '.'). Each is now an unknown name listing the known ones (found by fuzz3)."""
+    long = "a" * 300
+    for args, field in ((("models", "show", long), "model: unknown model"),
+                        (("hardware", "show", long), "NAME: unknown GPU or cluster"),
+                        (("hardware", "stacks", long), "stack: unknown stack"),
+                        (("serve", "simulate", "-m", "llama3-8b", "-s", "dgx-h100", "-b", long), "backend: "),
+                        (("simulate", "-m", "gpt3-125m", "-c", long), "cluster: unknown cluster")):
+        assert one_line_error(run(*args)).startswith(f"error: {field}"), args
+    for args, field in ((("models", "show", " "), "model: unknown model ' '"),
+                        (("models", "show", ""), "model: unknown model ''"),
+                        (("hardware", "stacks", " "), "stack: unknown stack ' '")):
+        line = one_line_error(run(*args))
+        assert line.startswith(f"error: {field} (known: "), line
+    line = one_line_error(run("models", "show", tmp_path))      # a folder without a config.json
+    assert line == (f"error: model: no such file {tmp_path} "
+                    "(check the path, or give a preset from `paraplan models list`)")
+
+
 def test_validate_measured_table_shows_errors_in_percent(monkeypatch, tmp_path):
     import pandas as pd
 
@@ -433,3 +455,15 @@ def test_plan_json_and_csv_rows_carry_the_recompute_layers_decrement_their_label
     table = run(*args).stdout
     assert any(ln.split()[:1] == ["51"] and " full1d1 " in ln for ln in table.splitlines())
     assert "fullNdM: M fewer each later stage" in table
+
+
+def test_a_slow_search_that_ends_in_a_refusal_writes_one_stderr_line(monkeypatch):
+    """The search's progress bar appears after PROGRESS_AFTER_S; off a terminal click prints its
+    label as a line of its own, so a search slower than that (a loaded machine) that ended in a
+    refusal wrote 'evaluating configurations' above the error line. Off a terminal there is no bar
+    (found by fuzz3: plan -m nemotron-3-nano -n 128 ... --emit megatron, 6 s on a loaded machine)."""
+    import paraplan.commands.plan as plan_command
+    monkeypatch.setattr(plan_command, "PROGRESS_AFTER_S", 0.0)
+    line = one_line_error(run("plan", "-m", "mixtral-8x7b", "-c", "dgx-h100", "-n", "64", "--global-batch", "64",
+                              "--emit", "torchtitan"))
+    assert line.startswith("error: model: mixtral-8x7b's architecture is none of the torchtitan"), line

@@ -11,9 +11,11 @@ Face config, GPU and cluster files (mutated keys, YAML anchor bombs, python tags
 binary garbage); damaged validation CSVs; pipeline timelines (``--gantt`` / ``--trace``)
 with huge micro-batch counts; and, from ``fuzz_surfaces``, the serving commands, the sweep
 runner, pooled clusters' plans, the serving and Sailor validation files, hardware values of
-absurd magnitude, and every command's ``--help``. Commands run through click's ``CliRunner`` (no process start per
-input); an input may use ``PER_INPUT_S`` CPU seconds, and a SIGALRM timer stops one still
-running after ``HANG_S`` wall seconds and counts it as a hang.
+absurd magnitude, damaged ``rope_scaling`` blocks, ``plan --emit`` on odd shapes, gpt-oss on GPUs
+without FP4 / FP8, odd catalog names, and every command's ``--help``. Commands run through
+click's ``CliRunner`` (no process start per input); an input may use ``PER_INPUT_S`` CPU
+seconds, and a SIGALRM timer stops one still running after ``HANG_S`` wall seconds and counts
+it as a hang.
 """
 from __future__ import annotations
 
@@ -574,6 +576,17 @@ def test_generator_makes_over_a_thousand_distinct_inputs_reproducibly():
     assert [c.args for c in cases] == [c.args for c in generate()]
     distinct = {(tuple(c.args), tuple(sorted((k, str(v)) for k, v in c.files.items()))) for c in cases}
     assert len(distinct) >= 0.9 * len(cases)
+
+
+@pytest.mark.parametrize("args, files, expected", fuzz_surfaces.ANSWERED,
+                         ids=[" ".join(a[:4]) for a, _, _ in fuzz_surfaces.ANSWERED])
+def test_well_formed_inputs_of_the_fuzzed_surfaces_are_answered(args, files, expected, tmp_path, monkeypatch):
+    """A refusal passes the contract: these well-formed inputs must be answered, so a surface
+    that refuses everything fails here (every plan of gpt-oss was refused until fuzz3)."""
+    monkeypatch.delenv("PARAPLAN_DEBUG", raising=False)
+    result, elapsed, hung = run_case(Case(" ".join(args[:4]), args, files), tmp_path, CliRunner())
+    assert problems_with(result, elapsed, hung) is None and result.exit_code == 0, result.stderr[-300:]
+    assert expected in result.stdout
 
 
 #: tests the cases are split over (every FUZZ_PARTS-th case each), so pytest-xdist workers share

@@ -542,3 +542,36 @@ def test_yarn_parameters_come_from_config_json_and_the_deepseek_presets_carry_th
     with pytest.raises(InputError, match="model.rope_mscale"):
         ModelSpec(name="x", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=4, ffn_hidden_size=256,
                   vocab_size=100, gated_mlp=True, rope_scaling="yarn", rope_mscale=-1.0)
+
+
+@pytest.mark.parametrize("rope, field", [
+    ({"type": "yarn", "factor": 40, "mscale": "1.0"}, "rope_scaling.mscale"),
+    ({"type": "yarn", "factor": -2}, "rope_scaling.factor"),
+    ({"rope_type": "linear", "factor": "8"}, "rope_scaling.factor"),
+    ({"type": "yarn", "factor": 4, "mscale_all_dim": -1}, "rope_scaling.mscale_all_dim"),
+    ({"type": "yarn", "factor": 4, "original_max_position_embeddings": 0},
+     "rope_scaling.original_max_position_embeddings"),
+    ({"type": "llama3", "factor": 8, "original_max_position_embeddings": -5},
+     "rope_scaling.original_max_position_embeddings"),
+    ({"type": "yarn", "factor": 4, "original_max_position_embeddings": 4096.7},
+     "rope_scaling.original_max_position_embeddings"),
+    ({"rope_type": 5, "factor": 4}, "rope_scaling.rope_type"),
+])
+def test_a_damaged_rope_scaling_value_is_refused_naming_its_key(rope, field):
+    """A rope_scaling value that is not a number >= 0 (original_max_position_embeddings: not a
+    positive integer) was dropped, so the Megatron export launched with Megatron-LM's default in
+    its place (--mscale 0.0 for a checkpoint's 1.0), or became a sequence length of 0 refused as
+    'model.seq_len'; it is refused naming the config key (found by fuzz3)."""
+    from hardware_specs.errors import InputError
+    from model_specs.hf_config import model_from_hf_config
+    cfg = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 4096, "num_attention_heads": 8,
+           "num_hidden_layers": 2, "num_key_value_heads": 8, "vocab_size": 1000, "max_position_embeddings": 16384,
+           "rope_scaling": rope}
+    with pytest.raises(InputError) as err:
+        model_from_hf_config(cfg)
+    assert err.value.field.endswith(field)
+    # the same mapping with float-integer and zero values is read (0 = not stated)
+    fine = model_from_hf_config({**cfg, "rope_scaling": {"type": "yarn", "factor": 0, "mscale": 0.0,
+                                                         "original_max_position_embeddings": 4096.0}})
+    assert (fine.rope_scaling_factor, fine.rope_mscale, fine.seq_len) == (0.0, 0.0, 4096)
+    assert fine.rope_original_max_position_embeddings == 4096

@@ -385,6 +385,25 @@ def test_uneven_layers_put_fewer_layers_next_to_the_lm_head():
     assert got.layer_counts[-1] < 8
 
 
+def test_plan_of_a_model_whose_experts_ship_in_mxfp4_assigns_its_stages():
+    """gpt-oss states its routed experts' checkpoint format (mxfp4); the stage assignment prices
+    a dense variant of the model, which has no experts and so no expert format (every plan of
+    gpt-oss was refused with 'model.expert_checkpoint_format: set on a model without experts')."""
+    result = plan("gpt-oss-20b", "dgx-h100", 16, 16, fixed={"ep": 4, "pp": 2})
+    layers = result.stage_layers
+    assert result.best_config.ep == 4 and result.best_config.pp == 2
+    assert layers[0][0] == 0 and layers[-1][1] == 24
+    assert all(x[1] == y[0] for x, y in zip(layers, layers[1:]))
+
+
+def test_plan_of_a_hybrid_mamba_model_keeps_the_even_split():
+    """The per-layer stage assignment refuses hybrid Mamba models, and plan ran it on every winner,
+    so every plan of nemotron-3-nano was refused ('hybrid Mamba models are not supported by the
+    per-layer stage assignment'); its winner now keeps the even split (found by fuzz3)."""
+    result = plan("nemotron-3-nano", "dgx-h100", 16, 16, fixed={"pp": 2})
+    assert result.best_config.pp == 2 and result.stage_assignment is None and result.stage_layers is None
+
+
 def test_winner_records_the_layers_of_every_stage():
     result = plan("llama3.1-405b", "dgx-h100", 128, 64, fixed={"pp": 8, "vpp": 1})
     layers = result.stage_layers

@@ -71,6 +71,8 @@ def test_simulate_disaggregated():
     (["--tp", "3"], ["error: --tp: 3 does not divide the 64 attention heads", "use one of"]),
     (["--tp", "4", "--batch", "5000", "--isl", "8192"], ["error: --batch: 5000 requests per rank need", "at most"]),
     (["--adp", "2"], ["error: --adp: attention data parallelism needs a mixture-of-experts model"]),
+    # was ignored: the weights stayed in --precision's format (found by fuzz3)
+    (["--expert-precision", "mxfp4"], ["error: --expert-precision: ", "is dense: it has no routed experts"]),
     (["--isl", "0"], ["error: --isl:"]),
     (["--batch", "nan"], ["error: --batch:"]),
 ])

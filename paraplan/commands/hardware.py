@@ -11,8 +11,9 @@ from pathlib import Path
 
 import click
 
-from hardware_specs.catalog import (efficiency_for, efficiency_for_cluster, is_pooled, list_clusters, list_gpus,
-                                    load_cluster, load_gpu, load_pooled_cluster, load_serving_efficiency, read_yaml)
+from hardware_specs.catalog import (efficiency_for, efficiency_for_cluster, is_file, is_pooled, list_clusters,
+                                    list_gpus, load_cluster, load_gpu, load_pooled_cluster, load_serving_efficiency,
+                                    read_yaml)
 from hardware_specs.pools import PooledCluster
 from hardware_specs.cluster_spec import ClusterSpec, NetworkTier
 from hardware_specs.efficiency_model import EfficiencyModel
@@ -186,8 +187,8 @@ def _efficiency_or_none(gpu: GPUSpec) -> tuple[EfficiencyModel | None, str]:
 def _resolve_entry(name: str) -> tuple[str, GPUSpec | ClusterSpec]:
     """A GPU or a cluster by catalog name or YAML path (a cluster file has a ``gpu`` key)."""
     path = Path(name)
-    if path.suffix in (".yaml", ".yml") or path.is_file():
-        if not path.is_file():
+    if path.suffix in (".yaml", ".yml") or is_file(path):
+        if not is_file(path):
             raise InputError("NAME", f"no such file {name}", "check the path, or give a name from `paraplan hardware list`")
         data = read_yaml(path, "hardware")
         if "pools" in data:
@@ -373,7 +374,7 @@ def _stack_named(name: str):
     try:
         return load_stack(name)
     except InputError as err:
-        if Path(name).suffix in (".yaml", ".yml") or Path(name).is_file():
+        if Path(name).suffix in (".yaml", ".yml") or is_file(Path(name)):
             raise
         unknown = err
     try:
@@ -382,7 +383,7 @@ def _stack_named(name: str):
         pass
     key = name.strip().lower()
     matching = [n for n in list_stacks() if n.startswith(key) or load_stack(n).framework.lower() == key]
-    if matching:
+    if matching and key:                # a blank name is the start of every stack's: unknown, not all of them
         raise InputError("stack", f"no stack named '{name}'",
                          "the stacks of that name: " + ", ".join(matching)) from None
     raise unknown

@@ -36,7 +36,9 @@ _EXPLICIT = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero", "recomp
 
 
 class _LazyBar:
-    """A click progress bar on stderr that appears only if the search runs past ``PROGRESS_AFTER_S``."""
+    """A click progress bar on stderr that appears only if the search runs past ``PROGRESS_AFTER_S``
+    and stderr is a terminal (elsewhere click prints the label as a line of its own, so a slow
+    search that ends in a refusal wrote two stderr lines, the label and the error)."""
 
     def __init__(self):
         self.t0 = time.perf_counter()
@@ -45,7 +47,7 @@ class _LazyBar:
 
     def __call__(self, done: int, total: int) -> None:
         if self.bar is None:
-            if time.perf_counter() - self.t0 < PROGRESS_AFTER_S or done >= total:
+            if time.perf_counter() - self.t0 < PROGRESS_AFTER_S or done >= total or not _stderr_is_a_terminal():
                 return
             self.bar = click.progressbar(length=total, label="evaluating configurations", file=sys.stderr)
             self.bar.__enter__()
@@ -55,6 +57,11 @@ class _LazyBar:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.__exit__(None, None, None)
+
+
+def _stderr_is_a_terminal() -> bool:
+    isatty = getattr(sys.stderr, "isatty", None)
+    return bool(isatty and isatty())
 
 
 def parse_fix(items) -> dict[str, str]:

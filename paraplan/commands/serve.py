@@ -107,8 +107,14 @@ def _context(opts):
     # the experts as given, else as --precision says, else as the model's checkpoint stores them
     # (gpt-oss: mxfp4), else as the dense weights
     expert = opts["expert_precision"] or opts["precision"] or _expert_checkpoint_format(model) or precision
-    return ServingContext.build(model, cluster, opts["backend"], precision, expert,
-                                opts["kv_cache_dtype"], backend_version=opts["backend_version"])
+    ctx = ServingContext.build(model, cluster, opts["backend"], precision, expert,
+                               opts["kv_cache_dtype"], backend_version=opts["backend_version"])
+    if opts["expert_precision"] and ctx.model.moe is None:
+        # as --adp and --moe-ep on a dense model: an option that would change nothing is refused,
+        # not ignored (the weights stayed in --precision's format whatever it said)
+        raise InputError("--expert-precision", f"{ctx.model.name} is dense: it has no routed experts",
+                         "drop --expert-precision, or set the weights' format with --precision")
+    return ctx
 
 
 def _expert_checkpoint_format(model) -> str:

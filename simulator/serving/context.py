@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cost_models.weight_formats import canonical_format, kv_dtype_bytes
-from hardware_specs.catalog import load_cluster, load_serving_efficiency, load_stack, serving_stack_for
+from hardware_specs.catalog import is_file, load_cluster, load_serving_efficiency, load_stack, serving_stack_for
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.errors import InputError
 from hardware_specs.serving_behaviour import ServingBehaviour
@@ -84,7 +84,7 @@ class ServingContext:
             except InputError:
                 # a stack file's own error (a bad value, a missing file) is the one to report,
                 # not "no framework named FILE"
-                if Path(backend).suffix in (".yaml", ".yml") or Path(backend).is_file():
+                if Path(backend).suffix in (".yaml", ".yml") or is_file(Path(backend)):
                     raise
                 stack = serving_stack_for(backend, backend_version)
         if stack.serving is None:
