@@ -409,3 +409,23 @@ def test_yarn_parameters_megatron_cannot_set_and_yarn_without_mla_are_handled():
     assert dict(zip(argv, argv[1:]))["--position-embedding-type"] == "rope" and "--yarn-beta-fast" not in argv
     assert megatron_table.check_command(argv, 256, env_of(with_mtp)) == []
     assert any("refused beside MTP" in line for line in with_mtp.splitlines() if line.startswith("#"))
+
+
+def test_gpt_oss_yarn_rope_is_flags_with_its_published_values():
+    """gpt-oss-120b's config.json rope_theta 150000, rope_scaling yarn factor 32, original 4096,
+    beta_fast 32, beta_slow 1 (openai/gpt-oss-120b, as mirrored in
+    ai-dynamo/aiconfigurator@095f58a): GQA attention without MTP takes --position-embedding-type
+    yarn and the --yarn-* flags; before the preset stated them the export kept Megatron-LM's base
+    10000 and plain RoPE and said so in its header."""
+    from paraplan import api
+    row = api.simulate("gpt-oss-120b", "dgx-h100", gpus=64, ep=32, global_batch=128, zero_stage=1).iloc[0]
+    text = megatron.emit(row)
+    argv = flags_of(text)
+    value = dict(zip(argv, argv[1:]))
+    assert {k: value[k] for k in ("--position-embedding-type", "--rotary-base", "--rotary-scaling-factor",
+                                  "--yarn-original-max-position-embeddings", "--yarn-beta-fast",
+                                  "--yarn-beta-slow")} == {
+        "--position-embedding-type": "yarn", "--rotary-base": "150000", "--rotary-scaling-factor": "32.0",
+        "--yarn-original-max-position-embeddings": "4096", "--yarn-beta-fast": "32.0", "--yarn-beta-slow": "1.0"}
+    assert "RoPE base is not in its model spec" not in text
+    assert megatron_table.check_command(argv, 64, env_of(text)) == []
