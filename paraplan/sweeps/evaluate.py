@@ -9,6 +9,7 @@ is a row with ``status`` and the one-line ``reason``; the plan's columns are the
 """
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any, Mapping
 
 import numpy as np
@@ -37,6 +38,8 @@ POINT_COLUMNS = ("point", "kind", "search", "model", "cluster", "gpu", "stack", 
 #: the plan's columns are ``paraplan plan``'s (``planners.plan.OUTPUT_COLUMNS``): a best plan that
 #: offloads activations or recomputes some layers is reproducible from its row
 PLAN_COLUMNS = tuple(c for c in OUTPUT_COLUMNS if c != "mfu") + ("fits",) + TIME_PARTS
+#: the plan columns that are the configuration's own fields (read from ``ParallelConfig.as_dict``)
+_CONFIG_COLUMNS = tuple(c for c in PLAN_COLUMNS if c in {f.name for f in fields(ParallelConfig)})
 
 
 def stack_fields(stack_name: str, dtype: str, model, gpu: str, tp: int) -> dict:
@@ -110,10 +113,7 @@ def _simulate_group(rows: list[dict], points: list[Mapping], model, cluster) -> 
     hbm = cluster.gpu.hbm_bytes
     for i, (row, config) in enumerate(zip(where, configs)):
         c = config.as_dict()
-        row.update({k: c[k] for k in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "global_batch",
-                                      "zero_stage", "zero_shard_group", "recompute", "recompute_num_layers",
-                                      "recompute_layers_decrement", "offload_activation_layers",
-                                      "sequence_parallel", "schedule", "dtype")})
+        row.update({k: c[k] for k in _CONFIG_COLUMNS})
         row["n_gpus"] = config.n_gpus
         for k in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu") + TIME_PARTS:
             row[k] = float(np.asarray(out[k])[i])
