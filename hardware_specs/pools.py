@@ -183,9 +183,11 @@ class PooledCluster:
             return max(float(v) for v in peaks.values())
         return max(self.pools, key=lambda p: (peak(p), p.gpus))
 
-    def largest_pool(self) -> Pool:
-        """The pool with the most GPUs; ties go to the first listed."""
-        return max(self.pools, key=lambda p: p.gpus)
+    def largest_pool(self, tie_avoids: str | None = None) -> Pool:
+        """The pool with the most GPUs; a tie goes to a pool other than ``tie_avoids`` (a planner
+        comparing "the fastest pool alone" with "the largest alone" shows two pools, not one
+        twice), then to the first listed."""
+        return max(self.pools, key=lambda p: (p.gpus, p.name != tie_avoids))
 
     def subset(self, names) -> "PooledCluster":
         """The cluster restricted to the pools ``names`` (links among them kept)."""

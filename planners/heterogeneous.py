@@ -423,9 +423,7 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
     best_plan, best_cluster = refs[0]
     best_report = simulate_heterogeneous(model, best_cluster, best_plan, _eff_map(best_cluster, cluster, effs_all))
     fastest = cluster.fastest_pool(dtype)
-    # a tie for the most GPUs goes to a pool other than the fastest: the comparison then shows
-    # two pools alone, not the fastest twice
-    largest = max(cluster.pools, key=lambda p: (p.gpus, p.name != fastest.name))
+    largest = cluster.largest_pool(tie_avoids=fastest.name)
     pairs = {}
     for name in cluster.pool_names:
         pick = _best_single(scored, name, gbs)
