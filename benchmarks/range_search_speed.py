@@ -467,6 +467,15 @@ modelled, its own cost 3.5 -> 10.5 CPU s), one sweep over the union of a call's 
 memory lower bound) leave 674 k rows for the memory model (1.21 M today). The < 10 s target is
 not met: the wall time is ~1.7 s + half the CPU time + ~2 s, so it needs ~12 CPU s, and no phase
 holds more than a third of the ~30.
+
+Then (2026-12-03, session 27; the ranked tables, GPU frontiers and memory frontiers above half the
+best identical on ``tools/plan_snapshot.py``'s five cases): the search keeps the GPU frontier (a
+count's fastest plan when it beats every smaller count's) instead of every count's fastest, and
+the memory frontier of the plans with more than half the best tokens/s
+(``time_pruning.FRONTIER_MIN_SHARE``), so a row beaten by a smaller count's best, or at most half
+as fast as the best, needs neither the memory model nor timing for them. gbs4096, alternating
+with the commit before (load 1.5-1.6): 18.7, 18.7 -> 16.4, 15.7 s wall, 32.2, 32.8 -> 28.6, 27.4
+CPU s, 1.17-1.19 -> 1.06-1.11 GiB. The < 10 s target is not met.
 """
 from __future__ import annotations
 

@@ -36,6 +36,7 @@ from planners.search_space import (DEFAULT_SCHEDULES, FIXABLE, RECOMPUTE_NAMES, 
                                    SearchConstraints)
 from planners.stage_assignment import StageAssignment, stage_assignment_for
 from planners.space_scoring import kept_rows, score_space
+from planners.time_pruning import FRONTIER_MIN_SHARE
 from planners.vectorized import DEFAULT_CHUNK_ROWS, Evaluated, evaluate_space
 from simulator import headroom
 from simulator.parallel_config import MAX_GLOBAL_BATCH, MAX_GPUS, ParallelConfig, Schedule
@@ -69,8 +70,8 @@ class PlanResult:
         plans: the fitting configurations, best first (``OUTPUT_COLUMNS``, ``pipeline_exact``,
             then the step-time parts of ``simulator.report.TIME_PARTS``, seconds): all of them up
             to ``max_plans``; beyond, the fastest ``max_plans`` by the estimated step time plus
-            every plan on the throughput-vs-memory frontier and the fastest of each GPU count
-            (``fitting`` counts them all). Rows with ``pipeline_exact`` False carry the
+            every plan on the throughput-vs-memory frontier (``pareto("memory")``) and on the
+            throughput-vs-GPUs frontier (``pareto("gpus")``) (``fitting`` counts them all). Rows with ``pipeline_exact`` False carry the
             closed-form estimate of their pipeline makespan (they cannot rank among the best:
             ``refine_exact``).
         pruned: rule -> raw configurations it removed (``search_space.RULES``, incl. memory: the
@@ -154,8 +155,9 @@ class PlanResult:
     def pareto(self, by: str = "memory") -> pd.DataFrame:
         """Frontier of throughput against ``memory`` (GiB per GPU) or ``gpus`` (GPU count).
 
-        A plan is on the memory frontier when no plan with less memory has as many tokens/s;
-        on the GPU frontier, when no smaller GPU count reaches its tokens/s (one best plan per count).
+        A plan is on the memory frontier when no plan with less memory has as many tokens/s and
+        it has more than ``time_pruning.FRONTIER_MIN_SHARE`` of the best plan's tokens/s; on the
+        GPU frontier, when no smaller GPU count reaches its tokens/s (one best plan per count).
         """
         df = self.plans
         if by == "memory":
@@ -166,6 +168,8 @@ class PlanResult:
             raise InputError("pareto", f"unknown axis {by!r}", "use 'memory' or 'gpus'")
         tps = order["tokens_per_s"].to_numpy()
         running = np.maximum.accumulate(np.concatenate([[-np.inf], tps[:-1]]))
+        if by == "memory" and len(tps):
+            running = np.maximum(running, FRONTIER_MIN_SHARE * tps.max())
         return order.loc[tps > running, list(OUTPUT_COLUMNS)].reset_index(drop=True)
 
 
@@ -341,8 +345,8 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
             ``StackSpec``): its documented
             overlap, kernels, fusion and gradient dtype, with its recipe for this model.
         max_plans: keep at most this many fitting plans in ``PlanResult.plans`` (the fastest),
-            plus every plan on the throughput-vs-memory frontier and the fastest of each GPU
-            count, so memory stays bounded on large searches (None: keep all).
+            plus every plan on the throughput-vs-memory and throughput-vs-GPUs frontiers
+            (``PlanResult.pareto``), so memory stays bounded on large searches (None: keep all).
         space_chunk_rows: rows of the space built and scored at a time (bounds the memory of a
             large search; None: the whole space at once).
         memory_search: give every fully recomputing plan that fits only with some recomputation

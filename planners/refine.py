@@ -5,7 +5,7 @@ lower bound (``simulator.step_model.evaluate``, ``exact_pipeline`` False); the D
 (``simulator.pipeline.makespan``) costs far more. Rows are computed exactly, lowest bound
 first, until no estimated row's lower bound beats the ``top``-th best time, the best time of a
 row with less memory (the Pareto front) or the best time at its GPU count; so the reported
-winners, front and per-count bests are what ``simulate`` says of them.
+winners, fronts (memory, GPU count) are what ``simulate`` says of them.
 """
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ import numpy as np
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
+from planners.time_pruning import FRONTIER_MIN_SHARE
 
 #: plans whose step time is computed exactly (the schedule's DAG makespan) at least: the best
-#: ``TOP_EXACT`` by time, the memory Pareto front and the best per GPU count, plus every plan
+#: ``TOP_EXACT`` by time, the memory and GPU-count Pareto fronts, plus every plan
 #: whose lower bound could beat one of them; at most ``MAX_EXACT`` rows.
 TOP_EXACT = 50
 MAX_EXACT = 4000
@@ -30,14 +31,15 @@ def refine_exact(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, s
     """``ev`` with the exact pipeline makespan for every row that can rank among the best.
 
     Rounds: each computes, over the current times, the ``top``-th best, the best time of every
-    row with less memory (stable order) and the best per GPU count; the estimated rows whose
-    lower bound reaches one of them are computed exactly, lowest bound first, at most
-    ``max_rows`` in all.
+    row with less memory (stable order; at most the best time over ``FRONTIER_MIN_SHARE``) and
+    the best at each GPU count or fewer; the estimated rows whose lower bound reaches one of them
+    are computed exactly, lowest bound first, at most ``max_rows`` in all.
 
     ``cache``: (slot per row of ``ev``, known mask, values by ``KEPT_OUTPUTS`` name) of exact
     results already computed (reused, and filled in); ``trace``: a dict this fills with the
-    largest ``top``-th best time any round saw (``kth_s``), the GPU counts (``gpus``) and the
-    largest best time of each (``group_best_s``), and every row's largest time (``peak_s``):
+    largest ``top``-th best time any round saw (``kth_s``) and best time over
+    ``FRONTIER_MIN_SHARE`` (``frontier_bound_s``), the GPU counts (``gpus``) and the largest best
+    time at each or fewer GPUs (``upto_best_s``), and every row's largest time (``peak_s``):
     what ``time_pruning`` needs to show an untimed row could not have changed the rounds.
     """
     from planners.vectorized import CHOSEN_FIELDS, evaluate_rows_exact
@@ -51,7 +53,8 @@ def refine_exact(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, s
     n_gpus = (cols["dp"] * cols["tp"] * cols["pp"] * cols["cp"])[ev.rows]
     gpu_values, gpu_group = np.unique(n_gpus, return_inverse=True)
     if trace is not None:
-        trace.update(kth_s=-np.inf, gpus=gpu_values, group_best_s=np.full(len(gpu_values), -np.inf),
+        trace.update(kth_s=-np.inf, frontier_bound_s=-np.inf, gpus=gpu_values,
+                     upto_best_s=np.full(len(gpu_values), -np.inf),
                      peak_s=np.array(out["step_time_s"], copy=True))
     budget = max_rows
     while True:
@@ -61,11 +64,17 @@ def refine_exact(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, s
         run_min = np.minimum.accumulate(t[mem_order])
         frontier = np.empty(n)
         frontier[mem_order] = np.concatenate([[np.inf], run_min[:-1]])
+        # a row slower than the best over ``FRONTIER_MIN_SHARE`` is on no kept memory frontier
+        bound = t.min() / FRONTIER_MIN_SHARE
+        np.minimum(frontier, bound, out=frontier)
+        # the best time at each GPU count or fewer: a row slower is on no GPU frontier
         group_best = np.full(len(gpu_values), np.inf)
         np.minimum.at(group_best, gpu_group, t)
+        group_best = np.minimum.accumulate(group_best)
         if trace is not None:
             trace["kth_s"] = max(trace["kth_s"], kth)
-            np.maximum(trace["group_best_s"], group_best, out=trace["group_best_s"])
+            trace["frontier_bound_s"] = max(trace["frontier_bound_s"], bound)
+            np.maximum(trace["upto_best_s"], group_best, out=trace["upto_best_s"])
             np.maximum(trace["peak_s"], t, out=trace["peak_s"])
         if budget <= 0:
             break

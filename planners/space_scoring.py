@@ -2,8 +2,8 @@
 
 The space (``search_space.SpaceBase``) is built one chunk at a time; each chunk is scored
 (``vectorized.evaluate_space``: memory, then the step time of the rows it can keep, refined)
-and reduced at once to ``kept_rows``, the rows a ranked table, its frontiers and its ranking
-of GPU counts can show, so memory is bounded by a chunk and the kept rows, not by the space.
+and reduced at once to ``kept_rows``, the rows a ranked table and its two frontiers (memory,
+GPU count) can show, so memory is bounded by a chunk and the kept rows, not by the space.
 The chunks are scored one after another, so each one need not time the rows that the earlier
 chunks' kept rows show the whole search cannot keep (``time_pruning.excluded``); a chunk's
 memory phase and timing are split over processes (fork) when the space is large
@@ -25,6 +25,7 @@ from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
 from planners.memory_screen import seed_screen
 from planners.search_space import SpaceBase
+from planners.time_pruning import FRONTIER_MIN_SHARE
 from planners.vectorized import DEFAULT_CHUNK_ROWS, KEPT_OUTPUTS, PARALLEL_MIN_ROWS, start_evaluation
 
 
@@ -32,9 +33,11 @@ from planners.vectorized import DEFAULT_CHUNK_ROWS, KEPT_OUTPUTS, PARALLEL_MIN_R
 def kept_rows(tps: np.ndarray, mem: np.ndarray, n: np.ndarray, max_plans: int | None) -> np.ndarray:
     """Mask of the rows among the ``max_plans`` fastest (with every row tied with the slowest
     of them), on the throughput-vs-memory frontier (no row with less memory is as fast, none
-    with as much is faster), or the fastest of their GPU count: every row a ranked table, its
-    frontiers and its ranking of GPU counts can show, ties included. All rows when there are at
-    most ``max_plans`` (or None)."""
+    with as much is faster, and more than ``time_pruning.FRONTIER_MIN_SHARE`` of the best
+    tokens/s) or on the GPU frontier (the fastest of their GPU count, faster than the fastest
+    of every smaller count): every row a ranked table and its two frontiers
+    (``PlanResult.pareto``) can show, ties included. All rows when there are at most
+    ``max_plans`` (or None)."""
     if max_plans is None or len(tps) <= max_plans:
         return np.ones(len(tps), dtype=bool)
     keep = tps >= -np.partition(-tps, max_plans - 1)[max_plans - 1]
@@ -43,7 +46,8 @@ def kept_rows(tps: np.ndarray, mem: np.ndarray, n: np.ndarray, max_plans: int | 
     bins = ((mem - lo_mem) * (4095 / span)).astype(np.int64) if span > 0 else np.zeros(len(mem), dtype=np.int64)
     bin_best = np.full(4097, -np.inf)
     np.maximum.at(bin_best, bins + 1, tps)
-    candidates = np.flatnonzero(tps > np.maximum.accumulate(bin_best)[bins])
+    candidates = np.flatnonzero((tps > np.maximum.accumulate(bin_best)[bins])
+                                & (tps > FRONTIER_MIN_SHARE * tps.max()))
     by_memory = candidates[np.lexsort((-tps[candidates], mem[candidates]))]
     ranked, ranked_mem = tps[by_memory], mem[by_memory]
     # per memory value, its fastest rows (all of them when tied: which one a table shows is
@@ -56,7 +60,9 @@ def kept_rows(tps: np.ndarray, mem: np.ndarray, n: np.ndarray, max_plans: int | 
     lo = int(n.min())
     fastest = np.full(int(n.max()) - lo + 1, -np.inf)
     np.maximum.at(fastest, n - lo, tps)
-    keep |= tps == fastest[n - lo]
+    # the GPU frontier: the fastest of a count that beats every smaller count's fastest
+    beaten = np.maximum.accumulate(np.concatenate([[-np.inf], fastest[:-1]]))
+    keep |= (tps == fastest[n - lo]) & (tps > beaten[n - lo])
     return keep
 
 

@@ -1,24 +1,27 @@
 """Which fitting rows need no step time: branch and bound on ``simulator.step_bounds``' floor.
 
 A search keeps, of its fitting rows, the ``keep`` fastest, the throughput-vs-memory frontier
-and the fastest of each GPU count (``space_scoring.kept_rows``), after ``refine.refine_exact`` has
-timed exactly the rows that can rank. The planner times the rows lowest floor first and stops
+(of the rows faster than ``FRONTIER_MIN_SHARE`` of the best) and the GPU frontier (a count's
+fastest row, when it is faster than every smaller count's) (``space_scoring.kept_rows``), after
+``refine.refine_exact`` has timed exactly the rows that can rank. The planner times the rows lowest floor first and stops
 timing a row ``i`` once the timed rows ``T`` (refined as a whole) show, with ``f`` its floor
 (seconds, at most its estimated step time and its lower bound), ``u = tokens / f`` (at least
 its tokens/s):
 
 1. ``u`` is below the ``keep``-th best tokens/s of ``T``, and ``f`` above the largest
    ``top``-th best time any refinement round of ``T`` saw;
-2. ``u`` is below the best tokens/s of ``T`` at ``i``'s GPU count, and ``f`` above the
-   largest best time of that count any round saw;
-3. some row of ``T`` with less memory reached a time <= ``f`` in every round (its largest
-   time), and some row of ``T`` with less memory has tokens/s >= ``u``.
+2. ``u`` is below the best tokens/s of ``T`` at ``i``'s GPU count or fewer, and ``f`` above
+   the largest best time at that count or fewer any round saw;
+3. some row of ``T`` with less memory, or the best row of ``T`` slowed to
+   ``FRONTIER_MIN_SHARE`` of its tokens/s (a stand-in with less memory than any), reached a
+   time <= ``f`` in every round (its largest time), and has tokens/s >= ``u``.
 
 Then, round by round, ``i`` never meets a refinement threshold (its lower bound is >= ``f``)
-and its estimated time is above the ``top``-th best, its count's best and some row with less
-memory, so it changes none of the thresholds; refining all rows does what refining ``T``
-did, and ``i`` keeps its estimate. By 1-3, with its tokens/s <= ``u``, it is not among the
-``keep`` fastest (nor tied), not its count's fastest and not on the frontier, and removing it
+and its estimated time is above the ``top``-th best, the best at its count or fewer and some
+row (or the stand-in) with less memory, so it changes none of the thresholds; refining all
+rows does what refining ``T`` did, and ``i`` keeps its estimate. By 1-3, with its tokens/s <=
+``u``, it is not among the ``keep`` fastest (nor tied), on no GPU frontier and not on the
+memory frontier, and removing it
 changes no other row's place in them: the kept rows and their numbers are those of timing
 every row. Adding rows to ``T`` only lowers these thresholds, so a row once skippable stays so.
 
@@ -26,8 +29,8 @@ Across chunks (``space_scoring.score_space``, chunk after chunk: each chunk keep
 ``kept_rows``, and the whole search keeps ``kept_rows`` of their union) the rows the earlier
 chunks kept, ``G`` (their refined tokens/s, memory and GPU counts), join ``T`` in the tokens/s
 halves of 1-3 (``excluded`` over ``G`` and ``T``): ``u`` below the ``keep``-th best tokens/s of
-``G`` and ``T`` together, below their best at ``i``'s GPU count, and at most the tokens/s of one
-of them with strictly less memory. Every row of ``G`` and ``T`` is a row of the whole search
+``G`` and ``T`` together, below their best at ``i``'s GPU count or fewer, and at most the tokens/s
+of one of them with strictly less memory (or of the stand-in). Every row of ``G`` and ``T`` is a row of the whole search
 with the numbers timing every row gives it, so ``i`` is none of the whole search's kept rows
 (whatever its chunk keeps); the time halves of 1-3 still hold, so its chunk's refinement and
 the numbers of the rows it times are unchanged. A row the whole search keeps is then timed and
@@ -47,6 +50,15 @@ given the memory model (``vectorized._with_late``) and is then a row like any ot
 from __future__ import annotations
 
 import numpy as np
+
+#: the throughput-vs-memory frontier a search keeps holds only plans with more than this share
+#: of the best plan's tokens/s (``space_scoring.kept_rows``). Below it a plan is no trade a user
+#: would take for memory (half the throughput costs as much as a second cluster), and the plan
+#: that needs the least memory of all (ZeRO-3, every layer recomputed, micro-batch 1) can be
+#: thousands of times slower than the best. The bound is also what lets a range search skip the
+#: memory model of its slow majority: a row whose tokens/s ceiling is at most this share of a
+#: plan already held is on no frontier the search keeps.
+FRONTIER_MIN_SHARE = 0.5
 
 
 def rank_among(sorted_values: np.ndarray, x: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
@@ -75,17 +87,20 @@ def skippable(floor_s: np.ndarray, memory_bytes: np.ndarray, n_gpus: np.ndarray,
         return np.zeros(n, dtype=bool)
     # the time halves: the row changes no refinement round of the timed rows
     gpus = trace["gpus"]
-    at = np.clip(np.searchsorted(gpus, n_gpus), 0, len(gpus) - 1)
-    known = gpus[at] == n_gpus        # a count no timed row has: the row may be its best
+    at = np.searchsorted(gpus, n_gpus, side="right") - 1
+    known = at >= 0         # no timed row at this count or fewer GPUs: the row may be on the GPU frontier
+    at = np.maximum(at, 0)
     order = np.argsort(timed_memory_bytes, kind="stable")
     below = rank_among(timed_memory_bytes[order], memory_bytes, memory_order)   # timed rows with less memory
     least_peak = np.minimum.accumulate(trace["peak_s"][order])
     j = np.maximum(below - 1, 0)
-    ok = ((floor_s > trace["kth_s"]) & known & (floor_s > trace["group_best_s"][at]) & (below > 0)
-          & (least_peak[j] <= floor_s))
+    # some timed row with less memory, or the frontier's share of the best (``refine_exact``),
+    # reached the floor in every round
+    dominated = ((below > 0) & (least_peak[j] <= floor_s)) | (trace["frontier_bound_s"] <= floor_s)
+    ok = (floor_s > trace["kth_s"]) & known & (floor_s > trace["upto_best_s"][at]) & dominated
     # the tokens/s halves: not among the kept rows of the timed rows and the rows other
-    # chunks kept together (1: the keep fastest, 2: its count's fastest, 3: dominated on the
-    # frontier by a row with strictly less memory), so not among the whole search's
+    # chunks kept together (1: the keep fastest, 2: on the GPU frontier, 3: dominated on the
+    # memory frontier by a row with strictly less memory), so not among the whole search's
     top, best, less = held_by_row(memory_bytes, n_gpus, kept_summary(timed_tokens_per_s, timed_memory_bytes,
                                                                      timed_n_gpus, keep), memory_order)
     if elsewhere is not None:
@@ -98,16 +113,19 @@ def skippable(floor_s: np.ndarray, memory_bytes: np.ndarray, n_gpus: np.ndarray,
 def kept_summary(tokens_per_s: np.ndarray, memory_bytes: np.ndarray, n_gpus: np.ndarray, keep: int) -> dict:
     """What ``excluded`` reads of a set of rows a search holds (their refined tokens/s, memory
     and GPU counts): the ``keep`` best tokens/s (``top``), the GPU counts and the best tokens/s
-    of each (``gpus``, ``best``), the memory in increasing order and the best tokens/s of the
-    rows up to each (``memory``, ``most``)."""
+    at each or fewer GPUs (``gpus``, ``best``), the memory in increasing order and the best
+    tokens/s of the rows up to each (``memory``, ``most``), led by a stand-in row of memory -inf
+    at ``FRONTIER_MIN_SHARE`` of the best tokens/s (a row no faster is on no kept frontier)."""
     tokens_per_s = np.asarray(tokens_per_s, dtype=float)
     top = -np.partition(-tokens_per_s, keep - 1)[:keep] if len(tokens_per_s) > keep else tokens_per_s
     gpus, group = np.unique(n_gpus, return_inverse=True)
     best = np.full(len(gpus), -np.inf)
     np.maximum.at(best, group, tokens_per_s)
     order = np.argsort(memory_bytes, kind="stable")
-    return {"top": top, "gpus": gpus, "best": best, "memory": np.asarray(memory_bytes)[order],
-            "most": np.maximum.accumulate(tokens_per_s[order]) if len(order) else np.zeros(0)}
+    share = FRONTIER_MIN_SHARE * tokens_per_s.max() if len(tokens_per_s) else -np.inf
+    return {"top": top, "gpus": gpus, "best": np.maximum.accumulate(best) if len(best) else best,
+            "memory": np.concatenate([[-np.inf], np.asarray(memory_bytes, dtype=float)[order]]),
+            "most": np.maximum.accumulate(np.concatenate([[share], tokens_per_s[order]]))}
 
 
 def compact_summary(summary: dict, keep: int) -> dict:
@@ -128,14 +146,14 @@ def held_by_row(memory_bytes: np.ndarray, n_gpus: np.ndarray, summary: dict,
                 memory_order: np.ndarray | None = None) -> tuple:
     """What rows (``memory_bytes``, ``n_gpus``) are up against among rows a search holds
     (``kept_summary``): their ``keep`` best tokens/s, and per row the best held tokens/s at its
-    GPU count and the best of the held rows with strictly less memory (-inf: none);
+    GPU count or fewer and the best of the held rows with strictly less memory (-inf: none);
     ``memory_order``: a sorting permutation of ``memory_bytes``, if known."""
     n = len(memory_bytes)
     best, less = np.full(n, -np.inf), np.full(n, -np.inf)
     gpus = summary["gpus"]
     if len(gpus) and n:
-        at = np.clip(np.searchsorted(gpus, n_gpus), 0, len(gpus) - 1)
-        best = np.where(gpus[at] == n_gpus, summary["best"][at], -np.inf)
+        at = np.searchsorted(gpus, n_gpus, side="right") - 1
+        best = np.where(at >= 0, summary["best"][np.maximum(at, 0)], -np.inf)
         below = rank_among(summary["memory"], memory_bytes, memory_order)
         less = np.where(below > 0, summary["most"][np.maximum(below - 1, 0)], -np.inf)
     return summary["top"], best, less
@@ -148,8 +166,9 @@ def excluded(floor_s: np.ndarray, tokens_per_step: float, keep: int, top: np.nda
     at least the ``keep`` best of their tokens/s, as the search gives them; ``best`` and
     ``less`` per row): with ``u = tokens / floor`` (at least the row's tokens/s), ``u`` is below
     the ``keep``-th best held tokens/s (no row is excluded when fewer than ``keep`` are held),
-    below the best held at the row's GPU count, and some held row with strictly less memory has
-    tokens/s >= ``u``."""
+    below the best held at the row's GPU count or fewer (so it is on no GPU frontier), and some
+    held row with strictly less memory, or the frontier's share of the best, has tokens/s >=
+    ``u``."""
     n = len(floor_s)
     if n == 0 or len(top) < max(keep, 1):
         return np.zeros(n, dtype=bool)
@@ -162,8 +181,8 @@ def excluded(floor_s: np.ndarray, tokens_per_step: float, keep: int, top: np.nda
 def next_to_time(floor_s: np.ndarray, memory_bytes: np.ndarray, n_gpus: np.ndarray, timed_peak_s: np.ndarray,
                  timed_memory_bytes: np.ndarray, timed_n_gpus: np.ndarray, step: int) -> np.ndarray:
     """Indices of the open rows (``floor_s``, ``memory_bytes``, ``n_gpus``: not skippable) to
-    time next: the ``step`` lowest floors, and the rows that could still be on the frontier or
-    their count's fastest even at their floor (no row with less memory, or of their count, is
+    time next: the ``step`` lowest floors, and the rows that could still be on the memory or the
+    GPU frontier even at their floor (no row with less memory, or of their count or fewer, is
     known or hoped to be faster): those are what the other rows wait for to be dominated."""
     pick = np.zeros(len(floor_s), dtype=bool)
     pick[np.argsort(floor_s, kind="stable")[:step]] = True
@@ -178,10 +197,10 @@ def next_to_time(floor_s: np.ndarray, memory_bytes: np.ndarray, n_gpus: np.ndarr
     frontier = value[order] < best_before[first_of_equal]
     is_open = order >= len(timed_peak_s)
     pick[order[frontier & is_open] - len(timed_peak_s)] = True
-    # each GPU count's lowest floor, where no timed row of the count is as fast
+    # rows that could be on the GPU frontier: none at their count or fewer GPUs known or hoped faster
     counts, group = np.unique(np.concatenate([timed_n_gpus, n_gpus]), return_inverse=True)
     best = np.full(len(counts), np.inf)
     np.minimum.at(best, group, value)
     mine = group[len(timed_peak_s):]
-    pick |= floor_s <= best[mine]
+    pick |= floor_s <= np.minimum.accumulate(best)[mine]
     return np.flatnonzero(pick)

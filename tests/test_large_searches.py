@@ -17,6 +17,7 @@ from planners.refine import TOP_EXACT
 from planners.search_space import (MAX_FACTORISATIONS, _factorisations, enumerate_base, enumerate_chunks,
                                    factorisation_count)
 from planners.space_scoring import kept_rows
+from planners.time_pruning import FRONTIER_MIN_SHARE
 
 from frames import assert_frame_equal
 
@@ -90,7 +91,7 @@ def test_bounded_search_keeps_the_ranking_and_both_frontiers_of_the_unbounded_on
     assert_frame_equal(bounded.pareto("gpus"), unbounded.pareto("gpus"))
 
 
-def test_kept_rows_are_the_fastest_the_memory_frontier_and_the_fastest_per_gpu_count():
+def test_kept_rows_are_the_fastest_the_memory_frontier_and_the_gpu_frontier():
     rng = np.random.default_rng(18)
     for trial in range(100):
         n = int(rng.integers(5, 2000))
@@ -102,9 +103,14 @@ def test_kept_rows_are_the_fastest_the_memory_frontier_and_the_fastest_per_gpu_c
         # on the frontier: nothing smaller as fast, nothing as small faster (row i against every j)
         smaller_as_fast = (mem[None, :] < mem[:, None]) & (tps[None, :] >= tps[:, None])
         as_small_faster = (mem[None, :] == mem[:, None]) & (tps[None, :] > tps[:, None])
-        expected |= ~smaller_as_fast.any(axis=1) & ~as_small_faster.any(axis=1)
+        # ... and more than FRONTIER_MIN_SHARE of the best
+        expected |= ~smaller_as_fast.any(axis=1) & ~as_small_faster.any(axis=1) & (tps > FRONTIER_MIN_SHARE * tps.max())
+        # the GPU frontier: a count's fastest, when faster than every smaller count's fastest
         for g in np.unique(gpus):
-            expected |= (gpus == g) & (tps == tps[gpus == g].max())
+            fewer = tps[gpus < g]
+            count_best = tps[gpus == g].max()
+            if not len(fewer) or count_best > fewer.max():
+                expected |= (gpus == g) & (tps == count_best)
         assert np.array_equal(kept_rows(tps, mem, gpus, k), expected)
 
 

@@ -62,7 +62,7 @@ def test_random_plans_match_simulate_to_1e9(model, cluster, gpus, gbs, dtypes):
     result = plan(spec, cl, gpus, gbs, dtypes=dtypes, assign_stages=False)
     assert len(result.plans) == result.evaluated
     plans = result.plans
-    # the best 50 by time, the memory frontier and the best per GPU count carry the exact
+    # the best 50 by time, the memory frontier and the GPU frontier carry the exact
     # pipeline makespan; a row left with the estimate has a lower bound no better than the
     # 50th best time, so it could not rank there
     assert plans["pipeline_exact"].head(50).all()

@@ -16,7 +16,7 @@ from planners import plan
 from planners.refine import refine_exact
 from planners.search_space import SearchConstraints, enumerate_space
 from planners.space_scoring import kept_rows
-from planners.time_pruning import excluded, held_by_row, kept_summary, skippable
+from planners.time_pruning import FRONTIER_MIN_SHARE, excluded, held_by_row, kept_summary, skippable
 from planners.vectorized import CHOSEN_FIELDS, config_batch, evaluate_space
 from simulator.step_bounds import step_time_floor_s
 from simulator.step_model import evaluate, memory_parts
@@ -141,18 +141,28 @@ def test_branch_and_bound_times_a_fraction_of_the_fitting_rows_and_keeps_the_sam
 
 
 def test_a_row_is_skipped_only_when_every_condition_holds():
-    # timed rows: tokens/s 10 (memory 1, 8 GPUs) and 5 (memory 3, 8 GPUs); keep 1; tokens 100
-    trace = {"kth_s": 10.0, "gpus": np.array([8]), "group_best_s": np.array([10.0]), "peak_s": np.array([10.0, 20.0])}
+    # timed rows: tokens/s 10 (memory 1, 8 GPUs) and 5 (memory 3, 8 GPUs); keep 1; tokens 100,
+    # so times 10 and 20 s; the frontier's bound: the best time over FRONTIER_MIN_SHARE, 20 s
+    assert FRONTIER_MIN_SHARE == 0.5
+    trace = {"kth_s": 10.0, "frontier_bound_s": 20.0, "gpus": np.array([8]), "upto_best_s": np.array([10.0]),
+             "peak_s": np.array([10.0, 20.0])}
     timed = (np.array([10.0, 5.0]), np.array([1.0, 3.0]), np.array([8, 8]))
-    # floors 20 (at most 5 tok/s): below the best, dominated by the memory-1 row -> skipped;
-    # floor 9: could be the fastest; memory 0.5: nothing with less memory; 16 GPUs: a count of its own
-    floor = np.array([20.0, 9.0, 20.0, 20.0])
-    memory = np.array([2.0, 2.0, 0.5, 2.0])
-    gpus = np.array([8, 8, 8, 16])
+    # 0: floor 20 (at most 5 tok/s): below the best, dominated by the memory-1 row -> skipped;
+    # 1: floor 9 could be the fastest; 2: memory 0.5, nothing timed holds less, but at most half
+    # the best tokens/s -> on no kept memory frontier, skipped; 3: 16 GPUs, beaten by the 8-GPU
+    # best -> on no GPU frontier, skipped; 4: 4 GPUs, fewer than any timed row: it may be the GPU
+    # frontier's first point; 5: memory 0.5 at 5.26 tok/s, more than half the best: may be on
+    # the memory frontier
+    floor = np.array([20.0, 9.0, 20.0, 20.0, 20.0, 19.0])
+    memory = np.array([2.0, 2.0, 0.5, 2.0, 2.0, 0.5])
+    gpus = np.array([8, 8, 8, 16, 4, 8])
     got = skippable(floor, memory, gpus, 100.0, *timed, trace, keep=1)
-    np.testing.assert_array_equal(got, [True, False, False, False])
+    np.testing.assert_array_equal(got, [True, False, True, True, False, False])
     # a refinement round whose k-th best time reached the floor: the row could have been refined
     assert not skippable(floor[:1], memory[:1], gpus[:1], 100.0, *timed, {**trace, "kth_s": 20.0}, keep=1)[0]
+    # a round whose best time over the share was above row 2's floor: its bound did not hold then
+    assert not skippable(floor[2:3], memory[2:3], gpus[2:3], 100.0, *timed, {**trace, "frontier_bound_s": 21.0},
+                         keep=1)[0]
 
 
 def test_a_row_is_excluded_by_held_rows_only_when_it_can_be_none_of_the_kept_rows():
@@ -161,20 +171,25 @@ def test_a_row_is_excluded_by_held_rows_only_when_it_can_be_none_of_the_kept_row
     summary = kept_summary(np.array([10.0, 6.0, 4.0]), np.array([1.0, 2.0, 4.0]), np.array([8, 8, 16]), keep=2)
     np.testing.assert_array_equal(np.sort(summary["top"]), [6.0, 10.0])
     np.testing.assert_array_equal(summary["gpus"], [8, 16])
-    np.testing.assert_array_equal(summary["best"], [10.0, 4.0])
-    np.testing.assert_array_equal(summary["most"], [10.0, 10.0, 10.0])
-    floor = np.array([20.0, 20.0, 12.5, 20.0, 20.0, 16.0])      # u: 5, 5, 8, 5, 5, 6.25
-    memory = np.array([3.0, 1.0, 3.0, 3.0, 5.0, 3.0])
-    gpus = np.array([8, 8, 8, 16, 32, 8])
+    # the best at each count or fewer: 16 GPUs are beaten by the 8-GPU row
+    np.testing.assert_array_equal(summary["best"], [10.0, 10.0])
+    # led by the stand-in of memory -inf at half the best tokens/s
+    np.testing.assert_array_equal(summary["memory"], [-np.inf, 1.0, 2.0, 4.0])
+    np.testing.assert_array_equal(summary["most"], [5.0, 10.0, 10.0, 10.0])
+    floor = np.array([20.0, 20.0, 12.5, 20.0, 20.0, 16.0, 20.0, 18.0, 20.0])    # u: 5, 5, 8, 5, 5, 6.25, 5, 5.56, 5
+    memory = np.array([3.0, 1.0, 3.0, 3.0, 5.0, 3.0, 3.0, 0.5, 0.5])
+    gpus = np.array([8, 8, 8, 16, 32, 8, 4, 8, 8])
     top, best, less = held_by_row(memory, gpus, summary)
-    np.testing.assert_array_equal(best, [10.0, 10.0, 10.0, 4.0, -np.inf, 10.0])
-    np.testing.assert_array_equal(less, [10.0, -np.inf, 10.0, 10.0, 10.0, 10.0])
+    np.testing.assert_array_equal(best, [10.0] * 6 + [-np.inf] + [10.0] * 2)
+    np.testing.assert_array_equal(less, [10.0, 5.0, 10.0, 10.0, 10.0, 10.0, 10.0, 5.0, 5.0])
     got = excluded(floor, 100.0, 2, top, best, less)
     # 0: u 5 < 6, < 10 at 8 GPUs, dominated by the memory-1 row -> excluded; 1: nothing holds
-    # less memory (memory 1 is not less than 1) -> may be on the frontier; 2: u 8 >= 6, may be
-    # among the 2 fastest; 3: u 5 > 4, may be the fastest of 16 GPUs; 4: a count no row holds;
-    # 5: u 6.25 >= the 2nd best 6
-    np.testing.assert_array_equal(got, [True, False, False, False, False, False])
+    # less memory (memory 1 is not less than 1), but u 5 is only half the best -> excluded;
+    # 2: u 8 >= 6, may be among the 2 fastest; 3, 4: u 5 at 16 and 32 GPUs, beaten by 8 GPUs'
+    # 10 -> on no GPU frontier, excluded; 5: u 6.25 >= the 2nd best 6; 6: 4 GPUs, fewer than
+    # any held row: may be the GPU frontier's first point; 7: memory 0.5 and u 5.56, more than
+    # half the best: may be on the memory frontier; 8: the same at u 5 -> excluded
+    np.testing.assert_array_equal(got, [True, True, False, True, True, False, False, False, True])
     # fewer held rows than kept: any row may be among the fastest
     assert not excluded(floor, 100.0, 4, top, best, less).any()
 

@@ -352,7 +352,9 @@ def _csv(df) -> str:
                    "count, or {\"min\": lo, \"max\": hi} for a range; stage_layers lists the best plan's "
                    "[start, end) per model chunk, 0-based and end-exclusive ([[0, 80]] = the table's 0:0-79).")
 @click.option("--csv", "as_csv", is_flag=True, help="Print the top plans (or, with --pareto, the frontier) as CSV.")
-@click.option("--pareto", is_flag=True, help="Also print the throughput-vs-memory frontier (and vs GPUs for a range).")
+@click.option("--pareto", is_flag=True, help="Also print the throughput-vs-memory frontier (of the plans with more than "
+                                                "half the best plan's throughput) and, for a range, the throughput-vs-GPUs "
+                                                "frontier (each GPU count whose best beats every smaller count's).")
 @click.option("--explain", is_flag=True,
               help="Explain the winner against the runner-up, and against the fastest kept plan without each "
                    "of its exotic features (activation offload, ZeRO-3, full recomputation); pruned counts per "
@@ -455,7 +457,8 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         command = simulate_command(best, model, cluster, seq_len, stack_arg, switches)
         out.append(f"best plan as one run (its step, memory per stage and why):\n{wrap_command(command)}\n")
     if pareto:
-        out.append("\npareto frontier: tokens/s vs memory per GPU (no plan with less memory is as fast)\n")
+        out.append("\npareto frontier: tokens/s vs memory per GPU (no plan with less memory is as fast; plans over "
+                   "half the best tokens/s)\n")
         out.append(_table(display(result.pareto("memory"), cl), ranked=False, show_gpus=is_range))
         if is_range:
             out.append("\npareto frontier: tokens/s vs GPU count (no smaller count is as fast)\n")
