@@ -475,7 +475,12 @@ the memory frontier of the plans with more than half the best tokens/s
 (``time_pruning.FRONTIER_MIN_SHARE``), so a row beaten by a smaller count's best, or at most half
 as fast as the best, needs neither the memory model nor timing for them. gbs4096, alternating
 with the commit before (load 1.5-1.6): 18.7, 18.7 -> 16.4, 15.7 s wall, 32.2, 32.8 -> 28.6, 27.4
-CPU s, 1.17-1.19 -> 1.06-1.11 GiB. The < 10 s target is not met.
+CPU s, 1.17-1.19 -> 1.06-1.11 GiB. Then the default ``max_plans`` 200,000 -> 50,000 (more than
+any single-count search of the notebooks fits; both frontiers kept besides): 12.7 and 12.1 s wall,
+21.3 and 20.9 CPU s, 0.94-0.99 GiB (load 1.1-1.2); one process 18.6 CPU s; bf16+fp8 (13.5 M
+configurations) 19.7 s wall, 34.1 CPU s, 1.28 GiB. Not kept: the first chunk's seed screen at
+0.10 / 0.15 of its rows in place of 0.25 (16.1 / 12.8 s wall against 12.0: the late-modelling
+rounds cost more than the rows saved). The < 10 s target is not met (about 2.5 s over).
 """
 from __future__ import annotations
 
