@@ -179,8 +179,17 @@ def test_breakdown_bars_stack_to_the_step_time(pp_sweep):
 
 def test_plots_accept_step_reports():
     report, _, _ = api.simulate_report(MODEL, CLUSTER, gpus=64, tp=8, pp=4, global_batch=128, zero_stage=1)
-    assert isinstance(plots.breakdown(report), Figure)
-    assert isinstance(plots.memory([report, report]), Figure)
+    # a StepReport is drawn as its row (isinstance(..., Figure) alone could not fail on a wrong
+    # row): the one breakdown bar ends at the report's step time, and each of the two memory bars
+    # stacks to the report's peak per GPU, memory_bytes / 2**30 GiB
+    ax = plots.breakdown(report).axes[0]
+    assert max(p.get_x() + p.get_width() for p in ax.patches) == pytest.approx(report.step_time_s, rel=1e-9)
+    ax = plots.memory([report, report]).axes[0]
+    tops = {}
+    for patch in ax.patches:
+        x = round(patch.get_x() + patch.get_width() / 2, 6)
+        tops[x] = max(tops.get(x, 0.0), patch.get_y() + patch.get_height())
+    assert list(tops.values()) == pytest.approx([report.memory_bytes / 2**30] * 2, rel=1e-9)
 
 
 def test_pareto_mask_keeps_only_undominated_plans():
