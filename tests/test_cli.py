@@ -454,7 +454,7 @@ def test_validate_published_out_writes_atomically(small_runs_csv, tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_bytes(b"\xff\xfe\x00garbage\x81\x82")
     out.write_text("previous")
-    assert_one_line_error(run("validate", "published", bad, "--json", "--out", out))
+    assert_one_line_error(run("validate", "published", bad, "--json", "--out", out), "error: path: malformed CSV")
     assert out.read_text() == "previous"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["runs.csv", "errors.json", "bad.csv"])
     missing_dir = tmp_path / "nope" / "x.csv"
@@ -468,10 +468,10 @@ def test_validate_published_malformed_csv(tmp_path):
     assert_one_line_error(run("validate", "published", no_cols), "lacks column")
     garbage = tmp_path / "garbage.csv"
     garbage.write_bytes(bytes(range(256)) * 4)
-    assert_one_line_error(run("validate", "published", garbage))
+    assert_one_line_error(run("validate", "published", garbage), "error: path: malformed CSV", "garbage.csv")
     empty = tmp_path / "empty.csv"
     empty.write_text("")
-    assert_one_line_error(run("validate", "published", empty))
+    assert_one_line_error(run("validate", "published", empty), "error: path: malformed CSV", "empty.csv")
     assert_one_line_error(run("validate", "published", tmp_path / "missing.csv"), "no such file")
 
 
