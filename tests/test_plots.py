@@ -247,7 +247,18 @@ def test_plot_kinds_without_sweeps_and_with_defaults(tmp_path):
                          "-o", tmp_path / "s.png"), "--values")
 
 
-def test_plot_best_lets_the_planner_choose_unless_degrees_are_given(tmp_path):
+def test_plot_best_lets_the_planner_choose_unless_degrees_are_given(tmp_path, monkeypatch):
+    # the rows each figure is drawn from (exit code 0 alone passed whatever row was drawn)
+    drawn = {}
+
+    def recording(kind, draw):
+        def record(df, path=None, **kw):
+            drawn[kind] = df
+            return draw(df, path, **kw)
+        return record
+
+    for kind in ("breakdown", "memory"):
+        monkeypatch.setitem(plots.KINDS, kind, recording(kind, plots.KINDS[kind]))
     out = tmp_path / "best.png"
     result = _run("plot", "breakdown", "-m", MODEL, "-c", CLUSTER, "-n", "256", "--global-batch", "512", "--best",
                   "--field", "gpu", "--values", "h200-sxm-141gb", "-o", out)
@@ -255,6 +266,15 @@ def test_plot_best_lets_the_planner_choose_unless_degrees_are_given(tmp_path):
     pinned = _run("plot", "memory", "-m", MODEL, "-c", CLUSTER, "-n", "256", "--global-batch", "512", "--best",
                   "--tp", "8", "-o", tmp_path / "pinned.png")
     assert pinned.exit_code == 0, pinned.output
+    # --best draws the planner's fastest plan at the swept GPU, and with --tp 8 the fastest plan
+    # at tp 8 (not the H200 winner's layout: dp 128 x cp 2 at tp 1 fits in 141 GB)
+    best = api.best_plan(MODEL, CLUSTER, 256, global_batch=512, gpu="h200-sxm-141gb").iloc[0]
+    at_tp8 = api.best_plan(MODEL, CLUSTER, 256, global_batch=512, tp=8).iloc[0]
+    (row,), (pinned_row,) = drawn["breakdown"].to_dict("records"), drawn["memory"].to_dict("records")
+    assert row["gpu"] == "h200-sxm-141gb" and row["config"] == best["config"]
+    assert row["step_time_s"] == pytest.approx(best["step_time_s"], rel=1e-12)
+    assert pinned_row["tp"] == 8 and pinned_row["config"] == at_tp8["config"] != best["config"]
+    assert pinned_row["memory_gib"] == pytest.approx(at_tp8["memory_gib"], rel=1e-12)
 
 
 def test_every_step_time_part_has_a_human_label():
