@@ -237,7 +237,9 @@ def test_plot_empty_sweep_is_one_line_exit_2(tmp_path):
 
 def test_plot_kinds_without_sweeps_and_with_defaults(tmp_path):
     ok = _run("plot", "roofline", "-m", MODEL, "-c", CLUSTER, "--tp", "8", "-o", tmp_path / "r.png")
-    assert ok.exit_code == 0, ok.output
+    # one layer's operations: four GEMMs and the LM head, flash attention's core and the
+    # elementwise ops forward and backward (api.layer_ops): 5 + 2 + 2 rows
+    assert ok.exit_code == 0 and "(roofline, 9 rows)" in ok.stdout, ok.output
     _one_line_error(_run("plot", "roofline", "-m", MODEL, "-c", CLUSTER, "--field", "tp", "--values", "1",
                          "-o", tmp_path / "r.png"), "--field")
     bw = _run("plot", "bandwidth", "-m", MODEL, "-c", CLUSTER, "-n", "256", "--tp", "8", "--pp", "4", "--zero", "1",
