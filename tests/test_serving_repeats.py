@@ -146,6 +146,10 @@ def test_real_file_repeat_groups_hold_their_invariants(real_residuals, same_rele
         farthest = errs.groupby("group")[f"{m}_spread"].transform("max")
         log_range = np.log(errs[f"{m}_maxmin"])
         assert ((farthest >= log_range / 2 - 1e-12) & (farthest <= log_range + 1e-12)).all()
+        # and exactly half of it on a pair: sqrt(a b) is the midpoint of ln a and ln b
+        pair = errs.measurements == 2
+        assert pair.sum() >= 10
+        assert np.allclose(errs.loc[pair, f"{m}_spread"], log_range[pair] / 2, rtol=1e-9, atol=1e-12)
         per_group = errs.groupby("group")
         # no single value does better than the best constant, the geometric mean included
         assert (per_group[f"{m}_floor_err"].mean() <= per_group[f"{m}_gm_err"].mean() + 1e-12).all()
