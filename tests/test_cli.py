@@ -264,7 +264,12 @@ def test_simulate_json_parts_sum_to_the_step():
     assert d["config"]["dp"] == 4 and d["n_gpus"] == 64
     assert math.isclose(sum(d["time_breakdown_s"][k] for k in TIME_PARTS), d["step_time_s"], rel_tol=1e-9)
     assert math.isclose(sum(d["memory_breakdown_bytes"][k] for k in MEMORY_PARTS), d["memory_bytes"], rel_tol=1e-9)
-    assert isinstance(d["fits"], bool)
+    # fits is "peak memory leaves the required headroom free" (simulator.headroom.fits), a JSON
+    # bool. This row cannot fit 80 GiB: tp 4 x pp 4 with no ZeRO leaves about 4.5e9 parameters
+    # on the first stage at 2 (bf16 weights) + 4 (fp32 gradients) + 12 (fp32 master and Adam
+    # moments) = 18 bytes each, 82 GB before any activation (168.5 GB in all, of 85.9 GB)
+    assert d["headroom_bytes"] == pytest.approx(d["hbm_bytes"] - d["memory_bytes"], rel=1e-12)
+    assert d["fits"] is (d["headroom_bytes"] >= d["headroom_required_bytes"]) is False
 
 
 def test_simulate_global_batch_tokens_and_seq_len_override():
@@ -449,7 +454,7 @@ def test_validate_published_out_writes_atomically(small_runs_csv, tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_bytes(b"\xff\xfe\x00garbage\x81\x82")
     out.write_text("previous")
-    assert_one_line_error(run("validate", "published", bad, "--json", "--out", out))
+    assert_one_line_error(run("validate", "published", bad, "--json", "--out", out), "error: path: malformed CSV")
     assert out.read_text() == "previous"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["runs.csv", "errors.json", "bad.csv"])
     missing_dir = tmp_path / "nope" / "x.csv"
@@ -463,10 +468,10 @@ def test_validate_published_malformed_csv(tmp_path):
     assert_one_line_error(run("validate", "published", no_cols), "lacks column")
     garbage = tmp_path / "garbage.csv"
     garbage.write_bytes(bytes(range(256)) * 4)
-    assert_one_line_error(run("validate", "published", garbage))
+    assert_one_line_error(run("validate", "published", garbage), "error: path: malformed CSV", "garbage.csv")
     empty = tmp_path / "empty.csv"
     empty.write_text("")
-    assert_one_line_error(run("validate", "published", empty))
+    assert_one_line_error(run("validate", "published", empty), "error: path: malformed CSV", "empty.csv")
     assert_one_line_error(run("validate", "published", tmp_path / "missing.csv"), "no such file")
 
 

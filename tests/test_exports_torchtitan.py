@@ -96,11 +96,16 @@ def test_config_manager_builds_every_matrix_export_and_the_world_factors_as_plan
     assert training.disable_cuda_graphs == (not p["cuda_graphs"])
 
 
-def test_config_manager_rejects_a_pipeline_export_that_keeps_cuda_graphs(load):
+def test_config_manager_rejects_a_pipeline_export_that_keeps_cuda_graphs(load, capsys):
     row = dict(next(r for n, r in ACCEPTED if n == "pp-1f1b"))
     text = torchtitan.emit(row).replace("    config.training.disable_cuda_graphs = True\n", "")
-    with pytest.raises((SystemExit, ValueError)):
+    assert "disable_cuda_graphs = True" not in text          # the line removed is the one emitted
+    with pytest.raises((SystemExit, ValueError)) as refused:
         load("pp-1f1b-cuda-graphs", text)
+    # refused for the cuda graphs, not for anything else in the module (tyro prints the
+    # ValueError in a box on stderr and exits 2)
+    said = " ".join((str(refused.value) + capsys.readouterr().err).replace("\u2502", " ").split())
+    assert "CUDA graphs do not support pipeline parallelism" in said, said
 
 
 def test_the_registry_table_matches_the_installed_models(tt):

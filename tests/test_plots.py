@@ -179,8 +179,17 @@ def test_breakdown_bars_stack_to_the_step_time(pp_sweep):
 
 def test_plots_accept_step_reports():
     report, _, _ = api.simulate_report(MODEL, CLUSTER, gpus=64, tp=8, pp=4, global_batch=128, zero_stage=1)
-    assert isinstance(plots.breakdown(report), Figure)
-    assert isinstance(plots.memory([report, report]), Figure)
+    # a StepReport is drawn as its row (isinstance(..., Figure) alone could not fail on a wrong
+    # row): the one breakdown bar ends at the report's step time, and each of the two memory bars
+    # stacks to the report's peak per GPU, memory_bytes / 2**30 GiB
+    ax = plots.breakdown(report).axes[0]
+    assert max(p.get_x() + p.get_width() for p in ax.patches) == pytest.approx(report.step_time_s, rel=1e-9)
+    ax = plots.memory([report, report]).axes[0]
+    tops = {}
+    for patch in ax.patches:
+        x = round(patch.get_x() + patch.get_width() / 2, 6)
+        tops[x] = max(tops.get(x, 0.0), patch.get_y() + patch.get_height())
+    assert list(tops.values()) == pytest.approx([report.memory_bytes / 2**30] * 2, rel=1e-9)
 
 
 def test_pareto_mask_keeps_only_undominated_plans():
@@ -228,7 +237,9 @@ def test_plot_empty_sweep_is_one_line_exit_2(tmp_path):
 
 def test_plot_kinds_without_sweeps_and_with_defaults(tmp_path):
     ok = _run("plot", "roofline", "-m", MODEL, "-c", CLUSTER, "--tp", "8", "-o", tmp_path / "r.png")
-    assert ok.exit_code == 0, ok.output
+    # one layer's operations: four GEMMs and the LM head, flash attention's core and the
+    # elementwise ops forward and backward (api.layer_ops): 5 + 2 + 2 rows
+    assert ok.exit_code == 0 and "(roofline, 9 rows)" in ok.stdout, ok.output
     _one_line_error(_run("plot", "roofline", "-m", MODEL, "-c", CLUSTER, "--field", "tp", "--values", "1",
                          "-o", tmp_path / "r.png"), "--field")
     bw = _run("plot", "bandwidth", "-m", MODEL, "-c", CLUSTER, "-n", "256", "--tp", "8", "--pp", "4", "--zero", "1",
@@ -238,7 +249,18 @@ def test_plot_kinds_without_sweeps_and_with_defaults(tmp_path):
                          "-o", tmp_path / "s.png"), "--values")
 
 
-def test_plot_best_lets_the_planner_choose_unless_degrees_are_given(tmp_path):
+def test_plot_best_lets_the_planner_choose_unless_degrees_are_given(tmp_path, monkeypatch):
+    # the rows each figure is drawn from (exit code 0 alone passed whatever row was drawn)
+    drawn = {}
+
+    def recording(kind, draw):
+        def record(df, path=None, **kw):
+            drawn[kind] = df
+            return draw(df, path, **kw)
+        return record
+
+    for kind in ("breakdown", "memory"):
+        monkeypatch.setitem(plots.KINDS, kind, recording(kind, plots.KINDS[kind]))
     out = tmp_path / "best.png"
     result = _run("plot", "breakdown", "-m", MODEL, "-c", CLUSTER, "-n", "256", "--global-batch", "512", "--best",
                   "--field", "gpu", "--values", "h200-sxm-141gb", "-o", out)
@@ -246,6 +268,15 @@ def test_plot_best_lets_the_planner_choose_unless_degrees_are_given(tmp_path):
     pinned = _run("plot", "memory", "-m", MODEL, "-c", CLUSTER, "-n", "256", "--global-batch", "512", "--best",
                   "--tp", "8", "-o", tmp_path / "pinned.png")
     assert pinned.exit_code == 0, pinned.output
+    # --best draws the planner's fastest plan at the swept GPU, and with --tp 8 the fastest plan
+    # at tp 8 (not the H200 winner's layout: dp 128 x cp 2 at tp 1 fits in 141 GB)
+    best = api.best_plan(MODEL, CLUSTER, 256, global_batch=512, gpu="h200-sxm-141gb").iloc[0]
+    at_tp8 = api.best_plan(MODEL, CLUSTER, 256, global_batch=512, tp=8).iloc[0]
+    (row,), (pinned_row,) = drawn["breakdown"].to_dict("records"), drawn["memory"].to_dict("records")
+    assert row["gpu"] == "h200-sxm-141gb" and row["config"] == best["config"]
+    assert row["step_time_s"] == pytest.approx(best["step_time_s"], rel=1e-12)
+    assert pinned_row["tp"] == 8 and pinned_row["config"] == at_tp8["config"] != best["config"]
+    assert pinned_row["memory_gib"] == pytest.approx(at_tp8["memory_gib"], rel=1e-12)
 
 
 def test_every_step_time_part_has_a_human_label():

@@ -136,8 +136,20 @@ def test_real_file_repeat_groups_hold_their_invariants(real_residuals, same_rele
     dist = distinct_measurements(res, same_release)
     assert dist.copies.sum() == len(res) and dist.id.is_unique and errs.id.isin(dist.id).all()
     assert (dist.rows >= dist.measurements).all() and (errs.rows == errs.group.map(errs.groupby("group").copies.sum())).all()
+    # two distinct measurements of a group differ by more than COPY_TOLERANCE_MS in TTFT or TPOT,
+    # so every group spans more than one value in at least one metric
+    assert ((errs.ttft_maxmin > 1) | (errs.tpot_maxmin > 1)).all()
     for m in ("ttft", "tpot"):
-        assert (errs[f"{m}_spread"] >= 0).all() and (errs[f"{m}_maxmin"] >= 1).all()
+        # the geometric mean lies between the group's least and largest value, so the farthest
+        # measurement sits at least half the group's log range ln(max / min) from it and at most
+        # all of it (the spread is |ln(x / gm)|; ">= 0" and "max / min >= 1" could not fail)
+        farthest = errs.groupby("group")[f"{m}_spread"].transform("max")
+        log_range = np.log(errs[f"{m}_maxmin"])
+        assert ((farthest >= log_range / 2 - 1e-12) & (farthest <= log_range + 1e-12)).all()
+        # and exactly half of it on a pair: sqrt(a b) is the midpoint of ln a and ln b
+        pair = errs.measurements == 2
+        assert pair.sum() >= 10
+        assert np.allclose(errs.loc[pair, f"{m}_spread"], log_range[pair] / 2, rtol=1e-9, atol=1e-12)
         per_group = errs.groupby("group")
         # no single value does better than the best constant, the geometric mean included
         assert (per_group[f"{m}_floor_err"].mean() <= per_group[f"{m}_gm_err"].mean() + 1e-12).all()
