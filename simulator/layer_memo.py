@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-#: keys remembered per process before the memo starts afresh (about 50 outputs of 8 bytes each)
-MAX_KEYS = 1_000_000
+#: keys remembered per process, and contexts, before the memo starts afresh (a key's outputs
+#: are ~70 float64: 100,000 keys ~56 MB; a range search over 1,024-4,096 GPUs has ~26,000)
+MAX_KEYS = 100_000
+MAX_CONTEXTS = 32
 
 
 class _Table:
@@ -39,7 +41,7 @@ class _Table:
             return False
         need = self.size + n
         if not self.columns or need > len(next(iter(self.columns.values()))):
-            cap = max(need, 2 * (len(next(iter(self.columns.values()))) if self.columns else 0), 1024)
+            cap = max(need, 2 * (len(next(iter(self.columns.values()))) if self.columns else 0), 64)
             for k, v in values.items():
                 grown = np.empty(cap, dtype=v.dtype)
                 if k in self.columns:
@@ -69,7 +71,7 @@ def remembered(fn, model, cluster, eff, rates, *args) -> dict:
     context = (id(model), id(cluster), id(eff), rates)
     table = _TABLES.get(context)
     if table is None:
-        if sum(t.size for t in _TABLES.values()) > MAX_KEYS:
+        if len(_TABLES) >= MAX_CONTEXTS or sum(t.size for t in _TABLES.values()) > MAX_KEYS:
             clear()
         table = _TABLES[context] = _Table((model, cluster, eff))
     try:

@@ -37,3 +37,15 @@ def test_another_context_or_flag_is_another_key():
     layer_memo.remembered(fn, model, cluster, eff, "fp8", np.array([1.0]), np.array([1.0]), False)
     assert fn.rows == [1, 1, 1]
     layer_memo.clear()
+
+
+def test_the_memo_starts_afresh_past_its_size(monkeypatch):
+    layer_memo.clear()
+    monkeypatch.setattr(layer_memo, "MAX_KEYS", 2)
+    fn, ctx = _Counted(), (object(), object(), object(), "rates")
+    layer_memo.remembered(fn, *ctx, np.array([1.0, 2.0, 3.0]), np.array([1.0, 1.0, 1.0]), True)
+    # 3 keys > 2: a new context clears the memo, so the first context's keys are evaluated again
+    layer_memo.remembered(fn, object(), object(), object(), "rates", np.array([1.0]), np.array([1.0]), True)
+    layer_memo.remembered(fn, *ctx, np.array([1.0]), np.array([1.0]), True)
+    assert fn.rows == [3, 1, 1]
+    layer_memo.clear()
