@@ -37,7 +37,7 @@ from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
 from hardware_specs.errors import InputError
-from simulator import layer_memo, stage_memory
+from simulator import stage_memory
 from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES, ConfigBatch
 from simulator.layer_times import layer_times
 from simulator.parallel_config import Recompute, Schedule
@@ -611,11 +611,9 @@ def _optimizer_step_s(cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigB
 
 
 def _layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, rates, batch: ConfigBatch, tokens):
-    """``layer_times`` of every row, evaluated once per run of equal layer keys, and each key
-    once a process (``layer_memo``)."""
+    """``layer_times`` of every row, evaluated once per run of equal layer keys."""
     dp, tp, pp, cp, ep, etp, vpp = _degrees(batch)
-    return _once_per_run(batch, LAYER_KEY_FIELDS, partial(layer_memo.remembered, layer_times, model, cluster, eff,
-                                                          rates),
+    return _once_per_run(batch, LAYER_KEY_FIELDS, partial(layer_times, model, cluster, eff, rates),
                          tokens, tp, cp, batch.sequence_parallel, batch.recompute, ep, etp, batch.moe_load_imbalance,
                          batch.tp_comm_overlap, batch.cp_kind, batch.attention_kernel, batch.flash_attention,
                          batch.ep_comm_overlap, batch.tp_backward_overlap, batch.softmax_fusion, batch.cuda_graphs,
