@@ -481,6 +481,21 @@ any single-count search of the notebooks fits; both frontiers kept besides): 12.
 configurations) 19.7 s wall, 34.1 CPU s, 1.28 GiB. Not kept: the first chunk's seed screen at
 0.10 / 0.15 of its rows in place of 0.25 (16.1 / 12.8 s wall against 12.0: the late-modelling
 rounds cost more than the rows saved). The < 10 s target is not met (about 2.5 s over).
+
+Then (2026-12-03, session 28; plan tables identical on ``tools/plan_snapshot.py``'s five cases,
+by default and with ``--one-process``): with workers the next chunk's rows are built while this
+chunk's memory tasks run (the worker had waited 0.41, 0.16 and 0.08 s on chunks 1-3's starts; now
+0.01-0.03 s), and the branch and bound looks the screened rows up in memory order (``skippable``
++ ``held_by_row`` 1.66, 1.63 -> 1.12, 1.24 CPU s in one process). gbs4096 alternating with main,
+load 0.6-1.7, nine pairs: main 10.5, 9.1, 9.6, 9.7, 9.8, 9.7, 9.8, 9.6, 10.0 s wall (16.3-18.2 CPU
+s), this 9.7, 9.2, 9.4, 9.3, 9.3, 9.6, 9.6, 10.0, 9.3 s (16.4-17.7 CPU s; the first six with a
+per-layer-times memo since reverted: no gain side by side, 13.7 -> 13.8 and 13.1 -> 12.9 CPU s in
+one process); 0.95-1.05 GiB, workers 0.92-0.97. One process side by side (load 1.3-1.5): 14.4 ->
+14.0, 13.7 -> 13.8, 13.9 -> 13.8 CPU s. Main itself ran under 10 s in 7 of the 9 (session 27 saw
+12.1-12.7 s on a busier VM): < 10 s is met on a quiet VM, with ~0.3 s to spare; < 2 GB is. Not
+kept (numbers in docs/search_speed.md): a packed-integer dedupe of the floor for any memory outcome
+(2.45 vs 2.44 CPU s), the lower bound once per distinct row (slower, 1.72 vs 1.37), one pass less
+per rule of the space (0.36 -> 0.34 s).
 """
 from __future__ import annotations
 

@@ -115,13 +115,13 @@ class _ScoreJob:
     count_fitting: bool = False
 
 
-def _start_chunk(job: _ScoreJob, i: int, workers: int = 1, kept_before: tuple | None = None):
-    """Chunk ``i`` built and its evaluation begun (``vectorized.start_evaluation``: with
-    workers, its memory phase runs in them from now on); ``kept_before``: (tokens/s, memory,
-    GPU counts) of the rows earlier chunks keep, to screen this chunk's rows with before the
-    memory model (unless ``count_fitting``)."""
+def _start_chunk(job: _ScoreJob, i: int, workers: int = 1, kept_before: tuple | None = None, built=None):
+    """Chunk ``i`` built (or ``built``, ``job.base.chunk(i)``) and its evaluation begun
+    (``vectorized.start_evaluation``: with workers, its memory phase runs in them from now on);
+    ``kept_before``: (tokens/s, memory, GPU counts) of the rows earlier chunks keep, to screen
+    this chunk's rows with before the memory model (unless ``count_fitting``)."""
     c0 = time.process_time()
-    space, rows, combo = job.base.chunk(i)
+    space, rows, combo = job.base.chunk(i) if built is None else built
     screening = not job.count_fitting and job.max_plans is not None and job.prune_by_time
     if i == 0 and screening and job.base.n_chunks > 1:
         # the first chunk screens itself: the lowest floors first (``memory_screen.seed_screen``)
@@ -204,10 +204,13 @@ def score_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ba
             # no other chunk, runs in its workers while this one is timed and refined here.
             kept = _kept_so_far(parts) if parts and max_plans is not None else None
             current = started
+            # the next chunk's rows are built while this one's memory tasks still run in the
+            # workers (which take more of them meanwhile), not after, when they would wait
+            built = base.chunk(i + 1) if i + 1 < base.n_chunks and workers > 1 else None
             current[3].memory()
             # (the next chunk is screened by the rows the chunks before this one keep: this one's
             # are known only once it is timed)
-            started = _start_chunk(job, i + 1, workers, kept) if i + 1 < base.n_chunks and workers > 1 else None
+            started = _start_chunk(job, i + 1, workers, kept, built) if built is not None else None
             # (while the next chunk's memory phase has the workers, this one is timed over half as
             # many: on 2 CPUs, here alone, beside the one worker; both numbers are the same either way)
             timing_workers = max(1, workers // 2) if started is not None else None

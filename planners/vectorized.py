@@ -642,9 +642,12 @@ def _time_and_refine(model, cluster, eff, space, global_batch: int, job: _Job, f
             held = held_by_row(fit_memory, n_gpus, summary, by_memory)
             elsewhere = excluded(fitting.floor_s, tokens, keep, *held)
         s_gpus = all_gpus[screened["rows"]]
-        s_held = held_by_row(screened["memory_lower_bytes"], s_gpus, summary) if summary is not None else None
+        s_held = held_by_row(screened["memory_lower_bytes"], s_gpus, summary, s_by_memory) \
+            if summary is not None else None
         return fitting.floor_s, n_gpus, fit_memory, by_memory, held, elsewhere, s_gpus, s_held
 
+    # the screened rows by their memory lower bound, likewise (~1 M rows looked up a round)
+    s_by_memory = np.argsort(screened["memory_lower_bytes"])
     floor, n_gpus, fit_memory, by_memory, held, elsewhere, s_gpus, s_held = derived()
     # the first round: the lowest floors; with other chunks' kept rows, those of the rows they
     # do not rule out, fewer (the kept rows of the timed and the other chunks' rows together
@@ -681,7 +684,7 @@ def _time_and_refine(model, cluster, eff, space, global_batch: int, job: _Job, f
             # untimed rows of the next round
             s_skip = skippable(screened["floor_s"], screened["memory_lower_bytes"], s_gpus, tokens,
                                ev.outputs["tokens_per_s"], ev.outputs["memory_bytes"], n_gpus[at], trace, keep,
-                               s_held)
+                               s_held, s_by_memory)
             s_open = np.flatnonzero(~s_skip)
             if len(s_open):
                 late = np.zeros(len(s_skip), dtype=bool)
@@ -689,6 +692,9 @@ def _time_and_refine(model, cluster, eff, space, global_batch: int, job: _Job, f
                                          s_gpus[s_open], trace.get("peak_s", np.zeros(0)),
                                          ev.outputs["memory_bytes"], n_gpus[at], step)]] = True
                 fitting, ev_kw, place = _with_late(job, fitting, ev_kw, late)
+                # (the screened rows left keep their order: their sorting permutation is the old
+                # one less the rows now modelled)
+                s_by_memory = (np.cumsum(~late) - 1)[s_by_memory[~late[s_by_memory]]]
                 screened = fitting.screened
                 n_old = len(is_timed)
                 is_timed = _placed(is_timed, place, n_old, False)
