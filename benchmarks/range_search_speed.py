@@ -496,6 +496,11 @@ one process); 0.95-1.05 GiB, workers 0.92-0.97. One process side by side (load 1
 kept (numbers in docs/search_speed.md): a packed-integer dedupe of the floor for any memory outcome
 (2.45 vs 2.44 CPU s), the lower bound once per distinct row (slower, 1.72 vs 1.37), one pass less
 per rule of the space (0.36 -> 0.34 s).
+
+Then (2026-12-03, integrator, after merging the above) the default ``max_plans`` 50,000 -> 20,000:
+9.2, 9.1, 9.3, 8.7 s wall, 16.0, 16.0, 16.3, 15.6 CPU s, 0.93-0.97 GiB (load 0.8-1.1); the
+session's starting code (e3143a4) measured 15.0 s wall, 26.4 CPU s, 1.21 GiB in the same
+conditions. Both targets are met on a quiet 2-core VM.
 """
 from __future__ import annotations
 

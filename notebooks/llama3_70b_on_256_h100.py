@@ -50,7 +50,8 @@ FIGURES = figures_dir()     # a folder: every figure is also saved there as PNG
 MODEL, CLUSTER, GPUS = "llama3-70b", "dgx-h100", 256
 BATCH_TOKENS = 4 * 2**20            # 512 sequences of 8192 tokens
 
-plans = api.plan(MODEL, CLUSTER, GPUS, global_batch_tokens=BATCH_TOKENS)
+# every fitting plan (a search keeps the 20,000 fastest and both frontiers unless told otherwise)
+plans = api.plan(MODEL, CLUSTER, GPUS, global_batch_tokens=BATCH_TOKENS, max_plans=None)
 # the top plan re-simulated for every column (what api.best_plan does, without searching again)
 winner = api.simulate(MODEL, CLUSTER, **{k: plans.iloc[0][k] for k in api.CONFIG_FIELDS if k in plans.columns})
 w = winner.iloc[0]

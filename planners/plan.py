@@ -46,12 +46,11 @@ from simulator.step_model import LAYER_KEY_FIELDS
 
 GIB = 2**30
 #: fitting plans a search keeps by default (``plan(max_plans=...)``), besides both frontiers: the
-#: ranked table of a range search over thousands of GPU counts would otherwise hold millions of
-#: rows. 50,000 is more than any single-count search of the notebooks and examples fits
-#: (Llama-3-70B on 256 H100: 36,149; DeepSeek-V3 on 256: 21,964 at ep 1-64), and a search keeping
-#: fewer plans needs fewer of its rows modelled (DeepSeek-V3 over 1,024-4,096 GPUs: 200,000 plans
-#: ~16 s, 50,000 ~12 s on 2 cores); ``max_plans=None`` keeps every fitting plan.
-MAX_PLANS = 50_000
+#: ranked table a user reads is its top, and every plan kept must be modelled and timed, so a
+#: search keeping fewer needs fewer of its rows modelled (DeepSeek-V3 over 1,024-4,096 H100 on 2
+#: cores: 200,000 plans ~16 s, 50,000 ~10 s, 20,000 ~8.6 s; docs/search_speed.md). A study that
+#: needs every fitting plan asks for them: ``max_plans=None`` (notebooks/llama3_70b_on_256_h100.py).
+MAX_PLANS = 20_000
 #: the ranked table's columns (units in the names; mfu is a fraction of the dtype's peak).
 OUTPUT_COLUMNS = ("n_gpus", "dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "global_batch", "zero_stage",
                   "zero_shard_group", "recompute", "recompute_num_layers", "recompute_layers_decrement",
