@@ -73,6 +73,12 @@ def rank_among(sorted_values: np.ndarray, x: np.ndarray, order: np.ndarray | Non
     return out
 
 
+def order_of_subset(order: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The sorting permutation of the rows ``mask`` selects (numbered as in ``values[mask]``),
+    from ``order``, a sorting permutation of all of them: the same order, without a new sort."""
+    return (np.cumsum(mask) - 1)[order[mask[order]]]
+
+
 def skippable(floor_s: np.ndarray, memory_bytes: np.ndarray, n_gpus: np.ndarray, tokens_per_step: float,
               timed_tokens_per_s: np.ndarray, timed_memory_bytes: np.ndarray, timed_n_gpus: np.ndarray,
               trace: dict, keep: int, elsewhere: tuple | None = None,

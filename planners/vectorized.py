@@ -31,7 +31,7 @@ from model_specs.model_spec import ModelSpec
 from planners.memory_screen import Screen, _floor_any_memory_s, _no_screened, _rescreened, _screened_out, screen_for
 from planners.refine import TOP_EXACT
 from planners.search_space import SearchSpace
-from planners.time_pruning import excluded, held_by_row, kept_summary, next_to_time, skippable
+from planners.time_pruning import excluded, held_by_row, kept_summary, next_to_time, order_of_subset, skippable
 from simulator.config_batch import ConfigBatch
 from simulator.parallel_config import ParallelConfig
 from simulator.report import TIME_PARTS
@@ -673,7 +673,7 @@ def _time_and_refine(model, cluster, eff, space, global_batch: int, job: _Job, f
                     defaults=job.defaults, cache=(at,) + cache[1:], trace=trace)
         untimed = ~is_timed
         rest = np.flatnonzero(untimed)
-        rest_by_memory = (np.cumsum(untimed) - 1)[by_memory[untimed[by_memory]]]
+        rest_by_memory = order_of_subset(by_memory, untimed)
         skip = skippable(floor[rest], fit_memory[rest], n_gpus[rest], tokens,
                          ev.outputs["tokens_per_s"], ev.outputs["memory_bytes"], n_gpus[at], trace, keep,
                          None if held is None else (held[0], held[1][rest], held[2][rest]), rest_by_memory)
@@ -694,7 +694,7 @@ def _time_and_refine(model, cluster, eff, space, global_batch: int, job: _Job, f
                 fitting, ev_kw, place = _with_late(job, fitting, ev_kw, late)
                 # (the screened rows left keep their order: their sorting permutation is the old
                 # one less the rows now modelled)
-                s_by_memory = (np.cumsum(~late) - 1)[s_by_memory[~late[s_by_memory]]]
+                s_by_memory = order_of_subset(s_by_memory, ~late)
                 screened = fitting.screened
                 n_old = len(is_timed)
                 is_timed = _placed(is_timed, place, n_old, False)

@@ -16,7 +16,7 @@ from planners import plan
 from planners.refine import refine_exact
 from planners.search_space import SearchConstraints, enumerate_space
 from planners.space_scoring import kept_rows
-from planners.time_pruning import FRONTIER_MIN_SHARE, excluded, held_by_row, kept_summary, skippable
+from planners.time_pruning import FRONTIER_MIN_SHARE, excluded, held_by_row, kept_summary, order_of_subset, skippable
 from planners.vectorized import CHOSEN_FIELDS, config_batch, evaluate_space
 from simulator.step_bounds import step_time_floor_s
 from simulator.step_model import evaluate, memory_parts
@@ -231,3 +231,11 @@ def test_rows_kept_by_another_chunk_spare_timing_and_leave_the_whole_kept_set_un
 
     for mine, theirs in zip(whole(first, second), whole(first, parts[1])):
         np.testing.assert_array_equal(mine, theirs)
+
+
+def test_order_of_subset_is_the_subsets_own_sorting_permutation():
+    # values 3, 1, 2, 0 sort as rows 3, 1, 2, 0; keeping rows 0, 2, 3 leaves 3, 2, 0, whose
+    # sorting permutation is 2, 1, 0 (the old order less row 1, renumbered)
+    values = np.array([3.0, 1.0, 2.0, 0.0])
+    keep = np.array([True, False, True, True])
+    np.testing.assert_array_equal(order_of_subset(np.argsort(values), keep), [2, 1, 0])
