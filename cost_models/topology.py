@@ -176,3 +176,12 @@ def p2p_stage_time_s(bytes_, stride, cluster: ClusterSpec, eff: EfficiencyModel)
     bw_i, bw_o = bw_i * eff.collective_fraction("p2p"), bw_o * eff.collective_fraction("p2p")
     inside = np.asarray(stride) < cluster.gpus_per_node
     return np.where(inside, coll.p2p_time_s(bytes_, bw_i, lat_i), coll.p2p_time_s(bytes_, bw_o, lat_o))
+
+
+def pipeline_exchange_transfers(blocking):
+    """Transfers one stage boundary's exchange costs (numpy-friendly): 2 when the stack's send
+    waits for the peer's receive and only then receives the other direction's tensor (DeepSpeed's
+    ``PipelineEngine``: blocking ``dist.send`` / ``dist.recv``, one command after the other in each
+    ``TrainSchedule`` step, deepspeed/runtime/pipe at v0.19.8), 1 when both directions are posted
+    together and overlap (Megatron's ``batch_isend_irecv``) (``ParallelConfig.pipe_exchange_blocking``)."""
+    return np.where(np.asarray(blocking, dtype=bool), 2.0, 1.0)

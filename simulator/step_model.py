@@ -32,7 +32,7 @@ import numpy as np
 
 from cost_models import offload, params, sharding
 from cost_models.compute import compute_rates
-from cost_models.topology import group_collective_time_s, p2p_stage_time_s
+from cost_models.topology import group_collective_time_s, p2p_stage_time_s, pipeline_exchange_transfers
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
@@ -322,7 +322,7 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
     # for the other direction's transfer at that boundary (ParallelConfig.pipe_exchange_blocking)
     p2p_bytes = tokens * h * rates.act_bytes / tp
     p2p = np.where(pp > 1, p2p_stage_time_s(p2p_bytes, tp * cp * dp, cluster, eff), 0.0) \
-        * np.where(batch.pipe_exchange_blocking, 2.0, 1.0)
+        * pipeline_exchange_transfers(batch.pipe_exchange_blocking)
     # the embedding's and the output layer's weight gradients are accumulated like a layer's
     def accum_of(n_params):
         return np.where(batch.grad_accumulation_fusion, 0.0,

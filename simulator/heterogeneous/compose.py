@@ -49,7 +49,7 @@ import numpy as np
 from cost_models import memory, params, pool_links
 from cost_models.compute import LOW_PRECISION, activation_bytes
 from cost_models.low_precision import saved_gemm_input_bytes_per_element, weight_copy_bytes_per_param
-from cost_models.topology import group_collective_time_s, p2p_stage_time_s
+from cost_models.topology import group_collective_time_s, p2p_stage_time_s, pipeline_exchange_transfers
 from hardware_specs.mfu_reference import reference_dtype
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
@@ -165,8 +165,7 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
                           act_bytes, stride)
            + boundary_p2p_s(cluster, effs, bw_m, lat_m, pool, tp, blocks.next_pool, blocks.next_tp, tokens, h,
                             act_bytes, stride))
-    if settings.pipe_exchange_blocking:     # each crossing: the send, then the other direction's receive
-        p2p = 2.0 * p2p
+    p2p = p2p * pipeline_exchange_transfers(settings.pipe_exchange_blocking)
 
     # ---- one stage, one micro-batch -------------------------------------------------------------
     fwd, bwd, w = units["fwd_s"][k], units["bwd_s"][k], units["w_s"][k]
