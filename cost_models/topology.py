@@ -52,6 +52,19 @@ def tier_bandwidths(cluster: ClusterSpec, eff: EfficiencyModel):
     return bw_intra, cluster.scaleup.latency_s, bw_inter, cluster.scaleout.latency_s
 
 
+def communicator_bus_bw(cluster: ClusterSpec, kind_fraction=1.0) -> float:
+    """The most bus bandwidth one communicator's ring reaches across nodes, bytes/s: the
+    fabric's measured ``communicator_bus_bw_bytes_per_s`` (times the collective kind's fraction),
+    else unbounded (inf: the NICs and the generation's scale-out fraction bound it).
+
+    Where NCCL's transport reaches less than the links: on Jean Zay's Omni-Path (NCCL 2.10.3 over
+    the hfi1 verbs, 2 channels) a 4 GB fp32 all-reduce over 32 ranks on 4 nodes took 1.53 s,
+    5.07 GB/s of bus bandwidth against the 50 GB/s of a node's four 100 Gb/s links
+    (hardware_specs/clusters/jean-zay-a100.yaml)."""
+    cap = cluster.scaleout.communicator_bus_bw_bytes_per_s
+    return float("inf") if cap is None else cap * kind_fraction
+
+
 def ring_step_latency_s(group_size, n_inter, lat_intra, lat_inter):
     """Mean start-up per step of a flat ring over ``group_size`` ranks on ``n_inter`` nodes, seconds.
 
@@ -114,22 +127,27 @@ def _group_collective_time_s(kind: str, bytes_, group_size, stride, cluster: Clu
         return np.where(np.asarray(group_size) > 1, t, 0.0)
     spans = n_inter > 1
     # a flat ring across domains: the cross-node hop of every channel is one member's NIC, and a
-    # node's n_intra members cross in parallel on their own NICs
-    ring_bw = np.where(spans, np.minimum(bw_i, n_intra * bw_o), bw_i)
+    # node's n_intra members cross in parallel on their own NICs, up to what one communicator
+    # was measured to reach on this fabric (``communicator_bus_bw``)
+    cap = communicator_bus_bw(cluster, kind_fraction)
+    ring_bw = np.where(spans, np.minimum(np.minimum(bw_i, n_intra * bw_o), cap), bw_i)
+    # the n_intra trees (or rings, ``hierarchical``) a communicator runs across nodes, one per
+    # member's NIC, share that cap
+    bw_o_each = np.minimum(bw_o, cap / np.maximum(n_intra, 1.0))
     times = []
     ring = _ring_protocol_envelope_s(kind, bytes_, group_size, n_inter, spans, ring_bw, lat_i, lat_o,
                                      cluster.gpu.generation)
     if algorithm in ("auto", "ring"):
         times.append(ring)
     if algorithm == "hierarchical":
-        times.append(np.where(spans, _HIER[kind](bytes_, n_intra, n_inter, bw_i, lat_i, bw_o, lat_o),
+        times.append(np.where(spans, _HIER[kind](bytes_, n_intra, n_inter, bw_i, lat_i, bw_o_each, lat_o),
                               _FLAT[kind](bytes_, group_size, bw_i, lat_i)))
     if kind == "all_reduce" and algorithm in ("auto", "tree"):
-        # double binary tree across domains on each member's NIC (shard 1/n_intra after an
+        # double binary trees across domains on each member's NIC (shard 1/n_intra after an
         # intra-domain reduce-scatter, gathered back after): Sanders et al. 2009, NCCL 2.4
         shard = np.asarray(bytes_, dtype=float) / np.maximum(n_intra, 1.0)
         tree = (coll.reduce_scatter_time_s(bytes_, n_intra, bw_i, lat_i)
-                + coll.tree_allreduce_time_s(shard, n_inter, bw_o, lat_o)
+                + coll.tree_allreduce_time_s(shard, n_inter, bw_o_each, lat_o)
                 + coll.all_gather_time_s(bytes_, n_intra, bw_i, lat_i))
         tree_base = nccl_protocols.TREE_BASE_LATENCY_S if nccl_protocols.runs_nccl(cluster.gpu.generation) else 0.0
         times.append(np.where(spans, tree + tree_base, ring))

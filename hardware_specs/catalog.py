@@ -18,7 +18,9 @@ tensor peak reached by warp-synchronous mma.sync, default 1).
 Cluster file keys: name, description, gpu (a catalog name, or an inline GPU mapping),
 efficiency (optional inline efficiency mapping, as ``paraplan calibrate`` writes), gpus_per_node, scaleup {kind, bw_gb_per_s,
 latency_us} (optional: defaults to the GPU's link), scaleout {kind, bw_gbit_per_s or
-bw_gb_per_s, latency_us}, rail_optimized, oversubscription, max_gpus, source, and optionally host
+bw_gb_per_s, latency_us, and optionally communicator_busbw_gb_per_s: the most bus bandwidth one
+NCCL communicator was measured to reach across nodes, where the fabric's collectives fall short
+of its links}, rail_optimized, oversubscription, max_gpus, source, and optionally host
 {link, link_bw_gb_per_s (per GPU, one direction), memory_gib (per node), memory_bw_gb_per_s (per
 node), source} for offload, and gpus_per_host (GPUs one host drives, for the launch exports, where a
 scale-up domain spans several hosts; default gpus_per_node).
@@ -286,8 +288,10 @@ def _tier_from_dict(data: Any, where: str, default_kind: str) -> NetworkTier:
         bw = _get(data, "bw_gbit_per_s", where) * 1e9 / 8
     else:
         bw = _get(data, "bw_gb_per_s", where) * 1e9
+    busbw = _get(data, "communicator_busbw_gb_per_s", where, default=None)
     return NetworkTier(kind=_get(data, "kind", where, str, default_kind), bw_bytes_per_s=bw,
-                       latency_s=_get(data, "latency_us", where, default=5.0) * 1e-6)
+                       latency_s=_get(data, "latency_us", where, default=5.0) * 1e-6,
+                       communicator_bus_bw_bytes_per_s=None if busbw is None else busbw * 1e9)
 
 
 def _host_from_dict(data: Any, where: str) -> HostSpec | None:

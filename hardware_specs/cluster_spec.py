@@ -26,15 +26,27 @@ class NetworkTier:
         bw_bytes_per_s: bandwidth per GPU, one direction, bytes/s (e.g. one 400 Gb/s NIC per GPU
             is 50e9).
         latency_s: one-message start-up latency (alpha in the alpha-beta model), seconds.
+        communicator_bus_bw_bytes_per_s: measured, where a fabric's collectives reach less than
+            its links: the most bus bandwidth one NCCL communicator reached across this tier
+            (a large all-reduce's ``2 (n-1)/n x bytes / time`` over ranks on several nodes),
+            bytes/s, achieved (no efficiency fraction applies to it). One communicator's ring
+            or trees cross it at no more than this whatever the NICs add up to, while separate
+            communicators (the data-parallel groups of different tensor-parallel ranks) each
+            reach it on their own connections. None = the links and the generation's fraction
+            bound it (``cost_models.topology``).
     """
 
     kind: str
     bw_bytes_per_s: float
     latency_s: float
+    communicator_bus_bw_bytes_per_s: float | None = None
 
     def __post_init__(self) -> None:
         require_plausible(f"network.{self.kind}.bw_bytes_per_s", self.bw_bytes_per_s, MIN_RATE_PER_S)
         require_plausible(f"network.{self.kind}.latency_s", self.latency_s, high=MAX_LATENCY_S, allow_zero=True)
+        if self.communicator_bus_bw_bytes_per_s is not None:
+            require_plausible(f"network.{self.kind}.communicator_bus_bw_bytes_per_s",
+                              self.communicator_bus_bw_bytes_per_s, MIN_RATE_PER_S)
 
 
 @dataclass(frozen=True)

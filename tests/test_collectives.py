@@ -110,3 +110,47 @@ def test_a_flat_ring_over_nodes_pays_the_nic_latency_only_on_the_steps_that_cros
     assert ll == pytest.approx(902.3e-6, abs=0.1e-6)
     # one member per node: every step crosses a node
     assert float(ring_step_latency_s(16, 16, 3e-6, 5e-6)) == pytest.approx(5e-6)
+
+
+def test_one_communicator_on_jean_zay_reaches_the_bus_bandwidth_bigscience_measured_there():
+    """BigScience's all_reduce_bench on Jean Zay's A100 partition (bigscience@9e64ede
+    experiments/bandwidth/all_reduce_bench-a100-n4.txt, NCCL 2.10.3 over Omni-Path): a 4.0 GB
+    fp32 all-reduce over 32 ranks on 4 nodes took a median 1.529 s. The cluster file states the
+    5.07 GB/s that gives; a ring of 8 members per node is bound by it, not by the node's 8 NIC
+    shares (8 x 50 Gb/s x 0.85 = 42.5 GB/s), so the time is 2 x 31/32 x 4e9 / 5.07e9 = 1.52860 s
+    plus twice 31 start-ups (3 of them across nodes at 5 us, 28 on NVLink at 3 us) and Simple's
+    8.4 us base: 1.52881 s, within 0.02% of the measured 1.529 s."""
+    cluster = load_cluster("jean-zay-a100")
+    eff = EfficiencyModel(generation="ampere", gemm_peak_fraction={"bf16": 0.7}, scaleout_fraction=0.85)
+    assert cluster.scaleout.communicator_bus_bw_bytes_per_s == 5.07e9
+    t = float(group_collective_time_s("all_reduce", 4e9, 32, 1, cluster, eff, algorithm="ring"))
+    expected = 2 * 31 / 32 * 4e9 / 5.07e9 + 2 * (3 * 5e-6 + 28 * 3e-6) + 8.4e-6
+    assert t == pytest.approx(expected, rel=1e-6)
+    assert t == pytest.approx(1.529, rel=2e-3)
+    # without the measured cap the same ring would take 2 x 31/32 x 4e9 / 42.5e9 = 0.182 s
+    from dataclasses import replace
+    uncapped = replace(cluster, scaleout=replace(cluster.scaleout, communicator_bus_bw_bytes_per_s=None))
+    t_links = float(group_collective_time_s("all_reduce", 4e9, 32, 1, uncapped, eff, algorithm="ring"))
+    assert t_links == pytest.approx(2 * 31 / 32 * 4e9 / (8 * 50e9 / 8 * 0.85), rel=2e-3)
+
+
+def test_separate_communicators_each_keep_their_own_cap_and_their_trees_share_it():
+    """The cap is per communicator: a data-parallel group with one member per node (stride 8)
+    runs at the smaller of its member's NIC share and the cap, min(50 Gb/s x 0.85 = 5.3125, 5.07)
+    GB/s, whatever the other groups on the node do; a group with 4 members per node is bound by
+    the cap, not by 4 NICs (21.25 GB/s); and the tree's 4 per-member trees across nodes share the
+    cap (5.07 / 4 GB/s each), so at 1 GB the ring (2 x 7/8 x 1e9 / 5.07e9 = 0.345 s) still wins."""
+    cluster = load_cluster("jean-zay-a100")
+    eff = EfficiencyModel(generation="ampere", gemm_peak_fraction={"bf16": 0.7}, scaleout_fraction=0.85)
+    one_per_node = float(group_collective_time_s("all_reduce", 1e9, 8, 8, cluster, eff, algorithm="ring"))
+    assert one_per_node == pytest.approx(2 * 7 / 8 * 1e9 / 5.07e9, rel=1e-3)
+    four_per_node = float(group_collective_time_s("all_reduce", 1e9, 8, 2, cluster, eff, algorithm="ring"))
+    assert four_per_node == pytest.approx(2 * 7 / 8 * 1e9 / 5.07e9, rel=1e-3)
+    # the tree: reduce-scatter and all-gather over 4 on NVLink (300 GB/s x 0.8), then the
+    # 1e9 / 4 shard's double binary tree over 2 nodes at 5.07e9 / 4 bytes/s
+    tree = float(group_collective_time_s("all_reduce", 1e9, 8, 2, cluster, eff, algorithm="tree"))
+    shard_tree = coll.tree_allreduce_time_s(1e9 / 4, 2, 5.07e9 / 4, 5e-6)
+    intra = coll.reduce_scatter_time_s(1e9, 4, 240e9, 3e-6) + coll.all_gather_time_s(1e9, 4, 240e9, 3e-6)
+    assert tree == pytest.approx(shard_tree + intra, rel=1e-3)
+    auto = float(group_collective_time_s("all_reduce", 1e9, 8, 2, cluster, eff))
+    assert auto == pytest.approx(min(four_per_node, tree), rel=1e-9)

@@ -312,6 +312,32 @@ def test_a_cluster_label_that_is_not_text_is_an_input_error_naming_it(path, valu
     assert err.value.field.endswith(f".{key}") and "expected str" in str(err.value)
 
 
+@pytest.mark.parametrize("value, says", [(".nan", "network.omni-path.communicator_bus_bw_bytes_per_s"),
+                                         ("-5", "network.omni-path.communicator_bus_bw_bytes_per_s"),
+                                         ("1e-300", "below the plausible minimum"),
+                                         ("fast", "expected float")])
+def test_a_measured_communicator_bandwidth_that_is_not_a_rate_is_an_input_error(value, says):
+    """communicator_busbw_gb_per_s is a measured rate (GB/s): NaN, a negative, a unit slip of
+    1e-300 GB/s or text is refused on one line naming the key, never carried into a step time."""
+    import yaml
+    from hardware_specs.catalog import cluster_from_dict
+    data = yaml.safe_load("name: box\ngpu: a100-sxm-80gb\ngpus_per_node: 8\n"
+                          f"scaleout: {{kind: omni-path, bw_gbit_per_s: 50, communicator_busbw_gb_per_s: {value}}}\n")
+    with pytest.raises(InputError) as err:
+        cluster_from_dict(data)
+    assert says in f"{err.value.field}: {err.value}"
+
+
+def test_a_measured_communicator_bandwidth_reads_in_gb_per_s():
+    import yaml
+    from hardware_specs.catalog import cluster_from_dict
+    data = yaml.safe_load("name: box\ngpu: a100-sxm-80gb\ngpus_per_node: 8\n"
+                          "scaleout: {kind: omni-path, bw_gbit_per_s: 50, communicator_busbw_gb_per_s: 5.07}\n")
+    assert cluster_from_dict(data).scaleout.communicator_bus_bw_bytes_per_s == 5.07e9
+    del data["scaleout"]["communicator_busbw_gb_per_s"]
+    assert cluster_from_dict(data).scaleout.communicator_bus_bw_bytes_per_s is None
+
+
 # ---- hostile files ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("text, says", [

@@ -65,9 +65,10 @@ def test_bloom_runs_on_jean_zay_stay_within_bound(results):
     assert len(ok) >= 32
     # on a DGX A100's 200 Gb/s per GPU these rows were 15.1% / 13.2% off (BLOOMPRE / BLOOM176,
     # all fast); on Jean Zay's own fabric (4 x 100 Gb/s Omni-Path per 8-GPU node, the cluster
-    # their gpu column names) 11.35% / 10.33%, 11.2% together; the data-parallel 24 rows are
-    # still 28-32% fast
-    assert _mean_abs_pct(ok) <= 12.0
+    # their gpu column names) 11.35% / 10.33%, 11.2% together; with the 5.07 GB/s one NCCL
+    # communicator was measured to reach there (BigScience's all_reduce_bench, jean-zay-a100.yaml)
+    # 10.36% together (10.85% / 6.95%); the data-parallel 24 rows are still 22-31% fast
+    assert _mean_abs_pct(ok) <= 11.0
 
 
 def test_narayanan_tables_stay_within_bound(results):

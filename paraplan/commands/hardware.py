@@ -72,8 +72,11 @@ def gpu_detail(gpu: GPUSpec) -> dict:
 
 
 def _tier(t: NetworkTier) -> dict:
-    return {"kind": t.kind, "bw_gbit_per_s": _r(t.bw_bytes_per_s * 8 / 1e9, 1),
-            "bw_gb_per_s": _r(t.bw_bytes_per_s / 1e9, 2), "latency_us": _r(t.latency_s * 1e6, 3)}
+    out = {"kind": t.kind, "bw_gbit_per_s": _r(t.bw_bytes_per_s * 8 / 1e9, 1),
+           "bw_gb_per_s": _r(t.bw_bytes_per_s / 1e9, 2), "latency_us": _r(t.latency_s * 1e6, 3)}
+    if t.communicator_bus_bw_bytes_per_s is not None:
+        out["communicator_busbw_gb_per_s"] = _r(t.communicator_bus_bw_bytes_per_s / 1e9, 3)
+    return out
 
 
 def cluster_row(c: ClusterSpec) -> dict:
@@ -330,6 +333,9 @@ def show_cmd(name: str, as_json: bool) -> None:
             t = d[tier]
             lines.append(f"  {tier.ljust(16)}  {t['kind']}: {t['bw_gbit_per_s']:g} Gb/s "
                          f"({t['bw_gb_per_s']:g} GB/s) per GPU one direction, latency {t['latency_us']:g} us")
+            if "communicator_busbw_gb_per_s" in t:
+                lines.append(f"  {'':16}  one communicator measured at {t['communicator_busbw_gb_per_s']:g} GB/s "
+                             "of bus bandwidth across nodes, at most (see the cluster file)")
         lines += _kv_lines({k: d[k] for k in ("gpus_per_node", "rail_optimized", "oversubscription",
                                                "max_gpus", "source")})
         lines.append("")
