@@ -20,7 +20,9 @@ ranks apart has ``n_intra`` members inside one scale-up domain and spans ``n_int
 The fast tier is the scale-up link (NVLink); the slow tier is each GPU's own NIC (rail-
 optimised fabrics give every GPU its own path), divided by the fabric's oversubscription.
 Achieved bandwidth = link bandwidth x the generation's fitted fraction x the collective kind's
-fraction (``EfficiencyModel.collective_bw_fraction``, 1 unless a calibration measured less).
+fraction (``EfficiencyModel.collective_bw_fraction``, 1 unless a calibration measured less),
+and across nodes at most what one communicator was measured to reach on the fabric, where the
+cluster file states it (``communicator_bus_bw``).
 """
 from __future__ import annotations
 

@@ -175,7 +175,8 @@ def what_if_cluster(cluster: str | ClusterSpec, gpu: str | GPUSpec | None = None
 
     ``gpu`` keeps the fabric (GPUs per node, NVLink and NIC bandwidths) and drops a measured
     efficiency model, which belongs to the machine it was measured on; the new GPU's generation
-    model applies. Bandwidths are per GPU, one direction, in Gb/s.
+    model applies. Bandwidths are per GPU, one direction, in Gb/s; another scale-out bandwidth
+    drops the fabric's measured communicator bandwidth too (it was measured on the old links).
     """
     spec = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
     if gpu is not None:
@@ -183,7 +184,8 @@ def what_if_cluster(cluster: str | ClusterSpec, gpu: str | GPUSpec | None = None
         if gpu_spec.name != spec.gpu.name:
             spec = replace(spec.with_gpu(gpu_spec), efficiency=None)
     if scaleout_gbit_per_s is not None:
-        spec = replace(spec, scaleout=replace(spec.scaleout, bw_bytes_per_s=float(scaleout_gbit_per_s) * GBIT))
+        spec = replace(spec, scaleout=replace(spec.scaleout, bw_bytes_per_s=float(scaleout_gbit_per_s) * GBIT,
+                                              communicator_bus_bw_bytes_per_s=None))
     if scaleup_gbit_per_s is not None:
         spec = replace(spec, scaleup=replace(spec.scaleup, bw_bytes_per_s=float(scaleup_gbit_per_s) * GBIT))
     return spec

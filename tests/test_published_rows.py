@@ -335,6 +335,9 @@ def test_a_system_the_gpu_column_names_runs_on_its_own_preset():
     assert (inputs.cluster.gpus_per_node, inputs.cluster.scaleout.bw_bytes_per_s) == (8, 50e9 / 8)
     assert "cluster=jean-zay-a100 (the system the gpu column names)" in inputs.assumptions
     stated = row_inputs({**row, "scaleout_gbps_per_gpu": 100}).cluster
+    # the preset's measured communicator bandwidth belongs to its 50 Gb/s links, not the row's
+    assert inputs.cluster.scaleout.communicator_bus_bw_bytes_per_s == 5.07e9
+    assert stated.scaleout.communicator_bus_bw_bytes_per_s is None
     assert stated.scaleout.bw_bytes_per_s == 100e9 / 8 and stated.name.startswith("jean-zay-a100[")
     assert named_system("A100-SXM-80GB (Jean Zay, Omni-Path)", "a100-sxm-80gb") == "jean-zay-a100"
     assert named_system("H100 (Jean Zay)", "h100-sxm-80gb") is None

@@ -301,7 +301,8 @@ def row_cluster(gpu: str, gpus_per_node=None, scaleout_gbps_per_gpu=None, system
         if gpus_per_node is not None or scaleout_gbps_per_gpu is not None:
             out = base.scaleout
             if scaleout_gbps_per_gpu is not None:
-                out = replace(out, bw_bytes_per_s=scaleout_gbps_per_gpu * 1e9 / 8)
+                # the row's own links: a communicator bandwidth measured on the preset's goes
+                out = replace(out, bw_bytes_per_s=scaleout_gbps_per_gpu * 1e9 / 8, communicator_bus_bw_bytes_per_s=None)
             per_node = int(gpus_per_node) if gpus_per_node is not None else base.gpus_per_node
             cluster = replace(base, name=f"{base.name}[{per_node}/node,{out.bw_bytes_per_s * 8 / 1e9:g}Gb/s]",
                               gpus_per_node=per_node, scaleout=out)
