@@ -47,10 +47,10 @@ from typing import Any
 
 import yaml
 
-from hardware_specs.cluster_spec import ClusterSpec, HostSpec, NetworkTier
+from hardware_specs.cluster_spec import MAX_LATENCY_S, ClusterSpec, HostSpec, NetworkTier
 from hardware_specs.efficiency_model import EfficiencyModel
-from hardware_specs.errors import InputError, require_positive, suggest
-from hardware_specs.gpu_spec import GPUSpec
+from hardware_specs.errors import InputError, require_plausible, require_positive, suggest
+from hardware_specs.gpu_spec import MIN_RATE_PER_S, GPUSpec
 from hardware_specs.serving_behaviour import ServingBehaviour
 from hardware_specs.serving_efficiency import ServingEfficiency
 from hardware_specs.pools import Pool, PooledCluster, PoolLink
@@ -281,16 +281,38 @@ def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
     )
 
 
+def _tier_number(data: dict, key: str, where: str, default: Any, bytes_per_unit: float, fix: str,
+                 allow_zero: bool = False):
+    """A network tier's number in the file's unit, checked there (so the error names the key and
+    the unit the user wrote), or ``default`` when absent."""
+    value = _get(data, key, where, default=default)
+    if value is None:
+        return None
+    try:
+        if allow_zero:        # a latency: 0 .. MAX_LATENCY_S
+            require_plausible(f"{where}.{key}", value, high=MAX_LATENCY_S / bytes_per_unit, allow_zero=True)
+        else:                 # a rate of at least MIN_RATE_PER_S bytes/s
+            require_plausible(f"{where}.{key}", value, low=MIN_RATE_PER_S / bytes_per_unit)
+    except InputError as err:
+        raise InputError(err.field, err.message, fix) from None
+    return value
+
+
 def _tier_from_dict(data: Any, where: str, default_kind: str) -> NetworkTier:
     if not isinstance(data, dict):
         raise InputError(where, "must be a mapping with kind, bw_gbit_per_s (or bw_gb_per_s), latency_us")
     if "bw_gbit_per_s" in data:
-        bw = _get(data, "bw_gbit_per_s", where) * 1e9 / 8
+        bw = _tier_number(data, "bw_gbit_per_s", where, ..., 1e9 / 8,
+                          "the link's bandwidth per GPU, one direction, in Gb/s") * 1e9 / 8
     else:
-        bw = _get(data, "bw_gb_per_s", where) * 1e9
-    busbw = _get(data, "communicator_busbw_gb_per_s", where, default=None)
+        bw = _tier_number(data, "bw_gb_per_s", where, ..., 1e9,
+                          "the link's bandwidth per GPU, one direction, in GB/s") * 1e9
+    busbw = _tier_number(data, "communicator_busbw_gb_per_s", where, None, 1e9,
+                         "a measured all-reduce bus bandwidth across nodes in GB/s, or leave the key out")
+    latency = _tier_number(data, "latency_us", where, 5.0, 1e-6,
+                           "one message's start-up time in microseconds", allow_zero=True)
     return NetworkTier(kind=_get(data, "kind", where, str, default_kind), bw_bytes_per_s=bw,
-                       latency_s=_get(data, "latency_us", where, default=5.0) * 1e-6,
+                       latency_s=latency * 1e-6,
                        communicator_bus_bw_bytes_per_s=None if busbw is None else busbw * 1e9)
 
 

@@ -312,20 +312,36 @@ def test_a_cluster_label_that_is_not_text_is_an_input_error_naming_it(path, valu
     assert err.value.field.endswith(f".{key}") and "expected str" in str(err.value)
 
 
-@pytest.mark.parametrize("value, says", [(".nan", "network.omni-path.communicator_bus_bw_bytes_per_s"),
-                                         ("-5", "network.omni-path.communicator_bus_bw_bytes_per_s"),
-                                         ("1e-300", "below the plausible minimum"),
+@pytest.mark.parametrize("value, says", [(".nan", "must be finite, got nan"),
+                                         ("-5", "must be > 0, got -5"),
+                                         ("1e-300", "below the plausible minimum 1e-06"),
                                          ("fast", "expected float")])
 def test_a_measured_communicator_bandwidth_that_is_not_a_rate_is_an_input_error(value, says):
     """communicator_busbw_gb_per_s is a measured rate (GB/s): NaN, a negative, a unit slip of
-    1e-300 GB/s or text is refused on one line naming the key, never carried into a step time."""
+    1e-300 GB/s or text is refused on one line naming the key as the file spells it, in the
+    file's unit, never carried into a step time."""
     import yaml
     from hardware_specs.catalog import cluster_from_dict
     data = yaml.safe_load("name: box\ngpu: a100-sxm-80gb\ngpus_per_node: 8\n"
                           f"scaleout: {{kind: omni-path, bw_gbit_per_s: 50, communicator_busbw_gb_per_s: {value}}}\n")
     with pytest.raises(InputError) as err:
         cluster_from_dict(data)
-    assert says in f"{err.value.field}: {err.value}"
+    assert err.value.field == "cluster box.scaleout.communicator_busbw_gb_per_s" and says in str(err.value)
+
+
+@pytest.mark.parametrize("tier, says", [("bw_gbit_per_s: -50", "scaleout.bw_gbit_per_s: must be > 0, got -50"),
+                                        ("bw_gb_per_s: .inf", "scaleout.bw_gb_per_s: must be finite"),
+                                        ("bw_gbit_per_s: 50, latency_us: -3", "scaleout.latency_us: must be >= 0"),
+                                        ("bw_gbit_per_s: 50, latency_us: 1e12", "scaleout.latency_us: 1000000000000.0 is above")])
+def test_a_network_number_out_of_range_is_named_in_the_files_own_key_and_unit(tier, says):
+    """-50 Gb/s is reported as -50 under bw_gbit_per_s with the unit to use, not as
+    -6.25e9 bytes/s under an internal name."""
+    import yaml
+    from hardware_specs.catalog import cluster_from_dict
+    data = yaml.safe_load(f"name: box\ngpu: a100-sxm-80gb\ngpus_per_node: 8\nscaleout: {{kind: roce, {tier}}}\n")
+    with pytest.raises(InputError) as err:
+        cluster_from_dict(data)
+    assert says in str(err.value) and "(" in str(err.value)
 
 
 def test_a_measured_communicator_bandwidth_reads_in_gb_per_s():
