@@ -427,11 +427,14 @@ def _link_from_dict(data: dict, index: int) -> PoolLink:
         raise InputError(f"links[{index}].between", f"must name two pools, got {ends!r}", "write between: [a, b]")
     where = f"links.{ends[0]}-{ends[1]}"
     if "bw_gbit_per_s" in data:
-        bw = _get(data, "bw_gbit_per_s", where) * 1e9 / 8
+        bw = _tier_number(data, "bw_gbit_per_s", where, ..., 1e9 / 8,
+                          "the link's bandwidth per GPU, one direction, in Gb/s") * 1e9 / 8
     else:
-        bw = _get(data, "bw_gb_per_s", where) * 1e9
-    return PoolLink(pools=(str(ends[0]), str(ends[1])), bw_bytes_per_s=bw,
-                    latency_s=_get(data, "latency_us", where, default=10.0) * 1e-6,
+        bw = _tier_number(data, "bw_gb_per_s", where, ..., 1e9,
+                          "the link's bandwidth per GPU, one direction, in GB/s") * 1e9
+    latency = _tier_number(data, "latency_us", where, 10.0, 1e-6,
+                           "one message's start-up time in microseconds", allow_zero=True)
+    return PoolLink(pools=(str(ends[0]), str(ends[1])), bw_bytes_per_s=bw, latency_s=latency * 1e-6,
                     kind=_get(data, "kind", where, str, "ethernet"))
 
 

@@ -90,7 +90,7 @@ def test_a_pooled_file_does_not_take_a_gpu_count_and_a_one_kind_cluster_needs_on
     (MIXED.replace("cluster: dgx-a100-80gb", "cluster: dgx-z"), r"pools\.a100\.cluster: unknown cluster 'dgx-z'"),
     (MIXED.replace("between: [a100, h100]", "between: [a100, b200]"), r"links\.a100-b200\.between: unknown pool 'b200'"),
     (MIXED.replace("between: [a100, h100]", "between: [a100, a100]"), r"links\.a100-a100\.between: pool a100 is linked to itself"),
-    (MIXED.replace("bw_gbit_per_s: 100", "bw_gbit_per_s: .inf"), r"links\.a100-h100\.bw_bytes_per_s: must be finite"),
+    (MIXED.replace("bw_gbit_per_s: 100", "bw_gbit_per_s: .inf"), r"links\.a100-h100\.bw_gbit_per_s: must be finite, got inf \(the link's bandwidth per GPU, one direction, in Gb/s\)"),
     (MIXED.replace("name: h100\n", "name: a100\n"), r"pools\.a100: appears twice"),
     (MIXED.replace("  - {name: a100, cluster: dgx-a100-80gb, gpus: 64}\n", "  - {cluster: dgx-a100-80gb, gpus: 64}\n"),
      r"pools\[0\]\.name: missing"),
