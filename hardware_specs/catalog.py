@@ -258,9 +258,11 @@ def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
         if tflops is None:
             continue
         try:
-            peak_flops[str(dtype)] = float(tflops) * 1e12
+            value = float(tflops)
         except (TypeError, ValueError):
             raise InputError(f"{where}.peak_tflops.{dtype}", f"expected a number, got {tflops!r}") from None
+        peak_flops[str(dtype)] = _number_in_file_unit({str(dtype): value}, str(dtype), f"{where}.peak_tflops", ..., 1e12,
+                                                      "the dense peak in TFLOP/s, or leave the dtype out") * 1e12
     if "hbm_gib" in data:
         hbm_bytes = _get(data, "hbm_gib", where) * GIB
     else:
@@ -271,8 +273,10 @@ def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
         generation=_get(data, "generation", where, str),
         peak_flops_per_s=peak_flops,
         hbm_bytes=hbm_bytes,
-        hbm_bw_bytes_per_s=_get(data, "hbm_bw_tb_per_s", where) * 1e12,
-        scaleup_bw_bytes_per_s=_get(data, "scaleup_bw_gb_per_s", where) * 1e9,
+        hbm_bw_bytes_per_s=_number_in_file_unit(data, "hbm_bw_tb_per_s", where, ..., 1e12,
+                                                "the memory bandwidth in TB/s") * 1e12,
+        scaleup_bw_bytes_per_s=_number_in_file_unit(data, "scaleup_bw_gb_per_s", where, ..., 1e9,
+                                                    "the scale-up link's bandwidth per GPU, one direction, in GB/s") * 1e9,
         scaleup_domain_size=_get(data, "scaleup_domain_size", where, int),
         source=_get(data, "source", where, str, ""),
         sfu_exp_per_s=_optional_tera(data, "sfu_tera_exp_per_s", where),
@@ -281,18 +285,19 @@ def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
     )
 
 
-def _tier_number(data: dict, key: str, where: str, default: Any, bytes_per_unit: float, fix: str,
-                 allow_zero: bool = False):
-    """A network tier's number in the file's unit, checked there (so the error names the key and
-    the unit the user wrote), or ``default`` when absent."""
+def _number_in_file_unit(data: dict, key: str, where: str, default: Any, si_per_unit: float, fix: str,
+                         allow_zero: bool = False):
+    """A rate (or, ``allow_zero``, a latency) in the file's unit, checked there so the error names
+    the key and the unit the user wrote, or ``default`` when absent. ``si_per_unit``: bytes/s,
+    FLOP/s or seconds per file unit."""
     value = _get(data, key, where, default=default)
     if value is None:
         return None
     try:
         if allow_zero:        # a latency: 0 .. MAX_LATENCY_S
-            require_plausible(f"{where}.{key}", value, high=MAX_LATENCY_S / bytes_per_unit, allow_zero=True)
+            require_plausible(f"{where}.{key}", value, high=MAX_LATENCY_S / si_per_unit, allow_zero=True)
         else:                 # a rate of at least MIN_RATE_PER_S bytes/s
-            require_plausible(f"{where}.{key}", value, low=MIN_RATE_PER_S / bytes_per_unit)
+            require_plausible(f"{where}.{key}", value, low=MIN_RATE_PER_S / si_per_unit)
     except InputError as err:
         raise InputError(err.field, err.message, fix) from None
     return value
@@ -302,14 +307,14 @@ def _tier_from_dict(data: Any, where: str, default_kind: str) -> NetworkTier:
     if not isinstance(data, dict):
         raise InputError(where, "must be a mapping with kind, bw_gbit_per_s (or bw_gb_per_s), latency_us")
     if "bw_gbit_per_s" in data:
-        bw = _tier_number(data, "bw_gbit_per_s", where, ..., 1e9 / 8,
+        bw = _number_in_file_unit(data, "bw_gbit_per_s", where, ..., 1e9 / 8,
                           "the link's bandwidth per GPU, one direction, in Gb/s") * 1e9 / 8
     else:
-        bw = _tier_number(data, "bw_gb_per_s", where, ..., 1e9,
+        bw = _number_in_file_unit(data, "bw_gb_per_s", where, ..., 1e9,
                           "the link's bandwidth per GPU, one direction, in GB/s") * 1e9
-    busbw = _tier_number(data, "communicator_busbw_gb_per_s", where, None, 1e9,
+    busbw = _number_in_file_unit(data, "communicator_busbw_gb_per_s", where, None, 1e9,
                          "a measured all-reduce bus bandwidth across nodes in GB/s, or leave the key out")
-    latency = _tier_number(data, "latency_us", where, 5.0, 1e-6,
+    latency = _number_in_file_unit(data, "latency_us", where, 5.0, 1e-6,
                            "one message's start-up time in microseconds", allow_zero=True)
     return NetworkTier(kind=_get(data, "kind", where, str, default_kind), bw_bytes_per_s=bw,
                        latency_s=latency * 1e-6,
@@ -427,12 +432,12 @@ def _link_from_dict(data: dict, index: int) -> PoolLink:
         raise InputError(f"links[{index}].between", f"must name two pools, got {ends!r}", "write between: [a, b]")
     where = f"links.{ends[0]}-{ends[1]}"
     if "bw_gbit_per_s" in data:
-        bw = _tier_number(data, "bw_gbit_per_s", where, ..., 1e9 / 8,
+        bw = _number_in_file_unit(data, "bw_gbit_per_s", where, ..., 1e9 / 8,
                           "the link's bandwidth per GPU, one direction, in Gb/s") * 1e9 / 8
     else:
-        bw = _tier_number(data, "bw_gb_per_s", where, ..., 1e9,
+        bw = _number_in_file_unit(data, "bw_gb_per_s", where, ..., 1e9,
                           "the link's bandwidth per GPU, one direction, in GB/s") * 1e9
-    latency = _tier_number(data, "latency_us", where, 10.0, 1e-6,
+    latency = _number_in_file_unit(data, "latency_us", where, 10.0, 1e-6,
                            "one message's start-up time in microseconds", allow_zero=True)
     return PoolLink(pools=(str(ends[0]), str(ends[1])), bw_bytes_per_s=bw, latency_s=latency * 1e-6,
                     kind=_get(data, "kind", where, str, "ethernet"))

@@ -403,3 +403,21 @@ def test_a_key_written_twice_in_a_yaml_file_is_refused_naming_its_line():
     merged = "base: &b {x: 1}\nuse:\n  <<: *b\n  <<: *b\n  y: 2\n"
     assert parse_yaml(merged, "x", "m.yaml")["use"] == {"x": 1, "y": 2}
     assert parse_yaml("a: {k: 1}\nb: {k: 2}\n", "x", "ok.yaml") == {"a": {"k": 1}, "b": {"k": 2}}
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("peak_tflops", "{bf16: -5}", "gpu x.peak_tflops.bf16: must be > 0, got -5.0 (the dense peak in TFLOP/s"),
+    ("hbm_bw_tb_per_s", ".nan", "gpu x.hbm_bw_tb_per_s: must be finite, got nan (the memory bandwidth in TB/s)"),
+    ("scaleup_bw_gb_per_s", "0", "gpu x.scaleup_bw_gb_per_s: must be > 0, got 0"),
+])
+def test_a_gpu_rate_out_of_range_is_named_in_the_files_own_key_and_unit(key, value, says):
+    """-5 TFLOP/s is reported as -5 under peak_tflops.bf16, not as -5e12 under
+    peak_flops_per_s, so the fix reads in the unit the file is written in."""
+    import yaml
+    from hardware_specs.catalog import gpu_from_dict
+    data = yaml.safe_load("name: x\nvendor: acme\ngeneration: hopper\npeak_tflops: {bf16: 500}\n"
+                          "hbm_gb: 100\nhbm_bw_tb_per_s: 2\nscaleup_bw_gb_per_s: 100\nscaleup_domain_size: 4\n")
+    data[key] = yaml.safe_load(f"v: {value}\n")["v"]
+    with pytest.raises(InputError) as err:
+        gpu_from_dict(data)
+    assert says in str(err.value)
