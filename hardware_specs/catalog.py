@@ -50,7 +50,7 @@ import yaml
 from hardware_specs.cluster_spec import MAX_LATENCY_S, ClusterSpec, HostSpec, NetworkTier
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError, require_plausible, require_positive, suggest
-from hardware_specs.gpu_spec import MIN_RATE_PER_S, GPUSpec
+from hardware_specs.gpu_spec import MAX_HBM_BYTES, MIN_HBM_BYTES, MIN_RATE_PER_S, GPUSpec
 from hardware_specs.serving_behaviour import ServingBehaviour
 from hardware_specs.serving_efficiency import ServingEfficiency
 from hardware_specs.pools import Pool, PooledCluster, PoolLink
@@ -264,9 +264,11 @@ def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
         peak_flops[str(dtype)] = _number_in_file_unit({str(dtype): value}, str(dtype), f"{where}.peak_tflops", ..., 1e12,
                                                       "the dense peak in TFLOP/s, or leave the dtype out") * 1e12
     if "hbm_gib" in data:
-        hbm_bytes = _get(data, "hbm_gib", where) * GIB
+        hbm_bytes = _number_in_file_unit(data, "hbm_gib", where, ..., GIB, "the GPU memory in GiB",
+                                         bounds_si=(MIN_HBM_BYTES, MAX_HBM_BYTES)) * GIB
     else:
-        hbm_bytes = _get(data, "hbm_gb", where) * 1e9
+        hbm_bytes = _number_in_file_unit(data, "hbm_gb", where, ..., 1e9, "the GPU memory in GB",
+                                         bounds_si=(MIN_HBM_BYTES, MAX_HBM_BYTES)) * 1e9
     return GPUSpec(
         name=name,
         vendor=_get(data, "vendor", where, str, ""),
@@ -286,15 +288,17 @@ def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
 
 
 def _number_in_file_unit(data: dict, key: str, where: str, default: Any, si_per_unit: float, fix: str,
-                         allow_zero: bool = False):
-    """A rate (or, ``allow_zero``, a latency) in the file's unit, checked there so the error names
-    the key and the unit the user wrote, or ``default`` when absent. ``si_per_unit``: bytes/s,
-    FLOP/s or seconds per file unit."""
+                         allow_zero: bool = False, bounds_si: tuple[float, float] | None = None):
+    """A rate (or, ``allow_zero``, a latency; or a quantity within ``bounds_si``) in the file's
+    unit, checked there so the error names the key and the unit the user wrote, or ``default``
+    when absent. ``si_per_unit``: bytes/s, FLOP/s, seconds or bytes per file unit."""
     value = _get(data, key, where, default=default)
     if value is None:
         return None
     try:
-        if allow_zero:        # a latency: 0 .. MAX_LATENCY_S
+        if bounds_si is not None:
+            require_plausible(f"{where}.{key}", value, low=bounds_si[0] / si_per_unit, high=bounds_si[1] / si_per_unit)
+        elif allow_zero:      # a latency: 0 .. MAX_LATENCY_S
             require_plausible(f"{where}.{key}", value, high=MAX_LATENCY_S / si_per_unit, allow_zero=True)
         else:                 # a rate of at least MIN_RATE_PER_S bytes/s
             require_plausible(f"{where}.{key}", value, low=MIN_RATE_PER_S / si_per_unit)

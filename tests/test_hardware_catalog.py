@@ -409,6 +409,7 @@ def test_a_key_written_twice_in_a_yaml_file_is_refused_naming_its_line():
     ("peak_tflops", "{bf16: -5}", "gpu x.peak_tflops.bf16: must be > 0, got -5.0 (the dense peak in TFLOP/s"),
     ("hbm_bw_tb_per_s", ".nan", "gpu x.hbm_bw_tb_per_s: must be finite, got nan (the memory bandwidth in TB/s)"),
     ("scaleup_bw_gb_per_s", "0", "gpu x.scaleup_bw_gb_per_s: must be > 0, got 0"),
+    ("hbm_gb", "1e-12", "gpu x.hbm_gb: 1e-12 is below the plausible minimum 0.00104858 (the GPU memory in GB)"),
 ])
 def test_a_gpu_rate_out_of_range_is_named_in_the_files_own_key_and_unit(key, value, says):
     """-5 TFLOP/s is reported as -5 under peak_tflops.bf16, not as -5e12 under
