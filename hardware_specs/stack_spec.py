@@ -179,6 +179,12 @@ class TrainingBehaviour:
         zero3_grad_reduce: how ZeRO-3 reduces the gradients, one of ``ZERO3_GRAD_REDUCE``:
             ``reduce_scatter`` (each rank receives its shard) or ``all_reduce`` (each reduce
             bucket all-reduced whole, the shard kept: DeepSpeed 0.3's default).
+        bf16_zero1_grad_reduce: how a bf16 run's ZeRO-1 (sharded optimizer state, full gradients)
+            reduces the gradients, one of ``ZERO3_GRAD_REDUCE``: ``reduce_scatter`` (each rank
+            receives the shard it steps: Megatron-Core's distributed optimizer) or ``all_reduce``
+            (the whole gradient all-reduced, then each rank steps its shard and all-gathers the
+            16-bit weights: DeepSpeed's BF16_Optimizer, which a DeepSpeed pipeline engine runs
+            for bf16). Other dtypes reduce-scatter.
         bf16_grads_in_fp32: when the run's dtype is bf16 the stack accumulates and reduces
             gradients in fp32 (4 bytes) whatever ``grad_reduce_bytes`` says for fp16 (Megatron-LM
             forces ``--accumulate-allreduce-grads-in-fp32`` with ``--bf16``; DeepSpeed's
@@ -234,6 +240,7 @@ class TrainingBehaviour:
     zero3_persistence_threshold_elements: float = 0.0
     collective_per_rank_copies: bool = False
     zero3_grad_reduce: str = "reduce_scatter"
+    bf16_zero1_grad_reduce: str = "reduce_scatter"
     grad_buffer: str = "fp32"
     fp8_param_gather: bool = False
     cross_entropy: str = "megatron_unfused"
@@ -246,9 +253,10 @@ class TrainingBehaviour:
             if getattr(self, name) not in ZERO2_REDUCE:
                 raise InputError(f"training.{name}", f"unknown value {getattr(self, name)!r}",
                                  "choose one of " + ", ".join(ZERO2_REDUCE))
-        if self.zero3_grad_reduce not in ZERO3_GRAD_REDUCE:
-            raise InputError("training.zero3_grad_reduce", f"unknown value {self.zero3_grad_reduce!r}",
-                             "choose one of " + ", ".join(ZERO3_GRAD_REDUCE))
+        for name in ("zero3_grad_reduce", "bf16_zero1_grad_reduce"):
+            if getattr(self, name) not in ZERO3_GRAD_REDUCE:
+                raise InputError(f"training.{name}", f"unknown value {getattr(self, name)!r}",
+                                 "choose one of " + ", ".join(ZERO3_GRAD_REDUCE))
         if self.grad_buffer not in GRAD_BUFFERS:
             raise InputError("training.grad_buffer", f"unknown value {self.grad_buffer!r}",
                              "choose one of " + ", ".join(GRAD_BUFFERS))

@@ -81,6 +81,7 @@ class ConfigBatch:
     zero3_persistence_elements: np.ndarray
     collective_per_rank_copies: np.ndarray
     zero3_grad_all_reduce: np.ndarray
+    zero1_grad_all_reduce: np.ndarray
     uneven_layers: np.ndarray
     recompute_num_layers: np.ndarray = None
     recompute_method: np.ndarray = None       # index into RecomputeMethod
@@ -157,6 +158,7 @@ class ConfigBatch:
             zero3_persistence_elements=col("zero3_persistence_elements", float, float),
             collective_per_rank_copies=col("collective_per_rank_copies", bool, bool),
             zero3_grad_all_reduce=col("zero3_grad_all_reduce", bool, bool),
+            zero1_grad_all_reduce=col("zero1_grad_all_reduce", bool, bool),
             uneven_layers=col("uneven_layers", bool, bool),
             recompute_num_layers=col("recompute_num_layers"),
             recompute_method=col("recompute_method", RECOMPUTE_METHOD_CODES.get),
@@ -221,6 +223,7 @@ class ConfigBatch:
             zero3_persistence_elements=float(self.zero3_persistence_elements[i]),
             collective_per_rank_copies=bool(self.collective_per_rank_copies[i]),
             zero3_grad_all_reduce=bool(self.zero3_grad_all_reduce[i]),
+            zero1_grad_all_reduce=bool(self.zero1_grad_all_reduce[i]),
             uneven_layers=bool(self.uneven_layers[i]),
             recompute_num_layers=int(self.recompute_num_layers[i]),
             recompute_method=list(RecomputeMethod)[int(self.recompute_method[i])],

@@ -84,7 +84,7 @@ BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather
                "ep_comm_overlap", "ep_dispatch_dedup", "grad_reduce_every_microbatch", "tp_backward_overlap", "softmax_fusion",
                "softmax_scale_pass", "attention_unpad", "glu_clamp_eager", "pipe_exchange_blocking",
                "param_gather_per_tensor", "cuda_graphs", "fp8_current_scaling", "collective_per_rank_copies",
-               "zero3_grad_all_reduce", "fp8_param_gather")
+               "zero3_grad_all_reduce", "zero1_grad_all_reduce", "fp8_param_gather")
 #: non-negative integer fields (0 = not set)
 LAYOUT_FIELDS = ("first_stage_layers", "last_stage_layers", "recompute_num_layers", "recompute_layers_decrement",
                  "offload_activation_layers", "zero_shard_group", "loss_chunk_tokens")
@@ -188,6 +188,10 @@ class ParallelConfig:
         zero3_grad_all_reduce: under ZeRO-3 each rank all-reduces its fp16 gradients one reduce
             bucket (``grad_bucket_elements``) at a time and keeps its shard (DeepSpeed 0.3's
             default ``reduce_scatter: false``); off = reduce-scattered.
+        zero1_grad_all_reduce: under ZeRO-1 the gradients are all-reduced whole after the last
+            micro-batch (DeepSpeed's BF16_Optimizer; ``stack_defaults`` sets it for a bf16 run of a
+            stack whose ``bf16_zero1_grad_reduce`` says so) before each rank steps its shard and
+            all-gathers the weights; off = reduce-scattered (Megatron-Core's distributed optimizer).
         cuda_graphs: each pass is replayed from a captured CUDA graph, so the host issues no
             kernels one by one (``EfficiencyModel.cpu_issue_s`` does not bound it).
         fp8_current_scaling: an ``fp8`` run scales each tensor by its current amax (Transformer
@@ -333,6 +337,7 @@ class ParallelConfig:
     zero3_persistence_elements: float = 0.0
     collective_per_rank_copies: bool = False
     zero3_grad_all_reduce: bool = False
+    zero1_grad_all_reduce: bool = False
     recompute_num_layers: int = 0
     recompute_method: RecomputeMethod = RecomputeMethod.BLOCK
     recompute_layers_decrement: int = 0

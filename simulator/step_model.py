@@ -263,7 +263,8 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         # ZeRO-3: the next layer's gather runs under this layer's pass (as far as the stack
         # prefetches); in backward the gathers and the gradient reduce-scatter share the window
         z3f = np.where(zero >= 3, _overlapped(ag, fwd_window, 0.0, batch.overlap_param_gather), 0.0)
-        grad_mb = np.where(zero == 2, rs_grad, np.where(zero == 1, rs_grad, ar_grad))
+        grad_mb = np.where(zero == 2, rs_grad,
+                           np.where(zero == 1, np.where(batch.zero1_grad_all_reduce, ar_grad, rs_grad), ar_grad))
         z3_grad = np.where(batch.zero3_grad_all_reduce, ar_grad, rs_grad)
         bwd_comm = np.where(zero >= 3, ag * (1.0 + regather) + z3_grad, np.where(per_mb_grads, grad_mb, 0.0))
         grad_window = b + w
@@ -560,8 +561,9 @@ def _dp_after_flush(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel
     dp_group = dp * cp
     edp = sp_["edp"]
     shard, replicas, expert_shard = _shard_groups(batch, dp_group, edp)
-    # all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1) of the first stage's gradients, which
-    # finishes its backward last; ZeRO-2/3 reduced theirs per micro-batch already
+    # all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1; all-reduce where the stack's ZeRO-1 reduces
+    # whole, ``zero1_grad_all_reduce``) of the first stage's gradients, which finishes its backward
+    # last; ZeRO-2/3 reduced theirs per micro-batch already
     params_dp = sp_["first"]
     expert_dp = sp_["first_expert"]
     grad_bytes = params_dp * batch.grad_reduce_bytes
@@ -583,7 +585,8 @@ def _dp_after_flush(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel
         e_rs = e_ar = e_ag = 0.0
     cross = np.where(zero >= 1, cross, 0.0)
     per_mb_grads = (zero == 2) | ((zero <= 1) & batch.grad_reduce_every_microbatch)
-    grad_comm = np.where(per_mb_grads, 0.0, np.where(zero == 0, grad_ar + e_ar, np.where(zero == 1, grad_rs + e_rs, 0.0)))
+    zero1 = np.where(batch.zero1_grad_all_reduce, grad_ar + e_ar, grad_rs + e_rs)
+    grad_comm = np.where(per_mb_grads, 0.0, np.where(zero == 0, grad_ar + e_ar, np.where(zero == 1, zero1, 0.0)))
     grad_comm = grad_comm + cross
     gather_comm = np.where((zero == 1) | (zero == 2), param_ag + e_ag, 0.0)
     # the last bucket starts only when the backward has produced it: its share of the traffic

@@ -141,3 +141,18 @@ def test_a_zero3_plan_priced_with_persistent_tensors_and_all_reduced_gradients_s
     plain = {k: v for k, v in row.items() if k not in ("zero3_persistence_elements", "zero3_grad_all_reduce")}
     plain_z = deepspeed.config(plain)["zero_optimization"]
     assert "stage3_param_persistence_threshold" not in plain_z and plain_z["reduce_scatter"] is True
+
+
+def test_a_bf16_zero1_plan_priced_with_all_reduced_gradients_asks_deepspeed_for_its_bf16_optimizer(ds, monkeypatch):
+    """A pipeline plan in bf16 with ZeRO-1 priced as DeepSpeed's BF16_Optimizer (fp32 gradients
+    all-reduced whole, ``zero1_grad_all_reduce``) says so with ``data_types.grad_accum_dtype:
+    fp32``, the key that makes DeepSpeed 0.19.8 pick that optimizer for bf16 + ZeRO-1
+    (engine.py ``_do_optimizer_sanity_check``); DeepSpeed's parser reads it. The same plan priced
+    with reduce-scattered gradients leaves the key out (DeepSpeed's ZeRO-1 optimizer)."""
+    row = dict(model="llama3-8b", seq_len=8192, dp=4, tp=1, pp=4, micro_batch=1, global_batch=64, zero_stage=1,
+               recompute="full", dtype="bf16", grad_reduce_bytes=4.0, zero1_grad_all_reduce=True)
+    cfg = deepspeed.config(row)
+    assert cfg["data_types"] == {"grad_accum_dtype": "fp32"} and cfg["zero_optimization"]["stage"] == 1
+    config = build(ds, json.loads(deepspeed.emit(row)), plan_fields(row), monkeypatch)
+    assert config.grad_accum_dtype == "fp32" and config.bfloat16_config.enabled
+    assert "data_types" not in deepspeed.config({**row, "zero1_grad_all_reduce": False})

@@ -67,8 +67,10 @@ def test_bloom_runs_on_jean_zay_stay_within_bound(results):
     # all fast); on Jean Zay's own fabric (4 x 100 Gb/s Omni-Path per 8-GPU node, the cluster
     # their gpu column names) 11.35% / 10.33%, 11.2% together; with the 5.07 GB/s one NCCL
     # communicator was measured to reach there (BigScience's all_reduce_bench, jean-zay-a100.yaml)
-    # 10.36% together (10.85% / 6.95%); the data-parallel 24 rows are still 22-31% fast
-    assert _mean_abs_pct(ok) <= 11.0
+    # 10.36% together (10.85% / 6.95%); with DeepSpeed's BF16_Optimizer all-reducing the fp32
+    # gradients whole (megatron-deepspeed's bf16_zero1_grad_reduce) 8.23% (8.80% / 4.18%); the
+    # data-parallel 24 rows are still 15-22% fast
+    assert _mean_abs_pct(ok) <= 9.0
 
 
 def test_narayanan_tables_stay_within_bound(results):

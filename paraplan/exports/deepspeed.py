@@ -157,6 +157,11 @@ def _config(p: dict) -> dict:
     if p["zero_stage"] == 3 and p.get("zero3_grad_all_reduce", False):
         # the plan priced all-reduced gradient buckets, DeepSpeed's path without reduce_scatter
         cfg["zero_optimization"]["reduce_scatter"] = False
+    if p["zero_stage"] == 1 and p["dtype"] == "bf16" and p.get("zero1_grad_all_reduce", False):
+        # the plan priced BF16_Optimizer: fp32 gradients all-reduced whole; DeepSpeed picks it for
+        # bf16 + ZeRO-1 when gradients accumulate in fp32 (deepspeed/runtime/engine.py
+        # _do_optimizer_sanity_check at 0.19.8), else its ZeRO-1 optimizer reduces bf16 gradients
+        cfg["data_types"] = {"grad_accum_dtype": "fp32"}
     if p.get("offload_optimizer_fraction"):
         # ZeRO-Offload: optimizer states and step on the host (pinned buffers)
         cfg["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
