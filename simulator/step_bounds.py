@@ -57,9 +57,10 @@ def step_time_floor_s(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMod
         return np.zeros(0)
     flush, lay, sp_, rates = _pipeline_floor_s(model, cluster, eff, batch, memory_by_part, any_counts=False)
     dp, tp, pp, cp, ep, etp, vpp = _degrees(batch)
-    grad_comm, gather_comm, bucket_share = _dp_after_flush(model, cluster, eff, batch, sp_, rates.act_bytes)
+    grad_comm, gather_comm, bucket_share, tied_comm = _dp_after_flush(model, cluster, eff, batch, sp_, rates.act_bytes)
     dp_tail = (_overlapped(grad_comm, np.inf, bucket_share * grad_comm, batch.overlap_grad_reduce)
-               + _overlapped(gather_comm, np.inf, bucket_share * gather_comm, batch.overlap_param_gather))
+               + _overlapped(gather_comm, np.inf, bucket_share * gather_comm, batch.overlap_param_gather)
+               + tied_comm)
     shard, _, expert_shard = _shard_groups(batch, dp * cp, sp_["edp"])
     optimizer = _optimizer_step_s(cluster, eff, batch, memory_by_part, shard, expert_shard)[0]
     floor = flush + _weight_cast_fill_s(model, batch, lay) + dp_tail + optimizer

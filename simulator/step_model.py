@@ -433,12 +433,12 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     pipeline = pipe["makespan_s"] + weight_cast_fill
 
     # ---- data-parallel gradient reduction and parameter gather after the flush -------------
-    grad_comm, gather_comm, bucket_share = _dp_after_flush(model, cluster, eff, batch, sp_, param_bytes)
+    grad_comm, gather_comm, bucket_share, tied_comm = _dp_after_flush(model, cluster, eff, batch, sp_, param_bytes)
     exposed_grad = _overlapped(grad_comm, pipe["first_window_bw_s"], bucket_share * grad_comm, batch.overlap_grad_reduce)
     exposed_gather = _overlapped(gather_comm, pipe["first_window_f_s"], bucket_share * gather_comm,
                                  batch.overlap_param_gather)
     persist_gather = persistent_gather_s(model, cluster, eff, batch, shard, param_bytes)
-    dp_exposed = exposed_grad + exposed_gather + persist_gather
+    dp_exposed = exposed_grad + exposed_gather + persist_gather + tied_comm
 
     optimizer, opt_params, off = _optimizer_step_s(cluster, eff, batch, memory_by_part, shard, expert_shard)
     # the offloaded share's gradients go to the host under the last backward (like the DP
@@ -523,7 +523,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
         "first_stage_layers": memory_by_part["_count_first_layers"],
         "last_stage_layers": memory_by_part["_count_last_layers"],
         "tp_comm_total_s": m * share * pipe["busiest_tp_total_s"],
-        "dp_comm_total_s": grad_comm + gather_comm + persist_gather,
+        "dp_comm_total_s": grad_comm + gather_comm + persist_gather + tied_comm,
         "model_flops": model_flops,
         "hardware_flops": hardware_flops,
         "tokens_per_step": tokens_per_step + 0 * step,
@@ -554,8 +554,16 @@ def _weight_cast_fill_s(model: ModelSpec, batch: ConfigBatch, lay: dict):
 
 def _dp_after_flush(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch, sp_: dict,
                     param_bytes):
-    """(gradient traffic, parameter-gather traffic, last bucket's share) of the data-parallel
-    collectives after the flush, seconds, before any overlap."""
+    """(gradient traffic, parameter-gather traffic, last bucket's share, tied-embedding traffic)
+    of the collectives after the flush, seconds, before any overlap.
+
+    The tied-embedding traffic: a model whose LM head shares the input embedding, split over
+    pipeline stages, all-reduces that weight's gradient (V x h / tp in the reduction dtype)
+    between the first and the last stage after the data-parallel reduction and before the
+    optimizer step, with nothing left to hide it under (Megatron-Core ``finalize_model_grads``
+    -> ``_allreduce_word_embedding_grads`` over the embedding group, NVIDIA/Megatron-LM@d98e8a64dd;
+    Megatron-LM v2.5 ``train_step``; DeepSpeed's pipeline engine ``ReduceTiedGrads`` ->
+    ``PipelineModule.allreduce_tied_weight_gradients``, microsoft/DeepSpeed@v0.7.0)."""
     dp, tp, pp, cp, ep, etp, vpp = _degrees(batch)
     zero = batch.zero_stage
     dp_group = dp * cp
@@ -594,7 +602,13 @@ def _dp_after_flush(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel
     bucket_elements = np.maximum(batch.grad_bucket_elements, batch.grad_bucket_elements_per_dp * dp_group)
     total_elements = np.maximum(params_dp + expert_dp, 1.0)
     bucket_share = np.where(bucket_elements > 0, np.minimum(bucket_elements / total_elements, 1.0), 1.0)
-    return grad_comm, gather_comm, bucket_share
+    # the first and the last stage are (pp - 1) x tp x cp x dp ranks apart (tp-cp-dp-pp order)
+    tied = np.zeros_like(np.asarray(grad_comm, dtype=float))
+    if model.tied_embeddings and np.any(pp > 1):
+        tied_bytes = params.embedding_params(model) / tp * batch.grad_reduce_bytes
+        tied = np.where(pp > 1, group_collective_time_s("all_reduce", tied_bytes, 2.0, tp * cp * dp * (pp - 1),
+                                                        cluster, eff), 0.0) + 0.0 * tied
+    return grad_comm, gather_comm, bucket_share, tied
 
 
 def _optimizer_step_s(cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch, memory_by_part: dict, shard,

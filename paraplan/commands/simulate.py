@@ -41,7 +41,7 @@ TIME_MEANING = {
     "pp_comm_s": "pipeline send/recv between stages",
     "zero3_comm_exposed_s": "ZeRO-3 parameter gathers not hidden under compute",
     "pipeline_bubble_s": "pipeline fill and drain (idle stages)",
-    "dp_comm_exposed_s": "data-parallel gradient reduction not hidden under backward",
+    "dp_comm_exposed_s": "data-parallel gradient reduction (tied embedding's too) not hidden",
     "sync_wait_s": "waiting for the slowest rank at synchronisations (compute jitter)",
     "optimizer_s": "optimizer step (Adam, memory-bound)",
     "offload_exposed_s": "host offload transfers (and host optimizer step) not hidden",
