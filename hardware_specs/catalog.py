@@ -261,8 +261,8 @@ def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
             value = float(tflops)
         except (TypeError, ValueError):
             raise InputError(f"{where}.peak_tflops.{dtype}", f"expected a number, got {tflops!r}") from None
-        peak_flops[str(dtype)] = _number_in_file_unit({str(dtype): value}, str(dtype), f"{where}.peak_tflops", ..., 1e12,
-                                                      "the dense peak in TFLOP/s, or leave the dtype out") * 1e12
+        _check_in_file_unit(f"{where}.peak_tflops.{dtype}", value, 1e12, "the dense peak in TFLOP/s, or leave the dtype out")
+        peak_flops[str(dtype)] = value * 1e12
     if "hbm_gib" in data:
         hbm_bytes = _number_in_file_unit(data, "hbm_gib", where, ..., GIB, "the GPU memory in GiB",
                                          bounds_si=(MIN_HBM_BYTES, MAX_HBM_BYTES)) * GIB
@@ -287,23 +287,28 @@ def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
     )
 
 
-def _number_in_file_unit(data: dict, key: str, where: str, default: Any, si_per_unit: float, fix: str,
-                         allow_zero: bool = False, bounds_si: tuple[float, float] | None = None):
-    """A rate (or, ``allow_zero``, a latency; or a quantity within ``bounds_si``) in the file's
-    unit, checked there so the error names the key and the unit the user wrote, or ``default``
-    when absent. ``si_per_unit``: bytes/s, FLOP/s, seconds or bytes per file unit."""
-    value = _get(data, key, where, default=default)
-    if value is None:
-        return None
+def _check_in_file_unit(field: str, value: float, si_per_unit: float, fix: str, allow_zero: bool = False,
+                        bounds_si: tuple[float, float] | None = None) -> None:
+    """Refuse ``value`` (in the file's unit) unless it is a plausible rate (or, ``allow_zero``, a
+    latency; or a quantity within ``bounds_si``), naming ``field`` as the file spells it and the
+    unit to use (``fix``). ``si_per_unit``: bytes/s, FLOP/s, seconds or bytes per file unit."""
     try:
         if bounds_si is not None:
-            require_plausible(f"{where}.{key}", value, low=bounds_si[0] / si_per_unit, high=bounds_si[1] / si_per_unit)
+            require_plausible(field, value, low=bounds_si[0] / si_per_unit, high=bounds_si[1] / si_per_unit)
         elif allow_zero:      # a latency: 0 .. MAX_LATENCY_S
-            require_plausible(f"{where}.{key}", value, high=MAX_LATENCY_S / si_per_unit, allow_zero=True)
+            require_plausible(field, value, high=MAX_LATENCY_S / si_per_unit, allow_zero=True)
         else:                 # a rate of at least MIN_RATE_PER_S bytes/s
-            require_plausible(f"{where}.{key}", value, low=MIN_RATE_PER_S / si_per_unit)
+            require_plausible(field, value, low=MIN_RATE_PER_S / si_per_unit)
     except InputError as err:
         raise InputError(err.field, err.message, fix) from None
+
+
+def _number_in_file_unit(data: dict, key: str, where: str, default: Any, si_per_unit: float, fix: str,
+                         allow_zero: bool = False, bounds_si: tuple[float, float] | None = None):
+    """``data[key]`` checked in the file's unit (``_check_in_file_unit``), or ``default`` when absent."""
+    value = _get(data, key, where, default=default)
+    if value is not None:
+        _check_in_file_unit(f"{where}.{key}", value, si_per_unit, fix, allow_zero, bounds_si)
     return value
 
 

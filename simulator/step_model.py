@@ -603,11 +603,11 @@ def _dp_after_flush(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel
     total_elements = np.maximum(params_dp + expert_dp, 1.0)
     bucket_share = np.where(bucket_elements > 0, np.minimum(bucket_elements / total_elements, 1.0), 1.0)
     # the first and the last stage are (pp - 1) x tp x cp x dp ranks apart (tp-cp-dp-pp order)
-    tied = np.zeros_like(np.asarray(grad_comm, dtype=float))
+    tied = 0.0 * np.asarray(grad_comm, dtype=float)
     if model.tied_embeddings and np.any(pp > 1):
         tied_bytes = params.embedding_params(model) / tp * batch.grad_reduce_bytes
-        tied = np.where(pp > 1, group_collective_time_s("all_reduce", tied_bytes, 2.0, tp * cp * dp * (pp - 1),
-                                                        cluster, eff), 0.0) + 0.0 * tied
+        tied = tied + np.where(pp > 1, group_collective_time_s("all_reduce", tied_bytes, 2.0, tp * cp * dp * (pp - 1),
+                                                               cluster, eff), 0.0)
     return grad_comm, gather_comm, bucket_share, tied
 
 

@@ -23,3 +23,27 @@ def ring_s(wire_bytes, hops_intra, hops_inter, bus_bw, lat_intra, lat_inter, ll_
     """The least of the three protocols' times, seconds."""
     return min(protocol_s(p, wire_bytes, hops_intra, hops_inter, bus_bw, lat_intra, lat_inter, ll_cap)
                for p in BASE_S)
+
+
+#: NCCL's LL bus-bandwidth cap over more than 2 nodes
+LL_CAP_MANY_NODES = 20.4e9
+
+
+def flat_ring_over_nodes(cluster, eff, nodes):
+    """(reduce-scatter or all-gather time, all-reduce time) functions of a buffer's bytes for a
+    flat ring over ``nodes`` whole nodes of ``cluster`` (every member drives its own NIC, capped
+    by NVLink): of the ring's n - 1 steps (2 (n - 1) for an all-reduce) the nodes - 1 (twice as
+    many) cross nodes at the NIC's start-up, the rest stay on NVLink."""
+    per_node = cluster.gpus_per_node
+    n = nodes * per_node
+    bw = min(cluster.scaleup.bw_bytes_per_s * eff.scaleup_fraction,
+             per_node * cluster.scaleout.bw_bytes_per_s * eff.scaleout_fraction / cluster.oversubscription)
+    lat_i, lat_o = cluster.scaleup.latency_s, cluster.scaleout.latency_s
+    intra, inter = n - nodes, nodes - 1
+
+    def gather_s(nbytes):
+        return ring_s((n - 1) / n * nbytes, intra, inter, bw, lat_i, lat_o, LL_CAP_MANY_NODES)
+
+    def all_reduce_s(nbytes):
+        return ring_s(2 * (n - 1) / n * nbytes, 2 * intra, 2 * inter, bw, lat_i, lat_o, LL_CAP_MANY_NODES)
+    return gather_s, all_reduce_s

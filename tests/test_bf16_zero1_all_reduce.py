@@ -13,24 +13,12 @@ from model_specs import load_model
 from simulator import simulate
 from simulator.parallel_config import ParallelConfig
 from simulator.stack_defaults import stack_config_fields
-from nccl_by_hand import ring_s
+from nccl_by_hand import flat_ring_over_nodes
 
 CLUSTER = load_cluster("dgx-a100-80gb")
 EFF = efficiency_for_cluster(CLUSTER)
-N = 32                                           # 4 nodes of 8
-RING_BW = min(CLUSTER.scaleup.bw_bytes_per_s * EFF.scaleup_fraction,
-              8 * CLUSTER.scaleout.bw_bytes_per_s * EFF.scaleout_fraction / CLUSTER.oversubscription)
-LL_CAP = 20.4e9                                  # NCCL's LL bus-bandwidth cap over more than 2 nodes
-
-
-def reduce_scatter_s(nbytes):
-    """A ring over 4 nodes of 8: 3 of its 31 steps cross nodes, 28 stay on NVLink."""
-    return ring_s((N - 1) / N * nbytes, 28, 3, RING_BW, CLUSTER.scaleup.latency_s, CLUSTER.scaleout.latency_s, LL_CAP)
-
-
-def all_reduce_s(nbytes):
-    return ring_s(2 * (N - 1) / N * nbytes, 56, 6, RING_BW, CLUSTER.scaleup.latency_s, CLUSTER.scaleout.latency_s,
-                  LL_CAP)
+N = 32                                           # 4 nodes of 8: 3 of a ring's 31 steps cross nodes
+reduce_scatter_s, all_reduce_s = flat_ring_over_nodes(CLUSTER, EFF, 4)
 
 
 def test_the_pipeline_engines_bf16_zero1_is_set_by_the_stack_and_only_for_bf16():

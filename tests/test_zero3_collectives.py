@@ -13,27 +13,14 @@ from model_specs import load_model
 from simulator import simulate
 from simulator.parallel_config import ParallelConfig
 from simulator.stack_defaults import stack_config_fields
-from nccl_by_hand import ring_s
+from nccl_by_hand import flat_ring_over_nodes
 
 CLUSTER = load_cluster("dgx-a100-80gb")
 EFF = efficiency_for_cluster(CLUSTER)
 N = 32                                           # 4 nodes of 8
 # a ring over 4 nodes: 3 of its 31 steps (6 of an all-reduce's 62) cross nodes at the NIC's
-# start-up, 28 (56) stay on NVLink
-# a flat ring over 4 nodes with 8 members each: every member drives its own NIC, capped by NVLink
-RING_BW = min(CLUSTER.scaleup.bw_bytes_per_s * EFF.scaleup_fraction,
-              8 * CLUSTER.scaleout.bw_bytes_per_s * EFF.scaleout_fraction / CLUSTER.oversubscription)
-LL_CAP = 20.4e9                                  # NCCL's LL bus-bandwidth cap over more than 2 nodes
-
-
-def gather_s(nbytes):
-    """All-gather (or reduce-scatter) of an nbytes buffer over the 32 ranks, NCCL's fastest protocol."""
-    return ring_s((N - 1) / N * nbytes, 28, 3, RING_BW, CLUSTER.scaleup.latency_s, CLUSTER.scaleout.latency_s, LL_CAP)
-
-
-def all_reduce_s(nbytes):
-    return ring_s(2 * (N - 1) / N * nbytes, 56, 6, RING_BW, CLUSTER.scaleup.latency_s, CLUSTER.scaleout.latency_s,
-                  LL_CAP)
+# start-up, 28 (56) stay on NVLink; all-gather (or reduce-scatter) and all-reduce of a buffer
+gather_s, all_reduce_s = flat_ring_over_nodes(CLUSTER, EFF, 4)
 
 
 def _base(**kw):
