@@ -79,14 +79,14 @@ def compute_rates(gpu: GPUSpec, eff: EfficiencyModel, dtype: str) -> ComputeRate
     # a GEMM tile's fixed start-up and epilogue time does not shrink with a faster dtype, while
     # each step of its K loop runs at the tensor cores' rate for the dtype: along K the fixed
     # time is worth peak(dtype) / peak(16-bit) times as many elements
-    plateau = gpu.peak_flops(dtype) * eff.gemm_fraction(dtype)
+    plateau = gpu.sustained_flops(dtype) * eff.gemm_fraction(dtype)
     if dtype in LOW_PRECISION:
         k_half_dim = eff.gemm_half_dim * gpu.peak_flops(dtype) / gpu.peak_flops(sixteen_bit_dtype(gpu))
     else:
         k_half_dim = eff.gemm_half_dim
     return ComputeRates(
         gemm_flops_per_s=plateau,
-        attn_flops_per_s=gpu.peak_flops(attn_dtype) * eff.attention_peak_fraction,
+        attn_flops_per_s=gpu.sustained_flops(attn_dtype) * eff.attention_peak_fraction,
         hbm_bytes_per_s=gpu.hbm_bw_bytes_per_s * eff.hbm_fraction,
         half_dim=eff.gemm_half_dim,
         kernel_overhead_s=eff.kernel_overhead_s,

@@ -90,11 +90,11 @@ def layer_rates(gpu: GPUSpec, eff: ServingEfficiency, dense_format: str, expert_
     sixteen = compute_dtype("bf16", gpu)
     mla_fraction = MLA_DECODE_PEAK_FRACTION.get(gpu.generation, eff.attention_peak_fraction)
     return LayerRates(
-        dense_flops_per_s=gpu.peak_flops(compute_dtype(dense_format, gpu)) * eff.gemm_peak_fraction,
-        expert_flops_per_s=gpu.peak_flops(compute_dtype(expert_format, gpu)) * eff.gemm_peak_fraction,
-        head_flops_per_s=gpu.peak_flops(sixteen) * eff.gemm_peak_fraction,
-        attention_flops_per_s=gpu.peak_flops(sixteen) * eff.attention_peak_fraction,
-        mla_decode_flops_per_s=gpu.peak_flops(sixteen) * mla_fraction,
+        dense_flops_per_s=gpu.sustained_flops(compute_dtype(dense_format, gpu)) * eff.gemm_peak_fraction,
+        expert_flops_per_s=gpu.sustained_flops(compute_dtype(expert_format, gpu)) * eff.gemm_peak_fraction,
+        head_flops_per_s=gpu.sustained_flops(sixteen) * eff.gemm_peak_fraction,
+        attention_flops_per_s=gpu.sustained_flops(sixteen) * eff.attention_peak_fraction,
+        mla_decode_flops_per_s=gpu.sustained_flops(sixteen) * mla_fraction,
         hbm_bytes_per_s=gpu.hbm_bw_bytes_per_s * eff.decode_hbm_fraction,
         kernel_fixed_s=eff.kernel_fixed_s,
         expert_fixed_s=eff.expert_fixed_s,

@@ -13,7 +13,9 @@ GPU file keys: name, vendor, generation, peak_tflops {dtype: TFLOP/s dense}, hbm
 hbm_bw_tb_per_s, scaleup_bw_gb_per_s (per GPU, one direction), scaleup_domain_size, source,
 and optionally sfu_tera_exp_per_s (special-function-unit exponentials per second, 1e12/s) and
 sm_count (streaming multiprocessors / compute units) and sync_mma_peak_fraction (share of the
-tensor peak reached by warp-synchronous mma.sync, default 1).
+tensor peak reached by warp-synchronous mma.sync, default 1) and sustained_tensor_fraction (share
+of the datasheet's dense tensor rates the part holds where runs of the same software measure it
+below them, default 1).
 
 Cluster file keys: name, description, gpu (a catalog name, or an inline GPU mapping),
 efficiency (optional inline efficiency mapping, as ``paraplan calibrate`` writes), gpus_per_node, scaleup {kind, bw_gb_per_s,
@@ -284,6 +286,7 @@ def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
         sfu_exp_per_s=_optional_tera(data, "sfu_tera_exp_per_s", where),
         sm_count=_get(data, "sm_count", where, float, None),
         sync_mma_peak_fraction=_get(data, "sync_mma_peak_fraction", where, float, 1.0),
+        sustained_tensor_fraction=_get(data, "sustained_tensor_fraction", where, float, 1.0),
     )
 
 

@@ -47,6 +47,11 @@ class GPUSpec:
             faster than Triton's attention on B200 (Zadouri et al. 2026, FlashAttention-4),
             about 0.37. 1.0 where the portable path is the chip's native one (Volta to Ada) or
             not known.
+        sustained_tensor_fraction: share of the datasheet's dense tensor rates (``peak_flops_per_s``)
+            the part holds in the systems it is measured in, where runs of the same software
+            show it below the datasheet (a power or clock limit the datasheet does not state);
+            the cost models run at ``sustained_flops``, MFU stays of the datasheet's peak.
+            1.0 where the datasheet's rates hold or nothing says otherwise.
     """
 
     name: str
@@ -61,6 +66,7 @@ class GPUSpec:
     sfu_exp_per_s: float | None = None
     sm_count: int | None = None
     sync_mma_peak_fraction: float = 1.0
+    sustained_tensor_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         where = f"gpu {self.name}"
@@ -86,6 +92,11 @@ class GPUSpec:
         if self.sync_mma_peak_fraction > 1.0:
             raise InputError(f"{where}.sync_mma_peak_fraction", f"must be at most 1, got {self.sync_mma_peak_fraction!r}",
                              "it is a share of the dense tensor peak")
+        require_positive(f"{where}.sustained_tensor_fraction", self.sustained_tensor_fraction)
+        if self.sustained_tensor_fraction > 1.0:
+            raise InputError(f"{where}.sustained_tensor_fraction",
+                             f"must be at most 1, got {self.sustained_tensor_fraction!r}",
+                             "it is a share of the datasheet's rates; raise peak_tflops instead")
         object.__setattr__(self, "peak_flops_per_s", MappingProxyType(dict(self.peak_flops_per_s)))
 
     def peak_flops(self, dtype: str) -> float:
@@ -95,3 +106,8 @@ class GPUSpec:
         except KeyError:
             raise InputError("dtype", f"{self.name} has no {dtype} peak",
                              "choose one of " + ", ".join(self.peak_flops_per_s)) from None
+
+    def sustained_flops(self, dtype: str) -> float:
+        """FLOP/s the cost models run ``dtype``'s tensor work at: the datasheet's dense peak
+        times ``sustained_tensor_fraction``."""
+        return self.peak_flops(dtype) * self.sustained_tensor_fraction

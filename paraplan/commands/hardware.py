@@ -67,6 +67,7 @@ def gpu_detail(gpu: GPUSpec) -> dict:
         "scaleup_bw_gb_per_s": _r(gpu.scaleup_bw_bytes_per_s / 1e9, 2),
         "scaleup_domain_size": gpu.scaleup_domain_size,
         "sfu_tera_exp_per_s": None if gpu.sfu_exp_per_s is None else _r(gpu.sfu_exp_per_s / 1e12, 3),
+        "sustained_tensor_fraction": gpu.sustained_tensor_fraction,
         "source": gpu.source,
     }
 
