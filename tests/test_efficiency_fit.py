@@ -176,3 +176,28 @@ def test_the_fitter_refuses_bad_input_on_one_line_with_exit_2(args, needle, caps
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(needle) and "\n" not in err and "Traceback" not in err
+
+
+def test_pair_step_follows_a_diagonal_valley_a_coordinate_step_cannot():
+    """The 16-bit plateau and the HBM fraction trade along a diagonal: an objective steep across
+    the line (g - 0.7313) / dg = (h - 0.6626) / dh and shallow along it (|g - 0.8|). At sweep 1
+    each factor's candidates are 5 points over +- half a grid step (dg = (0.95 - 0.45) / 8 / 2 =
+    0.03125, dh = (0.95 - 0.4) / 8 / 2 = 0.034375): one factor alone leaves the line and loses,
+    both together move the whole span along it, to (0.76255, 0.696975), objective 0.03745."""
+    from paraplan.validation.fit_search import coordinate_step, pair_step
+    dg, dh = 0.5 / 8 / 2, 0.55 / 8 / 2
+    assert dg == 0.03125 and dh == 0.034375
+
+    def score(x):
+        across = (x["gemm16"] - 0.7313) / dg - (x["hbm_fraction"] - 0.6626) / dh
+        return 100.0 * abs(across) + abs(x["gemm16"] - 0.8)
+
+    x = from_model(load_efficiency("ampere"))
+    x.update(gemm16=0.7313, hbm_fraction=0.6626, gemm8=0.7, gemm_mx8=0.7, gemm4=0.6)
+    best = score(x)
+    for name in ("gemm16", "hbm_fraction"):
+        assert coordinate_step(x, best, name, 1, score) == (x, best)
+    moved, s = pair_step(x, best, ("gemm16", "hbm_fraction"), 1, score)
+    assert moved["gemm16"] == pytest.approx(0.76255, abs=1e-12)
+    assert moved["hbm_fraction"] == pytest.approx(0.696975, abs=1e-12)
+    assert s == pytest.approx(0.03745, abs=1e-9)

@@ -184,6 +184,27 @@ def coordinate_step(x: dict, best: float, name: str, sweep: int, score) -> tuple
     return x, best
 
 
+#: factor pairs that trade against each other along a diagonal valley a one-at-a-time sweep
+#: cannot follow: the 16-bit plateau and the HBM fraction price the compute-bound and the
+#: memory-bound share of the same rows' time, so lowering one and raising the other leaves most
+#: rows where they were (``pair_step``)
+TRADING_PAIRS = (("gemm16", "hbm_fraction"),)
+
+
+def pair_step(x: dict, best: float, pair: tuple[str, str], sweep: int, score) -> tuple[dict, float]:
+    """``x`` with the two factors of ``pair`` moved together to the best of this sweep's
+    candidates of each (``sweep_candidates``, 5 x 5 around the current values; others held)."""
+    a, b = pair
+    trials = [under_16bit_plateau(dict(x, **{a: float(va), b: float(vb)}))
+              for va in sweep_candidates(a, x, max(sweep, 1)) for vb in sweep_candidates(b, x, max(sweep, 1))]
+    _prefetch(score, trials)
+    for trial in trials:
+        s = score(trial)
+        if s < best - 1e-12:
+            best, x = s, trial
+    return x, best
+
+
 def priors_where_unpinned(x: dict, best: float, names, score) -> tuple[dict, float, list[str]]:
     """A factor the rows cannot pin down (the objective no worse, within the tolerance, at its
     documented prior) is not fitted: it takes the prior. Returns (x, objective, fitted names)."""

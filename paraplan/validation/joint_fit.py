@@ -34,8 +34,8 @@ from hardware_specs.efficiency_model import EfficiencyModel
 from paraplan.validation.fit_search import (FIT_BOUNDS, MAX_FIT_ROUNDS, PRIOR_ONLY_IF_UNPINNED, UNPINNED_PRIORS,
                                             UNPINNED_TOLERANCE, clipped_start, coordinate_step, fitted_names,
                                             from_model, objective, priors_where_unpinned, rounded_as_written,
-                                            scan_plateau_and_knee, source_weights, sweep_candidates, to_model,
-                                            under_16bit_plateau)
+                                            TRADING_PAIRS, pair_step, scan_plateau_and_knee, source_weights,
+                                            sweep_candidates, to_model, under_16bit_plateau)
 from paraplan.validation.predict import Prepared, predict
 from paraplan.validation.trial_scores import TrialScores
 
@@ -137,6 +137,9 @@ def _search_with(rows_by_generation, bases, sweeps, verbose, hold, scores) -> di
                 x[g], best[g] = coordinate_step(x[g], best[g], n, sweep, score_of(g))
                 if verbose:
                     print(f"  sweep {sweep} {g} {n} = {x[g][n]:.4g}: {100 * best[g]:.2f}%", file=sys.stderr)
+            for pair in TRADING_PAIRS:
+                if set(pair) <= set(names[g]):
+                    x[g], best[g] = pair_step(x[g], best[g], pair, sweep, score_of(g))
         for n, fitting in shared.items():
             x, pooled = _shared_step(rows_by_generation, bases, x, n, fitting,
                                      sweep_candidates(n, x[fitting[0]], sweep))
