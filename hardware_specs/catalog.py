@@ -355,8 +355,20 @@ def _host_from_dict(data: Any, where: str) -> HostSpec | None:
                     source=_get(data, "source", where, str, ""))
 
 
-def cluster_from_dict(data: dict, where: str = "cluster") -> ClusterSpec:
-    """Build a ``ClusterSpec`` from a catalog mapping; the GPU is looked up by name."""
+def beside_file(ref: str, base_dir: Path | None) -> str:
+    """``ref`` (a catalog name or a YAML path) as written, or, when it is a relative YAML path
+    that names a file in ``base_dir`` (the directory of the file that refers to it), that file:
+    a cluster file and the GPU file it names can sit side by side and be used from anywhere."""
+    candidate = Path(ref)
+    if base_dir is None or candidate.is_absolute() or candidate.suffix not in (".yaml", ".yml"):
+        return ref
+    beside = Path(base_dir) / candidate
+    return str(beside) if is_file(beside) else ref
+
+
+def cluster_from_dict(data: dict, where: str = "cluster", base_dir: Path | None = None) -> ClusterSpec:
+    """Build a ``ClusterSpec`` from a catalog mapping; the GPU is looked up by name, or read from
+    a YAML path (relative paths first beside the cluster file, ``base_dir``; see ``beside_file``)."""
     name = _get(data, "name", where, str)
     where = f"cluster {name}"
     if "pools" in data:
@@ -367,7 +379,7 @@ def cluster_from_dict(data: dict, where: str = "cluster") -> ClusterSpec:
                          "simulator.heterogeneous.simulate_heterogeneous for one plan")
     gpu_entry = data.get("gpu")
     gpu = gpu_from_dict(gpu_entry, f"{where}.gpu") if isinstance(gpu_entry, dict) \
-        else load_gpu(_get(data, "gpu", where, str))
+        else load_gpu(beside_file(_get(data, "gpu", where, str), base_dir))
     eff_entry = data.get("efficiency")
     efficiency = None
     if eff_entry is not None:
@@ -406,8 +418,9 @@ def _pool_error(exc: InputError, pool: str, cluster_where: str) -> InputError:
     return InputError(f"pools.{pool}.{field}", exc.message, exc.fix)
 
 
-def pool_from_dict(data: dict, index: int) -> Pool:
-    """One entry of a pooled cluster file's ``pools`` list (see the module docstring)."""
+def pool_from_dict(data: dict, index: int, base_dir: Path | None = None) -> Pool:
+    """One entry of a pooled cluster file's ``pools`` list (see the module docstring); relative
+    cluster and GPU paths are looked for beside the pooled file (``base_dir``) first."""
     if not isinstance(data, dict):
         raise InputError(f"pools[{index}]", "must be a mapping with name, gpus and cluster (or gpu, gpus_per_node, ...)")
     name = _get(data, "name", f"pools[{index}]", str, "").strip()
@@ -422,15 +435,19 @@ def pool_from_dict(data: dict, index: int) -> Pool:
     try:
         if data.get("cluster") is not None:
             ref = str(data["cluster"])
-            base = dict(read_yaml(_resolve("clusters", ref, "cluster"), "cluster"))
+            base_path = _resolve("clusters", beside_file(ref, base_dir), "cluster")
+            base = dict(read_yaml(base_path, "cluster"))
             if "pools" in base:
                 raise InputError("cluster", f"'{ref}' is itself a pooled cluster", "name a one-kind cluster")
             base.update({k: v for k, v in data.items() if k not in _POOL_KEYS})
             base_where = f"cluster {base.get('name', ref)}"
-            cluster = cluster_from_dict(base)
+            gpu_ref = base.get("gpu")
+            if isinstance(gpu_ref, str) and "gpu" not in data:     # the named cluster's own GPU file
+                base["gpu"] = beside_file(gpu_ref, base_path.parent)
+            cluster = cluster_from_dict(base, base_dir=base_dir)
         else:
             body = {k: v for k, v in data.items() if k not in ("gpus", "cluster")}
-            cluster = cluster_from_dict(body)
+            cluster = cluster_from_dict(body, base_dir=base_dir)
     except InputError as exc:
         raise _pool_error(exc, name, base_where) from None
     return Pool(name=name, cluster=cluster, gpus=gpus if isinstance(gpus, int) else float(gpus))
@@ -455,8 +472,9 @@ def _link_from_dict(data: dict, index: int) -> PoolLink:
                     kind=_get(data, "kind", where, str, "ethernet"))
 
 
-def pooled_cluster_from_dict(data: dict, where: str = "cluster") -> PooledCluster:
-    """Build a ``PooledCluster`` from a pooled cluster mapping (``pools`` and ``links``)."""
+def pooled_cluster_from_dict(data: dict, where: str = "cluster", base_dir: Path | None = None) -> PooledCluster:
+    """Build a ``PooledCluster`` from a pooled cluster mapping (``pools`` and ``links``); relative
+    paths in its pools are looked for beside the file first (``base_dir``)."""
     name = _get(data, "name", where, str)
     pools = data.get("pools")
     if not isinstance(pools, list) or not pools:
@@ -464,7 +482,7 @@ def pooled_cluster_from_dict(data: dict, where: str = "cluster") -> PooledCluste
     links = data.get("links") or []
     if not isinstance(links, list):
         raise InputError(f"cluster {name}.links", "must be a list of links")
-    return PooledCluster(name=name, pools=tuple(pool_from_dict(p, i) for i, p in enumerate(pools)),
+    return PooledCluster(name=name, pools=tuple(pool_from_dict(p, i, base_dir) for i, p in enumerate(pools)),
                          links=tuple(_link_from_dict(l, i) for i, l in enumerate(links)),
                          description=_get(data, "description", where, str, ""), source=_get(data, "source", where, str, ""))
 
@@ -643,12 +661,12 @@ def _load_gpu_cached(path: str, mtime: float) -> GPUSpec:
 
 @lru_cache(maxsize=None)
 def _load_cluster_cached(path: str, mtime: float) -> ClusterSpec:
-    return cluster_from_dict(read_yaml(Path(path), "cluster"))
+    return cluster_from_dict(read_yaml(Path(path), "cluster"), base_dir=Path(path).parent)
 
 
 @lru_cache(maxsize=None)
 def _load_pooled_cached(path: str, mtime: float) -> PooledCluster:
-    return pooled_cluster_from_dict(read_yaml(Path(path), "cluster"))
+    return pooled_cluster_from_dict(read_yaml(Path(path), "cluster"), base_dir=Path(path).parent)
 
 
 @lru_cache(maxsize=None)

@@ -422,3 +422,31 @@ def test_a_gpu_rate_out_of_range_is_named_in_the_files_own_key_and_unit(key, val
     with pytest.raises(InputError) as err:
         gpu_from_dict(data)
     assert says in str(err.value)
+
+
+def test_relative_gpu_and_cluster_paths_resolve_beside_the_file_that_names_them(tmp_path, monkeypatch):
+    """A cluster file naming ``gpu: my-gpu.yaml`` reads the GPU file next to it whatever the
+    working directory, and a pooled file's ``cluster: my-cluster.yaml`` likewise; the GPU's own
+    numbers (96 GiB, 2.4 TB/s here) come through unchanged."""
+    src = Path(catalog.__file__).parent / "gpus" / "h100-sxm-80gb.yaml"
+    text = src.read_text().replace("name: h100-sxm-80gb", "name: h100-96gb-test")
+    text = text.replace("hbm_gib: 80", "hbm_gib: 96").replace("hbm_bw_tb_per_s: 3.35", "hbm_bw_tb_per_s: 2.4")
+    (tmp_path / "my-gpu.yaml").write_text(text)
+    cluster_text = (Path(catalog.__file__).parent / "clusters" / "dgx-h100.yaml").read_text()
+    cluster_text = cluster_text.replace("name: dgx-h100", "name: my-cluster").replace("gpu: h100-sxm-80gb", "gpu: my-gpu.yaml")
+    (tmp_path / "my-cluster.yaml").write_text(cluster_text)
+    (tmp_path / "mixed.yaml").write_text(
+        "name: mixed\npools:\n  - {name: new, gpus: 16, cluster: my-cluster.yaml}\n  - {name: old, gpus: 16, cluster: dgx-a100-80gb}\n")
+    elsewhere = tmp_path / "run"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    cluster = load_cluster(str(tmp_path / "my-cluster.yaml"))
+    assert cluster.gpu.name == "h100-96gb-test"
+    assert cluster.gpu.hbm_bw_bytes_per_s == pytest.approx(2.4e12)
+    assert cluster.gpu.hbm_bytes == pytest.approx(96 * 2**30)
+    pooled = catalog.load_pooled_cluster(str(tmp_path / "mixed.yaml"))
+    assert [p.cluster.gpu.name for p in pooled.pools] == ["h100-96gb-test", "a100-sxm-80gb"]
+    # a relative path that is not beside the file is still read from the working directory
+    (elsewhere / "cwd-gpu.yaml").write_text(text.replace("h100-96gb-test", "cwd-gpu"))
+    (tmp_path / "cwd-cluster.yaml").write_text(cluster_text.replace("my-gpu.yaml", "cwd-gpu.yaml").replace("my-cluster", "cwd-cluster"))
+    assert load_cluster(str(tmp_path / "cwd-cluster.yaml")).gpu.name == "cwd-gpu"
