@@ -399,6 +399,59 @@ def norm_forward_s(model: ModelSpec, rates: ComputeRates, tokens, tp, sp):
     return 2.0 * memory_bound_time_s(tokens * model.hidden_size * rates.act_bytes * 2.0 / split, rates, 1)
 
 
+def block_projections_in_order(model: ModelSpec, tp, ffn=None):
+    """[(n, k), ...] of one transformer block's projections as separate matmuls in forward order,
+    TP-split: the query, key and value projections, the output projection, then the MLP's gate,
+    up and down projections (a plain MLP: its two), as torchtitan's Llama block issues them
+    (pytorch/torchtitan@v0.2.0 torchtitan/models/llama3/model/model.py: ``wq``, ``wk``, ``wv``,
+    ``wo``; ``w1``, ``w3``, ``w2``). Multi-latent attention: its projections in
+    ``attention_gemm_shapes`` order."""
+    h, a, g, d = model.hidden_size, model.num_heads, model.num_kv_heads, model.head_dim
+    tp = np.asarray(tp, dtype=float)
+    f = np.asarray(model.ffn_hidden_size if ffn is None else ffn, dtype=float)
+    if model.mla is not None:
+        attention = attention_gemm_shapes(model, tp)
+    else:
+        attention = [(a * d / tp, h + 0 * tp), (g * d / tp, h + 0 * tp), (g * d / tp, h + 0 * tp),
+                     (h + 0 * tp, a * d / tp)]
+    if model.gated_mlp:
+        mlp = [(f / tp, h + 0 * tp), (f / tp, h + 0 * tp), (h + 0 * tp, f / tp)]
+    else:
+        mlp = [(f / tp, h + 0 * tp), (h + 0 * tp, f / tp)]
+    return attention + mlp
+
+
+def every_second_linear_forward(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, ffn=None, with_mlp=True):
+    """(seconds, FLOPs, kernels) of what a per-operation checkpoint that keeps every other
+    matmul's output repeats in backward beyond the norms and the activation (``memory``
+    ``every_second_linear``): the forward GEMMs of the 2nd, 4th, 6th ... projection of
+    ``block_projections_in_order`` (a Llama block: the key, output and up projections, 36% of the
+    8B's forward projection FLOPs), the RoPE rotation of the queries and keys (``rotary_bytes``)
+    and the two residual adds (read 2, write 1 row of h each; split by tp under sequence
+    parallelism), whose outputs the policy does not keep either (pytorch/torchtitan@v0.2.0
+    torchtitan/distributed/activation_checkpoint.py ``_apply_op_sac``: ``aten.mm`` outputs are
+    saved except when the block's mm count is even). ``with_mlp`` False: the attention block's
+    projections only (an MoE layer, whose experts are grouped matmuls outside that count)."""
+    tokens = np.asarray(tokens, dtype=float)
+    shapes = block_projections_in_order(model, tp, ffn)
+    n_attention = 4 if model.mla is None else len(attention_gemm_shapes(model, tp))
+    seconds = 0.0 * tokens
+    flops = 0.0 * tokens
+    kernels = 0.0
+    for index, (n, k) in enumerate(shapes, start=1):
+        if index % 2 or (index > n_attention and not with_mlp):
+            continue
+        seconds = seconds + linear_gemm_times_s(tokens, n, k, rates)[0]
+        flops = flops + 2.0 * tokens * n * k
+        kernels += 1.0
+    split = np.where(sp, np.asarray(tp, dtype=float), 1.0)
+    residual = 2.0 * 3.0 * tokens * model.hidden_size * rates.act_bytes / split
+    rope = rotary_bytes(model, tokens, tp)
+    rope_kernels = 2.0 if model.position_embedding == "rope" else 0.0
+    seconds = seconds + memory_bound_time_s(residual + rope, rates, 2.0 + rope_kernels)
+    return seconds, flops, kernels + 2.0 + rope_kernels
+
+
 def activation_forward_s(model: ModelSpec, rates: ComputeRates, rows, ffn_local):
     """Forward seconds of the MLP activation function over ``rows`` rows of ``ffn_local``
     columns (``ACTIVATION_UNITS``): what recomputing ``mlp_act`` repeats."""

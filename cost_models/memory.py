@@ -44,7 +44,14 @@ LOGIT_BYTES = 6.0
 #: shared experts and combine (Megatron's ``moe``; NVIDIA/Megatron-LM@core_v0.14.0
 #: megatron/core/transformer/transformer_layer.py ``recompute_mlp`` for non-MoE MLPs and
 #: megatron/core/transformer/moe/moe_layer.py ``moe_layer_recompute``).
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp_act", "mla_up_proj", "moe_dispatch", "mlp", "moe")
+#: ``every_second_linear``: PyTorch's per-operation selective checkpointing as torchtitan runs it
+#: (pytorch/torchtitan@v0.2.0 torchtitan/distributed/activation_checkpoint.py ``_apply_op_sac``:
+#: of the ``aten.mm`` calls of a block, counted in forward order, the outputs of the 1st, 3rd,
+#: ... are saved and the 2nd, 4th, ... rerun in backward): the key, output and MLP up projections
+#: of a Llama block (wq, wk, wv, wo, w1, w3, w2), with the RoPE rotation and residual adds
+#: between them (``layer_costs.every_second_linear_forward``).
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp_act", "mla_up_proj", "moe_dispatch", "mlp", "moe",
+                     "every_second_linear")
 MODULE_BITS = {name: 1 << i for i, name in enumerate(RECOMPUTE_MODULES)}
 #: the modules mask of Megatron's plain ``--recompute-granularity selective``
 SELECTIVE_DEFAULT = MODULE_BITS["core_attn"]
@@ -52,7 +59,8 @@ SELECTIVE_DEFAULT = MODULE_BITS["core_attn"]
 #: are dropped by ``moe.moe_activation_bytes_per_layer``, its shared experts' by
 #: ``moe_block_modules``)
 MODULE_DROPS = {"core_attn": ("core",), "layernorm": ("norm_outputs",), "mlp_act": ("mlp_act_out",),
-                "mla_up_proj": ("qkv",), "moe_dispatch": (), "mlp": ("mlp_fc1_out", "mlp_act_out"), "moe": ()}
+                "mla_up_proj": ("qkv", "attn_k"), "moe_dispatch": (), "mlp": ("mlp_fc1_out", "mlp_fc1_up", "mlp_act_out"),
+                "moe": (), "every_second_linear": ("attn_k", "mlp_fc1_up")}
 
 
 def moe_block_modules(modules):
@@ -75,16 +83,19 @@ def activation_terms(model: ModelSpec, micro_batch, seq_len, tp, cp, sp, flash_a
       ``gemm_input_bytes``: 1 byte under FP8 recipes, which keep only the quantised copy;
       default ``element_bytes``);
     * ``dropout_masks``: two 1-byte masks (2h), with ``ModelSpec.hidden_dropout``;
-    * ``qkv``: the attention core's 16-bit inputs: 2(a + 2g)d / tp, or for multi-latent
-      attention the up-projected queries, keys and values 2a(2 d_qk + d_v) / tp;
+    * ``qkv``, ``attn_k``: the attention core's 16-bit inputs: the queries and values
+      2(a + g)d / tp and apart the keys 2gd / tp (a per-operation checkpoint recomputes the key
+      projection, ``every_second_linear``), or for multi-latent attention the up-projected
+      queries, keys and values 2a(2 d_qk + d_v) / tp (``attn_k`` 0);
     * ``mla_latents``: the compressed query and key/value latents (the up-projections' inputs,
       ``gemm_input_bytes`` each, not split by TP);
     * ``attn_out``: the output projection's input, a d_v / tp elements in ``gemm_input_bytes``;
     * ``core``: what the attention core keeps: fused (flash) attention its fp32 log-sum-exp
       per query and head (4a / tp); the materialised softmax its probabilities (2 a s b), with
       ``ModelSpec.attention_dropout`` also the mask and the dropped copy (3 a s b);
-    * ``mlp_fc1_out``: the first MLP GEMM's output the activation's backward reads (gated 4f,
-      plain 2f, 16-bit, / tp);
+    * ``mlp_fc1_out``, ``mlp_fc1_up``: the first MLP GEMM's output the activation's backward
+      reads (plain 2f, 16-bit, / tp; gated, the gate half 2f in ``mlp_fc1_out`` and the up half
+      2f in ``mlp_fc1_up``, which ``every_second_linear`` recomputes);
     * ``mlp_act_out``: the activation's output, the second GEMM's input (f in
       ``gemm_input_bytes``, / tp);
     * ``layer_input``: what full recomputation keeps instead of all of them: 2h (/ tp with SP).
@@ -110,9 +121,11 @@ def activation_terms(model: ModelSpec, micro_batch, seq_len, tp, cp, sp, flash_a
         qk, v = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
         qkv = e * tokens * 2.0 * a * (2.0 * qk + v) / tp
         latents = tokens * gb * (m.q_lora_rank + m.kv_lora_rank) + 0.0 * tp
+        keys = 0.0 * qkv
     else:
         v = d
-        qkv = e * tokens * (2.0 * a * d + 4.0 * g * d) / tp
+        qkv = e * tokens * (2.0 * a * d + 2.0 * g * d) / tp
+        keys = e * tokens * 2.0 * g * d / tp
         latents = 0.0 * tokens * tp
     score = np.where(flash_attention, tokens * a * 4.0 / tp,
                      (2.0 * e + attention_dropout * (2.0 * e + 1.0)) * a * s_local
@@ -122,10 +135,12 @@ def activation_terms(model: ModelSpec, micro_batch, seq_len, tp, cp, sp, flash_a
         "norm_outputs": tokens * h * 2.0 * gb / split,
         "dropout_masks": tokens * h * hidden_dropout / split,
         "qkv": qkv,
+        "attn_k": keys,
         "mla_latents": latents,
         "attn_out": tokens * a * v * gb / tp,
         "core": score,
-        "mlp_fc1_out": e * tokens * (4.0 if model.gated_mlp else 2.0) * f / tp,
+        "mlp_fc1_out": e * tokens * 2.0 * f / tp,
+        "mlp_fc1_up": e * tokens * (2.0 if model.gated_mlp else 0.0) * f / tp,
         "mlp_act_out": tokens * f * gb / tp,
         "layer_input": e * tokens * h * 2.0 / split,
     }
@@ -148,26 +163,30 @@ def kept_bytes(terms: dict, modules) -> np.ndarray:
     return total
 
 
-def effective_modules(recompute, modules):
+def effective_modules(recompute, modules, selective=SELECTIVE_DEFAULT):
     """The modules mask a layer that is not recomputed in full uses: the named modules, else
-    the attention core under ``selective`` (code 1), else none."""
+    under ``selective`` (code 1) what the stack's selective checkpointing recomputes
+    (``selective``, per row allowed: ``ParallelConfig.selective_modules``; Megatron's attention
+    core by default), else none."""
     rc = np.asarray(recompute)
     modules = np.asarray(modules, dtype=np.int64)
-    return np.where(modules != 0, modules, np.where(rc == 1, SELECTIVE_DEFAULT, 0))
+    return np.where(modules != 0, modules, np.where(rc == 1, np.asarray(selective, dtype=np.int64), 0))
 
 
 def activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, cp, sp, recompute,
-                               flash_attention=True, ffn=None, modules=0, gemm_input_bytes=None, element_bytes=2.0):
+                               flash_attention=True, ffn=None, modules=0, gemm_input_bytes=None, element_bytes=2.0,
+                               selective=SELECTIVE_DEFAULT):
     """Activation bytes one layer keeps for one micro-batch on one GPU.
 
     ``recompute``: 0 none, 1 selective, 2 full (arrays allowed): full keeps the layer input,
-    the others ``kept_bytes`` of ``activation_terms`` under ``effective_modules``. ``ffn``
+    the others ``kept_bytes`` of ``activation_terms`` under ``effective_modules`` (``selective``:
+    the stack's selective modules mask). ``ffn``
     overrides the MLP width (e.g. the routed tokens' expert MLPs; see
     ``moe_activation_bytes_per_layer``). ``element_bytes``: see ``activation_terms``.
     """
     terms = activation_terms(model, micro_batch, seq_len, tp, cp, sp, flash_attention, ffn, gemm_input_bytes,
                              element_bytes)
-    kept = kept_bytes(terms, effective_modules(recompute, modules))
+    kept = kept_bytes(terms, effective_modules(recompute, modules, selective))
     return np.where(np.asarray(recompute) == 2, terms["layer_input"], kept)
 
 

@@ -43,6 +43,14 @@ FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4", "none")
 #: resolved for the run's dtype; Megatron-Core ``grad_reduce_in_fp32``, Megatron-LM local DDP
 #: ``--accumulate-allreduce-grads-in-fp32``).
 GRAD_BUFFERS = ("fp32", "reduce")
+#: what a stack's selective activation checkpointing recomputes in each layer, by name
+#: (``TrainingBehaviour.selective_checkpoint``), as the recompute modules of
+#: ``cost_models.memory.RECOMPUTE_MODULES``: ``core_attn`` = Megatron's (the attention core only:
+#: Megatron-LM 2022, Megatron-Core's default ``recompute_modules``); ``per_op`` = PyTorch's
+#: per-operation policy as torchtitan runs it (matmul and attention-kernel outputs saved, every
+#: second matmul and all element-wise work rerun: the norms, the activation, and the projections
+#: with what lies between them)
+SELECTIVE_CHECKPOINTS = {"core_attn": ("core_attn",), "per_op": ("layernorm", "mlp_act", "every_second_linear")}
 #: language-model loss implementations a training stack may run (``TrainingBehaviour.cross_entropy``;
 #: their HBM traffic per logit is counted in ``cost_models.cross_entropy``): ``megatron_unfused`` =
 #: Megatron's eager ``vocab_parallel_cross_entropy`` on an fp32 copy, ``megatron_fused`` = Megatron-Core
@@ -201,6 +209,9 @@ class TrainingBehaviour:
             the optimizer; the quantised tensors hold what ``low_precision.
             weight_copy_bytes_per_param`` counts (FP8 row-wise data and, on Hopper, its transpose;
             MXFP8 row-wise and column-wise data with their scales). Other dtypes ignore it.
+        selective_checkpoint: what ``recompute: selective`` recomputes on this stack, one of
+            ``SELECTIVE_CHECKPOINTS`` (Megatron's attention core, or torchtitan's per-operation
+            policy); a plan that names ``recompute_modules`` recomputes those instead.
         cross_entropy: the language-model loss implementation, one of ``CROSS_ENTROPY_IMPLS``
             (Megatron ``--cross-entropy-loss-fusion`` and ``--cross-entropy-fusion-impl``,
             Megatron-Bridge ``model.cross_entropy_loss_fusion`` / ``cross_entropy_fusion_impl``);
@@ -244,8 +255,12 @@ class TrainingBehaviour:
     grad_buffer: str = "fp32"
     fp8_param_gather: bool = False
     cross_entropy: str = "megatron_unfused"
+    selective_checkpoint: str = "core_attn"
 
     def __post_init__(self) -> None:
+        if self.selective_checkpoint not in SELECTIVE_CHECKPOINTS:
+            raise InputError("training.selective_checkpoint", f"unknown policy {self.selective_checkpoint!r}",
+                             "choose one of " + ", ".join(SELECTIVE_CHECKPOINTS))
         if self.attention_kernel not in ATTENTION_KERNELS:
             raise InputError("training.attention_kernel", f"unknown kernel {self.attention_kernel!r}",
                              "choose one of " + ", ".join(ATTENTION_KERNELS))

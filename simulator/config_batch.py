@@ -87,6 +87,7 @@ class ConfigBatch:
     recompute_method: np.ndarray = None       # index into RecomputeMethod
     recompute_layers_decrement: np.ndarray = None
     recompute_modules: np.ndarray = None      # bit mask of MODULE_BITS
+    selective_modules: np.ndarray = None      # bit mask of MODULE_BITS: the stack's selective checkpointing
     offload_activation_layers: np.ndarray = None
     offload_optimizer_fraction: np.ndarray = None
     zero_shard_group: np.ndarray = None       # 0 = all dp*cp ranks
@@ -164,6 +165,7 @@ class ConfigBatch:
             recompute_method=col("recompute_method", RECOMPUTE_METHOD_CODES.get),
             recompute_layers_decrement=col("recompute_layers_decrement"),
             recompute_modules=col("recompute_modules", modules_mask),
+            selective_modules=col("selective_modules", modules_mask),
             offload_activation_layers=col("offload_activation_layers"),
             offload_optimizer_fraction=col("offload_optimizer_fraction", float, float),
             zero_shard_group=col("zero_shard_group"),
@@ -229,6 +231,7 @@ class ConfigBatch:
             recompute_method=list(RecomputeMethod)[int(self.recompute_method[i])],
             recompute_layers_decrement=int(self.recompute_layers_decrement[i]),
             recompute_modules=modules_names(self.recompute_modules[i]),
+            selective_modules=modules_names(self.selective_modules[i]),
             offload_activation_layers=int(self.offload_activation_layers[i]),
             offload_optimizer_fraction=float(self.offload_optimizer_fraction[i]),
             zero_shard_group=int(self.zero_shard_group[i]),
@@ -244,7 +247,7 @@ class ConfigBatch:
 
 #: columns with a default, and the value that means "not set"
 _NEW_COLUMNS = {"recompute_num_layers": 0, "recompute_method": 0, "recompute_layers_decrement": 0,
-                "recompute_modules": 0, "offload_activation_layers": 0, "offload_optimizer_fraction": 0.0,
+                "recompute_modules": 0, "selective_modules": MODULE_BITS["core_attn"], "offload_activation_layers": 0, "offload_optimizer_fraction": 0.0,
                 "zero_shard_group": 0, "pipeline_layout": "", "loss_chunk_tokens": 0, "optimizer_moment_bytes": 4.0,
                 "fp8_current_scaling": False, "grad_buffer_bytes": 4.0, "fp8_param_gather": False,
                 "grouped_gemm_streams": 1}

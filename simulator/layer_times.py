@@ -77,7 +77,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
                 tp_backward_overlap=True, softmax_fusion=True, cuda_graphs=False, modules=0,
                 ep_dispatch_dedup=False, fp8_current_scaling=False, attention_unpad=False,
                 glu_clamp_eager=False, grouped_gemm_streams=1, cross_entropy="megatron_unfused",
-                softmax_scale_pass=True) -> dict:
+                softmax_scale_pass=True, selective_modules=memory.SELECTIVE_DEFAULT) -> dict:
     """Per-layer times (seconds, one micro-batch) and FLOPs for the given layer keys; see the
     module docstring for the keys (``f_dense``, ``b_moe``, ...) and the model's ends
     (``emb_f``, ``emb_b``, ``head_f``, ``head_b``, ``head_w``, ``mtp_f``, ``mtp_b``,
@@ -91,7 +91,9 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     (``ParallelConfig.grouped_gemm_streams``); the host still issues every one of them.
     ``cross_entropy``: the loss implementation (``ParallelConfig.cross_entropy``; a name, or codes
     per row, ``cost_models.cross_entropy``). ``softmax_scale_pass``: fp32 scores of a materialised
-    core are scaled by their own op (``ParallelConfig.softmax_scale_pass``)."""
+    core are scaled by their own op (``ParallelConfig.softmax_scale_pass``). ``selective_modules``:
+    what ``selective`` recomputes when no modules are named (``ParallelConfig.selective_modules``
+    as a modules mask: the stack's selective checkpointing)."""
     h = float(model.hidden_size)
     s = float(model.seq_len)
     tokens = np.asarray(tokens, dtype=float)
@@ -170,7 +172,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             cpc = {"fwd_exposed_s": 0.0 * tokens, "bwd_exposed_s": 0.0 * tokens}
         cpcs[kind] = cpc
 
-    mods = memory.effective_modules(rc, modules)
+    mods = memory.effective_modules(rc, modules, selective_modules)
 
     def bit(name):
         return (mods & memory.MODULE_BITS[name]) != 0
@@ -209,11 +211,15 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         whole = bit("moe") if kind == "moe" else bit("mlp")
         block_tp = tp_coll * (shares["mlp"] if hybrid and kind == "dense" else 1.0)
         block_s = mlp["gemm_fwd_s"] + mlp["cast_fwd_s"] + mlp["elem_fwd_s"] + np.where(tp > 1, block_tp, 0.0)
+        # every second projection with the RoPE and residual adds between them (torchtitan's
+        # per-operation checkpoint); an MoE layer's experts are grouped matmuls outside that count
+        alt_s, alt_flops, alt_kernels = layer_costs.every_second_linear_forward(
+            model, rates, tokens, tp, sp, ffn=dense_ffn, with_mlp=kind != "moe")
         sel = (np.where(bit("core_attn"), attn_k["core_fwd_s"], 0.0) + np.where(bit("layernorm"), norm_s, 0.0)
                + np.where(bit("mlp_act") & ~whole, act_s, 0.0) + np.where(bit("mla_up_proj"), mla_s, 0.0)
-               + np.where(whole, block_s, 0.0))
+               + np.where(whole, block_s, 0.0) + np.where(bit("every_second_linear"), alt_s, 0.0))
         sel_flops = (np.where(bit("core_attn"), attn_k["core_flops_fwd"], 0.0) + np.where(bit("mla_up_proj"), mla_flops, 0.0)
-                     + np.where(whole, mlp["gemm_flops_fwd"], 0.0))
+                     + np.where(whole, mlp["gemm_flops_fwd"], 0.0) + np.where(bit("every_second_linear"), alt_flops, 0.0))
         rec_full = fwd
         # exposed TP traffic: userbuffers overlap (tp_comm_overlap) pipelines it with the GEMMs of
         # the same pass; the backward collectives of the column-parallel layers also run under
@@ -266,7 +272,8 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             n_sel = (np.where(bit("core_attn"), attn_n[kind]["core_fwd_s"], 0.0) + blocks_per_layer * bit("layernorm")
                      + 1.0 * (bit("mlp_act") & ~whole) + 2.0 * bit("mla_up_proj")
                      + np.where(whole, mlp_n["gemm_fwd_s"] + mlp_n["elem_fwd_s"] + mlp_n["cast_fwd_s"]
-                                + np.where(tp > 1, 1.0, 0.0), 0.0))
+                                + np.where(tp > 1, 1.0, 0.0), 0.0)
+                     + alt_kernels * bit("every_second_linear"))
             # the host-bound share shows as compute: what the floor adds above the GPU's passes
             host_f = np.maximum(n_fwd * host_s - (fwd + tpf + cpc["fwd_exposed_s"] + epf), 0.0)
             host_b = np.maximum(n_bwd * host_s - (bwd + wgrad + tpb + cpc["bwd_exposed_s"] + epb), 0.0)

@@ -93,8 +93,9 @@ LAYOUT_FIELDS = ("first_stage_layers", "last_stage_layers", "recompute_num_layer
 MAX_LAYOUT_VALUE = 2**40
 
 
-def _modules(value) -> tuple[str, ...]:
-    """``recompute_modules`` as a sorted tuple of known names (a comma list or an iterable)."""
+def _modules(value, field: str = "recompute_modules") -> tuple[str, ...]:
+    """``recompute_modules`` (or ``field``) as a sorted tuple of known names (a comma list or an
+    iterable)."""
     if value is None:
         return ()
     items = value.split(",") if isinstance(value, str) else list(value)
@@ -104,7 +105,7 @@ def _modules(value) -> tuple[str, ...]:
         if not name:
             continue
         if name not in RECOMPUTE_MODULES:
-            raise InputError("recompute_modules", f"unknown module {item!r}",
+            raise InputError(field, f"unknown module {item!r}",
                              "choose from " + ", ".join(RECOMPUTE_MODULES))
         names.append(name)
     return tuple(m for m in RECOMPUTE_MODULES if m in names)
@@ -248,7 +249,13 @@ class ParallelConfig:
             up-projected queries, keys and values), ``moe_dispatch`` (the tokens dispatched to
             the experts: permutation and all-to-all again), ``mlp`` (the dense layers' whole MLP
             block, from its input), ``moe`` (the MoE layers' whole block: router, dispatch,
-            experts, shared experts, combine). Naming any makes the recomputation selective.
+            experts, shared experts, combine), ``every_second_linear`` (torchtitan's per-operation
+            policy: every second projection with the RoPE rotation and residual adds between
+            them). Naming any makes the recomputation selective.
+        selective_modules: what ``recompute: selective`` recomputes when no ``recompute_modules``
+            are named: the software stack's selective checkpointing
+            (``TrainingBehaviour.selective_checkpoint``): Megatron's ``("core_attn",)``, or
+            torchtitan's per-operation policy ``("layernorm", "mlp_act", "every_second_linear")``.
         offload_activation_layers: layers per model chunk whose kept activations are copied to
             host memory after their forward and back before their backward (Megatron /
             Transformer Engine ``--cpu-offloading-num-layers``), over the cluster's host link.
@@ -342,6 +349,7 @@ class ParallelConfig:
     recompute_method: RecomputeMethod = RecomputeMethod.BLOCK
     recompute_layers_decrement: int = 0
     recompute_modules: tuple = ()
+    selective_modules: tuple = ("core_attn",)
     offload_activation_layers: int = 0
     offload_optimizer_fraction: float = 0.0
     zero_shard_group: int = 0
@@ -447,6 +455,11 @@ class ParallelConfig:
         """Recomputation, offload, hybrid sharding and layout fields (types and combinations
         that need no model)."""
         object.__setattr__(self, "recompute_modules", _modules(self.recompute_modules))
+        selective = _modules(self.selective_modules, "selective_modules")
+        if not selective:
+            raise InputError("selective_modules", "names no operation to recompute",
+                             "name modules (e.g. core_attn), or leave the stack's default")
+        object.__setattr__(self, "selective_modules", selective)
         object.__setattr__(self, "recompute_method",
                            _enum(RecomputeMethod, self.recompute_method, "recompute_method"))
         recompute = _enum(Recompute, self.recompute, "recompute")
@@ -517,4 +530,5 @@ class ParallelConfig:
             if isinstance(v, Enum):
                 d[k] = v.value
         d["recompute_modules"] = list(self.recompute_modules)
+        d["selective_modules"] = list(self.selective_modules)
         return d

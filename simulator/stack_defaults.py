@@ -7,7 +7,7 @@ The step model never reads a stack's name: it reads these fields.
 """
 from __future__ import annotations
 
-from hardware_specs.stack_spec import StackSpec
+from hardware_specs.stack_spec import SELECTIVE_CHECKPOINTS, StackSpec
 
 #: ParallelConfig fields a training stack sets (the rest are plan choices)
 STACK_FIELDS = ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_bytes", "grad_bucket_elements",
@@ -16,7 +16,8 @@ STACK_FIELDS = ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_byte
                 "ep_comm_overlap", "ep_dispatch_dedup", "attention_kernel", "flash_attention", "softmax_fusion",
                 "attention_unpad", "glu_clamp_eager", "pipe_exchange_blocking", "grouped_gemm_streams", "cross_entropy", "grad_accumulation_fusion", "zero3_recompute_gather", "param_gather_per_tensor", "cuda_graphs",
                 "fp8_current_scaling", "zero3_persistence_elements", "collective_per_rank_copies",
-                "zero3_grad_all_reduce", "zero1_grad_all_reduce", "grad_buffer_bytes", "fp8_param_gather")
+                "zero3_grad_all_reduce", "zero1_grad_all_reduce", "grad_buffer_bytes", "fp8_param_gather",
+                "selective_modules")
 #: dtypes whose gradients a stack reduces as bf16 ones (FP8 recipes keep bf16 parameters)
 _BF16_LIKE = ("bf16", "fp8", "mxfp8", "nvfp4")
 #: dtypes whose weights Megatron's ``--fp8-param-gather`` keeps as FP8 tensors only
@@ -77,6 +78,7 @@ def stack_config_fields(stack: StackSpec, dtype: str = "bf16", model_name: str |
         "zero1_grad_all_reduce": dtype == "bf16" and t.bf16_zero1_grad_reduce == "all_reduce",
         "grad_buffer_bytes": grad_buffer_bytes,
         "fp8_param_gather": t.fp8_param_gather and dtype in _FP8_PARAM_DTYPES,
+        "selective_modules": SELECTIVE_CHECKPOINTS[t.selective_checkpoint],
     }
 
 

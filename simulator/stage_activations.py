@@ -29,16 +29,17 @@ _FULL = RECOMPUTE_CODES[Recompute.FULL]
 
 
 def layer_activation_bytes(model: ModelSpec, dtype: str, mbs, tp, cp, sp, rc, flash_attention, ep, etp, imbalance,
-                           modules) -> dict:
+                           modules, selective=memory.SELECTIVE_DEFAULT) -> dict:
     """Per layer and micro-batch on one GPU, bytes: ``kept_dense`` / ``kept_moe`` (a layer not
     recomputed in full, the selected operations recomputed), ``input`` (a layer recomputed in
     full keeps only its input), ``full_dense`` / ``full_moe`` (everything: what a recomputed
     layer materialises during its backward), ``dispatch`` (one MoE layer's transient token
-    exchange buffers)."""
+    exchange buffers). ``selective``: what a selective recomputation recomputes when no modules
+    are named (the stack's, ``ParallelConfig.selective_modules``, as a modules mask)."""
     s = float(model.seq_len)
     eb = activation_bytes(dtype)            # 2 in 16-bit training, 4 in fp32
     gb = saved_gemm_input_bytes_per_element(dtype) if dtype in LOW_PRECISION else eb
-    mods = memory.effective_modules(rc, modules)
+    mods = memory.effective_modules(rc, modules, selective)
     dense_ffn = (model.moe.dense_ffn_hidden_size or model.ffn_hidden_size) if model.moe else None
 
     def kept(ffn, recompute, m):
@@ -68,8 +69,8 @@ def layer_activation_bytes(model: ModelSpec, dtype: str, mbs, tp, cp, sp, rc, fl
 
 #: ``memory.activation_terms`` of one transformer layer split by block: a hybrid layer holds
 #: one block behind one pre-norm, so it keeps half of the per-layer norm and mask terms
-_ATTENTION_TERMS = ("qkv", "mla_latents", "attn_out", "core")
-_MLP_TERMS = ("mlp_fc1_out", "mlp_act_out")
+_ATTENTION_TERMS = ("qkv", "attn_k", "mla_latents", "attn_out", "core")
+_MLP_TERMS = ("mlp_fc1_out", "mlp_fc1_up", "mlp_act_out")
 _HALVED_TERMS = ("norm_inputs", "norm_outputs", "dropout_masks")
 
 

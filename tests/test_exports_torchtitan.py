@@ -27,13 +27,13 @@ def _torchtitan():
         from torchtitan.config import ConfigManager
         from torchtitan.distributed.parallel_dims import ParallelDims
         from torchtitan.distributed.pipeline_parallel import _get_pp_rank_to_stage_indices_mapping
-        from torchtitan.distributed.activation_checkpoint import FullAC
+        from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
         import torchtitan.models.llama3.config_registry  # noqa: F401 - the registry imports triton
         from torch.distributed.pipelining.schedules import PipelineScheduleMulti, get_schedule_class
     except Exception as exc:  # noqa: BLE001 - any import failure is the reason to skip
         pytest.skip(f"torchtitan 0.3.0 is not importable here ({type(exc).__name__}: {exc})")
     return dict(ConfigManager=ConfigManager, ParallelDims=ParallelDims, stage_map=_get_pp_rank_to_stage_indices_mapping,
-                FullAC=FullAC, Multi=PipelineScheduleMulti, schedule_class=get_schedule_class)
+                FullAC=FullAC, SelectiveAC=SelectiveAC, Multi=PipelineScheduleMulti, schedule_class=get_schedule_class)
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +79,8 @@ def test_config_manager_builds_every_matrix_export_and_the_world_factors_as_plan
     assert (cfg.activation_checkpoint is None) == (p["recompute"] == "none")
     if p["recompute"] == "full":
         assert isinstance(cfg.activation_checkpoint, tt["FullAC"].Config)
+    if p["recompute"] == "selective":      # priced as torchtitan's per-operation policy
+        assert isinstance(cfg.activation_checkpoint, tt["SelectiveAC"].Config)
     assert par.enable_sequence_parallel == p["sequence_parallel"]
     assert par.fsdp_reshard_after_forward == {0: "default", 1: "never", 2: "never", 3: "always"}[p["zero_stage"]]
     if p["pp"] > 1:

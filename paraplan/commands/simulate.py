@@ -502,7 +502,9 @@ POS = click.IntRange(min=1)
 @click.option("--recompute-modules", metavar="LIST",
               help="Operations recomputed in the layers not recomputed in full, comma-separated: core_attn, layernorm, "
                    "mlp_act, mla_up_proj, moe_dispatch, mlp (dense layers' whole MLP), moe (MoE layers' whole MoE block) "
-                   "(Megatron --recompute-modules); implies selective.")
+                   "(Megatron --recompute-modules), every_second_linear (torchtitan's per-operation policy: every "
+                   "second projection); implies selective. Without it, selective recomputes what the stack's "
+                   "selective checkpointing does (core_attn; torchtitan: layernorm,mlp_act,every_second_linear).")
 @click.option("--offload-activation-layers", type=click.IntRange(0), metavar="N",
               help="Layers per model chunk whose activations go to host memory between forward and backward "
                    "(Megatron/TE --cpu-offloading-num-layers), over the cluster's host link.")

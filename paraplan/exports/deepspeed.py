@@ -221,7 +221,12 @@ def recipe(plan_row: Any, note: str = "") -> str:
     if p["ep"] > 1:
         lines.append(f"#   AutoEP: {p['ep']}-way expert parallelism folded into the data-parallel ranks.")
     rc = Recompute(p["recompute"])
-    if rc == Recompute.SELECTIVE and p["pp"] == 1:
+    priced = set(p.get("recompute_modules") or p.get("selective_modules") or ("core_attn",))
+    if rc == Recompute.SELECTIVE and p["pp"] == 1 and "every_second_linear" in priced:
+        lines.append("#   selective recomputation as priced: PyTorch's per-operation checkpoint of each layer "
+                     "(torch.utils.checkpoint with create_selective_checkpoint_contexts) saving the matmul and "
+                     "attention outputs except every second matmul, as torchtitan's SelectiveAC does.")
+    elif rc == Recompute.SELECTIVE and p["pp"] == 1:
         lines.append("#   selective recomputation: checkpoint only each layer's attention core "
                      "(deepspeed.checkpointing.checkpoint around it in the model code).")
     elif rc == Recompute.FULL and p["pp"] == 1:

@@ -51,6 +51,12 @@ MATRIX: tuple[tuple[str, dict, dict], ...] = (
     ("zero2", dict(model="llama3-8b", seq_len=8192, dp=8, tp=1, pp=1, micro_batch=1, global_batch=64,
                    zero_stage=2, recompute="full"),
      {}),
+    # planned on the torchtitan stack: its selective checkpointing is the per-operation policy,
+    # which Megatron-LM cannot run
+    ("per-op-selective", dict(model="llama3-8b", seq_len=8192, dp=8, tp=1, pp=1, micro_batch=2, global_batch=16,
+                              zero_stage=3, recompute="selective",
+                              selective_modules=("layernorm", "mlp_act", "every_second_linear")),
+     {"megatron": "recompute_modules"}),
     ("zero3-full", dict(model="llama3-70b", seq_len=8192, dp=16, tp=4, pp=1, micro_batch=1, global_batch=128,
                         zero_stage=3, recompute="full", sequence_parallel=True),
      {"deepspeed": "recompute"}),

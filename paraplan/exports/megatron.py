@@ -90,6 +90,13 @@ def _refuse_memory_features(p: dict, model: ModelSpec) -> None:
                          "stage (NeMo's activations_checkpoint_layers_per_pipeline lowers it stage by stage)",
                          "plan with recompute_layers_decrement 0, or run the plan in NeMo")
     modules = set(p.get("recompute_modules") or ())
+    if not modules and Recompute(p["recompute"]) == Recompute.SELECTIVE:
+        modules = set(p.get("selective_modules") or ("core_attn",))
+    if "every_second_linear" in modules:
+        raise InputError("recompute_modules", "Megatron-LM has no per-operation checkpoint that recomputes every "
+                         "second projection (torchtitan's selective policy, which this plan prices)",
+                         "plan with --stack megatron-core (its selective is the attention core), or recompute "
+                         "none or full")
     if "moe_dispatch" in modules:
         raise InputError("recompute_modules", "Megatron-LM has no module that recomputes only the MoE dispatch "
                          "(its 'moe' recomputes the whole MoE layer)", "drop moe_dispatch")

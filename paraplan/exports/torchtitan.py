@@ -26,10 +26,12 @@ How the plan maps (and what is refused, ``refusal``):
   by default, and refuses them beside a pipeline or its default expert dispatcher).
 * Expert parallelism: ``expert_parallel_degree`` (torchtitan borrows the EP ranks from FSDP x
   TP, so ``ep`` must divide ``dp x tp``); experts are not tensor-parallel (``etp`` 1).
-* Recomputation: ``full`` = ``FullAC``; ``none`` = no checkpointing. The plan's ``selective``
-  (recompute the attention core only, Korthikanti et al. 2022) has no torchtitan equivalent:
-  its ``SelectiveAC`` saves the attention and matmul outputs and recomputes every second matmul,
-  a different trade, so such plans are refused.
+* Recomputation: ``full`` = ``FullAC``; ``none`` = no checkpointing; ``selective`` =
+  ``SelectiveAC`` (the per-operation policy: attention and matmul outputs saved, every second
+  matmul and the element-wise work rerun) when the plan prices that policy, i.e. it was planned
+  on the ``torchtitan`` stack (``selective_modules`` = layernorm, mlp_act,
+  every_second_linear). A selective plan priced as Megatron's (the attention core only,
+  Korthikanti et al. 2022) has no torchtitan equivalent and is refused.
 * Context parallelism is refused: 0.3.0's language models use FlexAttention / varlen attention,
   and its CP wrapper all-gathers K/V for them (``distributed/context_parallel/api.py``), neither
   the ring nor Ulysses the plan prices (0.2.x's ``context_parallel_rotate_method`` is gone).
@@ -43,6 +45,7 @@ from __future__ import annotations
 from typing import Any
 
 from hardware_specs.errors import InputError
+from hardware_specs.stack_spec import SELECTIVE_CHECKPOINTS
 from model_specs.model_spec import ModelSpec
 from paraplan.exports.common import (gpus_text, plan_fields, refuse_memory_features, require_model, stage_layer_counts,
                                      summary, torchrun_head)
@@ -136,9 +139,12 @@ def _settings(p: dict) -> dict:
         raise InputError("zero_stage", "torchtitan runs plain DDP (ZeRO-0) only without TP or PP",
                          "use a plan with zero_stage >= 1 (FSDP2) for torchtitan")
     if Recompute(p["recompute"]) == Recompute.SELECTIVE:
-        raise InputError("recompute", "torchtitan's SelectiveAC saves attention and matmul outputs and recomputes "
-                         "every second matmul; it cannot recompute only the attention core as the plan does",
-                         "plan with recompute none or full for torchtitan")
+        priced = tuple(p.get("recompute_modules") or p.get("selective_modules") or ("core_attn",))
+        if set(priced) != set(SELECTIVE_CHECKPOINTS["per_op"]):
+            raise InputError("recompute", "torchtitan's SelectiveAC saves attention and matmul outputs and recomputes "
+                             f"every second matmul; the plan's selective recomputation ({', '.join(priced)}) is "
+                             "a different trade", "plan with --stack torchtitan (its selective is that policy), "
+                             "or with recompute none or full")
     if p["dtype"] == "fp16":
         raise InputError("dtype", "torchtitan trains in bfloat16 or float32 (mixed_precision_param), not fp16",
                          "use bf16")
@@ -223,7 +229,8 @@ def _values(p: dict, s: dict) -> dict:
         par["pipeline_parallel_microbatch_size"] = p["micro_batch"]
         par["module_fqns_per_model_part"] = s["parts"]
     return {"training": training, "parallelism": par,
-            "activation_checkpoint": "full" if Recompute(p["recompute"]) == Recompute.FULL else "none",
+            "activation_checkpoint": {Recompute.FULL: "full", Recompute.SELECTIVE: "selective"}.get(
+                Recompute(p["recompute"]), "none"),
             "async_tp": bool(p["tp_comm_overlap"] and tp > 1), "float8": p["dtype"] == "fp8",
             "mtp_layers": s["model"].mtp_layers, "registry": dict(s["entry"])}
 
@@ -260,6 +267,8 @@ def emit(plan_row: Any, note: str = "") -> str:
              f"from {module}.config_registry import {reg['config']}"]
     if v["activation_checkpoint"] == "full":
         lines.append("from torchtitan.distributed.activation_checkpoint import FullAC")
+    elif v["activation_checkpoint"] == "selective":
+        lines.append("from torchtitan.distributed.activation_checkpoint import SelectiveAC")
     if v["float8"]:
         lines.append("from torchtitan.components.quantization import Float8LinearConverter")
     if v["mtp_layers"]:
@@ -274,7 +283,7 @@ def emit(plan_row: Any, note: str = "") -> str:
         for key, value in v[section].items():
             lines.append(f"    config.{section}.{key} = {_literal(value, '    ')}")
     lines.append("    config.activation_checkpoint = "
-                 + ("FullAC.Config()" if v["activation_checkpoint"] == "full" else "None"))
+                 + {"full": "FullAC.Config()", "selective": "SelectiveAC.Config()"}.get(v["activation_checkpoint"], "None"))
     if v["async_tp"]:
         lines += ["    config.compile.enable = True",
                   "    config.compile.components = sorted(set(config.compile.components) | {\"model\"})"]

@@ -53,6 +53,7 @@ from cost_models.topology import group_collective_time_s, p2p_stage_time_s, pipe
 from hardware_specs.mfu_reference import reference_dtype
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
+from simulator.config_batch import modules_mask
 from simulator.heterogeneous.plan import pool_dtype
 from simulator.heterogeneous.shares import speed_shares
 from simulator.heterogeneous.unit_costs import UnitCosts
@@ -386,9 +387,10 @@ def layer_activation_bytes(model: ModelSpec, settings: ParallelConfig, units: Un
     # (``simulator.stage_activations``)
     gemm_in = saved_gemm_input_bytes_per_element(settings.dtype) if settings.dtype in LOW_PRECISION else None
     s = float(model.seq_len)
+    selective = modules_mask(settings.selective_modules)      # the stack's selective checkpointing
     per_layer = memory.activation_bytes_per_layer(model, units.micro_batch, s, units.tp, 1.0, units.sequence_parallel,
                                                   units.recompute, settings.flash_attention, gemm_input_bytes=gemm_in,
-                                                  element_bytes=act_bytes)
+                                                  element_bytes=act_bytes, selective=selective)
     full = memory.activation_bytes_per_layer(model, units.micro_batch, s, units.tp, 1.0, units.sequence_parallel, 0,
                                              settings.flash_attention, gemm_input_bytes=gemm_in, element_bytes=act_bytes)
     return np.broadcast_to(per_layer, (len(units),)), np.broadcast_to(full, (len(units),))
