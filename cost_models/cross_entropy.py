@@ -64,6 +64,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cost_models.memory import LOGIT_BYTES
 from hardware_specs.stack_spec import CROSS_ENTROPY_IMPLS
 
 
@@ -91,6 +92,24 @@ CROSS_ENTROPY_CODES = {name: i for i, name in enumerate(CROSS_ENTROPY_IMPLS)}
 _TABLE = np.array([[CROSS_ENTROPY_TRAFFIC[n].bytes_per_logit_fwd, CROSS_ENTROPY_TRAFFIC[n].bytes_per_logit_bwd,
                     CROSS_ENTROPY_TRAFFIC[n].kernels_fwd, CROSS_ENTROPY_TRAFFIC[n].kernels_bwd]
                    for n in CROSS_ENTROPY_IMPLS])
+
+
+#: bytes per logit the loss holds at its peak on the last stage, where an implementation's code
+#: says more than the catalog's default (``memory.LOGIT_BYTES``, 6: the 16-bit logits and an fp32
+#: softmax copy). ``torch_eager``: in backward, ``log_softmax``'s saved fp32 output (4),
+#: ``nll_loss_backward``'s zero-filled fp32 gradient (4) and ``cunn_SoftMaxBackward``'s fp32 input
+#: gradient (4) are alive at once (the 16-bit logits are gone: torchtitan's train step ``del
+#: pred``s them before ``backward``, and ``.float()`` saves nothing): 12; forward reaches 10
+#: (the 16-bit logits, the fp32 copy, the fp32 output).
+LOSS_PEAK_BYTES_PER_LOGIT = {"torch_eager": 12.0}
+_PEAK_TABLE = np.array([LOSS_PEAK_BYTES_PER_LOGIT.get(n, LOGIT_BYTES) for n in CROSS_ENTROPY_IMPLS])
+
+
+def loss_peak_bytes_per_logit(impl):
+    """Bytes per logit the loss holds at its peak (``LOSS_PEAK_BYTES_PER_LOGIT``, else
+    ``memory.LOGIT_BYTES``) of ``impl``: a name or code, or an array of codes."""
+    codes = np.asarray(CROSS_ENTROPY_CODES[impl]) if isinstance(impl, str) else np.asarray(impl, dtype=np.int64)
+    return _PEAK_TABLE[codes]
 
 
 def loss_traffic(impl):

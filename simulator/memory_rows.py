@@ -12,6 +12,7 @@ import numpy as np
 
 from cost_models import memory, moe as moe_costs, params, sharding
 from cost_models.compute import LOW_PRECISION, compute_rates
+from cost_models.cross_entropy import loss_peak_bytes_per_logit
 from cost_models.low_precision import weight_copy_bytes_per_param
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
@@ -81,7 +82,7 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
                  head_p=params.lm_head_params(model) / tp,
                  mtp_p=params.mtp_projection_params(model) / tp if model.mtp_layers else 0.0 * tp,
                  shard=shard, expert_shard=expert_shard, z3=z3,
-                 logits=loss_tokens * model.vocab_size / tp * memory.LOGIT_BYTES,
+                 logits=loss_tokens * model.vocab_size / tp * loss_peak_bytes_per_logit(batch.cross_entropy),
                  off=np.asarray(batch.offload_optimizer_fraction, dtype=float), rc_group=rc_group, zero=zero,
                  moments=batch.optimizer_moment_bytes, grad_buffer=batch.grad_buffer_bytes,
                  fp8_param_gather=batch.fp8_param_gather)

@@ -128,3 +128,23 @@ def test_an_unknown_implementation_is_refused_with_the_field_named():
         TrainingBehaviour(cross_entropy="liger")
     with pytest.raises(InputError, match="cross_entropy: unknown implementation"):
         ParallelConfig(cross_entropy="fused")
+
+
+def test_the_eager_torch_loss_holds_twelve_bytes_a_logit_at_its_peak():
+    """``F.cross_entropy(logits.float())``'s backward holds log_softmax's saved fp32 output, the
+    zero-filled fp32 gradient and the fp32 input gradient at once: 12 bytes a logit, where the
+    catalog's default is 6. Llama-3-8B, one micro-batch of 2 x 8,192 tokens, tp 1: the logits
+    part grows by 16,384 x 128,256 x 6 bytes and nothing else moves."""
+    from cost_models.cross_entropy import loss_peak_bytes_per_logit
+    assert float(loss_peak_bytes_per_logit("torch_eager")) == 12.0
+    assert [float(loss_peak_bytes_per_logit(n)) for n in CROSS_ENTROPY_IMPLS if n != "torch_eager"] == [6.0] * 4
+    llama = load_model("llama3-8b")
+    base = dict(dp=1, tp=1, pp=1, micro_batch=2, global_batch=2, dtype="bf16", zero_stage=0)
+    reports = {impl: simulate(llama, _cluster(), ParallelConfig(**base, cross_entropy=impl), efficiency=_eff())
+               for impl in ("torch_eager", "megatron_unfused")}
+    parts = {impl: r.memory_breakdown_bytes for impl, r in reports.items()}
+    assert parts["torch_eager"]["logits_bytes"] - parts["megatron_unfused"]["logits_bytes"] == pytest.approx(
+        2 * 8192 * llama.vocab_size * 6.0, rel=1e-12)
+    assert llama.vocab_size == 128_256
+    for part in ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes"):
+        assert parts["torch_eager"][part] == pytest.approx(parts["megatron_unfused"][part], rel=1e-12)
