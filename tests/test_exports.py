@@ -288,6 +288,26 @@ def test_cli_emit_prints_the_launch_and_says_how_much_slower_than_the_winner_it_
     assert note, slower.stderr
 
 
+def test_cli_emit_of_a_torchtitan_plan_runs_its_per_operation_checkpointing_and_megatron_refuses_it():
+    """Plans priced on --stack torchtitan recompute what its SelectiveAC reruns; --emit torchtitan
+    writes that policy (it had refused every selective plan), --emit megatron, which has no such
+    policy, refuses them all with one line."""
+    runner = CliRunner(mix_stderr=False) if "mix_stderr" in CliRunner.__init__.__code__.co_varnames else CliRunner()
+    args = ["plan", "-m", "llama3-8b", "-c", CLUSTER, "-n", "8", "--global-batch", "16", "--stack", "torchtitan",
+            "--fix", "recompute=selective", "--no-memory-search", "--emit"]
+    ok = runner.invoke(cli, args + ["torchtitan"])
+    assert ok.exit_code == 0, ok.output
+    assert "config.activation_checkpoint = SelectiveAC.Config()" in ok.stdout
+    bad = runner.invoke(cli, args + ["megatron"])
+    assert bad.exit_code == 2
+    assert re.fullmatch(r"error: --emit: none of the \d+ plans that fit runs in megatron as planned "
+                        r"\(refused: \d+ by recompute_modules\) .*\n", bad.stderr)
+    # the API's path reads the stack the same way: the selective plan runs in torchtitan
+    best = api.best_plan_for("torchtitan", "llama3-8b", "dgx-h100", 8, 16 * 8192, stack="torchtitan",
+                             fixed={"recompute": ["selective"]}, memory_search=False)
+    assert best.attrs["rank"] == 0 and best.iloc[0]["recompute"] == "selective"
+
+
 def test_405b_plans_on_126_plus_2_chunks_run_in_megatron_with_their_embedding_and_loss_chunks():
     """The review's request (plan -m llama3.1-405b -c dgx-h100 -n 16384 --global-batch-tokens
     16777216): its winner ran 126 layers on pp 16 x vpp 8 = 128 chunks and --emit megatron

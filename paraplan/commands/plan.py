@@ -138,14 +138,18 @@ def _table(df, ranked: bool = True, show_gpus: bool = False) -> str:
     return format_table(rows, headers)
 
 
-def _emit(result: PlanResult, spec, framework: str, cl=None, switches=None) -> str:
+def _emit(result: PlanResult, spec, framework: str, cl=None, switches=None, stack=None) -> str:
     """The launch of the fastest plan ``framework`` can run; a note on stderr says which rank it
     had and how much slower than the unrestricted winner it is (DeepSpeed's recipe follows).
-    ``switches``: the software switches given on the command line, which every plan ran with."""
+    ``switches``: the software switches given on the command line, which every plan ran with;
+    ``stack``: the stack the plans were priced on (what their ``selective`` recomputes)."""
     from paraplan import exports
     from paraplan.api import config_label
+    from simulator.stack_defaults import stack_selective_modules
     context = {"model": spec, "seq_len": result.seq_len, "gpu": result.gpu, "cluster": result.cluster,
                **(switches or {})}
+    if stack is not None:
+        context["selective_modules"] = stack_selective_modules(stack, spec.name)
     if cl is not None:      # the cluster as loaded (a file's too), for the launch's hosts
         context["gpus_per_host"] = cl.launch_gpus_per_host
         context["efficiency_fitted"] = not priors.is_prior(cl)     # the header says when it rests on a prior
@@ -436,7 +440,7 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         bar.close()
     is_range = result.gpus[0] != result.gpus[1]
     if emit:
-        click.echo(_emit(result, spec, emit, cl, switches), nl=False)
+        click.echo(_emit(result, spec, emit, cl, switches, stack), nl=False)
         return
     if as_json:
         click.echo(_json(result, top, pareto, explain, cl), nl=False)
