@@ -724,3 +724,52 @@ def test_hardware_show_lists_every_fitted_factor_with_its_value():
     assert data["cpu_issue_s"] == pytest.approx(56.2e-6) and data["kernel_overhead_s"] == pytest.approx(25.2e-6)
     table = run("hardware", "show", "dgx-h100").stdout
     assert re.search(r"cpu_issue_s\s+5\.62e-05", table)
+
+
+def _fifo_with_unblocker(tmp_path):
+    """A FIFO, and a stop function for a thread that opens its write end (and closes it at once)
+    whenever a reader waits on it: a command that wrongly opens the FIFO gets an empty file and
+    fails the test instead of blocking it for ever."""
+    import errno
+    import threading
+    import time
+
+    fifo = tmp_path / "spec.fifo"
+    os.mkfifo(fifo)
+    stop = threading.Event()
+
+    def unblock():
+        while not stop.is_set():
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:     # ENXIO: no reader yet
+                    raise
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=unblock, daemon=True)
+    thread.start()
+
+    def done():
+        stop.set()
+        thread.join()
+    return fifo, done
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+@pytest.mark.parametrize("args, field", [
+    # `sweep FIFO` and `validate serving FIFO` blocked on open (and /dev/zero read until memory ran
+    # out): neither loader checked for a regular file, as every other file option does
+    (["sweep", "{fifo}", "--out", "{tmp}/out", "--local"], "error: spec: "),
+    (["validate", "serving", "{fifo}"], "error: path: "),
+])
+def test_a_fifo_or_device_as_an_input_file_is_one_line_not_a_hang(tmp_path, args, field):
+    fifo, done = _fifo_with_unblocker(tmp_path)
+    try:
+        for path in (fifo, "/dev/zero"):
+            line = assert_one_line_error(run(*[a.format(fifo=path, tmp=tmp_path) for a in args]))
+            assert line.startswith(field), line
+            assert str(path) in line
+    finally:
+        done()
+    assert not (tmp_path / "out").exists()
