@@ -773,3 +773,23 @@ def test_a_fifo_or_device_as_an_input_file_is_one_line_not_a_hang(tmp_path, args
     finally:
         done()
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+@pytest.mark.parametrize("args, field", [
+    (["serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-h100", "-n", "8", "--out", "{out}"], "--out"),
+    (["validate", "heterogeneous", "--out", "{out}"], "--out"),
+    (SIM + ["-n", "16", "--pp", "2", "--global-batch", "16", "--trace", "{out}"], "--trace"),
+])
+def test_an_output_that_is_a_fifo_or_device_is_refused_not_replaced(tmp_path, args, field):
+    # the atomic writer renamed its temp file over whatever the path named: a FIFO became a regular
+    # file, and as root `--out /dev/full` replaced the device node itself
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    link = tmp_path / "to-null"
+    link.symlink_to(os.devnull)
+    for out in (fifo, link):
+        line = assert_one_line_error(run(*[a.format(out=out) for a in args]))
+        assert line.startswith(f"error: {field}: {out} is not a regular file"), line
+    assert fifo.is_fifo() and link.is_symlink() and Path(os.devnull).is_char_device()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.fifo", "to-null"]    # no temp file left
