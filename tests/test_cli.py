@@ -726,25 +726,27 @@ def test_hardware_show_lists_every_fitted_factor_with_its_value():
     assert re.search(r"cpu_issue_s\s+5\.62e-05", table)
 
 
-def _fifo_with_unblocker(tmp_path):
-    """A FIFO, and a stop function for a thread that opens its write end (and closes it at once)
-    whenever a reader waits on it: a command that wrongly opens the FIFO gets an empty file and
-    fails the test instead of blocking it for ever."""
+def _fifo_with_unblocker(tmp_path, *paths):
+    """A FIFO (or one at each of ``paths``), and a stop function for a thread that opens their
+    write ends (and closes them at once) whenever a reader waits on one: a command that wrongly
+    opens a FIFO gets an empty file and fails the test instead of blocking it for ever."""
     import errno
     import threading
     import time
 
-    fifo = tmp_path / "spec.fifo"
-    os.mkfifo(fifo)
+    fifos = [Path(p) for p in paths] or [tmp_path / "spec.fifo"]
+    for fifo in fifos:
+        os.mkfifo(fifo)
     stop = threading.Event()
 
     def unblock():
         while not stop.is_set():
-            try:
-                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-            except OSError as exc:
-                if exc.errno != errno.ENXIO:     # ENXIO: no reader yet
-                    raise
+            for fifo in fifos:
+                try:
+                    os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+                except OSError as exc:
+                    if exc.errno != errno.ENXIO:     # ENXIO: no reader yet
+                        raise
             time.sleep(0.05)
 
     thread = threading.Thread(target=unblock, daemon=True)
@@ -753,7 +755,7 @@ def _fifo_with_unblocker(tmp_path):
     def done():
         stop.set()
         thread.join()
-    return fifo, done
+    return fifos[0], done
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
@@ -793,3 +795,23 @@ def test_an_output_that_is_a_fifo_or_device_is_refused_not_replaced(tmp_path, ar
         assert line.startswith(f"error: {field}: {out} is not a regular file"), line
     assert fifo.is_fifo() and link.is_symlink() and Path(os.devnull).is_char_device()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.fifo", "to-null"]    # no temp file left
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_in_a_hardware_folder_is_not_a_catalog_entry(tmp_path):
+    # `hardware list` and `hardware stacks` blocked for ever on a FIFO named *.yaml in a
+    # PARAPLAN_HARDWARE_PATH folder: the listing took every *.yaml name, the model catalog only files
+    for kind in ("gpus", "clusters", "stacks"):
+        (tmp_path / kind).mkdir()
+    fifos = [tmp_path / kind / "fifo-entry.yaml" for kind in ("gpus", "clusters", "stacks")]
+    _, done = _fifo_with_unblocker(tmp_path, *fifos)
+    env = {"PARAPLAN_HARDWARE_PATH": str(tmp_path)}
+    try:
+        for args in (["hardware", "list", "--json"], ["hardware", "stacks", "--json"]):
+            result = run(*args, env=env)
+            assert result.exit_code == 0, result.output
+            assert "fifo-entry" not in result.stdout
+        assert_one_line_error(run("hardware", "show", "fifo-entry", env=env),
+                              "error: NAME: unknown GPU or cluster 'fifo-entry'")
+    finally:
+        done()
