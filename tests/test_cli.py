@@ -815,3 +815,12 @@ def test_a_fifo_in_a_hardware_folder_is_not_a_catalog_entry(tmp_path):
                               "error: NAME: unknown GPU or cluster 'fifo-entry'")
     finally:
         done()
+
+
+@pytest.mark.parametrize("command", ["published", "serving", "heterogeneous"])
+@pytest.mark.parametrize("limit", ["nan", "inf"])
+def test_validate_fail_above_refuses_a_limit_that_can_never_trip(command, limit):
+    # FloatRange(min=0) let NaN through: `validate heterogeneous --fail-above nan` exited 0 with no
+    # 'regression:' line (a mean is never above NaN), a CI gate silently off; inf likewise never trips
+    line = assert_one_line_error(run("validate", command, "--fail-above", limit))
+    assert line.startswith(f"error: --fail-above: must be a finite percentage, got {limit}"), line
