@@ -824,3 +824,18 @@ def test_validate_fail_above_refuses_a_limit_that_can_never_trip(command, limit)
     # 'regression:' line (a mean is never above NaN), a CI gate silently off; inf likewise never trips
     line = assert_one_line_error(run("validate", command, "--fail-above", limit))
     assert line.startswith(f"error: --fail-above: must be a finite percentage, got {limit}"), line
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e400"])
+@pytest.mark.parametrize("args, field", [
+    (["plot", "breakdown", "--field", "pp", "--values", "1,2,{v}"], "pp"),
+    (["plot", "scaling", "--values", "{v},64"], "gpus"),
+])
+def test_plot_values_not_an_integer_are_one_line_not_an_internal_error(tmp_path, value, args, field):
+    # api.coerce_value took float('nan') / float('inf') for an integer field and called int() on it:
+    # exit 1, 'error: internal: ValueError: cannot convert float NaN to integer'
+    out = tmp_path / "p.png"
+    line = assert_one_line_error(run(*[a.format(v=value) for a in args], "-m", "llama3-8b", "-c", "dgx-h100",
+                                     "-n", "64", "--global-batch", "512", "-o", out))
+    assert line.startswith(f"error: {field}: expected an integer, got '{value}'"), line
+    assert not out.exists()
