@@ -839,3 +839,23 @@ def test_plot_values_not_an_integer_are_one_line_not_an_internal_error(tmp_path,
                                      "-n", "64", "--global-batch", "512", "-o", out))
     assert line.startswith(f"error: {field}: expected an integer, got '{value}'"), line
     assert not out.exists()
+
+
+def test_validate_published_skips_a_row_whose_scaleout_bandwidth_is_invalid(small_runs_csv, tmp_path):
+    # one row with scaleout_gbps_per_gpu 0 (or -4, 1e-30) ended the whole run: exit 2 with
+    # 'error: network.infiniband.bw_bytes_per_s: must be > 0', where every other bad cell of a row
+    # (gpus_per_node 0, inf, ...) skips that row with its reason
+    df = pd.read_csv(small_runs_csv)
+    df["scaleout_gbps_per_gpu"] = df["scaleout_gbps_per_gpu"].astype(object)
+    df.loc[0, "scaleout_gbps_per_gpu"] = "0"
+    df.loc[1, "scaleout_gbps_per_gpu"] = "1e-30"
+    path = tmp_path / "bad-scaleout.csv"
+    df.to_csv(path, index=False)
+    result = run("validate", "published", path, "--json")
+    assert result.exit_code == 0, result.output
+    rows = {r["id"]: r for r in json.loads(result.stdout)}
+    for i in (0, 1):
+        row = rows[df.loc[i, "id"]]
+        assert row["status"] == "skipped"
+        assert row["reason"].startswith("cluster invalid (gpus_per_node / scaleout_gbps_per_gpu): "), row["reason"]
+    assert rows[df.loc[2, "id"]]["status"] == "ok"
