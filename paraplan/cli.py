@@ -257,6 +257,13 @@ def echo_warnings(caught) -> None:
         click.echo(f"warning: {_one_line(str(w.message))}", err=True)
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """``warnings.showwarning`` for the CLI: a warning no ``step_bar`` collects (a library's, such
+    as matplotlib's missing-glyph one) is one ``warning: ...`` line too, not Python's two-line
+    format naming a source file and repeating its code."""
+    click.echo(f"warning: {_one_line(str(message))}", err=True)
+
+
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
@@ -425,7 +432,9 @@ class DiscoveringGroup(click.Group):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
-            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            with warnings.catch_warnings():     # restored on return: an embedding caller keeps its own
+                warnings.showwarning = _show_warning
+                rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except SystemExit:
             raise
         except BaseException as exc:  # noqa: BLE001 - the one place that turns errors into lines

@@ -859,3 +859,22 @@ def test_validate_published_skips_a_row_whose_scaleout_bandwidth_is_invalid(smal
         assert row["status"] == "skipped"
         assert row["reason"].startswith("cluster invalid (gpus_per_node / scaleout_gbps_per_gpu): "), row["reason"]
     assert rows[df.loc[2, "id"]]["status"] == "ok"
+
+
+def test_a_library_warning_is_one_warning_line_not_pythons_format(monkeypatch):
+    # `plot memory ... --title $'a\x01b'` printed matplotlib's UserWarning in Python's format:
+    # '/.../paraplan/commands/plot.py:154: UserWarning: Glyph 1 () missing from font(s) ...' and
+    # then the source line 'atomic_output_path(out, lambda tmp: fig.savefig(...))'
+    import warnings
+
+    import paraplan.commands.models as models_cmd
+
+    def warning_list():
+        warnings.warn("a library's\nwarning", UserWarning)
+        return ["llama3-8b"]
+
+    monkeypatch.setattr(models_cmd, "list_models", warning_list)
+    result = run("models", "list")
+    assert result.exit_code == 0, result.output
+    assert result.stderr == "warning: a library's warning\n"
+    assert warnings.showwarning is not None and "paraplan" not in getattr(warnings.showwarning, "__module__", "")
