@@ -198,8 +198,9 @@ def _entries(kind: str) -> dict[str, Path]:
 @lru_cache(maxsize=None)
 def _listing(folder: str, stamp: int) -> tuple:
     """(stem, path) of a folder's YAML files, memoised per folder and modification time (adding
-    or removing a file changes the folder's mtime, so a user's new entry is seen at once)."""
-    return tuple((p.stem, p) for p in sorted(Path(folder).glob("*.yaml")))
+    or removing a file changes the folder's mtime, so a user's new entry is seen at once). Only
+    regular files (as the model catalog): a FIFO named x.yaml would block the listing that reads it."""
+    return tuple((p.stem, p) for p in sorted(Path(folder).glob("*.yaml")) if is_file(p))
 
 
 def _resolve(kind: str, name_or_path: str, what: str) -> Path:

@@ -141,7 +141,7 @@ def coerce_value(field: str, value: Any) -> Any:
             number = float(text)
         except ValueError:
             raise InputError(field, f"expected an integer, got {value!r}") from None
-        if number != int(number):
+        if not math.isfinite(number) or number != int(number):    # int(nan) / int(inf) raise
             raise InputError(field, f"expected an integer, got {value!r}")
         return int(number)
     if field in _FLOAT_FIELDS:

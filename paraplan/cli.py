@@ -64,6 +64,15 @@ def _umask_mode() -> int:
     return 0o666 & ~mask
 
 
+def _refuse_special(target: Path, field: str) -> None:
+    """An existing output that is not a regular file (a device such as /dev/full or /dev/stdout, a
+    FIFO, a link to either) is refused: the temp file renamed over it would replace the device
+    node or pipe itself with a regular file (as root, /dev/full becomes a file)."""
+    if os.path.exists(target) and not target.is_dir() and not os.path.isfile(target):
+        raise InputError(field, f"{target} is not a regular file",
+                         "give the path of an ordinary file")
+
+
 def check_writable(path: str | os.PathLike, field: str = "--out") -> None:
     """Fail early (before long work) if ``path``'s folder is missing or not writable; writes nothing
     that stays."""
@@ -73,6 +82,7 @@ def check_writable(path: str | os.PathLike, field: str = "--out") -> None:
         raise InputError(field, f"folder {folder} does not exist", "create it first or pick another path")
     if target.is_dir():
         raise InputError(field, f"{path} is a folder", "give a file name")
+    _refuse_special(target, field)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
     except OSError as exc:
@@ -104,6 +114,7 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> Path:
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
         raise InputError("--out", f"folder {folder} does not exist", "create it first or pick another path")
+    _refuse_special(target, "--out")
     mode = "wb" if isinstance(data, bytes) else "w"
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
     try:
@@ -127,6 +138,7 @@ def atomic_output_path(path: str | os.PathLike, write, field: str = "--out") -> 
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
         raise InputError(field, f"folder {folder} does not exist", "create it first or pick another path")
+    _refuse_special(target, field)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=target.suffix or ".tmp", dir=folder)
     os.close(fd)
     try:
@@ -243,6 +255,13 @@ def echo_warnings(caught) -> None:
     repeats the source line that raised it)."""
     for w in caught:
         click.echo(f"warning: {_one_line(str(w.message))}", err=True)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """``warnings.showwarning`` for the CLI: a warning no ``step_bar`` collects (a library's, such
+    as matplotlib's missing-glyph one) is one ``warning: ...`` line too, not Python's two-line
+    format naming a source file and repeating its code."""
+    click.echo(f"warning: {_one_line(str(message))}", err=True)
 
 
 def _one_line(text: str) -> str:
@@ -413,7 +432,9 @@ class DiscoveringGroup(click.Group):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
-            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            with warnings.catch_warnings():     # restored on return: an embedding caller keeps its own
+                warnings.showwarning = _show_warning
+                rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except SystemExit:
             raise
         except BaseException as exc:  # noqa: BLE001 - the one place that turns errors into lines

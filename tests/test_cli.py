@@ -724,3 +724,157 @@ def test_hardware_show_lists_every_fitted_factor_with_its_value():
     assert data["cpu_issue_s"] == pytest.approx(56.2e-6) and data["kernel_overhead_s"] == pytest.approx(25.2e-6)
     table = run("hardware", "show", "dgx-h100").stdout
     assert re.search(r"cpu_issue_s\s+5\.62e-05", table)
+
+
+def _fifo_with_unblocker(tmp_path, *paths):
+    """A FIFO (or one at each of ``paths``), and a stop function for a thread that opens their
+    write ends (and closes them at once) whenever a reader waits on one: a command that wrongly
+    opens a FIFO gets an empty file and fails the test instead of blocking it for ever."""
+    import errno
+    import threading
+    import time
+
+    fifos = [Path(p) for p in paths] or [tmp_path / "spec.fifo"]
+    for fifo in fifos:
+        os.mkfifo(fifo)
+    stop = threading.Event()
+
+    def unblock():
+        while not stop.is_set():
+            for fifo in fifos:
+                try:
+                    os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+                except OSError as exc:
+                    if exc.errno != errno.ENXIO:     # ENXIO: no reader yet
+                        raise
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=unblock, daemon=True)
+    thread.start()
+
+    def done():
+        stop.set()
+        thread.join()
+    return fifos[0], done
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+@pytest.mark.parametrize("args, field", [
+    # `sweep FIFO` and `validate serving FIFO` blocked on open (and /dev/zero read until memory ran
+    # out): neither loader checked for a regular file, as every other file option does
+    (["sweep", "{fifo}", "--out", "{tmp}/out", "--local"], "error: spec: "),
+    (["validate", "serving", "{fifo}"], "error: path: "),
+])
+def test_a_fifo_or_device_as_an_input_file_is_one_line_not_a_hang(tmp_path, args, field):
+    fifo, done = _fifo_with_unblocker(tmp_path)
+    try:
+        for path in (fifo, "/dev/zero"):
+            line = assert_one_line_error(run(*[a.format(fifo=path, tmp=tmp_path) for a in args]))
+            assert line.startswith(field), line
+            assert str(path) in line
+    finally:
+        done()
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+@pytest.mark.parametrize("args, field", [
+    (["serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-h100", "-n", "8", "--out", "{out}"], "--out"),
+    (["validate", "heterogeneous", "--out", "{out}"], "--out"),
+    (SIM + ["-n", "16", "--pp", "2", "--global-batch", "16", "--trace", "{out}"], "--trace"),
+])
+def test_an_output_that_is_a_fifo_or_device_is_refused_not_replaced(tmp_path, args, field):
+    # the atomic writer renamed its temp file over whatever the path named: a FIFO became a regular
+    # file, and as root `--out /dev/full` replaced the device node itself
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    link = tmp_path / "to-null"
+    link.symlink_to(os.devnull)
+    for out in (fifo, link):
+        line = assert_one_line_error(run(*[a.format(out=out) for a in args]))
+        assert line.startswith(f"error: {field}: {out} is not a regular file"), line
+    assert fifo.is_fifo() and link.is_symlink() and Path(os.devnull).is_char_device()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.fifo", "to-null"]    # no temp file left
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_in_a_hardware_folder_is_not_a_catalog_entry(tmp_path):
+    # `hardware list` and `hardware stacks` blocked for ever on a FIFO named *.yaml in a
+    # PARAPLAN_HARDWARE_PATH folder: the listing took every *.yaml name, the model catalog only files
+    for kind in ("gpus", "clusters", "stacks"):
+        (tmp_path / kind).mkdir()
+    fifos = [tmp_path / kind / "fifo-entry.yaml" for kind in ("gpus", "clusters", "stacks")]
+    _, done = _fifo_with_unblocker(tmp_path, *fifos)
+    env = {"PARAPLAN_HARDWARE_PATH": str(tmp_path)}
+    try:
+        for args in (["hardware", "list", "--json"], ["hardware", "stacks", "--json"]):
+            result = run(*args, env=env)
+            assert result.exit_code == 0, result.output
+            assert "fifo-entry" not in result.stdout
+        assert_one_line_error(run("hardware", "show", "fifo-entry", env=env),
+                              "error: NAME: unknown GPU or cluster 'fifo-entry'")
+    finally:
+        done()
+
+
+@pytest.mark.parametrize("command", ["published", "serving", "heterogeneous"])
+@pytest.mark.parametrize("limit", ["nan", "inf"])
+def test_validate_fail_above_refuses_a_limit_that_can_never_trip(command, limit):
+    # FloatRange(min=0) let NaN through: `validate heterogeneous --fail-above nan` exited 0 with no
+    # 'regression:' line (a mean is never above NaN), a CI gate silently off; inf likewise never trips
+    line = assert_one_line_error(run("validate", command, "--fail-above", limit))
+    assert line.startswith(f"error: --fail-above: must be a finite percentage, got {limit}"), line
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e400"])
+@pytest.mark.parametrize("args, field", [
+    (["plot", "breakdown", "--field", "pp", "--values", "1,2,{v}"], "pp"),
+    (["plot", "scaling", "--values", "{v},64"], "gpus"),
+])
+def test_plot_values_not_an_integer_are_one_line_not_an_internal_error(tmp_path, value, args, field):
+    # api.coerce_value took float('nan') / float('inf') for an integer field and called int() on it:
+    # exit 1, 'error: internal: ValueError: cannot convert float NaN to integer'
+    out = tmp_path / "p.png"
+    line = assert_one_line_error(run(*[a.format(v=value) for a in args], "-m", "llama3-8b", "-c", "dgx-h100",
+                                     "-n", "64", "--global-batch", "512", "-o", out))
+    assert line.startswith(f"error: {field}: expected an integer, got '{value}'"), line
+    assert not out.exists()
+
+
+def test_validate_published_skips_a_row_whose_scaleout_bandwidth_is_invalid(small_runs_csv, tmp_path):
+    # one row with scaleout_gbps_per_gpu 0 (or -4, 1e-30) ended the whole run: exit 2 with
+    # 'error: network.infiniband.bw_bytes_per_s: must be > 0', where every other bad cell of a row
+    # (gpus_per_node 0, inf, ...) skips that row with its reason
+    df = pd.read_csv(small_runs_csv)
+    df["scaleout_gbps_per_gpu"] = df["scaleout_gbps_per_gpu"].astype(object)
+    df.loc[0, "scaleout_gbps_per_gpu"] = "0"
+    df.loc[1, "scaleout_gbps_per_gpu"] = "1e-30"
+    path = tmp_path / "bad-scaleout.csv"
+    df.to_csv(path, index=False)
+    result = run("validate", "published", path, "--json")
+    assert result.exit_code == 0, result.output
+    rows = {r["id"]: r for r in json.loads(result.stdout)}
+    for i in (0, 1):
+        row = rows[df.loc[i, "id"]]
+        assert row["status"] == "skipped"
+        assert row["reason"].startswith("cluster invalid (gpus_per_node / scaleout_gbps_per_gpu): "), row["reason"]
+    assert rows[df.loc[2, "id"]]["status"] == "ok"
+
+
+def test_a_library_warning_is_one_warning_line_not_pythons_format(monkeypatch):
+    # `plot memory ... --title $'a\x01b'` printed matplotlib's UserWarning in Python's format:
+    # '/.../paraplan/commands/plot.py:154: UserWarning: Glyph 1 () missing from font(s) ...' and
+    # then the source line 'atomic_output_path(out, lambda tmp: fig.savefig(...))'
+    import warnings
+
+    import paraplan.commands.models as models_cmd
+
+    def warning_list():
+        warnings.warn("a library's\nwarning", UserWarning)
+        return ["llama3-8b"]
+
+    monkeypatch.setattr(models_cmd, "list_models", warning_list)
+    result = run("models", "list")
+    assert result.exit_code == 0, result.output
+    assert result.stderr == "warning: a library's warning\n"
+    assert warnings.showwarning is not None and "paraplan" not in getattr(warnings.showwarning, "__module__", "")

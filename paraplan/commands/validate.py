@@ -71,8 +71,17 @@ def _fmt_pct(x) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
 
 
+def _finite_limit(ctx, param, value):
+    """--fail-above's value, finite: FloatRange(min=0) lets NaN through (NaN < 0 is false), and a
+    NaN limit is never exceeded, so the CI gate would pass whatever the error."""
+    if value is not None and not math.isfinite(value):
+        raise InputError("--fail-above", f"must be a finite percentage, got {value}", "e.g. --fail-above 15")
+    return value
+
+
 def _fail_above_option(what: str):
     return click.option("--fail-above", "fail_above_pct", type=click.FloatRange(min=0), metavar="PCT",
+                        callback=_finite_limit,
                         help=f"For CI: after printing, exit 1 (one 'regression:' line on stderr) when the mean "
                              f"|error| in percent {what} is above PCT, or when no row was predicted.")
 

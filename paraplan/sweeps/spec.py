@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from hardware_specs.catalog import parse_yaml
+from hardware_specs.catalog import exists, is_file, parse_yaml
 from hardware_specs.errors import InputError, suggest
 from model_specs.model_spec import SIZE_LIMITS
 from simulator.parallel_config import MAX_GLOBAL_BATCH, MAX_GPUS, AttentionKernel, CPKind, Recompute, Schedule
@@ -244,6 +244,8 @@ def check_names(spec: SweepSpec) -> None:
 def load_spec(path: str | Path) -> SweepSpec:
     """Read a sweep spec YAML file (the catalog's safe reader: no anchors bombs, no tags)."""
     p = Path(path)
+    if exists(p) and not is_file(p):   # a FIFO blocks on open and /dev/zero never ends: read neither
+        raise InputError("spec", f"{path} is not a regular file", "give a sweep spec YAML file")
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:

@@ -376,7 +376,10 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
     vpp = _int(row, "vpp") or 1
     ep = _int(row, "ep") or 1
     system = named_system(_str(row, "gpu"), gpu)
-    cluster = row_cluster(gpu, _int(row, "gpus_per_node"), _num(row, "scaleout_gbps_per_gpu"), system)
+    try:    # a row's own scale-out bandwidth of 0, -4 or 1e-30 Gb/s: this row is skipped, not the run
+        cluster = row_cluster(gpu, _int(row, "gpus_per_node"), _num(row, "scaleout_gbps_per_gpu"), system)
+    except InputError as exc:
+        raise Skip(f"cluster invalid (gpus_per_node / scaleout_gbps_per_gpu): {exc}") from None
     if system is not None:
         assumptions.append(f"cluster={system} (the system the gpu column names)")
     stated_zero = _int(row, "zero_norm", minimum=0)

@@ -86,7 +86,7 @@ from typing import Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from hardware_specs.catalog import load_cluster, serving_stack_for
+from hardware_specs.catalog import is_file, load_cluster, serving_stack_for
 from hardware_specs.errors import InputError
 from hardware_specs.serving_efficiency import ServingEfficiency
 from model_specs.catalog import load_model
@@ -126,6 +126,9 @@ _LAYOUT = ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_siz
 
 def read_rows(path: str | Path) -> pd.DataFrame:
     """The rows of a serving-runs CSV; a missing column is an ``InputError`` naming it."""
+    # a path (not an open file) that is missing, or a FIFO / device pandas would block on or read for ever
+    if isinstance(path, (str, Path)) and not is_file(Path(path)):
+        raise InputError("path", f"no such file {path}", "check the path, or omit PATH for the bundled runs")
     df = pd.read_csv(path, dtype={"backend_version": str})
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
