@@ -44,6 +44,8 @@ RULES = {
     "vpp_needs_pp": "virtual pipeline stages with pp = 1",
     "schedule": "schedule does not match vpp (interleaved needs vpp > 1; vpp > 1 is always interleaved)",
     "dualpipe": "DualPipe without an even pp and an even micro-batch count >= 2 pp (its schedule pairs rank i with p-1-i)",
+    "flush_size": "a pipeline whose flush has more operations than the step model builds in seconds "
+                  "(pipeline.makespan.flush_within_limit: hundreds of stages, or ZB-H2 / ZB-V beyond ~100)",
     "sp_needs_tp": "sequence parallel on with tp = 1 (the same configuration as off)",
     "dominated_zero_without_dp": "ZeRO 1-3 with a data-parallel group of 1 (nothing to shard: ZeRO-0 or worse)",
     "hsdp": "hybrid sharding whose shard group is not a proper divisor (>= 2) of dp*cp",
@@ -232,6 +234,17 @@ def _keep(cols: dict, mask: np.ndarray) -> dict:
     return {k: v[mask] for k, v in cols.items()}
 
 
+def _flush_sizes(sched: np.ndarray, pp: np.ndarray, m: np.ndarray, vpp: np.ndarray) -> np.ndarray:
+    """(rows, schedules): whether each row's flush under each schedule is within what the step
+    model builds in seconds (``pipeline.makespan.flush_within_limit``; pp 1 always is)."""
+    from simulator.pipeline.makespan import flush_within_limit
+    out = np.ones((len(pp), len(sched)), dtype=bool)
+    for j, code in enumerate(sched):
+        out[:, j] = (pp == 1) | flush_within_limit(SCHEDULE_NAMES[int(code)], np.maximum(pp, 1), np.maximum(m, 1),
+                                                   np.maximum(vpp, 1))
+    return out
+
+
 def micro_batch_candidates(global_batch: int, max_micro_batch: int | None) -> np.ndarray:
     mb = divisors(global_batch)
     return mb[mb <= max_micro_batch] if max_micro_batch else mb
@@ -394,6 +407,7 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
         # (``pipeline.schedules``): an even p and an even m >= 2p
         ("dualpipe", grid((sched != SCHEDULE_CODES[Schedule.DUALPIPE])[None, :]
                           | ((cols["pp"] % 2 == 0) & (m_all % 2 == 0) & (m_all >= 2 * cols["pp"]))[:, None])),
+        ("flush_size", _flush_sizes(sched, cols["pp"], m_all, cols["vpp"])),
         ("fixed", grid(_allowed(fixed, "sequence_parallel", sp)[None, :])),
         ("sp_needs_tp", grid((sp == 0)[None, :] | (t > 1))),
         ("fixed", grid(_allowed(fixed, "zero_stage", zero)[None, :])),

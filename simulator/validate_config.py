@@ -40,6 +40,20 @@ def check_cluster(cluster, config: ParallelConfig) -> None:
                          "the host's optimizer step", "add host: {memory_bw_gb_per_s: ...} to its YAML")
 
 
+def _check_flush_size(c: ParallelConfig) -> None:
+    """Refuse a pipeline whose one flush the step model could not build in seconds
+    (``pipeline.makespan.flush_within_limit``: minutes of Python and gigabytes beyond it)."""
+    from simulator.pipeline.makespan import flush_limit, flush_ops, flush_within_limit
+    if c.pp == 1 or bool(flush_within_limit(c.schedule.value, c.pp, c.num_microbatches, c.vpp)):
+        return
+    ops = int(flush_ops(c.schedule.value, c.pp, c.num_microbatches, c.vpp))
+    chunks = f" x {c.vpp} virtual stages" if c.vpp > 1 else ""
+    other = " or the 1f1b / interleaved schedule" if c.schedule in (Schedule.ZB_H2, Schedule.ZB_V) else ""
+    raise InputError("pp", f"a {c.schedule.value} flush over {c.pp} stages{chunks} is {ops:,} operations to build, "
+                     f"more than the {flush_limit(c.schedule.value):,} the step model builds in seconds",
+                     f"use fewer pipeline stages (published runs use up to 64-128){other}")
+
+
 def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = None) -> None:
     """Raise ``InputError`` if ``config`` cannot run ``model`` (on ``n_gpus`` GPUs)."""
     c = config
@@ -78,6 +92,7 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
     if c.schedule in (Schedule.ZB_V, Schedule.DUALPIPE) and 2 * c.pp > model.num_layers + model.mtp_layers:
         raise InputError("pp", f"{c.schedule.value} needs 2*pp = {2 * c.pp} chunks, more than the "
                          f"{model.num_layers + model.mtp_layers} layers", "choose a smaller pp")
+    _check_flush_size(c)
     _check_layout(model, c)
     if (c.first_stage_layers or c.last_stage_layers) and not c.pipeline_layout:
         chunks = _positions(c) // c.pp

@@ -878,3 +878,29 @@ def test_a_library_warning_is_one_warning_line_not_pythons_format(monkeypatch):
     assert result.exit_code == 0, result.output
     assert result.stderr == "warning: a library's warning\n"
     assert warnings.showwarning is not None and "paraplan" not in getattr(warnings.showwarning, "__module__", "")
+
+
+def test_a_pipeline_flush_too_large_to_build_is_refused_in_a_line_not_minutes(tmp_path):
+    """ZB-H2 over 256 stages is 3 x 256 x min(m, 6 x 256) = 1,179,648 operations, built one by one
+    in Python (about 30,000 a second): it was minutes and gigabytes; now one line, exit 2, at
+    once. 128 stages (294,912 operations) are still simulated; the planner does not search the
+    ones over the limit (rule ``flush_size``)."""
+    import time
+    from simulator.pipeline.makespan import flush_ops, flush_within_limit
+    assert int(flush_ops("zb-h2", 256, 2048, 1)) == 3 * 256 * 6 * 256 == 1_179_648
+    assert int(flush_ops("zb-h2", 128, 2048, 1)) == 294_912 and bool(flush_within_limit("zb-h2", 128, 2048, 1))
+    assert int(flush_ops("interleaved", 1024, 2048, 2)) == 3 * 1024 * 2 * 2048
+    assert not bool(flush_within_limit("interleaved", 1024, 2048, 2))
+    assert bool(flush_within_limit("1f1b", 1024, 10**6, 1)) and bool(flush_within_limit("gpipe", 10**4, 10**6, 1))
+    preset = Path(__file__).resolve().parents[1] / "model_specs" / "presets" / "llama3-8b.yaml"
+    deep = tmp_path / "deep.yaml"
+    deep.write_text(re.sub(r"(?m)^num_layers: .*$", "num_layers: 4096", preset.read_text()))
+    start = time.monotonic()
+    r = run("simulate", "--model", deep, "--cluster", "dgx-h100", "--gpus", 256, "--pp", 256, "--schedule", "zb-h2",
+            "--global-batch", 2048, "--seq-len", 1024)
+    assert r.exit_code == 2 and time.monotonic() - start < 30
+    assert re.fullmatch(r"error: pp: a zb-h2 flush over 256 stages is 1,179,648 operations to build, more than the "
+                        r"300,000 the step model builds in seconds \(use fewer pipeline stages .*1f1b / interleaved "
+                        r"schedule\)\n", r.output)
+    from planners.search_space import RULES
+    assert "flush_size" in RULES

@@ -58,6 +58,56 @@ def m_cap(kind, p: int) -> int:
     return -(-cap // r) * r
 
 
+#: most operations (3 per micro-batch, chunk and stage) of the one flush the step model builds and
+#: sweeps for a configuration (``m_cap`` micro-batches at most). The list-scheduled orders
+#: (ZB-H2, ZB-V) are built and their peaks simulated op by op in Python, about 30,000 operations a
+#: second on a 2-core VM (ZB-H2 over 128 stages, 295,000 operations: 11 s); the other schedules'
+#: sweeps are numpy levels, 1-3 million a second (1F1B over 1,024 stages, 12.6 million: 3.7 s;
+#: interleaved over 512 stages x 2 chunks, 6.3 million: 6.9 s). A configuration over its limit
+#: would take minutes of Python (and gigabytes): ``simulate`` refuses it, ``plan`` does not
+#: search it (``flush_within_limit``).
+MAX_LIST_SCHEDULED_FLUSH_OPS = 300_000
+MAX_INTERLEAVED_FLUSH_OPS = 6_500_000
+MAX_SWEPT_FLUSH_OPS = 13_000_000
+_LIST_SCHEDULED = (ScheduleKind.ZB_H2, ScheduleKind.ZB_V)
+
+
+def flush_ops(kind, p, m, v):
+    """Operations of the flush the step model builds for ``kind`` over ``p`` stages, ``m``
+    micro-batches and ``v`` chunks per stage (arrays allowed): 3 x p x chunks x min(m, m_cap)
+    (two chunks for the V-shaped and DualPipe schedules, ``v`` for interleaved, one else)."""
+    kind = ScheduleKind(getattr(kind, "value", kind))
+    p = np.asarray(p, dtype=np.int64)
+    chunks = 2 if kind in (ScheduleKind.ZB_V, ScheduleKind.DUALPIPE, ScheduleKind.DUALPIPE_V) else \
+        (np.asarray(v, dtype=np.int64) if kind == ScheduleKind.INTERLEAVED else 1)
+    # ``m_cap`` over arrays: max(4p, 16) (6p for the two-direction and list-scheduled orders),
+    # rounded up to the schedule's micro-batch granularity (p for interleaved)
+    cap = np.maximum(4 * p, 16)
+    if kind in (ScheduleKind.DUALPIPE, ScheduleKind.DUALPIPE_V, ScheduleKind.ZB_V, ScheduleKind.ZB_H2):
+        cap = np.maximum(cap, 6 * p)
+    step = p if kind == ScheduleKind.INTERLEAVED else (2 if kind == ScheduleKind.DUALPIPE else 1)
+    cap = -(-cap // step) * step
+    return 3 * p * chunks * np.minimum(np.asarray(m, dtype=np.int64), cap)
+
+
+def flush_limit(kind) -> int:
+    """``MAX_LIST_SCHEDULED_FLUSH_OPS`` for ZB-H2 and ZB-V, ``MAX_INTERLEAVED_FLUSH_OPS`` for the
+    interleaved schedule, ``MAX_SWEPT_FLUSH_OPS`` for the others."""
+    kind = ScheduleKind(getattr(kind, "value", kind))
+    if kind in _LIST_SCHEDULED:
+        return MAX_LIST_SCHEDULED_FLUSH_OPS
+    return MAX_INTERLEAVED_FLUSH_OPS if kind == ScheduleKind.INTERLEAVED else MAX_SWEPT_FLUSH_OPS
+
+
+def flush_within_limit(kind, p, m, v):
+    """Whether the step model can build the flush of ``kind`` in seconds (``flush_ops`` within
+    ``flush_limit``), per row; GPipe's in-flight peak and flush need no order built."""
+    kind = ScheduleKind(getattr(kind, "value", kind))
+    if kind == ScheduleKind.GPIPE:
+        return np.ones(np.shape(np.asarray(p)), dtype=bool)
+    return flush_ops(kind, p, m, v) <= flush_limit(kind)
+
+
 def _min_m(kind: ScheduleKind, p: int) -> int:
     if kind in (ScheduleKind.DUALPIPE, ScheduleKind.DUALPIPE_V):
         return 2 * p
