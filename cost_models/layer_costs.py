@@ -41,6 +41,21 @@ RESIDUAL_FORK_KERNELS_BWD = 1.0
 #: plain (GeLU): read x, write y / read dy and x, write dx; gated (SwiGLU): read gate and up,
 #: write y / read dy, gate and up, write both gradients.
 ACTIVATION_UNITS = {False: (2.0, 3.0), True: (3.0, 5.0)}
+#: the same as separate eager PyTorch ops (``unfused_block_ops``): torchtitan's gated MLP
+#: ``F.silu(self.w1(x)) * self.w3(x)`` (pytorch/torchtitan@v0.2.0 torchtitan/models/llama3/model/
+#: model.py FeedForward.forward): forward SiLU reads and writes (2), the product reads both and
+#: writes (3): 5 units, 2 kernels; backward the product's two gradients each read the output
+#: gradient and the other factor and write (6), SiLU's backward reads its gradient and input and
+#: writes (3): 9 units, 3 kernels (a fused SwiGLU: 3 and 5 units, one kernel each way)
+UNFUSED_GATED_ACTIVATION_UNITS = (5.0, 9.0)
+UNFUSED_GATED_ACTIVATION_EXTRA_KERNELS = (1.0, 2.0)
+#: HBM bytes per rotated channel of RoPE as torchtitan runs it eagerly (``apply_rotary_emb``,
+#: same file): ``.float()`` reads 2 and writes 4, the complex product reads 4 and writes 4 a
+#: channel, ``.type_as`` reads 4 and writes 2: 20, three kernels per rotated tensor; backward the
+#: same three in reverse (cast up, conjugate product, cast down): 20. A fused RoPE kernel:
+#: 4 (``rotary_bytes``).
+UNFUSED_ROPE_BYTES_PER_CHANNEL = 20.0
+UNFUSED_ROPE_KERNELS_PER_TENSOR = 3.0
 #: kernels per layer outside the GEMMs and attention (norms, activation, adds, rotary, casts).
 ELEMENTWISE_KERNELS_FWD = 8.0
 #: HBM bytes per query row, head and channel of the memory-bound kernels around a fused
@@ -255,7 +270,7 @@ def fused_softmax_kernel_available(tokens, seq_len, heads_per_gpu):
 
 def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len, tp, sp, softmax_exposed=None,
                           flash_attention=True, softmax_fusion=True, mma_share=1.0, current_scaling=False,
-                          unpad=False, softmax_scale_pass=True):
+                          unpad=False, softmax_scale_pass=True, unfused_ops=False):
     """Forward/backward seconds and FLOPs of one attention block (no communication).
 
     ``softmax_exposed``: share of the attention core's softmax exponentials added to its
@@ -271,6 +286,8 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
     materialised_attention_time_s``; no effect on 16-bit scores or a fused core).
     ``unpad`` (per row allowed): the stack copies the query, key and value rows into packed
     tensors for the core and the output back (``unpad_copy_bytes``; element-wise time).
+    ``unfused_ops`` (per row allowed): RoPE, the key/value repetition and the output's layout
+    copy run as eager ops (``unfused_attention_bytes``, each way).
 
     Returns a dict with ``gemm_fwd_s``, ``gemm_dgrad_s``, ``gemm_wgrad_s``, ``core_fwd_s``,
     ``core_bwd_s``, ``elem_fwd_s``, ``elem_bwd_s``, ``gemm_flops_fwd``, ``core_flops_fwd`` and the
@@ -305,16 +322,21 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
     core_extra = flash * tokens * heads * (ATTENTION_BWD_BYTES_PER_V_CHANNEL * v + ATTENTION_BWD_BYTES_PER_QK_CHANNEL * qk)
     copies = np.asarray(unpad, dtype=float)
     copy_fwd, copy_bwd = unpad_copy_bytes(model, tokens, tp)
-    elem_fwd = memory_bound_time_s(row * REPLICATED_ELEMENTWISE_UNITS / 2 + rope + copies * copy_fwd, rates,
-                                   ELEMENTWISE_KERNELS_FWD / 2 + copies * UNPAD_KERNELS[0])
-    elem_bwd = memory_bound_time_s(row * REPLICATED_ELEMENTWISE_UNITS_BWD / 2 + rope + core_extra + copies * copy_bwd,
+    eager = np.asarray(unfused_ops, dtype=float)
+    eager_bytes, eager_kernels = unfused_attention_bytes(model, tokens, tp)
+    elem_fwd = memory_bound_time_s(row * REPLICATED_ELEMENTWISE_UNITS / 2 + rope + copies * copy_fwd + eager * eager_bytes,
+                                   rates, ELEMENTWISE_KERNELS_FWD / 2 + copies * UNPAD_KERNELS[0] + eager * eager_kernels)
+    elem_bwd = memory_bound_time_s(row * REPLICATED_ELEMENTWISE_UNITS_BWD / 2 + rope + core_extra + copies * copy_bwd
+                                   + eager * eager_bytes,
                                    rates, ELEMENTWISE_KERNELS_FWD / 2 + RESIDUAL_FORK_KERNELS_BWD
-                                   + flash * ATTENTION_BWD_EXTRA_KERNELS + copies * UNPAD_KERNELS[1])
+                                   + flash * ATTENTION_BWD_EXTRA_KERNELS + copies * UNPAD_KERNELS[1]
+                                   + eager * eager_kernels)
     return {**gemms, "core_fwd_s": core_fwd, "core_bwd_s": core_bwd,
             "elem_fwd_s": elem_fwd, "elem_bwd_s": elem_bwd, "core_flops_fwd": core_flops, **casts}
 
 
-def dense_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, ffn=None, current_scaling=False):
+def dense_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, ffn=None, current_scaling=False,
+                    unfused_ops=False):
     """Seconds and FLOPs of one dense MLP block: ``gemm_fwd_s``, ``gemm_dgrad_s``,
     ``gemm_wgrad_s``, ``elem_fwd_s`` and ``elem_bwd_s`` (element-wise kernels), ``gemm_flops_fwd``
     and the quantisation times ``cast_fwd_s``, ``cast_bwd_s``, ``weight_cast_s`` (the up
@@ -323,6 +345,8 @@ def dense_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, ffn=N
     runs the MLP as TE LayerNormColumnParallelLinear, its own fused bias-activation kernel and TE
     RowParallelLinear, NVIDIA/Megatron-LM@core_v0.15.0 megatron/core/models/gpt/gpt_layer_specs.py
     and transformer/mlp.py, not TE's LayerNormMLP that would fuse the activation's casts).
+    ``unfused_ops`` (per row allowed): a gated activation as eager ops
+    (``UNFUSED_GATED_ACTIVATION_UNITS``).
     """
     tokens = np.asarray(tokens, dtype=float)
     tp = np.asarray(tp, dtype=float)
@@ -331,12 +355,17 @@ def dense_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, ffn=N
     casts = cast_times(block_cast_bytes(tokens, shapes, rates.dtype, current_scaling, tp, sp), rates)
     gemms = _linear_times(tokens, shapes, rates)
     act_fwd, act_bwd = ACTIVATION_UNITS[bool(model.gated_mlp)]
+    eager = np.asarray(unfused_ops, dtype=bool) & bool(model.gated_mlp)
+    act_fwd = np.where(eager, UNFUSED_GATED_ACTIVATION_UNITS[0], act_fwd)
+    act_bwd = np.where(eager, UNFUSED_GATED_ACTIVATION_UNITS[1], act_bwd)
+    extra_fwd = np.where(eager, UNFUSED_GATED_ACTIVATION_EXTRA_KERNELS[0], 0.0)
+    extra_bwd = np.where(eager, UNFUSED_GATED_ACTIVATION_EXTRA_KERNELS[1], 0.0)
     split = np.where(sp, tp, 1.0)
     replicated = model.hidden_size / split
     elem_fwd = memory_bound_time_s(tokens * rates.act_bytes * (act_fwd * ffn / tp + replicated * REPLICATED_ELEMENTWISE_UNITS / 2),
-                                   rates, ELEMENTWISE_KERNELS_FWD / 2)
+                                   rates, ELEMENTWISE_KERNELS_FWD / 2 + extra_fwd)
     elem_bwd = memory_bound_time_s(tokens * rates.act_bytes * (act_bwd * ffn / tp + replicated * REPLICATED_ELEMENTWISE_UNITS_BWD / 2),
-                                   rates, ELEMENTWISE_KERNELS_FWD / 2 + RESIDUAL_FORK_KERNELS_BWD)
+                                   rates, ELEMENTWISE_KERNELS_FWD / 2 + RESIDUAL_FORK_KERNELS_BWD + extra_bwd)
     return {**gemms, "elem_fwd_s": elem_fwd, "elem_bwd_s": elem_bwd, **casts}
 
 
@@ -421,7 +450,8 @@ def block_projections_in_order(model: ModelSpec, tp, ffn=None):
     return attention + mlp
 
 
-def every_second_linear_forward(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, ffn=None, with_mlp=True):
+def every_second_linear_forward(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, ffn=None, with_mlp=True,
+                                unfused_ops=False):
     """(seconds, FLOPs, kernels) of what a per-operation checkpoint that keeps every other
     matmul's output repeats in backward beyond the norms and the activation (``memory``
     ``every_second_linear``): the forward GEMMs of the 2nd, 4th, 6th ... projection of
@@ -431,7 +461,9 @@ def every_second_linear_forward(model: ModelSpec, rates: ComputeRates, tokens, t
     parallelism), whose outputs the policy does not keep either (pytorch/torchtitan@v0.2.0
     torchtitan/distributed/activation_checkpoint.py ``_apply_op_sac``: ``aten.mm`` outputs are
     saved except when the block's mm count is even). ``with_mlp`` False: the attention block's
-    projections only (an MoE layer, whose experts are grouped matmuls outside that count)."""
+    projections only (an MoE layer, whose experts are grouped matmuls outside that count).
+    ``unfused_ops`` (per row allowed): the eager RoPE, key/value repetition and layout copy rerun
+    too (``unfused_attention_bytes``)."""
     tokens = np.asarray(tokens, dtype=float)
     shapes = block_projections_in_order(model, tp, ffn)
     n_attention = 4 if model.mla is None else len(attention_gemm_shapes(model, tp))
@@ -448,16 +480,47 @@ def every_second_linear_forward(model: ModelSpec, rates: ComputeRates, tokens, t
     residual = 2.0 * 3.0 * tokens * model.hidden_size * rates.act_bytes / split
     rope = rotary_bytes(model, tokens, tp)
     rope_kernels = 2.0 if model.position_embedding == "rope" else 0.0
-    seconds = seconds + memory_bound_time_s(residual + rope, rates, 2.0 + rope_kernels)
-    return seconds, flops, kernels + 2.0 + rope_kernels
+    eager = np.asarray(unfused_ops, dtype=float)
+    eager_bytes, eager_kernels = unfused_attention_bytes(model, tokens, tp)
+    seconds = seconds + memory_bound_time_s(residual + rope + eager * eager_bytes, rates,
+                                            2.0 + rope_kernels + eager * eager_kernels)
+    return seconds, flops, kernels + 2.0 + rope_kernels + eager * eager_kernels
 
 
-def activation_forward_s(model: ModelSpec, rates: ComputeRates, rows, ffn_local):
+def activation_forward_s(model: ModelSpec, rates: ComputeRates, rows, ffn_local, unfused=False):
     """Forward seconds of the MLP activation function over ``rows`` rows of ``ffn_local``
-    columns (``ACTIVATION_UNITS``): what recomputing ``mlp_act`` repeats."""
+    columns (``ACTIVATION_UNITS``; a gated one as eager ops with ``unfused``, per row allowed:
+    ``UNFUSED_GATED_ACTIVATION_UNITS``): what recomputing ``mlp_act`` repeats."""
     act_fwd = ACTIVATION_UNITS[bool(model.gated_mlp)][0]
-    return memory_bound_time_s(np.asarray(rows, dtype=float) * act_fwd * np.asarray(ffn_local, dtype=float)
-                               * rates.act_bytes, rates, 1)
+    eager = np.asarray(unfused, dtype=bool) & bool(model.gated_mlp)
+    units = np.where(eager, UNFUSED_GATED_ACTIVATION_UNITS[0], act_fwd)
+    kernels = 1.0 + np.where(eager, UNFUSED_GATED_ACTIVATION_EXTRA_KERNELS[0], 0.0)
+    return memory_bound_time_s(np.asarray(rows, dtype=float) * units * np.asarray(ffn_local, dtype=float)
+                               * rates.act_bytes, rates, kernels)
+
+
+def unfused_attention_bytes(model: ModelSpec, tokens, tp):
+    """(HBM bytes, kernels) that one attention block's forward adds (and its backward again)
+    when RoPE, the grouped-query key/value repetition and the output's layout copy run as eager
+    PyTorch ops (torchtitan's ``Attention.forward``, pytorch/torchtitan@v0.2.0
+    torchtitan/models/llama3/model/model.py), beyond the fused kernels' bytes the block already
+    counts: RoPE ``UNFUSED_ROPE_BYTES_PER_CHANNEL`` less ``rotary_bytes``' 4 a channel;
+    ``repeat_kv`` (heads / kv heads > 1) copies the keys and the values to every query head
+    (read 2 g d, write 2 a d each; backward sums them back); ``output.transpose(1, 2)
+    .contiguous()`` copies the attention output (read and write 2 a d; backward the attention
+    kernel makes its gradient contiguous). Per token and GPU (/ tp); multi-latent attention:
+    none of these (not Llama's code)."""
+    tokens = np.asarray(tokens, dtype=float)
+    tp = np.asarray(tp, dtype=float)
+    if model.mla is not None:
+        return 0.0 * tokens * tp, 0.0 * tp
+    a, g, d = model.num_heads, model.num_kv_heads, model.head_dim
+    rope = model.position_embedding == "rope"
+    rope_bytes = (UNFUSED_ROPE_BYTES_PER_CHANNEL - 4.0) * (a + g) * d if rope else 0.0
+    repeat = 2.0 * (2.0 * g * d + 2.0 * a * d) if a > g else 0.0
+    layout = 4.0 * a * d
+    kernels = (2.0 * (UNFUSED_ROPE_KERNELS_PER_TENSOR - 1.0) if rope else 0.0) + (2.0 if a > g else 0.0) + 1.0
+    return tokens * (rope_bytes + repeat + layout) / tp, kernels + 0.0 * tp
 
 
 def mla_up_projection_forward(model: ModelSpec, rates: ComputeRates, tokens, tp):

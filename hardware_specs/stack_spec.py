@@ -154,6 +154,10 @@ class TrainingBehaviour:
             ``flash_attn_fn`` calls them), even when nothing is padded; the backward gathers and
             scatters the gradients. Megatron-Core hands Transformer Engine the sbhd tensors as
             they are (False).
+        unfused_block_ops: the model code runs RoPE, the grouped-query key/value repetition,
+            the attention output's layout copy and the gated MLP's product as separate eager
+            PyTorch ops (torchtitan's Llama code without ``torch.compile``), where the catalog
+            counts fused kernels (``layer_costs.UNFUSED_*``).
         glu_clamp_eager: a clamped GLU (``ModelSpec.glu_clamp_limit``, gpt-oss) is clamped by
             separate PyTorch ops before the fused activation kernel: two clamps and a concat
             (forward 8 and backward 10 passes over the FC1 output's width, in 16-bit;
@@ -244,6 +248,7 @@ class TrainingBehaviour:
     softmax_fusion: bool = True
     attention_unpad: bool = False
     glu_clamp_eager: bool = False
+    unfused_block_ops: bool = False
     pipe_exchange_blocking: bool = False
     grouped_gemm_streams: int = 1
     bf16_grads_in_fp32: bool = True

@@ -98,6 +98,7 @@ class ConfigBatch:
     grad_buffer_bytes: np.ndarray = None
     fp8_param_gather: np.ndarray = None
     grouped_gemm_streams: np.ndarray = None
+    unfused_block_ops: np.ndarray = None
     dtype: str = "bf16"
 
     def __post_init__(self) -> None:
@@ -153,6 +154,7 @@ class ConfigBatch:
             pipe_exchange_blocking=col("pipe_exchange_blocking", bool, bool),
             attention_unpad=col("attention_unpad", bool, bool),
             glu_clamp_eager=col("glu_clamp_eager", bool, bool),
+            unfused_block_ops=col("unfused_block_ops", bool, bool),
             cross_entropy=col("cross_entropy", CROSS_ENTROPY_CODES.get),
             param_gather_per_tensor=col("param_gather_per_tensor", bool, bool),
             cuda_graphs=col("cuda_graphs", bool, bool),
@@ -220,6 +222,7 @@ class ConfigBatch:
             softmax_scale_pass=bool(self.softmax_scale_pass[i]),
             pipe_exchange_blocking=bool(self.pipe_exchange_blocking[i]),
             attention_unpad=bool(self.attention_unpad[i]), glu_clamp_eager=bool(self.glu_clamp_eager[i]),
+            unfused_block_ops=bool(self.unfused_block_ops[i]),
             cross_entropy=CROSS_ENTROPY_IMPLS[int(self.cross_entropy[i])],
             param_gather_per_tensor=bool(self.param_gather_per_tensor[i]), cuda_graphs=bool(self.cuda_graphs[i]),
             zero3_persistence_elements=float(self.zero3_persistence_elements[i]),
@@ -247,7 +250,7 @@ class ConfigBatch:
 
 #: columns with a default, and the value that means "not set"
 _NEW_COLUMNS = {"recompute_num_layers": 0, "recompute_method": 0, "recompute_layers_decrement": 0,
-                "recompute_modules": 0, "selective_modules": MODULE_BITS["core_attn"], "offload_activation_layers": 0, "offload_optimizer_fraction": 0.0,
+                "recompute_modules": 0, "selective_modules": MODULE_BITS["core_attn"], "unfused_block_ops": False, "offload_activation_layers": 0, "offload_optimizer_fraction": 0.0,
                 "zero_shard_group": 0, "pipeline_layout": "", "loss_chunk_tokens": 0, "optimizer_moment_bytes": 4.0,
                 "fp8_current_scaling": False, "grad_buffer_bytes": 4.0, "fp8_param_gather": False,
                 "grouped_gemm_streams": 1}

@@ -77,7 +77,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
                 tp_backward_overlap=True, softmax_fusion=True, cuda_graphs=False, modules=0,
                 ep_dispatch_dedup=False, fp8_current_scaling=False, attention_unpad=False,
                 glu_clamp_eager=False, grouped_gemm_streams=1, cross_entropy="megatron_unfused",
-                softmax_scale_pass=True, selective_modules=memory.SELECTIVE_DEFAULT) -> dict:
+                softmax_scale_pass=True, selective_modules=memory.SELECTIVE_DEFAULT, unfused_block_ops=False) -> dict:
     """Per-layer times (seconds, one micro-batch) and FLOPs for the given layer keys; see the
     module docstring for the keys (``f_dense``, ``b_moe``, ...) and the model's ends
     (``emb_f``, ``emb_b``, ``head_f``, ``head_b``, ``head_w``, ``mtp_f``, ``mtp_b``,
@@ -93,7 +93,9 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     per row, ``cost_models.cross_entropy``). ``softmax_scale_pass``: fp32 scores of a materialised
     core are scaled by their own op (``ParallelConfig.softmax_scale_pass``). ``selective_modules``:
     what ``selective`` recomputes when no modules are named (``ParallelConfig.selective_modules``
-    as a modules mask: the stack's selective checkpointing)."""
+    as a modules mask: the stack's selective checkpointing). ``unfused_block_ops``: RoPE, the
+    key/value repetition, the attention output's layout copy and the gated activation run as
+    eager ops (``ParallelConfig.unfused_block_ops``; ``layer_costs.UNFUSED_*``)."""
     h = float(model.hidden_size)
     s = float(model.seq_len)
     tokens = np.asarray(tokens, dtype=float)
@@ -108,9 +110,9 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         """({kind: sequence-mixing block}, {kind: MLP block}) for the two layer slots."""
         a = layer_costs.attention_block_costs(model, r, tokens, s, tp, sp, softmax_exposed, flash_attention,
                                               softmax_fusion, mma_share, fp8_current_scaling, attention_unpad,
-                                              softmax_scale_pass)
+                                              softmax_scale_pass, unfused_block_ops)
         b = {"dense": layer_costs.dense_mlp_costs(model, r, tokens, tp, sp, ffn=dense_ffn,
-                                                  current_scaling=fp8_current_scaling)}
+                                                  current_scaling=fp8_current_scaling, unfused_ops=unfused_block_ops)}
         if model.moe is not None:
             b["moe"] = moe_costs.moe_mlp_costs(model, r, tokens, ep, etp, imbalance, tp, sp, fp8_current_scaling,
                                                glu_clamp_eager, streams)
@@ -203,7 +205,8 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             act_s = act_s + moe_costs.glu_clamp_forward_s(model, rates, rows, moe.expert_ffn_hidden_size / etp,
                                                           glu_clamp_eager)
         else:
-            act_s = layer_costs.activation_forward_s(model, rates, tokens, (dense_ffn or model.ffn_hidden_size) / tp)
+            act_s = layer_costs.activation_forward_s(model, rates, tokens, (dense_ffn or model.ffn_hidden_size) / tp,
+                                                     unfused_block_ops)
             act_s = act_s * shares["mlp"] if hybrid else act_s
         # a whole MLP / MoE block recomputed (Megatron's ``mlp`` for dense layers, ``moe`` for MoE
         # layers): its forward again, with its TP collective; it includes the activation
@@ -214,7 +217,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         # every second projection with the RoPE and residual adds between them (torchtitan's
         # per-operation checkpoint); an MoE layer's experts are grouped matmuls outside that count
         alt_s, alt_flops, alt_kernels = layer_costs.every_second_linear_forward(
-            model, rates, tokens, tp, sp, ffn=dense_ffn, with_mlp=kind != "moe")
+            model, rates, tokens, tp, sp, ffn=dense_ffn, with_mlp=kind != "moe", unfused_ops=unfused_block_ops)
         sel = (np.where(bit("core_attn"), attn_k["core_fwd_s"], 0.0) + np.where(bit("layernorm"), norm_s, 0.0)
                + np.where(bit("mlp_act") & ~whole, act_s, 0.0) + np.where(bit("mla_up_proj"), mla_s, 0.0)
                + np.where(whole, block_s, 0.0) + np.where(bit("every_second_linear"), alt_s, 0.0))
@@ -270,7 +273,9 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
                      + attn_n[kind]["cast_bwd_s"] + mlp_n["cast_bwd_s"]
                      + np.where(tp > 1, np.where(sp, 1.5, 1.0) * blocks_per_layer, 0.0))
             n_sel = (np.where(bit("core_attn"), attn_n[kind]["core_fwd_s"], 0.0) + blocks_per_layer * bit("layernorm")
-                     + 1.0 * (bit("mlp_act") & ~whole) + 2.0 * bit("mla_up_proj")
+                     + (1.0 + np.where(np.asarray(unfused_block_ops, dtype=bool) & bool(model.gated_mlp)
+                                       & (kind != "moe"), 1.0, 0.0)) * (bit("mlp_act") & ~whole)
+                     + 2.0 * bit("mla_up_proj")
                      + np.where(whole, mlp_n["gemm_fwd_s"] + mlp_n["elem_fwd_s"] + mlp_n["cast_fwd_s"]
                                 + np.where(tp > 1, 1.0, 0.0), 0.0)
                      + alt_kernels * bit("every_second_linear"))

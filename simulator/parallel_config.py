@@ -82,7 +82,7 @@ MAX_MOE_LOAD_IMBALANCE = 2**20
 BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
                "flash_attention", "grad_accumulation_fusion", "uneven_layers", "zero3_recompute_gather",
                "ep_comm_overlap", "ep_dispatch_dedup", "grad_reduce_every_microbatch", "tp_backward_overlap", "softmax_fusion",
-               "softmax_scale_pass", "attention_unpad", "glu_clamp_eager", "pipe_exchange_blocking",
+               "softmax_scale_pass", "attention_unpad", "glu_clamp_eager", "unfused_block_ops", "pipe_exchange_blocking",
                "param_gather_per_tensor", "cuda_graphs", "fp8_current_scaling", "collective_per_rank_copies",
                "zero3_grad_all_reduce", "zero1_grad_all_reduce", "fp8_param_gather")
 #: non-negative integer fields (0 = not set)
@@ -224,6 +224,9 @@ class ParallelConfig:
         attention_unpad: the stack copies the attention core's query, key and value rows into
             packed (unpadded) tensors and scatters its output back, forward and backward
             (llm-foundry's flash path; ``layer_costs.unpad_copy_bytes``).
+        unfused_block_ops: RoPE, the grouped-query key/value repetition, the attention output's
+            layout copy and the gated MLP's product run as separate eager PyTorch ops
+            (``TrainingBehaviour.unfused_block_ops``; ``layer_costs.UNFUSED_*``).
         glu_clamp_eager: a clamped GLU (``ModelSpec.glu_clamp_limit``) is clamped by separate
             ops before the activation kernel (Megatron-Core without its op fuser;
             ``moe.glu_clamp_bytes``); no effect on a model without a clamp.
@@ -336,6 +339,7 @@ class ParallelConfig:
     pipe_exchange_blocking: bool = False
     attention_unpad: bool = False
     glu_clamp_eager: bool = False
+    unfused_block_ops: bool = False
     grouped_gemm_streams: int = 1
     cross_entropy: str = "megatron_unfused"
     param_gather_per_tensor: bool = False

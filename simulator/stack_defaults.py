@@ -14,7 +14,7 @@ STACK_FIELDS = ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_byte
                 "grad_bucket_elements_per_dp", "grad_reduce_every_microbatch", "param_prefetch_forward",
                 "param_prefetch_backward", "param_prefetch_max_elements", "tp_comm_overlap", "tp_backward_overlap",
                 "ep_comm_overlap", "ep_dispatch_dedup", "attention_kernel", "flash_attention", "softmax_fusion",
-                "attention_unpad", "glu_clamp_eager", "pipe_exchange_blocking", "grouped_gemm_streams", "cross_entropy", "grad_accumulation_fusion", "zero3_recompute_gather", "param_gather_per_tensor", "cuda_graphs",
+                "attention_unpad", "glu_clamp_eager", "unfused_block_ops", "pipe_exchange_blocking", "grouped_gemm_streams", "cross_entropy", "grad_accumulation_fusion", "zero3_recompute_gather", "param_gather_per_tensor", "cuda_graphs",
                 "fp8_current_scaling", "zero3_persistence_elements", "collective_per_rank_copies",
                 "zero3_grad_all_reduce", "zero1_grad_all_reduce", "grad_buffer_bytes", "fp8_param_gather",
                 "selective_modules")
@@ -63,6 +63,7 @@ def stack_config_fields(stack: StackSpec, dtype: str = "bf16", model_name: str |
         "softmax_fusion": t.softmax_fusion,
         "attention_unpad": t.attention_unpad,
         "glu_clamp_eager": t.glu_clamp_eager,
+        "unfused_block_ops": t.unfused_block_ops,
         "pipe_exchange_blocking": t.pipe_exchange_blocking,
         "grouped_gemm_streams": t.grouped_gemm_streams,
         "cross_entropy": t.cross_entropy,

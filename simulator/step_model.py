@@ -90,7 +90,8 @@ LAYER_KEY_FIELDS = ("tp", "cp", "micro_batch", "sequence_parallel", "recompute",
                     "moe_load_imbalance", "tp_comm_overlap", "cp_kind", "attention_kernel", "flash_attention",
                     "ep_comm_overlap", "tp_backward_overlap", "softmax_fusion", "cuda_graphs", "recompute_modules",
                     "ep_dispatch_dedup", "fp8_current_scaling", "attention_unpad", "glu_clamp_eager",
-                    "grouped_gemm_streams", "cross_entropy", "softmax_scale_pass", "selective_modules")
+                    "grouped_gemm_streams", "cross_entropy", "softmax_scale_pass", "selective_modules",
+                    "unfused_block_ops")
 
 
 def _degrees(batch: ConfigBatch):
@@ -636,7 +637,8 @@ def _layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, r
                          batch.ep_comm_overlap, batch.tp_backward_overlap, batch.softmax_fusion, batch.cuda_graphs,
                          batch.recompute_modules, batch.ep_dispatch_dedup, batch.fp8_current_scaling,
                          batch.attention_unpad, batch.glu_clamp_eager, batch.grouped_gemm_streams,
-                         batch.cross_entropy, batch.softmax_scale_pass, batch.selective_modules)
+                         batch.cross_entropy, batch.softmax_scale_pass, batch.selective_modules,
+                         batch.unfused_block_ops)
 
 
 def _optimizer_offload_s(cluster: ClusterSpec, batch: ConfigBatch, params_offloaded, grad_window_s):

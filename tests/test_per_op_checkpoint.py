@@ -96,3 +96,33 @@ def test_planner_and_simulate_agree_on_a_torchtitan_selective_plan():
     assert best["step_time_s"] == pytest.approx(report.step_time_s, rel=1e-9)
     assert best["memory_gib"] == pytest.approx(report.memory_bytes / 2**30, rel=1e-9)
     assert best["recompute_s"] == pytest.approx(report.time_breakdown_s["recompute_s"], rel=1e-9)
+
+
+def test_torchtitans_eager_block_ops_by_hand():
+    """torchtitan's Llama code without torch.compile (``unfused_block_ops``), Llama 3 8B at tp 1,
+    per token: RoPE on 32 + 8 heads of 128 channels at 20 bytes a channel instead of 4
+    (+81,920), repeat_kv's copies of the keys and values to 32 heads (2 x (2 x 1,024 + 2 x 4,096)
+    = 20,480), the output's contiguous copy (4 x 4,096 = 16,384): 118,784 bytes and 7 kernels more
+    each way; the SwiGLU product as two ops: 5 / 9 units of ffn instead of 3 / 5."""
+    from cost_models import layer_costs
+    m = _llama()
+    extra, kernels = layer_costs.unfused_attention_bytes(m, 1.0, 1)
+    assert float(extra) == (20 - 4) * (A + G) * D + 2 * (2 * G * D + 2 * A * D) + 4 * A * D == 118_784
+    assert float(kernels) == 2 * 2 + 2 + 1
+    cluster = load_cluster("dgx-h100")
+    rates = compute_rates(cluster.gpu, efficiency_for_cluster(cluster), "bf16")
+    tokens = 16384.0
+    fused = layer_costs.attention_block_costs(m, rates, tokens, 8192, 1, False)
+    eager = layer_costs.attention_block_costs(m, rates, tokens, 8192, 1, False, unfused_ops=True)
+    each_way = float(memory_bound_time_s(tokens * 118_784, rates, 7))
+    assert float(eager["elem_fwd_s"] - fused["elem_fwd_s"]) == pytest.approx(each_way, rel=1e-9)
+    assert float(eager["elem_bwd_s"] - fused["elem_bwd_s"]) == pytest.approx(each_way, rel=1e-9)
+    mlp_fused = layer_costs.dense_mlp_costs(m, rates, tokens, 1, False)
+    mlp_eager = layer_costs.dense_mlp_costs(m, rates, tokens, 1, False, unfused_ops=True)
+    assert float(mlp_eager["elem_fwd_s"] - mlp_fused["elem_fwd_s"]) == pytest.approx(
+        float(memory_bound_time_s(tokens * 2 * F * 2, rates, 1)), rel=1e-9)
+    assert float(mlp_eager["elem_bwd_s"] - mlp_fused["elem_bwd_s"]) == pytest.approx(
+        float(memory_bound_time_s(tokens * 4 * F * 2, rates, 2)), rel=1e-9)
+    # only torchtitan's stack says so
+    assert stack_config_fields(load_stack("torchtitan"))["unfused_block_ops"] is True
+    assert stack_config_fields(load_stack("megatron-core"))["unfused_block_ops"] is False
