@@ -98,7 +98,8 @@ def unit_costs(model: ModelSpec, cluster: PooledCluster, effs, pool, tp, micro_b
                           template.flash_attention[0], False, template.tp_backward_overlap[0],
                           template.softmax_fusion[0], template.cuda_graphs[0],
                           softmax_scale_pass=template.softmax_scale_pass[0],
-                          selective_modules=template.selective_modules[0])
+                          selective_modules=template.selective_modules[0],
+                          unfused_block_ops=template.unfused_block_ops[0])
         f, b, w, r = lay["f_dense"], lay["b_dense"], lay["w_dense"], lay["r_dense"]
         values["fwd_s"][rows] = f
         values["bwd_s"][rows] = b + r              # recomputation runs just before the input gradient
