@@ -97,3 +97,20 @@ def test_measure_command_draws_the_training_steps(monkeypatch):
     assert result.exit_code == 0, result.output
     assert seen == list(range(7))
     assert "measured_step_s        0.2500" in result.stdout and "peak_memory_gib        0.500" in result.stdout
+
+
+def test_a_straggler_slope_below_a_thousandth_is_no_measured_wait():
+    """CI's calibration once measured a slope of 0.0006: written as ``sync_skew_fraction`` it was
+    below the efficiency model's plausible minimum (1e-3) and the calibrated cluster file would not
+    load. Below what the timings resolve it is 0; from 1e-3 it is kept, and it is clipped at 1."""
+    from hardware_specs.efficiency_model import MIN_FRACTION, EfficiencyModel
+    from paraplan.measure.calibrate import measured_skew_fraction
+    assert MIN_FRACTION == 1e-3
+    assert measured_skew_fraction(0.0006) == 0.0
+    assert measured_skew_fraction(-0.2) == 0.0
+    assert measured_skew_fraction(0.001) == 0.001
+    assert measured_skew_fraction(0.03) == 0.03
+    assert measured_skew_fraction(7.0) == 1.0
+    for slope in (0.0006, 0.001, 0.03):
+        EfficiencyModel(generation="cpu", gemm_peak_fraction={"fp32": 0.5},
+                        sync_skew_fraction=measured_skew_fraction(slope))     # loads

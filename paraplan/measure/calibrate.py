@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from hardware_specs.efficiency_model import MIN_FRACTION
 from hardware_specs.errors import InputError
 from paraplan.measure import benchmarks as bm
 from paraplan.measure.fitting import fit_alpha_beta, fit_gemm, ring_allreduce_bus_bw
@@ -197,6 +198,16 @@ def _host_ram_bytes() -> float:
     return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
+def measured_skew_fraction(slope: float) -> float:
+    """The straggler wait per second of compute before a synchronisation (``sync_skew_fraction``)
+    from the slope of a small all-reduce's time against the compute gap before it, clipped to
+    [0, 1]; a slope under a thousandth is below what these few timings resolve (and below the
+    efficiency model's plausible minimum for a fraction, ``MIN_FRACTION``): no measured wait, 0.
+    (A measured 0.0006 had made the calibrated cluster file unloadable.)"""
+    skew = float(np.clip(slope, 0.0, 1.0))
+    return 0.0 if skew < MIN_FRACTION else skew
+
+
 def _fraction(x: float) -> float:
     """Clamp a measured ratio into the (0, 1] range an efficiency factor must lie in."""
     return float(min(1.0, max(1e-3, x)))
@@ -233,7 +244,7 @@ def summarize(ranks: list[dict], world: int, choice) -> dict:
         # regress on the compute gaps actually run (a GPU's GEMM count only approximates them)
         gaps = np.mean([r.get("skew_measured_gaps_s", r["skew_gaps_s"]) for r in ranks], axis=0)
         skew_t = np.mean([r["skew_allreduce_s"] for r in ranks], axis=0)      # [gap, size]
-        skew = float(np.clip(np.mean(np.polyfit(gaps, skew_t, 1)[0]), 0.0, 1.0))
+        skew = measured_skew_fraction(np.mean(np.polyfit(gaps, skew_t, 1)[0]))
         # every rank's mean is a sample of the same cost (the wait for the other ranks included);
         # the straggler wait for the calibration's own compute gap is charged separately
         mean_s = {k: [max(1e-6, statistics.fmean(x for x in (r["collective_s"][k][i] for r in ranks) if x == x)
