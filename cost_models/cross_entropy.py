@@ -105,19 +105,19 @@ LOSS_PEAK_BYTES_PER_LOGIT = {"torch_eager": 12.0}
 _PEAK_TABLE = np.array([LOSS_PEAK_BYTES_PER_LOGIT.get(n, LOGIT_BYTES) for n in CROSS_ENTROPY_IMPLS])
 
 
+def _codes(impl) -> np.ndarray:
+    """``impl`` as ``CROSS_ENTROPY_CODES``: one name or code, or an array of codes."""
+    return np.asarray(CROSS_ENTROPY_CODES[impl]) if isinstance(impl, str) else np.asarray(impl, dtype=np.int64)
+
+
 def loss_peak_bytes_per_logit(impl):
     """Bytes per logit the loss holds at its peak (``LOSS_PEAK_BYTES_PER_LOGIT``, else
     ``memory.LOGIT_BYTES``) of ``impl``: a name or code, or an array of codes."""
-    codes = np.asarray(CROSS_ENTROPY_CODES[impl]) if isinstance(impl, str) else np.asarray(impl, dtype=np.int64)
-    return _PEAK_TABLE[codes]
+    return _PEAK_TABLE[_codes(impl)]
 
 
 def loss_traffic(impl):
     """(bytes per logit forward, backward, kernels forward, backward) of ``impl``: one
     implementation name or code, or an array of codes (one per configuration row)."""
-    if isinstance(impl, str):
-        codes = np.asarray(CROSS_ENTROPY_CODES[impl])
-    else:
-        codes = np.asarray(impl, dtype=np.int64)
-    row = _TABLE[codes]
+    row = _TABLE[_codes(impl)]
     return row[..., 0], row[..., 1], row[..., 2], row[..., 3]

@@ -49,13 +49,27 @@ ACTIVATION_UNITS = {False: (2.0, 3.0), True: (3.0, 5.0)}
 #: writes (3): 9 units, 3 kernels (a fused SwiGLU: 3 and 5 units, one kernel each way)
 UNFUSED_GATED_ACTIVATION_UNITS = (5.0, 9.0)
 UNFUSED_GATED_ACTIVATION_EXTRA_KERNELS = (1.0, 2.0)
+#: HBM bytes per rotated channel of a fused RoPE kernel: it reads the 16-bit channel and writes it
+#: rotated, 2 + 2 (``rotary_bytes``)
+FUSED_ROPE_BYTES_PER_CHANNEL = 4.0
 #: HBM bytes per rotated channel of RoPE as torchtitan runs it eagerly (``apply_rotary_emb``,
 #: same file): ``.float()`` reads 2 and writes 4, the complex product reads 4 and writes 4 a
 #: channel, ``.type_as`` reads 4 and writes 2: 20, three kernels per rotated tensor; backward the
-#: same three in reverse (cast up, conjugate product, cast down): 20. A fused RoPE kernel:
-#: 4 (``rotary_bytes``).
+#: same three in reverse (cast up, conjugate product, cast down): 20.
 UNFUSED_ROPE_BYTES_PER_CHANNEL = 20.0
 UNFUSED_ROPE_KERNELS_PER_TENSOR = 3.0
+
+
+def activation_units(model: ModelSpec, unfused=False):
+    """(forward units, backward units, forward kernels beyond one, backward kernels beyond one)
+    of the MLP activation in units of ``ffn`` elements: ``ACTIVATION_UNITS``, or for a gated
+    one run as eager ops (``unfused``, per row allowed) ``UNFUSED_GATED_ACTIVATION_UNITS`` and
+    its extra kernels."""
+    fwd, bwd = ACTIVATION_UNITS[bool(model.gated_mlp)]
+    eager = np.asarray(unfused, dtype=bool) & bool(model.gated_mlp)
+    return (np.where(eager, UNFUSED_GATED_ACTIVATION_UNITS[0], fwd), np.where(eager, UNFUSED_GATED_ACTIVATION_UNITS[1], bwd),
+            np.where(eager, UNFUSED_GATED_ACTIVATION_EXTRA_KERNELS[0], 0.0),
+            np.where(eager, UNFUSED_GATED_ACTIVATION_EXTRA_KERNELS[1], 0.0))
 #: kernels per layer outside the GEMMs and attention (norms, activation, adds, rotary, casts).
 ELEMENTWISE_KERNELS_FWD = 8.0
 #: HBM bytes per query row, head and channel of the memory-bound kernels around a fused
@@ -122,7 +136,7 @@ def rotary_bytes(model: ModelSpec, tokens, tp):
         channels = model.num_heads * model.mla.qk_rope_head_dim / tp + model.mla.qk_rope_head_dim
     else:
         channels = (model.num_heads + model.num_kv_heads) * model.head_dim / tp
-    return tokens * channels * 2.0 * 2.0
+    return tokens * channels * FUSED_ROPE_BYTES_PER_CHANNEL
 
 
 def _attention_dims(model: ModelSpec):
@@ -354,12 +368,7 @@ def dense_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, ffn=N
     shapes = mlp_gemm_shapes(model.hidden_size, ffn, model.gated_mlp, tp)
     casts = cast_times(block_cast_bytes(tokens, shapes, rates.dtype, current_scaling, tp, sp), rates)
     gemms = _linear_times(tokens, shapes, rates)
-    act_fwd, act_bwd = ACTIVATION_UNITS[bool(model.gated_mlp)]
-    eager = np.asarray(unfused_ops, dtype=bool) & bool(model.gated_mlp)
-    act_fwd = np.where(eager, UNFUSED_GATED_ACTIVATION_UNITS[0], act_fwd)
-    act_bwd = np.where(eager, UNFUSED_GATED_ACTIVATION_UNITS[1], act_bwd)
-    extra_fwd = np.where(eager, UNFUSED_GATED_ACTIVATION_EXTRA_KERNELS[0], 0.0)
-    extra_bwd = np.where(eager, UNFUSED_GATED_ACTIVATION_EXTRA_KERNELS[1], 0.0)
+    act_fwd, act_bwd, extra_fwd, extra_bwd = activation_units(model, unfused_ops)
     split = np.where(sp, tp, 1.0)
     replicated = model.hidden_size / split
     elem_fwd = memory_bound_time_s(tokens * rates.act_bytes * (act_fwd * ffn / tp + replicated * REPLICATED_ELEMENTWISE_UNITS / 2),
@@ -466,7 +475,7 @@ def every_second_linear_forward(model: ModelSpec, rates: ComputeRates, tokens, t
     too (``unfused_attention_bytes``)."""
     tokens = np.asarray(tokens, dtype=float)
     shapes = block_projections_in_order(model, tp, ffn)
-    n_attention = 4 if model.mla is None else len(attention_gemm_shapes(model, tp))
+    n_attention = len(shapes) - (3 if model.gated_mlp else 2)      # the MLP's projections come last
     seconds = 0.0 * tokens
     flops = 0.0 * tokens
     kernels = 0.0
@@ -491,12 +500,9 @@ def activation_forward_s(model: ModelSpec, rates: ComputeRates, rows, ffn_local,
     """Forward seconds of the MLP activation function over ``rows`` rows of ``ffn_local``
     columns (``ACTIVATION_UNITS``; a gated one as eager ops with ``unfused``, per row allowed:
     ``UNFUSED_GATED_ACTIVATION_UNITS``): what recomputing ``mlp_act`` repeats."""
-    act_fwd = ACTIVATION_UNITS[bool(model.gated_mlp)][0]
-    eager = np.asarray(unfused, dtype=bool) & bool(model.gated_mlp)
-    units = np.where(eager, UNFUSED_GATED_ACTIVATION_UNITS[0], act_fwd)
-    kernels = 1.0 + np.where(eager, UNFUSED_GATED_ACTIVATION_EXTRA_KERNELS[0], 0.0)
+    units, _, extra_kernels, _ = activation_units(model, unfused)
     return memory_bound_time_s(np.asarray(rows, dtype=float) * units * np.asarray(ffn_local, dtype=float)
-                               * rates.act_bytes, rates, kernels)
+                               * rates.act_bytes, rates, 1.0 + extra_kernels)
 
 
 def unfused_attention_bytes(model: ModelSpec, tokens, tp):
@@ -504,7 +510,7 @@ def unfused_attention_bytes(model: ModelSpec, tokens, tp):
     when RoPE, the grouped-query key/value repetition and the output's layout copy run as eager
     PyTorch ops (torchtitan's ``Attention.forward``, pytorch/torchtitan@v0.2.0
     torchtitan/models/llama3/model/model.py), beyond the fused kernels' bytes the block already
-    counts: RoPE ``UNFUSED_ROPE_BYTES_PER_CHANNEL`` less ``rotary_bytes``' 4 a channel;
+    counts: RoPE ``UNFUSED_ROPE_BYTES_PER_CHANNEL`` less the fused kernel's ``rotary_bytes``;
     ``repeat_kv`` (heads / kv heads > 1) copies the keys and the values to every query head
     (read 2 g d, write 2 a d each; backward sums them back); ``output.transpose(1, 2)
     .contiguous()`` copies the attention output (read and write 2 a d; backward the attention
@@ -515,12 +521,11 @@ def unfused_attention_bytes(model: ModelSpec, tokens, tp):
     if model.mla is not None:
         return 0.0 * tokens * tp, 0.0 * tp
     a, g, d = model.num_heads, model.num_kv_heads, model.head_dim
-    rope = model.position_embedding == "rope"
-    rope_bytes = (UNFUSED_ROPE_BYTES_PER_CHANNEL - 4.0) * (a + g) * d if rope else 0.0
+    rope = rotary_bytes(model, tokens, tp) * (UNFUSED_ROPE_BYTES_PER_CHANNEL / FUSED_ROPE_BYTES_PER_CHANNEL - 1.0)
     repeat = 2.0 * (2.0 * g * d + 2.0 * a * d) if a > g else 0.0
     layout = 4.0 * a * d
-    kernels = (2.0 * (UNFUSED_ROPE_KERNELS_PER_TENSOR - 1.0) if rope else 0.0) + (2.0 if a > g else 0.0) + 1.0
-    return tokens * (rope_bytes + repeat + layout) / tp, kernels + 0.0 * tp
+    rope_kernels = 2.0 * (UNFUSED_ROPE_KERNELS_PER_TENSOR - 1.0) if model.position_embedding == "rope" else 0.0
+    return rope + tokens * (repeat + layout) / tp, rope_kernels + (2.0 if a > g else 0.0) + 1.0 + 0.0 * tp
 
 
 def mla_up_projection_forward(model: ModelSpec, rates: ComputeRates, tokens, tp):

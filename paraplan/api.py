@@ -559,8 +559,8 @@ def best_plan_for(framework: str, model, cluster, gpus: int, global_batch_tokens
         plans = plan(model, cluster, gpus, global_batch_tokens, **what_if, **kwargs)
     spec = _model(model, what_if.get("seq_len"))
     from hardware_specs.catalog import load_stack
-    from simulator.stack_defaults import stack_selective_modules
-    selective = stack_selective_modules(load_stack(kwargs.get("stack") or DEFAULT_STACK), spec.name)
+    from simulator.stack_defaults import stack_config_fields
+    selective = stack_config_fields(load_stack(kwargs.get("stack") or DEFAULT_STACK), model_name=spec.name)["selective_modules"]
     row, rank, slowdown = exports.best_runnable(plans, framework, model=spec, seq_len=spec.seq_len,
                                                 selective_modules=selective)
     config = {k: _plain(row[k]) for k in CONFIG_FIELDS if k in row}

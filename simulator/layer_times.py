@@ -215,9 +215,11 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         block_tp = tp_coll * (shares["mlp"] if hybrid and kind == "dense" else 1.0)
         block_s = mlp["gemm_fwd_s"] + mlp["cast_fwd_s"] + mlp["elem_fwd_s"] + np.where(tp > 1, block_tp, 0.0)
         # every second projection with the RoPE and residual adds between them (torchtitan's
-        # per-operation checkpoint); an MoE layer's experts are grouped matmuls outside that count
+        # per-operation checkpoint); an MoE layer's experts are grouped matmuls outside that count.
+        # Timed only when a row recomputes it (the planner evaluates this for every layer key)
         alt_s, alt_flops, alt_kernels = layer_costs.every_second_linear_forward(
-            model, rates, tokens, tp, sp, ffn=dense_ffn, with_mlp=kind != "moe", unfused_ops=unfused_block_ops)
+            model, rates, tokens, tp, sp, ffn=dense_ffn, with_mlp=kind != "moe", unfused_ops=unfused_block_ops) \
+            if np.any(bit("every_second_linear")) else (0.0, 0.0, 0.0)
         sel = (np.where(bit("core_attn"), attn_k["core_fwd_s"], 0.0) + np.where(bit("layernorm"), norm_s, 0.0)
                + np.where(bit("mlp_act") & ~whole, act_s, 0.0) + np.where(bit("mla_up_proj"), mla_s, 0.0)
                + np.where(whole, block_s, 0.0) + np.where(bit("every_second_linear"), alt_s, 0.0))
@@ -273,8 +275,8 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
                      + attn_n[kind]["cast_bwd_s"] + mlp_n["cast_bwd_s"]
                      + np.where(tp > 1, np.where(sp, 1.5, 1.0) * blocks_per_layer, 0.0))
             n_sel = (np.where(bit("core_attn"), attn_n[kind]["core_fwd_s"], 0.0) + blocks_per_layer * bit("layernorm")
-                     + (1.0 + np.where(np.asarray(unfused_block_ops, dtype=bool) & bool(model.gated_mlp)
-                                       & (kind != "moe"), 1.0, 0.0)) * (bit("mlp_act") & ~whole)
+                     + (1.0 + (0.0 if kind == "moe" else layer_costs.activation_units(model, unfused_block_ops)[2]))
+                     * (bit("mlp_act") & ~whole)
                      + 2.0 * bit("mla_up_proj")
                      + np.where(whole, mlp_n["gemm_fwd_s"] + mlp_n["elem_fwd_s"] + mlp_n["cast_fwd_s"]
                                 + np.where(tp > 1, 1.0, 0.0), 0.0)

@@ -89,9 +89,3 @@ def stack_sequence_parallel(stack: StackSpec, tp: int, model_name: str | None = 
     t = stack.training_for(model_name, gpu, dtype)
     return bool(t is not None and t.sequence_parallel_with_tp and tp > 1)
 
-
-def stack_selective_modules(stack: StackSpec, model_name: str | None = None) -> tuple:
-    """The recompute modules ``recompute: selective`` means on ``stack`` (its
-    ``selective_checkpoint``): what a plan made on it priced, which an export must reproduce."""
-    t = stack.training_for(model_name)
-    return SELECTIVE_CHECKPOINTS[t.selective_checkpoint if t is not None else "core_attn"]

@@ -145,11 +145,11 @@ def _emit(result: PlanResult, spec, framework: str, cl=None, switches=None, stac
     ``stack``: the stack the plans were priced on (what their ``selective`` recomputes)."""
     from paraplan import exports
     from paraplan.api import config_label
-    from simulator.stack_defaults import stack_selective_modules
+    from simulator.stack_defaults import stack_config_fields
     context = {"model": spec, "seq_len": result.seq_len, "gpu": result.gpu, "cluster": result.cluster,
                **(switches or {})}
     if stack is not None:
-        context["selective_modules"] = stack_selective_modules(stack, spec.name)
+        context["selective_modules"] = stack_config_fields(stack, model_name=spec.name)["selective_modules"]
     if cl is not None:      # the cluster as loaded (a file's too), for the launch's hosts
         context["gpus_per_host"] = cl.launch_gpus_per_host
         context["efficiency_fitted"] = not priors.is_prior(cl)     # the header says when it rests on a prior

@@ -277,6 +277,13 @@ MEMORY_FEATURES = ("recompute_num_layers", "recompute_layers_decrement", "recomp
 _NOT_USED = {"optimizer_moment_bytes": 4.0}
 
 
+def selective_recompute_modules(p: dict) -> tuple:
+    """What a selective plan ``p`` recomputes as it was priced: its ``recompute_modules``, else the
+    ``selective_modules`` of the stack it was priced on (Megatron's ``core_attn`` when the row
+    does not say)."""
+    return tuple(p.get("recompute_modules") or p.get("selective_modules") or ("core_attn",))
+
+
 def refuse_memory_features(p: dict, release: str, supported: tuple = ()) -> None:
     """Raise ``InputError`` naming the first memory feature of plan ``p`` that ``release`` cannot
     run as planned (those in ``supported`` are handled by the caller)."""

@@ -30,7 +30,8 @@ import json
 from typing import Any
 
 from hardware_specs.errors import InputError
-from paraplan.exports.common import plan_fields, refuse_memory_features, require_model, stage_layer_counts, summary
+from paraplan.exports.common import (plan_fields, refuse_memory_features, require_model, selective_recompute_modules,
+                                     stage_layer_counts, summary)
 from simulator.parallel_config import Recompute, Schedule
 
 NAME = "deepspeed"
@@ -221,8 +222,7 @@ def recipe(plan_row: Any, note: str = "") -> str:
     if p["ep"] > 1:
         lines.append(f"#   AutoEP: {p['ep']}-way expert parallelism folded into the data-parallel ranks.")
     rc = Recompute(p["recompute"])
-    priced = set(p.get("recompute_modules") or p.get("selective_modules") or ("core_attn",))
-    if rc == Recompute.SELECTIVE and p["pp"] == 1 and "every_second_linear" in priced:
+    if rc == Recompute.SELECTIVE and p["pp"] == 1 and "every_second_linear" in selective_recompute_modules(p):
         lines.append("#   selective recomputation as priced: PyTorch's per-operation checkpoint of each layer "
                      "(torch.utils.checkpoint with create_selective_checkpoint_contexts) saving the matmul and "
                      "attention outputs except every second matmul, as torchtitan's SelectiveAC does.")

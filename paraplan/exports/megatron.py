@@ -40,7 +40,8 @@ from cost_models.context_parallel import hybrid_cp_split
 from hardware_specs.errors import InputError
 from model_specs.model_spec import ModelSpec
 from paraplan.exports import megatron_table
-from paraplan.exports.common import chunk_layers, gpus_text, plan_fields, require_model, summary, torchrun_head
+from paraplan.exports.common import (chunk_layers, gpus_text, plan_fields, require_model, selective_recompute_modules,
+                                     summary, torchrun_head)
 from simulator.parallel_config import Recompute, Schedule
 
 NAME = "megatron"
@@ -91,7 +92,7 @@ def _refuse_memory_features(p: dict, model: ModelSpec) -> None:
                          "plan with recompute_layers_decrement 0, or run the plan in NeMo")
     modules = set(p.get("recompute_modules") or ())
     if not modules and Recompute(p["recompute"]) == Recompute.SELECTIVE:
-        modules = set(p.get("selective_modules") or ("core_attn",))
+        modules = set(selective_recompute_modules(p))
     if "every_second_linear" in modules:
         raise InputError("recompute_modules", "Megatron-LM has no per-operation checkpoint that recomputes every "
                          "second projection (torchtitan's selective policy, which this plan prices)",

@@ -47,8 +47,8 @@ from typing import Any
 from hardware_specs.errors import InputError
 from hardware_specs.stack_spec import SELECTIVE_CHECKPOINTS
 from model_specs.model_spec import ModelSpec
-from paraplan.exports.common import (gpus_text, plan_fields, refuse_memory_features, require_model, stage_layer_counts,
-                                     summary, torchrun_head)
+from paraplan.exports.common import (gpus_text, plan_fields, refuse_memory_features, require_model,
+                                     selective_recompute_modules, stage_layer_counts, summary, torchrun_head)
 from simulator.parallel_config import Recompute, Schedule
 
 NAME = "torchtitan"
@@ -139,7 +139,7 @@ def _settings(p: dict) -> dict:
         raise InputError("zero_stage", "torchtitan runs plain DDP (ZeRO-0) only without TP or PP",
                          "use a plan with zero_stage >= 1 (FSDP2) for torchtitan")
     if Recompute(p["recompute"]) == Recompute.SELECTIVE:
-        priced = tuple(p.get("recompute_modules") or p.get("selective_modules") or ("core_attn",))
+        priced = selective_recompute_modules(p)
         if set(priced) != set(SELECTIVE_CHECKPOINTS["per_op"]):
             raise InputError("recompute", "torchtitan's SelectiveAC saves attention and matmul outputs and recomputes "
                              f"every second matmul; the plan's selective recomputation ({', '.join(priced)}) is "

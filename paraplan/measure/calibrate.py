@@ -210,7 +210,7 @@ def measured_skew_fraction(slope: float) -> float:
 
 def _fraction(x: float) -> float:
     """Clamp a measured ratio into the (0, 1] range an efficiency factor must lie in."""
-    return float(min(1.0, max(1e-3, x)))
+    return float(min(1.0, max(MIN_FRACTION, x)))
 
 
 def summarize(ranks: list[dict], world: int, choice) -> dict:

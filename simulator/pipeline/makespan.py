@@ -80,13 +80,10 @@ def flush_ops(kind, p, m, v):
     p = np.asarray(p, dtype=np.int64)
     chunks = 2 if kind in (ScheduleKind.ZB_V, ScheduleKind.DUALPIPE, ScheduleKind.DUALPIPE_V) else \
         (np.asarray(v, dtype=np.int64) if kind == ScheduleKind.INTERLEAVED else 1)
-    # ``m_cap`` over arrays: max(4p, 16) (6p for the two-direction and list-scheduled orders),
-    # rounded up to the schedule's micro-batch granularity (p for interleaved)
-    cap = np.maximum(4 * p, 16)
-    if kind in (ScheduleKind.DUALPIPE, ScheduleKind.DUALPIPE_V, ScheduleKind.ZB_V, ScheduleKind.ZB_H2):
-        cap = np.maximum(cap, 6 * p)
-    step = p if kind == ScheduleKind.INTERLEAVED else (2 if kind == ScheduleKind.DUALPIPE else 1)
-    cap = -(-cap // step) * step
+    # ``m_cap`` once per distinct stage count (a planner batch has a handful: the divisors of its
+    # GPU counts), spread back to the rows
+    stages, row = np.unique(p, return_inverse=True)
+    cap = np.array([m_cap(kind, int(q)) for q in stages], dtype=np.int64)[row].reshape(p.shape)
     return 3 * p * chunks * np.minimum(np.asarray(m, dtype=np.int64), cap)
 
 
