@@ -236,13 +236,9 @@ def _keep(cols: dict, mask: np.ndarray) -> dict:
 
 def _flush_sizes(sched: np.ndarray, pp: np.ndarray, m: np.ndarray, vpp: np.ndarray) -> np.ndarray:
     """(rows, schedules): whether each row's flush under each schedule is within what the step
-    model builds in seconds (``pipeline.makespan.flush_within_limit``; pp 1 always is)."""
+    model builds in seconds (``pipeline.makespan.flush_within_limit``; one stage always is)."""
     from simulator.pipeline.makespan import flush_within_limit
-    out = np.ones((len(pp), len(sched)), dtype=bool)
-    for j, code in enumerate(sched):
-        out[:, j] = (pp == 1) | flush_within_limit(SCHEDULE_NAMES[int(code)], np.maximum(pp, 1), np.maximum(m, 1),
-                                                   np.maximum(vpp, 1))
-    return out
+    return np.stack([flush_within_limit(SCHEDULE_NAMES[int(code)], pp, m, vpp) for code in sched], axis=1)
 
 
 def micro_batch_candidates(global_batch: int, max_micro_batch: int | None) -> np.ndarray:

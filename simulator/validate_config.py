@@ -44,7 +44,7 @@ def _check_flush_size(c: ParallelConfig) -> None:
     """Refuse a pipeline whose one flush the step model could not build in seconds
     (``pipeline.makespan.flush_within_limit``: minutes of Python and gigabytes beyond it)."""
     from simulator.pipeline.makespan import flush_limit, flush_ops, flush_within_limit
-    if c.pp == 1 or bool(flush_within_limit(c.schedule.value, c.pp, c.num_microbatches, c.vpp)):
+    if bool(flush_within_limit(c.schedule.value, c.pp, c.num_microbatches, c.vpp)):     # one stage always is
         return
     ops = int(flush_ops(c.schedule.value, c.pp, c.num_microbatches, c.vpp))
     chunks = f" x {c.vpp} virtual stages" if c.vpp > 1 else ""
