@@ -56,6 +56,7 @@ from hardware_specs.gpu_spec import MAX_HBM_BYTES, MIN_HBM_BYTES, MIN_RATE_PER_S
 from hardware_specs.serving_behaviour import ServingBehaviour
 from hardware_specs.serving_efficiency import ServingEfficiency
 from hardware_specs.pools import Pool, PooledCluster, PoolLink
+from hardware_specs.release_match import ReleaseMatch, match_release
 from hardware_specs.stack_spec import RecipeOverride, StackSpec, TrainingBehaviour
 
 BUILTIN_DIR = Path(__file__).resolve().parent
@@ -733,9 +734,17 @@ def list_serving_stacks() -> list[str]:
 
 def serving_stack_for(framework: str, version: str | None = None) -> StackSpec:
     """The serving stack of ``framework`` (vllm, sglang, trtllm) describing release ``version``
-    (a listed release or a patch / rc / post release of one, ``StackSpec.covers``); with no
-    version, the framework's stack marked ``default_when_version_unstated``. A release no
-    profile covers is an ``InputError`` listing the known ones."""
+    (``serving_release_match``'s profile)."""
+    return serving_release_match(framework, version).stack
+
+
+def serving_release_match(framework: str, version: str | None = None) -> ReleaseMatch:
+    """The serving stack of ``framework`` (vllm, sglang, trtllm) describing release ``version``
+    (a listed release or a patch / rc / post release of one, ``StackSpec.covers``; a release no
+    profile lists: the newest profiled release before it, ``release_match.match_release``, with
+    a note saying so); with no version, the framework's stack marked
+    ``default_when_version_unstated``. A release no rule places is an ``InputError`` listing the
+    known ones."""
     key = str(framework).strip().lower()
     candidates = [load_stack(n) for n in sorted(_entries("stacks"))]
     candidates = [s for s in candidates if s.serving is not None and s.framework.lower() == key]
@@ -745,11 +754,11 @@ def serving_stack_for(framework: str, version: str | None = None) -> StackSpec:
     if _unstated(version):
         chosen = [s for s in candidates if s.default_when_version_unstated]
         if len(chosen) == 1:
-            return chosen[0]
-        return candidates[-1]
-    for stack in candidates:
-        if stack.covers(version):
-            return stack
+            return ReleaseMatch(chosen[0])
+        return ReleaseMatch(candidates[-1])
+    match = match_release(candidates, key, str(version).strip())
+    if match is not None:
+        return match
     known = sorted({v for s in candidates for v in s.versions})
     raise InputError("backend_version", f"no {framework} serving stack for release {version!r}",
                      "known: " + ", ".join(known))
@@ -838,10 +847,20 @@ def _unstated(version: Any) -> bool:
 
 
 def stack_for(framework: str, version: Any = None) -> StackSpec:
-    """The built-in stack that describes ``framework`` at ``version``, as the validation files
-    spell them (``framework`` / ``framework_version`` columns).
+    """The built-in stack that describes ``framework`` at ``version`` (``release_match_for``'s
+    profile)."""
+    return release_match_for(framework, version).stack
 
-    A version the source does not state resolves only to the framework's stack marked
+
+def release_match_for(framework: str, version: Any = None) -> ReleaseMatch:
+    """The built-in stack that describes ``framework`` at ``version``, as the validation files
+    spell them (``framework`` / ``framework_version`` columns), with a note when the profile does
+    not list that release.
+
+    A listed release (or a patch / rc / post release of one) gets its profile; another release
+    the newest profiled release before it (``release_match.match_release``: the catalog holds a
+    profile where behaviour changed, so a release between two behaves as the earlier). A
+    version the source does not state resolves only to the framework's stack marked
     ``default_when_version_unstated``. Raises ``InputError`` naming ``framework`` or
     ``framework_version`` (with the known values) when nothing matches.
     """
@@ -859,14 +878,17 @@ def stack_for(framework: str, version: Any = None) -> StackSpec:
     if _unstated(version):
         chosen = [s for s in mine if s.default_when_version_unstated]
         if len(chosen) == 1:
-            return chosen[0]
+            return ReleaseMatch(chosen[0])
         known = sorted({v for s in mine for v in s.versions})
         raise InputError("framework_version", f"{framework} needs a version (its stacks differ by release)",
                          "known: " + ", ".join(known))
     key = str(version).strip()
     for s in mine:
         if key in s.versions:
-            return s
+            return ReleaseMatch(s)
+    match = match_release(mine, fw, key)
+    if match is not None:
+        return match
     known = sorted({v for s in mine for v in s.versions})
     raise InputError("framework_version", f"no {framework} stack for version {key!r}",
                      "known: " + ", ".join(known))

@@ -114,6 +114,12 @@ def _context(opts):
         # not ignored (the weights stayed in --precision's format whatever it said)
         raise InputError("--expert-precision", f"{ctx.model.name} is dense: it has no routed experts",
                          "drop --expert-precision, or set the weights' format with --precision")
+    if opts["backend_version"] and ctx.stack.framework.lower() == str(opts["backend"]).strip().lower():
+        # a release no profile lists runs as the newest profiled release before it: say so
+        from hardware_specs.catalog import serving_release_match
+        note = serving_release_match(opts["backend"], opts["backend_version"]).note
+        if note:
+            click.echo(f"note: {note}", err=True)
     return ctx
 
 

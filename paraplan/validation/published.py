@@ -21,7 +21,8 @@ defaults, each recorded in the row's ``assumptions``:
   (``use_distributed_optimizer``), else the stack's default distributed optimizer (ZeRO-1/2),
   since "FSDP off" does not say the optimizer states were replicated;
 - software stack: the ``framework`` and ``framework_version`` columns name it
-  (``hardware_specs.catalog.stack_for``); its documented behaviour sets overlap, kernels,
+  (``hardware_specs.catalog.release_match_for``: a release no profile lists takes the newest
+  profiled release before it, noted); its documented behaviour sets overlap, kernels,
   fusion, gradient-reduction dtype and whether its recipes turn sequence parallelism on with
   tp > 1 (``simulator.stack_defaults``). A row's own ``seq_parallel`` column wins. An empty
   framework runs the default stack (megatron-core), noted;
@@ -59,7 +60,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hardware_specs.catalog import generic_cluster, load_cluster, load_gpu, load_stack, stack_for
+from hardware_specs.catalog import generic_cluster, load_cluster, load_gpu, load_stack, release_match_for
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.errors import InputError
 from hardware_specs.stack_presets import Layout, memory_savings_of_layout
@@ -314,15 +315,19 @@ _CLUSTERS: dict = {}
 
 
 def _row_stack(row, assumptions):
-    """The software stack the row's framework columns name (``stack_for``)."""
+    """The software stack the row's framework columns name (``release_match_for``; a release no
+    profile lists is noted in the row's assumptions)."""
     framework, version = _str(row, "framework"), _str(row, "framework_version")
     if not framework:
         assumptions.append(f"stack={DEFAULT_STACK} (framework not stated)")
         return load_stack(DEFAULT_STACK)
     try:
-        stack = stack_for(framework, version or None)
+        match = release_match_for(framework, version or None)
     except InputError as exc:
         raise Skip(f"software stack: {exc}") from None
+    stack = match.stack
+    if match.note:
+        assumptions.append(f"stack={stack.name} ({match.note})")
     if not version:
         assumptions.append(f"stack={stack.name} ({framework} version not stated)")
     return stack

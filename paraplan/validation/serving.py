@@ -8,8 +8,9 @@ prediction:
   re-quantised checkpoints have their base model's architecture).
 * system: ``SYSTEMS`` maps the file's system names to cluster presets.
 * stack: the ``backend`` framework's serving stack covering ``backend_version``
-  (``hardware_specs.catalog.serving_stack_for``); rows without a version get the framework's
-  newest profile (``ASSUMPTIONS``). Dynamo's TensorRT-LLM runtime containers (0.5-0.8) are
+  (``hardware_specs.catalog.serving_release_match``; a release no profile lists takes the
+  newest profiled release before it, noted in the row's assumption); rows without a version
+  get the framework's newest profile (``ASSUMPTIONS``). Dynamo's TensorRT-LLM runtime containers (0.5-0.8) are
   listed in the TensorRT-LLM 1.x stack.
 * formats: ``gemm_quant_mode`` for attention and dense GEMMs, ``moe_quant_mode`` for routed
   experts, empty = 16-bit.
@@ -86,7 +87,7 @@ from typing import Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from hardware_specs.catalog import is_file, load_cluster, serving_stack_for
+from hardware_specs.catalog import is_file, load_cluster, serving_release_match
 from hardware_specs.errors import InputError
 from hardware_specs.serving_efficiency import ServingEfficiency
 from model_specs.catalog import load_model
@@ -256,18 +257,19 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
         skey = (str(r.get("backend")), version)
         if skey not in stacks:
             try:
-                stacks[skey] = serving_stack_for(*skey)
+                stacks[skey] = serving_release_match(*skey)
             except InputError as exc:
                 stacks[skey] = exc
-        stack = stacks[skey]
-        if isinstance(stack, InputError):
-            skipped[i] = str(stack)
+        match = stacks[skey]
+        if isinstance(match, InputError):
+            skipped[i] = str(match)
             continue
+        stack = match.stack
         if preset not in models:
             models[preset] = load_model(preset)
         model = models[preset]
         dense, expert = _fmt(r.get("gemm_quant_mode"), r.get("precision")), _fmt(r.get("moe_quant_mode"), r.get("precision"))
-        values = {"isl": isl, "osl": osl, "assumption": "" if version else ASSUMPTIONS["no_version"]}
+        values = {"isl": isl, "osl": osl, "assumption": match.note if version else ASSUMPTIONS["no_version"]}
         if mode == "agg":
             tp, pp, adp = _deg(r.get("tp_size")), _deg(r.get("pp_size")), _deg(r.get("attention_dp_size"))
             moe_tp, moe_ep = _expert_degrees(r.get("moe_tp_size"), r.get("moe_ep_size"), tp, adp)
