@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import math
 import shlex
+from pathlib import Path
 
 import click
 import pandas as pd
@@ -92,10 +93,14 @@ def _common(f):
 def _context(opts):
     from hardware_specs.catalog import load_cluster
     from hardware_specs.errors import InputError
-    from paraplan.validation.serving import MODEL_PRESETS, SYSTEMS
+    from paraplan.validation.serving import SYSTEMS, model_preset_for
     from simulator.serving.context import ServingContext
-    # the serving-runs file's spellings (a Hugging Face id, "b200_sxm") name the same presets
-    model = MODEL_PRESETS.get(str(opts["model"]).lower(), opts["model"])
+    # the serving-runs file's spellings (a Hugging Face id, "b200_sxm") name the same presets; a
+    # YAML or config.json path is read as given
+    given = str(opts["model"])
+    model = given
+    if "/" in given and not Path(given).exists():      # a Hugging Face id, not a local file
+        model = model_preset_for(given) or given
     system = SYSTEMS.get(str(opts["system"]).lower(), opts["system"])
     try:
         cluster = load_cluster(system)

@@ -5,7 +5,9 @@ AIConfigurator's measured deployments of vLLM, SGLang and TensorRT-LLM. How a ro
 prediction:
 
 * model: the Hugging Face id in ``model_path`` maps to a preset (``MODEL_PRESETS``; the NVIDIA
-  re-quantised checkpoints have their base model's architecture).
+  re-quantised checkpoints have their base model's architecture); an id not in that table is
+  looked up by its name without checkpoint suffixes (``model_preset_for``: ``-Instruct``,
+  ``-FP8``, ``-0528``...) in the model catalog's names and aliases.
 * system: ``SYSTEMS`` maps the file's system names to cluster presets.
 * stack: the ``backend`` framework's serving stack covering ``backend_version``
   (``hardware_specs.catalog.serving_release_match``; a release no profile lists takes the
@@ -113,9 +115,43 @@ MODEL_PRESETS = {
     "qwen/qwen3.5-397b-a17b": "qwen3.5-397b-a17b",
     "zhipuai/glm-5": "glm-5",
 }
-#: the file's system names -> cluster presets
-SYSTEMS = {"h100_sxm": "dgx-h100", "h200_sxm": "hgx-h200", "b200_sxm": "dgx-b200", "b300_sxm": "dgx-b300",
-           "gb200": "gb200-nvl72", "gb300": "gb300-nvl72"}
+#: a checkpoint's name beyond its model's: instruction or chat tuning, a quantised export, a dated
+#: release (``-0528``, ``-2507``) and the like change the weights, not the architecture
+_CHECKPOINT_SUFFIX = re.compile(r"[-_.](instruct|chat|base|hf|it|fp8|fp4|nvfp4|mxfp4|int4|w4a16|w8a8|awq|gptq|"
+                                r"thinking|dynamic|block|\d{4}|v\d+(?:\.\d+)*)$", re.IGNORECASE)
+
+
+def model_preset_for(model_path) -> str | None:
+    """The model preset a Hugging Face id names: ``MODEL_PRESETS`` first, else the repository
+    name (the part after ``org/``), then that name with its checkpoint suffixes removed one at a
+    time (``_CHECKPOINT_SUFFIX``: ``DeepSeek-R1-0528`` -> DeepSeek-R1,
+    ``Llama-3.3-70B-Instruct-FP8`` -> Llama-3.3-70B), each also without a leading ``Meta-``,
+    looked up in the model catalog by name or alias (``model_specs.catalog``); None when nothing
+    matches."""
+    key = str(model_path or "").strip().lower()
+    if not key:
+        return None
+    if key in MODEL_PRESETS:
+        return MODEL_PRESETS[key]
+    name = key.rsplit("/", 1)[-1]
+    while name:
+        # the whole name first, then one suffix shorter at a time (DeepSeek-V3.1 is a name of its
+        # own before "-v3.1" would read as a version suffix)
+        for candidate in (name, re.sub(r"^meta[-_]", "", name)):
+            try:
+                return load_model(candidate).name
+            except InputError:
+                continue
+        shorter = _CHECKPOINT_SUFFIX.sub("", name)
+        if shorter == name:
+            break
+        name = shorter
+    return None
+
+
+#: the file's system names -> cluster presets (AIConfigurator's system names)
+SYSTEMS = {"a100_sxm": "dgx-a100-80gb", "h100_sxm": "dgx-h100", "h200_sxm": "hgx-h200", "b200_sxm": "dgx-b200",
+           "b300_sxm": "dgx-b300", "gb200": "gb200-nvl72", "gb300": "gb300-nvl72"}
 #: what a prediction assumes where the row is silent, by cause
 ASSUMPTIONS = {
     "no_version": "backend_version empty: the framework's newest serving stack",
@@ -239,7 +275,7 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
     clusters: dict[str, object] = {}
     for i, r in enumerate(df.to_dict("records")):
         model_key = str(r.get("model_path") or "").strip().lower()
-        preset = MODEL_PRESETS.get(model_key)
+        preset = model_preset_for(model_key)
         if preset is None:
             skipped[i] = f"model_path {r.get('model_path')!r} has no preset"
             continue

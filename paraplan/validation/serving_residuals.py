@@ -189,10 +189,10 @@ def offset_share(res: pd.DataFrame, metric: str = "ttft", keys=("backend", "mode
 
 def _annotate(res: pd.DataFrame) -> pd.DataFrame:
     from model_specs.catalog import load_model
-    from paraplan.validation.serving import MODEL_PRESETS
+    from paraplan.validation.serving import model_preset_for
     moe = {}
     for path in res.model_path.dropna().unique():
-        preset = MODEL_PRESETS.get(str(path).strip().lower())
+        preset = model_preset_for(path)
         moe[path] = "moe" if preset and load_model(preset).moe is not None else "dense"
     out = res.copy()
     out["architecture"] = out.model_path.map(moe)
