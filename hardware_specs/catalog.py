@@ -747,7 +747,7 @@ def serving_release_match(framework: str, version: str | None = None) -> Release
     known ones."""
     key = str(framework).strip().lower()
     candidates = [load_stack(n) for n in sorted(_entries("stacks"))]
-    candidates = [s for s in candidates if s.serving is not None and s.framework.lower() == key]
+    candidates = [s for s in candidates if s.serving is not None and _framework_key(s.framework) == _framework_key(key)]
     if not candidates:
         known = sorted({load_stack(n).framework for n in _entries("stacks") if load_stack(n).serving is not None})
         raise InputError("backend", f"no serving stack for framework '{framework}'", suggest(key, known))
@@ -837,6 +837,12 @@ def generic_cluster(gpu_name: str) -> ClusterSpec:
                                    f"{gbit:g} Gb/s per GPU", source="paraplan generic node (catalog.generic_cluster)")
 
 
+def _framework_key(name: str) -> str:
+    """A framework name as matched: case, spaces, '-' and '_' ignored (``Megatron_LM`` is
+    ``megatron-lm``, ``TensorRT-LLM`` is not ``trtllm``: no other aliasing)."""
+    return "".join(ch for ch in str(name).strip().lower() if ch not in " -_")
+
+
 def _unstated(version: Any) -> bool:
     """True for a version cell that says nothing (None, empty, NaN)."""
     if version is None:
@@ -871,7 +877,7 @@ def release_match_for(framework: str, version: Any = None) -> ReleaseMatch:
         raise InputError("framework", "not stated, so no software stack applies",
                          "name one of: " + ", ".join(sorted({s.framework for s in stacks})))
     fw = str(framework).strip().lower()
-    mine = [s for s in stacks if s.framework.lower() == fw]
+    mine = [s for s in stacks if _framework_key(s.framework) == _framework_key(fw)]
     if not mine:
         raise InputError("framework", f"no software stack for framework {framework!r}",
                          suggest(fw, sorted({s.framework for s in stacks})))

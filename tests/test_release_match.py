@@ -113,3 +113,16 @@ def test_serve_simulate_says_which_profile_an_unprofiled_release_runs_as():
     assert newer.stdout == listed.stdout                    # the same profile, the same numbers
     assert "note: vllm 0.20.1 has no profile of its own: vllm-0.14" in newer.stderr
     assert "note:" not in listed.stderr
+
+
+@pytest.mark.parametrize("framework, version, stack", [
+    ("Megatron_LM", "2022", "megatron-lm-2022"), ("megatron deepspeed", "2023", "megatron-deepspeed"),
+    ("LLM-Foundry", None, "llm-foundry"), ("NeMo", "24.09", "nemo-24.09"),
+])
+def test_framework_names_match_whatever_their_case_and_separators(framework, version, stack):
+    assert stack_for(framework, version).name == stack
+
+
+def test_serving_framework_names_match_whatever_their_case():
+    assert serving_release_match("SGLang", "0.5.9").stack.name == "sglang-0.5"
+    assert serving_release_match("vLLM", "0.12.0").stack.name == "vllm-0.11"
