@@ -39,6 +39,7 @@ import numpy as np
 
 from cost_models.expert_activation import expected_distinct_experts
 from cost_models.kv_cache import kv_bytes_per_token_layer, kv_heads_per_gpu, layer_counts, linear_state_bytes_per_layer
+from cost_models.params import routed_expert_width
 from cost_models.weight_formats import compute_dtype, weight_bytes
 from hardware_specs.gpu_spec import GPUSpec
 from hardware_specs.serving_efficiency import ServingEfficiency
@@ -211,20 +212,25 @@ def moe_block_s(model: ModelSpec, rates: LayerRates, tp, adp, moe_tp, moe_ep, to
     experts, shared experts), for ``tokens`` tokens per attention-DP rank."""
     moe = model.moe
     h = model.hidden_size
+    d_e = routed_expert_width(model)      # the experts' width: LatentMoE's latent size, else h
     mats = 3.0 if model.gated_mlp else 2.0
     T = _f(tokens)
     group_tokens = T * _f(adp)            # tokens of every adp rank meet in the expert group
-    expert_w = mats * h * moe.expert_ffn_hidden_size / _f(moe_tp)
+    expert_w = mats * d_e * moe.expert_ffn_hidden_size / _f(moe_tp)
     active_local = expected_distinct_experts(moe.num_experts, moe.top_k, group_tokens) / _f(moe_ep)
     routed_rows = group_tokens * moe.top_k / _f(moe_ep)      # rows one GPU's experts process
     flops = 2.0 * routed_rows * expert_w
     traffic = (active_local * expert_w * rates.expert_weight_bytes
-               + routed_rows * (h + moe.expert_ffn_hidden_size / _f(moe_tp)) * 2.0 * ACT_BYTES)
+               + routed_rows * (d_e + moe.expert_ffn_hidden_size / _f(moe_tp)) * 2.0 * ACT_BYTES)
     # each active expert slice also pays a fixed time its bytes do not shrink
     # (``ServingEfficiency.expert_fixed_s``)
     routed = (np.maximum(flops / rates.expert_flops_per_s, traffic / rates.hbm_bytes_per_s)
               + active_local * rates.expert_fixed_s)
     router = gemm_s(T, h * moe.num_experts, rates.head_flops_per_s, 2.0, rates, h, moe.num_experts)
+    # LatentMoE: the down and up projections around the experts (two GEMMs of h x latent,
+    # ``params.latent_projection_params``), whole on every GPU like the router beside them
+    if moe.latent_size:
+        router = router + 2.0 * gemm_s(T, h * d_e, rates.dense_flops_per_s, rates.dense_weight_bytes, rates, h, d_e)
     shared_ffn = moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
     shared = dense_mlp_s(model, rates, tp, T, shared_ffn) if shared_ffn else 0.0
     kernels = KERNELS["moe"] + (KERNELS["mlp"] - 1.0 if shared_ffn else 0.0)

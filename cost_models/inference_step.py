@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models.inference_comm import all_to_all_time_s, allreduce_time_s, p2p_time_s
+from cost_models.params import routed_expert_width
 from cost_models.inference_layers import (ACT_BYTES, KERNELS, attention_block_s, dense_mlp_s, elementwise_s,
                                           layer_rates, lm_head_s, moe_block_s)
 from hardware_specs.cluster_spec import ClusterSpec
@@ -94,7 +95,7 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
     if n_moe:
         group = tp * adp
         k_eff = np.minimum(float(model.moe.top_k), moe_ep)
-        a2a = 2.0 * all_to_all_time_s(T * k_eff * h * ACT_BYTES, group, cluster, eff)
+        a2a = 2.0 * all_to_all_time_s(T * k_eff * routed_expert_width(model) * ACT_BYTES, group, cluster, eff)
         use_a2a = adp > 1
         comm = comm + n_moe * np.where(use_a2a, a2a, ar)
         kernels = kernels + n_moe * np.where(use_a2a, 2.0, ar_kernels - fused)

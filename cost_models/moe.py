@@ -37,7 +37,8 @@ from cost_models.compute import (ACT_BYTES, ComputeRates, gemm_roofline_s, linea
 from cost_models.layer_costs import (ACTIVATION_UNITS, ELEMENTWISE_KERNELS_FWD, REPLICATED_ELEMENTWISE_UNITS,
                                      REPLICATED_ELEMENTWISE_UNITS_BWD, RESIDUAL_FORK_KERNELS_BWD, block_cast_bytes,
                                      cast_times, linear_cast_bytes, mlp_gemm_shapes)
-from cost_models.params import attention_params, expert_params_per_moe_layer, mlp_params
+from cost_models.params import (attention_params, expert_params_per_moe_layer, latent_projection_params, mlp_params,
+                                 routed_expert_width)
 from cost_models.topology import group_collective_time_s, group_forwarded_all_to_all_time_s, group_span
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
@@ -212,7 +213,10 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
     * router: GEMM (routed, E, h), replicated over TP, plus fp32 softmax/top-k traffic;
     * routed experts: one grouped GEMM per matrix over the ``E/ep`` local experts, M = rows of
       the busiest expert on the busiest rank (``moe_tokens_per_expert``), N/K = expert FFN
-      width / etp and h; gated (SwiGLU: up+gate fused, then down) or plain;
+      width / etp and the experts' width d (``params.routed_expert_width``: h, or LatentMoE's
+      latent size, in which case two (routed, d, h) GEMMs project the routed tokens down before
+      the dispatch and up after the combine, and the routed rows move d wide); gated (SwiGLU:
+      up+gate fused, then down) or plain;
     * shared experts: one dense MLP of width ``num_shared * shared_ffn`` split by tp, on all
       ``tokens`` (as ``dense_mlp_costs``);
     * memory-bound: permute (read+write every routed row), sort/unsort by local expert when
@@ -243,6 +247,7 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
         raise ValueError(f"{model.name} has no experts")
     h, E, k = model.hidden_size, moe.num_experts, moe.top_k
     f_exp = moe.expert_ffn_hidden_size
+    d_e = routed_expert_width(model)        # the experts' width (LatentMoE's latent size, else h)
     tokens, tp, ep, etp = _f(tokens), _f(tp), _f(ep), _f(etp)
     zero = 0.0 * (tokens + tp + ep + etp + _f(load_imbalance))   # broadcast every output alike
     routed = moe_routed_tokens_per_gpu(tokens, tp)
@@ -253,10 +258,21 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
 
     router_s, router_dgrad, router_wgrad = linear_gemm_times_s(routed, E, h, rates)
     router_flops = 2.0 * routed * E * h
+    # LatentMoE: the routed tokens go down to the experts' width before the dispatch and back up
+    # after the combine, two (routed, d_e, h) GEMMs (Megatron-Bridge flop_utils moe_layer_flops:
+    # 4 B s h latent a layer, forward)
+    latent = bool(moe.latent_size)
+    if latent:
+        down = linear_gemm_times_s(routed, d_e, h, rates)
+        up = linear_gemm_times_s(routed, h, d_e, rates)
+        proj_s, proj_dgrad, proj_wgrad = (down[i] + up[i] for i in range(3))
+        proj_flops = 2.0 * 2.0 * routed * h * d_e
+    else:
+        proj_s = proj_dgrad = proj_wgrad = proj_flops = 0.0
 
     expert_s = expert_dgrad = expert_wgrad = 0.0
     streams = _f(grouped_gemm_streams)
-    expert_shapes = mlp_gemm_shapes(h, f_exp, model.gated_mlp, etp)
+    expert_shapes = mlp_gemm_shapes(d_e, f_exp, model.gated_mlp, etp)
     for n, kk in expert_shapes:
         # data gradient (m, k, n) and weight gradient (k, n, m) of every local expert
         expert_s = expert_s + grouped_gemm_time_s(m_exp, n, kk, local_experts, rates, streams=streams)
@@ -269,7 +285,7 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
                                      current_scaling, local_experts)
     expert_casts["weights"] = expert_casts["weights"] * local_experts
     up = (3.0 if model.gated_mlp else 2.0)
-    expert_flops = 2.0 * routed * k * up * h * f_exp
+    expert_flops = 2.0 * routed * k * up * d_e * f_exp
 
     f_sh = _shared_ffn_total(model)
     shared_s = shared_dgrad = shared_wgrad = zero
@@ -285,7 +301,7 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
         casts = {key: casts[key] + shared_casts[key] for key in casts}
 
     split = np.where(sp, tp, 1.0)
-    row_bytes = h * rates.act_bytes
+    row_bytes = d_e * rates.act_bytes       # the routed rows move at the experts' width
     sort = np.where(local_experts > 1, 1.0, 0.0)
     act_fwd, act_bwd = ACTIVATION_UNITS[bool(model.gated_mlp)]
     moves = (2.0 * routed * k * row_bytes                                 # permute
@@ -294,7 +310,7 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
                   + rows * act_fwd * f_exp / etp * rates.act_bytes        # activation function
                   + (k + 1.0) * routed * row_bytes                        # unpermute (weighted sum)
                   + tokens * act_fwd * f_sh / tp * rates.act_bytes        # shared experts' activation
-                  + tokens * row_bytes * (REPLICATED_ELEMENTWISE_UNITS / 2) / split)
+                  + tokens * h * rates.act_bytes * (REPLICATED_ELEMENTWISE_UNITS / 2) / split)
     # backward: the router's score gradient (read probabilities and their gradient, write the
     # logits' gradient), the same row moves in reverse, the activation's backward, and the
     # weighted sum's (read the output gradient and the k rows for the weights' gradient,
@@ -303,8 +319,8 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
                       + rows * act_bwd * f_exp / etp * rates.act_bytes
                       + (2.0 * k + 1.0) * routed * row_bytes
                       + tokens * act_bwd * f_sh / tp * rates.act_bytes
-                      + tokens * row_bytes * (REPLICATED_ELEMENTWISE_UNITS_BWD / 2) / split)
-    bias = expert_output_bias_work(rows, h, local_experts, rates.act_bytes) if model.linear_bias else None
+                      + tokens * h * rates.act_bytes * (REPLICATED_ELEMENTWISE_UNITS_BWD / 2) / split)
+    bias = expert_output_bias_work(rows, d_e, local_experts, rates.act_bytes) if model.linear_bias else None
     clamp = eager_glu_clamp(model, glu_clamp_eager)
     clamp_fwd, clamp_bwd = glu_clamp_bytes(rows, f_exp / etp, rates.act_bytes)
     clamp_kernels = np.where(clamp, GLU_CLAMP_KERNELS, 0.0)
@@ -315,19 +331,19 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
                                      + (bias["bwd_kernels"] if bias else 0.0))
 
     out = {
-        "gemm_fwd_s": router_s + expert_s + shared_s,
-        "gemm_dgrad_s": router_dgrad + expert_dgrad + shared_dgrad,
-        "gemm_wgrad_s": router_wgrad + expert_wgrad + shared_wgrad,
+        "gemm_fwd_s": router_s + proj_s + expert_s + shared_s,
+        "gemm_dgrad_s": router_dgrad + proj_dgrad + expert_dgrad + shared_dgrad,
+        "gemm_wgrad_s": router_wgrad + proj_wgrad + expert_wgrad + shared_wgrad,
         "expert_gemm_fwd_s": expert_s,
         "shared_gemm_fwd_s": shared_s,
         "router_fwd_s": router_s,
         "elem_fwd_s": elem_s,
         "elem_bwd_s": elem_bwd_s,
         **cast_times(casts, rates),
-        "gemm_flops_fwd": router_flops + expert_flops + shared_flops,
+        "gemm_flops_fwd": router_flops + proj_flops + expert_flops + shared_flops,
         "router_flops_fwd": router_flops,
         "expert_rows": rows,
-        "a2a_dispatch_buffer_bytes": moe_dispatch_bytes(routed, k, h, rates.act_bytes),
+        "a2a_dispatch_buffer_bytes": moe_dispatch_bytes(routed, k, d_e, rates.act_bytes),
     }
     return {key: value + zero for key, value in out.items()}
 
@@ -464,7 +480,8 @@ def moe_layer_params_local(model: ModelSpec, tp, ep, etp):
     moe = model.moe
     shared = mlp_params(h, _shared_ffn_total(model), model.gated_mlp)
     router = h * moe.num_experts
-    non_expert = (attention_params(model) + shared) / _f(tp) + router + 2 * h
+    # the LatentMoE projections are replicated over tp, like the router they sit beside
+    non_expert = (attention_params(model) + shared) / _f(tp) + router + latent_projection_params(model) + 2 * h
     expert = expert_params_per_moe_layer(model) / (_f(ep) * _f(etp))
     return non_expert, expert
 
@@ -493,13 +510,14 @@ def moe_activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, c
     ``rows = routed * top_k * etp * imbalance`` (rows on the busiest rank):
 
     * router: fp32 logits and probabilities, ``routed * E * 8``;
-    * expert input after dispatch (fc1's wgrad input), ``rows * h * g`` (g =
+    * expert input after dispatch (fc1's wgrad input), ``rows * d * g`` (d = the experts' width,
+      ``params.routed_expert_width``: h, or LatentMoE's latent size; g =
       ``gemm_input_bytes``: 2, or 1 under FP8 recipes); dropped when the ``moe_dispatch``
       module is recomputed (the permutation and all-to-all run again in backward);
     * expert intermediates per row: fc1's output (gated ``4 f / etp``, plain ``2 f / etp``,
       16-bit) and the activation's output, fc2's input (``g f / etp``; dropped by ``mlp_act``);
     * expert outputs back at the source before the weighted sum (probabilities' gradient),
-      ``routed * top_k * h * 2``.
+      ``routed * top_k * d * 2``; with LatentMoE also the up projection's input, ``routed * d * 2``.
 
     ``recompute`` 2 (full) or the ``moe`` module keep none of it (the layer input, or the
     block's input, is in the generic formula); otherwise ``modules`` (a ``memory.MODULE_BITS`` mask, None = from ``recompute`` alone via
@@ -507,6 +525,7 @@ def moe_activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, c
     """
     moe = model.moe
     h, E, k = model.hidden_size, moe.num_experts, moe.top_k
+    d_e = routed_expert_width(model)
     gb = _f(gemm_input_bytes)
     mods = memory.effective_modules(recompute, 0 if modules is None else modules)
     routed = _f(micro_batch) * _f(seq_len) / (_f(cp) * _f(tp))
@@ -515,10 +534,13 @@ def moe_activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, c
     fc1_out = (4.0 if model.gated_mlp else 2.0) * f_local
     drop_dispatch = (mods & memory.MODULE_BITS["moe_dispatch"]) != 0
     drop_act = (mods & memory.MODULE_BITS["mlp_act"]) != 0
+    # LatentMoE: the up projection's input (the combined rows at the latent width) is kept for
+    # its weight gradient; the down projection's input is the norm's output the layer keeps
+    latent_input = routed * d_e * ACT_BYTES if moe.latent_size else 0.0
     kept = (routed * E * ROUTER_BYTES_PER_LOGIT_SAVED
-            + np.where(drop_dispatch, 0.0, rows * h * gb)
+            + np.where(drop_dispatch, 0.0, rows * d_e * gb)
             + rows * (fc1_out + np.where(drop_act, 0.0, gb * f_local))
-            + routed * k * h * ACT_BYTES)
+            + routed * k * d_e * ACT_BYTES + latent_input)
     # ``moe``: the whole block is recomputed from its input (the norm's output, kept by the layer)
     whole_block = (mods & memory.MODULE_BITS["moe"]) != 0
     return np.where((np.asarray(recompute) == 2) | whole_block, 0.0, kept)
@@ -527,11 +549,12 @@ def moe_activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, c
 def moe_dispatch_buffer_bytes(model: ModelSpec, micro_batch, seq_len, tp, cp, etp, load_imbalance=1.0, ep=1,
                               bytes_per_element=2.0):
     """Transient bytes of one MoE layer's token exchange on one GPU: the permuted rows it sends
-    (``routed * top_k * h``) and the rows it receives (``rows * h``), live together while the
+    (``routed * top_k * d``, d the experts' width ``params.routed_expert_width``) and the rows it
+    receives (``rows * d``), live together while the
     dispatch (and, mirrored, the combine) all-to-all runs; freed when the layer is done, so one
     layer's worth at a time."""
     moe = model.moe
-    h, k = model.hidden_size, moe.top_k
+    k = moe.top_k
     routed = _f(micro_batch) * _f(seq_len) / (_f(cp) * _f(tp))
     rows = routed * k * _f(etp) * _rank_imbalance(load_imbalance, ep)
-    return (routed * k + rows) * h * _f(bytes_per_element)
+    return (routed * k + rows) * routed_expert_width(model) * _f(bytes_per_element)

@@ -84,15 +84,30 @@ def dense_layer_params(model: ModelSpec) -> int:
     return attention_params(model) + mlp_params(model.hidden_size, ffn, model.gated_mlp) + 2 * model.hidden_size
 
 
+def routed_expert_width(model: ModelSpec) -> int:
+    """The width routed experts take tokens at and tokens travel between GPUs at: the MoE's
+    ``latent_size`` (LatentMoE), else the hidden size."""
+    return (model.moe.latent_size if model.moe is not None else 0) or model.hidden_size
+
+
+def latent_projection_params(model: ModelSpec) -> int:
+    """The two latent_size x hidden projections of one LatentMoE layer (down before the
+    dispatch, up after the combine; Megatron-Bridge@067f987 ``theoretical_memory_utils.py``:
+    ``2 * hidden_size * moe_latent_size`` per MoE layer); 0 without a latent size."""
+    moe = model.moe
+    return 2 * model.hidden_size * moe.latent_size if moe is not None and moe.latent_size else 0
+
+
 def moe_block_params(model: ModelSpec, active: bool = False) -> int:
-    """The MoE block of a layer: routed experts (``active=True``: the top-k a token uses), shared
+    """The MoE block of a layer: routed experts (``active=True``: the top-k a token uses) at
+    their width (``routed_expert_width``), the latent projections when there are any, shared
     experts and the router (h x E); no attention, no norms."""
     moe, h = model.moe, model.hidden_size
     experts = moe.top_k if active else moe.num_experts
-    routed = experts * mlp_params(h, moe.expert_ffn_hidden_size, model.gated_mlp)
+    routed = experts * mlp_params(routed_expert_width(model), moe.expert_ffn_hidden_size, model.gated_mlp)
     shared_ffn = moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size
     shared = moe.num_shared_experts * mlp_params(h, shared_ffn, model.gated_mlp)
-    return routed + shared + h * moe.num_experts
+    return routed + latent_projection_params(model) + shared + h * moe.num_experts
 
 
 def moe_layer_params(model: ModelSpec, active: bool = False) -> int:
@@ -108,7 +123,7 @@ def expert_params_per_moe_layer(model: ModelSpec) -> int:
     """Routed-expert weights of one MoE layer (the part sharded by expert parallelism)."""
     if model.moe is None:
         return 0
-    return model.moe.num_experts * mlp_params(model.hidden_size, model.moe.expert_ffn_hidden_size,
+    return model.moe.num_experts * mlp_params(routed_expert_width(model), model.moe.expert_ffn_hidden_size,
                                               model.gated_mlp)
 
 

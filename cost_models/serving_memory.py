@@ -22,6 +22,7 @@ import numpy as np
 
 from cost_models.inference_layers import ACT_BYTES, attention_weights_per_gpu, linear_attention_weights_per_gpu
 from cost_models.kv_cache import layer_counts
+from cost_models.params import latent_projection_params, routed_expert_width
 from cost_models.weight_formats import weight_bytes
 from hardware_specs.serving_behaviour import ServingBehaviour
 from model_specs.model_spec import ModelSpec
@@ -53,9 +54,11 @@ def weight_bytes_per_gpu(model: ModelSpec, tp, adp, pp, moe_tp, moe_ep, dense_fo
     layers = (attn + dense) * wd
     if n_moe:
         moe = model.moe
-        experts = moe.num_experts / moe_ep * mats * h * moe.expert_ffn_hidden_size / moe_tp
+        experts = moe.num_experts / moe_ep * mats * routed_expert_width(model) * moe.expert_ffn_hidden_size / moe_tp
         shared_ffn = moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
-        layers = layers + n_moe * (experts * we + mats * h * shared_ffn / tp * wd + h * moe.num_experts * ACT_BYTES)
+        # the router and LatentMoE's projections are whole on every GPU
+        layers = layers + n_moe * (experts * we + mats * h * shared_ffn / tp * wd
+                                   + (h * moe.num_experts + latent_projection_params(model)) * ACT_BYTES)
     embed = model.vocab_size * h / tp * ACT_BYTES * (1.0 if model.tied_embeddings else 2.0)
     return layers / pp + embed * np.where(pp > 1, 0.5 if not model.tied_embeddings else 1.0, 1.0)
 

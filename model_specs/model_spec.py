@@ -19,7 +19,7 @@ SIZE_LIMITS = {"num_layers": 2**11, "hidden_size": 2**22, "num_heads": 2**16, "n
                "sliding_window": 2**30, "mtp_layers": 2**10, "max_context_tokens": 2**30,
                "num_experts": 2**16, "top_k": 2**16, "expert_ffn_hidden_size": 2**24, "num_shared_experts": 2**16,
                "shared_expert_ffn_hidden_size": 2**24, "first_dense_layers": 2**11, "dense_ffn_hidden_size": 2**24,
-               "moe_layer_frequency": 2**16, "q_lora_rank": 2**22, "kv_lora_rank": 2**22,
+               "moe_layer_frequency": 2**16, "latent_size": 2**22, "q_lora_rank": 2**22, "kv_lora_rank": 2**22,
                "qk_nope_head_dim": 2**16, "qk_rope_head_dim": 2**16, "v_head_dim": 2**16,
                "state_size": 2**16, "num_groups": 2**16, "conv_kernel": 2**10, "chunk_size": 2**16}
 
@@ -67,6 +67,13 @@ class MoESpec:
         router_score: how the router turns logits into expert weights: ``softmax`` (Mixtral,
             Qwen) or ``sigmoid`` (DeepSeek-V3 report, section 2.1.2). It does not change the
             cost; it names the model a framework must build.
+        latent_size: width the routed experts work at (LatentMoE; 0 = the hidden size): each MoE
+            layer projects its tokens from the hidden size down to it before dispatch and back
+            up after the combine (two latent_size x hidden matrices outside the experts), so the
+            experts are latent_size x ffn and tokens travel between GPUs latent_size wide; the
+            shared experts stay at the hidden size (Megatron-Core ``moe_latent_size``;
+            Megatron-Bridge@067f987 ``training/utils/flop_utils.py`` ``moe_layer_flops`` and
+            ``theoretical_memory_utils.py``; NVIDIA Nemotron 3 white paper, arXiv 2512.20856).
     """
 
     num_experts: int
@@ -79,6 +86,7 @@ class MoESpec:
     moe_layer_frequency: int = 1
     capacity_factor: float = 0.0
     router_score: str = "softmax"
+    latent_size: int = 0
 
     def __post_init__(self) -> None:
         if self.router_score not in ROUTER_SCORES:
@@ -89,7 +97,7 @@ class MoESpec:
         if self.top_k > self.num_experts:
             raise InputError("moe.top_k", f"{self.top_k} > num_experts {self.num_experts}")
         for name in ("num_shared_experts", "shared_expert_ffn_hidden_size", "first_dense_layers",
-                     "dense_ffn_hidden_size"):
+                     "dense_ffn_hidden_size", "latent_size"):
             check_size(f"moe.{name}", getattr(self, name), minimum=0)
         cf = self.capacity_factor
         if isinstance(cf, bool) or not isinstance(cf, (int, float)) or not 0 <= cf <= self.num_experts:

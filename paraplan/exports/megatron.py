@@ -125,6 +125,10 @@ def _refuse_memory_features(p: dict, model: ModelSpec) -> None:
 
 def _refuse_plan(p: dict, model: ModelSpec) -> None:
     _refuse_memory_features(p, model)
+    if model.moe is not None and model.moe.latent_size:
+        raise InputError("model", "LatentMoE (moe.latent_size): this export does not write Megatron-Core's "
+                         "moe_latent_size, so its launch would build experts at the hidden size",
+                         "set moe_latent_size in the launch by hand from the plan's parallel degrees")
     if model.hybrid_pattern:
         raise InputError("model", "hybrid Mamba models: not supported by this export (Megatron-LM builds them with "
                          "pretrain_mamba.py and --hybrid-override-pattern, which this export does not write)",
