@@ -889,9 +889,6 @@ def release_match_for(framework: str, version: Any = None) -> ReleaseMatch:
         raise InputError("framework_version", f"{framework} needs a version (its stacks differ by release)",
                          "known: " + ", ".join(known))
     key = str(version).strip()
-    for s in mine:
-        if key in s.versions:
-            return ReleaseMatch(s)
     match = match_release(mine, fw, key)
     if match is not None:
         return match

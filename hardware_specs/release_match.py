@@ -55,7 +55,12 @@ def _scheme(numbers: tuple[int, ...]) -> str:
 
 def match_release(stacks: Sequence[StackSpec], framework: str, version) -> ReleaseMatch | None:
     """The profile among ``stacks`` (all of ``framework``) that describes ``version``; see the
-    module docstring. ``None`` when no rule picks one."""
+    module docstring. ``None`` when no rule picks one. A listed release is found before a
+    covered one (Megatron-Bridge 26.02.01 has its own profile, though it also reads as a patch
+    of 26.02)."""
+    for stack in stacks:
+        if stack.lists(version):
+            return ReleaseMatch(stack)
     for stack in stacks:
         if stack.covers(version):
             return ReleaseMatch(stack)

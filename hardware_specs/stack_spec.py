@@ -344,6 +344,11 @@ class RecipeOverride:
         return not self.dtypes or (dtype is not None and str(dtype).lower() in self.dtypes)
 
 
+def _release_key(version) -> str:
+    """A release string as profiles compare it: stripped, lower case, no leading ``v``."""
+    return str(version).strip().lower().lstrip("v")
+
+
 @dataclass(frozen=True)
 class StackSpec:
     """One software stack (framework and release).
@@ -424,14 +429,19 @@ class StackSpec:
     def serving_keys(cls) -> tuple[str, ...]:
         return ServingBehaviour.keys()
 
+    def lists(self, version: str | None) -> bool:
+        """Whether ``version`` is one of this profile's listed releases (case and a leading
+        ``v`` ignored)."""
+        return version is not None and _release_key(version) in {_release_key(x) for x in self.versions}
+
     def covers(self, version: str | None) -> bool:
         """Whether this profile describes release ``version`` (a listed release, or one that
         starts with a listed release followed by ``.``, ``-``, ``+`` or ``rc``)."""
         if version is None:
             return False
-        v = str(version).strip().lower().lstrip("v")
+        v = _release_key(version)
         for listed in self.versions:
-            lv = listed.lower().lstrip("v")
+            lv = _release_key(listed)
             if v == lv or any(v.startswith(lv + sep) for sep in (".", "-", "+", "rc")):
                 return True
         return False

@@ -126,3 +126,13 @@ def test_framework_names_match_whatever_their_case_and_separators(framework, ver
 def test_serving_framework_names_match_whatever_their_case():
     assert serving_release_match("SGLang", "0.5.9").stack.name == "sglang-0.5"
     assert serving_release_match("vLLM", "0.12.0").stack.name == "vllm-0.11"
+
+
+def test_a_listed_release_wins_over_a_profile_it_reads_as_a_patch_of():
+    """26.02.01 starts with 26.02 + '.', so the 26.02 profile 'covers' it, but it has its own."""
+    from hardware_specs.catalog import list_stacks, load_stack
+    from hardware_specs.release_match import match_release
+    bridge = [load_stack(n) for n in list_stacks() if load_stack(n).framework == "megatron-bridge"]
+    assert [s.name for s in bridge].index("megatron-bridge-26.02") < [s.name for s in bridge].index("megatron-bridge-26.02.01")
+    match = match_release(bridge, "megatron-bridge", "26.02.01")
+    assert match.stack.name == "megatron-bridge-26.02.01" and match.note == ""
