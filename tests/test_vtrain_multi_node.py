@@ -1,7 +1,7 @@
 """vTrain's multi-node measurements, the half of that source the validation file does not hold,
 predicted by the committed model (fitted on the single-node half among the other rows, never on
 these): 109 Megatron-DeepSpeed iteration times of GPT models from 3.6B to 175B parameters on 64-512
-A100 (``tests/data/vtrain_multi_node_runs.csv``, written by ``tools/vtrain_multi_rows.py`` from
+A100 (``tests/data/vtrain_multi_node_runs.csv``, written by ``tools/vtrain_rows.py`` from
 github VIA-Research/vTrain@f8dda84 data/ground_truth_multi.csv; the analysis is in
 docs/accuracy_training.md, "vTrain's multi-node runs").
 
@@ -21,7 +21,7 @@ from paraplan.validation.published import read_runs, validate_rows
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "vtrain_multi_node_runs.csv"
-_spec = importlib.util.spec_from_file_location("vtrain_multi_rows", REPO / "tools" / "vtrain_multi_rows.py")
+_spec = importlib.util.spec_from_file_location("vtrain_rows", REPO / "tools" / "vtrain_rows.py")
 _converter = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_converter)
 rows_from_vtrain = _converter.rows_from_vtrain

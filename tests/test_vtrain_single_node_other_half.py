@@ -1,7 +1,7 @@
 """vTrain's single-node measurements the validation file leaves out: vTrain publishes 1,440
 Megatron-DeepSpeed runs on 2-8 A100 (github VIA-Research/vTrain@f8dda84
 data/ground_truth_single.csv); the file holds 721 of them as ``VTRAIN-S-*``. The other 719,
-written by ``tools/vtrain_multi_rows.py --half single --exclude`` (the same converter regenerates
+written by ``tools/vtrain_rows.py --half single --exclude`` (the same converter regenerates
 the file's 721 rows exactly), are ``tests/data/vtrain_single_node_other_half.csv``: predicted,
 never fitted. Analysis: docs/accuracy_training.md, "vTrain's multi-node runs".
 

@@ -17,8 +17,8 @@ out: ``tests/test_vtrain_multi_node.py`` and ``tests/test_vtrain_single_node_oth
 bound its error on them, ``docs/accuracy_training.md`` records it. The regenerated in-file
 single-node rows equal the file's (seconds rounded, as the file's, to 6 decimals).
 
-    python tools/vtrain_multi_rows.py ground_truth_multi.csv tests/data/vtrain_multi_node_runs.csv
-    python tools/vtrain_multi_rows.py --half single --exclude published_runs.csv \
+    python tools/vtrain_rows.py ground_truth_multi.csv tests/data/vtrain_multi_node_runs.csv
+    python tools/vtrain_rows.py --half single --exclude published_runs.csv \
         ground_truth_single.csv tests/data/vtrain_single_node_other_half.csv
 """
 from __future__ import annotations
