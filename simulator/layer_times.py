@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cost_models import context_parallel, layer_costs, mamba, memory, moe as moe_costs, params
+from cost_models import context_parallel, layer_costs, mamba, memory, moe as moe_costs
 from cost_models.compute import LOW_PRECISION, compute_rates, kernel_counting_rates, sixteen_bit_dtype
 from cost_models.topology import group_collective_time_s
 from hardware_specs.cluster_spec import ClusterSpec
@@ -243,8 +243,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
                              np.where(tp_backward_overlap, async_b_split, tp_bwd))
         tpr_full = np.where(tp_overlap, np.maximum(tp_fwd - gemm_f, 0.0), tp_fwd)
         if kind == "moe":
-            dispatch = moe_costs.moe_dispatch_bytes(tokens / tp, model.moe.top_k, params.routed_expert_width(model),
-                                                    rates.act_bytes)
+            dispatch = mlp["a2a_dispatch_buffer_bytes"]       # the routed rows, at the experts' width
             a2a = moe_costs.moe_all_to_all_time_s(dispatch, ep, etp, cluster, eff, load_imbalance=imbalance,
                                                   dedup=ep_dispatch_dedup, num_experts=model.moe.num_experts,
                                                   top_k=model.moe.top_k)
