@@ -1,0 +1,168 @@
+"""A recorded GPU measurement, compared with the cost models (no torch needed).
+
+``tools/gpu_kernel_checks.py`` and ``tools/gpu_step_profile.py`` write, on a machine with a CUDA
+GPU, timed kernels (GEMMs, memory-bound kernels, attention), single-GPU training steps of the
+small GPT (``paraplan.measure``) and a kernel-by-kernel profile of one step of each. This module
+reads such a folder (``tests/data/gpu_h200/`` is one, taken on an H200) and puts the cost models'
+numbers beside the measured ones:
+
+* ``gemm_table``: each timed GEMM against ``cost_models.compute.gemm_roofline_s`` (the plateau
+  times the tile-and-wave shape factor, or the HBM bound; no launch overhead, since back-to-back
+  calls overlap their launches);
+* ``step_table``: each measured step against ``simulator.simulate`` of the same model, layout and
+  batch on the catalog system of that GPU (``paraplan.measure.compare.predict``);
+* ``category_table``: the profiled step's device time and launches split into GEMMs, attention,
+  memory-bound kernels and the optimizer's, against the cost models' time and kernel count of the
+  same parts (``cost_models.layer_costs``, counted with ``compute.kernel_counting_rates``).
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hardware_specs.errors import InputError
+
+#: kernel-name patterns of each category of a profiled step (cuBLAS/cuBLASLt GEMM kernels are
+#: named nvjet_*, sm90_xmma_*, cutlass_*; cuDNN's and FlashAttention's attention kernels carry
+#: sdpa / fmha / flash; PyTorch's foreach optimizer kernels are multi_tensor_apply_kernel)
+CATEGORY_PATTERNS = (("gemm", r"nvjet|gemm|cutlass|xmma"), ("attention", r"sdpa|fmha|flash|cudnn"),
+                     ("optimizer", r"multi_tensor_apply"))
+CATEGORIES = ("gemm", "attention", "memory", "optimizer")
+
+
+def kernel_category(name: str) -> str:
+    """``gemm``, ``attention``, ``optimizer``, ``memory`` (every other kernel, memset and copy
+    included) or ``annotation`` (a profiler range such as ``Optimizer.step#Adam.step``, not a
+    kernel: its time is already in the kernels it spans)."""
+    if "#" in name or name.startswith("ProfilerStep"):
+        return "annotation"
+    for category, pattern in CATEGORY_PATTERNS:
+        if re.search(pattern, name):
+            return category
+    return "memory"
+
+
+@dataclass(frozen=True)
+class GpuRecord:
+    """The files of one recorded run (see the module docstring); absent parts are empty."""
+
+    env: dict
+    kernels: pd.DataFrame
+    runs: tuple
+    step_kernels: pd.DataFrame
+    step_summary: pd.DataFrame
+    launch: pd.DataFrame
+
+
+def load_record(folder) -> GpuRecord:
+    folder = Path(folder)
+    if not (folder / "env.json").is_file():
+        raise InputError("folder", f"{folder} has no env.json", "pass a folder written by tools/gpu_kernel_checks.py")
+
+    def csv(name):
+        p = folder / name
+        return pd.read_csv(p) if p.is_file() else pd.DataFrame()
+    runs_path = folder / "measured_runs.json"
+    runs = tuple(json.loads(runs_path.read_text())) if runs_path.is_file() else ()
+    return GpuRecord(json.loads((folder / "env.json").read_text()), csv("kernels.csv"), runs,
+                     csv("step_kernels.csv"), csv("step_summary.csv"), csv("launch.csv"))
+
+
+def gemm_table(record: GpuRecord, cluster) -> pd.DataFrame:
+    """The timed GEMMs with ``predicted_s`` (``gemm_roofline_s`` in the row's dtype on
+    ``cluster``'s GPU and its generation's efficiency model), ``ratio`` = measured / predicted
+    and ``shape_factor`` (``wave_shape_factor``)."""
+    from cost_models.compute import compute_rates, gemm_roofline_s, gemm_shape_factor
+    from hardware_specs.catalog import efficiency_for_cluster
+    eff = efficiency_for_cluster(cluster)
+    g = record.kernels[record.kernels["kind"] == "gemm"].copy()
+    g["predicted_s"] = np.nan
+    g["shape_factor"] = np.nan
+    for dtype in g["dtype"].unique():
+        rows = g["dtype"] == dtype
+        rates = compute_rates(cluster.gpu, eff, dtype)
+        m, n, k = (g.loc[rows, c].to_numpy(float) for c in ("m", "n", "k"))
+        g.loc[rows, "predicted_s"] = gemm_roofline_s(m, n, k, rates)
+        g.loc[rows, "shape_factor"] = gemm_shape_factor(m, n, k, rates.half_dim, rates.k_half_dim, rates.sm_count,
+                                                        rates.k_stage_scale)
+    g["ratio"] = g["time_s"] / g["predicted_s"]
+    return g.reset_index(drop=True)
+
+
+def step_table(record: GpuRecord, cluster) -> pd.DataFrame:
+    """One row per measured run: ``measured_step_s``, ``predicted_step_s`` (``simulate``),
+    ``rel_error`` = predicted / measured - 1, and the measured phases."""
+    from paraplan.measure.compare import predict
+    rows = []
+    for run in record.runs:
+        report = predict(run, cluster, run["dtype"])
+        rows.append({"name": run["name"], "measured_step_s": run["measured_step_s"],
+                     "predicted_step_s": report.step_time_s,
+                     "rel_error": report.step_time_s / run["measured_step_s"] - 1.0,
+                     "measured_forward_backward_s": run["phase_s"]["forward_backward_s"],
+                     "measured_optimizer_s": run["phase_s"]["optimizer_s"],
+                     "predicted_optimizer_s": report.time_breakdown_s["optimizer_s"]})
+    return pd.DataFrame(rows)
+
+
+def _predicted_parts(run: dict, rates) -> dict:
+    """GEMM, attention-core and memory-bound seconds (or kernels, under counting rates) of one
+    step's forward and backward passes of ``run``'s model, no recomputation."""
+    from cost_models import layer_costs
+    from paraplan.measure.compare import model_spec
+    model = model_spec(run)
+    tokens = run["micro_batch"] * run["seq_len"]
+    micro_batches = run["global_batch"] // (run["micro_batch"] * run["dp"])
+    attn = layer_costs.attention_block_costs(model, rates, tokens, model.seq_len, 1, False, flash_attention=True)
+    mlp = layer_costs.dense_mlp_costs(model, rates, tokens, 1, False)
+    head = layer_costs.lm_head_costs(model, rates, tokens, 1)
+    emb = layer_costs.embedding_costs(model, rates, tokens)
+
+    def total(d, *keys):
+        return float(sum(np.sum(d[k]) for k in keys))
+    gemm_keys = ("gemm_fwd_s", "gemm_dgrad_s", "gemm_wgrad_s")
+    elem_keys = ("elem_fwd_s", "elem_bwd_s")
+    loss = total(head, "loss_fwd_s", "loss_bwd_s")
+    layers = model.num_layers
+    return {"gemm": micro_batches * (layers * (total(attn, *gemm_keys) + total(mlp, *gemm_keys))
+                                     + total(head, "fwd_s", "bwd_s") - loss),
+            "attention": micro_batches * layers * total(attn, "core_fwd_s", "core_bwd_s"),
+            "memory": micro_batches * (layers * (total(attn, *elem_keys) + total(mlp, *elem_keys)) + loss
+                                       + total(emb, "fwd_s", "bwd_s"))}
+
+
+def category_table(record: GpuRecord, cluster) -> pd.DataFrame:
+    """Per profiled run and category: measured device seconds and launches, and the cost models'
+    seconds and kernel count of the same part (``nan`` for the optimizer's, which the simulator
+    prices as one memory-bound pass, not per kernel). Runs with recomputation are left out (the
+    predicted parts are the passes without it)."""
+    from cost_models.compute import compute_rates, kernel_counting_rates
+    from hardware_specs.catalog import efficiency_for_cluster
+    if record.step_kernels.empty:
+        return pd.DataFrame()
+    runs = {r["name"]: r for r in record.runs}
+    eff = efficiency_for_cluster(cluster)
+    k = record.step_kernels.assign(category=record.step_kernels["kernel"].map(kernel_category))
+    k = k[k["category"] != "annotation"]
+    rows = []
+    for name, group in k.groupby("run", sort=False):
+        run = runs.get(name)
+        if run is None or run.get("recompute", "none") != "none":
+            continue
+        rates = compute_rates(cluster.gpu, eff, run["dtype"])
+        seconds = _predicted_parts(run, rates)
+        kernels = _predicted_parts(run, kernel_counting_rates(rates))
+        measured = group.groupby("category").agg(device_s=("device_s", "sum"), launches=("launches", "sum"))
+        for category in CATEGORIES:
+            got = measured.loc[category] if category in measured.index else None
+            rows.append({"run": name, "category": category,
+                         "measured_s": float(got["device_s"]) if got is not None else 0.0,
+                         "measured_launches": int(got["launches"]) if got is not None else 0,
+                         "predicted_s": seconds.get(category, np.nan),
+                         "predicted_kernels": kernels.get(category, np.nan)})
+    return pd.DataFrame(rows)
