@@ -122,3 +122,28 @@ def test_hoppers_achieved_hbm_fraction_is_below_a_plain_copy(record, cluster):
 ])
 def test_kernel_categories(name, category):
     assert kernel_category(name) == category
+
+
+def test_validate_measured_on_one_h200_repredicts_its_rows_and_stays_in_bound():
+    # `paraplan validate measured hgx-h200` on the H200 (tests/data/gpu_h200_validate/): the three
+    # single-rank default layouts on DEFAULT_MODEL_GPU, the seven 2-rank ones skipped. The
+    # committed code predicts each row as the device run did, and the errors are as recorded:
+    # +15.0%, +47.2% (four micro-batches of 2,048 tokens: the most kernels per FLOP) and +23.7%
+    from paraplan.measure.compare import CONFIG_COLUMNS, DEFAULT_MODEL_GPU, predict
+    rows = pd.read_csv(DATA / "gpu_h200_validate" / "validate_measured_catalog.csv")
+    assert list(rows["name"]) == ["single", "single-mb1x4", "single-recompute"]
+    cluster = load_cluster("hgx-h200")
+    for _, row in rows.iterrows():
+        run = {**DEFAULT_MODEL_GPU, **{k: row[k] for k in CONFIG_COLUMNS}}
+        assert predict(run, cluster, "bf16").step_time_s == pytest.approx(row["predicted_step_s"], rel=1e-9)
+    assert (rows["rel_error"] > 0).all() and rows["rel_error"].max() <= 0.50
+    assert rows["rel_error"].abs().mean() <= 0.30
+
+
+def test_the_h200s_own_calibration_loads_as_a_cluster():
+    # `paraplan calibrate --nprocs 1` on the H200: its measured bf16 GEMM peak (759 TFLOP/s,
+    # 0.77 of the datasheet) and copy bandwidth (4.39 TB/s, 0.91) are what the kernel grid saw
+    cluster = load_cluster(str(DATA / "gpu_h200_validate" / "h200-calibrated.yaml"))
+    assert cluster.gpus_per_node == 1
+    assert 0.70 <= cluster.gpu.peak_flops("bf16") / 989.4e12 <= 0.80
+    assert 0.85 <= cluster.gpu.hbm_bw_bytes_per_s / 4.8e12 <= 0.95

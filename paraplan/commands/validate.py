@@ -294,6 +294,8 @@ def measured_cmd(cluster_path: str | None, steps: int, warmup: int, rounds: int,
             df = compare_recalibrating(rounds=rounds, steps=steps, warmup=warmup, progress=bar)
         else:
             df = compare_measured(cluster_path, steps=steps, warmup=warmup, rounds=rounds, progress=bar)
+    for name, reason in df.attrs.get("skipped", []):
+        click.echo(f"skipped {name}: {reason}", err=True)
     cols = [c for c in ("name", "dp", "tp", "pp", "micro_batch", "global_batch", "zero_stage", "recompute",
                         "measured_step_s", "predicted_step_s", "rel_error", "rel_error_spread", "cpu_wait_fraction") if c in df]
     if as_csv:      # machines get every column: measured phases and the predicted breakdown too

@@ -16,6 +16,9 @@ from paraplan.measure.runtime import require_torch
 
 #: The small GPT every default configuration trains (fits two CPU ranks; ~0.1-0.5 s a step).
 DEFAULT_MODEL = {"num_layers": 4, "hidden_size": 256, "num_heads": 4, "vocab_size": 1024, "seq_len": 128}
+#: The GPT the default configurations train on GPUs: large enough that the GPU, not the host's
+#: kernel issue, sets the step (~0.1 s a step on one H200, tests/data/gpu_h200/: l8-h2048-s2048)
+DEFAULT_MODEL_GPU = {"num_layers": 8, "hidden_size": 2048, "num_heads": 16, "vocab_size": 32768, "seq_len": 2048}
 
 #: Layouts that fit two local ranks: single-rank baselines (micro-batching, recompute), data
 #: parallel (all-reduce, ZeRO-1), tensor parallel (with and without recompute), 1F1B pipeline.
@@ -109,7 +112,7 @@ def compare_measured(cluster_path, configs=None, steps: int = 14, warmup: int = 
         configs: list of ``RunConfig`` dicts (default ``DEFAULT_CONFIGS``); keys missing from a
             config take ``model`` and the step counts given here.
         steps, warmup: steps per run, and how many of them are excluded from the median.
-        model: GPT size keys (default ``DEFAULT_MODEL``).
+        model: GPT size keys (default ``DEFAULT_MODEL``; ``DEFAULT_MODEL_GPU`` on a CUDA host).
         rounds: how many times the whole list is measured, round-robin; a configuration's
             measured step time is the median over rounds (mean of the middle two if even). A shared or virtual host drifts by
             10-20% over minutes; interleaving spreads that drift over every configuration.
@@ -122,7 +125,9 @@ def compare_measured(cluster_path, configs=None, steps: int = 14, warmup: int = 
     ``foreign_load`` (share of the cores other processes used), ``measured_tokens_per_s``,
     ``measured_peak_memory_bytes``, ``measured_memory_above_baseline_bytes``,
     ``predicted_memory_bytes``, ``measured_step_times_s`` and the predicted breakdown
-    ``pred_<part>``.
+    ``pred_<part>``. ``frame.attrs["skipped"]`` lists (name, reason) of the configurations
+    needing more ranks than the machine runs at once (a calibrated CPU profile's ranks, or the
+    visible GPUs of the profile's node); an ``InputError`` if none fits.
     """
     import pandas as pd
     from hardware_specs.catalog import load_cluster
@@ -134,18 +139,20 @@ def compare_measured(cluster_path, configs=None, steps: int = 14, warmup: int = 
     if int(rounds) < 1:
         raise InputError("rounds", f"must be >= 1, got {rounds}")
     configs = list(configs or DEFAULT_CONFIGS)
+    slots, model = _device_slots(cluster, model)
+    configs, skipped = _fitting_configs(configs, slots)
     runs: list[list[dict]] = [[] for _ in configs]
     total = int(rounds) * len(configs)
     for r in range(int(rounds)):
         for i, cfg in enumerate(configs):
             if progress is not None:
                 progress(r * len(configs) + i, total, f"{cfg.get('name', f'configuration {i + 1}')}, round {r + 1} of {rounds}")
-            run_cfg = {**(model or DEFAULT_MODEL), "steps": steps, "warmup": warmup, **cfg}
+            run_cfg = {**model, "steps": steps, "warmup": warmup, **cfg}
             if threads is not None:
                 run_cfg.setdefault("threads_per_rank", threads)
             world = int(run_cfg.get("dp", 1)) * int(run_cfg.get("tp", 1)) * int(run_cfg.get("pp", 1))
             # Keep every calibrated rank busy, as during calibration: small jobs run side by side.
-            run_cfg.setdefault("copies", max(1, cluster.gpus_per_node // world))
+            run_cfg.setdefault("copies", max(1, slots // world))
             runs[i].append(run_measurement(run_cfg))
     rows = []
     for per_round in runs:
@@ -167,7 +174,39 @@ def compare_measured(cluster_path, configs=None, steps: int = 14, warmup: int = 
         rows.append(row)
     if progress is not None:
         progress(total, total, "done")
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    frame.attrs["skipped"] = skipped
+    return frame
+
+
+def _device_slots(cluster, model):
+    """(ranks a job may use side by side, the GPT's size) for this machine: on a CPU
+    host the calibrated profile's ranks and ``DEFAULT_MODEL``; on a CUDA host the GPUs that are
+    both visible and in the profile's node, and ``DEFAULT_MODEL_GPU`` (the CPU-sized model is
+    host-bound on a GPU: it times kernel launches, not the GPU)."""
+    from paraplan.measure.runtime import choose_device
+    torch = require_torch()
+    if choose_device("auto").kind != "cuda":
+        return int(cluster.gpus_per_node), model or DEFAULT_MODEL
+    visible = torch.cuda.device_count()
+    return max(1, min(int(cluster.gpus_per_node), visible)), model or DEFAULT_MODEL_GPU
+
+
+def _fitting_configs(configs: list[dict], slots: int) -> tuple[list[dict], list]:
+    """The configurations whose ranks fit ``slots`` devices, and [(name, reason)] for the rest;
+    an ``InputError`` when none fits."""
+    kept, skipped = [], []
+    for i, cfg in enumerate(configs):
+        world = int(cfg.get("dp", 1)) * int(cfg.get("tp", 1)) * int(cfg.get("pp", 1))
+        if world > slots:
+            skipped.append((cfg.get("name", f"configuration {i + 1}"),
+                            f"needs {world} ranks, this machine runs {slots}"))
+        else:
+            kept.append(cfg)
+    if not kept:
+        raise InputError("configs", f"no configuration fits the {slots} rank(s) this machine runs",
+                         "measure single-rank layouts, or use a machine with more GPUs")
+    return kept, skipped
 
 
 def compare_recalibrating(configs=None, rounds: int = 3, nprocs: int = 2, steps: int = 14, warmup: int = 4,
