@@ -157,19 +157,83 @@ def test_decode_gemms_match_the_serving_models_weight_read_roofline():
     # 80 GEMMs) and 0.930 (fp8, 48); per token count at <= 64 tokens (weight-read bound) 0.89-0.94
     # (bf16) and 0.84-0.89 (fp8); the largest weights (235 MB) read at 0.88-0.89 of the
     # datasheet's bandwidth
-    from cost_models.inference_layers import gemm_s, layer_rates
-    from hardware_specs.catalog import load_serving_efficiency
+    from paraplan.measure.gpu_record import decode_table
     cluster = load_cluster("hgx-h200")
-    d = pd.read_csv(DATA / "gpu_h200" / "decode_gemms.csv")
+    d = decode_table(load_record(DATA / "gpu_h200"), cluster)
     assert (d["weight_copies"] * d["weight_bytes"] >= 4 * 60e6).all()      # cold: 4x the L2
     for dtype, median_bounds in (("bf16", (0.90, 0.98)), ("fp8", (0.88, 0.98))):
-        rates = layer_rates(cluster.gpu, load_serving_efficiency("hopper"), dtype, dtype)
-        x = d[d["dtype"] == dtype]
-        predicted = gemm_s(x["m"], x["n"] * x["k"], rates.dense_flops_per_s, rates.dense_weight_bytes, rates,
-                           x["k"], x["n"]) + rates.kernel_fixed_s
-        ratio = x["time_s"] / predicted
+        ratio = d.loc[d["dtype"] == dtype, "ratio"]
+        assert len(ratio) == {"bf16": 80, "fp8": 48}[dtype]
         assert median_bounds[0] <= ratio.median() <= median_bounds[1]
         assert np.abs(np.log(ratio)).mean() <= 0.15
     biggest = d[(d["dtype"] == "bf16") & (d["weight_bytes"] > 2e8) & (d["m"] <= 8)]
     achieved = biggest["weight_bytes"] / biggest["time_s"] / cluster.gpu.hbm_bw_bytes_per_s
     assert achieved.between(0.85, 0.92).all()
+
+
+# ---- `paraplan validate gpu-record` -------------------------------------------------------------
+
+def _cli(*args):
+    from click.testing import CliRunner
+
+    from paraplan.cli import main
+    return CliRunner().invoke(main, ["validate", "gpu-record", *map(str, args)])
+
+
+def _one_error_line(result, *needles):
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_cli_json_holds_every_compared_row_as_the_module_computes_it(record, cluster):
+    import json
+    result = _cli(DATA / "gpu_h200", "--cluster", "hgx-h200", "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["gpu"] == "NVIDIA H200" and out["cluster"] == cluster.name
+    assert [len(out[k]) for k in ("gemms", "decode_gemms", "steps", "categories")] == [211, 128, 6, 20]
+    steps = step_table(record, cluster)
+    assert [r["rel_error"] for r in out["steps"]] == pytest.approx(list(steps["rel_error"]), rel=1e-12)
+    assert all(r["predicted_s"] is None for r in out["categories"] if r["category"] == "optimizer")
+
+
+def test_cli_table_names_each_part_and_its_numbers():
+    result = _cli(DATA / "gpu_h200", "--cluster", "hgx-h200")
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    assert "bf16   large     47         0.984" in text
+    assert "mean |error| 20.4% over 6 runs" in text
+    assert "l4-h4096-s2048   gemm          0.07054       102      0.07353             102" in text
+
+
+def test_cli_without_a_cluster_is_one_error_line():
+    _one_error_line(_cli(DATA / "gpu_h200"), "cluster", "--cluster hgx-h200")
+
+
+def test_cli_on_a_folder_without_a_record_is_one_error_line(tmp_path):
+    _one_error_line(_cli(tmp_path, "--cluster", "hgx-h200"), "folder", "env.json")
+
+
+@pytest.mark.parametrize("damage, field", [
+    (lambda d: (d / "kernels.csv").write_text("kind,dtype\ngemm,bf16\n"), "kernels.csv"),
+    (lambda d: (d / "kernels.csv").write_bytes(b"\x00\xff\xfe garbage"), "kernels.csv"),
+    (lambda d: (d / "env.json").write_text("{not json"), "folder"),
+    (lambda d: (d / "measured_runs.json").write_text('[{"name": "x"}]'), "measured_runs.json[0]"),
+    (lambda d: (d / "step_summary.csv").write_text(
+        "run,eager_step_s,kernels,kernel_sum_s\nx,nan,3,0.1\n"), "step_summary.csv.eager_step_s"),
+    (lambda d: (d / "decode_gemms.csv").write_text(
+        "dtype,m,n,k,time_s,weight_bytes\nbf16,1,8,8,-1,128\n"), "decode_gemms.csv.time_s"),
+    (lambda d: (d / "decode_gemms.csv").write_text(
+        "dtype,m,n,k,time_s,weight_bytes\nbf16,abc,8,8,1e-5,128\n"), "decode_gemms.csv.m"),
+    (lambda d: (d / "kernels.csv").write_text(
+        "kind,dtype,m,n,k,time_s,flops,hbm_bytes\ngemm,bf16,8,inf,8,1e-5,1024,128\n"), "kernels.csv.n"),
+])
+def test_cli_on_a_damaged_record_is_one_error_line(tmp_path, damage, field):
+    import shutil
+    folder = tmp_path / "record"
+    shutil.copytree(DATA / "gpu_h200", folder)
+    damage(folder)
+    _one_error_line(_cli(folder, "--cluster", "hgx-h200"), field)

@@ -316,6 +316,98 @@ def measured_cmd(cluster_path: str | None, steps: int, warmup: int, rounds: int,
         click.echo(text, nl=False)
 
 
+@command.command("gpu-record", short_help="Compare a recorded GPU measurement (kernels, steps) with the cost models.")
+@click.argument("folder", type=click.Path(file_okay=False))
+@click.option("--cluster", "cluster_name", default=None, metavar="NAME",
+              help="Catalog system (or cluster YAML) of the GPU measured, e.g. hgx-h200.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Every compared row as JSON: gemms, decode_gemms, steps, categories.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False),
+              help="Write the output to this file (atomically) instead of stdout.")
+def gpu_record_cmd(folder: str, cluster_name: str | None, as_json: bool, out_path: str | None) -> None:
+    """How do the cost models compare with kernels and training steps timed on a real GPU?
+
+    FOLDER is written on a machine with a CUDA GPU by the repository's scripts
+    (`python tools/gpu_kernel_checks.py FOLDER`, optionally `tools/gpu_step_profile.py FOLDER`
+    and `tools/gpu_decode_checks.py FOLDER`). Needs no GPU and no torch: it reads the files and
+    prints, per part, measured / predicted: the GEMM grid against the wave model at the
+    generation's fitted plateau, the decode GEMMs against the serving model, each measured
+    single-GPU step against simulate, and each profiled step's device time per kernel category.
+
+    \b
+    Example:
+      paraplan validate gpu-record tests/data/gpu_h200 --cluster hgx-h200
+    """
+    from hardware_specs.catalog import load_cluster
+    from paraplan.measure.gpu_record import category_table, decode_table, gemm_table, load_record, step_table
+
+    if cluster_name is None:
+        raise InputError("cluster", "missing", "name the catalog system of the GPU measured, e.g. --cluster hgx-h200")
+    if out_path is not None:
+        check_writable(out_path)
+    record = load_record(folder)
+    cluster = load_cluster(cluster_name)
+    parts = {"gemms": gemm_table(record, cluster) if not record.kernels.empty else None,
+             "decode_gemms": decode_table(record, cluster) if not record.decode_gemms.empty else None,
+             "steps": step_table(record, cluster) if record.runs else None,
+             "categories": category_table(record, cluster) if not record.step_kernels.empty else None}
+    if as_json:
+        text = dump_json({k: ([] if v is None else [{c: _clean(x) for c, x in r.items()}
+                                                      for r in v.to_dict("records")])
+                          for k, v in parts.items()} | {"gpu": record.env.get("name"), "cluster": cluster.name})
+    else:
+        text = _gpu_record_text(record, cluster, parts)
+    if out_path is not None:
+        write_atomic(out_path, text)
+        click.echo(f"wrote {out_path}", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+def _ratio_rows(frame, keys) -> list[list]:
+    """One row per group: count, median, p10, p90 of ``ratio`` and the share within 10%."""
+    rows = []
+    for key, x in frame.groupby(keys, sort=True):
+        r = x["ratio"]
+        rows.append([*(key if isinstance(key, tuple) else (key,)), len(r), f"{r.median():.3f}",
+                     f"{r.quantile(0.1):.3f}", f"{r.quantile(0.9):.3f}", f"{100 * (r.sub(1).abs() <= 0.1).mean():.0f}"])
+    return rows
+
+
+def _gpu_record_text(record, cluster, parts) -> str:
+    out = [f"{record.env.get('name', 'GPU')} against {cluster.name} "
+           f"({cluster.gpu.name}, {cluster.gpu.generation} efficiency)"]
+    heads = ["count", "median_ratio", "p10", "p90", "within_10_pct"]
+    gemms = parts["gemms"]
+    if gemms is not None:
+        g = gemms.assign(size=["large" if f >= 2e11 else "small" for f in gemms["flops"]])
+        out.append("GEMM grid, measured / predicted (large: >= 0.2 TFLOP; small ones are host-bound when "
+                   "called back to back):\n" + format_table(_ratio_rows(g, ["dtype", "size"]), ["dtype", "size", *heads]))
+    decode = parts["decode_gemms"]
+    if decode is not None:
+        out.append("decode GEMMs (CUDA graph, cold weights) against the serving model, measured / predicted:\n"
+                   + format_table(_ratio_rows(decode, ["dtype"]), ["dtype", *heads]))
+    steps = parts["steps"]
+    if steps is not None:
+        rows = [[r["name"], four_significant(r["measured_step_s"]), four_significant(r["predicted_step_s"]),
+                 f"{100 * r['rel_error']:+.1f}"] for _, r in steps.iterrows()]
+        out.append("single-GPU training steps against simulate:\n"
+                   + format_table(rows, ["run", "measured_step_s", "predicted_step_s", "error_pct"])
+                   + f"\nmean |error| {100 * steps['rel_error'].abs().mean():.1f}% over {len(steps)} runs")
+    cats = parts["categories"]
+    if cats is not None and not cats.empty:
+        rows = [[r["run"], r["category"], four_significant(r["measured_s"]), r["measured_launches"],
+                 None if r["predicted_s"] != r["predicted_s"] else four_significant(r["predicted_s"]),
+                 None if r["predicted_kernels"] != r["predicted_kernels"] else int(r["predicted_kernels"])]
+                for _, r in cats.iterrows()]
+        out.append("profiled steps, device time per kernel category (the optimizer is priced as a whole):\n"
+                   + format_table(rows, ["run", "category", "measured_s", "launches", "predicted_s",
+                                         "kernels_priced"]))
+    if len(out) == 1:
+        out.append("(the folder holds no timed kernels, runs or profiles)")
+    return "\n\n".join(out) + "\n"
+
+
 @command.command("heterogeneous", short_help="Predict the Sailor runs (mixed consumer GPUs, GH200) and report the error.")
 @click.argument("path", type=click.Path(dir_okay=False), required=False)
 @click.option("--inter-node-gbps", type=float, default=None, metavar="GBPS",

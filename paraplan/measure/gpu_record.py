@@ -11,6 +11,9 @@ numbers beside the measured ones:
   calls overlap their launches);
 * ``step_table``: each measured step against ``simulator.simulate`` of the same model, layout and
   batch on the catalog system of that GPU (``paraplan.measure.compare.predict``);
+* ``decode_table``: each decode GEMM (``tools/gpu_decode_checks.py``) against the serving cost
+  model's ``inference_layers.gemm_s`` plus its per-kernel time, at the generation's fitted serving
+  factors;
 * ``category_table``: the profiled step's device time and launches split into GEMMs, attention,
   memory-bound kernels and the optimizer's, against the cost models' time and kernel count of the
   same parts (``cost_models.layer_costs``, counted with ``compute.kernel_counting_rates``).
@@ -18,6 +21,7 @@ numbers beside the measured ones:
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,20 +61,80 @@ class GpuRecord:
     step_kernels: pd.DataFrame
     step_summary: pd.DataFrame
     launch: pd.DataFrame
+    decode_gemms: pd.DataFrame
+
+
+#: columns each recorded file must have (a file may be absent; a damaged one is an input error)
+REQUIRED_COLUMNS = {"kernels.csv": ("kind", "dtype", "m", "n", "k", "time_s", "flops", "hbm_bytes"),
+                    "step_kernels.csv": ("run", "kernel", "launches", "device_s"),
+                    "step_summary.csv": ("run", "eager_step_s", "kernels", "kernel_sum_s"),
+                    "launch.csv": ("mode", "kernels", "seconds_per_kernel"),
+                    "decode_gemms.csv": ("dtype", "m", "n", "k", "time_s", "weight_bytes")}
+#: keys each measured run (``measured_runs.json``) must carry
+RUN_KEYS = ("name", "num_layers", "hidden_size", "num_heads", "vocab_size", "seq_len", "dp", "tp", "pp",
+            "micro_batch", "global_batch", "zero_stage", "recompute", "dtype", "measured_step_s", "phase_s")
+#: every time column, each of which must be finite and positive
+TIME_COLUMNS = ("time_s", "device_s", "eager_step_s", "seconds_per_kernel")
+
+
+def _read_csv(folder: Path, name: str) -> pd.DataFrame:
+    path = folder / name
+    if not path.is_file():
+        return pd.DataFrame()
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        raise InputError(name, f"cannot be read as CSV ({type(exc).__name__})",
+                         "rewrite it with the tools/gpu_*.py scripts") from None
+    missing = [c for c in REQUIRED_COLUMNS[name] if c not in frame.columns]
+    if missing:
+        raise InputError(name, f"has no column {missing[0]!r}", "rewrite it with the tools/gpu_*.py scripts")
+    _require_positive(frame, [c for c in TIME_COLUMNS if c in frame.columns], name)
+    if name == "kernels.csv":
+        _require_positive(frame[frame["kind"] == "gemm"], ("m", "n", "k", "flops"), name)
+    elif name == "decode_gemms.csv":
+        _require_positive(frame, ("m", "n", "k", "weight_bytes"), name)
+    elif name == "step_kernels.csv":
+        _require_positive(frame, ("launches",), name)
+    return frame
+
+
+def _require_positive(frame: pd.DataFrame, columns, where: str) -> None:
+    """``InputError`` unless every value of ``columns`` is a finite positive number."""
+    for column in columns:
+        values = pd.to_numeric(frame[column], errors="coerce")
+        if not (np.isfinite(values) & (values > 0)).all():
+            raise InputError(f"{where}.{column}", "has a value that is not a finite positive number",
+                             "rewrite the file, or remove that row")
 
 
 def load_record(folder) -> GpuRecord:
+    """Read a folder written by ``tools/gpu_kernel_checks.py`` (and, optionally, the profile and
+    decode scripts). A missing or damaged file raises ``InputError``, naming it."""
     folder = Path(folder)
     if not (folder / "env.json").is_file():
         raise InputError("folder", f"{folder} has no env.json", "pass a folder written by tools/gpu_kernel_checks.py")
-
-    def csv(name):
-        p = folder / name
-        return pd.read_csv(p) if p.is_file() else pd.DataFrame()
-    runs_path = folder / "measured_runs.json"
-    runs = tuple(json.loads(runs_path.read_text())) if runs_path.is_file() else ()
-    return GpuRecord(json.loads((folder / "env.json").read_text()), csv("kernels.csv"), runs,
-                     csv("step_kernels.csv"), csv("step_summary.csv"), csv("launch.csv"))
+    try:
+        env = json.loads((folder / "env.json").read_text())
+        runs_path = folder / "measured_runs.json"
+        runs = tuple(json.loads(runs_path.read_text())) if runs_path.is_file() else ()
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise InputError("folder", f"a JSON file of {folder} cannot be read ({type(exc).__name__})",
+                         "rewrite it with tools/gpu_kernel_checks.py") from None
+    if not isinstance(env, dict):
+        raise InputError("env.json", "is not a JSON object", "rewrite it with tools/gpu_kernel_checks.py")
+    for i, run in enumerate(runs):
+        missing = [k for k in RUN_KEYS if not isinstance(run, dict) or k not in run]
+        if missing:
+            raise InputError(f"measured_runs.json[{i}]", f"has no {missing[0]!r}",
+                             "rewrite it with tools/gpu_kernel_checks.py")
+        step = run["measured_step_s"]
+        if not isinstance(step, (int, float)) or not math.isfinite(step) or step <= 0:
+            raise InputError(f"measured_runs.json[{i}].measured_step_s", "is not a finite positive number",
+                             "rewrite it with tools/gpu_kernel_checks.py")
+    return GpuRecord(env, _read_csv(folder, "kernels.csv"), runs, _read_csv(folder, "step_kernels.csv"),
+                     _read_csv(folder, "step_summary.csv"), _read_csv(folder, "launch.csv"),
+                     _read_csv(folder, "decode_gemms.csv"))
 
 
 def gemm_table(record: GpuRecord, cluster) -> pd.DataFrame:
@@ -166,3 +230,24 @@ def category_table(record: GpuRecord, cluster) -> pd.DataFrame:
                          "predicted_s": seconds.get(category, np.nan),
                          "predicted_kernels": kernels.get(category, np.nan)})
     return pd.DataFrame(rows)
+
+
+def decode_table(record: GpuRecord, cluster) -> pd.DataFrame:
+    """The decode GEMMs with ``predicted_s`` (``inference_layers.gemm_s`` + ``kernel_fixed_s`` at
+    the serving efficiency of ``cluster``'s GPU generation, weights and activations in the row's
+    dtype) and ``ratio`` = measured / predicted."""
+    from cost_models.inference_layers import gemm_s, layer_rates
+    from hardware_specs.catalog import load_serving_efficiency
+    d = record.decode_gemms.copy()
+    if d.empty:
+        return d
+    eff = load_serving_efficiency(cluster.gpu.generation)
+    d["predicted_s"] = np.nan
+    for dtype in d["dtype"].unique():
+        rows = d["dtype"] == dtype
+        rates = layer_rates(cluster.gpu, eff, dtype, dtype)
+        x = d[rows]
+        d.loc[rows, "predicted_s"] = gemm_s(x["m"], x["n"] * x["k"], rates.dense_flops_per_s, rates.dense_weight_bytes,
+                                            rates, x["k"], x["n"]) + rates.kernel_fixed_s
+    d["ratio"] = d["time_s"] / d["predicted_s"]
+    return d
