@@ -269,16 +269,19 @@ def measured_cmd(cluster_path: str | None, steps: int, warmup: int, rounds: int,
                  as_csv: bool, out_path: str | None) -> None:
     """How well does the simulator predict runs measured on this machine?
 
-    CLUSTER_PATH is a profile written by `paraplan calibrate`. A small GPT is trained for a few
-    steps under DP, TP, PP, mixed layouts and recomputation on local processes (gloo on CPU,
-    nccl on GPUs), and each measured median step time is compared with simulate()'s prediction.
-    Needs PyTorch (pip install 'paraplan[measure]').
+    CLUSTER_PATH is a profile written by `paraplan calibrate`, or on a GPU machine the catalog
+    system of its GPUs (e.g. hgx-h200). A small GPT is trained for a few steps under DP, TP, PP,
+    mixed layouts and recomputation on local processes (gloo on CPU, nccl on GPUs), and each
+    measured median step time is compared with simulate()'s prediction. On GPUs the GPT is
+    GPU-sized (8 layers, hidden 2048, 2048 tokens) and only the layouts that fit the visible GPUs
+    run (the others are named on stderr). Needs PyTorch (pip install 'paraplan[measure]').
 
     \b
     Example:
       paraplan calibrate --out my-machine.yaml
       paraplan validate measured my-machine.yaml --csv --out measured.csv
       paraplan validate measured --calibrate-each-round --rounds 3
+      paraplan validate measured hgx-h200 --rounds 1      # on an H200 machine
     """
     from paraplan.measure import compare_measured
     from paraplan.measure.compare import compare_recalibrating
