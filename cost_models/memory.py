@@ -50,8 +50,14 @@ LOGIT_BYTES = 6.0
 #: ... are saved and the 2nd, 4th, ... rerun in backward): the key, output and MLP up projections
 #: of a Llama block (wq, wk, wv, wo, w1, w3, w2), with the RoPE rotation and residual adds
 #: between them (``layer_costs.every_second_linear_forward``).
+#: ``mlp_fc1``: the dense layers' MLP input projections (the gate and up GEMMs, one fused GEMM)
+#: and the activation, the MLP output projection's output not rerun since no backward reads it:
+#: what a remat policy that saves every matmul output but the MLP's inputs' reruns (MaxText
+#: ``save_dot_except_mlpwi`` / ``save_dot_except_mlp``, AI-Hypercomputer/maxtext@8e55ab1aa
+#: MaxText/layers/models.py; JAX drops recomputation whose output no gradient needs). It drops
+#: what ``mlp`` drops.
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp_act", "mla_up_proj", "moe_dispatch", "mlp", "moe",
-                     "every_second_linear")
+                     "every_second_linear", "mlp_fc1")
 MODULE_BITS = {name: 1 << i for i, name in enumerate(RECOMPUTE_MODULES)}
 #: the modules mask of Megatron's plain ``--recompute-granularity selective``
 SELECTIVE_DEFAULT = MODULE_BITS["core_attn"]
@@ -60,15 +66,17 @@ SELECTIVE_DEFAULT = MODULE_BITS["core_attn"]
 #: ``moe_block_modules``)
 MODULE_DROPS = {"core_attn": ("core",), "layernorm": ("norm_outputs",), "mlp_act": ("mlp_act_out",),
                 "mla_up_proj": ("qkv", "attn_k"), "moe_dispatch": (), "mlp": ("mlp_fc1_out", "mlp_fc1_up", "mlp_act_out"),
-                "moe": (), "every_second_linear": ("attn_k", "mlp_fc1_up")}
+                "moe": (), "every_second_linear": ("attn_k", "mlp_fc1_up"),
+                "mlp_fc1": ("mlp_fc1_out", "mlp_fc1_up", "mlp_act_out")}
 
 
 def moe_block_modules(modules):
     """The modules mask to apply to the activation terms of an MoE layer's shared experts: they
-    are part of the MoE block (recomputed with ``moe``), not a dense MLP (``mlp`` leaves them)."""
+    are part of the MoE block (recomputed with ``moe``), not a dense MLP (``mlp`` and ``mlp_fc1``
+    leave them)."""
     modules = np.asarray(modules, dtype=np.int64)
-    mlp, moe = MODULE_BITS["mlp"], MODULE_BITS["moe"]
-    return (modules & ~mlp) | np.where((modules & moe) != 0, mlp, 0)
+    mlp, moe, fc1 = MODULE_BITS["mlp"], MODULE_BITS["moe"], MODULE_BITS["mlp_fc1"]
+    return (modules & ~(mlp | fc1)) | np.where((modules & moe) != 0, mlp, 0)
 
 
 def activation_terms(model: ModelSpec, micro_batch, seq_len, tp, cp, sp, flash_attention=True, ffn=None,

@@ -49,8 +49,14 @@ GRAD_BUFFERS = ("fp32", "reduce")
 #: Megatron-LM 2022, Megatron-Core's default ``recompute_modules``); ``per_op`` = PyTorch's
 #: per-operation policy as torchtitan runs it (matmul and attention-kernel outputs saved, every
 #: second matmul and all element-wise work rerun: the norms, the activation, and the projections
-#: with what lies between them)
-SELECTIVE_CHECKPOINTS = {"core_attn": ("core_attn",), "per_op": ("layernorm", "mlp_act", "every_second_linear")}
+#: with what lies between them); ``save_dots`` = a remat policy that saves the attention
+#: projections' outputs and reruns the attention core, the norms and the MLP's input projections
+#: with the activation (MaxText ``save_dot_except_mlpwi`` / ``save_dot_except_mlp`` as the DGX
+#: Cloud recipes run them, AI-Hypercomputer/maxtext@8e55ab1aa MaxText/layers/models.py)
+SELECTIVE_CHECKPOINTS = {"core_attn": ("core_attn",), "per_op": ("layernorm", "mlp_act", "every_second_linear"),
+                         "save_dots": ("core_attn", "layernorm", "mlp_fc1")}
+#: what a run of a stack recomputes when it states nothing (``TrainingBehaviour.recipe_recompute``)
+RECIPE_RECOMPUTE = ("none", "selective", "full")
 #: language-model loss implementations a training stack may run (``TrainingBehaviour.cross_entropy``;
 #: their HBM traffic per logit is counted in ``cost_models.cross_entropy``): ``megatron_unfused`` =
 #: Megatron's eager ``vocab_parallel_cross_entropy`` on an fp32 copy, ``megatron_fused`` = Megatron-Core
@@ -214,8 +220,13 @@ class TrainingBehaviour:
             weight_copy_bytes_per_param`` counts (FP8 row-wise data and, on Hopper, its transpose;
             MXFP8 row-wise and column-wise data with their scales). Other dtypes ignore it.
         selective_checkpoint: what ``recompute: selective`` recomputes on this stack, one of
-            ``SELECTIVE_CHECKPOINTS`` (Megatron's attention core, or torchtitan's per-operation
-            policy); a plan that names ``recompute_modules`` recomputes those instead.
+            ``SELECTIVE_CHECKPOINTS`` (Megatron's attention core, torchtitan's per-operation
+            policy, or MaxText's save-the-projections policy); a plan that names
+            ``recompute_modules`` recomputes those instead.
+        recipe_recompute: what a run on this stack recomputes when it does not say, for a stack
+            without per-layout performance presets (``stack_presets``): the recomputation of the
+            stack's own published performance recipes, one of ``RECIPE_RECOMPUTE``. Default
+            ``none``.
         cross_entropy: the language-model loss implementation, one of ``CROSS_ENTROPY_IMPLS``
             (Megatron ``--cross-entropy-loss-fusion`` and ``--cross-entropy-fusion-impl``,
             Megatron-Bridge ``model.cross_entropy_loss_fusion`` / ``cross_entropy_fusion_impl``);
@@ -261,11 +272,15 @@ class TrainingBehaviour:
     fp8_param_gather: bool = False
     cross_entropy: str = "megatron_unfused"
     selective_checkpoint: str = "core_attn"
+    recipe_recompute: str = "none"
 
     def __post_init__(self) -> None:
         if self.selective_checkpoint not in SELECTIVE_CHECKPOINTS:
             raise InputError("training.selective_checkpoint", f"unknown policy {self.selective_checkpoint!r}",
                              "choose one of " + ", ".join(SELECTIVE_CHECKPOINTS))
+        if self.recipe_recompute not in RECIPE_RECOMPUTE:
+            raise InputError("training.recipe_recompute", f"unknown value {self.recipe_recompute!r}",
+                             "choose one of " + ", ".join(RECIPE_RECOMPUTE))
         if self.attention_kernel not in ATTENTION_KERNELS:
             raise InputError("training.attention_kernel", f"unknown kernel {self.attention_kernel!r}",
                              "choose one of " + ", ".join(ATTENTION_KERNELS))

@@ -44,7 +44,7 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models import context_parallel, layer_costs, mamba, memory, moe as moe_costs
-from cost_models.compute import LOW_PRECISION, compute_rates, kernel_counting_rates, sixteen_bit_dtype
+from cost_models.compute import LOW_PRECISION, compute_rates, gemm_time_s, kernel_counting_rates, sixteen_bit_dtype
 from cost_models.topology import group_collective_time_s
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
@@ -214,6 +214,23 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         whole = bit("moe") if kind == "moe" else bit("mlp")
         block_tp = tp_coll * (shares["mlp"] if hybrid and kind == "dense" else 1.0)
         block_s = mlp["gemm_fwd_s"] + mlp["cast_fwd_s"] + mlp["elem_fwd_s"] + np.where(tp > 1, block_tp, 0.0)
+        # the dense MLP's input projections and activation alone (``mlp_fc1``, not in MoE layers):
+        # the first GEMM, its share of the block's input casts, the activation, and under
+        # sequence parallelism the all-gather of the norm output it reads (half an all-reduce)
+        # (timed only when a row recomputes it, as every_second_linear below)
+        fc1 = bit("mlp_fc1") & ~whole & (kind != "moe")
+        fc1_s = fc1_flops = fc1_kernels = 0.0
+        if np.any(fc1):
+            up_n, up_k = layer_costs.mlp_gemm_shapes(model.hidden_size, dense_ffn or model.ffn_hidden_size,
+                                                     model.gated_mlp, tp)[0]
+            share = shares["mlp"] if hybrid else 1.0
+            fc1_flops = 2.0 * tokens * up_n * up_k
+            fc1_cast = mlp["cast_fwd_s"] * fc1_flops / np.maximum(mlp["gemm_flops_fwd"], 1.0)
+            fc1_s = (gemm_time_s(tokens, up_n, up_k, rates) + fc1_cast) * share + act_s \
+                + np.where(sp & (tp > 1), block_tp / 2.0, 0.0)
+            fc1_flops = fc1_flops * share
+            fc1_kernels = 1.0 + layer_costs.activation_units(model, unfused_block_ops)[2] \
+                + np.where(sp & (tp > 1), 1.0, 0.0)
         # every second projection with the RoPE and residual adds between them (torchtitan's
         # per-operation checkpoint); an MoE layer's experts are grouped matmuls outside that count.
         # Timed only when a row recomputes it (the planner evaluates this for every layer key)
@@ -221,10 +238,12 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             model, rates, tokens, tp, sp, ffn=dense_ffn, with_mlp=kind != "moe", unfused_ops=unfused_block_ops) \
             if np.any(bit("every_second_linear")) else (0.0, 0.0, 0.0)
         sel = (np.where(bit("core_attn"), attn_k["core_fwd_s"], 0.0) + np.where(bit("layernorm"), norm_s, 0.0)
-               + np.where(bit("mlp_act") & ~whole, act_s, 0.0) + np.where(bit("mla_up_proj"), mla_s, 0.0)
-               + np.where(whole, block_s, 0.0) + np.where(bit("every_second_linear"), alt_s, 0.0))
+               + np.where(bit("mlp_act") & ~whole & ~fc1, act_s, 0.0) + np.where(bit("mla_up_proj"), mla_s, 0.0)
+               + np.where(whole, block_s, 0.0) + np.where(bit("every_second_linear"), alt_s, 0.0)
+               + np.where(fc1, fc1_s, 0.0))
         sel_flops = (np.where(bit("core_attn"), attn_k["core_flops_fwd"], 0.0) + np.where(bit("mla_up_proj"), mla_flops, 0.0)
-                     + np.where(whole, mlp["gemm_flops_fwd"], 0.0) + np.where(bit("every_second_linear"), alt_flops, 0.0))
+                     + np.where(whole, mlp["gemm_flops_fwd"], 0.0) + np.where(bit("every_second_linear"), alt_flops, 0.0)
+                     + np.where(fc1, fc1_flops, 0.0))
         rec_full = fwd
         # exposed TP traffic: userbuffers overlap (tp_comm_overlap) pipelines it with the GEMMs of
         # the same pass; the backward collectives of the column-parallel layers also run under
@@ -276,11 +295,11 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
                      + np.where(tp > 1, np.where(sp, 1.5, 1.0) * blocks_per_layer, 0.0))
             n_sel = (np.where(bit("core_attn"), attn_n[kind]["core_fwd_s"], 0.0) + blocks_per_layer * bit("layernorm")
                      + (1.0 + (0.0 if kind == "moe" else layer_costs.activation_units(model, unfused_block_ops)[2]))
-                     * (bit("mlp_act") & ~whole)
+                     * (bit("mlp_act") & ~whole & ~fc1)
                      + 2.0 * bit("mla_up_proj")
                      + np.where(whole, mlp_n["gemm_fwd_s"] + mlp_n["elem_fwd_s"] + mlp_n["cast_fwd_s"]
                                 + np.where(tp > 1, 1.0, 0.0), 0.0)
-                     + alt_kernels * bit("every_second_linear"))
+                     + alt_kernels * bit("every_second_linear") + np.where(fc1, fc1_kernels, 0.0))
             # the host-bound share shows as compute: what the floor adds above the GPU's passes
             host_f = np.maximum(n_fwd * host_s - (fwd + tpf + cpc["fwd_exposed_s"] + epf), 0.0)
             host_b = np.maximum(n_bwd * host_s - (bwd + wgrad + tpb + cpc["bwd_exposed_s"] + epb), 0.0)

@@ -254,11 +254,14 @@ class ParallelConfig:
             block, from its input), ``moe`` (the MoE layers' whole block: router, dispatch,
             experts, shared experts, combine), ``every_second_linear`` (torchtitan's per-operation
             policy: every second projection with the RoPE rotation and residual adds between
-            them). Naming any makes the recomputation selective.
+            them), ``mlp_fc1`` (the dense MLP's input projections and activation, not its output
+            projection: MaxText's save-the-projections remat policies). Naming any makes the
+            recomputation selective.
         selective_modules: what ``recompute: selective`` recomputes when no ``recompute_modules``
             are named: the software stack's selective checkpointing
-            (``TrainingBehaviour.selective_checkpoint``): Megatron's ``("core_attn",)``, or
-            torchtitan's per-operation policy ``("layernorm", "mlp_act", "every_second_linear")``.
+            (``TrainingBehaviour.selective_checkpoint``): Megatron's ``("core_attn",)``,
+            torchtitan's per-operation policy ``("layernorm", "mlp_act", "every_second_linear")``,
+            or MaxText's ``("core_attn", "layernorm", "mlp_fc1")``.
         offload_activation_layers: layers per model chunk whose kept activations are copied to
             host memory after their forward and back before their backward (Megatron /
             Transformer Engine ``--cpu-offloading-num-layers``), over the cluster's host link.

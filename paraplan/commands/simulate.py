@@ -503,8 +503,10 @@ POS = click.IntRange(min=1)
               help="Operations recomputed in the layers not recomputed in full, comma-separated: core_attn, layernorm, "
                    "mlp_act, mla_up_proj, moe_dispatch, mlp (dense layers' whole MLP), moe (MoE layers' whole MoE block) "
                    "(Megatron --recompute-modules), every_second_linear (torchtitan's per-operation policy: every "
-                   "second projection); implies selective. Without it, selective recomputes what the stack's "
-                   "selective checkpointing does (core_attn; torchtitan: layernorm,mlp_act,every_second_linear).")
+                   "second projection), mlp_fc1 (the dense MLP's input projections and activation: MaxText's "
+                   "save-the-projections remat); implies selective. Without it, selective recomputes what the "
+                   "stack's selective checkpointing does (core_attn; torchtitan: layernorm,mlp_act,"
+                   "every_second_linear; maxtext: core_attn,layernorm,mlp_fc1).")
 @click.option("--offload-activation-layers", type=click.IntRange(0), metavar="N",
               help="Layers per model chunk whose activations go to host memory between forward and backward "
                    "(Megatron/TE --cpu-offloading-num-layers), over the cluster's host link.")

@@ -63,6 +63,10 @@ def _check(p: dict) -> None:
                          "host", "plan with offload_optimizer_fraction 1 and zero_stage >= 1")
     tp, pp, cp, zero = p["tp"], p["pp"], p["cp"], p["zero_stage"]
     recompute = Recompute(p["recompute"])
+    if recompute == Recompute.SELECTIVE and "mlp_fc1" in selective_recompute_modules(p):
+        raise InputError("recompute", "the plan's selective recomputation is MaxText's save-the-projections remat "
+                         "policy (attention core, norms, MLP input projections), which DeepSpeed's checkpointing "
+                         "does not run", "plan with --stack deepspeed, or with recompute none or full")
     if p["dtype"] in ("fp8", "mxfp8", "nvfp4"):
         raise InputError("dtype", f"{RELEASE} has no switch for {p['dtype']} GEMMs (only the model's own Transformer "
                          "Engine layers would run them)", "plan in bf16 or fp16 for DeepSpeed")

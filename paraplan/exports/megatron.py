@@ -98,6 +98,10 @@ def _refuse_memory_features(p: dict, model: ModelSpec) -> None:
                          "second projection (torchtitan's selective policy, which this plan prices)",
                          "plan with --stack megatron-core (its selective is the attention core), or recompute "
                          "none or full")
+    if "mlp_fc1" in modules:
+        raise InputError("recompute_modules", "Megatron-LM's 'mlp' recomputes the whole MLP; it has no module that "
+                         "reruns only its input projections and activation (MaxText's save-the-projections remat "
+                         "policy, which this plan prices)", "plan with --stack megatron-core, or name mlp instead")
     if "moe_dispatch" in modules:
         raise InputError("recompute_modules", "Megatron-LM has no module that recomputes only the MoE dispatch "
                          "(its 'moe' recomputes the whole MoE layer)", "drop moe_dispatch")

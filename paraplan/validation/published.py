@@ -33,7 +33,8 @@ defaults, each recorded in the row's ``assumptions``:
   recomputed forward pass (megatron_hw_eq3), else what the stack release's own performance
   preset with the row's layout and precision recomputes, offloads and keeps of its FP8 weights
   (``stack_presets.memory_savings_of_layout``; modules the model does not price are noted),
-  else none;
+  else, on a stack without presets, what its published recipes recompute
+  (``TrainingBehaviour.recipe_recompute``: MaxText's DGX Cloud recipes' remat policy), else none;
 - ``vocab`` empty: the vocabulary of the preset the ``model`` column names, when it has the row's
   shape; for another shape of that model (a candidate or proxy) only when the row's stated
   ``params_b`` confirms it (``row_model._check_family_vocab``);
@@ -469,11 +470,19 @@ RECIPE_RECOMPUTE_MODULES = {"core_attn": "core_attn", "layernorm": "layernorm", 
 def _recipe_memory_savings(stack, savings, presets, assumptions) -> tuple[str, dict]:
     """(recompute, ParallelConfig keywords) for a row that states no recomputation: what the stack
     release's own performance preset with the row's layout and precision recomputes and offloads
-    (``savings``, ``presets``: ``stack_presets.memory_savings_of_layout``), else none. Modules
-    the model does not price (Megatron's ``shared_experts``, ``mhc``) are noted."""
+    (``savings``, ``presets``: ``stack_presets.memory_savings_of_layout``); for a stack without
+    presets, what its published recipes recompute (``TrainingBehaviour.recipe_recompute``, e.g.
+    MaxText's save-the-projections remat policy); else none. Modules the model does not price
+    (Megatron's ``shared_experts``, ``mhc``) are noted."""
     kw: dict = {}
     if savings is not None and savings.fp8_param_gather is not None:
         kw["fp8_param_gather"] = savings.fp8_param_gather
+    recipe = stack.training.recipe_recompute if stack.training is not None else "none"
+    if savings is None and recipe != "none":
+        # a stack without per-layout presets whose published recipes all recompute one way
+        assumptions.append(f"recompute={recipe} ({stack.name}'s performance recipes"
+                           + (f": {stack.training.selective_checkpoint}" if recipe == "selective" else "") + ")")
+        return recipe, kw
     if savings is None or (not savings.recompute and not savings.offload_layers):
         assumptions.append("recompute=none" + (f" (as {stack.name}'s preset with this layout)" if savings else ""))
         return "none", kw
