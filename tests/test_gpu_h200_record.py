@@ -237,3 +237,17 @@ def test_cli_on_a_damaged_record_is_one_error_line(tmp_path, damage, field):
     shutil.copytree(DATA / "gpu_h200", folder)
     damage(folder)
     _one_error_line(_cli(folder, "--cluster", "hgx-h200"), field)
+
+
+def test_training_steps_hold_a_higher_clock_than_a_gemm_loop_at_the_power_cap():
+    # tests/data/gpu_h200_clocks/ (tools/gpu_step_profile.py again, with nvidia-smi read every
+    # 20 ms): back-to-back 8,192^3 GEMMs hold 1,515 MHz at 679 W (the 700 W cap, 675 TFLOP/s);
+    # the training steps, whose GEMMs alternate with memory-bound kernels, run at 1,695-1,980 MHz
+    # and 250-562 W, the small models at the 1,980 MHz maximum: why their short GEMMs beat the
+    # power-capped grid's rate at the same shapes
+    gemm = pd.read_csv(DATA / "gpu_h200_clocks" / "gemm_clock.csv").iloc[0]
+    steps = pd.read_csv(DATA / "gpu_h200_clocks" / "step_summary.csv").set_index("run")
+    assert gemm["power_w_median"] >= 0.95 * 700 and gemm["sm_clock_mhz_median"] <= 1600
+    assert (steps["sm_clock_mhz_median"] > gemm["sm_clock_mhz_median"] * 1.1).all()
+    assert (steps["power_w_median"] < gemm["power_w_median"]).all()
+    assert (steps.loc[["l24-h1024-s2048", "l12-h768-s1024"], "sm_clock_mhz_median"] == 1980).all()

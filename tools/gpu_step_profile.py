@@ -8,8 +8,9 @@ process) and writes:
   time in one profiled step (``torch.profiler``), so the step's device time splits into GEMMs,
   attention, element-wise kernels and the optimizer;
 - ``OUTDIR/step_summary.csv``: per run, the median eager step time (no profiler, 6 steps after
-  3 warm-up), the profiled step's kernel count and summed kernel time: the difference is the time
-  the GPU waited between kernels (launch gaps and host work);
+  3 warm-up), the profiled step's kernel count and summed kernel time (the difference is the time
+  the GPU waited between kernels: launch gaps and host work), and the median SM clock and board
+  power nvidia-smi read every 20 ms over the timed steps;
 - ``OUTDIR/launch.csv``: device time per kernel of 2,000 one-element adds replayed from a CUDA
   graph (the GPU's own per-kernel cost, no host in the loop) against the same adds issued eagerly.
 
@@ -48,6 +49,37 @@ def log(msg):
 def sync():
     if GPU:
         torch.cuda.synchronize()
+
+
+def clock_sampler():
+    """nvidia-smi sampling the SM clock and board power every 20 ms (None without a GPU)."""
+    if not GPU:
+        return None
+    import subprocess
+    return subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
+                             "-lms", "20"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+
+def clock_samples(sampler):
+    """(median SM clock in MHz, median power in W) of what ``sampler`` read; ('', '') if none."""
+    if sampler is None:
+        return "", ""
+    sampler.terminate()
+    try:
+        out, _ = sampler.communicate(timeout=10)
+    except Exception:      # noqa: BLE001
+        sampler.kill()
+        return "", ""
+    pairs = []
+    for line in out.splitlines():
+        try:
+            clock, power = (float(x) for x in line.split(","))
+            pairs.append((clock, power))
+        except ValueError:
+            continue
+    if not pairs:
+        return "", ""
+    return statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
 
 
 def launch_cost():
@@ -127,12 +159,14 @@ def profile_runs():
             for _ in range(3):
                 step()
             times = []
+            sampler = clock_sampler()
             for _ in range(6):
                 sync()
                 t0 = time.perf_counter()
                 step()
                 sync()
                 times.append(time.perf_counter() - t0)
+            clock_mhz, power_w = clock_samples(sampler)
             acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if GPU else [])
             with profile(activities=acts) as prof:
                 step()
@@ -149,7 +183,7 @@ def profile_runs():
                 n_kernels += int(evt.count)
                 kernel_s += dev_us / 1e6
             summary.append({"run": name, "eager_step_s": statistics.median(times), "kernels": n_kernels,
-                            "kernel_sum_s": kernel_s})
+                            "kernel_sum_s": kernel_s, "sm_clock_mhz_median": clock_mhz, "power_w_median": power_w})
             log(f"{name}: eager {statistics.median(times) * 1e3:.2f} ms, {n_kernels} kernels, "
                 f"kernel time {kernel_s * 1e3:.2f} ms")
             del model, opt
@@ -166,8 +200,35 @@ def profile_runs():
     dist.destroy_process_group()
 
 
+def gemm_clock():
+    """The SM clock and power under back-to-back 8,192^3 bf16 GEMMs for about 2 s
+    (``gemm_clock.csv``), to set beside the training steps' (``step_summary.csv``)."""
+    if not GPU:
+        return
+    a = torch.randn(8192, 8192, device=DEV, dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device=DEV, dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    sync()
+    sampler = clock_sampler()
+    t0, n = time.perf_counter(), 0
+    while time.perf_counter() - t0 < 2.0:
+        for _ in range(20):
+            a @ b
+        sync()
+        n += 20
+    seconds = time.perf_counter() - t0
+    clock_mhz, power_w = clock_samples(sampler)
+    row = {"tflops": n * 2.0 * 8192**3 / seconds / 1e12, "sm_clock_mhz_median": clock_mhz, "power_w_median": power_w}
+    with open(OUT / "gemm_clock.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(row))
+        writer.writeheader()
+        writer.writerow(row)
+    log(f"gemm clock: {row}")
+
+
 if __name__ == "__main__":
-    for part in (launch_cost, profile_runs):
+    for part in (launch_cost, gemm_clock, profile_runs):
         t0 = time.perf_counter()
         try:
             part()
