@@ -229,7 +229,9 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             fc1_s = (gemm_time_s(tokens, up_n, up_k, rates) + fc1_cast) * share + act_s \
                 + np.where(sp & (tp > 1), block_tp / 2.0, 0.0)
             fc1_flops = fc1_flops * share
-            fc1_kernels = 1.0 + layer_costs.activation_units(model, unfused_block_ops)[2] \
+            # the GEMM, the activation (one kernel and its extra ones, as mlp_act counts it) and
+            # the all-gather under sequence parallelism
+            fc1_kernels = 2.0 + layer_costs.activation_units(model, unfused_block_ops)[2] \
                 + np.where(sp & (tp > 1), 1.0, 0.0)
         # every second projection with the RoPE and residual adds between them (torchtitan's
         # per-operation checkpoint); an MoE layer's experts are grouped matmuls outside that count.

@@ -22,3 +22,17 @@ def test_two_ranks_keep_every_default_layout():
 def test_no_layout_fitting_is_an_input_error():
     with pytest.raises(InputError, match="no configuration fits the 1 rank"):
         _fitting_configs([{"name": "tp4", "tp": 4}], 1)
+
+
+@pytest.mark.parametrize("kind, visible, ranks, expected", [("cpu", 0, 2, 2), ("cuda", 1, 8, 1), ("cuda", 4, 2, 2)])
+def test_a_job_uses_no_more_ranks_than_the_profile_or_the_visible_gpus(monkeypatch, kind, visible, ranks, expected):
+    # a CPU host runs the calibrated profile's ranks; a CUDA host at most the GPUs it sees (an
+    # 8-GPU catalog node on a one-GPU machine runs one rank)
+    import types
+
+    import paraplan.measure.compare as compare
+    import paraplan.measure.runtime as runtime
+    fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(device_count=lambda: visible))
+    monkeypatch.setattr(runtime, "choose_device", lambda device="auto", **_: types.SimpleNamespace(kind=kind))
+    monkeypatch.setattr(compare, "require_torch", lambda: fake_torch)
+    assert compare._slots(ranks) == expected

@@ -350,10 +350,24 @@ def gpu_record_cmd(folder: str, cluster_name: str | None, as_json: bool, out_pat
         check_writable(out_path)
     record = load_record(folder)
     cluster = load_cluster(cluster_name)
-    parts = {"gemms": gemm_table(record, cluster) if not record.kernels.empty else None,
-             "decode_gemms": decode_table(record, cluster) if not record.decode_gemms.empty else None,
-             "steps": step_table(record, cluster) if record.runs else None,
-             "categories": category_table(record, cluster) if not record.step_kernels.empty else None}
+    sm_count = record.env.get("sm_count")
+    if isinstance(sm_count, int) and cluster.gpu.sm_count and sm_count != cluster.gpu.sm_count:
+        raise InputError("cluster", f"the record's GPU ({record.env.get('name', '?')}, {sm_count} SMs) is not "
+                         f"{cluster.name}'s ({cluster.gpu.name}, {cluster.gpu.sm_count} SMs)",
+                         "pass the catalog system of the GPU that was measured")
+
+    def part(table, present, source):
+        """``table(record, cluster)`` if the record has it; an input error names ``source``."""
+        if not present:
+            return None
+        try:
+            return table(record, cluster)
+        except InputError as exc:
+            raise InputError(f"{source}: {exc.field}", exc.message, exc.fix) from None
+    parts = {"gemms": part(gemm_table, not record.kernels.empty, "kernels.csv"),
+             "decode_gemms": part(decode_table, not record.decode_gemms.empty, "decode_gemms.csv"),
+             "steps": part(step_table, bool(record.runs), "measured_runs.json"),
+             "categories": part(category_table, not record.step_kernels.empty, "step_kernels.csv")}
     if as_json:
         text = dump_json({k: ([] if v is None else [{c: _clean(x) for c, x in r.items()}
                                                       for r in v.to_dict("records")])

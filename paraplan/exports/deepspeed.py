@@ -66,7 +66,7 @@ def _check(p: dict) -> None:
     if recompute == Recompute.SELECTIVE and "mlp_fc1" in selective_recompute_modules(p):
         raise InputError("recompute", "the plan's selective recomputation is MaxText's save-the-projections remat "
                          "policy (attention core, norms, MLP input projections), which DeepSpeed's checkpointing "
-                         "does not run", "plan with --stack deepspeed, or with recompute none or full")
+                         "does not run", "plan with --stack megatron-deepspeed, or with recompute none or full")
     if p["dtype"] in ("fp8", "mxfp8", "nvfp4"):
         raise InputError("dtype", f"{RELEASE} has no switch for {p['dtype']} GEMMs (only the model's own Transformer "
                          "Engine layers would run them)", "plan in bf16 or fp16 for DeepSpeed")

@@ -185,11 +185,18 @@ def _device_slots(cluster, model):
     both visible and in the profile's node, and ``DEFAULT_MODEL_GPU`` (the CPU-sized model is
     host-bound on a GPU: it times kernel launches, not the GPU)."""
     from paraplan.measure.runtime import choose_device
+    gpu = choose_device("auto").kind == "cuda"
+    return _slots(int(cluster.gpus_per_node)), model or (DEFAULT_MODEL_GPU if gpu else DEFAULT_MODEL)
+
+
+def _slots(ranks: int) -> int:
+    """Ranks a job may use side by side: a profile's ``ranks`` on a CPU host, on a CUDA host no
+    more than the visible GPUs."""
+    from paraplan.measure.runtime import choose_device
     torch = require_torch()
     if choose_device("auto").kind != "cuda":
-        return int(cluster.gpus_per_node), model or DEFAULT_MODEL
-    visible = torch.cuda.device_count()
-    return max(1, min(int(cluster.gpus_per_node), visible)), model or DEFAULT_MODEL_GPU
+        return int(ranks)
+    return max(1, min(int(ranks), torch.cuda.device_count()))
 
 
 def _fitting_configs(configs: list[dict], slots: int) -> tuple[list[dict], list]:
@@ -230,7 +237,9 @@ def compare_recalibrating(configs=None, rounds: int = 3, nprocs: int = 2, steps:
         raise InputError("rounds", f"must be >= 1, got {rounds}")
     require_torch()      # before the first progress report
     frames = []
-    n = len(list(configs or DEFAULT_CONFIGS))
+    # each round's profile has nprocs ranks: measure (and count) only the layouts that fit them
+    configs, skipped = _fitting_configs(list(configs or DEFAULT_CONFIGS), _slots(int(nprocs)))
+    n = len(configs)
     total = int(rounds) * (1 + n)
 
     def within(r):          # a round's measurements, counted after its calibration
@@ -250,4 +259,6 @@ def compare_recalibrating(configs=None, rounds: int = 3, nprocs: int = 2, steps:
         row["rel_error_spread"] = group["rel_error"].max() - group["rel_error"].min()
         row["rounds"] = len(group)
         rows.append(row)
-    return pd.DataFrame(rows).drop(columns=["round"]).reset_index(drop=True)
+    frame = pd.DataFrame(rows).drop(columns=["round"]).reset_index(drop=True)
+    frame.attrs["skipped"] = skipped
+    return frame

@@ -79,6 +79,8 @@ TIME_COLUMNS = ("time_s", "device_s", "eager_step_s", "seconds_per_kernel")
 
 def _read_csv(folder: Path, name: str) -> pd.DataFrame:
     path = folder / name
+    if path.exists() and not path.is_file():
+        raise InputError(name, "is not a file", "remove it, or rewrite it with the tools/gpu_*.py scripts")
     if not path.is_file():
         return pd.DataFrame()
     try:
@@ -96,16 +98,59 @@ def _read_csv(folder: Path, name: str) -> pd.DataFrame:
         _require_positive(frame, ("m", "n", "k", "weight_bytes"), name)
     elif name == "step_kernels.csv":
         _require_positive(frame, ("launches",), name)
+        if not all(isinstance(k, str) and k.strip() for k in frame["kernel"]) or \
+                not all(isinstance(r, str) and r.strip() for r in frame["run"]):
+            raise InputError(f"{name}.kernel", "has an empty kernel or run name", "rewrite the file, or remove that row")
     return frame
 
 
+#: the largest value a recorded column may hold: a measured kernel or step is under a day, a
+#: shape or count far under 1e15 (larger ones are damage, and would print as such)
+MAX_RECORDED = 1e15
+MAX_RECORDED_S = 86400.0
+
+
 def _require_positive(frame: pd.DataFrame, columns, where: str) -> None:
-    """``InputError`` unless every value of ``columns`` is a finite positive number."""
+    """``InputError`` unless every value of ``columns`` is a finite positive number within
+    ``MAX_RECORDED`` (``MAX_RECORDED_S`` for seconds)."""
     for column in columns:
         values = pd.to_numeric(frame[column], errors="coerce")
-        if not (np.isfinite(values) & (values > 0)).all():
-            raise InputError(f"{where}.{column}", "has a value that is not a finite positive number",
+        limit = MAX_RECORDED_S if column.endswith("_s") or column == "seconds_per_kernel" else MAX_RECORDED
+        if not (np.isfinite(values) & (values > 0) & (values <= limit)).all():
+            raise InputError(f"{where}.{column}", f"has a value that is not a finite positive number up to {limit:g}",
                              "rewrite the file, or remove that row")
+
+
+#: the whole-number keys of a measured run, each at least 1 (``zero_stage`` at least 0)
+RUN_INTEGERS = ("num_layers", "hidden_size", "num_heads", "vocab_size", "seq_len", "dp", "tp", "pp", "micro_batch",
+                "global_batch", "zero_stage")
+
+
+def _check_run(run, where: str) -> None:
+    """``InputError`` naming the first key of a measured run that is missing or of the wrong
+    kind (the run's size and layout are checked again by ``simulate``)."""
+    fix = "rewrite it with tools/gpu_kernel_checks.py"
+    if not isinstance(run, dict):
+        raise InputError(where, "is not a JSON object", fix)
+    missing = [k for k in RUN_KEYS if k not in run]
+    if missing:
+        raise InputError(where, f"has no {missing[0]!r}", fix)
+    for key in ("name", "recompute", "dtype"):
+        if not isinstance(run[key], str) or not run[key].strip():
+            raise InputError(f"{where}.{key}", "is not a non-empty string", fix)
+    for key in RUN_INTEGERS:
+        value = run[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "zero_stage" else 1) \
+                or value > MAX_RECORDED:
+            raise InputError(f"{where}.{key}", f"is not a whole number in range, got {value!r}", fix)
+    phases = run["phase_s"]
+    values = [run["measured_step_s"]] + ([phases.get(k) for k in ("forward_backward_s", "optimizer_s")]
+                                         if isinstance(phases, dict) else [None])
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or not 0 < value <= MAX_RECORDED_S:
+            raise InputError(f"{where}.measured_step_s / phase_s", "is not a finite positive number of seconds",
+                             fix)
 
 
 def load_record(folder) -> GpuRecord:
@@ -114,25 +159,22 @@ def load_record(folder) -> GpuRecord:
     folder = Path(folder)
     if not (folder / "env.json").is_file():
         raise InputError("folder", f"{folder} has no env.json", "pass a folder written by tools/gpu_kernel_checks.py")
+    runs_path = folder / "measured_runs.json"
+    if runs_path.exists() and not runs_path.is_file():
+        raise InputError("measured_runs.json", "is not a file", "remove it, or rewrite it with tools/gpu_kernel_checks.py")
     try:
         env = json.loads((folder / "env.json").read_text())
-        runs_path = folder / "measured_runs.json"
-        runs = tuple(json.loads(runs_path.read_text())) if runs_path.is_file() else ()
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        runs = json.loads(runs_path.read_text()) if runs_path.is_file() else []
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise InputError("folder", f"a JSON file of {folder} cannot be read ({type(exc).__name__})",
                          "rewrite it with tools/gpu_kernel_checks.py") from None
     if not isinstance(env, dict):
         raise InputError("env.json", "is not a JSON object", "rewrite it with tools/gpu_kernel_checks.py")
+    if not isinstance(runs, list):
+        raise InputError("measured_runs.json", "is not a JSON list of runs", "rewrite it with tools/gpu_kernel_checks.py")
     for i, run in enumerate(runs):
-        missing = [k for k in RUN_KEYS if not isinstance(run, dict) or k not in run]
-        if missing:
-            raise InputError(f"measured_runs.json[{i}]", f"has no {missing[0]!r}",
-                             "rewrite it with tools/gpu_kernel_checks.py")
-        step = run["measured_step_s"]
-        if not isinstance(step, (int, float)) or not math.isfinite(step) or step <= 0:
-            raise InputError(f"measured_runs.json[{i}].measured_step_s", "is not a finite positive number",
-                             "rewrite it with tools/gpu_kernel_checks.py")
-    return GpuRecord(env, _read_csv(folder, "kernels.csv"), runs, _read_csv(folder, "step_kernels.csv"),
+        _check_run(run, f"measured_runs.json[{i}]")
+    return GpuRecord(env, _read_csv(folder, "kernels.csv"), tuple(runs), _read_csv(folder, "step_kernels.csv"),
                      _read_csv(folder, "step_summary.csv"), _read_csv(folder, "launch.csv"),
                      _read_csv(folder, "decode_gemms.csv"))
 
