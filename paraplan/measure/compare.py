@@ -150,9 +150,8 @@ def compare_measured(cluster_path, configs=None, steps: int = 14, warmup: int = 
             run_cfg = {**model, "steps": steps, "warmup": warmup, **cfg}
             if threads is not None:
                 run_cfg.setdefault("threads_per_rank", threads)
-            world = int(run_cfg.get("dp", 1)) * int(run_cfg.get("tp", 1)) * int(run_cfg.get("pp", 1))
             # Keep every calibrated rank busy, as during calibration: small jobs run side by side.
-            run_cfg.setdefault("copies", max(1, slots // world))
+            run_cfg.setdefault("copies", max(1, slots // _world(run_cfg)))
             runs[i].append(run_measurement(run_cfg))
     rows = []
     for per_round in runs:
@@ -199,12 +198,17 @@ def _slots(ranks: int) -> int:
     return max(1, min(int(ranks), torch.cuda.device_count()))
 
 
+def _world(cfg: dict) -> int:
+    """Ranks one job of configuration ``cfg`` runs (``RunConfig.world_size``; absent degrees 1)."""
+    return int(cfg.get("dp", 1)) * int(cfg.get("tp", 1)) * int(cfg.get("pp", 1))
+
+
 def _fitting_configs(configs: list[dict], slots: int) -> tuple[list[dict], list]:
     """The configurations whose ranks fit ``slots`` devices, and [(name, reason)] for the rest;
     an ``InputError`` when none fits."""
     kept, skipped = [], []
     for i, cfg in enumerate(configs):
-        world = int(cfg.get("dp", 1)) * int(cfg.get("tp", 1)) * int(cfg.get("pp", 1))
+        world = _world(cfg)
         if world > slots:
             skipped.append((cfg.get("name", f"configuration {i + 1}"),
                             f"needs {world} ranks, this machine runs {slots}"))

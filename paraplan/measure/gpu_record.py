@@ -115,7 +115,7 @@ def _require_positive(frame: pd.DataFrame, columns, where: str) -> None:
     ``MAX_RECORDED`` (``MAX_RECORDED_S`` for seconds)."""
     for column in columns:
         values = pd.to_numeric(frame[column], errors="coerce")
-        limit = MAX_RECORDED_S if column.endswith("_s") or column == "seconds_per_kernel" else MAX_RECORDED
+        limit = MAX_RECORDED_S if column in TIME_COLUMNS else MAX_RECORDED
         if not (np.isfinite(values) & (values > 0) & (values <= limit)).all():
             raise InputError(f"{where}.{column}", f"has a value that is not a finite positive number up to {limit:g}",
                              "rewrite the file, or remove that row")
