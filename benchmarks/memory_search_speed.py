@@ -5,9 +5,10 @@ Run: ``python benchmarks/memory_search_speed.py [--json] [--repeat N]``.
 Times (median of ``--repeat`` runs, wall seconds, one process):
   * ``plan_wall_s``: ``paraplan.api.plan('llama3-70b', 'dgx-h100', 256,
     global_batch_tokens=4194304)``, the whole search;
-  * ``memory_wall_s``: ``step_model.memory_parts`` with the planner's memory limit (the search
-    for the fewest recomputed / offloaded layers that fit) on every batch that plan scores,
-    summed; ``rows`` is their rows.
+  * ``memory_wall_s``: ``step_model.memory_parts`` called as the planner calls it (its memory
+    limit, and the bound above which the end stages skip the rest of the stage model: the
+    search for the fewest recomputed / offloaded layers that fit) on every batch that plan
+    scores, summed; ``rows`` is their rows.
 
 Measured on the shared 2-core development machine (noisy: +-20 %), llama3-70b / 256 H100,
 89,268 rows in 6 memory batches; plan_wall_s / memory_wall_s, median of 3-5 warm runs:
@@ -33,7 +34,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from paraplan import api  # noqa: E402
 from planners import vectorized  # noqa: E402
-from simulator import step_model  # noqa: E402
 
 CASE = {"model": "llama3-70b", "cluster": "dgx-h100", "gpus": 256, "global_batch_tokens": 4194304}
 
@@ -50,9 +50,11 @@ def main(argv=None) -> int:
     calls = []
     original = vectorized.memory_parts
 
-    def capture(model, cluster, eff, batch, detail=False, fit_limit_bytes=None):
-        calls.append((model, cluster, eff, batch, fit_limit_bytes))
-        return original(model, cluster, eff, batch, detail=detail, fit_limit_bytes=fit_limit_bytes)
+    def capture(model, cluster, eff, batch, **kwargs):
+        # every keyword the planner passes (fit limit, the end stages' drop bound, by_part) is
+        # replayed as given, so the timed calls are the planner's own
+        calls.append((model, cluster, eff, batch, kwargs))
+        return original(model, cluster, eff, batch, **kwargs)
 
     vectorized.memory_parts = capture
     _plan()                                   # warm up (catalogs, caches) and capture the batches
@@ -63,8 +65,8 @@ def main(argv=None) -> int:
         _plan()
         plan_runs.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        for model, cluster, eff, batch, limit in calls:
-            step_model.memory_parts(model, cluster, eff, batch, fit_limit_bytes=limit)
+        for model, cluster, eff, batch, kwargs in calls:
+            vectorized.memory_parts(model, cluster, eff, batch, **kwargs)
         memory_runs.append(time.perf_counter() - t0)
     out = {"case": CASE, "plan_wall_s": sorted(plan_runs)[len(plan_runs) // 2],
            "memory_wall_s": sorted(memory_runs)[len(memory_runs) // 2],

@@ -45,17 +45,19 @@ def refine_exact(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, s
     from planners.vectorized import CHOSEN_FIELDS, evaluate_rows_exact
     out = {k: np.array(v, dtype=float, copy=True) for k, v in ev.outputs.items()}
     n = len(ev.rows)
-    if n == 0:
-        return ev
-    exact = out["pipeline_exact"].astype(bool)
-    mem_order = np.argsort(out["memory_bytes"], kind="stable")
     cols = space.columns
     n_gpus = (cols["dp"] * cols["tp"] * cols["pp"] * cols["cp"])[ev.rows]
     gpu_values, gpu_group = np.unique(n_gpus, return_inverse=True)
     if trace is not None:
+        # set for no rows as well: a round whose timed rows all failed to fit leaves an empty
+        # trace that ``time_pruning`` reads (no timed row rules any row out)
         trace.update(kth_s=-np.inf, frontier_bound_s=-np.inf, gpus=gpu_values,
                      upto_best_s=np.full(len(gpu_values), -np.inf),
-                     peak_s=np.array(out["step_time_s"], copy=True))
+                     peak_s=np.array(out.get("step_time_s", np.zeros(0)), dtype=float, copy=True))
+    if n == 0:
+        return ev
+    exact = out["pipeline_exact"].astype(bool)
+    mem_order = np.argsort(out["memory_bytes"], kind="stable")
     budget = max_rows
     while True:
         t, lb = out["step_time_s"], out["step_time_lower_s"]

@@ -239,3 +239,34 @@ def test_order_of_subset_is_the_subsets_own_sorting_permutation():
     values = np.array([3.0, 1.0, 2.0, 0.0])
     keep = np.array([True, False, True, True])
     np.testing.assert_array_equal(order_of_subset(np.argsort(values), keep), [2, 1, 0])
+
+
+def test_a_round_with_no_timed_rows_leaves_a_trace_that_rules_nothing_out_and_picks_the_lowest_floors():
+    """A range-search chunk whose rows were all screened times nothing in its first round; the
+    trace ``refine_exact`` leaves must still be one ``skippable`` and ``next_to_time`` read (it was
+    empty, and ``paraplan plan -m deepseek-v3 -c dgx-h100 -n 1024-4096 --global-batch 15360``
+    stopped on ``KeyError: 'peak_s'``). With no timed row nothing is skippable, and the next
+    round takes the ``step`` lowest floors (here 2 of 4) and every row that could still be on the
+    memory frontier at its floor (no row with less memory has a lower floor)."""
+    from planners.time_pruning import next_to_time
+    from planners.vectorized import Evaluated
+    model = load_model("llama3-8b")
+    space = enumerate_space(model, SearchConstraints(gpus=(8, 8), global_batch=64, max_tp=8))
+    empty = Evaluated(rows=np.zeros(0, dtype=np.int64), dtype_index=np.zeros(0, dtype=np.int64),
+                      outputs={"step_time_s": np.zeros(0), "memory_bytes": np.zeros(0)}, evaluated=0,
+                      min_memory_bytes=np.inf, min_memory_row=-1, min_memory_dtype=-1)
+    trace: dict = {}
+    assert refine_exact(model, CLUSTER, EFF, space, 64, empty, trace=trace) is empty
+    assert len(trace["peak_s"]) == 0 and len(trace["gpus"]) == 0 and trace["kth_s"] == -np.inf
+    floor = np.array([3.0, 1.0, 2.0, 4.0])
+    gpus = np.array([8, 8, 8, 8])
+    none_timed = (np.zeros(0), np.zeros(0, dtype=np.int64))
+    # memory falling as the floor rises, but row 0 (floor 3) has more memory than row 1 (floor 1):
+    # rows 1 and 2 are the two lowest floors, 3 (least memory) is on the memory frontier, 0 is not
+    memory = np.array([4e10, 3e10, 2e10, 1e10])
+    assert not skippable(floor, memory, gpus, 64 * 8192.0, np.zeros(0), *none_timed, trace, keep=1).any()
+    assert list(next_to_time(floor, memory, gpus, trace["peak_s"], *none_timed, step=2)) == [1, 2, 3]
+    # memory rising with the row: row 0 has the least memory (on the frontier), rows 1 and 2 the
+    # lowest floors, row 3 (highest floor, most memory) waits
+    memory = np.array([1e10, 2e10, 3e10, 4e10])
+    assert list(next_to_time(floor, memory, gpus, trace["peak_s"], *none_timed, step=2)) == [0, 1, 2]
