@@ -74,11 +74,12 @@ def test_simulate_runs_the_default_stack_as_the_cli_does():
     assert row.stack == "megatron-core"
     assert row.grouped_gemm_streams == cli["config"]["grouped_gemm_streams"] == 4
     assert float(row.step_time_s) == pytest.approx(cli["step_time_s"], rel=1e-12)
-    assert float(row.step_time_s) == pytest.approx(18.2704, abs=5e-4)
-    # a field given by name still overrides the stack
+    # a field given by name still overrides the stack: one stream runs the 8 local experts' GEMMs
+    # one after another, so the step is longer than on four
     one = api.simulate("deepseek-v3", "dgx-h100", gpus=256, pp=8, ep=32, global_batch=512, zero_stage=1,
                        recompute="full", grouped_gemm_streams=1).iloc[0]
-    assert float(one.step_time_s) == pytest.approx(18.5372, abs=5e-4)
+    assert one.grouped_gemm_streams == 1
+    assert float(one.step_time_s) > float(row.step_time_s) * 1.005
 
 
 def test_best_plan_is_the_planners_winner_with_the_planners_numbers_for_moe():
@@ -89,7 +90,6 @@ def test_best_plan_is_the_planners_winner_with_the_planners_numbers_for_moe():
     best = api.best_plan("deepseek-v3", "dgx-h100", 256, global_batch=512)
     assert best.iloc[0].config == ranked.iloc[0].config == "dp8 tp2 pp16 ep8 mb1 z1 full sp"
     assert float(best.iloc[0].step_time_s) == pytest.approx(float(ranked.iloc[0].step_time_s), rel=1e-9)
-    assert float(best.iloc[0].step_time_s) == pytest.approx(11.4733, abs=5e-4)
 
 
 def test_simulate_defaults_to_the_gpus_16_bit_type_on_v100():
@@ -165,5 +165,16 @@ def test_sweep_over_the_software_stack():
     cli = _cli_json("simulate", "-m", "llama3-8b", "-c", "dgx-h100", "-n", 8, "--global-batch", 16, "--zero", 1,
                     "--stack", "torchtitan", "--json")
     assert float(df.step_time_s.iloc[1]) == pytest.approx(cli["step_time_s"], rel=1e-12)
-    assert float(df.step_time_s.iloc[0]) == pytest.approx(1.7800, abs=5e-4)
-    assert float(df.step_time_s.iloc[1]) == pytest.approx(1.8722 + 0.1000 + 0.0274, abs=5e-4)
+    # the eager block ops, derived: bytes at Hopper's fitted HBM rate plus their kernels at its
+    # fitted per-kernel time (one stage: every layer of every micro-batch is on the critical path)
+    from hardware_specs.catalog import load_cluster, load_efficiency
+    eff, gpu = load_efficiency("hopper"), load_cluster("dgx-h100").gpu
+    tokens, layers = 16 * 8192 / 8, 32
+    hand = (tokens * layers * 409_600 / (gpu.hbm_bw_bytes_per_s * eff.hbm_fraction)
+            + 16 / 8 * layers * 17 * eff.kernel_overhead_s)
+    assert hand == pytest.approx(0.1000 + 0.0274, abs=2e-4)
+    fused = api.simulate("llama3-8b", "dgx-h100", gpus=8, global_batch=16, zero_stage=1, stack="torchtitan",
+                         unfused_block_ops=False).iloc[0]
+    assert float(df.step_time_s.iloc[1]) - float(fused.step_time_s) == pytest.approx(hand, rel=1e-3)
+    # the rest of torchtitan's extra time is its eager loss and unfused gradient accumulation
+    assert float(fused.step_time_s) > float(df.step_time_s.iloc[0])

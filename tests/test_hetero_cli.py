@@ -248,13 +248,16 @@ def test_the_pool_alone_rows_say_they_come_from_the_mixed_search_not_a_one_kind_
     r = run("plan", "-m", "llama3-8b", "-c", small, "--global-batch", "64")
     assert r.exit_code == 0, r.output
     only = next(ln for ln in r.stdout.splitlines() if ln.startswith("only h100 (fastest GPU)"))
-    assert float(only.split()[5]) == pytest.approx(7.622, abs=5e-4)
+    only_step = float(only.split()[5])
     assert ("the 'only' rows are the best plans on that pool within this mixed search (pipelines, ZeRO 0-1 unless "
             "--zero, no CP or activation offload);") in r.stdout
     assert "`paraplan plan -c <the pool's cluster> -n <its GPUs>` searches one kind's whole space" in r.stdout
     alone = json.loads(run("plan", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "8", "--global-batch", "64",
                            "--json", "--top", "1").stdout)
-    assert alone["plans"][0]["step_time_s"] == pytest.approx(7.059, abs=5e-4)
+    # the whole one-kind space holds the mixed search's narrower one: its best is at least as fast,
+    # here strictly, with a ZeRO stage the mixed search leaves out
+    assert alone["plans"][0]["step_time_s"] < only_step
+    assert alone["plans"][0]["zero_stage"] >= 2
 
 
 def test_pooled_plan_csv_and_json_rows_say_whether_they_rest_on_the_prior(tmp_path):

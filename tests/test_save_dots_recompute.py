@@ -73,8 +73,12 @@ def test_a_maxtext_row_without_recompute_is_predicted_with_the_recipes_policy():
     out = validate_rows(rows[rows.framework == "maxtext"].head(1))
     assert out.status.iloc[0] == "ok"
     assert "recompute=selective (maxtext's performance recipes: save_dots)" in out.assumptions.iloc[0]
-    # DGXC v25.01.1 Llama 2 70B bf16 on 64 H100: 6.999 s measured, 6.14 s without the policy
-    assert out.rel_error.iloc[0] == pytest.approx(0.0413, abs=0.002)
+    # DGXC v25.01.1 Llama 2 70B bf16 on 64 H100, 6.999 s measured: with the recipe's policy the
+    # prediction is within 5%; the same row stating no recomputation is predicted 12% fast
+    without = rows[rows.framework == "maxtext"].head(1).assign(recompute="none")
+    bare = validate_rows(without)
+    assert abs(out.rel_error.iloc[0]) < 0.05
+    assert bare.rel_error.iloc[0] < -0.10 and abs(out.rel_error.iloc[0]) < abs(bare.rel_error.iloc[0])
 
 
 @pytest.mark.parametrize("how, deepspeed_says", [
