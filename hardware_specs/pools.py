@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from hardware_specs.cluster_spec import MAX_LATENCY_S, ClusterSpec, NetworkTier
+from hardware_specs.cluster_spec import MAX_CLUSTER_GPUS, MAX_LATENCY_S, ClusterSpec, NetworkTier
 from hardware_specs.gpu_spec import MIN_RATE_PER_S
 from hardware_specs.errors import InputError, require_plausible, suggest
 
@@ -49,7 +49,10 @@ class Pool:
                 raise InputError(where, f"must be a positive integer, got {self.gpus!r}")
             object.__setattr__(self, "gpus", as_int)
         if self.gpus < 1:
-            raise InputError(where, f"must be >= 1, got {self.gpus}")
+            raise InputError(where, f"must be >= 1, got {self.gpus}", "give the pool's GPU count")
+        if self.gpus > MAX_CLUSTER_GPUS:
+            raise InputError(where, f"{self.gpus:,} is above the largest supported value {MAX_CLUSTER_GPUS:,}",
+                             "check the number")
         if self.cluster.max_gpus is not None and self.gpus > self.cluster.max_gpus:
             raise InputError(where, f"{self.gpus} exceeds the {self.cluster.max_gpus} GPUs of {self.cluster.name}",
                              f"use at most {self.cluster.max_gpus}")

@@ -109,9 +109,17 @@ def row_columns(gpu: GPUSpec) -> list[str]:
 #: the software stack a configuration runs unless told otherwise (as ``paraplan simulate``)
 DEFAULT_STACK = "megatron-core"
 
+def _config_fields_typed(name: str) -> set[str]:
+    """The ``ParallelConfig`` fields annotated with the type ``name`` (``int`` or ``float``)."""
+    import dataclasses
+    return {f.name for f in dataclasses.fields(ParallelConfig) if str(f.type) in (name, f"<class '{name}'>")}
+
+
+#: fields a command-line value is read as a whole number / a number for (every ParallelConfig
+#: field of that type: the layer counts, loss chunks and ZeRO groups too, not only the degrees)
 _INT_FIELDS = {"dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch", "zero_stage",
-               "gpus", "seq_len", "global_batch_tokens", "grouped_gemm_streams"}
-_FLOAT_FIELDS = {"moe_load_imbalance", "scaleout_gbit_per_s", "scaleup_gbit_per_s"}
+               "gpus", "seq_len", "global_batch_tokens", "grouped_gemm_streams"} | _config_fields_typed("int")
+_FLOAT_FIELDS = {"moe_load_imbalance", "scaleout_gbit_per_s", "scaleup_gbit_per_s"} | _config_fields_typed("float")
 _BOOL_FIELDS = set(BOOL_FIELDS)
 
 
@@ -221,6 +229,10 @@ def build_config(model: ModelSpec, gpus: int | None = None, **config_fields) -> 
     if fields.get("dp") is None:
         fields.pop("dp", None)
         if gpus is not None:
+            for name in ("gpus", "tp", "pp", "cp"):
+                value = gpus if name == "gpus" else fields.get(name, 1)
+                if value is not None and int(value) < 1:
+                    raise InputError(name, f"must be >= 1, got {value}", f"give {name} as a whole number >= 1")
             per_replica = int(fields.get("tp", 1)) * int(fields.get("pp", 1)) * int(fields.get("cp", 1))
             if int(gpus) % per_replica:
                 raise InputError("gpus", f"{gpus} GPUs do not divide by tp*pp*cp = {per_replica}",

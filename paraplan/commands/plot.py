@@ -32,14 +32,22 @@ KINDS = ("breakdown", "memory", "roofline", "pareto", "scaling", "bandwidth")
 DEFAULT_FIELD = {"scaling": "gpus", "bandwidth": "scaleout_gbit_per_s"}
 DEFAULT_VALUES = {"bandwidth": "100,200,400,800"}
 POS = click.IntRange(min=1)
+#: values one ``--values`` list may hold (one simulated configuration and one bar or point each)
+MAX_VALUES = 64
 
 
 def parse_values(field: str, text: str | None) -> list[Any]:
     """Comma-separated ``text`` as a list of ``field``'s values; empty -> ``InputError``."""
     from paraplan import api
-    items = [v.strip() for v in (text or "").split(",") if v.strip()]
-    if not items:
+    items = [v.strip() for v in (text or "").split(",")]
+    if not any(items):
         raise InputError("--values", f"empty sweep over {field}", "give comma-separated values, e.g. --values 1,2,4")
+    if not all(items):
+        raise InputError("--values", f"an empty item in {text!r}", "give one value between each pair of commas")
+    if len(items) > MAX_VALUES:
+        # each value is one simulated configuration and one bar or point of the figure
+        raise InputError("--values", f"{len(items):,} values; a figure shows at most {MAX_VALUES}",
+                         "sweep fewer values, or use paraplan sweep for a grid")
     return [api.coerce_value(field, v) for v in items]
 
 

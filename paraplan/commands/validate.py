@@ -252,10 +252,10 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
 
 @command.command("measured", short_help="Measure small torch runs here and compare with the prediction.")
 @click.argument("cluster_path", type=click.Path(dir_okay=False), required=False)
-@click.option("--steps", type=click.IntRange(2), default=14, show_default=True, help="Steps per run.")
+@click.option("--steps", type=click.IntRange(2, 1000), default=14, show_default=True, help="Steps per run.")
 @click.option("--warmup", type=click.IntRange(0), default=4, show_default=True,
               help="Leading steps excluded from the median.")
-@click.option("--rounds", type=click.IntRange(1), default=2, show_default=True,
+@click.option("--rounds", type=click.IntRange(1, 100), default=2, show_default=True,
               help="Measure the whole list this many times, interleaved; each configuration keeps its "
                    "median (a shared or virtual host drifts by 10-20% over minutes).")
 @click.option("--calibrate-each-round", is_flag=True,

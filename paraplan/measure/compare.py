@@ -138,6 +138,7 @@ def compare_measured(cluster_path, configs=None, steps: int = 14, warmup: int = 
     threads = _calibrated_threads(Path(cluster_path))
     if int(rounds) < 1:
         raise InputError("rounds", f"must be >= 1, got {rounds}")
+    _require_the_profiles_device(cluster)
     configs = list(configs or DEFAULT_CONFIGS)
     slots, model = _device_slots(cluster, model)
     configs, skipped = _fitting_configs(configs, slots)
@@ -176,6 +177,17 @@ def compare_measured(cluster_path, configs=None, steps: int = 14, warmup: int = 
     frame = pd.DataFrame(rows)
     frame.attrs["skipped"] = skipped
     return frame
+
+
+def _require_the_profiles_device(cluster) -> None:
+    """``InputError`` when the profile describes GPUs and this machine has none: the small runs
+    would train on the CPU and be compared with the GPU's prediction (minutes of runs for a
+    meaningless error)."""
+    from paraplan.measure.runtime import choose_device
+    if cluster.gpu.generation != "cpu" and choose_device("auto").kind != "cuda":
+        raise InputError("cluster", f"{cluster.name} describes {cluster.gpu.name} GPUs, and this machine has no CUDA GPU",
+                         "run it on such a machine, or calibrate this one (paraplan calibrate --out local.yaml) "
+                         "and pass that profile")
 
 
 def _device_slots(cluster, model):

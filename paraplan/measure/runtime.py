@@ -224,6 +224,11 @@ def start_method() -> str:
     return "forkserver"
 
 
+#: what a rank's exception says when its device or the host ran out of memory (PyTorch's CPU
+#: allocator, its CUDA allocator, Python's MemoryError)
+OUT_OF_MEMORY_SIGNS = ("can't allocate memory", "out of memory", "memoryerror")
+
+
 def launch(fn: Callable, world_size: int, args: dict, choice: DeviceChoice,
            timeout_s: float = 600.0, progress: Callable[[int, int, str], None] | None = None) -> list[Any]:
     """Run ``fn(rank, world_size, device, choice, args)`` in ``world_size`` new processes
@@ -268,7 +273,13 @@ def launch(fn: Callable, world_size: int, args: dict, choice: DeviceChoice,
                 last_error = None
                 break
             except mp.ProcessRaisedException as exc:
-                if "address already in use" not in str(exc).lower():
+                text = str(exc).lower()
+                if any(sign in text for sign in OUT_OF_MEMORY_SIGNS):
+                    # a rank that runs out of memory is a configuration too large for this machine
+                    # (the estimate ``RunConfig`` checks first is a lower bound), not a bug
+                    raise InputError("config", "a rank ran out of memory on this machine",
+                                     "measure a smaller model or fewer ranks") from None
+                if "address already in use" not in text:
                     raise
                 last_error = exc
         if last_error is not None:

@@ -9,6 +9,8 @@ steps after ``warmup``.
 """
 from __future__ import annotations
 
+import os
+
 import statistics
 import time
 from dataclasses import asdict, dataclass, fields
@@ -23,6 +25,14 @@ from paraplan.measure.runtime import (PROGRESS_KEY, choose_device, cpu_wait_frac
 RUN_LIMITS = {"dp": 128, "tp": 128, "pp": 128, "copies": 128, "micro_batch": 4096, "global_batch": 2**20,
               "num_layers": 1024, "hidden_size": 65536, "num_heads": 1024, "vocab_size": 2**20,
               "seq_len": 2**20, "steps": 100_000}
+
+
+def _host_memory_bytes() -> float:
+    """This machine's physical memory, bytes (0 where the platform does not say)."""
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE")) * float(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return 0.0
 
 
 @dataclass(frozen=True)
@@ -94,6 +104,24 @@ class RunConfig:
         if self.num_layers < self.pp:
             raise InputError("pp", f"{self.num_layers} layers cannot fill {self.pp} pipeline stages",
                              "use at most one stage per layer")
+        need, have = self.memory_estimate_bytes(), _host_memory_bytes()
+        if have and need > have:
+            raise InputError("hidden_size", f"the runs need about {need / 2**30:,.1f} GiB (fp32 weights, gradients "
+                             f"and Adam moments, and activations, over {self.copies * self.world_size} "
+                             f"process(es)); this machine has {have / 2**30:,.1f} GiB",
+                             "measure a smaller model (hidden size, layers, sequence) or fewer ranks")
+
+    def memory_estimate_bytes(self) -> float:
+        """A lower estimate of the memory all processes hold, bytes: every rank's share of the fp32
+        model states (weights, gradients, two Adam moments: 16 bytes a parameter; ``gpt.py``: 12 h^2
+        a layer, the token and position embeddings and the tied head v h + s h) and the
+        activations of one micro-batch (about 34 s b h bytes in fp32 / 2 a layer, Korthikanti
+        et al. 2022 eq. 1 at 2-byte activations, plus the 4-byte attention scores a s^2 b x 2),
+        times the copies run side by side."""
+        h, s, L = float(self.hidden_size), float(self.seq_len), float(self.num_layers)
+        params = 12.0 * h * h * L + (self.vocab_size + s) * h
+        acts = L * self.micro_batch * (34.0 * s * h + 2.0 * 4.0 * self.num_heads * s * s)
+        return float(self.copies) * (16.0 * params + self.dp * acts)
 
     @classmethod
     def from_dict(cls, config: dict) -> "RunConfig":

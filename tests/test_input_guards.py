@@ -1,0 +1,113 @@
+"""Inputs an adversarial review found crashing, hanging or silently misread (2026-12-04): each is
+now one error line with exit 2, or read as the option's type says."""
+from __future__ import annotations
+
+import types
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hardware_specs.errors import InputError
+from paraplan.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+PLOT = ("plot", "breakdown", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "16", "--tp", "2", "--pp", "2",
+        "--global-batch", "32")
+
+
+@pytest.fixture(autouse=True)
+def _no_debug_env(monkeypatch):
+    monkeypatch.delenv("PARAPLAN_DEBUG", raising=False)
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def one_line_error(result, *needles):
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.output, result.output
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+@pytest.mark.parametrize("field, values, says", [
+    ("tp", "0", "error: tp: must be >= 1, got 0"),              # was ZeroDivisionError (gpus % tp*pp*cp)
+    ("tp", "-3", "error: tp: must be >= 1, got -3"),
+    ("gpus", "-3", "error: gpus: must be >= 1, got -3"),
+    ("tp", "1,,2", "error: --values: an empty item in '1,,2'"),  # was dropped silently
+    ("tp", ",".join(["1"] * 65), "error: --values: 65 values; a figure shows at most 64"),   # 5,000 ran > 60 s
+])
+def test_plot_sweep_values_that_cannot_run_are_one_error_line(tmp_path, field, values, says):
+    out = tmp_path / "x.png"
+    one_line_error(run(*PLOT, "--field", field, "--values", values, "-o", out), says)
+    assert not out.exists()
+
+
+def test_plot_sweeps_read_layer_counts_and_token_counts_as_integers(tmp_path):
+    # every ParallelConfig field typed int is read as a whole number (loss_chunk_tokens 4096 was
+    # refused as "must be an integer >= 0 ... got '4096'": the string reached ParallelConfig)
+    from paraplan import api
+    assert api.coerce_value("loss_chunk_tokens", "4096") == 4096
+    assert api.coerce_value("recompute_num_layers", "2") == 2
+    assert api.coerce_value("offload_optimizer_fraction", "0.5") == 0.5
+    out = tmp_path / "x.png"
+    r = run(*PLOT, "--field", "loss_chunk_tokens", "--values", "0,4096", "-o", out)
+    assert r.exit_code == 0, r.output
+    assert out.stat().st_size > 0
+
+
+@pytest.mark.parametrize("gpus, says", [(9223372036854775808, "9,223,372,036,854,775,808 is above"),
+                                        (100_000_000, "100,000,000 is above the largest supported value 16,777,216")])
+def test_a_pool_of_more_gpus_than_any_cluster_is_refused(tmp_path, gpus, says):
+    # a pool of 2**63 GPUs raised OverflowError in the candidate enumeration; 1e8 ran for seconds
+    text = (REPO / "examples" / "clusters" / "a100-h100.yaml").read_text().replace("gpus: 256", f"gpus: {gpus}", 1)
+    path = tmp_path / "pools.yaml"
+    path.write_text(text)
+    one_line_error(run("plan", "-m", "llama3-70b", "-c", path, "--global-batch", "512"), "pools.", says)
+
+
+def test_a_measured_run_too_large_for_this_machine_is_refused_before_any_process_starts():
+    from paraplan.measure.train import RunConfig
+    # hidden 65,536 on one layer: 12 h^2 = 51.5 G parameters, 16 bytes each in fp32 with Adam
+    big = dict(hidden_size=65536, num_layers=1, num_heads=64, seq_len=2)
+    with pytest.raises(InputError, match="hidden_size") as err:
+        RunConfig(**big)
+    assert "GiB" in err.value.message
+    small = RunConfig(hidden_size=256, num_layers=4, num_heads=4, seq_len=128)
+    h, s, L, v = 256.0, 128.0, 4.0, 1024.0
+    hand = 16.0 * (12 * h * h * L + (v + s) * h) + L * (34.0 * s * h + 2.0 * 4.0 * 4 * s * s)
+    assert small.memory_estimate_bytes() == pytest.approx(hand, rel=1e-12)
+
+
+def test_a_ranks_out_of_memory_is_an_input_error_not_an_internal_one(monkeypatch):
+    import paraplan.measure.runtime as runtime
+
+    class Raised(Exception):
+        pass
+
+    def start(*_, **__):
+        raise Raised("RuntimeError: [enforce fail at alloc_cpu.cpp] DefaultCPUAllocator: can't allocate memory")
+
+    fake_mp = types.SimpleNamespace(start_processes=start, ProcessRaisedException=Raised)
+    fake_torch = types.SimpleNamespace(multiprocessing=fake_mp, cuda=types.SimpleNamespace(device_count=lambda: 0))
+    monkeypatch.setattr(runtime, "require_torch", lambda: fake_torch)
+    import sys
+    monkeypatch.setitem(sys.modules, "torch.multiprocessing", fake_mp)
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    choice = runtime.DeviceChoice(kind="cpu", backend="gloo", dtype="fp32", threads_per_rank=1)
+    with pytest.raises(InputError, match="ran out of memory"):
+        runtime.launch(lambda *a: None, 1, {}, choice)
+
+
+def test_validate_measured_refuses_a_gpu_profile_on_a_machine_without_one(monkeypatch):
+    # it trained the CPU for minutes and compared the runs with an H100's predictions (97% error)
+    import paraplan.measure.compare as compare
+    import paraplan.measure.runtime as runtime
+    monkeypatch.setattr(runtime, "choose_device", lambda device="auto", **_: types.SimpleNamespace(kind="cpu"))
+    monkeypatch.setattr(compare, "require_torch", lambda: None)
+    with pytest.raises(InputError, match="dgx-h100 describes h100-sxm-80gb GPUs, and this machine has no CUDA GPU"):
+        compare.compare_measured("dgx-h100")
+    one_line_error(run("validate", "measured", "dgx-h100", "--rounds", "101"), "--rounds")
