@@ -111,3 +111,88 @@ def test_validate_measured_refuses_a_gpu_profile_on_a_machine_without_one(monkey
     with pytest.raises(InputError, match="dgx-h100 describes h100-sxm-80gb GPUs, and this machine has no CUDA GPU"):
         compare.compare_measured("dgx-h100")
     one_line_error(run("validate", "measured", "dgx-h100", "--rounds", "101"), "--rounds")
+
+
+# ---- damaged measured-runs files ---------------------------------------------------------------
+
+def _damaged(tmp_path, source, name, edit, rows=4):
+    """A copy of the first ``rows`` records of ``source`` with ``edit(records)`` applied."""
+    import csv
+    records = list(csv.reader(source.open(newline="")))[:rows + 1]
+    edit(records)
+    path = tmp_path / name
+    with path.open("w", newline="") as fh:
+        csv.writer(fh).writerows(records)
+    return path
+
+
+def _files():
+    from paraplan.validation.datasets import PUBLISHED_RUNS, SERVING_RUNS, validation_file
+    return validation_file(PUBLISHED_RUNS), validation_file(SERVING_RUNS)
+
+
+@pytest.mark.parametrize("which", ["published", "serving"])
+def test_a_row_with_more_fields_than_the_header_is_one_error_line(tmp_path, which):
+    # pandas read it as index columns: every row of the file shifted one column and was skipped
+    # for a wrong reason, with exit 0
+    source = _files()[which == "serving"]
+    path = _damaged(tmp_path, source, "long.csv", lambda r: r[1].extend(["x", "y"]))
+    one_line_error(run("validate", which, path), "error: path: data row 1 of long.csv has", "fix that row")
+
+
+@pytest.mark.parametrize("which", ["published", "serving"])
+def test_a_column_named_twice_is_one_error_line(tmp_path, which):
+    source = _files()[which == "serving"]
+    path = _damaged(tmp_path, source, "dup.csv", lambda r: r[0].__setitem__(r[0].index("isl" if which == "serving"
+                                                                                           else "dp"),
+                                                                          "osl" if which == "serving" else "tp"))
+    one_line_error(run("validate", which, path), "names the column", "twice")
+
+
+@pytest.mark.parametrize("column, value, reason", [
+    ("layers", "abc", "layers 'abc' is not a number"),        # was read as empty: the preset's layers
+    ("micro_batch", "abc", "micro_batch 'abc' is not a number"),
+    ("tp", "abc", "tp 'abc' is not a number"),
+])
+def test_a_published_row_with_text_in_a_number_column_is_skipped_with_that_reason(tmp_path, column, value, reason):
+    import json
+    published, _ = _files()
+
+    def edit(records):
+        records[1][records[0].index(column)] = value
+    rows = json.loads(run("validate", "published", _damaged(tmp_path, published, "bad.csv", edit), "--json").stdout)
+    assert rows[0]["status"] == "skipped" and rows[0]["reason"] == reason
+
+
+@pytest.mark.parametrize("column, value, reason", [
+    ("isl", "1e30", "isl 1e+30 is not a whole number from 1 to 16,777,216"),   # predicted TTFT 3.4e53 ms
+    ("osl", "2.5", "osl 2.5 is not a whole number from 1 to 16,777,216"),
+    ("pp_size", "-1", "pp_size -1 is not a whole number from 0 to 16,777,216"),
+    ("attention_dp_size", "abc", "attention_dp_size 'abc' is not a number"),    # was read as 1
+    ("batch_size", "0", "batch_size 0 is not a whole number from 1 to 16,777,216"),
+])
+def test_a_serving_row_with_an_impossible_count_is_skipped_with_that_reason(tmp_path, column, value, reason):
+    import json
+    _, serving = _files()
+
+    def edit(records):
+        records[1][records[0].index(column)] = value
+    rows = json.loads(run("validate", "serving", _damaged(tmp_path, serving, "bad.csv", edit), "--json").stdout)
+    first = [r for r in rows if r["id"] == rows[0]["id"]]
+    assert {r["status"] for r in first} == {"skipped"}
+    assert first[0]["reason"] == reason
+
+
+def test_a_serving_row_longer_than_the_models_context_is_skipped_as_serve_simulate_refuses_it():
+    import pandas as pd
+
+    from model_specs.catalog import load_model
+    from paraplan.validation.serving import model_preset_for, validate_rows
+    _, serving = _files()
+    row = pd.read_csv(serving, dtype={"backend_version": str}).head(1).copy()
+    preset = model_preset_for(str(row.model_path.iloc[0]).lower())
+    most = load_model(preset).max_context_tokens
+    row["isl"] = most
+    out = validate_rows(row)
+    assert set(out.status) == {"skipped"}
+    assert f"context of {preset}" in out.reason.iloc[0]

@@ -66,6 +66,7 @@ from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.errors import InputError
 from hardware_specs.stack_presets import Layout, memory_savings_of_layout
 from model_specs.model_spec import ModelSpec
+from paraplan.validation.csv_structure import check_csv_structure
 from paraplan.validation.flops_conventions import CONVENTIONS
 from paraplan.validation.row_model import (Skip, _check_family_vocab, _int, _lead_int, _measured, _named_preset_or_none, _num,
                                            _preset_for, _same_architecture_preset, _says_without_mtp, _stated_params, _str)
@@ -156,10 +157,12 @@ def read_runs(path: str | Path) -> pd.DataFrame:
     p = Path(path)
     if not p.is_file():
         raise InputError("path", f"no such file {path}", "check the path, or omit PATH for the bundled runs")
+    check_csv_structure(p)
     try:
         df = pd.read_csv(p)
     except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
-        raise InputError("path", f"malformed CSV {path}: {str(exc).splitlines()[0]}") from None
+        raise InputError("path", f"malformed CSV {path}: {str(exc).splitlines()[0]}",
+                         "save the file as UTF-8 CSV with the columns of shared/validation/published_runs.csv") from None
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
         raise InputError("path", f"{path} lacks column(s) {', '.join(missing)}",

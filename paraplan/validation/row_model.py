@@ -24,15 +24,26 @@ class Skip(Exception):
 MAX_COUNT = 2**40
 
 
+#: columns that hold only a number in the published-runs file (others, such as ``ffn_hidden``,
+#: ``params_b``, ``moe_experts`` and ``zero_stage``, may carry text around it): text in one of
+#: these is damage, and the row is skipped with that reason instead of read as empty
+NUMERIC_COLUMNS = frozenset({"layers", "hidden", "heads", "kv_heads", "vocab", "seq_len", "n_gpus", "tp", "pp", "dp",
+                             "cp", "ep", "vpp", "micro_batch", "global_batch", "gpus_per_node",
+                             "scaleout_gbps_per_gpu", "measured_value", "moe_topk"})
+
+
 def _num(row, col):
-    """The finite number in ``col``, or None when the cell is empty or not a number; ``Skip``
-    for inf (a row's cell is a measurement or a size, never infinite)."""
+    """The finite number in ``col``, or None when the cell is empty (or, in a column that may
+    hold text, not a number); ``Skip`` for inf (a row's cell is a measurement or a size, never
+    infinite) and for text in a ``NUMERIC_COLUMNS`` column."""
     v = row.get(col)
     if v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip()):
         return None
     try:
         x = float(v)
     except (TypeError, ValueError):
+        if col in NUMERIC_COLUMNS:
+            raise Skip(f"{col} '{v}' is not a number") from None
         return None
     if not math.isfinite(x):
         raise Skip(f"{col} '{v}' is not a finite number")

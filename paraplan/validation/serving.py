@@ -93,6 +93,7 @@ from hardware_specs.catalog import is_file, load_cluster, serving_release_match
 from hardware_specs.errors import InputError
 from hardware_specs.serving_efficiency import ServingEfficiency
 from model_specs.catalog import load_model
+from paraplan.validation.csv_structure import check_csv_structure
 from simulator.serving.aggregated import memory_columns
 from simulator.serving.context import ServingContext
 from simulator.serving.evaluate import evaluate_agg_columns, evaluate_disagg_columns
@@ -166,7 +167,13 @@ def read_rows(path: str | Path) -> pd.DataFrame:
     # a path (not an open file) that is missing, or a FIFO / device pandas would block on or read for ever
     if isinstance(path, (str, Path)) and not is_file(Path(path)):
         raise InputError("path", f"no such file {path}", "check the path, or omit PATH for the bundled runs")
-    df = pd.read_csv(path, dtype={"backend_version": str})
+    if isinstance(path, (str, Path)):
+        check_csv_structure(path)
+    try:
+        df = pd.read_csv(path, dtype={"backend_version": str})
+    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
+        raise InputError("path", f"malformed CSV {path}: {str(exc).splitlines()[0]}",
+                         "save the file as UTF-8 CSV with the columns of shared/validation/serving_runs.csv") from None
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
         raise InputError("csv", f"column '{missing[0]}' missing in {path}",
@@ -178,6 +185,34 @@ def read_rows(path: str | Path) -> pd.DataFrame:
         if col not in df.columns:
             df[col] = None
     return df
+
+
+#: the largest token count, parallel degree, batch size or worker count a row may state: a
+#: whole-cluster deployment, a prompt of millions of tokens; a larger value is damage
+MAX_ROW_VALUE = 2**24
+#: columns whose stated value must be a whole number from 1 (batch sizes, worker counts, token
+#: counts) or from 0 (parallel degrees: the file writes 0 for "not set", read as 1)
+_FROM_ONE = ("isl", "osl", "batch_size") + tuple(f"{s}_{c}" for s in ("prefill", "decode")
+                                                 for c in ("batch_size", "num_workers"))
+_FROM_ZERO = _LAYOUT + tuple(f"{s}_{c}" for s in ("prefill", "decode") for c in _LAYOUT)
+
+
+def _value_problem(row: dict) -> str | None:
+    """Why a row's stated counts cannot describe a deployment (text, a fraction, a negative
+    number, inf or a value past ``MAX_ROW_VALUE`` in a count or degree column), else None. An
+    empty cell is not a problem here: each mode says which it needs."""
+    for col in _FROM_ONE + _FROM_ZERO:
+        v = row.get(col)
+        if v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip()):
+            continue
+        try:
+            x = float(v)
+        except (TypeError, ValueError):
+            return f"{col} {v!r} is not a number"
+        low = 1 if col in _FROM_ONE else 0
+        if not math.isfinite(x) or x != round(x) or not low <= x <= MAX_ROW_VALUE:
+            return f"{col} {x:g} is not a whole number from {low} to {MAX_ROW_VALUE:,}"
+    return None
 
 
 def _num(value) -> float:
@@ -274,6 +309,10 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
     models: dict[str, object] = {}
     clusters: dict[str, object] = {}
     for i, r in enumerate(df.to_dict("records")):
+        problem = _value_problem(r)
+        if problem:
+            skipped[i] = problem
+            continue
         model_key = str(r.get("model_path") or "").strip().lower()
         preset = model_preset_for(model_key)
         if preset is None:
@@ -304,6 +343,12 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
         if preset not in models:
             models[preset] = load_model(preset)
         model = models[preset]
+        most = model.max_context_tokens
+        if most and isl + osl > most:
+            # as serve simulate (ServingContext.check_request): the engines refuse such a request
+            skipped[i] = (f"isl {isl:,.0f} + osl {osl:,.0f} tokens exceed the {most:,}-token context of {preset} "
+                          f"(config.json max_position_embeddings)")
+            continue
         dense, expert = _fmt(r.get("gemm_quant_mode"), r.get("precision")), _fmt(r.get("moe_quant_mode"), r.get("precision"))
         values = {"isl": isl, "osl": osl, "assumption": match.note if version else ASSUMPTIONS["no_version"]}
         if mode == "agg":

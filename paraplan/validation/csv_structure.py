@@ -1,0 +1,46 @@
+"""The shape of a measured-runs CSV, checked before pandas reads it.
+
+pandas reads a first data row with more fields than the header as if the header lacked index
+columns: every column of every row shifts one place and each row is then skipped for a wrong
+reason (``metric 'config from Calculon...' is not a training-step metric``); a column named
+twice is renamed ``tp.1`` and the first silently wins. Both are damage to the file, so they are
+an ``InputError`` naming the row or the column, before any row is predicted.
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from hardware_specs.errors import InputError
+
+#: rows read in one check (the public files have a few thousand)
+MAX_CHECKED_ROWS = 1_000_000
+
+
+def check_csv_structure(path: str | Path) -> None:
+    """``InputError`` if the CSV at ``path`` has a column name twice, or a row with more fields
+    than its header (a short row is only missing values, which each reader reports per row)."""
+    p = Path(path)
+    try:
+        with p.open(newline="", encoding="utf-8-sig") as fh:
+            reader = csv.reader(fh)
+            header = next(reader, None)
+            if header is None:
+                return                     # empty: the reader says which columns are missing
+            names = [h.strip() for h in header]
+            seen: set[str] = set()
+            for name in names:
+                if name and name in seen:
+                    raise InputError("path", f"{p.name} names the column {name!r} twice",
+                                     "keep one column of each name")
+                seen.add(name)
+            for number, row in enumerate(reader, start=2):
+                if number > MAX_CHECKED_ROWS:
+                    break
+                if len(row) > len(header):
+                    raise InputError("path", f"data row {number - 1} of {p.name} has {len(row)} fields, the "
+                                     f"header {len(header)}", "fix that row: a stray comma, or a text "
+                                     "field with a comma that is not quoted")
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise InputError("path", f"malformed CSV {p.name}: {str(exc).splitlines()[0]}",
+                         "save the file as UTF-8 CSV with the columns of the public file") from None
