@@ -738,6 +738,11 @@ def serving_stack_for(framework: str, version: str | None = None) -> StackSpec:
     return serving_release_match(framework, version).stack
 
 
+def serving_frameworks() -> set[str]:
+    """The frameworks (lower case) that have serving stacks: what ``-b`` names besides a stack."""
+    return {_framework_key(load_stack(n).framework) for n in _entries("stacks") if load_stack(n).serving is not None}
+
+
 def serving_release_match(framework: str, version: str | None = None) -> ReleaseMatch:
     """The serving stack of ``framework`` (vllm, sglang, trtllm) describing release ``version``
     (a listed release or a patch / rc / post release of one, ``StackSpec.covers``; a release no

@@ -303,6 +303,10 @@ def _siblings_with_option(ctx: click.Context, opt: str) -> list[str]:
 def error_line(exc: BaseException) -> tuple[str, int]:
     """The one-line message and exit code for an exception escaping a command."""
     if isinstance(exc, InputError):
+        if not exc.fix:
+            # every error line ends in a fix; where the check that raised it names none, point at
+            # the value and at where the inputs are described
+            exc = InputError(exc.field, exc.message, f"correct {exc.field}; the command's --help says what it takes")
         return f"error: {_one_line(str(exc))}", EXIT_BAD_INPUT
     if isinstance(exc, click.NoSuchOption) and exc.ctx is not None:
         # an option of a sibling command (simulate --explain, serve simulate --plot): name it

@@ -724,7 +724,7 @@ def test_ep_dispatch_dedup_switch_cuts_the_cross_node_all_to_all_about_fourfold(
 
 def test_json_and_csv_together_is_the_same_one_line_error_in_every_command():
     # plan named the field --json; serve plan and the validate commands said 'usage'
-    want = "error: --json: give --json or --csv, not both"
+    want = "error: --json: give --json or --csv, not both (drop one of the two)"
     for args in (["plan", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "8", "--global-batch", "8"],
                  ["serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-h100", "-n", "8"],
                  ["validate", "published"], ["validate", "serving"], ["validate", "heterogeneous"]):

@@ -80,7 +80,7 @@ def test_a_missing_or_damaged_csv_is_one_line_and_exit_2(tmp_path, capsys):
     from paraplan.validation.serving_residuals import main
     damaged = tmp_path / "damaged.csv"
     damaged.write_bytes(b"\xae\x00\xff" * 50)
-    for path, field in ((tmp_path / "absent.csv", "error: path:"), (damaged, "error: csv:")):
+    for path, field in ((tmp_path / "absent.csv", "error: path:"), (damaged, "error: path: malformed CSV damaged.csv")):
         assert main([str(path)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(field)

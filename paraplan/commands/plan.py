@@ -395,7 +395,7 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
       paraplan plan -m llama3-70b -c examples/clusters/a100-h100.yaml --global-batch-tokens 4194304 --explain
     """
     if as_json and as_csv:
-        raise InputError("--json", "give --json or --csv, not both")
+        raise InputError("--json", "give --json or --csv, not both", "drop one of the two")
     if emit:        # the launch replaces the table: say so rather than drop the other outputs silently
         dropped = [flag for flag, given in (("--json", as_json), ("--csv", as_csv), ("--pareto", pareto),
                                             ("--explain", explain)) if given]

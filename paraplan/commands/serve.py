@@ -108,6 +108,17 @@ def _context(opts):
         if e.field != "cluster":
             raise
         raise InputError("system", e.message, e.fix) from None
+    version = opts["backend_version"]
+    if version is not None:
+        from hardware_specs.catalog import _framework_key, _unstated, serving_frameworks
+        if _unstated(version):
+            raise InputError("--backend-version", f"{version!r} names no release",
+                             "give a release such as 0.11.0, or leave the option out for the newest profile")
+        if _framework_key(opts["backend"]) not in serving_frameworks():
+            # a stack name is one profile: a release cannot pick another one, and was ignored
+            raise InputError("--backend-version", f"-b {opts['backend']} names one stack profile, so a release "
+                             f"cannot choose among profiles",
+                             "pass the framework (-b vllm, sglang or trtllm) with --backend-version, or drop it")
     precision = opts["precision"] or ("fp8" if "fp8" in cluster.gpu.peak_flops_per_s else "bf16")
     # the experts as given, else as --precision says, else as the model's checkpoint stores them
     # (gpt-oss: mxfp4), else as the dense weights
@@ -517,7 +528,7 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
     from planners.serving import plan_serving
 
     if as_json and as_csv:
-        raise InputError("--json", "give --json or --csv, not both")
+        raise InputError("--json", "give --json or --csv, not both", "drop one of the two")
     if out_path is not None:
         check_writable(out_path, "--out")
     if plot_path is not None:

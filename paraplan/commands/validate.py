@@ -204,7 +204,7 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
     from paraplan.validation.published import read_runs, summarize, validate_rows
 
     if as_json and as_csv:
-        raise InputError("--json", "give --json or --csv, not both")
+        raise InputError("--json", "give --json or --csv, not both", "drop one of the two")
     if out_path is not None:
         check_writable(out_path)   # fail now, not after predicting every row
     if plot_path is not None:
@@ -464,7 +464,7 @@ def heterogeneous_cmd(path: str | None, inter_node_gbps: float | None, inter_nod
     from paraplan.validation import heterogeneous as het
 
     if as_json and as_csv:
-        raise InputError("--json", "give --json or --csv, not both")
+        raise InputError("--json", "give --json or --csv, not both", "drop one of the two")
     if out_path is not None:
         check_writable(out_path)
     runs = het.read_runs(path if path is not None else validation_file(HETEROGENEOUS_RUNS))
@@ -619,7 +619,7 @@ def serving_cmd(path: str | None, backend_filter: str | None, mode_filter: str |
     from paraplan.validation.serving import read_rows, summarize, validate_rows
 
     if as_json and as_csv:
-        raise InputError("--json", "give --json or --csv, not both")
+        raise InputError("--json", "give --json or --csv, not both", "drop one of the two")
     if out_path is not None:
         check_writable(out_path)
     if plot_path is not None:

@@ -124,10 +124,16 @@ def read_runs(path) -> list[dict]:
     return runs
 
 
+#: the largest measurement a run may state: a day per iteration, a petabyte of memory
+MEASURED_LIMITS = {"real": 86400.0, "max_mem": 2.0**50}
+
+
 def _number(run: dict, key: str, rid: str, positive=True) -> float:
     v = run.get(key)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (positive and v <= 0):
         raise ValueError(f"{key} is {v!r}, not a positive number")
+    if key in MEASURED_LIMITS and v > MEASURED_LIMITS[key]:
+        raise ValueError(f"{key} is {v!r}, above the largest plausible measurement {MEASURED_LIMITS[key]:g}")
     return float(v)
 
 
@@ -291,8 +297,8 @@ def _check_input(name: str, value, allow_zero: bool = False, low: float = 0.0, h
         v = float(value)
     except (TypeError, ValueError):
         raise InputError(name, f"expected a number, got {value!r}") from None
-    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero) or v > 1e9:
-        raise InputError(name, f"must be a positive finite number, got {value!r}")
+    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+        raise InputError(name, f"must be a positive finite number, got {value!r}", "give the value in the option's unit")
     if (v > 0 and v < low) or v > high:       # the network tier refuses such links (cluster_spec's bounds)
         raise InputError(name, f"{value!r} is outside the plausible range {low:g} to {high:g}",
                          "check the number and its unit")
