@@ -52,7 +52,7 @@ import yaml
 from hardware_specs.cluster_spec import MAX_LATENCY_S, ClusterSpec, HostSpec, NetworkTier
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError, require_plausible, require_positive, suggest
-from hardware_specs.gpu_spec import MAX_HBM_BYTES, MIN_HBM_BYTES, MIN_RATE_PER_S, GPUSpec
+from hardware_specs.gpu_spec import MAX_HBM_BYTES, MAX_RATE_PER_S, MIN_HBM_BYTES, MIN_RATE_PER_S, GPUSpec
 from hardware_specs.serving_behaviour import ServingBehaviour
 from hardware_specs.serving_efficiency import ServingEfficiency
 from hardware_specs.pools import Pool, PooledCluster, PoolLink
@@ -303,7 +303,7 @@ def _check_in_file_unit(field: str, value: float, si_per_unit: float, fix: str, 
         elif allow_zero:      # a latency: 0 .. MAX_LATENCY_S
             require_plausible(field, value, high=MAX_LATENCY_S / si_per_unit, allow_zero=True)
         else:                 # a rate of at least MIN_RATE_PER_S bytes/s
-            require_plausible(field, value, low=MIN_RATE_PER_S / si_per_unit)
+            require_plausible(field, value, low=MIN_RATE_PER_S / si_per_unit, high=MAX_RATE_PER_S / si_per_unit)
     except InputError as err:
         raise InputError(err.field, err.message, fix) from None
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError, require_plausible, require_positive
-from hardware_specs.gpu_spec import MIN_RATE_PER_S, GPUSpec
+from hardware_specs.gpu_spec import MAX_RATE_PER_S, MIN_RATE_PER_S, GPUSpec
 
 #: largest GPU count a cluster file may state (per node or in all): 2**24, over a hundred times
 #: the largest clusters built (a larger value is a typo; ``ParallelConfig`` has the same bound)
@@ -42,11 +42,11 @@ class NetworkTier:
     communicator_bus_bw_bytes_per_s: float | None = None
 
     def __post_init__(self) -> None:
-        require_plausible(f"network.{self.kind}.bw_bytes_per_s", self.bw_bytes_per_s, MIN_RATE_PER_S)
+        require_plausible(f"network.{self.kind}.bw_bytes_per_s", self.bw_bytes_per_s, MIN_RATE_PER_S, MAX_RATE_PER_S)
         require_plausible(f"network.{self.kind}.latency_s", self.latency_s, high=MAX_LATENCY_S, allow_zero=True)
         if self.communicator_bus_bw_bytes_per_s is not None:
             require_plausible(f"network.{self.kind}.communicator_bus_bw_bytes_per_s",
-                              self.communicator_bus_bw_bytes_per_s, MIN_RATE_PER_S)
+                              self.communicator_bus_bw_bytes_per_s, MIN_RATE_PER_S, MAX_RATE_PER_S)
 
 
 @dataclass(frozen=True)
@@ -72,11 +72,11 @@ class HostSpec:
     source: str = ""
 
     def __post_init__(self) -> None:
-        require_plausible("host.link_bw_bytes_per_s", self.link_bw_bytes_per_s, MIN_RATE_PER_S)
+        require_plausible("host.link_bw_bytes_per_s", self.link_bw_bytes_per_s, MIN_RATE_PER_S, MAX_RATE_PER_S)
         if self.memory_bytes is not None:
             require_plausible("host.memory_bytes", self.memory_bytes, high=MAX_HOST_MEMORY_BYTES)
         if self.memory_bw_bytes_per_s is not None:
-            require_plausible("host.memory_bw_bytes_per_s", self.memory_bw_bytes_per_s, MIN_RATE_PER_S)
+            require_plausible("host.memory_bw_bytes_per_s", self.memory_bw_bytes_per_s, MIN_RATE_PER_S, MAX_RATE_PER_S)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ KNOWN_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4")
 #: either way (cpu-generic has 2e11 FLOP/s and 2e10 bytes/s; a B200 4.5e15 FLOP/s, 180 GiB), so
 #: only typos and unit slips fall outside
 MIN_RATE_PER_S = 1e3          # FLOP/s, exponentials/s, bytes/s of memory and links
+MAX_RATE_PER_S = 1e21         # the same: 1 ZFLOP/s or 1 ZB/s, 10^5 x a B200's FP8 peak
 MIN_HBM_BYTES, MAX_HBM_BYTES = 2.0**20, 2.0**50      # 1 MiB .. 1 PiB
 MAX_SM_COUNT = 2**20
 
@@ -76,13 +77,13 @@ class GPUSpec:
             if dtype not in KNOWN_DTYPES:
                 raise InputError(f"{where}.peak_flops_per_s.{dtype}", "unknown dtype",
                                  "use one of " + ", ".join(KNOWN_DTYPES))
-            require_plausible(f"{where}.peak_flops_per_s.{dtype}", value, MIN_RATE_PER_S)
+            require_plausible(f"{where}.peak_flops_per_s.{dtype}", value, MIN_RATE_PER_S, MAX_RATE_PER_S)
         require_plausible(f"{where}.hbm_bytes", self.hbm_bytes, MIN_HBM_BYTES, MAX_HBM_BYTES)
-        require_plausible(f"{where}.hbm_bw_bytes_per_s", self.hbm_bw_bytes_per_s, MIN_RATE_PER_S)
-        require_plausible(f"{where}.scaleup_bw_bytes_per_s", self.scaleup_bw_bytes_per_s, MIN_RATE_PER_S)
+        require_plausible(f"{where}.hbm_bw_bytes_per_s", self.hbm_bw_bytes_per_s, MIN_RATE_PER_S, MAX_RATE_PER_S)
+        require_plausible(f"{where}.scaleup_bw_bytes_per_s", self.scaleup_bw_bytes_per_s, MIN_RATE_PER_S, MAX_RATE_PER_S)
         require_positive(f"{where}.scaleup_domain_size", self.scaleup_domain_size)
         if self.sfu_exp_per_s is not None:
-            require_plausible(f"{where}.sfu_exp_per_s", self.sfu_exp_per_s, MIN_RATE_PER_S)
+            require_plausible(f"{where}.sfu_exp_per_s", self.sfu_exp_per_s, MIN_RATE_PER_S, MAX_RATE_PER_S)
         if self.sm_count is not None:
             require_plausible(f"{where}.sm_count", self.sm_count, 1, MAX_SM_COUNT)
             if int(self.sm_count) != self.sm_count:

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from hardware_specs.cluster_spec import MAX_CLUSTER_GPUS, MAX_LATENCY_S, ClusterSpec, NetworkTier
-from hardware_specs.gpu_spec import MIN_RATE_PER_S
+from hardware_specs.gpu_spec import MAX_RATE_PER_S, MIN_RATE_PER_S
 from hardware_specs.errors import InputError, require_plausible, suggest
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
@@ -83,7 +83,7 @@ class PoolLink:
         where = f"links.{a}-{b}"
         if a == b:
             raise InputError(f"{where}.between", f"pool {a} is linked to itself", "name two different pools")
-        require_plausible(f"{where}.bw_bytes_per_s", self.bw_bytes_per_s, MIN_RATE_PER_S)
+        require_plausible(f"{where}.bw_bytes_per_s", self.bw_bytes_per_s, MIN_RATE_PER_S, MAX_RATE_PER_S)
         require_plausible(f"{where}.latency_s", self.latency_s, high=MAX_LATENCY_S, allow_zero=True)
         object.__setattr__(self, "pools", (str(a), str(b)))
 

@@ -51,7 +51,7 @@ MAX_INT = 2**30
 def read_json(path: Path, what: str = "model") -> dict[str, Any]:
     """Parse one JSON object; unreadable or malformed files raise ``InputError`` naming the file."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")     # a BOM is not part of the JSON
     except OSError as exc:
         raise InputError(what, f"cannot read {path}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:

@@ -280,3 +280,12 @@ def test_training_steps_hold_a_higher_clock_than_a_gemm_loop_at_the_power_cap():
     assert (steps["sm_clock_mhz_median"] > gemm["sm_clock_mhz_median"] * 1.1).all()
     assert (steps["power_w_median"] < gemm["power_w_median"]).all()
     assert (steps.loc[["l24-h1024-s2048", "l12-h768-s1024"], "sm_clock_mhz_median"] == 1980).all()
+
+
+def test_cli_refuses_a_cluster_of_another_chip_with_the_same_sm_count():
+    # an H100 SXM and an H200 both have 132 SMs: the chip's model number tells them apart
+    _one_error_line(_cli(DATA / "gpu_h200", "--cluster", "dgx-h100"), "cluster", "NVIDIA H200", "h100-sxm-80gb")
+
+
+def test_cli_says_a_missing_folder_is_missing():
+    _one_error_line(_cli(DATA / "no_such_record", "--cluster", "hgx-h200"), "folder", "no such folder")

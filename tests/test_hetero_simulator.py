@@ -30,7 +30,7 @@ SMALL = ModelSpec(name="small", num_layers=8, hidden_size=1024, num_heads=8, num
 
 def _ideal_pool(name="p", gpus=64) -> Pool:
     """An H100 pool whose links move bytes in no time (sends and rings cost ~0 s)."""
-    fast = NetworkTier("ideal", 1e30, 0.0)
+    fast = NetworkTier("ideal", 1e21, 0.0)     # the plausible maximum: instant at these sizes
     return Pool(name, ClusterSpec(name, load_gpu("h100-sxm-80gb"), 8, fast, fast), gpus)
 
 

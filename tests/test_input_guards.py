@@ -196,3 +196,47 @@ def test_a_serving_row_longer_than_the_models_context_is_skipped_as_serve_simula
     out = validate_rows(row)
     assert set(out.status) == {"skipped"}
     assert f"context of {preset}" in out.reason.iloc[0]
+
+
+# ---- catalog files and names ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("line, replacement, field", [
+    ("bw_gbit_per_s: 400", "bw_gbit_per_s: 1e30", "scaleout.bw_gbit_per_s"),     # was accepted
+    ("bw_gb_per_s: 450", "bw_gb_per_s: 1e30", "scaleup.bw_gb_per_s"),
+])
+def test_a_link_faster_than_any_plausible_one_is_refused(tmp_path, line, replacement, field):
+    from hardware_specs.gpu_spec import MAX_RATE_PER_S
+    assert MAX_RATE_PER_S == 1e21          # 10^5 x a B200's 4.5e15 FP8 FLOP/s; 1e30 Gb/s is 1.25e29 B/s
+    text = (REPO / "hardware_specs" / "clusters" / "dgx-h100.yaml").read_text()
+    assert line in text
+    path = tmp_path / "c.yaml"
+    path.write_text(text.replace(line, replacement))
+    one_line_error(run("simulate", "-m", "llama3-8b", "-c", path, "--gpus", "8", "--global-batch", "64"),
+                   field, "above the plausible maximum")
+
+
+def test_a_hugging_face_config_with_a_byte_order_mark_is_read(tmp_path):
+    import json
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+              "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+              "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192,
+              "hidden_act": "silu", "tie_word_embeddings": False}
+    path = tmp_path / "config.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(config).encode())
+    r = run("models", "show", path)
+    assert r.exit_code == 0, r.output
+    assert "num_layers" in r.stdout and "32" in r.stdout
+
+
+def test_an_empty_stack_name_is_refused_rather_than_read_as_all():
+    one_line_error(run("hardware", "stacks", ""), "error: stack: unknown stack ''")
+
+
+@pytest.mark.parametrize("backend, version, says", [
+    ("vllm", "nan", "'nan' names no release"),
+    ("vllm", "", "'' names no release"),
+    ("vllm-0.11", "0.14", "-b vllm-0.11 names one stack profile"),      # the version was ignored
+])
+def test_serve_refuses_a_release_it_would_ignore(backend, version, says):
+    one_line_error(run("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "-b", backend,
+                       "--backend-version", version), "--backend-version", says)

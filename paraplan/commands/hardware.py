@@ -417,7 +417,8 @@ def stacks_cmd(name: str | None, as_json: bool) -> None:
     from dataclasses import asdict
 
     from hardware_specs.catalog import list_stacks, load_stack
-    stacks = [_stack_named(name)] if name else [load_stack(n) for n in list_stacks()]
+    # an empty name is a name no stack has, not "all of them"
+    stacks = [_stack_named(name)] if name is not None else [load_stack(n) for n in list_stacks()]
     data = [{"name": s.name, "framework": s.framework, "versions": list(s.versions), "description": s.description,
              "training": asdict(s.training) if s.training is not None else None,
              "serving": ({k: (dict(v) if isinstance(v, Mapping) else v)

@@ -355,6 +355,13 @@ def gpu_record_cmd(folder: str, cluster_name: str | None, as_json: bool, out_pat
         raise InputError("cluster", f"the record's GPU ({record.env.get('name', '?')}, {sm_count} SMs) is not "
                          f"{cluster.name}'s ({cluster.gpu.name}, {cluster.gpu.sm_count} SMs)",
                          "pass the catalog system of the GPU that was measured")
+    # the chip's model number (H200 in "NVIDIA H200") must be the catalog GPU's: an H100 and an
+    # H200 have the same 132 SMs, so the SM count alone let an H200 record be read as an H100
+    import re
+    chip = re.search(r"\b([A-Z]{1,2}\d{2,4})\b", str(record.env.get("name", "")))
+    if chip and chip.group(1).lower() not in cluster.gpu.name.lower():
+        raise InputError("cluster", f"the record's GPU ({record.env.get('name')}) is not {cluster.name}'s "
+                         f"({cluster.gpu.name})", "pass the catalog system of the GPU that was measured")
 
     def part(table, present, source):
         """``table(record, cluster)`` if the record has it; an input error names ``source``."""

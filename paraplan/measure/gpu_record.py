@@ -157,6 +157,8 @@ def load_record(folder) -> GpuRecord:
     """Read a folder written by ``tools/gpu_kernel_checks.py`` (and, optionally, the profile and
     decode scripts). A missing or damaged file raises ``InputError``, naming it."""
     folder = Path(folder)
+    if not folder.is_dir():
+        raise InputError("folder", f"no such folder {folder}", "pass a folder written by tools/gpu_kernel_checks.py")
     if not (folder / "env.json").is_file():
         raise InputError("folder", f"{folder} has no env.json", "pass a folder written by tools/gpu_kernel_checks.py")
     runs_path = folder / "measured_runs.json"
