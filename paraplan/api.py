@@ -700,6 +700,10 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     ``efficiency_fitted`` (False: the achieved rates are an unfitted prior's).
     """
     model_spec = _model(model, seq_len)
+    if int(tp) < 1 or model_spec.num_heads % int(tp):
+        # as simulate refuses it: tensor parallelism splits whole attention heads
+        raise InputError("tp", f"{tp} does not divide the {model_spec.num_heads} attention heads of {model_spec.name}",
+                         "use a tp dividing the head count")
     cluster_spec = what_if_cluster(cluster, gpu)
     g = cluster_spec.gpu
     dtype = dtype or sixteen_bit_dtype(g)

@@ -240,3 +240,34 @@ def test_an_empty_stack_name_is_refused_rather_than_read_as_all():
 def test_serve_refuses_a_release_it_would_ignore(backend, version, says):
     one_line_error(run("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "-b", backend,
                        "--backend-version", version), "--backend-version", says)
+
+
+def test_sweep_specs_refuse_unknown_dtypes_and_impossible_degrees_and_read_token_suffixes():
+    from paraplan.sweeps.spec import check_names, spec_from_dict
+    base = {"models": ["llama3-8b"], "clusters": ["dgx-h100"], "gpus": [8], "search": "simulate"}
+    spec = spec_from_dict({**base, "global_batch_tokens": ["16Mi", "4M", 8192]})
+    assert spec.global_batch_tokens == (16 * 2**20, 4_000_000, 8192)
+    with pytest.raises(InputError, match="is not a token count"):
+        spec_from_dict({**base, "global_batch_tokens": ["16 MiB"]})
+    with pytest.raises(InputError, match="unknown dtype 'fp4'"):       # were rows of status invalid
+        check_names(spec_from_dict({**base, "global_batch": [64], "dtypes": ["fp4"]}))
+    for key, values in (("tp", [0, 1]), ("micro_batch", [-1]), ("zero_stage", [4])):
+        with pytest.raises(InputError, match=f"config.{key}"):
+            spec_from_dict({**base, "global_batch": [64], "config": {key: values}})
+
+
+def test_a_roofline_refuses_a_tp_that_splits_a_head(tmp_path):
+    one_line_error(run("plot", "roofline", "-m", "llama3-8b", "-c", "dgx-h100", "--tp", "3", "-o", tmp_path / "r.png"),
+                   "tp: 3 does not divide the 32 attention heads")
+
+
+def test_a_validation_plot_with_no_predicted_row_is_not_drawn_and_says_so(tmp_path):
+    _, serving = _files()
+
+    def edit(records):
+        del records[2:]
+        records[1][records[0].index("isl")] = "abc"
+    figure = tmp_path / "none.png"
+    r = run("validate", "serving", _damaged(tmp_path, serving, "one.csv", edit), "--plot", figure)
+    assert r.exit_code == 0 and not figure.exists()
+    assert "note: --plot: no row was predicted" in r.stderr and "warning" not in r.stderr.lower()

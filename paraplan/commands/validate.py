@@ -241,7 +241,9 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
         click.echo(f"wrote {out_path} ({len(results)} rows, {int((results.status == 'ok').sum())} predicted)", err=True)
     else:
         click.echo(text, nl=False)
-    if plot_path is not None:
+    if plot_path is not None and not (results.status == "ok").any():
+        click.echo(f"note: --plot: no row was predicted, so {plot_path} was not drawn (the table says why)", err=True)
+    elif plot_path is not None:
         from paraplan.validation_plots import published_error_strip
         _write_plot(plot_path, lambda tmp: published_error_strip(
             results, tmp, title=("cross-validated (each source predicted by a fit without it)" if cross_validate
@@ -656,7 +658,9 @@ def serving_cmd(path: str | None, backend_filter: str | None, mode_filter: str |
         click.echo(f"wrote {out_path} ({len(df)} rows, {n_ok} predicted)", err=True)
     else:
         click.echo(text, nl=False)
-    if plot_path is not None:
+    if plot_path is not None and not (results.status == "ok").any():
+        click.echo(f"note: --plot: no row was predicted, so {plot_path} was not drawn (the table says why)", err=True)
+    elif plot_path is not None:
         from paraplan.validation_plots import serving_scatter
         _write_plot(plot_path, lambda tmp: serving_scatter(results, tmp))
     if fail_above_pct is not None:

@@ -150,6 +150,13 @@ def _values(data: Mapping, key: str, kind, allow_none: bool = False) -> tuple:
             out.append(None)
             continue
         if kind is int:
+            if key == "global_batch_tokens" and isinstance(item, str):
+                # as on the command line: 16Mi is 16,777,216 tokens, 4M is 4,000,000
+                from paraplan.commands.token_count import parse_token_count
+                parsed = parse_token_count(item)
+                if parsed is None:
+                    raise InputError(key, f"{item!r} is not a token count", "write e.g. 4194304, 4Mi or 4M")
+                item = parsed
             if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item) \
                     or item != int(item) or item < 1:
                 raise InputError(key, f"expected whole numbers >= 1, got {item!r}")
@@ -193,6 +200,12 @@ def _config_values(value: Any, key: str) -> tuple:
             ok, what = isinstance(item, str), "names"
         if not ok:
             raise InputError(f"config.{key}", f"expected {what}, got {item!r}")
+        if key in _INT_CONFIG:
+            # no point of the grid can run a degree or micro-batch below 1 or a ZeRO stage past 3
+            low, high = (0, 3) if key == "zero_stage" else (1, None)
+            if item < low or (high is not None and item > high):
+                raise InputError(f"config.{key}", f"{item!r} is out of range",
+                                 "ZeRO stages are 0 to 3" if key == "zero_stage" else "degrees and micro-batches are >= 1")
         names = [e.value for e in _ENUM_CONFIG.get(key, ())]
         if names and str(item).lower() not in names:
             raise InputError(f"config.{key}", f"unknown value {item!r}", "choose one of " + ", ".join(names))
@@ -232,6 +245,10 @@ def check_names(spec: SweepSpec) -> None:
     error, not a column of invalid rows found after the run."""
     from hardware_specs.catalog import load_cluster, load_stack
     from model_specs.catalog import load_model
+    from hardware_specs.gpu_spec import KNOWN_DTYPES
+    for dtype in spec.dtypes:
+        if dtype != AUTO_DTYPE and dtype not in KNOWN_DTYPES:
+            raise InputError("dtypes", f"unknown dtype {dtype!r}", suggest(dtype, (AUTO_DTYPE,) + KNOWN_DTYPES))
     for key, names, load in (("models", spec.models, load_model), ("clusters", spec.clusters, load_cluster),
                              ("stacks", spec.stacks, load_stack)):
         for name in names:
