@@ -144,6 +144,7 @@ class ServingBehaviour:
             (SGLang: ``--ep-size`` divides ``--tp-size``, moe_tp = tp / ep; TensorRT-LLM:
             ``moe_tensor_parallel_size`` x ``moe_expert_parallel_size`` = tensor_parallel_size).
             Default ``any`` (no restriction); every shipped stack states it.
+        gpu_vendors: the GPU vendors the engine runs on (``GPUSpec.vendor``); empty: any.
     """
 
     mixed_batches: bool = True
@@ -170,9 +171,16 @@ class ServingBehaviour:
     recv_interval_steps: int = 1
     context_wait_steps: int = 0
     expert_splits: str = "any"
+    gpu_vendors: tuple = ()
 
     def __post_init__(self) -> None:
         where = "serving"
+        vendors = self.gpu_vendors
+        if isinstance(vendors, str) or not isinstance(vendors, (list, tuple)) or \
+                not all(isinstance(v, str) and v.strip() for v in vendors):
+            raise InputError(f"{where}.gpu_vendors", f"must be a list of vendor names, got {vendors!r}",
+                             "e.g. [nvidia]; an empty list means any GPU")
+        object.__setattr__(self, "gpu_vendors", tuple(v.strip().lower() for v in vendors))
         if self.cuda_graphs not in CUDA_GRAPH_MODES:
             raise InputError(f"{where}.cuda_graphs", f"unknown mode {self.cuda_graphs!r}",
                              "choose one of " + ", ".join(CUDA_GRAPH_MODES))

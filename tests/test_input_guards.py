@@ -271,3 +271,23 @@ def test_a_validation_plot_with_no_predicted_row_is_not_drawn_and_says_so(tmp_pa
     r = run("validate", "serving", _damaged(tmp_path, serving, "one.csv", edit), "--plot", figure)
     assert r.exit_code == 0 and not figure.exists()
     assert "note: --plot: no row was predicted" in r.stderr and "warning" not in r.stderr.lower()
+
+
+def test_tensorrt_llm_is_refused_on_gpus_it_does_not_run_on():
+    # a documented stack input (serving.gpu_vendors: TensorRT-LLM runs on NVIDIA GPUs only)
+    from hardware_specs.catalog import load_stack
+    assert load_stack("trtllm-1").serving.gpu_vendors == ("nvidia",)
+    assert load_stack("vllm-0.14").serving.gpu_vendors == ()
+    one_line_error(run("serve", "simulate", "-m", "llama3.1-8b", "-s", "mi300x-node", "-b", "trtllm"),
+                   "error: backend: trtllm-1 runs on nvidia GPUs, not on mi300x-node's mi300x (amd)")
+    assert run("serve", "simulate", "-m", "llama3.1-8b", "-s", "mi300x-node", "-b", "vllm").exit_code == 0
+
+
+def test_a_plan_file_with_a_key_no_plan_has_is_refused(tmp_path):
+    import json
+    best = json.loads(run("plan", "-m", "gpt3-1.3b", "-c", REPO / "examples" / "clusters" / "a100-h100.yaml",
+                          "--global-batch", "64", "--json").stdout)["best_plan"]
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({**best, "zero_stg": 1}))          # was run at the default ZeRO stage
+    one_line_error(run("simulate", "-m", "gpt3-1.3b", "-c", REPO / "examples" / "clusters" / "a100-h100.yaml",
+                       "--plan", path), "--plan.zero_stg: not a key of a plan", "zero_stage")

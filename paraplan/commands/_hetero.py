@@ -20,7 +20,7 @@ from pathlib import Path
 
 
 from hardware_specs.catalog import parse_yaml
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, suggest
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
 from paraplan import priors
@@ -122,6 +122,10 @@ def plan_from_data(data: dict) -> HeteroPlan:
     keys = ("micro_batch", "global_batch", "zero_stage", "recompute", "sequence_parallel", "dtype", "schedule",
             "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "flash_attention",
             "grad_accumulation_fusion", "attention_kernel", "grad_reduce_bytes", "software")
+    unknown = sorted(str(k) for k in data if k not in keys and k != "groups")
+    if unknown:
+        # a misspelt setting would otherwise run at its default without a word
+        raise InputError(f"--plan.{unknown[0]}", "not a key of a plan", suggest(unknown[0], keys + ("groups",)))
     return HeteroPlan(groups=tuple(groups), **{k: data[k] for k in keys if data.get(k) is not None})
 
 

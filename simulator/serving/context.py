@@ -90,6 +90,11 @@ class ServingContext:
         if stack.serving is None:
             raise InputError("backend", f"stack {stack.name} has no serving section",
                              "choose a serving stack: vllm, sglang or trtllm")
+        vendors = stack.serving.gpu_vendors
+        if vendors and c.gpu.vendor.lower() not in vendors:
+            raise InputError("backend", f"{stack.name} runs on {', '.join(vendors)} GPUs, not on {c.name}'s "
+                             f"{c.gpu.name} ({c.gpu.vendor or 'unknown vendor'})",
+                             "choose an engine that runs there (vllm or sglang), or a system of those GPUs")
         if stack.serving.speculative_tokens:
             raise InputError("backend", f"stack {stack.name} drafts {stack.serving.speculative_tokens} speculative "
                              "tokens per step; speculative decoding is not modelled yet",
