@@ -26,7 +26,7 @@ label), ``model``, ``cluster``, ``gpu``, ``stack``, ``n_gpus``, ``seq_len``, eve
 (``simulator.report.TIME_PARTS``, seconds), ``tokens_per_s``, ``tokens_per_s_per_gpu``,
 ``model_tflops_per_gpu``, ``mfu_bf16_pct``, ``hfu_bf16_pct`` (percent of the GPU's dense bf16
 peak, as every command shows MFU: ``paraplan.mfu``; ``mfu_fp16_pct`` on V100), ``memory_gib`` and its parts (``weights_gib``, ...,
-from ``MEMORY_PARTS``), ``hbm_gib``, ``headroom_gib`` (HBM left free), ``fits`` (with the headroom a run keeps,
+from ``MEMORY_PARTS``), ``hbm_gib``, ``headroom_gib`` (HBM left free; negative: GiB over the HBM for a row that does not fit), ``fits`` (with the headroom a run keeps,
 ``simulator.headroom``), ``scaleout_gbit_per_s``, ``scaleup_gbit_per_s`` and
 ``efficiency_fitted`` (False: the times rest on an unfitted prior efficiency model, see
 ``paraplan.priors``; say so beside any conclusion drawn from them).
