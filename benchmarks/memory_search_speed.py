@@ -57,8 +57,10 @@ def main(argv=None) -> int:
         return original(model, cluster, eff, batch, **kwargs)
 
     vectorized.memory_parts = capture
-    _plan()                                   # warm up (catalogs, caches) and capture the batches
-    vectorized.memory_parts = original
+    try:
+        _plan()                               # warm up (catalogs, caches) and capture the batches
+    finally:
+        vectorized.memory_parts = original    # the planner unwrapped even if the plan fails
     plan_runs, memory_runs = [], []
     for _ in range(args.repeat):
         t0 = time.perf_counter()

@@ -289,3 +289,25 @@ def test_cli_refuses_a_cluster_of_another_chip_with_the_same_sm_count():
 
 def test_cli_says_a_missing_folder_is_missing():
     _one_error_line(_cli(DATA / "no_such_record", "--cluster", "hgx-h200"), "folder", "no such folder")
+
+
+@pytest.mark.parametrize("name, cluster, sm_count", [
+    ("NVIDIA GH200 480GB", "alps-gh200", 132),          # the superchip's GPU is the catalog's H100 96 GB
+    ("NVIDIA H100 80GB HBM3", "dgx-h100", 132),
+    ("NVIDIA A100-SXM4-80GB", "dgx-a100-80gb", 108),
+])
+def test_cli_accepts_a_record_of_the_clusters_own_chip(tmp_path, name, cluster, sm_count):
+    import json
+    import shutil
+    from hardware_specs.catalog import load_cluster
+    if load_cluster(cluster).gpu.sm_count not in (None, 0, sm_count):
+        pytest.skip(f"{cluster}'s catalog SM count is not {sm_count}")
+    record = tmp_path / "record"
+    shutil.copytree(DATA / "gpu_h200", record)
+    env = json.loads((record / "env.json").read_text())
+    env.update(name=name, sm_count=sm_count)
+    (record / "env.json").write_text(json.dumps(env))
+    r = _cli(record, "--cluster", cluster)
+    assert "error: cluster" not in r.output, r.output
+    if "h100" in load_cluster(cluster).gpu.name:           # a Hopper record reads whole on a Hopper system
+        assert r.exit_code == 0, r.output

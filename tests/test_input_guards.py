@@ -69,17 +69,43 @@ def test_a_pool_of_more_gpus_than_any_cluster_is_refused(tmp_path, gpus, says):
     one_line_error(run("plan", "-m", "llama3-70b", "-c", path, "--global-batch", "512"), "pools.", says)
 
 
-def test_a_measured_run_too_large_for_this_machine_is_refused_before_any_process_starts():
+def test_a_measured_run_too_large_for_this_machine_is_refused_and_the_bound_is_below_what_runs_hold():
+    import json
+    from dataclasses import fields
+
     from paraplan.measure.train import RunConfig
-    # hidden 65,536 on one layer: 12 h^2 = 51.5 G parameters, 16 bytes each in fp32 with Adam
-    big = dict(hidden_size=65536, num_layers=1, num_heads=64, seq_len=2)
-    with pytest.raises(InputError, match="hidden_size") as err:
-        RunConfig(**big)
-    assert "GiB" in err.value.message
-    small = RunConfig(hidden_size=256, num_layers=4, num_heads=4, seq_len=128)
-    h, s, L, v = 256.0, 128.0, 4.0, 1024.0
-    hand = 16.0 * (12 * h * h * L + (v + s) * h) + L * (34.0 * s * h + 2.0 * 4.0 * 4 * s * s)
-    assert small.memory_estimate_bytes() == pytest.approx(hand, rel=1e-12)
+    # hidden 65,536 on one layer: 12 h^2 = 51.5 G parameters, >= 4 bytes each (16-bit weight and
+    # gradient): 192 GiB, against a 23.5 GiB machine (the child process died allocating 48 GiB)
+    big = RunConfig(hidden_size=65536, num_layers=1, num_heads=64, seq_len=2)
+    with pytest.raises(InputError, match="need at least 192.") as err:
+        big.check_fits("cpu", host_bytes=23.5 * 2**30)
+    assert err.value.field == "model"
+    big.check_fits("cpu", host_bytes=0.0)              # the machine's memory unknown: no check
+    with pytest.raises(InputError, match="one GPU has 80.0 GiB"):
+        big.check_fits("cuda", host_bytes=1e15, device_bytes=80 * 2**30)
+    # a lower bound: never above what the H200's six measured runs held at their peak (7.7-13.7
+    # GiB for the GPU-sized GPTs; the bound is 0.5-3.5 GiB), so no run that ran is refused
+    names = {f.name for f in fields(RunConfig)}
+    runs = json.loads((REPO / "tests" / "data" / "gpu_h200" / "measured_runs.json").read_text())
+    for r in runs:
+        cfg = RunConfig(**{k: v for k, v in r.items() if k in names})
+        assert cfg.model_state_bytes_per_rank() <= r["peak_memory_bytes"], r["name"]
+
+
+def test_the_memory_bound_counts_the_gpts_own_weight_matrices():
+    torch = pytest.importorskip("torch")
+    from paraplan.measure.gpt import GPTConfig, GPTStage
+    from paraplan.measure.parallel import Mesh
+    from paraplan.measure.train import RunConfig
+    mesh = Mesh(rank=0, tp=1, dp=1, pp=1, tp_rank=0, dp_rank=0, pp_rank=0)
+    for layers, h, v, s in ((4, 256, 1024, 128), (2, 128, 1024, 2048)):
+        model = GPTStage(GPTConfig(num_layers=layers, hidden_size=h, num_heads=4, vocab_size=v, seq_len=s), mesh)
+        params = sum(p.numel() for p in model.parameters())
+        bound = RunConfig(num_layers=layers, hidden_size=h, num_heads=4, vocab_size=v, seq_len=s,
+                          global_batch=4).model_state_bytes_per_rank()
+        # biases and norms (about 1% here) are what the bound leaves out
+        assert 0.98 * 4 * params <= bound <= 4 * params
+    assert torch is not None
 
 
 def test_a_ranks_out_of_memory_is_an_input_error_not_an_internal_one(monkeypatch):
@@ -91,7 +117,12 @@ def test_a_ranks_out_of_memory_is_an_input_error_not_an_internal_one(monkeypatch
     def start(*_, **__):
         raise Raised("RuntimeError: [enforce fail at alloc_cpu.cpp] DefaultCPUAllocator: can't allocate memory")
 
-    fake_mp = types.SimpleNamespace(start_processes=start, ProcessRaisedException=Raised)
+    class Exited(Exception):
+        def __init__(self, signal_name=None):
+            super().__init__("process 0 terminated with signal SIGKILL")
+            self.signal_name = signal_name
+
+    fake_mp = types.SimpleNamespace(start_processes=start, ProcessRaisedException=Raised, ProcessExitedException=Exited)
     fake_torch = types.SimpleNamespace(multiprocessing=fake_mp, cuda=types.SimpleNamespace(device_count=lambda: 0))
     monkeypatch.setattr(runtime, "require_torch", lambda: fake_torch)
     import sys
@@ -99,6 +130,13 @@ def test_a_ranks_out_of_memory_is_an_input_error_not_an_internal_one(monkeypatch
     monkeypatch.setitem(sys.modules, "torch", fake_torch)
     choice = runtime.DeviceChoice(kind="cpu", backend="gloo", dtype="fp32", threads_per_rank=1)
     with pytest.raises(InputError, match="ran out of memory"):
+        runtime.launch(lambda *a: None, 1, {}, choice)
+
+    # Linux's out-of-memory killer: the rank exits on SIGKILL with no exception of its own
+    def killed(*_, **__):
+        raise Exited("SIGKILL")
+    fake_mp.start_processes = killed
+    with pytest.raises(InputError, match="killed \\(SIGKILL\\), most likely by the out-of-memory killer"):
         runtime.launch(lambda *a: None, 1, {}, choice)
 
 
@@ -291,3 +329,16 @@ def test_a_plan_file_with_a_key_no_plan_has_is_refused(tmp_path):
     path.write_text(json.dumps({**best, "zero_stg": 1}))          # was run at the default ZeRO stage
     one_line_error(run("simulate", "-m", "gpt3-1.3b", "-c", REPO / "examples" / "clusters" / "a100-h100.yaml",
                        "--plan", path), "--plan.zero_stg: not a key of a plan", "zero_stage")
+
+
+def test_a_mistyped_backend_with_a_release_is_named_as_unknown_not_as_a_stack():
+    one_line_error(run("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "-b", "vlm", "--backend-version",
+                       "0.11"), "error: backend: no serving stack for framework 'vlm'", "did you mean vllm")
+
+
+def test_a_sweep_token_count_too_long_to_read_is_an_input_error():
+    from paraplan.sweeps.spec import spec_from_dict
+    base = {"models": ["llama3-8b"], "clusters": ["dgx-h100"], "gpus": [8], "search": "simulate"}
+    for text in ("9" * 400, "9" * 5000, str(2**63)):     # were OverflowError / ValueError
+        with pytest.raises(InputError, match="global_batch_tokens"):
+            spec_from_dict({**base, "global_batch_tokens": [text]})

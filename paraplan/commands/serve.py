@@ -114,7 +114,7 @@ def _context(opts):
         if _unstated(version):
             raise InputError("--backend-version", f"{version!r} names no release",
                              "give a release such as 0.11.0, or leave the option out for the newest profile")
-        if _framework_key(opts["backend"]) not in serving_frameworks():
+        if _framework_key(opts["backend"]) not in serving_frameworks() and _names_a_stack(opts["backend"]):
             # a stack name is one profile: a release cannot pick another one, and was ignored
             raise InputError("--backend-version", f"-b {opts['backend']} names one stack profile, so a release "
                              f"cannot choose among profiles",
@@ -137,6 +137,17 @@ def _context(opts):
         if note:
             click.echo(f"note: {note}", err=True)
     return ctx
+
+
+def _names_a_stack(backend: str) -> bool:
+    """Whether ``backend`` is a stack the catalog or a file holds (an unknown name is left to
+    ``ServingContext.build``, which names the frameworks it might mean)."""
+    from hardware_specs.catalog import load_stack
+    try:
+        load_stack(str(backend))
+    except InputError:
+        return False
+    return True
 
 
 def _expert_checkpoint_format(model) -> str:

@@ -361,7 +361,9 @@ def gpu_record_cmd(folder: str, cluster_name: str | None, as_json: bool, out_pat
     # H200 have the same 132 SMs, so the SM count alone let an H200 record be read as an H100
     import re
     chip = re.search(r"\b([A-Z]{1,2}\d{2,4})\b", str(record.env.get("name", "")))
-    if chip and chip.group(1).lower() not in cluster.gpu.name.lower():
+    # a superchip's GPU is the catalog's chip of another name (GH200: an H100 with 96 GB)
+    answers_to = {"gh200": "h100"}.get(chip.group(1).lower(), chip.group(1).lower()) if chip else ""
+    if chip and chip.group(1).lower() not in cluster.gpu.name.lower() and answers_to not in cluster.gpu.name.lower():
         raise InputError("cluster", f"the record's GPU ({record.env.get('name')}) is not {cluster.name}'s "
                          f"({cluster.gpu.name})", "pass the catalog system of the GPU that was measured")
 

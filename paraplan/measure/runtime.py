@@ -272,6 +272,12 @@ def launch(fn: Callable, world_size: int, args: dict, choice: DeviceChoice,
                         raise TimeoutError(f"measurement ranks did not finish in {timeout_s:.0f} s")
                 last_error = None
                 break
+            except mp.ProcessExitedException as exc:
+                if getattr(exc, "signal_name", None) == "SIGKILL":
+                    # Linux's out-of-memory killer ends a rank with SIGKILL, no exception of its own
+                    raise InputError("config", "a rank was killed (SIGKILL), most likely by the out-of-memory killer",
+                                     "measure a smaller model or fewer ranks") from None
+                raise
             except mp.ProcessRaisedException as exc:
                 text = str(exc).lower()
                 if any(sign in text for sign in OUT_OF_MEMORY_SIGNS):

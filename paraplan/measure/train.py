@@ -28,11 +28,18 @@ RUN_LIMITS = {"dp": 128, "tp": 128, "pp": 128, "copies": 128, "micro_batch": 409
 
 
 def _host_memory_bytes() -> float:
-    """This machine's physical memory, bytes (0 where the platform does not say)."""
+    """The memory this process may use, bytes: the machine's physical memory, or a container's
+    smaller cgroup limit (``/sys/fs/cgroup/memory.max``, cgroup v2); 0 where neither says."""
     try:
-        return float(os.sysconf("SC_PAGE_SIZE")) * float(os.sysconf("SC_PHYS_PAGES"))
+        physical = float(os.sysconf("SC_PAGE_SIZE")) * float(os.sysconf("SC_PHYS_PAGES"))
     except (AttributeError, ValueError, OSError):
-        return 0.0
+        physical = 0.0
+    try:
+        text = open("/sys/fs/cgroup/memory.max", encoding="ascii").read().strip()
+        limit = float(text) if text.isdigit() else 0.0
+    except (OSError, ValueError):
+        limit = 0.0
+    return min(v for v in (physical, limit) if v > 0) if (physical > 0 or limit > 0) else 0.0
 
 
 @dataclass(frozen=True)
@@ -104,24 +111,29 @@ class RunConfig:
         if self.num_layers < self.pp:
             raise InputError("pp", f"{self.num_layers} layers cannot fill {self.pp} pipeline stages",
                              "use at most one stage per layer")
-        need, have = self.memory_estimate_bytes(), _host_memory_bytes()
-        if have and need > have:
-            raise InputError("hidden_size", f"the runs need about {need / 2**30:,.1f} GiB (fp32 weights, gradients "
-                             f"and Adam moments, and activations, over {self.copies * self.world_size} "
-                             f"process(es)); this machine has {have / 2**30:,.1f} GiB",
-                             "measure a smaller model (hidden size, layers, sequence) or fewer ranks")
 
-    def memory_estimate_bytes(self) -> float:
-        """A lower estimate of the memory all processes hold, bytes: every rank's share of the fp32
-        model states (weights, gradients, two Adam moments: 16 bytes a parameter; ``gpt.py``: 12 h^2
-        a layer, the token and position embeddings and the tied head v h + s h) and the
-        activations of one micro-batch (about 34 s b h bytes in fp32 / 2 a layer, Korthikanti
-        et al. 2022 eq. 1 at 2-byte activations, plus the 4-byte attention scores a s^2 b x 2),
-        times the copies run side by side."""
-        h, s, L = float(self.hidden_size), float(self.seq_len), float(self.num_layers)
-        params = 12.0 * h * h * L + (self.vocab_size + s) * h
-        acts = L * self.micro_batch * (34.0 * s * h + 2.0 * 4.0 * self.num_heads * s * s)
-        return float(self.copies) * (16.0 * params + self.dp * acts)
+    def model_state_bytes_per_rank(self) -> float:
+        """A lower bound of the model states one rank holds, bytes: its tp x pp share of the
+        GPT's weight matrices (``gpt.py``: 12 h^2 a layer, the token embedding and the separate
+        output head, 2 v h; biases and norms left out) at 4 bytes each, a 16-bit weight and its
+        16-bit gradient; fp32 training and Adam's two moments hold more, activations come on top."""
+        h, L = float(self.hidden_size), float(self.num_layers)
+        params = 12.0 * h * h * L + 2.0 * self.vocab_size * h
+        return 4.0 * params / (self.tp * self.pp)
+
+    def check_fits(self, kind: str, host_bytes: float, device_bytes: float = 0.0) -> None:
+        """``InputError`` when even the lower bound of the model states cannot fit: every
+        process's share against the host's memory on CPU ranks, one rank's against one GPU's
+        memory on CUDA ranks (0 = not known: no check)."""
+        per_rank = self.model_state_bytes_per_rank()
+        if kind == "cuda":
+            need, have, where = per_rank, device_bytes, "one GPU has"
+        else:
+            need, have, where = per_rank * self.world_size * self.copies, host_bytes, "this machine has"
+        if have and need > have:
+            raise InputError("model", f"the weights and gradients alone need at least {need / 2**30:,.1f} GiB, "
+                             f"{where} {have / 2**30:,.1f} GiB",
+                             "measure a smaller model (--hidden, --layers, --seq-len), or more tp or pp")
 
     @classmethod
     def from_dict(cls, config: dict) -> "RunConfig":
@@ -289,8 +301,10 @@ def run_measurement(config: dict, progress=None) -> dict:
     Raises ``InputError`` if torch is missing or the config is invalid.
     """
     run = RunConfig.from_dict(dict(config))      # a bad configuration is said before torch loads
-    require_torch()
+    torch = require_torch()
     choice = choose_device(run.device, threads_per_rank=run.threads_per_rank)
+    device_bytes = float(torch.cuda.get_device_properties(0).total_memory) if choice.kind == "cuda" else 0.0
+    run.check_fits(choice.kind, _host_memory_bytes(), device_bytes)
     ranks = launch(_train_worker, run.copies * run.world_size, asdict(run), choice, progress=progress)
     times = ranks[0]["step_times_s"]
     measured = statistics.median(times[run.warmup:])

@@ -153,9 +153,12 @@ def _values(data: Mapping, key: str, kind, allow_none: bool = False) -> tuple:
             if key == "global_batch_tokens" and isinstance(item, str):
                 # as on the command line: 16Mi is 16,777,216 tokens, 4M is 4,000,000
                 from paraplan.commands.token_count import parse_token_count
-                parsed = parse_token_count(item)
-                if parsed is None:
-                    raise InputError(key, f"{item!r} is not a token count", "write e.g. 4194304, 4Mi or 4M")
+                parsed = parse_token_count(item[:40])
+                if parsed is None or len(item) > 40:
+                    raise InputError(key, f"{item[:40]!r} is not a token count", "write e.g. 4194304, 4Mi or 4M")
+                if parsed > _LIMITS[key]:
+                    raise InputError(key, f"{parsed:,} is above the largest supported value {_LIMITS[key]:,}",
+                                     "check the number")
                 item = parsed
             if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item) \
                     or item != int(item) or item < 1:

@@ -94,7 +94,8 @@ class ServingContext:
         if vendors and c.gpu.vendor.lower() not in vendors:
             raise InputError("backend", f"{stack.name} runs on {', '.join(vendors)} GPUs, not on {c.name}'s "
                              f"{c.gpu.name} ({c.gpu.vendor or 'unknown vendor'})",
-                             "choose an engine that runs there (vllm or sglang), or a system of those GPUs")
+                             "choose an engine that runs there (vllm or sglang), or a system of those GPUs"
+                             if c.gpu.vendor else "state the GPU file's vendor (e.g. vendor: nvidia)")
         if stack.serving.speculative_tokens:
             raise InputError("backend", f"stack {stack.name} drafts {stack.serving.speculative_tokens} speculative "
                              "tokens per step; speculative decoding is not modelled yet",
