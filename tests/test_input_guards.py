@@ -342,3 +342,12 @@ def test_a_sweep_token_count_too_long_to_read_is_an_input_error():
     for text in ("9" * 400, "9" * 5000, str(2**63)):     # were OverflowError / ValueError
         with pytest.raises(InputError, match="global_batch_tokens"):
             spec_from_dict({**base, "global_batch_tokens": [text]})
+
+
+def test_validate_measured_refuses_a_cpu_profile_on_a_machine_whose_runs_would_use_its_gpu(monkeypatch):
+    import paraplan.measure.compare as compare
+    import paraplan.measure.runtime as runtime
+    monkeypatch.setattr(runtime, "choose_device", lambda device="auto", **_: types.SimpleNamespace(kind="cuda"))
+    monkeypatch.setattr(compare, "require_torch", lambda: None)
+    with pytest.raises(InputError, match="cpu-local describes a CPU, and this machine's runs would train on its CUDA GPU"):
+        compare.compare_measured("cpu-local")

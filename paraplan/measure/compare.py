@@ -184,7 +184,12 @@ def _require_the_profiles_device(cluster) -> None:
     would train on the CPU and be compared with the GPU's prediction (minutes of runs for a
     meaningless error)."""
     from paraplan.measure.runtime import choose_device
-    if cluster.gpu.generation != "cpu" and choose_device("auto").kind != "cuda":
+    kind = choose_device("auto").kind
+    if cluster.gpu.generation == "cpu" and kind == "cuda":
+        # the runs would train on the GPU and be compared with the CPU profile's predictions
+        raise InputError("cluster", f"{cluster.name} describes a CPU, and this machine's runs would train on its CUDA GPU",
+                         "pass the catalog system of this machine's GPUs, e.g. hgx-h200")
+    if cluster.gpu.generation != "cpu" and kind != "cuda":
         raise InputError("cluster", f"{cluster.name} describes {cluster.gpu.name} GPUs, and this machine has no CUDA GPU",
                          "run it on such a machine, or calibrate this one (paraplan calibrate --out local.yaml) "
                          "and pass that profile")
