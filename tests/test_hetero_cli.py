@@ -7,9 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from paraplan.cli import main
+from cli_results import one_line_error, run
 
 REPO = Path(__file__).resolve().parents[1]
 MIXED = REPO / "examples" / "clusters" / "a100-h100.yaml"
@@ -24,18 +23,6 @@ pools:
 @pytest.fixture(autouse=True)
 def _no_debug_env(monkeypatch):
     monkeypatch.delenv("PARAPLAN_DEBUG", raising=False)
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def one_line_error(result, *needles):
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.output, result.output
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
 
 
 @pytest.fixture

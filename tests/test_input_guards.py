@@ -6,10 +6,10 @@ import types
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from hardware_specs.errors import InputError
-from paraplan.cli import main
+
+from cli_results import one_line_error, run
 
 REPO = Path(__file__).resolve().parents[1]
 PLOT = ("plot", "breakdown", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "16", "--tp", "2", "--pp", "2",
@@ -19,18 +19,6 @@ PLOT = ("plot", "breakdown", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "16", "-
 @pytest.fixture(autouse=True)
 def _no_debug_env(monkeypatch):
     monkeypatch.delenv("PARAPLAN_DEBUG", raising=False)
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def one_line_error(result, *needles):
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.output, result.output
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
 
 
 @pytest.mark.parametrize("field, values, says", [
@@ -187,36 +175,25 @@ def test_a_column_named_twice_is_one_error_line(tmp_path, which):
     one_line_error(run("validate", which, path), "names the column", "twice")
 
 
-@pytest.mark.parametrize("column, value, reason", [
-    ("layers", "abc", "layers 'abc' is not a number"),        # was read as empty: the preset's layers
-    ("micro_batch", "abc", "micro_batch 'abc' is not a number"),
-    ("tp", "abc", "tp 'abc' is not a number"),
+@pytest.mark.parametrize("which, column, value, reason", [
+    ("published", "layers", "abc", "layers 'abc' is not a number"),        # was read as empty: the preset's layers
+    ("published", "micro_batch", "abc", "micro_batch 'abc' is not a number"),
+    ("published", "tp", "abc", "tp 'abc' is not a number"),
+    ("serving", "isl", "1e30", "isl 1e+30 is not a whole number from 1 to 16,777,216"),   # predicted TTFT 3.4e53 ms
+    ("serving", "osl", "2.5", "osl 2.5 is not a whole number from 1 to 16,777,216"),
+    ("serving", "pp_size", "-1", "pp_size -1 is not a whole number from 0 to 16,777,216"),
+    ("serving", "attention_dp_size", "abc", "attention_dp_size 'abc' is not a number"),    # was read as 1
+    ("serving", "batch_size", "0", "batch_size 0 is not a whole number from 1 to 16,777,216"),
 ])
-def test_a_published_row_with_text_in_a_number_column_is_skipped_with_that_reason(tmp_path, column, value, reason):
+def test_a_row_with_an_impossible_value_is_skipped_with_that_reason(tmp_path, which, column, value, reason):
+    # a published row with text in a number-only column; a serving row with an impossible count
     import json
-    published, _ = _files()
+    source = _files()[which == "serving"]
 
     def edit(records):
         records[1][records[0].index(column)] = value
-    rows = json.loads(run("validate", "published", _damaged(tmp_path, published, "bad.csv", edit), "--json").stdout)
-    assert rows[0]["status"] == "skipped" and rows[0]["reason"] == reason
-
-
-@pytest.mark.parametrize("column, value, reason", [
-    ("isl", "1e30", "isl 1e+30 is not a whole number from 1 to 16,777,216"),   # predicted TTFT 3.4e53 ms
-    ("osl", "2.5", "osl 2.5 is not a whole number from 1 to 16,777,216"),
-    ("pp_size", "-1", "pp_size -1 is not a whole number from 0 to 16,777,216"),
-    ("attention_dp_size", "abc", "attention_dp_size 'abc' is not a number"),    # was read as 1
-    ("batch_size", "0", "batch_size 0 is not a whole number from 1 to 16,777,216"),
-])
-def test_a_serving_row_with_an_impossible_count_is_skipped_with_that_reason(tmp_path, column, value, reason):
-    import json
-    _, serving = _files()
-
-    def edit(records):
-        records[1][records[0].index(column)] = value
-    rows = json.loads(run("validate", "serving", _damaged(tmp_path, serving, "bad.csv", edit), "--json").stdout)
-    first = [r for r in rows if r["id"] == rows[0]["id"]]
+    rows = json.loads(run("validate", which, _damaged(tmp_path, source, "bad.csv", edit), "--json").stdout)
+    first = [r for r in rows if r["id"] == rows[0]["id"]]       # a serving row has one record per metric
     assert {r["status"] for r in first} == {"skipped"}
     assert first[0]["reason"] == reason
 

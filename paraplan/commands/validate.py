@@ -344,7 +344,8 @@ def gpu_record_cmd(folder: str, cluster_name: str | None, as_json: bool, out_pat
       paraplan validate gpu-record tests/data/gpu_h200 --cluster hgx-h200
     """
     from hardware_specs.catalog import load_cluster
-    from paraplan.measure.gpu_record import category_table, decode_table, gemm_table, load_record, step_table
+    from paraplan.measure.gpu_record import (category_table, check_record_gpu, decode_table, gemm_table, load_record,
+                                             step_table)
 
     if cluster_name is None:
         raise InputError("cluster", "missing", "name the catalog system of the GPU measured, e.g. --cluster hgx-h200")
@@ -352,20 +353,7 @@ def gpu_record_cmd(folder: str, cluster_name: str | None, as_json: bool, out_pat
         check_writable(out_path)
     record = load_record(folder)
     cluster = load_cluster(cluster_name)
-    sm_count = record.env.get("sm_count")
-    if isinstance(sm_count, int) and cluster.gpu.sm_count and sm_count != cluster.gpu.sm_count:
-        raise InputError("cluster", f"the record's GPU ({record.env.get('name', '?')}, {sm_count} SMs) is not "
-                         f"{cluster.name}'s ({cluster.gpu.name}, {cluster.gpu.sm_count} SMs)",
-                         "pass the catalog system of the GPU that was measured")
-    # the chip's model number (H200 in "NVIDIA H200") must be the catalog GPU's: an H100 and an
-    # H200 have the same 132 SMs, so the SM count alone let an H200 record be read as an H100
-    import re
-    chip = re.search(r"\b([A-Z]{1,2}\d{2,4})\b", str(record.env.get("name", "")))
-    # a superchip's GPU is the catalog's chip of another name (GH200: an H100 with 96 GB)
-    answers_to = {"gh200": "h100"}.get(chip.group(1).lower(), chip.group(1).lower()) if chip else ""
-    if chip and chip.group(1).lower() not in cluster.gpu.name.lower() and answers_to not in cluster.gpu.name.lower():
-        raise InputError("cluster", f"the record's GPU ({record.env.get('name')}) is not {cluster.name}'s "
-                         f"({cluster.gpu.name})", "pass the catalog system of the GPU that was measured")
+    check_record_gpu(record, cluster)
 
     def part(table, present, source):
         """``table(record, cluster)`` if the record has it; an input error names ``source``."""

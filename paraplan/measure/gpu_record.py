@@ -181,6 +181,28 @@ def load_record(folder) -> GpuRecord:
                      _read_csv(folder, "decode_gemms.csv"))
 
 
+#: a superchip's GPU that the catalog lists under another chip's name (GH200: an H100 with 96 GB)
+CHIP_ALIASES = {"gh200": "h100"}
+
+
+def check_record_gpu(record: GpuRecord, cluster) -> None:
+    """``InputError`` unless the record was measured on ``cluster``'s GPU: the same SM count and
+    the chip's model number (H200 in "NVIDIA H200") in the catalog GPU's name. The SM count
+    alone lets an H200 record be read as an H100 (132 SMs each)."""
+    name = str(record.env.get("name", "?"))
+    sm_count = record.env.get("sm_count")
+    if isinstance(sm_count, int) and cluster.gpu.sm_count and sm_count != cluster.gpu.sm_count:
+        raise InputError("cluster", f"the record's GPU ({name}, {sm_count} SMs) is not "
+                         f"{cluster.name}'s ({cluster.gpu.name}, {cluster.gpu.sm_count} SMs)",
+                         "pass the catalog system of the GPU that was measured")
+    chip = re.search(r"\b([A-Z]{1,2}\d{2,4})\b", name)
+    model = chip.group(1).lower() if chip else ""
+    catalog = cluster.gpu.name.lower()
+    if model and model not in catalog and CHIP_ALIASES.get(model, model) not in catalog:
+        raise InputError("cluster", f"the record's GPU ({name}) is not {cluster.name}'s ({cluster.gpu.name})",
+                         "pass the catalog system of the GPU that was measured")
+
+
 def gemm_table(record: GpuRecord, cluster) -> pd.DataFrame:
     """The timed GEMMs with ``predicted_s`` (``gemm_roofline_s`` in the row's dtype on
     ``cluster``'s GPU and its generation's efficiency model), ``ratio`` = measured / predicted

@@ -1,0 +1,21 @@
+"""Running the CLI in-process from a test, and the one-line error contract (``error: <field>:
+<what> (<fix>)`` on stderr, exit 2, no traceback), shared by the CLI test modules."""
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from paraplan.cli import main
+
+
+def run(*args):
+    """``paraplan ARGS`` in-process (arguments stringified, as a shell passes them)."""
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def one_line_error(result, *needles):
+    """Exit 2, exactly one non-empty stderr line starting 'error: ', no traceback, each needle in it."""
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.output, result.output
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
