@@ -484,3 +484,43 @@ if __name__ == "__main__":      # spawned ranks re-import this file: keep the wo
         refresh_baseline()
     else:
         print(__doc__)
+
+
+def test_16_bit_weights_train_in_mixed_precision_as_the_simulator_prices_them(tmp_path):
+    # A bf16 model's FlatOptimizer keeps an fp32 master copy and fp32 Adam moments (the 42 bytes
+    # per parameter of simulator.step_model.ADAM_STEP_BYTES_PER_PARAM), and its bf16 weights
+    # follow the master: after three Adam steps at lr 1e-2 they equal the fp32 master rounded
+    # to bf16, and the update matches an fp32 model's run from the same start within bf16's
+    # rounding (8 bits of mantissa: 2**-8 relative). fp32 weights are their own master.
+    import torch.distributed as dist
+    import torch.nn as nn
+    from paraplan.measure.parallel import FlatOptimizer, build_mesh
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        results = {}
+        for dtype in (torch.float32, torch.bfloat16):
+            torch.manual_seed(0)
+            model = nn.Linear(16, 16).to(dtype)
+            start = model.weight.detach().float().clone()
+            opt = FlatOptimizer(model, build_mesh(1, 1, 1), 0, lr=1e-2)
+            assert opt.mixed == (dtype == torch.bfloat16)
+            assert opt.shard_param.dtype == torch.float32
+            gen = torch.Generator().manual_seed(1)
+            for _ in range(3):
+                opt.zero_grad()
+                model(torch.randn(4, 16, generator=gen).to(dtype)).pow(2).sum().backward()
+                opt.check_grads_in_place()
+                opt.reduce_gradients()
+                opt.step()
+            moments = [t.dtype for s in opt.adam.state.values() for k, t in s.items() if k != "step"]
+            assert moments == [torch.float32, torch.float32]
+            assert model.weight.data_ptr() == opt.flat.data_ptr()           # still views of the flat buffer
+            results[dtype] = (start, model.weight.detach().float().clone(), opt)
+        start32, w32, _ = results[torch.float32]
+        start16, w16, opt16 = results[torch.bfloat16]
+        master = opt16.shard_param.detach()[:w16.numel()].view_as(w16)
+        assert torch.equal(w16, master.to(torch.bfloat16).float())
+        assert (w32 - start32).abs().max().item() == pytest.approx(0.03, rel=0.02)    # 3 steps x lr
+        assert torch.allclose(w16 - start16, w32 - start32, atol=2 * 2**-8 * float(w32.abs().max()))
+    finally:
+        dist.destroy_process_group()

@@ -121,20 +121,43 @@ def _cycling(sets: list, call) -> Callable[[], object]:
     return fn
 
 
+#: tiny kernels in the CUDA graph ``kernel_overhead_s`` replays
+GRAPH_KERNELS = 200
+
+
+def host_launch_s(device, dtype) -> float:
+    """Seconds per launch of a stream of tiny kernels launched one by one from Python (CUDA):
+    the rate at which the host issues work, which bounds a step only when its kernels are
+    shorter than this. Recorded by ``paraplan calibrate`` for the audit, not priced."""
+    torch = require_torch()
+    x = torch.ones(8, device=device, dtype=dtype)
+    y = torch.empty_like(x)
+    return time_call(lambda: torch.add(x, x, out=y), device, target_s=0.005)
+
+
 def kernel_overhead_s(device, dtype) -> float:
     """Fixed cost of one kernel in an eager training step, seconds.
 
     CPU: ops run synchronously, so each kernel pays dispatch and autograd bookkeeping in full;
     measured as the time of a tiny Linear-GELU-LayerNorm forward + backward divided by the
-    kernels it runs (top-level non-view ops, counted with the profiler). CUDA: dispatch
-    overlaps execution, so it is the launch-bound rate of a stream of tiny kernels.
+    kernels it runs (top-level non-view ops, counted with the profiler). CUDA: launches are
+    asynchronous, and in a step whose kernels outlast a launch the host runs ahead of the GPU,
+    so what each kernel adds is the GPU's own fixed cost between kernels: measured as the time
+    per kernel of a CUDA graph of ``GRAPH_KERNELS`` tiny kernels, replayed (no host launch in
+    it). The host's launch rate (``host_launch_s``) is kept beside it in the calibration record.
     """
     torch = require_torch()
     import torch.nn.functional as F
     if device.type == "cuda":
         x = torch.ones(8, device=device, dtype=dtype)
         y = torch.empty_like(x)
-        return time_call(lambda: torch.add(x, x, out=y), device, target_s=0.005)
+        torch.add(x, x, out=y)
+        synchronize(device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(GRAPH_KERNELS):
+                torch.add(x, x, out=y)
+        return time_call(graph.replay, device, target_s=0.01) / GRAPH_KERNELS
     x = torch.randn(8, 8, device=device, dtype=dtype, requires_grad=True)
     w = torch.randn(8, 8, device=device, dtype=dtype, requires_grad=True)
     b, ln_w, ln_b = (torch.zeros(8, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
@@ -202,7 +225,8 @@ def memory_bandwidth(device, dtype, nbytes: float) -> dict[str, float]:
     w = torch.ones(width, device=device, dtype=dtype)
     b = torch.zeros(width, device=device, dtype=dtype)
     p, g = (torch.randn(n // 4, device=device, dtype=torch.float32) for _ in range(2))
-    opt = torch.optim.Adam([torch.nn.Parameter(p)], lr=1e-4)
+    # the runner's optimizer (``parallel.FlatOptimizer``): fused Adam on CUDA, the default on CPU
+    opt = torch.optim.Adam([torch.nn.Parameter(p)], lr=1e-4, **({"fused": True} if device.type == "cuda" else {}))
     opt.param_groups[0]["params"][0].grad = g
 
     results = {

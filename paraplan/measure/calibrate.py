@@ -84,6 +84,8 @@ def _calibration_worker(rank: int, world: int, device, choice, args: dict) -> di
     wait0 = run_queue_wait_s()
     step("kernel launch overhead")
     out["kernel_overhead_s"] = bm.kernel_overhead_s(device, dtype)
+    if kind == "cuda":
+        out["host_launch_s"] = bm.host_launch_s(device, dtype)
     done += 1
     shapes = bm.CPU_GEMM_SHAPES if kind == "cpu" else bm.CUDA_GEMM_SHAPES
     out["gemm_shapes"] = shapes
@@ -271,6 +273,7 @@ def summarize(ranks: list[dict], world: int, choice) -> dict:
     return {
         "peak_flops_per_s": peaks, "gemm_fits": {k: vars(v) for k, v in fits.items()},
         "gemm_half_dim": fits[primary].half_dim, "kernel_overhead_s": overhead,
+        "host_launch_s": _best_over_ranks(ranks, "host_launch_s") if "host_launch_s" in ranks[0] else None,
         "stream_bw_bytes_per_s": stream_bw, "hbm_fraction": _fraction(kernel_bw / stream_bw),
         "optimizer_hbm_fraction": _fraction(mem["adam"] / stream_bw),
         "memory_bytes_per_s": mem, "memory_bytes": memory_bytes,

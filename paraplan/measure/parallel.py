@@ -273,10 +273,22 @@ class FlatOptimizer:
         shard = self.padded // dp if zero_stage == 1 else self.padded
         lo = mesh.dp_rank * shard if zero_stage == 1 else 0
         self.lo, self.hi = lo, lo + shard
-        self.shard_param = nn.Parameter(self.flat[lo:lo + shard])
         self.shard_grad = torch.zeros(shard, dtype=ref.dtype, device=ref.device)
-        self.shard_param.grad = self.shard_grad if zero_stage == 1 else self.grad
-        self.adam = torch.optim.Adam([self.shard_param], lr=lr)
+        # 16-bit weights train in mixed precision, as every large-model stack does (and as the
+        # simulator prices a bf16 run: ``simulator.step_model.ADAM_STEP_BYTES_PER_PARAM``): Adam
+        # updates an fp32 master copy of this rank's shard from an fp32 copy of its gradient and
+        # keeps its moments in fp32; the 16-bit weights are then copied from the master. fp32
+        # weights are their own master copy. On CUDA the step is torch's fused Adam (one kernel
+        # per step, as Megatron's fused Adam); on the CPU the default implementation.
+        self.mixed = ref.dtype in (torch.bfloat16, torch.float16)
+        if self.mixed:
+            self.shard_param = nn.Parameter(self.flat[lo:lo + shard].float())
+            self.shard_param.grad = torch.zeros_like(self.shard_param)
+        else:
+            self.shard_param = nn.Parameter(self.flat[lo:lo + shard])
+            self.shard_param.grad = self.shard_grad if zero_stage == 1 else self.grad
+        fused = {"fused": True} if ref.device.type == "cuda" else {}
+        self.adam = torch.optim.Adam([self.shard_param], lr=lr, **fused)
 
     def zero_grad(self) -> None:
         self.grad.zero_()
@@ -303,7 +315,11 @@ class FlatOptimizer:
 
     def step(self) -> None:
         """Adam on this rank's (shard of the) parameters; ZeRO-1 then all-gathers the update."""
+        if self.mixed:
+            self.shard_param.grad.copy_(self.shard_grad if self.zero_stage == 1 else self.grad)
         self.adam.step()
+        if self.mixed:
+            self.flat[self.lo:self.hi].copy_(self.shard_param.detach())
         if self.zero_stage == 1 and self.mesh.dp > 1:
             all_gather_into(self.flat, self.flat[self.lo:self.hi].clone(), self.mesh.dp_group)
 
