@@ -570,6 +570,10 @@ def start_evaluation(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
                memory_search, prune_by_bound, prune_time, screening and prune_time and prune_by_bound)
     if workers is None:
         workers = (os.cpu_count() or 1) if total >= PARALLEL_MIN_ROWS else 1
+    if mp.current_process().daemon:
+        # a daemonic process (a sweep's Dask worker, a multiprocessing pool's) may not have
+        # children: it searches alone, as the one core its parent gave it
+        workers = 1
     if workers > 1 and n:
         # at least two chunks per worker so the work splits evenly
         chunk_rows = max(1, min(chunk_rows, -(-n // (2 * workers))))

@@ -192,7 +192,7 @@ def test_a_best_sweep_row_holds_every_field_the_planner_set_so_it_reproduces_the
     row = api.sweep_grid(grid).iloc[0]
     assert (row.cp, row.zero_stage, row.offload_activation_layers) == (2, 3, 37)
     assert row.memory_gib == pytest.approx(75.74, abs=0.01)
-    planned = api.plan("llama3-70b", "dgx-h100", gpus=64, global_batch=128).iloc[0]
+    planned = api.plan("llama3-70b", "dgx-h100", gpus=2048, global_batch=2048).iloc[0]
     for k in OUTPUT_COLUMNS:
         if k != "mfu":
             assert row[k] == planned[k], k
@@ -207,3 +207,29 @@ def test_a_best_sweep_row_holds_every_field_the_planner_set_so_it_reproduces_the
     assert re.fullmatch(r"1 point in [\d.]+ s \((0\.\d+|[1-9][\d.]*) points/s\): 1 ok", result.stdout.splitlines()[0])
     csv_row = pd.read_csv(tmp_path / "out" / "results.csv").iloc[0]
     assert csv_row.offload_activation_layers == 37 and csv_row.recompute_layers_decrement == 0
+
+
+def _best_in_a_daemon(queue):
+    try:
+        row = api.plan("llama3-70b", "dgx-h100", gpus=2048, global_batch=2048).iloc[0]
+        queue.put((row.tokens_per_s, row.tp, row.pp, row.cp, row.zero_stage))
+    except BaseException as exc:  # noqa: BLE001 - the parent asserts on what happened
+        queue.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_a_best_search_runs_inside_a_daemonic_process_as_a_dask_worker_is():
+    # A sweep's Dask workers (LocalCluster processes=True, the CLI's default) are daemonic, and a
+    # daemonic process may not fork: `search: best` stopped every such sweep with "daemonic
+    # processes are not allowed to have children". The search there runs alone, and finds what
+    # it finds in this process (2,048 H100: a space past the size that forks a pool).
+    import multiprocessing as mp
+    if "fork" not in mp.get_all_start_methods():
+        pytest.skip("needs the fork start method")
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_best_in_a_daemon, args=(queue,), daemon=True)
+    child.start()
+    got = queue.get(timeout=240)
+    child.join(timeout=30)
+    here = api.plan("llama3-70b", "dgx-h100", gpus=2048, global_batch=2048).iloc[0]
+    assert got == (here.tokens_per_s, here.tp, here.pp, here.cp, here.zero_stage)
