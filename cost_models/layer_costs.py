@@ -345,8 +345,25 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
                                    rates, ELEMENTWISE_KERNELS_FWD / 2 + RESIDUAL_FORK_KERNELS_BWD
                                    + flash * ATTENTION_BWD_EXTRA_KERNELS + copies * UNPAD_KERNELS[1]
                                    + eager * eager_kernels)
-    return {**gemms, "core_fwd_s": core_fwd, "core_bwd_s": core_bwd,
+    # FLOPs are the per-GPU share (x tp = the block's): a projection every TP rank runs whole
+    # counts once, not tp times
+    flops_fwd = gemms["gemm_flops_fwd"] - mla_duplicated_flops_fwd(model, tokens) * (1.0 - 1.0 / tp)
+    return {**gemms, "gemm_flops_fwd": flops_fwd, "core_fwd_s": core_fwd, "core_bwd_s": core_bwd,
             "elem_fwd_s": elem_fwd, "elem_bwd_s": elem_bwd, "core_flops_fwd": core_flops, **casts}
+
+
+def mla_duplicated_flops_fwd(model: ModelSpec, tokens):
+    """Forward FLOPs of multi-latent attention's down-projections for ``tokens`` rows: the
+    query's (hidden -> q_lora_rank, when the queries are compressed) and the key/value's (hidden
+    -> kv_lora_rank + rope dims). Megatron-Core builds them unsplit on every tensor-parallel rank
+    (``TELinear``, parallel_mode duplicated, in its MLA layer specs; Megatron-Bridge maps their
+    weights as replicated), so each rank spends their full time (``attention_gemm_shapes``) while
+    the model's FLOPs count them once. 0 without MLA."""
+    tokens = np.asarray(tokens, dtype=float)
+    if model.mla is None:
+        return 0.0 * tokens
+    m = model.mla
+    return 2.0 * tokens * model.hidden_size * ((m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim)
 
 
 def dense_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, tp, sp, ffn=None, current_scaling=False,

@@ -539,3 +539,30 @@ def test_a_skinny_gemm_splits_k_to_fill_the_sms():
     no_split = 96 / 108 * 8192 / (8192 + 128)
     assert float(f) == pytest.approx(max(split9, no_split), rel=1e-9)
     assert split9 > no_split
+
+
+def test_model_flops_of_mla_do_not_grow_with_tp_though_its_down_projections_run_on_every_rank():
+    # DeepSeek-V3 on 2,048 H800, pp 16, ep 8: model FLOPs per token were 2.606e11, 2.663e11,
+    # 2.775e11, 3.001e11 at tp 1, 2, 4, 8 (MFU up to 15% high at tp 8): the step multiplied each
+    # rank's FLOPs by tp, and MLA's down-projections run whole on every rank. By hand, per token
+    # and layer, forward: 2 x 7168 x (1536 + 512 + 64) = 30,277,632 FLOPs, counted tp - 1 times
+    # too many over 61 layers + 1 MTP layer, forward and backward (x 3): at tp 2 that is
+    # 3 x 62 x 30,277,632 = 5.632e9 of the 5.7e9 per token gap.
+    from cost_models.layer_costs import mla_duplicated_flops_fwd
+    from model_specs.catalog import load_model as get_model
+    from simulator.parallel_config import ParallelConfig
+    from simulator import simulate
+    from hardware_specs.catalog import load_cluster
+    model = get_model("deepseek-v3")
+    assert float(mla_duplicated_flops_fwd(model, 1.0)) == 2 * 7168 * (1536 + 512 + 64) == 30_277_632
+    cluster = load_cluster("h800-node")
+    per_token = []
+    for tp in (1, 2, 8):
+        cfg = ParallelConfig(dp=2048 // (16 * tp), tp=tp, pp=16, ep=8, micro_batch=1, global_batch=15360,
+                             zero_stage=1, recompute="full", dtype="fp8")
+        r = simulate(model, cluster, cfg, n_gpus=2048)
+        per_token.append(r.model_flops / r.tokens_per_step)
+    assert per_token[1] == pytest.approx(per_token[0], rel=1e-12)
+    assert per_token[2] == pytest.approx(per_token[0], rel=1e-12)
+    # and 6 x the 37.55 B active parameters is most of it (the rest: attention scores, the head)
+    assert 6 * 37.55e9 < per_token[0] < 1.2 * 6 * 37.55e9
