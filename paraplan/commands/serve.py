@@ -41,7 +41,8 @@ MEMORY_MEANING = {
 EXTRA_MEANING = {
     "prefill_work_s": ("prefill_work_ms", "engine time one prompt's prefill adds to the shared steps"),
     "prefill_share": ("prefill_share_pct", "share of the engine's time on prompts (TPOT = decode step / (1 - share))"),
-    "prefill_step_s": ("prefill_step_ms", "one prefill step of a prefill worker"),
+    "prefill_own_s": ("prefill_own_ms", "one prompt's prefill run alone (in TTFT; prompts batched with it: queue_wait)"),
+    "prefill_step_s": ("prefill_step_ms", "a full prefill batch's step (the prefill workers' throughput)"),
     "kv_transfer_s": ("kv_transfer_ms", "one request's KV cache moved from prefill to decode worker"),
     "prefill_utilization": ("prefill_utilization_pct", "share of the prefill workers' capacity in use"),
     "queue_wait_s": ("queue_wait_ms", "TTFT spent waiting: behind prompts arriving in waves, or for a free KV-cache slot"),

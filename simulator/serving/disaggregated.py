@@ -139,7 +139,7 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
         "ttft_s": ttft, "ttft_p90_s": ttft_p90, "tpot_s": tpot, "latency_s": latency,
         "tokens_per_s_per_user": 1.0 / np.maximum(tpot, 1e-12),
         "tokens_per_s_per_gpu": np.minimum(x, n_clients / latency) * osl / gpus,
-        "prefill_step_s": pre_full, "decode_step_s": tpot, "kv_transfer_s": t_kv,
+        "prefill_step_s": pre_full, "prefill_own_s": own + 0.0 * ttft, "decode_step_s": tpot, "kv_transfer_s": t_kv,
         "prefill_utilization": x / capacity, "queue_wait_s": queue_wait, "gpus": gpus,
         "fits": dec["fits"] & pre["fits"],
     }

@@ -132,7 +132,7 @@ def simulate_serving(dep: Deployment, ctx: ServingContext | None = None, require
                     isl=np.array([float(dep.isl)]), osl=np.array([float(dep.osl)]))
         out = evaluate_disagg_columns(ctx, cols)
         batch_lay, field_name = dep.decode, "--decode-batch"
-        extra_keys = ("prefill_step_s", "kv_transfer_s", "prefill_utilization", "queue_wait_s")
+        extra_keys = ("prefill_own_s", "prefill_step_s", "kv_transfer_s", "prefill_utilization", "queue_wait_s")
         if out["prefill_max_batch_per_rank"][0] < dep.prefill.batch:
             raise InputError("--prefill-batch", f"{dep.prefill.batch} prompts of {dep.isl} tokens do not fit a prefill "
                              f"rank's KV pool (at most {int(out['prefill_max_batch_per_rank'][0])})",
