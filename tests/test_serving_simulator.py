@@ -309,3 +309,22 @@ def test_a_hold_setting_that_is_not_a_whole_number_of_steps_in_range_is_refused_
     for bad in (least - 1, 1.5, 1e30):
         with pytest.raises(InputError, match=rf"stack x\.serving\.{name}"):
             stack_from_dict({"name": "x", "framework": "f", "serving": {name: bad}})
+
+
+def test_a_winner_that_leaves_gpus_idle_says_so_with_the_layout_giving_most_in_all():
+    # DeepSeek-R1 on 64 H200 at TPOT 30 ms: the best tokens/s/GPU is a disaggregated deployment
+    # on 40 GPUs (prefill 8 + decode 32), so 24 earn nothing; the reason lines say how many,
+    # what the 40 give in all (tokens/s/GPU x GPUs), and the layout meeting the SLO that gives
+    # the 64 the most, which uses them all
+    ctx = ServingContext.build("deepseek-r1", "hgx-h200", "vllm-0.14", "fp8")
+    plan = plan_serving(ctx, 64, 1024, 1024, 1000.0, 30.0)
+    b = plan.best
+    assert b["mode"] == "disagg" and b["gpus_used"] == 40
+    line = next(ln for ln in plan.why if "idle" in ln)
+    assert "uses 40 of the 64 GPUs (24 idle)" in line
+    assert f"{b['tokens_per_s_per_gpu'] * 40:,.0f} tokens/s in all" in line
+    meets = plan.candidates[plan.candidates.meets_slo]
+    total = meets.tokens_per_s_per_gpu * meets.gpus_used
+    top = meets.loc[total.idxmax()]
+    assert total.max() > b["tokens_per_s_per_gpu"] * 40 and top["gpus_used"] == 64
+    assert line.endswith(f"{total.max():,.0f} tokens/s on 64 GPUs")

@@ -165,7 +165,7 @@ def describe(row) -> str:
             f") + decode {row['decode_layout']} x{int(row['decode_workers'])} at batch {int(row['batch'])} per rank")
 
 
-def _why(best: pd.Series, cands: pd.DataFrame, ttft_ms: float, tpot_ms: float) -> list[str]:
+def _why(best: pd.Series, cands: pd.DataFrame, ttft_ms: float, tpot_ms: float, gpus: int = 0) -> list[str]:
     lines = []
     lines.append(f"why: {describe(best)} reaches "
                  f"{best['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU with TTFT {best['ttft_ms']:.0f} ms and TPOT "
@@ -184,9 +184,21 @@ def _why(best: pd.Series, cands: pd.DataFrame, ttft_ms: float, tpot_ms: float) -
     if len(bigger):
         t_bind = int((bigger.ttft_ms > ttft_ms).sum())
         p_bind = int((bigger.tpot_ms > tpot_ms).sum())
-        binding = "TPOT" if p_bind >= t_bind else "TTFT"
+        binding = ("TPOT and TTFT both bind" if p_bind == t_bind else
+                   f"{'TPOT' if p_bind > t_bind else 'TTFT'} is what binds")
         lines.append(f"     {len(bigger)} {best['mode']} candidates with more tokens/s/GPU miss the SLO, "
-                     f"{p_bind} on TPOT and {t_bind} on TTFT: {binding} is what binds")
+                     f"{p_bind} on TPOT and {t_bind} on TTFT: {binding}")
+    if gpus and best["gpus_used"] < gpus:
+        # tokens/s/GPU ranks the layouts; the GPUs a layout leaves idle earn nothing, so say what
+        # the whole allocation gives and which layout meeting the SLO gives it most
+        total = meets.tokens_per_s_per_gpu * meets.gpus_used
+        top = meets.loc[total.idxmax()]
+        line = (f"     it uses {int(best['gpus_used'])} of the {gpus} GPUs ({gpus - int(best['gpus_used'])} idle): "
+                f"{best['tokens_per_s_per_gpu'] * best['gpus_used']:,.0f} tokens/s in all")
+        if total.max() > best["tokens_per_s_per_gpu"] * best["gpus_used"] * (1 + 1e-9):
+            line += (f"; the most in all meeting the SLO: {describe(top)}, {total.max():,.0f} tokens/s on "
+                     f"{int(top['gpus_used'])} GPUs")
+        lines.append(line)
     return lines
 
 
@@ -262,5 +274,5 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
                        best=best, evaluated=evaluated, wall_s=time.perf_counter() - t0)
     if best is None:
         raise _no_layout_error(cands, ttft_ms, tpot_ms, gpus)
-    plan.why = _why(best, cands, ttft_ms, tpot_ms)
+    plan.why = _why(best, cands, ttft_ms, tpot_ms, gpus)
     return plan
