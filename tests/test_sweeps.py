@@ -233,3 +233,55 @@ def test_a_best_search_runs_inside_a_daemonic_process_as_a_dask_worker_is():
     child.join(timeout=30)
     here = api.plan("llama3-70b", "dgx-h100", gpus=2048, global_batch=2048).iloc[0]
     assert got == (here.tokens_per_s, here.tp, here.pp, here.cp, here.zero_stage)
+
+
+def _listener(answer: bytes | None):
+    """A TCP server on a free local port that is no Dask scheduler: it sends ``answer`` to each
+    connection, or accepts and stays silent (None). Returns (address, stop)."""
+    import socket
+    import threading
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            held.append(conn)
+            if answer is not None:
+                try:
+                    conn.sendall(answer * 10)
+                except OSError:
+                    pass
+    threading.Thread(target=serve, daemon=True).start()
+
+    def stop():
+        server.close()
+        for c in held:
+            c.close()
+    return f"tcp://127.0.0.1:{server.getsockname()[1]}", stop
+
+
+@pytest.mark.parametrize("answer", [b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n", None])
+def test_a_scheduler_address_where_no_scheduler_answers_is_one_input_error_and_leaves_no_folder(
+        tmp_path, monkeypatch, answer):
+    # An HTTP server's reply made Dask read a garbage frame length (MemoryError: 3.07 EiB, an
+    # internal error); a server that accepted and stayed silent held the handshake for ever.
+    # Both are the address's fault, said as such, and the output folder this run made is gone.
+    import paraplan.sweeps.runner as runner
+    monkeypatch.setattr(runner, "SCHEDULER_ANSWER_S", 3.0)
+    address, stop = _listener(answer)
+    try:
+        spec = spec_from_dict({**GRID, "config": {"tp": [1]}})
+        out = tmp_path / "new" / "sweep"
+        out.parent.mkdir()
+        with pytest.raises(InputError) as info:
+            run_sweep(spec, out, scheduler=address)
+        assert info.value.field == "--scheduler" and "no Dask scheduler answered" in str(info.value)
+        assert not out.exists() and out.parent.is_dir()
+    finally:
+        stop()

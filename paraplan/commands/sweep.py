@@ -68,6 +68,7 @@ def command(spec_path: str, out_dir: str, scheduler: str | None, workers: int | 
         raise InputError("--out", f"{out} is a file", "give a folder")
     if not out.parent.is_dir():
         raise InputError("--out", f"folder {out.parent} does not exist", "create it first")
+    made = not out.exists()
     out.mkdir(exist_ok=True)
     t0 = time.perf_counter()
     with click.progressbar(length=spec.n_points, label=f"sweeping {spec.n_points:,} points", file=sys.stderr,
@@ -78,7 +79,12 @@ def command(spec_path: str, out_dir: str, scheduler: str | None, workers: int | 
             bar.update(done - shown[0])
             shown[0] = done
 
-        df = run_sweep(spec, out, scheduler=scheduler, local=local, workers=workers, progress=progress)
+        try:
+            df = run_sweep(spec, out, scheduler=scheduler, local=local, workers=workers, progress=progress)
+        except InputError:
+            if made and out.is_dir() and not any(out.iterdir()):    # the run never started: leave no folder
+                out.rmdir()
+            raise
     wall = time.perf_counter() - t0
     paths = write_results(df, out)
     counts = df["status"].value_counts().to_dict()

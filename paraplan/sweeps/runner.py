@@ -68,14 +68,44 @@ def _client(scheduler: str | None, workers: int | None):
         raise InputError("dask", f"dask.distributed is not installed ({exc})",
                          "pip install 'dask[distributed]'") from None
     if scheduler:
-        try:
-            return Client(scheduler, timeout="10s"), None
-        except (OSError, TimeoutError, ValueError, TypeError) as exc:   # an unknown scheme, tls:// without certificates
-            raise InputError("--scheduler", f"cannot reach a Dask scheduler at {scheduler}: {exc}",
-                             "start one (dask scheduler) or drop --scheduler for a local cluster") from None
+        return _connect(Client, scheduler), None
     cluster = LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,
                            dashboard_address=None)
     return Client(cluster), cluster
+
+
+#: seconds a --scheduler has to answer Dask's handshake (its TCP connect has 10 of them)
+SCHEDULER_ANSWER_S = 30.0
+
+
+def _connect(client_class, scheduler: str):
+    """A client of the Dask scheduler at ``scheduler``, or an input error when none answers there.
+
+    Anything else listening at the address is not a scheduler: a service that answers with its own
+    protocol made Dask read a garbage frame length (a MemoryError of 3 EiB), and one that accepts
+    the connection and stays silent held the handshake for ever (the connect timeout ends at
+    TCP's). So every failure of the connection is the address's, and the client is made in a
+    daemon thread given ``SCHEDULER_ANSWER_S`` to finish."""
+    import threading
+    outcome: dict = {}
+
+    def connect():
+        try:
+            outcome["client"] = client_class(scheduler, timeout="10s")
+        except BaseException as exc:  # noqa: BLE001 - whatever the address did, it is not a scheduler
+            outcome["error"] = exc
+    thread = threading.Thread(target=connect, name="paraplan-dask-connect", daemon=True)
+    thread.start()
+    thread.join(SCHEDULER_ANSWER_S)
+    fix = "start one (dask scheduler) at that address, or drop --scheduler for a local cluster"
+    if "client" in outcome:
+        return outcome["client"]
+    if "error" in outcome:
+        exc = outcome["error"]
+        raise InputError("--scheduler", f"no Dask scheduler answered at {scheduler} ({type(exc).__name__}: "
+                         f"{str(exc)[:200]})", fix) from None
+    raise InputError("--scheduler", f"no Dask scheduler answered at {scheduler} within {SCHEDULER_ANSWER_S:g} s "
+                     "(something accepted the connection and stayed silent)", fix)
 
 
 def _read_chunk(path: Path, chunk: list[tuple[int, dict]]) -> pd.DataFrame | None:
@@ -108,6 +138,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path | None = None, *, client=None
     parts = chunks(spec)
     total = sum(len(c) for c in parts)
     folder = None if out_dir is None else Path(out_dir) / "chunks"
+    created = [] if folder is None else [p for p in (folder, *folder.parents) if not p.exists()]
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)
     keys = [chunk_key(spec, c) for c in parts]
@@ -144,7 +175,13 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path | None = None, *, client=None
         own = client is None
         cluster = None
         if own:
-            client, cluster = _client(scheduler, workers)
+            try:
+                client, cluster = _client(scheduler, workers)
+            except InputError:
+                for path in created:       # the folders this run made, still empty: nothing half-way
+                    if path.is_dir() and not any(path.iterdir()):
+                        path.rmdir()
+                raise
         try:
             from dask.distributed import as_completed
             futures = {client.submit(evaluate_chunk, *args, parts[i], key=f"paraplan-sweep-{keys[i]}", pure=False): i
