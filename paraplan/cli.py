@@ -91,6 +91,23 @@ def check_writable(path: str | os.PathLike, field: str = "--out") -> None:
     os.unlink(tmp)
 
 
+def check_distinct_paths(outputs: dict, inputs: dict | None = None) -> None:
+    """Fail when two output options name one file, or an output names an input file: the later
+    write would replace the earlier (``serve plan --out X --plot X`` kept the report and lost
+    the figure, both said written) or the input. ``outputs`` / ``inputs``: option -> path or None."""
+    seen: dict[str, str] = {}
+    for field, path in (inputs or {}).items():
+        if path is not None:
+            seen.setdefault(os.path.realpath(path), field)
+    for field, path in outputs.items():
+        if path is None:
+            continue
+        key = os.path.realpath(path)
+        if key in seen:
+            raise InputError(field, f"{path} is also the file of {seen[key]}", "give each output its own file")
+        seen[key] = field
+
+
 #: image formats figures are written in (by the file's suffix)
 IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
 

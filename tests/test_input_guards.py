@@ -328,3 +328,22 @@ def test_validate_measured_refuses_a_cpu_profile_on_a_machine_whose_runs_would_u
     monkeypatch.setattr(compare, "require_torch", lambda: None)
     with pytest.raises(InputError, match="cpu-local describes a CPU, and this machine's runs would train on its CUDA GPU"):
         compare.compare_measured("cpu-local")
+
+
+@pytest.mark.parametrize("argv, says", [
+    # serve plan kept the text report in the file and said both were written: the figure was lost
+    (lambda d: ("serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-h100", "-n", "8", "--out", d / "p.png",
+                "--plot", d / "p.png"), "error: --plot: "),
+    (lambda d: ("simulate", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "16", "--pp", "2", "--global-batch", "32",
+                "--trace", d / "t.png", "--gantt", d / "t.png"), "error: --gantt: "),
+    # the predictions replaced the runs file they were made from
+    (lambda d: ("validate", "published", d / "runs.csv", "--csv", "--out", d / "runs.csv"), "error: --out: "),
+])
+def test_two_outputs_or_an_output_and_an_input_naming_one_file_are_refused(tmp_path, argv, says):
+    runs = tmp_path / "runs.csv"
+    runs.write_text("id\n")
+    before = runs.read_text()
+    result = run(*argv(tmp_path))
+    one_line_error(result, says, "give each output its own file")
+    assert runs.read_text() == before
+    assert not (tmp_path / "p.png").exists() and not (tmp_path / "t.png").exists()

@@ -17,7 +17,7 @@ import click
 import pandas as pd
 
 from hardware_specs.errors import InputError
-from paraplan.cli import atomic_output_path, check_image_path, check_writable, dump_json, format_table, write_atomic
+from paraplan.cli import atomic_output_path, check_distinct_paths, check_image_path, check_writable, dump_json, format_table, write_atomic
 
 POS = click.IntRange(min=1)
 GIB = 2**30
@@ -541,6 +541,7 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
 
     if as_json and as_csv:
         raise InputError("--json", "give --json or --csv, not both", "drop one of the two")
+    check_distinct_paths({"--out": out_path, "--plot": plot_path})
     if out_path is not None:
         check_writable(out_path, "--out")
     if plot_path is not None:

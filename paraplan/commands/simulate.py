@@ -20,7 +20,7 @@ from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from paraplan import mfu as mfu_units
 from paraplan import priors
-from paraplan.cli import atomic_output_path, check_image_path, check_writable, dump_json, format_table
+from paraplan.cli import atomic_output_path, check_distinct_paths, check_image_path, check_writable, dump_json, format_table
 from paraplan.commands.token_count import TOKENS
 from planners.plan import whole_sequences_fix
 from simulator.parallel_config import AttentionKernel, CPKind, ParallelConfig, Recompute, Schedule
@@ -552,6 +552,7 @@ def command(ctx: click.Context, as_json: bool, trace_path: str | None, gantt_pat
           --group "16x h100:tp8:pp2" --group "8x a100:tp8:pp4" --zero 1 --sequence-parallel
     """
     from hardware_specs.catalog import is_pooled
+    check_distinct_paths({"--trace": trace_path, "--gantt": gantt_path}, {"--plan": plan_path})
     if is_pooled(opts["cluster"]):
         _simulate_pooled(ctx, opts, plan_path, groups, as_json, trace_path, gantt_path, headroom_gib)
         return

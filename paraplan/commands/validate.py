@@ -18,7 +18,7 @@ from collections import Counter
 
 import click
 
-from paraplan.cli import (atomic_output_path, check_image_path, check_writable, dump_json, format_table,
+from paraplan.cli import (atomic_output_path, check_distinct_paths, check_image_path, check_writable, dump_json, format_table,
                           four_significant, step_bar, write_atomic)
 from hardware_specs.errors import InputError
 
@@ -205,6 +205,7 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
 
     if as_json and as_csv:
         raise InputError("--json", "give --json or --csv, not both", "drop one of the two")
+    check_distinct_paths({"--out": out_path, "--plot": plot_path}, {"PATH": path})
     if out_path is not None:
         check_writable(out_path)   # fail now, not after predicting every row
     if plot_path is not None:
@@ -292,6 +293,7 @@ def measured_cmd(cluster_path: str | None, steps: int, warmup: int, rounds: int,
         raise InputError("cluster_path", "missing", "pass a profile from `paraplan calibrate`, or --calibrate-each-round")
     if cluster_path is not None and calibrate_each_round:
         raise InputError("cluster_path", "given with --calibrate-each-round", "use one or the other")
+    check_distinct_paths({"--out": out_path}, {"CLUSTER_PATH": cluster_path})
     if out_path is not None:
         check_writable(out_path)
     with step_bar("measuring") as bar:
@@ -464,6 +466,7 @@ def heterogeneous_cmd(path: str | None, inter_node_gbps: float | None, inter_nod
 
     if as_json and as_csv:
         raise InputError("--json", "give --json or --csv, not both", "drop one of the two")
+    check_distinct_paths({"--out": out_path}, {"PATH": path})
     if out_path is not None:
         check_writable(out_path)
     runs = het.read_runs(path if path is not None else validation_file(HETEROGENEOUS_RUNS))
@@ -619,6 +622,7 @@ def serving_cmd(path: str | None, backend_filter: str | None, mode_filter: str |
 
     if as_json and as_csv:
         raise InputError("--json", "give --json or --csv, not both", "drop one of the two")
+    check_distinct_paths({"--out": out_path, "--plot": plot_path}, {"PATH": path})
     if out_path is not None:
         check_writable(out_path)
     if plot_path is not None:
