@@ -11,8 +11,9 @@ Layouts, per row:
 
 * ``first_stage_layers`` / ``last_stage_layers`` > 0: Megatron's
   ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``: the first
-  and last stage hold that many layers (split evenly over their chunks), the other stages share
-  the rest evenly.
+  and/or last stage hold that many layers (split evenly over their chunks), the other stages
+  (an edge stage whose count is not given among them) share the rest evenly, as Megatron-Core
+  requires them to (``validate_config``).
 * otherwise an even split when the layers divide; when they do not, every position holds
   ``ceil(L / positions)`` layers except that the shortfall is taken one layer at a time from the
   ends of the path inwards (last, first, second-to-last, ...): the first and last stages also
@@ -87,16 +88,23 @@ def position_layers(kind: ScheduleKind, p: int, v: int, num_layers: int, first=0
         return out
     is_first, is_last = stages == 0, stages == p - 1
     chunks = int(is_first.sum())            # positions per stage
-    middle = ~(is_first | is_last)
-    n_middle = int(middle.sum())
     rest_total = num_layers - first - last
-    custom_rows = np.flatnonzero(custom)
-    lay = np.zeros((len(custom_rows), n_pos), dtype=np.int64)
-    lay[:, is_first] = _spread(first[custom_rows], chunks)
-    lay[:, is_last] = _spread(last[custom_rows], chunks)
-    if n_middle:
-        lay[:, middle] = _spread(np.maximum(rest_total[custom_rows], 0), n_middle)
-    out[custom_rows] = lay
+    # an edge stage whose count is not set is one of the middle stages (Megatron-Core:
+    # ``pipeline_parallel_size`` less one per count given)
+    for first_set in (False, True):
+        for last_set in (False, True):
+            rows_ = np.flatnonzero(custom & ((first > 0) == first_set) & ((last > 0) == last_set))
+            if not len(rows_):
+                continue
+            middle = ~((is_first & first_set) | (is_last & last_set))
+            lay = np.zeros((len(rows_), n_pos), dtype=np.int64)
+            if first_set:
+                lay[:, is_first] = _spread(first[rows_], chunks)
+            if last_set:
+                lay[:, is_last] = _spread(last[rows_], chunks)
+            if middle.any():
+                lay[:, middle] = _spread(np.maximum(rest_total[rows_], 0), int(middle.sum()))
+            out[rows_] = lay
     return out
 
 

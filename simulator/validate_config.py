@@ -40,6 +40,40 @@ def check_cluster(cluster, config: ParallelConfig) -> None:
                          "the host's optimizer step", "add host: {memory_bw_gb_per_s: ...} to its YAML")
 
 
+def _check_edge_stage_layers(model: ModelSpec, c: ParallelConfig) -> None:
+    """Megatron-Core's rules for ``--decoder-first/last-pipeline-num-layers``
+    (``TransformerConfig.__post_init__``, "Uneven PP"): each count given is > 0 and, with virtual
+    stages, divides by the chunks per stage; the stages without a count (an edge stage whose
+    count is not given among them) share the other layers evenly, at least one each, and
+    each such stage's share divides by the chunks too. Layers count the MTP modules, which the
+    step model places on the last stage (``stage_layout.position_layers``)."""
+    total = model.num_layers + model.mtp_layers
+    chunks = _positions(c) // c.pp
+    first, last = c.first_stage_layers, c.last_stage_layers
+    given = [(n, f) for n, f in ((first, "first_stage_layers"), (last, "last_stage_layers")) if n]
+    rest = total - first - last
+    middle = c.pp - len(given)
+    said = " + ".join(f"{n} ({f.split('_')[0]})" for n, f in given)
+    if rest < 0 or (middle == 0 and rest != 0):
+        raise InputError(given[0][1], f"the edge stages' layers {said} leave {rest} of the {total} layers for "
+                         f"the other {middle} stages", f"give counts that add up to {total} with pp={c.pp}"
+                         if middle == 0 else "give smaller counts")
+    if middle and (rest < middle or rest % middle):
+        near = [n for n in range(max(middle, rest - middle), rest + middle + 1) if n % (middle * chunks) == 0]
+        hint = (f"e.g. counts leaving {near[0]} layers ({near[0] // middle} per stage)" if near
+                else "give counts whose rest divides evenly")
+        what = (f"fewer than one each for the other {middle} stages" if rest < middle else
+                f"do not divide evenly over the other {middle} stages (Megatron-Core requires it)")
+        raise InputError(given[0][1], f"the edge stages' layers {said} leave {rest}: {what}", hint)
+    for n, field in given:
+        if n % chunks:
+            raise InputError(field, f"{n} layers do not divide over the stage's {chunks} model chunks",
+                             f"give a multiple of {chunks}")
+    if middle and (rest // middle) % chunks:
+        raise InputError(given[0][1], f"the other stages' {rest // middle} layers each do not divide over their "
+                         f"{chunks} model chunks", f"give counts leaving a multiple of {middle * chunks} layers")
+
+
 def _check_flush_size(c: ParallelConfig) -> None:
     """Refuse a pipeline whose one flush the step model could not build in seconds
     (``pipeline.makespan.flush_within_limit``: minutes of Python and gigabytes beyond it)."""
@@ -95,13 +129,7 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
     _check_flush_size(c)
     _check_layout(model, c)
     if (c.first_stage_layers or c.last_stage_layers) and not c.pipeline_layout:
-        chunks = _positions(c) // c.pp
-        rest = model.num_layers + model.mtp_layers - c.first_stage_layers - c.last_stage_layers
-        middle = _positions(c) - 2 * chunks
-        if rest < 0 or (middle == 0 and rest != 0) or (middle > 0 and rest < 0):
-            raise InputError("first_stage_layers", f"first + last stage layers ({c.first_stage_layers} + "
-                             f"{c.last_stage_layers}) leave {rest} of the {model.num_layers + model.mtp_layers} layers "
-                             f"for the other {c.pp - 2} stages", "give first/last counts that leave the rest >= 0")
+        _check_edge_stage_layers(model, c)
     if c.recompute_modules:
         if "mla_up_proj" in c.recompute_modules and model.mla is None:
             raise InputError("recompute_modules", f"mla_up_proj recomputes multi-latent attention, which "

@@ -104,3 +104,38 @@ def test_simulate_cli_refuses_a_bad_layout_in_one_line():
     assert result.exit_code == 2
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: pipeline_layout:") and "Traceback" not in result.output
+
+
+def test_first_or_last_stage_layers_alone_leave_the_other_edge_stage_among_the_middle_ones():
+    # Megatron-Core: a count not given is no edge stage; the stages without one share the rest
+    # evenly. 32 layers on 4 stages: first 2 -> 2, 10, 10, 10 (the last stage held 0 before:
+    # 2, 15, 15, 0); last 2 -> 10, 10, 10, 2; both 5 and 3 -> 5, 12, 12, 3
+    from simulator.pipeline.schedules import ScheduleKind
+    from simulator.stage_layout import position_layers
+    kind = ScheduleKind.ONE_F_ONE_B
+    assert position_layers(kind, 4, 1, 32, first=2).tolist() == [[2, 10, 10, 10]]
+    assert position_layers(kind, 4, 1, 32, last=2).tolist() == [[10, 10, 10, 2]]
+    assert position_layers(kind, 4, 1, 32, first=5, last=3).tolist() == [[5, 12, 12, 3]]
+    # rows of each kind together, as the planner's batches are
+    got = position_layers(kind, 4, 1, 32, first=np.array([2, 0, 5, 0]), last=np.array([0, 2, 3, 0]))
+    assert got.tolist() == [[2, 10, 10, 10], [10, 10, 10, 2], [5, 12, 12, 3], [8, 8, 8, 8]]
+
+
+@pytest.mark.parametrize("fields, says", [
+    (dict(first_stage_layers=28), "leave 4: do not divide evenly over the other 3 stages"),     # was 28, 2, 2, 0
+    (dict(first_stage_layers=10, last_stage_layers=11), "leave 11: do not divide evenly over the other 2"),
+    (dict(first_stage_layers=30, last_stage_layers=2), "leave 0: fewer than one each for the other 2 stages"),
+    (dict(first_stage_layers=32), "leave 0: fewer than one each"),
+    (dict(first_stage_layers=30, last_stage_layers=4), "leave -2 of the 32 layers"),
+    (dict(first_stage_layers=5, vpp=2), "5 layers do not divide over the stage's 2 model chunks"),
+    (dict(first_stage_layers=2, last_stage_layers=4, vpp=2), "the other stages' 13 layers each do not divide"),
+])
+def test_edge_stage_counts_megatron_core_refuses_are_refused(fields, says):
+    # Megatron-Core's TransformerConfig ("Uneven PP"): counts > 0, the rest divides evenly over the
+    # stages without a count, and with virtual stages each count and middle share divides by vpp
+    from hardware_specs.errors import InputError
+    model = load_model("llama3-8b")
+    cfg = ParallelConfig(**{"dp": 2, "tp": 8, "pp": 4, "micro_batch": 1, "global_batch": 64, **fields})
+    with pytest.raises(InputError) as info:
+        simulate(model, load_cluster("dgx-h100"), cfg)
+    assert says in str(info.value)

@@ -483,9 +483,10 @@ POS = click.IntRange(min=1)
               help="Pooled clusters: one replica group, '[Nx] POOL:tpT:ppK[:L1,L2,..] [> POOL:...]' (repeatable); "
                    "groups without micro-batch counts share the batch in proportion to their speed.")
 @click.option("--first-stage-layers", type=click.IntRange(0), default=0, metavar="N",
-              help="Layers on the first pipeline stage (Megatron --decoder-first-pipeline-num-layers); 0 = even split.")
+              help="Layers on the first pipeline stage (Megatron --decoder-first-pipeline-num-layers; the stages "
+                   "without a count share the rest evenly, as Megatron-Core requires); 0 = not set.")
 @click.option("--last-stage-layers", type=click.IntRange(0), default=0, metavar="N",
-              help="Layers on the last pipeline stage (Megatron --decoder-last-pipeline-num-layers); 0 = even split.")
+              help="Layers on the last pipeline stage (Megatron --decoder-last-pipeline-num-layers); 0 = not set.")
 @click.option("--uneven-layers", is_flag=True,
               help="Allow layer counts that do not divide over the stages: first and last stages one layer lighter.")
 @click.option("--pipeline-layout", metavar="LAYOUT",
