@@ -140,6 +140,14 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
         if "moe" in c.recompute_modules and model.moe is None:
             raise InputError("recompute_modules", f"moe recomputes the MoE layers; {model.name} has no experts",
                              "drop moe (mlp recomputes a dense MLP)")
+    if c.cp > 1 and c.cp_kind.value == "ulysses" and (model.num_heads % c.tp or (model.num_heads // c.tp) % c.cp):
+        # DeepSpeed-Ulysses (Jacobs et al. 2023, section 3.1) exchanges the sequence for the heads:
+        # each of the cp ranks takes an equal share of the tp rank's query heads
+        local = model.num_heads / c.tp
+        fits = _divisors(int(local)) if local == int(local) else ""
+        raise InputError("cp", f"Ulysses splits the {local:g} query heads of each tp rank over cp={c.cp}, which does "
+                         "not divide them", (f"choose cp from {fits}" if fits else "choose a tp that divides the heads")
+                         + ", or --cp-kind ring or hybrid")
     if model.seq_len % c.cp:
         raise InputError("cp", f"cp={c.cp} does not divide the sequence length {model.seq_len}",
                          f"choose cp from {_divisors(model.seq_len)}")

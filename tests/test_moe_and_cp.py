@@ -566,3 +566,23 @@ def test_model_flops_of_mla_do_not_grow_with_tp_though_its_down_projections_run_
     assert per_token[2] == pytest.approx(per_token[0], rel=1e-12)
     # and 6 x the 37.55 B active parameters is most of it (the rest: attention scores, the head)
     assert 6 * 37.55e9 < per_token[0] < 1.2 * 6 * 37.55e9
+
+
+@pytest.mark.parametrize("tp, cp, heads_per_rank", [(1, 64, 32), (8, 8, 4), (1, 3, 32)])
+def test_ulysses_refuses_a_cp_that_does_not_divide_each_tp_ranks_heads(tp, cp, heads_per_rank):
+    # DeepSpeed-Ulysses gives each of the cp ranks an equal share of a tp rank's query heads:
+    # Llama-3-8B's 32 heads take cp 1, 2, 4, ... 32 at tp 1 and cp up to 4 at tp 8 (these were
+    # priced: cp 64 over 32 heads, 4 heads over cp 8, 32 heads over cp 3)
+    from hardware_specs.catalog import load_cluster
+    from hardware_specs.errors import InputError
+    from model_specs.catalog import load_model
+    from simulator import simulate
+    from simulator.parallel_config import ParallelConfig
+    assert not cpm.ulysses_heads_ok(32, tp, cp)
+    model = load_model("llama3-8b")
+    cfg = ParallelConfig(dp=1, tp=tp, cp=cp, cp_kind="ulysses", micro_batch=1, global_batch=8)
+    with pytest.raises(InputError) as info:
+        simulate(model, load_cluster("dgx-h100"), cfg, n_gpus=tp * cp)
+    assert f"Ulysses splits the {heads_per_rank} query heads of each tp rank over cp={cp}" in str(info.value)
+    ok = ParallelConfig(dp=1, tp=8, cp=4, cp_kind="ulysses", micro_batch=1, global_batch=8)
+    assert cpm.ulysses_heads_ok(32, 8, 4) and simulate(model, load_cluster("dgx-h100"), ok, n_gpus=32).step_time_s > 0
