@@ -140,6 +140,10 @@ def nothing_fits(model: ModelSpec, cluster, eff, c: SearchConstraints, space, ev
         fixes.append(f"a larger --max-tp than {c.max_tp}")
     if headroom_gib > 0:
         fixes.append(f"less headroom than {headroom_gib:g} GiB")
+    if cluster.host is not None:
+        # the search keeps optimizer states on the GPU; one run can put them on the host
+        fixes.append("the optimizer states on the host (the search does not offload them: paraplan simulate "
+                     "--offload-optimizer-fraction 1 prices one layout so)")
     hbm = cluster.gpu.hbm_bytes
     where = f"{limit / GIB:.1f} GiB per GPU" + (f" ({hbm / GIB:.0f} GiB HBM - {headroom_gib:g} GiB headroom)"
                                                 if headroom_gib > 0 else "")

@@ -445,6 +445,18 @@ def test_nothing_fits_says_more_gpus_zero3_and_recompute():
     assert "smaller micro-batch" in err.value.fix
 
 
+def test_nothing_fits_names_the_optimizer_on_the_host_which_one_run_can_price():
+    # Llama-3-70B on 8 H100: nothing the search tries fits (the smallest needs 159 GiB), while one
+    # run with the optimizer states on the host fits; the error says so (it did not)
+    with pytest.raises(InputError) as err:
+        plan("llama3-70b", "dgx-h100", 8, 8)
+    assert "--offload-optimizer-fraction 1" in err.value.fix
+    one = simulate(load_model("llama3-70b"), load_cluster("dgx-h100"),
+                   ParallelConfig(dp=1, tp=8, micro_batch=1, global_batch=8, recompute="full", sequence_parallel=True,
+                                  offload_optimizer_fraction=1.0))
+    assert one.fits
+
+
 def test_token_batch_must_be_whole_sequences():
     with pytest.raises(InputError) as err:
         plan("llama3-8b", "dgx-h100", 8, global_batch_tokens=1000)
