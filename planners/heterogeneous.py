@@ -120,8 +120,12 @@ class HeteroPlanResult:
         one row when they are the same pool (one pool, or the fastest also has the most GPUs)."""
         if self.fastest_pool == self.largest_pool:
             return [(f"only {self.fastest_pool} (fastest GPU, most GPUs)", self.fastest_only)]
+        sizes = {name: gpus for name, _, gpus in self.pools}
+        # with equal counts the "largest" is the other pool of as many GPUs, not one of more
+        most = ("most GPUs" if sizes.get(self.largest_pool, 0) > sizes.get(self.fastest_pool, 0)
+                else f"as many GPUs as {self.fastest_pool}")
         return [(f"only {self.fastest_pool} (fastest GPU)", self.fastest_only),
-                (f"only {self.largest_pool} (most GPUs)", self.largest_only)]
+                (f"only {self.largest_pool} ({most})", self.largest_only)]
 
     def comparison(self) -> pd.DataFrame:
         """Best plan vs only the fastest pool vs only the largest pool: GPUs, step, tokens/s, MFU

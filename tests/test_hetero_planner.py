@@ -87,10 +87,12 @@ def test_every_ranked_plan_simulates_to_the_same_numbers():
 def test_a_tie_for_most_gpus_compares_the_other_pool_and_one_pool_is_one_row():
     """Two pools of 8: 'most GPUs' was the first listed, so with the fastest listed first the
     comparison showed the H100s twice and never the A100s alone; a tie now goes to the other
-    pool. When the fastest pool is also the largest, the comparison has one row for it."""
+    pool, labelled as one of as many GPUs (it said "most GPUs"). When the fastest pool is also the largest, the comparison has one row for it."""
     tie = plan_heterogeneous(SMALL, PooledCluster("tie", (Pool("h100", H100, 8), Pool("a100", A100, 8))), **FAST)
     assert (tie.fastest_pool, tie.largest_pool) == ("h100", "a100")
-    assert list(tie.comparison()["plan"]) == ["best plan", "only h100 (fastest GPU)", "only a100 (most GPUs)"]
+    assert list(tie.comparison()["plan"]) == ["best plan", "only h100 (fastest GPU)", "only a100 (as many GPUs as h100)"]
+    assert list(plan_heterogeneous(SMALL, PooledCluster("more", (Pool("h100", H100, 8), Pool("a100", A100, 16))),
+                                   **FAST).comparison()["plan"])[2] == "only a100 (most GPUs)"
     big_fast = plan_heterogeneous(SMALL, PooledCluster("bf", (Pool("a100", A100, 8), Pool("h100", H100, 16))), **FAST)
     comp = big_fast.comparison()
     assert list(comp["plan"]) == ["best plan", "only h100 (fastest GPU, most GPUs)"]
