@@ -67,10 +67,42 @@ def _batch_suggestion(model: ModelSpec, c: SearchConstraints, dps) -> str | None
     return "a global batch of " + " or ".join(str(found[k]) for k in sorted(found)) + " sequences"
 
 
+def _fixed_value_at_fault(model: ModelSpec, c: SearchConstraints, what: str) -> InputError | None:
+    """When the request has layouts once one fixed value is freed, and none with that value
+    alone fixed, the error names that value (it blamed the global batch: ``--fix ep=2`` on a
+    dense model, ``--fix vpp=1000``, ``--zero-shard-group 3`` on 16 GPUs)."""
+    if not c.fixed or not _layout_exists(model, replace(c, fixed={})):
+        return None
+    for key, values in c.fixed.items():
+        if _layout_exists(model, replace(c, fixed={key: values})):
+            continue
+        shown = "/".join(map(str, values))
+        if key == "ep" and model.moe is None:
+            why = f"{model.name} has no experts, so ep is 1"
+        elif key == "vpp":
+            why = f"pp x vpp model chunks cannot exceed its {model.num_layers} layers"
+        elif key == "zero_shard_group":
+            why = "the ZeRO shard group must divide the data-parallel ranks (dp x cp) of some layout"
+        elif key == "tp":
+            why = f"tp must divide the {model.num_heads} heads and the GPUs"
+        elif key == "cp":
+            why = f"cp must divide the sequence of {model.seq_len} tokens and the GPUs"
+        elif key == "pp":
+            why = f"pp must divide the GPUs and not exceed the {model.num_layers} layers"
+        else:
+            why = "no layout there has it"
+        return InputError(key, f"{key}={shown} leaves no layout of {model.name} on {what}: {why}",
+                          f"drop the fixed {key} or change it")
+    return None
+
+
 def no_layout(model: ModelSpec, c: SearchConstraints, gpus_per_node: int = 1) -> InputError:
     """The error for a request where no configuration passes the divisibility rules."""
     lo, hi = c.gpus
     what = f"{lo} GPUs" if lo == hi else f"{lo}-{hi} GPUs"
+    at_fault = _fixed_value_at_fault(model, c, what)
+    if at_fault is not None:
+        return at_fault
     t = divisibility_only(model, c.gpus, c.global_batch, c.max_tp, c.fixed)
     fixes = []
     if len(t["dp"]) == 0:

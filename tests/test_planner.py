@@ -684,3 +684,19 @@ def test_an_input_error_crosses_a_process_boundary_whole():
     err = pickle.loads(pickle.dumps(InputError("m", "DualPipe needs an even m", "use m >= 4")))
     assert (type(err), err.field, err.message, err.fix, str(err)) == \
         (InputError, "m", "DualPipe needs an even m", "use m >= 4", "m: DualPipe needs an even m (use m >= 4)")
+
+
+@pytest.mark.parametrize("fixed, field, says", [
+    ({"ep": 2}, "ep", "llama3-8b has no experts"),
+    ({"vpp": 1000}, "vpp", "cannot exceed its 32 layers"),
+    ({"zero_shard_group": 3}, "zero_shard_group", "must divide the data-parallel ranks"),
+    ({"tp": 3}, "tp", "tp must divide the 32 heads"),
+])
+def test_a_fixed_value_no_layout_can_take_is_named_not_the_global_batch(fixed, field, says):
+    # Llama-3-8B on 16 GPUs, batch 64: each of these alone leaves no layout, while the request
+    # without it has many; the error blamed the global batch ("no layout ... divides the global
+    # batch of 64 sequences into dp x micro-batch")
+    with pytest.raises(InputError) as err:
+        plan("llama3-8b", "dgx-h100", 16, 64, fixed=fixed)
+    assert err.value.field == field and says in str(err.value)
+    assert len(plan("llama3-8b", "dgx-h100", 16, 64).plans)
