@@ -74,6 +74,8 @@ def _fixed_value_at_fault(model: ModelSpec, c: SearchConstraints, what: str) -> 
     if not c.fixed or not _layout_exists(model, replace(c, fixed={})):
         return None
     for key, values in c.fixed.items():
+        if key == "tp" and any(int(t) > c.max_tp for t in values):
+            continue                # said below: raise --max-tp
         if _layout_exists(model, replace(c, fixed={key: values})):
             continue
         shown = "/".join(map(str, values))
