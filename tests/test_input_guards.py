@@ -347,3 +347,17 @@ def test_two_outputs_or_an_output_and_an_input_naming_one_file_are_refused(tmp_p
     one_line_error(result, says, "give each output its own file")
     assert runs.read_text() == before
     assert not (tmp_path / "p.png").exists() and not (tmp_path / "t.png").exists()
+
+
+@pytest.mark.parametrize("content, says", [
+    # a cluster file without its gpu was read as a GPU file and asked for peak_tflops
+    ("name: x\ngpus_per_node: 8\nscaleup: {kind: nvlink, bw_gb_per_s: 450}\n", "error: cluster x.gpu: missing"),
+    # the catalog's key is hbm_gib; the error named hbm_gb
+    ("name: g\nvendor: nvidia\ngeneration: hopper\npeak_tflops: {bf16: 989}\n", "error: gpu g.hbm_gib: missing"),
+    # a model file is neither
+    ("name: m\nnum_layers: 2\nhidden_size: 64\n", "is neither a GPU nor a cluster file"),
+])
+def test_hardware_show_names_the_kind_of_file_and_the_catalogs_keys(tmp_path, content, says):
+    path = tmp_path / "f.yaml"
+    path.write_text(content)
+    one_line_error(run("hardware", "show", path), says)

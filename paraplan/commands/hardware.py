@@ -197,7 +197,12 @@ def _resolve_entry(name: str) -> tuple[str, GPUSpec | ClusterSpec]:
         data = read_yaml(path, "hardware")
         if "pools" in data:
             return "pooled", load_pooled_cluster(name)
-        return ("cluster", load_cluster(name)) if "gpu" in data else ("gpu", load_gpu(name))
+        if "gpu" in data or any(k in data for k in ("gpus_per_node", "scaleup", "scaleout")):
+            return "cluster", load_cluster(name)      # a cluster file without its gpu says so
+        if "peak_tflops" not in data and any(k in data for k in ("num_layers", "hidden_size", "serving", "training")):
+            raise InputError("NAME", f"{name} is neither a GPU nor a cluster file (it reads as a model or a stack)",
+                             "give a GPU or cluster YAML (see hardware_specs/gpus, hardware_specs/clusters)")
+        return "gpu", load_gpu(name)
     key = name.strip().lower()
     if key in list_gpus():
         return "gpu", load_gpu(key)
