@@ -8,7 +8,7 @@ from paraplan.cli import check_writable, step_bar
 
 @click.command("calibrate", short_help="Measure this machine and write a cluster profile.")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
-              help="Cluster YAML to write (loadable wherever a cluster name is accepted).")
+              help="Cluster YAML to write (loadable wherever a cluster name is accepted); the raw timings go beside it in FILE.calibration.json.")
 @click.option("--nprocs", type=click.IntRange(1), default=2, show_default=True,
               help="Local processes (GPUs, or CPU ranks) to measure collectives between.")
 @click.option("--name", default=None, help="Name of the profile (default: from the host).")

@@ -80,7 +80,7 @@ def check_sweep(kind: str, field: str | None, values: str | None) -> tuple[str |
 
 @click.command("plot", short_help="Figures: breakdown, memory, roofline, Pareto, scaling, bandwidth.")
 @click.argument("kind", type=click.Choice(KINDS))
-@click.option("--model", "-m", required=True, help="Model preset (see `paraplan models list`) or YAML file.")
+@click.option("--model", "-m", required=True, help="Model preset (see `paraplan models list`), YAML file, or HF config.json.")
 @click.option("--cluster", "-c", required=True, help="Cluster name (see `paraplan hardware list`) or YAML file.")
 @click.option("--gpu", help="Swap the cluster's GPU for this one (same fabric).")
 @click.option("--gpus", "-n", type=POS, metavar="N", help="GPUs in the job (dp = gpus/(tp*pp*cp) unless --dp).")

@@ -13,7 +13,7 @@ from hardware_specs.errors import InputError
 @click.command("sweep", short_help="Evaluate a grid of what-ifs (models x clusters x GPUs x ...) on Dask.")
 @click.argument("spec_path", metavar="SPEC.yaml", type=click.Path(dir_okay=False))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
-              help="Folder for results.parquet, results.csv and the finished chunks (created if missing).")
+              help="Folder for results.parquet, results.csv and the finished chunks (created if missing; its parent must exist).")
 @click.option("--scheduler", metavar="ADDRESS", help="A running Dask scheduler (tcp://host:8786) instead of a local cluster.")
 @click.option("--workers", type=click.IntRange(1, 1024), help="Processes of the local Dask cluster [default: the CPU count].")
 @click.option("--local", is_flag=True, help="Evaluate in this process, without Dask.")
