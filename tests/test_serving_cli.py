@@ -467,3 +467,17 @@ def test_gpt_oss_is_served_with_its_checkpoints_mxfp4_experts_unless_told_otherw
     assert data["memory_bytes"]["weights_bytes"] / 2**30 == pytest.approx(59.8, abs=0.1)
     # --precision names every GEMM's format, the experts' too, as before
     one_line_error(run(*args, "--precision", "fp8"), "--tp", "leave no room for a KV cache")
+
+
+def test_a_disaggregated_deployment_whose_prefill_is_saturated_says_so():
+    # one prefill worker for 1,000 decode workers of 600 requests: TTFT is 2.6 hours of queue,
+    # printed without a word; the reason now names the saturated prefill side
+    from click.testing import CliRunner
+    from paraplan.cli import main
+    out = CliRunner().invoke(main, ["serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "--mode", "disagg",
+                                    "--prefill-workers", "1", "--decode-workers", "1000", "--decode-batch", "600"])
+    assert out.exit_code == 0, out.output
+    assert "the prefill workers are saturated (100% of their capacity)" in out.stdout
+    calm = CliRunner().invoke(main, ["serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "--mode", "disagg",
+                                     "--prefill-workers", "1", "--decode-workers", "1", "--decode-batch", "8"])
+    assert calm.exit_code == 0 and "saturated" not in calm.stdout

@@ -37,6 +37,8 @@ MEMORY_MEANING = {
     "reserved_bytes": "CUDA context, communication buffers, graphs",
     "kv_pool_bytes": "KV-cache pool",
 }
+#: prefill utilisation above which serve simulate says the prefill side is the bottleneck
+SATURATED_PREFILL = 0.99
 #: the mode-specific metrics of ``ServingReport.extra``: (shown as, what); fractions in percent
 EXTRA_MEANING = {
     "prefill_work_s": ("prefill_work_ms", "engine time one prompt's prefill adds to the shared steps"),
@@ -312,6 +314,12 @@ def render_simulation(report) -> str:
     biggest = max(report.decode_breakdown_s.items(), key=lambda kv: kv[1])
     lines += ["", f"why: the decode step is {1e3 * step:.2f} ms, {100 * biggest[1] / max(step, 1e-12):.0f}% of it "
                   f"{biggest[0].removeprefix('decode_')[:-2]} ({PART_MEANING[biggest[0]]})"]
+    util = report.extra.get("prefill_utilization")
+    if d.mode == "disagg" and util is not None and util >= SATURATED_PREFILL:
+        # the decode side holds more clients than the prefill side serves: TTFT is their queue
+        lines.append(f"     the prefill workers are saturated ({100 * util:.0f}% of their capacity): TTFT "
+                     f"{report.metrics['ttft_s'] * 1e3:,.0f} ms is mostly the queue for them; add prefill workers or "
+                     "lower the decode concurrency")
     return "\n".join(lines) + "\n"
 
 
