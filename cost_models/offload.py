@@ -41,6 +41,28 @@ UPDATED_WEIGHT_BYTES = 2.0
 OFFLOAD_STAGING_LAYERS = 1.0
 
 
+#: PCIe 3.0 and later encode 128 payload bits in 130 on the wire (PCI Express Base Specification
+#: 3.0, 4.2.2); the rates a GPU datasheet gives (H100 SXM "PCIe Gen5: 128 GB/s", 64 each way)
+#: are the raw 32 GT/s x 16 lanes
+PCIE_ENCODING = 128.0 / 130.0
+#: a DMA write or completion carries at most 256 payload bytes (the Max_Payload_Size servers run;
+#: a GPU's copies move whole TLPs) behind about 24 bytes of framing, sequence number, TLP header
+#: and LCRC (PCI Express Base Specification, 2.1 and 4.2; 3DW header + 4 B LCRC + framing)
+PCIE_TLP_PAYLOAD_BYTES = 256.0
+PCIE_TLP_OVERHEAD_BYTES = 24.0
+
+
+def host_link_payload_bw(link: str, raw_bw_bytes_per_s):
+    """Bytes/s of data a GPU's host link moves each way: a PCIe link's raw rate less its 128b/130b
+    encoding and its per-packet overhead (64 GB/s raw Gen5 x16 -> 57.6 GB/s; bandwidthTest-style
+    pinned copies on H100 measure about 55); other links (NVLink-C2C) at the rate their file
+    gives."""
+    if str(link).lower().startswith("pcie"):
+        return _f(raw_bw_bytes_per_s) * PCIE_ENCODING * (
+            PCIE_TLP_PAYLOAD_BYTES / (PCIE_TLP_PAYLOAD_BYTES + PCIE_TLP_OVERHEAD_BYTES))
+    return _f(raw_bw_bytes_per_s)
+
+
 def _f(x):
     return np.asarray(x, dtype=float)
 

@@ -161,7 +161,7 @@ def _link_bw(cluster: ClusterSpec, batch: ConfigBatch) -> float:
     """The GPU-host link bandwidth (one direction, bytes/s); an offloading batch on a cluster
     without a host link in its file is an input error."""
     if cluster.host is not None:
-        return cluster.host.link_bw_bytes_per_s
+        return float(offload.host_link_payload_bw(cluster.host.link, cluster.host.link_bw_bytes_per_s))
     if np.any(np.asarray(batch.offload_activation_layers) > 0) or np.any(np.asarray(batch.offload_optimizer_fraction) > 0):
         raise InputError("offload", f"cluster {cluster.name} has no host link in its file",
                          "add host: {link, link_bw_gb_per_s, memory_gib} to the cluster YAML, or do not offload")
@@ -650,7 +650,8 @@ def _optimizer_offload_s(cluster: ClusterSpec, batch: ConfigBatch, params_offloa
     if host is None or host.memory_bw_bytes_per_s is None:
         raise InputError("offload_optimizer_fraction", f"cluster {cluster.name} states no host memory bandwidth "
                          "for the host's optimizer step", "add host: {memory_bw_gb_per_s: ...} to the cluster YAML")
-    step = offload.optimizer_offload_step(params_offloaded, GRAD_BUFFER_BYTES, host.link_bw_bytes_per_s,
+    step = offload.optimizer_offload_step(params_offloaded, GRAD_BUFFER_BYTES,
+                                          float(offload.host_link_payload_bw(host.link, host.link_bw_bytes_per_s)),
                                           host.memory_bw_bytes_per_s / cluster.gpus_per_node)
     return (np.maximum(step["grads_to_host_s"] - grad_window_s, 0.0) + step["host_step_s"]
             + step["weights_to_gpu_s"])

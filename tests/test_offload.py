@@ -67,7 +67,8 @@ def test_exposed_offload_time_is_what_the_copies_exceed_the_layers_compute_by():
     eff = efficiency_for_cluster(DGX)
     config = ParallelConfig(dp=1, pp=1, micro_batch=1, global_batch=4, cuda_graphs=True, offload_activation_layers=3)
     out = evaluate(MODEL, slow, eff, ConfigBatch.from_configs([config]))
-    copy = KEPT / 2e9
+    # a PCIe link moves its raw rate less the 128b/130b encoding and 24 bytes per 256-byte packet
+    copy = KEPT / (2e9 * 128 / 130 * 256 / 280)
     per_mb = 3 * (max(copy - out["layer_fwd_s"][0], 0.0) + max(copy - out["layer_bwd_s"][0], 0.0))
     assert copy > out["layer_bwd_s"][0]                 # a slow link: both copies stick out
     assert out["offload_exposed_s"][0] == pytest.approx(4 * per_mb, rel=1e-9)
@@ -108,3 +109,13 @@ def test_offload_on_a_cluster_without_a_host_link_is_an_input_error():
     with pytest.raises(InputError) as exc:
         _report(load_cluster("mi300x-node"), offload_activation_layers=2)
     assert exc.value.field == "offload" and "host" in exc.value.fix
+
+
+def test_a_pcie_host_link_moves_its_raw_rate_less_encoding_and_packet_overhead():
+    # PCIe Gen5 x16: 32 GT/s x 16 lanes = 64 GB/s raw each way (the datasheets' "128 GB/s");
+    # x 128/130 (encoding) x 256/(256 + 24) (payload per packet) = 57.61 GB/s of data (pinned
+    # copies on H100 measure about 55). NVLink-C2C is taken at its file's rate.
+    from cost_models.offload import host_link_payload_bw
+    assert host_link_payload_bw("pcie-gen5-x16", 64e9) == pytest.approx(57.614e9, rel=1e-4)
+    assert host_link_payload_bw("pcie-gen4-x16", 32e9) == pytest.approx(28.807e9, rel=1e-4)
+    assert host_link_payload_bw("nvlink-c2c", 450e9) == 450e9
