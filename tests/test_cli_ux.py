@@ -467,3 +467,18 @@ def test_a_slow_search_that_ends_in_a_refusal_writes_one_stderr_line(monkeypatch
     line = one_line_error(run("plan", "-m", "mixtral-8x7b", "-c", "dgx-h100", "-n", "64", "--global-batch", "64",
                               "--emit", "torchtitan"))
     assert line.startswith("error: model: mixtral-8x7b's architecture is none of the torchtitan"), line
+
+
+def test_a_best_plan_offloading_activations_over_pcie_says_no_measured_run_backs_it():
+    # Llama-3-70B on 512 H100 at 4 Mi tokens: the best plan offloads 22 layers' activations per
+    # chunk over PCIe, which no public row measures (its offload rows are GB200/GB300 over
+    # NVLink-C2C); the output says so beside the plan, and not for a plan without offload
+    from click.testing import CliRunner
+    from paraplan.cli import main
+    out = CliRunner().invoke(main, ["plan", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "512",
+                                    "--global-batch-tokens", "4Mi", "--top", "3"])
+    assert out.exit_code == 0, out.output
+    assert "note: the best plan uses activation offload over PCIe (22 layers per chunk)" in out.stdout
+    plain = CliRunner().invoke(main, ["plan", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "512",
+                                      "--global-batch-tokens", "4Mi", "--top", "3", "--no-memory-search"])
+    assert plain.exit_code == 0 and "note: the best plan uses" not in plain.stdout

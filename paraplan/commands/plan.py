@@ -225,6 +225,20 @@ def wrap_command(command: str, width: int = 118, indent: str = "  ") -> str:
     return "\n".join(lines)
 
 
+def _unmeasured_features(plan: dict, cluster) -> str:
+    """The features of ``plan`` no row of the validation files measures (their time is the cost
+    model's alone): activation offload over a PCIe host link (the public offload rows are GB200 /
+    GB300 over NVLink-C2C), optimizer offload; '' when none."""
+    parts = []
+    host = getattr(cluster, "host", None)
+    pcie = host is not None and str(host.link).lower().startswith("pcie")
+    if pcie and int(plan.get("offload_activation_layers") or 0) > 0:
+        parts.append(f"activation offload over PCIe ({int(plan['offload_activation_layers'])} layers per chunk)")
+    if float(plan.get("offload_optimizer_fraction") or 0.0) > 0:
+        parts.append("optimizer offload")
+    return " and ".join(parts)
+
+
 def _header(result: PlanResult, seq_len_note: str = "") -> str:
     """The plan's first lines; ``seq_len_note`` (``default_seq_len_note``) a third one."""
     lo, hi = result.gpus
@@ -460,6 +474,11 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         best = result.plans.iloc[0].to_dict()
         command = simulate_command(best, model, cluster, seq_len, stack_arg, switches)
         out.append(f"best plan as one run (its step, memory per stage and why):\n{wrap_command(command)}\n")
+        unmeasured = _unmeasured_features(best, cl)
+        if unmeasured:
+            out.append(f"note: the best plan uses {unmeasured}, which no measured run in the validation files "
+                       "exercises: its time rests on the link and overlap model alone (--no-memory-search "
+                       "plans without it)\n")
     if pareto:
         out.append("\npareto frontier: tokens/s vs memory per GPU (no plan with less memory is as fast; plans over "
                    "half the best tokens/s)\n")
