@@ -95,12 +95,13 @@ def test_plainer_plans_say_when_no_kept_plan_is_without_it_and_nothing_for_a_pla
 
 
 def test_plan_explain_says_how_much_slower_the_plan_without_offload_and_zero3_is():
-    # the review's case: mixtral-8x7b on 64 x H100 wins with ZeRO-3 and 6 offloaded layers per
-    # chunk by 0.23% over a plain ZeRO-2 plan (16.5380 s against 16.5755 s at review; 0.20% since
-    # the per-stack loss traffic and its refit): a near tie, which is what the line is for
+    # Llama-3-70B on 512 H100 at 4 Mi tokens wins with ZeRO-3 and 22 offloaded layers per chunk
+    # (the review's Mixtral case, a 0.2% near tie, no longer wins with them since offload moves
+    # PCIe's data rate): each fastest kept plan without a feature, its rank and how much slower
     import json
     import re
-    args = ["plan", "-m", "mixtral-8x7b", "-c", "dgx-h100", "-n", "64", "--global-batch-tokens", "4Mi", "--explain"]
+    args = ["plan", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "512", "--global-batch-tokens", "4Mi", "--explain",
+            "--top", "40"]
     data = json.loads(CliRunner().invoke(main, args + ["--json"]).stdout)
     win = data["plans"][0]
     assert win["zero_stage"] == 3 and win["offload_activation_layers"] > 0
@@ -112,9 +113,12 @@ def test_plan_explain_says_how_much_slower_the_plan_without_offload_and_zero3_is
         assert plan["offload_activation_layers"] == 0 or "activation offload" not in w["without"]
         assert w["slower_pct"] == 100 * (plan["step_time_s"] / win["step_time_s"] - 1)
         assert plan == data["plans"][w["rank"] - 1]
-    first = without[0]
-    assert first["rank"] == 2 and 0.0 < first["slower_pct"] < 1.0
+        assert w["rank"] > 1 and w["slower_pct"] > 0.0
+    # without both is never faster than without either
+    assert without[2]["slower_pct"] >= max(without[0]["slower_pct"], without[1]["slower_pct"])
     text = CliRunner().invoke(main, args).stdout
-    line = next(ln for ln in text.splitlines() if ln.startswith("  without "))
-    assert re.fullmatch(r"  without activation offload, ZeRO-3 or both: rank 2, dp=\d+ .* zero=[012] .*: "
-                        + re.escape(f"{first['slower_pct']:.2f}% slower") + r" \(\d+\.\d+ s/step\)", line), line
+    lines = [ln for ln in text.splitlines() if ln.startswith("  without ")]
+    assert len(lines) == 3
+    for ln, w in zip(lines, without):
+        assert re.fullmatch(r"  without " + re.escape(" and ".join(w["without"])) + rf": rank {w['rank']}, dp=\d+ .*: "
+                            + re.escape(f"{w['slower_pct']:.2f}% slower") + r" \(\d+\.\d+ s/step\)", ln), ln
