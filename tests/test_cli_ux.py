@@ -482,5 +482,16 @@ def test_a_best_plan_offloading_activations_over_pcie_says_no_measured_run_backs
     assert out.exit_code == 0, out.output
     assert "note: the best plan uses activation offload over PCIe (22 layers per chunk)" in out.stdout
     plain = CliRunner().invoke(main, ["plan", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "512",
-                                      "--global-batch-tokens", "4Mi", "--top", "3", "--no-memory-search"])
-    assert plain.exit_code == 0 and "note: the best plan uses" not in plain.stdout
+                                      "--global-batch-tokens", "4Mi", "--top", "3", "--no-offload", "--json"])
+    assert plain.exit_code == 0, plain.output
+    rows = json.loads(plain.stdout)["plans"]
+    # --no-offload keeps the rest of the memory search: the winner recomputes some layers instead
+    assert all(r["offload_activation_layers"] == 0 for r in rows) and rows[0]["recompute_num_layers"] > 0
+    one = CliRunner().invoke(main, ["simulate", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "512", "--json",
+                                    "--cp", "2", "--micro-batch", "1", "--global-batch", "512", "--zero", "3",
+                                    "--recompute", "full", "--recompute-num-layers", str(rows[0]["recompute_num_layers"]),
+                                    "--no-sequence-parallel", "--dtype", "bf16"])
+    assert rows[0]["cp"] == 2 and rows[0]["tp"] == 1 and rows[0]["zero_stage"] == 3
+    sim = json.loads(one.stdout)
+    sim = sim if isinstance(sim, dict) else sim[0]
+    assert sim["step_time_s"] == pytest.approx(rows[0]["step_time_s"], rel=1e-9)

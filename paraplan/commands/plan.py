@@ -8,6 +8,7 @@ throughput-vs-memory frontier (and throughput-vs-GPUs when ``--gpus`` is a range
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import shlex
 import sys
@@ -352,6 +353,9 @@ def _csv(df) -> str:
 @click.option("--memory-search/--no-memory-search", default=True, show_default=True,
               help="Give each plan that needs recomputation to fit the fewest recomputed layers per chunk that fit "
                    "(stage by stage), and each plan that fits no other way the fewest layers offloaded to the host.")
+@click.option("--offload/--no-offload", default=True, show_default=True,
+              help="Let a plan that fits no other way offload activations to the host (when the cluster has a "
+                   "host link); --no-offload searches as if it had none, keeping the rest of the memory search.")
 @click.option("--count-fitting", is_flag=True,
               help="Give every configuration the memory model, so the fit count is exact. By default a search "
                    "over several space chunks skips it on the rows whose step-time floor shows they cannot "
@@ -383,7 +387,7 @@ def _csv(df) -> str:
                    "instead of the table, and say how much slower it is than the unrestricted winner.")
 def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, top, max_tp, fix, headroom_gib,
             dtypes, stack, as_json, as_csv, pareto, explain, max_micro_batch, emit, memory_search, hsdp,
-            ep_comm_overlap, ep_dispatch_dedup, count_fitting, **explicit) -> None:
+            ep_comm_overlap, ep_dispatch_dedup, count_fitting, offload=True, **explicit) -> None:
     """Find the parallel configurations of MODEL on CLUSTER with the highest throughput that fit
     in memory: every factorisation of the GPUs over dp x tp x pp x cp (x ep), virtual pipeline
     stages, micro-batch, ZeRO 0-3 (and hybrid sharding within a node), recomputation and sequence
@@ -446,7 +450,10 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
             fixed[name] = (value,)
     bar = _LazyBar()
     try:
-        result = plan(spec, cl, parse_gpus(gpus), global_batch, global_batch_tokens=global_batch_tokens,
+        # without the host link no plan offloads (activation offload needs one); nothing else of a
+        # plan uses the link, so every plan's numbers are the cluster's own
+        searched = cl if offload else dataclasses.replace(cl, host=None)
+        result = plan(spec, searched, parse_gpus(gpus), global_batch, global_batch_tokens=global_batch_tokens,
                       max_tp=max_tp, fixed=fixed, headroom_gib=headroom_gib, dtypes=dtypes or None,
                       max_micro_batch=max_micro_batch, progress=bar, stack=stack, memory_search=memory_search,
                       hsdp=hsdp, count_fitting=count_fitting)
@@ -477,7 +484,7 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         unmeasured = _unmeasured_features(best, cl)
         if unmeasured:
             out.append(f"note: the best plan uses {unmeasured}, which no measured run in the validation files "
-                       "exercises: its time rests on the link and overlap model alone (--no-memory-search "
+                       "exercises: its time rests on the link and overlap model alone (--no-offload "
                        "plans without it)\n")
     if pareto:
         out.append("\npareto frontier: tokens/s vs memory per GPU (no plan with less memory is as fast; plans over "
