@@ -35,7 +35,7 @@ def test_every_run_is_predicted(results):
 def test_pre_training_runs_within_their_bound(results):
     pre = results[~results.sft]
     assert len(pre) == 5
-    assert pre.rel_error.abs().mean() <= 0.065          # 6.40%: +4.4, -7.5, -9.7, -5.8, -4.8%
+    assert pre.rel_error.abs().mean() <= 0.065          # 6.43%: +4.4, -7.5, -9.7, -5.8, -4.8%
     assert pre.rel_error.abs().max() <= 0.10
 
 
