@@ -127,7 +127,10 @@ def test_dask_local_cluster_gives_the_in_process_rows(tmp_path):
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
             distributed.Client(cluster) as client:
         remote = run_sweep(spec, tmp_path, client=client)
+        # the same scheduler by its address (--scheduler): the connection made in its own thread
+        by_address = run_sweep(spec, tmp_path / "by_address", scheduler=cluster.scheduler_address)
     pd.testing.assert_frame_equal(local, remote)
+    pd.testing.assert_frame_equal(local, by_address)
 
 
 def test_cli_writes_parquet_and_csv_with_one_row_per_point(tmp_path):
