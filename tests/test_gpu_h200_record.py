@@ -131,8 +131,8 @@ def test_validate_measured_on_one_h200_repredicts_its_rows_and_stays_in_bound():
     # `paraplan validate measured hgx-h200` on the H200 (tests/data/gpu_h200_validate/, written
     # by tools/gpu_smoke_measured.sh): the three single-rank default layouts on
     # DEFAULT_MODEL_GPU, the seven 2-rank ones skipped. The committed code predicts each row as
-    # the device run did, and the errors are as recorded: +15.7%, +46.8% (four micro-batches of
-    # 2,048 tokens: the most kernels per FLOP, each priced Hopper's fitted 25 us) and +20.1%
+    # the device run did, and the errors are as recorded: +17.0%, +46.7% (four micro-batches of
+    # 2,048 tokens: the most kernels per FLOP, each priced Hopper's fitted 25 us) and +25.4%
     from paraplan.measure.compare import CONFIG_COLUMNS, DEFAULT_MODEL_GPU, predict
     rows = pd.read_csv(DATA / "gpu_h200_validate" / "validate_measured_catalog.csv")
     assert list(rows["name"]) == ["single", "single-mb1x4", "single-recompute"]
@@ -141,15 +141,16 @@ def test_validate_measured_on_one_h200_repredicts_its_rows_and_stays_in_bound():
         run = {**DEFAULT_MODEL_GPU, **{k: row[k] for k in CONFIG_COLUMNS}}
         assert predict(run, cluster, "bf16").step_time_s == pytest.approx(row["predicted_step_s"], rel=1e-9)
     assert (rows["rel_error"] > 0).all() and rows["rel_error"].max() <= 0.50
-    assert rows["rel_error"].abs().mean() <= 0.30
+    assert rows["rel_error"].abs().mean() <= 0.32
 
 
 def test_validate_measured_against_the_h200s_own_calibration():
     # `paraplan calibrate --nprocs 1` then `validate measured` against that profile, on the H200
     # (tools/gpu_smoke_measured.sh). The committed code re-predicts the recorded rows from the
-    # recorded profile; measured -6.0%, -12.9%, -1.5% (mean 6.8%; two repeats on the same
-    # machine, repeats/: 11.2% and 10.3%, the micro-batch-1 layout -22..-26%: its short
-    # kernels leave the GPU waiting on the host's ~7 us launches, which no profile prices)
+    # recorded profile: -0.9%, -6.4%, +5.1% (mean 4.1%). Two earlier calibrations on the same
+    # machine, refitted from their timings (repeats/), give 8.0% and 6.9%, the micro-batch-1
+    # layout -15..-19% there: its short kernels leave the GPU waiting on the host's ~7 us launches,
+    # which no profile prices
     from paraplan.measure.compare import CONFIG_COLUMNS, DEFAULT_MODEL_GPU, predict
     folder = DATA / "gpu_h200_validate"
     rows = pd.read_csv(folder / "validate_measured_calibrated.csv")
@@ -158,42 +159,63 @@ def test_validate_measured_against_the_h200s_own_calibration():
         run = {**DEFAULT_MODEL_GPU, **{k: row[k] for k in CONFIG_COLUMNS}}
         assert predict(run, cluster, "bf16").step_time_s == pytest.approx(row["predicted_step_s"], rel=1e-9)
     by_name = rows.set_index("name")["rel_error"]
-    assert abs(by_name["single"]) <= 0.10 and abs(by_name["single-recompute"]) <= 0.05
-    assert abs(by_name["single-mb1x4"]) <= 0.30
-    assert rows["rel_error"].abs().mean() <= 0.12
+    assert abs(by_name["single"]) <= 0.05 and abs(by_name["single-recompute"]) <= 0.08
+    assert abs(by_name["single-mb1x4"]) <= 0.25
+    assert rows["rel_error"].abs().mean() <= 0.08
 
 
 def test_the_h200s_own_calibration_loads_as_a_cluster():
-    # `paraplan calibrate --nprocs 1` on the H200: its bf16 GEMM plateau (696 TFLOP/s, 0.70 of
+    # `paraplan calibrate --nprocs 1` on the H200: its bf16 GEMM plateau (735 TFLOP/s, 0.74 of
     # the datasheet; its largest GEMMs measured 712-725) and copy bandwidth (4.39 TB/s, 0.91)
-    # are what the kernel grid saw, and the per-kernel time is the GPU's own (0.97 us, replayed
-    # from a CUDA graph), not the host's launch (7.4 us, recorded beside it)
+    # are what the kernel grid saw, and the per-kernel time is the GPU's own (1.0 us, replayed
+    # from a CUDA graph), not the host's launch (recorded beside it)
     folder = DATA / "gpu_h200_validate"
     cluster = load_cluster(str(folder / "h200-calibrated.yaml"))
     assert cluster.gpus_per_node == 1
-    assert 0.68 <= cluster.gpu.peak_flops("bf16") / 989.4e12 <= 0.76
+    assert 0.70 <= cluster.gpu.peak_flops("bf16") / 989.4e12 <= 0.78
     assert 0.85 <= cluster.gpu.hbm_bw_bytes_per_s / 4.8e12 <= 0.95
     summary = json.loads((folder / "h200-calibrated.calibration.json").read_text())["summary"]
     assert 0.3e-6 <= cluster.efficiency.kernel_overhead_s <= 3e-6 <= summary["host_launch_s"]
 
 
-def test_the_committed_gemm_fit_returns_the_recorded_plateau_near_the_largest_gemms():
-    # the fitter, rerun on the recorded timings, gives the profile's plateau; FLOP-weighted, it
-    # lies within 5% of the rate the four largest GEMMs measured (unweighted fits of the same
-    # grid gave 590 and 759 TFLOP/s in two calibrations: the launch-bound small shapes pulled it)
+@pytest.mark.parametrize("profile", ["h200-calibrated.yaml", "repeats/h200-calibrated-repeat1.yaml",
+                                     "repeats/h200-calibrated-repeat2.yaml"])
+def test_the_recorded_profiles_are_what_the_committed_fitter_returns_on_their_timings(profile):
+    # each profile's GEMM plateau and half-dimension, refitted from the raw timings recorded
+    # beside it; the plateau lies within 5% of the rate the four largest GEMMs measured, and the
+    # three calibrations within 3% of each other (the uncorrected fit read 590 and 759 TFLOP/s
+    # from nearly the same timings)
     from paraplan.measure.fitting import fit_gemm
     folder = DATA / "gpu_h200_validate"
-    record = json.loads((folder / "h200-calibrated.calibration.json").read_text())
+    path = folder / profile
+    record = json.loads(path.with_name(path.stem + ".calibration.json").read_text())
     rank = record["ranks"][0]
     shapes = [tuple(s) for s in rank["gemm_shapes"]]
-    fit = fit_gemm(shapes, rank["gemm_s"]["bf16"], rank["kernel_overhead_s"], flop_weighted=True)
-    assert fit.peak_flops_per_s == pytest.approx(record["summary"]["peak_flops_per_s"]["bf16"], rel=1e-12)
+    fit = fit_gemm(shapes, rank["gemm_s"]["bf16"], rank["kernel_overhead_s"])
+    cluster = load_cluster(str(path))
+    assert fit.peak_flops_per_s == pytest.approx(cluster.gpu.peak_flops("bf16"), rel=1e-6)
+    assert round(fit.half_dim, 2) == cluster.efficiency.gemm_half_dim
     flops = np.array([2.0 * m * n * k for m, n, k in shapes])
     rate = flops / np.array(rank["gemm_s"]["bf16"])
-    largest = rate[np.argsort(flops)[-4:]]
-    assert abs(fit.peak_flops_per_s / np.median(largest) - 1) <= 0.05
-    repeats = [load_cluster(str(p)).gpu.peak_flops("bf16") for p in sorted((folder / "repeats").glob("*.yaml"))]
-    assert len(repeats) == 2 and max(repeats) / min(repeats + [fit.peak_flops_per_s]) <= 1.03
+    assert abs(fit.peak_flops_per_s / np.median(rate[np.argsort(flops)[-4:]]) - 1) <= 0.05
+    peaks = [load_cluster(str(folder / p)).gpu.peak_flops("bf16") for p in
+             ("h200-calibrated.yaml", "repeats/h200-calibrated-repeat1.yaml", "repeats/h200-calibrated-repeat2.yaml")]
+    assert max(peaks) / min(peaks) <= 1.03
+
+
+def test_the_gemm_fit_recovers_a_known_plateau_and_half_dimension():
+    # timings made from the model itself (plateau 700 TFLOP/s, half-dimension 64, 1 us a call)
+    # on the CUDA grid: the fit returns them (the closed form divided by the shape factor where it
+    # multiplied before 2026-12-04, which returned 575 TFLOP/s and 3 for these)
+    from paraplan.measure.benchmarks import CUDA_GEMM_SHAPES
+    from paraplan.measure.fitting import fit_gemm
+    mnk = np.array(CUDA_GEMM_SHAPES, dtype=float)
+    sat = np.prod(mnk / (mnk + 64.0), axis=1)
+    times = 1e-6 + 2.0 * mnk.prod(axis=1) / (700e12 * sat)
+    fit = fit_gemm(CUDA_GEMM_SHAPES, list(times), 1e-6)
+    assert fit.peak_flops_per_s == pytest.approx(700e12, rel=0.01)
+    assert fit.half_dim == pytest.approx(64.0, rel=0.05)
+    assert fit.rms_rel_error < 0.01
 
 
 def test_decode_gemms_match_the_serving_models_weight_read_roofline():

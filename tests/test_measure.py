@@ -524,3 +524,21 @@ def test_16_bit_weights_train_in_mixed_precision_as_the_simulator_prices_them(tm
         assert torch.allclose(w16 - start16, w32 - start32, atol=2 * 2**-8 * float(w32.abs().max()))
     finally:
         dist.destroy_process_group()
+
+
+def test_zero1_over_two_ranks_keeps_each_rank_s_fp32_master_shard_and_gathers_the_same_weights(tmp_path):
+    # two gloo ranks, bf16 weights, ZeRO-1: each rank's Adam updates its half of the fp32 master
+    # copy from the averaged gradient, and after the all-gather both hold the same bf16 weights,
+    # equal to the fp32 masters rounded (the path a multi-GPU validate measured runs)
+    import subprocess
+    worker = Path(__file__).with_name("_zero1_mixed_worker.py")
+    store, out = tmp_path / "store", tmp_path / "out"
+    env = {**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    procs = [subprocess.Popen([sys.executable, str(worker), str(r), str(store), str(out)], env=env) for r in (0, 1)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    got = [torch.load(f"{out}.{r}") for r in (0, 1)]
+    assert torch.equal(got[0]["weight"], got[1]["weight"])
+    assert (got[0]["lo"], got[1]["lo"]) == (0, got[0]["hi"])           # the two halves of the flat buffer
+    flat = torch.cat([g["master"] for g in got])[:got[0]["weight"].numel()]
+    assert got[0]["master"].dtype == torch.float32
+    assert torch.equal(got[0]["weight"], flat.view_as(got[0]["weight"]).to(torch.bfloat16).float())

@@ -221,7 +221,7 @@ def summarize(ranks: list[dict], world: int, choice) -> dict:
     overhead = _best_over_ranks(ranks, "kernel_overhead_s")
     shapes = [tuple(s) for s in ranks[0]["gemm_shapes"]]
     gemm_s = _best_over_ranks(ranks, "gemm_s")
-    fits = {name: fit_gemm(shapes, times, overhead, flop_weighted=kind == "cuda") for name, times in gemm_s.items()}
+    fits = {name: fit_gemm(shapes, times, overhead) for name, times in gemm_s.items()}
     primary = _dtypes_to_calibrate(kind)[0]
     # The catalog's peak is the fitted plateau (not the single best shape), so the plateau
     # fraction is 1 by construction and the shape saturation carries the small-GEMM loss.

@@ -41,31 +41,27 @@ class GemmFit:
         return overhead_s + 2.0 * np.asarray(m, float) * n * k / (self.peak_flops_per_s * sat)
 
 
-def fit_gemm(shapes: list[tuple[int, int, int]], times_s: list[float], overhead_s: float = 0.0,
-             flop_weighted: bool = False) -> GemmFit:
+def fit_gemm(shapes: list[tuple[int, int, int]], times_s: list[float], overhead_s: float = 0.0) -> GemmFit:
     """Least-squares fit (relative error) of the GEMM model to measured ``(m, n, k) -> seconds``.
 
-    ``flop_weighted`` (a GPU's calibration): each shape weighs by its FLOPs, as a training step's
-    time does, so the large GEMMs that take most of a step set the plateau and a small GEMM whose
-    back-to-back time is mostly the host's launch cannot pull it down (on one H200, unweighted fits
-    of the same grid gave 590 and 759 TFLOP/s in two calibrations; weighted, 703 and 728, beside
-    712-739 measured on its large GEMMs). On a CPU every kernel runs synchronously, its fixed cost
-    is ``overhead_s``, and every shape weighs alike.
-
     ``half_dim`` is searched on a log grid; for each candidate the peak has a closed form in
-    log space (the weighted geometric mean of ``flops * sat / (t - overhead)``).
+    log space (the geometric mean of ``flops / (sat (t - overhead))``, from
+    ``t = overhead + flops / (peak sat)``). Until 2026-12-04 the closed form multiplied by
+    ``sat`` instead of dividing, which left the half-dimension search meaningless: on one H200
+    the plateau read 590 and 759 TFLOP/s from nearly the same timings; corrected, 721-741 in
+    three calibrations, beside 712-739 measured on its largest GEMMs.
     """
     mnk = np.asarray(shapes, dtype=float)
     t = np.asarray(times_s, dtype=float)
     flops = 2.0 * mnk.prod(axis=1)
-    weight = flops / flops.sum() if flop_weighted else np.full(len(flops), 1.0 / len(flops))
     compute_t = np.maximum(t - overhead_s, 0.05 * t)
     best = None
     for half_dim in np.concatenate([[0.0], np.geomspace(1.0, 4096.0, 200)]):
         sat = np.prod(mnk / (mnk + half_dim), axis=1)
-        log_peak = float(np.sum(weight * np.log(flops * sat / compute_t)))
+        # t = overhead + flops / (peak sat)  =>  peak = flops / (sat (t - overhead))
+        log_peak = float(np.mean(np.log(flops / (sat * compute_t))))
         pred = overhead_s + flops / (np.exp(log_peak) * sat)
-        err = float(np.sqrt(np.sum(weight * ((pred - t) / t) ** 2)))
+        err = float(np.sqrt(np.mean(((pred - t) / t) ** 2)))
         if best is None or err < best[0]:
             best = (err, float(np.exp(log_peak)), float(half_dim))
     err, peak, half_dim = best

@@ -273,7 +273,9 @@ class FlatOptimizer:
         shard = self.padded // dp if zero_stage == 1 else self.padded
         lo = mesh.dp_rank * shard if zero_stage == 1 else 0
         self.lo, self.hi = lo, lo + shard
-        self.shard_grad = torch.zeros(shard, dtype=ref.dtype, device=ref.device)
+        # ZeRO-1 reduce-scatters into this rank's shard; ZeRO-0 reduces the flat gradient in place
+        self.shard_grad = (torch.zeros(shard, dtype=ref.dtype, device=ref.device) if zero_stage == 1
+                           else self.grad)
         # 16-bit weights train in mixed precision, as every large-model stack does (and as the
         # simulator prices a bf16 run: ``simulator.step_model.ADAM_STEP_BYTES_PER_PARAM``): Adam
         # updates an fp32 master copy of this rank's shard from an fp32 copy of its gradient and
