@@ -267,6 +267,8 @@ def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
             raise InputError(f"{where}.peak_tflops.{dtype}", f"expected a number, got {tflops!r}") from None
         _check_in_file_unit(f"{where}.peak_tflops.{dtype}", value, 1e12, "the dense peak in TFLOP/s, or leave the dtype out")
         peak_flops[str(dtype)] = value * 1e12
+    if "hbm_gib" in data and "hbm_gb" in data:
+        raise InputError(f"{where}.hbm_gb", "given with hbm_gib", "keep one: hbm_gib (GiB, the catalog's) or hbm_gb (GB)")
     if "hbm_gb" not in data:        # the catalog's key; hbm_gb (decimal GB) is the alternative
         if "hbm_gib" not in data:
             raise InputError(f"{where}.hbm_gib", "missing", "add 'hbm_gib:' (the GPU memory in GiB) to the file")

@@ -82,7 +82,8 @@ def _fixed_value_at_fault(model: ModelSpec, c: SearchConstraints, what: str) -> 
         if key == "ep" and model.moe is None:
             why = f"{model.name} has no experts, so ep is 1"
         elif key == "vpp":
-            why = f"pp x vpp model chunks cannot exceed its {model.num_layers} layers"
+            why = (f"interleaved, pp x vpp must divide its {model.num_layers} layers (or {model.num_layers + 2}, "
+                   "the embedding and the loss on chunks of their own), with pp > 1")
         elif key == "zero_shard_group":
             why = "the ZeRO shard group must divide the data-parallel ranks (dp x cp) of some layout"
         elif key == "tp":

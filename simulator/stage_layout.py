@@ -70,11 +70,14 @@ def _spread(total, n: int) -> np.ndarray:
     return c[:, None] - (rank[None, :] < short[:, None])
 
 
-def position_layers(kind: ScheduleKind, p: int, v: int, num_layers: int, first=0, last=0) -> np.ndarray:
+def position_layers(kind: ScheduleKind, p: int, v: int, num_layers: int, first=0, last=0, mtp: int = 0) -> np.ndarray:
     """(rows, positions) layers each forward position holds, per row.
 
-    ``num_layers`` counts every transformer layer (MTP modules included); ``first`` / ``last``
-    (scalars or (rows,) arrays, 0 = not set) are the first and last stages' layer counts.
+    ``num_layers`` counts every transformer layer (the ``mtp`` MTP modules included, which follow
+    the decoder on the last position); ``first`` / ``last`` (scalars or (rows,) arrays, 0 = not
+    set) are the first and last stages' layer counts, the last's with the MTP modules. When the
+    last is not set, the stages without a count share the decoder layers and the MTP modules go
+    on top of the last one's share, as Megatron-Core builds them.
     """
     first = np.atleast_1d(np.asarray(first, dtype=np.int64))
     last = np.atleast_1d(np.asarray(last, dtype=np.int64))
@@ -103,7 +106,9 @@ def position_layers(kind: ScheduleKind, p: int, v: int, num_layers: int, first=0
             if last_set:
                 lay[:, is_last] = _spread(last[rows_], chunks)
             if middle.any():
-                lay[:, middle] = _spread(np.maximum(rest_total[rows_], 0), int(middle.sum()))
+                extra = 0 if last_set else int(mtp)     # MTP on top of the last middle stage's share
+                lay[:, middle] = _spread(np.maximum(rest_total[rows_] - extra, 0), int(middle.sum()))
+                lay[:, -1] += extra
             out[rows_] = lay
     return out
 

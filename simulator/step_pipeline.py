@@ -155,7 +155,7 @@ def _layout_cells(num_layers: int, mtp_layers: int, moe, kind: ScheduleKind, p: 
         head_pos[:] = spec.loss
         mtp_pos[:] = spec.mtp
     else:
-        lay = position_layers(kind, p, v, num_layers + mtp_layers, first, last)[0]
+        lay = position_layers(kind, p, v, num_layers + mtp_layers, first, last, mtp_layers)[0]
         emb_pos[0] = 1.0
         head_pos[-1] = 1.0
         mtp_pos[-1] = mtp_layers

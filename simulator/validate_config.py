@@ -42,36 +42,44 @@ def check_cluster(cluster, config: ParallelConfig) -> None:
 
 def _check_edge_stage_layers(model: ModelSpec, c: ParallelConfig) -> None:
     """Megatron-Core's rules for ``--decoder-first/last-pipeline-num-layers``
-    (``TransformerConfig.__post_init__``, "Uneven PP"): each count given is > 0 and, with virtual
-    stages, divides by the chunks per stage; the stages without a count (an edge stage whose
-    count is not given among them) share the other layers evenly, at least one each, and
-    each such stage's share divides by the chunks too. Layers count the MTP modules, which the
-    step model places on the last stage (``stage_layout.position_layers``)."""
-    total = model.num_layers + model.mtp_layers
+    (``TransformerConfig.__post_init__``, "Uneven PP"), on decoder layers: each count given is > 0
+    and, with virtual stages, divides by the chunks per stage; the stages without a count (an
+    edge stage whose count is not given among them) share the other decoder layers evenly, at
+    least one each, and each such stage's share divides by the chunks too. The MTP modules sit on
+    the last stage beyond its decoder layers; ``last_stage_layers`` counts them
+    (``stage_layout.position_layers``), so its decoder layers are ``last - mtp``."""
     chunks = _positions(c) // c.pp
+    mtp = model.mtp_layers
     first, last = c.first_stage_layers, c.last_stage_layers
-    given = [(n, f) for n, f in ((first, "first_stage_layers"), (last, "last_stage_layers")) if n]
-    rest = total - first - last
+    last_decoder = last - mtp if last else 0
+    if last and last_decoder < 1:
+        raise InputError("last_stage_layers", f"{last} layers on the last stage leave no decoder layer beside its "
+                         f"{mtp} MTP module{'s' if mtp != 1 else ''} (Megatron-Core needs at least one)",
+                         f"give at least {mtp + 1}")
+    given = [(n, f) for n, f in ((first, "first_stage_layers"), (last_decoder, "last_stage_layers")) if n]
+    rest = model.num_layers - first - last_decoder
     middle = c.pp - len(given)
     said = " + ".join(f"{n} ({f.split('_')[0]})" for n, f in given)
+    what_layers = "decoder layers" if mtp else "layers"
     if rest < 0 or (middle == 0 and rest != 0):
-        raise InputError(given[0][1], f"the edge stages' layers {said} leave {rest} of the {total} layers for "
-                         f"the other {middle} stages", f"give counts that add up to {total} with pp={c.pp}"
+        raise InputError(given[0][1], f"the edge stages' {what_layers} {said} leave {rest} of the {model.num_layers} "
+                         f"{what_layers} for the other {middle} stages", f"give counts that add up to {model.num_layers} with pp={c.pp}"
                          if middle == 0 else "give smaller counts")
     if middle and (rest < middle or rest % middle):
         near = [n for n in range(max(middle, rest - middle), rest + middle + 1) if n % (middle * chunks) == 0]
-        hint = (f"e.g. counts leaving {near[0]} layers ({near[0] // middle} per stage)" if near
+        hint = (f"e.g. counts leaving {near[0]} {what_layers} ({near[0] // middle} per stage)" if near
                 else "give counts whose rest divides evenly")
         what = (f"fewer than one each for the other {middle} stages" if rest < middle else
                 f"do not divide evenly over the other {middle} stages (Megatron-Core requires it)")
-        raise InputError(given[0][1], f"the edge stages' layers {said} leave {rest}: {what}", hint)
+        raise InputError(given[0][1], f"the edge stages' {what_layers} {said} leave {rest}: {what}", hint)
     for n, field in given:
         if n % chunks:
-            raise InputError(field, f"{n} layers do not divide over the stage's {chunks} model chunks",
-                             f"give a multiple of {chunks}")
+            raise InputError(field, f"{n} {what_layers} do not divide over the stage's {chunks} model chunks",
+                             f"give a multiple of {chunks}" + (f" (plus the {mtp} MTP on the last)" if mtp and
+                                                               field == "last_stage_layers" else ""))
     if middle and (rest // middle) % chunks:
-        raise InputError(given[0][1], f"the other stages' {rest // middle} layers each do not divide over their "
-                         f"{chunks} model chunks", f"give counts leaving a multiple of {middle * chunks} layers")
+        raise InputError(given[0][1], f"the other stages' {rest // middle} {what_layers} each do not divide over "
+                         f"their {chunks} model chunks", f"give counts leaving a multiple of {middle * chunks}")
 
 
 def _check_flush_size(c: ParallelConfig) -> None:

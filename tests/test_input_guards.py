@@ -361,3 +361,11 @@ def test_hardware_show_names_the_kind_of_file_and_the_catalogs_keys(tmp_path, co
     path = tmp_path / "f.yaml"
     path.write_text(content)
     one_line_error(run("hardware", "show", path), says)
+
+
+def test_a_gpu_file_giving_its_memory_twice_is_refused(tmp_path):
+    # hbm_gib 80 and hbm_gb 141 in one file: which one was read changed with an edit; neither is
+    # a guess now
+    path = tmp_path / "g.yaml"
+    path.write_text("name: g\nvendor: nvidia\ngeneration: hopper\npeak_tflops: {bf16: 989}\nhbm_gib: 80\nhbm_gb: 141\n")
+    one_line_error(run("hardware", "show", path), "error: gpu g.hbm_gb: given with hbm_gib")

@@ -139,3 +139,27 @@ def test_edge_stage_counts_megatron_core_refuses_are_refused(fields, says):
     with pytest.raises(InputError) as info:
         simulate(model, load_cluster("dgx-h100"), cfg)
     assert says in str(info.value)
+
+
+def test_edge_stage_counts_with_an_mtp_module_follow_megatron_core_on_decoder_layers():
+    # DeepSeek-V3's 61 decoder layers and 1 MTP module on pp 4. Megatron-Core's counts are decoder
+    # layers and the MTP module sits on the last stage beyond them; ours for the last stage counts
+    # it. First 16 alone: 45 decoder layers, 15 a stage, the MTP module on top of the last
+    # (16, 15, 15, 15 + MTP; it was refused, "leave 46"); first 14 alone leaves 47, which do not
+    # divide by 3 (it was accepted); last 1 is the MTP module alone, no decoder layer
+    from hardware_specs.errors import InputError
+    from paraplan.exports.common import chunk_layers
+    from simulator.pipeline.schedules import ScheduleKind
+    from simulator.stage_layout import position_layers
+    assert position_layers(ScheduleKind.ONE_F_ONE_B, 4, 1, 62, first=16, mtp=1).tolist() == [[16, 15, 15, 16]]
+    assert chunk_layers(61, 4, 1, 1, first_stage_layers=16) == ((16, 15, 15, 15), (0, 0, 0, 1))
+    assert chunk_layers(61, 4, 1, 1, first_stage_layers=13, last_stage_layers=13) == ((13, 18, 18, 12), (0, 0, 0, 1))
+    model, cluster = load_model("deepseek-v3"), load_cluster("dgx-h100")
+    base = dict(dp=128, tp=2, pp=4, ep=64, micro_batch=1, global_batch=1024, zero_stage=1, recompute="full",
+                sequence_parallel=True)
+    assert simulate(model, cluster, ParallelConfig(**base, first_stage_layers=16), n_gpus=1024).step_time_s > 0
+    for fields, says in ((dict(first_stage_layers=14), "decoder layers 14 (first) leave 47: do not divide evenly"),
+                         (dict(first_stage_layers=15, last_stage_layers=1), "leave no decoder layer beside its 1 MTP")):
+        with pytest.raises(InputError) as info:
+            simulate(model, cluster, ParallelConfig(**base, **fields), n_gpus=1024)
+        assert says in str(info.value)

@@ -688,7 +688,8 @@ def test_an_input_error_crosses_a_process_boundary_whole():
 
 @pytest.mark.parametrize("fixed, field, says", [
     ({"ep": 2}, "ep", "llama3-8b has no experts"),
-    ({"vpp": 1000}, "vpp", "cannot exceed its 32 layers"),
+    ({"vpp": 1000}, "vpp", "pp x vpp must divide its 32 layers (or 34"),
+    ({"vpp": 3}, "vpp", "pp x vpp must divide its 32 layers (or 34"),     # 6, 12 or 24 chunks: under 32
     ({"zero_shard_group": 3}, "zero_shard_group", "must divide the data-parallel ranks"),
     ({"tp": 3}, "tp", "tp must divide the 32 heads"),
 ])

@@ -244,7 +244,8 @@ def chunk_layers(num_layers: int, pp: int, vpp: int = 1, mtp_layers: int = 0,
                          f" on {positions} pipeline chunks (at most layers + 2: an embedding-only first chunk and "
                          "a loss-only last one)", "choose fewer pipeline stages or virtual stages")
     units = [int(n) for n in position_layers(kind, pp, chunks_per_stage, num_layers + mtp_layers,
-                                             int(first_stage_layers or 0), int(last_stage_layers or 0))[0]]
+                                             int(first_stage_layers or 0), int(last_stage_layers or 0),
+                                             mtp_layers)[0]]
     # the MTP modules are the last mtp_layers layers of the path
     mtp, left = [0] * len(units), mtp_layers
     for i in range(len(units) - 1, -1, -1):
