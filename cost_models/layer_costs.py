@@ -355,10 +355,12 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
 def mla_duplicated_flops_fwd(model: ModelSpec, tokens):
     """Forward FLOPs of multi-latent attention's down-projections for ``tokens`` rows: the
     query's (hidden -> q_lora_rank, when the queries are compressed) and the key/value's (hidden
-    -> kv_lora_rank + rope dims). Megatron-Core builds them unsplit on every tensor-parallel rank
-    (``TELinear``, parallel_mode duplicated, in its MLA layer specs; Megatron-Bridge maps their
-    weights as replicated), so each rank spends their full time (``attention_gemm_shapes``) while
-    the model's FLOPs count them once. 0 without MLA."""
+    -> kv_lora_rank + rope dims). Megatron-Core builds their weights unsplit on every
+    tensor-parallel rank (``TELinear``, parallel_mode duplicated, in its MLA layer specs;
+    Megatron-Bridge maps them as replicated), so the model's FLOPs count them once, not tp times.
+    Without sequence parallelism each rank runs them on the whole sequence; with it, on its
+    sequence shard (Megatron-Core's MLA forward), which ``attention_gemm_shapes`` does not
+    distinguish: the step prices them whole either way. 0 without MLA."""
     tokens = np.asarray(tokens, dtype=float)
     if model.mla is None:
         return 0.0 * tokens

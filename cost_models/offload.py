@@ -26,6 +26,8 @@ Every function takes numpy arrays or scalars.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 #: host bytes per offloaded optimizer parameter: fp32 master weight, Adam m and v (12) and
@@ -57,7 +59,10 @@ def host_link_payload_bw(link: str, raw_bw_bytes_per_s):
     encoding and its per-packet overhead (64 GB/s raw Gen5 x16 -> 57.6 GB/s; bandwidthTest-style
     pinned copies on H100 measure about 55); other links (NVLink-C2C) at the rate their file
     gives."""
-    if str(link).lower().startswith("pcie"):
+    name = str(link).lower()
+    # 128b/130b and these packets are PCIe 3.0-5.0's; 6.0 moves fixed-size FLITs (not in the
+    # catalog: taken at its file's rate like any other link)
+    if name.startswith("pcie") and not re.match(r"pcie-gen([6-9]|\d\d)", name):
         return _f(raw_bw_bytes_per_s) * PCIE_ENCODING * (
             PCIE_TLP_PAYLOAD_BYTES / (PCIE_TLP_PAYLOAD_BYTES + PCIE_TLP_OVERHEAD_BYTES))
     return _f(raw_bw_bytes_per_s)

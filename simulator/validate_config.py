@@ -137,6 +137,11 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
     _check_flush_size(c)
     _check_layout(model, c)
     if (c.first_stage_layers or c.last_stage_layers) and not c.pipeline_layout:
+        if c.schedule in (Schedule.ZB_V, Schedule.DUALPIPE):
+            # a V puts the model's first and last chunks both on rank 0 and its middle on rank p-1
+            raise InputError("first_stage_layers", f"first/last stage counts are Megatron's for a 1F1B or "
+                             f"interleaved pipeline; {c.schedule.value} runs a V (rank 0 holds the first and last "
+                             "chunks)", "use --uneven-layers or --pipeline-layout with this schedule")
         _check_edge_stage_layers(model, c)
     if c.recompute_modules:
         if "mla_up_proj" in c.recompute_modules and model.mla is None:

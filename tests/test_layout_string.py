@@ -163,3 +163,15 @@ def test_edge_stage_counts_with_an_mtp_module_follow_megatron_core_on_decoder_la
         with pytest.raises(InputError) as info:
             simulate(model, cluster, ParallelConfig(**base, **fields), n_gpus=1024)
         assert says in str(info.value)
+
+
+@pytest.mark.parametrize("schedule", ["zb-v", "dualpipe"])
+def test_edge_stage_counts_are_refused_on_a_v_schedule(schedule):
+    # a V runs the model's first and last chunks both on rank 0 and its middle on rank p-1, so
+    # Megatron's first/last stage counts have no meaning there (--last-stage-layers 2 on zb-v put
+    # 2 layers in the middle of the model)
+    from hardware_specs.errors import InputError
+    cfg = ParallelConfig(dp=2, tp=8, pp=4, micro_batch=1, global_batch=64, schedule=schedule, last_stage_layers=2)
+    with pytest.raises(InputError) as info:
+        simulate(load_model("llama3-8b"), load_cluster("dgx-h100"), cfg)
+    assert "runs a V" in str(info.value)
