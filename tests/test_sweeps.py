@@ -288,3 +288,19 @@ def test_a_scheduler_address_where_no_scheduler_answers_is_one_input_error_and_l
         assert not out.exists() and out.parent.is_dir()
     finally:
         stop()
+
+
+def test_a_sweep_off_a_terminal_says_how_far_it_is(tmp_path, monkeypatch):
+    # a long sweep into a log printed nothing until it ended (the bar shows on terminals only);
+    # it now writes a line every PROGRESS_LINE_S seconds (0 here: after every chunk but the last)
+    import paraplan.commands.sweep as sweep_command
+    import yaml
+    monkeypatch.setattr(sweep_command, "PROGRESS_LINE_S", 0.0)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({**GRID, "chunk_points": 40}))
+    result = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(tmp_path / "out"), "--local"])
+    assert result.exit_code == 0, result.output
+    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("swept ")]
+    n = spec_from_dict(GRID).n_points
+    assert lines and all(re.fullmatch(rf"swept [\d,]+ of {n:,} points \(\d+%\) in \d+ s", ln) for ln in lines)
+    assert re.match(rf"{n:,} points in ", result.stdout)
