@@ -484,6 +484,10 @@ def test_a_best_plan_offloading_activations_over_pcie_says_no_measured_run_backs
     plain = CliRunner().invoke(main, ["plan", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "512",
                                       "--global-batch-tokens", "4Mi", "--top", "3", "--no-offload", "--json"])
     assert plain.exit_code == 0, plain.output
+    assert json.loads(plain.stdout)["best_unmeasured_features"] == ""
+    offloaded = CliRunner().invoke(main, ["plan", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "512",
+                                          "--global-batch-tokens", "4Mi", "--top", "3", "--json"])
+    assert json.loads(offloaded.stdout)["best_unmeasured_features"] == "activation offload over PCIe (22 layers per chunk)"
     rows = json.loads(plain.stdout)["plans"]
     # --no-offload keeps the rest of the memory search: the winner recomputes some layers instead
     assert all(r["offload_activation_layers"] == 0 for r in rows) and rows[0]["recompute_num_layers"] > 0

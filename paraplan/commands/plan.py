@@ -283,6 +283,9 @@ def _json(result: PlanResult, top: int, pareto: bool, explain: bool, cluster) ->
         "pruned": dict(result.pruned),
         "plans": display(result.top(top), cluster).to_dict("records"),
         "stage_layers": [list(x) for x in result.stage_layers] if result.stage_layers else None,
+        # what the best plan uses that no measured run in the validation files exercises ('' none)
+        "best_unmeasured_features": _unmeasured_features(result.plans.iloc[0].to_dict(), cluster)
+        if len(result.plans) else "",
     }
     if pareto:
         data["pareto_memory"] = display(result.pareto("memory"), cluster).to_dict("records")
