@@ -60,9 +60,10 @@ def host_link_payload_bw(link: str, raw_bw_bytes_per_s):
     pinned copies on H100 measure about 55); other links (NVLink-C2C) at the rate their file
     gives."""
     name = str(link).lower()
-    # 128b/130b and these packets are PCIe 3.0-5.0's; 6.0 moves fixed-size FLITs (not in the
-    # catalog: taken at its file's rate like any other link)
-    if name.startswith("pcie") and not re.match(r"pcie-gen([6-9]|\d\d)", name):
+    # 128b/130b and these packets are PCIe 3.0-5.0's (1.x-2.0 encode 8b/10b, 6.0 moves fixed-size
+    # FLITs; neither is in the catalog, and both are taken at their file's rate like any other link)
+    gen = re.search(r"(?:gen|pcie)[\s_.-]*0*(\d+)", name)
+    if name.startswith("pcie") and (gen is None or 3 <= int(gen.group(1)) <= 5):     # no generation: 3-5
         return _f(raw_bw_bytes_per_s) * PCIE_ENCODING * (
             PCIE_TLP_PAYLOAD_BYTES / (PCIE_TLP_PAYLOAD_BYTES + PCIE_TLP_OVERHEAD_BYTES))
     return _f(raw_bw_bytes_per_s)

@@ -83,7 +83,8 @@ def _fixed_value_at_fault(model: ModelSpec, c: SearchConstraints, what: str) -> 
             why = f"{model.name} has no experts, so ep is 1"
         elif key == "vpp":
             why = (f"interleaved, pp x vpp must divide its {model.num_layers} layers (or {model.num_layers + 2}, "
-                   "the embedding and the loss on chunks of their own), with pp > 1")
+                   "the embedding and the loss on chunks of their own) with pp > 1, and the micro-batches per step "
+                   "must be a multiple of pp")
         elif key == "zero_shard_group":
             why = "the ZeRO shard group must divide the data-parallel ranks (dp x cp) of some layout"
         elif key == "tp":

@@ -104,7 +104,10 @@ def position_layers(kind: ScheduleKind, p: int, v: int, num_layers: int, first=0
             if first_set:
                 lay[:, is_first] = _spread(first[rows_], chunks)
             if last_set:
-                lay[:, is_last] = _spread(last[rows_], chunks)
+                # the last stage's decoder layers over its chunks, the MTP modules on top of the
+                # last one (Megatron-Core: num_layers_in_last_pipeline_stage // vp_size a chunk)
+                lay[:, is_last] = _spread(last[rows_] - int(mtp), chunks)
+                lay[:, -1] += int(mtp)
             if middle.any():
                 extra = 0 if last_set else int(mtp)     # MTP on top of the last middle stage's share
                 lay[:, middle] = _spread(np.maximum(rest_total[rows_] - extra, 0), int(middle.sum()))

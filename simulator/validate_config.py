@@ -62,8 +62,11 @@ def _check_edge_stage_layers(model: ModelSpec, c: ParallelConfig) -> None:
     said = " + ".join(f"{n} ({f.split('_')[0]})" for n, f in given)
     what_layers = "decoder layers" if mtp else "layers"
     if rest < 0 or (middle == 0 and rest != 0):
+        total = model.num_layers + mtp if last else model.num_layers
         raise InputError(given[0][1], f"the edge stages' {what_layers} {said} leave {rest} of the {model.num_layers} "
-                         f"{what_layers} for the other {middle} stages", f"give counts that add up to {model.num_layers} with pp={c.pp}"
+                         f"{what_layers} for the other {middle} stages",
+                         (f"give counts that add up to {total} with pp={c.pp}"
+                          + (f" (the last stage's count holds the {mtp} MTP)" if mtp and last else ""))
                          if middle == 0 else "give smaller counts")
     if middle and (rest < middle or rest % middle):
         near = [n for n in range(max(middle, rest - middle), rest + middle + 1) if n % (middle * chunks) == 0]

@@ -1,6 +1,7 @@
 """One rank of tests/test_measure.py's two-rank ZeRO-1 mixed-precision check (spawned)."""
 from __future__ import annotations
 
+import datetime
 import sys
 
 import torch
@@ -10,7 +11,9 @@ import torch.nn as nn
 
 def main(rank: int, store: str, out: str) -> None:
     from paraplan.measure.parallel import FlatOptimizer, build_mesh
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    # a partner that never comes ends this rank in a minute, not gloo's default half hour
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=60))
     try:
         torch.manual_seed(0)
         model = nn.Linear(16, 16).to(torch.bfloat16)

@@ -175,3 +175,13 @@ def test_edge_stage_counts_are_refused_on_a_v_schedule(schedule):
     with pytest.raises(InputError) as info:
         simulate(load_model("llama3-8b"), load_cluster("dgx-h100"), cfg)
     assert "runs a V" in str(info.value)
+
+
+def test_a_last_stage_count_with_mtp_and_virtual_stages_splits_its_decoder_layers_as_megatron_core():
+    # 28 layers + 1 MTP, pp 4 x vpp 2, last stage 5 (4 decoder layers + the MTP): Megatron-Core
+    # gives each of the last stage's chunks 4 // 2 = 2 decoder layers and the MTP on the last;
+    # the step model split the 5 first and took the MTP from the last chunk (3, 1)
+    from paraplan.exports.common import chunk_layers
+    decoder, mtp = chunk_layers(28, 4, 2, 1, last_stage_layers=5)
+    # the last stage holds chunks 3 and 7 of the interleaved path
+    assert (decoder[3], decoder[7], mtp[7]) == (2, 2, 1) and sum(decoder) == 28

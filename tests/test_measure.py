@@ -533,9 +533,18 @@ def test_zero1_over_two_ranks_keeps_each_rank_s_fp32_master_shard_and_gathers_th
     import subprocess
     worker = Path(__file__).with_name("_zero1_mixed_worker.py")
     store, out = tmp_path / "store", tmp_path / "out"
-    env = {**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    procs = [subprocess.Popen([sys.executable, str(worker), str(r), str(store), str(out)], env=env) for r in (0, 1)]
-    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    import os
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p)}
+    procs = [subprocess.Popen([sys.executable, str(worker), str(r), str(store), str(out)], env=env,
+                              stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    try:
+        codes = [p.wait(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert codes == [0, 0], [p.stderr.read()[-2000:] for p in procs]
     got = [torch.load(f"{out}.{r}") for r in (0, 1)]
     assert torch.equal(got[0]["weight"], got[1]["weight"])
     assert (got[0]["lo"], got[1]["lo"]) == (0, got[0]["hi"])           # the two halves of the flat buffer

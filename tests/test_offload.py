@@ -119,3 +119,7 @@ def test_a_pcie_host_link_moves_its_raw_rate_less_encoding_and_packet_overhead()
     assert host_link_payload_bw("pcie-gen5-x16", 64e9) == pytest.approx(57.614e9, rel=1e-4)
     assert host_link_payload_bw("pcie-gen4-x16", 32e9) == pytest.approx(28.807e9, rel=1e-4)
     assert host_link_payload_bw("nvlink-c2c", 450e9) == 450e9
+    # the generation however it is spelt; 6.0's FLITs and 2.0's 8b/10b are not these packets
+    assert host_link_payload_bw("PCIe Gen5", 64e9) == host_link_payload_bw("pcie_gen5", 64e9) < 64e9
+    assert host_link_payload_bw("pcie6", 128e9) == host_link_payload_bw("pcie-gen6-x16", 128e9) == 128e9
+    assert host_link_payload_bw("pcie-gen2-x16", 8e9) == 8e9

@@ -86,7 +86,7 @@ def command(spec_path: str, out_dir: str, scheduler: str | None, workers: int | 
             now = time.perf_counter()
             if not sys.stderr.isatty() and now - said[0] >= PROGRESS_LINE_S and done < total:
                 said[0] = now
-                click.echo(f"swept {done:,} of {total:,} points ({100 * done / max(total, 1):.0f}%) in "
+                click.echo(f"swept {done:,} of {total:,} points ({100 * done // max(total, 1)}%) in "
                            f"{now - t0:.0f} s", err=True)
 
         try:
