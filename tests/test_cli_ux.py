@@ -499,3 +499,17 @@ def test_a_best_plan_offloading_activations_over_pcie_says_no_measured_run_backs
     sim = json.loads(one.stdout)
     sim = sim if isinstance(sim, dict) else sim[0]
     assert sim["step_time_s"] == pytest.approx(rows[0]["step_time_s"], rel=1e-9)
+
+
+def test_plan_prints_the_layers_per_chunk_it_priced_and_the_balanced_split_apart():
+    # Llama-3-8B on 16 H100, pp 2 x vpp 2: the step model prices (and the exports launch) 8 layers
+    # a chunk; the planner's dynamic-programming split of its per-layer costs (8, 9, 9, 6) was
+    # printed as "the best plan's layers per model chunk" though no number above was priced on it
+    args = ("plan", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "16", "--global-batch", "64", "--fix", "pp=2",
+            "--fix", "vpp=2", "--top", "1")
+    text = run(*args).stdout
+    assert "as priced and exported (4 chunks; stage:first-last layer): 0:0-7 1:8-15 2:16-23 3:24-31" in text
+    assert "not the one priced): 0:0-7 1:8-16 2:17-25 3:26-31" in text
+    data = json.loads(run(*args, "--json").stdout)
+    assert data["stage_layers"] == [[0, 8], [8, 16], [16, 24], [24, 32]]
+    assert data["balanced_stage_layers"] == [[0, 8], [8, 17], [17, 26], [26, 32]]

@@ -15,6 +15,7 @@ import sys
 import time
 
 import click
+import numpy as np
 
 from hardware_specs.catalog import load_cluster, load_stack
 from hardware_specs.errors import InputError
@@ -226,6 +227,25 @@ def wrap_command(command: str, width: int = 118, indent: str = "  ") -> str:
     return "\n".join(lines)
 
 
+def _priced_chunks(result: PlanResult, spec) -> list[tuple[int, int]]:
+    """The best plan's decoder layers per model chunk as [start, stop) ranges in layer order: the
+    layout the step model prices and the exports launch (``exports.common.chunk_layers``); [] when
+    there is no plan or no such layout (a hybrid model)."""
+    if not len(result.plans):
+        return []
+    from paraplan.exports.common import chunk_layers
+    best = result.plans.iloc[0]
+    model = spec if spec is not None else load_model(result.model)
+    try:
+        decoder, _ = chunk_layers(model.num_layers, int(best["pp"]), int(best["vpp"]), model.mtp_layers,
+                                  int(best.get("first_stage_layers", 0) or 0), int(best.get("last_stage_layers", 0) or 0),
+                                  str(best["schedule"]))
+    except (InputError, ValueError):
+        return []
+    starts = np.cumsum([0, *decoder[:-1]])
+    return [(int(a), int(a + d)) for a, d in zip(starts, decoder)]
+
+
 def _unmeasured_features(plan: dict, cluster) -> str:
     """The features of ``plan`` no row of the validation files measures (their time is the cost
     model's alone): activation offload over a PCIe host link (the public offload rows are GB200 /
@@ -282,7 +302,8 @@ def _json(result: PlanResult, top: int, pareto: bool, explain: bool, cluster) ->
                    "wall_s": result.wall_s, "eval_s": result.eval_s, "evals_per_s": result.evals_per_s},
         "pruned": dict(result.pruned),
         "plans": display(result.top(top), cluster).to_dict("records"),
-        "stage_layers": [list(x) for x in result.stage_layers] if result.stage_layers else None,
+        "stage_layers": [list(x) for x in _priced_chunks(result, None)] or None,
+        "balanced_stage_layers": [list(x) for x in result.stage_layers] if result.stage_layers else None,
         # what the best plan uses that no measured run in the validation files exercises ('' none)
         "best_unmeasured_features": _unmeasured_features(result.plans.iloc[0].to_dict(), cluster)
         if len(result.plans) else "",
@@ -375,7 +396,8 @@ def _csv(df) -> str:
 @click.option("--json", "as_json", is_flag=True,
               help="Print JSON (request, search counts, pruned, plans, stage_layers). request.gpus is the GPU "
                    "count, or {\"min\": lo, \"max\": hi} for a range; stage_layers lists the best plan's "
-                   "[start, end) per model chunk, 0-based and end-exclusive ([[0, 80]] = the table's 0:0-79).")
+                   "[start, end) decoder layers per model chunk as priced and exported, 0-based and end-exclusive "
+                   "([[0, 80]] = the table's 0:0-79); balanced_stage_layers a split minimising the slowest chunk.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print the top plans (or, with --pareto, the frontier) as CSV.")
 @click.option("--pareto", is_flag=True, help="Also print the throughput-vs-memory frontier (of the plans with more than "
                                                 "half the best plan's throughput) and, for a range, the throughput-vs-GPUs "
@@ -475,11 +497,16 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         return
     out = [_header(result, default_seq_len_note(spec, seq_len is not None)),
            _table(display(result.top(top), cl), show_gpus=is_range), CONFIG_LEGEND]
-    if result.stage_layers:
-        n = len(result.stage_layers)
+    priced = _priced_chunks(result, spec)
+    if priced:
+        n = len(priced)
         key = "stage:first-last layer" if n <= 16 else "n xk = k chunks of n layers"
-        out.append(f"best plan's layers per model chunk ({n} chunk{'s' if n > 1 else ''} = pp x vpp; {key}): "
-                   f"{stage_layers_text(result.stage_layers)}\n")
+        out.append(f"best plan's layers per model chunk, as priced and exported ({n} chunk{'s' if n > 1 else ''}; "
+                   f"{key}): {stage_layers_text(priced)}\n")
+        balanced = [tuple(x) for x in result.stage_layers] if result.stage_layers else None
+        if balanced and balanced != priced:
+            out.append(f"  a split minimising its slowest chunk's time (dynamic programming over per-layer costs; "
+                       f"not the one priced): {stage_layers_text(balanced)}\n")
     if len(result.plans):
         best = result.plans.iloc[0].to_dict()
         command = simulate_command(best, model, cluster, seq_len, stack_arg, switches)
