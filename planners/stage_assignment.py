@@ -1,8 +1,10 @@
 """Layers to pipeline stages: contiguous split minimising the slowest stage under a memory limit.
 
-The step model charges the slowest stage ceil(L/pp) layers plus the LM head; real layers are not
-all alike (embedding on the first stage, LM head and loss on the last, dense and MoE layers
-mixed, a layer count pp does not divide). ``assign_layers_to_stages`` finds the contiguous
+The step model prices the schedule's makespan on the standard layout
+(``simulator.stage_layout.position_layers``, which the exports launch); real layers are not all
+alike (embedding on the first stage, LM head and loss on the last, dense and MoE layers mixed,
+a layer count pp does not divide), so another split may balance them better: a suggestion
+``paraplan plan`` shows beside the priced layout, not priced itself. ``assign_layers_to_stages`` finds the contiguous
 split that minimises the slowest stage exactly, by dynamic programming over prefix sums
 (O(S L^2)); among the optimal splits it takes the most even one (least sum of squared stage
 times). ``assign_layers_ilp`` states the same problem as an integer program for pulp/CBC
