@@ -650,8 +650,7 @@ def _optimizer_offload_s(cluster: ClusterSpec, batch: ConfigBatch, params_offloa
     if host is None or host.memory_bw_bytes_per_s is None:
         raise InputError("offload_optimizer_fraction", f"cluster {cluster.name} states no host memory bandwidth "
                          "for the host's optimizer step", "add host: {memory_bw_gb_per_s: ...} to the cluster YAML")
-    step = offload.optimizer_offload_step(params_offloaded, GRAD_BUFFER_BYTES,
-                                          float(offload.host_link_payload_bw(host.link, host.link_bw_bytes_per_s)),
+    step = offload.optimizer_offload_step(params_offloaded, GRAD_BUFFER_BYTES, _link_bw(cluster, batch),
                                           host.memory_bw_bytes_per_s / cluster.gpus_per_node)
     return (np.maximum(step["grads_to_host_s"] - grad_window_s, 0.0) + step["host_step_s"]
             + step["weights_to_gpu_s"])

@@ -1,6 +1,7 @@
 """Checks that a parallel configuration fits a model and a GPU count (errors name the field)."""
 from __future__ import annotations
 
+from cost_models.context_parallel import ulysses_heads_ok
 from hardware_specs.errors import InputError
 from model_specs.model_spec import ModelSpec
 from simulator.parallel_config import ParallelConfig, Schedule
@@ -156,7 +157,7 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
         if "moe" in c.recompute_modules and model.moe is None:
             raise InputError("recompute_modules", f"moe recomputes the MoE layers; {model.name} has no experts",
                              "drop moe (mlp recomputes a dense MLP)")
-    if c.cp > 1 and c.cp_kind.value == "ulysses" and (model.num_heads % c.tp or (model.num_heads // c.tp) % c.cp):
+    if c.cp > 1 and c.cp_kind.value == "ulysses" and not ulysses_heads_ok(model.num_heads, c.tp, c.cp):
         # DeepSpeed-Ulysses (Jacobs et al. 2023, section 3.1) exchanges the sequence for the heads:
         # each of the cp ranks takes an equal share of the tp rank's query heads
         local = model.num_heads / c.tp

@@ -72,8 +72,6 @@ def command(spec_path: str, out_dir: str, scheduler: str | None, workers: int | 
         raise InputError("--out", f"{out} is a file", "give a folder")
     if not out.parent.is_dir():
         raise InputError("--out", f"folder {out.parent} does not exist", "create it first")
-    made = not out.exists()
-    out.mkdir(exist_ok=True)
     t0 = time.perf_counter()
     with click.progressbar(length=spec.n_points, label=f"sweeping {spec.n_points:,} points", file=sys.stderr,
                            hidden=not sys.stderr.isatty()) as bar:
@@ -89,12 +87,8 @@ def command(spec_path: str, out_dir: str, scheduler: str | None, workers: int | 
                 click.echo(f"swept {done:,} of {total:,} points ({100 * done // max(total, 1)}%) in "
                            f"{now - t0:.0f} s", err=True)
 
-        try:
-            df = run_sweep(spec, out, scheduler=scheduler, local=local, workers=workers, progress=progress)
-        except InputError:
-            if made and out.is_dir() and not any(out.iterdir()):    # the run never started: leave no folder
-                out.rmdir()
-            raise
+        # run_sweep makes the folder (and removes what it made if the run cannot start)
+        df = run_sweep(spec, out, scheduler=scheduler, local=local, workers=workers, progress=progress)
     wall = time.perf_counter() - t0
     paths = write_results(df, out)
     counts = df["status"].value_counts().to_dict()
