@@ -335,7 +335,12 @@ def render_simulation(report) -> str:
 @click.option("--decode-workers", type=POS, default=1, show_default=True, help="disagg: decode workers.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the report as JSON (times in ms as serve plan's: ttft_ms, tpot_ms, latency_ms; memory in bytes).")
-def simulate_cmd(as_json: bool, **opts) -> None:
+@click.option("--emit", is_flag=True,
+              help="Print the backend's launch script for this deployment (bash: vllm serve, sglang.launch_server "
+                   "or trtllm-serve with the settings priced) instead of the report.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False),
+              help="Write the output here (atomically) instead of stdout.")
+def simulate_cmd(as_json: bool, emit: bool, out_path: str | None, **opts) -> None:
     """How fast does one deployment of MODEL on SYSTEM serve requests of ISL prompt and OSL output
     tokens, with BATCH requests in flight per rank?
 
@@ -352,6 +357,11 @@ def simulate_cmd(as_json: bool, **opts) -> None:
     from simulator.serving.simulate import simulate_serving
 
     _refuse_other_modes_options(opts["mode"])
+    if as_json and emit:
+        raise InputError("--emit", "prints the launch script instead of the report, so --json would print nothing",
+                         "run --emit and --json as two commands")
+    if out_path is not None:
+        check_writable(out_path, "--out")
     ctx = _context(opts)
     common = dict(model=opts["model"], system=opts["system"], backend=ctx.stack.name, mode=opts["mode"],
                   isl=opts["isl"], osl=opts["osl"], dense_format=ctx.dense_format, expert_format=ctx.expert_format,
@@ -362,10 +372,22 @@ def simulate_cmd(as_json: bool, **opts) -> None:
         dep = Deployment(**common, prefill=_layout(opts, "prefill-", "prefill"), prefill_workers=opts["prefill_workers"],
                          decode=_layout(opts, "decode-", "decode"), decode_workers=opts["decode_workers"])
     report = simulate_serving(dep, ctx)
-    if as_json:
-        click.echo(dump_json(simulation_json(report)), nl=False)
+    if emit:
+        from paraplan.exports.serving import emit_serving
+        text = emit_serving(ctx, dep, report.metrics, title="paraplan serve simulate --emit")
+    elif as_json:
+        text = dump_json(simulation_json(report))
     else:
-        click.echo(render_simulation(report), nl=False)
+        text = render_simulation(report)
+    _write(text, out_path)
+
+
+def _write(text: str, out_path: str | None) -> None:
+    if out_path is not None:
+        write_atomic(out_path, text)
+        click.echo(f"wrote {out_path}", err=True)
+    else:
+        click.echo(text, nl=False)
 
 
 def _seconds_to_ms(data: dict) -> dict:
@@ -395,8 +417,8 @@ def simulation_json(report) -> dict:
 # --------------------------------------------------------------------------------------------
 
 #: the layouts' degrees, beside their labels, so --json / --csv need no label parsing
-_DEGREE_COLUMNS = ("tp", "pp", "adp", "moe_tp", "moe_ep", "prefill_tp", "prefill_adp", "prefill_moe_tp", "prefill_moe_ep",
-                   "decode_tp", "decode_adp", "decode_moe_tp", "decode_moe_ep")
+_DEGREE_COLUMNS = ("tp", "pp", "adp", "moe_tp", "moe_ep", "prefill_tp", "prefill_pp", "prefill_adp", "prefill_moe_tp",
+                   "prefill_moe_ep", "decode_tp", "decode_pp", "decode_adp", "decode_moe_tp", "decode_moe_ep")
 
 
 #: columns that count something: whole numbers in --json / --csv (empty where the mode has none)
@@ -467,6 +489,61 @@ def simulate_command(row, opts: dict, moe: bool = True) -> str:
     return " ".join(shlex.quote(a) for a in args)
 
 
+def deployment_of_row(row, ctx, opts: dict):
+    """The ``Deployment`` a ``serve plan`` row describes, and its metrics in seconds (as
+    ``ServingReport.metrics``) for the launch header."""
+    from simulator.serving.deployment import Deployment, WorkerLayout
+
+    def lay(prefix: str, batch_col: str, where: str) -> WorkerLayout:
+        return WorkerLayout(tp=int(row[prefix + "tp"]), pp=int(row.get(prefix + "pp", 1) or 1), adp=int(row[prefix + "adp"]),
+                            moe_tp=int(row[prefix + "moe_tp"]), moe_ep=int(row[prefix + "moe_ep"]),
+                            batch=int(row[batch_col]), where=where)
+
+    common = dict(model=ctx.model.name, system=ctx.cluster.name, backend=ctx.stack.name, mode=row["mode"],
+                  isl=opts["isl"], osl=opts["osl"], dense_format=ctx.dense_format, expert_format=ctx.expert_format,
+                  kv_cache_dtype=opts["kv_cache_dtype"])
+    if row["mode"] == "agg":
+        dep = Deployment(**common, layout=lay("", "batch", "layout"), workers=int(row["workers"]))
+    else:
+        dep = Deployment(**common, prefill=lay("prefill_", "prefill_batch", "prefill"),
+                         prefill_workers=int(row["prefill_workers"]), decode=lay("decode_", "batch", "decode"),
+                         decode_workers=int(row["decode_workers"]))
+    metrics = {"ttft_s": row["ttft_ms"] / 1e3, "tpot_s": row["tpot_ms"] / 1e3,
+               "tokens_per_s_per_gpu": row["tokens_per_s_per_gpu"]}
+    return dep, metrics
+
+
+#: candidates tried, fastest first, for one the backend can launch as priced
+_RUNNABLE_TRIES = 5000
+
+
+def runnable_launch(plan, ctx, opts: dict):
+    """(``ServingLaunch``, note): the best candidate meeting the SLO that the backend can launch
+    as priced (``paraplan.exports.serving.refusal``), and a note saying whether it is the
+    winner, else its rank and how many tokens/s/GPU it gives up and why the winner cannot run."""
+    from paraplan.exports.serving import refusal
+    from paraplan.exports.serving_common import launch_of
+    meets = plan.candidates[plan.candidates["meets_slo"].astype(bool)]
+    meets = meets.sort_values("tokens_per_s_per_gpu", ascending=False, kind="stable")
+    first_err = None
+    for rank, (_, row) in enumerate(meets.head(_RUNNABLE_TRIES).iterrows()):
+        dep, metrics = deployment_of_row(row, ctx, opts)
+        launch = launch_of(ctx, dep, metrics)
+        err = refusal(launch)
+        if err is None:
+            if rank == 0:
+                return launch, f"the winner runs in {ctx.stack.framework} as priced"
+            loss = 1.0 - row["tokens_per_s_per_gpu"] / meets.iloc[0]["tokens_per_s_per_gpu"]
+            return launch, (f"best layout {ctx.stack.framework} can launch: rank {rank + 1} of {len(meets)} meeting the "
+                            f"SLO, {100 * loss:.1f}% fewer tokens/s/GPU than the winner ({first_err.field}: "
+                            f"{first_err.message})")
+        first_err = first_err or err
+    raise InputError("--emit", f"none of the {min(len(meets), _RUNNABLE_TRIES)} layouts meeting the SLO runs in "
+                     f"{ctx.stack.framework} as priced ({first_err.field}: {first_err.message})"
+                     if first_err is not None else "no layout meets the SLO, so there is nothing to launch",
+                     first_err.fix if first_err is not None else "relax --ttft-ms / --tpot-ms (the table says what binds)")
+
+
 def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, opts: dict | None = None) -> str:
     from planners.serving.labels import prompts_per_step
     b = plan.best
@@ -524,8 +601,11 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
 @click.option("--csv", "as_csv", is_flag=True, help="The front as CSV.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Write the output here (atomically) instead of stdout.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Draw the Pareto front to this PNG/SVG/PDF.")
+@click.option("--emit", is_flag=True,
+              help="Print the winner's launch script for the backend (bash: vllm serve, sglang.launch_server or "
+                   "trtllm-serve with the settings priced, and the benchmark that measures it) instead of the table.")
 def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: int, no_pp: bool, top: int,
-             as_json: bool, as_csv: bool, out_path: str | None, plot_path: str | None, **opts) -> None:
+             as_json: bool, as_csv: bool, out_path: str | None, plot_path: str | None, emit: bool, **opts) -> None:
     """Which layout serves MODEL on GPUS GPUs of SYSTEM with the most output tokens/s per GPU while
     mean TTFT <= TTFT_MS and TPOT <= TPOT_MS?
 
@@ -549,6 +629,9 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
 
     if as_json and as_csv:
         raise InputError("--json", "give --json or --csv, not both", "drop one of the two")
+    if emit and (as_json or as_csv):
+        raise InputError("--emit", f"prints the launch script instead of the table, so {'--json' if as_json else '--csv'} "
+                         "would print nothing", "run them as two commands")
     check_distinct_paths({"--out": out_path, "--plot": plot_path})
     if out_path is not None:
         check_writable(out_path, "--out")
@@ -558,7 +641,13 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
     search = ("agg", "disagg") if modes == "both" else (modes,)
     plan = plan_serving(ctx, gpus, opts["isl"], opts["osl"], ttft_ms, tpot_ms, modes=search, max_batch=max_batch,
                         allow_pp=not no_pp)
-    if as_json:
+    if emit:
+        from paraplan.exports.serving import emit_launch
+        launch, note = runnable_launch(plan, ctx, opts)
+        click.echo(f"paraplan: {note}", err=True)
+        text = emit_launch(launch, title=f"paraplan serve plan --emit: {note}; {gpus} GPUs, TTFT <= {ttft_ms:g} ms, "
+                                         f"TPOT <= {tpot_ms:g} ms")
+    elif as_json:
         best = {k: plan.best[k] for k in plan.best.index if k in _PLAN_COLUMNS or "_" in k}
         best.update(_records(plan.best.to_frame().T)[0])     # with every degree, as whole numbers
         if best.get("max_batch_per_rank") is not None:      # a count of requests, as serve simulate --json

@@ -144,8 +144,8 @@ def _disagg(ctx, gpus: int, isl: int, osl: int, max_batch: int) -> pd.DataFrame:
     d_lab = np.array(worker_labels(dcols["tp"], dcols["pp"], dcols["adp"], dcols["moe_tp"], dcols["moe_ep"], moe))
     df = pd.DataFrame({
         "mode": "disagg", "prefill_layout": p_lab[pi], "decode_layout": d_lab[di],
-        "prefill_tp": p["tp"][pi], "prefill_adp": p["adp"][pi], "prefill_moe_tp": p["moe_tp"][pi],
-        "prefill_moe_ep": p["moe_ep"][pi], "decode_tp": dcols["tp"][di], "decode_adp": dcols["adp"][di],
+        "prefill_tp": p["tp"][pi], "prefill_pp": p["pp"][pi], "prefill_adp": p["adp"][pi], "prefill_moe_tp": p["moe_tp"][pi],
+        "prefill_moe_ep": p["moe_ep"][pi], "decode_tp": dcols["tp"][di], "decode_pp": dcols["pp"][di], "decode_adp": dcols["adp"][di],
         "decode_moe_tp": dcols["moe_tp"][di], "decode_moe_ep": dcols["moe_ep"][di],
         "prefill_batch": pb[bi][pi], "batch": dcols["batch"][di], "prefill_workers": npw, "decode_workers": ndw,
         "gpus_used": out["gpus"], "concurrency": dsel["clients"] * ndw,

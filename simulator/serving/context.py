@@ -32,6 +32,8 @@ class ServingContext:
         dense_format, expert_format: weight formats (canonical names).
         kv_bytes: bytes per KV-cache element.
         token_budget: tokens one step may process on this GPU (the stack's budget).
+        kv_cache_dtype: the KV-cache dtype priced, ``auto`` resolved by the stack and checkpoint
+            rules of ``build`` (``fp8``, ``bf16``, ``fp16``; ``auto`` = the 16-bit model dtype).
     """
 
     model: ModelSpec
@@ -42,6 +44,7 @@ class ServingContext:
     expert_format: str
     kv_bytes: float
     token_budget: int
+    kv_cache_dtype: str = "auto"
 
     @property
     def behaviour(self) -> ServingBehaviour:
@@ -111,4 +114,5 @@ class ServingContext:
             kv = "fp8"
         eff = efficiency if efficiency is not None else load_serving_efficiency(c.gpu.generation)
         return cls(model=m, cluster=c, stack=stack, efficiency=eff, dense_format=dense, expert_format=expert,
-                   kv_bytes=kv_dtype_bytes(kv), token_budget=stack.serving.token_budget(c.gpu.hbm_bytes))
+                   kv_bytes=kv_dtype_bytes(kv), token_budget=stack.serving.token_budget(c.gpu.hbm_bytes),
+                   kv_cache_dtype=kv)

@@ -1,0 +1,44 @@
+"""A priced serving deployment as the launch script of the engine it was priced for.
+
+``emit_serving(context, deployment, metrics)``: the ``ServingLaunch`` of the deployment
+(``serving_common.launch_of``) written by the module of the stack's framework (``vllm_serve``,
+``sglang_serve``, ``trtllm_serve``), after that module's ``refusal`` (a layout the engine cannot
+run as priced raises ``InputError`` naming the field) and a check of every flag against the
+engine's parser table (``serving_flags``).
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+from hardware_specs.errors import InputError
+from paraplan.exports import sglang_serve, trtllm_serve, vllm_serve
+from paraplan.exports.serving_common import ServingLaunch, launch_of, render_script
+
+ENGINES = {"vllm": vllm_serve, "sglang": sglang_serve, "trtllm": trtllm_serve}
+
+
+def engine_module(framework: str):
+    """The export module of a serving framework."""
+    key = str(framework).strip().lower()
+    if key not in ENGINES:
+        raise InputError("--emit", f"no launch export for the {framework!r} serving stack",
+                         "plan with -b vllm, sglang or trtllm")
+    return ENGINES[key]
+
+
+def refusal(launch: ServingLaunch) -> InputError | None:
+    """Why the launch's engine cannot run it as priced, or None."""
+    return engine_module(launch.framework).refusal(launch)
+
+
+def emit_launch(launch: ServingLaunch, title: str = "") -> str:
+    mod = engine_module(launch.framework)
+    err = mod.refusal(launch)
+    if err is not None:
+        raise err
+    return render_script(launch, mod, title or "written by paraplan serve")
+
+
+def emit_serving(context, deployment, metrics: Mapping[str, float], title: str = "") -> str:
+    """The bash script that starts ``deployment`` as priced in ``context`` (see the module doc)."""
+    return emit_launch(launch_of(context, deployment, metrics), title)

@@ -1,0 +1,355 @@
+"""What every serving export shares: a priced deployment as the engine processes to start.
+
+``launch_of(context, deployment, metrics)`` turns a ``simulator.serving`` deployment (the one
+``serve simulate`` priced, or ``serve plan``'s winner) into a ``ServingLaunch``: which
+checkpoint to load (one storing the weight formats that were priced), the engine settings the
+prediction assumed (token budget, running-request cap, memory share, KV-cache dtype, CUDA-graph
+batch), and where each worker runs (``placement``: workers packed onto hosts of
+``gpus_per_host`` GPUs, a worker larger than a host spanning whole hosts). The engine modules
+(``vllm_serve``, ``sglang_serve``, ``trtllm_serve``) write that as their own command lines, and
+``render_script`` wraps them in one bash script that every host of the deployment runs with its
+own ``HOST_INDEX``.
+"""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Mapping
+
+from hardware_specs.errors import InputError
+
+#: Hugging Face checkpoints whose stored weight formats are known: (model preset, dense GEMM
+#: format, routed-expert format) -> repository. Each is the repository's own statement of its
+#: format (its config.json ``quantization_config`` or model card); only these are offered as
+#: the default ``MODEL`` of an export, any other priced format asks for a checkpoint.
+CHECKPOINTS: Mapping[tuple[str, str, str], str] = {
+    # 16-bit releases (config.json torch_dtype bfloat16, no quantization_config)
+    ("llama3.1-8b", "bf16", "bf16"): "meta-llama/Llama-3.1-8B-Instruct",
+    ("llama3.1-70b", "bf16", "bf16"): "meta-llama/Llama-3.1-70B-Instruct",
+    ("llama3.1-405b", "bf16", "bf16"): "meta-llama/Llama-3.1-405B-Instruct",
+    ("qwen3-32b", "bf16", "bf16"): "Qwen/Qwen3-32B",
+    ("qwen3-235b-a22b", "bf16", "bf16"): "Qwen/Qwen3-235B-A22B",
+    ("qwen3-30b-a3b", "bf16", "bf16"): "Qwen/Qwen3-30B-A3B",
+    # the authors' block-scaled FP8 releases (quantization_config quant_method fp8,
+    # weight_block_size [128, 128])
+    ("deepseek-r1", "fp8_block", "fp8_block"): "deepseek-ai/DeepSeek-R1",
+    ("deepseek-v3", "fp8_block", "fp8_block"): "deepseek-ai/DeepSeek-V3",
+    ("qwen3-235b-a22b", "fp8_block", "fp8_block"): "Qwen/Qwen3-235B-A22B-FP8",
+    # NVIDIA ModelOpt exports (hf_quant_config.json quant_algo FP8 / NVFP4, KV FP8)
+    ("llama3.1-8b", "fp8", "fp8"): "nvidia/Llama-3.1-8B-Instruct-FP8",
+    ("deepseek-r1", "nvfp4", "nvfp4"): "nvidia/DeepSeek-R1-NVFP4",
+    ("qwen3-32b", "nvfp4", "nvfp4"): "nvidia/Qwen3-32B-NVFP4",
+    # OpenAI's release: attention and dense layers in bf16, the routed experts in MXFP4
+    ("gpt-oss-120b", "bf16", "mxfp4"): "openai/gpt-oss-120b",
+    ("gpt-oss-20b", "bf16", "mxfp4"): "openai/gpt-oss-20b",
+}
+#: formats an engine can make at load time from a 16-bit checkpoint (``--quantization fp8``:
+#: per-tensor FP8 weights, dynamic activation scales)
+ONLINE_QUANTISATION = {"fp8"}
+#: engines that quantise a 16-bit checkpoint to FP8 at load time: vLLM (docs "FP8 W8A8": "online
+#: dynamic quantization ... --quantization fp8") and SGLang (docs "Quantization": online
+#: quantization with ``--quantization fp8``); TensorRT-LLM's PyTorch backend reads the format of
+#: a pre-quantised (ModelOpt) checkpoint (docs "Quantization": "the PyTorch backend ... supports
+#: pre-quantized checkpoints"), so it needs one
+ONLINE_FP8_ENGINES = frozenset({"vllm", "sglang"})
+#: first port of the workers on a host; a host's k-th worker listens on BASE_PORT + k
+BASE_PORT = 8000
+#: the router / disaggregated front end's port on host 0
+FRONT_PORT = 8080
+SIXTEEN_BIT = ("bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One engine instance: ``role`` (``agg``, ``prefill`` or ``decode``), its index within the
+    role, its layout's degrees, the hosts it runs on (``first_host`` .. + ``hosts`` - 1), the
+    GPU ids it uses on each (all of them when it spans hosts) and its HTTP port."""
+
+    role: str
+    index: int
+    tp: int
+    pp: int
+    adp: int
+    moe_tp: int
+    moe_ep: int
+    batch: int
+    first_host: int
+    hosts: int
+    gpu_ids: tuple[int, ...]
+    port: int
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.adp
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}{self.index}"
+
+
+@dataclass(frozen=True)
+class ServingLaunch:
+    """A priced serving deployment, as an engine must be started to run it as priced.
+
+    Attributes:
+        model_name: the model preset; ``checkpoint`` its Hugging Face repository storing the
+            priced formats, or None (the script then asks for ``MODEL``); ``online_fp8``: load a
+            16-bit checkpoint and quantise to per-tensor FP8 at start (``--quantization fp8``).
+        dense_format, expert_format, kv_cache_dtype: as priced (``auto`` resolved: ``bf16``,
+            ``fp16`` or ``fp8``); ``model_dtype``: the activations' 16-bit dtype.
+        isl, osl: the request shape priced; ``max_model_len`` = isl + osl.
+        token_budget, max_running_requests (0 = the engine derives it from the KV pool),
+        cuda_graph_max_batch, memory_fraction (the engine's own memory setting, in its meaning),
+        overlap_scheduler: the stack behaviour the prediction assumed.
+        workers: every engine instance and where it runs; ``hosts``: hosts in all;
+        ``gpus_per_host``.
+        stack, framework: the serving stack priced and its framework.
+        predicted: the prediction's headline numbers (ttft_ms, tpot_ms, tokens_per_s_per_gpu,
+            concurrency), quoted in the script's header; ``prior``: they rest on an unfitted prior.
+    """
+
+    model_name: str
+    checkpoint: str | None
+    online_fp8: bool
+    dense_format: str
+    expert_format: str
+    kv_cache_dtype: str
+    model_dtype: str
+    moe: bool
+    mode: str
+    isl: int
+    osl: int
+    token_budget: int
+    max_running_requests: int
+    cuda_graph_max_batch: int
+    memory_fraction: float
+    overlap_scheduler: bool
+    workers: tuple[Worker, ...]
+    hosts: int
+    gpus_per_host: int
+    stack: str
+    framework: str
+    system: str
+    gpu: str
+    predicted: Mapping[str, float]
+    prior: bool
+
+    @property
+    def max_model_len(self) -> int:
+        return int(self.isl + self.osl)
+
+    def role(self, name: str) -> tuple[Worker, ...]:
+        return tuple(w for w in self.workers if w.role == name)
+
+
+def checkpoint_for(model_name: str, dense: str, expert: str, moe: bool, online_ok: bool = True) -> tuple[str | None, bool]:
+    """(repository, online_fp8): the checkpoint storing ``dense`` / ``expert`` weights (a dense
+    model's experts are its dense format), or a 16-bit one quantised to FP8 at load time when
+    FP8 was priced and only a 16-bit release is known; (None, False) when no known checkpoint
+    stores the priced formats."""
+    expert = expert if moe else dense
+    repo = CHECKPOINTS.get((model_name, dense, expert))
+    if repo is not None:
+        return repo, False
+    if online_ok and dense in ONLINE_QUANTISATION and expert == dense:
+        base = CHECKPOINTS.get((model_name, "bf16", "bf16"))
+        if base is not None:
+            return base, True
+    return None, False
+
+
+def placement(layouts: list[tuple[str, object, int]], gpus_per_host: int) -> tuple[tuple[Worker, ...], int]:
+    """Workers packed onto hosts in the order given: ``layouts`` is (role, WorkerLayout, count)
+    per role. A worker of at most one host's GPUs takes the next free block of GPUs on the
+    current host (a new host when they do not fit); a larger worker takes whole hosts of its
+    own, ceil(gpus / gpus_per_host). Returns the workers and the hosts used."""
+    n = int(gpus_per_host)
+    workers: list[Worker] = []
+    host, next_gpu, slot = 0, 0, 0
+    for role, lay, count in layouts:
+        g = lay.tp * lay.pp * lay.adp
+        for i in range(int(count)):
+            if g <= n:
+                if next_gpu + g > n:
+                    host, next_gpu, slot = host + 1, 0, 0
+                ids = tuple(range(next_gpu, next_gpu + g))
+                workers.append(Worker(role, i, lay.tp, lay.pp, lay.adp, lay.moe_tp, lay.moe_ep, lay.batch, host, 1,
+                                      ids, BASE_PORT + slot))
+                next_gpu, slot = next_gpu + g, slot + 1
+            else:
+                if next_gpu:
+                    host, next_gpu, slot = host + 1, 0, 0
+                span = -(-g // n)
+                if g % n:
+                    raise InputError(f"{role}.gpus", f"a worker of {g} GPUs does not fill whole hosts of {n}",
+                                     f"use a worker of a multiple of {n} GPUs, or of at most {n}")
+                workers.append(Worker(role, i, lay.tp, lay.pp, lay.adp, lay.moe_tp, lay.moe_ep, lay.batch, host, span,
+                                      tuple(range(n)), BASE_PORT))
+                host += span
+    hosts = host + (1 if next_gpu else 0)
+    return tuple(workers), max(hosts, 1)
+
+
+def resolved_kv_dtype(context) -> str:
+    """The KV-cache dtype the prediction used: ``fp8``, or the 16-bit dtype (``bf16``/``fp16``)."""
+    return "fp8" if context.kv_bytes <= 1 else ("fp16" if context.kv_cache_dtype == "fp16" else "bf16")
+
+
+def engine_memory_fraction(behaviour, hbm_bytes: float) -> float:
+    """The engine's memory setting that gives the KV pool the prediction assumed
+    (``cost_models.serving_memory.kv_pool_bytes_per_gpu``): the stack's ``gpu_memory_fraction``
+    for an engine that states it (vLLM ``gpu_memory_utilization``, TensorRT-LLM
+    ``free_gpu_memory_fraction``); for one that keeps ``runtime_reserved_gib`` out of the device
+    memory and counts the activations inside it (SGLang), (memory - reserve) / memory."""
+    if behaviour.reserve_covers_activations and behaviour.memory_fraction_of == "total":
+        reserve = behaviour.runtime_reserved_gib * 2**30
+        return round(max(0.0, min(1.0, behaviour.gpu_memory_fraction * (hbm_bytes - reserve) / hbm_bytes)), 3)
+    return round(float(behaviour.gpu_memory_fraction), 3)
+
+
+def launch_of(context, deployment, metrics: Mapping[str, float]) -> ServingLaunch:
+    """The ``ServingLaunch`` of ``deployment`` as priced in ``context`` (a ``ServingContext``),
+    with the prediction's ``metrics`` (seconds, as ``ServingReport.metrics``)."""
+    model, beh, cluster = context.model, context.behaviour, context.cluster
+    moe = model.moe is not None
+    framework = context.stack.framework.lower()
+    checkpoint, online = checkpoint_for(model.name, context.dense_format, context.expert_format, moe,
+                                        online_ok=framework in ONLINE_FP8_ENGINES)
+    if deployment.mode == "agg":
+        groups = [("agg", deployment.layout, deployment.workers)]
+    else:
+        groups = [("prefill", deployment.prefill, deployment.prefill_workers),
+                  ("decode", deployment.decode, deployment.decode_workers)]
+    per_host = cluster.launch_gpus_per_host
+    workers, hosts = placement(groups, per_host)
+    predicted = {"ttft_ms": 1e3 * float(metrics["ttft_s"]), "tpot_ms": 1e3 * float(metrics["tpot_s"]),
+                 "tokens_per_s_per_gpu": float(metrics["tokens_per_s_per_gpu"]),
+                 "concurrency": float(deployment.concurrency)}
+    return ServingLaunch(
+        model_name=model.name, checkpoint=checkpoint, online_fp8=online, dense_format=context.dense_format,
+        expert_format=context.expert_format, kv_cache_dtype=resolved_kv_dtype(context),
+        model_dtype="float16" if context.dense_format == "fp16" else "bfloat16", moe=moe, mode=deployment.mode,
+        isl=deployment.isl, osl=deployment.osl, token_budget=int(context.token_budget),
+        max_running_requests=int(beh.max_running_requests), cuda_graph_max_batch=int(beh.cuda_graph_max_batch),
+        memory_fraction=engine_memory_fraction(beh, cluster.gpu.hbm_bytes), overlap_scheduler=bool(beh.overlap_scheduler),
+        workers=workers, hosts=hosts, gpus_per_host=per_host, stack=context.stack.name,
+        framework=framework, system=cluster.name, gpu=cluster.gpu.name, predicted=predicted,
+        prior=bool(context.efficiency.prior))
+
+
+# --------------------------------------------------------------------------------------------
+# the script
+# --------------------------------------------------------------------------------------------
+
+def shell_word(word: str) -> str:
+    """``word`` quoted for bash; a word holding ``$`` (a variable the script sets) in double
+    quotes so that it expands, everything else as ``shlex.quote`` does."""
+    if "$" in word:
+        return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return shlex.quote(word)
+
+
+def command_line(argv: list[str], indent: str = "  ") -> str:
+    """``argv`` as a bash command: the program and its positional words on one line, then one
+    option and its value per continued line (a further word after an option's value, such as
+    the next of several URLs or the program an MPI launcher starts, on a line of its own)."""
+    parts: list[list[str]] = []
+    for word in argv:
+        flag_open = parts and parts[-1][0].startswith("-") and len(parts[-1]) == 1
+        program = parts and len(parts) == 1 and not parts[0][0].startswith("-")
+        if parts and not word.startswith("-") and (flag_open or program):
+            parts[-1].append(word)
+        else:
+            parts.append([word])
+    lines = [" ".join(shell_word(w) for w in p) for p in parts]
+    return (" \\\n" + indent + "  ").join(lines)
+
+
+def _model_line(launch: ServingLaunch) -> str:
+    if launch.checkpoint is not None:
+        return f'MODEL="${{MODEL:-{launch.checkpoint}}}"'
+    fmt = launch.dense_format if not launch.moe or launch.expert_format == launch.dense_format else \
+        f"{launch.dense_format} weights and {launch.expert_format} experts"
+    known = [(key, repo) for key, repo in CHECKPOINTS.items() if key[0] == launch.model_name]
+    hint = ""
+    if known:
+        (_, dense, expert), repo = known[0]
+        hint = f"; or plan with --precision {dense}" + (f" --expert-precision {expert}" if expert != dense else "") + \
+            f" for {repo}"
+    return f'MODEL="${{MODEL:?set MODEL to a {launch.model_name} checkpoint storing {fmt}, the formats priced{hint}}}"'
+
+
+def render_script(launch: ServingLaunch, engine, title: str) -> str:
+    """The deployment as one bash script: a header with what was priced, then per host the
+    workers it starts (``HOST_INDEX`` picks the host, ``HOSTS`` names them all), the router or
+    disaggregated front end on host 0, and the benchmark that measures what was predicted."""
+    p = launch.predicted
+    out = ["#!/usr/bin/env bash",
+           f"# {title}",
+           f"# paraplan serving plan for {engine.RELEASE}: {launch.model_name} on {launch.hosts} host(s) of "
+           f"{launch.gpus_per_host} x {launch.gpu} ({launch.system}), stack {launch.stack}",
+           f"# predicted: TTFT {p['ttft_ms']:.0f} ms, TPOT {p['tpot_ms']:.1f} ms, {p['tokens_per_s_per_gpu']:,.0f} "
+           f"tokens/s/GPU at {int(p['concurrency'])} requests in flight (isl {launch.isl}, osl {launch.osl})"
+           + (" [rests on an unfitted prior]" if launch.prior else ""),
+           f"# priced formats: weights {launch.dense_format}"
+           + (f", experts {launch.expert_format}" if launch.moe else "") + f", KV cache {launch.kv_cache_dtype}"
+           + ("; the 16-bit checkpoint is quantised to FP8 at load time" if launch.online_fp8 else ""),
+           f"# engine settings as priced: token budget {launch.token_budget}, "
+           + (f"at most {launch.max_running_requests} running requests, " if launch.max_running_requests else "")
+           + f"memory setting {launch.memory_fraction:g}, CUDA graphs up to batch {launch.cuda_graph_max_batch}",
+           "#",
+           "# Run on every host with HOST_INDEX set (0 .. " + str(launch.hosts - 1) + ") and HOSTS naming the hosts in order:",
+           f"#   HOSTS=\"{' '.join(f'node{i}' for i in range(launch.hosts))}\" HOST_INDEX=0 bash this.sh",
+           "# workers:"]
+    for w in launch.workers:
+        where = (f"host {w.first_host}, GPUs {w.gpu_ids[0]}-{w.gpu_ids[-1]}" if w.hosts == 1 else
+                 f"hosts {w.first_host}-{w.first_host + w.hosts - 1} (all GPUs)")
+        out.append(f"#   {w.name}: {engine.layout_text(w)}, {w.batch} "
+                   f"{'prompts per step' if w.role == 'prefill' else 'requests'} per rank; {where}; port {w.port}")
+    out += ["set -euo pipefail",
+            _model_line(launch),
+            'read -r -a HOST <<< "${HOSTS:-localhost}"',
+            'HOST_INDEX="${HOST_INDEX:-0}"',
+            'WORKDIR="${WORKDIR:-$(pwd)}"']
+    if launch.hosts > 1:
+        out += [f'if [ "${{#HOST[@]}}" -lt {launch.hosts} ]; then',
+                f'  echo "HOSTS must name the {launch.hosts} hosts of this deployment" >&2; exit 2', "fi"]
+    for name, body in engine.shared_files(launch).items():
+        text, expand = body if isinstance(body, tuple) else (body, False)
+        # a file naming the hosts expands ${HOST[i]} when the script runs; others are literal
+        marker = "PARAPLAN_EOF" if expand else "'PARAPLAN_EOF'"
+        out += [f"cat > \"$WORKDIR/{name}\" <<{marker}", text.rstrip("\n"), "PARAPLAN_EOF"]
+    out.append('case "$HOST_INDEX" in')
+    for host in range(launch.hosts):
+        out.append(f"  {host})")
+        for w in launch.workers:
+            if not w.first_host <= host < w.first_host + w.hosts:
+                continue
+            node_rank = host - w.first_host
+            argv = engine.worker_command(launch, w, node_rank)
+            if not argv:
+                out.append(f"    # {w.name}: started from host {w.first_host}")
+                continue
+            env = "" if w.hosts > 1 else f"CUDA_VISIBLE_DEVICES={','.join(str(i) for i in w.gpu_ids)} "
+            out.append(f"    # {w.name}" + (f", node {node_rank} of {w.hosts}" if w.hosts > 1 else ""))
+            out.append("    " + env + command_line(argv, indent="    ") + " &")
+        if host == 0:
+            front = engine.front_command(launch)
+            if front:
+                out.append("    # the front end clients talk to (port " + str(FRONT_PORT) + ")")
+                out.append("    " + command_line(front, indent="    ") + " &")
+        out.append("    ;;")
+    out += ["  *) echo \"HOST_INDEX must be 0 .. " + str(launch.hosts - 1) + "\" >&2; exit 2 ;;", "esac"]
+    out.append("# measure what was predicted once the servers answer (a closed loop at the priced concurrency):")
+    front = engine.front_command(launch) is not None
+    if front or len(launch.workers) == 1:
+        w = launch.workers[0]
+        targets = [("${HOST[0]}" if front else f"${{HOST[{w.first_host}]}}", FRONT_PORT if front else w.port,
+                    int(launch.predicted["concurrency"]))]
+    else:       # separate engines without a router: each its own share of the clients
+        out.append("# (no router over the workers: one benchmark per worker, each with its share of the clients)")
+        targets = [(f"${{HOST[{w.first_host}]}}", w.port, w.batch * w.adp) for w in launch.workers]
+    for host_expr, port, clients in targets:
+        out.append("#   " + " ".join(shell_word(x) for x in engine.bench_command(launch, host_expr, port, clients)))
+    out += ["wait", ""]
+    return "\n".join(out)

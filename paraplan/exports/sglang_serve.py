@@ -1,0 +1,102 @@
+"""A priced serving deployment as SGLang ``python -m sglang.launch_server`` commands (bash).
+
+Each worker is one SGLang server over tp x adp x pp GPUs: ``--tp-size`` is the GPUs of one
+pipeline stage (tp x adp), ``--dp-size`` adp with ``--enable-dp-attention`` splits attention
+into adp data-parallel groups of tp GPUs each (python/sglang/srt/layers/dp_attention.py: the
+attention tensor-parallel size is tp_size / dp_size), and ``--ep-size`` moe_ep puts the experts
+over the same ranks with moe_tp = tp_size / ep_size (``ServerArgs``). A worker spanning hosts
+starts one process per host (``--nnodes``, ``--node-rank``, ``--dist-init-addr``). Several
+aggregated workers are put behind ``sglang_router`` (``--worker-urls``); a disaggregated
+deployment starts prefill and decode servers (``--disaggregation-mode``) and the router in
+``--pd-disaggregation`` mode with each prefill server's bootstrap port. The engine settings the
+prediction assumed (token budget ``--chunked-prefill-size``, memory share
+``--mem-fraction-static``, KV dtype, CUDA-graph batch) are passed explicitly.
+"""
+from __future__ import annotations
+
+from hardware_specs.errors import InputError
+from paraplan.exports.serving_common import FRONT_PORT, ServingLaunch, Worker
+
+FRAMEWORK = "sglang"
+RELEASE = "SGLang 0.5"
+#: the torch.distributed rendezvous port of a multi-host worker, on its first host
+DIST_PORT = 5000
+#: first prefill bootstrap port on a host (SGLang's default 8998), one per prefill server
+BOOTSTRAP_PORT = 8998
+
+
+def layout_text(w: Worker) -> str:
+    parts = [f"tp {w.tp * w.adp}"] + ([f"dp-attention {w.adp}"] if w.adp > 1 else []) + \
+        ([f"pp {w.pp}"] if w.pp > 1 else [])
+    return " x ".join(parts) + (f", experts ep {w.moe_ep}" if w.moe_ep > 1 else "")
+
+
+def refusal(launch: ServingLaunch) -> InputError | None:
+    return None
+
+
+def _bootstrap_port(w: Worker, launch: ServingLaunch) -> int:
+    return BOOTSTRAP_PORT + (w.port - launch.workers[0].port if w.hosts == 1 else 0)
+
+
+def worker_command(launch: ServingLaunch, w: Worker, node_rank: int) -> list[str]:
+    """``sglang.launch_server`` for node ``node_rank`` of worker ``w``."""
+    argv = ["python", "-m", "sglang.launch_server", "--model-path", "$MODEL", "--host", "0.0.0.0", "--port", str(w.port),
+            "--tp-size", str(w.tp * w.adp)]
+    if w.pp > 1:
+        argv += ["--pp-size", str(w.pp)]
+    if w.adp > 1:
+        argv += ["--dp-size", str(w.adp), "--enable-dp-attention"]
+    if launch.moe and w.moe_ep > 1:
+        argv += ["--ep-size", str(w.moe_ep)]
+    if w.hosts > 1:
+        argv += ["--nnodes", str(w.hosts), "--node-rank", str(node_rank),
+                 "--dist-init-addr", f"${{HOST[{w.first_host}]}}:{DIST_PORT}"]
+    argv += ["--dtype", launch.model_dtype]
+    if launch.online_fp8:
+        argv += ["--quantization", "fp8"]
+    argv += ["--kv-cache-dtype", "fp8_e4m3" if launch.kv_cache_dtype == "fp8" else "auto",
+             "--context-length", str(launch.max_model_len),
+             "--chunked-prefill-size", str(launch.token_budget),
+             "--mem-fraction-static", f"{launch.memory_fraction:g}",
+             "--cuda-graph-max-bs", str(launch.cuda_graph_max_batch)]
+    if launch.max_running_requests:
+        argv += ["--max-running-requests", str(launch.max_running_requests)]
+    if not launch.overlap_scheduler:
+        argv.append("--disable-overlap-schedule")
+    if w.role != "agg":
+        argv += ["--disaggregation-mode", w.role]
+        if w.role == "prefill":
+            argv += ["--disaggregation-bootstrap-port", str(_bootstrap_port(w, launch))]
+    return argv
+
+
+def shared_files(launch: ServingLaunch) -> dict[str, str]:
+    return {}
+
+
+def _url(w: Worker) -> str:
+    return f"http://${{HOST[{w.first_host}]}}:{w.port}"
+
+
+def front_command(launch: ServingLaunch) -> list[str] | None:
+    """The router: over the aggregated workers (several), or the prefill and decode servers."""
+    base = ["python", "-m", "sglang_router.launch_router", "--host", "0.0.0.0", "--port", str(FRONT_PORT)]
+    if launch.mode == "agg":
+        if len(launch.workers) == 1:
+            return None
+        return base + ["--worker-urls"] + [_url(w) for w in launch.workers]
+    argv = base + ["--pd-disaggregation"]
+    for w in launch.role("prefill"):
+        argv += ["--prefill", _url(w), str(_bootstrap_port(w, launch))]
+    for w in launch.role("decode"):
+        argv += ["--decode", _url(w)]
+    return argv
+
+
+def bench_command(launch: ServingLaunch, host: str, port: int, concurrency: int) -> list[str]:
+    """SGLang's serving benchmark: ``concurrency`` clients in a closed loop, prompts of exactly
+    isl and outputs of exactly osl tokens (range ratio 1)."""
+    return ["python", "-m", "sglang.bench_serving", "--backend", "sglang", "--host", host, "--port", str(port),
+            "--dataset-name", "random", "--random-input-len", str(launch.isl), "--random-output-len", str(launch.osl),
+            "--random-range-ratio", "1", "--max-concurrency", str(concurrency), "--num-prompts", str(10 * concurrency)]

@@ -1,0 +1,187 @@
+"""Serving exports (paraplan.exports.serving): the launch scripts of vLLM, SGLang and TensorRT-LLM
+say the deployment that was priced: its GPUs, parallel degrees, engine settings and formats.
+
+Each script is checked as bash (``bash -n``), its engine commands are read back option by option
+and compared with the priced layout, and the engines' refusals are the layouts they cannot run.
+"""
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+
+import pytest
+
+from hardware_specs.errors import InputError
+from paraplan.exports.serving import emit_launch, emit_serving, refusal
+from paraplan.exports.serving_common import CHECKPOINTS, launch_of, placement
+from simulator.serving.context import ServingContext
+from simulator.serving.deployment import Deployment, WorkerLayout
+from simulator.serving.simulate import simulate_serving
+from cli_results import one_line_error, run
+
+ENGINE_PROGRAMS = {"vllm": ("vllm", "serve"), "sglang": ("-m", "sglang.launch_server"), "trtllm": ("trtllm-serve",)}
+
+
+def deployment(model, system, backend, fmt, expert=None, mode="agg", isl=1024, osl=1024, **kw):
+    ctx = ServingContext.build(model, system, backend, fmt, expert or fmt)
+    dep = Deployment(model=model, system=system, backend=ctx.stack.name, mode=mode, isl=isl, osl=osl,
+                     dense_format=ctx.dense_format, expert_format=ctx.expert_format, **kw)
+    return ctx, dep, simulate_serving(dep, ctx)
+
+
+def commands(script: str, program: tuple[str, ...]) -> list[dict]:
+    """Each engine command of ``script`` as {option: [values]} (its words joined over the line
+    continuations, environment assignments and the trailing ``&`` dropped)."""
+    joined = script.replace("\\\n", " ")
+    out = []
+    for line in joined.splitlines():
+        line = line.strip()
+        if line.startswith("#") or not all(p in line.split() for p in program):
+            continue
+        words = shlex.split(line.rstrip("&").strip())
+        opts: dict[str, list[str]] = {}
+        key = "_program"
+        for w in words:
+            if w.startswith("-") and not w.lstrip("-").replace(".", "").isdigit():
+                key = w
+                opts.setdefault(key, [])
+            else:
+                opts.setdefault(key, []).append(w)
+        out.append(opts)
+    return out
+
+
+def one(opts: dict, flag: str) -> str:
+    values = opts[flag]
+    assert len(values) == 1, (flag, values)
+    return values[0]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash not installed")
+@pytest.mark.parametrize("backend, fmt", [("vllm", "fp8"), ("sglang", "fp8_block"), ("trtllm", "nvfp4")])
+def test_scripts_are_valid_bash(tmp_path, backend, fmt):
+    ctx, dep, rep = deployment("deepseek-r1", "dgx-b200", backend, fmt,
+                               layout=WorkerLayout(tp=1, adp=8, moe_tp=1, moe_ep=8, batch=64), workers=2)
+    path = tmp_path / "launch.sh"
+    path.write_text(emit_serving(ctx, dep, rep.metrics))
+    done = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_vllm_attention_dp_expert_parallel_worker_reads_back_as_priced():
+    # DeepSeek-R1 fp8 on one DGX B200: dp 8 ranks of tp 1, experts over all 8 (ep 8), 64 requests a rank
+    ctx, dep, rep = deployment("deepseek-r1", "dgx-b200", "vllm", "fp8",
+                               layout=WorkerLayout(tp=1, adp=8, moe_tp=1, moe_ep=8, batch=64))
+    script = emit_serving(ctx, dep, rep.metrics)
+    (cmd,) = commands(script, ENGINE_PROGRAMS["vllm"])
+    assert one(cmd, "--tensor-parallel-size") == "1" and one(cmd, "--data-parallel-size") == "8"
+    assert one(cmd, "--pipeline-parallel-size") == "1"
+    assert cmd["--enable-expert-parallel"] == []
+    # the settings the prediction assumed: vllm-0.14's budget on a >= 70 GiB GPU, its cap and share
+    assert one(cmd, "--max-num-batched-tokens") == "8192" == str(ctx.token_budget)
+    assert one(cmd, "--max-num-seqs") == "1024" and one(cmd, "--gpu-memory-utilization") == "0.9"
+    assert one(cmd, "--max-model-len") == "2048"                        # isl + osl
+    # per-tensor fp8 of DeepSeek is no published checkpoint: the script asks for one
+    assert 'MODEL="${MODEL:?set MODEL to a deepseek-r1 checkpoint storing fp8' in script
+    assert "--precision fp8_block for deepseek-ai/DeepSeek-R1" in script
+    # the benchmark runs the priced closed loop: 8 ranks x 64 requests
+    assert "--max-concurrency 512" in script and "--random-input-len 1024" in script
+
+
+def test_sglang_worker_sizes_and_memory_share():
+    # SGLang: --tp-size is the worker's GPUs (tp x adp), dp attention splits it; mem_fraction_static
+    # = (HBM - the 10 GiB reserve) / HBM on a B200 of 179 GiB... as the stack prices it
+    ctx, dep, rep = deployment("deepseek-r1", "dgx-b200", "sglang", "fp8_block",
+                               layout=WorkerLayout(tp=2, adp=4, moe_tp=2, moe_ep=4, batch=32))
+    script = emit_serving(ctx, dep, rep.metrics)
+    (cmd,) = commands(script, ENGINE_PROGRAMS["sglang"])
+    assert one(cmd, "--tp-size") == "8" and one(cmd, "--dp-size") == "4" and cmd["--enable-dp-attention"] == []
+    assert one(cmd, "--ep-size") == "4"
+    hbm = ctx.cluster.gpu.hbm_bytes
+    expected = (hbm - 10 * 2**30) / hbm
+    assert float(one(cmd, "--mem-fraction-static")) == pytest.approx(expected, abs=5e-4)
+    assert one(cmd, "--chunked-prefill-size") == str(ctx.token_budget)
+    assert 'MODEL="${MODEL:-deepseek-ai/DeepSeek-R1}"' in script           # stores fp8_block as priced
+    assert "--quantization" not in cmd
+
+
+def test_trtllm_disaggregated_deployment_on_gb200():
+    # 3 prefill workers of 4 GPUs (attention DP 4, ep 4) and one decode worker of 16 (DP 16, ep 16)
+    ctx, dep, rep = deployment("deepseek-r1", "gb200-nvl72", "trtllm", "nvfp4", mode="disagg", isl=8192,
+                               prefill=WorkerLayout(tp=1, adp=4, moe_tp=1, moe_ep=4, batch=1), prefill_workers=3,
+                               decode=WorkerLayout(tp=1, adp=16, moe_tp=1, moe_ep=16, batch=64), decode_workers=1)
+    launch = launch_of(ctx, dep, rep.metrics)
+    # GB200 hosts have 4 GPUs: the prefill workers take hosts 0-2, the decode worker hosts 3-6
+    assert launch.hosts == 7 and [(w.role, w.first_host, w.hosts) for w in launch.workers] == \
+        [("prefill", 0, 1), ("prefill", 1, 1), ("prefill", 2, 1), ("decode", 3, 4)]
+    script = emit_launch(launch)
+    cmds = commands(script, ENGINE_PROGRAMS["trtllm"])
+    servers = [c for c in cmds if "--tp_size" in c]
+    assert sorted(one(c, "--tp_size") for c in servers) == ["16", "4", "4", "4"]
+    assert all(one(c, "--ep_size") == one(c, "--tp_size") for c in servers)
+    decode = next(c for c in servers if one(c, "--tp_size") == "16")
+    assert decode["-np"][0] == "16"                                       # one MPI launch of 16 ranks
+    assert one(decode, "--max_seq_len") == str(8192 + 1024)
+    assert "enable_attention_dp: true" in script and "cache_transceiver_config:" in script
+    assert "context_servers:\n  num_instances: 3" in script and "generation_servers:\n  num_instances: 1" in script
+    assert 'MODEL="${MODEL:-nvidia/DeepSeek-R1-NVFP4}"' in script
+    assert "trtllm-serve disaggregated" in script.replace(" \\\n      ", " ")
+
+
+def test_placement_packs_workers_on_hosts_without_sharing_a_gpu():
+    lay = WorkerLayout(tp=2, batch=8)
+    workers, hosts = placement([("agg", lay, 7)], 8)
+    assert hosts == 2
+    used = [(w.first_host, g) for w in workers for g in w.gpu_ids]
+    assert len(used) == len(set(used)) == 14
+    assert [w.port for w in workers] == [8000, 8001, 8002, 8003, 8000, 8001, 8002]
+    big = WorkerLayout(tp=8, adp=2, moe_tp=1, moe_ep=16, batch=8)
+    workers, hosts = placement([("prefill", lay, 1), ("decode", big, 1)], 8)
+    assert hosts == 3 and workers[1].first_host == 1 and workers[1].hosts == 2
+    with pytest.raises(InputError) as err:
+        placement([("agg", WorkerLayout(tp=12, batch=1), 1)], 8)
+    assert err.value.field == "agg.gpus"
+
+
+def test_engines_refuse_layouts_they_cannot_run():
+    ctx, dep, rep = deployment("qwen3-32b", "dgx-h100", "vllm", "fp8", mode="disagg",
+                               prefill=WorkerLayout(tp=1, batch=1), decode=WorkerLayout(tp=4, batch=64))
+    assert refusal(launch_of(ctx, dep, rep.metrics)).field == "mode"
+    ctx, dep, rep = deployment("deepseek-r1", "dgx-b200", "trtllm", "nvfp4",
+                               layout=WorkerLayout(tp=2, adp=4, moe_tp=1, moe_ep=8, batch=32))
+    err = refusal(launch_of(ctx, dep, rep.metrics))
+    assert err.field == "agg.adp" and "tp 8 or adp 8" in err.fix
+    with pytest.raises(InputError):
+        emit_serving(ctx, dep, rep.metrics)
+
+
+def test_model_line_names_a_checkpoint_only_where_it_stores_the_priced_formats():
+    assert CHECKPOINTS[("llama3.1-8b", "fp8", "fp8")] == "nvidia/Llama-3.1-8B-Instruct-FP8"
+    # fp8 Llama-3.1-70B: vLLM quantises the 16-bit release at load time, TensorRT-LLM cannot
+    for backend, online in (("vllm", True), ("sglang", True), ("trtllm", False)):
+        ctx, dep, rep = deployment("llama3.1-70b", "dgx-h100", backend, "fp8", layout=WorkerLayout(tp=4, batch=32))
+        launch = launch_of(ctx, dep, rep.metrics)
+        assert launch.online_fp8 is online
+        script = emit_launch(launch)
+        if online:
+            assert 'MODEL="${MODEL:-meta-llama/Llama-3.1-70B-Instruct}"' in script
+            assert "--quantization fp8" in script.replace(" \\\n      ", " ")
+        else:
+            assert "MODEL:?set MODEL to a llama3.1-70b checkpoint storing fp8" in script
+
+
+def test_cli_serve_plan_emit_writes_the_runnable_best(tmp_path):
+    out = tmp_path / "launch.sh"
+    res = run("serve", "plan", "-m", "qwen3-32b", "-s", "dgx-h100", "-n", "16", "--isl", "4096", "--osl", "512",
+              "--ttft-ms", "2000", "--tpot-ms", "40", "--emit", "--out", out)
+    assert res.exit_code == 0, res.output
+    script = out.read_text()
+    assert script.startswith("#!/usr/bin/env bash") and "vllm serve" in script.replace(" \\\n      ", " ")
+    # the vLLM winner is disaggregated, which vLLM cannot launch: the note says what was given up
+    assert "best layout vllm can launch" in res.stderr
+
+
+def test_cli_emit_refuses_json_beside_it():
+    one_line_error(run("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "--emit", "--json"), "--emit")
+    one_line_error(run("serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-h100", "-n", "8", "--emit", "--csv"), "--emit")
