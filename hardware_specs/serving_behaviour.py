@@ -144,6 +144,11 @@ class ServingBehaviour:
             (SGLang: ``--ep-size`` divides ``--tp-size``, moe_tp = tp / ep; TensorRT-LLM:
             ``moe_tensor_parallel_size`` x ``moe_expert_parallel_size`` = tensor_parallel_size).
             Default ``any`` (no restriction); every shipped stack states it.
+        attention_dp_with_tp: an attention-data-parallel rank may itself span several
+            tensor-parallel GPUs (tp > 1 with adp > 1: SGLang's dp attention, attention tp =
+            tp_size / dp_size; vLLM's DP x TP). False: attention is tensor-parallel or
+            data-parallel over the whole worker, an attention-DP rank one GPU (TensorRT-LLM's
+            ``enable_attention_dp``). Default True; every shipped stack states it.
         gpu_vendors: the GPU vendors the engine runs on (``GPUSpec.vendor``); empty: any.
     """
 
@@ -171,6 +176,7 @@ class ServingBehaviour:
     recv_interval_steps: int = 1
     context_wait_steps: int = 0
     expert_splits: str = "any"
+    attention_dp_with_tp: bool = True
     gpu_vendors: tuple = ()
 
     def __post_init__(self) -> None:
@@ -296,6 +302,13 @@ class ServingBehaviour:
         if self.expert_splits == "any":
             return np.ones(np.broadcast_shapes(np.shape(moe_tp), np.shape(moe_ep)), dtype=bool)
         return np.logical_or(np.asarray(moe_tp) == 1, np.asarray(moe_ep) == 1)
+
+    def runs_attention_split(self, tp, adp):
+        """Whether the engine runs attention over ``adp`` data-parallel ranks of ``tp`` GPUs each
+        (numpy-friendly; ``attention_dp_with_tp``)."""
+        if self.attention_dp_with_tp:
+            return np.ones(np.broadcast_shapes(np.shape(tp), np.shape(adp)), dtype=bool)
+        return np.logical_or(np.asarray(tp) == 1, np.asarray(adp) == 1)
 
     def expert_splits_text(self, group: int) -> str:
         """The splits of a ``group``-rank worker the engine runs, in words (for error messages)."""

@@ -148,12 +148,19 @@ def test_engines_refuse_layouts_they_cannot_run():
     ctx, dep, rep = deployment("qwen3-32b", "dgx-h100", "vllm", "fp8", mode="disagg",
                                prefill=WorkerLayout(tp=1, batch=1), decode=WorkerLayout(tp=4, batch=64))
     assert refusal(launch_of(ctx, dep, rep.metrics)).field == "mode"
-    ctx, dep, rep = deployment("deepseek-r1", "dgx-b200", "trtllm", "nvfp4",
-                               layout=WorkerLayout(tp=2, adp=4, moe_tp=1, moe_ep=8, batch=32))
-    err = refusal(launch_of(ctx, dep, rep.metrics))
+    # TensorRT-LLM attention-DP ranks are one GPU: the simulator refuses tp 2 x adp 4 (stack input
+    # attention_dp_with_tp), and so does the export of such a deployment built by hand
+    with pytest.raises(InputError) as err:
+        deployment("deepseek-r1", "dgx-b200", "trtllm", "nvfp4", layout=WorkerLayout(tp=2, adp=4, moe_tp=1, moe_ep=8, batch=32))
+    assert err.value.field == "--adp" and "attention_dp_with_tp" in err.value.message
+    ctx = ServingContext.build("deepseek-r1", "dgx-b200", "trtllm", "nvfp4", "nvfp4")
+    dep = Deployment(model="deepseek-r1", system="dgx-b200", backend="trtllm-1", dense_format="nvfp4",
+                     expert_format="nvfp4", layout=WorkerLayout(tp=2, adp=4, moe_tp=1, moe_ep=8, batch=32))
+    metrics = {"ttft_s": 1.0, "tpot_s": 0.02, "tokens_per_s_per_gpu": 1000.0}
+    err = refusal(launch_of(ctx, dep, metrics))
     assert err.field == "agg.adp" and "tp 8 or adp 8" in err.fix
     with pytest.raises(InputError):
-        emit_serving(ctx, dep, rep.metrics)
+        emit_serving(ctx, dep, metrics)
 
 
 def test_model_line_names_a_checkpoint_only_where_it_stores_the_priced_formats():

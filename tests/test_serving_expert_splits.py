@@ -42,13 +42,18 @@ def test_deepseek_r1_layouts_on_4_gpus_hand_count():
     # DeepSeek-R1: 128 heads, 256 experts of width 2048; 4 GPUs, no pipeline. (tp, adp) with
     # tp x adp = G <= 4: G 1 (1,1); G 2 (1,2) (2,1); G 4 (1,4) (2,2) (4,1). Expert parallel ep a
     # power of two <= G: 1 + 2 x 2 + 3 x 3 = 14 layouts. vLLM drops etp 2 x ep 2 at G 4: 11.
+    # TensorRT-LLM runs every expert split but no attention-DP rank of 2 GPUs: it drops the 3
+    # expert splits of (tp 2, adp 2): 11.
     model = load_model("deepseek-r1")
-    free = worker_layouts(model, 4, 8, allow_pp=False, behaviour=load_stack("trtllm-1").serving)
+    free = worker_layouts(model, 4, 8, allow_pp=False, behaviour=load_stack("sglang-0.5").serving)
     pure = worker_layouts(model, 4, 8, allow_pp=False, behaviour=load_stack("vllm-0.14").serving)
+    trt = worker_layouts(model, 4, 8, allow_pp=False, behaviour=load_stack("trtllm-1").serving)
     assert len(worker_layouts(model, 4, 8, allow_pp=False)) == len(free) == 14
-    assert len(pure) == 11
+    assert len(pure) == 11 and len(trt) == 11
     dropped = {tuple(r) for r in free.tolist()} - {tuple(r) for r in pure.tolist()}
     assert dropped == {(1.0, 1.0, 4.0, 2.0, 2.0), (2.0, 1.0, 2.0, 2.0, 2.0), (4.0, 1.0, 1.0, 2.0, 2.0)}
+    dropped = {tuple(r) for r in free.tolist()} - {tuple(r) for r in trt.tolist()}
+    assert dropped == {(2.0, 1.0, 2.0, 4.0, 1.0), (2.0, 1.0, 2.0, 2.0, 2.0), (2.0, 1.0, 2.0, 1.0, 4.0)}
 
 
 def test_deepseek_r1_layouts_on_64_gpus_with_vllm_hand_count():
@@ -119,12 +124,20 @@ def test_a_measured_vllm_row_in_a_mixed_split_is_skipped_with_the_reason_not_dro
     assert _one_row("vllm", "0.14.0", tp_size=4, attention_dp_size=1, moe_tp_size=1, moe_ep_size=4).groups
 
 
+def test_a_measured_trtllm_row_with_attention_dp_ranks_of_two_gpus_is_skipped_with_the_reason():
+    prep = _one_row("trtllm", "1.1.0", tp_size=2, attention_dp_size=4, moe_tp_size=1, moe_ep_size=8)
+    assert not prep.groups
+    assert "attention-DP ranks of one GPU" in prep.reason[0]
+    # SGLang runs dp-attention groups of tp_size / dp_size GPUs: predicted
+    assert _one_row("sglang", "0.5.6", tp_size=2, attention_dp_size=4, moe_tp_size=1, moe_ep_size=8).groups
+
+
 def test_no_measured_row_of_the_file_is_in_a_split_its_engine_does_not_run():
     from paraplan.validation.datasets import SERVING_RUNS, validation_file
     prep = prepare(read_rows(validation_file(SERVING_RUNS)))
     # vLLM: none; the 17 TensorRT-LLM and 12 SGLang rows in mixed splits are predicted (those
     # engines run any split), as before
-    assert not any("expert split" in why for why in prep.reason)
+    assert not any("expert split" in why or "attention-DP ranks" in why for why in prep.reason)
     mixed = {}
     for g in prep.groups:
         for side in ("", "prefill_", "decode_"):

@@ -290,10 +290,14 @@ def _layout_problem(model, tp, adp, moe_tp, moe_ep, prefix: str) -> str | None:
     return None
 
 
-def _split_problem(stack, model, moe_tp, moe_ep, prefix: str) -> str | None:
-    """Why the stack's engine cannot run the row's expert split (None if it can): a measured row
-    in such a split is read wrongly or mislabelled, so it is skipped with the reason, not predicted
-    as a layout the engine never ran (``ServingBehaviour.expert_splits``)."""
+def _split_problem(stack, model, moe_tp, moe_ep, prefix: str, tp: float = 1.0, adp: float = 1.0) -> str | None:
+    """Why the stack's engine cannot run the row's expert split or attention split (None if it
+    can): a measured row in such a split is read wrongly or mislabelled, so it is skipped with the
+    reason, not predicted as a layout the engine never ran (``ServingBehaviour.expert_splits``,
+    ``attention_dp_with_tp``)."""
+    if not stack.serving.runs_attention_split(tp, adp):
+        return (f"{prefix}tp_size {int(tp)} with attention_dp_size {int(adp)}: {stack.name} runs attention-DP ranks "
+                "of one GPU (stack input attention_dp_with_tp)")
     if model.moe is None or stack.serving.runs_expert_split(moe_tp, moe_ep):
         return None
     group = int(moe_tp * moe_ep)
@@ -373,7 +377,7 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
             if model.moe is None:
                 moe_tp, moe_ep = tp * adp, 1.0
             problem = (_layout_problem(model, tp, adp, moe_tp, moe_ep, "")
-                       or _split_problem(stack, model, moe_tp, moe_ep, ""))
+                       or _split_problem(stack, model, moe_tp, moe_ep, "", tp, adp))
             if problem:
                 skipped[i] = problem
                 continue
@@ -394,7 +398,7 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
                 if model.moe is None:
                     moe_tp, moe_ep = tp * adp, 1.0
                 problem = (problem or _layout_problem(model, tp, adp, moe_tp, moe_ep, f"{side}_")
-                           or _split_problem(stack, model, moe_tp, moe_ep, f"{side}_"))
+                           or _split_problem(stack, model, moe_tp, moe_ep, f"{side}_", tp, adp))
                 values.update({f"{side}_tp": tp, f"{side}_pp": pp, f"{side}_adp": adp, f"{side}_moe_tp": moe_tp,
                                f"{side}_moe_ep": moe_ep, f"{side}_batch": max(_num(r.get(f"{side}_batch_size")), 1.0),
                                f"{side}_workers": max(_num(r.get(f"{side}_num_workers")), 1.0)})

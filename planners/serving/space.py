@@ -6,7 +6,8 @@ the experts are shared by ranks holding their own requests), pipeline stages ``p
 8; at most the layers), expert parallelism ``moe_ep`` (a power of two dividing tp x adp and the
 expert count; ``moe_tp`` = tp x adp / moe_ep), keeping only the expert splits the serving
 stack runs (``ServingBehaviour.expert_splits``: vLLM runs its experts all expert-parallel or
-all tensor-parallel over the worker, never etp 2 x ep 4). Per-rank concurrency ``batch`` runs
+all tensor-parallel over the worker, never etp 2 x ep 4) and the attention splits it runs
+(``ServingBehaviour.attention_dp_with_tp``: TensorRT-LLM's attention-DP ranks are one GPU each). Per-rank concurrency ``batch`` runs
 over powers of two from 1 to ``max_batch``. A worker never exceeds the GPUs given.
 """
 from __future__ import annotations
@@ -57,7 +58,8 @@ def worker_layouts(model: ModelSpec, gpus: int, domain: int, allow_pp: bool = Tr
                     rows.append((tp, pp, adp, etp, ep))
     layouts = np.array(rows, dtype=float).reshape(-1, 5)
     if behaviour is not None:
-        layouts = layouts[behaviour.runs_expert_split(layouts[:, 3], layouts[:, 4])]
+        layouts = layouts[behaviour.runs_expert_split(layouts[:, 3], layouts[:, 4])
+                          & behaviour.runs_attention_split(layouts[:, 0], layouts[:, 2])]
     return layouts
 
 
