@@ -144,6 +144,10 @@ class ServingBehaviour:
             (SGLang: ``--ep-size`` divides ``--tp-size``, moe_tp = tp / ep; TensorRT-LLM:
             ``moe_tensor_parallel_size`` x ``moe_expert_parallel_size`` = tensor_parallel_size).
             Default ``any`` (no restriction); every shipped stack states it.
+        token_budget_split_over_attention_dp: the token budget is the engine's, shared by its
+            attention-DP ranks: each rank's steps take at most budget // adp tokens (SGLang
+            divides ``chunked_prefill_size`` by the attention-DP size). False: each rank has the
+            whole budget (vLLM's data-parallel engine cores, TensorRT-LLM's ranks). Default False.
         attention_dp_with_tp: an attention-data-parallel rank may itself span several
             tensor-parallel GPUs (tp > 1 with adp > 1: SGLang's dp attention, attention tp =
             tp_size / dp_size; vLLM's DP x TP). False: attention is tensor-parallel or
@@ -176,6 +180,7 @@ class ServingBehaviour:
     recv_interval_steps: int = 1
     context_wait_steps: int = 0
     expert_splits: str = "any"
+    token_budget_split_over_attention_dp: bool = False
     attention_dp_with_tp: bool = True
     gpu_vendors: tuple = ()
 
@@ -302,6 +307,14 @@ class ServingBehaviour:
         if self.expert_splits == "any":
             return np.ones(np.broadcast_shapes(np.shape(moe_tp), np.shape(moe_ep)), dtype=bool)
         return np.logical_or(np.asarray(moe_tp) == 1, np.asarray(moe_ep) == 1)
+
+    def rank_token_budget(self, budget: float, adp):
+        """Tokens one attention-DP rank's step may take (numpy-friendly): ``budget``, or
+        budget // adp (at least 1) under ``token_budget_split_over_attention_dp``."""
+        adp = np.asarray(adp, dtype=float)
+        if not self.token_budget_split_over_attention_dp:
+            return np.full(adp.shape, float(budget))
+        return np.maximum(np.floor(float(budget) / np.maximum(adp, 1.0)), 1.0)
 
     def runs_attention_split(self, tp, adp):
         """Whether the engine runs attention over ``adp`` data-parallel ranks of ``tp`` GPUs each

@@ -6,14 +6,18 @@ and compared with the priced layout, and the engines' refusals are the layouts t
 """
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from hardware_specs.errors import InputError
-from paraplan.exports.serving import emit_launch, emit_serving, refusal
+from paraplan.exports import serving_matrix
+from paraplan.exports.serving import emit_launch, emit_serving, engine_commands, refusal
+from paraplan.exports.serving_flags import PROGRAMS, command_problems
 from paraplan.exports.serving_common import CHECKPOINTS, launch_of, placement
 from simulator.serving.context import ServingContext
 from simulator.serving.deployment import Deployment, WorkerLayout
@@ -96,7 +100,7 @@ def test_sglang_worker_sizes_and_memory_share():
                                layout=WorkerLayout(tp=2, adp=4, moe_tp=2, moe_ep=4, batch=32))
     script = emit_serving(ctx, dep, rep.metrics)
     (cmd,) = commands(script, ENGINE_PROGRAMS["sglang"])
-    assert one(cmd, "--tp-size") == "8" and one(cmd, "--dp-size") == "4" and cmd["--enable-dp-attention"] == []
+    assert one(cmd, "--tp-size") == "8" and one(cmd, "--attn-dp-size") == "4"
     assert one(cmd, "--ep-size") == "4"
     hbm = ctx.cluster.gpu.hbm_bytes
     expected = (hbm - 10 * 2**30) / hbm
@@ -192,3 +196,76 @@ def test_cli_serve_plan_emit_writes_the_runnable_best(tmp_path):
 def test_cli_emit_refuses_json_beside_it():
     one_line_error(run("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "--emit", "--json"), "--emit")
     one_line_error(run("serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-h100", "-n", "8", "--emit", "--csv"), "--emit")
+
+
+# --------------------------------------------------------------------------------------------
+# the export matrix against the engines' real parsers (tools/verify_serving_exports.py)
+# --------------------------------------------------------------------------------------------
+
+VERIFIED = json.loads((Path(serving_matrix.__file__).with_name("serving_exports_verified.json")).read_text())
+RECORDED = {c["id"]: c for c in VERIFIED["cases"]}
+MATRIX = list(serving_matrix.launches())
+
+
+@pytest.mark.parametrize("case_id, ctx, launch", MATRIX, ids=[m[0] for m in MATRIX])
+def test_every_matrix_export_passes_the_engines_interface_table_and_is_valid_bash(tmp_path, case_id, ctx, launch):
+    script = emit_launch(launch)                 # raises if a flag or YAML key is not in the table
+    for argv in engine_commands(launch):
+        assert command_problems(launch.framework, argv) == []
+    if shutil.which("bash"):
+        path = tmp_path / "launch.sh"
+        path.write_text(script)
+        assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0
+
+
+def _worker_argvs(launch):
+    """(worker, argv without the program) per engine command, in engine_commands' order."""
+    from paraplan.exports.serving import engine_module
+    mod = engine_module(launch.framework)
+    skip = len(PROGRAMS[launch.framework])
+    for w in launch.workers:
+        for node in range(w.hosts):
+            argv = mod.worker_command(launch, w, node)
+            if argv:
+                yield w, node, serving_matrix.concrete(argv)[skip:]
+
+
+@pytest.mark.parametrize("case_id, ctx, launch", [m for m in MATRIX if m[2].framework in ("vllm", "sglang")],
+                         ids=[m[0] for m in MATRIX if m[2].framework in ("vllm", "sglang")])
+def test_matrix_exports_are_the_commands_the_real_parsers_accepted_and_mean_the_plan(case_id, ctx, launch):
+    for k, (w, node, argv) in enumerate(_worker_argvs(launch)):
+        rec = RECORDED.get(f"{case_id}#{k}")
+        assert rec is not None and rec["argv"] == argv, \
+            f"{case_id}#{k}: the export changed since it was verified; rerun tools/verify_serving_exports.py"
+        assert rec["accepted"], rec["error"]
+        f = rec["fields"]
+        if launch.framework == "vllm":
+            assert rec["post_parse"]["ok"], rec["post_parse"]            # validate + AsyncEngineArgs built
+            assert (f["tensor_parallel_size"], f["pipeline_parallel_size"], f["data_parallel_size"]) == (w.tp, w.pp, w.adp)
+            assert f["enable_expert_parallel"] == (launch.moe and w.moe_ep > 1)
+            assert f["max_num_batched_tokens"] == ctx.token_budget and f["max_num_seqs"] == launch.max_running_requests
+            assert f["gpu_memory_utilization"] == pytest.approx(ctx.behaviour.gpu_memory_fraction)
+            assert f["kv_cache_dtype"] == ("fp8" if launch.kv_cache_dtype == "fp8" else "auto")
+            assert f["quantization"] == ("fp8" if launch.online_fp8 else None)
+            assert f["max_model_len"] == 2048 and f["max_cudagraph_capture_size"] == ctx.behaviour.cuda_graph_max_batch
+            if w.hosts > 1:       # the data-parallel ranks split over the hosts, the first host the head
+                assert f["data_parallel_size_local"] * w.hosts == w.adp and f["data_parallel_address"] == "10.0.0.1"
+        else:
+            # SGLang: tp_size the stage's GPUs, attention DP within it, experts over ep_size ranks
+            assert (f["tp_size"], f["pp_size"], f["attn_dp_size"], f["ep_size"]) == \
+                (w.tp * w.adp, w.pp, w.adp, w.moe_ep if launch.moe else 1)
+            assert f["chunked_prefill_size"] == ctx.token_budget          # SGLang divides it by attn_dp_size
+            assert ctx.behaviour.rank_token_budget(ctx.token_budget, w.adp) == ctx.token_budget // w.adp
+            hbm = ctx.cluster.gpu.hbm_bytes
+            assert f["mem_fraction_static"] == pytest.approx((hbm - ctx.behaviour.runtime_reserved_gib * 2**30) / hbm,
+                                                             abs=5e-4)
+            assert f["disaggregation_mode"] == ("null" if w.role == "agg" else w.role)
+            assert f["cuda_graph_max_bs_decode"] == ctx.behaviour.cuda_graph_max_batch
+            if w.hosts > 1:
+                assert (f["nnodes"], f["node_rank"]) == (w.hosts, node)
+
+
+def test_the_record_names_the_releases_the_table_pins():
+    assert VERIFIED["releases"] == {"vllm": "vllm 0.19.1", "sglang": "sglang 0.5.23"}
+    assert len(RECORDED) == sum(1 for m in MATRIX if m[2].framework in ("vllm", "sglang")
+                                for _ in _worker_argvs(m[2]))

@@ -13,6 +13,7 @@ from typing import Mapping
 from hardware_specs.errors import InputError
 from paraplan.exports import sglang_serve, trtllm_serve, vllm_serve
 from paraplan.exports.serving_common import ServingLaunch, launch_of, render_script
+from paraplan.exports.serving_flags import PROGRAMS, check_command, trtllm_yaml_problems
 
 ENGINES = {"vllm": vllm_serve, "sglang": sglang_serve, "trtllm": trtllm_serve}
 
@@ -31,11 +32,36 @@ def refusal(launch: ServingLaunch) -> InputError | None:
     return engine_module(launch.framework).refusal(launch)
 
 
+def engine_commands(launch: ServingLaunch) -> list[list[str]]:
+    """Every engine command of the launch (one per worker and host it starts from), from the
+    engine's program on (an MPI launcher's words before it dropped)."""
+    mod = engine_module(launch.framework)
+    program = PROGRAMS[launch.framework][0]
+    out = []
+    for w in launch.workers:
+        for node in range(w.hosts):
+            argv = mod.worker_command(launch, w, node)
+            if argv:
+                out.append(argv[argv.index(program):])
+    return out
+
+
 def emit_launch(launch: ServingLaunch, title: str = "") -> str:
+    """The launch script, after the engine's refusal and a check of every command (and
+    TensorRT-LLM options file) against the engine's interface table."""
     mod = engine_module(launch.framework)
     err = mod.refusal(launch)
     if err is not None:
         raise err
+    for argv in engine_commands(launch):
+        check_command(launch.framework, argv)
+    for name, body in mod.shared_files(launch).items():
+        text = body[0] if isinstance(body, tuple) else body
+        if launch.framework == "trtllm" and name != "paraplan_disagg.yaml":
+            problems = trtllm_yaml_problems(text)
+            if problems:
+                raise InputError("--emit", f"the TensorRT-LLM options file {name} would be refused: {problems[0]}",
+                                 "report this: the export and tools/serving_flags.py's table disagree")
     return render_script(launch, mod, title or "written by paraplan serve")
 
 

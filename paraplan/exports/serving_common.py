@@ -100,7 +100,7 @@ class ServingLaunch:
         isl, osl: the request shape priced; ``max_model_len`` = isl + osl.
         token_budget, max_running_requests (0 = the engine derives it from the KV pool),
         cuda_graph_max_batch, memory_fraction (the engine's own memory setting, in its meaning),
-        overlap_scheduler: the stack behaviour the prediction assumed.
+        overlap_scheduler, chunked_prefill: the stack behaviour the prediction assumed.
         workers: every engine instance and where it runs; ``hosts``: hosts in all;
         ``gpus_per_host``.
         stack, framework: the serving stack priced and its framework.
@@ -124,6 +124,7 @@ class ServingLaunch:
     cuda_graph_max_batch: int
     memory_fraction: float
     overlap_scheduler: bool
+    chunked_prefill: bool
     workers: tuple[Worker, ...]
     hosts: int
     gpus_per_host: int
@@ -232,6 +233,7 @@ def launch_of(context, deployment, metrics: Mapping[str, float]) -> ServingLaunc
         isl=deployment.isl, osl=deployment.osl, token_budget=int(context.token_budget),
         max_running_requests=int(beh.max_running_requests), cuda_graph_max_batch=int(beh.cuda_graph_max_batch),
         memory_fraction=engine_memory_fraction(beh, cluster.gpu.hbm_bytes), overlap_scheduler=bool(beh.overlap_scheduler),
+        chunked_prefill=bool(beh.chunked_prefill),
         workers=workers, hosts=hosts, gpus_per_host=per_host, stack=context.stack.name,
         framework=framework, system=cluster.name, gpu=cluster.gpu.name, predicted=predicted,
         prior=bool(context.efficiency.prior))

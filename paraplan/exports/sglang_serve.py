@@ -1,16 +1,19 @@
 """A priced serving deployment as SGLang ``python -m sglang.launch_server`` commands (bash).
 
 Each worker is one SGLang server over tp x adp x pp GPUs: ``--tp-size`` is the GPUs of one
-pipeline stage (tp x adp), ``--dp-size`` adp with ``--enable-dp-attention`` splits attention
-into adp data-parallel groups of tp GPUs each (python/sglang/srt/layers/dp_attention.py: the
-attention tensor-parallel size is tp_size / dp_size), and ``--ep-size`` moe_ep puts the experts
-over the same ranks with moe_tp = tp_size / ep_size (``ServerArgs``). A worker spanning hosts
+pipeline stage (tp x adp), ``--attn-dp-size`` adp splits attention into adp data-parallel groups
+of tp GPUs each (sglang/srt/arg_groups/parallel_hook.py at 0.5.23: attn_dp_size divides tp_size;
+the older spelling ``--dp-size N --enable-dp-attention`` is rewritten to it), which also divides
+the engine's ``--chunked-prefill-size`` among the groups (the stack input
+``token_budget_split_over_attention_dp``), and ``--ep-size`` moe_ep puts the experts over the same
+ranks with moe_tp = tp_size / ep_size. A worker spanning hosts
 starts one process per host (``--nnodes``, ``--node-rank``, ``--dist-init-addr``). Several
 aggregated workers are put behind ``sglang_router`` (``--worker-urls``); a disaggregated
 deployment starts prefill and decode servers (``--disaggregation-mode``) and the router in
 ``--pd-disaggregation`` mode with each prefill server's bootstrap port. The engine settings the
 prediction assumed (token budget ``--chunked-prefill-size``, memory share
-``--mem-fraction-static``, KV dtype, CUDA-graph batch) are passed explicitly.
+``--mem-fraction-static``, KV dtype, decode CUDA-graph batch ``--cuda-graph-max-bs-decode``) are
+passed explicitly. Flags are those of SGLang 0.5.23 (``serving_flags.json``).
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from hardware_specs.errors import InputError
 from paraplan.exports.serving_common import FRONT_PORT, ServingLaunch, Worker
 
 FRAMEWORK = "sglang"
-RELEASE = "SGLang 0.5"
+RELEASE = "SGLang 0.5.23"
 #: the torch.distributed rendezvous port of a multi-host worker, on its first host
 DIST_PORT = 5000
 #: first prefill bootstrap port on a host (SGLang's default 8998), one per prefill server
@@ -46,7 +49,7 @@ def worker_command(launch: ServingLaunch, w: Worker, node_rank: int) -> list[str
     if w.pp > 1:
         argv += ["--pp-size", str(w.pp)]
     if w.adp > 1:
-        argv += ["--dp-size", str(w.adp), "--enable-dp-attention"]
+        argv += ["--attn-dp-size", str(w.adp)]
     if launch.moe and w.moe_ep > 1:
         argv += ["--ep-size", str(w.moe_ep)]
     if w.hosts > 1:
@@ -59,7 +62,7 @@ def worker_command(launch: ServingLaunch, w: Worker, node_rank: int) -> list[str
              "--context-length", str(launch.max_model_len),
              "--chunked-prefill-size", str(launch.token_budget),
              "--mem-fraction-static", f"{launch.memory_fraction:g}",
-             "--cuda-graph-max-bs", str(launch.cuda_graph_max_batch)]
+             "--cuda-graph-max-bs-decode", str(launch.cuda_graph_max_batch)]
     if launch.max_running_requests:
         argv += ["--max-running-requests", str(launch.max_running_requests)]
     if not launch.overlap_scheduler:

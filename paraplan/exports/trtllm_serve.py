@@ -51,6 +51,7 @@ def role_file(launch: ServingLaunch, w: Worker) -> dict[str, str]:
     lines = [f"# paraplan: {w.role} worker options as priced (stack {launch.stack})",
              f"enable_attention_dp: {'true' if w.adp > 1 else 'false'}",
              f"disable_overlap_scheduler: {'false' if launch.overlap_scheduler else 'true'}",
+             f"enable_chunked_prefill: {'true' if launch.chunked_prefill else 'false'}",
              "kv_cache_config:",
              f"  dtype: {'fp8' if launch.kv_cache_dtype == 'fp8' else 'auto'}",
              f"  free_gpu_memory_fraction: {launch.memory_fraction:g}",

@@ -17,13 +17,11 @@ with other defaults still runs the plan as priced. Flags are checked against
 """
 from __future__ import annotations
 
-import json
-
 from hardware_specs.errors import InputError
 from paraplan.exports.serving_common import ServingLaunch, Worker
 
 FRAMEWORK = "vllm"
-RELEASE = "vLLM 0.19"
+RELEASE = "vLLM 0.19.1"
 #: the data-parallel coordinator's port on a multi-host worker's first host
 DP_RPC_PORT = 13345
 KV_DTYPE = {"fp8": "fp8", "bf16": "bfloat16", "fp16": "float16"}
@@ -80,8 +78,7 @@ def worker_command(launch: ServingLaunch, w: Worker, node_rank: int) -> list[str
              "--gpu-memory-utilization", f"{launch.memory_fraction:g}"]
     if launch.max_running_requests:
         argv += ["--max-num-seqs", str(launch.max_running_requests)]
-    argv += ["--compilation-config", json.dumps({"max_cudagraph_capture_size": launch.cuda_graph_max_batch},
-                                                separators=(",", ":"))]
+    argv += ["--max-cudagraph-capture-size", str(launch.cuda_graph_max_batch)]
     argv.append("--async-scheduling" if launch.overlap_scheduler else "--no-async-scheduling")
     return argv
 

@@ -80,7 +80,7 @@ def memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, osl, token_budget=None
 
     Both are capped by the stack's ``max_running_requests``."""
     model, beh = ctx.model, ctx.behaviour
-    budget = ctx.token_budget if token_budget is None else token_budget
+    budget = beh.rank_token_budget(ctx.token_budget, adp) if token_budget is None else token_budget
     weights = weight_bytes_per_gpu(model, tp, adp, pp, moe_tp, moe_ep, ctx.dense_format, ctx.expert_format)
     acts = activation_bytes_per_gpu(model, tp, adp, moe_ep, budget)
     pool = kv_pool_bytes_per_gpu(ctx.cluster.gpu.hbm_bytes, weights, acts, beh)
@@ -213,7 +213,7 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
     n_fit = np.maximum(mem["max_batch_per_rank"], 1.0)
     b = np.maximum(np.minimum(b_req, mem["max_admitted_per_rank"]), 1.0)      # admitted per rank
 
-    budget = float(ctx.token_budget)
+    budget = beh.rank_token_budget(ctx.token_budget, adp)       # one attention-DP rank's steps
     chunk = np.minimum(isl, budget) if beh.chunked_prefill else isl
     steps_own = np.ceil(isl / chunk)
     if beh.chunked_prefill:

@@ -1,0 +1,69 @@
+"""Deployments whose launch exports are run through the engines' real parsers
+(``tools/verify_serving_exports.py``) and re-checked in CI against what those parsers answered
+(``serving_exports_verified.json``): each engine's aggregated layouts (tensor parallel,
+attention-DP + expert parallel, pipeline, several workers, a worker over two hosts, online FP8)
+and the disaggregated ones SGLang and TensorRT-LLM launch.
+
+Each entry: (id, model, system, backend, dense format, expert format, mode, deployment fields).
+"""
+from __future__ import annotations
+
+from simulator.serving.deployment import WorkerLayout
+
+W = WorkerLayout
+MATRIX = (
+    ("vllm-dense-tp4-online-fp8", "llama3.1-70b", "dgx-h100", "vllm", "fp8", "fp8", "agg",
+     dict(layout=W(tp=4, batch=32), workers=2)),
+    ("vllm-dense-tp2-pp2-bf16", "llama3.1-70b", "dgx-h100", "vllm", "bf16", "bf16", "agg",
+     dict(layout=W(tp=2, pp=2, batch=16))),
+    ("vllm-moe-dp8-ep8", "deepseek-r1", "dgx-b200", "vllm", "fp8_block", "fp8_block", "agg",
+     dict(layout=W(tp=1, adp=8, moe_tp=1, moe_ep=8, batch=64))),
+    ("vllm-moe-dp16-ep16-two-hosts", "deepseek-r1", "dgx-h100", "vllm", "fp8_block", "fp8_block", "agg",
+     dict(layout=W(tp=1, adp=16, moe_tp=1, moe_ep=16, batch=32))),
+    ("vllm-moe-tp8-experts-tp", "qwen3-235b-a22b", "hgx-h200", "vllm", "fp8_block", "fp8_block", "agg",
+     dict(layout=W(tp=8, moe_tp=8, moe_ep=1, batch=64))),
+    ("sglang-dense-tp8", "llama3.1-70b", "dgx-b200", "sglang", "fp8", "fp8", "agg",
+     dict(layout=W(tp=8, batch=64))),
+    ("sglang-moe-attn-dp8-ep8-two-workers", "deepseek-r1", "dgx-b200", "sglang", "fp8_block", "fp8_block", "agg",
+     dict(layout=W(tp=1, adp=8, moe_tp=1, moe_ep=8, batch=64), workers=2)),
+    ("sglang-moe-tp2-attn-dp4-ep4", "deepseek-r1", "dgx-b200", "sglang", "fp8_block", "fp8_block", "agg",
+     dict(layout=W(tp=2, adp=4, moe_tp=2, moe_ep=4, batch=32))),
+    ("sglang-moe-over-two-hosts", "deepseek-r1", "hgx-h200", "sglang", "fp8_block", "fp8_block", "agg",
+     dict(layout=W(tp=1, adp=16, moe_tp=1, moe_ep=16, batch=32))),
+    ("sglang-disagg", "deepseek-r1", "hgx-h200", "sglang", "fp8_block", "fp8_block", "disagg",
+     dict(prefill=W(tp=1, adp=8, moe_tp=1, moe_ep=8, batch=1), prefill_workers=2,
+          decode=W(tp=1, adp=8, moe_tp=1, moe_ep=8, batch=64), decode_workers=1)),
+    ("trtllm-dense-tp4", "llama3.1-8b", "dgx-h100", "trtllm", "fp8", "fp8", "agg",
+     dict(layout=W(tp=1, batch=64), workers=4)),
+    ("trtllm-moe-dp8-ep8", "deepseek-r1", "dgx-b200", "trtllm", "nvfp4", "nvfp4", "agg",
+     dict(layout=W(tp=1, adp=8, moe_tp=1, moe_ep=8, batch=64))),
+    ("trtllm-disagg-gb200", "deepseek-r1", "gb200-nvl72", "trtllm", "nvfp4", "nvfp4", "disagg",
+     dict(prefill=W(tp=1, adp=4, moe_tp=1, moe_ep=4, batch=1), prefill_workers=3,
+          decode=W(tp=1, adp=16, moe_tp=1, moe_ep=16, batch=64), decode_workers=1)),
+)
+
+
+def launches():
+    """(id, ServingContext, ServingLaunch) of every matrix entry (isl 1024, osl 1024)."""
+    from paraplan.exports.serving_common import launch_of
+    from simulator.serving.context import ServingContext
+    from simulator.serving.deployment import Deployment
+    from simulator.serving.simulate import simulate_serving
+    for case_id, model, system, backend, dense, expert, mode, fields in MATRIX:
+        ctx = ServingContext.build(model, system, backend, dense, expert)
+        dep = Deployment(model=model, system=system, backend=ctx.stack.name, mode=mode, isl=1024, osl=1024,
+                         dense_format=ctx.dense_format, expert_format=ctx.expert_format, **fields)
+        report = simulate_serving(dep, ctx)
+        yield case_id, ctx, launch_of(ctx, dep, report.metrics)
+
+
+def concrete(argv: list[str]) -> list[str]:
+    """``argv`` with the script's variables as a parser sees them at run time: the model a
+    repository id, the hosts addresses, the working directory a path."""
+    out = []
+    for word in argv:
+        word = word.replace("$MODEL", "org/model").replace("$WORKDIR", "/tmp/paraplan")
+        for i in range(64):
+            word = word.replace(f"${{HOST[{i}]}}", f"10.0.0.{i + 1}")
+        out.append(word)
+    return out
