@@ -287,11 +287,15 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
                          / gpu.hbm_bw_bytes_per_s
                          + n_tensors * rates.kernel_overhead_s)
         # an offloaded layer's activations go to the host under the next layer's forward and come
-        # back under the previous layer's backward (``cost_models.offload``)
+        # back under the previous layer's backward (``cost_models.offload``), on the host link's
+        # own copy stream: the window is the whole pass, the ZeRO-3 gather it waits on included
+        # (the copy, the gather and the compute run side by side, so the pass lasts as long as
+        # the longest of them; a window of the compute alone counted the gather's wait twice,
+        # and faster GEMMs made such a step slower)
         kept = sp_[f"act_kept_{kind}"]
-        off_f.append(offload.exposed_transfer_s(kept, link_bw, lay[f"compute_fwd_{kind}"]))
-        off_b.append(offload.exposed_transfer_s(kept, link_bw, lay[f"compute_bwd_{kind}"] + w))
-        off_b_split.append(offload.exposed_transfer_s(kept, link_bw, lay[f"compute_bwd_split_{kind}"]))
+        off_f.append(offload.exposed_transfer_s(kept, link_bw, f + z3f))
+        off_b.append(offload.exposed_transfer_s(kept, link_bw, b + z3b + w))
+        off_b_split.append(offload.exposed_transfer_s(kept, link_bw, b_split + z3b_split))
         per_layer_f.append(f + z3f)
         per_layer_b.append(b + z3b)
         per_layer_b_split.append(b_split + z3b_split)
