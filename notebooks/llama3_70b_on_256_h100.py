@@ -109,6 +109,9 @@ for name in candidates:
     if name == "winner":
         continue
     r = cmp[cmp.plan == name].iloc[0]
+    if r.config == w.config:        # the restriction leaves the winner as it is
+        lines.append(f"* **{name}** is the winner itself: the restriction costs nothing here.")
+        continue
     lines.append(f"* vs **{name}** (`{r.config}`): that plan's step is {pct(r.step_time_s, w.step_time_s):.1f}% "
                  f"longer; the winner saves {why(w, r)}.")
 say(f"""**The winner** is `{w.config}` ({w.schedule} schedule): {w.step_time_s:.2f} s per step,

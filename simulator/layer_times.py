@@ -273,13 +273,14 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             epb_split = np.where(ep_overlap, np.maximum(a2a["bwd_s"] - bwd, 0.0), a2a["bwd_s"])
             epr_full = epf
             ep_total = a2a["fwd_s"] + a2a["bwd_s"]
+            ep_fwd_traffic, ep_bwd_traffic = a2a["fwd_s"], a2a["bwd_s"]
             # recomputing the dispatch permutes the rows and sends them again (not overlapped);
             # recomputing the whole block sends them and combines them again
             permute = 2.0 * routed * moe.top_k * h * rates.act_bytes / rates.hbm_bytes_per_s
             sel = sel + np.where(bit("moe_dispatch") & ~whole, permute + a2a["dispatch_s"], 0.0) \
                 + np.where(whole, a2a["fwd_s"], 0.0)
         else:
-            epf = epb = epb_split = epr_full = ep_total = 0.0 * tokens
+            epf = epb = epb_split = epr_full = ep_total = ep_fwd_traffic = ep_bwd_traffic = 0.0 * tokens
         flops = attn_k["gemm_flops_fwd"] + mlp["gemm_flops_fwd"] + attn_k["core_flops_fwd"]
         # the backward split as zero-bubble schedules run it: B (data gradients, with the
         # collectives exposed beyond its own GEMMs) and W (weight gradients) as separate passes
@@ -333,6 +334,8 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             f"tp_recompute_{kind}": tpr_full, f"cp_exposed_{kind}": cpc["fwd_exposed_s"] + cpc["bwd_exposed_s"],
             f"ep_exposed_{kind}": epf + epb + np.where(full, epr_full, 0.0), f"ep_base_{kind}": epf + epb,
             f"ep_recompute_{kind}": epr_full + 0.0 * tokens, f"ep_total_{kind}": ep_total,
+            # the whole dispatch + combine of each pass, hidden or not (what it keeps the links busy)
+            f"ep_fwd_traffic_{kind}": ep_fwd_traffic + 0.0 * tokens, f"ep_bwd_traffic_{kind}": ep_bwd_traffic + 0.0 * tokens,
             f"tp_total_{kind}": tp_fwd + tp_bwd + tp_rec, f"tp_total_base_{kind}": tp_fwd + tp_bwd,
             f"tp_total_recompute_{kind}": tp_fwd + 0.0 * tokens,
             f"weight_cast_{kind}": attn_k["weight_cast_s"] + mlp["weight_cast_s"],

@@ -244,6 +244,11 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
                                    "recompute_full", "recompute_sel", "tp_recompute", "ep_recompute",
                                    "tp_total_recompute")}
     link_bw = _link_bw(cluster, batch)
+    # a PCIe host link is the link the NICs use too; ZeRO and expert groups larger than a node
+    # send through the NICs (ranks consecutive after tp, Megatron's order)
+    pcie_host = cluster.host is not None and str(cluster.host.link).startswith("pcie")
+    zero_crosses = shard * tp > cluster.gpus_per_node
+    ep_crosses = ep * tp > cluster.gpus_per_node
     regather = batch.zero3_recompute_gather & (rc == _FULL)
     per_mb_grads = (zero == 2) | ((zero <= 1) & batch.grad_reduce_every_microbatch)
     for kind, layer_p, expert_p, n_tensors in (
@@ -289,13 +294,23 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         # an offloaded layer's activations go to the host under the next layer's forward and come
         # back under the previous layer's backward (``cost_models.offload``), on the host link's
         # own copy stream: the window is the whole pass, the ZeRO-3 gather it waits on included
-        # (the copy, the gather and the compute run side by side, so the pass lasts as long as
-        # the longest of them; a window of the compute alone counted the gather's wait twice,
-        # and faster GEMMs made such a step slower)
+        # (a window of the compute alone counted the gather's wait twice, and faster GEMMs made
+        # such a step slower).
+        # Where the host link is the GPU's PCIe link, the NICs sit on that same link (GPUDirect
+        # RDMA through the node's PCIe switch, as on DGX / HGX nodes): traffic that leaves the
+        # node (ZeRO gathers and reductions of a shard group spanning nodes, the expert
+        # dispatch / combine of an EP group spanning nodes, hidden or not) and the copy take
+        # turns on it, so the copy hides only under the rest of the pass: the layer lasts
+        # max(pass, that traffic + copy)
         kept = sp_[f"act_kept_{kind}"]
-        off_f.append(offload.exposed_transfer_s(kept, link_bw, f + z3f))
-        off_b.append(offload.exposed_transfer_s(kept, link_bw, b + z3b + w))
-        off_b_split.append(offload.exposed_transfer_s(kept, link_bw, b_split + z3b_split))
+        nic_f = np.where(zero_crosses & (zero >= 3), ag, 0.0) + np.where(ep_crosses, lay[f"ep_fwd_traffic_{kind}"], 0.0)
+        nic_b = np.where(zero_crosses, bwd_comm, 0.0) + np.where(ep_crosses, lay[f"ep_bwd_traffic_{kind}"], 0.0)
+        win_f = np.where(pcie_host, np.maximum(f + z3f - nic_f, 0.0), f + z3f)
+        win_b = np.where(pcie_host, np.maximum(b + z3b + w - nic_b, 0.0), b + z3b + w)
+        win_bs = np.where(pcie_host, np.maximum(b_split + z3b_split - nic_b, 0.0), b_split + z3b_split)
+        off_f.append(offload.exposed_transfer_s(kept, link_bw, win_f))
+        off_b.append(offload.exposed_transfer_s(kept, link_bw, win_b))
+        off_b_split.append(offload.exposed_transfer_s(kept, link_bw, win_bs))
         per_layer_f.append(f + z3f)
         per_layer_b.append(b + z3b)
         per_layer_b_split.append(b_split + z3b_split)

@@ -1,6 +1,8 @@
 """paraplan.api helpers: table labels."""
 from __future__ import annotations
 
+import pytest
+
 from paraplan import api
 def test_config_labels_of_a_table_equal_config_label_row_by_row():
     import pandas as pd
@@ -178,3 +180,19 @@ def test_sweep_over_the_software_stack():
     assert float(df.step_time_s.iloc[1]) - float(fused.step_time_s) == pytest.approx(hand, rel=1e-3)
     # the rest of torchtitan's extra time is its eager loss and unfused gradient accumulation
     assert float(fused.step_time_s) > float(df.step_time_s.iloc[0])
+
+
+def test_a_scaleout_what_if_keeps_a_fabrics_measured_communicator_shortfall():
+    # jean-zay-a100 states 50 Gb/s per GPU and a measured communicator bandwidth below it: the
+    # what-if at its own 50 Gb/s is the catalog, and more bandwidth is never slower (dropping the
+    # measurement made 50 Gb/s 15% faster than the catalog, 30 Gb/s faster too)
+    from paraplan import api
+    base = dict(model="gpt3-13b", cluster="jean-zay-a100", gpus=64, tp=4, pp=2, global_batch=256, micro_batch=1,
+                zero_stage=1)
+    catalog = api.simulate(**base).step_time_s.iloc[0]
+    swept = api.sweep(base, "scaleout_gbit_per_s", [30, 50, 100]).step_time_s.tolist()
+    assert swept[1] == pytest.approx(catalog, rel=1e-12)
+    assert swept[0] > swept[1] > swept[2]
+    spec = api.what_if_cluster("jean-zay-a100", scaleout_gbit_per_s=100)
+    cat = api.what_if_cluster("jean-zay-a100")
+    assert spec.scaleout.communicator_bus_bw_bytes_per_s == pytest.approx(2 * cat.scaleout.communicator_bus_bw_bytes_per_s)

@@ -146,3 +146,24 @@ def test_offload_beside_zero3_hides_under_the_whole_pass_and_faster_gemms_never_
                             offload_activation_layers=40)
     out = evaluate(load_model("gpt3-13b"), c, eff, ConfigBatch.from_configs([config]))
     assert out["zero3_comm_exposed_s"][0] > 0.1 and out["offload_exposed_s"][0] > 0.1
+
+
+def test_copies_take_turns_with_nic_traffic_on_a_pcie_host_link_and_not_on_c2c():
+    # the same GPT-3 13B ZeRO-3 + offload run: on DGX A100 the GPU reaches its NICs and host
+    # memory over one PCIe link, so a gather that leaves the node and the copy take turns (the
+    # layer lasts max(pass, gather + copy)); the same link rate as a C2C host link (its own
+    # path) hides the copy under the whole pass
+    from model_specs.catalog import load_model
+    c = load_cluster("dgx-a100-80gb")
+    c2c = replace(c, host=replace(c.host, link="nvlink-c2c",
+                                  link_bw_bytes_per_s=offload.host_link_payload_bw(c.host.link, c.host.link_bw_bytes_per_s)))
+    eff = efficiency_for_cluster(c)
+    cross = ParallelConfig(dp=32, cp=2, tp=1, pp=1, micro_batch=1, global_batch=64, zero_stage=3,
+                           offload_activation_layers=40)
+    inside = replace(cross, dp=4, cp=2, global_batch=64)          # a shard group of 8: one node
+    model = load_model("gpt3-13b")
+    pcie_x, c2c_x = (evaluate(model, cl, eff, ConfigBatch.from_configs([cross])) for cl in (c, c2c))
+    assert pcie_x["offload_exposed_s"][0] > c2c_x["offload_exposed_s"][0] + 0.1
+    # inside one node the gathers stay on NVLink: the two links give the same step
+    pcie_i, c2c_i = (evaluate(model, cl, eff, ConfigBatch.from_configs([inside])) for cl in (c, c2c))
+    assert pcie_i["step_time_s"][0] == pytest.approx(c2c_i["step_time_s"][0], rel=1e-12)
