@@ -13,6 +13,7 @@ defaults of a ``ParallelConfig``'s software fields) and/or a ``serving`` section
 """
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
@@ -74,7 +75,11 @@ MAX_GROUPED_GEMM_STREAMS = 32
 
 def check_grouped_gemm_streams(field: str, value) -> int:
     """``value`` as a stream count of a grouped linear (an integer in 1 ..
-    ``MAX_GROUPED_GEMM_STREAMS``), else an ``InputError`` naming ``field``."""
+    ``MAX_GROUPED_GEMM_STREAMS``; a whole float, as a sweep's float column holds it, counts),
+    else an ``InputError`` naming ``field``."""
+    if isinstance(value, numbers.Real) and not isinstance(value, (bool, numbers.Integral)) \
+            and math.isfinite(value) and value == int(value):
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
             or not 1 <= value <= MAX_GROUPED_GEMM_STREAMS:
         raise InputError(field, f"must be an integer from 1 to {MAX_GROUPED_GEMM_STREAMS}, got {value!r}",

@@ -436,7 +436,13 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int, global_b
     and ``dtype="fp8"`` sets the dtype. The planner's explanation of its winner is in
     ``.attrs["explain"]``. Each row names its plan with the ``ParallelConfig`` fields,
     so :mod:`paraplan.exports` can emit launch configs from it; a ``config`` label column is
-    added when the planner did not provide one.
+    added when the planner did not provide one. Rows with ``pipeline_exact`` False (beyond the
+    planner's top, Pareto and per-GPU-count candidates) carry the closed-form estimate of their
+    pipeline makespan, an upper bound that may exceed what :func:`simulate` gives for the same
+    plan; the rows that can rank first are exact. ``mfu_bf16_pct`` is against the GPU's bf16
+    peak whatever dtype the plan runs in (the convention that compares plans across dtypes), so
+    an FP8 / NVFP4 plan can exceed 100% (GPT-1T in NVFP4 on 1,024 B200: 126%); divide by the
+    ratio of the dtype's peak to bf16's for the share of that dtype's peak.
 
     Example::
 

@@ -1,6 +1,8 @@
 """One parallel configuration (the plan the user runs), validated on construction."""
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, fields
 from enum import Enum
 
@@ -388,6 +390,10 @@ class ParallelConfig:
                              f"job ({MAX_GPUS:,} GPUs)", "check the degrees")
         for name in LAYOUT_FIELDS:
             value = getattr(self, name)
+            # a whole float (a sweep's row, where a missing value made the column float) is the
+            # integer it holds, as the degrees above accept it
+            if isinstance(value, (float, np.floating)) and math.isfinite(value) and value == int(value):
+                value = int(value)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
                 raise InputError(name, f"must be an integer >= 0 (0 = not set), got {value!r}")
             if value > MAX_LAYOUT_VALUE:

@@ -196,3 +196,18 @@ def test_a_scaleout_what_if_keeps_a_fabrics_measured_communicator_shortfall():
     spec = api.what_if_cluster("jean-zay-a100", scaleout_gbit_per_s=100)
     cat = api.what_if_cluster("jean-zay-a100")
     assert spec.scaleout.communicator_bus_bw_bytes_per_s == pytest.approx(2 * cat.scaleout.communicator_bus_bw_bytes_per_s)
+
+
+def test_whole_floats_of_a_sweep_row_simulate_as_their_integers():
+    # a sweep's rows hold recompute_num_layers, offload_activation_layers, zero_shard_group ... as
+    # floats (a missing value makes the column float); fed back, they run as the integers they hold
+    kw = dict(gpus=8, global_batch=16, recompute="full")
+    as_float = api.simulate("llama3-8b", "dgx-h100", tp=2.0, recompute_num_layers=2.0, grouped_gemm_streams=1.0,
+                            loss_chunk_tokens=0.0, **kw).step_time_s.iloc[0]
+    as_int = api.simulate("llama3-8b", "dgx-h100", tp=2, recompute_num_layers=2, **kw).step_time_s.iloc[0]
+    assert as_float == as_int
+    from hardware_specs.errors import InputError
+    for bad in (2.5, float("nan"), float("inf")):
+        with pytest.raises(InputError) as err:
+            api.simulate("llama3-8b", "dgx-h100", recompute_num_layers=bad, **kw)
+        assert err.value.field == "recompute_num_layers"
