@@ -57,7 +57,8 @@ def _agg(ctx, batch, isl, osl):
 
 def test_admitted_requests_beyond_the_running_bound_take_turns_decoding():
     """vLLM, more clients than decode slots but prompts that fit: no wait before the first token;
-    the rank finishes n_fit requests per gen steps of (1 - u)-stretched decode steps, and the
+    the rank finishes n_fit requests per gen steps of decode steps stretched by the other clients'
+    prompts (1 - u (b - 1) / b), and the
     rest of each client's loop is decode time (Little's law)."""
     ctx = _ctx("vllm-0.14")
     isl, osl = 2048, 16384
@@ -67,7 +68,9 @@ def test_admitted_requests_beyond_the_running_bound_take_turns_decoding():
     assert n_fit < batch <= n_admit
     out = _agg(ctx, batch, isl, osl)
     gen = osl - 1
-    x = n_fit * (1.0 - out["prefill_share"]) / (gen * out["decode_step_s"])
+    # a decode step is stretched by the other clients' prompts, (b - 1) / b of the prompt share
+    others = (batch - 1) / batch
+    x = n_fit * (1.0 - out["prefill_share"] * others) / (gen * out["decode_step_s"])
     assert out["tokens_per_s_per_gpu"] == pytest.approx(x * osl, rel=1e-6)
     assert out["queue_wait_s"] == 0.0
     assert out["tpot_s"] == pytest.approx((batch / x - out["ttft_s"]) / gen, rel=1e-6)

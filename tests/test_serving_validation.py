@@ -107,8 +107,9 @@ def test_a_vllm_data_parallel_row_is_read_as_d_ranks_of_tp_1_with_experts_over_d
     # the source's 'tp4_ep4' vLLM deployment: tp_size 4 (the GPU count), attention DP 4, experts over 16
     cols = _one_row("vllm", tp_size=4, attention_dp_size=4, moe_tp_size=1, moe_ep_size=16)
     assert (cols["tp"], cols["adp"], cols["moe_tp"], cols["moe_ep"]) == (1.0, 4.0, 1.0, 4.0)
-    # TensorRT-LLM rows, and vLLM rows whose tp differs from the DP degree, are read as stated
-    cols = _one_row("trtllm", tp_size=4, attention_dp_size=4, moe_tp_size=1, moe_ep_size=16)
+    # SGLang rows, and vLLM rows whose tp differs from the DP degree, are read as stated; a
+    # TensorRT-LLM row in that layout is skipped (its attention-DP ranks are one GPU each)
+    cols = _one_row("sglang", tp_size=4, attention_dp_size=4, moe_tp_size=1, moe_ep_size=16)
     assert (cols["tp"], cols["adp"], cols["moe_ep"]) == (4.0, 4.0, 16.0)
     cols = _one_row("vllm", tp_size=2, attention_dp_size=4, moe_tp_size=1, moe_ep_size=8)
     assert (cols["tp"], cols["adp"], cols["moe_ep"]) == (2.0, 4.0, 8.0)

@@ -42,7 +42,8 @@ SATURATED_PREFILL = 0.99
 #: the mode-specific metrics of ``ServingReport.extra``: (shown as, what); fractions in percent
 EXTRA_MEANING = {
     "prefill_work_s": ("prefill_work_ms", "engine time one prompt's prefill adds to the shared steps"),
-    "prefill_share": ("prefill_share_pct", "share of the engine's time on prompts (TPOT = decode step / (1 - share))"),
+    "prefill_share": ("prefill_share_pct", "share of the engine's time on prompts (TPOT = decode step / (1 - share x "
+                                           "(b - 1) / b): the other clients' prompts)"),
     "prefill_own_s": ("prefill_own_ms", "one prompt's prefill run alone (in TTFT; prompts batched with it: queue_wait)"),
     "prefill_step_s": ("prefill_step_ms", "a full prefill batch's step (the prefill workers' throughput)"),
     "kv_transfer_s": ("kv_transfer_ms", "one request's KV cache moved from prefill to decode worker"),

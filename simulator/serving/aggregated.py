@@ -14,7 +14,9 @@ Per rank, with ``t_d`` the time of a step decoding all b requests (context isl +
   isl / P of such a step, and its prefill work ``w_p`` the part of that share beyond the
   decode step (all of it when the prefill runs alone).
 * the prefill share of the engine's time is u = X w_p; decoding requests get one token per
-  step, so TPOT = t_d / (1 - u) (steps slowed, or paused, by prompts).
+  step, slowed (or paused) by the other b - 1 clients' prompts, (b - 1) / b of them (a
+  request's own prompt runs before its first token, not during its decode), so
+  TPOT = t_d / (1 - u (b - 1) / b).
 * TTFT = the request's time outside the engine's steps (``ServingEfficiency.request_host_s``:
   HTTP, tokenisation, the hand-over to the engine process; the same at any load) + the steps
   before the request joins a batch (``join_steps``: it arrives mid-step; an
@@ -181,13 +183,17 @@ def _solve_loop(b, gen, t_d, own, service, w_p, sync, lead):
     (TTFT, TPOT, 90th-percentile wait, prompt share u) at it; ``lead`` is the time before the
     request joins a batch ((``join_steps`` + ``hold_steps``) x the decode step, plus the request's
     host time)."""
+    others = np.maximum(b - 1.0, 0.0) / np.maximum(b, 1.0)
+
     def loop(x):
         u = np.minimum(x * w_p, 0.999999)                 # share of the engine's time spent on prompts
         wq, w90 = queue_wait_s(np.minimum(x * service, 0.999999), service)
         cap = np.maximum(b - 1.0, 0.0) * service         # only the other clients can be ahead
         wq, w90 = np.minimum(wq, cap), np.minimum(w90, cap)
         ttft = lead + own + np.maximum(wq, sync)
-        tpot = t_d / (1.0 - u)
+        # a request's decode steps are slowed by the other clients' prompts, not its own (which
+        # ran before its first token): (b - 1) / b of the prompts the engine takes
+        tpot = t_d / (1.0 - u * others)
         return ttft, tpot, np.maximum(w90, SYNC_P90 * sync), u
 
     lo = np.zeros_like(b)
