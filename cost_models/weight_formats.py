@@ -33,6 +33,14 @@ _COMPUTE_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8_block": "fp
 ALIASES = {"": "bf16", "none": "bf16", "16bit": "bf16", "bfloat16": "bf16", "float16": "fp16", "fp4": "nvfp4",
            "int4": "int4_wo", "w4a16": "int4_wo", "fp8_e4m3": "fp8"}
 WEIGHT_FORMATS = tuple(WEIGHT_FORMAT_BYTES)
+#: elements along a weight's dimension that share one scale where a tensor-parallel slice of the
+#: dimension must hold whole blocks, or the engines refuse to shard the scales: fp8_block's 128 x
+#: 128 blocks (DeepSeek-V3 report 3.3.2; vLLM ``Fp8MoEMethod.create_weights``: "The output_size
+#: of gate's and up's weight = 192 is not divisible by weight quantization block_n = 128";
+#: SGLang's fp8.py the same). The 4-bit formats' small groups (nvfp4 16, mxfp4 32, int4 128) are
+#: padded by the engines' MoE kernels: gpt-oss-120b's 2,880-wide experts are measured at tp 8
+#: (360 a GPU) on vLLM and TensorRT-LLM (serving_runs.csv); per-tensor fp8 and 16-bit: none
+SCALE_BLOCK_ELEMENTS = {"fp8_block": 128}
 #: bytes per KV-cache element per dtype
 KV_DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "auto": 2.0, "fp8": 1.0}
 
@@ -72,3 +80,19 @@ def kv_dtype_bytes(kv_dtype: str) -> float:
     if key not in KV_DTYPE_BYTES:
         raise InputError("kv_cache_dtype", f"unknown KV-cache dtype {kv_dtype!r}", "use auto, bf16, fp16 or fp8")
     return KV_DTYPE_BYTES[key]
+
+
+def scale_block(fmt: str) -> int:
+    """Elements per scale block along a sharded dimension (1: no block constraint)."""
+    return SCALE_BLOCK_ELEMENTS.get(canonical_format(fmt), 1)
+
+
+def slice_holds_whole_blocks(width, parts, fmt: str):
+    """Whether ``width`` split ``parts`` ways leaves whole scale blocks of ``fmt`` in each slice
+    (numpy-friendly)."""
+    import numpy as np
+    width, parts = np.asarray(width, dtype=float), np.asarray(parts, dtype=float)
+    block = float(scale_block(fmt))
+    per = width / np.maximum(parts, 1.0)
+    return (np.mod(per, 1.0) == 0) & (np.mod(per, block) == 0)
+

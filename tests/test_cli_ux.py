@@ -472,33 +472,33 @@ def test_a_slow_search_that_ends_in_a_refusal_writes_one_stderr_line(monkeypatch
 
 
 def test_a_best_plan_offloading_activations_over_pcie_says_no_measured_run_backs_it():
-    # Llama-3-70B on 512 H100 at 4 Mi tokens: the best plan offloads 22 layers' activations per
+    # Llama-3-70B on 32 H100 at 128 sequences: the best plan offloads 79 layers' activations per
     # chunk over PCIe, which no public row measures (its offload rows are GB200/GB300 over
     # NVLink-C2C); the output says so beside the plan, and not for a plan without offload
     from click.testing import CliRunner
     from paraplan.cli import main
-    out = CliRunner().invoke(main, ["plan", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "512",
-                                    "--global-batch-tokens", "4Mi", "--top", "3"])
+    base = ["plan", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "32", "--global-batch", "128", "--top", "3"]
+    out = CliRunner().invoke(main, base)
     assert out.exit_code == 0, out.output
-    assert "note: the best plan uses activation offload over PCIe (22 layers per chunk)" in out.stdout
-    plain = CliRunner().invoke(main, ["plan", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "512",
-                                      "--global-batch-tokens", "4Mi", "--top", "3", "--no-offload", "--json"])
+    assert "note: the best plan uses activation offload over PCIe (79 layers per chunk)" in out.stdout
+    plain = CliRunner().invoke(main, base + ["--no-offload", "--json"])
     assert plain.exit_code == 0, plain.output
     assert json.loads(plain.stdout)["best_unmeasured_features"] == ""
-    offloaded = CliRunner().invoke(main, ["plan", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "512",
-                                          "--global-batch-tokens", "4Mi", "--top", "3", "--json"])
-    assert json.loads(offloaded.stdout)["best_unmeasured_features"] == "activation offload over PCIe (22 layers per chunk)"
+    offloaded = CliRunner().invoke(main, base + ["--json"])
+    assert json.loads(offloaded.stdout)["best_unmeasured_features"] == "activation offload over PCIe (79 layers per chunk)"
     rows = json.loads(plain.stdout)["plans"]
     # --no-offload keeps the rest of the memory search: the winner recomputes some layers instead
     assert all(r["offload_activation_layers"] == 0 for r in rows) and rows[0]["recompute_num_layers"] > 0
-    one = CliRunner().invoke(main, ["simulate", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "512", "--json",
-                                    "--cp", "2", "--micro-batch", "1", "--global-batch", "512", "--zero", "3",
-                                    "--recompute", "full", "--recompute-num-layers", str(rows[0]["recompute_num_layers"]),
-                                    "--no-sequence-parallel", "--dtype", "bf16"])
-    assert rows[0]["cp"] == 2 and rows[0]["tp"] == 1 and rows[0]["zero_stage"] == 3
+    r = rows[0]
+    one = CliRunner().invoke(main, ["simulate", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "32", "--json",
+                                    "--tp", str(r["tp"]), "--cp", str(r["cp"]), "--micro-batch", str(r["micro_batch"]),
+                                    "--global-batch", "128", "--zero", str(r["zero_stage"]), "--recompute", "full",
+                                    "--recompute-num-layers", str(r["recompute_num_layers"]),
+                                    "--sequence-parallel" if r["sequence_parallel"] else "--no-sequence-parallel",
+                                    "--dtype", "bf16"])
     sim = json.loads(one.stdout)
     sim = sim if isinstance(sim, dict) else sim[0]
-    assert sim["step_time_s"] == pytest.approx(rows[0]["step_time_s"], rel=1e-9)
+    assert sim["step_time_s"] == pytest.approx(r["step_time_s"], rel=1e-9)
 
 
 def test_plan_prints_the_layers_per_chunk_it_priced_and_the_balanced_split_apart():

@@ -85,7 +85,7 @@ def test_vllm_attention_dp_expert_parallel_worker_reads_back_as_priced():
     # the settings the prediction assumed: vllm-0.14's budget on a >= 70 GiB GPU, its cap and share
     assert one(cmd, "--max-num-batched-tokens") == "8192" == str(ctx.token_budget)
     assert one(cmd, "--max-num-seqs") == "1024" and one(cmd, "--gpu-memory-utilization") == "0.9"
-    assert one(cmd, "--max-model-len") == "2048"                        # isl + osl
+    assert one(cmd, "--max-model-len") == str(1024 + 1024 + 256)       # isl + osl and a re-tokenising slack
     # per-tensor fp8 of DeepSeek is no published checkpoint: the script asks for one
     assert 'MODEL="${MODEL:?set MODEL to a deepseek-r1 checkpoint storing fp8' in script
     assert "--precision fp8_block for deepseek-ai/DeepSeek-R1" in script
@@ -126,10 +126,17 @@ def test_trtllm_disaggregated_deployment_on_gb200():
     assert all(one(c, "--ep_size") == one(c, "--tp_size") for c in servers)
     decode = next(c for c in servers if one(c, "--tp_size") == "16")
     assert decode["-np"][0] == "16"                                       # one MPI launch of 16 ranks
-    assert one(decode, "--max_seq_len") == str(8192 + 1024)
+    assert one(decode, "--max_seq_len") == str(8192 + 1024 + 256)
+    # context servers: one step takes each rank's priced prompt whole (no chunked prefill), and
+    # they run without the overlap scheduler, as TensorRT-LLM's disaggregated examples do
+    prefill = [c for c in servers if one(c, "--tp_size") == "4"]
+    assert all(one(c, "--max_num_tokens") == "8192" for c in prefill)
+    assert "# paraplan: prefill worker options as priced (stack trtllm-1)\nenable_attention_dp: true\n" \
+        "disable_overlap_scheduler: true" in script
     assert "enable_attention_dp: true" in script and "cache_transceiver_config:" in script
     assert "context_servers:\n  num_instances: 3" in script and "generation_servers:\n  num_instances: 1" in script
-    assert 'MODEL="${MODEL:-nvidia/DeepSeek-R1-NVFP4}"' in script
+    # no published checkpoint stores every GEMM in NVFP4 (NVIDIA's keep some attention 16-bit)
+    assert 'MODEL="${MODEL:?set MODEL to a deepseek-r1 checkpoint storing nvfp4' in script
     assert "trtllm-serve disaggregated" in script.replace(" \\\n      ", " ")
 
 
@@ -139,7 +146,8 @@ def test_placement_packs_workers_on_hosts_without_sharing_a_gpu():
     assert hosts == 2
     used = [(w.first_host, g) for w in workers for g in w.gpu_ids]
     assert len(used) == len(set(used)) == 14
-    assert [w.port for w in workers] == [8000, 8001, 8002, 8003, 8000, 8001, 8002]
+    # ten ports apart (SGLang's attention-DP sockets take port + 233 .. 239)
+    assert [w.port for w in workers] == [8000, 8010, 8020, 8030, 8000, 8010, 8020]
     big = WorkerLayout(tp=8, adp=2, moe_tp=1, moe_ep=16, batch=8)
     workers, hosts = placement([("prefill", lay, 1), ("decode", big, 1)], 8)
     assert hosts == 3 and workers[1].first_host == 1 and workers[1].hosts == 2
@@ -245,16 +253,22 @@ def test_matrix_exports_are_the_commands_the_real_parsers_accepted_and_mean_the_
             assert f["enable_expert_parallel"] == (launch.moe and w.moe_ep > 1)
             assert f["max_num_batched_tokens"] == ctx.token_budget and f["max_num_seqs"] == launch.max_running_requests
             assert f["gpu_memory_utilization"] == pytest.approx(ctx.behaviour.gpu_memory_fraction)
-            assert f["kv_cache_dtype"] == ("fp8" if launch.kv_cache_dtype == "fp8" else "auto")
+            assert f["kv_cache_dtype"] == {"fp8": "fp8", "bf16": "bfloat16", "fp16": "float16"}[launch.kv_cache_dtype]
             assert f["quantization"] == ("fp8" if launch.online_fp8 else None)
-            assert f["max_model_len"] == 2048 and f["max_cudagraph_capture_size"] == ctx.behaviour.cuda_graph_max_batch
+            assert f["max_model_len"] == 2048 + 256 and f["max_cudagraph_capture_size"] == ctx.behaviour.cuda_graph_max_batch
             if w.hosts > 1:       # the data-parallel ranks split over the hosts, the first host the head
                 assert f["data_parallel_size_local"] * w.hosts == w.adp and f["data_parallel_address"] == "10.0.0.1"
         else:
             # SGLang: tp_size the stage's GPUs, attention DP within it, experts over ep_size ranks
             assert (f["tp_size"], f["pp_size"], f["attn_dp_size"], f["ep_size"]) == \
                 (w.tp * w.adp, w.pp, w.adp, w.moe_ep if launch.moe else 1)
-            assert f["chunked_prefill_size"] == ctx.token_budget          # SGLang divides it by attn_dp_size
+            # SGLang divides the chunk size by attn_dp_size: the aggregated and decode workers' is
+            # the stack's (priced divided), a prefill worker's its priced prompts a step per group
+            if w.role == "prefill":
+                assert f["chunked_prefill_size"] == f["max_prefill_tokens"] == \
+                    max(ctx.token_budget, w.batch * 1024) * w.adp
+            else:
+                assert f["chunked_prefill_size"] == ctx.token_budget
             assert ctx.behaviour.rank_token_budget(ctx.token_budget, w.adp) == ctx.token_budget // w.adp
             hbm = ctx.cluster.gpu.hbm_bytes
             assert f["mem_fraction_static"] == pytest.approx((hbm - ctx.behaviour.runtime_reserved_gib * 2**30) / hbm,
@@ -269,3 +283,59 @@ def test_the_record_names_the_releases_the_table_pins():
     assert VERIFIED["releases"] == {"vllm": "vllm 0.19.1", "sglang": "sglang 0.5.23"}
     assert len(RECORDED) == sum(1 for m in MATRIX if m[2].framework in ("vllm", "sglang")
                                 for _ in _worker_argvs(m[2]))
+
+
+# --------------------------------------------------------------------------------------------
+# what the engines would do with a script that looked right (review, 2026-12-04)
+# --------------------------------------------------------------------------------------------
+
+def test_sglang_online_fp8_needs_the_16_bit_weights_to_fit_first():
+    # Qwen3-235B on 2 H200 (attention DP 2, experts over both): 470 GB of 16-bit weights, ~235 GB
+    # a GPU before SGLang quantises them; vLLM streams them layer by layer and can
+    for backend, online in (("sglang", False), ("vllm", True)):
+        ctx, dep, rep = deployment("qwen3-235b-a22b", "hgx-h200", backend, "fp8",
+                                   layout=WorkerLayout(tp=1, adp=2, moe_tp=1, moe_ep=2, batch=4))
+        launch = launch_of(ctx, dep, rep.metrics)
+        assert launch.online_fp8 is online
+        if not online:
+            assert "SGLang loads the 16-bit weights before quantising them" in emit_launch(launch)
+
+
+def test_a_prompt_longer_than_the_budget_is_one_step_where_the_engine_does_not_chunk():
+    # TensorRT-LLM without chunked prefill refuses a prompt over max_num_tokens; the model prices
+    # one whole 16k prompt a step, so the export allows it
+    ctx, dep, rep = deployment("llama3.1-8b", "dgx-h100", "trtllm", "fp8", isl=16384, osl=256,
+                               layout=WorkerLayout(tp=1, batch=8))
+    (cmd,) = commands(emit_serving(ctx, dep, rep.metrics), ENGINE_PROGRAMS["trtllm"])
+    assert one(cmd, "--max_num_tokens") == "16384" and ctx.token_budget == 8192
+
+
+def test_a_16_bit_kv_cache_on_an_fp8_checkpoint_is_named_or_refused():
+    # vLLM: --kv-cache-dtype bfloat16 (auto would take the checkpoint's FP8 KV); TensorRT-LLM
+    # documents auto and fp8 only: refused naming the option
+    ctx = ServingContext.build("llama3.1-8b", "dgx-h100", "vllm", "fp8", "fp8", "bf16")
+    dep = Deployment(model="llama3.1-8b", system="dgx-h100", backend=ctx.stack.name, dense_format="fp8",
+                     expert_format="fp8", kv_cache_dtype="bf16", layout=WorkerLayout(tp=1, batch=8))
+    (cmd,) = commands(emit_serving(ctx, dep, simulate_serving(dep, ctx).metrics), ENGINE_PROGRAMS["vllm"])
+    assert one(cmd, "--kv-cache-dtype") == "bfloat16"
+    ctx = ServingContext.build("llama3.1-8b", "dgx-h100", "trtllm", "fp8", "fp8", "bf16")
+    with pytest.raises(InputError) as err:
+        emit_serving(ctx, dep, simulate_serving(dep, ctx).metrics)
+    assert err.value.field == "--kv-cache-dtype"
+
+
+def test_block_fp8_experts_are_never_split_below_a_128_wide_block():
+    # Qwen3-235B's 1,536-wide experts over 8 GPUs: 192 each, which vLLM and SGLang refuse to shard
+    with pytest.raises(InputError) as err:
+        deployment("qwen3-235b-a22b", "hgx-h200", "vllm", "fp8_block", layout=WorkerLayout(tp=8, moe_tp=8, batch=8))
+    assert err.value.field == "--moe-tp" and "128-wide scale blocks" in err.value.message
+    from planners.serving.space import worker_layouts
+    from model_specs.catalog import load_model
+    lay = worker_layouts(load_model("qwen3-235b-a22b"), 8, 8, False, None, "fp8_block")
+    assert len(lay) and ((1536 / lay[:, 3]) % 128 == 0).all()
+    assert (worker_layouts(load_model("qwen3-235b-a22b"), 8, 8, False, None, "fp8")[:, 3] == 8).any()
+
+
+def test_a_script_of_thousands_of_workers_is_refused_not_rendered_for_minutes():
+    one_line_error(run("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "--workers", "5000", "--emit"),
+                   "--emit", "5,000 engine instances")

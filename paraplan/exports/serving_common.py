@@ -35,10 +35,10 @@ CHECKPOINTS: Mapping[tuple[str, str, str], str] = {
     ("deepseek-r1", "fp8_block", "fp8_block"): "deepseek-ai/DeepSeek-R1",
     ("deepseek-v3", "fp8_block", "fp8_block"): "deepseek-ai/DeepSeek-V3",
     ("qwen3-235b-a22b", "fp8_block", "fp8_block"): "Qwen/Qwen3-235B-A22B-FP8",
-    # NVIDIA ModelOpt exports (hf_quant_config.json quant_algo FP8 / NVFP4, KV FP8)
+    # NVIDIA ModelOpt export (hf_quant_config.json quant_algo FP8: every linear layer of the
+    # blocks per-tensor FP8, KV FP8). NVIDIA's NVFP4 exports leave some attention projections in
+    # 16-bit (their model cards), which is not the all-NVFP4 a plan prices: none is named
     ("llama3.1-8b", "fp8", "fp8"): "nvidia/Llama-3.1-8B-Instruct-FP8",
-    ("deepseek-r1", "nvfp4", "nvfp4"): "nvidia/DeepSeek-R1-NVFP4",
-    ("qwen3-32b", "nvfp4", "nvfp4"): "nvidia/Qwen3-32B-NVFP4",
     # OpenAI's release: attention and dense layers in bf16, the routed experts in MXFP4
     ("gpt-oss-120b", "bf16", "mxfp4"): "openai/gpt-oss-120b",
     ("gpt-oss-20b", "bf16", "mxfp4"): "openai/gpt-oss-20b",
@@ -52,10 +52,19 @@ ONLINE_QUANTISATION = {"fp8"}
 #: a pre-quantised (ModelOpt) checkpoint (docs "Quantization": "the PyTorch backend ... supports
 #: pre-quantized checkpoints"), so it needs one
 ONLINE_FP8_ENGINES = frozenset({"vllm", "sglang"})
-#: first port of the workers on a host; a host's k-th worker listens on BASE_PORT + k
+#: first port of the workers on a host; a host's k-th worker listens on BASE_PORT + PORT_STRIDE k:
+#: SGLang binds its internal sockets from port + 233 to port + 239 when attention DP runs on one
+#: node (sglang/srt/server_args.py ``PortArgs.init_new``), so workers one port apart collide
 BASE_PORT = 8000
-#: the router / disaggregated front end's port on host 0
-FRONT_PORT = 8080
+PORT_STRIDE = 10
+#: the router / disaggregated front end's port on host 0 (above every worker's and SGLang's
+#: bootstrap ports, 8998 + k)
+FRONT_PORT = 9100
+#: extra tokens of context beyond isl + osl: a benchmark's random prompt re-tokenised by the
+#: server can come out a few tokens longer, and a request over the context length is refused
+CONTEXT_SLACK_TOKENS = 256
+#: the most engine instances one script starts
+MAX_EMIT_WORKERS = 4096
 SIXTEEN_BIT = ("bf16", "fp16")
 
 
@@ -114,6 +123,7 @@ class ServingLaunch:
     dense_format: str
     expert_format: str
     kv_cache_dtype: str
+    checkpoint_kv_dtype: str
     model_dtype: str
     moe: bool
     mode: str
@@ -134,10 +144,26 @@ class ServingLaunch:
     gpu: str
     predicted: Mapping[str, float]
     prior: bool
+    max_context_tokens: int = 0
+    online_fp8_refused: str = ""
 
     @property
     def max_model_len(self) -> int:
-        return int(self.isl + self.osl)
+        """The engine's context length: isl + osl and ``CONTEXT_SLACK_TOKENS``, within the model's."""
+        want = int(self.isl + self.osl + CONTEXT_SLACK_TOKENS)
+        return min(want, self.max_context_tokens) if self.max_context_tokens else want
+
+    def step_tokens(self, w: "Worker") -> int:
+        """Tokens one step of worker ``w`` must be allowed (per attention-DP rank): the stack's
+        token budget, and for an engine that does not chunk prompts at least one whole prompt
+        (the model prices one prompt a step when it is longer than the budget); a prefill
+        worker's ``batch`` prompts a step (the disaggregated model prices them in one step)."""
+        need = self.token_budget
+        if w.role == "prefill":
+            need = max(need, w.batch * self.isl)
+        elif not self.chunked_prefill:
+            need = max(need, self.isl)
+        return int(need)
 
     def role(self, name: str) -> tuple[Worker, ...]:
         return tuple(w for w in self.workers if w.role == name)
@@ -175,7 +201,7 @@ def placement(layouts: list[tuple[str, object, int]], gpus_per_host: int) -> tup
                     host, next_gpu, slot = host + 1, 0, 0
                 ids = tuple(range(next_gpu, next_gpu + g))
                 workers.append(Worker(role, i, lay.tp, lay.pp, lay.adp, lay.moe_tp, lay.moe_ep, lay.batch, host, 1,
-                                      ids, BASE_PORT + slot))
+                                      ids, BASE_PORT + PORT_STRIDE * slot))
                 next_gpu, slot = next_gpu + g, slot + 1
             else:
                 if next_gpu:
@@ -226,9 +252,27 @@ def launch_of(context, deployment, metrics: Mapping[str, float]) -> ServingLaunc
     predicted = {"ttft_ms": 1e3 * float(metrics["ttft_s"]), "tpot_ms": 1e3 * float(metrics["tpot_s"]),
                  "tokens_per_s_per_gpu": float(metrics["tokens_per_s_per_gpu"]),
                  "concurrency": float(deployment.concurrency)}
+    refused = ""
+    if online and framework == "sglang":
+        # SGLang 0.5.23 builds FP8 weights from the 16-bit ones on the GPU after loading them
+        # (sglang/srt/layers/quantization/fp8.py ``create_weights`` without a meta-device path):
+        # the 16-bit weights of each GPU must fit first
+        from cost_models.serving_memory import weight_bytes_per_gpu
+        limit = beh.gpu_memory_fraction * cluster.gpu.hbm_bytes
+        for w in workers:
+            need = float(weight_bytes_per_gpu(model, w.tp, w.adp, w.pp, w.moe_tp, w.moe_ep, "bf16", "bf16"))
+            if need > limit:
+                online, checkpoint = False, None
+                refused = (f"SGLang loads the 16-bit weights before quantising them, {need / 2**30:.0f} GiB a GPU of "
+                           f"{w.name}, more than the GPU holds")
+                break
+    if len(workers) > MAX_EMIT_WORKERS:
+        raise InputError("--emit", f"the deployment starts {len(workers):,} engine instances, above the "
+                         f"{MAX_EMIT_WORKERS:,} one script launches", "emit a smaller deployment, or one worker and replicate it")
     return ServingLaunch(
         model_name=model.name, checkpoint=checkpoint, online_fp8=online, dense_format=context.dense_format,
         expert_format=context.expert_format, kv_cache_dtype=resolved_kv_dtype(context),
+        checkpoint_kv_dtype=_checkpoint_kv(context, checkpoint, online),
         model_dtype="float16" if context.dense_format == "fp16" else "bfloat16", moe=moe, mode=deployment.mode,
         isl=deployment.isl, osl=deployment.osl, token_budget=int(context.token_budget),
         max_running_requests=int(beh.max_running_requests), cuda_graph_max_batch=int(beh.cuda_graph_max_batch),
@@ -236,7 +280,17 @@ def launch_of(context, deployment, metrics: Mapping[str, float]) -> ServingLaunc
         chunked_prefill=bool(beh.chunked_prefill),
         workers=workers, hosts=hosts, gpus_per_host=per_host, stack=context.stack.name,
         framework=framework, system=cluster.name, gpu=cluster.gpu.name, predicted=predicted,
-        prior=bool(context.efficiency.prior))
+        prior=bool(context.efficiency.prior), max_context_tokens=int(model.max_context_tokens or 0),
+        online_fp8_refused=refused)
+
+
+def _checkpoint_kv(context, checkpoint: str | None, online: bool) -> str:
+    """The KV dtype an engine left at ``auto`` would give: FP8 where the stack takes it from a
+    ModelOpt FP8 / NVFP4 checkpoint (``kv_dtype_from_checkpoint``), else the 16-bit model dtype."""
+    quantised = {"fp8", "nvfp4"} & {context.dense_format, context.expert_format}
+    if context.behaviour.kv_dtype_from_checkpoint and quantised and not online:
+        return "fp8"
+    return "fp16" if context.dense_format == "fp16" else "bf16"
 
 
 # --------------------------------------------------------------------------------------------
@@ -278,7 +332,9 @@ def _model_line(launch: ServingLaunch) -> str:
         (_, dense, expert), repo = known[0]
         hint = f"; or plan with --precision {dense}" + (f" --expert-precision {expert}" if expert != dense else "") + \
             f" for {repo}"
-    return f'MODEL="${{MODEL:?set MODEL to a {launch.model_name} checkpoint storing {fmt}, the formats priced{hint}}}"'
+    why = f" ({launch.online_fp8_refused})" if launch.online_fp8_refused else ""
+    return (f'MODEL="${{MODEL:?set MODEL to a {launch.model_name} checkpoint storing {fmt}, the formats priced'
+            f'{why}{hint}}}"')
 
 
 def render_script(launch: ServingLaunch, engine, title: str) -> str:
@@ -322,11 +378,13 @@ def render_script(launch: ServingLaunch, engine, title: str) -> str:
         marker = "PARAPLAN_EOF" if expand else "'PARAPLAN_EOF'"
         out += [f"cat > \"$WORKDIR/{name}\" <<{marker}", text.rstrip("\n"), "PARAPLAN_EOF"]
     out.append('case "$HOST_INDEX" in')
+    on_host: dict[int, list[Worker]] = {}
+    for w in launch.workers:
+        for host in range(w.first_host, w.first_host + w.hosts):
+            on_host.setdefault(host, []).append(w)
     for host in range(launch.hosts):
         out.append(f"  {host})")
-        for w in launch.workers:
-            if not w.first_host <= host < w.first_host + w.hosts:
-                continue
+        for w in on_host.get(host, []):
             node_rank = host - w.first_host
             argv = engine.worker_command(launch, w, node_rank)
             if not argv:

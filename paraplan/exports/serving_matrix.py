@@ -4,7 +4,8 @@
 attention-DP + expert parallel, pipeline, several workers, a worker over two hosts, online FP8)
 and the disaggregated ones SGLang and TensorRT-LLM launch.
 
-Each entry: (id, model, system, backend, dense format, expert format, mode, deployment fields).
+Each entry: (id, model, system, backend, dense format, expert format, mode, deployment fields[, KV
+dtype]).
 """
 from __future__ import annotations
 
@@ -20,8 +21,12 @@ MATRIX = (
      dict(layout=W(tp=1, adp=8, moe_tp=1, moe_ep=8, batch=64))),
     ("vllm-moe-dp16-ep16-two-hosts", "deepseek-r1", "dgx-h100", "vllm", "fp8_block", "fp8_block", "agg",
      dict(layout=W(tp=1, adp=16, moe_tp=1, moe_ep=16, batch=32))),
-    ("vllm-moe-tp8-experts-tp", "qwen3-235b-a22b", "hgx-h200", "vllm", "fp8_block", "fp8_block", "agg",
+    ("vllm-moe-tp8-experts-tp", "deepseek-r1", "hgx-h200", "vllm", "fp8_block", "fp8_block", "agg",
      dict(layout=W(tp=8, moe_tp=8, moe_ep=1, batch=64))),
+    ("vllm-dense-fp8-checkpoint-bf16-kv", "llama3.1-8b", "dgx-h100", "vllm", "fp8", "fp8", "agg",
+     dict(layout=W(tp=1, batch=64), workers=2), "bf16"),
+    ("sglang-moe-attn-dp4-two-workers-one-host", "qwen3-235b-a22b", "hgx-h200", "sglang", "fp8_block", "fp8_block",
+     "agg", dict(layout=W(tp=1, adp=4, moe_tp=1, moe_ep=4, batch=32), workers=2)),
     ("sglang-dense-tp8", "llama3.1-70b", "dgx-b200", "sglang", "fp8", "fp8", "agg",
      dict(layout=W(tp=8, batch=64))),
     ("sglang-moe-attn-dp8-ep8-two-workers", "deepseek-r1", "dgx-b200", "sglang", "fp8_block", "fp8_block", "agg",
@@ -49,8 +54,8 @@ def launches():
     from simulator.serving.context import ServingContext
     from simulator.serving.deployment import Deployment
     from simulator.serving.simulate import simulate_serving
-    for case_id, model, system, backend, dense, expert, mode, fields in MATRIX:
-        ctx = ServingContext.build(model, system, backend, dense, expert)
+    for case_id, model, system, backend, dense, expert, mode, fields, *kv in MATRIX:
+        ctx = ServingContext.build(model, system, backend, dense, expert, kv[0] if kv else "auto")
         dep = Deployment(model=model, system=system, backend=ctx.stack.name, mode=mode, isl=1024, osl=1024,
                          dense_format=ctx.dense_format, expert_format=ctx.expert_format, **fields)
         report = simulate_serving(dep, ctx)

@@ -18,7 +18,7 @@ passed explicitly. Flags are those of SGLang 0.5.23 (``serving_flags.json``).
 from __future__ import annotations
 
 from hardware_specs.errors import InputError
-from paraplan.exports.serving_common import FRONT_PORT, ServingLaunch, Worker
+from paraplan.exports.serving_common import FRONT_PORT, PORT_STRIDE, ServingLaunch, Worker
 
 FRAMEWORK = "sglang"
 RELEASE = "SGLang 0.5.23"
@@ -39,7 +39,21 @@ def refusal(launch: ServingLaunch) -> InputError | None:
 
 
 def _bootstrap_port(w: Worker, launch: ServingLaunch) -> int:
-    return BOOTSTRAP_PORT + (w.port - launch.workers[0].port if w.hosts == 1 else 0)
+    """One bootstrap port per prefill server on a host (its slot on the host)."""
+    return BOOTSTRAP_PORT + (w.port - launch.workers[0].port) // PORT_STRIDE if w.hosts == 1 else BOOTSTRAP_PORT
+
+
+def _kv_dtype(launch: ServingLaunch) -> str:
+    """The KV dtype priced, named (SGLang has no 16-bit float16 KV choice: ``auto`` gives the
+    model dtype when the checkpoint names no KV format)."""
+    if launch.kv_cache_dtype == "fp8":
+        return "fp8_e4m3"
+    if launch.kv_cache_dtype == "bf16":
+        return "bfloat16"
+    if launch.checkpoint_kv_dtype == "fp8":
+        raise InputError("--kv-cache-dtype", "SGLang has no float16 KV-cache setting, and auto takes this checkpoint's "
+                         "FP8 KV cache", "price --kv-cache-dtype bf16 or fp8")
+    return "auto"
 
 
 def worker_command(launch: ServingLaunch, w: Worker, node_rank: int) -> list[str]:
@@ -58,10 +72,16 @@ def worker_command(launch: ServingLaunch, w: Worker, node_rank: int) -> list[str
     argv += ["--dtype", launch.model_dtype]
     if launch.online_fp8:
         argv += ["--quantization", "fp8"]
-    argv += ["--kv-cache-dtype", "fp8_e4m3" if launch.kv_cache_dtype == "fp8" else "auto",
+    # SGLang divides the chunk size among the attention-DP groups (the stack input
+    # token_budget_split_over_attention_dp, which the aggregated model prices); a prefill worker
+    # takes its priced prompts a step in each group, so its size is that times the groups
+    budget = launch.token_budget if w.role != "prefill" else launch.step_tokens(w) * w.adp
+    argv += ["--kv-cache-dtype", _kv_dtype(launch),
              "--context-length", str(launch.max_model_len),
-             "--chunked-prefill-size", str(launch.token_budget),
-             "--mem-fraction-static", f"{launch.memory_fraction:g}",
+             "--chunked-prefill-size", str(budget)]
+    if w.role == "prefill":
+        argv += ["--max-prefill-tokens", str(budget)]
+    argv += ["--mem-fraction-static", f"{launch.memory_fraction:g}",
              "--cuda-graph-max-bs-decode", str(launch.cuda_graph_max_batch)]
     if launch.max_running_requests:
         argv += ["--max-running-requests", str(launch.max_running_requests)]

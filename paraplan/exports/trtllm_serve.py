@@ -48,12 +48,15 @@ def _config_name(w: Worker) -> str:
 
 def role_file(launch: ServingLaunch, w: Worker) -> dict[str, str]:
     """The ``--extra_llm_api_options`` YAML of a role (the same for every worker of it)."""
+    # context (prefill) servers run without the overlap scheduler, which disaggregated context
+    # servers do not support (NVIDIA/TensorRT-LLM examples/disaggregated README's configs)
+    overlap = launch.overlap_scheduler and w.role != "prefill"
     lines = [f"# paraplan: {w.role} worker options as priced (stack {launch.stack})",
              f"enable_attention_dp: {'true' if w.adp > 1 else 'false'}",
-             f"disable_overlap_scheduler: {'false' if launch.overlap_scheduler else 'true'}",
+             f"disable_overlap_scheduler: {'false' if overlap else 'true'}",
              f"enable_chunked_prefill: {'true' if launch.chunked_prefill else 'false'}",
              "kv_cache_config:",
-             f"  dtype: {'fp8' if launch.kv_cache_dtype == 'fp8' else 'auto'}",
+             f"  dtype: {_kv_dtype(launch)}",
              f"  free_gpu_memory_fraction: {launch.memory_fraction:g}",
              "cuda_graph_config:",
              f"  max_batch_size: {min(launch.cuda_graph_max_batch, _max_batch(launch))}",
@@ -63,6 +66,18 @@ def role_file(launch: ServingLaunch, w: Worker) -> dict[str, str]:
     if w.role != "agg":
         lines += ["cache_transceiver_config:", "  backend: DEFAULT"]
     return {_config_name(w): "\n".join(lines) + "\n"}
+
+
+def _kv_dtype(launch: ServingLaunch) -> str:
+    """``fp8``, or ``auto`` where it gives the priced 16-bit KV cache; a 16-bit KV cache on a
+    checkpoint whose ``auto`` is FP8 is refused (TensorRT-LLM documents ``auto`` and ``fp8``)."""
+    if launch.kv_cache_dtype == "fp8":
+        return "fp8"
+    if launch.checkpoint_kv_dtype == "fp8":
+        raise InputError("--kv-cache-dtype", "TensorRT-LLM takes an FP8 / NVFP4 checkpoint's FP8 KV cache (kv_cache_config "
+                         "dtype auto or fp8); a 16-bit one is not a setting it documents",
+                         "price --kv-cache-dtype auto or fp8 for TensorRT-LLM")
+    return "auto"
 
 
 def _max_batch(launch: ServingLaunch) -> int:
@@ -103,7 +118,10 @@ def worker_command(launch: ServingLaunch, w: Worker, node_rank: int) -> list[str
              "--tp_size", str(w.tp * w.adp), "--pp_size", str(w.pp)]
     if launch.moe:
         argv += ["--ep_size", str(w.moe_ep)]
-    argv += ["--max_batch_size", str(_max_batch(launch)), "--max_num_tokens", str(launch.token_budget),
+    # without chunked prefill a prompt longer than max_num_tokens is refused ("The sum of prompt
+    # length ... should not exceed max_num_tokens"): at least one prompt (a prefill worker's
+    # priced prompts) a step, as the model prices it
+    argv += ["--max_batch_size", str(_max_batch(launch)), "--max_num_tokens", str(launch.step_tokens(w)),
              "--max_seq_len", str(launch.max_model_len),
              "--kv_cache_free_gpu_memory_fraction", f"{launch.memory_fraction:g}",
              "--extra_llm_api_options", f"$WORKDIR/{_config_name(w)}"]

@@ -72,9 +72,10 @@ def worker_command(launch: ServingLaunch, w: Worker, node_rank: int) -> list[str
     if launch.moe and w.moe_ep > 1:
         argv.append("--enable-expert-parallel")
     argv += ["--dtype", launch.model_dtype] + _quantisation(launch)
-    argv += ["--kv-cache-dtype", "fp8" if launch.kv_cache_dtype == "fp8" else "auto",
+    # the KV dtype priced, named: "auto" would take an FP8 checkpoint's FP8 KV cache
+    argv += ["--kv-cache-dtype", KV_DTYPE[launch.kv_cache_dtype],
              "--max-model-len", str(launch.max_model_len),
-             "--max-num-batched-tokens", str(launch.token_budget),
+             "--max-num-batched-tokens", str(launch.step_tokens(w)),
              "--gpu-memory-utilization", f"{launch.memory_fraction:g}"]
     if launch.max_running_requests:
         argv += ["--max-num-seqs", str(launch.max_running_requests)]

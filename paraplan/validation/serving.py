@@ -90,6 +90,7 @@ import numpy as np
 import pandas as pd
 
 from hardware_specs.catalog import is_file, load_cluster, serving_release_match
+from cost_models.weight_formats import slice_holds_whole_blocks
 from hardware_specs.errors import InputError
 from hardware_specs.serving_efficiency import ServingEfficiency
 from model_specs.catalog import load_model
@@ -290,7 +291,8 @@ def _layout_problem(model, tp, adp, moe_tp, moe_ep, prefix: str) -> str | None:
     return None
 
 
-def _split_problem(stack, model, moe_tp, moe_ep, prefix: str, tp: float = 1.0, adp: float = 1.0) -> str | None:
+def _split_problem(stack, model, moe_tp, moe_ep, prefix: str, tp: float = 1.0, adp: float = 1.0,
+                   expert_format: str = "bf16") -> str | None:
     """Why the stack's engine cannot run the row's expert split or attention split (None if it
     can): a measured row in such a split is read wrongly or mislabelled, so it is skipped with the
     reason, not predicted as a layout the engine never ran (``ServingBehaviour.expert_splits``,
@@ -298,7 +300,12 @@ def _split_problem(stack, model, moe_tp, moe_ep, prefix: str, tp: float = 1.0, a
     if not stack.serving.runs_attention_split(tp, adp):
         return (f"{prefix}tp_size {int(tp)} with attention_dp_size {int(adp)}: {stack.name} runs attention-DP ranks "
                 "of one GPU (stack input attention_dp_with_tp)")
-    if model.moe is None or stack.serving.runs_expert_split(moe_tp, moe_ep):
+    if model.moe is None:
+        return None
+    if not slice_holds_whole_blocks(model.moe.expert_ffn_hidden_size, moe_tp, expert_format):
+        return (f"{prefix}moe_tp_size {int(moe_tp)} leaves {model.moe.expert_ffn_hidden_size / moe_tp:g} of the expert width "
+                f"per GPU, not whole {expert_format} scale blocks (the engines refuse to shard them)")
+    if stack.serving.runs_expert_split(moe_tp, moe_ep):
         return None
     group = int(moe_tp * moe_ep)
     return (f"{prefix}expert split etp{int(moe_tp)} x ep{int(moe_ep)} is not one {stack.name} runs "
@@ -377,7 +384,7 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
             if model.moe is None:
                 moe_tp, moe_ep = tp * adp, 1.0
             problem = (_layout_problem(model, tp, adp, moe_tp, moe_ep, "")
-                       or _split_problem(stack, model, moe_tp, moe_ep, "", tp, adp))
+                       or _split_problem(stack, model, moe_tp, moe_ep, "", tp, adp, expert))
             if problem:
                 skipped[i] = problem
                 continue
@@ -398,7 +405,7 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
                 if model.moe is None:
                     moe_tp, moe_ep = tp * adp, 1.0
                 problem = (problem or _layout_problem(model, tp, adp, moe_tp, moe_ep, f"{side}_")
-                           or _split_problem(stack, model, moe_tp, moe_ep, f"{side}_", tp, adp))
+                           or _split_problem(stack, model, moe_tp, moe_ep, f"{side}_", tp, adp, expert))
                 values.update({f"{side}_tp": tp, f"{side}_pp": pp, f"{side}_adp": adp, f"{side}_moe_tp": moe_tp,
                                f"{side}_moe_ep": moe_ep, f"{side}_batch": max(_num(r.get(f"{side}_batch_size")), 1.0),
                                f"{side}_workers": max(_num(r.get(f"{side}_num_workers")), 1.0)})

@@ -63,7 +63,7 @@ class ServingPlan:
 
 
 def _agg(ctx, gpus: int, isl: int, osl: int, max_batch: int, allow_pp: bool) -> pd.DataFrame:
-    layouts = worker_layouts(ctx.model, gpus, ctx.cluster.gpus_per_node, allow_pp, ctx.behaviour)
+    layouts = worker_layouts(ctx.model, gpus, ctx.cluster.gpus_per_node, allow_pp, ctx.behaviour, ctx.expert_format)
     if len(layouts) == 0:
         return pd.DataFrame(columns=COLUMNS)
     cols = with_batches(layouts, max_batch)
@@ -86,7 +86,8 @@ def _agg(ctx, gpus: int, isl: int, osl: int, max_batch: int, allow_pp: bool) -> 
 
 def _disagg(ctx, gpus: int, isl: int, osl: int, max_batch: int) -> pd.DataFrame:
     domain = ctx.cluster.gpus_per_node
-    layouts = worker_layouts(ctx.model, max(gpus - 1, 1), domain, allow_pp=False, behaviour=ctx.behaviour)
+    layouts = worker_layouts(ctx.model, max(gpus - 1, 1), domain, allow_pp=False, behaviour=ctx.behaviour,
+                             expert_format=ctx.expert_format)
     if len(layouts) == 0 or gpus < 2:
         return pd.DataFrame(columns=COLUMNS)
     # decode side: layouts x batches, keep the decode-only front

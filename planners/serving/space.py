@@ -16,6 +16,8 @@ import itertools
 
 import numpy as np
 
+from cost_models.weight_formats import slice_holds_whole_blocks
+
 from hardware_specs.serving_behaviour import ServingBehaviour
 from model_specs.model_spec import ModelSpec
 
@@ -31,10 +33,12 @@ def _pow2_upto(n: int) -> list[int]:
 
 
 def worker_layouts(model: ModelSpec, gpus: int, domain: int, allow_pp: bool = True,
-                   behaviour: ServingBehaviour | None = None) -> np.ndarray:
+                   behaviour: ServingBehaviour | None = None, expert_format: str = "bf16") -> np.ndarray:
     """Rows (tp, pp, adp, moe_tp, moe_ep) of the worker layouts of ``model`` on at most ``gpus``
     GPUs, tensor parallelism inside one ``domain`` (NVLink) of GPUs; with ``behaviour``, only
-    the expert splits its engine runs (``ServingBehaviour.runs_expert_split``)."""
+    the expert splits its engine runs (``ServingBehaviour.runs_expert_split``); expert slices
+    that hold whole scale blocks of ``expert_format`` only
+    (``cost_models.weight_formats.slice_holds_whole_blocks``)."""
     rows = []
     heads = model.num_heads
     for tp in _pow2_upto(min(domain, gpus)):
@@ -53,7 +57,8 @@ def worker_layouts(model: ModelSpec, gpus: int, domain: int, allow_pp: bool = Tr
                     if model.moe.num_experts % ep or group % ep:
                         continue
                     etp = group // ep
-                    if model.moe.expert_ffn_hidden_size % etp:
+                    if model.moe.expert_ffn_hidden_size % etp or \
+                            not slice_holds_whole_blocks(model.moe.expert_ffn_hidden_size, etp, expert_format):
                         continue
                     rows.append((tp, pp, adp, etp, ep))
     layouts = np.array(rows, dtype=float).reshape(-1, 5)

@@ -6,6 +6,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from cost_models.weight_formats import scale_block, slice_holds_whole_blocks
+
 from hardware_specs.errors import InputError
 from simulator.serving.context import ServingContext
 from simulator.serving.deployment import Deployment, WorkerLayout
@@ -104,6 +106,14 @@ def _check_layout(ctx: ServingContext, lay: WorkerLayout, prefix: str) -> None:
     if model.moe.expert_ffn_hidden_size % lay.moe_tp:
         raise InputError(f"--{prefix}moe-tp", f"{lay.moe_tp} does not divide the expert width "
                          f"{model.moe.expert_ffn_hidden_size}", "use more expert parallelism instead")
+    width = model.moe.expert_ffn_hidden_size
+    if not slice_holds_whole_blocks(width, lay.moe_tp, ctx.expert_format):
+        block = scale_block(ctx.expert_format)
+        raise InputError(f"--{prefix}moe-tp", f"expert tensor parallelism {lay.moe_tp} leaves {width // lay.moe_tp} of the "
+                         f"expert width {width} per GPU, not a whole number of {ctx.expert_format}'s {block}-wide scale "
+                         "blocks (the engines refuse to shard them)",
+                         f"use more expert parallelism (--{prefix}moe-ep) and less --{prefix}moe-tp, or another "
+                         "--expert-precision")
 
 
 def _cols(lay: WorkerLayout) -> dict[str, np.ndarray]:
