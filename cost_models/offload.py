@@ -54,6 +54,11 @@ PCIE_TLP_PAYLOAD_BYTES = 256.0
 PCIE_TLP_OVERHEAD_BYTES = 24.0
 
 
+def is_pcie_link(link) -> bool:
+    """Whether a host link named ``link`` (a cluster file's ``host.link``, any case) is PCIe."""
+    return link is not None and str(link).strip().lower().startswith("pcie")
+
+
 def host_link_payload_bw(link: str, raw_bw_bytes_per_s):
     """Bytes/s of data a GPU's host link moves each way: a PCIe link's raw rate less its 128b/130b
     encoding and its per-packet overhead (64 GB/s raw Gen5 x16 -> 57.6 GB/s; bandwidthTest-style
@@ -63,7 +68,7 @@ def host_link_payload_bw(link: str, raw_bw_bytes_per_s):
     # 128b/130b and these packets are PCIe 3.0-5.0's (1.x-2.0 encode 8b/10b, 6.0 moves fixed-size
     # FLITs; neither is in the catalog, and both are taken at their file's rate like any other link)
     gen = re.search(r"(?:gen|pcie)[\s_.-]*0*(\d+)", name)
-    if name.startswith("pcie") and (gen is None or 3 <= int(gen.group(1)) <= 5):     # no generation: 3-5
+    if is_pcie_link(name) and (gen is None or 3 <= int(gen.group(1)) <= 5):     # no generation: 3-5
         return _f(raw_bw_bytes_per_s) * PCIE_ENCODING * (
             PCIE_TLP_PAYLOAD_BYTES / (PCIE_TLP_PAYLOAD_BYTES + PCIE_TLP_OVERHEAD_BYTES))
     return _f(raw_bw_bytes_per_s)

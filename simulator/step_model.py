@@ -245,10 +245,13 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
                                    "tp_total_recompute")}
     link_bw = _link_bw(cluster, batch)
     # a PCIe host link is the link the NICs use too; ZeRO and expert groups larger than a node
-    # send through the NICs (ranks consecutive after tp, Megatron's order)
-    pcie_host = cluster.host is not None and str(cluster.host.link).startswith("pcie")
+    # send through the NICs: a ZeRO shard group's ranks are tp apart (Megatron's tp-cp-dp order),
+    # an expert group's etp apart (MoE parallel folding, ``cost_models.moe``). The whole
+    # collective's time is taken as the link's (its NVLink phases too), an upper bound; CP rings
+    # and a plain data-parallel all-reduce beyond a node are left out
+    pcie_host = cluster.host is not None and offload.is_pcie_link(cluster.host.link)
     zero_crosses = shard * tp > cluster.gpus_per_node
-    ep_crosses = ep * tp > cluster.gpus_per_node
+    ep_crosses = ep * etp > cluster.gpus_per_node
     regather = batch.zero3_recompute_gather & (rc == _FULL)
     per_mb_grads = (zero == 2) | ((zero <= 1) & batch.grad_reduce_every_microbatch)
     for kind, layer_p, expert_p, n_tensors in (

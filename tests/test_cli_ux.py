@@ -491,7 +491,9 @@ def test_a_best_plan_offloading_activations_over_pcie_says_no_measured_run_backs
     assert all(r["offload_activation_layers"] == 0 for r in rows) and rows[0]["recompute_num_layers"] > 0
     r = rows[0]
     one = CliRunner().invoke(main, ["simulate", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "32", "--json",
-                                    "--tp", str(r["tp"]), "--cp", str(r["cp"]), "--micro-batch", str(r["micro_batch"]),
+                                    "--tp", str(r["tp"]), "--pp", str(r["pp"]), "--vpp", str(r["vpp"]),
+                                    "--schedule", str(r["schedule"]),
+                                    "--cp", str(r["cp"]), "--micro-batch", str(r["micro_batch"]),
                                     "--global-batch", "128", "--zero", str(r["zero_stage"]), "--recompute", "full",
                                     "--recompute-num-layers", str(r["recompute_num_layers"]),
                                     "--sequence-parallel" if r["sequence_parallel"] else "--no-sequence-parallel",

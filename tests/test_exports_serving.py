@@ -159,7 +159,7 @@ def test_placement_packs_workers_on_hosts_without_sharing_a_gpu():
 def test_engines_refuse_layouts_they_cannot_run():
     ctx, dep, rep = deployment("qwen3-32b", "dgx-h100", "vllm", "fp8", mode="disagg",
                                prefill=WorkerLayout(tp=1, batch=1), decode=WorkerLayout(tp=4, batch=64))
-    assert refusal(launch_of(ctx, dep, rep.metrics)).field == "mode"
+    assert refusal(launch_of(ctx, dep, rep.metrics)).field == "--mode"
     # TensorRT-LLM attention-DP ranks are one GPU: the simulator refuses tp 2 x adp 4 (stack input
     # attention_dp_with_tp), and so does the export of such a deployment built by hand
     with pytest.raises(InputError) as err:
@@ -170,7 +170,7 @@ def test_engines_refuse_layouts_they_cannot_run():
                      expert_format="nvfp4", layout=WorkerLayout(tp=2, adp=4, moe_tp=1, moe_ep=8, batch=32))
     metrics = {"ttft_s": 1.0, "tpot_s": 0.02, "tokens_per_s_per_gpu": 1000.0}
     err = refusal(launch_of(ctx, dep, metrics))
-    assert err.field == "agg.adp" and "tp 8 or adp 8" in err.fix
+    assert err.field == "--adp" and "tp 8 with adp 1, or tp 1 with adp 8" in err.fix
     with pytest.raises(InputError):
         emit_serving(ctx, dep, metrics)
 

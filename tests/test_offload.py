@@ -167,3 +167,33 @@ def test_copies_take_turns_with_nic_traffic_on_a_pcie_host_link_and_not_on_c2c()
     # inside one node the gathers stay on NVLink: the two links give the same step
     pcie_i, c2c_i = (evaluate(model, cl, eff, ConfigBatch.from_configs([inside])) for cl in (c, c2c))
     assert pcie_i["step_time_s"][0] == pytest.approx(c2c_i["step_time_s"][0], rel=1e-12)
+
+
+def test_the_pcie_rule_reads_the_link_in_any_case_and_the_expert_group_by_its_own_stride():
+    from model_specs.catalog import load_model
+    # a cluster file spelling its link in capitals is PCIe too (it had the encoding discount but
+    # not the turn-taking with the NICs: 0.18 s of copies exposed instead of 0.97)
+    c = load_cluster("dgx-a100-80gb")
+    upper = replace(c, host=replace(c.host, link=c.host.link.upper()))
+    eff = efficiency_for_cluster(c)
+    config = ParallelConfig(dp=32, cp=2, tp=1, pp=1, micro_batch=1, global_batch=64, zero_stage=3,
+                            offload_activation_layers=40)
+    model = load_model("gpt3-13b")
+    a, b = (evaluate(model, cl, eff, ConfigBatch.from_configs([config])) for cl in (c, upper))
+    assert a["step_time_s"][0] == b["step_time_s"][0]
+    # an expert group spans ep x etp GPUs (etp apart): gpt-oss-20b on 16 H100, ep 8. At tp 4 /
+    # etp 1 the group stays in a node (no turn-taking: PCIe and a C2C link of the same rate give
+    # the same step); at tp 1 / etp 2 it spans two nodes and takes turns with the copies
+    h = load_cluster("dgx-h100")
+    c2c = replace(h, host=replace(h.host, link="nvlink-c2c",
+                                  link_bw_bytes_per_s=offload.host_link_payload_bw(h.host.link, h.host.link_bw_bytes_per_s)))
+    eff = efficiency_for_cluster(h)
+    oss = load_model("gpt-oss-20b")
+    inside = ParallelConfig(dp=4, tp=4, ep=8, etp=1, micro_batch=1, global_batch=16, zero_stage=1,
+                            offload_activation_layers=4)
+    across = ParallelConfig(dp=16, tp=1, ep=8, etp=2, micro_batch=1, global_batch=16, zero_stage=1,
+                            offload_activation_layers=4)
+    p_in, c_in = (evaluate(oss, cl, eff, ConfigBatch.from_configs([inside])) for cl in (h, c2c))
+    assert p_in["step_time_s"][0] == pytest.approx(c_in["step_time_s"][0], rel=1e-12)
+    p_x, c_x = (evaluate(oss, cl, eff, ConfigBatch.from_configs([across])) for cl in (h, c2c))
+    assert p_x["offload_exposed_s"][0] > c_x["offload_exposed_s"][0]

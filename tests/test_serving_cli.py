@@ -204,7 +204,7 @@ def test_a_stack_file_of_ones_own_sets_the_engine_hold_flags(tmp_path):
     held = json.loads(run(*args, "--backend", own).output)
     assert held["stack"] == "trtllm-1-batch-wait"
     rise = held["ttft_ms"] - base["ttft_ms"]
-    # the decode step is at most the TPOT (TPOT = step / (1 - prompt share)), so the 20 steps
+    # the decode step is at most the TPOT (TPOT = step / (1 - the other clients' prompt share)), so the 20 steps
     # add at most 20 TPOTs, and at four clients the prompt share is small: most of that
     assert 0.9 * 20 * held["tpot_ms"] < rise <= 20 * held["tpot_ms"]
     # a bad value in such a file is a one-line error naming the field

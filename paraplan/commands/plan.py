@@ -252,7 +252,8 @@ def _unmeasured_features(plan: dict, cluster) -> str:
     GB300 over NVLink-C2C), optimizer offload; '' when none."""
     parts = []
     host = getattr(cluster, "host", None)
-    pcie = host is not None and str(host.link).lower().startswith("pcie")
+    from cost_models.offload import is_pcie_link
+    pcie = host is not None and is_pcie_link(host.link)
     if pcie and int(plan.get("offload_activation_layers") or 0) > 0:
         parts.append(f"activation offload over PCIe ({int(plan['offload_activation_layers'])} layers per chunk)")
     if float(plan.get("offload_optimizer_fraction") or 0.0) > 0:

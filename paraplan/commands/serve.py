@@ -527,10 +527,14 @@ def runnable_launch(plan, ctx, opts: dict):
     meets = plan.candidates[plan.candidates["meets_slo"].astype(bool)]
     meets = meets.sort_values("tokens_per_s_per_gpu", ascending=False, kind="stable")
     first_err = None
+    from paraplan.exports.serving import check_launch
     for rank, (_, row) in enumerate(meets.head(_RUNNABLE_TRIES).iterrows()):
         dep, metrics = deployment_of_row(row, ctx, opts)
-        launch = launch_of(ctx, dep, metrics)
-        err = refusal(launch)
+        try:
+            launch = launch_of(ctx, dep, metrics)
+            err = refusal(launch) or check_launch(launch)
+        except InputError as e:          # a placement or setting the engine has no way to run
+            err = e
         if err is None:
             if rank == 0:
                 return launch, f"the winner runs in {ctx.stack.framework} as priced"

@@ -46,6 +46,16 @@ def engine_commands(launch: ServingLaunch) -> list[list[str]]:
     return out
 
 
+def check_launch(launch: ServingLaunch) -> InputError | None:
+    """Why the launch's commands would not be what was priced or would be refused (a setting
+    the engine lacks, a flag its parser refuses), or None."""
+    try:
+        _check(launch)
+    except InputError as err:
+        return err
+    return None
+
+
 def emit_launch(launch: ServingLaunch, title: str = "") -> str:
     """The launch script, after the engine's refusal and a check of every command (and
     TensorRT-LLM options file) against the engine's interface table."""
@@ -53,6 +63,12 @@ def emit_launch(launch: ServingLaunch, title: str = "") -> str:
     err = mod.refusal(launch)
     if err is not None:
         raise err
+    _check(launch)
+    return render_script(launch, mod, title or "written by paraplan serve")
+
+
+def _check(launch: ServingLaunch) -> None:
+    mod = engine_module(launch.framework)
     for argv in engine_commands(launch):
         check_command(launch.framework, argv)
     for name, body in mod.shared_files(launch).items():
@@ -62,7 +78,6 @@ def emit_launch(launch: ServingLaunch, title: str = "") -> str:
             if problems:
                 raise InputError("--emit", f"the TensorRT-LLM options file {name} would be refused: {problems[0]}",
                                  "report this: the export and tools/serving_flags.py's table disagree")
-    return render_script(launch, mod, title or "written by paraplan serve")
 
 
 def emit_serving(context, deployment, metrics: Mapping[str, float], title: str = "") -> str:

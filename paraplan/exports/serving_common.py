@@ -227,10 +227,11 @@ def engine_memory_fraction(behaviour, hbm_bytes: float) -> float:
     (``cost_models.serving_memory.kv_pool_bytes_per_gpu``): the stack's ``gpu_memory_fraction``
     for an engine that states it (vLLM ``gpu_memory_utilization``, TensorRT-LLM
     ``free_gpu_memory_fraction``); for one that keeps ``runtime_reserved_gib`` out of the device
-    memory and counts the activations inside it (SGLang), (memory - reserve) / memory."""
+    memory and counts the activations inside it (SGLang), (fraction x memory - reserve) / memory,
+    the share the simulator's pool fraction x memory - reserve - weights leaves weights and KV."""
     if behaviour.reserve_covers_activations and behaviour.memory_fraction_of == "total":
         reserve = behaviour.runtime_reserved_gib * 2**30
-        return round(max(0.0, min(1.0, behaviour.gpu_memory_fraction * (hbm_bytes - reserve) / hbm_bytes)), 3)
+        return round(max(0.0, min(1.0, (behaviour.gpu_memory_fraction * hbm_bytes - reserve) / hbm_bytes)), 3)
     return round(float(behaviour.gpu_memory_fraction), 3)
 
 

@@ -84,7 +84,8 @@ def worker_command(launch: ServingLaunch, w: Worker, node_rank: int) -> list[str
     argv += ["--mem-fraction-static", f"{launch.memory_fraction:g}",
              "--cuda-graph-max-bs-decode", str(launch.cuda_graph_max_batch)]
     if launch.max_running_requests:
-        argv += ["--max-running-requests", str(launch.max_running_requests)]
+        # per engine, divided among the attention-DP groups as the chunk size is
+        argv += ["--max-running-requests", str(launch.max_running_requests * w.adp)]
     if not launch.overlap_scheduler:
         argv.append("--disable-overlap-schedule")
     if w.role != "agg":

@@ -36,9 +36,9 @@ def layout_text(w: Worker) -> str:
 def refusal(launch: ServingLaunch) -> InputError | None:
     for w in launch.workers:
         if w.adp > 1 and w.tp > 1:
-            return InputError(f"{w.role}.adp", f"TensorRT-LLM's attention data parallelism runs one GPU per rank "
+            return InputError("--adp" if w.role == "agg" else f"--{w.role}-adp", f"TensorRT-LLM's attention data parallelism runs one GPU per rank "
                               f"(enable_attention_dp); tp {w.tp} x adp {w.adp} is not a layout it has",
-                              f"use tp {w.tp * w.adp} or adp {w.tp * w.adp}")
+                              f"use tp {w.tp * w.adp} with adp 1, or tp 1 with adp {w.tp * w.adp}")
     return None
 
 

@@ -35,15 +35,15 @@ def layout_text(w: Worker) -> str:
 def refusal(launch: ServingLaunch) -> InputError | None:
     """Why vLLM cannot run ``launch`` as priced, or None."""
     if launch.mode == "disagg":
-        return InputError("mode", "vLLM ships no router for disaggregated prefill and decode workers",
+        return InputError("--mode", "vLLM ships no router for disaggregated prefill and decode workers",
                           "export the aggregated plan (serve plan --mode agg), or plan with -b sglang / -b trtllm")
     for w in launch.workers:
         group = w.tp * w.adp
         if launch.moe and not (w.moe_ep == 1 or w.moe_ep == group):
-            return InputError(f"{w.role}.moe_ep", f"vLLM runs a worker's experts all expert-parallel (ep {group}) or "
+            return InputError("--moe-ep" if w.role == "agg" else f"--{w.role}-moe-ep", f"vLLM runs a worker's experts all expert-parallel (ep {group}) or "
                               f"all tensor-parallel (ep 1), not ep {w.moe_ep}", "choose one of the two")
         if w.hosts > 1 and (w.tp * w.pp > launch.gpus_per_host or launch.gpus_per_host % (w.tp * w.pp)):
-            return InputError(f"{w.role}.tp", f"a tensor x pipeline group of {w.tp * w.pp} GPUs spans hosts of "
+            return InputError("--tp" if w.role == "agg" else f"--{w.role}-tp", f"a tensor x pipeline group of {w.tp * w.pp} GPUs spans hosts of "
                               f"{launch.gpus_per_host}; vLLM runs that only under Ray", "keep tp x pp within a host")
     return None
 

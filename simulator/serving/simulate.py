@@ -93,7 +93,8 @@ def _check_layout(ctx: ServingContext, lay: WorkerLayout, prefix: str) -> None:
         raise InputError(f"--{prefix}adp", f"{ctx.stack.name} runs attention tensor-parallel or data-parallel over the "
                          f"whole worker, an attention-DP rank one GPU; tp {lay.tp} x adp {lay.adp} is not a layout it has "
                          "(stack input attention_dp_with_tp: false)",
-                         f"use --{prefix}tp {lay.tp * lay.adp} or --{prefix}adp {lay.tp * lay.adp}, or --backend vllm / sglang")
+                         f"use --{prefix}tp {lay.tp * lay.adp} --{prefix}adp 1, or --{prefix}tp 1 --{prefix}adp "
+                         f"{lay.tp * lay.adp}, or --backend vllm / sglang")
     if not beh.runs_expert_split(lay.moe_tp, lay.moe_ep):
         group = lay.tp * lay.adp
         raise InputError(f"--{prefix}moe-ep", f"{ctx.stack.name} does not run the experts as etp{lay.moe_tp} x "
