@@ -97,10 +97,12 @@ def test_sglang_worker_sizes_and_memory_share():
     # SGLang: --tp-size is the worker's GPUs (tp x adp), dp attention splits it; mem_fraction_static
     # = (HBM - the 10 GiB reserve) / HBM on a B200 of 179 GiB... as the stack prices it
     ctx, dep, rep = deployment("deepseek-r1", "dgx-b200", "sglang", "fp8_block",
-                               layout=WorkerLayout(tp=2, adp=4, moe_tp=2, moe_ep=4, batch=32))
+                               layout=WorkerLayout(tp=1, adp=8, moe_tp=2, moe_ep=4, batch=32))
     script = emit_serving(ctx, dep, rep.metrics)
     (cmd,) = commands(script, ENGINE_PROGRAMS["sglang"])
-    assert one(cmd, "--tp-size") == "8" and one(cmd, "--attn-dp-size") == "4"
+    assert one(cmd, "--tp-size") == "8" and one(cmd, "--attn-dp-size") == "8"
+    # the dense MLPs per attention-DP rank (priced at tp 1), the priced clients admitted
+    assert one(cmd, "--moe-dense-tp-size") == "1" and one(cmd, "--max-running-requests") == str(32 * 8)
     assert one(cmd, "--ep-size") == "4"
     hbm = ctx.cluster.gpu.hbm_bytes
     expected = (hbm - 10 * 2**30) / hbm
@@ -130,7 +132,7 @@ def test_trtllm_disaggregated_deployment_on_gb200():
     # context servers: one step takes each rank's priced prompt whole (no chunked prefill), and
     # they run without the overlap scheduler, as TensorRT-LLM's disaggregated examples do
     prefill = [c for c in servers if one(c, "--tp_size") == "4"]
-    assert all(one(c, "--max_num_tokens") == "8192" for c in prefill)
+    assert all(one(c, "--max_num_tokens") == "8192" for c in prefill)        # 1 prompt of 8,192 a step
     assert "# paraplan: prefill worker options as priced (stack trtllm-1)\nenable_attention_dp: true\n" \
         "disable_overlap_scheduler: true" in script
     assert "enable_attention_dp: true" in script and "cache_transceiver_config:" in script
@@ -262,11 +264,12 @@ def test_matrix_exports_are_the_commands_the_real_parsers_accepted_and_mean_the_
             # SGLang: tp_size the stage's GPUs, attention DP within it, experts over ep_size ranks
             assert (f["tp_size"], f["pp_size"], f["attn_dp_size"], f["ep_size"]) == \
                 (w.tp * w.adp, w.pp, w.adp, w.moe_ep if launch.moe else 1)
+            if w.role != "prefill":
+                assert f["max_running_requests"] == (launch.max_running_requests or w.batch) * w.adp
             # SGLang divides the chunk size by attn_dp_size: the aggregated and decode workers' is
             # the stack's (priced divided), a prefill worker's its priced prompts a step per group
             if w.role == "prefill":
-                assert f["chunked_prefill_size"] == f["max_prefill_tokens"] == \
-                    max(ctx.token_budget, w.batch * 1024) * w.adp
+                assert f["chunked_prefill_size"] == f["max_prefill_tokens"] == w.batch * 1024 * w.adp
             else:
                 assert f["chunked_prefill_size"] == ctx.token_budget
             assert ctx.behaviour.rank_token_budget(ctx.token_budget, w.adp) == ctx.token_budget // w.adp
@@ -339,3 +342,27 @@ def test_block_fp8_experts_are_never_split_below_a_128_wide_block():
 def test_a_script_of_thousands_of_workers_is_refused_not_rendered_for_minutes():
     one_line_error(run("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "--workers", "5000", "--emit"),
                    "--emit", "5,000 engine instances")
+
+
+def test_sglang_attention_dp_with_tensor_parallel_ranks_is_refused_for_moe_dense_layers():
+    # SGLang runs DeepSeek's dense MLPs over all tp x adp GPUs or per rank (--moe-dense-tp-size
+    # None or 1), never over the attention tp 2 the model prices
+    ctx, dep, rep = deployment("deepseek-r1", "dgx-b200", "sglang", "fp8_block",
+                               layout=WorkerLayout(tp=2, adp=4, moe_tp=2, moe_ep=4, batch=32))
+    err = refusal(launch_of(ctx, dep, rep.metrics))
+    assert err.field == "--tp" and "tp 1 with adp 8, or tp 8 with adp 1" in err.fix
+
+
+def test_fp16_weights_keep_an_fp16_kv_cache_and_unwritten_stack_settings_are_refused(tmp_path):
+    ctx, dep, rep = deployment("llama3.1-8b", "dgx-h100", "vllm", "fp16", layout=WorkerLayout(tp=1, batch=8))
+    (cmd,) = commands(emit_serving(ctx, dep, rep.metrics), ENGINE_PROGRAMS["vllm"])
+    assert one(cmd, "--dtype") == "float16" and one(cmd, "--kv-cache-dtype") == "float16"
+    import re as _re
+    from hardware_specs.stack_spec import StackSpec  # noqa: F401  (the file below is a stack file)
+    text = (Path(__file__).parent.parent / "hardware_specs" / "stacks" / "sglang-0.5.yaml").read_text()
+    text = text.replace("name: sglang-0.5", "name: sglang-held", 1)
+    text = _re.sub(r"(  recv_interval_steps:\n    value: )1", r"\g<1>10", text)
+    stack = tmp_path / "held.yaml"
+    stack.write_text(text)
+    one_line_error(run("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "-b", stack, "--emit"),
+                   "--emit", "recv_interval_steps 10")

@@ -157,11 +157,12 @@ class ServingLaunch:
         """Tokens one step of worker ``w`` must be allowed (per attention-DP rank): the stack's
         token budget, and for an engine that does not chunk prompts at least one whole prompt
         (the model prices one prompt a step when it is longer than the budget); a prefill
-        worker's ``batch`` prompts a step (the disaggregated model prices them in one step)."""
+        worker's ``batch`` prompts a step, exactly (the disaggregated model prices them in one
+        step, and no more)."""
         need = self.token_budget
         if w.role == "prefill":
-            need = max(need, w.batch * self.isl)
-        elif not self.chunked_prefill:
+            return int(w.batch * self.isl)         # exactly the priced prompts, no more
+        if not self.chunked_prefill:
             need = max(need, self.isl)
         return int(need)
 
@@ -218,8 +219,13 @@ def placement(layouts: list[tuple[str, object, int]], gpus_per_host: int) -> tup
 
 
 def resolved_kv_dtype(context) -> str:
-    """The KV-cache dtype the prediction used: ``fp8``, or the 16-bit dtype (``bf16``/``fp16``)."""
-    return "fp8" if context.kv_bytes <= 1 else ("fp16" if context.kv_cache_dtype == "fp16" else "bf16")
+    """The KV-cache dtype the prediction used: ``fp8``, or the 16-bit dtype (``bf16``/``fp16``;
+    ``auto`` is the model's activation dtype, fp16 for fp16 weights)."""
+    if context.kv_bytes <= 1:
+        return "fp8"
+    if context.kv_cache_dtype == "fp16" or (context.kv_cache_dtype == "auto" and context.dense_format == "fp16"):
+        return "fp16"
+    return "bf16"
 
 
 def engine_memory_fraction(behaviour, hbm_bytes: float) -> float:
@@ -235,12 +241,30 @@ def engine_memory_fraction(behaviour, hbm_bytes: float) -> float:
     return round(float(behaviour.gpu_memory_fraction), 3)
 
 
+def unexpressed_settings(behaviour) -> list[str]:
+    """Stack settings the exports do not write (an engine run with its defaults would not have
+    them): scheduler holds and a stack without CUDA graphs."""
+    out = []
+    if behaviour.context_wait_steps:
+        out.append(f"context_wait_steps {behaviour.context_wait_steps}")
+    if behaviour.recv_interval_steps != 1:
+        out.append(f"recv_interval_steps {behaviour.recv_interval_steps}")
+    if behaviour.cuda_graphs == "none":
+        out.append("cuda_graphs none")
+    return out
+
+
 def launch_of(context, deployment, metrics: Mapping[str, float]) -> ServingLaunch:
     """The ``ServingLaunch`` of ``deployment`` as priced in ``context`` (a ``ServingContext``),
     with the prediction's ``metrics`` (seconds, as ``ServingReport.metrics``)."""
     model, beh, cluster = context.model, context.behaviour, context.cluster
     moe = model.moe is not None
     framework = context.stack.framework.lower()
+    unwritten = unexpressed_settings(beh)
+    if unwritten:
+        raise InputError("--emit", f"stack {context.stack.name} sets {', '.join(unwritten)}, which the launch export "
+                         "does not write (the engine would run without it)",
+                         "emit with the framework's own profile (-b vllm / sglang / trtllm), or add the flag by hand")
     checkpoint, online = checkpoint_for(model.name, context.dense_format, context.expert_format, moe,
                                         online_ok=framework in ONLINE_FP8_ENGINES)
     if deployment.mode == "agg":

@@ -35,6 +35,16 @@ def layout_text(w: Worker) -> str:
 
 
 def refusal(launch: ServingLaunch) -> InputError | None:
+    """SGLang runs a MoE model's dense MLP layers and shared experts over the whole tp_size or
+    data-parallel (``--moe-dense-tp-size`` None or 1; sglang/srt/arg_groups/validation_hook.py:
+    "moe_dense_tp_size only supports None, 1, or tp_size"); the model prices them split by the
+    attention tp. With attention DP that is exact only at tp 1 (``--moe-dense-tp-size 1``)."""
+    for w in launch.workers:
+        if launch.moe and w.adp > 1 and w.tp > 1:
+            return InputError("--tp" if w.role == "agg" else f"--{w.role}-tp",
+                              f"with attention DP SGLang runs the dense MLP layers over all {w.tp * w.adp} GPUs or "
+                              f"none (--moe-dense-tp-size), not over the attention tp {w.tp} priced",
+                              f"use tp 1 with adp {w.tp * w.adp}, or tp {w.tp * w.adp} with adp 1")
     return None
 
 
@@ -64,6 +74,8 @@ def worker_command(launch: ServingLaunch, w: Worker, node_rank: int) -> list[str
         argv += ["--pp-size", str(w.pp)]
     if w.adp > 1:
         argv += ["--attn-dp-size", str(w.adp)]
+        if launch.moe:
+            argv += ["--moe-dense-tp-size", "1"]        # dense MLPs per rank, as priced at tp 1
     if launch.moe and w.moe_ep > 1:
         argv += ["--ep-size", str(w.moe_ep)]
     if w.hosts > 1:
@@ -83,9 +95,11 @@ def worker_command(launch: ServingLaunch, w: Worker, node_rank: int) -> list[str
         argv += ["--max-prefill-tokens", str(budget)]
     argv += ["--mem-fraction-static", f"{launch.memory_fraction:g}",
              "--cuda-graph-max-bs-decode", str(launch.cuda_graph_max_batch)]
-    if launch.max_running_requests:
-        # per engine, divided among the attention-DP groups as the chunk size is
-        argv += ["--max-running-requests", str(launch.max_running_requests * w.adp)]
+    if w.role != "prefill":
+        # per engine, divided among the attention-DP groups as the chunk size is; without a cap in
+        # the stack, the priced clients (SGLang otherwise derives one from the pool, at most 4,096)
+        cap = launch.max_running_requests or w.batch
+        argv += ["--max-running-requests", str(cap * w.adp)]
     if not launch.overlap_scheduler:
         argv.append("--disable-overlap-schedule")
     if w.role != "agg":
