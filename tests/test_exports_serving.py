@@ -366,3 +366,15 @@ def test_fp16_weights_keep_an_fp16_kv_cache_and_unwritten_stack_settings_are_ref
     stack.write_text(text)
     one_line_error(run("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "-b", stack, "--emit"),
                    "--emit", "recv_interval_steps 10")
+
+
+def test_a_script_for_a_release_the_priced_profile_does_not_cover_says_so():
+    # priced with vllm-0.11 (0.11-0.13), written with vLLM 0.19.1's flags: said in the script and
+    # on stderr; the newest profile covers the pinned release and says nothing
+    res = run("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "-b", "vllm", "--backend-version", "0.12.0",
+              "--emit")
+    assert res.exit_code == 0, res.output
+    assert "# note: priced with stack vllm-0.11 (releases 0.11, 0.12, 0.13); the flags are vllm 0.19.1's" in res.stdout
+    assert "note: priced with stack vllm-0.11" in res.stderr
+    res = run("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "-b", "vllm", "--emit")
+    assert "# note: priced" not in res.stdout and "note: priced" not in res.stderr

@@ -374,8 +374,12 @@ def simulate_cmd(as_json: bool, emit: bool, out_path: str | None, **opts) -> Non
                          decode=_layout(opts, "decode-", "decode"), decode_workers=opts["decode_workers"])
     report = simulate_serving(dep, ctx)
     if emit:
-        from paraplan.exports.serving import emit_serving
-        text = emit_serving(ctx, dep, report.metrics, title="paraplan serve simulate --emit")
+        from paraplan.exports.serving import emit_launch
+        from paraplan.exports.serving_common import launch_of
+        launch = launch_of(ctx, dep, report.metrics)
+        text = emit_launch(launch, title="paraplan serve simulate --emit")
+        if launch.priced_release_note:
+            click.echo(f"note: {launch.priced_release_note}", err=True)
     elif as_json:
         text = dump_json(simulation_json(report))
     else:
@@ -650,6 +654,8 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
         from paraplan.exports.serving import emit_launch
         launch, note = runnable_launch(plan, ctx, opts)
         click.echo(f"paraplan: {note}", err=True)
+        if launch.priced_release_note:
+            click.echo(f"note: {launch.priced_release_note}", err=True)
         text = emit_launch(launch, title=f"paraplan serve plan --emit: {note}; {gpus} GPUs, TTFT <= {ttft_ms:g} ms, "
                                          f"TPOT <= {tpot_ms:g} ms")
     elif as_json:

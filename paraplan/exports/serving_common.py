@@ -65,6 +65,9 @@ FRONT_PORT = 9100
 CONTEXT_SLACK_TOKENS = 256
 #: the most engine instances one script starts
 MAX_EMIT_WORKERS = 4096
+#: the release whose flags each engine's export writes (``serving_flags.json``); TensorRT-LLM's
+#: table is read from its 1.x source without a release tag
+PINNED_RELEASES = {"vllm": "0.19.1", "sglang": "0.5.23", "trtllm": None}
 SIXTEEN_BIT = ("bf16", "fp16")
 
 
@@ -146,6 +149,7 @@ class ServingLaunch:
     prior: bool
     max_context_tokens: int = 0
     online_fp8_refused: str = ""
+    priced_release_note: str = ""
 
     @property
     def max_model_len(self) -> int:
@@ -306,7 +310,17 @@ def launch_of(context, deployment, metrics: Mapping[str, float]) -> ServingLaunc
         workers=workers, hosts=hosts, gpus_per_host=per_host, stack=context.stack.name,
         framework=framework, system=cluster.name, gpu=cluster.gpu.name, predicted=predicted,
         prior=bool(context.efficiency.prior), max_context_tokens=int(model.max_context_tokens or 0),
-        online_fp8_refused=refused)
+        online_fp8_refused=refused, priced_release_note=_release_note(context.stack, framework))
+
+
+def _release_note(stack, framework: str) -> str:
+    """'' when the priced stack profile covers the release whose flags the export writes, else
+    a note saying which releases were priced and which release's flags are written."""
+    pinned = PINNED_RELEASES.get(framework)
+    if pinned is None or stack.covers(pinned):
+        return ""
+    return (f"priced with stack {stack.name} (releases {', '.join(stack.versions) or 'unstated'}); the flags are "
+            f"{framework} {pinned}'s: on an older release check them against its --help")
 
 
 def _checkpoint_kv(context, checkpoint: str | None, online: bool) -> str:
@@ -377,6 +391,7 @@ def render_script(launch: ServingLaunch, engine, title: str) -> str:
            f"# priced formats: weights {launch.dense_format}"
            + (f", experts {launch.expert_format}" if launch.moe else "") + f", KV cache {launch.kv_cache_dtype}"
            + ("; the 16-bit checkpoint is quantised to FP8 at load time" if launch.online_fp8 else ""),
+           *([f"# note: {launch.priced_release_note}"] if launch.priced_release_note else []),
            f"# engine settings as priced: token budget {launch.token_budget}, "
            + (f"at most {launch.max_running_requests} running requests, " if launch.max_running_requests else "")
            + f"memory setting {launch.memory_fraction:g}, CUDA graphs up to batch {launch.cuda_graph_max_batch}",
