@@ -611,8 +611,9 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Write the output here (atomically) instead of stdout.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Draw the Pareto front to this PNG/SVG/PDF.")
 @click.option("--emit", is_flag=True,
-              help="Print the winner's launch script for the backend (bash: vllm serve, sglang.launch_server or "
-                   "trtllm-serve with the settings priced, and the benchmark that measures it) instead of the table.")
+              help="Print the launch script of the best layout the backend can run (bash: vllm serve, "
+                   "sglang.launch_server or trtllm-serve with the settings priced, and the benchmark that measures "
+                   "it) instead of the table; stderr says if it is not the winner.")
 def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: int, no_pp: bool, top: int,
              as_json: bool, as_csv: bool, out_path: str | None, plot_path: str | None, emit: bool, **opts) -> None:
     """Which layout serves MODEL on GPUS GPUs of SYSTEM with the most output tokens/s per GPU while
@@ -633,6 +634,8 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
     Examples:
       paraplan serve plan -m deepseek-r1 -s hgx-h200 -n 64 --isl 1024 --osl 1024 --ttft-ms 1000 --tpot-ms 30
       paraplan serve plan -m llama3.1-70b -s dgx-b200 -n 8 --precision nvfp4 --csv --out front.csv --plot front.png
+      paraplan serve plan -m deepseek-r1 -s dgx-b200 -n 64 --tpot-ms 30 --precision fp8_block -b sglang \
+          --emit --out launch.sh      # then on each host: HOSTS="h0 h1 ..." HOST_INDEX=i bash launch.sh
     """
     from planners.serving import plan_serving
 
