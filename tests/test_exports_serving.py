@@ -378,3 +378,13 @@ def test_a_script_for_a_release_the_priced_profile_does_not_cover_says_so():
     assert "note: priced with stack vllm-0.11" in res.stderr
     res = run("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "-b", "vllm", "--emit")
     assert "# note: priced" not in res.stdout and "note: priced" not in res.stderr
+
+
+def test_serve_plan_says_whether_its_winner_can_be_launched():
+    ok = run("serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-h100", "-n", "8")
+    assert "      its vllm launch script: add --emit (to this plan or to that command)" in ok.stdout
+    # vLLM has no prefill / decode router: the disaggregated winner is named as such
+    no = run("serve", "plan", "-m", "qwen3-32b", "-s", "dgx-h100", "-n", "16", "--isl", "4096", "--osl", "512",
+             "--ttft-ms", "2000", "--tpot-ms", "40")
+    assert "best: disaggregated" in no.stdout
+    assert "vllm cannot launch it as priced (--mode: vLLM ships no router" in no.stdout

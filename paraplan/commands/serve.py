@@ -518,6 +518,18 @@ def deployment_of_row(row, ctx, opts: dict):
     return dep, metrics
 
 
+def _launch_refusal(row, ctx, opts):
+    """Why the backend cannot launch ``row`` as priced (an ``InputError``), or None."""
+    from paraplan.exports.serving import check_launch, refusal
+    from paraplan.exports.serving_common import launch_of
+    try:
+        dep, metrics = deployment_of_row(row, ctx, opts)
+        launch = launch_of(ctx, dep, metrics)
+        return refusal(launch) or check_launch(launch)
+    except InputError as err:
+        return err
+
+
 #: candidates tried, fastest first, for one the backend can launch as priced
 _RUNNABLE_TRIES = 5000
 
@@ -573,6 +585,11 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
                  f"{b['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {b['tokens_per_s_per_user']:.1f} tokens/s/user")
     if opts is not None:
         lines.append(f"      as one deployment: {simulate_command(b, opts, moe=ctx.model.moe is not None)}")
+        why_not = _launch_refusal(b, ctx, opts)
+        fw = ctx.stack.framework
+        lines.append(f"      its {fw} launch script: add --emit (to this plan or to that command)" if why_not is None else
+                     f"      {fw} cannot launch it as priced ({why_not.field}: {why_not.message}); --emit on this plan "
+                     f"launches the best layout {fw} can run")
     lines += plan.why
     front = plan.front
     lines += ["", f"Pareto front (tokens/s/GPU vs tokens/s/user, TTFT <= {ttft_ms:g} ms), per mode"]
