@@ -60,7 +60,7 @@ _BOOL_FIELDS = {"gated_mlp", "tied_embeddings", "linear_bias", "qkv_bias", "atte
 _FLOAT_FIELDS = {"sliding_window_layer_fraction", "rotary_fraction", "glu_clamp_limit", "rope_theta",
                  "rope_scaling_factor", "rope_beta_fast", "rope_beta_slow", "rope_mscale", "rope_mscale_all_dim"}
 _STR_FIELDS = {"name", "source", "position_embedding", "normalization", "activation", "hybrid_pattern",
-               "rope_scaling", "expert_checkpoint_format"}
+               "rope_scaling", "expert_checkpoint_format", "checkpoint_format"}
 
 _MOE_REQUIRED = ("num_experts", "top_k", "expert_ffn_hidden_size")
 _MLA_REQUIRED = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")

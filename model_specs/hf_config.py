@@ -543,6 +543,11 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | 
         # gpt-oss: MXFP4 routed experts; attention, router and embeddings stay 16-bit
         # (modules_to_not_convert)
         fields.setdefault("expert_checkpoint_format", "mxfp4")
+    if isinstance(quant, dict) and quant.get("quant_method") == "fp8" and quant.get("weight_block_size"):
+        # DeepSeek-V3 / R1, Qwen3-FP8: every linear layer's weights in 128 x 128-block FP8
+        fields.setdefault("checkpoint_format", "fp8_block")
+        if fields.get("moe") is not None:
+            fields.setdefault("expert_checkpoint_format", "fp8_block")
     for key, value in _dropout_fields(data, family).items():
         fields.setdefault(key, value)
     source = f"Hugging Face config {path}" if path is not None else "Hugging Face config (dict)"

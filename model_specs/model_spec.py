@@ -271,6 +271,11 @@ class ModelSpec:
             experts in (config.json ``quantization_config.quant_method``, which gpt-oss applies
             to the experts only: ``mxfp4``); ``paraplan serve`` serves them in it unless told
             otherwise. Empty = not stated.
+        checkpoint_format: the weight format the released checkpoint stores its attention and
+            dense GEMMs in, where it is not 16-bit (config.json ``quantization_config``: ``fp8``
+            with ``weight_block_size`` [128, 128] is ``fp8_block``, DeepSeek-V3 / R1);
+            ``paraplan serve`` serves the model in it by default on GPUs with that format's tensor
+            cores. Empty = 16-bit or not stated.
         normalization: ``rmsnorm`` or ``layernorm``.
         linear_bias: every linear layer has a bias (GPT-2/3, OPT, BLOOM, GPT-NeoX, gpt-oss).
         qkv_bias: the query/key/value projection has a bias even when the others do not (Qwen2).
@@ -318,6 +323,7 @@ class ModelSpec:
     rope_mscale: float = 0.0
     rope_mscale_all_dim: float = 0.0
     expert_checkpoint_format: str = ""
+    checkpoint_format: str = ""
     normalization: str = ""
     linear_bias: bool | None = None
     qkv_bias: bool = False

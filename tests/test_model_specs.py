@@ -507,7 +507,20 @@ def test_rope_base_and_scaling_come_from_config_json_and_need_rope_positions():
 def test_an_mxfp4_checkpoint_names_its_experts_format():
     from model_specs.catalog import load_model
     assert load_model("gpt-oss-120b").expert_checkpoint_format == "mxfp4"
-    assert load_model("deepseek-r1").expert_checkpoint_format == ""
+    assert load_model("gpt-oss-120b").checkpoint_format == ""            # attention and dense layers 16-bit
+    # DeepSeek's released checkpoints: every linear layer in 128 x 128-block FP8
+    assert load_model("deepseek-r1").expert_checkpoint_format == load_model("deepseek-r1").checkpoint_format == "fp8_block"
+    assert load_model("llama3.1-70b").checkpoint_format == ""
+
+
+def test_a_block_fp8_config_json_names_its_checkpoint_format():
+    from model_specs.hf_config import model_from_hf_config
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256,
+           "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 512, "vocab_size": 1000,
+           "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
+    assert model_from_hf_config(cfg).checkpoint_format == "fp8_block"
+    cfg["quantization_config"] = {"quant_method": "fp8"}                     # per-tensor: not block FP8
+    assert model_from_hf_config(cfg).checkpoint_format == ""
 
 
 def test_yarn_parameters_come_from_config_json_and_the_deepseek_presets_carry_the_published_ones():

@@ -298,8 +298,8 @@ def test_serving_json_counts_are_integers():
 def test_max_batch_says_when_the_engines_running_request_cap_binds_not_the_kv_cache():
     # DeepSeek-R1 fp8 on B200, tp1-adp16: 102.8 GiB of KV pool holds 2044 requests of 1024 + 512
     # tokens (50.3 MiB each); vLLM 0.14 runs at most max_num_seqs = 1024, which is what bounds
-    args = ["serve", "simulate", "-m", "deepseek-r1", "-s", "dgx-b200", "--tp", "1", "--adp", "16", "--moe-tp", "16",
-            "--moe-ep", "1"]
+    args = ["serve", "simulate", "-m", "deepseek-r1", "-s", "dgx-b200", "--precision", "fp8", "--tp", "1", "--adp", "16",
+            "--moe-tp", "16", "--moe-ep", "1"]
     line = one_line_error(run(*args, "--batch", "100000"), "error: --batch:")
     assert line == ("error: --batch: 100000 requests per rank need 5026.2 GiB of KV cache per GPU; 102.8 GiB is free, "
                     "room for 2044, but vllm-0.14 runs at most 1024 requests at once (max_running_requests) "

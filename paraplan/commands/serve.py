@@ -78,7 +78,9 @@ def _common(f):
         click.option("--isl", type=POS, default=1024, show_default=True, help="Input (prompt) tokens per request."),
         click.option("--osl", type=POS, default=1024, show_default=True, help="Output tokens per request."),
         click.option("--precision", type=click.Choice(PRECISIONS), default=None,
-                     help="Weight format of all GEMMs (default: fp8 on GPUs with FP8 tensor cores, else bf16)."),
+                     help="Weight format of all GEMMs (default: the released checkpoint's where it is not "
+                          "16-bit, fp8_block for DeepSeek-V3 / R1; else fp8 on GPUs with FP8 tensor cores, else "
+                          "bf16)."),
         click.option("--expert-precision", type=click.Choice(PRECISIONS), default=None,
                      help="Weight format of the routed experts (default: --precision if given, else the "
                           "model's checkpoint format for its experts: mxfp4 for gpt-oss, else as --precision's "
@@ -123,7 +125,10 @@ def _context(opts):
             raise InputError("--backend-version", f"-b {opts['backend']} names one stack profile, so a release "
                              f"cannot choose among profiles",
                              "pass the framework (-b vllm, sglang or trtllm) with --backend-version, or drop it")
-    precision = opts["precision"] or ("fp8" if "fp8" in cluster.gpu.peak_flops_per_s else "bf16")
+    # the checkpoint's own format (DeepSeek's block FP8), else fp8 on GPUs with FP8 tensor cores,
+    # else bf16
+    precision = opts["precision"] or _checkpoint_format(model, cluster) or \
+        ("fp8" if "fp8" in cluster.gpu.peak_flops_per_s else "bf16")
     # the experts as given, else as --precision says, else as the model's checkpoint stores them
     # (gpt-oss: mxfp4), else as the dense weights
     expert = opts["expert_precision"] or opts["precision"] or _expert_checkpoint_format(model) or precision
@@ -152,6 +157,16 @@ def _names_a_stack(backend: str) -> bool:
     except InputError:
         return False
     return True
+
+
+def _checkpoint_format(model, cluster) -> str:
+    """The dense GEMMs' format of the model's released checkpoint (``ModelSpec.checkpoint_format``),
+    or '': served as stored, weight-only in 16-bit on a GPU without its tensor cores (as the
+    experts of ``expert_checkpoint_format`` are; vLLM runs FP8 checkpoints on Ampere with its
+    weight-only FP8 Marlin kernels)."""
+    from model_specs.catalog import load_model
+    spec = model if not isinstance(model, str) else load_model(model)
+    return spec.checkpoint_format
 
 
 def _expert_checkpoint_format(model) -> str:
