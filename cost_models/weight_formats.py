@@ -17,6 +17,8 @@ the math runs in 16-bit (weight-only kernels such as Marlin: int4 everywhere, fp
 """
 from __future__ import annotations
 
+import numpy as np
+
 from hardware_specs.errors import InputError
 from hardware_specs.gpu_spec import GPUSpec
 
@@ -90,7 +92,6 @@ def scale_block(fmt: str) -> int:
 def slice_holds_whole_blocks(width, parts, fmt: str):
     """Whether ``width`` split ``parts`` ways leaves whole scale blocks of ``fmt`` in each slice
     (numpy-friendly)."""
-    import numpy as np
     width, parts = np.asarray(width, dtype=float), np.asarray(parts, dtype=float)
     block = float(scale_block(fmt))
     per = width / np.maximum(parts, 1.0)

@@ -127,11 +127,11 @@ def _context(opts):
                              "pass the framework (-b vllm, sglang or trtllm) with --backend-version, or drop it")
     # the checkpoint's own format (DeepSeek's block FP8), else fp8 on GPUs with FP8 tensor cores,
     # else bf16
-    precision = opts["precision"] or _checkpoint_format(model, cluster) or \
-        ("fp8" if "fp8" in cluster.gpu.peak_flops_per_s else "bf16")
+    dense_stored, expert_stored = _checkpoint_formats(model)
+    precision = opts["precision"] or dense_stored or ("fp8" if "fp8" in cluster.gpu.peak_flops_per_s else "bf16")
     # the experts as given, else as --precision says, else as the model's checkpoint stores them
     # (gpt-oss: mxfp4), else as the dense weights
-    expert = opts["expert_precision"] or opts["precision"] or _expert_checkpoint_format(model) or precision
+    expert = opts["expert_precision"] or opts["precision"] or expert_stored or precision
     ctx = ServingContext.build(model, cluster, opts["backend"], precision, expert,
                                opts["kv_cache_dtype"], backend_version=opts["backend_version"])
     if opts["expert_precision"] and ctx.model.moe is None:
@@ -159,21 +159,14 @@ def _names_a_stack(backend: str) -> bool:
     return True
 
 
-def _checkpoint_format(model, cluster) -> str:
-    """The dense GEMMs' format of the model's released checkpoint (``ModelSpec.checkpoint_format``),
-    or '': served as stored, weight-only in 16-bit on a GPU without its tensor cores (as the
-    experts of ``expert_checkpoint_format`` are; vLLM runs FP8 checkpoints on Ampere with its
-    weight-only FP8 Marlin kernels)."""
+def _checkpoint_formats(model) -> tuple[str, str]:
+    """(dense, expert) formats of the model's released checkpoint (``ModelSpec.checkpoint_format``,
+    ``expert_checkpoint_format``; '' = 16-bit or not stated): served as stored, weight-only in
+    16-bit on a GPU without their tensor cores (vLLM runs FP8 checkpoints on Ampere with its
+    weight-only FP8 Marlin kernels; gpt-oss's MXFP4 experts on Hopper alike)."""
     from model_specs.catalog import load_model
     spec = model if not isinstance(model, str) else load_model(model)
-    return spec.checkpoint_format
-
-
-def _expert_checkpoint_format(model) -> str:
-    """The routed experts' format in the model's released checkpoint (``ModelSpec``), or ''."""
-    from model_specs.catalog import load_model
-    spec = model if not isinstance(model, str) else load_model(model)
-    return spec.expert_checkpoint_format
+    return spec.checkpoint_format, spec.expert_checkpoint_format
 
 
 def _prior_note(ctx) -> str:
@@ -533,16 +526,17 @@ def deployment_of_row(row, ctx, opts: dict):
     return dep, metrics
 
 
-def _launch_refusal(row, ctx, opts):
-    """Why the backend cannot launch ``row`` as priced (an ``InputError``), or None."""
+def _launch_of_row(row, ctx, opts):
+    """(``ServingLaunch`` or None, why the backend cannot launch ``row`` as priced or None): a
+    placement, engine count or setting the engine has no way to run is a refusal too."""
     from paraplan.exports.serving import check_launch, refusal
     from paraplan.exports.serving_common import launch_of
     try:
         dep, metrics = deployment_of_row(row, ctx, opts)
         launch = launch_of(ctx, dep, metrics)
-        return refusal(launch) or check_launch(launch)
+        return launch, refusal(launch) or check_launch(launch)
     except InputError as err:
-        return err
+        return None, err
 
 
 #: candidates tried, fastest first, for one the backend can launch as priced
@@ -553,19 +547,11 @@ def runnable_launch(plan, ctx, opts: dict):
     """(``ServingLaunch``, note): the best candidate meeting the SLO that the backend can launch
     as priced (``paraplan.exports.serving.refusal``), and a note saying whether it is the
     winner, else its rank and how many tokens/s/GPU it gives up and why the winner cannot run."""
-    from paraplan.exports.serving import refusal
-    from paraplan.exports.serving_common import launch_of
     meets = plan.candidates[plan.candidates["meets_slo"].astype(bool)]
     meets = meets.sort_values("tokens_per_s_per_gpu", ascending=False, kind="stable")
     first_err = None
-    from paraplan.exports.serving import check_launch
     for rank, (_, row) in enumerate(meets.head(_RUNNABLE_TRIES).iterrows()):
-        dep, metrics = deployment_of_row(row, ctx, opts)
-        try:
-            launch = launch_of(ctx, dep, metrics)
-            err = refusal(launch) or check_launch(launch)
-        except InputError as e:          # a placement or setting the engine has no way to run
-            err = e
+        launch, err = _launch_of_row(row, ctx, opts)
         if err is None:
             if rank == 0:
                 return launch, f"the winner runs in {ctx.stack.framework} as priced"
@@ -600,7 +586,7 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
                  f"{b['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {b['tokens_per_s_per_user']:.1f} tokens/s/user")
     if opts is not None:
         lines.append(f"      as one deployment: {simulate_command(b, opts, moe=ctx.model.moe is not None)}")
-        why_not = _launch_refusal(b, ctx, opts)
+        why_not = _launch_of_row(b, ctx, opts)[1]
         fw = ctx.stack.framework
         lines.append(f"      its {fw} launch script: add --emit (to this plan or to that command)" if why_not is None else
                      f"      {fw} cannot launch it as priced ({why_not.field}: {why_not.message}); --emit on this plan "

@@ -22,6 +22,8 @@ from paraplan.exports.serving_common import FRONT_PORT, ServingLaunch, Worker
 
 FRAMEWORK = "trtllm"
 RELEASE = "TensorRT-LLM 1.x (PyTorch backend)"
+#: TensorRT-LLM's default max_batch_size (BuildConfig), for a stack file stating no running cap
+TRTLLM_DEFAULT_MAX_BATCH = 2048
 #: what the disaggregated config calls each role
 SERVER_ROLE = {"prefill": "context_servers", "decode": "generation_servers"}
 
@@ -81,7 +83,8 @@ def _kv_dtype(launch: ServingLaunch) -> str:
 
 
 def _max_batch(launch: ServingLaunch) -> int:
-    return launch.max_running_requests or 2048
+    """``--max_batch_size``: the stack's running cap, else TensorRT-LLM's own default."""
+    return launch.max_running_requests or TRTLLM_DEFAULT_MAX_BATCH
 
 
 def shared_files(launch: ServingLaunch) -> dict[str, str]:
