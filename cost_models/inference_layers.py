@@ -135,13 +135,19 @@ def linear_attention_weights_per_gpu(model: ModelSpec, tp):
 
 
 def attention_block_s(model: ModelSpec, rates: LayerRates, tp, prefill_tokens, prefill_keys, decode_reqs,
-                      decode_ctx, kv_bytes: float):
+                      decode_ctx, kv_bytes: float, decode_queries=1.0):
     """Seconds of the attention part of one layer, averaged over the model's layer kinds
-    (full, sliding-window, linear attention): projections + attention core."""
+    (full, sliding-window, linear attention): projections + attention core.
+
+    ``decode_queries``: tokens each decoding request puts through the step (1; k + 1 when the
+    step verifies k drafted tokens): the projections and the core's FLOPs scale with it, the
+    KV cache is read once for all of them (the verification kernels attend the k + 1 queries of
+    a request in one pass over its cache)."""
     h, a = model.hidden_size, model.num_heads
     tp = _f(tp)
     P, Kp, d, Ld = _f(prefill_tokens), _f(prefill_keys), _f(decode_reqs), _f(decode_ctx)
-    T = P + d
+    q = _f(decode_queries)
+    T = P + d * q
     full, window, linear = layer_counts(model)
     n = float(model.num_layers)
     heads = a / tp
@@ -162,7 +168,7 @@ def attention_block_s(model: ModelSpec, rates: LayerRates, tp, prefill_tokens, p
 
     def core(ctx_dec, keys_pre):
         dec_bytes = d * ctx_dec * per_token_kv
-        dec_flops = 2.0 * d * ctx_dec * heads * dec_dims
+        dec_flops = 2.0 * d * q * ctx_dec * heads * dec_dims
         dec = np.maximum(dec_bytes / rates.hbm_bytes_per_s, dec_flops / dec_flops_per_s)
         pre_flops = 2.0 * P * keys_pre * heads * pre_dims
         # the prefill writes its new KV entries
@@ -189,7 +195,7 @@ def attention_block_s(model: ModelSpec, rates: LayerRates, tp, prefill_tokens, p
     state = linear_state_bytes_per_layer(model, tp)
     # decode: read and write each request's state once; prefill: a chunked scan of
     # ~4 x heads x dk x dv FLOPs per token (Yang et al. 2025, section 3.3), at the attention rate
-    lin_dec = 2.0 * d * state / rates.hbm_bytes_per_s
+    lin_dec = 2.0 * d * state / rates.hbm_bytes_per_s        # the state is read and written once per step
     lin_pre = 4.0 * P * la.num_value_heads / tp * la.key_head_dim * la.value_head_dim / rates.attention_flops_per_s
     lin_total = lin_proj + np.maximum(lin_dec, 0.0) + lin_pre
     mean = (softmax * (full + window) + lin_total * linear) / n

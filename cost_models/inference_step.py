@@ -29,40 +29,107 @@ import numpy as np
 from cost_models.inference_comm import all_to_all_time_s, allreduce_time_s, p2p_time_s
 from cost_models.params import routed_expert_width
 from cost_models.inference_layers import (ACT_BYTES, KERNELS, attention_block_s, dense_mlp_s, elementwise_s,
-                                          layer_rates, lm_head_s, moe_block_s)
+                                          gemm_s, layer_rates, lm_head_s, moe_block_s)
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.serving_behaviour import ServingBehaviour
 from hardware_specs.serving_efficiency import ServingEfficiency
 from model_specs.model_spec import ModelSpec
 
 #: step-time parts reported by ``step_time``
-STEP_PARTS = ("attention_s", "mlp_s", "elementwise_s", "lm_head_s", "comm_s", "kernel_fixed_s", "host_s")
+STEP_PARTS = ("attention_s", "mlp_s", "elementwise_s", "lm_head_s", "comm_s", "kernel_fixed_s", "host_s", "draft_s")
 
 
 def _f(x):
     return np.asarray(x, dtype=float)
 
 
+def layer_collectives(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, behaviour: ServingBehaviour,
+                      tokens, tp, adp, moe_ep, n_dense, n_moe):
+    """(seconds, kernels) of the collectives of ``n_dense`` dense and ``n_moe`` routed-expert
+    layers, ``tokens`` tokens per attention-DP rank: each layer's attention-output all-reduce
+    over tp; after a dense MLP an all-reduce over tp; after the experts the same all-reduce, or
+    with attention DP the dispatch + combine all-to-all over the tp x adp expert group. An engine
+    that fuses the all-reduce with the residual add and the RMSNorm after it
+    (``ServingBehaviour.allreduce_norm_fusion``; off under attention data parallelism) runs that
+    norm inside the all-reduce kernel: one kernel fewer for each all-reduce a counted norm
+    follows: a dense layer's attention output (the MLP's norm) and its MLP output (the next
+    layer's input norm, counted with the attention block); a MoE layer's MoE output (the next
+    input norm; ``KERNELS["moe"]`` counts no norm before the experts)."""
+    h = model.hidden_size
+    T = _f(tokens)
+    msg = T * h * ACT_BYTES
+    oneshot, stated = behaviour.oneshot_allreduce(msg, tp, T)
+    ar = allreduce_time_s(msg, tp, cluster, eff, behaviour.custom_allreduce, oneshot, stated)
+    n_layers = n_dense + n_moe
+    comm = n_layers * ar + n_dense * ar
+    ar_kernels = np.where(tp > 1, 1.0, 0.0)
+    kernels = (n_layers + n_dense) * ar_kernels
+    fused = np.where(behaviour.allreduce_norm_fusion & (adp <= 1), ar_kernels, 0.0)
+    kernels = kernels - 2.0 * n_dense * fused
+    if n_moe:
+        group = tp * adp
+        k_eff = np.minimum(float(model.moe.top_k), moe_ep)
+        a2a = 2.0 * all_to_all_time_s(T * k_eff * routed_expert_width(model) * ACT_BYTES, group, cluster, eff)
+        use_a2a = adp > 1
+        comm = comm + n_moe * np.where(use_a2a, a2a, ar)
+        kernels = kernels + n_moe * np.where(use_a2a, 2.0, ar_kernels - fused)
+    return comm, kernels
+
+
+def mtp_draft_pass(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, behaviour: ServingBehaviour,
+                   rates, kv_bytes: float, tp, adp, moe_tp, moe_ep, decode_reqs, decode_ctx):
+    """(GPU seconds, kernels) of one pass of the multi-token-prediction module drafting one
+    token for each of ``decode_reqs`` requests (``cost_models.speculative``): the module's
+    projection of [norm(h); norm(embedding)] (2h x h, whole on every GPU, as vLLM's and
+    TensorRT-LLM's MTP layers hold it), one transformer layer of the model's last kind (a
+    routed-expert layer for a MoE model; attention over the module's own KV cache of the
+    request's context), its collectives, and the shared LM head scoring the draft."""
+    h = model.hidden_size
+    d = _f(decode_reqs)
+    proj = gemm_s(d, 2.0 * h * h, rates.dense_flops_per_s, rates.dense_weight_bytes, rates, 2 * h, h)
+    attn, attn_kernels = attention_block_s(model, rates, tp, 0.0 * d, 0.0, d, decode_ctx, kv_bytes)
+    if model.num_moe_layers:
+        mlp, mlp_kernels = moe_block_s(model, rates, tp, adp, moe_tp, moe_ep, d)
+        comm, comm_kernels = layer_collectives(model, cluster, eff, behaviour, d, tp, adp, moe_ep, 0.0, 1.0)
+    else:
+        ffn = model.ffn_hidden_size
+        mlp, mlp_kernels = dense_mlp_s(model, rates, tp, d, ffn), KERNELS["mlp"]
+        comm, comm_kernels = layer_collectives(model, cluster, eff, behaviour, d, tp, adp, moe_ep, 1.0, 0.0)
+    # the two input norms and the concatenation: read and write 2h elements a token
+    norms = d * 4.0 * h * ACT_BYTES / rates.hbm_bytes_per_s
+    gpu = proj + attn + mlp + elementwise_s(model, rates, d) + norms + comm + lm_head_s(model, rates, tp, d)
+    kernels = 3.0 + attn_kernels + mlp_kernels + comm_kernels + KERNELS["head"]
+    return gpu + kernels * rates.kernel_fixed_s, kernels
+
+
 def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, behaviour: ServingBehaviour,
               dense_format: str, expert_format: str, kv_bytes: float,
               tp, adp, pp, moe_tp, moe_ep, prefill_tokens, prefill_keys, decode_reqs, decode_ctx,
-              logits_tokens=None) -> dict[str, np.ndarray]:
+              logits_tokens=None, draft_tokens=0) -> dict[str, np.ndarray]:
     """Seconds of one step and its parts (``STEP_PARTS``, plus ``gpu_s`` and ``step_s``).
 
     ``prefill_tokens``, ``decode_reqs`` are per attention-DP rank; ``logits_tokens`` (default:
     one per decoding request plus one per started prompt, approximated by ``decode_reqs``
     plus the prompt tokens' share) are the tokens the LM head scores.
+
+    ``draft_tokens`` k > 0: the step speculates (``cost_models.speculative``): each decoding
+    request puts k + 1 tokens through the main model (its last token and k drafts, verified in
+    one pass: GEMM rows, attention queries and logits k + 1 times a request, its KV cache read
+    once), and the MTP module first drafts them in k passes over the decoding requests
+    (``mtp_draft_pass``; reported as ``draft_s``, inside ``step_s``). The engines capture the
+    drafting in the same CUDA graphs as the step.
     """
     rates = layer_rates(cluster.gpu, eff, dense_format, expert_format)
     tp, adp, pp = _f(tp), _f(adp), _f(pp)
     moe_tp, moe_ep = _f(moe_tp), _f(moe_ep)
+    q = 1.0 + float(draft_tokens)
     P = _f(prefill_tokens) + 0.0 * pp
     d = _f(decode_reqs) / pp
-    T = P + d
-    logits = (d + np.minimum(P, 1.0)) if logits_tokens is None else _f(logits_tokens) / pp
+    T = P + d * q
+    logits = (d * q + np.minimum(P, 1.0)) if logits_tokens is None else _f(logits_tokens) / pp
     h = model.hidden_size
 
-    attn, attn_kernels = attention_block_s(model, rates, tp, P, prefill_keys, d, decode_ctx, kv_bytes)
+    attn, attn_kernels = attention_block_s(model, rates, tp, P, prefill_keys, d, decode_ctx, kv_bytes, q)
     n_layers = float(model.num_layers)
     n_moe = float(model.num_moe_layers)
     n_dense = n_layers - n_moe
@@ -76,29 +143,8 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
         mlp = mlp + n_moe * moe_s
         kernels = kernels + n_moe * moe_kernels
 
-    # collectives: attention output all-reduce over tp; after the MLP, an all-reduce over tp or
-    # (with attention DP and experts) dispatch + combine over the expert group
-    msg = T * h * ACT_BYTES
-    oneshot, stated = behaviour.oneshot_allreduce(msg, tp, T)
-    ar = allreduce_time_s(msg, tp, cluster, eff, behaviour.custom_allreduce, oneshot, stated)
-    comm = n_layers * ar + n_dense * ar
-    ar_kernels = np.where(tp > 1, 1.0, 0.0)
-    kernels = kernels + (n_layers + n_dense) * ar_kernels
-    # an engine that fuses the all-reduce with the residual add and the RMSNorm after it runs
-    # that norm inside the all-reduce kernel (``ServingBehaviour.allreduce_norm_fusion``; off
-    # under attention data parallelism): one kernel fewer for each all-reduce a counted norm
-    # follows: a dense layer's attention output (the MLP's norm) and its MLP output (the next
-    # layer's input norm, counted with the attention block); a MoE layer's MoE output (the next
-    # input norm; ``KERNELS["moe"]`` counts no norm before the experts)
-    fused = np.where(behaviour.allreduce_norm_fusion & (adp <= 1), ar_kernels, 0.0)
-    kernels = kernels - 2.0 * n_dense * fused
-    if n_moe:
-        group = tp * adp
-        k_eff = np.minimum(float(model.moe.top_k), moe_ep)
-        a2a = 2.0 * all_to_all_time_s(T * k_eff * routed_expert_width(model) * ACT_BYTES, group, cluster, eff)
-        use_a2a = adp > 1
-        comm = comm + n_moe * np.where(use_a2a, a2a, ar)
-        kernels = kernels + n_moe * np.where(use_a2a, 2.0, ar_kernels - fused)
+    comm, comm_kernels = layer_collectives(model, cluster, eff, behaviour, T, tp, adp, moe_ep, n_dense, n_moe)
+    kernels = kernels + comm_kernels
     stage_cross = (tp * adp) >= cluster.gpus_per_node
     p2p = np.where(pp > 1, p2p_time_s(T * h * ACT_BYTES, stage_cross, cluster, eff), 0.0)
 
@@ -111,6 +157,14 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
     gpu = (attn_total + mlp + elem + comm + fixed - KERNELS["head"] * rates.kernel_fixed_s
            + pp * (head + KERNELS["head"] * rates.kernel_fixed_s + p2p))
     mlp = _f(mlp)
+    draft = 0.0 * gpu
+    if draft_tokens:
+        # each of the pp micro-batches of a round drafts for its d requests on the last stage
+        one, draft_kernels = mtp_draft_pass(model, cluster, eff, behaviour, rates, kv_bytes, tp, adp, moe_tp, moe_ep,
+                                            d, decode_ctx)
+        draft = np.where(d > 0, pp * float(draft_tokens) * one, 0.0)
+        gpu = gpu + draft
+        kernels = kernels + float(draft_tokens) * draft_kernels
 
     # host: eager launches of the kernels a CUDA graph does not cover, and per-step work
     mixed = _f(prefill_tokens) > 0
@@ -131,5 +185,5 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
     return {
         "attention_s": _f(attn_total), "mlp_s": mlp * np.ones_like(gpu), "elementwise_s": _f(elem),
         "lm_head_s": pp * head, "comm_s": _f(comm) + pp * p2p, "kernel_fixed_s": pp * 0 + fixed,
-        "host_s": host, "gpu_s": gpu, "step_s": step,
+        "host_s": host, "draft_s": draft, "gpu_s": gpu, "step_s": step,
     }

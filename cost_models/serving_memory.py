@@ -34,6 +34,37 @@ def _f(x):
     return np.asarray(x, dtype=float)
 
 
+def _moe_mlp_bytes(model: ModelSpec, tp, moe_tp, moe_ep, wd: float, we: float):
+    """Bytes one GPU holds of one routed-expert layer's MLP: its 1/moe_ep of the experts (each a
+    1/moe_tp slice), its 1/tp of the shared experts, the router and LatentMoE's projections
+    whole."""
+    moe = model.moe
+    mats = 3.0 if model.gated_mlp else 2.0
+    h = model.hidden_size
+    experts = moe.num_experts / moe_ep * mats * routed_expert_width(model) * moe.expert_ffn_hidden_size / moe_tp
+    shared_ffn = moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
+    return (experts * we + mats * h * shared_ffn / tp * wd
+            + (h * moe.num_experts + latent_projection_params(model)) * ACT_BYTES)
+
+
+def mtp_weight_bytes_per_gpu(model: ModelSpec, tp, moe_tp, moe_ep, dense_format: str, expert_format: str):
+    """Bytes one GPU of the last pipeline stage holds of the model's multi-token-prediction
+    modules when the engine drafts with them (``cost_models.speculative``): per module its 2h x h
+    projection whole (``inference_step.mtp_draft_pass``), one layer of the model's last kind split
+    as the other layers are, and three norms (DeepSeek-V3 report, section 2.2; embedding and
+    head shared with the main model)."""
+    tp, moe_tp, moe_ep = _f(tp), _f(moe_tp), _f(moe_ep)
+    wd, we = weight_bytes(dense_format), weight_bytes(expert_format)
+    h = model.hidden_size
+    mats = 3.0 if model.gated_mlp else 2.0
+    attn = attention_weights_per_gpu(model, tp) * wd
+    if model.num_moe_layers:
+        mlp = _moe_mlp_bytes(model, tp, moe_tp, moe_ep, wd, we)
+    else:
+        mlp = mats * h * model.ffn_hidden_size / tp * wd
+    return float(model.mtp_layers) * (2.0 * h * h * wd + attn + mlp + 3.0 * h * ACT_BYTES)
+
+
 def weight_bytes_per_gpu(model: ModelSpec, tp, adp, pp, moe_tp, moe_ep, dense_format: str, expert_format: str):
     """Bytes of weights one GPU holds (the largest stage: layers/pp plus embedding and head)."""
     tp, pp, moe_tp, moe_ep = _f(tp), _f(pp), _f(moe_tp), _f(moe_ep)
@@ -53,12 +84,7 @@ def weight_bytes_per_gpu(model: ModelSpec, tp, adp, pp, moe_tp, moe_ep, dense_fo
     dense = n_dense * mats * h * dense_ffn / tp
     layers = (attn + dense) * wd
     if n_moe:
-        moe = model.moe
-        experts = moe.num_experts / moe_ep * mats * routed_expert_width(model) * moe.expert_ffn_hidden_size / moe_tp
-        shared_ffn = moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
-        # the router and LatentMoE's projections are whole on every GPU
-        layers = layers + n_moe * (experts * we + mats * h * shared_ffn / tp * wd
-                                   + (h * moe.num_experts + latent_projection_params(model)) * ACT_BYTES)
+        layers = layers + n_moe * _moe_mlp_bytes(model, tp, moe_tp, moe_ep, wd, we)
     embed = model.vocab_size * h / tp * ACT_BYTES * (1.0 if model.tied_embeddings else 2.0)
     return layers / pp + embed * np.where(pp > 1, 0.5 if not model.tied_embeddings else 1.0, 1.0)
 

@@ -126,7 +126,9 @@ def test_plan_json_echoes_the_request_it_answers():
     assert j["request"] == {"model": "llama3.1-8b", "system": "dgx-h100", "gpu": "h100-sxm-80gb", "gpus": 8,
                             "isl": 1024, "osl": 256, "ttft_ms": 2000.0, "tpot_ms": 40.0, "modes": ["agg", "disagg"],
                             "max_batch": 1024, "pipeline_parallel": False,
-                            "dense_format": "fp8", "expert_format": "fp8", "kv_cache_dtype": "auto"}
+                            "dense_format": "fp8", "expert_format": "fp8", "kv_cache_dtype": "auto",
+                            "speculative_tokens": 0, "draft_acceptance": None, "draft_acceptance_is_prior": None,
+                            "tokens_per_step": 1.0}
 
 
 def test_plan_slo_no_layout_meets_names_the_binding_constraint():

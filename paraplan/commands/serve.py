@@ -30,6 +30,7 @@ PART_MEANING = {
     "decode_comm_s": "tensor-parallel all-reduce / expert dispatch and combine",
     "decode_kernel_fixed_s": "fixed time per kernel",
     "decode_host_s": "host time not hidden (launches, scheduling)",
+    "decode_draft_s": "MTP module drafting the speculative tokens (k passes)",
 }
 MEMORY_MEANING = {
     "weights_bytes": "weights in their stored formats",
@@ -90,6 +91,14 @@ def _common(f):
                           "(ModelOpt) checkpoint names where the stack reads it (its kv_dtype_from_checkpoint, "
                           "paraplan hardware stacks NAME), else the stack's default, 16-bit; the header's KV says "
                           "which)."),
+        click.option("--speculative-tokens", type=click.IntRange(min=0), default=None, metavar="K",
+                     help="Speculative decoding with the model's own multi-token-prediction (MTP) module: K tokens "
+                          "drafted per decode step and verified in one pass (default: none, as every engine). "
+                          "Models with MTP layers: deepseek-v3, deepseek-r1, glm-5."),
+        click.option("--draft-acceptance", type=float, default=None, metavar="P",
+                     help="Probability a drafted token is accepted (given the ones before it were); a step then "
+                          "yields (1 - P^(K+1)) / (1 - P) tokens. Default 0.85, an unfitted prior (DeepSeek-V3 "
+                          "report: 85-90% for its second token); give your own measured rate."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -133,7 +142,8 @@ def _context(opts):
     # (gpt-oss: mxfp4), else as the dense weights
     expert = opts["expert_precision"] or opts["precision"] or expert_stored or precision
     ctx = ServingContext.build(model, cluster, opts["backend"], precision, expert,
-                               opts["kv_cache_dtype"], backend_version=opts["backend_version"])
+                               opts["kv_cache_dtype"], backend_version=opts["backend_version"],
+                               speculative_tokens=opts["speculative_tokens"], draft_acceptance=opts["draft_acceptance"])
     if opts["expert_precision"] and ctx.model.moe is None:
         # as --adp and --moe-ep on a dense model: an option that would change nothing is refused,
         # not ignored (the weights stayed in --precision's format whatever it said)
@@ -167,6 +177,14 @@ def _checkpoint_formats(model) -> tuple[str, str]:
     from model_specs.catalog import load_model
     spec = model if not isinstance(model, str) else load_model(model)
     return spec.checkpoint_format, spec.expert_checkpoint_format
+
+
+def _acceptance_note(ctx) -> str:
+    """Says so where a speculative TPOT rests on the unfitted draft acceptance."""
+    if ctx.speculative_tokens and ctx.acceptance_is_prior:
+        return (" [an unfitted prior: DeepSeek-V3 report section 5.4.3, 85-90% for the second token; "
+                "give --draft-acceptance]")
+    return ""
 
 
 def _prior_note(ctx) -> str:
@@ -287,6 +305,10 @@ def render_simulation(report) -> str:
                      f"({prompts_per_step(d.prefill.batch)}) + {d.decode_workers} x decode {label(d.decode)} "
                      f"({d.decode.batch} requests per rank)")
     lines.append(f"load     isl {d.isl} / osl {d.osl} tokens, {d.concurrency} requests in flight on {_gpus(d.gpus)}")
+    if ctx.speculative_tokens:
+        lines.append(f"decode   speculative: the MTP module drafts {ctx.speculative_tokens} token"
+                     f"{'s' if ctx.speculative_tokens > 1 else ''} a step, each accepted with p = "
+                     f"{ctx.draft_acceptance:g}{_acceptance_note(ctx)}: {ctx.tokens_per_step:.2f} tokens a step")
     lines += ["", "latency and throughput" + _prior_note(ctx)]
     rows = [["ttft_ms", f"{1e3 * m['ttft_s']:.1f}", "time to first token, mean"],
             ["ttft_p90_ms", f"{1e3 * m['ttft_p90_s']:.1f}", "time to first token, 90th percentile (queueing model)"],
@@ -301,7 +323,11 @@ def render_simulation(report) -> str:
         rows.append([name, f"{scale * v:.3g}", what])
     lines.append(format_table(rows, ["metric", "value", "what"], align="lrl", indent="  ").rstrip())
     step = sum(report.decode_breakdown_s.values())
-    lines += ["", "decode step (one token for every request of a rank)"]
+    if ctx.speculative_tokens:
+        lines += ["", f"decode step ({ctx.speculative_tokens + 1} tokens verified for every request of a rank, "
+                      f"{ctx.tokens_per_step:.2f} kept on average)"]
+    else:
+        lines += ["", "decode step (one token for every request of a rank)"]
     # part names without their "_s": the time_ms column carries the unit
     rows = [[k.removeprefix("decode_").removesuffix("_s"), f"{1e3 * v:.3f}", f"{100 * v / step:.1f}" if step > 0 else "-",
              PART_MEANING[k]] for k, v in report.decode_breakdown_s.items()]
@@ -374,7 +400,8 @@ def simulate_cmd(as_json: bool, emit: bool, out_path: str | None, **opts) -> Non
     ctx = _context(opts)
     common = dict(model=opts["model"], system=opts["system"], backend=ctx.stack.name, mode=opts["mode"],
                   isl=opts["isl"], osl=opts["osl"], dense_format=ctx.dense_format, expert_format=ctx.expert_format,
-                  kv_cache_dtype=opts["kv_cache_dtype"])
+                  kv_cache_dtype=opts["kv_cache_dtype"], speculative_tokens=ctx.speculative_tokens,
+                  draft_acceptance=None if ctx.acceptance_is_prior else ctx.draft_acceptance)
     if opts["mode"] == "agg":
         dep = Deployment(**common, layout=_layout(opts, "", "layout"), workers=opts["workers"])
     else:
@@ -486,6 +513,9 @@ def simulate_command(row, opts: dict, moe: bool = True) -> str:
             args += [f"--{name.replace('_', '-')}", str(opts[name])]
     if opts.get("kv_cache_dtype") not in (None, "auto"):
         args += ["--kv-cache-dtype", opts["kv_cache_dtype"]]
+    for name in ("speculative_tokens", "draft_acceptance"):
+        if opts.get(name) is not None:
+            args += [f"--{name.replace('_', '-')}", f"{opts[name]:g}" if isinstance(opts[name], float) else str(opts[name])]
     args += ["--isl", str(opts["isl"]), "--osl", str(opts["osl"])]
     agg = row["mode"] == "agg"
     if not agg:
@@ -514,7 +544,8 @@ def deployment_of_row(row, ctx, opts: dict):
 
     common = dict(model=ctx.model.name, system=ctx.cluster.name, backend=ctx.stack.name, mode=row["mode"],
                   isl=opts["isl"], osl=opts["osl"], dense_format=ctx.dense_format, expert_format=ctx.expert_format,
-                  kv_cache_dtype=opts["kv_cache_dtype"])
+                  kv_cache_dtype=opts["kv_cache_dtype"], speculative_tokens=ctx.speculative_tokens,
+                  draft_acceptance=None if ctx.acceptance_is_prior else ctx.draft_acceptance)
     if row["mode"] == "agg":
         dep = Deployment(**common, layout=lay("", "batch", "layout"), workers=int(row["workers"]))
     else:
@@ -574,6 +605,9 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
              + (f" / experts {format_text(ctx.expert_format, ctx.cluster.gpu)}" if ctx.model.moe else ""),
              f"objective: TTFT <= {ttft_ms:g} ms, TPOT <= {tpot_ms:g} ms; {plan.evaluated:,} candidates scored in "
              f"{plan.wall_s:.2f} s" + _prior_note(ctx), ""]
+    if ctx.speculative_tokens:
+        lines.insert(2, f"decode: speculative, the MTP module drafts {ctx.speculative_tokens} token{'s' if ctx.speculative_tokens > 1 else ''} a step, acceptance "
+                        f"{ctx.draft_acceptance:g}{_acceptance_note(ctx)}: {ctx.tokens_per_step:.2f} tokens a step")
     if b["mode"] == "agg":
         lines.append(f"best: aggregated, {int(b['workers'])} x worker {b['layout']}, batch {int(b['batch'])} per rank "
                      f"({int(b['concurrency'])} requests in flight on {_gpus(b['gpus_used'])})")
@@ -689,7 +723,10 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
                    "isl": opts["isl"], "osl": opts["osl"], "ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "modes": list(search),
                    "max_batch": max_batch, "pipeline_parallel": not no_pp, "stack": ctx.stack.name,
                    "dense_format": ctx.dense_format, "expert_format": ctx.expert_format,
-                   "kv_cache_dtype": opts["kv_cache_dtype"]}
+                   "kv_cache_dtype": opts["kv_cache_dtype"], "speculative_tokens": ctx.speculative_tokens,
+                   "draft_acceptance": ctx.draft_acceptance if ctx.speculative_tokens else None,
+                   "draft_acceptance_is_prior": ctx.acceptance_is_prior if ctx.speculative_tokens else None,
+                   "tokens_per_step": ctx.tokens_per_step}
         text = dump_json({"request": request, "best": best, "why": plan.why, "front": _records(plan.front),
                           "evaluated": plan.evaluated, "efficiency_fitted": not ctx.efficiency.prior})
     elif as_csv:

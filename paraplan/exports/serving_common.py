@@ -113,6 +113,10 @@ class ServingLaunch:
         token_budget, max_running_requests (0 = the engine derives it from the KV pool),
         cuda_graph_max_batch, memory_fraction (the engine's own memory setting, in its meaning),
         overlap_scheduler, chunked_prefill: the stack behaviour the prediction assumed.
+        speculative_tokens: tokens the model's MTP module drafts a step (0 = no speculative
+            decoding), written in each engine's own speculative-decoding setting;
+            ``draft_acceptance`` the acceptance the TPOT assumed, ``acceptance_is_prior`` whether
+            it is the unfitted prior.
         workers: every engine instance and where it runs; ``hosts``: hosts in all;
         ``gpus_per_host``.
         stack, framework: the serving stack priced and its framework.
@@ -150,6 +154,9 @@ class ServingLaunch:
     max_context_tokens: int = 0
     online_fp8_refused: str = ""
     priced_release_note: str = ""
+    speculative_tokens: int = 0
+    draft_acceptance: float = 0.0
+    acceptance_is_prior: bool = False
 
     @property
     def max_model_len(self) -> int:
@@ -310,7 +317,9 @@ def launch_of(context, deployment, metrics: Mapping[str, float]) -> ServingLaunc
         workers=workers, hosts=hosts, gpus_per_host=per_host, stack=context.stack.name,
         framework=framework, system=cluster.name, gpu=cluster.gpu.name, predicted=predicted,
         prior=bool(context.efficiency.prior), max_context_tokens=int(model.max_context_tokens or 0),
-        online_fp8_refused=refused, priced_release_note=_release_note(context.stack, framework))
+        online_fp8_refused=refused, priced_release_note=_release_note(context.stack, framework),
+        speculative_tokens=int(context.speculative_tokens), draft_acceptance=float(context.draft_acceptance),
+        acceptance_is_prior=bool(context.acceptance_is_prior))
 
 
 def _release_note(stack, framework: str) -> str:
@@ -395,6 +404,10 @@ def render_script(launch: ServingLaunch, engine, title: str) -> str:
            f"# engine settings as priced: token budget {launch.token_budget}, "
            + (f"at most {launch.max_running_requests} running requests, " if launch.max_running_requests else "")
            + f"memory setting {launch.memory_fraction:g}, CUDA graphs up to batch {launch.cuda_graph_max_batch}",
+           *([f"# speculative decoding: the MTP module drafts {launch.speculative_tokens} token(s) a step; the TPOT "
+              f"assumes each is accepted with p = {launch.draft_acceptance:g}"
+              + (" [an unfitted prior: measure yours]" if launch.acceptance_is_prior else " (as given)")]
+             if launch.speculative_tokens else []),
            "#",
            "# Run on every host with HOST_INDEX set (0 .. " + str(launch.hosts - 1) + ") and HOSTS naming the hosts in order:",
            f"#   HOSTS=\"{' '.join(f'node{i}' for i in range(launch.hosts))}\" HOST_INDEX=0 bash this.sh",

@@ -1,8 +1,9 @@
 """Deployments whose launch exports are run through the engines' real parsers
 (``tools/verify_serving_exports.py``) and re-checked in CI against what those parsers answered
 (``serving_exports_verified.json``): each engine's aggregated layouts (tensor parallel,
-attention-DP + expert parallel, pipeline, several workers, a worker over two hosts, online FP8)
-and the disaggregated ones SGLang and TensorRT-LLM launch.
+attention-DP + expert parallel, pipeline, several workers, a worker over two hosts, online FP8,
+speculative decoding with the model's MTP module) and the disaggregated ones SGLang and
+TensorRT-LLM launch.
 
 Each entry: (id, model, system, backend, dense format, expert format, mode, deployment fields[, KV
 dtype]).
@@ -47,6 +48,13 @@ MATRIX = (
     ("trtllm-disagg-gb200", "deepseek-r1", "gb200-nvl72", "trtllm", "nvfp4", "nvfp4", "disagg",
      dict(prefill=W(tp=1, adp=4, moe_tp=1, moe_ep=4, batch=1), prefill_workers=3,
           decode=W(tp=1, adp=16, moe_tp=1, moe_ep=16, batch=64), decode_workers=1)),
+    # speculative decoding with the checkpoint's MTP module
+    ("vllm-moe-tp8-mtp2", "deepseek-r1", "dgx-b200", "vllm", "fp8_block", "fp8_block", "agg",
+     dict(layout=W(tp=8, moe_tp=8, moe_ep=1, batch=16), speculative_tokens=2)),
+    ("sglang-moe-attn-dp8-mtp1", "deepseek-r1", "dgx-b200", "sglang", "fp8_block", "fp8_block", "agg",
+     dict(layout=W(tp=1, adp=8, moe_tp=1, moe_ep=8, batch=32), speculative_tokens=1)),
+    ("trtllm-moe-dp8-mtp3", "deepseek-r1", "dgx-b200", "trtllm", "nvfp4", "nvfp4", "agg",
+     dict(layout=W(tp=1, adp=8, moe_tp=1, moe_ep=8, batch=32), speculative_tokens=3)),
 )
 
 
@@ -57,7 +65,8 @@ def launches():
     from simulator.serving.deployment import Deployment
     from simulator.serving.simulate import simulate_serving
     for case_id, model, system, backend, dense, expert, mode, fields, *kv in MATRIX:
-        ctx = ServingContext.build(model, system, backend, dense, expert, kv[0] if kv else "auto")
+        ctx = ServingContext.build(model, system, backend, dense, expert, kv[0] if kv else "auto",
+                                   speculative_tokens=fields.get("speculative_tokens"))
         dep = Deployment(model=model, system=system, backend=ctx.stack.name, mode=mode, isl=1024, osl=1024,
                          dense_format=ctx.dense_format, expert_format=ctx.expert_format, **fields)
         report = simulate_serving(dep, ctx)

@@ -65,6 +65,12 @@ def role_file(launch: ServingLaunch, w: Worker) -> dict[str, str]:
              "  enable_padding: true"]
     if launch.moe:
         lines.append(f"moe_tensor_parallel_size: {w.moe_tp}")
+    if launch.speculative_tokens:
+        # the checkpoint's MTP module, run num_nextn_predict_layers times when the checkpoint has
+        # one (tensorrt_llm/llmapi/llm_args.py MTPDecodingConfig: EAGLE-style MTP for
+        # single-layer checkpoints)
+        lines += ["speculative_config:", "  decoding_type: MTP",
+                  f"  num_nextn_predict_layers: {launch.speculative_tokens}"]
     if w.role != "agg":
         lines += ["cache_transceiver_config:", "  backend: DEFAULT"]
     return {_config_name(w): "\n".join(lines) + "\n"}

@@ -17,6 +17,8 @@ with other defaults still runs the plan as priced. Flags are checked against
 """
 from __future__ import annotations
 
+import json
+
 from hardware_specs.errors import InputError
 from paraplan.exports.serving_common import ServingLaunch, Worker
 
@@ -81,6 +83,12 @@ def worker_command(launch: ServingLaunch, w: Worker, node_rank: int) -> list[str
         argv += ["--max-num-seqs", str(launch.max_running_requests)]
     argv += ["--max-cudagraph-capture-size", str(launch.cuda_graph_max_batch)]
     argv.append("--async-scheduling" if launch.overlap_scheduler else "--no-async-scheduling")
+    if launch.speculative_tokens:
+        # the checkpoint's MTP module as the drafter, run k times for k > its modules
+        # (vllm/config/speculative.py: method "mtp"; "num_speculative_tokens > 1 will run multiple
+        # times of forward on same MTP layer")
+        argv += ["--speculative-config",
+                 json.dumps({"method": "mtp", "num_speculative_tokens": launch.speculative_tokens}, separators=(",", ":"))]
     return argv
 
 

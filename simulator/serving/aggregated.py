@@ -57,9 +57,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from cost_models.inference_step import step_time
-from cost_models.kv_cache import kv_bytes_per_request
-from cost_models.serving_memory import activation_bytes_per_gpu, kv_pool_bytes_per_gpu, weight_bytes_per_gpu
+from cost_models.inference_step import STEP_PARTS, step_time
+from cost_models.kv_cache import kv_bytes_per_request, kv_bytes_per_token_layer
+from cost_models.serving_memory import (activation_bytes_per_gpu, kv_pool_bytes_per_gpu, mtp_weight_bytes_per_gpu,
+                                        weight_bytes_per_gpu)
 
 
 def _f(x):
@@ -84,6 +85,9 @@ def memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, osl, token_budget=None
     model, beh = ctx.model, ctx.behaviour
     budget = beh.rank_token_budget(ctx.token_budget, adp) if token_budget is None else token_budget
     weights = weight_bytes_per_gpu(model, tp, adp, pp, moe_tp, moe_ep, ctx.dense_format, ctx.expert_format)
+    if ctx.speculative_tokens:
+        # the MTP modules sit on the last stage, taken as the largest
+        weights = weights + mtp_weight_bytes_per_gpu(model, tp, moe_tp, moe_ep, ctx.dense_format, ctx.expert_format)
     acts = activation_bytes_per_gpu(model, tp, adp, moe_ep, budget)
     pool = kv_pool_bytes_per_gpu(ctx.cluster.gpu.hbm_bytes, weights, acts, beh)
     isl, osl = _f(isl), _f(osl)
@@ -91,6 +95,11 @@ def memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, osl, token_budget=None
     admit = isl + osl if beh.kv_admission == "full_request" else isl
     per_request = kv_bytes_per_request(model, tp, held, ctx.kv_bytes, pp)
     per_prompt = kv_bytes_per_request(model, tp, admit, ctx.kv_bytes, pp)
+    if ctx.speculative_tokens:
+        # each MTP module keeps its own KV cache of the context (one full-attention layer)
+        per_token = kv_bytes_per_token_layer(model, tp, ctx.kv_bytes) * model.mtp_layers
+        per_request = per_request + held * per_token
+        per_prompt = per_prompt + admit * per_token
     n_fit = np.floor(np.maximum(pool, 0.0) / np.maximum(per_request, 1.0))
     n_admit = np.floor(np.maximum(pool, 0.0) / np.maximum(per_prompt, 1.0))
     if beh.max_running_requests:
@@ -228,21 +237,24 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
         packed = np.minimum(np.maximum(np.floor(budget / isl), 1.0), b) * isl
     common = (ctx.model, ctx.cluster, eff, beh, ctx.dense_format, ctx.expert_format, ctx.kv_bytes,
               tp, adp, pp, moe_tp, moe_ep)
+    k = ctx.speculative_tokens
+    per_step = ctx.tokens_per_step        # tokens a decoding request gains a step (1 unless speculating)
     # requests decoding = clients not waiting for or in their prefill (Little's law on the
     # decode phase): start with all b, then refine from the loop's solution
     running = b
     for _ in range(_RUNNING_ITERATIONS):
-        dec = step_time(*common, 0.0 * b, 0.0, running, isl + osl / 2.0)
+        dec = step_time(*common, 0.0 * b, 0.0, running, isl + osl / 2.0, draft_tokens=k)
         t_d = dec["step_s"]
         riders = running if beh.mixed_batches else 0.0 * b        # decodes sharing a prompt's step
-        t_own = step_time(*common, chunk, isl / 2.0, riders, isl + osl / 2.0)["step_s"]
-        t_packed = step_time(*common, packed, isl / 2.0, riders, isl + osl / 2.0)["step_s"]
+        t_own = step_time(*common, chunk, isl / 2.0, riders, isl + osl / 2.0, draft_tokens=k)["step_s"]
+        t_packed = step_time(*common, packed, isl / 2.0, riders, isl + osl / 2.0, draft_tokens=k)["step_s"]
         own = steps_own * t_own
         service = t_packed * isl / packed
         w_p = np.maximum(service - (t_d * isl / packed if beh.mixed_batches else 0.0), 1e-9)
         sync = synchronised_wait_s(b, service, t_d, eff.arrival_sync(beh.mixed_batches, beh.chunked_prefill))
         lead = (join_steps(beh) + hold_steps(beh, b)) * t_d + eff.request_host_s
-        x, (ttft, tpot, w90, u) = _solve_loop(b, gen, t_d, own, service, w_p, sync, lead)
+        # a decode step yields ``per_step`` tokens a request: the time per token is its share
+        x, (ttft, tpot, w90, u) = _solve_loop(b, gen, t_d / per_step, own, service, w_p, sync, lead)
         running = np.clip(x * gen * tpot, 1.0, np.minimum(b, n_fit))
     # more requests decoding than the KV pool holds: the engine preempts and resumes them in
     # turn, so n_fit slots finish one request per gen steps each, and the admitted requests'
@@ -264,8 +276,9 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
         "tokens_per_s_per_gpu": x * osl / gpus_per_rank,
         "prefill_work_s": w_p, "prefill_own_s": own, "prefill_service_s": service, "decode_step_s": t_d, "prefill_share": u,
         "queue_wait_s": queue_wait, "running_per_rank": b, "decoding_per_rank": running,
+        "tokens_per_step": np.full_like(tpot, per_step),
     }
-    for part in ("attention_s", "mlp_s", "elementwise_s", "lm_head_s", "comm_s", "kernel_fixed_s", "host_s"):
+    for part in STEP_PARTS:
         out["decode_" + part] = dec[part]
     out.update(mem)
     out["fits"] = (mem["kv_pool_bytes"] > 0) & (b_req <= n_fit)

@@ -7,9 +7,11 @@ numpy columns of layouts (``simulator.serving.evaluate``).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from cost_models.speculative import MAX_SPECULATIVE_TOKENS, MTP_ACCEPTANCE_PRIOR, expected_tokens_per_step
 from cost_models.weight_formats import canonical_format, kv_dtype_bytes
 from hardware_specs.catalog import is_file, load_cluster, load_serving_efficiency, load_stack, serving_stack_for
 from hardware_specs.cluster_spec import ClusterSpec
@@ -34,6 +36,11 @@ class ServingContext:
         token_budget: tokens one step may process on this GPU (the stack's budget).
         kv_cache_dtype: the KV-cache dtype priced, ``auto`` resolved by the stack and checkpoint
             rules of ``build`` (``fp8``, ``bf16``, ``fp16``; ``auto`` = the 16-bit model dtype).
+        speculative_tokens: tokens the model's MTP modules draft per decode step (0 = no
+            speculative decoding; ``cost_models.speculative``).
+        draft_acceptance: probability a drafted token is accepted (given the ones before it were).
+        acceptance_is_prior: the acceptance is ``speculative.MTP_ACCEPTANCE_PRIOR`` (unfitted),
+            not a value the user measured.
     """
 
     model: ModelSpec
@@ -45,6 +52,14 @@ class ServingContext:
     kv_bytes: float
     token_budget: int
     kv_cache_dtype: str = "auto"
+    speculative_tokens: int = 0
+    draft_acceptance: float = MTP_ACCEPTANCE_PRIOR
+    acceptance_is_prior: bool = True
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Mean tokens a decoding request gains per step (1 without speculative decoding)."""
+        return float(expected_tokens_per_step(self.speculative_tokens, self.draft_acceptance))
 
     @property
     def behaviour(self) -> ServingBehaviour:
@@ -69,10 +84,14 @@ class ServingContext:
     @classmethod
     def build(cls, model: str | ModelSpec, system: str | ClusterSpec, backend: str | StackSpec,
               dense_format: str | None = None, expert_format: str | None = None, kv_cache_dtype: str = "auto",
-              backend_version: str | None = None, efficiency: ServingEfficiency | None = None) -> "ServingContext":
+              backend_version: str | None = None, efficiency: ServingEfficiency | None = None,
+              speculative_tokens: int | None = None, draft_acceptance: float | None = None) -> "ServingContext":
         """Load and check the fixed inputs. ``backend`` is a stack name (``vllm-0.14``), a
         framework (``vllm``, ``sglang``, ``trtllm``: the profile covering ``backend_version``,
-        else the newest) or a ``StackSpec``."""
+        else the newest) or a ``StackSpec``. ``speculative_tokens`` (default: the stack's, 0 in
+        every engine's profile) drafts that many tokens a step with the model's MTP modules,
+        each accepted with probability ``draft_acceptance`` (default: the unfitted
+        ``MTP_ACCEPTANCE_PRIOR``)."""
         m = model if isinstance(model, ModelSpec) else load_model(model)
         if m.hybrid_pattern:
             raise InputError("model", f"{m.name} is a hybrid Mamba model: serving it is not modelled (its Mamba "
@@ -99,10 +118,7 @@ class ServingContext:
                              f"{c.gpu.name} ({c.gpu.vendor or 'unknown vendor'})",
                              "choose an engine that runs there (vllm or sglang), or a system of those GPUs"
                              if c.gpu.vendor else "state the GPU file's vendor (e.g. vendor: nvidia)")
-        if stack.serving.speculative_tokens:
-            raise InputError("backend", f"stack {stack.name} drafts {stack.serving.speculative_tokens} speculative "
-                             "tokens per step; speculative decoding is not modelled yet",
-                             "use a stack profile without speculative decoding")
+        k, p, prior = speculation(m, stack, speculative_tokens, draft_acceptance)
         dense = canonical_format(dense_format, "dense_format")
         expert = canonical_format(expert_format if expert_format is not None else dense_format, "expert_format")
         kv = stack.serving.kv_cache_dtype if kv_cache_dtype in (None, "auto") else kv_cache_dtype
@@ -115,4 +131,30 @@ class ServingContext:
         eff = efficiency if efficiency is not None else load_serving_efficiency(c.gpu.generation)
         return cls(model=m, cluster=c, stack=stack, efficiency=eff, dense_format=dense, expert_format=expert,
                    kv_bytes=kv_dtype_bytes(kv), token_budget=stack.serving.token_budget(c.gpu.hbm_bytes),
-                   kv_cache_dtype=kv)
+                   kv_cache_dtype=kv, speculative_tokens=k, draft_acceptance=p, acceptance_is_prior=prior)
+
+
+def speculation(model: ModelSpec, stack: StackSpec, speculative_tokens, draft_acceptance) -> tuple[int, float, bool]:
+    """(drafts per step, acceptance, whether the acceptance is the unfitted prior), checked:
+    drafts need the model's own MTP modules (config.json ``num_nextn_predict_layers``); a
+    separate draft model (EAGLE heads, a small model) is not modelled."""
+    k = stack.serving.speculative_tokens if speculative_tokens is None else speculative_tokens
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= MAX_SPECULATIVE_TOKENS:
+        raise InputError("--speculative-tokens", f"must be a whole number in [0, {MAX_SPECULATIVE_TOKENS}], got {k!r}",
+                         "use 1-3 drafted tokens a step, as the engines' MTP examples do")
+    if draft_acceptance is None:
+        p, prior = MTP_ACCEPTANCE_PRIOR, True
+    else:
+        p, prior = draft_acceptance, False
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or not 0.0 <= p <= 1.0:
+            raise InputError("--draft-acceptance", f"must be a probability in [0, 1], got {p!r}",
+                             f"give the measured share of drafted tokens accepted, e.g. {MTP_ACCEPTANCE_PRIOR}")
+        p = float(p)
+    if k and not model.mtp_layers:
+        raise InputError("--speculative-tokens", f"{model.name} has no multi-token-prediction module "
+                         "(config.json num_nextn_predict_layers is 0); drafting with a separate model is not modelled",
+                         "use --speculative-tokens 0, or a model with MTP layers (deepseek-v3, deepseek-r1, glm-5)")
+    if not k and not prior:
+        raise InputError("--draft-acceptance", "given without --speculative-tokens",
+                         "add --speculative-tokens 1 (or more) to price speculative decoding")
+    return k, p, prior

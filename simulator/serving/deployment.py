@@ -72,6 +72,10 @@ class Deployment:
         dense_format, expert_format: weight formats of attention / dense GEMMs and of routed
             experts (``cost_models.weight_formats``).
         kv_cache_dtype: ``auto`` (the stack's default), ``bf16``, ``fp16`` or ``fp8``.
+        speculative_tokens: tokens the model's MTP modules draft per decode step (None = the
+            stack's default, 0 in every engine's profile; ``cost_models.speculative``).
+        draft_acceptance: probability a drafted token is accepted (None = the unfitted prior
+            ``speculative.MTP_ACCEPTANCE_PRIOR``).
         layout, workers: agg worker layout and worker count.
         prefill, prefill_workers, decode, decode_workers: disagg layouts and counts.
     """
@@ -85,6 +89,8 @@ class Deployment:
     dense_format: str = "bf16"
     expert_format: str = "bf16"
     kv_cache_dtype: str = "auto"
+    speculative_tokens: int | None = None
+    draft_acceptance: float | None = None
     layout: WorkerLayout | None = None
     workers: int = 1
     prefill: WorkerLayout | None = None

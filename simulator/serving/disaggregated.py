@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models.inference_comm import kv_transfer_time_s
-from cost_models.inference_step import step_time
+from cost_models.inference_step import STEP_PARTS, step_time
 from cost_models.kv_cache import kv_bytes_per_token_model, linear_state_bytes_model
 from simulator.serving.aggregated import SYNC_P90, memory_columns, synchronised_wait_s
 
@@ -62,10 +62,12 @@ def decode_side(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl) -> dict[str, 
     b_req = np.maximum(_f(batch), 1.0)
     b = np.maximum(np.minimum(b_req, mem["max_batch_per_rank"]), 1.0)
     dec = step_time(ctx.model, ctx.cluster, ctx.efficiency, beh, ctx.dense_format, ctx.expert_format, ctx.kv_bytes,
-                    tp, adp, pp, moe_tp, moe_ep, 0.0 * b, 0.0, b, isl + osl / 2.0)
-    out = {"tpot_s": dec["step_s"], "clients": b_req * _f(adp), "gpus": _f(tp) * _f(pp) * _f(adp),
+                    tp, adp, pp, moe_tp, moe_ep, 0.0 * b, 0.0, b, isl + osl / 2.0, draft_tokens=ctx.speculative_tokens)
+    # a speculating step yields ``tokens_per_step`` tokens a request (1 otherwise)
+    out = {"tpot_s": dec["step_s"] / ctx.tokens_per_step, "step_s": dec["step_s"],
+           "clients": b_req * _f(adp), "gpus": _f(tp) * _f(pp) * _f(adp),
            "fits": (mem["kv_pool_bytes"] > 0) & (b_req <= mem["max_batch_per_rank"])}
-    for part in ("attention_s", "mlp_s", "elementwise_s", "lm_head_s", "comm_s", "kernel_fixed_s", "host_s"):
+    for part in STEP_PARTS:
         out["decode_" + part] = dec[part]
     out.update(mem)
     return out
@@ -105,7 +107,7 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
         t_kv = 0.0 * t_kv
     n_clients = dec["clients"] * _f(d_workers)
     capacity = servers * mu
-    sync = synchronised_wait_s(n_clients / servers, service, tpot, ctx.efficiency.arrival_sync(ctx.behaviour.mixed_batches, ctx.behaviour.chunked_prefill))
+    sync = synchronised_wait_s(n_clients / servers, service, dec["step_s"], ctx.efficiency.arrival_sync(ctx.behaviour.mixed_batches, ctx.behaviour.chunked_prefill))
 
     own = pre_one
     host = ctx.efficiency.request_host_s         # the request's time outside any engine step
@@ -139,7 +141,8 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
         "ttft_s": ttft, "ttft_p90_s": ttft_p90, "tpot_s": tpot, "latency_s": latency,
         "tokens_per_s_per_user": 1.0 / np.maximum(tpot, 1e-12),
         "tokens_per_s_per_gpu": np.minimum(x, n_clients / latency) * osl / gpus,
-        "prefill_step_s": pre_full, "prefill_own_s": own + 0.0 * ttft, "decode_step_s": tpot, "kv_transfer_s": t_kv,
+        "prefill_step_s": pre_full, "prefill_own_s": own + 0.0 * ttft, "decode_step_s": dec["step_s"] + 0.0 * ttft,
+        "tokens_per_step": np.full_like(ttft, ctx.tokens_per_step), "kv_transfer_s": t_kv,
         "prefill_utilization": x / capacity, "queue_wait_s": queue_wait, "gpus": gpus,
         "fits": dec["fits"] & pre["fits"],
     }

@@ -15,7 +15,7 @@ from simulator.serving.evaluate import evaluate_agg_columns, evaluate_disagg_col
 
 #: decode-step parts, in the order reports list them
 DECODE_PARTS = ("decode_attention_s", "decode_mlp_s", "decode_elementwise_s", "decode_lm_head_s", "decode_comm_s",
-                "decode_kernel_fixed_s", "decode_host_s")
+                "decode_kernel_fixed_s", "decode_host_s", "decode_draft_s")
 MEMORY_PARTS = ("weights_bytes", "activations_bytes", "reserved_bytes", "kv_pool_bytes")
 
 
@@ -58,6 +58,10 @@ class ServingReport:
             "gpu": self.context.cluster.gpu.name, "mode": d.mode, "isl": d.isl, "osl": d.osl,
             "dense_format": self.context.dense_format, "expert_format": self.context.expert_format,
             "kv_bytes_per_element": self.context.kv_bytes, "gpus": d.gpus, "concurrency": d.concurrency,
+            "speculative_tokens": self.context.speculative_tokens,
+            "draft_acceptance": self.context.draft_acceptance if self.context.speculative_tokens else None,
+            "draft_acceptance_is_prior": self.context.acceptance_is_prior if self.context.speculative_tokens else None,
+            "tokens_per_step": self.context.tokens_per_step,
             "workers": d.workers if d.mode == "agg" else None,
             "prefill_workers": d.prefill_workers if d.mode == "disagg" else None,
             "decode_workers": d.decode_workers if d.mode == "disagg" else None,
@@ -125,7 +129,8 @@ def simulate_serving(dep: Deployment, ctx: ServingContext | None = None, require
     """Predict one deployment. With ``require_fit`` a batch whose KV cache does not fit is an
     ``InputError`` saying how many fit and what would make more fit."""
     ctx = ctx or ServingContext.build(dep.model, dep.system, dep.backend, dep.dense_format, dep.expert_format,
-                                      dep.kv_cache_dtype)
+                                      dep.kv_cache_dtype, speculative_tokens=dep.speculative_tokens,
+                                      draft_acceptance=dep.draft_acceptance)
     ctx.check_request(dep.isl, dep.osl)
     gpus_domain = ctx.cluster.max_gpus
     if gpus_domain is not None and dep.gpus > gpus_domain:
@@ -183,7 +188,8 @@ def simulate_serving(dep: Deployment, ctx: ServingContext | None = None, require
     metrics["fits"] = bool(out["fits"][0])
     return ServingReport(
         deployment=dep, context=ctx, metrics=metrics,
-        decode_breakdown_s={k: float(out[k][0]) for k in DECODE_PARTS},
+        # the drafting part only where the step drafts
+        decode_breakdown_s={k: float(out[k][0]) for k in DECODE_PARTS if k != "decode_draft_s" or ctx.speculative_tokens},
         memory_bytes={k: float(out[k][0]) for k in MEMORY_PARTS},
         extra={k: float(out[k][0]) for k in extra_keys if k in out},
     )
