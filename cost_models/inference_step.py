@@ -10,10 +10,13 @@ attention kernels eagerly), and the host's per-step work (``host_step_s``) adds 
 unless the engine's overlap scheduler runs it under the previous step, where only what exceeds
 the GPU time shows (SGLang v0.4 blog, TensorRT-LLM "Overlap Scheduler" doc).
 
-Pipeline parallelism pp: the rank's decoding requests move as pp micro-batches through pp
-stages of num_layers/pp layers each; every request advances once per round of pp micro-batch
-steps, so the step time is that round: all layers at decodes/pp, plus pp LM heads and pp stage
-hand-offs. A prompt chunk moves as one micro-batch through all stages (its latency is all the
+Pipeline parallelism pp: the rank's d decoding requests move as m = min(d, pp) micro-batches
+of d / m requests (at least one request each) through pp stages of num_layers/pp layers each;
+every request advances once per round, so the step time is that round: with m = pp every stage
+is busy all round, all layers at d / pp plus pp LM heads and pp stage hand-offs; with fewer
+requests than stages (m < pp) a request's round is its trip through every stage, all layers at
+one request, its LM head and the pp hand-offs (the stages idle in between), not a fraction of a
+request. A prompt chunk moves as one micro-batch through all stages (its latency is all the
 layers at its full size; the stages it leaves idle are not credited, a conservative bound).
 
 Layers: dense layers use ``ModelSpec.ffn_hidden_size`` (or ``moe.dense_ffn_hidden_size``), MoE
@@ -124,9 +127,13 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
     moe_tp, moe_ep = _f(moe_tp), _f(moe_ep)
     q = 1.0 + float(draft_tokens)
     P = _f(prefill_tokens) + 0.0 * pp
-    d = _f(decode_reqs) / pp
+    decoding = _f(decode_reqs) + 0.0 * pp
+    # decode micro-batches per round m = min(d, pp) of d / m requests (module docstring); a step
+    # with no decodes keeps pp micro-batch slots (the prompt chunk's head and hand-offs per stage)
+    d = np.where(decoding >= pp, decoding / pp, np.minimum(decoding, 1.0))
+    m = np.where(d > 0, decoding / np.maximum(d, 1e-12), pp)
     T = P + d * q
-    logits = (d * q + np.minimum(P, 1.0)) if logits_tokens is None else _f(logits_tokens) / pp
+    logits = (d * q + np.minimum(P, 1.0)) if logits_tokens is None else _f(logits_tokens) / m
     h = model.hidden_size
 
     attn, attn_kernels = attention_block_s(model, rates, tp, P, prefill_keys, d, decode_ctx, kv_bytes, q)
@@ -152,26 +159,26 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
     elem = n_layers * elementwise_s(model, rates, T)
     attn_total = n_layers * attn
     fixed = (kernels + KERNELS["head"]) * rates.kernel_fixed_s
-    # pp micro-batches per round: layers are all traversed once per micro-batch, the head and
-    # hand-off once per stage per micro-batch
+    # m micro-batches per round: the layers are all traversed once per micro-batch size, the
+    # head once per micro-batch, a hand-off at each of the pp stage boundaries
     gpu = (attn_total + mlp + elem + comm + fixed - KERNELS["head"] * rates.kernel_fixed_s
-           + pp * (head + KERNELS["head"] * rates.kernel_fixed_s + p2p))
+           + m * (head + KERNELS["head"] * rates.kernel_fixed_s) + pp * p2p)
     mlp = _f(mlp)
     draft = 0.0 * gpu
     if draft_tokens:
-        # each of the pp micro-batches of a round drafts for its d requests on the last stage
+        # each of the m micro-batches of a round drafts for its d requests on the last stage
         one, draft_kernels = mtp_draft_pass(model, cluster, eff, behaviour, rates, kv_bytes, tp, adp, moe_tp, moe_ep,
                                             d, decode_ctx)
-        draft = np.where(d > 0, pp * float(draft_tokens) * one, 0.0)
+        draft = np.where(d > 0, m * float(draft_tokens) * one, 0.0)
         gpu = gpu + draft
         kernels = kernels + float(draft_tokens) * draft_kernels
 
     # host: eager launches of the kernels a CUDA graph does not cover, and per-step work
     mixed = _f(prefill_tokens) > 0
     graphed = behaviour.graph_covers(_f(decode_reqs), mixed)
-    all_kernels = pp * (kernels + KERNELS["head"])
+    all_kernels = m * (kernels + KERNELS["head"])
     if behaviour.cuda_graphs == "full_and_piecewise":
-        eager_kernels = np.where(graphed, 0.0, pp * n_layers * 1.0)   # attention launched outside the pieces
+        eager_kernels = np.where(graphed, 0.0, m * n_layers * 1.0)   # attention launched outside the pieces
     else:
         eager_kernels = np.where(graphed, 0.0, all_kernels)
     launch = eager_kernels * behaviour.host_launch_s
@@ -184,6 +191,6 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
     host = step - gpu
     return {
         "attention_s": _f(attn_total), "mlp_s": mlp * np.ones_like(gpu), "elementwise_s": _f(elem),
-        "lm_head_s": pp * head, "comm_s": _f(comm) + pp * p2p, "kernel_fixed_s": pp * 0 + fixed,
+        "lm_head_s": m * head, "comm_s": _f(comm) + pp * p2p, "kernel_fixed_s": fixed + (m - 1.0) * KERNELS["head"] * rates.kernel_fixed_s,
         "host_s": host, "draft_s": draft, "gpu_s": gpu, "step_s": step,
     }

@@ -125,7 +125,7 @@ def test_plan_json_echoes_the_request_it_answers():
     assert j["request"].pop("stack").startswith("vllm-")          # vllm's newest profile, whichever it is
     assert j["request"] == {"model": "llama3.1-8b", "system": "dgx-h100", "gpu": "h100-sxm-80gb", "gpus": 8,
                             "isl": 1024, "osl": 256, "ttft_ms": 2000.0, "tpot_ms": 40.0, "modes": ["agg", "disagg"],
-                            "max_batch": 1024, "pipeline_parallel": False,
+                            "max_batch": 1024, "pipeline_parallel": False, "rank_by": "per-gpu",
                             "dense_format": "fp8", "expert_format": "fp8", "kv_cache_dtype": "auto",
                             "speculative_tokens": 0, "draft_acceptance": None, "draft_acceptance_is_prior": None,
                             "tokens_per_step": 1.0}
@@ -459,15 +459,16 @@ def test_gpt_oss_is_served_with_its_checkpoints_mxfp4_experts_unless_told_otherw
     parameter) and famously serves from one 80 GB GPU; the experts defaulted to --precision's fp8
     and the command said 'the weights (109.9 GiB per GPU) leave no room for a KV cache'. By hand:
     36 x 128 experts x 3 x 2880^2 = 114.7 B parameters x 4.25 / 8 bytes = 56.73 GiB, + 0.96 B
-    attention parameters in fp8 (0.89 GiB) + embedding and LM head 2 x 201088 x 2880 in bf16
-    (2.16 GiB) = 59.8 GiB."""
+    attention parameters in bf16 as released (1.79 GiB) + embedding and LM head 2 x 201088 x 2880
+    in bf16 (2.16 GiB) = 60.7 GiB."""
     args = ("serve", "simulate", "-m", "gpt-oss-120b", "-s", "dgx-h100", "--tp", 1, "--batch", 8)
     r = run(*args)
     assert r.exit_code == 0, r.output
     assert "experts mxfp4 weight-only in bf16" in r.stdout
     data = json.loads(run(*args, "--json").stdout)
     assert data["expert_format"] == "mxfp4"
-    assert data["memory_bytes"]["weights_bytes"] / 2**30 == pytest.approx(59.8, abs=0.1)
+    assert data["dense_format"] == "bf16"          # the released checkpoint's attention, not fp8
+    assert data["memory_bytes"]["weights_bytes"] / 2**30 == pytest.approx(60.7, abs=0.1)
     # --precision names every GEMM's format, the experts' too, as before
     one_line_error(run(*args, "--precision", "fp8"), "--tp", "leave no room for a KV cache")
 

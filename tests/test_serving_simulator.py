@@ -332,4 +332,4 @@ def test_a_winner_that_leaves_gpus_idle_says_so_with_the_layout_giving_most_in_a
     total = meets.tokens_per_s_per_gpu * meets.gpus_used
     top = meets.loc[total.idxmax()]
     assert total.max() > b["tokens_per_s_per_gpu"] * 40 and top["gpus_used"] == 64
-    assert line.endswith(f"{total.max():,.0f} tokens/s on 64 GPUs")
+    assert line.endswith(f"{total.max():,.0f} tokens/s on 64 GPUs (--rank-by total picks it)")

@@ -79,9 +79,9 @@ def _common(f):
         click.option("--isl", type=POS, default=1024, show_default=True, help="Input (prompt) tokens per request."),
         click.option("--osl", type=POS, default=1024, show_default=True, help="Output tokens per request."),
         click.option("--precision", type=click.Choice(PRECISIONS), default=None,
-                     help="Weight format of all GEMMs (default: the released checkpoint's where it is not "
-                          "16-bit, fp8_block for DeepSeek-V3 / R1; else fp8 on GPUs with FP8 tensor cores, else "
-                          "bf16)."),
+                     help="Weight format of all GEMMs (default: the released checkpoint's where it states one: "
+                          "fp8_block for DeepSeek-V3 / R1, bf16 beside gpt-oss's MXFP4 experts; else fp8 on GPUs "
+                          "with FP8 tensor cores, else bf16)."),
         click.option("--expert-precision", type=click.Choice(PRECISIONS), default=None,
                      help="Weight format of the routed experts (default: --precision if given, else the "
                           "model's checkpoint format for its experts: mxfp4 for gpt-oss, else as --precision's "
@@ -137,7 +137,10 @@ def _context(opts):
     # the checkpoint's own format (DeepSeek's block FP8), else fp8 on GPUs with FP8 tensor cores,
     # else bf16
     dense_stored, expert_stored = _checkpoint_formats(model)
-    precision = opts["precision"] or dense_stored or ("fp8" if "fp8" in cluster.gpu.peak_flops_per_s else "bf16")
+    # a checkpoint that states only its experts' format (gpt-oss: MXFP4 experts) keeps the rest in
+    # 16-bit, as released
+    precision = (opts["precision"] or dense_stored or ("bf16" if expert_stored else None)
+                 or ("fp8" if "fp8" in cluster.gpu.peak_flops_per_s else "bf16"))
     # the experts as given, else as --precision says, else as the model's checkpoint stores them
     # (gpt-oss: mxfp4), else as the dense weights
     expert = opts["expert_precision"] or opts["precision"] or expert_stored or precision
@@ -578,17 +581,20 @@ def runnable_launch(plan, ctx, opts: dict):
     """(``ServingLaunch``, note): the best candidate meeting the SLO that the backend can launch
     as priced (``paraplan.exports.serving.refusal``), and a note saying whether it is the
     winner, else its rank and how many tokens/s/GPU it gives up and why the winner cannot run."""
+    from planners.serving.search import ranking_key
+    rank_by = opts.get("rank_by", "per-gpu")
     meets = plan.candidates[plan.candidates["meets_slo"].astype(bool)]
-    meets = meets.sort_values("tokens_per_s_per_gpu", ascending=False, kind="stable")
+    meets = meets.assign(_score=ranking_key(meets, rank_by)).sort_values("_score", ascending=False, kind="stable")
     first_err = None
     for rank, (_, row) in enumerate(meets.head(_RUNNABLE_TRIES).iterrows()):
         launch, err = _launch_of_row(row, ctx, opts)
         if err is None:
             if rank == 0:
                 return launch, f"the winner runs in {ctx.stack.framework} as priced"
-            loss = 1.0 - row["tokens_per_s_per_gpu"] / meets.iloc[0]["tokens_per_s_per_gpu"]
+            loss = 1.0 - row["_score"] / meets.iloc[0]["_score"]
             return launch, (f"best layout {ctx.stack.framework} can launch: rank {rank + 1} of {len(meets)} meeting the "
-                            f"SLO, {100 * loss:.1f}% fewer tokens/s/GPU than the winner ({first_err.field}: "
+                            f"SLO, {100 * loss:.1f}% fewer tokens/s{'' if rank_by == 'total' else '/GPU'} than the "
+                            f"winner ({first_err.field}: "
                             f"{first_err.message})")
         first_err = first_err or err
     raise InputError("--emit", f"none of the {min(len(meets), _RUNNABLE_TRIES)} layouts meeting the SLO runs in "
@@ -656,6 +662,10 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
               help="Which deployments to search.")
 @click.option("--max-batch", type=POS, default=1024, show_default=True, help="Largest per-rank batch tried (powers of two).")
 @click.option("--no-pp", is_flag=True, help="Do not try pipeline parallelism.")
+@click.option("--rank-by", type=click.Choice(["per-gpu", "total"]), default="per-gpu", show_default=True,
+              help="What the winner maximises among layouts meeting the SLO: output tokens/s per GPU the deployment "
+                   "uses (per-gpu), or tokens/s in all on the GPUs given (total: a layout that leaves GPUs idle "
+                   "earns nothing on them).")
 @click.option("--top", type=click.IntRange(min=0), default=40, show_default=True,
               help="Front rows printed per mode (0 = all).")
 @click.option("--json", "as_json", is_flag=True, help="The request, best row, why, and the front as JSON.")
@@ -666,7 +676,7 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
               help="Print the launch script of the best layout the backend can run (bash: vllm serve, "
                    "sglang.launch_server or trtllm-serve with the settings priced, and the benchmark that measures "
                    "it) instead of the table; stderr says if it is not the winner.")
-def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: int, no_pp: bool, top: int,
+def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: int, no_pp: bool, rank_by: str, top: int,
              as_json: bool, as_csv: bool, out_path: str | None, plot_path: str | None, emit: bool, **opts) -> None:
     """Which layout serves MODEL on GPUS GPUs of SYSTEM with the most output tokens/s per GPU while
     mean TTFT <= TTFT_MS and TPOT <= TPOT_MS?
@@ -704,7 +714,8 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
     ctx = _context(opts)
     search = ("agg", "disagg") if modes == "both" else (modes,)
     plan = plan_serving(ctx, gpus, opts["isl"], opts["osl"], ttft_ms, tpot_ms, modes=search, max_batch=max_batch,
-                        allow_pp=not no_pp)
+                        allow_pp=not no_pp, rank_by=rank_by)
+    opts["rank_by"] = rank_by
     if emit:
         from paraplan.exports.serving import emit_launch
         launch, note = runnable_launch(plan, ctx, opts)
@@ -721,7 +732,7 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
         # what was asked, as `plan --json` echoes its request: a saved answer says what it answers
         request = {"model": ctx.model.name, "system": ctx.cluster.name, "gpu": ctx.cluster.gpu.name, "gpus": gpus,
                    "isl": opts["isl"], "osl": opts["osl"], "ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "modes": list(search),
-                   "max_batch": max_batch, "pipeline_parallel": not no_pp, "stack": ctx.stack.name,
+                   "max_batch": max_batch, "pipeline_parallel": not no_pp, "rank_by": rank_by, "stack": ctx.stack.name,
                    "dense_format": ctx.dense_format, "expert_format": ctx.expert_format,
                    "kv_cache_dtype": opts["kv_cache_dtype"], "speculative_tokens": ctx.speculative_tokens,
                    "draft_acceptance": ctx.draft_acceptance if ctx.speculative_tokens else None,

@@ -84,6 +84,14 @@ def _agg(ctx, gpus: int, isl: int, osl: int, max_batch: int, allow_pp: bool) -> 
     return df[keep].reset_index(drop=True)
 
 
+def _front_per_size(rows, sizes, x, y):
+    """The rows of ``rows`` on the Pareto front of (x, y), found separately among the workers of
+    each GPU count in ``sizes``, in ascending order."""
+    keep = [rows[sizes[rows] == g][pareto_front(x[rows[sizes[rows] == g]], y[rows[sizes[rows] == g]])]
+            for g in np.unique(sizes[rows])]
+    return np.sort(np.concatenate(keep)) if keep else rows[:0]
+
+
 def _disagg(ctx, gpus: int, isl: int, osl: int, max_batch: int) -> pd.DataFrame:
     domain = ctx.cluster.gpus_per_node
     layouts = worker_layouts(ctx.model, max(gpus - 1, 1), domain, allow_pp=False, behaviour=ctx.behaviour,
@@ -96,7 +104,10 @@ def _disagg(ctx, gpus: int, isl: int, osl: int, max_batch: int) -> pd.DataFrame:
                       isl, osl)
     d_tps_gpu = dec["clients"] / dec["tpot_s"] / dec["gpus"]
     d_ok = np.flatnonzero(dec["fits"])
-    d_keep = d_ok[pareto_front(1.0 / dec["tpot_s"][d_ok], d_tps_gpu[d_ok])]
+    # the decode-only front per worker size: a larger worker that beats a smaller one per GPU may
+    # not fit beside the prefill workers in the budget (Llama-3.1-70B on 5 H100: decode tp4 at
+    # batch 256 pruned tp2 at batch 128, the best plan on 4 GPUs, which then lost on 5)
+    d_keep = _front_per_size(d_ok, dec["gpus"], 1.0 / dec["tpot_s"], d_tps_gpu)
     # prefill side: layouts x prompts per step, keep the prefill front
     pb = np.array(PREFILL_BATCHES, dtype=float)
     li, bi = np.meshgrid(np.arange(len(layouts)), np.arange(len(pb)), indexing="ij")
@@ -105,7 +116,7 @@ def _disagg(ctx, gpus: int, isl: int, osl: int, max_batch: int) -> pd.DataFrame:
     pre = prefill_side(ctx, p["tp"], p["adp"], p["pp"], p["moe_tp"], p["moe_ep"], pb[bi], isl)
     rate_gpu = pre["mu_per_rank"] * pre["ranks"] / pre["gpus"]
     p_ok = np.flatnonzero(pre["fits"])
-    p_keep = p_ok[pareto_front(rate_gpu[p_ok], -pre["pre_one_s"][p_ok])]
+    p_keep = _front_per_size(p_ok, pre["gpus"], rate_gpu, -pre["pre_one_s"])
     if d_keep.size == 0 or p_keep.size == 0:
         return pd.DataFrame(columns=COLUMNS)
     # worker counts per distinct pair of worker sizes
@@ -113,14 +124,16 @@ def _disagg(ctx, gpus: int, isl: int, osl: int, max_batch: int) -> pd.DataFrame:
     for gp in np.unique(pre["gpus"][p_keep]):
         for gd in np.unique(dec["gpus"][d_keep]):
             # prefill counts: every one up to 64, then 48 log-spaced ones (the ratio matters);
-            # decode counts: as many as fit, and the powers of two below
+            # decode counts: as many as fit, every one up to 16 and the powers of two below (so a
+            # pairing that fits in n GPUs is still tried in n + 1: more GPUs never lose a plan)
             most = gpus // int(gp)
             n_p = (np.arange(1, most + 1, dtype=float) if most <= 64
                    else np.unique(np.round(np.geomspace(1, most, 48))))
             fill = np.floor((gpus - n_p * gp) / gd)
-            pow2 = 2.0 ** np.arange(0, int(np.log2(max(gpus // int(gd), 1))) + 1)
-            np_ = np.concatenate([n_p, np.repeat(n_p, len(pow2))])
-            nd_ = np.concatenate([fill, np.tile(pow2, len(n_p))])
+            counts = np.unique(np.concatenate([np.arange(1.0, 17.0),
+                                               2.0 ** np.arange(0, int(np.log2(max(gpus // int(gd), 1))) + 1)]))
+            np_ = np.concatenate([n_p, np.repeat(n_p, len(counts))])
+            nd_ = np.concatenate([fill, np.tile(counts, len(n_p))])
             pairs = np.unique(np.stack([np_, nd_], axis=1), axis=0)
             pairs = pairs[(pairs[:, 1] >= 1) & (pairs[:, 0] * gp + pairs[:, 1] * gd <= gpus)]
             np_, nd_ = pairs[:, 0], pairs[:, 1]
@@ -166,28 +179,36 @@ def describe(row) -> str:
             f") + decode {row['decode_layout']} x{int(row['decode_workers'])} at batch {int(row['batch'])} per rank")
 
 
-def _why(best: pd.Series, cands: pd.DataFrame, ttft_ms: float, tpot_ms: float, gpus: int = 0) -> list[str]:
+def _why(best: pd.Series, cands: pd.DataFrame, ttft_ms: float, tpot_ms: float, gpus: int = 0,
+         rank_by: str = "per-gpu") -> list[str]:
     lines = []
+    in_all = (f" ({best['tokens_per_s_per_gpu'] * best['gpus_used']:,.0f} tokens/s in all on {int(best['gpus_used'])} "
+              "GPUs)" if rank_by == "total" else "")
     lines.append(f"why: {describe(best)} reaches "
-                 f"{best['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU with TTFT {best['ttft_ms']:.0f} ms and TPOT "
+                 f"{best['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU{in_all} with TTFT {best['ttft_ms']:.0f} ms and TPOT "
                  f"{best['tpot_ms']:.1f} ms (SLO {ttft_ms:g} / {tpot_ms:g} ms)")
     meets = cands[cands.meets_slo]
     other = meets[meets["mode"] != best["mode"]]
+    # compared in what ranks them: tokens/s per GPU used, or in all (--rank-by total)
+    unit = "tokens/s in all" if rank_by == "total" else "tokens/s/GPU"
+    score = ranking_key(cands, rank_by)
+    best_score = float(ranking_key(best.to_frame().T, rank_by).iloc[0])
     if len(other):
-        o = other.loc[other.tokens_per_s_per_gpu.idxmax()]
-        ratio = best["tokens_per_s_per_gpu"] / max(o["tokens_per_s_per_gpu"], 1e-9)
-        lines.append(f"     the best {o['mode']} layout meeting the SLO reaches {o['tokens_per_s_per_gpu']:,.0f} "
-                     f"tokens/s/GPU ({ratio:.2f}x less) at TPOT {o['tpot_ms']:.1f} ms, TTFT {o['ttft_ms']:.0f} ms: "
+        o = other.loc[score[other.index].idxmax()]
+        o_score = float(score[o.name])
+        ratio = best_score / max(o_score, 1e-9)
+        lines.append(f"     the best {o['mode']} layout meeting the SLO reaches {o_score:,.0f} "
+                     f"{unit} ({ratio:.2f}x less) at TPOT {o['tpot_ms']:.1f} ms, TTFT {o['ttft_ms']:.0f} ms: "
                      f"{describe(o)}")
     else:
         lines.append(f"     no {'disagg' if best['mode'] == 'agg' else 'agg'} layout meets the SLO")
-    bigger = cands[(cands["mode"] == best["mode"]) & (cands.tokens_per_s_per_gpu > best["tokens_per_s_per_gpu"])]
+    bigger = cands[(cands["mode"] == best["mode"]) & (score > best_score)]
     if len(bigger):
         t_bind = int((bigger.ttft_ms > ttft_ms).sum())
         p_bind = int((bigger.tpot_ms > tpot_ms).sum())
         binding = ("TPOT and TTFT both bind" if p_bind == t_bind else
                    f"{'TPOT' if p_bind > t_bind else 'TTFT'} is what binds")
-        lines.append(f"     {len(bigger)} {best['mode']} candidates with more tokens/s/GPU miss the SLO, "
+        lines.append(f"     {len(bigger)} {best['mode']} candidates with more {unit} miss the SLO, "
                      f"{p_bind} on TPOT and {t_bind} on TTFT: {binding}")
     if gpus and best["gpus_used"] < gpus:
         # tokens/s/GPU ranks the layouts; the GPUs a layout leaves idle earn nothing, so say what
@@ -198,7 +219,7 @@ def _why(best: pd.Series, cands: pd.DataFrame, ttft_ms: float, tpot_ms: float, g
                 f"{best['tokens_per_s_per_gpu'] * best['gpus_used']:,.0f} tokens/s in all")
         if total.max() > best["tokens_per_s_per_gpu"] * best["gpus_used"] * (1 + 1e-9):
             line += (f"; the most in all meeting the SLO: {describe(top)}, {total.max():,.0f} tokens/s on "
-                     f"{int(top['gpus_used'])} GPUs")
+                     f"{int(top['gpus_used'])} GPUs" + (" (--rank-by total picks it)" if rank_by != "total" else ""))
         lines.append(line)
     return lines
 
@@ -222,11 +243,26 @@ def _no_layout_error(cands: pd.DataFrame, ttft_ms: float, tpot_ms: float, gpus: 
                       f"{t['ttft_ms']:.0f} ms ({t['mode']}, batch {int(t['batch'])})", f"{allow}, or use more or faster GPUs")
 
 
+#: what ``plan_serving`` maximises among the candidates meeting the SLO: output tokens/s per GPU
+#: the deployment uses, or in all on the GPUs given (a layout leaving GPUs idle earns nothing on them)
+RANKINGS = ("per-gpu", "total")
+
+
+def ranking_key(cands: pd.DataFrame, rank_by: str) -> pd.Series:
+    """The score ``plan_serving`` ranks by: tokens/s/GPU, or tokens/s on all the GPUs used."""
+    if rank_by == "total":
+        return cands.tokens_per_s_per_gpu * cands.gpus_used
+    return cands.tokens_per_s_per_gpu
+
+
 def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: float, modes=("agg", "disagg"),
-                 max_batch: int = 1024, allow_pp: bool = True) -> ServingPlan:
+                 max_batch: int = 1024, allow_pp: bool = True, rank_by: str = "per-gpu") -> ServingPlan:
     """Search ``modes`` on ``gpus`` GPUs of ``ctx.cluster`` for ``ctx.model`` at request shape
-    (isl, osl) under the objective (mean TTFT <= ttft_ms, TPOT <= tpot_ms). Raises
+    (isl, osl) under the objective (mean TTFT <= ttft_ms, TPOT <= tpot_ms), the winner the most
+    tokens/s per GPU used (``rank_by`` "per-gpu") or in all (``"total"``). Raises
     ``InputError`` naming the binding constraint when nothing fits or nothing meets the SLO."""
+    if rank_by not in RANKINGS:
+        raise InputError("--rank-by", f"unknown ranking {rank_by!r}", "use per-gpu or total")
     for name, value in (("--gpus", gpus), ("--isl", isl), ("--osl", osl)):
         if not isinstance(value, (int, np.integer)) or value < 1:
             raise InputError(name, f"must be a whole number >= 1, got {value!r}")
@@ -270,10 +306,10 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
         fronts.append(g.iloc[idx])
     front = pd.concat(fronts, ignore_index=True) if fronts else cands.iloc[:0]
     meets = cands[cands.meets_slo]
-    best = meets.loc[meets.tokens_per_s_per_gpu.idxmax()] if len(meets) else None
+    best = meets.loc[ranking_key(meets, rank_by).idxmax()] if len(meets) else None
     plan = ServingPlan(candidates=cands, front=front.sort_values(["mode", "tokens_per_s_per_user"]).reset_index(drop=True),
                        best=best, evaluated=evaluated, wall_s=time.perf_counter() - t0)
     if best is None:
         raise _no_layout_error(cands, ttft_ms, tpot_ms, gpus)
-    plan.why = _why(best, cands, ttft_ms, tpot_ms, gpus)
+    plan.why = _why(best, cands, ttft_ms, tpot_ms, gpus, rank_by)
     return plan

@@ -1,0 +1,32 @@
+"""serve plan: more GPUs never give a worse best plan; --rank-by total maximises tokens/s in all."""
+import pytest
+
+from planners.serving.search import plan_serving
+from simulator.serving.context import ServingContext
+
+
+@pytest.mark.parametrize("model, system, backend, precision", [
+    ("llama3.1-70b", "dgx-h100", "vllm", "fp8"),           # 4 -> 5 GPUs lost 14% (a pruned decode tp2)
+    ("qwen3-235b-a22b", "hgx-h200", "sglang", "fp8_block"),
+])
+def test_more_gpus_never_give_a_worse_best_plan(model, system, backend, precision):
+    ctx = ServingContext.build(model, system, backend, precision)
+    best = []
+    for n in range(2, 13):
+        plan = plan_serving(ctx, n, 1024, 1024, 1000.0, 30.0)
+        best.append(plan.best["tokens_per_s_per_gpu"])
+        # a plan on n GPUs is a plan on n + 1 with one idle: per GPU used it can only gain
+    assert all(b >= a * (1 - 1e-9) for a, b in zip(best, best[1:])), best
+
+
+def test_rank_by_total_picks_the_most_tokens_in_all_and_per_gpu_the_most_per_gpu_used():
+    ctx = ServingContext.build("gpt-oss-120b", "dgx-h100", "vllm", "bf16", "mxfp4")
+    per_gpu = plan_serving(ctx, 8, 1024, 1024, 1000.0, 20.0)
+    total = plan_serving(ctx, 8, 1024, 1024, 1000.0, 20.0, rank_by="total")
+    meets = per_gpu.candidates[per_gpu.candidates.meets_slo]
+    assert per_gpu.best["tokens_per_s_per_gpu"] == meets.tokens_per_s_per_gpu.max()
+    in_all = meets.tokens_per_s_per_gpu * meets.gpus_used
+    assert total.best["tokens_per_s_per_gpu"] * total.best["gpus_used"] == pytest.approx(in_all.max(), rel=1e-12)
+    assert total.best["tokens_per_s_per_gpu"] * total.best["gpus_used"] >= \
+        per_gpu.best["tokens_per_s_per_gpu"] * per_gpu.best["gpus_used"]
+    assert total.why[0].startswith("why:") and "tokens/s in all" in total.why[0]
