@@ -141,7 +141,7 @@ def synchronised_wait_s(clients, service_s, step_s, arrival_sync):
 _RUNNING_ITERATIONS = 3
 
 
-def join_steps(behaviour) -> float:
+def join_steps(behaviour, clients=2.0):
     """Mean steps (of the step in flight) from a request's arrival at a busy engine until the
     step that takes it starts: 0.5 (the rest of the current step) without an overlap scheduler,
     1.5 with one: the host forms batch n+1 and launches it before it processes step n's results
@@ -152,8 +152,13 @@ def join_steps(behaviour) -> float:
     delayed the processing of the first batch in favor of launching the kernels for the next
     batch first"; TensorRT-LLM tensorrt_llm/_torch/pyexecutor/py_executor.py
     ``_executor_loop_overlap``, same order; vLLM V1 async scheduling schedules step n+1 before
-    step n's output returns)."""
-    return 1.5 if behaviour.overlap_scheduler else 0.5
+    step n's output returns).
+
+    With one client per rank (``clients`` <= 1) the engine is idle when the request arrives (its
+    only client was waiting for the previous answer): no step is in flight and none has been formed
+    ahead, so the request starts at once, 0 steps (numpy-friendly in ``clients``)."""
+    steps = 1.5 if behaviour.overlap_scheduler else 0.5
+    return np.where(_f(clients) > 1.0, steps, 0.0)
 
 
 def hold_steps(behaviour, clients):
@@ -252,7 +257,7 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
         service = t_packed * isl / packed
         w_p = np.maximum(service - (t_d * isl / packed if beh.mixed_batches else 0.0), 1e-9)
         sync = synchronised_wait_s(b, service, t_d, eff.arrival_sync(beh.mixed_batches, beh.chunked_prefill))
-        lead = (join_steps(beh) + hold_steps(beh, b)) * t_d + eff.request_host_s
+        lead = (join_steps(beh, b) + hold_steps(beh, b)) * t_d + eff.request_host_s
         # a decode step yields ``per_step`` tokens a request: the time per token is its share
         x, (ttft, tpot, w90, u) = _solve_loop(b, gen, t_d / per_step, own, service, w_p, sync, lead)
         running = np.clip(x * gen * tpot, 1.0, np.minimum(b, n_fit))

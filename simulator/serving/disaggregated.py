@@ -115,7 +115,10 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
     def ttft_at(x):
         rho = x / capacity
         wq, w90 = mdc_wait_s(rho, servers, service)
-        cap = np.maximum(n_clients - 1.0, 0.0) * service / servers   # only the other clients can be ahead
+        # only the clients beyond the prefill servers can be ahead: the front end sends a prompt
+        # to an idle prefill rank while there is one (load-balanced dispatch), so with no more
+        # clients than ranks nobody waits, as an aggregated rank's single client does not
+        cap = np.maximum(n_clients - servers, 0.0) * service / servers
         wq, w90 = np.minimum(wq, cap), np.minimum(w90, cap)
         return (host + own + np.maximum(wq, sync) + t_kv, host + own + np.maximum(w90, SYNC_P90 * sync) + t_kv,
                 own)
