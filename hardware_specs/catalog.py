@@ -149,6 +149,11 @@ def parse_yaml(text: str, what: str, path: Path | str) -> Any:
                          "fix the file's syntax") from None
     except RecursionError:
         raise InputError(what, f"{path} nests values too deeply", "flatten the file") from None
+    except InputError:
+        raise
+    except ValueError:   # an integer of more than 4,300 digits: Python refuses to convert it
+        raise InputError(what, f"{path} holds an integer of more than 4,300 digits, which no value can be",
+                         "write numbers of a sensible size") from None
     finally:
         loader.dispose()
 

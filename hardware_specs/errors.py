@@ -67,3 +67,19 @@ def require_plausible(field: str, value: float, low: float = 0.0, high: float = 
         raise InputError(field, f"{value!r} is below the plausible minimum {low:g}", "check the number and its unit")
     if v > high:
         raise InputError(field, f"{value!r} is above the plausible maximum {high:g}", "check the number and its unit")
+
+
+#: the longest integer literal an input file may hold: every count, size or limit paraplan reads
+#: has fewer digits (Python refuses to convert integers of more than 4,300 digits at all)
+MAX_INT_DIGITS = 30
+
+
+def json_int(literal: str) -> int:
+    """``json.loads(..., parse_int=json_int)``: an integer literal, refused with an
+    ``InputError`` when it has more than ``MAX_INT_DIGITS`` digits (a damaged or hostile file)."""
+    digits = len(literal.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        raise InputError("json", f"an integer of {digits:,} digits is not a plausible value",
+                         "write numbers of a sensible size")
+    return int(literal)
+

@@ -33,7 +33,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, json_int
 from model_specs.model_spec import MLASpec, ModelSpec, MoESpec, check_size
 
 # Longest default training sequence taken from max_position_embeddings; longer contexts are
@@ -57,13 +57,13 @@ def read_json(path: Path, what: str = "model") -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise InputError(what, f"{path} is not UTF-8 text (byte {exc.start})", "save it as UTF-8") from None
     try:
-        data = json.loads(text, parse_constant=_refuse_constant)
+        data = json.loads(text, parse_constant=_refuse_constant, parse_int=json_int)
     except json.JSONDecodeError as exc:
         raise InputError(what, f"malformed JSON in {path} at line {exc.lineno}: {exc.msg}",
                          "fix the file's syntax") from None
     except RecursionError:
         raise InputError(what, f"{path} nests values too deeply", "flatten the file") from None
-    except InputError as exc:           # NaN / Infinity
+    except InputError as exc:           # NaN / Infinity, an integer of absurd length
         raise InputError(what, f"{path}: {exc.message}", exc.fix) from None
     if not isinstance(data, dict):
         raise InputError(what, f"{path} must hold a JSON object")

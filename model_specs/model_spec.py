@@ -10,15 +10,15 @@ from hardware_specs.errors import InputError
 #: largest value of each size (a larger one is a typo): well above every published model (2025:
 #: 128 layers, width 18432 / 25600 FFN in Grok-1 class models, 256k vocabularies, 1M-token
 #: contexts, 384 experts) and small enough that every count stays exact in int64 and every
-#: FLOP, byte and time count finite in float64. Layers: 2,048, twice the deepest published
+#: FLOP, byte and time count finite in float64. Layers: 1,024, above the deepest published
 #: transformer (DeepNet's 1,000-layer research models, Wang et al. 2022, arXiv 2203.00555); the
 #: planner's stage assignment and schedule peaks grow faster than linearly with the layer count
-#: (1,024 layers on 1,024 GPUs: 21 s; 4,096: over 3 minutes; 65,536 did not finish)
-SIZE_LIMITS = {"num_layers": 2**11, "hidden_size": 2**22, "num_heads": 2**16, "num_kv_heads": 2**16,
+#: (512 layers on 1,024 GPUs: 10 s; 1,024: 21 s; 2,048: over a minute, which read as a hang)
+SIZE_LIMITS = {"num_layers": 2**10, "hidden_size": 2**22, "num_heads": 2**16, "num_kv_heads": 2**16,
                "ffn_hidden_size": 2**24, "vocab_size": 2**28, "seq_len": 2**30, "head_dim": 2**16,
                "sliding_window": 2**30, "mtp_layers": 2**10, "max_context_tokens": 2**30,
                "num_experts": 2**16, "top_k": 2**16, "expert_ffn_hidden_size": 2**24, "num_shared_experts": 2**16,
-               "shared_expert_ffn_hidden_size": 2**24, "first_dense_layers": 2**11, "dense_ffn_hidden_size": 2**24,
+               "shared_expert_ffn_hidden_size": 2**24, "first_dense_layers": 2**10, "dense_ffn_hidden_size": 2**24,
                "moe_layer_frequency": 2**16, "latent_size": 2**22, "q_lora_rank": 2**22, "kv_lora_rank": 2**22,
                "qk_nope_head_dim": 2**16, "qk_rope_head_dim": 2**16, "v_head_dim": 2**16,
                "state_size": 2**16, "num_groups": 2**16, "conv_kernel": 2**10, "chunk_size": 2**16}

@@ -911,7 +911,7 @@ def test_a_pipeline_flush_too_large_to_build_is_refused_in_a_line_not_minutes(tm
     assert bool(flush_within_limit("1f1b", 1024, 10**6, 1)) and bool(flush_within_limit("gpipe", 10**4, 10**6, 1))
     preset = Path(__file__).resolve().parents[1] / "model_specs" / "presets" / "llama3-8b.yaml"
     deep = tmp_path / "deep.yaml"
-    deep.write_text(re.sub(r"(?m)^num_layers: .*$", "num_layers: 2048", preset.read_text()))
+    deep.write_text(re.sub(r"(?m)^num_layers: .*$", "num_layers: 1024", preset.read_text()))
     start = time.monotonic()
     r = run("simulate", "--model", deep, "--cluster", "dgx-h100", "--gpus", 256, "--pp", 256, "--schedule", "zb-h2",
             "--global-batch", 2048, "--seq-len", 1024)

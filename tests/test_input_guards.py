@@ -184,6 +184,10 @@ def test_a_column_named_twice_is_one_error_line(tmp_path, which):
     ("serving", "pp_size", "-1", "pp_size -1 is not a whole number from 0 to 16,777,216"),
     ("serving", "attention_dp_size", "abc", "attention_dp_size 'abc' is not a number"),    # was read as 1
     ("serving", "batch_size", "0", "batch_size 0 is not a whole number from 1 to 16,777,216"),
+    # a damaged cell: its relative error printed as inf in the table
+    ("published", "measured_value", "1e-300", "measured_value 1e-300 is below 1e-09, not a measurement (a damaged cell)"),
+    # a precision the row's GPU has no tensor cores for aborted the whole file
+    ("published", "dtype_norm", "nvfp4", "dtype_norm nvfp4: a100-sxm-80gb has no nvfp4 peak"),
 ])
 def test_a_row_with_an_impossible_value_is_skipped_with_that_reason(tmp_path, which, column, value, reason):
     # a published row with text in a number-only column; a serving row with an impossible count
@@ -196,6 +200,19 @@ def test_a_row_with_an_impossible_value_is_skipped_with_that_reason(tmp_path, wh
     first = [r for r in rows if r["id"] == rows[0]["id"]]       # a serving row has one record per metric
     assert {r["status"] for r in first} == {"skipped"}
     assert first[0]["reason"] == reason
+
+
+def test_a_serving_rows_damaged_measurement_skips_that_metric_not_an_inf_error():
+    import pandas as pd
+
+    from paraplan.validation.serving import validate_rows
+    _, serving = _files()
+    row = pd.read_csv(serving, dtype={"backend_version": str}).head(1).copy()
+    row["silicon_ttft_ms"] = 1e-300
+    out = validate_rows(row).set_index("metric")
+    assert out.loc["ttft_ms", "status"] == "skipped" and pd.isna(out.loc["ttft_ms", "rel_error"])
+    assert out.loc["ttft_ms", "reason"] == "measured ttft_ms 1e-300 is below 0.001 ms, not a measurement"
+    assert out.loc["tpot_ms", "status"] == "ok"
 
 
 def test_a_serving_row_longer_than_the_models_context_is_skipped_as_serve_simulate_refuses_it():
@@ -369,3 +386,45 @@ def test_a_gpu_file_giving_its_memory_twice_is_refused(tmp_path):
     path = tmp_path / "g.yaml"
     path.write_text("name: g\nvendor: nvidia\ngeneration: hopper\npeak_tflops: {bf16: 989}\nhbm_gib: 80\nhbm_gb: 141\n")
     one_line_error(run("hardware", "show", path), "error: gpu g.hbm_gb: given with hbm_gib")
+
+
+def test_a_measured_run_of_hours_is_refused_before_it_starts_and_the_recorded_runs_are_not():
+    import json
+    from dataclasses import fields
+
+    from paraplan.measure.train import RUN_FLOPS, RunConfig
+    # by hand: 6 x (12 h^2 L + v h) + 6 s h L FLOPs a token; the default run (L 4, h 256, v 1024,
+    # s 128, global batch 4, 4 steps): 6 x (3,145,728 + 262,144) + 786,432 = 21,233,664 a token,
+    # x 2,048 tokens = 4.35e10
+    assert RunConfig().training_flops() == pytest.approx(21_233_664 * 128 * 4 * 4, rel=1e-12)
+    # seq_len 1,048,576 (the review's hang: hours on two cores, 5.6 GB and growing): refused
+    with pytest.raises(InputError, match="more than the 2e[+]13") as err:
+        RunConfig(seq_len=2**20, global_batch=1).check_fits("cpu", host_bytes=0.0)
+    assert err.value.field == "seq_len"
+    # every run recorded on the H200 fits the GPU bound, the default CPU comparison the CPU one
+    names = {f.name for f in fields(RunConfig)}
+    runs = json.loads((REPO / "tests" / "data" / "gpu_h200" / "measured_runs.json").read_text())
+    for r in runs:
+        cfg = RunConfig(**{k: v for k, v in r.items() if k in names})
+        assert cfg.training_flops() <= RUN_FLOPS["cuda"], r["name"]
+    from paraplan.measure.compare import DEFAULT_MODEL
+    assert RunConfig(**DEFAULT_MODEL, global_batch=8, steps=8).training_flops() <= RUN_FLOPS["cpu"] / 100
+
+
+def test_an_integer_of_thousands_of_digits_in_any_file_is_one_line_not_an_internal_error(tmp_path):
+    from hardware_specs.catalog import read_yaml
+    from model_specs.hf_config import read_json
+    big = "9" * 5000
+    y = tmp_path / "m.yaml"
+    y.write_text(f"name: x\nhidden_size: {big}\n")
+    with pytest.raises(InputError, match="more than 4,300 digits") as err:
+        read_yaml(y, "model")
+    assert err.value.field == "model"
+    j = tmp_path / "config.json"
+    j.write_text('{"hidden_size": %s}' % big)
+    with pytest.raises(InputError, match="an integer of 5,000 digits") as err:
+        read_json(j)
+    assert err.value.field == "model" and str(j) in err.value.message
+    j.write_text('{"hidden_size": %s}' % ("9" * 30))       # long but readable: left to the field checks
+    assert read_json(j)["hidden_size"] == int("9" * 30)
+

@@ -108,6 +108,9 @@ def _read_csv(folder: Path, name: str) -> pd.DataFrame:
 #: shape or count far under 1e15 (larger ones are damage, and would print as such)
 MAX_RECORDED = 1e15
 MAX_RECORDED_S = 86400.0
+#: the shortest time a record may hold: no kernel or step takes less than a nanosecond (a smaller
+#: value is damage, and its relative error would print as inf)
+MIN_RECORDED_S = 1e-9
 
 
 def _require_positive(frame: pd.DataFrame, columns, where: str) -> None:
@@ -116,9 +119,10 @@ def _require_positive(frame: pd.DataFrame, columns, where: str) -> None:
     for column in columns:
         values = pd.to_numeric(frame[column], errors="coerce")
         limit = MAX_RECORDED_S if column in TIME_COLUMNS else MAX_RECORDED
-        if not (np.isfinite(values) & (values > 0) & (values <= limit)).all():
-            raise InputError(f"{where}.{column}", f"has a value that is not a finite positive number up to {limit:g}",
-                             "rewrite the file, or remove that row")
+        least = MIN_RECORDED_S if column in TIME_COLUMNS else 0.0
+        if not (np.isfinite(values) & (values > least) & (values <= limit)).all():
+            raise InputError(f"{where}.{column}", f"has a value that is not a finite number above {least:g} and up to "
+                             f"{limit:g}", "rewrite the file, or remove that row")
 
 
 #: the whole-number keys of a measured run, each at least 1 (``zero_stage`` at least 0)
@@ -148,7 +152,7 @@ def _check_run(run, where: str) -> None:
                                          if isinstance(phases, dict) else [None])
     for value in values:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                or not 0 < value <= MAX_RECORDED_S:
+                or not MIN_RECORDED_S <= value <= MAX_RECORDED_S:
             raise InputError(f"{where}.measured_step_s / phase_s", "is not a finite positive number of seconds",
                              fix)
 

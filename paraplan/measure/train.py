@@ -25,6 +25,9 @@ from paraplan.measure.runtime import (PROGRESS_KEY, choose_device, cpu_wait_frac
 RUN_LIMITS = {"dp": 128, "tp": 128, "pp": 128, "copies": 128, "micro_batch": 4096, "global_batch": 2**20,
               "num_layers": 1024, "hidden_size": 65536, "num_heads": 1024, "vocab_size": 2**20,
               "seq_len": 2**20, "steps": 100_000}
+#: the most FLOPs a measured run may do, by device: minutes at the ~50-100 GFLOP/s a few CPU cores
+#: reach in fp32, or at a GPU's ~100 TFLOP/s
+RUN_FLOPS = {"cpu": 2e13, "cuda": 2e16}
 
 
 def _host_memory_bytes() -> float:
@@ -121,10 +124,21 @@ class RunConfig:
         params = 12.0 * h * h * L + 2.0 * self.vocab_size * h
         return 4.0 * params / (self.tp * self.pp)
 
+    def training_flops(self) -> float:
+        """FLOPs of the whole measured run, all steps: 6 x the weights a token multiplies (the
+        12 h^2 of each layer and the output head's v h) per token, and the causal attention core
+        (QK^T and AV, 2 x 2 s h a token per layer forward, half of it masked: 6 s h a token per
+        layer for forward and backward), for global_batch x seq_len tokens a step."""
+        h, L, s, v = float(self.hidden_size), float(self.num_layers), float(self.seq_len), float(self.vocab_size)
+        per_token = 6.0 * (12.0 * h * h * L + v * h) + 6.0 * s * h * L
+        return per_token * s * self.global_batch * self.steps * self.copies
+
     def check_fits(self, kind: str, host_bytes: float, device_bytes: float = 0.0) -> None:
         """``InputError`` when even the lower bound of the model states cannot fit: every
         process's share against the host's memory on CPU ranks, one rank's against one GPU's
-        memory on CUDA ranks (0 = not known: no check)."""
+        memory on CUDA ranks (0 = not known: no check); or when the run's FLOPs
+        (``training_flops``) are more than ``RUN_FLOPS`` allows this kind of device, a run of many
+        minutes that reads as a hang (seq_len 1,048,576 trained for hours on two CPU cores)."""
         per_rank = self.model_state_bytes_per_rank()
         if kind == "cuda":
             need, have, where = per_rank, device_bytes, "one GPU has"
@@ -134,6 +148,13 @@ class RunConfig:
             raise InputError("model", f"the weights and gradients alone need at least {need / 2**30:,.1f} GiB, "
                              f"{where} {have / 2**30:,.1f} GiB",
                              "measure a smaller model (--hidden, --layers, --seq-len), or more tp or pp")
+        most = RUN_FLOPS["cuda" if kind == "cuda" else "cpu"]
+        total = self.training_flops()
+        if total > most:
+            raise InputError("seq_len" if self.seq_len > 4096 else "model",
+                             f"the run is about {total:.2g} FLOPs, more than the {most:.0g} a measured run does in "
+                             f"minutes on {'a GPU' if kind == 'cuda' else 'this CPU'}",
+                             "measure a smaller run: lower --seq-len, --hidden, --layers, --global-batch or --steps")
 
     @classmethod
     def from_dict(cls, config: dict) -> "RunConfig":

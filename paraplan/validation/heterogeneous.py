@@ -44,7 +44,7 @@ from pathlib import Path
 from hardware_specs.catalog import load_cluster, load_gpu, load_stack
 from simulator.stack_defaults import stack_config_fields
 from hardware_specs.cluster_spec import ClusterSpec, NetworkTier
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, json_int
 from hardware_specs.pools import Pool, PooledCluster
 from model_specs.model_spec import ModelSpec
 from simulator.heterogeneous import HeteroPlan, ReplicaGroup, StagePlacement, simulate_heterogeneous
@@ -111,7 +111,9 @@ def read_runs(path) -> list[dict]:
     if not p.is_file():
         raise InputError("PATH", f"no such file {path}", "check the path, or omit PATH for the bundled runs")
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(p.read_text(), parse_int=json_int)
+    except InputError as exc:
+        raise InputError("PATH", f"{path}: {exc.message}", exc.fix) from None
     except json.JSONDecodeError as exc:
         raise InputError("PATH", f"malformed JSON in {path} at line {exc.lineno}: {exc.msg}", "fix the file") from None
     except UnicodeDecodeError:
@@ -126,6 +128,9 @@ def read_runs(path) -> list[dict]:
 
 #: the largest measurement a run may state: a day per iteration, a petabyte of memory
 MEASURED_LIMITS = {"real": 86400.0, "max_mem": 2.0**50}
+#: the smallest plausible measurement of each: a training iteration of a microsecond or a peak of
+#: less than a byte is damage (its relative error printed as inf)
+MEASURED_MINIMA = {"real": 1e-6, "max_mem": 1.0}
 
 
 def _number(run: dict, key: str, rid: str, positive=True) -> float:
@@ -134,6 +139,8 @@ def _number(run: dict, key: str, rid: str, positive=True) -> float:
         raise ValueError(f"{key} is {v!r}, not a positive number")
     if key in MEASURED_LIMITS and v > MEASURED_LIMITS[key]:
         raise ValueError(f"{key} is {v!r}, above the largest plausible measurement {MEASURED_LIMITS[key]:g}")
+    if positive and key in MEASURED_MINIMA and v < MEASURED_MINIMA[key]:
+        raise ValueError(f"{key} is {v!r}, below the smallest plausible measurement {MEASURED_MINIMA[key]:g}")
     return float(v)
 
 

@@ -45,6 +45,11 @@ class Prepared:
         return np.array([i.cluster.gpu.generation for i in self.inputs])
 
 
+
+#: the smallest measured value a row may state in any of its metrics (seconds, tokens/s, TFLOP/s,
+#: MFU in percent): anything smaller is damage, and its relative error would print as inf
+MIN_MEASURED_VALUE = 1e-9
+
 def conversion(inputs: RowInputs) -> tuple[float, float, bool]:
     """(scale, power, from layer time) with metric = scale * time ** power."""
     m, cfg, metric = inputs.model, inputs.config, inputs.metric
@@ -110,6 +115,8 @@ def prepare(records, on_skip=None) -> Prepared:
                 raise Skip("measured_value empty") from None
             if not math.isfinite(value) or value <= 0:
                 raise Skip("measured_value empty or not positive")
+            if value < MIN_MEASURED_VALUE:
+                raise Skip(f"measured_value {value:g} is below {MIN_MEASURED_VALUE:g}, not a measurement (a damaged cell)")
         except Skip as exc:
             if on_skip is not None:
                 on_skip(i, str(exc))

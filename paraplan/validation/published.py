@@ -401,6 +401,10 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
         if dtype is None:
             raise Skip(why)
         assumptions.append(why)
+    try:    # a precision the row's GPU has no tensor cores for (nvfp4 on an A100): this row is skipped
+        cluster.gpu.peak_flops(dtype)
+    except InputError as exc:
+        raise Skip(f"dtype_norm {dtype}: {exc.message}") from None
     zero = stated_zero
     # what the release's own preset with the row's layout and precision shards, recomputes and
     # offloads (``stack_presets.memory_savings_of_layout``: a fact of the release, from its files)

@@ -541,6 +541,11 @@ def predict(df: pd.DataFrame, efficiency: Mapping[str, ServingEfficiency] | None
                          "reason": prep.reason, "assumption": prep.assumption}, index=df.index)
 
 
+#: the shortest TTFT or TPOT a row may state: no engine answers in less than a microsecond (a
+#: smaller cell is damage, and its relative error would print as inf)
+MIN_MEASURED_MS = 1e-3
+
+
 def validate_rows(df: pd.DataFrame, efficiency=None, progress=None) -> pd.DataFrame:
     """One record per (row, metric): id, metric, status (ok | skipped), predicted, measured,
     rel_error = (predicted - measured) / measured, reason, plus the row's backend, system, mode,
@@ -551,13 +556,15 @@ def validate_rows(df: pd.DataFrame, efficiency=None, progress=None) -> pd.DataFr
         for metric, col, pcol in (("ttft_ms", "silicon_ttft_ms", "pred_ttft_ms"), ("tpot_ms", "silicon_tpot_ms", "pred_tpot_ms")):
             measured = _num(r.get(col))
             predicted = p[pcol]
-            ok = not math.isnan(predicted) and measured > 0
+            ok = not math.isnan(predicted) and measured >= MIN_MEASURED_MS
             reason = p["reason"] if not ok else ""
             if not math.isnan(predicted) and not measured > 0:
                 reason = f"measured {metric} missing or <= 0"
+            elif not math.isnan(predicted) and not ok:
+                reason = f"measured {metric} {measured:g} is below {MIN_MEASURED_MS:g} ms, not a measurement"
             records.append({
                 "id": r.get("id"), "metric": metric, "status": "ok" if ok else "skipped",
-                "predicted": float(predicted) if ok else None, "measured": measured if measured > 0 else None,
+                "predicted": float(predicted) if ok else None, "measured": measured if measured >= MIN_MEASURED_MS else None,
                 "rel_error": (predicted - measured) / measured if ok else None, "reason": reason,
                 "backend": r.get("backend"), "system": r.get("system"), "mode": r.get("mode"),
                 "model": r.get("model_path"), "generation": p["generation"], "assumption": p["assumption"],
