@@ -255,10 +255,32 @@ def _optional_tera(data: dict, key: str, where: str) -> float | None:
     return None if value is None else value * 1e12
 
 
+def refuse_unknown_keys(data: dict, known, where: str) -> None:
+    """``InputError`` naming the first key of ``data`` not in ``known`` (a typo such as
+    ``gpus_per_nod`` would otherwise leave the default in place without a word)."""
+    unknown = sorted(str(k) for k in set(data) - set(known))
+    if unknown:
+        hint = suggest(unknown[0], known)
+        raise InputError(f"{where}.{unknown[0]}", "unknown key",
+                         (hint + " " if hint.startswith("did you mean") else "") + "known keys: " + ", ".join(sorted(known)))
+
+
+#: the keys of a GPU file, of a one-kind cluster file, of its network tiers and of a pooled file
+GPU_KEYS = ("name", "vendor", "generation", "peak_tflops", "hbm_gib", "hbm_gb", "hbm_bw_tb_per_s",
+            "scaleup_bw_gb_per_s", "scaleup_domain_size", "source", "sfu_tera_exp_per_s", "sm_count",
+            "sync_mma_peak_fraction", "sustained_tensor_fraction")
+CLUSTER_KEYS = ("name", "gpu", "efficiency", "gpus_per_node", "scaleup", "scaleout", "max_gpus", "rail_optimized",
+                "oversubscription", "source", "description", "host", "gpus_per_host")
+TIER_KEYS = ("kind", "bw_gbit_per_s", "bw_gb_per_s", "latency_us", "communicator_busbw_gb_per_s", "source")
+POOLED_KEYS = ("name", "pools", "links", "description", "source")
+LINK_KEYS = ("between", "bw_gbit_per_s", "bw_gb_per_s", "latency_us", "kind")
+
+
 def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
     """Build a ``GPUSpec`` from a catalog mapping (human units, see module docstring)."""
     name = _get(data, "name", where, str)
     where = f"gpu {name}"
+    refuse_unknown_keys(data, GPU_KEYS, where)
     peaks = data.get("peak_tflops")
     if not isinstance(peaks, dict) or not peaks:
         raise InputError(f"{where}.peak_tflops", "missing", "add a mapping of dtype: dense TFLOP/s")
@@ -329,6 +351,10 @@ def _number_in_file_unit(data: dict, key: str, where: str, default: Any, si_per_
 def _tier_from_dict(data: Any, where: str, default_kind: str) -> NetworkTier:
     if not isinstance(data, dict):
         raise InputError(where, "must be a mapping with kind, bw_gbit_per_s (or bw_gb_per_s), latency_us")
+    refuse_unknown_keys(data, TIER_KEYS, where)
+    if "bw_gbit_per_s" in data and "bw_gb_per_s" in data:
+        raise InputError(f"{where}.bw_gb_per_s", "given with bw_gbit_per_s",
+                         "keep one: bw_gbit_per_s (Gb/s) or bw_gb_per_s (GB/s)")
     if "bw_gbit_per_s" in data:
         bw = _number_in_file_unit(data, "bw_gbit_per_s", where, ..., 1e9 / 8,
                           "the link's bandwidth per GPU, one direction, in Gb/s") * 1e9 / 8
@@ -382,6 +408,8 @@ def cluster_from_dict(data: dict, where: str = "cluster", base_dir: Path | None 
     a YAML path (relative paths first beside the cluster file, ``base_dir``; see ``beside_file``)."""
     name = _get(data, "name", where, str)
     where = f"cluster {name}"
+    if "pools" not in data:
+        refuse_unknown_keys(data, CLUSTER_KEYS, where)
     if "pools" in data:
         raise InputError(where, f"lists {len(data['pools']) if isinstance(data['pools'], list) else 'its'} pools: "
                          "it is a pooled (mixed) cluster, not one GPU kind",
@@ -471,6 +499,10 @@ def _link_from_dict(data: dict, index: int) -> PoolLink:
     if not isinstance(ends, (list, tuple)) or len(ends) != 2:
         raise InputError(f"links[{index}].between", f"must name two pools, got {ends!r}", "write between: [a, b]")
     where = f"links.{ends[0]}-{ends[1]}"
+    refuse_unknown_keys(data, LINK_KEYS, where)
+    if "bw_gbit_per_s" in data and "bw_gb_per_s" in data:
+        raise InputError(f"{where}.bw_gb_per_s", "given with bw_gbit_per_s",
+                         "keep one: bw_gbit_per_s (Gb/s) or bw_gb_per_s (GB/s)")
     if "bw_gbit_per_s" in data:
         bw = _number_in_file_unit(data, "bw_gbit_per_s", where, ..., 1e9 / 8,
                           "the link's bandwidth per GPU, one direction, in Gb/s") * 1e9 / 8
@@ -487,6 +519,7 @@ def pooled_cluster_from_dict(data: dict, where: str = "cluster", base_dir: Path 
     """Build a ``PooledCluster`` from a pooled cluster mapping (``pools`` and ``links``); relative
     paths in its pools are looked for beside the file first (``base_dir``)."""
     name = _get(data, "name", where, str)
+    refuse_unknown_keys(data, POOLED_KEYS, f"cluster {name}")
     pools = data.get("pools")
     if not isinstance(pools, list) or not pools:
         raise InputError(f"cluster {name}.pools", "must be a list of pools", "add at least one pool")
@@ -614,10 +647,16 @@ def _serving_from_dict(values: dict, where: str) -> ServingBehaviour:
         raise InputError(f"{where}.{exc.field.split('.', 1)[-1]}", exc.message, exc.fix) from None
 
 
+#: the top-level keys of a stack file
+STACK_KEYS = ("name", "framework", "versions", "description", "training", "serving", "recipes",
+              "default_when_version_unstated", "unstated_version_reason", "source")
+
+
 def stack_from_dict(data: dict, where: str = "stack") -> StackSpec:
     """Build a ``StackSpec`` from a catalog mapping (see ``hardware_specs.stack_spec``)."""
     name = _get(data, "name", where, str)
     where = f"stack {name}"
+    refuse_unknown_keys(data, STACK_KEYS, where)
     citations: dict[str, str] = {}
     training = serving = None
     if data.get("training") is not None:

@@ -428,3 +428,48 @@ def test_an_integer_of_thousands_of_digits_in_any_file_is_one_line_not_an_intern
     j.write_text('{"hidden_size": %s}' % ("9" * 30))       # long but readable: left to the field checks
     assert read_json(j)["hidden_size"] == int("9" * 30)
 
+
+
+@pytest.mark.parametrize("text, field", [
+    # a one-kind cluster: a typo kept the default 8 GPUs a node without a word
+    ("name: c\ngpu: h100-sxm-80gb\ngpus_per_nod: 4\ngpus_per_node: 8\nscaleout: {bw_gbit_per_s: 400}\n",
+     "cluster c.gpus_per_nod"),
+    # a network tier: the latency silently stayed 5 us
+    ("name: c\ngpu: h100-sxm-80gb\ngpus_per_node: 8\nscaleout: {bw_gbit_per_s: 400, latncy_us: 99}\n",
+     "cluster c.scaleout.latncy_us"),
+    # both bandwidth units: the Gb/s one won silently
+    ("name: c\ngpu: h100-sxm-80gb\ngpus_per_node: 8\nscaleout: {bw_gbit_per_s: 400, bw_gb_per_s: 400}\n",
+     "cluster c.scaleout.bw_gb_per_s"),
+    # an inline GPU's unknown key
+    ("name: c\ngpus_per_node: 8\nscaleout: {bw_gbit_per_s: 400}\ngpu: {name: g, generation: hopper, "
+     "peak_tflops: {bf16: 989}, hbm_gib: 80, hbm_bw_tb_per_s: 3.35, scaleup_bw_gb_per_s: 450, scaleup_domain_size: 8, "
+     "hbm_bandwidth: 10}\n", "gpu g.hbm_bandwidth"),
+])
+def test_an_unknown_key_in_a_hardware_file_is_refused_naming_it(tmp_path, text, field):
+    from hardware_specs.catalog import load_cluster
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError, match="unknown key|given with") as err:
+        load_cluster(str(path))
+    assert err.value.field == field
+
+
+def test_an_unknown_top_level_key_in_a_stack_file_is_refused(tmp_path):
+    from hardware_specs.catalog import load_stack
+    src = sorted((REPO / "hardware_specs" / "stacks").glob("megatron-core*.yaml"))[0]
+    path = tmp_path / "s.yaml"
+    path.write_text(src.read_text() + "\nbogus: 1\n")
+    with pytest.raises(InputError, match="unknown key") as err:
+        load_stack(str(path))
+    assert err.value.field.endswith(".bogus")
+
+
+@pytest.mark.parametrize("args", [
+    ("plan", "-m", "llama3-8b", "-c", "tpu-v4-pod", "-n", "8", "--global-batch", "8", "--emit", "megatron"),
+    ("plan", "-m", "gpt3-125m", "-c", "cpu-local", "-n", "2", "--global-batch", "8", "--emit", "deepspeed"),
+    ("serve", "simulate", "-m", "llama3.1-8b", "-s", "tpu-v4-pod", "-b", "sglang", "--emit"),
+])
+def test_a_launch_script_for_hardware_its_framework_does_not_run_on_is_refused(args):
+    r = run(*args)
+    one_line_error(r, "error: --emit:", "runs on")
+    assert "not on" in r.output

@@ -148,6 +148,8 @@ def _emit(result: PlanResult, spec, framework: str, cl=None, switches=None, stac
     from paraplan import exports
     from paraplan.api import config_label
     from simulator.stack_defaults import stack_config_fields
+    if cl is not None:
+        exports.check_hardware(cl.gpu, framework)
     context = {"model": spec, "seq_len": result.seq_len, "gpu": result.gpu, "cluster": result.cluster,
                **(switches or {})}
     if stack is not None:

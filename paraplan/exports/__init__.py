@@ -28,7 +28,7 @@ from paraplan.exports.common import chunk_layers, plan_fields, stage_layer_count
 FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
 MODULES = {"megatron": megatron, "torchtitan": torchtitan, "deepspeed": deepspeed}
 
-__all__ = ["FRAMEWORKS", "MODULES", "emit", "emit_megatron", "emit_torchtitan", "emit_deepspeed", "refusal",
+__all__ = ["FRAMEWORKS", "MODULES", "check_hardware", "emit", "emit_megatron", "emit_torchtitan", "emit_deepspeed", "refusal",
            "can_run", "best_runnable", "file_suffix", "plan_fields", "stage_layer_counts", "chunk_layers",
            "launch_notes"]
 
@@ -58,6 +58,20 @@ def emit_torchtitan(plan_row: Any) -> str:
 
 def emit_deepspeed(plan_row: Any) -> str:
     return deepspeed.emit(plan_row)
+
+
+#: the GPU vendors the three training frameworks run on (CUDA and ROCm builds of PyTorch;
+#: Megatron-LM's and DeepSpeed's ROCm ports, torchtitan on ROCm); TPUs and CPUs are not among them
+TRAINING_VENDORS = ("nvidia", "amd")
+
+
+def check_hardware(gpu, framework: str) -> None:
+    """``InputError`` when ``framework`` does not run on ``gpu`` (a ``GPUSpec``) at all."""
+    vendor = (gpu.vendor or "").lower()
+    if vendor not in TRAINING_VENDORS:
+        raise InputError("--emit", f"{module(framework).__name__.rsplit('.', 1)[-1]} runs on NVIDIA or AMD GPUs, not "
+                         f"on {gpu.name} ({vendor or 'no vendor stated'})",
+                         "emit for a cluster of NVIDIA or AMD GPUs; the plan itself stands")
 
 
 def refusal(plan_row: Any, framework: str) -> InputError | None:

@@ -252,6 +252,12 @@ def engine_memory_fraction(behaviour, hbm_bytes: float) -> float:
     return round(float(behaviour.gpu_memory_fraction), 3)
 
 
+#: the GPU vendors each engine's launch script (its CUDA / ROCm entry point) runs on: SGLang's
+#: ``sglang.launch_server`` (its TPU port is a separate project with another entry point) and
+#: TensorRT-LLM's ``trtllm-serve``; vLLM's ``vllm serve`` is the same command on every platform
+SCRIPT_VENDORS = {"sglang": ("nvidia", "amd"), "trtllm": ("nvidia",)}
+
+
 def unexpressed_settings(behaviour) -> list[str]:
     """Stack settings the exports do not write (an engine run with its defaults would not have
     them): scheduler holds and a stack without CUDA graphs."""
@@ -271,6 +277,12 @@ def launch_of(context, deployment, metrics: Mapping[str, float]) -> ServingLaunc
     model, beh, cluster = context.model, context.behaviour, context.cluster
     moe = model.moe is not None
     framework = context.stack.framework.lower()
+    vendor = (cluster.gpu.vendor or "").lower()
+    if framework in SCRIPT_VENDORS and vendor not in SCRIPT_VENDORS[framework]:
+        raise InputError("--emit", f"the {framework} launch script runs on {' or '.join(SCRIPT_VENDORS[framework])} GPUs, "
+                         f"not on {cluster.name}'s {cluster.gpu.name} ({vendor or 'no vendor stated'})",
+                         "emit for a system of those GPUs" + (", or use -b vllm (its TPU build takes vllm serve)"
+                                                              if vendor == "google" else ""))
     unwritten = unexpressed_settings(beh)
     if unwritten:
         raise InputError("--emit", f"stack {context.stack.name} sets {', '.join(unwritten)}, which the launch export "
