@@ -51,7 +51,7 @@ import yaml
 
 from hardware_specs.cluster_spec import MAX_LATENCY_S, ClusterSpec, HostSpec, NetworkTier
 from hardware_specs.efficiency_model import EfficiencyModel
-from hardware_specs.errors import InputError, require_plausible, require_positive, suggest
+from hardware_specs.errors import InputError, not_a_file, require_plausible, require_positive, suggest
 from hardware_specs.gpu_spec import MAX_HBM_BYTES, MAX_RATE_PER_S, MIN_HBM_BYTES, MIN_RATE_PER_S, GPUSpec
 from hardware_specs.serving_behaviour import ServingBehaviour
 from hardware_specs.serving_efficiency import ServingEfficiency
@@ -214,7 +214,7 @@ def _resolve(kind: str, name_or_path: str, what: str) -> Path:
     if candidate.suffix in (".yaml", ".yml") or is_file(candidate):
         if not is_file(candidate):
             listing = "paraplan hardware stacks" if kind == "stacks" else "paraplan hardware list"
-            raise InputError(what, f"no such file {name_or_path}", f"check the path, or give a name from `{listing}`")
+            raise InputError(what, not_a_file(name_or_path), f"check the path, or give a name from `{listing}`")
         return candidate
     entries = _entries(kind)
     key = name_or_path.strip().lower()

@@ -83,3 +83,18 @@ def json_int(literal: str) -> int:
                          "write numbers of a sensible size")
     return int(literal)
 
+
+def not_a_file(path) -> str:
+    """What is wrong with ``path`` where a regular file was expected: missing, a directory, or
+    something else (a FIFO, a device), for an ``InputError`` message."""
+    from pathlib import Path
+    p = Path(str(path))
+    try:
+        if not p.exists():
+            return f"no such file {path}"
+        if p.is_dir():
+            return f"{path} is a directory, not a file"
+    except OSError:
+        return f"no such file {path}"
+    return f"{path} is not a regular file"
+

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from hardware_specs.catalog import exists, is_file, read_yaml
-from hardware_specs.errors import InputError, suggest
+from hardware_specs.errors import InputError, not_a_file, suggest
 from model_specs.hf_config import is_hf_config, model_from_hf_config, read_json
 from model_specs.model_spec import LinearAttentionSpec, MambaSpec, MLASpec, ModelSpec, MoESpec
 
@@ -115,7 +115,7 @@ def _resolve(name_or_path: str) -> Path:
         if candidate.is_dir() and (candidate / "config.json").is_file():
             return candidate / "config.json"
         if not is_file(candidate):
-            raise InputError("model", f"no such file {name_or_path}",
+            raise InputError("model", not_a_file(name_or_path),
                              "check the path, or give a preset from `paraplan models list`")
         return candidate
     entries = _entries()

@@ -33,7 +33,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
-from hardware_specs.errors import InputError, json_int
+from hardware_specs.errors import InputError, json_int, not_a_file
 from model_specs.model_spec import MLASpec, ModelSpec, MoESpec, check_size
 
 # Longest default training sequence taken from max_position_embeddings; longer contexts are
@@ -515,7 +515,7 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | 
         if path.is_dir():
             path = path / "config.json"
         if not path.is_file():
-            raise InputError("model", f"no such file {path}")
+            raise InputError("model", not_a_file(path))
         data = read_json(path)
         where = f"hf_config {path}"
     # Multimodal checkpoints nest the language model's config.

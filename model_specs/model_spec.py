@@ -14,6 +14,9 @@ from hardware_specs.errors import InputError
 #: transformer (DeepNet's 1,000-layer research models, Wang et al. 2022, arXiv 2203.00555); the
 #: planner's stage assignment and schedule peaks grow faster than linearly with the layer count
 #: (512 layers on 1,024 GPUs: 10 s; 1,024: 21 s; 2,048: over a minute, which read as a hang)
+#: the weight formats a released checkpoint may state (``checkpoint_format``; the serving cost
+#: model's ``cost_models.weight_formats.WEIGHT_FORMATS``, which a test holds equal)
+CHECKPOINT_FORMATS = ("bf16", "fp16", "fp8", "fp8_block", "nvfp4", "mxfp4", "int4_wo")
 SIZE_LIMITS = {"num_layers": 2**10, "hidden_size": 2**22, "num_heads": 2**16, "num_kv_heads": 2**16,
                "ffn_hidden_size": 2**24, "vocab_size": 2**28, "seq_len": 2**30, "head_dim": 2**16,
                "sliding_window": 2**30, "mtp_layers": 2**10, "max_context_tokens": 2**30,
@@ -409,6 +412,11 @@ class ModelSpec:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1e12:
                 raise InputError(f"model.{name}", f"must be a number from 0 to 1e12 (0 = not stated), got {value!r}",
                                  "write the checkpoint's value, or 0")
+        for name in ("checkpoint_format", "expert_checkpoint_format"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or (value and value not in CHECKPOINT_FORMATS):
+                raise InputError(f"model.{name}", f"unknown weight format {value!r}",
+                                 "use one of " + ", ".join(CHECKPOINT_FORMATS) + ", or leave it out (16-bit)")
         if self.expert_checkpoint_format and self.moe is None:
             raise InputError("model.expert_checkpoint_format", "set on a model without experts",
                              "drop it, or add the moe: block")

@@ -138,6 +138,16 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
     if c.schedule in (Schedule.ZB_V, Schedule.DUALPIPE) and 2 * c.pp > model.num_layers + model.mtp_layers:
         raise InputError("pp", f"{c.schedule.value} needs 2*pp = {2 * c.pp} chunks, more than the "
                          f"{model.num_layers + model.mtp_layers} layers", "choose a smaller pp")
+    # counts of layers per model chunk: more than a chunk holds was clipped without a word (with
+    # an uneven or custom layout a chunk may hold up to every layer)
+    most_per_chunk = (model.num_layers + model.mtp_layers if custom
+                      else -(-(model.num_layers + model.mtp_layers) // _positions(c)))
+    for name, value in (("recompute_num_layers", c.recompute_num_layers),
+                        ("offload_activation_layers", c.offload_activation_layers)):
+        if value > most_per_chunk:
+            raise InputError(name, f"{value} layers per model chunk, but a chunk of {model.name} on pp*vpp = "
+                             f"{_positions(c)} holds at most {most_per_chunk}",
+                             f"give at most {most_per_chunk}, every layer of a chunk")
     _check_flush_size(c)
     _check_layout(model, c)
     if (c.first_stage_layers or c.last_stage_layers) and not c.pipeline_layout:

@@ -215,7 +215,7 @@ def test_an_overlong_blank_or_empty_name_is_an_unknown_name(tmp_path):
         line = one_line_error(run(*args))
         assert line.startswith(f"error: {field} (known: "), line
     line = one_line_error(run("models", "show", tmp_path))      # a folder without a config.json
-    assert line == (f"error: model: no such file {tmp_path} "
+    assert line == (f"error: model: {tmp_path} is a directory, not a file "
                     "(check the path, or give a preset from `paraplan models list`)")
 
 

@@ -473,3 +473,26 @@ def test_a_launch_script_for_hardware_its_framework_does_not_run_on_is_refused(a
     r = run(*args)
     one_line_error(r, "error: --emit:", "runs on")
     assert "not on" in r.output
+
+
+def test_a_checkpoint_format_no_engine_stores_is_refused_when_the_model_loads(tmp_path):
+    from cost_models.weight_formats import WEIGHT_FORMATS
+    from model_specs.catalog import load_model
+    from model_specs.model_spec import CHECKPOINT_FORMATS
+    assert set(CHECKPOINT_FORMATS) == set(WEIGHT_FORMATS)
+    src = (REPO / "model_specs" / "presets" / "llama3-8b.yaml").read_text()
+    path = tmp_path / "m.yaml"
+    path.write_text(src.replace('name: "llama3-8b"', 'name: "m"') + "\ncheckpoint_format: bogus\n")
+    with pytest.raises(InputError, match="unknown weight format 'bogus'") as err:
+        load_model(str(path))
+    assert err.value.field == "model.checkpoint_format"
+
+
+@pytest.mark.parametrize("flag", ["--recompute-num-layers", "--offload-activation-layers"])
+def test_more_layers_per_chunk_than_a_chunk_holds_are_refused_not_clipped(flag):
+    # llama3-8b's 32 layers on pp 2: 16 a chunk; 17 printed the same step as 16
+    extra = ["--recompute", "full"] if flag == "--recompute-num-layers" else []
+    args = ("simulate", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "8", "--pp", "2", "--global-batch", "16", *extra)
+    one_line_error(run(*args, flag, "17"), f"error: {flag.lstrip('-').replace('-', '_')}: 17 layers per model chunk",
+                   "at most 16")
+    assert run(*args, flag, "16").exit_code == 0

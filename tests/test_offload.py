@@ -59,7 +59,9 @@ def test_offloaded_layers_move_their_activations_to_the_host():
 
 def test_offload_keeps_each_chunks_last_layer_as_transformer_engine_does():
     assert _report(DGX, offload_activation_layers=8).extras["host_memory_bytes"] == pytest.approx(7 * KEPT)
-    assert _report(DGX, offload_activation_layers=30).extras["host_memory_bytes"] == pytest.approx(7 * KEPT)
+    # more layers than the chunk holds is refused (it was clipped to 8 without a word)
+    with pytest.raises(InputError, match="30 layers per model chunk"):
+        _report(DGX, offload_activation_layers=30)
 
 
 def test_exposed_offload_time_is_what_the_copies_exceed_the_layers_compute_by():

@@ -20,7 +20,7 @@ from pathlib import Path
 
 
 from hardware_specs.catalog import parse_yaml
-from hardware_specs.errors import InputError, json_int, suggest
+from hardware_specs.errors import InputError, json_int, not_a_file, suggest
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
 from paraplan import priors
@@ -85,7 +85,7 @@ def read_plan_file(path: str) -> dict:
     """A plan file (YAML or JSON; the ``best_plan`` object of ``paraplan plan --json``)."""
     p = Path(path)
     if not p.is_file():
-        raise InputError("--plan", f"no such file {path}", "check the path")
+        raise InputError("--plan", not_a_file(path), "check the path")
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:

@@ -17,7 +17,7 @@ from hardware_specs.catalog import (efficiency_for, efficiency_for_cluster, is_f
 from hardware_specs.pools import PooledCluster
 from hardware_specs.cluster_spec import ClusterSpec, NetworkTier
 from hardware_specs.efficiency_model import EfficiencyModel
-from hardware_specs.errors import InputError, suggest
+from hardware_specs.errors import InputError, not_a_file, suggest
 from hardware_specs.gpu_spec import KNOWN_DTYPES, GPUSpec
 from paraplan.cli import dump_json, format_table
 
@@ -193,7 +193,7 @@ def _resolve_entry(name: str) -> tuple[str, GPUSpec | ClusterSpec]:
     path = Path(name)
     if path.suffix in (".yaml", ".yml") or is_file(path):
         if not is_file(path):
-            raise InputError("NAME", f"no such file {name}", "check the path, or give a name from `paraplan hardware list`")
+            raise InputError("NAME", not_a_file(name), "check the path, or give a name from `paraplan hardware list`")
         data = read_yaml(path, "hardware")
         if "pools" in data:
             return "pooled", load_pooled_cluster(name)

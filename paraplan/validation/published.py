@@ -63,7 +63,7 @@ import pandas as pd
 
 from hardware_specs.catalog import generic_cluster, load_cluster, load_gpu, load_stack, release_match_for
 from hardware_specs.cluster_spec import ClusterSpec
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, not_a_file
 from hardware_specs.stack_presets import Layout, memory_savings_of_layout
 from model_specs.model_spec import ModelSpec
 from paraplan.validation.csv_structure import check_csv_structure
@@ -156,7 +156,7 @@ def read_runs(path: str | Path) -> pd.DataFrame:
     """Read a published-runs CSV; a missing file or column is an ``InputError``."""
     p = Path(path)
     if not p.is_file():
-        raise InputError("path", f"no such file {path}", "check the path, or omit PATH for the bundled runs")
+        raise InputError("path", not_a_file(path), "check the path, or omit PATH for the bundled runs")
     check_csv_structure(p)
     try:
         df = pd.read_csv(p)

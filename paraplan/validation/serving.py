@@ -91,7 +91,7 @@ import pandas as pd
 
 from hardware_specs.catalog import is_file, load_cluster, serving_release_match
 from cost_models.weight_formats import slice_holds_whole_blocks
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, not_a_file
 from hardware_specs.serving_efficiency import ServingEfficiency
 from model_specs.catalog import load_model
 from paraplan.validation.csv_structure import check_csv_structure
@@ -167,7 +167,7 @@ def read_rows(path: str | Path) -> pd.DataFrame:
     """The rows of a serving-runs CSV; a missing column is an ``InputError`` naming it."""
     # a path (not an open file) that is missing, or a FIFO / device pandas would block on or read for ever
     if isinstance(path, (str, Path)) and not is_file(Path(path)):
-        raise InputError("path", f"no such file {path}", "check the path, or omit PATH for the bundled runs")
+        raise InputError("path", not_a_file(path), "check the path, or omit PATH for the bundled runs")
     if isinstance(path, (str, Path)):
         check_csv_structure(path)
     try:
