@@ -308,3 +308,15 @@ def test_a_sweep_off_a_terminal_says_how_far_it_is(tmp_path, monkeypatch):
     n = spec_from_dict(GRID).n_points
     assert lines and all(re.fullmatch(rf"swept [\d,]+ of {n:,} points \(\d+%\) in \d+ s", ln) for ln in lines)
     assert re.match(rf"{n:,} points in ", result.stdout)
+
+
+def test_a_chunk_that_cannot_be_written_names_it_and_leaves_no_hidden_file(tmp_path):
+    import pandas as pd
+
+    from paraplan.sweeps.runner import _write_whole
+    target = tmp_path / "abc.parquet"
+    target.mkdir()                       # something in the way: the rename fails after the write
+    with pytest.raises(InputError, match=f"cannot write {target}: is a directory") as err:
+        _write_whole(lambda p: pd.DataFrame({"a": [1]}).to_parquet(p, index=False), target)
+    assert err.value.field == "--out"
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["abc.parquet"]

@@ -160,9 +160,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path | None = None, *, client=None
     def finish(i: int, df: pd.DataFrame) -> None:
         nonlocal done
         if folder is not None:       # written whole, then renamed: a killed run leaves no half file
-            tmp = folder / f".{keys[i]}.parquet.tmp"
-            df.to_parquet(tmp, index=False)
-            tmp.replace(folder / f"{keys[i]}.parquet")
+            _write_whole(lambda p: df.to_parquet(p, index=False), folder / f"{keys[i]}.parquet")
         results[i] = df
         done += len(parts[i])
         if progress is not None:
@@ -221,9 +219,21 @@ def write_results(df: pd.DataFrame, out_dir: str | Path, stem: str = "results") 
     for suffix, write in ((".parquet", lambda p: df.to_parquet(p, index=False)),
                           (".csv", lambda p: df.to_csv(p, index=False))):
         target = folder / f"{stem}{suffix}"
-        tmp = folder / f".{stem}{suffix}.tmp"
-        write(tmp)
-        tmp.replace(target)
+        _write_whole(write, target)
         written.append(target)
     return written
+
+
+def _write_whole(write, target: Path) -> None:
+    """``write(path)`` into a hidden file beside ``target``, then renamed onto it; a failure (the
+    target a folder, the disk full) removes the hidden file and names ``target``."""
+    tmp = target.parent / f".{target.name}.tmp"
+    try:
+        write(tmp)
+        tmp.replace(target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        why = "is a directory" if target.is_dir() else (exc.strerror or str(exc))
+        raise InputError("--out", f"cannot write {target}: {why}",
+                         "remove what is in its way, or give another --out folder") from None
 
