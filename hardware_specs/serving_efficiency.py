@@ -81,6 +81,8 @@ class ServingEfficiency:
         link_bw_fraction: achieved bus bandwidth / link bandwidth of collectives (NCCL busBW
             over NVLink and InfiniBand, nccl-tests: ~0.8); not fitted.
         fitted_on: what the numbers were fitted on, with the in-sample and cross-validated error.
+        fitted_isl_max_tokens: the longest prompt among the rows fitted (0 = not recorded): a
+            TTFT at a longer prompt extrapolates the fitted prefill rates, and reports say so.
         prior: True for a hand-set profile no measurement has been fitted to (predictions that
             rest on it say so).
     """
@@ -97,6 +99,7 @@ class ServingEfficiency:
     request_host_s: float = 0.02
     link_bw_fraction: float = 0.8
     fitted_on: str = ""
+    fitted_isl_max_tokens: float = 0.0
     prior: bool = False
 
     def __post_init__(self) -> None:
@@ -109,6 +112,9 @@ class ServingEfficiency:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0.0 <= value < 1000.0):
                 raise InputError(f"{where}.{name}", f"must be a number in [0, 1000), got {value!r}")
+        v = self.fitted_isl_max_tokens
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1e8:
+            raise InputError(f"{where}.fitted_isl_max_tokens", f"must be a number of tokens in [0, 1e8], got {v!r}")
         for name, most in (("kernel_fixed_s", MAX_PER_KERNEL_S), ("expert_fixed_s", MAX_PER_KERNEL_S),
                            ("request_host_s", MAX_REQUEST_HOST_S)):
             v = getattr(self, name)

@@ -249,3 +249,28 @@ def test_committed_serving_factors_give_the_in_sample_errors_their_fit_recorded(
                                    bundled["silicon_tpot_ms"].to_numpy(dtype=float),
                                    {generation: profile}, generation_rows(prep, generation), {generation})
     assert _summary(rel_ttft, rel_tpot) == recorded.strip()
+
+
+@pytest.mark.parametrize("generation", ["hopper", "blackwell"])
+def test_the_committed_profile_records_the_longest_prompt_it_was_fitted_on(generation):
+    # what the fitter writes: the largest isl among the bundled rows the generation was fitted on
+    from hardware_specs.catalog import load_serving_efficiency
+    from paraplan.validation.serving_fit import generation_rows
+    bundled = read_rows(BUNDLED_DIR / SERVING_RUNS)
+    prep = prepare(bundled)
+    isl = pd.to_numeric(bundled["isl"]).to_numpy(dtype=float)[generation_rows(prep, generation)]
+    assert load_serving_efficiency(generation).fitted_isl_max_tokens == isl.max() == 8192
+
+
+def test_a_ttft_beyond_the_fitted_prompts_says_it_extrapolates():
+    from simulator.serving.deployment import Deployment, WorkerLayout
+    from simulator.serving.simulate import simulate_serving
+    from paraplan.commands.serve import render_simulation
+
+    def report(isl):
+        return simulate_serving(Deployment(model="llama3.1-70b", system="dgx-h100", backend="vllm", isl=isl, osl=256,
+                                           dense_format="fp8", expert_format="fp8", layout=WorkerLayout(tp=8, batch=1)))
+    long, short = report(65536), report(8192)
+    assert long.as_dict()["ttft_extrapolated"] and not short.as_dict()["ttft_extrapolated"]
+    assert "TTFT at isl 65,536 extrapolates: the hopper rows fitted reach isl 8,192" in render_simulation(long)
+    assert "extrapolates" not in render_simulation(short)

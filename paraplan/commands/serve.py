@@ -190,6 +190,16 @@ def _acceptance_note(ctx) -> str:
     return ""
 
 
+def _extrapolation_note(ctx, isl: int) -> str:
+    """Says so where a TTFT extrapolates the fitted prefill rates: a prompt longer than any the
+    generation's serving efficiency was fitted on (``ServingEfficiency.fitted_isl_max_tokens``)."""
+    most = ctx.efficiency.fitted_isl_max_tokens
+    if most and isl > most and not ctx.efficiency.prior:
+        return (f" [TTFT at isl {isl:,} extrapolates: the {ctx.cluster.gpu.generation} rows fitted reach isl "
+                f"{int(most):,}]")
+    return ""
+
+
 def _prior_note(ctx) -> str:
     if ctx.efficiency.prior:
         return (f" [rests on an unfitted prior: no serving measurement of {ctx.cluster.gpu.generation} GPUs was fitted; "
@@ -312,7 +322,7 @@ def render_simulation(report) -> str:
         lines.append(f"decode   speculative: the MTP module drafts {ctx.speculative_tokens} token"
                      f"{'s' if ctx.speculative_tokens > 1 else ''} a step, each accepted with p = "
                      f"{ctx.draft_acceptance:g}{_acceptance_note(ctx)}: {ctx.tokens_per_step:.2f} tokens a step")
-    lines += ["", "latency and throughput" + _prior_note(ctx)]
+    lines += ["", "latency and throughput" + _prior_note(ctx) + _extrapolation_note(ctx, d.isl)]
     rows = [["ttft_ms", f"{1e3 * m['ttft_s']:.1f}", "time to first token, mean"],
             ["ttft_p90_ms", f"{1e3 * m['ttft_p90_s']:.1f}", "time to first token, 90th percentile (queueing model)"],
             ["tpot_ms", f"{1e3 * m['tpot_s']:.2f}", "time per output token, mean"],
@@ -610,7 +620,7 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
              f"stack {ctx.stack.name}, weights {format_text(ctx.dense_format, ctx.cluster.gpu)}"
              + (f" / experts {format_text(ctx.expert_format, ctx.cluster.gpu)}" if ctx.model.moe else ""),
              f"objective: TTFT <= {ttft_ms:g} ms, TPOT <= {tpot_ms:g} ms; {plan.evaluated:,} candidates scored in "
-             f"{plan.wall_s:.2f} s" + _prior_note(ctx), ""]
+             f"{plan.wall_s:.2f} s" + _prior_note(ctx) + _extrapolation_note(ctx, int((opts or {}).get("isl") or 0)), ""]
     if ctx.speculative_tokens:
         lines.insert(2, f"decode: speculative, the MTP module drafts {ctx.speculative_tokens} token{'s' if ctx.speculative_tokens > 1 else ''} a step, acceptance "
                         f"{ctx.draft_acceptance:g}{_acceptance_note(ctx)}: {ctx.tokens_per_step:.2f} tokens a step")

@@ -191,6 +191,7 @@ def _yaml(profile: ServingEfficiency) -> str:
         lines.append(f"{p}: {getattr(profile, p)!r}")
     lines.append(f"link_bw_fraction: {profile.link_bw_fraction!r}")
     lines.append("prior: false")
+    lines.append(f"fitted_isl_max_tokens: {int(profile.fitted_isl_max_tokens)}")
     text = profile.fitted_on.replace('"', "'")
     lines.append(f'fitted_on: "{text}"')
     return "\n".join(lines) + "\n"
@@ -235,10 +236,13 @@ def main(argv=None) -> int:
             cv.to_csv(f"serving_cv_{column}.csv", index=False)
             cv_text += f"; {line}"
     for gen, profile in sorted(fitted.items()):
-        _, gt, gp = errors(prep, mt, mp, fitted, generation_rows(prep, gen), {gen})
+        rows = generation_rows(prep, gen)
+        _, gt, gp = errors(prep, mt, mp, fitted, rows, {gen})
         note = (f"Nelder-Mead on mean |log(pred/measured)| of TTFT and TPOT over {len(gt)} rows of "
                 f"{Path(path).name}; in-sample {_summary(gt, gp)}{cv_text}")
-        fitted[gen] = replace(profile, fitted_on=note)
+        isl = pd.to_numeric(df["isl"], errors="coerce").to_numpy(dtype=float)[rows]
+        fitted[gen] = replace(profile, fitted_on=note,
+                              fitted_isl_max_tokens=float(np.nanmax(isl)) if isl.size else 0.0)
         bounds = at_bound(profile)
         print(f"{gen}: " + ", ".join(f"{p}={getattr(profile, p):g}" for p in PARAMS)
               + (f"  AT BOUND: {bounds}" if bounds else ""))

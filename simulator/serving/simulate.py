@@ -70,6 +70,9 @@ class ServingReport:
             # named as the training JSON names it (``paraplan.priors``): False where the times rest on
             # the unfitted prior (hardware_specs/serving_efficiency/default.yaml)
             "efficiency_generation": self.context.efficiency.generation, "efficiency_fitted": not self.prior,
+            # a prompt longer than any fitted: the TTFT extrapolates the fitted prefill rates
+            "ttft_extrapolated": bool(self.context.efficiency.fitted_isl_max_tokens
+                                      and d.isl > self.context.efficiency.fitted_isl_max_tokens),
         }
 
 
