@@ -157,8 +157,12 @@ def _dropout_fields(data: dict, family: str) -> dict:
     is on), each absent one at its transformers config-class default for ``family``
     (``_ABSENT_DROPOUT_DEFAULTS``: off except GPT-2 and OPT)."""
     def stated(source, keys):
-        values = [source[k] for k in keys
-                  if isinstance(source.get(k), (int, float)) and not isinstance(source.get(k), bool)]
+        for k in keys:      # a probability written as text ("0.1") was dropped, leaving dropout off
+            v = source.get(k)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0):
+                raise InputError(f"model.{k}", f"expected a probability from 0 to 1, got {v!r}",
+                                 "write the checkpoint's number")
+        values = [source[k] for k in keys if source.get(k) is not None]
         return None if not values else any(v > 0 for v in values)
 
     hidden_default, attention_default = _ABSENT_DROPOUT_DEFAULTS.get(family, (0.0, 0.0))
@@ -204,9 +208,15 @@ def _rope_fields(cfg: _Config) -> dict[str, Any]:
 
 
 def _rope_scaling(cfg: _Config) -> _Config | None:
-    """The config's ``rope_scaling`` mapping (None when absent or not a mapping)."""
+    """The config's ``rope_scaling`` mapping (None when absent); anything else is refused (a list
+    was ignored, leaving the model unscaled)."""
     rope = cfg.data.get("rope_scaling")
-    return _Config(rope, f"{cfg.where}.rope_scaling") if isinstance(rope, dict) else None
+    if rope is None:
+        return None
+    if not isinstance(rope, dict):
+        raise InputError(f"{cfg.where}.rope_scaling", f"expected a mapping (rope_type, factor, ...) or null, got {rope!r}",
+                         "write the checkpoint's rope_scaling")
+    return _Config(rope, f"{cfg.where}.rope_scaling")
 
 
 def _rope_number(rope: _Config, key: str) -> float | None:
@@ -244,12 +254,29 @@ def _seq_len(cfg: _Config, seq_len: int | None) -> int:
     return min(max_pos, MAX_DEFAULT_SEQ_LEN)
 
 
+#: the attention kinds transformers' configs name in ``layer_types`` (Gemma 2/3, gpt-oss: full /
+#: sliding; Qwen3-Next / Qwen3.5: linear; Llama 4: chunked)
+LAYER_KINDS = ("full_attention", "sliding_attention", "linear_attention", "chunked_attention")
+
+
 def _sliding_window(cfg: _Config, num_layers: int, family: str) -> tuple[int, float]:
     """(window tokens, fraction of layers that use it); (0, 0.0) for full attention everywhere."""
     window = cfg.get_int("sliding_window", default=0)
-    if window <= 0:
-        return 0, 0.0
+    if window < 0:
+        raise InputError(f"{cfg.where}.sliding_window", f"must be a number of tokens >= 0, got {window}",
+                         "write null (or 0) for full attention everywhere")
     layer_types = cfg.data.get("layer_types")
+    if layer_types is not None and (not isinstance(layer_types, list) or len(layer_types) != num_layers
+                                    or not all(isinstance(t, str) for t in layer_types)):
+        raise InputError(f"{cfg.where}.layer_types", f"expected one attention kind per layer ({num_layers} names such "
+                         f"as full_attention / sliding_attention), got {str(layer_types)[:80]}",
+                         "write the checkpoint's layer_types")
+    unknown = sorted({t for t in layer_types or () if t not in LAYER_KINDS})
+    if unknown:
+        raise InputError(f"{cfg.where}.layer_types", f"unknown attention kind {unknown[0]!r}",
+                         "use " + ", ".join(LAYER_KINDS))
+    if window == 0:
+        return 0, 0.0
     if isinstance(layer_types, list) and layer_types:
         sliding = sum(1 for t in layer_types if t == "sliding_attention")
         return (window, sliding / len(layer_types)) if sliding else (0, 0.0)

@@ -588,3 +588,21 @@ def test_a_damaged_rope_scaling_value_is_refused_naming_its_key(rope, field):
                                                          "original_max_position_embeddings": 4096.0}})
     assert (fine.rope_scaling_factor, fine.rope_mscale, fine.seq_len) == (0.0, 0.0, 4096)
     assert fine.rope_original_max_position_embeddings == 4096
+
+
+@pytest.mark.parametrize("change, field, says", [
+    # a window of -1 read as 'none'; layer types that are not one name a layer, or an unknown
+    # name, dropped the window; a rope_scaling list left the model unscaled; dropout as text off
+    ({"sliding_window": -1}, "sliding_window", "must be a number of tokens >= 0"),
+    ({"sliding_window": 4096, "layer_types": "sliding_attention"}, "layer_types", "one attention kind per layer"),
+    ({"sliding_window": 4096, "layer_types": ["sliding_attention"]}, "layer_types", "one attention kind per layer"),
+    ({"sliding_window": 4096, "layer_types": ["foo"] * 32}, "layer_types", "unknown attention kind 'foo'"),
+    ({"rope_scaling": [1, 2]}, "rope_scaling", "expected a mapping"),
+    ({"attention_dropout": "0.1"}, "attention_dropout", "expected a probability"),
+])
+def test_a_malformed_config_field_is_refused_not_dropped(tmp_path, change, field, says):
+    bad = tmp_path / "config.json"
+    bad.write_text(json.dumps({**MIXTRAL_8X7B, **change}))
+    with pytest.raises(InputError, match=says) as err:
+        load_model(bad)
+    assert err.value.field.endswith(field)
