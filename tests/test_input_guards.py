@@ -188,6 +188,7 @@ def test_a_column_named_twice_is_one_error_line(tmp_path, which):
     ("published", "measured_value", "1e-300", "measured_value 1e-300 is below 1e-09, not a measurement (a damaged cell)"),
     # a precision the row's GPU has no tensor cores for aborted the whole file
     ("published", "dtype_norm", "nvfp4", "dtype_norm nvfp4: a100-sxm-80gb has no nvfp4 peak"),
+    ("published", "seq_parallel", "perhaps", "seq_parallel 'perhaps' is not y or n"),     # was read as off
 ])
 def test_a_row_with_an_impossible_value_is_skipped_with_that_reason(tmp_path, which, column, value, reason):
     # a published row with text in a number-only column; a serving row with an impossible count

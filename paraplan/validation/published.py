@@ -443,6 +443,8 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
     if rc not in ("none", "selective", "full"):
         raise Skip(f"recompute '{rc}' unknown")
     sp_cell = _str(row, "seq_parallel").lower()
+    if sp_cell and sp_cell not in ("y", "n"):   # 'perhaps' was read as off
+        raise Skip(f"seq_parallel '{_str(row, 'seq_parallel')}' is not y or n")
     sp = sp_cell == "y"
     if not sp_cell and stack_sequence_parallel(stack, tp, model.name, gpu, dtype):
         sp = True
