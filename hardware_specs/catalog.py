@@ -407,6 +407,8 @@ def cluster_from_dict(data: dict, where: str = "cluster", base_dir: Path | None 
     """Build a ``ClusterSpec`` from a catalog mapping; the GPU is looked up by name, or read from
     a YAML path (relative paths first beside the cluster file, ``base_dir``; see ``beside_file``)."""
     name = _get(data, "name", where, str)
+    if not name.strip():        # a model file refuses an empty name; a cluster took one
+        raise InputError(f"{where}.name", "is empty", "give the cluster a name")
     where = f"cluster {name}"
     if "pools" not in data:
         refuse_unknown_keys(data, CLUSTER_KEYS, where)

@@ -497,3 +497,12 @@ def test_more_layers_per_chunk_than_a_chunk_holds_are_refused_not_clipped(flag):
     one_line_error(run(*args, flag, "17"), f"error: {flag.lstrip('-').replace('-', '_')}: 17 layers per model chunk",
                    "at most 16")
     assert run(*args, flag, "16").exit_code == 0
+
+
+@pytest.mark.parametrize("args, field", [
+    (("validate", "published", "--source", ""), "--source"),          # matched every row
+    (("validate", "serving", "--backend", " "), "--backend"),
+    (("calibrate", "--out", "unused.yaml", "--name", ""), "--name"),  # found only after 40 s of benchmarks
+])
+def test_an_empty_option_value_is_refused_before_any_work(args, field):
+    one_line_error(run(*args), f"error: {field}: is empty")

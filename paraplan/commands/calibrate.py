@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import click
 
+from hardware_specs.errors import InputError
+
 from paraplan.cli import check_writable, step_bar
 
 
@@ -25,6 +27,8 @@ def command(out_path: str, nprocs: int, name: str | None) -> None:
     """
     from paraplan.measure import run_calibration
 
+    if name is not None and not name.strip():       # an empty profile name was found only after 40 s of benchmarks
+        raise InputError("--name", "is empty", "give the profile a name, or leave the option out for the host's")
     check_writable(out_path)
     with step_bar("calibrating") as bar:
         path = run_calibration(out_path, nprocs=nprocs, name=name, progress=bar)

@@ -216,6 +216,8 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
     df = read_runs(path)
     if df.empty:        # the per-source table had nothing to group (an internal KeyError)
         raise InputError("PATH", f"{path} has a header but no rows", "add the runs to validate below the header")
+    if source_prefix is not None and not source_prefix.strip():     # '' matched every row
+        raise InputError("--source", "is empty", "give a run_id prefix such as KOR22, or leave the option out")
     if source_prefix:
         df = df[df["run_id"].astype(str).str.startswith(source_prefix)]
         if df.empty:
@@ -631,6 +633,8 @@ def serving_cmd(path: str | None, backend_filter: str | None, mode_filter: str |
     if df.empty:
         raise InputError("PATH", f"{path or validation_file(SERVING_RUNS)} has a header but no rows",
                          "add the deployments to validate below the header")
+    if backend_filter is not None and not backend_filter.strip():   # '' matched every row
+        raise InputError("--backend", "is empty", "give vllm, sglang or trtllm, or leave the option out")
     if backend_filter:
         df = df[df["backend"].astype(str).str.lower() == backend_filter.strip().lower()]
         if df.empty:
