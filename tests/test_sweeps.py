@@ -34,7 +34,10 @@ def test_points_are_the_product_of_the_axes_in_order():
                                            ({"kind": "serving"}, "kind"), ({"config": {"tq": [1]}}, "config.tq"),
                                            ({"gpus": [0]}, "gpus"), ({"global_batch": [8]}, "global_batch"),
                                            ({"stacks": [1.5]}, "stacks"), ({"chunk_points": 0}, "chunk_points"),
-                                           ({"nope": 1}, "nope")])
+                                           ({"nope": 1}, "nope"),
+                                           # a repeated value evaluated every point of it twice
+                                           ({"models": ["llama3-8b", "llama3-8b"]}, "models"),
+                                           ({"gpus": [8, 8]}, "gpus")])
 def test_a_bad_spec_is_one_input_error_naming_the_key(change, field):
     with pytest.raises(InputError) as err:
         spec_from_dict({**GRID, **change})

@@ -59,6 +59,16 @@ MAX_POINTS = 10_000_000
 DEFAULT_CHUNK_POINTS = 500
 
 
+
+def _refuse_repeats(name: str, values) -> None:
+    """An axis listing a value twice evaluates every point of it twice (identical rows)."""
+    seen = set()
+    for v in values or ():
+        key = repr(v)
+        if key in seen:
+            raise InputError(name, f"lists {v!r} twice", "list each value once")
+        seen.add(key)
+
 @dataclass(frozen=True)
 class SweepSpec:
     """A validated sweep grid (see the module docstring for the keys)."""
@@ -86,15 +96,19 @@ class SweepSpec:
             raise InputError("search", f"unknown search {self.search!r}", "use best or simulate")
         if bool(self.global_batch) == bool(self.global_batch_tokens):
             raise InputError("global_batch", "give global_batch (sequences) or global_batch_tokens, one of them")
-        for name in ("models", "clusters", "gpus", "seq_len", "stacks", "dtypes"):
-            if not getattr(self, name):
+        for name in ("models", "clusters", "gpus", "seq_len", "stacks", "dtypes", "global_batch",
+                     "global_batch_tokens"):
+            values = getattr(self, name)
+            if not values and name not in ("global_batch", "global_batch_tokens"):
                 raise InputError(name, "is empty", "list at least one value")
+            _refuse_repeats(name, values)
         allowed = PLANNER_KEYS if self.search == "best" else CONFIG_KEYS
         for key, values in self.config.items():
             if key not in allowed:
                 raise InputError(f"config.{key}", f"not a field a {self.search} sweep sets", suggest(key, allowed))
             if not values:
                 raise InputError(f"config.{key}", "is empty", "list at least one value")
+            _refuse_repeats(f"config.{key}", values)
         if not 1 <= self.chunk_points <= 1_000_000:
             raise InputError("chunk_points", f"must be between 1 and 1,000,000, got {self.chunk_points}")
         if self.n_points > MAX_POINTS:
