@@ -506,3 +506,21 @@ def test_more_layers_per_chunk_than_a_chunk_holds_are_refused_not_clipped(flag):
 ])
 def test_an_empty_option_value_is_refused_before_any_work(args, field):
     one_line_error(run(*args), f"error: {field}: is empty")
+
+
+def test_a_row_repeating_an_earlier_rows_id_is_skipped_not_scored_twice():
+    import pandas as pd
+
+    from paraplan.validation.published import read_runs
+    from paraplan.validation.published import validate_rows as validate_published
+    from paraplan.validation.serving import read_rows
+    from paraplan.validation.serving import validate_rows as validate_serving
+    published, serving = _files()
+    runs = read_runs(published).head(1)
+    out = validate_published(pd.concat([runs, runs], ignore_index=True))
+    assert list(out.status) == ["ok", "skipped"]
+    assert out.reason.iloc[1] == f"id {runs.id.iloc[0]} repeats data row 1"
+    rows = read_rows(serving).head(1)
+    out = validate_serving(pd.concat([rows, rows], ignore_index=True))
+    assert list(out.status) == ["ok", "ok", "skipped", "skipped"]
+    assert set(out.reason.iloc[2:]) == {f"id {rows.id.iloc[0]} repeats data row 1"}

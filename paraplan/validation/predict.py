@@ -105,8 +105,13 @@ def prepare(records, on_skip=None) -> Prepared:
     otherwise than their convention, ``_convention_mismatches``)."""
     ids, sources, inputs, measured, conv, positions, runs = [], [], [], [], [], [], []
     conventions = run_conventions(records)
+    first_of: dict[str, int] = {}
     for i, row in enumerate(records):
         try:
+            rid = str(row.get("id") or "").strip()
+            if rid and rid in first_of:     # a copied row was scored twice under one id
+                raise Skip(f"id {rid} repeats data row {first_of[rid] + 1}")
+            first_of.setdefault(rid, i)
             value = row.get("measured_value")
             inp = row_inputs(row, conventions.get(str(row.get("run_id") or "").strip(), frozenset()))
             try:

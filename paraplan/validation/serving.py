@@ -552,10 +552,16 @@ def validate_rows(df: pd.DataFrame, efficiency=None, progress=None) -> pd.DataFr
     model and generation for grouping."""
     pred = predict(df, efficiency, progress)
     records = []
-    for (i, r), p in zip(df.iterrows(), pred.to_dict("records")):
+    first_of: dict[str, int] = {}
+    for n, ((i, r), p) in enumerate(zip(df.iterrows(), pred.to_dict("records"))):
+        rid = str(r.get("id") or "").strip()
+        repeat = rid in first_of if rid else False     # a copied row was scored twice under one id
+        first_of.setdefault(rid, n)
         for metric, col, pcol in (("ttft_ms", "silicon_ttft_ms", "pred_ttft_ms"), ("tpot_ms", "silicon_tpot_ms", "pred_tpot_ms")):
             measured = _num(r.get(col))
-            predicted = p[pcol]
+            predicted = float("nan") if repeat else p[pcol]
+            if repeat:
+                p = {**p, "reason": f"id {rid} repeats data row {first_of[rid] + 1}"}
             ok = not math.isnan(predicted) and measured >= MIN_MEASURED_MS
             reason = p["reason"] if not ok else ""
             if not math.isnan(predicted) and not measured > 0:
