@@ -80,27 +80,33 @@ def layer_collectives(model: ModelSpec, cluster: ClusterSpec, eff: ServingEffici
 
 
 def mtp_draft_pass(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, behaviour: ServingBehaviour,
-                   rates, kv_bytes: float, tp, adp, moe_tp, moe_ep, decode_reqs, decode_ctx):
-    """(GPU seconds, kernels) of one pass of the multi-token-prediction module drafting one
-    token for each of ``decode_reqs`` requests (``cost_models.speculative``): the module's
-    projection of [norm(h); norm(embedding)] (2h x h, whole on every GPU, as vLLM's and
+                   rates, kv_bytes: float, tp, adp, moe_tp, moe_ep, decode_reqs, decode_ctx, queries=1.0,
+                   prefill_tokens=0.0, prefill_keys=0.0):
+    """(GPU seconds, kernels) of one pass of the multi-token-prediction module for
+    ``decode_reqs`` requests of ``queries`` tokens each (1 for a draft after the first; the first
+    pass of a step reads the tokens the main model just kept, E a request, as the engines' MTP /
+    EAGLE drafters extend their own KV cache with them) and ``prefill_tokens`` prompt tokens
+    (a prompt's step runs the module over the prompt: its KV cache and the first draft): the
+    module's projection of [norm(h); norm(embedding)] (2h x h, whole on every GPU, as vLLM's and
     TensorRT-LLM's MTP layers hold it), one transformer layer of the model's last kind (a
-    routed-expert layer for a MoE model; attention over the module's own KV cache of the
-    request's context), its collectives, and the shared LM head scoring the draft."""
+    routed-expert layer for a MoE model; attention over the module's own KV cache), its
+    collectives, and the shared LM head scoring one draft a request (``cost_models.speculative``)."""
     h = model.hidden_size
-    d = _f(decode_reqs)
-    proj = gemm_s(d, 2.0 * h * h, rates.dense_flops_per_s, rates.dense_weight_bytes, rates, 2 * h, h)
-    attn, attn_kernels = attention_block_s(model, rates, tp, 0.0 * d, 0.0, d, decode_ctx, kv_bytes)
+    d, q, P = _f(decode_reqs), _f(queries), _f(prefill_tokens)
+    T = P + d * q
+    proj = gemm_s(T, 2.0 * h * h, rates.dense_flops_per_s, rates.dense_weight_bytes, rates, 2 * h, h)
+    attn, attn_kernels = attention_block_s(model, rates, tp, P, prefill_keys, d, decode_ctx, kv_bytes, q)
     if model.num_moe_layers:
-        mlp, mlp_kernels = moe_block_s(model, rates, tp, adp, moe_tp, moe_ep, d)
-        comm, comm_kernels = layer_collectives(model, cluster, eff, behaviour, d, tp, adp, moe_ep, 0.0, 1.0)
+        mlp, mlp_kernels = moe_block_s(model, rates, tp, adp, moe_tp, moe_ep, T)
+        comm, comm_kernels = layer_collectives(model, cluster, eff, behaviour, T, tp, adp, moe_ep, 0.0, 1.0)
     else:
         ffn = model.ffn_hidden_size
-        mlp, mlp_kernels = dense_mlp_s(model, rates, tp, d, ffn), KERNELS["mlp"]
-        comm, comm_kernels = layer_collectives(model, cluster, eff, behaviour, d, tp, adp, moe_ep, 1.0, 0.0)
+        mlp, mlp_kernels = dense_mlp_s(model, rates, tp, T, ffn), KERNELS["mlp"]
+        comm, comm_kernels = layer_collectives(model, cluster, eff, behaviour, T, tp, adp, moe_ep, 1.0, 0.0)
     # the two input norms and the concatenation: read and write 2h elements a token
-    norms = d * 4.0 * h * ACT_BYTES / rates.hbm_bytes_per_s
-    gpu = proj + attn + mlp + elementwise_s(model, rates, d) + norms + comm + lm_head_s(model, rates, tp, d)
+    norms = T * 4.0 * h * ACT_BYTES / rates.hbm_bytes_per_s
+    logits = d + np.minimum(P, 1.0)
+    gpu = proj + attn + mlp + elementwise_s(model, rates, T) + norms + comm + lm_head_s(model, rates, tp, logits)
     kernels = 3.0 + attn_kernels + mlp_kernels + comm_kernels + KERNELS["head"]
     return gpu + kernels * rates.kernel_fixed_s, kernels
 
@@ -108,7 +114,7 @@ def mtp_draft_pass(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficienc
 def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, behaviour: ServingBehaviour,
               dense_format: str, expert_format: str, kv_bytes: float,
               tp, adp, pp, moe_tp, moe_ep, prefill_tokens, prefill_keys, decode_reqs, decode_ctx,
-              logits_tokens=None, draft_tokens=0) -> dict[str, np.ndarray]:
+              logits_tokens=None, draft_tokens=0, kept_tokens=None) -> dict[str, np.ndarray]:
     """Seconds of one step and its parts (``STEP_PARTS``, plus ``gpu_s`` and ``step_s``).
 
     ``prefill_tokens``, ``decode_reqs`` are per attention-DP rank; ``logits_tokens`` (default:
@@ -118,9 +124,10 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
     ``draft_tokens`` k > 0: the step speculates (``cost_models.speculative``): each decoding
     request puts k + 1 tokens through the main model (its last token and k drafts, verified in
     one pass: GEMM rows, attention queries and logits k + 1 times a request, its KV cache read
-    once), and the MTP module first drafts them in k passes over the decoding requests
-    (``mtp_draft_pass``; reported as ``draft_s``, inside ``step_s``). The engines capture the
-    drafting in the same CUDA graphs as the step.
+    once), and the MTP module drafts the next k in k passes (``mtp_draft_pass``; reported as
+    ``draft_s``, inside ``step_s``): the first over the ``kept_tokens`` (E, default k + 1) each
+    request kept and the step's prompt tokens, the others over one token a request. The engines
+    capture the drafting in the same CUDA graphs as the step.
     """
     rates = layer_rates(cluster.gpu, eff, dense_format, expert_format)
     tp, adp, pp = _f(tp), _f(adp), _f(pp)
@@ -166,10 +173,14 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
     mlp = _f(mlp)
     draft = 0.0 * gpu
     if draft_tokens:
-        # each of the m micro-batches of a round drafts for its d requests on the last stage
-        one, draft_kernels = mtp_draft_pass(model, cluster, eff, behaviour, rates, kv_bytes, tp, adp, moe_tp, moe_ep,
-                                            d, decode_ctx)
-        draft = np.where(d > 0, m * float(draft_tokens) * one, 0.0)
+        # each of the m micro-batches of a round drafts for its d requests on the last stage; a
+        # prompt chunk (one micro-batch) runs the module over its tokens once
+        kept = float(draft_tokens) + 1.0 if kept_tokens is None else _f(kept_tokens)
+        first, draft_kernels = mtp_draft_pass(model, cluster, eff, behaviour, rates, kv_bytes, tp, adp, moe_tp, moe_ep,
+                                              d, decode_ctx, kept, P, prefill_keys)
+        rest, _ = mtp_draft_pass(model, cluster, eff, behaviour, rates, kv_bytes, tp, adp, moe_tp, moe_ep, d, decode_ctx)
+        draft = np.where(d > 0, m * (first + (float(draft_tokens) - 1.0) * rest),
+                         np.where(P > 0, first, 0.0))
         gpu = gpu + draft
         kernels = kernels + float(draft_tokens) * draft_kernels
 

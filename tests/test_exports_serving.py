@@ -257,7 +257,9 @@ def test_matrix_exports_are_the_commands_the_real_parsers_accepted_and_mean_the_
             assert f["gpu_memory_utilization"] == pytest.approx(ctx.behaviour.gpu_memory_fraction)
             assert f["kv_cache_dtype"] == {"fp8": "fp8", "bf16": "bfloat16", "fp16": "float16"}[launch.kv_cache_dtype]
             assert f["quantization"] == ("fp8" if launch.online_fp8 else None)
-            assert f["max_model_len"] == 2048 + 256 and f["max_cudagraph_capture_size"] == ctx.behaviour.cuda_graph_max_batch
+            # vLLM counts graph sizes in tokens: the priced batch x (1 + the drafts a request verifies)
+            assert f["max_model_len"] == 2048 + 256
+            assert f["max_cudagraph_capture_size"] == ctx.behaviour.cuda_graph_max_batch * (1 + ctx.speculative_tokens)
             if w.hosts > 1:       # the data-parallel ranks split over the hosts, the first host the head
                 assert f["data_parallel_size_local"] * w.hosts == w.adp and f["data_parallel_address"] == "10.0.0.1"
         else:

@@ -524,3 +524,15 @@ def test_a_row_repeating_an_earlier_rows_id_is_skipped_not_scored_twice():
     out = validate_serving(pd.concat([rows, rows], ignore_index=True))
     assert list(out.status) == ["ok", "ok", "skipped", "skipped"]
     assert set(out.reason.iloc[2:]) == {f"id {rows.id.iloc[0]} repeats data row 1"}
+
+
+def test_a_gpu_file_that_states_no_vendor_still_emits(tmp_path):
+    # vendor is optional in a GPU file: only a stated vendor the framework does not run on is refused
+    import yaml
+    gpu = yaml.safe_load((REPO / "hardware_specs" / "gpus" / "h100-sxm-80gb.yaml").read_text())
+    gpu.pop("vendor")
+    gpu["name"] = "my-h100"
+    (tmp_path / "my-h100.yaml").write_text(yaml.safe_dump(gpu))
+    (tmp_path / "c.yaml").write_text("name: c\ngpu: my-h100.yaml\ngpus_per_node: 8\nscaleout: {bw_gbit_per_s: 400}\n")
+    r = run("plan", "-m", "llama3-8b", "-c", tmp_path / "c.yaml", "-n", "8", "--global-batch", "8", "--emit", "megatron")
+    assert r.exit_code == 0, r.output

@@ -336,3 +336,17 @@ def test_a_winner_that_leaves_gpus_idle_says_so_with_the_layout_giving_most_in_a
     top = meets.loc[total.idxmax()]
     assert total.max() > b["tokens_per_s_per_gpu"] * 40 and top["gpus_used"] == 64
     assert line.endswith(f"{total.max():,.0f} tokens/s on 64 GPUs (--rank-by total picks it)")
+
+
+def test_one_client_per_attention_dp_rank_still_joins_a_step_in_flight():
+    # 8 attention-DP ranks with one client each: the ranks step together through the expert
+    # all-to-all, so a request arriving at one finds the others' step in flight (1.5 steps with
+    # SGLang's overlap scheduler); with one client on the whole engine it starts at once
+    ctx = _ctx("deepseek-r1", "dgx-b200", "sglang", "fp8_block")
+    host = ctx.efficiency.request_host_s
+    for adp, steps in ((8, 1.5), (1, 0.0)):
+        cols = dict(tp=8.0 / adp, pp=1.0, adp=float(adp), moe_tp=1.0, moe_ep=8.0, batch=1.0, isl=1024.0, osl=256.0)
+        out = evaluate_agg_columns(ctx, cols)
+        assert out["queue_wait_s"][0] == 0.0
+        assert out["ttft_s"][0] == pytest.approx(steps * out["decode_step_s"][0] + host + out["prefill_own_s"][0],
+                                                 rel=1e-9)

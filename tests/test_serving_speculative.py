@@ -200,3 +200,46 @@ def test_each_engine_is_told_to_draft_with_the_mtp_module():
     (text,) = shared_files(trt_launch).values()
     assert yaml.safe_load(text)["speculative_config"] == {"decoding_type": "MTP", "num_nextn_predict_layers": 3}
     assert trtllm_yaml_problems(text) == []
+
+
+def test_a_request_with_one_token_left_gains_no_more_from_drafts():
+    # osl 2: one token after the first; every draft accepted (E = 4) cannot yield more than it
+    # has left, so the longer speculating step never beats the plain one
+    dep = _deployment(speculative_tokens=3, draft_acceptance=1.0).with_(osl=2)
+    spec, plain = simulate_serving(dep), simulate_serving(_deployment().with_(osl=2))
+    assert spec.metrics["latency_s"] > plain.metrics["latency_s"]
+    step = sum(spec.decode_breakdown_s.values())
+    assert spec.metrics["tpot_s"] == pytest.approx(step, rel=1e-9)       # one token a step
+
+
+def test_the_first_draft_pass_reads_the_kept_tokens_and_a_prompt_runs_the_module_once():
+    model = load_model("deepseek-r1")
+    cluster = load_cluster("dgx-b200")
+    from hardware_specs.catalog import load_serving_efficiency
+    eff = load_serving_efficiency("blackwell")
+    args = (model, cluster, eff, QUIET.serving, "fp8_block", "fp8_block", 1.0, 8, 1, 1, 8, 1)
+    drafts = [float(step_time(*args, 0.0, 0.0, 64.0, 2048.0, draft_tokens=2, kept_tokens=e)["draft_s"])
+              for e in (1.0, 2.0, 3.0)]
+    assert drafts[0] < drafts[1] < drafts[2]          # more kept tokens: a larger first pass
+    prompt = step_time(*args, 4096.0, 2048.0, 0.0, 0.0, draft_tokens=2)
+    assert float(prompt["draft_s"]) > 0.0             # the module over the prompt: its KV and first draft
+    assert float(step_time(*args, 4096.0, 2048.0, 0.0, 0.0)["draft_s"]) == 0.0
+
+
+def test_a_context_that_disagrees_with_the_deployment_on_speculation_is_refused():
+    from hardware_specs.errors import InputError
+    ctx = ServingContext.build("deepseek-r1", "dgx-b200", "trtllm", "fp8_block", speculative_tokens=1)
+    with pytest.raises(InputError, match="the deployment says 2") as err:
+        simulate_serving(_deployment(speculative_tokens=2), ctx)
+    assert err.value.field == "speculative_tokens"
+    assert simulate_serving(_deployment(speculative_tokens=1), ctx).context is ctx
+
+
+def test_vllm_is_told_its_graph_sizes_in_tokens():
+    from paraplan.exports.serving import engine_commands
+    from paraplan.exports.serving_matrix import launches
+    for _, _, launch in launches():
+        if launch.framework == "vllm":
+            (argv, *_) = engine_commands(launch)
+            size = int(argv[argv.index("--max-cudagraph-capture-size") + 1])
+            assert size == launch.cuda_graph_max_batch * (1 + launch.speculative_tokens)

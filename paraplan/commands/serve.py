@@ -755,6 +755,10 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
         rows = _plan_rows(plan.front)
         # as the training CSVs: whether the numbers rest on fitted factors or on the prior
         rows["efficiency_fitted"] = not ctx.efficiency.prior
+        if ctx.speculative_tokens:      # a speculative plan's rows rest on its drafts and their acceptance
+            rows["speculative_tokens"] = ctx.speculative_tokens
+            rows["draft_acceptance"] = ctx.draft_acceptance
+            rows["draft_acceptance_is_prior"] = ctx.acceptance_is_prior
         rows.to_csv(buf, index=False)
         text = buf.getvalue()
     else:

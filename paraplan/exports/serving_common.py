@@ -278,9 +278,9 @@ def launch_of(context, deployment, metrics: Mapping[str, float]) -> ServingLaunc
     moe = model.moe is not None
     framework = context.stack.framework.lower()
     vendor = (cluster.gpu.vendor or "").lower()
-    if framework in SCRIPT_VENDORS and vendor not in SCRIPT_VENDORS[framework]:
+    if vendor and framework in SCRIPT_VENDORS and vendor not in SCRIPT_VENDORS[framework]:
         raise InputError("--emit", f"the {framework} launch script runs on {' or '.join(SCRIPT_VENDORS[framework])} GPUs, "
-                         f"not on {cluster.name}'s {cluster.gpu.name} ({vendor or 'no vendor stated'})",
+                         f"not on {cluster.name}'s {cluster.gpu.name} ({vendor})",
                          "emit for a system of those GPUs" + (", or use -b vllm (its TPU build takes vllm serve)"
                                                               if vendor == "google" else ""))
     unwritten = unexpressed_settings(beh)

@@ -81,7 +81,9 @@ def worker_command(launch: ServingLaunch, w: Worker, node_rank: int) -> list[str
              "--gpu-memory-utilization", f"{launch.memory_fraction:g}"]
     if launch.max_running_requests:
         argv += ["--max-num-seqs", str(launch.max_running_requests)]
-    argv += ["--max-cudagraph-capture-size", str(launch.cuda_graph_max_batch)]
+    # vLLM counts its capture sizes in tokens: k + 1 a request when speculating
+    # (vllm/config/vllm.py: max_cudagraph_capture_size from max_num_seqs x decode_query_len)
+    argv += ["--max-cudagraph-capture-size", str(launch.cuda_graph_max_batch * (1 + launch.speculative_tokens))]
     argv.append("--async-scheduling" if launch.overlap_scheduler else "--no-async-scheduling")
     if launch.speculative_tokens:
         # the checkpoint's MTP module as the drafter, run k times for k > its modules

@@ -154,7 +154,8 @@ def join_steps(behaviour, clients=2.0):
     ``_executor_loop_overlap``, same order; vLLM V1 async scheduling schedules step n+1 before
     step n's output returns).
 
-    With one client per rank (``clients`` <= 1) the engine is idle when the request arrives (its
+    With one client per engine (``clients`` <= 1, all its attention-DP ranks together: they step
+    in lockstep through the expert all-to-all) the engine is idle when the request arrives (its
     only client was waiting for the previous answer): no step is in flight and none has been formed
     ahead, so the request starts at once, 0 steps (numpy-friendly in ``clients``)."""
     steps = 1.5 if behaviour.overlap_scheduler else 0.5
@@ -243,23 +244,27 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
     common = (ctx.model, ctx.cluster, eff, beh, ctx.dense_format, ctx.expert_format, ctx.kv_bytes,
               tp, adp, pp, moe_tp, moe_ep)
     k = ctx.speculative_tokens
-    per_step = ctx.tokens_per_step        # tokens a decoding request gains a step (1 unless speculating)
+    # tokens a decoding request gains a step (1 unless speculating), never more than it has left
+    per_step = ctx.tokens_per_step
     # requests decoding = clients not waiting for or in their prefill (Little's law on the
     # decode phase): start with all b, then refine from the loop's solution
     running = b
     for _ in range(_RUNNING_ITERATIONS):
-        dec = step_time(*common, 0.0 * b, 0.0, running, isl + osl / 2.0, draft_tokens=k)
+        dec = step_time(*common, 0.0 * b, 0.0, running, isl + osl / 2.0, draft_tokens=k, kept_tokens=per_step)
         t_d = dec["step_s"]
         riders = running if beh.mixed_batches else 0.0 * b        # decodes sharing a prompt's step
-        t_own = step_time(*common, chunk, isl / 2.0, riders, isl + osl / 2.0, draft_tokens=k)["step_s"]
-        t_packed = step_time(*common, packed, isl / 2.0, riders, isl + osl / 2.0, draft_tokens=k)["step_s"]
+        t_own = step_time(*common, chunk, isl / 2.0, riders, isl + osl / 2.0, draft_tokens=k,
+                          kept_tokens=per_step)["step_s"]
+        t_packed = step_time(*common, packed, isl / 2.0, riders, isl + osl / 2.0, draft_tokens=k,
+                             kept_tokens=per_step)["step_s"]
         own = steps_own * t_own
         service = t_packed * isl / packed
         w_p = np.maximum(service - (t_d * isl / packed if beh.mixed_batches else 0.0), 1e-9)
         sync = synchronised_wait_s(b, service, t_d, eff.arrival_sync(beh.mixed_batches, beh.chunked_prefill))
-        lead = (join_steps(beh, b) + hold_steps(beh, b)) * t_d + eff.request_host_s
+        # idle only with one client per engine: attention-DP ranks step together
+        lead = (join_steps(beh, b * _f(adp)) + hold_steps(beh, b)) * t_d + eff.request_host_s
         # a decode step yields ``per_step`` tokens a request: the time per token is its share
-        x, (ttft, tpot, w90, u) = _solve_loop(b, gen, t_d / per_step, own, service, w_p, sync, lead)
+        x, (ttft, tpot, w90, u) = _solve_loop(b, gen, t_d / np.minimum(per_step, gen), own, service, w_p, sync, lead)
         running = np.clip(x * gen * tpot, 1.0, np.minimum(b, n_fit))
     # more requests decoding than the KV pool holds: the engine preempts and resumes them in
     # turn, so n_fit slots finish one request per gen steps each, and the admitted requests'

@@ -134,6 +134,11 @@ def simulate_serving(dep: Deployment, ctx: ServingContext | None = None, require
     ctx = ctx or ServingContext.build(dep.model, dep.system, dep.backend, dep.dense_format, dep.expert_format,
                                       dep.kv_cache_dtype, speculative_tokens=dep.speculative_tokens,
                                       draft_acceptance=dep.draft_acceptance)
+    for name in ("speculative_tokens", "draft_acceptance"):      # a given context must price what the deployment says
+        said = getattr(dep, name)
+        if said is not None and said != getattr(ctx, name):
+            raise InputError(name, f"the deployment says {said!r}, the context was built with {getattr(ctx, name)!r}",
+                             "build the context with the deployment's speculative settings, or pass no context")
     ctx.check_request(dep.isl, dep.osl)
     gpus_domain = ctx.cluster.max_gpus
     if gpus_domain is not None and dep.gpus > gpus_domain:
