@@ -68,6 +68,18 @@ def _agg(ctx, gpus: int, isl: int, osl: int, max_batch: int, allow_pp: bool) -> 
         return pd.DataFrame(columns=COLUMNS)
     cols = with_batches(layouts, max_batch)
     out = evaluate_agg(ctx, cols["tp"], cols["adp"], cols["pp"], cols["moe_tp"], cols["moe_ep"], cols["batch"], isl, osl)
+    # each layout also at the largest batch its KV cache holds, where that is no power of two
+    # (Llama-3.1-70B at tp 2 holds 309 a rank: batch 256 left 4% of the tokens/s unused)
+    fit = np.minimum(out["max_batch_per_rank"], float(max_batch))
+    extra = (cols["batch"] == 1.0) & (fit >= 1.0) & (2.0 ** np.round(np.log2(np.maximum(fit, 1.0))) != fit)
+    if extra.any():
+        more = {k: v[extra] for k, v in cols.items()}
+        more["batch"] = fit[extra]
+        more_out = evaluate_agg(ctx, more["tp"], more["adp"], more["pp"], more["moe_tp"], more["moe_ep"], more["batch"],
+                                isl, osl)
+        cols = {k: np.concatenate([cols[k], more[k]]) for k in cols}
+        out = {k: np.concatenate([np.broadcast_to(out[k], extra.shape), np.broadcast_to(more_out[k], more["batch"].shape)])
+               for k in out}
     worker_gpus = cols["tp"] * cols["pp"] * cols["adp"]
     workers = np.floor(gpus / worker_gpus)
     moe = ctx.model.moe is not None
