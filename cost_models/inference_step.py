@@ -178,7 +178,10 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
         kept = float(draft_tokens) + 1.0 if kept_tokens is None else _f(kept_tokens)
         first, draft_kernels = mtp_draft_pass(model, cluster, eff, behaviour, rates, kv_bytes, tp, adp, moe_tp, moe_ep,
                                               d, decode_ctx, kept, P, prefill_keys)
-        rest, _ = mtp_draft_pass(model, cluster, eff, behaviour, rates, kv_bytes, tp, adp, moe_tp, moe_ep, d, decode_ctx)
+        rest = 0.0
+        if draft_tokens > 1:
+            rest, _ = mtp_draft_pass(model, cluster, eff, behaviour, rates, kv_bytes, tp, adp, moe_tp, moe_ep, d,
+                                     decode_ctx)
         draft = np.where(d > 0, m * (first + (float(draft_tokens) - 1.0) * rest),
                          np.where(P > 0, first, 0.0))
         gpu = gpu + draft

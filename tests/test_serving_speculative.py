@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from cost_models.inference_step import step_time
+from cost_models.inference_step import STEP_PARTS, step_time
 from cost_models.speculative import MTP_ACCEPTANCE_PRIOR, expected_tokens_per_step
 from hardware_specs.catalog import load_cluster
 from hardware_specs.serving_behaviour import ServingBehaviour
@@ -59,8 +59,7 @@ def test_verification_of_one_draft_at_batch_1_reads_the_weights_once_and_the_dra
     assert float(spec["draft_s"]) == pytest.approx(expected, rel=0.01)
     assert expected == pytest.approx(1.554e9 / (3.35e12 * 0.8), rel=0.001)    # 0.777e9 weights x 2 bytes
     # the parts still add up to the step
-    parts = ("attention_s", "mlp_s", "elementwise_s", "lm_head_s", "comm_s", "kernel_fixed_s", "host_s", "draft_s")
-    assert sum(float(spec[p]) for p in parts) == pytest.approx(float(spec["step_s"]), rel=1e-9)
+    assert sum(float(spec[p]) for p in STEP_PARTS) == pytest.approx(float(spec["step_s"]), rel=1e-9)
 
 
 def test_verifying_k_drafts_scales_the_gemm_rows_but_reads_the_kv_cache_once():

@@ -67,9 +67,11 @@ TRAINING_VENDORS = ("nvidia", "amd")
 
 def check_hardware(gpu, framework: str) -> None:
     """``InputError`` when ``framework`` does not run on ``gpu`` (a ``GPUSpec``) at all."""
+    name = str(framework).strip().lower()
+    module(name)                                       # an unknown framework is named first
     vendor = (gpu.vendor or "").lower()
     if vendor and vendor not in TRAINING_VENDORS:      # a GPU file need not state its vendor
-        raise InputError("--emit", f"{module(framework).__name__.rsplit('.', 1)[-1]} runs on NVIDIA or AMD GPUs, not "
+        raise InputError("--emit", f"{name} runs on NVIDIA or AMD GPUs, not "
                          f"on {gpu.name} ({vendor})",
                          "emit for a cluster of NVIDIA or AMD GPUs; the plan itself stands")
 

@@ -252,10 +252,11 @@ def engine_memory_fraction(behaviour, hbm_bytes: float) -> float:
     return round(float(behaviour.gpu_memory_fraction), 3)
 
 
-#: the GPU vendors each engine's launch script (its CUDA / ROCm entry point) runs on: SGLang's
-#: ``sglang.launch_server`` (its TPU port is a separate project with another entry point) and
-#: TensorRT-LLM's ``trtllm-serve``; vLLM's ``vllm serve`` is the same command on every platform
-SCRIPT_VENDORS = {"sglang": ("nvidia", "amd"), "trtllm": ("nvidia",)}
+#: the GPU vendors a launch script's entry point runs on where the engine's stack file allows more:
+#: SGLang's ``sglang.launch_server`` is its CUDA / ROCm entry point (its TPU port is a separate
+#: project with another one); TensorRT-LLM's stack file states NVIDIA alone (``gpu_vendors``,
+#: refused by ``ServingContext.build``); vLLM's ``vllm serve`` is the same on every platform
+SCRIPT_VENDORS = {"sglang": ("nvidia", "amd")}
 
 
 def unexpressed_settings(behaviour) -> list[str]:

@@ -204,7 +204,7 @@ def _why(best: pd.Series, cands: pd.DataFrame, ttft_ms: float, tpot_ms: float, g
     # compared in what ranks them: tokens/s per GPU used, or in all (--rank-by total)
     unit = "tokens/s in all" if rank_by == "total" else "tokens/s/GPU"
     score = ranking_key(cands, rank_by)
-    best_score = float(ranking_key(best.to_frame().T, rank_by).iloc[0])
+    best_score = float(score[best.name])
     if len(other):
         o = other.loc[score[other.index].idxmax()]
         o_score = float(score[o.name])

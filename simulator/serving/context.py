@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from cost_models.speculative import MAX_SPECULATIVE_TOKENS, MTP_ACCEPTANCE_PRIOR, expected_tokens_per_step
 from cost_models.weight_formats import canonical_format, kv_dtype_bytes
 from hardware_specs.catalog import is_file, load_cluster, load_serving_efficiency, load_stack, serving_stack_for
@@ -60,6 +62,11 @@ class ServingContext:
     def tokens_per_step(self) -> float:
         """Mean tokens a decoding request gains per step (1 without speculative decoding)."""
         return float(expected_tokens_per_step(self.speculative_tokens, self.draft_acceptance))
+
+    def tokens_per_step_within(self, tokens_left):
+        """``tokens_per_step``, never more than the ``tokens_left`` a request still generates
+        (numpy-friendly)."""
+        return np.minimum(self.tokens_per_step, tokens_left)
 
     @property
     def behaviour(self) -> ServingBehaviour:

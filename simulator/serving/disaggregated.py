@@ -30,7 +30,7 @@ import numpy as np
 
 from cost_models.inference_comm import kv_transfer_time_s
 from cost_models.inference_step import STEP_PARTS, step_time
-from cost_models.kv_cache import kv_bytes_per_token_model, layer_counts, linear_state_bytes_model
+from cost_models.kv_cache import kv_bytes_per_token_layer, kv_bytes_per_token_model, linear_state_bytes_model
 from simulator.serving.aggregated import SYNC_P90, memory_columns, synchronised_wait_s
 
 #: bisection iterations for the closed-loop throughput (2^-40 relative precision)
@@ -66,7 +66,7 @@ def decode_side(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl) -> dict[str, 
                     kept_tokens=ctx.tokens_per_step)
     # a speculating step yields ``tokens_per_step`` tokens a request (1 otherwise)
     gen = np.maximum(osl - 1.0, 1.0)
-    out = {"tpot_s": dec["step_s"] / np.minimum(ctx.tokens_per_step, gen), "step_s": dec["step_s"],
+    out = {"tpot_s": dec["step_s"] / ctx.tokens_per_step_within(gen), "step_s": dec["step_s"],
            "clients": b_req * _f(adp), "gpus": _f(tp) * _f(pp) * _f(adp),
            "fits": (mem["kv_pool_bytes"] > 0) & (b_req <= mem["max_batch_per_rank"])}
     for part in STEP_PARTS:
@@ -106,9 +106,7 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
     service = 1.0 / mu
     kv_bytes = isl * kv_bytes_per_token_model(ctx.model, ctx.kv_bytes) + linear_state_bytes_model(ctx.model)
     if ctx.speculative_tokens:      # the MTP modules' own KV cache of the prompt moves too
-        full, window, _ = layer_counts(ctx.model)
-        kv_bytes = kv_bytes + isl * kv_bytes_per_token_model(ctx.model, ctx.kv_bytes) / max(full + window, 1) \
-            * ctx.model.mtp_layers
+        kv_bytes = kv_bytes + isl * kv_bytes_per_token_layer(ctx.model, 1, ctx.kv_bytes) * ctx.model.mtp_layers
     same_domain = (pre["gpus"] + dec["gpus"]) <= ctx.cluster.gpus_per_node
     t_kv = kv_transfer_time_s(kv_bytes, pre["tp"], same_domain, ctx.cluster, ctx.efficiency)
     if kv_link_free:
