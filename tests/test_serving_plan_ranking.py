@@ -1,4 +1,5 @@
 """serve plan: more GPUs never give a worse best plan; --rank-by total maximises tokens/s in all."""
+import numpy as np
 import pytest
 
 from planners.serving.search import plan_serving
@@ -40,3 +41,17 @@ def test_each_layout_is_also_tried_at_the_largest_batch_its_kv_cache_holds():
     assert plan.best["layout"] == "tp2" and plan.best["batch"] == plan.best["max_batch_per_rank"] == 309
     at_256 = plan.candidates[(plan.candidates.layout == "tp2") & (plan.candidates.batch == 256)]
     assert plan.best["tokens_per_s_per_gpu"] > at_256.tokens_per_s_per_gpu.iloc[0]
+
+
+def test_each_decode_layout_is_also_tried_at_the_largest_batch_its_kv_cache_holds():
+    # a decode worker of Llama-3.1-8B fp8 at tp 1 on H100 holds 878 requests (isl 1024 + osl 256):
+    # with decode batches of powers of two only, three such workers ran 512 each and the pairing
+    # 4 prefill + 3 decode workers (7 GPUs) at 878 each, the best disaggregated plan, was never seen
+    ctx = ServingContext.build("llama3.1-8b", "dgx-h100", "vllm", "fp8")
+    plan = plan_serving(ctx, 8, 1024, 256, 2000.0, 40.0, modes=("disagg",))
+    best = plan.best
+    assert (best["decode_layout"], best["batch"], best["max_batch_per_rank"]) == ("tp1", 878, 878)
+    assert (best["prefill_workers"], best["decode_workers"], best["gpus_used"]) == (4, 3, 7)
+    pow2 = plan.candidates[(plan.candidates.batch == 2.0 ** np.round(np.log2(plan.candidates.batch)))
+                           & plan.candidates.meets_slo]
+    assert best["tokens_per_s_per_gpu"] > pow2.tokens_per_s_per_gpu.max()

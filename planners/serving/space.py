@@ -8,7 +8,7 @@ expert count; ``moe_tp`` = tp x adp / moe_ep), keeping only the expert splits th
 stack runs (``ServingBehaviour.expert_splits``: vLLM runs its experts all expert-parallel or
 all tensor-parallel over the worker, never etp 2 x ep 4) and the attention splits it runs
 (``ServingBehaviour.attention_dp_with_tp``: TensorRT-LLM's attention-DP ranks are one GPU each). Per-rank concurrency ``batch`` runs
-over powers of two from 1 to ``max_batch``. A worker never exceeds the GPUs given.
+over powers of two from 1 to ``max_batch`` (the search adds each layout's largest fitting batch). A worker never exceeds the GPUs given.
 """
 from __future__ import annotations
 
