@@ -144,6 +144,12 @@ def coerce_value(field: str, value: Any) -> Any:
     if not isinstance(value, str):
         return value
     text = value.strip()
+    if field == "global_batch_tokens":
+        # as on the command line and in sweep files: 4Mi is 4,194,304 tokens, 4M is 4,000,000
+        from paraplan.commands.token_count import parse_token_count
+        count = parse_token_count(text[:40])
+        if count is not None and len(text) <= 40:
+            return count
     if field in _INT_FIELDS:
         try:
             number = float(text)

@@ -95,6 +95,12 @@ def test_coerce_value_converts_command_line_strings():
     assert api.coerce_value("gpu", "b200") == "b200"
     with pytest.raises(InputError):
         api.coerce_value("tp", "2.5")
+    # token counts as --global-batch-tokens and sweep files take them
+    assert api.coerce_value("global_batch_tokens", "4Mi") == 4 * 2**20
+    assert api.coerce_value("global_batch_tokens", "4M") == 4_000_000
+    assert api.coerce_value("global_batch_tokens", "512k") == 512_000
+    with pytest.raises(InputError):
+        api.coerce_value("global_batch_tokens", "4Mx")
 
 
 def test_global_batch_is_required_and_tokens_must_divide():
@@ -222,6 +228,19 @@ def test_plot_command_writes_a_sweep_figure(tmp_path):
     result = _run(*PLOT, "--field", "pp", "--values", "2,4", "-o", out)
     assert result.exit_code == 0, result.output
     assert out.stat().st_size > 10_000 and "breakdown, 2 rows" in result.stdout
+
+
+def test_plot_sweeping_the_batch_needs_no_base_batch_and_takes_token_suffixes(tmp_path):
+    base = [a for a in PLOT if a not in ("--global-batch", "512")]
+    out = tmp_path / "gbt.png"
+    result = _run(*base, "--field", "global_batch_tokens", "--values", "1Mi,2Mi", "-o", out)
+    assert result.exit_code == 0, result.output
+    assert out.stat().st_size > 10_000 and "breakdown, 2 rows" in result.stdout
+    df = api.sweep({"model": MODEL, "cluster": CLUSTER, "gpus": 64, "tp": 8}, "global_batch_tokens",
+                   [api.coerce_value("global_batch_tokens", v) for v in ("1Mi", "2Mi")])
+    assert df.global_batch_tokens.tolist() == [2**20, 2**21]
+    # without the swept field the batch stays required
+    _one_line_error(_run(*base, "--field", "pp", "--values", "1,2", "-o", tmp_path / "x.png"), "--global-batch")
 
 
 def test_plot_bad_field_name_is_one_line_exit_2(tmp_path):

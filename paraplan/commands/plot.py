@@ -132,7 +132,7 @@ def command(kind: str, field: str | None, values: str | None, best: bool, title:
     check_image_path(out)
     from paraplan import api, plots
 
-    base = _base(opts, kind)
+    base = _base(opts, kind, field)
     if best or kind == "pareto":     # the planner searches the configuration: pin only what was given
         ctx = click.get_current_context()
         given = {name for name in opts if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
@@ -164,9 +164,11 @@ def command(kind: str, field: str | None, values: str | None, best: bool, title:
     click.echo(f"wrote {out} ({kind}, {len(df)} row{'s' if len(df) != 1 else ''})" + (f"; {note}" if note else ""))
 
 
-def _base(opts: dict, kind: str) -> dict:
-    """``api.simulate`` keyword arguments from the options (None = not given)."""
-    if kind != "roofline" and opts["global_batch"] is None and opts["global_batch_tokens"] is None:
+def _base(opts: dict, kind: str, field: str | None = None) -> dict:
+    """``api.simulate`` keyword arguments from the options (None = not given); the batch may be
+    left out when ``field`` sweeps it."""
+    if kind != "roofline" and opts["global_batch"] is None and opts["global_batch_tokens"] is None \
+            and field not in ("global_batch", "global_batch_tokens"):
         raise InputError("--global-batch", "missing", "give --global-batch SEQUENCES or --global-batch-tokens TOKENS")
     base = {"model": opts["model"], "cluster": opts["cluster"], "gpus": opts["gpus"], "gpu": opts["gpu"],
             "seq_len": opts["seq_len"], "dp": opts["dp"], "tp": opts["tp"], "pp": opts["pp"], "cp": opts["cp"],
