@@ -211,6 +211,22 @@ def test_a_request_with_one_token_left_gains_no_more_from_drafts():
     assert spec.metrics["tpot_s"] == pytest.approx(step, rel=1e-9)       # one token a step
 
 
+@pytest.mark.parametrize("osl", [3, 4])
+def test_at_a_few_tokens_left_the_step_keeps_no_more_than_are_left_and_acceptance_still_never_slows(osl):
+    # osl 3 / 4: two / three tokens after the first. The step's first draft pass runs over the
+    # tokens a request keeps, min(E, left): E(3, 0.85) = 3.19 and E(3, 1) = 4 both keep 2 (osl 3)
+    # or 3 (osl 4), so the acceptance changes nothing (it priced 0.85 at 3.19 and 1.0 at 4 kept
+    # tokens: a longer draft pass, the higher acceptance slower)
+    runs = [simulate_serving(_deployment(speculative_tokens=3, draft_acceptance=p).with_(osl=osl)) for p in (0.85, 1.0)]
+    assert [r.metrics["tpot_s"] for r in runs] == pytest.approx([runs[0].metrics["tpot_s"]] * 2, rel=1e-12)
+    assert all(r.as_dict()["tokens_per_step"] == osl - 1 for r in runs)
+    step = sum(runs[0].decode_breakdown_s.values())
+    assert runs[0].metrics["tpot_s"] == pytest.approx(step / (osl - 1), rel=1e-9)
+    # at a long output nothing is capped: E itself
+    long = simulate_serving(_deployment(speculative_tokens=3, draft_acceptance=0.85))
+    assert long.as_dict()["tokens_per_step"] == pytest.approx(expected_tokens_per_step(3, 0.85))
+
+
 def test_the_first_draft_pass_reads_the_kept_tokens_and_a_prompt_runs_the_module_once():
     model = load_model("deepseek-r1")
     cluster = load_cluster("dgx-b200")

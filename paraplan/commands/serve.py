@@ -321,7 +321,7 @@ def render_simulation(report) -> str:
     if ctx.speculative_tokens:
         lines.append(f"decode   speculative: the MTP module drafts {ctx.speculative_tokens} token"
                      f"{'s' if ctx.speculative_tokens > 1 else ''} a step, each accepted with p = "
-                     f"{ctx.draft_acceptance:g}{_acceptance_note(ctx)}: {ctx.tokens_per_step:.2f} tokens a step")
+                     f"{ctx.draft_acceptance:g}{_acceptance_note(ctx)}: {ctx.tokens_per_step_at(d.osl):.2f} tokens a step")
     lines += ["", "latency and throughput" + _prior_note(ctx) + _extrapolation_note(ctx, d.isl)]
     rows = [["ttft_ms", f"{1e3 * m['ttft_s']:.1f}", "time to first token, mean"],
             ["ttft_p90_ms", f"{1e3 * m['ttft_p90_s']:.1f}", "time to first token, 90th percentile (queueing model)"],
@@ -338,7 +338,7 @@ def render_simulation(report) -> str:
     step = sum(report.decode_breakdown_s.values())
     if ctx.speculative_tokens:
         lines += ["", f"decode step ({ctx.speculative_tokens + 1} tokens verified for every request of a rank, "
-                      f"{ctx.tokens_per_step:.2f} kept on average)"]
+                      f"{ctx.tokens_per_step_at(d.osl):.2f} kept on average)"]
     else:
         lines += ["", "decode step (one token for every request of a rank)"]
     # part names without their "_s": the time_ms column carries the unit
@@ -622,8 +622,9 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
              f"objective: TTFT <= {ttft_ms:g} ms, TPOT <= {tpot_ms:g} ms; {plan.evaluated:,} candidates scored in "
              f"{plan.wall_s:.2f} s" + _prior_note(ctx) + _extrapolation_note(ctx, int((opts or {}).get("isl") or 0)), ""]
     if ctx.speculative_tokens:
+        kept = ctx.tokens_per_step_at(int((opts or {}).get("osl") or 2))
         lines.insert(2, f"decode: speculative, the MTP module drafts {ctx.speculative_tokens} token{'s' if ctx.speculative_tokens > 1 else ''} a step, acceptance "
-                        f"{ctx.draft_acceptance:g}{_acceptance_note(ctx)}: {ctx.tokens_per_step:.2f} tokens a step")
+                        f"{ctx.draft_acceptance:g}{_acceptance_note(ctx)}: {kept:.2f} tokens a step")
     if b["mode"] == "agg":
         lines.append(f"best: aggregated, {int(b['workers'])} x worker {b['layout']}, batch {int(b['batch'])} per rank "
                      f"({int(b['concurrency'])} requests in flight on {_gpus(b['gpus_used'])})")
@@ -747,7 +748,7 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
                    "kv_cache_dtype": opts["kv_cache_dtype"], "speculative_tokens": ctx.speculative_tokens,
                    "draft_acceptance": ctx.draft_acceptance if ctx.speculative_tokens else None,
                    "draft_acceptance_is_prior": ctx.acceptance_is_prior if ctx.speculative_tokens else None,
-                   "tokens_per_step": ctx.tokens_per_step}
+                   "tokens_per_step": ctx.tokens_per_step_at(opts["osl"])}
         text = dump_json({"request": request, "best": best, "why": plan.why, "front": _records(plan.front),
                           "evaluated": plan.evaluated, "efficiency_fitted": not ctx.efficiency.prior})
     elif as_csv:

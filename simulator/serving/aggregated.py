@@ -244,7 +244,8 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
     common = (ctx.model, ctx.cluster, eff, beh, ctx.dense_format, ctx.expert_format, ctx.kv_bytes,
               tp, adp, pp, moe_tp, moe_ep)
     k = ctx.speculative_tokens
-    per_step = ctx.tokens_per_step        # tokens a decoding request gains a step (1 unless speculating)
+    # tokens a decoding request keeps a step (1 unless speculating; never more than it has left)
+    per_step = ctx.tokens_per_step_within(gen)
     # requests decoding = clients not waiting for or in their prefill (Little's law on the
     # decode phase): start with all b, then refine from the loop's solution
     running = b
@@ -263,7 +264,7 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
         # idle only with one client per engine: attention-DP ranks step together
         lead = (join_steps(beh, b * _f(adp)) + hold_steps(beh, b)) * t_d + eff.request_host_s
         # a decode step yields ``per_step`` tokens a request: the time per token is its share
-        x, (ttft, tpot, w90, u) = _solve_loop(b, gen, t_d / ctx.tokens_per_step_within(gen), own, service, w_p, sync,
+        x, (ttft, tpot, w90, u) = _solve_loop(b, gen, t_d / per_step, own, service, w_p, sync,
                                               lead)
         running = np.clip(x * gen * tpot, 1.0, np.minimum(b, n_fit))
     # more requests decoding than the KV pool holds: the engine preempts and resumes them in

@@ -68,6 +68,11 @@ class ServingContext:
         (numpy-friendly)."""
         return np.minimum(self.tokens_per_step, tokens_left)
 
+    def tokens_per_step_at(self, osl) -> float:
+        """Mean tokens a decoding request of ``osl`` output tokens keeps per step: the first comes
+        from its prefill, so at most osl - 1 (and at least 1) are left for the decode steps."""
+        return float(self.tokens_per_step_within(max(float(osl) - 1.0, 1.0)))
+
     @property
     def behaviour(self) -> ServingBehaviour:
         return self.stack.serving

@@ -61,12 +61,13 @@ def decode_side(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl) -> dict[str, 
     mem = memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, osl)
     b_req = np.maximum(_f(batch), 1.0)
     b = np.maximum(np.minimum(b_req, mem["max_batch_per_rank"]), 1.0)
+    # a speculating step yields ``tokens_per_step`` tokens a request (1 otherwise), never more
+    # than the request has left
+    per_step = ctx.tokens_per_step_within(np.maximum(osl - 1.0, 1.0))
     dec = step_time(ctx.model, ctx.cluster, ctx.efficiency, beh, ctx.dense_format, ctx.expert_format, ctx.kv_bytes,
                     tp, adp, pp, moe_tp, moe_ep, 0.0 * b, 0.0, b, isl + osl / 2.0, draft_tokens=ctx.speculative_tokens,
-                    kept_tokens=ctx.tokens_per_step)
-    # a speculating step yields ``tokens_per_step`` tokens a request (1 otherwise)
-    gen = np.maximum(osl - 1.0, 1.0)
-    out = {"tpot_s": dec["step_s"] / ctx.tokens_per_step_within(gen), "step_s": dec["step_s"],
+                    kept_tokens=per_step)
+    out = {"tpot_s": dec["step_s"] / per_step, "step_s": dec["step_s"],
            "clients": b_req * _f(adp), "gpus": _f(tp) * _f(pp) * _f(adp),
            "fits": (mem["kv_pool_bytes"] > 0) & (b_req <= mem["max_batch_per_rank"])}
     for part in STEP_PARTS:
@@ -151,7 +152,7 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
         "tokens_per_s_per_user": 1.0 / np.maximum(tpot, 1e-12),
         "tokens_per_s_per_gpu": np.minimum(x, n_clients / latency) * osl / gpus,
         "prefill_step_s": pre_full, "prefill_own_s": own + 0.0 * ttft, "decode_step_s": dec["step_s"] + 0.0 * ttft,
-        "tokens_per_step": np.full_like(ttft, ctx.tokens_per_step), "kv_transfer_s": t_kv,
+        "tokens_per_step": ctx.tokens_per_step_within(gen) + 0.0 * ttft, "kv_transfer_s": t_kv,
         "prefill_utilization": x / capacity, "queue_wait_s": queue_wait, "gpus": gpus,
         "fits": dec["fits"] & pre["fits"],
     }
