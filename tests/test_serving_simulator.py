@@ -154,6 +154,12 @@ def test_an_slo_no_layout_meets_names_the_binding_constraint_and_what_would_meet
     err = _no_layout_error(cands, 0.01, 3.0, 8)
     assert str(err) == ("--ttft-ms: no layout meeting TPOT 3 ms reaches TTFT 0.01 ms: the best is 75 ms (the lowest "
                         "TTFT of any layout is 40 ms) (allow --ttft-ms 76 or more, or a looser --tpot-ms)")
+    # both objectives out of reach: one message names both and what meets both (at TPOT 3.4 ms
+    # the layouts allowed start at 40 ms), not one after the other
+    err = _no_layout_error(cands, 10.0, 1.0, 8)
+    assert str(err) == ("--tpot-ms: no layout on 8 GPUs reaches TPOT 1 ms: the fastest is 2.5 ms (disagg, batch 8); "
+                        "nor TTFT 10 ms (the lowest of any layout is 40 ms) (allow --tpot-ms 2.5 and --ttft-ms 120 "
+                        "or more, or use faster GPUs)")
     # only formats smaller than the planned one are suggested (an fp8 plan was told to use fp8)
     with pytest.raises(InputError) as err:
         plan_serving(_ctx("deepseek-r1", "dgx-h100", "vllm", "fp8"), 1, 1024, 1024, 1000.0, 50.0)

@@ -287,6 +287,11 @@ def _max_batch_meaning(ctx, m) -> str:
     return "largest concurrency per rank whose KV cache fits"
 
 
+def _requests(n) -> str:
+    """``n`` requests, in words ("1 request", "64 requests")."""
+    return f"{int(n)} request{'' if int(n) == 1 else 's'}"
+
+
 def _gpus(n) -> str:
     """``1 GPU``, ``8 GPUs``."""
     return f"{int(n)} GPU{'' if int(n) == 1 else 's'}"
@@ -312,12 +317,12 @@ def render_simulation(report) -> str:
     ]
     if d.mode == "agg":
         lines.append(f"layout   aggregated: {d.workers} x worker {label(d.layout)} ({_gpus(d.layout.gpus)}), "
-                     f"{d.layout.batch} requests per rank")
+                     f"{_requests(d.layout.batch)} per rank")
     else:
         lines.append(f"layout   disaggregated: {d.prefill_workers} x prefill {label(d.prefill)} "
                      f"({prompts_per_step(d.prefill.batch)}) + {d.decode_workers} x decode {label(d.decode)} "
-                     f"({d.decode.batch} requests per rank)")
-    lines.append(f"load     isl {d.isl} / osl {d.osl} tokens, {d.concurrency} requests in flight on {_gpus(d.gpus)}")
+                     f"({_requests(d.decode.batch)} per rank)")
+    lines.append(f"load     isl {d.isl} / osl {d.osl} tokens, {_requests(d.concurrency)} in flight on {_gpus(d.gpus)}")
     if ctx.speculative_tokens:
         lines.append(f"decode   speculative: the MTP module drafts {ctx.speculative_tokens} token"
                      f"{'s' if ctx.speculative_tokens > 1 else ''} a step, each accepted with p = "
@@ -627,11 +632,11 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
                         f"{ctx.draft_acceptance:g}{_acceptance_note(ctx)}: {kept:.2f} tokens a step")
     if b["mode"] == "agg":
         lines.append(f"best: aggregated, {int(b['workers'])} x worker {b['layout']}, batch {int(b['batch'])} per rank "
-                     f"({int(b['concurrency'])} requests in flight on {_gpus(b['gpus_used'])})")
+                     f"({_requests(b['concurrency'])} in flight on {_gpus(b['gpus_used'])})")
     else:
         lines.append(f"best: disaggregated, {int(b['prefill_workers'])} x prefill {b['prefill_layout']} "
                      f"({prompts_per_step(b['prefill_batch'])}) + {int(b['decode_workers'])} x decode "
-                     f"{b['decode_layout']} (batch {int(b['batch'])} per rank; {int(b['concurrency'])} requests in flight "
+                     f"{b['decode_layout']} (batch {int(b['batch'])} per rank; {_requests(b['concurrency'])} in flight "
                      f"on {_gpus(b['gpus_used'])})")
     lines.append(f"      TTFT {b['ttft_ms']:.0f} ms (p90 {b['ttft_p90_ms']:.0f}), TPOT {b['tpot_ms']:.1f} ms, "
                  f"{b['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {b['tokens_per_s_per_user']:.1f} tokens/s/user")

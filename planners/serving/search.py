@@ -250,9 +250,17 @@ def _no_layout_error(cands: pd.DataFrame, ttft_ms: float, tpot_ms: float, gpus: 
     best_ttft = cands.loc[cands.ttft_ms.idxmin()]
     meet_tpot = cands[cands.tpot_ms <= tpot_ms]
     if meet_tpot.empty:
-        return InputError("--tpot-ms", f"no layout on {gpus} GPUs reaches TPOT {tpot_ms:g} ms: the fastest is "
-                          f"{best_tpot['tpot_ms']:.1f} ms ({best_tpot['mode']}, batch {int(best_tpot['batch'])})",
-                          f"allow --tpot-ms {np.ceil(best_tpot['tpot_ms'] * 10) / 10:g} or more, or use faster GPUs")
+        loose = np.ceil(best_tpot["tpot_ms"] * 10) / 10
+        what = (f"no layout on {gpus} GPUs reaches TPOT {tpot_ms:g} ms: the fastest is "
+                f"{best_tpot['tpot_ms']:.1f} ms ({best_tpot['mode']}, batch {int(best_tpot['batch'])})")
+        fix = f"allow --tpot-ms {loose:g} or more, or use faster GPUs"
+        at_loose = cands[cands.tpot_ms <= loose]
+        if at_loose.ttft_ms.min() > ttft_ms:
+            # the TTFT objective binds too: say so now, not after the user loosened TPOT
+            need = np.ceil(at_loose.ttft_ms.min())
+            what += f"; nor TTFT {ttft_ms:g} ms (the lowest of any layout is {best_ttft['ttft_ms']:.0f} ms)"
+            fix = f"allow --tpot-ms {loose:g} and --ttft-ms {need:g} or more, or use faster GPUs"
+        return InputError("--tpot-ms", what, fix)
     t = meet_tpot.loc[meet_tpot.ttft_ms.idxmin()]
     allow = f"allow --ttft-ms {np.ceil(t['ttft_ms']):g} or more"
     if round(best_ttft["ttft_ms"]) < round(t["ttft_ms"]):     # a layout missing the TPOT objective starts sooner
