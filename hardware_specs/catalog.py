@@ -51,7 +51,7 @@ import yaml
 
 from hardware_specs.cluster_spec import MAX_LATENCY_S, ClusterSpec, HostSpec, NetworkTier
 from hardware_specs.efficiency_model import EfficiencyModel
-from hardware_specs.errors import InputError, not_a_file, require_plausible, require_positive, suggest
+from hardware_specs.errors import InputError, check_name, not_a_file, require_plausible, require_positive, suggest
 from hardware_specs.gpu_spec import MAX_HBM_BYTES, MAX_RATE_PER_S, MIN_HBM_BYTES, MIN_RATE_PER_S, GPUSpec
 from hardware_specs.serving_behaviour import ServingBehaviour
 from hardware_specs.serving_efficiency import ServingEfficiency
@@ -278,7 +278,7 @@ LINK_KEYS = ("between", "bw_gbit_per_s", "bw_gb_per_s", "latency_us", "kind")
 
 def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
     """Build a ``GPUSpec`` from a catalog mapping (human units, see module docstring)."""
-    name = _get(data, "name", where, str)
+    name = check_name(f"{where}.name", _get(data, "name", where, str))
     where = f"gpu {name}"
     refuse_unknown_keys(data, GPU_KEYS, where)
     peaks = data.get("peak_tflops")
@@ -409,6 +409,7 @@ def cluster_from_dict(data: dict, where: str = "cluster", base_dir: Path | None 
     name = _get(data, "name", where, str)
     if not name.strip():        # a model file refuses an empty name; a cluster took one
         raise InputError(f"{where}.name", "is empty", "give the cluster a name")
+    check_name(f"{where}.name", name)
     where = f"cluster {name}"
     if "pools" not in data:
         refuse_unknown_keys(data, CLUSTER_KEYS, where)
@@ -520,7 +521,7 @@ def _link_from_dict(data: dict, index: int) -> PoolLink:
 def pooled_cluster_from_dict(data: dict, where: str = "cluster", base_dir: Path | None = None) -> PooledCluster:
     """Build a ``PooledCluster`` from a pooled cluster mapping (``pools`` and ``links``); relative
     paths in its pools are looked for beside the file first (``base_dir``)."""
-    name = _get(data, "name", where, str)
+    name = check_name(f"{where}.name", _get(data, "name", where, str))
     refuse_unknown_keys(data, POOLED_KEYS, f"cluster {name}")
     pools = data.get("pools")
     if not isinstance(pools, list) or not pools:
@@ -656,7 +657,7 @@ STACK_KEYS = ("name", "framework", "versions", "description", "training", "servi
 
 def stack_from_dict(data: dict, where: str = "stack") -> StackSpec:
     """Build a ``StackSpec`` from a catalog mapping (see ``hardware_specs.stack_spec``)."""
-    name = _get(data, "name", where, str)
+    name = check_name(f"{where}.name", _get(data, "name", where, str))
     where = f"stack {name}"
     refuse_unknown_keys(data, STACK_KEYS, where)
     citations: dict[str, str] = {}

@@ -5,6 +5,8 @@ A ``InputError`` names the offending field and says how to fix it; the CLI print
 """
 from __future__ import annotations
 
+import re
+
 import difflib
 from typing import Iterable
 
@@ -40,6 +42,28 @@ def suggest(name: str, known: Iterable[str]) -> str:
         return "did you mean " + ", ".join(close) + "?"
     shown = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")
     return f"known: {shown}"
+
+
+#: what a name read from a user's file may hold: it is printed in tables and written into launch
+#: scripts (comments, messages, arguments), where a newline or a shell metacharacter such as
+#: ``$(...)`` would run as a command
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
+
+
+def check_name(field: str, name: str) -> str:
+    """``name`` if it is a safe name (``SAFE_NAME``), else ``InputError``."""
+    if not SAFE_NAME.match(name):
+        shown = name if len(name) <= 40 else name[:40] + "..."
+        raise InputError(field, f"{shown!r} is not a name: letters, digits and . _ + - only, at most 128, "
+                         "starting with a letter or digit", "rename it with those characters only")
+    return name
+
+
+def safe_name(text: str, fallback: str = "model") -> str:
+    """``text`` made a safe name (``SAFE_NAME``): every other character becomes '-' (for names a
+    file does not state but its path gives, e.g. a Hugging Face checkpoint folder)."""
+    name = re.sub(r"[^A-Za-z0-9._+-]+", "-", text).strip("-._+")[:128]
+    return name or fallback
 
 
 def require_positive(field: str, value: float, allow_zero: bool = False) -> None:

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from hardware_specs.catalog import exists, is_file, read_yaml
-from hardware_specs.errors import InputError, not_a_file, suggest
+from hardware_specs.errors import InputError, check_name, not_a_file, suggest
 from model_specs.hf_config import is_hf_config, model_from_hf_config, read_json
 from model_specs.model_spec import LinearAttentionSpec, MambaSpec, MLASpec, ModelSpec, MoESpec
 
@@ -273,6 +273,7 @@ def model_from_dict(data: dict[str, Any], where: str = "model", default_name: st
         raise InputError(f"{where}.name", "missing", "add 'name:' to the file")
     if isinstance(name, bool) or not isinstance(name, (str, int)) or not str(name).strip():
         raise InputError(f"{where}.name", f"expected text, got {name!r}", "quote it")
+    check_name(f"{where}.name", str(name))
     where = f"model {name}"
     _require(data, _REQUIRED, where)
     kwargs: dict[str, Any] = {"name": str(name)}

@@ -33,7 +33,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
-from hardware_specs.errors import InputError, json_int, not_a_file
+from hardware_specs.errors import InputError, json_int, not_a_file, safe_name
 from model_specs.model_spec import MLASpec, ModelSpec, MoESpec, check_size
 
 # Longest default training sequence taken from max_position_embeddings; longer contexts are
@@ -518,12 +518,14 @@ def is_hf_config(data: dict[str, Any]) -> bool:
 
 
 def _default_name(path: Path | None, data: dict[str, Any], family: str) -> str:
+    """The checkpoint's folder (or file) name, or its ``_name_or_path``, as a safe name
+    (``hardware_specs.errors.safe_name``: it is written into launch scripts)."""
     if path is not None:
-        return path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+        return safe_name(path.parent.name if path.name == "config.json" and path.parent.name else path.stem)
     name_or_path = data.get("_name_or_path")
     if isinstance(name_or_path, str) and name_or_path:
-        return name_or_path.rstrip("/").split("/")[-1]
-    return family
+        return safe_name(name_or_path.rstrip("/").split("/")[-1])
+    return safe_name(family)
 
 
 def model_from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | None = None,
