@@ -536,3 +536,85 @@ def test_a_gpu_file_that_states_no_vendor_still_emits(tmp_path):
     (tmp_path / "c.yaml").write_text("name: c\ngpu: my-h100.yaml\ngpus_per_node: 8\nscaleout: {bw_gbit_per_s: 400}\n")
     r = run("plan", "-m", "llama3-8b", "-c", tmp_path / "c.yaml", "-n", "8", "--global-batch", "8", "--emit", "megatron")
     assert r.exit_code == 0, r.output
+
+
+def test_serving_rows_without_an_id_are_counted_by_position_and_implausible_cells_are_skipped(tmp_path):
+    import pandas as pd
+
+    from paraplan.validation.serving import summarize, validate_rows
+    _, serving = _files()
+    rows = pd.read_csv(serving, dtype={"backend_version": str}).head(4).copy()
+    rows.loc[0, "id"] = float("nan")          # an empty cell, as pandas reads '', NA or null
+    rows.loc[1, "id"] = float("nan")
+    rows.loc[2, "silicon_ttft_ms"] = 1e308
+    rows.loc[3, "osl"] = 1
+    out = validate_rows(rows)
+    # two rows without an id are two rows, not a repeat; every row counted once
+    assert sorted(out.data_row.unique()) == [1, 2, 3, 4]
+    assert not out.reason.fillna("").str.contains("repeats").any()
+    total = summarize(out)
+    assert int(total.rows_used.sum() + total.rows_skipped.sum()) == 4 and (total.rows_skipped >= 0).all()
+    huge = out[(out.data_row == 3) & (out.metric == "ttft_ms")].iloc[0]
+    assert huge.status == "skipped" and huge.reason == "measured ttft_ms 1e+308 is above 8.64e+07 ms (a day), not a measurement"
+    one = out[(out.data_row == 4) & (out.metric == "tpot_ms")].iloc[0]
+    assert one.status == "skipped" and one.reason.startswith("osl 1: a request of one output token has no time")
+    # a repeated id is skipped and counted once, and the text's skipped list agrees with the table
+    rows = pd.read_csv(serving, dtype={"backend_version": str}).head(1)
+    path = tmp_path / "twice.csv"
+    pd.concat([rows, rows]).to_csv(path, index=False)
+    text = run("validate", "serving", path, "--list-skipped").stdout
+    assert "skipped rows: 1" in text and f"repeats data row 1" in text
+
+
+def test_a_published_row_without_an_id_is_no_repeat_and_a_huge_value_is_damage(tmp_path):
+    import pandas as pd
+
+    from paraplan.validation.published import validate_rows
+    published, _ = _files()
+    rows = pd.read_csv(published).head(3).copy()
+    rows.loc[0, "id"] = float("nan")
+    rows.loc[1, "id"] = float("nan")
+    rows.loc[2, "measured_value"] = 1e308
+    out = validate_rows(rows)
+    assert not out.reason.fillna("").str.contains("repeats").any()
+    assert out.reason.iloc[2] == "measured_value 1e+308 is above 1e+12, not a measurement (a damaged cell)"
+
+
+@pytest.mark.parametrize("option, value, says", [
+    ("--recompute-modules", "", "is empty"), ("--recompute-modules", "core_attn,,mlp_act", "an empty item"),
+    ("--pipeline-layout", " ", "is empty")])
+def test_an_option_given_empty_is_refused_not_read_as_absent(option, value, says):
+    # an empty --recompute-modules ran as if it had not been given, though it implies selective
+    one_line_error(run("simulate", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "8", "--tp", "8",
+                       "--global-batch", "8", option, value), option, says)
+
+
+@pytest.mark.parametrize("kind, line, bad", [
+    ("model", 'name: "llama3.1-70b"', 'name: "evil$(touch /tmp/paraplan-pwned)"'),
+    ("cluster", "name: dgx-h100", 'name: "dgx\\necho injected >&2 #"')])
+def test_a_name_that_would_run_as_shell_in_a_launch_script_is_refused(tmp_path, kind, line, bad):
+    # names are written into --emit scripts (comments, the MODEL message inside ${MODEL:?...}):
+    # $(...) there ran when the script started without MODEL, a newline turned a comment into a command
+    src = REPO / ("model_specs/presets/llama3.1-70b.yaml" if kind == "model" else "hardware_specs/clusters/dgx-h100.yaml")
+    text = src.read_text()
+    assert line in text
+    path = tmp_path / f"{kind}.yaml"
+    path.write_text(text.replace(line, bad, 1))
+    args = (["-m", path, "-s", "dgx-h100"] if kind == "model" else ["-m", "llama3.1-8b", "-s", path])
+    one_line_error(run("serve", "simulate", *args, "--emit"), "name", "is not a name")
+
+
+def test_a_hugging_face_checkpoint_folder_name_is_made_a_safe_name(tmp_path):
+    import json
+    import subprocess
+    folder = tmp_path / "x$(echo INJECTED>&2)"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "llama", "num_hidden_layers": 4, "hidden_size": 512, "num_attention_heads": 8,
+        "num_key_value_heads": 8, "intermediate_size": 1024, "vocab_size": 32000, "max_position_embeddings": 4096}))
+    result = run("serve", "simulate", "-m", folder / "config.json", "-s", "dgx-h100", "--emit")
+    assert result.exit_code == 0, result.output
+    assert "echo INJECTED" not in result.stdout and "x-echo-INJECTED-2" in result.stdout
+    script = tmp_path / "launch.sh"
+    script.write_text(result.stdout)
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0

@@ -554,19 +554,25 @@ def serving_summary_text(results, summary, list_skipped: bool) -> str:
     lines += ["per backend and mode",
               format_table(rows, ["backend", "mode", "rows_used", "rows_skipped", "ttft_mean_abs_err_pct",
                                   "tpot_mean_abs_err_pct"], align="llrrrr").rstrip()]
-    skipped = results[results.status != "ok"].drop_duplicates("id")
-    assumed = results[(results.status == "ok") & (results.assumption.fillna("") != "")].drop_duplicates("id")
+    # rows by position (data_row): an id may be empty or repeated
+    used = set(results[results.status == "ok"].data_row)
+    skipped = results[~results.data_row.isin(used)].drop_duplicates("data_row")
+    partly = results[results.data_row.isin(used) & (results.status != "ok")]
+    assumed = results[(results.status == "ok") & (results.assumption.fillna("") != "")].drop_duplicates("data_row")
     if len(assumed):
         lines += ["", f"rows predicted under an assumption: {len(assumed)}"]
         lines += _counted_reasons(Counter(assumed.assumption))
     if len(skipped):
         lines += ["", f"skipped rows: {len(skipped)}"]
         if list_skipped:
-            table = [[_row_label(r, i), r["reason"]] for i, r in zip(skipped.index, skipped.to_dict("records"))]
+            table = [[_row_label(r, r["data_row"] - 1), r["reason"]] for r in skipped.to_dict("records")]
             lines.append(format_table(table, ["id", "reason"], align="ll", indent="  ").rstrip())
         else:
             lines += _counted_reasons(Counter(skipped.reason.fillna("").astype(str)))
             lines.append("  (--list-skipped lists every skipped row id)")
+    if len(partly):
+        lines += ["", f"metrics skipped in rows otherwise predicted: {len(partly)}"]
+        lines += _counted_reasons(Counter(partly.metric.astype(str) + ": " + partly.reason.fillna("").astype(str)))
     return "\n".join(lines) + "\n"
 
 

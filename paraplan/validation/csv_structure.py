@@ -8,6 +8,8 @@ an ``InputError`` naming the row or the column, before any row is predicted.
 """
 from __future__ import annotations
 
+import math
+
 import csv
 from pathlib import Path
 
@@ -44,3 +46,10 @@ def check_csv_structure(path: str | Path) -> None:
     except (UnicodeDecodeError, csv.Error) as exc:
         raise InputError("path", f"malformed CSV {p.name}: {str(exc).splitlines()[0]}",
                          "save the file as UTF-8 CSV with the columns of the public file") from None
+
+
+def id_text(value) -> str:
+    """A row's id as text; "" when the cell is empty (pandas reads an empty cell, NA or null as NaN)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return str(value).strip()

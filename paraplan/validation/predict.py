@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hardware_specs.catalog import efficiency_for_cluster
+from paraplan.validation.csv_structure import id_text
 from paraplan.validation.flops_conventions import CONVENTIONS
 from paraplan.validation.published import RowInputs, Skip, row_inputs, run_conventions
 from simulator.config_batch import ConfigBatch
@@ -49,6 +50,9 @@ class Prepared:
 #: the smallest measured value a row may state in any of its metrics (seconds, tokens/s, TFLOP/s,
 #: MFU in percent): anything smaller is damage, and its relative error would print as inf
 MIN_MEASURED_VALUE = 1e-9
+#: the largest: a step of 30 years, 1e12 tokens/s or TFLOP/s per GPU, an MFU of 1e12 percent; a
+#: larger cell is damage (1e308 was scored as a -100% error)
+MAX_MEASURED_VALUE = 1e12
 
 def conversion(inputs: RowInputs) -> tuple[float, float, bool]:
     """(scale, power, from layer time) with metric = scale * time ** power."""
@@ -108,7 +112,7 @@ def prepare(records, on_skip=None) -> Prepared:
     first_of: dict[str, int] = {}
     for i, row in enumerate(records):
         try:
-            rid = str(row.get("id") or "").strip()
+            rid = id_text(row.get("id"))
             if rid and rid in first_of:     # a copied row was scored twice under one id
                 raise Skip(f"id {rid} repeats data row {first_of[rid] + 1}")
             first_of.setdefault(rid, i)
@@ -122,6 +126,8 @@ def prepare(records, on_skip=None) -> Prepared:
                 raise Skip("measured_value empty or not positive")
             if value < MIN_MEASURED_VALUE:
                 raise Skip(f"measured_value {value:g} is below {MIN_MEASURED_VALUE:g}, not a measurement (a damaged cell)")
+            if value > MAX_MEASURED_VALUE:
+                raise Skip(f"measured_value {value:g} is above {MAX_MEASURED_VALUE:g}, not a measurement (a damaged cell)")
         except Skip as exc:
             if on_skip is not None:
                 on_skip(i, str(exc))

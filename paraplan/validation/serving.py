@@ -94,7 +94,7 @@ from cost_models.weight_formats import slice_holds_whole_blocks
 from hardware_specs.errors import InputError, not_a_file
 from hardware_specs.serving_efficiency import ServingEfficiency
 from model_specs.catalog import load_model
-from paraplan.validation.csv_structure import check_csv_structure
+from paraplan.validation.csv_structure import check_csv_structure, id_text
 from simulator.serving.aggregated import memory_columns
 from simulator.serving.context import ServingContext
 from simulator.serving.evaluate import evaluate_agg_columns, evaluate_disagg_columns
@@ -544,6 +544,8 @@ def predict(df: pd.DataFrame, efficiency: Mapping[str, ServingEfficiency] | None
 #: the shortest TTFT or TPOT a row may state: no engine answers in less than a microsecond (a
 #: smaller cell is damage, and its relative error would print as inf)
 MIN_MEASURED_MS = 1e-3
+#: the longest: a day (a larger cell is damage; 1e308 was scored as a -100% error)
+MAX_MEASURED_MS = 86_400_000.0
 
 
 def validate_rows(df: pd.DataFrame, efficiency=None, progress=None) -> pd.DataFrame:
@@ -554,7 +556,7 @@ def validate_rows(df: pd.DataFrame, efficiency=None, progress=None) -> pd.DataFr
     records = []
     first_of: dict[str, int] = {}
     for n, ((i, r), p) in enumerate(zip(df.iterrows(), pred.to_dict("records"))):
-        rid = str(r.get("id") or "").strip()
+        rid = id_text(r.get("id"))
         repeat = rid in first_of if rid else False     # a copied row was scored twice under one id
         first_of.setdefault(rid, n)
         for metric, col, pcol in (("ttft_ms", "silicon_ttft_ms", "pred_ttft_ms"), ("tpot_ms", "silicon_tpot_ms", "pred_tpot_ms")):
@@ -562,15 +564,22 @@ def validate_rows(df: pd.DataFrame, efficiency=None, progress=None) -> pd.DataFr
             predicted = float("nan") if repeat else p[pcol]
             if repeat:
                 p = {**p, "reason": f"id {rid} repeats data row {first_of[rid] + 1}"}
-            ok = not math.isnan(predicted) and measured >= MIN_MEASURED_MS
+            # one output token has no time per output token (the engines report none; TPOT is 0 here)
+            no_tpot = metric == "tpot_ms" and not math.isnan(predicted) and _num(r.get("osl")) == 1
+            plausible = MIN_MEASURED_MS <= measured <= MAX_MEASURED_MS
+            ok = not math.isnan(predicted) and plausible and not no_tpot
             reason = p["reason"] if not ok else ""
-            if not math.isnan(predicted) and not measured > 0:
+            if no_tpot:
+                reason = "osl 1: a request of one output token has no time per output token"
+            elif not math.isnan(predicted) and not measured > 0:
                 reason = f"measured {metric} missing or <= 0"
+            elif not math.isnan(predicted) and measured > MAX_MEASURED_MS:
+                reason = f"measured {metric} {measured:g} is above {MAX_MEASURED_MS:g} ms (a day), not a measurement"
             elif not math.isnan(predicted) and not ok:
                 reason = f"measured {metric} {measured:g} is below {MIN_MEASURED_MS:g} ms, not a measurement"
             records.append({
-                "id": r.get("id"), "metric": metric, "status": "ok" if ok else "skipped",
-                "predicted": float(predicted) if ok else None, "measured": measured if measured >= MIN_MEASURED_MS else None,
+                "id": r.get("id"), "data_row": n + 1, "metric": metric, "status": "ok" if ok else "skipped",
+                "predicted": float(predicted) if ok else None, "measured": measured if plausible else None,
                 "rel_error": (predicted - measured) / measured if ok else None, "reason": reason,
                 "backend": r.get("backend"), "system": r.get("system"), "mode": r.get("mode"),
                 "model": r.get("model_path"), "generation": p["generation"], "assumption": p["assumption"],
@@ -587,10 +596,10 @@ def summarize(results: pd.DataFrame, by=GROUP_KEYS) -> pd.DataFrame:
     for key, g in results.groupby(list(by), dropna=False, sort=True):
         key = key if isinstance(key, tuple) else (key,)
         rec = dict(zip(by, key))
-        rows = g.drop_duplicates("id")
-        ok_ids = set(g[g.status == "ok"].id)
-        rec["rows_used"] = len(ok_ids)
-        rec["rows_skipped"] = int(len(set(rows.id)) - len(ok_ids))
+        # counted by position: an id may be empty or repeated (a repeat is skipped)
+        ok_rows = set(g[g.status == "ok"].data_row)
+        rec["rows_used"] = len(ok_rows)
+        rec["rows_skipped"] = int(g.data_row.nunique() - len(ok_rows))
         for metric in METRICS:
             err = g[(g.metric == metric) & (g.status == "ok")].rel_error.astype(float).abs() * 100
             rec[f"{metric.removesuffix('_ms')}_mean_abs_err_pct"] = float(err.mean()) if len(err) else math.nan
