@@ -429,6 +429,20 @@ def write_timelines(model, config, report, trace_path: str | None, gantt_path: s
 POS = click.IntRange(min=1)
 
 
+
+
+def _not_empty(value: str | None, option: str, comma_list: bool = False) -> str | None:
+    """``value`` unless the option was given empty (or, for a comma list, with an empty item):
+    an empty --recompute-modules ran as if none had been named, though the option implies
+    selective recomputation."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise InputError(option, "is empty", "name what it should be, or leave the option out")
+    if comma_list and any(not item.strip() for item in value.split(",")):
+        raise InputError(option, f"an empty item in {value!r}", "give one name between each pair of commas")
+    return value
+
 @click.command("simulate", short_help="Step time, throughput, MFU and memory of one configuration.")
 @click.option("--model", "-m", required=True, help="Model preset (see `paraplan models list`), YAML file, or HF config.json.")
 @click.option("--cluster", "-c", required=True, help="Cluster name (see `paraplan hardware list`) or YAML file.")
@@ -489,7 +503,7 @@ POS = click.IntRange(min=1)
               help="Layers on the last pipeline stage (Megatron --decoder-last-pipeline-num-layers); 0 = not set.")
 @click.option("--uneven-layers", is_flag=True,
               help="Allow layer counts that do not divide over the stages: first and last stages one layer lighter.")
-@click.option("--pipeline-layout", metavar="LAYOUT",
+@click.option("--pipeline-layout", metavar="LAYOUT", callback=lambda ctx, param, v: _not_empty(v, "--pipeline-layout"),
               help="Megatron layout string (--pipeline-model-parallel-layout): stages in forward order separated by "
                    "'|', E embedding, t layer, m MTP module, L loss, x*n and (...)*n repeat; e.g. 'Et*3|(tt|)*29,m|L'.")
 @click.option("--recompute-num-layers", type=click.IntRange(0), metavar="N",
@@ -500,7 +514,7 @@ POS = click.IntRange(min=1)
                    "in groups of N, one input kept per group [default: block].")
 @click.option("--recompute-layers-decrement", type=click.IntRange(0), metavar="K",
               help="Stage s recomputes max(N - s*K, 0) layers per chunk (NeMo activations_checkpoint_layers_per_pipeline).")
-@click.option("--recompute-modules", metavar="LIST",
+@click.option("--recompute-modules", metavar="LIST", callback=lambda ctx, param, v: _not_empty(v, "--recompute-modules", True),
               help="Operations recomputed in the layers not recomputed in full, comma-separated: core_attn, layernorm, "
                    "mlp_act, mla_up_proj, moe_dispatch, mlp (dense layers' whole MLP), moe (MoE layers' whole MoE block) "
                    "(Megatron --recompute-modules), every_second_linear (torchtitan's per-operation policy: every "
