@@ -77,3 +77,12 @@ def test_each_layout_is_also_tried_at_the_largest_batch_meeting_the_objective():
     out = evaluate_agg(ctx, best["tp"], best["adp"], best["pp"], best["moe_tp"], best["moe_ep"],
                        best["batch"] + 1.0, 8192, 256)
     assert float(out["ttft_s"]) > 0.5 or float(out["tpot_s"]) > 0.02
+
+
+def test_the_why_lines_speak_only_of_the_modes_searched():
+    # --mode disagg searched no aggregated layout: "no agg layout meets the SLO" claimed one
+    ctx = ServingContext.build("llama3.1-70b", "dgx-h100", "vllm", "fp8")
+    only = plan_serving(ctx, 8, 1024, 1024, 1000.0, 50.0, modes=("disagg",))
+    assert only.best["mode"] == "disagg" and not any("agg layout" in line for line in only.why)
+    both = plan_serving(ctx, 8, 1024, 1024, 1000.0, 50.0)
+    assert any(line.strip().startswith("the best ") or "layout meets the SLO" in line for line in both.why[1:])

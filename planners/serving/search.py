@@ -239,7 +239,7 @@ def describe(row) -> str:
 
 
 def _why(best: pd.Series, cands: pd.DataFrame, ttft_ms: float, tpot_ms: float, gpus: int = 0,
-         rank_by: str = "per-gpu") -> list[str]:
+         rank_by: str = "per-gpu", modes=None) -> list[str]:
     lines = []
     in_all = (f" ({best['tokens_per_s_per_gpu'] * best['gpus_used']:,.0f} tokens/s in all on {int(best['gpus_used'])} "
               "GPUs)" if rank_by == "total" else "")
@@ -259,7 +259,8 @@ def _why(best: pd.Series, cands: pd.DataFrame, ttft_ms: float, tpot_ms: float, g
         lines.append(f"     the best {o['mode']} layout meeting the SLO reaches {o_score:,.0f} "
                      f"{unit} ({ratio:.2f}x less) at TPOT {o['tpot_ms']:.1f} ms, TTFT {o['ttft_ms']:.0f} ms: "
                      f"{describe(o)}")
-    else:
+    elif modes is None or len(set(modes)) > 1:
+        # only of a mode that was searched (--mode disagg searched no aggregated layout)
         lines.append(f"     no {'disagg' if best['mode'] == 'agg' else 'agg'} layout meets the SLO")
     bigger = cands[(cands["mode"] == best["mode"]) & (score > best_score)]
     if len(bigger):
@@ -378,5 +379,5 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
                        best=best, evaluated=evaluated, wall_s=time.perf_counter() - t0)
     if best is None:
         raise _no_layout_error(cands, ttft_ms, tpot_ms, gpus)
-    plan.why = _why(best, cands, ttft_ms, tpot_ms, gpus, rank_by)
+    plan.why = _why(best, cands, ttft_ms, tpot_ms, gpus, rank_by, modes)
     return plan
