@@ -103,6 +103,12 @@ def test_simulated_points_equal_api_simulate_row_by_row():
         assert row.mfu_bf16_pct == pytest.approx(one.mfu_bf16_pct, rel=1e-9)
     assert bool(df[df.cluster == "mi300x-node"]["efficiency_fitted"].any()) is False
     assert bool(df[df.cluster == "dgx-h100"]["efficiency_fitted"].all()) is True
+    # a point that cannot run keeps its axis values: its row says which grid point failed
+    bad = df[df.status == "invalid"]
+    axes = ["model", "cluster", "gpus", "tp", "pp", "ep", "zero_stage", "recompute", "dtype", "global_batch_tokens"]
+    assert len(bad) and bad[axes].notna().all().all()
+    assert not bad.duplicated(axes).any()
+    assert set(bad["dtype"]) <= {"bf16"}          # resolved per GPU, as the rows that ran
 
 
 def test_finished_chunks_are_not_recomputed(tmp_path, monkeypatch):

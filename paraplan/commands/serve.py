@@ -326,7 +326,7 @@ def render_simulation(report) -> str:
     if ctx.speculative_tokens:
         lines.append(f"decode   speculative: the MTP module drafts {ctx.speculative_tokens} token"
                      f"{'s' if ctx.speculative_tokens > 1 else ''} a step, each accepted with p = "
-                     f"{ctx.draft_acceptance:g}{_acceptance_note(ctx)}: {ctx.tokens_per_step_at(d.osl):.2f} tokens a step")
+                     f"{ctx.draft_acceptance:.10g}{_acceptance_note(ctx)}: {ctx.tokens_per_step_at(d.osl):.2f} tokens a step")
     lines += ["", "latency and throughput" + _prior_note(ctx) + _extrapolation_note(ctx, d.isl)]
     rows = [["ttft_ms", f"{1e3 * m['ttft_s']:.1f}", "time to first token, mean"],
             ["ttft_p90_ms", f"{1e3 * m['ttft_p90_s']:.1f}", "time to first token, 90th percentile (queueing model)"],
@@ -629,7 +629,7 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
     if ctx.speculative_tokens:
         kept = ctx.tokens_per_step_at(int((opts or {}).get("osl") or 2))
         lines.insert(2, f"decode: speculative, the MTP module drafts {ctx.speculative_tokens} token{'s' if ctx.speculative_tokens > 1 else ''} a step, acceptance "
-                        f"{ctx.draft_acceptance:g}{_acceptance_note(ctx)}: {kept:.2f} tokens a step")
+                        f"{ctx.draft_acceptance:.10g}{_acceptance_note(ctx)}: {kept:.2f} tokens a step")
     if b["mode"] == "agg":
         lines.append(f"best: aggregated, {int(b['workers'])} x worker {b['layout']}, batch {int(b['batch'])} per rank "
                      f"({_requests(b['concurrency'])} in flight on {_gpus(b['gpus_used'])})")

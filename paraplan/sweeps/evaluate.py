@@ -61,8 +61,16 @@ def _batch(point: Mapping, seq_len: int) -> int:
 
 
 def _base_row(index: int, point: Mapping, kind: str, search: str) -> dict:
-    return {"point": index, "kind": kind, "search": search, "model": point["model"], "cluster": point["cluster"],
-            "stack": point["stack"], "gpus": point["gpus"], "status": "ok", "reason": ""}
+    """The point's own axis values (a point that cannot run keeps them, so its row says which
+    grid point it is), then its status."""
+    row = {"point": index, "kind": kind, "search": search, "model": point["model"], "cluster": point["cluster"],
+           "stack": point["stack"], "gpus": point["gpus"]}
+    for key in ("seq_len", "global_batch", "global_batch_tokens", "dtype"):
+        if point.get(key) is not None:
+            row[key] = point[key]
+    row.update({k: v for k, v in dict(point.get("config") or {}).items() if k in _CONFIG_COLUMNS})
+    row.update(status="ok", reason="")
+    return row
 
 
 def _context(point: Mapping):
@@ -84,6 +92,7 @@ def _simulate_group(rows: list[dict], points: list[Mapping], model, cluster) -> 
     configs, where = [], []
     for row, point in zip(rows, points):
         dtype = _dtype(point["dtype"], cluster)
+        row["dtype"] = dtype
         try:
             given = dict(point["config"])
             fields = stack_fields(point["stack"], dtype, model, cluster.gpu.name, int(given.get("tp", 1)))
