@@ -528,6 +528,57 @@ def _default_name(path: Path | None, data: dict[str, Any], family: str) -> str:
     return safe_name(family)
 
 
+#: ModelOpt's quant_algo (hf_quant_config.json / config.json ``quantization_config``, quant_method
+#: "modelopt") -> weight format: NVIDIA/TensorRT-Model-Optimizer modelopt/torch/export
+#: (QUANTIZATION_FP8, QUANTIZATION_NVFP4, QUANTIZATION_W4A16_AWQ); others are not read
+MODELOPT_ALGOS = {"FP8": "fp8", "NVFP4": "nvfp4", "W4A16_AWQ": "int4_wo"}
+
+
+def checkpoint_formats(quant, moe: bool, where: str) -> dict[str, str]:
+    """The ``checkpoint_format`` / ``expert_checkpoint_format`` a config.json's
+    ``quantization_config`` states (empty when it states none this reader knows):
+
+    * ``fp8`` with ``weight_block_size`` (DeepSeek-V3 / R1, Qwen3-FP8): 128 x 128-block FP8 in every
+      linear layer -> fp8_block; without it, per-tensor FP8 -> fp8; ``fbgemm_fp8`` -> fp8;
+    * ``mxfp4`` on a MoE model (gpt-oss): the routed experts only (modules_to_not_convert keeps
+      attention, router and embeddings 16-bit);
+    * ``modelopt`` (NVIDIA ModelOpt exports, e.g. nvidia/*-FP8, *-NVFP4): ``quant_algo``
+      (``MODELOPT_ALGOS``);
+    * ``compressed-tensors`` (llm-compressor): ``format`` float-quantized -> fp8,
+      nvfp4-pack-quantized -> nvfp4, pack-quantized (4-bit integer weights) -> int4_wo;
+    * ``awq`` / ``gptq`` at 4 bits -> int4_wo.
+
+    A ``quantization_config`` that is not a mapping, or whose ``quant_method`` is not text, is an
+    ``InputError`` (it was silently ignored)."""
+    if quant is None:
+        return {}
+    if not isinstance(quant, dict):
+        raise InputError(where, f"expected a mapping, got {type(quant).__name__} {str(quant)[:40]!r}",
+                         "write it as the checkpoint's config.json has it, or remove it")
+    method = quant.get("quant_method")
+    if not isinstance(method, str) or not method.strip():
+        raise InputError(f"{where}.quant_method", f"expected text, got {method!r}",
+                         "name the method (e.g. fp8, modelopt, compressed-tensors), or remove quantization_config")
+    method = method.strip().lower()
+    fmt = ""
+    if method == "fp8":
+        fmt = "fp8_block" if quant.get("weight_block_size") else "fp8"
+    elif method == "fbgemm_fp8":           # Meta's Llama-3.1-405B-Instruct-FP8: per-row FP8 weights
+        fmt = "fp8"
+    elif method == "mxfp4":
+        return {"expert_checkpoint_format": "mxfp4"} if moe else {}
+    elif method == "modelopt":
+        fmt = MODELOPT_ALGOS.get(str(quant.get("quant_algo", "")).strip().upper(), "")
+    elif method == "compressed-tensors":
+        fmt = {"float-quantized": "fp8", "nvfp4-pack-quantized": "nvfp4",
+               "pack-quantized": "int4_wo"}.get(str(quant.get("format", "")).strip().lower(), "")
+    elif method in ("awq", "gptq") and quant.get("bits") in (4, "4"):
+        fmt = "int4_wo"
+    if not fmt:
+        return {}
+    return {"checkpoint_format": fmt, **({"expert_checkpoint_format": fmt} if moe else {})}
+
+
 def model_from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | None = None,
                          seq_len: int | None = None) -> ModelSpec:
     """The ``ModelSpec`` described by a Hugging Face ``config.json`` (a path, its folder, or the dict).
@@ -567,16 +618,9 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | 
         fields.setdefault("max_context_tokens", cfg.get_int("max_position_embeddings"))
     if fields.get("position_embedding") == "rope":
         fields.update(_rope_fields(cfg))
-    quant = data.get("quantization_config")
-    if fields.get("moe") is not None and isinstance(quant, dict) and quant.get("quant_method") == "mxfp4":
-        # gpt-oss: MXFP4 routed experts; attention, router and embeddings stay 16-bit
-        # (modules_to_not_convert)
-        fields.setdefault("expert_checkpoint_format", "mxfp4")
-    if isinstance(quant, dict) and quant.get("quant_method") == "fp8" and quant.get("weight_block_size"):
-        # DeepSeek-V3 / R1, Qwen3-FP8: every linear layer's weights in 128 x 128-block FP8
-        fields.setdefault("checkpoint_format", "fp8_block")
-        if fields.get("moe") is not None:
-            fields.setdefault("expert_checkpoint_format", "fp8_block")
+    for key, value in checkpoint_formats(data.get("quantization_config"), fields.get("moe") is not None,
+                                         f"{where}.quantization_config").items():
+        fields.setdefault(key, value)
     for key, value in _dropout_fields(data, family).items():
         fields.setdefault(key, value)
     source = f"Hugging Face config {path}" if path is not None else "Hugging Face config (dict)"

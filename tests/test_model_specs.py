@@ -520,7 +520,35 @@ def test_a_block_fp8_config_json_names_its_checkpoint_format():
            "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
     assert model_from_hf_config(cfg).checkpoint_format == "fp8_block"
     cfg["quantization_config"] = {"quant_method": "fp8"}                     # per-tensor: not block FP8
-    assert model_from_hf_config(cfg).checkpoint_format == ""
+    assert model_from_hf_config(cfg).checkpoint_format == "fp8"
+
+
+@pytest.mark.parametrize("quant, fmt", [
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8"}, "nvfp4"),
+    ({"quant_method": "modelopt", "quant_algo": "FP8"}, "fp8"),
+    ({"quant_method": "compressed-tensors", "format": "float-quantized"}, "fp8"),
+    ({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized"}, "nvfp4"),
+    ({"quant_method": "compressed-tensors", "format": "pack-quantized"}, "int4_wo"),
+    ({"quant_method": "awq", "bits": 4}, "int4_wo"),
+    ({"quant_method": "fbgemm_fp8"}, "fp8"),
+    ({"quant_method": "bitsandbytes"}, ""),                 # not read: the defaults apply
+])
+def test_a_config_jsons_quantization_config_names_the_checkpoint_format(quant, fmt):
+    # an NVFP4 ModelOpt export was priced as fp8: its stated format was not read
+    from model_specs.hf_config import model_from_hf_config
+    cfg = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4,
+           "num_key_value_heads": 4, "intermediate_size": 512, "vocab_size": 1000, "quantization_config": quant}
+    assert model_from_hf_config(cfg).checkpoint_format == fmt
+
+
+@pytest.mark.parametrize("quant, field", [("fp8", "quantization_config"), ({"bits": 4}, "quant_method"),
+                                          ({"quant_method": 8}, "quant_method")])
+def test_a_malformed_quantization_config_is_refused_naming_it(quant, field):
+    from model_specs.hf_config import model_from_hf_config
+    cfg = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4,
+           "num_key_value_heads": 4, "intermediate_size": 512, "vocab_size": 1000, "quantization_config": quant}
+    with pytest.raises(InputError, match=field):
+        model_from_hf_config(cfg)
 
 
 def test_yarn_parameters_come_from_config_json_and_the_deepseek_presets_carry_the_published_ones():
