@@ -77,7 +77,7 @@ def _common(f):
                      help="Serving stack: a framework (vllm, sglang, trtllm: its newest profile) or a stack name (vllm-0.11)."),
         click.option("--backend-version", metavar="VERSION", help="Release of the framework (picks the profile describing it)."),
         click.option("--isl", type=POS, default=1024, show_default=True, help="Input (prompt) tokens per request."),
-        click.option("--osl", type=POS, default=1024, show_default=True, help="Output tokens per request."),
+        click.option("--osl", type=int, default=1024, show_default=True, help="Output tokens per request, 2 or more (the first comes with the prompt; TPOT times the rest)."),
         click.option("--precision", type=click.Choice(PRECISIONS), default=None,
                      help="Weight format of all GEMMs (default: the released checkpoint's where it states one: "
                           "fp8_block for DeepSeek-V3 / R1, bf16 beside gpt-oss's MXFP4 experts; else fp8 on GPUs "

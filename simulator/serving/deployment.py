@@ -101,8 +101,11 @@ class Deployment:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise InputError("mode", f"unknown mode {self.mode!r}", "use agg or disagg")
-        for name in ("isl", "osl"):
-            object.__setattr__(self, name, _whole(name, getattr(self, name)))
+        if self.osl == 1:     # TPOT is the gap between output tokens: one token has none
+            raise InputError("--osl", "1 output token has no time per output token (TPOT)",
+                             "use --osl 2 or more; the prompt alone is TTFT")
+        for name, least in (("isl", 1), ("osl", 2)):
+            object.__setattr__(self, name, _whole(name, getattr(self, name), least))
         if self.isl > 10_000_000 or self.osl > 10_000_000:
             raise InputError("isl" if self.isl > 10_000_000 else "osl", "longer than 10 million tokens",
                              "give a request length a model can serve")
