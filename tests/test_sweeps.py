@@ -329,3 +329,18 @@ def test_a_chunk_that_cannot_be_written_names_it_and_leaves_no_hidden_file(tmp_p
         _write_whole(lambda p: pd.DataFrame({"a": [1]}).to_parquet(p, index=False), target)
     assert err.value.field == "--out"
     assert sorted(x.name for x in tmp_path.iterdir()) == ["abc.parquet"]
+
+
+def test_a_model_file_with_a_bad_field_is_named_by_that_field_not_as_the_models_axis(tmp_path):
+    # hidden_size .nan in a model file listed under models: was reported as "models: expected an
+    # integer", naming neither the file's field nor the file
+    text = (REPO / "model_specs/presets/llama3.1-70b.yaml").read_text()
+    bad = tmp_path / "nan.yaml"
+    bad.write_text(re.sub(r"(?m)^hidden_size: .*$", "hidden_size: .nan", text, count=1))
+    from paraplan.sweeps.spec import check_names
+    with pytest.raises(InputError) as err:
+        check_names(spec_from_dict({**GRID, "models": [str(bad)]}))
+    assert err.value.field == "model llama3.1-70b.hidden_size"
+    with pytest.raises(InputError) as err:
+        check_names(spec_from_dict({**GRID, "models": ["llama3-8bb"]}))
+    assert err.value.field == "models" and "did you mean" in str(err.value)

@@ -272,7 +272,9 @@ def check_names(spec: SweepSpec) -> None:
             try:
                 load(name)
             except InputError as exc:
-                raise InputError(key, exc.message, exc.fix) from None
+                # the catalog's own field when it names one inside the file (a model file's
+                # hidden_size), else the axis (a misspelt name)
+                raise InputError(exc.field if "." in (exc.field or "") else key, exc.message, exc.fix) from None
 
 
 def load_spec(path: str | Path) -> SweepSpec:
