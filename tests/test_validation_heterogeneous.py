@@ -193,3 +193,24 @@ def test_sailor_stages_pay_the_blocking_send_and_receive_of_each_boundary(monkey
     model, cluster, batched, _ = het.run_inputs(run)
     stages = simulate_heterogeneous(model, cluster, batched).stages
     assert [s.pp_comm_s / transfer for s in stages] == pytest.approx([1, 2, 2, 1], rel=1e-6)
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda r: r["pipeline_list"][0].__setitem__("num_stages", 3), "num_stages 3 but 4 stages listed"),
+    (lambda r: r["pipeline_list"][0]["layers_per_stage"][1].__setitem__(0, -5), "not a layer index"),
+    (lambda r: r["pipeline_list"][0]["layers_per_stage"][1].__setitem__(0, 10**9), "not a layer index"),
+    (lambda r: r["pipeline_list"][0]["tmp_per_stage"][0][0].__setitem__(1, 1000000), "does not divide its 4 GPUs"),
+])
+def test_a_run_whose_fields_contradict_each_other_is_skipped_with_the_reason(edit, says):
+    import copy
+    run = copy.deepcopy(RUNS[0])
+    assert len(run["pipeline_list"][0]["layers_per_stage"]) == 4
+    edit(run)
+    rec = het.validate_runs([run])
+    assert {r["status"] for r in rec} == {"skipped"} and says in rec[0]["reason"]
+
+
+def test_a_run_listed_twice_is_scored_once():
+    rec = het.validate_runs([RUNS[0], RUNS[0]])
+    assert [r["status"] for r in rec] == ["ok", "ok", "skipped", "skipped"]
+    assert "listed twice" in rec[2]["reason"]

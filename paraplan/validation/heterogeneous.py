@@ -193,6 +193,10 @@ def _slice_cluster(kind: str, slice_gpus: int, inter_node_gbps: float, latency_u
         description=f"{slice_gpus} {gpu.name} per node, PCIe, {inter_node_gbps:g} Gb/s per node")
 
 
+#: the largest layer index a run may list (a model of a million layers is no model)
+MAX_LAYER_INDEX = 1_000_000
+
+
 def run_inputs(run: dict, inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS,
                inter_node_latency_us: float = DEFAULT_INTER_NODE_LATENCY_US, intra_node_gb_per_s: float | None = None):
     """(model, cluster, plan, assumptions) of one Sailor run; ValueError says why it cannot be."""
@@ -210,6 +214,15 @@ def run_inputs(run: dict, inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS,
             not (len(layers) == len(stages) == len(dp)) or not layers:
         raise ValueError("layers_per_stage, tmp_per_stage and dp must be lists of one entry per stage")
     S = len(layers)
+    stated = pipe.get("num_stages")
+    if stated is not None and (isinstance(stated, bool) or stated != S):
+        raise ValueError(f"num_stages {stated!r} but {S} stages listed in layers_per_stage")
+    if any(isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < MAX_LAYER_INDEX
+           for stage in layers if isinstance(stage, list) for x in stage):
+        # only the counts are used (the public file repeats index 29 where 19 belongs), but an
+        # index must be a layer's: a whole number from 0
+        raise ValueError(f"layers_per_stage holds an entry that is not a layer index (whole numbers 0 to "
+                         f"{MAX_LAYER_INDEX - 1:,})")
     if any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in dp):
         raise ValueError(f"dp holds {dp!r}: data-parallel degrees are whole numbers >= 1")
     if len(set(dp)) != 1:
@@ -242,6 +255,8 @@ def run_inputs(run: dict, inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS,
                 raise ValueError(f"cannot read stage {s} replica {j}: {entry!r}") from None
             if tp < 1 or slice_gpus < 1:
                 raise ValueError(f"stage {s} replica {j}: tp {tp} and {slice_gpus} GPUs must be >= 1")
+            if slice_gpus % tp:
+                raise ValueError(f"stage {s} replica {j}: tp {tp} does not divide its {slice_gpus} GPUs")
             if kind not in CONSUMER_GPUS and kind not in SYSTEMS:
                 raise ValueError(f"unknown GPU kind {kind!r}")
             chain.append((kind, slice_gpus, tp))
@@ -322,11 +337,15 @@ def validate_runs(runs: list[dict], inter_node_gbps: float = DEFAULT_INTER_NODE_
         _check_input("--intra-node-gb-per-s", intra_node_gb_per_s, low=1e-3)   # 1 MB/s
     records = []
     seen: dict[tuple, str] = {}
+    listed: set[str] = set()
     for run in runs:
         rid = str(run.get("_file", "?")) if isinstance(run, dict) else "?"
         try:
             if not isinstance(run, dict):
                 raise ValueError("not a JSON object")
+            if rid != "?" and rid in listed:          # a copied run was scored twice
+                raise ValueError(f"run {rid} is listed twice; the first is scored")
+            listed.add(rid)
             measured = {"iter_time_s": _number(run, "real", rid), "peak_memory_bytes": _number(run, "max_mem", rid)}
             model, cluster, plan, assumptions = run_inputs(run, inter_node_gbps, inter_node_latency_us,
                                                            intra_node_gb_per_s)
