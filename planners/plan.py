@@ -56,6 +56,9 @@ OUTPUT_COLUMNS = ("n_gpus", "dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", 
                   "zero_shard_group", "recompute", "recompute_num_layers", "recompute_layers_decrement",
                   "offload_activation_layers", "sequence_parallel", "schedule", "dtype", "step_time_s", "tokens_per_s",
                   "tokens_per_s_per_gpu", "mfu", "memory_gib", "headroom_gib")
+#: what machine-readable plan rows add: host memory, whether the pipeline time is the exact
+#: makespan (else the ranking estimate), and the step by part (``simulator.report.TIME_PARTS``)
+DETAIL_COLUMNS = ("host_memory_gib", "pipeline_exact") + TIME_PARTS
 _CONFIG_COLUMNS = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "global_batch", "zero_stage",
                    "recompute", "sequence_parallel", "schedule", "dtype")
 _ALIASES = {"zero": "zero_stage", "mb": "micro_batch", "micro-batch": "micro_batch", "sp": "sequence_parallel",
@@ -151,9 +154,11 @@ class PlanResult:
         """Half-open layer ranges of the winner's pp*vpp stages (chunk c on rank c mod pp)."""
         return None if self.stage_assignment is None else self.stage_assignment.stage_layers
 
-    def top(self, n: int = 10) -> pd.DataFrame:
-        """The ``n`` best plans, ``OUTPUT_COLUMNS`` only."""
-        return self.plans.loc[:, list(OUTPUT_COLUMNS)].head(n).reset_index(drop=True)
+    def top(self, n: int = 10, detailed: bool = False) -> pd.DataFrame:
+        """The ``n`` best plans, ``OUTPUT_COLUMNS`` only (``detailed``: with ``DETAIL_COLUMNS``,
+        the step by part and whether its pipeline time is the exact makespan)."""
+        cols = list(OUTPUT_COLUMNS) + ([c for c in DETAIL_COLUMNS if c in self.plans] if detailed else [])
+        return self.plans.loc[:, cols].head(n).reset_index(drop=True)
 
     def pareto(self, by: str = "memory") -> pd.DataFrame:
         """Frontier of throughput against ``memory`` (GiB per GPU) or ``gpus`` (GPU count).

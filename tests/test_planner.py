@@ -483,8 +483,14 @@ def test_cli_table_json_csv_pareto_explain():
     import json
     data = json.loads(res.output)
     # what the command shows: MFU in percent of the bf16 peak, and whether the model is fitted
-    shown = [("mfu_bf16_pct" if c == "mfu" else c) for c in OUTPUT_COLUMNS] + ["efficiency_fitted"]
+    # and, as simulate --json, the config label and the step by part (summing to the step time)
+    from planners.plan import DETAIL_COLUMNS
+    from simulator.report import TIME_PARTS
+    shown = (["config"] + [("mfu_bf16_pct" if c == "mfu" else c) for c in OUTPUT_COLUMNS] + list(DETAIL_COLUMNS)
+             + ["efficiency_fitted"])
     assert len(data["plans"]) == 10 and data["pareto_gpus"] and set(shown) == set(data["plans"][0])
+    for row in data["plans"]:
+        assert sum(row[k] for k in TIME_PARTS) == pytest.approx(row["step_time_s"], rel=1e-9)
     assert data["request"]["efficiency_fitted"] is True
     assert data["plans"][0]["mfu_bf16_pct"] == pytest.approx(100 * plan(
         "gpt3-1.3b", "dgx-a100-80gb", "8-16", 32).best["mfu"], rel=1e-9)

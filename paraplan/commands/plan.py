@@ -26,7 +26,7 @@ from paraplan import mfu as mfu_units
 from paraplan import priors
 from paraplan.cli import dump_json, format_table, four_significant
 from planners.explain import fit_text, stage_layers_text
-from planners.plan import OUTPUT_COLUMNS, PlanResult, parse_gpus, plan
+from planners.plan import DETAIL_COLUMNS, OUTPUT_COLUMNS, PlanResult, parse_gpus, plan
 from simulator.parallel_config import Recompute, Schedule
 from paraplan.commands.simulate import STACK_HELP, ep_comm_overlap_option, ep_dispatch_dedup_option
 from paraplan.commands.token_count import TOKENS
@@ -106,6 +106,15 @@ def display(df, cluster):
     rest on a fitted efficiency model (``efficiency_fitted``, see ``paraplan.priors``)."""
     out = mfu_units.mfu_pct_columns(df, cluster.gpu)
     out["efficiency_fitted"] = not priors.is_prior(cluster)
+    return out
+
+
+def machine_rows(df, cluster):
+    """``display`` for --json / --csv: the table's ``config`` label first (as in the table and
+    ``simulate --json``), every field after it."""
+    from paraplan.api import config_labels
+    out = display(df, cluster)
+    out.insert(0, "config", config_labels(out).to_numpy() if len(out) else [])
     return out
 
 
@@ -304,7 +313,7 @@ def _json(result: PlanResult, top: int, pareto: bool, explain: bool, cluster) ->
                    "fit_exact": result.fit_exact, "fit_unchecked": result.fit_unchecked, "plans_kept": len(result.plans),
                    "wall_s": result.wall_s, "eval_s": result.eval_s, "evals_per_s": result.evals_per_s},
         "pruned": dict(result.pruned),
-        "plans": display(result.top(top), cluster).to_dict("records"),
+        "plans": machine_rows(result.top(top, detailed=True), cluster).to_dict("records"),
         "stage_layers": [list(x) for x in _priced_chunks(result, None)] or None,
         "balanced_stage_layers": [list(x) for x in result.stage_layers] if result.stage_layers else None,
         # what the best plan uses that no measured run in the validation files exercises ('' none)
@@ -312,9 +321,9 @@ def _json(result: PlanResult, top: int, pareto: bool, explain: bool, cluster) ->
         if len(result.plans) else "",
     }
     if pareto:
-        data["pareto_memory"] = display(result.pareto("memory"), cluster).to_dict("records")
+        data["pareto_memory"] = machine_rows(result.pareto("memory"), cluster).to_dict("records")
         if result.gpus[0] != result.gpus[1]:
-            data["pareto_gpus"] = display(result.pareto("gpus"), cluster).to_dict("records")
+            data["pareto_gpus"] = machine_rows(result.pareto("gpus"), cluster).to_dict("records")
     if explain:
         data["explain"] = result.explain
         data["without_features"] = _without_features(result, cluster)
@@ -332,7 +341,8 @@ def _without_features(result: PlanResult, cluster) -> list[dict]:
         found = p.index is not None
         out.append({"without": list(p.without), "rank": p.index + 1 if found else None,
                     "slower_pct": 100 * p.slower_share if found else None, "plans_kept": p.kept,
-                    "plan": display(result.plans.iloc[[p.index]][list(OUTPUT_COLUMNS)], cluster).to_dict("records")[0]
+                    "plan": machine_rows(result.plans.iloc[[p.index]][list(OUTPUT_COLUMNS) + [
+                        c for c in DETAIL_COLUMNS if c in result.plans]], cluster).to_dict("records")[0]
                     if found else None})
     return out
 
@@ -495,8 +505,8 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         click.echo(_json(result, top, pareto, explain, cl), nl=False)
         return
     if as_csv:
-        click.echo(_csv(display(result.pareto("gpus" if is_range else "memory") if pareto else result.top(top), cl)),
-                   nl=False)
+        click.echo(_csv(machine_rows(result.pareto("gpus" if is_range else "memory") if pareto
+                                     else result.top(top, detailed=True), cl)), nl=False)
         return
     out = [_header(result, default_seq_len_note(spec, seq_len is not None)),
            _table(display(result.top(top), cl), show_gpus=is_range), CONFIG_LEGEND]
