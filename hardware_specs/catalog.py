@@ -742,6 +742,9 @@ def serving_efficiency_from_dict(data: dict, where: str = "serving_efficiency") 
         elif key == "prior":
             if not isinstance(value, bool):
                 raise InputError(f"{where}.prior", f"must be true or false, got {value!r}")
+        elif key == "validation_error_pct":
+            if not isinstance(value, dict):
+                raise InputError(f"{where}.{key}", f"expected a mapping, got {value!r}")
         else:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise InputError(f"{where}.{key}", f"expected a number, got {value!r}")

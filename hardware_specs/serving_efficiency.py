@@ -13,7 +13,9 @@ input of the software stack (``hardware_specs.serving_behaviour``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Mapping
 
 from hardware_specs.efficiency_model import MAX_PER_KERNEL_S, MIN_FRACTION
 from hardware_specs.errors import InputError
@@ -85,6 +87,10 @@ class ServingEfficiency:
             TTFT at a longer prompt extrapolates the fitted prefill rates, and reports say so.
         prior: True for a hand-set profile no measurement has been fitted to (predictions that
             rest on it say so).
+        validation_error_pct: per serving engine and mode (``"sglang agg"``), the in-sample
+            error of the fitted rows of this generation: ``{"rows": n, "ttft": mean |error| %,
+            "tpot": mean |error| %}``, written by the fitter; reports print it beside a
+            deployment's TTFT and TPOT (how far to trust them: TTFT of SGLang ~45%, TPOT ~15%).
     """
 
     generation: str
@@ -101,9 +107,21 @@ class ServingEfficiency:
     fitted_on: str = ""
     fitted_isl_max_tokens: float = 0.0
     prior: bool = False
+    validation_error_pct: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         where = f"serving_efficiency {self.generation}"
+        errs = self.validation_error_pct
+        if not isinstance(errs, Mapping):
+            raise InputError(f"{where}.validation_error_pct", f"expected a mapping, got {type(errs).__name__}")
+        for key, rec in errs.items():
+            if not (isinstance(rec, Mapping) and set(rec) == {"rows", "ttft", "tpot"}
+                    and all(not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and 0 <= v <= 1e6
+                            for v in rec.values())):
+                raise InputError(f"{where}.validation_error_pct.{key}", f"expected {{rows, ttft, tpot}} numbers, got {rec!r}")
+        object.__setattr__(self, "validation_error_pct",
+                           MappingProxyType({str(k): MappingProxyType({n: float(v) for n, v in r.items()})
+                                             for k, r in errs.items()}))
         for name in ("decode_hbm_fraction", "gemm_peak_fraction", "attention_peak_fraction", "link_bw_fraction"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (MIN_FRACTION <= value <= 1.0):
@@ -120,6 +138,11 @@ class ServingEfficiency:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or v > most:
                 raise InputError(f"{where}.{name}", f"must be a finite number of seconds in [0, {most:g}], got {v!r}")
+
+    def validation_error(self, framework: str, mode: str) -> Mapping[str, float] | None:
+        """``validation_error_pct`` of ``framework`` (vllm, sglang, trtllm) in ``mode`` (agg,
+        disagg), None where no fitted row of this generation ran it."""
+        return self.validation_error_pct.get(f"{framework} {mode}")
 
     def arrival_sync(self, mixed_batches: bool, chunked_prefill: bool) -> float:
         """The synchronisation factor of an engine whose scheduler mixes prompts into decode

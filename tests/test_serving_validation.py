@@ -274,3 +274,42 @@ def test_a_ttft_beyond_the_fitted_prompts_says_it_extrapolates():
     assert long.as_dict()["ttft_extrapolated"] and not short.as_dict()["ttft_extrapolated"]
     assert "TTFT at isl 65,536 extrapolates: the hopper rows fitted reach isl 8,192" in render_simulation(long)
     assert "extrapolates" not in render_simulation(short)
+
+
+@pytest.mark.parametrize("generation", ["hopper", "blackwell"])
+def test_the_recorded_accuracy_per_engine_and_mode_is_what_validation_measures(generation, results):
+    # reports print it beside a deployment's TTFT and TPOT: it must be what the committed factors
+    # give on the rows (the fitter writes it, ``serving_fit.validation_errors``)
+    from hardware_specs.catalog import load_serving_efficiency
+    recorded = load_serving_efficiency(generation).validation_error_pct
+    ok = results[(results.status == "ok") & (results.generation == generation)]
+    measured = {}
+    for (backend, mode), g in ok.groupby(["backend", "mode"]):
+        t, p = g[g.metric == "ttft_ms"].rel_error.abs(), g[g.metric == "tpot_ms"].rel_error.abs()
+        measured[f"{backend} {mode}"] = (len(t), 100 * t.mean(), 100 * p.mean())
+    assert set(recorded) == set(measured)
+    for key, (n, ttft, tpot) in measured.items():
+        assert recorded[key]["rows"] == n, key
+        assert recorded[key]["ttft"] == pytest.approx(ttft, abs=0.051), key
+        assert recorded[key]["tpot"] == pytest.approx(tpot, abs=0.051), key
+
+
+def test_a_report_says_how_far_its_engine_was_off_on_measured_runs():
+    import json
+
+    from click.testing import CliRunner
+
+    from paraplan.cli import main
+    args = ["serve", "simulate", "-m", "deepseek-r1", "-s", "dgx-b200", "-b", "sglang", "--adp", "8", "--moe-ep", "8",
+            "--batch", "64"]
+    from hardware_specs.catalog import load_serving_efficiency
+    rec = load_serving_efficiency("blackwell").validation_error_pct["sglang agg"]
+    text = CliRunner().invoke(main, args).output
+    assert (f"accuracy: on {int(rec['rows'])} measured sglang agg runs of blackwell GPUs the model's TTFT is off by "
+            f"{rec['ttft']:.0f}% on average, its TPOT by {rec['tpot']:.0f}%") in text
+    data = json.loads(CliRunner().invoke(main, args + ["--json"]).output)
+    assert data["validation_error"] == {"rows": int(rec["rows"]), "ttft_mean_abs_err_pct": rec["ttft"],
+                                        "tpot_mean_abs_err_pct": rec["tpot"]}
+    # a generation no measurement was fitted on has no such line (it rests on the prior, and says so)
+    a100 = CliRunner().invoke(main, ["serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-a100-80gb"])
+    assert "accuracy:" not in a100.output and "unfitted prior" in a100.output

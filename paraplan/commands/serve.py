@@ -200,6 +200,26 @@ def _extrapolation_note(ctx, isl: int) -> str:
     return ""
 
 
+def accuracy_line(ctx, mode: str, indent: str = "") -> str:
+    """How well the fitted model predicted measured runs of this engine, mode and GPU generation
+    (``ServingEfficiency.validation_error_pct``), or "" where none was fitted."""
+    rec = ctx.efficiency.validation_error(ctx.stack.framework, mode)
+    if rec is None or ctx.efficiency.prior:
+        return ""
+    few = " (few rows: a rough guide)" if rec["rows"] < 20 else ""
+    return (f"{indent}accuracy: on {int(rec['rows'])} measured {ctx.stack.framework} {mode} runs of "
+            f"{ctx.efficiency.generation} GPUs the model's TTFT is off by {rec['ttft']:.0f}% on average, its TPOT by "
+            f"{rec['tpot']:.0f}% (in-sample; `paraplan validate serving`){few}")
+
+
+def accuracy_json(ctx, mode: str) -> dict | None:
+    """``accuracy_line`` for --json: rows, ttft and tpot mean |error| in percent, or None."""
+    rec = ctx.efficiency.validation_error(ctx.stack.framework, mode)
+    if rec is None or ctx.efficiency.prior:
+        return None
+    return {"rows": int(rec["rows"]), "ttft_mean_abs_err_pct": rec["ttft"], "tpot_mean_abs_err_pct": rec["tpot"]}
+
+
 def _prior_note(ctx) -> str:
     if ctx.efficiency.prior:
         return (f" [rests on an unfitted prior: no serving measurement of {ctx.cluster.gpu.generation} GPUs was fitted; "
@@ -340,6 +360,9 @@ def render_simulation(report) -> str:
         name, what = EXTRA_MEANING.get(k, (k[:-2] + "_ms" if k.endswith("_s") else k + "_pct", ""))
         rows.append([name, f"{scale * v:.3g}", what])
     lines.append(format_table(rows, ["metric", "value", "what"], align="lrl", indent="  ").rstrip())
+    acc = accuracy_line(ctx, d.mode, "  ")
+    if acc:
+        lines.append(acc)
     step = sum(report.decode_breakdown_s.values())
     if ctx.speculative_tokens:
         lines += ["", f"decode step ({ctx.speculative_tokens + 1} tokens verified for every request of a rank, "
@@ -626,6 +649,9 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
              + (f" / experts {format_text(ctx.expert_format, ctx.cluster.gpu)}" if ctx.model.moe else ""),
              f"objective: TTFT <= {ttft_ms:g} ms, TPOT <= {tpot_ms:g} ms; {plan.evaluated:,} candidates scored in "
              f"{plan.wall_s:.2f} s" + _prior_note(ctx) + _extrapolation_note(ctx, int((opts or {}).get("isl") or 0)), ""]
+    modes = sorted(set(plan.candidates["mode"])) if len(plan.candidates) else []
+    accuracy = [a for a in (accuracy_line(ctx, m) for m in modes) if a]
+    lines[2:2] = accuracy
     if ctx.speculative_tokens:
         kept = ctx.tokens_per_step_at(int((opts or {}).get("osl") or 2))
         lines.insert(2, f"decode: speculative, the MTP module drafts {ctx.speculative_tokens} token{'s' if ctx.speculative_tokens > 1 else ''} a step, acceptance "
@@ -755,7 +781,9 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
                    "draft_acceptance_is_prior": ctx.acceptance_is_prior if ctx.speculative_tokens else None,
                    "tokens_per_step": ctx.tokens_per_step_at(opts["osl"])}
         text = dump_json({"request": request, "best": best, "why": plan.why, "front": _records(plan.front),
-                          "evaluated": plan.evaluated, "efficiency_fitted": not ctx.efficiency.prior})
+                          "evaluated": plan.evaluated, "efficiency_fitted": not ctx.efficiency.prior,
+                          # how far the fitted model was off on measured runs of this engine, per mode
+                          "validation_error": {m: accuracy_json(ctx, m) for m in search}})
     elif as_csv:
         buf = io.StringIO()
         rows = _plan_rows(plan.front)

@@ -194,7 +194,29 @@ def _yaml(profile: ServingEfficiency) -> str:
     lines.append(f"fitted_isl_max_tokens: {int(profile.fitted_isl_max_tokens)}")
     text = profile.fitted_on.replace('"', "'")
     lines.append(f'fitted_on: "{text}"')
+    if profile.validation_error_pct:
+        lines.append("# in-sample mean |error| of the fitted rows per engine and mode, percent (reports print it)")
+        lines.append("validation_error_pct:")
+        for key, rec in profile.validation_error_pct.items():
+            lines.append(f'  "{key}": {{rows: {int(rec["rows"])}, ttft: {rec["ttft"]:.1f}, tpot: {rec["tpot"]:.1f}}}')
     return "\n".join(lines) + "\n"
+
+
+def validation_errors(prep, df: pd.DataFrame, fitted: dict, generation: str) -> dict:
+    """Per "engine mode" (``vllm agg``...), the rows of ``generation`` predicted and their mean
+    |error| of TTFT and TPOT in percent, rounded as written (``ServingEfficiency.validation_error_pct``)."""
+    mt = df["silicon_ttft_ms"].to_numpy(dtype=float)
+    mp = df["silicon_tpot_ms"].to_numpy(dtype=float)
+    rows = generation_rows(prep, generation)
+    key = (df["backend"].astype(str).str.strip().str.lower() + " "
+           + df["mode"].astype(str).str.strip().str.lower()).to_numpy()
+    out = {}
+    for value in sorted(set(key[rows])):
+        _, t, p = errors(prep, mt, mp, fitted, rows & (key == value), {generation})
+        if len(t) and len(p):
+            out[value] = {"rows": int(len(t)), "ttft": round(100 * float(np.mean(np.abs(t))), 1),
+                          "tpot": round(100 * float(np.mean(np.abs(p))), 1)}
+    return out
 
 
 def main(argv=None) -> int:
@@ -243,6 +265,7 @@ def main(argv=None) -> int:
         isl = pd.to_numeric(df["isl"], errors="coerce").to_numpy(dtype=float)[rows]
         fitted[gen] = replace(profile, fitted_on=note,
                               fitted_isl_max_tokens=float(np.nanmax(isl)) if isl.size else 0.0)
+        fitted[gen] = replace(fitted[gen], validation_error_pct=validation_errors(prep, df, fitted, gen))
         bounds = at_bound(profile)
         print(f"{gen}: " + ", ".join(f"{p}={getattr(profile, p):g}" for p in PARAMS)
               + (f"  AT BOUND: {bounds}" if bounds else ""))
