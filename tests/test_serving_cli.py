@@ -224,7 +224,7 @@ def test_plan_prints_each_disaggregated_rows_prefill_batch_so_serve_simulate_rep
     table = run(*PLAN).stdout.splitlines()
     header = next(ln for ln in table if ln.strip().startswith("mode "))
     assert header.split()[:4] == ["mode", "layout", "batch", "prefill_batch"]
-    row = next(ln for ln in table if ln.strip().startswith("disagg  P tp1 x4 / D tp1 x4"))
+    row = next(ln for ln in table if ln.strip().startswith("disagg  P tp1 x4 / D tp1 x4") and ln.split()[8] == "512")
     cells = row.split()
     batch, prefill_batch, ttft_ms = int(cells[8]), int(cells[9]), float(cells[11])
     assert (batch, prefill_batch) == (512, 8)

@@ -152,14 +152,60 @@ def _front_per_size(rows, sizes, x, y):
     return np.sort(np.concatenate(keep)) if keep else rows[:0]
 
 
-def _disagg(ctx, gpus: int, isl: int, osl: int, max_batch: int) -> pd.DataFrame:
+def _disagg_slo_batches(ctx, dcols: dict, dec: dict, pre: dict, pi, di, npw, ndw, out: dict, isl: int, osl: int,
+                        max_batch: int, ttft_s: float, tpot_s: float):
+    """For each pairing (prefill row, decode layout, worker counts) meeting the objective, the
+    largest decode batch up to the most its KV cache holds that still meets it (bisection over
+    whole batches, ``_largest_batch_meeting``'s reason: on a faster GPU a power of two may just
+    miss the TTFT objective where one client fewer meets it). Returns (decode rows to append
+    to ``dcols`` / ``dec``, their pairings' pi, npw, ndw) for the new batches, or None."""
+    meets = (out["ttft_s"] <= ttft_s) & (out["tpot_s"] <= tpot_s) & out["fits"]
+    if not meets.any():
+        return None
+    rows = np.flatnonzero(meets)
+    key = pd.DataFrame({"pi": pi[rows], "lid": dcols["layout_index"][di[rows]], "npw": npw[rows], "ndw": ndw[rows],
+                        "batch": dcols["batch"][di[rows]], "row": rows})
+    top = key.loc[key.groupby(["pi", "lid", "npw", "ndw"]).batch.idxmax(), "row"].to_numpy()
+    d0 = di[top]
+    lo = dcols["batch"][d0].copy()
+    hi = np.minimum(np.floor(dec["max_batch_per_rank"][d0]), float(max_batch))
+    go = hi > lo
+    if not go.any():
+        return None
+    top, d0, lo, hi = top[go], d0[go], lo[go], hi[go]
+    lay = {k: dcols[k][d0] for k in ("tp", "pp", "adp", "moe_tp", "moe_ep", "layout_index")}
+    psel = {k: v[pi[top]] for k, v in pre.items() if isinstance(v, np.ndarray) and v.shape == pre["pre_one_s"].shape}
+    start = lo.copy()
+
+    def evaluate(batch):
+        d = decode_side(ctx, lay["tp"], lay["adp"], lay["pp"], lay["moe_tp"], lay["moe_ep"], batch, isl, osl)
+        return d, combine(ctx, d, psel, npw[top], ndw[top], isl, osl)
+
+    while np.any(hi > lo):
+        mid = np.where(hi > lo, np.floor((lo + hi + 1.0) / 2.0), lo)
+        _, o = evaluate(mid)
+        m = (o["ttft_s"] <= ttft_s) & (o["tpot_s"] <= tpot_s) & o["fits"]
+        lo, hi = np.where(m & (mid > lo), mid, lo), np.where(m | (mid <= lo), hi, mid - 1.0)
+    new = lo > start
+    if not new.any():
+        return None
+    d, _ = evaluate(lo)
+    rows_d = {k: v[new] for k, v in d.items() if isinstance(v, np.ndarray) and v.shape == lo.shape}
+    cols_d = {**{k: v[new] for k, v in lay.items()}, "batch": lo[new]}
+    return cols_d, rows_d, pi[top][new], npw[top][new], ndw[top][new]
+
+
+def _disagg(ctx, gpus: int, isl: int, osl: int, max_batch: int, ttft_ms: float | None = None,
+            tpot_ms: float | None = None) -> pd.DataFrame:
     domain = ctx.cluster.gpus_per_node
     layouts = worker_layouts(ctx.model, max(gpus - 1, 1), domain, allow_pp=False, behaviour=ctx.behaviour,
                              expert_format=ctx.expert_format)
     if len(layouts) == 0 or gpus < 2:
         return pd.DataFrame(columns=COLUMNS)
     # decode side: layouts x batches, keep the decode-only front
-    dcols, dec = _with_fitting_batches(with_batches(layouts, max_batch), max_batch, lambda c: decode_side(
+    dcols = with_batches(layouts, max_batch)
+    dcols["layout_index"] = np.cumsum(dcols["batch"] == 1.0) - 1.0     # rows run layout by layout from batch 1
+    dcols, dec = _with_fitting_batches(dcols, max_batch, lambda c: decode_side(
         ctx, c["tp"], c["adp"], c["pp"], c["moe_tp"], c["moe_ep"], c["batch"], isl, osl))
     d_tps_gpu = dec["clients"] / dec["tpot_s"] / dec["gpus"]
     d_ok = np.flatnonzero(dec["fits"])
@@ -212,6 +258,24 @@ def _disagg(ctx, gpus: int, isl: int, osl: int, max_batch: int) -> pd.DataFrame:
     dsel = {k: v[di] for k, v in dec.items() if isinstance(v, np.ndarray) and v.shape == dec["tpot_s"].shape}
     psel = {k: v[pi] for k, v in pre.items() if isinstance(v, np.ndarray) and v.shape == pre["pre_one_s"].shape}
     out = combine(ctx, dsel, psel, npw, ndw, isl, osl)
+    if ttft_ms is not None and tpot_ms is not None:
+        found = _disagg_slo_batches(ctx, dcols, dec, pre, pi, di, npw, ndw, out, isl, osl, max_batch,
+                                    ttft_ms / 1e3, tpot_ms / 1e3)
+        if found is not None:
+            cols_d, rows_d, pi_n, npw_n, ndw_n = found
+            n0 = len(dcols["batch"])
+            dcols = {k: np.concatenate([dcols[k], cols_d[k]]) for k in dcols}
+            dec = {k: (np.concatenate([v, rows_d[k]]) if k in rows_d else v) for k, v in dec.items()}
+            di_n = n0 + np.arange(len(pi_n))
+            dsel_n = {k: dec[k][di_n] for k in dsel}
+            psel_n = {k: v[pi_n] for k, v in pre.items() if isinstance(v, np.ndarray) and v.shape == pre["pre_one_s"].shape}
+            out_n = combine(ctx, dsel_n, psel_n, npw_n, ndw_n, isl, osl)
+            n_old = pi.shape
+            pi, di = np.concatenate([pi, pi_n]), np.concatenate([di, di_n])
+            npw, ndw = np.concatenate([npw, npw_n]), np.concatenate([ndw, ndw_n])
+            dsel = {k: np.concatenate([dsel[k], dsel_n[k]]) for k in dsel}
+            out = {k: np.concatenate([np.broadcast_to(out[k], n_old), np.broadcast_to(out_n[k], pi_n.shape)])
+                   for k in out}
     moe = ctx.model.moe is not None
     p_lab = np.array(worker_labels(p["tp"], p["pp"], p["adp"], p["moe_tp"], p["moe_ep"], moe))
     d_lab = np.array(worker_labels(dcols["tp"], dcols["pp"], dcols["adp"], dcols["moe_tp"], dcols["moe_ep"], moe))
@@ -354,7 +418,7 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
         evaluated += len(a)
         parts.append(a)
     if "disagg" in modes:
-        d = _disagg(ctx, gpus, isl, osl, max_batch)
+        d = _disagg(ctx, gpus, isl, osl, max_batch, ttft_ms, tpot_ms)
         evaluated += len(d)
         parts.append(d)
     parts = [p for p in parts if len(p)]
