@@ -678,6 +678,9 @@ def stack_from_dict(data: dict, where: str = "stack") -> StackSpec:
             # YAML reads 26.10 as the number 26.1: a release must stay as spelled
             raise InputError(f"{where}.versions", f"version {v!r} is not a string",
                              'quote it as the validation files spell it, e.g. "26.10"')
+        # a release is printed in tables and written into launch scripts' comments: a newline
+        # there would end the comment and run what follows
+        check_name(f"{where}.versions", v)
     unstated = data.get("default_when_version_unstated", False)
     if not isinstance(unstated, bool):
         raise InputError(f"{where}.default_when_version_unstated", f"must be true or false, got {unstated!r}")

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from hardware_specs.catalog import exists, is_file, read_yaml
-from hardware_specs.errors import InputError, check_name, not_a_file, suggest
+from hardware_specs.errors import InputError, check_name, not_a_file, safe_name, suggest
 from model_specs.hf_config import is_hf_config, model_from_hf_config, read_json
 from model_specs.model_spec import LinearAttentionSpec, MambaSpec, MLASpec, ModelSpec, MoESpec
 
@@ -314,8 +314,8 @@ def _load_file(path: Path) -> ModelSpec:
         data = read_json(path, "model")
         if is_hf_config(data):
             return model_from_hf_config(path)
-        return model_from_dict(data, f"model {path}", default_name=path.stem)
-    return model_from_dict(read_yaml(path, "model"), f"model {path}", default_name=path.stem)
+        return model_from_dict(data, f"model {path}", default_name=safe_name(path.stem))
+    return model_from_dict(read_yaml(path, "model"), f"model {path}", default_name=safe_name(path.stem))
 
 
 @lru_cache(maxsize=None)

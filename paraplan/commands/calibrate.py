@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, check_name
 
 from paraplan.cli import check_writable, step_bar
 
@@ -29,6 +29,8 @@ def command(out_path: str, nprocs: int, name: str | None) -> None:
 
     if name is not None and not name.strip():       # an empty profile name was found only after 40 s of benchmarks
         raise InputError("--name", "is empty", "give the profile a name, or leave the option out for the host's")
+    if name is not None:        # before the benchmarks: every command refuses a profile with another name
+        check_name("--name", name)
     check_writable(out_path)
     with step_bar("calibrating") as bar:
         path = run_calibration(out_path, nprocs=nprocs, name=name, progress=bar)

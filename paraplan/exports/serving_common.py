@@ -12,6 +12,8 @@ own ``HOST_INDEX``.
 """
 from __future__ import annotations
 
+import re
+
 import shlex
 from dataclasses import dataclass
 from typing import Mapping
@@ -398,6 +400,9 @@ def _model_line(launch: ServingLaunch) -> str:
             f'{why}{hint}}}"')
 
 
+#: control characters (a newline among them): never inside a script's comment line
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
 def render_script(launch: ServingLaunch, engine, title: str) -> str:
     """The deployment as one bash script: a header with what was priced, then per host the
     workers it starts (``HOST_INDEX`` picks the host, ``HOSTS`` names them all), the router or
@@ -430,6 +435,8 @@ def render_script(launch: ServingLaunch, engine, title: str) -> str:
                  f"hosts {w.first_host}-{w.first_host + w.hosts - 1} (all GPUs)")
         out.append(f"#   {w.name}: {engine.layout_text(w)}, {w.batch} "
                    f"{'prompts per step' if w.role == 'prefill' else 'requests'} per rank; {where}; port {w.port}")
+    # a comment stays one line whatever text it quotes (a newline would end it and run the rest)
+    out = [_CONTROL.sub(" ", line) if line.startswith("#") else line for line in out]
     out += ["set -euo pipefail",
             _model_line(launch),
             'read -r -a HOST <<< "${HOSTS:-localhost}"',

@@ -24,7 +24,7 @@ import numpy as np
 import yaml
 
 from hardware_specs.efficiency_model import MIN_FRACTION
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, safe_name
 from paraplan.measure import benchmarks as bm
 from paraplan.measure.fitting import fit_alpha_beta, fit_gemm, ring_allreduce_bus_bw
 from paraplan.measure.runtime import (choose_device, cpu_wait_fraction, foreign_load, launch, report_progress,
@@ -292,7 +292,7 @@ def cluster_mapping(summary: dict, ranks: list[dict], world: int, choice, name: 
     torch = require_torch()
     kind = choice.kind
     if kind == "cuda":
-        gpu_name = "local-" + ranks[0]["device_name"].lower().replace(" ", "-")
+        gpu_name = safe_name("local-" + ranks[0]["device_name"].lower())
         generation, vendor = ranks[0]["generation"], "nvidia"
         link_kind = "nccl"
     else:
@@ -379,7 +379,7 @@ def run_calibration(out_path, nprocs: int = 2, name: str | None = None, device: 
     if wait is not None and wait > LOADED_MACHINE:
         warnings.warn(f"ranks waited {wait:.0%} of the calibration for CPUs other processes held; "
                       "the numbers are pessimistic, rerun on a quiet machine", stacklevel=2)
-    mapping = cluster_mapping(summary, ranks, int(nprocs), choice, name or out_path.stem)
+    mapping = cluster_mapping(summary, ranks, int(nprocs), choice, name or safe_name(out_path.stem, "local"))
     out_path.parent.mkdir(parents=True, exist_ok=True)
     header = ("# Written by paraplan calibrate (paraplan/measure/calibrate.py); regenerate rather "
               "than edit.\n")
