@@ -528,10 +528,23 @@ def test_a_block_fp8_config_json_names_its_checkpoint_format():
     ({"quant_method": "modelopt", "quant_algo": "FP8"}, "fp8"),
     ({"quant_method": "compressed-tensors", "format": "float-quantized"}, "fp8"),
     ({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized"}, "nvfp4"),
-    ({"quant_method": "compressed-tensors", "format": "pack-quantized"}, "int4_wo"),
+    ({"quant_method": "compressed-tensors", "format": "pack-quantized",
+      "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "int"}}}}, "int4_wo"),
+    # 8-bit integer weights (W8A16): no format priced here, so not read (was int4_wo, 0.52 byte)
+    ({"quant_method": "compressed-tensors", "format": "pack-quantized",
+      "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "int"}}}}, ""),
+    ({"quant_method": "compressed-tensors", "format": "mixed-precision",
+      "config_groups": {"group_0": {"format": "float-quantized", "weights": {"num_bits": 8, "strategy": "block"}}}},
+     "fp8_block"),
+    ({"quant_method": "modelopt", "quantization": {"quant_algo": "FP8"}}, "fp8"),       # the nested form
+    ({"quant_method": "modelopt", "quant_algo": "FP8_PB_WO"}, "fp8_block"),
     ({"quant_method": "awq", "bits": 4}, "int4_wo"),
-    ({"quant_method": "fbgemm_fp8"}, "fp8"),
+    ({"quant_method": "gptq", "bits": 8}, ""),
+    ({"quant_method": "fbgemm_fp8"}, ""),            # attention and first / last layers stay BF16: not one format
     ({"quant_method": "bitsandbytes"}, ""),                 # not read: the defaults apply
+    ({"group_size": 64, "bits": 4}, ""),                    # mlx: no quant_method, nothing read (was refused)
+    # attention left unquantised: a dense model states no single format
+    ({"quant_method": "compressed-tensors", "format": "float-quantized", "ignore": ["lm_head", "re:.*self_attn.*"]}, ""),
 ])
 def test_a_config_jsons_quantization_config_names_the_checkpoint_format(quant, fmt):
     # an NVFP4 ModelOpt export was priced as fp8: its stated format was not read
@@ -541,7 +554,17 @@ def test_a_config_jsons_quantization_config_names_the_checkpoint_format(quant, f
     assert model_from_hf_config(cfg).checkpoint_format == fmt
 
 
-@pytest.mark.parametrize("quant, field", [("fp8", "quantization_config"), ({"bits": 4}, "quant_method"),
+def test_a_moe_checkpoint_that_keeps_attention_16_bit_names_only_its_experts_format():
+    # NVIDIA's NVFP4 DeepSeek exports quantise the experts and exclude the attention projections
+    from model_specs.hf_config import checkpoint_formats
+    quant = {"quant_method": "modelopt",
+             "quantization": {"quant_algo": "NVFP4", "exclude_modules": ["lm_head", "model.layers.*.self_attn*"]}}
+    assert checkpoint_formats(quant, True, "q") == {"expert_checkpoint_format": "nvfp4"}
+    assert checkpoint_formats({**quant, "quantization": {"quant_algo": "NVFP4"}}, True, "q") == {
+        "checkpoint_format": "nvfp4", "expert_checkpoint_format": "nvfp4"}
+
+
+@pytest.mark.parametrize("quant, field", [("fp8", "quantization_config"), ({"quant_method": ""}, "quant_method"),
                                           ({"quant_method": 8}, "quant_method")])
 def test_a_malformed_quantization_config_is_refused_naming_it(quant, field):
     from model_specs.hf_config import model_from_hf_config
