@@ -13,8 +13,7 @@ input of the software stack (``hardware_specs.serving_behaviour``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
-from types import MappingProxyType
+from dataclasses import dataclass, fields
 from typing import Mapping
 
 from hardware_specs.efficiency_model import MAX_PER_KERNEL_S, MIN_FRACTION
@@ -88,9 +87,11 @@ class ServingEfficiency:
         prior: True for a hand-set profile no measurement has been fitted to (predictions that
             rest on it say so).
         validation_error_pct: per serving engine and mode (``"sglang agg"``), the in-sample
-            error of the fitted rows of this generation: ``{"rows": n, "ttft": mean |error| %,
-            "tpot": mean |error| %}``, written by the fitter; reports print it beside a
-            deployment's TTFT and TPOT (how far to trust them: TTFT of SGLang ~45%, TPOT ~15%).
+            error of the fitted rows of this generation, as ``(key, rows, ttft, tpot)`` tuples
+            (a mapping ``{key: {rows, ttft, tpot}}`` is read as such; TTFT and TPOT mean |error|
+            in percent), written by the fitter; reports print it beside a deployment's TTFT and
+            TPOT (how far to trust them: TTFT of SGLang ~45%, TPOT ~15%). Tuples keep the
+            profile hashable and picklable, as a frozen spec is.
     """
 
     generation: str
@@ -107,21 +108,24 @@ class ServingEfficiency:
     fitted_on: str = ""
     fitted_isl_max_tokens: float = 0.0
     prior: bool = False
-    validation_error_pct: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    validation_error_pct: tuple = ()
 
     def __post_init__(self) -> None:
         where = f"serving_efficiency {self.generation}"
         errs = self.validation_error_pct
-        if not isinstance(errs, Mapping):
+        if isinstance(errs, Mapping):
+            if not all(isinstance(r, Mapping) and set(r) == {"rows", "ttft", "tpot"} for r in errs.values()):
+                raise InputError(f"{where}.validation_error_pct", f"expected {{key: {{rows, ttft, tpot}}}}, got {errs!r}")
+            errs = tuple((k, r["rows"], r["ttft"], r["tpot"]) for k, r in errs.items())
+        if not isinstance(errs, (tuple, list)):
             raise InputError(f"{where}.validation_error_pct", f"expected a mapping, got {type(errs).__name__}")
-        for key, rec in errs.items():
-            if not (isinstance(rec, Mapping) and set(rec) == {"rows", "ttft", "tpot"}
+        for rec in errs:
+            if not (isinstance(rec, (tuple, list)) and len(rec) == 4 and isinstance(rec[0], str)
                     and all(not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and 0 <= v <= 1e6
-                            for v in rec.values())):
-                raise InputError(f"{where}.validation_error_pct.{key}", f"expected {{rows, ttft, tpot}} numbers, got {rec!r}")
+                            for v in rec[1:])):
+                raise InputError(f"{where}.validation_error_pct", f"expected (key, rows, ttft, tpot) numbers, got {rec!r}")
         object.__setattr__(self, "validation_error_pct",
-                           MappingProxyType({str(k): MappingProxyType({n: float(v) for n, v in r.items()})
-                                             for k, r in errs.items()}))
+                           tuple((str(k), float(n), float(t), float(p)) for k, n, t, p in errs))
         for name in ("decode_hbm_fraction", "gemm_peak_fraction", "attention_peak_fraction", "link_bw_fraction"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (MIN_FRACTION <= value <= 1.0):
@@ -142,7 +146,11 @@ class ServingEfficiency:
     def validation_error(self, framework: str, mode: str) -> Mapping[str, float] | None:
         """``validation_error_pct`` of ``framework`` (vllm, sglang, trtllm) in ``mode`` (agg,
         disagg), None where no fitted row of this generation ran it."""
-        return self.validation_error_pct.get(f"{framework} {mode}")
+        return self.validation_errors().get(f"{framework} {mode}")
+
+    def validation_errors(self) -> dict[str, dict[str, float]]:
+        """``validation_error_pct`` as ``{key: {"rows", "ttft", "tpot"}}``."""
+        return {k: {"rows": n, "ttft": t, "tpot": p} for k, n, t, p in self.validation_error_pct}
 
     def arrival_sync(self, mixed_batches: bool, chunked_prefill: bool) -> float:
         """The synchronisation factor of an engine whose scheduler mixes prompts into decode

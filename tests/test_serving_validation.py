@@ -281,7 +281,7 @@ def test_the_recorded_accuracy_per_engine_and_mode_is_what_validation_measures(g
     # reports print it beside a deployment's TTFT and TPOT: it must be what the committed factors
     # give on the rows (the fitter writes it, ``serving_fit.validation_errors``)
     from hardware_specs.catalog import load_serving_efficiency
-    recorded = load_serving_efficiency(generation).validation_error_pct
+    recorded = load_serving_efficiency(generation).validation_errors()
     ok = results[(results.status == "ok") & (results.generation == generation)]
     measured = {}
     for (backend, mode), g in ok.groupby(["backend", "mode"]):
@@ -303,7 +303,7 @@ def test_a_report_says_how_far_its_engine_was_off_on_measured_runs():
     args = ["serve", "simulate", "-m", "deepseek-r1", "-s", "dgx-b200", "-b", "sglang", "--adp", "8", "--moe-ep", "8",
             "--batch", "64"]
     from hardware_specs.catalog import load_serving_efficiency
-    rec = load_serving_efficiency("blackwell").validation_error_pct["sglang agg"]
+    rec = load_serving_efficiency("blackwell").validation_errors()["sglang agg"]
     text = CliRunner().invoke(main, args).output
     assert (f"accuracy: on {int(rec['rows'])} measured sglang agg runs of blackwell GPUs the model's TTFT is off by "
             f"{rec['ttft']:.0f}% on average, its TPOT by {rec['tpot']:.0f}%") in text

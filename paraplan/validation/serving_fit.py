@@ -197,7 +197,7 @@ def _yaml(profile: ServingEfficiency) -> str:
     if profile.validation_error_pct:
         lines.append("# in-sample mean |error| of the fitted rows per engine and mode, percent (reports print it)")
         lines.append("validation_error_pct:")
-        for key, rec in profile.validation_error_pct.items():
+        for key, rec in profile.validation_errors().items():
             lines.append(f'  "{key}": {{rows: {int(rec["rows"])}, ttft: {rec["ttft"]:.1f}, tpot: {rec["tpot"]:.1f}}}')
     return "\n".join(lines) + "\n"
 
