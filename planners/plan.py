@@ -160,8 +160,9 @@ class PlanResult:
         cols = list(OUTPUT_COLUMNS) + ([c for c in DETAIL_COLUMNS if c in self.plans] if detailed else [])
         return self.plans.loc[:, cols].head(n).reset_index(drop=True)
 
-    def pareto(self, by: str = "memory") -> pd.DataFrame:
-        """Frontier of throughput against ``memory`` (GiB per GPU) or ``gpus`` (GPU count).
+    def pareto(self, by: str = "memory", detailed: bool = False) -> pd.DataFrame:
+        """Frontier of throughput against ``memory`` (GiB per GPU) or ``gpus`` (GPU count)
+        (``OUTPUT_COLUMNS``; ``detailed``: with ``DETAIL_COLUMNS``, as ``top``).
 
         A plan is on the memory frontier when no plan with less memory has as many tokens/s and
         it has more than ``time_pruning.FRONTIER_MIN_SHARE`` of the best plan's tokens/s; on the
@@ -178,7 +179,8 @@ class PlanResult:
         running = np.maximum.accumulate(np.concatenate([[-np.inf], tps[:-1]]))
         if by == "memory" and len(tps):
             running = np.maximum(running, FRONTIER_MIN_SHARE * tps.max())
-        return order.loc[tps > running, list(OUTPUT_COLUMNS)].reset_index(drop=True)
+        cols = list(OUTPUT_COLUMNS) + ([c for c in DETAIL_COLUMNS if c in df] if detailed else [])
+        return order.loc[tps > running, cols].reset_index(drop=True)
 
 
 def row_config(row, software: Mapping | None = None) -> ParallelConfig:

@@ -489,7 +489,8 @@ def test_cli_table_json_csv_pareto_explain():
     shown = (["config"] + [("mfu_bf16_pct" if c == "mfu" else c) for c in OUTPUT_COLUMNS] + list(DETAIL_COLUMNS)
              + ["efficiency_fitted"])
     assert len(data["plans"]) == 10 and data["pareto_gpus"] and set(shown) == set(data["plans"][0])
-    for row in data["plans"]:
+    for row in data["plans"] + data["pareto_memory"] + data["pareto_gpus"]:
+        assert set(row) == set(shown)
         assert sum(row[k] for k in TIME_PARTS) == pytest.approx(row["step_time_s"], rel=1e-9)
     assert data["request"]["efficiency_fitted"] is True
     assert data["plans"][0]["mfu_bf16_pct"] == pytest.approx(100 * plan(

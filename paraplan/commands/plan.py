@@ -321,9 +321,9 @@ def _json(result: PlanResult, top: int, pareto: bool, explain: bool, cluster) ->
         if len(result.plans) else "",
     }
     if pareto:
-        data["pareto_memory"] = machine_rows(result.pareto("memory"), cluster).to_dict("records")
+        data["pareto_memory"] = machine_rows(result.pareto("memory", detailed=True), cluster).to_dict("records")
         if result.gpus[0] != result.gpus[1]:
-            data["pareto_gpus"] = machine_rows(result.pareto("gpus"), cluster).to_dict("records")
+            data["pareto_gpus"] = machine_rows(result.pareto("gpus", detailed=True), cluster).to_dict("records")
     if explain:
         data["explain"] = result.explain
         data["without_features"] = _without_features(result, cluster)
@@ -505,7 +505,7 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         click.echo(_json(result, top, pareto, explain, cl), nl=False)
         return
     if as_csv:
-        click.echo(_csv(machine_rows(result.pareto("gpus" if is_range else "memory") if pareto
+        click.echo(_csv(machine_rows(result.pareto("gpus" if is_range else "memory", detailed=True) if pareto
                                      else result.top(top, detailed=True), cl)), nl=False)
         return
     out = [_header(result, default_seq_len_note(spec, seq_len is not None)),
