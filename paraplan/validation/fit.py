@@ -318,20 +318,23 @@ def _fit_and_write(by_gen: dict[str, Prepared], order: list[str], args) -> None:
         print(f"{gen}: {len(rows)} rows: {note}; objective {100 * score:.2f}%")
         if not args.dry_run:
             write_efficiency(model, efficiency_path(gen), note, score, [])
-    write_rowless_priors(args.generation, args.dry_run)
+    write_rowless_priors(args.generation, args.dry_run, measured=set(by_gen))
 
 
 def rowless_prior(generation: str) -> EfficiencyModel:
-    """The prior of a generation no measured run covers (``ROWLESS_DONOR``): its donor's committed
-    fitted factors on this generation's own file (its documented fields kept), labelled unfitted."""
-    donor = ROWLESS_DONOR[generation]
-    return replace(_transfer(prior_model(donor), prior_model(generation)), fitted_factors=())
+    """The prior of a generation no measured run covers (``ROWLESS_DONOR``): every fittable
+    factor (``FIT_BOUNDS``) as its donor's committed file holds it, on this generation's own file
+    (its documented fields kept), labelled unfitted. It depends on the donor's file alone, not on
+    what an earlier transfer left in this one."""
+    donor = replace(prior_model(ROWLESS_DONOR[generation]), fitted_factors=())     # all of FIT_BOUNDS
+    return replace(_transfer(donor, prior_model(generation)), fitted_factors=())
 
 
-def write_rowless_priors(generations=None, dry_run: bool = False) -> None:
-    """Write the ``ROWLESS_DONOR`` priors (``generations``: only those whose donor is listed)."""
+def write_rowless_priors(generations=None, dry_run: bool = False, measured=()) -> None:
+    """Write the ``ROWLESS_DONOR`` priors (``generations``: only those whose donor is listed);
+    a generation in ``measured`` (it has rows now) is fitted or borrowed by the fit instead."""
     for gen, donor in ROWLESS_DONOR.items():
-        if generations and donor not in generations:
+        if gen in measured or (generations and donor not in generations):
             continue
         note = (f"unfitted prior: no measured run of {gen}; the fitted factors of {donor} (its contemporary) "
                 f"on this generation's own datasheet numbers")
