@@ -618,3 +618,52 @@ def test_a_hugging_face_checkpoint_folder_name_is_made_a_safe_name(tmp_path):
     script = tmp_path / "launch.sh"
     script.write_text(result.stdout)
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+
+
+def test_a_stack_release_that_would_run_as_shell_in_a_launch_script_is_refused(tmp_path):
+    # a stack's versions are quoted in --emit's '# note:' comment: a newline there ran what followed
+    text = (REPO / "hardware_specs/stacks/vllm-0.11.yaml").read_text()
+    assert 'versions: ["0.11", "0.12", "0.13"]' in text
+    bad = text.replace('versions: ["0.11", "0.12", "0.13"]', 'versions: ["0.11\\necho injected >&2 #"]')
+    path = tmp_path / "stack.yaml"
+    path.write_text(bad.replace("name: vllm-0.11", "name: vllm-mine"))
+    one_line_error(run("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "-b", path, "--emit"),
+                   "versions", "is not a name")
+
+
+def test_a_launch_scripts_comment_lines_never_hold_a_newline():
+    from paraplan.exports.serving_common import _CONTROL
+    assert _CONTROL.sub(" ", "# note: a\nrm -rf x") == "# note: a rm -rf x"
+
+
+def test_a_model_file_without_a_name_takes_its_file_name_made_a_name(tmp_path):
+    # 'my model.yaml' states no name: it was refused as 'rename it', though the file names nothing
+    text = (REPO / "model_specs/presets/llama3-8b.yaml").read_text()
+    path = tmp_path / "my model.yaml"
+    path.write_text("\n".join(ln for ln in text.splitlines() if not ln.startswith("name:")) + "\n")
+    from model_specs.catalog import load_model
+    assert load_model(str(path)).name == "my-model"
+
+
+def test_calibrate_refuses_a_profile_name_other_commands_would_refuse_before_it_benchmarks(tmp_path):
+    one_line_error(run("calibrate", "--name", "lab box", "--out", tmp_path / "x.yaml"), "--name", "is not a name")
+    assert not (tmp_path / "x.yaml").exists()
+
+
+def test_a_serving_profile_stays_hashable_and_picklable_with_its_recorded_accuracy():
+    import copy
+    import pickle
+
+    from hardware_specs.catalog import load_serving_efficiency
+    eff = load_serving_efficiency("blackwell")
+    assert eff.validation_error_pct and hash(eff) == hash(copy.deepcopy(eff))
+    assert pickle.loads(pickle.dumps(eff)) == eff
+
+
+@pytest.mark.parametrize("command", ["simulate", "plan"])
+def test_serve_says_the_same_of_an_osl_below_2_whichever_command(command):
+    extra = ["-n", "8"] if command == "plan" else []
+    one_line_error(run("serve", command, "-m", "llama3.1-8b", "-s", "dgx-h100", *extra, "--osl", "0"),
+                   "error: --osl: must be a whole number >= 2, got 0")
+    one_line_error(run("serve", command, "-m", "llama3.1-8b", "-s", "dgx-h100", *extra, "--osl", "1"),
+                   "error: --osl: 1 output token has no time per output token")

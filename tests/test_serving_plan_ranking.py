@@ -85,7 +85,9 @@ def test_the_why_lines_speak_only_of_the_modes_searched():
     only = plan_serving(ctx, 8, 1024, 1024, 1000.0, 50.0, modes=("disagg",))
     assert only.best["mode"] == "disagg" and not any("agg layout" in line for line in only.why)
     both = plan_serving(ctx, 8, 1024, 1024, 1000.0, 50.0)
-    assert any(line.strip().startswith("the best ") or "layout meets the SLO" in line for line in both.why[1:])
+    other = "disagg" if both.best["mode"] == "agg" else "agg"
+    assert any(line.strip().startswith(f"the best {other} layout meeting the SLO reaches")
+               or line.strip() == f"no {other} layout meets the SLO" for line in both.why[1:])
 
 
 def test_a_disaggregated_search_on_faster_memory_never_gives_a_worse_plan(tmp_path):

@@ -77,7 +77,7 @@ def _common(f):
                      help="Serving stack: a framework (vllm, sglang, trtllm: its newest profile) or a stack name (vllm-0.11)."),
         click.option("--backend-version", metavar="VERSION", help="Release of the framework (picks the profile describing it)."),
         click.option("--isl", type=POS, default=1024, show_default=True, help="Input (prompt) tokens per request."),
-        click.option("--osl", type=int, default=1024, show_default=True, help="Output tokens per request, 2 or more (the first comes with the prompt; TPOT times the rest)."),
+        click.option("--osl", type=int, default=1024, show_default=True, callback=lambda ctx, param, v: _check_osl(v), help="Output tokens per request, 2 or more (the first comes with the prompt; TPOT times the rest)."),
         click.option("--precision", type=click.Choice(PRECISIONS), default=None,
                      help="Weight format of all GEMMs (default: the released checkpoint's where it states one: "
                           "fp8_block for DeepSeek-V3 / R1, bf16 beside gpt-oss's MXFP4 experts; else fp8 on GPUs "
@@ -218,6 +218,16 @@ def accuracy_json(ctx, mode: str) -> dict | None:
     if rec is None or ctx.efficiency.prior:
         return None
     return {"rows": int(rec["rows"]), "ttft_mean_abs_err_pct": rec["ttft"], "tpot_mean_abs_err_pct": rec["tpot"]}
+
+
+def _check_osl(osl: int) -> int:
+    """``--osl`` of 2 or more: one output token has no TPOT (simulate and plan say the same)."""
+    if osl == 1:
+        raise InputError("--osl", "1 output token has no time per output token (TPOT)",
+                         "use --osl 2 or more; the prompt alone is TTFT")
+    if osl < 2:
+        raise InputError("--osl", f"must be a whole number >= 2, got {osl}", "use --osl 2 or more")
+    return osl
 
 
 def _prior_note(ctx) -> str:

@@ -73,8 +73,13 @@ def _with_fitting_batches(cols: dict, max_batch: int, evaluate) -> tuple[dict, d
     extra = (cols["batch"] == 1.0) & (fit >= 1.0) & (2.0 ** np.round(np.log2(np.maximum(fit, 1.0))) != fit)
     if not extra.any():
         return cols, out
-    more = {k: v[extra] for k, v in cols.items()}
-    more["batch"] = fit[extra]
+    return _appended(cols, out, np.flatnonzero(extra), np.broadcast_to(fit, extra.shape)[extra], evaluate)
+
+
+def _appended(cols: dict, out: dict, rows: np.ndarray, batches: np.ndarray, evaluate) -> tuple[dict, dict]:
+    """``cols`` / ``out`` with the layouts of ``rows`` evaluated again at ``batches``, appended."""
+    more = {k: v[rows] for k, v in cols.items()}
+    more["batch"] = np.asarray(batches, dtype=float)
     more_out = evaluate(more)
     n, n_more = cols["batch"].shape, more["batch"].shape
     cols = {k: np.concatenate([cols[k], more[k]]) for k in cols}
@@ -83,7 +88,8 @@ def _with_fitting_batches(cols: dict, max_batch: int, evaluate) -> tuple[dict, d
     return cols, out
 
 
-def _largest_batch_meeting(cols: dict, out: dict, evaluate, ttft_s: float, tpot_s: float) -> np.ndarray:
+def _largest_batch_meeting(cols: dict, out: dict, evaluate, ttft_s: float, tpot_s: float,
+                           max_batch: int) -> np.ndarray:
     """Per layout (the rows of ``cols`` at batch 1), the largest batch up to the most its KV cache
     holds whose TTFT and TPOT meet the objective (bisection over whole batches; 0 where batch 1
     misses it). With clients in a closed loop, a faster GPU serves each client sooner and its next
@@ -97,11 +103,12 @@ def _largest_batch_meeting(cols: dict, out: dict, evaluate, ttft_s: float, tpot_
                 if k in ("ttft_s", "tpot_s", "fits")})
     lo = np.ones(int(first.sum()))
     hi = np.maximum(np.floor(np.broadcast_to(out["max_batch_per_rank"], first.shape)[first]), 1.0)
-    hi = np.minimum(hi, cols["batch"].max())
+    hi = np.where(ok, np.minimum(hi, float(max_batch)), 1.0)      # a layout missing it at batch 1: done
     while np.any(hi > lo):
-        mid = np.floor((lo + hi + 1.0) / 2.0)
-        m = meets(evaluate({**one, "batch": mid}))
-        lo, hi = np.where(m, mid, lo), np.where(m, hi, mid - 1.0)
+        act = np.flatnonzero(hi > lo)          # only the layouts still searching
+        mid = np.floor((lo[act] + hi[act] + 1.0) / 2.0)
+        m = meets(evaluate({**{k: v[act] for k, v in one.items()}, "batch": mid}))
+        lo[act], hi[act] = np.where(m, mid, lo[act]), np.where(m, hi[act], mid - 1.0)
     return np.where(ok, lo, 0.0)
 
 
@@ -117,17 +124,15 @@ def _agg(ctx, gpus: int, isl: int, osl: int, max_batch: int, allow_pp: bool, ttf
     cols, out = _with_fitting_batches(cols, max_batch, evaluate)
     if ttft_ms is not None and tpot_ms is not None:
         # each layout also at the largest batch meeting the objective, where that is a new batch
-        best = _largest_batch_meeting(cols, out, evaluate, ttft_ms / 1e3, tpot_ms / 1e3)
+        best = _largest_batch_meeting(cols, out, evaluate, ttft_ms / 1e3, tpot_ms / 1e3, max_batch)
         first = np.flatnonzero(cols["batch"] == 1.0)
-        tried = set(zip(cols["layout_index"].tolist(), cols["batch"].tolist()))
-        new = np.array([b >= 1 and (float(j), float(b)) not in tried for j, b in enumerate(best)], dtype=bool)
+        # tried already: the powers of two and the layout's largest fitting batch
+        fit = np.minimum(np.floor(np.broadcast_to(out["max_batch_per_rank"], cols["batch"].shape)[first]),
+                         float(max_batch))
+        power = 2.0 ** np.round(np.log2(np.maximum(best, 1.0))) == best
+        new = (best >= 1.0) & ~power & (best != fit)
         if new.any():
-            more = {k: v[first[new]] for k, v in cols.items()}
-            more["batch"] = best[new]
-            more_out = evaluate(more)
-            n, n_more = cols["batch"].shape, more["batch"].shape
-            cols = {k: np.concatenate([cols[k], more[k]]) for k in cols}
-            out = {k: np.concatenate([np.broadcast_to(out[k], n), np.broadcast_to(more_out[k], n_more)]) for k in out}
+            cols, out = _appended(cols, out, first[new], best[new], evaluate)
     worker_gpus = cols["tp"] * cols["pp"] * cols["adp"]
     workers = np.floor(gpus / worker_gpus)
     moe = ctx.model.moe is not None
@@ -177,19 +182,21 @@ def _disagg_slo_batches(ctx, dcols: dict, dec: dict, pre: dict, pi, di, npw, ndw
     psel = {k: v[pi[top]] for k, v in pre.items() if isinstance(v, np.ndarray) and v.shape == pre["pre_one_s"].shape}
     start = lo.copy()
 
-    def evaluate(batch):
-        d = decode_side(ctx, lay["tp"], lay["adp"], lay["pp"], lay["moe_tp"], lay["moe_ep"], batch, isl, osl)
-        return d, combine(ctx, d, psel, npw[top], ndw[top], isl, osl)
+    def evaluate(batch, idx):
+        d = decode_side(ctx, lay["tp"][idx], lay["adp"][idx], lay["pp"][idx], lay["moe_tp"][idx], lay["moe_ep"][idx],
+                        batch, isl, osl)
+        return d, combine(ctx, d, {k: v[idx] for k, v in psel.items()}, npw[top][idx], ndw[top][idx], isl, osl)
 
     while np.any(hi > lo):
-        mid = np.where(hi > lo, np.floor((lo + hi + 1.0) / 2.0), lo)
-        _, o = evaluate(mid)
+        act = np.flatnonzero(hi > lo)          # only the pairings still searching
+        mid = np.floor((lo[act] + hi[act] + 1.0) / 2.0)
+        _, o = evaluate(mid, act)
         m = (o["ttft_s"] <= ttft_s) & (o["tpot_s"] <= tpot_s) & o["fits"]
-        lo, hi = np.where(m & (mid > lo), mid, lo), np.where(m | (mid <= lo), hi, mid - 1.0)
+        lo[act], hi[act] = np.where(m, mid, lo[act]), np.where(m, hi[act], mid - 1.0)
     new = lo > start
     if not new.any():
         return None
-    d, _ = evaluate(lo)
+    d, _ = evaluate(lo, np.arange(len(lo)))
     rows_d = {k: v[new] for k, v in d.items() if isinstance(v, np.ndarray) and v.shape == lo.shape}
     cols_d = {**{k: v[new] for k, v in lay.items()}, "batch": lo[new]}
     return cols_d, rows_d, pi[top][new], npw[top][new], ndw[top][new]

@@ -70,7 +70,9 @@ class ServingContext:
 
     def tokens_per_step_at(self, osl) -> float:
         """Mean tokens a decoding request of ``osl`` output tokens keeps per step: the first comes
-        from its prefill, so at most osl - 1 (and at least 1) are left for the decode steps."""
+        from its prefill, so at most osl - 1 (and at least 1) are left for the decode steps.
+        min(E, left) bounds E[min(accepted + 1, left)] from above (a request with 2 tokens left
+        may still need 2 steps): optimistic only where osl - 1 < E, i.e. a few output tokens."""
         return float(self.tokens_per_step_within(max(float(osl) - 1.0, 1.0)))
 
     @property
