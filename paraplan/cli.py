@@ -199,11 +199,16 @@ def four_significant(value: float) -> str:
     return text[:-1] if text.endswith(".") else text
 
 
+#: characters never printed inside a table cell
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\n\r]")
+
+
 def format_table(rows: Sequence[Sequence[Any]], headers: Sequence[str], align: str | None = None,
                  indent: str = "") -> str:
     """A plain aligned text table. ``align``: one char per column, ``l`` or ``r`` (default: text
     left, numbers right)."""
-    cells = [[("-" if c is None else str(c)) for c in row] for row in rows]
+    # a control character from a damaged file (a NUL, a newline) would break the table's lines
+    cells = [[("-" if c is None else _CONTROL.sub("?", str(c))) for c in row] for row in rows]
     if align is None:
         align = "".join("r" if rows and all(_is_number(r[i]) or r[i] is None for r in rows) else "l"
                         for i in range(len(headers)))

@@ -667,3 +667,19 @@ def test_serve_says_the_same_of_an_osl_below_2_whichever_command(command):
                    "error: --osl: must be a whole number >= 2, got 0")
     one_line_error(run("serve", command, "-m", "llama3.1-8b", "-s", "dgx-h100", *extra, "--osl", "1"),
                    "error: --osl: 1 output token has no time per output token")
+
+
+@pytest.mark.parametrize("which", ["published", "serving"])
+def test_a_file_without_its_header_line_says_so(tmp_path, which):
+    # the first data row was read as the header and reported as "names the column 'fp8' twice"
+    published, serving = _files()
+    source = published if which == "published" else serving
+    path = tmp_path / "no_header.csv"
+    path.write_text("".join(source.read_text().splitlines(keepends=True)[1:5]))
+    one_line_error(run("validate", which, path), "path", "it is not the header")
+
+
+def test_a_control_character_in_a_cell_never_reaches_a_tables_lines():
+    from paraplan.cli import format_table
+    text = format_table([["vl\x00lm", "a\nb"]], ["backend", "reason"])
+    assert "\x00" not in text and len(text.splitlines()) == 3

@@ -19,9 +19,11 @@ from hardware_specs.errors import InputError
 MAX_CHECKED_ROWS = 1_000_000
 
 
-def check_csv_structure(path: str | Path) -> None:
+def check_csv_structure(path: str | Path, expected: tuple[str, ...] = ()) -> None:
     """``InputError`` if the CSV at ``path`` has a column name twice, or a row with more fields
-    than its header (a short row is only missing values, which each reader reports per row)."""
+    than its header (a short row is only missing values, which each reader reports per row), or
+    (``expected``: the columns its reader needs) a first line naming none of them: a file
+    without its header line (it was reported as a data value named twice)."""
     p = Path(path)
     try:
         with p.open(newline="", encoding="utf-8-sig") as fh:
@@ -30,6 +32,12 @@ def check_csv_structure(path: str | Path) -> None:
             if header is None:
                 return                     # empty: the reader says which columns are missing
             names = [h.strip() for h in header]
+            # as wide as a data row and naming none of the needed columns: a data row (a file
+            # of a few other columns is another file: its reader names the missing column)
+            if expected and len(names) >= len(expected) and not set(expected) & set(names):
+                raise InputError("path", f"the first line of {p.name} names none of the columns "
+                                 f"{', '.join(expected[:4])}, ...: it is not the header",
+                                 "put the header line of the public file first")
             seen: set[str] = set()
             for name in names:
                 if name and name in seen:

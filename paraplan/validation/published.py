@@ -157,7 +157,7 @@ def read_runs(path: str | Path) -> pd.DataFrame:
     p = Path(path)
     if not p.is_file():
         raise InputError("path", not_a_file(path), "check the path, or omit PATH for the bundled runs")
-    check_csv_structure(p)
+    check_csv_structure(p, REQUIRED_COLUMNS)
     try:
         df = pd.read_csv(p)
     except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:

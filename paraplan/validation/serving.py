@@ -169,7 +169,7 @@ def read_rows(path: str | Path) -> pd.DataFrame:
     if isinstance(path, (str, Path)) and not is_file(Path(path)):
         raise InputError("path", not_a_file(path), "check the path, or omit PATH for the bundled runs")
     if isinstance(path, (str, Path)):
-        check_csv_structure(path)
+        check_csv_structure(path, REQUIRED_COLUMNS)
     try:
         df = pd.read_csv(path, dtype={"backend_version": str})
     except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
