@@ -51,7 +51,7 @@ import yaml
 
 from hardware_specs.cluster_spec import MAX_LATENCY_S, ClusterSpec, HostSpec, NetworkTier
 from hardware_specs.efficiency_model import EfficiencyModel
-from hardware_specs.errors import InputError, check_name, not_a_file, require_plausible, require_positive, suggest
+from hardware_specs.errors import InputError, check_name, check_spec_size, not_a_file, require_plausible, require_positive, suggest
 from hardware_specs.gpu_spec import MAX_HBM_BYTES, MAX_RATE_PER_S, MIN_HBM_BYTES, MIN_RATE_PER_S, GPUSpec
 from hardware_specs.serving_behaviour import ServingBehaviour
 from hardware_specs.serving_efficiency import ServingEfficiency
@@ -177,6 +177,7 @@ def exists(path: Path) -> bool:
 
 def read_yaml(path: Path, what: str) -> dict[str, Any]:
     """Parse one YAML mapping; malformed files raise ``InputError`` naming the file."""
+    check_spec_size(path, what)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:

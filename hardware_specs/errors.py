@@ -5,9 +5,9 @@ A ``InputError`` names the offending field and says how to fix it; the CLI print
 """
 from __future__ import annotations
 
-import re
-
 import difflib
+import os
+import re
 from typing import Iterable
 
 
@@ -64,6 +64,22 @@ def safe_name(text: str, fallback: str = "model") -> str:
     file does not state but its path gives, e.g. a Hugging Face checkpoint folder)."""
     name = re.sub(r"[^A-Za-z0-9._+-]+", "-", text).strip("-._+")[:128]
     return name or fallback
+
+
+#: the largest model, hardware, stack, plan or sweep file read (the catalog's are a few KB; a
+#: Hugging Face config.json tens of KB): a 300 MB file took 90 s to be refused as not a mapping
+MAX_SPEC_BYTES = 16 * 2**20
+
+
+def check_spec_size(path, what: str) -> None:
+    """``InputError`` for a spec file larger than ``MAX_SPEC_BYTES`` (before reading it)."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return                  # the reader names what is wrong with the path
+    if size > MAX_SPEC_BYTES:
+        raise InputError(what, f"{path} is {size / 2**20:,.0f} MiB; a spec file is at most {MAX_SPEC_BYTES // 2**20} MiB",
+                         "give the model, hardware or plan file itself")
 
 
 def require_positive(field: str, value: float, allow_zero: bool = False) -> None:

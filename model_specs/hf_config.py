@@ -33,7 +33,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
-from hardware_specs.errors import InputError, json_int, not_a_file, safe_name
+from hardware_specs.errors import InputError, check_spec_size, json_int, not_a_file, safe_name
 from model_specs.model_spec import MLASpec, ModelSpec, MoESpec, check_size
 
 # Longest default training sequence taken from max_position_embeddings; longer contexts are
@@ -50,6 +50,7 @@ MAX_INT = 2**30
 
 def read_json(path: Path, what: str = "model") -> dict[str, Any]:
     """Parse one JSON object; unreadable or malformed files raise ``InputError`` naming the file."""
+    check_spec_size(path, what)
     try:
         text = Path(path).read_text(encoding="utf-8-sig")     # a BOM is not part of the JSON
     except OSError as exc:

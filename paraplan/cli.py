@@ -71,6 +71,30 @@ def _refuse_special(target: Path, field: str) -> None:
     if os.path.exists(target) and not target.is_dir() and not os.path.isfile(target):
         raise InputError(field, f"{target} is not a regular file",
                          "give the path of an ordinary file")
+    if os.path.islink(target):
+        # the temp file renamed over a link replaces the link, not the file it points to (and
+        # --out /dev/stdout with stdout redirected to a file replaced /dev/stdout itself)
+        raise InputError(field, f"{target} is a link: the output would replace the link, not its target",
+                         "give the path of an ordinary file (the link's target), or leave the option out")
+
+
+def _refuse_input(target: Path, field: str) -> None:
+    """An output naming a file another option of the same command reads (``serve plan -m m.yaml
+    --out m.yaml`` replaced the model file with the report) is refused: the options are the
+    running command's own (click's context), nothing is kept between commands."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or not os.path.exists(target):
+        return
+    key = os.path.realpath(target)
+    for param in ctx.command.params:
+        if field in getattr(param, "opts", ()):
+            continue                                    # the output option itself
+        value = ctx.params.get(param.name)
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(item, (str, os.PathLike)) and str(item) and os.path.isfile(item) \
+                    and os.path.realpath(item) == key:
+                name = param.opts[0] if getattr(param, "opts", None) else param.name
+                raise InputError(field, f"{target} is also the file of {name}", "give each output its own file")
 
 
 def check_writable(path: str | os.PathLike, field: str = "--out") -> None:
@@ -80,9 +104,10 @@ def check_writable(path: str | os.PathLike, field: str = "--out") -> None:
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
         raise InputError(field, f"folder {folder} does not exist", "create it first or pick another path")
-    if target.is_dir():
+    if target.is_dir() or str(path).endswith(("/", os.sep)):
         raise InputError(field, f"{path} is a folder", "give a file name")
     _refuse_special(target, field)
+    _refuse_input(target, field)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
     except OSError as exc:
@@ -155,7 +180,10 @@ def atomic_output_path(path: str | os.PathLike, write, field: str = "--out") -> 
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
         raise InputError(field, f"folder {folder} does not exist", "create it first or pick another path")
+    if str(path).endswith(("/", os.sep)):
+        raise InputError(field, f"{path} is a folder", "give a file name")
     _refuse_special(target, field)
+    _refuse_input(target, field)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=target.suffix or ".tmp", dir=folder)
     os.close(fd)
     try:

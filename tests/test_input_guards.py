@@ -683,3 +683,33 @@ def test_a_control_character_in_a_cell_never_reaches_a_tables_lines():
     from paraplan.cli import format_table
     text = format_table([["vl\x00lm", "a\nb"]], ["backend", "reason"])
     assert "\x00" not in text and len(text.splitlines()) == 3
+
+
+def test_an_output_never_replaces_a_link_or_a_file_the_command_reads(tmp_path):
+    # --out through a link replaced the link (and --out /dev/stdout with stdout redirected to a
+    # file replaced /dev/stdout); --out naming the -m file replaced the model with the report
+    model = tmp_path / "m.yaml"
+    model.write_text((REPO / "model_specs/presets/llama3.1-8b.yaml").read_text())
+    before = model.read_text()
+    one_line_error(run("serve", "plan", "-m", model, "-s", "dgx-h100", "-n", "8", "--out", model),
+                   "--out", "is also the file of --model")
+    one_line_error(run("simulate", "-m", model, "-c", "dgx-h100", "-n", "8", "--tp", "8", "--pp", "1",
+                       "--global-batch", "8", "--trace", model), "--trace", "is also the file of --model")
+    assert model.read_text() == before
+    real = tmp_path / "real.csv"
+    real.write_text("keep\n")
+    link = tmp_path / "link.csv"
+    link.symlink_to(real)
+    one_line_error(run("serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-h100", "-n", "8", "--csv", "--out", link),
+                   "--out", "is a link")
+    assert link.is_symlink() and real.read_text() == "keep\n"
+    one_line_error(run("serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-h100", "-n", "8", "--plot",
+                       f"{tmp_path}/a.png/"), "--plot", "is a folder")
+
+
+def test_a_spec_file_too_large_to_be_one_is_refused_before_it_is_read(tmp_path):
+    from hardware_specs.errors import MAX_SPEC_BYTES
+    big = tmp_path / "big.yaml"
+    with big.open("wb") as fh:
+        fh.truncate(MAX_SPEC_BYTES + 1)
+    one_line_error(run("models", "show", big), "is 16 MiB; a spec file is at most 16 MiB")

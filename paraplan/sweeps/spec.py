@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from hardware_specs.catalog import exists, is_file, parse_yaml
-from hardware_specs.errors import InputError, suggest
+from hardware_specs.errors import InputError, check_spec_size, suggest
 from model_specs.model_spec import SIZE_LIMITS
 from simulator.parallel_config import MAX_GLOBAL_BATCH, MAX_GPUS, AttentionKernel, CPKind, Recompute, Schedule
 
@@ -282,6 +282,7 @@ def load_spec(path: str | Path) -> SweepSpec:
     p = Path(path)
     if exists(p) and not is_file(p):   # a FIFO blocks on open and /dev/zero never ends: read neither
         raise InputError("spec", f"{path} is not a regular file", "give a sweep spec YAML file")
+    check_spec_size(p, "spec")
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
