@@ -337,6 +337,11 @@ def common_dtype(cluster: PooledCluster, dtype: str | None) -> str:
     raise InputError("dtype", "the pools' GPUs share no 16- or 32-bit dtype", "give --dtype")
 
 
+#: pools a search across pools covers: it tries every subset of them (2^n), so 12 pools are 4,096
+#: subsets (a few seconds on 2 cores) and 20 were a million (five minutes without a word)
+MAX_SEARCHED_POOLS = 12
+
+
 def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, global_batch: int | None = None, *,
                        global_batch_tokens: int | None = None, dtype: str | None = None, max_tp: int | None = None,
                        max_micro_batch: int | None = 8, micro_batches=None, recomputes=None, zeros=(0, 1),
@@ -407,6 +412,10 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
     scored: list[Scored] = []
     seen = set()
     names = cluster.pool_names
+    if len(names) > MAX_SEARCHED_POOLS:
+        raise InputError("cluster", f"{cluster.name} has {len(names)} pools; the search tries every subset of them "
+                         f"(2^{len(names)}) and covers at most {MAX_SEARCHED_POOLS} (14 took 11 s, 20 five minutes)",
+                         "merge pools of one GPU kind and fabric into one pool, or plan on fewer pools")
     for size in range(1, len(names) + 1):
         for subset in itertools.combinations(names, size):
             sub = cluster.subset(subset)

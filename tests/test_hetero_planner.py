@@ -179,3 +179,18 @@ def test_a_request_nothing_fits_and_a_dtype_a_pool_lacks_are_one_line_errors():
         plan_heterogeneous(SMALL, turing, global_batch=8, dtype="bf16")
     with pytest.raises(InputError, match="mixture-of-experts|MTP"):
         plan_heterogeneous("mixtral-8x7b", PooledCluster("m", (Pool("a", H100, 8),)), global_batch=8)
+
+
+def test_a_pooled_cluster_of_more_pools_than_the_search_covers_is_refused_at_once(tmp_path):
+    # the search tries every subset of the pools: 20 pools ran five minutes without a word
+    from pathlib import Path
+
+    import yaml
+
+    from planners.heterogeneous import MAX_SEARCHED_POOLS, plan_heterogeneous
+    src = yaml.safe_load((Path(__file__).resolve().parents[1] / "examples/clusters/a100-h100.yaml").read_text())
+    pools = [dict(src["pools"][i % 2], name=f"p{i}", gpus=8) for i in range(MAX_SEARCHED_POOLS + 1)]
+    path = tmp_path / "many.yaml"
+    path.write_text(yaml.safe_dump({"name": "many", "pools": pools}))
+    with pytest.raises(InputError, match=f"has {MAX_SEARCHED_POOLS + 1} pools"):
+        plan_heterogeneous("llama3-70b", str(path), 512)
