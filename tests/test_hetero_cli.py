@@ -268,3 +268,35 @@ def test_pooled_plan_csv_and_json_rows_say_whether_they_rest_on_the_prior(tmp_pa
     both_fitted.write_text(SMALL_MIXED)
     fitted = pd.read_csv(io.StringIO(run(*args[:4], both_fitted, *args[5:], "--csv").stdout))
     assert fitted["efficiency_fitted"].all()
+
+
+def test_a_plan_files_group_and_stage_keys_are_checked_and_counts_bounded(tmp_path):
+    # 'replica' (a typo) ran as 1 replica and 'tensor_parallel' on a stage was ignored; 1e15
+    # micro-batches reported a step of 1.9 million years
+    import json
+
+    from click.testing import CliRunner
+
+    from paraplan.cli import main
+    from paraplan.commands._hetero import plan_from_data
+    from hardware_specs.errors import InputError
+    base = {"global_batch": 64, "groups": [{"replicas": 2, "stages": [{"pool": "a100", "tp": 8, "layers": 40},
+                                                                     {"pool": "h100", "tp": 8, "layers": 40}]}]}
+    assert plan_from_data(json.loads(json.dumps(base))).groups[0].replicas == 2
+    for edit, field in ((lambda d: d["groups"][0].__setitem__("replica", 2), "groups[0].replica"),
+                        (lambda d: d["groups"][0]["stages"][0].__setitem__("tensor_parallel", 2),
+                         "groups[0].stages[0].tensor_parallel"),
+                        (lambda d: d["groups"][0].__setitem__("micro_batches", 10**15), "groups.micro_batches")):
+        data = json.loads(json.dumps(base))
+        edit(data)
+        with pytest.raises(InputError) as err:
+            plan_from_data(data)
+        assert err.value.field == field
+    path = tmp_path / "plan.json"
+    bad = json.loads(json.dumps(base))
+    bad["groups"][0]["replica"] = bad["groups"][0].pop("replicas")
+    path.write_text(json.dumps(bad))
+    from pathlib import Path
+    cluster = Path(__file__).resolve().parents[1] / "examples/clusters/a100-h100.yaml"
+    res = CliRunner().invoke(main, ["simulate", "-m", "llama3-70b", "-c", str(cluster), "--plan", str(path)])
+    assert res.exit_code == 2 and "did you mean replicas" in res.output

@@ -108,16 +108,28 @@ def read_plan_file(path: str) -> dict:
     return data
 
 
+#: the keys of a replica group and of a stage in a plan file (``report.plan_dict``)
+GROUP_KEYS = ("stages", "replicas", "micro_batches")
+STAGE_KEYS = ("pool", "tp", "layers")
+
+
 def plan_from_data(data: dict) -> HeteroPlan:
     """A plan mapping (``report.plan_dict`` format) as a ``HeteroPlan`` (errors name the field)."""
     groups = []
     for gi, g in enumerate(data["groups"]):
         if not isinstance(g, dict) or not isinstance(g.get("stages"), list):
             raise InputError(f"groups[{gi}]", "needs 'stages' (a list of {pool, tp, layers})")
+        extra = sorted(str(k) for k in g if k not in GROUP_KEYS)
+        if extra:       # a typo ('replica') ran as the default of 1 replica without a word
+            raise InputError(f"groups[{gi}].{extra[0]}", "not a key of a replica group", suggest(extra[0], GROUP_KEYS))
         stages = []
         for si, st in enumerate(g["stages"]):
             if not isinstance(st, dict) or not {"pool", "tp", "layers"} <= set(st):
                 raise InputError(f"groups[{gi}].stages[{si}]", "needs pool, tp and layers")
+            extra = sorted(str(k) for k in st if k not in STAGE_KEYS)
+            if extra:
+                raise InputError(f"groups[{gi}].stages[{si}].{extra[0]}", "not a key of a stage",
+                                 suggest(extra[0], STAGE_KEYS))
             stages.append(StagePlacement(st["pool"], st["tp"], st["layers"]))
         groups.append(ReplicaGroup(stages=tuple(stages), replicas=g.get("replicas", 1),
                                    micro_batches=g.get("micro_batches")))

@@ -46,6 +46,11 @@ def pool_dtype(gpu, dtype: str) -> str | None:
     return None
 
 
+#: the largest count (replicas, micro-batches, degrees) a plan may state, as the other integer
+#: inputs (2^24)
+MAX_PLAN_COUNT = 2**24
+
+
 def _positive_int(value, field_name: str) -> int:
     if isinstance(value, bool):
         raise InputError(field_name, f"must be a positive integer, got {value!r}")
@@ -55,6 +60,8 @@ def _positive_int(value, field_name: str) -> int:
         raise InputError(field_name, f"must be a positive integer, got {value!r}") from None
     if as_int != value or as_int < 1:
         raise InputError(field_name, f"must be a positive integer, got {value!r}")
+    if as_int > MAX_PLAN_COUNT:     # 1e15 micro-batches reported a step of 1.9 million years
+        raise InputError(field_name, f"{as_int:,} is above {MAX_PLAN_COUNT:,}", "check the number")
     return as_int
 
 
