@@ -134,8 +134,8 @@ def parse_yaml(text: str, what: str, path: Path | str) -> Any:
         if node is None:
             return None
         if _expanded_size(node, {}, MAX_YAML_VALUES) > MAX_YAML_VALUES:
-            raise InputError(what, f"{path} expands to more than {MAX_YAML_VALUES:,} values through its "
-                             "anchors and aliases", "write the values out instead of nesting aliases")
+            raise InputError(what, f"{path} holds more than {MAX_YAML_VALUES:,} values (anchors and aliases "
+                             "counted as expanded)", "write fewer values, and no nested aliases")
         twice = _repeated_key(node)
         if twice is not None:     # yaml.safe_load keeps the last silently: the first value would be ignored
             raise InputError(what, f"{path} line {twice.start_mark.line + 1}: key '{twice.value}' appears twice "

@@ -713,3 +713,16 @@ def test_a_spec_file_too_large_to_be_one_is_refused_before_it_is_read(tmp_path):
     with big.open("wb") as fh:
         fh.truncate(MAX_SPEC_BYTES + 1)
     one_line_error(run("models", "show", big), "is 16 MiB; a spec file is at most 16 MiB")
+
+
+def test_a_fix_with_an_empty_choice_and_a_batch_cap_beyond_any_engine_are_refused():
+    one_line_error(run("plan", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "16", "--global-batch", "64",
+                       "--fix", "pp=4,,8"), "--fix", "an empty choice")
+    one_line_error(run("serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-h100", "-n", "8",
+                       "--max-batch", str(10**20)), "--max-batch")
+
+
+def test_validate_measured_checks_the_warmup_before_it_measures():
+    # it printed 'measuring' and then the error: two lines where the contract says one
+    result = run("validate", "measured", "cpu-local", "--steps", "4", "--warmup", "4")
+    one_line_error(result, "--warmup", "must be below --steps (4)")

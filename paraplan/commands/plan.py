@@ -75,7 +75,10 @@ def parse_fix(items) -> dict[str, str]:
         name, value = (x.strip() for x in item.split("=", 1))
         if not name or not value:
             raise InputError("--fix", f"cannot read {item!r}", "write NAME=VALUE, e.g. --fix dp=8")
-        out.setdefault(name, []).extend(v for v in value.split(",") if v)
+        choices = [v.strip() for v in value.split(",")]
+        if not all(choices):        # 'pp=4,,8' dropped the empty choice without a word
+            raise InputError("--fix", f"an empty choice in {item!r}", "give one value between each pair of commas")
+        out.setdefault(name, []).extend(choices)
     return {k: tuple(v) for k, v in out.items()}
 
 

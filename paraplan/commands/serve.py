@@ -712,7 +712,7 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
               help="Time-per-output-token objective, ms.")
 @click.option("--mode", "modes", type=click.Choice(["agg", "disagg", "both"]), default="both", show_default=True,
               help="Which deployments to search.")
-@click.option("--max-batch", type=POS, default=1024, show_default=True, help="Largest per-rank batch (requests in flight) tried: powers of two, the most each layout's KV cache holds, and each aggregated layout's largest meeting the SLO. A disaggregated prefill worker's prompts per step (1, 2, 4, 8) are searched apart from it.")
+@click.option("--max-batch", type=click.IntRange(1, 2**24), default=1024, show_default=True, help="Largest per-rank batch (requests in flight) tried: powers of two, the most each layout's KV cache holds, and each aggregated layout's largest meeting the SLO. A disaggregated prefill worker's prompts per step (1, 2, 4, 8) are searched apart from it.")
 @click.option("--no-pp", is_flag=True, help="Do not try pipeline parallelism.")
 @click.option("--rank-by", type=click.Choice(["per-gpu", "total"]), default="per-gpu", show_default=True,
               help="What the winner maximises among layouts meeting the SLO: output tokens/s per GPU the deployment "

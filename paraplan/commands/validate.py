@@ -295,6 +295,9 @@ def measured_cmd(cluster_path: str | None, steps: int, warmup: int, rounds: int,
         raise InputError("cluster_path", "missing", "pass a profile from `paraplan calibrate`, or --calibrate-each-round")
     if cluster_path is not None and calibrate_each_round:
         raise InputError("cluster_path", "given with --calibrate-each-round", "use one or the other")
+    if warmup >= steps:         # before 'measuring' is printed (it was checked once the runs had begun)
+        raise InputError("--warmup", f"must be below --steps ({steps}), got {warmup}",
+                         "time at least one step after the warm-up ones")
     check_distinct_paths({"--out": out_path}, {"CLUSTER_PATH": cluster_path})
     if out_path is not None:
         check_writable(out_path)
