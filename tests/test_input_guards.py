@@ -726,3 +726,13 @@ def test_validate_measured_checks_the_warmup_before_it_measures():
     # it printed 'measuring' and then the error: two lines where the contract says one
     result = run("validate", "measured", "cpu-local", "--steps", "4", "--warmup", "4")
     one_line_error(result, "--warmup", "must be below --steps (4)")
+
+
+def test_a_cpu_measurement_of_more_ranks_than_the_cores_can_time_is_refused_before_it_starts():
+    import os
+
+    from paraplan.measure.runtime import MAX_RANKS_PER_CORE
+    too_many = MAX_RANKS_PER_CORE * (os.cpu_count() or 1) + 1
+    if too_many > 128:
+        pytest.skip("more cores than the local-process bound covers")
+    one_line_error(run("measure", "--dp", str(too_many), "--global-batch", str(too_many)), "world_size", "CPU ranks")

@@ -26,6 +26,8 @@ DEFAULT_LOCAL_RANKS = 2
 #: most local processes one measurement starts: one per GPU of the largest nodes (72 in an
 #: NVL72 rack) with room to spare; on a CPU host each also takes its own cores' worth of threads
 MAX_LOCAL_PROCESSES = 128
+#: CPU ranks a measurement starts per core: beyond it the runs time contention (2 cores: 32)
+MAX_RANKS_PER_CORE = 16
 
 
 def require_torch():
@@ -241,6 +243,11 @@ def launch(fn: Callable, world_size: int, args: dict, choice: DeviceChoice,
     if not 1 <= int(world_size) <= MAX_LOCAL_PROCESSES:
         raise InputError("world_size", f"{world_size} local processes; a measurement starts 1 to "
                          f"{MAX_LOCAL_PROCESSES}", "use fewer ranks")
+    cores = os.cpu_count() or 1
+    if choice.kind != "cuda" and world_size > MAX_RANKS_PER_CORE * cores:
+        # 128 ranks on 2 cores ran past two minutes (64: 96 s) timing little but contention
+        raise InputError("world_size", f"{world_size} CPU ranks on {cores} cores; a CPU measurement starts at most "
+                         f"{MAX_RANKS_PER_CORE} a core ({MAX_RANKS_PER_CORE * cores} here)", "use fewer ranks")
     torch = require_torch()
     import torch.multiprocessing as mp
     if choice.kind == "cuda" and world_size > torch.cuda.device_count():

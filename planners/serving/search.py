@@ -431,12 +431,15 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
     parts = [p for p in parts if len(p)]
     if not parts:
         # only formats smaller than the one planned help (the suggestion named fp8 to an fp8 plan)
+        # the option of the larger format: a MoE model's bulk is its experts (nvfp4 dense with bf16
+        # experts was told to shrink --precision)
+        experts = ctx.model.moe is not None and weight_bytes(ctx.expert_format) > weight_bytes(ctx.dense_format)
         held = max(weight_bytes(ctx.dense_format), weight_bytes(ctx.expert_format))
         smaller = [f for f in WEIGHT_FORMATS if weight_bytes(f) < held]
-        raise InputError("--gpus", f"no layout of {ctx.model.name} with {ctx.dense_format} weights fits in "
-                         f"{gpus} x {ctx.cluster.gpu.name}",
-                         "add GPUs" + (", or a smaller weight format: --precision " + " / ".join(smaller)
-                                       if smaller else ""))
+        what = (f"{ctx.expert_format} experts" if experts else f"{ctx.dense_format} weights")
+        raise InputError("--gpus", f"no layout of {ctx.model.name} with {what} fits in {gpus} x {ctx.cluster.gpu.name}",
+                         "add GPUs" + (f", or a smaller weight format: {'--expert-precision' if experts else '--precision'} "
+                                       + " / ".join(smaller) if smaller else ""))
     cands = pd.concat(parts, ignore_index=True, sort=False)
     cands["meets_slo"] = (cands.ttft_ms <= ttft_ms) & (cands.tpot_ms <= tpot_ms)
     fronts = []
