@@ -1,0 +1,155 @@
+"""Serving what-ifs from Python (notebooks): one aggregated deployment as a table row
+(``serve_simulate``), the same deployment over the values of one input (``serve_sweep``), and the
+best layouts under a latency objective (``serve_plan``), with units in every column name as
+``paraplan.api`` gives training rows.
+
+The inputs are those of ``paraplan serve simulate`` / ``serve plan`` (same defaults: the
+checkpoint's weight format where it states one, else fp8 on GPUs with FP8 tensor cores, else
+bf16), plus what-if hardware: ``gpu`` (another accelerator on the same fabric),
+``hbm_tb_per_s`` (the GPU's memory bandwidth, TB/s), ``scaleup_gbit_per_s`` /
+``scaleout_gbit_per_s`` (NVLink / NIC bandwidth per GPU, one direction, Gb/s). Disaggregated
+deployments are simulated with ``paraplan serve simulate --mode disagg`` or
+``simulator.serving.simulate.simulate_serving``; ``serve_plan`` searches both modes.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Iterable, Mapping
+
+import pandas as pd
+
+from hardware_specs.errors import InputError, require_plausible
+from model_specs.catalog import load_model
+from model_specs.model_spec import ModelSpec
+from paraplan.api import what_if_cluster
+from planners.serving.search import ServingPlan, plan_serving
+from simulator.serving.context import ServingContext
+from simulator.serving.deployment import Deployment, WorkerLayout
+from simulator.serving.simulate import simulate_serving
+
+#: the fixed inputs of a deployment's context (``serving_context``)
+CONTEXT_FIELDS = ("backend", "backend_version", "precision", "expert_precision", "kv_cache_dtype",
+                  "speculative_tokens", "draft_acceptance", "gpu", "hbm_tb_per_s", "scaleup_gbit_per_s",
+                  "scaleout_gbit_per_s")
+#: the layout and load of an aggregated deployment (``serve_simulate``)
+DEPLOYMENT_FIELDS = ("isl", "osl", "tp", "pp", "adp", "moe_tp", "moe_ep", "batch", "workers")
+#: what ``serve_sweep`` may sweep
+SWEEP_FIELDS = ("model", "system") + CONTEXT_FIELDS + DEPLOYMENT_FIELDS
+
+
+def serving_context(model: str | ModelSpec, system: str, backend: str = "vllm", *,
+                    backend_version: str | None = None, precision: str | None = None,
+                    expert_precision: str | None = None, kv_cache_dtype: str = "auto",
+                    speculative_tokens: int | None = None, draft_acceptance: float | None = None,
+                    gpu: str | None = None, hbm_tb_per_s: float | None = None,
+                    scaleup_gbit_per_s: float | None = None,
+                    scaleout_gbit_per_s: float | None = None) -> ServingContext:
+    """The ``ServingContext`` ``serve simulate`` would build, on the what-if hardware."""
+    spec = model if isinstance(model, ModelSpec) else load_model(model)
+    cluster = what_if_cluster(system, gpu, scaleout_gbit_per_s, scaleup_gbit_per_s)
+    if hbm_tb_per_s is not None:
+        require_plausible("hbm_tb_per_s", hbm_tb_per_s, 1e-3, 1e3)
+        cluster = cluster.with_gpu(replace(cluster.gpu, hbm_bw_bytes_per_s=float(hbm_tb_per_s) * 1e12))
+    # as serve simulate: the checkpoint's own format, else fp8 where the GPU has FP8 tensor
+    # cores, else bf16; a checkpoint stating only its experts' format keeps the rest 16-bit
+    dense_stored, expert_stored = spec.checkpoint_format, spec.expert_checkpoint_format
+    dense = (precision or dense_stored or ("bf16" if expert_stored else None)
+             or ("fp8" if "fp8" in cluster.gpu.peak_flops_per_s else "bf16"))
+    expert = expert_precision or precision or expert_stored or dense
+    return ServingContext.build(spec, cluster, backend, dense, expert, kv_cache_dtype, backend_version=backend_version,
+                                speculative_tokens=speculative_tokens, draft_acceptance=draft_acceptance)
+
+
+def _layout(tp: int, pp: int, adp: int, moe_tp: int | None, moe_ep: int | None, batch: int) -> WorkerLayout:
+    """An aggregated worker, its expert split defaulted as ``serve simulate`` defaults it."""
+    if moe_tp is None and moe_ep is None:
+        moe_tp, moe_ep = tp * adp, 1
+    elif moe_tp is None:
+        if (tp * adp) % moe_ep:
+            raise InputError("moe_ep", f"{moe_ep} does not divide tp x adp = {tp * adp}", "give a divisor, or moe_tp too")
+        moe_tp = tp * adp // moe_ep
+    elif moe_ep is None:
+        if (tp * adp) % moe_tp:
+            raise InputError("moe_tp", f"{moe_tp} does not divide tp x adp = {tp * adp}", "give a divisor, or moe_ep too")
+        moe_ep = tp * adp // moe_tp
+    return WorkerLayout(tp=tp, pp=pp, adp=adp, moe_tp=moe_tp, moe_ep=moe_ep, batch=batch)
+
+
+def serve_simulate(model: str | ModelSpec, system: str, *, isl: int = 1024, osl: int = 1024, tp: int = 1,
+                   pp: int = 1, adp: int = 1, moe_tp: int | None = None, moe_ep: int | None = None,
+                   batch: int = 32, workers: int = 1, **context: Any) -> pd.DataFrame:
+    """One aggregated deployment (``serve simulate``'s numbers) as a one-row table: its inputs,
+    ``ttft_ms``, ``ttft_p90_ms``, ``tpot_ms``, ``latency_ms``, ``tokens_per_s_per_gpu``,
+    ``tokens_per_s_per_user``, ``max_batch_per_rank``, ``fits``, the decode step by part
+    (``decode_<part>_ms``), memory per GPU by part (``<part>_gib``), whether the numbers rest on
+    fitted factors (``efficiency_fitted``) and how far the fitted model was off on measured runs
+    of this engine (``validation_ttft_err_pct`` / ``validation_tpot_err_pct``, None where none).
+    ``context``: the ``serving_context`` keywords (``CONTEXT_FIELDS``)."""
+    unknown = sorted(set(context) - set(CONTEXT_FIELDS))
+    if unknown:
+        from hardware_specs.errors import suggest
+        raise InputError(unknown[0], "not an input of a serving deployment", suggest(unknown[0], SWEEP_FIELDS))
+    ctx = serving_context(model, system, **context)
+    dep = Deployment(model=ctx.model.name, system=ctx.cluster.name, backend=ctx.stack.name, mode="agg", isl=isl,
+                     osl=osl, dense_format=ctx.dense_format, expert_format=ctx.expert_format,
+                     kv_cache_dtype=context.get("kv_cache_dtype", "auto"), speculative_tokens=ctx.speculative_tokens,
+                     draft_acceptance=None if ctx.acceptance_is_prior else ctx.draft_acceptance,
+                     layout=_layout(tp, pp, adp, moe_tp, moe_ep, batch), workers=workers)
+    report = simulate_serving(dep, ctx)
+    m = report.metrics
+    row: dict[str, Any] = {
+        "model": ctx.model.name, "system": ctx.cluster.name, "gpu": ctx.cluster.gpu.name, "backend": ctx.stack.name,
+        "dense_format": ctx.dense_format, "expert_format": ctx.expert_format, "kv_bytes_per_element": ctx.kv_bytes,
+        "isl": dep.isl, "osl": dep.osl, "tp": dep.layout.tp, "pp": dep.layout.pp, "adp": dep.layout.adp,
+        "moe_tp": dep.layout.moe_tp, "moe_ep": dep.layout.moe_ep, "batch": dep.layout.batch, "workers": dep.workers,
+        "gpus": dep.gpus, "concurrency": dep.concurrency,
+        **{k[:-2] + "_ms": 1e3 * float(m[k]) for k in ("ttft_s", "ttft_p90_s", "tpot_s", "latency_s")},
+        "tokens_per_s_per_gpu": float(m["tokens_per_s_per_gpu"]), "tokens_per_s_per_user": float(m["tokens_per_s_per_user"]),
+        "max_batch_per_rank": int(m["max_batch_per_rank"]), "fits": bool(m["fits"]),
+        **{k[:-2] + "_ms": 1e3 * float(v) for k, v in report.decode_breakdown_s.items()},
+        **{k[:-6] + "_gib": float(v) / 2**30 for k, v in report.memory_bytes.items() if k.endswith("_bytes")},
+        "efficiency_fitted": not ctx.efficiency.prior,
+    }
+    rec = None if ctx.efficiency.prior else ctx.efficiency.validation_error(ctx.stack.framework, "agg")
+    row["validation_ttft_err_pct"] = rec["ttft"] if rec else None
+    row["validation_tpot_err_pct"] = rec["tpot"] if rec else None
+    return pd.DataFrame([row])
+
+
+def serve_sweep(base: Mapping[str, Any], field: str, values: Iterable[Any]) -> pd.DataFrame:
+    """``serve_simulate(**base)`` at each value of ``field`` (``SWEEP_FIELDS``: the model, system,
+    engine, formats, what-if hardware, layout or load), one row each in order, with the swept
+    field's value; a value that cannot run keeps its row, its numbers empty and the one-line
+    reason in ``error`` (as ``paraplan.api.sweep``). Each value is its own deployment and context
+    (tens of values, not a search: ``serve_plan`` searches layouts vectorised)."""
+    if field not in SWEEP_FIELDS:
+        from hardware_specs.errors import suggest
+        raise InputError("field", f"cannot sweep {field!r}", suggest(field, SWEEP_FIELDS))
+    values = list(values)
+    if not values:
+        raise InputError("values", f"empty sweep over {field}", "give at least one value")
+    rows = []
+    for value in values:
+        args = {**base, field: value}
+        try:
+            row = serve_simulate(args.pop("model"), args.pop("system"), **args).iloc[0].to_dict()
+            row["error"] = ""
+        except InputError as exc:
+            row = {"error": str(exc)}
+        row[f"swept_{field}"] = value
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def serve_plan(model: str | ModelSpec, system: str, gpus: int, *, isl: int = 1024, osl: int = 1024,
+               ttft_ms: float = 1000.0, tpot_ms: float = 50.0, modes=("agg", "disagg"), max_batch: int = 1024,
+               allow_pp: bool = True, rank_by: str = "per-gpu", **context: Any) -> ServingPlan:
+    """``serve plan``'s search on the what-if hardware: the ``ServingPlan`` (``best``,
+    ``candidates`` and ``front`` tables in ms and tokens/s, ``why``)."""
+    unknown = sorted(set(context) - set(CONTEXT_FIELDS))
+    if unknown:
+        from hardware_specs.errors import suggest
+        raise InputError(unknown[0], "not an input of a serving plan", suggest(unknown[0], CONTEXT_FIELDS))
+    ctx = serving_context(model, system, **context)
+    return plan_serving(ctx, gpus, isl, osl, ttft_ms, tpot_ms, modes=tuple(modes), max_batch=max_batch,
+                        allow_pp=allow_pp, rank_by=rank_by)

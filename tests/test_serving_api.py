@@ -1,0 +1,62 @@
+"""``paraplan.serving_api``: serving what-ifs from Python give serve simulate's and serve plan's
+numbers, sweep one input at a time, and keep a value that cannot run as a row with its reason."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from hardware_specs.errors import InputError
+from paraplan.cli import main
+from paraplan.serving_api import serve_plan, serve_simulate, serve_sweep
+
+BASE = {"model": "llama3.1-70b", "system": "dgx-h100", "tp": 4, "batch": 64, "isl": 2048, "osl": 512}
+
+
+def _cli(*args):
+    res = CliRunner().invoke(main, [str(a) for a in args])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.output)
+
+
+def test_a_deployment_row_is_serve_simulates_numbers_with_units_in_its_names():
+    row = serve_simulate(**BASE).iloc[0]
+    got = _cli("serve", "simulate", "-m", "llama3.1-70b", "-s", "dgx-h100", "--tp", 4, "--batch", 64,
+               "--isl", 2048, "--osl", 512, "--json")
+    for key in ("ttft_ms", "tpot_ms", "tokens_per_s_per_gpu", "tokens_per_s_per_user"):
+        assert row[key] == pytest.approx(got[key] if key in got else 1e3 * got[key[:-3] + "_s"], rel=1e-12), key
+    parts = [c for c in row.index if c.startswith("decode_") and c.endswith("_ms")]
+    # the decode step's parts add up to the step: TPOT at one client is the step / 1 (no other prompts)
+    one = serve_simulate(**{**BASE, "batch": 1}).iloc[0]
+    assert sum(one[c] for c in parts) == pytest.approx(one["tpot_ms"], rel=1e-9)
+    assert row["efficiency_fitted"] and row["validation_tpot_err_pct"] > 0
+    assert all(c.endswith(("_ms", "_gib", "_pct", "_s", "_per_gpu", "_per_user", "_per_rank", "_per_element"))
+               or c in ("model", "system", "gpu", "backend", "dense_format", "expert_format", "isl", "osl", "tp", "pp",
+                        "adp", "moe_tp", "moe_ep", "batch", "workers", "gpus", "concurrency", "fits",
+                        "efficiency_fitted") for c in row.index)
+
+
+def test_a_sweep_of_memory_bandwidth_never_slows_decoding_and_a_value_that_cannot_run_keeps_its_row():
+    hbm = serve_sweep(BASE, "hbm_tb_per_s", [2.0, 3.35, 5.0, 8.0])
+    assert list(hbm.swept_hbm_tb_per_s) == [2.0, 3.35, 5.0, 8.0] and (hbm.error == "").all()
+    assert np.all(np.diff(hbm.tpot_ms.to_numpy()) < 0)
+    # the catalog's own bandwidth is the catalog's numbers
+    assert hbm.tpot_ms.iloc[1] == pytest.approx(serve_simulate(**BASE).tpot_ms.iloc[0], rel=1e-12)
+    tps = serve_sweep(BASE, "tp", [1, 3, 8])
+    assert tps.error.iloc[1].startswith("--tp: 3 does not divide the 64 attention heads")
+    assert tps.error.iloc[0].startswith("--batch: 64 requests per rank need")     # 70B on one H100: no room
+    assert np.isnan(tps.tpot_ms.iloc[1]) and tps.error.iloc[2] == "" and tps.tpot_ms.iloc[2] > 0
+    with pytest.raises(InputError, match="cannot sweep"):
+        serve_sweep(BASE, "hbm", [1.0])
+    with pytest.raises(InputError, match="not an input"):
+        serve_simulate(**BASE, hbm=3.0)
+
+
+def test_a_plan_from_python_is_serve_plans():
+    plan = serve_plan("llama3.1-8b", "dgx-h100", 8, isl=1024, osl=256, ttft_ms=2000.0, tpot_ms=40.0)
+    got = _cli("serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-h100", "-n", 8, "--isl", 1024, "--osl", 256,
+               "--ttft-ms", 2000, "--tpot-ms", 40, "--json")
+    assert plan.best["tokens_per_s_per_gpu"] == pytest.approx(got["best"]["tokens_per_s_per_gpu"], rel=1e-12)
+    assert plan.best["batch"] == got["best"]["batch"]
