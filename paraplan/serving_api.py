@@ -23,8 +23,8 @@ from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from paraplan.api import what_if_cluster
 from planners.serving.search import ServingPlan, plan_serving
-from simulator.serving.context import ServingContext
-from simulator.serving.deployment import Deployment, WorkerLayout
+from simulator.serving.context import ServingContext, default_formats
+from simulator.serving.deployment import Deployment, worker_layout
 from simulator.serving.simulate import simulate_serving
 
 #: the fixed inputs of a deployment's context (``serving_context``)
@@ -50,29 +50,9 @@ def serving_context(model: str | ModelSpec, system: str, backend: str = "vllm", 
     if hbm_tb_per_s is not None:
         require_plausible("hbm_tb_per_s", hbm_tb_per_s, 1e-3, 1e3)
         cluster = cluster.with_gpu(replace(cluster.gpu, hbm_bw_bytes_per_s=float(hbm_tb_per_s) * 1e12))
-    # as serve simulate: the checkpoint's own format, else fp8 where the GPU has FP8 tensor
-    # cores, else bf16; a checkpoint stating only its experts' format keeps the rest 16-bit
-    dense_stored, expert_stored = spec.checkpoint_format, spec.expert_checkpoint_format
-    dense = (precision or dense_stored or ("bf16" if expert_stored else None)
-             or ("fp8" if "fp8" in cluster.gpu.peak_flops_per_s else "bf16"))
-    expert = expert_precision or precision or expert_stored or dense
+    dense, expert = default_formats(spec, cluster.gpu, precision, expert_precision)     # as serve simulate
     return ServingContext.build(spec, cluster, backend, dense, expert, kv_cache_dtype, backend_version=backend_version,
                                 speculative_tokens=speculative_tokens, draft_acceptance=draft_acceptance)
-
-
-def _layout(tp: int, pp: int, adp: int, moe_tp: int | None, moe_ep: int | None, batch: int) -> WorkerLayout:
-    """An aggregated worker, its expert split defaulted as ``serve simulate`` defaults it."""
-    if moe_tp is None and moe_ep is None:
-        moe_tp, moe_ep = tp * adp, 1
-    elif moe_tp is None:
-        if (tp * adp) % moe_ep:
-            raise InputError("moe_ep", f"{moe_ep} does not divide tp x adp = {tp * adp}", "give a divisor, or moe_tp too")
-        moe_tp = tp * adp // moe_ep
-    elif moe_ep is None:
-        if (tp * adp) % moe_tp:
-            raise InputError("moe_tp", f"{moe_tp} does not divide tp x adp = {tp * adp}", "give a divisor, or moe_ep too")
-        moe_ep = tp * adp // moe_tp
-    return WorkerLayout(tp=tp, pp=pp, adp=adp, moe_tp=moe_tp, moe_ep=moe_ep, batch=batch)
 
 
 def serve_simulate(model: str | ModelSpec, system: str, *, isl: int = 1024, osl: int = 1024, tp: int = 1,
@@ -94,7 +74,7 @@ def serve_simulate(model: str | ModelSpec, system: str, *, isl: int = 1024, osl:
                      osl=osl, dense_format=ctx.dense_format, expert_format=ctx.expert_format,
                      kv_cache_dtype=context.get("kv_cache_dtype", "auto"), speculative_tokens=ctx.speculative_tokens,
                      draft_acceptance=None if ctx.acceptance_is_prior else ctx.draft_acceptance,
-                     layout=_layout(tp, pp, adp, moe_tp, moe_ep, batch), workers=workers)
+                     layout=worker_layout(tp, pp, adp, moe_tp, moe_ep, batch), workers=workers)
     report = simulate_serving(dep, ctx)
     m = report.metrics
     row: dict[str, Any] = {
@@ -110,9 +90,9 @@ def serve_simulate(model: str | ModelSpec, system: str, *, isl: int = 1024, osl:
         **{k[:-6] + "_gib": float(v) / 2**30 for k, v in report.memory_bytes.items() if k.endswith("_bytes")},
         "efficiency_fitted": not ctx.efficiency.prior,
     }
-    rec = None if ctx.efficiency.prior else ctx.efficiency.validation_error(ctx.stack.framework, "agg")
-    row["validation_ttft_err_pct"] = rec["ttft"] if rec else None
-    row["validation_tpot_err_pct"] = rec["tpot"] if rec else None
+    rec = ctx.validation_error("agg")
+    row["validation_ttft_err_pct"] = rec["ttft_mean_abs_err_pct"] if rec else None
+    row["validation_tpot_err_pct"] = rec["tpot_mean_abs_err_pct"] if rec else None
     return pd.DataFrame([row])
 
 

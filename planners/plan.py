@@ -157,8 +157,11 @@ class PlanResult:
     def top(self, n: int = 10, detailed: bool = False) -> pd.DataFrame:
         """The ``n`` best plans, ``OUTPUT_COLUMNS`` only (``detailed``: with ``DETAIL_COLUMNS``,
         the step by part and whether its pipeline time is the exact makespan)."""
-        cols = list(OUTPUT_COLUMNS) + ([c for c in DETAIL_COLUMNS if c in self.plans] if detailed else [])
-        return self.plans.loc[:, cols].head(n).reset_index(drop=True)
+        return self.plans.loc[:, self.columns(detailed)].head(n).reset_index(drop=True)
+
+    def columns(self, detailed: bool = False) -> list[str]:
+        """``OUTPUT_COLUMNS``, and with ``detailed`` the ``DETAIL_COLUMNS`` the plans carry."""
+        return list(OUTPUT_COLUMNS) + ([c for c in DETAIL_COLUMNS if c in self.plans] if detailed else [])
 
     def pareto(self, by: str = "memory", detailed: bool = False) -> pd.DataFrame:
         """Frontier of throughput against ``memory`` (GiB per GPU) or ``gpus`` (GPU count)
@@ -179,8 +182,7 @@ class PlanResult:
         running = np.maximum.accumulate(np.concatenate([[-np.inf], tps[:-1]]))
         if by == "memory" and len(tps):
             running = np.maximum(running, FRONTIER_MIN_SHARE * tps.max())
-        cols = list(OUTPUT_COLUMNS) + ([c for c in DETAIL_COLUMNS if c in df] if detailed else [])
-        return order.loc[tps > running, cols].reset_index(drop=True)
+        return order.loc[tps > running, self.columns(detailed)].reset_index(drop=True)
 
 
 def row_config(row, software: Mapping | None = None) -> ParallelConfig:

@@ -43,10 +43,16 @@ def test_tokens_per_step_is_the_geometric_sum_of_acceptances(k, p, expected):
     assert float(expected_tokens_per_step(k, p)) == pytest.approx(expected, rel=1e-12)
 
 
-def test_verification_of_one_draft_at_batch_1_reads_the_weights_once_and_the_draft_pass_reads_one_layer_and_the_head():
-    model = _llama_with_mtp()
+def _h100_step_args(decodes: float, context: float):
+    """``step_time``'s arguments for the Llama-8B with an MTP module on one H100 (bf16, 16-bit KV,
+    no prompt tokens): ``decodes`` requests of ``context`` tokens each."""
     cluster = load_cluster("dgx-h100")
-    args = (model, cluster, PURE, QUIET.serving, "bf16", "bf16", 2.0, 1, 1, 1, 1, 1, 0.0, 0.0, 1.0, 1.0)
+    return cluster, (_llama_with_mtp(), cluster, PURE, QUIET.serving, "bf16", "bf16", 2.0, 1, 1, 1, 1, 1, 0.0, 0.0,
+                     decodes, context)
+
+
+def test_verification_of_one_draft_at_batch_1_reads_the_weights_once_and_the_draft_pass_reads_one_layer_and_the_head():
+    cluster, args = _h100_step_args(1.0, 1.0)
     plain = step_time(*args)
     spec = step_time(*args, draft_tokens=1)
     # two tokens through a memory-bound model: the same weight bytes (their activations, < 1%)
@@ -63,10 +69,8 @@ def test_verification_of_one_draft_at_batch_1_reads_the_weights_once_and_the_dra
 
 
 def test_verifying_k_drafts_scales_the_gemm_rows_but_reads_the_kv_cache_once():
-    model = _llama_with_mtp()
-    cluster = load_cluster("dgx-h100")
     # a long context at batch 64: the KV read is large; the GEMMs see 64 (k + 1) rows
-    args = (model, cluster, PURE, QUIET.serving, "bf16", "bf16", 2.0, 1, 1, 1, 1, 1, 0.0, 0.0, 64.0, 8192.0)
+    _, args = _h100_step_args(64.0, 8192.0)
     one = step_time(*args)
     three = step_time(*args, draft_tokens=2)
     # attention: projections of 3x the rows, the same cache bytes; never 3x the one-token step

@@ -26,7 +26,7 @@ from paraplan import mfu as mfu_units
 from paraplan import priors
 from paraplan.cli import dump_json, format_table, four_significant
 from planners.explain import fit_text, stage_layers_text
-from planners.plan import DETAIL_COLUMNS, OUTPUT_COLUMNS, PlanResult, parse_gpus, plan
+from planners.plan import PlanResult, parse_gpus, plan
 from simulator.parallel_config import Recompute, Schedule
 from paraplan.commands.simulate import STACK_HELP, ep_comm_overlap_option, ep_dispatch_dedup_option
 from paraplan.commands.token_count import TOKENS
@@ -344,8 +344,8 @@ def _without_features(result: PlanResult, cluster) -> list[dict]:
         found = p.index is not None
         out.append({"without": list(p.without), "rank": p.index + 1 if found else None,
                     "slower_pct": 100 * p.slower_share if found else None, "plans_kept": p.kept,
-                    "plan": machine_rows(result.plans.iloc[[p.index]][list(OUTPUT_COLUMNS) + [
-                        c for c in DETAIL_COLUMNS if c in result.plans]], cluster).to_dict("records")[0]
+                    "plan": machine_rows(result.plans.iloc[[p.index]][result.columns(detailed=True)],
+                                         cluster).to_dict("records")[0]
                     if found else None})
     return out
 

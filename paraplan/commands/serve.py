@@ -108,8 +108,9 @@ def _common(f):
 def _context(opts):
     from hardware_specs.catalog import load_cluster
     from hardware_specs.errors import InputError
+    from model_specs.catalog import load_model
     from paraplan.validation.serving import SYSTEMS, model_preset_for
-    from simulator.serving.context import ServingContext
+    from simulator.serving.context import ServingContext, default_formats
     # the serving-runs file's spellings (a Hugging Face id, "b200_sxm") name the same presets; a
     # YAML or config.json path is read as given
     given = str(opts["model"])
@@ -134,17 +135,9 @@ def _context(opts):
             raise InputError("--backend-version", f"-b {opts['backend']} names one stack profile, so a release "
                              f"cannot choose among profiles",
                              "pass the framework (-b vllm, sglang or trtllm) with --backend-version, or drop it")
-    # the checkpoint's own format (DeepSeek's block FP8), else fp8 on GPUs with FP8 tensor cores,
-    # else bf16
-    dense_stored, expert_stored = _checkpoint_formats(model)
-    # a checkpoint that states only its experts' format (gpt-oss: MXFP4 experts) keeps the rest in
-    # 16-bit, as released
-    precision = (opts["precision"] or dense_stored or ("bf16" if expert_stored else None)
-                 or ("fp8" if "fp8" in cluster.gpu.peak_flops_per_s else "bf16"))
-    # the experts as given, else as --precision says, else as the model's checkpoint stores them
-    # (gpt-oss: mxfp4), else as the dense weights
-    expert = opts["expert_precision"] or opts["precision"] or expert_stored or precision
-    ctx = ServingContext.build(model, cluster, opts["backend"], precision, expert,
+    spec = load_model(model) if isinstance(model, str) else model
+    precision, expert = default_formats(spec, cluster.gpu, opts["precision"], opts["expert_precision"])
+    ctx = ServingContext.build(spec, cluster, opts["backend"], precision, expert,
                                opts["kv_cache_dtype"], backend_version=opts["backend_version"],
                                speculative_tokens=opts["speculative_tokens"], draft_acceptance=opts["draft_acceptance"])
     if opts["expert_precision"] and ctx.model.moe is None:
@@ -172,16 +165,6 @@ def _names_a_stack(backend: str) -> bool:
     return True
 
 
-def _checkpoint_formats(model) -> tuple[str, str]:
-    """(dense, expert) formats of the model's released checkpoint (``ModelSpec.checkpoint_format``,
-    ``expert_checkpoint_format``; '' = 16-bit or not stated): served as stored, weight-only in
-    16-bit on a GPU without their tensor cores (vLLM runs FP8 checkpoints on Ampere with its
-    weight-only FP8 Marlin kernels; gpt-oss's MXFP4 experts on Hopper alike)."""
-    from model_specs.catalog import load_model
-    spec = model if not isinstance(model, str) else load_model(model)
-    return spec.checkpoint_format, spec.expert_checkpoint_format
-
-
 def _acceptance_note(ctx) -> str:
     """Says so where a speculative TPOT rests on the unfitted draft acceptance."""
     if ctx.speculative_tokens and ctx.acceptance_is_prior:
@@ -202,31 +185,20 @@ def _extrapolation_note(ctx, isl: int) -> str:
 
 def accuracy_line(ctx, mode: str, indent: str = "") -> str:
     """How well the fitted model predicted measured runs of this engine, mode and GPU generation
-    (``ServingEfficiency.validation_error_pct``), or "" where none was fitted."""
-    rec = ctx.efficiency.validation_error(ctx.stack.framework, mode)
-    if rec is None or ctx.efficiency.prior:
+    (``ServingContext.validation_error``), or "" where none was fitted."""
+    rec = ctx.validation_error(mode)
+    if rec is None:
         return ""
     few = " (few rows: a rough guide)" if rec["rows"] < 20 else ""
-    return (f"{indent}accuracy: on {int(rec['rows'])} measured {ctx.stack.framework} {mode} runs of "
-            f"{ctx.efficiency.generation} GPUs the model's TTFT is off by {rec['ttft']:.0f}% on average, its TPOT by "
-            f"{rec['tpot']:.0f}% (in-sample; `paraplan validate serving`){few}")
-
-
-def accuracy_json(ctx, mode: str) -> dict | None:
-    """``accuracy_line`` for --json: rows, ttft and tpot mean |error| in percent, or None."""
-    rec = ctx.efficiency.validation_error(ctx.stack.framework, mode)
-    if rec is None or ctx.efficiency.prior:
-        return None
-    return {"rows": int(rec["rows"]), "ttft_mean_abs_err_pct": rec["ttft"], "tpot_mean_abs_err_pct": rec["tpot"]}
+    return (f"{indent}accuracy: on {rec['rows']} measured {ctx.stack.framework} {mode} runs of "
+            f"{ctx.efficiency.generation} GPUs the model's TTFT is off by {rec['ttft_mean_abs_err_pct']:.0f}% on "
+            f"average, its TPOT by {rec['tpot_mean_abs_err_pct']:.0f}% (in-sample; `paraplan validate serving`){few}")
 
 
 def _check_osl(osl: int) -> int:
-    """``--osl`` of 2 or more: one output token has no TPOT (simulate and plan say the same)."""
-    if osl == 1:
-        raise InputError("--osl", "1 output token has no time per output token (TPOT)",
-                         "use --osl 2 or more; the prompt alone is TTFT")
-    if osl < 2:
-        raise InputError("--osl", f"must be a whole number >= 2, got {osl}", "use --osl 2 or more")
+    """``--osl`` checked before any work (``deployment.check_osl``: simulate and plan say the same)."""
+    from simulator.serving.deployment import check_osl
+    check_osl(osl)
     return osl
 
 
@@ -242,24 +214,10 @@ def _prior_note(ctx) -> str:
 # --------------------------------------------------------------------------------------------
 
 def _layout(opts, prefix: str, where: str):
-    from simulator.serving.deployment import WorkerLayout
+    from simulator.serving.deployment import worker_layout
     p = prefix.replace("-", "_")
-    tp, adp = opts[f"{p}tp"], opts[f"{p}adp"]
-    moe_tp, moe_ep = opts[f"{p}moe_tp"], opts[f"{p}moe_ep"]
-    if moe_tp is None and moe_ep is None:
-        moe_tp, moe_ep = tp * adp, 1
-    elif moe_tp is None:
-        if (tp * adp) % moe_ep:
-            raise InputError(f"--{prefix}moe-ep", f"{moe_ep} does not divide tp x adp = {tp * adp}",
-                             "give a divisor, or --moe-tp too")
-        moe_tp = tp * adp // moe_ep
-    elif moe_ep is None:
-        if (tp * adp) % moe_tp:
-            raise InputError(f"--{prefix}moe-tp", f"{moe_tp} does not divide tp x adp = {tp * adp}",
-                             "give a divisor, or --moe-ep too")
-        moe_ep = tp * adp // moe_tp
-    return WorkerLayout(tp=tp, pp=opts[f"{p}pp"], adp=adp, moe_tp=moe_tp, moe_ep=moe_ep, batch=opts[f"{p}batch"],
-                        where=where)
+    return worker_layout(opts[f"{p}tp"], opts[f"{p}pp"], opts[f"{p}adp"], opts[f"{p}moe_tp"], opts[f"{p}moe_ep"],
+                         opts[f"{p}batch"], where, (f"--{prefix}moe-tp", f"--{prefix}moe-ep"))
 
 
 def _layout_options(prefix: str, what: str):
@@ -793,7 +751,7 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
         text = dump_json({"request": request, "best": best, "why": plan.why, "front": _records(plan.front),
                           "evaluated": plan.evaluated, "efficiency_fitted": not ctx.efficiency.prior,
                           # how far the fitted model was off on measured runs of this engine, per mode
-                          "validation_error": {m: accuracy_json(ctx, m) for m in search}})
+                          "validation_error": {m: ctx.validation_error(m) for m in search}})
     elif as_csv:
         buf = io.StringIO()
         rows = _plan_rows(plan.front)

@@ -88,6 +88,24 @@ def _appended(cols: dict, out: dict, rows: np.ndarray, batches: np.ndarray, eval
     return cols, out
 
 
+def _meets(out: dict, ttft_s: float, tpot_s: float) -> np.ndarray:
+    """Whether each evaluated row fits and meets the objective (mean TTFT and TPOT, seconds)."""
+    return (out["ttft_s"] <= ttft_s) & (out["tpot_s"] <= tpot_s) & out["fits"]
+
+
+def _bisect_largest(lo: np.ndarray, hi: np.ndarray, meets_at) -> np.ndarray:
+    """Per row, the largest whole batch in [lo, hi] at which ``meets_at(batch, rows)`` holds,
+    given that it holds at ``lo`` and is monotone (more clients never start sooner): bisection,
+    each round evaluating only the rows not yet settled."""
+    lo, hi = lo.astype(float).copy(), hi.astype(float).copy()
+    while np.any(hi > lo):
+        act = np.flatnonzero(hi > lo)
+        mid = np.floor((lo[act] + hi[act] + 1.0) / 2.0)
+        m = meets_at(mid, act)
+        lo[act], hi[act] = np.where(m, mid, lo[act]), np.where(m, hi[act], mid - 1.0)
+    return lo
+
+
 def _largest_batch_meeting(cols: dict, out: dict, evaluate, ttft_s: float, tpot_s: float,
                            max_batch: int) -> np.ndarray:
     """Per layout (the rows of ``cols`` at batch 1), the largest batch up to the most its KV cache
@@ -98,17 +116,12 @@ def _largest_batch_meeting(cols: dict, out: dict, evaluate, ttft_s: float, tpot_
     batch where one client fewer meets the objective."""
     first = cols["batch"] == 1.0
     one = {k: v[first] for k, v in cols.items()}
-    meets = lambda o: (o["ttft_s"] <= ttft_s) & (o["tpot_s"] <= tpot_s) & o["fits"]    # noqa: E731
-    ok = meets({k: np.broadcast_to(v, first.shape)[first] for k, v in out.items()
-                if k in ("ttft_s", "tpot_s", "fits")})
-    lo = np.ones(int(first.sum()))
+    ok = _meets({k: np.broadcast_to(v, first.shape)[first] for k, v in out.items()
+                 if k in ("ttft_s", "tpot_s", "fits")}, ttft_s, tpot_s)
     hi = np.maximum(np.floor(np.broadcast_to(out["max_batch_per_rank"], first.shape)[first]), 1.0)
     hi = np.where(ok, np.minimum(hi, float(max_batch)), 1.0)      # a layout missing it at batch 1: done
-    while np.any(hi > lo):
-        act = np.flatnonzero(hi > lo)          # only the layouts still searching
-        mid = np.floor((lo[act] + hi[act] + 1.0) / 2.0)
-        m = meets(evaluate({**{k: v[act] for k, v in one.items()}, "batch": mid}))
-        lo[act], hi[act] = np.where(m, mid, lo[act]), np.where(m, hi[act], mid - 1.0)
+    lo = _bisect_largest(np.ones(int(first.sum())), hi, lambda mid, act: _meets(
+        evaluate({**{k: v[act] for k, v in one.items()}, "batch": mid}), ttft_s, tpot_s))
     return np.where(ok, lo, 0.0)
 
 
@@ -164,7 +177,7 @@ def _disagg_slo_batches(ctx, dcols: dict, dec: dict, pre: dict, pi, di, npw, ndw
     whole batches, ``_largest_batch_meeting``'s reason: on a faster GPU a power of two may just
     miss the TTFT objective where one client fewer meets it). Returns (decode rows to append
     to ``dcols`` / ``dec``, their pairings' pi, npw, ndw) for the new batches, or None."""
-    meets = (out["ttft_s"] <= ttft_s) & (out["tpot_s"] <= tpot_s) & out["fits"]
+    meets = _meets(out, ttft_s, tpot_s)
     if not meets.any():
         return None
     rows = np.flatnonzero(meets)
@@ -187,12 +200,7 @@ def _disagg_slo_batches(ctx, dcols: dict, dec: dict, pre: dict, pi, di, npw, ndw
                         batch, isl, osl)
         return d, combine(ctx, d, {k: v[idx] for k, v in psel.items()}, npw[top][idx], ndw[top][idx], isl, osl)
 
-    while np.any(hi > lo):
-        act = np.flatnonzero(hi > lo)          # only the pairings still searching
-        mid = np.floor((lo[act] + hi[act] + 1.0) / 2.0)
-        _, o = evaluate(mid, act)
-        m = (o["ttft_s"] <= ttft_s) & (o["tpot_s"] <= tpot_s) & o["fits"]
-        lo[act], hi[act] = np.where(m, mid, lo[act]), np.where(m, hi[act], mid - 1.0)
+    lo = _bisect_largest(lo, hi, lambda mid, act: _meets(evaluate(mid, act)[1], ttft_s, tpot_s))
     new = lo > start
     if not new.any():
         return None

@@ -23,6 +23,7 @@ from hardware_specs.serving_efficiency import ServingEfficiency
 from hardware_specs.stack_spec import StackSpec
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
+from simulator.serving.deployment import check_osl
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,15 @@ class ServingContext:
         may still need 2 steps): optimistic only where osl - 1 < E, i.e. a few output tokens."""
         return float(self.tokens_per_step_within(max(float(osl) - 1.0, 1.0)))
 
+    def validation_error(self, mode: str) -> dict | None:
+        """How far the fitted model was off on measured runs of this engine in ``mode`` (agg,
+        disagg) on this GPU generation (``ServingEfficiency.validation_error_pct``): rows and
+        in-sample mean |error| of TTFT and TPOT in percent, or None (a prior, or none fitted)."""
+        rec = None if self.efficiency.prior else self.efficiency.validation_error(self.stack.framework, mode)
+        if rec is None:
+            return None
+        return {"rows": int(rec["rows"]), "ttft_mean_abs_err_pct": rec["ttft"], "tpot_mean_abs_err_pct": rec["tpot"]}
+
     @property
     def behaviour(self) -> ServingBehaviour:
         return self.stack.serving
@@ -85,9 +95,7 @@ class ServingContext:
         (config.json ``max_position_embeddings``; the engines refuse such a request, vLLM with
         "This model's maximum context length is ..."); no length is refused for a model that
         does not state its context."""
-        if osl < 2:     # TPOT is the gap between output tokens: one token has none (it printed 0 ms)
-            raise InputError("--osl", f"{osl} output token has no time per output token (TPOT)",
-                             "use --osl 2 or more; the prompt alone is TTFT")
+        check_osl(osl)
         most = self.model.max_context_tokens
         if most and isl + osl > most:
             name = "--isl" if isl >= most else "--osl"
@@ -146,6 +154,21 @@ class ServingContext:
         return cls(model=m, cluster=c, stack=stack, efficiency=eff, dense_format=dense, expert_format=expert,
                    kv_bytes=kv_dtype_bytes(kv), token_budget=stack.serving.token_budget(c.gpu.hbm_bytes),
                    kv_cache_dtype=kv, speculative_tokens=k, draft_acceptance=p, acceptance_is_prior=prior)
+
+
+def default_formats(model: ModelSpec, gpu, precision: str | None = None,
+                    expert_precision: str | None = None) -> tuple[str, str]:
+    """(dense, expert) weight formats of a deployment: ``precision`` / ``expert_precision`` where
+    given; else the released checkpoint's (``ModelSpec.checkpoint_format``,
+    ``expert_checkpoint_format``: DeepSeek's block FP8), served as stored and weight-only in 16-bit
+    on a GPU without their tensor cores (vLLM runs FP8 checkpoints on Ampere with its weight-only
+    FP8 Marlin kernels; gpt-oss's MXFP4 experts on Hopper alike); a checkpoint stating only its
+    experts' format keeps the rest 16-bit; else fp8 on GPUs with FP8 tensor cores, else bf16. The
+    experts default to ``precision``, else their checkpoint format, else the dense format."""
+    dense_stored, expert_stored = model.checkpoint_format, model.expert_checkpoint_format
+    dense = (precision or dense_stored or ("bf16" if expert_stored else None)
+             or ("fp8" if "fp8" in gpu.peak_flops_per_s else "bf16"))
+    return dense, expert_precision or precision or expert_stored or dense
 
 
 def speculation(model: ModelSpec, stack: StackSpec, speculative_tokens, draft_acceptance) -> tuple[int, float, bool]:

@@ -60,6 +60,36 @@ class WorkerLayout:
         return self.tp * self.pp * self.adp
 
 
+def check_osl(osl) -> None:
+    """Output tokens per request are 2 or more: TPOT is the gap between output tokens, so one
+    token has none (it printed 0 ms). ``InputError`` on ``--osl`` otherwise."""
+    if osl == 1:
+        raise InputError("--osl", "1 output token has no time per output token (TPOT)",
+                         "use --osl 2 or more; the prompt alone is TTFT")
+    if osl < 2:
+        raise InputError("--osl", f"must be a whole number >= 2, got {osl}", "use --osl 2 or more")
+
+
+def worker_layout(tp: int, pp: int, adp: int, moe_tp: int | None, moe_ep: int | None, batch: int,
+                  where: str = "layout", fields: tuple[str, str] = ("moe_tp", "moe_ep")) -> WorkerLayout:
+    """A worker whose expert split may be left out: neither given, the experts split as the
+    attention (moe_tp = tp x adp, moe_ep 1); one given, the other is tp x adp over it (a divisor,
+    else ``InputError`` on that one's ``fields`` name)."""
+    if moe_tp is None and moe_ep is None:
+        moe_tp, moe_ep = tp * adp, 1
+    elif moe_tp is None:
+        if (tp * adp) % moe_ep:
+            raise InputError(fields[1], f"{moe_ep} does not divide tp x adp = {tp * adp}",
+                             f"give a divisor, or {fields[0]} too")
+        moe_tp = tp * adp // moe_ep
+    elif moe_ep is None:
+        if (tp * adp) % moe_tp:
+            raise InputError(fields[0], f"{moe_tp} does not divide tp x adp = {tp * adp}",
+                             f"give a divisor, or {fields[1]} too")
+        moe_ep = tp * adp // moe_tp
+    return WorkerLayout(tp=tp, pp=pp, adp=adp, moe_tp=moe_tp, moe_ep=moe_ep, batch=batch, where=where)
+
+
 @dataclass(frozen=True)
 class Deployment:
     """One serving deployment at one request shape and load.
@@ -101,9 +131,8 @@ class Deployment:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise InputError("mode", f"unknown mode {self.mode!r}", "use agg or disagg")
-        if self.osl == 1:     # TPOT is the gap between output tokens: one token has none
-            raise InputError("--osl", "1 output token has no time per output token (TPOT)",
-                             "use --osl 2 or more; the prompt alone is TTFT")
+        if self.osl == 1:
+            check_osl(self.osl)
         for name, least in (("isl", 1), ("osl", 2)):
             object.__setattr__(self, name, _whole(name, getattr(self, name), least))
         if self.isl > 10_000_000 or self.osl > 10_000_000:

@@ -75,15 +75,8 @@ class ServingReport:
                                       and d.isl > self.context.efficiency.fitted_isl_max_tokens),
             # how far the fitted model was off on measured runs of this engine and mode on this
             # generation (in-sample mean |error|, percent; None where none was fitted)
-            "validation_error": self._validation_error(),
+            "validation_error": self.context.validation_error(self.deployment.mode),
         }
-
-    def _validation_error(self) -> dict | None:
-        eff = self.context.efficiency
-        rec = None if eff.prior else eff.validation_error(self.context.stack.framework, self.deployment.mode)
-        if rec is None:
-            return None
-        return {"rows": int(rec["rows"]), "ttft_mean_abs_err_pct": rec["ttft"], "tpot_mean_abs_err_pct": rec["tpot"]}
 
 
 def _check_layout(ctx: ServingContext, lay: WorkerLayout, prefix: str) -> None:
