@@ -158,6 +158,15 @@ def parse_yaml(text: str, what: str, path: Path | str) -> Any:
         loader.dispose()
 
 
+def is_dir(path: Path) -> bool:
+    """``path.is_dir()``, False for a name the system cannot look up (as ``is_file``): a folder
+    given where a spec file or catalog name is expected is reported as a folder."""
+    try:
+        return Path(path).is_dir()
+    except (OSError, ValueError):
+        return False
+
+
 def is_file(path: Path) -> bool:
     """``path.is_file()``, False for a name the system cannot look up (a 300-character catalog name
     raised ENAMETOOLONG, reported as an 'io' error instead of an unknown name)."""
@@ -221,6 +230,9 @@ def _resolve(kind: str, name_or_path: str, what: str) -> Path:
     key = name_or_path.strip().lower()
     if key in entries:
         return entries[key]
+    if is_dir(candidate):   # a folder of the same name as a catalog entry is not in the way
+        listing = "paraplan hardware stacks" if kind == "stacks" else "paraplan hardware list"
+        raise InputError(what, not_a_file(name_or_path), f"give a YAML file, or a name from `{listing}`")
     raise InputError(what, f"unknown {what} '{name_or_path}'", suggest(key, entries))
 
 

@@ -192,6 +192,17 @@ def test_hardware_show_unknown_name_suggests_close_names():
     assert "unknown" in line
 
 
+def test_hardware_show_of_a_folder_says_it_is_a_folder(tmp_path, monkeypatch):
+    line = assert_one_line_error(run("hardware", "show", str(tmp_path)), "is a folder")
+    assert "unknown GPU" not in line
+    assert_one_line_error(run("simulate", "--model", "llama3-8b", "--cluster", str(tmp_path), "--gpus", "8",
+                              "--global-batch", "8"), "cluster", "is a directory")
+    assert_one_line_error(run("hardware", "stacks", str(tmp_path)), "stack", "is a directory")
+    (tmp_path / "dgx-h100").mkdir()     # a folder named like a catalog entry does not hide the entry
+    monkeypatch.chdir(tmp_path)
+    assert run("hardware", "show", "dgx-h100").exit_code == 0
+
+
 def test_models_list_contains_presets_with_parameter_counts():
     result = run("models", "list")
     assert result.exit_code == 0

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from hardware_specs.catalog import (efficiency_for, efficiency_for_cluster, is_file, is_pooled, list_clusters,
+from hardware_specs.catalog import (efficiency_for, efficiency_for_cluster, is_dir, is_file, is_pooled, list_clusters,
                                     list_gpus, load_cluster, load_gpu, load_pooled_cluster, load_serving_efficiency,
                                     read_yaml)
 from hardware_specs.pools import PooledCluster
@@ -210,6 +210,9 @@ def _resolve_entry(name: str) -> tuple[str, GPUSpec | ClusterSpec]:
         if is_pooled(key):
             return "pooled", load_pooled_cluster(key)
         return "cluster", load_cluster(key)
+    if is_dir(path):
+        raise InputError("NAME", f"{name} is a folder, not a GPU or cluster file",
+                         "give a GPU or cluster YAML, or a name from `paraplan hardware list`")
     raise InputError("NAME", f"unknown GPU or cluster '{name}'", suggest(key, list_gpus() + list_clusters()))
 
 
