@@ -30,6 +30,14 @@ def test_points_are_the_product_of_the_axes_in_order():
     assert [len(c) for c in chunks(spec)] == [37] * (len(points) // 37) + ([len(points) % 37] if len(points) % 37 else [])
 
 
+def test_a_best_sweep_reports_progress_every_few_plan_searches_not_every_500():
+    # a best point is a plan search (~0.5 s); 500 of them in one chunk left the bar still for minutes
+    best = {k: v for k, v in GRID.items() if k not in ("config", "chunk_points")}
+    assert [len(c) for c in chunks(spec_from_dict({**best, "search": "best"}))] == [4, 4]
+    assert [len(c) for c in chunks(spec_from_dict({**best, "search": "best", "chunk_points": 8}))] == [8]
+    assert [len(c) for c in chunks(spec_from_dict({**best, "search": "simulate"}))] == [8]
+
+
 @pytest.mark.parametrize("change, field", [({"models": []}, "models"), ({"kind": "inference"}, "kind"),
                                            ({"kind": "serving"}, "kind"), ({"config": {"tq": [1]}}, "config.tq"),
                                            ({"gpus": [0]}, "gpus"), ({"global_batch": [8]}, "global_batch"),

@@ -17,7 +17,8 @@ A spec file (YAML) lists, per axis, the values to try; every combination is one 
     config:                        # simulate: a grid over ParallelConfig fields;
       tp: [1, 2, 4, 8]             # best: values the planner may use (like --fix)
       pp: [1, 2, 4]
-    chunk_points: 500              # points per task (one vectorized evaluation)
+    chunk_points: 500              # points per task (one vectorized evaluation; default 500 for
+                                   #   simulate, 4 for best, whose points are a plan search each)
 
 Points are numbered in the order of that product (models outermost, config innermost); the
 result has one row per point. Unknown keys, empty axes and wrong types are ``InputError``s
@@ -57,6 +58,9 @@ _KEYS = ("kind", "search", "config", "chunk_points", "description") + _AXES
 #: most points one spec may hold (a typo in an axis should not start a week of work)
 MAX_POINTS = 10_000_000
 DEFAULT_CHUNK_POINTS = 500
+#: a best point is a whole plan search (about 0.5 s for a dense 70B model on a 2-core machine), so
+#: a best sweep's chunks are small: the progress bar moves every few seconds, not every 500 searches
+DEFAULT_BEST_CHUNK_POINTS = 4
 
 
 
@@ -239,7 +243,8 @@ def spec_from_dict(data: Mapping[str, Any]) -> SweepSpec:
     config = data.get("config") or {}
     if not isinstance(config, Mapping):
         raise InputError("config", "must be a mapping of ParallelConfig field: values")
-    chunk = data.get("chunk_points", DEFAULT_CHUNK_POINTS)
+    best = data.get("search", "best") == "best"
+    chunk = data.get("chunk_points", DEFAULT_BEST_CHUNK_POINTS if best else DEFAULT_CHUNK_POINTS)
     if isinstance(chunk, bool) or not isinstance(chunk, int):
         raise InputError("chunk_points", f"expected a whole number, got {chunk!r}")
     for key in ("kind", "search", "description"):
