@@ -230,7 +230,7 @@ def _resolve(kind: str, name_or_path: str, what: str) -> Path:
     key = name_or_path.strip().lower()
     if key in entries:
         return entries[key]
-    if is_dir(candidate):   # a folder of the same name as a catalog entry is not in the way
+    if name_or_path.strip() and is_dir(candidate):   # a folder of the same name as a catalog entry is not in the way
         listing = "paraplan hardware stacks" if kind == "stacks" else "paraplan hardware list"
         raise InputError(what, not_a_file(name_or_path), f"give a YAML file, or a name from `{listing}`")
     raise InputError(what, f"unknown {what} '{name_or_path}'", suggest(key, entries))

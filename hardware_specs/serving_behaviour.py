@@ -18,6 +18,10 @@ import numpy as np
 
 from hardware_specs.errors import InputError
 
+#: the weight formats a stack may name (``cost_models.weight_formats.WEIGHT_FORMATS``, which this
+#: data layer cannot import; a test holds the two equal)
+STACK_WEIGHT_FORMATS = ("bf16", "fp16", "fp8", "fp8_block", "nvfp4", "mxfp4", "int4_wo")
+
 #: which steps run as captured CUDA graphs: ``decode_only`` (steps holding only decode tokens,
 #: up to ``cuda_graph_max_batch`` requests: TensorRT-LLM, SGLang), ``full_and_piecewise``
 #: (vLLM: decode steps in one graph, mixed steps in per-layer graphs with attention launched
@@ -154,6 +158,9 @@ class ServingBehaviour:
             data-parallel over the whole worker, an attention-DP rank one GPU (TensorRT-LLM's
             ``enable_attention_dp``). Default True; every shipped stack states it.
         gpu_vendors: the GPU vendors the engine runs on (``GPUSpec.vendor``); empty: any.
+        native_only_formats: weight formats the engine serves only on GPUs whose tensor cores
+            compute them (it has no weight-only kernel that dequantises them to 16-bit, as
+            vLLM's FP8 Marlin does on Ampere); refused on other GPUs. Empty: none.
     """
 
     mixed_batches: bool = True
@@ -183,9 +190,16 @@ class ServingBehaviour:
     token_budget_split_over_attention_dp: bool = False
     attention_dp_with_tp: bool = True
     gpu_vendors: tuple = ()
+    native_only_formats: tuple = ()
 
     def __post_init__(self) -> None:
         where = "serving"
+        formats = self.native_only_formats
+        if isinstance(formats, str) or not isinstance(formats, (list, tuple)) or \
+                not all(isinstance(f, str) and f.strip().lower() in STACK_WEIGHT_FORMATS for f in formats):
+            raise InputError(f"{where}.native_only_formats", f"must be a list of weight formats, got {formats!r}",
+                             "choose from " + ", ".join(STACK_WEIGHT_FORMATS) + "; an empty list means none")
+        object.__setattr__(self, "native_only_formats", tuple(f.strip().lower() for f in formats))
         vendors = self.gpu_vendors
         if isinstance(vendors, str) or not isinstance(vendors, (list, tuple)) or \
                 not all(isinstance(v, str) and v.strip() for v in vendors):

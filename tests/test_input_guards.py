@@ -316,6 +316,25 @@ def test_tensorrt_llm_is_refused_on_gpus_it_does_not_run_on():
     assert run("serve", "simulate", "-m", "llama3.1-8b", "-s", "mi300x-node", "-b", "vllm").exit_code == 0
 
 
+def test_tensorrt_llm_fp8_is_refused_on_gpus_without_fp8_tensor_cores():
+    # a documented stack input (serving.native_only_formats: TensorRT-LLM's support matrix lists no
+    # FP8 on Ampere), where vLLM runs FP8 weight-only with its Marlin kernels
+    from hardware_specs.catalog import load_stack
+    assert load_stack("trtllm-1").serving.native_only_formats == ("fp8", "fp8_block")
+    assert load_stack("vllm-0.14").serving.native_only_formats == ()
+    one_line_error(run("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-a100-80gb", "-b", "trtllm",
+                       "--precision", "fp8"),
+                   "error: --precision: trtllm-1 serves fp8 weights only on GPUs with fp8 tensor cores")
+    # DeepSeek-R1's checkpoint default (block FP8) is refused the same way, bf16 is served
+    one_line_error(run("serve", "simulate", "-m", "deepseek-r1", "-s", "dgx-a100-80gb", "-b", "trtllm", "--tp", "8"),
+                   "error: --precision: trtllm-1 serves fp8_block weights")
+    assert run("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-a100-80gb", "-b", "trtllm").exit_code == 0
+    assert run("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-a100-80gb", "-b", "vllm",
+               "--precision", "fp8").exit_code == 0
+    assert run("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "-b", "trtllm",
+               "--precision", "fp8").exit_code == 0
+
+
 def test_a_plan_file_with_a_key_no_plan_has_is_refused(tmp_path):
     import json
     best = json.loads(run("plan", "-m", "gpt3-1.3b", "-c", REPO / "examples" / "clusters" / "a100-h100.yaml",

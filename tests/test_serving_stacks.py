@@ -63,6 +63,11 @@ def test_serving_section_errors_name_the_field():
         stack_from_dict({"name": "x", "framework": "f", "serving": {"kv_admission": "lazy"}})
     with pytest.raises(InputError, match="serving.mixed_batches: must be true or false"):
         stack_from_dict({"name": "x", "framework": "f", "serving": {"mixed_batches": "yes"}})
+    with pytest.raises(InputError, match="serving.native_only_formats: must be a list of weight formats"):
+        stack_from_dict({"name": "x", "framework": "f", "serving": {"native_only_formats": ["fp9"]}})
+    from cost_models.weight_formats import WEIGHT_FORMATS
+    from hardware_specs.serving_behaviour import STACK_WEIGHT_FORMATS
+    assert STACK_WEIGHT_FORMATS == WEIGHT_FORMATS        # the data layer's copy of the cost model's list
     s = stack_from_dict({"name": "x", "framework": "f",
                          "serving": {"prefill_token_budget": {"value": {0: 1024, 40: 4096}, "source": "docs"}}})
     assert s.serving.token_budget(80 * 2**30) == 4096 and s.citations["serving.prefill_token_budget"] == "docs"

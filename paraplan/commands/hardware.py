@@ -210,7 +210,7 @@ def _resolve_entry(name: str) -> tuple[str, GPUSpec | ClusterSpec]:
         if is_pooled(key):
             return "pooled", load_pooled_cluster(key)
         return "cluster", load_cluster(key)
-    if is_dir(path):
+    if name.strip() and is_dir(path):
         raise InputError("NAME", f"{name} is a folder, not a GPU or cluster file",
                          "give a GPU or cluster YAML, or a name from `paraplan hardware list`")
     raise InputError("NAME", f"unknown GPU or cluster '{name}'", suggest(key, list_gpus() + list_clusters()))

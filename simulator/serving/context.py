@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from cost_models.speculative import MAX_SPECULATIVE_TOKENS, MTP_ACCEPTANCE_PRIOR, expected_tokens_per_step
-from cost_models.weight_formats import canonical_format, kv_dtype_bytes
+from cost_models.weight_formats import canonical_format, kv_dtype_bytes, native_compute_dtype
 from hardware_specs.catalog import is_file, load_cluster, load_serving_efficiency, load_stack, serving_stack_for
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.errors import InputError
@@ -143,6 +143,13 @@ class ServingContext:
         k, p, prior = speculation(m, stack, speculative_tokens, draft_acceptance)
         dense = canonical_format(dense_format, "dense_format")
         expert = canonical_format(expert_format if expert_format is not None else dense_format, "expert_format")
+        for fmt, field_name in ((dense, "precision"), (expert, "expert-precision")):
+            if fmt in stack.serving.native_only_formats and \
+                    native_compute_dtype(fmt) not in c.gpu.peak_flops_per_s:
+                raise InputError(f"--{field_name}", f"{stack.name} serves {fmt} weights only on GPUs with "
+                                 f"{native_compute_dtype(fmt)} tensor cores; {c.name}'s {c.gpu.name} has none",
+                                 "give --precision bf16 (or int4_wo), or an engine with weight-only "
+                                 f"{fmt} kernels (vllm)")
         kv = stack.serving.kv_cache_dtype if kv_cache_dtype in (None, "auto") else kv_cache_dtype
         if kv == "auto" and stack.serving.kv_dtype_from_checkpoint and {"nvfp4", "fp8"} & {dense, expert}:
             # NVFP4 and per-tensor FP8 checkpoints are NVIDIA ModelOpt exports, whose
