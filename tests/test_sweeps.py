@@ -39,7 +39,7 @@ def test_a_best_sweep_reports_progress_every_few_plan_searches_not_every_500():
 
 
 @pytest.mark.parametrize("change, field", [({"models": []}, "models"), ({"kind": "inference"}, "kind"),
-                                           ({"kind": "serving"}, "kind"), ({"config": {"tq": [1]}}, "config.tq"),
+                                           ({"config": {"tq": [1]}}, "config.tq"),
                                            ({"gpus": [0]}, "gpus"), ({"global_batch": [8]}, "global_batch"),
                                            ({"stacks": [1.5]}, "stacks"), ({"chunk_points": 0}, "chunk_points"),
                                            ({"nope": 1}, "nope"),
@@ -352,3 +352,58 @@ def test_a_model_file_with_a_bad_field_is_named_by_that_field_not_as_the_models_
     with pytest.raises(InputError) as err:
         check_names(spec_from_dict({**GRID, "models": ["llama3-8bb"]}))
     assert err.value.field == "models" and "did you mean" in str(err.value)
+
+
+SERVING = {"kind": "serving", "models": ["llama3.1-8b", "llama3.1-70b"], "systems": ["dgx-h100"], "gpus": [8],
+           "backends": ["vllm", "trtllm"], "tpot_ms": [20, 2]}
+
+
+def test_a_serving_sweep_row_is_serve_plans_best_deployment_for_that_point(tmp_path):
+    from paraplan.serving_api import serve_plan
+    spec = spec_from_dict(SERVING)
+    assert spec.n_points == 2 * 1 * 1 * 2 * 2 and [len(c) for c in chunks(spec)] == [4, 4]
+    df = run_sweep(spec, tmp_path / "out", local=True)
+    assert list(df["point"]) == list(range(8))
+    ok = df[df.status == "ok"]
+    # a 2 ms TPOT is below any layout's decode step: those points keep their row with the reason
+    assert set(ok.tpot_slo_ms) == {20.0} and len(ok) == 4
+    bad = df[df.status == "infeasible"]
+    assert len(bad) == 4 and bad.reason.str.contains("TPOT").all() and bad.tokens_per_s_per_gpu.isna().all()
+    for _, row in ok.iterrows():
+        best = serve_plan(row.model, "dgx-h100", 8, ttft_ms=1000.0, tpot_ms=20.0, backend=row.backend).best
+        assert row["mode"] == best["mode"] and row.tokens_per_s_per_gpu == best.tokens_per_s_per_gpu
+        assert row.ttft_ms == best.ttft_ms and row.tpot_ms == best.tpot_ms <= 20.0
+        assert row.concurrency == best.concurrency and row.gpus_used <= 8
+    # a rerun reads the finished chunks back: the same table
+    pd.testing.assert_frame_equal(run_sweep(spec, tmp_path / "out", local=True), df)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"search": "simulate"}, "search: a serving sweep searches best"),
+    ({"clusters": ["dgx-h100"]}, "clusters: not a key of a serving sweep"),
+    ({"precisions": ["fp9"]}, "precisions: unknown weight format 'fp9'"),
+    ({"modes": ["mixed"]}, "modes: unknown mode 'mixed'"),
+    ({"osl": [1]}, "osl: must be 2 or more"),
+    ({"ttft_ms": [float("nan")]}, "ttft_ms: expected milliseconds"),
+    ({"gpus": [0]}, "gpus: expected whole numbers"),
+    ({"backends": ["vllm", "vllm"]}, "backends: lists 'vllm' twice"),
+    ({"systems": None}, "systems: missing"),
+])
+def test_a_bad_serving_spec_is_one_input_error_naming_the_key(change, message):
+    data = {**SERVING, **change}
+    data = {k: v for k, v in data.items() if v is not None}
+    with pytest.raises(InputError) as err:
+        spec_from_dict(data)
+    assert str(err.value).startswith(message), str(err.value)
+
+
+@pytest.mark.parametrize("axis, name, message", [("models", "lama3.1-8b", "models: "),
+                                                 ("systems", "dgx-h10", "systems: "),
+                                                 ("backends", "vlm", "backends: unknown serving engine 'vlm'")])
+def test_a_misspelt_serving_name_fails_before_the_run(tmp_path, axis, name, message):
+    import yaml
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({**SERVING, axis: [name]}))
+    result = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(tmp_path / "out"), "--local"])
+    assert result.exit_code == 2 and result.stderr.startswith(f"error: {message}"), result.output
+    assert not (tmp_path / "out").exists()

@@ -23,8 +23,9 @@ PROGRESS_LINE_S = 10.0
 @click.option("--local", is_flag=True, help="Evaluate in this process, without Dask.")
 def command(spec_path: str, out_dir: str, scheduler: str | None, workers: int | None, local: bool) -> None:
     """Evaluate every point of the grid in SPEC.yaml (models x clusters x GPU counts x batches x
-    stacks x configurations) and write one row per point, with paraplan plan's columns, to
-    OUT/results.parquet and OUT/results.csv.
+    stacks x configurations; or, with kind: serving, models x systems x GPU counts x engines x
+    request shapes x latency objectives) and write one row per point, with paraplan plan's (or
+    serve plan's) columns, to OUT/results.parquet and OUT/results.csv.
 
     \b
     Keys (each axis a list; every combination is one point):
@@ -35,9 +36,19 @@ def command(spec_path: str, out_dir: str, scheduler: str | None, workers: int | 
       config                    simulate: a grid of ParallelConfig fields (tp, pp, cp, ep, vpp,
                                 micro_batch, zero_stage, recompute, sequence_parallel, ...);
                                 best: the values the planner may use
-      kind, chunk_points, description   training (the only kind yet), points per task, a note
+      kind, chunk_points, description   training (default) or serving, points per task, a note
     A misspelt key or name is an error before anything runs; a point that cannot run (a
     layout that does not divide, nothing fits) is a row with its status and reason.
+
+    \b
+    kind: serving (each point is `paraplan serve plan`'s best deployment):
+      models, systems, gpus     names as in `paraplan models list` / `hardware list`, GPU counts
+      backends                  vllm, sglang, trtllm or a stack name (default vllm)
+      isl, osl                  prompt and output tokens per request (default 1024, 1024)
+      ttft_ms, tpot_ms          the latency objective, ms (default 1000, 50)
+      precisions, modes         weight formats (auto = serve plan's default), agg / disagg / both
+    Each row: the point, then the winning mode, layouts, batch, workers, ttft_ms, tpot_ms,
+    tokens_per_s_per_gpu and _per_user; a point no layout meets is 'infeasible' with the reason.
 
     Chunks of points run as Dask tasks, each one vectorized evaluation: on a local cluster of
     this machine's cores, or on the cluster at --scheduler. Finished chunks are kept in

@@ -58,6 +58,9 @@ def chunk_key(spec: SweepSpec, chunk: list[tuple[int, dict]]) -> str:
 
 def evaluate_chunk(kind: str, search: str, config: dict, dtypes: tuple, chunk: list) -> pd.DataFrame:
     """One chunk's rows (the function a Dask worker runs)."""
+    if kind == "serving":
+        from paraplan.sweeps.serving_evaluate import evaluate_serving_points
+        return evaluate_serving_points(chunk)
     return evaluate_points(chunk, kind, search, spec_config=config, dtypes=dtypes)
 
 
@@ -197,12 +200,19 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path | None = None, *, client=None
 
 def normalise(df: pd.DataFrame) -> pd.DataFrame:
     """Column types a Parquet round trip keeps (so a resumed sweep equals a fresh one)."""
-    for col in ("gpus", "point", "seq_len", "global_batch_tokens"):
+    for col in ("gpus", "point", "seq_len", "global_batch_tokens", "isl", "osl", "gpus_used", "concurrency",
+                "batch", "workers", "prefill_batch", "prefill_workers", "decode_workers", "candidates_evaluated",
+                "adp", "moe_tp", "moe_ep"):
         if col in df:
             df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
-    for col in ("reason", "stack", "recompute", "schedule", "dtype", "gpu"):
+    for col in ("reason", "stack", "recompute", "schedule", "dtype", "gpu", "mode", "layout", "prefill_layout",
+                "decode_layout", "dense_format", "expert_format", "backend", "precision", "modes"):
         if col in df:
             df[col] = df[col].astype("string")
+    for col in ("ttft_slo_ms", "tpot_slo_ms", "ttft_ms", "ttft_p90_ms", "tpot_ms", "tokens_per_s_per_gpu",
+                "tokens_per_s_per_user"):
+        if col in df:
+            df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
     for col in ("fits", "sequence_parallel", "efficiency_fitted"):
         if col in df:
             df[col] = df[col].astype("boolean")

@@ -2,7 +2,7 @@
 
 A spec file (YAML) lists, per axis, the values to try; every combination is one point::
 
-    kind: training                 # training | serving (serving points: see SERVING_KINDS)
+    kind: training                 # training | serving (a serving grid: see serving_spec)
     search: best                   # best: the planner's best plan per point; simulate: each
                                    #   combination of the config grid below, simulated as given
     models: [llama3-8b, llama3-70b]
@@ -37,8 +37,8 @@ from hardware_specs.errors import InputError, check_spec_size, suggest
 from model_specs.model_spec import SIZE_LIMITS
 from simulator.parallel_config import MAX_GLOBAL_BATCH, MAX_GPUS, AttentionKernel, CPKind, Recompute, Schedule
 
-#: what a point evaluates: a training step (``simulator``); ``serving`` is reserved for the
-#: serving simulator's deployments (a spec with it is refused until that kind is registered)
+#: what a point evaluates: a training step (``simulator``; this module's ``SweepSpec``) or a
+#: serving deployment search (``serving_spec.ServingSweepSpec``: serve plan's best per point)
 TRAINING_KINDS = ("training",)
 SERVING_KINDS = ("serving",)
 SEARCHES = ("best", "simulate")
@@ -93,9 +93,10 @@ class SweepSpec:
 
     def __post_init__(self) -> None:
         if self.kind in SERVING_KINDS:
-            raise InputError("kind", "serving sweeps are not available yet", "use kind: training")
+            raise InputError("kind", "a serving sweep is a serving_spec.ServingSweepSpec",
+                             "build it with spec_from_dict({'kind': 'serving', ...})")
         if self.kind not in TRAINING_KINDS:
-            raise InputError("kind", f"unknown kind {self.kind!r}", "use training (or serving, once available)")
+            raise InputError("kind", f"unknown kind {self.kind!r}", "use training or serving")
         if self.search not in SEARCHES:
             raise InputError("search", f"unknown search {self.search!r}", "use best or simulate")
         if bool(self.global_batch) == bool(self.global_batch_tokens):
@@ -233,10 +234,14 @@ def _config_values(value: Any, key: str) -> tuple:
     return tuple(int(i) if key in _INT_CONFIG else i for i in items)
 
 
-def spec_from_dict(data: Mapping[str, Any]) -> SweepSpec:
-    """A ``SweepSpec`` from a parsed spec mapping (keys as in the module docstring)."""
+def spec_from_dict(data: Mapping[str, Any]):
+    """A ``SweepSpec`` from a parsed spec mapping (keys as in the module docstring); with
+    ``kind: serving`` a ``serving_spec.ServingSweepSpec``."""
     if not isinstance(data, Mapping):
         raise InputError("spec", "must be a mapping of keys (models:, clusters:, gpus:, ...)")
+    if data.get("kind") in SERVING_KINDS:
+        from paraplan.sweeps.serving_spec import serving_spec_from_dict
+        return serving_spec_from_dict(data)
     unknown = [str(k) for k in data if k not in _KEYS]
     if unknown:
         raise InputError(unknown[0], "unknown key", suggest(unknown[0], _KEYS))
@@ -265,6 +270,10 @@ def check_names(spec: SweepSpec) -> None:
     """Raise the catalog's ``InputError`` (with its did-you-mean), under the axis's key, for a
     model, cluster or stack the spec names that does not load: a misspelt name is the spec's
     error, not a column of invalid rows found after the run."""
+    if spec.kind in SERVING_KINDS:
+        from paraplan.sweeps.serving_spec import check_serving_names
+        check_serving_names(spec)
+        return
     from hardware_specs.catalog import load_cluster, load_stack
     from model_specs.catalog import load_model
     from hardware_specs.gpu_spec import KNOWN_DTYPES

@@ -1,0 +1,67 @@
+"""Evaluate serving sweep points: each point is ``paraplan serve plan``'s search
+(``planners.serving.search.plan_serving`` on ``serving_api.serving_context``, vectorised over the layouts, batches and worker counts of
+that point), its winning deployment one row (``SERVING_COLUMNS``); a point whose objective no
+layout meets keeps its row with status ``infeasible`` and serve plan's one-line reason."""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import pandas as pd
+
+from hardware_specs.errors import InputError
+from paraplan.sweeps.serving_spec import SERVING_MODES
+
+#: the point's own values (``ttft_slo_ms`` / ``tpot_slo_ms``: the objective searched under)
+SERVING_POINT_COLUMNS = ("point", "kind", "search", "model", "system", "gpus", "backend", "isl", "osl",
+                         "ttft_slo_ms", "tpot_slo_ms", "precision", "modes", "status", "reason")
+#: the winning deployment (``planners.serving.search.COLUMNS`` with units; empty when infeasible)
+SERVING_PLAN_COLUMNS = ("stack", "gpu", "dense_format", "expert_format", "mode", "layout", "prefill_layout",
+                        "decode_layout", "tp", "pp", "adp", "moe_tp", "moe_ep", "batch", "workers", "prefill_batch",
+                        "prefill_workers", "decode_workers", "gpus_used", "concurrency", "ttft_ms", "ttft_p90_ms",
+                        "tpot_ms", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "efficiency_fitted",
+                        "candidates_evaluated")
+SERVING_COLUMNS = SERVING_POINT_COLUMNS + SERVING_PLAN_COLUMNS
+
+
+def _plain(value):
+    """A table cell: numpy scalars as Python ones, NaN (a column the other mode fills) as None."""
+    value = value.item() if hasattr(value, "item") else value
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def _best(row: dict, point: Mapping[str, Any]) -> None:
+    from paraplan.serving_api import serving_context
+    from planners.serving.search import plan_serving
+    precision = None if point["precision"] == "auto" else point["precision"]
+    try:
+        ctx = serving_context(point["model"], point["system"], point["backend"], precision=precision)
+    except InputError as exc:
+        row.update(status="invalid", reason=str(exc))
+        return
+    row.update(stack=ctx.stack.name, gpu=ctx.cluster.gpu.name, dense_format=ctx.dense_format,
+               expert_format=ctx.expert_format, efficiency_fitted=not ctx.efficiency.prior)
+    try:
+        plan = plan_serving(ctx, point["gpus"], point["isl"], point["osl"], point["ttft_ms"], point["tpot_ms"],
+                            modes=SERVING_MODES[point["modes"]])
+    except InputError as exc:
+        row.update(status="infeasible", reason=str(exc))
+        return
+    best = plan.best
+    for k in SERVING_PLAN_COLUMNS:
+        if k in best.index:
+            row[k] = _plain(best[k])
+    row["candidates_evaluated"] = int(plan.evaluated)
+
+
+def evaluate_serving_points(indexed_points: list[tuple[int, Mapping[str, Any]]]) -> pd.DataFrame:
+    """One row per serving point (``SERVING_COLUMNS``), in the order given."""
+    rows = []
+    for index, point in indexed_points:
+        row = {"point": index, "kind": "serving", "search": "best", "model": point["model"],
+               "system": point["system"], "gpus": point["gpus"], "backend": point["backend"], "isl": point["isl"],
+               "osl": point["osl"], "ttft_slo_ms": point["ttft_ms"], "tpot_slo_ms": point["tpot_ms"],
+               "precision": point["precision"], "modes": point["modes"], "status": "ok", "reason": ""}
+        _best(row, point)
+        rows.append(row)
+    return pd.DataFrame(rows).reindex(columns=list(SERVING_COLUMNS))
