@@ -501,7 +501,7 @@ def expert_model_state_bytes(expert_params_local, zero_stage, dp, cp, tp, ep, et
 
 
 def moe_activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, cp, ep, etp, recompute,
-                                   load_imbalance=1.0, modules=None, gemm_input_bytes=2.0):
+                                   load_imbalance=1.0, modules=None, gemm_input_bytes=2.0, probs_in_expert=False):
     """Activation bytes the routed-expert part of one MoE layer keeps, one micro-batch, one GPU.
 
     The rest of the layer (attention, norms, the MLP input, shared experts) is
@@ -517,7 +517,11 @@ def moe_activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, c
     * expert intermediates per row: fc1's output (gated ``4 f / etp``, plain ``2 f / etp``,
       16-bit) and the activation's output, fc2's input (``g f / etp``; dropped by ``mlp_act``);
     * expert outputs back at the source before the weighted sum (probabilities' gradient),
-      ``routed * top_k * d * 2``; with LatentMoE also the up projection's input, ``routed * d * 2``.
+      ``routed * top_k * d * 2``, unless ``probs_in_expert``: the probabilities scale the
+      activation's output inside the expert (Megatron-Core >= 0.13, NVIDIA/Megatron-LM
+      !2668 "Memory efficient token permutation", core_v0.13.0 experts.py ``permuted_probs``;
+      the combine's unpermute then takes no probabilities), whose gradient reads the fc1 output
+      already kept; with LatentMoE also the up projection's input, ``routed * d * 2``.
 
     ``recompute`` 2 (full) or the ``moe`` module keep none of it (the layer input, or the
     block's input, is in the generic formula); otherwise ``modules`` (a ``memory.MODULE_BITS`` mask, None = from ``recompute`` alone via
@@ -540,7 +544,7 @@ def moe_activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, c
     kept = (routed * E * ROUTER_BYTES_PER_LOGIT_SAVED
             + np.where(drop_dispatch, 0.0, rows * d_e * gb)
             + rows * (fc1_out + np.where(drop_act, 0.0, gb * f_local))
-            + routed * k * d_e * ACT_BYTES + latent_input)
+            + np.where(probs_in_expert, 0.0, routed * k * d_e * ACT_BYTES) + latent_input)
     # ``moe``: the whole block is recomputed from its input (the norm's output, kept by the layer)
     whole_block = (mods & memory.MODULE_BITS["moe"]) != 0
     return np.where((np.asarray(recompute) == 2) | whole_block, 0.0, kept)

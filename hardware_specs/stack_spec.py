@@ -228,6 +228,12 @@ class TrainingBehaviour:
             ``SELECTIVE_CHECKPOINTS`` (Megatron's attention core, torchtitan's per-operation
             policy, or MaxText's save-the-projections policy); a plan that names
             ``recompute_modules`` recomputes those instead.
+        moe_probs_in_expert: the router's probabilities scale the experts' activation output
+            inside the expert (Megatron-Core 0.13's memory-efficient token permutation: the
+            weighted SwiGLU, ``permuted_probs``), so the combine keeps no copy of the expert
+            outputs for the probabilities' gradient; False: they scale the expert outputs at
+            the combine (Megatron-Core <= 0.12 ``unpermute(..., probs=...)``), which keeps
+            top_k x hidden 16-bit values per token (``moe.moe_activation_bytes_per_layer``).
         recipe_recompute: what a run on this stack recomputes when it does not say, for a stack
             without per-layout performance presets (``stack_presets``): the recomputation of the
             stack's own published performance recipes, one of ``RECIPE_RECOMPUTE``. Default
@@ -278,6 +284,7 @@ class TrainingBehaviour:
     cross_entropy: str = "megatron_unfused"
     selective_checkpoint: str = "core_attn"
     recipe_recompute: str = "none"
+    moe_probs_in_expert: bool = False
 
     def __post_init__(self) -> None:
         if self.selective_checkpoint not in SELECTIVE_CHECKPOINTS:

@@ -99,6 +99,7 @@ class ConfigBatch:
     fp8_param_gather: np.ndarray = None
     grouped_gemm_streams: np.ndarray = None
     unfused_block_ops: np.ndarray = None
+    moe_probs_in_expert: np.ndarray = None
     dtype: str = "bf16"
 
     def __post_init__(self) -> None:
@@ -177,6 +178,7 @@ class ConfigBatch:
             fp8_current_scaling=col("fp8_current_scaling", bool, bool),
             grad_buffer_bytes=col("grad_buffer_bytes", float, float),
             fp8_param_gather=col("fp8_param_gather", bool, bool),
+            moe_probs_in_expert=col("moe_probs_in_expert", bool, bool),
             grouped_gemm_streams=col("grouped_gemm_streams"),
             dtype=dtypes.pop(),
         )
@@ -244,6 +246,7 @@ class ConfigBatch:
             fp8_current_scaling=bool(self.fp8_current_scaling[i]),
             grad_buffer_bytes=float(self.grad_buffer_bytes[i]),
             fp8_param_gather=bool(self.fp8_param_gather[i]),
+            moe_probs_in_expert=bool(self.moe_probs_in_expert[i]),
             grouped_gemm_streams=int(self.grouped_gemm_streams[i]),
         )
 
@@ -253,4 +256,4 @@ _NEW_COLUMNS = {"recompute_num_layers": 0, "recompute_method": 0, "recompute_lay
                 "recompute_modules": 0, "selective_modules": MODULE_BITS["core_attn"], "unfused_block_ops": False, "offload_activation_layers": 0, "offload_optimizer_fraction": 0.0,
                 "zero_shard_group": 0, "pipeline_layout": "", "loss_chunk_tokens": 0, "optimizer_moment_bytes": 4.0,
                 "fp8_current_scaling": False, "grad_buffer_bytes": 4.0, "fp8_param_gather": False,
-                "grouped_gemm_streams": 1}
+                "grouped_gemm_streams": 1, "moe_probs_in_expert": False}

@@ -86,7 +86,7 @@ BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather
                "ep_comm_overlap", "ep_dispatch_dedup", "grad_reduce_every_microbatch", "tp_backward_overlap", "softmax_fusion",
                "softmax_scale_pass", "attention_unpad", "glu_clamp_eager", "unfused_block_ops", "pipe_exchange_blocking",
                "param_gather_per_tensor", "cuda_graphs", "fp8_current_scaling", "collective_per_rank_copies",
-               "zero3_grad_all_reduce", "zero1_grad_all_reduce", "fp8_param_gather")
+               "zero3_grad_all_reduce", "zero1_grad_all_reduce", "fp8_param_gather", "moe_probs_in_expert")
 #: non-negative integer fields (0 = not set)
 LAYOUT_FIELDS = ("first_stage_layers", "last_stage_layers", "recompute_num_layers", "recompute_layers_decrement",
                  "offload_activation_layers", "zero_shard_group", "loss_chunk_tokens")
@@ -288,6 +288,9 @@ class ParallelConfig:
             (``cost_models.memory.model_state_bytes``); the stacks set it for ``fp8`` and
             ``mxfp8`` runs only (``simulator.stack_defaults``). Only its memory effect is modelled (the
             distributed optimizer's parameter all-gather is still priced in 16 bits).
+        moe_probs_in_expert: the router probabilities scale the experts' activation output inside
+            the expert (Megatron-Core >= 0.13), so the combine keeps no copy of the expert outputs
+            (``cost_models.moe.moe_activation_bytes_per_layer``); set by the stack. Memory only.
         optimizer_moment_bytes: bytes per element of each Adam moment: 4 (fp32) or 2 (BF16
             moments: DeepSeek-V3 report section 3.3.2, Megatron's precision-aware optimizer
             ``--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``); the master weights stay fp32.
@@ -367,6 +370,7 @@ class ParallelConfig:
     optimizer_moment_bytes: float = 4.0
     grad_buffer_bytes: float = 4.0
     fp8_param_gather: bool = False
+    moe_probs_in_expert: bool = False
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch"):

@@ -29,13 +29,14 @@ _FULL = RECOMPUTE_CODES[Recompute.FULL]
 
 
 def layer_activation_bytes(model: ModelSpec, dtype: str, mbs, tp, cp, sp, rc, flash_attention, ep, etp, imbalance,
-                           modules, selective=memory.SELECTIVE_DEFAULT) -> dict:
+                           modules, selective=memory.SELECTIVE_DEFAULT, probs_in_expert=False) -> dict:
     """Per layer and micro-batch on one GPU, bytes: ``kept_dense`` / ``kept_moe`` (a layer not
     recomputed in full, the selected operations recomputed), ``input`` (a layer recomputed in
     full keeps only its input), ``full_dense`` / ``full_moe`` (everything: what a recomputed
     layer materialises during its backward), ``dispatch`` (one MoE layer's transient token
     exchange buffers). ``selective``: what a selective recomputation recomputes when no modules
-    are named (the stack's, ``ParallelConfig.selective_modules``, as a modules mask)."""
+    are named (the stack's, ``ParallelConfig.selective_modules``, as a modules mask).
+    ``probs_in_expert``: ``ParallelConfig.moe_probs_in_expert``."""
     s = float(model.seq_len)
     eb = activation_bytes(dtype)            # 2 in 16-bit training, 4 in fp32
     gb = saved_gemm_input_bytes_per_element(dtype) if dtype in LOW_PRECISION else eb
@@ -48,7 +49,7 @@ def layer_activation_bytes(model: ModelSpec, dtype: str, mbs, tp, cp, sp, rc, fl
     not_full = np.where(np.asarray(rc) == 2, np.where(mods != 0, 1, 0), rc)   # what the other layers do
     if model.hybrid_pattern:
         return _hybrid_activation_bytes(model, mbs, s, tp, cp, sp, rc, not_full, mods, flash_attention, ep, etp,
-                                        imbalance, gb, eb)
+                                        imbalance, gb, eb, probs_in_expert)
     out = {"kept_dense": kept(dense_ffn, not_full, mods), "full_dense": kept(dense_ffn, 0, 0),
            "input": memory.activation_terms(model, mbs, s, tp, cp, sp, flash_attention, element_bytes=eb)["layer_input"]}
     if model.moe is not None:
@@ -58,8 +59,8 @@ def layer_activation_bytes(model: ModelSpec, dtype: str, mbs, tp, cp, sp, rc, fl
         # (a mask emptied by ``moe_block_modules`` recomputes nothing there: not the default core_attn)
         block_mods = memory.moe_block_modules(mods)
         out["kept_moe"] = (kept(shared_ffn, np.where(block_mods != 0, not_full, 0), block_mods)
-                           + routed(not_full, imbalance, mods, gb))
-        out["full_moe"] = kept(shared_ffn, 0, 0) + routed(0, imbalance, 0, gb)
+                           + routed(not_full, imbalance, mods, gb, probs_in_expert))
+        out["full_moe"] = kept(shared_ffn, 0, 0) + routed(0, imbalance, 0, gb, probs_in_expert)
         out["dispatch"] = moe_costs.moe_dispatch_buffer_bytes(model, mbs, s, tp, cp, etp, imbalance, ep) + 0.0 * tp
     else:
         out["kept_moe"], out["full_moe"], out["dispatch"] = out["kept_dense"], out["full_dense"], 0.0 * tp
@@ -82,7 +83,7 @@ def _block_terms(terms: dict, names) -> dict:
 
 
 def _hybrid_activation_bytes(model: ModelSpec, mbs, s, tp, cp, sp, rc, not_full, mods, flash_attention, ep, etp,
-                             imbalance, gb, eb) -> dict:
+                             imbalance, gb, eb, probs_in_expert=False) -> dict:
     """``layer_activation_bytes`` of a hybrid pattern: the dense slot the share-weighted mean of
     its Mamba (``mamba.mamba_activation_terms``), attention and MLP layers, the moe slot an E
     layer's MoE block alone (shared experts as an MLP, routed experts as for any MoE layer)."""
@@ -109,8 +110,8 @@ def _hybrid_activation_bytes(model: ModelSpec, mbs, s, tp, cp, sp, rc, not_full,
         shared = (memory.kept_bytes(shared_terms, memory.moe_block_modules(kept_mods)),
                   memory.kept_bytes(shared_terms, 0))
         routed = partial(moe_costs.moe_activation_bytes_per_layer, model, mbs, s, tp, cp, ep, etp)
-        out["kept_moe"] = shared[0] + routed(not_full, imbalance, mods, gb)
-        out["full_moe"] = shared[1] + routed(0, imbalance, 0, gb)
+        out["kept_moe"] = shared[0] + routed(not_full, imbalance, mods, gb, probs_in_expert)
+        out["full_moe"] = shared[1] + routed(0, imbalance, 0, gb, probs_in_expert)
         out["dispatch"] = moe_costs.moe_dispatch_buffer_bytes(model, mbs, s, tp, cp, etp, imbalance, ep) + 0.0 * tp
     else:
         out["kept_moe"], out["full_moe"], out["dispatch"] = out["kept_dense"], out["full_dense"], 0.0 * tp

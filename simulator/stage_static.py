@@ -45,7 +45,7 @@ def stage_context(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, 
     mbs = np.asarray(batch.micro_batch, dtype=float)
     fn = partial(layer_activation_bytes, model, batch.dtype)
     args = (mbs, tp, cp, batch.sequence_parallel, batch.recompute, batch.flash_attention, ep, etp,
-            batch.moe_load_imbalance, batch.recompute_modules, batch.selective_modules)
+            batch.moe_load_imbalance, batch.recompute_modules, batch.selective_modules, batch.moe_probs_in_expert)
     act = once_per_run(batch, layer_key_fields, fn, *args) if once_per_run else fn(*args)
     act = {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in act.items()}
     per_row = {k: v for k, v in terms.items() if k not in ("edp", "low_precision", "full_precision", "copy_bytes")}

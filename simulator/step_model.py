@@ -91,7 +91,7 @@ LAYER_KEY_FIELDS = ("tp", "cp", "micro_batch", "sequence_parallel", "recompute",
                     "ep_comm_overlap", "tp_backward_overlap", "softmax_fusion", "cuda_graphs", "recompute_modules",
                     "ep_dispatch_dedup", "fp8_current_scaling", "attention_unpad", "glu_clamp_eager",
                     "grouped_gemm_streams", "cross_entropy", "softmax_scale_pass", "selective_modules",
-                    "unfused_block_ops")
+                    "unfused_block_ops", "moe_probs_in_expert")
 
 
 def _degrees(batch: ConfigBatch):

@@ -90,7 +90,7 @@ def test_best_plan_is_the_planners_winner_with_the_planners_numbers_for_moe():
     import pytest
     ranked = api.plan("deepseek-v3", "dgx-h100", 256, global_batch=512, max_plans=2)
     best = api.best_plan("deepseek-v3", "dgx-h100", 256, global_batch=512)
-    assert best.iloc[0].config == ranked.iloc[0].config == "dp8 tp2 pp16 ep8 mb1 z1 full sp"
+    assert best.iloc[0].config == ranked.iloc[0].config == "dp2 tp2 pp32 cp2 ep8 mb1 z2 off1 sp"
     assert float(best.iloc[0].step_time_s) == pytest.approx(float(ranked.iloc[0].step_time_s), rel=1e-9)
 
 

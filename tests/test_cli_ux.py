@@ -339,8 +339,11 @@ def test_the_deepseek_v3_help_example_dispatches_as_deepseek_did_and_lands_near_
     report = json.loads(run(*example, "--json").stdout)
     published = 14.8e12 / (2.664e6 * 3600)
     assert abs(published - 1543.2) < 0.1
-    # the help's layout without the deduplicated dispatch predicted 1,060 (-31%); with it 1,359 (-12%)
-    assert abs(report["tokens_per_s_per_gpu"] / published - 1) < 0.2, report["tokens_per_s_per_gpu"]
+    # the help's layout without the deduplicated dispatch predicted 1,060 (-31%); with it 1,359 (-12%);
+    # without the two fully recomputed layers the example needed to fit before Megatron-Core's MoE
+    # probabilities moved inside the experts (moe_probs_in_expert), DeepSeek's own recomputation
+    # alone: 1,470 (-4.8%)
+    assert abs(report["tokens_per_s_per_gpu"] / published - 1) < 0.1, report["tokens_per_s_per_gpu"]
 
 
 def test_plan_csv_with_explain_says_the_explanation_would_be_lost():

@@ -24,7 +24,8 @@ def test_release_numbers_reads_the_leading_numeric_components(text, numbers):
     # listed, or a patch of a listed release: no note
     ("nemo", "24.09", "nemo-24.09", ""),
     ("megatron-bridge", "26.02.01", "megatron-bridge-26.02.01", ""),
-    ("megatron-core", "0.12.1", "megatron-core", ""),
+    ("megatron-core", "0.12.1", "megatron-core-0.12", ""),
+    ("megatron-core", "0.13.1", "megatron-core", ""),
     # between two profiles: the earlier one
     ("nemo", "24.12", "nemo-24.09", "the profile of 24.09, the newest profiled release before it"),
     ("nemo", "25.02.01", "nemo-24.09", "the profile of 24.09, the newest profiled release before it"),
@@ -34,7 +35,7 @@ def test_release_numbers_reads_the_leading_numeric_components(text, numbers):
     # after the newest: the newest; years and release numbers are not compared
     ("megatron-bridge", "26.10", "megatron-bridge", "the profile of 26.08"),
     ("megatron-core", "0.21", "megatron-core", "the profile of 0.19"),
-    ("megatron-core", "2025", "megatron-core", "the profile of 2024"),
+    ("megatron-core", "2025", "megatron-core-0.12", "the profile of 2024"),
     # before the oldest: the oldest
     ("nemo", "24.05", "nemo-24", "older than every profile: nemo-24, the profile of 24.07, the oldest"),
     ("megatron-lm", "2018", "megatron-lm-2019", "older than every profile"),
