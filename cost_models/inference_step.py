@@ -36,6 +36,7 @@ from cost_models.inference_layers import (ACT_BYTES, KERNELS, attention_block_s,
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.serving_behaviour import ServingBehaviour
 from hardware_specs.serving_efficiency import ServingEfficiency
+from model_specs.draft_head import DraftHead
 from model_specs.model_spec import ModelSpec
 
 #: step-time parts reported by ``step_time``
@@ -111,10 +112,42 @@ def mtp_draft_pass(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficienc
     return gpu + kernels * rates.kernel_fixed_s, kernels
 
 
+def eagle_draft_pass(head: DraftHead, cluster: ClusterSpec, eff: ServingEfficiency, behaviour: ServingBehaviour,
+                     rates, kv_bytes: float, tp, adp, decode_reqs, decode_ctx, queries=1.0, prefill_tokens=0.0,
+                     prefill_keys=0.0, fuse=True):
+    """(GPU seconds, kernels) of one pass of an EAGLE-3 draft head (``model_specs.draft_head``)
+    for ``decode_reqs`` requests of ``queries`` tokens each and ``prefill_tokens`` prompt tokens,
+    at the 16-bit ``rates`` of its weights: with ``fuse`` (a step's first pass, which reads the
+    target's hidden states of the tokens it kept) the projection of the ``fused_states`` target
+    states (3h x h); the embedding half of the attention's 2h-wide query / key / value input
+    (h x (a + 2g) d / tp, beside the half ``attention_block_s`` prices); the head's decoder
+    layers (attention over its own KV cache, its dense MLP, their all-reduces over tp); and its
+    output head over the draft vocabulary, one draft a request. Split over tp like the target
+    (vLLM and SGLang build the draft with the target's tensor-parallel group)."""
+    m = head.layer
+    h, a, g, dh = m.hidden_size, m.num_heads, m.num_kv_heads, m.head_dim or m.hidden_size // m.num_heads
+    d, q, P = _f(decode_reqs), _f(queries), _f(prefill_tokens)
+    T = P + d * q
+    fc = gemm_s(T, float(head.fused_states) * h * h, rates.dense_flops_per_s, rates.dense_weight_bytes, rates,
+                head.fused_states * h, h) if fuse else 0.0 * T
+    qkv_in = (a + 2.0 * g) * dh / _f(tp)
+    embed_half = gemm_s(T, h * qkv_in, rates.dense_flops_per_s, rates.dense_weight_bytes, rates, h, qkv_in)
+    attn, attn_kernels = attention_block_s(m, rates, tp, P, prefill_keys, d, decode_ctx, kv_bytes, q)
+    mlp = dense_mlp_s(m, rates, tp, T, m.ffn_hidden_size)
+    n = float(m.num_layers)
+    comm, comm_kernels = layer_collectives(m, cluster, eff, behaviour, T, tp, adp, 1.0, n, 0.0)
+    logits = d + np.minimum(P, 1.0)
+    gpu = (fc + n * (embed_half + attn + mlp + elementwise_s(m, rates, T)) + comm
+           + lm_head_s(m, rates, tp, logits))
+    kernels = (2.0 if fuse else 1.0) + n * (attn_kernels + KERNELS["mlp"]) + comm_kernels + KERNELS["head"]
+    return gpu + kernels * rates.kernel_fixed_s, kernels
+
+
 def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, behaviour: ServingBehaviour,
               dense_format: str, expert_format: str, kv_bytes: float,
               tp, adp, pp, moe_tp, moe_ep, prefill_tokens, prefill_keys, decode_reqs, decode_ctx,
-              logits_tokens=None, draft_tokens=0, kept_tokens=None) -> dict[str, np.ndarray]:
+              logits_tokens=None, draft_tokens=0, kept_tokens=None, draft_head: DraftHead | None = None
+              ) -> dict[str, np.ndarray]:
     """Seconds of one step and its parts (``STEP_PARTS``, plus ``gpu_s`` and ``step_s``).
 
     ``prefill_tokens``, ``decode_reqs`` are per attention-DP rank; ``logits_tokens`` (default:
@@ -127,7 +160,8 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
     once), and the MTP module drafts the next k in k passes (``mtp_draft_pass``; reported as
     ``draft_s``, inside ``step_s``): the first over the ``kept_tokens`` (E, default k + 1) each
     request kept and the step's prompt tokens, the others over one token a request. The engines
-    capture the drafting in the same CUDA graphs as the step.
+    capture the drafting in the same CUDA graphs as the step. With ``draft_head`` an EAGLE-3
+    head drafts instead of the MTP module (``eagle_draft_pass``, its 16-bit weights' rates).
     """
     rates = layer_rates(cluster.gpu, eff, dense_format, expert_format)
     tp, adp, pp = _f(tp), _f(adp), _f(pp)
@@ -176,12 +210,21 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
         # each of the m micro-batches of a round drafts for its d requests on the last stage; a
         # prompt chunk (one micro-batch) runs the module over its tokens once
         kept = float(draft_tokens) + 1.0 if kept_tokens is None else _f(kept_tokens)
-        first, draft_kernels = mtp_draft_pass(model, cluster, eff, behaviour, rates, kv_bytes, tp, adp, moe_tp, moe_ep,
-                                              d, decode_ctx, kept, P, prefill_keys)
+        if draft_head is None:
+            first, draft_kernels = mtp_draft_pass(model, cluster, eff, behaviour, rates, kv_bytes, tp, adp, moe_tp,
+                                                  moe_ep, d, decode_ctx, kept, P, prefill_keys)
+        else:
+            head_rates = layer_rates(cluster.gpu, eff, "bf16", "bf16")
+            first, draft_kernels = eagle_draft_pass(draft_head, cluster, eff, behaviour, head_rates, kv_bytes, tp, adp,
+                                                    d, decode_ctx, kept, P, prefill_keys)
         rest = 0.0
         if draft_tokens > 1:
-            rest, _ = mtp_draft_pass(model, cluster, eff, behaviour, rates, kv_bytes, tp, adp, moe_tp, moe_ep, d,
-                                     decode_ctx)
+            if draft_head is None:
+                rest, _ = mtp_draft_pass(model, cluster, eff, behaviour, rates, kv_bytes, tp, adp, moe_tp, moe_ep, d,
+                                         decode_ctx)
+            else:
+                rest, _ = eagle_draft_pass(draft_head, cluster, eff, behaviour, head_rates, kv_bytes, tp, adp, d,
+                                           decode_ctx, fuse=False)
         draft = np.where(d > 0, m * (first + (float(draft_tokens) - 1.0) * rest),
                          np.where(P > 0, first, 0.0))
         gpu = gpu + draft

@@ -25,6 +25,7 @@ from cost_models.kv_cache import layer_counts
 from cost_models.params import latent_projection_params, routed_expert_width
 from cost_models.weight_formats import weight_bytes
 from hardware_specs.serving_behaviour import ServingBehaviour
+from model_specs.draft_head import DraftHead
 from model_specs.model_spec import ModelSpec
 
 GIB = 2**30
@@ -63,6 +64,24 @@ def mtp_weight_bytes_per_gpu(model: ModelSpec, tp, moe_tp, moe_ep, dense_format:
     else:
         mlp = mats * h * model.ffn_hidden_size / tp * wd
     return float(model.mtp_layers) * (2.0 * h * h * wd + attn + mlp + 3.0 * h * ACT_BYTES)
+
+
+def draft_head_weight_bytes_per_gpu(head: DraftHead, tp):
+    """Bytes one GPU holds of an EAGLE-3 draft head (``model_specs.draft_head``), 16-bit and split
+    over tp like the target: the projection fusing ``fused_states`` target states (s h x h); per
+    decoder layer its query / key / value projections from the 2h-wide [embedding; hidden] input
+    (2h x (a + 2g) d), the output projection (a d x h), the MLP (3 h f gated, else 2 h f) and two
+    norms; the output head over the draft vocabulary (V_draft x h) and its final norm. The
+    embedding is the target's (the engines share it)."""
+    m = head.layer
+    tp = _f(tp)
+    h, a, g = m.hidden_size, m.num_heads, m.num_kv_heads
+    dh = m.head_dim or h // a
+    mats = 3.0 if m.gated_mlp else 2.0
+    per_layer = 2.0 * h * (a + 2.0 * g) * dh + a * dh * h + mats * h * m.ffn_hidden_size
+    split = float(head.fused_states) * h * h + m.num_layers * per_layer + m.vocab_size * h
+    norms = (2.0 * m.num_layers + 1.0) * h
+    return (split / tp + norms) * ACT_BYTES
 
 
 def weight_bytes_per_gpu(model: ModelSpec, tp, adp, pp, moe_tp, moe_ep, dense_format: str, expert_format: str):

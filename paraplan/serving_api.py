@@ -29,7 +29,7 @@ from simulator.serving.simulate import simulate_serving
 
 #: the fixed inputs of a deployment's context (``serving_context``)
 CONTEXT_FIELDS = ("backend", "backend_version", "precision", "expert_precision", "kv_cache_dtype",
-                  "speculative_tokens", "draft_acceptance", "gpu", "hbm_tb_per_s", "scaleup_gbit_per_s",
+                  "speculative_tokens", "draft_acceptance", "draft_model", "gpu", "hbm_tb_per_s", "scaleup_gbit_per_s",
                   "scaleout_gbit_per_s")
 #: the layout and load of an aggregated deployment (``serve_simulate``)
 DEPLOYMENT_FIELDS = ("isl", "osl", "tp", "pp", "adp", "moe_tp", "moe_ep", "batch", "workers")
@@ -41,6 +41,7 @@ def serving_context(model: str | ModelSpec, system: str, backend: str = "vllm", 
                     backend_version: str | None = None, precision: str | None = None,
                     expert_precision: str | None = None, kv_cache_dtype: str = "auto",
                     speculative_tokens: int | None = None, draft_acceptance: float | None = None,
+                    draft_model: str | None = None,
                     gpu: str | None = None, hbm_tb_per_s: float | None = None,
                     scaleup_gbit_per_s: float | None = None,
                     scaleout_gbit_per_s: float | None = None) -> ServingContext:
@@ -52,7 +53,8 @@ def serving_context(model: str | ModelSpec, system: str, backend: str = "vllm", 
         cluster = cluster.with_gpu(replace(cluster.gpu, hbm_bw_bytes_per_s=float(hbm_tb_per_s) * 1e12))
     dense, expert = default_formats(spec, cluster.gpu, precision, expert_precision)     # as serve simulate
     return ServingContext.build(spec, cluster, backend, dense, expert, kv_cache_dtype, backend_version=backend_version,
-                                speculative_tokens=speculative_tokens, draft_acceptance=draft_acceptance)
+                                speculative_tokens=speculative_tokens, draft_acceptance=draft_acceptance,
+                                draft_head=draft_model)
 
 
 def serve_simulate(model: str | ModelSpec, system: str, *, isl: int = 1024, osl: int = 1024, tp: int = 1,
@@ -74,6 +76,7 @@ def serve_simulate(model: str | ModelSpec, system: str, *, isl: int = 1024, osl:
                      osl=osl, dense_format=ctx.dense_format, expert_format=ctx.expert_format,
                      kv_cache_dtype=context.get("kv_cache_dtype", "auto"), speculative_tokens=ctx.speculative_tokens,
                      draft_acceptance=None if ctx.acceptance_is_prior else ctx.draft_acceptance,
+                     draft_model=ctx.draft_head.path if ctx.draft_head is not None else None,
                      layout=worker_layout(tp, pp, adp, moe_tp, moe_ep, batch), workers=workers)
     report = simulate_serving(dep, ctx)
     m = report.metrics
@@ -131,5 +134,6 @@ def serve_plan(model: str | ModelSpec, system: str, gpus: int, *, isl: int = 102
         from hardware_specs.errors import suggest
         raise InputError(unknown[0], "not an input of a serving plan", suggest(unknown[0], CONTEXT_FIELDS))
     ctx = serving_context(model, system, **context)
-    return plan_serving(ctx, gpus, isl, osl, ttft_ms, tpot_ms, modes=tuple(modes), max_batch=max_batch,
+    modes = (modes,) if isinstance(modes, str) else tuple(modes)      # "agg" is one mode, not three letters
+    return plan_serving(ctx, gpus, isl, osl, ttft_ms, tpot_ms, modes=modes, max_batch=max_batch,
                         allow_pp=allow_pp, rank_by=rank_by)

@@ -127,7 +127,7 @@ def test_plan_json_echoes_the_request_it_answers():
                             "isl": 1024, "osl": 256, "ttft_ms": 2000.0, "tpot_ms": 40.0, "modes": ["agg", "disagg"],
                             "max_batch": 1024, "pipeline_parallel": False, "rank_by": "per-gpu",
                             "dense_format": "fp8", "expert_format": "fp8", "kv_cache_dtype": "auto",
-                            "speculative_tokens": 0, "draft_acceptance": None, "draft_acceptance_is_prior": None,
+                            "speculative_tokens": 0, "draft_acceptance": None, "draft_acceptance_is_prior": None, "draft_model": None,
                             "tokens_per_step": 1.0}
 
 

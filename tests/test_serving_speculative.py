@@ -190,7 +190,7 @@ def test_each_engine_is_told_to_draft_with_the_mtp_module():
     from paraplan.exports.serving_matrix import launches
     seen = {}
     for case_id, ctx, launch in launches():
-        if launch.speculative_tokens:
+        if launch.speculative_tokens and not launch.draft_model_path:      # EAGLE-3: test_serving_eagle3
             seen[launch.framework] = (launch, engine_commands(launch))
     vllm_launch, (argv,) = seen["vllm"]
     i = argv.index("--speculative-config")

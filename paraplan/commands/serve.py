@@ -30,7 +30,7 @@ PART_MEANING = {
     "decode_comm_s": "tensor-parallel all-reduce / expert dispatch and combine",
     "decode_kernel_fixed_s": "fixed time per kernel",
     "decode_host_s": "host time not hidden (launches, scheduling)",
-    "decode_draft_s": "MTP module drafting the speculative tokens (k passes)",
+    "decode_draft_s": "the MTP module or EAGLE-3 head drafting the speculative tokens (k passes)",
 }
 MEMORY_MEANING = {
     "weights_bytes": "weights in their stored formats",
@@ -92,9 +92,14 @@ def _common(f):
                           "paraplan hardware stacks NAME), else the stack's default, 16-bit; the header's KV says "
                           "which)."),
         click.option("--speculative-tokens", type=click.IntRange(min=0), default=None, metavar="K",
-                     help="Speculative decoding with the model's own multi-token-prediction (MTP) module: K tokens "
-                          "drafted per decode step and verified in one pass (default: none, as every engine). "
-                          "Models with MTP layers: deepseek-v3, deepseek-r1, glm-5."),
+                     help="Speculative decoding: K tokens drafted per decode step and verified in one pass "
+                          "(default: none, as every engine), by the model's own multi-token-prediction (MTP) "
+                          "module (deepseek-v3, deepseek-r1, glm-5) or the EAGLE-3 head of --draft-model."),
+        click.option("--draft-model", default=None, metavar="DIR",
+                     help="Draft with this EAGLE-3 head (its config.json or folder, e.g. "
+                          "examples/drafts/eagle3-llama3.1-8b): one decoder layer fusing three of the target's "
+                          "hidden states, with its own KV cache and draft vocabulary, 16-bit. Needs "
+                          "--speculative-tokens and --draft-acceptance (no prior is published for a head)."),
         click.option("--draft-acceptance", type=float, default=None, metavar="P",
                      help="Probability a drafted token is accepted (given the ones before it were); a step then "
                           "yields (1 - P^(K+1)) / (1 - P) tokens. Default 0.85, an unfitted prior (DeepSeek-V3 "
@@ -139,7 +144,8 @@ def _context(opts):
     precision, expert = default_formats(spec, cluster.gpu, opts["precision"], opts["expert_precision"])
     ctx = ServingContext.build(spec, cluster, opts["backend"], precision, expert,
                                opts["kv_cache_dtype"], backend_version=opts["backend_version"],
-                               speculative_tokens=opts["speculative_tokens"], draft_acceptance=opts["draft_acceptance"])
+                               speculative_tokens=opts["speculative_tokens"], draft_acceptance=opts["draft_acceptance"],
+                               draft_head=opts["draft_model"])
     if opts["expert_precision"] and ctx.model.moe is None:
         # as --adp and --moe-ep on a dense model: an option that would change nothing is refused,
         # not ignored (the weights stayed in --precision's format whatever it said)
@@ -312,7 +318,7 @@ def render_simulation(report) -> str:
                      f"({_requests(d.decode.batch)} per rank)")
     lines.append(f"load     isl {d.isl} / osl {d.osl} tokens, {_requests(d.concurrency)} in flight on {_gpus(d.gpus)}")
     if ctx.speculative_tokens:
-        lines.append(f"decode   speculative: the MTP module drafts {ctx.speculative_tokens} token"
+        lines.append(f"decode   speculative: {ctx.drafter} drafts {ctx.speculative_tokens} token"
                      f"{'s' if ctx.speculative_tokens > 1 else ''} a step, each accepted with p = "
                      f"{ctx.draft_acceptance:.10g}{_acceptance_note(ctx)}: {ctx.tokens_per_step_at(d.osl):.2f} tokens a step")
     lines += ["", "latency and throughput" + _prior_note(ctx) + _extrapolation_note(ctx, d.isl)]
@@ -410,7 +416,8 @@ def simulate_cmd(as_json: bool, emit: bool, out_path: str | None, **opts) -> Non
     common = dict(model=opts["model"], system=opts["system"], backend=ctx.stack.name, mode=opts["mode"],
                   isl=opts["isl"], osl=opts["osl"], dense_format=ctx.dense_format, expert_format=ctx.expert_format,
                   kv_cache_dtype=opts["kv_cache_dtype"], speculative_tokens=ctx.speculative_tokens,
-                  draft_acceptance=None if ctx.acceptance_is_prior else ctx.draft_acceptance)
+                  draft_acceptance=None if ctx.acceptance_is_prior else ctx.draft_acceptance,
+                  draft_model=ctx.draft_head.path if ctx.draft_head is not None else None)
     if opts["mode"] == "agg":
         dep = Deployment(**common, layout=_layout(opts, "", "layout"), workers=opts["workers"])
     else:
@@ -522,7 +529,7 @@ def simulate_command(row, opts: dict, moe: bool = True) -> str:
             args += [f"--{name.replace('_', '-')}", str(opts[name])]
     if opts.get("kv_cache_dtype") not in (None, "auto"):
         args += ["--kv-cache-dtype", opts["kv_cache_dtype"]]
-    for name in ("speculative_tokens", "draft_acceptance"):
+    for name in ("speculative_tokens", "draft_acceptance", "draft_model"):
         if opts.get(name) is not None:
             args += [f"--{name.replace('_', '-')}", f"{opts[name]:g}" if isinstance(opts[name], float) else str(opts[name])]
     args += ["--isl", str(opts["isl"]), "--osl", str(opts["osl"])]
@@ -554,7 +561,8 @@ def deployment_of_row(row, ctx, opts: dict):
     common = dict(model=ctx.model.name, system=ctx.cluster.name, backend=ctx.stack.name, mode=row["mode"],
                   isl=opts["isl"], osl=opts["osl"], dense_format=ctx.dense_format, expert_format=ctx.expert_format,
                   kv_cache_dtype=opts["kv_cache_dtype"], speculative_tokens=ctx.speculative_tokens,
-                  draft_acceptance=None if ctx.acceptance_is_prior else ctx.draft_acceptance)
+                  draft_acceptance=None if ctx.acceptance_is_prior else ctx.draft_acceptance,
+                  draft_model=ctx.draft_head.path if ctx.draft_head is not None else None)
     if row["mode"] == "agg":
         dep = Deployment(**common, layout=lay("", "batch", "layout"), workers=int(row["workers"]))
     else:
@@ -622,7 +630,7 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
     lines[2:2] = accuracy
     if ctx.speculative_tokens:
         kept = ctx.tokens_per_step_at(int((opts or {}).get("osl") or 2))
-        lines.insert(2, f"decode: speculative, the MTP module drafts {ctx.speculative_tokens} token{'s' if ctx.speculative_tokens > 1 else ''} a step, acceptance "
+        lines.insert(2, f"decode: speculative, {ctx.drafter} drafts {ctx.speculative_tokens} token{'s' if ctx.speculative_tokens > 1 else ''} a step, acceptance "
                         f"{ctx.draft_acceptance:.10g}{_acceptance_note(ctx)}: {kept:.2f} tokens a step")
     if b["mode"] == "agg":
         lines.append(f"best: aggregated, {int(b['workers'])} x worker {b['layout']}, batch {int(b['batch'])} per rank "
@@ -747,6 +755,7 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
                    "kv_cache_dtype": opts["kv_cache_dtype"], "speculative_tokens": ctx.speculative_tokens,
                    "draft_acceptance": ctx.draft_acceptance if ctx.speculative_tokens else None,
                    "draft_acceptance_is_prior": ctx.acceptance_is_prior if ctx.speculative_tokens else None,
+                   "draft_model": ctx.draft_head.name if ctx.draft_head is not None else None,
                    "tokens_per_step": ctx.tokens_per_step_at(opts["osl"])}
         text = dump_json({"request": request, "best": best, "why": plan.why, "front": _records(plan.front),
                           "evaluated": plan.evaluated, "efficiency_fitted": not ctx.efficiency.prior,
@@ -761,6 +770,7 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
             rows["speculative_tokens"] = ctx.speculative_tokens
             rows["draft_acceptance"] = ctx.draft_acceptance
             rows["draft_acceptance_is_prior"] = ctx.acceptance_is_prior
+            rows["draft_model"] = ctx.draft_head.name if ctx.draft_head is not None else "mtp"
         rows.to_csv(buf, index=False)
         text = buf.getvalue()
     else:

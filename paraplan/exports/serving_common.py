@@ -12,6 +12,8 @@ own ``HOST_INDEX``.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import re
 
 import shlex
@@ -115,8 +117,9 @@ class ServingLaunch:
         token_budget, max_running_requests (0 = the engine derives it from the KV pool),
         cuda_graph_max_batch, memory_fraction (the engine's own memory setting, in its meaning),
         overlap_scheduler, chunked_prefill: the stack behaviour the prediction assumed.
-        speculative_tokens: tokens the model's MTP module drafts a step (0 = no speculative
-            decoding), written in each engine's own speculative-decoding setting;
+        speculative_tokens: tokens the model's MTP module (or the EAGLE-3 head at
+            ``draft_model_path``, its folder, absolute; "" = the MTP module) drafts a step (0 = no
+            speculative decoding), written in each engine's own speculative-decoding setting;
             ``draft_acceptance`` the acceptance the TPOT assumed, ``acceptance_is_prior`` whether
             it is the unfitted prior.
         workers: every engine instance and where it runs; ``hosts``: hosts in all;
@@ -159,6 +162,7 @@ class ServingLaunch:
     speculative_tokens: int = 0
     draft_acceptance: float = 0.0
     acceptance_is_prior: bool = False
+    draft_model_path: str = ""
 
     @property
     def max_model_len(self) -> int:
@@ -334,7 +338,8 @@ def launch_of(context, deployment, metrics: Mapping[str, float]) -> ServingLaunc
         prior=bool(context.efficiency.prior), max_context_tokens=int(model.max_context_tokens or 0),
         online_fp8_refused=refused, priced_release_note=_release_note(context.stack, framework),
         speculative_tokens=int(context.speculative_tokens), draft_acceptance=float(context.draft_acceptance),
-        acceptance_is_prior=bool(context.acceptance_is_prior))
+        acceptance_is_prior=bool(context.acceptance_is_prior),
+        draft_model_path=str(Path(context.draft_head.path).resolve()) if context.draft_head is not None else "")
 
 
 def _release_note(stack, framework: str) -> str:
@@ -400,6 +405,19 @@ def _model_line(launch: ServingLaunch) -> str:
             f'{why}{hint}}}"')
 
 
+#: a path the script may write between double quotes as it is (no $, quote, backslash, backtick)
+_PLAIN_PATH = re.compile(r"^[A-Za-z0-9._/+@=:, -]+$")
+
+
+def _draft_model_line(launch: ServingLaunch) -> str:
+    """The EAGLE-3 head's folder as the script's ``DRAFT_MODEL`` (the priced head's folder unless
+    set); a path a script cannot hold as it is must be set by whoever runs it."""
+    path = launch.draft_model_path
+    if _PLAIN_PATH.match(path):
+        return f'DRAFT_MODEL="${{DRAFT_MODEL:-{path}}}"'
+    return 'DRAFT_MODEL="${DRAFT_MODEL:?set DRAFT_MODEL to the folder of the EAGLE-3 head priced}"'
+
+
 #: control characters (a newline among them): never inside a script's comment line
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -422,7 +440,8 @@ def render_script(launch: ServingLaunch, engine, title: str) -> str:
            f"# engine settings as priced: token budget {launch.token_budget}, "
            + (f"at most {launch.max_running_requests} running requests, " if launch.max_running_requests else "")
            + f"memory setting {launch.memory_fraction:g}, CUDA graphs up to batch {launch.cuda_graph_max_batch}",
-           *([f"# speculative decoding: the MTP module drafts {launch.speculative_tokens} token(s) a step; the TPOT "
+           *([f"# speculative decoding: {'the EAGLE-3 head in DRAFT_MODEL' if launch.draft_model_path else 'the MTP module'} "
+              f"drafts {launch.speculative_tokens} token(s) a step; the TPOT "
               f"assumes each is accepted with p = {launch.draft_acceptance:g}"
               + (" [an unfitted prior: measure yours]" if launch.acceptance_is_prior else " (as given)")]
              if launch.speculative_tokens else []),
@@ -439,6 +458,7 @@ def render_script(launch: ServingLaunch, engine, title: str) -> str:
     out = [_CONTROL.sub(" ", line) if line.startswith("#") else line for line in out]
     out += ["set -euo pipefail",
             _model_line(launch),
+            *([_draft_model_line(launch)] if launch.draft_model_path else []),
             'read -r -a HOST <<< "${HOSTS:-localhost}"',
             'HOST_INDEX="${HOST_INDEX:-0}"',
             'WORKDIR="${WORKDIR:-$(pwd)}"']

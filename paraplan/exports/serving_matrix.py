@@ -2,7 +2,7 @@
 (``tools/verify_serving_exports.py``) and re-checked in CI against what those parsers answered
 (``serving_exports_verified.json``): each engine's aggregated layouts (tensor parallel,
 attention-DP + expert parallel, pipeline, several workers, a worker over two hosts, online FP8,
-speculative decoding with the model's MTP module) and the disaggregated ones SGLang and
+speculative decoding with the model's MTP module or an EAGLE-3 head) and the disaggregated ones SGLang and
 TensorRT-LLM launch.
 
 Each entry: (id, model, system, backend, dense format, expert format, mode, deployment fields[, KV
@@ -10,9 +10,14 @@ dtype]).
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from simulator.serving.deployment import WorkerLayout
 
 W = WorkerLayout
+#: the EAGLE-3 head the matrix drafts with (the script names it DRAFT_MODEL, so the commands do
+#: not depend on where the repository is)
+EAGLE3_8B = str(Path(__file__).resolve().parents[2] / "examples" / "drafts" / "eagle3-llama3.1-8b")
 MATRIX = (
     ("vllm-dense-tp4-online-fp8", "llama3.1-70b", "dgx-h100", "vllm", "fp8", "fp8", "agg",
      dict(layout=W(tp=4, batch=32), workers=2)),
@@ -55,6 +60,11 @@ MATRIX = (
      dict(layout=W(tp=1, adp=8, moe_tp=1, moe_ep=8, batch=32), speculative_tokens=1)),
     ("trtllm-moe-dp8-mtp3", "deepseek-r1", "dgx-b200", "trtllm", "nvfp4", "nvfp4", "agg",
      dict(layout=W(tp=1, adp=8, moe_tp=1, moe_ep=8, batch=32), speculative_tokens=3)),
+    # speculative decoding with an EAGLE-3 draft head (examples/drafts)
+    ("vllm-dense-tp1-eagle3-3", "llama3.1-8b", "dgx-h100", "vllm", "fp8", "fp8", "agg",
+     dict(layout=W(tp=1, batch=32), speculative_tokens=3, draft_acceptance=0.7, draft_model=EAGLE3_8B)),
+    ("sglang-dense-tp2-eagle3-2", "llama3.1-8b", "dgx-h100", "sglang", "bf16", "bf16", "agg",
+     dict(layout=W(tp=2, batch=32), speculative_tokens=2, draft_acceptance=0.7, draft_model=EAGLE3_8B)),
 )
 
 
@@ -66,7 +76,8 @@ def launches():
     from simulator.serving.simulate import simulate_serving
     for case_id, model, system, backend, dense, expert, mode, fields, *kv in MATRIX:
         ctx = ServingContext.build(model, system, backend, dense, expert, kv[0] if kv else "auto",
-                                   speculative_tokens=fields.get("speculative_tokens"))
+                                   speculative_tokens=fields.get("speculative_tokens"),
+                                   draft_acceptance=fields.get("draft_acceptance"), draft_head=fields.get("draft_model"))
         dep = Deployment(model=model, system=system, backend=ctx.stack.name, mode=mode, isl=1024, osl=1024,
                          dense_format=ctx.dense_format, expert_format=ctx.expert_format, **fields)
         report = simulate_serving(dep, ctx)
@@ -79,6 +90,7 @@ def concrete(argv: list[str]) -> list[str]:
     out = []
     for word in argv:
         word = word.replace("$MODEL", "org/model").replace("$WORKDIR", "/tmp/paraplan")
+        word = word.replace("$DRAFT_MODEL", "org/eagle3-draft")
         for i in range(64):
             word = word.replace(f"${{HOST[{i}]}}", f"10.0.0.{i + 1}")
         out.append(word)

@@ -103,12 +103,16 @@ def worker_command(launch: ServingLaunch, w: Worker, node_rank: int) -> list[str
     if not launch.overlap_scheduler:
         argv.append("--disable-overlap-schedule")
     if launch.speculative_tokens:
-        # DeepSeek-V3 / GLM MTP as EAGLE with one draft a step along one chain (top-k 1); SGLang
-        # takes the draft layer from the model's own checkpoint (sglang/srt/arg_groups/
-        # speculative_hook.py ``_handle_eagle_family``: speculative_draft_model_path = model_path)
+        # one draft a step along one chain (top-k 1). DeepSeek-V3 / GLM MTP runs as EAGLE, SGLang
+        # taking the draft layer from the model's own checkpoint (sglang/srt/arg_groups/
+        # speculative_hook.py ``_handle_eagle_family``: speculative_draft_model_path = model_path);
+        # an EAGLE-3 head as EAGLE3 from its own folder
         k = launch.speculative_tokens
-        argv += ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", str(k),
-                 "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(k + 1)]
+        argv += ["--speculative-algorithm", "EAGLE3" if launch.draft_model_path else "EAGLE"]
+        if launch.draft_model_path:
+            argv += ["--speculative-draft-model-path", "$DRAFT_MODEL"]
+        argv += ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1",
+                 "--speculative-num-draft-tokens", str(k + 1)]
     if w.role != "agg":
         argv += ["--disaggregation-mode", w.role]
         if w.role == "prefill":

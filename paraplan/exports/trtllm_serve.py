@@ -65,6 +65,10 @@ def role_file(launch: ServingLaunch, w: Worker) -> dict[str, str]:
              "  enable_padding: true"]
     if launch.moe:
         lines.append(f"moe_tensor_parallel_size: {w.moe_tp}")
+    if launch.speculative_tokens and launch.draft_model_path:
+        raise InputError("--emit", "the TensorRT-LLM export writes MTP speculative decoding only: its EAGLE-3 "
+                         "settings (EagleDecodingConfig) are not in the flag table the exports are checked against",
+                         "emit with -b vllm or -b sglang, or add speculative_config (decoding_type: Eagle) yourself")
     if launch.speculative_tokens:
         # the checkpoint's MTP module, run num_nextn_predict_layers times when the checkpoint has
         # one (tensorrt_llm/llmapi/llm_args.py MTPDecodingConfig: EAGLE-style MTP for

@@ -85,7 +85,12 @@ def worker_command(launch: ServingLaunch, w: Worker, node_rank: int) -> list[str
     # (vllm/config/vllm.py: max_cudagraph_capture_size from max_num_seqs x decode_query_len)
     argv += ["--max-cudagraph-capture-size", str(launch.cuda_graph_max_batch * (1 + launch.speculative_tokens))]
     argv.append("--async-scheduling" if launch.overlap_scheduler else "--no-async-scheduling")
-    if launch.speculative_tokens:
+    if launch.speculative_tokens and launch.draft_model_path:
+        # an EAGLE-3 head (vllm/config/speculative.py: method "eagle3", "model" its folder)
+        argv += ["--speculative-config",
+                 json.dumps({"method": "eagle3", "model": "$DRAFT_MODEL",
+                             "num_speculative_tokens": launch.speculative_tokens}, separators=(",", ":"))]
+    elif launch.speculative_tokens:
         # the checkpoint's MTP module as the drafter, run k times for k > its modules
         # (vllm/config/speculative.py: method "mtp"; "num_speculative_tokens > 1 will run multiple
         # times of forward on same MTP layer")

@@ -58,9 +58,8 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models.inference_step import STEP_PARTS, step_time
-from cost_models.kv_cache import kv_bytes_per_request, kv_bytes_per_token_layer
-from cost_models.serving_memory import (activation_bytes_per_gpu, kv_pool_bytes_per_gpu, mtp_weight_bytes_per_gpu,
-                                        weight_bytes_per_gpu)
+from cost_models.kv_cache import kv_bytes_per_request
+from cost_models.serving_memory import activation_bytes_per_gpu, kv_pool_bytes_per_gpu, weight_bytes_per_gpu
 
 
 def _f(x):
@@ -85,9 +84,8 @@ def memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, osl, token_budget=None
     model, beh = ctx.model, ctx.behaviour
     budget = beh.rank_token_budget(ctx.token_budget, adp) if token_budget is None else token_budget
     weights = weight_bytes_per_gpu(model, tp, adp, pp, moe_tp, moe_ep, ctx.dense_format, ctx.expert_format)
-    if ctx.speculative_tokens:
-        # the MTP modules sit on the last stage, taken as the largest
-        weights = weights + mtp_weight_bytes_per_gpu(model, tp, moe_tp, moe_ep, ctx.dense_format, ctx.expert_format)
+    # the drafter (MTP modules, or an EAGLE-3 head) sits on the last stage, taken as the largest
+    weights = weights + ctx.draft_weight_bytes(tp, moe_tp, moe_ep)
     acts = activation_bytes_per_gpu(model, tp, adp, moe_ep, budget)
     pool = kv_pool_bytes_per_gpu(ctx.cluster.gpu.hbm_bytes, weights, acts, beh)
     isl, osl = _f(isl), _f(osl)
@@ -95,11 +93,10 @@ def memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, osl, token_budget=None
     admit = isl + osl if beh.kv_admission == "full_request" else isl
     per_request = kv_bytes_per_request(model, tp, held, ctx.kv_bytes, pp)
     per_prompt = kv_bytes_per_request(model, tp, admit, ctx.kv_bytes, pp)
-    if ctx.speculative_tokens:
-        # each MTP module keeps its own KV cache of the context (one full-attention layer)
-        per_token = kv_bytes_per_token_layer(model, tp, ctx.kv_bytes) * model.mtp_layers
-        per_request = per_request + held * per_token
-        per_prompt = per_prompt + admit * per_token
+    # the drafter keeps its own KV cache of the context (one layer per MTP module or head layer)
+    per_token = ctx.draft_kv_bytes_per_token(tp)
+    per_request = per_request + held * per_token
+    per_prompt = per_prompt + admit * per_token
     n_fit = np.floor(np.maximum(pool, 0.0) / np.maximum(per_request, 1.0))
     n_admit = np.floor(np.maximum(pool, 0.0) / np.maximum(per_prompt, 1.0))
     if beh.max_running_requests:
@@ -250,13 +247,14 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
     # decode phase): start with all b, then refine from the loop's solution
     running = b
     for _ in range(_RUNNING_ITERATIONS):
-        dec = step_time(*common, 0.0 * b, 0.0, running, isl + osl / 2.0, draft_tokens=k, kept_tokens=per_step)
+        dec = step_time(*common, 0.0 * b, 0.0, running, isl + osl / 2.0, draft_tokens=k, kept_tokens=per_step,
+                       draft_head=ctx.draft_head)
         t_d = dec["step_s"]
         riders = running if beh.mixed_batches else 0.0 * b        # decodes sharing a prompt's step
         t_own = step_time(*common, chunk, isl / 2.0, riders, isl + osl / 2.0, draft_tokens=k,
-                          kept_tokens=per_step)["step_s"]
+                          kept_tokens=per_step, draft_head=ctx.draft_head)["step_s"]
         t_packed = step_time(*common, packed, isl / 2.0, riders, isl + osl / 2.0, draft_tokens=k,
-                             kept_tokens=per_step)["step_s"]
+                             kept_tokens=per_step, draft_head=ctx.draft_head)["step_s"]
         own = steps_own * t_own
         service = t_packed * isl / packed
         w_p = np.maximum(service - (t_d * isl / packed if beh.mixed_batches else 0.0), 1e-9)

@@ -21,7 +21,10 @@ from hardware_specs.errors import InputError
 from hardware_specs.serving_behaviour import ServingBehaviour
 from hardware_specs.serving_efficiency import ServingEfficiency
 from hardware_specs.stack_spec import StackSpec
+from cost_models.kv_cache import kv_bytes_per_token_layer
+from cost_models.serving_memory import draft_head_weight_bytes_per_gpu, mtp_weight_bytes_per_gpu
 from model_specs.catalog import load_model
+from model_specs.draft_head import DraftHead, load_draft_head
 from model_specs.model_spec import ModelSpec
 from simulator.serving.deployment import check_osl
 
@@ -44,6 +47,8 @@ class ServingContext:
         draft_acceptance: probability a drafted token is accepted (given the ones before it were).
         acceptance_is_prior: the acceptance is ``speculative.MTP_ACCEPTANCE_PRIOR`` (unfitted),
             not a value the user measured.
+        draft_head: the EAGLE-3 head that drafts (``model_specs.draft_head``), or None: the
+            model's own MTP modules draft.
     """
 
     model: ModelSpec
@@ -58,6 +63,32 @@ class ServingContext:
     speculative_tokens: int = 0
     draft_acceptance: float = MTP_ACCEPTANCE_PRIOR
     acceptance_is_prior: bool = True
+    draft_head: DraftHead | None = None
+
+    @property
+    def drafter(self) -> str:
+        """What drafts, in words: "the MTP module" or "the EAGLE-3 head NAME"."""
+        return "the MTP module" if self.draft_head is None else f"the EAGLE-3 head {self.draft_head.name}"
+
+    def draft_weight_bytes(self, tp, moe_tp, moe_ep):
+        """Bytes per GPU of the drafter's weights when speculating (0 otherwise): the EAGLE-3
+        head's (``serving_memory.draft_head_weight_bytes_per_gpu``) or the MTP modules' on the
+        last stage (``serving_memory.mtp_weight_bytes_per_gpu``)."""
+        if not self.speculative_tokens:
+            return 0.0 * np.asarray(tp, dtype=float)
+        if self.draft_head is not None:
+            return draft_head_weight_bytes_per_gpu(self.draft_head, tp)
+        return mtp_weight_bytes_per_gpu(self.model, tp, moe_tp, moe_ep, self.dense_format, self.expert_format)
+
+    def draft_kv_bytes_per_token(self, tp):
+        """KV-cache bytes per context token the drafter keeps of its own layers (0 when not
+        speculating): one full-attention layer per MTP module, or the EAGLE-3 head's layers."""
+        if not self.speculative_tokens:
+            return 0.0 * np.asarray(tp, dtype=float)
+        if self.draft_head is not None:
+            layer = self.draft_head.layer
+            return kv_bytes_per_token_layer(layer, tp, self.kv_bytes) * layer.num_layers
+        return kv_bytes_per_token_layer(self.model, tp, self.kv_bytes) * self.model.mtp_layers
 
     @property
     def tokens_per_step(self) -> float:
@@ -107,13 +138,16 @@ class ServingContext:
     def build(cls, model: str | ModelSpec, system: str | ClusterSpec, backend: str | StackSpec,
               dense_format: str | None = None, expert_format: str | None = None, kv_cache_dtype: str = "auto",
               backend_version: str | None = None, efficiency: ServingEfficiency | None = None,
-              speculative_tokens: int | None = None, draft_acceptance: float | None = None) -> "ServingContext":
+              speculative_tokens: int | None = None, draft_acceptance: float | None = None,
+              draft_head: DraftHead | str | None = None) -> "ServingContext":
         """Load and check the fixed inputs. ``backend`` is a stack name (``vllm-0.14``), a
         framework (``vllm``, ``sglang``, ``trtllm``: the profile covering ``backend_version``,
         else the newest) or a ``StackSpec``. ``speculative_tokens`` (default: the stack's, 0 in
         every engine's profile) drafts that many tokens a step with the model's MTP modules,
         each accepted with probability ``draft_acceptance`` (default: the unfitted
-        ``MTP_ACCEPTANCE_PRIOR``)."""
+        ``MTP_ACCEPTANCE_PRIOR``); with ``draft_head`` (a ``DraftHead`` or the path of its
+        config.json) that EAGLE-3 head drafts instead, and ``draft_acceptance`` must be given
+        (no prior is published for a head's per-token acceptance)."""
         m = model if isinstance(model, ModelSpec) else load_model(model)
         if m.hybrid_pattern:
             raise InputError("model", f"{m.name} is a hybrid Mamba model: serving it is not modelled (its Mamba "
@@ -140,7 +174,10 @@ class ServingContext:
                              f"{c.gpu.name} ({c.gpu.vendor or 'unknown vendor'})",
                              "choose an engine that runs there (vllm or sglang), or a system of those GPUs"
                              if c.gpu.vendor else "state the GPU file's vendor (e.g. vendor: nvidia)")
-        k, p, prior = speculation(m, stack, speculative_tokens, draft_acceptance)
+        head = load_draft_head(draft_head) if isinstance(draft_head, (str, Path)) else draft_head
+        if head is not None:
+            head.check_target(m)
+        k, p, prior = speculation(m, stack, speculative_tokens, draft_acceptance, head)
         dense = canonical_format(dense_format, "dense_format")
         expert = canonical_format(expert_format if expert_format is not None else dense_format, "expert_format")
         for fmt, field_name in ((dense, "precision"), (expert, "expert-precision")):
@@ -160,7 +197,8 @@ class ServingContext:
         eff = efficiency if efficiency is not None else load_serving_efficiency(c.gpu.generation)
         return cls(model=m, cluster=c, stack=stack, efficiency=eff, dense_format=dense, expert_format=expert,
                    kv_bytes=kv_dtype_bytes(kv), token_budget=stack.serving.token_budget(c.gpu.hbm_bytes),
-                   kv_cache_dtype=kv, speculative_tokens=k, draft_acceptance=p, acceptance_is_prior=prior)
+                   kv_cache_dtype=kv, speculative_tokens=k, draft_acceptance=p, acceptance_is_prior=prior,
+                   draft_head=head)
 
 
 def default_formats(model: ModelSpec, gpu, precision: str | None = None,
@@ -178,10 +216,12 @@ def default_formats(model: ModelSpec, gpu, precision: str | None = None,
     return dense, expert_precision or precision or expert_stored or dense
 
 
-def speculation(model: ModelSpec, stack: StackSpec, speculative_tokens, draft_acceptance) -> tuple[int, float, bool]:
+def speculation(model: ModelSpec, stack: StackSpec, speculative_tokens, draft_acceptance,
+                draft_head: DraftHead | None = None) -> tuple[int, float, bool]:
     """(drafts per step, acceptance, whether the acceptance is the unfitted prior), checked:
-    drafts need the model's own MTP modules (config.json ``num_nextn_predict_layers``); a
-    separate draft model (EAGLE heads, a small model) is not modelled."""
+    drafts need the model's own MTP modules (config.json ``num_nextn_predict_layers``) or an
+    EAGLE-3 ``draft_head``, whose acceptance must be given; a separate small draft model is not
+    modelled."""
     k = stack.serving.speculative_tokens if speculative_tokens is None else speculative_tokens
     if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= MAX_SPECULATIVE_TOKENS:
         raise InputError("--speculative-tokens", f"must be a whole number in [0, {MAX_SPECULATIVE_TOKENS}], got {k!r}",
@@ -194,10 +234,20 @@ def speculation(model: ModelSpec, stack: StackSpec, speculative_tokens, draft_ac
             raise InputError("--draft-acceptance", f"must be a probability in [0, 1], got {p!r}",
                              f"give the measured share of drafted tokens accepted, e.g. {MTP_ACCEPTANCE_PRIOR}")
         p = float(p)
-    if k and not model.mtp_layers:
+    if draft_head is not None:
+        if not k:
+            raise InputError("--draft-model", "given without --speculative-tokens",
+                             "add --speculative-tokens 1 (or more) to draft with the head")
+        if prior:
+            raise InputError("--draft-acceptance", f"missing: no published prior for the EAGLE-3 head "
+                             f"{draft_head.name}'s per-token acceptance on your requests",
+                             "measure it (the engine logs the accepted share of drafted tokens) and give "
+                             "--draft-acceptance, e.g. 0.7")
+    elif k and not model.mtp_layers:
         raise InputError("--speculative-tokens", f"{model.name} has no multi-token-prediction module "
-                         "(config.json num_nextn_predict_layers is 0); drafting with a separate model is not modelled",
-                         "use --speculative-tokens 0, or a model with MTP layers (deepseek-v3, deepseek-r1, glm-5)")
+                         "(config.json num_nextn_predict_layers is 0)",
+                         "use --speculative-tokens 0, an EAGLE-3 head (--draft-model DIR, e.g. "
+                         "examples/drafts/eagle3-llama3.1-8b), or a model with MTP layers (deepseek-v3, deepseek-r1, glm-5)")
     if not k and not prior:
         raise InputError("--draft-acceptance", "given without --speculative-tokens",
                          "add --speculative-tokens 1 (or more) to price speculative decoding")

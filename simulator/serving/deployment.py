@@ -13,7 +13,10 @@ cache moved from one to the other.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from hardware_specs.errors import InputError
 from simulator.parallel_config import MAX_GPUS
@@ -22,7 +25,8 @@ MODES = ("agg", "disagg")
 
 
 def _whole(field_name: str, value, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+    # numpy scalars count (np.int64(2) from a DataFrame is a whole number); bools do not
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
             or value != int(value) or value < minimum:
         raise InputError(field_name, f"must be a whole number >= {minimum}, got {value!r}")
     return int(value)
@@ -75,6 +79,10 @@ def worker_layout(tp: int, pp: int, adp: int, moe_tp: int | None, moe_ep: int | 
     """A worker whose expert split may be left out: neither given, the experts split as the
     attention (moe_tp = tp x adp, moe_ep 1); one given, the other is tp x adp over it (a divisor,
     else ``InputError`` on that one's ``fields`` name)."""
+    for name, value in (("tp", tp), ("adp", adp)) + tuple((f, v) for f, v in zip(fields, (moe_tp, moe_ep))
+                                                      if v is not None):
+        # checked before they divide anything (moe_ep 0 divided by zero; -1 blamed moe_tp)
+        _whole(name, value)
     if moe_tp is None and moe_ep is None:
         moe_tp, moe_ep = tp * adp, 1
     elif moe_tp is None:
@@ -106,6 +114,8 @@ class Deployment:
             stack's default, 0 in every engine's profile; ``cost_models.speculative``).
         draft_acceptance: probability a drafted token is accepted (None = the unfitted prior
             ``speculative.MTP_ACCEPTANCE_PRIOR``).
+        draft_model: the folder (or config.json) of the EAGLE-3 head that drafts, or None (the
+            model's MTP modules; ``model_specs.draft_head``).
         layout, workers: agg worker layout and worker count.
         prefill, prefill_workers, decode, decode_workers: disagg layouts and counts.
     """
@@ -121,6 +131,7 @@ class Deployment:
     kv_cache_dtype: str = "auto"
     speculative_tokens: int | None = None
     draft_acceptance: float | None = None
+    draft_model: str | None = None
     layout: WorkerLayout | None = None
     workers: int = 1
     prefill: WorkerLayout | None = None

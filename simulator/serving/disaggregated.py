@@ -30,7 +30,7 @@ import numpy as np
 
 from cost_models.inference_comm import kv_transfer_time_s
 from cost_models.inference_step import STEP_PARTS, step_time
-from cost_models.kv_cache import kv_bytes_per_token_layer, kv_bytes_per_token_model, linear_state_bytes_model
+from cost_models.kv_cache import kv_bytes_per_token_model, linear_state_bytes_model
 from simulator.serving.aggregated import SYNC_P90, memory_columns, synchronised_wait_s
 
 #: bisection iterations for the closed-loop throughput (2^-40 relative precision)
@@ -66,7 +66,7 @@ def decode_side(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl) -> dict[str, 
     per_step = ctx.tokens_per_step_within(np.maximum(osl - 1.0, 1.0))
     dec = step_time(ctx.model, ctx.cluster, ctx.efficiency, beh, ctx.dense_format, ctx.expert_format, ctx.kv_bytes,
                     tp, adp, pp, moe_tp, moe_ep, 0.0 * b, 0.0, b, isl + osl / 2.0, draft_tokens=ctx.speculative_tokens,
-                    kept_tokens=per_step)
+                    kept_tokens=per_step, draft_head=ctx.draft_head)
     out = {"tpot_s": dec["step_s"] / per_step, "step_s": dec["step_s"],
            "clients": b_req * _f(adp), "gpus": _f(tp) * _f(pp) * _f(adp),
            "fits": (mem["kv_pool_bytes"] > 0) & (b_req <= mem["max_batch_per_rank"])}
@@ -85,10 +85,10 @@ def prefill_side(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl) -> dict[str, np.n
               tp, adp, pp, moe_tp, moe_ep)
     mem = memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, 1.0)
     pb = np.maximum(_f(batch), 1.0)
-    # with speculative decoding the prefill worker also runs the MTP module over the prompt
+    # with speculative decoding the prefill worker also runs the drafter over the prompt
     k = ctx.speculative_tokens
-    pre_full = step_time(*common, pb * isl, isl / 2.0, 0.0, 0.0, pb, draft_tokens=k)["step_s"]
-    pre_one = step_time(*common, isl, isl / 2.0, 0.0, 0.0, 1.0, draft_tokens=k)["step_s"]
+    pre_full = step_time(*common, pb * isl, isl / 2.0, 0.0, 0.0, pb, draft_tokens=k, draft_head=ctx.draft_head)["step_s"]
+    pre_one = step_time(*common, isl, isl / 2.0, 0.0, 0.0, 1.0, draft_tokens=k, draft_head=ctx.draft_head)["step_s"]
     return {"pre_one_s": pre_one, "pre_full_s": pre_full, "batch": pb, "mu_per_rank": pb / pre_full,
             "ranks": _f(adp), "tp": _f(tp), "gpus": _f(tp) * _f(pp) * _f(adp),
             "weights_bytes": mem["weights_bytes"], "max_batch_per_rank": mem["max_batch_per_rank"],
@@ -106,8 +106,7 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
     mu = pre["mu_per_rank"]
     service = 1.0 / mu
     kv_bytes = isl * kv_bytes_per_token_model(ctx.model, ctx.kv_bytes) + linear_state_bytes_model(ctx.model)
-    if ctx.speculative_tokens:      # the MTP modules' own KV cache of the prompt moves too
-        kv_bytes = kv_bytes + isl * kv_bytes_per_token_layer(ctx.model, 1, ctx.kv_bytes) * ctx.model.mtp_layers
+    kv_bytes = kv_bytes + isl * ctx.draft_kv_bytes_per_token(1)    # the drafter's own KV cache of the prompt too
     same_domain = (pre["gpus"] + dec["gpus"]) <= ctx.cluster.gpus_per_node
     t_kv = kv_transfer_time_s(kv_bytes, pre["tp"], same_domain, ctx.cluster, ctx.efficiency)
     if kv_link_free:

@@ -1,6 +1,8 @@
 """One serving deployment -> a ``ServingReport`` (the single-row call of the shared evaluation)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -61,6 +63,7 @@ class ServingReport:
             "speculative_tokens": self.context.speculative_tokens,
             "draft_acceptance": self.context.draft_acceptance if self.context.speculative_tokens else None,
             "draft_acceptance_is_prior": self.context.acceptance_is_prior if self.context.speculative_tokens else None,
+            "draft_model": self.context.draft_head.name if self.context.draft_head is not None else None,
             "tokens_per_step": self.context.tokens_per_step_at(d.osl),
             "workers": d.workers if d.mode == "agg" else None,
             "prefill_workers": d.prefill_workers if d.mode == "disagg" else None,
@@ -136,12 +139,18 @@ def simulate_serving(dep: Deployment, ctx: ServingContext | None = None, require
     ``InputError`` saying how many fit and what would make more fit."""
     ctx = ctx or ServingContext.build(dep.model, dep.system, dep.backend, dep.dense_format, dep.expert_format,
                                       dep.kv_cache_dtype, speculative_tokens=dep.speculative_tokens,
-                                      draft_acceptance=dep.draft_acceptance)
+                                      draft_acceptance=dep.draft_acceptance, draft_head=dep.draft_model)
     for name in ("speculative_tokens", "draft_acceptance"):      # a given context must price what the deployment says
         said = getattr(dep, name)
         if said is not None and said != getattr(ctx, name):
             raise InputError(name, f"the deployment says {said!r}, the context was built with {getattr(ctx, name)!r}",
                              "build the context with the deployment's speculative settings, or pass no context")
+    if (dep.draft_model is None) != (ctx.draft_head is None) or (
+            dep.draft_model is not None and Path(dep.draft_model).resolve() not in
+            (Path(ctx.draft_head.path).resolve(), (Path(ctx.draft_head.path) / "config.json").resolve())):
+        raise InputError("draft_model", f"the deployment says {dep.draft_model!r}, the context was built with "
+                         f"{ctx.draft_head.path if ctx.draft_head else None!r}",
+                         "build the context with the deployment's draft head, or pass no context")
     ctx.check_request(dep.isl, dep.osl)
     gpus_domain = ctx.cluster.max_gpus
     if gpus_domain is not None and dep.gpus > gpus_domain:

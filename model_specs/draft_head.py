@@ -1,0 +1,113 @@
+"""EAGLE-3 draft heads: the small model a serving engine drafts tokens with for a target model
+that has no multi-token-prediction module of its own.
+
+An EAGLE-3 head (Li et al. 2025, "EAGLE-3: Scaling up Inference Acceleration of Large Language
+Models via Training-Time Test", arXiv 2503.01840, section 3; the engines' ``llama_eagle3.py``
+models in vLLM and SGLang) is one decoder layer at the target's hidden size: a first projection
+``fc`` fuses three of the target's hidden states (low, middle, high layers: 3 x hidden ->
+hidden) into the draft's input; the layer's attention reads [embedding; hidden], 2 x hidden wide,
+into its query / key / value projections; its MLP and its output head follow, the head scoring a
+draft vocabulary (32,000 tokens in the public heads) mapped onto the target's. It keeps its own
+KV cache (one layer). Later draft passes of a step feed the draft's own output back instead of
+the target's three states (no ``fc``).
+
+The head is read from its Hugging Face ``config.json``: the Llama fields of the layer and
+``draft_vocab_size`` (default: ``vocab_size``); the speculators format (``speculators_model_type:
+eagle3`` with a ``transformer_layer_config``) too. Its weights are 16-bit.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from hardware_specs.errors import InputError, not_a_file, safe_name
+from model_specs.model_spec import ModelSpec
+
+#: target hidden states the first projection fuses (EAGLE-3: a low, a middle and a high layer)
+EAGLE3_FUSED_STATES = 3
+#: largest number of decoder layers a draft head may have (the public heads have 1)
+MAX_DRAFT_LAYERS = 8
+
+
+@dataclass(frozen=True)
+class DraftHead:
+    """An EAGLE-3 draft head.
+
+    Attributes:
+        name: a name for reports (the config's folder name).
+        layer: the head as a ``ModelSpec``: ``num_layers`` decoder layers (1) of its attention
+            and dense MLP at the target's hidden size, ``vocab_size`` the draft vocabulary its
+            output head scores.
+        fused_states: target hidden states the first projection fuses (3).
+        path: the folder of its ``config.json`` (what an engine is pointed at).
+        source: where it was read from.
+    """
+
+    name: str
+    layer: ModelSpec
+    fused_states: int = EAGLE3_FUSED_STATES
+    path: str = ""
+    source: str = ""
+
+    def check_target(self, target: ModelSpec) -> None:
+        """Refuse a head that cannot draft for ``target``: its hidden size must be the target's
+        (it reads the target's hidden states and embedding) and its vocabulary no larger."""
+        if self.layer.hidden_size != target.hidden_size:
+            raise InputError("--draft-model", f"the draft head {self.name} is {self.layer.hidden_size} wide, "
+                             f"{target.name} {target.hidden_size}: an EAGLE-3 head reads its target's hidden states",
+                             "give the head trained for this model")
+        if self.layer.vocab_size > target.vocab_size:
+            raise InputError("--draft-model", f"the draft head {self.name} scores {self.layer.vocab_size:,} tokens, "
+                             f"more than the {target.vocab_size:,} of {target.name}",
+                             "give the head trained for this model")
+
+
+def _layer_config(data: dict[str, Any], where: str) -> tuple[dict[str, Any], int]:
+    """(the Llama-style config of the head's layer, its draft vocabulary) of an EAGLE-3 config."""
+    if str(data.get("speculators_model_type", "")).lower() == "eagle3":
+        layer = data.get("transformer_layer_config")
+        if not isinstance(layer, dict):
+            raise InputError(f"{where}.transformer_layer_config", "missing",
+                             "a speculators EAGLE-3 config holds its layer's config there")
+        vocab = data.get("draft_vocab_size", layer.get("vocab_size"))
+        return {**layer, "model_type": layer.get("model_type", "llama")}, vocab
+    archs = data.get("architectures")
+    names = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
+    if not any("eagle3" in a.lower() for a in names) and "draft_vocab_size" not in data:
+        raise InputError("--draft-model", f"{where} is not an EAGLE-3 draft head (architectures "
+                         f"{names or 'missing'}, no draft_vocab_size)",
+                         "give the config.json of an EAGLE-3 head (e.g. examples/drafts/eagle3-llama3.1-8b)")
+    return {**data, "model_type": data.get("model_type", "llama")}, data.get("draft_vocab_size", data.get("vocab_size"))
+
+
+def load_draft_head(path: str | Path) -> DraftHead:
+    """The EAGLE-3 head whose ``config.json`` is at ``path`` (the file or its folder)."""
+    from model_specs.hf_config import model_from_hf_config, read_json
+    p = Path(path)
+    try:
+        folder_given = p.is_dir()
+    except (OSError, ValueError):
+        folder_given = False
+    config = p / "config.json" if folder_given else p
+    try:
+        ok = config.is_file()
+    except (OSError, ValueError):
+        ok = False
+    if not ok:
+        raise InputError("--draft-model", not_a_file(config), "give an EAGLE-3 head's config.json or its folder")
+    data = read_json(config, "--draft-model")
+    where = f"draft head {config}"
+    layer_cfg, vocab = _layer_config(data, where)
+    if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
+        raise InputError(f"{where}.draft_vocab_size", f"must be a whole number >= 1, got {vocab!r}")
+    name = safe_name(config.parent.resolve().name, "draft")
+    layer = model_from_hf_config(layer_cfg, name=name)
+    if layer.moe is not None or layer.mla is not None or layer.hybrid_pattern:
+        raise InputError("--draft-model", f"{where} is not a dense decoder layer",
+                         "an EAGLE-3 head is one Llama-style layer")
+    if not 1 <= layer.num_layers <= MAX_DRAFT_LAYERS:
+        raise InputError(f"{where}.num_hidden_layers", f"must be 1 to {MAX_DRAFT_LAYERS}, got {layer.num_layers}",
+                         "an EAGLE-3 head has one decoder layer")
+    layer = replace(layer, vocab_size=int(vocab), mtp_layers=0)
+    return DraftHead(name=name, layer=layer, path=str(config.parent), source=f"EAGLE-3 head config {config}")
