@@ -541,7 +541,7 @@ MODELOPT_ALGOS = {"FP8": "fp8", "NVFP4": "nvfp4", "FP8_PB_WO": "fp8_block", "FP8
 _ATTENTION_NAMES = ("self_attn", "attn", "attention", "q_proj", "qkv_proj", "o_proj")
 
 
-def _compressed_tensors_format(quant: dict) -> str:
+def _compressed_tensors_format(quant: dict, where: str = "quantization_config") -> str:
     """The weight format of an llm-compressor (compressed-tensors) config: its ``format`` (per
     config group where the top level says mixed-precision or nothing, all groups alike), float
     8-bit weights -> fp8 (fp8_block with the block strategy), nvfp4-pack-quantized -> nvfp4,
@@ -554,7 +554,13 @@ def _compressed_tensors_format(quant: dict) -> str:
         found = {str(g.get("format") or "").strip().lower() for g in groups}
         fmt = found.pop() if len(found) == 1 else ""
     weights = [g.get("weights") for g in groups if isinstance(g.get("weights"), dict)]
-    bits = {w.get("num_bits") for w in weights}
+    bits = set()
+    for w in weights:
+        b = w.get("num_bits")
+        if b is not None and (isinstance(b, bool) or not isinstance(b, int)):
+            raise InputError(f"{where}.config_groups.weights.num_bits", f"expected a whole number, got {b!r}",
+                             "write num_bits as the checkpoint's config.json has it (e.g. 8)")
+        bits.add(b)
     strategy = {str(w.get("strategy") or "").lower() for w in weights}
     if fmt == "float-quantized" and bits <= {8}:
         return "fp8_block" if strategy == {"block"} else "fp8"
@@ -607,7 +613,7 @@ def checkpoint_formats(quant, moe: bool, where: str) -> dict[str, str]:
             algo = quant["quantization"].get("quant_algo")
         fmt = MODELOPT_ALGOS.get(str(algo or "").strip().upper(), "")
     elif method == "compressed-tensors":
-        fmt = _compressed_tensors_format(quant)
+        fmt = _compressed_tensors_format(quant, where)
     elif method in ("awq", "gptq") and quant.get("bits") in (4, "4"):
         fmt = "int4_wo"
     if not fmt:

@@ -565,7 +565,11 @@ def test_a_moe_checkpoint_that_keeps_attention_16_bit_names_only_its_experts_for
 
 
 @pytest.mark.parametrize("quant, field", [("fp8", "quantization_config"), ({"quant_method": ""}, "quant_method"),
-                                          ({"quant_method": 8}, "quant_method")])
+                                          ({"quant_method": 8}, "quant_method"),
+                                          # a list where a number belongs was an internal TypeError (unhashable)
+                                          ({"quant_method": "compressed-tensors", "format": "float-quantized",
+                                            "config_groups": {"g": {"weights": {"num_bits": [8]}}}},
+                                           "num_bits: expected a whole number")])
 def test_a_malformed_quantization_config_is_refused_naming_it(quant, field):
     from model_specs.hf_config import model_from_hf_config
     cfg = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4,

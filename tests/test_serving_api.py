@@ -60,3 +60,25 @@ def test_a_plan_from_python_is_serve_plans():
                "--ttft-ms", 2000, "--tpot-ms", 40, "--json")
     assert plan.best["tokens_per_s_per_gpu"] == pytest.approx(got["best"]["tokens_per_s_per_gpu"], rel=1e-12)
     assert plan.best["batch"] == got["best"]["batch"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    # a fractional max_batch never settled the batch bisection: the call hung
+    ({"max_batch": 64.5}, "--max-batch: must be a whole number >= 1"),
+    ({"max_batch": 0}, "--max-batch: must be a whole number >= 1"),
+    # bad modes were reported as "--gpus: no layout ... fits"
+    ({"modes": ("bogus",)}, "--mode: modes must be a non-empty list"),
+    ({"modes": ()}, "--mode: modes must be a non-empty list"),
+])
+def test_a_plan_with_a_bad_search_bound_names_it(kwargs, message):
+    with pytest.raises(InputError, match=message):
+        serve_plan("llama3.1-8b", "hgx-h200", 8, **kwargs)
+    # one mode as a string is that mode
+    assert set(serve_plan("llama3.1-8b", "hgx-h200", 8, modes="agg").candidates["mode"]) == {"agg"}
+
+
+@pytest.mark.parametrize("field", ["moe_tp", "moe_ep"])
+def test_a_zero_or_negative_expert_split_is_named_not_divided_by(field):
+    for bad in (0, -1):
+        with pytest.raises(InputError, match=f"^{field}: must be a whole number >= 1"):
+            serve_simulate("deepseek-r1", "hgx-h200", tp=8, **{field: bad})

@@ -410,9 +410,13 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
     ``InputError`` naming the binding constraint when nothing fits or nothing meets the SLO."""
     if rank_by not in RANKINGS:
         raise InputError("--rank-by", f"unknown ranking {rank_by!r}", "use per-gpu or total")
-    for name, value in (("--gpus", gpus), ("--isl", isl), ("--osl", osl)):
-        if not isinstance(value, (int, np.integer)) or value < 1:
+    for name, value in (("--gpus", gpus), ("--isl", isl), ("--osl", osl), ("--max-batch", max_batch)):
+        # a fractional max_batch never settled the batch bisection (64 .. 64.5 forever)
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise InputError(name, f"must be a whole number >= 1, got {value!r}")
+    if isinstance(modes, str) or not modes or any(m not in ("agg", "disagg") for m in modes):
+        raise InputError("--mode", f"modes must be a non-empty list of agg / disagg, got {modes!r}",
+                         "search ('agg',), ('disagg',) or ('agg', 'disagg')")
     for name, value in (("--ttft-ms", ttft_ms), ("--tpot-ms", tpot_ms)):
         if not (isinstance(value, (int, float)) and np.isfinite(value) and value > 0):
             raise InputError(name, f"must be a finite number > 0, got {value!r}")
