@@ -220,6 +220,9 @@ def _listing(folder: str, stamp: int) -> tuple:
 
 
 def _resolve(kind: str, name_or_path: str, what: str) -> Path:
+    if not isinstance(name_or_path, (str, os.PathLike)):    # None, 5, a dict from Python callers
+        raise InputError(what, f"expected a catalog name or a YAML file path, got {type(name_or_path).__name__}",
+                         f"give the {what} as text, e.g. a name from `paraplan hardware list`")
     candidate = Path(name_or_path)
     if candidate.suffix in (".yaml", ".yml") or is_file(candidate):
         if not is_file(candidate):

@@ -114,6 +114,18 @@ def require_plausible(field: str, value: float, low: float = 0.0, high: float = 
 MAX_INT_DIGITS = 30
 
 
+def whole_number(field: str, value, minimum: int = 1) -> int:
+    """``value`` as an int when it is a whole number >= ``minimum`` (an int, an integral float, a
+    numpy integer), else ``InputError`` naming ``field``: nan, inf, 4096.7, a list, an array or
+    True are neither truncated nor left to int()'s ValueError / OverflowError / TypeError."""
+    import math
+    import numbers
+    if isinstance(value, bool) or type(value).__name__ == "bool_" or not isinstance(value, numbers.Real) \
+            or not math.isfinite(value) or value != int(value) or value < minimum:
+        raise InputError(field, f"must be a whole number >= {minimum}, got {value!r}")
+    return int(value)
+
+
 def json_int(literal: str) -> int:
     """``json.loads(..., parse_int=json_int)``: an integer literal, refused with an
     ``InputError`` when it has more than ``MAX_INT_DIGITS`` digits (a damaged or hostile file)."""

@@ -109,6 +109,9 @@ def _listing(folder: str, stamp: int) -> tuple:
 
 
 def _resolve(name_or_path: str) -> Path:
+    if not isinstance(name_or_path, (str, os.PathLike)):    # None, 5, a dict from Python callers
+        raise InputError("model", f"expected a preset name or a file path, got {type(name_or_path).__name__}",
+                         "give the model as text, e.g. a name from `paraplan models list`")
     candidate = Path(name_or_path)
     # an empty name is Path("."), which exists: it is an unknown name, not a missing file
     if candidate.suffix in _SUFFIXES + (".json",) or (str(name_or_path) and exists(candidate)):
@@ -326,7 +329,7 @@ def _load_cached(path: str, mtime: float) -> ModelSpec:
 def load_model(name_or_path: str | os.PathLike) -> ModelSpec:
     """The model named ``name_or_path``: a preset name, a YAML/JSON preset file, or a Hugging Face
     ``config.json`` (or its folder)."""
-    p = _resolve(os.fspath(name_or_path))
+    p = _resolve(name_or_path if not isinstance(name_or_path, os.PathLike) else os.fspath(name_or_path))
     return _load_cached(str(p), p.stat().st_mtime)
 
 

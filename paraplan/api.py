@@ -66,7 +66,7 @@ from cost_models.layer_costs import (_attention_dims, attention_block_costs,
 from hardware_specs.catalog import efficiency_for_cluster, load_cluster, load_gpu, load_stack
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
-from hardware_specs.errors import InputError, suggest
+from hardware_specs.errors import InputError, suggest, whole_number
 from hardware_specs.gpu_spec import GPUSpec
 from hardware_specs.stack_spec import StackSpec
 from model_specs.catalog import load_model
@@ -176,9 +176,7 @@ def coerce_value(field: str, value: Any) -> Any:
 def _model(model: str | ModelSpec, seq_len: int | None) -> ModelSpec:
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     if seq_len is not None:
-        if int(seq_len) < 1:
-            raise InputError("seq_len", f"must be >= 1, got {seq_len}")
-        spec = spec.with_seq_len(int(seq_len))
+        spec = spec.with_seq_len(whole_number("seq_len", seq_len))
     return spec
 
 
@@ -217,10 +215,10 @@ def _global_batch(fields: dict, seq_len: int) -> int:
     if sequences is not None and tokens is not None:
         raise InputError("global_batch", "give global_batch (sequences) or global_batch_tokens, not both")
     if sequences is not None:
-        return int(sequences)
+        return whole_number("global_batch", sequences)
     if tokens is None:
         raise InputError("global_batch", "missing", "give global_batch (sequences) or global_batch_tokens")
-    tokens = int(tokens)
+    tokens = whole_number("global_batch_tokens", tokens)
     if tokens % seq_len:
         from planners.plan import whole_sequences_fix
         raise InputError("global_batch_tokens", f"{tokens} is not a multiple of the sequence length {seq_len}",
@@ -241,15 +239,15 @@ def build_config(model: ModelSpec, gpus: int | None = None, **config_fields) -> 
     if fields.get("dp") is None:
         fields.pop("dp", None)
         if gpus is not None:
-            for name in ("gpus", "tp", "pp", "cp"):
-                value = gpus if name == "gpus" else fields.get(name, 1)
-                if value is not None and int(value) < 1:
-                    raise InputError(name, f"must be >= 1, got {value}", f"give {name} as a whole number >= 1")
-            per_replica = int(fields.get("tp", 1)) * int(fields.get("pp", 1)) * int(fields.get("cp", 1))
-            if int(gpus) % per_replica:
+            gpus = whole_number("gpus", gpus)
+            per_replica = 1
+            for name in ("tp", "pp", "cp"):
+                value = fields.get(name)
+                per_replica *= 1 if value is None else whole_number(name, value)
+            if gpus % per_replica:
                 raise InputError("gpus", f"{gpus} GPUs do not divide by tp*pp*cp = {per_replica}",
                                  f"use a multiple of {per_replica} GPUs or give dp")
-            fields["dp"] = int(gpus) // per_replica
+            fields["dp"] = gpus // per_replica
     return ParallelConfig(**{k: v for k, v in fields.items() if v is not None})
 
 
@@ -367,7 +365,8 @@ def with_stack_fields(model: ModelSpec, cluster: ClusterSpec, stack: str | Stack
         if out.get(key) is None:
             out[key] = value
     if out.get("sequence_parallel") is None:
-        out["sequence_parallel"] = stack_sequence_parallel(spec, int(out.get("tp") or 1), model.name, gpu,
+        tp = 1 if out.get("tp") is None else whole_number("tp", out["tp"])
+        out["sequence_parallel"] = stack_sequence_parallel(spec, tp, model.name, gpu,
                                                            out["dtype"])
     return out
 

@@ -25,7 +25,7 @@ import pandas as pd
 from hardware_specs.catalog import efficiency_for_cluster, load_cluster, load_stack
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, whole_number
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from planners import infeasible
@@ -286,10 +286,10 @@ def resolve_global_batch(seq_len: int, global_batch: int | None, global_batch_to
     if (global_batch is None) == (global_batch_tokens is None):
         raise InputError("global_batch", "give the global batch in sequences or in tokens (one of them)")
     if global_batch is not None:
-        if not 1 <= int(global_batch) <= MAX_GLOBAL_BATCH:
+        if not 1 <= whole_number("global_batch", global_batch) <= MAX_GLOBAL_BATCH:
             raise InputError("global_batch", f"must be between 1 and {MAX_GLOBAL_BATCH:,}, got {global_batch}")
         return int(global_batch)
-    tokens = int(global_batch_tokens)
+    tokens = whole_number("global_batch_tokens", global_batch_tokens)
     if tokens > MAX_GLOBAL_BATCH * seq_len:
         raise InputError("global_batch_tokens", f"{tokens:,} tokens is more than {MAX_GLOBAL_BATCH:,} sequences",
                          "check the number")

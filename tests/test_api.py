@@ -211,3 +211,27 @@ def test_whole_floats_of_a_sweep_row_simulate_as_their_integers():
         with pytest.raises(InputError) as err:
             api.simulate("llama3-8b", "dgx-h100", recompute_num_layers=bad, **kw)
         assert err.value.field == "recompute_num_layers"
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    # int() raised ValueError / OverflowError / TypeError, or truncated 4096.7 to 4096 silently
+    ({"tp": float("nan")}, "tp"), ({"tp": [1, 2]}, "tp"), ({"tp": True}, "tp"), ({"gpus": float("nan")}, "gpus"),
+    ({"global_batch": float("inf")}, "global_batch"), ({"seq_len": 4096.7}, "seq_len"),
+])
+def test_python_callers_get_an_input_error_naming_a_bad_number(kwargs, field):
+    from hardware_specs.errors import InputError
+    args = {"gpus": 8, "global_batch": 8, **kwargs}
+    with pytest.raises(InputError, match=f"^{field}: must be a whole number >= 1"):
+        api.simulate("llama3-8b", "dgx-h100", **args)
+
+
+def test_python_callers_get_an_input_error_for_a_model_or_cluster_that_is_not_a_name():
+    from hardware_specs.errors import InputError
+    with pytest.raises(InputError, match="^model: expected a preset name or a file path, got NoneType"):
+        api.simulate(None, "dgx-h100", gpus=8, global_batch=8)
+    with pytest.raises(InputError, match="^cluster: expected a catalog name or a YAML file path, got dict"):
+        api.simulate("llama3-8b", {"gpus_per_node": 8}, gpus=8, global_batch=8)
+    with pytest.raises(InputError, match="^global_batch_tokens: must be a whole number"):
+        api.plan("llama3-8b", "dgx-h100", 8, global_batch_tokens=float("nan"))
+    import numpy as np   # a numpy integer is a whole number
+    assert float(api.simulate("llama3-8b", "dgx-h100", gpus=8, global_batch=8, tp=np.int64(2)).step_time_s.iloc[0]) > 0

@@ -12,24 +12,16 @@ cache moved from one to the other.
 """
 from __future__ import annotations
 
-import math
-import numbers
 from dataclasses import dataclass, field, replace
 
-import numpy as np
-
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, whole_number
 from simulator.parallel_config import MAX_GPUS
 
 MODES = ("agg", "disagg")
 
 
 def _whole(field_name: str, value, minimum: int = 1) -> int:
-    # numpy scalars count (np.int64(2) from a DataFrame is a whole number); bools do not
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
-            or value != int(value) or value < minimum:
-        raise InputError(field_name, f"must be a whole number >= {minimum}, got {value!r}")
-    return int(value)
+    return whole_number(field_name, value, minimum)
 
 
 @dataclass(frozen=True)
