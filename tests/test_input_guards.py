@@ -22,9 +22,9 @@ def _no_debug_env(monkeypatch):
 
 
 @pytest.mark.parametrize("field, values, says", [
-    ("tp", "0", "error: tp: must be >= 1, got 0"),              # was ZeroDivisionError (gpus % tp*pp*cp)
-    ("tp", "-3", "error: tp: must be >= 1, got -3"),
-    ("gpus", "-3", "error: gpus: must be >= 1, got -3"),
+    ("tp", "0", "error: tp: must be a whole number >= 1, got 0"),              # was ZeroDivisionError (gpus % tp*pp*cp)
+    ("tp", "-3", "error: tp: must be a whole number >= 1, got -3"),
+    ("gpus", "-3", "error: gpus: must be a whole number >= 1, got -3"),
     ("tp", "1,,2", "error: --values: an empty item in '1,,2'"),  # was dropped silently
     ("tp", ",".join(["1"] * 65), "error: --values: 65 values; a figure shows at most 64"),   # 5,000 ran > 60 s
 ])
