@@ -407,3 +407,36 @@ def test_a_misspelt_serving_name_fails_before_the_run(tmp_path, axis, name, mess
     result = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(tmp_path / "out"), "--local"])
     assert result.exit_code == 2 and result.stderr.startswith(f"error: {message}"), result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_a_damaged_chunk_file_is_evaluated_again_not_trusted(tmp_path):
+    # a chunk without its model column, or with an "ok" row that lost its step time, was reused:
+    # the results had blank models and ok rows without numbers
+    spec = spec_from_dict(GRID)
+    first = run_sweep(spec, tmp_path, local=True)
+    files = sorted((tmp_path / "chunks").glob("*.parquet"))
+    a = pd.read_parquet(files[0]).drop(columns=["model", "cluster"])
+    a.to_parquet(files[0], index=False)
+    b = pd.read_parquet(files[1])
+    b.loc[b.status == "ok", "step_time_s"] = float("nan")
+    b.to_parquet(files[1], index=False)
+    c = pd.read_parquet(files[2])
+    c["gpus"] = c["gpus"] * 2                       # rows that are not this chunk's points
+    c.to_parquet(files[2], index=False)
+    again = run_sweep(spec, tmp_path, local=True)
+    pd.testing.assert_frame_equal(again, first)
+
+
+def test_the_chunks_folder_may_not_be_a_link_and_a_blocked_result_stops_the_run_before_it_starts(tmp_path):
+    import yaml
+    (tmp_path / "o1").mkdir()
+    (tmp_path / "o1" / "chunks").symlink_to(tmp_path)         # the chunk files would land in tmp_path
+    with pytest.raises(InputError, match="chunks is a symbolic link"):
+        run_sweep(spec_from_dict(GRID), tmp_path / "o1", local=True)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(GRID))
+    (tmp_path / "o2" / "results.csv").mkdir(parents=True)
+    result = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(tmp_path / "o2"), "--local"])
+    assert result.exit_code == 2 and "results.csv: it is a directory" in result.stderr
+    # nothing written: no chunks evaluated, no results.parquet beside the blocked csv
+    assert sorted(p.name for p in (tmp_path / "o2").iterdir()) == ["results.csv"]

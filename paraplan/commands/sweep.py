@@ -83,6 +83,8 @@ def command(spec_path: str, out_dir: str, scheduler: str | None, workers: int | 
         raise InputError("--out", f"{out} is a file", "give a folder")
     if not out.parent.is_dir():
         raise InputError("--out", f"folder {out.parent} does not exist", "create it first")
+    from paraplan.sweeps.runner import check_results_targets
+    check_results_targets(out)          # before the run, not after it
     t0 = time.perf_counter()
     with click.progressbar(length=spec.n_points, label=f"sweeping {spec.n_points:,} points", file=sys.stderr,
                            hidden=not sys.stderr.isatty()) as bar:

@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 
 from hardware_specs.errors import InputError
@@ -111,15 +112,34 @@ def _connect(client_class, scheduler: str):
                      "(something accepted the connection and stayed silent)", fix)
 
 
-def _read_chunk(path: Path, chunk: list[tuple[int, dict]]) -> pd.DataFrame | None:
+#: per kind: the point's own columns a finished chunk must repeat (each row's value equal to its
+#: point's), and the number an "ok" row must hold finite and positive
+_CHUNK_CHECKS = {"training": ((("model", "model"), ("cluster", "cluster"), ("gpus", "gpus")), "step_time_s"),
+                 "serving": ((("model", "model"), ("system", "system"), ("gpus", "gpus")), "tokens_per_s_per_gpu")}
+
+
+def _read_chunk(path: Path, chunk: list[tuple[int, dict]], kind: str = "training") -> pd.DataFrame | None:
     """A finished chunk's rows, or None when its file cannot be read or does not hold this
-    chunk's points (damaged by hand, or truncated by a full disk): the chunk is then evaluated
-    again, like a missing one."""
+    chunk's points and their results (damaged by hand, or truncated by a full disk: a column
+    missing, a row's model or GPU count not its point's, an "ok" row without its number): the
+    chunk is then evaluated again, like a missing one."""
     try:
         df = pd.read_parquet(path)
     except (OSError, ValueError):          # pyarrow's ArrowInvalid is a ValueError
         return None
     if "status" not in df or "point" not in df or sorted(df["point"].tolist()) != [i for i, _ in chunk]:
+        return None
+    keys, number = _CHUNK_CHECKS.get(kind, _CHUNK_CHECKS["training"])
+    rows = df.sort_values("point", kind="stable")
+    points = [p for _, p in sorted(chunk, key=lambda c: c[0])]
+    for column, key in keys:
+        if column not in rows or [str(v) for v in rows[column]] != [str(p[key]) for p in points]:
+            return None
+    if number not in rows:
+        return None
+    ok = rows[rows["status"].astype(str) == "ok"]
+    values = pd.to_numeric(ok[number], errors="coerce")
+    if not (values.notna() & np.isfinite(values.astype(float)) & (values > 0)).all():
         return None
     return df
 
@@ -141,6 +161,8 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path | None = None, *, client=None
     parts = chunks(spec)
     total = sum(len(c) for c in parts)
     folder = None if out_dir is None else Path(out_dir) / "chunks"
+    if folder is not None and folder.is_symlink():    # its chunk files would land wherever it points
+        raise InputError("--out", f"{folder} is a symbolic link", "remove the link; the sweep makes its own folder")
     created = [] if folder is None else [p for p in (folder, *folder.parents) if not p.exists()]
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -149,7 +171,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path | None = None, *, client=None
     todo = []
     for i, key in enumerate(keys):
         path = None if folder is None else folder / f"{key}.parquet"
-        cached = _read_chunk(path, parts[i]) if path is not None and path.is_file() else None
+        cached = _read_chunk(path, parts[i], spec.kind) if path is not None and path.is_file() else None
         if cached is not None:
             results[i] = cached
         else:
@@ -222,16 +244,37 @@ def normalise(df: pd.DataFrame) -> pd.DataFrame:
     return df.sort_values("point", kind="stable", ignore_index=True) if "point" in df else df
 
 
+def check_results_targets(out_dir: str | Path, stem: str = "results") -> None:
+    """Refuse a folder or a symbolic link where ``write_results`` writes (checked before a sweep
+    runs, so a long run does not end in an error)."""
+    for suffix in (".parquet", ".csv"):
+        target = Path(out_dir) / f"{stem}{suffix}"
+        if target.is_symlink() or target.is_dir():
+            raise InputError("--out", f"cannot write {target}: it is a "
+                             f"{'symbolic link' if target.is_symlink() else 'directory'}",
+                             "remove what is in its way, or give another --out folder")
+
+
 def write_results(df: pd.DataFrame, out_dir: str | Path, stem: str = "results") -> list[Path]:
-    """``<out_dir>/<stem>.parquet`` and ``.csv`` (each written whole, then renamed)."""
+    """``<out_dir>/<stem>.parquet`` and ``.csv``: both written whole into hidden files, then both
+    renamed, so a failure leaves neither (a folder or a symbolic link in the way of one is
+    refused before anything is written)."""
     folder = Path(out_dir)
-    written = []
-    for suffix, write in ((".parquet", lambda p: df.to_parquet(p, index=False)),
-                          (".csv", lambda p: df.to_csv(p, index=False))):
-        target = folder / f"{stem}{suffix}"
-        _write_whole(write, target)
-        written.append(target)
-    return written
+    writers = ((folder / f"{stem}.parquet", lambda p: df.to_parquet(p, index=False)),
+               (folder / f"{stem}.csv", lambda p: df.to_csv(p, index=False)))
+    check_results_targets(folder, stem)
+    done: list[Path] = []
+    try:
+        for target, write in writers:
+            _write_whole(write, target.parent / f".{target.name}.pending")
+            done.append(target)
+    except InputError:
+        for target in done:
+            (target.parent / f".{target.name}.pending").unlink(missing_ok=True)
+        raise
+    for target in done:
+        (target.parent / f".{target.name}.pending").replace(target)
+    return done
 
 
 def _write_whole(write, target: Path) -> None:
