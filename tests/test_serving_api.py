@@ -82,3 +82,15 @@ def test_a_zero_or_negative_expert_split_is_named_not_divided_by(field):
     for bad in (0, -1):
         with pytest.raises(InputError, match=f"^{field}: must be a whole number >= 1"):
             serve_simulate("deepseek-r1", "hgx-h200", tp=8, **{field: bad})
+
+
+def test_a_long_serving_search_reports_its_phases():
+    # 4,096 GPUs of DeepSeek-R1 searched for ~25 s with nothing on the screen
+    from paraplan.serving_api import serving_context
+    from planners.serving.search import plan_serving
+    seen = []
+    plan = plan_serving(serving_context("llama3.1-8b", "dgx-h100"), 8, 1024, 1024, 1000.0, 50.0,
+                        progress=lambda done, total, step="": seen.append((done, total, step)))
+    assert seen == [(0, 3, "aggregated layouts"), (1, 3, "disaggregated pairings"), (2, 3, "ranking"),
+                    (3, 3, "done")]
+    assert plan.best is not None

@@ -22,6 +22,9 @@ from paraplan.cli import atomic_output_path, check_distinct_paths, check_image_p
 POS = click.IntRange(min=1)
 GIB = 2**30
 PRECISIONS = ("bf16", "fp16", "fp8", "fp8_block", "nvfp4", "mxfp4", "int4_wo")
+#: GPU counts from which serve plan shows a progress bar (512 GPUs of DeepSeek-R1 take ~2 s on
+#: two cores, 4,096 ~25 s)
+LONG_SEARCH_GPUS = 512
 PART_MEANING = {
     "decode_attention_s": "attention projections and the KV-cache read",
     "decode_mlp_s": "MLP / routed and shared experts (weight streaming)",
@@ -731,8 +734,11 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
         check_image_path(plot_path, "--plot")      # matplotlib picks the format by the suffix
     ctx = _context(opts)
     search = ("agg", "disagg") if modes == "both" else (modes,)
-    plan = plan_serving(ctx, gpus, opts["isl"], opts["osl"], ttft_ms, tpot_ms, modes=search, max_batch=max_batch,
-                        allow_pp=not no_pp, rank_by=rank_by)
+    from paraplan.cli import step_bar
+    # a bar only where the search is long (thousands of GPUs: tens of seconds)
+    with step_bar(f"searching layouts for {gpus:,} GPUs") as bar:
+        plan = plan_serving(ctx, gpus, opts["isl"], opts["osl"], ttft_ms, tpot_ms, modes=search, max_batch=max_batch,
+                            allow_pp=not no_pp, rank_by=rank_by, progress=bar if gpus >= LONG_SEARCH_GPUS else None)
     opts["rank_by"] = rank_by
     if emit:
         from paraplan.exports.serving import emit_launch

@@ -403,11 +403,14 @@ def ranking_key(cands: pd.DataFrame, rank_by: str) -> pd.Series:
 
 
 def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: float, modes=("agg", "disagg"),
-                 max_batch: int = 1024, allow_pp: bool = True, rank_by: str = "per-gpu") -> ServingPlan:
+                 max_batch: int = 1024, allow_pp: bool = True, rank_by: str = "per-gpu",
+                 progress=None) -> ServingPlan:
     """Search ``modes`` on ``gpus`` GPUs of ``ctx.cluster`` for ``ctx.model`` at request shape
     (isl, osl) under the objective (mean TTFT <= ttft_ms, TPOT <= tpot_ms), the winner the most
     tokens/s per GPU used (``rank_by`` "per-gpu") or in all (``"total"``). Raises
-    ``InputError`` naming the binding constraint when nothing fits or nothing meets the SLO."""
+    ``InputError`` naming the binding constraint when nothing fits or nothing meets the SLO.
+    ``progress(done, total, step)`` is called as each phase (the searched modes, the ranking)
+    ends: thousands of GPUs take tens of seconds."""
     if rank_by not in RANKINGS:
         raise InputError("--rank-by", f"unknown ranking {rank_by!r}", "use per-gpu or total")
     for name, value in (("--gpus", gpus), ("--isl", isl), ("--osl", osl), ("--max-batch", max_batch)):
@@ -432,14 +435,19 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
     t0 = time.perf_counter()
     parts = []
     evaluated = 0
+    phases = len(modes) + 1
+    report = progress or (lambda done, total, step="": None)
     if "agg" in modes:
+        report(0, phases, "aggregated layouts")
         a = _agg(ctx, gpus, isl, osl, max_batch, allow_pp, ttft_ms, tpot_ms)
         evaluated += len(a)
         parts.append(a)
     if "disagg" in modes:
+        report(len(parts), phases, "disaggregated pairings")
         d = _disagg(ctx, gpus, isl, osl, max_batch, ttft_ms, tpot_ms)
         evaluated += len(d)
         parts.append(d)
+    report(len(modes), phases, "ranking")
     parts = [p for p in parts if len(p)]
     if not parts:
         # only formats smaller than the one planned help (the suggestion named fp8 to an fp8 plan)
@@ -466,4 +474,5 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
     if best is None:
         raise _no_layout_error(cands, ttft_ms, tpot_ms, gpus)
     plan.why = _why(best, cands, ttft_ms, tpot_ms, gpus, rank_by, modes)
+    report(phases, phases, "done")
     return plan
