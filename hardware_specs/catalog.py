@@ -128,8 +128,9 @@ def _repeated_key(node) -> Any:
 def parse_yaml(text: str, what: str, path: Path | str) -> Any:
     """``yaml.safe_load`` of one document, refusing alias bombs, recursive anchors and runaway
     nesting with an ``InputError`` naming ``what`` (python tags are refused by the safe loader)."""
-    loader = yaml.SafeLoader(text)
+    loader = None
     try:
+        loader = yaml.SafeLoader(text)     # its reader refuses control characters (a binary file) at once
         node = loader.get_single_node()
         if node is None:
             return None
@@ -141,6 +142,9 @@ def parse_yaml(text: str, what: str, path: Path | str) -> Any:
             raise InputError(what, f"{path} line {twice.start_mark.line + 1}: key '{twice.value}' appears twice "
                              "in one mapping", "keep one of them")
         return loader.construct_document(node)
+    except yaml.reader.ReaderError as exc:
+        raise InputError(what, f"{path} holds a control character (#x{exc.character:04x}) at position {exc.position}: "
+                         "not YAML text", "give the YAML file itself (a binary file is not one)") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -155,7 +159,8 @@ def parse_yaml(text: str, what: str, path: Path | str) -> Any:
         raise InputError(what, f"{path} holds an integer of more than 4,300 digits, which no value can be",
                          "write numbers of a sensible size") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def is_dir(path: Path) -> bool:
@@ -976,7 +981,11 @@ def release_match_for(framework: str, version: Any = None) -> ReleaseMatch:
 
 
 def efficiency_for(gpu: GPUSpec) -> EfficiencyModel:
-    """The efficiency model of ``gpu``'s generation."""
+    """The efficiency model of ``gpu``'s generation (a generation the catalog has no model for
+    is the GPU file's ``generation`` field's error, not an "unknown efficiency")."""
+    if str(gpu.generation).strip().lower() not in _entries("efficiency"):
+        raise InputError("gpu.generation", f"no efficiency model for generation {gpu.generation!r} of {gpu.name}",
+                         suggest(str(gpu.generation).strip().lower(), list_efficiency_models()))
     return load_efficiency(gpu.generation)
 
 

@@ -126,6 +126,17 @@ def whole_number(field: str, value, minimum: int = 1) -> int:
     return int(value)
 
 
+def unique_keys(pairs: list) -> dict:
+    """A JSON object's ``object_pairs_hook``: the keys as a dict, ``InputError`` when one appears
+    twice (json's default keeps the last silently, where the YAML reader refuses the same file)."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise InputError("json", f"key {key!r} appears twice", "keep one of them")
+        out[key] = value
+    return out
+
+
 def json_int(literal: str) -> int:
     """``json.loads(..., parse_int=json_int)``: an integer literal, refused with an
     ``InputError`` when it has more than ``MAX_INT_DIGITS`` digits (a damaged or hostile file)."""

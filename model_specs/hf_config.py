@@ -33,7 +33,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
-from hardware_specs.errors import InputError, check_spec_size, json_int, not_a_file, safe_name
+from hardware_specs.errors import InputError, check_spec_size, json_int, not_a_file, safe_name, unique_keys
 from model_specs.model_spec import MLASpec, ModelSpec, MoESpec, check_size
 
 # Longest default training sequence taken from max_position_embeddings; longer contexts are
@@ -58,7 +58,7 @@ def read_json(path: Path, what: str = "model") -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise InputError(what, f"{path} is not UTF-8 text (byte {exc.start})", "save it as UTF-8") from None
     try:
-        data = json.loads(text, parse_constant=_refuse_constant, parse_int=json_int)
+        data = json.loads(text, parse_constant=_refuse_constant, parse_int=json_int, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as exc:
         raise InputError(what, f"malformed JSON in {path} at line {exc.lineno}: {exc.msg}",
                          "fix the file's syntax") from None

@@ -130,6 +130,11 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
         raise InputError("global_batch", f"interleaved 1F1B needs the micro-batch count "
                          f"({c.num_microbatches}) to be a multiple of pp={c.pp}",
                          f"use a global batch that is a multiple of {c.pp * c.dp * c.micro_batch}")
+    if c.schedule == Schedule.DUALPIPE and c.pp % 2:
+        # checked here, under the plan's own name (the schedule builder said "p" and offered
+        # "dualpipev", which is not a --schedule choice)
+        raise InputError("pp", f"DualPipe pairs rank i with rank pp-1-i and needs an even pp, got {c.pp}",
+                         "use an even --pp, or --schedule zb-v (one V-shaped model copy on any pp)")
     if c.schedule in (Schedule.ZB_V, Schedule.DUALPIPE) and model.num_layers % (2 * c.pp) and not custom:
         raise InputError("schedule", f"{c.schedule.value} puts 2 chunks on each of pp={c.pp} ranks; "
                          f"{model.num_layers} layers do not divide by {2 * c.pp}",

@@ -757,3 +757,37 @@ def test_a_cpu_measurement_of_more_ranks_than_the_cores_can_time_is_refused_befo
         pytest.skip("more cores than the local-process bound covers")
     with pytest.raises(InputError, match=f"{too_many} CPU ranks on"):
         launch(print, too_many, {}, types.SimpleNamespace(kind="cpu"))
+
+
+def test_a_json_key_given_twice_is_refused_as_yaml_refuses_it(tmp_path):
+    # json kept the last value silently: model_type twice became "n_embd: missing", a plan's
+    # global_batch twice ran with the second
+    cfg = tmp_path / "m" / "config.json"
+    cfg.parent.mkdir()
+    cfg.write_text('{"model_type": "llama", "model_type": "gpt2", "num_hidden_layers": 2, "hidden_size": 256, '
+                   '"num_attention_heads": 4, "intermediate_size": 512, "vocab_size": 1000}')
+    one_line_error(run("simulate", "-m", cfg.parent, "-c", "dgx-h100", "-n", "8", "--global-batch", "8"),
+                   "error: model: ", "key 'model_type' appears twice")
+
+
+def test_dualpipe_on_an_odd_pipeline_names_pp_and_a_schedule_that_exists():
+    result = run("simulate", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "24", "--pp", "3", "--global-batch", "8",
+                 "--schedule", "dualpipe")
+    one_line_error(result, "error: pp: DualPipe pairs rank i with rank pp-1-i and needs an even pp, got 3",
+                   "--schedule zb-v")
+    assert "dualpipev" not in result.stderr
+
+
+def test_an_unknown_gpu_generation_and_a_binary_yaml_name_their_field_and_file(tmp_path):
+    import yaml
+    cluster = yaml.safe_load((REPO / "hardware_specs" / "clusters" / "dgx-h100.yaml").read_text())
+    gpu = yaml.safe_load((REPO / "hardware_specs" / "gpus" / "h100-sxm-80gb.yaml").read_text())
+    cluster["gpu"] = {**gpu, "name": "martian-gpu", "generation": "martian"}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cluster))
+    one_line_error(run("simulate", "-m", "llama3-8b", "-c", path, "-n", "8", "--global-batch", "8"),
+                   "error: gpu.generation: no efficiency model for generation 'martian' of martian-gpu")
+    binary = tmp_path / "b.yaml"
+    binary.write_bytes(b"name: x\n\x00\x01: 3\n")
+    one_line_error(run("simulate", "-m", "llama3-8b", "-c", binary, "-n", "8", "--global-batch", "8"),
+                   f"error: cluster: {binary} holds a control character")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 
 from hardware_specs.catalog import parse_yaml
-from hardware_specs.errors import InputError, json_int, not_a_file, suggest
+from hardware_specs.errors import InputError, json_int, not_a_file, suggest, unique_keys
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
 from paraplan import priors
@@ -92,7 +92,7 @@ def read_plan_file(path: str) -> dict:
         raise InputError("--plan", f"{path} is not UTF-8 text (byte {exc.start})", "save it as UTF-8") from None
     if p.suffix == ".json":
         try:
-            data = json.loads(text, parse_int=json_int)
+            data = json.loads(text, parse_int=json_int, object_pairs_hook=unique_keys)
         except InputError as exc:
             raise InputError("--plan", f"{path}: {exc.message}", exc.fix) from None
         except json.JSONDecodeError:

@@ -44,7 +44,7 @@ from pathlib import Path
 from hardware_specs.catalog import load_cluster, load_gpu, load_stack
 from simulator.stack_defaults import stack_config_fields
 from hardware_specs.cluster_spec import ClusterSpec, NetworkTier
-from hardware_specs.errors import InputError, json_int, not_a_file
+from hardware_specs.errors import InputError, json_int, not_a_file, unique_keys
 from hardware_specs.pools import Pool, PooledCluster
 from model_specs.model_spec import ModelSpec
 from simulator.heterogeneous import HeteroPlan, ReplicaGroup, StagePlacement, simulate_heterogeneous
@@ -111,7 +111,7 @@ def read_runs(path) -> list[dict]:
     if not p.is_file():
         raise InputError("PATH", not_a_file(path), "check the path, or omit PATH for the bundled runs")
     try:
-        data = json.loads(p.read_text(), parse_int=json_int)
+        data = json.loads(p.read_text(), parse_int=json_int, object_pairs_hook=unique_keys)
     except InputError as exc:
         raise InputError("PATH", f"{path}: {exc.message}", exc.fix) from None
     except json.JSONDecodeError as exc:
