@@ -791,3 +791,32 @@ def test_an_unknown_gpu_generation_and_a_binary_yaml_name_their_field_and_file(t
     binary.write_bytes(b"name: x\n\x00\x01: 3\n")
     one_line_error(run("simulate", "-m", "llama3-8b", "-c", binary, "-n", "8", "--global-batch", "8"),
                    f"error: cluster: {binary} holds a control character")
+
+
+def test_empty_serving_cells_are_said_to_be_empty_never_nan(tmp_path):
+    import json as _json
+    _, serving = _files()
+
+    def edit(records):
+        head = records[0]
+        del records[1][5:]                                  # a short row: model_path and more missing
+        records[2][head.index("backend")] = ""
+    path = _damaged(tmp_path, serving, "empty.csv", edit, rows=2)
+    r = run("validate", "serving", path)
+    assert r.exit_code == 0 and "nan" not in r.stdout.lower()
+    assert "model_path empty" in r.stdout and "backend empty" in r.stdout and "(empty)" in r.stdout
+    rows = _json.loads(run("validate", "serving", path, "--json").stdout)
+    assert {row["reason"] for row in rows} == {"model_path empty", "backend empty: no serving stack to price it on"}
+
+
+def test_a_measured_value_that_is_not_a_number_is_said_to_be_so(tmp_path):
+    import json as _json
+    published, _ = _files()
+
+    def edit(records):
+        col = records[0].index("measured_value")
+        records[1][col], records[2][col], records[3][col] = "abc", "inf", ""
+    path = _damaged(tmp_path, published, "values.csv", edit, rows=3)
+    reasons = [row["reason"] for row in _json.loads(run("validate", "published", path, "--json").stdout)]
+    assert reasons == ["measured_value 'abc' is not a number", "measured_value inf is not a positive finite number",
+                       "measured_value empty"]

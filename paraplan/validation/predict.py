@@ -118,12 +118,16 @@ def prepare(records, on_skip=None) -> Prepared:
             first_of.setdefault(rid, i)
             value = row.get("measured_value")
             inp = row_inputs(row, conventions.get(str(row.get("run_id") or "").strip(), frozenset()))
+            shown = id_text(value)
             try:
                 value = float(value)
             except (TypeError, ValueError):
-                raise Skip("measured_value empty") from None
+                raise Skip(f"measured_value {shown[:40]!r} is not a number" if shown else "measured_value empty") from None
+            if math.isnan(value):
+                raise Skip("measured_value empty" if not shown or shown.lower() == "nan" else
+                           f"measured_value {shown[:40]!r} is not a number")
             if not math.isfinite(value) or value <= 0:
-                raise Skip("measured_value empty or not positive")
+                raise Skip(f"measured_value {shown[:40]} is not a positive finite number")
             if value < MIN_MEASURED_VALUE:
                 raise Skip(f"measured_value {value:g} is below {MIN_MEASURED_VALUE:g}, not a measurement (a damaged cell)")
             if value > MAX_MEASURED_VALUE:

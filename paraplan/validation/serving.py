@@ -324,16 +324,20 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
         if problem:
             skipped[i] = problem
             continue
-        model_key = str(r.get("model_path") or "").strip().lower()
-        preset = model_preset_for(model_key)
+        model_key = id_text(r.get("model_path")).lower()
+        preset = model_preset_for(model_key) if model_key else None
         if preset is None:
-            skipped[i] = f"model_path {r.get('model_path')!r} has no preset"
+            skipped[i] = f"model_path {r.get('model_path')!r} has no preset" if model_key else "model_path empty"
             continue
-        system = SYSTEMS.get(str(r.get("system") or "").strip().lower())
+        system_key = id_text(r.get("system")).lower()
+        system = SYSTEMS.get(system_key)
         if system is None:
-            skipped[i] = f"system {r.get('system')!r} has no cluster preset"
+            skipped[i] = f"system {r.get('system')!r} has no cluster preset" if system_key else "system empty"
             continue
-        mode = str(r.get("mode") or "").strip().lower()
+        if not id_text(r.get("backend")):
+            skipped[i] = "backend empty: no serving stack to price it on"
+            continue
+        mode = id_text(r.get("mode")).lower()
         isl, osl = _num(r.get("isl")), _num(r.get("osl"))
         if not (isl >= 1 and osl >= 1):
             skipped[i] = "isl / osl missing or < 1"
@@ -581,13 +585,16 @@ def validate_rows(df: pd.DataFrame, efficiency=None, progress=None) -> pd.DataFr
                 "id": r.get("id"), "data_row": n + 1, "metric": metric, "status": "ok" if ok else "skipped",
                 "predicted": float(predicted) if ok else None, "measured": measured if plausible else None,
                 "rel_error": (predicted - measured) / measured if ok else None, "reason": reason,
-                "backend": r.get("backend"), "system": r.get("system"), "mode": r.get("mode"),
-                "model": r.get("model_path"), "generation": p["generation"], "assumption": p["assumption"],
+                "backend": id_text(r.get("backend")) or EMPTY_CELL, "system": id_text(r.get("system")) or EMPTY_CELL,
+                "mode": id_text(r.get("mode")) or EMPTY_CELL, "model": id_text(r.get("model_path")) or EMPTY_CELL,
+                "generation": p["generation"], "assumption": p["assumption"],
             })
     return pd.DataFrame.from_records(records)
 
 
 GROUP_KEYS = ("backend", "system", "mode", "model")
+#: how a row's empty backend / system / mode / model cell is shown (never as "nan")
+EMPTY_CELL = "(empty)"
 
 
 def summarize(results: pd.DataFrame, by=GROUP_KEYS) -> pd.DataFrame:
