@@ -370,6 +370,10 @@ def _qwen_moe(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
     if step < 1:
         raise InputError(f"{cfg.where}.decoder_sparse_step", f"must be >= 1, got {step}")
     dense_only = set(cfg.get_int_list("mlp_only_layers"))
+    outside = sorted(i for i in dense_only if not 0 <= i < num_layers)
+    if outside:         # a layer index the model does not have was ignored without a word
+        raise InputError(f"{cfg.where}.mlp_only_layers", f"layer {outside[0]} is not one of the {num_layers} layers",
+                         f"list layer indices 0 to {num_layers - 1}")
     moe_layers = [i for i in range(num_layers) if (i + 1) % step == 0 and i not in dense_only]
     first_dense, freq = _moe_layout(num_layers, moe_layers)
     shared = cfg.get_int("shared_expert_intermediate_size", default=0)
@@ -406,6 +410,8 @@ def _deepseek(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
             raise InputError(f"{cfg.where}.scoring_func", f"unknown router scoring {score!r}",
                              "use softmax or sigmoid")
         first_k = cfg.get_int("first_k_dense_replace", default=0)
+        if not 0 <= first_k <= num_layers:
+            raise InputError(f"{cfg.where}.first_k_dense_replace", f"must be 0 to the {num_layers} layers, got {first_k}")
         freq = cfg.get_int("moe_layer_freq", default=1)
         if freq < 1:
             raise InputError(f"{cfg.where}.moe_layer_freq", f"must be >= 1, got {freq}")

@@ -470,7 +470,11 @@ def bandwidth(data: Any, path: str | Path | None = None, *, x: str = "scaleout_g
                 color=_color(part, TIME_PARTS), label=TIME_LABELS.get(part, part), edgecolor="white")
         bottom += vals
     ax2.set_ylabel("communication on the critical path (s per step)")
-    ax2.legend(fontsize=8, loc="upper right")
+    if parts:
+        ax2.legend(fontsize=8, loc="upper right")
+    else:       # one GPU: nothing is communicated, and an empty legend warned on stderr
+        ax2.text(0.5, 0.5, "no communication on the critical path", transform=ax2.transAxes, ha="center",
+                 va="center", fontsize=9, color="0.4")
     series = f" ({first[hue].iloc[0]})" if hue else ""
     ax2.set_title(f"exposed communication{series}", fontsize=9)
     subject = _subject(df)

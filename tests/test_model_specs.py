@@ -661,3 +661,18 @@ def test_a_malformed_config_field_is_refused_not_dropped(tmp_path, change, field
     with pytest.raises(InputError, match=says) as err:
         load_model(bad)
     assert err.value.field.endswith(field)
+
+
+@pytest.mark.parametrize("family, extra, field", [
+    # ignored without a word before: a negative count of leading dense layers, layer indices the model lacks
+    ("deepseek_v3", {"first_k_dense_replace": -3}, "first_k_dense_replace"),
+    ("qwen3_moe", {"mlp_only_layers": [-1, 99]}, "mlp_only_layers"),
+])
+def test_moe_layer_placements_outside_the_model_are_refused(family, extra, field):
+    from model_specs.hf_config import model_from_hf_config
+    cfg = {"model_type": family, "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4,
+           "num_key_value_heads": 4, "intermediate_size": 512, "vocab_size": 1000, "num_experts": 8,
+           "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 128, "kv_lora_rank": 64,
+           "q_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32, **extra}
+    with pytest.raises(InputError, match=field):
+        model_from_hf_config(cfg)

@@ -321,3 +321,15 @@ def test_figures_of_numbers_on_an_unfitted_prior_say_so():
     ops = api.layer_ops("llama3-8b", "tpu-v4-pod")
     assert bool(ops.efficiency_fitted.iloc[0]) is False
     assert any("tpu-v4: an unfitted prior" in t for t in texts(plots.roofline(ops)))
+
+
+def test_a_repeated_sweep_value_is_refused_and_a_one_gpu_bandwidth_plot_warns_nothing(tmp_path):
+    from click.testing import CliRunner
+    from paraplan.cli import main
+    r = CliRunner().invoke(main, ["plot", "breakdown", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "8",
+                                  "--global-batch", "8", "--field", "pp", "--values", "1,2,1", "-o",
+                                  str(tmp_path / "a.png")])
+    assert r.exit_code == 2 and r.stderr.startswith("error: --values: '1' repeats a value of '1,2,1'")
+    r = CliRunner().invoke(main, ["plot", "bandwidth", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "1",
+                                  "--global-batch", "8", "-o", str(tmp_path / "b.png")])
+    assert r.exit_code == 0 and r.stderr == "", r.stderr      # matplotlib's empty-legend warning leaked

@@ -486,3 +486,12 @@ def test_a_disaggregated_deployment_whose_prefill_is_saturated_says_so():
     calm = CliRunner().invoke(main, ["serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "--mode", "disagg",
                                      "--prefill-workers", "1", "--decode-workers", "1", "--decode-batch", "8"])
     assert calm.exit_code == 0 and "saturated" not in calm.stdout
+
+
+def test_an_expert_split_on_a_dense_model_is_refused_even_when_it_equals_tp():
+    # --moe-tp 4 with --tp 4 changed nothing on a dense model and passed silently (--moe-ep was refused)
+    from click.testing import CliRunner
+    from paraplan.cli import main
+    for args in (["--tp", "4", "--moe-tp", "4"], ["--mode", "disagg", "--decode-moe-ep", "1"]):
+        r = CliRunner().invoke(main, ["serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", *args])
+        assert r.exit_code == 2 and "is dense: it has no routed experts to split" in r.stderr, r.output

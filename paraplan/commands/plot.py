@@ -48,7 +48,13 @@ def parse_values(field: str, text: str | None) -> list[Any]:
         # each value is one simulated configuration and one bar or point of the figure
         raise InputError("--values", f"{len(items):,} values; a figure shows at most {MAX_VALUES}",
                          "sweep fewer values, or use paraplan sweep for a grid")
-    return [api.coerce_value(field, v) for v in items]
+    values = [api.coerce_value(field, v) for v in items]
+    seen = set()
+    for text_value, value in zip(items, values):
+        if repr(value) in seen:       # one configuration drawn twice (1,2,1; or 4Mi and 4194304)
+            raise InputError("--values", f"{text_value!r} repeats a value of {text!r}", "list each value once")
+        seen.add(repr(value))
+    return values
 
 
 def check_sweep(kind: str, field: str | None, values: str | None) -> tuple[str | None, list | None]:

@@ -149,6 +149,13 @@ def _context(opts):
                                opts["kv_cache_dtype"], backend_version=opts["backend_version"],
                                speculative_tokens=opts["speculative_tokens"], draft_acceptance=opts["draft_acceptance"],
                                draft_head=opts["draft_model"])
+    if ctx.model.moe is None:
+        # --moe-tp equal to tp x adp changed nothing on a dense model and passed silently
+        given = [f"--{p}{k.replace('_', '-')}" for p in ("", "prefill-", "decode-") for k in ("moe_tp", "moe_ep")
+                 if opts.get(f"{p.replace('-', '_')}{k}") is not None]
+        if given:
+            raise InputError(given[0], f"{ctx.model.name} is dense: it has no routed experts to split",
+                             "drop --moe-tp / --moe-ep (the MLP splits as --tp)")
     if opts["expert_precision"] and ctx.model.moe is None:
         # as --adp and --moe-ep on a dense model: an option that would change nothing is refused,
         # not ignored (the weights stayed in --precision's format whatever it said)

@@ -126,8 +126,10 @@ def prepare(records, on_skip=None) -> Prepared:
             if math.isnan(value):
                 raise Skip("measured_value empty" if not shown or shown.lower() == "nan" else
                            f"measured_value {shown[:40]!r} is not a number")
-            if not math.isfinite(value) or value <= 0:
-                raise Skip(f"measured_value {shown[:40]} is not a positive finite number")
+            if not math.isfinite(value):
+                raise Skip("measured_value is not a finite number")
+            if value <= 0:
+                raise Skip(f"measured_value {value:g} is not positive")
             if value < MIN_MEASURED_VALUE:
                 raise Skip(f"measured_value {value:g} is below {MIN_MEASURED_VALUE:g}, not a measurement (a damaged cell)")
             if value > MAX_MEASURED_VALUE:
