@@ -34,6 +34,8 @@ DEFAULT_VALUES = {"bandwidth": "100,200,400,800"}
 POS = click.IntRange(min=1)
 #: values one ``--values`` list may hold (one simulated configuration and one bar or point each)
 MAX_VALUES = 64
+#: longest --title (a figure's title line holds about a hundred characters)
+MAX_TITLE_CHARS = 300
 
 
 def parse_values(field: str, text: str | None) -> list[Any]:
@@ -136,6 +138,9 @@ def command(kind: str, field: str | None, values: str | None, best: bool, title:
     """
     field, parsed = check_sweep(kind, field, values)
     check_image_path(out)
+    if title is not None and len(title) > MAX_TITLE_CHARS:   # 100,000 characters took matplotlib 14 s
+        raise InputError("--title", f"{len(title):,} characters, more than the {MAX_TITLE_CHARS} a figure shows",
+                         "give a shorter title")
     from paraplan import api, plots
 
     base = _base(opts, kind, field)
