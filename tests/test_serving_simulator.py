@@ -356,3 +356,15 @@ def test_one_client_per_attention_dp_rank_still_joins_a_step_in_flight():
         assert out["queue_wait_s"][0] == 0.0
         assert out["ttft_s"][0] == pytest.approx(steps * out["decode_step_s"][0] + host + out["prefill_own_s"][0],
                                                  rel=1e-9)
+
+
+@pytest.mark.parametrize("backend, batch", [("sglang", 72), ("vllm", 8), ("trtllm", 4096)])
+def test_an_aggregated_ttft_is_the_sum_of_its_parts(backend, batch):
+    # the wave wait (most of SGLang's TTFT at 72 clients on B200) was shown nowhere: queue_wait
+    # held only the wait for a KV slot
+    ctx = _ctx("llama3.1-70b", "dgx-b200", backend, "fp8")
+    cols = dict(tp=4.0, pp=1.0, adp=1.0, moe_tp=4.0, moe_ep=1.0, batch=float(batch), isl=1024.0, osl=1024.0)
+    out = evaluate_agg_columns(ctx, cols)
+    parts = out["join_s"] + out["prefill_own_s"] + out["wait_behind_s"] + out["queue_wait_s"]
+    assert float(parts[0]) == pytest.approx(float(out["ttft_s"][0]), rel=1e-9)
+    assert min(float(out[k][0]) for k in ("join_s", "prefill_own_s", "wait_behind_s", "queue_wait_s")) >= 0.0

@@ -48,11 +48,15 @@ EXTRA_MEANING = {
     "prefill_work_s": ("prefill_work_ms", "engine time one prompt's prefill adds to the shared steps"),
     "prefill_share": ("prefill_share_pct", "share of the engine's time on prompts (TPOT = decode step / (1 - share x "
                                            "(b - 1) / b): the other clients' prompts)"),
-    "prefill_own_s": ("prefill_own_ms", "one prompt's prefill run alone (in TTFT; prompts batched with it: queue_wait)"),
+    "prefill_own_s": ("prefill_own_ms", "one prompt's prefill run alone (part of TTFT)"),
     "prefill_step_s": ("prefill_step_ms", "a full prefill batch's step (the prefill workers' throughput)"),
     "kv_transfer_s": ("kv_transfer_ms", "one request's KV cache moved from prefill to decode worker"),
     "prefill_utilization": ("prefill_utilization_pct", "share of the prefill workers' capacity in use"),
-    "queue_wait_s": ("queue_wait_ms", "TTFT spent waiting: behind prompts arriving in waves, or for a free KV-cache slot"),
+    "join_s": ("join_ms", "TTFT spent joining the running batch (the engine's join / hold steps) and the request's "
+                          "host time"),
+    "wait_behind_s": ("wait_behind_ms", "TTFT spent behind the other clients' prompts (arriving in waves, or queued)"),
+    "queue_wait_s": ("queue_wait_ms", "TTFT spent queued: for a prefill worker (disaggregated, waves included) or for "
+                                      "a free KV-cache slot (aggregated)"),
 }
 _PLAN_COLUMNS = ("mode", "layout", "prefill_layout", "decode_layout", "batch", "prefill_batch", "workers",
                  "prefill_workers", "decode_workers", "gpus_used", "concurrency", "ttft_ms", "ttft_p90_ms", "tpot_ms",

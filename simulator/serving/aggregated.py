@@ -271,6 +271,9 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
     x = np.minimum(x, n_fit / (gen * tpot))
     tpot = np.maximum(tpot, (b / x - ttft) / gen)
     ttft_p90 = lead + own + w90
+    # the TTFT's parts: joining the running batch (lead), the prompt's own prefill (own), the
+    # wait behind the other clients' prompts (waves or a queue) and, below, for a free KV slot
+    behind = np.maximum(ttft - lead - own, 0.0)
     # clients beyond the KV capacity wait for a slot (Little's law)
     queue_wait = np.maximum(b_req - b, 0.0) / np.maximum(x, 1e-12)
     ttft = ttft + queue_wait
@@ -284,7 +287,8 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
         # Little's law: the rank completes X requests per second (the bisection's root)
         "tokens_per_s_per_gpu": x * osl / gpus_per_rank,
         "prefill_work_s": w_p, "prefill_own_s": own, "prefill_service_s": service, "decode_step_s": t_d, "prefill_share": u,
-        "queue_wait_s": queue_wait, "running_per_rank": b, "decoding_per_rank": running,
+        "queue_wait_s": queue_wait, "join_s": lead + 0.0 * ttft, "wait_behind_s": behind,
+        "running_per_rank": b, "decoding_per_rank": running,
         "tokens_per_step": np.full_like(tpot, per_step),
     }
     for part in STEP_PARTS:

@@ -162,7 +162,7 @@ def simulate_serving(dep: Deployment, ctx: ServingContext | None = None, require
         cols.update(isl=np.array([float(dep.isl)]), osl=np.array([float(dep.osl)]))
         out = evaluate_agg_columns(ctx, cols)
         batch_lay, field_name = dep.layout, "--batch"
-        extra_keys = ("prefill_work_s", "prefill_share", "queue_wait_s")
+        extra_keys = ("prefill_work_s", "prefill_share", "join_s", "prefill_own_s", "wait_behind_s", "queue_wait_s")
     else:
         _check_layout(ctx, dep.prefill, "prefill-")
         _check_layout(ctx, dep.decode, "decode-")
