@@ -17,6 +17,7 @@ eagle3`` with a ``transformer_layer_config``) too. Its weights are 16-bit.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ from model_specs.model_spec import ModelSpec
 EAGLE3_FUSED_STATES = 3
 #: largest number of decoder layers a draft head may have (the public heads have 1)
 MAX_DRAFT_LAYERS = 8
+#: a Hugging Face repository id (organisation/name), as a config's ``_name_or_path`` may give it
+HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,10 @@ class DraftHead:
             and dense MLP at the target's hidden size, ``vocab_size`` the draft vocabulary its
             output head scores.
         fused_states: target hidden states the first projection fuses (3).
-        path: the folder of its ``config.json`` (what an engine is pointed at).
+        path: the folder of its ``config.json``.
+        checkpoint: the Hugging Face repository of its weights where the config names one
+            (``_name_or_path``, e.g. yuhuili/EAGLE3-LLaMA3.1-Instruct-8B), else "" (an engine
+            must then be pointed at a folder holding the weights, not only the config).
         source: where it was read from.
     """
 
@@ -48,6 +54,7 @@ class DraftHead:
     layer: ModelSpec
     fused_states: int = EAGLE3_FUSED_STATES
     path: str = ""
+    checkpoint: str = ""
     source: str = ""
 
     def check_target(self, target: ModelSpec) -> None:
@@ -110,4 +117,7 @@ def load_draft_head(path: str | Path) -> DraftHead:
         raise InputError(f"{where}.num_hidden_layers", f"must be 1 to {MAX_DRAFT_LAYERS}, got {layer.num_layers}",
                          "an EAGLE-3 head has one decoder layer")
     layer = replace(layer, vocab_size=int(vocab), mtp_layers=0)
-    return DraftHead(name=name, layer=layer, path=str(config.parent), source=f"EAGLE-3 head config {config}")
+    repo = data.get("_name_or_path")
+    checkpoint = repo if isinstance(repo, str) and HF_REPO.match(repo) else ""
+    return DraftHead(name=name, layer=layer, path=str(config.parent), checkpoint=checkpoint,
+                     source=f"EAGLE-3 head config {config}")

@@ -162,7 +162,8 @@ def test_vllm_and_sglang_are_told_to_draft_with_the_head_and_tensorrt_llm_is_ref
             "--draft-acceptance", "0.7", "--draft-model", HEAD_8B, "--emit")
     script = _cli(*args, "-b", "vllm")
     assert script.returncode == 0, script.stderr
-    assert f'DRAFT_MODEL="${{DRAFT_MODEL:-{HEAD_8B}}}"' in script.stdout
+    # the weights' repository the head's config names (the priced folder holds only the config)
+    assert 'DRAFT_MODEL="${DRAFT_MODEL:-yuhuili/EAGLE3-LLaMA3.1-Instruct-8B}"' in script.stdout
     assert '"model":"$DRAFT_MODEL"' in script.stdout.replace("\\", "")
     out = tmp_path / "launch.sh"
     refused = _cli(*args, "-b", "trtllm", "--out", out)
@@ -177,3 +178,14 @@ def test_the_api_takes_the_head_as_a_context_input():
                          draft_model=str(HEAD_8B)).iloc[0]
     plain = serve_simulate("llama3.1-8b", "dgx-h100", tp=1, batch=8).iloc[0]
     assert row.tpot_ms < plain.tpot_ms and np.isfinite(row.tpot_ms)
+
+
+def test_a_head_whose_config_names_no_repository_must_be_given_its_weights(tmp_path):
+    data = json.loads(HEAD_8B.joinpath("config.json").read_text())
+    data.pop("_name_or_path")
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    assert load_draft_head(tmp_path).checkpoint == "" and load_draft_head(HEAD_8B).checkpoint.startswith("yuhuili/")
+    script = _cli("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", "--speculative-tokens", "2",
+                  "--draft-acceptance", "0.7", "--draft-model", tmp_path, "-b", "sglang", "--emit")
+    assert script.returncode == 0, script.stderr
+    assert 'DRAFT_MODEL="${DRAFT_MODEL:?set DRAFT_MODEL to the weights of the EAGLE-3 head priced' in script.stdout

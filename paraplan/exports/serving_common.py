@@ -163,6 +163,7 @@ class ServingLaunch:
     draft_acceptance: float = 0.0
     acceptance_is_prior: bool = False
     draft_model_path: str = ""
+    draft_checkpoint: str = ""
 
     @property
     def max_model_len(self) -> int:
@@ -339,7 +340,8 @@ def launch_of(context, deployment, metrics: Mapping[str, float]) -> ServingLaunc
         online_fp8_refused=refused, priced_release_note=_release_note(context.stack, framework),
         speculative_tokens=int(context.speculative_tokens), draft_acceptance=float(context.draft_acceptance),
         acceptance_is_prior=bool(context.acceptance_is_prior),
-        draft_model_path=str(Path(context.draft_head.path).resolve()) if context.draft_head is not None else "")
+        draft_model_path=str(Path(context.draft_head.path).resolve()) if context.draft_head is not None else "",
+        draft_checkpoint=context.draft_head.checkpoint if context.draft_head is not None else "")
 
 
 def _release_note(stack, framework: str) -> str:
@@ -410,12 +412,13 @@ _PLAIN_PATH = re.compile(r"^[A-Za-z0-9._/+@=:, -]+$")
 
 
 def _draft_model_line(launch: ServingLaunch) -> str:
-    """The EAGLE-3 head's folder as the script's ``DRAFT_MODEL`` (the priced head's folder unless
-    set); a path a script cannot hold as it is must be set by whoever runs it."""
-    path = launch.draft_model_path
-    if _PLAIN_PATH.match(path):
-        return f'DRAFT_MODEL="${{DRAFT_MODEL:-{path}}}"'
-    return 'DRAFT_MODEL="${DRAFT_MODEL:?set DRAFT_MODEL to the folder of the EAGLE-3 head priced}"'
+    """The EAGLE-3 head's weights as the script's ``DRAFT_MODEL``: the Hugging Face repository its
+    config names (``DraftHead.checkpoint``) unless set; else whoever runs the script sets it (the
+    folder the head was priced from may hold only its config, on another machine)."""
+    if launch.draft_checkpoint and _PLAIN_PATH.match(launch.draft_checkpoint):
+        return f'DRAFT_MODEL="${{DRAFT_MODEL:-{launch.draft_checkpoint}}}"'
+    return ('DRAFT_MODEL="${DRAFT_MODEL:?set DRAFT_MODEL to the weights of the EAGLE-3 head priced (a folder or a '
+            'Hugging Face repository; its config.json stated none)}"')
 
 
 #: control characters (a newline among them): never inside a script's comment line
