@@ -637,7 +637,8 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
     lines = [f"serving plan for {ctx.model.name} on {gpus} x {ctx.cluster.gpu.name} ({ctx.cluster.name}), "
              f"stack {ctx.stack.name}, weights {format_text(ctx.dense_format, ctx.cluster.gpu)}"
              + (f" / experts {format_text(ctx.expert_format, ctx.cluster.gpu)}" if ctx.model.moe else ""),
-             f"objective: TTFT <= {ttft_ms:g} ms, TPOT <= {tpot_ms:g} ms; {plan.evaluated:,} candidates scored in "
+             f"objective: mean TTFT <= {ttft_ms:g} ms, mean TPOT <= {tpot_ms:g} ms (p90 TTFT: the best line, --csv, --json); "
+             f"{plan.evaluated:,} candidates scored in "
              f"{plan.wall_s:.2f} s" + _prior_note(ctx) + _extrapolation_note(ctx, int((opts or {}).get("isl") or 0)), ""]
     modes = sorted(set(plan.candidates["mode"])) if len(plan.candidates) else []
     accuracy = [a for a in (accuracy_line(ctx, m) for m in modes) if a]
@@ -687,9 +688,9 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
 @_common
 @click.option("--gpus", "-n", type=POS, required=True, help="GPUs available.")
 @click.option("--ttft-ms", type=click.FloatRange(min=0, min_open=True), default=1000.0, show_default=True,
-              help="Mean time-to-first-token objective, ms.")
+              help="Mean time-to-first-token objective, ms (the mean; each layout's p90 is in --csv / --json).")
 @click.option("--tpot-ms", type=click.FloatRange(min=0, min_open=True), default=50.0, show_default=True,
-              help="Time-per-output-token objective, ms.")
+              help="Mean time-per-output-token objective, ms.")
 @click.option("--mode", "modes", type=click.Choice(["agg", "disagg", "both"]), default="both", show_default=True,
               help="Which deployments to search.")
 @click.option("--max-batch", type=click.IntRange(1, 2**24), default=1024, show_default=True, help="Largest per-rank batch (requests in flight) tried: powers of two, the most each layout's KV cache holds, and each aggregated layout's largest meeting the SLO. A disaggregated prefill worker's prompts per step (1, 2, 4, 8) are searched apart from it.")
