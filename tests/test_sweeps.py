@@ -374,6 +374,9 @@ def test_a_serving_sweep_row_is_serve_plans_best_deployment_for_that_point(tmp_p
         assert row["mode"] == best["mode"] and row.tokens_per_s_per_gpu == best.tokens_per_s_per_gpu
         assert row.ttft_ms == best.ttft_ms and row.tpot_ms == best.tpot_ms <= 20.0
         assert row.concurrency == best.concurrency and row.gpus_used <= 8
+        assert row.tokens_per_s == pytest.approx(best.tokens_per_s_per_gpu * best.gpus_used, rel=1e-12)
+        # vLLM ships no router for disaggregated workers: such a winner says so
+        assert (row.engine_refuses != "") == (row.backend == "vllm" and row["mode"] == "disagg")
     # a rerun reads the finished chunks back: the same table
     pd.testing.assert_frame_equal(run_sweep(spec, tmp_path / "out", local=True), df)
 

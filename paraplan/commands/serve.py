@@ -588,7 +588,7 @@ def deployment_of_row(row, ctx, opts: dict):
     return dep, metrics
 
 
-def _launch_of_row(row, ctx, opts):
+def launch_of_row(row, ctx, opts):
     """(``ServingLaunch`` or None, why the backend cannot launch ``row`` as priced or None): a
     placement, engine count or setting the engine has no way to run is a refusal too."""
     from paraplan.exports.serving import check_launch, refusal
@@ -615,7 +615,7 @@ def runnable_launch(plan, ctx, opts: dict):
     meets = meets.assign(_score=ranking_key(meets, rank_by)).sort_values("_score", ascending=False, kind="stable")
     first_err = None
     for rank, (_, row) in enumerate(meets.head(_RUNNABLE_TRIES).iterrows()):
-        launch, err = _launch_of_row(row, ctx, opts)
+        launch, err = launch_of_row(row, ctx, opts)
         if err is None:
             if rank == 0:
                 return launch, f"the winner runs in {ctx.stack.framework} as priced"
@@ -659,7 +659,7 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
                  f"{b['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {b['tokens_per_s_per_user']:.1f} tokens/s/user")
     if opts is not None:
         lines.append(f"      as one deployment: {simulate_command(b, opts, moe=ctx.model.moe is not None)}")
-        why_not = _launch_of_row(b, ctx, opts)[1]
+        why_not = launch_of_row(b, ctx, opts)[1]
         fw = ctx.stack.framework
         lines.append(f"      its {fw} launch script: add --emit (to this plan or to that command)" if why_not is None else
                      f"      {fw} cannot launch it as priced ({why_not.field}: {why_not.message}); --emit on this plan "

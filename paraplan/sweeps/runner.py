@@ -228,11 +228,11 @@ def normalise(df: pd.DataFrame) -> pd.DataFrame:
         if col in df:
             df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
     for col in ("reason", "stack", "recompute", "schedule", "dtype", "gpu", "mode", "layout", "prefill_layout",
-                "decode_layout", "dense_format", "expert_format", "backend", "precision", "modes"):
+                "decode_layout", "dense_format", "expert_format", "backend", "precision", "modes", "engine_refuses"):
         if col in df:
             df[col] = df[col].astype("string")
     for col in ("ttft_slo_ms", "tpot_slo_ms", "ttft_ms", "ttft_p90_ms", "tpot_ms", "tokens_per_s_per_gpu",
-                "tokens_per_s_per_user"):
+                "tokens_per_s_per_user") + (("tokens_per_s",) if "system" in df else ()):
         if col in df:
             df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
     for col in ("fits", "sequence_parallel", "efficiency_fitted"):

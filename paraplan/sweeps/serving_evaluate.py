@@ -15,12 +15,15 @@ from paraplan.sweeps.serving_spec import SERVING_MODES
 #: the point's own values (``ttft_slo_ms`` / ``tpot_slo_ms``: the objective searched under)
 SERVING_POINT_COLUMNS = ("point", "kind", "search", "model", "system", "gpus", "backend", "isl", "osl",
                          "ttft_slo_ms", "tpot_slo_ms", "precision", "modes", "status", "reason")
-#: the winning deployment (``planners.serving.search.COLUMNS`` with units; empty when infeasible)
+#: the winning deployment (``planners.serving.search.COLUMNS`` with units; empty when infeasible;
+#: for a disaggregated winner ``layout``, ``tp`` ... ``workers`` are empty and ``batch`` is the
+#: decode workers' batch per rank; ``tokens_per_s`` = per GPU x GPUs used; ``engine_refuses``:
+#: why the engine cannot launch it as priced, "" when it can)
 SERVING_PLAN_COLUMNS = ("stack", "gpu", "dense_format", "expert_format", "mode", "layout", "prefill_layout",
                         "decode_layout", "tp", "pp", "adp", "moe_tp", "moe_ep", "batch", "workers", "prefill_batch",
                         "prefill_workers", "decode_workers", "gpus_used", "concurrency", "ttft_ms", "ttft_p90_ms",
-                        "tpot_ms", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "efficiency_fitted",
-                        "candidates_evaluated")
+                        "tpot_ms", "tokens_per_s_per_gpu", "tokens_per_s", "tokens_per_s_per_user", "efficiency_fitted",
+                        "candidates_evaluated", "engine_refuses")
 SERVING_COLUMNS = SERVING_POINT_COLUMNS + SERVING_PLAN_COLUMNS
 
 
@@ -52,6 +55,12 @@ def _best(row: dict, point: Mapping[str, Any]) -> None:
         if k in best.index:
             row[k] = _plain(best[k])
     row["candidates_evaluated"] = int(plan.evaluated)
+    row["tokens_per_s"] = float(best["tokens_per_s_per_gpu"]) * float(best["gpus_used"])
+    # as serve plan says it: a winner the engine cannot launch as priced (vLLM has no router for
+    # disaggregated workers) is marked, with the engine's reason
+    from paraplan.commands.serve import launch_of_row
+    why_not = launch_of_row(best, ctx, {"isl": point["isl"], "osl": point["osl"], "kv_cache_dtype": "auto"})[1]
+    row["engine_refuses"] = "" if why_not is None else f"{why_not.field}: {why_not.message}"
 
 
 def evaluate_serving_points(indexed_points: list[tuple[int, Mapping[str, Any]]]) -> pd.DataFrame:
