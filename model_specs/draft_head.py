@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from hardware_specs.errors import InputError, not_a_file, safe_name
+from hardware_specs.errors import InputError, not_a_file, safe_name, whole_number
 from model_specs.model_spec import ModelSpec
 
 #: target hidden states the first projection fuses (EAGLE-3: a low, a middle and a high layer)
@@ -55,14 +55,21 @@ class DraftHead:
     fused_states: int = EAGLE3_FUSED_STATES
     path: str = ""
     checkpoint: str = ""
+    target_vocab: int = 0
     source: str = ""
 
     def check_target(self, target: ModelSpec) -> None:
         """Refuse a head that cannot draft for ``target``: its hidden size must be the target's
-        (it reads the target's hidden states and embedding) and its vocabulary no larger."""
+        (it reads the target's hidden states and embedding), its vocabulary no larger, and the
+        target vocabulary its config states (``vocab_size``, which the draft vocabulary maps
+        onto) the target's own: a Llama head is no head for Mixtral of the same width."""
         if self.layer.hidden_size != target.hidden_size:
             raise InputError("--draft-model", f"the draft head {self.name} is {self.layer.hidden_size} wide, "
                              f"{target.name} {target.hidden_size}: an EAGLE-3 head reads its target's hidden states",
+                             "give the head trained for this model")
+        if self.target_vocab and self.target_vocab != target.vocab_size:
+            raise InputError("--draft-model", f"the draft head {self.name} maps its tokens onto a {self.target_vocab:,}-"
+                             f"token vocabulary, {target.name} has {target.vocab_size:,}",
                              "give the head trained for this model")
         if self.layer.vocab_size > target.vocab_size:
             raise InputError("--draft-model", f"the draft head {self.name} scores {self.layer.vocab_size:,} tokens, "
@@ -106,10 +113,16 @@ def load_draft_head(path: str | Path) -> DraftHead:
     data = read_json(config, "--draft-model")
     where = f"draft head {config}"
     layer_cfg, vocab = _layer_config(data, where)
-    if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
-        raise InputError(f"{where}.draft_vocab_size", f"must be a whole number >= 1, got {vocab!r}")
-    name = safe_name(config.parent.resolve().name, "draft")
-    layer = model_from_hf_config(layer_cfg, name=name)
+    try:
+        vocab = whole_number("draft_vocab_size", vocab)
+        name = safe_name(config.parent.resolve().name, "draft")
+        layer = model_from_hf_config(layer_cfg, name=name)
+    except InputError as exc:    # a field of the head's config, not of the target model's
+        field = exc.field.removeprefix("hf_config.") if exc.field else "config"
+        raise InputError("--draft-model", f"{config}: {field}: {exc.message}",
+                         exc.fix or "write the field as the head's config.json has it") from None
+    target_vocab = layer_cfg.get("vocab_size")
+    target_vocab = target_vocab if isinstance(target_vocab, int) and not isinstance(target_vocab, bool) else 0
     if layer.moe is not None or layer.mla is not None or layer.hybrid_pattern:
         raise InputError("--draft-model", f"{where} is not a dense decoder layer",
                          "an EAGLE-3 head is one Llama-style layer")
@@ -120,4 +133,4 @@ def load_draft_head(path: str | Path) -> DraftHead:
     repo = data.get("_name_or_path")
     checkpoint = repo if isinstance(repo, str) and HF_REPO.match(repo) else ""
     return DraftHead(name=name, layer=layer, path=str(config.parent), checkpoint=checkpoint,
-                     source=f"EAGLE-3 head config {config}")
+                     target_vocab=target_vocab, source=f"EAGLE-3 head config {config}")

@@ -134,6 +134,7 @@ def serve_plan(model: str | ModelSpec, system: str, gpus: int, *, isl: int = 102
         from hardware_specs.errors import suggest
         raise InputError(unknown[0], "not an input of a serving plan", suggest(unknown[0], CONTEXT_FIELDS))
     ctx = serving_context(model, system, **context)
-    modes = (modes,) if isinstance(modes, str) else tuple(modes)      # "agg" is one mode, not three letters
+    # "agg" is one mode, not three letters; "both" as on the command line
+    modes = (("agg", "disagg") if modes == "both" else (modes,)) if isinstance(modes, str) else tuple(modes)
     return plan_serving(ctx, gpus, isl, osl, ttft_ms, tpot_ms, modes=modes, max_batch=max_batch,
                         allow_pp=allow_pp, rank_by=rank_by)

@@ -140,7 +140,8 @@ def test_plan_agrees_with_simulate_and_says_which_head_drafts():
     got = json.loads(sim.stdout)
     assert got["tpot_ms"] == pytest.approx(best["tpot_ms"], rel=1e-9)
     assert got["ttft_ms"] == pytest.approx(best["ttft_ms"], rel=1e-9)
-    assert got["draft_model"] == "eagle3-llama3.1-8b"
+    assert Path(got["draft_model"]) == HEAD_8B            # the folder: --draft-model takes it back
+    assert json.loads(plan.stdout)["request"]["draft_model"] == got["draft_model"]
     text = _cli("serve", "simulate", *common, "--batch", "8")
     assert "the EAGLE-3 head eagle3-llama3.1-8b drafts 3 tokens a step" in text.stdout
 
@@ -189,3 +190,39 @@ def test_a_head_whose_config_names_no_repository_must_be_given_its_weights(tmp_p
                   "--draft-acceptance", "0.7", "--draft-model", tmp_path, "-b", "sglang", "--emit")
     assert script.returncode == 0, script.stderr
     assert 'DRAFT_MODEL="${DRAFT_MODEL:?set DRAFT_MODEL to the weights of the EAGLE-3 head priced' in script.stdout
+
+
+def test_on_a_last_pipeline_stage_the_head_brings_its_own_embedding():
+    # pp > 1: the target's embedding sits on the first stage, the head on the last needs a copy
+    one = simulate_serving(_deployment(speculative_tokens=2, draft_acceptance=0.7, draft_model=str(HEAD_8B)))
+    import dataclasses
+    two_dep = dataclasses.replace(_deployment(speculative_tokens=2, draft_acceptance=0.7, draft_model=str(HEAD_8B)),
+                                  layout=WorkerLayout(tp=1, pp=2, batch=8))
+    plain_two = dataclasses.replace(_deployment(), layout=WorkerLayout(tp=1, pp=2, batch=8))
+    grown = simulate_serving(two_dep).memory_bytes["weights_bytes"] - simulate_serving(plain_two).memory_bytes[
+        "weights_bytes"]
+    head = draft_head_weight_bytes_per_gpu(load_draft_head(HEAD_8B), 1)
+    assert grown == pytest.approx(head + 128256 * 4096 * 2, rel=1e-12)
+    assert one.memory_bytes["weights_bytes"] > 0
+
+
+def test_a_disaggregated_plan_with_the_head_is_what_simulate_gives():
+    from paraplan.serving_api import serving_context
+    from planners.serving.search import plan_serving
+    ctx = serving_context("llama3.1-8b", "dgx-h100", speculative_tokens=2, draft_acceptance=0.7,
+                          draft_model=str(HEAD_8B))
+    best = plan_serving(ctx, 4, 1024, 1024, 2000.0, 10.0, modes=("disagg",)).best
+    lay = lambda p: WorkerLayout(tp=int(best[p + "tp"]), pp=int(best[p + "pp"]), batch=int(  # noqa: E731
+        best["prefill_batch" if p == "prefill_" else "batch"]))
+    dep = Deployment(model="llama3.1-8b", system="dgx-h100", backend=ctx.stack.name, mode="disagg", isl=1024,
+                     osl=1024, dense_format=ctx.dense_format, expert_format=ctx.expert_format, speculative_tokens=2,
+                     draft_acceptance=0.7, draft_model=str(HEAD_8B), prefill=lay("prefill_"),
+                     prefill_workers=int(best["prefill_workers"]), decode=lay("decode_"),
+                     decode_workers=int(best["decode_workers"]))
+    rep = simulate_serving(dep)
+    assert 1e3 * rep.metrics["tpot_s"] == pytest.approx(best["tpot_ms"], rel=1e-9)
+    assert 1e3 * rep.metrics["ttft_s"] == pytest.approx(best["ttft_ms"], rel=1e-9)
+    # the head's own KV cache of the prompt moves with the target's
+    assert rep.extra["kv_transfer_s"] > simulate_serving(Deployment(
+        **{**dep.__dict__, "speculative_tokens": None, "draft_acceptance": None, "draft_model": None})).extra[
+        "kv_transfer_s"]

@@ -388,7 +388,7 @@ def test_a_serving_sweep_row_is_serve_plans_best_deployment_for_that_point(tmp_p
     ({"modes": ["mixed"]}, "modes: unknown mode 'mixed'"),
     ({"osl": [1]}, "osl: must be 2 or more"),
     ({"ttft_ms": [float("nan")]}, "ttft_ms: expected milliseconds"),
-    ({"gpus": [0]}, "gpus: expected whole numbers"),
+    ({"gpus": [0]}, "gpus: must be a whole number >= 1"),
     ({"backends": ["vllm", "vllm"]}, "backends: lists 'vllm' twice"),
     ({"systems": None}, "systems: missing"),
 ])
@@ -443,3 +443,13 @@ def test_the_chunks_folder_may_not_be_a_link_and_a_blocked_result_stops_the_run_
     assert result.exit_code == 2 and "results.csv: it is a directory" in result.stderr
     # nothing written: no chunks evaluated, no results.parquet beside the blocked csv
     assert sorted(p.name for p in (tmp_path / "o2").iterdir()) == ["results.csv"]
+
+
+def test_a_damaged_serving_chunk_is_evaluated_again(tmp_path):
+    spec = spec_from_dict({**SERVING, "models": ["llama3.1-8b"], "backends": ["vllm"]})
+    first = run_sweep(spec, tmp_path, local=True)
+    (chunk,) = sorted((tmp_path / "chunks").glob("*.parquet"))
+    damaged = pd.read_parquet(chunk)
+    damaged.loc[damaged.status == "ok", "tokens_per_s_per_gpu"] = float("nan")
+    damaged.to_parquet(chunk, index=False)
+    pd.testing.assert_frame_equal(run_sweep(spec, tmp_path, local=True), first)

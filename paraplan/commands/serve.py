@@ -773,7 +773,7 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
                    "kv_cache_dtype": opts["kv_cache_dtype"], "speculative_tokens": ctx.speculative_tokens,
                    "draft_acceptance": ctx.draft_acceptance if ctx.speculative_tokens else None,
                    "draft_acceptance_is_prior": ctx.acceptance_is_prior if ctx.speculative_tokens else None,
-                   "draft_model": ctx.draft_head.name if ctx.draft_head is not None else None,
+                   "draft_model": ctx.draft_model,
                    "tokens_per_step": ctx.tokens_per_step_at(opts["osl"])}
         text = dump_json({"request": request, "best": best, "why": plan.why, "front": _records(plan.front),
                           "evaluated": plan.evaluated, "efficiency_fitted": not ctx.efficiency.prior,
@@ -788,7 +788,7 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
             rows["speculative_tokens"] = ctx.speculative_tokens
             rows["draft_acceptance"] = ctx.draft_acceptance
             rows["draft_acceptance_is_prior"] = ctx.acceptance_is_prior
-            rows["draft_model"] = ctx.draft_head.name if ctx.draft_head is not None else "mtp"
+            rows["draft_model"] = ctx.draft_model
         rows.to_csv(buf, index=False)
         text = buf.getvalue()
     else:

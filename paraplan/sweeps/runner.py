@@ -256,9 +256,10 @@ def check_results_targets(out_dir: str | Path, stem: str = "results") -> None:
 
 
 def write_results(df: pd.DataFrame, out_dir: str | Path, stem: str = "results") -> list[Path]:
-    """``<out_dir>/<stem>.parquet`` and ``.csv``: both written whole into hidden files, then both
-    renamed, so a failure leaves neither (a folder or a symbolic link in the way of one is
-    refused before anything is written)."""
+    """``<out_dir>/<stem>.parquet`` and ``.csv``: both written whole into hidden files before
+    either is renamed into place, so a failure while writing (a full disk) leaves neither; a
+    folder or a symbolic link in the way of one is refused before anything is written. (The two
+    renames in one folder are not one atomic step.)"""
     folder = Path(out_dir)
     writers = ((folder / f"{stem}.parquet", lambda p: df.to_parquet(p, index=False)),
                (folder / f"{stem}.csv", lambda p: df.to_csv(p, index=False)))

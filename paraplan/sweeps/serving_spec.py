@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
-from hardware_specs.errors import InputError, suggest
+from hardware_specs.errors import InputError, suggest, whole_number
 
 #: the weight formats an axis may name besides ``auto`` (``paraplan serve plan --precision``)
 SERVING_PRECISIONS = ("auto", "bf16", "fp16", "fp8", "fp8_block", "nvfp4", "mxfp4", "int4_wo")
@@ -119,10 +119,10 @@ def _axis(data: Mapping, key: str) -> tuple:
     out = []
     for item in items:
         if key in ("gpus", "isl", "osl"):
-            if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item) \
-                    or item != int(item) or not 1 <= item <= _MAX_WHOLE:
+            value = whole_number(key, item)
+            if value > _MAX_WHOLE:
                 raise InputError(key, f"expected whole numbers in [1, {_MAX_WHOLE:,}], got {item!r}")
-            out.append(int(item))
+            out.append(value)
         elif key in ("ttft_ms", "tpot_ms"):
             if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item) \
                     or not 0 < item <= 1e7:

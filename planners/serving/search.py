@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from cost_models.weight_formats import WEIGHT_FORMATS, weight_bytes
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, whole_number
 from planners.serving.labels import prompts_per_step, worker_labels
 from planners.serving.pareto import pareto_front
 from planners.serving.space import with_batches, worker_layouts
@@ -413,10 +413,9 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
     ends: thousands of GPUs take tens of seconds."""
     if rank_by not in RANKINGS:
         raise InputError("--rank-by", f"unknown ranking {rank_by!r}", "use per-gpu or total")
-    for name, value in (("--gpus", gpus), ("--isl", isl), ("--osl", osl), ("--max-batch", max_batch)):
-        # a fractional max_batch never settled the batch bisection (64 .. 64.5 forever)
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise InputError(name, f"must be a whole number >= 1, got {value!r}")
+    # a fractional max_batch never settled the batch bisection (64 .. 64.5 forever); 8.0 is 8
+    gpus, isl, osl, max_batch = (whole_number(name, value) for name, value in (
+        ("--gpus", gpus), ("--isl", isl), ("--osl", osl), ("--max-batch", max_batch)))
     if isinstance(modes, str) or not modes or any(m not in ("agg", "disagg") for m in modes):
         raise InputError("--mode", f"modes must be a non-empty list of agg / disagg, got {modes!r}",
                          "search ('agg',), ('disagg',) or ('agg', 'disagg')")

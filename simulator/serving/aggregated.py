@@ -85,7 +85,7 @@ def memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, osl, token_budget=None
     budget = beh.rank_token_budget(ctx.token_budget, adp) if token_budget is None else token_budget
     weights = weight_bytes_per_gpu(model, tp, adp, pp, moe_tp, moe_ep, ctx.dense_format, ctx.expert_format)
     # the drafter (MTP modules, or an EAGLE-3 head) sits on the last stage, taken as the largest
-    weights = weights + ctx.draft_weight_bytes(tp, moe_tp, moe_ep)
+    weights = weights + ctx.draft_weight_bytes(tp, moe_tp, moe_ep, pp)
     acts = activation_bytes_per_gpu(model, tp, adp, moe_ep, budget)
     pool = kv_pool_bytes_per_gpu(ctx.cluster.gpu.hbm_bytes, weights, acts, beh)
     isl, osl = _f(isl), _f(osl)

@@ -42,8 +42,8 @@ class ServingContext:
         token_budget: tokens one step may process on this GPU (the stack's budget).
         kv_cache_dtype: the KV-cache dtype priced, ``auto`` resolved by the stack and checkpoint
             rules of ``build`` (``fp8``, ``bf16``, ``fp16``; ``auto`` = the 16-bit model dtype).
-        speculative_tokens: tokens the model's MTP modules draft per decode step (0 = no
-            speculative decoding; ``cost_models.speculative``).
+        speculative_tokens: tokens drafted per decode step, by the model's MTP modules or the
+            ``draft_head`` (0 = no speculative decoding; ``cost_models.speculative``).
         draft_acceptance: probability a drafted token is accepted (given the ones before it were).
         acceptance_is_prior: the acceptance is ``speculative.MTP_ACCEPTANCE_PRIOR`` (unfitted),
             not a value the user measured.
@@ -66,18 +66,29 @@ class ServingContext:
     draft_head: DraftHead | None = None
 
     @property
+    def draft_model(self) -> str | None:
+        """What drafts, for JSON / CSV: the EAGLE-3 head's folder, "mtp" for the model's own MTP
+        modules, None when not speculating (the value ``--draft-model`` / ``Deployment.draft_model``
+        takes back, "mtp" aside)."""
+        if not self.speculative_tokens:
+            return None
+        return "mtp" if self.draft_head is None else self.draft_head.path
+
+    @property
     def drafter(self) -> str:
         """What drafts, in words: "the MTP module" or "the EAGLE-3 head NAME"."""
         return "the MTP module" if self.draft_head is None else f"the EAGLE-3 head {self.draft_head.name}"
 
-    def draft_weight_bytes(self, tp, moe_tp, moe_ep):
+    def draft_weight_bytes(self, tp, moe_tp, moe_ep, pp=1):
         """Bytes per GPU of the drafter's weights when speculating (0 otherwise): the EAGLE-3
-        head's (``serving_memory.draft_head_weight_bytes_per_gpu``) or the MTP modules' on the
-        last stage (``serving_memory.mtp_weight_bytes_per_gpu``)."""
+        head's (``serving_memory.draft_head_weight_bytes_per_gpu``; on a last pipeline stage,
+        pp > 1, with its own copy of the target's embedding, which sits on the first) or the MTP
+        modules' on the last stage (``serving_memory.mtp_weight_bytes_per_gpu``)."""
         if not self.speculative_tokens:
             return 0.0 * np.asarray(tp, dtype=float)
         if self.draft_head is not None:
-            return draft_head_weight_bytes_per_gpu(self.draft_head, tp)
+            embedding = self.model.vocab_size * self.model.hidden_size * 2.0 / np.asarray(tp, dtype=float)
+            return draft_head_weight_bytes_per_gpu(self.draft_head, tp) + np.where(np.asarray(pp) > 1, embedding, 0.0)
         return mtp_weight_bytes_per_gpu(self.model, tp, moe_tp, moe_ep, self.dense_format, self.expert_format)
 
     def draft_kv_bytes_per_token(self, tp):
@@ -183,9 +194,10 @@ class ServingContext:
         for fmt, field_name in ((dense, "precision"), (expert, "expert-precision")):
             if fmt in stack.serving.native_only_formats and \
                     native_compute_dtype(fmt) not in c.gpu.peak_flops_per_s:
-                raise InputError(f"--{field_name}", f"{stack.name} serves {fmt} weights only on GPUs with "
+                stored = " (the checkpoint's format)" if fmt in (m.checkpoint_format, m.expert_checkpoint_format) else ""
+                raise InputError(f"--{field_name}", f"{stack.name} serves {fmt} weights{stored} only on GPUs with "
                                  f"{native_compute_dtype(fmt)} tensor cores; {c.name}'s {c.gpu.name} has none",
-                                 "give --precision bf16 (or int4_wo), or an engine with weight-only "
+                                 f"give --{field_name} int4_wo (or bf16 where it fits), or an engine with weight-only "
                                  f"{fmt} kernels (vllm)")
         kv = stack.serving.kv_cache_dtype if kv_cache_dtype in (None, "auto") else kv_cache_dtype
         if kv == "auto" and stack.serving.kv_dtype_from_checkpoint and {"nvfp4", "fp8"} & {dense, expert}:

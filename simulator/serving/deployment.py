@@ -102,8 +102,9 @@ class Deployment:
         dense_format, expert_format: weight formats of attention / dense GEMMs and of routed
             experts (``cost_models.weight_formats``).
         kv_cache_dtype: ``auto`` (the stack's default), ``bf16``, ``fp16`` or ``fp8``.
-        speculative_tokens: tokens the model's MTP modules draft per decode step (None = the
-            stack's default, 0 in every engine's profile; ``cost_models.speculative``).
+        speculative_tokens: tokens drafted per decode step, by the model's MTP modules or the
+            ``draft_model`` head (None = the stack's default, 0 in every engine's profile;
+            ``cost_models.speculative``).
         draft_acceptance: probability a drafted token is accepted (None = the unfitted prior
             ``speculative.MTP_ACCEPTANCE_PRIOR``).
         draft_model: the folder (or config.json) of the EAGLE-3 head that drafts, or None (the

@@ -63,7 +63,7 @@ class ServingReport:
             "speculative_tokens": self.context.speculative_tokens,
             "draft_acceptance": self.context.draft_acceptance if self.context.speculative_tokens else None,
             "draft_acceptance_is_prior": self.context.acceptance_is_prior if self.context.speculative_tokens else None,
-            "draft_model": self.context.draft_head.name if self.context.draft_head is not None else None,
+            "draft_model": self.context.draft_model,
             "tokens_per_step": self.context.tokens_per_step_at(d.osl),
             "workers": d.workers if d.mode == "agg" else None,
             "prefill_workers": d.prefill_workers if d.mode == "disagg" else None,
