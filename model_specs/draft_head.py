@@ -117,8 +117,9 @@ def load_draft_head(path: str | Path) -> DraftHead:
         vocab = whole_number("draft_vocab_size", vocab)
         name = safe_name(config.parent.resolve().name, "draft")
         layer = model_from_hf_config(layer_cfg, name=name)
+        layer = replace(layer, vocab_size=vocab, mtp_layers=0)
     except InputError as exc:    # a field of the head's config, not of the target model's
-        field = exc.field.removeprefix("hf_config.") if exc.field else "config"
+        field = (exc.field or "config").removeprefix("hf_config.").replace("model.vocab_size", "draft_vocab_size")
         raise InputError("--draft-model", f"{config}: {field}: {exc.message}",
                          exc.fix or "write the field as the head's config.json has it") from None
     target_vocab = layer_cfg.get("vocab_size")
@@ -127,9 +128,8 @@ def load_draft_head(path: str | Path) -> DraftHead:
         raise InputError("--draft-model", f"{where} is not a dense decoder layer",
                          "an EAGLE-3 head is one Llama-style layer")
     if not 1 <= layer.num_layers <= MAX_DRAFT_LAYERS:
-        raise InputError(f"{where}.num_hidden_layers", f"must be 1 to {MAX_DRAFT_LAYERS}, got {layer.num_layers}",
-                         "an EAGLE-3 head has one decoder layer")
-    layer = replace(layer, vocab_size=int(vocab), mtp_layers=0)
+        raise InputError("--draft-model", f"{config}: num_hidden_layers: must be 1 to {MAX_DRAFT_LAYERS}, got "
+                         f"{layer.num_layers}", "an EAGLE-3 head has one decoder layer")
     repo = data.get("_name_or_path")
     checkpoint = repo if isinstance(repo, str) and HF_REPO.match(repo) else ""
     return DraftHead(name=name, layer=layer, path=str(config.parent), checkpoint=checkpoint,
