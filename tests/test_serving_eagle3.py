@@ -226,3 +226,16 @@ def test_a_disaggregated_plan_with_the_head_is_what_simulate_gives():
     assert rep.extra["kv_transfer_s"] > simulate_serving(Deployment(
         **{**dep.__dict__, "speculative_tokens": None, "draft_acceptance": None, "draft_model": None})).extra[
         "kv_transfer_s"]
+
+
+def test_a_speculative_plan_says_what_the_same_search_gives_without_drafting():
+    # drafting can cost more than it yields; serve plan priced only what was asked
+    common = ("serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-h100", "--gpus", "1", "--tpot-ms", "50",
+              "--speculative-tokens", "3", "--draft-model", HEAD_8B)
+    good = json.loads(_cli(*common, "--draft-acceptance", "0.7", "--json").stdout)
+    plain = json.loads(_cli("serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-h100", "--gpus", "1", "--tpot-ms", "50",
+                            "--json").stdout)["best"]
+    assert good["without_drafting"]["tokens_per_s_per_gpu"] == pytest.approx(plain["tokens_per_s_per_gpu"], rel=1e-12)
+    assert any("the drafts gain" in line for line in good["why"])
+    bad = _cli(*common, "--draft-acceptance", "0.2")
+    assert "the drafts cost" in bad.stdout and "serve without them (--speculative-tokens 0)" in bad.stdout

@@ -588,6 +588,33 @@ def deployment_of_row(row, ctx, opts: dict):
     return dep, metrics
 
 
+def _without_drafting(plan, ctx, gpus, opts, ttft_ms, tpot_ms, search, max_batch, no_pp, rank_by) -> dict:
+    """``{"best": the best row without speculative decoding (or None), "line": a sentence}``:
+    the same search with ``--speculative-tokens 0``, compared by the plan's ranking."""
+    from dataclasses import replace
+
+    from planners.serving import plan_serving
+    from planners.serving.search import describe
+    plain = replace(ctx, speculative_tokens=0, draft_head=None)
+    try:
+        other = plan_serving(plain, gpus, opts["isl"], opts["osl"], ttft_ms, tpot_ms, modes=search,
+                             max_batch=max_batch, allow_pp=not no_pp, rank_by=rank_by)
+    except InputError:
+        return {"best": None, "line": "without drafting (--speculative-tokens 0) no layout meets the objective: "
+                                      "the drafts are what meets it"}
+    key = (lambda r: float(r["tokens_per_s_per_gpu"]) * float(r["gpus_used"])) if rank_by == "total" else \
+        (lambda r: float(r["tokens_per_s_per_gpu"]))
+    what = "tokens/s" if rank_by == "total" else "tokens/s/GPU"
+    gain = key(plan.best) / key(other.best) - 1.0
+    b = other.best
+    best = {"mode": b["mode"], "deployment": describe(b), "ttft_ms": float(b["ttft_ms"]), "tpot_ms": float(b["tpot_ms"]),
+            "tokens_per_s_per_gpu": float(b["tokens_per_s_per_gpu"]), "gpus_used": int(b["gpus_used"])}
+    verdict = (f"the drafts gain {100 * gain:.1f}%" if gain >= 0 else
+               f"the drafts cost {-100 * gain:.1f}%: serve without them (--speculative-tokens 0)")
+    return {"best": best, "line": f"without drafting (--speculative-tokens 0) the best is {describe(b)} at "
+                                  f"{key(b):,.0f} {what}: {verdict}"}
+
+
 def launch_of_row(row, ctx, opts):
     """(``ServingLaunch`` or None, why the backend cannot launch ``row`` as priced or None): a
     placement, engine count or setting the engine has no way to run is a refusal too."""
@@ -752,6 +779,12 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
         plan = plan_serving(ctx, gpus, opts["isl"], opts["osl"], ttft_ms, tpot_ms, modes=search, max_batch=max_batch,
                             allow_pp=not no_pp, rank_by=rank_by, progress=bar if gpus >= LONG_SEARCH_GPUS else None)
     opts["rank_by"] = rank_by
+    without = None
+    if ctx.speculative_tokens and not emit:
+        # drafting can cost more than it yields (a compute-bound step at high concurrency): the
+        # same search without it, for comparison (the plan itself keeps what was asked)
+        without = _without_drafting(plan, ctx, gpus, opts, ttft_ms, tpot_ms, search, max_batch, no_pp, rank_by)
+        plan.why.append(without["line"])
     if emit:
         from paraplan.exports.serving import emit_launch
         launch, note = runnable_launch(plan, ctx, opts)
@@ -778,7 +811,8 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
         text = dump_json({"request": request, "best": best, "why": plan.why, "front": _records(plan.front),
                           "evaluated": plan.evaluated, "efficiency_fitted": not ctx.efficiency.prior,
                           # how far the fitted model was off on measured runs of this engine, per mode
-                          "validation_error": {m: ctx.validation_error(m) for m in search}})
+                          "validation_error": {m: ctx.validation_error(m) for m in search},
+                          "without_drafting": None if without is None else without["best"]})
     elif as_csv:
         buf = io.StringIO()
         rows = _plan_rows(plan.front)
