@@ -82,7 +82,8 @@ def _layer_config(data: dict[str, Any], where: str) -> tuple[dict[str, Any], int
     if str(data.get("speculators_model_type", "")).lower() == "eagle3":
         layer = data.get("transformer_layer_config")
         if not isinstance(layer, dict):
-            raise InputError(f"{where}.transformer_layer_config", "missing",
+            raise InputError("--draft-model", f"{where}: transformer_layer_config: "
+                             f"{'missing' if layer is None else 'must be a mapping'}",
                              "a speculators EAGLE-3 config holds its layer's config there")
         vocab = data.get("draft_vocab_size", layer.get("vocab_size"))
         return {**layer, "model_type": layer.get("model_type", "llama")}, vocab
@@ -117,11 +118,15 @@ def load_draft_head(path: str | Path) -> DraftHead:
         vocab = whole_number("draft_vocab_size", vocab)
         name = safe_name(config.parent.resolve().name, "draft")
         layer = model_from_hf_config(layer_cfg, name=name)
-        layer = replace(layer, vocab_size=vocab, mtp_layers=0)
     except InputError as exc:    # a field of the head's config, not of the target model's
-        field = (exc.field or "config").removeprefix("hf_config.").replace("model.vocab_size", "draft_vocab_size")
+        field = (exc.field or "config").removeprefix("hf_config.")
         raise InputError("--draft-model", f"{config}: {field}: {exc.message}",
                          exc.fix or "write the field as the head's config.json has it") from None
+    try:
+        layer = replace(layer, vocab_size=vocab, mtp_layers=0)
+    except InputError as exc:
+        raise InputError("--draft-model", f"{config}: draft_vocab_size: {exc.message}",
+                         exc.fix or "write the draft vocabulary the head scores") from None
     target_vocab = layer_cfg.get("vocab_size")
     target_vocab = target_vocab if isinstance(target_vocab, int) and not isinstance(target_vocab, bool) else 0
     if layer.moe is not None or layer.mla is not None or layer.hybrid_pattern:
@@ -131,6 +136,6 @@ def load_draft_head(path: str | Path) -> DraftHead:
         raise InputError("--draft-model", f"{config}: num_hidden_layers: must be 1 to {MAX_DRAFT_LAYERS}, got "
                          f"{layer.num_layers}", "an EAGLE-3 head has one decoder layer")
     repo = data.get("_name_or_path")
-    checkpoint = repo if isinstance(repo, str) and HF_REPO.match(repo) else ""
+    checkpoint = repo if isinstance(repo, str) and HF_REPO.fullmatch(repo) else ""
     return DraftHead(name=name, layer=layer, path=str(config.parent), checkpoint=checkpoint,
                      target_vocab=target_vocab, source=f"EAGLE-3 head config {config}")

@@ -52,6 +52,7 @@ empty sweep, degrees that do not multiply to the GPU count, ...).
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import fields as dc_fields
 from dataclasses import replace
 from typing import Any, Iterable, Mapping
@@ -195,6 +196,10 @@ def what_if_cluster(cluster: str | ClusterSpec, gpu: str | GPUSpec | None = None
     faster than the catalog, and at 30 Gb/s faster too).
     """
     spec = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
+    for name, value in (("scaleout_gbit_per_s", scaleout_gbit_per_s), ("scaleup_gbit_per_s", scaleup_gbit_per_s)):
+        # '400' and True were read as numbers
+        if value is not None and (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real)):
+            raise InputError(name, f"must be a number of Gb/s, got {value!r}", "e.g. 400")
     if gpu is not None:
         gpu_spec = gpu if isinstance(gpu, GPUSpec) else load_gpu(gpu)
         if gpu_spec.name != spec.gpu.name:
@@ -481,7 +486,10 @@ def _planner_kwargs(constraints: Mapping[str, Any]) -> dict:
     """Planner keyword arguments: ``ParallelConfig`` fields become ``fixed`` entries, ``dtype``
     becomes ``dtypes``, everything else passes through."""
     kwargs = dict(constraints)
-    fixed = dict(kwargs.pop("fixed", None) or {})
+    given = kwargs.pop("fixed", None)
+    if given is not None and not isinstance(given, Mapping):
+        raise InputError("fixed", f"must be a mapping of field -> value(s), got {given!r}", "e.g. fixed={'tp': 8}")
+    fixed = dict(given or {})
     for name in list(kwargs):
         if name in PLANNER_FIXABLE:
             value = kwargs.pop(name)

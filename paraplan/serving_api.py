@@ -105,9 +105,14 @@ def serve_sweep(base: Mapping[str, Any], field: str, values: Iterable[Any]) -> p
     field's value; a value that cannot run keeps its row, its numbers empty and the one-line
     reason in ``error`` (as ``paraplan.api.sweep``). Each value is its own deployment and context
     (tens of values, not a search: ``serve_plan`` searches layouts vectorised)."""
+    if not isinstance(base, Mapping) or "model" not in base or "system" not in base:
+        raise InputError("base", "must be a mapping with at least model and system",
+                         "e.g. dict(model='llama3.1-70b', system='dgx-h100', tp=4)")
     if field not in SWEEP_FIELDS:
         from hardware_specs.errors import suggest
-        raise InputError("field", f"cannot sweep {field!r}", suggest(field, SWEEP_FIELDS))
+        raise InputError("field", f"cannot sweep {field!r}", suggest(str(field), SWEEP_FIELDS))
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise InputError("values", f"expected a list of values, got {values!r}", "e.g. [1, 2, 4]")
     values = list(values)
     if not values:
         raise InputError("values", f"empty sweep over {field}", "give at least one value")
@@ -135,6 +140,11 @@ def serve_plan(model: str | ModelSpec, system: str, gpus: int, *, isl: int = 102
         raise InputError(unknown[0], "not an input of a serving plan", suggest(unknown[0], CONTEXT_FIELDS))
     ctx = serving_context(model, system, **context)
     # "agg" is one mode, not three letters; "both" as on the command line
-    modes = (("agg", "disagg") if modes == "both" else (modes,)) if isinstance(modes, str) else tuple(modes)
+    if isinstance(modes, str):
+        modes = ("agg", "disagg") if modes == "both" else (modes,)
+    elif isinstance(modes, (list, tuple)):
+        modes = tuple(modes)
+    else:
+        raise InputError("modes", f"expected agg, disagg, both or a list of them, got {modes!r}", "e.g. modes='both'")
     return plan_serving(ctx, gpus, isl, osl, ttft_ms, tpot_ms, modes=modes, max_batch=max_batch,
                         allow_pp=allow_pp, rank_by=rank_by)

@@ -15,6 +15,7 @@ valid or fitting configuration raises ``InputError`` saying what would make it f
 """
 from __future__ import annotations
 
+import numbers
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping
@@ -24,6 +25,7 @@ import pandas as pd
 
 from hardware_specs.catalog import efficiency_for_cluster, load_cluster, load_stack
 from hardware_specs.cluster_spec import ClusterSpec
+from hardware_specs.stack_spec import StackSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError, whole_number
 from model_specs.catalog import load_model
@@ -217,8 +219,10 @@ def parse_gpus(gpus) -> tuple[int, int]:
     else:
         lo = hi = gpus
     try:
-        lo, hi = int(str(lo).strip()), int(str(hi).strip())
-    except ValueError:
+        # a whole float (8.0, as api.simulate and serve_plan take it) or a numpy integer is a count
+        lo, hi = (whole_number("gpus", v) if isinstance(v, numbers.Real) and not isinstance(v, bool)
+                  else int(str(v).strip()) for v in (lo, hi))
+    except (ValueError, InputError):
         raise InputError("gpus", f"cannot read {gpus!r}", "give a count (1024) or a range (256-1024)") from None
     if lo < 1 or hi < lo:
         raise InputError("gpus", f"{gpus!r} is not a positive count or an increasing range",
@@ -247,7 +251,15 @@ def searched_schedules(schedules: Iterable[str], fixed: Mapping[str, tuple]) -> 
     configurations no one asked for, and a fixed schedule outside ``schedules`` (DualPipe, ZB-V)
     would make the reported space larger than the unrestricted search's. The rows that survive,
     and their order, are the same either way (the others all fell to the ``fixed`` rule)."""
-    names = [Schedule(s).value for s in schedules]
+    if isinstance(schedules, str) or not isinstance(schedules, Iterable):
+        schedules = (schedules,)
+    names = []
+    for s in schedules:
+        if str(s).lower() not in SCHEDULE_NAMES:
+            raise InputError("schedules", f"unknown schedule {s!r}", "choose from " + ", ".join(SCHEDULE_NAMES))
+        names.append(Schedule(str(s).lower()).value)
+    if not names:
+        raise InputError("schedules", "is empty", "give at least one schedule, e.g. ('1f1b', 'interleaved')")
     if "schedule" not in fixed:
         return tuple(dict.fromkeys(names))
     chosen = [Schedule(s).value for s in fixed["schedule"]]
@@ -384,6 +396,27 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
     model = load_model(model) if isinstance(model, str) else model
     cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
     eff = efficiency if efficiency is not None else efficiency_for_cluster(cluster)
+    # the search's own options, checked as the command line checks them (a Python caller's nan,
+    # 2.5, True or "1f1b" went on into int(), a ufunc or a per-letter schedule lookup)
+    max_tp, max_micro_batch, max_plans, workers = (None if v is None else whole_number(name, v) for name, v in (
+        ("max_tp", max_tp), ("max_micro_batch", max_micro_batch), ("max_plans", max_plans), ("workers", workers)))
+    chunk_rows = whole_number("chunk_rows", chunk_rows)
+    space_chunk_rows = None if space_chunk_rows is None else whole_number("space_chunk_rows", space_chunk_rows)
+    for name, flag in (("prune_dominated", prune_dominated), ("assign_stages", assign_stages),
+                       ("memory_search", memory_search), ("hsdp", hsdp), ("prune_by_time", prune_by_time),
+                       ("count_fitting", count_fitting)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise InputError(name, f"must be True or False, got {flag!r}")
+    if headroom_gib is not None and (isinstance(headroom_gib, (bool, np.bool_)) or
+                                     not isinstance(headroom_gib, numbers.Real)):
+        raise InputError("headroom_gib", f"must be a number of GiB, got {headroom_gib!r}")
+    if fixed is not None and not isinstance(fixed, Mapping):
+        raise InputError("fixed", f"must be a mapping of field -> value(s), got {fixed!r}", "e.g. fixed={'tp': 8}")
+    if isinstance(schedules, str):                    # "1f1b" is one schedule, not four letters
+        schedules = (schedules,)
+    if not isinstance(stack, (str, StackSpec)):
+        raise InputError("stack", f"expected a stack name or file, got {type(stack).__name__}",
+                         "e.g. stack='megatron-core' (paraplan hardware stacks)")
     lo, hi = parse_gpus(gpus)
     if cluster.max_gpus is not None and hi > cluster.max_gpus:
         raise InputError("gpus", f"{hi} GPUs exceed the {cluster.max_gpus} of cluster {cluster.name}",

@@ -375,7 +375,9 @@ class ParallelConfig:
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, (bool, np.bool_)):        # True is not a degree (int(True) is 1)
+                raise InputError(name, f"must be a positive integer, got {value!r}")
+            if not isinstance(value, int):
                 try:
                     as_int = int(value)
                 except (TypeError, ValueError, OverflowError):        # inf, nan, text
@@ -435,7 +437,7 @@ class ParallelConfig:
                 object.__setattr__(self, name, bool(value))
             elif not isinstance(value, bool):
                 raise InputError(name, f"must be true or false, got {value!r}")
-        if self.zero_stage not in (0, 1, 2, 3):
+        if isinstance(self.zero_stage, (bool, np.bool_)) or self.zero_stage not in (0, 1, 2, 3):
             raise InputError("zero_stage", f"must be 0, 1, 2 or 3, got {self.zero_stage!r}")
         object.__setattr__(self, "recompute", _enum(Recompute, self.recompute, "recompute"))
         object.__setattr__(self, "schedule", _enum(Schedule, self.schedule, "schedule"))

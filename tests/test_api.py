@@ -235,3 +235,29 @@ def test_python_callers_get_an_input_error_for_a_model_or_cluster_that_is_not_a_
         api.plan("llama3-8b", "dgx-h100", 8, global_batch_tokens=float("nan"))
     import numpy as np   # a numpy integer is a whole number
     assert float(api.simulate("llama3-8b", "dgx-h100", gpus=8, global_batch=8, tp=np.int64(2)).step_time_s.iloc[0]) > 0
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"max_tp": float("nan")}, "max_tp"), ({"max_tp": True}, "max_tp"), ({"max_micro_batch": "x"}, "max_micro_batch"),
+    ({"schedules": ["nope"]}, "schedules"), ({"schedules": []}, "schedules"), ({"stack": None}, "stack"),
+    ({"fixed": [1]}, "fixed"), ({"chunk_rows": 0}, "chunk_rows"), ({"prune_dominated": "no"}, "prune_dominated"),
+    ({"headroom_gib": "5"}, "headroom_gib"),
+])
+def test_the_planners_own_options_from_python_are_checked_by_name(kwargs, field):
+    # nan, 'x', True or [1] went on into int(), a ufunc or dict() and came out as Python's errors
+    from hardware_specs.errors import InputError
+    with pytest.raises(InputError, match=f"^{field}: "):
+        api.plan("llama3-8b", "dgx-h100", 8, global_batch=8, **kwargs)
+
+
+def test_a_schedule_given_as_one_string_and_gpus_as_a_whole_float_are_taken():
+    one = api.plan("llama3-8b", "dgx-h100", 8.0, global_batch=8, schedules="1f1b")
+    assert len(one) and set(one.schedule) == {"1f1b"}
+
+
+@pytest.mark.parametrize("kwargs, field", [({"micro_batch": True}, "micro_batch"), ({"zero_stage": True}, "zero_stage"),
+                                           ({"scaleout_gbit_per_s": "400"}, "scaleout_gbit_per_s")])
+def test_bools_and_text_are_not_degrees_or_bandwidths(kwargs, field):
+    from hardware_specs.errors import InputError
+    with pytest.raises(InputError, match=f"^{field}: "):
+        api.simulate("llama3-8b", "dgx-h100", gpus=8, global_batch=8, **kwargs)

@@ -820,3 +820,11 @@ def test_a_measured_value_that_is_not_a_number_is_said_to_be_so(tmp_path):
     reasons = [row["reason"] for row in _json.loads(run("validate", "published", path, "--json").stdout)]
     assert reasons == ["measured_value 'abc' is not a number", "measured_value is not a finite number",
                        "measured_value empty"]
+
+
+def test_tensorrt_llm_refuses_an_fp8_kv_cache_on_ampere_too():
+    one_line_error(run("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-a100-80gb", "-b", "trtllm",
+                       "--kv-cache-dtype", "fp8"),
+                   "error: --kv-cache-dtype: trtllm-1 has no FP8 kernels on dgx-a100-80gb's a100-sxm-80gb")
+    assert run("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-a100-80gb", "-b", "vllm",
+               "--kv-cache-dtype", "fp8").exit_code == 0

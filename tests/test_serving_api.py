@@ -94,3 +94,14 @@ def test_a_long_serving_search_reports_its_phases():
     assert seen == [(0, 3, "aggregated layouts"), (1, 3, "disaggregated pairings"), (2, 3, "ranking"),
                     (3, 3, "done")]
     assert plan.best is not None
+
+
+def test_bad_sweep_and_plan_arguments_from_python_are_input_errors():
+    with pytest.raises(InputError, match="^modes: "):
+        serve_plan("llama3.1-8b", "dgx-h100", 8, modes=None)
+    with pytest.raises(InputError, match="^values: "):
+        serve_sweep(dict(model="llama3.1-8b", system="dgx-h100"), "batch", None)
+    with pytest.raises(InputError, match="^base: "):
+        serve_sweep({"system": "dgx-h100"}, "batch", [1])
+    with pytest.raises(InputError, match="^base: "):
+        serve_sweep([1], "batch", [1])

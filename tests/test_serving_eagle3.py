@@ -239,3 +239,23 @@ def test_a_speculative_plan_says_what_the_same_search_gives_without_drafting():
     assert any("the drafts gain" in line for line in good["why"])
     bad = _cli(*common, "--draft-acceptance", "0.2")
     assert "the drafts cost" in bad.stdout and "serve without them (--speculative-tokens 0)" in bad.stdout
+
+
+def test_a_speculative_plan_that_misses_its_objective_says_the_plain_engine_meets_it():
+    out = _cli("serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-h100", "--gpus", "1", "--tpot-ms", "5",
+               "--speculative-tokens", "3", "--draft-model", HEAD_8B, "--draft-acceptance", "0")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert "or serve without drafting (--speculative-tokens 0): agg 1 x tp1" in out.stderr
+
+
+def test_odd_draft_model_values_are_input_errors():
+    from paraplan.serving_api import serve_simulate
+    for bad, message in ((5, "expected the path of an EAGLE-3 head's config.json, got int"), ("", "is empty")):
+        with pytest.raises(InputError, match=f"^--draft-model: {message}"):
+            serve_simulate("llama3.1-8b", "dgx-h100", speculative_tokens=3, draft_acceptance=0.7, draft_model=bad)
+    # 3.0 drafted tokens is 3, as the other whole numbers
+    import numpy as np
+    a = serve_simulate("llama3.1-8b", "dgx-h100", speculative_tokens=3.0, draft_acceptance=0.7, draft_model=str(HEAD_8B))
+    b = serve_simulate("llama3.1-8b", "dgx-h100", speculative_tokens=np.int64(3), draft_acceptance=0.7,
+                       draft_model=str(HEAD_8B))
+    assert float(a.tpot_ms.iloc[0]) == float(b.tpot_ms.iloc[0])

@@ -449,7 +449,29 @@ def test_a_damaged_serving_chunk_is_evaluated_again(tmp_path):
     spec = spec_from_dict({**SERVING, "models": ["llama3.1-8b"], "backends": ["vllm"]})
     first = run_sweep(spec, tmp_path, local=True)
     (chunk,) = sorted((tmp_path / "chunks").glob("*.parquet"))
-    damaged = pd.read_parquet(chunk)
-    damaged.loc[damaged.status == "ok", "tokens_per_s_per_gpu"] = float("nan")
-    damaged.to_parquet(chunk, index=False)
-    pd.testing.assert_frame_equal(run_sweep(spec, tmp_path, local=True), first)
+    good = pd.read_parquet(chunk)
+    for damage in ("nan number", "status int", "status odd", "backend swapped", "extra column"):
+        damaged = good.copy()
+        if damage == "nan number":
+            damaged.loc[damaged.status == "ok", "tokens_per_s_per_gpu"] = float("nan")
+        elif damage == "status int":          # crashed the resume (pyarrow could not write it back)
+            damaged["status"] = 1
+        elif damage == "status odd":
+            damaged["status"] = "okay"
+        elif damage == "backend swapped":
+            damaged["backend"] = damaged["backend"].iloc[::-1].to_numpy()
+            damaged.loc[damaged.index[0], "backend"] = "trtllm"
+        else:
+            damaged["junk"] = "x"
+        damaged.to_parquet(chunk, index=False)
+        pd.testing.assert_frame_equal(run_sweep(spec, tmp_path, local=True), first)
+
+
+def test_a_misspelt_kind_a_chunks_file_and_a_name_twice_in_other_case_are_named(tmp_path):
+    with pytest.raises(InputError, match="^kind: unknown kind 'Serving'"):
+        spec_from_dict({**SERVING, "kind": "Serving"})
+    with pytest.raises(InputError, match="^models: lists 'LLAMA3.1-8B' twice"):
+        spec_from_dict({**SERVING, "models": ["llama3.1-8b", "LLAMA3.1-8B"]})
+    (tmp_path / "chunks").write_text("")
+    with pytest.raises(InputError, match="chunks is a file"):
+        run_sweep(spec_from_dict(GRID), tmp_path, local=True)

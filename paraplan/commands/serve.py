@@ -776,8 +776,26 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
     from paraplan.cli import step_bar
     # a bar only where the search is long (thousands of GPUs: tens of seconds)
     with step_bar(f"searching layouts for {gpus:,} GPUs") as bar:
-        plan = plan_serving(ctx, gpus, opts["isl"], opts["osl"], ttft_ms, tpot_ms, modes=search, max_batch=max_batch,
-                            allow_pp=not no_pp, rank_by=rank_by, progress=bar if gpus >= LONG_SEARCH_GPUS else None)
+        try:
+            plan = plan_serving(ctx, gpus, opts["isl"], opts["osl"], ttft_ms, tpot_ms, modes=search,
+                                max_batch=max_batch, allow_pp=not no_pp, rank_by=rank_by,
+                                progress=bar if gpus >= LONG_SEARCH_GPUS else None)
+        except InputError as exc:
+            if not ctx.speculative_tokens:
+                raise
+            # the drafts may be what misses the objective (a low acceptance): say so
+            from dataclasses import replace
+
+            from planners.serving.search import describe
+            try:
+                plain = plan_serving(replace(ctx, speculative_tokens=0, draft_head=None), gpus, opts["isl"], opts["osl"],
+                                     ttft_ms, tpot_ms, modes=search, max_batch=max_batch, allow_pp=not no_pp,
+                                     rank_by=rank_by)
+            except InputError:
+                raise exc from None
+            raise InputError(exc.field, exc.message, f"{exc.fix}; or serve without drafting (--speculative-tokens 0): "
+                             f"{describe(plain.best)} meets it at {plain.best['tokens_per_s_per_gpu']:,.0f} "
+                             "tokens/s/GPU") from None
     opts["rank_by"] = rank_by
     without = None
     if ctx.speculative_tokens and not emit:

@@ -408,14 +408,14 @@ def _model_line(launch: ServingLaunch) -> str:
 
 
 #: a path the script may write between double quotes as it is (no $, quote, backslash, backtick)
-_PLAIN_PATH = re.compile(r"^[A-Za-z0-9._/+@=:, -]+$")
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9._/+@=:, -]+")
 
 
 def _draft_model_line(launch: ServingLaunch) -> str:
     """The EAGLE-3 head's weights as the script's ``DRAFT_MODEL``: the Hugging Face repository its
     config names (``DraftHead.checkpoint``) unless set; else whoever runs the script sets it (the
     folder the head was priced from may hold only its config, on another machine)."""
-    if launch.draft_checkpoint and _PLAIN_PATH.match(launch.draft_checkpoint):
+    if launch.draft_checkpoint and _PLAIN_PATH.fullmatch(launch.draft_checkpoint):
         return f'DRAFT_MODEL="${{DRAFT_MODEL:-{launch.draft_checkpoint}}}"'
     return ('DRAFT_MODEL="${DRAFT_MODEL:?set DRAFT_MODEL to the weights of the EAGLE-3 head priced (a folder or a '
             'Hugging Face repository; its config.json stated none)}"')

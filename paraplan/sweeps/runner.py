@@ -112,35 +112,59 @@ def _connect(client_class, scheduler: str):
                      "(something accepted the connection and stayed silent)", fix)
 
 
-#: per kind: the point's own columns a finished chunk must repeat (each row's value equal to its
-#: point's), and the number an "ok" row must hold finite and positive
-_CHUNK_CHECKS = {"training": ((("model", "model"), ("cluster", "cluster"), ("gpus", "gpus")), "step_time_s"),
-                 "serving": ((("model", "model"), ("system", "system"), ("gpus", "gpus")), "tokens_per_s_per_gpu")}
+#: the statuses a finished chunk's rows may hold, per kind
+_STATUSES = {"training": {"ok", "invalid", "infeasible", "does not fit"}, "serving": {"ok", "invalid", "infeasible"}}
+#: per kind: (the point's own columns a finished chunk must repeat, each row's value equal to its
+#: point's: (column, key in the point); the numbers an "ok" row must hold finite and positive)
+_CHUNK_CHECKS = {
+    "training": ((("model", "model"), ("cluster", "cluster"), ("gpus", "gpus"), ("stack", "stack"),
+                  ("global_batch", "global_batch"), ("global_batch_tokens", "global_batch_tokens")),
+                 ("step_time_s",)),
+    "serving": ((("model", "model"), ("system", "system"), ("gpus", "gpus"), ("backend", "backend"), ("isl", "isl"),
+                 ("osl", "osl"), ("ttft_slo_ms", "ttft_ms"), ("tpot_slo_ms", "tpot_ms"), ("precision", "precision"),
+                 ("modes", "modes")),
+                ("tokens_per_s_per_gpu", "ttft_ms", "tpot_ms")),
+}
 
 
 def _read_chunk(path: Path, chunk: list[tuple[int, dict]], kind: str = "training") -> pd.DataFrame | None:
     """A finished chunk's rows, or None when its file cannot be read or does not hold this
     chunk's points and their results (damaged by hand, or truncated by a full disk: a column
-    missing, a row's model or GPU count not its point's, an "ok" row without its number): the
-    chunk is then evaluated again, like a missing one."""
+    missing or of the wrong kind, a row's point value not its point's, a status no evaluation
+    writes, an "ok" row without its numbers): the chunk is then evaluated again, like a missing one."""
     try:
-        df = pd.read_parquet(path)
-    except (OSError, ValueError):          # pyarrow's ArrowInvalid is a ValueError
+        return _checked_chunk(pd.read_parquet(path), chunk, kind)
+    except Exception:  # noqa: BLE001 - whatever a damaged file holds, it is evaluated again
         return None
-    if "status" not in df or "point" not in df or sorted(df["point"].tolist()) != [i for i, _ in chunk]:
+
+
+def _checked_chunk(df: pd.DataFrame, chunk: list[tuple[int, dict]], kind: str) -> pd.DataFrame | None:
+    if "status" not in df or "point" not in df or not pd.api.types.is_integer_dtype(df["point"]):
         return None
-    keys, number = _CHUNK_CHECKS.get(kind, _CHUNK_CHECKS["training"])
+    if sorted(int(v) for v in df["point"]) != [i for i, _ in chunk]:
+        return None
+    if not df["status"].map(lambda v: isinstance(v, str) and v in _STATUSES.get(kind, set())).all():
+        return None
+    keys, numbers = _CHUNK_CHECKS.get(kind, _CHUNK_CHECKS["training"])
     rows = df.sort_values("point", kind="stable")
     points = [p for _, p in sorted(chunk, key=lambda c: c[0])]
     for column, key in keys:
-        if column not in rows or [str(v) for v in rows[column]] != [str(p[key]) for p in points]:
+        stated = [p.get(key) for p in points]
+        if all(v is None for v in stated):
+            continue
+        if column not in rows or [str(v) for v in rows[column]] != [str(v) for v in stated]:
             return None
-    if number not in rows:
-        return None
-    ok = rows[rows["status"].astype(str) == "ok"]
-    values = pd.to_numeric(ok[number], errors="coerce")
-    if not (values.notna() & np.isfinite(values.astype(float)) & (values > 0)).all():
-        return None
+    ok = rows[rows["status"] == "ok"]
+    for number in numbers:
+        if number not in rows:
+            return None
+        values = pd.to_numeric(ok[number], errors="coerce").astype(float)
+        if not (np.isfinite(values) & (values > 0)).all():
+            return None
+    if kind == "serving":
+        from paraplan.sweeps.serving_evaluate import SERVING_COLUMNS
+        if list(df.columns) != list(SERVING_COLUMNS):
+            return None
     return df
 
 
@@ -163,6 +187,9 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path | None = None, *, client=None
     folder = None if out_dir is None else Path(out_dir) / "chunks"
     if folder is not None and folder.is_symlink():    # its chunk files would land wherever it points
         raise InputError("--out", f"{folder} is a symbolic link", "remove the link; the sweep makes its own folder")
+    if folder is not None and folder.exists() and not folder.is_dir():
+        raise InputError("--out", f"{folder} is a file, where the sweep keeps its chunks",
+                         "remove it, or give another --out folder")
     created = [] if folder is None else [p for p in (folder, *folder.parents) if not p.exists()]
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
 from hardware_specs.errors import InputError, suggest, whole_number
+from planners.serving.search import MAX_GPUS as SERVING_MAX_GPUS
 
 #: the weight formats an axis may name besides ``auto`` (``paraplan serve plan --precision``)
 SERVING_PRECISIONS = ("auto", "bf16", "fp16", "fp8", "fp8_block", "nvfp4", "mxfp4", "int4_wo")
@@ -80,9 +81,10 @@ class ServingSweepSpec:
                 raise InputError(name, "is empty", "list at least one value")
             seen = set()
             for v in values:
-                if repr(v) in seen:
+                key = v.strip().lower() if isinstance(v, str) else repr(v)     # LLAMA3.1-8B is llama3.1-8b
+                if key in seen:
                     raise InputError(name, f"lists {v!r} twice", "list each value once")
-                seen.add(repr(v))
+                seen.add(key)
         for p in self.precisions:
             if p not in SERVING_PRECISIONS:
                 raise InputError("precisions", f"unknown weight format {p!r}", suggest(p, SERVING_PRECISIONS))
@@ -120,18 +122,20 @@ def _axis(data: Mapping, key: str) -> tuple:
     for item in items:
         if key in ("gpus", "isl", "osl"):
             value = whole_number(key, item)
-            if value > _MAX_WHOLE:
-                raise InputError(key, f"expected whole numbers in [1, {_MAX_WHOLE:,}], got {item!r}")
+            most = SERVING_MAX_GPUS if key == "gpus" else _MAX_WHOLE     # serve plan's own bound on GPUs
+            if value > most:
+                raise InputError(key, f"expected whole numbers in [1, {most:,}], got {item!r}")
             out.append(value)
         elif key in ("ttft_ms", "tpot_ms"):
             if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item) \
                     or not 0 < item <= 1e7:
-                raise InputError(key, f"expected milliseconds in (0, 1e7], got {item!r}")
+                hint = " (YAML reads 1e7 as text: write 1.0e7)" if isinstance(item, str) else ""
+                raise InputError(key, f"expected milliseconds in (0, 1e7], got {item!r}{hint}")
             out.append(float(item))
         else:
             if isinstance(item, bool) or not isinstance(item, str) or not item.strip():
                 raise InputError(key, f"expected names, got {item!r}")
-            out.append(item.strip().lower() if key in ("precisions", "modes") else item)
+            out.append(item.strip().lower() if key in ("precisions", "modes") else item.strip())
     return tuple(out)
 
 

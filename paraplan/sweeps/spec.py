@@ -239,7 +239,11 @@ def spec_from_dict(data: Mapping[str, Any]):
     ``kind: serving`` a ``serving_spec.ServingSweepSpec``."""
     if not isinstance(data, Mapping):
         raise InputError("spec", "must be a mapping of keys (models:, clusters:, gpus:, ...)")
-    if data.get("kind") in SERVING_KINDS:
+    kind = data.get("kind", "training")
+    if not isinstance(kind, str) or kind not in TRAINING_KINDS + SERVING_KINDS:
+        # before the keys: a spec of the other kind is named as an unknown kind, not by its keys
+        raise InputError("kind", f"unknown kind {kind!r}", "use training or serving (lower case)")
+    if kind in SERVING_KINDS:
         from paraplan.sweeps.serving_spec import serving_spec_from_dict
         return serving_spec_from_dict(data)
     unknown = [str(k) for k in data if k not in _KEYS]

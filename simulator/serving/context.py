@@ -17,7 +17,7 @@ from cost_models.speculative import MAX_SPECULATIVE_TOKENS, MTP_ACCEPTANCE_PRIOR
 from cost_models.weight_formats import canonical_format, kv_dtype_bytes, native_compute_dtype
 from hardware_specs.catalog import is_file, load_cluster, load_serving_efficiency, load_stack, serving_stack_for
 from hardware_specs.cluster_spec import ClusterSpec
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, whole_number
 from hardware_specs.serving_behaviour import ServingBehaviour
 from hardware_specs.serving_efficiency import ServingEfficiency
 from hardware_specs.stack_spec import StackSpec
@@ -185,6 +185,11 @@ class ServingContext:
                              f"{c.gpu.name} ({c.gpu.vendor or 'unknown vendor'})",
                              "choose an engine that runs there (vllm or sglang), or a system of those GPUs"
                              if c.gpu.vendor else "state the GPU file's vendor (e.g. vendor: nvidia)")
+        if draft_head is not None and not isinstance(draft_head, (str, Path, DraftHead)):
+            raise InputError("--draft-model", f"expected the path of an EAGLE-3 head's config.json, got "
+                             f"{type(draft_head).__name__}", "give its folder or config.json as text")
+        if isinstance(draft_head, str) and not draft_head.strip():     # "" is no path (not the working folder)
+            raise InputError("--draft-model", "is empty", "give an EAGLE-3 head's folder or config.json")
         head = load_draft_head(draft_head) if isinstance(draft_head, (str, Path)) else draft_head
         if head is not None:
             head.check_target(m)
@@ -200,6 +205,10 @@ class ServingContext:
                                  f"give --{field_name} int4_wo (or bf16 where it fits), or an engine with weight-only "
                                  f"{fmt} kernels (vllm)")
         kv = stack.serving.kv_cache_dtype if kv_cache_dtype in (None, "auto") else kv_cache_dtype
+        if kv == "fp8" and "fp8" in stack.serving.native_only_formats and "fp8" not in c.gpu.peak_flops_per_s:
+            # the same support matrix lists no FP8 of any kind on the GPU, the KV cache included
+            raise InputError("--kv-cache-dtype", f"{stack.name} has no FP8 kernels on {c.name}'s {c.gpu.name}, an "
+                             "FP8 KV cache included", "give --kv-cache-dtype auto (16-bit there), or -b vllm")
         if kv == "auto" and stack.serving.kv_dtype_from_checkpoint and {"nvfp4", "fp8"} & {dense, expert}:
             # NVFP4 and per-tensor FP8 checkpoints are NVIDIA ModelOpt exports, whose
             # hf_quant_config.json states kv_cache_quant_algo FP8 (the FP8 export's example in
@@ -235,8 +244,13 @@ def speculation(model: ModelSpec, stack: StackSpec, speculative_tokens, draft_ac
     EAGLE-3 ``draft_head``, whose acceptance must be given; a separate small draft model is not
     modelled."""
     k = stack.serving.speculative_tokens if speculative_tokens is None else speculative_tokens
-    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= MAX_SPECULATIVE_TOKENS:
-        raise InputError("--speculative-tokens", f"must be a whole number in [0, {MAX_SPECULATIVE_TOKENS}], got {k!r}",
+    try:
+        k = whole_number("--speculative-tokens", k, minimum=0)      # 3.0 and numpy integers are 3
+    except InputError:
+        k = -1
+    if not 0 <= k <= MAX_SPECULATIVE_TOKENS:
+        raise InputError("--speculative-tokens", f"must be a whole number in [0, {MAX_SPECULATIVE_TOKENS}], got "
+                         f"{speculative_tokens if speculative_tokens is not None else k!r}",
                          "use 1-3 drafted tokens a step, as the engines' MTP examples do")
     if draft_acceptance is None:
         p, prior = MTP_ACCEPTANCE_PRIOR, True
