@@ -171,6 +171,26 @@ def kept_bytes(terms: dict, modules) -> np.ndarray:
     return total
 
 
+def pinned_bytes(nbytes):
+    """Host bytes a pinned copy of a tensor of ``nbytes`` takes: PyTorch's caching host allocator
+    rounds every pinned allocation up to the next power of two (pytorch/pytorch
+    aten/src/ATen/core/CachingHostAllocator.h: "Round up the allocation to the nearest power of
+    two to improve reuse", ``c10::llvm::PowerOf2Ceil``; the default, which pytorch/pytorch#171662
+    and vllm-project/vllm#56410 discuss), and Transformer Engine's CPU offloading allocates one
+    pinned tensor per offloaded activation (NVIDIA/TransformerEngine
+    transformer_engine/pytorch/cpu_offload.py: ``torch.empty_like(tensor, device="cpu",
+    pin_memory=True)``). Arrays broadcast; 0 stays 0."""
+    b = np.asarray(nbytes, dtype=float)
+    safe = np.where(b > 0, b, 1.0)
+    return np.where(b > 0, 2.0 ** np.ceil(np.log2(safe)), 0.0)
+
+
+def pinned_kept_bytes(terms: dict, modules) -> np.ndarray:
+    """``kept_bytes`` as pinned host copies: each kept term taken as one tensor, rounded up by
+    ``pinned_bytes`` (what an offloaded layer holds in host memory)."""
+    return kept_bytes({k: pinned_bytes(v) for k, v in terms.items()}, modules)
+
+
 def effective_modules(recompute, modules, selective=SELECTIVE_DEFAULT):
     """The modules mask a layer that is not recomputed in full uses: the named modules, else
     under ``selective`` (code 1) what the stack's selective checkpointing recomputes
@@ -183,17 +203,20 @@ def effective_modules(recompute, modules, selective=SELECTIVE_DEFAULT):
 
 def activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, cp, sp, recompute,
                                flash_attention=True, ffn=None, modules=0, gemm_input_bytes=None, element_bytes=2.0,
-                               selective=SELECTIVE_DEFAULT):
+                               selective=SELECTIVE_DEFAULT, pinned=False):
     """Activation bytes one layer keeps for one micro-batch on one GPU.
 
     ``recompute``: 0 none, 1 selective, 2 full (arrays allowed): full keeps the layer input,
     the others ``kept_bytes`` of ``activation_terms`` under ``effective_modules`` (``selective``:
     the stack's selective modules mask). ``ffn``
     overrides the MLP width (e.g. the routed tokens' expert MLPs; see
-    ``moe_activation_bytes_per_layer``). ``element_bytes``: see ``activation_terms``.
+    ``moe_activation_bytes_per_layer``). ``element_bytes``: see ``activation_terms``. ``pinned``:
+    each tensor as its pinned host copy takes it (``pinned_bytes``: an offloaded layer's host bytes).
     """
     terms = activation_terms(model, micro_batch, seq_len, tp, cp, sp, flash_attention, ffn, gemm_input_bytes,
                              element_bytes)
+    if pinned:       # the same tensors as pinned host copies (``pinned_bytes``)
+        terms = {k: pinned_bytes(v) for k, v in terms.items()}
     kept = kept_bytes(terms, effective_modules(recompute, modules, selective))
     return np.where(np.asarray(recompute) == 2, terms["layer_input"], kept)
 

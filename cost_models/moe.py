@@ -501,7 +501,8 @@ def expert_model_state_bytes(expert_params_local, zero_stage, dp, cp, tp, ep, et
 
 
 def moe_activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, cp, ep, etp, recompute,
-                                   load_imbalance=1.0, modules=None, gemm_input_bytes=2.0, probs_in_expert=False):
+                                   load_imbalance=1.0, modules=None, gemm_input_bytes=2.0, probs_in_expert=False,
+                                   pinned=False):
     """Activation bytes the routed-expert part of one MoE layer keeps, one micro-batch, one GPU.
 
     The rest of the layer (attention, norms, the MLP input, shared experts) is
@@ -523,6 +524,9 @@ def moe_activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, c
       the combine's unpermute then takes no probabilities), whose gradient reads the fc1 output
       already kept; with LatentMoE also the up projection's input, ``routed * d * 2``.
 
+    ``pinned``: each of these tensors as its pinned host copy takes it (``memory.pinned_bytes``:
+    an offloaded layer's host bytes).
+
     ``recompute`` 2 (full) or the ``moe`` module keep none of it (the layer input, or the
     block's input, is in the generic formula); otherwise ``modules`` (a ``memory.MODULE_BITS`` mask, None = from ``recompute`` alone via
     ``memory.effective_modules``) says what is recomputed.
@@ -541,10 +545,11 @@ def moe_activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, c
     # LatentMoE: the up projection's input (the combined rows at the latent width) is kept for
     # its weight gradient; the down projection's input is the norm's output the layer keeps
     latent_input = routed * d_e * ACT_BYTES if moe.latent_size else 0.0
-    kept = (routed * E * ROUTER_BYTES_PER_LOGIT_SAVED
-            + np.where(drop_dispatch, 0.0, rows * d_e * gb)
-            + rows * (fc1_out + np.where(drop_act, 0.0, gb * f_local))
-            + np.where(probs_in_expert, 0.0, routed * k * d_e * ACT_BYTES) + latent_input)
+    size = memory.pinned_bytes if pinned else (lambda x: x)
+    kept = (size(routed * E * ROUTER_BYTES_PER_LOGIT_SAVED)
+            + np.where(drop_dispatch, 0.0, size(rows * d_e * gb))
+            + size(rows * fc1_out) + np.where(drop_act, 0.0, size(rows * gb * f_local))
+            + np.where(probs_in_expert, 0.0, size(routed * k * d_e * ACT_BYTES)) + size(latent_input))
     # ``moe``: the whole block is recomputed from its input (the norm's output, kept by the layer)
     whole_block = (mods & memory.MODULE_BITS["moe"]) != 0
     return np.where((np.asarray(recompute) == 2) | whole_block, 0.0, kept)

@@ -33,8 +33,9 @@ def layer_activation_bytes(model: ModelSpec, dtype: str, mbs, tp, cp, sp, rc, fl
     """Per layer and micro-batch on one GPU, bytes: ``kept_dense`` / ``kept_moe`` (a layer not
     recomputed in full, the selected operations recomputed), ``input`` (a layer recomputed in
     full keeps only its input), ``full_dense`` / ``full_moe`` (everything: what a recomputed
-    layer materialises during its backward), ``dispatch`` (one MoE layer's transient token
-    exchange buffers). ``selective``: what a selective recomputation recomputes when no modules
+    layer materialises during its backward), ``host_dense`` / ``host_moe`` (a kept layer's
+    tensors as pinned host copies: what offloading it holds in host memory), ``dispatch`` (one
+    MoE layer's transient token exchange buffers). ``selective``: what a selective recomputation recomputes when no modules
     are named (the stack's, ``ParallelConfig.selective_modules``, as a modules mask).
     ``probs_in_expert``: ``ParallelConfig.moe_probs_in_expert``."""
     s = float(model.seq_len)
@@ -43,14 +44,16 @@ def layer_activation_bytes(model: ModelSpec, dtype: str, mbs, tp, cp, sp, rc, fl
     mods = memory.effective_modules(rc, modules, selective)
     dense_ffn = (model.moe.dense_ffn_hidden_size or model.ffn_hidden_size) if model.moe else None
 
-    def kept(ffn, recompute, m):
-        return memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, recompute, flash_attention, ffn, m, gb, eb)
+    def kept(ffn, recompute, m, pinned=False):
+        return memory.activation_bytes_per_layer(model, mbs, s, tp, cp, sp, recompute, flash_attention, ffn, m, gb, eb,
+                                                 pinned=pinned)
 
     not_full = np.where(np.asarray(rc) == 2, np.where(mods != 0, 1, 0), rc)   # what the other layers do
     if model.hybrid_pattern:
         return _hybrid_activation_bytes(model, mbs, s, tp, cp, sp, rc, not_full, mods, flash_attention, ep, etp,
                                         imbalance, gb, eb, probs_in_expert)
     out = {"kept_dense": kept(dense_ffn, not_full, mods), "full_dense": kept(dense_ffn, 0, 0),
+           "host_dense": kept(dense_ffn, not_full, mods, pinned=True),
            "input": memory.activation_terms(model, mbs, s, tp, cp, sp, flash_attention, element_bytes=eb)["layer_input"]}
     if model.moe is not None:
         shared_ffn = max(model.moe.num_shared_experts * (model.moe.shared_expert_ffn_hidden_size
@@ -60,10 +63,13 @@ def layer_activation_bytes(model: ModelSpec, dtype: str, mbs, tp, cp, sp, rc, fl
         block_mods = memory.moe_block_modules(mods)
         out["kept_moe"] = (kept(shared_ffn, np.where(block_mods != 0, not_full, 0), block_mods)
                            + routed(not_full, imbalance, mods, gb, probs_in_expert))
+        out["host_moe"] = (kept(shared_ffn, np.where(block_mods != 0, not_full, 0), block_mods, pinned=True)
+                           + routed(not_full, imbalance, mods, gb, probs_in_expert, pinned=True))
         out["full_moe"] = kept(shared_ffn, 0, 0) + routed(0, imbalance, 0, gb, probs_in_expert)
         out["dispatch"] = moe_costs.moe_dispatch_buffer_bytes(model, mbs, s, tp, cp, etp, imbalance, ep) + 0.0 * tp
     else:
         out["kept_moe"], out["full_moe"], out["dispatch"] = out["kept_dense"], out["full_dense"], 0.0 * tp
+        out["host_moe"] = out["host_dense"]
     return {k: np.asarray(v, dtype=float) + 0.0 * np.asarray(tp, dtype=float) for k, v in out.items()}
 
 
@@ -91,8 +97,10 @@ def _hybrid_activation_bytes(model: ModelSpec, mbs, s, tp, cp, sp, rc, not_full,
     kept_mods = memory.effective_modules(not_full, mods)
 
     def kept_and_full(terms):
-        """(bytes kept by a layer not recomputed in full, everything it materialises)"""
-        return memory.kept_bytes(terms, kept_mods), memory.kept_bytes(terms, 0)
+        """(bytes kept by a layer not recomputed in full, everything it materialises, the kept
+        tensors as pinned host copies)"""
+        return (memory.kept_bytes(terms, kept_mods), memory.kept_bytes(terms, 0),
+                memory.pinned_kept_bytes(terms, kept_mods))
 
     layer = memory.activation_terms(model, mbs, s, tp, cp, sp, flash_attention, None, gb, eb)
     parts = {"attention": kept_and_full(_block_terms(layer, _ATTENTION_TERMS)),
@@ -101,20 +109,24 @@ def _hybrid_activation_bytes(model: ModelSpec, mbs, s, tp, cp, sp, rc, not_full,
         parts["mamba"] = kept_and_full(mamba.mamba_activation_terms(model, mbs, s, tp, cp, sp, gb, eb))
     shares = mamba.non_moe_kind_shares(model)
     out = {"kept_dense": sum(shares[k] * v[0] for k, v in parts.items()),
-           "full_dense": sum(shares[k] * v[1] for k, v in parts.items()), "input": layer["layer_input"]}
+           "full_dense": sum(shares[k] * v[1] for k, v in parts.items()),
+           "host_dense": sum(shares[k] * v[2] for k, v in parts.items()), "input": layer["layer_input"]}
     if model.moe is not None:
         moe = model.moe
         shared_ffn = max(moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size), 1)
         shared_terms = _block_terms(memory.activation_terms(model, mbs, s, tp, cp, sp, flash_attention, shared_ffn,
                                                             gb, eb), _MLP_TERMS)
         shared = (memory.kept_bytes(shared_terms, memory.moe_block_modules(kept_mods)),
-                  memory.kept_bytes(shared_terms, 0))
+                  memory.kept_bytes(shared_terms, 0),
+                  memory.pinned_kept_bytes(shared_terms, memory.moe_block_modules(kept_mods)))
         routed = partial(moe_costs.moe_activation_bytes_per_layer, model, mbs, s, tp, cp, ep, etp)
         out["kept_moe"] = shared[0] + routed(not_full, imbalance, mods, gb, probs_in_expert)
+        out["host_moe"] = shared[2] + routed(not_full, imbalance, mods, gb, probs_in_expert, pinned=True)
         out["full_moe"] = shared[1] + routed(0, imbalance, 0, gb, probs_in_expert)
         out["dispatch"] = moe_costs.moe_dispatch_buffer_bytes(model, mbs, s, tp, cp, etp, imbalance, ep) + 0.0 * tp
     else:
         out["kept_moe"], out["full_moe"], out["dispatch"] = out["kept_dense"], out["full_dense"], 0.0 * tp
+        out["host_moe"] = out["host_dense"]
     return {k: np.asarray(v, dtype=float) + 0.0 * np.asarray(tp, dtype=float) for k, v in out.items()}
 
 
@@ -218,7 +230,8 @@ def dynamic_parts(ctx, sidx, fc: StageCells, split) -> dict:
                                                      (per_stage["rc_dense"] + per_stage["rc_moe"] + offd + offm) > 0),
         "offload_buffers_bytes": offload.OFFLOAD_STAGING_LAYERS * np.maximum(
             np.where(offd > 0, a["kept_dense"], 0.0), np.where(offm > 0, a["kept_moe"], 0.0)),
-        "host": sets * (offd * a["kept_dense"] + offm * a["kept_moe"]),
+        # in host memory each offloaded tensor is a pinned copy, rounded up (``memory.pinned_bytes``)
+        "host": sets * (offd * a["host_dense"] + offm * a["host_moe"]),
     }
 
 

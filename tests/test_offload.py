@@ -199,3 +199,19 @@ def test_the_pcie_rule_reads_the_link_in_any_case_and_the_expert_group_by_its_ow
     assert p_in["step_time_s"][0] == pytest.approx(c_in["step_time_s"][0], rel=1e-12)
     p_x, c_x = (evaluate(oss, cl, eff, ConfigBatch.from_configs([across])) for cl in (h, c2c))
     assert p_x["offload_exposed_s"][0] > c_x["offload_exposed_s"][0]
+
+
+def test_each_offloaded_tensor_takes_its_pinned_size_in_host_memory():
+    """Transformer Engine pins one host tensor per offloaded activation and PyTorch's caching host
+    allocator rounds each up to a power of two. At hidden 1536 every term of a layer's
+    s h (34 + 4 A / h) is 3 x a power of two (norm inputs 4sh, GEMM inputs 2sh each, masks 2sh,
+    q+v 4sh, k 2sh, MLP 8sh + 8sh), so each takes 4/3 of itself; the log-sum-exp 4As is already one."""
+    h = 1536
+    model = ModelSpec("gpt-8x1536", 8, h, A, A, 4 * h, 32000, S)
+    kept = S * (34 * h + 4 * A)
+    pinned = S * 34 * h * 4 // 3 + S * 4 * A
+    assert pinned == 142_737_408
+    report = simulate(model, DGX, ParallelConfig(dp=1, pp=1, micro_batch=1, global_batch=4, cuda_graphs=True,
+                                                  offload_activation_layers=3))
+    assert report.memory_breakdown_bytes["activations_bytes"] == pytest.approx(5 * kept, rel=1e-12)
+    assert report.extras["host_memory_bytes"] == pytest.approx(3 * pinned, rel=1e-12)
