@@ -6,9 +6,13 @@ A ``InputError`` names the offending field and says how to fix it; the CLI print
 from __future__ import annotations
 
 import difflib
+import math
+import numbers
 import os
 import re
 from typing import Iterable
+
+import numpy as np
 
 
 class InputError(ValueError):
@@ -118,9 +122,7 @@ def whole_number(field: str, value, minimum: int = 1) -> int:
     """``value`` as an int when it is a whole number >= ``minimum`` (an int, an integral float, a
     numpy integer), else ``InputError`` naming ``field``: nan, inf, 4096.7, a list, an array or
     True are neither truncated nor left to int()'s ValueError / OverflowError / TypeError."""
-    import math
-    import numbers
-    if isinstance(value, bool) or type(value).__name__ == "bool_" or not isinstance(value, numbers.Real) \
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) \
             or not math.isfinite(value) or value != int(value) or value < minimum:
         raise InputError(field, f"must be a whole number >= {minimum}, got {value!r}")
     return int(value)

@@ -16,12 +16,13 @@ from pathlib import Path
 import click
 import pandas as pd
 
+from cost_models.weight_formats import WEIGHT_FORMATS
 from hardware_specs.errors import InputError
 from paraplan.cli import atomic_output_path, check_distinct_paths, check_image_path, check_writable, dump_json, format_table, write_atomic
 
 POS = click.IntRange(min=1)
 GIB = 2**30
-PRECISIONS = ("bf16", "fp16", "fp8", "fp8_block", "nvfp4", "mxfp4", "int4_wo")
+PRECISIONS = WEIGHT_FORMATS          # the formats the serving cost model prices
 #: GPU counts from which serve plan shows a progress bar (512 GPUs of DeepSeek-R1 take ~2 s on
 #: two cores, 4,096 ~25 s)
 LONG_SEARCH_GPUS = 512
@@ -588,22 +589,28 @@ def deployment_of_row(row, ctx, opts: dict):
     return dep, metrics
 
 
-def _without_drafting(plan, ctx, gpus, opts, ttft_ms, tpot_ms, search, max_batch, no_pp, rank_by) -> dict:
-    """``{"best": the best row without speculative decoding (or None), "line": a sentence}``:
-    the same search with ``--speculative-tokens 0``, compared by the plan's ranking."""
+def _plan_without_drafting(ctx, gpus, opts, ttft_ms, tpot_ms, search, max_batch, no_pp, rank_by):
+    """The same ``plan_serving`` search with ``--speculative-tokens 0`` (raises ``InputError``
+    when nothing meets the objective)."""
     from dataclasses import replace
 
     from planners.serving import plan_serving
-    from planners.serving.search import describe
-    plain = replace(ctx, speculative_tokens=0, draft_head=None)
+    return plan_serving(replace(ctx, speculative_tokens=0, draft_head=None), gpus, opts["isl"], opts["osl"],
+                        ttft_ms, tpot_ms, modes=search, max_batch=max_batch, allow_pp=not no_pp, rank_by=rank_by)
+
+
+def _without_drafting(plan, ctx, gpus, opts, ttft_ms, tpot_ms, search, max_batch, no_pp, rank_by) -> dict:
+    """``{"best": the best row without speculative decoding (or None), "line": a sentence}``:
+    the same search with ``--speculative-tokens 0``, compared by the plan's ranking."""
+    from planners.serving.search import describe, ranking_key
     try:
-        other = plan_serving(plain, gpus, opts["isl"], opts["osl"], ttft_ms, tpot_ms, modes=search,
-                             max_batch=max_batch, allow_pp=not no_pp, rank_by=rank_by)
+        other = _plan_without_drafting(ctx, gpus, opts, ttft_ms, tpot_ms, search, max_batch, no_pp, rank_by)
     except InputError:
         return {"best": None, "line": "without drafting (--speculative-tokens 0) no layout meets the objective: "
                                       "the drafts are what meets it"}
-    key = (lambda r: float(r["tokens_per_s_per_gpu"]) * float(r["gpus_used"])) if rank_by == "total" else \
-        (lambda r: float(r["tokens_per_s_per_gpu"]))
+
+    def key(row) -> float:
+        return float(ranking_key(row, rank_by))
     what = "tokens/s" if rank_by == "total" else "tokens/s/GPU"
     gain = key(plan.best) / key(other.best) - 1.0
     b = other.best
@@ -784,13 +791,9 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
             if not ctx.speculative_tokens:
                 raise
             # the drafts may be what misses the objective (a low acceptance): say so
-            from dataclasses import replace
-
             from planners.serving.search import describe
             try:
-                plain = plan_serving(replace(ctx, speculative_tokens=0, draft_head=None), gpus, opts["isl"], opts["osl"],
-                                     ttft_ms, tpot_ms, modes=search, max_batch=max_batch, allow_pp=not no_pp,
-                                     rank_by=rank_by)
+                plain = _plan_without_drafting(ctx, gpus, opts, ttft_ms, tpot_ms, search, max_batch, no_pp, rank_by)
             except InputError:
                 raise exc from None
             raise InputError(exc.field, exc.message, f"{exc.fix}; or serve without drafting (--speculative-tokens 0): "

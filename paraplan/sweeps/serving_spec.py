@@ -28,11 +28,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
+from cost_models.weight_formats import WEIGHT_FORMATS
 from hardware_specs.errors import InputError, suggest, whole_number
+from paraplan.sweeps.spec import DEFAULT_BEST_CHUNK_POINTS, _refuse_repeats
 from planners.serving.search import MAX_GPUS as SERVING_MAX_GPUS
 
 #: the weight formats an axis may name besides ``auto`` (``paraplan serve plan --precision``)
-SERVING_PRECISIONS = ("auto", "bf16", "fp16", "fp8", "fp8_block", "nvfp4", "mxfp4", "int4_wo")
+SERVING_PRECISIONS = ("auto",) + WEIGHT_FORMATS
 #: what ``modes`` may list, and the searched modes of each
 SERVING_MODES = {"agg": ("agg",), "disagg": ("disagg",), "both": ("agg", "disagg")}
 #: the axes with their defaults (None: required)
@@ -60,7 +62,7 @@ class ServingSweepSpec:
     tpot_ms: tuple[float, ...] = (50.0,)
     precisions: tuple[str, ...] = ("auto",)
     modes: tuple[str, ...] = ("both",)
-    chunk_points: int = 4
+    chunk_points: int = DEFAULT_BEST_CHUNK_POINTS
     description: str = ""
     kind: str = "serving"
     search: str = "best"
@@ -79,12 +81,8 @@ class ServingSweepSpec:
             values = getattr(self, name)
             if not values:
                 raise InputError(name, "is empty", "list at least one value")
-            seen = set()
-            for v in values:
-                key = v.strip().lower() if isinstance(v, str) else repr(v)     # LLAMA3.1-8B is llama3.1-8b
-                if key in seen:
-                    raise InputError(name, f"lists {v!r} twice", "list each value once")
-                seen.add(key)
+            # LLAMA3.1-8B is llama3.1-8b
+            _refuse_repeats(name, values, key=lambda v: v.strip().lower() if isinstance(v, str) else repr(v))
         for p in self.precisions:
             if p not in SERVING_PRECISIONS:
                 raise InputError("precisions", f"unknown weight format {p!r}", suggest(p, SERVING_PRECISIONS))
@@ -147,7 +145,7 @@ def serving_spec_from_dict(data: Mapping[str, Any]) -> ServingSweepSpec:
     for key in ("models", "systems", "gpus"):
         if data.get(key) is None:
             raise InputError(key, "missing", f"list the {key} to sweep")
-    chunk = data.get("chunk_points", 4)
+    chunk = data.get("chunk_points", DEFAULT_BEST_CHUNK_POINTS)
     if isinstance(chunk, bool) or not isinstance(chunk, int):
         raise InputError("chunk_points", f"expected a whole number, got {chunk!r}")
     for key in ("kind", "search", "description"):

@@ -64,14 +64,15 @@ DEFAULT_BEST_CHUNK_POINTS = 4
 
 
 
-def _refuse_repeats(name: str, values) -> None:
-    """An axis listing a value twice evaluates every point of it twice (identical rows)."""
+def _refuse_repeats(name: str, values, key=repr) -> None:
+    """An axis listing a value twice (equal under ``key``) evaluates every point of it twice
+    (identical rows)."""
     seen = set()
     for v in values or ():
-        key = repr(v)
-        if key in seen:
+        key_v = key(v)
+        if key_v in seen:
             raise InputError(name, f"lists {v!r} twice", "list each value once")
-        seen.add(key)
+        seen.add(key_v)
 
 @dataclass(frozen=True)
 class SweepSpec:

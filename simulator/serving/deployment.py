@@ -20,10 +20,6 @@ from simulator.parallel_config import MAX_GPUS
 MODES = ("agg", "disagg")
 
 
-def _whole(field_name: str, value, minimum: int = 1) -> int:
-    return whole_number(field_name, value, minimum)
-
-
 @dataclass(frozen=True)
 class WorkerLayout:
     """One worker's parallel layout and per-rank concurrency.
@@ -48,7 +44,7 @@ class WorkerLayout:
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "adp", "moe_tp", "moe_ep", "batch"):
-            object.__setattr__(self, name, _whole(f"{self.where}.{name}", getattr(self, name)))
+            object.__setattr__(self, name, whole_number(f"{self.where}.{name}", getattr(self, name)))
 
     @property
     def gpus(self) -> int:
@@ -74,7 +70,7 @@ def worker_layout(tp: int, pp: int, adp: int, moe_tp: int | None, moe_ep: int | 
     for name, value in (("tp", tp), ("adp", adp)) + tuple((f, v) for f, v in zip(fields, (moe_tp, moe_ep))
                                                       if v is not None):
         # checked before they divide anything (moe_ep 0 divided by zero; -1 blamed moe_tp)
-        _whole(name, value)
+        whole_number(name, value)
     if moe_tp is None and moe_ep is None:
         moe_tp, moe_ep = tp * adp, 1
     elif moe_tp is None:
@@ -138,12 +134,12 @@ class Deployment:
         if self.osl == 1:
             check_osl(self.osl)
         for name, least in (("isl", 1), ("osl", 2)):
-            object.__setattr__(self, name, _whole(name, getattr(self, name), least))
+            object.__setattr__(self, name, whole_number(name, getattr(self, name), least))
         if self.isl > 10_000_000 or self.osl > 10_000_000:
             raise InputError("isl" if self.isl > 10_000_000 else "osl", "longer than 10 million tokens",
                              "give a request length a model can serve")
         for name in ("workers", "prefill_workers", "decode_workers"):
-            object.__setattr__(self, name, _whole(name, getattr(self, name)))
+            object.__setattr__(self, name, whole_number(name, getattr(self, name)))
         if self.mode == "agg":
             if self.layout is None:
                 raise InputError("layout", "missing for an aggregated deployment", "give tp/pp/adp/moe_tp/moe_ep and batch")
