@@ -170,6 +170,12 @@ def _front_per_size(rows, sizes, x, y):
     return np.sort(np.concatenate(keep)) if keep else rows[:0]
 
 
+def _per_row(side: dict, idx, ref: str) -> dict:
+    """The per-row arrays of ``side`` (those shaped like ``side[ref]``) at rows ``idx``."""
+    shape = side[ref].shape
+    return {k: v[idx] for k, v in side.items() if isinstance(v, np.ndarray) and v.shape == shape}
+
+
 def _disagg_slo_batches(ctx, dcols: dict, dec: dict, pre: dict, pi, di, npw, ndw, out: dict, isl: int, osl: int,
                         max_batch: int, ttft_s: float, tpot_s: float):
     """For each pairing (prefill row, decode layout, worker counts) meeting the objective, the
@@ -192,7 +198,7 @@ def _disagg_slo_batches(ctx, dcols: dict, dec: dict, pre: dict, pi, di, npw, ndw
         return None
     top, d0, lo, hi = top[go], d0[go], lo[go], hi[go]
     lay = {k: dcols[k][d0] for k in ("tp", "pp", "adp", "moe_tp", "moe_ep", "layout_index")}
-    psel = {k: v[pi[top]] for k, v in pre.items() if isinstance(v, np.ndarray) and v.shape == pre["pre_one_s"].shape}
+    psel = _per_row(pre, pi[top], "pre_one_s")
     start = lo.copy()
 
     def evaluate(batch, idx):
@@ -270,8 +276,7 @@ def _disagg(ctx, gpus: int, isl: int, osl: int, max_batch: int, ttft_ms: float |
         return pd.DataFrame(columns=COLUMNS)
     pi, di = np.concatenate(pi_all), np.concatenate(di_all)
     npw, ndw = np.concatenate(npw_all), np.concatenate(ndw_all)
-    dsel = {k: v[di] for k, v in dec.items() if isinstance(v, np.ndarray) and v.shape == dec["tpot_s"].shape}
-    psel = {k: v[pi] for k, v in pre.items() if isinstance(v, np.ndarray) and v.shape == pre["pre_one_s"].shape}
+    dsel, psel = _per_row(dec, di, "tpot_s"), _per_row(pre, pi, "pre_one_s")
     out = combine(ctx, dsel, psel, npw, ndw, isl, osl)
     if ttft_ms is not None and tpot_ms is not None:
         found = _disagg_slo_batches(ctx, dcols, dec, pre, pi, di, npw, ndw, out, isl, osl, max_batch,
@@ -283,7 +288,7 @@ def _disagg(ctx, gpus: int, isl: int, osl: int, max_batch: int, ttft_ms: float |
             dec = {k: (np.concatenate([v, rows_d[k]]) if k in rows_d else v) for k, v in dec.items()}
             di_n = n0 + np.arange(len(pi_n))
             dsel_n = {k: dec[k][di_n] for k in dsel}
-            psel_n = {k: v[pi_n] for k, v in pre.items() if isinstance(v, np.ndarray) and v.shape == pre["pre_one_s"].shape}
+            psel_n = _per_row(pre, pi_n, "pre_one_s")
             out_n = combine(ctx, dsel_n, psel_n, npw_n, ndw_n, isl, osl)
             n_old = pi.shape
             pi, di = np.concatenate([pi, pi_n]), np.concatenate([di, di_n])
