@@ -66,13 +66,14 @@ def mtp_weight_bytes_per_gpu(model: ModelSpec, tp, moe_tp, moe_ep, dense_format:
     return float(model.mtp_layers) * (2.0 * h * h * wd + attn + mlp + 3.0 * h * ACT_BYTES)
 
 
-def draft_head_weight_bytes_per_gpu(head: DraftHead, tp):
+def draft_head_weight_bytes_per_gpu(head: DraftHead, tp, pp=1, target: ModelSpec | None = None):
     """Bytes one GPU holds of an EAGLE-3 draft head (``model_specs.draft_head``), 16-bit and split
     over tp like the target: the projection fusing ``fused_states`` target states (s h x h); per
     decoder layer its query / key / value projections from the 2h-wide [embedding; hidden] input
     (2h x (a + 2g) d), the output projection (a d x h), the MLP (3 h f gated, else 2 h f) and two
     norms; the output head over the draft vocabulary (V_draft x h) and its final norm. The
-    embedding is the target's (the engines share it)."""
+    embedding is the ``target``'s (the engines share it): where pp > 1 the head runs on the last
+    stage and the embedding sits on the first, so the last holds its own copy (V h / tp)."""
     m = head.layer
     tp = _f(tp)
     h, a, g = m.hidden_size, m.num_heads, m.num_kv_heads
@@ -81,7 +82,10 @@ def draft_head_weight_bytes_per_gpu(head: DraftHead, tp):
     per_layer = 2.0 * h * (a + 2.0 * g) * dh + a * dh * h + mats * h * m.ffn_hidden_size
     split = float(head.fused_states) * h * h + m.num_layers * per_layer + m.vocab_size * h
     norms = (2.0 * m.num_layers + 1.0) * h
-    return (split / tp + norms) * ACT_BYTES
+    own = (split / tp + norms) * ACT_BYTES
+    if target is None:
+        return own
+    return own + np.where(np.asarray(pp) > 1, target.vocab_size * target.hidden_size / tp * ACT_BYTES, 0.0)
 
 
 def weight_bytes_per_gpu(model: ModelSpec, tp, adp, pp, moe_tp, moe_ep, dense_format: str, expert_format: str):

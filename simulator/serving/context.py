@@ -87,8 +87,7 @@ class ServingContext:
         if not self.speculative_tokens:
             return 0.0 * np.asarray(tp, dtype=float)
         if self.draft_head is not None:
-            embedding = self.model.vocab_size * self.model.hidden_size * 2.0 / np.asarray(tp, dtype=float)
-            return draft_head_weight_bytes_per_gpu(self.draft_head, tp) + np.where(np.asarray(pp) > 1, embedding, 0.0)
+            return draft_head_weight_bytes_per_gpu(self.draft_head, tp, pp, self.model)
         return mtp_weight_bytes_per_gpu(self.model, tp, moe_tp, moe_ep, self.dense_format, self.expert_format)
 
     def draft_kv_bytes_per_token(self, tp):
