@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
-from hardware_specs.errors import InputError, require_plausible
+from hardware_specs.errors import InputError, require_plausible, suggest
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from paraplan.api import what_if_cluster
@@ -35,6 +35,14 @@ CONTEXT_FIELDS = ("backend", "backend_version", "precision", "expert_precision",
 DEPLOYMENT_FIELDS = ("isl", "osl", "tp", "pp", "adp", "moe_tp", "moe_ep", "batch", "workers")
 #: what ``serve_sweep`` may sweep
 SWEEP_FIELDS = ("model", "system") + CONTEXT_FIELDS + DEPLOYMENT_FIELDS
+
+
+def _refuse_unknown(context: Mapping[str, Any], what: str, known: tuple[str, ...]) -> None:
+    """``InputError`` naming the first keyword of ``context`` not in ``CONTEXT_FIELDS``, with the
+    nearest of ``known``."""
+    unknown = sorted(set(context) - set(CONTEXT_FIELDS))
+    if unknown:
+        raise InputError(unknown[0], f"not an input of {what}", suggest(unknown[0], known))
 
 
 def serving_context(model: str | ModelSpec, system: str, backend: str = "vllm", *,
@@ -67,10 +75,7 @@ def serve_simulate(model: str | ModelSpec, system: str, *, isl: int = 1024, osl:
     fitted factors (``efficiency_fitted``) and how far the fitted model was off on measured runs
     of this engine (``validation_ttft_err_pct`` / ``validation_tpot_err_pct``, None where none).
     ``context``: the ``serving_context`` keywords (``CONTEXT_FIELDS``)."""
-    unknown = sorted(set(context) - set(CONTEXT_FIELDS))
-    if unknown:
-        from hardware_specs.errors import suggest
-        raise InputError(unknown[0], "not an input of a serving deployment", suggest(unknown[0], SWEEP_FIELDS))
+    _refuse_unknown(context, "a serving deployment", SWEEP_FIELDS)
     ctx = serving_context(model, system, **context)
     dep = Deployment(model=ctx.model.name, system=ctx.cluster.name, backend=ctx.stack.name, mode="agg", isl=isl,
                      osl=osl, dense_format=ctx.dense_format, expert_format=ctx.expert_format,
@@ -109,7 +114,6 @@ def serve_sweep(base: Mapping[str, Any], field: str, values: Iterable[Any]) -> p
         raise InputError("base", "must be a mapping with at least model and system",
                          "e.g. dict(model='llama3.1-70b', system='dgx-h100', tp=4)")
     if field not in SWEEP_FIELDS:
-        from hardware_specs.errors import suggest
         raise InputError("field", f"cannot sweep {field!r}", suggest(str(field), SWEEP_FIELDS))
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
         raise InputError("values", f"expected a list of values, got {values!r}", "e.g. [1, 2, 4]")
@@ -134,10 +138,7 @@ def serve_plan(model: str | ModelSpec, system: str, gpus: int, *, isl: int = 102
                allow_pp: bool = True, rank_by: str = "per-gpu", **context: Any) -> ServingPlan:
     """``serve plan``'s search on the what-if hardware: the ``ServingPlan`` (``best``,
     ``candidates`` and ``front`` tables in ms and tokens/s, ``why``)."""
-    unknown = sorted(set(context) - set(CONTEXT_FIELDS))
-    if unknown:
-        from hardware_specs.errors import suggest
-        raise InputError(unknown[0], "not an input of a serving plan", suggest(unknown[0], CONTEXT_FIELDS))
+    _refuse_unknown(context, "a serving plan", CONTEXT_FIELDS)
     ctx = serving_context(model, system, **context)
     # "agg" is one mode, not three letters; "both" as on the command line
     if isinstance(modes, str):
