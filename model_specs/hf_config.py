@@ -11,7 +11,7 @@ Supported ``model_type`` families and the keys read (names as in ``transformers`
 - mixtral: + num_local_experts, num_experts_per_tok.
 - qwen2_moe, qwen3_moe: + num_experts, num_experts_per_tok, moe_intermediate_size,
   shared_expert_intermediate_size, decoder_sparse_step, mlp_only_layers.
-- deepseek_v2, deepseek_v3: + n_routed_experts, num_experts_per_tok, moe_intermediate_size,
+- deepseek_v2, deepseek_v3, kimi_k2: + n_routed_experts, num_experts_per_tok, moe_intermediate_size,
   n_shared_experts, first_k_dense_replace, moe_layer_freq, and the multi-latent attention sizes
   q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim; num_nextn_predict_layers
   (multi-token-prediction modules).
@@ -509,7 +509,9 @@ _FAMILIES: dict[str, Callable[[_Config, str, int | None], dict[str, Any]]] = {
     "nemotron": _nemotron,
     "mixtral": _mixtral,
     "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe,
-    "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
+    # Kimi K2 (model_type kimi_k2) is DeepSeek-V3's architecture (config.json architectures
+    # DeepseekV3ForCausalLM) with other sizes (Kimi Team 2025, arXiv 2507.20534, section 2.3)
+    "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "kimi_k2": _deepseek,
     "gpt_oss": _gpt_oss,
     "gpt2": _gpt2, "opt": _opt, "bloom": _bloom, "gpt_neox": _gpt_neox, "mpt": _mpt,
 }
@@ -636,6 +638,24 @@ def checkpoint_formats(quant, moe: bool, where: str) -> dict[str, str]:
     return {"checkpoint_format": fmt, **({"expert_checkpoint_format": fmt} if moe else {})}
 
 
+def _language_model_config(data: dict[str, Any]) -> dict[str, Any]:
+    """The language model's part of a config: multimodal checkpoints nest it under
+    ``text_config`` and name the wrapper in the top-level ``model_type`` (Kimi-K2.5:
+    ``kimi_k25`` around a ``kimi_k2`` text model; Mistral-Small-3.1: ``mistral3`` around
+    ``mistral``). The nested one is read when the top level names no model_type or one this
+    reader does not know; the vision encoder is not modelled. A ``quantization_config`` the
+    wrapper states (and the text model does not) still applies to the text model's weights."""
+    text = data.get("text_config")
+    if not isinstance(text, dict):
+        return data
+    outer = data.get("model_type")
+    if isinstance(outer, str) and outer.lower() in _FAMILIES:
+        return data
+    if "quantization_config" in data and "quantization_config" not in text:
+        text = {**text, "quantization_config": data["quantization_config"]}
+    return text
+
+
 def model_from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | None = None,
                          seq_len: int | None = None) -> ModelSpec:
     """The ``ModelSpec`` described by a Hugging Face ``config.json`` (a path, its folder, or the dict).
@@ -655,9 +675,7 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | 
             raise InputError("model", not_a_file(path))
         data = read_json(path)
         where = f"hf_config {path}"
-    # Multimodal checkpoints nest the language model's config.
-    if "model_type" not in data and isinstance(data.get("text_config"), dict):
-        data = data["text_config"]
+    data = _language_model_config(data)
     family = data.get("model_type")
     if not isinstance(family, str) or not family:
         raise InputError(f"{where}.model_type", "missing",

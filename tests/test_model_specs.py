@@ -41,6 +41,19 @@ DEEPSEEK_V3 = {
     "rope_scaling": {"factor": 40, "original_max_position_embeddings": 4096, "type": "yarn"},
     "tie_word_embeddings": False, "v_head_dim": 128, "vocab_size": 129280,
 }
+# moonshotai/Kimi-K2-Instruct config.json (model_type kimi_k2, architectures DeepseekV3ForCausalLM),
+# as mirrored in ai-dynamo/aiconfigurator@095f58a aic-core/src/aiconfigurator_core/model_configs/
+KIMI_K2 = {
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "kimi_k2", "first_k_dense_replace": 1,
+    "hidden_size": 7168, "intermediate_size": 18432, "kv_lora_rank": 512, "max_position_embeddings": 131072,
+    "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_routed_experts": 384, "n_shared_experts": 1,
+    "num_attention_heads": 64, "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 64,
+    "num_nextn_predict_layers": 0, "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+    "rope_scaling": {"beta_fast": 1.0, "beta_slow": 1.0, "factor": 32.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                     "original_max_position_embeddings": 4096, "type": "yarn"},
+    "scoring_func": "sigmoid", "tie_word_embeddings": False, "v_head_dim": 128, "vocab_size": 163840,
+    "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]},
+}
 GPT_OSS_120B = {
     "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "experts_per_token": 4, "head_dim": 64,
     "hidden_size": 2880, "initial_context_length": 4096, "intermediate_size": 2880,
@@ -164,7 +177,7 @@ def test_llmfoundry_sizes_match_the_validation_file():
 def test_preset_matches_its_hugging_face_config():
     for preset, config in (("mixtral-8x7b", MIXTRAL_8X7B), ("qwen3-30b-a3b", QWEN3_30B_A3B),
                            ("deepseek-v3", DEEPSEEK_V3), ("gpt-oss-120b", GPT_OSS_120B),
-                           ("qwen2-57b-a14b", QWEN2_57B_A14B)):
+                           ("qwen2-57b-a14b", QWEN2_57B_A14B), ("kimi-k2", KIMI_K2)):
         from_yaml = load_model(preset)
         from_hf = model_from_hf_config(config, name=preset, seq_len=from_yaml.seq_len)
         for field in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size",
@@ -230,6 +243,36 @@ def test_hf_deepseek_v3_config_loads_mla_and_moe_layout():
     assert (spec.num_kv_heads, spec.head_dim, spec.seq_len) == (128, 192, 4096)
     assert spec.mtp_layers == 1                      # num_nextn_predict_layers
     assert model_from_hf_config({**DEEPSEEK_V3, "num_nextn_predict_layers": 0}).mtp_layers == 0
+
+
+def test_hf_kimi_k2_config_loads_as_the_deepseek_v3_architecture():
+    """Kimi K2's model_type is kimi_k2, its architecture DeepseekV3ForCausalLM; Kimi Team 2025
+    (arXiv 2507.20534, section 2.3): 1.04T total, 32.6B activated parameters."""
+    from cost_models.params import total_params
+    spec = model_from_hf_config(KIMI_K2)
+    assert spec.mla == MLASpec(1536, 512, 128, 64, 128)
+    assert (spec.moe.num_experts, spec.moe.top_k, spec.moe.num_shared_experts) == (384, 8, 1)
+    assert (spec.moe.first_dense_layers, spec.num_moe_layers, spec.mtp_layers) == (1, 60, 0)
+    assert spec.checkpoint_format == "fp8_block"
+    assert round(total_params(spec) / 1e9, 2) == 1026.41               # 1.3% under 1.04T
+    assert round(total_params(spec, active=True) / 1e9, 2) == 32.86    # 0.8% over 32.6B
+
+
+def test_hf_multimodal_wrapper_reads_its_text_config():
+    """A vision-language checkpoint names the wrapper in model_type and nests the language model
+    under text_config (moonshotai/Kimi-K2.5: kimi_k25 around kimi_k2; nvidia/Kimi-K2.5-NVFP4
+    states the NVFP4 quantization_config on the wrapper, attention left 16-bit)."""
+    text = {k: v for k, v in KIMI_K2.items() if k != "quantization_config"}
+    wrapped = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25", "text_config": text,
+               "vision_config": {"model_type": "moonvit", "hidden_size": 1152},
+               "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4",
+                                       "ignore": ["language_model.model.layers.0.self_attn*"]}}
+    spec = model_from_hf_config(wrapped)
+    assert spec.moe == model_from_hf_config(KIMI_K2).moe and spec.mla == model_from_hf_config(KIMI_K2).mla
+    assert (spec.checkpoint_format, spec.expert_checkpoint_format) == ("", "nvfp4")
+    # a wrapper whose text model this reader does not know is refused by the text model's type
+    with pytest.raises(InputError, match="unsupported model_type 'llama4_text'"):
+        model_from_hf_config({"model_type": "llama4", "text_config": {"model_type": "llama4_text"}})
 
 
 def test_hf_gpt_oss_config_has_half_sliding_window_layers():
