@@ -7,6 +7,7 @@ Supported ``model_type`` families and the keys read (names as in ``transformers`
   tie_word_embeddings, max_position_embeddings, sliding_window (+ use_sliding_window /
   max_window_layers for Qwen, layer_types where given).
 - nemotron (squared-ReLU plain MLP): as llama, plus kv_channels for the head width.
+- every RoPE family above: partial_rotary_factor (the share of each head RoPE rotates).
 - gpt2, opt, bloom, gpt_neox, mpt (plain two-matrix MLP): each family's own key names.
 - mixtral: + num_local_experts, num_experts_per_tok.
 - qwen2_moe, qwen3_moe: + num_experts, num_experts_per_tok, moe_intermediate_size,
@@ -341,6 +342,9 @@ def _llama_like(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any
         tied_embeddings=cfg.get_bool("tie_word_embeddings", False),
         sliding_window=window,
         sliding_window_layer_fraction=fraction,
+        # share of each head that RoPE rotates: transformers' RoPE initialisation reads
+        # partial_rotary_factor for every family (Nemotron / Minitron 0.5); Megatron's --rotary-percent
+        rotary_fraction=_fraction(cfg, "partial_rotary_factor"),
         # Qwen2 always biases q/k/v (transformers' Qwen2Attention); others say attention_bias
         qkv_bias=True if family in ("qwen2", "qwen2_moe") else cfg.get_bool("attention_bias", False),
         linear_bias=cfg.get_bool("mlp_bias", False) and cfg.get_bool("attention_bias", False),
@@ -498,7 +502,10 @@ def _mpt_positions(cfg: _Config) -> str:
 
 
 def _fraction(cfg: _Config, key: str) -> float:
-    value = cfg.data.get(key, 1.0)
+    """``key`` as a fraction in (0, 1]; 1.0 when the config does not set it (or sets null)."""
+    value = cfg.data.get(key)
+    if value is None:
+        return 1.0
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
         raise InputError(f"{cfg.where}.{key}", f"expected a fraction in (0, 1], got {value!r}")
     return float(value)

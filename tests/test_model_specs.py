@@ -282,6 +282,21 @@ def test_hf_gpt_oss_config_has_half_sliding_window_layers():
     assert (spec.head_dim, spec.num_kv_heads, spec.seq_len) == (64, 8, 4096)
 
 
+def test_hf_partial_rotary_factor_is_the_rotary_fraction():
+    """nvidia/Minitron-4B-Base config.json (model_type nemotron): partial_rotary_factor 0.5, which
+    the Megatron export must pass on as --rotary-percent; 4.19B parameters (model card)."""
+    from cost_models.params import total_params
+    minitron = {"model_type": "nemotron", "hidden_size": 3072, "intermediate_size": 9216, "num_hidden_layers": 32,
+                "num_attention_heads": 24, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 256000,
+                "max_position_embeddings": 4096, "partial_rotary_factor": 0.5, "tie_word_embeddings": False}
+    spec = model_from_hf_config(minitron)
+    assert spec.rotary_fraction == 0.5
+    assert round(total_params(spec) / 1e9, 2) == 4.19
+    assert model_from_hf_config({**minitron, "partial_rotary_factor": None}).rotary_fraction == 1.0
+    with pytest.raises(InputError, match="partial_rotary_factor"):
+        model_from_hf_config({**minitron, "partial_rotary_factor": 0})
+
+
 def test_hf_gpt2_config_is_plain_mlp_with_tied_embeddings():
     spec = model_from_hf_config(GPT2)
     assert (spec.ffn_hidden_size, spec.gated_mlp, spec.tied_embeddings) == (3072, False, True)
