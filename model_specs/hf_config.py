@@ -7,7 +7,8 @@ Supported ``model_type`` families and the keys read (names as in ``transformers`
   tie_word_embeddings, max_position_embeddings, sliding_window (+ use_sliding_window /
   max_window_layers for Qwen, layer_types where given).
 - nemotron (squared-ReLU plain MLP): as llama, plus kv_channels for the head width.
-- every RoPE family above: partial_rotary_factor (the share of each head RoPE rotates).
+- every RoPE family above: partial_rotary_factor (the share of each head RoPE rotates), rope_theta,
+  rope_scaling, or transformers v5's rope_parameters (which holds all three) in its place.
 - gpt2, opt, bloom, gpt_neox, mpt (plain two-matrix MLP): each family's own key names.
 - mixtral: + num_local_experts, num_experts_per_tok.
 - qwen2_moe, qwen3_moe: + num_experts, num_experts_per_tok, moe_intermediate_size,
@@ -182,9 +183,11 @@ def _rope_fields(cfg: _Config) -> dict[str, Any]:
     string, a negative) is refused, not dropped: the Megatron export would otherwise launch with
     Megatron-LM's default in its place (``--mscale`` 0.0 where the checkpoint says 1.0)."""
     out: dict[str, Any] = {}
+    rope = _rope_scaling(cfg)
     if cfg.has("rope_theta"):
         out["rope_theta"] = cfg.get_float("rope_theta", 0.0)
-    rope = _rope_scaling(cfg)
+    elif rope is not None and rope.has("rope_theta"):         # transformers v5: inside rope_parameters
+        out["rope_theta"] = rope.get_float("rope_theta", 0.0)
     if rope is not None:
         key = "rope_type" if rope.has("rope_type") else "type"
         kind = rope.data.get(key)
@@ -210,15 +213,24 @@ def _rope_fields(cfg: _Config) -> dict[str, Any]:
 
 
 def _rope_scaling(cfg: _Config) -> _Config | None:
-    """The config's ``rope_scaling`` mapping (None when absent); anything else is refused (a list
-    was ignored, leaving the model unscaled)."""
-    rope = cfg.data.get("rope_scaling")
+    """The config's ``rope_scaling`` mapping, else its ``rope_parameters`` (the name transformers
+    v5 writes, with ``rope_theta`` and ``partial_rotary_factor`` inside: nvidia/Kimi-K2.7-Code-NVFP4
+    config.json ``rope_parameters`` {rope_type yarn, factor 64, original_max_position_embeddings
+    4096, rope_theta 50000}); None when neither is given. Anything but a mapping is refused (a list
+    was ignored, leaving the model unscaled), and so is a ``rope_parameters`` given per attention
+    kind (Gemma 3's full_attention / sliding_attention entries), which no family read here has."""
+    key = "rope_scaling" if cfg.data.get("rope_scaling") is not None else "rope_parameters"
+    rope = cfg.data.get(key)
     if rope is None:
         return None
     if not isinstance(rope, dict):
-        raise InputError(f"{cfg.where}.rope_scaling", f"expected a mapping (rope_type, factor, ...) or null, got {rope!r}",
-                         "write the checkpoint's rope_scaling")
-    return _Config(rope, f"{cfg.where}.rope_scaling")
+        raise InputError(f"{cfg.where}.{key}", f"expected a mapping (rope_type, factor, ...) or null, got {rope!r}",
+                         f"write the checkpoint's {key}")
+    nested = sorted(k for k, v in rope.items() if isinstance(v, dict))
+    if nested:
+        raise InputError(f"{cfg.where}.{key}.{nested[0]}", "RoPE parameters given per attention kind are not read",
+                         f"give one {key} mapping (rope_type, rope_theta, factor, ...)")
+    return _Config(rope, f"{cfg.where}.{key}")
 
 
 def _rope_number(rope: _Config, key: str) -> float | None:
@@ -344,7 +356,7 @@ def _llama_like(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any
         sliding_window_layer_fraction=fraction,
         # share of each head that RoPE rotates: transformers' RoPE initialisation reads
         # partial_rotary_factor for every family (Nemotron / Minitron 0.5); Megatron's --rotary-percent
-        rotary_fraction=_fraction(cfg, "partial_rotary_factor"),
+        rotary_fraction=_rotary_fraction(cfg),
         # Qwen2 always biases q/k/v (transformers' Qwen2Attention); others say attention_bias
         qkv_bias=True if family in ("qwen2", "qwen2_moe") else cfg.get_bool("attention_bias", False),
         linear_bias=cfg.get_bool("mlp_bias", False) and cfg.get_bool("attention_bias", False),
@@ -499,6 +511,15 @@ def _mpt_positions(cfg: _Config) -> str:
     if isinstance(attn, dict) and attn.get("rope"):
         return "rope"
     return "learned" if cfg.get_bool("learned_pos_emb", True) else "none"
+
+
+def _rotary_fraction(cfg: _Config) -> float:
+    """``partial_rotary_factor`` at the top level, else inside ``rope_parameters`` (transformers
+    v5); 1.0 when neither states it."""
+    rope = _rope_scaling(cfg)
+    if not cfg.has("partial_rotary_factor") and rope is not None and rope.has("partial_rotary_factor"):
+        return _fraction(rope, "partial_rotary_factor")
+    return _fraction(cfg, "partial_rotary_factor")
 
 
 def _fraction(cfg: _Config, key: str) -> float:

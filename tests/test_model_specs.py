@@ -297,6 +297,27 @@ def test_hf_partial_rotary_factor_is_the_rotary_fraction():
         model_from_hf_config({**minitron, "partial_rotary_factor": 0})
 
 
+def test_hf_rope_parameters_of_transformers_v5_are_read_as_rope_scaling():
+    """transformers v5 writes rope_parameters in place of rope_scaling, rope_theta and
+    partial_rotary_factor (nvidia/Kimi-K2.7-Code-NVFP4 config.json text_config: rope_parameters
+    {rope_type yarn, factor 64.0, original_max_position_embeddings 4096, beta_fast 32.0, beta_slow 1.0,
+    mscale 1.0, mscale_all_dim 1.0, rope_theta 50000.0}); it was ignored, leaving the model unscaled
+    and its training sequence at 8192 instead of the 4096 pre-training context."""
+    rope = {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 64.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+            "original_max_position_embeddings": 4096, "rope_theta": 50000.0, "rope_type": "yarn"}
+    v5 = {k: v for k, v in KIMI_K2.items() if k != "rope_scaling"}
+    spec = model_from_hf_config({**v5, "max_position_embeddings": 262144, "rope_parameters": rope})
+    assert (spec.rope_scaling, spec.rope_scaling_factor, spec.rope_original_max_position_embeddings) == ("yarn", 64.0, 4096)
+    assert (spec.rope_theta, spec.rope_beta_fast, spec.seq_len, spec.max_context_tokens) == (50000.0, 32.0, 4096, 262144)
+    # Qwen3.5 states its partial rotary factor there (rope_parameters partial_rotary_factor 0.25)
+    llama = {**LLAMA31_8B, "rope_scaling": None,
+             "rope_parameters": {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25}}
+    spec = model_from_hf_config(llama)
+    assert (spec.rotary_fraction, spec.rope_theta, spec.rope_scaling) == (0.25, 1e7, "")
+    with pytest.raises(InputError, match="per attention kind"):
+        model_from_hf_config({**llama, "rope_parameters": {"full_attention": {"rope_theta": 1e6}}})
+
+
 def test_hf_gpt2_config_is_plain_mlp_with_tied_embeddings():
     spec = model_from_hf_config(GPT2)
     assert (spec.ffn_hidden_size, spec.gated_mlp, spec.tied_embeddings) == (3072, False, True)
