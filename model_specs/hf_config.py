@@ -11,6 +11,7 @@ Supported ``model_type`` families and the keys read (names as in ``transformers`
   rope_scaling, or transformers v5's rope_parameters (which holds all three) in its place.
 - gpt2, opt, bloom, gpt_neox, mpt (plain two-matrix MLP): each family's own key names.
 - mixtral: + num_local_experts, num_experts_per_tok.
+- minimax_m2: as mixtral, + head_dim, scoring_func, rotary_dim (``_minimax_m2``).
 - qwen2_moe, qwen3_moe: + num_experts, num_experts_per_tok, moe_intermediate_size,
   shared_expert_intermediate_size, decoder_sparse_step, mlp_only_layers.
 - deepseek_v2, deepseek_v3, kimi_k2: + n_routed_experts, num_experts_per_tok, moe_intermediate_size,
@@ -379,6 +380,35 @@ def _mixtral(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
     return fields
 
 
+def _minimax_m2(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
+    """MiniMax-M2 / M2.5 / M2.7 (model_type minimax_m2): Mixtral's layout with GQA heads of an
+    explicit ``head_dim`` and a sigmoid-scored router (``scoring_func``); RoPE over ``rotary_dim``
+    of each head (64 of 128). Every layer must be softmax attention (``attn_type_list`` all 1;
+    0 is MiniMax-01's lightning attention) and no shared expert (``shared_intermediate_size`` 0),
+    as in the released M2 configs; anything else is refused. The MTP modules (num_mtp_modules 3)
+    are not modelled, as in the minimax-m2.5 preset."""
+    fields = _mixtral(cfg, family, seq_len)
+    kinds = cfg.get_int_list("attn_type_list")
+    if any(k != 1 for k in kinds):
+        raise InputError(f"{cfg.where}.attn_type_list", "lightning (linear) attention layers (0) are not modelled",
+                         "write a model YAML file with linear_attention")
+    if cfg.get_int("shared_intermediate_size", default=0):
+        raise InputError(f"{cfg.where}.shared_intermediate_size", "a MiniMax shared expert is not read",
+                         "write a model YAML file with moe.num_shared_experts")
+    score = cfg.data.get("scoring_func", "softmax")
+    if score not in ("softmax", "sigmoid"):
+        raise InputError(f"{cfg.where}.scoring_func", f"unknown router scoring {score!r}", "use softmax or sigmoid")
+    fields["moe"] = MoESpec(num_experts=fields["moe"].num_experts, top_k=fields["moe"].top_k,
+                            expert_ffn_hidden_size=fields["moe"].expert_ffn_hidden_size, router_score=score)
+    head_dim = fields["head_dim"] or fields["hidden_size"] // fields["num_heads"]
+    if cfg.has("rotary_dim") and not cfg.has("partial_rotary_factor"):
+        rotary = cfg.get_int("rotary_dim")
+        if not 0 < rotary <= head_dim:
+            raise InputError(f"{cfg.where}.rotary_dim", f"must be 1 to head_dim {head_dim}, got {rotary}")
+        fields["rotary_fraction"] = rotary / head_dim
+    return fields
+
+
 def _qwen_moe(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
     fields = _llama_like(cfg, family, seq_len)
     num_layers = fields["num_layers"]
@@ -535,7 +565,7 @@ def _fraction(cfg: _Config, key: str) -> float:
 _FAMILIES: dict[str, Callable[[_Config, str, int | None], dict[str, Any]]] = {
     "llama": _llama_like, "mistral": _llama_like, "qwen2": _llama_like, "qwen3": _llama_like,
     "nemotron": _nemotron,
-    "mixtral": _mixtral,
+    "mixtral": _mixtral, "minimax_m2": _minimax_m2,
     "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe,
     # Kimi K2 (model_type kimi_k2) is DeepSeek-V3's architecture (config.json architectures
     # DeepseekV3ForCausalLM) with other sizes (Kimi Team 2025, arXiv 2507.20534, section 2.3)
@@ -678,6 +708,8 @@ def _language_model_config(data: dict[str, Any]) -> dict[str, Any]:
         return data
     outer = data.get("model_type")
     if isinstance(outer, str) and outer.lower() in _FAMILIES:
+        return data
+    if outer is not None and "model_type" not in text:     # refused by the wrapper's own type
         return data
     if "quantization_config" in data and "quantization_config" not in text:
         text = {**text, "quantization_config": data["quantization_config"]}

@@ -273,6 +273,38 @@ def test_hf_multimodal_wrapper_reads_its_text_config():
     # a wrapper whose text model this reader does not know is refused by the text model's type
     with pytest.raises(InputError, match="unsupported model_type 'llama4_text'"):
         model_from_hf_config({"model_type": "llama4", "text_config": {"model_type": "llama4_text"}})
+    # one whose text_config names no type is refused by the wrapper's (nvidia/MiniMax-M3-NVFP4)
+    with pytest.raises(InputError, match="unsupported model_type 'minimax_m3_vl'"):
+        model_from_hf_config({"model_type": "minimax_m3_vl", "text_config": {"hidden_size": 6144}})
+
+
+# MiniMaxAI/MiniMax-M2.5 config.json, as mirrored in ai-dynamo/aiconfigurator@095f58a
+# aic-core/src/aiconfigurator_core/model_configs/MiniMaxAI--MiniMax-M2.5_config.json
+MINIMAX_M25 = {
+    "architectures": ["MiniMaxM2ForCausalLM"], "model_type": "minimax_m2", "num_hidden_layers": 62,
+    "hidden_size": 3072, "num_attention_heads": 48, "num_key_value_heads": 8, "head_dim": 128,
+    "intermediate_size": 1536, "vocab_size": 200064, "num_experts_per_tok": 8, "num_local_experts": 256,
+    "max_position_embeddings": 196608, "rope_theta": 5000000, "rotary_dim": 64, "tie_word_embeddings": False,
+    "use_qk_norm": True, "use_mtp": True, "num_mtp_modules": 3, "shared_intermediate_size": 0,
+    "scoring_func": "sigmoid", "attn_type_list": [1] * 62,
+}
+
+
+def test_hf_minimax_m2_config_loads_as_the_preset():
+    """MiniMax-M2.5 (MiniMax: ~229B total, ~10B active; the 11.03B here counts the 0.61B input
+    embedding and 0.61B output head, which "10B activated" leaves out)."""
+    from cost_models.params import total_params
+    spec = model_from_hf_config(MINIMAX_M25, name="minimax-m2.5")
+    preset = load_model("minimax-m2.5")
+    for field in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size",
+                  "vocab_size", "tied_embeddings", "sliding_window", "mtp_layers"):
+        assert getattr(spec, field) == getattr(preset, field), field
+    assert (spec.moe.num_experts, spec.moe.top_k, spec.moe.router_score) == (256, 8, "sigmoid")
+    assert spec.rotary_fraction == 0.5                               # rotary_dim 64 of head_dim 128
+    assert round(total_params(spec) / 1e9, 2) == 228.69
+    for bad in ({"attn_type_list": [0] + [1] * 61}, {"shared_intermediate_size": 1536}):
+        with pytest.raises(InputError, match=next(iter(bad))):
+            model_from_hf_config({**MINIMAX_M25, **bad})
 
 
 def test_hf_gpt_oss_config_has_half_sliding_window_layers():
