@@ -12,6 +12,8 @@ Supported ``model_type`` families and the keys read (names as in ``transformers`
 - gpt2, opt, bloom, gpt_neox, mpt (plain two-matrix MLP): each family's own key names.
 - mixtral: + num_local_experts, num_experts_per_tok.
 - minimax_m2: as mixtral, + head_dim, scoring_func, rotary_dim (``_minimax_m2``).
+- llama4_text (Llama 4's text_config): + intermediate_size_mlp, num_local_experts, interleave_moe_layer_step,
+  moe_layers, attention_chunk_size, no_rope_layers (``_llama4``).
 - qwen2_moe, qwen3_moe: + num_experts, num_experts_per_tok, moe_intermediate_size,
   shared_expert_intermediate_size, decoder_sparse_step, mlp_only_layers.
 - deepseek_v2, deepseek_v3, kimi_k2: + n_routed_experts, num_experts_per_tok, moe_intermediate_size,
@@ -409,6 +411,57 @@ def _minimax_m2(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any
     return fields
 
 
+def _llama4(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
+    """Llama 4's language model (model_type llama4_text, the ``text_config`` of Llama-4-Scout /
+    Maverick), as transformers' Llama4TextConfig lays it out: MoE layers at ``moe_layers``, else
+    every ``interleave_moe_layer_step``-th layer from step - 1 (Maverick: 1, 3, ..., 47); each has
+    ``num_local_experts`` routed experts and one always-on shared expert, all ``intermediate_size``
+    wide, sigmoid-scored; the other layers a dense MLP of ``intermediate_size_mlp``. The RoPE layers
+    (``no_rope_layers`` 1, by default all but every ``no_rope_layer_interval``-th = 4th) attend within
+    ``attention_chunk_size`` chunks, modelled as a window of that size, as the llama4-* presets do."""
+    fields = _llama_like(cfg, family, seq_len)
+    num_layers = fields["num_layers"]
+    dense = cfg.get_int("intermediate_size_mlp")
+    expert = cfg.get_int("intermediate_size")
+    fields["ffn_hidden_size"] = dense
+    if cfg.has("moe_layers"):
+        moe_layers = cfg.get_int_list("moe_layers")
+    else:
+        step = cfg.get_int("interleave_moe_layer_step", default=1)
+        if step < 1:
+            raise InputError(f"{cfg.where}.interleave_moe_layer_step", f"must be >= 1, got {step}")
+        moe_layers = list(range(step - 1, num_layers, step))
+    outside = sorted(i for i in moe_layers if not 0 <= i < num_layers)
+    if outside:
+        raise InputError(f"{cfg.where}.moe_layers", f"layer {outside[0]} is not one of the {num_layers} layers",
+                         f"list layer indices 0 to {num_layers - 1}")
+    first_dense, freq = _moe_layout(num_layers, moe_layers)
+    fields["moe"] = MoESpec(num_experts=cfg.get_int("num_local_experts"), top_k=cfg.get_int("num_experts_per_tok"),
+                            expert_ffn_hidden_size=expert, num_shared_experts=1, shared_expert_ffn_hidden_size=expert,
+                            first_dense_layers=first_dense, dense_ffn_hidden_size=_dense_width(fields, first_dense, freq),
+                            moe_layer_frequency=freq, router_score="sigmoid")
+    chunk = cfg.get_int("attention_chunk_size", default=0)
+    if chunk < 0:
+        raise InputError(f"{cfg.where}.attention_chunk_size", f"must be a number of tokens >= 0, got {chunk}")
+    layer_types = cfg.data.get("layer_types")
+    if isinstance(layer_types, list) and layer_types:             # checked by _sliding_window
+        chunked = sum(1 for t in layer_types if t == "chunked_attention")
+    elif cfg.has("no_rope_layers"):
+        flags = cfg.get_int_list("no_rope_layers")
+        if len(flags) != num_layers or any(f not in (0, 1) for f in flags):
+            raise InputError(f"{cfg.where}.no_rope_layers", f"expected {num_layers} flags of 0 or 1, got {str(flags)[:80]}",
+                             "write the checkpoint's no_rope_layers")
+        chunked = sum(flags)
+    else:
+        interval = cfg.get_int("no_rope_layer_interval", default=4)
+        if interval < 1:
+            raise InputError(f"{cfg.where}.no_rope_layer_interval", f"must be >= 1, got {interval}")
+        chunked = sum(1 for i in range(num_layers) if (i + 1) % interval != 0)
+    if chunk and chunked:
+        fields["sliding_window"], fields["sliding_window_layer_fraction"] = chunk, chunked / num_layers
+    return fields
+
+
 def _qwen_moe(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
     fields = _llama_like(cfg, family, seq_len)
     num_layers = fields["num_layers"]
@@ -565,7 +618,7 @@ def _fraction(cfg: _Config, key: str) -> float:
 _FAMILIES: dict[str, Callable[[_Config, str, int | None], dict[str, Any]]] = {
     "llama": _llama_like, "mistral": _llama_like, "qwen2": _llama_like, "qwen3": _llama_like,
     "nemotron": _nemotron,
-    "mixtral": _mixtral, "minimax_m2": _minimax_m2,
+    "mixtral": _mixtral, "minimax_m2": _minimax_m2, "llama4_text": _llama4,
     "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe,
     # Kimi K2 (model_type kimi_k2) is DeepSeek-V3's architecture (config.json architectures
     # DeepseekV3ForCausalLM) with other sizes (Kimi Team 2025, arXiv 2507.20534, section 2.3)

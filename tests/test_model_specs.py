@@ -271,11 +271,53 @@ def test_hf_multimodal_wrapper_reads_its_text_config():
     assert spec.moe == model_from_hf_config(KIMI_K2).moe and spec.mla == model_from_hf_config(KIMI_K2).mla
     assert (spec.checkpoint_format, spec.expert_checkpoint_format) == ("", "nvfp4")
     # a wrapper whose text model this reader does not know is refused by the text model's type
-    with pytest.raises(InputError, match="unsupported model_type 'llama4_text'"):
-        model_from_hf_config({"model_type": "llama4", "text_config": {"model_type": "llama4_text"}})
+    with pytest.raises(InputError, match="unsupported model_type 'gemma3_text'"):
+        model_from_hf_config({"model_type": "gemma3", "text_config": {"model_type": "gemma3_text"}})
     # one whose text_config names no type is refused by the wrapper's (nvidia/MiniMax-M3-NVFP4)
     with pytest.raises(InputError, match="unsupported model_type 'minimax_m3_vl'"):
         model_from_hf_config({"model_type": "minimax_m3_vl", "text_config": {"hidden_size": 6144}})
+
+
+# meta-llama/Llama-4-Maverick-17B-128E-Instruct config.json (text_config; the vision_config left out),
+# as mirrored in ai-dynamo/aiconfigurator@64c5ddb aic-core/src/aiconfigurator_core/model_configs/
+LLAMA4_MAVERICK = {
+    "architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4",
+    "text_config": {
+        "attention_bias": False, "attention_chunk_size": 8192, "attention_dropout": 0.0, "head_dim": 128,
+        "hidden_size": 5120, "interleave_moe_layer_step": 2, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+        "max_position_embeddings": 1048576, "model_type": "llama4_text", "num_attention_heads": 40,
+        "num_experts_per_tok": 1, "num_hidden_layers": 48, "num_key_value_heads": 8, "num_local_experts": 128,
+        "rope_scaling": None, "rope_theta": 500000.0, "use_qk_norm": False, "vocab_size": 202048},
+}
+
+
+def test_hf_llama4_config_loads_as_the_presets():
+    """Llama 4 Maverick: MoE on every 2nd layer from layer 1 (128 experts + 1 shared, 8192 wide),
+    dense MLP 16384 elsewhere, 3 of 4 layers chunked (8192); Meta: 400B total / 17B active with the
+    vision encoder; the llama4-maverick preset gives 400.71B / 17.18B. Scout: every layer MoE, 16
+    experts (rope_scaling llama3 x16): 107.77B / 17.17B (Meta: 109B / 17B with vision)."""
+    from cost_models.params import total_params
+    fields = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size", "vocab_size",
+              "tied_embeddings", "moe", "sliding_window", "sliding_window_layer_fraction", "max_context_tokens")
+    maverick = model_from_hf_config(LLAMA4_MAVERICK)
+    for field in fields:
+        assert getattr(maverick, field) == getattr(load_model("llama4-maverick"), field), field
+    assert (maverick.moe.first_dense_layers, maverick.moe.moe_layer_frequency, maverick.num_moe_layers) == (1, 2, 24)
+    assert round(total_params(maverick) / 1e9, 2) == 400.71
+    assert round(total_params(maverick, active=True) / 1e9, 2) == 17.18
+    scout_text = {**LLAMA4_MAVERICK["text_config"], "interleave_moe_layer_step": 1, "num_local_experts": 16,
+                  "max_position_embeddings": 10485760, "use_qk_norm": True,
+                  "rope_scaling": {"factor": 16.0, "high_freq_factor": 1.0, "low_freq_factor": 1.0,
+                                   "original_max_position_embeddings": 8192, "rope_type": "llama3"}}
+    scout = model_from_hf_config({**LLAMA4_MAVERICK, "text_config": scout_text})
+    for field in fields:
+        assert getattr(scout, field) == getattr(load_model("llama4-scout"), field), field
+    assert round(total_params(scout) / 1e9, 2) == 107.77
+    # no_rope_layers, where given, says which layers are chunked (1 = RoPE, chunked)
+    flags = [1, 0] * 24
+    assert model_from_hf_config({**scout_text, "no_rope_layers": flags}).sliding_window_layer_fraction == 0.5
+    with pytest.raises(InputError, match="no_rope_layers"):
+        model_from_hf_config({**scout_text, "no_rope_layers": [1, 0]})
 
 
 # MiniMaxAI/MiniMax-M2.5 config.json, as mirrored in ai-dynamo/aiconfigurator@095f58a
