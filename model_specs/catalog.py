@@ -314,9 +314,10 @@ def model_from_dict(data: dict[str, Any], where: str = "model", default_name: st
 
 def _load_file(path: Path) -> ModelSpec:
     if path.suffix == ".json":
-        data = read_json(path, "model")
+        data = read_json(path, "model", non_finite=True)     # NaN / Infinity: see read_json
         if is_hf_config(data):
             return model_from_hf_config(path)
+        data = read_json(path, "model")                        # a preset file: refused there
         return model_from_dict(data, f"model {path}", default_name=safe_name(path.stem))
     return model_from_dict(read_yaml(path, "model"), f"model {path}", default_name=safe_name(path.stem))
 

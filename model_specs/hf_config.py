@@ -12,6 +12,8 @@ Supported ``model_type`` families and the keys read (names as in ``transformers`
 - gpt2, opt, bloom, gpt_neox, mpt (plain two-matrix MLP): each family's own key names.
 - mixtral: + num_local_experts, num_experts_per_tok.
 - minimax_m2: as mixtral, + head_dim, scoring_func, rotary_dim (``_minimax_m2``).
+- nemotron_h (hybrid Mamba-Transformer): hybrid_override_pattern / layers_block_type, the
+  mamba_* / ssm_state_size / n_groups sizes, n_routed_experts, moe_latent_size (``_nemotron_h``).
 - llama4_text (Llama 4's text_config): + intermediate_size_mlp, num_local_experts, interleave_moe_layer_step,
   moe_layers, attention_chunk_size, no_rope_layers (``_llama4``).
 - qwen2_moe, qwen3_moe: + num_experts, num_experts_per_tok, moe_intermediate_size,
@@ -39,7 +41,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hardware_specs.errors import InputError, check_spec_size, json_int, not_a_file, safe_name, unique_keys
-from model_specs.model_spec import MLASpec, ModelSpec, MoESpec, check_size
+from model_specs.model_spec import MambaSpec, MLASpec, ModelSpec, MoESpec, check_size
 
 # Longest default training sequence taken from max_position_embeddings; longer contexts are
 # usually reached by a short extension phase, not the bulk of training.
@@ -53,8 +55,12 @@ _MISSING = object()
 MAX_INT = 2**30
 
 
-def read_json(path: Path, what: str = "model") -> dict[str, Any]:
-    """Parse one JSON object; unreadable or malformed files raise ``InputError`` naming the file."""
+def read_json(path: Path, what: str = "model", non_finite: bool = False) -> dict[str, Any]:
+    """Parse one JSON object; unreadable or malformed files raise ``InputError`` naming the file.
+
+    ``NaN`` / ``Infinity`` are refused unless ``non_finite`` (a Hugging Face config.json, which
+    Python's reader writes them into: every Nemotron-H config has ``time_step_limit`` [0.0,
+    Infinity]); the reader's typed getters then refuse such a value in any key they read."""
     check_spec_size(path, what)
     try:
         text = Path(path).read_text(encoding="utf-8-sig")     # a BOM is not part of the JSON
@@ -63,7 +69,8 @@ def read_json(path: Path, what: str = "model") -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise InputError(what, f"{path} is not UTF-8 text (byte {exc.start})", "save it as UTF-8") from None
     try:
-        data = json.loads(text, parse_constant=_refuse_constant, parse_int=json_int, object_pairs_hook=unique_keys)
+        data = json.loads(text, parse_constant=float if non_finite else _refuse_constant, parse_int=json_int,
+                          object_pairs_hook=unique_keys)
     except json.JSONDecodeError as exc:
         raise InputError(what, f"malformed JSON in {path} at line {exc.lineno}: {exc.msg}",
                          "fix the file's syntax") from None
@@ -374,6 +381,55 @@ def _nemotron(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
     return fields
 
 
+#: transformers NemotronHConfig ``layers_block_type`` names -> ``HYBRID_SYMBOLS``
+_NEMOTRON_H_BLOCKS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+
+
+def _nemotron_h(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
+    """Nemotron-H / Nemotron 3 (model_type nemotron_h), a hybrid Mamba-Transformer: the layer list
+    from ``hybrid_override_pattern`` (M Mamba-2, * attention, - MLP, E MoE) or ``layers_block_type``
+    (mamba / attention / mlp / moe, newer configs); squared-ReLU MLPs of ``intermediate_size``,
+    attention without positions, the Mamba-2 mixer of ``mamba_num_heads`` x ``mamba_head_dim``,
+    ``ssm_state_size``, ``n_groups``, ``conv_kernel``, ``chunk_size``; MoE blocks of
+    ``n_routed_experts`` top-``num_experts_per_tok`` of ``moe_intermediate_size``, shared experts of
+    ``moe_shared_expert_intermediate_size``, routed at ``moe_latent_size`` when given (LatentMoE),
+    sigmoid-scored, as the nemotron-h-* / nemotron-3-nano presets. The MTP block of Nemotron 3
+    Super / Ultra (num_nextn_predict_layers) is not modelled: ModelSpec has no MTP for hybrids."""
+    pattern = cfg.data.get("hybrid_override_pattern")
+    if pattern is None and isinstance(cfg.data.get("layers_block_type"), list):
+        blocks = cfg.data["layers_block_type"]
+        unknown = sorted({str(b) for b in blocks if b not in _NEMOTRON_H_BLOCKS})
+        if unknown:
+            raise InputError(f"{cfg.where}.layers_block_type", f"unknown block {unknown[0]!r}",
+                             "use " + ", ".join(_NEMOTRON_H_BLOCKS))
+        pattern = "".join(_NEMOTRON_H_BLOCKS[b] for b in blocks)
+    if not isinstance(pattern, str) or not pattern:
+        raise InputError(f"{cfg.where}.hybrid_override_pattern", "missing",
+                         "give the layer pattern (M = Mamba, * = attention, - = MLP, E = MoE)")
+    num_layers = cfg.get_int("num_hidden_layers", default=len(pattern))
+    hidden = cfg.get_int("hidden_size")
+    fields = dict(num_layers=num_layers, hybrid_pattern=pattern, hidden_size=hidden, **_attention(cfg),
+                  ffn_hidden_size=cfg.get_int("intermediate_size"), vocab_size=cfg.get_int("vocab_size"),
+                  seq_len=_seq_len(cfg, seq_len), gated_mlp=False, activation="squared_relu",
+                  position_embedding="none", normalization="rmsnorm",
+                  linear_bias=cfg.get_bool("mlp_bias", False) and cfg.get_bool("attention_bias", False),
+                  tied_embeddings=cfg.get_bool("tie_word_embeddings", False))
+    fields["head_dim"] = cfg.get_int("head_dim", "attention_head_dim", default=0)
+    if "M" in pattern:
+        fields["mamba"] = MambaSpec(num_heads=cfg.get_int("mamba_num_heads"), head_dim=cfg.get_int("mamba_head_dim"),
+                                    state_size=cfg.get_int("ssm_state_size"), num_groups=cfg.get_int("n_groups"),
+                                    conv_kernel=cfg.get_int("conv_kernel", default=4),
+                                    chunk_size=cfg.get_int("chunk_size", default=128))
+    if "E" in pattern:
+        shared = cfg.get_int("moe_shared_expert_intermediate_size", default=0)
+        fields["moe"] = MoESpec(num_experts=cfg.get_int("n_routed_experts"), top_k=cfg.get_int("num_experts_per_tok"),
+                                expert_ffn_hidden_size=cfg.get_int("moe_intermediate_size"),
+                                num_shared_experts=cfg.get_int("n_shared_experts", default=1) if shared else 0,
+                                shared_expert_ffn_hidden_size=shared, router_score="sigmoid",
+                                latent_size=cfg.get_int("moe_latent_size", default=0))
+    return fields
+
+
 def _mixtral(cfg: _Config, family: str, seq_len: int | None) -> dict[str, Any]:
     fields = _llama_like(cfg, family, seq_len)
     fields["moe"] = MoESpec(num_experts=cfg.get_int("num_local_experts"),
@@ -617,7 +673,7 @@ def _fraction(cfg: _Config, key: str) -> float:
 
 _FAMILIES: dict[str, Callable[[_Config, str, int | None], dict[str, Any]]] = {
     "llama": _llama_like, "mistral": _llama_like, "qwen2": _llama_like, "qwen3": _llama_like,
-    "nemotron": _nemotron,
+    "nemotron": _nemotron, "nemotron_h": _nemotron_h,
     "mixtral": _mixtral, "minimax_m2": _minimax_m2, "llama4_text": _llama4,
     "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe,
     # Kimi K2 (model_type kimi_k2) is DeepSeek-V3's architecture (config.json architectures
@@ -786,7 +842,7 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | 
             path = path / "config.json"
         if not path.is_file():
             raise InputError("model", not_a_file(path))
-        data = read_json(path)
+        data = read_json(path, non_finite=True)
         where = f"hf_config {path}"
     data = _language_model_config(data)
     family = data.get("model_type")

@@ -320,6 +320,47 @@ def test_hf_llama4_config_loads_as_the_presets():
         model_from_hf_config({**scout_text, "no_rope_layers": [1, 0]})
 
 
+# nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 config.json, as mirrored in ai-dynamo/aiconfigurator@095f58a
+# aic-core/src/aiconfigurator_core/model_configs/ (time_step_limit as written there: [0.0, Infinity]
+# in the Nemotron-H-56B and Nemotron 3 Super files)
+NEMOTRON_3_NANO = """{
+  "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "chunk_size": 128, "conv_kernel": 4,
+  "head_dim": 128, "hidden_size": 2688, "intermediate_size": 1856, "mamba_head_dim": 64, "mamba_num_heads": 64,
+  "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+  "max_position_embeddings": 262144, "mlp_hidden_act": "relu2", "moe_intermediate_size": 1856,
+  "moe_shared_expert_intermediate_size": 3712, "n_groups": 8, "n_routed_experts": 128, "n_shared_experts": 1,
+  "num_attention_heads": 32, "num_experts_per_tok": 6, "num_hidden_layers": 52, "num_key_value_heads": 2,
+  "ssm_state_size": 128, "tie_word_embeddings": false, "time_step_limit": [0.0, Infinity], "vocab_size": 131072
+}"""
+
+
+def test_hf_nemotron_h_config_loads_as_the_preset(tmp_path):
+    """Nemotron 3 Nano 30B-A3B (NVIDIA model card: 31.6B total, 3.2B active, 3.6B with embeddings),
+    read from a file that holds Infinity as real Nemotron-H configs do (was refused as not JSON);
+    the nemotron-3-nano preset's spec. Newer configs (Nemotron 3 Ultra) list layers_block_type."""
+    from dataclasses import replace
+    from cost_models.params import total_params
+    folder = tmp_path / "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"
+    folder.mkdir()
+    (folder / "config.json").write_text(NEMOTRON_3_NANO)
+    spec = load_model(folder)
+    assert replace(spec, name="nemotron-3-nano", source="", max_context_tokens=0) == \
+        replace(load_model("nemotron-3-nano"), source="")
+    assert (round(total_params(spec) / 1e9, 2), round(total_params(spec, active=True) / 1e9, 2)) == (31.58, 3.58)
+    data = json.loads(NEMOTRON_3_NANO.replace("Infinity", "1e308"))
+    blocks = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+    by_list = {**{k: v for k, v in data.items() if k != "hybrid_override_pattern"},
+               "layers_block_type": [blocks[c] for c in data["hybrid_override_pattern"]]}
+    assert model_from_hf_config(by_list).hybrid_pattern == data["hybrid_override_pattern"]
+    with pytest.raises(InputError, match="layers_block_type"):
+        model_from_hf_config({**by_list, "layers_block_type": ["mamba", "gdn"] * 26})
+    # a preset JSON file (not a Hugging Face config) still refuses Infinity
+    (tmp_path / "tiny.json").write_text('{"num_layers": 2, "hidden_size": 64, "num_heads": 4, '
+                                        '"ffn_hidden_size": Infinity, "vocab_size": 100}')
+    with pytest.raises(InputError, match="Infinity is not a JSON number"):
+        load_model(tmp_path / "tiny.json")
+
+
 # MiniMaxAI/MiniMax-M2.5 config.json, as mirrored in ai-dynamo/aiconfigurator@095f58a
 # aic-core/src/aiconfigurator_core/model_configs/MiniMaxAI--MiniMax-M2.5_config.json
 MINIMAX_M25 = {
