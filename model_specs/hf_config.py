@@ -2,7 +2,7 @@
 
 Supported ``model_type`` families and the keys read (names as in ``transformers``):
 
-- llama, mistral, qwen2, qwen3 (gated SwiGLU MLP): num_hidden_layers, hidden_size,
+- llama, mistral, qwen2, qwen3, phi3, olmo2 (gated SwiGLU MLP): num_hidden_layers, hidden_size,
   num_attention_heads, num_key_value_heads, intermediate_size, vocab_size, head_dim,
   tie_word_embeddings, max_position_embeddings, sliding_window (+ use_sliding_window /
   max_window_layers for Qwen, layer_types where given).
@@ -673,6 +673,10 @@ def _fraction(cfg: _Config, key: str) -> float:
 
 _FAMILIES: dict[str, Callable[[_Config, str, int | None], dict[str, Any]]] = {
     "llama": _llama_like, "mistral": _llama_like, "qwen2": _llama_like, "qwen3": _llama_like,
+    # Llama's parameter tensors under other names: Phi-3 / Phi-4 fuse qkv and gate/up (transformers
+    # Phi3Attention qkv_proj, Phi3MLP gate_up_proj); OLMo 2 moves the norms after each block and
+    # adds q/k RMSNorms (Olmo2Attention q_norm, k_norm: 2 x h weights a layer, not counted)
+    "phi3": _llama_like, "olmo2": _llama_like,
     "nemotron": _nemotron, "nemotron_h": _nemotron_h,
     "mixtral": _mixtral, "minimax_m2": _minimax_m2, "llama4_text": _llama4,
     "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe,

@@ -361,6 +361,29 @@ def test_hf_nemotron_h_config_loads_as_the_preset(tmp_path):
         load_model(tmp_path / "tiny.json")
 
 
+def test_hf_phi3_and_olmo2_configs_load_as_llama_layouts():
+    """microsoft/Phi-3-mini-4k-instruct config.json (model_type phi3: hidden 3072, 32 layers, 32 heads,
+    intermediate 8192, vocab 32064, sliding_window 2047): 3.82B (model card "3.8B"; 3,821,079,552);
+    microsoft/phi-4 (phi3: hidden 5120, 40 layers, 40 heads / 10 KV, intermediate 17920, vocab 100352):
+    14.66B (model card "14B"); allenai/OLMo-2-1124-7B (olmo2: hidden 4096, 32 layers, 32 heads,
+    intermediate 11008, vocab 100352): 7.30B (model card 7B); the 7,298,617,344 weights of its checkpoint
+    less the 2 x 4096 x 32 = 262,144 q/k norm weights, which are not counted."""
+    from cost_models.params import total_params
+    phi3 = {"model_type": "phi3", "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
+            "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32064,
+            "max_position_embeddings": 4096, "sliding_window": 2047, "tie_word_embeddings": False}
+    spec = model_from_hf_config(phi3)
+    assert (spec.sliding_window, spec.sliding_window_layer_fraction) == (2047, 1.0)
+    assert total_params(spec) == 3_821_079_552
+    phi4 = {**phi3, "hidden_size": 5120, "intermediate_size": 17920, "num_hidden_layers": 40, "num_attention_heads": 40,
+            "num_key_value_heads": 10, "vocab_size": 100352, "max_position_embeddings": 16384, "sliding_window": None}
+    assert round(total_params(model_from_hf_config(phi4)) / 1e9, 2) == 14.66
+    olmo2 = {"model_type": "olmo2", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+             "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 100352,
+             "max_position_embeddings": 4096, "tie_word_embeddings": False}
+    assert total_params(model_from_hf_config(olmo2)) == 7_298_617_344 - 262_144
+
+
 # MiniMaxAI/MiniMax-M2.5 config.json, as mirrored in ai-dynamo/aiconfigurator@095f58a
 # aic-core/src/aiconfigurator_core/model_configs/MiniMaxAI--MiniMax-M2.5_config.json
 MINIMAX_M25 = {
