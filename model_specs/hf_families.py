@@ -1,0 +1,337 @@
+"""One builder per Hugging Face ``model_type`` family: each reads its family's keys from a
+``ConfigReader`` and returns the ``ModelSpec`` fields (``FAMILIES``, which ``model_specs/hf_config.py``
+dispatches on; the keys each reads are listed in that module's docstring).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from hardware_specs.errors import InputError
+from model_specs.hf_config_fields import (ConfigReader, attention_head_fields, dense_ffn_width, fraction_field,
+                                          moe_layer_layout, rotary_fraction_field, sliding_window_fields,
+                                          training_seq_len)
+from model_specs.model_spec import MambaSpec, MLASpec, MoESpec, check_size
+
+def _llama_like(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, Any]:
+    # bounded before the per-layer layouts below walk the layers
+    num_layers = check_size(f"{cfg.where}.num_hidden_layers", cfg.get_int("num_hidden_layers"),
+                            size="num_layers")
+    window, fraction = sliding_window_fields(cfg, num_layers, family)
+    return dict(
+        num_layers=num_layers,
+        hidden_size=cfg.get_int("hidden_size"),
+        **attention_head_fields(cfg),
+        ffn_hidden_size=cfg.get_int("intermediate_size"),
+        vocab_size=cfg.get_int("vocab_size"),
+        seq_len=training_seq_len(cfg, seq_len),
+        gated_mlp=True,
+        position_embedding="rope",
+        normalization="rmsnorm",
+        tied_embeddings=cfg.get_bool("tie_word_embeddings", False),
+        sliding_window=window,
+        sliding_window_layer_fraction=fraction,
+        # share of each head that RoPE rotates: transformers' RoPE initialisation reads
+        # partial_rotary_factor for every family (Nemotron / Minitron 0.5); Megatron's --rotary-percent
+        rotary_fraction=rotary_fraction_field(cfg),
+        # Qwen2 always biases q/k/v (transformers' Qwen2Attention); others say attention_bias
+        qkv_bias=True if family in ("qwen2", "qwen2_moe") else cfg.get_bool("attention_bias", False),
+        linear_bias=cfg.get_bool("mlp_bias", False) and cfg.get_bool("attention_bias", False),
+    )
+
+
+def _nemotron(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, Any]:
+    fields = _llama_like(cfg, family, seq_len)
+    fields["head_dim"] = cfg.get_int("head_dim", "kv_channels", default=0)
+    fields["gated_mlp"] = False      # squared-ReLU two-matrix MLP
+    fields.update(normalization="layernorm", activation="squared_relu")
+    return fields
+
+
+#: transformers NemotronHConfig ``layers_block_type`` names -> ``HYBRID_SYMBOLS``
+_NEMOTRON_H_BLOCKS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+
+
+def _nemotron_h(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, Any]:
+    """Nemotron-H / Nemotron 3 (model_type nemotron_h), a hybrid Mamba-Transformer: the layer list
+    from ``hybrid_override_pattern`` (M Mamba-2, * attention, - MLP, E MoE) or ``layers_block_type``
+    (mamba / attention / mlp / moe, newer configs); squared-ReLU MLPs of ``intermediate_size``,
+    attention without positions, the Mamba-2 mixer of ``mamba_num_heads`` x ``mamba_head_dim``,
+    ``ssm_state_size``, ``n_groups``, ``conv_kernel``, ``chunk_size``; MoE blocks of
+    ``n_routed_experts`` top-``num_experts_per_tok`` of ``moe_intermediate_size``, shared experts of
+    ``moe_shared_expert_intermediate_size``, routed at ``moe_latent_size`` when given (LatentMoE),
+    sigmoid-scored, as the nemotron-h-* / nemotron-3-nano presets. The MTP block of Nemotron 3
+    Super / Ultra (num_nextn_predict_layers) is not modelled: ModelSpec has no MTP for hybrids."""
+    pattern = cfg.data.get("hybrid_override_pattern")
+    if pattern is None and isinstance(cfg.data.get("layers_block_type"), list):
+        blocks = cfg.data["layers_block_type"]
+        unknown = sorted({str(b) for b in blocks if b not in _NEMOTRON_H_BLOCKS})
+        if unknown:
+            raise InputError(f"{cfg.where}.layers_block_type", f"unknown block {unknown[0]!r}",
+                             "use " + ", ".join(_NEMOTRON_H_BLOCKS))
+        pattern = "".join(_NEMOTRON_H_BLOCKS[b] for b in blocks)
+    if not isinstance(pattern, str) or not pattern:
+        raise InputError(f"{cfg.where}.hybrid_override_pattern", "missing",
+                         "give the layer pattern (M = Mamba, * = attention, - = MLP, E = MoE)")
+    num_layers = cfg.get_int("num_hidden_layers", default=len(pattern))
+    hidden = cfg.get_int("hidden_size")
+    fields = dict(num_layers=num_layers, hybrid_pattern=pattern, hidden_size=hidden, **attention_head_fields(cfg),
+                  ffn_hidden_size=cfg.get_int("intermediate_size"), vocab_size=cfg.get_int("vocab_size"),
+                  seq_len=training_seq_len(cfg, seq_len), gated_mlp=False, activation="squared_relu",
+                  position_embedding="none", normalization="rmsnorm",
+                  linear_bias=cfg.get_bool("mlp_bias", False) and cfg.get_bool("attention_bias", False),
+                  tied_embeddings=cfg.get_bool("tie_word_embeddings", False))
+    fields["head_dim"] = cfg.get_int("head_dim", "attention_head_dim", default=0)
+    if "M" in pattern:
+        fields["mamba"] = MambaSpec(num_heads=cfg.get_int("mamba_num_heads"), head_dim=cfg.get_int("mamba_head_dim"),
+                                    state_size=cfg.get_int("ssm_state_size"), num_groups=cfg.get_int("n_groups"),
+                                    conv_kernel=cfg.get_int("conv_kernel", default=4),
+                                    chunk_size=cfg.get_int("chunk_size", default=128))
+    if "E" in pattern:
+        shared = cfg.get_int("moe_shared_expert_intermediate_size", default=0)
+        fields["moe"] = MoESpec(num_experts=cfg.get_int("n_routed_experts"), top_k=cfg.get_int("num_experts_per_tok"),
+                                expert_ffn_hidden_size=cfg.get_int("moe_intermediate_size"),
+                                num_shared_experts=cfg.get_int("n_shared_experts", default=1) if shared else 0,
+                                shared_expert_ffn_hidden_size=shared, router_score="sigmoid",
+                                latent_size=cfg.get_int("moe_latent_size", default=0))
+    return fields
+
+
+def _mixtral(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, Any]:
+    fields = _llama_like(cfg, family, seq_len)
+    fields["moe"] = MoESpec(num_experts=cfg.get_int("num_local_experts"),
+                            top_k=cfg.get_int("num_experts_per_tok"),
+                            expert_ffn_hidden_size=fields["ffn_hidden_size"])
+    return fields
+
+
+def _minimax_m2(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, Any]:
+    """MiniMax-M2 / M2.5 / M2.7 (model_type minimax_m2): Mixtral's layout with GQA heads of an
+    explicit ``head_dim`` and a sigmoid-scored router (``scoring_func``); RoPE over ``rotary_dim``
+    of each head (64 of 128). Every layer must be softmax attention (``attn_type_list`` all 1;
+    0 is MiniMax-01's lightning attention) and no shared expert (``shared_intermediate_size`` 0),
+    as in the released M2 configs; anything else is refused. The MTP modules (num_mtp_modules 3)
+    are not modelled, as in the minimax-m2.5 preset."""
+    fields = _mixtral(cfg, family, seq_len)
+    kinds = cfg.get_int_list("attn_type_list")
+    if any(k != 1 for k in kinds):
+        raise InputError(f"{cfg.where}.attn_type_list", "lightning (linear) attention layers (0) are not modelled",
+                         "write a model YAML file with linear_attention")
+    if cfg.get_int("shared_intermediate_size", default=0):
+        raise InputError(f"{cfg.where}.shared_intermediate_size", "a MiniMax shared expert is not read",
+                         "write a model YAML file with moe.num_shared_experts")
+    score = cfg.data.get("scoring_func", "softmax")
+    if score not in ("softmax", "sigmoid"):
+        raise InputError(f"{cfg.where}.scoring_func", f"unknown router scoring {score!r}", "use softmax or sigmoid")
+    fields["moe"] = MoESpec(num_experts=fields["moe"].num_experts, top_k=fields["moe"].top_k,
+                            expert_ffn_hidden_size=fields["moe"].expert_ffn_hidden_size, router_score=score)
+    head_dim = fields["head_dim"] or fields["hidden_size"] // fields["num_heads"]
+    if cfg.has("rotary_dim") and not cfg.has("partial_rotary_factor"):
+        rotary = cfg.get_int("rotary_dim")
+        if not 0 < rotary <= head_dim:
+            raise InputError(f"{cfg.where}.rotary_dim", f"must be 1 to head_dim {head_dim}, got {rotary}")
+        fields["rotary_fraction"] = rotary / head_dim
+    return fields
+
+
+def _llama4(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, Any]:
+    """Llama 4's language model (model_type llama4_text, the ``text_config`` of Llama-4-Scout /
+    Maverick), as transformers' Llama4TextConfig lays it out: MoE layers at ``moe_layers``, else
+    every ``interleave_moe_layer_step``-th layer from step - 1 (Maverick: 1, 3, ..., 47); each has
+    ``num_local_experts`` routed experts and one always-on shared expert, all ``intermediate_size``
+    wide, sigmoid-scored; the other layers a dense MLP of ``intermediate_size_mlp``. The RoPE layers
+    (``no_rope_layers`` 1, by default all but every ``no_rope_layer_interval``-th = 4th) attend within
+    ``attention_chunk_size`` chunks, modelled as a window of that size, as the llama4-* presets do."""
+    fields = _llama_like(cfg, family, seq_len)
+    num_layers = fields["num_layers"]
+    dense = cfg.get_int("intermediate_size_mlp")
+    expert = cfg.get_int("intermediate_size")
+    fields["ffn_hidden_size"] = dense
+    if cfg.has("moe_layers"):
+        moe_layers = cfg.get_int_list("moe_layers")
+    else:
+        step = cfg.get_int("interleave_moe_layer_step", default=1)
+        if step < 1:
+            raise InputError(f"{cfg.where}.interleave_moe_layer_step", f"must be >= 1, got {step}")
+        moe_layers = list(range(step - 1, num_layers, step))
+    outside = sorted(i for i in moe_layers if not 0 <= i < num_layers)
+    if outside:
+        raise InputError(f"{cfg.where}.moe_layers", f"layer {outside[0]} is not one of the {num_layers} layers",
+                         f"list layer indices 0 to {num_layers - 1}")
+    first_dense, freq = moe_layer_layout(num_layers, moe_layers)
+    fields["moe"] = MoESpec(num_experts=cfg.get_int("num_local_experts"), top_k=cfg.get_int("num_experts_per_tok"),
+                            expert_ffn_hidden_size=expert, num_shared_experts=1, shared_expert_ffn_hidden_size=expert,
+                            first_dense_layers=first_dense, dense_ffn_hidden_size=dense_ffn_width(fields, first_dense, freq),
+                            moe_layer_frequency=freq, router_score="sigmoid")
+    chunk = cfg.get_int("attention_chunk_size", default=0)
+    if chunk < 0:
+        raise InputError(f"{cfg.where}.attention_chunk_size", f"must be a number of tokens >= 0, got {chunk}")
+    layer_types = cfg.data.get("layer_types")
+    if isinstance(layer_types, list) and layer_types:             # checked by sliding_window_fields
+        chunked = sum(1 for t in layer_types if t == "chunked_attention")
+    elif cfg.has("no_rope_layers"):
+        flags = cfg.get_int_list("no_rope_layers")
+        if len(flags) != num_layers or any(f not in (0, 1) for f in flags):
+            raise InputError(f"{cfg.where}.no_rope_layers", f"expected {num_layers} flags of 0 or 1, got {str(flags)[:80]}",
+                             "write the checkpoint's no_rope_layers")
+        chunked = sum(flags)
+    else:
+        interval = cfg.get_int("no_rope_layer_interval", default=4)
+        if interval < 1:
+            raise InputError(f"{cfg.where}.no_rope_layer_interval", f"must be >= 1, got {interval}")
+        chunked = sum(1 for i in range(num_layers) if (i + 1) % interval != 0)
+    if chunk and chunked:
+        fields["sliding_window"], fields["sliding_window_layer_fraction"] = chunk, chunked / num_layers
+    return fields
+
+
+def _qwen_moe(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, Any]:
+    fields = _llama_like(cfg, family, seq_len)
+    num_layers = fields["num_layers"]
+    step = cfg.get_int("decoder_sparse_step", default=1)
+    if step < 1:
+        raise InputError(f"{cfg.where}.decoder_sparse_step", f"must be >= 1, got {step}")
+    dense_only = set(cfg.get_int_list("mlp_only_layers"))
+    outside = sorted(i for i in dense_only if not 0 <= i < num_layers)
+    if outside:         # a layer index the model does not have was ignored without a word
+        raise InputError(f"{cfg.where}.mlp_only_layers", f"layer {outside[0]} is not one of the {num_layers} layers",
+                         f"list layer indices 0 to {num_layers - 1}")
+    moe_layers = [i for i in range(num_layers) if (i + 1) % step == 0 and i not in dense_only]
+    first_dense, freq = moe_layer_layout(num_layers, moe_layers)
+    shared = cfg.get_int("shared_expert_intermediate_size", default=0)
+    fields["moe"] = MoESpec(
+        num_experts=cfg.get_int("num_experts"),
+        top_k=cfg.get_int("num_experts_per_tok"),
+        expert_ffn_hidden_size=cfg.get_int("moe_intermediate_size"),
+        num_shared_experts=1 if shared > 0 else 0,
+        shared_expert_ffn_hidden_size=shared,
+        first_dense_layers=first_dense,
+        dense_ffn_hidden_size=dense_ffn_width(fields, first_dense, freq),
+        moe_layer_frequency=freq,
+    )
+    return fields
+
+
+def _deepseek(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, Any]:
+    fields = _llama_like(cfg, family, seq_len)
+    num_layers = fields["num_layers"]
+    # Multi-latent attention: every query head has its own (decompressed) key and value.
+    fields["num_kv_heads"] = fields["num_heads"]
+    nope = cfg.get_int("qk_nope_head_dim")
+    rope = cfg.get_int("qk_rope_head_dim")
+    fields["mla"] = MLASpec(q_lora_rank=cfg.get_int("q_lora_rank", default=0),
+                            kv_lora_rank=cfg.get_int("kv_lora_rank"),
+                            qk_nope_head_dim=nope, qk_rope_head_dim=rope,
+                            v_head_dim=cfg.get_int("v_head_dim"))
+    fields["head_dim"] = nope + rope
+    # multi-token-prediction modules shipped with the weights (DeepSeek-V3: 1)
+    fields["mtp_layers"] = cfg.get_int("num_nextn_predict_layers", default=0)
+    if cfg.has("n_routed_experts"):
+        score = cfg.data.get("scoring_func", "softmax")
+        if score not in ("softmax", "sigmoid"):
+            raise InputError(f"{cfg.where}.scoring_func", f"unknown router scoring {score!r}",
+                             "use softmax or sigmoid")
+        first_k = cfg.get_int("first_k_dense_replace", default=0)
+        if not 0 <= first_k <= num_layers:
+            raise InputError(f"{cfg.where}.first_k_dense_replace", f"must be 0 to the {num_layers} layers, got {first_k}")
+        freq = cfg.get_int("moe_layer_freq", default=1)
+        if freq < 1:
+            raise InputError(f"{cfg.where}.moe_layer_freq", f"must be >= 1, got {freq}")
+        moe_layers = [i for i in range(num_layers) if i >= first_k and i % freq == 0]
+        first_dense, layout_freq = moe_layer_layout(num_layers, moe_layers)
+        expert = cfg.get_int("moe_intermediate_size")
+        fields["moe"] = MoESpec(
+            num_experts=cfg.get_int("n_routed_experts"),
+            top_k=cfg.get_int("num_experts_per_tok"),
+            expert_ffn_hidden_size=expert,
+            num_shared_experts=cfg.get_int("n_shared_experts", default=0),
+            shared_expert_ffn_hidden_size=expert,
+            first_dense_layers=first_dense,
+            dense_ffn_hidden_size=dense_ffn_width(fields, first_dense, layout_freq),
+            moe_layer_frequency=layout_freq,
+            router_score=score,
+        )
+    return fields
+
+
+def _gpt_oss(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, Any]:
+    fields = _llama_like(cfg, family, seq_len)
+    fields["moe"] = MoESpec(num_experts=cfg.get_int("num_local_experts", "num_experts"),
+                            top_k=cfg.get_int("experts_per_token", "num_experts_per_tok"),
+                            expert_ffn_hidden_size=fields["ffn_hidden_size"])
+    fields["linear_bias"] = True     # biased attention and expert projections (model card, section 2)
+    fields["glu_clamp_limit"] = cfg.get_float("swiglu_limit", default=0.0)
+    return fields
+
+
+#: GPT-2-era layout: learned absolute positions, LayerNorm, biased linear layers.
+_GPT_STYLE = dict(position_embedding="learned", normalization="layernorm", linear_bias=True)
+
+
+def _gpt2(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, Any]:
+    hidden = cfg.get_int("n_embd")
+    return dict(num_layers=cfg.get_int("n_layer"), hidden_size=hidden, **attention_head_fields(cfg, "n_head"),
+                ffn_hidden_size=cfg.get_int("n_inner", default=4 * hidden), vocab_size=cfg.get_int("vocab_size"),
+                seq_len=training_seq_len(cfg, seq_len), tied_embeddings=cfg.get_bool("tie_word_embeddings", True),
+                **_GPT_STYLE)
+
+
+def _opt(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, Any]:
+    return dict(num_layers=cfg.get_int("num_hidden_layers"), hidden_size=cfg.get_int("hidden_size"),
+                **attention_head_fields(cfg), ffn_hidden_size=cfg.get_int("ffn_dim"), vocab_size=cfg.get_int("vocab_size"),
+                seq_len=training_seq_len(cfg, seq_len), tied_embeddings=cfg.get_bool("tie_word_embeddings", True),
+                **{**_GPT_STYLE, "linear_bias": cfg.get_bool("enable_bias", True)},
+                activation="relu" if cfg.data.get("activation_function", "relu") == "relu" else "gelu")
+
+
+def _bloom(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, Any]:
+    hidden = cfg.get_int("hidden_size", "n_embed")
+    return dict(num_layers=cfg.get_int("n_layer", "num_hidden_layers"), hidden_size=hidden,
+                **attention_head_fields(cfg, "n_head"), ffn_hidden_size=4 * hidden, vocab_size=cfg.get_int("vocab_size"),
+                seq_len=training_seq_len(cfg, seq_len), tied_embeddings=cfg.get_bool("tie_word_embeddings", True),
+                **{**_GPT_STYLE, "position_embedding": "alibi"})
+
+
+def _gpt_neox(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, Any]:
+    return dict(num_layers=cfg.get_int("num_hidden_layers"), hidden_size=cfg.get_int("hidden_size"),
+                **attention_head_fields(cfg), ffn_hidden_size=cfg.get_int("intermediate_size"),
+                vocab_size=cfg.get_int("vocab_size"), seq_len=training_seq_len(cfg, seq_len),
+                tied_embeddings=cfg.get_bool("tie_word_embeddings", False),
+                **{**_GPT_STYLE, "position_embedding": "rope"}, rotary_fraction=fraction_field(cfg, "rotary_pct"))
+
+
+def _mpt(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, Any]:
+    hidden = cfg.get_int("d_model")
+    ratio = cfg.get_int("expansion_ratio", default=4)
+    return dict(num_layers=cfg.get_int("n_layers"), hidden_size=hidden, **attention_head_fields(cfg, "n_heads"),
+                ffn_hidden_size=ratio * hidden, vocab_size=cfg.get_int("vocab_size"),
+                seq_len=training_seq_len(cfg, seq_len), tied_embeddings=cfg.get_bool("tie_word_embeddings", True),
+                position_embedding=_mpt_positions(cfg), normalization="layernorm",
+                linear_bias=not cfg.get_bool("no_bias", False))
+
+
+def _mpt_positions(cfg: ConfigReader) -> str:
+    attn = cfg.data.get("attn_config") or {}
+    if isinstance(attn, dict) and attn.get("alibi"):
+        return "alibi"
+    if isinstance(attn, dict) and attn.get("rope"):
+        return "rope"
+    return "learned" if cfg.get_bool("learned_pos_emb", True) else "none"
+
+
+
+FAMILIES: dict[str, Callable[[ConfigReader, str, int | None], dict[str, Any]]] = {
+    "llama": _llama_like, "mistral": _llama_like, "qwen2": _llama_like, "qwen3": _llama_like,
+    # Llama's parameter tensors under other names: Phi-3 / Phi-4 fuse qkv and gate/up (transformers
+    # Phi3Attention qkv_proj, Phi3MLP gate_up_proj); OLMo 2 moves the norms after each block and
+    # adds q/k RMSNorms (Olmo2Attention q_norm, k_norm: 2 x h weights a layer, not counted)
+    "phi3": _llama_like, "olmo2": _llama_like,
+    "nemotron": _nemotron, "nemotron_h": _nemotron_h,
+    "mixtral": _mixtral, "minimax_m2": _minimax_m2, "llama4_text": _llama4,
+    "qwen2_moe": _qwen_moe, "qwen3_moe": _qwen_moe,
+    # Kimi K2 (model_type kimi_k2) is DeepSeek-V3's architecture (config.json architectures
+    # DeepseekV3ForCausalLM) with other sizes (Kimi Team 2025, arXiv 2507.20534, section 2.3)
+    "deepseek_v2": _deepseek, "deepseek_v3": _deepseek, "kimi_k2": _deepseek,
+    "gpt_oss": _gpt_oss,
+    "gpt2": _gpt2, "opt": _opt, "bloom": _bloom, "gpt_neox": _gpt_neox, "mpt": _mpt,
+}
+

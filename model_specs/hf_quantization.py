@@ -1,0 +1,103 @@
+"""Weight formats a Hugging Face checkpoint states in its ``quantization_config`` (ModelOpt,
+compressed-tensors, FP8 block scaling, MXFP4): ``checkpoint_formats``.
+"""
+from __future__ import annotations
+
+from hardware_specs.errors import InputError
+
+MODELOPT_ALGOS = {"FP8": "fp8", "NVFP4": "nvfp4", "FP8_PB_WO": "fp8_block", "FP8_PER_CHANNEL_PER_TOKEN": "fp8",
+                  "W4A16_AWQ": "int4_wo"}
+#: module-name fragments that mark the attention projections as left unquantised in an
+#: ``ignore`` / ``modules_to_not_convert`` / ``exclude_modules`` list
+_ATTENTION_NAMES = ("self_attn", "attn", "attention", "q_proj", "qkv_proj", "o_proj")
+
+
+def _compressed_tensors_format(quant: dict, where: str = "quantization_config") -> str:
+    """The weight format of an llm-compressor (compressed-tensors) config: its ``format`` (per
+    config group where the top level says mixed-precision or nothing, all groups alike), float
+    8-bit weights -> fp8 (fp8_block with the block strategy), nvfp4-pack-quantized -> nvfp4,
+    pack-quantized 4-bit integer weights -> int4_wo; anything else (8-bit integer weights, groups
+    that differ) is not read."""
+    groups = [g for g in (quant.get("config_groups") or {}).values() if isinstance(g, dict)] \
+        if isinstance(quant.get("config_groups"), dict) else []
+    fmt = str(quant.get("format") or "").strip().lower()
+    if fmt in ("", "mixed-precision"):
+        found = {str(g.get("format") or "").strip().lower() for g in groups}
+        fmt = found.pop() if len(found) == 1 else ""
+    weights = [g.get("weights") for g in groups if isinstance(g.get("weights"), dict)]
+    bits = set()
+    for w in weights:
+        b = w.get("num_bits")
+        if b is not None and (isinstance(b, bool) or not isinstance(b, int)):
+            raise InputError(f"{where}.config_groups.weights.num_bits", f"expected a whole number, got {b!r}",
+                             "write num_bits as the checkpoint's config.json has it (e.g. 8)")
+        bits.add(b)
+    strategy = {str(w.get("strategy") or "").lower() for w in weights}
+    if fmt == "float-quantized" and bits <= {8}:
+        return "fp8_block" if strategy == {"block"} else "fp8"
+    if fmt == "nvfp4-pack-quantized":
+        return "nvfp4"
+    if fmt == "pack-quantized" and bits == {4}:
+        return "int4_wo"
+    return ""
+
+
+def checkpoint_formats(quant, moe: bool, where: str) -> dict[str, str]:
+    """The ``checkpoint_format`` / ``expert_checkpoint_format`` a config.json's
+    ``quantization_config`` states (empty when it states none this reader knows):
+
+    * ``fp8`` with ``weight_block_size`` (DeepSeek-V3 / R1, Qwen3-FP8): 128 x 128-block FP8 in every
+      linear layer -> fp8_block; without it, per-tensor FP8 -> fp8;
+    * ``mxfp4`` on a MoE model (gpt-oss): the routed experts only (modules_to_not_convert keeps
+      attention, router and embeddings 16-bit);
+    * ``modelopt`` (NVIDIA ModelOpt exports, e.g. nvidia/*-FP8, *-NVFP4): ``quant_algo``
+      (``MODELOPT_ALGOS``);
+    * ``compressed-tensors`` (llm-compressor): ``_compressed_tensors_format``;
+    * ``awq`` / ``gptq`` at 4 bits -> int4_wo.
+
+    Where the ignore list (``ignore``, ``modules_to_not_convert``, ``exclude_modules``) names the
+    attention projections, only a MoE model's experts take the format (its attention stays 16-bit,
+    as NVIDIA's NVFP4 DeepSeek exports keep it); a dense model's format is then not read.
+    Meta's ``fbgemm_fp8`` leaves attention and its first and last layers in BF16 and is not read.
+    A ``quantization_config`` that is not a mapping, or a ``quant_method`` that is not text, is an
+    ``InputError``; one without ``quant_method`` (mlx, older bitsandbytes) states nothing read here."""
+    if quant is None:
+        return {}
+    if not isinstance(quant, dict):
+        raise InputError(where, f"expected a mapping, got {type(quant).__name__} {str(quant)[:40]!r}",
+                         "write it as the checkpoint's config.json has it, or remove it")
+    method = quant.get("quant_method")
+    if method is None:
+        return {}
+    if not isinstance(method, str) or not method.strip():
+        raise InputError(f"{where}.quant_method", f"expected text, got {method!r}",
+                         "name the method (e.g. fp8, modelopt, compressed-tensors), or remove quantization_config")
+    method = method.strip().lower()
+    fmt = ""
+    if method == "fp8":
+        fmt = "fp8_block" if quant.get("weight_block_size") else "fp8"
+    elif method == "mxfp4":
+        return {"expert_checkpoint_format": "mxfp4"} if moe else {}
+    elif method == "modelopt":
+        algo = quant.get("quant_algo")
+        if algo is None and isinstance(quant.get("quantization"), dict):
+            algo = quant["quantization"].get("quant_algo")
+        fmt = MODELOPT_ALGOS.get(str(algo or "").strip().upper(), "")
+    elif method == "compressed-tensors":
+        fmt = _compressed_tensors_format(quant, where)
+    elif method in ("awq", "gptq") and quant.get("bits") in (4, "4"):
+        fmt = "int4_wo"
+    if not fmt:
+        return {}
+    nested = quant.get("quantization") if isinstance(quant.get("quantization"), dict) else {}
+    ignored = []
+    for key in ("ignore", "modules_to_not_convert", "exclude_modules"):
+        for value in (quant.get(key), nested.get(key)):
+            if isinstance(value, list):
+                ignored += [str(v).lower() for v in value]
+    attention_kept = any(name in item for item in ignored for name in _ATTENTION_NAMES)
+    if attention_kept:
+        return {"expert_checkpoint_format": fmt} if moe else {}
+    return {"checkpoint_format": fmt, **({"expert_checkpoint_format": fmt} if moe else {})}
+
+
