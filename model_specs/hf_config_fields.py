@@ -224,7 +224,7 @@ def _rope_number(rope: ConfigReader, key: str) -> float | None:
 
 
 def _original_context(rope: ConfigReader | None) -> int | None:
-    """``rope_scaling.original_max_position_embeddings`` (the pre-training context) as a positive
+    """``original_max_position_embeddings`` of ``rope`` (the pre-training context) as a positive
     integer; None when unstated."""
     if rope is None or not rope.has("original_max_position_embeddings"):
         return None
@@ -239,6 +239,11 @@ def training_seq_len(cfg: ConfigReader, seq_len: int | None) -> int:
     if seq_len is not None:
         return int(seq_len)
     original = _original_context(_rope_scaling(cfg))
+    if original is not None:
+        return original
+    # Phi-3's long-context configs state it beside max_position_embeddings, not inside rope_scaling
+    # (microsoft/Phi-3-mini-128k-instruct config.json: original_max_position_embeddings 4096)
+    original = _original_context(cfg if cfg.has("original_max_position_embeddings") else None)
     if original is not None:
         return original
     if cfg.has("initial_context_length"):

@@ -384,6 +384,20 @@ def test_hf_phi3_and_olmo2_configs_load_as_llama_layouts():
     assert total_params(model_from_hf_config(olmo2)) == 7_298_617_344 - 262_144
 
 
+def test_hf_phi3_long_context_trains_at_its_original_context():
+    """microsoft/Phi-3-mini-128k-instruct config.json states original_max_position_embeddings 4096
+    beside max_position_embeddings 131072 (not inside its longrope rope_scaling): the default
+    training sequence is the 4,096-token pre-training context, the served context 131,072."""
+    phi3_128k = {"model_type": "phi3", "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
+                 "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32064,
+                 "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+                 "rope_scaling": {"type": "longrope", "short_factor": [1.0], "long_factor": [1.0]}}
+    spec = model_from_hf_config(phi3_128k)
+    assert (spec.seq_len, spec.max_context_tokens, spec.rope_scaling) == (4096, 131072, "longrope")
+    with pytest.raises(InputError, match="original_max_position_embeddings"):
+        model_from_hf_config({**phi3_128k, "original_max_position_embeddings": 0})
+
+
 # MiniMaxAI/MiniMax-M2.5 config.json, as mirrored in ai-dynamo/aiconfigurator@095f58a
 # aic-core/src/aiconfigurator_core/model_configs/MiniMaxAI--MiniMax-M2.5_config.json
 MINIMAX_M25 = {
