@@ -112,6 +112,7 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | 
             raise InputError("model", not_a_file(path))
         data = read_json(path, non_finite=True)
         where = f"hf_config {path}"
+    outer = data
     data = _language_model_config(data)
     family = data.get("model_type")
     if not isinstance(family, str) or not family:
@@ -136,4 +137,9 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | 
     for key, value in dropout_fields(data, family).items():
         fields.setdefault(key, value)
     source = f"Hugging Face config {path}" if path is not None else "Hugging Face config (dict)"
+    if data is not outer:       # said where `models show` prints the source: the count leaves it out
+        wrapper = outer.get("model_type") or "multimodal"
+        source += f" (text_config of a {wrapper} checkpoint; its vision encoder is not modelled)"
+    if family == "nemotron_h" and cfg.get_int("num_nextn_predict_layers", default=0):
+        source += " (its multi-token-prediction block is not modelled)"
     return ModelSpec(name=name or _default_name(path, data, family), source=source, **fields)

@@ -270,6 +270,8 @@ def test_hf_multimodal_wrapper_reads_its_text_config():
     spec = model_from_hf_config(wrapped)
     assert spec.moe == model_from_hf_config(KIMI_K2).moe and spec.mla == model_from_hf_config(KIMI_K2).mla
     assert (spec.checkpoint_format, spec.expert_checkpoint_format) == ("", "nvfp4")
+    assert spec.source.endswith("(text_config of a kimi_k25 checkpoint; its vision encoder is not modelled)")
+    assert "vision" not in model_from_hf_config(KIMI_K2).source
     # a wrapper whose text model this reader does not know is refused by the text model's type
     with pytest.raises(InputError, match="unsupported model_type 'gemma3_text'"):
         model_from_hf_config({"model_type": "gemma3", "text_config": {"model_type": "gemma3_text"}})
@@ -352,6 +354,10 @@ def test_hf_nemotron_h_config_loads_as_the_preset(tmp_path):
     by_list = {**{k: v for k, v in data.items() if k != "hybrid_override_pattern"},
                "layers_block_type": [blocks[c] for c in data["hybrid_override_pattern"]]}
     assert model_from_hf_config(by_list).hybrid_pattern == data["hybrid_override_pattern"]
+    # Nemotron 3 Super / Ultra carry an MTP block the spec cannot hold: said beside the source
+    assert "multi-token-prediction block is not modelled" not in model_from_hf_config(by_list).source
+    assert model_from_hf_config({**by_list, "num_nextn_predict_layers": 1}).source.endswith(
+        "(its multi-token-prediction block is not modelled)")
     with pytest.raises(InputError, match="layers_block_type"):
         model_from_hf_config({**by_list, "layers_block_type": ["mamba", "gdn"] * 26})
     # a preset JSON file (not a Hugging Face config) still refuses Infinity
