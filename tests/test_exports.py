@@ -308,6 +308,39 @@ def test_cli_emit_of_a_torchtitan_plan_runs_its_per_operation_checkpointing_and_
     assert best.attrs["rank"] == 0 and best.iloc[0]["recompute"] == "selective"
 
 
+def test_cli_emit_torchtitan_ranks_and_predicts_on_the_torchtitan_stack_unless_told_otherwise():
+    """``plan --emit torchtitan`` without --stack priced its plans on Megatron-Core's behaviour and
+    wrote that step into the torchtitan job: Llama-3-8B on 16 H100 at 64 sequences, the same plan
+    (dp16 z2), "predicted 3.53 s/step" where the torchtitan profile gives 3.94 s (+12%; on 512
+    H100 at a 4Mi batch 7.68 s against 8.90 s, +16%, and a plan the torchtitan profile ranks
+    5% behind its own best). Now the emitted framework's own profile prices the search, and a
+    --stack of another framework is named beside the prediction."""
+    runner = CliRunner(mix_stderr=False) if "mix_stderr" in CliRunner.__init__.__code__.co_varnames else CliRunner()
+    args = ["plan", "-m", "llama3-8b", "-c", CLUSTER, "-n", "16", "--global-batch", "64", "--emit", "torchtitan"]
+
+    def predicted(stdout):
+        return float(re.search(r"predicted ([\d.]+) s/step", stdout).group(1))
+
+    ok = runner.invoke(cli, args)
+    assert ok.exit_code == 0, ok.output
+    assert "stack profile" not in ok.stderr
+    plan_row = api.plan("llama3-8b", CLUSTER, 16, global_batch=64, stack="torchtitan").iloc[0]
+    assert f"dp={int(plan_row.dp)} tp={int(plan_row.tp)} pp={int(plan_row.pp)}" in ok.stdout
+    fields = {k: (plan_row[k].item() if hasattr(plan_row[k], "item") else plan_row[k])
+              for k in ("dp", "tp", "pp", "cp", "vpp", "micro_batch", "zero_stage", "recompute",
+                        "recompute_num_layers", "offload_activation_layers", "sequence_parallel", "schedule")}
+    own = api.simulate("llama3-8b", CLUSTER, gpus=16, global_batch=64, stack="torchtitan", **fields).iloc[0]
+    other = api.simulate("llama3-8b", CLUSTER, gpus=16, global_batch=64, stack="megatron-core", **fields).iloc[0]
+    assert predicted(ok.stdout) == pytest.approx(own.step_time_s, abs=0.005)
+    assert own.step_time_s > 1.05 * other.step_time_s          # the two profiles differ on this plan
+    told = runner.invoke(cli, args + ["--stack", "megatron-core"])
+    assert told.exit_code == 0, told.output
+    assert predicted(told.stdout) == pytest.approx(other.step_time_s, abs=0.005)
+    assert "ranked and predicted on the megatron-core stack profile (megatron-core), not torchtitan's" in told.stderr
+    mega = runner.invoke(cli, args[:-1] + ["megatron"])
+    assert mega.exit_code == 0 and "stack profile" not in mega.stderr
+
+
 def test_405b_plans_on_126_plus_2_chunks_run_in_megatron_with_their_embedding_and_loss_chunks():
     """The review's request (plan -m llama3.1-405b -c dgx-h100 -n 16384 --global-batch-tokens
     16777216): its winner ran 126 layers on pp 16 x vpp 8 = 128 chunks and --emit megatron
