@@ -474,6 +474,27 @@ def test_a_slow_search_that_ends_in_a_refusal_writes_one_stderr_line(monkeypatch
     assert line.startswith("error: model: mixtral-8x7b's architecture is none of the torchtitan"), line
 
 
+def test_a_best_plan_whose_host_memory_the_cluster_does_not_bound_says_so():
+    """A cluster file without ``host: memory_gib`` (h800-node, hgx-h200) lets the search offload
+    any amount: Llama-3-70B on 32 H800 at 128 sequences wins with 77 layers per chunk on the
+    host, 368.5 GiB a GPU, 2,948 GiB a node, which no plan was checked against (on 2,048 H200
+    Llama-3.1-405B's winner needs 3,854 GiB a node, 7% faster than the best plan within a DGX
+    H200's 2 TB). ``simulate`` says "unchecked"; the plan now says it too, and not where the
+    file states the node's memory (dgx-h100: 2,048 GiB, checked)."""
+    from click.testing import CliRunner
+    from paraplan.cli import main
+    base = ["plan", "-m", "llama3-70b", "-n", "32", "--global-batch", "128", "--top", "1"]
+    out = CliRunner().invoke(main, base + ["-c", "h800-node"])
+    assert out.exit_code == 0, out.output
+    best = json.loads(CliRunner().invoke(main, base + ["-c", "h800-node", "--json"]).stdout)["plans"][0]
+    per_gpu = best["host_memory_gib"]
+    assert best["offload_activation_layers"] > 0 and per_gpu > 256       # more than a node's 2 TB / 8 GPUs
+    assert (f"note: the best plan keeps {per_gpu:,.1f} GiB per GPU in host memory, {8 * per_gpu:,.1f} GiB per "
+            f"node of 8 GPUs, which no plan was checked against: h800-node states no host memory per node") in out.stdout
+    checked = CliRunner().invoke(main, base + ["-c", "dgx-h100"])
+    assert checked.exit_code == 0 and "offload" in checked.stdout and "which no plan was checked" not in checked.stdout
+
+
 def test_a_best_plan_offloading_activations_over_pcie_says_no_measured_run_backs_it():
     # Llama-3-70B on 32 H100 at 128 sequences: the best plan offloads 79 layers' activations per
     # chunk over PCIe, which no public row measures (its offload rows are GB200/GB300 over

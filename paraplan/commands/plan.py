@@ -289,6 +289,22 @@ def _unmeasured_features(plan: dict, cluster) -> str:
     return " and ".join(parts)
 
 
+def _unchecked_host_memory(plan: dict, cluster) -> str:
+    """A note when ``plan`` keeps offloaded state in host memory that the cluster file does not
+    bound (its ``host:`` states no ``memory_gib``): the search then admits any amount, and its
+    winner can need more than a node holds (Llama-3.1-405B on 2,048 H200 at a 16Mi batch: 101
+    layers per GPU offloaded, 3,854 GiB per node, where a DGX H200 has 2 TB); '' otherwise, as
+    ``simulate`` says "unchecked" under its memory table."""
+    host = getattr(cluster, "host", None)
+    per_gpu = float(plan.get("host_memory_gib") or 0.0)
+    if per_gpu <= 0 or host is None or host.memory_bytes is not None:
+        return ""
+    return (f"note: the best plan keeps {per_gpu:,.1f} GiB per GPU in host memory, "
+            f"{per_gpu * cluster.gpus_per_node:,.1f} GiB per node of {cluster.gpus_per_node} GPUs, which no plan "
+            f"was checked against: {cluster.name} states no host memory per node (give its host: memory_gib "
+            "in a cluster file, or --no-offload)\n")
+
+
 def _header(result: PlanResult, seq_len_note: str = "") -> str:
     """The plan's first lines; ``seq_len_note`` (``default_seq_len_note``) a third one."""
     lo, hi = result.gpus
@@ -547,6 +563,9 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
             out.append(f"note: the best plan uses {unmeasured}, which no measured run in the validation files "
                        "exercises: its time rests on the link and overlap model alone (--no-offload "
                        "plans without it)\n")
+        unchecked = _unchecked_host_memory(best, cl)
+        if unchecked:
+            out.append(unchecked)
     if pareto:
         out.append("\npareto frontier: tokens/s vs memory per GPU (no plan with less memory is as fast; plans over "
                    "half the best tokens/s)\n")
