@@ -421,12 +421,15 @@ def test_a_fixed_tp_wider_than_a_node_says_to_raise_max_tp():
     ("-m", "llama3-70b", "-c", "dgx-h100", "-n", "64", "--global-batch", "128", "--fix", "zero=1"),
     ("-m", "deepseek-v3", "-c", "dgx-h100", "-n", "256", "--global-batch", "512"),
     ("-m", "gpt3-13b", "-c", "dgx2-v100", "-n", "32", "--global-batch", "64"),
+    ("-m", "llama3-70b", "-c", "dgx-h100", "-n", "32", "--global-batch", "128", "--headroom-gib", "0"),
 ])
 def test_plan_prints_the_simulate_command_of_its_best_plan_and_it_gives_the_same_step(request_args):
     """The table names a plan by abbreviations (off7, full2d1, hsdp8) that are simulate options
     under other names; the plan prints the best plan as a `paraplan simulate` command, which gives
     its step time: 16.33 s for Llama-3-70B on 64 H100 at ZeRO-1 (dp8 tp4 pp2 vpp5, 7 layers a chunk
-    offloaded), 11.47 s for DeepSeek-V3 on 256 H100, 4.161 s for GPT-3 13B on 32 V100 (fp16)."""
+    offloaded), 11.47 s for DeepSeek-V3 on 256 H100, 4.161 s for GPT-3 13B on 32 V100 (fp16), and
+    its fit: Llama-3-70B on 32 H100 planned with --headroom-gib 0 fills 79.8 of 80 GiB, and the
+    command without the headroom said "fits: NO (over by 3.77 GiB ...)" against simulate's 4 GiB."""
     import shlex
     text = run("plan", *request_args, "--top", 1)
     assert text.exit_code == 0, text.output
@@ -442,6 +445,7 @@ def test_plan_prints_the_simulate_command_of_its_best_plan_and_it_gives_the_same
     sim = run(*command[1:], "--json")
     assert sim.exit_code == 0, sim.output
     assert json.loads(sim.stdout)["step_time_s"] == pytest.approx(planned["step_time_s"], rel=1e-9)
+    assert json.loads(sim.stdout)["fits"] is True
 
 
 def test_plan_json_and_csv_rows_carry_the_recompute_layers_decrement_their_label_shows():

@@ -200,11 +200,14 @@ def _emit(result: PlanResult, spec, framework: str, cl=None, switches=None, stac
 
 
 def simulate_command(row, model: str, cluster: str, seq_len: int | None = None, stack: str = "megatron-core",
-                     switches: dict | None = None) -> str:
+                     switches: dict | None = None, headroom_gib: float | None = None) -> str:
     """The ``paraplan simulate`` command of a plan row (its label's abbreviations as options:
     ``off7`` is --offload-activation-layers 7, ``full2d1`` --recompute full --recompute-num-layers 2
     --recompute-layers-decrement 1, ``hsdp8`` --zero-shard-group 8), with the request's model,
-    cluster, sequence length, stack and switches; it prints the row's step time."""
+    cluster, sequence length, stack, switches and headroom (``headroom_gib``, when the request gave
+    one: without it ``plan --headroom-gib 0``'s winner, planned to 79.8 of 80 GiB, printed a command
+    whose ``simulate`` said "fits: NO" against its default 4 GiB); it prints the row's step time
+    and fit verdict."""
     get = lambda k, d=0: row[k] if k in row and row[k] is not None else d     # noqa: E731
     args = ["paraplan", "simulate", "-m", model, "-c", cluster, "-n", str(int(get("n_gpus")))]
     if seq_len is not None:
@@ -233,6 +236,8 @@ def simulate_command(row, model: str, cluster: str, seq_len: int | None = None, 
     for key, value in (switches or {}).items():
         flag = key.replace("_", "-")
         args.append(f"--{flag}" if value else f"--no-{flag}")
+    if headroom_gib is not None:
+        args += ["--headroom-gib", f"{headroom_gib:g}"]
     return " ".join(shlex.quote(a) for a in args)
 
 
@@ -556,7 +561,7 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
                        f"not the one priced): {stage_layers_text(balanced)}\n")
     if len(result.plans):
         best = result.plans.iloc[0].to_dict()
-        command = simulate_command(best, model, cluster, seq_len, stack_arg, switches)
+        command = simulate_command(best, model, cluster, seq_len, stack_arg, switches, headroom_gib)
         out.append(f"best plan as one run (its step, memory per stage and why):\n{wrap_command(command)}\n")
         unmeasured = _unmeasured_features(best, cl)
         if unmeasured:
