@@ -473,6 +473,8 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int, global_b
             df[col] = df[col].astype(str)
     df = _with_plan_columns(df.reset_index(drop=True), model_spec, cluster_spec, gpus)
     df.attrs["explain"] = getattr(result, "explain", "")
+    stack = constraints.get("stack") or DEFAULT_STACK
+    df.attrs["stack"] = stack.name if isinstance(stack, StackSpec) else str(stack)     # what it was priced on
     return df
 
 
@@ -587,22 +589,28 @@ def best_plan_for(framework: str, model, cluster, gpus: int, global_batch_tokens
     the framework runs), re-simulated like :func:`best_plan` (a one-row DataFrame). Its
     ``.attrs`` hold ``rank`` (0-based, in the unrestricted ranking) and ``slowdown`` (1 - its
     tokens/s over the unrestricted winner's). ``plans``: the :func:`plan` table of this same
-    request, when the caller has it already (the search is not run again)."""
+    request, when the caller has it already (the search is not run again). Without ``stack=``
+    the plans are ranked and re-simulated on the framework's own stack profile where paraplan
+    has one (torchtitan), else on Megatron-Core's; a given table keeps the stack it was ranked on."""
     from paraplan import exports
     exports.module(framework)                       # unknown names fail before the search
     what_if = {k: kwargs.pop(k) for k in ("gpu", "seq_len", "scaleout_gbit_per_s", "scaleup_gbit_per_s")
                if k in kwargs}
+    # ranked and priced on the framework's own stack where the catalog has one (a torchtitan plan
+    # on torchtitan's profile: paraplan.exports.default_stack), or on the one a given table was
+    kwargs["stack"] = (kwargs.get("stack") or (plans.attrs.get("stack") if plans is not None else None)
+                       or exports.default_stack(framework))
     if plans is None:
         plans = plan(model, cluster, gpus, global_batch_tokens, **what_if, **kwargs)
     spec = _model(model, what_if.get("seq_len"))
     from hardware_specs.catalog import load_stack
     from simulator.stack_defaults import stack_config_fields
-    selective = stack_config_fields(load_stack(kwargs.get("stack") or DEFAULT_STACK), model_name=spec.name)["selective_modules"]
+    selective = stack_config_fields(load_stack(kwargs["stack"]), model_name=spec.name)["selective_modules"]
     row, rank, slowdown = exports.best_runnable(plans, framework, model=spec, seq_len=spec.seq_len,
                                                 selective_modules=selective)
     config = {k: _plain(row[k]) for k in CONFIG_FIELDS if k in row}
     out = simulate(model, cluster, **{k: v for k, v in what_if.items() if v is not None},
-                   stack=kwargs.get("stack") or DEFAULT_STACK, **config)
+                   stack=kwargs["stack"], **config)
     out.attrs.update(rank=rank, slowdown=slowdown, explain=plans.attrs.get("explain", ""))
     return out
 

@@ -181,3 +181,28 @@ def test_the_export_names_the_release_it_is_for_and_its_launch_line():
     text = torchtitan.emit(dict(ACCEPTED[0][1]))
     assert "torchtitan 0.3.0" in text and "--module paraplan_plan --config paraplan_plan" in text
     compile(text, "paraplan_plan.py", "exec")
+
+
+def test_a_gradient_reduction_after_every_micro_batch_is_what_torchtitan_runs_not_a_refusal():
+    """torchtitan's train_step loops over the micro-batches with no no_sync (pytorch/torchtitan
+    train.py at e9f53473), so its stack profile prices a data-parallel reduction per micro-batch;
+    the export refused exactly those plans ('torchtitan reduces gradients once per step'), so the
+    best plan of the torchtitan profile could not be emitted (the Llama-3-70B notebook's
+    best_plan_for failed on it). Megatron-LM, which reduces once a step, still refuses it."""
+    from paraplan import exports
+    row = {**dict(next(r for n, r, _ in matrix.MATRIX if n == "zero0-ddp")), "grad_reduce_every_microbatch": True}
+    assert torchtitan.refusal(plan_fields(row)) is None
+    assert exports.refusal(row, "megatron").field == "grad_reduce_every_microbatch"
+
+
+def test_best_plan_for_torchtitan_ranks_on_its_own_stack_unless_given_a_table():
+    """Without stack=, api.best_plan_for('torchtitan', ...) plans on the torchtitan profile (as
+    plan --emit torchtitan does); a plan table given to it keeps the stack it was ranked on."""
+    from paraplan import api
+    own = api.best_plan_for("torchtitan", "llama3-8b", "dgx-h100", 16, 64 * 8192)
+    assert own.iloc[0].stack == "torchtitan" and own.attrs["rank"] == 0
+    ranked = api.plan("llama3-8b", "dgx-h100", 16, 64 * 8192)
+    assert ranked.attrs["stack"] == "megatron-core"
+    given = api.best_plan_for("torchtitan", "llama3-8b", "dgx-h100", 16, 64 * 8192, plans=ranked)
+    assert given.iloc[0].stack == "megatron-core"
+    assert given.iloc[0].step_time_s != pytest.approx(own.iloc[0].step_time_s, rel=1e-3)

@@ -35,15 +35,6 @@ POS = click.IntRange(min=1)
 #: show a progress bar once the evaluation has run this long, seconds.
 PROGRESS_AFTER_S = 1.0
 _EXPLICIT = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero", "recompute", "schedule", "zero_shard_group")
-#: the stack a plan is priced on when --stack is not given; with --emit, the emitted framework's
-#: own profile where the catalog has one (``hardware_specs/stacks/torchtitan.yaml``): a torchtitan
-#: launch priced on Megatron-Core's behaviour predicted Llama-3-70B on 512 H100 (dp64 tp4 pp2
-#: vpp8 z2) at 7.68 s/step where the torchtitan profile gives 8.90 s, and ranked its plans by it
-DEFAULT_STACK = "megatron-core"
-EMIT_STACKS = {"torchtitan": "torchtitan"}
-#: the stack frameworks (``StackSpec.framework``) whose behaviour each --emit target runs
-EMIT_FRAMEWORKS = {"megatron": ("megatron-core", "megatron-lm", "megatron-bridge", "nemo"),
-                   "torchtitan": ("torchtitan",), "deepspeed": ("deepspeed",)}
 
 
 class _LazyBar:
@@ -186,10 +177,10 @@ def _emit(result: PlanResult, spec, framework: str, cl=None, switches=None, stac
         why = exports.refusal(winner, framework)
         note = (f"best plan {framework} can run: rank {rank + 1} of {len(result.plans)}, {100 * slowdown:.1f}% "
                 f"slower than the unrestricted winner ({config_label(winner)}: {why.field}: {why.message})")
-    if stack is not None and stack.framework not in EMIT_FRAMEWORKS.get(framework, ()):
+    if stack is not None and stack.framework not in exports.STACK_FRAMEWORKS.get(framework, ()):
         # the plans and the predicted step are the stack's behaviour, not the framework's
         note += (f"; ranked and predicted on the {stack.name} stack profile ({stack.framework}), not {framework}'s"
-                 + ("" if framework in EMIT_STACKS else f": paraplan has no profile of the {framework} release "
+                 + ("" if framework in exports.FRAMEWORK_STACKS else f": paraplan has no profile of the {framework} release "
                     "this export targets"))
     text = exports.emit(row, framework, note=note)
     click.echo(f"paraplan: {note}", err=True)
@@ -506,7 +497,8 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
     switches = {k: v for k, v in (("ep_comm_overlap", ep_comm_overlap), ("ep_dispatch_dedup", ep_dispatch_dedup))
                 if v is not None}
     # the stack's behaviour with every switch given overriding it (its recipes' too), as simulate does
-    stack_arg = stack if stack is not None else EMIT_STACKS.get(emit, DEFAULT_STACK)
+    from paraplan.exports import default_stack
+    stack_arg = stack if stack is not None else default_stack(emit)
     stack = load_stack(stack_arg).with_training(**switches)
     from hardware_specs.catalog import is_pooled
     if is_pooled(cluster):

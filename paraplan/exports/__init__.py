@@ -27,10 +27,25 @@ from paraplan.exports.common import chunk_layers, plan_fields, stage_layer_count
 
 FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
 MODULES = {"megatron": megatron, "torchtitan": torchtitan, "deepspeed": deepspeed}
+#: the stack a plan for each framework is ranked and priced on when the caller names none: the
+#: framework's own profile where the catalog has one (``hardware_specs/stacks/torchtitan.yaml``),
+#: else Megatron-Core's. A torchtitan launch priced on Megatron-Core's behaviour predicted
+#: Llama-3-70B on 512 H100 (dp64 tp4 pp2 vpp8 z2) at 7.68 s/step where the torchtitan profile gives
+#: 8.90 s, and ranked its plans by it.
+DEFAULT_STACK = "megatron-core"
+FRAMEWORK_STACKS = {"torchtitan": "torchtitan"}
+#: the stack frameworks (``StackSpec.framework``) whose behaviour each export target runs
+STACK_FRAMEWORKS = {"megatron": ("megatron-core", "megatron-lm", "megatron-bridge", "nemo"),
+                    "torchtitan": ("torchtitan",), "deepspeed": ("deepspeed",)}
+
+
+def default_stack(framework: str | None) -> str:
+    """The stack name a plan for ``framework`` (None: no export) is priced on by default."""
+    return FRAMEWORK_STACKS.get(framework or "", DEFAULT_STACK)
 
 __all__ = ["FRAMEWORKS", "MODULES", "check_hardware", "emit", "emit_megatron", "emit_torchtitan", "emit_deepspeed", "refusal",
            "can_run", "best_runnable", "file_suffix", "plan_fields", "stage_layer_counts", "chunk_layers",
-           "launch_notes"]
+           "launch_notes", "DEFAULT_STACK", "FRAMEWORK_STACKS", "STACK_FRAMEWORKS", "default_stack"]
 
 
 def module(framework: str):
