@@ -170,7 +170,8 @@ class ParallelConfig:
             is over, so its reduction stays exposed. 0 = not bucketed: one reduction after the
             backward.
         grad_reduce_every_microbatch: plain DP / ZeRO-1 gradients are reduced after every
-            micro-batch's backward (PyTorch DDP without ``no_sync``) instead of once per step.
+            micro-batch's backward (PyTorch DDP without ``no_sync``) instead of once per step;
+            only without a pipeline (pp 1): a pipeline runtime reduces on the last backward.
         param_prefetch_forward, param_prefetch_backward: ZeRO-3 / FSDP layers whose parameter
             gathers run ahead of the computing layer in each pass (1 = the next layer's gather
             under this layer's compute; 0 = every gather exposed).

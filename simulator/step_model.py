@@ -253,7 +253,11 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
     zero_crosses = shard * tp > cluster.gpus_per_node
     ep_crosses = ep * etp > cluster.gpus_per_node
     regather = batch.zero3_recompute_gather & (rc == _FULL)
-    per_mb_grads = (zero == 2) | ((zero <= 1) & batch.grad_reduce_every_microbatch)
+    # a stack whose accumulation loop reduces after every micro-batch (no no_sync) does so only
+    # without a pipeline: with one, the pipeline runtime owns the micro-batch loop and reduces on
+    # the last backward (torch.distributed.pipelining stage.py backward_maybe_with_nosync;
+    # Megatron-Core schedules.py no_sync_func; DeepSpeed's PipelineEngine after the schedule)
+    per_mb_grads = (zero == 2) | ((zero <= 1) & batch.grad_reduce_every_microbatch & (batch.pp == 1))
     for kind, layer_p, expert_p, n_tensors in (
             ("dense", sp_["dense_layer"], 0.0 * tp, DENSE_LAYER_PARAM_TENSORS),
             ("moe", sp_["moe_layer"], sp_["expert_layer"], _moe_param_tensors(model, ep))):
@@ -615,7 +619,7 @@ def _dp_after_flush(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel
     else:
         e_rs = e_ar = e_ag = 0.0
     cross = np.where(zero >= 1, cross, 0.0)
-    per_mb_grads = (zero == 2) | ((zero <= 1) & batch.grad_reduce_every_microbatch)
+    per_mb_grads = (zero == 2) | ((zero <= 1) & batch.grad_reduce_every_microbatch & (batch.pp == 1))
     zero1 = np.where(batch.zero1_grad_all_reduce, grad_ar + e_ar, grad_rs + e_rs)
     grad_comm = np.where(per_mb_grads, 0.0, np.where(zero == 0, grad_ar + e_ar, np.where(zero == 1, zero1, 0.0)))
     grad_comm = grad_comm + cross
