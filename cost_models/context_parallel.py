@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models.collectives import p2p_time_s
+from cost_models.params import kv_heads_per_tp_rank
 from cost_models.topology import group_collective_time_s, group_span, tier_bandwidths
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
@@ -52,9 +53,6 @@ def attention_kv_dims(model: ModelSpec):
     return model.num_kv_heads, model.head_dim, model.head_dim
 
 
-def kv_heads_per_tp_rank(kv_heads, tp):
-    """K/V heads on one TP rank: kv_heads / tp, or 1 when tp > kv_heads (heads replicated)."""
-    return _f(kv_heads) / np.minimum(_f(tp), _f(kv_heads))
 
 
 # ---- ring -------------------------------------------------------------------------------------

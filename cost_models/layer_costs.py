@@ -13,6 +13,7 @@ from cost_models.compute import (ComputeRates, attention_core_exponentials, atte
                                  linear_gemm_times_s, materialised_attention_time_s,
                                  memory_bound_time_s)
 from cost_models.cross_entropy import loss_traffic
+from cost_models.params import kv_heads_per_tp_rank
 from cost_models.low_precision import (ELEMENT_BYTES, SOURCE_BYTES, quantise_bytes_per_element,
                                        quantise_kernels, quantised_copies)
 from model_specs.model_spec import ModelSpec
@@ -111,7 +112,7 @@ def unpad_copy_bytes(model: ModelSpec, tokens, tp):
     tp = np.asarray(tp, dtype=float)
     qk, v = _attention_dims(model)
     kv_heads = model.num_kv_heads if model.mla is None else model.num_heads
-    inputs = (model.num_heads * qk + kv_heads * (qk + v)) / tp
+    inputs = model.num_heads * qk / tp + kv_heads_per_tp_rank(kv_heads, tp) * (qk + v)
     output = model.num_heads * v / tp
     return tokens * (4.0 * inputs + 6.0 * output), tokens * (6.0 * inputs + 4.0 * output)
 
@@ -135,7 +136,7 @@ def rotary_bytes(model: ModelSpec, tokens, tp):
     if model.mla is not None:
         channels = model.num_heads * model.mla.qk_rope_head_dim / tp + model.mla.qk_rope_head_dim
     else:
-        channels = (model.num_heads + model.num_kv_heads) * model.head_dim / tp
+        channels = (model.num_heads / tp + kv_heads_per_tp_rank(model.num_kv_heads, tp)) * model.head_dim
     return tokens * channels * FUSED_ROPE_BYTES_PER_CHANNEL
 
 
@@ -150,6 +151,7 @@ def attention_gemm_shapes(model: ModelSpec, tp):
     """[(n, k), ...] of the attention projections per token row, TP-split (M = tokens)."""
     h, a, g, d = model.hidden_size, model.num_heads, model.num_kv_heads, model.head_dim
     tp = np.asarray(tp, dtype=float)
+    g_rank = kv_heads_per_tp_rank(g, tp)
     if model.mla is not None:
         m = model.mla
         qk = m.qk_nope_head_dim + m.qk_rope_head_dim
@@ -162,7 +164,8 @@ def attention_gemm_shapes(model: ModelSpec, tp):
                    (a * (m.qk_nope_head_dim + m.v_head_dim) / tp, m.kv_lora_rank + 0 * tp),
                    (h + 0 * tp, a * m.v_head_dim / tp)]
         return shapes
-    return [((a * d + 2 * g * d) / tp, h + 0 * tp), (h + 0 * tp, a * d / tp)]
+    # K and V: whole heads, replicated when tp exceeds them (params.kv_heads_per_tp_rank)
+    return [(a * d / tp + 2 * g_rank * d, h + 0 * tp), (h + 0 * tp, a * d / tp)]
 
 
 def mlp_gemm_shapes(hidden: int, ffn, gated: bool, tp):
@@ -469,7 +472,8 @@ def block_projections_in_order(model: ModelSpec, tp, ffn=None):
     if model.mla is not None:
         attention = attention_gemm_shapes(model, tp)
     else:
-        attention = [(a * d / tp, h + 0 * tp), (g * d / tp, h + 0 * tp), (g * d / tp, h + 0 * tp),
+        g_rank = kv_heads_per_tp_rank(g, tp)
+        attention = [(a * d / tp, h + 0 * tp), (g_rank * d, h + 0 * tp), (g_rank * d, h + 0 * tp),
                      (h + 0 * tp, a * d / tp)]
     if model.gated_mlp:
         mlp = [(f / tp, h + 0 * tp), (f / tp, h + 0 * tp), (h + 0 * tp, f / tp)]
@@ -541,7 +545,7 @@ def unfused_attention_bytes(model: ModelSpec, tokens, tp):
         return 0.0 * tokens * tp, 0.0 * tp
     a, g, d = model.num_heads, model.num_kv_heads, model.head_dim
     rope = rotary_bytes(model, tokens, tp) * (UNFUSED_ROPE_BYTES_PER_CHANNEL / FUSED_ROPE_BYTES_PER_CHANNEL - 1.0)
-    repeat = 2.0 * (2.0 * g * d + 2.0 * a * d) if a > g else 0.0
+    repeat = 2.0 * (2.0 * kv_heads_per_tp_rank(g, tp) * d * tp + 2.0 * a * d) if a > g else 0.0 * tp
     layout = 4.0 * a * d
     rope_kernels = 2.0 * (UNFUSED_ROPE_KERNELS_PER_TENSOR - 1.0) if model.position_embedding == "rope" else 0.0
     return rope + tokens * (repeat + layout) / tp, rope_kernels + (2.0 if a > g else 0.0) + 1.0 + 0.0 * tp

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from cost_models.params import kv_heads_per_tp_rank
 from model_specs.model_spec import ModelSpec
 
 WEIGHT_BYTES = 2.0
@@ -132,8 +133,9 @@ def activation_terms(model: ModelSpec, micro_batch, seq_len, tp, cp, sp, flash_a
         keys = 0.0 * qkv
     else:
         v = d
-        qkv = e * tokens * (2.0 * a * d + 2.0 * g * d) / tp
-        keys = e * tokens * 2.0 * g * d / tp
+        g_rank = kv_heads_per_tp_rank(g, tp)         # whole heads, replicated when tp exceeds them
+        qkv = e * tokens * (2.0 * a * d / tp + 2.0 * g_rank * d)
+        keys = e * tokens * 2.0 * g_rank * d
         latents = 0.0 * tokens * tp
     score = np.where(flash_attention, tokens * a * 4.0 / tp,
                      (2.0 * e + attention_dropout * (2.0 * e + 1.0)) * a * s_local

@@ -38,7 +38,7 @@ from cost_models.layer_costs import (ACTIVATION_UNITS, ELEMENTWISE_KERNELS_FWD, 
                                      REPLICATED_ELEMENTWISE_UNITS_BWD, RESIDUAL_FORK_KERNELS_BWD, block_cast_bytes,
                                      cast_times, linear_cast_bytes, mlp_gemm_shapes)
 from cost_models.params import (attention_params, expert_params_per_moe_layer, latent_projection_params, mlp_params,
-                                 routed_expert_width)
+                                 replicated_kv_params_per_tp_rank, routed_expert_width)
 from cost_models.topology import group_collective_time_s, group_forwarded_all_to_all_time_s, group_span
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
@@ -481,7 +481,8 @@ def moe_layer_params_local(model: ModelSpec, tp, ep, etp):
     shared = mlp_params(h, _shared_ffn_total(model), model.gated_mlp)
     router = h * moe.num_experts
     # the LatentMoE projections are replicated over tp, like the router they sit beside
-    non_expert = (attention_params(model) + shared) / _f(tp) + router + latent_projection_params(model) + 2 * h
+    non_expert = ((attention_params(model) + shared) / _f(tp) + replicated_kv_params_per_tp_rank(model, tp) + router
+                  + latent_projection_params(model) + 2 * h)
     expert = expert_params_per_moe_layer(model) / (_f(ep) * _f(etp))
     return non_expert, expert
 

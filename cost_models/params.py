@@ -7,6 +7,8 @@ Biases are ignored; layer norms count 2*h per layer.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from model_specs.model_spec import ModelSpec
 
 
@@ -49,6 +51,32 @@ def attention_params(model: ModelSpec) -> int:
     if la is None:
         return full
     return int(round((1.0 - la.layer_fraction) * full + la.layer_fraction * linear_attention_params(model)))
+
+
+def kv_heads_per_tp_rank(kv_heads, tp):
+    """K/V heads one tensor-parallel rank holds: ``kv_heads / tp``, or one whole head when tp
+    exceeds them (a rank computes the attention of its query heads against their group's K and
+    V, so the group's head is replicated over the tp / kv_heads ranks sharing it: Megatron-LM
+    takes tp as a multiple of num_query_groups, its parser's "num_query_groups must be a multiple
+    or divisor of tensor_model_parallel_size", ``paraplan/exports/megatron_flags.json``; vLLM,
+    SGLang and TensorRT-LLM replicate KV heads the same way, ``cost_models.kv_cache``)."""
+    kv_heads = np.asarray(kv_heads, dtype=float)
+    return kv_heads / np.minimum(np.asarray(tp, dtype=float), kv_heads)
+
+
+def replicated_kv_params_per_tp_rank(model: ModelSpec, tp):
+    """K and V projection weights one tensor-parallel rank holds beyond its 1 / tp share of
+    ``attention_params`` (per layer, the mean over a hybrid model's layers): 2 h d (heads held
+    - g / tp) when tp > g (``kv_heads_per_tp_rank``), else 0. Llama-3.1-405B (h 16,384, d 128,
+    g 8) at tp 16: 2 x 16,384 x 128 x (1 - 0.5) = 2,097,152 a layer. Multi-latent attention has
+    no K/V heads to replicate (its up-projections split over the query heads): 0."""
+    tp = np.asarray(tp, dtype=float)
+    if model.mla is not None:
+        return 0.0 * tp
+    g = model.num_kv_heads
+    extra = 2.0 * model.hidden_size * model.head_dim * (kv_heads_per_tp_rank(g, tp) - g / tp)
+    la = model.linear_attention
+    return extra * (1.0 - la.layer_fraction) if la is not None else extra
 
 
 def mlp_params(hidden: int, ffn: int, gated: bool) -> int:

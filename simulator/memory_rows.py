@@ -35,7 +35,7 @@ def _degrees(batch: ConfigBatch):
 
 def layer_params(model: ModelSpec, tp, ep, etp):
     """Per-GPU parameters of one dense layer, and of one MoE layer's non-expert and expert parts."""
-    dense = params.dense_layer_params(model) / tp
+    dense = params.dense_layer_params(model) / tp + params.replicated_kv_params_per_tp_rank(model, tp)
     if model.moe is None:
         return dense, dense, 0.0 * tp
     moe_non_expert, moe_expert = moe_costs.moe_layer_params_local(model, tp, ep, etp)

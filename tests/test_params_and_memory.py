@@ -88,3 +88,23 @@ def test_in_flight_microbatches_per_schedule():
     assert memory.in_flight_microbatches(8, 1, 4) == 4             # fewer micro-batches than stages
     assert memory.in_flight_microbatches(8, 1, 64, True) == 64     # GPipe holds all m
     assert memory.in_flight_microbatches(8, 2, 64) == pytest.approx(8 * (1 + 7 / 16))
+
+
+def test_tp_beyond_the_kv_heads_holds_whole_replicated_heads():
+    """Llama-3.1-405B (h 16,384, 128 query heads, 8 KV heads of 128): at tp 16 a rank holds 8
+    query heads and one whole KV head (shared with the other rank of its query group), not half
+    of one. Per layer and rank: the K and V projections add 2 x 16,384 x 128 x (1 - 8/16) =
+    2,097,152 weights beyond the 1/tp share; the fused QKV GEMM is 8 x 128 + 2 x 128 = 1,280
+    wide (1,152 with half heads); of 8,192 tokens at 16 bits the layer keeps the queries and
+    values, 8,192 x (2 x 8 x 128 + 2 x 128) = 18,874,368 bytes, and the keys, 8,192 x 2 x 128 =
+    2,097,152 (Korthikanti et al. 2022's Q, K, V terms). At tp 8 nothing is replicated."""
+    from cost_models.layer_costs import attention_gemm_shapes
+    from model_specs.catalog import load_model
+    model = load_model("llama3.1-405b")
+    assert params.kv_heads_per_tp_rank(8, 16) == 1.0 and params.kv_heads_per_tp_rank(8, 4) == 2.0
+    assert float(params.replicated_kv_params_per_tp_rank(model, 16)) == 2_097_152
+    assert float(params.replicated_kv_params_per_tp_rank(model, 8)) == 0.0
+    (qkv_n, qkv_k), _ = attention_gemm_shapes(model, np.array(16.0))
+    assert (float(qkv_n), float(qkv_k)) == (1280.0, 16384.0)
+    terms = memory.activation_terms(model, micro_batch=1, seq_len=8192, tp=16, cp=1, sp=True)
+    assert (float(terms["qkv"]), float(terms["attn_k"])) == (8192 * (2 * 8 * 128 + 2 * 128), 8192 * 2 * 128)
