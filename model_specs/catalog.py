@@ -117,6 +117,12 @@ def _resolve(name_or_path: str) -> Path:
     if candidate.suffix in _SUFFIXES + (".json",) or (str(name_or_path) and exists(candidate)):
         if candidate.is_dir() and (candidate / "config.json").is_file():
             return candidate / "config.json"
+        if candidate.is_dir():      # was "is a directory, not a file", for a checkpoint folder too
+            inner = candidate / "config.json"
+            said = (f"{name_or_path} is a folder without a config.json" if not inner.is_symlink()
+                    and not exists(inner) else not_a_file(inner))
+            raise InputError("model", said, "give a Hugging Face checkpoint folder (with its config.json), "
+                             "a model file, or a preset from `paraplan models list`")
         if not is_file(candidate):
             raise InputError("model", not_a_file(name_or_path),
                              "check the path, or give a preset from `paraplan models list`")

@@ -215,8 +215,16 @@ def test_an_overlong_blank_or_empty_name_is_an_unknown_name(tmp_path):
         line = one_line_error(run(*args))
         assert line.startswith(f"error: {field} (known: "), line
     line = one_line_error(run("models", "show", tmp_path))      # a folder without a config.json
-    assert line == (f"error: model: {tmp_path} is a directory, not a file "
-                    "(check the path, or give a preset from `paraplan models list`)")
+    fix = ("(give a Hugging Face checkpoint folder (with its config.json), a model file, or a preset from "
+           "`paraplan models list`)")
+    assert line == f"error: model: {tmp_path} is a folder without a config.json {fix}"
+    # a config.json that is a symlink loop, or a folder: the message names it, not the folder
+    (tmp_path / "config.json").symlink_to(tmp_path / "config.json")
+    assert one_line_error(run("models", "show", tmp_path)) == f"error: model: no such file {tmp_path}/config.json {fix}"
+    (tmp_path / "config.json").unlink()
+    (tmp_path / "config.json").mkdir()
+    assert one_line_error(run("models", "show", tmp_path)) == \
+        f"error: model: {tmp_path}/config.json is a directory, not a file {fix}"
 
 
 def test_validate_measured_table_shows_errors_in_percent(monkeypatch, tmp_path):
