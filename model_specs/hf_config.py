@@ -73,7 +73,7 @@ def _default_name(path: Path | None, data: dict[str, Any], family: str) -> str:
 #: NVIDIA/TensorRT-Model-Optimizer modelopt/torch/export (QUANTIZATION_FP8, QUANTIZATION_NVFP4,
 #: QUANTIZATION_FP8_PB_WO: 128 x 128-block FP8, QUANTIZATION_FP8_PC_PT: per-channel FP8,
 #: QUANTIZATION_W4A16_AWQ); others are not read
-def _language_model_config(data: dict[str, Any]) -> dict[str, Any]:
+def _language_model_config(data: dict[str, Any], where: str) -> dict[str, Any]:
     """The language model's part of a config: multimodal checkpoints nest it under
     ``text_config`` and name the wrapper in the top-level ``model_type`` (Kimi-K2.5:
     ``kimi_k25`` around a ``kimi_k2`` text model; Mistral-Small-3.1: ``mistral3`` around
@@ -81,10 +81,16 @@ def _language_model_config(data: dict[str, Any]) -> dict[str, Any]:
     reader does not know; the vision encoder is not modelled. A ``quantization_config`` the
     wrapper states (and the text model does not) still applies to the text model's weights."""
     text = data.get("text_config")
-    if not isinstance(text, dict):
-        return data
     outer = data.get("model_type")
+    if outer is not None and not isinstance(outer, str):     # was read past, the wrapper named "nan"
+        raise InputError(f"{where}.model_type", f"expected text such as 'llama', got {str(outer)[:40]}",
+                         "write the checkpoint's model_type")
     if isinstance(outer, str) and outer.lower() in FAMILIES:
+        return data
+    if text is not None and not isinstance(text, dict):     # was reported as an unsupported wrapper
+        raise InputError(f"{where}.text_config", f"expected a mapping (the language model's config), got "
+                         f"{type(text).__name__} {str(text)[:40]!r}", "write the checkpoint's text_config")
+    if text is None:
         return data
     if outer is not None and "model_type" not in text:     # refused by the wrapper's own type
         return data
@@ -113,9 +119,14 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | 
         data = read_json(path, non_finite=True)
         where = f"hf_config {path}"
     outer = data
-    data = _language_model_config(data)
+    data = _language_model_config(data, where)
+    if data is not outer:
+        where += ".text_config"
     family = data.get("model_type")
-    if not isinstance(family, str) or not family:
+    if family is not None and not isinstance(family, str):      # was reported as missing
+        raise InputError(f"{where}.model_type", f"expected text such as 'llama', got {str(family)[:40]}",
+                         "write the checkpoint's model_type")
+    if not family:
         raise InputError(f"{where}.model_type", "missing",
                          "a Hugging Face config.json names its model_type")
     family = family.lower()
@@ -128,11 +139,17 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | 
     fields = build(cfg, family, seq_len)
     if cfg.has("max_position_embeddings"):
         # the longest context the model serves (engines default their maximum model length to it)
-        fields.setdefault("max_context_tokens", cfg.get_int("max_position_embeddings"))
+        context = cfg.get_int("max_position_embeddings")
+        if context < 1:     # 0 was kept as max_context_tokens 0, "not stated": no context checked
+            raise InputError(f"{where}.max_position_embeddings", f"must be >= 1 token, got {context}",
+                             "write the checkpoint's context length, or drop the key")
+        fields.setdefault("max_context_tokens", context)
     if fields.get("position_embedding") == "rope":
         fields.update(rope_fields(cfg))
+    inherited = data is not outer and "quantization_config" not in outer.get("text_config", {})
+    quant_where = where.removesuffix(".text_config") if inherited else where      # the wrapper's own
     for key, value in checkpoint_formats(data.get("quantization_config"), fields.get("moe") is not None,
-                                         f"{where}.quantization_config").items():
+                                         f"{quant_where}.quantization_config").items():
         fields.setdefault(key, value)
     for key, value in dropout_fields(data, family).items():
         fields.setdefault(key, value)
@@ -140,6 +157,11 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | 
     if data is not outer:       # said where `models show` prints the source: the count leaves it out
         wrapper = outer.get("model_type") or "multimodal"
         source += f" (text_config of a {wrapper} checkpoint; its vision encoder is not modelled)"
-    if family == "nemotron_h" and cfg.get_int("num_nextn_predict_layers", default=0):
-        source += " (its multi-token-prediction block is not modelled)"
+    if family == "nemotron_h":
+        mtp = cfg.get_int("num_nextn_predict_layers", default=0)
+        if mtp < 0:         # a negative count was taken as an MTP block
+            raise InputError(f"{where}.num_nextn_predict_layers", f"must be a number of layers >= 0, got {mtp}",
+                             "write the checkpoint's value, or drop the key")
+        if mtp:
+            source += " (its multi-token-prediction block is not modelled)"
     return ModelSpec(name=name or _default_name(path, data, family), source=source, **fields)

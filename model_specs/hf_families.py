@@ -62,14 +62,21 @@ def _nemotron_h(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str
     sigmoid-scored, as the nemotron-h-* / nemotron-3-nano presets. The MTP block of Nemotron 3
     Super / Ultra (num_nextn_predict_layers) is not modelled: ModelSpec has no MTP for hybrids."""
     pattern = cfg.data.get("hybrid_override_pattern")
-    if pattern is None and isinstance(cfg.data.get("layers_block_type"), list):
-        blocks = cfg.data["layers_block_type"]
-        unknown = sorted({str(b) for b in blocks if b not in _NEMOTRON_H_BLOCKS})
+    if pattern is not None and not isinstance(pattern, str):      # was reported as missing
+        raise InputError(f"{cfg.where}.hybrid_override_pattern", f"expected text such as 'M*M-', got {str(pattern)[:80]}",
+                         "write the checkpoint's pattern (M = Mamba, * = attention, - = MLP, E = MoE)")
+    blocks = cfg.data.get("layers_block_type")
+    if pattern is None and blocks is not None and not isinstance(blocks, list):
+        raise InputError(f"{cfg.where}.layers_block_type", f"expected a list of block names, got {str(blocks)[:80]}",
+                         "list one of " + ", ".join(_NEMOTRON_H_BLOCKS) + " per layer")
+    if pattern is None and blocks is not None:
+        # a list or mapping entry is not a block name (and not hashable: it raised TypeError)
+        unknown = sorted({str(b)[:40] for b in blocks if not isinstance(b, str) or b not in _NEMOTRON_H_BLOCKS})
         if unknown:
             raise InputError(f"{cfg.where}.layers_block_type", f"unknown block {unknown[0]!r}",
                              "use " + ", ".join(_NEMOTRON_H_BLOCKS))
         pattern = "".join(_NEMOTRON_H_BLOCKS[b] for b in blocks)
-    if not isinstance(pattern, str) or not pattern:
+    if not pattern:
         raise InputError(f"{cfg.where}.hybrid_override_pattern", "missing",
                          "give the layer pattern (M = Mamba, * = attention, - = MLP, E = MoE)")
     num_layers = cfg.get_int("num_hidden_layers", default=len(pattern))
@@ -113,6 +120,10 @@ def _minimax_m2(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str
     are not modelled, as in the minimax-m2.5 preset."""
     fields = _mixtral(cfg, family, seq_len)
     kinds = cfg.get_int_list("attn_type_list")
+    other = sorted({k for k in kinds if k not in (0, 1)})
+    if other:           # was reported as lightning attention
+        raise InputError(f"{cfg.where}.attn_type_list", f"unknown attention kind {other[0]} (1 = softmax, 0 = lightning)",
+                         "write the checkpoint's attn_type_list")
     if any(k != 1 for k in kinds):
         raise InputError(f"{cfg.where}.attn_type_list", "lightning (linear) attention layers (0) are not modelled",
                          "write a model YAML file with linear_attention")
@@ -124,6 +135,12 @@ def _minimax_m2(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str
         raise InputError(f"{cfg.where}.scoring_func", f"unknown router scoring {score!r}", "use softmax or sigmoid")
     fields["moe"] = MoESpec(num_experts=fields["moe"].num_experts, top_k=fields["moe"].top_k,
                             expert_ffn_hidden_size=fields["moe"].expert_ffn_hidden_size, router_score=score)
+    # the sizes rotary_dim is checked against, checked first (0 heads raised ZeroDivisionError; a
+    # negative head_dim or hidden_size was reported as a wrong rotary_dim)
+    for key, value, least in (("num_attention_heads", fields["num_heads"], 1), ("hidden_size", fields["hidden_size"], 1),
+                              ("head_dim", fields["head_dim"], 0)):
+        if value < least:
+            raise InputError(f"{cfg.where}.{key}", f"must be >= {least}, got {value}", "write the checkpoint's value")
     head_dim = fields["head_dim"] or fields["hidden_size"] // fields["num_heads"]
     if cfg.has("rotary_dim") and not cfg.has("partial_rotary_factor"):
         rotary = cfg.get_int("rotary_dim")

@@ -828,3 +828,14 @@ def test_tensorrt_llm_refuses_an_fp8_kv_cache_on_ampere_too():
                    "error: --kv-cache-dtype: trtllm-1 has no FP8 kernels on dgx-a100-80gb's a100-sxm-80gb")
     assert run("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-a100-80gb", "-b", "vllm",
                "--kv-cache-dtype", "fp8").exit_code == 0
+
+
+def test_a_nemotron_h_layer_list_holding_lists_is_one_error_line_not_an_internal_error(tmp_path):
+    """layers_block_type entries that are lists raised TypeError (unhashable), printed as
+    'error: internal: ... a bug in paraplan' with exit 1 (fuzz of the Hugging Face reader)."""
+    import json as _json
+    from test_model_specs import NEMOTRON_3_NANO
+    data = _json.loads(NEMOTRON_3_NANO.replace("Infinity", "1e308"))
+    del data["hybrid_override_pattern"]
+    (tmp_path / "config.json").write_text(_json.dumps({**data, "layers_block_type": [["mamba"]] * 52}))
+    one_line_error(run("models", "show", tmp_path), "error: hf_config ", "layers_block_type: unknown block \"['mamba']\"")

@@ -913,3 +913,45 @@ def test_moe_layer_placements_outside_the_model_are_refused(family, extra, field
            "q_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32, **extra}
     with pytest.raises(InputError, match=field):
         model_from_hf_config(cfg)
+
+
+_NANO = json.loads(NEMOTRON_3_NANO.replace("Infinity", "1e308"))
+_NANO_BY_LIST = {**{k: v for k, v in _NANO.items() if k != "hybrid_override_pattern"},
+                 "layers_block_type": ["mamba"] * 52}
+_MINIMAX_NO_HEAD_DIM = {k: v for k, v in MINIMAX_M25.items() if k != "head_dim"}
+
+
+@pytest.mark.parametrize("config, field, says", [
+    # a list entry in layers_block_type raised TypeError (unhashable) as an internal error
+    ({**_NANO_BY_LIST, "layers_block_type": [["mamba"]] * 52}, "layers_block_type", "unknown block"),
+    ({**_NANO_BY_LIST, "layers_block_type": [{"a": 1}] * 52}, "layers_block_type", "unknown block"),
+    ({**_NANO_BY_LIST, "layers_block_type": "mamba"}, "layers_block_type", "expected a list of block names"),
+    # a pattern that is not text was reported as missing
+    ({**_NANO, "hybrid_override_pattern": ["M"] * 52}, "hybrid_override_pattern", "expected text"),
+    # a negative MTP count was taken as an MTP block ("not modelled") and the model accepted
+    ({**_NANO, "num_nextn_predict_layers": -1}, "num_nextn_predict_layers", "must be a number of layers >= 0"),
+    # MiniMax-M2 with 0 heads and no head_dim raised ZeroDivisionError; a negative size blamed rotary_dim
+    ({**_MINIMAX_NO_HEAD_DIM, "num_attention_heads": 0}, "num_attention_heads", "must be >= 1"),
+    ({**_MINIMAX_NO_HEAD_DIM, "hidden_size": -3072}, "hidden_size", "must be >= 1"),
+    ({**MINIMAX_M25, "head_dim": -128}, "head_dim", "must be >= 0"),
+    # an attention kind other than 0 / 1 was reported as lightning attention (0)
+    ({**MINIMAX_M25, "attn_type_list": [2] * 62}, "attn_type_list", "unknown attention kind 2"),
+    # max_position_embeddings 0 was kept as max_context_tokens 0, "not stated"
+    ({**LLAMA31_8B, "max_position_embeddings": 0}, "max_position_embeddings", "must be >= 1 token"),
+    # a wrapper's model_type that is not text was read past (the source said "a nan checkpoint");
+    # a text_config that is not a mapping was "unsupported model_type 'llama4'"; an inner model_type
+    # that is not text was "missing" at the top level
+    ({**LLAMA4_MAVERICK, "model_type": float("nan")}, "hf_config.model_type", "expected text"),
+    ({**LLAMA4_MAVERICK, "text_config": [1]}, "hf_config.text_config", "expected a mapping"),
+    ({**LLAMA4_MAVERICK, "text_config": {**LLAMA4_MAVERICK["text_config"], "model_type": 5}},
+     "hf_config.text_config.model_type", "expected text"),
+    ({**LLAMA4_MAVERICK, "text_config": {**LLAMA4_MAVERICK["text_config"], "vocab_size": "x"}},
+     "hf_config.text_config.vocab_size", "expected an integer"),
+    ({**LLAMA4_MAVERICK, "quantization_config": {"quant_method": 5}},        # the wrapper's own key
+     "hf_config.quantization_config.quant_method", "expected text"),
+])
+def test_a_damaged_config_of_the_newer_families_is_one_input_error_naming_its_key(config, field, says):
+    with pytest.raises(InputError, match=says) as err:
+        model_from_hf_config(config)
+    assert err.value.field.endswith(field), err.value.field
+
