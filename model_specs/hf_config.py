@@ -28,7 +28,8 @@ Sequence length: a config states the longest context the model supports (kept as
 ``max_context_tokens``, which ``serve`` checks prompt + output against), not the length it
 was trained at. ``seq_len`` is taken, in order, from the ``seq_len`` argument, the pre-training
 context the config names (``rope_scaling.original_max_position_embeddings``, or Phi-3's top-level one,
-``initial_context_length``), or ``max_position_embeddings`` capped at ``MAX_DEFAULT_SEQ_LEN``.
+``initial_context_length``; the first two no longer than ``max_position_embeddings``), or
+``max_position_embeddings`` capped at ``MAX_DEFAULT_SEQ_LEN``.
 
 For multi-latent attention ``head_dim`` is the query/key head width
 (``qk_nope_head_dim + qk_rope_head_dim``); the exact projection sizes are in ``ModelSpec.mla``.

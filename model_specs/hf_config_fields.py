@@ -239,13 +239,15 @@ def training_seq_len(cfg: ConfigReader, seq_len: int | None) -> int:
     if seq_len is not None:
         return int(seq_len)
     original = _original_context(_rope_scaling(cfg))
+    if original is None:
+        # Phi-3's long-context configs state it beside max_position_embeddings, not inside rope_scaling
+        # (microsoft/Phi-3-mini-128k-instruct config.json: original_max_position_embeddings 4096)
+        original = _original_context(cfg if cfg.has("original_max_position_embeddings") else None)
     if original is not None:
-        return original
-    # Phi-3's long-context configs state it beside max_position_embeddings, not inside rope_scaling
-    # (microsoft/Phi-3-mini-128k-instruct config.json: original_max_position_embeddings 4096)
-    original = _original_context(cfg if cfg.has("original_max_position_embeddings") else None)
-    if original is not None:
-        return original
+        # no longer than the longest context the config states (a config whose pre-training context
+        # exceeds it trained 1,000,000-token sequences on a model of a 131,072-token context)
+        context = cfg.get_int("max_position_embeddings", default=0)
+        return min(original, context) if context > 0 else original
     if cfg.has("initial_context_length"):
         return cfg.get_int("initial_context_length")
     max_pos = cfg.get_int("max_position_embeddings", "n_positions", "max_seq_len", default=FALLBACK_SEQ_LEN)

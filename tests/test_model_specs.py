@@ -955,3 +955,15 @@ def test_a_damaged_config_of_the_newer_families_is_one_input_error_naming_its_ke
         model_from_hf_config(config)
     assert err.value.field.endswith(field), err.value.field
 
+
+def test_a_pre_training_context_beyond_the_stated_context_is_capped_at_it():
+    """original_max_position_embeddings above max_position_embeddings trained (and priced) sequences
+    longer than the model's context: 1,000,000 tokens on a 131,072-token Phi-3."""
+    phi3 = {"model_type": "phi3", "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
+            "num_attention_heads": 32, "vocab_size": 32064, "max_position_embeddings": 131072,
+            "original_max_position_embeddings": 1_000_000}
+    spec = model_from_hf_config(phi3)
+    assert (spec.seq_len, spec.max_context_tokens) == (131072, 131072)
+    capped = model_from_hf_config({**LLAMA31_8B, "max_position_embeddings": 4096})     # rope_scaling's 8192
+    assert (capped.seq_len, capped.max_context_tokens) == (4096, 4096)
+    assert model_from_hf_config(LLAMA31_8B).seq_len == 8192
