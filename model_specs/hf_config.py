@@ -152,7 +152,7 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | 
     for key, value in checkpoint_formats(data.get("quantization_config"), fields.get("moe") is not None,
                                          f"{quant_where}.quantization_config").items():
         fields.setdefault(key, value)
-    for key, value in dropout_fields(data, family).items():
+    for key, value in dropout_fields(data, family, where).items():
         fields.setdefault(key, value)
     source = f"Hugging Face config {path}" if path is not None else "Hugging Face config (dict)"
     if data is not outer:       # said where `models show` prints the source: the count leaves it out

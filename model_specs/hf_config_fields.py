@@ -134,15 +134,15 @@ _FAMILY_HIDDEN_DROPOUT_KEYS = {"opt": ("dropout",)}
 _ABSENT_DROPOUT_DEFAULTS = {"gpt2": (0.1, 0.1), "opt": (0.1, 0.0)}
 
 
-def dropout_fields(data: dict, family: str) -> dict:
+def dropout_fields(data: dict, family: str, where: str = "model") -> dict:
     """``hidden_dropout`` / ``attention_dropout`` as the config states them (a probability > 0
     is on), each absent one at its transformers config-class default for ``family``
     (``_ABSENT_DROPOUT_DEFAULTS``: off except GPT-2 and OPT)."""
-    def stated(source, keys):
+    def stated(source, keys, at=where):
         for k in keys:      # a probability written as text ("0.1") was dropped, leaving dropout off
             v = source.get(k)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0):
-                raise InputError(f"model.{k}", f"expected a probability from 0 to 1, got {v!r}",
+                raise InputError(f"{at}.{k}", f"expected a probability from 0 to 1, got {v!r}",
                                  "write the checkpoint's number")
         values = [source[k] for k in keys if source.get(k) is not None]
         return None if not values else any(v > 0 for v in values)
@@ -151,7 +151,7 @@ def dropout_fields(data: dict, family: str) -> dict:
     hidden = stated(data, _HIDDEN_DROPOUT_KEYS + _FAMILY_HIDDEN_DROPOUT_KEYS.get(family, ()))
     attention = stated(data, _ATTENTION_DROPOUT_KEYS)
     if attention is None and isinstance(data.get("attn_config"), dict):
-        attention = stated(data["attn_config"], ("attn_pdrop",))      # MPT nests it
+        attention = stated(data["attn_config"], ("attn_pdrop",), f"{where}.attn_config")      # MPT nests it
     return {"hidden_dropout": hidden_default > 0 if hidden is None else hidden,
             "attention_dropout": attention_default > 0 if attention is None else attention}
 

@@ -949,6 +949,9 @@ _MINIMAX_NO_HEAD_DIM = {k: v for k, v in MINIMAX_M25.items() if k != "head_dim"}
      "hf_config.text_config.vocab_size", "expected an integer"),
     ({**LLAMA4_MAVERICK, "quantization_config": {"quant_method": 5}},        # the wrapper's own key
      "hf_config.quantization_config.quant_method", "expected text"),
+    # a dropout probability's error named model.<key>, not the config and the text_config it is in
+    ({**LLAMA4_MAVERICK, "text_config": {**LLAMA4_MAVERICK["text_config"], "attention_dropout": "0.1"}},
+     "hf_config.text_config.attention_dropout", "expected a probability"),
 ])
 def test_a_damaged_config_of_the_newer_families_is_one_input_error_naming_its_key(config, field, says):
     with pytest.raises(InputError, match=says) as err:
