@@ -75,7 +75,12 @@ def checkpoint_formats(quant, moe: bool, where: str) -> dict[str, str]:
     method = method.strip().lower()
     fmt = ""
     if method == "fp8":
-        fmt = "fp8_block" if quant.get("weight_block_size") else "fp8"
+        block = quant.get("weight_block_size")
+        if block is not None and not (isinstance(block, list) and len(block) == 2
+                                      and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
+            raise InputError(f"{where}.weight_block_size", f"expected two positive whole numbers, got {block!r}",
+                             "write the block as the checkpoint's config.json has it (e.g. [128, 128]), or remove it")
+        fmt = "fp8_block" if block else "fp8"
     elif method == "mxfp4":
         return {"expert_checkpoint_format": "mxfp4"} if moe else {}
     elif method == "modelopt":
@@ -95,6 +100,9 @@ def checkpoint_formats(quant, moe: bool, where: str) -> dict[str, str]:
         for value in (quant.get(key), nested.get(key)):
             if isinstance(value, list):
                 ignored += [str(v).lower() for v in value]
+            elif value is not None:         # a string read as a list would drop its modules unseen
+                raise InputError(f"{where}.{key}", f"expected a list of module names, got {str(value)[:40]!r}",
+                                 f"write {key} as a list, e.g. [\"lm_head\"]")
     attention_kept = any(name in item for item in ignored for name in _ATTENTION_NAMES)
     if attention_kept:
         return {"expert_checkpoint_format": fmt} if moe else {}

@@ -806,7 +806,14 @@ def test_a_moe_checkpoint_that_keeps_attention_16_bit_names_only_its_experts_for
                                           # a list where a number belongs was an internal TypeError (unhashable)
                                           ({"quant_method": "compressed-tensors", "format": "float-quantized",
                                             "config_groups": {"g": {"weights": {"num_bits": [8]}}}},
-                                           "num_bits: expected a whole number")])
+                                           "num_bits: expected a whole number"),
+                                          # NaN read as a block size made block FP8 of it; a string
+                                          # ignore list was skipped, pricing the attention it names quantised
+                                          ({"quant_method": "fp8", "weight_block_size": float("nan")},
+                                           "weight_block_size: expected two positive whole numbers"),
+                                          ({"quant_method": "fp8", "weight_block_size": [128, 0]}, "weight_block_size"),
+                                          ({"quant_method": "modelopt", "quant_algo": "FP8", "ignore": "self_attn"},
+                                           "ignore: expected a list of module names")])
 def test_a_malformed_quantization_config_is_refused_naming_it(quant, field):
     from model_specs.hf_config import model_from_hf_config
     cfg = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4,
