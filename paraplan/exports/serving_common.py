@@ -46,6 +46,9 @@ CHECKPOINTS: Mapping[tuple[str, str, str], str] = {
     # OpenAI's release: attention and dense layers in bf16, the routed experts in MXFP4
     ("gpt-oss-120b", "bf16", "mxfp4"): "openai/gpt-oss-120b",
     ("gpt-oss-20b", "bf16", "mxfp4"): "openai/gpt-oss-20b",
+    # Moonshot's release (compressed-tensors pack-quantized, quantisation-aware trained): the routed
+    # experts in int4 weight-only, attention, shared experts, dense layer and LM head in bf16
+    ("kimi-k2.5", "bf16", "int4_wo"): "moonshotai/Kimi-K2.5",
 }
 #: formats an engine can make at load time from a 16-bit checkpoint (``--quantization fp8``:
 #: per-tensor FP8 weights, dynamic activation scales)
