@@ -181,6 +181,7 @@ def test_model_line_names_a_checkpoint_only_where_it_stores_the_priced_formats()
     assert CHECKPOINTS[("llama3.1-8b", "fp8", "fp8")] == "nvidia/Llama-3.1-8B-Instruct-FP8"
     # Kimi-K2.5 as released (int4 weight-only experts, the rest bf16): the formats its preset defaults to
     assert CHECKPOINTS[("kimi-k2.5", "bf16", "int4_wo")] == "moonshotai/Kimi-K2.5"
+    assert CHECKPOINTS[("minimax-m2.5", "fp8_block", "fp8_block")] == "MiniMaxAI/MiniMax-M2.5"
     ctx, dep, rep = deployment("kimi-k2.5", "hgx-h200", "vllm", "bf16", "int4_wo",
                                layout=WorkerLayout(adp=8, moe_ep=8, moe_tp=1, batch=16))
     assert 'MODEL="${MODEL:-moonshotai/Kimi-K2.5}"' in emit_launch(launch_of(ctx, dep, rep.metrics))

@@ -39,6 +39,8 @@ CHECKPOINTS: Mapping[tuple[str, str, str], str] = {
     ("deepseek-r1", "fp8_block", "fp8_block"): "deepseek-ai/DeepSeek-R1",
     ("deepseek-v3", "fp8_block", "fp8_block"): "deepseek-ai/DeepSeek-V3",
     ("qwen3-235b-a22b", "fp8_block", "fp8_block"): "Qwen/Qwen3-235B-A22B-FP8",
+    ("kimi-k2", "fp8_block", "fp8_block"): "moonshotai/Kimi-K2-Instruct",
+    ("minimax-m2.5", "fp8_block", "fp8_block"): "MiniMaxAI/MiniMax-M2.5",
     # NVIDIA ModelOpt export (hf_quant_config.json quant_algo FP8: every linear layer of the
     # blocks per-tensor FP8, KV FP8). NVIDIA's NVFP4 exports leave some attention projections in
     # 16-bit (their model cards), which is not the all-NVFP4 a plan prices: none is named
