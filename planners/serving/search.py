@@ -28,7 +28,7 @@ from cost_models.weight_formats import WEIGHT_FORMATS, weight_bytes
 from hardware_specs.errors import InputError, whole_number
 from planners.serving.labels import prompts_per_step, worker_labels
 from planners.serving.pareto import pareto_front
-from planners.serving.space import with_batches, worker_layouts
+from planners.serving.space import PP_CHOICES, with_batches, worker_layouts
 from simulator.serving.aggregated import evaluate_agg
 from simulator.serving.disaggregated import combine, decode_side, prefill_side
 
@@ -407,6 +407,30 @@ def ranking_key(cands: pd.DataFrame, rank_by: str) -> pd.Series:
     return cands.tokens_per_s_per_gpu
 
 
+def _unfit_fixes(ctx, gpus: int, isl: int, osl: int, max_batch: int, modes, allow_pp: bool) -> list[str]:
+    """What would make some layout fit where none of the searched ones does: aggregated workers
+    with pipeline stages where the search left them out (--no-pp, or --mode disagg, whose workers
+    have none), and more GPUs only where the search would build a larger worker from them (a
+    dense model's worker is at most the NVLink domain's tensor parallelism x 8 pipeline stages,
+    a disaggregated one the domain alone; a MoE worker grows with attention data parallelism).
+    It said "add GPUs" to Llama-3.1-405B in bf16 on 64 H100 with --no-pp, where no GPU count fits."""
+    fixes = []
+    if not allow_pp or "agg" not in modes:
+        alt = _agg(ctx, gpus, isl, osl, max_batch, True)
+        if len(alt):
+            sized = alt.assign(g=alt.tp * alt.pp * alt.adp).sort_values(["g", "pp"], kind="stable")
+            how = (["with --mode agg (or both)"] if "agg" not in modes else []) + ([] if allow_pp else ["without --no-pp"])
+            fixes.append(f"aggregated workers with pipeline stages fit ({sized.layout.iloc[0]}): plan "
+                         + " and ".join(how))
+    model, domain = ctx.model, int(ctx.cluster.gpus_per_node)
+    tp_most = max(t for t in (2 ** i for i in range(domain.bit_length())) if t <= domain and model.num_heads % t == 0)
+    pp_most = max(p for p in PP_CHOICES if p <= model.num_layers) if (allow_pp and "agg" in modes) else 1
+    largest = tp_most * pp_most * (1 if "agg" in modes else 2)     # disaggregated: a prefill and a decode worker
+    if model.moe is not None or gpus < largest:
+        fixes.insert(0, "add GPUs")
+    return fixes
+
+
 def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: float, modes=("agg", "disagg"),
                  max_batch: int = 1024, allow_pp: bool = True, rank_by: str = "per-gpu",
                  progress=None) -> ServingPlan:
@@ -461,9 +485,12 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
         held = max(weight_bytes(ctx.dense_format), weight_bytes(ctx.expert_format))
         smaller = [f for f in WEIGHT_FORMATS if weight_bytes(f) < held]
         what = (f"{ctx.expert_format} experts" if experts else f"{ctx.dense_format} weights")
+        fixes = _unfit_fixes(ctx, gpus, isl, osl, max_batch, modes, allow_pp)
+        if smaller:
+            fixes.append(f"a smaller weight format: {'--expert-precision' if experts else '--precision'} "
+                         + " / ".join(smaller))
         raise InputError("--gpus", f"no layout of {ctx.model.name} with {what} fits in {gpus} x {ctx.cluster.gpu.name}",
-                         "add GPUs" + (f", or a smaller weight format: {'--expert-precision' if experts else '--precision'} "
-                                       + " / ".join(smaller) if smaller else ""))
+                         ", or ".join(fixes) or "use GPUs with more memory")
     cands = pd.concat(parts, ignore_index=True, sort=False)
     cands["meets_slo"] = (cands.ttft_ms <= ttft_ms) & (cands.tpot_ms <= tpot_ms)
     fronts = []
