@@ -86,8 +86,10 @@ class LayerRates:
     expert_weight_bytes: float   # bytes per weight element, routed-expert format
 
 
-def layer_rates(gpu: GPUSpec, eff: ServingEfficiency, dense_format: str, expert_format: str) -> LayerRates:
-    """``LayerRates`` of ``gpu`` for weights in ``dense_format`` / ``expert_format``."""
+def layer_rates(gpu: GPUSpec, eff: ServingEfficiency, dense_format: str, expert_format: str,
+                int4_group_size: int = 0) -> LayerRates:
+    """``LayerRates`` of ``gpu`` for weights in ``dense_format`` / ``expert_format`` (an int4
+    checkpoint's ``int4_group_size``, ``weight_formats.weight_bytes``)."""
     sixteen = compute_dtype("bf16", gpu)
     mla_fraction = MLA_DECODE_PEAK_FRACTION.get(gpu.generation, eff.attention_peak_fraction)
     return LayerRates(
@@ -99,8 +101,8 @@ def layer_rates(gpu: GPUSpec, eff: ServingEfficiency, dense_format: str, expert_
         hbm_bytes_per_s=gpu.hbm_bw_bytes_per_s * eff.decode_hbm_fraction,
         kernel_fixed_s=eff.kernel_fixed_s,
         expert_fixed_s=eff.expert_fixed_s,
-        dense_weight_bytes=weight_bytes(dense_format),
-        expert_weight_bytes=weight_bytes(expert_format),
+        dense_weight_bytes=weight_bytes(dense_format, int4_group_size),
+        expert_weight_bytes=weight_bytes(expert_format, int4_group_size),
     )
 
 

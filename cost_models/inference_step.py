@@ -163,7 +163,7 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
     capture the drafting in the same CUDA graphs as the step. With ``draft_head`` an EAGLE-3
     head drafts instead of the MTP module (``eagle_draft_pass``, its 16-bit weights' rates).
     """
-    rates = layer_rates(cluster.gpu, eff, dense_format, expert_format)
+    rates = layer_rates(cluster.gpu, eff, dense_format, expert_format, model.int4_group_size)
     tp, adp, pp = _f(tp), _f(adp), _f(pp)
     moe_tp, moe_ep = _f(moe_tp), _f(moe_ep)
     q = 1.0 + float(draft_tokens)

@@ -55,7 +55,7 @@ def mtp_weight_bytes_per_gpu(model: ModelSpec, tp, moe_tp, moe_ep, dense_format:
     as the other layers are, and three norms (DeepSeek-V3 report, section 2.2; embedding and
     head shared with the main model)."""
     tp, moe_tp, moe_ep = _f(tp), _f(moe_tp), _f(moe_ep)
-    wd, we = weight_bytes(dense_format), weight_bytes(expert_format)
+    wd, we = weight_bytes(dense_format, model.int4_group_size), weight_bytes(expert_format, model.int4_group_size)
     h = model.hidden_size
     mats = 3.0 if model.gated_mlp else 2.0
     attn = attention_weights_per_gpu(model, tp) * wd
@@ -91,7 +91,7 @@ def draft_head_weight_bytes_per_gpu(head: DraftHead, tp, pp=1, target: ModelSpec
 def weight_bytes_per_gpu(model: ModelSpec, tp, adp, pp, moe_tp, moe_ep, dense_format: str, expert_format: str):
     """Bytes of weights one GPU holds (the largest stage: layers/pp plus embedding and head)."""
     tp, pp, moe_tp, moe_ep = _f(tp), _f(pp), _f(moe_tp), _f(moe_ep)
-    wd, we = weight_bytes(dense_format), weight_bytes(expert_format)
+    wd, we = weight_bytes(dense_format, model.int4_group_size), weight_bytes(expert_format, model.int4_group_size)
     h = model.hidden_size
     mats = 3.0 if model.gated_mlp else 2.0
     full, window, linear = layer_counts(model)

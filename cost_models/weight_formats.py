@@ -9,7 +9,8 @@ Bytes per element include the scales each format stores:
 * ``nvfp4`` (two e2m1 values per byte, one fp8 scale per 16 values; NVIDIA, "Introducing NVFP4",
   2025): 0.5 + 1/16 bytes. ``mxfp4`` (one e8m0 scale per 32, OCP MX spec v1.0): 0.5 + 1/32.
 * ``int4_wo`` (int4 weight-only, AWQ/GPTQ group 128 with a 16-bit scale; Lin et al. 2024,
-  arXiv 2306.00978): 0.5 + 2/128 bytes.
+  arXiv 2306.00978): 0.5 + 2/128 bytes; a checkpoint of another group g (``ModelSpec.
+  int4_group_size``; Kimi-K2.5's experts: 32) 0.5 + 2/g.
 
 A GEMM runs at the tensor-core rate of its dtype when the GPU has one (``fp8`` on Hopper and
 Blackwell, ``nvfp4`` on Blackwell); otherwise the weights are dequantised in the kernel and
@@ -57,9 +58,13 @@ def canonical_format(name: str | None, field: str = "weight format") -> str:
     return key
 
 
-def weight_bytes(fmt: str) -> float:
-    """Bytes per stored weight element of format ``fmt`` (scales included)."""
-    return WEIGHT_FORMAT_BYTES[canonical_format(fmt)]
+def weight_bytes(fmt: str, int4_group_size: int = 0) -> float:
+    """Bytes per stored weight element of format ``fmt`` (scales included); ``int4_group_size``
+    (> 0) the weights per 16-bit scale of an ``int4_wo`` checkpoint (default 128)."""
+    key = canonical_format(fmt)
+    if key == "int4_wo" and int4_group_size > 0:
+        return 0.5 + 2.0 / float(int4_group_size)
+    return WEIGHT_FORMAT_BYTES[key]
 
 
 def native_compute_dtype(fmt: str) -> str:

@@ -55,7 +55,7 @@ _ALIAS_KEY = "aliases"
 _REQUIRED = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size")
 _INT_FIELDS = {"num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
                "vocab_size", "seq_len", "head_dim", "sliding_window", "mtp_layers", "max_context_tokens",
-               "rope_original_max_position_embeddings"}
+               "rope_original_max_position_embeddings", "int4_group_size"}
 _BOOL_FIELDS = {"gated_mlp", "tied_embeddings", "linear_bias", "qkv_bias", "attention_dropout", "hidden_dropout"}
 _FLOAT_FIELDS = {"sliding_window_layer_fraction", "rotary_fraction", "glu_clamp_limit", "rope_theta",
                  "rope_scaling_factor", "rope_beta_fast", "rope_beta_slow", "rope_mscale", "rope_mscale_all_dim"}

@@ -42,7 +42,7 @@ def _compressed_tensors_format(quant: dict, where: str = "quantization_config") 
     return ""
 
 
-def checkpoint_formats(quant, moe: bool, where: str) -> dict[str, str]:
+def checkpoint_formats(quant, moe: bool, where: str) -> dict[str, str | int]:
     """The ``checkpoint_format`` / ``expert_checkpoint_format`` a config.json's
     ``quantization_config`` states (empty when it states none this reader knows):
 
@@ -104,8 +104,34 @@ def checkpoint_formats(quant, moe: bool, where: str) -> dict[str, str]:
                 raise InputError(f"{where}.{key}", f"expected a list of module names, got {str(value)[:40]!r}",
                                  f"write {key} as a list, e.g. [\"lm_head\"]")
     attention_kept = any(name in item for item in ignored for name in _ATTENTION_NAMES)
+    group = _int4_group_size(quant, where) if fmt == "int4_wo" else {}
     if attention_kept:
-        return {"expert_checkpoint_format": fmt} if moe else {}
-    return {"checkpoint_format": fmt, **({"expert_checkpoint_format": fmt} if moe else {})}
+        return {"expert_checkpoint_format": fmt, **group} if moe else {}
+    return {"checkpoint_format": fmt, **({"expert_checkpoint_format": fmt} if moe else {}), **group}
+
+
+def _int4_group_size(quant: dict, where: str) -> dict[str, int]:
+    """``{"int4_group_size": g}`` from an int4 checkpoint's group size: compressed-tensors
+    ``config_groups.*.weights.group_size`` (all groups alike), GPTQ ``group_size``, AWQ
+    ``q_group_size`` or ``group_size``; {} when unstated or -1 (GPTQ's per-channel scales: one
+    scale per row, the bytes of 128's and less)."""
+    sizes = set()
+    groups = quant.get("config_groups")
+    if isinstance(groups, dict):
+        for g in groups.values():
+            weights = g.get("weights") if isinstance(g, dict) else None
+            if isinstance(weights, dict) and weights.get("group_size") is not None:
+                sizes.add(("config_groups.weights.group_size", weights["group_size"]))
+    for key in ("group_size", "q_group_size"):
+        if quant.get(key) is not None:
+            sizes.add((key, quant[key]))
+    values = {v for _, v in sizes}
+    for key, value in sizes:
+        if isinstance(value, bool) or not isinstance(value, int) or not (value == -1 or 1 <= value <= 1 << 20):
+            raise InputError(f"{where}.{key}", f"expected a whole number of weights per scale, got {value!r}",
+                             "write the checkpoint's group_size (e.g. 128)")
+    if len(values) != 1 or -1 in values:
+        return {}
+    return {"int4_group_size": values.pop()}
 
 

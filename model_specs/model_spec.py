@@ -279,6 +279,10 @@ class ModelSpec:
             with ``weight_block_size`` [128, 128] is ``fp8_block``, DeepSeek-V3 / R1);
             ``paraplan serve`` serves the model in it by default on GPUs with that format's tensor
             cores. Empty = 16-bit or not stated.
+        int4_group_size: weights per 16-bit scale of the checkpoint's int4 weight-only format
+            (config.json ``quantization_config`` group_size: compressed-tensors
+            ``config_groups.*.weights.group_size``, GPTQ ``group_size``, AWQ ``q_group_size``;
+            Kimi-K2.5: 32); 0 = 128, the usual AWQ / GPTQ group (``cost_models.weight_formats``).
         normalization: ``rmsnorm`` or ``layernorm``.
         linear_bias: every linear layer has a bias (GPT-2/3, OPT, BLOOM, GPT-NeoX, gpt-oss).
         qkv_bias: the query/key/value projection has a bias even when the others do not (Qwen2).
@@ -327,6 +331,7 @@ class ModelSpec:
     rope_mscale_all_dim: float = 0.0
     expert_checkpoint_format: str = ""
     checkpoint_format: str = ""
+    int4_group_size: int = 0
     normalization: str = ""
     linear_bias: bool | None = None
     qkv_bias: bool = False
@@ -417,6 +422,10 @@ class ModelSpec:
             if not isinstance(value, str) or (value and value not in CHECKPOINT_FORMATS):
                 raise InputError(f"model.{name}", f"unknown weight format {value!r}",
                                  "use one of " + ", ".join(CHECKPOINT_FORMATS) + ", or leave it out (16-bit)")
+        g = self.int4_group_size
+        if isinstance(g, bool) or not isinstance(g, int) or not 0 <= g <= 1 << 20:
+            raise InputError("model.int4_group_size", f"must be a whole number of weights per scale from 0 to "
+                             f"{1 << 20} (0 = 128), got {g!r}", "write the checkpoint's group_size, or 0")
         if self.expert_checkpoint_format and self.moe is None:
             raise InputError("model.expert_checkpoint_format", "set on a model without experts",
                              "drop it, or add the moe: block")

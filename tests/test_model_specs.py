@@ -763,9 +763,19 @@ def test_kimi_k25_preset_names_its_int4_experts_as_its_config_json_does():
              "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*",
                         "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"]}
     stated = checkpoint_formats(quant, True, "quantization_config")
-    assert stated == {"expert_checkpoint_format": "int4_wo"}
+    assert stated == {"expert_checkpoint_format": "int4_wo", "int4_group_size": 32}
     m = load_model("kimi-k2.5")
-    assert (m.checkpoint_format, m.expert_checkpoint_format) == ("", "int4_wo")
+    assert (m.checkpoint_format, m.expert_checkpoint_format, m.int4_group_size) == ("", "int4_wo", 32)
+    # one 16-bit scale per 32 weights: 0.5 + 2 / 32 = 0.5625 bytes a weight (0.515625 at group 128)
+    from cost_models.weight_formats import weight_bytes
+    assert (weight_bytes("int4_wo", 32), weight_bytes("int4_wo")) == (0.5625, 0.515625)
+    # GPTQ / AWQ state it at the top level; GPTQ's -1 (per-channel scales) keeps the default
+    assert checkpoint_formats({"quant_method": "gptq", "bits": 4, "group_size": 64}, False, "q") == {
+        "checkpoint_format": "int4_wo", "int4_group_size": 64}
+    assert checkpoint_formats({"quant_method": "gptq", "bits": 4, "group_size": -1}, False, "q") == {
+        "checkpoint_format": "int4_wo"}
+    with pytest.raises(InputError, match="group_size"):
+        checkpoint_formats({"quant_method": "awq", "bits": 4, "q_group_size": 0}, False, "q")
     from hardware_specs.catalog import load_gpu
     from simulator.serving.context import default_formats
     assert default_formats(m, load_gpu("h200-sxm-141gb")) == ("bf16", "int4_wo")

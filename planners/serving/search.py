@@ -481,9 +481,10 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
         # only formats smaller than the one planned help (the suggestion named fp8 to an fp8 plan)
         # the option of the larger format: a MoE model's bulk is its experts (nvfp4 dense with bf16
         # experts was told to shrink --precision)
-        experts = ctx.model.moe is not None and weight_bytes(ctx.expert_format) > weight_bytes(ctx.dense_format)
-        held = max(weight_bytes(ctx.dense_format), weight_bytes(ctx.expert_format))
-        smaller = [f for f in WEIGHT_FORMATS if weight_bytes(f) < held]
+        g = ctx.model.int4_group_size
+        experts = ctx.model.moe is not None and weight_bytes(ctx.expert_format, g) > weight_bytes(ctx.dense_format, g)
+        held = max(weight_bytes(ctx.dense_format, g), weight_bytes(ctx.expert_format, g))
+        smaller = [f for f in WEIGHT_FORMATS if weight_bytes(f, g) < held]
         what = (f"{ctx.expert_format} experts" if experts else f"{ctx.dense_format} weights")
         fixes = _unfit_fixes(ctx, gpus, isl, osl, max_batch, modes, allow_pp)
         if smaller:
