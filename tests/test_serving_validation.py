@@ -323,3 +323,23 @@ def test_a_report_says_how_far_its_engine_was_off_on_measured_runs():
     # a generation no measurement was fitted on has no such line (it rests on the prior, and says so)
     a100 = CliRunner().invoke(main, ["serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-a100-80gb"])
     assert "accuracy:" not in a100.output and "unfitted prior" in a100.output
+
+
+@pytest.mark.parametrize("generation", ["hopper", "blackwell"])
+def test_the_readme_table_of_serving_factors_is_what_the_committed_files_hold(generation):
+    # README's "What the committed files hold" row of each generation, to the digits it prints
+    # (its Blackwell row had kept an earlier fit's values after a refit)
+    import re
+    from pathlib import Path
+    from hardware_specs.catalog import load_serving_efficiency
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    row = re.search(rf"^\| {generation.capitalize()} \| (.+) \| \d+ rows \|$", readme, re.M).group(1).split(" | ")
+    e = load_serving_efficiency(generation)
+    num = lambda s: float(s.split()[0])                                       # noqa: E731
+    assert num(row[0]) == pytest.approx(e.decode_hbm_fraction, abs=5e-5)
+    assert num(row[1]) == pytest.approx(e.gemm_peak_fraction, abs=5e-5)
+    assert num(row[2]) == pytest.approx(e.attention_peak_fraction, abs=5e-5)
+    assert num(row[3]) == pytest.approx(e.kernel_fixed_s * 1e6, abs=0.005)
+    assert [float(v) for v in row[4].split(" / ")] == pytest.approx(
+        [e.arrival_sync_chunked, e.arrival_sync_whole, e.arrival_sync_alone], abs=0.005)
+    assert num(row[5]) == pytest.approx(e.request_host_s * 1e3, abs=0.005)
