@@ -53,8 +53,6 @@ def attention_kv_dims(model: ModelSpec):
     return model.num_kv_heads, model.head_dim, model.head_dim
 
 
-
-
 # ---- ring -------------------------------------------------------------------------------------
 
 def ring_attention_comm_bytes(tokens_local, kv_heads, head_dim, tp=1, bytes_per_element=2, v_head_dim=None):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from cost_models.params import kv_heads_per_tp_rank
 from model_specs.model_spec import ModelSpec
 
 
@@ -27,8 +28,9 @@ def _f(x):
 
 
 def kv_heads_per_gpu(model: ModelSpec, tp):
-    """KV heads one GPU holds under tensor parallelism tp (at least one: replicated above g)."""
-    return np.maximum(model.num_kv_heads / _f(tp), 1.0)
+    """KV heads one GPU holds under tensor parallelism tp (at least one: replicated above g;
+    ``params.kv_heads_per_tp_rank``, as training prices it)."""
+    return kv_heads_per_tp_rank(model.num_kv_heads, tp)
 
 
 def layer_counts(model: ModelSpec) -> tuple[float, float, float]:

@@ -151,7 +151,6 @@ def attention_gemm_shapes(model: ModelSpec, tp):
     """[(n, k), ...] of the attention projections per token row, TP-split (M = tokens)."""
     h, a, g, d = model.hidden_size, model.num_heads, model.num_kv_heads, model.head_dim
     tp = np.asarray(tp, dtype=float)
-    g_rank = kv_heads_per_tp_rank(g, tp)
     if model.mla is not None:
         m = model.mla
         qk = m.qk_nope_head_dim + m.qk_rope_head_dim
@@ -165,7 +164,7 @@ def attention_gemm_shapes(model: ModelSpec, tp):
                    (h + 0 * tp, a * m.v_head_dim / tp)]
         return shapes
     # K and V: whole heads, replicated when tp exceeds them (params.kv_heads_per_tp_rank)
-    return [(a * d / tp + 2 * g_rank * d, h + 0 * tp), (h + 0 * tp, a * d / tp)]
+    return [(a * d / tp + 2 * kv_heads_per_tp_rank(g, tp) * d, h + 0 * tp), (h + 0 * tp, a * d / tp)]
 
 
 def mlp_gemm_shapes(hidden: int, ffn, gated: bool, tp):
@@ -545,10 +544,11 @@ def unfused_attention_bytes(model: ModelSpec, tokens, tp):
         return 0.0 * tokens * tp, 0.0 * tp
     a, g, d = model.num_heads, model.num_kv_heads, model.head_dim
     rope = rotary_bytes(model, tokens, tp) * (UNFUSED_ROPE_BYTES_PER_CHANNEL / FUSED_ROPE_BYTES_PER_CHANNEL - 1.0)
-    repeat = 2.0 * (2.0 * kv_heads_per_tp_rank(g, tp) * d * tp + 2.0 * a * d) if a > g else 0.0 * tp
-    layout = 4.0 * a * d
+    # per GPU: the K/V heads it holds (whole ones above tp = g) and its share of the query heads
+    repeat = 2.0 * (2.0 * kv_heads_per_tp_rank(g, tp) * d + 2.0 * a * d / tp) if a > g else 0.0 * tp
+    layout = 4.0 * a * d / tp
     rope_kernels = 2.0 * (UNFUSED_ROPE_KERNELS_PER_TENSOR - 1.0) if model.position_embedding == "rope" else 0.0
-    return rope + tokens * (repeat + layout) / tp, rope_kernels + (2.0 if a > g else 0.0) + 1.0 + 0.0 * tp
+    return rope + tokens * (repeat + layout), rope_kernels + (2.0 if a > g else 0.0) + 1.0 + 0.0 * tp
 
 
 def mla_up_projection_forward(model: ModelSpec, rates: ComputeRates, tokens, tp):

@@ -894,6 +894,11 @@ def load_efficiency(generation_or_path: str) -> EfficiencyModel:
     return _load_efficiency_cached(str(p), p.stat().st_mtime)
 
 
+#: the training stack a configuration runs when none is named (simulate, plan, the Python API,
+#: a published row whose framework is empty): the current Megatron-Core profile
+DEFAULT_TRAINING_STACK = "megatron-core"
+
+
 def load_stack(name_or_path: str) -> StackSpec:
     """The software stack named ``name_or_path`` (catalog name or YAML file path)."""
     p = _resolve("stacks", name_or_path, "stack")

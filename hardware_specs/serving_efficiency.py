@@ -152,12 +152,17 @@ class ServingEfficiency:
         """``validation_error_pct`` as ``{key: {"rows", "ttft", "tpot"}}``."""
         return {k: {"rows": n, "ttft": t, "tpot": p} for k, n, t, p in self.validation_error_pct}
 
-    def arrival_sync(self, mixed_batches: bool, chunked_prefill: bool) -> float:
-        """The synchronisation factor of an engine whose scheduler mixes prompts into decode
-        steps (``mixed_batches``) in chunks (``chunked_prefill``) or not."""
+    @staticmethod
+    def arrival_sync_field(mixed_batches: bool, chunked_prefill: bool) -> str:
+        """The name of the synchronisation factor of an engine whose scheduler mixes prompts into
+        decode steps (``mixed_batches``) in chunks (``chunked_prefill``) or not."""
         if not mixed_batches:
-            return self.arrival_sync_alone
-        return self.arrival_sync_chunked if chunked_prefill else self.arrival_sync_whole
+            return "arrival_sync_alone"
+        return "arrival_sync_chunked" if chunked_prefill else "arrival_sync_whole"
+
+    def arrival_sync(self, mixed_batches: bool, chunked_prefill: bool) -> float:
+        """That factor's value (``arrival_sync_field``)."""
+        return getattr(self, self.arrival_sync_field(mixed_batches, chunked_prefill))
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:

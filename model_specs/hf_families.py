@@ -4,6 +4,7 @@ dispatches on; the keys each reads are listed in that module's docstring).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable
 
 from hardware_specs.errors import InputError
@@ -133,8 +134,7 @@ def _minimax_m2(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str
     score = cfg.data.get("scoring_func", "softmax")
     if score not in ("softmax", "sigmoid"):
         raise InputError(f"{cfg.where}.scoring_func", f"unknown router scoring {score!r}", "use softmax or sigmoid")
-    fields["moe"] = MoESpec(num_experts=fields["moe"].num_experts, top_k=fields["moe"].top_k,
-                            expert_ffn_hidden_size=fields["moe"].expert_ffn_hidden_size, router_score=score)
+    fields["moe"] = replace(fields["moe"], router_score=score)
     # the sizes rotary_dim is checked against, checked first (0 heads raised ZeroDivisionError; a
     # negative head_dim or hidden_size was reported as a wrong rotary_dim)
     for key, value, least in (("num_attention_heads", fields["num_heads"], 1), ("hidden_size", fields["hidden_size"], 1),

@@ -64,7 +64,7 @@ from cost_models.compute import (LOW_PRECISION, compute_rates, kernel_counting_r
                                  gemm_time_s, gemm_traffic_bytes, sixteen_bit_dtype)
 from cost_models.layer_costs import (_attention_dims, attention_block_costs,
                                      attention_gemm_shapes, dense_mlp_costs, mlp_gemm_shapes)
-from hardware_specs.catalog import efficiency_for_cluster, load_cluster, load_gpu, load_stack
+from hardware_specs.catalog import DEFAULT_TRAINING_STACK, efficiency_for_cluster, load_cluster, load_gpu, load_stack
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError, suggest, whole_number
@@ -108,7 +108,7 @@ def row_columns(gpu: GPUSpec) -> list[str]:
     return [names.get(c, c) for c in ROW_COLUMNS]
 
 #: the software stack a configuration runs unless told otherwise (as ``paraplan simulate``)
-DEFAULT_STACK = "megatron-core"
+DEFAULT_STACK = DEFAULT_TRAINING_STACK
 
 def _config_fields_typed(name: str) -> set[str]:
     """The ``ParallelConfig`` fields annotated with the type ``name`` (``int`` or ``float``)."""

@@ -185,6 +185,16 @@ def _overlapped(comm, window, tail, overlap):
     return np.where(overlap, np.maximum(comm - window, np.minimum(tail, comm)), comm)
 
 
+def _grads_reduced_every_microbatch(batch: ConfigBatch, zero):
+    """Rows whose data-parallel gradients are reduced after every micro-batch's backward: ZeRO-2,
+    and plain DP / ZeRO-1 under a stack whose accumulation loop has no no_sync
+    (``grad_reduce_every_microbatch``), but only without a pipeline: with one, the pipeline
+    runtime owns the micro-batch loop and reduces on the last backward (torch.distributed.
+    pipelining stage.py backward_maybe_with_nosync; Megatron-Core schedules.py no_sync_func;
+    DeepSpeed's PipelineEngine after the schedule)."""
+    return (zero == 2) | ((zero <= 1) & batch.grad_reduce_every_microbatch & (batch.pp == 1))
+
+
 def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch, lay: dict,
                      sp_: dict, rates, tokens):
     """(PerLayer, Ends): per-layer pass durations with the exposed ZeRO traffic and unfused
@@ -253,11 +263,7 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
     zero_crosses = shard * tp > cluster.gpus_per_node
     ep_crosses = ep * etp > cluster.gpus_per_node
     regather = batch.zero3_recompute_gather & (rc == _FULL)
-    # a stack whose accumulation loop reduces after every micro-batch (no no_sync) does so only
-    # without a pipeline: with one, the pipeline runtime owns the micro-batch loop and reduces on
-    # the last backward (torch.distributed.pipelining stage.py backward_maybe_with_nosync;
-    # Megatron-Core schedules.py no_sync_func; DeepSpeed's PipelineEngine after the schedule)
-    per_mb_grads = (zero == 2) | ((zero <= 1) & batch.grad_reduce_every_microbatch & (batch.pp == 1))
+    per_mb_grads = _grads_reduced_every_microbatch(batch, zero)
     for kind, layer_p, expert_p, n_tensors in (
             ("dense", sp_["dense_layer"], 0.0 * tp, DENSE_LAYER_PARAM_TENSORS),
             ("moe", sp_["moe_layer"], sp_["expert_layer"], _moe_param_tensors(model, ep))):
@@ -619,7 +625,7 @@ def _dp_after_flush(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel
     else:
         e_rs = e_ar = e_ag = 0.0
     cross = np.where(zero >= 1, cross, 0.0)
-    per_mb_grads = (zero == 2) | ((zero <= 1) & batch.grad_reduce_every_microbatch & (batch.pp == 1))
+    per_mb_grads = _grads_reduced_every_microbatch(batch, zero)
     zero1 = np.where(batch.zero1_grad_all_reduce, grad_ar + e_ar, grad_rs + e_rs)
     grad_comm = np.where(per_mb_grads, 0.0, np.where(zero == 0, grad_ar + e_ar, np.where(zero == 1, zero1, 0.0)))
     grad_comm = grad_comm + cross

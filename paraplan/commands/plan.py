@@ -17,7 +17,7 @@ import time
 import click
 import numpy as np
 
-from hardware_specs.catalog import load_cluster, load_stack
+from hardware_specs.catalog import DEFAULT_TRAINING_STACK, load_cluster, load_stack
 from hardware_specs.errors import InputError
 from hardware_specs.gpu_spec import KNOWN_DTYPES
 from model_specs.catalog import load_model
@@ -190,8 +190,9 @@ def _emit(result: PlanResult, spec, framework: str, cl=None, switches=None, stac
     return text
 
 
-def simulate_command(row, model: str, cluster: str, seq_len: int | None = None, stack: str = "megatron-core",
-                     switches: dict | None = None, headroom_gib: float | None = None) -> str:
+def simulate_command(row, model: str, cluster: str, seq_len: int | None = None,
+                     stack: str = DEFAULT_TRAINING_STACK, switches: dict | None = None,
+                     headroom_gib: float | None = None) -> str:
     """The ``paraplan simulate`` command of a plan row (its label's abbreviations as options:
     ``off7`` is --offload-activation-layers 7, ``full2d1`` --recompute full --recompute-num-layers 2
     --recompute-layers-decrement 1, ``hsdp8`` --zero-shard-group 8), with the request's model,
@@ -222,7 +223,7 @@ def simulate_command(row, model: str, cluster: str, seq_len: int | None = None, 
     if str(get("schedule", default_schedule)) != default_schedule:
         args += ["--schedule", str(get("schedule"))]
     args += ["--dtype", str(get("dtype", "bf16"))]
-    if stack != "megatron-core":
+    if stack != DEFAULT_TRAINING_STACK:
         args += ["--stack", stack]
     for key, value in (switches or {}).items():
         flag = key.replace("_", "-")
@@ -579,7 +580,7 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
 
 
 def _plan_pooled(spec, cluster, gpus, global_batch, global_batch_tokens, top, max_tp, fix, headroom_gib, dtypes,
-                 as_json, as_csv, pareto, explain, max_micro_batch, emit, explicit, stack="megatron-core") -> None:
+                 as_json, as_csv, pareto, explain, max_micro_batch, emit, explicit, stack=DEFAULT_TRAINING_STACK) -> None:
     """``plan`` on a pooled cluster (``planners.heterogeneous``; output in ``commands._hetero``)."""
     from hardware_specs.catalog import load_pooled_cluster
     from paraplan.commands._hetero import plan_outputs

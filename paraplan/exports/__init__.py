@@ -21,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from hardware_specs.catalog import DEFAULT_TRAINING_STACK
 from hardware_specs.errors import InputError
 from paraplan.exports import deepspeed, megatron, torchtitan
 from paraplan.exports.common import chunk_layers, plan_fields, stage_layer_counts
@@ -32,7 +33,7 @@ MODULES = {"megatron": megatron, "torchtitan": torchtitan, "deepspeed": deepspee
 #: else Megatron-Core's. A torchtitan launch priced on Megatron-Core's behaviour predicted
 #: Llama-3-70B on 512 H100 (dp64 tp4 pp2 vpp8 z2) at 7.68 s/step where the torchtitan profile gives
 #: 8.90 s, and ranked its plans by it.
-DEFAULT_STACK = "megatron-core"
+DEFAULT_STACK = DEFAULT_TRAINING_STACK
 FRAMEWORK_STACKS = {"torchtitan": "torchtitan"}
 #: the stack frameworks (``StackSpec.framework``) whose behaviour each export target runs
 STACK_FRAMEWORKS = {"megatron": ("megatron-core", "megatron-lm", "megatron-bridge", "nemo"),

@@ -166,7 +166,8 @@ def _settings(p: dict) -> dict:
     # no refusal of a per-micro-batch gradient reduction: without a pipeline it is what torchtitan
     # runs (pytorch/torchtitan train.py at e9f53473: train_step's accumulation loop never calls
     # set_requires_gradient_sync(False)), as its stack profile prices it (hardware_specs/stacks/
-    # torchtitan.yaml zero01_grad_reduce); this export refused it and so every plan of that profile
+    # torchtitan.yaml zero01_grad_reduce); this export refused it, and with it every plan of that
+    # profile that accumulates gradients over micro-batches
     if p["grad_reduce_bytes"] != 4:
         raise InputError("grad_reduce_bytes", "torchtitan reduces gradients in float32 (mixed_precision_reduce)",
                          "plan with grad_reduce_bytes 4")

@@ -61,7 +61,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hardware_specs.catalog import generic_cluster, load_cluster, load_gpu, load_stack, release_match_for
+from hardware_specs.catalog import DEFAULT_TRAINING_STACK, generic_cluster, load_cluster, load_gpu, load_stack, release_match_for
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.errors import InputError, not_a_file
 from hardware_specs.stack_presets import Layout, memory_savings_of_layout
@@ -132,7 +132,7 @@ GATED_FAMILIES = ("palm", "llama", "mistral", "mixtral", "qwen", "deepseek", "gr
 #: source's table says nothing about the optimizer's sharding
 FSDP_OFF_ONLY = re.compile(r"\bfsdp\s*=\s*0\b", re.IGNORECASE)
 #: the stack a row with an empty ``framework`` column runs (noted in its assumptions)
-DEFAULT_STACK = "megatron-core"
+DEFAULT_STACK = DEFAULT_TRAINING_STACK
 #: a row whose notes carry its source's word that the number is a known performance regression
 #: (a footnote such as Megatron-Bridge's 26.06.01 "Performance regression in GPT-OSS 120B
 #: pre-training is a known issue", cudnn-frontend issue 256: a grouped-GEMM kernel 10x slower in

@@ -93,10 +93,6 @@ MAX_RESTARTS = 4
 RESTART_GAIN = 1e-4
 
 
-#: the client-synchronisation factor of each scheduler kind (``ServingEfficiency.arrival_sync``)
-SYNC_FACTORS = {"alone": "arrival_sync_alone", "chunked": "arrival_sync_chunked", "whole": "arrival_sync_whole"}
-
-
 def unidentified_factors(prep, generation: str, rows: np.ndarray) -> set[str]:
     """The client-synchronisation factors of the scheduler kinds no row of ``generation`` in
     ``rows`` runs: nothing in the objective depends on them, so a search would only drift them
@@ -104,12 +100,10 @@ def unidentified_factors(prep, generation: str, rows: np.ndarray) -> set[str]:
     engine scheduling whole prompts in mixed steps) the restarts carried ``arrival_sync_whole`` to
     9-24 and the held-out engine's TTFT to 2.4x its measurement; held where the fit starts (the
     prior), the held-out engine gets the neutral synchronisation."""
-    kinds = set()
-    for g in prep.groups:
-        if g.generation == generation and rows[g.index].any():
-            b = g.context.behaviour
-            kinds.add("alone" if not b.mixed_batches else ("chunked" if b.chunked_prefill else "whole"))
-    return {factor for kind, factor in SYNC_FACTORS.items() if kind not in kinds}
+    every = {ServingEfficiency.arrival_sync_field(mixed, chunked) for mixed in (False, True) for chunked in (False, True)}
+    used = {ServingEfficiency.arrival_sync_field(g.context.behaviour.mixed_batches, g.context.behaviour.chunked_prefill)
+            for g in prep.groups if g.generation == generation and rows[g.index].any()}
+    return every - used
 
 
 def fit_generation(prep, measured_ttft, measured_tpot, generation: str, rows: np.ndarray,
