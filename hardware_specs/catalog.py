@@ -1,4 +1,4 @@
-"""Load GPU, cluster and efficiency profiles from YAML files (the catalogs are data).
+"""Find and load GPU, cluster, efficiency and software-stack profiles (the catalogs are data).
 
 Built-in entries live in ``hardware_specs/gpus``, ``hardware_specs/clusters`` and
 ``hardware_specs/efficiency``, one file per entry. A user adds hardware by dropping a file in
@@ -35,10 +35,10 @@ GPU one direction, ``latency_us``, ``kind``. Pools without a link use the slower
 scale-out tiers (``hardware_specs.pools``). ``load_cluster`` refuses a pooled file (it is not
 one ``ClusterSpec``); ``load_pooled_cluster`` reads both kinds.
 
-Stack file keys (``hardware_specs/stacks``): name, framework, versions (list, spelled as the
-validation files spell ``framework_version``), description, default_when_version_unstated and
-unstated_version_reason (optional), training {behaviour: value or {value, source}}, serving
-{...}; see ``stack_spec.py``. ``stack_for(framework, version)`` maps a run to its stack.
+Stack files (``hardware_specs/stacks``) are parsed by ``hardware_specs.stack_files``, efficiency
+files by ``hardware_specs.efficiency_files``, and every file is read through
+``hardware_specs.yaml_files`` (safe YAML, typed fields). ``stack_for(framework, version)`` maps a
+run to its stack.
 """
 from __future__ import annotations
 
@@ -47,17 +47,17 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from hardware_specs.cluster_spec import MAX_LATENCY_S, ClusterSpec, HostSpec, NetworkTier
+from hardware_specs.efficiency_files import efficiency_from_dict, serving_efficiency_from_dict
 from hardware_specs.efficiency_model import EfficiencyModel
-from hardware_specs.errors import InputError, check_name, check_spec_size, not_a_file, require_plausible, require_positive, suggest
+from hardware_specs.errors import InputError, check_name, not_a_file, require_plausible, require_positive, suggest
 from hardware_specs.gpu_spec import MAX_HBM_BYTES, MAX_RATE_PER_S, MIN_HBM_BYTES, MIN_RATE_PER_S, GPUSpec
-from hardware_specs.serving_behaviour import ServingBehaviour
-from hardware_specs.serving_efficiency import ServingEfficiency
 from hardware_specs.pools import Pool, PooledCluster, PoolLink
 from hardware_specs.release_match import ReleaseMatch, match_release
-from hardware_specs.stack_spec import RecipeOverride, StackSpec, TrainingBehaviour
+from hardware_specs.serving_efficiency import ServingEfficiency
+from hardware_specs.stack_files import stack_from_dict
+from hardware_specs.stack_spec import StackSpec
+from hardware_specs.yaml_files import get_field, is_dir, is_file, optional_tera, read_yaml, refuse_unknown_keys
 
 BUILTIN_DIR = Path(__file__).resolve().parent
 GIB = 2**30
@@ -69,139 +69,6 @@ def _search_dirs(kind: str) -> list[Path]:
         if extra:
             dirs.append(Path(extra) / kind)
     return dirs
-
-
-#: most values a catalog file may hold once its aliases are expanded (the largest built-in file
-#: has about a hundred): a few anchors can otherwise stand for billions of values ("billion
-#: laughs"), which any later walk over the data would take minutes to visit
-MAX_YAML_VALUES = 100_000
-
-
-def _expanded_size(node, memo: dict, limit: int, depth: int = 0) -> int:
-    """Values a composed YAML node stands for with every alias expanded (stops past ``limit``)."""
-    key = id(node)
-    if key in memo:
-        if memo[key] is None:
-            raise InputError("yaml", "an anchor refers to itself (a recursive structure)",
-                             "write the values out instead of using an alias")
-        return memo[key]
-    if depth > 200:
-        raise InputError("yaml", "values nested more than 200 deep", "flatten the file")
-    memo[key] = None
-    total = 1
-    if isinstance(node, yaml.SequenceNode):
-        children = node.value
-    elif isinstance(node, yaml.MappingNode):
-        children = [x for pair in node.value for x in pair]
-    else:
-        children = []
-    for child in children:
-        total += _expanded_size(child, memo, limit, depth + 1)
-        if total > limit:
-            break
-    memo[key] = total
-    return total
-
-
-def _repeated_key(node) -> Any:
-    """The second occurrence of a key repeated within one mapping of the node tree, or None
-    (merge keys ``<<`` aside; each node visited once, so aliases cost nothing)."""
-    stack, seen = [node], set()
-    while stack:
-        n = stack.pop()
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        if isinstance(n, yaml.MappingNode):
-            keys = set()
-            for k, v in n.value:
-                if isinstance(k, yaml.ScalarNode) and k.tag != "tag:yaml.org,2002:merge":
-                    if (k.tag, k.value) in keys:
-                        return k
-                    keys.add((k.tag, k.value))
-                stack.append(v)
-        elif isinstance(n, yaml.SequenceNode):
-            stack.extend(n.value)
-    return None
-
-
-def parse_yaml(text: str, what: str, path: Path | str) -> Any:
-    """``yaml.safe_load`` of one document, refusing alias bombs, recursive anchors and runaway
-    nesting with an ``InputError`` naming ``what`` (python tags are refused by the safe loader)."""
-    loader = None
-    try:
-        loader = yaml.SafeLoader(text)     # its reader refuses control characters (a binary file) at once
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        if _expanded_size(node, {}, MAX_YAML_VALUES) > MAX_YAML_VALUES:
-            raise InputError(what, f"{path} holds more than {MAX_YAML_VALUES:,} values (anchors and aliases "
-                             "counted as expanded)", "write fewer values, and no nested aliases")
-        twice = _repeated_key(node)
-        if twice is not None:     # yaml.safe_load keeps the last silently: the first value would be ignored
-            raise InputError(what, f"{path} line {twice.start_mark.line + 1}: key '{twice.value}' appears twice "
-                             "in one mapping", "keep one of them")
-        return loader.construct_document(node)
-    except yaml.reader.ReaderError as exc:
-        raise InputError(what, f"{path} holds a control character (#x{exc.character:04x}) at position {exc.position}: "
-                         "not YAML text", "give the YAML file itself (a binary file is not one)") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or ""
-        raise InputError(what, f"malformed YAML in {path}{where}{': ' + problem if problem else ''}",
-                         "fix the file's syntax") from None
-    except RecursionError:
-        raise InputError(what, f"{path} nests values too deeply", "flatten the file") from None
-    except InputError:
-        raise
-    except ValueError:   # an integer of more than 4,300 digits: Python refuses to convert it
-        raise InputError(what, f"{path} holds an integer of more than 4,300 digits, which no value can be",
-                         "write numbers of a sensible size") from None
-    finally:
-        if loader is not None:
-            loader.dispose()
-
-
-def is_dir(path: Path) -> bool:
-    """``path.is_dir()``, False for a name the system cannot look up (as ``is_file``): a folder
-    given where a spec file or catalog name is expected is reported as a folder."""
-    try:
-        return Path(path).is_dir()
-    except (OSError, ValueError):
-        return False
-
-
-def is_file(path: Path) -> bool:
-    """``path.is_file()``, False for a name the system cannot look up (a 300-character catalog name
-    raised ENAMETOOLONG, reported as an 'io' error instead of an unknown name)."""
-    try:
-        return Path(path).is_file()
-    except OSError:
-        return False
-
-
-def exists(path: Path) -> bool:
-    """``path.exists()``, False for a name the system cannot look up (as ``is_file``)."""
-    try:
-        return Path(path).exists()
-    except OSError:
-        return False
-
-
-def read_yaml(path: Path, what: str) -> dict[str, Any]:
-    """Parse one YAML mapping; malformed files raise ``InputError`` naming the file."""
-    check_spec_size(path, what)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(what, f"cannot read {path}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(what, f"{path} is not UTF-8 text (byte {exc.start})", "save it as UTF-8") from None
-    data = parse_yaml(text, what, path)
-    if not isinstance(data, dict):
-        raise InputError(what, f"{path} must hold a YAML mapping (key: value lines)")
-    return data
 
 
 def _entries(kind: str) -> dict[str, Path]:
@@ -244,48 +111,6 @@ def _resolve(kind: str, name_or_path: str, what: str) -> Path:
     raise InputError(what, f"unknown {what} '{name_or_path}'", suggest(key, entries))
 
 
-def _get(data: dict, key: str, where: str, kind=float, default: Any = ...) -> Any:
-    if key not in data or data[key] is None:
-        if default is ...:
-            raise InputError(f"{where}.{key}", "missing", f"add '{key}:' to the file")
-        return default
-    value = data[key]
-    try:
-        if kind is bool:
-            if isinstance(value, bool):
-                return value
-            raise ValueError
-        if kind is int:
-            # an integer, or a float / string holding one (never truncate 1.5 to 1)
-            if isinstance(value, bool) or float(value) != int(float(value)):
-                raise ValueError
-            return int(float(value)) if not isinstance(value, int) else value
-        if kind is float and isinstance(value, bool):
-            raise ValueError
-        if kind is str and (isinstance(value, bool) or not isinstance(value, (str, int))):
-            raise ValueError                   # text (a bare number reads as its digits)
-        return kind(value)
-    except (TypeError, ValueError, OverflowError):
-        raise InputError(f"{where}.{key}", f"expected {kind.__name__}, got {value!r}") from None
-
-
-def _optional_tera(data: dict, key: str, where: str) -> float | None:
-    value = _get(data, key, where, float, None)
-    if value is not None and not value > 0:
-        raise InputError(f"{where}.{key}", f"must be > 0, got {value:g}", f"remove '{key}:' if unknown")
-    return None if value is None else value * 1e12
-
-
-def refuse_unknown_keys(data: dict, known, where: str) -> None:
-    """``InputError`` naming the first key of ``data`` not in ``known`` (a typo such as
-    ``gpus_per_nod`` would otherwise leave the default in place without a word)."""
-    unknown = sorted(str(k) for k in set(data) - set(known))
-    if unknown:
-        hint = suggest(unknown[0], known)
-        raise InputError(f"{where}.{unknown[0]}", "unknown key",
-                         (hint + " " if hint.startswith("did you mean") else "") + "known keys: " + ", ".join(sorted(known)))
-
-
 #: the keys of a GPU file, of a one-kind cluster file, of its network tiers and of a pooled file
 GPU_KEYS = ("name", "vendor", "generation", "peak_tflops", "hbm_gib", "hbm_gb", "hbm_bw_tb_per_s",
             "scaleup_bw_gb_per_s", "scaleup_domain_size", "source", "sfu_tera_exp_per_s", "sm_count",
@@ -299,7 +124,7 @@ LINK_KEYS = ("between", "bw_gbit_per_s", "bw_gb_per_s", "latency_us", "kind")
 
 def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
     """Build a ``GPUSpec`` from a catalog mapping (human units, see module docstring)."""
-    name = check_name(f"{where}.name", _get(data, "name", where, str))
+    name = check_name(f"{where}.name", get_field(data, "name", where, str))
     where = f"gpu {name}"
     refuse_unknown_keys(data, GPU_KEYS, where)
     peaks = data.get("peak_tflops")
@@ -327,20 +152,20 @@ def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
                                          bounds_si=(MIN_HBM_BYTES, MAX_HBM_BYTES)) * 1e9
     return GPUSpec(
         name=name,
-        vendor=_get(data, "vendor", where, str, ""),
-        generation=_get(data, "generation", where, str),
+        vendor=get_field(data, "vendor", where, str, ""),
+        generation=get_field(data, "generation", where, str),
         peak_flops_per_s=peak_flops,
         hbm_bytes=hbm_bytes,
         hbm_bw_bytes_per_s=_number_in_file_unit(data, "hbm_bw_tb_per_s", where, ..., 1e12,
                                                 "the memory bandwidth in TB/s") * 1e12,
         scaleup_bw_bytes_per_s=_number_in_file_unit(data, "scaleup_bw_gb_per_s", where, ..., 1e9,
                                                     "the scale-up link's bandwidth per GPU, one direction, in GB/s") * 1e9,
-        scaleup_domain_size=_get(data, "scaleup_domain_size", where, int),
-        source=_get(data, "source", where, str, ""),
-        sfu_exp_per_s=_optional_tera(data, "sfu_tera_exp_per_s", where),
-        sm_count=_get(data, "sm_count", where, float, None),
-        sync_mma_peak_fraction=_get(data, "sync_mma_peak_fraction", where, float, 1.0),
-        sustained_tensor_fraction=_get(data, "sustained_tensor_fraction", where, float, 1.0),
+        scaleup_domain_size=get_field(data, "scaleup_domain_size", where, int),
+        source=get_field(data, "source", where, str, ""),
+        sfu_exp_per_s=optional_tera(data, "sfu_tera_exp_per_s", where),
+        sm_count=get_field(data, "sm_count", where, float, None),
+        sync_mma_peak_fraction=get_field(data, "sync_mma_peak_fraction", where, float, 1.0),
+        sustained_tensor_fraction=get_field(data, "sustained_tensor_fraction", where, float, 1.0),
     )
 
 
@@ -363,7 +188,7 @@ def _check_in_file_unit(field: str, value: float, si_per_unit: float, fix: str, 
 def _number_in_file_unit(data: dict, key: str, where: str, default: Any, si_per_unit: float, fix: str,
                          allow_zero: bool = False, bounds_si: tuple[float, float] | None = None):
     """``data[key]`` checked in the file's unit (``_check_in_file_unit``), or ``default`` when absent."""
-    value = _get(data, key, where, default=default)
+    value = get_field(data, key, where, default=default)
     if value is not None:
         _check_in_file_unit(f"{where}.{key}", value, si_per_unit, fix, allow_zero, bounds_si)
     return value
@@ -386,7 +211,7 @@ def _tier_from_dict(data: Any, where: str, default_kind: str) -> NetworkTier:
                          "a measured all-reduce bus bandwidth across nodes in GB/s, or leave the key out")
     latency = _number_in_file_unit(data, "latency_us", where, 5.0, 1e-6,
                            "one message's start-up time in microseconds", allow_zero=True)
-    return NetworkTier(kind=_get(data, "kind", where, str, default_kind), bw_bytes_per_s=bw,
+    return NetworkTier(kind=get_field(data, "kind", where, str, default_kind), bw_bytes_per_s=bw,
                        latency_s=latency * 1e-6,
                        communicator_bus_bw_bytes_per_s=None if busbw is None else busbw * 1e9)
 
@@ -400,17 +225,17 @@ def _host_from_dict(data: Any, where: str) -> HostSpec | None:
     if unknown:
         raise InputError(f"{where}.{sorted(unknown)[0]}", "unknown key",
                          "known: link, link_bw_gb_per_s, memory_gib, memory_bw_gb_per_s, source")
-    memory = _get(data, "memory_gib", where, float, None)
-    memory_bw = _get(data, "memory_bw_gb_per_s", where, float, None)
+    memory = get_field(data, "memory_gib", where, float, None)
+    memory_bw = get_field(data, "memory_bw_gb_per_s", where, float, None)
     for key, value in (("memory_gib", memory), ("memory_bw_gb_per_s", memory_bw)):
         if value is not None:
             require_positive(f"{where}.{key}", value)
-    link_bw = _get(data, "link_bw_gb_per_s", where)
+    link_bw = get_field(data, "link_bw_gb_per_s", where)
     require_positive(f"{where}.link_bw_gb_per_s", link_bw)
-    return HostSpec(link=_get(data, "link", where, str), link_bw_bytes_per_s=link_bw * 1e9,
+    return HostSpec(link=get_field(data, "link", where, str), link_bw_bytes_per_s=link_bw * 1e9,
                     memory_bytes=None if memory is None else memory * GIB,
                     memory_bw_bytes_per_s=None if memory_bw is None else memory_bw * 1e9,
-                    source=_get(data, "source", where, str, ""))
+                    source=get_field(data, "source", where, str, ""))
 
 
 def beside_file(ref: str, base_dir: Path | None) -> str:
@@ -427,7 +252,7 @@ def beside_file(ref: str, base_dir: Path | None) -> str:
 def cluster_from_dict(data: dict, where: str = "cluster", base_dir: Path | None = None) -> ClusterSpec:
     """Build a ``ClusterSpec`` from a catalog mapping; the GPU is looked up by name, or read from
     a YAML path (relative paths first beside the cluster file, ``base_dir``; see ``beside_file``)."""
-    name = _get(data, "name", where, str)
+    name = get_field(data, "name", where, str)
     if not name.strip():        # a model file refuses an empty name; a cluster took one
         raise InputError(f"{where}.name", "is empty", "give the cluster a name")
     check_name(f"{where}.name", name)
@@ -442,28 +267,28 @@ def cluster_from_dict(data: dict, where: str = "cluster", base_dir: Path | None 
                          "simulator.heterogeneous.simulate_heterogeneous for one plan")
     gpu_entry = data.get("gpu")
     gpu = gpu_from_dict(gpu_entry, f"{where}.gpu") if isinstance(gpu_entry, dict) \
-        else load_gpu(beside_file(_get(data, "gpu", where, str), base_dir))
+        else load_gpu(beside_file(get_field(data, "gpu", where, str), base_dir))
     eff_entry = data.get("efficiency")
     efficiency = None
     if eff_entry is not None:
         if not isinstance(eff_entry, dict):
             raise InputError(f"{where}.efficiency", "must be a mapping of efficiency factors")
         efficiency = efficiency_from_dict(eff_entry, f"{where}.efficiency")
-    gpus_per_node = _get(data, "gpus_per_node", where, int)
+    gpus_per_node = get_field(data, "gpus_per_node", where, int)
     if "scaleup" in data:
         scaleup = _tier_from_dict(data["scaleup"], f"{where}.scaleup", "nvlink")
     else:
         scaleup = NetworkTier("nvlink", gpu.scaleup_bw_bytes_per_s, 3e-6)
     scaleout = _tier_from_dict(data.get("scaleout"), f"{where}.scaleout", "infiniband")
-    max_gpus = _get(data, "max_gpus", where, int, None)
+    max_gpus = get_field(data, "max_gpus", where, int, None)
     return ClusterSpec(
         name=name, gpu=gpu, gpus_per_node=gpus_per_node, scaleup=scaleup, scaleout=scaleout,
-        rail_optimized=_get(data, "rail_optimized", where, bool, default=True),
-        oversubscription=_get(data, "oversubscription", where, default=1.0),
+        rail_optimized=get_field(data, "rail_optimized", where, bool, default=True),
+        oversubscription=get_field(data, "oversubscription", where, default=1.0),
         max_gpus=max_gpus,
-        source=_get(data, "source", where, str, ""), description=_get(data, "description", where, str, ""),
+        source=get_field(data, "source", where, str, ""), description=get_field(data, "description", where, str, ""),
         efficiency=efficiency, host=_host_from_dict(data.get("host"), f"{where}.host"),
-        gpus_per_host=_get(data, "gpus_per_host", where, int, None),
+        gpus_per_host=get_field(data, "gpus_per_host", where, int, None),
     )
 
 
@@ -486,7 +311,7 @@ def pool_from_dict(data: dict, index: int, base_dir: Path | None = None) -> Pool
     cluster and GPU paths are looked for beside the pooled file (``base_dir``) first."""
     if not isinstance(data, dict):
         raise InputError(f"pools[{index}]", "must be a mapping with name, gpus and cluster (or gpu, gpus_per_node, ...)")
-    name = _get(data, "name", f"pools[{index}]", str, "").strip()
+    name = get_field(data, "name", f"pools[{index}]", str, "").strip()
     if not name:
         raise InputError(f"pools[{index}].name", "missing", "give every pool a name")
     if "gpus" not in data or data["gpus"] is None:
@@ -536,13 +361,13 @@ def _link_from_dict(data: dict, index: int) -> PoolLink:
     latency = _number_in_file_unit(data, "latency_us", where, 10.0, 1e-6,
                            "one message's start-up time in microseconds", allow_zero=True)
     return PoolLink(pools=(str(ends[0]), str(ends[1])), bw_bytes_per_s=bw, latency_s=latency * 1e-6,
-                    kind=_get(data, "kind", where, str, "ethernet"))
+                    kind=get_field(data, "kind", where, str, "ethernet"))
 
 
 def pooled_cluster_from_dict(data: dict, where: str = "cluster", base_dir: Path | None = None) -> PooledCluster:
     """Build a ``PooledCluster`` from a pooled cluster mapping (``pools`` and ``links``); relative
     paths in its pools are looked for beside the file first (``base_dir``)."""
-    name = check_name(f"{where}.name", _get(data, "name", where, str))
+    name = check_name(f"{where}.name", get_field(data, "name", where, str))
     refuse_unknown_keys(data, POOLED_KEYS, f"cluster {name}")
     pools = data.get("pools")
     if not isinstance(pools, list) or not pools:
@@ -552,183 +377,7 @@ def pooled_cluster_from_dict(data: dict, where: str = "cluster", base_dir: Path 
         raise InputError(f"cluster {name}.links", "must be a list of links")
     return PooledCluster(name=name, pools=tuple(pool_from_dict(p, i, base_dir) for i, p in enumerate(pools)),
                          links=tuple(_link_from_dict(l, i) for i, l in enumerate(links)),
-                         description=_get(data, "description", where, str, ""), source=_get(data, "source", where, str, ""))
-
-#: keys of older efficiency files, read and ignored: the exposed shares of DP / TP / EP traffic
-#: were fitted until the software-stack catalog replaced them (``hardware_specs/stacks``)
-LEGACY_EFFICIENCY_KEYS = ("exposed_dp_fraction", "exposed_tp_fraction", "exposed_ep_fraction")
-
-
-def efficiency_from_dict(data: dict, where: str = "efficiency") -> EfficiencyModel:
-    known = set(EfficiencyModel.field_names())
-    data = {k: v for k, v in data.items() if k not in LEGACY_EFFICIENCY_KEYS}
-    unknown = set(data) - known
-    if unknown:
-        raise InputError(f"{where}.{sorted(unknown)[0]}", "unknown key",
-                         "known keys: " + ", ".join(sorted(known)))
-    if "generation" not in data:
-        raise InputError(f"{where}.generation", "missing")
-    for key in ("generation", "fitted_on"):
-        if key in data and (isinstance(data[key], bool) or not isinstance(data[key], (str, int))):
-            raise InputError(f"{where}.{key}", f"expected text, got {data[key]!r}", "quote it")
-    if not isinstance(data.get("gemm_peak_fraction"), dict):
-        raise InputError(f"{where}.gemm_peak_fraction", "must be a mapping dtype: fraction")
-    if not isinstance(data.get("collective_bw_fraction", {}), dict):
-        raise InputError(f"{where}.collective_bw_fraction", "must be a mapping kind: fraction",
-                         "e.g. {reduce_scatter: 0.3}")
-    for group in ("gemm_peak_fraction", "collective_bw_fraction"):
-        for key, value in (data.get(group) or {}).items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise InputError(f"{where}.{group}.{key}", f"expected a number, got {value!r}")
-    kwargs = dict(data)
-    for key, value in list(kwargs.items()):
-        if key == "fitted_factors":
-            if not isinstance(value, (list, tuple)):
-                raise InputError(f"{where}.fitted_factors", "must be a list of factor names")
-            kwargs[key] = tuple(str(v) for v in value)
-        elif key not in ("generation", "gemm_peak_fraction", "collective_bw_fraction", "fitted_on"):
-            try:
-                kwargs[key] = float(value)
-            except (TypeError, ValueError):
-                raise InputError(f"{where}.{key}", f"expected a number, got {value!r}") from None
-    return EfficiencyModel(**kwargs)
-
-
-def _behaviour_values(section: Any, where: str) -> tuple[dict, dict]:
-    """(values, citations) of a stack section whose entries are ``key: value`` or
-    ``key: {value: ..., source: "..."}``."""
-    if not isinstance(section, dict):
-        raise InputError(where, "must be a mapping of behaviour: value")
-    values, citations = {}, {}
-    for key, entry in section.items():
-        if isinstance(entry, dict):
-            if "value" not in entry:
-                raise InputError(f"{where}.{key}", "a mapping entry needs 'value:' (and 'source:')")
-            values[str(key)] = entry["value"]
-            if entry.get("source"):
-                citations[f"{where.split('.')[-1]}.{key}"] = str(entry["source"])
-        else:
-            values[str(key)] = entry
-    return values, citations
-
-
-def _training_from_dict(values: dict, where: str) -> TrainingBehaviour:
-    defaults = {f: getattr(TrainingBehaviour(), f) for f in StackSpec.training_keys()}
-    unknown = set(values) - set(defaults)
-    if unknown:
-        raise InputError(f"{where}.{sorted(unknown)[0]}", "unknown behaviour",
-                         "known: " + ", ".join(sorted(defaults)))
-    kwargs = {}
-    for key, value in values.items():
-        kind = type(defaults[key])
-        if kind is bool:
-            if not isinstance(value, bool):
-                raise InputError(f"{where}.{key}", f"must be true or false, got {value!r}")
-        elif kind is int:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise InputError(f"{where}.{key}", f"expected a whole number, got {value!r}")
-        elif kind is float:
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise InputError(f"{where}.{key}", f"expected a number, got {value!r}")
-            value = float(value)
-        else:
-            value = str(value)
-        kwargs[key] = value
-    return TrainingBehaviour(**kwargs)
-
-
-def _serving_from_dict(values: dict, where: str) -> ServingBehaviour:
-    defaults = ServingBehaviour()
-    known = ServingBehaviour.keys()
-    unknown = set(values) - set(known)
-    if unknown:
-        raise InputError(f"{where}.{sorted(unknown)[0]}", "unknown behaviour", "known: " + ", ".join(sorted(known)))
-    kwargs = {}
-    for key, value in values.items():
-        default = getattr(defaults, key)
-        if isinstance(default, bool):
-            if not isinstance(value, bool):
-                raise InputError(f"{where}.{key}", f"must be true or false, got {value!r}")
-        elif isinstance(default, int):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise InputError(f"{where}.{key}", f"expected a whole number, got {value!r}")
-        elif isinstance(default, float):
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise InputError(f"{where}.{key}", f"expected a number, got {value!r}")
-            value = float(value)
-        elif isinstance(default, str):
-            value = str(value)
-        elif key == "prefill_token_budget":
-            if isinstance(value, int) and not isinstance(value, bool):
-                value = {0.0: value}
-            elif not isinstance(value, dict):
-                raise InputError(f"{where}.{key}", "must be tokens or a mapping of HBM GiB -> tokens",
-                                 "e.g. {0: 2048, 70: 8192}")
-        kwargs[key] = value
-    try:
-        return ServingBehaviour(**kwargs)
-    except InputError as exc:
-        raise InputError(f"{where}.{exc.field.split('.', 1)[-1]}", exc.message, exc.fix) from None
-
-
-#: the top-level keys of a stack file
-STACK_KEYS = ("name", "framework", "versions", "description", "training", "serving", "recipes",
-              "default_when_version_unstated", "unstated_version_reason", "source")
-
-
-def stack_from_dict(data: dict, where: str = "stack") -> StackSpec:
-    """Build a ``StackSpec`` from a catalog mapping (see ``hardware_specs.stack_spec``)."""
-    name = check_name(f"{where}.name", _get(data, "name", where, str))
-    where = f"stack {name}"
-    refuse_unknown_keys(data, STACK_KEYS, where)
-    citations: dict[str, str] = {}
-    training = serving = None
-    if data.get("training") is not None:
-        values, cites = _behaviour_values(data["training"], f"{where}.training")
-        training = _training_from_dict(values, f"{where}.training")
-        citations.update(cites)
-    if data.get("serving") is not None:
-        values, cites = _behaviour_values(data["serving"], f"{where}.serving")
-        serving = _serving_from_dict(values, f"{where}.serving")
-        citations.update(cites)
-    versions = data.get("versions") or []
-    if not isinstance(versions, list):
-        versions = [versions]
-    for v in versions:
-        if not isinstance(v, str):
-            # YAML reads 26.10 as the number 26.1: a release must stay as spelled
-            raise InputError(f"{where}.versions", f"version {v!r} is not a string",
-                             'quote it as the validation files spell it, e.g. "26.10"')
-        # a release is printed in tables and written into launch scripts' comments: a newline
-        # there would end the comment and run what follows
-        check_name(f"{where}.versions", v)
-    unstated = data.get("default_when_version_unstated", False)
-    if not isinstance(unstated, bool):
-        raise InputError(f"{where}.default_when_version_unstated", f"must be true or false, got {unstated!r}")
-    if unstated and not str(data.get("unstated_version_reason") or "").strip():
-        raise InputError(f"{where}.unstated_version_reason", "missing",
-                         "say why runs without a stated version are this stack")
-    recipes = []
-    for i, entry in enumerate(data.get("recipes") or []):
-        here = f"{where}.recipes[{i}]"
-        if not isinstance(entry, dict) or not isinstance(entry.get("models"), list) or not entry["models"]:
-            raise InputError(f"{here}.models", "must list the model names the recipe is for")
-        if not str(entry.get("source") or "").strip():
-            raise InputError(f"{here}.source", "missing", "cite the recipe file")
-        if training is None or not isinstance(entry.get("training"), dict):
-            raise InputError(f"{here}.training", "must be a mapping of behaviour: value")
-        overrides = {}
-        for key, value in entry["training"].items():
-            overrides[key] = getattr(_training_from_dict({key: value}, f"{here}.training"), key)
-        for sel in ("gpus", "dtypes"):
-            if entry.get(sel) is not None and not isinstance(entry[sel], list):
-                raise InputError(f"{here}.{sel}", "must be a list")
-        recipes.append(RecipeOverride(models=tuple(str(m) for m in entry["models"]), training=overrides,
-                                      source=str(entry["source"]), gpus=tuple(entry.get("gpus") or ()),
-                                      dtypes=tuple(entry.get("dtypes") or ())))
-    return StackSpec(name=name, framework=_get(data, "framework", where, str), versions=tuple(versions),
-                     description=_get(data, "description", where, str, ""), training=training, serving=serving,
-                     citations=citations, default_when_version_unstated=unstated, recipes=tuple(recipes))
+                         description=get_field(data, "description", where, str, ""), source=get_field(data, "source", where, str, ""))
 
 
 @lru_cache(maxsize=None)
@@ -749,31 +398,6 @@ def _load_pooled_cached(path: str, mtime: float) -> PooledCluster:
 @lru_cache(maxsize=None)
 def _load_efficiency_cached(path: str, mtime: float) -> EfficiencyModel:
     return efficiency_from_dict(read_yaml(Path(path), "efficiency"))
-
-
-def serving_efficiency_from_dict(data: dict, where: str = "serving_efficiency") -> ServingEfficiency:
-    """Build a ``ServingEfficiency`` from a catalog mapping (unknown or mistyped keys name the key)."""
-    known = set(ServingEfficiency.field_names())
-    unknown = set(data) - known
-    if unknown:
-        raise InputError(f"{where}.{sorted(unknown)[0]}", "unknown key", "known keys: " + ", ".join(sorted(known)))
-    if "generation" not in data:
-        raise InputError(f"{where}.generation", "missing")
-    kwargs = dict(data)
-    for key, value in kwargs.items():
-        if key in ("generation", "fitted_on"):
-            kwargs[key] = str(value)
-        elif key == "prior":
-            if not isinstance(value, bool):
-                raise InputError(f"{where}.prior", f"must be true or false, got {value!r}")
-        elif key == "validation_error_pct":
-            if not isinstance(value, dict):
-                raise InputError(f"{where}.{key}", f"expected a mapping, got {value!r}")
-        else:
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise InputError(f"{where}.{key}", f"expected a number, got {value!r}")
-            kwargs[key] = float(value)
-    return ServingEfficiency(**kwargs)
 
 
 @lru_cache(maxsize=None)

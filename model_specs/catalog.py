@@ -40,7 +40,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from hardware_specs.catalog import exists, is_file, read_yaml
+from hardware_specs.yaml_files import exists, is_file, read_yaml
 from hardware_specs.errors import InputError, check_name, not_a_file, safe_name, suggest
 from model_specs.hf_config import is_hf_config, model_from_hf_config, read_json
 from model_specs.model_spec import LinearAttentionSpec, MambaSpec, MLASpec, ModelSpec, MoESpec

@@ -365,7 +365,7 @@ def test_a_measured_communicator_bandwidth_reads_in_gb_per_s():
     ("name: [" * 900 + "]" * 900 + "\n", "nests"),
 ])
 def test_alias_bombs_recursive_anchors_python_tags_and_deep_nesting_are_one_input_error(tmp_path, text, says):
-    from hardware_specs.catalog import read_yaml
+    from hardware_specs.yaml_files import read_yaml
     path = tmp_path / "bad.yaml"
     path.write_text(text)
     with pytest.raises(InputError) as err:
@@ -374,7 +374,7 @@ def test_alias_bombs_recursive_anchors_python_tags_and_deep_nesting_are_one_inpu
 
 
 def test_non_utf8_catalog_file_is_an_input_error(tmp_path):
-    from hardware_specs.catalog import read_yaml
+    from hardware_specs.yaml_files import read_yaml
     path = tmp_path / "latin.yaml"
     path.write_bytes(b"name: caf\xe9\n")
     with pytest.raises(InputError, match="not UTF-8"):
@@ -394,7 +394,7 @@ def test_a_key_written_twice_in_a_yaml_file_is_refused_naming_its_line():
     """yaml.safe_load keeps the last of two equal keys silently (a cluster's second scaleout:
     block would replace the first unseen); nested mappings are checked too, merge keys are not
     repeats."""
-    from hardware_specs.catalog import parse_yaml
+    from hardware_specs.yaml_files import parse_yaml
     text = "name: c\nscaleout:\n  bw_gbit_per_s: 400\n  latency_us: 5\n  bw_gbit_per_s: 200\n"
     with pytest.raises(InputError) as err:
         parse_yaml(text, "cluster", "c.yaml")

@@ -6,7 +6,8 @@ import pytest
 
 from cost_models import collectives as coll
 from cost_models.topology import group_collective_time_s, p2p_stage_time_s
-from hardware_specs.catalog import efficiency_for_cluster, efficiency_from_dict, load_cluster
+from hardware_specs.catalog import efficiency_for_cluster, load_cluster
+from hardware_specs.efficiency_files import efficiency_from_dict
 from hardware_specs.errors import InputError
 from model_specs import load_model
 from simulator import simulate

@@ -432,7 +432,7 @@ def test_a_measured_run_of_hours_is_refused_before_it_starts_and_the_recorded_ru
 
 
 def test_an_integer_of_thousands_of_digits_in_any_file_is_one_line_not_an_internal_error(tmp_path):
-    from hardware_specs.catalog import read_yaml
+    from hardware_specs.yaml_files import read_yaml
     from model_specs.hf_config import read_json
     big = "9" * 5000
     y = tmp_path / "m.yaml"

@@ -331,7 +331,7 @@ def test_a_hold_adds_its_steps_to_the_lead_only_while_other_requests_decode(hold
 
 @pytest.mark.parametrize("name, least", [("recv_interval_steps", 1), ("context_wait_steps", 0)])
 def test_a_hold_setting_that_is_not_a_whole_number_of_steps_in_range_is_refused_naming_the_field(name, least):
-    from hardware_specs.catalog import stack_from_dict
+    from hardware_specs.stack_files import stack_from_dict
     from hardware_specs.serving_behaviour import ServingBehaviour
     ServingBehaviour(**{name: least})
     ServingBehaviour(**{name: 30})

@@ -1,7 +1,8 @@
 """The software-stack catalog: documented behaviour per framework release, loaded as data."""
 import pytest
 
-from hardware_specs.catalog import list_stacks, load_stack, stack_from_dict
+from hardware_specs.catalog import list_stacks, load_stack
+from hardware_specs.stack_files import stack_from_dict
 from hardware_specs.errors import InputError
 from hardware_specs.stack_spec import StackSpec
 

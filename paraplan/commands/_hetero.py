@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 
 
-from hardware_specs.catalog import parse_yaml
+from hardware_specs.yaml_files import parse_yaml
 from hardware_specs.errors import InputError, json_int, not_a_file, suggest, unique_keys
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec

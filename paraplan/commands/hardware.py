@@ -11,9 +11,10 @@ from pathlib import Path
 
 import click
 
-from hardware_specs.catalog import (efficiency_for, efficiency_for_cluster, is_dir, is_file, is_pooled, list_clusters,
-                                    list_gpus, load_cluster, load_gpu, load_pooled_cluster, load_serving_efficiency,
-                                    read_yaml)
+from hardware_specs.catalog import (efficiency_for, efficiency_for_cluster, is_pooled, list_clusters,
+                                    list_gpus, load_cluster, load_gpu, load_pooled_cluster,
+                                    load_serving_efficiency)
+from hardware_specs.yaml_files import is_dir, is_file, read_yaml
 from hardware_specs.pools import PooledCluster
 from hardware_specs.cluster_spec import ClusterSpec, NetworkTier
 from hardware_specs.efficiency_model import EfficiencyModel

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from hardware_specs.catalog import exists, is_file, parse_yaml
+from hardware_specs.yaml_files import exists, is_file, parse_yaml
 from hardware_specs.errors import InputError, check_spec_size, suggest
 from model_specs.model_spec import SIZE_LIMITS
 from simulator.parallel_config import MAX_GLOBAL_BATCH, MAX_GPUS, AttentionKernel, CPKind, Recompute, Schedule

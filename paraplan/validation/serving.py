@@ -89,7 +89,8 @@ from typing import Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from hardware_specs.catalog import is_file, load_cluster, serving_release_match
+from hardware_specs.catalog import load_cluster, serving_release_match
+from hardware_specs.yaml_files import is_file
 from cost_models.weight_formats import slice_holds_whole_blocks
 from hardware_specs.errors import InputError, not_a_file
 from hardware_specs.serving_efficiency import ServingEfficiency

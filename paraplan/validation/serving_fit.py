@@ -166,7 +166,9 @@ def at_bound(profile: ServingEfficiency) -> list[str]:
 
 def prior_profile(generation: str) -> ServingEfficiency:
     """The hand-set prior (``default.yaml``) for ``generation``: where every fit starts."""
-    from hardware_specs.catalog import serving_efficiency_from_dict, read_yaml, serving_efficiency_path
+    from hardware_specs.catalog import serving_efficiency_path
+    from hardware_specs.efficiency_files import serving_efficiency_from_dict
+    from hardware_specs.yaml_files import read_yaml
     data = read_yaml(serving_efficiency_path("default"), "serving_efficiency")
     return replace(serving_efficiency_from_dict(data), generation=generation, prior=False, fitted_on="")
 

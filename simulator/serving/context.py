@@ -15,7 +15,8 @@ import numpy as np
 
 from cost_models.speculative import MAX_SPECULATIVE_TOKENS, MTP_ACCEPTANCE_PRIOR, expected_tokens_per_step
 from cost_models.weight_formats import canonical_format, kv_dtype_bytes, native_compute_dtype
-from hardware_specs.catalog import is_file, load_cluster, load_serving_efficiency, load_stack, serving_stack_for
+from hardware_specs.catalog import load_cluster, load_serving_efficiency, load_stack, serving_stack_for
+from hardware_specs.yaml_files import is_file
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.errors import InputError, whole_number
 from hardware_specs.serving_behaviour import ServingBehaviour

@@ -1,0 +1,74 @@
+"""Efficiency-model files: the fitted training factors of a GPU generation
+(``hardware_specs/efficiency/*.yaml``, ``EfficiencyModel``) and the fitted serving factors
+(``hardware_specs/serving_efficiency/*.yaml``, ``ServingEfficiency``), from their mappings.
+Unknown or mistyped keys raise an ``InputError`` naming the key."""
+from __future__ import annotations
+
+from hardware_specs.efficiency_model import EfficiencyModel
+from hardware_specs.errors import InputError
+from hardware_specs.serving_efficiency import ServingEfficiency
+
+
+#: keys of older efficiency files, read and ignored: the exposed shares of DP / TP / EP traffic
+#: were fitted until the software-stack catalog replaced them (``hardware_specs/stacks``)
+LEGACY_EFFICIENCY_KEYS = ("exposed_dp_fraction", "exposed_tp_fraction", "exposed_ep_fraction")
+
+
+def efficiency_from_dict(data: dict, where: str = "efficiency") -> EfficiencyModel:
+    known = set(EfficiencyModel.field_names())
+    data = {k: v for k, v in data.items() if k not in LEGACY_EFFICIENCY_KEYS}
+    unknown = set(data) - known
+    if unknown:
+        raise InputError(f"{where}.{sorted(unknown)[0]}", "unknown key",
+                         "known keys: " + ", ".join(sorted(known)))
+    if "generation" not in data:
+        raise InputError(f"{where}.generation", "missing")
+    for key in ("generation", "fitted_on"):
+        if key in data and (isinstance(data[key], bool) or not isinstance(data[key], (str, int))):
+            raise InputError(f"{where}.{key}", f"expected text, got {data[key]!r}", "quote it")
+    if not isinstance(data.get("gemm_peak_fraction"), dict):
+        raise InputError(f"{where}.gemm_peak_fraction", "must be a mapping dtype: fraction")
+    if not isinstance(data.get("collective_bw_fraction", {}), dict):
+        raise InputError(f"{where}.collective_bw_fraction", "must be a mapping kind: fraction",
+                         "e.g. {reduce_scatter: 0.3}")
+    for group in ("gemm_peak_fraction", "collective_bw_fraction"):
+        for key, value in (data.get(group) or {}).items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise InputError(f"{where}.{group}.{key}", f"expected a number, got {value!r}")
+    kwargs = dict(data)
+    for key, value in list(kwargs.items()):
+        if key == "fitted_factors":
+            if not isinstance(value, (list, tuple)):
+                raise InputError(f"{where}.fitted_factors", "must be a list of factor names")
+            kwargs[key] = tuple(str(v) for v in value)
+        elif key not in ("generation", "gemm_peak_fraction", "collective_bw_fraction", "fitted_on"):
+            try:
+                kwargs[key] = float(value)
+            except (TypeError, ValueError):
+                raise InputError(f"{where}.{key}", f"expected a number, got {value!r}") from None
+    return EfficiencyModel(**kwargs)
+
+
+def serving_efficiency_from_dict(data: dict, where: str = "serving_efficiency") -> ServingEfficiency:
+    """Build a ``ServingEfficiency`` from a catalog mapping (unknown or mistyped keys name the key)."""
+    known = set(ServingEfficiency.field_names())
+    unknown = set(data) - known
+    if unknown:
+        raise InputError(f"{where}.{sorted(unknown)[0]}", "unknown key", "known keys: " + ", ".join(sorted(known)))
+    if "generation" not in data:
+        raise InputError(f"{where}.generation", "missing")
+    kwargs = dict(data)
+    for key, value in kwargs.items():
+        if key in ("generation", "fitted_on"):
+            kwargs[key] = str(value)
+        elif key == "prior":
+            if not isinstance(value, bool):
+                raise InputError(f"{where}.prior", f"must be true or false, got {value!r}")
+        elif key == "validation_error_pct":
+            if not isinstance(value, dict):
+                raise InputError(f"{where}.{key}", f"expected a mapping, got {value!r}")
+        else:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise InputError(f"{where}.{key}", f"expected a number, got {value!r}")
+            kwargs[key] = float(value)
+    return ServingEfficiency(**kwargs)
