@@ -56,6 +56,51 @@ def test_simulate_json_is_consistent():
     assert d["max_batch_per_rank"] >= 32 and d["fits"] is True
 
 
+def test_a_dense_models_json_has_no_expert_split_and_an_moe_models_keeps_its_own():
+    """A dense model has no routed experts: serve simulate --json printed layout moe_tp = tp,
+    moe_ep = 1 and an expert_format, values no option could change. They are null (keys kept, so
+    dense and MoE reports share one shape); an MoE deployment's are the split and format given."""
+    dense = json.loads(run(*SIM, "--tp", "4", "--batch", "16", "--isl", "1024", "--osl", "512", "--json").stdout)
+    assert dense["expert_format"] is None and dense["dense_format"] == "fp8"
+    assert dense["layout"] == {"tp": 4, "pp": 1, "adp": 1, "moe_tp": None, "moe_ep": None, "batch": 16}
+    disagg = json.loads(run(*SIM, "--mode", "disagg", "--prefill-tp", "2", "--decode-tp", "4", "--json").stdout)
+    for side in ("prefill", "decode"):
+        assert disagg[side]["moe_tp"] is None and disagg[side]["moe_ep"] is None, side
+    moe = json.loads(run("serve", "simulate", "-m", "qwen3-235b-a22b", "-s", "hgx-h200", "-b", "sglang",
+                         "--precision", "bf16", "--expert-precision", "fp8", "--tp", "2", "--adp", "4",
+                         "--moe-tp", "2", "--moe-ep", "4", "--batch", "16", "--json").stdout)
+    assert (moe["dense_format"], moe["expert_format"]) == ("bf16", "fp8")
+    assert moe["layout"] == {"tp": 2, "pp": 1, "adp": 4, "moe_tp": 2, "moe_ep": 4, "batch": 16}
+
+
+def test_a_dense_models_plan_leaves_the_expert_columns_empty_and_an_moe_plan_fills_them():
+    """serve plan --json: null expert fields for a dense model (request, best, every front row);
+    --csv: the same header for every model, the dense model's expert columns empty. An MoE
+    model's rows carry their real splits: moe_tp x moe_ep spans the worker's tp x adp GPUs."""
+    expert_cols = [f"{side}{k}" for side in ("", "prefill_", "decode_") for k in ("moe_tp", "moe_ep")]
+    dense = json.loads(run(*PLAN, "--json").stdout)
+    assert dense["request"]["expert_format"] is None
+    for row in [dense["best"]] + dense["front"]:
+        assert all(row[c] is None for c in expert_cols), row
+        assert row["tp"] is not None or row["decode_tp"] is not None     # the other degrees stay
+    csv = pd.read_csv(io.StringIO(run(*PLAN, "--csv").stdout))
+    assert set(expert_cols) <= set(csv.columns) and csv[expert_cols].isna().all().all()
+    assert csv.loc[csv["mode"] == "agg", "tp"].notna().all()
+    moe_plan = ["serve", "plan", "-m", "qwen3-235b-a22b", "-s", "hgx-h200", "-n", "8", "--isl", "1024", "--osl", "256",
+                "--ttft-ms", "2000", "--tpot-ms", "40"]
+    moe = json.loads(run(*moe_plan, "--json").stdout)
+    assert moe["request"]["expert_format"] == moe["request"]["dense_format"] == "fp8"
+    for row in [moe["best"]] + moe["front"]:
+        sides = ("",) if row["mode"] == "agg" else ("prefill_", "decode_")
+        for side in sides:
+            assert row[f"{side}moe_tp"] * row[f"{side}moe_ep"] == row[f"{side}tp"] * row[f"{side}adp"], row
+    assert any(r["mode"] == "agg" and r["moe_ep"] > 1 for r in moe["front"])     # a real split, not the default
+    moe_csv = pd.read_csv(io.StringIO(run(*moe_plan, "--csv").stdout))
+    assert list(moe_csv.columns) == list(csv.columns)
+    agg = moe_csv[moe_csv["mode"] == "agg"]
+    assert (agg["moe_tp"] * agg["moe_ep"] == agg["tp"] * agg["adp"]).all()
+
+
 def test_simulate_disaggregated():
     r = run("serve", "simulate", "--model", "deepseek-r1", "--system", "gb200-nvl72", "--backend", "trtllm",
             "--precision", "nvfp4", "--mode", "disagg", "--prefill-adp", "4", "--prefill-moe-ep", "4",
@@ -126,7 +171,7 @@ def test_plan_json_echoes_the_request_it_answers():
     assert j["request"] == {"model": "llama3.1-8b", "system": "dgx-h100", "gpu": "h100-sxm-80gb", "gpus": 8,
                             "isl": 1024, "osl": 256, "ttft_ms": 2000.0, "tpot_ms": 40.0, "modes": ["agg", "disagg"],
                             "max_batch": 1024, "pipeline_parallel": False, "rank_by": "per-gpu",
-                            "dense_format": "fp8", "expert_format": "fp8", "kv_cache_dtype": "auto",
+                            "dense_format": "fp8", "expert_format": None, "kv_cache_dtype": "auto",
                             "speculative_tokens": 0, "draft_acceptance": None, "draft_acceptance_is_prior": None, "draft_model": None,
                             "tokens_per_step": 1.0}
 
@@ -289,7 +334,8 @@ def test_serving_json_counts_are_integers():
     assert d["max_batch_per_rank"] == d["memory_bytes"]["kv_pool_bytes"] // (1536 * 80 * 2 * 2 * 128)
     for key in ("gpus", "concurrency", "workers", "isl", "osl"):
         assert type(d[key]) is int, key
-    assert all(type(v) is int for v in d["layout"].values())
+    # (a dense model's expert split is null: no split to count)
+    assert all(v is None or type(v) is int for v in d["layout"].values()) and d["layout"]["moe_ep"] is None
     best = json.loads(run(*PLAN, "--json").stdout)["best"]
     assert type(best["max_batch_per_rank"]) is int and best["max_batch_per_rank"] >= best["batch"]
     for key in ("batch", "gpus_used", "concurrency"):

@@ -399,7 +399,8 @@ def render_simulation(report) -> str:
 @_layout_options("decode-", "disagg decode worker")
 @click.option("--decode-workers", type=POS, default=1, show_default=True, help="disagg: decode workers.")
 @click.option("--json", "as_json", is_flag=True,
-              help="Print the report as JSON (times in ms as serve plan's: ttft_ms, tpot_ms, latency_ms; memory in bytes).")
+              help="Print the report as JSON (times in ms as serve plan's: ttft_ms, tpot_ms, latency_ms; memory in "
+                   "bytes; a dense model's expert fields, expert_format and each layout's moe_tp / moe_ep, null).")
 @click.option("--emit", is_flag=True,
               help="Print the backend's launch script for this deployment (bash: vllm serve, sglang.launch_server "
                    "or trtllm-serve with the settings priced) instead of the report.")
@@ -497,18 +498,28 @@ _COUNT_COLUMNS = _DEGREE_COLUMNS + ("batch", "prefill_batch", "workers", "prefil
                                     "gpus_used", "concurrency")
 
 
-def _plan_rows(df):
-    """The printed columns of ``df`` and its degrees, counts as whole numbers."""
+#: the expert split of each layout: meaningless on a dense model, so empty (null) there
+_EXPERT_COLUMNS = tuple(c for c in _DEGREE_COLUMNS if "moe_" in c)
+
+
+def _plan_rows(df, moe: bool):
+    """The printed columns of ``df`` and its degrees, counts as whole numbers. On a dense model
+    (``moe`` False) the expert-split columns stay, so --csv has one header for every model, but
+    are empty: the search's moe_tp = tp, moe_ep = 1 are no split a user could set."""
     out = df[[c for c in _PLAN_COLUMNS + _DEGREE_COLUMNS if c in df.columns]].copy()
     for c in _COUNT_COLUMNS:
         if c in out:
             out[c] = pd.to_numeric(out[c]).astype("Int64")
+    if not moe:
+        for c in _EXPERT_COLUMNS:
+            if c in out:
+                out[c] = pd.NA
     return out
 
 
-def _records(df) -> list[dict]:
+def _records(df, moe: bool) -> list[dict]:
     return [{k: (None if pd.isna(v) else int(v) if k in _COUNT_COLUMNS else v) for k, v in r.items()}
-            for r in _plan_rows(df).to_dict("records")]
+            for r in _plan_rows(df, moe).to_dict("records")]
 
 
 def format_text(fmt: str, gpu) -> str:
@@ -735,8 +746,11 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
                    "earns nothing on them).")
 @click.option("--top", type=click.IntRange(min=0), default=40, show_default=True,
               help="Front rows printed per mode (0 = all).")
-@click.option("--json", "as_json", is_flag=True, help="The request, best row, why, and the front as JSON.")
-@click.option("--csv", "as_csv", is_flag=True, help="The front as CSV.")
+@click.option("--json", "as_json", is_flag=True,
+              help="The request, best row, why, and the front as JSON (a dense model's expert_format and "
+                   "*moe_tp / *moe_ep null).")
+@click.option("--csv", "as_csv", is_flag=True,
+              help="The front as CSV (the same columns for every model; a dense one's *moe_tp / *moe_ep empty).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Write the output here (atomically) instead of stdout.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Draw the Pareto front to this PNG/SVG/PDF.")
 @click.option("--emit", is_flag=True,
@@ -779,6 +793,7 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
     if plot_path is not None:
         check_image_path(plot_path, "--plot")      # matplotlib picks the format by the suffix
     ctx = _context(opts)
+    moe = ctx.model.moe is not None     # a dense model's expert fields are null in --json, empty in --csv
     search = ("agg", "disagg") if modes == "both" else (modes,)
     from paraplan.cli import step_bar
     # a bar only where the search is long (thousands of GPUs: tens of seconds)
@@ -816,27 +831,27 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
                                          f"TPOT <= {tpot_ms:g} ms")
     elif as_json:
         best = {k: plan.best[k] for k in plan.best.index if k in _PLAN_COLUMNS or "_" in k}
-        best.update(_records(plan.best.to_frame().T)[0])     # with every degree, as whole numbers
+        best.update(_records(plan.best.to_frame().T, moe)[0])     # with every degree, as whole numbers
         if best.get("max_batch_per_rank") is not None:      # a count of requests, as serve simulate --json
             best["max_batch_per_rank"] = int(best["max_batch_per_rank"])
         # what was asked, as `plan --json` echoes its request: a saved answer says what it answers
         request = {"model": ctx.model.name, "system": ctx.cluster.name, "gpu": ctx.cluster.gpu.name, "gpus": gpus,
                    "isl": opts["isl"], "osl": opts["osl"], "ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "modes": list(search),
                    "max_batch": max_batch, "pipeline_parallel": not no_pp, "rank_by": rank_by, "stack": ctx.stack.name,
-                   "dense_format": ctx.dense_format, "expert_format": ctx.expert_format,
+                   "dense_format": ctx.dense_format, "expert_format": ctx.expert_format if moe else None,
                    "kv_cache_dtype": opts["kv_cache_dtype"], "speculative_tokens": ctx.speculative_tokens,
                    "draft_acceptance": ctx.draft_acceptance if ctx.speculative_tokens else None,
                    "draft_acceptance_is_prior": ctx.acceptance_is_prior if ctx.speculative_tokens else None,
                    "draft_model": ctx.draft_model,
                    "tokens_per_step": ctx.tokens_per_step_at(opts["osl"])}
-        text = dump_json({"request": request, "best": best, "why": plan.why, "front": _records(plan.front),
+        text = dump_json({"request": request, "best": best, "why": plan.why, "front": _records(plan.front, moe),
                           "evaluated": plan.evaluated, "efficiency_fitted": not ctx.efficiency.prior,
                           # how far the fitted model was off on measured runs of this engine, per mode
                           "validation_error": {m: ctx.validation_error(m) for m in search},
                           "without_drafting": None if without is None else without["best"]})
     elif as_csv:
         buf = io.StringIO()
-        rows = _plan_rows(plan.front)
+        rows = _plan_rows(plan.front, moe)
         # as the training CSVs: whether the numbers rest on fitted factors or on the prior
         rows["efficiency_fitted"] = not ctx.efficiency.prior
         if ctx.speculative_tokens:      # a speculative plan's rows rest on its drafts and their acceptance

@@ -49,16 +49,21 @@ class ServingReport:
         return self.context.efficiency.prior
 
     def as_dict(self) -> dict[str, Any]:
+        """The report as one mapping (SI units). A dense model has no routed experts, so its
+        expert fields (``expert_format``, each layout's ``moe_tp`` / ``moe_ep``) are None: the
+        keys stay, so dense and MoE reports share one shape, but no value pretends to a split."""
         d = self.deployment
+        moe = self.context.model.moe is not None
         layouts = {}
         for name in ("layout", "prefill", "decode"):
             lay = getattr(d, name)
             if lay is not None:
-                layouts[name] = {k: getattr(lay, k) for k in ("tp", "pp", "adp", "moe_tp", "moe_ep", "batch")}
+                layouts[name] = {k: getattr(lay, k) if moe or not k.startswith("moe_") else None
+                                 for k in ("tp", "pp", "adp", "moe_tp", "moe_ep", "batch")}
         return {
             "model": self.context.model.name, "system": self.context.cluster.name, "stack": self.context.stack.name,
             "gpu": self.context.cluster.gpu.name, "mode": d.mode, "isl": d.isl, "osl": d.osl,
-            "dense_format": self.context.dense_format, "expert_format": self.context.expert_format,
+            "dense_format": self.context.dense_format, "expert_format": self.context.expert_format if moe else None,
             "kv_bytes_per_element": self.context.kv_bytes, "gpus": d.gpus, "concurrency": d.concurrency,
             "speculative_tokens": self.context.speculative_tokens,
             "draft_acceptance": self.context.draft_acceptance if self.context.speculative_tokens else None,
