@@ -87,21 +87,23 @@ def _common(f):
         click.option("--isl", type=POS, default=1024, show_default=True, help="Input (prompt) tokens per request."),
         click.option("--osl", type=int, default=1024, show_default=True, callback=lambda ctx, param, v: _check_osl(v), help="Output tokens per request, 2 or more (the first comes with the prompt; TPOT times the rest)."),
         click.option("--precision", type=click.Choice(PRECISIONS), default=None,
-                     help="Weight format of all GEMMs (default: the released checkpoint's where it states one: "
-                          "fp8_block for DeepSeek-V3 / R1, bf16 beside gpt-oss's MXFP4 experts; else fp8 on GPUs "
-                          "with FP8 tensor cores, else bf16)."),
+                     help="Weight format of all GEMMs (default: the released checkpoint's where the preset states "
+                          "one, its checkpoint_format in `paraplan models show NAME`: fp8_block for DeepSeek-V3 / R1, "
+                          "Kimi-K2, MiniMax-M2.5; bf16 beside a checkpoint stating only its experts' format, "
+                          "gpt-oss's MXFP4 and Kimi-K2.5's int4; else fp8 on GPUs with FP8 tensor cores, else bf16)."),
         click.option("--expert-precision", type=click.Choice(PRECISIONS), default=None,
-                     help="Weight format of the routed experts (default: --precision if given, else the "
-                          "model's checkpoint format for its experts: mxfp4 for gpt-oss, else as --precision's "
-                          "default)."),
+                     help="Weight format of the routed experts, MoE models only (default: --precision if given, "
+                          "else the checkpoint's format for its experts, expert_checkpoint_format: mxfp4 for "
+                          "gpt-oss, int4_wo for Kimi-K2.5, fp8_block for DeepSeek-V3 / R1, Kimi-K2, MiniMax-M2.5; "
+                          "else as --precision's default)."),
         click.option("--kv-cache-dtype", type=click.Choice(["auto", "bf16", "fp16", "fp8"]), default="auto", show_default=True,
                      help="KV-cache dtype (auto = as the engine decides: the 8-bit KV an fp8 / nvfp4 "
                           "(ModelOpt) checkpoint names where the stack reads it (its kv_dtype_from_checkpoint, "
                           "paraplan hardware stacks NAME), else the stack's default, 16-bit; the header's KV says "
                           "which)."),
         click.option("--speculative-tokens", type=click.IntRange(min=0), default=None, metavar="K",
-                     help="Speculative decoding: K tokens drafted per decode step and verified in one pass "
-                          "(default: none, as every engine), by the model's own multi-token-prediction (MTP) "
+                     help="Speculative decoding: K tokens drafted per decode step, at most 16, and verified in one "
+                          "pass (default: none, as every engine), by the model's own multi-token-prediction (MTP) "
                           "module (deepseek-v3, deepseek-r1, glm-5) or the EAGLE-3 head of --draft-model."),
         click.option("--draft-model", default=None, metavar="DIR",
                      help="Draft with this EAGLE-3 head (its config.json or folder, e.g. "
@@ -248,8 +250,12 @@ def _layout_options(prefix: str, what: str):
             click.option(f"--{prefix}pp", type=POS, default=1, show_default=True, help=f"{what}: pipeline stages."),
             click.option(f"--{prefix}adp", type=POS, default=1, show_default=True,
                          help=f"{what}: attention data-parallel ranks (MoE models)."),
-            click.option(f"--{prefix}moe-tp", type=POS, default=None, help=f"{what}: expert tensor parallelism (default tp x adp / moe-ep)."),
-            click.option(f"--{prefix}moe-ep", type=POS, default=None, help=f"{what}: expert parallelism (default 1)."),
+            click.option(f"--{prefix}moe-tp", type=POS, default=None,
+                         help=f"{what}: expert tensor parallelism, MoE models (default tp x adp / moe-ep; tp x adp "
+                              "when neither is given)."),
+            click.option(f"--{prefix}moe-ep", type=POS, default=None,
+                         help=f"{what}: expert parallelism, MoE models (default tp x adp / moe-tp; 1 when neither "
+                              "is given)."),
             click.option(f"--{prefix}batch", type=POS, default=1 if prefix == "prefill-" else 32, show_default=True,
                          help=f"{what}: " + ("prompts per prefill step per rank." if prefix == "prefill-"
                                               else "requests in flight per attention-DP rank.")),
@@ -777,7 +783,7 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
     Examples:
       paraplan serve plan -m deepseek-r1 -s hgx-h200 -n 64 --isl 1024 --osl 1024 --ttft-ms 1000 --tpot-ms 30
       paraplan serve plan -m llama3.1-70b -s dgx-b200 -n 8 --precision nvfp4 --csv --out front.csv --plot front.png
-      paraplan serve plan -m deepseek-r1 -s dgx-b200 -n 64 --tpot-ms 30 --precision fp8_block -b sglang \
+      paraplan serve plan -m deepseek-r1 -s dgx-b200 -n 64 --tpot-ms 30 --precision fp8_block -b sglang \\
           --emit --out launch.sh      # then on each host: HOSTS="h0 h1 ..." HOST_INDEX=i bash launch.sh
     """
     from planners.serving import plan_serving
