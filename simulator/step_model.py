@@ -384,8 +384,27 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         grad = np.where(batch.zero3_grad_all_reduce, ar, rs)
         return np.where(zero >= 3, ag, 0.0), np.where(zero >= 3, ag + grad, 0.0)
 
+    # gradients reduced every micro-batch (ZeRO-2; plain DP / ZeRO-1 on a stack with no no_sync,
+    # ``_grads_reduced_every_microbatch``) include the embedding's and the output layer's: a DDP /
+    # FSDP backward reduces every bucket, so each micro-batch also reduces these (the output
+    # layer's after its backward, the embedding's last of all), in the collective a layer's takes,
+    # hidden under the end's own backward pass as far as the stack overlaps the reduction (as a
+    # layer's under its own); nothing of theirs is left for after the flush (``_dp_after_flush``)
+    def per_microbatch_ends(n_params, window):
+        if not np.any(per_mb_grads):
+            return 0.0 * tp
+        nbytes = n_params * batch.grad_reduce_bytes
+        rs = group_collective_time_s("reduce_scatter", nbytes, shard, tp, cluster, eff) + rank_copies_s(batch, shard,
+                                                                                                         eff)
+        ar = group_collective_time_s("all_reduce", nbytes, dp_group, tp, cluster, eff)
+        grad = np.where(zero == 2, rs, np.where(zero == 1, np.where(batch.zero1_grad_all_reduce, ar, rs), ar))
+        return np.where(per_mb_grads, _overlapped(grad, window, 0.0, batch.overlap_grad_reduce), 0.0)
+
     emb_z3_f, emb_z3_bw = z3_ends(emb_params)
     head_z3_f, head_z3_bw = z3_ends(head_params) if params.lm_head_params(model) else (0.0 * tp, 0.0 * tp)
+    emb_z3_bw = emb_z3_bw + per_microbatch_ends(emb_params, lay["emb_b"] + emb_accum)
+    if params.lm_head_params(model):
+        head_z3_bw = head_z3_bw + per_microbatch_ends(head_params, lay["head_b"] + lay["head_w"] + head_accum)
     ends = Ends(emb_f=lay["emb_f"], emb_b=lay["emb_b"], emb_w=emb_accum, head_f=lay["head_f"],
                 head_b=lay["head_b"], head_w=lay["head_w"] + head_accum, mtp_f=lay["mtp_f"], mtp_b=lay["mtp_b"],
                 mtp_w=lay["mtp_w"], p2p=p2p, emb_z3_f=emb_z3_f, emb_z3_bw=emb_z3_bw, head_z3_f=head_z3_f,
