@@ -35,6 +35,14 @@ ZERO2_REDUCE = ("every_microbatch", "last_microbatch")
 #: how ZeRO-3 reduces gradients: each rank receives its shard, or every bucket is all-reduced
 #: whole and each rank keeps its shard (DeepSpeed 0.3 unless ``reduce_scatter: true``)
 ZERO3_GRAD_REDUCE = ("reduce_scatter", "all_reduce")
+#: what ZeRO-3 / FSDP does when a pipeline runs the micro-batches (``TrainingBehaviour.
+#: zero3_under_pipeline``): ``per_microbatch`` = what it does without one, each layer gathered in
+#: every micro-batch's forward and backward and its gradients reduced after every backward;
+#: ``once_per_step`` = each stage's parameters gathered at its first forward and kept whole
+#: through the step, its gradients accumulated whole and reduce-scattered once, after the
+#: stage's last backward (torchtitan's ``reshard_after_forward = not pp_enabled`` with
+#: ``torch.distributed.pipelining``'s deferred FSDP reduction)
+ZERO3_UNDER_PIPELINE = ("per_microbatch", "once_per_step")
 #: FP8 scaling recipes (Transformer Engine names; ``none`` = the stack has no FP8 path).
 FP8_RECIPES = ("delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4", "none")
 #: what dtype a training stack keeps its gradient buffer (the gradients a backward accumulates
@@ -208,6 +216,17 @@ class TrainingBehaviour:
             (the whole gradient all-reduced, then each rank steps its shard and all-gathers the
             16-bit weights: DeepSpeed's BF16_Optimizer, which a DeepSpeed pipeline engine runs
             for bf16). Other dtypes reduce-scatter.
+        zero3_under_pipeline: what ZeRO-3 / FSDP does with pipeline parallelism, one of
+            ``ZERO3_UNDER_PIPELINE``. ``per_microbatch`` (default): as without a pipeline.
+            ``once_per_step``: the stage's 16-bit parameters are gathered once, at its first
+            micro-batch's forward, and stay whole (torchtitan ``apply_fsdp``: the ``default``
+            ``reshard_after_forward_policy`` is ``not pp_enabled``); every backward runs with
+            ``set_requires_gradient_sync(False)`` / ``set_reshard_after_backward(False)``, so
+            whole gradients accumulate, and the stage reduce-scatters them once after its last
+            backward (``torch.distributed.pipelining`` ``stage.py`` ``backward_maybe_with_nosync``
+            / ``_post_backward``, called by the schedule after the micro-batch loop), overlapping
+            nothing. Memory: whole 16-bit weights and gradients, sharded optimizer states (ZeRO-1's
+            model states). Only read when pp > 1.
         bf16_grads_in_fp32: when the run's dtype is bf16 the stack accumulates and reduces
             gradients in fp32 (4 bytes) whatever ``grad_reduce_bytes`` says for fp16 (Megatron-LM
             forces ``--accumulate-allreduce-grads-in-fp32`` with ``--bf16``; DeepSpeed's
@@ -278,6 +297,7 @@ class TrainingBehaviour:
     zero3_persistence_threshold_elements: float = 0.0
     collective_per_rank_copies: bool = False
     zero3_grad_reduce: str = "reduce_scatter"
+    zero3_under_pipeline: str = "per_microbatch"
     bf16_zero1_grad_reduce: str = "reduce_scatter"
     grad_buffer: str = "fp32"
     fp8_param_gather: bool = False
@@ -304,6 +324,9 @@ class TrainingBehaviour:
             if getattr(self, name) not in ZERO3_GRAD_REDUCE:
                 raise InputError(f"training.{name}", f"unknown value {getattr(self, name)!r}",
                                  "choose one of " + ", ".join(ZERO3_GRAD_REDUCE))
+        if self.zero3_under_pipeline not in ZERO3_UNDER_PIPELINE:
+            raise InputError("training.zero3_under_pipeline", f"unknown value {self.zero3_under_pipeline!r}",
+                             "choose one of " + ", ".join(ZERO3_UNDER_PIPELINE))
         if self.grad_buffer not in GRAD_BUFFERS:
             raise InputError("training.grad_buffer", f"unknown value {self.grad_buffer!r}",
                              "choose one of " + ", ".join(GRAD_BUFFERS))
