@@ -100,6 +100,7 @@ class ConfigBatch:
     grouped_gemm_streams: np.ndarray = None
     unfused_block_ops: np.ndarray = None
     moe_probs_in_expert: np.ndarray = None
+    zero3_once_per_step: np.ndarray = None
     dtype: str = "bf16"
 
     def __post_init__(self) -> None:
@@ -179,6 +180,7 @@ class ConfigBatch:
             grad_buffer_bytes=col("grad_buffer_bytes", float, float),
             fp8_param_gather=col("fp8_param_gather", bool, bool),
             moe_probs_in_expert=col("moe_probs_in_expert", bool, bool),
+            zero3_once_per_step=col("zero3_once_per_step", bool, bool),
             grouped_gemm_streams=col("grouped_gemm_streams"),
             dtype=dtypes.pop(),
         )
@@ -247,6 +249,7 @@ class ConfigBatch:
             grad_buffer_bytes=float(self.grad_buffer_bytes[i]),
             fp8_param_gather=bool(self.fp8_param_gather[i]),
             moe_probs_in_expert=bool(self.moe_probs_in_expert[i]),
+            zero3_once_per_step=bool(self.zero3_once_per_step[i]),
             grouped_gemm_streams=int(self.grouped_gemm_streams[i]),
         )
 
@@ -256,4 +259,5 @@ _NEW_COLUMNS = {"recompute_num_layers": 0, "recompute_method": 0, "recompute_lay
                 "recompute_modules": 0, "selective_modules": MODULE_BITS["core_attn"], "unfused_block_ops": False, "offload_activation_layers": 0, "offload_optimizer_fraction": 0.0,
                 "zero_shard_group": 0, "pipeline_layout": "", "loss_chunk_tokens": 0, "optimizer_moment_bytes": 4.0,
                 "fp8_current_scaling": False, "grad_buffer_bytes": 4.0, "fp8_param_gather": False,
-                "grouped_gemm_streams": 1, "moe_probs_in_expert": False}
+                "grouped_gemm_streams": 1, "moe_probs_in_expert": False,
+                "zero3_once_per_step": False}

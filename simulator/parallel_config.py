@@ -86,7 +86,8 @@ BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather
                "ep_comm_overlap", "ep_dispatch_dedup", "grad_reduce_every_microbatch", "tp_backward_overlap", "softmax_fusion",
                "softmax_scale_pass", "attention_unpad", "glu_clamp_eager", "unfused_block_ops", "pipe_exchange_blocking",
                "param_gather_per_tensor", "cuda_graphs", "fp8_current_scaling", "collective_per_rank_copies",
-               "zero3_grad_all_reduce", "zero1_grad_all_reduce", "fp8_param_gather", "moe_probs_in_expert")
+               "zero3_grad_all_reduce", "zero1_grad_all_reduce", "fp8_param_gather", "moe_probs_in_expert",
+               "zero3_once_per_step")
 #: non-negative integer fields (0 = not set)
 LAYOUT_FIELDS = ("first_stage_layers", "last_stage_layers", "recompute_num_layers", "recompute_layers_decrement",
                  "offload_activation_layers", "zero_shard_group", "loss_chunk_tokens")
@@ -192,6 +193,13 @@ class ParallelConfig:
         zero3_grad_all_reduce: under ZeRO-3 each rank all-reduces its fp16 gradients one reduce
             bucket (``grad_bucket_elements``) at a time and keeps its shard (DeepSpeed 0.3's
             default ``reduce_scatter: false``); off = reduce-scattered.
+        zero3_once_per_step: with pipeline parallelism (pp > 1) ZeRO-3 gathers each stage's
+            parameters once a step, at the stage's first forward, keeps them whole, accumulates
+            whole gradients and reduce-scatters them once after the stage's last backward
+            (torchtitan under ``torch.distributed.pipelining``; the stack's
+            ``zero3_under_pipeline``): ZeRO-1's model states and traffic, the reduce-scatter
+            exposed after the flush. Off, or pp = 1: per layer and micro-batch as FSDP runs
+            without a pipeline.
         zero1_grad_all_reduce: under ZeRO-1 the gradients are all-reduced whole after the last
             micro-batch (DeepSpeed's BF16_Optimizer; ``stack_defaults`` sets it for a bf16 run of a
             stack whose ``bf16_zero1_grad_reduce`` says so) before each rank steps its shard and
@@ -358,6 +366,7 @@ class ParallelConfig:
     collective_per_rank_copies: bool = False
     zero3_grad_all_reduce: bool = False
     zero1_grad_all_reduce: bool = False
+    zero3_once_per_step: bool = False
     recompute_num_layers: int = 0
     recompute_method: RecomputeMethod = RecomputeMethod.BLOCK
     recompute_layers_decrement: int = 0

@@ -40,6 +40,7 @@ from hardware_specs.errors import InputError
 from simulator import stage_memory
 from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES, ConfigBatch
 from simulator.layer_times import layer_times
+from simulator.memory_rows import zero3_once_per_step
 from simulator.parallel_config import Recompute, Schedule
 from simulator.step_pipeline import Ends, PerLayer, pipeline_pass
 from simulator.zero3_collectives import bucket_calls, persistent_gather_s, persistent_layer_tensors, rank_copies_s
@@ -264,11 +265,14 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
     ep_crosses = ep * etp > cluster.gpus_per_node
     regather = batch.zero3_recompute_gather & (rc == _FULL)
     per_mb_grads = _grads_reduced_every_microbatch(batch, zero)
+    # ZeRO-3 rows that gather and reduce per layer and micro-batch (the others do it once a
+    # step, after the flush: ``_dp_after_flush``)
+    z3_per_mb = (zero >= 3) & ~zero3_once_per_step(batch)
     for kind, layer_p, expert_p, n_tensors in (
             ("dense", sp_["dense_layer"], 0.0 * tp, DENSE_LAYER_PARAM_TENSORS),
             ("moe", sp_["moe_layer"], sp_["expert_layer"], _moe_param_tensors(model, ep))):
         f, b, w, r = lay[f"f_{kind}"], lay[f"b_{kind}"], lay[f"w_{kind}"], lay[f"r_{kind}"]
-        if np.any((zero >= 2) | per_mb_grads):
+        if np.any(z3_per_mb | (zero == 2) | per_mb_grads):
             ag, rs_grad, ar_grad = per_layer_z(layer_p, expert_p)
         else:
             ag = rs_grad = ar_grad = 0.0
@@ -281,18 +285,18 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         bwd_window = prefetch_layers(batch.param_prefetch_backward, elements) * (b + w)
         # ZeRO-3: the next layer's gather runs under this layer's pass (as far as the stack
         # prefetches); in backward the gathers and the gradient reduce-scatter share the window
-        z3f = np.where(zero >= 3, _overlapped(ag, fwd_window, 0.0, batch.overlap_param_gather), 0.0)
+        z3f = np.where(z3_per_mb, _overlapped(ag, fwd_window, 0.0, batch.overlap_param_gather), 0.0)
         grad_mb = np.where(zero == 2, rs_grad,
                            np.where(zero == 1, np.where(batch.zero1_grad_all_reduce, ar_grad, rs_grad), ar_grad))
         z3_grad = np.where(batch.zero3_grad_all_reduce, ar_grad, rs_grad)
-        bwd_comm = np.where(zero >= 3, ag * (1.0 + regather) + z3_grad, np.where(per_mb_grads, grad_mb, 0.0))
+        bwd_comm = np.where(z3_per_mb, ag * (1.0 + regather) + z3_grad, np.where(per_mb_grads, grad_mb, 0.0))
         grad_window = b + w
-        z3b = np.where(zero >= 3, _overlapped(bwd_comm, bwd_window, 0.0, batch.overlap_param_gather),
+        z3b = np.where(z3_per_mb, _overlapped(bwd_comm, bwd_window, 0.0, batch.overlap_param_gather),
                        np.where(per_mb_grads, _overlapped(bwd_comm, grad_window, 0.0, batch.overlap_grad_reduce), 0.0))
         # a B pass run apart from its W (zero-bubble schedules) is the only window it has
         b_split = lay[f"b_split_{kind}"]
         z3b_split = np.where(
-            zero >= 3, _overlapped(bwd_comm, prefetch_layers(batch.param_prefetch_backward, elements) * b_split, 0.0,
+            z3_per_mb, _overlapped(bwd_comm, prefetch_layers(batch.param_prefetch_backward, elements) * b_split, 0.0,
                                    batch.overlap_param_gather),
             np.where(per_mb_grads, _overlapped(bwd_comm, b_split, 0.0, batch.overlap_grad_reduce), 0.0))
         # unfused gradient accumulation: each micro-batch's weight gradients land in fresh tensors
@@ -316,7 +320,7 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         # turns on it, so the copy hides only under the rest of the pass: the layer lasts
         # max(pass, that traffic + copy)
         kept = sp_[f"act_kept_{kind}"]
-        nic_f = np.where(zero_crosses & (zero >= 3), ag, 0.0) + np.where(ep_crosses, lay[f"ep_fwd_traffic_{kind}"], 0.0)
+        nic_f = np.where(zero_crosses & z3_per_mb, ag, 0.0) + np.where(ep_crosses, lay[f"ep_fwd_traffic_{kind}"], 0.0)
         nic_b = np.where(zero_crosses, bwd_comm, 0.0) + np.where(ep_crosses, lay[f"ep_bwd_traffic_{kind}"], 0.0)
         win_f = np.where(pcie_host, np.maximum(f + z3f - nic_f, 0.0), f + z3f)
         win_b = np.where(pcie_host, np.maximum(b + z3b + w - nic_b, 0.0), b + z3b + w)
@@ -373,7 +377,7 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
     # backward (their first and last passes: nothing earlier to prefetch under), gradients
     # reduce-scattered (or all-reduced a bucket at a time, as the stack does) after the backward
     def z3_ends(n_params):
-        if not np.any(zero >= 3):
+        if not np.any(z3_per_mb):
             return 0.0 * tp, 0.0 * tp
         copies = rank_copies_s(batch, shard, eff)
         ag = group_collective_time_s("all_gather", n_params * param_bytes, shard, tp, cluster, eff) + copies
@@ -382,7 +386,7 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         ar = calls * group_collective_time_s("all_reduce", n_params * batch.grad_reduce_bytes / calls, dp_group, tp,
                                              cluster, eff)
         grad = np.where(batch.zero3_grad_all_reduce, ar, rs)
-        return np.where(zero >= 3, ag, 0.0), np.where(zero >= 3, ag + grad, 0.0)
+        return np.where(z3_per_mb, ag, 0.0), np.where(z3_per_mb, ag + grad, 0.0)
 
     # gradients reduced every micro-batch (ZeRO-2; plain DP / ZeRO-1 on a stack with no no_sync,
     # ``_grads_reduced_every_microbatch``) include the embedding's and the output layer's: a DDP /
@@ -486,8 +490,15 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
 
     # ---- data-parallel gradient reduction and parameter gather after the flush -------------
     grad_comm, gather_comm, bucket_share, tied_comm = _dp_after_flush(model, cluster, eff, batch, sp_, param_bytes)
-    exposed_grad = _overlapped(grad_comm, pipe["first_window_bw_s"], bucket_share * grad_comm, batch.overlap_grad_reduce)
-    exposed_gather = _overlapped(gather_comm, pipe["first_window_f_s"], bucket_share * gather_comm,
+    # a ZeRO-3 stage gathered once a step gathers under its first forward, block by block, the
+    # first blocks (the embedding's and the first layer's) with nothing before them to hide
+    # under; its reduce-scatter runs after the stage's last backward (the pipeline runtime's
+    # post-backward, after the micro-batch loop) and overlaps nothing
+    once = zero3_once_per_step(batch)
+    exposed_grad = np.where(once, grad_comm, _overlapped(grad_comm, pipe["first_window_bw_s"],
+                                                         bucket_share * grad_comm, batch.overlap_grad_reduce))
+    gather_share = np.where(once, _first_blocks_share(model, sp_, tp), bucket_share)
+    exposed_gather = _overlapped(gather_comm, pipe["first_window_f_s"], gather_share * gather_comm,
                                  batch.overlap_param_gather)
     persist_gather = persistent_gather_s(model, cluster, eff, batch, shard, param_bytes)
     dp_exposed = exposed_grad + exposed_gather + persist_gather + tied_comm
@@ -623,7 +634,8 @@ def _dp_after_flush(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel
     shard, replicas, expert_shard = _shard_groups(batch, dp_group, edp)
     # all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1; all-reduce where the stack's ZeRO-1 reduces
     # whole, ``zero1_grad_all_reduce``) of the first stage's gradients, which finishes its backward
-    # last; ZeRO-2/3 reduced theirs per micro-batch already
+    # last; ZeRO-2/3 reduced theirs per micro-batch already, but for a ZeRO-3 stage gathered once
+    # a step (``zero3_once_per_step``), which reduce-scatters its whole gradients here
     params_dp = sp_["first"]
     expert_dp = sp_["first_expert"]
     grad_bytes = params_dp * batch.grad_reduce_bytes
@@ -646,9 +658,13 @@ def _dp_after_flush(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel
     cross = np.where(zero >= 1, cross, 0.0)
     per_mb_grads = _grads_reduced_every_microbatch(batch, zero)
     zero1 = np.where(batch.zero1_grad_all_reduce, grad_ar + e_ar, grad_rs + e_rs)
+    # a ZeRO-3 stage gathered once a step reduces its whole gradients once, as the stack's
+    # ZeRO-3 reduces (``zero3_once_per_step``)
+    z3_once = zero3_once_per_step(batch)
+    zero3 = np.where(batch.zero3_grad_all_reduce, grad_ar + e_ar, grad_rs + e_rs)
     grad_comm = np.where(per_mb_grads, 0.0, np.where(zero == 0, grad_ar + e_ar, np.where(zero == 1, zero1, 0.0)))
-    grad_comm = grad_comm + cross
-    gather_comm = np.where((zero == 1) | (zero == 2), param_ag + e_ag, 0.0)
+    grad_comm = np.where(z3_once, zero3, grad_comm) + cross
+    gather_comm = np.where((zero == 1) | (zero == 2) | z3_once, param_ag + e_ag, 0.0)
     # the last bucket starts only when the backward has produced it: its share of the traffic
     # (an unbucketed stack reduces everything in one collective after the backward)
     bucket_elements = np.maximum(batch.grad_bucket_elements, batch.grad_bucket_elements_per_dp * dp_group)
@@ -661,6 +677,14 @@ def _dp_after_flush(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel
         tied = tied + np.where(pp > 1, group_collective_time_s("all_reduce", tied_bytes, 2.0, tp * cp * dp * (pp - 1),
                                                                cluster, eff), 0.0)
     return grad_comm, gather_comm, bucket_share, tied
+
+
+def _first_blocks_share(model: ModelSpec, sp_: dict, tp):
+    """Share of the first stage's parameters in its first FSDP blocks, the embedding's and the
+    first layer's: their gathers start the step with no compute before them to hide under."""
+    first_layer = np.where(model.num_dense_layers > 0, sp_["dense_layer"], sp_["moe_layer"] + sp_["expert_layer"])
+    blocks = params.embedding_params(model) / tp + first_layer
+    return np.minimum(blocks / np.maximum(sp_["first"] + sp_["first_expert"], 1.0), 1.0)
 
 
 def _optimizer_step_s(cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch, memory_by_part: dict, shard,

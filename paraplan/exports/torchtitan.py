@@ -17,7 +17,8 @@ How the plan maps (and what is refused, ``refusal``):
 * ZeRO 0 = ``data_parallel_replicate_degree`` (DDP, only without TP / PP / CP); ZeRO 1-3 =
   FSDP2 over ``data_parallel_shard_degree``; 3 reshards after forward (``"always"``), 1 and 2
   do not (``"never"``: ZeRO-2, the same reduce-scatter + all-gather traffic as Megatron's
-  ZeRO-1, gradients sharded too). ``enable_sequence_parallel`` follows the plan.
+  ZeRO-1, gradients sharded too), nor does 3 under a pipeline where the plan was priced
+  gathering each stage once a step (``zero3_once_per_step``, torchtitan's own default then). ``enable_sequence_parallel`` follows the plan.
 * Pipeline: ``module_fqns_per_model_part`` lists the modules of every chunk in the plan's layout
   (``common.stage_layer_counts``; ``tok_embeddings`` with the first chunk, ``norm`` and
   ``lm_head`` with the last), since torchtitan's own split counts the embedding and the head
@@ -225,7 +226,11 @@ def _values(p: dict, s: dict) -> dict:
         "expert_parallel_degree": ep,
     }
     if zero >= 1:
-        par["fsdp_reshard_after_forward"] = "always" if zero == 3 else "never"
+        # a ZeRO-3 plan priced as gathering each stage once a step under the pipeline
+        # (``zero3_once_per_step``) keeps the parameters after the forward, as torchtitan's
+        # "default" policy does with pp > 1
+        once = zero == 3 and pp > 1 and bool(p.get("zero3_once_per_step", False))
+        par["fsdp_reshard_after_forward"] = "always" if zero == 3 and not once else "never"
     if pp > 1:
         par["pipeline_parallel_schedule"] = _SCHEDULES[Schedule(p["schedule"])]
         par["pipeline_parallel_microbatch_size"] = p["micro_batch"]

@@ -1,0 +1,103 @@
+"""ZeRO-3 / FSDP under a pipeline as torchtitan runs it (``zero3_under_pipeline: once_per_step``):
+each stage's parameters gathered once a step and kept whole, whole gradients accumulated and
+reduce-scattered once after the stage's last backward (torchtitan ``apply_fsdp``'s
+``reshard_after_forward = not pp_enabled``; torch.distributed.pipelining ``stage.py``
+``backward_maybe_with_nosync`` / ``_post_backward``). Expected values by hand from the stage's
+parameters and the collective cost function the step model calls."""
+from dataclasses import replace
+
+import pytest
+
+from cost_models import params
+from cost_models.topology import group_collective_time_s
+from hardware_specs.catalog import efficiency_for_cluster, list_stacks, load_cluster, load_stack
+from model_specs import load_model
+from planners.plan import plan, row_config
+from simulator import simulate
+from simulator.parallel_config import ParallelConfig
+from simulator.stack_defaults import stack_config_fields
+
+MODEL = load_model("gpt3-1.3b")          # 24 layers, tied embedding: stage 0 holds it and 12 layers
+CLUSTER = load_cluster("dgx-h100")
+EFF = efficiency_for_cluster(CLUSTER)
+DP, PP, N = 8, 2, 16
+TORCHTITAN = stack_config_fields(load_stack("torchtitan"), "bf16")
+
+
+def _config(**kw):
+    # the gather exposed in full (no prefetch under the first forward), so the parts add up exactly
+    fields = {**TORCHTITAN, "overlap_param_gather": False, **kw}
+    fields.setdefault("global_batch", 64)
+    return ParallelConfig(dp=fields.pop("dp", DP), tp=1, pp=fields.pop("pp", PP), micro_batch=1, zero_stage=3,
+                          recompute="none", dtype="bf16", **fields)
+
+
+def _stage0_params():
+    return MODEL.num_layers // PP * params.dense_layer_params(MODEL) + params.embedding_params(MODEL)
+
+
+def test_only_torchtitan_gathers_once_per_step_under_a_pipeline():
+    for name in list_stacks():
+        training = load_stack(name).training
+        if training is not None:
+            assert training.zero3_under_pipeline == ("once_per_step" if name == "torchtitan" else "per_microbatch"), name
+    assert TORCHTITAN["zero3_once_per_step"] is True
+    assert stack_config_fields(load_stack("pytorch-fsdp"), "bf16")["zero3_once_per_step"] is False
+
+
+def test_one_gather_and_one_reduce_scatter_of_the_first_stage_a_step_whatever_the_micro_batches():
+    p0 = _stage0_params()
+    assert p0 == 12 * 50_335_744 + 102_926_336
+    # all-gather of stage 0's bf16 weights and reduce-scatter of its fp32 gradients over the 8
+    # data-parallel ranks (two nodes' GPU 0..7 of one pipeline stage: tp 1), and the tied
+    # embedding's gradient all-reduce between the first and the last stage, 8 ranks apart
+    gather = group_collective_time_s("all_gather", p0 * 2.0, DP, 1, CLUSTER, EFF)
+    reduce = group_collective_time_s("reduce_scatter", p0 * 4.0, DP, 1, CLUSTER, EFF)
+    tied = group_collective_time_s("all_reduce", params.embedding_params(MODEL) * 4.0, 2, DP, CLUSTER, EFF)
+    for gbs in (64, 128):                                   # 8 and 16 micro-batches
+        r = simulate(MODEL, CLUSTER, _config(global_batch=gbs), n_gpus=N)
+        assert r.num_microbatches == gbs // DP
+        assert r.time_breakdown_s["zero3_comm_exposed_s"] == 0.0
+        assert r.time_breakdown_s["dp_comm_exposed_s"] == pytest.approx(float(gather + reduce + tied), rel=1e-12)
+    # the reduce-scatter after the last backward overlaps nothing, whatever overlap_grad_reduce says
+    assert simulate(MODEL, CLUSTER, _config(overlap_grad_reduce=False), n_gpus=N).step_time_s == \
+        simulate(MODEL, CLUSTER, _config(overlap_grad_reduce=True), n_gpus=N).step_time_s
+
+
+def test_per_microbatch_zero3_pays_per_micro_batch_and_the_switch_changes_nothing_without_a_pipeline():
+    per_mb = [simulate(MODEL, CLUSTER, _config(global_batch=gbs, zero3_once_per_step=False), n_gpus=N)
+              for gbs in (64, 128)]
+    z3 = [r.time_breakdown_s["zero3_comm_exposed_s"] for r in per_mb]
+    assert z3[0] > 0.0 and z3[1] == pytest.approx(2.0 * z3[0], rel=1e-12)   # m times one micro-batch's
+    assert per_mb[0].memory_breakdown_bytes["weights_bytes"] == pytest.approx(_stage0_params() * 2.0 / DP, rel=1e-12)
+    # pp 1: FSDP as without a pipeline, whichever the stack's behaviour
+    on = simulate(MODEL, CLUSTER, _config(pp=1, dp=16, zero3_once_per_step=True), n_gpus=N)
+    off = simulate(MODEL, CLUSTER, _config(pp=1, dp=16, zero3_once_per_step=False), n_gpus=N)
+    assert on.step_time_s == off.step_time_s and on.memory_bytes == off.memory_bytes
+    assert on.time_breakdown_s["zero3_comm_exposed_s"] > 0.0
+
+
+def test_a_stage_gathered_once_holds_whole_weights_and_gradients_and_a_sharded_optimizer():
+    p0 = _stage0_params()
+    mem = simulate(MODEL, CLUSTER, _config(), n_gpus=N).memory_breakdown_bytes
+    assert mem["weights_bytes"] == pytest.approx(p0 * 2.0, rel=1e-12)        # bf16, not / dp
+    assert mem["gradients_bytes"] == pytest.approx(p0 * 4.0, rel=1e-12)      # fp32 (reduce_dtype), not / dp
+    assert mem["optimizer_bytes"] == pytest.approx(p0 * 12.0 / DP, rel=1e-12)  # master + Adam, sharded
+
+
+def test_planner_rows_of_torchtitan_zero3_under_a_pipeline_equal_simulate():
+    result = plan(MODEL, CLUSTER, N, 64, stack="torchtitan", fixed={"zero_stage": 3, "pp": 2, "tp": 1},
+                  dtypes=("bf16",), assign_stages=False, max_plans=None)
+    plans = result.plans
+    assert len(plans) >= 1
+    software = result.software["bf16"]
+    assert software["zero3_once_per_step"] is True
+    for i in range(min(4, len(plans))):
+        row = plans.iloc[i]
+        report = simulate(MODEL, CLUSTER, row_config(row, software), n_gpus=N)
+        assert row["step_time_s"] == pytest.approx(report.step_time_s, rel=1e-9)
+        assert row["memory_gib"] * 2**30 == pytest.approx(report.memory_bytes, rel=1e-9)
+        assert report.time_breakdown_s["zero3_comm_exposed_s"] == 0.0
+    # the same search per micro-batch holds a dp-th of the weights and gradients
+    per_mb = simulate(MODEL, CLUSTER, replace(row_config(plans.iloc[0], software), zero3_once_per_step=False), n_gpus=N)
+    assert per_mb.memory_breakdown_bytes["weights_bytes"] < report.memory_breakdown_bytes["weights_bytes"]
