@@ -196,6 +196,18 @@ class TrainingBehaviour:
             ``CUDA_DEVICE_MAX_CONNECTIONS=1``, too: it fixes the order in which kernels start, as
             Megatron-Core's TP overlap relies on); 1 = one after another (a stack that loops over
             the experts on one stream).
+        kv_head_replication: tensor parallelism may exceed the model's key/value heads (tp a
+            multiple of them), each head held whole by the tp / kv_heads ranks that share it, as
+            ``cost_models.params.kv_heads_per_tp_rank`` prices it. False = the stack splits whole
+            key/value heads over tp and refuses a tp that does not divide them
+            (``simulator.validate_config.check_config``; the planner does not propose one):
+            Megatron-Core <= 0.15 ``TransformerConfig.__post_init__`` ("num_query_groups must be a
+            multiple of tensor_model_parallel_size") and ``Attention.__init__``
+            (``divide(num_query_groups, world_size)``), torchtitan's whole-head view of its
+            ``wk``/``wv`` shard. Megatron-Core >= 0.16 accepts tp > kv heads by sub-sharding the
+            QKV activations (weights split 1/tp, an all-gather over tp), which is not replication
+            and is not priced, so its stacks say False too. Multi-head-only stacks are False
+            ("not applicable"). Serving engines replicate (``cost_models.kv_cache``).
         zero3_gather_per_tensor: ZeRO-3 gathers every parameter tensor of a module in its own
             collective (DeepSpeed 0.3.x ``_allgather_param`` per parameter) instead of one
             collective per module (FSDP's flat parameter, later DeepSpeed coalescing).
@@ -293,6 +305,7 @@ class TrainingBehaviour:
     pipe_exchange_blocking: bool = False
     grouped_gemm_streams: int = 1
     bf16_grads_in_fp32: bool = True
+    kv_head_replication: bool = False
     zero3_gather_per_tensor: bool = False
     zero3_persistence_threshold_elements: float = 0.0
     collective_per_rank_copies: bool = False
