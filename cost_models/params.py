@@ -56,12 +56,22 @@ def attention_params(model: ModelSpec) -> int:
 def kv_heads_per_tp_rank(kv_heads, tp):
     """K/V heads one tensor-parallel rank holds: ``kv_heads / tp``, or one whole head when tp
     exceeds them (a rank computes the attention of its query heads against their group's K and
-    V, so the group's head is replicated over the tp / kv_heads ranks sharing it: Megatron-LM
-    takes tp as a multiple of num_query_groups, its parser's "num_query_groups must be a multiple
-    or divisor of tensor_model_parallel_size", ``paraplan/exports/megatron_flags.json``; vLLM,
-    SGLang and TensorRT-LLM replicate KV heads the same way, ``cost_models.kv_cache``)."""
+    V, so the group's head is replicated over the tp / kv_heads ranks sharing it). vLLM, SGLang
+    and TensorRT-LLM replicate KV heads this way (``cost_models.kv_cache``); a training stack only
+    when its ``TrainingBehaviour.kv_head_replication`` says so (``tp_splits_kv_heads``):
+    Megatron-Core <= 0.15 refuses tp > num_query_groups, and 0.16+ sub-shards the QKV
+    activations instead of replicating the weights."""
     kv_heads = np.asarray(kv_heads, dtype=float)
     return kv_heads / np.minimum(np.asarray(tp, dtype=float), kv_heads)
+
+
+def tp_splits_kv_heads(kv_heads, tp, replication):
+    """Whether tensor degree ``tp`` can split ``kv_heads`` key/value heads: tp divides them, or,
+    where the software stack replicates heads over tp (``replication``, the stack's
+    ``kv_head_replication``), tp is a multiple of them. Scalars or numpy arrays (the planner's
+    mask and ``simulator.validate_config.check_config`` call this one predicate)."""
+    kv_heads, tp = np.asarray(kv_heads), np.asarray(tp)
+    return (kv_heads % tp == 0) | (np.asarray(replication, dtype=bool) & (tp % kv_heads == 0))
 
 
 def replicated_kv_params_per_tp_rank(model: ModelSpec, tp):

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cost_models.params import tp_splits_kv_heads
 from model_specs.model_spec import ModelSpec
 from planners.hetero_pipelines import Pipelines
 from planners.search_space import divisors
@@ -43,19 +44,21 @@ class Keys:
         return int(len(self.pool))
 
 
-def tp_options(model: ModelSpec, max_tp: int) -> np.ndarray:
-    """Tensor-parallel degrees up to ``max_tp`` that split heads, kv heads and the FFN."""
+def tp_options(model: ModelSpec, max_tp: int, kv_head_replication: bool = False) -> np.ndarray:
+    """Tensor-parallel degrees up to ``max_tp`` that split heads, kv heads (a multiple of them
+    only where the stack replicates them, ``kv_head_replication``) and the FFN."""
     t = np.array([x for x in (1, 2, 4, 8, 16, 32, 64) if x <= max_tp], dtype=np.int64)
-    ok = (model.num_heads % t == 0) & (model.ffn_hidden_size % t == 0) & (
-        (model.num_kv_heads % t == 0) | (t % model.num_kv_heads == 0))
+    ok = (model.num_heads % t == 0) & (model.ffn_hidden_size % t == 0) & tp_splits_kv_heads(
+        model.num_kv_heads, t, kv_head_replication)
     return t[ok]
 
 
-def make_keys(model: ModelSpec, pools, max_tp, micro_batches, recomputes, sps) -> Keys:
+def make_keys(model: ModelSpec, pools, max_tp, micro_batches, recomputes, sps,
+              kv_head_replication: bool = False) -> Keys:
     """Every (pool, tp, micro-batch, recompute, sp) key; sp only where tp > 1."""
     rows = []
     for p, pool in enumerate(pools):
-        for tp in tp_options(model, min(max_tp, pool.gpus_per_node, pool.gpus)):
+        for tp in tp_options(model, min(max_tp, pool.gpus_per_node, pool.gpus), kv_head_replication):
             for mb, rc, sp in itertools.product(micro_batches, recomputes, sps):
                 if sp and tp == 1:
                     continue

@@ -248,7 +248,7 @@ def _subset(pipes: Pipelines, plans: np.ndarray) -> tuple[Pipelines, np.ndarray]
 def _search_pools(model, cluster, effs, settings, search, limits, gbs, keep) -> list[Scored]:
     """Score every candidate family that uses all the pools of ``cluster`` (a canonical subset)."""
     keys = cand.make_keys(model, cluster.pools, search["max_tp"], search["micro_batches"], search["recomputes"],
-                          search["sps"])
+                          search["sps"], settings.kv_head_replication)
     if len(keys) == 0:
         return []
     units = unit_costs(model, cluster, effs, keys.pool, keys.tp, keys.micro_batch, keys.recompute,

@@ -34,7 +34,8 @@ def _nearby_counts(model: ModelSpec, c: SearchConstraints, node: int, limit: int
     span = max(4 * node, hi // 16)
     if hi + span > MAX_TABLE_GPUS:      # counted one count at a time there: a window of millions hangs
         span = min(span, MAX_COUNTS_ABOVE_TABLE // 4)
-    t = divisibility_only(model, (max(1, lo - span), hi + span), c.global_batch, c.max_tp, c.fixed)
+    t = divisibility_only(model, (max(1, lo - span), hi + span), c.global_batch, c.max_tp, c.fixed,
+                          c.kv_head_replication)
     ok = c.global_batch % t["dp"] == 0
     counts = np.unique(t["n"][ok])
     counts = counts[(counts < lo) | (counts > hi)]
@@ -67,6 +68,16 @@ def _batch_suggestion(model: ModelSpec, c: SearchConstraints, dps) -> str | None
     return "a global batch of " + " or ".join(str(found[k]) for k in sorted(found)) + " sequences"
 
 
+def _kv_rule(model: ModelSpec, c: SearchConstraints) -> str:
+    """What tp must do with the key/value heads, for an error (empty when they are the heads)."""
+    g = model.num_kv_heads
+    if g == model.num_heads:
+        return ""
+    if c.kv_head_replication:
+        return f", the {g} key/value heads or a multiple of them (the stack replicates them)"
+    return f", the {g} key/value heads (the stack splits whole heads over tp)"
+
+
 def _fixed_value_at_fault(model: ModelSpec, c: SearchConstraints, what: str) -> InputError | None:
     """When the request has layouts once one fixed value is freed, and none with that value
     alone fixed, the error names that value (it blamed the global batch: ``--fix ep=2`` on a
@@ -88,7 +99,7 @@ def _fixed_value_at_fault(model: ModelSpec, c: SearchConstraints, what: str) -> 
         elif key == "zero_shard_group":
             why = "the ZeRO shard group must divide the data-parallel ranks (dp x cp) of some layout"
         elif key == "tp":
-            why = f"tp must divide the {model.num_heads} heads and the GPUs"
+            why = f"tp must divide the {model.num_heads} heads{_kv_rule(model, c)} and the GPUs"
         elif key == "cp":
             why = f"cp must divide the sequence of {model.seq_len} tokens and the GPUs"
         elif key == "pp":
@@ -107,10 +118,11 @@ def no_layout(model: ModelSpec, c: SearchConstraints, gpus_per_node: int = 1) ->
     at_fault = _fixed_value_at_fault(model, c, what)
     if at_fault is not None:
         return at_fault
-    t = divisibility_only(model, c.gpus, c.global_batch, c.max_tp, c.fixed)
+    t = divisibility_only(model, c.gpus, c.global_batch, c.max_tp, c.fixed, c.kv_head_replication)
     fixes = []
     if len(t["dp"]) == 0:
-        reason = (f"no dp*tp*pp*cp = {what} has tp <= {c.max_tp} dividing the {model.num_heads} heads, "
+        reason = (f"no dp*tp*pp*cp = {what} has tp <= {c.max_tp} dividing the {model.num_heads} heads"
+                  f"{_kv_rule(model, c)}, "
                   f"pp <= {model.num_layers} layers and cp dividing the sequence of {model.seq_len}")
     else:
         dps = np.unique(t["dp"])

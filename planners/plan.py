@@ -429,18 +429,20 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
     limit = cluster.gpu.hbm_bytes - headroom_gib * GIB
     fixed = normalise_fixed(fixed)
     schedules = searched_schedules(schedules, fixed)
+    stack_spec = load_stack(stack) if isinstance(stack, str) else stack
+    defaults = tuple(stack_config_fields(stack_spec, d, model.name, cluster.gpu.name) for d in dtypes)
     constraints = SearchConstraints(
         gpus=(lo, hi), global_batch=gbs, max_tp=int(max_tp or cluster.gpus_per_node),
         fixed=fixed, dtypes=dtypes, schedules=schedules,
         max_micro_batch=max_micro_batch, prune_dominated=prune_dominated,
-        hsdp_gpus=cluster.gpus_per_node if hsdp else 0)
+        hsdp_gpus=cluster.gpus_per_node if hsdp else 0,
+        # a tp the stack would refuse for any searched dtype is not searched (check_config agrees)
+        kv_head_replication=all(d["kv_head_replication"] for d in defaults))
 
     # the space is built and scored chunk by chunk; only the rows a result can show are kept
     base = enumerate_base(model, constraints, space_chunk_rows)
     if base.total == 0:
         raise infeasible.no_layout(model, constraints, cluster.gpus_per_node)
-    stack_spec = load_stack(stack) if isinstance(stack, str) else stack
-    defaults = tuple(stack_config_fields(stack_spec, d, model.name, cluster.gpu.name) for d in dtypes)
     if base.n_chunks == 1:        # the whole space at once: every fitting row, scored once
         space = base.chunk(0)[0]
         ev = evaluate_space(model, cluster, eff, space, gbs, limit, chunk_rows=chunk_rows, workers=workers,

@@ -24,6 +24,7 @@ from typing import Mapping
 
 import numpy as np
 
+from cost_models.params import tp_splits_kv_heads
 from hardware_specs.errors import InputError
 from model_specs.model_spec import ModelSpec
 from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES
@@ -35,7 +36,7 @@ RULES = {
     "fixed": "a value the request fixed or excluded (--fix, --tp, ...)",
     "max_tp": "tp above the maximum (default: GPUs per node, the NVLink domain)",
     "heads": "tp does not divide the attention heads",
-    "kv_heads": "tp and the key/value heads do not divide each other",
+    "kv_heads": "tp does not divide the key/value heads (or, on a stack that replicates them over tp, is not a multiple of them)",
     "ffn": "tp does not divide the FFN width",
     "layers": "pp above the layer count, or (interleaved) pp*vpp not dividing the layers (or layers + 2); with vpp = 1 the layers need not split evenly over the stages",
     "sequence": "cp does not divide the sequence length",
@@ -112,6 +113,9 @@ class SearchConstraints:
         hsdp_gpus: GPUs of one hybrid-sharding group (a node): ZeRO 2-3 rows are also tried
             sharded over the ``hsdp_gpus / tp`` data-parallel ranks in it and replicated across
             (``zero_shard_group``); 0 = not searched.
+        kv_head_replication: the stack replicates key/value heads over tp, so tp may also be a
+            multiple of them (the stack's ``TrainingBehaviour.kv_head_replication``); False = tp
+            must divide them, as ``check_config`` requires.
     """
 
     gpus: tuple[int, int]
@@ -123,6 +127,7 @@ class SearchConstraints:
     max_micro_batch: int | None = None
     prune_dominated: bool = True
     hsdp_gpus: int = 0
+    kv_head_replication: bool = False
 
 
 @dataclass(frozen=True)
@@ -341,7 +346,7 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
          & _allowed(fixed, "cp", cp)),
         ("max_tp", tp <= c.max_tp),
         ("heads", h % tp == 0),
-        ("kv_heads", (kv % tp == 0) | (tp % kv == 0)),
+        ("kv_heads", tp_splits_kv_heads(kv, tp, c.kv_head_replication)),
         ("ffn", model.ffn_hidden_size % tp == 0),
         ("layers", pp <= L),
         ("sequence", model.seq_len % cp == 0),
@@ -579,7 +584,8 @@ def _hsdp_rules(cols: dict, c: SearchConstraints, fixed: Mapping, zero, hs, shap
 
 
 def divisibility_only(model: ModelSpec, gpus: tuple[int, int], global_batch: int, max_tp: int,
-                      fixed: Mapping[str, tuple] | None = None) -> dict[str, np.ndarray]:
+                      fixed: Mapping[str, tuple] | None = None,
+                      kv_head_replication: bool = False) -> dict[str, np.ndarray]:
     """The (dp, tp, pp, cp) factorisations that pass every degree rule, batch aside.
 
     Used to say what would make an infeasible request feasible; ``dp`` is returned so the
@@ -589,6 +595,6 @@ def divisibility_only(model: ModelSpec, gpus: tuple[int, int], global_batch: int
     fixed = coded(fixed or {})
     h, kv = model.num_heads, model.num_kv_heads
     ok = (_allowed(fixed, "dp", dp) & _allowed(fixed, "tp", tp) & _allowed(fixed, "pp", pp)
-          & _allowed(fixed, "cp", cp) & (tp <= max_tp) & (h % tp == 0) & ((kv % tp == 0) | (tp % kv == 0))
+          & _allowed(fixed, "cp", cp) & (tp <= max_tp) & (h % tp == 0) & tp_splits_kv_heads(kv, tp, kv_head_replication)
           & (model.ffn_hidden_size % tp == 0) & (pp <= model.num_layers) & (model.seq_len % cp == 0))
     return {"dp": dp[ok], "tp": tp[ok], "pp": pp[ok], "cp": cp[ok], "n": (dp * tp * pp * cp)[ok]}

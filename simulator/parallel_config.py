@@ -87,7 +87,7 @@ BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather
                "softmax_scale_pass", "attention_unpad", "glu_clamp_eager", "unfused_block_ops", "pipe_exchange_blocking",
                "param_gather_per_tensor", "cuda_graphs", "fp8_current_scaling", "collective_per_rank_copies",
                "zero3_grad_all_reduce", "zero1_grad_all_reduce", "fp8_param_gather", "moe_probs_in_expert",
-               "zero3_once_per_step")
+               "zero3_once_per_step", "kv_head_replication")
 #: non-negative integer fields (0 = not set)
 LAYOUT_FIELDS = ("first_stage_layers", "last_stage_layers", "recompute_num_layers", "recompute_layers_decrement",
                  "offload_activation_layers", "zero_shard_group", "loss_chunk_tokens")
@@ -300,6 +300,12 @@ class ParallelConfig:
         moe_probs_in_expert: the router probabilities scale the experts' activation output inside
             the expert (Megatron-Core >= 0.13), so the combine keeps no copy of the expert outputs
             (``cost_models.moe.moe_activation_bytes_per_layer``); set by the stack. Memory only.
+        kv_head_replication: the software stack replicates key/value heads over tensor-parallel
+            ranks, so tp may be a multiple of the model's key/value heads (each rank holds one
+            whole head); False = tp must divide them (Megatron-Core <= 0.15 asserts
+            ``num_query_groups % tp == 0``), checked by ``validate_config.check_config``. Set by
+            the stack (``TrainingBehaviour.kv_head_replication``); the K/V cost of tp > kv heads
+            is priced replicated either way (``cost_models.params.kv_heads_per_tp_rank``).
         optimizer_moment_bytes: bytes per element of each Adam moment: 4 (fp32) or 2 (BF16
             moments: DeepSeek-V3 report section 3.3.2, Megatron's precision-aware optimizer
             ``--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``); the master weights stay fp32.
@@ -381,6 +387,7 @@ class ParallelConfig:
     grad_buffer_bytes: float = 4.0
     fp8_param_gather: bool = False
     moe_probs_in_expert: bool = False
+    kv_head_replication: bool = False
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch"):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from cost_models.context_parallel import ulysses_heads_ok
+from cost_models.params import tp_splits_kv_heads
 from hardware_specs.errors import InputError
 from model_specs.model_spec import ModelSpec
 from simulator.parallel_config import ParallelConfig, Schedule
@@ -100,6 +101,21 @@ def _check_flush_size(c: ParallelConfig) -> None:
                      f"use fewer pipeline stages (published runs use up to 64-128){other}")
 
 
+def check_kv_heads(model: ModelSpec, tp: int, replication: bool, field: str = "tp") -> None:
+    """Raise ``InputError`` (naming ``field``) unless tensor degree ``tp`` splits the model's
+    key/value heads (``cost_models.params.tp_splits_kv_heads``): tp divides them, or is a multiple
+    of them on a stack that replicates heads (``ParallelConfig.kv_head_replication``)."""
+    g = model.num_kv_heads
+    if bool(tp_splits_kv_heads(g, tp, replication)):
+        return
+    if tp % g or replication:
+        raise InputError(field, f"tp={tp} and the {g} key/value heads of {model.name} do not divide each other",
+                         f"choose tp from {_divisors(g)}" + (" or a multiple of it" if replication else ""))
+    raise InputError(field, f"tp={tp} is more than the {g} key/value heads of {model.name}; the training stack "
+                     "splits whole heads over tp (Megatron-Core <= 0.15: num_query_groups % tp == 0; torchtitan alike)",
+                     f"choose tp from {_divisors(g)}")
+
+
 def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = None) -> None:
     """Raise ``InputError`` if ``config`` cannot run ``model`` (on ``n_gpus`` GPUs)."""
     c = config
@@ -109,9 +125,7 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
     if model.num_heads % c.tp:
         raise InputError("tp", f"tp={c.tp} does not divide the {model.num_heads} attention heads of "
                          f"{model.name}", f"choose tp from {_divisors(model.num_heads)}")
-    if model.num_kv_heads % c.tp and c.tp % model.num_kv_heads:
-        raise InputError("tp", f"tp={c.tp} and the {model.num_kv_heads} kv heads do not divide each other",
-                         f"choose tp from {_divisors(model.num_kv_heads)} or a multiple of it")
+    check_kv_heads(model, c.tp, c.kv_head_replication)
     if model.ffn_hidden_size % c.tp:
         raise InputError("tp", f"tp={c.tp} does not divide ffn_hidden_size {model.ffn_hidden_size}")
     if c.pp > model.num_layers:

@@ -294,6 +294,10 @@ def test_simulate_global_batch_tokens_and_seq_len_override():
     (["simulate", "--model", "llama3-70b", "--cluster", "dgx-h10", *PLAN_64], ["cluster", "did you mean", "dgx-h100"]),
     (["simulate", "--model", "lama3-70b", "--cluster", "dgx-h100", *PLAN_64], ["model", "did you mean"]),
     ([*SIM, "--gpus", 24, "--tp", 3, "--pp", 4, "--global-batch", 8], ["tp", "attention heads"]),
+    # Llama-3.1-405B's 8 key/value heads: the default stack (megatron-core) splits whole heads over tp
+    (["simulate", "--model", "llama3.1-405b", "--cluster", "dgx-h100", "--gpus", 1024, "--tp", 16, "--pp", 8,
+      "--sequence-parallel", "--recompute", "selective", "--micro-batch", 1, "--global-batch", 512],
+     ["tp=16 is more than the 8 key/value heads of llama3.1-405b", "choose tp from 1, 2, 4, 8"]),
     ([*SIM, "--gpus", 64, "--dp", 2, "--tp", 4, "--pp", 4, "--global-batch", 128], ["dp", "64 GPUs"]),
     ([*SIM, "--gpus", 60, "--tp", 8, "--global-batch", 8], ["--gpus", "tp*pp*cp"]),
     ([*SIM, "--gpus", 64, "--tp", 4, "--pp", 4, "--global-batch", 127], ["global_batch", "divisible"]),

@@ -415,14 +415,25 @@ def test_the_plan_header_says_when_the_sequence_length_is_the_models_whole_conte
 
 def test_a_fixed_tp_wider_than_a_node_says_to_raise_max_tp():
     """--tp 16 on 8-GPU H100 nodes is refused because --max-tp defaults to one node's GPUs; the
-    error says so and names the option, which then runs the request (dp4 tp16 on 64 GPUs)."""
-    args = ("plan", "-m", "llama3-70b", "-c", "dgx-h100", "-n", 64, "--global-batch", 128, "--tp", 16)
+    error says so and names the option, which then runs the request (dp4 tp16 on 64 GPUs). The
+    model is multi-head (GPT-22B, 64 heads): Llama-3-70B's 8 key/value heads refuse tp 16 on the
+    default stack (test_a_fixed_tp_beyond_the_kv_heads_names_them)."""
+    args = ("plan", "-m", "gpt-22b", "-c", "dgx-h100", "-n", 64, "--global-batch", 128, "--tp", 16)
     line = one_line_error(run(*args))
     assert line.startswith("error: gpus: ") and "raise --max-tp to 16" in line
     ok = run(*args, "--max-tp", 16, "--json", "--top", 1)
     assert ok.exit_code == 0, ok.output
     best = json.loads(ok.stdout)["plans"][0]
     assert (best["tp"], best["dp"]) == (16, 4)
+
+
+def test_a_fixed_tp_beyond_the_kv_heads_names_them():
+    """Llama-3-70B has 8 key/value heads, which Megatron-Core <= 0.15 splits whole over tp: a fixed
+    tp 16 (with --max-tp 16) leaves no layout, and the error names the key/value heads, not only
+    the 64 query heads tp 16 does divide."""
+    line = one_line_error(run("plan", "-m", "llama3-70b", "-c", "dgx-h100", "-n", 64, "--global-batch", 128,
+                              "--tp", 16, "--max-tp", 16))
+    assert line.startswith("error: tp: tp=16 leaves no layout") and "the 8 key/value heads" in line
 
 
 @pytest.mark.parametrize("request_args", [

@@ -198,7 +198,7 @@ ALL_SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1", "zb-h2", "zb-v", "dual
 
 
 @pytest.mark.parametrize("model, gpus, gbs, schedules", [
-    ("llama3-8b", (48, 48), 96, ALL_SCHEDULES),             # GQA: tp | 8 kv heads or a multiple of 8
+    ("llama3-8b", (48, 48), 96, ALL_SCHEDULES),             # GQA: tp | 8 kv heads
     ("megatron-530b", (280, 280), 280, ("1f1b", "interleaved")),  # 105 layers: pp*vpp | 105 or 107
     ("llama3.1-405b", (128, 128), 64, ALL_SCHEDULES),       # 126 layers: pp*vpp = 128 = L + 2 is allowed
     ("mixtral-8x7b", (16, 24), 48, ("1f1b", "interleaved")),  # experts, and a range of GPU counts
@@ -708,3 +708,21 @@ def test_a_fixed_value_no_layout_can_take_is_named_not_the_global_batch(fixed, f
         plan("llama3-8b", "dgx-h100", 16, 64, fixed=fixed)
     assert err.value.field == field and says in str(err.value)
     assert len(plan("llama3-8b", "dgx-h100", 16, 64).plans)
+
+
+def test_the_search_space_has_no_tp_beyond_the_kv_heads_unless_the_stack_replicates_them():
+    """Llama-3.1-405B (8 key/value heads) on 1,024 GPUs with --max-tp 16: on Megatron-Core tp 16
+    is pruned under ``kv_heads`` (every tp-16 factorisation: nothing else prunes them first, tp 16
+    divides the 128 heads and the FFN of 53,248), as ``check_config`` refuses it; with the stack's
+    replication it is searched and no row is pruned for the key/value heads. ``plan`` passes the
+    stack's flag: its winner on Megatron-Core never has tp 16."""
+    model = load_model("llama3.1-405b")
+    split = _enumerate(model, (1024, 1024), 512, max_tp=16)
+    replicated = _enumerate(model, (1024, 1024), 512, max_tp=16, kv_head_replication=True)
+    assert 16 not in set(split.columns["tp"].tolist()) and 16 in set(replicated.columns["tp"].tolist())
+    assert split.pruned["kv_heads"] > 0 and replicated.pruned["kv_heads"] == 0
+    assert split.raw_size == replicated.raw_size
+    # the spaces differ by the tp-16 rows alone
+    assert int((replicated.columns["tp"] == 16).sum()) == len(replicated) - len(split) > 0
+    result = plan("llama3.1-405b", "dgx-h100", 1024, 512, max_tp=16, max_plans=50)
+    assert result.stack == "megatron-core" and (result.plans["tp"] <= 8).all()

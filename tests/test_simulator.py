@@ -364,3 +364,39 @@ def test_model_spec_refuses_sizes_beyond_its_bounds_naming_the_field(field, valu
     with pytest.raises(InputError) as err:
         replace(load_model("gpt3-125m"), **{field: value})
     assert err.value.field == f"model.{field}"
+
+
+def test_tp_beyond_the_kv_heads_is_refused_on_a_stack_that_splits_whole_heads():
+    """Llama-3.1-405B has 8 key/value heads. Megatron-Core (<= 0.15 asserts num_query_groups %
+    tp == 0) splits whole heads over tp: tp 16 is refused with the tp values that divide the
+    heads, tp 8 runs. On a stack that replicates heads over tp (none of the training catalog's;
+    the flag set by hand) tp 16 runs; tp 12 (neither a divisor nor a multiple) never does."""
+    from dataclasses import replace as dc_replace
+    from hardware_specs.catalog import load_stack
+    from model_specs.catalog import load_model
+    from simulator.stack_defaults import stack_config_fields
+    from simulator.validate_config import check_config
+    model = load_model("llama3.1-405b")
+    stack = load_stack("megatron-core")
+    fields = stack_config_fields(stack, "bf16", model.name)
+    assert fields["kv_head_replication"] is False
+    with pytest.raises(InputError) as err:
+        check_config(model, ParallelConfig(dp=8, tp=16, pp=8, global_batch=512, **fields), 1024)
+    assert err.value.field == "tp"
+    assert "tp=16 is more than the 8 key/value heads of llama3.1-405b" in err.value.message
+    assert err.value.fix == "choose tp from 1, 2, 4, 8"
+    check_config(model, ParallelConfig(dp=16, tp=8, pp=8, global_batch=512, **fields), 1024)
+    replicating = dc_replace(stack, training=dc_replace(stack.training, kv_head_replication=True))
+    fields = stack_config_fields(replicating, "bf16", model.name)
+    check_config(model, ParallelConfig(dp=8, tp=16, pp=8, global_batch=512, **fields), 1024)
+    from cost_models.params import tp_splits_kv_heads
+    assert not tp_splits_kv_heads(8, 12, True) and not tp_splits_kv_heads(8, 16, False)
+
+
+def test_every_training_stack_of_the_catalog_splits_whole_kv_heads():
+    """No training framework profiled here replicates key/value heads over tp (Megatron-Core
+    0.16+ accepts tp > kv heads by sub-sharding the QKV activations, which is not priced)."""
+    from hardware_specs.catalog import list_stacks, load_stack
+    training = [load_stack(n) for n in list_stacks() if load_stack(n).training is not None]
+    assert len(training) >= 26
+    assert not any(s.training.kv_head_replication for s in training)

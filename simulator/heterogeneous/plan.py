@@ -23,6 +23,7 @@ from hardware_specs.errors import InputError, suggest
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
 from simulator.parallel_config import ParallelConfig, Recompute, Schedule
+from simulator.validate_config import check_kv_heads
 
 #: pipeline schedules a heterogeneous plan may use (their makespan is the sum of the stage
 #: times plus (m - 1) times the slowest; the zero-bubble and interleaved closed forms assume
@@ -275,9 +276,7 @@ def check_plan(model: ModelSpec, cluster: PooledCluster, plan: HeteroPlan) -> No
             for what, n in (("attention heads", model.num_heads), ("ffn_hidden_size", model.ffn_hidden_size)):
                 if n % stage.tp:
                     raise InputError(f"{where}.tp", f"tp={stage.tp} does not divide the {n} {what} of {model.name}")
-            if model.num_kv_heads % stage.tp and stage.tp % model.num_kv_heads:
-                raise InputError(f"{where}.tp", f"tp={stage.tp} and the {model.num_kv_heads} kv heads do not divide "
-                                 "each other")
+            check_kv_heads(model, stage.tp, plan.settings.kv_head_replication, f"{where}.tp")
             if pool_dtype(pool.cluster.gpu, plan.settings.dtype) is None:
                 raise InputError(f"{where}.dtype", f"{pool.cluster.gpu.name} has no {plan.settings.dtype} peak",
                                  "choose one of " + ", ".join(pool.cluster.gpu.peak_flops_per_s))
