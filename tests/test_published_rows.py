@@ -484,3 +484,17 @@ def test_a_layout_no_preset_runs_takes_no_memory_savings():
     assert found == MemorySavings(recompute="selective", recompute_modules=("layernorm", "moe_act"))
     assert memory_savings_of_layout(stack, "gpt-oss-120b", "gb200", replace(gpt.layout, micro_batch=3),
                                     "bf16")[0] is None
+
+
+def test_a_row_naming_a_stack_that_splits_whole_kv_heads_is_skipped_at_a_tp_beyond_them():
+    """A Megatron-Core row at tp 16 on Llama 3.1 8B's 8 key/value heads could not have run
+    (num_query_groups % tp == 0): skipped, saying so; the same row without a framework ran that
+    layout on a framework that replicated the heads, and is kept with the assumption noted."""
+    from paraplan.validation.published import Skip, row_inputs
+    row = _llama31_8b_row(n_gpus=16, tp=16, dp=1, global_batch=16, framework="megatron-core",
+                          framework_version="0.14")
+    with pytest.raises(Skip, match="8 key/value heads"):
+        row_inputs(row)
+    kept = row_inputs({**row, "framework": "", "framework_version": ""})
+    assert kept.config.kv_head_replication and kept.config.tp == 16
+    assert any(a.startswith("kv heads replicated over tp 16") for a in kept.assumptions)

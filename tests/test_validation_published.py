@@ -251,3 +251,13 @@ def test_published_runs_fit_in_their_gpus_memory(results):
         rows = ok[ok.source == source]
         assert len(rows) >= 20, source
         assert _fit_share(rows) >= bound, (source, _fit_share(rows))
+
+
+def test_a_row_without_a_framework_keeps_its_tp_beyond_the_kv_heads_and_says_so(results):
+    """PaLM 540B ran multi-query attention (one key/value head) at tp 12 on TPU v4, its framework
+    not stated: the default stack (megatron-core) would refuse tp 12, but the run used it, so its
+    heads count as replicated over tp, noted, and the row stays predicted."""
+    palm = results[results.id.isin(["PALM540:tokens_per_s", "PALM540:mfu"])]
+    assert len(palm) == 2 and (palm.status == "ok").all() and palm.predicted.notna().all()
+    assert all("kv heads replicated over tp 12 (1 key/value head; framework not stated" in a
+               for a in palm.assumptions)

@@ -25,7 +25,9 @@ defaults, each recorded in the row's ``assumptions``:
   profiled release before it, noted); its documented behaviour sets overlap, kernels,
   fusion, gradient-reduction dtype and whether its recipes turn sequence parallelism on with
   tp > 1 (``simulator.stack_defaults``). A row's own ``seq_parallel`` column wins. An empty
-  framework runs the default stack (megatron-core), noted;
+  framework runs the default stack (megatron-core), noted, except that a tp beyond the model's
+  key/value heads (which that stack refuses, ``kv_head_replication``) is taken as replicated
+  over tp, since the run used it (PaLM 540B: one head, tp 12), noted;
 - pipeline layouts whose layers do not divide: first and last stages one layer lighter
   (``simulator.stage_layout``), as published runs lay them out;
 - ``recompute`` empty: full when the row's FLOP convention, or that of another row of the same
@@ -453,11 +455,18 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
         raise Skip(f"global_batch {gbs} not divisible by dp*micro_batch {dp * mbs}")
     if model.moe is None and ep > 1:
         raise Skip("ep > 1 for a model without experts")
+    software = {**stack_config_fields(stack, dtype, model.name, gpu), **recipe_savings}
+    g = model.num_kv_heads
+    if not _str(row, "framework") and not software["kv_head_replication"] and tp > g and tp % g == 0:
+        # the run used this layout on a framework the source does not name, so that framework
+        # replicated the heads; the default stack would refuse it (check_config)
+        software["kv_head_replication"] = True
+        assumptions.append(f"kv heads replicated over tp {tp} ({g} key/value head{'s' if g > 1 else ''}; framework not "
+                           f"stated; the default stack {stack.name} would refuse)")
     try:
         config = ParallelConfig(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch=mbs, global_batch=gbs,
                                 zero_stage=zero, recompute=rc, sequence_parallel=sp or (model.moe is not None and tp > 1),
-                                dtype=dtype, uneven_layers=True,
-                                **{**stack_config_fields(stack, dtype, model.name, gpu), **recipe_savings})
+                                dtype=dtype, uneven_layers=True, **software)
         recipe = [r.source for r in stack.recipes_for(model.name, gpu, dtype)]
         if recipe:
             assumptions.append(f"{stack.name} recipe for this model: " + "; ".join(recipe))
