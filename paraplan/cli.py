@@ -515,16 +515,20 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
 @click.group(cls=DiscoveringGroup, context_settings=CONTEXT_SETTINGS)
 @click.version_option(_version(), "--version", "-V", prog_name="paraplan", message="%(prog)s %(version)s")
 def main() -> None:
-    """paraplan: how fast, and in how much memory, does a parallel plan train a transformer?
+    """paraplan: how fast, and in how much memory, does a parallel plan train or serve a transformer?
 
-    Predicts the step time, throughput, MFU and per-GPU memory of a training configuration from
-    hardware and model catalogs, and checks those predictions against published runs.
+    Predicts the step time, throughput, MFU and per-GPU memory of a training configuration, and
+    the TTFT, TPOT and tokens/s per GPU of a serving deployment, from hardware, model and
+    software-stack catalogs; searches for the best plan of either; and checks the predictions
+    against published runs.
 
     \b
     Examples:
       paraplan hardware list
       paraplan models show llama3-70b
       paraplan simulate -m llama3-70b -c dgx-h100 -n 64 --tp 8 --pp 4 --zero 1 --sequence-parallel --global-batch 128
+      paraplan plan -m llama3-70b -c dgx-h100 -n 512 --global-batch-tokens 4194304
+      paraplan serve plan -m deepseek-r1 -s dgx-b200 --gpus 64 --isl 1024 --osl 1024 --tpot-ms 30
       paraplan validate published
 
     Errors print one line and exit 2; set PARAPLAN_DEBUG=1 to see the traceback.
