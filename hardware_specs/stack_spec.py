@@ -35,9 +35,10 @@ ZERO2_REDUCE = ("every_microbatch", "last_microbatch")
 #: how ZeRO-3 reduces gradients: each rank receives its shard, or every bucket is all-reduced
 #: whole and each rank keeps its shard (DeepSpeed 0.3 unless ``reduce_scatter: true``)
 ZERO3_GRAD_REDUCE = ("reduce_scatter", "all_reduce")
-#: what ZeRO-3 / FSDP does when a pipeline runs the micro-batches (``TrainingBehaviour.
-#: zero3_under_pipeline``): ``per_microbatch`` = what it does without one, each layer gathered in
-#: every micro-batch's forward and backward and its gradients reduced after every backward;
+#: what ZeRO-3 / FSDP (and ZeRO-2, FSDP without the reshard after forward) does when a pipeline
+#: runs the micro-batches (``TrainingBehaviour.zero3_under_pipeline``): ``per_microbatch`` =
+#: what it does without one, each layer gathered in every micro-batch's forward and backward
+#: and its gradients reduced after every backward;
 #: ``once_per_step`` = each stage's parameters gathered at its first forward and kept whole
 #: through the step, its gradients accumulated whole and reduce-scattered once, after the
 #: stage's last backward (torchtitan's ``reshard_after_forward = not pp_enabled`` with
@@ -238,7 +239,10 @@ class TrainingBehaviour:
             backward (``torch.distributed.pipelining`` ``stage.py`` ``backward_maybe_with_nosync``
             / ``_post_backward``, called by the schedule after the micro-batch loop), overlapping
             nothing. Memory: whole 16-bit weights and gradients, sharded optimizer states (ZeRO-1's
-            model states). Only read when pp > 1.
+            model states). ZeRO-2 (``reshard_after_forward`` False: torchtitan's ``never``,
+            which under a pipeline is its ``default`` too) runs the same way under the pipeline
+            runtime and is priced so: no reduce-scatter per micro-batch, whole gradients.
+            Only read when pp > 1.
         bf16_grads_in_fp32: when the run's dtype is bf16 the stack accumulates and reduces
             gradients in fp32 (4 bytes) whatever ``grad_reduce_bytes`` says for fp16 (Megatron-LM
             forces ``--accumulate-allreduce-grads-in-fp32`` with ``--bf16``; DeepSpeed's

@@ -33,15 +33,19 @@ def _degrees(batch: ConfigBatch):
     return (f(batch.dp), f(batch.tp), f(batch.pp), f(batch.cp), f(batch.ep), f(batch.etp), f(batch.vpp))
 
 
-def zero3_once_per_step(batch: ConfigBatch):
-    """Rows whose ZeRO-3 gathers each stage's parameters once a step and reduce-scatters its
-    gradients once, after the stage's last backward: a stack that keeps the parameters whole
-    after the forward under a pipeline and whose pipeline runtime defers FSDP's reduction
-    (``ParallelConfig.zero3_once_per_step``; torchtitan's ``reshard_after_forward = not
+def fsdp_once_per_step(batch: ConfigBatch):
+    """Rows whose FSDP (ZeRO-2 or ZeRO-3) gathers each stage's parameters once a step and
+    reduce-scatters its gradients once, after the stage's last backward: a stack that keeps the
+    parameters whole after the forward under a pipeline and whose pipeline runtime defers FSDP's
+    reduction (``ParallelConfig.zero3_once_per_step``; torchtitan's ``reshard_after_forward = not
     pp_enabled``, torch.distributed.pipelining stage.py ``backward_maybe_with_nosync`` /
-    ``_post_backward``). Nothing of it runs per layer and micro-batch; its model states are
-    ZeRO-1's (``row_terms``)."""
-    return (np.asarray(batch.zero_stage) >= 3) & np.asarray(batch.zero3_once_per_step, dtype=bool) \
+    ``_post_backward``). ZeRO-2 (``reshard_after_forward`` False, torchtitan's ``never``) runs
+    the same way there: the runtime turns off the reshard after backward and the gradient sync
+    for every backward but the last, so it neither regathers nor reduces per micro-batch, and
+    torchtitan has no ZeRO-2 distinct from ZeRO-3 under a pipeline (``default`` = ``never``
+    with pp > 1). Nothing of it runs per layer and micro-batch; its model states are ZeRO-1's
+    (``row_terms``)."""
+    return (np.asarray(batch.zero_stage) >= 2) & np.asarray(batch.zero3_once_per_step, dtype=bool) \
         & (np.asarray(batch.pp) > 1)
 
 
@@ -59,10 +63,10 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     one GPU of one dense layer (``dense_p``), of one MoE layer's non-expert and expert parts
     (``moe_ne_p``, ``moe_ex_p``), of the embedding, LM head and MTP projections (``emb_p``,
     ``head_p``, ``mtp_p``); the ZeRO shard group (``shard``) and the experts' (``expert_shard``),
-    ``zero`` (the ZeRO stage the model states are held at: 1 for a ZeRO-3 row that gathers once
-    a step under a pipeline, ``zero3_once_per_step``, whose stage keeps its 16-bit
+    ``zero`` (the ZeRO stage the model states are held at: 1 for a ZeRO-2 / ZeRO-3 row that
+    gathers once a step under a pipeline, ``fsdp_once_per_step``, whose stage keeps its 16-bit
     weights and its gradients whole through the step and only the optimizer states sharded);
-    ZeRO-3's gathered-parameter buffers (``z3``, bytes); one micro-batch's logits
+    ZeRO-3's gathered-parameter buffers, and such a row's (``z3``, bytes); one micro-batch's logits
     (``logits``, bytes); the offloaded optimizer fraction (``off``); the uniform recomputation
     group (``rc_group``, layers); the Adam moment bytes (``moments``); the gradient buffer's bytes
     per parameter (``grad_buffer``) and whether the quantised weights are the only ones
@@ -76,7 +80,8 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     dp, tp, pp, cp, ep, etp, vpp = _degrees(batch)
     tokens = np.asarray(batch.micro_batch, dtype=float) * float(model.seq_len) / cp
     zero = np.asarray(batch.zero_stage)
-    states_zero = np.where(zero3_once_per_step(batch), 1, zero)
+    once = fsdp_once_per_step(batch)
+    states_zero = np.where(once, 1, zero)
     dense_p, moe_ne_p, moe_ex_p = layer_params(model, tp, ep, etp)
     dp_group = dp * cp
     shard = sharding.shard_size(dp_group, batch.zero_shard_group)
@@ -89,9 +94,10 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     # parallelism over all the data-parallel ranks, the experts
     gathered_moe = moe_ne_p + np.where(expert_shard > 1, moe_ex_p, 0.0)
     gathered_dense = dense_p if model.num_dense_layers > 0 else 0.0 * dense_p
-    # (a stage gathered once a step holds the same two blocks' flat all-gather output at its
-    # first forward, before the copy into the kept parameters: FSDP2's ``foreach_all_gather``)
-    z3 = np.where((zero >= 3) & (shard > 1), 2.0 * np.maximum(gathered_dense, gathered_moe) * param_bytes, 0.0)
+    # (a stage gathered once a step, ZeRO-2 as ZeRO-3, holds the same two blocks' flat
+    # all-gather output at its first forward, before the copy into the kept parameters: FSDP2's
+    # ``foreach_all_gather``)
+    z3 = np.where(((zero >= 3) | once) & (shard > 1), 2.0 * np.maximum(gathered_dense, gathered_moe) * param_bytes, 0.0)
     loss_tokens = np.where(np.asarray(batch.loss_chunk_tokens) > 0,
                            np.minimum(tokens, np.asarray(batch.loss_chunk_tokens, dtype=float)), tokens)
     rc_group = np.where((np.asarray(batch.recompute_method) == _UNIFORM) & (np.asarray(batch.recompute_num_layers) > 0),

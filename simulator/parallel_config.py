@@ -198,7 +198,10 @@ class ParallelConfig:
             whole gradients and reduce-scatters them once after the stage's last backward
             (torchtitan under ``torch.distributed.pipelining``; the stack's
             ``zero3_under_pipeline``): ZeRO-1's model states and traffic, the reduce-scatter
-            exposed after the flush. Off, or pp = 1: per layer and micro-batch as FSDP runs
+            exposed after the flush. ZeRO-2 (FSDP without the reshard after forward) runs the
+            same way there, one reduce-scatter after the flush instead of one per micro-batch
+            (the runtime turns the gradient sync off for every backward but the last), so the
+            field covers it too. Off, or pp = 1: per layer and micro-batch as FSDP runs
             without a pipeline.
         zero1_grad_all_reduce: under ZeRO-1 the gradients are all-reduced whole after the last
             micro-batch (DeepSpeed's BF16_Optimizer; ``stack_defaults`` sets it for a bf16 run of a

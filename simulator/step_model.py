@@ -40,7 +40,7 @@ from hardware_specs.errors import InputError
 from simulator import stage_memory
 from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES, ConfigBatch
 from simulator.layer_times import layer_times
-from simulator.memory_rows import zero3_once_per_step
+from simulator.memory_rows import fsdp_once_per_step
 from simulator.parallel_config import Recompute, Schedule
 from simulator.step_pipeline import Ends, PerLayer, pipeline_pass
 from simulator.zero3_collectives import bucket_calls, persistent_gather_s, persistent_layer_tensors, rank_copies_s
@@ -192,8 +192,12 @@ def _grads_reduced_every_microbatch(batch: ConfigBatch, zero):
     (``grad_reduce_every_microbatch``), but only without a pipeline: with one, the pipeline
     runtime owns the micro-batch loop and reduces on the last backward (torch.distributed.
     pipelining stage.py backward_maybe_with_nosync; Megatron-Core schedules.py no_sync_func;
-    DeepSpeed's PipelineEngine after the schedule)."""
-    return (zero == 2) | ((zero <= 1) & batch.grad_reduce_every_microbatch & (batch.pp == 1))
+    DeepSpeed's PipelineEngine after the schedule). A ZeRO-2 row whose stack defers FSDP's
+    reduction under a pipeline (``fsdp_once_per_step``: torch.distributed.pipelining runs every
+    backward but the last with ``set_requires_gradient_sync(False)``) reduces once, after the
+    flush (``_dp_after_flush``)."""
+    return ((zero == 2) & ~fsdp_once_per_step(batch)) \
+        | ((zero <= 1) & batch.grad_reduce_every_microbatch & (batch.pp == 1))
 
 
 def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch, lay: dict,
@@ -266,13 +270,14 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
     regather = batch.zero3_recompute_gather & (rc == _FULL)
     per_mb_grads = _grads_reduced_every_microbatch(batch, zero)
     # ZeRO-3 rows that gather and reduce per layer and micro-batch (the others do it once a
-    # step, after the flush: ``_dp_after_flush``)
-    z3_per_mb = (zero >= 3) & ~zero3_once_per_step(batch)
+    # step, after the flush: ``_dp_after_flush``; so do ZeRO-2 rows there, which
+    # ``per_mb_grads`` leaves out)
+    z3_per_mb = (zero >= 3) & ~fsdp_once_per_step(batch)
     for kind, layer_p, expert_p, n_tensors in (
             ("dense", sp_["dense_layer"], 0.0 * tp, DENSE_LAYER_PARAM_TENSORS),
             ("moe", sp_["moe_layer"], sp_["expert_layer"], _moe_param_tensors(model, ep))):
         f, b, w, r = lay[f"f_{kind}"], lay[f"b_{kind}"], lay[f"w_{kind}"], lay[f"r_{kind}"]
-        if np.any(z3_per_mb | (zero == 2) | per_mb_grads):
+        if np.any(z3_per_mb | per_mb_grads):
             ag, rs_grad, ar_grad = per_layer_z(layer_p, expert_p)
         else:
             ag = rs_grad = ar_grad = 0.0
@@ -490,11 +495,11 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
 
     # ---- data-parallel gradient reduction and parameter gather after the flush -------------
     grad_comm, gather_comm, bucket_share, tied_comm = _dp_after_flush(model, cluster, eff, batch, sp_, param_bytes)
-    # a ZeRO-3 stage gathered once a step gathers under its first forward, block by block, the
-    # first blocks (the embedding's and the first layer's) with nothing before them to hide
-    # under; its reduce-scatter runs after the stage's last backward (the pipeline runtime's
+    # a ZeRO-2 / ZeRO-3 stage gathered once a step gathers under its first forward, block by
+    # block, the first blocks (the embedding's and the first layer's) with nothing before them to
+    # hide under; its reduce-scatter runs after the stage's last backward (the pipeline runtime's
     # post-backward, after the micro-batch loop) and overlaps nothing
-    once = zero3_once_per_step(batch)
+    once = fsdp_once_per_step(batch)
     exposed_grad = np.where(once, grad_comm, _overlapped(grad_comm, pipe["first_window_bw_s"],
                                                          bucket_share * grad_comm, batch.overlap_grad_reduce))
     gather_share = np.where(once, _first_blocks_share(model, sp_, tp), bucket_share)
@@ -634,8 +639,8 @@ def _dp_after_flush(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel
     shard, replicas, expert_shard = _shard_groups(batch, dp_group, edp)
     # all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1; all-reduce where the stack's ZeRO-1 reduces
     # whole, ``zero1_grad_all_reduce``) of the first stage's gradients, which finishes its backward
-    # last; ZeRO-2/3 reduced theirs per micro-batch already, but for a ZeRO-3 stage gathered once
-    # a step (``zero3_once_per_step``), which reduce-scatters its whole gradients here
+    # last; ZeRO-2/3 reduced theirs per micro-batch already, but for a ZeRO-2 / ZeRO-3 stage
+    # gathered once a step (``fsdp_once_per_step``), which reduce-scatters its whole gradients here
     params_dp = sp_["first"]
     expert_dp = sp_["first_expert"]
     grad_bytes = params_dp * batch.grad_reduce_bytes
@@ -658,9 +663,9 @@ def _dp_after_flush(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel
     cross = np.where(zero >= 1, cross, 0.0)
     per_mb_grads = _grads_reduced_every_microbatch(batch, zero)
     zero1 = np.where(batch.zero1_grad_all_reduce, grad_ar + e_ar, grad_rs + e_rs)
-    # a ZeRO-3 stage gathered once a step reduces its whole gradients once, as the stack's
-    # ZeRO-3 reduces (``zero3_once_per_step``)
-    z3_once = zero3_once_per_step(batch)
+    # a ZeRO-2 / ZeRO-3 stage gathered once a step reduces its whole gradients once, as the
+    # stack's ZeRO-3 reduces (``fsdp_once_per_step``: the same FSDP post-backward for both)
+    z3_once = fsdp_once_per_step(batch)
     zero3 = np.where(batch.zero3_grad_all_reduce, grad_ar + e_ar, grad_rs + e_rs)
     grad_comm = np.where(per_mb_grads, 0.0, np.where(zero == 0, grad_ar + e_ar, np.where(zero == 1, zero1, 0.0)))
     grad_comm = np.where(z3_once, zero3, grad_comm) + cross

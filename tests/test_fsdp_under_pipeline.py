@@ -28,7 +28,8 @@ def _config(**kw):
     # the gather exposed in full (no prefetch under the first forward), so the parts add up exactly
     fields = {**TORCHTITAN, "overlap_param_gather": False, **kw}
     fields.setdefault("global_batch", 64)
-    return ParallelConfig(dp=fields.pop("dp", DP), tp=1, pp=fields.pop("pp", PP), micro_batch=1, zero_stage=3,
+    return ParallelConfig(dp=fields.pop("dp", DP), tp=1, pp=fields.pop("pp", PP), micro_batch=1,
+                          zero_stage=fields.pop("zero_stage", 3),
                           recompute="none", dtype="bf16", **fields)
 
 
@@ -101,3 +102,71 @@ def test_planner_rows_of_torchtitan_zero3_under_a_pipeline_equal_simulate():
     # the same search per micro-batch holds a dp-th of the weights and gradients
     per_mb = simulate(MODEL, CLUSTER, replace(row_config(plans.iloc[0], software), zero3_once_per_step=False), n_gpus=N)
     assert per_mb.memory_breakdown_bytes["weights_bytes"] < report.memory_breakdown_bytes["weights_bytes"]
+
+
+# ---- ZeRO-2 (FSDP with reshard_after_forward False, torchtitan's "never") under the pipeline:
+# the runtime turns the gradient sync off for every backward but the last whatever the reshard
+# policy, so the stage reduce-scatters once after the flush, as ZeRO-3 there
+
+
+def test_zero2_under_a_pipeline_reduce_scatters_the_stage_once_after_the_flush_whatever_the_micro_batches():
+    p0 = _stage0_params()
+    # no per-micro-batch reduce-scatter is left in the layers; after the flush: one all-gather
+    # of stage 0's bf16 weights (fully exposed: overlap_param_gather off), one reduce-scatter of
+    # its fp32 gradients over the 8 data-parallel ranks, exposed, and the tied embedding's
+    # all-reduce between the first and the last stage
+    gather = group_collective_time_s("all_gather", p0 * 2.0, DP, 1, CLUSTER, EFF)
+    reduce = group_collective_time_s("reduce_scatter", p0 * 4.0, DP, 1, CLUSTER, EFF)
+    tied = group_collective_time_s("all_reduce", params.embedding_params(MODEL) * 4.0, 2, DP, CLUSTER, EFF)
+    for gbs in (64, 128):                                   # 8 and 16 micro-batches
+        r = simulate(MODEL, CLUSTER, _config(zero_stage=2, global_batch=gbs), n_gpus=N)
+        assert r.num_microbatches == gbs // DP
+        assert r.time_breakdown_s["zero3_comm_exposed_s"] == 0.0
+        assert r.time_breakdown_s["dp_comm_exposed_s"] == pytest.approx(float(gather + reduce + tied), rel=1e-12)
+    # torchtitan has no ZeRO-2 distinct from ZeRO-3 under a pipeline: one run, one price
+    for overlap in (False, True):
+        z2 = simulate(MODEL, CLUSTER, _config(zero_stage=2, overlap_param_gather=overlap), n_gpus=N)
+        z3 = simulate(MODEL, CLUSTER, _config(zero_stage=3, overlap_param_gather=overlap), n_gpus=N)
+        assert z2.step_time_s == z3.step_time_s and z2.memory_bytes == z3.memory_bytes
+        assert z2.time_breakdown_s == z3.time_breakdown_s
+
+
+def test_zero2_under_a_pipeline_holds_the_stage_s_whole_gradients():
+    p0 = _stage0_params()
+    mem = simulate(MODEL, CLUSTER, _config(zero_stage=2), n_gpus=N).memory_breakdown_bytes
+    assert mem["weights_bytes"] == pytest.approx(p0 * 2.0, rel=1e-12)
+    assert mem["gradients_bytes"] == pytest.approx(p0 * 4.0, rel=1e-12)      # not / dp: accumulated whole
+    assert mem["optimizer_bytes"] == pytest.approx(p0 * 12.0 / DP, rel=1e-12)
+    # priced per micro-batch (a stack that does not defer it) the gradients are sharded
+    per_mb = simulate(MODEL, CLUSTER, _config(zero_stage=2, zero3_once_per_step=False), n_gpus=N).memory_breakdown_bytes
+    assert per_mb["gradients_bytes"] == pytest.approx(p0 * 4.0 / DP, rel=1e-12)
+
+
+def test_zero2_per_micro_batch_is_unchanged_without_a_pipeline_or_without_the_stack_s_deferral():
+    # pp 1: ZeRO-2 reduce-scatters every micro-batch whichever the stack's behaviour
+    on = simulate(MODEL, CLUSTER, _config(zero_stage=2, pp=1, dp=16, zero3_once_per_step=True), n_gpus=N)
+    off = simulate(MODEL, CLUSTER, _config(zero_stage=2, pp=1, dp=16, zero3_once_per_step=False), n_gpus=N)
+    assert on.step_time_s == off.step_time_s and on.memory_bytes == off.memory_bytes
+    # per micro-batch under the pipeline, the after-flush traffic is the gather and the tied
+    # all-reduce only, and the micro-batches' reduce-scatters grow with their count
+    p0 = _stage0_params()
+    gather = group_collective_time_s("all_gather", p0 * 2.0, DP, 1, CLUSTER, EFF)
+    tied = group_collective_time_s("all_reduce", params.embedding_params(MODEL) * 4.0, 2, DP, CLUSTER, EFF)
+    r = simulate(MODEL, CLUSTER, _config(zero_stage=2, zero3_once_per_step=False), n_gpus=N)
+    assert r.time_breakdown_s["dp_comm_exposed_s"] == pytest.approx(float(gather + tied), rel=1e-12)
+
+
+def test_planner_rows_of_torchtitan_zero2_under_a_pipeline_equal_simulate():
+    result = plan(MODEL, CLUSTER, N, 64, stack="torchtitan", fixed={"zero_stage": 2, "pp": 2, "tp": 1},
+                  dtypes=("bf16",), assign_stages=False, max_plans=None)
+    plans = result.plans
+    assert len(plans) >= 1
+    software = result.software["bf16"]
+    p0 = _stage0_params()
+    for i in range(min(4, len(plans))):
+        row = plans.iloc[i]
+        report = simulate(MODEL, CLUSTER, row_config(row, software), n_gpus=N)
+        assert row["step_time_s"] == pytest.approx(report.step_time_s, rel=1e-9)
+        assert row["memory_gib"] * 2**30 == pytest.approx(report.memory_bytes, rel=1e-9)
+        if row["dp"] > 1 and row["micro_batch"] >= 1:
+            assert report.memory_breakdown_bytes["gradients_bytes"] == pytest.approx(p0 * 4.0, rel=1e-12)

@@ -18,7 +18,10 @@ How the plan maps (and what is refused, ``refusal``):
   FSDP2 over ``data_parallel_shard_degree``; 3 reshards after forward (``"always"``), 1 and 2
   do not (``"never"``: ZeRO-2, the same reduce-scatter + all-gather traffic as Megatron's
   ZeRO-1, gradients sharded too), nor does 3 under a pipeline where the plan was priced
-  gathering each stage once a step (``zero3_once_per_step``, torchtitan's own default then). ``enable_sequence_parallel`` follows the plan.
+  gathering each stage once a step (``zero3_once_per_step``, torchtitan's own default then).
+  Under a pipeline ``"never"`` and that default are one run: ZeRO-2 and such a ZeRO-3 plan
+  are priced alike (one gather and one reduce-scatter of the stage a step).
+  ``enable_sequence_parallel`` follows the plan.
 * Pipeline: ``module_fqns_per_model_part`` lists the modules of every chunk in the plan's layout
   (``common.stage_layer_counts``; ``tok_embeddings`` with the first chunk, ``norm`` and
   ``lm_head`` with the last), since torchtitan's own split counts the embedding and the head
