@@ -7,7 +7,11 @@ The inputs are those of ``paraplan serve simulate`` / ``serve plan`` (same defau
 checkpoint's weight format where it states one, else fp8 on GPUs with FP8 tensor cores, else
 bf16), plus what-if hardware: ``gpu`` (another accelerator on the same fabric),
 ``hbm_tb_per_s`` (the GPU's memory bandwidth, TB/s), ``scaleup_gbit_per_s`` /
-``scaleout_gbit_per_s`` (NVLink / NIC bandwidth per GPU, one direction, Gb/s). Disaggregated
+``scaleout_gbit_per_s`` (NVLink / NIC bandwidth per GPU, one direction, Gb/s). A dense model has
+no routed experts, so its expert fields are missing, as ``serve simulate --json`` / ``serve plan
+--json`` give null: ``expert_format`` None and the expert split (``moe_tp`` / ``moe_ep``, and
+``serve_plan``'s ``prefill_`` / ``decode_`` ones) missing, in the type the table holds its
+degrees in (``EXPERT_SPLIT_DTYPES``). Disaggregated
 deployments are simulated with ``paraplan serve simulate --mode disagg`` or
 ``simulator.serving.simulate.simulate_serving``; ``serve_plan`` searches both modes.
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Iterable, Mapping
 
+import numpy as np
 import pandas as pd
 
 from hardware_specs.errors import InputError, require_plausible, suggest
@@ -35,6 +40,35 @@ CONTEXT_FIELDS = ("backend", "backend_version", "precision", "expert_precision",
 DEPLOYMENT_FIELDS = ("isl", "osl", "tp", "pp", "adp", "moe_tp", "moe_ep", "batch", "workers")
 #: what ``serve_sweep`` may sweep
 SWEEP_FIELDS = ("model", "system") + CONTEXT_FIELDS + DEPLOYMENT_FIELDS
+#: the pandas type of the expert-split columns, whose value a dense model lacks: a deployment
+#: row (``serve_simulate`` / ``serve_sweep``) keeps its degrees as integers, so nullable ``Int64``
+#: (an MoE model's split stays 4, not 4.0; a dense one's is <NA>; rows of both models concatenate
+#: to one ``Int64`` column, as the sweep results hold them); ``serve_plan``'s tables hold every
+#: degree as float, so NaN there
+EXPERT_SPLIT_DTYPES = {"deployment": "Int64", "plan": "float64"}
+
+
+def _expert_split_columns(columns) -> list[str]:
+    """The columns of an expert split: ``moe_tp`` / ``moe_ep`` and their ``prefill_`` /
+    ``decode_`` forms."""
+    return [c for c in columns if str(c).endswith(("moe_tp", "moe_ep"))]
+
+
+def _without_expert_split(plan: ServingPlan) -> ServingPlan:
+    """``plan`` of a dense model with its expert-split columns NaN, as serve plan's --json gives
+    null: the search's moe_tp = tp, moe_ep = 1 are no split a user could set. A copy: the
+    search's own tables are untouched."""
+    def frame(df):
+        df = df.copy()
+        for c in _expert_split_columns(df.columns):
+            df[c] = np.nan
+        return df
+    best = plan.best
+    if best is not None:
+        best = best.copy()
+        for c in _expert_split_columns(best.index):
+            best[c] = np.nan
+    return replace(plan, candidates=frame(plan.candidates), front=frame(plan.front), best=best)
 
 
 def _refuse_unknown(context: Mapping[str, Any], what: str, known: tuple[str, ...]) -> None:
@@ -85,11 +119,14 @@ def serve_simulate(model: str | ModelSpec, system: str, *, isl: int = 1024, osl:
                      layout=worker_layout(tp, pp, adp, moe_tp, moe_ep, batch), workers=workers)
     report = simulate_serving(dep, ctx)
     m = report.metrics
+    moe = ctx.model.moe is not None     # a dense model's expert fields are missing (serve simulate --json: null)
     row: dict[str, Any] = {
         "model": ctx.model.name, "system": ctx.cluster.name, "gpu": ctx.cluster.gpu.name, "backend": ctx.stack.name,
-        "dense_format": ctx.dense_format, "expert_format": ctx.expert_format, "kv_bytes_per_element": ctx.kv_bytes,
+        "dense_format": ctx.dense_format, "expert_format": ctx.expert_format if moe else None,
+        "kv_bytes_per_element": ctx.kv_bytes,
         "isl": dep.isl, "osl": dep.osl, "tp": dep.layout.tp, "pp": dep.layout.pp, "adp": dep.layout.adp,
-        "moe_tp": dep.layout.moe_tp, "moe_ep": dep.layout.moe_ep, "batch": dep.layout.batch, "workers": dep.workers,
+        "moe_tp": dep.layout.moe_tp if moe else None, "moe_ep": dep.layout.moe_ep if moe else None,
+        "batch": dep.layout.batch, "workers": dep.workers,
         "gpus": dep.gpus, "concurrency": dep.concurrency,
         **{k[:-2] + "_ms": 1e3 * float(m[k]) for k in ("ttft_s", "ttft_p90_s", "tpot_s", "latency_s")},
         "tokens_per_s_per_gpu": float(m["tokens_per_s_per_gpu"]), "tokens_per_s_per_user": float(m["tokens_per_s_per_user"]),
@@ -101,7 +138,14 @@ def serve_simulate(model: str | ModelSpec, system: str, *, isl: int = 1024, osl:
     rec = ctx.validation_error("agg")
     row["validation_ttft_err_pct"] = rec["ttft_mean_abs_err_pct"] if rec else None
     row["validation_tpot_err_pct"] = rec["tpot_mean_abs_err_pct"] if rec else None
-    return pd.DataFrame([row])
+    return _typed_expert_split(pd.DataFrame([row]))
+
+
+def _typed_expert_split(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with its expert-split columns as ``EXPERT_SPLIT_DTYPES["deployment"]``."""
+    for c in _expert_split_columns(df.columns):
+        df[c] = pd.to_numeric(df[c], errors="coerce").astype(EXPERT_SPLIT_DTYPES["deployment"])
+    return df
 
 
 def serve_sweep(base: Mapping[str, Any], field: str, values: Iterable[Any]) -> pd.DataFrame:
@@ -130,14 +174,15 @@ def serve_sweep(base: Mapping[str, Any], field: str, values: Iterable[Any]) -> p
             row = {"error": str(exc)}
         row[f"swept_{field}"] = value
         rows.append(row)
-    return pd.DataFrame(rows)
+    return _typed_expert_split(pd.DataFrame(rows))
 
 
 def serve_plan(model: str | ModelSpec, system: str, gpus: int, *, isl: int = 1024, osl: int = 1024,
                ttft_ms: float = 1000.0, tpot_ms: float = 50.0, modes=("agg", "disagg"), max_batch: int = 1024,
                allow_pp: bool = True, rank_by: str = "per-gpu", **context: Any) -> ServingPlan:
     """``serve plan``'s search on the what-if hardware: the ``ServingPlan`` (``best``,
-    ``candidates`` and ``front`` tables in ms and tokens/s, ``why``)."""
+    ``candidates`` and ``front`` tables in ms and tokens/s, ``why``). On a dense model the
+    expert-split columns are NaN (``EXPERT_SPLIT_DTYPES``), as serve plan's --json gives null."""
     _refuse_unknown(context, "a serving plan", CONTEXT_FIELDS)
     ctx = serving_context(model, system, **context)
     # "agg" is one mode, not three letters; "both" as on the command line
@@ -147,5 +192,6 @@ def serve_plan(model: str | ModelSpec, system: str, gpus: int, *, isl: int = 102
         modes = tuple(modes)
     else:
         raise InputError("modes", f"expected agg, disagg, both or a list of them, got {modes!r}", "e.g. modes='both'")
-    return plan_serving(ctx, gpus, isl, osl, ttft_ms, tpot_ms, modes=modes, max_batch=max_batch,
+    plan = plan_serving(ctx, gpus, isl, osl, ttft_ms, tpot_ms, modes=modes, max_batch=max_batch,
                         allow_pp=allow_pp, rank_by=rank_by)
+    return plan if ctx.model.moe is not None else _without_expert_split(plan)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -105,3 +106,48 @@ def test_bad_sweep_and_plan_arguments_from_python_are_input_errors():
         serve_sweep({"system": "dgx-h100"}, "batch", [1])
     with pytest.raises(InputError, match="^base: "):
         serve_sweep([1], "batch", [1])
+
+
+# ---- a dense model has no expert split: its expert fields are missing, as serve simulate /
+# serve plan --json give null, in the type each table holds its degrees in
+
+
+def test_a_dense_deployment_row_has_no_expert_split_and_an_moe_one_keeps_its_own_as_integers():
+    dense = serve_simulate(**BASE)
+    assert str(dense.moe_tp.dtype) == str(dense.moe_ep.dtype) == "Int64"
+    row = dense.iloc[0]
+    assert pd.isna(row["moe_tp"]) and pd.isna(row["moe_ep"]) and row["expert_format"] is None
+    got = _cli("serve", "simulate", "-m", "llama3.1-70b", "-s", "dgx-h100", "--tp", 4, "--batch", 64,
+               "--isl", 2048, "--osl", 512, "--json")
+    assert got["layout"]["moe_tp"] is None and got["layout"]["moe_ep"] is None and got["expert_format"] is None
+    moe = serve_simulate("qwen3-235b-a22b", "hgx-h200", backend="sglang", tp=2, adp=4, moe_tp=2, moe_ep=4,
+                         batch=16).iloc[0]
+    assert (moe["moe_tp"], moe["moe_ep"], moe["expert_format"]) == (2, 4, "fp8")
+    # a sweep over both models: one Int64 column, <NA> for the dense row
+    swept = serve_sweep({"model": "llama3.1-8b", "system": "dgx-h100", "tp": 2, "batch": 8}, "model",
+                        ["llama3.1-8b", "qwen3-30b-a3b"])
+    assert (swept.error == "").all() and str(swept.moe_tp.dtype) == "Int64"
+    assert swept.moe_tp.isna().tolist() == [True, False] and swept.moe_ep.isna().tolist() == [True, False]
+    assert pd.isna(swept.expert_format.iloc[0]) and swept.expert_format.iloc[1] == "fp8"
+
+
+def test_a_dense_plan_leaves_the_expert_split_nan_and_changes_nothing_else():
+    from planners.serving.search import plan_serving
+    from paraplan.serving_api import serving_context
+    plan = serve_plan("llama3.1-8b", "dgx-h100", 8, isl=1024, osl=256, ttft_ms=2000.0, tpot_ms=40.0)
+    expert = [c for c in plan.candidates.columns if c.endswith(("moe_tp", "moe_ep"))]
+    assert {"moe_tp", "moe_ep", "prefill_moe_tp", "decode_moe_ep"} <= set(expert)
+    for table in (plan.candidates, plan.front):
+        assert table[expert].isna().all().all() and all(table[c].dtype == float for c in expert)
+    assert all(pd.isna(plan.best[c]) for c in expert if c in plan.best.index)
+    got = _cli("serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-h100", "-n", 8, "--isl", 1024, "--osl", 256,
+               "--ttft-ms", 2000, "--tpot-ms", 40, "--json")
+    assert all(got["best"].get(c) is None for c in expert)
+    # the search itself is untouched: the same rows, every other column equal
+    ctx = serving_context("llama3.1-8b", "dgx-h100")
+    raw = plan_serving(ctx, 8, 1024, 256, 2000.0, 40.0, modes=("agg", "disagg"))
+    assert (raw.candidates["moe_ep"].dropna() == 1.0).all()        # what the planner used: moe_ep 1
+    pd.testing.assert_frame_equal(plan.candidates.drop(columns=expert), raw.candidates.drop(columns=expert))
+    # an MoE model's plan keeps its split
+    moe = serve_plan("qwen3-30b-a3b", "dgx-h100", 8, modes="agg", tpot_ms=20.0)
+    assert moe.front["moe_ep"].notna().all() and moe.best["moe_ep"] >= 1

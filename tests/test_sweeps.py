@@ -381,6 +381,28 @@ def test_a_serving_sweep_row_is_serve_plans_best_deployment_for_that_point(tmp_p
     pd.testing.assert_frame_equal(run_sweep(spec, tmp_path / "out", local=True), df)
 
 
+def test_a_serving_sweep_leaves_a_dense_models_expert_split_empty_and_keeps_an_moe_models(tmp_path):
+    """As serve plan --json gives null: a dense winner's moe_tp / moe_ep / expert_format are
+    <NA> in the table's nullable Int64 / string columns (empty in the CSV), an MoE winner's are
+    its split, as whole numbers; the search and every other column are serve plan's."""
+    from paraplan.serving_api import serve_plan
+    spec = spec_from_dict({"kind": "serving", "models": ["llama3.1-8b", "qwen3-30b-a3b"], "systems": ["dgx-h100"],
+                           "gpus": [8], "backends": ["vllm"], "tpot_ms": [20], "modes": ["agg"]})
+    df = run_sweep(spec, tmp_path / "out", local=True)
+    assert (df.status == "ok").all()
+    assert str(df.moe_tp.dtype) == str(df.moe_ep.dtype) == "Int64" and str(df.expert_format.dtype) == "string"
+    dense, moe = df.set_index("model").loc["llama3.1-8b"], df.set_index("model").loc["qwen3-30b-a3b"]
+    assert pd.isna(dense.moe_tp) and pd.isna(dense.moe_ep) and pd.isna(dense.expert_format)
+    best = serve_plan("qwen3-30b-a3b", "dgx-h100", 8, ttft_ms=1000.0, tpot_ms=20.0, modes="agg", backend="vllm").best
+    assert (moe.moe_tp, moe.moe_ep, moe.expert_format) == (int(best.moe_tp), int(best.moe_ep), "fp8")
+    assert dense.tp >= 1 and dense.tokens_per_s_per_gpu > 0
+    from paraplan.sweeps.runner import write_results
+    write_results(df, tmp_path / "out")
+    csv = pd.read_csv(tmp_path / "out" / "results.csv")
+    assert csv.set_index("model").loc["llama3.1-8b", ["moe_tp", "moe_ep", "expert_format"]].isna().all()
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "out" / "results.parquet"), df)
+
+
 @pytest.mark.parametrize("change, message", [
     ({"search": "simulate"}, "search: a serving sweep searches best"),
     ({"clusters": ["dgx-h100"]}, "clusters: not a key of a serving sweep"),

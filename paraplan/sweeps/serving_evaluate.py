@@ -18,7 +18,10 @@ SERVING_POINT_COLUMNS = ("point", "kind", "search", "model", "system", "gpus", "
 #: the winning deployment (``planners.serving.search.COLUMNS`` with units; empty when infeasible;
 #: for a disaggregated winner ``layout``, ``tp`` ... ``workers`` are empty and ``batch`` is the
 #: decode workers' batch per rank; ``tokens_per_s`` = per GPU x GPUs used; ``engine_refuses``:
-#: why the engine cannot launch it as priced, "" when it can)
+#: why the engine cannot launch it as priced, "" when it can; a dense model's ``expert_format``,
+#: ``moe_tp`` and ``moe_ep`` are empty, <NA> in the table's nullable ``string`` / ``Int64``
+#: columns (``runner.normalise``), as serve plan's --json gives null: the search's moe_tp = tp,
+#: moe_ep = 1 are no split a user could set)
 SERVING_PLAN_COLUMNS = ("stack", "gpu", "dense_format", "expert_format", "mode", "layout", "prefill_layout",
                         "decode_layout", "tp", "pp", "adp", "moe_tp", "moe_ep", "batch", "workers", "prefill_batch",
                         "prefill_workers", "decode_workers", "gpus_used", "concurrency", "ttft_ms", "ttft_p90_ms",
@@ -42,8 +45,9 @@ def _best(row: dict, point: Mapping[str, Any]) -> None:
     except InputError as exc:
         row.update(status="invalid", reason=str(exc))
         return
+    moe = ctx.model.moe is not None
     row.update(stack=ctx.stack.name, gpu=ctx.cluster.gpu.name, dense_format=ctx.dense_format,
-               expert_format=ctx.expert_format, efficiency_fitted=not ctx.efficiency.prior)
+               expert_format=ctx.expert_format if moe else None, efficiency_fitted=not ctx.efficiency.prior)
     try:
         plan = plan_serving(ctx, point["gpus"], point["isl"], point["osl"], point["ttft_ms"], point["tpot_ms"],
                             modes=SERVING_MODES[point["modes"]])
@@ -53,7 +57,7 @@ def _best(row: dict, point: Mapping[str, Any]) -> None:
     best = plan.best
     for k in SERVING_PLAN_COLUMNS:
         if k in best.index:
-            row[k] = _plain(best[k])
+            row[k] = _plain(best[k]) if moe or k not in ("moe_tp", "moe_ep") else None
     row["candidates_evaluated"] = int(plan.evaluated)
     row["tokens_per_s"] = float(best["tokens_per_s_per_gpu"]) * float(best["gpus_used"])
     # as serve plan says it: a winner the engine cannot launch as priced (vLLM has no router for
