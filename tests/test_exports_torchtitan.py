@@ -98,6 +98,23 @@ def test_config_manager_builds_every_matrix_export_and_the_world_factors_as_plan
         assert tuple(sum(m.startswith("layers.") for m in part) for part in parts) == stage_layer_counts(
             p["model"].num_layers, p["pp"], chunks // p["pp"], p["model"].mtp_layers)
     assert training.disable_cuda_graphs == (not p["cuda_graphs"])
+    assert cfg.compile.enable == (not p["unfused_block_ops"] or p["cross_entropy"] != "torch_eager"
+                                  or bool(p["tp_comm_overlap"] and p["tp"] > 1))
+
+
+def _priced_on(stack: str, **change) -> dict:
+    """Llama 3 8B on 16 H100, FSDP, local batch 2, selective checkpointing, as ``simulate
+    --stack`` prices it: the plan row an export reads (every priced stack field among it)."""
+    from paraplan import api
+    args = dict(gpus=16, global_batch=32, micro_batch=2, zero_stage=3, recompute="selective", stack=stack)
+    return api.simulate("llama3-8b", "dgx-h100", **{**args, **change}).iloc[0].to_dict()
+
+
+def test_config_manager_builds_a_compiled_plan_with_the_model_and_the_loss_compiled(tt, load):
+    cfg = load("compiled", torchtitan.emit(_priced_on("torchtitan-compile")))
+    assert cfg.compile.enable and sorted(cfg.compile.components) == ["loss", "model"]
+    eager = load("eager", torchtitan.emit(_priced_on("torchtitan")))
+    assert not eager.compile.enable
 
 
 def test_config_manager_rejects_a_pipeline_export_that_keeps_cuda_graphs(load, capsys):
@@ -156,6 +173,25 @@ def test_config_manager_builds_the_plan_with_embedding_only_and_head_only_chunks
     assert stages == list(range(34))
     from torchtitan.distributed.pipeline_parallel import _generate_llm_fqn_per_model_part
     assert par.module_fqns_per_model_part == _generate_llm_fqn_per_model_part(34, 32)
+
+
+def test_compile_follows_the_stack_the_plan_was_priced_on():
+    """A plan priced on ``torchtitan-compile`` (Inductor-fused block ops, the compiled loss) runs
+    with torch.compile of the blocks and the loss; one priced on eager ``torchtitan`` keeps
+    torchtitan's default, compile off; async TP needs the compiled blocks whatever was priced."""
+    compiled = torchtitan.emit(_priced_on("torchtitan-compile"))
+    assert "    config.compile.enable = True\n    config.compile.components = ['model', 'loss']\n" in compiled
+    eager = torchtitan.emit(_priced_on("torchtitan"))
+    assert "    config.compile.enable = False\n" in eager and "compile.components" not in eager
+    assert torchtitan.settings(_priced_on("torchtitan"))["compile"] == []
+    row = {**_priced_on("torchtitan", tp=2), "tp_comm_overlap": True}
+    assert torchtitan.settings(row)["compile"] == ["model"]
+    assert "config.compile.enable_async_tensor_parallel = True" in torchtitan.emit(row)
+
+
+def test_a_compiled_float8_plan_tells_the_converter_the_model_is_compiled():
+    assert "model_compile_enabled=True" in torchtitan.emit(_priced_on("torchtitan-compile", dtype="fp8"))
+    assert "model_compile_enabled" not in torchtitan.emit(_priced_on("torchtitan", dtype="fp8"))
 
 
 def test_plans_torchtitan_cannot_run_as_planned_are_refused_with_the_reason():

@@ -26,6 +26,11 @@ How the plan maps (and what is refused, ``refusal``):
   (``common.stage_layer_counts``; ``tok_embeddings`` with the first chunk, ``norm`` and
   ``lm_head`` with the last), since torchtitan's own split counts the embedding and the head
   as layers; the schedule by the name ``torch.distributed.pipelining`` gives it.
+* torch.compile as the plan prices it (``compile.enable``, ``compile.components``): the blocks
+  (``model``) unless the plan priced torchtitan's eager element-wise ops (``unfused_block_ops``,
+  the ``torchtitan`` stack; async TP compiles them regardless), the loss unless it priced the
+  eager loss (``cross_entropy: torch_eager``): a ``torchtitan-compile`` plan compiles both, a
+  ``torchtitan`` plan neither.
 * CUDA graphs as the plan prices them (``training.disable_cuda_graphs``; 0.3.0 captures them
   by default, and refuses them beside a pipeline or its default expert dispatcher).
 * Expert parallelism: ``expert_parallel_degree`` (torchtitan borrows the EP ranks from FSDP x
@@ -242,7 +247,23 @@ def _values(p: dict, s: dict) -> dict:
             "activation_checkpoint": {Recompute.FULL: "full", Recompute.SELECTIVE: "selective"}.get(
                 Recompute(p["recompute"]), "none"),
             "async_tp": bool(p["tp_comm_overlap"] and tp > 1), "float8": p["dtype"] == "fp8",
+            "compile": _compile_components(p, bool(p["tp_comm_overlap"] and tp > 1)),
             "mtp_layers": s["model"].mtp_layers, "registry": dict(s["entry"])}
+
+
+def _compile_components(p: dict, async_tp: bool) -> list[str]:
+    """The ``compile.components`` the plan was priced with: ``model`` unless it priced the
+    blocks' element-wise ops as eager ops (``unfused_block_ops``, the ``torchtitan`` stack) and
+    for async TP, which needs the compiled model; ``loss`` unless it priced the eager loss
+    (``cross_entropy`` ``torch_eager``). A plan of the ``torchtitan-compile`` stack compiles both,
+    one of ``torchtitan`` neither; one priced on another stack's fused kernels compiles both,
+    torchtitan's way to them. Empty: compile off."""
+    components = []
+    if not p["unfused_block_ops"] or async_tp:
+        components.append("model")
+    if p["cross_entropy"] != "torch_eager":
+        components.append("loss")
+    return components
 
 
 def _literal(value: Any, indent: str) -> str:
@@ -259,7 +280,9 @@ def emit(plan_row: Any, note: str = "") -> str:
     v = _values(p, _settings(p))
     reg = v["registry"]
     module = f"torchtitan.models.{reg['module']}"
-    converters = "[Float8LinearConverter.Config(recipe_name=\"rowwise\")]" if v["float8"] else "None"
+    compiled_model = "model" in v["compile"]
+    converters = ("[Float8LinearConverter.Config(recipe_name=\"rowwise\""
+                  + (", model_compile_enabled=True" if compiled_model else "") + ")]") if v["float8"] else "None"
     registry_args = [repr(reg["flavor"])]
     if reg["module"] == "deepseek_v3":
         registry_args.append('attn_backend="flex"')
@@ -294,9 +317,10 @@ def emit(plan_row: Any, note: str = "") -> str:
             lines.append(f"    config.{section}.{key} = {_literal(value, '    ')}")
     lines.append("    config.activation_checkpoint = "
                  + {"full": "FullAC.Config()", "selective": "SelectiveAC.Config()"}.get(v["activation_checkpoint"], "None"))
-    if v["async_tp"]:
-        lines += ["    config.compile.enable = True",
-                  "    config.compile.components = sorted(set(config.compile.components) | {\"model\"})"]
+    # as priced: torch.compile of the blocks and the loss (torchtitan's default is neither)
+    lines.append(f"    config.compile.enable = {bool(v['compile'])}")
+    if v["compile"]:
+        lines.append(f"    config.compile.components = {v['compile']!r}")
     lines.append(f"    config.compile.enable_async_tensor_parallel = {v['async_tp']}")
     lines.append("    return config")
     return "\n".join(lines) + "\n"
