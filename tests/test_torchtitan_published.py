@@ -1,6 +1,7 @@
 """torchtitan's own published runs, a stack no row of the validation file uses, as a regression
 of predicted against measured (pytorch/torchtitan docs/performance.md: the A100 tables of
-1ea476e9f / 2024-04 and d4c86e375 / 2025-01, the H100 tables of d4c86e375; the analysis is in
+1ea476e9f / 2024-04 and d4c86e375 / 2025-01, the H100 tables of d4c86e375; with torch.compile,
+benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md at v0.2.0; the analysis is in
 docs/accuracy_training.md, "torchtitan's published runs").
 
 Each run as ``paraplan simulate --stack torchtitan`` would price it: sequence length 8,192, FSDP
@@ -25,11 +26,15 @@ GRAND_TETON = str(Path(__file__).resolve().parents[1] / "examples" / "clusters" 
 TORCHTITAN = stack_config_fields(load_stack("torchtitan"))
 
 
-def _run(model: str, cluster: str, gpus: int, local_batch: int, recompute: str, tp: int = 1):
+TORCHTITAN_COMPILE = stack_config_fields(load_stack("torchtitan-compile"))
+
+
+def _run(model: str, cluster: str, gpus: int, local_batch: int, recompute: str, tp: int = 1,
+         stack: dict = TORCHTITAN, dtype: str = "bf16"):
     spec = load_model(model).with_seq_len(8192)
     dp = gpus // tp
-    config = ParallelConfig(**TORCHTITAN, dp=dp, tp=tp, micro_batch=local_batch, global_batch=dp * local_batch,
-                            zero_stage=3, recompute=recompute, sequence_parallel=tp > 1)
+    config = ParallelConfig(**stack, dp=dp, tp=tp, micro_batch=local_batch, global_batch=dp * local_batch,
+                            zero_stage=3, recompute=recompute, sequence_parallel=tp > 1, dtype=dtype)
     return simulate(spec, load_cluster(cluster), config)
 
 
@@ -51,3 +56,20 @@ def test_torchtitan_llama31_8b_memory_on_grand_teton_within_ten_percent(gpus, me
     report = _run("llama3-8b", GRAND_TETON, gpus, 2, "selective")
     assert abs(report.memory_bytes / 2**30 / measured_gib - 1.0) <= 0.10
     assert report.tokens_per_s_per_gpu > {8: 5762.0, 128: 5605.0}[gpus]       # predicted fast, not slow
+
+
+@pytest.mark.parametrize("gpus, measured, measured_gib, bound", [
+    (32, 10938.0, 47.96, 0.11),     # 11,985 predicted: +9.6%; 50.9 GiB: +6.1%
+    (64, 10753.0, 46.97, 0.13),     # 11,992 predicted: +11.5%; 48.5 GiB: +3.2%
+])
+def test_torchtitan_compile_float8_llama31_8b_on_h200_within_its_bound(gpus, measured, measured_gib, bound):
+    """Trainy's runs on WhiteFiber H200 hosts (pytorch/torchtitan@v0.2.0
+    benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md, torchtitan e7c0cae, 2025-06): Llama 3.1 8B
+    on 4 and 8 hosts of 8 H200, 400 Gb/s a GPU, the 8B toml (FSDP over all ranks, selective op
+    checkpointing, sequence 8,192) with local batch 2, --training.compile (the blocks and the loss)
+    and float8 tensorwise with float8 all-gathers. Priced as ``--stack torchtitan-compile --dtype fp8``
+    on ``hgx-h200``: fast by 10-12% (the eager profile gives 10,818 / 10,824), memory over by 3-6%
+    (the float8 all-gathers and the compiled loss's 4-byte peak are not priced)."""
+    report = _run("llama3.1-8b", "hgx-h200", gpus, 2, "selective", stack=TORCHTITAN_COMPILE, dtype="fp8")
+    assert abs(report.tokens_per_s_per_gpu / measured - 1.0) <= bound
+    assert abs(report.memory_bytes / 2**30 / measured_gib - 1.0) <= 0.10
