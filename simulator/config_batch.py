@@ -101,6 +101,7 @@ class ConfigBatch:
     unfused_block_ops: np.ndarray = None
     moe_probs_in_expert: np.ndarray = None
     zero3_once_per_step: np.ndarray = None
+    zero2_grad_last_microbatch: np.ndarray = None
     kv_head_replication: np.ndarray = None    # bool, the stack's: read by no cost, kept for row()
     dtype: str = "bf16"
 
@@ -183,6 +184,7 @@ class ConfigBatch:
             moe_probs_in_expert=col("moe_probs_in_expert", bool, bool),
             zero3_once_per_step=col("zero3_once_per_step", bool, bool),
             kv_head_replication=col("kv_head_replication", bool, bool),
+            zero2_grad_last_microbatch=col("zero2_grad_last_microbatch", bool, bool),
             grouped_gemm_streams=col("grouped_gemm_streams"),
             dtype=dtypes.pop(),
         )
@@ -253,6 +255,7 @@ class ConfigBatch:
             moe_probs_in_expert=bool(self.moe_probs_in_expert[i]),
             zero3_once_per_step=bool(self.zero3_once_per_step[i]),
             kv_head_replication=bool(self.kv_head_replication[i]),
+            zero2_grad_last_microbatch=bool(self.zero2_grad_last_microbatch[i]),
             grouped_gemm_streams=int(self.grouped_gemm_streams[i]),
         )
 
@@ -263,4 +266,5 @@ _NEW_COLUMNS = {"recompute_num_layers": 0, "recompute_method": 0, "recompute_lay
                 "zero_shard_group": 0, "pipeline_layout": "", "loss_chunk_tokens": 0, "optimizer_moment_bytes": 4.0,
                 "fp8_current_scaling": False, "grad_buffer_bytes": 4.0, "fp8_param_gather": False,
                 "grouped_gemm_streams": 1, "moe_probs_in_expert": False,
-                "zero3_once_per_step": False, "kv_head_replication": False}
+                "zero3_once_per_step": False, "kv_head_replication": False,
+                "zero2_grad_last_microbatch": False}

@@ -49,6 +49,17 @@ def fsdp_once_per_step(batch: ConfigBatch):
         & (np.asarray(batch.pp) > 1)
 
 
+def zero2_reduced_once(batch: ConfigBatch):
+    """ZeRO-2 rows whose stack keeps the whole gradient buffer until the last micro-batch and
+    reduce-scatters it there (``ParallelConfig.zero2_grad_last_microbatch``, the stack's
+    ``zero2_grad_reduce: last_microbatch``): the stack's only gradient sharding is its
+    distributed optimizer, so such a row holds and moves what ZeRO-1 does (``row_terms``,
+    ``step_model._dp_after_flush``). Rows gathered once a step under a pipeline
+    (``fsdp_once_per_step``) are priced by that rule instead."""
+    return (np.asarray(batch.zero_stage) == 2) & np.asarray(batch.zero2_grad_last_microbatch, dtype=bool) \
+        & ~fsdp_once_per_step(batch)
+
+
 def layer_params(model: ModelSpec, tp, ep, etp):
     """Per-GPU parameters of one dense layer, and of one MoE layer's non-expert and expert parts."""
     dense = params.dense_layer_params(model) / tp + params.replicated_kv_params_per_tp_rank(model, tp)
@@ -65,7 +76,9 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     ``head_p``, ``mtp_p``); the ZeRO shard group (``shard``) and the experts' (``expert_shard``),
     ``zero`` (the ZeRO stage the model states are held at: 1 for a ZeRO-2 / ZeRO-3 row that
     gathers once a step under a pipeline, ``fsdp_once_per_step``, whose stage keeps its 16-bit
-    weights and its gradients whole through the step and only the optimizer states sharded);
+    weights and its gradients whole through the step and only the optimizer states sharded, and
+    for a ZeRO-2 row whose stack reduces its gradients on the last micro-batch only,
+    ``zero2_reduced_once``);
     ZeRO-3's gathered-parameter buffers, and such a row's (``z3``, bytes); one micro-batch's logits
     (``logits``, bytes); the offloaded optimizer fraction (``off``); the uniform recomputation
     group (``rc_group``, layers); the Adam moment bytes (``moments``); the gradient buffer's bytes
@@ -81,7 +94,7 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     tokens = np.asarray(batch.micro_batch, dtype=float) * float(model.seq_len) / cp
     zero = np.asarray(batch.zero_stage)
     once = fsdp_once_per_step(batch)
-    states_zero = np.where(once, 1, zero)
+    states_zero = np.where(once | zero2_reduced_once(batch), 1, zero)
     dense_p, moe_ne_p, moe_ex_p = layer_params(model, tp, ep, etp)
     dp_group = dp * cp
     shard = sharding.shard_size(dp_group, batch.zero_shard_group)

@@ -87,7 +87,7 @@ BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather
                "softmax_scale_pass", "attention_unpad", "glu_clamp_eager", "unfused_block_ops", "pipe_exchange_blocking",
                "param_gather_per_tensor", "cuda_graphs", "fp8_current_scaling", "collective_per_rank_copies",
                "zero3_grad_all_reduce", "zero1_grad_all_reduce", "fp8_param_gather", "moe_probs_in_expert",
-               "zero3_once_per_step", "kv_head_replication")
+               "zero3_once_per_step", "kv_head_replication", "zero2_grad_last_microbatch")
 #: non-negative integer fields (0 = not set)
 LAYOUT_FIELDS = ("first_stage_layers", "last_stage_layers", "recompute_num_layers", "recompute_layers_decrement",
                  "offload_activation_layers", "zero_shard_group", "loss_chunk_tokens")
@@ -193,6 +193,12 @@ class ParallelConfig:
         zero3_grad_all_reduce: under ZeRO-3 each rank all-reduces its fp16 gradients one reduce
             bucket (``grad_bucket_elements``) at a time and keeps its shard (DeepSpeed 0.3's
             default ``reduce_scatter: false``); off = reduce-scattered.
+        zero2_grad_last_microbatch: ZeRO-2 keeps the whole gradient buffer until the last
+            micro-batch and reduce-scatters it there (the stack's ``zero2_grad_reduce``
+            ``last_microbatch``: a stack whose only gradient sharding is a distributed optimizer,
+            Megatron-LM 2019-2022, NeMo 24): ZeRO-1's model states and traffic; off = the
+            gradients are reduce-scattered to their shards after every micro-batch's backward
+            (DeepSpeed stage 2, FSDP SHARD_GRAD_OP, Megatron-FSDP ``optim_grads``).
         zero3_once_per_step: with pipeline parallelism (pp > 1) ZeRO-3 gathers each stage's
             parameters once a step, at the stage's first forward, keeps them whole, accumulates
             whole gradients and reduce-scatters them once after the stage's last backward
@@ -376,6 +382,7 @@ class ParallelConfig:
     zero3_grad_all_reduce: bool = False
     zero1_grad_all_reduce: bool = False
     zero3_once_per_step: bool = False
+    zero2_grad_last_microbatch: bool = False
     recompute_num_layers: int = 0
     recompute_method: RecomputeMethod = RecomputeMethod.BLOCK
     recompute_layers_decrement: int = 0

@@ -17,7 +17,8 @@ STACK_FIELDS = ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_byte
                 "attention_unpad", "glu_clamp_eager", "unfused_block_ops", "pipe_exchange_blocking", "grouped_gemm_streams", "cross_entropy", "grad_accumulation_fusion", "zero3_recompute_gather", "param_gather_per_tensor", "cuda_graphs",
                 "fp8_current_scaling", "zero3_persistence_elements", "collective_per_rank_copies",
                 "zero3_grad_all_reduce", "zero1_grad_all_reduce", "grad_buffer_bytes", "fp8_param_gather",
-                "selective_modules", "moe_probs_in_expert", "zero3_once_per_step", "kv_head_replication")
+                "selective_modules", "moe_probs_in_expert", "zero3_once_per_step", "kv_head_replication",
+                "zero2_grad_last_microbatch")
 #: dtypes whose gradients a stack reduces as bf16 ones (FP8 recipes keep bf16 parameters)
 _BF16_LIKE = ("bf16", "fp8", "mxfp8", "nvfp4")
 #: dtypes whose weights Megatron's ``--fp8-param-gather`` keeps as FP8 tensors only
@@ -83,6 +84,7 @@ def stack_config_fields(stack: StackSpec, dtype: str = "bf16", model_name: str |
         "moe_probs_in_expert": t.moe_probs_in_expert,
         "zero3_once_per_step": t.zero3_under_pipeline == "once_per_step",
         "kv_head_replication": t.kv_head_replication,
+        "zero2_grad_last_microbatch": t.zero2_grad_reduce == "last_microbatch",
     }
 
 

@@ -40,7 +40,7 @@ from hardware_specs.errors import InputError
 from simulator import stage_memory
 from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES, ConfigBatch
 from simulator.layer_times import layer_times
-from simulator.memory_rows import fsdp_once_per_step
+from simulator.memory_rows import fsdp_once_per_step, zero2_reduced_once
 from simulator.parallel_config import Recompute, Schedule
 from simulator.step_pipeline import Ends, PerLayer, pipeline_pass
 from simulator.zero3_collectives import bucket_calls, persistent_gather_s, persistent_layer_tensors, rank_copies_s
@@ -195,8 +195,9 @@ def _grads_reduced_every_microbatch(batch: ConfigBatch, zero):
     DeepSpeed's PipelineEngine after the schedule). A ZeRO-2 row whose stack defers FSDP's
     reduction under a pipeline (``fsdp_once_per_step``: torch.distributed.pipelining runs every
     backward but the last with ``set_requires_gradient_sync(False)``) reduces once, after the
-    flush (``_dp_after_flush``)."""
-    return ((zero == 2) & ~fsdp_once_per_step(batch)) \
+    flush (``_dp_after_flush``), and so does one whose stack keeps ZeRO-2's gradients whole until
+    the last micro-batch (``zero2_reduced_once``: ZeRO-1's reduction)."""
+    return ((zero == 2) & ~fsdp_once_per_step(batch) & ~zero2_reduced_once(batch)) \
         | ((zero <= 1) & batch.grad_reduce_every_microbatch & (batch.pp == 1))
 
 
@@ -667,7 +668,10 @@ def _dp_after_flush(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel
     # stack's ZeRO-3 reduces (``fsdp_once_per_step``: the same FSDP post-backward for both)
     z3_once = fsdp_once_per_step(batch)
     zero3 = np.where(batch.zero3_grad_all_reduce, grad_ar + e_ar, grad_rs + e_rs)
-    grad_comm = np.where(per_mb_grads, 0.0, np.where(zero == 0, grad_ar + e_ar, np.where(zero == 1, zero1, 0.0)))
+    # (a ZeRO-2 row whose stack reduces on the last micro-batch only reduces as ZeRO-1 does,
+    # ``zero2_reduced_once``)
+    grad_comm = np.where(per_mb_grads, 0.0, np.where(zero == 0, grad_ar + e_ar,
+                                                     np.where((zero == 1) | zero2_reduced_once(batch), zero1, 0.0)))
     grad_comm = np.where(z3_once, zero3, grad_comm) + cross
     gather_comm = np.where((zero == 1) | (zero == 2) | z3_once, param_ag + e_ag, 0.0)
     # the last bucket starts only when the backward has produced it: its share of the traffic

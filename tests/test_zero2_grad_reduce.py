@@ -1,0 +1,63 @@
+"""ZeRO-2 as the stack runs it (``zero2_grad_reduce``): gradients reduce-scattered to their shards
+after every micro-batch (DeepSpeed stage 2, FSDP SHARD_GRAD_OP, Megatron-FSDP ``optim_grads``:
+NVIDIA/Megatron-LM megatron_fsdp.py ``grad_reduce_every_bprop``), or kept whole until the last
+micro-batch where the stack's only gradient sharding is a distributed optimizer (Megatron-LM
+2019-2022, NeMo 24), which is ZeRO-1."""
+import pytest
+
+from hardware_specs.catalog import load_stack
+from paraplan import api
+from simulator.stack_defaults import stack_config_fields
+
+#: llama3-8b on 16 H100 (dp 16, tp 1, pp 1), 8 micro-batches a step
+RUN = dict(gpus=16, tp=1, pp=1, global_batch=128, micro_batch=1, recompute="full")
+
+
+def _report(zero: int, **fields):
+    report, model, _ = api.simulate_report("llama3-8b", "dgx-h100", zero_stage=zero, **RUN, **fields)
+    return report
+
+
+@pytest.mark.parametrize("stack, last", [("megatron-core", False), ("megatron-bridge", False),
+                                         ("megatron-core-0.12", False), ("deepspeed-2021", False),
+                                         ("megatron-lm-2022", True), ("nemo-24", True)])
+def test_the_stack_says_when_zero2_reduces(stack, last):
+    assert stack_config_fields(load_stack(stack), "bf16", "llama3-8b", "h100-sxm-80gb")[
+        "zero2_grad_last_microbatch"] is last
+
+
+def test_megatron_cores_zero2_is_megatron_fsdp_sharding_gradients_every_micro_batch():
+    """Megatron-Core's ZeRO-2 (the Megatron export writes Megatron-FSDP optim_grads) holds 1/dp of
+    the fp32 gradients: 8,030,257,152 parameters x 4 bytes / 16 = 2,007,564,288 bytes, and
+    reduce-scatters them every micro-batch, so nothing of them is left for after the flush."""
+    z2, z1 = _report(2), _report(1)
+    params = z2.extras["params_local"]
+    assert params == 8_030_257_152
+    assert z2.memory_breakdown_bytes["gradients_bytes"] == pytest.approx(params * 4 / 16, rel=1e-12)
+    assert z1.memory_breakdown_bytes["gradients_bytes"] == pytest.approx(params * 4, rel=1e-12)
+    # the flush reduces nothing: ZeRO-1's reduce-scatter of the whole stage is gone from after it
+    assert z2.extras["dp_comm_total_s"] < z1.extras["dp_comm_total_s"]
+
+
+def test_a_zero2_kept_whole_to_the_last_micro_batch_is_zero1():
+    """With ``zero2_grad_last_microbatch`` the gradient buffer stays whole (params x 4 bytes) and
+    is reduce-scattered once, after the last micro-batch, as ZeRO-1's: the step, its parts and the
+    memory are ZeRO-1's to the last bit."""
+    z2 = _report(2, zero2_grad_last_microbatch=True)
+    z1 = _report(1, zero2_grad_last_microbatch=True)
+    assert z2.memory_breakdown_bytes == z1.memory_breakdown_bytes
+    assert z2.memory_breakdown_bytes["gradients_bytes"] == pytest.approx(z2.extras["params_local"] * 4, rel=1e-12)
+    assert z2.time_breakdown_s == z1.time_breakdown_s
+    assert z2.step_time_s == z1.step_time_s
+    assert z2.time_breakdown_s["zero3_comm_exposed_s"] == 0.0
+
+
+def test_the_planner_prices_zero2_as_simulate_does_on_a_stack_that_keeps_it_whole():
+    """The planner reads the flag from the stack as simulate does: its best ZeRO-2 plan on
+    Megatron-LM 2022 (whole gradients to the last micro-batch) re-simulated gives its numbers."""
+    kw = dict(global_batch=128, stack="megatron-lm-2022", zero_stage=2)
+    ranked = api.plan("llama3-8b", "dgx-h100", 16, max_plans=1, **kw)
+    best = api.best_plan("llama3-8b", "dgx-h100", 16, **kw)
+    assert int(ranked.iloc[0].zero_stage) == 2 and best.iloc[0].config == ranked.iloc[0].config
+    assert float(best.iloc[0].step_time_s) == pytest.approx(float(ranked.iloc[0].step_time_s), rel=1e-9)
+    assert float(best.iloc[0].memory_gib) == pytest.approx(float(ranked.iloc[0].memory_gib), rel=1e-9)
