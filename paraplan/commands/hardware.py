@@ -447,7 +447,9 @@ def stacks_cmd(name: str | None, as_json: bool) -> None:
         click.echo(format_table(rows, ["stack", "framework", "versions", "description"], align="llll"), nl=False)
         return
     d = data[0]
-    lines = [f"stack {d['name']} ({d['framework']} {', '.join(d['versions']) or 'any version'}): {d['description']}"]
+    releases = ", ".join(d["versions"]) or ("runs that state no version" if stacks[0].default_when_version_unstated
+                                            else "no release: chosen by name only")
+    lines = [f"stack {d['name']} ({d['framework']} {releases}): {d['description']}"]
     for key, value in (d["training"] or {}).items():
         lines.append(f"  {key:32s} {value!s:>12}  {d['citations'].get('training.' + key, '')}")
     for key, value in (d.get("serving") or {}).items():
