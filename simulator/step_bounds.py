@@ -40,7 +40,8 @@ from model_specs.model_spec import ModelSpec
 from simulator.config_batch import ConfigBatch
 from simulator.memory_rows import BOUND_MARGIN, row_terms
 from simulator.step_model import (_FULL, _degrees, _dp_after_flush, _layer_times, _optimizer_step_s, _overlapped,
-                                  _pipeline_inputs, _shard_groups, _stage_params, _weight_cast_fill_s)
+                                  _pipeline_inputs, _shard_groups, _stage_params, _weight_cast_fill_s,
+                                  after_flush_tail_shares)
 from simulator.stage_cells import distinct_stage_counts
 
 #: per-stage counts the busiest stage's work is linear in: layers, ends, and sends (forward and backward)
@@ -58,8 +59,9 @@ def step_time_floor_s(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMod
     flush, lay, sp_, rates = _pipeline_floor_s(model, cluster, eff, batch, memory_by_part, any_counts=False)
     dp, tp, pp, cp, ep, etp, vpp = _degrees(batch)
     grad_comm, gather_comm, bucket_share, tied_comm = _dp_after_flush(model, cluster, eff, batch, sp_, rates.act_bytes)
-    dp_tail = (_overlapped(grad_comm, np.inf, bucket_share * grad_comm, batch.overlap_grad_reduce)
-               + _overlapped(gather_comm, np.inf, bucket_share * gather_comm, batch.overlap_param_gather)
+    grad_share, gather_share = after_flush_tail_shares(model, sp_, tp, batch, bucket_share)
+    dp_tail = (_overlapped(grad_comm, np.inf, grad_share * grad_comm, batch.overlap_grad_reduce)
+               + _overlapped(gather_comm, np.inf, gather_share * gather_comm, batch.overlap_param_gather)
                + tied_comm)
     shard, _, expert_shard = _shard_groups(batch, dp * cp, sp_["edp"])
     optimizer = _optimizer_step_s(cluster, eff, batch, memory_by_part, shard, expert_shard)[0]

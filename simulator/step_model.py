@@ -500,10 +500,8 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     # block, the first blocks (the embedding's and the first layer's) with nothing before them to
     # hide under; its reduce-scatter runs after the stage's last backward (the pipeline runtime's
     # post-backward, after the micro-batch loop) and overlaps nothing
-    once = fsdp_once_per_step(batch)
-    exposed_grad = np.where(once, grad_comm, _overlapped(grad_comm, pipe["first_window_bw_s"],
-                                                         bucket_share * grad_comm, batch.overlap_grad_reduce))
-    gather_share = np.where(once, _first_blocks_share(model, sp_, tp), bucket_share)
+    grad_share, gather_share = after_flush_tail_shares(model, sp_, tp, batch, bucket_share)
+    exposed_grad = _overlapped(grad_comm, pipe["first_window_bw_s"], grad_share * grad_comm, batch.overlap_grad_reduce)
     exposed_gather = _overlapped(gather_comm, pipe["first_window_f_s"], gather_share * gather_comm,
                                  batch.overlap_param_gather)
     persist_gather = persistent_gather_s(model, cluster, eff, batch, shard, param_bytes)
@@ -686,6 +684,18 @@ def _dp_after_flush(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel
         tied = tied + np.where(pp > 1, group_collective_time_s("all_reduce", tied_bytes, 2.0, tp * cp * dp * (pp - 1),
                                                                cluster, eff), 0.0)
     return grad_comm, gather_comm, bucket_share, tied
+
+
+def after_flush_tail_shares(model: ModelSpec, sp_: dict, tp, batch: ConfigBatch, bucket_share):
+    """(gradient, gather) shares of the after-flush traffic (``_dp_after_flush``) that no compute
+    window can hide, the rest hiding under the first stage's last backward / first forward as far
+    as the stack overlaps them: the last bucket's share (``bucket_share``); for a ZeRO-2 / ZeRO-3
+    stage gathered once a step (``fsdp_once_per_step``) the whole reduce-scatter, which runs after
+    the micro-batch loop and overlaps nothing, and the first blocks' gathers
+    (``_first_blocks_share``). ``evaluate`` and the planner's floor (``step_bounds``) both take
+    them from here, so the floor stays below the step."""
+    once = fsdp_once_per_step(batch)
+    return np.where(once, 1.0, bucket_share), np.where(once, _first_blocks_share(model, sp_, tp), bucket_share)
 
 
 def _first_blocks_share(model: ModelSpec, sp_: dict, tp):
