@@ -473,6 +473,9 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int, global_b
             df[col] = df[col].astype(str)
     df = _with_plan_columns(df.reset_index(drop=True), model_spec, cluster_spec, gpus)
     df.attrs["explain"] = getattr(result, "explain", "")
+    # the stack fields every row was priced with, per dtype (a row carries only its searched
+    # fields; an export reads the rest, ``best_plan_for``)
+    df.attrs["software"] = {d: dict(f) for d, f in getattr(result, "software", {}).items()}
     stack = constraints.get("stack") or DEFAULT_STACK
     df.attrs["stack"] = stack.name if isinstance(stack, StackSpec) else str(stack)     # what it was priced on
     return df
@@ -603,11 +606,14 @@ def best_plan_for(framework: str, model, cluster, gpus: int, global_batch_tokens
     if plans is None:
         plans = plan(model, cluster, gpus, global_batch_tokens, **what_if, **kwargs)
     spec = _model(model, what_if.get("seq_len"))
-    from hardware_specs.catalog import load_stack
-    from simulator.stack_defaults import stack_config_fields
-    selective = stack_config_fields(load_stack(kwargs["stack"]), model_name=spec.name)["selective_modules"]
-    row, rank, slowdown = exports.best_runnable(plans, framework, model=spec, seq_len=spec.seq_len,
-                                                selective_modules=selective)
+    software = plans.attrs.get("software")
+    if not software:        # a table not from :func:`plan`: the stack's fields for each of its dtypes
+        from hardware_specs.catalog import load_stack
+        from simulator.stack_defaults import stack_config_fields
+        stack = load_stack(kwargs["stack"])
+        software = {str(d): stack_config_fields(stack, str(d), spec.name) for d in pd.unique(plans["dtype"])}
+    row, rank, slowdown = exports.best_runnable(plans, framework, software=software, model=spec,
+                                                seq_len=spec.seq_len)
     config = {k: _plain(row[k]) for k in CONFIG_FIELDS if k in row}
     out = simulate(model, cluster, **{k: v for k, v in what_if.items() if v is not None},
                    stack=kwargs["stack"], **config)

@@ -189,6 +189,26 @@ def test_compile_follows_the_stack_the_plan_was_priced_on():
     assert "config.compile.enable_async_tensor_parallel = True" in torchtitan.emit(row)
 
 
+@pytest.mark.parametrize("stack, compiled", [("torchtitan", False), ("torchtitan-compile", True)])
+def test_a_planner_result_exports_the_stack_it_was_priced_on(stack, compiled):
+    """A ranked row holds only its searched fields: the export of the planner's winner (and
+    ``plan --emit``) reads the rest from the stack the search priced it on (``PlanResult.software``).
+    Without it a ZeRO-3 pipeline plan priced on torchtitan, gathered once a step, went out
+    resharding after every forward and compiled, as ``ParallelConfig``'s defaults say."""
+    from hardware_specs.catalog import load_cluster
+    from model_specs.catalog import load_model
+    from paraplan import exports
+    from planners import plan
+    result = plan(load_model("llama3-8b"), load_cluster("dgx-h100"), 16, 32, stack=stack,
+                  fixed={"pp": [2], "zero_stage": [3], "tp": [1]}, max_plans=5)
+    text = exports.emit(result, "torchtitan")
+    assert "config.parallelism.fsdp_reshard_after_forward = 'never'" in text
+    assert ("    config.compile.enable = True\n" in text) is compiled
+    row, rank, _ = exports.best_runnable(result.plans, "torchtitan", software=result.software, model=result.model,
+                                        seq_len=result.seq_len)
+    assert rank == 0 and row["zero3_once_per_step"] is True and row["unfused_block_ops"] is (not compiled)
+
+
 def test_a_compiled_float8_plan_tells_the_converter_the_model_is_compiled():
     assert "model_compile_enabled=True" in torchtitan.emit(_priced_on("torchtitan-compile", dtype="fp8"))
     assert "model_compile_enabled" not in torchtitan.emit(_priced_on("torchtitan", dtype="fp8"))

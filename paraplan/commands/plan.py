@@ -159,21 +159,19 @@ def _emit(result: PlanResult, spec, framework: str, cl=None, switches=None, stac
     ``stack``: the stack the plans were priced on (what their ``selective`` recomputes)."""
     from paraplan import exports
     from paraplan.api import config_label
-    from simulator.stack_defaults import stack_config_fields
     if cl is not None:
         exports.check_hardware(cl.gpu, framework)
     context = {"model": spec, "seq_len": result.seq_len, "gpu": result.gpu, "cluster": result.cluster,
                **(switches or {})}
-    if stack is not None:
-        context["selective_modules"] = stack_config_fields(stack, model_name=spec.name)["selective_modules"]
     if cl is not None:      # the cluster as loaded (a file's too), for the launch's hosts
         context["gpus_per_host"] = cl.launch_gpus_per_host
         context["efficiency_fitted"] = not priors.is_prior(cl)     # the header says when it rests on a prior
-    row, rank, slowdown = exports.best_runnable(result.plans, framework, **context)
+    row, rank, slowdown = exports.best_runnable(result.plans, framework, software=result.software, **context)
     if rank == 0:
         note = f"the unrestricted winner runs in {framework} as planned"
     else:
-        winner = {**result.plans.iloc[0].to_dict(), **context}
+        first = result.plans.iloc[0].to_dict()
+        winner = {**dict(result.software.get(str(first.get("dtype")), {})), **first, **context}
         why = exports.refusal(winner, framework)
         note = (f"best plan {framework} can run: rank {rank + 1} of {len(result.plans)}, {100 * slowdown:.1f}% "
                 f"slower than the unrestricted winner ({config_label(winner)}: {why.field}: {why.message})")

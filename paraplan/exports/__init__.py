@@ -17,6 +17,7 @@ plan table, the fastest plan a framework can run and how much slower it is than 
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
@@ -107,12 +108,16 @@ def launch_notes(plan_row: Any, framework: str, note: str = "") -> str:
     return deepspeed.recipe(plan_row, note) if module(framework) is deepspeed else ""
 
 
-def best_runnable(plans: pd.DataFrame, framework: str, **context: Any) -> tuple[dict, int, float]:
+def best_runnable(plans: pd.DataFrame, framework: str, software: Mapping[str, Mapping] | None = None,
+                  **context: Any) -> tuple[dict, int, float]:
     """``(row, rank, slowdown)``: the fastest row of ``plans`` (ranked fastest first) that
     ``framework`` can run as planned, its 0-based rank, and how much slower it is than row 0
-    (``1 - its tokens/s / row 0's``; 0 when row 0 runs). ``context`` fills fields the rows lack
-    (``model``, ``seq_len``, ``cluster``, ``gpu``). Rows are tried in rank order and the search
-    stops at the first that runs. Raises ``InputError`` when none does."""
+    (``1 - its tokens/s / row 0's``; 0 when row 0 runs). ``software``: the stack fields the plans
+    were priced with, per dtype (``PlanResult.software``; a ranked row carries only its searched
+    fields, and an export reads the rest: compile, FSDP resharding, the recomputation policy);
+    ``context`` fills fields the rows lack (``model``, ``seq_len``, ``cluster``, ``gpu``). Rows are
+    tried in rank order and the search stops at the first that runs. Raises ``InputError`` when
+    none does."""
     mod = module(framework)
     if len(plans) == 0:
         raise InputError("plan", "the search found no plan", "relax the request")
@@ -121,7 +126,7 @@ def best_runnable(plans: pd.DataFrame, framework: str, **context: Any) -> tuple[
     for rank, rec in enumerate(_records(plans)):
         if rank == 0:
             best = rec.get("tokens_per_s")
-        row = {**rec, **context}
+        row = {**dict((software or {}).get(str(rec.get("dtype")), {})), **rec, **context}
         err = mod.refusal(plan_fields(row))
         if err is None:
             mine = rec.get("tokens_per_s")

@@ -119,7 +119,10 @@ def _row(plan_row: Any) -> dict:
         result = plan_row
         if len(result.plans) == 0:
             raise InputError("plan", "the search found no plan", "relax the request")
-        return {**result.plans.iloc[0].to_dict(), "model": result.model, "seq_len": result.seq_len,
+        winner = result.plans.iloc[0].to_dict()
+        # the stack fields it was priced with (a ranked row carries only its searched fields)
+        software = dict(getattr(result, "software", {}).get(str(winner.get("dtype")), {}))
+        return {**software, **winner, "model": result.model, "seq_len": result.seq_len,
                 "cluster": result.cluster, "gpu": result.gpu}
     if isinstance(plan_row, StepReport):
         row = {**plan_row.as_dict(), **dict(plan_row.config)}
