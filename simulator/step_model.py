@@ -201,6 +201,17 @@ def _grads_reduced_every_microbatch(batch: ConfigBatch, zero):
         | ((zero <= 1) & batch.grad_reduce_every_microbatch & (batch.pp == 1))
 
 
+def _microbatch_grad_collective(batch: ConfigBatch, zero, reduce_scatter_s, all_reduce_s):
+    """Seconds of one micro-batch's gradient reduction, for rows that reduce every micro-batch
+    (``_grads_reduced_every_microbatch``), from the two collectives' times: ZeRO-2 reduce-scatters
+    to the shards; ZeRO-1 reduce-scatters too, or all-reduces where the stack's ZeRO-1 reduces
+    whole (``zero1_grad_all_reduce``); plain data parallelism all-reduces. The layers' and the
+    model ends' reductions (``_pipeline_inputs``) both choose here."""
+    return np.where(zero == 2, reduce_scatter_s,
+                    np.where(zero == 1, np.where(batch.zero1_grad_all_reduce, all_reduce_s, reduce_scatter_s),
+                             all_reduce_s))
+
+
 def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch, lay: dict,
                      sp_: dict, rates, tokens):
     """(PerLayer, Ends): per-layer pass durations with the exposed ZeRO traffic and unfused
@@ -292,8 +303,7 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         # ZeRO-3: the next layer's gather runs under this layer's pass (as far as the stack
         # prefetches); in backward the gathers and the gradient reduce-scatter share the window
         z3f = np.where(z3_per_mb, _overlapped(ag, fwd_window, 0.0, batch.overlap_param_gather), 0.0)
-        grad_mb = np.where(zero == 2, rs_grad,
-                           np.where(zero == 1, np.where(batch.zero1_grad_all_reduce, ar_grad, rs_grad), ar_grad))
+        grad_mb = _microbatch_grad_collective(batch, zero, rs_grad, ar_grad)
         z3_grad = np.where(batch.zero3_grad_all_reduce, ar_grad, rs_grad)
         bwd_comm = np.where(z3_per_mb, ag * (1.0 + regather) + z3_grad, np.where(per_mb_grads, grad_mb, 0.0))
         grad_window = b + w
@@ -387,7 +397,8 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
             return 0.0 * tp, 0.0 * tp
         copies = rank_copies_s(batch, shard, eff)
         ag = group_collective_time_s("all_gather", n_params * param_bytes, shard, tp, cluster, eff) + copies
-        rs = group_collective_time_s("reduce_scatter", n_params * param_bytes, shard, tp, cluster, eff) + copies
+        rs = group_collective_time_s("reduce_scatter", n_params * batch.grad_reduce_bytes, shard, tp, cluster,
+                                     eff) + copies
         calls = bucket_calls(n_params, bucket)
         ar = calls * group_collective_time_s("all_reduce", n_params * batch.grad_reduce_bytes / calls, dp_group, tp,
                                              cluster, eff)
@@ -407,7 +418,7 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         rs = group_collective_time_s("reduce_scatter", nbytes, shard, tp, cluster, eff) + rank_copies_s(batch, shard,
                                                                                                          eff)
         ar = group_collective_time_s("all_reduce", nbytes, dp_group, tp, cluster, eff)
-        grad = np.where(zero == 2, rs, np.where(zero == 1, np.where(batch.zero1_grad_all_reduce, ar, rs), ar))
+        grad = _microbatch_grad_collective(batch, zero, rs, ar)
         return np.where(per_mb_grads, _overlapped(grad, window, 0.0, batch.overlap_grad_reduce), 0.0)
 
     emb_z3_f, emb_z3_bw = z3_ends(emb_params)
