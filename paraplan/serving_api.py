@@ -61,7 +61,7 @@ def _without_expert_split(plan: ServingPlan) -> ServingPlan:
     def frame(df):
         df = df.copy()
         for c in _expert_split_columns(df.columns):
-            df[c] = np.nan
+            df[c] = pd.Series(np.nan, index=df.index, dtype=EXPERT_SPLIT_DTYPES["plan"])
         return df
     best = plan.best
     if best is not None:

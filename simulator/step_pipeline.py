@@ -77,8 +77,11 @@ class PerLayer:
 class Ends:
     """Per-row durations of the model's ends (seconds, one micro-batch): embedding, LM head and
     loss, one MTP module's projection and head pass, the send/recv between positions, and the
-    ZeRO-3 gathers / reduce-scatters of the embedding and output layer (``*_z3_f`` in forward,
-    ``*_z3_bw`` in backward, charged to W)."""
+    per-micro-batch data-parallel traffic of the embedding and output layer not hidden: ZeRO-3's
+    gathers (``*_z3_f`` in forward) and, in backward (``*_z3_bw``, charged to W), ZeRO-3's
+    gathers and gradient reductions and the gradient reductions of rows that reduce every
+    micro-batch (ZeRO-2; DP / ZeRO-1 without no_sync). The ``z3`` in the names is the step
+    report's part they land in, ``zero3_comm_exposed_s``."""
 
     emb_f: np.ndarray
     emb_b: np.ndarray

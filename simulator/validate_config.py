@@ -111,9 +111,10 @@ def check_kv_heads(model: ModelSpec, tp: int, replication: bool, field: str = "t
     if tp % g or replication:
         raise InputError(field, f"tp={tp} and the {g} key/value heads of {model.name} do not divide each other",
                          f"choose tp from {_divisors(g)}" + (" or a multiple of it" if replication else ""))
-    raise InputError(field, f"tp={tp} is more than the {g} key/value heads of {model.name}; the training stack "
-                     "splits whole heads over tp (Megatron-Core <= 0.15: num_query_groups % tp == 0; torchtitan alike)",
-                     f"choose tp from {_divisors(g)}")
+    # (Megatron-Core <= 0.15 asserts num_query_groups % tp == 0; torchtitan views whole heads)
+    raise InputError(field, f"tp={tp} is more than the {g} key/value heads of {model.name}, and the stack splits "
+                     "whole heads over tp (its kv_head_replication is off)",
+                     f"choose tp from {_divisors(g)}, or a stack that replicates key/value heads")
 
 
 def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = None) -> None:

@@ -209,6 +209,18 @@ def test_a_planner_result_exports_the_stack_it_was_priced_on(stack, compiled):
     assert rank == 0 and row["zero3_once_per_step"] is True and row["unfused_block_ops"] is (not compiled)
 
 
+def test_an_fsdp_pipeline_plan_priced_per_micro_batch_is_refused():
+    """torchtitan under a pipeline gathers each stage once a step and reduces once: a ZeRO-2 / 3
+    plan priced per layer and micro-batch (another stack's FSDP) is not what it would run."""
+    per_layer = _priced_on("pytorch-fsdp", pp=2, global_batch=64, recompute="full")
+    assert per_layer["zero3_once_per_step"] is False
+    with pytest.raises(InputError) as err:
+        torchtitan.emit(per_layer)
+    assert err.value.field == "zero_stage" and "--stack torchtitan" in err.value.fix
+    once = _priced_on("torchtitan", pp=2, global_batch=64, recompute="full")
+    assert "fsdp_reshard_after_forward = 'never'" in torchtitan.emit(once)
+
+
 def test_a_compiled_float8_plan_tells_the_converter_the_model_is_compiled():
     assert "model_compile_enabled=True" in torchtitan.emit(_priced_on("torchtitan-compile", dtype="fp8"))
     assert "model_compile_enabled" not in torchtitan.emit(_priced_on("torchtitan", dtype="fp8"))

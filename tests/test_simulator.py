@@ -384,7 +384,7 @@ def test_tp_beyond_the_kv_heads_is_refused_on_a_stack_that_splits_whole_heads():
         check_config(model, ParallelConfig(dp=8, tp=16, pp=8, global_batch=512, **fields), 1024)
     assert err.value.field == "tp"
     assert "tp=16 is more than the 8 key/value heads of llama3.1-405b" in err.value.message
-    assert err.value.fix == "choose tp from 1, 2, 4, 8"
+    assert err.value.fix == "choose tp from 1, 2, 4, 8, or a stack that replicates key/value heads"
     check_config(model, ParallelConfig(dp=16, tp=8, pp=8, global_batch=512, **fields), 1024)
     replicating = dc_replace(stack, training=dc_replace(stack.training, kv_head_replication=True))
     fields = stack_config_fields(replicating, "bf16", model.name)

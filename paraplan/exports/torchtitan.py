@@ -17,10 +17,12 @@ How the plan maps (and what is refused, ``refusal``):
 * ZeRO 0 = ``data_parallel_replicate_degree`` (DDP, only without TP / PP / CP); ZeRO 1-3 =
   FSDP2 over ``data_parallel_shard_degree``; 3 reshards after forward (``"always"``), 1 and 2
   do not (``"never"``: ZeRO-2, the same reduce-scatter + all-gather traffic as Megatron's
-  ZeRO-1, gradients sharded too), nor does 3 under a pipeline where the plan was priced
-  gathering each stage once a step (``zero3_once_per_step``, torchtitan's own default then).
-  Under a pipeline ``"never"`` and that default are one run: ZeRO-2 and such a ZeRO-3 plan
-  are priced alike (one gather and one reduce-scatter of the stage a step).
+  ZeRO-1, gradients sharded too without a pipeline), nor does 3 under a pipeline where the plan
+  was priced gathering each stage once a step (``zero3_once_per_step``, torchtitan's own
+  default then). Under a pipeline ``"never"`` and that default are one run, which keeps the
+  stage's gradients whole to its last backward: ZeRO-2 and such a ZeRO-3 plan are priced alike
+  (one gather and one reduce-scatter of the stage a step), and a ZeRO-2 / ZeRO-3 pipeline plan
+  priced per micro-batch (another stack's FSDP) is refused, as torchtitan would not run it so.
   ``enable_sequence_parallel`` follows the plan.
 * Pipeline: ``module_fqns_per_model_part`` lists the modules of every chunk in the plan's layout
   (``common.stage_layer_counts``; ``tok_embeddings`` with the first chunk, ``norm`` and
@@ -144,6 +146,10 @@ def _settings(p: dict) -> dict:
                          "runs one model copy)", "choose gpipe, 1f1b, interleaved, zb-h1 or zb-v")
     if pp > 1 and schedule == Schedule.GPIPE and p["vpp"] > 1:
         raise InputError("vpp", "GPipe runs one stage per rank", "use vpp 1 or the interleaved schedule")
+    if zero >= 2 and pp > 1 and not p.get("zero3_once_per_step", False):
+        raise InputError("zero_stage", f"under a pipeline torchtitan's FSDP gathers each stage once a step and "
+                         f"reduce-scatters once after its last backward; the plan priced ZeRO-{zero} per layer and "
+                         "micro-batch", "plan with --stack torchtitan (zero3_under_pipeline once_per_step)")
     if zero == 0 and dp > 1 and (tp > 1 or pp > 1):
         raise InputError("zero_stage", "torchtitan runs plain DDP (ZeRO-0) only without TP or PP",
                          "use a plan with zero_stage >= 1 (FSDP2) for torchtitan")
