@@ -611,7 +611,9 @@ def best_plan_for(framework: str, model, cluster, gpus: int, global_batch_tokens
         from hardware_specs.catalog import load_stack
         from simulator.stack_defaults import stack_config_fields
         stack = load_stack(kwargs["stack"])
-        software = {str(d): stack_config_fields(stack, str(d), spec.name) for d in pd.unique(plans["dtype"])}
+        gpu = what_if_cluster(cluster, what_if.get("gpu"), what_if.get("scaleout_gbit_per_s"),
+                              what_if.get("scaleup_gbit_per_s")).gpu.name
+        software = {str(d): stack_config_fields(stack, str(d), spec.name, gpu) for d in pd.unique(plans["dtype"])}
     row, rank, slowdown = exports.best_runnable(plans, framework, software=software, model=spec,
                                                 seq_len=spec.seq_len)
     config = {k: _plain(row[k]) for k in CONFIG_FIELDS if k in row}

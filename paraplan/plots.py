@@ -32,7 +32,7 @@ TIME_LABELS = {
     "cp_comm_exposed_s": "CP comm (exposed)",
     "ep_comm_exposed_s": "EP all-to-all (exposed)",
     "pp_comm_s": "PP send/recv",
-    "zero3_comm_exposed_s": "ZeRO-3 gathers, ZeRO-2 per-micro-batch grads (exposed)",
+    "zero3_comm_exposed_s": "ZeRO-3 gathers, per-micro-batch grad reductions (exposed)",
     "pipeline_bubble_s": "pipeline bubble",
     "dp_comm_exposed_s": "DP grad reduce (exposed)",
     "sync_wait_s": "straggler wait",

@@ -49,6 +49,8 @@ RULES = {
                   "(pipeline.makespan.flush_within_limit: hundreds of stages, or ZB-H2 / ZB-V beyond ~100)",
     "sp_needs_tp": "sequence parallel on with tp = 1 (the same configuration as off)",
     "dominated_zero_without_dp": "ZeRO 1-3 with a data-parallel group of 1 (nothing to shard: ZeRO-0 or worse)",
+    "zero2_is_zero1": "ZeRO-2 on a stack that keeps the gradients whole to the last micro-batch (zero2_grad_reduce "
+                      "last_microbatch): it runs and is priced as ZeRO-1, which the search has",
     "hsdp": "hybrid sharding whose shard group is not a proper divisor (>= 2) of dp*cp",
     "memory": "does not fit in HBM minus the headroom (evaluated)",
 }
@@ -116,6 +118,9 @@ class SearchConstraints:
         kv_head_replication: the stack replicates key/value heads over tp, so tp may also be a
             multiple of them (the stack's ``TrainingBehaviour.kv_head_replication``); False = tp
             must divide them, as ``check_config`` requires.
+        zero2_is_zero1: the stack keeps ZeRO-2's gradients whole to the last micro-batch
+            (``zero2_grad_reduce: last_microbatch``), so a ZeRO-2 row is its ZeRO-1 row again:
+            not searched unless ``fixed`` asks for ZeRO-2.
     """
 
     gpus: tuple[int, int]
@@ -128,6 +133,7 @@ class SearchConstraints:
     prune_dominated: bool = True
     hsdp_gpus: int = 0
     kv_head_replication: bool = False
+    zero2_is_zero1: bool = False
 
 
 @dataclass(frozen=True)
@@ -413,6 +419,7 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
         ("sp_needs_tp", grid((sp == 0)[None, :] | (t > 1))),
         ("fixed", grid(_allowed(fixed, "zero_stage", zero)[None, :])),
         ("dominated_zero_without_dp", ~dominated | (zero == 0)[None, :] | (shard > 1)[:, None]),
+        ("zero2_is_zero1", grid(((zero != 2) | (not c.zero2_is_zero1) | ("zero_stage" in fixed))[None, :])),
         ("fixed", grid(_allowed(fixed, "recompute", rc)[None, :])),
         *_hsdp_rules(cols, c, fixed, zero, hs, shape),
     ], shape, n_dt)

@@ -196,7 +196,7 @@ class ParallelConfig:
         zero2_grad_last_microbatch: ZeRO-2 keeps the whole gradient buffer until the last
             micro-batch and reduce-scatters it there (the stack's ``zero2_grad_reduce``
             ``last_microbatch``: a stack whose only gradient sharding is a distributed optimizer,
-            Megatron-LM 2019-2022, NeMo 24): ZeRO-1's model states and traffic; off = the
+            Megatron-LM 2019-2022, Megatron-Core 0.8-0.12, NeMo 24): ZeRO-1's model states and traffic; off = the
             gradients are reduce-scattered to their shards after every micro-batch's backward
             (DeepSpeed stage 2, FSDP SHARD_GRAD_OP, Megatron-FSDP ``optim_grads``).
         zero3_once_per_step: with pipeline parallelism (pp > 1) ZeRO-3 gathers each stage's

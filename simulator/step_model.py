@@ -186,6 +186,13 @@ def _overlapped(comm, window, tail, overlap):
     return np.where(overlap, np.maximum(comm - window, np.minimum(tail, comm)), comm)
 
 
+def _priced_zero_stage(batch: ConfigBatch):
+    """The ZeRO stage each row's data-parallel traffic is priced at: its own, except ZeRO-2 on a
+    stack that keeps the whole gradient buffer until the last micro-batch (``zero2_reduced_once``),
+    which reduces and gathers as ZeRO-1 does, whatever else the stack does with ZeRO-1."""
+    return np.where(zero2_reduced_once(batch), 1, np.asarray(batch.zero_stage))
+
+
 def _grads_reduced_every_microbatch(batch: ConfigBatch, zero):
     """Rows whose data-parallel gradients are reduced after every micro-batch's backward: ZeRO-2,
     and plain DP / ZeRO-1 under a stack whose accumulation loop has no no_sync
@@ -195,9 +202,9 @@ def _grads_reduced_every_microbatch(batch: ConfigBatch, zero):
     DeepSpeed's PipelineEngine after the schedule). A ZeRO-2 row whose stack defers FSDP's
     reduction under a pipeline (``fsdp_once_per_step``: torch.distributed.pipelining runs every
     backward but the last with ``set_requires_gradient_sync(False)``) reduces once, after the
-    flush (``_dp_after_flush``), and so does one whose stack keeps ZeRO-2's gradients whole until
-    the last micro-batch (``zero2_reduced_once``: ZeRO-1's reduction)."""
-    return ((zero == 2) & ~fsdp_once_per_step(batch) & ~zero2_reduced_once(batch)) \
+    flush (``_dp_after_flush``). ``zero``: the stage as priced (``_priced_zero_stage``: a ZeRO-2
+    row whose stack keeps its gradients whole to the last micro-batch is ZeRO-1)."""
+    return ((zero == 2) & ~fsdp_once_per_step(batch)) \
         | ((zero <= 1) & batch.grad_reduce_every_microbatch & (batch.pp == 1))
 
 
@@ -219,7 +226,7 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
     gpu = cluster.gpu
     param_bytes = rates.act_bytes
     dp, tp, pp, cp, ep, etp, vpp = _degrees(batch)
-    rc, zero = batch.recompute, batch.zero_stage
+    rc, zero = batch.recompute, _priced_zero_stage(batch)
     h = float(model.hidden_size)
     dp_group = dp * cp
     shard, _, expert_shard = _shard_groups(batch, dp_group, sp_["edp"])
@@ -643,7 +650,7 @@ def _dp_after_flush(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel
     Megatron-LM v2.5 ``train_step``; DeepSpeed's pipeline engine ``ReduceTiedGrads`` ->
     ``PipelineModule.allreduce_tied_weight_gradients``, microsoft/DeepSpeed@v0.7.0)."""
     dp, tp, pp, cp, ep, etp, vpp = _degrees(batch)
-    zero = batch.zero_stage
+    zero = _priced_zero_stage(batch)
     dp_group = dp * cp
     edp = sp_["edp"]
     shard, replicas, expert_shard = _shard_groups(batch, dp_group, edp)
@@ -677,10 +684,7 @@ def _dp_after_flush(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel
     # stack's ZeRO-3 reduces (``fsdp_once_per_step``: the same FSDP post-backward for both)
     z3_once = fsdp_once_per_step(batch)
     zero3 = np.where(batch.zero3_grad_all_reduce, grad_ar + e_ar, grad_rs + e_rs)
-    # (a ZeRO-2 row whose stack reduces on the last micro-batch only reduces as ZeRO-1 does,
-    # ``zero2_reduced_once``)
-    grad_comm = np.where(per_mb_grads, 0.0, np.where(zero == 0, grad_ar + e_ar,
-                                                     np.where((zero == 1) | zero2_reduced_once(batch), zero1, 0.0)))
+    grad_comm = np.where(per_mb_grads, 0.0, np.where(zero == 0, grad_ar + e_ar, np.where(zero == 1, zero1, 0.0)))
     grad_comm = np.where(z3_once, zero3, grad_comm) + cross
     gather_comm = np.where((zero == 1) | (zero == 2) | z3_once, param_ag + e_ag, 0.0)
     # the last bucket starts only when the backward has produced it: its share of the traffic

@@ -164,15 +164,13 @@ def test_planner_rows_of_torchtitan_zero2_under_a_pipeline_equal_simulate():
     plans = result.plans
     assert len(plans) >= 1
     software = result.software["bf16"]
-    p0 = _stage0_params()
     for i in range(min(4, len(plans))):
         row = plans.iloc[i]
         report = simulate(MODEL, CLUSTER, row_config(row, software), n_gpus=N)
         assert row["step_time_s"] == pytest.approx(report.step_time_s, rel=1e-9)
         assert row["memory_gib"] * 2**30 == pytest.approx(report.memory_bytes, rel=1e-9)
         # stage 0 holds its whole fp32 gradients (ZeRO-1's states, not 1/dp of them): 4 bytes
-        # for each of its layers' parameters and the embedding's (p0 at the even 12 / 12 split)
+        # for each of its layers' parameters and the embedding's
         stage0 = report.stage_memory[0]
         held = stage0["layers"] * params.dense_layer_params(MODEL) + params.embedding_params(MODEL)
-        assert stage0["layers"] != 12 or held == p0
         assert stage0["parts_bytes"]["gradients_bytes"] == pytest.approx(held * 4.0, rel=1e-12)

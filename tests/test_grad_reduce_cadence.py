@@ -106,3 +106,29 @@ def test_zero2_reduce_scatters_the_layers_and_the_ends_every_micro_batch_and_gat
 
 def test_a_pipeline_reduces_once_a_step_whatever_the_stacks_accumulation_loop_does():
     assert _step(2, True) == pytest.approx(_step(2, False), rel=1e-12)
+
+
+def test_zero3_gathers_and_reduces_the_ends_as_the_layers_in_the_reduction_dtype():
+    """ZeRO-3 on torchtitan (FSDP2, bf16 parameters, fp32 reduce-scatter), llama3-8b on 16 x H100
+    at 8 micro-batches, pp 1, nothing recomputed, nothing overlapped: each micro-batch gathers
+    every layer's and each end's 16-bit weights twice (forward and backward) and reduce-scatters
+    their fp32 gradients, m x sum over L layers and the 2 ends of (2 AG(2 P) + RS(4 P)). The ends'
+    reduce-scatter was sized at the 2-byte parameters."""
+    from cost_models import params
+    from cost_models.topology import group_collective_time_s
+    from hardware_specs.catalog import efficiency_for_cluster
+
+    z3, model, cluster = api.simulate_report("llama3-8b", "dgx-h100", pp=1, overlap_param_gather=False,
+                                             overlap_grad_reduce=False,
+                                             **{**RUN, "zero_stage": 3, "recompute": "none"})
+    eff = efficiency_for_cluster(cluster)
+    assert z3.config["grad_reduce_bytes"] == 4.0 and z3.config["zero3_persistence_elements"] == 0
+    assert not z3.config["param_gather_per_tensor"] and not z3.config["collective_per_rank_copies"]
+
+    def per_block(n: float) -> float:
+        return float(2 * group_collective_time_s("all_gather", 2.0 * n, 16, 1, cluster, eff)
+                     + group_collective_time_s("reduce_scatter", 4.0 * n, 16, 1, cluster, eff))
+
+    blocks = model.num_layers * per_block(params.dense_layer_params(model)) \
+        + per_block(params.embedding_params(model)) + per_block(params.lm_head_params(model))
+    assert z3.time_breakdown_s["zero3_comm_exposed_s"] == pytest.approx(8 * blocks, rel=1e-12)

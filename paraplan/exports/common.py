@@ -29,7 +29,8 @@ def plan_fields(plan_row: Any) -> dict:
     ``first_stage_layers`` / ``last_stage_layers`` among them, 0 = the step model's rule),
     ``model`` (a ``ModelSpec``), ``model_name``, ``seq_len``, ``n_gpus``, ``gpus_per_host`` (of
     the cluster the row names, or the row's own; None = unknown), and the prediction
-    fields it carries (``step_time_s``, ``tokens_per_s``, ``mfu``, ``efficiency_fitted``, ...)."""
+    fields it carries (``step_time_s``, ``tokens_per_s``, ``mfu``, ``efficiency_fitted``, ...).
+    A ZeRO-2 row priced as ZeRO-1 (``zero2_grad_last_microbatch``) is ZeRO-1 here."""
     row = _row(plan_row)
     if isinstance(row.get("config"), Mapping):
         row = {**row, **row["config"]}
@@ -42,6 +43,10 @@ def plan_fields(plan_row: Any) -> dict:
         if n is None:
             raise InputError("dp", "missing from the plan row", "add dp (or n_gpus)")
         config_kwargs["dp"] = int(n) // (config_kwargs["tp"] * config_kwargs["pp"] * int(config_kwargs.get("cp", 1)))
+    if config_kwargs.get("zero_stage") == 2 and config_kwargs.get("zero2_grad_last_microbatch"):
+        # priced as ZeRO-1 (the stack keeps ZeRO-2's gradients whole to the last micro-batch, its
+        # only gradient sharding a distributed optimizer): launched as what was priced
+        config_kwargs["zero_stage"] = 1
     config = ParallelConfig(**config_kwargs)
     out = config.as_dict()
     spec = _model(row.get("model"))
@@ -130,10 +135,13 @@ def _row(plan_row: Any) -> dict:
         return row
     if hasattr(plan_row, "to_dict"):      # pandas Series (or a one-row DataFrame)
         row = plan_row.to_dict()
+        software = getattr(plan_row, "attrs", {}).get("software")
         if row and all(isinstance(v, dict) for v in row.values()):   # DataFrame.to_dict()
             if len(plan_row) != 1:
                 raise InputError("plan", f"expected one plan, got {len(plan_row)} rows", "pass plans.iloc[0]")
             row = plan_row.iloc[0].to_dict()
+        if isinstance(software, Mapping):     # an api.plan row: the stack fields it was priced with
+            row = {**dict(software.get(str(row.get("dtype")), {})), **row}
         return row
     if isinstance(plan_row, Mapping):
         return dict(plan_row)

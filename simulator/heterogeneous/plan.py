@@ -166,8 +166,8 @@ class HeteroPlan:
             raise InputError("schedule", f"{settings.schedule.value} is not modelled across unequal stages",
                              "use " + " or ".join(s.value for s in HETERO_SCHEDULES))
         if settings.zero_stage > 1:
-            raise InputError("zero_stage", f"ZeRO-{settings.zero_stage} reduces (and gathers) every layer over the "
-                             "data-parallel group on each micro-batch; across pools that is not modelled yet",
+            raise InputError("zero_stage", f"ZeRO-{settings.zero_stage} across pools is not modelled yet (its "
+                             "gradients sharded per micro-batch, or its parameters gathered per layer)",
                              "use zero 0 or 1")
         if not isinstance(self.sequence_parallel, bool):
             raise InputError("sequence_parallel", f"must be true or false, got {self.sequence_parallel!r}")
