@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from hardware_specs.catalog import efficiency_for_cluster, load_cluster
