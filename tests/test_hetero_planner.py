@@ -47,7 +47,11 @@ def test_the_vectorized_split_finds_the_ilp_optimum(data):
     lo = np.where(split.count_lo[0] > 0, split.layers_hi[0] - 1, split.layers_hi[0])
     assert (split.layers_hi[0] * split.count_hi[0] + (split.layers_hi[0] - 1) * split.count_lo[0]).sum() == L
     assert (lo[used] >= 1).all() and (split.layers_hi[0][used] <= cap[used]).all()
-    assert split.slowest_s[0] == pytest.approx(ilp[1], rel=1e-9)
+    # the vectorized split is exact; CBC's is optimal within its own tolerances (a fresh clone's
+    # examples drew a 2.0000066 s split from it where a 2.0 s one exists): never worse than the
+    # ILP's, and equal to it within the solver's tolerance
+    assert split.slowest_s[0] <= ilp[1] * (1 + 1e-9)
+    assert split.slowest_s[0] == pytest.approx(ilp[1], rel=1e-5)
 
 
 def test_layers_go_to_the_faster_pool_in_proportion_to_its_speed():
