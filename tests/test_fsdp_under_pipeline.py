@@ -88,8 +88,10 @@ def test_a_stage_gathered_once_holds_whole_weights_and_gradients_and_a_sharded_o
     assert mem["optimizer_bytes"] == pytest.approx(p0 * 12.0 / DP, rel=1e-12)  # master + Adam, sharded
 
 
-def test_planner_rows_of_torchtitan_zero3_under_a_pipeline_equal_simulate():
-    result = plan(MODEL, CLUSTER, N, 64, stack="torchtitan", fixed={"zero_stage": 3, "pp": 2, "tp": 1},
+def _planner_rows_against_simulate(zero: int):
+    """torchtitan's plans at pp 2, tp 1 and ZeRO ``zero``, each of the first four re-simulated:
+    yields (row, report) after checking the row's step time and memory are simulate's."""
+    result = plan(MODEL, CLUSTER, N, 64, stack="torchtitan", fixed={"zero_stage": zero, "pp": 2, "tp": 1},
                   dtypes=("bf16",), assign_stages=False, max_plans=None)
     plans = result.plans
     assert len(plans) >= 1
@@ -100,9 +102,16 @@ def test_planner_rows_of_torchtitan_zero3_under_a_pipeline_equal_simulate():
         report = simulate(MODEL, CLUSTER, row_config(row, software), n_gpus=N)
         assert row["step_time_s"] == pytest.approx(report.step_time_s, rel=1e-9)
         assert row["memory_gib"] * 2**30 == pytest.approx(report.memory_bytes, rel=1e-9)
+        yield row, report, software
+
+
+def test_planner_rows_of_torchtitan_zero3_under_a_pipeline_equal_simulate():
+    rows = list(_planner_rows_against_simulate(3))
+    for _, report, _ in rows:
         assert report.time_breakdown_s["zero3_comm_exposed_s"] == 0.0
     # the same search per micro-batch holds a dp-th of the weights and gradients
-    per_mb = simulate(MODEL, CLUSTER, replace(row_config(plans.iloc[0], software), zero3_once_per_step=False), n_gpus=N)
+    first, _, software = rows[0]
+    per_mb = simulate(MODEL, CLUSTER, replace(row_config(first, software), zero3_once_per_step=False), n_gpus=N)
     assert per_mb.memory_breakdown_bytes["weights_bytes"] < report.memory_breakdown_bytes["weights_bytes"]
 
 
@@ -159,16 +168,7 @@ def test_zero2_per_micro_batch_is_unchanged_without_a_pipeline_or_without_the_st
 
 
 def test_planner_rows_of_torchtitan_zero2_under_a_pipeline_equal_simulate():
-    result = plan(MODEL, CLUSTER, N, 64, stack="torchtitan", fixed={"zero_stage": 2, "pp": 2, "tp": 1},
-                  dtypes=("bf16",), assign_stages=False, max_plans=None)
-    plans = result.plans
-    assert len(plans) >= 1
-    software = result.software["bf16"]
-    for i in range(min(4, len(plans))):
-        row = plans.iloc[i]
-        report = simulate(MODEL, CLUSTER, row_config(row, software), n_gpus=N)
-        assert row["step_time_s"] == pytest.approx(report.step_time_s, rel=1e-9)
-        assert row["memory_gib"] * 2**30 == pytest.approx(report.memory_bytes, rel=1e-9)
+    for _, report, _ in _planner_rows_against_simulate(2):
         # stage 0 holds its whole fp32 gradients (ZeRO-1's states, not 1/dp of them): 4 bytes
         # for each of its layers' parameters and the embedding's
         stage0 = report.stage_memory[0]

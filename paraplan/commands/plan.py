@@ -170,8 +170,7 @@ def _emit(result: PlanResult, spec, framework: str, cl=None, switches=None, stac
     if rank == 0:
         note = f"the unrestricted winner runs in {framework} as planned"
     else:
-        first = result.plans.iloc[0].to_dict()
-        winner = {**dict(result.software.get(str(first.get("dtype")), {})), **first, **context}
+        winner = {**exports.with_stack_fields(result.plans.iloc[0].to_dict(), result.software), **context}
         why = exports.refusal(winner, framework)
         note = (f"best plan {framework} can run: rank {rank + 1} of {len(result.plans)}, {100 * slowdown:.1f}% "
                 f"slower than the unrestricted winner ({config_label(winner)}: {why.field}: {why.message})")

@@ -25,7 +25,7 @@ import pandas as pd
 from hardware_specs.catalog import DEFAULT_TRAINING_STACK
 from hardware_specs.errors import InputError
 from paraplan.exports import deepspeed, megatron, torchtitan
-from paraplan.exports.common import chunk_layers, plan_fields, stage_layer_counts
+from paraplan.exports.common import chunk_layers, plan_fields, stage_layer_counts, with_stack_fields
 
 FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
 MODULES = {"megatron": megatron, "torchtitan": torchtitan, "deepspeed": deepspeed}
@@ -47,7 +47,8 @@ def default_stack(framework: str | None) -> str:
 
 __all__ = ["FRAMEWORKS", "MODULES", "check_hardware", "emit", "emit_megatron", "emit_torchtitan", "emit_deepspeed", "refusal",
            "can_run", "best_runnable", "file_suffix", "plan_fields", "stage_layer_counts", "chunk_layers",
-           "launch_notes", "DEFAULT_STACK", "FRAMEWORK_STACKS", "STACK_FRAMEWORKS", "default_stack"]
+           "launch_notes", "DEFAULT_STACK", "FRAMEWORK_STACKS", "STACK_FRAMEWORKS", "default_stack",
+           "with_stack_fields"]
 
 
 def module(framework: str):
@@ -126,7 +127,7 @@ def best_runnable(plans: pd.DataFrame, framework: str, software: Mapping[str, Ma
     for rank, rec in enumerate(_records(plans)):
         if rank == 0:
             best = rec.get("tokens_per_s")
-        row = {**dict((software or {}).get(str(rec.get("dtype")), {})), **rec, **context}
+        row = {**with_stack_fields(rec, software), **context}
         err = mod.refusal(plan_fields(row))
         if err is None:
             mine = rec.get("tokens_per_s")

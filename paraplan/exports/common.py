@@ -119,15 +119,21 @@ def require_model(p: dict, framework: str) -> ModelSpec:
     return p["model"]
 
 
+def with_stack_fields(row: Mapping, software: Mapping | None) -> dict:
+    """A ranked plan row under the stack fields it was priced with, ``software`` per dtype
+    (``PlanResult.software``, ``api.plan``'s ``.attrs["software"]``): a ranked row carries only
+    its searched fields, and an export reads the rest (compile, FSDP resharding, recomputation).
+    The row's own values win."""
+    return {**dict((software or {}).get(str(row.get("dtype")), {})), **row}
+
+
 def _row(plan_row: Any) -> dict:
     if hasattr(plan_row, "plans") and hasattr(plan_row, "seq_len"):   # a planners.PlanResult: its winner
         result = plan_row
         if len(result.plans) == 0:
             raise InputError("plan", "the search found no plan", "relax the request")
-        winner = result.plans.iloc[0].to_dict()
-        # the stack fields it was priced with (a ranked row carries only its searched fields)
-        software = dict(getattr(result, "software", {}).get(str(winner.get("dtype")), {}))
-        return {**software, **winner, "model": result.model, "seq_len": result.seq_len,
+        winner = with_stack_fields(result.plans.iloc[0].to_dict(), getattr(result, "software", None))
+        return {**winner, "model": result.model, "seq_len": result.seq_len,
                 "cluster": result.cluster, "gpu": result.gpu}
     if isinstance(plan_row, StepReport):
         row = {**plan_row.as_dict(), **dict(plan_row.config)}
@@ -141,7 +147,7 @@ def _row(plan_row: Any) -> dict:
                 raise InputError("plan", f"expected one plan, got {len(plan_row)} rows", "pass plans.iloc[0]")
             row = plan_row.iloc[0].to_dict()
         if isinstance(software, Mapping):     # an api.plan row: the stack fields it was priced with
-            row = {**dict(software.get(str(row.get("dtype")), {})), **row}
+            row = with_stack_fields(row, software)
         return row
     if isinstance(plan_row, Mapping):
         return dict(plan_row)
