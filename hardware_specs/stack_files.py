@@ -54,6 +54,12 @@ def _training_from_dict(values: dict, where: str) -> TrainingBehaviour:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise InputError(f"{where}.{key}", f"expected a number, got {value!r}")
             value = float(value)
+        elif kind is tuple:
+            if value is None:
+                value = []
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise InputError(f"{where}.{key}", f"expected a list of names, got {value!r}")
+            value = tuple(value)
         else:
             value = str(value)
         kwargs[key] = value

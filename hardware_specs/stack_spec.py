@@ -75,6 +75,24 @@ RECIPE_RECOMPUTE = ("none", "selective", "full")
 #: kernels), ``torch_eager`` = ``F.cross_entropy`` on an fp32 copy in eager PyTorch,
 #: ``flash_attn_xentropy`` = flash-attn's fused ``CrossEntropyLoss``.
 CROSS_ENTROPY_IMPLS = ("megatron_unfused", "megatron_fused", "te_triton", "torch_eager", "flash_attn_xentropy")
+#: parallelisms and sharding a training stack may lack (``TrainingBehaviour.lacks``), each with
+#: what a plan uses when it needs it: a release without one cannot run such a plan, so
+#: ``simulate`` refuses it and the planner does not propose it (``simulator.stack_support``).
+STACK_FEATURES = {
+    "pipeline": "pipeline parallelism (pp > 1)",
+    "interleaved_schedule": "the interleaved pipeline schedule (vpp > 1)",
+    "zero_bubble_schedules": "the zero-bubble and DualPipe schedules (zb-h1, zb-h2, zb-v, dualpipe)",
+    "sequence_parallel": "Megatron sequence parallelism",
+    "context_parallel": "context parallelism (cp > 1)",
+    "expert_parallel": "expert parallelism (ep > 1)",
+    "zero1": "ZeRO-1 (optimizer states sharded over data parallelism)",
+    "zero2": "ZeRO-2 (gradients sharded too)",
+    "zero3": "ZeRO-3 / FSDP (parameters sharded too)",
+    "zero2_with_pipeline": "ZeRO-2 or ZeRO-3 together with pipeline parallelism",
+    "selective_recompute": "selective activation recomputation",
+    "activation_offload": "activation offload to host memory",
+    "optimizer_offload": "optimizer offload to host memory",
+}
 #: prefetch depths above this are not a documented framework behaviour (and would be a typo).
 MAX_PREFETCH_LAYERS = 8.0
 #: most concurrent GEMM streams a grouped linear can have (Transformer Engine runs 4; CUDA has at
@@ -273,6 +291,12 @@ class TrainingBehaviour:
             without per-layout performance presets (``stack_presets``): the recomputation of the
             stack's own published performance recipes, one of ``RECIPE_RECOMPUTE``. Default
             ``none``.
+        lacks: what the release cannot run, names of ``STACK_FEATURES`` (empty = everything
+            the model prices): Megatron-LM 2019 has no pipeline, ZeRO or sequence parallelism,
+            DeepSpeed's pipeline engine refuses ZeRO-2/3 and interleaving, no 2019-2023 release
+            has context parallelism. ``simulate`` refuses a plan that uses one
+            (``simulator.stack_support.check_stack_features``) and the planner does not search
+            it; each stack file cites where the release shows the absence.
         cross_entropy: the language-model loss implementation, one of ``CROSS_ENTROPY_IMPLS``
             (Megatron ``--cross-entropy-loss-fusion`` and ``--cross-entropy-fusion-impl``,
             Megatron-Bridge ``model.cross_entropy_loss_fusion`` / ``cross_entropy_fusion_impl``);
@@ -322,8 +346,15 @@ class TrainingBehaviour:
     selective_checkpoint: str = "core_attn"
     recipe_recompute: str = "none"
     moe_probs_in_expert: bool = False
+    lacks: tuple = ()
 
     def __post_init__(self) -> None:
+        lacks = (self.lacks,) if isinstance(self.lacks, str) else tuple(self.lacks)
+        for name in lacks:
+            if name not in STACK_FEATURES:
+                raise InputError("training.lacks", f"unknown feature {name!r}",
+                                 "choose from " + ", ".join(STACK_FEATURES))
+        object.__setattr__(self, "lacks", tuple(sorted(set(lacks), key=list(STACK_FEATURES).index)))
         if self.selective_checkpoint not in SELECTIVE_CHECKPOINTS:
             raise InputError("training.selective_checkpoint", f"unknown policy {self.selective_checkpoint!r}",
                              "choose one of " + ", ".join(SELECTIVE_CHECKPOINTS))

@@ -44,6 +44,7 @@ from simulator.heterogeneous.compose import compose
 from simulator.heterogeneous.plan import HeteroPlan, ReplicaGroup, StagePlacement, plan_switches
 from simulator.heterogeneous.report import HeteroReport
 from simulator.heterogeneous.simulate import simulate_heterogeneous
+from simulator.stack_support import lacked_use
 from simulator.heterogeneous.unit_costs import pool_efficiencies, unit_costs
 from simulator.parallel_config import ParallelConfig, Recompute
 from simulator.stack_defaults import stack_config_fields
@@ -342,6 +343,27 @@ def common_dtype(cluster: PooledCluster, dtype: str | None) -> str:
 MAX_SEARCHED_POOLS = 12
 
 
+def _within_stack(search: dict, lacks: tuple, stack_name: str) -> dict:
+    """``search`` without the ZeRO stages, recomputation and sequence parallelism the stack lacks
+    (``TrainingBehaviour.lacks``); an ``InputError`` when the stack lacks pipelines (the search
+    lays them out) or a choice the request left nothing of."""
+    if not lacks:
+        return search
+    if "pipeline" in lacks:
+        raise InputError("stack", f"{stack_name} has no pipeline parallelism, which plans across pools lay out",
+                         "plan it with a stack that has it (paraplan hardware stacks)")
+    selective = RECOMPUTE_CODES[Recompute.SELECTIVE]
+    out = dict(search,
+               zeros=tuple(z for z in search["zeros"] if not lacked_use(lacks, zero_stage=z)),
+               recomputes=tuple(r for r in search["recomputes"] if not lacked_use(lacks, selective=r == selective)),
+               sps=tuple(sp for sp in search["sps"] if not lacked_use(lacks, sequence_parallel=sp)))
+    for key, field_name in (("zeros", "zero_stage"), ("recomputes", "recompute"), ("sps", "sequence_parallel")):
+        if not out[key]:
+            raise InputError(field_name, f"every {field_name} asked for is one {stack_name} lacks (its training.lacks)",
+                             "ask for others, or plan with a stack that has them")
+    return out
+
+
 def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, global_batch: int | None = None, *,
                        global_batch_tokens: int | None = None, dtype: str | None = None, max_tp: int | None = None,
                        max_micro_batch: int | None = 8, micro_batches=None, recomputes=None, zeros=(0, 1),
@@ -409,6 +431,7 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
         raise InputError("stack", f"{stack_spec.name} reduces gradients on every micro-batch; across pools that is "
                          "not modelled yet", "plan with a stack that reduces once per step (megatron-core)")
     settings = ParallelConfig(dtype=dtype, **software)
+    search = _within_stack(search, settings.stack_lacks, stack_spec.name)
     scored: list[Scored] = []
     seen = set()
     names = cluster.pool_names

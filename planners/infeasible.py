@@ -13,9 +13,11 @@ from dataclasses import replace
 import numpy as np
 
 from hardware_specs.errors import InputError
+from hardware_specs.stack_spec import STACK_FEATURES
 from model_specs.model_spec import ModelSpec
 from planners.search_space import (MAX_COUNTS_ABOVE_TABLE, MAX_TABLE_GPUS, RECOMPUTE_NAMES, SearchConstraints,
                                    divisibility_only, enumerate_chunks, enumerate_space)
+from simulator.stack_support import ZERO_BUBBLE_SCHEDULES, features_in_use
 
 GIB = 2**30
 
@@ -78,6 +80,26 @@ def _kv_rule(model: ModelSpec, c: SearchConstraints) -> str:
     return f", the {g} key/value heads (the stack splits whole heads over tp)"
 
 
+#: the fixed fields that decide a stack feature, as ``stack_support.features_in_use`` takes them
+_FEATURE_FIELDS = {"pp": "pp", "vpp": "vpp", "cp": "cp", "ep": "ep", "zero_stage": "zero_stage",
+                   "sequence_parallel": "sequence_parallel", "schedule": "zero_bubble", "recompute": "selective"}
+
+
+def _lacked_feature(key: str, values, lacks) -> str | None:
+    """The feature of ``lacks`` that every fixed value of ``key`` needs, else None."""
+    if key not in _FEATURE_FIELDS or not lacks:
+        return None
+    if key == "schedule":
+        values = [str(v) in ZERO_BUBBLE_SCHEDULES for v in values]
+    elif key == "recompute":
+        values = [str(getattr(v, "value", v)) == "selective" for v in values]
+    used = features_in_use(**{_FEATURE_FIELDS[key]: np.asarray(list(values))})
+    for name in lacks:
+        if name in used and bool(np.all(used[name])):
+            return name
+    return None
+
+
 def _fixed_value_at_fault(model: ModelSpec, c: SearchConstraints, what: str) -> InputError | None:
     """When the request has layouts once one fixed value is freed, and none with that value
     alone fixed, the error names that value (it blamed the global batch: ``--fix ep=2`` on a
@@ -90,7 +112,10 @@ def _fixed_value_at_fault(model: ModelSpec, c: SearchConstraints, what: str) -> 
         if _layout_exists(model, replace(c, fixed={key: values})):
             continue
         shown = "/".join(map(str, values))
-        if key == "ep" and model.moe is None:
+        lacked = _lacked_feature(key, values, c.stack_lacks)
+        if lacked:
+            why = f"{STACK_FEATURES[lacked]} is not in the software stack (its training.lacks lists {lacked})"
+        elif key == "ep" and model.moe is None:
             why = f"{model.name} has no experts, so ep is 1"
         elif key == "vpp":
             why = (f"interleaved, pp x vpp must divide its {model.num_layers} layers (or {model.num_layers + 2}, "

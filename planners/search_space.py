@@ -29,6 +29,7 @@ from hardware_specs.errors import InputError
 from model_specs.model_spec import ModelSpec
 from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES
 from simulator.parallel_config import Recompute, Schedule
+from simulator.stack_support import ZERO_BUBBLE_SCHEDULES, lacked_use
 from simulator.step_model import LAYER_KEY_FIELDS
 
 #: why a candidate was removed, in the order the rules are applied (keys of ``SearchSpace.pruned``).
@@ -52,6 +53,7 @@ RULES = {
     "zero2_is_zero1": "ZeRO-2 on a stack that keeps the gradients whole to the last micro-batch (zero2_grad_reduce "
                       "last_microbatch): it runs and is priced as ZeRO-1, which the search has",
     "hsdp": "hybrid sharding whose shard group is not a proper divisor (>= 2) of dp*cp",
+    "stack": "uses a parallelism, schedule or ZeRO stage the software stack lacks (its training.lacks)",
     "memory": "does not fit in HBM minus the headroom (evaluated)",
 }
 
@@ -121,6 +123,8 @@ class SearchConstraints:
         zero2_is_zero1: the stack keeps ZeRO-2's gradients whole to the last micro-batch
             (``zero2_grad_reduce: last_microbatch``), so a ZeRO-2 row is its ZeRO-1 row again:
             not searched unless ``fixed`` asks for ZeRO-2.
+        stack_lacks: what the stack cannot run (``TrainingBehaviour.lacks``, for any searched
+            dtype): rows that use one are not searched, as ``check_config`` refuses them.
     """
 
     gpus: tuple[int, int]
@@ -134,6 +138,7 @@ class SearchConstraints:
     hsdp_gpus: int = 0
     kv_head_replication: bool = False
     zero2_is_zero1: bool = False
+    stack_lacks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -317,6 +322,7 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
     Raises ``InputError`` when the request spans more than ``MAX_FACTORISATIONS`` GPU layouts.
     """
     L, gbs, fixed = model.num_layers, c.global_batch, coded(c.fixed)
+    lacks = c.stack_lacks
     lo, hi = c.gpus
     n_factorisations = factorisation_count(lo, hi, stop_above=MAX_FACTORISATIONS)
     if hi > MAX_TABLE_GPUS and hi - lo + 1 > MAX_COUNTS_ABOVE_TABLE:
@@ -357,6 +363,7 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
         ("layers", pp <= L),
         ("sequence", model.seq_len % cp == 0),
         ("batch", gbs % dp == 0),
+        ("stack", ~lacked_use(lacks, pp=pp, cp=cp)),
     ], len(dp), scale(0))
     cols = {"dp": dp[ok], "tp": tp[ok], "pp": pp[ok], "cp": cp[ok]}
 
@@ -364,6 +371,7 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
     ok = count.apply([
         ("fixed", _allowed(fixed, "ep", cols["ep"])),
         ("experts", (experts % cols["ep"] == 0) & ((cols["dp"] * cols["cp"] * cols["tp"]) % cols["ep"] == 0)),
+        ("stack", ~lacked_use(lacks, ep=cols["ep"])),
     ], len(cols["ep"]), scale(1))
     cols = _keep(cols, ok)
 
@@ -383,6 +391,7 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
         ("vpp_needs_pp", (v == 1) | (p > 1)),
         ("layers", (v == 1) | (L % chunks == 0) | ((L + 2) % chunks == 0)),
         ("batch", (v == 1) | (m % p == 0)),
+        ("stack", ~lacked_use(lacks, vpp=v)),
     ], len(v), scale(3))
     cols = _keep(cols, ok)
 
@@ -405,6 +414,7 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
         return np.broadcast_to(mask, shape)
 
     two_chunks = np.isin(sched, [SCHEDULE_CODES[Schedule.ZB_V], SCHEDULE_CODES[Schedule.DUALPIPE]])[None, :]
+    zero_bubble = np.isin(sched, [SCHEDULE_CODES[Schedule(s)] for s in ZERO_BUBBLE_SCHEDULES])
     m_all = gbs // (cols["dp"] * cols["micro_batch"])
     ok = count.apply2d([
         ("fixed", grid(_allowed(fixed, "schedule", sched)[None, :])),
@@ -422,6 +432,9 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
         ("zero2_is_zero1", grid(((zero != 2) | (not c.zero2_is_zero1) | ("zero_stage" in fixed))[None, :])),
         ("fixed", grid(_allowed(fixed, "recompute", rc)[None, :])),
         *_hsdp_rules(cols, c, fixed, zero, hs, shape),
+        ("stack", grid(~lacked_use(lacks, pp=cols["pp"][:, None], sequence_parallel=(sp == 1)[None, :] & (t > 1),
+                                   zero_stage=zero[None, :], zero_bubble=zero_bubble[None, :],
+                                   selective=(rc == RECOMPUTE_CODES[Recompute.SELECTIVE])[None, :]))),
     ], shape, n_dt)
     pruned = {k: pruned.get(k, 0) for k in RULES if k != "memory"}
     combos = {"schedule": sched, "sequence_parallel": sp, "zero_stage": zero, "recompute": rc}

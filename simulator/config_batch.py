@@ -14,6 +14,7 @@ from cost_models.memory import MODULE_BITS
 from hardware_specs.stack_spec import CROSS_ENTROPY_IMPLS
 from simulator.parallel_config import (RECOMPUTE_MODULES, AttentionKernel, CPKind, ParallelConfig, Recompute,
                                        RecomputeMethod, Schedule)
+from simulator.stack_support import lacks_mask, lacks_names
 
 RECOMPUTE_CODES = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
 SCHEDULE_CODES = {s: i for i, s in enumerate(Schedule)}
@@ -103,6 +104,7 @@ class ConfigBatch:
     zero3_once_per_step: np.ndarray = None
     zero2_grad_last_microbatch: np.ndarray = None
     kv_head_replication: np.ndarray = None    # bool, the stack's: read by no cost, kept for row()
+    stack_lacks: np.ndarray = None            # bit mask of stack_support.FEATURE_BITS: read by no cost, kept for row()
     dtype: str = "bf16"
 
     def __post_init__(self) -> None:
@@ -184,6 +186,7 @@ class ConfigBatch:
             moe_probs_in_expert=col("moe_probs_in_expert", bool, bool),
             zero3_once_per_step=col("zero3_once_per_step", bool, bool),
             kv_head_replication=col("kv_head_replication", bool, bool),
+            stack_lacks=col("stack_lacks", lacks_mask),
             zero2_grad_last_microbatch=col("zero2_grad_last_microbatch", bool, bool),
             grouped_gemm_streams=col("grouped_gemm_streams"),
             dtype=dtypes.pop(),
@@ -255,6 +258,7 @@ class ConfigBatch:
             moe_probs_in_expert=bool(self.moe_probs_in_expert[i]),
             zero3_once_per_step=bool(self.zero3_once_per_step[i]),
             kv_head_replication=bool(self.kv_head_replication[i]),
+            stack_lacks=lacks_names(self.stack_lacks[i]),
             zero2_grad_last_microbatch=bool(self.zero2_grad_last_microbatch[i]),
             grouped_gemm_streams=int(self.grouped_gemm_streams[i]),
         )
@@ -267,4 +271,4 @@ _NEW_COLUMNS = {"recompute_num_layers": 0, "recompute_method": 0, "recompute_lay
                 "fp8_current_scaling": False, "grad_buffer_bytes": 4.0, "fp8_param_gather": False,
                 "grouped_gemm_streams": 1, "moe_probs_in_expert": False,
                 "zero3_once_per_step": False, "kv_head_replication": False,
-                "zero2_grad_last_microbatch": False}
+                "zero2_grad_last_microbatch": False, "stack_lacks": 0}

@@ -12,6 +12,7 @@ from cost_models.memory import RECOMPUTE_MODULES
 from hardware_specs.errors import InputError
 from hardware_specs.gpu_spec import KNOWN_DTYPES
 from hardware_specs.stack_spec import CROSS_ENTROPY_IMPLS, check_grouped_gemm_streams
+from simulator.stack_support import check_lacks
 
 
 class Recompute(str, Enum):
@@ -315,6 +316,10 @@ class ParallelConfig:
             ``num_query_groups % tp == 0``), checked by ``validate_config.check_config``. Set by
             the stack (``TrainingBehaviour.kv_head_replication``); the K/V cost of tp > kv heads
             is priced replicated either way (``cost_models.params.kv_heads_per_tp_rank``).
+        stack_lacks: what the software stack cannot run (``TrainingBehaviour.lacks``, names of
+            ``hardware_specs.stack_spec.STACK_FEATURES``): ``validate_config.check_config``
+            refuses a plan that uses one (``simulator.stack_support``). Set by the stack; read
+            by no cost.
         optimizer_moment_bytes: bytes per element of each Adam moment: 4 (fp32) or 2 (BF16
             moments: DeepSeek-V3 report section 3.3.2, Megatron's precision-aware optimizer
             ``--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16``); the master weights stay fp32.
@@ -398,6 +403,7 @@ class ParallelConfig:
     fp8_param_gather: bool = False
     moe_probs_in_expert: bool = False
     kv_head_replication: bool = False
+    stack_lacks: tuple = ()
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "global_batch"):
@@ -439,6 +445,7 @@ class ParallelConfig:
             raise InputError("first_stage_layers", "first/last stage layer counts need pp > 1",
                              "set pp > 1 or leave them 0")
         self._check_memory_fields()
+        object.__setattr__(self, "stack_lacks", check_lacks(self.stack_lacks))
         if self.optimizer_moment_bytes not in (2, 4, 2.0, 4.0) or isinstance(self.optimizer_moment_bytes, bool):
             raise InputError("optimizer_moment_bytes", f"must be 2 or 4, got {self.optimizer_moment_bytes!r}")
         object.__setattr__(self, "optimizer_moment_bytes", float(self.optimizer_moment_bytes))
@@ -577,4 +584,5 @@ class ParallelConfig:
                 d[k] = v.value
         d["recompute_modules"] = list(self.recompute_modules)
         d["selective_modules"] = list(self.selective_modules)
+        d["stack_lacks"] = list(self.stack_lacks)
         return d

@@ -6,6 +6,7 @@ from cost_models.params import tp_splits_kv_heads
 from hardware_specs.errors import InputError
 from model_specs.model_spec import ModelSpec
 from simulator.parallel_config import ParallelConfig, Schedule
+from simulator.stack_support import check_stack_features
 
 
 def _divisors(n: int, limit: int = 64) -> str:
@@ -127,6 +128,7 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
         raise InputError("tp", f"tp={c.tp} does not divide the {model.num_heads} attention heads of "
                          f"{model.name}", f"choose tp from {_divisors(model.num_heads)}")
     check_kv_heads(model, c.tp, c.kv_head_replication)
+    check_stack_features(c)
     if model.ffn_hidden_size % c.tp:
         raise InputError("tp", f"tp={c.tp} does not divide ffn_hidden_size {model.ffn_hidden_size}")
     if c.pp > model.num_layers:

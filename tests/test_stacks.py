@@ -163,6 +163,8 @@ def test_every_builtin_citation_names_a_source_or_says_it_is_unverified_or_not_a
 
 
 def _table_cell(value):
+    if isinstance(value, tuple):
+        return ", ".join(value) if value else "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):

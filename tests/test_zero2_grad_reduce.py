@@ -62,8 +62,9 @@ def test_a_zero2_kept_whole_to_the_last_micro_batch_is_zero1():
 
 def test_the_planner_prices_zero2_as_simulate_does_on_a_stack_that_keeps_it_whole():
     """The planner reads the flag from the stack as simulate does: its best ZeRO-2 plan on
-    Megatron-LM 2022 (whole gradients to the last micro-batch) re-simulated gives its numbers."""
-    kw = dict(global_batch=128, stack="megatron-lm-2022", zero_stage=2)
+    Megatron-Core 0.8-0.12 (the distributed optimizer keeps whole gradients to the last
+    micro-batch) re-simulated gives its numbers."""
+    kw = dict(global_batch=128, stack="megatron-core-0.12", zero_stage=2)
     ranked = api.plan("llama3-8b", "dgx-h100", 16, max_plans=1, **kw)
     best = api.best_plan("llama3-8b", "dgx-h100", 16, **kw)
     assert int(ranked.iloc[0].zero_stage) == 2 and best.iloc[0].config == ranked.iloc[0].config

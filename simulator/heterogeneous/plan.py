@@ -23,6 +23,7 @@ from hardware_specs.errors import InputError, suggest
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
 from simulator.parallel_config import ParallelConfig, Recompute, Schedule
+from simulator.stack_support import check_stack_features
 from simulator.validate_config import check_kv_heads
 
 #: pipeline schedules a heterogeneous plan may use (their makespan is the sum of the stage
@@ -260,6 +261,7 @@ def check_plan(model: ModelSpec, cluster: PooledCluster, plan: HeteroPlan) -> No
     if plan.microbatches_total < plan.replicas:
         raise InputError("global_batch", f"{plan.microbatches_total} micro-batches cannot feed {plan.replicas} replicas",
                          f"use a global batch of at least {plan.replicas * plan.micro_batch}")
+    check_stack_features(replace(plan.settings, pp=max(len(g.stages) for g in plan.groups)))
     names = cluster.pool_names
     for gi, group in enumerate(plan.groups):
         if group.layers != model.num_layers:

@@ -1,0 +1,123 @@
+"""Whether a plan uses only what its software stack can run (``TrainingBehaviour.lacks``).
+
+A release that has no pipeline engine, no sharded optimizer or no context parallelism cannot run
+a plan that needs one, however fast the model says it would be: ``simulate`` refuses such a plan
+with one line (``check_stack_features``) and the planner does not search it (``lacked_use``, the
+same test on its columns). The features are ``hardware_specs.stack_spec.STACK_FEATURES``; each
+stack file cites where its release shows an absence.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hardware_specs.errors import InputError
+from hardware_specs.stack_spec import STACK_FEATURES
+
+#: one bit per feature, for ``ConfigBatch``'s integer column
+FEATURE_BITS = {name: 1 << i for i, name in enumerate(STACK_FEATURES)}
+#: schedules the ``zero_bubble_schedules`` feature names
+ZERO_BUBBLE_SCHEDULES = ("zb-h1", "zb-h2", "zb-v", "dualpipe")
+#: the plan field each feature is set by, and how to avoid it
+_FIELD_AND_FIX = {
+    "pipeline": ("pp", "use pp 1"),
+    "interleaved_schedule": ("vpp", "use vpp 1 (plain 1F1B)"),
+    "zero_bubble_schedules": ("schedule", "use the 1f1b schedule"),
+    "sequence_parallel": ("sequence_parallel", "turn sequence parallelism off"),
+    "context_parallel": ("cp", "use cp 1"),
+    "expert_parallel": ("ep", "use ep 1"),
+    "zero1": ("zero_stage", "use ZeRO stage 0"),
+    "zero2": ("zero_stage", "use a lower ZeRO stage"),
+    "zero3": ("zero_stage", "use a lower ZeRO stage"),
+    "zero2_with_pipeline": ("zero_stage", "use ZeRO stage 0 or 1 with pp > 1, or pp 1"),
+    "selective_recompute": ("recompute", "recompute none or full"),
+    "activation_offload": ("offload_activation_layers", "offload no activations"),
+    "optimizer_offload": ("offload_optimizer_fraction", "keep the optimizer on the GPU"),
+}
+
+
+def lacks_mask(names) -> int:
+    """The ``FEATURE_BITS`` mask of feature names."""
+    return sum(FEATURE_BITS[n] for n in names)
+
+
+def lacks_names(mask: int) -> tuple[str, ...]:
+    """The feature names of a ``FEATURE_BITS`` mask."""
+    return tuple(n for n in STACK_FEATURES if int(mask) & FEATURE_BITS[n])
+
+
+def check_lacks(names, field: str = "stack_lacks") -> tuple[str, ...]:
+    """``names`` (a tuple, list or comma-separated text) as a tuple of known feature names, in
+    ``STACK_FEATURES`` order, else an ``InputError`` naming ``field``."""
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",") if n.strip()]
+    try:
+        names = tuple(names)
+    except TypeError:
+        raise InputError(field, f"must be a list of feature names, got {names!r}") from None
+    for n in names:
+        if n not in STACK_FEATURES:
+            raise InputError(field, f"unknown feature {n!r}", "choose from " + ", ".join(STACK_FEATURES))
+    return tuple(n for n in STACK_FEATURES if n in names)
+
+
+def features_in_use(*, pp=None, vpp=None, zero_bubble=None, sequence_parallel=None, cp=None, ep=None,
+                    zero_stage=None, selective=None, offload_activation_layers=None,
+                    offload_optimizer_fraction=None) -> dict:
+    """Feature name -> whether a plan uses it (bools, or numpy masks broadcast from array
+    arguments), for the features the given fields decide; a field left None decides nothing
+    (the planner tests each axis as it builds it). ``zero_bubble``: the schedule is one of
+    ``ZERO_BUBBLE_SCHEDULES``; ``selective``: the plan recomputes selectively."""
+    used = {}
+    if pp is not None:
+        used["pipeline"] = np.asarray(pp) > 1
+    if vpp is not None:
+        used["interleaved_schedule"] = np.asarray(vpp) > 1
+    if zero_bubble is not None:
+        used["zero_bubble_schedules"] = np.asarray(zero_bubble, dtype=bool)
+    if sequence_parallel is not None:
+        used["sequence_parallel"] = np.asarray(sequence_parallel, dtype=bool)
+    if cp is not None:
+        used["context_parallel"] = np.asarray(cp) > 1
+    if ep is not None:
+        used["expert_parallel"] = np.asarray(ep) > 1
+    if zero_stage is not None:
+        z = np.asarray(zero_stage)
+        used["zero1"], used["zero2"], used["zero3"] = z == 1, z == 2, z == 3
+        if pp is not None:
+            used["zero2_with_pipeline"] = (z >= 2) & (np.asarray(pp) > 1)
+    if selective is not None:
+        used["selective_recompute"] = np.asarray(selective, dtype=bool)
+    if offload_activation_layers is not None:
+        used["activation_offload"] = np.asarray(offload_activation_layers) > 0
+    if offload_optimizer_fraction is not None:
+        used["optimizer_offload"] = np.asarray(offload_optimizer_fraction) > 0
+    return used
+
+
+def lacked_use(lacks, **plan_fields):
+    """Whether a plan (or each row of array ``plan_fields``, see ``features_in_use``) uses a
+    feature of ``lacks``: a bool array of the fields' broadcast shape (0-d for scalars)."""
+    given = [np.asarray(v) for v in plan_fields.values() if v is not None]
+    out = np.zeros(np.broadcast_shapes(*(g.shape for g in given)) if given else (), dtype=bool)
+    for name, used in features_in_use(**plan_fields).items():
+        if name in lacks:
+            out = out | used
+    return out
+
+
+def check_stack_features(config) -> None:
+    """Raise ``InputError`` if ``config`` (a ``ParallelConfig``) uses a feature its stack lacks
+    (``ParallelConfig.stack_lacks``), naming the plan field and how to avoid it."""
+    c = config
+    if not c.stack_lacks:
+        return
+    used = features_in_use(pp=c.pp, vpp=c.vpp, zero_bubble=c.schedule.value in ZERO_BUBBLE_SCHEDULES,
+                           sequence_parallel=c.sequence_parallel and c.tp > 1, cp=c.cp, ep=c.ep,
+                           zero_stage=c.zero_stage, selective=c.recompute.value == "selective",
+                           offload_activation_layers=c.offload_activation_layers,
+                           offload_optimizer_fraction=c.offload_optimizer_fraction)
+    for name in STACK_FEATURES:
+        if name in c.stack_lacks and bool(used.get(name, False)):
+            field, fix = _FIELD_AND_FIX[name]
+            raise InputError(field, f"{STACK_FEATURES[name]} is not in the software stack (its training.lacks "
+                             f"lists {name})", f"{fix}, or a stack that has it: paraplan hardware stacks")
