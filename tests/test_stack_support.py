@@ -165,3 +165,13 @@ def test_the_cross_pool_search_keeps_to_the_stack():
     with pytest.raises(InputError) as err:
         plan_heterogeneous("llama3-8b", "examples/clusters/a100-h100.yaml", 64, stack="megatron-lm-2021", zeros=(1,))
     assert err.value.field == "zero_stage"
+
+
+def test_hardware_stacks_prints_what_a_release_lacks_as_names():
+    out = CliRunner().invoke(main, ["hardware", "stacks", "megatron-lm-2022"])
+    assert out.exit_code == 0
+    line = next(ln for ln in out.output.splitlines() if ln.strip().startswith("lacks "))
+    assert "context_parallel, expert_parallel, zero1, zero2, zero3" in line and "d898a8991d" in line
+    line = next(ln for ln in CliRunner().invoke(main, ["hardware", "stacks", "torchtitan"]).output.splitlines()
+                if ln.strip().startswith("lacks "))
+    assert line.split()[1] == "-"

@@ -451,6 +451,8 @@ def stacks_cmd(name: str | None, as_json: bool) -> None:
                                             else "no release: chosen by name only")
     lines = [f"stack {d['name']} ({d['framework']} {releases}): {d['description']}"]
     for key, value in (d["training"] or {}).items():
+        if isinstance(value, (tuple, list)):          # the features a release lacks: names, or none
+            value = ", ".join(value) or "-"
         lines.append(f"  {key:32s} {value!s:>12}  {d['citations'].get('training.' + key, '')}")
     for key, value in (d.get("serving") or {}).items():
         lines.append(f"  {key:32s} {value!s:>12}  {d['citations'].get('serving.' + key, '')}")
