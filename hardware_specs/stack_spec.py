@@ -291,6 +291,14 @@ class TrainingBehaviour:
             without per-layout performance presets (``stack_presets``): the recomputation of the
             stack's own published performance recipes, one of ``RECIPE_RECOMPUTE``. Default
             ``none``.
+        zero2_gather_every_microbatch: ZeRO-2 is FSDP with the parameters sharded at rest: every
+            micro-batch's forward gathers each layer's parameters again (they stay whole through
+            that micro-batch's backward and are resharded after it): PyTorch FSDP
+            ``ShardingStrategy.SHARD_GRAD_OP``, FSDP2 ``reshard_after_forward=False`` (torchtitan's
+            ``never``), FairScale FSDP ``reshard_after_forward=False``. False: ZeRO-2 keeps the
+            16-bit parameters whole and all-gathers the updated shards once, after the optimizer
+            step (DeepSpeed stage 2; Megatron-FSDP ``optim_grads``, which shards only gradients
+            and optimizer states).
         lacks: what the release cannot run, names of ``STACK_FEATURES`` (empty = everything
             the model prices): Megatron-LM 2019 has no pipeline, ZeRO or sequence parallelism,
             DeepSpeed's pipeline engine refuses ZeRO-2/3 and interleaving, no 2019-2023 release
@@ -347,6 +355,7 @@ class TrainingBehaviour:
     recipe_recompute: str = "none"
     moe_probs_in_expert: bool = False
     lacks: tuple = ()
+    zero2_gather_every_microbatch: bool = False
 
     def __post_init__(self) -> None:
         lacks = (self.lacks,) if isinstance(self.lacks, str) else tuple(self.lacks)

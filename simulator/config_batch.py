@@ -103,6 +103,7 @@ class ConfigBatch:
     moe_probs_in_expert: np.ndarray = None
     zero3_once_per_step: np.ndarray = None
     zero2_grad_last_microbatch: np.ndarray = None
+    zero2_gather_every_microbatch: np.ndarray = None
     kv_head_replication: np.ndarray = None    # bool, the stack's: read by no cost, kept for row()
     stack_lacks: np.ndarray = None            # bit mask of stack_support.FEATURE_BITS: read by no cost, kept for row()
     dtype: str = "bf16"
@@ -188,6 +189,7 @@ class ConfigBatch:
             kv_head_replication=col("kv_head_replication", bool, bool),
             stack_lacks=col("stack_lacks", lacks_mask),
             zero2_grad_last_microbatch=col("zero2_grad_last_microbatch", bool, bool),
+            zero2_gather_every_microbatch=col("zero2_gather_every_microbatch", bool, bool),
             grouped_gemm_streams=col("grouped_gemm_streams"),
             dtype=dtypes.pop(),
         )
@@ -260,6 +262,7 @@ class ConfigBatch:
             kv_head_replication=bool(self.kv_head_replication[i]),
             stack_lacks=lacks_names(self.stack_lacks[i]),
             zero2_grad_last_microbatch=bool(self.zero2_grad_last_microbatch[i]),
+            zero2_gather_every_microbatch=bool(self.zero2_gather_every_microbatch[i]),
             grouped_gemm_streams=int(self.grouped_gemm_streams[i]),
         )
 
@@ -271,4 +274,5 @@ _NEW_COLUMNS = {"recompute_num_layers": 0, "recompute_method": 0, "recompute_lay
                 "fp8_current_scaling": False, "grad_buffer_bytes": 4.0, "fp8_param_gather": False,
                 "grouped_gemm_streams": 1, "moe_probs_in_expert": False,
                 "zero3_once_per_step": False, "kv_head_replication": False,
-                "zero2_grad_last_microbatch": False, "stack_lacks": 0}
+                "zero2_grad_last_microbatch": False, "zero2_gather_every_microbatch": False,
+                "stack_lacks": 0}

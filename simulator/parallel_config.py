@@ -88,7 +88,8 @@ BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather
                "softmax_scale_pass", "attention_unpad", "glu_clamp_eager", "unfused_block_ops", "pipe_exchange_blocking",
                "param_gather_per_tensor", "cuda_graphs", "fp8_current_scaling", "collective_per_rank_copies",
                "zero3_grad_all_reduce", "zero1_grad_all_reduce", "fp8_param_gather", "moe_probs_in_expert",
-               "zero3_once_per_step", "kv_head_replication", "zero2_grad_last_microbatch")
+               "zero3_once_per_step", "kv_head_replication", "zero2_grad_last_microbatch",
+               "zero2_gather_every_microbatch")
 #: non-negative integer fields (0 = not set)
 LAYOUT_FIELDS = ("first_stage_layers", "last_stage_layers", "recompute_num_layers", "recompute_layers_decrement",
                  "offload_activation_layers", "zero_shard_group", "loss_chunk_tokens")
@@ -200,6 +201,14 @@ class ParallelConfig:
             Megatron-LM 2019-2022, Megatron-Core 0.8-0.12, NeMo 24): ZeRO-1's model states and traffic; off = the
             gradients are reduce-scattered to their shards after every micro-batch's backward
             (DeepSpeed stage 2, FSDP SHARD_GRAD_OP, Megatron-FSDP ``optim_grads``).
+        zero2_gather_every_microbatch: ZeRO-2 keeps the parameters sharded at rest and gathers
+            them again for every micro-batch's forward, layer by layer under the passes as ZeRO-3's
+            forward gathers (FSDP ``SHARD_GRAD_OP``, FSDP2 ``reshard_after_forward=False``:
+            resharded after each backward); off = the 16-bit parameters stay whole and the updated
+            shards are all-gathered once, after the optimizer step (DeepSpeed stage 2,
+            Megatron-FSDP ``optim_grads``). Set by the stack (``TrainingBehaviour.
+            zero2_gather_every_microbatch``); not read where the stack gathers once a step under a
+            pipeline (``zero3_once_per_step``) or prices ZeRO-2 as ZeRO-1.
         zero3_once_per_step: with pipeline parallelism (pp > 1) ZeRO-3 gathers each stage's
             parameters once a step, at the stage's first forward, keeps them whole, accumulates
             whole gradients and reduce-scatters them once after the stage's last backward
@@ -388,6 +397,7 @@ class ParallelConfig:
     zero1_grad_all_reduce: bool = False
     zero3_once_per_step: bool = False
     zero2_grad_last_microbatch: bool = False
+    zero2_gather_every_microbatch: bool = False
     recompute_num_layers: int = 0
     recompute_method: RecomputeMethod = RecomputeMethod.BLOCK
     recompute_layers_decrement: int = 0

@@ -18,7 +18,7 @@ STACK_FIELDS = ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_byte
                 "fp8_current_scaling", "zero3_persistence_elements", "collective_per_rank_copies",
                 "zero3_grad_all_reduce", "zero1_grad_all_reduce", "grad_buffer_bytes", "fp8_param_gather",
                 "selective_modules", "moe_probs_in_expert", "zero3_once_per_step", "kv_head_replication",
-                "zero2_grad_last_microbatch", "stack_lacks")
+                "zero2_grad_last_microbatch", "zero2_gather_every_microbatch", "stack_lacks")
 #: dtypes whose gradients a stack reduces as bf16 ones (FP8 recipes keep bf16 parameters)
 _BF16_LIKE = ("bf16", "fp8", "mxfp8", "nvfp4")
 #: dtypes whose weights Megatron's ``--fp8-param-gather`` keeps as FP8 tensors only
@@ -85,6 +85,7 @@ def stack_config_fields(stack: StackSpec, dtype: str = "bf16", model_name: str |
         "zero3_once_per_step": t.zero3_under_pipeline == "once_per_step",
         "kv_head_replication": t.kv_head_replication,
         "zero2_grad_last_microbatch": t.zero2_grad_reduce == "last_microbatch",
+        "zero2_gather_every_microbatch": t.zero2_gather_every_microbatch,
         "stack_lacks": t.lacks,
     }
 

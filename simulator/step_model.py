@@ -208,6 +208,16 @@ def _grads_reduced_every_microbatch(batch: ConfigBatch, zero):
         | ((zero <= 1) & batch.grad_reduce_every_microbatch & (batch.pp == 1))
 
 
+def z2_regathers(batch: ConfigBatch, zero):
+    """Rows whose ZeRO-2 parameters are sharded at rest and gathered again in every micro-batch's
+    forward (``zero2_gather_every_microbatch``: FSDP ``SHARD_GRAD_OP``, FSDP2
+    ``reshard_after_forward=False``), layer by layer and hidden as far as the stack prefetches,
+    instead of once after the optimizer step; not where the stack gathers a stage once a step
+    under a pipeline (``fsdp_once_per_step``). ``zero``: the stage as priced
+    (``_priced_zero_stage``)."""
+    return (zero == 2) & np.asarray(batch.zero2_gather_every_microbatch, dtype=bool) & ~fsdp_once_per_step(batch)
+
+
 def _microbatch_grad_collective(batch: ConfigBatch, zero, reduce_scatter_s, all_reduce_s):
     """Seconds of one micro-batch's gradient reduction, for rows that reduce every micro-batch
     (``_grads_reduced_every_microbatch``), from the two collectives' times: ZeRO-2 reduce-scatters
@@ -292,11 +302,15 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
     # step, after the flush: ``_dp_after_flush``; so do ZeRO-2 rows there, which
     # ``per_mb_grads`` leaves out)
     z3_per_mb = (zero >= 3) & ~fsdp_once_per_step(batch)
+    # FSDP's ZeRO-2 (parameters sharded at rest) gathers each layer again for every
+    # micro-batch's forward, under the passes as ZeRO-3's forward gathers (``z2_regathers``)
+    z2_per_mb = z2_regathers(batch, zero)
+    fwd_gathers = z3_per_mb | z2_per_mb
     for kind, layer_p, expert_p, n_tensors in (
             ("dense", sp_["dense_layer"], 0.0 * tp, DENSE_LAYER_PARAM_TENSORS),
             ("moe", sp_["moe_layer"], sp_["expert_layer"], _moe_param_tensors(model, ep))):
         f, b, w, r = lay[f"f_{kind}"], lay[f"b_{kind}"], lay[f"w_{kind}"], lay[f"r_{kind}"]
-        if np.any(z3_per_mb | per_mb_grads):
+        if np.any(fwd_gathers | per_mb_grads):
             ag, rs_grad, ar_grad = per_layer_z(layer_p, expert_p)
         else:
             ag = rs_grad = ar_grad = 0.0
@@ -309,7 +323,7 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         bwd_window = prefetch_layers(batch.param_prefetch_backward, elements) * (b + w)
         # ZeRO-3: the next layer's gather runs under this layer's pass (as far as the stack
         # prefetches); in backward the gathers and the gradient reduce-scatter share the window
-        z3f = np.where(z3_per_mb, _overlapped(ag, fwd_window, 0.0, batch.overlap_param_gather), 0.0)
+        z3f = np.where(fwd_gathers, _overlapped(ag, fwd_window, 0.0, batch.overlap_param_gather), 0.0)
         grad_mb = _microbatch_grad_collective(batch, zero, rs_grad, ar_grad)
         z3_grad = np.where(batch.zero3_grad_all_reduce, ar_grad, rs_grad)
         bwd_comm = np.where(z3_per_mb, ag * (1.0 + regather) + z3_grad, np.where(per_mb_grads, grad_mb, 0.0))
@@ -343,7 +357,7 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         # turns on it, so the copy hides only under the rest of the pass: the layer lasts
         # max(pass, that traffic + copy)
         kept = sp_[f"act_kept_{kind}"]
-        nic_f = np.where(zero_crosses & z3_per_mb, ag, 0.0) + np.where(ep_crosses, lay[f"ep_fwd_traffic_{kind}"], 0.0)
+        nic_f = np.where(zero_crosses & fwd_gathers, ag, 0.0) + np.where(ep_crosses, lay[f"ep_fwd_traffic_{kind}"], 0.0)
         nic_b = np.where(zero_crosses, bwd_comm, 0.0) + np.where(ep_crosses, lay[f"ep_bwd_traffic_{kind}"], 0.0)
         win_f = np.where(pcie_host, np.maximum(f + z3f - nic_f, 0.0), f + z3f)
         win_b = np.where(pcie_host, np.maximum(b + z3b + w - nic_b, 0.0), b + z3b + w)
@@ -400,7 +414,7 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
     # backward (their first and last passes: nothing earlier to prefetch under), gradients
     # reduce-scattered (or all-reduced a bucket at a time, as the stack does) after the backward
     def z3_ends(n_params):
-        if not np.any(z3_per_mb):
+        if not np.any(fwd_gathers):
             return 0.0 * tp, 0.0 * tp
         copies = rank_copies_s(batch, shard, eff)
         ag = group_collective_time_s("all_gather", n_params * param_bytes, shard, tp, cluster, eff) + copies
@@ -410,7 +424,9 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         ar = calls * group_collective_time_s("all_reduce", n_params * batch.grad_reduce_bytes / calls, dp_group, tp,
                                              cluster, eff)
         grad = np.where(batch.zero3_grad_all_reduce, ar, rs)
-        return np.where(z3_per_mb, ag, 0.0), np.where(z3_per_mb, ag + grad, 0.0)
+        # FSDP's ZeRO-2 gathers them for the forward only (whole through the backward; its
+        # gradients reduce with the other per-micro-batch reductions, ``per_microbatch_ends``)
+        return np.where(fwd_gathers, ag, 0.0), np.where(z3_per_mb, ag + grad, 0.0)
 
     # gradients reduced every micro-batch (ZeRO-2; plain DP / ZeRO-1 on a stack with no no_sync,
     # ``_grads_reduced_every_microbatch``) include the embedding's and the output layer's: a DDP /
@@ -686,7 +702,8 @@ def _dp_after_flush(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel
     zero3 = np.where(batch.zero3_grad_all_reduce, grad_ar + e_ar, grad_rs + e_rs)
     grad_comm = np.where(per_mb_grads, 0.0, np.where(zero == 0, grad_ar + e_ar, np.where(zero == 1, zero1, 0.0)))
     grad_comm = np.where(z3_once, zero3, grad_comm) + cross
-    gather_comm = np.where((zero == 1) | (zero == 2) | z3_once, param_ag + e_ag, 0.0)
+    # (FSDP's ZeRO-2 gathers in every micro-batch's forward instead, ``z2_regathers``)
+    gather_comm = np.where((zero == 1) | ((zero == 2) & ~z2_regathers(batch, zero)) | z3_once, param_ag + e_ag, 0.0)
     # the last bucket starts only when the backward has produced it: its share of the traffic
     # (an unbucketed stack reduces everything in one collective after the backward)
     bucket_elements = np.maximum(batch.grad_bucket_elements, batch.grad_bucket_elements_per_dp * dp_group)

@@ -227,7 +227,7 @@ def test_a_compiled_float8_plan_tells_the_converter_the_model_is_compiled():
 
 
 def test_plans_torchtitan_cannot_run_as_planned_are_refused_with_the_reason():
-    base = dict(next(r for n, r in ACCEPTED if n == "zero2"))
+    base = dict(next(r for n, r in ACCEPTED if n == "zero2-fsdp"))
     for change, field in (({"recompute": "selective"}, "recompute"), ({"dtype": "fp16"}, "dtype"),
                           ({"cp": 2, "dp": 4}, "cp"), ({"zero_stage": 0, "tp": 2, "dp": 4}, "zero_stage"),
                           ({"model": "mixtral-8x7b"}, "model"), ({"dtype": "mxfp8"}, "dtype")):

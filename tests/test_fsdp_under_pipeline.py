@@ -159,12 +159,18 @@ def test_zero2_per_micro_batch_is_unchanged_without_a_pipeline_or_without_the_st
     off = simulate(MODEL, CLUSTER, _config(zero_stage=2, pp=1, dp=16, zero3_once_per_step=False), n_gpus=N)
     assert on.step_time_s == off.step_time_s and on.memory_bytes == off.memory_bytes
     # per micro-batch under the pipeline, the after-flush traffic is the gather and the tied
-    # all-reduce only, and the micro-batches' reduce-scatters grow with their count
+    # all-reduce only (a ZeRO-2 that keeps its parameters whole), or the tied all-reduce alone
+    # (FSDP's, which gathers them in every micro-batch's forward instead), and the micro-batches'
+    # reduce-scatters grow with their count
     p0 = _stage0_params()
     gather = group_collective_time_s("all_gather", p0 * 2.0, DP, 1, CLUSTER, EFF)
     tied = group_collective_time_s("all_reduce", params.embedding_params(MODEL) * 4.0, 2, DP, CLUSTER, EFF)
-    r = simulate(MODEL, CLUSTER, _config(zero_stage=2, zero3_once_per_step=False), n_gpus=N)
+    r = simulate(MODEL, CLUSTER, _config(zero_stage=2, zero3_once_per_step=False, zero2_gather_every_microbatch=False),
+                 n_gpus=N)
     assert r.time_breakdown_s["dp_comm_exposed_s"] == pytest.approx(float(gather + tied), rel=1e-12)
+    r = simulate(MODEL, CLUSTER, _config(zero_stage=2, zero3_once_per_step=False, zero2_gather_every_microbatch=True),
+                 n_gpus=N)
+    assert r.time_breakdown_s["dp_comm_exposed_s"] == pytest.approx(float(tied), rel=1e-12)
 
 
 def test_planner_rows_of_torchtitan_zero2_under_a_pipeline_equal_simulate():

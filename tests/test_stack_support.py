@@ -64,8 +64,11 @@ def test_the_old_stacks_say_what_their_releases_lack_and_current_ones_lack_nothi
     for name in ("deepspeed-2021", "gpt-neox-2022", "megatron-deepspeed"):
         lacks = load_stack(name).training.lacks
         assert "zero2_with_pipeline" in lacks and "interleaved_schedule" in lacks and "zero3" not in lacks
-    for name in ("megatron-core", "megatron-bridge", "torchtitan", "pytorch-fsdp", "nemo-24"):
+    for name in ("megatron-core", "megatron-bridge", "nemo-24", "pytorch-ddp"):
         assert load_stack(name).training.lacks == ()
+    # FSDP shards the parameters too (or nothing): no ZeRO-1
+    for name in ("torchtitan", "torchtitan-compile", "pytorch-fsdp", "llm-foundry"):
+        assert load_stack(name).training.lacks == ("zero1",)
     # every built-in file's entry names only known features and cites its source
     for name in ("megatron-lm-2019", "megatron-lm-2021", "megatron-lm-2022", "deepspeed-2021", "gpt-neox-2022",
                  "megatron-deepspeed", "metaseq-2022"):
@@ -172,6 +175,6 @@ def test_hardware_stacks_prints_what_a_release_lacks_as_names():
     assert out.exit_code == 0
     line = next(ln for ln in out.output.splitlines() if ln.strip().startswith("lacks "))
     assert "context_parallel, expert_parallel, zero1, zero2, zero3" in line and "d898a8991d" in line
-    line = next(ln for ln in CliRunner().invoke(main, ["hardware", "stacks", "torchtitan"]).output.splitlines()
+    line = next(ln for ln in CliRunner().invoke(main, ["hardware", "stacks", "megatron-core"]).output.splitlines()
                 if ln.strip().startswith("lacks "))
     assert line.split()[1] == "-"

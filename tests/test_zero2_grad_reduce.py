@@ -70,3 +70,53 @@ def test_the_planner_prices_zero2_as_simulate_does_on_a_stack_that_keeps_it_whol
     assert int(ranked.iloc[0].zero_stage) == 2 and best.iloc[0].config == ranked.iloc[0].config
     assert float(best.iloc[0].step_time_s) == pytest.approx(float(ranked.iloc[0].step_time_s), rel=1e-9)
     assert float(best.iloc[0].memory_gib) == pytest.approx(float(ranked.iloc[0].memory_gib), rel=1e-9)
+
+
+@pytest.mark.parametrize("stack, every", [("torchtitan", True), ("torchtitan-compile", True), ("pytorch-fsdp", True),
+                                          ("llm-foundry", True), ("metaseq-2022", True), ("megatron-core", False),
+                                          ("megatron-bridge", False), ("deepspeed-2021", False),
+                                          ("megatron-deepspeed", False)])
+def test_the_stack_says_whether_zero2_keeps_the_parameters_sharded(stack, every):
+    """FSDP's ZeRO-2 (SHARD_GRAD_OP, FSDP2 reshard_after_forward False) reshards after each
+    backward; DeepSpeed stage 2 and Megatron-FSDP optim_grads keep the 16-bit parameters whole."""
+    assert stack_config_fields(load_stack(stack), "bf16", "llama3-8b", "h100-sxm-80gb")[
+        "zero2_gather_every_microbatch"] is every
+
+
+def test_fsdp_zero2_gathers_the_parameters_again_in_every_micro_batchs_forward():
+    """With the gathers unhidden (overlap_param_gather off), ZeRO-2 that keeps its parameters
+    sharded pays, in each of the 8 micro-batches' forwards, one all-gather of every layer
+    (32 x 218,112,000 parameters of Llama 3 8B) and of the embedding and the output layer
+    (525,336,576 each), 2 bytes a parameter over the 16 ranks, and no gather after the step;
+    the other ZeRO-2 pays one all-gather of all 8,030,257,152 parameters after the step. The
+    steps differ by exactly that: 8 x (32 ag(layer) + ag(emb) + ag(head)) - ag(all)."""
+    from cost_models import params
+    from cost_models.topology import group_collective_time_s
+    from hardware_specs.catalog import efficiency_for_cluster, load_cluster
+    from model_specs.catalog import load_model
+    model, cluster = load_model("llama3-8b"), load_cluster("dgx-h100")
+    eff = efficiency_for_cluster(cluster)
+
+    def ag(n):
+        return float(group_collective_time_s("all_gather", 2.0 * n, 16, 1, cluster, eff))
+
+    layer, emb, head = params.dense_layer_params(model), params.embedding_params(model), params.lm_head_params(model)
+    assert (layer, emb, head) == (218_112_000, 525_336_576, 525_336_576)
+    whole = _report(2, overlap_param_gather=False)
+    sharded = _report(2, overlap_param_gather=False, zero2_gather_every_microbatch=True)
+    assert whole.extras["dp_comm_total_s"] == pytest.approx(ag(8_030_257_152), rel=1e-12)
+    assert sharded.extras["dp_comm_total_s"] == 0.0
+    expected = 8 * (32 * ag(layer) + ag(emb) + ag(head)) - ag(8_030_257_152)
+    assert sharded.step_time_s - whole.step_time_s == pytest.approx(expected, rel=1e-9)
+    assert sharded.memory_breakdown_bytes == whole.memory_breakdown_bytes
+    # prefetched under the forward (torchtitan's default), the gathers hide behind the passes
+    hidden = _report(2, zero2_gather_every_microbatch=True)
+    assert hidden.step_time_s < sharded.step_time_s
+
+
+def test_the_planner_prices_fsdp_zero2_as_simulate_does():
+    kw = dict(global_batch=128, stack="torchtitan", zero_stage=2)
+    ranked = api.plan("llama3-8b", "dgx-h100", 16, max_plans=1, **kw)
+    best = api.best_plan("llama3-8b", "dgx-h100", 16, **kw)
+    assert int(ranked.iloc[0].zero_stage) == 2 and best.iloc[0].config == ranked.iloc[0].config
+    assert float(best.iloc[0].step_time_s) == pytest.approx(float(ranked.iloc[0].step_time_s), rel=1e-9)

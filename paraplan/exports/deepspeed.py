@@ -81,6 +81,10 @@ def _check(p: dict) -> None:
     if pp > 1 and Schedule(p["schedule"]) != Schedule.ONE_F_ONE_B:
         raise InputError("schedule", f"this export writes DeepSpeed's PipelineModule, whose engine runs 1F1B, not "
                          f"{p['schedule']}", "use the 1f1b schedule, or emit megatron / torchtitan")
+    if zero == 2 and p.get("zero2_gather_every_microbatch", False):
+        raise InputError("zero_stage", "the plan priced ZeRO-2 as FSDP runs it, parameters gathered again in every "
+                         "micro-batch's forward; DeepSpeed's stage 2 keeps them whole and gathers once a step",
+                         "plan ZeRO-2 on a DeepSpeed stack, or emit torchtitan")
     if pp > 1 and zero >= 2:
         raise InputError("zero_stage", f"DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only, not {zero}",
                          "use a plan with zero_stage <= 1, or pp = 1")

@@ -147,6 +147,10 @@ def _refuse_plan(p: dict, model: ModelSpec) -> None:
     if schedule not in (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED):
         raise InputError("schedule", f"Megatron-LM's training loop has no {schedule.value} pipeline schedule",
                          "choose 1f1b or interleaved (vpp > 1), or emit torchtitan")
+    if p["zero_stage"] == 2 and p.get("zero2_gather_every_microbatch", False):
+        raise InputError("zero_stage", "the plan priced ZeRO-2 as FSDP runs it, parameters gathered again in every "
+                         "micro-batch's forward; Megatron-FSDP optim_grads keeps them whole and gathers once a step",
+                         "plan ZeRO-2 on a Megatron stack, or emit torchtitan")
     if p["zero_stage"] >= 2 and p["pp"] > 1:
         raise InputError("zero_stage", f"Megatron-LM shards gradients (ZeRO-{p['zero_stage']}) with Megatron-FSDP, "
                          "whose device meshes (DP-CP, TP, EP) have no pipeline axis",

@@ -16,8 +16,10 @@ How the plan maps (and what is refused, ``refusal``):
 
 * ZeRO 0 = ``data_parallel_replicate_degree`` (DDP, only without TP / PP / CP); ZeRO 1-3 =
   FSDP2 over ``data_parallel_shard_degree``; 3 reshards after forward (``"always"``), 1 and 2
-  do not (``"never"``: ZeRO-2, the same reduce-scatter + all-gather traffic as Megatron's
-  ZeRO-1, gradients sharded too without a pipeline), nor does 3 under a pipeline where the plan
+  do not (``"never"``: ZeRO-2; without a pipeline FSDP2 still reshards after each backward,
+  so every micro-batch's forward gathers the parameters again, and a ZeRO-1 / ZeRO-2 plan of
+  several micro-batches priced with whole parameters gathered once a step, ``zero2_gather_
+  every_microbatch`` off, is refused), nor does 3 under a pipeline where the plan
   was priced gathering each stage once a step (``zero3_once_per_step``, torchtitan's own
   default then). Under a pipeline ``"never"`` and that default are one run, which keeps the
   stage's gradients whole to its last backward: ZeRO-2 and such a ZeRO-3 plan are priced alike
@@ -150,6 +152,12 @@ def _settings(p: dict) -> dict:
         raise InputError("zero_stage", f"under a pipeline torchtitan's FSDP gathers each stage once a step and "
                          f"reduce-scatters once after its last backward; the plan priced ZeRO-{zero} per layer and "
                          "micro-batch", "plan with --stack torchtitan (zero3_under_pipeline once_per_step)")
+    m = p["global_batch"] // (dp * p["micro_batch"])
+    if zero in (1, 2) and pp == 1 and m > 1 and not p.get("zero2_gather_every_microbatch", False):
+        raise InputError("zero_stage", f"torchtitan's ZeRO-{zero} is FSDP2 with reshard_after_forward 'never', which "
+                         f"reshards after each backward and gathers the parameters again in each of the {m} "
+                         "micro-batches' forwards; the plan priced them whole, gathered once after the step",
+                         "plan with --stack torchtitan (ZeRO-2 priced as FSDP2 runs it)")
     if zero == 0 and dp > 1 and (tp > 1 or pp > 1):
         raise InputError("zero_stage", "torchtitan runs plain DDP (ZeRO-0) only without TP or PP",
                          "use a plan with zero_stage >= 1 (FSDP2) for torchtitan")
