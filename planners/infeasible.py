@@ -197,12 +197,15 @@ def nothing_fits(model: ModelSpec, cluster, eff, c: SearchConstraints, space, ev
     need = ev.min_memory_bytes
     smallest = _describe(space, ev.min_memory_row, space.dtypes[ev.min_memory_dtype])
     fixes = []
+    lacks = set(c.stack_lacks)
     more = _more_gpus(model, cluster, eff, c, limit)
-    fixes.append(f"more GPUs ({more} fit)" if more else "more GPUs")
+    # without pipelines and sharded states more GPUs only add data-parallel replicas, each as big
+    if more or not ({"pipeline", "zero3"} <= lacks):
+        fixes.append(f"more GPUs ({more} fit)" if more else "more GPUs")
     fixed = c.fixed
     if "micro_batch" in fixed and min(fixed["micro_batch"]) > 1:
         fixes.append("a smaller micro-batch (1)")
-    if "zero_stage" in fixed and 3 not in fixed["zero_stage"]:
+    if "zero_stage" in fixed and 3 not in fixed["zero_stage"] and "zero3" not in lacks:
         fixes.append("ZeRO-3")
     if "recompute" in fixed and "full" not in fixed["recompute"]:
         fixes.append("full recompute")
@@ -213,7 +216,12 @@ def nothing_fits(model: ModelSpec, cluster, eff, c: SearchConstraints, space, ev
         fixes.append(f"a larger --max-tp than {c.max_tp}")
     if headroom_gib > 0:
         fixes.append(f"less headroom than {headroom_gib:g} GiB")
-    if cluster.host is not None:
+    # what would shrink the footprint that the stack cannot run (``TrainingBehaviour.lacks``)
+    saving = [STACK_FEATURES[f] for f in ("pipeline", "zero1", "zero2", "zero3", "selective_recompute",
+                                          "activation_offload") if f in lacks]
+    if saving:
+        fixes.append("a stack that has " + ", ".join(saving) + " (this one lacks them: its training.lacks)")
+    if cluster.host is not None and "optimizer_offload" not in lacks:
         # the search keeps optimizer states on the GPU; one run can put them on the host
         fixes.append("the optimizer states on the host (the search does not offload them: paraplan simulate "
                      "--offload-optimizer-fraction 1 prices one layout so)")

@@ -178,3 +178,18 @@ def test_hardware_stacks_prints_what_a_release_lacks_as_names():
     line = next(ln for ln in CliRunner().invoke(main, ["hardware", "stacks", "megatron-core"]).output.splitlines()
                 if ln.strip().startswith("lacks "))
     assert line.split()[1] == "-"
+
+
+def test_nothing_fits_names_what_the_stack_lacks_and_suggests_nothing_it_cannot_run():
+    """Llama 3 70B on 64 A100 under Megatron-LM 2019 (tensor and data parallelism only, no ZeRO,
+    no offload): the smallest layout, tp 8 with full recomputation, needs 169.7 GiB. More GPUs
+    only add replicas of it and the stack cannot offload the optimizer, so neither is suggested;
+    the features it lacks are."""
+    with pytest.raises(InputError) as err:
+        plan("llama3-70b", "dgx-a100-80gb", 64, 256, stack="megatron-lm-2019")
+    assert err.value.field == "memory" and "tp=8 pp=1" in err.value.message
+    assert "a stack that has pipeline parallelism (pp > 1), ZeRO-1" in err.value.fix
+    assert "more GPUs" not in err.value.fix and "optimizer states on the host" not in err.value.fix
+    with pytest.raises(InputError) as err:
+        plan("llama3-70b", "dgx-a100-80gb", 8, 256)          # Megatron-Core: more GPUs do help
+    assert "more GPUs (32 fit)" in err.value.fix and "a stack that has" not in err.value.fix
