@@ -100,6 +100,20 @@ def _lacked_feature(key: str, values, lacks) -> str | None:
     return None
 
 
+def _stack_at_fault(model: ModelSpec, c: SearchConstraints, what: str) -> InputError | None:
+    """When the request has layouts on a stack that lacks nothing and none on this one, the error
+    names the features they all need (a fixed ZeRO-2 beside a fixed pp on DeepSpeed's pipeline
+    engine, only zero-bubble schedules asked of Megatron-LM 2021); None otherwise."""
+    if not c.stack_lacks or not _layout_exists(model, replace(c, stack_lacks=())):
+        return None
+    needed = [f for f in c.stack_lacks
+              if _layout_exists(model, replace(c, stack_lacks=tuple(x for x in c.stack_lacks if x != f)))]
+    names = ", ".join(STACK_FEATURES[f] for f in (needed or c.stack_lacks))
+    return InputError("stack", f"every layout of {model.name} on {what} that the request allows needs {names}, which "
+                      f"the software stack lacks (its training.lacks)",
+                      "drop the fixed values or schedules that need it, or use a stack that has it: paraplan hardware stacks")
+
+
 def _fixed_value_at_fault(model: ModelSpec, c: SearchConstraints, what: str) -> InputError | None:
     """When the request has layouts once one fixed value is freed, and none with that value
     alone fixed, the error names that value (it blamed the global batch: ``--fix ep=2`` on a
@@ -114,7 +128,7 @@ def _fixed_value_at_fault(model: ModelSpec, c: SearchConstraints, what: str) -> 
         shown = "/".join(map(str, values))
         lacked = _lacked_feature(key, values, c.stack_lacks)
         if lacked:
-            why = f"{STACK_FEATURES[lacked]} is not in the software stack (its training.lacks lists {lacked})"
+            why = f"the software stack has no {STACK_FEATURES[lacked]} (its training.lacks lists {lacked})"
         elif key == "ep" and model.moe is None:
             why = f"{model.name} has no experts, so ep is 1"
         elif key == "vpp":
@@ -143,6 +157,9 @@ def no_layout(model: ModelSpec, c: SearchConstraints, gpus_per_node: int = 1) ->
     at_fault = _fixed_value_at_fault(model, c, what)
     if at_fault is not None:
         return at_fault
+    lacked = _stack_at_fault(model, c, what)
+    if lacked is not None:
+        return lacked
     t = divisibility_only(model, c.gpus, c.global_batch, c.max_tp, c.fixed, c.kv_head_replication)
     fixes = []
     if len(t["dp"]) == 0:

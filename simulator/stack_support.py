@@ -25,7 +25,7 @@ _FIELD_AND_FIX = {
     "sequence_parallel": ("sequence_parallel", "turn sequence parallelism off"),
     "context_parallel": ("cp", "use cp 1"),
     "expert_parallel": ("ep", "use ep 1"),
-    "zero1": ("zero_stage", "use ZeRO stage 0"),
+    "zero1": ("zero_stage", "use ZeRO stage 0, or 2 where the stack shards with FSDP"),
     "zero2": ("zero_stage", "use a lower ZeRO stage"),
     "zero3": ("zero_stage", "use a lower ZeRO stage"),
     "zero2_with_pipeline": ("zero_stage", "use ZeRO stage 0 or 1 with pp > 1, or pp 1"),
@@ -119,5 +119,5 @@ def check_stack_features(config) -> None:
     for name in STACK_FEATURES:
         if name in c.stack_lacks and bool(used.get(name, False)):
             field, fix = _FIELD_AND_FIX[name]
-            raise InputError(field, f"{STACK_FEATURES[name]} is not in the software stack (its training.lacks "
+            raise InputError(field, f"the software stack has no {STACK_FEATURES[name]} (its training.lacks "
                              f"lists {name})", f"{fix}, or a stack that has it: paraplan hardware stacks")

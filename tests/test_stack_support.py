@@ -125,7 +125,7 @@ def test_the_cli_says_so_on_one_line_with_exit_2():
                                     "--cp", "2", "--global-batch", "64", "--stack", "megatron-lm-2021"])
     assert out.exit_code == 2
     lines = out.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: cp: context parallelism")
+    assert len(lines) == 1 and lines[0].startswith("error: cp: the software stack has no context parallelism")
 
 
 def test_the_planner_never_ranks_what_the_stack_lacks_and_prunes_only_those_rows():
@@ -193,3 +193,37 @@ def test_nothing_fits_names_what_the_stack_lacks_and_suggests_nothing_it_cannot_
     with pytest.raises(InputError) as err:
         plan("llama3-70b", "dgx-a100-80gb", 8, 256)          # Megatron-Core: more GPUs do help
     assert "more GPUs (32 fit)" in err.value.fix and "a stack that has" not in err.value.fix
+
+
+def test_a_cross_pool_plan_with_sequence_parallelism_the_stack_lacks_is_refused():
+    out = CliRunner().invoke(main, ["simulate", "-m", "llama3-70b", "-c", "examples/clusters/a100-h100.yaml",
+                                    "--global-batch", "512", "--group", "4x h100:tp8:pp4", "--group", "2x a100:tp8:pp8",
+                                    "--recompute", "full", "--sequence-parallel", "--stack", "megatron-lm-2021"])
+    assert out.exit_code == 2, out.output
+    assert out.output.strip().startswith("error: sequence_parallel: the software stack has no Megatron sequence")
+    ok = CliRunner().invoke(main, ["simulate", "-m", "llama3-70b", "-c", "examples/clusters/a100-h100.yaml",
+                                   "--global-batch", "512", "--group", "4x h100:tp8:pp4", "--group", "2x a100:tp8:pp8",
+                                   "--recompute", "full", "--stack", "megatron-lm-2021"])
+    assert ok.exit_code == 0, ok.output
+
+
+def test_when_only_what_the_stack_lacks_would_lay_the_model_out_the_error_says_so():
+    with pytest.raises(InputError) as err:
+        plan("llama3-8b", "dgx-h100", 16, 128, stack="megatron-lm-2021", schedules=("zb-h1", "zb-h2"))
+    assert err.value.field == "stack" and "zero-bubble and DualPipe schedules" in err.value.message
+    with pytest.raises(InputError) as err:          # each alone is fine; together DeepSpeed's engine refuses them
+        plan("llama3-8b", "dgx-h100", 16, 128, stack="deepspeed-2021", fixed={"zero_stage": 2, "pp": 2})
+    assert err.value.field == "stack" and "ZeRO-2 or ZeRO-3 together with pipeline parallelism" in err.value.message
+
+
+def test_the_torchtitan_export_refuses_zero1_priced_with_whole_parameters_whatever_the_stack_flag():
+    """meta-internal-2023 states FSDP's ZeRO-2 (regathers) and still offers ZeRO-1: its ZeRO-1 plan
+    is priced with whole parameters, which torchtitan's 'never' would regather 32 times."""
+    from paraplan import api
+    from paraplan.exports import torchtitan
+    row = api.simulate("llama3-8b", "dgx-h100", gpus=16, global_batch=512, zero_stage=1,
+                       stack="meta-internal-2023").iloc[0]
+    assert row["zero2_gather_every_microbatch"]
+    with pytest.raises(InputError) as err:
+        torchtitan.emit(row)
+    assert err.value.field == "zero_stage" and "32 micro-batches" in err.value.message

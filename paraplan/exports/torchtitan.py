@@ -153,7 +153,7 @@ def _settings(p: dict) -> dict:
                          f"reduce-scatters once after its last backward; the plan priced ZeRO-{zero} per layer and "
                          "micro-batch", "plan with --stack torchtitan (zero3_under_pipeline once_per_step)")
     m = p["global_batch"] // (dp * p["micro_batch"])
-    if zero in (1, 2) and pp == 1 and m > 1 and not p.get("zero2_gather_every_microbatch", False):
+    if zero in (1, 2) and pp == 1 and m > 1 and not (zero == 2 and p.get("zero2_gather_every_microbatch", False)):
         raise InputError("zero_stage", f"torchtitan's ZeRO-{zero} is FSDP2 with reshard_after_forward 'never', which "
                          f"reshards after each backward and gathers the parameters again in each of the {m} "
                          "micro-batches' forwards; the plan priced them whole, gathered once after the step",

@@ -261,7 +261,11 @@ def check_plan(model: ModelSpec, cluster: PooledCluster, plan: HeteroPlan) -> No
     if plan.microbatches_total < plan.replicas:
         raise InputError("global_batch", f"{plan.microbatches_total} micro-batches cannot feed {plan.replicas} replicas",
                          f"use a global batch of at least {plan.replicas * plan.micro_batch}")
-    check_stack_features(replace(plan.settings, pp=max(len(g.stages) for g in plan.groups)))
+    # the shared settings stand for one stage of tp 1 without sequence parallelism: test the plan's
+    # own pipeline depth, widest tp and sequence parallelism against what the stack lacks
+    check_stack_features(replace(plan.settings, pp=max(len(g.stages) for g in plan.groups),
+                                 tp=max(s.tp for g in plan.groups for s in g.stages),
+                                 sequence_parallel=plan.sequence_parallel))
     names = cluster.pool_names
     for gi, group in enumerate(plan.groups):
         if group.layers != model.num_layers:
