@@ -90,6 +90,7 @@ STACK_FEATURES = {
     "zero3": "ZeRO-3 / FSDP (parameters sharded too)",
     "zero2_with_pipeline": "ZeRO-2 or ZeRO-3 together with pipeline parallelism",
     "selective_recompute": "selective activation recomputation",
+    "partial_recompute": "recomputation of some layers only (the block method's layer count)",
     "activation_offload": "activation offload to host memory",
     "optimizer_offload": "optimizer offload to host memory",
 }

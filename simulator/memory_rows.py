@@ -128,6 +128,9 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     # offload needs a host link, and a stack that offloads (``TrainingBehaviour.lacks``)
     no_offload = (np.asarray(batch.stack_lacks, dtype=np.int64) & FEATURE_BITS["activation_offload"]) != 0
     out["offload_ok"] = np.broadcast_to((cluster.host is not None) & ~no_offload, (n,)).copy()
+    # and the memory search recomputes some layers only where the stack can
+    out["partial_ok"] = (np.broadcast_to(np.asarray(batch.stack_lacks, dtype=np.int64), (n,))
+                         & FEATURE_BITS["partial_recompute"]) == 0
     out.update(edp=edp, low_precision=low_precision, full_precision=rates.act_bytes > 2,
                copy_bytes=weight_copy_bytes_per_param(batch.dtype) if low_precision else 0.0)
     return out

@@ -34,7 +34,7 @@ def stage_total(static_tensors, dynamic: dict) -> np.ndarray:
 
 
 def fewest_that_fit(prm: dict, idx, fc: StageCells, limit, out: dict, static_tensors, dyn: dict, row_max,
-                    offload_ok, dynamic) -> dict:
+                    offload_ok, dynamic, partial_ok=True) -> dict:
     """The dynamic parts of the batch's stages after the search (``dyn``: as enumerated, per
     stage of ``fc``, whose rows are ``idx`` of the batch; its arrays are updated in place, so
     they must be the caller's own): per stage, bisection on the fewest
@@ -46,7 +46,8 @@ def fewest_that_fit(prm: dict, idx, fc: StageCells, limit, out: dict, static_ten
     ``prm``: the rows' split inputs (``rc``, ``nl``, ``method``, ``off`` codes);
     ``static_tensors``: per stage, the bytes that do not depend on the counts; ``row_max``:
     each row's largest chunk (layers); ``offload_ok``: per row, whether the cluster can take
-    offloaded activations; ``dynamic(pos, counts_key, counts, keys)``: the dynamic parts
+    offloaded activations; ``partial_ok``: per row, whether the stack recomputes some layers
+    only (``stack_support``: not where it lacks ``partial_recompute``); ``dynamic(pos, counts_key, counts, keys)``: the dynamic parts
     ``keys`` (default all) of stages ``pos`` with ``counts`` per stage (``counts_key``
     ``stage_rc``: the block counts, ``offload``: the offloaded layers per chunk)."""
     if not len(row_max) or row_max.max() <= 0:
@@ -73,7 +74,7 @@ def fewest_that_fit(prm: dict, idx, fc: StageCells, limit, out: dict, static_ten
         # chunk N_s per stage s that fit, by bisection between 1 and every layer (a row that fits
         # without recomputation stays the "every layer" point of the memory / time trade-off; one
         # that does not fit even so is dropped by the planner)
-        cand = np.flatnonzero(enumerated_full & (peak_given <= limit))
+        cand = np.flatnonzero(enumerated_full & (peak_given <= limit) & partial_ok)
         pos = ranges(bounds[cand], n_stages[cand])
         t0 = totals(pos, stage_rc=np.zeros(len(pos)))
         middle = _row_peaks(t0, n_stages[cand]) > limit

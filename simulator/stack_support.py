@@ -30,6 +30,7 @@ _FIELD_AND_FIX = {
     "zero3": ("zero_stage", "use a lower ZeRO stage"),
     "zero2_with_pipeline": ("zero_stage", "use ZeRO stage 0 or 1 with pp > 1, or pp 1"),
     "selective_recompute": ("recompute", "recompute none or full"),
+    "partial_recompute": ("recompute_num_layers", "recompute every layer (recompute_num_layers 0)"),
     "activation_offload": ("offload_activation_layers", "offload no activations"),
     "optimizer_offload": ("offload_optimizer_fraction", "keep the optimizer on the GPU"),
 }
@@ -61,12 +62,14 @@ def check_lacks(names, field: str = "stack_lacks") -> tuple[str, ...]:
 
 
 def features_in_use(*, pp=None, vpp=None, zero_bubble=None, sequence_parallel=None, cp=None, ep=None,
-                    zero_stage=None, selective=None, offload_activation_layers=None,
+                    zero_stage=None, selective=None, partial_recompute=None, offload_activation_layers=None,
                     offload_optimizer_fraction=None) -> dict:
     """Feature name -> whether a plan uses it (bools, or numpy masks broadcast from array
     arguments), for the features the given fields decide; a field left None decides nothing
     (the planner tests each axis as it builds it). ``zero_bubble``: the schedule is one of
-    ``ZERO_BUBBLE_SCHEDULES``; ``selective``: the plan recomputes selectively."""
+    ``ZERO_BUBBLE_SCHEDULES``; ``selective``: the plan recomputes selectively;
+    ``partial_recompute``: it recomputes some layers of each chunk in full and not the others
+    (the block method with a layer count)."""
     used = {}
     if pp is not None:
         used["pipeline"] = np.asarray(pp) > 1
@@ -87,6 +90,8 @@ def features_in_use(*, pp=None, vpp=None, zero_bubble=None, sequence_parallel=No
             used["zero2_with_pipeline"] = (z >= 2) & (np.asarray(pp) > 1)
     if selective is not None:
         used["selective_recompute"] = np.asarray(selective, dtype=bool)
+    if partial_recompute is not None:
+        used["partial_recompute"] = np.asarray(partial_recompute, dtype=bool)
     if offload_activation_layers is not None:
         used["activation_offload"] = np.asarray(offload_activation_layers) > 0
     if offload_optimizer_fraction is not None:
@@ -114,6 +119,8 @@ def check_stack_features(config) -> None:
     used = features_in_use(pp=c.pp, vpp=c.vpp, zero_bubble=c.schedule.value in ZERO_BUBBLE_SCHEDULES,
                            sequence_parallel=c.sequence_parallel and c.tp > 1, cp=c.cp, ep=c.ep,
                            zero_stage=c.zero_stage, selective=c.recompute.value == "selective",
+                           partial_recompute=(c.recompute.value == "full" and c.recompute_num_layers > 0
+                                              and c.recompute_method.value == "block"),
                            offload_activation_layers=c.offload_activation_layers,
                            offload_optimizer_fraction=c.offload_optimizer_fraction)
     for name in STACK_FEATURES:

@@ -142,7 +142,7 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
             prm = split_inputs(batch, idx)
             shared = shared_dynamic(prefix, rep_prm, rfc, ctx, rows_of_rep, pos)
             dyn = fewest_that_fit(prm, idx, fc, fit_limit_bytes, out, static.stage("tensors"), dyn, row_max,
-                                  ctx.per_row["offload_ok"][idx], shared)
+                                  ctx.per_row["offload_ok"][idx], shared, ctx.per_row["partial_ok"][idx])
         allocator, total = _stage_totals(static, dyn)
         host = static.stage("host") + dyn["host"]
 

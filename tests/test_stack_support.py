@@ -97,6 +97,7 @@ def _config(stack: str, **plan) -> ParallelConfig:
     ("megatron-lm-2021", dict(dp=8, tp=2, recompute="selective"), "recompute"),
     ("megatron-lm-2021", dict(dp=8, tp=2, offload_activation_layers=2), "offload_activation_layers"),
     ("megatron-lm-2019", dict(dp=4, tp=2, pp=2), "pp"),
+    ("megatron-lm-2019", dict(dp=8, tp=2, recompute="full", recompute_num_layers=4), "recompute_num_layers"),
     ("megatron-deepspeed", dict(dp=4, tp=2, pp=2, zero_stage=2), "zero_stage"),
     ("megatron-deepspeed", dict(dp=4, tp=2, pp=2, vpp=2), "vpp"),
 ])
@@ -227,3 +228,16 @@ def test_the_torchtitan_export_refuses_zero1_priced_with_whole_parameters_whatev
     with pytest.raises(InputError) as err:
         torchtitan.emit(row)
     assert err.value.field == "zero_stage" and "32 micro-batches" in err.value.message
+
+
+def test_the_memory_search_recomputes_every_layer_where_the_stack_cannot_recompute_some():
+    """Llama 3 8B on 8 A100-40GB: Megatron-LM 2021 (the block method) fits with 13 of 32 layers
+    recomputed; Megatron-LM 2019, whose checkpointing covers every layer of a chunk, is never
+    given a count, and what it ranks simulate accepts."""
+    v21 = plan("llama3-8b", "dgx-a100-40gb", 8, 64, stack="megatron-lm-2021", max_plans=20).plans
+    v19 = plan("llama3-8b", "dgx-a100-40gb", 8, 64, stack="megatron-lm-2019", max_plans=20)
+    assert (v21["recompute_num_layers"] > 0).any()
+    assert (v19.plans["recompute_num_layers"] == 0).all() and (v19.plans["pp"] == 1).all()
+    model = load_model("llama3-8b")
+    for rank in range(min(5, len(v19.plans))):
+        check_config(model, v19.config(rank), 8)
