@@ -53,7 +53,7 @@ RULES = {
     "zero2_is_zero1": "ZeRO-2 on a stack that keeps the gradients whole to the last micro-batch (zero2_grad_reduce "
                       "last_microbatch): it runs and is priced as ZeRO-1, which the search has",
     "hsdp": "hybrid sharding whose shard group is not a proper divisor (>= 2) of dp*cp",
-    "stack": "uses a parallelism, schedule or ZeRO stage the software stack lacks (its training.lacks)",
+    "stack": "uses a parallelism, schedule, ZeRO stage or recomputation the software stack lacks (its training.lacks)",
     "memory": "does not fit in HBM minus the headroom (evaluated)",
 }
 
