@@ -80,7 +80,7 @@ def test_the_old_stacks_say_what_their_releases_lack_and_current_ones_lack_nothi
 def test_a_stack_file_with_an_unknown_feature_is_refused():
     with pytest.raises(InputError) as err:
         stack_from_dict({"name": "mine", "framework": "x", "training": {"lacks": ["warp_drive"]}})
-    assert err.value.field == "training.lacks" and "unknown feature 'warp_drive'" in err.value.message
+    assert err.value.field == "stack mine.training.lacks" and "unknown feature 'warp_drive'" in err.value.message
     with pytest.raises(InputError, match="list of names"):
         stack_from_dict({"name": "mine", "framework": "x", "training": {"lacks": "cp"}})
     assert TrainingBehaviour(lacks=["zero1"]).lacks == ("zero1",)
