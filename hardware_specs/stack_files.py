@@ -13,7 +13,7 @@ from typing import Any
 
 from hardware_specs.errors import InputError, check_name
 from hardware_specs.serving_behaviour import ServingBehaviour
-from hardware_specs.stack_spec import STACK_FEATURES, RecipeOverride, StackSpec, TrainingBehaviour
+from hardware_specs.stack_spec import RecipeOverride, StackSpec, TrainingBehaviour, feature_names
 from hardware_specs.yaml_files import get_field, refuse_unknown_keys
 
 
@@ -59,11 +59,7 @@ def _training_from_dict(values: dict, where: str) -> TrainingBehaviour:
                 value = []
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise InputError(f"{where}.{key}", f"expected a list of names, got {value!r}")
-            unknown_names = [v for v in value if v not in STACK_FEATURES]
-            if unknown_names:
-                raise InputError(f"{where}.{key}", f"unknown feature {unknown_names[0]!r}",
-                                 "choose from " + ", ".join(STACK_FEATURES))
-            value = tuple(value)
+            value = feature_names(value, f"{where}.{key}")
         else:
             value = str(value)
         kwargs[key] = value

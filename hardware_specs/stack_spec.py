@@ -94,6 +94,23 @@ STACK_FEATURES = {
     "activation_offload": "activation offload to host memory",
     "optimizer_offload": "optimizer offload to host memory",
 }
+
+
+def feature_names(names, field: str) -> tuple[str, ...]:
+    """``names`` (a tuple, list or comma-separated text) as a tuple of ``STACK_FEATURES`` names
+    without repeats, in that table's order, else an ``InputError`` naming ``field``."""
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",") if n.strip()]
+    try:
+        names = tuple(names)
+    except TypeError:
+        raise InputError(field, f"must be a list of feature names, got {names!r}") from None
+    for n in names:
+        if n not in STACK_FEATURES:
+            raise InputError(field, f"unknown feature {n!r}", "choose from " + ", ".join(STACK_FEATURES))
+    return tuple(n for n in STACK_FEATURES if n in names)
+
+
 #: prefetch depths above this are not a documented framework behaviour (and would be a typo).
 MAX_PREFETCH_LAYERS = 8.0
 #: most concurrent GEMM streams a grouped linear can have (Transformer Engine runs 4; CUDA has at
@@ -359,12 +376,7 @@ class TrainingBehaviour:
     zero2_gather_every_microbatch: bool = False
 
     def __post_init__(self) -> None:
-        lacks = (self.lacks,) if isinstance(self.lacks, str) else tuple(self.lacks)
-        for name in lacks:
-            if name not in STACK_FEATURES:
-                raise InputError("training.lacks", f"unknown feature {name!r}",
-                                 "choose from " + ", ".join(STACK_FEATURES))
-        object.__setattr__(self, "lacks", tuple(sorted(set(lacks), key=list(STACK_FEATURES).index)))
+        object.__setattr__(self, "lacks", feature_names(self.lacks, "training.lacks"))
         if self.selective_checkpoint not in SELECTIVE_CHECKPOINTS:
             raise InputError("training.selective_checkpoint", f"unknown policy {self.selective_checkpoint!r}",
                              "choose one of " + ", ".join(SELECTIVE_CHECKPOINTS))

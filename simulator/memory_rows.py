@@ -19,7 +19,7 @@ from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
 from simulator.config_batch import RECOMPUTE_METHOD_CODES, ConfigBatch
 from simulator.parallel_config import RecomputeMethod
-from simulator.stack_support import FEATURE_BITS
+from simulator.stack_support import lacks_feature
 from simulator.stage_layout import moe_layers_before
 from simulator.step_pipeline import _layouts
 
@@ -126,11 +126,10 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
                  fp8_param_gather=batch.fp8_param_gather)
     out = {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in terms.items()}
     # offload needs a host link, and a stack that offloads (``TrainingBehaviour.lacks``)
-    no_offload = (np.asarray(batch.stack_lacks, dtype=np.int64) & FEATURE_BITS["activation_offload"]) != 0
-    out["offload_ok"] = np.broadcast_to((cluster.host is not None) & ~no_offload, (n,)).copy()
+    out["offload_ok"] = np.broadcast_to((cluster.host is not None) & ~lacks_feature(batch.stack_lacks,
+                                                                                   "activation_offload"), (n,)).copy()
     # and the memory search recomputes some layers only where the stack can
-    out["partial_ok"] = (np.broadcast_to(np.asarray(batch.stack_lacks, dtype=np.int64), (n,))
-                         & FEATURE_BITS["partial_recompute"]) == 0
+    out["partial_ok"] = np.broadcast_to(~lacks_feature(batch.stack_lacks, "partial_recompute"), (n,)).copy()
     out.update(edp=edp, low_precision=low_precision, full_precision=rates.act_bytes > 2,
                copy_bytes=weight_copy_bytes_per_param(batch.dtype) if low_precision else 0.0)
     return out

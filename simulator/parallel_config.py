@@ -11,8 +11,7 @@ import numpy as np
 from cost_models.memory import RECOMPUTE_MODULES
 from hardware_specs.errors import InputError
 from hardware_specs.gpu_spec import KNOWN_DTYPES
-from hardware_specs.stack_spec import CROSS_ENTROPY_IMPLS, check_grouped_gemm_streams
-from simulator.stack_support import check_lacks
+from hardware_specs.stack_spec import CROSS_ENTROPY_IMPLS, check_grouped_gemm_streams, feature_names
 
 
 class Recompute(str, Enum):
@@ -455,7 +454,7 @@ class ParallelConfig:
             raise InputError("first_stage_layers", "first/last stage layer counts need pp > 1",
                              "set pp > 1 or leave them 0")
         self._check_memory_fields()
-        object.__setattr__(self, "stack_lacks", check_lacks(self.stack_lacks))
+        object.__setattr__(self, "stack_lacks", feature_names(self.stack_lacks, "stack_lacks"))
         if self.optimizer_moment_bytes not in (2, 4, 2.0, 4.0) or isinstance(self.optimizer_moment_bytes, bool):
             raise InputError("optimizer_moment_bytes", f"must be 2 or 4, got {self.optimizer_moment_bytes!r}")
         object.__setattr__(self, "optimizer_moment_bytes", float(self.optimizer_moment_bytes))

@@ -36,6 +36,27 @@ _FIELD_AND_FIX = {
 }
 
 
+def _above_one(x):
+    return x > 1
+
+
+def _positive(x):
+    return x > 0
+
+
+def _flag(x):
+    return x.astype(bool)
+
+
+#: ``features_in_use``'s one-field features: argument -> (feature, test of its value)
+_FIELD_TESTS = {"pp": ("pipeline", _above_one), "vpp": ("interleaved_schedule", _above_one),
+                "cp": ("context_parallel", _above_one), "ep": ("expert_parallel", _above_one),
+                "zero_bubble": ("zero_bubble_schedules", _flag), "sequence_parallel": ("sequence_parallel", _flag),
+                "selective": ("selective_recompute", _flag), "partial_recompute": ("partial_recompute", _flag),
+                "offload_activation_layers": ("activation_offload", _positive),
+                "offload_optimizer_fraction": ("optimizer_offload", _positive)}
+
+
 def lacks_mask(names) -> int:
     """The ``FEATURE_BITS`` mask of feature names."""
     return sum(FEATURE_BITS[n] for n in names)
@@ -46,19 +67,10 @@ def lacks_names(mask: int) -> tuple[str, ...]:
     return tuple(n for n in STACK_FEATURES if int(mask) & FEATURE_BITS[n])
 
 
-def check_lacks(names, field: str = "stack_lacks") -> tuple[str, ...]:
-    """``names`` (a tuple, list or comma-separated text) as a tuple of known feature names, in
-    ``STACK_FEATURES`` order, else an ``InputError`` naming ``field``."""
-    if isinstance(names, str):
-        names = [n.strip() for n in names.split(",") if n.strip()]
-    try:
-        names = tuple(names)
-    except TypeError:
-        raise InputError(field, f"must be a list of feature names, got {names!r}") from None
-    for n in names:
-        if n not in STACK_FEATURES:
-            raise InputError(field, f"unknown feature {n!r}", "choose from " + ", ".join(STACK_FEATURES))
-    return tuple(n for n in STACK_FEATURES if n in names)
+def lacks_feature(mask, name: str):
+    """Whether each ``FEATURE_BITS`` mask of ``mask`` (a ``ConfigBatch.stack_lacks`` column) has
+    feature ``name``."""
+    return (np.asarray(mask, dtype=np.int64) & FEATURE_BITS[name]) != 0
 
 
 def features_in_use(*, pp=None, vpp=None, zero_bubble=None, sequence_parallel=None, cp=None, ep=None,
@@ -70,32 +82,17 @@ def features_in_use(*, pp=None, vpp=None, zero_bubble=None, sequence_parallel=No
     ``ZERO_BUBBLE_SCHEDULES``; ``selective``: the plan recomputes selectively;
     ``partial_recompute``: it recomputes some layers of each chunk in full and not the others
     (the block method with a layer count)."""
-    used = {}
-    if pp is not None:
-        used["pipeline"] = np.asarray(pp) > 1
-    if vpp is not None:
-        used["interleaved_schedule"] = np.asarray(vpp) > 1
-    if zero_bubble is not None:
-        used["zero_bubble_schedules"] = np.asarray(zero_bubble, dtype=bool)
-    if sequence_parallel is not None:
-        used["sequence_parallel"] = np.asarray(sequence_parallel, dtype=bool)
-    if cp is not None:
-        used["context_parallel"] = np.asarray(cp) > 1
-    if ep is not None:
-        used["expert_parallel"] = np.asarray(ep) > 1
+    given = dict(pp=pp, vpp=vpp, cp=cp, ep=ep, zero_bubble=zero_bubble, sequence_parallel=sequence_parallel,
+                 selective=selective, partial_recompute=partial_recompute,
+                 offload_activation_layers=offload_activation_layers,
+                 offload_optimizer_fraction=offload_optimizer_fraction)
+    used = {feature: test(np.asarray(given[field])) for field, (feature, test) in _FIELD_TESTS.items()
+            if given[field] is not None}
     if zero_stage is not None:
         z = np.asarray(zero_stage)
         used["zero1"], used["zero2"], used["zero3"] = z == 1, z == 2, z == 3
         if pp is not None:
             used["zero2_with_pipeline"] = (z >= 2) & (np.asarray(pp) > 1)
-    if selective is not None:
-        used["selective_recompute"] = np.asarray(selective, dtype=bool)
-    if partial_recompute is not None:
-        used["partial_recompute"] = np.asarray(partial_recompute, dtype=bool)
-    if offload_activation_layers is not None:
-        used["activation_offload"] = np.asarray(offload_activation_layers) > 0
-    if offload_optimizer_fraction is not None:
-        used["optimizer_offload"] = np.asarray(offload_optimizer_fraction) > 0
     return used
 
 
