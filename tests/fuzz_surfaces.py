@@ -413,8 +413,21 @@ def misc_cases() -> list[tuple]:
     return out
 
 
+#: an A100 + H100 pooled cluster whose "a100" pool is H100s too: its groups' stages all run at
+#: one speed, so a one-stage group's pipeline is exactly its micro-batches x its stage
+SAME_SPEED_POOLS = Path(POOLED).read_text().replace("cluster: dgx-a100-80gb", "cluster: dgx-h100")
+#: single inputs found to break the contract by the fuzz4 session, each with the fix's commit
+#: message naming it; ``test_fuzz`` also runs each alone, so a regression names its case
+REGRESSIONS = [
+    # a pooled plan whose critical group has one stage printed pipeline_bubble_s -4.4e-16
+    ("pooled one-stage critical group: bubble -4e-16",
+     ["simulate", "-m", "llama3-8b", "-c", "{tmp}/c.yaml", "--global-batch", "64", "--group", "2x a100:tp8:pp2",
+      "--group", "h100:tp8:pp1", "--json"], {"c.yaml": SAME_SPEED_POOLS}),
+]
+
+
 def generate(rng: random.Random) -> list[tuple]:
     """Every triple of this module, in a fixed order for a given ``rng`` state."""
     return (serving_cases(rng) + sweep_runner_cases() + pooled_cases(rng) + validation_file_cases(rng)
             + magnitude_cases(rng) + misc_cases() + rope_scaling_cases(rng) + emit_cases(rng)
-            + gpt_oss_serving_cases(rng) + name_cases(rng))
+            + gpt_oss_serving_cases(rng) + name_cases(rng) + REGRESSIONS)

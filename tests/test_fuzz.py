@@ -589,6 +589,16 @@ def test_well_formed_inputs_of_the_fuzzed_surfaces_are_answered(args, files, exp
     assert expected in result.stdout
 
 
+@pytest.mark.parametrize("name, args, files", fuzz_surfaces.REGRESSIONS, ids=[n for n, _, _ in fuzz_surfaces.REGRESSIONS])
+def test_inputs_that_once_broke_the_contract_keep_it(name, args, files, tmp_path, monkeypatch):
+    """Each input a fuzz session found breaking the contract, alone (the whole fuzz run holds
+    them too, among a thousand others)."""
+    monkeypatch.delenv("PARAPLAN_DEBUG", raising=False)
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    result, elapsed, hung = run_case(Case(name, args, files), tmp_path, CliRunner())
+    assert problems_with(result, elapsed, hung) is None
+
+
 #: tests the cases are split over (every FUZZ_PARTS-th case each), so pytest-xdist workers share
 #: them out; within a test, the part is split again over the cores this test process may use,
 #: each its own interpreter started with ``spawn`` so no thread or lock of the test session is
