@@ -423,6 +423,13 @@ REGRESSIONS = [
     ("pooled one-stage critical group: bubble -4e-16",
      ["simulate", "-m", "llama3-8b", "-c", "{tmp}/c.yaml", "--global-batch", "64", "--group", "2x a100:tp8:pp2",
       "--group", "h100:tp8:pp1", "--json"], {"c.yaml": SAME_SPEED_POOLS}),
+    # a value of 0 (or false) on the scaling / bandwidth plots' logarithmic x axis was an internal
+    # error (a divide by zero, then matplotlib's NaN axis limits or its log scale of 0)
+    *[(f"plot {kind} --field {field} --values {values}",
+       ["plot", kind, "-m", "gpt3-125m", "-c", "dgx-h100", "-n", "8", "--global-batch", "64", "-o", "{tmp}/f.png",
+        "--field", field, "--values", values], {})
+      for kind, field, values in (("scaling", "zero_stage", "0,1,2,3"), ("scaling", "flash_attention", "true,false"),
+                                  ("bandwidth", "loss_chunk_tokens", "0,1024"))],
 ]
 
 

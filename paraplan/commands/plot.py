@@ -78,12 +78,22 @@ def check_sweep(kind: str, field: str | None, values: str | None) -> tuple[str |
     if values is None:
         raise InputError("--values", "missing", f"give the values of {field}, e.g. --values 1,2,4")
     parsed = parse_values(field, values)
-    if kind in DEFAULT_FIELD and any(not isinstance(v, (int, float)) or (kind == "bandwidth" and isinstance(v, bool))
-                                     for v in parsed):
-        # these plots put the field on a numeric x axis (the bandwidth plot's is logarithmic)
-        raise InputError("--field", f"a {kind} plot needs a numeric field; {field} has values {values!r}",
-                         f"use --field {DEFAULT_FIELD[kind]} (or another number), or a breakdown plot")
+    if kind in DEFAULT_FIELD:
+        check_log_axis_values(kind, field, values, parsed)
     return field, parsed
+
+
+def check_log_axis_values(kind: str, field: str, text: str, values: list) -> None:
+    """The scaling and bandwidth plots draw ``field`` on a base-2 logarithmic x axis: each value
+    must be a number (not true / false) above 0. A 0 (--field zero_stage --values 0,1,2,3, or a
+    loss_chunk_tokens of 0) was a divide by zero and matplotlib's internal error."""
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
+        raise InputError("--field", f"a {kind} plot needs a numeric field; {field} has values {text!r}",
+                         f"use --field {DEFAULT_FIELD[kind]} (or another number), or a breakdown plot")
+    low = min(values)
+    if not low > 0:
+        raise InputError("--values", f"a {kind} plot draws {field} on a logarithmic axis, which cannot show {low!r}",
+                         "give values above 0, or draw a breakdown plot over them")
 
 
 @click.command("plot", short_help="Figures: breakdown, memory, roofline, Pareto, scaling, bandwidth.")
