@@ -382,6 +382,8 @@ ANSWERED = [
      "mxfp4"),
     (["hardware", "stacks", "vllm"], {}, "stack vllm-0.14"),
     (["models", "show", "GPT-OSS-20B"], {}, "mxfp4"),
+    (["plot", "breakdown", "-m", "gpt3-125m", "-c", "dgx-h100", "-n", "8", "--global-batch", "64", "-o", "{tmp}/f.png",
+      "--title", "step time $\\propto 1/n$ per GPU"], {}, "wrote"),     # mathtext that parses is drawn
 ]
 
 
@@ -430,6 +432,12 @@ REGRESSIONS = [
         "--field", field, "--values", values], {})
       for kind, field, values in (("scaling", "zero_stage", "0,1,2,3"), ("scaling", "flash_attention", "true,false"),
                                   ("bandwidth", "loss_chunk_tokens", "0,1024"))],
+    # a --title whose $ signs pair up is mathtext to matplotlib: math it cannot parse was its
+    # ValueError, an internal error, once the figure was drawn
+    *[(f"plot {kind} --title {title!r}",
+       ["plot", kind, "-m", "gpt3-125m", "-c", "dgx-h100", "-n", "8", "--global-batch", "64", "-o", "{tmp}/f.png",
+        "--title", title], {})
+      for kind, title in (("breakdown", "$x^$"), ("memory", "$\\frac{$"), ("breakdown", "$$"))],
 ]
 
 

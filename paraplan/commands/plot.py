@@ -148,9 +148,8 @@ def command(kind: str, field: str | None, values: str | None, best: bool, title:
     """
     field, parsed = check_sweep(kind, field, values)
     check_image_path(out)
-    if title is not None and len(title) > MAX_TITLE_CHARS:   # 100,000 characters took matplotlib 14 s
-        raise InputError("--title", f"{len(title):,} characters, more than the {MAX_TITLE_CHARS} a figure shows",
-                         "give a shorter title")
+    if title is not None:
+        check_title(title)
     from paraplan import api, plots
 
     base = _base(opts, kind, field)
@@ -183,6 +182,25 @@ def command(kind: str, field: str | None, values: str | None, best: bool, title:
     atomic_output_path(out, lambda tmp: fig.savefig(tmp, dpi=fig.dpi, bbox_inches="tight"))
     note = plots.prior_note(df)
     click.echo(f"wrote {out} ({kind}, {len(df)} row{'s' if len(df) != 1 else ''})" + (f"; {note}" if note else ""))
+
+
+def check_title(title: str) -> None:
+    """A --title matplotlib can draw: at most ``MAX_TITLE_CHARS`` characters (100,000 took
+    matplotlib 14 s), and, when its $ signs pair up into mathtext (matplotlib reads '$x^2$' as
+    math), math that parses: '$x^$' or '$\\frac{$' was matplotlib's ValueError, an internal
+    error, once the figure was drawn."""
+    if len(title) > MAX_TITLE_CHARS:
+        raise InputError("--title", f"{len(title):,} characters, more than the {MAX_TITLE_CHARS} a figure shows",
+                         "give a shorter title")
+    from matplotlib import cbook
+    from matplotlib.mathtext import MathTextParser
+    if not cbook.is_math_text(title):
+        return
+    try:
+        MathTextParser("path").parse(title)
+    except ValueError:
+        raise InputError("--title", f"{title[:80]!r} holds mathtext (between $ signs) that matplotlib cannot parse",
+                         "write \\$ for a dollar sign, or correct the math") from None
 
 
 def _base(opts: dict, kind: str, field: str | None = None) -> dict:
