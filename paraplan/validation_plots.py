@@ -24,6 +24,13 @@ BACKEND_COLORS = {"vllm": "#4C72B0", "sglang": "#55A868", "trtllm": "#C44E52"}
 MODE_MARKERS = {"agg": "o", "disagg": "s"}
 
 
+def _literal(label) -> str:
+    """``label`` (a source name read from the runs file) drawn as written: matplotlib reads the
+    text between two $ signs as mathtext (a run_id prefix '$x^$' was its ParseSyntaxException, an
+    internal error after the table was printed); an escaped \\$ is drawn as a plain $."""
+    return str(label).replace("$", "\\$")
+
+
 def _ok(results: pd.DataFrame) -> pd.DataFrame:
     ok = results[results["status"] == "ok"]
     pred = pd.to_numeric(ok["predicted"], errors="coerce")
@@ -54,7 +61,7 @@ def published_error_strip(results: pd.DataFrame, path: str | Path | None = None,
         ax.text(i, 1.0, f"{np.mean(np.abs(rows['rel_pct'])):.1f}%\nn={len(y)}", transform=ax.get_xaxis_transform(),
                 ha="center", va="bottom", fontsize=6.5)
     ax.set_xticks(range(len(sources)))
-    ax.set_xticklabels(sources, rotation=60, ha="right", fontsize=7.5)
+    ax.set_xticklabels([_literal(src) for src in sources], rotation=60, ha="right", fontsize=7.5)
     ax.set_xlim(-0.7, len(sources) - 0.3)
     if len(ok):
         lim = float(np.clip(np.nanpercentile(np.abs(ok["err_pct"]), 99.5) * 1.1, 20.0, 200.0))

@@ -418,6 +418,15 @@ def misc_cases() -> list[tuple]:
 #: an A100 + H100 pooled cluster whose "a100" pool is H100s too: its groups' stages all run at
 #: one speed, so a one-stage group's pipeline is exactly its micro-batches x its stage
 SAME_SPEED_POOLS = Path(POOLED).read_text().replace("cluster: dgx-a100-80gb", "cluster: dgx-h100")
+def _published_with_run_id_prefix(prefix: str) -> str:
+    """The bundled published-runs CSV's KOR22 rows with their run_id prefix replaced by ``prefix``."""
+    with open(REPO / "paraplan" / "data" / "validation" / "published_runs.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["run_id"].startswith("KOR22")][:3]
+    for row in rows:
+        row["run_id"] = prefix + row["run_id"][len("KOR22"):]
+    return _csv(list(rows[0]), rows)
+
+
 #: single inputs found to break the contract by the fuzz4 session, each with the fix's commit
 #: message naming it; ``test_fuzz`` also runs each alone, so a regression names its case
 REGRESSIONS = [
@@ -438,6 +447,10 @@ REGRESSIONS = [
        ["plot", kind, "-m", "gpt3-125m", "-c", "dgx-h100", "-n", "8", "--global-batch", "64", "-o", "{tmp}/f.png",
         "--title", title], {})
       for kind, title in (("breakdown", "$x^$"), ("memory", "$\\frac{$"), ("breakdown", "$$"))],
+    # a source (run_id prefix) whose $ signs pair up was drawn as mathtext by validate published
+    # --plot: matplotlib's ValueError, an internal error after the table was printed
+    ("validate published --plot, a source named '$x^$'", ["validate", "published", "{tmp}/runs.csv", "--plot", "{tmp}/v.png"],
+     {"runs.csv": _published_with_run_id_prefix("$x^$")}),
 ]
 
 
