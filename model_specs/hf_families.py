@@ -121,6 +121,10 @@ def _minimax_m2(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str
     are not modelled, as in the minimax-m2.5 preset."""
     fields = _mixtral(cfg, family, seq_len)
     kinds = cfg.get_int_list("attn_type_list")
+    if cfg.has("attn_type_list") and len(kinds) != fields["num_layers"]:
+        # one kind per layer: a list of [1] (or 100 entries) for 4 layers was read as all softmax
+        raise InputError(f"{cfg.where}.attn_type_list", f"expected one attention kind per layer ({fields['num_layers']}), "
+                         f"got {len(kinds)}", "write the checkpoint's attn_type_list")
     other = sorted({k for k in kinds if k not in (0, 1)})
     if other:           # was reported as lightning attention
         raise InputError(f"{cfg.where}.attn_type_list", f"unknown attention kind {other[0]} (1 = softmax, 0 = lightning)",

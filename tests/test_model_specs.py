@@ -989,6 +989,9 @@ _MINIMAX_NO_HEAD_DIM = {k: v for k, v in MINIMAX_M25.items() if k != "head_dim"}
     ({**MINIMAX_M25, "head_dim": -128}, "head_dim", "must be >= 0"),
     # an attention kind other than 0 / 1 was reported as lightning attention (0)
     ({**MINIMAX_M25, "attn_type_list": [2] * 62}, "attn_type_list", "unknown attention kind 2"),
+    # a list of another length than the layers (one entry, or 63 for 62 layers) was read as all softmax
+    ({**MINIMAX_M25, "attn_type_list": [1]}, "attn_type_list", r"one attention kind per layer \(62\), got 1 "),
+    ({**MINIMAX_M25, "attn_type_list": [1] * 63}, "attn_type_list", r"one attention kind per layer \(62\), got 63 "),
     # max_position_embeddings 0 was kept as max_context_tokens 0, "not stated"
     ({**LLAMA31_8B, "max_position_embeddings": 0}, "max_position_embeddings", "must be >= 1 token"),
     # a wrapper's model_type that is not text was read past (the source said "a nan checkpoint");
