@@ -294,6 +294,13 @@ def _edit_first_run(folder, **changes):
     (folder / "measured_runs.json").write_text(json.dumps(runs))
 
 
+def _edit_env(folder, **changes):
+    import json
+    env = json.loads((folder / "env.json").read_text())
+    env.update(changes)
+    (folder / "env.json").write_text(json.dumps(env))
+
+
 def test_cli_refuses_a_cluster_of_another_gpu():
     _one_error_line(_cli(DATA / "gpu_h200", "--cluster", "mi300x-node"), "cluster", "132 SMs", "304 SMs")
 
@@ -327,6 +334,12 @@ def test_cli_refuses_a_cluster_of_another_gpu():
     (lambda d: (d / "step_kernels.csv").write_text("run,kernel,launches,device_s\nx,,3,0.1\n"),
      "step_kernels.csv.kernel"),
     (lambda d: ((d / "kernels.csv").unlink(), (d / "kernels.csv").mkdir()), "kernels.csv"),
+    # a GPU name that is not text was printed as the name, and the chip check against --cluster skipped
+    (lambda d: _edit_env(d, name=["NVIDIA H100"]), "env.json.name"),
+    (lambda d: _edit_env(d, name={}), "env.json.name"),
+    (lambda d: _edit_env(d, name=float("nan")), "env.json.name"),
+    (lambda d: _edit_env(d, name="  "), "env.json.name"),
+    (lambda d: _edit_env(d, name=None), "env.json.name"),
 ])
 def test_cli_on_a_damaged_record_is_one_error_line(tmp_path, damage, field):
     import shutil

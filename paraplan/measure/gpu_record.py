@@ -157,6 +157,16 @@ def _check_run(run, where: str) -> None:
                              fix)
 
 
+def _check_env(env: dict) -> None:
+    """``InputError`` unless ``env.json`` names the GPU as non-empty text: any other value was
+    printed as the GPU's name, and the chip's model number in it (``check_record_gpu``) was then
+    not compared with ``--cluster``'s GPU."""
+    name = env.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise InputError("env.json.name", f"is not the GPU's name as non-empty text, got {repr(name)[:80]}",
+                         "rewrite it with tools/gpu_kernel_checks.py on the CUDA GPU that was measured")
+
+
 def load_record(folder) -> GpuRecord:
     """Read a folder written by ``tools/gpu_kernel_checks.py`` (and, optionally, the profile and
     decode scripts). A missing or damaged file raises ``InputError``, naming it."""
@@ -176,6 +186,7 @@ def load_record(folder) -> GpuRecord:
                          "rewrite it with tools/gpu_kernel_checks.py") from None
     if not isinstance(env, dict):
         raise InputError("env.json", "is not a JSON object", "rewrite it with tools/gpu_kernel_checks.py")
+    _check_env(env)
     if not isinstance(runs, list):
         raise InputError("measured_runs.json", "is not a JSON list of runs", "rewrite it with tools/gpu_kernel_checks.py")
     for i, run in enumerate(runs):
