@@ -296,12 +296,26 @@ def _gpt2(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, Any]
                 **_GPT_STYLE)
 
 
+#: the MLP activations of OPT checkpoints: relu (OPTConfig's default, the facebook/opt-* models),
+#: gelu (the facebook/galactica-* models, OPT's architecture)
+_OPT_ACTIVATIONS = ("relu", "gelu")
+
+
+def _opt_activation(cfg: ConfigReader) -> str:
+    """OPT's ``activation_function`` (relu when absent); any other value was read as gelu."""
+    value = cfg.data.get("activation_function", "relu")
+    if not isinstance(value, str) or value not in _OPT_ACTIVATIONS:
+        raise InputError(f"{cfg.where}.activation_function", f"unknown OPT activation {str(value)[:40]!r}",
+                         "use " + " or ".join(_OPT_ACTIVATIONS))
+    return value
+
+
 def _opt(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, Any]:
     return dict(num_layers=cfg.get_int("num_hidden_layers"), hidden_size=cfg.get_int("hidden_size"),
                 **attention_head_fields(cfg), ffn_hidden_size=cfg.get_int("ffn_dim"), vocab_size=cfg.get_int("vocab_size"),
                 seq_len=training_seq_len(cfg, seq_len), tied_embeddings=cfg.get_bool("tie_word_embeddings", True),
                 **{**_GPT_STYLE, "linear_bias": cfg.get_bool("enable_bias", True)},
-                activation="relu" if cfg.data.get("activation_function", "relu") == "relu" else "gelu")
+                activation=_opt_activation(cfg))
 
 
 def _bloom(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, Any]:

@@ -972,6 +972,8 @@ _NANO = json.loads(NEMOTRON_3_NANO.replace("Infinity", "1e308"))
 _NANO_BY_LIST = {**{k: v for k, v in _NANO.items() if k != "hybrid_override_pattern"},
                  "layers_block_type": ["mamba"] * 52}
 _MINIMAX_NO_HEAD_DIM = {k: v for k, v in MINIMAX_M25.items() if k != "head_dim"}
+_OPT_350M = {"model_type": "opt", "num_hidden_layers": 24, "hidden_size": 1024, "num_attention_heads": 16,
+             "ffn_dim": 4096, "vocab_size": 50272, "max_position_embeddings": 2048}
 
 
 @pytest.mark.parametrize("config, field, says", [
@@ -1008,6 +1010,10 @@ _MINIMAX_NO_HEAD_DIM = {k: v for k, v in MINIMAX_M25.items() if k != "head_dim"}
     # a dropout probability's error named model.<key>, not the config and the text_config it is in
     ({**LLAMA4_MAVERICK, "text_config": {**LLAMA4_MAVERICK["text_config"], "attention_dropout": "0.1"}},
      "hf_config.text_config.attention_dropout", "expected a probability"),
+    # an OPT activation other than relu / gelu was read as gelu
+    ({**_OPT_350M, "activation_function": "abc"}, "activation_function",
+     r"unknown OPT activation 'abc' \(use relu or gelu\)"),
+    ({**_OPT_350M, "activation_function": ["relu"]}, "activation_function", "unknown OPT activation"),
 ])
 def test_a_damaged_config_of_the_newer_families_is_one_input_error_naming_its_key(config, field, says):
     with pytest.raises(InputError, match=says) as err:
