@@ -544,6 +544,18 @@ def test_validate_published_without_a_path_reads_the_bundled_file_when_no_shared
     assert len(rows) >= 8 and all(r["status"] == "ok" and math.isfinite(r["rel_error"]) for r in rows)
 
 
+def test_validate_published_without_a_path_fails_its_gate_with_one_stderr_line(tmp_path):
+    # the default file's 'reading <file>' line came before the 'regression:' line, two lines where
+    # --fail-above's help promises one; off a terminal (CI) the gate's line is the only one
+    env = {"PARAPLAN_VALIDATION_DIR": str(tmp_path)}          # an empty "shared" folder
+    failed = run("validate", "published", "--source", "KOR22-T5", "--fail-above", "0", env=env)
+    assert failed.exit_code == 1 and "mean_abs_err_pct" in failed.stdout, failed.output
+    lines = failed.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("regression: all rows: mean |error|"), failed.stderr
+    passed = run("validate", "published", "--source", "KOR22-T5", "--fail-above", "100", env=env)
+    assert passed.exit_code == 0 and passed.stderr == "", passed.output
+
+
 def test_a_timeline_of_too_many_operations_is_refused_before_any_work(tmp_path):
     import time
     t0 = time.process_time()
