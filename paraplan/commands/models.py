@@ -106,8 +106,9 @@ def show_cmd(name: str, as_json: bool) -> None:
     config.json (or the folder holding it).
 
     \b
-    Example:
-      paraplan models show ./Meta-Llama-3-8B/config.json
+    Examples:
+      paraplan models show llama3-8b
+      paraplan models show ./Meta-Llama-3-8B/config.json   # a checkpoint folder you downloaded
     """
     m = load_model(name)
     d = model_detail(m)
