@@ -545,7 +545,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     # the offloaded share's gradients go to the host under the last backward (like the DP
     # reduction), the host runs Adam on them and sends the 16-bit weights back before the next
     # forward (``cost_models.offload``)
-    host_step = _optimizer_offload_s(cluster, batch, off * opt_params, pipe["first_window_bw_s"])
+    host_step = _optimizer_offload_s(cluster, batch, off * opt_params, pipe["first_window_bw_s"], exposed_grad)
 
     # ---- breakdown on the busiest stage (sums to step) --------------------------------------
     share = np.where(batch.schedule == _DUALPIPE, 0.5, 1.0)   # DualPipe: one chunk per micro-batch
@@ -767,9 +767,17 @@ def _layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, r
                          batch.unfused_block_ops)
 
 
-def _optimizer_offload_s(cluster: ClusterSpec, batch: ConfigBatch, params_offloaded, grad_window_s):
+def _optimizer_offload_s(cluster: ClusterSpec, batch: ConfigBatch, params_offloaded, grad_window_s,
+                         exposed_grad_s=0.0):
     """Exposed seconds per step of the optimizer share kept on the host: the gradients' copy
-    beyond the last backward, the host's Adam step, the weights' copy back."""
+    beyond the last backward, the host's Adam step, the weights' copy back.
+
+    The copy hides under the same backward window as the data-parallel gradient reduction
+    (``exposed_grad_s`` is what of that reduction the window leaves exposed): a bucket goes to
+    the host once it is reduced, on the host link's copy engine while the next bucket reduces, so
+    after the last backward the two tails run side by side and the step pays the longer one,
+    max(reduction tail, copy tail), not their sum (which counted the window twice: a longer
+    backward, e.g. from recomputation, shortened both tails and made the step faster)."""
     if not np.any(np.asarray(batch.offload_optimizer_fraction) > 0):
         return 0.0 * np.asarray(params_offloaded, dtype=float)
     host = cluster.host
@@ -778,7 +786,8 @@ def _optimizer_offload_s(cluster: ClusterSpec, batch: ConfigBatch, params_offloa
                          "for the host's optimizer step", "add host: {memory_bw_gb_per_s: ...} to the cluster YAML")
     step = offload.optimizer_offload_step(params_offloaded, GRAD_BUFFER_BYTES, _link_bw(cluster, batch),
                                           host.memory_bw_bytes_per_s / cluster.gpus_per_node)
-    return (np.maximum(step["grads_to_host_s"] - grad_window_s, 0.0) + step["host_step_s"]
+    copy_tail = np.maximum(step["grads_to_host_s"] - grad_window_s, 0.0)
+    return (np.maximum(copy_tail - exposed_grad_s, 0.0) + step["host_step_s"]
             + step["weights_to_gpu_s"])
 
 
