@@ -46,6 +46,8 @@ RULES = {
     "vpp_needs_pp": "virtual pipeline stages with pp = 1",
     "schedule": "schedule does not match vpp (interleaved needs vpp > 1; vpp > 1 is always interleaved)",
     "dualpipe": "DualPipe without an even pp and an even micro-batch count >= 2 pp (its schedule pairs rank i with p-1-i)",
+    "one_stage": "a zero-bubble schedule (ZB-H1, ZB-H2, ZB-V) with pp = 1: one stage has no bubble to fill and "
+                 "runs as 1F1B, which the search has (`simulate` refuses it)",
     "flush_size": "a pipeline whose flush has more operations than the step model builds in seconds "
                   "(pipeline.makespan.flush_within_limit: hundreds of stages, or ZB-H2 / ZB-V beyond ~100)",
     "sp_needs_tp": "sequence parallel on with tp = 1 (the same configuration as off)",
@@ -424,6 +426,7 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
         # (``pipeline.schedules``): an even p and an even m >= 2p
         ("dualpipe", grid((sched != SCHEDULE_CODES[Schedule.DUALPIPE])[None, :]
                           | ((cols["pp"] % 2 == 0) & (m_all % 2 == 0) & (m_all >= 2 * cols["pp"]))[:, None])),
+        ("one_stage", grid(~zero_bubble[None, :] | (cols["pp"] > 1)[:, None])),
         ("flush_size", _flush_sizes(sched, cols["pp"], m_all, cols["vpp"])),
         ("fixed", grid(_allowed(fixed, "sequence_parallel", sp)[None, :])),
         ("sp_needs_tp", grid((sp == 0)[None, :] | (t > 1))),

@@ -14,6 +14,20 @@ def _divisors(n: int, limit: int = 64) -> str:
     return ", ".join(map(str, ds))
 
 
+def needs_uneven_split(num_layers: int, pp: int, vpp: int, schedule) -> bool:
+    """Whether ``num_layers`` decoder layers need an uneven (or custom) split on this pipeline:
+    interleaved chunks (pp * vpp of them) that divide neither the layers nor the layers + 2
+    (Megatron may count the embedding and the loss as one layer each), or ZB-V / DualPipe's two
+    chunks a rank (2 pp) that do not divide the layers. A plain 1F1B pipeline (vpp = 1) takes any
+    count (its stages may differ by a layer). ``schedule``: a ``Schedule`` or its value."""
+    name = Schedule(schedule)
+    if name in (Schedule.ZB_V, Schedule.DUALPIPE):
+        return bool(num_layers % (2 * pp))
+    if vpp > 1:
+        return bool(num_layers % (pp * vpp) and (num_layers + 2) % (pp * vpp))
+    return False
+
+
 def _positions(c: ParallelConfig) -> int:
     """Forward positions of the configuration's schedule: p * chunks (DualPipe: p per copy)."""
     if c.schedule == Schedule.DUALPIPE:
@@ -136,8 +150,7 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
     # Megatron may count the embedding and the loss as one layer each when splitting
     # (account_for_embedding/loss_in_pipeline_split), so L or L + 2 must divide into chunks.
     custom = bool(c.uneven_layers or c.pipeline_layout or c.first_stage_layers or c.last_stage_layers)
-    if c.vpp > 1 and model.num_layers % (c.pp * c.vpp) and (model.num_layers + 2) % (c.pp * c.vpp) \
-            and not custom:
+    if c.vpp > 1 and not custom and needs_uneven_split(model.num_layers, c.pp, c.vpp, c.schedule):
         raise InputError("vpp", f"{model.num_layers} layers do not split into pp*vpp = {c.pp}*{c.vpp} "
                          "equal chunks", "choose pp*vpp dividing the layer count (or layers + 2), or "
                          "allow a custom layout with --uneven-layers")
@@ -152,7 +165,8 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
         # "dualpipev", which is not a --schedule choice)
         raise InputError("pp", f"DualPipe pairs rank i with rank pp-1-i and needs an even pp, got {c.pp}",
                          "use an even --pp, or --schedule zb-v (one V-shaped model copy on any pp)")
-    if c.schedule in (Schedule.ZB_V, Schedule.DUALPIPE) and model.num_layers % (2 * c.pp) and not custom:
+    if c.schedule in (Schedule.ZB_V, Schedule.DUALPIPE) and not custom \
+            and needs_uneven_split(model.num_layers, c.pp, c.vpp, c.schedule):
         raise InputError("schedule", f"{c.schedule.value} puts 2 chunks on each of pp={c.pp} ranks; "
                          f"{model.num_layers} layers do not divide by {2 * c.pp}",
                          "allow an uneven split with --uneven-layers (the first and last chunks lighter) or give "

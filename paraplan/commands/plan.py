@@ -28,6 +28,7 @@ from paraplan.cli import dump_json, format_table, four_significant
 from planners.explain import fit_text, stage_layers_text
 from planners.plan import PlanResult, parse_gpus, plan
 from simulator.parallel_config import Recompute, Schedule
+from simulator.validate_config import needs_uneven_split
 from paraplan.commands.simulate import STACK_HELP, ep_comm_overlap_option, ep_dispatch_dedup_option
 from paraplan.commands.token_count import TOKENS
 
@@ -189,14 +190,15 @@ def _emit(result: PlanResult, spec, framework: str, cl=None, switches=None, stac
 
 def simulate_command(row, model: str, cluster: str, seq_len: int | None = None,
                      stack: str = DEFAULT_TRAINING_STACK, switches: dict | None = None,
-                     headroom_gib: float | None = None) -> str:
+                     headroom_gib: float | None = None, num_layers: int | None = None) -> str:
     """The ``paraplan simulate`` command of a plan row (its label's abbreviations as options:
     ``off7`` is --offload-activation-layers 7, ``full2d1`` --recompute full --recompute-num-layers 2
     --recompute-layers-decrement 1, ``hsdp8`` --zero-shard-group 8), with the request's model,
     cluster, sequence length, stack, switches and headroom (``headroom_gib``, when the request gave
     one: without it ``plan --headroom-gib 0``'s winner, planned to 79.8 of 80 GiB, printed a command
-    whose ``simulate`` said "fits: NO" against its default 4 GiB); it prints the row's step time
-    and fit verdict."""
+    whose ``simulate`` said "fits: NO" against its default 4 GiB), and ``--uneven-layers`` where the
+    model's ``num_layers`` do not split into the row's chunks (DeepSeek-V3's 61 layers on DualPipe's
+    2 x 16); it prints the row's step time and fit verdict."""
     get = lambda k, d=0: row[k] if k in row and row[k] is not None else d     # noqa: E731
     args = ["paraplan", "simulate", "-m", model, "-c", cluster, "-n", str(int(get("n_gpus")))]
     if seq_len is not None:
@@ -219,6 +221,11 @@ def simulate_command(row, model: str, cluster: str, seq_len: int | None = None,
     default_schedule = Schedule.INTERLEAVED.value if int(get("vpp", 1)) > 1 else Schedule.ONE_F_ONE_B.value
     if str(get("schedule", default_schedule)) != default_schedule:
         args += ["--schedule", str(get("schedule"))]
+    # the search prices every pipeline with an uneven split where the chunks need one
+    # (``planners.plan.row_config``); simulate asks for it by name
+    if num_layers is not None and int(get("pp", 1)) > 1 and needs_uneven_split(
+            num_layers, int(get("pp", 1)), int(get("vpp", 1)), str(get("schedule", default_schedule))):
+        args.append("--uneven-layers")
     args += ["--dtype", str(get("dtype", "bf16"))]
     if stack != DEFAULT_TRAINING_STACK:
         args += ["--stack", stack]
@@ -551,7 +558,8 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
                        f"not the one priced): {stage_layers_text(balanced)}\n")
     if len(result.plans):
         best = result.plans.iloc[0].to_dict()
-        command = simulate_command(best, model, cluster, seq_len, stack_arg, switches, headroom_gib)
+        layers = (spec if spec is not None else load_model(result.model)).num_layers
+        command = simulate_command(best, model, cluster, seq_len, stack_arg, switches, headroom_gib, layers)
         out.append(f"best plan as one run (its step, memory per stage and why):\n{wrap_command(command)}\n")
         unmeasured = _unmeasured_features(best, cl)
         if unmeasured:
