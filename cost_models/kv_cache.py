@@ -60,15 +60,24 @@ def linear_state_bytes_per_layer(model: ModelSpec, tp, conv_bytes: float = 2.0):
     return state + (la.conv_kernel - 1) * conv_channels * conv_bytes
 
 
+def largest_stage_share(num_layers: int, pp):
+    """Share of a model's layers its largest pipeline stage holds: ceil(L / pp) / L (an 80-layer
+    model on pp 3: 27 / 80, not 1 / 3). numpy-friendly in ``pp``."""
+    pp = np.maximum(_f(pp), 1.0)
+    return np.ceil(num_layers / pp) / float(num_layers)
+
+
 def kv_bytes_per_request(model: ModelSpec, tp, context_tokens, kv_bytes: float, pp=1):
     """Bytes one GPU holds for one request whose context is ``context_tokens`` long (its share
-    of the layers under pipeline parallelism pp): full layers x context, window layers x
-    min(context, window), linear layers x their fixed state."""
+    of the layers under pipeline parallelism pp, the largest stage's ``largest_stage_share``):
+    full layers x context, window layers x min(context, window), linear layers x their fixed
+    state."""
     full, window, linear = layer_counts(model)
     per_token = kv_bytes_per_token_layer(model, tp, kv_bytes)
     ctx = _f(context_tokens)
     tokens = full * ctx + (window * np.minimum(ctx, model.sliding_window) if window else 0.0)
-    return (tokens * per_token + linear * linear_state_bytes_per_layer(model, tp)) / _f(pp)
+    return ((tokens * per_token + linear * linear_state_bytes_per_layer(model, tp))
+            * largest_stage_share(model.num_layers, pp))
 
 
 def kv_bytes_per_token_model(model: ModelSpec, kv_bytes: float):

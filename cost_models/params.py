@@ -74,6 +74,17 @@ def tp_splits_kv_heads(kv_heads, tp, replication):
     return (kv_heads % tp == 0) | (np.asarray(replication, dtype=bool) & (tp % kv_heads == 0))
 
 
+def serving_tp_splits_kv_heads(model: ModelSpec, tp) -> bool:
+    """Whether a serving engine runs ``model``'s attention at tensor degree ``tp``: vLLM's and
+    SGLang's ``QKVParallelLinear`` (and TensorRT-LLM's attention) take tp dividing the key/value
+    heads, or a multiple of them (each head replicated on tp / heads ranks); any other tp would
+    leave a fraction of a head a GPU. Multi-latent attention has no K/V heads to split: any tp
+    the query heads allow."""
+    if model.mla is not None:
+        return True
+    return bool(tp_splits_kv_heads(model.num_kv_heads, tp, True))
+
+
 def replicated_kv_params_per_tp_rank(model: ModelSpec, tp):
     """K and V projection weights one tensor-parallel rank holds beyond its 1 / tp share of
     ``attention_params`` (per layer, the mean over a hybrid model's layers): 2 h d (heads held

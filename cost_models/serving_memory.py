@@ -1,6 +1,6 @@
 """Memory of a serving worker per GPU: weights, activation workspace, runtime reserve, KV cache.
 
-Weights per GPU: each pipeline stage holds num_layers/pp layers. In a layer, attention weights
+Weights per GPU: the largest pipeline stage holds ceil(num_layers / pp) layers. In a layer, attention weights
 are split over tp (``inference_layers.attention_weights_per_gpu``; replicated over attention
 data parallelism), dense MLPs and shared experts over tp, routed experts over the expert group:
 E/moe_ep experts per GPU, each cut moe_tp ways. Embedding and LM head are vocabulary-parallel
@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models.inference_layers import ACT_BYTES, attention_weights_per_gpu, linear_attention_weights_per_gpu
-from cost_models.kv_cache import layer_counts
+from cost_models.kv_cache import largest_stage_share, layer_counts
 from cost_models.params import latent_projection_params, routed_expert_width
 from cost_models.weight_formats import weight_bytes
 from hardware_specs.serving_behaviour import ServingBehaviour
@@ -89,7 +89,8 @@ def draft_head_weight_bytes_per_gpu(head: DraftHead, tp, pp=1, target: ModelSpec
 
 
 def weight_bytes_per_gpu(model: ModelSpec, tp, adp, pp, moe_tp, moe_ep, dense_format: str, expert_format: str):
-    """Bytes of weights one GPU holds (the largest stage: layers/pp plus embedding and head)."""
+    """Bytes of weights one GPU holds (the largest stage: ceil(layers / pp) of the layers, in the
+    model's mean mix of layer kinds, plus embedding and head)."""
     tp, pp, moe_tp, moe_ep = _f(tp), _f(pp), _f(moe_tp), _f(moe_ep)
     wd, we = weight_bytes(dense_format, model.int4_group_size), weight_bytes(expert_format, model.int4_group_size)
     h = model.hidden_size
@@ -109,7 +110,8 @@ def weight_bytes_per_gpu(model: ModelSpec, tp, adp, pp, moe_tp, moe_ep, dense_fo
     if n_moe:
         layers = layers + n_moe * _moe_mlp_bytes(model, tp, moe_tp, moe_ep, wd, we)
     embed = model.vocab_size * h / tp * ACT_BYTES * (1.0 if model.tied_embeddings else 2.0)
-    return layers / pp + embed * np.where(pp > 1, 0.5 if not model.tied_embeddings else 1.0, 1.0)
+    return layers * largest_stage_share(model.num_layers, pp) + embed * np.where(pp > 1, 0.5 if not model.tied_embeddings
+                                                                                 else 1.0, 1.0)
 
 
 def activation_bytes_per_gpu(model: ModelSpec, tp, adp, moe_ep, token_budget):

@@ -16,6 +16,7 @@ import itertools
 
 import numpy as np
 
+from cost_models.params import serving_tp_splits_kv_heads
 from cost_models.weight_formats import slice_holds_whole_blocks
 
 from hardware_specs.serving_behaviour import ServingBehaviour
@@ -42,7 +43,7 @@ def worker_layouts(model: ModelSpec, gpus: int, domain: int, allow_pp: bool = Tr
     rows = []
     heads = model.num_heads
     for tp in _pow2_upto(min(domain, gpus)):
-        if heads % tp:
+        if heads % tp or not serving_tp_splits_kv_heads(model, tp):
             continue
         adps = _pow2_upto(gpus // tp) if model.moe is not None else [1]
         for adp in adps:

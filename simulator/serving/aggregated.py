@@ -25,7 +25,8 @@ Per rank, with ``t_d`` the time of a step decoding all b requests (context isl +
   so the request joins the batch after next, one and a half steps; plus ``hold_steps``: steps a
   scheduler set to poll for requests only every N steps or to hold prompts for a fuller batch
   adds, none at the engines' defaults) + its own
-  prefill (the ceil(isl / C) steps carrying its chunks, with the decodes when mixed) +
+  prefill (the ceil(isl / C) steps carrying its chunks, the last one what is left of the prompt,
+  with the other clients' decodes when mixed) +
   the wait behind other prompts. That wait lies between two limits of a closed loop: clients
   whose requests finished together come back together (fully synchronised waves: the mean
   client waits for (b - 1) / 2 other prompts, each holding the engine for its service ``s``,
@@ -83,6 +84,10 @@ def memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, osl, token_budget=None
     Both are capped by the stack's ``max_running_requests``."""
     model, beh = ctx.model, ctx.behaviour
     budget = beh.rank_token_budget(ctx.token_budget, adp) if token_budget is None else token_budget
+    if token_budget is None and not beh.chunked_prefill:
+        # an engine that does not chunk prompts runs a whole prompt in a step when it is longer
+        # than the budget (and is launched so: ``exports.serving_common.Launch.step_tokens``)
+        budget = np.maximum(budget, _f(isl))
     weights = weight_bytes_per_gpu(model, tp, adp, pp, moe_tp, moe_ep, ctx.dense_format, ctx.expert_format)
     # the drafter (MTP modules, or an EAGLE-3 head) sits on the last stage, taken as the largest
     weights = weights + ctx.draft_weight_bytes(tp, moe_tp, moe_ep, pp)
@@ -234,6 +239,8 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
     budget = beh.rank_token_budget(ctx.token_budget, adp)       # one attention-DP rank's steps
     chunk = np.minimum(isl, budget) if beh.chunked_prefill else isl
     steps_own = np.ceil(isl / chunk)
+    # the prompt's last chunk carries what is left of it, not a whole chunk
+    last_chunk = isl - (steps_own - 1.0) * chunk
     if beh.chunked_prefill:
         packed = np.minimum(budget, b * isl)
     else:
@@ -251,11 +258,18 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
                        draft_head=ctx.draft_head)
         t_d = dec["step_s"]
         riders = running if beh.mixed_batches else 0.0 * b        # decodes sharing a prompt's step
-        t_own = step_time(*common, chunk, isl / 2.0, riders, isl + osl / 2.0, draft_tokens=k,
+        # a request's own chunks share their steps with the other clients' decodes (with one
+        # client, none: it is not decoding while its prompt runs)
+        own_riders = riders * np.maximum(b - 1.0, 0.0) / b
+        t_own = step_time(*common, chunk, isl / 2.0, own_riders, isl + osl / 2.0, draft_tokens=k,
                           kept_tokens=per_step, draft_head=ctx.draft_head)["step_s"]
+        t_last = step_time(*common, last_chunk, isl / 2.0, own_riders, isl + osl / 2.0, draft_tokens=k,
+                           kept_tokens=per_step, draft_head=ctx.draft_head)["step_s"]
         t_packed = step_time(*common, packed, isl / 2.0, riders, isl + osl / 2.0, draft_tokens=k,
                              kept_tokens=per_step, draft_head=ctx.draft_head)["step_s"]
-        own = steps_own * t_own
+        # every chunk but the last is a full one; the keys are the prompt's mean (isl / 2) in
+        # each, which sums to the prompt's causal attention exactly
+        own = (steps_own - 1.0) * t_own + t_last
         service = t_packed * isl / packed
         w_p = np.maximum(service - (t_d * isl / packed if beh.mixed_batches else 0.0), 1e-9)
         sync = synchronised_wait_s(b, service, t_d, eff.arrival_sync(beh.mixed_batches, beh.chunked_prefill))

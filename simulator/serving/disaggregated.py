@@ -83,8 +83,10 @@ def prefill_side(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl) -> dict[str, np.n
     isl = _f(isl)
     common = (ctx.model, ctx.cluster, ctx.efficiency, beh, ctx.dense_format, ctx.expert_format, ctx.kv_bytes,
               tp, adp, pp, moe_tp, moe_ep)
-    mem = memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, 1.0)
     pb = np.maximum(_f(batch), 1.0)
+    # a prefill worker's step holds its batch of whole prompts (launched with exactly that many
+    # tokens a step, ``exports.serving_common.Launch.step_tokens``): its activations are sized so
+    mem = memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, 1.0, token_budget=pb * isl)
     # with speculative decoding the prefill worker also runs the drafter over the prompt
     k = ctx.speculative_tokens
     pre_full = step_time(*common, pb * isl, isl / 2.0, 0.0, 0.0, pb, draft_tokens=k, draft_head=ctx.draft_head)["step_s"]

@@ -8,6 +8,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from cost_models.params import serving_tp_splits_kv_heads
 from cost_models.weight_formats import scale_block, slice_holds_whole_blocks
 
 from hardware_specs.errors import InputError
@@ -93,6 +94,13 @@ def _check_layout(ctx: ServingContext, lay: WorkerLayout, prefix: str) -> None:
         divisors = [t for t in range(1, model.num_heads + 1) if model.num_heads % t == 0 and t <= 64]
         raise InputError(f"--{prefix}tp", f"{lay.tp} does not divide the {model.num_heads} attention heads of {model.name}",
                          "use one of " + ", ".join(map(str, divisors)))
+    if not serving_tp_splits_kv_heads(model, lay.tp):
+        g = model.num_kv_heads
+        ok = [t for t in range(1, min(model.num_heads, 64) + 1) if model.num_heads % t == 0
+              and serving_tp_splits_kv_heads(model, t)]
+        raise InputError(f"--{prefix}tp", f"{lay.tp} neither divides nor is a multiple of the {g} key/value heads of "
+                         f"{model.name} (the engines' QKV projection splits whole K/V heads or replicates them)",
+                         "use one of " + ", ".join(map(str, ok)))
     if lay.pp > model.num_layers:
         raise InputError(f"--{prefix}pp", f"{lay.pp} stages for {model.num_layers} layers", f"use at most {model.num_layers}")
     if model.moe is None:
