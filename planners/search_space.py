@@ -31,6 +31,7 @@ from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES
 from simulator.parallel_config import Recompute, Schedule
 from simulator.stack_support import ZERO_BUBBLE_SCHEDULES, lacked_use
 from simulator.step_model import LAYER_KEY_FIELDS
+from simulator.validate_config import needs_uneven_split
 
 #: why a candidate was removed, in the order the rules are applied (keys of ``SearchSpace.pruned``).
 RULES = {
@@ -386,12 +387,11 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
 
     cols = _cross(cols, vpp_raw, "vpp")
     v, p = cols["vpp"], cols["pp"]
-    chunks = p * v
     m = gbs // (cols["dp"] * cols["micro_batch"])
     ok = count.apply([
         ("fixed", _allowed(fixed, "vpp", v)),
         ("vpp_needs_pp", (v == 1) | (p > 1)),
-        ("layers", (v == 1) | (L % chunks == 0) | ((L + 2) % chunks == 0)),
+        ("layers", ~needs_uneven_split(L, p, v, Schedule.INTERLEAVED)),
         ("batch", (v == 1) | (m % p == 0)),
         ("stack", ~lacked_use(lacks, vpp=v)),
     ], len(v), scale(3))

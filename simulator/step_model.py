@@ -76,6 +76,14 @@ def unfused_accumulation_bytes(grad_bytes, grad_buffer_bytes):
 #: a makespan above the busiest stage's work by less than this share of it is floating-point
 #: rounding of the sum, not a pipeline bubble (pp = 1 gave 8.9e-16 s of a 7 s step)
 BUBBLE_ROUNDING_SHARE = 1e-12
+
+
+def pipeline_bubble_s(pipeline_s, busy_s):
+    """Idle seconds of a pipeline's busiest stage: its makespan ``pipeline_s`` less its own work
+    ``busy_s`` (seconds per step, numpy-friendly), 0 where the difference is within
+    ``BUBBLE_ROUNDING_SHARE`` of the makespan (rounding of the sums, not a bubble)."""
+    bubble = pipeline_s - busy_s
+    return np.where(bubble > BUBBLE_ROUNDING_SHARE * pipeline_s, bubble, 0.0)
 #: weight tensors of a dense transformer layer: fused QKV, output projection, MLP up (fused
 #: gate+up when gated) and down, two norms. One accumulation kernel each; biases, which the
 #: model specs do not record, would add one each.
@@ -562,9 +570,8 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch
     # (the makespan is at least m times the busiest stage's work: only rounding can go below,
     # or above by ~1e-16 s with one stage, which is no bubble either: pipeline_bubble_s printed
     # 8.9e-16 for pp = 1 in --json, the sweep CSV and plan --explain's reasons)
-    bubble = pipeline - (compute_part + recompute_part + tp_part + cp_part + ep_part + z3_part
-                         + pp_comm_part + offload_pipe)
-    bubble = np.where(bubble > BUBBLE_ROUNDING_SHARE * pipeline, bubble, 0.0)
+    bubble = pipeline_bubble_s(pipeline, compute_part + recompute_part + tp_part + cp_part + ep_part + z3_part
+                               + pp_comm_part + offload_pipe)
     # straggler wait: the fitted share of the step's compute that ranks spend waiting for the
     # slowest peer at synchronisations (EfficiencyModel.sync_skew_fraction; 0 on GPUs)
     world = dp * tp * pp * cp

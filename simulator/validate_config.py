@@ -1,6 +1,8 @@
 """Checks that a parallel configuration fits a model and a GPU count (errors name the field)."""
 from __future__ import annotations
 
+import numpy as np
+
 from cost_models.context_parallel import ulysses_heads_ok
 from cost_models.params import tp_splits_kv_heads
 from hardware_specs.errors import InputError
@@ -19,13 +21,15 @@ def needs_uneven_split(num_layers: int, pp: int, vpp: int, schedule) -> bool:
     interleaved chunks (pp * vpp of them) that divide neither the layers nor the layers + 2
     (Megatron may count the embedding and the loss as one layer each), or ZB-V / DualPipe's two
     chunks a rank (2 pp) that do not divide the layers. A plain 1F1B pipeline (vpp = 1) takes any
-    count (its stages may differ by a layer). ``schedule``: a ``Schedule`` or its value."""
-    name = Schedule(schedule)
-    if name in (Schedule.ZB_V, Schedule.DUALPIPE):
-        return bool(num_layers % (2 * pp))
-    if vpp > 1:
-        return bool(num_layers % (pp * vpp) and (num_layers + 2) % (pp * vpp))
-    return False
+    count (its stages may differ by a layer). ``schedule``: a ``Schedule`` or its value; ``pp``
+    and ``vpp`` scalars (a bool back) or arrays (the planner's candidates, a boolean array)."""
+    pp, vpp = np.asarray(pp), np.asarray(vpp)
+    if Schedule(schedule) in (Schedule.ZB_V, Schedule.DUALPIPE):
+        uneven = num_layers % (2 * pp) != 0
+    else:
+        chunks = pp * vpp
+        uneven = (vpp > 1) & (num_layers % chunks != 0) & ((num_layers + 2) % chunks != 0)
+    return uneven if uneven.ndim else bool(uneven)
 
 
 def _positions(c: ParallelConfig) -> int:

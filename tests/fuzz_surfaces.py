@@ -418,6 +418,8 @@ def misc_cases() -> list[tuple]:
 #: an A100 + H100 pooled cluster whose "a100" pool is H100s too: its groups' stages all run at
 #: one speed, so a one-stage group's pipeline is exactly its micro-batches x its stage
 SAME_SPEED_POOLS = Path(POOLED).read_text().replace("cluster: dgx-a100-80gb", "cluster: dgx-h100")
+
+
 def _published_with_run_id_prefix(prefix: str) -> str:
     """The bundled published-runs CSV's KOR22 rows with their run_id prefix replaced by ``prefix``."""
     with open(REPO / "paraplan" / "data" / "validation" / "published_runs.csv", newline="") as fh:
@@ -427,8 +429,8 @@ def _published_with_run_id_prefix(prefix: str) -> str:
     return _csv(list(rows[0]), rows)
 
 
-#: single inputs found to break the contract by the fuzz4 session, each with the fix's commit
-#: message naming it; ``test_fuzz`` also runs each alone, so a regression names its case
+#: single inputs a fuzz pass (session 42) found breaking the contract, each named by its fix's
+#: commit message; ``test_fuzz`` also runs each alone, so a regression names its case
 REGRESSIONS = [
     # a pooled plan whose critical group has one stage printed pipeline_bubble_s -4.4e-16
     ("pooled one-stage critical group: bubble -4e-16",

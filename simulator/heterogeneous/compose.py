@@ -58,7 +58,7 @@ from simulator.heterogeneous.plan import pool_dtype
 from simulator.heterogeneous.shares import speed_shares
 from simulator.heterogeneous.unit_costs import UnitCosts
 from simulator.parallel_config import ParallelConfig, Schedule
-from simulator.step_model import BUBBLE_ROUNDING_SHARE, _overlapped
+from simulator.step_model import _overlapped, pipeline_bubble_s
 from simulator.step_model import (ADAM_STEP_BYTES_PER_PARAM, ADAM_STEP_BYTES_PER_PARAM_FP16,
                                   ADAM_STEP_BYTES_PER_PARAM_FP32, DENSE_LAYER_PARAM_TENSORS,
                                   unfused_accumulation_bytes)
@@ -115,14 +115,6 @@ class Groups:
 def _starts(index: np.ndarray, n: int) -> np.ndarray:
     """First row of each of the n contiguous runs 0..n-1 of ``index``."""
     return np.searchsorted(index, np.arange(n))
-
-
-def _bubble(pipeline_s: np.ndarray, busiest_s: np.ndarray) -> np.ndarray:
-    """Idle seconds of the critical group's slowest stage: its pipeline makespan less its own
-    work, both seconds per step. A difference within ``BUBBLE_ROUNDING_SHARE`` of the makespan
-    is rounding of the sums, not a bubble (one stage per group printed -4.4e-16 s)."""
-    bubble = pipeline_s - busiest_s
-    return np.where(bubble > BUBBLE_ROUNDING_SHARE * pipeline_s, bubble, 0.0)
 
 
 def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelConfig, units: UnitCosts,
@@ -298,7 +290,9 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
         "ep_comm_exposed_s": np.zeros(P),
         "pp_comm_s": mc * p2p[crit_row],
         "zero3_comm_exposed_s": np.zeros(P),
-        "pipeline_bubble_s": _bubble(pipeline[crit_g], mc * slowest[crit_g]),
+        # the critical group's slowest stage idles for its makespan less its work (one stage a
+        # group printed -4.4e-16 s before the rounding was cut)
+        "pipeline_bubble_s": pipeline_bubble_s(pipeline[crit_g], mc * slowest[crit_g]),
         "dp_comm_exposed_s": dp_max,
         "sync_wait_s": sync[crit_g],
         "optimizer_s": opt_max,
