@@ -13,7 +13,10 @@ the GPU time shows (SGLang v0.4 blog, TensorRT-LLM "Overlap Scheduler" doc).
 Pipeline parallelism pp: the rank's d decoding requests move as m = min(d, pp) micro-batches
 of d / m requests (at least one request each) through pp stages of num_layers/pp layers each;
 every request advances once per round, so the step time is that round: with m = pp every stage
-is busy all round, all layers at d / pp plus pp LM heads and pp stage hand-offs; with fewer
+is busy all round and the largest stage paces it, pp x its ceil(L / pp) layers at d / pp (pp x
+ceil(L / pp) / L of all the layers, ``kv_cache.largest_stage_share``: 1.049x for 61 layers on pp
+4), plus pp LM heads (counted on that stage: a bound, as for its memory) and pp stage hand-offs;
+with fewer
 requests than stages (m < pp) a request's round is its trip through every stage, all layers at
 one request, its LM head and the pp hand-offs (the stages idle in between), not a fraction of a
 request. A prompt chunk moves as one micro-batch through all stages (its latency is all the
@@ -30,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from cost_models.inference_comm import all_to_all_time_s, allreduce_time_s, p2p_time_s
+from cost_models.kv_cache import largest_stage_share
 from cost_models.params import routed_expert_width
 from cost_models.inference_layers import (ACT_BYTES, KERNELS, attention_block_s, dense_mlp_s, elementwise_s,
                                           gemm_s, layer_rates, lm_head_s, moe_block_s)
@@ -197,9 +201,13 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
     p2p = np.where(pp > 1, p2p_time_s(T * h * ACT_BYTES, stage_cross, cluster, eff), 0.0)
 
     head = lm_head_s(model, rates, tp, logits)
-    elem = n_layers * elementwise_s(model, rates, T)
-    attn_total = n_layers * attn
-    fixed = (kernels + KERNELS["head"]) * rates.kernel_fixed_s
+    # all stages busy (a micro-batch for each): the largest stage's layers, pp times, pace the round
+    paced = np.where(decoding >= pp, pp * largest_stage_share(model.num_layers, pp), 1.0)
+    elem = paced * n_layers * elementwise_s(model, rates, T)
+    attn_total = paced * n_layers * attn
+    mlp = paced * mlp
+    comm = paced * comm
+    fixed = (paced * kernels + KERNELS["head"]) * rates.kernel_fixed_s
     # m micro-batches per round: the layers are all traversed once per micro-batch size, the
     # head once per micro-batch, a hand-off at each of the pp stage boundaries
     gpu = (attn_total + mlp + elem + comm + fixed - KERNELS["head"] * rates.kernel_fixed_s
