@@ -276,3 +276,19 @@ def test_best_plan_for_torchtitan_ranks_on_its_own_stack_unless_given_a_table():
     given = api.best_plan_for("torchtitan", "llama3-8b", "dgx-h100", 16, 64 * 8192, plans=ranked)
     assert given.iloc[0].stack == "megatron-core"
     assert given.iloc[0].step_time_s != pytest.approx(own.iloc[0].step_time_s, rel=1e-3)
+
+
+def test_expert_groups_must_fit_inside_the_fsdp_shard_times_tp_ranks():
+    """torchtitan 0.3.0 builds the expert mesh [efsdp, ep] over data_parallel_shard_degree x cp x
+    tp ranks (parallel_dims.build_mesh, efsdp = dp_shard * cp * tp // ep). Under HSDP the shard
+    degree is the ZeRO shard group, not dp: DeepSeek-V3 on 1,024 GPUs at tp 1, ep 8 fits a shard
+    group of 8 (8 x 1 = 8) and not one of 4, which the export accepted (it tested dp x tp = 1,024)."""
+    from paraplan import api, exports
+    case = dict(model="deepseek-v3", cluster="h800-node", gpus=1024, global_batch=1024, zero_stage=2,
+                stack="torchtitan", dtype="bf16", recompute="full", tp=1, ep=8)
+    text = exports.emit(api.simulate(**case, zero_shard_group=8), "torchtitan")
+    assert "data_parallel_shard_degree = 8" in text and "expert_parallel_degree = 8" in text
+    for group in (4, 2):
+        with pytest.raises(InputError) as err:
+            exports.emit(api.simulate(**case, zero_shard_group=group), "torchtitan")
+        assert err.value.field == "ep" and f"{group} x 1" in str(err.value)

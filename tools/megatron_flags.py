@@ -213,6 +213,11 @@ RULES = [
          "world_size % (expert_tp_size * expert_model_parallel_size * pipeline_model_parallel_size) == 0",
          "the world size must be divisible by etp * ep * pp",
          {"base": "moe-tp-pp-ep", "set": {"--expert-tensor-parallel-size": "3"}}),
+    rule("offload_needs_precision_aware", f"{ARGS}: validate_args", "optimizer_cpu_offload",
+         "use_precision_aware_optimizer and (not fp8_param_gather or fp8_recipe == 'delayed')",
+         "--optimizer-cpu-offload needs --use-precision-aware-optimizer, and beside --fp8-param-gather"
+         " the delayed --fp8-recipe",
+         {"base": "optimizer-offload", "set": {"--use-precision-aware-optimizer": None}}),
 ]
 
 #: value formats of the parser's custom ``type=`` functions (arguments.py), as regular expressions.

@@ -92,6 +92,10 @@ MATRIX: tuple[tuple[str, dict, dict], ...] = (
     ("fp8", dict(model="llama3-70b", seq_len=8192, dp=8, tp=8, pp=1, micro_batch=1, global_batch=64, zero_stage=1,
                  recompute="full", sequence_parallel=True, dtype="fp8"),
      {"deepspeed": "dtype", "torchtitan": "zero_stage"}),
+    # half the distributed optimizer's states on the host (Megatron-LM's hybrid-device optimizer)
+    ("optimizer-offload", dict(model="llama3-8b", seq_len=8192, dp=8, tp=1, pp=1, micro_batch=1, global_batch=64,
+                               zero_stage=1, recompute="full", offload_optimizer_fraction=0.5),
+     {"deepspeed": "offload_optimizer_fraction", "torchtitan": "offload_optimizer_fraction"}),
     ("nemotron-squared-relu", dict(model="nemotron-4-15b", seq_len=4096, dp=8, tp=4, pp=2, micro_batch=1,
                                    global_batch=128, zero_stage=1, recompute="selective", sequence_parallel=True),
      {"torchtitan": "model", "deepspeed": "tp"}),

@@ -115,6 +115,12 @@ def _refuse_memory_features(p: dict, model: ModelSpec) -> None:
     if p.get("offload_optimizer_fraction") and p["zero_stage"] != 1:
         raise InputError("offload_optimizer_fraction", "Megatron-LM offloads the distributed optimizer's states "
                          "(--optimizer-cpu-offload needs --use-distributed-optimizer)", "plan with zero_stage 1")
+    if (p.get("offload_optimizer_fraction") and p.get("fp8_param_gather")
+            and (p["dtype"] == "mxfp8" or (p["dtype"] == "fp8" and p.get("fp8_current_scaling")))):
+        raise InputError("offload_optimizer_fraction", "Megatron-LM offloads the optimizer beside FP8 parameter "
+                         "gathers only with the delayed-scaling recipe (validate_args), and the plan prices "
+                         + ("MXFP8" if p["dtype"] == "mxfp8" else "current scaling"),
+                         "plan without fp8_param_gather, or without optimizer offload")
     if p.get("zero_shard_group") and p["zero_stage"] != 1:
         raise InputError("zero_shard_group", "Megatron-LM replicates only the distributed optimizer across groups "
                          "(--num-distributed-optimizer-instances)", "plan HSDP with zero_stage 1, or emit torchtitan")
@@ -462,6 +468,10 @@ def _groups(p: dict) -> list[tuple[str, list[tuple[str, Any]]]]:
         training += [("--use-precision-aware-optimizer", None), ("--exp-avg-dtype", "bf16"),
                      ("--exp-avg-sq-dtype", "bf16")]
     if p.get("offload_optimizer_fraction"):
+        # validate_args: the hybrid-device optimizer reuses the precision-aware optimizer's code
+        # path, so offload needs the flag (its moments stay fp32 unless the plan says bf16)
+        if p.get("optimizer_moment_bytes", 4.0) != 2.0:
+            training.append(("--use-precision-aware-optimizer", None))
         training += [("--optimizer-cpu-offload", None),
                      ("--optimizer-offload-fraction", p["offload_optimizer_fraction"])]
     dtype = p["dtype"]

@@ -37,8 +37,10 @@ How the plan maps (and what is refused, ``refusal``):
   ``torchtitan`` plan neither.
 * CUDA graphs as the plan prices them (``training.disable_cuda_graphs``; 0.3.0 captures them
   by default, and refuses them beside a pipeline or its default expert dispatcher).
-* Expert parallelism: ``expert_parallel_degree`` (torchtitan borrows the EP ranks from FSDP x
-  TP, so ``ep`` must divide ``dp x tp``); experts are not tensor-parallel (``etp`` 1).
+* Expert parallelism: ``expert_parallel_degree`` (torchtitan borrows the EP ranks from the
+  FSDP-shard x TP ranks, ``parallel_dims.build_mesh``, so ``ep`` must divide
+  ``data_parallel_shard_degree x tp``: the shard group under HSDP, 1 under DDP); experts are not
+  tensor-parallel (``etp`` 1).
 * Recomputation: ``full`` = ``FullAC``; ``none`` = no checkpointing; ``selective`` =
   ``SelectiveAC`` (the per-operation policy: attention and matmul outputs saved, every second
   matmul and the element-wise work rerun) when the plan prices that policy, i.e. it was planned
@@ -194,9 +196,13 @@ def _settings(p: dict) -> dict:
     if p["grad_reduce_bytes"] != 4:
         raise InputError("grad_reduce_bytes", "torchtitan reduces gradients in float32 (mixed_precision_reduce)",
                          "plan with grad_reduce_bytes 4")
-    if ep > 1 and (dp * tp) % ep:
-        raise InputError("ep", f"torchtitan borrows the EP ranks from FSDP x TP: ep={ep} must divide "
-                         f"dp x tp = {dp * tp}", f"choose ep dividing {dp * tp}")
+    # the expert mesh is [efsdp, ep] over the FSDP-shard x CP x TP ranks (parallel_dims.build_mesh:
+    # efsdp = dp_shard * cp * tp // ep); dp_shard is 1 under DDP (ZeRO 0) and the shard group under HSDP
+    shard = 1 if zero == 0 else (p.get("zero_shard_group") or dp)
+    if ep > 1 and (shard * tp) % ep:
+        raise InputError("ep", f"{RELEASE} forms the EP groups inside the FSDP-shard x TP ranks: ep={ep} must "
+                         f"divide data_parallel_shard_degree x tp = {shard} x {tp}",
+                         f"choose ep dividing {shard * tp}" + (" (or a larger ZeRO shard group)" if shard < dp else ""))
     if model.mtp_layers and pp > 1:
         raise InputError("pp", f"{RELEASE}'s pipeline split has no place for the MTP modules", "use pp 1")
     if p["tp"] > 1 and p["seq_len"] % (tp if p["sequence_parallel"] else 1):
