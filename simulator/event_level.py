@@ -22,8 +22,10 @@ def pipeline_timeline(model: ModelSpec, config: ParallelConfig, cluster: Cluster
     from simulator.step_model import cell_times
     eff = efficiency if efficiency is not None else efficiency_for_cluster(cluster)
     kind, p, m, v, f, b, w, bw = cell_times(model, cluster, eff, ConfigBatch.from_configs([config]), with_fused=True)
-    from simulator.pipeline.makespan import order_durations
-    durations = tuple(order_durations(kind, f[None], b[None], w[None])[0])
+    from simulator.pipeline.makespan import flush_makespan_s
+    # the order whose flush the step model took (the shortest of the candidate orders)
+    _, chosen = flush_makespan_s(kind, p, m, v, f[None], b[None], w[None], with_order=True)
+    durations = tuple(float(x) for x in chosen[0])
     schedule = make_schedule(kind, p, m, v, durations=durations)
     return schedule, simulate_schedule(schedule, f, b, w, p2p_time_s=0.0, bw_time_s=bw)
 

@@ -41,7 +41,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from simulator.pipeline.makespan import RATIO_STEP, m_cap, order_durations, stage_work_s
+from simulator.pipeline.makespan import RATIO_STEP, candidate_orders, m_cap, stage_work_s
 from simulator.pipeline.schedules import B, BW, W, ScheduleKind, make_schedule, schedule_paths
 
 #: schedules whose every backward is a fused BW: no W ever trails a stage's last backward
@@ -126,19 +126,23 @@ def flush_lower_bound_s(kind, p: int, m, v: int, f, b, w, work=None) -> np.ndarr
 
 def _trailing_w_s(kind: ScheduleKind, p: int, m: np.ndarray, v: int, f, b, w) -> np.ndarray:
     """(rows, p) seconds of the W passes each stage runs after its last B or BW, in the order
-    the flush's makespan is swept on (``m`` capped at ``m_cap``; ZB-H2 / ZB-V: the order built
-    for the row's pass-time ratios, ``makespan.order_durations``)."""
+    the flush's makespan is swept on (``m`` capped at ``m_cap``; ZB-H2 / ZB-V: the most over the
+    orders built for the row's candidate pass-time ratios, ``makespan.candidate_orders``)."""
     rows = f.shape[0]
     m_order = np.minimum(m, m_cap(kind, p)).astype(np.int64)
-    ratios = order_durations(kind, f, b, w)
-    grid = np.rint(ratios[:, 1:] / RATIO_STEP).astype(np.int64)          # integers <= 16 / RATIO_STEP
     span = int(round(16.0 / RATIO_STEP)) + 1
-    key = (m_order * span + grid[:, 0]) * span + grid[:, 1]
-    out = np.empty((rows, p))
-    uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    for g, i in enumerate(first):
-        sel = np.flatnonzero(inverse == g) if len(uniq) > 1 else slice(None)
-        counts = trailing_w_counts(kind, p, int(m_order[i]), v, tuple(float(x) for x in ratios[i]))
-        out[sel] = (w[sel] * counts).sum(axis=2)
+    out = np.full((rows, p), -np.inf)
+    # the flush is the shortest over its candidate orders: the bound takes the order that trails
+    # the most W passes, so it stays below each of them
+    candidates = candidate_orders(kind, f, b, w)
+    for c in range(candidates.shape[1]):
+        ratios = candidates[:, c]
+        grid = np.rint(ratios[:, 1:] / RATIO_STEP).astype(np.int64)          # integers <= 16 / RATIO_STEP
+        key = (m_order * span + grid[:, 0]) * span + grid[:, 1]
+        uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        for g, i in enumerate(first):
+            sel = np.flatnonzero(inverse == g) if len(uniq) > 1 else slice(None)
+            counts = trailing_w_counts(kind, p, int(m_order[i]), v, tuple(float(x) for x in ratios[i]))
+            out[sel] = np.maximum(out[sel], (w[sel] * counts).sum(axis=2))
     return out

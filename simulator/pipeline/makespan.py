@@ -278,8 +278,40 @@ def stage_work_s(kind, f, b, w) -> np.ndarray:
     return share * (np.asarray(f, dtype=float) + np.asarray(b, dtype=float) + np.asarray(w, dtype=float)).sum(axis=2)
 
 
-def flush_makespan_s(kind, p: int, m: int, v: int, f, b, w, apart=None) -> np.ndarray:
+#: pass-time ratios (B/F, W/F) of the orders every list-scheduled flush also tries besides the one
+#: built for its own ratios (``candidate_orders``): one grid for all rows, so each order is built
+#: once per (schedule, p, m, v) and serves every configuration
+SHARED_RATIOS = ((1.0, 1.0), (2.0, 0.5))
+
+
+def candidate_orders(kind, f, b, w) -> np.ndarray:
+    """(rows, K, 3) pass-time ratios of the orders a flush is swept on, per row: the row's own
+    (``order_durations``) first, then for the list-scheduled schedules (ZB-H2, ZB-V) the orders
+    of ``SHARED_RATIOS`` (K = 7; K = 1 for the others).
+
+    A list scheduler has Graham's anomalies: the order it builds for slightly faster passes can
+    be a worse order, so a faster link lengthened a step (Llama-4-Scout on 32 A100, ZB-V, 200 ->
+    300 Gb/s: 14.93 -> 15.19 s, the W/F ratio rounding from 0.625 to 0.75). A fixed order's flush
+    never lengthens when its passes get shorter (its makespan is a longest path), so the shortest
+    over the row's own order and a fixed set of others moves with the passes wherever a fixed
+    order wins, and is what a run that keeps the better of several built orders takes
+    (zero-bubble's own scheduler picks the best of the schedules it builds, Qi et al. 2023,
+    section 3.1)."""
+    kind = ScheduleKind(getattr(kind, "value", kind))
+    own = order_durations(kind, f, b, w)
+    if kind not in (ScheduleKind.ZB_H2, ScheduleKind.ZB_V):
+        return own[:, None, :]
+    out = np.repeat(own[:, None, :], 1 + len(SHARED_RATIOS), axis=1)
+    for k, (rb, rw) in enumerate(SHARED_RATIOS, start=1):
+        out[:, k, 1], out[:, k, 2] = rb, rw
+    return out
+
+
+def flush_makespan_s(kind, p: int, m: int, v: int, f, b, w, apart=None, with_order: bool = False):
     """Makespan (s) of one flush of ``m`` micro-batches, per row.
+
+    The shortest flush over the ``candidate_orders``; ``with_order`` also returns the (rows, 3)
+    pass-time ratios of the order that gave it (``event_level`` draws that order).
 
     Args:
         kind: the schedule (``ScheduleKind`` or its value).
@@ -295,11 +327,17 @@ def flush_makespan_s(kind, p: int, m: int, v: int, f, b, w, apart=None) -> np.nd
     rows = f.shape[0]
     b_op, w_op = (b, w) if apart is None else (np.asarray(x, dtype=float) for x in apart)
     table = np.stack([f, b_op, w_op, b + w]).reshape(4, rows, p * v)
-    orders = order_durations(kind, f, b, w)
-    out = np.empty(rows)
-    for key in np.unique(orders, axis=0):
-        sel = np.flatnonzero((orders == key).all(axis=1))
-        out[sel] = _memo_flush(kind, p, m, v, table[:, sel], tuple(float(x) for x in key))
+    candidates = candidate_orders(kind, f, b, w)
+    spans = np.empty(candidates.shape[:2])
+    for k in range(candidates.shape[1]):
+        orders = candidates[:, k]
+        for key in np.unique(orders, axis=0):
+            sel = np.flatnonzero((orders == key).all(axis=1))
+            spans[sel, k] = _memo_flush(kind, p, m, v, table[:, sel], tuple(float(x) for x in key))
+    best = np.argmin(spans, axis=1)         # ties: the row's own order, then the first neighbour
+    out = spans[np.arange(rows), best]
+    if with_order:
+        return out, candidates[np.arange(rows), best]
     return out
 
 
@@ -367,4 +405,4 @@ def _flush(kind: ScheduleKind, p: int, m: int, v: int, table: np.ndarray, durati
     return t_hi + (m - cap) * rate
 
 
-__all__ = ["flush_makespan_s", "m_cap", "order_durations", "peak_in_flight", "peak_in_flight_rows", "F", "W", "BW"]
+__all__ = ["candidate_orders", "flush_makespan_s", "m_cap", "order_durations", "peak_in_flight", "peak_in_flight_rows", "F", "W", "BW"]
