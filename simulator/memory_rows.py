@@ -102,7 +102,8 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     replica_groups = sharding.replicas(dp_group, batch.zero_shard_group)
     edp = moe_costs.expert_data_parallel_size(dp, cp, tp, ep, etp) if model.moe is not None else dp_group
     expert_shard = np.maximum(edp / replica_groups, 1.0)
-    # two layers' gathered parameters (the computing one and the prefetched one), of the largest
+    # two layers' gathered parameters (the computing one and the prefetched one; more below for a
+    # deeper prefetch), of the largest
     # kind of layer the model has; a part whose shard group is one rank is never gathered (its
     # weights are already whole on the GPU, and counted so in ``weights_bytes``): with expert
     # parallelism over all the data-parallel ranks, the experts
@@ -111,7 +112,16 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     # (a stage gathered once a step, ZeRO-2 as ZeRO-3, holds the same two blocks' flat
     # all-gather output at its first forward, before the copy into the kept parameters: FSDP2's
     # ``foreach_all_gather``)
-    z3 = np.where(((zero >= 3) | once) & (shard > 1), 2.0 * np.maximum(gathered_dense, gathered_moe) * param_bytes, 0.0)
+    # a prefetch deeper than one layer holds each layer it gathers ahead: 1 + depth layers (at
+    # most 2 otherwise: the computing layer and the one prefetched, or in backward its gradients
+    # before their reduce-scatter); DeepSpeed caps the prefetched elements (``step_model``'s
+    # ``prefetch_layers``, the same windows the time model credits)
+    gathered = np.maximum(gathered_dense, gathered_moe)
+    depth = np.maximum(np.asarray(batch.param_prefetch_forward, dtype=float),
+                       np.asarray(batch.param_prefetch_backward, dtype=float))
+    cap = np.asarray(batch.param_prefetch_max_elements, dtype=float)
+    depth = np.where(cap > 0, np.minimum(depth, cap / np.maximum(gathered, 1.0)), depth)
+    z3 = np.where(((zero >= 3) | once) & (shard > 1), np.maximum(2.0, 1.0 + depth) * gathered * param_bytes, 0.0)
     loss_tokens = np.where(np.asarray(batch.loss_chunk_tokens) > 0,
                            np.minimum(tokens, np.asarray(batch.loss_chunk_tokens, dtype=float)), tokens)
     rc_group = np.where((np.asarray(batch.recompute_method) == _UNIFORM) & (np.asarray(batch.recompute_num_layers) > 0),
