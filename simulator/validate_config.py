@@ -32,6 +32,23 @@ def needs_uneven_split(num_layers: int, pp: int, vpp: int, schedule) -> bool:
     return uneven if uneven.ndim else bool(uneven)
 
 
+def _largest_chunk_layers(model: ModelSpec, c: ParallelConfig) -> int:
+    """Layers (MTP modules included) of the largest model chunk of the configuration's uneven or
+    custom layout: the ``--pipeline-layout`` string's, else the split ``position_layers`` makes
+    of the first / last stage counts (or of an even-as-possible split); called once the layout
+    has been checked."""
+    from simulator.layout_string import parse_layout          # late: keeps this module's imports light
+    from simulator.pipeline.schedules import ScheduleKind
+    from simulator.stage_layout import position_layers
+    if c.pipeline_layout:
+        spec = parse_layout(c.pipeline_layout)
+        return int(max(d + m for d, m in zip(spec.decoder, spec.mtp)))
+    chunks = 2 if c.schedule in (Schedule.ZB_V, Schedule.DUALPIPE) else (c.vpp if c.schedule == Schedule.INTERLEAVED else 1)
+    lay = position_layers(ScheduleKind(c.schedule.value), c.pp, chunks, model.num_layers + model.mtp_layers,
+                          c.first_stage_layers, c.last_stage_layers, model.mtp_layers)
+    return int(lay.max())
+
+
 def _positions(c: ParallelConfig) -> int:
     """Forward positions of the configuration's schedule: p * chunks (DualPipe: p per copy)."""
     if c.schedule == Schedule.DUALPIPE:
@@ -178,16 +195,6 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
     if c.schedule in (Schedule.ZB_V, Schedule.DUALPIPE) and 2 * c.pp > model.num_layers + model.mtp_layers:
         raise InputError("pp", f"{c.schedule.value} needs 2*pp = {2 * c.pp} chunks, more than the "
                          f"{model.num_layers + model.mtp_layers} layers", "choose a smaller pp")
-    # counts of layers per model chunk: more than a chunk holds was clipped without a word (with
-    # an uneven or custom layout a chunk may hold up to every layer)
-    most_per_chunk = (model.num_layers + model.mtp_layers if custom
-                      else -(-(model.num_layers + model.mtp_layers) // _positions(c)))
-    for name, value in (("recompute_num_layers", c.recompute_num_layers),
-                        ("offload_activation_layers", c.offload_activation_layers)):
-        if value > most_per_chunk:
-            raise InputError(name, f"{value} layers per model chunk, but a chunk of {model.name} on pp*vpp = "
-                             f"{_positions(c)} holds at most {most_per_chunk}",
-                             f"give at most {most_per_chunk}, every layer of a chunk")
     _check_flush_size(c)
     _check_layout(model, c)
     if (c.first_stage_layers or c.last_stage_layers) and not c.pipeline_layout:
@@ -197,6 +204,16 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
                              f"interleaved pipeline; {c.schedule.value} runs a V (rank 0 holds the first and last "
                              "chunks)", "use --uneven-layers or --pipeline-layout with this schedule")
         _check_edge_stage_layers(model, c)
+    # counts of layers per model chunk: more than a chunk holds was clipped without a word; with
+    # an uneven or custom layout, the largest chunk of that layout
+    most_per_chunk = (_largest_chunk_layers(model, c) if custom
+                      else -(-(model.num_layers + model.mtp_layers) // _positions(c)))
+    for name, value in (("recompute_num_layers", c.recompute_num_layers),
+                        ("offload_activation_layers", c.offload_activation_layers)):
+        if value > most_per_chunk:
+            raise InputError(name, f"{value} layers per model chunk, but a chunk of {model.name} on pp*vpp = "
+                             f"{_positions(c)} holds at most {most_per_chunk}",
+                             f"give at most {most_per_chunk}, every layer of a chunk")
     if c.recompute_modules:
         if "mla_up_proj" in c.recompute_modules and model.mla is None:
             raise InputError("recompute_modules", f"mla_up_proj recomputes multi-latent attention, which "

@@ -839,3 +839,16 @@ def test_a_nemotron_h_layer_list_holding_lists_is_one_error_line_not_an_internal
     del data["hybrid_override_pattern"]
     (tmp_path / "config.json").write_text(_json.dumps({**data, "layers_block_type": [["mamba"]] * 52}))
     one_line_error(run("models", "show", tmp_path), "error: hf_config ", "layers_block_type: unknown block \"['mamba']\"")
+
+
+@pytest.mark.parametrize("field", ["offload_activation_layers", "recompute_num_layers"])
+def test_per_chunk_layer_counts_are_bounded_by_the_largest_chunk_of_an_uneven_layout(field):
+    # DeepSeek-V3's 61 layers and its MTP module on 8 uneven stages: 8, 8, 8, 8, 8, 8, 7, 7 (with
+    # the MTP module), so 8 layers a chunk at most; 40 was accepted and clipped to 8 without a word
+    from paraplan import api
+    kw = dict(model="deepseek-v3", cluster="h800-node", gpus=256, pp=8, ep=32, global_batch=256, zero_stage=1,
+              uneven_layers=True, recompute="full" if field == "recompute_num_layers" else "none")
+    assert api.simulate(**kw, **{field: 8})["step_time_s"].iloc[0] > 0
+    with pytest.raises(InputError) as err:
+        api.simulate(**kw, **{field: 9})
+    assert err.value.field == field and "holds at most 8" in str(err.value)
