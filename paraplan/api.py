@@ -202,7 +202,7 @@ def what_if_cluster(cluster: str | ClusterSpec, gpu: str | GPUSpec | None = None
             raise InputError(name, f"must be a number of Gb/s, got {value!r}", "e.g. 400")
     if gpu is not None:
         gpu_spec = gpu if isinstance(gpu, GPUSpec) else load_gpu(gpu)
-        if gpu_spec.name != spec.gpu.name:
+        if gpu_spec != spec.gpu:        # another chip, or the same one with other numbers (a what-if)
             spec = replace(spec.with_gpu(gpu_spec), efficiency=None)
     if scaleout_gbit_per_s is not None:
         new_bw, link = float(scaleout_gbit_per_s) * GBIT, spec.scaleout

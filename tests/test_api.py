@@ -263,3 +263,19 @@ def test_bools_and_text_are_not_degrees_or_bandwidths(kwargs, field):
     from hardware_specs.errors import InputError
     with pytest.raises(InputError, match=f"^{field}: "):
         api.simulate("llama3-8b", "dgx-h100", gpus=8, global_batch=8, **kwargs)
+
+
+def test_a_gpu_spec_changed_under_its_catalog_name_is_applied_and_an_identical_one_changes_nothing():
+    # the what-if compared names only, so 1.5x the HBM bandwidth under "h100-sxm-80gb" was ignored
+    from dataclasses import replace as _replace
+    from hardware_specs.catalog import load_gpu as _load_gpu
+    gpu = _load_gpu("h100-sxm-80gb")
+    kw = dict(model="mixtral-8x22b", cluster="dgx-h100", gpus=64, tp=2, pp=4, ep=8, global_batch=64, seq_len=4096,
+              zero_stage=1)
+    simulate = api.simulate
+    base = float(simulate(**kw)["step_time_s"].iloc[0])
+    assert float(simulate(**kw, gpu=gpu)["step_time_s"].iloc[0]) == base
+    faster = float(simulate(**kw, gpu=_replace(gpu, hbm_bw_bytes_per_s=1.5 * gpu.hbm_bw_bytes_per_s))["step_time_s"].iloc[0])
+    renamed = _replace(gpu, name="h100-fast-hbm", hbm_bw_bytes_per_s=1.5 * gpu.hbm_bw_bytes_per_s)
+    assert faster < base
+    assert faster == float(simulate(**kw, gpu=renamed)["step_time_s"].iloc[0])
