@@ -95,12 +95,20 @@ def p2p_time_s(bytes_, cross_domain, cluster: ClusterSpec, eff: ServingEfficienc
     return np.where(cross, _f(bytes_) / bw_o + lat_o, _f(bytes_) / bw_i + lat_i)
 
 
-def kv_transfer_time_s(bytes_, sender_gpus, same_domain, cluster: ClusterSpec, eff: ServingEfficiency):
+def kv_transfer_time_s(bytes_, sender_gpus, same_domain, cluster: ClusterSpec, eff: ServingEfficiency,
+                       receiver_gpus=None):
     """Moving one request's KV cache (``bytes_``, the whole model's) from a prefill worker to a
     decode worker, seconds: each of the ``sender_gpus`` GPUs holding a shard sends it over its
-    own link at once (NVLink inside one domain, else its NIC; NIXL / Mooncake transfer engines
-    read GPU memory directly)."""
+    own link at once to the ``receiver_gpus`` GPUs that will hold it (default: as many), so the
+    side with fewer GPUs, hence fewer links, sets the rate (NVLink inside one domain, else the
+    NICs; NIXL / Mooncake transfer engines read and write GPU memory directly).
+    ``same_domain``: the share of transfers that stay inside one NVLink domain (a bool or a
+    fraction in [0, 1]); the rest cross the NICs."""
     bw_i, lat_i, bw_o, lat_o = link_rates(cluster, eff)
-    same = np.asarray(same_domain, dtype=bool)
-    bw = np.where(same, bw_i, bw_o) * np.maximum(_f(sender_gpus), 1.0)
-    return _f(bytes_) / bw + np.where(same, lat_i, lat_o)
+    same = np.clip(np.asarray(same_domain, dtype=float), 0.0, 1.0)
+    links = np.maximum(_f(sender_gpus), 1.0)
+    if receiver_gpus is not None:
+        links = np.minimum(links, np.maximum(_f(receiver_gpus), 1.0))
+    inside = _f(bytes_) / (bw_i * links) + lat_i
+    outside = _f(bytes_) / (bw_o * links) + lat_o
+    return same * inside + (1.0 - same) * outside

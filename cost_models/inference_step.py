@@ -52,11 +52,14 @@ def _f(x):
 
 
 def layer_collectives(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, behaviour: ServingBehaviour,
-                      tokens, tp, adp, moe_ep, n_dense, n_moe):
+                      tokens, tp, adp, moe_ep, n_dense, n_moe, moe_tp=1.0):
     """(seconds, kernels) of the collectives of ``n_dense`` dense and ``n_moe`` routed-expert
     layers, ``tokens`` tokens per attention-DP rank: each layer's attention-output all-reduce
     over tp; after a dense MLP an all-reduce over tp; after the experts the same all-reduce, or
-    with attention DP the dispatch + combine all-to-all over the tp x adp expert group. An engine
+    with attention DP the dispatch + combine all-to-all over the tp x adp expert group, where a
+    token reaches every GPU holding a slice of an expert it routes to: min(top_k, moe_ep) expert
+    groups x their moe_tp slices, at most the whole group (with moe_ep 1 the all-gather of every
+    token to all moe_tp GPUs and the reduce-scatter back). An engine
     that fuses the all-reduce with the residual add and the RMSNorm after it
     (``ServingBehaviour.allreduce_norm_fusion``; off under attention data parallelism) runs that
     norm inside the all-reduce kernel: one kernel fewer for each all-reduce a counted norm
@@ -76,7 +79,7 @@ def layer_collectives(model: ModelSpec, cluster: ClusterSpec, eff: ServingEffici
     kernels = kernels - 2.0 * n_dense * fused
     if n_moe:
         group = tp * adp
-        k_eff = np.minimum(float(model.moe.top_k), moe_ep)
+        k_eff = np.minimum(np.minimum(float(model.moe.top_k), moe_ep) * _f(moe_tp), group)
         a2a = 2.0 * all_to_all_time_s(T * k_eff * routed_expert_width(model) * ACT_BYTES, group, cluster, eff)
         use_a2a = adp > 1
         comm = comm + n_moe * np.where(use_a2a, a2a, ar)
@@ -103,7 +106,7 @@ def mtp_draft_pass(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficienc
     attn, attn_kernels = attention_block_s(model, rates, tp, P, prefill_keys, d, decode_ctx, kv_bytes, q)
     if model.num_moe_layers:
         mlp, mlp_kernels = moe_block_s(model, rates, tp, adp, moe_tp, moe_ep, T)
-        comm, comm_kernels = layer_collectives(model, cluster, eff, behaviour, T, tp, adp, moe_ep, 0.0, 1.0)
+        comm, comm_kernels = layer_collectives(model, cluster, eff, behaviour, T, tp, adp, moe_ep, 0.0, 1.0, moe_tp)
     else:
         ffn = model.ffn_hidden_size
         mlp, mlp_kernels = dense_mlp_s(model, rates, tp, T, ffn), KERNELS["mlp"]
@@ -145,6 +148,18 @@ def eagle_draft_pass(head: DraftHead, cluster: ClusterSpec, eff: ServingEfficien
            + lm_head_s(m, rates, tp, logits))
     kernels = (2.0 if fuse else 1.0) + n * (attn_kernels + KERNELS["mlp"]) + comm_kernels + KERNELS["head"]
     return gpu + kernels * rates.kernel_fixed_s, kernels
+
+
+def pipeline_domain_crossings(stage_gpus, pp, domain_gpus):
+    """How many of a round's pp stage hand-offs (cyclic: the last stage's token goes back to the
+    first) leave an NVLink domain of ``domain_gpus`` GPUs, per row: all pp when a stage fills a
+    domain or more; else, stages packed floor(domain / stage) to a domain, one per domain the
+    pipeline spans when it spans more than one (tp 4 x pp 4 on 8-GPU nodes: 2 of 4), none within
+    one domain."""
+    stage, pp, dom = _f(stage_gpus), _f(pp), float(domain_gpus)
+    per_domain = np.maximum(np.floor(dom / np.maximum(stage, 1.0)), 1.0)
+    domains = np.ceil(pp / per_domain)
+    return np.where(stage >= dom, pp, np.where(domains > 1, domains, 0.0))
 
 
 def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, behaviour: ServingBehaviour,
@@ -195,10 +210,12 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
         mlp = mlp + n_moe * moe_s
         kernels = kernels + n_moe * moe_kernels
 
-    comm, comm_kernels = layer_collectives(model, cluster, eff, behaviour, T, tp, adp, moe_ep, n_dense, n_moe)
+    comm, comm_kernels = layer_collectives(model, cluster, eff, behaviour, T, tp, adp, moe_ep, n_dense, n_moe, moe_tp)
     kernels = kernels + comm_kernels
-    stage_cross = (tp * adp) >= cluster.gpus_per_node
-    p2p = np.where(pp > 1, p2p_time_s(T * h * ACT_BYTES, stage_cross, cluster, eff), 0.0)
+    n_cross = pipeline_domain_crossings(tp * adp, pp, cluster.gpus_per_node)
+    hand_in = p2p_time_s(T * h * ACT_BYTES, False, cluster, eff)
+    hand_out = p2p_time_s(T * h * ACT_BYTES, True, cluster, eff)
+    handoffs = np.where(pp > 1, n_cross * hand_out + (pp - n_cross) * hand_in, 0.0)   # pp a round
 
     head = lm_head_s(model, rates, tp, logits)
     # all stages busy (a micro-batch for each): the largest stage's layers, pp times, pace the round
@@ -211,7 +228,7 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
     # m micro-batches per round: the layers are all traversed once per micro-batch size, the
     # head once per micro-batch, a hand-off at each of the pp stage boundaries
     gpu = (attn_total + mlp + elem + comm + fixed - KERNELS["head"] * rates.kernel_fixed_s
-           + m * (head + KERNELS["head"] * rates.kernel_fixed_s) + pp * p2p)
+           + m * (head + KERNELS["head"] * rates.kernel_fixed_s) + handoffs)
     mlp = _f(mlp)
     draft = 0.0 * gpu
     if draft_tokens:
@@ -256,6 +273,6 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
     host = step - gpu
     return {
         "attention_s": _f(attn_total), "mlp_s": mlp * np.ones_like(gpu), "elementwise_s": _f(elem),
-        "lm_head_s": m * head, "comm_s": _f(comm) + pp * p2p, "kernel_fixed_s": fixed + (m - 1.0) * KERNELS["head"] * rates.kernel_fixed_s,
+        "lm_head_s": m * head, "comm_s": _f(comm) + handoffs, "kernel_fixed_s": fixed + (m - 1.0) * KERNELS["head"] * rates.kernel_fixed_s,
         "host_s": host, "draft_s": draft, "gpu_s": gpu, "step_s": step,
     }

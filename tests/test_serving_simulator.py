@@ -255,9 +255,11 @@ def test_the_request_host_time_adds_once_to_every_first_token_and_never_to_a_ste
         ctx = replace(base, efficiency=replace(base.efficiency, request_host_s=host))
         outs[host] = (evaluate_agg_columns(ctx, agg), evaluate_disagg_columns(ctx, dis))
     (a0, d0), (a1, d1) = outs[0.0], outs[0.05]
+    # (to the closed loop's resolution: the disaggregated rate is bisected, and Little's-law
+    # residual of the solved rate is ~1e-12 s)
     for lo, hi in ((a0, a1), (d0, d1)):
-        assert hi["ttft_s"][0] - lo["ttft_s"][0] == pytest.approx(0.05, abs=1e-12)
-        assert hi["ttft_p90_s"][0] - lo["ttft_p90_s"][0] == pytest.approx(0.05, abs=1e-12)
+        assert hi["ttft_s"][0] - lo["ttft_s"][0] == pytest.approx(0.05, abs=1e-9)
+        assert hi["ttft_p90_s"][0] - lo["ttft_p90_s"][0] == pytest.approx(0.05, abs=1e-9)
     assert d1["tpot_s"][0] == d0["tpot_s"][0]
     # one client: no other prompt interrupts its decode (its own ran before its first token), so
     # TPOT is the decode step, whatever the host time

@@ -38,8 +38,13 @@ Per rank, with ``t_d`` the time of a step decoding all b requests (context isl +
   W = arrival_sync x sqrt(W_wave x W_0), and never below the G/D/1 wait of independent
   arrivals at the prompt server's utilisation X s (Allen-Cunneen, Allen 1990, "Probability, Statistics and Queueing
   Theory", section 6.3: W = u / (1 - u) / 2 x s for Poisson arrivals and deterministic
-  service), which dominates near saturation, but never above (b - 1) s: in a closed loop of b
-  clients a prompt can only queue behind the other b - 1. The 90th percentile: a wait spread evenly over
+  service), which dominates near saturation; that queue term never exceeds (b - 1) s (in a closed
+  loop of b clients a prompt can only queue behind the other b - 1). The synchronised term is not
+  held to that bound: with the fitted ``arrival_sync`` it exceeds it at a few clients (Llama-3.1-70B,
+  SGLang on B200, 2 clients: 49 ms against one 5.5 ms prompt ahead), because the measured runs
+  wait that long there (SGLang's TTFT at 2-4 clients sits a median 257 ms above joining plus its
+  own prefill); capping it took the in-sample TTFT error from 34.1% to 36.1% and Blackwell's
+  prefill GEMM fraction to 0.23 (docs/accuracy_serving.md, session 43). The 90th percentile: a wait spread evenly over
   [0, 2 W_wave] has its 90th percentile at 1.8 x its mean, so the synchronised part scales
   by sqrt(1.8); the independent part takes the exponential tail of the G/D/1 wait.
 * X solves the closed loop by bisection (the loop time grows with X). The decode steps carry

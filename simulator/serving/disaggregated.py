@@ -8,8 +8,9 @@ Prefill workers form a queue: ``c`` = prefill workers x their adp ranks, each se
 of up to ``batch`` prompts (``prefill_batch_size``) in one step of the prompt tokens. A request's
 TTFT = its host time (``ServingEfficiency.request_host_s``) + wait for a prefill rank (behind the other prompts, each taking its share 1 / mu of a
 full prefill step) + its own prefill step + moving its KV cache to the decode
-worker (over NVLink when both sit in one NVLink domain, else the NICs of the tp GPUs holding
-it; ``cost_models.inference_comm.kv_transfer_time_s``).
+worker (over NVLink when both sit in one NVLink domain, else the NICs: of the tp x pp GPUs
+holding it on the side with fewer; ``cost_models.inference_comm.kv_transfer_time_s``; the share
+inside one domain from the whole deployment's size, ``kv_same_domain_share``).
 
 Closed loop with N = decode batch x decode ranks clients: throughput X = N / (TTFT + (osl - 1)
 TPOT) (Little's law), which sets the prefill utilisation rho = X / (c mu), mu = batch / step.
@@ -19,8 +20,9 @@ of a full prefill step and the decode step) and the M/D/c queue's by Sakasegawa'
 Statist. Math. 29, "An approximation formula L_q ~ alpha rho^beta / (1 - rho)"):
 W_q = rho^(sqrt(2(c+1)) - 1) / (c (1 - rho)) x (c_a^2 + c_s^2) / 2 / mu with Poisson-like
 arrivals (c_a^2 = 1) and deterministic service (c_s^2 = 0); its 90th percentile from the
-exponential tail of the M/M/c waiting time scaled the same way; at most the other N - 1
-clients' service spread over the c ranks (a closed loop cannot queue more). X is found by bisection
+exponential tail of the M/M/c waiting time scaled the same way; the queue term at most the
+other N - 1 clients' service spread over the c ranks (a closed loop cannot queue more; the
+fitted synchronised term is not held to it, as in ``aggregated``). X is found by bisection
 (the left side increases with X). When even saturated prefill (rho -> 1) cannot serve N
 clients, X = c mu and the excess waits in the queue (Little again).
 """
@@ -68,7 +70,7 @@ def decode_side(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl) -> dict[str, 
                     tp, adp, pp, moe_tp, moe_ep, 0.0 * b, 0.0, b, isl + osl / 2.0, draft_tokens=ctx.speculative_tokens,
                     kept_tokens=per_step, draft_head=ctx.draft_head)
     out = {"tpot_s": dec["step_s"] / per_step, "step_s": dec["step_s"],
-           "clients": b_req * _f(adp), "gpus": _f(tp) * _f(pp) * _f(adp),
+           "clients": b_req * _f(adp), "gpus": _f(tp) * _f(pp) * _f(adp), "kv_gpus": _f(tp) * _f(pp),
            "fits": (mem["kv_pool_bytes"] > 0) & (b_req <= mem["max_batch_per_rank"])}
     for part in STEP_PARTS:
         out["decode_" + part] = dec[part]
@@ -92,9 +94,23 @@ def prefill_side(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl) -> dict[str, np.n
     pre_full = step_time(*common, pb * isl, isl / 2.0, 0.0, 0.0, pb, draft_tokens=k, draft_head=ctx.draft_head)["step_s"]
     pre_one = step_time(*common, isl, isl / 2.0, 0.0, 0.0, 1.0, draft_tokens=k, draft_head=ctx.draft_head)["step_s"]
     return {"pre_one_s": pre_one, "pre_full_s": pre_full, "batch": pb, "mu_per_rank": pb / pre_full,
-            "ranks": _f(adp), "tp": _f(tp), "gpus": _f(tp) * _f(pp) * _f(adp),
+            "ranks": _f(adp), "tp": _f(tp), "kv_gpus": _f(tp) * _f(pp), "gpus": _f(tp) * _f(pp) * _f(adp),
             "weights_bytes": mem["weights_bytes"], "max_batch_per_rank": mem["max_batch_per_rank"],
             "fits": (mem["kv_pool_bytes"] > 0) & (pb <= mem["max_batch_per_rank"])}
+
+
+def kv_same_domain_share(prefill_gpus, decode_gpus, p_workers, d_workers, domain_gpus):
+    """Share of the KV transfers that stay inside one NVLink domain of ``domain_gpus`` GPUs, per
+    row: all when the whole deployment (p_workers x prefill_gpus + d_workers x decode_gpus) fits
+    one domain; none when a prefill and a decode worker cannot share one; else the share of the
+    other GPUs of the deployment that sit in the prefill worker's domain, (domain - prefill) /
+    (all - prefill), the chance that the decode worker a request goes to is one of them (the
+    router picks decode workers by load, not by place). 3 prefill workers and one decode worker
+    of 4 GPUs on 8-GPU domains: 1 / 3."""
+    pre, dec, dom = _f(prefill_gpus), _f(decode_gpus), float(domain_gpus)
+    total = _f(p_workers) * pre + _f(d_workers) * dec
+    share = np.clip((dom - pre) / np.maximum(total - pre, 1.0), 0.0, 1.0)
+    return np.where(total <= dom, 1.0, np.where(pre + dec <= dom, share, 0.0))
 
 
 def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_free=False) -> dict[str, np.ndarray]:
@@ -109,8 +125,9 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
     service = 1.0 / mu
     kv_bytes = isl * kv_bytes_per_token_model(ctx.model, ctx.kv_bytes) + linear_state_bytes_model(ctx.model)
     kv_bytes = kv_bytes + isl * ctx.draft_kv_bytes_per_token(1)    # the drafter's own KV cache of the prompt too
-    same_domain = (pre["gpus"] + dec["gpus"]) <= ctx.cluster.gpus_per_node
-    t_kv = kv_transfer_time_s(kv_bytes, pre["tp"], same_domain, ctx.cluster, ctx.efficiency)
+    same_domain = kv_same_domain_share(pre["gpus"], dec["gpus"], p_workers, d_workers, ctx.cluster.gpus_per_node)
+    t_kv = kv_transfer_time_s(kv_bytes, pre["kv_gpus"], same_domain, ctx.cluster, ctx.efficiency,
+                              receiver_gpus=dec["kv_gpus"])
     if kv_link_free:
         t_kv = 0.0 * t_kv
     n_clients = dec["clients"] * _f(d_workers)
