@@ -948,3 +948,24 @@ def test_a_pipeline_flush_too_large_to_build_is_refused_in_a_line_not_minutes(tm
                         r"schedule\)\n", r.output)
     from planners.search_space import RULES
     assert "flush_size" in RULES
+
+
+def test_plan_json_prices_the_model_file_it_was_given_not_a_preset_of_its_name(tmp_path):
+    # --json looked the model up again by its name: a file named after no preset was refused, one
+    # named after a preset got the preset's stage layout (32 layers for a 12-layer llama3-8b)
+    own = tmp_path / "own.yaml"
+    own.write_text("name: myllama\nnum_layers: 2\nhidden_size: 256\nnum_heads: 4\nffn_hidden_size: 1024\n"
+                   "vocab_size: 1000\nseq_len: 128\n")
+    out = run("plan", "-m", own, "-c", "dgx-h100", "-n", 8, "--global-batch", 8, "--json")
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert data["request"]["model"] == "myllama"
+    layers = data["stage_layers"] or [[0, 2]]
+    assert layers[0][0] == 0 and layers[-1][1] == 2
+    preset = Path(__file__).resolve().parents[1] / "model_specs" / "presets" / "llama3-8b.yaml"
+    short = tmp_path / "short.yaml"
+    short.write_text(re.sub(r"(?m)^num_layers:.*$", "num_layers: 12", preset.read_text()))
+    out = run("plan", "-m", short, "-c", "dgx-h100", "-n", 8, "--global-batch", 8, "--pp", 2, "--json")
+    assert out.exit_code == 0, out.output
+    stages = json.loads(out.stdout)["stage_layers"]
+    assert stages[0][0] == 0 and stages[-1][1] == 12

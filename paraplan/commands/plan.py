@@ -336,7 +336,7 @@ def _gpus_json(gpus: tuple[int, int]):
     return lo if lo == hi else {"min": lo, "max": hi}
 
 
-def _json(result: PlanResult, top: int, pareto: bool, explain: bool, cluster) -> str:
+def _json(result: PlanResult, top: int, pareto: bool, explain: bool, cluster, spec) -> str:
     data = {
         "request": {"model": result.model, "cluster": result.cluster, "gpu": result.gpu,
                     "gpus": _gpus_json(result.gpus), "global_batch": result.global_batch, "seq_len": result.seq_len,
@@ -348,7 +348,7 @@ def _json(result: PlanResult, top: int, pareto: bool, explain: bool, cluster) ->
                    "wall_s": result.wall_s, "eval_s": result.eval_s, "evals_per_s": result.evals_per_s},
         "pruned": dict(result.pruned),
         "plans": machine_rows(result.top(top, detailed=True), cluster).to_dict("records"),
-        "stage_layers": [list(x) for x in _priced_chunks(result, None)] or None,
+        "stage_layers": [list(x) for x in _priced_chunks(result, spec)] or None,
         "balanced_stage_layers": [list(x) for x in result.stage_layers] if result.stage_layers else None,
         # what the best plan uses that no measured run in the validation files exercises ('' none)
         "best_unmeasured_features": _unmeasured_features(result.plans.iloc[0].to_dict(), cluster)
@@ -538,7 +538,7 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         click.echo(_emit(result, spec, emit, cl, switches, stack), nl=False)
         return
     if as_json:
-        click.echo(_json(result, top, pareto, explain, cl), nl=False)
+        click.echo(_json(result, top, pareto, explain, cl, spec), nl=False)
         return
     if as_csv:
         click.echo(_csv(machine_rows(result.pareto("gpus" if is_range else "memory", detailed=True) if pareto
