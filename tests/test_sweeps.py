@@ -497,3 +497,16 @@ def test_a_misspelt_kind_a_chunks_file_and_a_name_twice_in_other_case_are_named(
     (tmp_path / "chunks").write_text("")
     with pytest.raises(InputError, match="chunks is a file"):
         run_sweep(spec_from_dict(GRID), tmp_path, local=True)
+
+
+def test_more_local_workers_than_the_cores_can_run_is_refused_and_leaves_no_folder(tmp_path):
+    # 1,024 worker processes on 2 cores had not started within a minute (leaking semaphores and
+    # leaving an empty chunks/ folder); at most four a core are started, never more than chunks
+    import os
+    spec = spec_from_dict({**GRID, "config": {"tp": [1]}})
+    out = tmp_path / "sweep"
+    too_many = 4 * (os.cpu_count() or 1) + 1
+    with pytest.raises(InputError) as info:
+        run_sweep(spec, out, workers=too_many)
+    assert info.value.field == "--workers" and f"at most {too_many - 1}" in str(info.value)
+    assert not out.exists()

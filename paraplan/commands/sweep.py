@@ -19,7 +19,7 @@ PROGRESS_LINE_S = 10.0
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Folder for results.parquet, results.csv and the finished chunks (created if missing; its parent must exist).")
 @click.option("--scheduler", metavar="ADDRESS", help="A running Dask scheduler (tcp://host:8786) instead of a local cluster.")
-@click.option("--workers", type=click.IntRange(1, 1024), help="Processes of the local Dask cluster [default: the CPU count].")
+@click.option("--workers", type=click.IntRange(1, 1024), help="Processes of the local Dask cluster, at most four a core and never more than the chunks to run [default: the CPU count].")
 @click.option("--local", is_flag=True, help="Evaluate in this process, without Dask.")
 def command(spec_path: str, out_dir: str, scheduler: str | None, workers: int | None, local: bool) -> None:
     """Evaluate every point of the grid in SPEC.yaml (models x clusters x GPU counts x batches x

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Callable
@@ -65,7 +66,7 @@ def evaluate_chunk(kind: str, search: str, config: dict, dtypes: tuple, chunk: l
     return evaluate_points(chunk, kind, search, spec_config=config, dtypes=dtypes)
 
 
-def _client(scheduler: str | None, workers: int | None):
+def _client(scheduler: str | None, workers: int | None, chunks: int | None = None):
     try:
         from dask.distributed import Client, LocalCluster
     except ImportError as exc:
@@ -73,9 +74,23 @@ def _client(scheduler: str | None, workers: int | None):
                          "pip install 'dask[distributed]'") from None
     if scheduler:
         return _connect(Client, scheduler), None
-    cluster = LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,
-                           dashboard_address=None)
+    cores = os.cpu_count() or 1
+    if workers is not None and workers > MAX_WORKERS_PER_CORE * cores:
+        # a process per worker: 1,024 of them on 2 cores did not start within a minute
+        raise InputError("--workers", f"{workers} worker processes on this {cores}-core machine",
+                         f"give at most {MAX_WORKERS_PER_CORE * cores} (the default is one a core), or --scheduler")
+    # Dask's own logging (a nanny's 'still alive, killing' at shutdown, heartbeat tracebacks)
+    # would reach the user's stderr: only its critical records do
+    n_workers = workers or cores
+    if chunks:
+        n_workers = min(n_workers, chunks)       # a worker without a chunk would only start and stop
+    cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                           dashboard_address=None, silence_logs=logging.CRITICAL)
     return Client(cluster), cluster
+
+
+#: local worker processes a core may run (more only contend for it)
+MAX_WORKERS_PER_CORE = 4
 
 
 #: seconds a --scheduler has to answer Dask's handshake (its TCP connect has 10 of them)
@@ -226,7 +241,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path | None = None, *, client=None
         cluster = None
         if own:
             try:
-                client, cluster = _client(scheduler, workers)
+                client, cluster = _client(scheduler, workers, len(todo))
             except InputError:
                 for path in created:       # the folders this run made, still empty: nothing half-way
                     if path.is_dir() and not any(path.iterdir()):
