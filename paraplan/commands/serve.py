@@ -168,13 +168,17 @@ def _context(opts):
         # not ignored (the weights stayed in --precision's format whatever it said)
         raise InputError("--expert-precision", f"{ctx.model.name} is dense: it has no routed experts",
                          "drop --expert-precision, or set the weights' format with --precision")
+    return ctx
+
+
+def _say_release_note(opts, ctx) -> None:
+    """A release no profile lists runs as the newest profiled release before it: say so, once the
+    command has its answer (a request refused later prints its one error line only)."""
     if opts["backend_version"] and ctx.stack.framework.lower() == str(opts["backend"]).strip().lower():
-        # a release no profile lists runs as the newest profiled release before it: say so
         from hardware_specs.catalog import serving_release_match
         note = serving_release_match(opts["backend"], opts["backend_version"]).note
         if note:
             click.echo(f"note: {note}", err=True)
-    return ctx
 
 
 def _names_a_stack(backend: str) -> bool:
@@ -457,6 +461,7 @@ def simulate_cmd(as_json: bool, emit: bool, out_path: str | None, **opts) -> Non
         text = dump_json(simulation_json(report))
     else:
         text = render_simulation(report)
+    _say_release_note(opts, ctx)
     _write(text, out_path)
 
 
@@ -873,6 +878,7 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
         from paraplan.serving_plots import serving_pareto
         title = f"{ctx.model.name} on {gpus} x {ctx.cluster.gpu.name}, isl {opts['isl']} / osl {opts['osl']}, TTFT <= {ttft_ms:g} ms"
         atomic_output_path(plot_path, lambda tmp: serving_pareto(plan.front, tmp, tpot_ms=tpot_ms, title=title), "--plot")
+    _say_release_note(opts, ctx)
     if out_path is not None:
         write_atomic(out_path, text)
         click.echo(f"wrote {out_path}", err=True)

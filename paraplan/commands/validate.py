@@ -223,9 +223,10 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
         if df.empty:
             raise InputError("--source", f"no row's run_id starts with '{source_prefix}'",
                              "see the run_id column for the source prefixes")
-    # after the checks: a refused request prints its one error line only; off a terminal (CI)
-    # --fail-above's stderr is its one 'regression:' line, as the progress bars below are hidden
-    if default_path and (fail_above_pct is None or sys.stderr.isatty()):
+    # after the checks, and on a terminal only, like the progress bars below: off one (CI, a pipe)
+    # stderr holds nothing but the one error line of a run that fails later (its output
+    # unwritable) or --fail-above's one 'regression:' line
+    if default_path and sys.stderr.isatty():
         click.echo(f"reading {path}", err=True)
     if cross_validate:
         n_sources = df["run_id"].astype(str).str.split("-").str[0].nunique()
