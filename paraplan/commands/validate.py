@@ -223,11 +223,15 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
         if df.empty:
             raise InputError("--source", f"no row's run_id starts with '{source_prefix}'",
                              "see the run_id column for the source prefixes")
-    # after the checks, and on a terminal only, like the progress bars below: off one (CI, a pipe)
-    # stderr holds nothing but the one error line of a run that fails later (its output
-    # unwritable) or --fail-above's one 'regression:' line
-    if default_path and sys.stderr.isatty():
-        click.echo(f"reading {path}", err=True)
+    # which file the default was: said on a terminal before the work, elsewhere once the output is
+    # written (a run that fails later, its output unwritable, prints its one error line only), and
+    # off a terminal never beside --fail-above's one 'regression:' line
+    read_note = f"reading {path}" if default_path else ""
+    if read_note and sys.stderr.isatty():
+        click.echo(read_note, err=True)
+        read_note = ""
+    elif fail_above_pct is not None:
+        read_note = ""
     if cross_validate:
         n_sources = df["run_id"].astype(str).str.split("-").str[0].nunique()
         with click.progressbar(length=n_sources, label="refitting without each source", file=sys.stderr,
@@ -254,6 +258,8 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
         _write_plot(plot_path, lambda tmp: published_error_strip(
             results, tmp, title=("cross-validated (each source predicted by a fit without it)" if cross_validate
                                  else None)))
+    if read_note:
+        click.echo(read_note.replace("reading", "read", 1), err=True)
     if fail_above_pct is not None:
         _gate(fail_above_pct, {"all rows": _ok_errors(results)})
 
