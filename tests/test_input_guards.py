@@ -852,3 +852,20 @@ def test_per_chunk_layer_counts_are_bounded_by_the_largest_chunk_of_an_uneven_la
     with pytest.raises(InputError) as err:
         api.simulate(**kw, **{field: 9})
     assert err.value.field == field and "holds at most 8" in str(err.value)
+
+
+def test_an_empty_run_id_or_mode_cell_is_named_as_empty_not_printed_as_nan(tmp_path):
+    # pandas reads an empty cell as NaN, which the tables printed as the source "nan" and the
+    # skip reason "mode nan is neither agg nor disagg"
+    import pandas as pd
+    from paraplan.validation.datasets import BUNDLED_DIR
+    from paraplan.validation.published import summarize, validate_rows
+    from paraplan.validation.serving import validate_rows as validate_serving_rows
+    published = pd.read_csv(BUNDLED_DIR / "published_runs.csv", low_memory=False).head(1)
+    published["run_id"] = None
+    results = validate_rows(published)
+    assert list(results["source"]) == ["(no run_id)"] and "nan" not in summarize(results).to_string()
+    serving = pd.read_csv(BUNDLED_DIR / "serving_runs.csv", low_memory=False).head(1)
+    serving["mode"] = None
+    out = validate_serving_rows(serving)
+    assert set(out["reason"]) == {"mode empty (neither agg nor disagg)"}

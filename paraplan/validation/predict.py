@@ -19,7 +19,7 @@ import numpy as np
 from hardware_specs.catalog import efficiency_for_cluster
 from paraplan.validation.csv_structure import id_text
 from paraplan.validation.flops_conventions import CONVENTIONS
-from paraplan.validation.published import RowInputs, Skip, row_inputs, run_conventions
+from paraplan.validation.published import RowInputs, Skip, row_inputs, run_conventions, source_of
 from simulator.config_batch import ConfigBatch
 from simulator.step_model import evaluate
 
@@ -117,7 +117,7 @@ def prepare(records, on_skip=None) -> Prepared:
                 raise Skip(f"id {rid} repeats data row {first_of[rid] + 1}")
             first_of.setdefault(rid, i)
             value = row.get("measured_value")
-            inp = row_inputs(row, conventions.get(str(row.get("run_id") or "").strip(), frozenset()))
+            inp = row_inputs(row, conventions.get(id_text(row.get("run_id")), frozenset()))
             shown = id_text(value)
             try:
                 value = float(value)
@@ -139,12 +139,12 @@ def prepare(records, on_skip=None) -> Prepared:
                 on_skip(i, str(exc))
             continue
         ids.append(row.get("id"))
-        sources.append(str(row.get("run_id", "")).split("-")[0])
+        sources.append(source_of(row.get("run_id")))
         inputs.append(inp)
         measured.append(value)
         conv.append(conversion(inp))
         positions.append(i)
-        runs.append(str(row.get("run_id", "") or ""))
+        runs.append(id_text(row.get("run_id")))
     mismatched = _convention_mismatches(runs, [inp.metric for inp in inputs], measured, conv)
     if mismatched:
         for j, why in mismatched.items():

@@ -68,7 +68,7 @@ from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.errors import InputError, not_a_file
 from hardware_specs.stack_presets import Layout, memory_savings_of_layout
 from model_specs.model_spec import ModelSpec
-from paraplan.validation.csv_structure import check_csv_structure
+from paraplan.validation.csv_structure import check_csv_structure, id_text
 from paraplan.validation.flops_conventions import CONVENTIONS
 from paraplan.validation.row_model import (Skip, _check_family_vocab, _int, _lead_int, _measured, _named_preset_or_none, _num,
                                            _preset_for, _same_architecture_preset, _says_without_mtp, _stated_params, _str)
@@ -587,7 +587,7 @@ def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None
         by_id[j] = (pred[j], inp, outs["fits"][j], in_sample[j])
     out, j = [], 0
     for i, row in enumerate(records):
-        rec = {"id": row.get("id"), "run_id": row.get("run_id"), "source": str(row.get("run_id", "")).split("-")[0],
+        rec = {"id": row.get("id"), "run_id": id_text(row.get("run_id")) or None, "source": source_of(row.get("run_id")),
                "gpu_profile": row.get("gpu_profile"), "metric": row.get("measured_metric"),
                "status": "skipped", "predicted": None, "measured": _measured(row),
                "rel_error": None, "speed_error": None, "reason": reasons.get(i, ""), "assumptions": ""}
@@ -604,6 +604,12 @@ def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None
         if progress is not None:
             progress(i)
     return pd.DataFrame(out)
+
+
+def source_of(run_id) -> str:
+    """The source a row belongs to: its run_id's text before the first '-' ("(no run_id)" for an
+    empty cell, which pandas reads as NaN: it printed as the source "nan")."""
+    return id_text(run_id).split("-")[0] or "(no run_id)"
 
 
 def summarize(results: pd.DataFrame) -> pd.DataFrame:

@@ -418,7 +418,9 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
                 skipped[i] = problem
                 continue
         else:
-            skipped[i] = f"mode {r.get('mode')!r} is neither agg nor disagg"
+            shown = id_text(r.get("mode"))
+            skipped[i] = (f"mode {shown!r} is neither agg nor disagg" if shown
+                          else "mode empty (neither agg nor disagg)")
             continue
         rows.append(_Row(i, (preset, system, stack.name, dense, expert, mode), values))
     return rows, skipped
