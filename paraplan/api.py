@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from dataclasses import fields as dc_fields
 from dataclasses import replace
 from typing import Any, Iterable, Mapping
@@ -236,6 +237,8 @@ def build_config(model: ModelSpec, gpus: int | None = None, **config_fields) -> 
 
     ``global_batch`` (sequences) or ``global_batch_tokens`` is required.
     """
+    if not isinstance(model, ModelSpec):        # a name: load it, as simulate does
+        model = _model(model, None)
     fields = dict(config_fields)
     unknown = [k for k in fields if k not in CONFIG_FIELDS and k != "global_batch_tokens"]
     if unknown:
@@ -314,6 +317,12 @@ def config_label(config: Mapping[str, Any]) -> str:
     Memory features appear when used: ``hsdp8`` (ZeRO sharded over groups of 8), ``full2``
     (2 layers per chunk recomputed in full; ``full2d1``: one fewer per later stage), ``off24``
     (24 layers' activations per chunk offloaded to the host)."""
+    if not isinstance(config, Mapping):
+        raise InputError("config", f"must be a mapping of configuration fields, got {type(config).__name__}")
+    missing = [n for names, _ in _LABEL_PIECES for n in names if n not in _LABEL_OPTIONAL and n not in config]
+    if missing:
+        raise InputError(missing[0], "missing from the configuration to label", "give every degree (dp, tp, pp, ...)")
+
     def value(name):
         return config.get(name, _LABEL_OPTIONAL[name]) if name in _LABEL_OPTIONAL else config[name]
 
@@ -382,6 +391,9 @@ def simulate_report(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpus:
                     efficiency: EfficiencyModel | None = None, stack: str | StackSpec = DEFAULT_STACK,
                     **config_fields):
     """Like :func:`simulate` but returns ``(StepReport, ModelSpec, ClusterSpec)``."""
+    if efficiency is not None and not isinstance(efficiency, EfficiencyModel):
+        raise InputError("efficiency", f"must be an EfficiencyModel, got {type(efficiency).__name__}",
+                         "load one with hardware_specs.catalog.efficiency_for_cluster, or leave it out")
     model_spec = _model(model, seq_len)
     cluster_spec = what_if_cluster(cluster, gpu, scaleout_gbit_per_s, scaleup_gbit_per_s)
     config_fields = with_stack_fields(model_spec, cluster_spec, stack, config_fields)
@@ -507,6 +519,13 @@ def _planner_kwargs(constraints: Mapping[str, Any]) -> dict:
                              "simulate the planner's winner with it instead (api.simulate)")
     if fixed:
         kwargs["fixed"] = fixed
+    import inspect
+    from planners import plan as planner_plan
+    accepted = set(inspect.signature(planner_plan).parameters)
+    unknown = [k for k in kwargs if k not in accepted]
+    if unknown:         # reached the planner as a TypeError ('unexpected keyword argument')
+        raise InputError(unknown[0], "is neither a planner constraint nor a searched configuration field",
+                         suggest(unknown[0], sorted(accepted | set(PLANNER_FIXABLE))))
     return kwargs
 
 
@@ -670,9 +689,14 @@ def sweep(base: Mapping[str, Any], field: str, values: Iterable[Any], *, best: b
         raise InputError("on_error", f"must be 'raise' or 'skip', got {on_error!r}")
     if isinstance(values, str):
         values = [v for v in values.split(",") if v.strip()]
+    if values is not None and not isinstance(values, Iterable):
+        raise InputError("values", f"must be a list of values, got {values!r}", f"e.g. [{values!r}]")
     values = list(values) if values is not None else []
     if not values:
         raise InputError("values", f"empty sweep over {field}", "give at least one value")
+    if not isinstance(base, Mapping):
+        raise InputError("base", f"must be a mapping of simulate's keywords, got {type(base).__name__}",
+                         "e.g. dict(model='llama3-70b', cluster='dgx-h100', gpus=64, global_batch=128)")
     base = dict(base)
     if "model" not in base and field != "model":
         raise InputError("model", "missing from the sweep's base", "add model='llama3-70b' (a preset name)")
@@ -863,5 +887,8 @@ def sweep_grid(spec: Mapping[str, Any] | str, *, client=None, out_dir: str | Non
         4
     """
     from paraplan.sweeps import load_spec, run_sweep, spec_from_dict
+    if not isinstance(spec, (Mapping, str, os.PathLike)):
+        raise InputError("spec", f"must be a mapping or a spec file's path, got {type(spec).__name__}",
+                         "see paraplan/sweeps/spec.py for the keys")
     sweep_spec = spec_from_dict(spec) if isinstance(spec, Mapping) else load_spec(spec)
     return run_sweep(sweep_spec, out_dir, client=client, local=client is None)

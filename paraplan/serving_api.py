@@ -88,6 +88,10 @@ def serving_context(model: str | ModelSpec, system: str, backend: str = "vllm", 
                     scaleup_gbit_per_s: float | None = None,
                     scaleout_gbit_per_s: float | None = None) -> ServingContext:
     """The ``ServingContext`` ``serve simulate`` would build, on the what-if hardware."""
+    for name, value in (("backend", backend), ("system", system)):
+        if not isinstance(value, str):      # None / 5 / ["vllm"] reached pathlib as a TypeError
+            raise InputError(name, f"must be a name (text), got {value!r}",
+                             "e.g. 'vllm'" if name == "backend" else "e.g. 'dgx-h100'")
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     cluster = what_if_cluster(system, gpu, scaleout_gbit_per_s, scaleup_gbit_per_s)
     if hbm_tb_per_s is not None:

@@ -102,6 +102,9 @@ def _modules(value, field: str = "recompute_modules") -> tuple[str, ...]:
     iterable)."""
     if value is None:
         return ()
+    if not isinstance(value, str) and not hasattr(value, "__iter__"):
+        raise InputError(field, f"must be a comma list or a list of module names, got {value!r}",
+                         "e.g. 'core_attn,mlp'")
     items = value.split(",") if isinstance(value, str) else list(value)
     names = []
     for item in items:

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import pytest
 
+from hardware_specs.errors import InputError
 from paraplan import api
+
+
 def test_config_labels_of_a_table_equal_config_label_row_by_row():
     import pandas as pd
     from simulator.parallel_config import ParallelConfig
@@ -279,3 +282,26 @@ def test_a_gpu_spec_changed_under_its_catalog_name_is_applied_and_an_identical_o
     renamed = _replace(gpu, name="h100-fast-hbm", hbm_bw_bytes_per_s=1.5 * gpu.hbm_bw_bytes_per_s)
     assert faster < base
     assert faster == float(simulate(**kw, gpu=renamed)["step_time_s"].iloc[0])
+
+
+@pytest.mark.parametrize("call, field", [
+    (lambda: __import__("paraplan.serving_api").serving_api.serve_simulate("llama3.1-8b", "dgx-h100", backend=None),
+     "backend"),
+    (lambda: api.sweep_grid(None), "spec"),
+    (lambda: api.sweep_grid([1]), "spec"),
+    (lambda: api.simulate("llama3-8b", "dgx-h100", gpus=8, global_batch=8, efficiency="x"), "efficiency"),
+    (lambda: api.simulate("llama3-8b", "dgx-h100", gpus=8, global_batch=8, recompute_modules=5), "recompute_modules"),
+    (lambda: api.sweep(dict(model="llama3-8b", cluster="dgx-h100", gpus=8, global_batch=8), "tp", 5), "values"),
+    (lambda: api.sweep(None, "tp", [1]), "base"),
+    (lambda: api.config_label({}), "dp"),
+    (lambda: api.plan("llama3-8b", "dgx-h100", 8, global_batch=8, bogus=1), "bogus"),
+])
+def test_api_arguments_of_the_wrong_kind_are_input_errors_naming_them(call, field):
+    # each reached numpy, pathlib or the planner as a TypeError / AttributeError / KeyError
+    with pytest.raises(InputError) as err:
+        call()
+    assert err.value.field == field
+
+
+def test_build_config_takes_a_model_name_as_simulate_does():
+    assert api.build_config("llama3-8b", 8, tp=2, global_batch=8).dp == 4
