@@ -300,3 +300,15 @@ def test_a_plan_files_group_and_stage_keys_are_checked_and_counts_bounded(tmp_pa
     cluster = Path(__file__).resolve().parents[1] / "examples/clusters/a100-h100.yaml"
     res = CliRunner().invoke(main, ["simulate", "-m", "llama3-70b", "-c", str(cluster), "--plan", str(path)])
     assert res.exit_code == 2 and "did you mean replicas" in res.output
+
+
+def test_simulate_on_a_cluster_with_a_v100_pool_takes_the_dtype_plan_takes(tmp_path):
+    # bf16 was the default wherever the pools' 16-bit types differed, so a group on the H100s of
+    # an H100 + V100 cluster failed ('v100-sxm-32gb has no bf16 peak'); plan takes fp16 there
+    path = tmp_path / "mix.yaml"
+    path.write_text("name: h100-v100\npools:\n  - {name: h100, cluster: dgx-h100, gpus: 16}\n"
+                    "  - {name: v100, cluster: dgx2-v100, gpus: 16}\n"
+                    "links:\n  - {between: [h100, v100], kind: infiniband, bw_gbit_per_s: 100, latency_us: 5}\n")
+    out = run("simulate", "-m", "llama3-8b", "-c", path, "--group", "2x h100:tp8:pp1", "--global-batch", 64, "--json")
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)["plan"]["dtype"] == "fp16"

@@ -617,9 +617,12 @@ def _simulate_pooled(ctx, opts, plan_path, groups, as_json, trace_path, gantt_pa
     if opts.get("seq_len"):
         model = model.with_seq_len(opts["seq_len"])
     cluster = load_pooled_cluster(opts["cluster"])
-    if opts.get("dtype") is None:           # the 16-bit type every pool's GPU has (bf16 where they differ)
+    if opts.get("dtype") is None:
+        # the dtype `paraplan plan` takes on this cluster: the first of bf16, fp16, fp32 every
+        # pool's GPU has (bf16 where the pools differed failed on a cluster with a V100 pool)
+        from planners.heterogeneous import common_dtype
         kinds16 = {sixteen_bit_dtype(p.cluster.gpu) for p in cluster.pools}
-        opts = {**opts, "dtype": kinds16.pop() if len(kinds16) == 1 else "bf16"}
+        opts = {**opts, "dtype": kinds16.pop() if len(kinds16) == 1 else common_dtype(cluster, None)}
     # the stack's behaviour (GPU-specific recipes only when every pool has the same GPU kind),
     # then every switch set explicitly
     stack = load_stack(opts["stack"])
