@@ -215,11 +215,17 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
     n_cross = pipeline_domain_crossings(tp * adp, pp, cluster.gpus_per_node)
     hand_in = p2p_time_s(T * h * ACT_BYTES, False, cluster, eff)
     hand_out = p2p_time_s(T * h * ACT_BYTES, True, cluster, eff)
-    handoffs = np.where(pp > 1, n_cross * hand_out + (pp - n_cross) * hand_in, 0.0)   # pp a round
+    # pp hand-offs a round: along one request's path when it crosses the stages alone (m < pp);
+    # with every stage busy each stage sends all pp micro-batches over its own link, and a stage
+    # whose link leaves the domain sends pp over the NIC (counted on the pacing stage: a bound)
+    busy = decoding >= pp
+    path = n_cross * hand_out + (pp - n_cross) * hand_in
+    paced_sends = pp * np.where(n_cross > 0, hand_out, hand_in)
+    handoffs = np.where(pp > 1, np.where(busy, paced_sends, path), 0.0)
 
     head = lm_head_s(model, rates, tp, logits)
     # all stages busy (a micro-batch for each): the largest stage's layers, pp times, pace the round
-    paced = np.where(decoding >= pp, pp * largest_stage_share(model.num_layers, pp), 1.0)
+    paced = np.where(busy, pp * largest_stage_share(model.num_layers, pp), 1.0)
     elem = paced * n_layers * elementwise_s(model, rates, T)
     attn_total = paced * n_layers * attn
     mlp = paced * mlp

@@ -76,7 +76,9 @@ def test_a_kv_cache_moves_no_faster_from_eight_gpus_to_one_than_from_one_to_eigh
     (2, 2, 2, 2, 1.0),          # 8 GPUs: still one domain
     (8, 8, 1, 1, 0.0),          # a worker fills a domain: the pair cannot share one
     (4, 4, 3, 1, 1.0 / 3.0),    # 16 GPUs: 4 of the 12 others sit beside a prefill worker
-    (2, 4, 3, 2, 6.0 / 12.0),   # 14 GPUs: 6 of the 12 others
+    (2, 4, 3, 2, 4.0 / 10.0),   # 14 GPUs: a decode worker's domain holds 4 of the 10 others
+    (1, 4, 12, 1, 1.0 / 3.0),   # 16 GPUs: 4 of the 12 one-GPU prefill workers beside the decode worker
+    (2, 6, 3, 1, 1.0 / 3.0),    # 12 GPUs: one of the three prefill workers fits beside it
 ])
 def test_the_share_of_kv_transfers_inside_a_domain_follows_the_deployment(pre, dec, p_workers, d_workers, share):
     assert float(kv_same_domain_share(pre, dec, p_workers, d_workers, 8)) == pytest.approx(share)
@@ -115,3 +117,19 @@ def test_a_pipeline_over_two_nodes_feels_the_nic():
     tpot = out["tpot_ms"].to_numpy()
     assert tpot[0] > tpot[1] > tpot[2]
     assert np.all(np.isfinite(tpot))
+
+
+def test_with_every_stage_busy_each_stage_sends_all_its_micro_batches_over_its_own_link():
+    # Llama-3.1-70B, tp 4 x pp 4 on 8-GPU nodes, 64 requests: 4 micro-batches of 16 a round; the
+    # stages whose link leaves the node send all 4 over the NIC (4 NIC hand-offs a round, not the
+    # 2 NIC + 2 NVLink of one request's path), the layers' collectives as at pp 1 (80 = 4 x 20)
+    from cost_models.inference_comm import p2p_time_s
+    from cost_models.inference_step import step_time
+    model = load_model("llama3.1-70b")
+    cluster = load_cluster("dgx-h100")
+    eff = load_serving_efficiency(cluster.gpu.generation)
+    beh = load_stack("vllm-0.14").serving
+    out = step_time(model, cluster, eff, beh, "fp8", "fp8", 1.0, 4.0, 1.0, 4.0, 1.0, 1.0, 0.0, 0.0, 64.0, 2048.0)
+    layers, _ = layer_collectives(model, cluster, eff, beh, 16.0, 4.0, 1.0, 1.0, 80.0, 0.0)
+    nic = float(p2p_time_s(16 * model.hidden_size * ACT_BYTES, True, cluster, eff))
+    assert float(out["comm_s"]) == pytest.approx(float(layers) + 4 * nic, rel=1e-12)

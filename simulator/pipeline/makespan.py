@@ -287,7 +287,7 @@ SHARED_RATIOS = ((1.0, 1.0), (2.0, 0.5))
 def candidate_orders(kind, f, b, w) -> np.ndarray:
     """(rows, K, 3) pass-time ratios of the orders a flush is swept on, per row: the row's own
     (``order_durations``) first, then for the list-scheduled schedules (ZB-H2, ZB-V) the orders
-    of ``SHARED_RATIOS`` (K = 7; K = 1 for the others).
+    of ``SHARED_RATIOS`` (K = 1 + len(SHARED_RATIOS) = 3; K = 1 for the others).
 
     A list scheduler has Graham's anomalies: the order it builds for slightly faster passes can
     be a worse order, so a faster link lengthened a step (Llama-4-Scout on 32 A100, ZB-V, 200 ->

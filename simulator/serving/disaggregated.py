@@ -103,14 +103,17 @@ def kv_same_domain_share(prefill_gpus, decode_gpus, p_workers, d_workers, domain
     """Share of the KV transfers that stay inside one NVLink domain of ``domain_gpus`` GPUs, per
     row: all when the whole deployment (p_workers x prefill_gpus + d_workers x decode_gpus) fits
     one domain; none when a prefill and a decode worker cannot share one; else the share of the
-    other GPUs of the deployment that sit in the prefill worker's domain, (domain - prefill) /
-    (all - prefill), the chance that the decode worker a request goes to is one of them (the
-    router picks decode workers by load, not by place). 3 prefill workers and one decode worker
-    of 4 GPUs on 8-GPU domains: 1 / 3."""
+    other GPUs of the deployment that sit in a worker's domain, (domain - its GPUs) / (all - its
+    GPUs), the smaller of the prefill and the decode worker's view (the router picks decode workers
+    by load, not by place, so a prefill worker's transfers go to a decode worker beside it that
+    often). 3 prefill workers and one decode worker of 4 GPUs on 8-GPU domains: 1 / 3."""
     pre, dec, dom = _f(prefill_gpus), _f(decode_gpus), float(domain_gpus)
     total = _f(p_workers) * pre + _f(d_workers) * dec
-    share = np.clip((dom - pre) / np.maximum(total - pre, 1.0), 0.0, 1.0)
-    return np.where(total <= dom, 1.0, np.where(pre + dec <= dom, share, 0.0))
+    # seen from either side, a worker's domain holds dom - its own GPUs of the others; the side
+    # whose workers are larger leaves fewer of those places (12 one-GPU prefill workers and one
+    # 4-GPU decode worker on 8-GPU domains: 4 of the 12 sit beside it, 1/3, not 7/15)
+    share = np.minimum((dom - pre) / np.maximum(total - pre, 1.0), (dom - dec) / np.maximum(total - dec, 1.0))
+    return np.where(total <= dom, 1.0, np.where(pre + dec <= dom, np.clip(share, 0.0, 1.0), 0.0))
 
 
 def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_free=False) -> dict[str, np.ndarray]:
