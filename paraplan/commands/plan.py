@@ -336,7 +336,7 @@ def _gpus_json(gpus: tuple[int, int]):
     return lo if lo == hi else {"min": lo, "max": hi}
 
 
-def _json(result: PlanResult, top: int, pareto: bool, explain: bool, cluster, spec) -> str:
+def _json(result: PlanResult, top: int, pareto: bool, explain: bool, cluster, spec=None) -> str:
     data = {
         "request": {"model": result.model, "cluster": result.cluster, "gpu": result.gpu,
                     "gpus": _gpus_json(result.gpus), "global_batch": result.global_batch, "seq_len": result.seq_len,
