@@ -65,3 +65,13 @@ def hsdp_step_traffic(params, zero_stage, dp, zero_shard_group, micro_batches, p
     return {"gather_buffer_bytes": gather_buf, "gathers": gathers, "reduce_scatter_buffer_bytes": rs_buf,
             "reduce_scatters": reduce_scatters, "all_reduce_buffer_bytes": ar_buf,
             "wire_bytes_intra": intra, "wire_bytes_inter": inter, "shard": g, "replicas": r}
+
+
+def prefetched_layers(depth, max_elements, layer_elements):
+    """Layers whose ZeRO-3 / FSDP parameter gathers run ahead of the layer computing (numpy-
+    friendly): the stack's prefetch ``depth`` in layers, capped where the stack caps the
+    prefetched elements (``max_elements`` > 0: DeepSpeed's ``stage3_prefetch_bucket_size``) at
+    that many of ``layer_elements`` a layer. The step model hides that many layers' gathers and
+    the memory holds that many layers gathered beside the computing one."""
+    depth, cap = _f(depth), _f(max_elements)
+    return np.where(cap > 0, np.minimum(depth, cap / np.maximum(_f(layer_elements), 1.0)), depth)

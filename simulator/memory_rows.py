@@ -113,14 +113,11 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     # all-gather output at its first forward, before the copy into the kept parameters: FSDP2's
     # ``foreach_all_gather``)
     # a prefetch deeper than one layer holds each layer it gathers ahead: 1 + depth layers (at
-    # most 2 otherwise: the computing layer and the one prefetched, or in backward its gradients
-    # before their reduce-scatter); DeepSpeed caps the prefetched elements (``step_model``'s
-    # ``prefetch_layers``, the same windows the time model credits)
+    # least 2: the computing layer and the one prefetched, or in backward its gradients before
+    # their reduce-scatter), the same depth the time model credits
     gathered = np.maximum(gathered_dense, gathered_moe)
-    depth = np.maximum(np.asarray(batch.param_prefetch_forward, dtype=float),
-                       np.asarray(batch.param_prefetch_backward, dtype=float))
-    cap = np.asarray(batch.param_prefetch_max_elements, dtype=float)
-    depth = np.where(cap > 0, np.minimum(depth, cap / np.maximum(gathered, 1.0)), depth)
+    depth = sharding.prefetched_layers(np.maximum(batch.param_prefetch_forward, batch.param_prefetch_backward),
+                                       batch.param_prefetch_max_elements, gathered)
     z3 = np.where(((zero >= 3) | once) & (shard > 1), np.maximum(2.0, 1.0 + depth) * gathered * param_bytes, 0.0)
     loss_tokens = np.where(np.asarray(batch.loss_chunk_tokens) > 0,
                            np.minimum(tokens, np.asarray(batch.loss_chunk_tokens, dtype=float)), tokens)

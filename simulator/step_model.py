@@ -285,9 +285,7 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
                      np.where(zero >= 3, bucket_calls(dense_or_moe_params, bucket), 1.0)))
 
     def prefetch_layers(depth, layer_elements):
-        # layers whose gathers run ahead; DeepSpeed caps the prefetched elements
-        cap = batch.param_prefetch_max_elements
-        return np.where(cap > 0, np.minimum(depth, cap / np.maximum(layer_elements, 1.0)), depth)
+        return sharding.prefetched_layers(depth, batch.param_prefetch_max_elements, layer_elements)
 
     per_layer_f, per_layer_b, per_layer_w, per_layer_r = [], [], [], []
     r_full, r_sel, off_f, off_b = [], [], [], []

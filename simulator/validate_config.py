@@ -37,15 +37,17 @@ def _largest_chunk_layers(model: ModelSpec, c: ParallelConfig) -> int:
     custom layout: the ``--pipeline-layout`` string's, else the split ``position_layers`` makes
     of the first / last stage counts (or of an even-as-possible split); called once the layout
     has been checked."""
-    from simulator.layout_string import parse_layout          # late: keeps this module's imports light
+    # late imports: keep this module's imports light
+    from simulator.config_batch import SCHEDULE_CODES
+    from simulator.layout_string import parse_layout
     from simulator.pipeline.schedules import ScheduleKind
     from simulator.stage_layout import position_layers
+    from simulator.step_pipeline import schedule_chunks
     if c.pipeline_layout:
-        spec = parse_layout(c.pipeline_layout)
-        return int(max(d + m for d, m in zip(spec.decoder, spec.mtp)))
-    chunks = 2 if c.schedule in (Schedule.ZB_V, Schedule.DUALPIPE) else (c.vpp if c.schedule == Schedule.INTERLEAVED else 1)
-    lay = position_layers(ScheduleKind(c.schedule.value), c.pp, chunks, model.num_layers + model.mtp_layers,
-                          c.first_stage_layers, c.last_stage_layers, model.mtp_layers)
+        return int(max(parse_layout(c.pipeline_layout).layers()))
+    lay = position_layers(ScheduleKind(c.schedule.value), c.pp, schedule_chunks(SCHEDULE_CODES[c.schedule], c.vpp),
+                          model.num_layers + model.mtp_layers, c.first_stage_layers, c.last_stage_layers,
+                          model.mtp_layers)
     return int(lay.max())
 
 
