@@ -120,7 +120,7 @@ def order_durations(kind, f, b, w):
     a list-scheduled order is built for; (1, 1, 1) for the schedules with fixed orders."""
     kind = ScheduleKind(getattr(kind, "value", kind))
     f, b, w = (np.asarray(x, dtype=float) for x in (f, b, w))
-    if kind not in (ScheduleKind.ZB_H2, ScheduleKind.ZB_V):
+    if kind not in _LIST_SCHEDULED:
         return np.ones((f.shape[0], 3))
     axes = tuple(range(1, f.ndim))
     mf = np.maximum(f.mean(axis=axes), 1e-300)
@@ -299,7 +299,7 @@ def candidate_orders(kind, f, b, w) -> np.ndarray:
     section 3.1)."""
     kind = ScheduleKind(getattr(kind, "value", kind))
     own = order_durations(kind, f, b, w)
-    if kind not in (ScheduleKind.ZB_H2, ScheduleKind.ZB_V):
+    if kind not in _LIST_SCHEDULED:
         return own[:, None, :]
     out = np.repeat(own[:, None, :], 1 + len(SHARED_RATIOS), axis=1)
     for k, (rb, rw) in enumerate(SHARED_RATIOS, start=1):
