@@ -150,6 +150,17 @@ def test_a_squared_expert_layout_beyond_the_node_is_read_as_the_m_gpu_expert_par
     assert (cols["tp"], cols["moe_tp"], cols["moe_ep"]) == (16.0, 2.0, 8.0)
 
 
+def test_a_row_with_more_pipeline_stages_than_layers_is_skipped_with_the_reason():
+    # DeepSeek-R1 has 61 layers: pp 61 is a split, pp 62 or 1e7 is not (serve simulate refuses it)
+    cols = _one_deepseek_row(tp_size=8, attention_dp_size=1, moe_tp_size=1, moe_ep_size=8, batch_size=4, pp_size=2)
+    assert cols["pp"] == 2.0
+    for pp in (100, 1e7):
+        why = _one_deepseek_row(tp_size=8, attention_dp_size=1, moe_tp_size=1, moe_ep_size=8, batch_size=4, pp_size=pp)
+        assert isinstance(why, str) and "more pipeline stages than the 61 layers" in why
+    why = _one_deepseek_row(tp_size=8, attention_dp_size=1, moe_tp_size=1, moe_ep_size=8, batch_size=4, pp_size=1.5)
+    assert why.startswith("pp_size 1.5 is not a whole number")
+
+
 def test_a_row_whose_batch_disagrees_with_its_stated_concurrency_is_skipped_with_the_reason():
     # 224 clients stated by the source, 56 x 1 by the columns: the load per engine is ambiguous
     why = _one_deepseek_row(tp_size=4, attention_dp_size=1, moe_tp_size=1, moe_ep_size=4, batch_size=56,

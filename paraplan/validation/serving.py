@@ -276,10 +276,16 @@ def _squared_expert_layout(tp: float, adp: float, moe_tp: float, moe_ep: float,
     return tp, adp, moe_tp, moe_ep
 
 
-def _layout_problem(model, tp, adp, moe_tp, moe_ep, prefix: str) -> str | None:
-    """Why a layout cannot be a valid split of ``model`` (None if it can)."""
-    if tp < 1 or adp < 1 or moe_tp < 1 or moe_ep < 1 or any(x != int(x) for x in (tp, adp, moe_tp, moe_ep)):
+def _layout_problem(model, tp, adp, moe_tp, moe_ep, prefix: str, pp: float = 1.0) -> str | None:
+    """Why a layout cannot be a valid split of ``model`` (None if it can): degrees that are not
+    whole numbers >= 1, a tp that does not divide the heads, more pipeline stages than layers
+    (as ``serve simulate`` refuses), an expert group that is not the worker."""
+    degrees = (tp, adp, moe_tp, moe_ep, pp)
+    if any(not math.isfinite(x) or x < 1 or x != int(x) for x in degrees):
         return f"{prefix}layout degrees must be whole numbers >= 1"
+    if pp > model.num_layers:
+        return (f"{prefix}pp_size {int(pp):,} is more pipeline stages than the {model.num_layers} layers "
+                f"(not a pipeline split; the source's layout cannot be modelled)")
     if model.num_heads % int(tp):
         return (f"{prefix}tp_size {int(tp)} does not divide the {model.num_heads} attention heads "
                 f"(not a tensor-parallel split; the source's layout cannot be modelled)")
@@ -388,7 +394,7 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
             batch = batch * stated_adp / adp      # the same clients over fewer attention-DP ranks
             if model.moe is None:
                 moe_tp, moe_ep = tp * adp, 1.0
-            problem = (_layout_problem(model, tp, adp, moe_tp, moe_ep, "")
+            problem = (_layout_problem(model, tp, adp, moe_tp, moe_ep, "", pp)
                        or _split_problem(stack, model, moe_tp, moe_ep, "", tp, adp, expert))
             if problem:
                 skipped[i] = problem
@@ -409,7 +415,7 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
                 tp, moe_tp, moe_ep = _vllm_data_parallel(r.get("backend"), tp, adp, moe_tp, moe_ep)
                 if model.moe is None:
                     moe_tp, moe_ep = tp * adp, 1.0
-                problem = (problem or _layout_problem(model, tp, adp, moe_tp, moe_ep, f"{side}_")
+                problem = (problem or _layout_problem(model, tp, adp, moe_tp, moe_ep, f"{side}_", pp)
                            or _split_problem(stack, model, moe_tp, moe_ep, f"{side}_", tp, adp, expert))
                 values.update({f"{side}_tp": tp, f"{side}_pp": pp, f"{side}_adp": adp, f"{side}_moe_tp": moe_tp,
                                f"{side}_moe_ep": moe_ep, f"{side}_batch": max(_num(r.get(f"{side}_batch_size")), 1.0),
