@@ -214,3 +214,14 @@ def test_a_run_listed_twice_is_scored_once():
     rec = het.validate_runs([RUNS[0], RUNS[0]])
     assert [r["status"] for r in rec] == ["ok", "ok", "skipped", "skipped"]
     assert "listed twice" in rec[2]["reason"]
+
+
+def test_the_table_gives_each_run_its_own_line_even_where_ids_repeat(tmp_path):
+    # a copied run: the first scored, the copy skipped; two runs with no _file: both scored
+    nameless = {k: v for k, v in RUNS[0].items() if k != "_file"}
+    for runs, statuses in (([RUNS[0], RUNS[0]], ["ok", "skipped"]), ([nameless, nameless], ["ok", "ok"])):
+        path = tmp_path / "runs.json"
+        path.write_text(json.dumps({"runs": runs}))
+        out = CliRunner().invoke(main, ["validate", "heterogeneous", str(path)]).output
+        table = out.split("\n\n")[0].splitlines()[2:]
+        assert [line.split()[1] for line in table] == statuses

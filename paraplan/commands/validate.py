@@ -512,11 +512,13 @@ def heterogeneous_cmd(path: str | None, inter_node_gbps: float | None, inter_nod
 
 def _hetero_text(records, summary, gbps, lat, intra) -> str:
     """Per-run table (both metrics on one line), then mean / worst error per system and metric."""
-    by_run: dict[str, dict] = {}
-    for r in records:
-        by_run.setdefault(r["id"], {})[r["metric"]] = r
+    # each run gives one record per metric, in order: a run is its own line even where two runs
+    # share an id (a copied run, or runs with no ``_file``)
+    from paraplan.validation.heterogeneous import METRICS
+    k = len(METRICS)
+    runs = [(records[i]["id"], {r["metric"]: r for r in records[i:i + k]}) for i in range(0, len(records), k)]
     rows = []
-    for rid, metrics in by_run.items():
+    for rid, metrics in runs:
         short = rid.split("validation/", 1)[-1]
         t, m = metrics.get("iter_time_s"), metrics.get("peak_memory_bytes")
         if t is None or t["status"] != "ok":
