@@ -114,3 +114,25 @@ def test_a_straggler_slope_below_a_thousandth_is_no_measured_wait():
     for slope in (0.0006, 0.001, 0.03):
         EfficiencyModel(generation="cpu", gemm_peak_fraction={"fp32": 0.5},
                         sync_skew_fraction=measured_skew_fraction(slope))     # loads
+
+
+def test_calibrate_refuses_an_unwritable_timings_file_before_measuring_and_writes_nothing(tmp_path):
+    (tmp_path / "x.calibration.json").mkdir()     # where the raw timings of x.yaml would go
+    result = CliRunner().invoke(main, ["calibrate", "--out", str(tmp_path / "x.yaml"), "--nprocs", "1"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [f"error: --out: {tmp_path / 'x.calibration.json'} is a folder "
+                                                  "(give a file name)"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.calibration.json"]
+
+
+def test_the_profile_and_its_timings_are_written_whole_or_not_at_all(tmp_path):
+    cal._write_together({tmp_path / "a.json": "{}", tmp_path / "a.yaml": "name: a\n"})
+    assert (tmp_path / "a.json").read_text() == "{}" and (tmp_path / "a.yaml").read_text() == "name: a\n"
+
+    class Unwritable:
+        def __str__(self):
+            raise RuntimeError("cannot serialise")
+    import pytest
+    with pytest.raises(TypeError):
+        cal._write_together({tmp_path / "b.json": "{}", tmp_path / "b.yaml": Unwritable()})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "a.yaml"]     # no b.*, no temp file

@@ -10,7 +10,7 @@ from paraplan.cli import check_writable, step_bar
 
 @click.command("calibrate", short_help="Measure this machine and write a cluster profile.")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
-              help="Cluster YAML to write (loadable wherever a cluster name is accepted); the raw timings go beside it in FILE.calibration.json.")
+              help="Cluster YAML to write (loadable wherever a cluster name is accepted); the raw timings go beside it, named after it: my-machine.yaml -> my-machine.calibration.json.")
 @click.option("--nprocs", type=click.IntRange(1), default=2, show_default=True,
               help="Local processes (GPUs, or CPU ranks) to measure collectives between.")
 @click.option("--name", default=None, help="Name of the profile (default: from the host).")
@@ -32,6 +32,8 @@ def command(out_path: str, nprocs: int, name: str | None) -> None:
     if name is not None:        # before the benchmarks: every command refuses a profile with another name
         check_name("--name", name)
     check_writable(out_path)
+    from paraplan.measure.calibrate import sidecar_path
+    check_writable(sidecar_path(out_path), "--out")     # the raw timings' file, before the benchmarks
     with step_bar("calibrating") as bar:
         path = run_calibration(out_path, nprocs=nprocs, name=name, progress=bar)
     click.echo(f"wrote {path}")

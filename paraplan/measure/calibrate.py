@@ -16,6 +16,7 @@ import json
 import os
 import platform
 import statistics
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -383,10 +384,32 @@ def run_calibration(out_path, nprocs: int = 2, name: str | None = None, device: 
     out_path.parent.mkdir(parents=True, exist_ok=True)
     header = ("# Written by paraplan calibrate (paraplan/measure/calibrate.py); regenerate rather "
               "than edit.\n")
-    out_path.write_text(header + yaml.safe_dump(mapping, sort_keys=False, width=120))
     raw = {"world_size": int(nprocs), "device": vars(choice), "summary": summary, "ranks": ranks}
-    sidecar_path(out_path).write_text(json.dumps(raw, indent=1, default=_json_default))
+    # the profile last: it is what commands load, and it never stands without its timings
+    _write_together({sidecar_path(out_path): json.dumps(raw, indent=1, default=_json_default),
+                     out_path: header + yaml.safe_dump(mapping, sort_keys=False, width=120)})
     return out_path
+
+
+def _write_together(texts: dict[Path, str]) -> None:
+    """Write each file whole, in order: all to temp files beside them first, then renamed into
+    place, so a failure while writing leaves no file changed and none half-written."""
+    temps: list[tuple[str, Path]] = []
+    try:
+        for path, text in texts.items():
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            temps.append((tmp, path))
+            mask = os.umask(0)
+            os.umask(mask)
+            os.chmod(tmp, 0o666 & ~mask)      # mkstemp makes 0600; give the file ordinary permissions
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        for tmp, path in temps:
+            os.replace(tmp, path)
+    finally:
+        for tmp, _ in temps:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
 
 
 def sidecar_path(cluster_path) -> Path:
