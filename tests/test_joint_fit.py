@@ -136,3 +136,35 @@ def test_of_two_fits_the_fitter_keeps_the_lower_pooled_objective_and_the_first_o
     assert best_of_starts(gens, [moved, dict(moved)])[1] == 0
     with pytest.raises(ValueError):
         best_of_starts(gens, [])
+
+
+def test_a_held_out_prediction_says_what_it_rests_on(bundled_rows):
+    """20 vTrain-S Ampere rows and 4 Korthikanti Ampere rows: holding out KOR22 leaves 20 Ampere rows
+    of another source (``MIN_ROWS_FOR_FULL_FIT``), a fit; holding out VTRAIN leaves 4 Ampere rows and
+    no Hopper row (Ampere's neighbour), no fit at all. Three rows of one source: none either."""
+    from paraplan.validation.fit import held_out_basis
+    from paraplan.validation.fit_search import MIN_ROWS_FOR_FULL_FIT
+    everything = bundled_rows["ampere"]
+    ids = np.asarray(everything.ids, dtype=str)
+    pick = np.concatenate([np.flatnonzero(np.char.startswith(ids, "VTRAIN-S"))[:20],
+                           np.flatnonzero(np.char.startswith(ids, "KOR22-T5"))[:4]])
+    rows = subset(everything, pick)
+    assert MIN_ROWS_FOR_FULL_FIT == 20
+    assert held_out_basis(rows) == ["none"] * 20 + ["fit"] * 4
+    assert held_out_basis(subset(rows, np.arange(3))) == ["none"] * 3
+
+
+def test_cross_validated_rows_without_a_fit_say_so_in_the_table_and_the_rows(tmp_path):
+    from click.testing import CliRunner
+
+    from paraplan.cli import main
+    from pathlib import Path
+    lines = (Path(__file__).parent / "data" / "vtrain_multi_node_runs.csv").read_text().splitlines()
+    path = tmp_path / "three.csv"
+    path.write_text("\n".join(lines[:4]) + "\n")
+    table = CliRunner().invoke(main, ["validate", "published", str(path), "--cross-validate"]).output
+    assert "note: cross-validated rows resting on no fit at all" in table and table.rstrip().endswith(": VTRAIN 3")
+    out = CliRunner().invoke(main, ["validate", "published", str(path), "--cross-validate", "--json"]).output
+    import json
+    rows = json.loads(out)
+    assert len(rows) == 3 and all("cross-validated by no fit" in r["assumptions"] for r in rows)

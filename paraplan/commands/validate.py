@@ -144,6 +144,15 @@ def summary_text(results, summary, list_skipped: bool) -> str:
                  "efficiency models) and leave-one-source-out (models fitted without the source)",
                  format_table(rows, ["source", "rows_ok", "rows_skipped", "in_sample_mean_abs_err_pct",
                                      "cv_mean_abs_err_pct", "cv_worst_abs_err_pct"], align="lrrrrr").rstrip()]
+        ok = results[results.status == "ok"]
+        for basis, what in (("neighbour", "the neighbouring GPU generation's fit without the source (too few "
+                                          "rows of their own generation from other sources)"),
+                            ("none", "no fit at all: no other source of their GPU generation or its neighbour, "
+                                     "so the middle of each factor's range (an unfitted prior)")):
+            by_source = ok[ok.get("cv_basis", "fit") == basis].groupby("source").size()
+            if len(by_source):
+                where = ", ".join(f"{src} {n}" for src, n in by_source.items())
+                lines.append(f"note: cross-validated rows resting on {what}: {where}")
     else:
         rows = [[r["source"], int(r["rows_ok"]), int(r["rows_skipped"]), _fmt_pct(r["mean_abs_err_pct"]),
                  _fmt_pct(r["worst_abs_err_pct"])] for r in summary.to_dict("records")]

@@ -215,6 +215,29 @@ def _share_rows():
     """Worker initialiser: nothing to do, the rows came with the fork."""
 
 
+def held_out_basis(prepared: Prepared) -> list[str]:
+    """What each row's leave-one-source-out prediction rests on, as ``_held_out_prediction``
+    chooses it: ``"fit"`` (its generation has ``MIN_ROWS_FOR_FULL_FIT`` rows of other sources),
+    ``"neighbour"`` (its ``NEIGHBOUR`` generation's fit without the source, on its own datasheet)
+    or ``"none"`` (no other source of either: the middle of every factor's range, or the
+    generation's hand-set prior), so a report can say when a cross-validated number is no fit."""
+    sources = np.asarray(prepared.sources)
+    gens = np.asarray(prepared.generations).astype(str)
+
+    def enough(gen, src):
+        return int(np.sum((gens == gen) & (sources != src))) >= MIN_ROWS_FOR_FULL_FIT
+
+    basis = {}
+    for src, gen in set(zip(sources.tolist(), gens.tolist())):
+        if enough(gen, src):
+            basis[src, gen] = "fit"
+        elif NEIGHBOUR.get(gen) is not None and enough(NEIGHBOUR[gen], src):
+            basis[src, gen] = "neighbour"
+        else:
+            basis[src, gen] = "none"
+    return [basis[s, g] for s, g in zip(sources.tolist(), gens.tolist())]
+
+
 def _held_out_in_worker(src: str, sweeps: int) -> np.ndarray:
     return _held_out_prediction(_FORKED_ROWS["rows"], src, sweeps)
 

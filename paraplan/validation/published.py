@@ -559,6 +559,15 @@ def speed_error(metric: str, predicted, measured):
     return predicted / measured - 1.0
 
 
+#: what a cross-validated prediction that rests on no fit of its own generation says of itself
+CV_BASIS_NOTES = {
+    "neighbour": "cross-validated by the neighbouring GPU generation's fit without this source "
+                 "(too few rows of its own generation from other sources)",
+    "none": "cross-validated by no fit: no other source of this GPU generation or its neighbour "
+            "(the middle of each factor's range, an unfitted prior)",
+}
+
+
 def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None, cross_validate: bool = False,
                   cv_progress=None) -> pd.DataFrame:
     """One output row per input row: id, status, predicted, measured, rel_error, speed_error
@@ -578,13 +587,15 @@ def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None
     prepared = prepare(records, on_skip=lambda i, why: reasons.__setitem__(i, why))
     pred, outs = predict(prepared, efficiency_by_generation, with_outputs=True) if len(prepared) else ([], {"fits": []})
     in_sample = pred
+    basis = None
     if cross_validate and len(prepared):
-        from paraplan.validation.fit import cross_validate as loso
+        from paraplan.validation.fit import cross_validate as loso, held_out_basis
         pred = loso(prepared, progress=cv_progress)
+        basis = held_out_basis(prepared)
     by_id = {}
     for j, row_id in enumerate(prepared.ids):
         inp = prepared.inputs[j]
-        by_id[j] = (pred[j], inp, outs["fits"][j], in_sample[j])
+        by_id[j] = (pred[j], inp, outs["fits"][j], in_sample[j], basis[j] if basis else "")
     out, j = [], 0
     for i, row in enumerate(records):
         rec = {"id": row.get("id"), "run_id": id_text(row.get("run_id")) or None, "source": source_of(row.get("run_id")),
@@ -592,14 +603,17 @@ def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None
                "status": "skipped", "predicted": None, "measured": _measured(row),
                "rel_error": None, "speed_error": None, "reason": reasons.get(i, ""), "assumptions": ""}
         if i not in reasons:
-            value, inp, fits, own = by_id[j]
+            value, inp, fits, own, held_out = by_id[j]
             j += 1
             rec.update(status="ok", predicted=float(value), rel_error=(float(value) - rec["measured"]) / rec["measured"],
                        speed_error=speed_error(rec["metric"], float(value), rec["measured"]),
                        assumptions="; ".join(inp.assumptions), generation=inp.cluster.gpu.generation,
                        fits=bool(fits), stack=inp.stack, cluster=inp.cluster.name)
             if cross_validate:
-                rec.update(in_sample_predicted=float(own), in_sample_rel_error=(float(own) - rec["measured"]) / rec["measured"])
+                rec.update(in_sample_predicted=float(own), in_sample_rel_error=(float(own) - rec["measured"]) / rec["measured"],
+                           cv_basis=held_out)
+                if held_out != "fit":
+                    rec["assumptions"] = "; ".join(filter(None, [rec["assumptions"], CV_BASIS_NOTES[held_out]]))
         out.append(rec)
         if progress is not None:
             progress(i)
