@@ -104,7 +104,8 @@ def test_the_step_waits_for_the_slowest_replica_group():
 
 def test_speed_shares_balance_two_groups_by_hand():
     # group times 1 s and 2 s per micro-batch, no fill: m1 = 1 + T, m2 = 1 + T/2, m1 + m2 = 30
-    # gives T = 56/3, m = (19.67, 10.33): largest remainder makes it 20 and 10
+    # gives T = 56/3, m = (19.67, 10.33); in whole micro-batches 20 and 10 finish at 19 s (19 and
+    # 11, or 21 and 9, at 20 s)
     busiest, total = speed_shares(np.array([0, 0]), np.array([1, 1]), np.zeros(2), np.array([1.0, 2.0]), np.array([30.0]))
     assert list(total) == [20, 10] and list(busiest) == [20, 10]
     # replicas split a group's total as evenly as integers allow: 3 replicas of 10 -> busiest 4

@@ -186,17 +186,21 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     fill = np.add.reduceat(count * t_stage, gstart) if R else np.zeros(0)
     slowest = np.maximum.reduceat(t_stage, gstart) if R else np.zeros(0)
     casts = np.add.reduceat(count * n * units["weight_cast_s"][k], gstart) if R else np.zeros(0)
+    # straggler wait: the fitted share of the compute each rank spends waiting (0 on GPUs), per micro-batch
+    world = np.bincount(groups.plan, weights=d_group * np.add.reduceat(count * tp, gstart), minlength=P)
+    wait_rate = (np.where(world[groups.plan] > 1, np.maximum.reduceat(skew * (part_compute + part_rc), gstart), 0.0)
+                 if R else np.zeros(0))
     m_given = groups.micro_batches.astype(float)
     if np.isnan(m_given).any():
-        m_share, total_share = speed_shares(groups.plan, groups.replicas, fill, slowest, M)
+        # the shares minimise the largest pipeline + casts + wait (each replica's time, linear in m)
+        m_share, total_share = speed_shares(groups.plan, groups.replicas, fill + casts + wait_rate,
+                                            slowest + wait_rate, M)
         m = np.where(np.isnan(m_given), m_share, m_given)
         group_total = np.where(np.isnan(m_given), total_share, m_given * d_group)
     else:
         m = m_given
         group_total = m_given * d_group
     pipeline = fill + (m - 1.0) * slowest + casts
-    # straggler wait: the fitted share of the compute each rank spends waiting (0 on GPUs)
-    world = np.bincount(groups.plan, weights=d_group * np.add.reduceat(count * tp, gstart), minlength=P)
     wait_row = skew * m[g] * (part_compute + part_rc)
     sync = np.where(world[groups.plan] > 1, np.maximum.reduceat(wait_row, gstart), 0.0) if R else np.zeros(0)
     group_time = pipeline + sync

@@ -88,7 +88,7 @@ class ReplicaGroup:
     """``replicas`` identical pipeline replicas running ``stages`` in order.
 
     ``micro_batches``: micro-batches each replica runs per step; None = set from the plan's
-    global batch in proportion to the group's speed (``shares``).
+    global batch: the whole micro-batches per replica that finish the step soonest (``shares``).
     """
 
     stages: tuple[StagePlacement, ...]

@@ -72,8 +72,8 @@ def simulate_heterogeneous(model: ModelSpec, cluster: PooledCluster, plan: Heter
     """Predict one training step of ``model`` under ``plan`` on the pools of ``cluster``.
 
     ``efficiency`` maps pool names to efficiency models that override the pools' own (what-if
-    studies). Groups without ``micro_batches`` get shares of the global batch in proportion to
-    their speed. Raises ``InputError`` naming the pool for a plan the cluster cannot run; a
+    studies). Groups without ``micro_batches`` get the shares of the global batch that finish the
+    step soonest (``shares``). Raises ``InputError`` naming the pool for a plan the cluster cannot run; a
     stage that does not fit its pool's memory is reported (``fits``), not raised.
     """
     check_plan(model, cluster, plan)

@@ -1,0 +1,108 @@
+"""Heterogeneous plans: the micro-batch shares are the makespan optimum (a faster GPU never makes
+the step slower), and merging interchangeable pools loses no plan (a faster link never gives a
+slower best plan)."""
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from hardware_specs.catalog import efficiency_for, load_pooled_cluster
+from model_specs.catalog import load_model
+from simulator.heterogeneous import HeteroPlan, ReplicaGroup, StagePlacement, simulate_heterogeneous, speed_shares
+
+
+# --------------------------------------------------------------------------------------------
+# shares: the integer split that finishes the step soonest
+# --------------------------------------------------------------------------------------------
+
+def _brute_force(d, fill, t, M) -> float:
+    """The smallest largest finish time over every integer count per replica (>= 1, M in all)."""
+    reps = [(g, r) for g in range(len(d)) for r in range(d[g])]
+    best = np.inf
+    for counts in itertools.product(range(1, M - len(reps) + 2), repeat=len(reps)):
+        if sum(counts) != M:
+            continue
+        best = min(best, max(fill[g] + (c - 1) * t[g] for (g, _), c in zip(reps, counts)))
+    return best
+
+
+def test_shares_by_hand_are_the_makespan_optimum_not_rounded_speed_shares():
+    # 4 replicas at 0.7 s per micro-batch, 8 at 0.5 s, 64 micro-batches, no fill beyond one:
+    # speed-proportional shares are 16.84 and 47.16; largest remainder gave 17 and 47, so one
+    # replica of the first group ran 5 (3.5 s). 16 and 48 run 4 and 6 per replica: 2.8 and 3.0 s.
+    busiest, total = speed_shares(np.array([0, 0]), np.array([4, 8]), np.array([0.7, 0.5]), np.array([0.7, 0.5]),
+                                  np.array([64.0]))
+    assert list(total) == [16, 48] and list(busiest) == [4, 6]
+
+
+def test_shares_match_a_brute_force_search_over_every_integer_split():
+    rng = np.random.default_rng(7)
+    plans, expect = [], []
+    for _ in range(60):
+        n = int(rng.integers(1, 4))
+        d = rng.integers(1, 3, size=n)
+        t = rng.uniform(0.2, 2.0, size=n).round(2)
+        fill = (t * rng.integers(1, 4, size=n) + rng.uniform(0, 1, size=n)).round(2)
+        M = int(d.sum() + rng.integers(0, 7))
+        plans.append((d, fill, t, M))
+        expect.append(_brute_force(list(d), list(fill), list(t), M))
+    # all plans in one vectorized call, as the planner makes it
+    plan_of_group = np.concatenate([np.full(len(p[0]), i) for i, p in enumerate(plans)])
+    d = np.concatenate([p[0] for p in plans])
+    fill = np.concatenate([p[1] for p in plans])
+    t = np.concatenate([p[2] for p in plans])
+    busiest, total = speed_shares(plan_of_group, d, fill, t, np.array([p[3] for p in plans], dtype=float))
+    span = fill + (busiest - 1) * t
+    got = np.full(len(plans), -np.inf)
+    np.maximum.at(got, plan_of_group, span)
+    assert np.allclose(got, expect, rtol=1e-12, atol=0)
+    assert np.array_equal(np.bincount(plan_of_group, weights=total), [p[3] for p in plans])
+    assert np.all(busiest == np.ceil(total / d)) and np.all(total >= d)
+
+
+def _pooled(tmp_path, peak_tflops: float):
+    """An A100 SXM 80GB (``hardware_specs/gpus/a100-sxm-80gb.yaml``) with ``peak_tflops`` bf16/fp16,
+    16 of them on 200 Gb/s scale-out, next to 16 H100s (DGX H100)."""
+    text = (f"name: a100x{int(peak_tflops)}\nvendor: nvidia\ngeneration: ampere\n"
+            f"peak_tflops: {{fp32: 19.5, tf32: 156, bf16: {peak_tflops}, fp16: {peak_tflops}}}\n"
+            f"hbm_gib: 80\nhbm_bw_tb_per_s: 2.039\nscaleup_bw_gb_per_s: 300\nscaleup_domain_size: 8\n"
+            f"source: test\n")
+    gpu = tmp_path / f"g{int(peak_tflops)}.yaml"
+    gpu.write_text(text)
+    cluster = tmp_path / f"c{int(peak_tflops)}.yaml"
+    cluster.write_text(f"name: c{int(peak_tflops)}\npools:\n"
+                       f"  - {{name: a, gpu: {gpu}, gpus_per_node: 8, gpus: 16, scaleout: {{bw_gbit_per_s: 200}}}}\n"
+                       f"  - {{name: h, cluster: dgx-h100, gpus: 16}}\n")
+    return load_pooled_cluster(str(cluster))
+
+
+def _two_groups(m_a=None, m_h=None, global_batch=64) -> HeteroPlan:
+    return HeteroPlan(groups=(ReplicaGroup((StagePlacement("a", 4, 32),), replicas=4, micro_batches=m_a),
+                              ReplicaGroup((StagePlacement("h", 2, 32),), replicas=8, micro_batches=m_h)),
+                      micro_batch=1, global_batch=None if m_a else global_batch, zero_stage=1)
+
+
+@pytest.mark.parametrize("skew", [0.0, 0.3])
+def test_the_automatic_split_is_no_slower_than_any_stated_split(tmp_path, skew):
+    """llama3-8b, 4 x tp4 replicas on A100s and 8 x tp2 on H100s, 64 sequences: the shares step
+    equals the fastest of every split the groups can state (4 m_a + 8 m_h = 64), with and
+    without a straggler wait on the A100s (it grows with each replica's micro-batches, so the
+    shares must count it: ignoring it put 4 x 4 on the A100s at 4.08 s where 4 x 2 runs 3.97 s)."""
+    model = load_model("llama3-8b")
+    cluster = _pooled(tmp_path, 312)
+    eff = {p.name: replace(efficiency_for(p.cluster.gpu), sync_skew_fraction=skew if p.name == "a" else 0.0)
+           for p in cluster.pools}
+    auto = simulate_heterogeneous(model, cluster, _two_groups(), eff).step_time_s
+    stated = [simulate_heterogeneous(model, cluster, _two_groups(m_a, (64 - 4 * m_a) // 8), eff).step_time_s
+              for m_a in range(2, 16, 2)]
+    assert auto == pytest.approx(min(stated), rel=1e-12)
+
+
+def test_a_faster_gpu_never_makes_the_automatic_split_slower(tmp_path):
+    model = load_model("llama3-8b")
+    steps = [simulate_heterogeneous(model, _pooled(tmp_path, f), _two_groups()).step_time_s
+             for f in (312, 400, 500, 600, 700, 900)]
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(steps, steps[1:])), steps
