@@ -8,12 +8,14 @@
 
 Search: for every subset of the pools (so adding a pool can never lower the best plan: the
 plans without it are still candidates), pools the cost model cannot tell apart (same GPU,
-fabric and efficiency model, joined at their own scale-out speed) are first merged into one;
-a single pool gets every pipeline of every tensor-parallel degree, depth and replica count
-(``hetero_candidates.single_pool``), a set of pools the data-parallel and pipeline mixes. Every
-candidate's layers are split by each pool's speed (``hetero_split``) and it is scored by
-``simulator.heterogeneous.compose``, the function ``simulate_heterogeneous`` uses: the table's
-numbers are the simulator's.
+fabric and efficiency model, joined at their own scale-out speed) are merged into one, and a
+set of at most ``MAX_UNMERGED_POOLS`` is searched unmerged as well (``searched_forms``: the
+merged pool runs one pipeline shape, so a faster link that lets pools merge must not drop the
+mixes across them); a single pool gets every pipeline of every tensor-parallel degree, depth
+and replica count (``hetero_candidates.single_pool``), a set of pools the data-parallel and
+pipeline mixes. Every candidate's layers are split by each pool's speed (``hetero_split``) and
+it is scored by ``simulator.heterogeneous.compose``, the function ``simulate_heterogeneous``
+uses: the table's numbers are the simulator's.
 """
 from __future__ import annotations
 
@@ -163,7 +165,8 @@ def canonical(cluster: PooledCluster, effs) -> tuple[PooledCluster, tuple]:
     Two pools are interchangeable when their ``ClusterSpec`` and efficiency model are equal,
     the link between them is their own scale-out tier (same bandwidth and latency) and every
     other pool reaches both over equal links: then no cost in ``compose`` can tell a stage on
-    one from a stage on the other.
+    one from a stage on the other. The merge is lossy for the search (the merged pool's replicas
+    share one pipeline shape), so ``searched_forms`` scores small sets unmerged too.
     """
     pools = list(cluster.pools)
     eff_of = dict(zip(cluster.pool_names, effs))
@@ -189,6 +192,45 @@ def canonical(cluster: PooledCluster, effs) -> tuple[PooledCluster, tuple]:
                   if l.pools[0] in first and l.pools[1] in first)
     out = PooledCluster(cluster.name, merged, links, cluster.description, cluster.source)
     return out, tuple(eff_of[g[0].name] for g in groups)
+
+
+#: sets of pools a merge would join that are also searched as they are: the merged pool runs one
+#: pipeline shape (one tensor-parallel degree) for all its replicas, so the families across the
+#: separate pools (a pipeline whose segments take different degrees, each pool its own replicas)
+#: are lost in it. The data-parallel mix over n pools tries ``keep``^n template combinations per
+#: key, so larger sets are searched merged only (12 interchangeable pools merged are one pool)
+MAX_UNMERGED_POOLS = 3
+
+
+def searched_forms(cluster: PooledCluster, effs) -> list[tuple[PooledCluster, tuple]]:
+    """The forms of a set of pools the search scores: merged (``canonical``) and, when a merge
+    joined pools and the set has at most ``MAX_UNMERGED_POOLS``, as it is too. Every plan of the
+    separate pools is then a candidate whether or not their link lets them merge, so a faster
+    link never gives a slower best plan (each plan's step only shortens with the link; the one
+    caveat is the estimate that ranks pipeline mixes before the exact score, ``keep``)."""
+    canon, canon_effs = canonical(cluster, effs)
+    forms = [(canon, canon_effs)]
+    if len(canon.pools) < len(cluster.pools) <= MAX_UNMERGED_POOLS:
+        forms.append((cluster, tuple(effs)))
+    return forms
+
+
+def signature(cluster: PooledCluster, effs) -> str:
+    """What the search of a set of pools depends on, without the pools' names or (up to
+    ``MAX_UNMERGED_POOLS`` pools) their order: each pool's ``ClusterSpec``, GPU count and
+    efficiency model, and the tier between every two pools. Sets with one signature score the
+    same candidates (the families try every order of the pools), so one of them is searched."""
+    names = cluster.pool_names
+    n = len(names)
+    tier = {}
+    for a, b in itertools.combinations(range(n), 2):
+        t = cluster.link(names[a], names[b])
+        tier[a, b] = tier[b, a] = (t.bw_bytes_per_s, t.latency_s)
+    pools = [(p.cluster, p.gpus, e) for p, e in zip(cluster.pools, effs)]
+    orders = itertools.permutations(range(n)) if n <= MAX_UNMERGED_POOLS else (tuple(range(n)),)
+    return min(repr(tuple(pools[i] for i in o)) + repr(tuple(tier[o[i], o[j]] for i, j in
+                                                            itertools.combinations(range(n), 2)))
+               for o in orders)
 
 
 # --------------------------------------------------------------------------------------------
@@ -443,14 +485,15 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
         for subset in itertools.combinations(names, size):
             sub = cluster.subset(subset)
             sub_effs = tuple(effs_all[names.index(n)] for n in subset)
-            canon, canon_effs = canonical(sub, sub_effs)
-            sig = repr(tuple((p.cluster, p.gpus) for p in canon.pools)) + repr(canon.links) + repr(canon_effs)
-            if sig in seen:
-                continue
-            seen.add(sig)
-            limits = np.array([p.cluster.gpu.hbm_bytes - headroom.headroom_gib(p.cluster.gpu.hbm_bytes, headroom_gib)
-                               * GIB for p in canon.pools])
-            scored += _search_pools(model, canon, canon_effs, settings, search, limits, gbs, keep)
+            for form, form_effs in searched_forms(sub, sub_effs):
+                sig = signature(form, form_effs)
+                if sig in seen:
+                    continue
+                seen.add(sig)
+                limits = np.array([p.cluster.gpu.hbm_bytes - headroom.headroom_gib(p.cluster.gpu.hbm_bytes,
+                                                                                  headroom_gib) * GIB
+                                   for p in form.pools])
+                scored += _search_pools(model, form, form_effs, settings, search, limits, gbs, keep)
     table, refs = _ranked(scored, model, gbs, top)
     if table.empty:
         raise InputError("memory", f"no plan of {model.name} fits any pool of {cluster.name} in memory",

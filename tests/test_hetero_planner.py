@@ -1,5 +1,6 @@
 """The heterogeneous planner: its numbers are the simulator's, its layer split is the ILP's
-optimum, identical pools plan as one pool, adding a pool never lowers the best plan, and a mixed
+optimum, identical pools plan at least as well as one pool of their sum, adding a pool never
+lowers the best plan, and a mixed
 A100 + H100 cluster beats either pool alone."""
 from __future__ import annotations
 
@@ -134,13 +135,16 @@ def test_identical_pools_joined_at_their_own_speed_are_merged_and_others_are_not
 
 @settings(max_examples=6, deadline=None)
 @given(nodes_a=st.integers(1, 3), nodes_b=st.integers(1, 3), kind=st.sampled_from(["dgx-h100", "dgx-a100-80gb"]))
-def test_two_identical_pools_plan_like_one_pool_of_their_sum(nodes_a, nodes_b, kind):
+def test_two_identical_pools_plan_at_least_like_one_pool_of_their_sum(nodes_a, nodes_b, kind):
+    """Merged, the two pools are searched as the one pool (every plan of it is a candidate); as
+    they are, they add pipelines whose segments take different tensor-parallel degrees (8 + 16
+    A100s: tp1 on one pool > tp2 on the other, +2.5%), which one pool's search does not lay out."""
     c = load_cluster(kind)
     two = plan_heterogeneous(SMALL, PooledCluster("two", (Pool("a", c, 8 * nodes_a), Pool("b", c, 8 * nodes_b))),
                              **FAST)
     one = plan_heterogeneous(SMALL, PooledCluster("one", (Pool("m", c, 8 * (nodes_a + nodes_b)),)), **FAST)
-    assert two.best_report.tokens_per_s == pytest.approx(one.best_report.tokens_per_s, rel=1e-9)
-    assert two.best_report.step_time_s == pytest.approx(one.best_report.step_time_s, rel=1e-9)
+    assert two.best_report.tokens_per_s >= one.best_report.tokens_per_s * (1 - 1e-12)
+    assert two.best_report.step_time_s <= one.best_report.step_time_s * (1 + 1e-12)
 
 
 _KINDS = {"h100": H100, "a100": A100, "a40": A40}

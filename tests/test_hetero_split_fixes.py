@@ -9,8 +9,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from hardware_specs.catalog import efficiency_for, load_pooled_cluster
+from hardware_specs.catalog import efficiency_for, load_cluster, load_pooled_cluster
+from hardware_specs.pools import Pool, PooledCluster, PoolLink
 from model_specs.catalog import load_model
+from planners.heterogeneous import MAX_UNMERGED_POOLS, plan_heterogeneous, searched_forms, signature
 from simulator.heterogeneous import HeteroPlan, ReplicaGroup, StagePlacement, simulate_heterogeneous, speed_shares
 
 
@@ -106,3 +108,50 @@ def test_a_faster_gpu_never_makes_the_automatic_split_slower(tmp_path):
     steps = [simulate_heterogeneous(model, _pooled(tmp_path, f), _two_groups()).step_time_s
              for f in (312, 400, 500, 600, 700, 900)]
     assert all(b <= a * (1 + 1e-12) for a, b in zip(steps, steps[1:])), steps
+
+
+# --------------------------------------------------------------------------------------------
+# merging interchangeable pools: a faster link never gives a slower best plan
+# --------------------------------------------------------------------------------------------
+
+SMALL = load_model("gpt3-1.3b")
+SMALL_SEARCH = dict(global_batch=64, max_micro_batch=2, recomputes=("none",), zeros=(0, 1))
+
+
+def test_a_faster_link_between_two_pools_never_gives_a_slower_best_plan():
+    """gpt3-1.3b on 8 + 16 A100s (DGX A100 80GB, 200 Gb/s HDR at 5 us): at 200 Gb/s the link is the
+    pools' own tier and they merged into one pool of 24, whose search lays out one pipeline shape:
+    8 x tp1 pp3 [9,9,6] at 335,396 tokens/s, below the 342,477 of the same two pools at 150 Gb/s
+    (8 x tp1 on a > tp2 on b). Searched unmerged as well, the best rises with the link."""
+    a100 = load_cluster("dgx-a100-80gb")
+    pools = (Pool("a", a100, 8), Pool("b", a100, 16))
+    lat = a100.scaleout.latency_s
+    rates = []
+    for gbit in (50, 150, 200, 400):
+        cluster = PooledCluster("ab", pools, (PoolLink(("a", "b"), gbit * 1e9 / 8, lat),))
+        rates.append(plan_heterogeneous(SMALL, cluster, **SMALL_SEARCH).best_report.tokens_per_s)
+    assert all(b >= a * (1 - 1e-12) for a, b in zip(rates, rates[1:])), rates
+    # no link stated: the pools' own tier, the 200 Gb/s case
+    default = plan_heterogeneous(SMALL, PooledCluster("ab", pools), **SMALL_SEARCH).best_report.tokens_per_s
+    assert default == pytest.approx(rates[2], rel=1e-12)
+
+
+def test_merged_pools_are_searched_as_they_are_too_up_to_the_cap():
+    h100 = load_cluster("dgx-h100")
+    effs = (efficiency_for(h100.gpu),) * 4
+    two = PooledCluster("x", (Pool("a", h100, 8), Pool("b", h100, 8)))
+    forms = searched_forms(two, effs[:2])
+    assert [f.pool_names for f, _ in forms] == [("a+b",), ("a", "b")]
+    # sets of interchangeable pools alike but for their names share one signature (one search)
+    other = PooledCluster("y", (Pool("c", h100, 8), Pool("d", h100, 8)))
+    assert signature(two, effs[:2]) == signature(other, effs[:2])
+    # ... and so do the same pools in another order (the families try every order)
+    a100 = load_cluster("dgx-a100-80gb")
+    mixed = (efficiency_for(h100.gpu), efficiency_for(a100.gpu))
+    assert (signature(PooledCluster("m", (Pool("h", h100, 8), Pool("a", a100, 8))), mixed)
+            == signature(PooledCluster("n", (Pool("a", a100, 8), Pool("h", h100, 8))), mixed[::-1]))
+    assert (signature(PooledCluster("m", (Pool("h", h100, 8), Pool("a", a100, 8))), mixed)
+            != signature(PooledCluster("n", (Pool("a", a100, 16), Pool("h", h100, 8))), mixed[::-1]))
+    four = PooledCluster("z", tuple(Pool(n, h100, 8) for n in "abcd"))
+    assert len(four.pools) > MAX_UNMERGED_POOLS
+    assert [f.pool_names for f, _ in searched_forms(four, effs)] == [("a+b+c+d",)]
