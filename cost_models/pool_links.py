@@ -9,13 +9,19 @@ nodes, the path is the pool's own scale-out tier, exactly as ``cost_models.topol
 A collective whose members sit in several pools (the data-parallel ring of replicas on
 different GPU kinds) is a flat ring across nodes: every step crosses a node boundary somewhere,
 so it runs at the slowest achieved path between any two of its pools, with that path's latency
-(Thakur et al. 2005 ring formulas, ``cost_models.collectives``).
+(Thakur et al. 2005 ring formulas, ``cost_models.collectives``). A two-rank collective
+between one node of each of two pools (the tied embedding's gradient all-reduce between a
+pipeline's first and last stage) is the one-kind model's own collective on the path between
+them (``path_cluster``).
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
 from cost_models import collectives as coll
+from hardware_specs.cluster_spec import ClusterSpec, NetworkTier
 from hardware_specs.pools import PooledCluster
 
 _RING = {
@@ -25,27 +31,56 @@ _RING = {
 }
 
 
+def achieved_path(cluster: PooledCluster, effs, i: int, j: int) -> tuple[float, float]:
+    """(achieved bandwidth bytes/s, latency s) of a transfer between a node of pool ``i`` and a
+    node of pool ``j`` (indices into ``cluster.pools``; i == j: two nodes of one pool)."""
+    a, b = cluster.pools[i], cluster.pools[j]
+    raw, latency = cluster.path(a.name, b.name)
+    fraction = min(effs[i].scaleout_fraction, effs[j].scaleout_fraction)
+    if i == j:
+        return raw * fraction, latency
+    # each NIC at its own fraction, the link at the smaller one: the slowest of the three
+    ca, cb = a.cluster, b.cluster
+    nic_a = ca.scaleout.bw_bytes_per_s / ca.oversubscription * effs[i].scaleout_fraction
+    nic_b = cb.scaleout.bw_bytes_per_s / cb.oversubscription * effs[j].scaleout_fraction
+    link = cluster.link(a.name, b.name).bw_bytes_per_s * fraction
+    return min(nic_a, nic_b, link), latency
+
+
 def path_matrix(cluster: PooledCluster, effs) -> tuple[np.ndarray, np.ndarray]:
     """(achieved bandwidth bytes/s, latency s), each a (pools x pools) matrix: entry [a, b] is a
-    transfer between a node of pool a and a node of pool b (a == b: two nodes of one pool)."""
+    transfer between a node of pool a and a node of pool b (a == b: two nodes of one pool),
+    ``achieved_path``."""
     n = len(cluster.pools)
     bw = np.zeros((n, n))
     lat = np.zeros((n, n))
-    for i, a in enumerate(cluster.pools):
-        for j, b in enumerate(cluster.pools):
-            raw, latency = cluster.path(a.name, b.name)
-            fraction = min(effs[i].scaleout_fraction, effs[j].scaleout_fraction)
-            if i != j:
-                # each NIC at its own fraction, the link at the smaller one: the slowest of the three
-                ca, cb = a.cluster, b.cluster
-                nic_a = ca.scaleout.bw_bytes_per_s / ca.oversubscription * effs[i].scaleout_fraction
-                nic_b = cb.scaleout.bw_bytes_per_s / cb.oversubscription * effs[j].scaleout_fraction
-                link = cluster.link(a.name, b.name).bw_bytes_per_s * fraction
-                bw[i, j] = min(nic_a, nic_b, link)
-            else:
-                bw[i, j] = raw * fraction
-            lat[i, j] = latency
+    for i in range(n):
+        for j in range(n):
+            bw[i, j], lat[i, j] = achieved_path(cluster, effs, i, j)
     return bw, lat
+
+
+def path_cluster(cluster: PooledCluster, effs, a: int, b: int) -> ClusterSpec:
+    """Pool ``a``'s system as seen by a collective of ranks on a node of pool ``a`` and a node of
+    pool ``b``: its scale-out tier replaced by the path between them (``achieved_path``: the
+    slower NIC or the link, that link's latency; the tighter measured communicator cap of the two
+    fabrics), stated so that ``cost_models.topology`` with pool a's efficiency model (its
+    scale-out fraction and oversubscription) achieves the path's bandwidth. A collective over
+    ranks a node apart in it (``topology.group_collective_time_s``) is then priced by the one-kind
+    model's own function. a == b: pool a's system itself; two pools of one system joined at
+    their own scale-out tier give that system's (to rounding), so the pools stay interchangeable
+    (``planners.heterogeneous.canonical``)."""
+    ca = cluster.pools[a].cluster
+    if a == b:
+        return ca
+    cb = cluster.pools[b].cluster
+    bw, latency = achieved_path(cluster, effs, a, b)
+    caps = [c.scaleout.communicator_bus_bw_bytes_per_s for c in (ca, cb)
+            if c.scaleout.communicator_bus_bw_bytes_per_s is not None]
+    kind = cluster.link(cluster.pools[a].name, cluster.pools[b].name).kind
+    tier = NetworkTier(kind, bw * ca.oversubscription / effs[a].scaleout_fraction, latency,
+                       min(caps) if caps else None)
+    return replace(ca, scaleout=tier)
 
 
 def ring_path(pool_mask, bw_matrix, lat_matrix) -> tuple[np.ndarray, np.ndarray]:

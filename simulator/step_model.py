@@ -717,10 +717,27 @@ def _dp_after_flush(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel
     # the first and the last stage are (pp - 1) x tp x cp x dp ranks apart (tp-cp-dp-pp order)
     tied = 0.0 * np.asarray(grad_comm, dtype=float)
     if model.tied_embeddings and np.any(pp > 1):
-        tied_bytes = params.embedding_params(model) / tp * batch.grad_reduce_bytes
-        tied = tied + np.where(pp > 1, group_collective_time_s("all_reduce", tied_bytes, 2.0, tp * cp * dp * (pp - 1),
-                                                               cluster, eff), 0.0)
+        tied = tied + np.where(pp > 1, tied_embedding_all_reduce_s(model, tp, batch.grad_reduce_bytes,
+                                                                   tp * cp * dp * (pp - 1), cluster, eff), 0.0)
     return grad_comm, gather_comm, bucket_share, tied
+
+
+#: ranks of one tied-embedding gradient all-reduce: a rank of the first pipeline stage and its
+#: peer on the last (Megatron's embedding group, one per pipeline and tensor-parallel rank)
+TIED_EMBEDDING_RANKS = 2.0
+
+
+def tied_embedding_all_reduce_s(model: ModelSpec, tp, grad_reduce_bytes, ranks_apart, cluster: ClusterSpec,
+                                eff: EfficiencyModel):
+    """Seconds of the tied embedding's gradient all-reduce between the first and the last
+    pipeline stage, once per step after the data-parallel reduction (``_dp_after_flush``: Megatron-
+    Core ``_allreduce_word_embedding_grads``, DeepSpeed ``allreduce_tied_weight_gradients``): the
+    V x h / ``tp`` gradient elements of one GPU in the reduction dtype (``grad_reduce_bytes`` per
+    element), over the ``TIED_EMBEDDING_RANKS`` ranks ``ranks_apart`` apart on ``cluster``
+    (``topology.group_collective_time_s``). Meaningful only for a model with
+    ``tied_embeddings`` split over more than one stage; the caller masks the rest."""
+    nbytes = params.embedding_params(model) / tp * grad_reduce_bytes
+    return group_collective_time_s("all_reduce", nbytes, TIED_EMBEDDING_RANKS, ranks_apart, cluster, eff)
 
 
 def after_flush_tail_shares(model: ModelSpec, sp_: dict, tp, batch: ConfigBatch, bucket_share):

@@ -199,6 +199,9 @@ def test_a_stage_holds_the_activations_of_the_micro_batches_in_flight_at_its_pos
     ("llama3-70b", 8, 4, 8, 1, 0, "full", True),
     ("llama3-8b", 2, 2, 4, 2, 1, "none", False),
     ("gpt3-1.3b", 1, 1, 16, 4, 0, "none", False),
+    # tied embeddings over stages: the gradient all-reduce between the first and the last stage
+    ("gpt3-6.7b", 1, 4, 16, 1, 1, "none", False),
+    ("gpt3-6.7b", 2, 2, 4, 2, 0, "selective", True),
 ])
 def test_a_single_pool_even_pipeline_reproduces_the_step_model(model_name, tp, pp, dp, mb, zero, recompute, sp):
     model, cl = load_model(model_name), load_cluster("dgx-h100")

@@ -31,6 +31,9 @@ one that can stay exposed (it ends its backward last); inside one group on one p
 collective (``topology.group_collective_time_s``), otherwise as a flat ring at the slowest path
 between the pools holding those layers. Overlapped traffic is exposed by what exceeds its
 window and never less than the last bucket, as in the step model (``step_model._overlapped``).
+A model with tied embeddings split over stages then all-reduces the embedding's gradient
+between each replica's first and last stage, exposed (the step model's
+``tied_embedding_all_reduce_s``; across pools on the path between them, ``pool_links.path_cluster``).
 The optimizer step is memory-bound on each stage's own GPU.
 
     step = max over groups (pipeline_g + straggler wait) + max over stages (exposed DP traffic)
@@ -58,7 +61,7 @@ from simulator.heterogeneous.plan import pool_dtype
 from simulator.heterogeneous.shares import speed_shares
 from simulator.heterogeneous.unit_costs import UnitCosts
 from simulator.parallel_config import ParallelConfig, Schedule
-from simulator.step_model import _overlapped, pipeline_bubble_s
+from simulator.step_model import _overlapped, pipeline_bubble_s, tied_embedding_all_reduce_s
 from simulator.step_model import (ADAM_STEP_BYTES_PER_PARAM, ADAM_STEP_BYTES_PER_PARAM_FP16,
                                   ADAM_STEP_BYTES_PER_PARAM_FP32, DENSE_LAYER_PARAM_TENSORS,
                                   unfused_accumulation_bytes)
@@ -242,8 +245,12 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     exposed_grad = _overlapped(grad_comm, n * (bwd + w) + emb_b, bucket_share * grad_comm, settings.overlap_grad_reduce)
     exposed_gather = _overlapped(gather_comm, n * fwd + emb_f, bucket_share * gather_comm, settings.overlap_param_gather)
     # as in the step model, the reduction that can stay exposed is the first stage's: it ends its
-    # backward last (1F1B drains towards stage 0), the later stages' reductions run meanwhile
-    dp_row = np.where(blocks.position == 0, exposed_grad + exposed_gather, 0.0)
+    # backward last (1F1B drains towards stage 0), the later stages' reductions run meanwhile;
+    # a tied embedding's gradient is then all-reduced with the last stage, exposed whole
+    tied = tied_embedding_s(model, cluster, effs, settings.grad_reduce_bytes, pool, tp, count, gstart, d_group,
+                            groups.stages)
+    tied_row = np.where(blocks.position == 0, tied[g], 0.0) if R else np.zeros(0)
+    dp_row = np.where(blocks.position == 0, exposed_grad + exposed_gather + tied_row, 0.0)
 
     # ---- optimizer ------------------------------------------------------------------------------
     # fp32 and tf32 training keep the weights as the master copy (step_model's fp32 figure)
@@ -322,7 +329,7 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
         "row_recompute_s": part_rc,
         "row_p2p_s": p2p,
         "row_dp_exposed_s": dp_row,
-        "row_dp_comm_s": grad_comm + gather_comm,
+        "row_dp_comm_s": grad_comm + gather_comm + tied_row,
         "row_optimizer_s": opt_row,
         "row_memory_bytes": mem,
         "row_hbm_bytes": hbm,
@@ -346,6 +353,40 @@ def stage_param_count(model: ModelSpec, layers, first, last, pp, tp):
     head_here = np.where(model.tied_embeddings & (np.asarray(pp) > 1), emb_params, head_params)
     return (np.asarray(layers, dtype=float) * layer_params + np.asarray(first) * emb_params
             + np.asarray(last) * head_here) / np.asarray(tp, dtype=float)
+
+
+def tied_embedding_s(model: ModelSpec, cluster: PooledCluster, effs, grad_reduce_bytes, pool, tp, count, gstart,
+                     replicas, stages) -> np.ndarray:
+    """Per replica group, seconds of the tied embedding's gradient all-reduce between each
+    replica's first and last stage, once per step after the data-parallel reduction: the step
+    model's ``tied_embedding_all_reduce_s`` (0 for an untied model or a one-stage pipeline).
+
+    Rows (``pool``, ``tp``, ``count``) are the stage blocks, ``gstart`` each group's first row,
+    the group's last row its last stage; ``replicas`` and ``stages`` per group. Each GPU's share
+    of the V x h gradient is sized by the smaller tensor-parallel degree of the two stages (as the
+    sends, ``boundary_p2p_s``). Both stages on one pool: that pool's collective with the two ranks
+    as far apart as Megatron's order puts them (every stage before the last holds replicas x tp
+    ranks; (pp - 1) x tp x dp in the step model). On two pools: a node apart on the path between
+    them (``pool_links.path_cluster``), with the first stage's pool's efficiency model.
+    """
+    out = np.zeros(len(gstart))
+    if not model.tied_embeddings or len(pool) == 0:
+        return out
+    gend = np.append(gstart[1:], len(pool)) - 1
+    a, b = pool[gstart], pool[gend]
+    pair_tp = np.minimum(tp[gstart], tp[gend])
+    apart = replicas * (np.add.reduceat(count * tp, gstart) - tp[gend])
+    split = np.asarray(stages) > 1
+    for pa, pb in sorted(set(zip(a[split].tolist(), b[split].tolist()))):
+        rows = split & (a == pa) & (b == pb)
+        if pa == pb:
+            out[rows] = tied_embedding_all_reduce_s(model, pair_tp[rows], grad_reduce_bytes, apart[rows],
+                                                    cluster.pools[pa].cluster, effs[pa])
+        else:
+            path = pool_links.path_cluster(cluster, effs, pa, pb)
+            out[rows] = tied_embedding_all_reduce_s(model, pair_tp[rows], grad_reduce_bytes, path.gpus_per_node,
+                                                    path, effs[pa])
+    return out
 
 
 def boundary_p2p_s(cluster: PooledCluster, effs, bw_m, lat_m, pool, tp, other_pool, other_tp, tokens, hidden,

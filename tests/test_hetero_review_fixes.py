@@ -1,0 +1,57 @@
+"""The pooled model against the one-kind model where a review found them apart: the tied
+embedding's gradient all-reduce, the stack switches the step model reads, options a pooled
+cluster cannot honour, and tensor-parallel groups that do not fit a node."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from hardware_specs.catalog import efficiency_for_cluster, load_cluster
+from hardware_specs.pools import Pool, PooledCluster, PoolLink
+from model_specs.catalog import load_model
+from simulator.heterogeneous import HeteroPlan, ReplicaGroup, StagePlacement, simulate_heterogeneous
+
+_H100 = load_cluster("dgx-h100")
+
+
+# --------------------------------------------------------------------------------------------
+# tied embeddings
+# --------------------------------------------------------------------------------------------
+
+def _cross_pool_plan(layers=(16, 16)):
+    return HeteroPlan(groups=(ReplicaGroup((StagePlacement("a", 1, layers[0]), StagePlacement("b", 1, layers[1])),
+                                           replicas=16),), micro_batch=1, global_batch=128, zero_stage=1)
+
+
+def test_a_tied_embedding_split_across_pools_all_reduces_its_gradient_over_the_link_between_them():
+    """gpt3-6.7b's first stage on pool a, its last on pool b, joined by a 1 Gb/s link: each GPU
+    all-reduces its V x h fp32 embedding gradient (50,257 x 4,096 x 4 B = 823 MB) with its peer
+    over the link. Two ranks: a ring all-reduce moves 2 (n - 1) / n = 1 x the bytes at the link's
+    achieved 1.25e8 B/s x the scale-out fraction (0.85 on Hopper), 7.75 s; the untied model's
+    exposed DP traffic (its first stage's own reduction, the same) is the rest."""
+    model = load_model("gpt3-6.7b")
+    slow = PooledCluster("s", (Pool("a", _H100, 16), Pool("b", _H100, 16)), (PoolLink(("a", "b"), 1.25e8, 50e-6),))
+    tied = simulate_heterogeneous(model, slow, _cross_pool_plan())
+    untied = simulate_heterogeneous(replace(model, tied_embeddings=False), slow, _cross_pool_plan())
+    fraction = efficiency_for_cluster(_H100).scaleout_fraction
+    expected = 50257 * 4096 * 4.0 / (1.25e8 * fraction)
+    extra = tied.time_breakdown_s["dp_comm_exposed_s"] - untied.time_breakdown_s["dp_comm_exposed_s"]
+    assert extra == pytest.approx(expected, rel=1e-3)
+    assert tied.step_time_s - untied.step_time_s == pytest.approx(extra, rel=1e-9)
+    assert tied.stages[0].dp_comm_exposed_s == pytest.approx(tied.time_breakdown_s["dp_comm_exposed_s"], rel=1e-12)
+
+
+def test_a_tied_pipeline_across_two_pools_joined_at_their_own_speed_is_one_pool_of_their_sum():
+    """The pair's all-reduce across the pools is the one-kind collective on the path between them,
+    which for two pools of one system joined at its own scale-out tier is that system's: the
+    pools stay interchangeable (``planners.heterogeneous.canonical`` merges them)."""
+    model = load_model("gpt3-6.7b")
+    two = simulate_heterogeneous(model, PooledCluster("two", (Pool("a", _H100, 16), Pool("b", _H100, 16))),
+                                 _cross_pool_plan())
+    one_plan = HeteroPlan(groups=(ReplicaGroup((StagePlacement("m", 1, 16), StagePlacement("m", 1, 16)),
+                                               replicas=16),), micro_batch=1, global_batch=128, zero_stage=1)
+    one = simulate_heterogeneous(model, PooledCluster("one", (Pool("m", _H100, 32),)), one_plan)
+    assert two.step_time_s == pytest.approx(one.step_time_s, rel=1e-9)
+    assert two.time_breakdown_s["dp_comm_exposed_s"] == pytest.approx(one.time_breakdown_s["dp_comm_exposed_s"],
+                                                                      rel=1e-9)
