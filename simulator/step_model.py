@@ -226,15 +226,23 @@ def z2_regathers(batch: ConfigBatch, zero):
     return (zero == 2) & np.asarray(batch.zero2_gather_every_microbatch, dtype=bool) & ~fsdp_once_per_step(batch)
 
 
+def grad_collective_s(zero, zero1_grad_all_reduce, reduce_scatter_s, all_reduce_s):
+    """Seconds of a data-parallel gradient reduction at ZeRO stage ``zero`` (0-2), from the two
+    collectives' times: ZeRO-2 reduce-scatters to the shards; ZeRO-1 reduce-scatters too, or
+    all-reduces where the stack's ZeRO-1 reduces whole (``zero1_grad_all_reduce``,
+    ``ParallelConfig``); plain data parallelism all-reduces. The per-micro-batch reductions
+    (``_microbatch_grad_collective``), the one after the flush (``_dp_after_flush``) and the
+    pooled model's (``simulator.heterogeneous.compose``) all choose here."""
+    return np.where(zero == 2, reduce_scatter_s,
+                    np.where(zero == 1, np.where(zero1_grad_all_reduce, all_reduce_s, reduce_scatter_s),
+                             all_reduce_s))
+
+
 def _microbatch_grad_collective(batch: ConfigBatch, zero, reduce_scatter_s, all_reduce_s):
     """Seconds of one micro-batch's gradient reduction, for rows that reduce every micro-batch
-    (``_grads_reduced_every_microbatch``), from the two collectives' times: ZeRO-2 reduce-scatters
-    to the shards; ZeRO-1 reduce-scatters too, or all-reduces where the stack's ZeRO-1 reduces
-    whole (``zero1_grad_all_reduce``); plain data parallelism all-reduces. The layers' and the
-    model ends' reductions (``_pipeline_inputs``) both choose here."""
-    return np.where(zero == 2, reduce_scatter_s,
-                    np.where(zero == 1, np.where(batch.zero1_grad_all_reduce, all_reduce_s, reduce_scatter_s),
-                             all_reduce_s))
+    (``_grads_reduced_every_microbatch``), from the two collectives' times (``grad_collective_s``).
+    The layers' and the model ends' reductions (``_pipeline_inputs``) both choose here."""
+    return grad_collective_s(zero, batch.zero1_grad_all_reduce, reduce_scatter_s, all_reduce_s)
 
 
 def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch, lay: dict,
@@ -700,12 +708,12 @@ def _dp_after_flush(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel
         e_rs = e_ar = e_ag = 0.0
     cross = np.where(zero >= 1, cross, 0.0)
     per_mb_grads = _grads_reduced_every_microbatch(batch, zero)
-    zero1 = np.where(batch.zero1_grad_all_reduce, grad_ar + e_ar, grad_rs + e_rs)
     # a ZeRO-2 / ZeRO-3 stage gathered once a step reduces its whole gradients once, as the
     # stack's ZeRO-3 reduces (``fsdp_once_per_step``: the same FSDP post-backward for both)
     z3_once = fsdp_once_per_step(batch)
     zero3 = np.where(batch.zero3_grad_all_reduce, grad_ar + e_ar, grad_rs + e_rs)
-    grad_comm = np.where(per_mb_grads, 0.0, np.where(zero == 0, grad_ar + e_ar, np.where(zero == 1, zero1, 0.0)))
+    grad_comm = np.where(per_mb_grads | (zero >= 2), 0.0,
+                         grad_collective_s(zero, batch.zero1_grad_all_reduce, grad_rs + e_rs, grad_ar + e_ar))
     grad_comm = np.where(z3_once, zero3, grad_comm) + cross
     # (FSDP's ZeRO-2 gathers in every micro-batch's forward instead, ``z2_regathers``)
     gather_comm = np.where((zero == 1) | ((zero == 2) & ~z2_regathers(batch, zero)) | z3_once, param_ag + e_ag, 0.0)

@@ -26,7 +26,8 @@ micro-batch crosses every stage, then the slowest stage paces the rest):
                  + low-precision weight casts (once per step per stage)
 
 Data-parallel traffic (ZeRO 0 or 1): each stage's gradients are reduced over all replicas of
-the model once after the flush, and as in the step model the first stage's reduction is the
+the model once after the flush (all-reduced, or reduce-scattered to the ZeRO-1 shards unless the
+stack's ZeRO-1 reduces whole: the step model's ``grad_collective_s``), and as in the step model the first stage's reduction is the
 one that can stay exposed (it ends its backward last); inside one group on one pool with the step model's own
 collective (``topology.group_collective_time_s``), otherwise as a flat ring at the slowest path
 between the pools holding those layers. Overlapped traffic is exposed by what exceeds its
@@ -61,7 +62,7 @@ from simulator.heterogeneous.plan import pool_dtype
 from simulator.heterogeneous.shares import speed_shares
 from simulator.heterogeneous.unit_costs import UnitCosts
 from simulator.parallel_config import ParallelConfig, Schedule
-from simulator.step_model import _overlapped, pipeline_bubble_s, tied_embedding_all_reduce_s
+from simulator.step_model import _overlapped, grad_collective_s, pipeline_bubble_s, tied_embedding_all_reduce_s
 from simulator.step_model import (ADAM_STEP_BYTES_PER_PARAM, ADAM_STEP_BYTES_PER_PARAM_FP16,
                                   ADAM_STEP_BYTES_PER_PARAM_FP32, DENSE_LAYER_PARAM_TENSORS,
                                   unfused_accumulation_bytes)
@@ -233,7 +234,8 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
             t[multi] = pool_links.ring_collective_time_s(kind, nbytes[multi], D_row[multi],
                                                          ring_bw[multi] * kind_fraction[multi], ring_lat[multi])
         comm[kind] = t
-    grad_comm = np.where(z == 0, comm["all_reduce"], comm["reduce_scatter"])
+    # all-reduce (ZeRO-0, and ZeRO-1 on a stack whose ZeRO-1 reduces whole) or reduce-scatter
+    grad_comm = grad_collective_s(z, settings.zero1_grad_all_reduce, comm["reduce_scatter"], comm["all_reduce"])
     gather_comm = np.where(z >= 1, comm["all_gather"], 0.0)
     # as step_model: overlapped traffic is exposed by what exceeds its window (the stage's last
     # backward for the gradients, its first forward for the ZeRO-1 gather), and never less than
