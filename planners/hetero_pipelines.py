@@ -19,10 +19,10 @@ from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
 from planners.hetero_split import split_layers
 from simulator.heterogeneous.compose import (Groups, StageBlocks, boundary_p2p_s, in_flight_microbatches,
-                                             layer_activation_bytes, stage_memory_parts, stage_param_count)
+                                             layer_activation_bytes, stage_accumulation_s, stage_memory_parts,
+                                             stage_param_count)
 from simulator.heterogeneous.unit_costs import UnitCosts
 from simulator.parallel_config import ParallelConfig
-from simulator.step_model import DENSE_LAYER_PARAM_TENSORS, unfused_accumulation_bytes
 
 
 @dataclass(frozen=True)
@@ -130,14 +130,13 @@ def lay_out(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     # time of a stage with n layers: extra + n tau (unfused gradient accumulation is linear in n)
     tau = u["fwd_s"] + u["bwd_s"] + u["w_s"]
     extra = p2p + first * u["embedding_s"] + last * u["head_s"]
-    if not settings.grad_accumulation_fusion:
+    if not settings.grad_accumulation_fusion:     # compose's, linear in the layers
         hbm_bw = np.array([q.cluster.gpu.hbm_bw_bytes_per_s for q in cluster.pools])[pool]
         overhead = np.array([e.kernel_overhead_s for e in effs])[pool]
-        per_param = unfused_accumulation_bytes(act_bytes, settings.grad_reduce_bytes) / hbm_bw
-        p0 = stage_param_count(model, 0, first, last, pp_b, tp)
-        p1 = stage_param_count(model, 1, first, last, pp_b, tp)
-        tau = tau + (p1 - p0) * per_param + DENSE_LAYER_PARAM_TENSORS * overhead
-        extra = extra + p0 * per_param
+        a0 = stage_accumulation_s(model, settings, np.zeros(tp.shape), first, last, tp, hbm_bw, overhead)
+        a1 = stage_accumulation_s(model, settings, np.ones(tp.shape), first, last, tp, hbm_bw, overhead)
+        tau = tau + (a1 - a0)
+        extra = extra + a0
     # memory: linear in n as well; the cap is the most layers under the pool's limit
     m_est = np.where(np.isnan(p.micro_batches), pp, p.micro_batches)[:, None]
     in_flight = in_flight_microbatches(settings, m_est, pp_b, cl["pos"])

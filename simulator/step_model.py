@@ -73,6 +73,29 @@ def unfused_accumulation_bytes(grad_bytes, grad_buffer_bytes):
     return grad_bytes + 2.0 * np.asarray(grad_buffer_bytes, dtype=float)
 
 
+def unfused_accumulation_s(n_params, n_tensors, grad_bytes, grad_buffer_bytes, hbm_bw_bytes_per_s,
+                           kernel_overhead_s):
+    """Seconds of one micro-batch's unfused gradient accumulation on one GPU: ``n_params``
+    parameters in ``n_tensors`` tensors, one add kernel per tensor (``kernel_overhead_s`` each)
+    streaming ``unfused_accumulation_bytes`` per parameter at the memory's full bandwidth
+    ``hbm_bw_bytes_per_s`` (a plain add)."""
+    return (n_params * unfused_accumulation_bytes(grad_bytes, grad_buffer_bytes) / hbm_bw_bytes_per_s
+            + n_tensors * kernel_overhead_s)
+
+
+def ends_accumulation_s(model: ModelSpec, tp, grad_bytes, grad_buffer_bytes, hbm_bw_bytes_per_s, kernel_overhead_s):
+    """(embedding, LM head) seconds of one micro-batch's unfused gradient accumulation on one GPU
+    (``unfused_accumulation_s``): each end's V x h / ``tp`` weight is one tensor; the LM head's is
+    0 where it is tied to the embedding (accumulated once, with the embedding)."""
+    emb = unfused_accumulation_s(params.embedding_params(model) / tp, 1.0, grad_bytes, grad_buffer_bytes,
+                                 hbm_bw_bytes_per_s, kernel_overhead_s)
+    if not params.lm_head_params(model):
+        return emb, 0.0 * tp
+    head = unfused_accumulation_s(params.lm_head_params(model) / tp, 1.0, grad_bytes, grad_buffer_bytes,
+                                  hbm_bw_bytes_per_s, kernel_overhead_s)
+    return emb, head
+
+
 #: a makespan above the busiest stage's work by less than this share of it is floating-point
 #: rounding of the sum, not a pipeline bubble (pp = 1 gave 8.9e-16 s of a 7 s step)
 BUBBLE_ROUNDING_SHARE = 1e-12
@@ -356,9 +379,8 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         # read the fresh gradient and the buffer, write the buffer. A plain add streams at the
         # memory's full bandwidth
         accum = np.where(batch.grad_accumulation_fusion, 0.0,
-                         (layer_p + expert_p) * unfused_accumulation_bytes(param_bytes, batch.grad_reduce_bytes)
-                         / gpu.hbm_bw_bytes_per_s
-                         + n_tensors * rates.kernel_overhead_s)
+                         unfused_accumulation_s(layer_p + expert_p, n_tensors, param_bytes, batch.grad_reduce_bytes,
+                                                gpu.hbm_bw_bytes_per_s, rates.kernel_overhead_s))
         # an offloaded layer's activations go to the host under the next layer's forward and come
         # back under the previous layer's backward (``cost_models.offload``), on the host link's
         # own copy stream: the window is the whole pass, the ZeRO-3 gather it waits on included
@@ -413,16 +435,10 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
     p2p = np.where(pp > 1, p2p_stage_time_s(p2p_bytes, tp * cp * dp, cluster, eff), 0.0) \
         * pipeline_exchange_transfers(batch.pipe_exchange_blocking)
     # the embedding's and the output layer's weight gradients are accumulated like a layer's
-    def accum_of(n_params):
-        return np.where(batch.grad_accumulation_fusion, 0.0,
-                        n_params * unfused_accumulation_bytes(param_bytes, batch.grad_reduce_bytes)
-                        / gpu.hbm_bw_bytes_per_s
-                        + rates.kernel_overhead_s)
-
     emb_params = params.embedding_params(model) / tp
     head_params = params.lm_head_params(model) / tp
-    emb_accum = accum_of(emb_params)
-    head_accum = accum_of(head_params) if params.lm_head_params(model) else 0.0 * tp
+    emb_accum, head_accum = (np.where(batch.grad_accumulation_fusion, 0.0, a) for a in ends_accumulation_s(
+        model, tp, param_bytes, batch.grad_reduce_bytes, gpu.hbm_bw_bytes_per_s, rates.kernel_overhead_s))
 
     # ZeRO-3 also shards the embedding and the output layer: gathered for the forward and the
     # backward (their first and last passes: nothing earlier to prefetch under), gradients

@@ -13,7 +13,8 @@ Per stage, per micro-batch (seconds):
               + send to the next stage + send back to the previous one
                 (twice that with ``pipe_exchange_blocking``: each send waits for the receive
                 of the other direction at the same boundary, DeepSpeed's pipeline engine)
-              + unfused gradient accumulation (only with grad_accumulation_fusion off)
+              + unfused gradient accumulation (only with grad_accumulation_fusion off: the
+                layers', the embedding's and an untied LM head's, as the step model's)
 
 Transfers between stages of one pool follow ``cost_models.topology.p2p_stage_time_s`` (as the
 step model); across pools they take the slowest link on the path (``cost_models.pool_links``),
@@ -64,8 +65,8 @@ from simulator.heterogeneous.unit_costs import UnitCosts
 from simulator.parallel_config import ParallelConfig, Schedule
 from simulator.step_model import _overlapped, grad_collective_s, pipeline_bubble_s, tied_embedding_all_reduce_s
 from simulator.step_model import (ADAM_STEP_BYTES_PER_PARAM, ADAM_STEP_BYTES_PER_PARAM_FP16,
-                                  ADAM_STEP_BYTES_PER_PARAM_FP32, DENSE_LAYER_PARAM_TENSORS,
-                                  unfused_accumulation_bytes)
+                                  ADAM_STEP_BYTES_PER_PARAM_FP32, DENSE_LAYER_PARAM_TENSORS, ends_accumulation_s,
+                                  unfused_accumulation_s)
 
 
 @dataclass(frozen=True)
@@ -175,11 +176,7 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     # ---- one stage, one micro-batch -------------------------------------------------------------
     fwd, bwd, w = units["fwd_s"][k], units["bwd_s"][k], units["w_s"][k]
     ends = first * units["embedding_s"][k] + last * units["head_s"][k]
-    if settings.grad_accumulation_fusion:
-        grad_accum = np.zeros(R)
-    else:   # as step_model: read the fresh gradient and the buffer, write the buffer
-        grad_accum = (stage_params * unfused_accumulation_bytes(act_bytes, settings.grad_reduce_bytes) / hbm_bw
-                      + n * DENSE_LAYER_PARAM_TENSORS * kernel_overhead)
+    grad_accum = stage_accumulation_s(model, settings, n, first, last, tp, hbm_bw, kernel_overhead)
     t_stage = n * (fwd + bwd + w) + ends + p2p + grad_accum
     part_compute = n * units["compute_s"][k] + ends + grad_accum
     part_tp = n * units["tp_s"][k]
@@ -355,6 +352,22 @@ def stage_param_count(model: ModelSpec, layers, first, last, pp, tp):
     head_here = np.where(model.tied_embeddings & (np.asarray(pp) > 1), emb_params, head_params)
     return (np.asarray(layers, dtype=float) * layer_params + np.asarray(first) * emb_params
             + np.asarray(last) * head_here) / np.asarray(tp, dtype=float)
+
+
+def stage_accumulation_s(model: ModelSpec, settings: ParallelConfig, layers, first, last, tp, hbm_bw_bytes_per_s,
+                         kernel_overhead_s):
+    """Seconds per micro-batch of a stage's unfused gradient accumulation (0 with
+    ``grad_accumulation_fusion``), as the step model adds it: each of its ``layers`` layers'
+    ``DENSE_LAYER_PARAM_TENSORS`` tensors, and the embedding's on the first stage and an untied LM
+    head's on the last (``step_model.unfused_accumulation_s``, ``step_model.ends_accumulation_s``)."""
+    if settings.grad_accumulation_fusion:
+        return np.zeros(np.shape(layers))
+    grad_bytes = activation_bytes(settings.dtype)
+    layer = unfused_accumulation_s(stage_param_count(model, 1.0, 0.0, 0.0, 1.0, tp), DENSE_LAYER_PARAM_TENSORS,
+                                   grad_bytes, settings.grad_reduce_bytes, hbm_bw_bytes_per_s, kernel_overhead_s)
+    emb, head = ends_accumulation_s(model, tp, grad_bytes, settings.grad_reduce_bytes, hbm_bw_bytes_per_s,
+                                    kernel_overhead_s)
+    return np.asarray(layers, dtype=float) * layer + np.asarray(first) * emb + np.asarray(last) * head
 
 
 def tied_embedding_s(model: ModelSpec, cluster: PooledCluster, effs, grad_reduce_bytes, pool, tp, count, gstart,
