@@ -105,3 +105,24 @@ def test_unfused_gradient_accumulation_adds_the_step_models_kernels_on_a_pool_to
     model's embedding copy on the last stage, which the step model does not accumulate."""
     het, homo = _one_pool_and_one_kind(model_name, tp, pp, dp, grad_accumulation_fusion=False)
     _assert_same_step(het, homo)
+
+
+@pytest.mark.parametrize("stack", ["megatron-bridge", "nemo-24", "megatron-deepspeed", "megatron-core"])
+def test_one_pool_under_a_stack_steps_as_simulate_under_that_stack(stack):
+    """Every layer-key switch of the stack reaches the pooled layer costs: megatron-bridge's
+    Transformer Engine loss (``cross_entropy: te_triton``) and NeMo's fused one were priced as
+    Megatron's unfused loss on a pool (llama3-8b tp4 pp2: 3.8% and 1.8% slower than simulate)."""
+    from hardware_specs.catalog import load_stack
+    from simulator.heterogeneous import plan_switches
+    from simulator.parallel_config import ParallelConfig
+    from simulator.simulate import simulate
+    from simulator.stack_defaults import stack_config_fields
+
+    model = load_model("llama3-8b")
+    fields = stack_config_fields(load_stack(stack), "bf16", model.name, _H100.gpu.name)
+    homo = simulate(model, _H100, ParallelConfig(dp=8, tp=4, pp=2, global_batch=128, zero_stage=1, recompute="full",
+                                                 **fields))
+    stages = tuple(StagePlacement("p", 4, 16) for _ in range(2))
+    plan = HeteroPlan(groups=(ReplicaGroup(stages, replicas=8),), global_batch=128, zero_stage=1, recompute="full",
+                      **plan_switches(fields))
+    _assert_same_step(simulate_heterogeneous(model, PooledCluster.single(_H100, 64, "p"), plan), homo)

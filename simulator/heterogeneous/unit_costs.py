@@ -5,12 +5,14 @@ weight-gradient backward, recomputation, the TP traffic the stack leaves exposed
 model's ends (LM head and loss, embedding) for a layer key (tensor-parallel degree,
 micro-batch, recomputation, sequence parallelism, precision, kernels) on one GPU kind: the
 figures ``step_model.evaluate`` lays its pipeline out from. Each pool is evaluated once per
-key, and the heterogeneous composition (``compose``) lays the stages out from them. Nothing here
+key, with every layer-key switch of the plan's settings (``step_model.LAYER_KEY_FIELDS``: the
+stack's loss implementation, kernels, FP8 scaling, ...) through the step model's own call, and
+the heterogeneous composition (``compose``) lays the stages out from them. Nothing here
 re-derives a layer's time.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -21,8 +23,8 @@ from model_specs.model_spec import ModelSpec
 from cost_models.compute import compute_rates
 from simulator.config_batch import ConfigBatch
 from simulator.heterogeneous.plan import pool_dtype
-from simulator.layer_times import layer_times
 from simulator.parallel_config import ParallelConfig
+from simulator.step_model import _layer_times as step_layer_times
 
 #: per-layer and per-end outputs of ``UnitCosts`` (seconds per micro-batch on one GPU)
 UNIT_FIELDS = ("fwd_s", "bwd_s", "w_s", "tp_s", "recompute_s", "compute_s", "weight_cast_s",
@@ -93,13 +95,11 @@ def unit_costs(model: ModelSpec, cluster: PooledCluster, effs, pool, tp, micro_b
         rates = compute_rates(cl.gpu, effs[int(p)], dtype)
         t = tp[rows].astype(float)
         tokens = mb[rows].astype(float) * float(model.seq_len)
-        lay = layer_times(model, cl, effs[int(p)], rates, tokens, t, 1.0, sp[rows], rc[rows], 1.0, 1.0, 1.0,
-                          template.tp_comm_overlap[0], template.cp_kind[0], template.attention_kernel[0],
-                          template.flash_attention[0], False, template.tp_backward_overlap[0],
-                          template.softmax_fusion[0], template.cuda_graphs[0],
-                          softmax_scale_pass=template.softmax_scale_pass[0],
-                          selective_modules=template.selective_modules[0],
-                          unfused_block_ops=template.unfused_block_ops[0])
+        # the settings' every layer-key switch (the stack's loss, kernels, FP8 scaling, ...) with
+        # each row's key, timed by the step model's own call
+        keyed = replace(template.take(np.zeros(len(rows), dtype=np.int64)), tp=tp[rows], micro_batch=mb[rows],
+                        recompute=rc[rows], sequence_parallel=sp[rows])
+        lay = step_layer_times(model, cl, effs[int(p)], rates, keyed, tokens)
         f, b, w, r = lay["f_dense"], lay["b_dense"], lay["w_dense"], lay["r_dense"]
         values["fwd_s"][rows] = f
         values["bwd_s"][rows] = b + r              # recomputation runs just before the input gradient
