@@ -167,11 +167,12 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     # ---- pipeline send/recv per micro-batch ---------------------------------------------------
     bw_m, lat_m = pool_links.path_matrix(cluster, effs)
     stride = d_group[g] * tp            # Megatron's rank order: stage neighbours are dp*tp apart
-    p2p = (boundary_p2p_s(cluster, effs, bw_m, lat_m, pool, tp, blocks.prev_pool, blocks.prev_tp, tokens, h,
-                          act_bytes, stride)
-           + boundary_p2p_s(cluster, effs, bw_m, lat_m, pool, tp, blocks.next_pool, blocks.next_tp, tokens, h,
-                            act_bytes, stride))
-    p2p = p2p * pipeline_exchange_transfers(settings.pipe_exchange_blocking)
+    to_prev = boundary_p2p_s(cluster, effs, bw_m, lat_m, pool, tp, blocks.prev_pool, blocks.prev_tp, tokens, h,
+                             act_bytes, stride)
+    to_next = boundary_p2p_s(cluster, effs, bw_m, lat_m, pool, tp, blocks.next_pool, blocks.next_tp, tokens, h,
+                             act_bytes, stride)
+    transfers = pipeline_exchange_transfers(settings.pipe_exchange_blocking)
+    p2p = (to_prev + to_next) * transfers
 
     # ---- one stage, one micro-batch -------------------------------------------------------------
     fwd, bwd, w = units["fwd_s"][k], units["bwd_s"][k], units["w_s"][k]
@@ -239,10 +240,15 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     # the last bucket, which can only start when the window ends
     bucket = np.maximum(settings.grad_bucket_elements, settings.grad_bucket_elements_per_dp * D_row)
     bucket_share = np.where(bucket > 0, np.minimum(bucket / np.maximum(stage_params, 1.0), 1.0), 1.0)
-    emb_b = first * units["embedding_bwd_s"][k]
-    emb_f = first * (units["embedding_s"][k] - units["embedding_bwd_s"][k])
-    exposed_grad = _overlapped(grad_comm, n * (bwd + w) + emb_b, bucket_share * grad_comm, settings.overlap_grad_reduce)
-    exposed_gather = _overlapped(gather_comm, n * fwd + emb_f, bucket_share * gather_comm, settings.overlap_param_gather)
+    # the windows are the stage's whole passes of one micro-batch, as the step model's
+    # (``step_pipeline``: a cell's forward and backward with its ends, their gradient accumulation
+    # and the sends it makes in that direction)
+    ends_b = first * units["embedding_bwd_s"][k] + last * units["head_bwd_s"][k]
+    ends_f = ends - ends_b
+    window_b = n * (bwd + w) + ends_b + grad_accum + to_prev * transfers
+    window_f = n * fwd + ends_f + to_next * transfers
+    exposed_grad = _overlapped(grad_comm, window_b, bucket_share * grad_comm, settings.overlap_grad_reduce)
+    exposed_gather = _overlapped(gather_comm, window_f, bucket_share * gather_comm, settings.overlap_param_gather)
     # as in the step model, the reduction that can stay exposed is the first stage's: it ends its
     # backward last (1F1B drains towards stage 0), the later stages' reductions run meanwhile;
     # a tied embedding's gradient is then all-reduced with the last stage, exposed whole
