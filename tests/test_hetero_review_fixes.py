@@ -146,3 +146,17 @@ def test_the_data_parallel_traffic_hides_under_the_first_stages_whole_passes_as_
     het, homo = _one_pool_and_one_kind(model_name, tp, pp, dp, zero=zero, cluster=slow, **software)
     assert homo.time_breakdown_s["dp_comm_exposed_s"] > 0.1 * homo.step_time_s     # the windows bind
     _assert_same_step(het, homo)
+
+
+def test_a_pool_counts_the_replicated_key_value_projections_of_a_tp_wider_than_the_kv_heads():
+    """llama3-70b (8 key/value heads) at tp 16 on an NVL72 pool, with a stack that replicates the
+    heads: each rank holds 2 h d (1 - 8/16) = 2 x 8,192 x 128 x 0.5 = 1,048,576 K/V weights a layer
+    beyond its 1/16 share, as the step model counts them (``kv_head_replication``). The pooled
+    stages left them out: 76.71 GB a GPU against simulate's 77.11 GB, and a faster optimizer."""
+    nvl = load_cluster("gb200-nvl72")
+    het, homo = _one_pool_and_one_kind("llama3-70b", 16, 2, 4, zero=1, cluster=nvl, kv_head_replication=True)
+    _assert_same_step(het, homo)
+    from simulator.heterogeneous.compose import stage_param_count
+    model = load_model("llama3-70b")
+    extra = stage_param_count(model, 1, 0, 0, 2, 16) - stage_param_count(model, 1, 0, 0, 2, 8) / 2
+    assert extra == pytest.approx(2 * 8192 * 128 * 0.5, rel=1e-12)

@@ -351,13 +351,16 @@ def stage_param_count(model: ModelSpec, layers, first, last, pp, tp):
     """Parameters one GPU of a stage holds before ZeRO: its layers, the embedding on the first
     stage, the LM head on the last, split by ``tp``. An untied head has its own weights; a tied
     one is the embedding, which Megatron copies onto the last stage when the pipeline has more
-    than one (megatron/model/module.py, initialize_word_embeddings)."""
+    than one (megatron/model/module.py, initialize_word_embeddings). A layer split over more ranks
+    than it has key/value heads also holds its replicated K and V projections, as in the step
+    model (``params.replicated_kv_params_per_tp_rank``)."""
     layer_params = float(params.dense_layer_params(model))
     emb_params = float(params.embedding_params(model))
     head_params = float(params.lm_head_params(model))
     head_here = np.where(model.tied_embeddings & (np.asarray(pp) > 1), emb_params, head_params)
-    return (np.asarray(layers, dtype=float) * layer_params + np.asarray(first) * emb_params
-            + np.asarray(last) * head_here) / np.asarray(tp, dtype=float)
+    layers = np.asarray(layers, dtype=float)
+    return ((layers * layer_params + np.asarray(first) * emb_params + np.asarray(last) * head_here)
+            / np.asarray(tp, dtype=float) + layers * params.replicated_kv_params_per_tp_rank(model, tp))
 
 
 def stage_accumulation_s(model: ModelSpec, settings: ParallelConfig, layers, first, last, tp, hbm_bw_bytes_per_s,
