@@ -312,3 +312,37 @@ def test_simulate_on_a_cluster_with_a_v100_pool_takes_the_dtype_plan_takes(tmp_p
     out = run("simulate", "-m", "llama3-8b", "-c", path, "--group", "2x h100:tp8:pp1", "--global-batch", 64, "--json")
     assert out.exit_code == 0, out.output
     assert json.loads(out.stdout)["plan"]["dtype"] == "fp16"
+
+
+@pytest.mark.parametrize("args", [
+    ("--offload-activation-layers", "4"), ("--offload-optimizer-fraction", "0.5"),
+    ("--recompute", "full", "--recompute-num-layers", "2"), ("--recompute-method", "uniform"),
+    ("--recompute-layers-decrement", "1"), ("--recompute-modules", "mlp_act"), ("--optimizer-moment-bytes", "2"),
+    ("--zero-shard-group", "8"), ("--loss-chunk-tokens", "1024"), ("--cp-kind", "ulysses"),
+    ("--moe-load-imbalance", "1.5"),
+])
+def test_simulate_on_a_pooled_cluster_refuses_options_the_pooled_model_does_not_read(small, args):
+    """Each of these ran without a word and printed the step without it (exit 0, the base result)."""
+    flag = next(a for a in reversed(args) if a.startswith("--"))
+    one_line_error(run("simulate", "-m", "gpt3-1.3b", "-c", small, "--global-batch", "64", "--group", "h100:tp8:pp1",
+                       *args), flag, "not modelled on pooled clusters")
+
+
+@pytest.mark.parametrize("args", [("--first-stage-layers", "10"), ("--last-stage-layers", "3"), ("--uneven-layers",),
+                                  ("--pipeline-layout", "Et*12|t*12L")])
+def test_simulate_on_a_pooled_cluster_takes_the_layers_from_the_stages(small, args):
+    one_line_error(run("simulate", "-m", "gpt3-1.3b", "-c", small, "--global-batch", "64", "--group", "h100:tp4:pp2",
+                       *args), args[0], "stages state their own layers")
+
+
+def test_a_plan_file_may_not_set_what_the_pooled_model_does_not_read(small, tmp_path):
+    plan = tmp_path / "p.yaml"
+    plan.write_text("global_batch: 64\nsoftware: {offload_activation_layers: 4}\n"
+                    "groups: [{stages: [{pool: h100, tp: 8, layers: 24}]}]\n")
+    one_line_error(run("simulate", "-m", "gpt3-1.3b", "-c", small, "--plan", plan),
+                   "software.offload_activation_layers", "not modelled on pooled clusters")
+
+
+def test_plan_on_a_pooled_cluster_refuses_a_zero_shard_group(small):
+    one_line_error(run("plan", "-m", "gpt3-1.3b", "-c", small, "--global-batch", "64", "--zero-shard-group", "8"),
+                   "--zero-shard-group", "not modelled on pooled clusters")

@@ -600,6 +600,8 @@ def _plan_pooled(spec, cluster, gpus, global_batch, global_batch_tokens, top, ma
         if explicit.get(name) is not None:
             raise InputError(f"--{name}", "the degrees differ per pool in a mixed plan; the search chooses them",
                              "drop it (--max-tp limits tensor parallelism)")
+    if explicit.get("zero_shard_group") is not None:       # ZeRO shards over every replica across pools
+        raise InputError("--zero-shard-group", "not modelled on pooled clusters", "drop it")
     if dtypes and len(dtypes) > 1:
         raise InputError("--dtype", "a mixed plan runs one dtype on every pool", "give one --dtype")
     mb = explicit.get("micro_batch")

@@ -594,6 +594,8 @@ def command(ctx: click.Context, as_json: bool, trace_path: str | None, gantt_pat
 
 #: options that describe a one-kind plan; a pooled cluster's plan comes from --plan / --group
 _DEGREE_OPTIONS = ("gpus", "dp", "tp", "pp", "cp", "ep", "etp", "vpp")
+#: options that set a stage's layers: on a pooled cluster each stage states its own
+_LAYER_OPTIONS = ("first_stage_layers", "last_stage_layers", "uneven_layers", "pipeline_layout")
 
 
 def _simulate_pooled(ctx, opts, plan_path, groups, as_json, trace_path, gantt_path, headroom_gib=None) -> None:
@@ -603,6 +605,7 @@ def _simulate_pooled(ctx, opts, plan_path, groups, as_json, trace_path, gantt_pa
     from hardware_specs.catalog import load_pooled_cluster
     from paraplan.commands import _hetero
     from simulator.heterogeneous import HeteroPlan, plan_switches, simulate_heterogeneous
+    from simulator.heterogeneous.plan import UNMODELLED_FIELDS
 
     for name in _DEGREE_OPTIONS:
         if ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, None):
@@ -610,6 +613,15 @@ def _simulate_pooled(ctx, opts, plan_path, groups, as_json, trace_path, gantt_pa
                              "drop it and describe the groups")
     if trace_path or gantt_path:
         raise InputError("--trace" if trace_path else "--gantt", "timelines are drawn for one-kind clusters only")
+    # the options the pooled model does not read are refused, not run without a word
+    given = [n for n in _LAYER_OPTIONS + UNMODELLED_FIELDS
+             if ctx.get_parameter_source(n) not in (ParameterSource.DEFAULT, None)]
+    for name in given:
+        flag = f"--{name.replace('_', '-')}"
+        if name in _LAYER_OPTIONS:
+            raise InputError(flag, "a pooled plan's stages state their own layers",
+                             "give them in --group 'POOL:tpT:ppK:L1,L2,...' or in the --plan file")
+        raise InputError(flag, "not modelled on pooled clusters", "drop it, or simulate one GPU kind with its degrees")
     if (plan_path is None) == (not groups):
         raise InputError("--plan", "give the plan of a pooled cluster as --plan FILE or --group SPEC (one of them)",
                          "e.g. --group '8x h100:tp8:pp4'")

@@ -48,6 +48,17 @@ def pool_dtype(gpu, dtype: str) -> str | None:
     return None
 
 
+#: ``ParallelConfig`` fields the pooled model does not read: a stage's layers are its own
+#: (``StagePlacement.layers``, no layout string), every layer of a stage recomputes as the plan
+#: says (no partial or per-module recomputation), nothing is offloaded, ZeRO shards over every
+#: replica, the loss takes the whole micro-batch, Adam keeps fp32 moments, and there is no
+#: context or expert parallelism. A plan's ``software`` may not set them (they would be ignored).
+UNMODELLED_FIELDS = ("pipeline_layout", "recompute_num_layers", "recompute_method", "recompute_layers_decrement",
+                     "recompute_modules", "offload_activation_layers", "offload_optimizer_fraction",
+                     "zero_shard_group", "loss_chunk_tokens", "optimizer_moment_bytes", "cp_kind",
+                     "moe_load_imbalance")
+
+
 #: the largest count (replicas, micro-batches, degrees) a plan may state, as the other integer
 #: inputs (2^24)
 MAX_PLAN_COUNT = 2**24
@@ -200,6 +211,9 @@ class HeteroPlan:
             if key not in known or key in own or key in _DEGREE_FIELDS:
                 raise InputError(f"software.{key}", "not a software switch of a plan",
                                  "use the plan's own fields for the degrees, batch, ZeRO and precision")
+            if key in UNMODELLED_FIELDS:        # the pooled model would run without it
+                raise InputError(f"software.{key}", "not modelled on pooled clusters",
+                                 "drop it, or simulate the plan on one GPU kind with its degrees")
         object.__setattr__(self, "software", extra)
         return extra
 
