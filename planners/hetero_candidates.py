@@ -28,6 +28,7 @@ from cost_models.params import tp_splits_kv_heads
 from model_specs.model_spec import ModelSpec
 from planners.hetero_pipelines import Pipelines
 from planners.search_space import divisors
+from simulator.heterogeneous.plan import tp_tiles_node
 
 
 @dataclass(frozen=True)
@@ -55,10 +56,12 @@ def tp_options(model: ModelSpec, max_tp: int, kv_head_replication: bool = False)
 
 def make_keys(model: ModelSpec, pools, max_tp, micro_batches, recomputes, sps,
               kv_head_replication: bool = False) -> Keys:
-    """Every (pool, tp, micro-batch, recompute, sp) key; sp only where tp > 1."""
+    """Every (pool, tp, micro-batch, recompute, sp) key; sp only where tp > 1; tp only where its
+    groups tile the pool's nodes (``tp_tiles_node``)."""
     rows = []
     for p, pool in enumerate(pools):
-        for tp in tp_options(model, min(max_tp, pool.gpus_per_node, pool.gpus), kv_head_replication):
+        tps = tp_options(model, min(max_tp, pool.gpus_per_node, pool.gpus), kv_head_replication)
+        for tp in tps[tp_tiles_node(pool.gpus_per_node, tps)]:
             for mb, rc, sp in itertools.product(micro_batches, recomputes, sps):
                 if sp and tp == 1:
                     continue

@@ -346,3 +346,11 @@ def test_a_plan_file_may_not_set_what_the_pooled_model_does_not_read(small, tmp_
 def test_plan_on_a_pooled_cluster_refuses_a_zero_shard_group(small):
     one_line_error(run("plan", "-m", "gpt3-1.3b", "-c", small, "--global-batch", "64", "--zero-shard-group", "8"),
                    "--zero-shard-group", "not modelled on pooled clusters")
+
+
+def test_a_tp_that_does_not_divide_a_pools_node_is_one_line_naming_the_pool(tmp_path):
+    six = tmp_path / "six.yaml"
+    six.write_text("name: six\npools:\n  - {name: s, gpu: h100-sxm-80gb, gpus_per_node: 6, gpus: 12, "
+                   "scaleout: {bw_gbit_per_s: 400}}\n")
+    one_line_error(run("simulate", "-m", "llama3-8b", "-c", six, "--global-batch", "60", "--zero", "1", "--group",
+                       "3x s:tp4:pp1"), "pools.s.tp", "do not tile the pool's nodes of 6 GPUs")

@@ -149,14 +149,46 @@ def test_the_data_parallel_traffic_hides_under_the_first_stages_whole_passes_as_
 
 
 def test_a_pool_counts_the_replicated_key_value_projections_of_a_tp_wider_than_the_kv_heads():
-    """llama3-70b (8 key/value heads) at tp 16 on an NVL72 pool, with a stack that replicates the
-    heads: each rank holds 2 h d (1 - 8/16) = 2 x 8,192 x 128 x 0.5 = 1,048,576 K/V weights a layer
-    beyond its 1/16 share, as the step model counts them (``kv_head_replication``). The pooled
-    stages left them out: 76.71 GB a GPU against simulate's 77.11 GB, and a faster optimizer."""
-    nvl = load_cluster("gb200-nvl72")
-    het, homo = _one_pool_and_one_kind("llama3-70b", 16, 2, 4, zero=1, cluster=nvl, kv_head_replication=True)
+    """llama3-70b (8 key/value heads) at tp 16 on a pool of 16-GPU nodes, with a stack that
+    replicates the heads: each rank holds 2 h d (1 - 8/16) = 2 x 8,192 x 128 x 0.5 = 1,048,576 K/V
+    weights a layer beyond its 1/16 share, as the step model counts them (``kv_head_replication``).
+    The pooled stages left them out (on GB200 NVL72: 76.71 GB a GPU against simulate's 77.11 GB,
+    and a faster optimizer)."""
+    wide = replace(load_cluster("gb200-nvl72"), name="nvl16", gpus_per_node=16)
+    het, homo = _one_pool_and_one_kind("llama3-70b", 16, 2, 4, zero=1, cluster=wide, kv_head_replication=True)
     _assert_same_step(het, homo)
     from simulator.heterogeneous.compose import stage_param_count
     model = load_model("llama3-70b")
     extra = stage_param_count(model, 1, 0, 0, 2, 16) - stage_param_count(model, 1, 0, 0, 2, 8) / 2
     assert extra == pytest.approx(2 * 8192 * 128 * 0.5, rel=1e-12)
+
+
+# --------------------------------------------------------------------------------------------
+# tensor-parallel groups inside one node
+# --------------------------------------------------------------------------------------------
+
+def _six_per_node(gpus=12):
+    six = replace(_H100, name="six", gpus_per_node=6)
+    return PooledCluster("six", (Pool("s", six, gpus),))
+
+
+def test_tp_groups_that_cannot_all_sit_inside_a_node_are_refused_naming_the_pool():
+    """Two 6-GPU nodes hold two groups of 4, not three: the third spans both nodes, and was priced
+    on the scale-up tier. A pool's tp must divide its node."""
+    from hardware_specs.errors import InputError
+
+    plan = HeteroPlan(groups=(ReplicaGroup((StagePlacement("s", 4, 32),), replicas=3),), global_batch=60,
+                      zero_stage=1)
+    with pytest.raises(InputError, match=r"pools\.s\.tp: tensor-parallel groups of 4 do not tile the pool's nodes "
+                                         r"of 6 GPUs .*use a tp dividing 6 on s: 1, 2, 3, 6"):
+        simulate_heterogeneous(load_model("llama3-8b"), _six_per_node(), plan)
+    ok = HeteroPlan(groups=(ReplicaGroup((StagePlacement("s", 2, 32),), replicas=6),), global_batch=60, zero_stage=1)
+    assert simulate_heterogeneous(load_model("llama3-8b"), _six_per_node(), ok).n_gpus == 12
+
+
+def test_the_pooled_planner_only_tries_tp_degrees_that_divide_a_pools_node():
+    from planners.heterogeneous import plan_heterogeneous
+
+    result = plan_heterogeneous("llama3-8b", _six_per_node(), global_batch=60, top=10**6)
+    tps = {st.tp for i in range(len(result.plans)) for g in result.row_plan(i)[0].groups for st in g.stages}
+    assert tps and tps <= {1, 2, 3, 6}

@@ -6,7 +6,7 @@ groups may differ in everything (pools, stage count, layer split, tensor paralle
 their own micro-batch count per step, so a faster group can take a larger share of the batch
 (Poplar, Zhang et al. 2024; HexiScale, Yan et al. 2024). A pipeline may also cross pools
 (Metis, Um et al. 2024; Sailor, Strati et al. 2025). Tensor-parallel groups stay inside one
-node of one pool.
+node of one pool: a pool's tensor-parallel degrees divide its node (``tp_tiles_node``).
 
     plan = HeteroPlan(groups=(
         ReplicaGroup(stages=(StagePlacement("h100", tp=8, layers=40),
@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
+
+import numpy as np
 
 from hardware_specs.errors import InputError, suggest
 from hardware_specs.pools import PooledCluster
@@ -62,6 +64,13 @@ UNMODELLED_FIELDS = ("pipeline_layout", "recompute_num_layers", "recompute_metho
 #: the largest count (replicas, micro-batches, degrees) a plan may state, as the other integer
 #: inputs (2^24)
 MAX_PLAN_COUNT = 2**24
+
+
+def tp_tiles_node(gpus_per_node, tp):
+    """Whether tensor-parallel groups of ``tp`` GPUs tile a node of ``gpus_per_node`` (numpy-
+    friendly): only then can every group of a pool sit inside one node, as the pooled model prices
+    its collectives (on the scale-up tier). Two 6-GPU nodes hold two groups of 4, not three."""
+    return np.asarray(gpus_per_node) % np.asarray(tp) == 0
 
 
 def _positive_int(value, field_name: str) -> int:
@@ -297,6 +306,12 @@ def check_plan(model: ModelSpec, cluster: PooledCluster, plan: HeteroPlan) -> No
                 if n % stage.tp:
                     raise InputError(f"{where}.tp", f"tp={stage.tp} does not divide the {n} {what} of {model.name}")
             check_kv_heads(model, stage.tp, plan.settings.kv_head_replication, f"{where}.tp")
+            if not tp_tiles_node(pool.gpus_per_node, stage.tp):
+                fits = [t for t in range(1, pool.gpus_per_node + 1) if tp_tiles_node(pool.gpus_per_node, t)]
+                raise InputError(f"{where}.tp", f"tensor-parallel groups of {stage.tp} do not tile the pool's nodes of "
+                                 f"{pool.gpus_per_node} GPUs (a group would span two nodes)",
+                                 f"use a tp dividing {pool.gpus_per_node} on {pool.name}: "
+                                 + ", ".join(map(str, fits)))
             if pool_dtype(pool.cluster.gpu, plan.settings.dtype) is None:
                 raise InputError(f"{where}.dtype", f"{pool.cluster.gpu.name} has no {plan.settings.dtype} peak",
                                  "choose one of " + ", ".join(pool.cluster.gpu.peak_flops_per_s))
