@@ -27,16 +27,18 @@ micro-batch crosses every stage, then the slowest stage paces the rest):
                  + low-precision weight casts (once per step per stage)
 
 Data-parallel traffic (ZeRO 0 or 1): each stage's gradients are reduced over all replicas of
-the model once after the flush (all-reduced, or reduce-scattered to the ZeRO-1 shards unless the
-stack's ZeRO-1 reduces whole: the step model's ``grad_collective_s``), and as in the step model the first stage's reduction is the
-one that can stay exposed (it ends its backward last); inside one group on one pool with the step model's own
-collective (``topology.group_collective_time_s``), otherwise as a flat ring at the slowest path
-between the pools holding those layers. Overlapped traffic is exposed by what exceeds its
-window and never less than the last bucket, as in the step model (``step_model._overlapped``).
-A model with tied embeddings split over stages then all-reduces the embedding's gradient
-between each replica's first and last stage, exposed (the step model's
-``tied_embedding_all_reduce_s``; across pools on the path between them, ``pool_links.path_cluster``).
-The optimizer step is memory-bound on each stage's own GPU.
+the model once after the flush (all-reduced, or reduce-scattered to the ZeRO-1 shards unless
+the stack's ZeRO-1 reduces whole: the step model's ``grad_collective_s``), and as in the step
+model the first stage's reduction is the one that can stay exposed (it ends its backward
+last); inside one group on one pool with the step model's own collective
+(``topology.group_collective_time_s``), otherwise as a flat ring at the slowest path between
+the pools holding those layers. Overlapped traffic is exposed by what exceeds its window (the
+stage's whole backward, or forward for the ZeRO-1 gather, of one micro-batch: its layers, ends,
+gradient accumulation and sends in that direction) and never less than the last bucket, as in
+the step model (``step_model._overlapped``). A model with tied embeddings split over stages
+then all-reduces the embedding's gradient between each replica's first and last stage, exposed
+(the step model's ``tied_embedding_all_reduce_s``; across pools on the path between them,
+``pool_links.path_cluster``). The optimizer step is memory-bound on each stage's own GPU.
 
     step = max over groups (pipeline_g + straggler wait) + max over stages (exposed DP traffic)
            + max over stages (optimizer)
