@@ -155,3 +155,23 @@ def test_merged_pools_are_searched_as_they_are_too_up_to_the_cap():
     four = PooledCluster("z", tuple(Pool(n, h100, 8) for n in "abcd"))
     assert len(four.pools) > MAX_UNMERGED_POOLS
     assert [f.pool_names for f, _ in searched_forms(four, effs)] == [("a+b+c+d",)]
+
+
+def test_groups_left_to_the_shares_split_what_the_stated_groups_leave(tmp_path):
+    """The A100 group states 4 micro-batches a replica (16 of 64); the H100 group shares the
+    other 48 (6 on each of its 8 replicas), the same step as stating both."""
+    model = load_model("llama3-8b")
+    cluster = _pooled(tmp_path, 312)
+    mixed = HeteroPlan(groups=(ReplicaGroup((StagePlacement("a", 4, 32),), replicas=4, micro_batches=4),
+                               ReplicaGroup((StagePlacement("h", 2, 32),), replicas=8)),
+                       micro_batch=1, global_batch=64, zero_stage=1)
+    rep = simulate_heterogeneous(model, cluster, mixed)
+    assert [g["micro_batches_total"] for g in rep.groups] == [16, 48]
+    both = simulate_heterogeneous(model, cluster, _two_groups(4, 6))
+    assert rep.step_time_s == pytest.approx(both.step_time_s, rel=1e-12)
+    # 60 stated of 64 leave 4 micro-batches for 8 replicas: refused
+    from hardware_specs.errors import InputError
+    with pytest.raises(InputError, match="fewer than the 8 replicas"):
+        HeteroPlan(groups=(ReplicaGroup((StagePlacement("a", 4, 32),), replicas=4, micro_batches=15),
+                           ReplicaGroup((StagePlacement("h", 2, 32),), replicas=8)),
+                   micro_batch=1, global_batch=64, zero_stage=1)

@@ -195,12 +195,19 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     wait_rate = (np.where(world[groups.plan] > 1, np.maximum.reduceat(skew * (part_compute + part_rc), gstart), 0.0)
                  if R else np.zeros(0))
     m_given = groups.micro_batches.astype(float)
-    if np.isnan(m_given).any():
-        # the shares minimise the largest pipeline + casts + wait (each replica's time, linear in m)
-        m_share, total_share = speed_shares(groups.plan, groups.replicas, fill + casts + wait_rate,
-                                            slowest + wait_rate, M)
-        m = np.where(np.isnan(m_given), m_share, m_given)
-        group_total = np.where(np.isnan(m_given), total_share, m_given * d_group)
+    free = np.isnan(m_given)
+    if free.any():
+        # the groups that leave their counts to the shares split what the stated groups leave of
+        # the plan's micro-batches, minimising the largest pipeline + casts + wait (each
+        # replica's time, linear in m)
+        stated = np.bincount(groups.plan, weights=np.where(free, 0.0, m_given * d_group), minlength=P)
+        idx = np.flatnonzero(free)
+        m_share, total_share = speed_shares(groups.plan[idx], groups.replicas[idx], (fill + casts + wait_rate)[idx],
+                                            (slowest + wait_rate)[idx], M - stated)
+        m = m_given.copy()
+        m[idx] = m_share
+        group_total = np.where(free, 0.0, m_given * d_group)
+        group_total[idx] = total_share
     else:
         m = m_given
         group_total = m_given * d_group

@@ -207,6 +207,15 @@ class HeteroPlan:
         elif self.global_batch is None:
             raise InputError("global_batch", "missing: a group leaves its micro-batches to the shares",
                              "give the global batch, or every group's micro_batches")
+        elif any(m is not None for m in stated):
+            # the groups without counts share what the stated ones leave, at least one a replica
+            given = sum(g.replicas * g.micro_batches for g in self.groups if g.micro_batches is not None)
+            free = sum(g.replicas for g in self.groups if g.micro_batches is None)
+            if self.global_batch // mb - given < free:
+                raise InputError("global_batch", f"{self.global_batch} sequences leave "
+                                 f"{max(self.global_batch // mb - given, 0)} micro-batches of {mb} after the "
+                                 f"groups' stated {given}, fewer than the {free} replicas left to share them",
+                                 "raise global_batch, or lower the stated micro_batches")
 
     def _software(self) -> dict:
         """The extra ``ParallelConfig`` switches of ``software`` (the stack's behaviour fields)."""
