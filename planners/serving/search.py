@@ -29,7 +29,7 @@ from hardware_specs.errors import InputError, whole_number
 from planners.serving.labels import prompts_per_step, worker_labels
 from planners.serving.pareto import pareto_front
 from planners.serving.space import PP_CHOICES, with_batches, worker_layouts
-from simulator.serving.aggregated import evaluate_agg
+from simulator.serving.aggregated import evaluate_agg, memory_columns
 from simulator.serving.disaggregated import combine, decode_side, prefill_side
 
 PREFILL_BATCHES = (1, 2, 4, 8)
@@ -431,6 +431,119 @@ def _unfit_fixes(ctx, gpus: int, isl: int, osl: int, max_batch: int, modes, allo
     return fixes
 
 
+def _memory_by_role(ctx, most: int, isl: int, osl: int, modes, allow_pp: bool) -> dict[str, dict]:
+    """The memory of every worker layout the search builds on at most ``most`` GPUs, per role:
+    ``agg``, and ``prefill`` / ``decode`` for disaggregated serving (workers without pipeline
+    stages; a prefill worker's step of one whole prompt, as ``prefill_side`` at 1 prompt per
+    step). Each role holds ``memory_columns``'s columns and each layout's ``gpus``, ``label``,
+    ``holds`` (its weights leave a KV pool) and ``fits`` (one request fits beside them: the
+    search's own test at batch 1). The layouts on g GPUs are those of at most g here, so one call
+    at the largest count answers for every smaller one (``_least_gpus``)."""
+    domain, moe = ctx.cluster.gpus_per_node, ctx.model.moe is not None
+    sides = []
+    if "agg" in modes:
+        sides.append(("agg", worker_layouts(ctx.model, most, domain, allow_pp, ctx.behaviour, ctx.expert_format),
+                      osl, None))
+    if "disagg" in modes and most >= 2:
+        lay = worker_layouts(ctx.model, most - 1, domain, False, ctx.behaviour, ctx.expert_format)
+        sides += [("prefill", lay, 1.0, float(isl)), ("decode", lay, osl, None)]
+    roles = {}
+    for role, lay, out_tokens, budget in sides:
+        tp, pp, adp, moe_tp, moe_ep = (lay[:, k] for k in range(5))
+        mem = memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, float(isl), float(out_tokens), token_budget=budget)
+        mem = {k: np.broadcast_to(v, tp.shape) for k, v in mem.items()}
+        holds = mem["kv_pool_bytes"] > 0
+        roles[role] = {**mem, "gpus": tp * pp * adp, "label": np.array(worker_labels(tp, pp, adp, moe_tp, moe_ep, moe)),
+                       "holds": holds, "fits": holds & (mem["max_batch_per_rank"] >= 1.0)}
+    return roles
+
+
+def _least_gpus(roles: dict, key: str) -> int | None:
+    """The fewest GPUs on which some layout of ``roles`` (``_memory_by_role``) has ``key``
+    ("holds" or "fits"): an aggregated worker's GPUs; a prefill and a decode worker's together
+    (each of at most the rest); None where none has it."""
+    least = []
+    if "agg" in roles and roles["agg"][key].any():
+        least.append(roles["agg"]["gpus"][roles["agg"][key]].min())
+    if "decode" in roles and roles["prefill"][key].any() and roles["decode"][key].any():
+        least.append(roles["prefill"]["gpus"][roles["prefill"][key]].min()
+                     + roles["decode"]["gpus"][roles["decode"][key]].min())
+    return int(min(least)) if least else None
+
+
+def _search_most(ctx) -> int:
+    """The largest GPU count a search on ``ctx.cluster`` covers."""
+    return min(MAX_GPUS, ctx.cluster.max_gpus or MAX_GPUS)
+
+
+def _rebuilt(ctx, dense_format: str, expert_format: str, kv_cache_dtype: str):
+    """``ctx`` with other weight formats or KV-cache dtype (``ServingContext.build``'s checks and
+    rules: the KV dtype an ``auto`` takes from the checkpoint), or None where the stack refuses them."""
+    from simulator.serving.context import ServingContext
+    try:
+        return ServingContext.build(ctx.model, ctx.cluster, ctx.stack, dense_format, expert_format, kv_cache_dtype,
+                                    efficiency=ctx.efficiency, speculative_tokens=ctx.speculative_tokens,
+                                    draft_acceptance=None if ctx.acceptance_is_prior else ctx.draft_acceptance,
+                                    draft_head=ctx.draft_head)
+    except InputError:
+        return None
+
+
+def _fits_within(ctx, gpus: int, isl: int, osl: int, modes, allow_pp: bool) -> bool:
+    """Whether some layout the search builds on ``gpus`` GPUs holds the weights and one request."""
+    least = _least_gpus(_memory_by_role(ctx, gpus, isl, osl, modes, allow_pp), "fits")
+    return least is not None and least <= gpus
+
+
+def _nothing_fits_error(ctx, gpus: int, isl: int, osl: int, max_batch: int, modes, allow_pp: bool) -> InputError:
+    """The ``InputError`` of a search where no layout fits: what does not fit (the weights, or
+    beside them one request's KV cache, ``_memory_by_role``) and what would make a layout fit."""
+    g = ctx.model.int4_group_size
+    # only formats smaller than the one planned help (the suggestion named fp8 to an fp8 plan)
+    # the option of the larger format: a MoE model's bulk is its experts (nvfp4 dense with bf16
+    # experts was told to shrink --precision)
+    experts = ctx.model.moe is not None and weight_bytes(ctx.expert_format, g) > weight_bytes(ctx.dense_format, g)
+    held = max(weight_bytes(ctx.dense_format, g), weight_bytes(ctx.expert_format, g))
+    smaller = [f for f in WEIGHT_FORMATS if weight_bytes(f, g) < held]
+    what = (f"{ctx.expert_format} experts" if experts else f"{ctx.dense_format} weights")
+    roles = _memory_by_role(ctx, _search_most(ctx), isl, osl, modes, allow_pp)
+    least_held = _least_gpus(roles, "holds")
+    if least_held is not None and least_held <= gpus:
+        # the weights fit, one request's KV cache does not (a layout with room for none was
+        # searched as if one fitted, and serve simulate refused it)
+        fixes = ["shorten --isl / --osl"]
+        if ctx.kv_bytes > 1.0:
+            fp8 = _rebuilt(ctx, ctx.dense_format, ctx.expert_format, "fp8")
+            if fp8 is not None and _fits_within(fp8, gpus, isl, osl, modes, allow_pp):
+                fixes.append("--kv-cache-dtype fp8")
+        least = _least_gpus(roles, "fits")
+        if least is not None:
+            fixes.append(f"add GPUs (one request fits on {least})")
+        fixes += [f for f in _unfit_fixes(ctx, gpus, isl, osl, max_batch, modes, allow_pp) if f != "add GPUs"]
+        if smaller:
+            fixes.append(f"a smaller weight format: {'--expert-precision' if experts else '--precision'} "
+                         + " / ".join(smaller))
+        # the layout closest to holding one request (largest share of it free), within the GPUs given
+        best = None
+        for role, cols in roles.items():
+            within = cols["holds"] & (cols["gpus"] <= (gpus if role == "agg" else gpus - 1))
+            share = np.where(within, cols["kv_pool_bytes"] / np.maximum(cols["kv_bytes_per_request"], 1.0), -1.0)
+            i = int(np.argmax(share))
+            if within[i] and (best is None or share[i] > best[0]):
+                best = (share[i], role, cols["label"][i], cols["kv_bytes_per_request"][i], cols["kv_pool_bytes"][i])
+        _, role, label, need, free = best
+        where = label if role == "agg" else f"{role} worker {label}"
+        return InputError("--gpus", f"no layout of {ctx.model.name} on {gpus} x {ctx.cluster.gpu.name} holds one "
+                          f"request of {isl} + {osl} tokens beside its {what}: at best ({where}) its KV cache needs "
+                          f"{need / 2**30:.1f} GiB per GPU and {free / 2**30:.1f} GiB is free", ", or ".join(fixes))
+    fixes = _unfit_fixes(ctx, gpus, isl, osl, max_batch, modes, allow_pp)
+    if smaller:
+        fixes.append(f"a smaller weight format: {'--expert-precision' if experts else '--precision'} "
+                     + " / ".join(smaller))
+    return InputError("--gpus", f"no layout of {ctx.model.name} with {what} fits in {gpus} x {ctx.cluster.gpu.name}",
+                      ", or ".join(fixes) or "use GPUs with more memory")
+
+
 def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: float, modes=("agg", "disagg"),
                  max_batch: int = 1024, allow_pp: bool = True, rank_by: str = "per-gpu",
                  progress=None) -> ServingPlan:
@@ -478,20 +591,7 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
     report(len(modes), phases, "ranking")
     parts = [p for p in parts if len(p)]
     if not parts:
-        # only formats smaller than the one planned help (the suggestion named fp8 to an fp8 plan)
-        # the option of the larger format: a MoE model's bulk is its experts (nvfp4 dense with bf16
-        # experts was told to shrink --precision)
-        g = ctx.model.int4_group_size
-        experts = ctx.model.moe is not None and weight_bytes(ctx.expert_format, g) > weight_bytes(ctx.dense_format, g)
-        held = max(weight_bytes(ctx.dense_format, g), weight_bytes(ctx.expert_format, g))
-        smaller = [f for f in WEIGHT_FORMATS if weight_bytes(f, g) < held]
-        what = (f"{ctx.expert_format} experts" if experts else f"{ctx.dense_format} weights")
-        fixes = _unfit_fixes(ctx, gpus, isl, osl, max_batch, modes, allow_pp)
-        if smaller:
-            fixes.append(f"a smaller weight format: {'--expert-precision' if experts else '--precision'} "
-                         + " / ".join(smaller))
-        raise InputError("--gpus", f"no layout of {ctx.model.name} with {what} fits in {gpus} x {ctx.cluster.gpu.name}",
-                         ", or ".join(fixes) or "use GPUs with more memory")
+        raise _nothing_fits_error(ctx, gpus, isl, osl, max_batch, modes, allow_pp)
     cands = pd.concat(parts, ignore_index=True, sort=False)
     cands["meets_slo"] = (cands.ttft_ms <= ttft_ms) & (cands.tpot_ms <= tpot_ms)
     fronts = []

@@ -313,5 +313,7 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
     for part in STEP_PARTS:
         out["decode_" + part] = dec[part]
     out.update(mem)
-    out["fits"] = (mem["kv_pool_bytes"] > 0) & (b_req <= n_fit)
+    # against the KV pool's own count, not n_fit (at least 1 to keep the loop above defined): a
+    # layout with room for no request does not fit, as ``simulate_serving`` and the decode side say
+    out["fits"] = (mem["kv_pool_bytes"] > 0) & (b_req <= mem["max_batch_per_rank"])
     return out

@@ -1,0 +1,63 @@
+"""Serving checks a review (session 44) found broken, each against hand-derived values or an
+exact invariant between the planner and ``serve simulate``."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hardware_specs.errors import InputError
+from planners.serving import plan_serving
+from simulator.serving.context import ServingContext
+from simulator.serving.deployment import Deployment, WorkerLayout
+from simulator.serving.evaluate import evaluate_agg_columns
+from simulator.serving.simulate import simulate_serving
+
+
+def _ctx(model, system, backend, fmt, expert=None):
+    return ServingContext.build(model, system, backend, fmt, expert or fmt)
+
+
+# --- a layout with room for no request ------------------------------------------------------
+
+def test_a_layout_whose_kv_pool_holds_no_request_does_not_fit():
+    """Llama-3.1-70B in fp8 on one H100 (vLLM) at isl 32,000 + osl 1,000: the weights leave 1.8 GiB,
+    one request needs 5.0 GiB of KV cache, so max_batch_per_rank is 0 and batch 1 does not fit
+    (it was flagged as fitting: the count had been raised to 1 before the test)."""
+    ctx = _ctx("llama3.1-70b", "dgx-h100", "vllm", "fp8")
+    out = evaluate_agg_columns(ctx, {"tp": 1.0, "pp": 1.0, "adp": 1.0, "moe_tp": 1.0, "moe_ep": 1.0, "batch": 1.0,
+                                     "isl": 32000.0, "osl": 1000.0})
+    assert out["kv_pool_bytes"][0] > 0 and out["max_batch_per_rank"][0] == 0
+    assert not out["fits"][0]
+    with pytest.raises(InputError, match="not even one request fits"):
+        simulate_serving(Deployment(model="llama3.1-70b", system="dgx-h100", backend="vllm", dense_format="fp8",
+                                    expert_format="fp8", isl=32000, osl=1000, layout=WorkerLayout(tp=1, batch=1)))
+
+
+@pytest.mark.parametrize("model, system, backend, fmt, isl, osl, ttft, tpot", [
+    ("llama3.1-70b", "dgx-h100", "vllm", "fp8", 32000, 1000, 100000.0, 1000.0),
+    ("qwen3-235b-a22b", "hgx-h200", "vllm", "nvfp4", 4096, 64, 5000.0, 100.0),
+])
+def test_plan_drops_layouts_with_room_for_no_request_and_says_what_fits(model, system, backend, fmt, isl, osl, ttft,
+                                                                        tpot):
+    """On one GPU no layout holds one request (the plan picked tp1 at batch 1, max_batch_per_rank
+    0, and serve simulate refused it): the error says the KV cache is what does not fit and the
+    GPU count that holds one; on that count the plan's every row holds its batch and the winner
+    simulates without error."""
+    ctx = _ctx(model, system, backend, fmt)
+    with pytest.raises(InputError) as err:
+        plan_serving(ctx, 1, isl, osl, ttft, tpot)
+    assert err.value.field == "--gpus"
+    assert f"holds one request of {isl} + {osl} tokens beside its {fmt} weights" in err.value.message
+    assert "add GPUs (one request fits on 2)" in err.value.fix
+    plan = plan_serving(ctx, 2, isl, osl, ttft, tpot)
+    agg = plan.candidates[plan.candidates["mode"] == "agg"]
+    assert (agg.batch <= agg.max_batch_per_rank).all() and (plan.candidates.max_batch_per_rank >= 1).all()
+    best = plan.best
+    assert best["max_batch_per_rank"] >= best["batch"] >= 1
+    rep = simulate_serving(Deployment(model=model, system=system, backend=backend, dense_format=fmt,
+                                      expert_format=fmt, isl=isl, osl=osl,
+                                      layout=WorkerLayout(tp=int(best.tp), pp=int(best.pp), adp=int(best.adp),
+                                                          moe_tp=int(best.moe_tp), moe_ep=int(best.moe_ep),
+                                                          batch=int(best.batch)),
+                                      workers=int(best.workers)), ctx)
+    assert rep.metrics["tokens_per_s_per_gpu"] == pytest.approx(best.tokens_per_s_per_gpu, rel=1e-12)
