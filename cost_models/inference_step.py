@@ -20,7 +20,9 @@ with fewer
 requests than stages (m < pp) a request's round is its trip through every stage, all layers at
 one request, its LM head and the pp hand-offs (the stages idle in between), not a fraction of a
 request. A prompt chunk moves as one micro-batch through all stages (its latency is all the
-layers at its full size; the stages it leaves idle are not credited, a conservative bound).
+layers at its full size; the stages it leaves idle are not credited, a conservative bound). Each
+micro-batch is a forward pass of its own, so a CUDA graph covers it when its d / m requests are
+within the engine's graph limit (not the rank's d).
 
 Layers: dense layers use ``ModelSpec.ffn_hidden_size`` (or ``moe.dense_ffn_hidden_size``), MoE
 layers their experts. Collectives per layer: the attention output all-reduce over tp, and after
@@ -261,9 +263,18 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
         gpu = gpu + draft
         kernels = kernels + float(draft_tokens) * draft_kernels
 
-    # host: eager launches of the kernels a CUDA graph does not cover, and per-step work
+    # host: eager launches of the kernels a CUDA graph does not cover, and per-step work. A graph
+    # replays one forward pass, so its coverage is the batch of one micro-batch (d requests), not
+    # the rank's m x d: under pipeline parallelism each engine schedules and runs every micro-batch
+    # as a batch of its own and picks the graph by that batch's size (TensorRT-LLM
+    # tensorrt_llm/_torch/pyexecutor/py_executor.py ``_executor_loop_pp``: one ``_schedule`` and
+    # ``_forward_step`` per micro-batch, and model_engine.py ``_maybe_get_cuda_graph`` keys the
+    # graph by ``len(batch.generation_requests)``; vLLM V1 vllm/v1/engine/core.py
+    # ``step_with_batch_queue``, a queue of ``max_concurrent_batches`` = pp scheduler outputs each
+    # run on its own; SGLang python/sglang/srt/managers/scheduler_pp_mixin.py ``event_loop_pp``,
+    # pp running micro-batches each its own ScheduleBatch). Without stages d is the rank's batch.
     mixed = _f(prefill_tokens) > 0
-    graphed = behaviour.graph_covers(_f(decode_reqs), mixed)
+    graphed = behaviour.graph_covers(d, mixed)
     all_kernels = m * (kernels + KERNELS["head"])
     if behaviour.cuda_graphs == "full_and_piecewise":
         eager_kernels = np.where(graphed, 0.0, m * n_layers * 1.0)   # attention launched outside the pieces

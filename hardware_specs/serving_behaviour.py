@@ -286,8 +286,10 @@ class ServingBehaviour:
         return int(chosen if chosen is not None else next(iter(self.prefill_token_budget.values())))
 
     def graph_covers(self, decode_batch, mixed) -> "object":
-        """Whether a step runs from a CUDA graph (numpy-friendly): a decode-only step of at most
-        ``cuda_graph_max_batch`` requests under ``decode_only`` or ``full_and_piecewise``."""
+        """Whether a step runs from a CUDA graph (numpy-friendly): a decode-only forward pass of
+        at most ``cuda_graph_max_batch`` requests under ``decode_only`` or ``full_and_piecewise``.
+        ``decode_batch`` is the batch of one forward: under pipeline parallelism one micro-batch's
+        (``cost_models.inference_step.step_time``)."""
         if self.cuda_graphs == "none":
             return np.zeros(np.shape(decode_batch), dtype=bool) if np.ndim(decode_batch) else False
         return np.logical_and(np.logical_not(mixed), np.asarray(decode_batch) <= self.cuda_graph_max_batch)
