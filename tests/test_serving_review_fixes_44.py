@@ -95,3 +95,37 @@ def test_doubling_the_batch_on_pipeline_stages_does_not_cut_tokens_per_gpu():
                                      "batch": np.array([128.0, 256.0]), "isl": 128.0, "osl": 4096.0})
     assert out["fits"].all()
     assert out["tokens_per_s_per_gpu"][1] >= out["tokens_per_s_per_gpu"][0]
+
+
+# --- the plan's "as one deployment" command carries its floats exactly ------------------------
+
+@pytest.mark.parametrize("p", [0.71234567, 0.1 + 0.2, 1.0 / 3.0])
+def test_the_simulate_command_of_a_plan_row_writes_floats_that_read_back_exactly(p):
+    import shlex
+
+    from paraplan.commands.serve import simulate_command
+    opts = {"model": "deepseek-r1", "system": "dgx-b200", "backend": "sglang", "speculative_tokens": 2,
+            "draft_acceptance": p, "isl": 1024, "osl": 1024}
+    args = shlex.split(simulate_command({"mode": "agg", "tp": 1.0, "batch": 8.0}, opts))
+    assert float(args[args.index("--draft-acceptance") + 1]) == p      # 0.712346 had been written
+
+
+def test_the_plans_command_with_an_odd_acceptance_gives_the_plans_numbers_exactly():
+    import json
+    import shlex
+
+    from click.testing import CliRunner
+
+    from paraplan.cli import main
+    request = ["serve", "plan", "-m", "deepseek-r1", "-s", "dgx-b200", "-n", "8", "-b", "sglang",
+               "--speculative-tokens", "2", "--draft-acceptance", "0.71234567", "--ttft-ms", "5000", "--tpot-ms", "100"]
+    text = CliRunner().invoke(main, request)
+    assert text.exit_code == 0, text.output
+    line = next(ln for ln in text.stdout.splitlines() if "as one deployment:" in ln)
+    command = shlex.split(line.split("as one deployment:", 1)[1])
+    best = json.loads(CliRunner().invoke(main, request + ["--json"]).stdout)["best"]
+    sim = CliRunner().invoke(main, command[1:] + ["--json"])
+    assert sim.exit_code == 0, sim.output
+    got = json.loads(sim.stdout)
+    for key in ("ttft_ms", "tpot_ms", "tokens_per_s_per_gpu"):
+        assert got[key] == pytest.approx(best[key], rel=1e-13, abs=0.0), key

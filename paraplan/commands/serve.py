@@ -568,7 +568,10 @@ def simulate_command(row, opts: dict, moe: bool = True) -> str:
         args += ["--kv-cache-dtype", opts["kv_cache_dtype"]]
     for name in ("speculative_tokens", "draft_acceptance", "draft_model"):
         if opts.get(name) is not None:
-            args += [f"--{name.replace('_', '-')}", f"{opts[name]:g}" if isinstance(opts[name], float) else str(opts[name])]
+            # a float as Python reads it back exactly (``:g`` kept 6 digits: 0.71234567 became
+            # 0.712346, and the command gave other numbers than the plan)
+            args += [f"--{name.replace('_', '-')}", repr(float(opts[name])) if isinstance(opts[name], float)
+                     else str(opts[name])]
     args += ["--isl", str(opts["isl"]), "--osl", str(opts["osl"])]
     agg = row["mode"] == "agg"
     if not agg:

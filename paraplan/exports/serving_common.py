@@ -450,7 +450,7 @@ def render_script(launch: ServingLaunch, engine, title: str) -> str:
            + f"memory setting {launch.memory_fraction:g}, CUDA graphs up to batch {launch.cuda_graph_max_batch}",
            *([f"# speculative decoding: {'the EAGLE-3 head in DRAFT_MODEL' if launch.draft_model_path else 'the MTP module'} "
               f"drafts {launch.speculative_tokens} token(s) a step; the TPOT "
-              f"assumes each is accepted with p = {launch.draft_acceptance:g}"
+              f"assumes each is accepted with p = {launch.draft_acceptance!r}"
               + (" [an unfitted prior: measure yours]" if launch.acceptance_is_prior else " (as given)")]
              if launch.speculative_tokens else []),
            "#",
