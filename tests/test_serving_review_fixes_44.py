@@ -129,3 +129,22 @@ def test_the_plans_command_with_an_odd_acceptance_gives_the_plans_numbers_exactl
     got = json.loads(sim.stdout)
     for key in ("ttft_ms", "tpot_ms", "tokens_per_s_per_gpu"):
         assert got[key] == pytest.approx(best[key], rel=1e-13, abs=0.0), key
+
+
+# --- more GPUs never lose a disaggregated plan ----------------------------------------------
+
+def test_the_prefill_counts_tried_do_not_depend_on_the_gpu_count():
+    from planners.serving.search import MAX_GPUS, PREFILL_COUNTS
+    assert np.array_equal(PREFILL_COUNTS[:64], np.arange(1.0, 65.0))
+    assert PREFILL_COUNTS[-1] == MAX_GPUS and np.all(np.diff(PREFILL_COUNTS) > 0)
+
+
+def test_more_gpus_never_give_a_worse_disaggregated_plan_past_64_prefill_workers():
+    """Llama-3.1-8B on H100 (TensorRT-LLM), isl 4096, osl 256, TTFT 500 ms, TPOT 20 ms: 33 tp1
+    prefill + 5 tp4 decode workers reach 2,144 tokens/s/GPU on 64 GPUs; on 65-71, 100, 129 and 130
+    the search tried 48 prefill counts log-spaced up to the most that fit, 33 not among them, and
+    its best was worse (2,138 on 66)."""
+    ctx = _ctx("llama3.1-8b", "dgx-h100", "trtllm", "fp8")
+    best = [plan_serving(ctx, n, 4096, 256, 500.0, 20.0, modes=("disagg",)).best["tokens_per_s_per_gpu"]
+            for n in (64, 65, 66, 69, 71, 100, 129, 130)]
+    assert all(b >= a * (1 - 1e-12) for a, b in zip(best, best[1:])), best

@@ -4,8 +4,8 @@ Aggregated: every worker layout of ``space.worker_layouts`` (only the expert spl
 stack's engine runs) crossed with per-rank batches,
 replicated over the GPUs (throughput per GPU is one worker's). Disaggregated: prefill layouts x
 prompts per prefill step (1, 2, 4, 8), decode layouts x batches, and worker counts that fit
-the GPUs (prefill counts up to 64, log-spaced beyond, each with as many decode workers as fit,
-or a power of two fewer). Both go through ``simulator.serving`` (the functions ``serve
+the GPUs (prefill counts up to 64, then a fixed geometric grid, the same for every GPU count,
+each with as many decode workers as fit, every count up to 16 or a power of two). Both go through ``simulator.serving`` (the functions ``serve
 simulate`` calls), column-wise: the decode and prefill sides are evaluated once per distinct
 configuration, the closed loop once per combination. Decode configurations off the decode-only
 Pareto front (tokens/s/GPU vs tokens/s/user) and prefill configurations off the prefill front
@@ -33,6 +33,11 @@ from simulator.serving.aggregated import evaluate_agg, memory_columns
 from simulator.serving.disaggregated import combine, decode_side, prefill_side
 
 PREFILL_BATCHES = (1, 2, 4, 8)
+#: prefill worker counts a disaggregated search pairs (those that fit): every count up to 64, then
+#: four a doubling (64 x 2^(k/4), rounded) up to ``MAX_GPUS``. One grid for every GPU count, so
+#: the counts tried on n GPUs are tried on n + 1 too (48 counts log-spaced up to the most that
+#: fit had moved with n: 33 prefill workers, the best plan on 64 H100, was not tried on 65)
+PREFILL_COUNTS = np.unique(np.concatenate([np.arange(1.0, 65.0), np.round(64.0 * 2.0 ** (np.arange(1, 25) / 4.0))]))
 #: the largest GPU count one search covers (worker counts are enumerated up to it)
 MAX_GPUS = 4096
 #: columns of ``ServingPlan.candidates``
@@ -249,12 +254,12 @@ def _disagg(ctx, gpus: int, isl: int, osl: int, max_batch: int, ttft_ms: float |
     pi_all, di_all, npw_all, ndw_all = [], [], [], []
     for gp in np.unique(pre["gpus"][p_keep]):
         for gd in np.unique(dec["gpus"][d_keep]):
-            # prefill counts: every one up to 64, then 48 log-spaced ones (the ratio matters);
-            # decode counts: as many as fit, every one up to 16 and the powers of two below (so a
-            # pairing that fits in n GPUs is still tried in n + 1: more GPUs never lose a plan)
+            # prefill counts: ``PREFILL_COUNTS`` (every one up to 64, then a fixed geometric grid);
+            # decode counts: every one up to 16 and the powers of two (neither grid moves with the
+            # GPU count, so a pairing of them that fits in n GPUs is still tried in n + 1: more GPUs
+            # never lose it), and as many as fit beside each prefill count
             most = gpus // int(gp)
-            n_p = (np.arange(1, most + 1, dtype=float) if most <= 64
-                   else np.unique(np.round(np.geomspace(1, most, 48))))
+            n_p = PREFILL_COUNTS[PREFILL_COUNTS <= most]
             fill = np.floor((gpus - n_p * gp) / gd)
             counts = np.unique(np.concatenate([np.arange(1.0, 17.0),
                                                2.0 ** np.arange(0, int(np.log2(max(gpus // int(gd), 1))) + 1)]))
