@@ -148,3 +148,29 @@ def test_more_gpus_never_give_a_worse_disaggregated_plan_past_64_prefill_workers
     best = [plan_serving(ctx, n, 4096, 256, 500.0, 20.0, modes=("disagg",)).best["tokens_per_s_per_gpu"]
             for n in (64, 65, 66, 69, 71, 100, 129, 130)]
     assert all(b >= a * (1 - 1e-12) for a, b in zip(best, best[1:])), best
+
+
+# --- the nothing-fits error suggests only what fits -------------------------------------------
+
+def _fits_something(ctx, gpus, isl=1024, osl=1024):
+    """Whether ``plan_serving`` finds a layout that fits (it may still miss a loose objective)."""
+    try:
+        plan_serving(ctx, gpus, isl, osl, 1e6, 1e6)
+    except InputError as err:
+        if err.field == "--gpus":
+            return False
+    return True
+
+
+def test_the_nothing_fits_error_names_only_formats_that_fit_and_the_gpus_that_would():
+    """DeepSeek-R1 (fp8_block checkpoint, 671B) on 8 H100 with vLLM: fp8 is a hair smaller than
+    fp8_block and fits no better, yet it was suggested with nvfp4, mxfp4 and int4_wo; and 'add
+    GPUs' said nothing of how many. Each format named fits on 8 GPUs, the one left out does not,
+    and the count named is the least that fits."""
+    ctx = _ctx("deepseek-r1", "dgx-h100", "vllm", "fp8_block")
+    with pytest.raises(InputError) as err:
+        plan_serving(ctx, 8, 1024, 1024, 1e6, 1e6)
+    assert err.value.fix == "add GPUs (a layout fits on 16), or a smaller weight format: --precision nvfp4 / mxfp4 / int4_wo"
+    for fmt, fits in (("fp8", False), ("nvfp4", True), ("mxfp4", True), ("int4_wo", True)):
+        assert _fits_something(_ctx("deepseek-r1", "dgx-h100", "vllm", fmt), 8) is fits, fmt
+    assert not _fits_something(ctx, 15) and _fits_something(ctx, 16)

@@ -160,14 +160,15 @@ def test_an_slo_no_layout_meets_names_the_binding_constraint_and_what_would_meet
     assert str(err) == ("--tpot-ms: no layout on 8 GPUs reaches TPOT 1 ms: the fastest is 2.5 ms (disagg, batch 8); "
                         "nor TTFT 10 ms (the lowest of any layout is 40 ms) (allow --tpot-ms 2.5 and --ttft-ms 120 "
                         "or more, or use faster GPUs)")
-    # only formats smaller than the planned one are suggested (an fp8 plan was told to use fp8)
+    # only formats smaller than the planned one that fit are suggested (an fp8 plan was told to
+    # use fp8; on one GPU no smaller format of DeepSeek-R1 fits either), and the GPUs that would
     with pytest.raises(InputError) as err:
         plan_serving(_ctx("deepseek-r1", "dgx-h100", "vllm", "fp8"), 1, 1024, 1024, 1000.0, 50.0)
     assert str(err.value) == ("--gpus: no layout of deepseek-r1 with fp8 weights fits in 1 x h100-sxm-80gb "
-                              "(add GPUs, or a smaller weight format: --precision nvfp4 / mxfp4 / int4_wo)")
+                              "(add GPUs (a layout fits on 16))")
     with pytest.raises(InputError) as err:
         plan_serving(_ctx("deepseek-r1", "dgx-h100", "vllm", "int4_wo"), 1, 1024, 1024, 1000.0, 50.0)
-    assert str(err.value).endswith("with int4_wo weights fits in 1 x h100-sxm-80gb (add GPUs)")
+    assert str(err.value).endswith("with int4_wo weights fits in 1 x h100-sxm-80gb (add GPUs (a layout fits on 8))")
 
 
 def test_a_model_that_fits_no_searched_worker_is_not_told_to_add_gpus_that_cannot_help():
@@ -186,7 +187,7 @@ def test_a_model_that_fits_no_searched_worker_is_not_told_to_add_gpus_that_canno
     # 8 GPUs: tp8-pp2 needs 16, so more GPUs do help
     with pytest.raises(InputError) as err:
         plan_serving(ctx, 8, 1024, 1024, 1000.0, 50.0)
-    assert err.value.fix == f"add GPUs, or {formats}"
+    assert err.value.fix == f"add GPUs (a layout fits on 16), or {formats}"
 
 
 def test_simulate_rejects_a_tp_that_does_not_divide_the_heads_and_a_batch_that_does_not_fit():

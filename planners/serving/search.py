@@ -28,7 +28,7 @@ from cost_models.weight_formats import WEIGHT_FORMATS, weight_bytes
 from hardware_specs.errors import InputError, whole_number
 from planners.serving.labels import prompts_per_step, worker_labels
 from planners.serving.pareto import pareto_front
-from planners.serving.space import PP_CHOICES, with_batches, worker_layouts
+from planners.serving.space import with_batches, worker_layouts
 from simulator.serving.aggregated import evaluate_agg, memory_columns
 from simulator.serving.disaggregated import combine, decode_side, prefill_side
 
@@ -413,12 +413,8 @@ def ranking_key(cands: pd.DataFrame, rank_by: str) -> pd.Series:
 
 
 def _unfit_fixes(ctx, gpus: int, isl: int, osl: int, max_batch: int, modes, allow_pp: bool) -> list[str]:
-    """What would make some layout fit where none of the searched ones does: aggregated workers
-    with pipeline stages where the search left them out (--no-pp, or --mode disagg, whose workers
-    have none), and more GPUs only where the search would build a larger worker from them (a
-    dense model's worker is at most the NVLink domain's tensor parallelism x 8 pipeline stages,
-    a disaggregated one the domain alone; a MoE worker grows with attention data parallelism).
-    It said "add GPUs" to Llama-3.1-405B in bf16 on 64 H100 with --no-pp, where no GPU count fits."""
+    """Aggregated workers with pipeline stages, where the search left them out (--no-pp, or
+    --mode disagg, whose workers have none) and they would fit on these GPUs."""
     fixes = []
     if not allow_pp or "agg" not in modes:
         alt = _agg(ctx, gpus, isl, osl, max_batch, True)
@@ -427,12 +423,6 @@ def _unfit_fixes(ctx, gpus: int, isl: int, osl: int, max_batch: int, modes, allo
             how = (["with --mode agg (or both)"] if "agg" not in modes else []) + ([] if allow_pp else ["without --no-pp"])
             fixes.append(f"aggregated workers with pipeline stages fit ({sized.layout.iloc[0]}): plan "
                          + " and ".join(how))
-    model, domain = ctx.model, int(ctx.cluster.gpus_per_node)
-    tp_most = max(t for t in (2 ** i for i in range(domain.bit_length())) if t <= domain and model.num_heads % t == 0)
-    pp_most = max(p for p in PP_CHOICES if p <= model.num_layers) if (allow_pp and "agg" in modes) else 1
-    largest = tp_most * pp_most * (1 if "agg" in modes else 2)     # disaggregated: a prefill and a decode worker
-    if model.moe is not None or gpus < largest:
-        fixes.insert(0, "add GPUs")
     return fixes
 
 
@@ -500,6 +490,28 @@ def _fits_within(ctx, gpus: int, isl: int, osl: int, modes, allow_pp: bool) -> b
     return least is not None and least <= gpus
 
 
+def _formats_that_fit(ctx, formats, experts: bool, gpus: int, isl: int, osl: int, modes, allow_pp: bool) -> list[str]:
+    """The weight formats of ``formats`` with which some layout the search builds on ``gpus`` GPUs
+    holds the weights and one request: as ``--expert-precision`` (``experts``) the experts' alone;
+    as ``--precision`` every weight (the experts follow it, unless already smaller). Each is
+    checked with the KV-cache dtype priced and with the one ``auto`` gives that format (an FP8 /
+    NVFP4 checkpoint's 8-bit KV where the stack reads it): it must fit with both. A format the
+    stack does not run on this GPU is left out. It listed every smaller format, fp8 among them
+    for DeepSeek-R1 on 8 H100, where only nvfp4, mxfp4 and int4_wo fit."""
+    g = ctx.model.int4_group_size
+    fit = []
+    for f in formats:
+        if experts:
+            dense, expert = ctx.dense_format, f
+        else:
+            dense = f
+            expert = f if weight_bytes(f, g) <= weight_bytes(ctx.expert_format, g) else ctx.expert_format
+        tried = [_rebuilt(ctx, dense, expert, kv) for kv in dict.fromkeys((ctx.kv_cache_dtype, "auto"))]
+        if all(c is not None and _fits_within(c, gpus, isl, osl, modes, allow_pp) for c in tried):
+            fit.append(f)
+    return fit
+
+
 def _nothing_fits_error(ctx, gpus: int, isl: int, osl: int, max_batch: int, modes, allow_pp: bool) -> InputError:
     """The ``InputError`` of a search where no layout fits: what does not fit (the weights, or
     beside them one request's KV cache, ``_memory_by_role``) and what would make a layout fit."""
@@ -511,6 +523,9 @@ def _nothing_fits_error(ctx, gpus: int, isl: int, osl: int, max_batch: int, mode
     held = max(weight_bytes(ctx.dense_format, g), weight_bytes(ctx.expert_format, g))
     smaller = [f for f in WEIGHT_FORMATS if weight_bytes(f, g) < held]
     what = (f"{ctx.expert_format} experts" if experts else f"{ctx.dense_format} weights")
+    fit = _formats_that_fit(ctx, smaller, experts, gpus, isl, osl, modes, allow_pp)
+    formats = ([f"a smaller weight format: {'--expert-precision' if experts else '--precision'} " + " / ".join(fit)]
+               if fit else [])
     roles = _memory_by_role(ctx, _search_most(ctx), isl, osl, modes, allow_pp)
     least_held = _least_gpus(roles, "holds")
     if least_held is not None and least_held <= gpus:
@@ -524,10 +539,7 @@ def _nothing_fits_error(ctx, gpus: int, isl: int, osl: int, max_batch: int, mode
         least = _least_gpus(roles, "fits")
         if least is not None:
             fixes.append(f"add GPUs (one request fits on {least})")
-        fixes += [f for f in _unfit_fixes(ctx, gpus, isl, osl, max_batch, modes, allow_pp) if f != "add GPUs"]
-        if smaller:
-            fixes.append(f"a smaller weight format: {'--expert-precision' if experts else '--precision'} "
-                         + " / ".join(smaller))
+        fixes += _unfit_fixes(ctx, gpus, isl, osl, max_batch, modes, allow_pp) + formats
         # the layout closest to holding one request (largest share of it free), within the GPUs given
         best = None
         for role, cols in roles.items():
@@ -541,10 +553,9 @@ def _nothing_fits_error(ctx, gpus: int, isl: int, osl: int, max_batch: int, mode
         return InputError("--gpus", f"no layout of {ctx.model.name} on {gpus} x {ctx.cluster.gpu.name} holds one "
                           f"request of {isl} + {osl} tokens beside its {what}: at best ({where}) its KV cache needs "
                           f"{need / 2**30:.1f} GiB per GPU and {free / 2**30:.1f} GiB is free", ", or ".join(fixes))
-    fixes = _unfit_fixes(ctx, gpus, isl, osl, max_batch, modes, allow_pp)
-    if smaller:
-        fixes.append(f"a smaller weight format: {'--expert-precision' if experts else '--precision'} "
-                     + " / ".join(smaller))
+    least = _least_gpus(roles, "fits")
+    fixes = ([f"add GPUs (a layout fits on {least})"] if least is not None else []) + _unfit_fixes(
+        ctx, gpus, isl, osl, max_batch, modes, allow_pp) + formats
     return InputError("--gpus", f"no layout of {ctx.model.name} with {what} fits in {gpus} x {ctx.cluster.gpu.name}",
                       ", or ".join(fixes) or "use GPUs with more memory")
 
