@@ -174,3 +174,40 @@ def test_the_nothing_fits_error_names_only_formats_that_fit_and_the_gpus_that_wo
     for fmt, fits in (("fp8", False), ("nvfp4", True), ("mxfp4", True), ("int4_wo", True)):
         assert _fits_something(_ctx("deepseek-r1", "dgx-h100", "vllm", fmt), 8) is fits, fmt
     assert not _fits_something(ctx, 15) and _fits_something(ctx, 16)
+
+
+# --- a prefill batch that does not fit says how many do ---------------------------------------
+
+def _disagg_dep(prefill_tp, prefill_batch, fmt="fp8"):
+    return Deployment(model="llama3.1-70b", system="dgx-h100", backend="vllm", mode="disagg", isl=1024, osl=1024,
+                      dense_format=fmt, expert_format=fmt, prefill=WorkerLayout(tp=prefill_tp, batch=prefill_batch),
+                      decode=WorkerLayout(tp=4, batch=32))
+
+
+def test_a_prefill_batch_too_large_names_the_largest_that_fits_with_its_own_workspace():
+    """Llama-3.1-70B fp8, prefill tp 4 on H100: 1,000 prompts of 1,024 tokens said 'at most 0'
+    (the count taken beside the 1,024,000-token workspace of the batch refused) though 300 run.
+    The largest k counted with its own k x 1,024-token workspace, by brute force over every k."""
+    from simulator.serving.aggregated import memory_columns
+    ctx = _ctx("llama3.1-70b", "dgx-h100", "vllm", "fp8")
+    k = np.arange(1.0, 1001.0)
+    mem = memory_columns(ctx, 4.0, 1.0, 1.0, 4.0, 1.0, 1024.0, 1.0, token_budget=k * 1024.0)
+    most = int(k[(mem["kv_pool_bytes"] > 0) & (mem["max_batch_per_rank"] >= k)].max())
+    assert 300 < most < 1000
+    with pytest.raises(InputError) as err:
+        simulate_serving(_disagg_dep(4, 1000), ctx)
+    assert err.value.field == "--prefill-batch" and f"(at most {most})" in err.value.message
+    assert err.value.fix == f"use --prefill-batch {most} or less, or raise --prefill-tp"
+    simulate_serving(_disagg_dep(4, most), ctx)           # the count named runs
+    with pytest.raises(InputError, match=f"at most {most}"):
+        simulate_serving(_disagg_dep(4, most + 1), ctx)
+
+
+def test_a_prefill_worker_whose_weights_do_not_fit_says_so():
+    """Llama-3.1-70B in bf16 (131 GiB) on one H100: '1 prompts ... (at most 0) (lower
+    --prefill-batch ...)' blamed the batch; the weights are what does not fit."""
+    ctx = _ctx("llama3.1-70b", "dgx-h100", "vllm", "bf16")
+    with pytest.raises(InputError) as err:
+        simulate_serving(_disagg_dep(1, 1, "bf16"), ctx)
+    assert err.value.field == "--prefill-tp"
+    assert err.value.message.startswith("the weights (131.4 GiB per GPU) leave no room for a KV cache")

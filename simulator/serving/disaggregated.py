@@ -99,6 +99,21 @@ def prefill_side(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl) -> dict[str, np.n
             "fits": (mem["kv_pool_bytes"] > 0) & (pb <= mem["max_batch_per_rank"])}
 
 
+def largest_prefill_batch(ctx, tp, adp, pp, moe_tp, moe_ep, isl, most: int) -> int:
+    """The most prompts of ``isl`` tokens, at most ``most``, one prefill rank of this layout runs
+    in a step (``prefill_side``'s fit at that batch): the largest k whose KV cache fits the pool
+    left beside the weights and the activation workspace of a k x isl-token step. Bisection over
+    whole k (the pool shrinks and the need grows with k); 0 where not even one prompt fits."""
+    def fits(k: int) -> bool:
+        mem = memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, _f(isl), 1.0, token_budget=float(k) * _f(isl))
+        return bool(np.all(mem["kv_pool_bytes"] > 0) and np.all(mem["max_batch_per_rank"] >= k))
+    lo, hi = 0, int(most)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
 def kv_same_domain_share(prefill_gpus, decode_gpus, p_workers, d_workers, domain_gpus):
     """Share of the KV transfers that stay inside one NVLink domain of ``domain_gpus`` GPUs, per
     row: all when the whole deployment (p_workers x prefill_gpus + d_workers x decode_gpus) fits

@@ -14,6 +14,8 @@ from cost_models.weight_formats import scale_block, slice_holds_whole_blocks
 from hardware_specs.errors import InputError
 from simulator.serving.context import ServingContext
 from simulator.serving.deployment import Deployment, WorkerLayout
+from simulator.serving.aggregated import memory_columns
+from simulator.serving.disaggregated import largest_prefill_batch
 from simulator.serving.evaluate import evaluate_agg_columns, evaluate_disagg_columns
 
 #: decode-step parts, in the order reports list them
@@ -147,6 +149,27 @@ def _cols(lay: WorkerLayout) -> dict[str, np.ndarray]:
     return {k: np.array([float(getattr(lay, k))]) for k in ("tp", "pp", "adp", "moe_tp", "moe_ep", "batch")}
 
 
+def _refuse_prefill_batch(ctx: ServingContext, dep: Deployment) -> None:
+    """The ``InputError`` of a prefill batch that does not fit its rank: the weights alone leave no
+    KV pool, or not one prompt fits, or at most k do, each k counted with its own step's
+    activation workspace (``largest_prefill_batch``; the count had been taken with the workspace
+    of the batch refused: 'at most 0' for 1,000 prompts on a tp4 worker that runs 300)."""
+    lay = dep.prefill
+    cols = [np.array([float(v)]) for v in (lay.tp, lay.adp, lay.pp, lay.moe_tp, lay.moe_ep)]
+    bare = memory_columns(ctx, *cols, float(dep.isl), 1.0, token_budget=0.0)      # no activations
+    if bare["kv_pool_bytes"][0] <= 0:
+        weights = float(bare["weights_bytes"][0])
+        raise InputError("--prefill-tp", f"the weights ({weights / 2**30:.1f} GiB per GPU) leave no room for a KV cache "
+                         f"on {ctx.cluster.gpu.name}", "raise --prefill-tp / --prefill-pp, or use a smaller weight format")
+    most = largest_prefill_batch(ctx, *cols, float(dep.isl), lay.batch - 1)
+    prompts = f"{lay.batch} prompt{'' if lay.batch == 1 else 's'} of {dep.isl} tokens"
+    if most < 1:
+        raise InputError("--prefill-batch", f"not even one prompt of {dep.isl} tokens fits a prefill rank beside the "
+                         "weights and its step's activations", "shorten --isl, or raise --prefill-tp")
+    raise InputError("--prefill-batch", f"{prompts} do not fit a prefill rank beside the weights and their step's "
+                     f"activations (at most {most})", f"use --prefill-batch {most} or less, or raise --prefill-tp")
+
+
 def simulate_serving(dep: Deployment, ctx: ServingContext | None = None, require_fit: bool = True) -> ServingReport:
     """Predict one deployment. With ``require_fit`` a batch whose KV cache does not fit is an
     ``InputError`` saying how many fit and what would make more fit."""
@@ -188,9 +211,7 @@ def simulate_serving(dep: Deployment, ctx: ServingContext | None = None, require
         batch_lay, field_name = dep.decode, "--decode-batch"
         extra_keys = ("prefill_own_s", "prefill_step_s", "kv_transfer_s", "prefill_utilization", "queue_wait_s")
         if out["prefill_max_batch_per_rank"][0] < dep.prefill.batch:
-            raise InputError("--prefill-batch", f"{dep.prefill.batch} prompts of {dep.isl} tokens do not fit a prefill "
-                             f"rank's KV pool (at most {int(out['prefill_max_batch_per_rank'][0])})",
-                             "lower --prefill-batch or raise --prefill-tp")
+            _refuse_prefill_batch(ctx, dep)
     n_fit = float(out["max_batch_per_rank"][0])
     if require_fit and (out["kv_pool_bytes"][0] <= 0 or batch_lay.batch > n_fit):
         if out["kv_pool_bytes"][0] <= 0:
