@@ -17,6 +17,7 @@ deployments are simulated with ``paraplan serve simulate --mode disagg`` or
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import replace
 from typing import Any, Iterable, Mapping
 
@@ -71,6 +72,26 @@ def _without_expert_split(plan: ServingPlan) -> ServingPlan:
     return replace(plan, candidates=frame(plan.candidates), front=frame(plan.front), best=best)
 
 
+#: context keywords naming something (text, or None for the default) and those that are numbers
+#: (or None): a value of another kind is an ``InputError`` naming the keyword ('3' TB/s was read
+#: as 3, a backend_version of 5 passed unchecked)
+_TEXT_FIELDS = ("backend_version", "precision", "expert_precision")
+_NUMBER_FIELDS = ("hbm_tb_per_s", "scaleup_gbit_per_s", "scaleout_gbit_per_s", "draft_acceptance")
+
+
+def _check_kinds(values: Mapping[str, Any]) -> None:
+    """``InputError`` on the first of ``values`` (keyword: value) of the wrong kind: text where
+    ``_TEXT_FIELDS`` says so, a real number (not a bool, not text) for ``_NUMBER_FIELDS``."""
+    for name, value in values.items():
+        if value is None:
+            continue
+        if name in _TEXT_FIELDS and not isinstance(value, str):
+            raise InputError(name, f"must be text, got {value!r}", "e.g. '0.11.0'" if name == "backend_version"
+                             else "e.g. 'fp8'")
+        if name in _NUMBER_FIELDS and (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real)):
+            raise InputError(name, f"must be a number, got {value!r}", "give it as a number, not text or a bool")
+
+
 def _refuse_unknown(context: Mapping[str, Any], what: str, known: tuple[str, ...]) -> None:
     """``InputError`` naming the first keyword of ``context`` not in ``CONTEXT_FIELDS``, with the
     nearest of ``known``."""
@@ -88,6 +109,9 @@ def serving_context(model: str | ModelSpec, system: str, backend: str = "vllm", 
                     scaleup_gbit_per_s: float | None = None,
                     scaleout_gbit_per_s: float | None = None) -> ServingContext:
     """The ``ServingContext`` ``serve simulate`` would build, on the what-if hardware."""
+    _check_kinds({"backend_version": backend_version, "precision": precision, "expert_precision": expert_precision,
+                  "hbm_tb_per_s": hbm_tb_per_s, "scaleup_gbit_per_s": scaleup_gbit_per_s,
+                  "scaleout_gbit_per_s": scaleout_gbit_per_s, "draft_acceptance": draft_acceptance})
     for name, value in (("backend", backend), ("system", system)):
         if not isinstance(value, str):      # None / 5 / ["vllm"] reached pathlib as a TypeError
             raise InputError(name, f"must be a name (text), got {value!r}",

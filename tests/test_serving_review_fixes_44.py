@@ -211,3 +211,35 @@ def test_a_prefill_worker_whose_weights_do_not_fit_says_so():
         simulate_serving(_disagg_dep(1, 1, "bf16"), ctx)
     assert err.value.field == "--prefill-tp"
     assert err.value.message.startswith("the weights (131.4 GiB per GPU) leave no room for a KV cache")
+
+
+# --- the Python API refuses arguments of the wrong kind ---------------------------------------
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(backend_version=5), "backend_version"),
+    (dict(hbm_tb_per_s="3"), "hbm_tb_per_s"),          # isl="1024" was refused, "3" TB/s read as 3
+    (dict(hbm_tb_per_s=True), "hbm_tb_per_s"),
+    (dict(scaleup_gbit_per_s="900"), "scaleup_gbit_per_s"),
+    (dict(precision=8), "precision"),
+    (dict(draft_acceptance="0.7", speculative_tokens=1), "draft_acceptance"),
+    (dict(isl="1024"), "isl"),
+])
+def test_serve_simulate_refuses_an_argument_of_the_wrong_kind(kwargs, field):
+    from paraplan.serving_api import serve_simulate
+    with pytest.raises(InputError) as err:
+        serve_simulate("llama3.1-8b", "dgx-h100", **kwargs)
+    assert err.value.field == field and err.value.message.startswith("must be")
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(allow_pp="no"), "allow_pp"),                  # a truthy string had allowed pipeline stages
+    (dict(allow_pp=1), "allow_pp"),
+    (dict(ttft_ms=True), "--ttft-ms"),                  # True was 1 ms
+    (dict(tpot_ms="50"), "--tpot-ms"),
+    (dict(backend_version=5), "backend_version"),
+])
+def test_serve_plan_refuses_an_argument_of_the_wrong_kind(kwargs, field):
+    from paraplan.serving_api import serve_plan
+    with pytest.raises(InputError) as err:
+        serve_plan("llama3.1-405b", "dgx-h100", 16, **kwargs)
+    assert err.value.field == field and err.value.message.startswith("must be")

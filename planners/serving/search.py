@@ -578,8 +578,12 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
         raise InputError("--mode", f"modes must be a non-empty list of agg / disagg, got {modes!r}",
                          "search ('agg',), ('disagg',) or ('agg', 'disagg')")
     for name, value in (("--ttft-ms", ttft_ms), ("--tpot-ms", tpot_ms)):
-        if not (isinstance(value, (int, float)) and np.isfinite(value) and value > 0):
+        # True is an int to Python, and was taken as 1 ms
+        if isinstance(value, (bool, np.bool_)) or not (isinstance(value, (int, float)) and np.isfinite(value)
+                                                       and value > 0):
             raise InputError(name, f"must be a finite number > 0, got {value!r}")
+    if not isinstance(allow_pp, (bool, np.bool_)):       # "no" is truthy: it had allowed pipeline stages
+        raise InputError("allow_pp", f"must be True or False, got {allow_pp!r}")
     ctx.check_request(isl, osl)
     if gpus > MAX_GPUS:
         raise InputError("--gpus", f"{gpus} GPUs is more than the {MAX_GPUS} a serving search covers",
