@@ -27,6 +27,12 @@ from typing import Sequence
 from hardware_specs.stack_spec import StackSpec
 
 _LEADING_NUMBERS = re.compile(r"v?(\d+(?:\.\d+)*)")
+#: what a release a user names looks like: dot-separated numbers (an optional leading v), then
+#: pre / post / dev suffixes, each with an optional number, and a local label after "+" (PEP
+#: 440's spellings and the engines' tags: 0.11.0, v0.5.10.post1, 1.2.0rc6.post3, 0.5.1-rc0.pre3,
+#: 1.1.0-dev.2, 0.6.3+cu118)
+_RELEASE = re.compile(r"v?\d+(?:\.\d+)*(?:[.\-_]?(?:a|b|c|rc|alpha|beta|pre|preview|post|dev)(?:[.\-_]?\d+)?)*"
+                      r"(?:\+[a-z0-9]+(?:[.\-_][a-z0-9]+)*)?", re.IGNORECASE)
 #: a first component this large is a year (Megatron-LM 2021), not a release number (0.12, 24.09)
 _YEAR_FROM = 1000
 
@@ -47,6 +53,13 @@ def release_numbers(version) -> tuple[int, ...] | None:
     if m is None:
         return None
     return tuple(int(part) for part in m.group(1).split("."))
+
+
+def looks_like_release(version) -> bool:
+    """Whether ``version`` (text) is spelled as a release (``_RELEASE``): ``nope``, ``latest``,
+    ``-1``, ``1e30`` or two lines are not. The validation files' own cells (``gpt-oss-dev``,
+    ``nightly-5b8c30d6``) are read by ``match_release`` without this test."""
+    return isinstance(version, str) and _RELEASE.fullmatch(version.strip()) is not None
 
 
 def _scheme(numbers: tuple[int, ...]) -> str:

@@ -243,3 +243,44 @@ def test_serve_plan_refuses_an_argument_of_the_wrong_kind(kwargs, field):
     with pytest.raises(InputError) as err:
         serve_plan("llama3.1-405b", "dgx-h100", 16, **kwargs)
     assert err.value.field == field and err.value.message.startswith("must be")
+
+
+# --- --backend-version must name a release -----------------------------------------------------
+
+@pytest.mark.parametrize("version", ["nope", "-1", "latest", "1e30", "0.1\n2", "0.11.0 0.12.0"])
+def test_serve_simulate_refuses_a_backend_version_that_is_no_release(version):
+    """They ran as the newest profile with a note on stderr and exit 0."""
+    from click.testing import CliRunner
+
+    from paraplan.cli import main
+    result = CliRunner().invoke(main, ["serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100",
+                                       "--backend-version", version])
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"error: --backend-version: {version!r} is not a release")
+
+
+@pytest.mark.parametrize("version", ["0.11.0", "0.15.1", "1.2.0rc6.post3", "v0.5.10.post1", "0.5.1-rc0.pre3",
+                                     "1.1.0-dev.2", "0.6.3+cu118"])
+def test_a_release_spelled_as_the_engines_tag_them_is_taken(version):
+    from hardware_specs.release_match import looks_like_release
+    assert looks_like_release(version)
+    ServingContext.build("llama3.1-8b", "dgx-h100", "vllm", "fp8", "fp8", backend_version=version)
+
+
+def test_the_validation_files_tags_that_are_no_release_still_price_there():
+    """The serving-runs file's gpt-oss-dev and nightly-<hash> cells are read by the validation
+    path (serving_release_match, the framework's default profile), not refused as a user's
+    --backend-version is."""
+    import pandas as pd
+
+    from hardware_specs.catalog import serving_release_match
+    from hardware_specs.release_match import looks_like_release
+    from pathlib import Path
+    runs = Path(__file__).resolve().parents[1] / "paraplan" / "data" / "validation" / "serving_runs.csv"
+    df = pd.read_csv(runs, dtype={"backend_version": str}, low_memory=False)
+    cells = df[["backend", "backend_version"]].dropna().drop_duplicates()
+    odd = cells[~cells.backend_version.map(looks_like_release)]
+    assert set(odd.backend_version) == {"gpt-oss-dev", "nightly-5b8c30d62b754b57"}
+    for backend, version in odd.itertuples(index=False):
+        assert serving_release_match(backend, version).stack.serving is not None

@@ -19,6 +19,7 @@ from hardware_specs.catalog import load_cluster, load_serving_efficiency, load_s
 from hardware_specs.yaml_files import is_file
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.errors import InputError, whole_number
+from hardware_specs.release_match import looks_like_release
 from hardware_specs.serving_behaviour import ServingBehaviour
 from hardware_specs.serving_efficiency import ServingEfficiency
 from hardware_specs.stack_spec import StackSpec
@@ -159,6 +160,11 @@ class ServingContext:
         ``MTP_ACCEPTANCE_PRIOR``); with ``draft_head`` (a ``DraftHead`` or the path of its
         config.json) that EAGLE-3 head drafts instead, and ``draft_acceptance`` must be given
         (no prior is published for a head's per-token acceptance)."""
+        if backend_version is not None and not looks_like_release(backend_version):
+            # a release no rule places had run as the newest profile, with a note on stderr and exit 0
+            raise InputError("--backend-version", f"{backend_version!r} is not a release",
+                             "give one such as 0.11.0 or 1.2.0rc6 (numbers separated by dots, an optional rc / post "
+                             "/ dev suffix), or leave it out for the newest profile")
         m = model if isinstance(model, ModelSpec) else load_model(model)
         if m.hybrid_pattern:
             raise InputError("model", f"{m.name} is a hybrid Mamba model: serving it is not modelled (its Mamba "
