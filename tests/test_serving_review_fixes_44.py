@@ -284,3 +284,30 @@ def test_the_validation_files_tags_that_are_no_release_still_price_there():
     assert set(odd.backend_version) == {"gpt-oss-dev", "nightly-5b8c30d62b754b57"}
     for backend, version in odd.itertuples(index=False):
         assert serving_release_match(backend, version).stack.serving is not None
+
+
+# --- a deployment too large names what makes it so --------------------------------------------
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(layout=WorkerLayout(tp=10**20)), "--tp"),             # blamed on 'workers'
+    (dict(layout=WorkerLayout(pp=10**8)), "--pp"),
+    (dict(layout=WorkerLayout(tp=8), workers=10**7), "workers"),
+    (dict(mode="disagg", prefill=WorkerLayout(tp=1), decode=WorkerLayout(tp=10**8)), "--decode-tp"),
+    (dict(mode="disagg", prefill=WorkerLayout(tp=1), decode=WorkerLayout(tp=1), prefill_workers=10**8),
+     "prefill_workers"),
+])
+def test_a_deployment_above_the_largest_names_the_degree_or_count_that_makes_it_so(kwargs, field):
+    with pytest.raises(InputError) as err:
+        Deployment(model="llama3.1-8b", system="dgx-h100", backend="vllm", **kwargs)
+    assert err.value.field == field
+
+
+def test_serve_simulate_blames_a_huge_tp_on_tp():
+    from click.testing import CliRunner
+
+    from paraplan.cli import main
+    result = CliRunner().invoke(main, ["serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100",
+                                       "--tp", "99999999999999999999"])
+    assert result.exit_code == 2
+    assert result.stderr.strip().startswith("error: --tp: a worker of tp 99,999,999,999,999,999,999 x pp 1 x adp 1")
+    assert result.stderr.strip().endswith("(use a smaller --tp)")

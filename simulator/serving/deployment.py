@@ -86,6 +86,26 @@ def worker_layout(tp: int, pp: int, adp: int, moe_tp: int | None, moe_ep: int | 
     return WorkerLayout(tp=tp, pp=pp, adp=adp, moe_tp=moe_tp, moe_ep=moe_ep, batch=batch, where=where)
 
 
+def _refuse_too_many_gpus(dep: "Deployment") -> None:
+    """The ``InputError`` of a deployment above ``MAX_GPUS`` GPUs, on what makes it so large: the
+    larger side's (disaggregated) worker degree when one worker alone exceeds it (its largest of
+    tp, pp, adp, as ``serve simulate`` spells it: ``--tp``, ``--decode-pp``; ``--tp 1e20`` had
+    been blamed on the workers), else its worker count."""
+    if dep.mode == "agg":
+        lay, count, option, workers = dep.layout, dep.workers, "--", "workers"
+    elif dep.prefill.gpus * dep.prefill_workers >= dep.decode.gpus * dep.decode_workers:
+        lay, count, option, workers = dep.prefill, dep.prefill_workers, "--prefill-", "prefill_workers"
+    else:
+        lay, count, option, workers = dep.decode, dep.decode_workers, "--decode-", "decode_workers"
+    if lay.gpus > MAX_GPUS:
+        degree = max(("tp", "pp", "adp"), key=lambda k: getattr(lay, k))
+        raise InputError(f"{option}{degree}", f"a worker of tp {lay.tp:,} x pp {lay.pp:,} x adp {lay.adp:,} spans "
+                         f"{lay.gpus:,} GPUs, above the largest supported {MAX_GPUS:,}", f"use a smaller {option}{degree}")
+    role = "" if dep.mode == "agg" else option[2:-1] + " "
+    raise InputError(workers, f"the deployment spans {dep.gpus:,} GPUs ({count:,} {role}workers of {lay.gpus:,}), above "
+                     f"the largest supported {MAX_GPUS:,}", "use fewer workers or smaller workers")
+
+
 @dataclass(frozen=True)
 class Deployment:
     """One serving deployment at one request shape and load.
@@ -148,13 +168,7 @@ class Deployment:
                 raise InputError("prefill" if self.prefill is None else "decode",
                                  "missing for a disaggregated deployment", "give both worker layouts")
         if self.gpus > MAX_GPUS:        # as a training job: larger is a typo, and TTFTs would reach 1e39 s
-            if self.mode == "agg":
-                name = "workers"
-            else:
-                name = ("prefill_workers" if self.prefill.gpus * self.prefill_workers >= self.decode.gpus * self.decode_workers
-                        else "decode_workers")
-            raise InputError(name, f"the deployment spans {self.gpus:,} GPUs, above the largest supported {MAX_GPUS:,}",
-                             "use fewer workers or smaller workers")
+            _refuse_too_many_gpus(self)
 
     @property
     def gpus(self) -> int:
