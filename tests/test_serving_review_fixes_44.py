@@ -311,3 +311,32 @@ def test_serve_simulate_blames_a_huge_tp_on_tp():
     assert result.exit_code == 2
     assert result.stderr.strip().startswith("error: --tp: a worker of tp 99,999,999,999,999,999,999 x pp 1 x adp 1")
     assert result.stderr.strip().endswith("(use a smaller --tp)")
+
+
+# --- TPU launch scripts do not pin chips with a CUDA variable ----------------------------------
+
+def _emit(*args):
+    from click.testing import CliRunner
+
+    from paraplan.cli import main
+    return CliRunner().invoke(main, ["serve", "simulate", "-m", "llama3.1-8b", "-b", "vllm", "--batch", "8", *args,
+                                     "--emit"])
+
+
+def test_a_tpu_script_with_workers_sharing_a_host_is_refused():
+    """Four tp1 workers on one 4-chip TPU v4 host were each started with CUDA_VISIBLE_DEVICES=i,
+    which a TPU runtime does not read: all four would reach for the same chips."""
+    result = _emit("-s", "tpu-v4-pod", "--workers", "4")
+    assert result.exit_code == 2
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: --emit: 4 workers would share host 0 of tpu-v4-pod")
+    assert "CUDA_VISIBLE_DEVICES" in lines[0]
+
+
+def test_a_tpu_script_with_a_host_per_worker_sets_no_cuda_variable_and_gpus_keep_theirs():
+    tpu = _emit("-s", "tpu-v4-pod", "--tp", "4", "--workers", "2")
+    assert tpu.exit_code == 0, tpu.output
+    assert tpu.stdout.count("vllm serve") == 2 and "VISIBLE" not in tpu.stdout
+    gpu = _emit("-s", "dgx-h100", "--workers", "2")
+    assert gpu.exit_code == 0, gpu.output
+    assert "CUDA_VISIBLE_DEVICES=0 vllm serve" in gpu.stdout and "CUDA_VISIBLE_DEVICES=1 vllm serve" in gpu.stdout

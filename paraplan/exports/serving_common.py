@@ -127,6 +127,9 @@ class ServingLaunch:
             speculative decoding), written in each engine's own speculative-decoding setting;
             ``draft_acceptance`` the acceptance the TPOT assumed, ``acceptance_is_prior`` whether
             it is the unfitted prior.
+        device_env: the variable pinning a single-host worker to its GPUs (``CUDA_VISIBLE_DEVICES``),
+            "" where the accelerator reads none the script can set (TPU: each worker has a host
+            to itself, ``launch_of``).
         workers: every engine instance and where it runs; ``hosts``: hosts in all;
         ``gpus_per_host``.
         stack, framework: the serving stack priced and its framework.
@@ -169,6 +172,7 @@ class ServingLaunch:
     acceptance_is_prior: bool = False
     draft_model_path: str = ""
     draft_checkpoint: str = ""
+    device_env: str = "CUDA_VISIBLE_DEVICES"
 
     @property
     def max_model_len(self) -> int:
@@ -327,6 +331,9 @@ def launch_of(context, deployment, metrics: Mapping[str, float]) -> ServingLaunc
                 refused = (f"SGLang loads the 16-bit weights before quantising them, {need / 2**30:.0f} GiB a GPU of "
                            f"{w.name}, more than the GPU holds")
                 break
+    tpu = vendor == "google"
+    if tpu:
+        _refuse_shared_tpu_hosts(workers, cluster, per_host)
     if len(workers) > MAX_EMIT_WORKERS:
         raise InputError("--emit", f"the deployment starts {len(workers):,} engine instances, above the "
                          f"{MAX_EMIT_WORKERS:,} one script launches", "emit a smaller deployment, or one worker and replicate it")
@@ -346,7 +353,28 @@ def launch_of(context, deployment, metrics: Mapping[str, float]) -> ServingLaunc
         speculative_tokens=int(context.speculative_tokens), draft_acceptance=float(context.draft_acceptance),
         acceptance_is_prior=bool(context.acceptance_is_prior),
         draft_model_path=str(Path(context.draft_head.path).resolve()) if context.draft_head is not None else "",
-        draft_checkpoint=context.draft_head.checkpoint if context.draft_head is not None else "")
+        draft_checkpoint=context.draft_head.checkpoint if context.draft_head is not None else "",
+        device_env="" if tpu else "CUDA_VISIBLE_DEVICES")
+
+
+def _refuse_shared_tpu_hosts(workers, cluster, per_host: int) -> None:
+    """``InputError`` where two workers would share a TPU host. The script pins a worker to its
+    GPUs with ``CUDA_VISIBLE_DEVICES``, which TPU runtimes do not read; the variables that give
+    a process a subset of a host's chips (``TPU_VISIBLE_CHIPS`` / ``TPU_VISIBLE_DEVICES``,
+    ``TPU_CHIPS_PER_PROCESS_BOUNDS``, ``TPU_PROCESS_BOUNDS``, a mesh-controller port each) belong
+    to the TPU runtime, depend on the chips' topology, and are not in vLLM's TPU documentation,
+    so the export does not guess them. A worker with a host to itself needs no pinning."""
+    count: dict[int, int] = {}
+    for w in workers:
+        for host in range(w.first_host, w.first_host + w.hosts):
+            count[host] = count.get(host, 0) + 1
+    host, most = max(count.items(), key=lambda kv: (kv[1], -kv[0]))
+    if most > 1:
+        raise InputError("--emit", f"{most} workers would share host {host} of {cluster.name} ({per_host} "
+                         f"{cluster.gpu.name} chips), and the script cannot pin a worker to TPU chips: TPU runtimes "
+                         "ignore CUDA_VISIBLE_DEVICES, and the runtime's chip-bounds variables are not documented by "
+                         "vLLM", f"emit workers that fill a host each (tp x pp = {per_host}), or start them yourself "
+                         "with the TPU runtime's TPU_VISIBLE_CHIPS / TPU_PROCESS_BOUNDS settings")
 
 
 def _release_note(stack, framework: str) -> str:
@@ -491,7 +519,8 @@ def render_script(launch: ServingLaunch, engine, title: str) -> str:
             if not argv:
                 out.append(f"    # {w.name}: started from host {w.first_host}")
                 continue
-            env = "" if w.hosts > 1 else f"CUDA_VISIBLE_DEVICES={','.join(str(i) for i in w.gpu_ids)} "
+            env = ("" if w.hosts > 1 or not launch.device_env
+                   else f"{launch.device_env}={','.join(str(i) for i in w.gpu_ids)} ")
             out.append(f"    # {w.name}" + (f", node {node_rank} of {w.hosts}" if w.hosts > 1 else ""))
             out.append("    " + env + command_line(argv, indent="    ") + " &")
         if host == 0:
