@@ -562,3 +562,15 @@ def test_plan_prints_the_layers_per_chunk_it_priced_and_the_balanced_split_apart
     data = json.loads(run(*args, "--json").stdout)
     assert data["stage_layers"] == [[0, 8], [8, 16], [16, 24], [24, 32]]
     assert data["balanced_stage_layers"] == [[0, 8], [8, 17], [17, 26], [26, 32]]
+
+
+def test_the_printed_simulate_command_carries_the_headroom_exactly():
+    """The plan's 'simulate' command writes --headroom-gib as Python reads it back: 1.23456789 (":g"
+    alone wrote 1.23457), and 4 as 4."""
+    import shlex
+
+    from paraplan.commands.plan import simulate_command
+    row = {"dp": 1, "tp": 8, "pp": 1, "cp": 1, "ep": 1, "micro_batch": 1, "global_batch": 64}
+    for value, text in ((1.23456789, "1.23456789"), (4.0, "4"), (0.1 + 0.2, repr(0.1 + 0.2))):
+        args = shlex.split(simulate_command(row, "llama3-8b", "dgx-h100", headroom_gib=value))
+        assert args[args.index("--headroom-gib") + 1] == text and float(text) == value

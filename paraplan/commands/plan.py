@@ -233,7 +233,8 @@ def simulate_command(row, model: str, cluster: str, seq_len: int | None = None,
         flag = key.replace("_", "-")
         args.append(f"--{flag}" if value else f"--no-{flag}")
     if headroom_gib is not None:
-        args += ["--headroom-gib", f"{headroom_gib:g}"]
+        short = f"{headroom_gib:g}"       # exactly as Python reads it back (:g alone kept 6 digits)
+        args += ["--headroom-gib", short if float(short) == headroom_gib else repr(float(headroom_gib))]
     return " ".join(shlex.quote(a) for a in args)
 
 

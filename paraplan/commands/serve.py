@@ -23,8 +23,8 @@ from paraplan.cli import atomic_output_path, check_distinct_paths, check_image_p
 POS = click.IntRange(min=1)
 GIB = 2**30
 PRECISIONS = WEIGHT_FORMATS          # the formats the serving cost model prices
-#: GPU counts from which serve plan shows a progress bar (512 GPUs of DeepSeek-R1 take ~2 s on
-#: two cores, 4,096 ~25 s)
+#: GPU counts from which serve plan shows a progress bar (on two shared cores, 2026-12-05:
+#: 512 GPUs of DeepSeek-R1 ~5 s, 4,096 ~24 s)
 LONG_SEARCH_GPUS = 512
 PART_MEANING = {
     "decode_attention_s": "attention projections and the KV-cache read",
