@@ -60,7 +60,8 @@ def build(ds, cfg: dict, p: dict, monkeypatch):
     return ds["Config"](json.loads(json.dumps(cfg)), mpu, mesh_device=mesh)
 
 
-ACCEPTED = [(n, r) for n, r, refused in matrix.entries("deepspeed") if refused is None]
+ACCEPTED = ([(n, r) for n, r, refused in matrix.entries("deepspeed") if refused is None]
+            + list(matrix.without_sequence_parallel()))        # the AutoTP plans as DeepSpeed runs them
 
 
 @pytest.mark.parametrize("name, row", ACCEPTED, ids=[a[0] for a in ACCEPTED])
@@ -96,7 +97,7 @@ def test_deepspeed_config_accepts_every_matrix_export_and_reads_the_planned_batc
 
 
 def test_the_plans_global_batch_as_train_batch_size_is_what_deepspeed_rejects_under_autotp(ds, monkeypatch):
-    row = dict(next(r for n, r in ACCEPTED if n == "gqa-autotp"))
+    row = dict(next(r for n, r in ACCEPTED if n == "gqa-autotp-no-sp"))
     p = plan_fields(row)
     cfg = {**json.loads(deepspeed.emit(row)), "train_batch_size": p["global_batch"]}
     with pytest.raises(AssertionError, match="train_batch_size is not equal"):
@@ -135,7 +136,7 @@ def test_a_zero3_plan_priced_with_persistent_tensors_and_all_reduced_gradients_s
     """The plan's ZeRO-3 persistence threshold and all-reduced gradient buckets become
     DeepSpeed's own keys (stage3_param_persistence_threshold, reduce_scatter: false); the
     matrix test above has DeepSpeed's parser accept them."""
-    row = dict(next(r for n, r in ACCEPTED if n == "zero3-deepspeed"))
+    row = dict(next(r for n, r in ACCEPTED if n == "zero3-deepspeed-no-sp"))
     z = deepspeed.config(row)["zero_optimization"]
     assert (z["stage"], z["stage3_param_persistence_threshold"], z["reduce_scatter"]) == (3, 100000, False)
     plain = {k: v for k, v in row.items() if k not in ("zero3_persistence_elements", "zero3_grad_all_reduce")}
@@ -156,3 +157,25 @@ def test_a_bf16_zero1_plan_priced_with_all_reduced_gradients_asks_deepspeed_for_
     config = build(ds, json.loads(deepspeed.emit(row)), plan_fields(row), monkeypatch)
     assert config.grad_accum_dtype == "fp32" and config.bfloat16_config.enabled
     assert "data_types" not in deepspeed.config({**row, "zero1_grad_all_reduce": False})
+
+
+def test_autotp_with_sequence_parallelism_is_refused_and_emit_picks_the_plan_without_it():
+    """AutoTP has no sequence parallelism (its row-parallel linears all-reduce the whole sequence,
+    deepspeed/module_inject/layers.py ``LinearAllreduce`` at 0.19.8): a tp > 1 plan priced with
+    its activations split over tp is refused on ``sequence_parallel`` (it had been emitted as
+    plain AutoTP: llama3-70b on 64 H100s, dp16 tp4 z3 sp, 67 GiB priced, 99 GiB as AutoTP runs
+    it), the same plan without it is written, and ``--emit`` passes over the first for the second."""
+    import pandas as pd
+    from paraplan import exports
+    row = dict(model="llama3-70b", seq_len=8192, dp=16, tp=4, pp=1, micro_batch=1, global_batch=128,
+               zero_stage=3, recompute="none", sequence_parallel=True)
+    with pytest.raises(InputError) as err:
+        deepspeed.emit(row)
+    assert err.value.field == "sequence_parallel" and "\n" not in str(err.value)
+    plain = {**row, "sequence_parallel": False}
+    assert deepspeed.config(plain)["tensor_parallel"] == {"autotp_size": 4}
+    # tp 1 has no sequence parallelism to lose (ParallelConfig turns it off)
+    assert deepspeed.can_run({**row, "tp": 1, "dp": 64})
+    ranked = pd.DataFrame([dict(row, tokens_per_s=2.0), dict(plain, tokens_per_s=1.9)])
+    chosen, rank, slowdown = exports.best_runnable(ranked, "deepspeed")
+    assert rank == 1 and not chosen["sequence_parallel"] and slowdown == pytest.approx(0.05)

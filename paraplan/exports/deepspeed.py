@@ -19,7 +19,8 @@ has no FP8 training switch, the model's own Transformer Engine layers would be),
 pipeline stages and schedules other than 1F1B (the pipeline engine runs one 1F1B schedule; this
 export writes ``PipelineModule`` only), a stage without a decoder layer (the export balances the
 stages by decoder layer), ZeRO-2/3 beside a pipeline, AutoTP beside a pipeline or
-beside Ulysses, ring / hybrid context parallelism (DeepSpeed's is Ulysses), expert TP, ZeRO-3
+beside Ulysses, AutoTP with Megatron-style sequence parallelism (see ``autotp_sequence_parallel``),
+ring / hybrid context parallelism (DeepSpeed's is Ulysses), expert TP, ZeRO-3
 with full recomputation unless the plan priced DeepSpeed's extra parameter gather
 (``zero3_recompute_gather``), ZeRO-3 MoE with Ulysses, and MTP modules (the model code it wraps
 does not train them).
@@ -112,6 +113,7 @@ def _check(p: dict) -> None:
     if model.mtp_layers:
         raise InputError("model", f"{model.name} trains {model.mtp_layers} MTP module(s); the model code DeepSpeed "
                          "wraps (AutoTP / AutoEP presets build the Hugging Face model) does not", "emit megatron")
+    autotp_sequence_parallel(p)
     if p["ep"] > 1 and model.moe is None:
         raise InputError("ep", "expert parallelism needs an MoE model", "use ep 1")
     if p["ep_comm_overlap"] and p["ep"] > 1:
@@ -126,6 +128,24 @@ def _check(p: dict) -> None:
     if p["grad_reduce_every_microbatch"]:
         raise InputError("grad_reduce_every_microbatch", "DeepSpeed reduces gradients at the accumulation "
                          "boundary, not after every micro-batch", "plan without grad_reduce_every_microbatch")
+
+
+def autotp_sequence_parallel(p: dict) -> None:
+    """Refuse a plan priced with sequence parallelism beside tensor parallelism (``tp > 1``):
+    AutoTP has none. Its column-parallel linears take the whole sequence (``LinearLayer.forward``:
+    ``ColumnParallel``, identity forward, all-reduce of the input gradient) and its row-parallel
+    linears all-reduce their whole output (``LinearAllreduce.forward``: ``RowParallel.forward``,
+    ``dist.all_reduce``), ``deepspeed/module_inject/layers.py`` at 0.19.8; the compiled path
+    (``compile/passes/tp_compile.py``) inserts the same copy / all-reduce ops, and
+    ``TPTrainingConfig`` (``runtime/tensor_parallel/config.py``) has no sequence-parallel key.
+    So the norms, dropouts and residuals between the linears run on every token on every TP
+    rank and their activations are not split by ``tp``, which the plan's memory and time
+    assumed (Megatron's ``--sequence-parallel``: reduce-scatter / all-gather around them)."""
+    if p["sequence_parallel"] and p["tp"] > 1:
+        raise InputError("sequence_parallel", "DeepSpeed's AutoTP has no sequence parallelism (its row-parallel "
+                         "linears all-reduce the whole sequence, module_inject/layers.py), so the activations the "
+                         f"plan split over tp={p['tp']} would be whole on every rank",
+                         "plan with sequence_parallel off (--fix sequence_parallel=off), or emit megatron / torchtitan")
 
 
 def world_counted(p: dict) -> int:
