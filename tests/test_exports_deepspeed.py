@@ -179,3 +179,27 @@ def test_autotp_with_sequence_parallelism_is_refused_and_emit_picks_the_plan_wit
     ranked = pd.DataFrame([dict(row, tokens_per_s=2.0), dict(plain, tokens_per_s=1.9)])
     chosen, rank, slowdown = exports.best_runnable(ranked, "deepspeed")
     assert rank == 1 and not chosen["sequence_parallel"] and slowdown == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("modules, says", [
+    (None, "checkpoint only each layer's attention core"),
+    (("layernorm", "mlp_act", "every_second_linear"), "per-operation checkpoint"),
+])
+def test_selective_recomputation_under_a_pipeline_is_in_the_recipe(modules, says):
+    """A selective plan on PipelineModule: the stage's layers run unwrapped
+    (activation_checkpoint_interval 0, runtime/pipe/module.py PipelineModule.forward), and the
+    recipe says to checkpoint the selected operations inside DecoderLayer.forward, as it does
+    without a pipeline (it had said nothing: llama3-8b on 16 H100s pp2 selective, priced 4.47 s,
+    came out with no recomputation at all)."""
+    row = dict(next(r for n, r in ACCEPTED if n == "pp-1f1b"), recompute="selective")
+    if modules:
+        row["selective_modules"] = modules
+    text = deepspeed.recipe(row)
+    line = next(ln for ln in text.splitlines() if "selective recomputation" in ln)
+    assert says in line and "DecoderLayer.forward" in line and "activation_checkpoint_interval=0" in line
+    assert "activation_checkpoint_interval=0)" in text           # PipelineModule does not checkpoint whole layers
+    cfg = deepspeed.config(row)
+    assert cfg["pipeline"]["activation_checkpoint_interval"] == 0 and "activation_checkpointing" in cfg
+    # without a pipeline the same line, in the model code
+    flat = dict(next(r for n, r in ACCEPTED if n == "zero2"), recompute="selective")
+    assert "attention core (deepspeed.checkpointing.checkpoint around it in the model code)" in deepspeed.recipe(flat)

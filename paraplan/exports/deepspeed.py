@@ -210,6 +210,35 @@ def _config(p: dict) -> dict:
     return cfg
 
 
+def recompute_lines(p: dict) -> list[str]:
+    """The recipe's lines for the plan's recomputation, pipeline or not.
+
+    Full recomputation under a pipeline is ``PipelineModule``'s own
+    ``activation_checkpoint_interval=1`` (in the recipe's constructor), so it adds no line here.
+    Selective recomputation is the model code's: a checkpoint of the selected operations inside
+    each decoder layer's forward. ``PipelineModule`` runs that forward as it is:
+    with ``activation_checkpoint_interval=0`` its ``forward`` calls every layer of the stage in
+    turn, unwrapped (``deepspeed/runtime/pipe/module.py`` ``PipelineModule.forward``, the
+    ``activation_checkpoint_interval == 0`` branch, at 0.19.8), so the same lines hold for a
+    pipeline's ``DecoderLayer`` as for a plain module (where a selective plan had been written
+    with no recomputation at all under a pipeline)."""
+    rc = Recompute(p["recompute"])
+    piped = p["pp"] > 1
+    where = ("in DecoderLayer.forward; PipelineModule runs it as is with activation_checkpoint_interval=0"
+             if piped else "in the model code")
+    if rc == Recompute.SELECTIVE and "every_second_linear" in selective_recompute_modules(p):
+        return ["#   selective recomputation as priced: PyTorch's per-operation checkpoint of each layer "
+                "(torch.utils.checkpoint with create_selective_checkpoint_contexts) saving the matmul and "
+                f"attention outputs except every second matmul, as torchtitan's SelectiveAC does ({where})."]
+    if rc == Recompute.SELECTIVE:
+        return ["#   selective recomputation: checkpoint only each layer's attention core "
+                f"(deepspeed.checkpointing.checkpoint around it {where})."]
+    if rc == Recompute.FULL and not piped:
+        return ["#   full recomputation: checkpoint every layer (deepspeed.checkpointing.checkpoint per layer, "
+                "or model.gradient_checkpointing_enable() for Hugging Face models)."]
+    return []
+
+
 def emit(plan_row: Any, note: str = "") -> str:
     """The DeepSpeed config JSON for the plan (pass it as ``deepspeed.initialize(config=...)``);
     ``recipe`` gives the launch around it. Raises ``InputError`` (one line, naming the field)
@@ -249,17 +278,7 @@ def recipe(plan_row: Any, note: str = "") -> str:
                      f"{p['global_batch'] * p['tp']} (each TP group reads one batch).")
     if p["ep"] > 1:
         lines.append(f"#   AutoEP: {p['ep']}-way expert parallelism folded into the data-parallel ranks.")
-    rc = Recompute(p["recompute"])
-    if rc == Recompute.SELECTIVE and p["pp"] == 1 and "every_second_linear" in selective_recompute_modules(p):
-        lines.append("#   selective recomputation as priced: PyTorch's per-operation checkpoint of each layer "
-                     "(torch.utils.checkpoint with create_selective_checkpoint_contexts) saving the matmul and "
-                     "attention outputs except every second matmul, as torchtitan's SelectiveAC does.")
-    elif rc == Recompute.SELECTIVE and p["pp"] == 1:
-        lines.append("#   selective recomputation: checkpoint only each layer's attention core "
-                     "(deepspeed.checkpointing.checkpoint around it in the model code).")
-    elif rc == Recompute.FULL and p["pp"] == 1:
-        lines.append("#   full recomputation: checkpoint every layer (deepspeed.checkpointing.checkpoint per layer, "
-                     "or model.gradient_checkpointing_enable() for Hugging Face models).")
+    lines += recompute_lines(p)
     lines.append("engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), "
                  "config='ds_config.json')")
     return "\n".join(lines) + "\n"
