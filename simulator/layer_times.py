@@ -31,7 +31,8 @@ pass is host-bound (the floor is off under CUDA graphs);
 
 and the parts of each for the step's breakdown. Communication is exposed as the software stack
 decides (``ParallelConfig``): tensor-parallel collectives fully unless ``tp_comm_overlap``
-(then what exceeds the GEMMs they pipeline with), expert all-to-alls fully unless
+under sequence parallelism (then what exceeds the GEMMs they pipeline with;
+``tp_overlap_applies``), expert all-to-alls fully unless
 ``ep_comm_overlap`` (then what exceeds the layer's compute; their volume per the stack's
 dispatcher, ``ep_dispatch_dedup``), context-parallel rings under the
 attention core; the backward TP collectives under the gradient GEMMs with
@@ -72,6 +73,31 @@ def attention_mma_share(attention_kernel, gpu):
                     gpu.sync_mma_peak_fraction, 1.0)
 
 
+def tp_overlap_applies(tp_overlap, sp, tp):
+    """Whether the stack's TP communication overlap (``tp_comm_overlap``) applies, per row: only
+    under sequence parallelism with ``tp > 1``; without it the TP all-reduces are priced as the
+    stack runs them unpipelined (``tp_backward_overlap`` still applies).
+
+    The overlap pipelines the all-gather before each column-parallel GEMM and the reduce-scatter
+    after each row-parallel GEMM in chunks: collectives that only sequence parallelism has.
+    Megatron-Core's switch is "overlapping of Linear layer execution with tensor parallel
+    communication collectives like AllGather/ReduceScatter" (``megatron/core/
+    model_parallel_config.py`` ``tp_comm_overlap`` at d98e8a64), set on Transformer Engine's
+    layers as ``ub_overlap_ag`` / ``ub_overlap_rs`` (``megatron/core/extensions/
+    transformer_engine.py`` ``TELinear.__init__``), and Megatron-LM refuses it otherwise
+    (``megatron/training/arguments.py`` ``validate_args``: ``if args.tp_comm_overlap: assert
+    args.sequence_parallel == True, 'Tensor parallel communication/GEMM overlap can happen only
+    when sequence parallelism is enabled'``; the exports' rule ``tp_overlap_needs_sp``);
+    Megatron-Bridge turns it off itself when TP < 2 or sequence parallelism is off
+    (``comm_overlap.py`` ``_get_model_comm_overlap_cfgs`` at v0.2.0, as the megatron-bridge stack
+    profiles cite). torch's
+    async TP (torchtitan's ``enable_async_tensor_parallel``) is the same kind of pass:
+    ``torch/_inductor/fx_passes/micro_pipeline_tp.py`` fuses all-gather + matmul and matmul +
+    reduce-scatter and has no all-reduce pattern. So a stack profile that turns the overlap on
+    (its recipes run sequence parallelism) hides nothing of a plan without it."""
+    return np.asarray(tp_overlap, dtype=bool) & np.asarray(sp, dtype=bool) & (np.asarray(tp) > 1)
+
+
 def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, rates, tokens, tp, cp, sp, rc,
                 ep, etp, imbalance, tp_overlap, cp_kind, attention_kernel, flash_attention, ep_overlap,
                 tp_backward_overlap=True, softmax_fusion=True, cuda_graphs=False, modules=0,
@@ -99,6 +125,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     h = float(model.hidden_size)
     s = float(model.seq_len)
     tokens = np.asarray(tokens, dtype=float)
+    tp_overlap = tp_overlap_applies(tp_overlap, sp, tp)
     softmax_exposed = softmax_exposed_share(attention_kernel, eff)
     mma_share = attention_mma_share(attention_kernel, cluster.gpu)
     dense_ffn = (model.moe.dense_ffn_hidden_size or model.ffn_hidden_size) if model.moe else None

@@ -437,3 +437,30 @@ def test_gpt_oss_yarn_rope_is_flags_with_its_published_values():
         "--yarn-original-max-position-embeddings": "4096", "--yarn-beta-fast": "32.0", "--yarn-beta-slow": "1.0"}
     assert "RoPE base is not in its model spec" not in text
     assert megatron_table.check_command(argv, 64, env_of(text)) == []
+
+
+@pytest.mark.parametrize("stack", ["nemo-24", "megatron-bridge-25.09"])
+def test_an_overlap_stack_without_sequence_parallelism_prices_tp_comm_exposed_as_its_export_runs(stack):
+    """Megatron-LM takes --tp-comm-overlap only with --sequence-parallel (validate_args, rule
+    tp_overlap_needs_sp), so the export of a plan without it leaves the flag out; the step it
+    states must be that of the TP all-reduces exposed (simulator.layer_times.tp_overlap_applies).
+    It had been priced with them hidden: llama3-70b on 64 H100s, tp4 pp4 cp2, nemo-24 without
+    SP, 17.12 s with tp_comm_exposed_s 0 against 18.02 s as run. With SP the overlap still hides."""
+    from paraplan import api
+    plan = dict(gpus=64, tp=4, pp=4, cp=2, global_batch=128, zero_stage=1, recompute="full",
+                recompute_num_layers=2, recompute_method="block", stack=stack)
+    if stack.startswith("megatron-bridge"):
+        plan["tp_comm_overlap"] = True          # as the bridge's llama3-70b recipes on H100 set it
+    row = api.simulate("llama3-70b", "dgx-h100", sequence_parallel=False, **plan).iloc[0]
+    without = api.simulate("llama3-70b", "dgx-h100", sequence_parallel=False,
+                           **{**plan, "tp_comm_overlap": False}).iloc[0]
+    assert row.tp_comm_exposed_s > 0.1 and row.tp_comm_exposed_s == pytest.approx(without.tp_comm_exposed_s)
+    assert row.step_time_s == pytest.approx(without.step_time_s)
+    text = megatron.emit(row)
+    assert "--tp-comm-overlap" not in flags_of(text) and "--sequence-parallel" not in flags_of(text)
+    assert f"predicted {row.step_time_s:.2f} s/step" in text
+    sp = api.simulate("llama3-70b", "dgx-h100", sequence_parallel=True, **plan).iloc[0]
+    sp_off = api.simulate("llama3-70b", "dgx-h100", sequence_parallel=True,
+                          **{**plan, "tp_comm_overlap": False}).iloc[0]
+    assert sp.tp_comm_exposed_s < 0.5 * sp_off.tp_comm_exposed_s
+    assert "--tp-comm-overlap" in flags_of(megatron.emit(sp))
