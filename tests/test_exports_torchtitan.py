@@ -99,7 +99,7 @@ def test_config_manager_builds_every_matrix_export_and_the_world_factors_as_plan
             p["model"].num_layers, p["pp"], chunks // p["pp"], p["model"].mtp_layers)
     assert training.disable_cuda_graphs == (not p["cuda_graphs"])
     assert cfg.compile.enable == (not p["unfused_block_ops"] or p["cross_entropy"] != "torch_eager"
-                                  or bool(p["tp_comm_overlap"] and p["tp"] > 1))
+                                  or bool(p["tp_comm_overlap"] and p["tp"] > 1 and p["sequence_parallel"]))
 
 
 def _priced_on(stack: str, **change) -> dict:
@@ -292,3 +292,15 @@ def test_expert_groups_must_fit_inside_the_fsdp_shard_times_tp_ranks():
         with pytest.raises(InputError) as err:
             exports.emit(api.simulate(**case, zero_shard_group=group), "torchtitan")
         assert err.value.field == "ep" and f"{group} x 1" in str(err.value)
+
+
+def test_async_tp_is_written_only_where_sequence_parallelism_gives_it_something_to_overlap():
+    """Async TP (inductor's micro-pipeline TP) fuses the all-gathers and reduce-scatters of
+    sequence parallelism; a plan without SP is priced with its TP all-reduces exposed
+    (simulator.layer_times.tp_overlap_applies), so its export leaves async TP, and the compile it
+    forces, off: an eager torchtitan plan had gone out compiled, faster than it was priced."""
+    row = {**_priced_on("torchtitan", tp=2, sequence_parallel=False), "tp_comm_overlap": True}
+    assert torchtitan.settings(row)["compile"] == []
+    assert "config.compile.enable_async_tensor_parallel = False" in torchtitan.emit(row)
+    with_sp = {**_priced_on("torchtitan", tp=2), "tp_comm_overlap": True}
+    assert "config.compile.enable_async_tensor_parallel = True" in torchtitan.emit(with_sp)

@@ -32,7 +32,8 @@ How the plan maps (and what is refused, ``refusal``):
   as layers; the schedule by the name ``torch.distributed.pipelining`` gives it.
 * torch.compile as the plan prices it (``compile.enable``, ``compile.components``): the blocks
   (``model``) unless the plan priced torchtitan's eager element-wise ops (``unfused_block_ops``,
-  the ``torchtitan`` stack; async TP compiles them regardless), the loss unless it priced the
+  the ``torchtitan`` stack; async TP, written where the plan priced the TP overlap, i.e. under
+  sequence parallelism (``async_tp``), compiles them regardless), the loss unless it priced the
   eager loss (``cross_entropy: torch_eager``): a ``torchtitan-compile`` plan compiles both, a
   ``torchtitan`` plan neither.
 * CUDA graphs as the plan prices them (``training.disable_cuda_graphs``; 0.3.0 captures them
@@ -266,9 +267,22 @@ def _values(p: dict, s: dict) -> dict:
     return {"training": training, "parallelism": par,
             "activation_checkpoint": {Recompute.FULL: "full", Recompute.SELECTIVE: "selective"}.get(
                 Recompute(p["recompute"]), "none"),
-            "async_tp": bool(p["tp_comm_overlap"] and tp > 1), "float8": p["dtype"] == "fp8",
-            "compile": _compile_components(p, bool(p["tp_comm_overlap"] and tp > 1)),
+            "async_tp": async_tp(p), "float8": p["dtype"] == "fp8",
+            "compile": _compile_components(p, async_tp(p)),
             "mtp_layers": s["model"].mtp_layers, "registry": dict(s["entry"])}
+
+
+def async_tp(p: dict) -> bool:
+    """Whether the plan runs async TP (``compile.enable_async_tensor_parallel``): where it priced
+    the TP overlap, which applies under sequence parallelism only
+    (``simulator.layer_times.tp_overlap_applies``). Inductor's micro-pipeline TP pass, what
+    torchtitan's switch turns on (``torchtitan/distributed/compile.py`` ``_maybe_enable_async_tp``:
+    ``torch._inductor.config._micro_pipeline_tp = True``), fuses all-gather + matmul and matmul +
+    reduce-scatter (``torch/_inductor/fx_passes/micro_pipeline_tp.py``); without
+    ``enable_sequence_parallel`` the TP plan's collectives are all-reduces, so the switch would
+    overlap nothing and only force the compiled blocks (``CompileConfig.__post_init__``) on a plan
+    priced with eager ones."""
+    return bool(p["tp_comm_overlap"] and p["tp"] > 1 and p["sequence_parallel"])
 
 
 def _compile_components(p: dict, async_tp: bool) -> list[str]:
