@@ -203,3 +203,18 @@ def test_selective_recomputation_under_a_pipeline_is_in_the_recipe(modules, says
     # without a pipeline the same line, in the model code
     flat = dict(next(r for n, r in ACCEPTED if n == "zero2"), recompute="selective")
     assert "attention core (deepspeed.checkpointing.checkpoint around it in the model code)" in deepspeed.recipe(flat)
+
+
+def test_autotp_with_zero3_is_written_as_deepspeed_0_19_8_trains_it(ds):
+    """Not a refusal: DeepSpeed 0.19.8 trains AutoTP with ZeRO-3 (the engine's blanket
+    ``zero_optimization_stage() <= 2`` assert for AutoTP, narrowed to a training-only
+    NotImplementedError by deepspeedai/DeepSpeed#8167 and removed by #8168, both in 0.19.4);
+    the AutoTP tutorial's "ZeRO Stage 3 not supported" is the older releases'."""
+    import inspect
+
+    from deepspeed.runtime.engine import DeepSpeedEngine
+    src = inspect.getsource(DeepSpeedEngine._configure_tensor_parallel_states)
+    assert "zero_optimization_stage()" not in src and "NotImplementedError" not in src
+    row = dict(next(r for n, r in ACCEPTED if n == "zero3-deepspeed-no-sp"))
+    cfg = deepspeed.config(row)
+    assert cfg["tensor_parallel"] == {"autotp_size": 4} and cfg["zero_optimization"]["stage"] == 3

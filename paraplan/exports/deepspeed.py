@@ -24,6 +24,11 @@ ring / hybrid context parallelism (DeepSpeed's is Ulysses), expert TP, ZeRO-3
 with full recomputation unless the plan priced DeepSpeed's extra parameter gather
 (``zero3_recompute_gather``), ZeRO-3 MoE with Ulysses, and MTP modules (the model code it wraps
 does not train them).
+
+Not refused: AutoTP with ZeRO-3. DeepSpeed trains it since 0.19.4 (deepspeedai/DeepSpeed#8168
+removed the block; ``runtime/engine.py`` ``_configure_tensor_parallel_states`` at 0.19.8: "AutoTP +
+ZeRO stage 3 is supported for both inference and training"); the AutoTP training tutorial's
+"ZeRO Stage 3 not supported" limitation is that of the releases before.
 """
 from __future__ import annotations
 
