@@ -386,8 +386,31 @@ def _load_gpu_cached(path: str, mtime: float) -> GPUSpec:
 
 
 @lru_cache(maxsize=None)
-def _load_cluster_cached(path: str, mtime: float) -> ClusterSpec:
+def _load_cluster_cached(path: str, mtime: float, gpu_mtime: float | None = None) -> ClusterSpec:
     return cluster_from_dict(read_yaml(Path(path), "cluster"), base_dir=Path(path).parent)
+
+
+@lru_cache(maxsize=None)
+def _cluster_gpu_file(path: str, mtime: float) -> str | None:
+    """The GPU file a cluster file names (None: its GPU is written inline, or the file does not
+    load; loading the cluster then says why)."""
+    try:
+        ref = read_yaml(Path(path), "cluster").get("gpu")
+        return str(_resolve("gpus", beside_file(ref, Path(path).parent), "gpu")) if isinstance(ref, str) else None
+    except (InputError, AttributeError):
+        return None
+
+
+def _cluster_stamp(p: Path) -> tuple[float, float | None]:
+    """The modification times of a cluster file and of the GPU file it names: the cache of loaded
+    clusters is keyed on both, so an edited GPU file reloads the clusters that name it (keyed on
+    the cluster file's alone, the old GPU stayed in them for the life of the process)."""
+    mtime = p.stat().st_mtime
+    gpu_file = _cluster_gpu_file(str(p), mtime)
+    try:
+        return mtime, None if gpu_file is None else Path(gpu_file).stat().st_mtime
+    except OSError:
+        return mtime, None
 
 
 @lru_cache(maxsize=None)
@@ -485,7 +508,7 @@ def load_gpu(name_or_path: str) -> GPUSpec:
 def load_cluster(name_or_path: str) -> ClusterSpec:
     """The cluster profile named ``name_or_path`` (catalog name or YAML file path)."""
     p = _resolve("clusters", name_or_path, "cluster")
-    return _load_cluster_cached(str(p), p.stat().st_mtime)
+    return _load_cluster_cached(str(p), *_cluster_stamp(p))
 
 
 def is_pooled(name_or_path: str) -> bool:
@@ -504,7 +527,7 @@ def load_pooled_cluster(name_or_path: str, gpus: int | None = None) -> PooledClu
             raise InputError("gpus", f"cluster {p.stem} lists its pools and their GPU counts",
                              "drop --gpus, or edit the pools' gpus")
         return _load_pooled_cached(str(p), p.stat().st_mtime)
-    cluster = _load_cluster_cached(str(p), p.stat().st_mtime)
+    cluster = _load_cluster_cached(str(p), *_cluster_stamp(p))
     count = gpus if gpus is not None else cluster.max_gpus
     if count is None:
         raise InputError("gpus", f"cluster {cluster.name} is one GPU kind without a GPU count",

@@ -213,6 +213,24 @@ def test_all_bandwidths_and_sizes_are_positive_and_scaleup_beats_scaleout():
 
 # --- bad input is named ---------------------------------------------------------------------
 
+def test_an_edited_gpu_file_reloads_the_cluster_file_that_names_it(tmp_path):
+    """Clusters were cached on their own file's modification time: hbm_gib 80 -> 160 in the GPU
+    file a cluster file names left the 80 GiB GPU in the loaded cluster for the life of the
+    process (a notebook, a sweep's chunk hashes)."""
+    import os
+    gpu = tmp_path / "mygpu.yaml"
+    gpu.write_text((Path(catalog.BUILTIN_DIR) / "gpus" / "h100-sxm-80gb.yaml").read_text())
+    cluster = tmp_path / "mycluster.yaml"
+    cluster.write_text((Path(catalog.BUILTIN_DIR) / "clusters" / "dgx-h100.yaml").read_text()
+                       .replace("name: dgx-h100", "name: mycluster").replace("gpu: h100-sxm-80gb", "gpu: mygpu.yaml"))
+    assert load_cluster(str(cluster)).gpu.hbm_bytes == 80 * 2**30
+    gpu.write_text(gpu.read_text().replace("hbm_gib: 80", "hbm_gib: 160"))
+    stamp = gpu.stat().st_mtime + 1                 # a later modification time, however coarse the clock
+    os.utime(gpu, (stamp, stamp))
+    assert load_cluster(str(cluster)).gpu.hbm_bytes == 160 * 2**30
+    assert catalog.load_pooled_cluster(str(cluster), 16).pools[0].cluster.gpu.hbm_bytes == 160 * 2**30
+
+
 def test_malformed_yaml_raises_input_error_naming_the_file(tmp_path):
     bad = tmp_path / "broken-gpu.yaml"
     bad.write_text("name: broken-gpu\npeak_tflops: {bf16: 100\nhbm_gib: 80\n")
