@@ -134,6 +134,39 @@ def test_finished_chunks_are_not_recomputed(tmp_path, monkeypatch):
     pd.testing.assert_frame_equal(first, again)
 
 
+def test_an_edited_model_cluster_or_gpu_file_is_evaluated_again(tmp_path):
+    """The chunk's name hashed the file's path, not what it held: num_layers 32 -> 64 in the
+    model file reran as the 32-layer rows (4.21 s, 66.7 GiB, ok) where a fresh folder gave 7.89 s
+    and 128 GiB, does not fit. The same for a cluster file and the GPU file it names."""
+    import os
+    import shutil
+
+    def edit(path, old, new):      # and a later modification time, however coarse the clock
+        path.write_text(path.read_text().replace(old, new))
+        os.utime(path, (path.stat().st_mtime + 1,) * 2)
+    model = tmp_path / "mymodel.yaml"
+    shutil.copy(REPO / "model_specs" / "presets" / "llama3-8b.yaml", model)
+    gpu = tmp_path / "mygpu.yaml"
+    shutil.copy(REPO / "hardware_specs" / "gpus" / "h100-sxm-80gb.yaml", gpu)
+    cluster = tmp_path / "mycluster.yaml"
+    cluster.write_text((REPO / "hardware_specs" / "clusters" / "dgx-h100.yaml").read_text()
+                       .replace("name: dgx-h100", "name: mycluster").replace("gpu: h100-sxm-80gb", "gpu: mygpu.yaml"))
+    spec = spec_from_dict({"search": "simulate", "models": [str(model)], "clusters": [str(cluster)], "gpus": [16],
+                           "global_batch": [64], "config": {"tp": [1], "pp": [2], "zero_stage": [1]}})
+    out = tmp_path / "out"
+    first = run_sweep(spec, out, local=True).iloc[0]
+    edit(model, "num_layers: 32", "num_layers: 64")
+    deeper = run_sweep(spec, out, local=True).iloc[0]
+    assert deeper.memory_gib > 1.8 * first.memory_gib and deeper.step_time_s > 1.8 * first.step_time_s
+    assert deeper.status == "does not fit"
+    pd.testing.assert_series_equal(deeper, run_sweep(spec, tmp_path / "fresh", local=True).iloc[0])
+    edit(gpu, "hbm_gib: 80", "hbm_gib: 160")
+    assert run_sweep(spec, out, local=True).iloc[0].status == "ok"
+    edit(cluster, "bw_gbit_per_s: 400", "bw_gbit_per_s: 100")
+    assert run_sweep(spec, out, local=True).iloc[0].step_time_s > deeper.step_time_s
+    assert len(list((out / "chunks").glob("*.parquet"))) == 4
+
+
 def test_dask_local_cluster_gives_the_in_process_rows(tmp_path):
     # two worker threads (worker processes cost ~5 s to start on 2 cores; the chunk tasks and
     # their results go through the same scheduler either way; benchmarks/sweep_speed.py runs

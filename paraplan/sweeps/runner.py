@@ -3,7 +3,9 @@ finished chunk in a file named by its hash, and join them into one table.
 
 Resuming: chunk ``k`` of a sweep is written to ``<out_dir>/chunks/<hash>.parquet``, the hash
 of everything that decides its rows (the points with their numbers, the search, the config
-of a best search, the paraplan version and ``CHUNK_FORMAT``). A rerun, after a crash or with
+of a best search, what each model, cluster and stack the chunk names loads to (so an edited
+model, cluster, GPU or stack file, or a new efficiency fit, is evaluated again), the paraplan
+version and ``CHUNK_FORMAT``). A rerun, after a crash or with
 more points added, finds the files of the chunks already done and evaluates only the others.
 Dask (``distributed``) runs the chunks: a ``LocalCluster`` of this machine's cores by default,
 or a running cluster at ``scheduler``; the driver alone reads and writes files, so workers need
@@ -50,11 +52,44 @@ def _version() -> str:
         return "source"
 
 
+def _loaded(load, name: str) -> str:
+    """What ``load(name)`` reads, as text: the spec's full repr (every field the file and the files
+    it names set), or the error that loading gives."""
+    try:
+        return repr(load(name))
+    except InputError as exc:
+        return f"error: {exc}"
+
+
+def _cluster_inputs(name: str) -> str:
+    """A cluster as it loads (its GPU's spec inside it) and the efficiency model it is scored with."""
+    from hardware_specs.catalog import efficiency_for_cluster, load_cluster
+    try:
+        cluster = load_cluster(name)
+        return repr(cluster) + repr(efficiency_for_cluster(cluster))
+    except InputError as exc:
+        return f"error: {exc}"
+
+
+def chunk_inputs(chunk: list[tuple[int, dict]]) -> dict[str, str]:
+    """Per model, cluster and stack a training chunk names: the hash of what it loads to. The
+    names alone are paths a user edits in place (num_layers 32 -> 64 reused the 32-layer rows)."""
+    from hardware_specs.catalog import load_stack
+    from model_specs.catalog import load_model
+    out = {}
+    for axis, load in (("model", lambda n: _loaded(load_model, n)), ("cluster", _cluster_inputs),
+                       ("stack", lambda n: _loaded(load_stack, n))):
+        for name in sorted({str(p[axis]) for _, p in chunk if axis in p}):
+            out[f"{axis}:{name}"] = hashlib.sha256(load(name).encode()).hexdigest()
+    return out
+
+
 def chunk_key(spec: SweepSpec, chunk: list[tuple[int, dict]]) -> str:
     """The hash naming a chunk's file (see the module docstring)."""
     payload = {"format": CHUNK_FORMAT, "version": _version(), "kind": spec.kind, "search": spec.search,
                "config": {k: list(v) for k, v in spec.config.items()} if spec.search == "best" else None,
-               "dtypes": list(spec.dtypes), "points": chunk}
+               "dtypes": list(spec.dtypes), "points": chunk,
+               "inputs": chunk_inputs(chunk) if spec.kind == "training" else None}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
