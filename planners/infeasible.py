@@ -15,8 +15,8 @@ import numpy as np
 from hardware_specs.errors import InputError
 from hardware_specs.stack_spec import STACK_FEATURES
 from model_specs.model_spec import ModelSpec
-from planners.search_space import (MAX_COUNTS_ABOVE_TABLE, MAX_TABLE_GPUS, RECOMPUTE_NAMES, SearchConstraints,
-                                   divisibility_only, enumerate_chunks, enumerate_space)
+from planners.search_space import (MAX_COUNTS_ABOVE_TABLE, MAX_TABLE_GPUS, RECOMPUTE_NAMES, SCHEDULE_NAMES,
+                                   SearchConstraints, divisibility_only, enumerate_chunks, enumerate_space)
 from simulator.stack_support import ZERO_BUBBLE_SCHEDULES, features_in_use
 
 GIB = 2**30
@@ -186,11 +186,26 @@ def no_layout(model: ModelSpec, c: SearchConstraints, gpus_per_node: int = 1) ->
     return InputError("gpus", reason, "; ".join(fixes) if fixes else "try another GPU count or global batch")
 
 
-def _describe(space, row: int, dtype: str) -> str:
+def _describe(space, row: int, dtype: str, offload_layers: int = 0) -> str:
+    """A configuration of the search in full: its layout, sequence parallelism, schedule, and the
+    activation layers per chunk the memory search offloaded in it."""
     col = space.columns
-    return (f"dp={col['dp'][row]} tp={col['tp'][row]} pp={col['pp'][row]} cp={col['cp'][row]} "
+    ep = f" ep={col['ep'][row]}" if "ep" in col and col["ep"][row] > 1 else ""
+    offload = f", {offload_layers} layers a chunk offloaded to the host" if offload_layers else ""
+    return (f"dp={col['dp'][row]} tp={col['tp'][row]} pp={col['pp'][row]} cp={col['cp'][row]}{ep} "
             f"vpp={col['vpp'][row]} micro_batch={col['micro_batch'][row]} zero={col['zero_stage'][row]} "
-            f"recompute={RECOMPUTE_NAMES[col['recompute'][row]]} {dtype}")
+            f"recompute={RECOMPUTE_NAMES[col['recompute'][row]]} "
+            f"sequence_parallel={'on' if col['sequence_parallel'][row] else 'off'} "
+            f"schedule={SCHEDULE_NAMES[col['schedule'][row]]} {dtype}{offload}")
+
+
+def _host_need(space, ev, cluster) -> str:
+    """The configuration of ``ev.host_bound`` and the host memory it needs, for an error."""
+    host_bytes, row, dtype_index, offload = ev.host_bound
+    has = f", of the host's {cluster.host.memory_bytes / GIB:,.0f} GiB" if cluster.host is not None \
+        and cluster.host.memory_bytes is not None else ""
+    return (f"({_describe(space, row, space.dtypes[dtype_index], offload)}) needs {host_bytes / GIB:,.1f} GiB of host "
+            f"memory per node of {cluster.gpus_per_node} GPUs{has}")
 
 
 def _more_gpus(model, cluster, eff, c: SearchConstraints, limit: float) -> int | None:
@@ -210,9 +225,8 @@ def _more_gpus(model, cluster, eff, c: SearchConstraints, limit: float) -> int |
 
 def nothing_fits(model: ModelSpec, cluster, eff, c: SearchConstraints, space, ev, limit: float,
                  headroom_gib: float) -> InputError:
-    """The error for a request whose valid configurations all exceed the memory limit."""
-    need = ev.min_memory_bytes
-    smallest = _describe(space, ev.min_memory_row, space.dtypes[ev.min_memory_dtype])
+    """The error for a request whose valid configurations all exceed the memory limit, or fit in
+    it only by offloading more activations than the host memory holds (``ev.host_bound``)."""
     fixes = []
     lacks = set(c.stack_lacks)
     more = _more_gpus(model, cluster, eff, c, limit)
@@ -238,13 +252,25 @@ def nothing_fits(model: ModelSpec, cluster, eff, c: SearchConstraints, space, ev
                                           "activation_offload") if f in lacks]
     if saving:
         fixes.append("a stack that has " + ", ".join(saving) + " (this one lacks them: its training.lacks)")
-    if cluster.host is not None and "optimizer_offload" not in lacks:
+    over_gpu = ev.min_memory_row >= 0
+    if over_gpu and cluster.host is not None and "optimizer_offload" not in lacks:
         # the search keeps optimizer states on the GPU; one run can put them on the host
         fixes.append("the optimizer states on the host (the search does not offload them: paraplan simulate "
                      "--offload-optimizer-fraction 1 prices one layout so)")
     hbm = cluster.gpu.hbm_bytes
     where = f"{limit / GIB:.1f} GiB per GPU" + (f" ({hbm / GIB:.0f} GiB HBM - {headroom_gib:g} GiB headroom)"
                                                 if headroom_gib > 0 else "")
-    message = (f"nothing fits in {where}: the smallest of {ev.evaluated:,} configurations "
-               f"({smallest}) needs {need / GIB:.1f} GiB")
+    if over_gpu:
+        smallest = _describe(space, ev.min_memory_row, space.dtypes[ev.min_memory_dtype], ev.min_memory_offload)
+        message = (f"nothing fits in {where}: the smallest of {ev.evaluated:,} configurations "
+                   f"({smallest}) needs {ev.min_memory_bytes / GIB:.1f} GiB")
+        if ev.host_bound:
+            message += (f"; those that fit in it only offload more activations than the host holds: the "
+                        f"smallest {_host_need(space, ev, cluster)}")
+    elif ev.host_bound:
+        message = (f"nothing fits in {where} without offloading more activations than the host holds: the smallest "
+                   f"of {ev.evaluated:,} configurations {_host_need(space, ev, cluster)}")
+        fixes.append("a node with more host memory")
+    else:
+        message = f"nothing fits in {where} ({ev.evaluated:,} configurations)"
     return InputError("memory", message, "use " + ", or ".join(fixes))

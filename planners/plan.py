@@ -476,9 +476,15 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
                                      workers=workers, defaults=defaults, memory_search=memory_search,
                                      prune_by_bound=False)
             row, combo, dtype_index = scored.min_memory_pick
-            smallest = base.pick(np.array([row]), np.array([combo]))
+            host = scored.host_bound      # (bytes, base row, combination, dtype index, offloaded layers)
+            # the two nearest rows as a space of their own: the one over the limit at 0, the
+            # host-bound one at 1 (each -1 when there is none)
+            smallest = base.pick(np.array([max(row, 0), host[1] if host else 0]),
+                                 np.array([max(combo, 0), host[2] if host else 0]))
             ev = Evaluated(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), {}, scored.evaluated,
-                           scored.min_memory_bytes, 0, dtype_index)
+                           scored.min_memory_bytes, 0 if row >= 0 else -1, dtype_index,
+                           min_memory_offload=scored.min_memory_offload,
+                           host_bound=(host[0], 1, host[3], host[4]) if host else ())
             raise infeasible.nothing_fits(model, cluster, eff, constraints, smallest, ev, limit, headroom_gib)
         plans = _kept_table(model, cluster, eff, base, scored, limit, max_plans, defaults, memory_search, workers)
         evaluated, fitting, eval_s, eval_cpu_s = scored.evaluated, scored.fitting, scored.wall_s, scored.cpu_s

@@ -96,6 +96,10 @@ class Scored:
     #: rank among the rows earlier chunks kept): ``fitting`` counts the rows shown to fit, a
     #: lower bound on the fitting rows when this is not 0
     unchecked: int = 0
+    #: the offloaded layers per chunk of ``min_memory_pick``, and ``Evaluated.host_bound`` with
+    #: its row as (host bytes per node, base row, combination, dtype index, offloaded layers)
+    min_memory_offload: int = 0
+    host_bound: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,9 @@ def _score_chunk(job: _ScoreJob, i: int, kept_elsewhere: tuple | None = None, wo
             "rows": len(space),
             "min_memory_bytes": ev.min_memory_bytes,
             "min_memory_pick": (int(rows[row]), int(combo[row]), ev.min_memory_dtype) if row >= 0 else (-1, -1, -1),
+            "min_memory_offload": ev.min_memory_offload,
+            "host_bound": (ev.host_bound[0], int(rows[ev.host_bound[1]]), int(combo[ev.host_bound[1]]),
+                           *ev.host_bound[2:]) if ev.host_bound else (),
             "bound_pruned": ev.bound_pruned, "cpu_s": time.process_time() - c0}
     if ev.unrefined is not None:
         # the kept rows' outputs as timed, and those the refinement computed exactly, for the
@@ -237,6 +244,8 @@ def score_space(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ba
                   unchecked=sum(p["unchecked"] for p in parts),
                   min_memory_bytes=smallest["min_memory_bytes"] if smallest else float("inf"),
                   min_memory_pick=smallest["min_memory_pick"] if smallest else (-1, -1, -1),
+                  min_memory_offload=smallest["min_memory_offload"] if smallest else 0,
+                  host_bound=min((p["host_bound"] for p in parts if p["host_bound"]), default=()),
                   wall_s=time.perf_counter() - t0, bound_pruned=sum(p["bound_pruned"] for p in parts),
                   cpu_s=(time.process_time() - c0) + (_children_cpu_s() - kids0))
 

@@ -67,8 +67,13 @@ class Evaluated:
         outputs: ``KEPT_OUTPUTS`` name -> array aligned with ``rows``.
         evaluated: rows scored (all dtypes): each gets its memory, and its step time if it fits
             (the rows in ``rows``).
-        min_memory_bytes, min_memory_row, min_memory_dtype: the smallest footprint seen (to say
-            how far an infeasible request is from fitting); row -1 when nothing was evaluated.
+        min_memory_bytes, min_memory_row, min_memory_dtype: the smallest footprint seen among
+            the rows over the memory limit (to say how far an infeasible request is from
+            fitting); row -1 when no row was seen over it. min_memory_offload: the activation
+            layers per chunk the memory search offloads in that row.
+        host_bound: (host memory per node in bytes, row, dtype index, offloaded layers per
+            chunk) of the row needing the least host memory among those that fit the limit only
+            by offloading more activations than the host holds; () when there is none.
         wall_s: seconds spent scoring (batches, step model, fit filter, collection); cpu_s: CPU
             seconds of this process meanwhile (less contention-sensitive; excludes workers).
         bound_pruned: rows the memory lower bound or the end stages dropped before the whole
@@ -97,6 +102,8 @@ class Evaluated:
     fitting: int = 0
     unrefined: Mapping[str, np.ndarray] | None = None
     unchecked: int = 0
+    min_memory_offload: int = 0
+    host_bound: tuple = ()
 
 
 def _template() -> ConfigBatch:
@@ -221,9 +228,45 @@ def _memory_of(job: _Job, dtype_index: int, batch: ConfigBatch, ids: np.ndarray,
     if job.floors and len(fit):
         timed = replace(batch.take(fit), **{f: kept[f] for f in CHOSEN_FIELDS})
         floor = np.array(step_time_floor_s(job.model, job.cluster, job.eff, timed, kept), dtype=float)
-    i_min = int(np.argmin(mem))
-    return _ChunkResult(dtype_index, start, stop, ids[maybe[fit]], kept, floor, float(mem[i_min]),
-                        int(ids[maybe[i_min]]) if np.isfinite(mem[i_min]) else -1, pruned, screened, candidates)
+    offload = np.asarray(np.broadcast_to(parts["_offload_activation_layers"] if job.memory_search
+                                         else batch.offload_activation_layers, (len(batch),)))
+    nearest = _nearest_of_chunk(mem, np.asarray(parts["host_memory_node_bytes"], dtype=float),
+                                np.asarray(parts["host_fits"], dtype=bool), job.memory_limit_bytes)
+    gpu, host = nearest
+    return _ChunkResult(dtype_index, start, stop, ids[maybe[fit]], kept, floor,
+                        float(mem[gpu]) if gpu >= 0 else np.inf, int(ids[maybe[gpu]]) if gpu >= 0 else -1, pruned,
+                        screened, candidates, int(offload[gpu]) if gpu >= 0 else 0,
+                        (float(parts["host_memory_node_bytes"][host]), int(ids[maybe[host]]), dtype_index,
+                         int(offload[host])) if host >= 0 else ())
+
+
+def _nearest_of_chunk(mem: np.ndarray, host_node: np.ndarray, host_fits: np.ndarray, limit: float) -> tuple[int, int]:
+    """(the row of least GPU memory among those over ``limit``, the row of least host memory
+    among those under it whose offloaded activations overflow the host), -1 for none. The
+    smallest footprint over every row was a row the search had offloaded to fit, failing on
+    the host: 'nothing fits in 76 GiB ... needs 55.8 GiB'."""
+    over = np.isfinite(mem) & (mem > limit)
+    gpu = int(np.flatnonzero(over)[np.argmin(mem[over])]) if over.any() else -1
+    on_host = (mem <= limit) & ~host_fits
+    host = int(np.flatnonzero(on_host)[np.argmin(host_node[on_host])]) if on_host.any() else -1
+    return gpu, host
+
+
+def nearest_kw(results, kw: dict | None = None) -> dict:
+    """``Evaluated``'s ``min_memory_*`` and ``host_bound`` over chunk results (and ``kw``, those
+    already found)."""
+    out = {} if kw is None else {k: kw[k] for k in _NEAREST_KEYS}
+    for r in results:
+        if r.min_memory_bytes < out.get("min_memory_bytes", np.inf) or "min_memory_bytes" not in out:
+            out.update(min_memory_bytes=r.min_memory_bytes, min_memory_row=r.min_memory_row,
+                       min_memory_dtype=r.dtype_index, min_memory_offload=r.min_memory_offload)
+        if r.host_bound and (not out.get("host_bound") or r.host_bound < out["host_bound"]):
+            out["host_bound"] = r.host_bound
+    out.setdefault("host_bound", ())
+    return out
+
+
+_NEAREST_KEYS = ("min_memory_bytes", "min_memory_row", "min_memory_dtype", "min_memory_offload", "host_bound")
 
 
 def _no_memory() -> dict:
@@ -247,6 +290,8 @@ class _ChunkResult:
     screened: Mapping[str, np.ndarray] = field(default_factory=_no_screened)
     #: with ``_Job.screening``, the same of the rows it modelled, for a later screen
     candidates: Mapping[str, np.ndarray] = field(default_factory=_no_screened)
+    min_memory_offload: int = 0           # as ``Evaluated``'s
+    host_bound: tuple = ()                # as ``Evaluated``'s
 
 
 @dataclass(frozen=True)
@@ -522,9 +567,7 @@ class Evaluation:
                                   for k in _MEMORY_KEYS + CHOSEN_FIELDS},
                                  np.concatenate(floors + [np.zeros(0)]) if job.floors else None,
                                  {k: np.concatenate([r.screened[k] for r in results]) for k in _no_screened()})
-        best = min(results, key=lambda r: r.min_memory_bytes)
-        self._ev_kw = dict(evaluated=total, min_memory_bytes=best.min_memory_bytes,
-                           min_memory_row=best.min_memory_row, min_memory_dtype=best.dtype_index,
+        self._ev_kw = dict(evaluated=total, **nearest_kw(results),
                            bound_pruned=sum(r.bound_pruned for r in results), fitting=len(self._fitting.rows),
                            unchecked=len(self._fitting.screened["rows"]))
 
@@ -751,8 +794,5 @@ def _with_late(job: _Job, fitting: _Fitting, ev_kw: dict, late: np.ndarray) -> t
     n_late = int(np.count_nonzero(late))
     kw = dict(ev_kw, fitting=len(merged.rows), unchecked=ev_kw["unchecked"] - n_late,
               bound_pruned=ev_kw["bound_pruned"] + sum(r.bound_pruned for r in results))
-    best = min(results, key=lambda r: r.min_memory_bytes)
-    if best.min_memory_bytes < kw["min_memory_bytes"]:
-        kw.update(min_memory_bytes=best.min_memory_bytes, min_memory_row=best.min_memory_row,
-                  min_memory_dtype=best.dtype_index)
+    kw.update(nearest_kw(results, kw))
     return merged, kw, place
