@@ -8,6 +8,8 @@ checked by running the search rules on them, not guessed.
 """
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -15,9 +17,12 @@ import numpy as np
 from hardware_specs.errors import InputError
 from hardware_specs.stack_spec import STACK_FEATURES
 from model_specs.model_spec import ModelSpec
-from planners.search_space import (MAX_COUNTS_ABOVE_TABLE, MAX_TABLE_GPUS, RECOMPUTE_NAMES, SCHEDULE_NAMES,
-                                   SearchConstraints, divisibility_only, enumerate_chunks, enumerate_space)
+from planners.search_space import (DEFAULT_SCHEDULES, FIXABLE, MAX_COUNTS_ABOVE_TABLE, MAX_TABLE_GPUS,
+                                   RECOMPUTE_NAMES, SCHEDULE_NAMES, SearchConstraints, divisibility_only,
+                                   enumerate_chunks, enumerate_space)
+from simulator.parallel_config import Schedule
 from simulator.stack_support import ZERO_BUBBLE_SCHEDULES, features_in_use
+from simulator.validate_config import needs_uneven_split
 
 GIB = 2**30
 
@@ -114,39 +119,109 @@ def _stack_at_fault(model: ModelSpec, c: SearchConstraints, what: str) -> InputE
                       "drop the fixed values or schedules that need it, or use a stack that has it: paraplan hardware stacks")
 
 
+def _interleaved_rule(model: ModelSpec, c: SearchConstraints, lead: str = "interleaved, ") -> str:
+    """The rule an interleaved pipeline's layers and micro-batches follow, or, where the fixed pp
+    and vpp break it, which split they ask for."""
+    L, pps, vpps = model.num_layers, c.fixed.get("pp", ()), c.fixed.get("vpp", ())
+    if pps and vpps and all(needs_uneven_split(L, int(p), int(v), Schedule.INTERLEAVED) for p in pps for v in vpps):
+        return (f"neither its {L} layers nor {L + 2} (the embedding and the loss on chunks of their own) split into "
+                f"pp*vpp = {'/'.join(map(str, pps))}*{'/'.join(map(str, vpps))} equal chunks")
+    return (f"{lead}pp x vpp must divide its {L} layers (or {L + 2}, the embedding and the loss on chunks of their "
+            "own) with pp > 1, and the micro-batches per step must be a multiple of pp")
+
+
+def _freed(c: SearchConstraints, keep) -> SearchConstraints:
+    """``c`` with only the fixed values of ``keep``; a schedule the request fixed narrowed the
+    searched schedules to it, so freed it searches the default ones too."""
+    fixed = {k: v for k, v in c.fixed.items() if k in keep}
+    schedules = c.schedules
+    if "schedule" in c.fixed and "schedule" not in keep:
+        schedules = tuple(dict.fromkeys(DEFAULT_SCHEDULES + tuple(c.schedules)))
+    return replace(c, fixed=fixed, schedules=schedules)
+
+
+def _why_one(model: ModelSpec, c: SearchConstraints, key: str, values) -> str:
+    """Why no layout has the fixed ``key`` in ``values`` (whatever else is free)."""
+    lacked = _lacked_feature(key, values, c.stack_lacks)
+    if lacked:
+        return f"the software stack has no {STACK_FEATURES[lacked]} (its training.lacks lists {lacked})"
+    if key == "ep" and model.moe is None:
+        return f"{model.name} has no experts, so ep is 1"
+    if key == "vpp":
+        return _interleaved_rule(model, c)
+    if key == "schedule" and set(map(str, values)) == {Schedule.INTERLEAVED.value}:
+        return _interleaved_rule(model, replace(c, fixed={}), "interleaved needs vpp > 1, and ")
+    if key == "zero_shard_group":
+        return "the ZeRO shard group must divide the data-parallel ranks (dp x cp) of some layout"
+    if key == "tp":
+        return f"tp must divide the {model.num_heads} heads{_kv_rule(model, c)} and the GPUs"
+    if key == "cp":
+        return f"cp must divide the sequence of {model.seq_len} tokens and the GPUs"
+    if key == "pp":
+        return f"pp must divide the GPUs and not exceed the {model.num_layers} layers"
+    return "no layout there has it"
+
+
+#: the fixed values whose product is the GPU count
+_DEGREES = ("dp", "tp", "pp", "cp")
+
+
+def _why_two(model: ModelSpec, c: SearchConstraints, pair: tuple[str, str], what: str) -> str:
+    """Why no layout has the fixed values of ``pair`` together (each has layouts alone)."""
+    if set(pair) == {"pp", "vpp"}:
+        return _interleaved_rule(model, c)
+    if set(pair) <= set(_DEGREES):
+        return f"dp x tp x pp x cp must be the {what}"
+    return "no layout there has both"
+
+
+def _any_batch(c: SearchConstraints) -> SearchConstraints:
+    """``c`` at a global batch every layout's dp x micro-batch divides (and whose micro-batches per
+    step a pipeline takes): what a set of fixed values leaves no layout at while this one has
+    some is the batch's fault with them, not theirs alone."""
+    mb = math.lcm(*(int(v) for v in c.fixed.get("micro_batch", (1,))))
+    return replace(c, global_batch=c.global_batch * c.gpus[1] * mb)
+
+
+def _left_no_layout(model: ModelSpec, c: SearchConstraints, keep) -> bool:
+    """Whether the fixed values ``keep`` alone leave no layout, at the request's batch or any."""
+    return not _layout_exists(model, _freed(c, keep)) and not _layout_exists(model, _freed(_any_batch(c), keep))
+
+
+def _fixed_keys(model: ModelSpec, c: SearchConstraints) -> list[str]:
+    """The fixed keys to blame, in ``FIXABLE`` order (the layout's degrees before the schedule
+    they decide; a tp above --max-tp is said apart); none when freeing them all leaves no layout."""
+    if not c.fixed or not _layout_exists(model, _freed(c, ())):
+        return []
+    keys = [k for k in FIXABLE if k in c.fixed] + [k for k in c.fixed if k not in FIXABLE]
+    return [k for k in keys if not (k == "tp" and any(int(t) > c.max_tp for t in c.fixed[k]))]
+
+
 def _fixed_value_at_fault(model: ModelSpec, c: SearchConstraints, what: str) -> InputError | None:
-    """When the request has layouts once one fixed value is freed, and none with that value
-    alone fixed, the error names that value (it blamed the global batch: ``--fix ep=2`` on a
-    dense model, ``--fix vpp=1000``, ``--zero-shard-group 3`` on 16 GPUs)."""
-    if not c.fixed or not _layout_exists(model, replace(c, fixed={})):
-        return None
-    for key, values in c.fixed.items():
-        if key == "tp" and any(int(t) > c.max_tp for t in values):
-            continue                # said below: raise --max-tp
-        if _layout_exists(model, replace(c, fixed={key: values})):
+    """When the request has layouts once the fixed values are freed, and none with one fixed
+    value alone fixed, the error names that value (it blamed the global batch: ``--fix ep=2`` on a
+    dense model, ``--fix vpp=1000``, ``--zero-shard-group 3`` on 16 GPUs, ``--pp 4 --vpp 2`` on
+    DeepSeek-V3's 61 layers, where an interleaved schedule fixed with them had left no layout
+    even with every value freed)."""
+    for key in _fixed_keys(model, c):
+        if not _left_no_layout(model, c, (key,)):
             continue
-        shown = "/".join(map(str, values))
-        lacked = _lacked_feature(key, values, c.stack_lacks)
-        if lacked:
-            why = f"the software stack has no {STACK_FEATURES[lacked]} (its training.lacks lists {lacked})"
-        elif key == "ep" and model.moe is None:
-            why = f"{model.name} has no experts, so ep is 1"
-        elif key == "vpp":
-            why = (f"interleaved, pp x vpp must divide its {model.num_layers} layers (or {model.num_layers + 2}, "
-                   "the embedding and the loss on chunks of their own) with pp > 1, and the micro-batches per step "
-                   "must be a multiple of pp")
-        elif key == "zero_shard_group":
-            why = "the ZeRO shard group must divide the data-parallel ranks (dp x cp) of some layout"
-        elif key == "tp":
-            why = f"tp must divide the {model.num_heads} heads{_kv_rule(model, c)} and the GPUs"
-        elif key == "cp":
-            why = f"cp must divide the sequence of {model.seq_len} tokens and the GPUs"
-        elif key == "pp":
-            why = f"pp must divide the GPUs and not exceed the {model.num_layers} layers"
-        else:
-            why = "no layout there has it"
-        return InputError(key, f"{key}={shown} leaves no layout of {model.name} on {what}: {why}",
-                          f"drop the fixed {key} or change it")
+        values = c.fixed[key]
+        return InputError(key, f"{key}={'/'.join(map(str, values))} leaves no layout of {model.name} on {what}: "
+                               f"{_why_one(model, c, key, values)}", f"drop the fixed {key} or change it")
+    return None
+
+
+def _fixed_pair_at_fault(model: ModelSpec, c: SearchConstraints, what: str) -> InputError | None:
+    """As ``_fixed_value_at_fault``, for two fixed values that have layouts each alone and none
+    together (--pp 8 --vpp 8 on 32 layers, --dp 64 --tp 2 on 64 GPUs: it blamed the batch)."""
+    for first, second in itertools.combinations(_fixed_keys(model, c), 2):
+        if not _left_no_layout(model, c, (first, second)):
+            continue
+        shown = " with ".join(f"{k}={'/'.join(map(str, c.fixed[k]))}" for k in (first, second))
+        return InputError(second, f"{shown} leaves no layout of {model.name} on {what}: "
+                                  f"{_why_two(model, c, (first, second), what)}",
+                          f"drop the fixed {first} or {second}, or change one")
     return None
 
 
@@ -160,6 +235,9 @@ def no_layout(model: ModelSpec, c: SearchConstraints, gpus_per_node: int = 1) ->
     lacked = _stack_at_fault(model, c, what)
     if lacked is not None:
         return lacked
+    at_fault = _fixed_pair_at_fault(model, c, what)
+    if at_fault is not None:
+        return at_fault
     t = divisibility_only(model, c.gpus, c.global_batch, c.max_tp, c.fixed, c.kv_head_replication)
     fixes = []
     if len(t["dp"]) == 0:

@@ -738,6 +738,32 @@ def test_a_fixed_value_no_layout_can_take_is_named_not_the_global_batch(fixed, f
     assert len(plan("llama3-8b", "dgx-h100", 16, 64).plans)
 
 
+@pytest.mark.parametrize("model, gpus, batch, fixed, field, says", [
+    # a fixed interleaved schedule narrowed the searched schedules, so freeing every fixed value
+    # still left no layout (61 layers split into no interleaved chunks on 256 GPUs) and the error
+    # blamed the batch: "no layout of 256 GPUs divides the global batch of 512 sequences into dp x
+    # micro-batch (... dp in 4)", though 4 x 1 divides 512
+    ("deepseek-v3", 256, 512, {"schedule": "interleaved", "pp": 4, "vpp": 2, "dp": 4, "tp": 8, "micro_batch": 1},
+     "vpp", "vpp=2 leaves no layout of deepseek-v3 on 256 GPUs: neither its 61 layers nor 63 (the embedding and the "
+            "loss on chunks of their own) split into pp*vpp = 4*2 equal chunks"),
+    ("deepseek-v3", 256, 512, {"schedule": "interleaved"}, "schedule", "interleaved needs vpp > 1, and pp x vpp must"),
+    # each value has layouts alone, the two together none
+    ("llama3-8b", 64, 512, {"pp": 8, "vpp": 8}, "vpp", "pp=8 with vpp=8 leaves no layout of llama3-8b on 64 GPUs: "
+                                                       "neither its 32 layers nor 34"),
+    ("llama3-8b", 64, 512, {"dp": 64, "tp": 2}, "tp", "dp=64 with tp=2 leaves no layout of llama3-8b on 64 GPUs: "
+                                                     "dp x tp x pp x cp must be the 64 GPUs"),
+    # pp 4 with cp 2 has no layout at this batch (dp divides 1000: at most 8 x tp 8 < 128), but
+    # has at others: the batch binds, as said
+    ("llama3-70b", 1024, 1000, {"tp": 8, "pp": 4, "cp": 2, "vpp": 2}, "gpus",
+     "no layout of 1024 GPUs divides the global batch of 1000 sequences into dp x micro-batch"),
+])
+def test_fixed_values_that_leave_no_layout_together_are_named_not_the_global_batch(model, gpus, batch, fixed, field,
+                                                                                    says):
+    with pytest.raises(InputError) as err:
+        plan(model, "h800-node" if model == "deepseek-v3" else "dgx-h100", gpus, batch, fixed=fixed)
+    assert err.value.field == field and says in err.value.message, str(err.value)
+
+
 def test_the_search_space_has_no_tp_beyond_the_kv_heads_unless_the_stack_replicates_them():
     """Llama-3.1-405B (8 key/value heads) on 1,024 GPUs with --max-tp 16: on Megatron-Core tp 16
     is pruned under ``kv_heads`` (every tp-16 factorisation: nothing else prunes them first, tp 16
