@@ -501,6 +501,12 @@ class ParallelConfig:
             raise InputError("vpp", "virtual pipeline stages need pp > 1", "set vpp 1 or pp > 1")
         if self.schedule == Schedule.INTERLEAVED and self.vpp == 1:
             raise InputError("schedule", "interleaved needs vpp > 1", "set --vpp 2 or more")
+        if self.vpp > 1 and self.schedule != Schedule.INTERLEAVED:
+            # the step model runs these with their own chunks per stage: a vpp was printed, not priced
+            two = self.schedule in (Schedule.ZB_V, Schedule.DUALPIPE)
+            chunks = "two model chunks per stage by construction" if two else "one model chunk per stage"
+            raise InputError("vpp", f"{self.schedule.value} runs {chunks}, so vpp {self.vpp} would change nothing "
+                             "(virtual stages are the interleaved schedule's)", "set vpp 1, or the interleaved schedule")
         if self.sequence_parallel and self.tp == 1:
             object.__setattr__(self, "sequence_parallel", False)
         if self.global_batch % (self.dp * self.micro_batch):

@@ -268,6 +268,16 @@ def test_bools_and_text_are_not_degrees_or_bandwidths(kwargs, field):
         api.simulate("llama3-8b", "dgx-h100", gpus=8, global_batch=8, **kwargs)
 
 
+@pytest.mark.parametrize("schedule", ["gpipe", "zb-h1", "zb-h2", "zb-v", "dualpipe"])
+def test_a_vpp_with_a_schedule_of_its_own_chunks_is_refused_not_printed_beside_the_step_of_vpp_1(schedule):
+    # each row said vpp=4 with the step time, memory and bubble of vpp 1 (ZB-V and DualPipe run two
+    # chunks per stage by construction, the others one); the default 1f1b still runs as interleaved
+    from hardware_specs.errors import InputError
+    with pytest.raises(InputError, match=f"^vpp: {schedule} runs "):
+        api.simulate("llama3-8b", "dgx-h100", gpus=16, global_batch=64, pp=2, vpp=4, schedule=schedule)
+    assert api.simulate("llama3-8b", "dgx-h100", gpus=16, global_batch=64, pp=2, vpp=4).iloc[0].schedule == "interleaved"
+
+
 def test_a_gpu_spec_changed_under_its_catalog_name_is_applied_and_an_identical_one_changes_nothing():
     # the what-if compared names only, so 1.5x the HBM bandwidth under "h100-sxm-80gb" was ignored
     from dataclasses import replace as _replace

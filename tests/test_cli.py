@@ -649,6 +649,12 @@ def test_plan_json_writes_a_single_gpu_count_as_a_number_and_a_range_as_min_max(
     (("--recompute-method", "uniform"), "recompute_method", "drop --recompute-method, or set --recompute full and --recompute-num-layers N"),
     (("--recompute", "full", "--recompute-method", "uniform"), "recompute_method", "drop --recompute-method, or set --recompute full and --recompute-num-layers N"),
     (("--recompute", "selective", "--recompute-method", "uniform"), "recompute_method", "drop --recompute-method, or set --recompute full and --recompute-num-layers N"),
+    # ran as interleaved, and with sequence parallelism off
+    (("--pp", "2", "--vpp", "2", "--schedule", "1f1b"), "schedule", "drop --schedule, or give --schedule interleaved, or --vpp 1"),
+    (("--sequence-parallel",), "sequence_parallel", "drop --sequence-parallel, or set --tp 2 or more"),
+    # printed vpp=4 beside the step of vpp 1 (ZB-V and DualPipe run two chunks per stage anyway)
+    *((("--pp", "2", "--vpp", "4", "--schedule", s), "vpp", "set vpp 1, or the interleaved schedule")
+      for s in ("gpipe", "zb-h1", "zb-h2", "zb-v", "dualpipe")),
 ])
 def test_simulate_refuses_an_option_the_run_would_not_use(extra, field, fix):
     # each was printed in the config beside a step time it did not change (llama3-8b on 8 H100s:

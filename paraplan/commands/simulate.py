@@ -127,13 +127,21 @@ STACK_HELP = ("Software stack: a catalog name (see `paraplan hardware stacks`) o
 
 def _refuse_options_without_effect(opts: dict) -> None:
     """Refuse a value the user chose that the run would not use (the table would print it beside
-    numbers it did not change): a zero-bubble schedule on one stage, a CP flavour without CP,
+    numbers it did not change, or another value it ran instead): a zero-bubble schedule on one
+    stage, 1f1b with a vpp (run interleaved), sequence parallelism at tp 1, a CP flavour without CP,
     the uniform recompute method without a full recomputation of N layers. Only the command
     line refuses them; the API, planner, sweeps and validation rows keep the degenerate but
     valid configurations (a --fix schedule over a pp range that includes 1)."""
     if opts["pp"] == 1 and opts.get("schedule") in _ONE_STAGE_AS_1F1B:
         raise InputError("schedule", f"{opts['schedule']} with pp 1 runs as 1f1b (one stage has no pipeline "
                          "bubble to fill)", "drop --schedule, or set --pp 2 or more")
+    if opts.get("vpp", 1) > 1 and opts.get("schedule") == Schedule.ONE_F_ONE_B.value:
+        # ParallelConfig runs a vpp with the default 1f1b as interleaved: a 1f1b asked for is not
+        raise InputError("schedule", f"1f1b runs one model chunk per stage; --vpp {opts['vpp']} would run "
+                         "interleaved instead", "drop --schedule, or give --schedule interleaved, or --vpp 1")
+    if opts.get("sequence_parallel") and opts["tp"] == 1:
+        raise InputError("sequence_parallel", "sequence parallelism splits activations over the tensor-parallel "
+                         "ranks: with tp 1 it would run off", "drop --sequence-parallel, or set --tp 2 or more")
     if opts["cp"] == 1 and opts.get("cp_kind", CPKind.RING.value) != CPKind.RING.value:
         raise InputError("cp_kind", f"{opts['cp_kind']} context parallelism with cp 1 changes nothing",
                          "drop --cp-kind, or set --cp 2 or more")
