@@ -525,6 +525,17 @@ def test_cli_table_json_csv_pareto_explain():
         "gpt3-1.3b", "dgx-a100-80gb", "8-16", 32).best["mfu"], rel=1e-9)
     res = runner.invoke(main, base + ["--csv", "--top", "2"])
     assert res.output.splitlines()[0].split(",") == shown and len(res.output.splitlines()) == 3
+    # --pareto --csv carries both frontiers of --json (it carried the GPU-count one alone over a
+    # range), each row saying which; one GPU count has the memory frontier only, laid out alike
+    import io
+    import pandas as pd
+    frontiers = pd.read_csv(io.StringIO(runner.invoke(main, base + ["--csv", "--pareto"]).output))
+    assert list(frontiers.columns) == ["frontier"] + shown
+    assert list(frontiers["frontier"]) == ["memory"] * len(data["pareto_memory"]) + ["gpus"] * len(data["pareto_gpus"])
+    assert list(frontiers["config"]) == [r["config"] for r in data["pareto_memory"] + data["pareto_gpus"]]
+    single = base[:base.index("-n") + 1] + ["16"] + base[base.index("-n") + 2:]
+    one = pd.read_csv(io.StringIO(runner.invoke(main, single + ["--csv", "--pareto"]).output))
+    assert list(one.columns) == ["frontier"] + shown and set(one["frontier"]) == {"memory"}
 
 
 # --------------------------------------------------------------------------------------------

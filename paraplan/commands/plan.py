@@ -382,6 +382,20 @@ def _without_features(result: PlanResult, cluster) -> list[dict]:
     return out
 
 
+def pareto_rows(result: PlanResult, cluster):
+    """``--pareto --csv``: the frontiers --json gives (``pareto_memory``, over a range of GPU
+    counts also ``pareto_gpus``), one after the other, each row's first column ``frontier``
+    saying which (``memory`` or ``gpus``). Over a range it printed the GPU frontier alone."""
+    import pandas as pd
+    kinds = ("memory", "gpus") if result.gpus[0] != result.gpus[1] else ("memory",)
+    frames = []
+    for kind in kinds:
+        rows = machine_rows(result.pareto(kind, detailed=True), cluster)
+        rows.insert(0, "frontier", kind)
+        frames.append(rows)
+    return pd.concat(frames, ignore_index=True)
+
+
 def _csv(df) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
@@ -542,8 +556,8 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         click.echo(_json(result, top, pareto, explain, cl, spec), nl=False)
         return
     if as_csv:
-        click.echo(_csv(machine_rows(result.pareto("gpus" if is_range else "memory", detailed=True) if pareto
-                                     else result.top(top, detailed=True), cl)), nl=False)
+        click.echo(_csv(pareto_rows(result, cl) if pareto else machine_rows(result.top(top, detailed=True), cl)),
+                   nl=False)
         return
     out = [_header(result, default_seq_len_note(spec, seq_len is not None)),
            _table(display(result.top(top), cl), show_gpus=is_range), CONFIG_LEGEND]
