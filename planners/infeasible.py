@@ -172,6 +172,11 @@ def _why_two(model: ModelSpec, c: SearchConstraints, pair: tuple[str, str], what
         return _interleaved_rule(model, c)
     if set(pair) <= set(_DEGREES):
         return f"dp x tp x pp x cp must be the {what}"
+    if set(pair) == {"vpp", "schedule"}:
+        return ("virtual stages (vpp > 1) are the interleaved schedule's; the others run one model chunk per stage "
+                "(ZB-V and DualPipe two, by construction), and interleaved needs vpp > 1")
+    if set(pair) == {"tp", "sequence_parallel"}:
+        return "sequence parallelism splits activations over the tensor-parallel ranks, so it needs tp > 1"
     return "no layout there has both"
 
 

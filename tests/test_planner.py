@@ -763,6 +763,12 @@ def test_a_fixed_value_no_layout_can_take_is_named_not_the_global_batch(fixed, f
                                                        "neither its 32 layers nor 34"),
     ("llama3-8b", 64, 512, {"dp": 64, "tp": 2}, "tp", "dp=64 with tp=2 leaves no layout of llama3-8b on 64 GPUs: "
                                                      "dp x tp x pp x cp must be the 64 GPUs"),
+    ("llama3-8b", 16, 64, {"pp": 2, "vpp": 2, "schedule": "1f1b"}, "schedule",
+     "vpp=2 with schedule=1f1b leaves no layout of llama3-8b on 16 GPUs: virtual stages (vpp > 1) are the interleaved "
+     "schedule's"),
+    ("llama3-8b", 16, 64, {"tp": 1, "sequence_parallel": True}, "sequence_parallel",
+     "tp=1 with sequence_parallel=True leaves no layout of llama3-8b on 16 GPUs: sequence parallelism splits "
+     "activations over the tensor-parallel ranks, so it needs tp > 1"),
     # pp 4 with cp 2 has no layout at this batch (dp divides 1000: at most 8 x tp 8 < 128), but
     # has at others: the batch binds, as said
     ("llama3-70b", 1024, 1000, {"tp": 8, "pp": 4, "cp": 2, "vpp": 2}, "gpus",
