@@ -68,15 +68,15 @@ from cost_models.layer_costs import (_attention_dims, attention_block_costs,
 from hardware_specs.catalog import DEFAULT_TRAINING_STACK, efficiency_for_cluster, load_cluster, load_gpu, load_stack
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
-from hardware_specs.errors import InputError, suggest, whole_number
-from hardware_specs.gpu_spec import GPUSpec
+from hardware_specs.errors import InputError, require_plausible, suggest, whole_number
+from hardware_specs.gpu_spec import MAX_RATE_PER_S, MIN_RATE_PER_S, GPUSpec
 from hardware_specs.stack_spec import StackSpec
 from model_specs.catalog import load_model
-from model_specs.model_spec import ModelSpec
+from model_specs.model_spec import SIZE_LIMITS, ModelSpec
 from paraplan import priors
 from paraplan.mfu import mfu_column, mfu_pct, mfu_pct_columns  # noqa: F401  (mfu_pct_columns: api's name too)
 from simulator import headroom
-from simulator.parallel_config import BOOL_FIELDS, ParallelConfig
+from simulator.parallel_config import BOOL_FIELDS, MAX_GLOBAL_BATCH, MAX_GPUS, ParallelConfig
 from simulator.report import MEMORY_PARTS, TIME_PARTS, StepReport
 from simulator.simulate import simulate as _simulate
 from simulator.stack_defaults import stack_config_fields, stack_sequence_parallel
@@ -178,8 +178,16 @@ def coerce_value(field: str, value: Any) -> Any:
 def _model(model: str | ModelSpec, seq_len: int | None) -> ModelSpec:
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     if seq_len is not None:
-        spec = spec.with_seq_len(whole_number("seq_len", seq_len))
+        spec = spec.with_seq_len(_at_most("seq_len", whole_number("seq_len", seq_len), SIZE_LIMITS["seq_len"]))
     return spec
+
+
+def _at_most(field: str, value: int, largest: int) -> int:
+    """``value``, or the error naming ``field`` as given when it is above ``largest`` (what it
+    becomes inside, a model's seq_len or a configuration's dp, was named instead)."""
+    if value > largest:
+        raise InputError(field, f"{value:,} is above the largest supported value {largest:,}", "check the number")
+    return value
 
 
 def what_if_cluster(cluster: str | ClusterSpec, gpu: str | GPUSpec | None = None,
@@ -201,6 +209,12 @@ def what_if_cluster(cluster: str | ClusterSpec, gpu: str | GPUSpec | None = None
         # '400' and True were read as numbers
         if value is not None and (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real)):
             raise InputError(name, f"must be a number of Gb/s, got {value!r}", "e.g. 400")
+        if value is not None:   # in Gb/s, under its own name (the link's bytes/s field was named)
+            try:
+                require_plausible(name, value, MIN_RATE_PER_S / GBIT, MAX_RATE_PER_S / GBIT)
+            except InputError as exc:
+                raise InputError(name, exc.message, "give the bandwidth per GPU, one direction, in Gb/s, e.g. 400") \
+                    from None
     if gpu is not None:
         gpu_spec = gpu if isinstance(gpu, GPUSpec) else load_gpu(gpu)
         if gpu_spec != spec.gpu:        # another chip, or the same one with other numbers (a what-if)
@@ -225,6 +239,7 @@ def _global_batch(fields: dict, seq_len: int) -> int:
     if tokens is None:
         raise InputError("global_batch", "missing", "give global_batch (sequences) or global_batch_tokens")
     tokens = whole_number("global_batch_tokens", tokens)
+    _at_most("global_batch_tokens", tokens, MAX_GLOBAL_BATCH * seq_len)
     if tokens % seq_len:
         from planners.plan import whole_sequences_fix
         raise InputError("global_batch_tokens", f"{tokens} is not a multiple of the sequence length {seq_len}",
@@ -247,11 +262,11 @@ def build_config(model: ModelSpec, gpus: int | None = None, **config_fields) -> 
     if fields.get("dp") is None:
         fields.pop("dp", None)
         if gpus is not None:
-            gpus = whole_number("gpus", gpus)
+            gpus = _at_most("gpus", whole_number("gpus", gpus), MAX_GPUS)
             per_replica = 1
             for name in ("tp", "pp", "cp"):
                 value = fields.get(name)
-                per_replica *= 1 if value is None else whole_number(name, value)
+                per_replica *= 1 if value is None else _at_most(name, whole_number(name, value), MAX_GPUS)
             if gpus % per_replica:
                 raise InputError("gpus", f"{gpus} GPUs do not divide by tp*pp*cp = {per_replica}",
                                  f"use a multiple of {per_replica} GPUs or give dp")

@@ -891,6 +891,29 @@ def test_plot_values_not_an_integer_are_one_line_not_an_internal_error(tmp_path,
     assert not out.exists()
 
 
+@pytest.mark.parametrize("field, value, says", [
+    ("scaleout_gbit_per_s", "0", "must be > 0, got 0.0"),
+    ("scaleout_gbit_per_s", "1e30", "1e+30 is above the plausible maximum 8e+12"),
+    ("scaleup_gbit_per_s", "-1", "must be > 0, got -1.0"),
+    ("scaleup_gbit_per_s", "1e-9", "1e-09 is below the plausible minimum 8e-06"),
+    ("gpus", "1e30", "1,000,000,000,000,000,019,884,624,838,656 is above the largest supported value 16,777,216"),
+    ("seq_len", "1e30", "is above the largest supported value 1,073,741,824"),
+    ("global_batch_tokens", "1e30", "is above the largest supported value 9,007,199,254,740,992"),
+    ("tp", "1e30", "is above the largest supported value 16,777,216"),
+])
+def test_plot_names_the_swept_field_in_its_own_units(tmp_path, field, value, says):
+    # 'error: network.infiniband.bw_bytes_per_s: must be > 0, got 0.0' for --field
+    # scaleout_gbit_per_s --values 100,0, and '1.25e+38 ... above the plausible maximum 1e+21' in
+    # bytes/s for 1e30 Gb/s; gpus, seq_len and global_batch_tokens were named dp, model.seq_len and
+    # global_batch, tp 1e30 as '16 GPUs do not divide by tp*pp*cp = 1e30'
+    out = tmp_path / "p.png"
+    first = "524288" if field == "global_batch_tokens" else "1"
+    line = assert_one_line_error(run("plot", "breakdown", "--field", field, "--values", f"{first},{value}", "-m",
+                                     "llama3-8b", "-c", "dgx-h100", "-n", "16", "--global-batch", "64", "-o", out))
+    assert line.startswith(f"error: {field}: ") and says in line, line
+    assert not out.exists()
+
+
 def test_validate_published_skips_a_row_whose_scaleout_bandwidth_is_invalid(small_runs_csv, tmp_path):
     # one row with scaleout_gbps_per_gpu 0 (or -4, 1e-30) ended the whole run: exit 2 with
     # 'error: network.infiniband.bw_bytes_per_s: must be > 0', where every other bad cell of a row
