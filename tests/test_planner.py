@@ -87,6 +87,38 @@ def test_random_plans_match_simulate_to_1e9(model, cluster, gpus, gbs, dtypes):
         assert row["tokens_per_s"] == pytest.approx(report.tokens_per_s, rel=1e-9)
 
 
+def test_refine_table_times_exactly_the_rows_that_can_be_the_fastest_of_those_given():
+    """``refine_table`` over chosen rows of a ranked table (the plans a framework runs:
+    ``exports.best_runnable``) computes exactly, lowest bound first, the rows that can be the
+    fastest of them: the fastest is the brute force's (every row exact), with simulate's numbers,
+    and no row left estimated has a bound that reaches it."""
+    import pandas as pd
+    from planners.refine import refine_table
+    spec, cl = load_model("llama3-8b"), load_cluster("dgx-h100")
+    eff = efficiency_for_cluster(cl)
+    result = plan(spec, cl, 16, 32, dtypes=("bf16", "fp8"), assign_stages=False)
+    plans = result.plans
+    # estimated pipeline rows of both dtypes; by the estimate another row would be the fastest
+    rows = plans[~plans["pipeline_exact"] & (plans["pp"] > 1)].iloc[::5].head(240)
+    assert set(rows["dtype"].astype(str)) == {"bf16", "fp8"}
+    fast = refine_table(spec, cl, eff, rows, result.software)
+    every = refine_table(spec, cl, eff, rows, result.software, top=len(rows))
+    assert every["pipeline_exact"].all() and fast.index.equals(rows.index)
+    done = fast["pipeline_exact"].to_numpy()
+    assert 1 < done.sum() < len(rows) // 4
+    best = int(np.argmin(fast["step_time_s"].to_numpy()))
+    assert done[best] and fast["step_time_s"].iloc[best] == every["step_time_s"].min()
+    assert best != int(np.argmin(rows["step_time_s"].to_numpy()))
+    assert (fast["step_time_lower_s"].to_numpy()[~done] > fast["step_time_s"].iloc[best]).all()
+    np.testing.assert_array_equal(fast[done]["step_time_s"], every[done]["step_time_s"])
+    pd.testing.assert_frame_equal(fast[~done], rows[~done])
+    row = fast.iloc[best]
+    report = simulate(spec, cl, row_config(row, result.software[str(row["dtype"])]), n_gpus=16)
+    for key in ("step_time_s", "tokens_per_s", "mfu"):
+        assert row[key] == pytest.approx(getattr(report, key), rel=1e-9)
+    assert row["memory_gib"] * GIB == pytest.approx(report.memory_bytes, rel=1e-9)
+
+
 def _resimulate(row: dict, model: str, cluster: str, global_batch: int, switches: list[str]) -> dict:
     """``paraplan simulate --json`` of a ``paraplan plan --json`` row, with the same switches."""
     from paraplan.cli import main
