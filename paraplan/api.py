@@ -622,13 +622,16 @@ def best_plan(model, cluster, gpus: int, global_batch_tokens: int | None = None,
 def best_plan_for(framework: str, model, cluster, gpus: int, global_batch_tokens: int | None = None,
                   *, plans: pd.DataFrame | None = None, **kwargs) -> pd.DataFrame:
     """The fastest plan ``framework`` (megatron, torchtitan, deepspeed) can run as planned: the
-    planner's ranked plans filtered by ``paraplan.exports.<framework>.refusal`` (the first that
-    the framework runs), re-simulated like :func:`best_plan` (a one-row DataFrame). Its
-    ``.attrs`` hold ``rank`` (0-based, in the unrestricted ranking) and ``slowdown`` (1 - its
-    tokens/s over the unrestricted winner's). ``plans``: the :func:`plan` table of this same
-    request, when the caller has it already (the search is not run again). Without ``stack=``
-    the plans are ranked and re-simulated on the framework's own stack profile where paraplan
-    has one (torchtitan), else on Megatron-Core's; a given table keeps the stack it was ranked on."""
+    planner's ranked plans filtered by ``paraplan.exports.<framework>.refusal``, the fastest that
+    runs by its exact step time (``exports.best_runnable`` with ``planners.refine.refine_table``:
+    the table times exactly only the rows that can rank near its top), re-simulated like
+    :func:`best_plan` (a one-row DataFrame, whose step time is that exact time). Its ``.attrs``
+    hold ``rank`` (0-based, in the unrestricted ranking with the exact times computed) and
+    ``slowdown`` (1 - its tokens/s over the unrestricted winner's). ``plans``: the :func:`plan`
+    table of this same request, when the caller has it already (the search is not run again).
+    Without ``stack=`` the plans are ranked and re-simulated on the framework's own stack profile
+    where paraplan has one (torchtitan), else on Megatron-Core's; a given table keeps the stack it
+    was ranked on."""
     from paraplan import exports
     exports.module(framework)                       # unknown names fail before the search
     what_if = {k: kwargs.pop(k) for k in ("gpu", "seq_len", "scaleout_gbit_per_s", "scaleup_gbit_per_s")
@@ -640,19 +643,27 @@ def best_plan_for(framework: str, model, cluster, gpus: int, global_batch_tokens
     if plans is None:
         plans = plan(model, cluster, gpus, global_batch_tokens, **what_if, **kwargs)
     spec = _model(model, what_if.get("seq_len"))
+    cluster_spec = what_if_cluster(cluster, what_if.get("gpu"), what_if.get("scaleout_gbit_per_s"),
+                                   what_if.get("scaleup_gbit_per_s"))
     software = plans.attrs.get("software")
     if not software:        # a table not from :func:`plan`: the stack's fields for each of its dtypes
         from hardware_specs.catalog import load_stack
         from simulator.stack_defaults import stack_config_fields
         stack = load_stack(kwargs["stack"])
-        gpu = what_if_cluster(cluster, what_if.get("gpu"), what_if.get("scaleout_gbit_per_s"),
-                              what_if.get("scaleup_gbit_per_s")).gpu.name
+        gpu = cluster_spec.gpu.name
         software = {str(d): stack_config_fields(stack, str(d), spec.name, gpu) for d in pd.unique(plans["dtype"])}
-    row, rank, slowdown = exports.best_runnable(plans, framework, software=software, model=spec,
+    # the rows past the table's top carry an estimated time: the runnable ones that could beat
+    # the first runnable row are timed exactly with the search's own inputs, as simulate does
+    from functools import partial
+    from planners.refine import refine_table
+    eff = kwargs.get("efficiency")
+    refine = partial(refine_table, spec, cluster_spec,
+                     eff if eff is not None else efficiency_for_cluster(cluster_spec), software=software)
+    row, rank, slowdown = exports.best_runnable(plans, framework, software=software, refine=refine, model=spec,
                                                 seq_len=spec.seq_len)
     config = {k: _plain(row[k]) for k in CONFIG_FIELDS if k in row}
     out = simulate(model, cluster, **{k: v for k, v in what_if.items() if v is not None},
-                   stack=kwargs["stack"], **config)
+                   stack=kwargs["stack"], efficiency=eff, **config)
     out.attrs.update(rank=rank, slowdown=slowdown, explain=plans.attrs.get("explain", ""))
     return out
 

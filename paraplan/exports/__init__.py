@@ -17,9 +17,10 @@ plan table, the fastest plan a framework can run and how much slower it is than 
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from hardware_specs.catalog import DEFAULT_TRAINING_STACK
@@ -110,6 +111,7 @@ def launch_notes(plan_row: Any, framework: str, note: str = "") -> str:
 
 
 def best_runnable(plans: pd.DataFrame, framework: str, software: Mapping[str, Mapping] | None = None,
+                  refine: Callable[[pd.DataFrame], pd.DataFrame] | None = None,
                   **context: Any) -> tuple[dict, int, float]:
     """``(row, rank, slowdown)``: the fastest row of ``plans`` (ranked fastest first) that
     ``framework`` can run as planned, its 0-based rank, and how much slower it is than row 0
@@ -117,28 +119,78 @@ def best_runnable(plans: pd.DataFrame, framework: str, software: Mapping[str, Ma
     were priced with, per dtype (``PlanResult.software``; a ranked row carries only its searched
     fields, and an export reads the rest: compile, FSDP resharding, the recomputation policy);
     ``context`` fills fields the rows lack (``model``, ``seq_len``, ``cluster``, ``gpu``). Rows are
-    tried in rank order and the search stops at the first that runs. Raises ``InputError`` when
-    none does."""
+    tried in rank order up to the first that runs. Raises ``InputError`` when none does.
+
+    ``refine``: the exact pipeline makespan of chosen rows (``planners.refine.refine_table`` bound
+    to the search's model, cluster and efficiency). A ranked table times exactly only the rows that
+    can rank near its top (``pipeline_exact``); the others carry an estimate, and a lower bound
+    (``step_time_lower_s``). With ``refine`` the row is the fastest runnable one by its exact
+    time, and carries that time (what ``simulate`` gives it): the later rows that run and whose
+    bound is below the first runnable row's exact time are refined with it, lowest bound first,
+    until no row left estimated could beat the fastest; ``rank`` and ``slowdown`` are its place in
+    the table ranked again with the times computed. Without it the first row that runs is taken
+    with the table's time (an estimate where ``pipeline_exact`` is False)."""
     mod = module(framework)
     if len(plans) == 0:
         raise InputError("plan", "the search found no plan", "relax the request")
     reasons: dict[str, int] = {}
-    best = None
-    for rank, rec in enumerate(_records(plans)):
-        if rank == 0:
-            best = rec.get("tokens_per_s")
+
+    def runnable(rec: dict) -> dict | None:
         row = {**with_stack_fields(rec, software), **context}
         err = mod.refusal(plan_fields(row))
         if err is None:
-            mine = rec.get("tokens_per_s")
-            slowdown = 1.0 - mine / best if best and mine is not None else 0.0
-            return row, rank, max(0.0, float(slowdown))
+            return row
         if err.field == "model":        # the model, not the plan: no other row can do better
             raise err
         reasons[err.field] = reasons.get(err.field, 0) + 1
-    counts = ", ".join(f"{n} by {field}" for field, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
-    raise InputError("--emit", f"none of the {len(plans)} plans that fit runs in {framework} as planned "
-                     f"(refused: {counts})", "relax the request or emit another framework")
+        return None
+
+    found = next(((rank, row) for rank, row in enumerate(map(runnable, _records(plans))) if row is not None), None)
+    if found is None:
+        counts = ", ".join(f"{n} by {field}" for field, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
+        raise InputError("--emit", f"none of the {len(plans)} plans that fit runs in {framework} as planned "
+                         f"(refused: {counts})", "relax the request or emit another framework")
+    rank, row = found
+    if refine is not None and all(k in plans for k in ("step_time_s", "step_time_lower_s", "pipeline_exact")):
+        rank, row, best = _fastest_exact(plans, rank, row, runnable, refine)
+    else:
+        best = plans["tokens_per_s"].iloc[0] if "tokens_per_s" in plans else None
+    mine = row.get("tokens_per_s")
+    slowdown = 1.0 - mine / best if best and mine is not None else 0.0
+    return row, rank, max(0.0, float(slowdown))
+
+
+def _fastest_exact(plans: pd.DataFrame, first: int, row: dict, runnable, refine) -> tuple[int, dict, float]:
+    """``best_runnable``'s refinement: from the first runnable row (``first``, as ``row``), the
+    runnable row of ``plans`` fastest by its exact step time (as a row for the export), its rank
+    in ``plans`` ranked again with the times computed, and the tokens/s of that ranking's first."""
+    exact = plans["pipeline_exact"].to_numpy().astype(bool)
+    time_s = plans["step_time_s"].to_numpy(dtype=float)
+    lower = plans["step_time_lower_s"].to_numpy(dtype=float)
+    tps = plans["tokens_per_s"].to_numpy(dtype=float, copy=True)
+    best_s = time_s[first] if exact[first] else float(refine(plans.iloc[[first]])["step_time_s"].iloc[0])
+    # a later row can beat it only if its bound (its time, when exact) is below its exact time;
+    # every such row that runs is refined with it. No row before ``first`` runs.
+    later = np.flatnonzero(np.where(exact, time_s, lower) < best_s)
+    later = later[later > first]
+    chosen = [first] + [int(i) for i, rec in zip(later, _records(plans.iloc[later])) if runnable(rec) is not None]
+    if chosen == [first] and exact[first]:       # the first that runs, exact (near the top): the table's row
+        return first, row, float(max(tps[0], tps[first]))
+    if exact[chosen].all():
+        pick = int(np.argmin(time_s[chosen]))             # the first of equal times: the table's order
+        refined = plans.iloc[[chosen[pick]]]
+    else:
+        # refine_table leaves no estimated row whose bound reaches the fastest: that one is exact
+        refined = refine(plans.iloc[chosen])
+        tps[chosen] = refined["tokens_per_s"].to_numpy(dtype=float)
+        pick = int(np.argmin(refined["step_time_s"].to_numpy(dtype=float)))
+        refined = refined.iloc[[pick]]
+    fastest = chosen[pick]
+    row = runnable(refined.to_dict("records")[0])
+    mine = tps[fastest]
+    # ranked again: the rows faster than it, and the earlier ones as fast (the table's order)
+    rank = int(np.count_nonzero(tps > mine) + np.count_nonzero(tps[:fastest] == mine))
+    return rank, row, float(max(tps[0], mine))
 
 
 def _records(plans: pd.DataFrame, first_rows: int = 64):
