@@ -464,3 +464,19 @@ def test_an_overlap_stack_without_sequence_parallelism_prices_tp_comm_exposed_as
                           **{**plan, "tp_comm_overlap": False}).iloc[0]
     assert sp.tp_comm_exposed_s < 0.5 * sp_off.tp_comm_exposed_s
     assert "--tp-comm-overlap" in flags_of(megatron.emit(sp))
+
+
+def test_simulate_says_the_tp_overlap_switch_has_no_effect_without_sequence_parallelism():
+    """The overlap is priced as off without sequence parallelism (tp_overlap_applies): simulate's
+    header had said tp_comm_overlap=on there, as if it hid the all-reduces."""
+    from click.testing import CliRunner
+
+    from paraplan.cli import main
+    args = ["simulate", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "64", "--tp", "8", "--pp", "2",
+            "--global-batch", "128", "--tp-comm-overlap"]
+    for sp, says in (("--no-sequence-parallel", "tp_comm_overlap=on (no effect without sequence parallelism)"),
+                     ("--sequence-parallel", "tp_comm_overlap=on ep_comm_overlap")):
+        res = CliRunner().invoke(main, args + [sp])
+        assert res.exit_code == 0, res.output
+        assert says in res.output
+    assert "tp_comm_overlap=off" in CliRunner().invoke(main, args[:-1] + ["--no-sequence-parallel"]).output

@@ -231,9 +231,22 @@ def _tflops(value: float) -> str:
 
 
 def _wrapped(settings: str, first: str = " " * 9, width: int = 120) -> list[str]:
-    """``name=value`` settings as lines of at most ``width`` characters, aligned under ``first``."""
-    return textwrap.wrap(settings, width=width, initial_indent=first, subsequent_indent=" " * len(first),
-                         break_long_words=False, break_on_hyphens=False)
+    """``name=value`` settings as lines of at most ``width`` characters, aligned under ``first``
+    (a NUL joins words that stay on one line; it prints as a space)."""
+    return [line.replace("\0", " ") for line in textwrap.wrap(
+        settings, width=width, initial_indent=first, subsequent_indent=" " * len(first),
+        break_long_words=False, break_on_hyphens=False)]
+
+
+def _tp_overlap_text(c: dict) -> str:
+    """``tp_comm_overlap`` as the header shows it: a switch that is on but priced as off (it
+    pipelines only sequence parallelism's collectives: ``simulator.layer_times.tp_overlap_applies``)
+    says so."""
+    from simulator.layer_times import tp_overlap_applies
+    on = bool(c["tp_comm_overlap"])
+    if on and not bool(tp_overlap_applies(on, c["sequence_parallel"], c["tp"])):
+        return "on (no effect without sequence parallelism)".replace(" ", "\0")     # kept on one line
+    return _on_off(on)
 
 
 def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | None = None) -> str:
@@ -251,7 +264,7 @@ def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | 
                   f"dtype={c['dtype']} schedule={c['schedule']} flash_attention={_on_off(c['flash_attention'])} "
                   f"attention_kernel={c['attention_kernel']} "
                   f"overlap_grad_reduce={_on_off(c['overlap_grad_reduce'])} "
-                  f"overlap_param_gather={_on_off(c['overlap_param_gather'])} tp_comm_overlap={_on_off(c['tp_comm_overlap'])} "
+                  f"overlap_param_gather={_on_off(c['overlap_param_gather'])} tp_comm_overlap={_tp_overlap_text(c)} "
                   f"ep_comm_overlap={_on_off(c['ep_comm_overlap'])} ep_dispatch_dedup={_on_off(c['ep_dispatch_dedup'])} "
                   f"cp_kind={c['cp_kind']} moe_load_imbalance={c['moe_load_imbalance']:g} "
                   f"grad_accumulation_fusion={_on_off(c['grad_accumulation_fusion'])}"
