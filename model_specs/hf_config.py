@@ -9,7 +9,9 @@ Supported ``model_type`` families and the keys read (names as in ``transformers`
 - nemotron (squared-ReLU plain MLP): as llama, plus kv_channels for the head width.
 - every RoPE family above: partial_rotary_factor (the share of each head RoPE rotates), rope_theta,
   rope_scaling, or transformers v5's rope_parameters (which holds all three) in its place.
-- gpt2, opt, bloom, gpt_neox, mpt (plain two-matrix MLP): each family's own key names.
+- gpt2, opt, bloom, gpt_neox (plain two-matrix MLP): each family's own key names.
+- mpt: llm-foundry's keys, attn_config (attn_type, kv_n_heads, alibi, rope, rope_theta, sliding_window_size) and
+  ffn_config (ffn_type mptmlp / mptglu / te_ln_mlp, ffn_hidden_size, ffn_act_fn) included (``hf_families._mpt``).
 - mixtral: + num_local_experts, num_experts_per_tok.
 - minimax_m2: as mixtral, + head_dim, scoring_func, rotary_dim (``hf_families._minimax_m2``).
 - nemotron_h (hybrid Mamba-Transformer): hybrid_override_pattern / layers_block_type, the

@@ -334,14 +334,104 @@ def _gpt_neox(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, 
                 **{**_GPT_STYLE, "position_embedding": "rope"}, rotary_fraction=fraction_field(cfg, "rotary_pct"))
 
 
+#: MPT's attention kinds -> key/value heads (llm-foundry llmfoundry/models/layers/attention.py:
+#: MultiheadAttention, MultiQueryAttention, GroupedQueryAttention, which needs attn_config.kv_n_heads)
+_MPT_ATTENTION = ("multihead_attention", "multiquery_attention", "grouped_query_attention")
+#: MPT's dense MLPs (llm-foundry llmfoundry/models/layers/ffn.py, registered ffn types): mptmlp
+#: (up, act, down), mptglu (act(gate) * up, then down: three matrices), te_ln_mlp (Transformer
+#: Engine's LayerNormMLP: mptmlp's two matrices, GELU); the MoE types (torch_dmoe, mb_moe, mb_dmoe)
+#: are not read
+_MPT_FFNS = ("mptmlp", "mptglu", "te_ln_mlp")
+#: ffn_act_fn name (a torch.nn.functional function; llm-foundry's default gelu) -> activation of a
+#: plain / a gated (mptglu) MLP
+_MPT_ACTIVATIONS = {"gelu": ("gelu", "geglu"), "relu": ("relu", None), "silu": (None, "swiglu")}
+
+
+def _mpt_section(cfg: ConfigReader, key: str) -> ConfigReader:
+    """``attn_config`` / ``ffn_config`` as a reader (empty when absent)."""
+    value = cfg.data.get(key)
+    if value is not None and not isinstance(value, dict):
+        raise InputError(f"{cfg.where}.{key}", f"expected a mapping, got {str(value)[:40]!r}", f"write the checkpoint's {key}")
+    return ConfigReader(value or {}, f"{cfg.where}.{key}")
+
+
+def _mpt_text(section: ConfigReader, key: str, default: str, allowed) -> str:
+    value = section.data.get(key, default)
+    if not isinstance(value, str) or value not in allowed:
+        raise InputError(f"{section.where}.{key}", f"unknown MPT {key} {str(value)[:40]!r}",
+                         "use " + ", ".join(allowed) + ", or write a model YAML file")
+    return value
+
+
 def _mpt(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, Any]:
+    """MPT (model_type mpt) as llm-foundry's MPTConfig lays it out (llmfoundry/models/mpt/
+    configuration_mpt.py; defaults in llmfoundry/models/utils/config_defaults.py): attn_config.attn_type
+    multi-head, multi-query or grouped-query (kv_n_heads), positions learned, ALiBi or RoPE
+    (attn_config.rope, rope_theta, default 10000), attn_config.sliding_window_size (-1 = none) on every
+    layer; ffn_config.ffn_type mptmlp, mptglu (gated) or te_ln_mlp of ffn_config.ffn_hidden_size,
+    else int(d_model * expansion_ratio), which llm-foundry's resolve_ffn_hidden_size refuses unless
+    whole (a ratio of 3.5 is allowed); activation ffn_config.ffn_act_fn.name (gelu); norm_type's
+    layernorm or rmsnorm; no_bias, with attention_bias for the qkv projection. Per-block overrides
+    (block_overrides) and mixture-of-experts ffn types are refused."""
     hidden = cfg.get_int("d_model")
-    ratio = cfg.get_int("expansion_ratio", default=4)
-    return dict(num_layers=cfg.get_int("n_layers"), hidden_size=hidden, **attention_head_fields(cfg, "n_heads"),
-                ffn_hidden_size=ratio * hidden, vocab_size=cfg.get_int("vocab_size"),
-                seq_len=training_seq_len(cfg, seq_len), tied_embeddings=cfg.get_bool("tie_word_embeddings", True),
-                position_embedding=_mpt_positions(cfg), normalization="layernorm",
-                linear_bias=not cfg.get_bool("no_bias", False))
+    attn, ffn = _mpt_section(cfg, "attn_config"), _mpt_section(cfg, "ffn_config")
+    if cfg.data.get("block_overrides"):
+        raise InputError(f"{cfg.where}.block_overrides", "per-block MPT overrides are not read",
+                         "write a model YAML file with the ModelSpec fields")
+    heads = attention_head_fields(cfg, "n_heads")
+    kind = _mpt_text(attn, "attn_type", "multihead_attention", _MPT_ATTENTION)
+    if kind == "grouped_query_attention":
+        if not attn.has("kv_n_heads"):     # llm-foundry's GroupedQueryAttention has no default
+            raise InputError(f"{attn.where}.kv_n_heads", "missing for grouped_query_attention",
+                             "add the checkpoint's kv_n_heads")
+        heads["num_kv_heads"] = attn.get_int("kv_n_heads")
+    else:
+        heads["num_kv_heads"] = 1 if kind == "multiquery_attention" else heads["num_heads"]
+    ffn_type = _mpt_text(ffn, "ffn_type", "mptmlp", _MPT_FFNS)
+    gated = ffn_type == "mptglu"
+    if ffn.has("ffn_hidden_size"):
+        width = ffn.get_int("ffn_hidden_size")
+    else:
+        ratio = cfg.get_float("expansion_ratio", 4.0)
+        width = int(hidden * ratio)
+        if width != hidden * ratio:
+            raise InputError(f"{cfg.where}.expansion_ratio", f"d_model {hidden} x {ratio:g} = {hidden * ratio:g} is not "
+                             "a whole FFN width (llm-foundry refuses it too)", "write the checkpoint's expansion_ratio")
+    act = ffn.data.get("ffn_act_fn")
+    act_name = "gelu"
+    if act is not None:
+        act_name = act.get("name") if isinstance(act, dict) else act
+        if ffn_type == "te_ln_mlp":     # llm-foundry's build_te_ln_mlp refuses one
+            raise InputError(f"{ffn.where}.ffn_act_fn", "te_ln_mlp takes no activation (Transformer Engine's GELU)",
+                             "drop ffn_act_fn")
+    activation = _MPT_ACTIVATIONS.get(act_name, (None, None))[gated] if isinstance(act_name, str) else None
+    if activation is None:
+        usable = [n for n, pair in _MPT_ACTIVATIONS.items() if pair[gated]]
+        raise InputError(f"{ffn.where}.ffn_act_fn", f"activation {str(act_name)[:40]!r} is not read for a{' gated' if gated else ''} "
+                         f"{ffn_type} MLP", "use name " + " or ".join(usable))
+    norm = _mpt_text(cfg, "norm_type", "low_precision_layernorm", _MPT_NORMS)
+    no_bias = cfg.get_bool("no_bias", False)
+    qkv_bias = cfg.get_bool("attention_bias", not no_bias)
+    if not no_bias and not qkv_bias:
+        raise InputError(f"{cfg.where}.attention_bias", "biased layers with an unbiased qkv projection are not modelled",
+                         "write a model YAML file with linear_bias / qkv_bias")
+    fields = dict(num_layers=cfg.get_int("n_layers"), hidden_size=hidden, **heads,
+                  ffn_hidden_size=width, vocab_size=cfg.get_int("vocab_size"), gated_mlp=gated, activation=activation,
+                  seq_len=training_seq_len(cfg, seq_len), tied_embeddings=cfg.get_bool("tie_word_embeddings", True),
+                  position_embedding=_mpt_positions(cfg), normalization="rmsnorm" if "rmsnorm" in norm else "layernorm",
+                  linear_bias=not no_bias, qkv_bias=qkv_bias)
+    if fields["position_embedding"] == "rope":
+        fields["rope_theta"] = attn.get_float("rope_theta", 10000.0)
+    window = attn.get_int("sliding_window_size", default=-1)
+    if window != -1:
+        if window < 1:
+            raise InputError(f"{attn.where}.sliding_window_size", f"must be -1 (none) or a number of tokens >= 1, got {window}")
+        fields["sliding_window"], fields["sliding_window_layer_fraction"] = window, 1.0
+    return fields
+
+
+#: norm_type values of llm-foundry's norm registry (llmfoundry/models/layers/norm.py)
+_MPT_NORMS = ("layernorm", "low_precision_layernorm", "rmsnorm", "low_precision_rmsnorm", "triton_rmsnorm")
 
 
 def _mpt_positions(cfg: ConfigReader) -> str:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from model_specs import load_model
+from hardware_specs.errors import InputError
+from model_specs import load_model, model_from_hf_config
 from paraplan.exports.megatron import _model_args
 
 
@@ -18,3 +19,48 @@ def test_sigmoid_routed_presets_say_so_and_the_megatron_export_writes_it(name):
     model = load_model(name)
     assert model.moe.router_score == "sigmoid"
     assert dict(_model_args(model, 4096))["--moe-router-score-function"] == "sigmoid"
+
+
+# --- MPT: grouped-query attention, the gated MLP, RoPE, fractional expansion ratios -------------
+
+MPT_GQA = {"architectures": ["MPTForCausalLM"], "model_type": "mpt", "d_model": 4096, "n_heads": 32, "n_layers": 32,
+           "expansion_ratio": 4, "max_seq_len": 8192, "vocab_size": 100352, "no_bias": True,
+           "learned_pos_emb": False, "tie_word_embeddings": False, "norm_type": "low_precision_layernorm",
+           "attn_config": {"alibi": False, "attn_type": "grouped_query_attention", "kv_n_heads": 8, "rope": True,
+                           "rope_theta": 500000},
+           "ffn_config": {"ffn_type": "mptglu"}}
+
+
+def test_mpt_reads_grouped_query_heads_the_gated_mlp_and_rope():
+    # llm-foundry's MPTConfig: attn_config.kv_n_heads for grouped_query_attention, ffn_type mptglu
+    # is act(gate) * up then down (three matrices; act gelu by default: GeGLU), rope + rope_theta.
+    # All three were dropped: 32 KV heads, a two-matrix MLP and no RoPE base.
+    m = model_from_hf_config(MPT_GQA)
+    assert (m.num_heads, m.num_kv_heads, m.ffn_hidden_size) == (32, 8, 16384)
+    assert (m.gated_mlp, m.activation, m.position_embedding, m.rope_theta) == (True, "geglu", "rope", 500000.0)
+    silu = model_from_hf_config({**MPT_GQA, "ffn_config": {"ffn_type": "mptglu", "ffn_act_fn": {"name": "silu"}}})
+    assert silu.activation == "swiglu"
+    mqa = model_from_hf_config({**MPT_GQA, "attn_config": {"attn_type": "multiquery_attention"}})
+    assert mqa.num_kv_heads == 1 and mqa.position_embedding == "none"
+
+
+def test_mpt_fractional_expansion_ratio_is_read_when_whole_as_llm_foundry_does():
+    # llm-foundry resolve_ffn_hidden_size: int(d_model * expansion_ratio), refused unless whole
+    assert model_from_hf_config({**MPT_GQA, "expansion_ratio": 3.5}).ffn_hidden_size == 14336
+    assert model_from_hf_config({**MPT_GQA, "ffn_config": {"ffn_type": "mptglu", "ffn_hidden_size": 14000}}
+                                ).ffn_hidden_size == 14000
+    with pytest.raises(InputError, match="not a whole FFN width"):
+        model_from_hf_config({**MPT_GQA, "expansion_ratio": 3.3})
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"ffn_config": {"ffn_type": "torch_dmoe"}}, "ffn_config.ffn_type"),
+    ({"attn_config": {"attn_type": "cross_attention"}}, "attn_config.attn_type"),
+    ({"attn_config": {"attn_type": "grouped_query_attention"}}, "attn_config.kv_n_heads"),
+    ({"ffn_config": {"ffn_type": "mptmlp", "ffn_act_fn": {"name": "silu"}}}, "ffn_config.ffn_act_fn"),
+    ({"block_overrides": {"order": []}}, "block_overrides"),
+])
+def test_mpt_layouts_not_read_are_refused_with_the_key(change, field):
+    with pytest.raises(InputError) as err:
+        model_from_hf_config({**MPT_GQA, **change})
+    assert err.value.field.endswith(field)
