@@ -311,7 +311,17 @@ def _opt_activation(cfg: ConfigReader) -> str:
 
 
 def _opt(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, Any]:
-    return dict(num_layers=cfg.get_int("num_hidden_layers"), hidden_size=cfg.get_int("hidden_size"),
+    hidden = cfg.get_int("hidden_size")
+    # OPTConfig's word_embed_proj_dim (hidden_size when absent): a narrower one makes the token
+    # embedding and the LM head that wide, with project_in / project_out linear layers to and from
+    # the hidden size (transformers OPTDecoder; facebook/opt-350m: 512 against 1024). A ModelSpec's
+    # embedding is hidden_size wide, so reading it as such overstated opt-350m's parameters by 7.8%.
+    proj = cfg.get_int("word_embed_proj_dim", default=hidden)
+    if proj != hidden:
+        raise InputError(f"{cfg.where}.word_embed_proj_dim", f"an embedding {proj} wide, projected to and from "
+                         f"hidden_size {hidden}, is not modelled (paraplan's embedding is hidden_size wide)",
+                         "use an OPT checkpoint whose word_embed_proj_dim equals hidden_size")
+    return dict(num_layers=cfg.get_int("num_hidden_layers"), hidden_size=hidden,
                 **attention_head_fields(cfg), ffn_hidden_size=cfg.get_int("ffn_dim"), vocab_size=cfg.get_int("vocab_size"),
                 seq_len=training_seq_len(cfg, seq_len), tied_embeddings=cfg.get_bool("tie_word_embeddings", True),
                 **{**_GPT_STYLE, "linear_bias": cfg.get_bool("enable_bias", True)},

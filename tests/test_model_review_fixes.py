@@ -64,3 +64,19 @@ def test_mpt_layouts_not_read_are_refused_with_the_key(change, field):
     with pytest.raises(InputError) as err:
         model_from_hf_config({**MPT_GQA, **change})
     assert err.value.field.endswith(field)
+
+
+# --- OPT: a narrower word embedding (opt-350m) ---------------------------------------------------
+
+OPT_350M = {"model_type": "opt", "num_hidden_layers": 24, "hidden_size": 1024, "num_attention_heads": 16,
+            "ffn_dim": 4096, "vocab_size": 50272, "max_position_embeddings": 2048, "word_embed_proj_dim": 512}
+
+
+def test_opt_with_a_projected_word_embedding_is_refused_not_overcounted():
+    # facebook/opt-350m: 512-wide embeddings and LM head with project_in / project_out to 1024;
+    # read as 1024-wide they gave 7.8% too many parameters
+    with pytest.raises(InputError) as err:
+        model_from_hf_config(OPT_350M)
+    assert err.value.field.endswith("word_embed_proj_dim") and "512" in err.value.message
+    # equal to the hidden size (every other OPT) it is the usual layout
+    assert model_from_hf_config({**OPT_350M, "word_embed_proj_dim": 1024}).hidden_size == 1024
