@@ -27,7 +27,9 @@ Supported ``model_type`` families and the keys read (names as in ``transformers`
 - gpt_oss: + num_local_experts, experts_per_token, sliding_window, layer_types, swiglu_limit.
 
 Sequence length: a config states the longest context the model supports (kept as
-``max_context_tokens``, which ``serve`` checks prompt + output against), not the length it
+``max_context_tokens``, which ``serve`` checks prompt + output against: the smallest of the
+``CONTEXT_KEYS`` it states, max_position_embeddings, GPT-2's n_positions, MPT's max_seq_len, ...,
+as vLLM reads them), not the length it
 was trained at. ``seq_len`` is taken, in order, from the ``seq_len`` argument, the pre-training
 context the config names (``rope_scaling.original_max_position_embeddings``, or Phi-3's top-level one,
 ``initial_context_length``; the first two no longer than ``max_position_embeddings``), or
@@ -49,6 +51,15 @@ from model_specs.model_spec import ModelSpec
 
 __all__ = ["model_from_hf_config", "is_hf_config", "supported_model_types", "read_json", "checkpoint_formats",
            "MAX_DEFAULT_SEQ_LEN"]
+
+
+#: the config keys that state the longest context, as vLLM reads them (vllm/config/model.py
+#: ``_get_and_verify_max_len`` possible_keys: max_position_embeddings for OPT and most families,
+#: n_positions for GPT-2, max_seq_len for MPT, seq_length for ChatGLM2, then max_sequence_length,
+#: max_seq_length, seq_len), the smallest stated one winning. Not read: model_max_length (Command-R,
+#: which vLLM lets override the others) and Whisper's max_target_positions, no family here has them.
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_sequence_length",
+                "max_seq_length", "seq_len")
 
 
 def supported_model_types() -> list[str]:
@@ -140,13 +151,15 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | 
                          + "; or write a model YAML file with the ModelSpec fields")
     cfg = ConfigReader(data, where)
     fields = build(cfg, family, seq_len)
-    if cfg.has("max_position_embeddings"):
-        # the longest context the model serves (engines default their maximum model length to it)
-        context = cfg.get_int("max_position_embeddings")
+    stated = [(key, cfg.get_int(key)) for key in CONTEXT_KEYS if cfg.has(key)]
+    for key, context in stated:
         if context < 1:     # 0 was kept as max_context_tokens 0, "not stated": no context checked
-            raise InputError(f"{where}.max_position_embeddings", f"must be >= 1 token, got {context}",
+            raise InputError(f"{where}.{key}", f"must be >= 1 token, got {context}",
                              "write the checkpoint's context length, or drop the key")
-        fields.setdefault("max_context_tokens", context)
+    if stated:
+        # the longest context the model serves (engines default their maximum model length to it):
+        # the smallest of the keys stated, as vLLM takes it (GPT-2 states n_positions, MPT max_seq_len)
+        fields.setdefault("max_context_tokens", min(context for _, context in stated))
     if fields.get("position_embedding") == "rope":
         fields.update(rope_fields(cfg))
     inherited = data is not outer and "quantization_config" not in outer.get("text_config", {})

@@ -80,3 +80,28 @@ def test_opt_with_a_projected_word_embedding_is_refused_not_overcounted():
     assert err.value.field.endswith("word_embed_proj_dim") and "512" in err.value.message
     # equal to the hidden size (every other OPT) it is the usual layout
     assert model_from_hf_config({**OPT_350M, "word_embed_proj_dim": 1024}).hidden_size == 1024
+
+
+# --- context limits: GPT-2's n_positions, MPT's max_seq_len, the learned-position presets -------
+
+def test_the_context_is_read_from_every_key_vllm_reads_the_smallest_winning():
+    # vLLM _get_and_verify_max_len: max_position_embeddings (OPT), n_positions (GPT-2), max_seq_len
+    # (MPT), ...: the smallest stated. GPT-2 and MPT configs were read as stating no context at all.
+    gpt2 = {"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257, "n_positions": 1024}
+    assert model_from_hf_config(gpt2).max_context_tokens == 1024
+    assert model_from_hf_config(MPT_GQA).max_context_tokens == 8192
+    both = {**MPT_GQA, "max_position_embeddings": 4096}
+    assert model_from_hf_config(both).max_context_tokens == 4096
+    with pytest.raises(InputError) as err:
+        model_from_hf_config({**gpt2, "n_positions": 0})
+    assert err.value.field.endswith("n_positions")
+
+
+@pytest.mark.parametrize("name", ["opt-175b", "gpt3-125m", "gpt3-1.3b", "gpt3-13b", "gpt3-175b", "gpt3-20b"])
+def test_learned_position_presets_state_their_2048_token_table_and_serving_refuses_past_it(name):
+    from simulator.serving.context import ServingContext
+    assert load_model(name).max_context_tokens == 2048
+    ctx = ServingContext.build(name, "dgx-h100", "vllm", "bf16")
+    ctx.check_request(1536, 512)
+    with pytest.raises(InputError, match="2,048-token context"):
+        ctx.check_request(30000, 512)

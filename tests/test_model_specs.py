@@ -682,8 +682,11 @@ def test_hf_config_with_wrong_types_raises_input_error():
 def test_hf_plain_mlp_families_match_their_presets(preset, config):
     from_hf = model_from_hf_config(config, name=preset)
     from_yaml = load_model(preset)
-    # the config's context window (max_position_embeddings) is kept; these training presets do not state one
-    assert from_yaml.max_context_tokens == 0 and from_hf.max_context_tokens == config.get("max_position_embeddings", 0)
+    # the config's context window is kept (the smallest of max_position_embeddings and MPT's
+    # max_seq_len, as vLLM reads them); of these training presets only opt-175b states one
+    stated = [config[k] for k in ("max_position_embeddings", "max_seq_len") if k in config]
+    assert from_hf.max_context_tokens == min(stated, default=0)
+    assert from_yaml.max_context_tokens == (2048 if preset == "opt-175b" else 0)
     # these training presets keep Megatron's dropout (the papers' runs); a config.json without
     # dropout keys is built by transformers without it, except OPT (OPTConfig dropout=0.1)
     assert (from_hf.hidden_dropout, from_hf.attention_dropout) == (preset == "opt-175b", False)

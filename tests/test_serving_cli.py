@@ -440,7 +440,7 @@ def test_the_context_check_admits_exactly_the_window_and_skips_models_that_do_no
     ctx.check_request(131072 - 1024, 1024)              # prompt + output = the window: served
     with pytest.raises(InputError, match="--osl"):
         ctx.check_request(131072 - 1024, 1025)
-    ServingContext.build("gpt3-175b", "dgx-h100", "vllm", "bf16").check_request(10**6, 10**6)   # not stated
+    ServingContext.build("gpt-175b", "dgx-h100", "vllm", "bf16").check_request(10**6, 10**6)    # not stated
     # a Hugging Face config.json carries its window into the spec
     cfg = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4,
            "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 32768}
