@@ -151,13 +151,20 @@ class LinearAttentionSpec:
     state_bytes: float = 4.0
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.layer_fraction < 1.0:
-            raise InputError("linear_attention.layer_fraction", "must be in (0, 1): some layers stay full attention")
-        for name in ("num_key_heads", "key_head_dim", "num_value_heads", "value_head_dim", "conv_kernel"):
-            if int(getattr(self, name)) < 1:
-                raise InputError(f"linear_attention.{name}", "must be >= 1")
-        if self.state_bytes <= 0:
-            raise InputError("linear_attention.state_bytes", "must be > 0")
+        lf = self.layer_fraction
+        if isinstance(lf, bool) or not isinstance(lf, (int, float)) or not 0.0 < lf < 1.0:     # false for nan too
+            raise InputError("linear_attention.layer_fraction", f"must be in (0, 1): some layers stay full attention, "
+                             f"got {lf!r}")
+        # integers within the sizes a model may have, as MambaSpec checks its own (1.5 heads, or
+        # 2**40, passed and broke the cost model later)
+        for name, size in (("num_key_heads", "num_heads"), ("key_head_dim", "head_dim"), ("num_value_heads", "num_heads"),
+                           ("value_head_dim", "head_dim"), ("conv_kernel", "conv_kernel")):
+            check_size(f"linear_attention.{name}", getattr(self, name), size=size)
+        sb = self.state_bytes
+        # NaN passed "<= 0" and crashed the serving memory model as an internal error
+        if isinstance(sb, bool) or not isinstance(sb, (int, float)) or not 0.0 < sb <= 8.0:
+            raise InputError("linear_attention.state_bytes", f"must be a number of bytes per state element in (0, 8] "
+                             f"(4: an fp32 state), got {sb!r}", "write 4 for float32, 2 for bfloat16")
 
 
 #: layer symbols of Megatron-Core's hybrid layer pattern (``--hybrid-override-pattern``,

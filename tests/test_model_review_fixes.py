@@ -105,3 +105,32 @@ def test_learned_position_presets_state_their_2048_token_table_and_serving_refus
     ctx.check_request(1536, 512)
     with pytest.raises(InputError, match="2,048-token context"):
         ctx.check_request(30000, 512)
+
+
+# --- linear-attention sizes are checked like the Mamba mixer's ----------------------------------
+
+LINEAR_MODEL = {"name": "la", "num_layers": 4, "hidden_size": 256, "num_heads": 4, "num_kv_heads": 2,
+                "ffn_hidden_size": 512, "vocab_size": 1000, "gated_mlp": True,
+                "linear_attention": {"layer_fraction": 0.75, "num_key_heads": 4, "key_head_dim": 64,
+                                     "num_value_heads": 8, "value_head_dim": 64, "conv_kernel": 4, "state_bytes": 4}}
+
+
+@pytest.mark.parametrize("key, value", [("state_bytes", float("nan")), ("state_bytes", float("inf")),
+                                        ("state_bytes", 0), ("layer_fraction", float("nan")),
+                                        ("num_key_heads", 2**40), ("value_head_dim", 0), ("conv_kernel", 2**20)])
+def test_linear_attention_sizes_out_of_range_are_input_errors_naming_the_key(key, value):
+    # state_bytes NaN passed (NaN <= 0 is false) and crashed later as an internal error; the integer
+    # sizes were checked only for < 1, so 2**40 heads went through
+    from model_specs import model_from_dict
+    data = {**LINEAR_MODEL, "linear_attention": {**LINEAR_MODEL["linear_attention"], key: value}}
+    with pytest.raises(InputError) as err:
+        model_from_dict(data)
+    assert err.value.field == f"linear_attention.{key}"
+
+
+def test_linear_attention_from_python_refuses_fractional_heads():
+    from model_specs.model_spec import LinearAttentionSpec
+    with pytest.raises(InputError, match="integer"):
+        LinearAttentionSpec(layer_fraction=0.75, num_key_heads=1.5, key_head_dim=64, num_value_heads=8,
+                            value_head_dim=64)
+    assert load_model("qwen3.5-397b-a17b").linear_attention.state_bytes == 4
