@@ -380,6 +380,11 @@ class ModelSpec:
                              "set glu_clamp_limit: 0 or gated_mlp: true")
         self._check_architecture()
         self._check_hybrid()
+        if self.moe is not None and not self.hybrid_pattern and self.moe.first_dense_layers >= self.num_layers:
+            # was silently a dense model (no MoE layer), as the Hugging Face import already refuses
+            raise InputError("model.moe.first_dense_layers", f"{self.moe.first_dense_layers} dense layers of "
+                             f"{self.num_layers} leave no mixture-of-experts layer",
+                             f"set first_dense_layers below {self.num_layers}, or drop moe: for a dense model")
 
     def _check_hybrid(self) -> None:
         if not self.hybrid_pattern:

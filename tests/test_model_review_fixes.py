@@ -134,3 +134,29 @@ def test_linear_attention_from_python_refuses_fractional_heads():
         LinearAttentionSpec(layer_fraction=0.75, num_key_heads=1.5, key_head_dim=64, num_value_heads=8,
                             value_head_dim=64)
     assert load_model("qwen3.5-397b-a17b").linear_attention.state_bytes == 4
+
+
+# --- a MoE block whose dense layers cover the model is refused, as the HF import refuses it -----
+
+@pytest.mark.parametrize("first_dense", [4, 5])
+def test_moe_with_every_layer_dense_is_refused_not_silently_dense(first_dense):
+    from model_specs import model_from_dict
+    data = {"name": "m", "num_layers": 4, "hidden_size": 256, "num_heads": 4, "ffn_hidden_size": 512,
+            "vocab_size": 1000, "gated_mlp": True,
+            "moe": {"num_experts": 8, "top_k": 2, "expert_ffn_hidden_size": 128, "first_dense_layers": first_dense}}
+    with pytest.raises(InputError, match="leave no mixture-of-experts layer") as err:
+        model_from_dict(data)
+    assert err.value.field.endswith("first_dense_layers")
+    ok = model_from_dict({**data, "moe": {**data["moe"], "first_dense_layers": 3}})
+    assert ok.num_moe_layers == 1
+
+
+def test_a_published_row_with_fewer_layers_than_its_presets_dense_ones_keeps_one_moe_layer():
+    # validate published fits a row's layer count into its preset; deepseek-v3's 3 dense layers on a
+    # 2-layer proxy are cut to 1 together with num_layers (the refusal above must not fire first)
+    from test_published_rows import _llama31_8b_row
+    from paraplan.validation.published import row_inputs
+    row = _llama31_8b_row(model="DeepSeek-V3", layers=2, hidden=7168, ffn_hidden=18432, heads=128, kv_heads=128,
+                          vocab=129280, moe_experts=256, moe_topk=8, ep=8, seq_len=4096)
+    model = row_inputs(row).model
+    assert (model.name, model.num_layers, model.moe.first_dense_layers, model.num_moe_layers) == ("deepseek-v3", 2, 1, 1)

@@ -231,16 +231,18 @@ def row_inputs(row, run_conventions=frozenset()) -> RowInputs:
         # key/value heads stay unless the row states its own heads differently)
         same_heads = _int(row, "heads") is None or _int(row, "heads") == preset.num_heads
         kv = _int(row, "kv_heads") or (preset.num_kv_heads if same_heads else needed["heads"])
+        moe = preset.moe
+        if moe is not None:
+            # the preset's leading dense layers, at most all but one of the row's (a ModelSpec
+            # refuses a MoE block with no MoE layer, so this is set together with num_layers)
+            first_dense = min(moe.first_dense_layers, max(0, needed["layers"] - 1))
+            moe = replace(moe, num_experts=_lead_int(row, "moe_experts") or moe.num_experts,
+                          top_k=_int(row, "moe_topk") or moe.top_k, first_dense_layers=first_dense)
         model = replace(preset, num_layers=needed["layers"], hidden_size=needed["hidden"],
                         num_heads=needed["heads"], num_kv_heads=kv, seq_len=needed["seq_len"],
-                        vocab_size=needed["vocab"],
+                        vocab_size=needed["vocab"], moe=moe,
                         head_dim=preset.head_dim if (needed["hidden"], needed["heads"])
                         == (preset.hidden_size, preset.num_heads) else 0)
-        if model.moe is not None:
-            first_dense = min(model.moe.first_dense_layers, max(0, model.num_layers - 1))
-            model = replace(model, moe=replace(model.moe, num_experts=_lead_int(row, "moe_experts") or model.moe.num_experts,
-                                               top_k=_int(row, "moe_topk") or model.moe.top_k,
-                                               first_dense_layers=first_dense))
         if model.mtp_layers and _says_without_mtp(row):
             model = replace(model, mtp_layers=0)
             assumptions.append("mtp_layers=0 (the run is labelled without MTP)")
