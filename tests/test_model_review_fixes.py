@@ -160,3 +160,20 @@ def test_a_published_row_with_fewer_layers_than_its_presets_dense_ones_keeps_one
                           vocab=129280, moe_experts=256, moe_topk=8, ep=8, seq_len=4096)
     model = row_inputs(row).model
     assert (model.name, model.num_layers, model.moe.first_dense_layers, model.num_moe_layers) == ("deepseek-v3", 2, 1, 1)
+
+
+# --- RoPE facts the presets left out --------------------------------------------------------------
+
+def test_minimax_m25_rotates_half_of_each_head_at_its_rope_base_as_its_config_import_does():
+    # MiniMax-M2.5 config.json: rotary_dim 64 of head_dim 128, rope_theta 5000000; the preset had
+    # full rotation and no base, so the Megatron export wrote neither --rotary-percent nor --rotary-base
+    model = load_model("minimax-m2.5")
+    assert (model.rotary_fraction, model.rope_theta) == (0.5, 5e6)
+    args = dict(_model_args(model, 4096))
+    assert (args["--rotary-percent"], args["--rotary-base"]) == (0.5, 5000000)
+    imported = model_from_hf_config({"model_type": "minimax_m2", "num_hidden_layers": 62, "hidden_size": 3072,
+                                     "num_attention_heads": 48, "num_key_value_heads": 8, "head_dim": 128,
+                                     "intermediate_size": 1536, "vocab_size": 200064, "num_local_experts": 256,
+                                     "num_experts_per_tok": 8, "rotary_dim": 64, "rope_theta": 5000000,
+                                     "scoring_func": "sigmoid", "max_position_embeddings": 196608})
+    assert (imported.rotary_fraction, imported.rope_theta, imported.moe.router_score) == (0.5, 5e6, "sigmoid")
