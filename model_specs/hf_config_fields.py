@@ -324,20 +324,20 @@ def attention_head_fields(cfg: ConfigReader, *heads_keys: str) -> dict[str, int]
 
 
 
-def rotary_fraction_field(cfg: ConfigReader) -> float:
+def rotary_fraction_field(cfg: ConfigReader, default: float = 1.0) -> float:
     """``partial_rotary_factor`` at the top level, else inside ``rope_parameters`` (transformers
-    v5); 1.0 when neither states it."""
+    v5); ``default`` (the family's config-class default) when neither states it."""
     rope = _rope_scaling(cfg)
     if not cfg.has("partial_rotary_factor") and rope is not None and rope.has("partial_rotary_factor"):
-        return fraction_field(rope, "partial_rotary_factor")
-    return fraction_field(cfg, "partial_rotary_factor")
+        return fraction_field(rope, "partial_rotary_factor", default)
+    return fraction_field(cfg, "partial_rotary_factor", default)
 
 
-def fraction_field(cfg: ConfigReader, key: str) -> float:
-    """``key`` as a fraction in (0, 1]; 1.0 when the config does not set it (or sets null)."""
+def fraction_field(cfg: ConfigReader, key: str, default: float = 1.0) -> float:
+    """``key`` as a fraction in (0, 1]; ``default`` when the config does not set it (or sets null)."""
     value = cfg.data.get(key)
     if value is None:
-        return 1.0
+        return default
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1.0:
         raise InputError(f"{cfg.where}.{key}", f"expected a fraction in (0, 1], got {value!r}")
     return float(value)

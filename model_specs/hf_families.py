@@ -44,6 +44,9 @@ def _nemotron(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, 
     fields = _llama_like(cfg, family, seq_len)
     fields["head_dim"] = cfg.get_int("head_dim", "kv_channels", default=0)
     fields["gated_mlp"] = False      # squared-ReLU two-matrix MLP
+    # transformers NemotronConfig(partial_rotary_factor=0.5): RoPE on half of each head unless stated
+    # (NeMo's NemotronConfig rotary_percent 0.5 likewise); was read as full rotation
+    fields["rotary_fraction"] = rotary_fraction_field(cfg, default=0.5)
     fields.update(normalization="layernorm", activation="squared_relu")
     return fields
 

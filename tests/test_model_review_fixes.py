@@ -177,3 +177,20 @@ def test_minimax_m25_rotates_half_of_each_head_at_its_rope_base_as_its_config_im
                                      "num_experts_per_tok": 8, "rotary_dim": 64, "rope_theta": 5000000,
                                      "scoring_func": "sigmoid", "max_position_embeddings": 196608})
     assert (imported.rotary_fraction, imported.rope_theta, imported.moe.router_score) == (0.5, 5e6, "sigmoid")
+
+
+@pytest.mark.parametrize("name", ["nemotron-4-15b", "nemotron-4-340b"])
+def test_nemotron_4_rotates_half_of_each_head(name):
+    # NeMo's Nemotron4Config15B / 340B inherit NemotronConfig.rotary_percent 0.5 (as nemotron-8b / 22b);
+    # the presets said 1.0, so the Megatron export left out --rotary-percent 0.5
+    model = load_model(name)
+    assert model.rotary_fraction == 0.5
+    assert dict(_model_args(model, 4096))["--rotary-percent"] == 0.5
+
+
+def test_a_nemotron_config_without_partial_rotary_factor_rotates_half_as_transformers_builds_it():
+    # transformers NemotronConfig(partial_rotary_factor=0.5): an absent key is 0.5, not 1.0
+    cfg = {"model_type": "nemotron", "num_hidden_layers": 32, "hidden_size": 6144, "num_attention_heads": 48,
+           "num_key_value_heads": 8, "intermediate_size": 24576, "vocab_size": 256000}
+    assert model_from_hf_config(cfg).rotary_fraction == 0.5
+    assert model_from_hf_config({**cfg, "partial_rotary_factor": 1.0}).rotary_fraction == 1.0

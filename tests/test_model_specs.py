@@ -450,7 +450,8 @@ def test_hf_partial_rotary_factor_is_the_rotary_fraction():
     spec = model_from_hf_config(minitron)
     assert spec.rotary_fraction == 0.5
     assert round(total_params(spec) / 1e9, 2) == 4.19
-    assert model_from_hf_config({**minitron, "partial_rotary_factor": None}).rotary_fraction == 1.0
+    # null is unstated: NemotronConfig's own default, partial_rotary_factor=0.5 (transformers)
+    assert model_from_hf_config({**minitron, "partial_rotary_factor": None}).rotary_fraction == 0.5
     with pytest.raises(InputError, match="partial_rotary_factor"):
         model_from_hf_config({**minitron, "partial_rotary_factor": 0})
 
