@@ -32,6 +32,9 @@ All arrays broadcast; model, hardware, behaviour and formats are scalars.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import lru_cache
+
 import numpy as np
 
 from cost_models.inference_comm import all_to_all_time_s, allreduce_time_s, p2p_time_s
@@ -89,6 +92,15 @@ def layer_collectives(model: ModelSpec, cluster: ClusterSpec, eff: ServingEffici
     return comm, kernels
 
 
+@lru_cache(maxsize=64)
+def mtp_layer_model(model: ModelSpec) -> ModelSpec:
+    """The model as its MTP modules' transformer layer sees it: a softmax-attention layer even where
+    the model mixes in linear attention (Qwen3-Next / Qwen3.5: vLLM qwen3_next_mtp.py and
+    qwen3_5_mtp.py build the module's layer with layer_type="full_attention"), so its attention is
+    not the model's mean over layer kinds; the model itself otherwise."""
+    return replace(model, linear_attention=None) if model.linear_attention is not None else model
+
+
 def mtp_draft_pass(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, behaviour: ServingBehaviour,
                    rates, kv_bytes: float, tp, adp, moe_tp, moe_ep, decode_reqs, decode_ctx, queries=1.0,
                    prefill_tokens=0.0, prefill_keys=0.0):
@@ -105,7 +117,8 @@ def mtp_draft_pass(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficienc
     d, q, P = _f(decode_reqs), _f(queries), _f(prefill_tokens)
     T = P + d * q
     proj = gemm_s(T, 2.0 * h * h, rates.dense_flops_per_s, rates.dense_weight_bytes, rates, 2 * h, h)
-    attn, attn_kernels = attention_block_s(model, rates, tp, P, prefill_keys, d, decode_ctx, kv_bytes, q)
+    attn, attn_kernels = attention_block_s(mtp_layer_model(model), rates, tp, P, prefill_keys, d, decode_ctx,
+                                           kv_bytes, q)
     if model.num_moe_layers:
         mlp, mlp_kernels = moe_block_s(model, rates, tp, adp, moe_tp, moe_ep, T)
         comm, comm_kernels = layer_collectives(model, cluster, eff, behaviour, T, tp, adp, moe_ep, 0.0, 1.0, moe_tp)

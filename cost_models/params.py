@@ -201,6 +201,9 @@ def mtp_params(model: ModelSpec) -> int:
     if model.mtp_layers == 0:
         return 0
     layer = moe_layer_params(model) if model.num_moe_layers else dense_layer_params(model)
+    # the module's layer attends by softmax even in a model mixing in linear attention (Qwen3.5;
+    # cost_models.inference_step.mtp_layer_model), not by the mean over the model's layer kinds
+    layer += softmax_attention_params(model) - attention_params(model)
     return model.mtp_layers * (mtp_projection_params(model) + layer + model.hidden_size)
 
 

@@ -180,4 +180,7 @@ def model_from_hf_config(path_or_dict: str | Path | dict[str, Any], name: str | 
                              "write the checkpoint's value, or drop the key")
         if mtp:
             source += " (its multi-token-prediction block is not modelled)"
+    if family == "minimax_m2" and cfg.get_int("num_mtp_modules", default=0) > 0:
+        # use_mtp / num_mtp_modules 3: vLLM's MiniMaxM2 skips those weights; mtp_layers stays 0
+        source += f" (its {cfg.get_int('num_mtp_modules')} multi-token-prediction modules are not modelled)"
     return ModelSpec(name=name or _default_name(path, data, family), source=source, **fields)

@@ -194,3 +194,46 @@ def test_a_nemotron_config_without_partial_rotary_factor_rotates_half_as_transfo
            "num_key_value_heads": 8, "intermediate_size": 24576, "vocab_size": 256000}
     assert model_from_hf_config(cfg).rotary_fraction == 0.5
     assert model_from_hf_config({**cfg, "partial_rotary_factor": 1.0}).rotary_fraction == 1.0
+
+
+# --- Qwen3.5's MTP module; the refusal for a spec without one ------------------------------------
+
+def test_qwen35_has_its_mtp_module_and_it_drafts_with_a_full_attention_layer():
+    # config.json text_config mtp_num_hidden_layers 1; vLLM's Qwen3_5MultiTokenPredictor is DeepSeek's
+    # module shape (2h x h fc, one decoder layer, shared head) with a full-attention layer, which the
+    # draft pass and the parameter count price as such, not as the 3/4-linear mean layer
+    from dataclasses import replace
+    from cost_models.inference_layers import layer_rates
+    from cost_models.inference_step import mtp_draft_pass
+    from cost_models.params import mtp_params
+    from hardware_specs.catalog import load_cluster
+    from simulator.serving.context import ServingContext
+    from test_serving_speculative import PURE, QUIET
+    qwen = load_model("qwen3.5-397b-a17b")
+    assert qwen.mtp_layers == 1
+    softmax_only = replace(qwen, linear_attention=None)
+    cluster = load_cluster("dgx-h100")
+    rates = layer_rates(cluster.gpu, PURE, "bf16", "bf16")
+    args = (cluster, PURE, QUIET.serving, rates, 2.0, 8, 1, 8, 1, 16.0, 100_000.0)
+    assert mtp_draft_pass(qwen, *args)[0] == pytest.approx(mtp_draft_pass(softmax_only, *args)[0], rel=1e-12)
+    assert mtp_params(qwen) == mtp_params(softmax_only)
+    ctx = ServingContext.build("qwen3.5-397b-a17b", "dgx-h100", "vllm", "bf16", speculative_tokens=1)
+    assert ctx.draft_kv_bytes_per_token(8) > 0
+
+
+def test_drafting_without_a_modelled_mtp_module_says_what_the_spec_states():
+    # the message cited config.json num_nextn_predict_layers 0, which MiniMax-M2.5 (num_mtp_modules 3,
+    # not modelled) does not say
+    from simulator.serving.context import ServingContext
+    with pytest.raises(InputError) as err:
+        ServingContext.build("minimax-m2.5", "dgx-h100", "vllm", "fp8_block", speculative_tokens=1)
+    assert "model spec has no multi-token-prediction module" in err.value.message
+    assert "num_nextn_predict_layers" not in err.value.message
+
+
+def test_a_minimax_config_says_its_mtp_modules_are_not_modelled():
+    cfg = {"model_type": "minimax_m2", "num_hidden_layers": 62, "hidden_size": 3072, "num_attention_heads": 48,
+           "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 1536, "vocab_size": 200064,
+           "num_local_experts": 256, "num_experts_per_tok": 8, "rotary_dim": 64, "num_mtp_modules": 3}
+    m = model_from_hf_config(cfg)
+    assert m.mtp_layers == 0 and "3 multi-token-prediction modules are not modelled" in m.source

@@ -246,7 +246,8 @@ def default_formats(model: ModelSpec, gpu, precision: str | None = None,
 def speculation(model: ModelSpec, stack: StackSpec, speculative_tokens, draft_acceptance,
                 draft_head: DraftHead | None = None) -> tuple[int, float, bool]:
     """(drafts per step, acceptance, whether the acceptance is the unfitted prior), checked:
-    drafts need the model's own MTP modules (config.json ``num_nextn_predict_layers``) or an
+    drafts need the model's own MTP modules (``ModelSpec.mtp_layers``: config.json
+    ``num_nextn_predict_layers``, Qwen3.5's ``mtp_num_hidden_layers``) or an
     EAGLE-3 ``draft_head``, whose acceptance must be given; a separate small draft model is not
     modelled."""
     k = stack.serving.speculative_tokens if speculative_tokens is None else speculative_tokens
@@ -276,10 +277,13 @@ def speculation(model: ModelSpec, stack: StackSpec, speculative_tokens, draft_ac
                              "measure it (the engine logs the accepted share of drafted tokens) and give "
                              "--draft-acceptance, e.g. 0.7")
     elif k and not model.mtp_layers:
-        raise InputError("--speculative-tokens", f"{model.name} has no multi-token-prediction module "
-                         "(config.json num_nextn_predict_layers is 0)",
+        # mtp_layers 0 is either a checkpoint without MTP (Kimi K2: num_nextn_predict_layers 0) or one
+        # whose modules are not modelled (MiniMax-M2.5's num_mtp_modules 3): said as the spec states it
+        raise InputError("--speculative-tokens", f"{model.name}'s model spec has no multi-token-prediction "
+                         "module to draft with (mtp_layers 0)",
                          "use --speculative-tokens 0, an EAGLE-3 head (--draft-model DIR, e.g. "
-                         "examples/drafts/eagle3-llama3.1-8b), or a model with MTP layers (deepseek-v3, deepseek-r1, glm-5)")
+                         "examples/drafts/eagle3-llama3.1-8b), or a model with MTP layers (deepseek-v3, deepseek-r1, "
+                         "glm-5, qwen3.5-397b-a17b)")
     if not k and not prior:
         raise InputError("--draft-acceptance", "given without --speculative-tokens",
                          "add --speculative-tokens 1 (or more) to price speculative decoding")
