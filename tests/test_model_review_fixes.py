@@ -237,3 +237,15 @@ def test_a_minimax_config_says_its_mtp_modules_are_not_modelled():
            "num_local_experts": 256, "num_experts_per_tok": 8, "rotary_dim": 64, "num_mtp_modules": 3}
     m = model_from_hf_config(cfg)
     assert m.mtp_layers == 0 and "3 multi-token-prediction modules are not modelled" in m.source
+
+
+@pytest.mark.parametrize("name, theta, scaling, factor, beta_fast, fraction", [
+    ("kimi-k2", 50000, "yarn", 32, 1, 1.0), ("kimi-k2.5", 50000, "yarn", 64, 32, 1.0),
+    ("glm-5", 1e6, "", 0, 0, 1.0), ("qwen3.5-397b-a17b", 1e7, "", 0, 0, 0.25)])
+def test_presets_state_the_rope_their_config_json_states(name, theta, scaling, factor, beta_fast, fraction):
+    # left out, the Megatron export launched these at Megatron's --rotary-base 10000 and plain RoPE
+    m = load_model(name)
+    assert (m.rope_theta, m.rope_scaling, m.rope_scaling_factor, m.rope_beta_fast, m.rotary_fraction) == (
+        theta, scaling, factor, beta_fast, fraction)
+    if scaling:      # yarn: 4096 x factor is the context the preset states (vLLM's derivation)
+        assert m.rope_original_max_position_embeddings * factor == m.max_context_tokens
