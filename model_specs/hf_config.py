@@ -13,7 +13,7 @@ Supported ``model_type`` families and the keys read (names as in ``transformers`
 - mpt: llm-foundry's keys, attn_config (attn_type, kv_n_heads, alibi, rope, rope_theta, sliding_window_size) and
   ffn_config (ffn_type mptmlp / mptglu / te_ln_mlp, ffn_hidden_size, ffn_act_fn) included (``hf_families._mpt``).
 - mixtral: + num_local_experts, num_experts_per_tok.
-- minimax_m2: as mixtral, + head_dim, scoring_func, rotary_dim (``hf_families._minimax_m2``).
+- minimax_m2: as mixtral, + head_dim, scoring_func, use_routing_bias, rotary_dim (``hf_families._minimax_m2``).
 - nemotron_h (hybrid Mamba-Transformer): hybrid_override_pattern / layers_block_type, the
   mamba_* / ssm_state_size / n_groups sizes, n_routed_experts, moe_latent_size (``hf_families._nemotron_h``).
 - llama4_text (Llama 4's text_config): + intermediate_size_mlp, num_local_experts, interleave_moe_layer_step,
@@ -23,7 +23,8 @@ Supported ``model_type`` families and the keys read (names as in ``transformers`
 - deepseek_v2, deepseek_v3, kimi_k2: + n_routed_experts, num_experts_per_tok, moe_intermediate_size,
   n_shared_experts, first_k_dense_replace, moe_layer_freq, and the multi-latent attention sizes
   q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim; num_nextn_predict_layers
-  (multi-token-prediction modules).
+  (multi-token-prediction modules); the router's scoring_func, topk_method, n_group, topk_group,
+  routed_scaling_factor (``hf_families._deepseek_router``).
 - gpt_oss: + num_local_experts, experts_per_token, sliding_window, layer_types, swiglu_limit.
 
 Sequence length: a config states the longest context the model supports (kept as

@@ -141,7 +141,13 @@ def _minimax_m2(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str
     score = cfg.data.get("scoring_func", "softmax")
     if score not in ("softmax", "sigmoid"):
         raise InputError(f"{cfg.where}.scoring_func", f"unknown router scoring {score!r}", "use softmax or sigmoid")
-    fields["moe"] = replace(fields["moe"], router_score=score)
+    # use_routing_bias: transformers MiniMaxM2SparseMoeBlock adds e_score_correction_bias to the
+    # sigmoid scores for the top-k choice only (aux-loss-free balancing); no scaling, no groups
+    bias = cfg.get_bool("use_routing_bias", False)
+    if bias and score != "sigmoid":
+        raise InputError(f"{cfg.where}.use_routing_bias", f"a routing bias is read with sigmoid scores, got {score}",
+                         "write the checkpoint's scoring_func")
+    fields["moe"] = replace(fields["moe"], router_score=score, expert_bias=bias)
     # the sizes rotary_dim is checked against, checked first (0 heads raised ZeroDivisionError; a
     # negative head_dim or hidden_size was reported as a wrong rotary_dim)
     for key, value, least in (("num_attention_heads", fields["num_heads"], 1), ("hidden_size", fields["hidden_size"], 1),
@@ -273,8 +279,31 @@ def _deepseek(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, 
             dense_ffn_hidden_size=dense_ffn_width(fields, first_dense, layout_freq),
             moe_layer_frequency=layout_freq,
             router_score=score,
+            **_deepseek_router(cfg, family, score),
         )
     return fields
+
+
+#: DeepSeek ``topk_method`` values: ``greedy`` plain top-k (DeepSeek-V2-Lite), ``group_limited_greedy``
+#: top-k within the ``topk_group`` best of ``n_group`` groups (DeepSeek-V2), ``noaux_tc`` that and an
+#: aux-loss-free bias (``e_score_correction_bias``) added for the choice (DeepSeek-V3, Kimi K2)
+_TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
+
+
+def _deepseek_router(cfg: ConfigReader, family: str, score: str) -> dict[str, Any]:
+    """The MoESpec router fields of a DeepSeek-family config: ``topk_method`` (absent: ``noaux_tc``
+    for deepseek_v3 / kimi_k2, whose transformers router always has the bias, else ``greedy``),
+    ``n_group`` / ``topk_group`` (read unless greedy) and ``routed_scaling_factor`` (absent: 1)."""
+    method = cfg.data.get("topk_method", "noaux_tc" if family in ("deepseek_v3", "kimi_k2") else "greedy")
+    if method not in _TOPK_METHODS:
+        raise InputError(f"{cfg.where}.topk_method", f"unknown top-k method {str(method)[:40]!r}",
+                         "use " + ", ".join(_TOPK_METHODS))
+    if method == "noaux_tc" and score != "sigmoid":
+        raise InputError(f"{cfg.where}.topk_method", f"noaux_tc's expert bias is read with sigmoid scores, got {score}",
+                         "write the checkpoint's scoring_func")
+    groups = (1, 1) if method == "greedy" else (cfg.get_int("n_group", default=1), cfg.get_int("topk_group", default=1))
+    return dict(expert_bias=method == "noaux_tc", num_groups=groups[0], group_topk=groups[1],
+                topk_scaling_factor=cfg.get_float("routed_scaling_factor", 1.0))
 
 
 def _gpt_oss(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, Any]:

@@ -77,6 +77,16 @@ class MoESpec:
             shared experts stay at the hidden size (Megatron-Core ``moe_latent_size``;
             Megatron-Bridge@067f987 ``training/utils/flop_utils.py`` ``moe_layer_flops`` and
             ``theoretical_memory_utils.py``; NVIDIA Nemotron 3 white paper, arXiv 2512.20856).
+        expert_bias: aux-loss-free load balancing (DeepSeek-V3 report, section 2.1.2; config.json
+            ``topk_method: noaux_tc`` / ``e_score_correction_bias``, MiniMax-M2 ``use_routing_bias``):
+            a per-expert bias added to the scores for the top-k choice only, nudged after each step
+            toward even loads (Megatron-LM ``--moe-router-enable-expert-bias``). Sigmoid scores only.
+        topk_scaling_factor: what the chosen experts' (normalised) weights are multiplied by
+            (config.json ``routed_scaling_factor``; DeepSeek-V3 2.5); 1.0 = none.
+        num_groups, group_topk: group-limited routing (config.json ``n_group`` / ``topk_group``;
+            DeepSeek-V3 8 / 4): the experts split into ``num_groups`` equal groups, each token picks
+            the ``group_topk`` best groups, then its top-k experts among them; 1 / 1 = plain top-k.
+        None of the four changes the cost; they name the router a framework must build.
     """
 
     num_experts: int
@@ -90,6 +100,10 @@ class MoESpec:
     capacity_factor: float = 0.0
     router_score: str = "softmax"
     latent_size: int = 0
+    expert_bias: bool = False
+    topk_scaling_factor: float = 1.0
+    num_groups: int = 1
+    group_topk: int = 1
 
     def __post_init__(self) -> None:
         if self.router_score not in ROUTER_SCORES:
@@ -106,6 +120,24 @@ class MoESpec:
         if isinstance(cf, bool) or not isinstance(cf, (int, float)) or not 0 <= cf <= self.num_experts:
             raise InputError("moe.capacity_factor", f"must be between 0 (dropless) and num_experts "
                              f"{self.num_experts}, got {cf!r}")
+        if not isinstance(self.expert_bias, bool):
+            raise InputError("moe.expert_bias", f"must be true or false, got {self.expert_bias!r}")
+        if self.expert_bias and self.router_score != "sigmoid":
+            # Megatron-LM TransformerConfig.__post_init__: the bias is for sigmoid-type scores only
+            raise InputError("moe.expert_bias", "aux-loss-free expert bias needs router_score sigmoid, "
+                             f"got {self.router_score}", "set router_score: sigmoid or expert_bias: false")
+        sf = self.topk_scaling_factor
+        if isinstance(sf, bool) or not isinstance(sf, (int, float)) or not (np.isfinite(sf) and 0 < sf <= 1e6):
+            raise InputError("moe.topk_scaling_factor", f"must be a finite number > 0, got {sf!r}")
+        check_size("moe.num_groups", self.num_groups)
+        check_size("moe.group_topk", self.group_topk, size="num_groups")
+        if self.num_experts % self.num_groups:
+            raise InputError("moe.num_groups", f"{self.num_groups} groups do not divide the {self.num_experts} experts")
+        if self.group_topk > self.num_groups:
+            raise InputError("moe.group_topk", f"{self.group_topk} > num_groups {self.num_groups}")
+        if self.group_topk * (self.num_experts // self.num_groups) < self.top_k:
+            raise InputError("moe.group_topk", f"{self.group_topk} groups of {self.num_experts // self.num_groups} "
+                             f"experts hold fewer than top_k {self.top_k}")
 
 
 @dataclass(frozen=True)

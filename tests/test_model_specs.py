@@ -40,6 +40,7 @@ DEEPSEEK_V3 = {
     "num_nextn_predict_layers": 1, "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
     "rope_scaling": {"factor": 40, "original_max_position_embeddings": 4096, "type": "yarn"},
     "tie_word_embeddings": False, "v_head_dim": 128, "vocab_size": 129280,
+    "topk_method": "noaux_tc", "n_group": 8, "topk_group": 4, "routed_scaling_factor": 2.5, "norm_topk_prob": True,
 }
 # moonshotai/Kimi-K2-Instruct config.json (model_type kimi_k2, architectures DeepseekV3ForCausalLM),
 # as mirrored in ai-dynamo/aiconfigurator@095f58a aic-core/src/aiconfigurator_core/model_configs/
@@ -52,6 +53,7 @@ KIMI_K2 = {
     "rope_scaling": {"beta_fast": 1.0, "beta_slow": 1.0, "factor": 32.0, "mscale": 1.0, "mscale_all_dim": 1.0,
                      "original_max_position_embeddings": 4096, "type": "yarn"},
     "scoring_func": "sigmoid", "tie_word_embeddings": False, "v_head_dim": 128, "vocab_size": 163840,
+    "topk_method": "noaux_tc", "n_group": 1, "topk_group": 1, "routed_scaling_factor": 2.827, "norm_topk_prob": True,
     "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]},
 }
 GPT_OSS_120B = {
@@ -145,7 +147,8 @@ def test_deepseek_v3_has_mla_and_256_experts_with_3_dense_layers():
     assert (spec.num_layers, spec.hidden_size, spec.num_heads, spec.vocab_size) == (61, 7168, 128, 129280)
     assert spec.moe == MoESpec(num_experts=256, top_k=8, expert_ffn_hidden_size=2048, num_shared_experts=1,
                                shared_expert_ffn_hidden_size=2048, first_dense_layers=3,
-                               dense_ffn_hidden_size=18432, router_score="sigmoid")
+                               dense_ffn_hidden_size=18432, router_score="sigmoid", expert_bias=True,
+                               topk_scaling_factor=2.5, num_groups=8, group_topk=4)
     assert spec.mla == MLASpec(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
                                v_head_dim=128)
     assert (spec.num_moe_layers, spec.num_dense_layers) == (58, 3)
@@ -1036,3 +1039,54 @@ def test_a_pre_training_context_beyond_the_stated_context_is_capped_at_it():
     capped = model_from_hf_config({**LLAMA31_8B, "max_position_embeddings": 4096})     # rope_scaling's 8192
     assert (capped.seq_len, capped.max_context_tokens) == (4096, 4096)
     assert model_from_hf_config(LLAMA31_8B).seq_len == 8192
+
+
+# --- the MoE router ------------------------------------------------------------------------------------
+
+def test_router_facts_are_validated_with_one_named_field():
+    base = dict(num_experts=256, top_k=8, expert_ffn_hidden_size=2048, router_score="sigmoid")
+    assert MoESpec(**base, expert_bias=True, topk_scaling_factor=2.5, num_groups=8, group_topk=4).num_groups == 8
+    for bad, field in ((dict(num_groups=3), "moe.num_groups"), (dict(num_groups=8, group_topk=9), "moe.group_topk"),
+                       (dict(num_groups=0), "moe.num_groups"), (dict(topk_scaling_factor=0.0), "moe.topk_scaling_factor"),
+                       (dict(topk_scaling_factor=float("nan")), "moe.topk_scaling_factor"),
+                       (dict(topk_scaling_factor=True), "moe.topk_scaling_factor"),
+                       (dict(num_groups=256, group_topk=4), "moe.group_topk"),      # 4 experts < top-8
+                       (dict(expert_bias=1), "moe.expert_bias")):
+        with pytest.raises(InputError) as exc:
+            MoESpec(**{**base, **bad})
+        assert exc.value.field == field, bad
+    with pytest.raises(InputError, match="needs router_score sigmoid"):
+        MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=64, expert_bias=True)
+    with pytest.raises(InputError, match="expected true or false"):
+        model_from_dict({"name": "k", "num_layers": 2, "hidden_size": 64, "num_heads": 4, "ffn_hidden_size": 128,
+                         "vocab_size": 100, "seq_len": 64,
+                         "moe": {"num_experts": 8, "top_k": 2, "expert_ffn_hidden_size": 64, "expert_bias": "yes"}})
+
+
+def test_presets_state_their_config_json_routers():
+    """config.json values as mirrored in ai-dynamo/aiconfigurator@095f58a (topk_method noaux_tc,
+    routed_scaling_factor, n_group, topk_group; MiniMax-M2.5 use_routing_bias)."""
+    expected = {"deepseek-v3": (True, 2.5, 8, 4), "deepseek-r1": (True, 2.5, 8, 4), "kimi-k2": (True, 2.827, 1, 1),
+                "kimi-k2.5": (True, 2.827, 1, 1), "glm-5": (True, 2.5, 1, 1), "minimax-m2.5": (True, 1.0, 1, 1),
+                "mixtral-8x7b": (False, 1.0, 1, 1)}
+    for name, facts in expected.items():
+        m = load_model(name).moe
+        assert (m.expert_bias, m.topk_scaling_factor, m.num_groups, m.group_topk) == facts, name
+
+
+def test_hf_deepseek_router_follows_topk_method():
+    kimi = model_from_hf_config(KIMI_K2).moe
+    assert (kimi.expert_bias, kimi.topk_scaling_factor, kimi.num_groups, kimi.group_topk) == (True, 2.827, 1, 1)
+    # DeepSeek-V2-Lite style: greedy ignores n_group / topk_group, no bias
+    greedy = model_from_hf_config({**DEEPSEEK_V3, "model_type": "deepseek_v2", "scoring_func": "softmax",
+                                   "topk_method": "greedy", "routed_scaling_factor": 1.0}).moe
+    assert (greedy.expert_bias, greedy.num_groups, greedy.group_topk) == (False, 1, 1)
+    limited = model_from_hf_config({**DEEPSEEK_V3, "scoring_func": "softmax", "topk_method": "group_limited_greedy",
+                                    "n_group": 8, "topk_group": 3}).moe
+    assert (limited.expert_bias, limited.num_groups, limited.group_topk) == (False, 8, 3)
+    with pytest.raises(InputError, match="topk_method.*sigmoid"):
+        model_from_hf_config({**DEEPSEEK_V3, "scoring_func": "softmax"})
+    with pytest.raises(InputError, match="unknown top-k method"):
+        model_from_hf_config({**DEEPSEEK_V3, "topk_method": "auxless"})
+    with pytest.raises(InputError, match="7 groups do not divide the 256 experts"):
+        model_from_hf_config({**DEEPSEEK_V3, "n_group": 7})
