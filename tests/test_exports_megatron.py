@@ -480,3 +480,30 @@ def test_simulate_says_the_tp_overlap_switch_has_no_effect_without_sequence_para
         assert res.exit_code == 0, res.output
         assert says in res.output
     assert "tp_comm_overlap=off" in CliRunner().invoke(main, args[:-1] + ["--no-sequence-parallel"]).output
+
+
+def test_deepseek_style_routers_are_flags_and_megatron_builds_them():
+    """DeepSeek-V3's router (config.json topk_method noaux_tc, routed_scaling_factor 2.5, n_group 8,
+    topk_group 4): only --moe-router-score-function sigmoid was written, so Megatron-LM routed plain
+    top-8 with no expert bias and unscaled weights. Kimi K2 (one group, 2.827) writes no group flags;
+    MiniMax-M2.5 only the bias; Mixtral none of them."""
+    argv = flags_of(_deepseek_v3_export())
+    value = dict(zip(argv, argv[1:]))
+    assert "--moe-router-enable-expert-bias" in argv
+    assert {k: value[k] for k in ("--moe-router-topk-scaling-factor", "--moe-router-num-groups",
+                                  "--moe-router-group-topk")} == {
+        "--moe-router-topk-scaling-factor": "2.5", "--moe-router-num-groups": "8", "--moe-router-group-topk": "4"}
+    for case in ("mla-mtp-ep", "mla-mtp-uneven-pp"):
+        assert VERIFIED[case]["real"]["router"] == {
+            "moe_router_topk": 8, "moe_router_score_function": "sigmoid", "moe_router_enable_expert_bias": True,
+            "moe_router_bias_update_rate": 0.001, "moe_router_topk_scaling_factor": 2.5, "moe_router_num_groups": 8,
+            "moe_router_group_topk": 4, "moe_router_pre_softmax": False}
+    kimi = [flag for flag, _ in megatron._model_args(load_model("kimi-k2"), 4096)]
+    assert ("--moe-router-enable-expert-bias" in kimi and "--moe-router-topk-scaling-factor" in kimi
+            and "--moe-router-num-groups" not in kimi and "--moe-router-group-topk" not in kimi)
+    assert dict(megatron._model_args(load_model("kimi-k2"), 4096))["--moe-router-topk-scaling-factor"] == 2.827
+    minimax = [flag for flag, _ in megatron._model_args(load_model("minimax-m2.5"), 4096)]
+    assert "--moe-router-enable-expert-bias" in minimax and "--moe-router-topk-scaling-factor" not in minimax
+    mixtral = [flag for flag, _ in megatron._model_args(load_model("mixtral-8x7b"), 4096)]
+    assert not any(f in mixtral for f in ("--moe-router-enable-expert-bias", "--moe-router-topk-scaling-factor",
+                                          "--moe-router-num-groups", "--moe-router-group-topk"))

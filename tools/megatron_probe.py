@@ -114,6 +114,10 @@ ROPE_FIELDS = ("position_embedding_type", "rotary_base", "rope_type", "rotary_sc
                "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
                "yarn_rotary_scaling_factor", "yarn_original_max_position_embeddings", "yarn_beta_fast",
                "yarn_beta_slow", "yarn_mscale", "yarn_mscale_all_dim")
+#: the built config's MoE router fields the verify result records (MoE exports only)
+ROUTER_FIELDS = ("moe_router_topk", "moe_router_score_function", "moe_router_enable_expert_bias",
+                 "moe_router_bias_update_rate", "moe_router_topk_scaling_factor", "moe_router_num_groups",
+                 "moe_router_group_topk", "moe_router_pre_softmax")
 
 
 def verify(cases: list[dict]) -> list[dict]:
@@ -155,6 +159,8 @@ def verify(cases: list[dict]) -> list[dict]:
                           virtual_pipeline_model_parallel_size=args.virtual_pipeline_model_parallel_size,
                           num_layers=config.num_layers, mtp_num_layers=config.mtp_num_layers,
                           rope={k: _jsonable(getattr(config, k)) for k in ROPE_FIELDS if hasattr(config, k)})
+            if config.num_moe_experts:
+                result["router"] = {k: _jsonable(getattr(config, k)) for k in ROUTER_FIELDS if hasattr(config, k)}
         except SystemExit as exc:          # argparse rejects a flag or a value
             result.update(accepted=False, error=f"argparse exit {exc.code}")
         except Exception as exc:            # noqa: BLE001 - every rejection is reported, by its type

@@ -305,9 +305,25 @@ def _model_args(m: ModelSpec, seq_len: int, dedup_dispatch: bool = False) -> lis
             args.append(("--moe-layer-freq", freq))
         if m.moe.capacity_factor:
             args.append(("--moe-expert-capacity-factor", m.moe.capacity_factor))
+        args += _router_args(m.moe)
     if m.mtp_layers:
         args.append(("--mtp-num-layers", m.mtp_layers))
     args += [("--seq-length", seq_len), ("--max-position-embeddings", max(seq_len, 1))]
+    return args
+
+
+def _router_args(moe) -> list[tuple[str, Any]]:
+    """The router beyond plain top-k, as Megatron-LM names it (TransformerConfig at the pinned
+    commit): the aux-loss-free expert bias (its update rate left at Megatron's default 1e-3, the
+    rate DeepSeek-V3 used), the weights' scaling factor, and group-limited routing (1 group of all
+    the experts is plain top-k, so nothing is written for it)."""
+    args: list[tuple[str, Any]] = []
+    if moe.expert_bias:
+        args.append(("--moe-router-enable-expert-bias", None))
+    if moe.topk_scaling_factor != 1.0:
+        args.append(("--moe-router-topk-scaling-factor", moe.topk_scaling_factor))
+    if moe.num_groups > 1:
+        args += [("--moe-router-num-groups", moe.num_groups), ("--moe-router-group-topk", moe.group_topk)]
     return args
 
 
