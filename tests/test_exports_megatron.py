@@ -507,3 +507,27 @@ def test_deepseek_style_routers_are_flags_and_megatron_builds_them():
     mixtral = [flag for flag, _ in megatron._model_args(load_model("mixtral-8x7b"), 4096)]
     assert not any(f in mixtral for f in ("--moe-router-enable-expert-bias", "--moe-router-topk-scaling-factor",
                                           "--moe-router-num-groups", "--moe-router-group-topk"))
+
+
+def test_a_scaled_softmax_router_is_refused_not_exported_as_a_renormalised_one(tmp_path):
+    """DeepSeek-V2 scales its softmax top-k weights by 16 without renormalising them
+    (norm_topk_prob false); Megatron renormalises unless --moe-router-pre-softmax, which the spec
+    does not state: the export refuses the model in one line instead of routing another way."""
+    import json
+
+    from click.testing import CliRunner
+
+    from paraplan.cli import main
+    cfg = {"architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "hidden_size": 5120,
+           "intermediate_size": 12288, "moe_intermediate_size": 1536, "num_hidden_layers": 60,
+           "num_attention_heads": 128, "num_key_value_heads": 128, "n_routed_experts": 160, "n_shared_experts": 2,
+           "num_experts_per_tok": 6, "first_k_dense_replace": 1, "moe_layer_freq": 1, "q_lora_rank": 1536,
+           "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+           "vocab_size": 102400, "max_position_embeddings": 163840, "rope_theta": 10000, "scoring_func": "softmax",
+           "topk_method": "group_limited_greedy", "n_group": 8, "topk_group": 3, "routed_scaling_factor": 16.0,
+           "norm_topk_prob": False, "tie_word_embeddings": False, "hidden_act": "silu", "rms_norm_eps": 1e-6}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    r = CliRunner().invoke(main, ["plan", "-m", str(tmp_path / "config.json"), "-c", "dgx-h100", "-n", "512",
+                                  "--global-batch", "1024", "--emit", "megatron"])
+    assert r.exit_code == 2
+    assert r.output.strip().startswith("error: model: its softmax router scales the top-k weights by 16")

@@ -318,6 +318,13 @@ def _router_args(moe) -> list[tuple[str, Any]]:
     rate DeepSeek-V3 used), the weights' scaling factor, and group-limited routing (1 group of all
     the experts is plain top-k, so nothing is written for it)."""
     args: list[tuple[str, Any]] = []
+    if moe.router_score == "softmax" and moe.topk_scaling_factor != 1.0:
+        # Megatron's softmax router renormalises the chosen experts' weights unless
+        # --moe-router-pre-softmax; a scaled softmax router (DeepSeek-V2, norm_topk_prob false)
+        # weighs the unnormalised probabilities, which the spec does not state either way
+        raise InputError("model", f"its softmax router scales the top-k weights by {moe.topk_scaling_factor:g}, and "
+                         "whether those weights are renormalised (Megatron's --moe-router-pre-softmax) is not "
+                         "in its model spec", "emit another framework, or a model with a sigmoid router")
     if moe.expert_bias:
         args.append(("--moe-router-enable-expert-bias", None))
     if moe.topk_scaling_factor != 1.0:
