@@ -256,7 +256,9 @@ def _deepseek(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, 
     # multi-token-prediction modules shipped with the weights (DeepSeek-V3: 1)
     fields["mtp_layers"] = cfg.get_int("num_nextn_predict_layers", default=0)
     if cfg.has("n_routed_experts"):
-        score = cfg.data.get("scoring_func", "softmax")
+        # absent: sigmoid for deepseek_v3 / kimi_k2, whose transformers router (DeepseekV3TopkRouter)
+        # always scores by sigmoid and has no scoring_func field; softmax for DeepSeek-V2's
+        score = cfg.data.get("scoring_func", "sigmoid" if family in ("deepseek_v3", "kimi_k2") else "softmax")
         if score not in ("softmax", "sigmoid"):
             raise InputError(f"{cfg.where}.scoring_func", f"unknown router scoring {score!r}",
                              "use softmax or sigmoid")
