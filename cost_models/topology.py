@@ -47,6 +47,19 @@ def group_span(group_size, stride, gpus_per_node):
     return n_intra, n_inter
 
 
+def tp_tiles_node(gpus_per_node, tp, world=None):
+    """Whether tensor-parallel groups of ``tp`` consecutive ranks (Megatron numbers tp fastest)
+    tile the scale-up domains of ``gpus_per_node`` GPUs (numpy-friendly): ``tp`` divides the
+    domain, so every group sits inside one, or is a multiple of it, so every group holds whole
+    ones; with ``world`` (the job's GPU count) at most one domain, any ``tp`` does. Only then is
+    every group priced as it runs: ``group_span`` gives one (n_intra, n_inter) to all the groups.
+    Two 6-GPU nodes hold two groups of 4, not three (ranks 4-7 span both); a group of 8 on them
+    holds 6 + 2 GPUs, not two NICs' worth of 6."""
+    g, t = np.asarray(gpus_per_node), np.asarray(tp)
+    tiles = (g % t == 0) | (t % g == 0)
+    return tiles if world is None else tiles | (np.asarray(world) <= g)
+
+
 def tier_bandwidths(cluster: ClusterSpec, eff: EfficiencyModel):
     """Achieved (bw_intra, lat_intra, bw_inter, lat_inter) in bytes/s and seconds."""
     bw_intra = cluster.scaleup.bw_bytes_per_s * eff.scaleup_fraction

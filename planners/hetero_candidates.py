@@ -25,10 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from cost_models.params import tp_splits_kv_heads
+from cost_models.topology import tp_tiles_node
 from model_specs.model_spec import ModelSpec
 from planners.hetero_pipelines import Pipelines
 from planners.search_space import divisors
-from simulator.heterogeneous.plan import tp_tiles_node
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from cost_models.topology import tp_tiles_node
 from hardware_specs.errors import InputError
 from hardware_specs.stack_spec import STACK_FEATURES
 from model_specs.model_spec import ModelSpec
@@ -154,7 +155,11 @@ def _why_one(model: ModelSpec, c: SearchConstraints, key: str, values) -> str:
     if key == "zero_shard_group":
         return "the ZeRO shard group must divide the data-parallel ranks (dp x cp) of some layout"
     if key == "tp":
-        return f"tp must divide the {model.num_heads} heads{_kv_rule(model, c)} and the GPUs"
+        g = c.scaleup_gpus
+        spans = g and c.gpus[1] > g and not all(tp_tiles_node(g, int(t), c.gpus[1]) for t in values)
+        return (f"tp must divide the {model.num_heads} heads{_kv_rule(model, c)} and the GPUs"
+                + (f", and on more GPUs than the {g} of one scale-up domain divide {g} or be a multiple of it "
+                   "(else a tensor-parallel group spans domains unevenly)" if spans else ""))
     if key == "cp":
         return f"cp must divide the sequence of {model.seq_len} tokens and the GPUs"
     if key == "pp":

@@ -441,7 +441,9 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
         # ZeRO-2 priced as ZeRO-1 for every searched dtype: the same rows twice
         zero2_is_zero1=all(d["zero2_grad_last_microbatch"] for d in defaults),
         # what the stack cannot run for any searched dtype is not searched (check_config agrees)
-        stack_lacks=tuple(sorted(set().union(*(d["stack_lacks"] for d in defaults)))))
+        stack_lacks=tuple(sorted(set().union(*(d["stack_lacks"] for d in defaults)))),
+        # tp whose groups would span scale-up domains unevenly is not searched (check_cluster agrees)
+        scaleup_gpus=cluster.gpus_per_node)
 
     # the space is built and scored chunk by chunk; only the rows a result can show are kept
     base = enumerate_base(model, constraints, space_chunk_rows)

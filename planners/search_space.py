@@ -25,6 +25,7 @@ from typing import Mapping
 import numpy as np
 
 from cost_models.params import tp_splits_kv_heads
+from cost_models.topology import tp_tiles_node
 from hardware_specs.errors import InputError
 from model_specs.model_spec import ModelSpec
 from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES
@@ -40,6 +41,8 @@ RULES = {
     "heads": "tp does not divide the attention heads",
     "kv_heads": "tp does not divide the key/value heads (or, on a stack that replicates them over tp, is not a multiple of them)",
     "ffn": "tp does not divide the FFN width",
+    "scaleup": "tp neither divides nor is a multiple of the scale-up domain (GPUs per node) on more GPUs than one domain: "
+               "a tensor-parallel group would span domains unevenly (`simulate` refuses it)",
     "layers": "pp above the layer count, or (interleaved) pp*vpp not dividing the layers (or layers + 2); with vpp = 1 the layers need not split evenly over the stages",
     "sequence": "cp does not divide the sequence length",
     "batch": "dp*micro_batch does not divide the global batch (or, interleaved, the micro-batch count is not a multiple of pp)",
@@ -128,6 +131,9 @@ class SearchConstraints:
             not searched unless ``fixed`` asks for ZeRO-2.
         stack_lacks: what the stack cannot run (``TrainingBehaviour.lacks``, for any searched
             dtype): rows that use one are not searched, as ``check_config`` refuses them.
+        scaleup_gpus: GPUs of one scale-up domain (the cluster's ``gpus_per_node``): tp that does
+            not tile it is not searched (``topology.tp_tiles_node``), as ``check_cluster``
+            refuses it; 0 = not checked.
     """
 
     gpus: tuple[int, int]
@@ -142,6 +148,7 @@ class SearchConstraints:
     kv_head_replication: bool = False
     zero2_is_zero1: bool = False
     stack_lacks: tuple[str, ...] = ()
+    scaleup_gpus: int = 0
 
 
 @dataclass(frozen=True)
@@ -363,6 +370,7 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
         ("heads", h % tp == 0),
         ("kv_heads", tp_splits_kv_heads(kv, tp, c.kv_head_replication)),
         ("ffn", model.ffn_hidden_size % tp == 0),
+        ("scaleup", tp_tiles_node(c.scaleup_gpus, tp, dp * tp * pp * cp) if c.scaleup_gpus else True),
         ("layers", pp <= L),
         ("sequence", model.seq_len % cp == 0),
         ("batch", gbs % dp == 0),

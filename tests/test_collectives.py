@@ -172,3 +172,11 @@ def test_a_what_if_scaleout_bandwidth_scales_the_fabrics_measured_communicator_b
                                          algorithm="ring"))
     assert base / t == pytest.approx(4.0, rel=1e-2)
     assert what_if_cluster("jean-zay-a100", gpu="h100-sxm-80gb").scaleout.communicator_bus_bw_bytes_per_s == 5.07e9
+
+
+def test_tp_groups_tile_a_domain_when_tp_divides_it_or_is_a_multiple_of_it_or_one_domain_holds_the_job():
+    from cost_models.topology import tp_tiles_node
+    tp = np.array([1, 2, 3, 4, 6, 8, 12, 16])
+    assert tp_tiles_node(6, tp).tolist() == [True, True, True, False, True, False, True, False]
+    assert tp_tiles_node(6, tp, 12).tolist() == [True, True, True, False, True, False, True, False]
+    assert tp_tiles_node(6, 4, 6) and tp_tiles_node(72, 16, 64) and not tp_tiles_node(72, 16, 144)

@@ -869,3 +869,46 @@ def test_an_empty_run_id_or_mode_cell_is_named_as_empty_not_printed_as_nan(tmp_p
     serving["mode"] = None
     out = validate_serving_rows(serving)
     assert set(out["reason"]) == {"mode empty (neither agg nor disagg)"}
+
+
+def _six_gpu_nodes(tmp_path):
+    text = (REPO / "hardware_specs" / "clusters" / "dgx-h100.yaml").read_text()
+    path = tmp_path / "six.yaml"
+    path.write_text(text.replace("name: dgx-h100", "name: six-per-node", 1).replace("gpus_per_node: 8", "gpus_per_node: 6", 1))
+    return path
+
+
+@pytest.mark.parametrize("cluster, gpus, tp, says", [
+    (None, 12, 4, "tp 4 does not tile the 6-GPU scale-up domain of six-per-node: with 12 GPUs a tensor-parallel "
+                  "group would span two domains (use a tp that divides 6 (1, 2, 3, 6) or a multiple of 6)"),
+    (None, 24, 8, "would span domains unevenly"),
+    ("gb200-nvl72", 144, 16, "tp 16 does not tile the 72-GPU scale-up domain of gb200-nvl72"),
+])
+def test_a_tp_whose_groups_cross_a_scale_up_domain_is_refused(tmp_path, cluster, gpus, tp, says):
+    # Megatron numbers ranks tp fastest: on 6-GPU nodes the tp group of ranks 4-7 spans two nodes,
+    # on NVL72 racks the tp-16 group of ranks 64-79 spans two racks; both were priced at NVLink
+    # speed (a group of 8 on 6-GPU nodes as if 6 NICs carried it)
+    c = cluster or _six_gpu_nodes(tmp_path)
+    one_line_error(run("simulate", "-m", "gpt-22b", "-c", c, "-n", gpus, "--tp", tp, "--global-batch", 144,
+                       "--sequence-parallel"), "error: tp: ", says)
+
+
+@pytest.mark.parametrize("gpus, tp", [(4, 4), (12, 2), (12, 6), (24, 12)])
+def test_a_tp_that_tiles_the_domain_or_a_job_inside_one_domain_still_runs(tmp_path, gpus, tp):
+    r = run("simulate", "-m", "gpt3-20b", "-c", _six_gpu_nodes(tmp_path), "-n", gpus, "--tp", tp,
+            "--global-batch", 96, "--sequence-parallel")
+    assert r.exit_code == 0, r.output
+
+
+def test_plan_does_not_search_a_tp_that_simulate_refuses_for_the_scale_up_domain():
+    from hardware_specs import load_cluster
+    from model_specs import load_model
+    from planners.plan import plan
+
+    model, cluster = load_model("gpt-22b"), load_cluster("gb200-nvl72")
+    wide = plan(model, cluster, 144, 144, max_tp=16, assign_stages=False)
+    assert 16 not in set(wide.plans.tp) and wide.pruned["scaleup"] > 0
+    inside = plan(model, cluster, 64, 144, max_tp=16, assign_stages=False, fixed={"tp": (16,)})
+    assert set(inside.plans.tp) == {16}         # 64 GPUs sit in one rack: nothing crosses
+    one_line_error(run("plan", "-m", "gpt-22b", "-c", "gb200-nvl72", "-n", 144, "--tp", 16, "--max-tp", 16,
+                       "--global-batch", 144), "error: tp: tp=16 leaves no layout", "divide 72 or be a multiple of it")

@@ -19,8 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
-import numpy as np
-
+from cost_models.topology import tp_tiles_node
 from hardware_specs.errors import InputError, suggest
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
@@ -64,13 +63,6 @@ UNMODELLED_FIELDS = ("pipeline_layout", "recompute_num_layers", "recompute_metho
 #: the largest count (replicas, micro-batches, degrees) a plan may state, as the other integer
 #: inputs (2^24)
 MAX_PLAN_COUNT = 2**24
-
-
-def tp_tiles_node(gpus_per_node, tp):
-    """Whether tensor-parallel groups of ``tp`` GPUs tile a node of ``gpus_per_node`` (numpy-
-    friendly): only then can every group of a pool sit inside one node, as the pooled model prices
-    its collectives (on the scale-up tier). Two 6-GPU nodes hold two groups of 4, not three."""
-    return np.asarray(gpus_per_node) % np.asarray(tp) == 0
 
 
 def _positive_int(value, field_name: str) -> int:
