@@ -912,3 +912,15 @@ def test_plan_does_not_search_a_tp_that_simulate_refuses_for_the_scale_up_domain
     assert set(inside.plans.tp) == {16}         # 64 GPUs sit in one rack: nothing crosses
     one_line_error(run("plan", "-m", "gpt-22b", "-c", "gb200-nvl72", "-n", 144, "--tp", 16, "--max-tp", 16,
                        "--global-batch", 144), "error: tp: tp=16 leaves no layout", "divide 72 or be a multiple of it")
+
+
+def test_an_expert_tp_whose_groups_cross_a_scale_up_domain_is_refused(tmp_path):
+    # the experts' layout numbers expert-tensor ranks fastest, as the dense one does tp: etp 4 on
+    # 6-GPU nodes puts ranks 4-7 across two nodes; etp 2 there tiles them and runs
+    c = _six_gpu_nodes(tmp_path)
+    one_line_error(run("simulate", "-m", "mixtral-8x7b", "-c", c, "-n", 24, "--tp", 2, "--ep", 2, "--etp", 4,
+                       "--global-batch", 24), "error: etp: ",
+                   "etp 4 does not tile the 6-GPU scale-up domain of six-per-node: with 24 GPUs an expert "
+                   "tensor-parallel group would span two domains")
+    r = run("simulate", "-m", "mixtral-8x7b", "-c", c, "-n", 12, "--tp", 2, "--ep", 2, "--etp", 2, "--global-batch", 24)
+    assert r.exit_code == 0, r.output
