@@ -348,6 +348,15 @@ def test_plan_on_a_pooled_cluster_refuses_a_zero_shard_group(small):
                    "--zero-shard-group", "not modelled on pooled clusters")
 
 
+@pytest.mark.parametrize("flag", ["--hsdp", "--memory-search", "--offload"])
+def test_plan_on_a_pooled_cluster_refuses_searches_it_does_not_make(small, flag):
+    # the pooled search never shards ZeRO over groups, searches recomputed layers or offloads;
+    # asked for explicitly they were silent no-ops (their --no- forms ask for nothing and pass)
+    one_line_error(run("plan", "-m", "gpt3-1.3b", "-c", small, "--global-batch", "64", flag),
+                   flag, "not searched on pooled clusters")
+    assert run("plan", "-m", "gpt3-1.3b", "-c", small, "--global-batch", "64", "--no-" + flag[2:]).exit_code == 0
+
+
 def test_a_tp_that_does_not_divide_a_pools_node_is_one_line_naming_the_pool(tmp_path):
     six = tmp_path / "six.yaml"
     six.write_text("name: six\npools:\n  - {name: s, gpu: h100-sxm-80gb, gpus_per_node: 6, gpus: 12, "

@@ -531,6 +531,12 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
     stack = load_stack(stack_arg).with_training(**switches)
     from hardware_specs.catalog import is_pooled
     if is_pooled(cluster):
+        given = click.get_current_context().get_parameter_source
+        asked = {"hsdp": hsdp, "memory_search": memory_search, "offload": offload}
+        for name, flag in (("hsdp", "--hsdp"), ("memory_search", "--memory-search"), ("offload", "--offload")):
+            if given(name) == click.core.ParameterSource.COMMANDLINE and asked[name]:
+                # the pooled search never shards over groups, searches memory or offloads
+                raise InputError(flag, "not searched on pooled clusters", "drop it")
         _plan_pooled(spec, cluster, gpus, global_batch, global_batch_tokens, top, max_tp, fix, headroom_gib, dtypes,
                      as_json, as_csv, pareto, explain, max_micro_batch, emit, explicit, stack)
         return
