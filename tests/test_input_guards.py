@@ -924,3 +924,12 @@ def test_an_expert_tp_whose_groups_cross_a_scale_up_domain_is_refused(tmp_path):
                    "tensor-parallel group would span two domains")
     r = run("simulate", "-m", "mixtral-8x7b", "-c", c, "-n", 12, "--tp", 2, "--ep", 2, "--etp", 2, "--global-batch", 24)
     assert r.exit_code == 0, r.output
+
+
+def test_palms_tp_12_over_two_pods_runs_on_palms_own_pods():
+    # PaLM 540B ran tp 12 on 6,144 chips in two Pods of 3,072 (arXiv 2204.02311 section 4): 12
+    # divides 3,072, so tpu-v4-palm takes the layout; the 4,096-chip tpu-v4-pod file would put a
+    # group across its pods and refuses it
+    args = ("-m", "gpt3-175b", "-n", 6144, "--tp", 12, "--global-batch", 2048, "--recompute", "full", "--zero", 1)
+    assert run("simulate", "-c", "tpu-v4-palm", *args).exit_code == 0
+    one_line_error(run("simulate", "-c", "tpu-v4-pod", *args), "error: tp: ", "4096-GPU scale-up domain of tpu-v4-pod")
