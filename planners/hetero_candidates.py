@@ -61,7 +61,7 @@ def make_keys(model: ModelSpec, pools, max_tp, micro_batches, recomputes, sps,
     rows = []
     for p, pool in enumerate(pools):
         tps = tp_options(model, min(max_tp, pool.gpus_per_node, pool.gpus), kv_head_replication)
-        for tp in tps[tp_tiles_node(pool.gpus_per_node, tps)]:
+        for tp in tps[tp_tiles_node(pool.gpus_per_node, tps, pool.gpus)]:
             for mb, rc, sp in itertools.product(micro_batches, recomputes, sps):
                 if sp and tp == 1:
                     continue

@@ -363,3 +363,18 @@ def test_a_tp_that_does_not_divide_a_pools_node_is_one_line_naming_the_pool(tmp_
                    "scaleout: {bw_gbit_per_s: 400}}\n")
     one_line_error(run("simulate", "-m", "llama3-8b", "-c", six, "--global-batch", "60", "--zero", "1", "--group",
                        "3x s:tp4:pp1"), "pools.s.tp", "do not tile the pool's nodes of 6 GPUs")
+
+
+def test_a_pool_inside_one_scale_up_domain_takes_any_tp_its_heads_allow(tmp_path):
+    # 64 GB200s sit in one 72-GPU NVLink domain: tp 16 groups cross nothing there, as on one GPU
+    # kind (simulate -c gb200-nvl72 -n 64 --tp 16); 144 of them put a group across two racks
+    path = tmp_path / "nvl.yaml"
+    for gpus, groups, ok in ((64, 4, True), (144, 9, False)):
+        path.write_text(f"name: nvl\npools:\n  - {{name: g, cluster: gb200-nvl72, gpus: {gpus}}}\n"
+                        "  - {name: h, cluster: dgx-h100, gpus: 16}\n")
+        r = run("simulate", "-m", "gpt3-175b", "-c", path, "--global-batch", "64", "--zero", "1",
+                "--group", f"{groups}x g:tp16:pp1")
+        if ok:
+            assert r.exit_code == 0, r.output
+        else:
+            one_line_error(r, "pools.g.tp", "do not tile the pool's nodes of 72 GPUs")

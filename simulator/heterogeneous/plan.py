@@ -307,7 +307,7 @@ def check_plan(model: ModelSpec, cluster: PooledCluster, plan: HeteroPlan) -> No
                 if n % stage.tp:
                     raise InputError(f"{where}.tp", f"tp={stage.tp} does not divide the {n} {what} of {model.name}")
             check_kv_heads(model, stage.tp, plan.settings.kv_head_replication, f"{where}.tp")
-            if not tp_tiles_node(pool.gpus_per_node, stage.tp):
+            if not tp_tiles_node(pool.gpus_per_node, stage.tp, pool.gpus):    # a pool inside one node: any tp
                 fits = [t for t in range(1, pool.gpus_per_node + 1) if tp_tiles_node(pool.gpus_per_node, t)]
                 raise InputError(f"{where}.tp", f"tensor-parallel groups of {stage.tp} do not tile the pool's nodes of "
                                  f"{pool.gpus_per_node} GPUs (a group would span two nodes)",
