@@ -634,6 +634,9 @@ def best_plan_for(framework: str, model, cluster, gpus: int, global_batch_tokens
     was ranked on."""
     from paraplan import exports
     exports.module(framework)                       # unknown names fail before the search
+    if plans is not None and not isinstance(plans, pd.DataFrame):
+        raise InputError("plans", f"must be the DataFrame api.plan returned, got {type(plans).__name__}",
+                         "pass api.plan's table of this same request, or leave plans out")
     what_if = {k: kwargs.pop(k) for k in ("gpu", "seq_len", "scaleout_gbit_per_s", "scaleup_gbit_per_s")
                if k in kwargs}
     # ranked and priced on the framework's own stack where the catalog has one (a torchtitan plan
@@ -645,6 +648,7 @@ def best_plan_for(framework: str, model, cluster, gpus: int, global_batch_tokens
     spec = _model(model, what_if.get("seq_len"))
     cluster_spec = what_if_cluster(cluster, what_if.get("gpu"), what_if.get("scaleout_gbit_per_s"),
                                    what_if.get("scaleup_gbit_per_s"))
+    _check_given_plans(plans, spec, cluster_spec, gpus, global_batch_tokens, kwargs.get("global_batch"))
     software = plans.attrs.get("software")
     if not software:        # a table not from :func:`plan`: the stack's fields for each of its dtypes
         from hardware_specs.catalog import load_stack
@@ -666,6 +670,36 @@ def best_plan_for(framework: str, model, cluster, gpus: int, global_batch_tokens
                    stack=kwargs["stack"], efficiency=eff, **config)
     out.attrs.update(rank=rank, slowdown=slowdown, explain=plans.attrs.get("explain", ""))
     return out
+
+
+def _check_given_plans(plans: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec, gpus: Any,
+                       global_batch_tokens: Any, global_batch: Any) -> None:
+    """``InputError`` unless the table given to :func:`best_plan_for` is of the request it answers:
+    each column it records (model, cluster, GPU, sequence length, bandwidths, GPU count, batch)
+    holds the requested value on every row. A table of another request was ranked and then
+    re-simulated under this request's labels (Llama-3-70B's 64-GPU plan came back as Llama-3-8B's)."""
+    wanted = {"model": model.name, "cluster": cluster.name, "gpu": cluster.gpu.name, "seq_len": model.seq_len,
+              "scaleout_gbit_per_s": cluster.scaleout.bw_bytes_per_s / GBIT,
+              "scaleup_gbit_per_s": cluster.scaleup.bw_bytes_per_s / GBIT}
+    if isinstance(gpus, numbers.Integral) and not isinstance(gpus, bool):     # a range ("256-1024") spans counts
+        wanted["n_gpus"] = int(gpus)
+    if global_batch_tokens is not None:
+        wanted["global_batch_tokens"] = coerce_value("global_batch_tokens", global_batch_tokens)
+    if global_batch is not None:
+        wanted["global_batch"] = global_batch
+    for col, value in wanted.items():
+        if col not in plans.columns or not len(plans):
+            continue
+        have = pd.unique(plans[col])
+        try:
+            same = (np.allclose(have.astype(float), float(value), rtol=1e-9) if isinstance(value, numbers.Real)
+                    else all(str(v) == str(value) for v in have))
+        except (TypeError, ValueError):       # text in a numeric column
+            same = False
+        if not same:
+            shown = ", ".join(str(_plain(v)) for v in have[:3]) + (", ..." if len(have) > 3 else "")
+            raise InputError("plans", f"the table's {col} is {shown}, the request's {value}",
+                             "pass api.plan's table of this same request, or leave plans out")
 
 
 def _plain(v: Any) -> Any:
@@ -790,8 +824,12 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     ``achieved_peak_tflop_per_s`` (plateau GEMM rate), ``achieved_hbm_tb_per_s``, ``gpu``, ``dtype``,
     ``efficiency_fitted`` (False: the achieved rates are an unfitted prior's).
     """
+    # whole numbers >= 1, as simulate takes them: -1 gave negative times, nan NaNs, 2.5 was
+    # truncated, '2' and cp=0 failed inside (TypeError, ZeroDivisionError)
+    tp, micro_batch, cp = (_at_most(name, whole_number(name, value), MAX_GPUS) for name, value in
+                           (("tp", tp), ("micro_batch", micro_batch), ("cp", cp)))
     model_spec = _model(model, seq_len)
-    if int(tp) < 1 or model_spec.num_heads % int(tp):
+    if model_spec.num_heads % tp:
         # as simulate refuses it: tensor parallelism splits whole attention heads
         raise InputError("tp", f"{tp} does not divide the {model_spec.num_heads} attention heads of {model_spec.name}",
                          "use a tp dividing the head count")
