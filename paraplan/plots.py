@@ -22,6 +22,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
+from hardware_specs.errors import InputError, suggest, whole_number
 from simulator.report import TIME_PARTS, StepReport
 
 #: human names of the step-time parts (keys: ``TIME_PARTS``).
@@ -95,6 +96,36 @@ def frame(data: Any) -> pd.DataFrame:
         else:
             rows.append(dict(item))
     return pd.DataFrame(rows)
+
+
+#: the columns of ``api.layer_ops`` that :func:`roofline` reads
+ROOFLINE_COLUMNS = ("op", "intensity_flop_per_byte", "achieved_tflop_per_s", "peak_tflop_per_s", "hbm_tb_per_s",
+                    "achieved_peak_tflop_per_s", "achieved_hbm_tb_per_s", "gpu", "dtype")
+
+
+def _checked(data: Any, needs: Iterable[str] = (), path: str | Path | None = None, **columns: str | None) -> pd.DataFrame:
+    """``frame(data)`` when it can be drawn, else ``InputError``: a non-empty table of rows with the
+    ``needs`` columns, each named option in ``columns`` (``label=``, ``hue=``, ``x=``, ...) naming
+    one of its columns, and ``path``'s folder existing (matplotlib's own IndexError, KeyError or
+    FileNotFoundError said none of that)."""
+    try:
+        df = frame(data)
+    except (TypeError, ValueError):
+        raise InputError("data", f"expected a DataFrame of paraplan.api rows (or StepReports, dicts, a list of "
+                                 f"them), got {type(data).__name__}") from None
+    if df.empty:
+        raise InputError("data", "no rows to plot", "check the filter or sweep that made the table")
+    for option, name in columns.items():
+        if name is not None and name not in df.columns:
+            raise InputError(option, f"{name!r} is not a column of the rows", suggest(str(name), map(str, df.columns)))
+    missing = [c for c in needs if c not in df.columns]
+    if missing:
+        raise InputError("data", f"the rows lack the column {missing[0]!r}",
+                         "pass api.layer_ops's table" if missing[0] in ROOFLINE_COLUMNS
+                         else "pass rows of api.simulate, sweep, plan or best_plan")
+    if path is not None and not Path(path).parent.is_dir():
+        raise InputError("path", f"the folder {str(Path(path).parent)!r} does not exist", "create it first")
+    return df
 
 
 def _labels(df: pd.DataFrame, label: str | None) -> list[str]:
@@ -177,7 +208,7 @@ def breakdown(data: Any, path: str | Path | None = None, *, label: str | None = 
     Parts that are zero on every row are left out of the legend. The total (and the tokens/s,
     when known) is written at the end of each bar.
     """
-    df = frame(data)
+    df = _checked(data, ("step_time_s",), path, label=label)
     parts = [p for p in TIME_PARTS if p in df.columns and df[p].fillna(0).abs().sum() > 0]
     labels = _labels(df, label)
     height = max(2.6, 0.55 * len(df) + 1.8)
@@ -223,7 +254,7 @@ def breakdown(data: Any, path: str | Path | None = None, *, label: str | None = 
 def memory(data: Any, path: str | Path | None = None, *, label: str | None = None,
            title: str | None = None) -> Figure:
     """Stacked bars of peak memory per GPU (GiB, first pipeline stage) against the HBM line."""
-    df = frame(data)
+    df = _checked(data, ("memory_gib",), path, label=label)
     parts = [c for c in MEMORY_LABELS if c in df.columns and df[c].fillna(0).sum() > 0]
     labels = _labels(df, label)
     fig = Figure(figsize=(max(6.5, 1.0 * len(df) + 3.5), 5), dpi=110)
@@ -278,7 +309,7 @@ def roofline(ops: pd.DataFrame, path: str | Path | None = None, *, title: str | 
     the simulator times each op. Solid: the datasheet roofline min(peak, I x HBM bandwidth);
     dashed: the ceiling the efficiency model allows (plateau GEMM rate, achieved bandwidth).
     """
-    df = frame(ops)
+    df = _checked(ops, ROOFLINE_COLUMNS, path)
     peak = float(df["peak_tflop_per_s"].iloc[0])
     bw = float(df["hbm_tb_per_s"].iloc[0])
     apeak = float(df["achieved_peak_tflop_per_s"].iloc[0])
@@ -325,6 +356,11 @@ def roofline(ops: pd.DataFrame, path: str | Path | None = None, *, title: str | 
 
 def pareto_mask(df: pd.DataFrame, x: str = "memory_gib", y: str = "tokens_per_s") -> np.ndarray:
     """Rows no other row beats on both axes (lower ``x`` and higher ``y`` are better)."""
+    if not isinstance(df, pd.DataFrame):
+        raise InputError("df", f"expected a DataFrame of plans, got {type(df).__name__}")
+    for option, name in (("x", x), ("y", y)):
+        if name not in df.columns:
+            raise InputError(option, f"{name!r} is not a column of the rows", suggest(str(name), map(str, df.columns)))
     xs = df[x].to_numpy(dtype=float)
     ys = df[y].to_numpy(dtype=float)
     order = np.lexsort((-ys, xs))        # by x ascending, then y descending
@@ -341,7 +377,8 @@ def pareto(plans: Any, path: str | Path | None = None, *, x: str = "memory_gib",
            label: str | None = None, annotate: int = 6, title: str | None = None) -> Figure:
     """Every plan as a point (memory per GPU vs tokens/s) with the Pareto frontier drawn through
     the plans no other plan beats on both; the frontier's fastest plans are labelled."""
-    df = frame(plans)
+    df = _checked(plans, (), path, x=x, y=y, label=label)
+    annotate = whole_number("annotate", annotate, minimum=0)
     mask = pareto_mask(df, x, y)
     labels = _labels(df, label)
     fig = Figure(figsize=(9.5, 5.6), dpi=110)
@@ -383,7 +420,7 @@ def pareto(plans: Any, path: str | Path | None = None, *, x: str = "memory_gib",
 def scaling(data: Any, path: str | Path | None = None, *, x: str = "n_gpus", title: str | None = None) -> Figure:
     """Tokens/s (left axis, with ideal linear scaling from the smallest count) and MFU (right
     axis) against the GPU count."""
-    df = frame(data).sort_values(x).reset_index(drop=True)
+    df = _checked(data, ("tokens_per_s",), path, x=x).sort_values(x).reset_index(drop=True)
     fig = Figure(figsize=(8.5, 5), dpi=110)
     ax = fig.add_subplot()
     xs = df[x].to_numpy(dtype=float)
@@ -432,7 +469,7 @@ def bandwidth(data: Any, path: str | Path | None = None, *, x: str = "scaleout_g
     """Left: tokens/s against a link's bandwidth (one line per ``hue`` value), each point marked
     with its change relative to the highest bandwidth; right: the exposed communication parts
     (seconds per step) of the first series."""
-    df = frame(data)
+    df = _checked(data, ("tokens_per_s",), path, x=x, hue=hue)
     fig = Figure(figsize=(12, 4.8), dpi=110)
     ax, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.1, 1]})
     groups: Iterable = df.groupby(hue, sort=False) if hue else [(None, df)]
