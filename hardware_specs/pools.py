@@ -39,6 +39,11 @@ class Pool:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise InputError("pools.name", f"{self.name!r} is not a pool name",
                              "use letters, digits, '-', '_', '.' or '+'")
+        if not isinstance(self.cluster, ClusterSpec):
+            # a name such as "dgx-a100-80gb" failed below as AttributeError ('str' has no max_gpus);
+            # the catalog imports this module, so the pool does not load names itself
+            raise InputError(f"pools.{self.name}.cluster", f"must be a loaded ClusterSpec, got {self.cluster!r}",
+                             "pass hardware_specs.catalog.load_cluster(name)")
         where = f"pools.{self.name}.gpus"
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int):
             try:
