@@ -35,6 +35,7 @@ import pandas as pd
 from IPython.display import Image, Markdown, display
 from matplotlib.figure import Figure
 
+from hardware_specs.errors import InputError
 from paraplan.serving_plots import serving_pareto
 from planners.serving import plan_serving
 from simulator.serving.context import ServingContext
@@ -51,11 +52,11 @@ for kind, model in MODELS.items():
         for slo, (ttft_ms, tpot_ms) in SLOS.items():
             try:
                 plans[kind, gpu, slo] = plan_serving(ctx, GPUS, ISL, OSL, ttft_ms, tpot_ms)
-            except Exception as exc:          # an objective no layout meets: say so
+            except InputError as exc:         # no layout fits, or none meets the objective: the message says which
                 plans[kind, gpu, slo] = exc
 rows = []
 for (kind, gpu, slo), plan in plans.items():
-    if isinstance(plan, Exception):
+    if isinstance(plan, InputError):
         rows.append({"model": kind, "gpu": gpu, "slo": slo, "best_mode": None, "note": str(plan)})
         continue
     best = plan.best
@@ -63,7 +64,7 @@ for (kind, gpu, slo), plan in plans.items():
     rows.append({"model": kind, "gpu": gpu, "slo": slo, "best_mode": best["mode"],
                  "tokens_per_s_per_gpu": round(best.tokens_per_s_per_gpu),
                  "ttft_ms": round(best.ttft_ms), "tpot_ms": round(best.tpot_ms, 1),
-                 "other_mode_best": round(other.tokens_per_s_per_gpu.max()) if len(other) else None})
+                 "other_mode_best_tokens_per_s_per_gpu": round(other.tokens_per_s_per_gpu.max()) if len(other) else None})
 summary = pd.DataFrame(rows)
 summary
 
@@ -75,7 +76,7 @@ for i, (kind, model) in enumerate(MODELS.items()):
         ax = axes[i][j]
         for (slo, (ttft_ms, tpot_ms)), style in zip(SLOS.items(), ("-", "--")):
             plan = plans[kind, gpu, slo]
-            if isinstance(plan, Exception):
+            if isinstance(plan, InputError):
                 continue
             serving_pareto(plan.front, ax=ax, tpot_ms=tpot_ms, label_prefix=f"{slo} (TTFT <= {ttft_ms:g} ms): ",
                            linestyle=style, title=f"{MODELS[kind]} on {GPUS} x {gpu}")
@@ -96,11 +97,11 @@ for kind in MODELS:
         for slo in SLOS:
             r = summary[(summary.model == kind) & (summary.gpu == gpu) & (summary.slo == slo)].iloc[0]
             if r.best_mode is None:
-                lines.append(f"- {kind} on {gpu}, {slo}: no layout meets the objective ({r.note}).")
+                lines.append(f"- {kind} on {gpu}, {slo}: no layout qualifies ({r.note}).")
                 continue
-            versus = (f"{r.tokens_per_s_per_gpu / r.other_mode_best:.2f}x the best "
+            versus = (f"{r.tokens_per_s_per_gpu / r.other_mode_best_tokens_per_s_per_gpu:.2f}x the best "
                       f"{'disaggregated' if r.best_mode == 'agg' else 'aggregated'} layout"
-                      if r.other_mode_best else "the other mode meets no layout")
+                      if pd.notna(r.other_mode_best_tokens_per_s_per_gpu) else "the other mode meets no layout")
             lines.append(f"- {kind} on {gpu}, {slo} objective: **{r.best_mode}** wins with "
                          f"{r.tokens_per_s_per_gpu:,} tokens/s/GPU (TTFT {r.ttft_ms} ms, TPOT {r.tpot_ms} ms), "
                          f"{versus}.")
@@ -135,9 +136,10 @@ import numpy as np
 
 from simulator.serving.aggregated import evaluate_agg
 
-HEAD = Path.cwd().parent / "examples" / "drafts" / "eagle3-llama3.1-8b"
-if not HEAD.is_dir():                      # run from the repository root
-    HEAD = Path("examples") / "drafts" / "eagle3-llama3.1-8b"
+import paraplan
+
+# the repository's examples/, found from the paraplan package whatever the working directory
+HEAD = Path(paraplan.__file__).resolve().parents[1] / "examples" / "drafts" / "eagle3-llama3.1-8b"
 BATCHES = np.array([1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0])
 ones = np.ones_like(BATCHES)
 
