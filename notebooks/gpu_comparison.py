@@ -62,10 +62,12 @@ _searched = {}
 
 def best_plan(cluster, gpus):
     """``api.best_plan`` of the model and batch on ``gpus`` GPUs of ``cluster``, searched once per
-    request (part 2 asks again for a count part 1 already searched)."""
-    if (cluster, gpus) not in _searched:
-        _searched[cluster, gpus] = api.best_plan(MODEL, cluster, gpus, BATCH_TOKENS)
-    return _searched[cluster, gpus]
+    request (part 2 asks again for a count part 1 already searched). Keyed on everything the
+    search reads, so editing MODEL or BATCH_TOKENS and re-running a cell searches again."""
+    key = (MODEL, cluster, gpus, BATCH_TOKENS)
+    if key not in _searched:
+        _searched[key] = api.best_plan(MODEL, cluster, gpus, BATCH_TOKENS)
+    return _searched[key]
 
 # %% [markdown]
 # ## 1. Same GPU count: 256 of each
@@ -117,8 +119,12 @@ plots.breakdown(same_n, fig_path("gpus_breakdown.png"), label="label",
                 title=f"Where each accelerator's step goes ({GPUS} GPUs, best plan each)")
 
 # %%
-plots.memory(same_n, fig_path("gpus_memory.png"), label="accelerator",
-             title="Memory per GPU of each best plan against its own HBM (dashed)")
+fig = plots.memory(same_n, label="accelerator",
+                   title="Memory per GPU of each best plan against its own HBM (dashed)")
+fig.axes[0].set_xlabel(f"accelerator (best plan on {GPUS} GPUs)")
+if FIGURES:
+    fig.savefig(fig_path("gpus_memory.png"), dpi=fig.dpi, bbox_inches="tight")
+fig
 
 # %% [markdown]
 # **Break-even prices.** The ranking by tokens per dollar depends on the prices; the price at which
