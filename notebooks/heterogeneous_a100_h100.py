@@ -86,10 +86,11 @@ say(f"On 256 + 256 GPUs the best plan reaches **{best.tokens_per_s:,.0f} tokens/
 # The fleet stays at 512 GPUs; H100s replace A100s in steps of 64.
 
 # %%
-rows = []
+rows, reports = [], {}
 for h in range(64, TOTAL, 64):
     # 256 + 256 is the fleet searched above: its plans again, not a second search
     r = half if h == 256 else plan_heterogeneous("llama3-70b", fleet(h), global_batch_tokens=TOKENS)
+    reports[h] = r
     alone = {name: (pair[1].tokens_per_s if pair else 0.0) for name, pair in r.pool_only.items()}
     rows.append({"h100_gpus": h, "a100_gpus": TOTAL - h, "best_tokens_per_s": r.best_report.tokens_per_s,
                  "h100_only_tokens_per_s": alone["h100"], "a100_only_tokens_per_s": alone["a100"],
@@ -123,15 +124,22 @@ display(fig)
 top = sweep.loc[sweep.gain_over_best_subset_pct.idxmax()]
 low = sweep.loc[sweep.gain_over_best_subset_pct.idxmin()]
 crossing = sweep[sweep.h100_only_tokens_per_s >= sweep.a100_only_tokens_per_s].h100_gpus.min()
-say(f"Using the whole fleet pays at every share: the gain over the better of the two pools alone runs from "
+lowest = sweep.loc[sweep.share_of_sum_pct.idxmin()]
+low_best = reports[int(lowest.h100_gpus)].best_report
+# the largest parts of that plan's step other than compute: what the output shows, not a cause
+overheads = sorted(((v, k) for k, v in low_best.time_breakdown_s.items() if k != "compute_s" and v > 0), reverse=True)[:2]
+pays = ("Using the whole fleet pays at every share" if (sweep.gain_over_best_subset_pct > 0).all() else
+        "Using the whole fleet does not pay at every share")
+say(f"{pays}: the gain over the better of the two pools alone runs from "
     f"**{low.gain_over_best_subset_pct:+.1f}%** (at {int(low.h100_gpus)} H100) to "
     f"**{top.gain_over_best_subset_pct:+.1f}%** (at {int(top.h100_gpus)} H100). "
     f"The H100s alone overtake the A100s alone from {int(crossing)} H100 on, since one H100 here does the work of "
     f"{sweep.h100_only_tokens_per_s.iloc[-1] / sweep.h100_gpus.iloc[-1] / (sweep.a100_only_tokens_per_s.iloc[0] / sweep.a100_gpus.iloc[0]):.1f} A100s. "
-    f"The mix reaches {sweep.share_of_sum_pct.min():.0f}-{sweep.share_of_sum_pct.max():.0f}% of the two pools' "
-    f"throughputs added up (lowest at {int(sweep.loc[sweep.share_of_sum_pct.idxmin()].h100_gpus)} H100): what it "
-    f"loses is the pipeline fill of pipelines that cross the pools and the gradient traffic at the slower pod's "
-    f"network"
+    f"The mix reaches {sweep.share_of_sum_pct.min():.1f}-{sweep.share_of_sum_pct.max():.1f}% of the two pools' "
+    f"throughputs added up (lowest at {int(lowest.h100_gpus)} H100, where the best plan is a {lowest.best_kind} "
+    f"plan whose {low_best.step_time_s:.2f} s step has, besides compute, "
+    + " and ".join(f"{v:.2f} s of {k.removesuffix('_s').replace('_', ' ')}" for v, k in overheads)
+    + "; the sweep does not split the shortfall by cause)"
     + ("; above 100%, a pool too small to hold the model well alone does better inside a crossing pipeline"
        if sweep.share_of_sum_pct.max() > 100 else "")
     + ". The best plans are " + ", ".join(f"{k} ({n})" for k, n in sweep.best_kind.value_counts().items()) + ".")
