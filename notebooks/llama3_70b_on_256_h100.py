@@ -23,7 +23,8 @@
 # and schedule should we run, and why?
 #
 # **Method.** `api.plan` enumerates every valid configuration, scores each with the simulator's
-# step model and keeps those that fit in 80 GiB. We then put the winner next to the plans people
+# step model and keeps those that fit in the H100's 80 GiB less the planner's default headroom
+# (`simulator.headroom`: 5% of HBM, 4 GiB, so 76.0 GiB a GPU; printed below). We then put the winner next to the plans people
 # usually start from and read the step-time breakdown to see *where* the winner saves time, look
 # at the whole throughput/memory space, and emit the launch configs.
 #
@@ -55,7 +56,12 @@ plans = api.plan(MODEL, CLUSTER, GPUS, global_batch_tokens=BATCH_TOKENS, max_pla
 # the top plan re-simulated for every column (what api.best_plan does, without searching again)
 winner = api.simulate(MODEL, CLUSTER, **{k: plans.iloc[0][k] for k in api.CONFIG_FIELDS if k in plans.columns})
 w = winner.iloc[0]
-print(f"{len(plans):,} plans fit in memory")
+from simulator import headroom
+
+hbm_gib = api.what_if_cluster(CLUSTER).gpu.hbm_bytes / 2**30
+kept_gib = hbm_gib - headroom.headroom_gib(hbm_gib * 2**30)
+print(f"{len(plans):,} plans fit in {kept_gib:.1f} GiB a GPU ({hbm_gib:.0f} GiB HBM less "
+      f"{hbm_gib - kept_gib:.1f} GiB default headroom)")
 plans.head(10)[["config", "schedule", "step_time_s", "tokens_per_s", "mfu_bf16_pct", "memory_gib"]]
 
 # %%
@@ -163,7 +169,7 @@ say(f"""At tp={int(w.tp)} the projections run at {gemms.achieved_tflop_per_s.min
 TFLOP/s ({100 * gemms.achieved_tflop_per_s.min() / ops.peak_tflop_per_s.iloc[0]:.0f}-{100 * gemms.achieved_tflop_per_s.max() / ops.peak_tflop_per_s.iloc[0]:.0f}% of the
 {ops.peak_tflop_per_s.iloc[0]:.0f} TFLOP/s peak), with intensities of {gemms.intensity_flop_per_byte.min():.0f}-{gemms.intensity_flop_per_byte.max():.0f} FLOP/byte,
 {f"all right of the ridge at {ridge:.0f} FLOP/byte (compute-bound)" if gemms.intensity_flop_per_byte.min() > ridge
-   else f"some left of the ridge at {ridge:.0f} FLOP/byte (memory-bound)"}. Memory-bound: {", ".join(mem_bound.op) or "none"}, taking
+   else f"some left of the ridge at {ridge:.0f} FLOP/byte (memory-bound)"}. Memory-bound: {", ".join(dict.fromkeys(mem_bound.op)) or "none"}, taking
 {100 * mem_bound[mem_bound["pass"] == "forward"].time_s.sum() / forward.time_s.sum():.1f}% of one layer's forward time;
 the attention core reaches {ops[ops.op.str.startswith("attention core")].achieved_tflop_per_s.iloc[0]:.0f} TFLOP/s,
 the fitted flash-attention efficiency.""")
