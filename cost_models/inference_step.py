@@ -40,6 +40,7 @@ import numpy as np
 from cost_models.inference_comm import all_to_all_time_s, allreduce_time_s, p2p_time_s
 from cost_models.kv_cache import largest_stage_share
 from cost_models.params import routed_expert_width
+from cost_models.topology import group_span
 from cost_models.inference_layers import (ACT_BYTES, KERNELS, attention_block_s, dense_mlp_s, elementwise_s,
                                           gemm_s, layer_rates, lm_head_s, moe_block_s)
 from hardware_specs.cluster_spec import ClusterSpec
@@ -172,8 +173,7 @@ def pipeline_domain_crossings(stage_gpus, pp, domain_gpus):
     pipeline spans when it spans more than one (tp 4 x pp 4 on 8-GPU nodes: 2 of 4), none within
     one domain."""
     stage, pp, dom = _f(stage_gpus), _f(pp), float(domain_gpus)
-    per_domain = np.maximum(np.floor(dom / np.maximum(stage, 1.0)), 1.0)
-    domains = np.ceil(pp / per_domain)
+    _, domains = group_span(pp, stage, dom)      # a stage filling a domain: pp domains
     return np.where(stage >= dom, pp, np.where(domains > 1, domains, 0.0))
 
 

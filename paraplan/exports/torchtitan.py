@@ -65,6 +65,7 @@ from hardware_specs.stack_spec import SELECTIVE_CHECKPOINTS
 from model_specs.model_spec import ModelSpec
 from paraplan.exports.common import (gpus_text, plan_fields, refuse_memory_features, require_model,
                                      selective_recompute_modules, stage_layer_counts, summary, torchrun_head)
+from simulator.layer_times import tp_overlap_applies
 from simulator.parallel_config import Recompute, Schedule
 
 NAME = "torchtitan"
@@ -270,11 +271,12 @@ def _values(p: dict, s: dict) -> dict:
         par["pipeline_parallel_schedule"] = _SCHEDULES[Schedule(p["schedule"])]
         par["pipeline_parallel_microbatch_size"] = p["micro_batch"]
         par["module_fqns_per_model_part"] = s["parts"]
+    overlap = async_tp(p)
     return {"training": training, "parallelism": par,
             "activation_checkpoint": {Recompute.FULL: "full", Recompute.SELECTIVE: "selective"}.get(
                 Recompute(p["recompute"]), "none"),
-            "async_tp": async_tp(p), "float8": p["dtype"] == "fp8",
-            "compile": _compile_components(p, async_tp(p)),
+            "async_tp": overlap, "float8": p["dtype"] == "fp8",
+            "compile": _compile_components(p, overlap),
             "mtp_layers": s["model"].mtp_layers, "registry": dict(s["entry"])}
 
 
@@ -288,7 +290,7 @@ def async_tp(p: dict) -> bool:
     ``enable_sequence_parallel`` the TP plan's collectives are all-reduces, so the switch would
     overlap nothing and only force the compiled blocks (``CompileConfig.__post_init__``) on a plan
     priced with eager ones."""
-    return bool(p["tp_comm_overlap"] and p["tp"] > 1 and p["sequence_parallel"])
+    return bool(tp_overlap_applies(p["tp_comm_overlap"], p["sequence_parallel"], p["tp"]))
 
 
 def _compile_components(p: dict, async_tp: bool) -> list[str]:

@@ -86,17 +86,23 @@ def prefill_side(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl) -> dict[str, np.n
     common = (ctx.model, ctx.cluster, ctx.efficiency, beh, ctx.dense_format, ctx.expert_format, ctx.kv_bytes,
               tp, adp, pp, moe_tp, moe_ep)
     pb = np.maximum(_f(batch), 1.0)
-    # a prefill worker's step holds its batch of whole prompts (launched with exactly that many
-    # tokens a step, ``exports.serving_common.Launch.step_tokens``): its activations are sized so
-    mem = memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, 1.0, token_budget=pb * isl)
+    mem, fits = prefill_memory(ctx, tp, adp, pp, moe_tp, moe_ep, pb, isl)
     # with speculative decoding the prefill worker also runs the drafter over the prompt
     k = ctx.speculative_tokens
     pre_full = step_time(*common, pb * isl, isl / 2.0, 0.0, 0.0, pb, draft_tokens=k, draft_head=ctx.draft_head)["step_s"]
     pre_one = step_time(*common, isl, isl / 2.0, 0.0, 0.0, 1.0, draft_tokens=k, draft_head=ctx.draft_head)["step_s"]
     return {"pre_one_s": pre_one, "pre_full_s": pre_full, "batch": pb, "mu_per_rank": pb / pre_full,
-            "ranks": _f(adp), "tp": _f(tp), "kv_gpus": _f(tp) * _f(pp), "gpus": _f(tp) * _f(pp) * _f(adp),
-            "weights_bytes": mem["weights_bytes"], "max_batch_per_rank": mem["max_batch_per_rank"],
-            "fits": (mem["kv_pool_bytes"] > 0) & (pb <= mem["max_batch_per_rank"])}
+            "ranks": _f(adp), "kv_gpus": _f(tp) * _f(pp), "gpus": _f(tp) * _f(pp) * _f(adp),
+            "weights_bytes": mem["weights_bytes"], "max_batch_per_rank": mem["max_batch_per_rank"], "fits": fits}
+
+
+def prefill_memory(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl):
+    """(memory columns, fit) of a prefill rank running ``batch`` whole prompts of ``isl`` tokens a
+    step (launched with exactly that many tokens a step, ``exports.serving_common.Launch.
+    step_tokens``, so its activations are sized for them): it fits where the KV pool is positive
+    and holds the batch."""
+    mem = memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, isl, 1.0, token_budget=batch * isl)
+    return mem, (mem["kv_pool_bytes"] > 0) & (batch <= mem["max_batch_per_rank"])
 
 
 def largest_prefill_batch(ctx, tp, adp, pp, moe_tp, moe_ep, isl, most: int) -> int:
@@ -105,8 +111,7 @@ def largest_prefill_batch(ctx, tp, adp, pp, moe_tp, moe_ep, isl, most: int) -> i
     left beside the weights and the activation workspace of a k x isl-token step. Bisection over
     whole k (the pool shrinks and the need grows with k); 0 where not even one prompt fits."""
     def fits(k: int) -> bool:
-        mem = memory_columns(ctx, tp, adp, pp, moe_tp, moe_ep, _f(isl), 1.0, token_budget=float(k) * _f(isl))
-        return bool(np.all(mem["kv_pool_bytes"] > 0) and np.all(mem["max_batch_per_rank"] >= k))
+        return bool(np.all(prefill_memory(ctx, tp, adp, pp, moe_tp, moe_ep, float(k), _f(isl))[1]))
     lo, hi = 0, int(most)
     while lo < hi:
         mid = (lo + hi + 1) // 2

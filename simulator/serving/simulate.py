@@ -155,7 +155,8 @@ def _refuse_prefill_batch(ctx: ServingContext, dep: Deployment) -> None:
     activation workspace (``largest_prefill_batch``; the count had been taken with the workspace
     of the batch refused: 'at most 0' for 1,000 prompts on a tp4 worker that runs 300)."""
     lay = dep.prefill
-    cols = [np.array([float(v)]) for v in (lay.tp, lay.adp, lay.pp, lay.moe_tp, lay.moe_ep)]
+    c = _cols(lay)
+    cols = [c[k] for k in ("tp", "adp", "pp", "moe_tp", "moe_ep")]
     bare = memory_columns(ctx, *cols, float(dep.isl), 1.0, token_budget=0.0)      # no activations
     if bare["kv_pool_bytes"][0] <= 0:
         weights = float(bare["weights_bytes"][0])
