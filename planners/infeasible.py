@@ -156,7 +156,7 @@ def _why_one(model: ModelSpec, c: SearchConstraints, key: str, values) -> str:
         return "the ZeRO shard group must divide the data-parallel ranks (dp x cp) of some layout"
     if key == "tp":
         g = c.scaleup_gpus
-        spans = g and c.gpus[1] > g and not all(tp_tiles_node(g, int(t), c.gpus[1]) for t in values)
+        spans = g and not all(tp_tiles_node(g, int(t), c.gpus[1]) for t in values)     # True on one domain
         return (f"tp must divide the {model.num_heads} heads{_kv_rule(model, c)} and the GPUs"
                 + (f", and on more GPUs than the {g} of one scale-up domain divide {g} or be a multiple of it "
                    "(else a tensor-parallel group spans domains unevenly)" if spans else ""))

@@ -21,7 +21,6 @@ from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
 from planners.time_pruning import FRONTIER_MIN_SHARE
-from simulator.report import TIME_PARTS
 
 #: plans whose step time is computed exactly (the schedule's DAG makespan) at least: the best
 #: ``TOP_EXACT`` by time, the memory and GPU-count Pareto fronts, plus every plan
@@ -116,9 +115,6 @@ def refine_exact(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, s
     return replace(ev, outputs=out)
 
 
-#: ranked-table columns the exact pipeline makespan changes (the memory columns it does not)
-TABLE_TIME_COLUMNS = ("step_time_s", "step_time_lower_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu",
-                      "pipeline_exact")
 _GIB = 2**30
 
 
@@ -127,8 +123,8 @@ def refine_table(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, p
     """``plans`` (rows of a ranked table, ``planners.plan``'s or ``paraplan.api.plan``'s, of one
     request) with the exact pipeline makespan for every row that can be among their ``top``
     fastest: ``refine_exact`` over these rows alone, without the fronts. Rows keep their index
-    and order (the caller re-ranks); the step-time columns (``TABLE_TIME_COLUMNS`` and the parts
-    of ``simulator.report.TIME_PARTS``, those the table has) of the rows computed are replaced.
+    and order (the caller re-ranks); the step-time columns (``planners.vectorized.KEPT_OUTPUTS``
+    but the memory ones, those the table has) of the rows computed are replaced.
     ``model``, ``cluster``, ``eff``: what the search priced the plans with; ``software``: its stack
     fields per dtype (``PlanResult.software``; the table's rows carry only their searched fields).
     The numbers are those ``simulate`` gives the row: the same step model, row by row."""
@@ -162,7 +158,9 @@ def refine_table(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, p
                            fronts=False).outputs
     done = (refined["pipeline_exact"] > 0) & ~plans["pipeline_exact"].to_numpy().astype(bool)
     out = plans.copy()
-    for key in TABLE_TIME_COLUMNS + TIME_PARTS:
+    from planners.vectorized import KEPT_OUTPUTS      # (vectorized imports this module)
+    # the kept outputs the exact pipeline makespan changes (the memory columns it does not)
+    for key in (k for k in KEPT_OUTPUTS if k not in ("memory_bytes", "host_memory_bytes")):
         if key in out.columns:
             values = out[key].to_numpy(copy=True)
             values[done] = refined[key][done].astype(values.dtype)

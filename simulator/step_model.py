@@ -253,19 +253,13 @@ def grad_collective_s(zero, zero1_grad_all_reduce, reduce_scatter_s, all_reduce_
     """Seconds of a data-parallel gradient reduction at ZeRO stage ``zero`` (0-2), from the two
     collectives' times: ZeRO-2 reduce-scatters to the shards; ZeRO-1 reduce-scatters too, or
     all-reduces where the stack's ZeRO-1 reduces whole (``zero1_grad_all_reduce``,
-    ``ParallelConfig``); plain data parallelism all-reduces. The per-micro-batch reductions
-    (``_microbatch_grad_collective``), the one after the flush (``_dp_after_flush``) and the
-    pooled model's (``simulator.heterogeneous.compose``) all choose here."""
+    ``ParallelConfig``); plain data parallelism all-reduces. The per-micro-batch reductions of
+    the layers and the model ends (``_pipeline_inputs``), the one after the flush
+    (``_dp_after_flush``) and the pooled model's (``simulator.heterogeneous.compose``) all choose
+    here."""
     return np.where(zero == 2, reduce_scatter_s,
                     np.where(zero == 1, np.where(zero1_grad_all_reduce, all_reduce_s, reduce_scatter_s),
                              all_reduce_s))
-
-
-def _microbatch_grad_collective(batch: ConfigBatch, zero, reduce_scatter_s, all_reduce_s):
-    """Seconds of one micro-batch's gradient reduction, for rows that reduce every micro-batch
-    (``_grads_reduced_every_microbatch``), from the two collectives' times (``grad_collective_s``).
-    The layers' and the model ends' reductions (``_pipeline_inputs``) both choose here."""
-    return grad_collective_s(zero, batch.zero1_grad_all_reduce, reduce_scatter_s, all_reduce_s)
 
 
 def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch, lay: dict,
@@ -361,7 +355,7 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         # ZeRO-3: the next layer's gather runs under this layer's pass (as far as the stack
         # prefetches); in backward the gathers and the gradient reduce-scatter share the window
         z3f = np.where(fwd_gathers, _overlapped(ag, fwd_window, 0.0, batch.overlap_param_gather), 0.0)
-        grad_mb = _microbatch_grad_collective(batch, zero, rs_grad, ar_grad)
+        grad_mb = grad_collective_s(zero, batch.zero1_grad_all_reduce, rs_grad, ar_grad)
         z3_grad = np.where(batch.zero3_grad_all_reduce, ar_grad, rs_grad)
         bwd_comm = np.where(z3_per_mb, ag * (1.0 + regather) + z3_grad, np.where(per_mb_grads, grad_mb, 0.0))
         grad_window = b + w
@@ -471,7 +465,7 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
         rs = group_collective_time_s("reduce_scatter", nbytes, shard, tp, cluster, eff) + rank_copies_s(batch, shard,
                                                                                                          eff)
         ar = group_collective_time_s("all_reduce", nbytes, dp_group, tp, cluster, eff)
-        grad = _microbatch_grad_collective(batch, zero, rs, ar)
+        grad = grad_collective_s(zero, batch.zero1_grad_all_reduce, rs, ar)
         return np.where(per_mb_grads, _overlapped(grad, window, 0.0, batch.overlap_grad_reduce), 0.0)
 
     emb_z3_f, emb_z3_bw = z3_ends(emb_params)

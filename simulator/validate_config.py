@@ -75,19 +75,15 @@ def check_cluster(cluster, config: ParallelConfig) -> None:
     link and memory bandwidth offload runs over), or lays tensor-parallel or expert tensor-parallel
     groups across scale-up domains unevenly (``tp_tiles_node``: the collectives price every group
     as the first)."""
-    g, tp, world = cluster.gpus_per_node, config.tp, config.n_gpus
-    if not tp_tiles_node(g, tp, world):
-        how = "span two domains" if tp < g else "span domains unevenly"
-        raise InputError("tp", f"tp {tp} does not tile the {g}-GPU scale-up domain of {cluster.name}: with {world} "
-                         f"GPUs a tensor-parallel group would {how}",
-                         f"use a tp that divides {g} ({_divisors(g, g)}) or a multiple of {g}")
-    etp = config.etp
-    if etp > 1 and not tp_tiles_node(g, etp, world):
-        # Megatron numbers the expert-tensor ranks fastest in the experts' layout, as tp in the dense one
-        how = "span two domains" if etp < g else "span domains unevenly"
-        raise InputError("etp", f"etp {etp} does not tile the {g}-GPU scale-up domain of {cluster.name}: with "
-                         f"{world} GPUs an expert tensor-parallel group would {how}",
-                         f"use an etp that divides {g} ({_divisors(g, g)}) or a multiple of {g}")
+    g, world = cluster.gpus_per_node, config.n_gpus
+    # Megatron numbers the expert-tensor ranks fastest in the experts' layout, as tp in the dense one
+    for field, degree, a, group in (("tp", config.tp, "a", "a tensor-parallel group"),
+                                    ("etp", config.etp, "an", "an expert tensor-parallel group")):
+        if degree > 1 and not tp_tiles_node(g, degree, world):
+            how = "span two domains" if degree < g else "span domains unevenly"
+            raise InputError(field, f"{field} {degree} does not tile the {g}-GPU scale-up domain of {cluster.name}: "
+                             f"with {world} GPUs {group} would {how}",
+                             f"use {a} {field} that divides {g} ({_divisors(g, g)}) or a multiple of {g}")
     if (config.offload_activation_layers or config.offload_optimizer_fraction) and cluster.host is None:
         raise InputError("offload", f"cluster {cluster.name} states no host link (GPU to host memory)",
                          "add host: {link, link_bw_gb_per_s, memory_gib, memory_bw_gb_per_s} to its YAML, or do not offload")

@@ -25,7 +25,7 @@ from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
 from simulator.parallel_config import ParallelConfig, Recompute, Schedule
 from simulator.stack_support import check_stack_features
-from simulator.validate_config import check_kv_heads
+from simulator.validate_config import _divisors, check_kv_heads
 
 #: pipeline schedules a heterogeneous plan may use (their makespan is the sum of the stage
 #: times plus (m - 1) times the slowest; the zero-bubble and interleaved closed forms assume
@@ -308,11 +308,10 @@ def check_plan(model: ModelSpec, cluster: PooledCluster, plan: HeteroPlan) -> No
                     raise InputError(f"{where}.tp", f"tp={stage.tp} does not divide the {n} {what} of {model.name}")
             check_kv_heads(model, stage.tp, plan.settings.kv_head_replication, f"{where}.tp")
             if not tp_tiles_node(pool.gpus_per_node, stage.tp, pool.gpus):    # a pool inside one node: any tp
-                fits = [t for t in range(1, pool.gpus_per_node + 1) if tp_tiles_node(pool.gpus_per_node, t)]
                 raise InputError(f"{where}.tp", f"tensor-parallel groups of {stage.tp} do not tile the pool's nodes of "
                                  f"{pool.gpus_per_node} GPUs (a group would span two nodes)",
                                  f"use a tp dividing {pool.gpus_per_node} on {pool.name}: "
-                                 + ", ".join(map(str, fits)))
+                                 + _divisors(pool.gpus_per_node, pool.gpus_per_node))
             if pool_dtype(pool.cluster.gpu, plan.settings.dtype) is None:
                 raise InputError(f"{where}.dtype", f"{pool.cluster.gpu.name} has no {plan.settings.dtype} peak",
                                  "choose one of " + ", ".join(pool.cluster.gpu.peak_flops_per_s))

@@ -41,10 +41,10 @@ def balanced_shares(plan, d, fill, t, M) -> np.ndarray:
     n_plans = len(M)
     pinned = np.zeros(len(d), dtype=bool)
     m = np.ones(len(d))
+    budget = M - np.bincount(plan, weights=d, minlength=n_plans)
     for _ in range(len(d) + 1):
         free = ~pinned
         rate = np.bincount(plan, weights=np.where(free, d / t, 0.0), minlength=n_plans)
-        budget = M - np.bincount(plan, weights=d, minlength=n_plans)
         lead = np.bincount(plan, weights=np.where(free, d * fill / t, 0.0), minlength=n_plans)
         T = (budget + lead) / np.where(rate > 0, rate, 1.0)
         m = np.where(pinned, 1.0, 1.0 + (T[plan] - fill) / t)
