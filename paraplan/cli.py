@@ -58,6 +58,13 @@ def debug_enabled() -> bool:
 # Helpers for command modules
 # --------------------------------------------------------------------------------------------
 
+def exact_number_text(x: float) -> str:
+    """``x`` as a command-line option Python reads back exactly: the short ``:g`` form where it is
+    exact (4 as ``4``), else ``repr`` (``:g`` keeps 6 digits: 0.71234567 became 0.712346)."""
+    short = f"{x:g}"
+    return short if float(short) == x else repr(float(x))
+
+
 def _umask_mode() -> int:
     mask = os.umask(0)
     os.umask(mask)

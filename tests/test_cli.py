@@ -989,8 +989,8 @@ def test_plan_json_prices_the_model_file_it_was_given_not_a_preset_of_its_name(t
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)
     assert data["request"]["model"] == "myllama"
-    layers = data["stage_layers"] or [[0, 2]]
-    assert layers[0][0] == 0 and layers[-1][1] == 2
+    layers = data["stage_layers"]
+    assert layers and layers[0][0] == 0 and layers[-1][1] == 2
     preset = Path(__file__).resolve().parents[1] / "model_specs" / "presets" / "llama3-8b.yaml"
     short = tmp_path / "short.yaml"
     short.write_text(re.sub(r"(?m)^num_layers:.*$", "num_layers: 12", preset.read_text()))

@@ -159,6 +159,7 @@ def _fits_something(ctx, gpus, isl=1024, osl=1024):
     except InputError as err:
         if err.field == "--gpus":
             return False
+        raise
     return True
 
 

@@ -24,7 +24,7 @@ from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from paraplan import mfu as mfu_units
 from paraplan import priors
-from paraplan.cli import dump_json, format_table, four_significant
+from paraplan.cli import dump_json, exact_number_text, format_table, four_significant
 from planners.explain import fit_text, stage_layers_text
 from planners.plan import PlanResult, parse_gpus, plan
 from simulator.parallel_config import Recompute, Schedule
@@ -242,8 +242,7 @@ def simulate_command(row, model: str, cluster: str, seq_len: int | None = None,
         flag = key.replace("_", "-")
         args.append(f"--{flag}" if value else f"--no-{flag}")
     if headroom_gib is not None:
-        short = f"{headroom_gib:g}"       # exactly as Python reads it back (:g alone kept 6 digits)
-        args += ["--headroom-gib", short if float(short) == headroom_gib else repr(float(headroom_gib))]
+        args += ["--headroom-gib", exact_number_text(headroom_gib)]
     return " ".join(shlex.quote(a) for a in args)
 
 
@@ -274,7 +273,7 @@ def _priced_chunks(result: PlanResult, spec) -> list[tuple[int, int]]:
         return []
     from paraplan.exports.common import chunk_layers
     best = result.plans.iloc[0]
-    model = spec if spec is not None else load_model(result.model)
+    model = spec
     try:
         decoder, _ = chunk_layers(model.num_layers, int(best["pp"]), int(best["vpp"]), model.mtp_layers,
                                   int(best.get("first_stage_layers", 0) or 0), int(best.get("last_stage_layers", 0) or 0),
@@ -346,7 +345,7 @@ def _gpus_json(gpus: tuple[int, int]):
     return lo if lo == hi else {"min": lo, "max": hi}
 
 
-def _json(result: PlanResult, top: int, pareto: bool, explain: bool, cluster, spec=None) -> str:
+def _json(result: PlanResult, top: int, pareto: bool, explain: bool, cluster, spec) -> str:
     data = {
         "request": {"model": result.model, "cluster": result.cluster, "gpu": result.gpu,
                     "gpus": _gpus_json(result.gpus), "global_batch": result.global_batch, "seq_len": result.seq_len,
@@ -532,11 +531,10 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
     from hardware_specs.catalog import is_pooled
     if is_pooled(cluster):
         given = click.get_current_context().get_parameter_source
-        asked = {"hsdp": hsdp, "memory_search": memory_search, "offload": offload}
-        for name, flag in (("hsdp", "--hsdp"), ("memory_search", "--memory-search"), ("offload", "--offload")):
-            if given(name) == click.core.ParameterSource.COMMANDLINE and asked[name]:
+        for name, value in (("hsdp", hsdp), ("memory_search", memory_search), ("offload", offload)):
+            if given(name) == click.core.ParameterSource.COMMANDLINE and value:
                 # the pooled search never shards over groups, searches memory or offloads
-                raise InputError(flag, "not searched on pooled clusters", "drop it")
+                raise InputError("--" + name.replace("_", "-"), "not searched on pooled clusters", "drop it")
         _plan_pooled(spec, cluster, gpus, global_batch, global_batch_tokens, top, max_tp, fix, headroom_gib, dtypes,
                      as_json, as_csv, pareto, explain, max_micro_batch, emit, explicit, stack)
         return
@@ -588,7 +586,7 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
                        f"not the one priced): {stage_layers_text(balanced)}\n")
     if len(result.plans):
         best = result.plans.iloc[0].to_dict()
-        layers = (spec if spec is not None else load_model(result.model)).num_layers
+        layers = spec.num_layers
         command = simulate_command(best, model, cluster, seq_len, stack_arg, switches, headroom_gib, layers)
         out.append(f"best plan as one run (its step, memory per stage and why):\n{wrap_command(command)}\n")
         unmeasured = _unmeasured_features(best, cl)

@@ -18,7 +18,8 @@ import pandas as pd
 
 from cost_models.weight_formats import WEIGHT_FORMATS
 from hardware_specs.errors import InputError
-from paraplan.cli import atomic_output_path, check_distinct_paths, check_image_path, check_writable, dump_json, format_table, write_atomic
+from paraplan.cli import (atomic_output_path, check_distinct_paths, check_image_path, check_writable, dump_json,
+                          exact_number_text, format_table, write_atomic)
 
 POS = click.IntRange(min=1)
 GIB = 2**30
@@ -568,9 +569,8 @@ def simulate_command(row, opts: dict, moe: bool = True) -> str:
         args += ["--kv-cache-dtype", opts["kv_cache_dtype"]]
     for name in ("speculative_tokens", "draft_acceptance", "draft_model"):
         if opts.get(name) is not None:
-            # a float as Python reads it back exactly (``:g`` kept 6 digits: 0.71234567 became
-            # 0.712346, and the command gave other numbers than the plan)
-            args += [f"--{name.replace('_', '-')}", repr(float(opts[name])) if isinstance(opts[name], float)
+            # a float as Python reads it back exactly, so the command gives the plan's numbers
+            args += [f"--{name.replace('_', '-')}", exact_number_text(opts[name]) if isinstance(opts[name], float)
                      else str(opts[name])]
     args += ["--isl", str(opts["isl"]), "--osl", str(opts["osl"])]
     agg = row["mode"] == "agg"

@@ -149,7 +149,7 @@ def summary_text(results, summary, list_skipped: bool) -> str:
                                           "rows of their own generation from other sources)"),
                             ("none", "no fit at all: no other source of their GPU generation or its neighbour, "
                                      "so the middle of each factor's range (an unfitted prior)")):
-            by_source = ok[ok.get("cv_basis", "fit") == basis].groupby("source").size()
+            by_source = ok[ok["cv_basis"] == basis].groupby("source").size()
             if len(by_source):
                 where = ", ".join(f"{src} {n}" for src, n in by_source.items())
                 lines.append(f"note: cross-validated rows resting on {what}: {where}")

@@ -394,14 +394,13 @@ def run_calibration(out_path, nprocs: int = 2, name: str | None = None, device: 
 def _write_together(texts: dict[Path, str]) -> None:
     """Write each file whole, in order: all to temp files beside them first, then renamed into
     place, so a failure while writing leaves no file changed and none half-written."""
+    from paraplan.cli import _umask_mode
     temps: list[tuple[str, Path]] = []
     try:
         for path, text in texts.items():
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
             temps.append((tmp, path))
-            mask = os.umask(0)
-            os.umask(mask)
-            os.chmod(tmp, 0o666 & ~mask)      # mkstemp makes 0600; give the file ordinary permissions
+            os.chmod(tmp, _umask_mode())      # mkstemp makes 0600; give the file ordinary permissions
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.write(text)
         for tmp, path in temps:

@@ -185,7 +185,8 @@ def _held_out_prediction(prepared: Prepared, src: str, sweeps: int) -> np.ndarra
     others = by_generation(subset(prepared, rest)) if len(rest) else {}
     # every generation with enough rows left is fitted, together: the host's issue time is one
     # factor of all of them (``joint_fit``), so the held-out source's host time comes from the others
-    fittable = {g: rows for g, rows in others.items() if len(rows) >= MIN_ROWS_FOR_FULL_FIT}
+    enough = _fittable_without(prepared, src)
+    fittable = {g: rows for g, rows in others.items() if g in enough}
     fitted = fit_jointly(fittable, {g: neutral_start(prior_model(g), rows) for g, rows in fittable.items()},
                          sweeps) if fittable else {}
 
@@ -215,27 +216,26 @@ def _share_rows():
     """Worker initialiser: nothing to do, the rows came with the fork."""
 
 
+def _fittable_without(prepared: Prepared, src: str) -> set[str]:
+    """The generations with at least ``MIN_ROWS_FOR_FULL_FIT`` rows of sources other than ``src``:
+    those a held-out fit fits (``_held_out_prediction``)."""
+    sources = np.asarray(prepared.sources)
+    gens = np.asarray(prepared.generations).astype(str)
+    left, counts = np.unique(gens[sources != src], return_counts=True)
+    return {str(g) for g, n in zip(left, counts) if n >= MIN_ROWS_FOR_FULL_FIT}
+
+
 def held_out_basis(prepared: Prepared) -> list[str]:
     """What each row's leave-one-source-out prediction rests on, as ``_held_out_prediction``
     chooses it: ``"fit"`` (its generation has ``MIN_ROWS_FOR_FULL_FIT`` rows of other sources),
     ``"neighbour"`` (its ``NEIGHBOUR`` generation's fit without the source, on its own datasheet)
     or ``"none"`` (no other source of either: the middle of every factor's range, or the
     generation's hand-set prior), so a report can say when a cross-validated number is no fit."""
-    sources = np.asarray(prepared.sources)
-    gens = np.asarray(prepared.generations).astype(str)
-
-    def enough(gen, src):
-        return int(np.sum((gens == gen) & (sources != src))) >= MIN_ROWS_FOR_FULL_FIT
-
-    basis = {}
-    for src, gen in set(zip(sources.tolist(), gens.tolist())):
-        if enough(gen, src):
-            basis[src, gen] = "fit"
-        elif NEIGHBOUR.get(gen) is not None and enough(NEIGHBOUR[gen], src):
-            basis[src, gen] = "neighbour"
-        else:
-            basis[src, gen] = "none"
-    return [basis[s, g] for s, g in zip(sources.tolist(), gens.tolist())]
+    sources = np.asarray(prepared.sources).tolist()
+    gens = np.asarray(prepared.generations).astype(str).tolist()
+    enough = {src: _fittable_without(prepared, src) for src in set(sources)}
+    return ["fit" if g in enough[s] else "neighbour" if NEIGHBOUR.get(g) in enough[s] else "none"
+            for s, g in zip(sources, gens)]
 
 
 def _held_out_in_worker(src: str, sweeps: int) -> np.ndarray:
