@@ -218,25 +218,26 @@ def _memory_of(job: _Job, dtype_index: int, batch: ConfigBatch, ids: np.ndarray,
     parts = memory_parts(job.model, job.cluster, job.eff, batch, fit_limit_bytes=limit,
                          drop_over_bytes=job.memory_limit_bytes if job.prune_by_bound else None, by_part=False)
     mem = np.asarray(parts["memory_bytes"], dtype=float)
+    host_fits = np.asarray(parts["host_fits"], dtype=bool)
+    host_node = np.asarray(parts["host_memory_node_bytes"], dtype=float)
     pruned = len(ids) - n_screened - int(np.count_nonzero(np.isfinite(mem)))
-    fit = np.flatnonzero((mem <= job.memory_limit_bytes) & np.asarray(parts["host_fits"], dtype=bool))
+    fit = np.flatnonzero((mem <= job.memory_limit_bytes) & host_fits)
     kept = {k: np.array(np.broadcast_to(parts[k], (len(batch),))[fit]) for k in _MEMORY_KEYS}
+    # the plan fields per row: the memory search's choice, or the batch's own
+    chosen = {f: np.asarray(np.broadcast_to(parts[f"_{f}"] if job.memory_search else getattr(batch, f), (len(batch),)))
+              for f in CHOSEN_FIELDS}
     for f in CHOSEN_FIELDS:
-        kept[f] = (np.asarray(parts[f"_{f}"])[fit] if job.memory_search
-                   else np.asarray(np.broadcast_to(getattr(batch, f), (len(batch),)))[fit]).astype(np.int64)
+        kept[f] = chosen[f][fit].astype(np.int64)
     floor = None
     if job.floors and len(fit):
         timed = replace(batch.take(fit), **{f: kept[f] for f in CHOSEN_FIELDS})
         floor = np.array(step_time_floor_s(job.model, job.cluster, job.eff, timed, kept), dtype=float)
-    offload = np.asarray(np.broadcast_to(parts["_offload_activation_layers"] if job.memory_search
-                                         else batch.offload_activation_layers, (len(batch),)))
-    nearest = _nearest_of_chunk(mem, np.asarray(parts["host_memory_node_bytes"], dtype=float),
-                                np.asarray(parts["host_fits"], dtype=bool), job.memory_limit_bytes)
-    gpu, host = nearest
+    offload = chosen["offload_activation_layers"]
+    gpu, host = _nearest_of_chunk(mem, host_node, host_fits, job.memory_limit_bytes)
     return _ChunkResult(dtype_index, start, stop, ids[maybe[fit]], kept, floor,
                         float(mem[gpu]) if gpu >= 0 else np.inf, int(ids[maybe[gpu]]) if gpu >= 0 else -1, pruned,
                         screened, candidates, int(offload[gpu]) if gpu >= 0 else 0,
-                        (float(parts["host_memory_node_bytes"][host]), int(ids[maybe[host]]), dtype_index,
+                        (float(host_node[host]), int(ids[maybe[host]]), dtype_index,
                          int(offload[host])) if host >= 0 else ())
 
 
