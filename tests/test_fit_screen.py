@@ -112,10 +112,10 @@ def test_a_screening_search_keeps_the_plans_and_says_its_fit_count_is_a_lower_bo
     assert text in _header(screened) and text in screened.explain
     assert "at least" not in _header(counted) and "at least" not in counted.explain
     assert f"{counted.fitting:,} fit in" in _header(counted)
-    data = json.loads(_json(screened, 3, False, False, CLUSTER))["search"]
+    data = json.loads(_json(screened, 3, False, False, CLUSTER, load_model("mixtral-8x7b")))["search"]
     assert (data["fit"], data["fit_exact"], data["fit_unchecked"]) \
         == (screened.fitting, False, screened.fit_unchecked)
-    data = json.loads(_json(counted, 3, False, False, CLUSTER))["search"]
+    data = json.loads(_json(counted, 3, False, False, CLUSTER, load_model("mixtral-8x7b")))["search"]
     assert (data["fit"], data["fit_exact"], data["fit_unchecked"]) == (counted.fitting, True, 0)
 
 
