@@ -103,7 +103,8 @@ def _nemotron_h(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str
                                 expert_ffn_hidden_size=cfg.get_int("moe_intermediate_size"),
                                 num_shared_experts=cfg.get_int("n_shared_experts", default=1) if shared else 0,
                                 shared_expert_ffn_hidden_size=shared, router_score="sigmoid",
-                                latent_size=cfg.get_int("moe_latent_size", default=0))
+                                latent_size=cfg.get_int("moe_latent_size", default=0),
+                                topk_renormalized=cfg.get_bool("norm_topk_prob", True))
     return fields
 
 
@@ -191,7 +192,9 @@ def _llama4(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, An
     fields["moe"] = MoESpec(num_experts=cfg.get_int("num_local_experts"), top_k=cfg.get_int("num_experts_per_tok"),
                             expert_ffn_hidden_size=expert, num_shared_experts=1, shared_expert_ffn_hidden_size=expert,
                             first_dense_layers=first_dense, dense_ffn_hidden_size=dense_ffn_width(fields, first_dense, freq),
-                            moe_layer_frequency=freq, router_score="sigmoid")
+                            moe_layer_frequency=freq, router_score="sigmoid",
+                            # transformers Llama4TextMoe: the sigmoid of the top-1 logit, not divided by a sum
+                            topk_renormalized=False)
     chunk = cfg.get_int("attention_chunk_size", default=0)
     if chunk < 0:
         raise InputError(f"{cfg.where}.attention_chunk_size", f"must be a number of tokens >= 0, got {chunk}")
@@ -237,6 +240,8 @@ def _qwen_moe(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, 
         first_dense_layers=first_dense,
         dense_ffn_hidden_size=dense_ffn_width(fields, first_dense, freq),
         moe_layer_frequency=freq,
+        # absent: false, transformers' Qwen2MoeConfig / Qwen3MoeConfig default (softmax over all experts)
+        topk_renormalized=cfg.get_bool("norm_topk_prob", False),
     )
     return fields
 
@@ -295,7 +300,9 @@ _TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
 def _deepseek_router(cfg: ConfigReader, family: str, score: str) -> dict[str, Any]:
     """The MoESpec router fields of a DeepSeek-family config: ``topk_method`` (absent: ``noaux_tc``
     for deepseek_v3 / kimi_k2, whose transformers router always has the bias, else ``greedy``),
-    ``n_group`` / ``topk_group`` (read unless greedy) and ``routed_scaling_factor`` (absent: 1)."""
+    ``n_group`` / ``topk_group`` (read unless greedy), ``routed_scaling_factor`` (absent: 1) and
+    ``norm_topk_prob`` (absent: true for deepseek_v3 / kimi_k2, transformers' DeepseekV3Config
+    default; false for deepseek_v2, DeepseekV2Config's)."""
     method = cfg.data.get("topk_method", "noaux_tc" if family in ("deepseek_v3", "kimi_k2") else "greedy")
     if method not in _TOPK_METHODS:
         raise InputError(f"{cfg.where}.topk_method", f"unknown top-k method {str(method)[:40]!r}",
@@ -305,7 +312,8 @@ def _deepseek_router(cfg: ConfigReader, family: str, score: str) -> dict[str, An
                          "write the checkpoint's scoring_func")
     groups = (1, 1) if method == "greedy" else (cfg.get_int("n_group", default=1), cfg.get_int("topk_group", default=1))
     return dict(expert_bias=method == "noaux_tc", num_groups=groups[0], group_topk=groups[1],
-                topk_scaling_factor=cfg.get_float("routed_scaling_factor", 1.0))
+                topk_scaling_factor=cfg.get_float("routed_scaling_factor", 1.0),
+                topk_renormalized=cfg.get_bool("norm_topk_prob", family in ("deepseek_v3", "kimi_k2")))
 
 
 def _gpt_oss(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, Any]:

@@ -81,12 +81,18 @@ class MoESpec:
             ``topk_method: noaux_tc`` / ``e_score_correction_bias``, MiniMax-M2 ``use_routing_bias``):
             a per-expert bias added to the scores for the top-k choice only, nudged after each step
             toward even loads (Megatron-LM ``--moe-router-enable-expert-bias``). Sigmoid scores only.
-        topk_scaling_factor: what the chosen experts' (normalised) weights are multiplied by
+        topk_scaling_factor: what the chosen experts' weights (renormalised or not) are multiplied by
             (config.json ``routed_scaling_factor``; DeepSeek-V3 2.5); 1.0 = none.
         num_groups, group_topk: group-limited routing (config.json ``n_group`` / ``topk_group``;
             DeepSeek-V3 8 / 4): the experts split into ``num_groups`` equal groups, each token picks
             the ``group_topk`` best groups, then its top-k experts among them; 1 / 1 = plain top-k.
-        None of the four changes the cost; they name the router a framework must build.
+        topk_renormalized: whether the chosen experts' weights are divided by their sum before
+            ``topk_scaling_factor`` (config.json ``norm_topk_prob``; true: Mixtral and gpt-oss, whose
+            softmax over the chosen k is the same, Qwen3 MoE, DeepSeek-V3 / R1, Kimi K2; false:
+            DeepSeek-V2 and Qwen2-57B-A14B, whose softmax runs over all experts, Grok-1, Llama 4's
+            unnormalised sigmoid of its top-1). Megatron-LM softmax routers: ``--moe-router-pre-softmax``
+            when false (moe_utils.py ``topk_routing_with_score_function``).
+        None of these changes the cost; they name the router a framework must build.
     """
 
     num_experts: int
@@ -104,6 +110,7 @@ class MoESpec:
     topk_scaling_factor: float = 1.0
     num_groups: int = 1
     group_topk: int = 1
+    topk_renormalized: bool = True
 
     def __post_init__(self) -> None:
         if self.router_score not in ROUTER_SCORES:
@@ -122,6 +129,9 @@ class MoESpec:
                              f"{self.num_experts}, got {cf!r}")
         if not isinstance(self.expert_bias, bool):
             raise InputError("moe.expert_bias", f"must be true or false, got {self.expert_bias!r}")
+        if not isinstance(self.topk_renormalized, bool):
+            raise InputError("moe.topk_renormalized", f"must be true or false, got {self.topk_renormalized!r}",
+                             "write the checkpoint's config.json norm_topk_prob")
         if self.expert_bias and self.router_score != "sigmoid":
             # Megatron-LM TransformerConfig.__post_init__: the bias is for sigmoid-type scores only
             raise InputError("moe.expert_bias", "aux-loss-free expert bias needs router_score sigmoid, "

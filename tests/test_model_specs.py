@@ -31,6 +31,7 @@ QWEN3_30B_A3B = {
     "max_window_layers": 48, "mlp_only_layers": [], "moe_intermediate_size": 768, "num_attention_heads": 32,
     "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4,
     "sliding_window": None, "tie_word_embeddings": False, "use_sliding_window": False, "vocab_size": 151936,
+    "norm_topk_prob": True,
 }
 DEEPSEEK_V3 = {
     "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "first_k_dense_replace": 3, "scoring_func": "sigmoid",
@@ -70,7 +71,7 @@ QWEN2_57B_A14B = {
     "max_window_layers": 28, "moe_intermediate_size": 2560, "num_attention_heads": 28, "num_experts": 64,
     "num_experts_per_tok": 8, "num_hidden_layers": 28, "num_key_value_heads": 4,
     "shared_expert_intermediate_size": 20480, "sliding_window": 131072, "tie_word_embeddings": False,
-    "use_sliding_window": False, "vocab_size": 151936,
+    "use_sliding_window": False, "vocab_size": 151936, "norm_topk_prob": False,
 }
 GPT2 = {"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024,
         "n_inner": None, "vocab_size": 50257}
@@ -187,6 +188,51 @@ def test_preset_matches_its_hugging_face_config():
                       "vocab_size", "gated_mlp", "tied_embeddings", "moe", "mla", "sliding_window",
                       "sliding_window_layer_fraction", "mtp_layers", "glu_clamp_limit"):
             assert getattr(from_hf, field) == getattr(from_yaml, field), (preset, field)
+
+
+def test_hf_norm_topk_prob_is_read_and_its_absence_is_the_familys_transformers_default():
+    """config.json ``norm_topk_prob`` says whether the chosen experts' weights are divided by their
+    sum (topk_renormalized); absent, transformers' config default: false for Qwen2-MoE / Qwen3-MoE
+    and DeepSeek-V2, true for DeepSeek-V3 / Kimi K2; Mixtral and gpt-oss always renormalise (softmax
+    over the chosen), Llama 4 never (the sigmoid of its top-1). A non-boolean is refused."""
+    def renorm(config):
+        return model_from_hf_config(config).moe.topk_renormalized
+
+    without = {k: v for k, v in QWEN3_30B_A3B.items() if k != "norm_topk_prob"}
+    assert (renorm(QWEN3_30B_A3B), renorm(QWEN2_57B_A14B), renorm(without)) == (True, False, False)
+    assert renorm({**QWEN2_57B_A14B, "norm_topk_prob": True}) is True
+    v3 = {k: v for k, v in DEEPSEEK_V3.items() if k != "norm_topk_prob"}
+    assert (renorm(DEEPSEEK_V3), renorm(v3), renorm({**DEEPSEEK_V3, "norm_topk_prob": False})) == (True, True, False)
+    kimi = {k: v for k, v in KIMI_K2.items() if k != "norm_topk_prob"}
+    assert renorm(kimi) is True
+    v2 = {**v3, "model_type": "deepseek_v2", "scoring_func": "softmax", "topk_method": "group_limited_greedy",
+          "routed_scaling_factor": 16.0, "n_group": 8, "topk_group": 4}
+    assert renorm(v2) is False and renorm({**v2, "norm_topk_prob": True}) is True
+    assert renorm(MIXTRAL_8X7B) is True and renorm(GPT_OSS_120B) is True and renorm(LLAMA4_MAVERICK) is False
+    for bad in ("false", 0, [True]):
+        with pytest.raises(InputError) as err:
+            model_from_hf_config({**QWEN3_30B_A3B, "norm_topk_prob": bad})
+        assert err.value.field.endswith("norm_topk_prob")
+
+
+def test_topk_renormalized_must_be_a_bool_and_the_presets_state_their_configs():
+    """The MoESpec field and its YAML key take true / false only; the presets follow their public
+    config.json norm_topk_prob (DeepSeek-V2 and Qwen2-57B-A14B false, Qwen3 / DeepSeek-V3 / Kimi K2
+    true) or their modelling code (Grok-1 model.py and Llama 4: not renormalised)."""
+    from dataclasses import replace
+    moe = load_model("mixtral-8x7b").moe
+    for bad in ("yes", 1, None):
+        with pytest.raises(InputError) as err:
+            replace(moe, topk_renormalized=bad)
+        assert err.value.field == "moe.topk_renormalized"
+    assert MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=64).topk_renormalized is True
+    states = {name: load_model(name).moe.topk_renormalized for name in (
+        "deepseek-v2", "qwen2-57b-a14b", "grok-1", "llama4-scout", "llama4-maverick", "qwen3-30b-a3b",
+        "qwen3-235b-a22b", "deepseek-v3", "deepseek-r1", "kimi-k2", "kimi-k2.5", "glm-5", "mixtral-8x7b")}
+    assert [n for n, v in states.items() if not v] == ["deepseek-v2", "qwen2-57b-a14b", "grok-1", "llama4-scout",
+                                                      "llama4-maverick"]
+    v2 = load_model("deepseek-v2").moe
+    assert (v2.router_score, v2.topk_scaling_factor, v2.num_groups, v2.group_topk) == ("softmax", 16.0, 8, 3)
 
 
 def test_names_are_case_and_separator_insensitive():
