@@ -509,25 +509,56 @@ def test_deepseek_style_routers_are_flags_and_megatron_builds_them():
                                           "--moe-router-num-groups", "--moe-router-group-topk"))
 
 
-def test_a_scaled_softmax_router_is_refused_not_exported_as_a_renormalised_one(tmp_path):
-    """DeepSeek-V2 scales its softmax top-k weights by 16 without renormalising them
-    (norm_topk_prob false); Megatron renormalises unless --moe-router-pre-softmax, which the spec
-    does not state: the export refuses the model in one line instead of routing another way."""
-    import json
+DEEPSEEK_V2_CONFIG = {
+    "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "hidden_size": 5120,
+    "intermediate_size": 12288, "moe_intermediate_size": 1536, "num_hidden_layers": 60,
+    "num_attention_heads": 128, "num_key_value_heads": 128, "n_routed_experts": 160, "n_shared_experts": 2,
+    "num_experts_per_tok": 6, "first_k_dense_replace": 1, "moe_layer_freq": 1, "q_lora_rank": 1536,
+    "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
+    "vocab_size": 102400, "max_position_embeddings": 163840, "rope_theta": 10000, "scoring_func": "softmax",
+    "topk_method": "group_limited_greedy", "n_group": 8, "topk_group": 3, "routed_scaling_factor": 16.0,
+    "norm_topk_prob": False, "tie_word_embeddings": False, "hidden_act": "silu", "rms_norm_eps": 1e-6}
 
-    from click.testing import CliRunner
 
-    from paraplan.cli import main
-    cfg = {"architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "hidden_size": 5120,
-           "intermediate_size": 12288, "moe_intermediate_size": 1536, "num_hidden_layers": 60,
-           "num_attention_heads": 128, "num_key_value_heads": 128, "n_routed_experts": 160, "n_shared_experts": 2,
-           "num_experts_per_tok": 6, "first_k_dense_replace": 1, "moe_layer_freq": 1, "q_lora_rank": 1536,
-           "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128,
-           "vocab_size": 102400, "max_position_embeddings": 163840, "rope_theta": 10000, "scoring_func": "softmax",
-           "topk_method": "group_limited_greedy", "n_group": 8, "topk_group": 3, "routed_scaling_factor": 16.0,
-           "norm_topk_prob": False, "tie_word_embeddings": False, "hidden_act": "silu", "rms_norm_eps": 1e-6}
-    (tmp_path / "config.json").write_text(json.dumps(cfg))
-    r = CliRunner().invoke(main, ["plan", "-m", str(tmp_path / "config.json"), "-c", "dgx-h100", "-n", "512",
-                                  "--global-batch", "1024", "--emit", "megatron"])
-    assert r.exit_code == 2
-    assert r.output.strip().startswith("error: model: its softmax router scales the top-k weights by 16")
+def test_a_scaled_softmax_router_that_does_not_renormalise_is_pre_softmax_and_megatron_accepts_it():
+    """DeepSeek-V2 softmaxes over all 160 experts and scales the chosen 6 weights by 16 without
+    renormalising them (config.json norm_topk_prob false); Megatron-LM's softmax router
+    renormalises (softmax over the top-k logits) unless --moe-router-pre-softmax (moe_utils.py
+    topk_routing_with_score_function). The export was refused; it now writes the flag, from the
+    preset and from the config.json alike, and the table accepts the command."""
+    from paraplan import api
+    from model_specs.hf_config import model_from_hf_config
+    want = {"--moe-router-score-function": "softmax", "--moe-router-topk-scaling-factor": "16.0",
+            "--moe-router-num-groups": "8", "--moe-router-group-topk": "3"}
+    text = megatron.emit(api.simulate("deepseek-v2", "dgx-h100", gpus=256, pp=4, ep=32, global_batch=512,
+                                      zero_stage=1, recompute="full").iloc[0])
+    argv, env = flags_of(text), env_of(text)
+    value = dict(zip(argv, argv[1:]))
+    assert "--moe-router-pre-softmax" in argv and "--moe-router-enable-expert-bias" not in argv
+    assert {k: value[k] for k in want} == want
+    assert megatron_table.check_command(argv, 256, env) == []
+    from_hf = dict(megatron._model_args(model_from_hf_config(DEEPSEEK_V2_CONFIG, name="v2"), 4096))
+    assert "--moe-router-pre-softmax" in from_hf and from_hf["--moe-router-topk-scaling-factor"] == 16.0
+    assert (from_hf["--moe-router-num-groups"], from_hf["--moe-router-group-topk"]) == (8, 3)
+    # renormalised (Qwen3's norm_topk_prob true, Mixtral): softmax after the top-k, no flag
+    for name in ("qwen3-30b-a3b", "mixtral-8x7b", "deepseek-v3"):
+        assert "--moe-router-pre-softmax" not in dict(megatron._model_args(load_model(name), 4096)), name
+    # not renormalised: Qwen2-57B-A14B (norm_topk_prob false), Grok-1 (model.py: top-2 of the softmax)
+    for name in ("qwen2-57b-a14b", "grok-1"):
+        assert "--moe-router-pre-softmax" in dict(megatron._model_args(load_model(name), 4096)), name
+
+
+def test_a_router_megatron_cannot_build_is_refused_in_one_line():
+    """Megatron-LM's sigmoid router divides the chosen scores by their sum whenever top_k > 1,
+    with no switch, and never at top-1; a softmax top-1 router must be pre-softmax
+    (TransformerConfig). A model routed otherwise is refused, naming the spec field."""
+    v3, scout, mixtral = load_model("deepseek-v3"), load_model("llama4-scout"), load_model("mixtral-8x7b")
+    assert "--moe-router-pre-softmax" not in dict(megatron._model_args(scout, 4096))   # sigmoid top-1 as is
+    for moe, says in ((replace(v3.moe, topk_renormalized=False), "divides the chosen 8 scores by their sum"),
+                      (replace(scout.moe, topk_renormalized=True), "does not divide the chosen 1 scores"),
+                      (replace(mixtral.moe, top_k=1), "softmax top-1 router is renormalised")):
+        with pytest.raises(InputError) as err:
+            megatron._router_args(moe)
+        assert err.value.field == "model" and says in str(err.value) and "\n" not in str(err.value)
+    assert megatron._router_args(replace(mixtral.moe, top_k=1, topk_renormalized=False)) == [
+        ("--moe-router-pre-softmax", None)]

@@ -314,17 +314,30 @@ def _model_args(m: ModelSpec, seq_len: int, dedup_dispatch: bool = False) -> lis
 
 def _router_args(moe) -> list[tuple[str, Any]]:
     """The router beyond plain top-k, as Megatron-LM names it (TransformerConfig at the pinned
-    commit): the aux-loss-free expert bias (its update rate left at Megatron's default 1e-3, the
-    rate DeepSeek-V3 used), the weights' scaling factor, and group-limited routing (1 group of all
-    the experts is plain top-k, so nothing is written for it)."""
+    commit): softmax before the top-k when the chosen weights are not renormalised, the
+    aux-loss-free expert bias (its update rate left at Megatron's default 1e-3, the rate
+    DeepSeek-V3 used), the weights' scaling factor, and group-limited routing (1 group of all the
+    experts is plain top-k, so nothing is written for it).
+
+    Renormalisation, as moe_utils.py ``topk_routing_with_score_function`` computes the weights:
+    a softmax router with ``--moe-router-pre-softmax`` softmaxes over all experts and keeps the
+    chosen k probabilities as they are, without it softmaxes over the chosen k logits (= the
+    chosen probabilities divided by their sum; TransformerConfig requires pre-softmax at top-1);
+    a sigmoid router divides the chosen scores by their sum whenever top_k > 1, with no switch.
+    A router outside these is refused rather than built another way."""
     args: list[tuple[str, Any]] = []
-    if moe.router_score == "softmax" and moe.topk_scaling_factor != 1.0:
-        # Megatron's softmax router renormalises the chosen experts' weights unless
-        # --moe-router-pre-softmax; a scaled softmax router (DeepSeek-V2, norm_topk_prob false)
-        # weighs the unnormalised probabilities, which the spec does not state either way
-        raise InputError("model", f"its softmax router scales the top-k weights by {moe.topk_scaling_factor:g}, and "
-                         "whether those weights are renormalised (Megatron's --moe-router-pre-softmax) is not "
-                         "in its model spec", "emit another framework, or a model with a sigmoid router")
+    renorm, k = moe.topk_renormalized, moe.top_k
+    if moe.router_score == "softmax" and not renorm:
+        args.append(("--moe-router-pre-softmax", None))
+    elif moe.router_score == "softmax" and k == 1:
+        raise InputError("model", "its softmax top-1 router is renormalised (moe.topk_renormalized), so weighs every "
+                         "token 1.0, which Megatron-LM cannot build (top-1 needs --moe-router-pre-softmax, whose "
+                         "weight is the probability)", "emit another framework, or set moe.topk_renormalized: false "
+                         "if the checkpoint's norm_topk_prob is false")
+    elif moe.router_score == "sigmoid" and renorm != (k > 1):
+        raise InputError("model", f"Megatron-LM's sigmoid router {'divides' if k > 1 else 'does not divide'} the chosen "
+                         f"{k} scores by their sum, its router {'does' if renorm else 'does not'} "
+                         f"(moe.topk_renormalized {str(renorm).lower()})", "emit another framework")
     if moe.expert_bias:
         args.append(("--moe-router-enable-expert-bias", None))
     if moe.topk_scaling_factor != 1.0:
