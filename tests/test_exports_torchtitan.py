@@ -308,10 +308,12 @@ def test_async_tp_is_written_only_where_sequence_parallelism_gives_it_something_
 
 def test_the_deepseek_v3_registry_model_matches_only_a_model_routed_as_it_is():
     """torchtitan 0.3.0's deepseek_v3_671b fixes its router (sigmoid, route scale 2.5, 8 groups /
-    4, the load-balance bias): a DeepSeek-V3-sized model routed otherwise was exported as it."""
+    4, the load-balance bias, route_norm on): a DeepSeek-V3-sized model routed otherwise was
+    exported as it; one whose chosen weights are not renormalised is not it either."""
     from dataclasses import replace
     from model_specs.catalog import load_model
     v3 = load_model("deepseek-v3")
     assert torchtitan.registry_entry(v3)["config"] == "deepseek_v3_671b"
-    for change in (dict(num_groups=1, group_topk=1), dict(topk_scaling_factor=1.0), dict(expert_bias=False)):
+    for change in (dict(num_groups=1, group_topk=1), dict(topk_scaling_factor=1.0), dict(expert_bias=False),
+                   dict(topk_renormalized=False)):
         assert torchtitan.registry_entry(replace(v3, moe=replace(v3.moe, **change))) is None, change

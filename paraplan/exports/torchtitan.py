@@ -77,10 +77,12 @@ MODULE_NAME = "paraplan_plan"
 #: torchtitan 0.3.0 registry models and their architecture (torchtitan/models/llama3/__init__.py
 #: ``llama3_configs`` 8B / 70B and models/deepseek_v3/__init__.py ``deepseekv3_configs`` 671B at
 #: 0.3.0): a plan's model runs there when every listed field equals the ModelSpec's. ``router``:
-#: (score, expert bias, scaling factor, groups, group top-k) of the registry's MoE router (0.3.0's
-#: ``_671b``: router_score_func sigmoid, router_route_scale 2.5, router_num_expert_groups 8,
-#: router_num_limited_groups 4, MoE load_balance_coeff 1e-3: the aux-loss-free bias), which the
-#: export cannot change: a model routed otherwise is not that registry model.
+#: (score, expert bias, scaling factor, groups, group top-k, renormalised) of the registry's MoE
+#: router (0.3.0's ``_671b``: router_score_func sigmoid, router_route_scale 2.5,
+#: router_num_expert_groups 8, router_num_limited_groups 4, router_route_norm True (models/
+#: deepseek_v3/__init__.py; common/moe.py divides the chosen scores by their sum when set), MoE
+#: load_balance_coeff 1e-3: the aux-loss-free bias), which the export cannot change: a model routed
+#: otherwise is not that registry model.
 REGISTRY = (
     {"module": "llama3", "config": "llama3_8b", "flavor": "8B",
      "arch": dict(num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8, ffn_hidden_size=14336,
@@ -90,7 +92,7 @@ REGISTRY = (
                   vocab_size=128256, moe=None, mla=False)},
     {"module": "deepseek_v3", "config": "deepseek_v3_671b", "flavor": "671B",
      "arch": dict(num_layers=61, hidden_size=7168, num_heads=128, ffn_hidden_size=18432, vocab_size=129280,
-                  moe=(256, 8, 2048), mla=True, router=("sigmoid", True, 2.5, 8, 4))},
+                  moe=(256, 8, 2048), mla=True, router=("sigmoid", True, 2.5, 8, 4, True))},
 )
 
 #: plan schedules by the name ``torch.distributed.pipelining.schedules.get_schedule_class`` knows;
@@ -106,7 +108,7 @@ def registry_entry(model: ModelSpec) -> dict | None:
         a = entry["arch"]
         moe = (model.moe.num_experts, model.moe.top_k, model.moe.expert_ffn_hidden_size) if model.moe else None
         router = (model.moe.router_score, model.moe.expert_bias, model.moe.topk_scaling_factor, model.moe.num_groups,
-                  model.moe.group_topk) if model.moe else None
+                  model.moe.group_topk, model.moe.topk_renormalized) if model.moe else None
         same = all(getattr(model, k) == v for k, v in a.items() if k not in ("moe", "mla", "router"))
         same = same and moe == a["moe"] and (model.mla is not None) == a["mla"] and router == a.get("router")
         same = same and (model.position_embedding, model.normalization, model.linear_bias, model.activation) == (
