@@ -86,6 +86,9 @@ class MoESpec:
         num_groups, group_topk: group-limited routing (config.json ``n_group`` / ``topk_group``;
             DeepSeek-V3 8 / 4): the experts split into ``num_groups`` equal groups, each token picks
             the ``group_topk`` best groups, then its top-k experts among them; 1 / 1 = plain top-k.
+            A group is ranked by its best score without ``expert_bias`` (config.json ``topk_method``
+            ``group_limited_greedy``, DeepSeek-V2) and by the sum of its two best with it
+            (``noaux_tc``, DeepSeek-V3; transformers' modeling_deepseek ``get_topk``).
         topk_renormalized: whether the chosen experts' weights are divided by their sum before
             ``topk_scaling_factor`` (config.json ``norm_topk_prob``; true: Mixtral and gpt-oss, whose
             softmax over the chosen k is the same, Qwen3 MoE, DeepSeek-V3 / R1, Kimi K2; false:

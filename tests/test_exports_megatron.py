@@ -524,22 +524,35 @@ def test_a_scaled_softmax_router_that_does_not_renormalise_is_pre_softmax_and_me
     """DeepSeek-V2 softmaxes over all 160 experts and scales the chosen 6 weights by 16 without
     renormalising them (config.json norm_topk_prob false); Megatron-LM's softmax router
     renormalises (softmax over the top-k logits) unless --moe-router-pre-softmax (moe_utils.py
-    topk_routing_with_score_function). The export was refused; it now writes the flag, from the
-    preset and from the config.json alike, and the table accepts the command."""
+    topk_routing_with_score_function). Its group-limited routing ranks a group by its best score
+    (group_limited_greedy), Megatron's by the sum of its top k / group_topk = 6 / 3 = 2
+    (moe_utils.group_limited_topk): DeepSeek-V2 itself is refused for that, one line; the same
+    router without groups (DeepSeek-V2's greedy top-k, as V2-Lite routes) is written with the
+    flag, from a config.json too, and the table accepts the command."""
     from paraplan import api
     from model_specs.hf_config import model_from_hf_config
-    want = {"--moe-router-score-function": "softmax", "--moe-router-topk-scaling-factor": "16.0",
-            "--moe-router-num-groups": "8", "--moe-router-group-topk": "3"}
-    text = megatron.emit(api.simulate("deepseek-v2", "dgx-h100", gpus=256, pp=4, ep=32, global_batch=512,
+    with pytest.raises(InputError) as err:
+        megatron._router_args(load_model("deepseek-v2").moe)
+    assert err.value.field == "model" and "its best score" in str(err.value) and "top 2" in str(err.value)
+    # Qwen2-57B-A14B: a softmax over its 64 experts, the chosen 8 kept as they are
+    text = megatron.emit(api.simulate("qwen2-57b-a14b", "dgx-h100", gpus=64, pp=4, ep=8, global_batch=512,
                                       zero_stage=1, recompute="full").iloc[0])
     argv, env = flags_of(text), env_of(text)
     value = dict(zip(argv, argv[1:]))
     assert "--moe-router-pre-softmax" in argv and "--moe-router-enable-expert-bias" not in argv
-    assert {k: value[k] for k in want} == want
-    assert megatron_table.check_command(argv, 256, env) == []
-    from_hf = dict(megatron._model_args(model_from_hf_config(DEEPSEEK_V2_CONFIG, name="v2"), 4096))
+    assert "--moe-router-num-groups" not in argv and value["--moe-router-score-function"] == "softmax"
+    assert megatron_table.check_command(argv, 64, env) == []
+    ungrouped = replace(load_model("deepseek-v2").moe, num_groups=1, group_topk=1)
+    assert megatron._router_args(ungrouped) == [("--moe-router-pre-softmax", None),
+                                                 ("--moe-router-topk-scaling-factor", 16.0)]
+    greedy = dict(DEEPSEEK_V2_CONFIG, topk_method="greedy")
+    from_hf = dict(megatron._model_args(model_from_hf_config(greedy, name="v2"), 4096))
     assert "--moe-router-pre-softmax" in from_hf and from_hf["--moe-router-topk-scaling-factor"] == 16.0
-    assert (from_hf["--moe-router-num-groups"], from_hf["--moe-router-group-topk"]) == (8, 3)
+    grouped = model_from_hf_config(DEEPSEEK_V2_CONFIG, name="v2")
+    assert (grouped.moe.num_groups, grouped.moe.group_topk, grouped.moe.expert_bias) == (8, 3, False)
+    # DeepSeek-V3's noaux_tc ranks by its two best, 8 / 4 = 2 in Megatron: written
+    v3 = dict(megatron._model_args(load_model("deepseek-v3"), 4096))
+    assert (v3["--moe-router-num-groups"], v3["--moe-router-group-topk"]) == (8, 4)
     # renormalised (Qwen3's norm_topk_prob true, Mixtral): softmax after the top-k, no flag
     for name in ("qwen3-30b-a3b", "mixtral-8x7b", "deepseek-v3"):
         assert "--moe-router-pre-softmax" not in dict(megatron._model_args(load_model(name), 4096)), name

@@ -343,6 +343,15 @@ def _router_args(moe) -> list[tuple[str, Any]]:
     if moe.topk_scaling_factor != 1.0:
         args.append(("--moe-router-topk-scaling-factor", moe.topk_scaling_factor))
     if moe.num_groups > 1:
+        # moe_utils.group_limited_topk ranks a group by the sum of its top-(k / group_topk) scores;
+        # the model ranks it by its best one (group_limited_greedy) or its two best (noaux_tc,
+        # the expert-bias router): MoESpec's num_groups
+        per_group, ranks_by = k // moe.group_topk, (2 if moe.expert_bias else 1)
+        if per_group != ranks_by:
+            raise InputError("model", f"its router ranks each of the {moe.num_groups} expert groups by "
+                             f"{'the sum of its two best scores' if ranks_by == 2 else 'its best score'}, "
+                             f"Megatron-LM by the sum of its top {per_group} (top-k {k} / group top-k "
+                             f"{moe.group_topk})", "emit another framework")
         args += [("--moe-router-num-groups", moe.num_groups), ("--moe-router-group-topk", moe.group_topk)]
     return args
 
