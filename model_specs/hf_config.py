@@ -26,6 +26,10 @@ Supported ``model_type`` families and the keys read (names as in ``transformers`
   (multi-token-prediction modules); the router's scoring_func, topk_method, n_group, topk_group,
   routed_scaling_factor (``hf_families._deepseek_router``).
 - gpt_oss: + num_local_experts, experts_per_token, sliding_window, layer_types, swiglu_limit.
+- qwen3_next, qwen3_5_moe_text, qwen3_5_text (Qwen3-Next; Qwen3.5's text_config): Qwen3-MoE's keys (or
+  Qwen3's, dense) + layer_types / full_attention_interval, linear_num_key_heads, linear_key_head_dim,
+  linear_num_value_heads, linear_value_head_dim, linear_conv_kernel_dim, mamba_ssm_dtype,
+  mtp_num_hidden_layers / num_nextn_predict_layers (``hf_qwen_next``).
 
 Sequence length: a config states the longest context the model supports (kept as
 ``max_context_tokens``, which ``serve`` checks prompt + output against: the smallest of the
@@ -46,9 +50,13 @@ from typing import Any
 
 from hardware_specs.errors import InputError, not_a_file, safe_name
 from model_specs.hf_config_fields import MAX_DEFAULT_SEQ_LEN, ConfigReader, dropout_fields, read_json, rope_fields
-from model_specs.hf_families import FAMILIES
+from model_specs.hf_families import FAMILIES as _FAMILIES
+from model_specs.hf_qwen_next import FAMILIES as _QWEN_NEXT_FAMILIES
 from model_specs.hf_quantization import checkpoint_formats
 from model_specs.model_spec import ModelSpec
+
+#: model_type -> builder: ``hf_families``'s and the hybrid linear-attention Qwens (``hf_qwen_next``)
+FAMILIES = {**_FAMILIES, **_QWEN_NEXT_FAMILIES}
 
 __all__ = ["model_from_hf_config", "is_hf_config", "supported_model_types", "read_json", "checkpoint_formats",
            "MAX_DEFAULT_SEQ_LEN"]

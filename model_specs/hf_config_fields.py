@@ -280,7 +280,7 @@ def sliding_window_fields(cfg: ConfigReader, num_layers: int, family: str) -> tu
     if isinstance(layer_types, list) and layer_types:
         sliding = sum(1 for t in layer_types if t == "sliding_attention")
         return (window, sliding / len(layer_types)) if sliding else (0, 0.0)
-    if family in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
+    if family in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe_text", "qwen3_5_text"):
         # Qwen configs carry a window that is off unless use_sliding_window is set; then
         # layers from max_window_layers on use it.
         if not cfg.get_bool("use_sliding_window", False):
