@@ -176,6 +176,8 @@ def test_llmfoundry_sizes_match_the_validation_file():
         spec = load_model(f"llmfoundry-{size}")
         assert (spec.num_layers, spec.hidden_size, spec.num_heads) == (layers, hidden, heads)
         assert (spec.vocab_size, spec.ffn_hidden_size) == (50368, 4 * hidden)
+        assert spec.max_context_tokens == 2048        # the pretrain yaml's max_seq_len
+    assert (load_model("mpt-7b").max_context_tokens, load_model("mpt-30b").max_context_tokens) == (2048, 8192)
 
 
 def test_preset_matches_its_hugging_face_config():
@@ -716,7 +718,7 @@ def test_hf_config_with_wrong_types_raises_input_error():
 
 @pytest.mark.parametrize("preset, config", [
     ("bloom-176b", {"model_type": "bloom", "n_layer": 70, "hidden_size": 14336, "n_head": 112,
-                    "vocab_size": 250880}),
+                    "vocab_size": 250880, "seq_length": 2048}),
     ("opt-175b", {"model_type": "opt", "num_hidden_layers": 96, "hidden_size": 12288, "num_attention_heads": 96,
                   "ffn_dim": 49152, "vocab_size": 50272, "max_position_embeddings": 2048}),
     ("gpt-neox-20b", {"model_type": "gpt_neox", "num_hidden_layers": 44, "hidden_size": 6144,
@@ -733,10 +735,11 @@ def test_hf_plain_mlp_families_match_their_presets(preset, config):
     from_hf = model_from_hf_config(config, name=preset)
     from_yaml = load_model(preset)
     # the config's context window is kept (the smallest of max_position_embeddings and MPT's
-    # max_seq_len, as vLLM reads them); of these training presets only opt-175b states one
-    stated = [config[k] for k in ("max_position_embeddings", "max_seq_len") if k in config]
+    # max_seq_len and BLOOM's seq_length, as vLLM reads them); opt-175b, bloom-176b and mpt-7b
+    # of these training presets state it too
+    stated = [config[k] for k in ("max_position_embeddings", "max_seq_len", "seq_length") if k in config]
     assert from_hf.max_context_tokens == min(stated, default=0)
-    assert from_yaml.max_context_tokens == (2048 if preset == "opt-175b" else 0)
+    assert from_yaml.max_context_tokens == (2048 if preset in ("opt-175b", "bloom-176b", "mpt-7b") else 0)
     # these training presets keep Megatron's dropout (the papers' runs); a config.json without
     # dropout keys is built by transformers without it, except OPT (OPTConfig dropout=0.1)
     assert (from_hf.hidden_dropout, from_hf.attention_dropout) == (preset == "opt-175b", False)
