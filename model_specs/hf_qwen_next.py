@@ -107,9 +107,13 @@ def _qwen3_next(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str
     (num_experts, num_experts_per_tok, moe_intermediate_size, one shared expert of
     shared_expert_intermediate_size, decoder_sparse_step, mlp_only_layers) under the hybrid
     attention. Qwen3.5's MoE configs state no intermediate_size (no layer is dense); the dense
-    width is then the experts' (the qwen3.5-397b-a17b preset's ffn_hidden_size 1024)."""
+    width is then the experts' (the qwen3.5-397b-a17b preset's ffn_hidden_size 1024).
+    ``norm_topk_prob`` absent: true, transformers' Qwen3NextConfig default (Qwen3-MoE's is false),
+    as the released Qwen3-Next and Qwen3.5 routers renormalise."""
     if not cfg.has("intermediate_size") and cfg.has("moe_intermediate_size"):
         cfg = ConfigReader({**cfg.data, "intermediate_size": cfg.data["moe_intermediate_size"]}, cfg.where)
+    if not cfg.has("norm_topk_prob"):
+        cfg = ConfigReader({**cfg.data, "norm_topk_prob": True}, cfg.where)
     return _with_linear_attention(cfg, _qwen_moe(cfg, family, seq_len))
 
 
