@@ -77,6 +77,7 @@ from paraplan import priors
 from paraplan.mfu import mfu_column, mfu_pct, mfu_pct_columns  # noqa: F401  (mfu_pct_columns: api's name too)
 from simulator import headroom
 from simulator.parallel_config import BOOL_FIELDS, MAX_GLOBAL_BATCH, MAX_GPUS, ParallelConfig
+from planners.search_space import FIXABLE as SEARCH_FIXABLE
 from simulator.report import MEMORY_PARTS, TIME_PARTS, StepReport
 from simulator.simulate import simulate as _simulate
 from simulator.stack_defaults import stack_config_fields, stack_sequence_parallel
@@ -346,9 +347,12 @@ def config_label(config: Mapping[str, Any]) -> str:
 
 
 def report_row(report: StepReport, model: ModelSpec | None = None,
-               cluster: ClusterSpec | None = None, stack: str | None = None) -> dict:
+               cluster: ClusterSpec | None = None, stack: str | None = None,
+               efficiency: EfficiencyModel | None = None) -> dict:
     """One result row (a dict with the ``ROW_COLUMNS``) from a ``StepReport``; ``stack``: the name
-    of the software stack it ran (None when not known)."""
+    of the software stack it ran (None when not known); ``efficiency``: the efficiency model it
+    was simulated with when not the cluster's own (``efficiency_fitted`` says whether that one is
+    fitted)."""
     config = dict(report.config)
     row: dict[str, Any] = {"config": config_label(config), "model": report.model, "cluster": report.cluster,
                            "gpu": report.gpu, "stack": stack, "n_gpus": int(report.n_gpus),
@@ -373,8 +377,14 @@ def report_row(report: StepReport, model: ModelSpec | None = None,
     row["fits"] = bool(headroom.fits(report.memory_bytes, report.hbm_bytes))
     row["scaleout_gbit_per_s"] = cluster.scaleout.bw_bytes_per_s / GBIT if cluster is not None else np.nan
     row["scaleup_gbit_per_s"] = cluster.scaleup.bw_bytes_per_s / GBIT if cluster is not None else np.nan
-    row["efficiency_fitted"] = (not priors.is_prior(cluster)) if cluster is not None else None
+    row["efficiency_fitted"] = _efficiency_fitted(cluster, efficiency) if cluster is not None else None
     return row
+
+
+def _efficiency_fitted(cluster: ClusterSpec, efficiency: EfficiencyModel | None) -> bool:
+    """Whether the times rest on a fitted efficiency model: ``efficiency`` where one was given,
+    else the cluster's own (an unfitted prior given over a fitted cluster's was reported fitted)."""
+    return bool(efficiency.is_fitted) if efficiency is not None else not priors.is_prior(cluster)
 
 
 def with_stack_fields(model: ModelSpec, cluster: ClusterSpec, stack: str | StackSpec | None,
@@ -400,15 +410,20 @@ def with_stack_fields(model: ModelSpec, cluster: ClusterSpec, stack: str | Stack
     return out
 
 
+def _check_efficiency(efficiency: Any) -> None:
+    """``InputError`` unless ``efficiency`` is None or an ``EfficiencyModel``."""
+    if efficiency is not None and not isinstance(efficiency, EfficiencyModel):
+        raise InputError("efficiency", f"must be an EfficiencyModel, got {type(efficiency).__name__}",
+                         "load one with hardware_specs.catalog.efficiency_for_cluster, or leave it out")
+
+
 def simulate_report(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpus: int | None = None,
                     gpu: str | GPUSpec | None = None, seq_len: int | None = None,
                     scaleout_gbit_per_s: float | None = None, scaleup_gbit_per_s: float | None = None,
                     efficiency: EfficiencyModel | None = None, stack: str | StackSpec = DEFAULT_STACK,
                     **config_fields):
     """Like :func:`simulate` but returns ``(StepReport, ModelSpec, ClusterSpec)``."""
-    if efficiency is not None and not isinstance(efficiency, EfficiencyModel):
-        raise InputError("efficiency", f"must be an EfficiencyModel, got {type(efficiency).__name__}",
-                         "load one with hardware_specs.catalog.efficiency_for_cluster, or leave it out")
+    _check_efficiency(efficiency)
     model_spec = _model(model, seq_len)
     cluster_spec = what_if_cluster(cluster, gpu, scaleout_gbit_per_s, scaleup_gbit_per_s)
     config_fields = with_stack_fields(model_spec, cluster_spec, stack, config_fields)
@@ -439,7 +454,7 @@ def simulate(model: str | ModelSpec, cluster: str | ClusterSpec, **fields) -> pd
     report, model_spec, cluster_spec = simulate_report(model, cluster, **fields)
     stack = fields.get("stack") or DEFAULT_STACK
     stack_name = stack.name if isinstance(stack, StackSpec) else str(stack)
-    return pd.DataFrame([report_row(report, model_spec, cluster_spec, stack_name)],
+    return pd.DataFrame([report_row(report, model_spec, cluster_spec, stack_name, fields.get("efficiency"))],
                         columns=row_columns(cluster_spec.gpu))
 
 
@@ -498,7 +513,7 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int, global_b
     for col in df.columns:                            # categorical names -> plain strings
         if isinstance(df[col].dtype, pd.CategoricalDtype):
             df[col] = df[col].astype(str)
-    df = _with_plan_columns(df.reset_index(drop=True), model_spec, cluster_spec, gpus)
+    df = _with_plan_columns(df.reset_index(drop=True), model_spec, cluster_spec, gpus, constraints.get("efficiency"))
     df.attrs["explain"] = getattr(result, "explain", "")
     # the stack fields every row was priced with, per dtype (a row carries only its searched
     # fields; an export reads the rest, ``best_plan_for``)
@@ -508,10 +523,10 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int, global_b
     return df
 
 
-#: ``ParallelConfig`` fields the planner searches (``planners.search_space.FIXABLE``); given to
-#: :func:`plan` as keywords they pin the search (``tp=8`` or ``ep=[8, 16]``).
-PLANNER_FIXABLE = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage", "recompute",
-                   "sequence_parallel", "schedule")
+#: ``ParallelConfig`` fields the planner searches; given to :func:`plan` as keywords they pin
+#: the search (``tp=8`` or ``ep=[8, 16]``). The planner's own list, so the two cannot drift
+#: (``zero_shard_group`` was missing here and refused).
+PLANNER_FIXABLE = tuple(SEARCH_FIXABLE)
 
 
 def _planner_kwargs(constraints: Mapping[str, Any]) -> dict:
@@ -528,7 +543,7 @@ def _planner_kwargs(constraints: Mapping[str, Any]) -> dict:
             if value is not None:
                 fixed[name] = value
         elif name == "dtype":
-            kwargs["dtypes"] = (kwargs.pop("dtype"),)
+            kwargs["dtypes"] = _planner_dtypes(kwargs.pop("dtype"), kwargs.get("dtypes"))
         elif name in CONFIG_FIELDS and name != "global_batch":
             raise InputError(name, "the planner does not search this field",
                              "simulate the planner's winner with it instead (api.simulate)")
@@ -544,15 +559,36 @@ def _planner_kwargs(constraints: Mapping[str, Any]) -> dict:
     return kwargs
 
 
-def _with_plan_columns(df: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec, gpus: int) -> pd.DataFrame:
-    """Add the columns :func:`simulate` rows have and a planner table may lack (names, GiB, label)."""
+def _planner_dtypes(dtype: Any, dtypes: Any) -> Any:
+    """The planner's ``dtypes`` for ``plan(dtype=...)``: one dtype, or a list of them to search
+    (as ``paraplan plan --dtype`` repeats); None leaves ``dtypes`` as given (None: the GPU's
+    16-bit type, as :func:`simulate` takes ``dtype=None``)."""
+    if dtype is None:
+        return dtypes
+    if isinstance(dtype, str):
+        return (dtype,)
+    if isinstance(dtype, Iterable) and not isinstance(dtype, Mapping):
+        values = tuple(dtype)
+        bad = [v for v in values if not isinstance(v, str)]
+        if not values or bad:
+            raise InputError("dtype", f"must be a dtype name or a list of them, got {dtype!r}",
+                             "e.g. dtype='fp8' or dtype=['bf16', 'fp8']")
+        return values
+    raise InputError("dtype", f"must be a dtype name or a list of them, got {dtype!r}",
+                     "e.g. dtype='fp8' or dtype=['bf16', 'fp8']")
+
+
+def _with_plan_columns(df: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec, gpus: int,
+                       efficiency: EfficiencyModel | None = None) -> pd.DataFrame:
+    """Add the columns :func:`simulate` rows have and a planner table may lack (names, GiB, label);
+    ``efficiency``: the model the search was given, if any."""
     df = mfu_pct_columns(df, cluster.gpu)
     for col, value in (("model", model.name), ("cluster", cluster.name), ("gpu", cluster.gpu.name),
                        ("n_gpus", gpus), ("seq_len", model.seq_len),
                        ("scaleout_gbit_per_s", cluster.scaleout.bw_bytes_per_s / GBIT),
                        ("scaleup_gbit_per_s", cluster.scaleup.bw_bytes_per_s / GBIT),
                        ("hbm_gib", cluster.gpu.hbm_bytes / GIB),
-                       ("efficiency_fitted", not priors.is_prior(cluster))):
+                       ("efficiency_fitted", _efficiency_fitted(cluster, efficiency))):
         if col not in df.columns:
             df[col] = value
     if "memory_gib" not in df.columns and "memory_bytes" in df.columns:
@@ -613,8 +649,11 @@ def best_plan(model, cluster, gpus: int, global_batch_tokens: int | None = None,
     top = plans.iloc[0]
     config = {k: _plain(top[k]) for k in CONFIG_FIELDS if k in plans.columns}
     # the winner re-simulated on the stack the planner scored it with
+    # ... and with the efficiency model it was searched with (without it the row was timed on
+    # the cluster's own model: another step time than the table's winner)
     row = simulate(model, cluster, **{k: v for k, v in what_if.items() if v is not None},
-                   stack=constraints.get("stack") or DEFAULT_STACK, **config)
+                   stack=constraints.get("stack") or DEFAULT_STACK, efficiency=constraints.get("efficiency"),
+                   **config)
     row.attrs["explain"] = plans.attrs.get("explain", "")
     return row
 
@@ -836,6 +875,7 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     cluster_spec = what_if_cluster(cluster, gpu)
     g = cluster_spec.gpu
     dtype = dtype or sixteen_bit_dtype(g)
+    _check_efficiency(efficiency)
     eff = efficiency if efficiency is not None else efficiency_for_cluster(cluster_spec)
     rates = compute_rates(g, eff, dtype)
     if model_spec.seq_len % cp:
