@@ -99,7 +99,7 @@ plots.breakdown(cmp, fig_path("llama70b_breakdown.png"), label="label",
 
 # %%
 plots.memory(cmp, fig_path("llama70b_memory.png"), label="plan",
-             title="Peak memory per GPU (first pipeline stage) of the same plans")
+             title="Peak memory per GPU (the pipeline stage with the most) of the same plans")
 
 # %%
 from simulator.report import TIME_PARTS

@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from hardware_specs.errors import InputError, suggest, whole_number
-from simulator.report import TIME_PARTS, StepReport
+from simulator.report import MEMORY_PARTS, TIME_PARTS, StepReport
 
 #: human names of the step-time parts (keys: ``TIME_PARTS``).
 TIME_LABELS = {
@@ -40,16 +40,20 @@ TIME_LABELS = {
     "optimizer_s": "optimizer step",
     "offload_exposed_s": "activation offload (exposed)",
 }
-#: human names of the memory columns of ``api`` rows.
-MEMORY_LABELS = {
-    "weights_gib": "weights",
-    "gradients_gib": "gradients",
-    "optimizer_gib": "optimizer states",
-    "activations_gib": "activations",
-    "logits_gib": "logits",
-    "zero3_buffers_gib": "ZeRO-3 buffers",
-    "allocator_gib": "allocator + workspaces",
+#: human names of the memory parts whose name is not readable as it stands
+_MEMORY_NAMES = {
+    "optimizer_bytes": "optimizer states",
+    "recompute_buffers_bytes": "recompute buffers",
+    "offload_buffers_bytes": "offload buffers",
+    "moe_dispatch_bytes": "MoE dispatch buffers",
+    "zero3_buffers_bytes": "ZeRO-3 buffers",
+    "allocator_bytes": "allocator + workspaces",
 }
+#: human names of the memory columns of ``api`` rows, one per ``MEMORY_PARTS`` in its order (a
+#: part added there is drawn with its own name spelled out: a hand-kept list missed three, and
+#: the stacked bars fell short of the total written above them)
+MEMORY_LABELS = {p.replace("_bytes", "_gib"): _MEMORY_NAMES.get(p, p[:-len("_bytes")].replace("_", " "))
+                 for p in MEMORY_PARTS}
 COMM_PARTS = ("tp_comm_exposed_s", "cp_comm_exposed_s", "ep_comm_exposed_s", "pp_comm_s",
               "zero3_comm_exposed_s", "dp_comm_exposed_s")
 _PALETTE = ("#4C72B0", "#8172B3", "#DD8452", "#C44E52", "#937860", "#DA8BC3", "#8C8C8C", "#CCB974",
@@ -253,7 +257,8 @@ def breakdown(data: Any, path: str | Path | None = None, *, label: str | None = 
 
 def memory(data: Any, path: str | Path | None = None, *, label: str | None = None,
            title: str | None = None) -> Figure:
-    """Stacked bars of peak memory per GPU (GiB, first pipeline stage) against the HBM line."""
+    """Stacked bars of peak memory per GPU (GiB, on the pipeline stage with the most,
+    ``StepReport.extras["memory_stage"]``) against the HBM line."""
     df = _checked(data, ("memory_gib",), path, label=label)
     parts = [c for c in MEMORY_LABELS if c in df.columns and df[c].fillna(0).sum() > 0]
     labels = _labels(df, label)
@@ -269,8 +274,10 @@ def memory(data: Any, path: str | Path | None = None, *, label: str | None = Non
         bottom += values
     total = df["memory_gib"].to_numpy(dtype=float) if "memory_gib" in df.columns else bottom
     near_line = df["hbm_gib"].to_numpy(dtype=float) * 0.93 if "hbm_gib" in df.columns else np.full(len(df), np.inf)
-    for xi, t, lim in zip(x, total, near_line):
-        if t > lim:    # the total would sit on the HBM line: write it inside the bar's top
+    for xi, t, lim, drawn in zip(x, total, near_line, bottom):
+        # the total would sit on the HBM line: write it inside the bar's top, in white, where the
+        # bar reaches it (above a bar drawn short of its total, white text is unreadable)
+        if t > lim and np.isclose(drawn, t, rtol=1e-3):
             ax.text(xi, t - 0.5, f"{t:.1f}", ha="center", va="top", fontsize=8, color="white", fontweight="bold")
         else:
             ax.text(xi, t, f"{t:.1f}", ha="center", va="bottom", fontsize=8)
