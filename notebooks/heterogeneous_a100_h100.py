@@ -24,7 +24,8 @@
 # proportion to their speed (Poplar, HexiScale), and pipelines whose first stages run on one pool and
 # last stages on the other, the layers split by speed (Metis, Sailor). It reports the best plan next
 # to the best on only the H100s and only the A100s, each scored by the same composition of the step
-# model's per-layer costs. Global batch: 4M tokens (512 sequences of 8192), bf16, ZeRO 0-2.
+# model's per-layer costs. Global batch: 4M tokens (512 sequences of 8192), bf16, ZeRO 0-1 (the
+# search's default `zeros`).
 #
 # **Assumptions.** Each pool's efficiency model is its generation's fitted one (ampere, hopper);
 # pipelines cross pools over the slowest link on the path; a mix of replica groups needs a framework
