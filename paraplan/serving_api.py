@@ -28,6 +28,7 @@ from hardware_specs.errors import InputError, require_plausible, suggest
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from paraplan.api import what_if_cluster
+from paraplan.serving_inputs import check_dense, check_release
 from planners.serving.search import ServingPlan, plan_serving
 from simulator.serving.context import ServingContext, default_formats
 from simulator.serving.deployment import Deployment, worker_layout
@@ -108,7 +109,9 @@ def serving_context(model: str | ModelSpec, system: str, backend: str = "vllm", 
                     gpu: str | None = None, hbm_tb_per_s: float | None = None,
                     scaleup_gbit_per_s: float | None = None,
                     scaleout_gbit_per_s: float | None = None) -> ServingContext:
-    """The ``ServingContext`` ``serve simulate`` would build, on the what-if hardware."""
+    """The ``ServingContext`` ``serve simulate`` would build, on the what-if hardware, refusing
+    what it refuses (``paraplan.serving_inputs``: a release beside a stack name, expert options
+    on a dense model)."""
     _check_kinds({"backend_version": backend_version, "precision": precision, "expert_precision": expert_precision,
                   "hbm_tb_per_s": hbm_tb_per_s, "scaleup_gbit_per_s": scaleup_gbit_per_s,
                   "scaleout_gbit_per_s": scaleout_gbit_per_s, "draft_acceptance": draft_acceptance})
@@ -116,15 +119,18 @@ def serving_context(model: str | ModelSpec, system: str, backend: str = "vllm", 
         if not isinstance(value, str):      # None / 5 / ["vllm"] reached pathlib as a TypeError
             raise InputError(name, f"must be a name (text), got {value!r}",
                              "e.g. 'vllm'" if name == "backend" else "e.g. 'dgx-h100'")
+    check_release(backend, backend_version)
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     cluster = what_if_cluster(system, gpu, scaleout_gbit_per_s, scaleup_gbit_per_s)
     if hbm_tb_per_s is not None:
         require_plausible("hbm_tb_per_s", hbm_tb_per_s, 1e-3, 1e3)
         cluster = cluster.with_gpu(replace(cluster.gpu, hbm_bw_bytes_per_s=float(hbm_tb_per_s) * 1e12))
     dense, expert = default_formats(spec, cluster.gpu, precision, expert_precision)     # as serve simulate
-    return ServingContext.build(spec, cluster, backend, dense, expert, kv_cache_dtype, backend_version=backend_version,
-                                speculative_tokens=speculative_tokens, draft_acceptance=draft_acceptance,
-                                draft_head=draft_model)
+    ctx = ServingContext.build(spec, cluster, backend, dense, expert, kv_cache_dtype, backend_version=backend_version,
+                               speculative_tokens=speculative_tokens, draft_acceptance=draft_acceptance,
+                               draft_head=draft_model)
+    check_dense(ctx.model, expert_precision)
+    return ctx
 
 
 def serve_simulate(model: str | ModelSpec, system: str, *, isl: int = 1024, osl: int = 1024, tp: int = 1,
@@ -139,6 +145,7 @@ def serve_simulate(model: str | ModelSpec, system: str, *, isl: int = 1024, osl:
     ``context``: the ``serving_context`` keywords (``CONTEXT_FIELDS``)."""
     _refuse_unknown(context, "a serving deployment", SWEEP_FIELDS)
     ctx = serving_context(model, system, **context)
+    check_dense(ctx.model, expert_split={"moe_tp": moe_tp, "moe_ep": moe_ep})
     dep = Deployment(model=ctx.model.name, system=ctx.cluster.name, backend=ctx.stack.name, mode="agg", isl=isl,
                      osl=osl, dense_format=ctx.dense_format, expert_format=ctx.expert_format,
                      kv_cache_dtype=context.get("kv_cache_dtype", "auto"), speculative_tokens=ctx.speculative_tokens,

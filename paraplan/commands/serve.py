@@ -18,6 +18,7 @@ import pandas as pd
 
 from cost_models.weight_formats import WEIGHT_FORMATS
 from hardware_specs.errors import InputError
+from paraplan.serving_inputs import check_dense, check_release
 from paraplan.cli import (atomic_output_path, check_distinct_paths, check_image_path, check_writable, dump_json,
                           exact_number_text, format_table, write_atomic)
 
@@ -140,35 +141,16 @@ def _context(opts):
         if e.field != "cluster":
             raise
         raise InputError("system", e.message, e.fix) from None
-    version = opts["backend_version"]
-    if version is not None:
-        from hardware_specs.catalog import _framework_key, _unstated, serving_frameworks
-        if _unstated(version):
-            raise InputError("--backend-version", f"{version!r} names no release",
-                             "give a release such as 0.11.0, or leave the option out for the newest profile")
-        if _framework_key(opts["backend"]) not in serving_frameworks() and _names_a_stack(opts["backend"]):
-            # a stack name is one profile: a release cannot pick another one, and was ignored
-            raise InputError("--backend-version", f"-b {opts['backend']} names one stack profile, so a release "
-                             f"cannot choose among profiles",
-                             "pass the framework (-b vllm, sglang or trtllm) with --backend-version, or drop it")
+    check_release(opts["backend"], opts["backend_version"], _option)
     spec = load_model(model) if isinstance(model, str) else model
     precision, expert = default_formats(spec, cluster.gpu, opts["precision"], opts["expert_precision"])
     ctx = ServingContext.build(spec, cluster, opts["backend"], precision, expert,
                                opts["kv_cache_dtype"], backend_version=opts["backend_version"],
                                speculative_tokens=opts["speculative_tokens"], draft_acceptance=opts["draft_acceptance"],
                                draft_head=opts["draft_model"])
-    if ctx.model.moe is None:
-        # --moe-tp equal to tp x adp changed nothing on a dense model and passed silently
-        given = [f"--{p}{k.replace('_', '-')}" for p in ("", "prefill-", "decode-") for k in ("moe_tp", "moe_ep")
-                 if opts.get(f"{p.replace('-', '_')}{k}") is not None]
-        if given:
-            raise InputError(given[0], f"{ctx.model.name} is dense: it has no routed experts to split",
-                             "drop --moe-tp / --moe-ep (the MLP splits as --tp)")
-    if opts["expert_precision"] and ctx.model.moe is None:
-        # as --adp and --moe-ep on a dense model: an option that would change nothing is refused,
-        # not ignored (the weights stayed in --precision's format whatever it said)
-        raise InputError("--expert-precision", f"{ctx.model.name} is dense: it has no routed experts",
-                         "drop --expert-precision, or set the weights' format with --precision")
+    check_dense(ctx.model, opts["expert_precision"],
+                {f"{p}{k}": opts.get(f"{p}{k}") for p in ("", "prefill_", "decode_") for k in ("moe_tp", "moe_ep")},
+                _option)
     return ctx
 
 
@@ -182,15 +164,9 @@ def _say_release_note(opts, ctx) -> None:
             click.echo(f"note: {note}", err=True)
 
 
-def _names_a_stack(backend: str) -> bool:
-    """Whether ``backend`` is a stack the catalog or a file holds (an unknown name is left to
-    ``ServingContext.build``, which names the frameworks it might mean)."""
-    from hardware_specs.catalog import load_stack
-    try:
-        load_stack(str(backend))
-    except InputError:
-        return False
-    return True
+def _option(name: str) -> str:
+    """A serving input's command-line spelling (``expert_precision`` -> ``--expert-precision``)."""
+    return "-b" if name == "backend" else "--" + name.replace("_", "-")
 
 
 def _acceptance_note(ctx) -> str:
