@@ -54,9 +54,12 @@ ADAM_STEP_BYTES_PER_PARAM = 42.0
 #: fp16 adds loss-scale unscaling with the inf/NaN check, in place over the fp32 gradients
 #: (read 4, write 4)
 ADAM_STEP_BYTES_PER_PARAM_FP16 = 50.0
-#: pure fp32 training (torch.optim.Adam on the CPU runs): the weights are the master copy, no
-#: 16-bit copy, no clipping
+#: pure fp32 (and tf32) training (torch.optim.Adam on the CPU runs): the weights are the master
+#: copy, no 16-bit copy, no clipping
 ADAM_STEP_BYTES_PER_PARAM_FP32 = 28.0
+#: of those bytes, the Adam moments m and v are each read and written once: 4 x the moment's bytes
+#: (16 at fp32 moments; BF16 moments, ``ParallelConfig.optimizer_moment_bytes`` 2, move 8)
+ADAM_MOMENT_ACCESSES = 4.0
 #: bytes per element of the fp32 gradients an offloaded optimizer step moves to the host.
 GRAD_BUFFER_BYTES = 4.0
 
@@ -786,8 +789,10 @@ def _optimizer_step_s(cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigB
     params_local = memory_by_part["params_local"]
     expert_local = memory_by_part["expert_params_local"]
     opt_params = params_local / np.where(zero >= 1, shard, 1.0) + expert_local / np.where(zero >= 1, expert_shard, 1.0)
-    adam_bytes = {"fp32": ADAM_STEP_BYTES_PER_PARAM_FP32,
+    adam_bytes = {"fp32": ADAM_STEP_BYTES_PER_PARAM_FP32, "tf32": ADAM_STEP_BYTES_PER_PARAM_FP32,
                   "fp16": ADAM_STEP_BYTES_PER_PARAM_FP16}.get(batch.dtype, ADAM_STEP_BYTES_PER_PARAM)
+    # the figures above hold fp32 moments; 16-bit moments halve their reads and writes
+    adam_bytes = adam_bytes - ADAM_MOMENT_ACCESSES * (4.0 - np.asarray(batch.optimizer_moment_bytes, dtype=float))
     opt_fraction = eff.optimizer_hbm_fraction or eff.hbm_fraction
     off = np.asarray(batch.offload_optimizer_fraction, dtype=float)
     optimizer = (1.0 - off) * opt_params * adam_bytes / (gpu.hbm_bw_bytes_per_s * opt_fraction)
