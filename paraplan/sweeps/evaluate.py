@@ -21,7 +21,7 @@ from hardware_specs.errors import InputError
 from model_specs.catalog import load_model
 from paraplan.mfu import mfu_column, mfu_pct
 from paraplan.sweeps.spec import AUTO_DTYPE
-from planners.plan import OUTPUT_COLUMNS
+from planners.plan import DETAIL_COLUMNS, OUTPUT_COLUMNS
 from simulator import headroom
 from simulator.config_batch import ConfigBatch
 from simulator.parallel_config import ParallelConfig
@@ -35,9 +35,11 @@ GIB = 2**30
 #: follow ``tokens_per_s_per_gpu`` (one per reference dtype present, see ``paraplan.mfu``)
 POINT_COLUMNS = ("point", "kind", "search", "model", "cluster", "gpu", "stack", "seq_len", "gpus",
                  "global_batch_tokens", "status", "reason", "efficiency_fitted")
-#: the plan's columns are ``paraplan plan``'s (``planners.plan.OUTPUT_COLUMNS``): a best plan that
-#: offloads activations or recomputes some layers is reproducible from its row
-PLAN_COLUMNS = tuple(c for c in OUTPUT_COLUMNS if c != "mfu") + ("fits",) + TIME_PARTS
+#: the plan's columns are ``paraplan plan --csv``'s (``planners.plan.OUTPUT_COLUMNS``, then
+#: ``DETAIL_COLUMNS``: host memory, whether the pipeline time is the exact makespan, the step by
+#: part): a best plan that offloads activations or recomputes some layers is reproducible from its
+#: row, and the host memory its offload needs is in it
+PLAN_COLUMNS = tuple(c for c in OUTPUT_COLUMNS if c != "mfu") + ("fits",) + DETAIL_COLUMNS
 #: the plan columns that are the configuration's own fields (read from ``ParallelConfig.as_dict``)
 _CONFIG_COLUMNS = tuple(c for c in PLAN_COLUMNS if c in {f.name for f in fields(ParallelConfig)})
 
@@ -129,6 +131,8 @@ def _simulate_group(rows: list[dict], points: list[Mapping], model, cluster) -> 
         row[mfu_column(cluster.gpu)] = float(mfu_pct(float(np.asarray(out["mfu"])[i]), config.dtype, cluster.gpu))
         memory = float(np.asarray(out["memory_bytes"])[i])
         row["memory_gib"], row["headroom_gib"] = memory / GIB, (hbm - memory) / GIB
+        row["host_memory_gib"] = float(np.asarray(out["host_memory_bytes"])[i]) / GIB
+        row["pipeline_exact"] = bool(np.asarray(out["pipeline_exact"])[i])
         row["fits"] = bool(headroom.fits(memory, hbm))
         if not row["fits"]:
             row["status"] = "does not fit"

@@ -28,7 +28,7 @@ from paraplan.sweeps.evaluate import evaluate_points
 from paraplan.sweeps.spec import SweepSpec, check_names
 
 #: bump when the rows a chunk holds change meaning (columns, units), so old files are not reused
-CHUNK_FORMAT = 2
+CHUNK_FORMAT = 3
 
 
 def chunks(spec: SweepSpec) -> list[list[tuple[int, dict]]]:
@@ -312,7 +312,7 @@ def normalise(df: pd.DataFrame) -> pd.DataFrame:
                 "tokens_per_s_per_user") + (("tokens_per_s",) if "system" in df else ()):
         if col in df:
             df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
-    for col in ("fits", "sequence_parallel", "efficiency_fitted"):
+    for col in ("fits", "sequence_parallel", "efficiency_fitted", "pipeline_exact"):
         if col in df:
             df[col] = df[col].astype("boolean")
     for col in ("n_gpus", "dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "global_batch", "zero_stage"):
