@@ -125,13 +125,19 @@ STACK_HELP = ("Software stack: a catalog name (see `paraplan hardware stacks`) o
               "(the format of hardware_specs/stacks/*.yaml)")
 
 
-def _refuse_options_without_effect(opts: dict) -> None:
+def refuse_options_without_effect(opts: dict) -> None:
     """Refuse a value the user chose that the run would not use (the table would print it beside
     numbers it did not change, or another value it ran instead): a zero-bubble schedule on one
     stage, 1f1b with a vpp (run interleaved), sequence parallelism at tp 1, a CP flavour without CP,
-    the uniform recompute method without a full recomputation of N layers. Only the command
-    line refuses them; the API, planner, sweeps and validation rows keep the degenerate but
-    valid configurations (a --fix schedule over a pp range that includes 1)."""
+    the uniform recompute method without a full recomputation of N layers. The command line
+    refuses them, and a ``search: simulate`` sweep marks such a grid point ``invalid`` with this
+    reason (``paraplan.sweeps.evaluate``: its row would otherwise show the configuration that ran,
+    not its grid point's); the API, planner and validation rows keep the degenerate but valid
+    configurations (a --fix schedule over a pp range that includes 1).
+
+    ``opts``: the values the user set, by ``ParallelConfig`` field (``pp``, ``tp``, ``cp`` always;
+    ``vpp``, ``schedule``, ``sequence_parallel``, ``cp_kind``, ``recompute_method``,
+    ``recompute``, ``recompute_num_layers`` where set)."""
     if opts["pp"] == 1 and opts.get("schedule") in _ONE_STAGE_AS_1F1B:
         raise InputError("schedule", f"{opts['schedule']} with pp 1 runs as 1f1b (one stage has no pipeline "
                          "bubble to fill)", "drop --schedule, or set --pp 2 or more")
@@ -169,7 +175,7 @@ def build_inputs(opts: dict) -> tuple[ModelSpec, object, ParallelConfig, int | N
     schedule = opts["schedule"]
     if schedule is None:
         schedule = Schedule.INTERLEAVED.value if opts["vpp"] > 1 else Schedule.ONE_F_ONE_B.value
-    _refuse_options_without_effect(opts)
+    refuse_options_without_effect(opts)
     # the software stack's documented behaviour, then every switch the user set explicitly
     stack = load_stack(opts["stack"])
     software = stack_config_fields(stack, opts["dtype"], model.name, cluster.gpu.name)

@@ -19,6 +19,7 @@ from cost_models.compute import sixteen_bit_dtype
 from hardware_specs.catalog import efficiency_for_cluster, load_cluster, load_stack
 from hardware_specs.errors import InputError
 from model_specs.catalog import load_model
+from paraplan.commands.simulate import refuse_options_without_effect
 from paraplan.mfu import mfu_column, mfu_pct
 from paraplan.sweeps.spec import AUTO_DTYPE
 from planners.plan import DETAIL_COLUMNS, OUTPUT_COLUMNS
@@ -97,6 +98,10 @@ def _simulate_group(rows: list[dict], points: list[Mapping], model, cluster) -> 
         row["dtype"] = dtype
         try:
             given = dict(point["config"])
+            # a grid value the run would not use (1f1b with a vpp runs interleaved, sequence
+            # parallelism at tp 1 runs off): the row would show another configuration than its
+            # point's, so it is refused with simulate's reason
+            refuse_options_without_effect({"pp": 1, "tp": 1, "cp": 1, "recompute": "none", **given})
             fields = stack_fields(point["stack"], dtype, model, cluster.gpu.name, int(given.get("tp", 1)))
             fields.update(given)                 # the grid's own values win over the stack's
             gbs = _batch(point, model.seq_len)
