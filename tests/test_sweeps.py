@@ -27,14 +27,17 @@ def test_points_are_the_product_of_the_axes_in_order():
     assert spec.n_points == len(points) == 2 * 2 * 2 * 1 * 3 * 2 * 2 * 2 * 2
     assert points[0]["model"] == "llama3-8b" and points[-1]["model"] == "mixtral-8x7b"
     assert points[0]["config"] == {"tp": 1, "pp": 1, "ep": 1, "zero_stage": 0, "recompute": "none"}
-    assert [len(c) for c in chunks(spec)] == [37] * (len(points) // 37) + ([len(points) % 37] if len(points) % 37 else [])
+    parts = chunks(spec)      # in point order, at most chunk_points each (cut by the points' values)
+    assert [q for c in parts for q in c] == list(enumerate(points)) and max(len(c) for c in parts) == 37
 
 
 def test_a_best_sweep_reports_progress_every_few_plan_searches_not_every_500():
     # a best point is a plan search (~0.5 s); 500 of them in one chunk left the bar still for minutes
     best = {k: v for k, v in GRID.items() if k not in ("config", "chunk_points")}
-    assert [len(c) for c in chunks(spec_from_dict({**best, "search": "best"}))] == [4, 4]
-    assert [len(c) for c in chunks(spec_from_dict({**best, "search": "best", "chunk_points": 8}))] == [8]
+    sizes = [len(c) for c in chunks(spec_from_dict({**best, "search": "best"}))]
+    assert sum(sizes) == 8 and max(sizes) <= 4
+    sizes = [len(c) for c in chunks(spec_from_dict({**best, "search": "best", "chunk_points": 8}))]
+    assert sum(sizes) == 8 and max(sizes) <= 8
     assert [len(c) for c in chunks(spec_from_dict({**best, "search": "simulate"}))] == [8]
 
 
@@ -394,7 +397,7 @@ SERVING = {"kind": "serving", "models": ["llama3.1-8b", "llama3.1-70b"], "system
 def test_a_serving_sweep_row_is_serve_plans_best_deployment_for_that_point(tmp_path):
     from paraplan.serving_api import serve_plan
     spec = spec_from_dict(SERVING)
-    assert spec.n_points == 2 * 1 * 1 * 2 * 2 and [len(c) for c in chunks(spec)] == [4, 4]
+    assert spec.n_points == 2 * 1 * 1 * 2 * 2 and max(len(c) for c in chunks(spec)) <= 4
     df = run_sweep(spec, tmp_path / "out", local=True)
     assert list(df["point"]) == list(range(8))
     ok = df[df.status == "ok"]

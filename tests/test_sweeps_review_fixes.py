@@ -57,3 +57,84 @@ def test_a_simulated_grid_point_that_would_run_as_another_configuration_is_inval
     for _, row in ran.iterrows():
         assert row.schedule != "1f1b" or row.vpp == 1
         assert not (row.tp == 1 and bool(row.sequence_parallel))
+
+
+def _edit(path, old, new):
+    """Replace text in a file, with a later modification time however coarse the clock."""
+    import os
+    path.write_text(path.read_text().replace(old, new))
+    os.utime(path, (path.stat().st_mtime + 1,) * 2)
+
+
+def test_an_edited_model_file_of_a_serving_sweep_is_evaluated_again(tmp_path):
+    """A serving chunk's key held the model's path, not what it loads to: num_layers 32 -> 64 in
+    the file gave the 32-layer numbers again on a rerun into the same folder."""
+    import shutil
+    from pathlib import Path
+    import pandas as pd
+    model = tmp_path / "mymodel.yaml"
+    shutil.copy(Path(__file__).resolve().parents[1] / "model_specs" / "presets" / "llama3.1-8b.yaml", model)
+    spec = spec_from_dict({"kind": "serving", "models": [str(model)], "systems": ["dgx-h100"], "gpus": [8],
+                           "modes": ["agg"]})
+    out = tmp_path / "out"
+    first = run_sweep(spec, out, local=True)
+    _edit(model, "num_layers: 32", "num_layers: 64")
+    deeper = run_sweep(spec, out, local=True)
+    assert deeper.tokens_per_s_per_gpu.iloc[0] < 0.8 * first.tokens_per_s_per_gpu.iloc[0]
+    pd.testing.assert_frame_equal(deeper, run_sweep(spec, tmp_path / "fresh", local=True))
+
+
+def test_a_code_change_is_evaluated_again_not_read_from_the_old_chunks(tmp_path, monkeypatch):
+    """The key held the package version, 0.1.0 in an editable install whatever the code: an
+    edited formula returned the old numbers on a rerun into the same folder."""
+    import sys
+    import paraplan.sweeps.runner as runner
+    package = tmp_path / "src" / "paraplan_fake_pkg"
+    (package / "data").mkdir(parents=True)
+    (package / "__init__.py").write_text("X = 1\n")
+    (package / "data" / "fit.yaml").write_text("a: 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    monkeypatch.setattr(runner, "CODE_PACKAGES", ("paraplan_fake_pkg",))
+    digests = [runner.code_digest.__wrapped__()]
+    _edit(package / "__init__.py", "X = 1", "X = 2")
+    digests.append(runner.code_digest.__wrapped__())
+    _edit(package / "data" / "fit.yaml", "a: 1", "a: 2")
+    digests.append(runner.code_digest.__wrapped__())
+    assert len(set(digests)) == 3
+    sys.modules.pop("paraplan_fake_pkg", None)
+    monkeypatch.undo()
+    # and the key holds it: another digest evaluates every chunk again
+    spec = spec_from_dict({"search": "simulate", "models": ["llama3-8b"], "clusters": ["dgx-h100"], "gpus": [8],
+                           "global_batch": [64], "config": {"tp": [1, 2]}})
+    run_sweep(spec, tmp_path / "out", local=True)
+    calls = []
+    real = runner.evaluate_chunk
+    monkeypatch.setattr(runner, "evaluate_chunk", lambda *a: calls.append(1) or real(*a))
+    run_sweep(spec, tmp_path / "out", local=True)
+    assert calls == []
+    monkeypatch.setattr(runner, "code_digest", lambda: "edited")
+    run_sweep(spec, tmp_path / "out", local=True)
+    assert len(calls) == len(runner.chunks(spec))
+
+
+def test_a_value_inserted_into_an_inner_axis_evaluates_little_more_than_the_new_points(tmp_path, monkeypatch):
+    """The points' indices were in the chunk key and chunks were index ranges: tp [1, 4] ->
+    [1, 2, 4] renumbered every later point and evaluated the whole grid again. Chunks are now cut
+    and keyed by the points' own values; the table equals a fresh run's."""
+    import pandas as pd
+    import paraplan.sweeps.runner as runner
+    grid = {"search": "simulate", "models": ["llama3-8b"], "clusters": ["dgx-h100", "mi300x-node"], "gpus": [16, 32],
+            "global_batch": [64], "config": {"pp": [1, 2], "tp": [1, 4], "zero_stage": [0, 1],
+                                             "recompute": ["none", "full"]}, "chunk_points": 4}
+    run_sweep(spec_from_dict(grid), tmp_path / "out", local=True)
+    wider = spec_from_dict({**grid, "config": {**grid["config"], "tp": [1, 2, 4]}})
+    evaluated = []
+    real = runner.evaluate_chunk
+    monkeypatch.setattr(runner, "evaluate_chunk",
+                        lambda *a: evaluated.extend(p for _, p in a[-1]) or real(*a))
+    again = run_sweep(wider, tmp_path / "out", local=True)
+    new = [p for p in evaluated if p["config"]["tp"] == 2]
+    old = len(evaluated) - len(new)
+    assert len(new) == wider.n_points // 3 and old <= len(new)        # of the 64 points there already
+    monkeypatch.undo()
+    pd.testing.assert_frame_equal(again, run_sweep(wider, tmp_path / "fresh", local=True))

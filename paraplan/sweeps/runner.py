@@ -1,19 +1,35 @@
 """Run a sweep: chunk the points, evaluate the chunks in this process or on Dask, keep each
 finished chunk in a file named by its hash, and join them into one table.
 
-Resuming: chunk ``k`` of a sweep is written to ``<out_dir>/chunks/<hash>.parquet``, the hash
-of everything that decides its rows (the points with their numbers, the search, the config
-of a best search, what each model, cluster and stack the chunk names loads to (so an edited
-model, cluster, GPU or stack file, or a new efficiency fit, is evaluated again), the paraplan
-version and ``CHUNK_FORMAT``). A rerun, after a crash or with
-more points added, finds the files of the chunks already done and evaluates only the others.
+Chunks: the points, in point order, are cut after each point whose own values hash to one of
+``2 / chunk_points`` of the hash range, and wherever a chunk reaches ``chunk_points`` points
+(content-defined chunking, as rsync and backup tools cut files). Where a chunk ends depends on
+the points near it, not on how many come before, so a value inserted into any axis (an inner
+``config`` one too) leaves the other chunks as they were; contiguous slices of ``chunk_points``
+shifted every later boundary, and the points' indices were part of the key, so every chunk
+after the first new point was evaluated again. A chunk holds at most ``chunk_points`` points
+(about half that on average).
+
+Resuming: each chunk is written to ``<out_dir>/chunks/<hash>.parquet``, the hash of everything
+that decides its rows: its points' own values in order (not their indices: a chunk found again
+after an insertion is renumbered when read), the search, the config of a best search, what each
+model, cluster / system and stack / backend the chunk names loads to (so an edited model,
+cluster, GPU or stack file, or a new efficiency fit, is evaluated again, in a serving sweep as in
+a training one), a digest of the code and data that compute the numbers (``code_digest``: the
+source and data files of ``hardware_specs``, ``model_specs``, ``cost_models``, ``simulator``,
+``planners`` and ``paraplan``, read once per process; an editable install's version stays
+0.1.0 whatever its code does, so an edited formula would otherwise return the old numbers), the
+paraplan version and ``CHUNK_FORMAT``. A rerun, after a crash or with more points added, finds
+the files of the chunks already done and evaluates only the others.
 Dask (``distributed``) runs the chunks: a ``LocalCluster`` of this machine's cores by default,
 or a running cluster at ``scheduler``; the driver alone reads and writes files, so workers need
 no shared disk.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -31,17 +47,50 @@ from paraplan.sweeps.spec import SweepSpec, check_names
 CHUNK_FORMAT = 3
 
 
+#: the packages whose code and data files compute a sweep's rows (``code_digest``)
+CODE_PACKAGES = ("hardware_specs", "model_specs", "cost_models", "simulator", "planners", "paraplan")
+#: the files of those packages read into the digest (code and the catalogs, fits and tables it loads)
+_CODE_SUFFIXES = (".py", ".yaml", ".yml", ".json", ".csv")
+
+
+def _point_text(point: dict) -> str:
+    return json.dumps(point, sort_keys=True, default=str)
+
+
+def _cuts_after(point: dict, chunk_points: int) -> bool:
+    """Whether a chunk ends after ``point`` by its own values: true for 2 in ``chunk_points`` points."""
+    digest = hashlib.blake2b(_point_text(point).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % chunk_points < 2
+
+
 def chunks(spec: SweepSpec) -> list[list[tuple[int, dict]]]:
-    """The points as (index, point) lists of at most ``spec.chunk_points``, in point order."""
+    """The points as (index, point) lists of at most ``spec.chunk_points``, in point order, cut
+    where the points' own values say (see the module docstring)."""
     out, current = [], []
     for i, point in enumerate(spec.points()):
         current.append((i, point))
-        if len(current) == spec.chunk_points:
+        if len(current) == spec.chunk_points or _cuts_after(point, spec.chunk_points):
             out.append(current)
             current = []
     if current:
         out.append(current)
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def code_digest() -> str:
+    """The sha256 of the source and data files of ``CODE_PACKAGES`` (relative path and bytes, in
+    path order): what the chunk key holds of the code, computed once per process."""
+    h = hashlib.sha256()
+    for package in CODE_PACKAGES:
+        found = importlib.util.find_spec(package)
+        roots = list(found.submodule_search_locations or []) if found is not None else []
+        for root in map(Path, roots):
+            for path in sorted(root.rglob("*")):
+                if path.suffix in _CODE_SUFFIXES and "__pycache__" not in path.parts and path.is_file():
+                    h.update(f"{package}/{path.relative_to(root).as_posix()}\0".encode())
+                    h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
 
 
 def _version() -> str:
@@ -71,26 +120,61 @@ def _cluster_inputs(name: str) -> str:
         return f"error: {exc}"
 
 
-def chunk_inputs(chunk: list[tuple[int, dict]]) -> dict[str, str]:
-    """Per model, cluster and stack a training chunk names: the hash of what it loads to. The
-    names alone are paths a user edits in place (num_layers 32 -> 64 reused the 32-layer rows)."""
+def _backend_inputs(name: str) -> str:
+    """A serving backend as ``ServingContext.build`` resolves it: a stack name or file, else a
+    framework's newest serving stack."""
+    from hardware_specs.catalog import load_stack
+    from hardware_specs.catalog import serving_stack_for
+    try:
+        return repr(load_stack(name))
+    except InputError:
+        return _loaded(lambda n: serving_stack_for(n, None), name)
+
+
+def _input_loaders() -> dict[str, tuple]:
+    """Per sweep kind: (axis of a point, how what it names loads, as text)."""
     from hardware_specs.catalog import load_stack
     from model_specs.catalog import load_model
-    out = {}
-    for axis, load in (("model", lambda n: _loaded(load_model, n)), ("cluster", _cluster_inputs),
-                       ("stack", lambda n: _loaded(load_stack, n))):
-        for name in sorted({str(p[axis]) for _, p in chunk if axis in p}):
+    model, stack = (lambda n: _loaded(load_model, n)), (lambda n: _loaded(load_stack, n))
+    return {"training": (("model", model), ("cluster", _cluster_inputs), ("stack", stack)),
+            "serving": (("model", model), ("system", _cluster_inputs), ("backend", _backend_inputs))}
+
+
+def input_digests(kind: str, points) -> dict[str, str]:
+    """Per model, cluster / system and stack / backend the points name: the hash of what it loads
+    to. The names alone are paths a user edits in place (num_layers 32 -> 64 reused the 32-layer
+    rows, in a training and in a serving sweep)."""
+    out, points = {}, list(points)
+    for axis, load in _input_loaders().get(kind, _input_loaders()["training"]):
+        for name in sorted({str(p[axis]) for p in points if axis in p}):
             out[f"{axis}:{name}"] = hashlib.sha256(load(name).encode()).hexdigest()
     return out
 
 
-def chunk_key(spec: SweepSpec, chunk: list[tuple[int, dict]]) -> str:
-    """The hash naming a chunk's file (see the module docstring)."""
-    payload = {"format": CHUNK_FORMAT, "version": _version(), "kind": spec.kind, "search": spec.search,
+def chunk_inputs(chunk: list[tuple[int, dict]], kind: str = "training") -> dict[str, str]:
+    """``input_digests`` of the names one chunk's points hold."""
+    return input_digests(kind, [p for _, p in chunk])
+
+
+def chunk_key(spec: SweepSpec, chunk: list[tuple[int, dict]], digests: dict[str, str] | None = None) -> str:
+    """The hash naming a chunk's file (see the module docstring). ``digests``: ``input_digests``
+    of the whole spec, to load each name once per run rather than once per chunk."""
+    if digests is None:
+        inputs = chunk_inputs(chunk, spec.kind)
+    else:
+        names = set(chunk_inputs_names(spec.kind, chunk))
+        inputs = {k: v for k, v in digests.items() if k in names}
+    payload = {"format": CHUNK_FORMAT, "version": _version(), "code": code_digest(), "kind": spec.kind,
+               "search": spec.search,
                "config": {k: list(v) for k, v in spec.config.items()} if spec.search == "best" else None,
-               "dtypes": list(spec.dtypes), "points": chunk,
-               "inputs": chunk_inputs(chunk) if spec.kind == "training" else None}
+               "dtypes": list(spec.dtypes), "points": [p for _, p in chunk], "inputs": inputs}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def chunk_inputs_names(kind: str, chunk: list[tuple[int, dict]]) -> list[str]:
+    """The ``input_digests`` keys one chunk's points name."""
+    axes = [axis for axis, _ in _input_loaders().get(kind, _input_loaders()["training"])]
+    return sorted({f"{axis}:{p[axis]}" for _, p in chunk for axis in axes if axis in p})
 
 
 def evaluate_chunk(kind: str, search: str, config: dict, dtypes: tuple, chunk: list) -> pd.DataFrame:
@@ -191,13 +275,17 @@ def _read_chunk(path: Path, chunk: list[tuple[int, dict]], kind: str = "training
 def _checked_chunk(df: pd.DataFrame, chunk: list[tuple[int, dict]], kind: str) -> pd.DataFrame | None:
     if "status" not in df or "point" not in df or not pd.api.types.is_integer_dtype(df["point"]):
         return None
-    if sorted(int(v) for v in df["point"]) != [i for i, _ in chunk]:
+    # the file holds the chunk's points in order, numbered where they were when it was written
+    # (a value inserted into an axis since renumbers them): its rows take this run's numbers
+    if len(df) != len(chunk) or df["point"].duplicated().any():
         return None
+    df = df.sort_values("point", kind="stable", ignore_index=True)
+    df["point"] = np.asarray([i for i, _ in chunk], dtype=df["point"].dtype)
     if not df["status"].map(lambda v: isinstance(v, str) and v in _STATUSES.get(kind, set())).all():
         return None
     keys, numbers = _CHUNK_CHECKS.get(kind, _CHUNK_CHECKS["training"])
-    rows = df.sort_values("point", kind="stable")
-    points = [p for _, p in sorted(chunk, key=lambda c: c[0])]
+    rows = df
+    points = [p for _, p in chunk]
     for column, key in keys:
         stated = [p.get(key) for p in points]
         if all(v is None for v in stated):
@@ -243,7 +331,8 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path | None = None, *, client=None
     created = [] if folder is None else [p for p in (folder, *folder.parents) if not p.exists()]
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)
-    keys = [chunk_key(spec, c) for c in parts]
+    digests = input_digests(spec.kind, [p for c in parts for _, p in c])
+    keys = [chunk_key(spec, c, digests) for c in parts]
     results: dict[int, pd.DataFrame] = {}
     todo = []
     for i, key in enumerate(keys):
