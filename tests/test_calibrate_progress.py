@@ -2,6 +2,7 @@
 a progress bar and prints warnings on one line each. No torch needed."""
 from __future__ import annotations
 
+import types
 import warnings
 
 from click.testing import CliRunner
@@ -132,3 +133,21 @@ def test_the_profile_and_its_timings_are_written_whole_or_not_at_all(tmp_path):
     with pytest.raises(TypeError):      # the second text is not text: its temp file fails to write
         cal._write_together({tmp_path / "b.json": "{}", tmp_path / "b.yaml": object()})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "a.yaml"]     # no b.*, no temp file
+
+
+def test_calibrate_help_names_the_default_profile_name_the_file_stem(tmp_path, monkeypatch):
+    """--help said the name came 'from the host'; run_calibration names the profile after the
+    output file's stem."""
+    result = CliRunner().invoke(main, ["calibrate", "--help"])
+    text = " ".join(result.output.split())
+    assert "from the host" not in text
+    assert "--out file's stem" in text
+    names = []
+    monkeypatch.setattr(cal, "require_torch", lambda: None)
+    monkeypatch.setattr(cal, "choose_device", lambda *a, **k: types.SimpleNamespace())
+    monkeypatch.setattr(cal, "launch", lambda *a, **k: [])
+    monkeypatch.setattr(cal, "summarize", lambda *a, **k: {"cpu_wait_fraction": None})
+    monkeypatch.setattr(cal, "cluster_mapping", lambda summary, ranks, world, choice, name: names.append(name) or {})
+    monkeypatch.setattr(cal, "_write_together", lambda texts: None)
+    cal.run_calibration(tmp_path / "my-machine.yaml", nprocs=1)
+    assert names == ["my-machine"]

@@ -13,7 +13,7 @@ from paraplan.cli import check_writable, step_bar
               help="Cluster YAML to write (loadable wherever a cluster name is accepted); the raw timings go beside it, named after it: my-machine.yaml -> my-machine.calibration.json.")
 @click.option("--nprocs", type=click.IntRange(1), default=2, show_default=True,
               help="Local processes (GPUs, or CPU ranks) to measure collectives between.")
-@click.option("--name", default=None, help="Name of the profile (default: from the host).")
+@click.option("--name", default=None, help="Name of the profile [default: the --out file's stem, my-machine for my-machine.yaml].")
 def command(out_path: str, nprocs: int, name: str | None) -> None:
     """What can this machine do? Runs GEMM, memory-bandwidth, attention and collective
     microbenchmarks with torch (gloo on CPU, nccl on GPUs) and writes them as a cluster profile
@@ -28,7 +28,7 @@ def command(out_path: str, nprocs: int, name: str | None) -> None:
     from paraplan.measure import run_calibration
 
     if name is not None and not name.strip():       # an empty profile name was found only after 40 s of benchmarks
-        raise InputError("--name", "is empty", "give the profile a name, or leave the option out for the host's")
+        raise InputError("--name", "is empty", "give the profile a name, or leave the option out for the --out file's stem")
     if name is not None:        # before the benchmarks: every command refuses a profile with another name
         check_name("--name", name)
     check_writable(out_path)
