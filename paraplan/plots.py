@@ -210,7 +210,8 @@ def breakdown(data: Any, path: str | Path | None = None, *, label: str | None = 
     """Horizontal stacked bars: seconds per optimizer step, split into ``TIME_PARTS``, one bar per row.
 
     Parts that are zero on every row are left out of the legend. The total (and the tokens/s,
-    when known) is written at the end of each bar.
+    when known) is written at the end of each bar, in red with 'does not fit in HBM' for a row
+    that does not fit in memory (``fits`` False).
     """
     df = _checked(data, ("step_time_s",), path, label=label)
     parts = [p for p in TIME_PARTS if p in df.columns and df[p].fillna(0).abs().sum() > 0]
@@ -227,6 +228,7 @@ def breakdown(data: Any, path: str | Path | None = None, *, label: str | None = 
         left += values
     total = df["step_time_s"].to_numpy(dtype=float) if "step_time_s" in df.columns else left
     mfu = _mfu_pct(df)
+    unfit = unfit_mask(df)
     for yi, t, i in zip(y, total, range(len(df))):
         text = f" {t:.2f} s"
         if "tokens_per_s" in df.columns and np.isfinite(df["tokens_per_s"].iloc[i]):
@@ -234,7 +236,9 @@ def breakdown(data: Any, path: str | Path | None = None, *, label: str | None = 
             if mfu is not None and np.isfinite(mfu.iloc[i]):
                 text += f", MFU {mfu.iloc[i]:.0f}%"
             text += ")"
-        ax.text(t, yi, text, va="center", fontsize=8)
+        if unfit[i]:
+            text += "  does not fit in HBM"
+        ax.text(t, yi, text, va="center", fontsize=8, color="#C44E52" if unfit[i] else "black")
     ax.set_yticks(y, labels, fontsize=8)
     ax.set_xlabel("time per optimizer step (s)")
     if ylabel is None and label is None and "sweep_field" in df.columns:
@@ -425,8 +429,11 @@ def pareto(plans: Any, path: str | Path | None = None, *, x: str = "memory_gib",
 # --------------------------------------------------------------------------------------------
 
 def scaling(data: Any, path: str | Path | None = None, *, x: str = "n_gpus", title: str | None = None) -> Figure:
-    """Tokens/s (left axis, with ideal linear scaling from the smallest count) and MFU (right
-    axis) against the GPU count."""
+    """Tokens/s (left axis) and MFU (right axis) against ``x``. Against the GPU count each point
+    is marked with its share of ideal linear scaling from the smallest count (drawn dotted);
+    against any other field (tp at a fixed GPU count) linear scaling means nothing, and each
+    point is marked with its share of the fastest point instead. Rows that do not fit in
+    memory (``fits`` False) are crossed."""
     df = _checked(data, ("tokens_per_s",), path, x=x).sort_values(x).reset_index(drop=True)
     fig = Figure(figsize=(8.5, 5), dpi=110)
     ax = fig.add_subplot()
@@ -434,19 +441,25 @@ def scaling(data: Any, path: str | Path | None = None, *, x: str = "n_gpus", tit
     tps = df["tokens_per_s"].to_numpy(dtype=float)
     ax.plot(xs, tps, "-o", color="#4C72B0", label="tokens/s (predicted)")
     ok = np.isfinite(tps)
-    if ok.any():
+    gpu_axis = x in GPU_COUNT_FIELDS
+    top = tps
+    if ok.any() and gpu_axis:
         i0 = int(np.argmax(ok))
         ideal = tps[i0] * xs / xs[i0]
+        top = np.r_[tps, ideal]
         ax.plot(xs, ideal, ":", color="#4C72B0", alpha=0.6, label=f"linear scaling from {xs[i0]:g} GPUs")
+    elif ok.any():
+        ideal = np.full(len(xs), float(np.nanmax(tps)))
+    if ok.any():
         for xi, t, ide in zip(xs, tps, ideal):
             if np.isfinite(t):
                 ax.annotate(f"{100 * t / ide:.0f}%", (xi, t), xytext=(-4, 8), textcoords="offset points",
                             ha="right", fontsize=8, color="#4C72B0")
     ax.set_xscale("log", base=2)
     ax.set_xticks(xs, [f"{v:g}" for v in xs])
-    ax.set_xlabel("GPUs" if x in ("n_gpus", "gpus") else x)
-    ax.set_ylabel("throughput (tokens/s); % = of linear scaling")
-    ax.set_ylim(0, float(np.nanmax(np.r_[tps, ideal if ok.any() else tps])) * 1.1)
+    ax.set_xlabel("GPUs" if gpu_axis else x)
+    ax.set_ylabel("throughput (tokens/s); % = of " + ("linear scaling" if gpu_axis else "the fastest point"))
+    ax.set_ylim(0, float(np.nanmax(top)) * 1.1)
     ax.yaxis.set_major_formatter(FuncFormatter(_thousands))
     ax.grid(alpha=0.3)
     ax2 = ax.twinx()
@@ -455,16 +468,33 @@ def scaling(data: Any, path: str | Path | None = None, *, x: str = "n_gpus", tit
     ax2.plot(xs, mfu, "-s", color="#DD8452", label="MFU")
     ax2.set_ylabel(f"MFU (% of the {_mfu_reference(df)} peak)", color="#DD8452")
     ax2.set_ylim(0, max(60.0, float(np.nanmax(mfu)) * 1.2 if np.isfinite(mfu).any() else 0.0))
-    if "fits" in df.columns and not df["fits"].all():
-        bad = df.loc[~df["fits"].astype(bool), x]
-        ax.scatter(bad, df.loc[bad.index, "tokens_per_s"], marker="x", s=80, color="black", zorder=4,
-                   label="does not fit in HBM")
+    _cross_unfit(ax, df, x)
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
     subject = " ".join(str(df[c].iloc[0]) for c in ("model", "gpu") if c in df.columns and df[c].nunique() == 1)
-    ax.set_title(title or f"Scaling{': ' + subject if subject else ''}", fontsize=10)
+    heading = "Scaling" if gpu_axis else f"Throughput vs {x}"
+    ax.set_title(title or f"{heading}{': ' + subject if subject else ''}", fontsize=10)
     return _finish(fig, path, df)
+
+
+#: columns that hold a job's GPU count (``scaling``'s default axis)
+GPU_COUNT_FIELDS = ("n_gpus", "gpus")
+
+
+def unfit_mask(df: pd.DataFrame) -> np.ndarray:
+    """True for the rows that do not fit in memory (``fits`` False); all False without the column."""
+    if "fits" not in df.columns:
+        return np.zeros(len(df), dtype=bool)
+    return df["fits"].astype(object).eq(False).to_numpy()
+
+
+def _cross_unfit(ax, df: pd.DataFrame, x: str, y: str = "tokens_per_s") -> None:
+    """A black cross (legend: 'does not fit in HBM') on each point of a row that does not fit."""
+    bad = unfit_mask(df)
+    if bad.any():
+        ax.scatter(df.loc[bad, x], df.loc[bad, y], marker="x", s=80, color="black", zorder=4,
+                   label="does not fit in HBM")
 
 
 # --------------------------------------------------------------------------------------------
@@ -474,8 +504,9 @@ def scaling(data: Any, path: str | Path | None = None, *, x: str = "n_gpus", tit
 def bandwidth(data: Any, path: str | Path | None = None, *, x: str = "scaleout_gbit_per_s",
               hue: str | None = None, title: str | None = None) -> Figure:
     """Left: tokens/s against a link's bandwidth (one line per ``hue`` value), each point marked
-    with its change relative to the highest bandwidth; right: the exposed communication parts
-    (seconds per step) of the first series."""
+    with its change relative to the highest bandwidth (the highest ``x``, for another numeric
+    field) and crossed where the row does not fit in memory (``fits`` False); right: the exposed
+    communication parts (seconds per step) of the first series."""
     df = _checked(data, ("tokens_per_s",), path, x=x, hue=hue)
     fig = Figure(figsize=(12, 4.8), dpi=110)
     ax, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.1, 1]})
@@ -491,6 +522,7 @@ def bandwidth(data: Any, path: str | Path | None = None, *, x: str = "scaleout_g
         for xi, t in zip(xs, tps):   # alternate above / below so coinciding series stay readable
             ax.annotate(f"{100 * (t / ref - 1):+.1f}%", (xi, t), xytext=(0, 7 if series % 2 == 0 else -14),
                         textcoords="offset points", ha="center", fontsize=8, color=line.get_color())
+    _cross_unfit(ax, df, x)
     xs_all = np.sort(df[x].unique().astype(float))
     for a in (ax, ax2):
         a.set_xscale("log", base=2)
@@ -502,7 +534,7 @@ def bandwidth(data: Any, path: str | Path | None = None, *, x: str = "scaleout_g
     ax.set_ylim(lo - 0.15 * (hi - lo) - 0.02 * hi, hi + 0.15 * (hi - lo) + 0.02 * hi)
     _count_axis(ax.yaxis)
     ax.legend(fontsize=8, loc="lower right")
-    ax.set_title("throughput (% vs the highest bandwidth)", fontsize=9)
+    ax.set_title(f"throughput (% vs the highest {'bandwidth' if x in BANDWIDTH_FIELDS else x})", fontsize=9)
     parts = [p for p in COMM_PARTS if p in first.columns and first[p].fillna(0).sum() > 0]
     bottom = np.zeros(len(first))
     width = np.diff(np.log2(xs_all)).min() * 0.5 if len(xs_all) > 1 else 0.5
@@ -526,6 +558,10 @@ def bandwidth(data: Any, path: str | Path | None = None, *, x: str = "scaleout_g
                  fontsize=11)
     fig.tight_layout()
     return _finish(fig, path, df)
+
+
+#: the link bandwidths ``bandwidth`` draws by default (any other numeric field is drawn as itself)
+BANDWIDTH_FIELDS = ("scaleout_gbit_per_s", "scaleup_gbit_per_s")
 
 
 def _bw_label(x: str) -> str:

@@ -7,9 +7,14 @@ Kinds:
 * ``roofline``: one layer's operations on the cluster's GPU (``--tp``, ``--micro-batch``,
   ``--seq-len``, ``--dtype`` set the shapes);
 * ``pareto``: every plan the planner keeps for ``--gpus`` and the batch, throughput vs memory;
-* ``scaling``: tokens/s and MFU against the GPU count (``--values`` are GPU counts; dp follows);
+* ``scaling``: tokens/s and MFU against the GPU count (``--values`` are GPU counts; dp follows),
+  each point as a share of linear scaling; against another numeric ``--field`` (tp at a fixed
+  ``--gpus``), as a share of the fastest point;
 * ``bandwidth``: throughput and exposed communication against the scale-out bandwidth
   (``--values`` in Gb/s per GPU, default 100,200,400,800; ``--field scaleup_gbit_per_s`` for NVLink).
+
+Points of configurations that do not fit in memory are crossed (scaling, bandwidth) or labelled
+(breakdown), and the line the command prints counts them.
 
 ``--best`` replaces the given degrees by the planner's best plan (at each sweep value). A bad
 field name or an empty sweep prints one line and exits with code 2, before any work.
@@ -181,7 +186,10 @@ def command(kind: str, field: str | None, values: str | None, best: bool, title:
     fig = plots.KINDS[kind](df, None, **kwargs)
     atomic_output_path(out, lambda tmp: fig.savefig(tmp, dpi=fig.dpi, bbox_inches="tight"))
     note = plots.prior_note(df)
-    click.echo(f"wrote {out} ({kind}, {len(df)} row{'s' if len(df) != 1 else ''})" + (f"; {note}" if note else ""))
+    unfit = int(plots.unfit_mask(df).sum())
+    misfits = f"; {unfit} of {len(df)} do{'es' if unfit == 1 else ''} not fit in memory" if unfit else ""
+    click.echo(f"wrote {out} ({kind}, {len(df)} row{'s' if len(df) != 1 else ''}{misfits})"
+               + (f"; {note}" if note else ""))
 
 
 def check_title(title: str) -> None:
