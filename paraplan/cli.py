@@ -29,6 +29,7 @@ import re
 import sys
 import warnings
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -270,22 +271,59 @@ def _is_number(x: Any) -> bool:
 # One-line errors
 # --------------------------------------------------------------------------------------------
 
-class StepBar:
-    """``progress(done, total, label)`` as a click progress bar on stderr, opened at the first
-    report (a command that fails on its input before any work prints only its error line) and
-    closed by ``close``; ``warnings`` collected meanwhile are printed after it, one line each."""
+#: seconds between the progress lines a long command writes when stderr is not a terminal
+PROGRESS_LINE_S = 10.0
 
-    def __init__(self, label: str):
+
+class ProgressLines:
+    """Progress for a log: off a terminal (a log, CI) a click progress bar is hidden, so a long
+    command printed nothing for minutes; this writes ``"<text> in N s"`` to ``stream`` at most
+    every ``interval_s`` seconds instead (nothing on a terminal, where the bar shows, and nothing
+    once the work is done). Used by ``StepBar`` and ``paraplan sweep``."""
+
+    def __init__(self, stream=None, interval_s: float | None = None):
+        self.stream = sys.stderr if stream is None else stream
+        self.interval_s = PROGRESS_LINE_S if interval_s is None else float(interval_s)
+        self.t0 = self.said = time.perf_counter()
+
+    @property
+    def on_terminal(self) -> bool:
+        isatty = getattr(self.stream, "isatty", None)
+        return bool(isatty and isatty())
+
+    def __call__(self, done: int, total: int, text: str) -> None:
+        if self.on_terminal or done >= total:
+            return
+        now = time.perf_counter()
+        if now - self.said >= self.interval_s:
+            self.said = now
+            click.echo(f"{text} in {now - self.t0:.0f} s", file=self.stream)
+
+
+class StepBar:
+    """``progress(done, total, label)`` as a click progress bar on stderr (``stream``), opened at
+    the first report (a command that fails on its input before any work prints only its error
+    line) and closed by ``close``; off a terminal, where the bar is hidden, a line every
+    ``PROGRESS_LINE_S`` seconds (``ProgressLines``). ``warnings`` collected meanwhile are printed
+    after it, one line each."""
+
+    def __init__(self, label: str, stream=None, interval_s: float | None = None):
         self.label = label
         self.bar = None
+        self.stream = sys.stderr if stream is None else stream
+        self.lines = ProgressLines(self.stream, interval_s)
 
     def __call__(self, done: int, total: int, step: str = "") -> None:
         if self.bar is None:
-            self.bar = click.progressbar(length=max(int(total), 1), label=self.label, file=sys.stderr, show_pos=True,
+            self.bar = click.progressbar(length=max(int(total), 1), label=self.label, file=self.stream, show_pos=True,
                                          item_show_func=lambda text: text)
             self.bar.__enter__()
+            self.lines = ProgressLines(self.stream, self.lines.interval_s)    # time from the first report
         self.bar.length = max(int(total), 1)
         self.bar.update(int(done) - self.bar.pos, step)
+        share = 100 * int(done) // max(int(total), 1)
+        self.lines(int(done), int(total), f"{self.label}: {int(done):,} of {int(total):,} steps ({share}%)"
+                                          + (f", {step}," if step else ""))
 
     def close(self) -> None:
         if self.bar is not None:

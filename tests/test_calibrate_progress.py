@@ -2,6 +2,8 @@
 a progress bar and prints warnings on one line each. No torch needed."""
 from __future__ import annotations
 
+import io
+import re
 import types
 import warnings
 
@@ -151,3 +153,37 @@ def test_calibrate_help_names_the_default_profile_name_the_file_stem(tmp_path, m
     monkeypatch.setattr(cal, "_write_together", lambda texts: None)
     cal.run_calibration(tmp_path / "my-machine.yaml", nprocs=1)
     assert names == ["my-machine"]
+
+
+class _Log(io.StringIO):
+    """A stream that is not a terminal (a log file, CI)."""
+
+    def isatty(self) -> bool:
+        return False
+
+
+def test_step_bar_off_a_terminal_writes_progress_lines():
+    """calibrate and validate measured --out printed nothing for minutes into a log: the click
+    bar is hidden off a terminal. StepBar now writes a line every PROGRESS_LINE_S seconds there
+    (0 here: at every report but the last), as paraplan sweep does."""
+    from paraplan.cli import StepBar
+    log = _Log()
+    bar = StepBar("calibrating", stream=log, interval_s=0.0)
+    for done, step in ((0, "kernel launch overhead"), (9, "p2p"), (18, "done")):
+        bar(done, 18, step)
+    bar.close()
+    lines = [ln for ln in log.getvalue().splitlines() if ln.startswith("calibrating: ")]
+    assert len(lines) == 2
+    assert re.fullmatch(r"calibrating: 9 of 18 steps \(50%\), p2p, in \d+ s", lines[1])
+
+
+def test_step_bar_on_a_terminal_writes_no_progress_lines():
+    from paraplan.cli import ProgressLines
+
+    class Tty(_Log):
+        def isatty(self) -> bool:
+            return True
+
+    lines = ProgressLines(Tty(), interval_s=0.0)
+    lines(1, 2, "half")
+    assert lines.stream.getvalue() == ""

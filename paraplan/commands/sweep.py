@@ -10,8 +10,7 @@ import click
 from hardware_specs.errors import InputError
 
 
-#: seconds between the progress lines a sweep writes when stderr is not a terminal
-PROGRESS_LINE_S = 10.0
+from paraplan.cli import PROGRESS_LINE_S, ProgressLines   # a line every PROGRESS_LINE_S s off a terminal
 
 
 @click.command("sweep", short_help="Evaluate a grid of what-ifs (models x clusters x GPUs x ...) on Dask.")
@@ -89,16 +88,12 @@ def command(spec_path: str, out_dir: str, scheduler: str | None, workers: int | 
     with click.progressbar(length=spec.n_points, label=f"sweeping {spec.n_points:,} points", file=sys.stderr,
                            hidden=not sys.stderr.isatty()) as bar:
         shown = [0]
-        said = [t0]          # off a terminal (a log, CI): one line every PROGRESS_LINE_S instead of a bar
+        lines = ProgressLines(sys.stderr, PROGRESS_LINE_S)     # off a terminal (a log, CI) instead of a bar
 
         def progress(done: int, total: int) -> None:
             bar.update(done - shown[0])
             shown[0] = done
-            now = time.perf_counter()
-            if not sys.stderr.isatty() and now - said[0] >= PROGRESS_LINE_S and done < total:
-                said[0] = now
-                click.echo(f"swept {done:,} of {total:,} points ({100 * done // max(total, 1)}%) in "
-                           f"{now - t0:.0f} s", err=True)
+            lines(done, total, f"swept {done:,} of {total:,} points ({100 * done // max(total, 1)}%)")
 
         # run_sweep makes the folder (and removes what it made if the run cannot start)
         df = run_sweep(spec, out, scheduler=scheduler, local=local, workers=workers, progress=progress)
