@@ -32,7 +32,7 @@ OPTIMIZER_BYTES = 12.0
 LOW_PRECISION_WEIGHT_COPY_BYTES = 1.0
 #: the caching allocator's fragmentation, as a fraction of the tensors' bytes.
 ALLOCATOR_FRAGMENTATION = 0.05
-#: CUDA context, cuBLAS/cuDNN workspaces and NCCL buffers per GPU, bytes.
+#: CUDA context, cuBLAS/cuDNN workspaces and NCCL buffers per GPU, bytes (``runtime_reserved_bytes``).
 RUNTIME_RESERVED_BYTES = 1.5 * 2**30
 #: bytes per logit kept for the loss on the last stage (16-bit logits + fp32 softmax copy).
 LOGIT_BYTES = 6.0
@@ -281,6 +281,17 @@ def model_state_bytes(params_local, zero_stage, dp_shard, low_precision=False, f
     return weights, grads, optimizer
 
 
-def allocator_allowance_bytes(tensor_bytes):
-    """Fragmentation plus runtime reservations on top of the live tensors, bytes."""
-    return np.asarray(tensor_bytes, dtype=float) * ALLOCATOR_FRAGMENTATION + RUNTIME_RESERVED_BYTES
+def runtime_reserved_bytes(gpu) -> float:
+    """Bytes the runtime holds on one device beside the tensors: ``RUNTIME_RESERVED_BYTES`` on a
+    GPU (its CUDA context, cuBLAS/cuDNN workspaces and NCCL buffers); 0 on a host CPU
+    (``GPUSpec.is_cpu``: CPU ranks on gloo, as ``paraplan calibrate`` measures them), which
+    creates no CUDA context, loads no cuBLAS/cuDNN and allocates no NCCL buffers: gloo's
+    buffers are the tensors it sends. (The 1.5 GiB made ``validate measured`` predict 3.5-6.5x a
+    CPU rank's measured peak.)"""
+    return 0.0 if gpu is not None and gpu.is_cpu else RUNTIME_RESERVED_BYTES
+
+
+def allocator_allowance_bytes(tensor_bytes, reserved_bytes: float = RUNTIME_RESERVED_BYTES):
+    """Fragmentation plus runtime reservations (``reserved_bytes``, ``runtime_reserved_bytes``
+    of the device) on top of the live tensors, bytes."""
+    return np.asarray(tensor_bytes, dtype=float) * ALLOCATOR_FRAGMENTATION + reserved_bytes

@@ -100,6 +100,12 @@ class GPUSpec:
                              "it is a share of the datasheet's rates; raise peak_tflops instead")
         object.__setattr__(self, "peak_flops_per_s", MappingProxyType(dict(self.peak_flops_per_s)))
 
+    @property
+    def is_cpu(self) -> bool:
+        """Whether this "GPU" is a host CPU (generation ``cpu``: the ``cpu-generic`` preset, and the
+        device ``paraplan calibrate`` writes for CPU ranks on gloo), which has no CUDA runtime."""
+        return self.generation == "cpu"
+
     def peak_flops(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; error naming the dtypes this chip has if absent."""
         try:

@@ -193,10 +193,11 @@ def assign_layers_ilp(layer_times_s, layer_memory_bytes, pp: int, memory_limit_b
     return _result(bounds, t, m, e_t, e_m)
 
 
-def _tensor_limit(memory_limit_bytes: float) -> float:
-    """Largest tensor bytes whose total with the allocator allowance stays under the limit."""
-    a0 = float(memory.allocator_allowance_bytes(0.0))
-    slope = float(memory.allocator_allowance_bytes(1.0)) - a0
+def _tensor_limit(memory_limit_bytes: float, reserved_bytes: float = memory.RUNTIME_RESERVED_BYTES) -> float:
+    """Largest tensor bytes whose total with the allocator allowance (``reserved_bytes``: the
+    device's runtime reserve) stays under the limit."""
+    a0 = float(memory.allocator_allowance_bytes(0.0, reserved_bytes))
+    slope = float(memory.allocator_allowance_bytes(1.0, reserved_bytes)) - a0
     return (memory_limit_bytes - a0) / (1.0 + slope)
 
 
@@ -269,7 +270,8 @@ def stage_assignment_for(model: ModelSpec, cluster: ClusterSpec, eff: Efficiency
         first_stage_extra_bytes=per_param * params.embedding_params(model) / tp,
         last_stage_extra_bytes=per_param * params.lm_head_params(model) / tp + v["logits_bytes"],
     )
-    limit = (_tensor_limit(memory_limit_bytes) - v["zero3_buffers_bytes"]) / config.vpp
+    limit = (_tensor_limit(memory_limit_bytes, memory.runtime_reserved_bytes(cluster.gpu))
+             - v["zero3_buffers_bytes"]) / config.vpp
     ends = None
     if n_stages > model.num_layers:
         # Megatron's account_for_embedding/loss_in_pipeline_split: the embedding and the loss

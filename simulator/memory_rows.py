@@ -179,7 +179,8 @@ def static_lower_bound_bytes(model: ModelSpec, cluster: ClusterSpec, eff: Effici
                                             t["copy_bytes"], mom, **held)]
         tensors = np.maximum(tensors, sum(w + g + o * (1.0 - t["off"]) for w, g, o in busiest))
     tensors = tensors + t["z3"]
-    bound = (tensors + memory.allocator_allowance_bytes(tensors)) * (1.0 - BOUND_MARGIN)
+    bound = (tensors + memory.allocator_allowance_bytes(tensors, memory.runtime_reserved_bytes(cluster.gpu))) \
+        * (1.0 - BOUND_MARGIN)
     layouts = _layouts(batch, np.arange(len(batch)))
     if layouts is not None:
         bound = np.where(np.asarray(layouts, dtype=object).astype(str) != "", 0.0, bound)

@@ -25,16 +25,17 @@ _FULL = RECOMPUTE_CODES[Recompute.FULL]
 _TOTAL_KEYS = ("activations_bytes", "recompute_buffers_bytes", "offload_buffers_bytes")
 
 
-def stage_total(static_tensors, dynamic: dict) -> np.ndarray:
-    """Stage totals (bytes) with the allocator's allowance: the static tensors plus the
+def stage_total(static_tensors, dynamic: dict, reserved_bytes: float = memory.RUNTIME_RESERVED_BYTES) -> np.ndarray:
+    """Stage totals (bytes) with the allocator's allowance (``reserved_bytes``: the device's
+    runtime reserve, ``memory.runtime_reserved_bytes``): the static tensors plus the
     activations, recompute and offload buffers of ``dynamic``."""
     tensors = static_tensors + dynamic["activations_bytes"] + dynamic["recompute_buffers_bytes"] \
         + dynamic["offload_buffers_bytes"]
-    return tensors + memory.allocator_allowance_bytes(tensors)
+    return tensors + memory.allocator_allowance_bytes(tensors, reserved_bytes)
 
 
 def fewest_that_fit(prm: dict, idx, fc: StageCells, limit, out: dict, static_tensors, dyn: dict, row_max,
-                    offload_ok, dynamic, partial_ok=True) -> dict:
+                    offload_ok, dynamic, partial_ok=True, reserved_bytes: float = memory.RUNTIME_RESERVED_BYTES) -> dict:
     """The dynamic parts of the batch's stages after the search (``dyn``: as enumerated, per
     stage of ``fc``, whose rows are ``idx`` of the batch; its arrays are updated in place, so
     they must be the caller's own): per stage, bisection on the fewest
@@ -49,7 +50,8 @@ def fewest_that_fit(prm: dict, idx, fc: StageCells, limit, out: dict, static_ten
     offloaded activations; ``partial_ok``: per row, whether the stack recomputes some layers
     only (``stack_support``: not where it lacks ``partial_recompute``); ``dynamic(pos, counts_key, counts, keys)``: the dynamic parts
     ``keys`` (default all) of stages ``pos`` with ``counts`` per stage (``counts_key``
-    ``stage_rc``: the block counts, ``offload``: the offloaded layers per chunk)."""
+    ``stage_rc``: the block counts, ``offload``: the offloaded layers per chunk); ``reserved_bytes``:
+    the device's runtime reserve (``memory.runtime_reserved_bytes``)."""
     if not len(row_max) or row_max.max() <= 0:
         return dyn
     bounds = row_bounds(fc.row)
@@ -58,7 +60,7 @@ def fewest_that_fit(prm: dict, idx, fc: StageCells, limit, out: dict, static_ten
 
     def totals(pos, stage_rc=None, offload=None):
         kind, counts = ("stage_rc", stage_rc) if offload is None else ("offload", offload)
-        return stage_total(static_tensors[pos], dynamic(pos, kind, counts, _TOTAL_KEYS))
+        return stage_total(static_tensors[pos], dynamic(pos, kind, counts, _TOTAL_KEYS), reserved_bytes)
 
     changed = []          # (stages, their dynamic parts) the search chose
 
@@ -66,7 +68,7 @@ def fewest_that_fit(prm: dict, idx, fc: StageCells, limit, out: dict, static_ten
         changed.append((pos, dynamic(pos, counts_key, counts)))
 
     # every row's stage totals as enumerated (full recomputation of every layer where asked)
-    t_given = stage_total(static_tensors, dyn)
+    t_given = stage_total(static_tensors, dyn, reserved_bytes)
     peak_given = np.maximum.reduceat(t_given, bounds)
     enumerated_full = (rc == _FULL) & (nl == 0) & (prm["method"] != _UNIFORM)
     if enumerated_full.any():
@@ -110,7 +112,7 @@ def fewest_that_fit(prm: dict, idx, fc: StageCells, limit, out: dict, static_ten
         r = np.flatnonzero(offloadable)
         t_static = stage_total(static_tensors[ranges(bounds[r], n_stages[r])],
                                dict.fromkeys(("activations_bytes", "recompute_buffers_bytes", "offload_buffers_bytes"),
-                                             0.0))
+                                             0.0), reserved_bytes)
         offloadable[r] = _row_peaks(t_static, n_stages[r]) <= limit
     if offloadable.any():
         rows = np.flatnonzero(offloadable)

@@ -142,8 +142,9 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
             prm = split_inputs(batch, idx)
             shared = shared_dynamic(prefix, rep_prm, rfc, ctx, rows_of_rep, pos)
             dyn = fewest_that_fit(prm, idx, fc, fit_limit_bytes, out, static.stage("tensors"), dyn, row_max,
-                                  ctx.per_row["offload_ok"][idx], shared, ctx.per_row["partial_ok"][idx])
-        allocator, total = _stage_totals(static, dyn)
+                                  ctx.per_row["offload_ok"][idx], shared, ctx.per_row["partial_ok"][idx],
+                                  reserved_bytes=ctx.reserved_bytes)
+        allocator, total = _stage_totals(static, dyn, ctx.reserved_bytes)
         host = static.stage("host") + dyn["host"]
 
         def part(name, where):
@@ -219,10 +220,10 @@ def _over_at_an_end(ctx, prefix, prm: dict, idx, own, rfc, rep_bounds, rep_stage
     def either(mask):
         return mask.reshape(2, n).any(axis=0)
 
-    over = either(_stage_totals(RunStatic(values, None), dyn)[1] > limit)
+    over = either(_stage_totals(RunStatic(values, None), dyn, ctx.reserved_bytes)[1] > limit)
     if not search:
         return over
-    over &= either(stage_total(static["tensors"], dyn) > limit)
+    over &= either(stage_total(static["tensors"], dyn, ctx.reserved_bytes) > limit)
     may_offload = over & (prm["rc"] != _FULL) & ctx.per_row["offload_ok"][idx] & (prm["off"] == 0)
     if may_offload.any():
         r = np.flatnonzero(may_offload)
@@ -230,12 +231,13 @@ def _over_at_an_end(ctx, prefix, prm: dict, idx, own, rfc, rep_bounds, rep_stage
         hi = np.maximum(rep_row_max[own[r]] - 1.0, 1.0)
         offloaded = shared_dynamic(prefix, rep_prm, rfc, ctx, rows_of_rep, ends[at])(
             np.arange(len(at)), "offload", np.concatenate([hi, hi]))
-        over[r] = (stage_total(static["tensors"][at], offloaded) > limit).reshape(2, len(r)).any(axis=0)
+        over[r] = (stage_total(static["tensors"][at], offloaded, ctx.reserved_bytes) > limit).reshape(2, len(r)).any(axis=0)
     return over
 
 
-def _stage_totals(static: RunStatic, dyn: dict):
-    """(allocator allowance, total) bytes per stage, from its ``static_parts`` and
+def _stage_totals(static: RunStatic, dyn: dict, reserved_bytes: float):
+    """(allocator allowance, total) bytes per stage (``reserved_bytes``: the device's runtime
+    reserve, ``memory.runtime_reserved_bytes``), from its ``static_parts`` and
     ``dynamic_parts``: the parts summed in ``PARTS`` order, the parts that precede the first
     dynamic one summed once per run (the same sums: a run's stages hold equal values)."""
     v = static.values
@@ -243,6 +245,6 @@ def _stage_totals(static: RunStatic, dyn: dict):
     tensors = head if static.run is None else head[static.run]
     for name in PARTS[3:-1]:
         tensors = tensors + (dyn[name] if name in dyn else static.stage(name))
-    allocator = memory.allocator_allowance_bytes(tensors)
+    allocator = memory.allocator_allowance_bytes(tensors, reserved_bytes)
     return allocator, tensors + allocator
 

@@ -28,11 +28,14 @@ class StageContext:
     """What every stage computation of a batch shares: the model, the dtype's byte counts
     (``low_precision``, ``full_precision``, ``copy_bytes``), the per-row terms (``per_row``:
     ``memory_rows.row_terms``) and the per-layer activation bytes (``act``:
-    ``layer_activation_bytes``), all arrays of the batch's length."""
+    ``layer_activation_bytes``), all arrays of the batch's length; ``reserved_bytes``: the
+    device's runtime reserve (``memory.runtime_reserved_bytes``)."""
 
-    def __init__(self, model, low_precision, full_precision, copy_bytes, per_row, act, edp=None):
+    def __init__(self, model, low_precision, full_precision, copy_bytes, per_row, act, edp=None,
+                 reserved_bytes: float = memory.RUNTIME_RESERVED_BYTES):
         self.model, self.low_precision, self.full_precision = model, low_precision, full_precision
         self.copy_bytes, self.per_row, self.act, self.edp = copy_bytes, per_row, act, edp
+        self.reserved_bytes = reserved_bytes
 
 
 def stage_context(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch,
@@ -50,7 +53,7 @@ def stage_context(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, 
     act = {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in act.items()}
     per_row = {k: v for k, v in terms.items() if k not in ("edp", "low_precision", "full_precision", "copy_bytes")}
     return StageContext(model, terms["low_precision"], terms["full_precision"], terms["copy_bytes"], per_row, act,
-                        terms["edp"])
+                        terms["edp"], memory.runtime_reserved_bytes(cluster.gpu))
 
 
 class RunStatic:

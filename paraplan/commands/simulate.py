@@ -65,6 +65,8 @@ MEMORY_MEANING = {
     "zero3_buffers_bytes": "ZeRO-3 gathered-parameter buffers",
     "allocator_bytes": "allocator fragmentation + CUDA/NCCL workspaces",
 }
+#: what differs on a host CPU device (``GPUSpec.is_cpu``: no CUDA runtime, ``memory.runtime_reserved_bytes``)
+CPU_MEMORY_MEANING = {"allocator_bytes": "allocator fragmentation"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -298,7 +300,8 @@ def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | 
     hbm = report.hbm_bytes
     stage = int(report.extras.get("memory_stage", 0))
     lines += ["", f"memory per GPU (peak, on pipeline stage {stage} of {c['pp']})"]
-    meaning = {**MEMORY_MEANING, **(FULL_PRECISION_MEANING if c["dtype"] in FULL_PRECISION else {})}
+    meaning = {**MEMORY_MEANING, **(FULL_PRECISION_MEANING if c["dtype"] in FULL_PRECISION else {}),
+               **(CPU_MEMORY_MEANING if cluster.gpu.is_cpu else {})}
     rows = [[k.removesuffix("_bytes"), f"{v / GIB:.2f}", _pct(v, hbm), meaning.get(k, "")]
             for k, v in report.memory_breakdown_bytes.items()]
     rows.append(["total", f"{report.memory_bytes / GIB:.2f}", _pct(report.memory_bytes, hbm), "peak bytes per GPU"])
