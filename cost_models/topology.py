@@ -203,11 +203,16 @@ def group_forwarded_all_to_all_time_s(intra_bytes, inter_bytes, group_size, stri
     return np.where(np.asarray(group_size) > 1, t, 0.0)
 
 
-def p2p_stage_time_s(bytes_, stride, cluster: ClusterSpec, eff: EfficiencyModel):
-    """Send/recv between neighbouring ranks ``stride`` apart (e.g. pipeline stages), seconds."""
+def p2p_stage_time_s(bytes_, stride, stages, cluster: ClusterSpec, eff: EfficiencyModel):
+    """Send/recv between neighbouring pipeline stages ``stride`` ranks apart, ``stages`` of them
+    placed one after the other from a node's first GPU, seconds (numpy-friendly).
+
+    The stages' sends run together, so the slowest boundary sets the time: NVLink only when all
+    ``stages`` x ``stride`` ranks share one node; a stride below a node whose stages still span
+    several nodes crosses the NIC at some boundary (tp 4, pp 4 on two 8-GPU nodes: stage 1 -> 2)."""
     bw_i, lat_i, bw_o, lat_o = tier_bandwidths(cluster, eff)
     bw_i, bw_o = bw_i * eff.collective_fraction("p2p"), bw_o * eff.collective_fraction("p2p")
-    inside = np.asarray(stride) < cluster.gpus_per_node
+    inside = np.asarray(stride) * np.asarray(stages) <= cluster.gpus_per_node
     return np.where(inside, coll.p2p_time_s(bytes_, bw_i, lat_i), coll.p2p_time_s(bytes_, bw_o, lat_o))
 
 

@@ -226,6 +226,12 @@ class TrainingBehaviour:
             each ``TrainSchedule`` step), so a crossing costs two transfers; False = both
             directions posted together and overlapping (Megatron's ``batch_isend_irecv``,
             ``torch.distributed.pipelining``) (``ParallelConfig.pipe_exchange_blocking``).
+        pipeline_p2p_overlap: under the interleaved schedule a stage's sends and receives run in
+            the background while its next model chunk computes (Megatron-LM's
+            ``overlap_p2p_comm``: ``--no-overlap-p2p-communication`` turns it off, on by default
+            since NVIDIA/Megatron-LM 4eeff55d, 2023-10-12; forced off without virtual stages), so
+            only what a transfer takes beyond the chunk's pass shows; False = each send is paid in
+            full on the stage's critical path (``ParallelConfig.pipeline_p2p_overlap``).
         grouped_gemm_streams: how many of a grouped linear's per-expert GEMMs run concurrently
             (``moe.grouped_gemm_time_s``): Transformer Engine's ``GroupedLinear`` issues one cuBLAS
             GEMM per local expert round-robin over its 4 compute streams
@@ -357,6 +363,7 @@ class TrainingBehaviour:
     glu_clamp_eager: bool = False
     unfused_block_ops: bool = False
     pipe_exchange_blocking: bool = False
+    pipeline_p2p_overlap: bool = False
     grouped_gemm_streams: int = 1
     bf16_grads_in_fp32: bool = True
     kv_head_replication: bool = False

@@ -118,12 +118,14 @@ def lay_out(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     # sends: the boundary function compose uses, with the same stride
     bw_m, lat_m = pool_links.path_matrix(cluster, effs)
     stride = d[:, None] * tp
+    # the group's stages on each class's pool, as compose counts them
+    stages_on_pool = ((p.seg_pool[:, None, :] == pool[:, :, None]) * p.seg_stages[:, None, :]).sum(axis=2)
     flat = lambda a: np.asarray(a).reshape(-1)  # noqa: E731
     p2p = np.zeros(C * K)
     for other_pool, other_tp in ((cl["prev_pool"], cl["prev_tp"]), (cl["next_pool"], cl["next_tp"])):
         op = np.where(used, other_pool, -1)
         p2p += boundary_p2p_s(cluster, effs, bw_m, lat_m, flat(pool), flat(tp), flat(op), flat(other_tp),
-                              flat(tokens), h, act_bytes, flat(stride))
+                              flat(tokens), h, act_bytes, flat(stride), flat(stages_on_pool))
     p2p = p2p.reshape(C, K)
     first, last = cl["first"] & used, cl["last"] & used
     pp_b = np.broadcast_to(pp[:, None], (C, K))

@@ -85,6 +85,7 @@ BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather
                "flash_attention", "grad_accumulation_fusion", "uneven_layers", "zero3_recompute_gather",
                "ep_comm_overlap", "ep_dispatch_dedup", "grad_reduce_every_microbatch", "tp_backward_overlap", "softmax_fusion",
                "softmax_scale_pass", "attention_unpad", "glu_clamp_eager", "unfused_block_ops", "pipe_exchange_blocking",
+               "pipeline_p2p_overlap",
                "param_gather_per_tensor", "cuda_graphs", "fp8_current_scaling", "collective_per_rank_copies",
                "zero3_grad_all_reduce", "zero1_grad_all_reduce", "fp8_param_gather", "moe_probs_in_expert",
                "zero3_once_per_step", "kv_head_replication", "zero2_grad_last_microbatch",
@@ -253,6 +254,11 @@ class ParallelConfig:
             ``deepspeed/runtime/pipe/p2p.py`` ``send``/``recv`` call ``dist.send``/``dist.recv``);
             off = the two directions in one batched exchange (Megatron-LM's
             ``send_forward_recv_backward``, ``batch_isend_irecv``), one transfer a crossing.
+        pipeline_p2p_overlap: under the interleaved schedule (vpp > 1) a stage's sends and
+            receives run in the background while its next model chunk computes (Megatron-LM's
+            ``overlap_p2p_comm``), so a send costs only what it takes beyond its chunk's pass;
+            other schedules and off: each send is paid in full
+            (``TrainingBehaviour.pipeline_p2p_overlap``).
         attention_unpad: the stack copies the attention core's query, key and value rows into
             packed (unpadded) tensors and scatters its output back, forward and backward
             (llm-foundry's flash path; ``layer_costs.unpad_copy_bytes``).
@@ -385,6 +391,7 @@ class ParallelConfig:
     softmax_fusion: bool = True
     softmax_scale_pass: bool = True
     pipe_exchange_blocking: bool = False
+    pipeline_p2p_overlap: bool = False
     attention_unpad: bool = False
     glu_clamp_eager: bool = False
     unfused_block_ops: bool = False

@@ -133,6 +133,8 @@ def _pipeline_floor_s(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMod
         return row(per_layer.f[i]) + row(per_layer.b[i]) + row(per_layer.w[i]) + r[i]
 
     e = {k: row(getattr(ends, k)) for k in ends.__dataclass_fields__}
+    # a send the stack overlaps may hide whole behind the next chunk (``step_pipeline.exposed_sends``)
+    e["p2p"] = np.where(e["p2p_overlap"] > 0, 0.0, e["p2p"])
     coef = np.stack([layer(0), layer(1),
                      e["emb_f"] + e["emb_z3_f"] + e["emb_b"] + e["emb_w"] + e["emb_z3_bw"],
                      e["head_f"] + e["head_z3_f"] + e["head_b"] + e["head_w"] + e["head_z3_bw"],

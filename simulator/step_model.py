@@ -429,7 +429,7 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
     # pass and position boundary; a blocking exchange (DeepSpeed's pipeline engine) also waits
     # for the other direction's transfer at that boundary (ParallelConfig.pipe_exchange_blocking)
     p2p_bytes = tokens * h * rates.act_bytes / tp
-    p2p = np.where(pp > 1, p2p_stage_time_s(p2p_bytes, tp * cp * dp, cluster, eff), 0.0) \
+    p2p = np.where(pp > 1, p2p_stage_time_s(p2p_bytes, tp * cp * dp, pp, cluster, eff), 0.0) \
         * pipeline_exchange_transfers(batch.pipe_exchange_blocking)
     # the embedding's and the output layer's weight gradients are accumulated like a layer's
     emb_params = params.embedding_params(model) / tp
@@ -479,8 +479,17 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
     ends = Ends(emb_f=lay["emb_f"], emb_b=lay["emb_b"], emb_w=emb_accum, head_f=lay["head_f"],
                 head_b=lay["head_b"], head_w=lay["head_w"] + head_accum, mtp_f=lay["mtp_f"], mtp_b=lay["mtp_b"],
                 mtp_w=lay["mtp_w"], p2p=p2p, emb_z3_f=emb_z3_f, emb_z3_bw=emb_z3_bw, head_z3_f=head_z3_f,
-                head_z3_bw=head_z3_bw)
+                head_z3_bw=head_z3_bw, p2p_overlap=p2p_overlap_applies(batch))
     return per_layer, ends
+
+
+def p2p_overlap_applies(batch: ConfigBatch) -> np.ndarray:
+    """Per row, whether the pipeline's sends run behind the next chunk's pass: the stack
+    overlaps them (``ParallelConfig.pipeline_p2p_overlap``, Megatron-LM's ``overlap_p2p_comm``)
+    and the schedule is the interleaved one (Megatron turns the overlap off without virtual
+    stages: megatron/training/arguments.py validate_args)."""
+    interleaved = np.asarray(batch.schedule) == SCHEDULE_CODES[Schedule.INTERLEAVED]
+    return np.asarray(batch.pipeline_p2p_overlap, dtype=bool) & interleaved & (np.asarray(batch.vpp) > 1)
 
 
 def cell_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch, row: int = 0,

@@ -97,6 +97,7 @@ class Ends:
     emb_z3_bw: np.ndarray
     head_z3_f: np.ndarray
     head_z3_bw: np.ndarray
+    p2p_overlap: np.ndarray | bool = False
 
 
 def _rows(x, idx):
@@ -301,13 +302,14 @@ def _moe_between(prefix, start, count):
 
 
 def cell_durations(model, cells: dict, per_layer: PerLayer, ends: Ends, idx, split: dict | None = None,
-                   rows=None, w_apart: bool = False) -> tuple:
+                   rows=None, w_apart: bool = False, sends: dict | None = None) -> tuple:
     """(f, b, w) seconds per (row, stage, chunk) for the rows ``idx`` of a group; ``split``:
     the cells' recomputed and offloaded layers (``layer_split_counts``; None = every layer
     recomputed as ``per_layer.r`` says and none offloaded); ``rows(x)``: ``_rows(x, idx)``
     (a caller's memo of the gathered rows); ``w_apart``: b and w of a B pass run apart from its
     W (``PerLayer.b_split``; the zero-bubble schedules' B and W ops) instead of the two halves
-    of one fused backward."""
+    of one fused backward; ``sends``: a dict to receive each cell's exposed forward and backward
+    send (``exposed_sends``)."""
     rows = rows or (lambda x: _rows(x, idx))  # noqa: E731
 
     def lay(pair, dense=None, moe=None):
@@ -326,12 +328,23 @@ def cell_durations(model, cells: dict, per_layer: PerLayer, ends: Ends, idx, spl
         off_f = lay(per_layer.off_f, split["off_dense"], split["off_moe"])
         off_b = lay(per_layer.off_b_split if apart else per_layer.off_b, split["off_dense"], split["off_moe"])
     f = lay(per_layer.f) + off_f + cells["emb"] * (e["emb_f"] + e["emb_z3_f"]) \
-        + cells["head"] * (e["head_f"] + e["head_z3_f"]) + cells["mtp"] * e["mtp_f"] + cells["send_f"] * e["p2p"]
+        + cells["head"] * (e["head_f"] + e["head_z3_f"]) + cells["mtp"] * e["mtp_f"]
     b = lay(b_layer) + rec + off_b + cells["emb"] * e["emb_b"] \
-        + cells["head"] * e["head_b"] + cells["mtp"] * e["mtp_b"] + cells["send_b"] * e["p2p"]
+        + cells["head"] * e["head_b"] + cells["mtp"] * e["mtp_b"]
     w = lay(w_layer) + cells["emb"] * (e["emb_w"] + e["emb_z3_bw"]) \
         + cells["head"] * (e["head_w"] + e["head_z3_bw"]) + cells["mtp"] * e["mtp_w"]
-    return f, b, w
+    send_f, send_b = exposed_sends(e["p2p"], e["p2p_overlap"], f, b + w)
+    if sends is not None:
+        sends.update(f=send_f, b=send_b)
+    return f + cells["send_f"] * send_f, b + cells["send_b"] * send_b, w
+
+
+def exposed_sends(p2p, overlap, f, bw):
+    """(forward, backward) seconds of one send on a cell's critical path: the whole transfer,
+    or with ``overlap`` (``step_model.p2p_overlap_applies``) only what it takes beyond the cell's
+    own pass (``f``; ``bw``, the fused backward), which the next chunk's equal pass hides."""
+    on = np.asarray(overlap, dtype=float) > 0
+    return (np.where(on, np.maximum(p2p - f, 0.0), p2p), np.where(on, np.maximum(p2p - bw, 0.0), p2p))
 
 
 def pipeline_pass(model, batch, m, per_layer: PerLayer, ends: Ends, exact: np.ndarray | None = None) -> dict:
@@ -377,7 +390,9 @@ def pipeline_pass(model, batch, m, per_layer: PerLayer, ends: Ends, exact: np.nd
             return gathered[id(x)][1]
 
         # the zero-bubble schedules run W apart from B (DualPipe: some of its passes only)
-        f, b, w = cell_durations(model, cells, per_layer, ends, idx, split, rows, w_apart=kind in SPLIT_W)
+        sends = {}
+        f, b, w = cell_durations(model, cells, per_layer, ends, idx, split, rows, w_apart=kind in SPLIT_W,
+                                 sends=sends)
         apart = None
         if kind in MIXED_W:
             _, b_apart, w_apart = cell_durations(model, cells, per_layer, ends, idx, split, rows, w_apart=True)
@@ -451,7 +466,7 @@ def pipeline_pass(model, batch, m, per_layer: PerLayer, ends: Ends, exact: np.nd
         out["ends_compute_s"][idx] = (at_k["emb"] * (e["emb_f"] + e["emb_b"] + e["emb_w"])
                                       + at_k["head"] * (e["head_f"] + e["head_b"] + e["head_w"])
                                       + at_k["mtp"] * (e["mtp_f"] + e["mtp_b"] + e["mtp_w"]))
-        out["ends_p2p_s"][idx] = (at_k["send_f"] + at_k["send_b"]) * e["p2p"]
+        out["ends_p2p_s"][idx] = (cells["send_f"] * sends["f"] + cells["send_b"] * sends["b"]).sum(axis=2)[rows_k, k]
     return out
 
 

@@ -31,7 +31,7 @@ def test_collective_fraction_divides_only_that_kinds_bandwidth():
         assert float(group_collective_time_s(kind, size, n, 1, CLUSTER, slow_rs)) == pytest.approx(
             float(group_collective_time_s(kind, size, n, 1, CLUSTER, EFF)), rel=1e-12)
     slow_p2p = replace(EFF, collective_bw_fraction={"p2p": 0.5})
-    assert float(p2p_stage_time_s(size, 1, CLUSTER, slow_p2p)) == pytest.approx(size / (0.5 * bw) + lat, rel=1e-12)
+    assert float(p2p_stage_time_s(size, 1, 2, CLUSTER, slow_p2p)) == pytest.approx(size / (0.5 * bw) + lat, rel=1e-12)
 
 
 def test_unknown_collective_kind_is_one_clear_error():

@@ -169,10 +169,13 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     # ---- pipeline send/recv per micro-batch ---------------------------------------------------
     bw_m, lat_m = pool_links.path_matrix(cluster, effs)
     stride = d_group[g] * tp            # Megatron's rank order: stage neighbours are dp*tp apart
+    # the group's stages on a pool sit one after the other on that pool's nodes
+    on_pool = g.astype(np.int64) * len(cluster.pools) + pool
+    stages_on_pool = np.bincount(on_pool, weights=count, minlength=G * len(cluster.pools))[on_pool]
     to_prev = boundary_p2p_s(cluster, effs, bw_m, lat_m, pool, tp, blocks.prev_pool, blocks.prev_tp, tokens, h,
-                             act_bytes, stride)
+                             act_bytes, stride, stages_on_pool)
     to_next = boundary_p2p_s(cluster, effs, bw_m, lat_m, pool, tp, blocks.next_pool, blocks.next_tp, tokens, h,
-                             act_bytes, stride)
+                             act_bytes, stride, stages_on_pool)
     transfers = pipeline_exchange_transfers(settings.pipe_exchange_blocking)
     p2p = (to_prev + to_next) * transfers
 
@@ -423,13 +426,14 @@ def tied_embedding_s(model: ModelSpec, cluster: PooledCluster, effs, grad_reduce
 
 
 def boundary_p2p_s(cluster: PooledCluster, effs, bw_m, lat_m, pool, tp, other_pool, other_tp, tokens, hidden,
-                   act_bytes, stride):
+                   act_bytes, stride, stages_on_pool):
     """Seconds to send one micro-batch's activation (or its gradient) across a stage boundary:
     from a stage on ``pool`` with ``tp`` to its neighbour on ``other_pool`` (-1: none, 0 s).
 
     Each sender moves its 1/tp slice (Megatron's scatter/gather), sized by the smaller degree of
     the two. Inside a pool, ``cost_models.topology.p2p_stage_time_s`` with the neighbours
-    ``stride`` ranks apart; across pools, the slowest link on the path (``path_matrix``).
+    ``stride`` ranks apart and the group's ``stages_on_pool`` stages on the pool; across pools,
+    the slowest link on the path (``path_matrix``).
     """
     pool = np.asarray(pool)
     other_pool = np.asarray(other_pool)
@@ -437,11 +441,13 @@ def boundary_p2p_s(cluster: PooledCluster, effs, bw_m, lat_m, pool, tp, other_po
     other_tp = np.where(other_pool >= 0, other_tp, 1).astype(float)
     nbytes = np.broadcast_to(tokens * hidden * act_bytes / np.minimum(tp, other_tp), pool.shape)
     stride = np.broadcast_to(np.asarray(stride, dtype=float), pool.shape)
+    stages_on_pool = np.broadcast_to(np.asarray(stages_on_pool, dtype=float), pool.shape)
     t = np.zeros(pool.shape)
     same = other_pool == pool
     for p in np.unique(pool[same]):
         rows = same & (pool == p)
-        t[rows] = p2p_stage_time_s(nbytes[rows], stride[rows], cluster.pools[int(p)].cluster, effs[int(p)])
+        t[rows] = p2p_stage_time_s(nbytes[rows], stride[rows], stages_on_pool[rows], cluster.pools[int(p)].cluster,
+                                   effs[int(p)])
     cross = (other_pool >= 0) & ~same
     if cross.any():
         a, b = pool[cross], other_pool[cross]
