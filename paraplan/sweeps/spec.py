@@ -229,6 +229,11 @@ def _config_values(value: Any, key: str) -> tuple:
             if item < low or (high is not None and item > high):
                 raise InputError(f"config.{key}", f"{item!r} is out of range",
                                  "ZeRO stages are 0 to 3" if key == "zero_stage" else "degrees and micro-batches are >= 1")
+            if high is None and item > MAX_GPUS:
+                # ParallelConfig's bound (and the CLI's): above it the product of the degrees
+                # overflowed numpy's integers deep in the run, after its chunk folder was made
+                raise InputError(f"config.{key}", f"{int(item):,} is above the largest supported value {MAX_GPUS:,}",
+                                 "check the number")
         names = [e.value for e in _ENUM_CONFIG.get(key, ())]
         if names and str(item).lower() not in names:
             raise InputError(f"config.{key}", f"unknown value {item!r}", "choose one of " + ", ".join(names))
