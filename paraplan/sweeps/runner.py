@@ -306,6 +306,13 @@ def _checked_chunk(df: pd.DataFrame, chunk: list[tuple[int, dict]], kind: str) -
     return df
 
 
+def _remove_empty(created: list[Path]) -> None:
+    """Remove the folders this run made (innermost first) while still empty: nothing half-way."""
+    for path in created:
+        if path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
+
+
 def run_sweep(spec: SweepSpec, out_dir: str | Path | None = None, *, client=None, scheduler: str | None = None,
               local: bool = False, workers: int | None = None,
               progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
@@ -330,7 +337,12 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path | None = None, *, client=None
                          "remove it, or give another --out folder")
     created = [] if folder is None else [p for p in (folder, *folder.parents) if not p.exists()]
     if folder is not None:
-        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:      # /proc/x, /sys/x: named as the option, not as a bare path error
+            _remove_empty(created)
+            raise InputError("--out", f"cannot create the folder {folder}: {exc.strerror or exc}",
+                             "give a folder in a place you can write, e.g. --out sweep-out/") from None
     digests = input_digests(spec.kind, [p for c in parts for _, p in c])
     keys = [chunk_key(spec, c, digests) for c in parts]
     results: dict[int, pd.DataFrame] = {}
@@ -367,9 +379,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path | None = None, *, client=None
             try:
                 client, cluster = _client(scheduler, workers, len(todo))
             except InputError:
-                for path in created:       # the folders this run made, still empty: nothing half-way
-                    if path.is_dir() and not any(path.iterdir()):
-                        path.rmdir()
+                _remove_empty(created)
                 raise
         try:
             from dask.distributed import as_completed
