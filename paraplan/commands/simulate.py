@@ -23,7 +23,8 @@ from paraplan import priors
 from paraplan.cli import atomic_output_path, check_distinct_paths, check_image_path, check_writable, dump_json, format_table
 from paraplan.commands.token_count import TOKENS
 from planners.plan import whole_sequences_fix
-from simulator.parallel_config import AttentionKernel, CPKind, ParallelConfig, Recompute, Schedule
+from simulator.parallel_config import (MAX_GLOBAL_BATCH, MAX_GPUS, AttentionKernel, CPKind, ParallelConfig, Recompute,
+                                       Schedule)
 from simulator import headroom
 from simulator.report import StepReport
 from simulator.simulate import simulate
@@ -73,14 +74,35 @@ CPU_MEMORY_MEANING = {"allocator_bytes": "allocator fragmentation"}
 # Building the inputs
 # --------------------------------------------------------------------------------------------
 
+def _at_most(option: str, value: int, largest: int) -> int:
+    """``value``, or the error naming the ``option`` typed when it is above ``largest`` (the
+    configuration named the field it becomes, global_batch for --global-batch-tokens)."""
+    if value > largest:
+        raise InputError(option, f"{value:,} is above the largest supported value {largest:,}", "check the number")
+    return value
+
+
+#: options ParallelConfig bounds by the largest job (a degree, or sequences per micro-batch)
+_BOUNDED_OPTIONS = ("gpus", "dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch")
+
+
+def check_bounds(opts: dict) -> None:
+    """Each degree option at most the largest job, before any is multiplied (--cp 10**21 was told
+    to use a multiple of 32,000,000,000,000,000,000,000 GPUs)."""
+    for name in _BOUNDED_OPTIONS:
+        if opts.get(name) is not None:
+            _at_most(f"--{name.replace('_', '-')}", opts[name], MAX_GPUS)
+
+
 def _global_batch(global_batch: int | None, global_batch_tokens: int | None, seq_len: int) -> int:
     if global_batch is not None and global_batch_tokens is not None:
         raise InputError("--global-batch", "give --global-batch or --global-batch-tokens, not both")
     if global_batch is not None:
-        return global_batch
+        return _at_most("--global-batch", global_batch, MAX_GLOBAL_BATCH)
     if global_batch_tokens is None:
         raise InputError("--global-batch", "missing",
                          "give --global-batch SEQUENCES or --global-batch-tokens TOKENS")
+    _at_most("--global-batch-tokens", global_batch_tokens, MAX_GLOBAL_BATCH * seq_len)
     if global_batch_tokens % seq_len:
         raise InputError("--global-batch-tokens", f"{global_batch_tokens} is not a multiple of the sequence "
                          f"length {seq_len}", whole_sequences_fix(global_batch_tokens, seq_len))
@@ -162,6 +184,7 @@ def refuse_options_without_effect(opts: dict) -> None:
 
 def build_inputs(opts: dict) -> tuple[ModelSpec, object, ParallelConfig, int | None]:
     """(model, cluster, config, n_gpus) from the command's options; errors name the option."""
+    check_bounds(opts)
     model = load_model(opts["model"])
     if opts["seq_len"] is not None:
         model = model.with_seq_len(opts["seq_len"])
