@@ -56,6 +56,7 @@ import numbers
 import os
 from dataclasses import fields as dc_fields
 from dataclasses import replace
+from decimal import Decimal
 from typing import Any, Iterable, Mapping
 
 import numpy as np
@@ -137,6 +138,10 @@ def check_field(name: str) -> str:
     return name
 
 
+#: digits past which an integer field's value is refused unread (every bound is far below)
+_MAX_INT_DIGITS = 100
+
+
 def coerce_value(field: str, value: Any) -> Any:
     """``value`` (often a command-line string) converted to the type ``field`` takes.
 
@@ -154,12 +159,15 @@ def coerce_value(field: str, value: Any) -> Any:
         if count is not None and len(text) <= 40:
             return count
     if field in _INT_FIELDS:
+        # exactly, not through a float: 10**30 was quoted back as 1,000,000,000,000,000,019,884,624,838,656
         try:
-            number = float(text)
-        except ValueError:
+            number = Decimal(text)
+        except ArithmeticError:         # decimal.InvalidOperation: not a number
             raise InputError(field, f"expected an integer, got {value!r}") from None
-        if not math.isfinite(number) or number != int(number):    # int(nan) / int(inf) raise
+        if not number.is_finite() or number != number.to_integral_value():
             raise InputError(field, f"expected an integer, got {value!r}")
+        if number.adjusted() > _MAX_INT_DIGITS:      # 1e999999999 would be built digit by digit
+            raise InputError(field, f"{value!r} is above every supported value", "check the number")
         return int(number)
     if field in _FLOAT_FIELDS:
         try:

@@ -27,3 +27,33 @@ def test_a_sweep_out_folder_that_cannot_be_made_is_named_as_the_option(tmp_path,
     spec = tmp_path / "spec.yaml"
     spec.write_text(_SPEC)
     one_line_error(run("sweep", spec, "--out", out, "--local"), "error: --out: cannot create the folder")
+
+
+def test_an_integer_fields_plot_value_is_quoted_exactly_not_through_a_float(tmp_path):
+    result = run("plot", "breakdown", "-m", "gpt3-125m", "-c", "dgx-h100", "-n", 8, "--global-batch", 8,
+                 "-o", tmp_path / "x.png", "--field", "pp", "--values", 10**30)
+    one_line_error(result, f"pp: {10**30:,} is above")
+
+
+def test_an_integer_fields_value_reads_exponents_and_refuses_fractions():
+    from hardware_specs.errors import InputError
+    from paraplan.api import coerce_value
+    assert coerce_value("pp", "2e0") == 2 and coerce_value("tp", " 8 ") == 8
+    for text in ("2.5", "abc", "nan", "1e999999999"):
+        with pytest.raises(InputError):
+            coerce_value("pp", text)
+
+
+_SIM = ("simulate", "-m", "llama3-70b", "-c", "dgx-h100", "-n", 64, "--tp", 8, "--pp", 4)
+
+
+@pytest.mark.parametrize("extra, says", [
+    (("--global-batch", 128, "--cp", 10**21), "--cp: 1,000,000,000,000,000,000,000 is above the largest supported "
+                                              "value 16,777,216"),
+    (("--global-batch", 128, "--vpp", 10**21), "--vpp: 1,000,000,000,000,000,000,000 is above"),
+    (("--global-batch", 128, "--micro-batch", 10**21), "--micro-batch: 1,000,000,000,000,000,000,000 is above"),
+    (("--global-batch-tokens", "99999999999999999999999999Mi"), "--global-batch-tokens: 104,857,599,999,999,999,"),
+    (("--global-batch", 10**20), "--global-batch: 100,000,000,000,000,000,000 is above"),
+])
+def test_simulate_names_the_degree_or_batch_option_above_its_bound(extra, says):
+    one_line_error(run(*_SIM, *extra), says)
