@@ -108,6 +108,8 @@ def _refuse_input(target: Path, field: str) -> None:
 def check_writable(path: str | os.PathLike, field: str = "--out") -> None:
     """Fail early (before long work) if ``path``'s folder is missing or not writable; writes nothing
     that stays."""
+    if str(path) == "":         # Path("") is ".", which was said to be a folder
+        raise InputError(field, "the file name is empty", "give a file name")
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
