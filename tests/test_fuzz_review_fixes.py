@@ -57,3 +57,13 @@ _SIM = ("simulate", "-m", "llama3-70b", "-c", "dgx-h100", "-n", 64, "--tp", 8, "
 ])
 def test_simulate_names_the_degree_or_batch_option_above_its_bound(extra, says):
     one_line_error(run(*_SIM, *extra), says)
+
+
+def test_an_empty_output_file_name_is_said_to_be_empty_not_a_folder(tmp_path):
+    one_line_error(run(*_SIM, "--global-batch", 128, "--trace", ""), "--trace: the file name is empty")
+
+
+def test_calibrate_names_its_options_and_states_the_process_range():
+    one_line_error(run("calibrate", "--out", "x.calibration.json"), "--out: x.calibration.json must end in .yaml")
+    one_line_error(run("calibrate", "--out", "x.yaml", "--nprocs", 100000), "--nprocs:", "1<=x<=128")
+    assert "1<=x<=128" in run("calibrate", "--help").output

@@ -6,12 +6,13 @@ import click
 from hardware_specs.errors import InputError, check_name
 
 from paraplan.cli import check_writable, step_bar
+from paraplan.measure.runtime import MAX_LOCAL_PROCESSES
 
 
 @click.command("calibrate", short_help="Measure this machine and write a cluster profile.")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
               help="Cluster YAML to write (loadable wherever a cluster name is accepted); the raw timings go beside it, named after it: my-machine.yaml -> my-machine.calibration.json.")
-@click.option("--nprocs", type=click.IntRange(1), default=2, show_default=True,
+@click.option("--nprocs", type=click.IntRange(1, MAX_LOCAL_PROCESSES), default=2, show_default=True,
               help="Local processes (GPUs, or CPU ranks) to measure collectives between.")
 @click.option("--name", default=None, help="Name of the profile [default: the --out file's stem, my-machine for my-machine.yaml].")
 def command(out_path: str, nprocs: int, name: str | None) -> None:
@@ -32,6 +33,8 @@ def command(out_path: str, nprocs: int, name: str | None) -> None:
     if name is not None:        # before the benchmarks: every command refuses a profile with another name
         check_name("--name", name)
     check_writable(out_path)
+    if not out_path.endswith((".yaml", ".yml")):     # before the benchmarks, named as the option
+        raise InputError("--out", f"{out_path} must end in .yaml", "e.g. --out local-cpu.yaml")
     from paraplan.measure.calibrate import sidecar_path
     check_writable(sidecar_path(out_path), "--out")     # the raw timings' file, before the benchmarks
     with step_bar("calibrating") as bar:
