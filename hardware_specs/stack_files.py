@@ -9,6 +9,7 @@ behaviour is refused with the known ones listed.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from hardware_specs.errors import InputError, check_name
@@ -35,6 +36,18 @@ def _behaviour_values(section: Any, where: str) -> tuple[dict, dict]:
     return values, citations
 
 
+def _number(value: Any, field: str) -> float:
+    """``value`` as a finite float, read as the cluster and GPU loaders read numbers (``get_field``:
+    PyYAML reads 1e-3, without a dot, as the string '1e-3')."""
+    try:
+        number = get_field({"value": value}, "value", field, float)
+    except InputError:
+        number = math.nan
+    if not math.isfinite(number):
+        raise InputError(field, f"expected a number, got {value!r}", "write a finite number, e.g. 0.001 or 1e-3")
+    return number
+
+
 def _training_from_dict(values: dict, where: str) -> TrainingBehaviour:
     defaults = {f: getattr(TrainingBehaviour(), f) for f in StackSpec.training_keys()}
     unknown = set(values) - set(defaults)
@@ -51,9 +64,7 @@ def _training_from_dict(values: dict, where: str) -> TrainingBehaviour:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise InputError(f"{where}.{key}", f"expected a whole number, got {value!r}")
         elif kind is float:
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise InputError(f"{where}.{key}", f"expected a number, got {value!r}")
-            value = float(value)
+            value = _number(value, f"{where}.{key}")
         elif kind is tuple:
             if value is None:
                 value = []
@@ -82,9 +93,7 @@ def _serving_from_dict(values: dict, where: str) -> ServingBehaviour:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise InputError(f"{where}.{key}", f"expected a whole number, got {value!r}")
         elif isinstance(default, float):
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise InputError(f"{where}.{key}", f"expected a number, got {value!r}")
-            value = float(value)
+            value = _number(value, f"{where}.{key}")
         elif isinstance(default, str):
             value = str(value)
         elif key == "prefill_token_budget":

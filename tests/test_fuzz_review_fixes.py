@@ -67,3 +67,21 @@ def test_calibrate_names_its_options_and_states_the_process_range():
     one_line_error(run("calibrate", "--out", "x.calibration.json"), "--out: x.calibration.json must end in .yaml")
     one_line_error(run("calibrate", "--out", "x.yaml", "--nprocs", 100000), "--nprocs:", "1<=x<=128")
     assert "1<=x<=128" in run("calibrate", "--help").output
+
+
+def test_a_stack_reads_numbers_in_exponent_form_as_the_cluster_and_gpu_loaders_do():
+    from hardware_specs.errors import InputError
+    from hardware_specs.stack_files import stack_from_dict
+    import yaml
+    # PyYAML reads 1e-3 (no dot) as the string '1e-3'
+    serving = yaml.safe_load("host_step_s: {value: 1e-3, source: x}")
+    assert serving["host_step_s"]["value"] == "1e-3"
+    stack = stack_from_dict({"name": "x", "framework": "vllm", "serving": serving})
+    assert stack.serving.host_step_s == 1e-3
+    stack = stack_from_dict({"name": "x", "framework": "f", "training": {"grad_bucket_elements": "4e7"}})
+    assert stack.training.grad_bucket_elements == 4e7
+    for bad in ("fast", "nan", "inf", float("nan"), None, True):
+        with pytest.raises(InputError, match="serving.host_step_s: expected a number"):
+            stack_from_dict({"name": "x", "framework": "vllm", "serving": {"host_step_s": bad}})
+        with pytest.raises(InputError, match="training.grad_bucket_elements: expected a number"):
+            stack_from_dict({"name": "x", "framework": "f", "training": {"grad_bucket_elements": bad}})
