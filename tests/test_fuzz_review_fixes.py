@@ -85,3 +85,18 @@ def test_a_stack_reads_numbers_in_exponent_form_as_the_cluster_and_gpu_loaders_d
             stack_from_dict({"name": "x", "framework": "vllm", "serving": {"host_step_s": bad}})
         with pytest.raises(InputError, match="training.grad_bucket_elements: expected a number"):
             stack_from_dict({"name": "x", "framework": "f", "training": {"grad_bucket_elements": bad}})
+
+
+def test_a_stack_files_bad_speculative_tokens_is_named_as_the_stack_field_not_the_option(tmp_path):
+    from pathlib import Path
+    text = (Path(__file__).parents[1] / "hardware_specs/stacks/vllm-0.14.yaml").read_text()
+    text = text.replace("name: vllm-0.14", "name: vllm-x").replace(
+        "default_when_version_unstated: true", "default_when_version_unstated: false").replace(
+        "  speculative_tokens:\n    value: 0", "  speculative_tokens:\n    value: 1000")
+    stack = tmp_path / "vllm-x.yaml"
+    stack.write_text(text)
+    result = run("serve", "simulate", "-m", "llama3-8b", "-s", "dgx-h100", "-b", stack, "--tp", 1)
+    one_line_error(result, "error: stack vllm-x.serving.speculative_tokens: must be a whole number in [0, 16], "
+                           "got 1000", "--speculative-tokens)")
+    one_line_error(run("serve", "simulate", "-m", "llama3-8b", "-s", "dgx-h100", "-b", "vllm", "--tp", 1,
+                       "--speculative-tokens", 1000), "error: --speculative-tokens: must be a whole number")

@@ -250,15 +250,19 @@ def speculation(model: ModelSpec, stack: StackSpec, speculative_tokens, draft_ac
     ``num_nextn_predict_layers``, Qwen3.5's ``mtp_num_hidden_layers``) or an
     EAGLE-3 ``draft_head``, whose acceptance must be given; a separate small draft model is not
     modelled."""
-    k = stack.serving.speculative_tokens if speculative_tokens is None else speculative_tokens
+    given = stack.serving.speculative_tokens if speculative_tokens is None else speculative_tokens
+    # the stack's default is the stack file's value, not an option the user never typed
+    field = "--speculative-tokens" if speculative_tokens is not None \
+        else f"stack {stack.name}.serving.speculative_tokens"
     try:
-        k = whole_number("--speculative-tokens", k, minimum=0)      # 3.0 and numpy integers are 3
+        k = whole_number(field, given, minimum=0)      # 3.0 and numpy integers are 3
     except InputError:
         k = -1
     if not 0 <= k <= MAX_SPECULATIVE_TOKENS:
-        raise InputError("--speculative-tokens", f"must be a whole number in [0, {MAX_SPECULATIVE_TOKENS}], got "
-                         f"{speculative_tokens if speculative_tokens is not None else k!r}",
-                         "use 1-3 drafted tokens a step, as the engines' MTP examples do")
+        raise InputError(field, f"must be a whole number in [0, {MAX_SPECULATIVE_TOKENS}], got {given!r}",
+                         "use 1-3 drafted tokens a step, as the engines' MTP examples do" if speculative_tokens
+                         is not None else f"set it to 0-{MAX_SPECULATIVE_TOKENS} in the stack file, or override "
+                         "it with --speculative-tokens")
     if draft_acceptance is None:
         p, prior = MTP_ACCEPTANCE_PRIOR, True
     else:
@@ -279,7 +283,7 @@ def speculation(model: ModelSpec, stack: StackSpec, speculative_tokens, draft_ac
     elif k and not model.mtp_layers:
         # mtp_layers 0 is either a checkpoint without MTP (Kimi K2: num_nextn_predict_layers 0) or one
         # whose modules are not modelled (MiniMax-M2.5's num_mtp_modules 3): said as the spec states it
-        raise InputError("--speculative-tokens", f"{model.name}'s model spec has no multi-token-prediction "
+        raise InputError(field, f"{model.name}'s model spec has no multi-token-prediction "
                          "module to draft with (mtp_layers 0)",
                          "use --speculative-tokens 0, an EAGLE-3 head (--draft-model DIR, e.g. "
                          "examples/drafts/eagle3-llama3.1-8b), or a model with MTP layers (deepseek-v3, deepseek-r1, "
