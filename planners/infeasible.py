@@ -266,7 +266,9 @@ def no_layout(model: ModelSpec, c: SearchConstraints, gpus_per_node: int = 1) ->
     if near:
         fixes.insert(0, "use " + " or ".join(str(n) for n in near) + " GPUs")
     wide_tp = [int(t) for t in c.fixed.get("tp", ()) if int(t) > c.max_tp]
-    if wide_tp:      # a fixed tp above --max-tp (default: one node's GPUs) can never be searched
+    # a fixed tp above --max-tp (default: one node's GPUs) can never be searched; raising it is
+    # said only where it leaves a layout (tp 16 on 8 GPUs divides neither them nor the heads)
+    if wide_tp and _layout_exists(model, replace(c, max_tp=max(wide_tp))):
         fixes.insert(0, f"raise --max-tp to {max(wide_tp)} (its default is the GPUs of one node, "
                         f"{c.max_tp} here: wider tensor parallelism runs over the NICs)")
     if c.fixed:
