@@ -100,3 +100,29 @@ def test_a_stack_files_bad_speculative_tokens_is_named_as_the_stack_field_not_th
                            "got 1000", "--speculative-tokens)")
     one_line_error(run("serve", "simulate", "-m", "llama3-8b", "-s", "dgx-h100", "-b", "vllm", "--tp", 1,
                        "--speculative-tokens", 1000), "error: --speculative-tokens: must be a whole number")
+
+
+def test_plan_suggests_a_larger_max_tp_only_where_it_leaves_a_layout():
+    never = run("plan", "-m", "gpt3-125m", "-c", "dgx-h100", "-n", 8, "--global-batch", 8, "--tp", 16)
+    one_line_error(never, "fix fewer values (tp=16)")
+    assert "--max-tp" not in never.stderr
+    one_line_error(run("plan", "-m", "gpt3-1.3b", "-c", "dgx-h100", "-n", 16, "--global-batch", 16, "--tp", 16),
+                   "raise --max-tp to 16")
+
+
+def test_a_sweep_rows_reason_names_settings_not_command_line_options():
+    from paraplan.sweeps.reasons import sweep_reason
+    assert sweep_reason("gpus: x (raise --max-tp to 16; shorten --isl / --osl)") == \
+        "gpus: x (raise max_tp to 16; shorten isl / osl)"
+    assert sweep_reason("tp-2 and x--y stay") == "tp-2 and x--y stay"
+
+
+def test_a_best_sweep_row_cites_no_cli_option(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("models: [gpt3-1.3b]\nclusters: [dgx-h100]\ngpus: [16]\nglobal_batch: [16]\nsearch: best\n"
+                    "config: {tp: [16]}\n")
+    result = run("sweep", spec, "--out", tmp_path / "o", "--local")
+    assert result.exit_code == 0, result.output
+    import pandas as pd
+    reason = pd.read_parquet(tmp_path / "o" / "results.parquet")["reason"].iloc[0]
+    assert "raise max_tp to 16" in reason and "--" not in reason, reason

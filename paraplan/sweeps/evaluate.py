@@ -21,6 +21,7 @@ from hardware_specs.errors import InputError
 from model_specs.catalog import load_model
 from paraplan.commands.simulate import refuse_options_without_effect
 from paraplan.mfu import mfu_column, mfu_pct
+from paraplan.sweeps.reasons import sweep_reason
 from paraplan.sweeps.spec import AUTO_DTYPE
 from planners.plan import DETAIL_COLUMNS, OUTPUT_COLUMNS
 from simulator import headroom
@@ -119,7 +120,7 @@ def _simulate_group(rows: list[dict], points: list[Mapping], model, cluster) -> 
             config = ParallelConfig(global_batch=gbs, dtype=dtype, **fields)
             check_config(model, config, point["gpus"])
         except (InputError, TypeError, ValueError) as exc:
-            row.update(status="invalid", reason=str(exc))
+            row.update(status="invalid", reason=sweep_reason(exc))
             continue
         configs.append(config)
         where.append(row)
@@ -153,7 +154,7 @@ def _best(row: dict, point: Mapping, model, cluster, spec_config: Mapping, dtype
         result = plan(model, cluster, point["gpus"], gbs, fixed=dict(spec_config) or None, dtypes=dtypes,
                       assign_stages=False, max_plans=1000, stack=point["stack"])
     except InputError as exc:
-        row.update(status="infeasible", reason=str(exc))
+        row.update(status="infeasible", reason=sweep_reason(exc))
         return
     best = result.plans.iloc[0]
     for k in PLAN_COLUMNS:
@@ -179,7 +180,7 @@ def evaluate_points(indexed_points: list[tuple[int, Mapping[str, Any]]], kind: s
             model, cluster = _context(points[members[0]])
         except InputError as exc:
             for k in members:
-                rows[k].update(status="invalid", reason=str(exc))
+                rows[k].update(status="invalid", reason=sweep_reason(exc))
             continue
         for k in members:
             rows[k]["gpu"] = cluster.gpu.name

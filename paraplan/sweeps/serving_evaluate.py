@@ -10,6 +10,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from hardware_specs.errors import InputError
+from paraplan.sweeps.reasons import sweep_reason
 from paraplan.sweeps.serving_spec import SERVING_MODES
 
 #: the point's own values (``ttft_slo_ms`` / ``tpot_slo_ms``: the objective searched under)
@@ -43,7 +44,7 @@ def _best(row: dict, point: Mapping[str, Any]) -> None:
     try:
         ctx = serving_context(point["model"], point["system"], point["backend"], precision=precision)
     except InputError as exc:
-        row.update(status="invalid", reason=str(exc))
+        row.update(status="invalid", reason=sweep_reason(exc))
         return
     moe = ctx.model.moe is not None
     row.update(stack=ctx.stack.name, gpu=ctx.cluster.gpu.name, dense_format=ctx.dense_format,
@@ -52,7 +53,7 @@ def _best(row: dict, point: Mapping[str, Any]) -> None:
         plan = plan_serving(ctx, point["gpus"], point["isl"], point["osl"], point["ttft_ms"], point["tpot_ms"],
                             modes=SERVING_MODES[point["modes"]])
     except InputError as exc:
-        row.update(status="infeasible", reason=str(exc))
+        row.update(status="infeasible", reason=sweep_reason(exc))
         return
     best = plan.best
     for k in SERVING_PLAN_COLUMNS:
@@ -64,7 +65,7 @@ def _best(row: dict, point: Mapping[str, Any]) -> None:
     # disaggregated workers) is marked, with the engine's reason
     from paraplan.commands.serve import launch_of_row
     why_not = launch_of_row(best, ctx, {"isl": point["isl"], "osl": point["osl"], "kv_cache_dtype": "auto"})[1]
-    row["engine_refuses"] = "" if why_not is None else f"{why_not.field}: {why_not.message}"
+    row["engine_refuses"] = "" if why_not is None else sweep_reason(f"{why_not.field}: {why_not.message}")
 
 
 def evaluate_serving_points(indexed_points: list[tuple[int, Mapping[str, Any]]]) -> pd.DataFrame:
