@@ -167,7 +167,8 @@ def coerce_value(field: str, value: Any) -> Any:
         if not number.is_finite() or number != number.to_integral_value():
             raise InputError(field, f"expected an integer, got {value!r}")
         if number.adjusted() > _MAX_INT_DIGITS:      # 1e999999999 would be built digit by digit
-            raise InputError(field, f"{value!r} is above every supported value", "check the number")
+            raise InputError(field, f"expected an integer, got {value!r}",
+                             f"check the number: every bound is far below 10**{_MAX_INT_DIGITS}")
         return int(number)
     if field in _FLOAT_FIELDS:
         try:
