@@ -15,6 +15,7 @@ import numpy as np
 
 from cost_models import pool_links
 from cost_models.compute import activation_bytes
+from cost_models.memory import runtime_reserved_bytes
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
 from planners.hetero_split import split_layers
@@ -148,10 +149,12 @@ def lay_out(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     layer_act, full_act = layer_activation_bytes(model, settings, units)
     layer_act, full_act = layer_act[key], full_act[key]
 
+    reserved = np.array([runtime_reserved_bytes(q.cluster.gpu) for q in cluster.pools])[pool]
+
     def mem(nl):
         prm = stage_param_count(model, nl, first, last, pp_b, tp)
         return stage_memory_parts(model, settings, prm, zero, Dg, tp, mbs, rc, layer_act, full_act, nl, in_flight,
-                                  last)["memory_bytes"]
+                                  last, reserved)["memory_bytes"]
 
     m0, m1 = mem(0.0), mem(1.0)
     limit = np.asarray(memory_limit_bytes, dtype=float)[pool]

@@ -47,3 +47,24 @@ def test_simulate_names_no_cuda_workspaces_on_a_cpu_device():
     assert "CUDA" not in result.stdout and "allocator fragmentation" in result.stdout
     result = CliRunner().invoke(main, [*args[:2], "dgx-h100", *args[3:]])
     assert "allocator fragmentation + CUDA/NCCL workspaces" in result.stdout
+
+
+def test_a_pool_of_cpu_ranks_holds_no_cuda_reserve_as_simulate_has_it():
+    """The pooled model (mixed clusters) takes each pool's device reserve too: on a pool of CPU
+    ranks its allocator allowance is the fragmentation of the tensors alone, as ``simulate``'s
+    (the two still differ on fp32 logits, 8 bytes a logit pooled against the loss table's 6)."""
+    from hardware_specs.pools import PooledCluster
+    from model_specs.catalog import load_model
+    from simulator.heterogeneous import HeteroPlan, ReplicaGroup, StagePlacement, simulate_heterogeneous
+    from simulator.parallel_config import ParallelConfig
+    from simulator.simulate import simulate
+    model, cl = load_model("gpt3-125m"), load_cluster("cpu-local")
+    cfg = ParallelConfig(dp=2, micro_batch=1, global_batch=4, dtype="fp32")
+    homo = simulate(model, cl, cfg)
+    plan = HeteroPlan(groups=(ReplicaGroup((StagePlacement("p", 1, model.num_layers),), replicas=2),),
+                      micro_batch=1, global_batch=4, dtype="fp32")
+    het = simulate_heterogeneous(model, PooledCluster.single(cl, 2, "p"), plan)
+    for rep in (het.stages[0], homo):
+        allocator = rep.memory_breakdown_bytes["allocator_bytes"]
+        tensors = rep.memory_bytes - allocator
+        assert allocator == pytest.approx(tensors * memory.ALLOCATOR_FRAGMENTATION, rel=1e-9)

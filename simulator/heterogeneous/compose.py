@@ -279,8 +279,9 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     # ---- memory at each row's first stage (the one with the most micro-batches in flight) -------
     in_flight = in_flight_microbatches(settings, m[g], pp, blocks.position)
     layer_act, full_act = layer_activation_bytes(model, settings, units)
+    reserved = np.array([memory.runtime_reserved_bytes(q.cluster.gpu) for q in cluster.pools])[pool]
     mparts = stage_memory_parts(model, settings, stage_params, z, D_row, tp, mbs, rc, layer_act[k], full_act[k], n,
-                                in_flight, last)
+                                in_flight, last, reserved)
     w_b, g_b, o_b = mparts["weights_bytes"], mparts["gradients_bytes"], mparts["optimizer_bytes"]
     activations, logits = mparts["activations_bytes"], mparts["logits_bytes"]
     mem = mparts["memory_bytes"]
@@ -483,15 +484,17 @@ def layer_activation_bytes(model: ModelSpec, settings: ParallelConfig, units: Un
 
 
 def stage_memory_parts(model: ModelSpec, settings: ParallelConfig, stage_params, zero, dp_shard, tp, micro_batch,
-                       recompute, layer_act, full_act, layers, in_flight, last) -> dict:
+                       recompute, layer_act, full_act, layers, in_flight, last,
+                       reserved_bytes=memory.RUNTIME_RESERVED_BYTES) -> dict:
     """Peak bytes on one GPU of a stage, by part (``simulator.report.MEMORY_PARTS`` names):
     model states of ``stage_params`` sharded by ZeRO over ``dp_shard`` replicas, activations of
     ``layers`` layers of ``layer_act`` bytes each for ``in_flight`` micro-batches, plus what a
     layer's recomputation brings back at its backward beyond what it keeps (``full_act -
     layer_act``: the recomputed operations, or a fully recomputed layer less its stored input;
     ``simulator.stage_memory._recompute_buffer`` with every layer alike), the logits on
-    the last stage, the allocator allowance (``cost_models.memory``); ``memory_bytes`` is the
-    total."""
+    the last stage, the allocator allowance (``cost_models.memory``) with the device's runtime
+    reserve (``reserved_bytes``, per row: ``memory.runtime_reserved_bytes`` of its pool's device);
+    ``memory_bytes`` is the total."""
     dtype = settings.dtype
     act_bytes = activation_bytes(dtype)
     s = float(model.seq_len)
@@ -510,7 +513,7 @@ def stage_memory_parts(model: ModelSpec, settings: ParallelConfig, stage_params,
     # fp32 softmax copy next to the logits in the training dtype (memory.LOGIT_BYTES in 16-bit)
     logits = np.asarray(last) * tokens * model.vocab_size / np.asarray(tp, dtype=float) * (act_bytes + 4.0)
     tensors = w_b + g_b + o_b + activations + logits
-    allocator = memory.allocator_allowance_bytes(tensors)
+    allocator = memory.allocator_allowance_bytes(tensors, reserved_bytes)
     return {"weights_bytes": w_b, "gradients_bytes": g_b, "optimizer_bytes": o_b, "activations_bytes": activations,
             "logits_bytes": logits, "allocator_bytes": allocator, "memory_bytes": tensors + allocator}
 
