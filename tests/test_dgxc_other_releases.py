@@ -42,23 +42,23 @@ def test_all_but_six_rows_are_predicted_and_the_six_say_why(results):
 
 def test_mean_error_over_the_releases_within_its_bound(results):
     ok = results[results.status == "ok"]
-    assert ok.rel_error.abs().mean() <= 0.085                                 # 8.24%
+    assert ok.rel_error.abs().mean() <= 0.09                                  # 8.72% (8.24% before the sends' placement and overlap)
     known_miss = (ok.family == "DeepSeek-V3") & (ok.gpu == "gb200")
-    assert ok[~known_miss].rel_error.abs().mean() <= 0.075                    # 7.42% over 194 rows
+    assert ok[~known_miss].rel_error.abs().mean() <= 0.08                     # 7.89% over 194 rows (7.42%)
 
 
 @pytest.mark.parametrize("family, gpu, rows, bound", [
-    ("GPT-3", "h100-sxm-80gb", 10, 0.025),        # 2.1%
-    ("Nemotron-4", "h100-sxm-80gb", 44, 0.065),   # 6.3%
-    ("Nemotron-4", "gb200", 12, 0.03),            # 2.7%
-    ("Llama 3.1", "h100-sxm-80gb", 64, 0.08),     # 7.9% (the 8B CP 2 rows 12-20% slow, as in DGXC2411)
-    ("Llama 3.1", "gb200", 6, 0.09),              # 8.9%
-    ("Llama 4", "gb200", 6, 0.045),               # 4.4%
-    ("Llama 4", "h100-sxm-80gb", 2, 0.165),       # 16.0%, predicted slow
-    ("Grok-1", "h100-sxm-80gb", 20, 0.125),       # 12.4%
-    ("Grok-1", "gb200", 6, 0.19),                 # 18.8%, predicted slow
-    ("DeepSeek-V3", "h100-sxm-80gb", 2, 0.08),    # 8.0%
-    ("MaxText", "h100-sxm-80gb", 22, 0.055),      # 5.19%: its recipes' remat policy (13.9% fast without it)
+    ("GPT-3", "h100-sxm-80gb", 10, 0.03),         # 2.8% (2.1% before the sends' placement and overlap)
+    ("Nemotron-4", "h100-sxm-80gb", 44, 0.06),    # 5.8% (6.3%)
+    ("Nemotron-4", "gb200", 12, 0.03),            # 2.5% (2.7%)
+    ("Llama 3.1", "h100-sxm-80gb", 64, 0.09),     # 8.9% (7.9%; the 8B CP 2 rows slow, as in DGXC2411)
+    ("Llama 3.1", "gb200", 6, 0.105),             # 10.1% (8.9%)
+    ("Llama 4", "gb200", 6, 0.1),                 # 9.65%, predicted slow (4.4% before the Blackwell refit)
+    ("Llama 4", "h100-sxm-80gb", 2, 0.18),        # 17.8%, predicted fast (16.0%)
+    ("Grok-1", "h100-sxm-80gb", 20, 0.125),       # 12.05% (12.4%)
+    ("Grok-1", "gb200", 6, 0.18),                 # 17.6%, predicted fast (18.8%)
+    ("DeepSeek-V3", "h100-sxm-80gb", 2, 0.075),   # 7.1% (8.0%)
+    ("MaxText", "h100-sxm-80gb", 22, 0.065),      # 6.13% (5.19% before the Hopper refit): its recipes' remat policy (13.9% fast without it)
 ])
 def test_error_per_family_and_gpu_within_its_bound(results, family, gpu, rows, bound):
     part = results[(results.family == family) & (results.gpu == gpu) & (results.status == "ok")]
