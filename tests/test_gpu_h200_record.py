@@ -52,14 +52,15 @@ def test_the_shape_factor_orders_large_gemms_as_measured(record, cluster):
     assert np.corrcoef(big["shape_factor"], achieved)[0, 1] >= 0.6
 
 
-def test_fp8_gemms_run_a_little_slower_than_the_plateau_shared_with_bf16(record, cluster):
-    # Hopper's fp8 plateau is fitted at the bf16 fraction (its bound); these 46 large
-    # tensor-scaled fp8 GEMMs measure median 1.054x the prediction (p10 1.00, p90 1.12): the
-    # fp8 plateau is ~5% lower a fraction of its peak than bf16's on this GPU
+def test_fp8_gemms_run_at_hoppers_fitted_fp8_plateau(record, cluster):
+    # these 46 large tensor-scaled fp8 GEMMs ran ~5% lower a fraction of their peak than bf16's
+    # (median 1.054x the prediction while the fit held Hopper's fp8 plateau at the bf16 one, its
+    # bound); since the pipeline sends are priced as the stacks run them the published rows fit
+    # it at 0.6484 under bf16's 0.6844, and they measure median 0.998x (p10 0.95, p90 1.06)
     g = gemm_table(record, cluster)
     big = g[(g["dtype"] == "fp8") & (g["flops"] >= 2e11)]
     assert len(big) >= 40
-    assert 1.0 <= big["ratio"].median() <= 1.10
+    assert 0.97 <= big["ratio"].median() <= 1.03
 
 
 def test_gemm_timings_repeat_and_do_not_depend_on_operand_scale(record):
@@ -99,12 +100,13 @@ def test_a_power_capped_gemm_bound_step_gets_its_gemm_time_right(record, cluster
 
 
 def test_measured_single_gpu_steps_are_predicted_within_the_recorded_bound(record, cluster):
-    # six eager PyTorch steps of the small GPT on one H200: predicted 12-26% slow, mean 20.4%
+    # six eager PyTorch steps of the small GPT on one H200: predicted 14-28% slow, mean 22.2%
+    # (20.4% at Hopper's factors before the session-45 refit lowered its HBM fraction)
     table = step_table(record, cluster)
     assert len(table) == 6
     assert (table["rel_error"] > 0).all()
     assert table["rel_error"].max() <= 0.30
-    assert table["rel_error"].abs().mean() <= 0.22
+    assert table["rel_error"].abs().mean() <= 0.225
 
 
 def test_hoppers_achieved_hbm_fraction_is_below_a_plain_copy(record, cluster):
@@ -130,18 +132,23 @@ def test_kernel_categories(name, category):
 def test_validate_measured_on_one_h200_repredicts_its_rows_and_stays_in_bound():
     # `paraplan validate measured hgx-h200` on the H200 (tests/data/gpu_h200_validate/, written
     # by tools/gpu_smoke_measured.sh): the three single-rank default layouts on
-    # DEFAULT_MODEL_GPU, the seven 2-rank ones skipped. The committed code predicts each row as
-    # the device run did, and the errors are as recorded: +17.0%, +46.7% (four micro-batches of
-    # 2,048 tokens: the most kernels per FLOP, each priced Hopper's fitted 25 us) and +25.4%
+    # DEFAULT_MODEL_GPU, the seven 2-rank ones skipped. The device run recorded its predictions at
+    # the Hopper factors of its day (+17.0%, +46.7%, +25.4%); the committed code re-predicts the
+    # measured steps at +19.5%, +48.8% (four micro-batches of 2,048 tokens: the most kernels per
+    # FLOP, each priced Hopper's fitted 25 us) and +27.8%
     from paraplan.measure.compare import CONFIG_COLUMNS, DEFAULT_MODEL_GPU, predict
     rows = pd.read_csv(DATA / "gpu_h200_validate" / "validate_measured_catalog.csv")
     assert list(rows["name"]) == ["single", "single-mb1x4", "single-recompute"]
     cluster = load_cluster("hgx-h200")
+    errors = []
     for _, row in rows.iterrows():
         run = {**DEFAULT_MODEL_GPU, **{k: row[k] for k in CONFIG_COLUMNS}}
-        assert predict(run, cluster, "bf16").step_time_s == pytest.approx(row["predicted_step_s"], rel=1e-9)
-    assert (rows["rel_error"] > 0).all() and rows["rel_error"].max() <= 0.50
-    assert rows["rel_error"].abs().mean() <= 0.32
+        errors.append(predict(run, cluster, "bf16").step_time_s / row["measured_step_s"] - 1.0)
+    # the recorded errors are the recorded predictions' against the recorded measurements
+    assert rows["rel_error"].to_numpy() == pytest.approx(rows["predicted_step_s"] / rows["measured_step_s"] - 1)
+    errors = np.array(errors)
+    assert (errors > 0).all() and errors.max() <= 0.50
+    assert np.abs(errors).mean() <= 0.33
 
 
 def test_validate_measured_against_the_h200s_own_calibration():
@@ -275,7 +282,7 @@ def test_cli_table_names_each_part_and_its_numbers():
     assert result.exit_code == 0, result.output
     text = result.stdout
     assert "bf16   large     47         0.984" in text
-    assert "mean |error| 20.4% over 6 runs" in text
+    assert "mean |error| 22.2% over 6 runs" in text
     assert "l4-h4096-s2048   gemm          0.07054       102      0.07353             102" in text
 
 
