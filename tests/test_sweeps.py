@@ -71,7 +71,7 @@ def test_a_misspelt_config_value_or_a_repeated_key_fails_the_spec(tmp_path):
     with pytest.raises(InputError) as err:
         spec_from_dict({**GRID, "config": {"schedule": ["1F1B", "zero-bubble"]}})
     assert err.value.field == "config.schedule" and "'zero-bubble'" in err.value.message
-    assert spec_from_dict({**GRID, "config": {"schedule": ["1F1B"], "cp_kind": ["ring"]}}).config["schedule"] == ("1F1B",)
+    assert spec_from_dict({**GRID, "config": {"schedule": ["1F1B"], "cp_kind": ["ring"]}}).config["schedule"] == ("1f1b",)   # matched whatever the case, kept lower-case (its checks compare one spelling)
     twice = tmp_path / "twice.yaml"
     twice.write_text("models: [llama3-8b]\nmodels: [llama3-70b]\nclusters: [dgx-h100]\ngpus: [8]\nglobal_batch: [8]\n")
     result = CliRunner().invoke(main, ["sweep", str(twice), "--out", str(tmp_path / "out"), "--local"])

@@ -139,3 +139,17 @@ def test_a_value_inserted_into_an_inner_axis_evaluates_little_more_than_the_new_
     assert len(new) == wider.n_points // 3 and old <= len(new)        # of the 64 points there already
     monkeypatch.undo()
     pd.testing.assert_frame_equal(again, run_sweep(wider, tmp_path / "fresh", local=True))
+
+
+def test_a_grid_value_in_capitals_is_refused_or_run_as_its_lower_case_twin():
+    """ParallelConfig reads enum names whatever their case; the sweep keeps them lower-case, so
+    the check that refuses a point run as another configuration sees 1F1B as 1f1b (it had let
+    1F1B with vpp 2 run as interleaved, and refused the default Ring at cp 1)."""
+    from paraplan.sweeps.reasons import sweep_reason
+    from paraplan.sweeps.spec import spec_from_dict
+    base = {"search": "simulate", "models": ["llama3-8b"], "clusters": ["dgx-h100"], "gpus": [16],
+            "global_batch": [64]}
+    spec = spec_from_dict({**base, "config": {"schedule": ["1F1B", "ZB-H1"], "cp_kind": ["Ring"]}})
+    assert spec.config["schedule"] == ("1f1b", "zb-h1") and spec.config["cp_kind"] == ("ring",)
+    # a path whose component starts with two dashes is not an option
+    assert sweep_reason("/tmp/--foo.yaml not found; raise --max-tp") == "/tmp/--foo.yaml not found; raise max_tp"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 #: a command-line option: two dashes at a word's start, then lower-case words joined by dashes
-_OPTION = re.compile(r"(?<![\w-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
+_OPTION = re.compile(r"(?<![\w./-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
 
 
 def sweep_reason(exc: BaseException | str) -> str:

@@ -17,8 +17,9 @@ A spec file (YAML) lists, per axis, the values to try; every combination is one 
     config:                        # simulate: a grid over ParallelConfig fields;
       tp: [1, 2, 4, 8]             # best: values the planner may use (like --fix)
       pp: [1, 2, 4]
-    chunk_points: 500              # points per task (one vectorized evaluation; default 500 for
-                                   #   simulate, 4 for best, whose points are a plan search each)
+    chunk_points: 500              # most points per task (one vectorized evaluation; default 500
+                                   #   for simulate, 4 for best, whose points are a plan search each;
+                                   #   content-defined cuts make chunks about half that on average)
 
 Points are numbered in the order of that product (models outermost, config innermost); the
 result has one row per point. Unknown keys, empty axes and wrong types are ``InputError``s
@@ -237,7 +238,9 @@ def _config_values(value: Any, key: str) -> tuple:
         names = [e.value for e in _ENUM_CONFIG.get(key, ())]
         if names and str(item).lower() not in names:
             raise InputError(f"config.{key}", f"unknown value {item!r}", "choose one of " + ", ".join(names))
-    return tuple(int(i) if key in _INT_CONFIG else i for i in items)
+    # enum names are matched whatever their case, as ParallelConfig does; kept lower-case so the
+    # checks that compare them (refuse_options_without_effect) see one spelling
+    return tuple(int(i) if key in _INT_CONFIG else str(i).lower() if key in _ENUM_CONFIG else i for i in items)
 
 
 def spec_from_dict(data: Mapping[str, Any]):
