@@ -104,7 +104,11 @@ def _nemotron_h(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str
                                 num_shared_experts=cfg.get_int("n_shared_experts", default=1) if shared else 0,
                                 shared_expert_ffn_hidden_size=shared, router_score="sigmoid",
                                 latent_size=cfg.get_int("moe_latent_size", default=0),
-                                topk_renormalized=cfg.get_bool("norm_topk_prob", True))
+                                topk_renormalized=cfg.get_bool("norm_topk_prob", True),
+                                # the gate's e_score_correction_bias (Megatron-Bridge nemotron_h_bridge.py
+                                # sets moe_router_enable_expert_bias) and routed_scaling_factor
+                                expert_bias=True,
+                                topk_scaling_factor=cfg.get_float("routed_scaling_factor", 1.0))
     return fields
 
 

@@ -575,3 +575,12 @@ def test_a_router_megatron_cannot_build_is_refused_in_one_line():
         assert err.value.field == "model" and says in str(err.value) and "\n" not in str(err.value)
     assert megatron._router_args(replace(mixtral.moe, top_k=1, topk_renormalized=False)) == [
         ("--moe-router-pre-softmax", None)]
+
+
+def test_nemotron_h_routes_with_its_expert_bias_and_scaling():
+    """Nemotron 3 Nano's gate carries an e_score_correction_bias and scales the chosen weights by
+    its config.json routed_scaling_factor, 2.5 (Megatron-Bridge's nemotron_h_bridge.py sets
+    moe_router_enable_expert_bias): the export writes both, from the preset and the config."""
+    args = dict(megatron._model_args(load_model("nemotron-3-nano"), 4096))
+    assert "--moe-router-enable-expert-bias" in args and args["--moe-router-topk-scaling-factor"] == 2.5
+    assert load_model("nemotron-3-nano").moe.expert_bias and load_model("nemotron-3-nano").moe.topk_scaling_factor == 2.5

@@ -383,7 +383,8 @@ NEMOTRON_3_NANO = """{
   "max_position_embeddings": 262144, "mlp_hidden_act": "relu2", "moe_intermediate_size": 1856,
   "moe_shared_expert_intermediate_size": 3712, "n_groups": 8, "n_routed_experts": 128, "n_shared_experts": 1,
   "num_attention_heads": 32, "num_experts_per_tok": 6, "num_hidden_layers": 52, "num_key_value_heads": 2,
-  "ssm_state_size": 128, "tie_word_embeddings": false, "time_step_limit": [0.0, Infinity], "vocab_size": 131072
+  "ssm_state_size": 128, "tie_word_embeddings": false, "time_step_limit": [0.0, Infinity], "vocab_size": 131072,
+  "n_group": 1, "topk_group": 1, "norm_topk_prob": true, "routed_scaling_factor": 2.5
 }"""
 
 
