@@ -10,7 +10,7 @@ linear_num_key_heads, linear_key_head_dim, linear_num_value_heads, linear_value_
 linear_conv_kernel_dim, mamba_ssm_dtype, mtp_num_hidden_layers / num_nextn_predict_layers.
 
 Not modelled, as in the qwen3.5-397b-a17b preset: the softmax layers' output gate
-(``attn_output_gate``, an extra h x heads*head_dim projection: 0.5B of Qwen3.5-397B, 0.2B of
+(``attn_output_gate``, an extra h x heads*head_dim projection: 0.5B of Qwen3.5-397B, 0.10B of
 Qwen3-Next-80B), the q/k norms, the multimodal RoPE sections and the vision encoder.
 """
 from __future__ import annotations

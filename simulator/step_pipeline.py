@@ -424,9 +424,8 @@ def pipeline_pass(model, batch, m, per_layer: PerLayer, ends: Ends, exact: np.nd
         out["first_window_f_s"][idx] = share * f[:, 0, :].sum(axis=1)
         out["first_window_bw_s"][idx] = share * (b[:, 0, :] + w[:, 0, :]).sum(axis=1)
         rows_k = np.arange(len(idx))
-        # the busiest stage's counts: the layouts' per-stage sums, and the sends summed here
+        # the busiest stage's counts: the layouts' per-stage sums
         at_k = {name: cells["stage_" + name][rows_k, k, 0] for name in ("dense", "moe", "emb", "head", "mtp")}
-        at_k.update({name: cells[name].sum(axis=2)[rows_k, k] for name in ("send_f", "send_b")})
         at_k.update({name: split[name].sum(axis=2)[rows_k, k] for name in split})
         out["busiest_layers"][idx] = at_k["dense"] + at_k["moe"]
 

@@ -54,7 +54,7 @@ KNOWN_MODEL_GAPS = {
                  "+38.4% mean signed speed error (predicted fast; the other six -5.5%), and hold the bf16 "
                  "plateau down; the other rows' objective is flat in it (README, Megatron-Bridge GPT-OSS 120B); "
                  "and since the pipeline sends are placed and overlapped as the stacks run them, its kernel "
-                 "overhead leaves the 5 us prior for the 1 us bound (objective 7.47% -> 7.42%; the Blackwell "
+                 "overhead leaves the 5 us prior for the 1 us bound (objective 7.50% -> 7.42%; the Blackwell "
                  "rows' residual it absorbs is not identified, docs/accuracy_training.md, session 45)",
 }
 
