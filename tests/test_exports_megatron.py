@@ -584,3 +584,16 @@ def test_nemotron_h_routes_with_its_expert_bias_and_scaling():
     args = dict(megatron._model_args(load_model("nemotron-3-nano"), 4096))
     assert "--moe-router-enable-expert-bias" in args and args["--moe-router-topk-scaling-factor"] == 2.5
     assert load_model("nemotron-3-nano").moe.expert_bias and load_model("nemotron-3-nano").moe.topk_scaling_factor == 2.5
+
+
+def test_a_model_with_linear_attention_layers_is_refused_by_every_training_export():
+    """Qwen3.5's Gated DeltaNet layers: the Megatron export wrote no --experimental-attention-variant,
+    so its launch built 60 softmax-attention layers; each training export now refuses in one line."""
+    from paraplan import api
+    from paraplan.exports import deepspeed, torchtitan
+    row = api.simulate("qwen3.5-397b-a17b", "dgx-h100", gpus=64, pp=4, ep=16, global_batch=256, zero_stage=1,
+                       recompute="full").iloc[0]
+    for module in (megatron, torchtitan, deepspeed):
+        with pytest.raises(InputError) as err:
+            module.emit(row)
+        assert err.value.field == "model" and "linear-attention" in str(err.value) and "\n" not in str(err.value)

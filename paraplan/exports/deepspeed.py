@@ -63,6 +63,10 @@ def _check(p: dict) -> None:
     if model.hybrid_pattern:
         raise InputError("model", f"hybrid Mamba models: not supported by this export ({model.name}; the model code "
                          "DeepSpeed wraps here has no Mamba mixer)", "emit the plan's degrees by hand")
+    if model.linear_attention is not None:
+        raise InputError("model", f"linear-attention layers (Gated DeltaNet): not supported by this export "
+                         f"({model.name}; the model code DeepSpeed wraps here has softmax attention only)",
+                         "emit the plan's degrees by hand")
     refuse_memory_features(p, RELEASE, supported=("offload_optimizer_fraction",))
     if p.get("offload_optimizer_fraction") and (p["offload_optimizer_fraction"] != 1.0 or p["zero_stage"] == 0):
         raise InputError("offload_optimizer_fraction", "ZeRO-Offload moves the whole optimizer of ZeRO 1-3 to the "

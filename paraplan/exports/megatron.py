@@ -143,6 +143,11 @@ def _refuse_plan(p: dict, model: ModelSpec) -> None:
         raise InputError("model", "hybrid Mamba models: not supported by this export (Megatron-LM builds them with "
                          "pretrain_mamba.py and --hybrid-override-pattern, which this export does not write)",
                          "write the hybrid launch by hand from the plan's parallel degrees")
+    if model.linear_attention is not None:
+        raise InputError("model", "linear-attention layers (Gated DeltaNet, model.linear_attention): this export "
+                         "does not write Megatron-LM's --experimental-attention-variant / --linear-attention-freq, "
+                         "so its launch would build every layer with softmax attention",
+                         "write the hybrid-attention launch by hand from the plan's parallel degrees")
     if p["cuda_graphs"]:
         raise InputError("cuda_graphs", "this export does not capture CUDA graphs (--cuda-graph-impl and its "
                          "module list are the user's)", "plan without cuda_graphs, then add them by hand")

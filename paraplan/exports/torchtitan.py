@@ -143,6 +143,9 @@ def _settings(p: dict) -> dict:
     if model.hybrid_pattern:
         raise InputError("model", f"hybrid Mamba models: not supported by this export ({RELEASE} registers no "
                          "Mamba mixer)", "emit the plan's degrees by hand")
+    if model.linear_attention is not None:
+        raise InputError("model", f"linear-attention layers (Gated DeltaNet): not supported by this export ({RELEASE} "
+                         "registers no such attention)", "emit the plan's degrees by hand")
     entry = registry_entry(model)
     if entry is None:
         raise InputError("model", f"{model.name}'s architecture is none of the {RELEASE} registry models this "
