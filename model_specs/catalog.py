@@ -223,7 +223,7 @@ def _moe_from_dict(data: Any, where: str) -> MoESpec:
     _check_keys(data, known, where)
     _require(data, _MOE_REQUIRED, where)
     kwargs = {k: (_float(v, f"{where}.{k}") if k in ("capacity_factor", "topk_scaling_factor")
-                  else _bool(v, f"{where}.{k}") if k in ("expert_bias", "topk_renormalized")
+                  else _bool(v, f"{where}.{k}") if k in ("expert_bias", "topk_renormalized", "probs_on_input")
                   else str(v).strip() if k == "router_score" else _int(v, f"{where}.{k}"))
               for k, v in data.items() if k in known and v is not None}
     return MoESpec(**kwargs)

@@ -196,7 +196,7 @@ def _llama4(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, An
     fields["moe"] = MoESpec(num_experts=cfg.get_int("num_local_experts"), top_k=cfg.get_int("num_experts_per_tok"),
                             expert_ffn_hidden_size=expert, num_shared_experts=1, shared_expert_ffn_hidden_size=expert,
                             first_dense_layers=first_dense, dense_ffn_hidden_size=dense_ffn_width(fields, first_dense, freq),
-                            moe_layer_frequency=freq, router_score="sigmoid",
+                            moe_layer_frequency=freq, router_score="sigmoid", probs_on_input=True,
                             # transformers Llama4TextMoe: the sigmoid of the top-1 logit, not divided by a sum
                             topk_renormalized=False)
     chunk = cfg.get_int("attention_chunk_size", default=0)

@@ -95,6 +95,10 @@ class MoESpec:
             DeepSeek-V2 and Qwen2-57B-A14B, whose softmax runs over all experts, Grok-1, Llama 4's
             unnormalised sigmoid of its top-1). Megatron-LM softmax routers: ``--moe-router-pre-softmax``
             when false (moe_utils.py ``topk_routing_with_score_function``).
+        probs_on_input: the router's weight scales the expert's input instead of its output (Llama 4:
+            transformers ``Llama4TextMoe`` multiplies the routed tokens by the score before the
+            experts; with a gated expert the two differ). Megatron-LM: ``--moe-apply-probs-on-input``,
+            top-1 routers only (megatron/core/transformer/moe/experts.py asserts ``moe_router_topk`` 1).
         None of these changes the cost; they name the router a framework must build.
     """
 
@@ -114,6 +118,7 @@ class MoESpec:
     num_groups: int = 1
     group_topk: int = 1
     topk_renormalized: bool = True
+    probs_on_input: bool = False
 
     def __post_init__(self) -> None:
         if self.router_score not in ROUTER_SCORES:
@@ -132,6 +137,8 @@ class MoESpec:
                              f"{self.num_experts}, got {cf!r}")
         if not isinstance(self.expert_bias, bool):
             raise InputError("moe.expert_bias", f"must be true or false, got {self.expert_bias!r}")
+        if not isinstance(self.probs_on_input, bool):
+            raise InputError("moe.probs_on_input", f"must be true or false, got {self.probs_on_input!r}")
         if not isinstance(self.topk_renormalized, bool):
             raise InputError("moe.topk_renormalized", f"must be true or false, got {self.topk_renormalized!r}",
                              "write the checkpoint's config.json norm_topk_prob")

@@ -597,3 +597,17 @@ def test_a_model_with_linear_attention_layers_is_refused_by_every_training_expor
         with pytest.raises(InputError) as err:
             module.emit(row)
         assert err.value.field == "model" and "linear-attention" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_llama_4_weighs_the_experts_input_as_megatron_can_for_top_1():
+    """Llama 4 multiplies the routed tokens by the sigmoid score before the experts (transformers
+    Llama4TextMoe); with a SwiGLU expert that is not the output scaled. Megatron-LM builds it with
+    --moe-apply-probs-on-input (top-1 only, experts.py asserts it); the export wrote nothing."""
+    for name in ("llama4-scout", "llama4-maverick"):
+        moe = load_model(name).moe
+        assert moe.probs_on_input and moe.top_k == 1
+        assert ("--moe-apply-probs-on-input", None) in megatron._router_args(moe)
+    with pytest.raises(InputError) as err:
+        megatron._router_args(replace(load_model("llama4-scout").moe, top_k=2, topk_renormalized=True))
+    assert "top-1 routers only" in str(err.value)
+    assert "--moe-apply-probs-on-input" not in dict(megatron._model_args(load_model("mixtral-8x7b"), 4096))

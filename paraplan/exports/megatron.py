@@ -343,6 +343,11 @@ def _router_args(moe) -> list[tuple[str, Any]]:
         raise InputError("model", f"Megatron-LM's sigmoid router {'divides' if k > 1 else 'does not divide'} the chosen "
                          f"{k} scores by their sum, its router {'does' if renorm else 'does not'} "
                          f"(moe.topk_renormalized {str(renorm).lower()})", "emit another framework")
+    if moe.probs_on_input:
+        if k != 1:
+            raise InputError("model", f"its router weighs each expert's input, which Megatron-LM applies to top-1 "
+                             f"routers only (--moe-apply-probs-on-input), not top-{k}", "emit another framework")
+        args.append(("--moe-apply-probs-on-input", None))
     if moe.expert_bias:
         args.append(("--moe-router-enable-expert-bias", None))
     if moe.topk_scaling_factor != 1.0:
