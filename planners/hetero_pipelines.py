@@ -15,13 +15,12 @@ import numpy as np
 
 from cost_models import pool_links
 from cost_models.compute import activation_bytes
-from cost_models.memory import runtime_reserved_bytes
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
 from planners.hetero_split import split_layers
 from simulator.heterogeneous.compose import (Groups, StageBlocks, boundary_p2p_s, in_flight_microbatches,
-                                             layer_activation_bytes, stage_accumulation_s, stage_memory_parts,
-                                             stage_param_count)
+                                             layer_activation_bytes, pool_reserved_bytes, stage_accumulation_s,
+                                             stage_memory_parts, stage_param_count)
 from simulator.heterogeneous.unit_costs import UnitCosts
 from simulator.parallel_config import ParallelConfig
 
@@ -149,7 +148,7 @@ def lay_out(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     layer_act, full_act = layer_activation_bytes(model, settings, units)
     layer_act, full_act = layer_act[key], full_act[key]
 
-    reserved = np.array([runtime_reserved_bytes(q.cluster.gpu) for q in cluster.pools])[pool]
+    reserved = pool_reserved_bytes(cluster, pool)
 
     def mem(nl):
         prm = stage_param_count(model, nl, first, last, pp_b, tp)

@@ -790,6 +790,16 @@ def _first_blocks_share(model: ModelSpec, sp_: dict, tp):
     return np.minimum(blocks / np.maximum(sp_["first"] + sp_["first_expert"], 1.0), 1.0)
 
 
+def adam_step_bytes_per_param(dtype: str, moment_bytes=4.0):
+    """HBM bytes the optimizer step moves per local parameter (numpy-friendly in
+    ``moment_bytes``): ``ADAM_STEP_BYTES_PER_PARAM`` in mixed precision, the fp16 figure with its
+    unscaling, the fp32 one for fp32 and tf32 (the weights are the master copy), less
+    ``ADAM_MOMENT_ACCESSES`` x 2 bytes for 16-bit moments."""
+    base = {"fp32": ADAM_STEP_BYTES_PER_PARAM_FP32, "tf32": ADAM_STEP_BYTES_PER_PARAM_FP32,
+            "fp16": ADAM_STEP_BYTES_PER_PARAM_FP16}.get(dtype, ADAM_STEP_BYTES_PER_PARAM)
+    return base - ADAM_MOMENT_ACCESSES * (4.0 - np.asarray(moment_bytes, dtype=float))
+
+
 def _optimizer_step_s(cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch, memory_by_part: dict, shard,
                       expert_shard):
     """(seconds of the optimizer step on the GPU, parameters it updates, offloaded fraction)."""
@@ -798,10 +808,7 @@ def _optimizer_step_s(cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigB
     params_local = memory_by_part["params_local"]
     expert_local = memory_by_part["expert_params_local"]
     opt_params = params_local / np.where(zero >= 1, shard, 1.0) + expert_local / np.where(zero >= 1, expert_shard, 1.0)
-    adam_bytes = {"fp32": ADAM_STEP_BYTES_PER_PARAM_FP32, "tf32": ADAM_STEP_BYTES_PER_PARAM_FP32,
-                  "fp16": ADAM_STEP_BYTES_PER_PARAM_FP16}.get(batch.dtype, ADAM_STEP_BYTES_PER_PARAM)
-    # the figures above hold fp32 moments; 16-bit moments halve their reads and writes
-    adam_bytes = adam_bytes - ADAM_MOMENT_ACCESSES * (4.0 - np.asarray(batch.optimizer_moment_bytes, dtype=float))
+    adam_bytes = adam_step_bytes_per_param(batch.dtype, batch.optimizer_moment_bytes)
     opt_fraction = eff.optimizer_hbm_fraction or eff.hbm_fraction
     off = np.asarray(batch.offload_optimizer_fraction, dtype=float)
     optimizer = (1.0 - off) * opt_params * adam_bytes / (gpu.hbm_bw_bytes_per_s * opt_fraction)

@@ -66,8 +66,7 @@ from simulator.heterogeneous.shares import speed_shares
 from simulator.heterogeneous.unit_costs import UnitCosts
 from simulator.parallel_config import ParallelConfig, Schedule
 from simulator.step_model import _overlapped, grad_collective_s, pipeline_bubble_s, tied_embedding_all_reduce_s
-from simulator.step_model import (ADAM_STEP_BYTES_PER_PARAM, ADAM_STEP_BYTES_PER_PARAM_FP16,
-                                  ADAM_STEP_BYTES_PER_PARAM_FP32, DENSE_LAYER_PARAM_TENSORS, ends_accumulation_s,
+from simulator.step_model import (DENSE_LAYER_PARAM_TENSORS, adam_step_bytes_per_param, ends_accumulation_s,
                                   unfused_accumulation_s)
 
 
@@ -270,16 +269,15 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     dp_row = np.where(blocks.position == 0, exposed_grad + exposed_gather + tied_row, 0.0)
 
     # ---- optimizer ------------------------------------------------------------------------------
-    # fp32 and tf32 training keep the weights as the master copy (step_model's fp32 figure)
-    adam = {"fp32": ADAM_STEP_BYTES_PER_PARAM_FP32, "tf32": ADAM_STEP_BYTES_PER_PARAM_FP32,
-            "fp16": ADAM_STEP_BYTES_PER_PARAM_FP16}.get(dtype, ADAM_STEP_BYTES_PER_PARAM)
+    # the step model's bytes a parameter (fp32 moments: the pooled model refuses 16-bit ones)
+    adam = float(adam_step_bytes_per_param(dtype))
     opt_params = stage_params / np.where(z >= 1, D_row, 1.0)
     opt_row = opt_params * adam / (hbm_bw * opt_fraction)
 
     # ---- memory at each row's first stage (the one with the most micro-batches in flight) -------
     in_flight = in_flight_microbatches(settings, m[g], pp, blocks.position)
     layer_act, full_act = layer_activation_bytes(model, settings, units)
-    reserved = np.array([memory.runtime_reserved_bytes(q.cluster.gpu) for q in cluster.pools])[pool]
+    reserved = pool_reserved_bytes(cluster, pool)
     mparts = stage_memory_parts(model, settings, stage_params, z, D_row, tp, mbs, rc, layer_act[k], full_act[k], n,
                                 in_flight, last, reserved)
     w_b, g_b, o_b = mparts["weights_bytes"], mparts["gradients_bytes"], mparts["optimizer_bytes"]
@@ -481,6 +479,11 @@ def layer_activation_bytes(model: ModelSpec, settings: ParallelConfig, units: Un
     full = memory.activation_bytes_per_layer(model, units.micro_batch, s, units.tp, 1.0, units.sequence_parallel, 0,
                                              settings.flash_attention, gemm_input_bytes=gemm_in, element_bytes=act_bytes)
     return np.broadcast_to(per_layer, (len(units),)), np.broadcast_to(full, (len(units),))
+
+
+def pool_reserved_bytes(cluster: PooledCluster, pool) -> np.ndarray:
+    """Per row, the runtime reserve of its pool's device (``memory.runtime_reserved_bytes``)."""
+    return np.array([memory.runtime_reserved_bytes(q.cluster.gpu) for q in cluster.pools])[np.asarray(pool)]
 
 
 def stage_memory_parts(model: ModelSpec, settings: ParallelConfig, stage_params, zero, dp_shard, tp, micro_batch,
