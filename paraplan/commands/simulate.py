@@ -39,7 +39,7 @@ TIME_MEANING = {
     "tp_comm_exposed_s": "tensor-parallel collectives not hidden under GEMMs",
     "cp_comm_exposed_s": "context-parallel K/V exchange not hidden under attention",
     "ep_comm_exposed_s": "expert-parallel dispatch/combine all-to-all not hidden",
-    "pp_comm_s": "pipeline send/recv between stages",
+    "pp_comm_s": "pipeline send/recv between stages not hidden under the next chunk",
     "zero3_comm_exposed_s": "ZeRO-3 / FSDP gathers and per-micro-batch grad reductions, not hidden",
     "pipeline_bubble_s": "pipeline fill and drain (idle stages)",
     "dp_comm_exposed_s": "data-parallel gradient reduction (tied embedding's too) not hidden",
