@@ -333,7 +333,7 @@ def cell_durations(model, cells: dict, per_layer: PerLayer, ends: Ends, idx, spl
         + cells["head"] * e["head_b"] + cells["mtp"] * e["mtp_b"]
     w = lay(w_layer) + cells["emb"] * (e["emb_w"] + e["emb_z3_bw"]) \
         + cells["head"] * (e["head_w"] + e["head_z3_bw"]) + cells["mtp"] * e["mtp_w"]
-    send_f, send_b = exposed_sends(e["p2p"], e["p2p_overlap"], f, b + w)
+    send_f, send_b = exposed_sends(e["p2p"], e["p2p_overlap"], f, lambda: b + w)
     if sends is not None:
         sends.update(f=send_f, b=send_b)
     return f + cells["send_f"] * send_f, b + cells["send_b"] * send_b, w
@@ -342,9 +342,12 @@ def cell_durations(model, cells: dict, per_layer: PerLayer, ends: Ends, idx, spl
 def exposed_sends(p2p, overlap, f, bw):
     """(forward, backward) seconds of one send on a cell's critical path: the whole transfer,
     or with ``overlap`` (``step_model.p2p_overlap_applies``) only what it takes beyond the cell's
-    own pass (``f``; ``bw``, the fused backward), which the next chunk's equal pass hides."""
+    own pass (``f``; ``bw()``, the fused backward, computed only when some row overlaps), which the
+    next chunk's equal pass hides."""
     on = np.asarray(overlap, dtype=float) > 0
-    return (np.where(on, np.maximum(p2p - f, 0.0), p2p), np.where(on, np.maximum(p2p - bw, 0.0), p2p))
+    if not on.any():                # no row overlaps (every schedule but interleaved): the whole send
+        return p2p, p2p
+    return (np.where(on, np.maximum(p2p - f, 0.0), p2p), np.where(on, np.maximum(p2p - bw(), 0.0), p2p))
 
 
 def pipeline_pass(model, batch, m, per_layer: PerLayer, ends: Ends, exact: np.ndarray | None = None) -> dict:

@@ -44,9 +44,9 @@ def test_a_pipeline_that_outgrows_its_node_sends_over_the_nic_even_with_a_stride
 def test_an_overlapped_send_shows_only_beyond_its_chunks_pass():
     p2p = np.array([1.0, 1.0, 3.0])
     f, bw = np.array([2.0, 0.5, 2.0]), np.array([4.0, 0.25, 2.5])
-    send_f, send_b = exposed_sends(p2p, np.array([1, 1, 1]), f, bw)
+    send_f, send_b = exposed_sends(p2p, np.array([1, 1, 1]), f, lambda: bw)
     assert send_f.tolist() == [0.0, 0.5, 1.0] and send_b.tolist() == [0.0, 0.75, 0.5]
-    send_f, send_b = exposed_sends(p2p, np.array([0, 0, 0]), f, bw)      # not overlapped: whole
+    send_f, send_b = exposed_sends(p2p, np.array([0, 0, 0]), f, lambda: bw)      # not overlapped: whole
     assert send_f.tolist() == p2p.tolist() and send_b.tolist() == p2p.tolist()
 
 
