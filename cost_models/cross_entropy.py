@@ -95,14 +95,18 @@ _TABLE = np.array([[CROSS_ENTROPY_TRAFFIC[n].bytes_per_logit_fwd, CROSS_ENTROPY_
 
 
 #: bytes per logit the loss holds at its peak on the last stage, where an implementation's code
-#: says more than the catalog's default (``memory.LOGIT_BYTES``, 6: the 16-bit logits and an fp32
-#: softmax copy). ``torch_eager``: in backward, ``log_softmax``'s saved fp32 output (4),
+#: says more than the default: the logits in the training dtype and an fp32 softmax copy, i.e.
+#: activation bytes + 4 (``memory.LOGIT_BYTES``, 6, in 16-bit training; 8 in fp32 / tf32).
+#: ``torch_eager``: in backward, ``log_softmax``'s saved fp32 output (4),
 #: ``nll_loss_backward``'s zero-filled fp32 gradient (4) and ``cunn_SoftMaxBackward``'s fp32 input
 #: gradient (4) are alive at once (the 16-bit logits are gone: torchtitan's train step ``del
 #: pred``s them before ``backward``, and ``.float()`` saves nothing): 12; forward reaches 10
 #: (the 16-bit logits, the fp32 copy, the fp32 output).
 LOSS_PEAK_BYTES_PER_LOGIT = {"torch_eager": 12.0}
-_PEAK_TABLE = np.array([LOSS_PEAK_BYTES_PER_LOGIT.get(n, LOGIT_BYTES) for n in CROSS_ENTROPY_IMPLS])
+#: per implementation code: its fixed peak bytes per logit, or NaN where the default applies
+_PEAK_TABLE = np.array([LOSS_PEAK_BYTES_PER_LOGIT.get(n, np.nan) for n in CROSS_ENTROPY_IMPLS])
+#: bytes of the fp32 softmax copy per logit kept next to the logits in the training dtype
+SOFTMAX_COPY_BYTES = LOGIT_BYTES - 2.0
 
 
 def _codes(impl) -> np.ndarray:
@@ -110,10 +114,13 @@ def _codes(impl) -> np.ndarray:
     return np.asarray(CROSS_ENTROPY_CODES[impl]) if isinstance(impl, str) else np.asarray(impl, dtype=np.int64)
 
 
-def loss_peak_bytes_per_logit(impl):
-    """Bytes per logit the loss holds at its peak (``LOSS_PEAK_BYTES_PER_LOGIT``, else
-    ``memory.LOGIT_BYTES``) of ``impl``: a name or code, or an array of codes."""
-    return _PEAK_TABLE[_codes(impl)]
+def loss_peak_bytes_per_logit(impl, act_bytes=2.0):
+    """Bytes per logit the loss holds at its peak (``LOSS_PEAK_BYTES_PER_LOGIT``, else the logits'
+    ``act_bytes`` (the training dtype's activation bytes, ``compute.activation_bytes``) + an fp32
+    softmax copy: ``memory.LOGIT_BYTES`` = 6 in 16-bit training) of ``impl``: a name or code, or
+    an array of codes; ``act_bytes`` a number or an array broadcasting with them."""
+    fixed = _PEAK_TABLE[_codes(impl)]
+    return np.where(np.isnan(fixed), np.asarray(act_bytes, dtype=float) + SOFTMAX_COPY_BYTES, fixed)
 
 
 def loss_traffic(impl):

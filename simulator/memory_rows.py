@@ -127,7 +127,7 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
                  head_p=params.lm_head_params(model) / tp,
                  mtp_p=params.mtp_projection_params(model) / tp if model.mtp_layers else 0.0 * tp,
                  shard=shard, expert_shard=expert_shard, z3=z3,
-                 logits=loss_tokens * model.vocab_size / tp * loss_peak_bytes_per_logit(batch.cross_entropy),
+                 logits=loss_tokens * model.vocab_size / tp * loss_peak_bytes_per_logit(batch.cross_entropy, rates.act_bytes),
                  off=np.asarray(batch.offload_optimizer_fraction, dtype=float), rc_group=rc_group, zero=states_zero,
                  moments=batch.optimizer_moment_bytes, grad_buffer=batch.grad_buffer_bytes,
                  fp8_param_gather=batch.fp8_param_gather)

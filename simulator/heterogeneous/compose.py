@@ -55,6 +55,7 @@ import numpy as np
 
 from cost_models import memory, params, pool_links
 from cost_models.compute import LOW_PRECISION, activation_bytes
+from cost_models.cross_entropy import loss_peak_bytes_per_logit
 from cost_models.low_precision import saved_gemm_input_bytes_per_element, weight_copy_bytes_per_param
 from cost_models.topology import group_collective_time_s, p2p_stage_time_s, pipeline_exchange_transfers
 from hardware_specs.mfu_reference import reference_dtype
@@ -513,8 +514,10 @@ def stage_memory_parts(model: ModelSpec, settings: ParallelConfig, stage_params,
     w_b, g_b, o_b = (a + b for a, b in zip(*states))
     activations = layer_act * np.asarray(layers, dtype=float) * in_flight \
         + np.where(np.asarray(layers) > 0, np.maximum(full_act - layer_act, 0.0), 0.0)
-    # fp32 softmax copy next to the logits in the training dtype (memory.LOGIT_BYTES in 16-bit)
-    logits = np.asarray(last) * tokens * model.vocab_size / np.asarray(tp, dtype=float) * (act_bytes + 4.0)
+    # the loss's peak on the last stage, per logit as the step model prices it
+    # (``simulator.memory_rows``; the whole micro-batch: a plan cannot chunk the loss)
+    logits = (np.asarray(last) * tokens * model.vocab_size / np.asarray(tp, dtype=float)
+              * loss_peak_bytes_per_logit(settings.cross_entropy, act_bytes))
     tensors = w_b + g_b + o_b + activations + logits
     allocator = memory.allocator_allowance_bytes(tensors, reserved_bytes)
     return {"weights_bytes": w_b, "gradients_bytes": g_b, "optimizer_bytes": o_b, "activations_bytes": activations,
