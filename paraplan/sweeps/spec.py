@@ -36,6 +36,7 @@ from typing import Any, Iterator, Mapping
 from hardware_specs.yaml_files import exists, is_file, parse_yaml
 from hardware_specs.errors import InputError, check_spec_size, suggest
 from model_specs.model_spec import SIZE_LIMITS
+from planners.search_space import FIXABLE
 from simulator.parallel_config import MAX_GLOBAL_BATCH, MAX_GPUS, AttentionKernel, CPKind, Recompute, Schedule
 
 #: what a point evaluates: a training step (``simulator``; this module's ``SweepSpec``) or a
@@ -47,10 +48,9 @@ SEARCHES = ("best", "simulate")
 CONFIG_KEYS = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_stage", "recompute",
                "sequence_parallel", "schedule", "cp_kind", "attention_kernel", "overlap_grad_reduce",
                "overlap_param_gather", "tp_comm_overlap", "ep_comm_overlap", "ep_dispatch_dedup", "flash_attention",
-               "grad_accumulation_fusion", "zero3_recompute_gather", "moe_load_imbalance")
-#: the config keys the planner can fix (``planners.search_space.FIXABLE``)
-PLANNER_KEYS = ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage", "recompute",
-                "sequence_parallel", "schedule")
+               "grad_accumulation_fusion", "zero3_recompute_gather", "moe_load_imbalance", "zero_shard_group")
+#: the config keys the planner can fix: its own list, so the two cannot drift
+PLANNER_KEYS = tuple(FIXABLE)
 #: the dtype a point runs unless the spec lists others: the cluster GPU's 16-bit type
 #: (``cost_models.compute.sixteen_bit_dtype``), as ``paraplan simulate`` and ``plan`` default
 AUTO_DTYPE = "auto"
@@ -195,7 +195,7 @@ def _values(data: Mapping, key: str, kind, allow_none: bool = False) -> tuple:
     return tuple(out)
 
 
-_INT_CONFIG = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_stage")
+_INT_CONFIG = ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_stage", "zero_shard_group")
 #: config keys that take one of a few names: a misspelt one is the spec's error (ParallelConfig's
 #: own check and message), not a column of invalid rows
 _ENUM_CONFIG = {"recompute": Recompute, "schedule": Schedule, "cp_kind": CPKind, "attention_kernel": AttentionKernel}
@@ -226,10 +226,13 @@ def _config_values(value: Any, key: str) -> tuple:
             raise InputError(f"config.{key}", f"expected {what}, got {item!r}")
         if key in _INT_CONFIG:
             # no point of the grid can run a degree or micro-batch below 1 or a ZeRO stage past 3
-            low, high = (0, 3) if key == "zero_stage" else (1, None)
+            # (a ZeRO shard group of 0 shards over every data-parallel rank)
+            low, high = {"zero_stage": (0, 3), "zero_shard_group": (0, None)}.get(key, (1, None))
             if item < low or (high is not None and item > high):
                 raise InputError(f"config.{key}", f"{item!r} is out of range",
-                                 "ZeRO stages are 0 to 3" if key == "zero_stage" else "degrees and micro-batches are >= 1")
+                                 {"zero_stage": "ZeRO stages are 0 to 3",
+                                  "zero_shard_group": "a ZeRO shard group is 0 (every rank) or >= 1 ranks"}.get(
+                                     key, "degrees and micro-batches are >= 1"))
             if high is None and item > MAX_GPUS:
                 # ParallelConfig's bound (and the CLI's): above it the product of the degrees
                 # overflowed numpy's integers deep in the run, after its chunk folder was made
