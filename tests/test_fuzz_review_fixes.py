@@ -64,7 +64,7 @@ def test_an_empty_output_file_name_is_said_to_be_empty_not_a_folder(tmp_path):
 
 
 def test_calibrate_names_its_options_and_states_the_process_range():
-    one_line_error(run("calibrate", "--out", "x.calibration.json"), "--out: x.calibration.json must end in .yaml")
+    one_line_error(run("calibrate", "--out", "x.calibration.json"), "--out: x.calibration.json must end in .yaml or .yml")
     one_line_error(run("calibrate", "--out", "x.yaml", "--nprocs", 100000), "--nprocs:", "1<=x<=128")
     assert "1<=x<=128" in run("calibrate", "--help").output
 

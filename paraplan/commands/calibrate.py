@@ -34,7 +34,7 @@ def command(out_path: str, nprocs: int, name: str | None) -> None:
         check_name("--name", name)
     check_writable(out_path)
     if not out_path.endswith((".yaml", ".yml")):     # before the benchmarks, named as the option
-        raise InputError("--out", f"{out_path} must end in .yaml", "e.g. --out local-cpu.yaml")
+        raise InputError("--out", f"{out_path} must end in .yaml or .yml", "e.g. --out local-cpu.yaml")
     from paraplan.measure.calibrate import sidecar_path
     check_writable(sidecar_path(out_path), "--out")     # the raw timings' file, before the benchmarks
     with step_bar("calibrating") as bar:
