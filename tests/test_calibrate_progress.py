@@ -146,7 +146,7 @@ def test_calibrate_help_names_the_default_profile_name_the_file_stem(tmp_path, m
     assert "--out file's stem" in text
     names = []
     monkeypatch.setattr(cal, "require_torch", lambda: None)
-    monkeypatch.setattr(cal, "choose_device", lambda *a, **k: types.SimpleNamespace())
+    monkeypatch.setattr(cal, "choose_device", lambda *a, **k: types.SimpleNamespace(kind="cpu"))
     monkeypatch.setattr(cal, "launch", lambda *a, **k: [])
     monkeypatch.setattr(cal, "summarize", lambda *a, **k: {"cpu_wait_fraction": None})
     monkeypatch.setattr(cal, "cluster_mapping", lambda summary, ranks, world, choice, name: names.append(name) or {})
@@ -187,3 +187,15 @@ def test_step_bar_on_a_terminal_writes_no_progress_lines():
     lines = ProgressLines(Tty(), interval_s=0.0)
     lines(1, 2, "half")
     assert lines.stream.getvalue() == ""
+
+
+def test_a_calibration_warns_of_a_loaded_machine_and_of_gemm_timings_the_model_does_not_follow():
+    fit = lambda rms: {"peak_flops_per_s": 1e12, "half_dim": 64.0, "best_flops_per_s": 9e11, "rms_rel_error": rms}  # noqa: E731
+    quiet = {"cpu_wait_fraction": 0.02, "gemm_fits": {"fp32": fit(0.04), "bf16": fit(0.5)}}
+    assert cal.calibration_warnings(quiet, "fp32") == []          # only the primary dtype's fit is judged
+    loaded = {"cpu_wait_fraction": 0.3, "gemm_fits": {"fp32": fit(0.22)}}
+    messages = cal.calibration_warnings(loaded, "fp32")
+    assert len(messages) == 2 and "waited 30%" in messages[0]
+    assert "fp32 GEMM timings scatter 22% (rms)" in messages[1] and "\n" not in messages[1]
+    assert cal.calibration_warnings({"cpu_wait_fraction": None, "gemm_fits": {"fp32": fit(cal.POOR_GEMM_FIT)}},
+                                    "fp32") == []

@@ -47,6 +47,11 @@ MEMORY_BYTES = {"cpu": 128 * 2**20, "cuda": 2 * GIB}
 #: share of the time a rank waited for a CPU held by another process above which a
 #: calibration warns (see ``runtime.cpu_wait_fraction``).
 LOADED_MACHINE = 0.15
+#: root-mean-square relative error of the primary dtype's GEMM fit above which a calibration
+#: warns: its timings do not follow the plateau-and-saturation model the cost models evaluate
+#: (a busy or throttling machine, or a library that switches kernels between the shapes), so
+#: the profile's GEMM rates are that uncertain
+POOR_GEMM_FIT = 0.15
 #: sweeps over the GEMM and memory benchmarks; each timing keeps its best sweep, so a burst of
 #: foreign load during one sweep does not end up in the catalog.
 SWEEPS = 2
@@ -345,6 +350,23 @@ def cluster_mapping(summary: dict, ranks: list[dict], world: int, choice, name: 
     }
 
 
+def calibration_warnings(summary: dict, primary_dtype: str) -> list[str]:
+    """What a calibration's ``summary`` (``summarize``) should warn about: ranks that waited for
+    CPUs other processes held (above ``LOADED_MACHINE`` of the time) and a GEMM fit of
+    ``primary_dtype`` whose timings scatter more than ``POOR_GEMM_FIT`` (rms) around it."""
+    out = []
+    wait = summary.get("cpu_wait_fraction")
+    if wait is not None and wait > LOADED_MACHINE:
+        out.append(f"ranks waited {wait:.0%} of the calibration for CPUs other processes held; "
+                   "the numbers are pessimistic, rerun on a quiet machine")
+    fit = summary.get("gemm_fits", {}).get(primary_dtype)
+    if fit is not None and fit["rms_rel_error"] > POOR_GEMM_FIT:
+        out.append(f"the {primary_dtype} GEMM timings scatter {fit['rms_rel_error']:.0%} (rms) around the fitted "
+                   f"plateau and shape model; its GEMM rates are that uncertain: rerun on a quiet machine "
+                   f"(or with more sweeps)")
+    return out
+
+
 def run_calibration(out_path, nprocs: int = 2, name: str | None = None, device: str = "auto",
                     threads_per_rank: int | None = None, sweeps: int = SWEEPS, progress=None) -> Path:
     """Measure this machine with ``nprocs`` local ranks and write a catalog cluster YAML.
@@ -370,16 +392,14 @@ def run_calibration(out_path, nprocs: int = 2, name: str | None = None, device: 
     require_torch()
     out_path = Path(out_path)
     if out_path.suffix not in (".yaml", ".yml"):
-        raise InputError("out_path", f"{out_path} must end in .yaml", "e.g. local-cpu.yaml")
+        raise InputError("out_path", f"{out_path} must end in .yaml or .yml", "e.g. local-cpu.yaml")
     choice = choose_device(device, local_ranks=nprocs, threads_per_rank=threads_per_rank)
     if not 1 <= int(sweeps) <= 16:
         raise InputError("sweeps", f"must be between 1 and 16, got {sweeps}")
     ranks = launch(_calibration_worker, int(nprocs), {"sweeps": int(sweeps)}, choice, progress=progress)
     summary = summarize(ranks, int(nprocs), choice)
-    wait = summary["cpu_wait_fraction"]
-    if wait is not None and wait > LOADED_MACHINE:
-        warnings.warn(f"ranks waited {wait:.0%} of the calibration for CPUs other processes held; "
-                      "the numbers are pessimistic, rerun on a quiet machine", stacklevel=2)
+    for message in calibration_warnings(summary, _dtypes_to_calibrate(choice.kind)[0]):
+        warnings.warn(message, stacklevel=2)
     mapping = cluster_mapping(summary, ranks, int(nprocs), choice, name or safe_name(out_path.stem, "local"))
     out_path.parent.mkdir(parents=True, exist_ok=True)
     header = ("# Written by paraplan calibrate (paraplan/measure/calibrate.py); regenerate rather "
