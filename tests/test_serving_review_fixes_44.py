@@ -2,6 +2,8 @@
 exact invariant between the planner and ``serve simulate``."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,8 @@ from simulator.serving.context import ServingContext
 from simulator.serving.deployment import Deployment, WorkerLayout
 from simulator.serving.evaluate import evaluate_agg_columns
 from simulator.serving.simulate import simulate_serving
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _ctx(model, system, backend, fmt, expert=None):
@@ -341,3 +345,32 @@ def test_a_tpu_script_with_a_host_per_worker_sets_no_cuda_variable_and_gpus_keep
     gpu = _emit("-s", "dgx-h100", "--workers", "2")
     assert gpu.exit_code == 0, gpu.output
     assert "CUDA_VISIBLE_DEVICES=0 vllm serve" in gpu.stdout and "CUDA_VISIBLE_DEVICES=1 vllm serve" in gpu.stdout
+
+
+@pytest.mark.parametrize("args, field", [
+    (("--tp", "8", "--batch", "8"), "--tp"),                        # one worker: was blamed on --workers
+    (("--tp", "2", "--workers", "3", "--batch", "8"), "workers"),
+    (("--mode", "disagg", "--decode-tp", "8"), "--decode-tp"),     # --workers is refused under disagg
+])
+def test_a_deployment_above_a_clusters_max_gpus_names_what_makes_it_so(tmp_path, args, field):
+    """A cluster file's ``max_gpus`` ceiling blamed --workers whatever made the deployment too large."""
+    from click.testing import CliRunner
+
+    from paraplan.cli import main
+    from tests.cli_results import one_line_error
+    text = (REPO / "hardware_specs" / "clusters" / "dgx-h100.yaml").read_text()
+    cluster = tmp_path / "small.yaml"
+    cluster.write_text(text.replace("gpus_per_node: 8", "gpus_per_node: 8\nmax_gpus: 4", 1))
+    result = CliRunner().invoke(main, ["serve", "simulate", "-m", "llama3.1-70b", "-s", str(cluster), *args])
+    one_line_error(result, f"error: {field}: ", "above the 4 GPUs of dgx-h100")
+
+
+def test_an_aggregated_fix_without_pipeline_stages_is_not_said_to_have_them():
+    # Llama-3.1-70B in bf16 (141 GB) on 3 H100: a disaggregated plan needs a prefill and a decode
+    # worker of 2 GPUs each; one aggregated tp2 worker (70.6 GB a GPU) fits. The fix had called
+    # tp2 a layout "with pipeline stages"
+    from tests.test_serving_simulator import _ctx
+    with pytest.raises(InputError) as err:
+        plan_serving(_ctx("llama3.1-70b", "dgx-h100", "vllm", "bf16"), 3, 1024, 1024, 1000.0, 50.0, modes=("disagg",))
+    assert err.value.fix.startswith("add GPUs (a layout fits on 4), or aggregated workers fit (tp2): "
+                                    "plan with --mode agg (or both), or a smaller weight format")

@@ -86,24 +86,34 @@ def worker_layout(tp: int, pp: int, adp: int, moe_tp: int | None, moe_ep: int | 
     return WorkerLayout(tp=tp, pp=pp, adp=adp, moe_tp=moe_tp, moe_ep=moe_ep, batch=batch, where=where)
 
 
-def _refuse_too_many_gpus(dep: "Deployment") -> None:
-    """The ``InputError`` of a deployment above ``MAX_GPUS`` GPUs, on what makes it so large: the
-    larger side's (disaggregated) worker degree when one worker alone exceeds it (its largest of
-    tp, pp, adp, as ``serve simulate`` spells it: ``--tp``, ``--decode-pp``; ``--tp 1e20`` had
-    been blamed on the workers), else its worker count."""
-    if dep.mode == "agg":
-        lay, count, option, workers = dep.layout, dep.workers, "--", "workers"
-    elif dep.prefill.gpus * dep.prefill_workers >= dep.decode.gpus * dep.decode_workers:
-        lay, count, option, workers = dep.prefill, dep.prefill_workers, "--prefill-", "prefill_workers"
-    else:
-        lay, count, option, workers = dep.decode, dep.decode_workers, "--decode-", "decode_workers"
-    if lay.gpus > MAX_GPUS:
+def refuse_too_many_gpus(dep: "Deployment", limit: int = MAX_GPUS, ceiling: str = "") -> None:
+    """The ``InputError`` of a deployment above ``limit`` GPUs (default ``MAX_GPUS``; a cluster's
+    ``max_gpus``, named by ``ceiling``, e.g. "the 4 GPUs of dgx-h100"), on what makes it so large,
+    spelt as ``serve simulate`` spells it: a worker's largest degree (``--tp``, ``--decode-pp``)
+    when one worker alone exceeds it (``--tp 1e20`` had been blamed on the workers), else the
+    worker count of the side (aggregated, or the disaggregated side with more GPUs) that has
+    several, else the degree again (a cluster's ceiling had blamed ``--workers`` for one
+    aggregated worker, and under ``--mode disagg``, which refuses it)."""
+    ceiling = ceiling or f"the largest supported {limit:,}"
+    sides = [(dep.layout, dep.workers, "--", "workers")] if dep.mode == "agg" else sorted(
+        [(dep.prefill, dep.prefill_workers, "--prefill-", "prefill_workers"),
+         (dep.decode, dep.decode_workers, "--decode-", "decode_workers")], key=lambda side: -side[0].gpus * side[1])
+    lay, count, option, workers = sides[0]
+
+    def degree_error(what: str) -> InputError:
         degree = max(("tp", "pp", "adp"), key=lambda k: getattr(lay, k))
-        raise InputError(f"{option}{degree}", f"a worker of tp {lay.tp:,} x pp {lay.pp:,} x adp {lay.adp:,} spans "
-                         f"{lay.gpus:,} GPUs, above the largest supported {MAX_GPUS:,}", f"use a smaller {option}{degree}")
-    role = "" if dep.mode == "agg" else option[2:-1] + " "
-    raise InputError(workers, f"the deployment spans {dep.gpus:,} GPUs ({count:,} {role}workers of {lay.gpus:,}), above "
-                     f"the largest supported {MAX_GPUS:,}", "use fewer workers or smaller workers")
+        return InputError(f"{option}{degree}", what, f"use a smaller {option}{degree}")
+
+    if lay.gpus > limit:
+        raise degree_error(f"a worker of tp {lay.tp:,} x pp {lay.pp:,} x adp {lay.adp:,} spans {lay.gpus:,} GPUs, "
+                           f"above {ceiling}")
+    for lay_i, count_i, option_i, workers_i in sides:
+        if count_i > 1:
+            role = "" if dep.mode == "agg" else option_i[2:-1] + " "
+            raise InputError(workers_i, f"the deployment spans {dep.gpus:,} GPUs ({count_i:,} {role}workers of "
+                             f"{lay_i.gpus:,}), above {ceiling}", "use fewer workers or smaller workers")
+    raise degree_error(f"the deployment spans {dep.gpus:,} GPUs (" + " and ".join(
+        f"one {o[2:]}worker of {la.gpus:,}" for la, _, o, _ in sides) + f"), above {ceiling}")
 
 
 @dataclass(frozen=True)
@@ -168,7 +178,7 @@ class Deployment:
                 raise InputError("prefill" if self.prefill is None else "decode",
                                  "missing for a disaggregated deployment", "give both worker layouts")
         if self.gpus > MAX_GPUS:        # as a training job: larger is a typo, and TTFTs would reach 1e39 s
-            _refuse_too_many_gpus(self)
+            refuse_too_many_gpus(self)
 
     @property
     def gpus(self) -> int:

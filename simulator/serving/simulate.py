@@ -13,7 +13,7 @@ from cost_models.weight_formats import scale_block, slice_holds_whole_blocks
 
 from hardware_specs.errors import InputError
 from simulator.serving.context import ServingContext
-from simulator.serving.deployment import Deployment, WorkerLayout
+from simulator.serving.deployment import Deployment, WorkerLayout, refuse_too_many_gpus
 from simulator.serving.aggregated import memory_columns
 from simulator.serving.disaggregated import largest_prefill_batch
 from simulator.serving.evaluate import evaluate_agg_columns, evaluate_disagg_columns
@@ -191,8 +191,7 @@ def simulate_serving(dep: Deployment, ctx: ServingContext | None = None, require
     ctx.check_request(dep.isl, dep.osl)
     gpus_domain = ctx.cluster.max_gpus
     if gpus_domain is not None and dep.gpus > gpus_domain:
-        raise InputError("--workers", f"the deployment needs {dep.gpus} GPUs, more than the {gpus_domain} of "
-                         f"{ctx.cluster.name}", "use fewer workers")
+        refuse_too_many_gpus(dep, gpus_domain, f"the {gpus_domain:,} GPUs of {ctx.cluster.name}")
     if dep.mode == "agg":
         _check_layout(ctx, dep.layout, "")
         cols = _cols(dep.layout)
