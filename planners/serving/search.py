@@ -413,16 +413,21 @@ def ranking_key(cands: pd.DataFrame, rank_by: str) -> pd.Series:
 
 
 def _unfit_fixes(ctx, gpus: int, isl: int, osl: int, max_batch: int, modes, allow_pp: bool) -> list[str]:
-    """Aggregated workers with pipeline stages, where the search left them out (--no-pp, or
-    --mode disagg, whose workers have none) and they would fit on these GPUs."""
+    """Aggregated workers (with pipeline stages where the smallest that fits has them), where
+    the search left them out (--no-pp, or --mode disagg, whose workers have none) and they would
+    fit on these GPUs; each option named only where the layout needs it (a pp-1 layout had been
+    called one "with pipeline stages", and told to drop --no-pp)."""
     fixes = []
     if not allow_pp or "agg" not in modes:
         alt = _agg(ctx, gpus, isl, osl, max_batch, True)
         if len(alt):
-            sized = alt.assign(g=alt.tp * alt.pp * alt.adp).sort_values(["g", "pp"], kind="stable")
-            how = (["with --mode agg (or both)"] if "agg" not in modes else []) + ([] if allow_pp else ["without --no-pp"])
-            fixes.append(f"aggregated workers with pipeline stages fit ({sized.layout.iloc[0]}): plan "
-                         + " and ".join(how))
+            smallest = alt.assign(g=alt.tp * alt.pp * alt.adp).sort_values(["g", "pp"], kind="stable").iloc[0]
+            staged = int(smallest.pp) > 1
+            how = (["with --mode agg (or both)"] if "agg" not in modes else []) \
+                + (["without --no-pp"] if staged and not allow_pp else [])
+            if how:
+                fixes.append(f"aggregated workers {'with pipeline stages ' if staged else ''}fit "
+                             f"({smallest.layout}): plan " + " and ".join(how))
     return fixes
 
 
