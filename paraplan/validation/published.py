@@ -70,7 +70,7 @@ from hardware_specs.stack_presets import Layout, memory_savings_of_layout
 from model_specs.model_spec import ModelSpec
 from paraplan.validation.csv_structure import check_csv_structure, id_text
 from paraplan.validation.flops_conventions import CONVENTIONS
-from paraplan.validation.row_model import (Skip, _check_family_vocab, _int, _lead_int, _measured, _named_preset_or_none, _num,
+from paraplan.validation.row_model import (Skip, _check_family_vocab, _experts, _int, _measured, _named_preset_or_none, _num,
                                            _preset_for, _same_architecture_preset, _says_without_mtp, _stated_params, _str)
 from paraplan.validation.row_precision import unstated_dtype
 from simulator.parallel_config import ParallelConfig
@@ -236,7 +236,7 @@ def row_inputs(row, run_conventions=frozenset()) -> RowInputs:
             # the preset's leading dense layers, at most all but one of the row's (a ModelSpec
             # refuses a MoE block with no MoE layer, so this is set together with num_layers)
             first_dense = min(moe.first_dense_layers, max(0, needed["layers"] - 1))
-            moe = replace(moe, num_experts=_lead_int(row, "moe_experts") or moe.num_experts,
+            moe = replace(moe, num_experts=_experts(row) or moe.num_experts,
                           top_k=_int(row, "moe_topk") or moe.top_k, first_dense_layers=first_dense)
         model = replace(preset, num_layers=needed["layers"], hidden_size=needed["hidden"],
                         num_heads=needed["heads"], num_kv_heads=kv, seq_len=needed["seq_len"],

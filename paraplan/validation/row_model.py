@@ -26,10 +26,11 @@ MAX_COUNT = 2**40
 
 #: columns that hold only a number in the published-runs file (others, such as ``ffn_hidden``,
 #: ``params_b``, ``moe_experts`` and ``zero_stage``, may carry text around it): text in one of
-#: these is damage, and the row is skipped with that reason instead of read as empty
+#: these is damage, and the row is skipped with that reason instead of read as empty (text in
+#: ``zero_norm``, e.g. 'ZeRO-3', was read as "not stated": a ZeRO-3 row ran at the stack's default)
 NUMERIC_COLUMNS = frozenset({"layers", "hidden", "heads", "kv_heads", "vocab", "seq_len", "n_gpus", "tp", "pp", "dp",
                              "cp", "ep", "vpp", "micro_batch", "global_batch", "gpus_per_node",
-                             "scaleout_gbps_per_gpu", "measured_value", "moe_topk"})
+                             "scaleout_gbps_per_gpu", "measured_value", "moe_topk", "zero_norm"})
 
 
 def _num(row, col):
@@ -80,6 +81,19 @@ def _lead_int(row, col):
         elif digits:
             break
     return int(digits) if digits else None
+
+
+def _experts(row):
+    """The experts a row states in ``moe_experts`` (its leading integer: '256 routed + 1 shared'
+    gives 256), None when the cell is empty; ``Skip`` for a cell with no number at all ('eight'
+    was read as "not stated": the preset's experts were predicted)."""
+    text = _str(row, "moe_experts")
+    if not text:
+        return None
+    count = _lead_int(row, "moe_experts")
+    if count is None:
+        raise Skip(f"moe_experts '{text}' is not a number")
+    return count
 
 
 def _str(row, col):
