@@ -2,6 +2,8 @@
 reason (or the file refused) instead of predicted on a default the row contradicts."""
 from __future__ import annotations
 
+from functools import lru_cache
+
 import pytest
 
 from paraplan.validation.published import Skip, row_inputs
@@ -47,3 +49,33 @@ def test_moe_experts_without_a_number_skips_the_row_instead_of_taking_the_preset
         row_inputs(_mixtral_row(moe_experts="eight"))
     with pytest.raises(Skip, match="^moe_topk 'two' is not a number$"):
         row_inputs(_mixtral_row(moe_topk="two"))
+
+
+@lru_cache(maxsize=None)
+def _bundled_runs():
+    from paraplan.validation.datasets import PUBLISHED_RUNS, validation_file
+    from paraplan.validation.published import read_runs
+    return read_runs(validation_file(PUBLISHED_RUNS))
+
+
+def _kor22_22b_row(**overrides):
+    """KOR22's GPT-22B step-time row, whose ``model`` names the dense preset gpt-22b."""
+    df = _bundled_runs()
+    row = df[df.id == "KOR22-T5-22B-full:iter_time_s"].iloc[0].to_dict()
+    row.update(overrides)
+    return row
+
+
+def test_a_dense_preset_row_stating_experts_is_skipped_not_predicted_dense():
+    # the row was predicted as the dense gpt-22b, its moe_experts 8 / moe_topk 2 ignored
+    assert row_inputs(_kor22_22b_row(layers="")).model.moe is None
+    with pytest.raises(Skip, match="^row states 8 experts; preset gpt-22b has none$"):
+        row_inputs(_kor22_22b_row(moe_experts="8", moe_topk="2"))
+    with pytest.raises(Skip, match="^row states moe_topk 2; preset gpt-22b has no experts$"):
+        row_inputs(_kor22_22b_row(moe_topk=2))
+
+
+def test_a_moe_preset_row_stating_other_experts_runs_the_rows_experts():
+    # the converse: the row's own columns win over its MoE preset's (noted by the preset line)
+    moe = row_inputs(_mixtral_row(moe_experts="16", moe_topk="4")).model.moe
+    assert (moe.num_experts, moe.top_k) == (16, 4)

@@ -8,7 +8,8 @@ defaults, each recorded in the row's ``assumptions``:
   when it has the row's layers, hidden size and heads (its vocabulary, key/value heads, whether
   its MLP is gated, and the details no column holds: dropout, norm, biases, positions,
   activation); mixture-of-experts rows and rows without an architecture take the
-  whole architecture from that preset. Otherwise ``ffn_hidden`` empty is 4 * hidden, ``kv_heads``
+  whole architecture from that preset (a row stating experts or a top-k whose preset is dense is
+  skipped: the preset cannot say its router or expert width). Otherwise ``ffn_hidden`` empty is 4 * hidden, ``kv_heads``
   empty is heads, and the MLP is gated when the model family is one that uses SwiGLU
   (``GATED_FAMILIES``: a fact about the named architecture, never inferred from ffn != 4h);
 - ``dp`` empty: n_gpus / (tp * pp * cp); on a per-GPU rate row (``PER_GPU_RATE_METRICS``) whose
@@ -195,7 +196,7 @@ def row_inputs(row, run_conventions=frozenset()) -> RowInputs:
         raise Skip(f"no GPU profile for '{gpu}'") from None
     assumptions: list[str] = []
     preset = None
-    if _str(row, "moe_experts") or _int(row, "layers") is None:
+    if _str(row, "moe_experts") or _str(row, "moe_topk") or _int(row, "layers") is None:
         preset = _preset_for(row)
         assumptions.append(f"architecture from preset {preset.name}")
     needed = {"layers": _int(row, "layers"), "hidden": _int(row, "hidden"), "heads": _int(row, "heads"),
@@ -232,7 +233,9 @@ def row_inputs(row, run_conventions=frozenset()) -> RowInputs:
         same_heads = _int(row, "heads") is None or _int(row, "heads") == preset.num_heads
         kv = _int(row, "kv_heads") or (preset.num_kv_heads if same_heads else needed["heads"])
         moe = preset.moe
-        if moe is not None:
+        if moe is None:
+            _dense_preset_states_no_experts(row, preset)
+        else:
             # the preset's leading dense layers, at most all but one of the row's (a ModelSpec
             # refuses a MoE block with no MoE layer, so this is set together with num_layers)
             first_dense = min(moe.first_dense_layers, max(0, needed["layers"] - 1))
@@ -293,6 +296,17 @@ def row_inputs(row, run_conventions=frozenset()) -> RowInputs:
     if kin is not None:
         assumptions.append(_check_family_vocab(row, model, kin))
     return _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conventions)
+
+
+def _dense_preset_states_no_experts(row, preset: ModelSpec) -> None:
+    """``Skip`` when a row whose ``model`` names a dense preset states experts or a top-k: the
+    preset cannot say the row's router, expert width or shared experts, and predicting the dense
+    model ignored the row's own columns (KOR22's GPT-22B with moe_experts 8 ran dense)."""
+    experts, top_k = _experts(row), _int(row, "moe_topk")
+    if experts is not None:
+        raise Skip(f"row states {experts} experts; preset {preset.name} has none")
+    if top_k is not None:
+        raise Skip(f"row states moe_topk {top_k}; preset {preset.name} has no experts")
 
 
 def row_cluster(gpu: str, gpus_per_node=None, scaleout_gbps_per_gpu=None, system: str | None = None) -> ClusterSpec:
