@@ -79,3 +79,27 @@ def test_a_moe_preset_row_stating_other_experts_runs_the_rows_experts():
     # the converse: the row's own columns win over its MoE preset's (noted by the preset line)
     moe = row_inputs(_mixtral_row(moe_experts="16", moe_topk="4")).model.moe
     assert (moe.num_experts, moe.top_k) == (16, 4)
+
+
+def _reasons(*rows):
+    from paraplan.validation.predict import prepare
+    reasons = {}
+    prepare(list(rows), on_skip=reasons.__setitem__)
+    return reasons
+
+
+def test_a_share_of_peak_above_100_percent_is_skipped_as_a_damaged_cell():
+    # MAX_MEASURED_VALUE (1e12) was the only cap: an MFU of 415 percent was scored as an error
+    mfu = _kor22_22b_row(id="m", measured_metric="mfu", flops_convention="korthikanti_model", measured_value=415.0)
+    hfu = dict(mfu, id="h", measured_metric="hfu", measured_value=100.5)
+    fine = dict(mfu, id="f", measured_value=41.5)
+    assert _reasons(mfu, hfu, fine) == {0: "mfu 415 is above 100 percent, not a measurement (a damaged cell)",
+                                        1: "hfu 100.5 is above 100 percent, not a measurement (a damaged cell)"}
+
+
+def test_tflops_per_gpu_above_the_gpus_peak_at_the_rows_precision_is_skipped():
+    # A100's fp16 dense tensor-core peak is 312 TFLOP/s
+    row = _kor22_22b_row(id="t", measured_metric="tflops_per_gpu", flops_convention="korthikanti_model",
+                         measured_value=313.0)
+    assert _reasons(row, dict(row, id="u", measured_value=311.0)) == {
+        0: "tflops_per_gpu 313 is above a100-sxm-80gb's fp16 peak of 312 TFLOP/s, not a measurement (a damaged cell)"}

@@ -53,6 +53,24 @@ MIN_MEASURED_VALUE = 1e-9
 #: the largest: a step of 30 years, 1e12 tokens/s or TFLOP/s per GPU, an MFU of 1e12 percent; a
 #: larger cell is damage (1e308 was scored as a -100% error)
 MAX_MEASURED_VALUE = 1e12
+#: metrics that are a share of the GPU's peak, in percent: above 100 is damage (an MFU of 415)
+PERCENT_OF_PEAK_METRICS = ("mfu", "hfu")
+
+
+def physical_cap_reason(inputs: RowInputs, value: float) -> str | None:
+    """Why a measured ``value`` no GPU can reach is damage, or None: an MFU or HFU (percent)
+    above 100, or TFLOP/s per GPU above the GPU's dense peak at the row's precision (the peak
+    the MFU conversion divides by, ``conversion``). Such a row was scored as a huge error."""
+    metric, dtype = inputs.metric, inputs.config.dtype
+    if metric in PERCENT_OF_PEAK_METRICS and value > 100.0:
+        return f"{metric} {value:g} is above 100 percent, not a measurement (a damaged cell)"
+    if metric == "tflops_per_gpu":
+        peak = inputs.cluster.gpu.peak_flops(dtype) / 1e12
+        if value > peak:
+            return (f"tflops_per_gpu {value:g} is above {inputs.cluster.gpu.name}'s {dtype} peak of {peak:g} "
+                    "TFLOP/s, not a measurement (a damaged cell)")
+    return None
+
 
 def conversion(inputs: RowInputs) -> tuple[float, float, bool]:
     """(scale, power, from layer time) with metric = scale * time ** power."""
@@ -134,6 +152,9 @@ def prepare(records, on_skip=None) -> Prepared:
                 raise Skip(f"measured_value {value:g} is below {MIN_MEASURED_VALUE:g}, not a measurement (a damaged cell)")
             if value > MAX_MEASURED_VALUE:
                 raise Skip(f"measured_value {value:g} is above {MAX_MEASURED_VALUE:g}, not a measurement (a damaged cell)")
+            beyond = physical_cap_reason(inp, value)
+            if beyond:
+                raise Skip(beyond)
         except Skip as exc:
             if on_skip is not None:
                 on_skip(i, str(exc))
