@@ -19,18 +19,37 @@ from hardware_specs.errors import InputError
 MAX_CHECKED_ROWS = 1_000_000
 
 
-def check_csv_structure(path: str | Path, expected: tuple[str, ...] = ()) -> None:
+#: the column ``mark_short_rows`` adds: why a data row with fewer fields than the header is
+#: skipped (pandas fills its lost columns with NaN, read as "not stated": defaults ran)
+SHORT_ROW_COLUMN = "_short_row"
+
+
+def _ends_in_newline(p: Path) -> bool:
+    """Whether the file's last byte ends a line (an empty file counts as ended)."""
+    with p.open("rb") as fh:
+        fh.seek(0, 2)
+        if fh.tell() == 0:
+            return True
+        fh.seek(-1, 2)
+        return fh.read(1) in (b"\n", b"\r")
+
+
+def check_csv_structure(path: str | Path, expected: tuple[str, ...] = ()) -> dict[int, str]:
     """``InputError`` if the CSV at ``path`` has a column name twice, or a row with more fields
-    than its header (a short row is only missing values, which each reader reports per row), or
-    (``expected``: the columns its reader needs) a first line naming none of them: a file
-    without its header line (it was reported as a data value named twice)."""
+    than its header, or a last row with fewer and no final newline (the file ends mid-row: it
+    was cut off), or (``expected``: the columns its reader needs) a first line naming none of
+    them: a file without its header line (it was reported as a data value named twice).
+
+    Returns the other short rows: {position among the data rows pandas reads (blank lines are
+    not rows): "row has 30 of 40 fields"}, for ``mark_short_rows``."""
     p = Path(path)
+    short: dict[int, str] = {}
     try:
         with p.open(newline="", encoding="utf-8-sig") as fh:
             reader = csv.reader(fh)
             header = next(reader, None)
             if header is None:
-                return                     # empty: the reader says which columns are missing
+                return short               # empty: the reader says which columns are missing
             names = [h.strip() for h in header]
             # as wide as a data row and naming none of the needed columns: a data row (a file
             # of a few other columns is another file: its reader names the missing column)
@@ -44,6 +63,7 @@ def check_csv_structure(path: str | Path, expected: tuple[str, ...] = ()) -> Non
                     raise InputError("path", f"{p.name} names the column {name!r} twice",
                                      "keep one column of each name")
                 seen.add(name)
+            position, last = 0, None       # pandas' row index of the next non-blank row; the last short row
             for number, row in enumerate(reader, start=2):
                 if number > MAX_CHECKED_ROWS:
                     break
@@ -51,9 +71,29 @@ def check_csv_structure(path: str | Path, expected: tuple[str, ...] = ()) -> Non
                     raise InputError("path", f"data row {number - 1} of {p.name} has {len(row)} fields, the "
                                      f"header {len(header)}", "fix that row: a stray comma, or a text "
                                      "field with a comma that is not quoted")
+                if not row:
+                    last = None
+                    continue               # a blank line: pandas skips it
+                last = None
+                if len(row) < len(header):
+                    short[position] = f"row has {len(row)} of {len(header)} fields"
+                    last = (number, len(row))
+                position += 1
     except (UnicodeDecodeError, csv.Error) as exc:
         raise InputError("path", f"malformed CSV {p.name}: {str(exc).splitlines()[0]}",
                          "save the file as UTF-8 CSV with the columns of the public file") from None
+    if last is not None and not _ends_in_newline(p):
+        raise InputError("path", f"{p.name} ends inside data row {last[0] - 1} ({last[1]} of {len(header)} fields, "
+                         "no final newline): the file was cut off", "copy the whole file again")
+    return short
+
+
+def mark_short_rows(df, short: dict[int, str]):
+    """``df`` (as pandas read it) with ``SHORT_ROW_COLUMN`` holding each short row's reason
+    (``check_csv_structure``); unchanged when no row is short."""
+    if short:
+        df[SHORT_ROW_COLUMN] = [short.get(i, "") for i in range(len(df))]
+    return df
 
 
 def id_text(value) -> str:

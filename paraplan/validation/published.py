@@ -69,7 +69,7 @@ from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.errors import InputError, not_a_file
 from hardware_specs.stack_presets import Layout, memory_savings_of_layout
 from model_specs.model_spec import ModelSpec
-from paraplan.validation.csv_structure import check_csv_structure, id_text
+from paraplan.validation.csv_structure import SHORT_ROW_COLUMN, check_csv_structure, id_text, mark_short_rows
 from paraplan.validation.flops_conventions import CONVENTIONS
 from paraplan.validation.row_model import (Skip, _check_family_vocab, _experts, _int, _measured, _named_preset_or_none, _num,
                                            _preset_for, _same_architecture_preset, _says_without_mtp, _stated_params, _str)
@@ -160,9 +160,9 @@ def read_runs(path: str | Path) -> pd.DataFrame:
     p = Path(path)
     if not p.is_file():
         raise InputError("path", not_a_file(path), "check the path, or omit PATH for the bundled runs")
-    check_csv_structure(p, REQUIRED_COLUMNS)
+    short = check_csv_structure(p, REQUIRED_COLUMNS)
     try:
-        df = pd.read_csv(p)
+        df = mark_short_rows(pd.read_csv(p), short)
     except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
         raise InputError("path", f"malformed CSV {path}: {str(exc).splitlines()[0]}",
                          "save the file as UTF-8 CSV with the columns of shared/validation/published_runs.csv") from None
@@ -178,6 +178,8 @@ def row_inputs(row, run_conventions=frozenset()) -> RowInputs:
 
     ``run_conventions``: the FLOP conventions of all rows of the row's run (``run_conventions``),
     which say whether the run recomputed activations when its own row does not."""
+    if _str(row, SHORT_ROW_COLUMN):       # its lost columns would run on defaults
+        raise Skip(_str(row, SHORT_ROW_COLUMN) + " (a damaged row)")
     metric = _str(row, "measured_metric")
     if KNOWN_REGRESSION_NOTE.search(_str(row, "notes")):
         raise Skip("the source marks this measurement as a known performance regression (see notes): "

@@ -95,7 +95,7 @@ from cost_models.weight_formats import slice_holds_whole_blocks
 from hardware_specs.errors import InputError, not_a_file
 from hardware_specs.serving_efficiency import ServingEfficiency
 from model_specs.catalog import load_model
-from paraplan.validation.csv_structure import check_csv_structure, id_text
+from paraplan.validation.csv_structure import SHORT_ROW_COLUMN, check_csv_structure, id_text, mark_short_rows
 from simulator.serving.aggregated import memory_columns
 from simulator.serving.context import ServingContext
 from simulator.serving.evaluate import evaluate_agg_columns, evaluate_disagg_columns
@@ -169,10 +169,9 @@ def read_rows(path: str | Path) -> pd.DataFrame:
     # a path (not an open file) that is missing, or a FIFO / device pandas would block on or read for ever
     if isinstance(path, (str, Path)) and not is_file(Path(path)):
         raise InputError("path", not_a_file(path), "check the path, or omit PATH for the bundled runs")
-    if isinstance(path, (str, Path)):
-        check_csv_structure(path, REQUIRED_COLUMNS)
+    short = check_csv_structure(path, REQUIRED_COLUMNS) if isinstance(path, (str, Path)) else {}
     try:
-        df = pd.read_csv(path, dtype={"backend_version": str})
+        df = mark_short_rows(pd.read_csv(path, dtype={"backend_version": str}), short)
     except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
         raise InputError("path", f"malformed CSV {path}: {str(exc).splitlines()[0]}",
                          "save the file as UTF-8 CSV with the columns of shared/validation/serving_runs.csv") from None
@@ -327,7 +326,8 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
     models: dict[str, object] = {}
     clusters: dict[str, object] = {}
     for i, r in enumerate(df.to_dict("records")):
-        problem = _value_problem(r)
+        problem = id_text(r.get(SHORT_ROW_COLUMN)) and id_text(r.get(SHORT_ROW_COLUMN)) + " (a damaged row)"
+        problem = problem or _value_problem(r)
         if problem:
             skipped[i] = problem
             continue
