@@ -145,3 +145,41 @@ def test_a_short_serving_row_is_skipped_with_its_field_count(tmp_path):
     first = out[out.id == out.id.iloc[0]]
     assert set(first.status) == {"skipped"} and set(first.reason) == {"row has 32 of 35 fields (a damaged row)"}
     assert "ok" in set(out[out.id != out.id.iloc[0]].status)
+
+
+# ---- validate heterogeneous ----------------------------------------------------------------------
+
+@lru_cache(maxsize=None)
+def _sailor_runs():
+    from paraplan.validation import heterogeneous as het
+    from paraplan.validation.datasets import HETEROGENEOUS_RUNS, validation_file
+    return tuple(het.read_runs(validation_file(HETEROGENEOUS_RUNS)))
+
+
+def _sailor_run(folder: str, **changes) -> dict:
+    """A copy of the first bundled run whose ``_file`` holds ``folder``."""
+    import copy
+    run = copy.deepcopy(next(r for r in _sailor_runs() if folder in r["_file"]))
+    run.update(changes)
+    for key in [k for k, v in changes.items() if v is None]:
+        del run[key]
+    return run
+
+
+def _by_metric(records):
+    return {r["metric"]: r for r in records}
+
+
+def test_a_run_whose_folder_names_an_unknown_model_is_skipped_not_matched_by_layer_count():
+    from paraplan.validation import heterogeneous as het
+    # 34 layers: it was predicted as GPT-Neo-2.7B, with no note
+    run = _sailor_run("/GPT-NEO/N2/", _file="sailor/x/y/LLAMA/N2/plan.json")
+    records = het.validate_runs([run])
+    assert {r["status"] for r in records} == {"skipped"}
+    assert records[0]["reason"] == ("the folder names the model 'LLAMA', which has no architecture here "
+                                    "(known: OPT-350, GPT-NEO)")
+    # the university cluster's folders name no model: its runs keep the layer-count match
+    mit = het.validate_runs([_sailor_run("/mit/N2/")])
+    assert {r["status"] for r in mit} == {"ok"}
+    assert het.named_model_folder("sailor/Planner/simulations/validation/mit/N2/plan_config_N2_D1.json") is None
+    assert het.named_model_folder("a/clariden/OPT-350/N4/plan.json") == "OPT-350"

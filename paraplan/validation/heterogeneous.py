@@ -10,7 +10,8 @@ A run becomes a ``HeteroPlan`` on a ``PooledCluster`` from its own fields only:
 - Sailor counts the embedding and the LM head as layers (26 for OPT-350M, 34 for
   GPT-Neo-2.7B): the first stage's count less one and the last stage's less one are its
   transformer layers;
-- the model: the run's folder names it (``OPT-350``, ``GPT-NEO``), else its layer count does;
+- the model: the run's folder names it (``OPT-350``, ``GPT-NEO``; a folder naming another model
+  is skipped), else (``mit/N2/...``, a folder of several models) its layer count does;
   the shapes are those Sailor's launch script passes to Megatron-DeepSpeed (OPT-350M: 24 layers,
   hidden 1024, 16 heads; GPT-Neo-2.7B: 32 layers, hidden 2560, 32 heads), sequence 2048,
   GPT-2 BPE vocabulary (50257) padded to a multiple of 128 x tp (Megatron's
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 from hardware_specs.catalog import load_cluster, load_gpu, load_stack
@@ -152,8 +154,29 @@ def _whole_number(run: dict, key: str, rid: str) -> int:
     return int(v)
 
 
+#: the folders of Sailor's validation set that name a system, not a model (README: ``mit/N2/...``
+#: holds plans of several models, told apart by their layer counts; ``clariden/<model>/N4/...``)
+SYSTEM_FOLDERS = ("mit", "clariden")
+#: a folder of nodes (``N4``): the folder above it names the model, unless it is a system's
+NODES_FOLDER = re.compile(r"N\d+")
+
+
+def named_model_folder(path: str) -> str | None:
+    """The folder a run's ``_file`` path names its model by: the one above its ``N<nodes>``
+    folder (``clariden/OPT-350/N4/plan.json`` -> ``OPT-350``), None when that folder is a
+    system's (``SYSTEM_FOLDERS``) or the path has no such folder."""
+    parts = str(path).split("/")
+    for i in range(len(parts) - 2, 0, -1):
+        if NODES_FOLDER.fullmatch(parts[i]):
+            above = parts[i - 1]
+            return None if above.lower() in SYSTEM_FOLDERS else above
+    return None
+
+
 def architecture(run: dict, total_layers: int) -> tuple[str, dict]:
-    """(key, architecture) of a run: from its folder name, else from its layer count."""
+    """(key, architecture) of a run: from its folder name, else (a folder naming no model, as the
+    university cluster's ``mit/N2/...``) from its layer count; ValueError for a folder naming a
+    model not in ``ARCHITECTURES`` (a LLAMA run was predicted as GPT-Neo-2.7B by its layers)."""
     name = str(run.get("_file", ""))
     for key, arch in ARCHITECTURES.items():
         if f"/{key}/" in name.upper().replace("OPT-350M", "OPT-350"):
@@ -161,6 +184,10 @@ def architecture(run: dict, total_layers: int) -> tuple[str, dict]:
                 raise ValueError(f"the folder names {key} ({arch['num_layers'] + 2} layers with embedding and head) "
                                  f"but the plan lists {total_layers}: inconsistent at the source")
             return key, arch
+    folder = named_model_folder(name)
+    if folder is not None:
+        raise ValueError(f"the folder names the model {folder!r}, which has no architecture here "
+                         f"(known: {', '.join(ARCHITECTURES)})")
     for key, arch in ARCHITECTURES.items():
         if arch["num_layers"] + 2 == total_layers:
             return key, arch
