@@ -183,3 +183,17 @@ def test_a_run_whose_folder_names_an_unknown_model_is_skipped_not_matched_by_lay
     assert {r["status"] for r in mit} == {"ok"}
     assert het.named_model_folder("sailor/Planner/simulations/validation/mit/N2/plan_config_N2_D1.json") is None
     assert het.named_model_folder("a/clariden/OPT-350/N4/plan.json") == "OPT-350"
+
+
+def test_a_run_without_its_peak_memory_still_has_its_iteration_time_scored_and_vice_versa():
+    from paraplan.validation import heterogeneous as het
+    whole = _by_metric(het.validate_runs([_sailor_run("/OPT-350/N4/")]))
+    no_mem = _by_metric(het.validate_runs([_sailor_run("/OPT-350/N4/", max_mem=None)]))
+    assert no_mem["iter_time_s"] == whole["iter_time_s"] and no_mem["iter_time_s"]["status"] == "ok"
+    assert no_mem["peak_memory_bytes"]["status"] == "skipped"
+    assert no_mem["peak_memory_bytes"]["reason"] == "max_mem is None, not a positive number"
+    no_time = _by_metric(het.validate_runs([_sailor_run("/OPT-350/N4/", real="1.5")]))
+    assert no_time["peak_memory_bytes"] == whole["peak_memory_bytes"]
+    assert no_time["iter_time_s"]["reason"] == "real is '1.5', not a positive number"
+    neither = het.validate_runs([_sailor_run("/OPT-350/N4/", real=None, max_mem=None)])
+    assert [r["reason"] for r in neither] == ["real is None, not a positive number"] * 2

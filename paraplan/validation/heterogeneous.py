@@ -353,6 +353,31 @@ def _check_input(name: str, value, allow_zero: bool = False, low: float = 0.0, h
                          "check the number and its unit")
 
 
+#: the run's key holding each metric's measurement
+MEASURED_KEYS = {"iter_time_s": "real", "peak_memory_bytes": "max_mem"}
+
+
+def _measurements(run: dict, rid: str) -> tuple[dict, dict]:
+    """({metric: measured value}, {metric: why it has none}) of a run: a run without ``max_mem``
+    still has its iteration time scored (one ValueError lost both). ValueError when neither
+    metric has a measurement (the first one's reason)."""
+    measured, unmeasured = {}, {}
+    for metric, key in MEASURED_KEYS.items():
+        try:
+            measured[metric] = _number(run, key, rid)
+        except ValueError as exc:
+            unmeasured[metric] = str(exc)
+    if not measured:
+        raise ValueError(unmeasured[METRICS[0]])
+    return measured, unmeasured
+
+
+def _skipped(rid: str, metric: str, reason: str) -> dict:
+    """The record of a metric that is not scored, with the reason."""
+    return {"id": rid, "metric": metric, "status": "skipped", "predicted": None, "measured": None,
+            "rel_error": None, "reason": reason, "efficiency_fitted": None, "assumptions": []}
+
+
 def validate_runs(runs: list[dict], inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS,
                   inter_node_latency_us: float = DEFAULT_INTER_NODE_LATENCY_US, intra_node_gb_per_s: float | None = None,
                   progress=None) -> list[dict]:
@@ -373,26 +398,29 @@ def validate_runs(runs: list[dict], inter_node_gbps: float = DEFAULT_INTER_NODE_
             if rid != "?" and rid in listed:          # a copied run was scored twice
                 raise ValueError(f"run {rid} is listed twice; the first is scored")
             listed.add(rid)
-            measured = {"iter_time_s": _number(run, "real", rid), "peak_memory_bytes": _number(run, "max_mem", rid)}
+            measured, unmeasured = _measurements(run, rid)
             model, cluster, plan, assumptions = run_inputs(run, inter_node_gbps, inter_node_latency_us,
                                                            intra_node_gb_per_s)
             report = simulate_heterogeneous(model, cluster, plan)
         except (ValueError, InputError) as exc:
             for metric in METRICS:
-                records.append({"id": rid, "metric": metric, "status": "skipped", "predicted": None, "measured": None,
-                                "rel_error": None, "reason": str(exc), "efficiency_fitted": None, "assumptions": []})
+                records.append(_skipped(rid, metric, str(exc)))
             if progress:
                 progress()
             continue
-        twin = seen.get((measured["iter_time_s"], measured["peak_memory_bytes"]))
-        if twin is not None:
-            assumptions = assumptions + [f"measured numbers identical to {twin}: probably a copy error at the source"]
-        seen[(measured["iter_time_s"], measured["peak_memory_bytes"])] = rid
+        if not unmeasured:
+            twin = seen.get((measured["iter_time_s"], measured["peak_memory_bytes"]))
+            if twin is not None:
+                assumptions = assumptions + [f"measured numbers identical to {twin}: probably a copy error at the source"]
+            seen[(measured["iter_time_s"], measured["peak_memory_bytes"])] = rid
         prior = bool(report.prior_pools)
         if prior:
             assumptions = assumptions + [f"rests on the unfitted efficiency prior of {', '.join(report.prior_pools)}"]
         predicted = {"iter_time_s": report.step_time_s, "peak_memory_bytes": report.memory_bytes}
         for metric in METRICS:
+            if metric in unmeasured:
+                records.append(_skipped(rid, metric, unmeasured[metric]))
+                continue
             records.append({"id": rid, "metric": metric, "status": "ok", "predicted": predicted[metric],
                             "measured": measured[metric],
                             "rel_error": predicted[metric] / measured[metric] - 1.0, "reason": None,
