@@ -197,3 +197,17 @@ def test_a_run_without_its_peak_memory_still_has_its_iteration_time_scored_and_v
     assert no_time["iter_time_s"]["reason"] == "real is '1.5', not a positive number"
     neither = het.validate_runs([_sailor_run("/OPT-350/N4/", real=None, max_mem=None)])
     assert [r["reason"] for r in neither] == ["real is None, not a positive number"] * 2
+
+
+def test_runs_without_a_file_path_get_an_id_each_not_one_shared_question_mark():
+    from paraplan.validation import heterogeneous as het
+    first = _sailor_run("/OPT-350/N4/", _file=None)
+    second = _sailor_run("/GPT-NEO/N2/", _file=None)
+    records = het.validate_runs([first, second, "not a run"])
+    assert [(r["id"], r["metric"], r["status"]) for r in records] == [
+        ("?#1", "iter_time_s", "ok"), ("?#1", "peak_memory_bytes", "ok"),
+        ("?#2", "iter_time_s", "ok"), ("?#2", "peak_memory_bytes", "ok"),
+        ("?#3", "iter_time_s", "skipped"), ("?#3", "peak_memory_bytes", "skipped")]
+    # a run listed twice under its path is still scored once
+    twice = het.validate_runs([_sailor_run("/OPT-350/N4/")] * 2)
+    assert [r["status"] for r in twice] == ["ok", "ok", "skipped", "skipped"]

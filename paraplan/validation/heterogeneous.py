@@ -372,6 +372,14 @@ def _measurements(run: dict, rid: str) -> tuple[dict, dict]:
     return measured, unmeasured
 
 
+def run_id(run, position: int) -> str:
+    """A run's id: its ``_file``; without one ``?#<position in the file, from 1>``, so that two
+    such runs are two ids (both were scored as ``?``)."""
+    if isinstance(run, dict) and "_file" in run:
+        return str(run["_file"])
+    return f"?#{position}"
+
+
 def _skipped(rid: str, metric: str, reason: str) -> dict:
     """The record of a metric that is not scored, with the reason."""
     return {"id": rid, "metric": metric, "status": "skipped", "predicted": None, "measured": None,
@@ -390,12 +398,12 @@ def validate_runs(runs: list[dict], inter_node_gbps: float = DEFAULT_INTER_NODE_
     records = []
     seen: dict[tuple, str] = {}
     listed: set[str] = set()
-    for run in runs:
-        rid = str(run.get("_file", "?")) if isinstance(run, dict) else "?"
+    for position, run in enumerate(runs, start=1):
+        rid = run_id(run, position)
         try:
             if not isinstance(run, dict):
                 raise ValueError("not a JSON object")
-            if rid != "?" and rid in listed:          # a copied run was scored twice
+            if rid in listed:          # a copied run was scored twice
                 raise ValueError(f"run {rid} is listed twice; the first is scored")
             listed.add(rid)
             measured, unmeasured = _measurements(run, rid)
