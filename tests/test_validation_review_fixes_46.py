@@ -211,3 +211,18 @@ def test_runs_without_a_file_path_get_an_id_each_not_one_shared_question_mark():
     # a run listed twice under its path is still scored once
     twice = het.validate_runs([_sailor_run("/OPT-350/N4/")] * 2)
     assert [r["status"] for r in twice] == ["ok", "ok", "skipped", "skipped"]
+
+
+def test_enum_columns_are_read_in_any_case_as_framework_and_recompute_are():
+    from paraplan.validation.published import validate_rows
+    import pandas as pd
+    lower = row_inputs(_kor22_22b_row())
+    upper = row_inputs(_kor22_22b_row(dtype_norm="FP16", measured_metric="ITER_TIME_S", gpu_profile="A100-SXM-80GB"))
+    # 'FP16' was skipped as "a100-sxm-80gb has no FP16 peak", 'ITER_TIME_S' as no training metric
+    assert (upper.config.dtype, upper.metric, upper.cluster_name) == ("fp16", "iter_time_s", lower.cluster_name)
+    mfu = _kor22_22b_row(id="m", measured_metric="MFU", flops_convention="KORTHIKANTI_MODEL", measured_value=41.5)
+    assert row_inputs(mfu).convention == "korthikanti_model"
+    # a time row's speed error keeps its sign with an upper-case metric (it was read as a rate)
+    rows = validate_rows(pd.DataFrame([_kor22_22b_row(), _kor22_22b_row(id="u", measured_metric="ITER_TIME_S")]))
+    assert list(rows.metric) == ["iter_time_s", "iter_time_s"]
+    assert rows.speed_error[1] == pytest.approx(rows.speed_error[0]) and rows.status[1] == "ok"

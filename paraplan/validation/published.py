@@ -173,6 +173,13 @@ def read_runs(path: str | Path) -> pd.DataFrame:
     return df
 
 
+def _enum(row, col) -> str:
+    """A column naming one of a fixed set (metric, FLOP convention, GPU profile, precision), in
+    lower case, as the names are written: 'ITER_TIME_S' and 'FP16' were skipped as unknown or as
+    a precision the GPU lacks, while framework and recompute were read in any case."""
+    return _str(row, col).lower()
+
+
 def row_inputs(row, run_conventions=frozenset()) -> RowInputs:
     """Model, cluster and config of one row; raises ``Skip`` with the reason if not predictable.
 
@@ -180,16 +187,16 @@ def row_inputs(row, run_conventions=frozenset()) -> RowInputs:
     which say whether the run recomputed activations when its own row does not."""
     if _str(row, SHORT_ROW_COLUMN):       # its lost columns would run on defaults
         raise Skip(_str(row, SHORT_ROW_COLUMN) + " (a damaged row)")
-    metric = _str(row, "measured_metric")
+    metric = _enum(row, "measured_metric")
     if KNOWN_REGRESSION_NOTE.search(_str(row, "notes")):
         raise Skip("the source marks this measurement as a known performance regression (see notes): "
                    "it measures a bug, not the stack")
     if metric not in TRAINING_METRICS:
         raise Skip(f"metric '{metric}' is not a training-step metric" if metric else "metric empty: not a training-step metric")
-    conv = _str(row, "flops_convention") or "none"
+    conv = _enum(row, "flops_convention") or "none"
     if metric in ("tflops_per_gpu", "mfu", "hfu") and conv not in CONVENTIONS:
         raise Skip(f"FLOP convention '{conv}' cannot be converted")
-    gpu = _str(row, "gpu_profile")
+    gpu = _enum(row, "gpu_profile")
     if not gpu:
         raise Skip("gpu_profile empty (GPU kind not known)")
     try:
@@ -363,7 +370,7 @@ def run_conventions(records) -> dict:
     for row in records:
         run = _str(row, "run_id")
         if run:
-            out.setdefault(run, set()).add(_str(row, "flops_convention") or "none")
+            out.setdefault(run, set()).add(_enum(row, "flops_convention") or "none")
     return {run: frozenset(c) for run, c in out.items()}
 
 
@@ -412,7 +419,7 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
     if system is not None:
         assumptions.append(f"cluster={system} (the system the gpu column names)")
     stated_zero = _int(row, "zero_norm", minimum=0)
-    dtype = _str(row, "dtype_norm")
+    dtype = _enum(row, "dtype_norm")
     if not dtype:
         layout = Layout(n_gpus=n, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, micro_batch=mbs, global_batch=gbs,
                         fsdp=stated_zero == 3)
@@ -624,7 +631,7 @@ def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None
             value, inp, fits, own, held_out = by_id[j]
             j += 1
             rec.update(status="ok", predicted=float(value), rel_error=(float(value) - rec["measured"]) / rec["measured"],
-                       speed_error=speed_error(rec["metric"], float(value), rec["measured"]),
+                       metric=inp.metric, speed_error=speed_error(inp.metric, float(value), rec["measured"]),
                        assumptions="; ".join(inp.assumptions), generation=inp.cluster.gpu.generation,
                        fits=bool(fits), stack=inp.stack, cluster=inp.cluster.name)
             if cross_validate:
