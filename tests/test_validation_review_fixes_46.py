@@ -226,3 +226,26 @@ def test_enum_columns_are_read_in_any_case_as_framework_and_recompute_are():
     rows = validate_rows(pd.DataFrame([_kor22_22b_row(), _kor22_22b_row(id="u", measured_metric="ITER_TIME_S")]))
     assert list(rows.metric) == ["iter_time_s", "iter_time_s"]
     assert rows.speed_error[1] == pytest.approx(rows.speed_error[0]) and rows.status[1] == "ok"
+
+
+def test_a_source_named_all_cannot_be_read_as_the_summarys_total_row():
+    import pandas as pd
+
+    from paraplan.validation.published import summarize
+    results = pd.DataFrame({"source": ["ALL", "KOR22", "KOR22"], "status": ["ok", "ok", "skipped"],
+                            "rel_error": [0.10, -0.30, None]})
+    summary = summarize(results)
+    assert list(summary.source) == ["ALL (source)", "KOR22", "ALL"]
+    assert list(summary.rows_ok) == [1, 1, 2] and list(summary.rows_skipped) == [0, 1, 1]
+    assert summary.mean_abs_err_pct.iloc[-1] == pytest.approx(20.0)      # the total: (10 + 30) / 2
+
+
+def test_the_cli_table_shows_a_source_named_all_apart_from_the_total(tmp_path):
+    from cli_results import run
+    lines = _bundled_lines(2)
+    path = tmp_path / "all.csv"
+    path.write_text("\n".join(lines + [lines[1].replace("KOR22-T5-22B-full", "ALL-1")]) + "\n", encoding="utf-8")
+    out = run("validate", "published", path)
+    assert out.exit_code == 0
+    table = [ln.split("  ")[0] for ln in out.stdout.splitlines() if ln.startswith(("ALL", "KOR22"))]
+    assert table == ["ALL (source)", "KOR22", "ALL"], out.stdout       # was: ALL, KOR22, ALL

@@ -41,7 +41,7 @@ from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError
 from paraplan.validation.datasets import BUNDLED_DIR, PUBLISHED_RUNS
 from paraplan.validation.predict import Prepared, predict, prepare
-from paraplan.validation.published import read_runs
+from paraplan.validation.published import TOTAL_ROW, read_runs, shown_source
 # the search itself lives in fit_search; its names are re-exported here, where callers look for them
 from paraplan.validation.fit_search import (DTYPE_FACTORS, FIT_BOUNDS, GRID_POINTS, LOG_SCALED,  # noqa: F401
                                             MAX_FIT_ROUNDS, MIN_ROWS_FOR_FULL_FIT, MIN_ROWS_TO_FIT, PRIORS,
@@ -413,11 +413,11 @@ def _run(args) -> int:
             sel = np.asarray(prepared.sources) == src
             e_in = 100 * np.mean(np.abs(ins[sel] / prepared.measured[sel] - 1))
             e_cv = 100 * np.mean(np.abs(cv[sel] / prepared.measured[sel] - 1))
-            print(f"    {src:10s} rows {int(sel.sum()):4d}  in-sample {e_in:6.2f}%  leave-source-out {e_cv:6.2f}%",
+            print(f"    {shown_source(src):10s} rows {int(sel.sum()):4d}  in-sample {e_in:6.2f}%  leave-source-out {e_cv:6.2f}%",
                   flush=True)
         e_in = 100 * np.mean(np.abs(ins / prepared.measured - 1))
         e_cv = 100 * np.mean(np.abs(cv / prepared.measured - 1))
-        print(f"    {'ALL':10s} rows {len(prepared):4d}  in-sample {e_in:6.2f}%  leave-source-out {e_cv:6.2f}%")
+        print(f"    {TOTAL_ROW:10s} rows {len(prepared):4d}  in-sample {e_in:6.2f}%  leave-source-out {e_cv:6.2f}%")
     return 0
 
 

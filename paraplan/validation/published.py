@@ -667,6 +667,16 @@ def summarize(results: pd.DataFrame) -> pd.DataFrame:
             rec["in_sample_mean_abs_err_pct"] = (ok.in_sample_rel_error.abs() * 100).mean() if len(ok) else np.nan
         return rec
 
-    rows = [stats(src, g) for src, g in results.groupby("source", sort=True)]
-    rows.append(stats("ALL", results))
+    rows = [stats(shown_source(src), g) for src, g in results.groupby("source", sort=True)]
+    rows.append(stats(TOTAL_ROW, results))
     return pd.DataFrame(rows)
+
+
+#: the summary's row over every source (``--fail-above`` gates on it)
+TOTAL_ROW = "ALL"
+
+
+def shown_source(source: str) -> str:
+    """A source as the summary names it: one whose run_id prefix is ``ALL`` (in any case) is
+    ``ALL (source)``, so that it cannot be read as the total row (``TOTAL_ROW``)."""
+    return f"{source} (source)" if source.upper() == TOTAL_ROW else source
