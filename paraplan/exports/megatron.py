@@ -576,13 +576,19 @@ def _environment(p: dict) -> dict[str, str]:
     return {}
 
 
+#: flags that take a list (argparse ``nargs``): their value is written as one argv word per
+#: element (``--recompute-modules layernorm moe_act``); quoted as one word, Megatron-LM's
+#: TransformerConfig refused 'layernorm moe_act' as one unknown module
+LIST_FLAGS = ("--hierarchical-context-parallel-sizes", "--recompute-modules")
+
+
 def _flat(groups) -> list[str]:
     argv: list[str] = []
     for _, args in groups:
         for flag, value in args:
             argv.append(flag)
             if value is not None:
-                argv += str(value).split(" ") if flag == "--hierarchical-context-parallel-sizes" else [str(value)]
+                argv += str(value).split(" ") if flag in LIST_FLAGS else [str(value)]
     return argv
 
 
@@ -597,8 +603,8 @@ def _bash_array(name: str, args: list[tuple[str, Any]]) -> str:
     for flag, value in args:
         if value is None:
             lines.append(f"    {flag}")
-        elif flag == "--hierarchical-context-parallel-sizes":
-            lines.append(f"    {flag} {value}")
+        elif flag in LIST_FLAGS:
+            lines.append(f"    {flag} " + " ".join(shlex.quote(word) for word in str(value).split(" ")))
         else:
             lines.append(f"    {flag} {shlex.quote(str(value))}")
     lines.append(")")
