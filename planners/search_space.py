@@ -429,7 +429,9 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
     ok = count.apply2d([
         ("fixed", grid(_allowed(fixed, "schedule", sched)[None, :])),
         ("schedule", grid(inter == (cols["vpp"] > 1)[:, None])),
-        ("layers", grid(~two_chunks | (2 * cols["pp"] <= L + model.mtp_layers)[:, None])),   # 2 chunks per rank
+        # ZB-V: 2 chunks per rank on one copy (2 pp positions); DualPipe: pp positions per copy
+        ("layers", grid(~two_chunks | (np.where(sched == SCHEDULE_CODES[Schedule.DUALPIPE], 1, 2)[None, :]
+                                       * cols["pp"][:, None] <= L + model.mtp_layers))),
         # DualPipe pairs rank i with p-1-i and feeds micro-batches from both ends
         # (``pipeline.schedules``): an even p and an even m >= 2p
         ("dualpipe", grid((sched != SCHEDULE_CODES[Schedule.DUALPIPE])[None, :]

@@ -20,13 +20,19 @@ def _divisors(n: int, limit: int = 64) -> str:
 def needs_uneven_split(num_layers: int, pp: int, vpp: int, schedule) -> bool:
     """Whether ``num_layers`` decoder layers need an uneven (or custom) split on this pipeline:
     interleaved chunks (pp * vpp of them) that divide neither the layers nor the layers + 2
-    (Megatron may count the embedding and the loss as one layer each), or ZB-V / DualPipe's two
-    chunks a rank (2 pp) that do not divide the layers. A plain 1F1B pipeline (vpp = 1) takes any
-    count (its stages may differ by a layer). ``schedule``: a ``Schedule`` or its value; ``pp``
-    and ``vpp`` scalars (a bool back) or arrays (the planner's candidates, a boolean array)."""
+    (Megatron may count the embedding and the loss as one layer each), ZB-V's two chunks a rank
+    (2 pp positions on its one V-shaped copy) that do not divide the layers, or DualPipe's pp
+    positions that do not: DualPipe runs two model copies, each laid over the pp ranks (one
+    down, one up), so a rank's two chunks are the same layers of the two copies and each copy
+    holds all L layers on pp positions (``_positions``, ``stage_layout.position_layers``). A plain
+    1F1B pipeline (vpp = 1) takes any count (its stages may differ by a layer). ``schedule``: a
+    ``Schedule`` or its value; ``pp`` and ``vpp`` scalars (a bool back) or arrays (the planner's
+    candidates, a boolean array)."""
     pp, vpp = np.asarray(pp), np.asarray(vpp)
-    if Schedule(schedule) in (Schedule.ZB_V, Schedule.DUALPIPE):
+    if Schedule(schedule) == Schedule.ZB_V:
         uneven = num_layers % (2 * pp) != 0
+    elif Schedule(schedule) == Schedule.DUALPIPE:
+        uneven = num_layers % pp != 0
     else:
         chunks = pp * vpp
         uneven = (vpp > 1) & (num_layers % chunks != 0) & ((num_layers + 2) % chunks != 0)
@@ -202,12 +208,15 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
                          "use an even --pp, or --schedule zb-v (one V-shaped model copy on any pp)")
     if c.schedule in (Schedule.ZB_V, Schedule.DUALPIPE) and not custom \
             and needs_uneven_split(model.num_layers, c.pp, c.vpp, c.schedule):
-        raise InputError("schedule", f"{c.schedule.value} puts 2 chunks on each of pp={c.pp} ranks; "
-                         f"{model.num_layers} layers do not divide by {2 * c.pp}",
+        how = (f"puts 2 chunks on each of pp={c.pp} ranks" if c.schedule == Schedule.ZB_V
+               else f"lays each of its two model copies over pp={c.pp} ranks")
+        raise InputError("schedule", f"{c.schedule.value} {how}; {model.num_layers} layers do not divide by "
+                         f"{_positions(c)}",
                          "allow an uneven split with --uneven-layers (the first and last chunks lighter) or give "
                          "--pipeline-layout")
-    if c.schedule in (Schedule.ZB_V, Schedule.DUALPIPE) and 2 * c.pp > model.num_layers + model.mtp_layers:
-        raise InputError("pp", f"{c.schedule.value} needs 2*pp = {2 * c.pp} chunks, more than the "
+    if c.schedule in (Schedule.ZB_V, Schedule.DUALPIPE) and _positions(c) > model.num_layers + model.mtp_layers:
+        what = "2*pp" if c.schedule == Schedule.ZB_V else "pp (per model copy)"
+        raise InputError("pp", f"{c.schedule.value} needs {what} = {_positions(c)} chunks, more than the "
                          f"{model.num_layers + model.mtp_layers} layers", "choose a smaller pp")
     _check_flush_size(c)
     _check_layout(model, c)

@@ -1,0 +1,65 @@
+"""Review 46 of the training simulator and planner: DualPipe's layer rule, ZB-H1 with activation
+offload, pooled ``plan --schedule`` and the "fits: NO" advice."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from paraplan import api
+from paraplan.cli import main
+from simulator.validate_config import needs_uneven_split
+
+
+def _cli(*args):
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    return result.exit_code, result.output
+
+
+def _step(*args):
+    code, out = _cli("simulate", *args, "--json")
+    assert code == 0, out
+    return json.loads(out)["step_time_s"]
+
+
+# --- 1. DualPipe: each model copy lies over the pp ranks (pp positions), not 2 pp ----------------
+
+def test_dualpipe_needs_the_layers_to_divide_by_pp_not_2pp():
+    # two copies of the model, each over pp positions (``_positions``): 40 layers on pp 8 is 5 a
+    # position, even; ZB-V's one V-shaped copy has 2 pp = 16 positions and does need a split
+    assert needs_uneven_split(40, 8, 1, "dualpipe") is False
+    assert needs_uneven_split(40, 8, 1, "zb-v") is True
+    assert needs_uneven_split(61, 8, 1, "dualpipe") is True
+    assert needs_uneven_split(64, 8, 1, "dualpipe") is False
+
+
+def test_dualpipe_takes_an_even_split_and_it_is_the_uneven_layouts_step():
+    # was refused: "dualpipe puts 2 chunks on each of pp=8 ranks; 40 layers do not divide by 16";
+    # --uneven-layers lays 5 a position anyway (0.490941 s), so the even split is that same step
+    args = ("-m", "gpt3-13b", "-c", "dgx-h100", "-n", 8, "--pp", 8, "--schedule", "dualpipe",
+            "--global-batch", 16, "--seq-len", 1024)
+    assert _step(*args) == _step(*args, "--uneven-layers") == pytest.approx(0.490941, abs=1e-6)
+
+
+def test_dualpipe_runs_pp_up_to_the_layer_count_in_simulate_and_plan_alike():
+    # pp 32 on 40 layers: 32 positions per copy (1 or 2 layers each); was "needs 2*pp = 64 chunks"
+    args = ("-m", "gpt3-13b", "-c", "dgx-h100", "-n", 32, "--pp", 32, "--schedule", "dualpipe",
+            "--global-batch", 64, "--seq-len", 1024)
+    step = _step(*args, "--uneven-layers")
+    ranked = api.plan("gpt3-13b", "dgx-h100", 32, seq_len=1024, global_batch=64, pp=32, schedules=["dualpipe"])
+    assert len(ranked) > 0
+    assert set(ranked.schedule) == {"dualpipe"}
+    row = ranked[(ranked.recompute == "none")].iloc[0]
+    assert int(row.pp) == 32
+    assert float(row.step_time_s) == pytest.approx(step, rel=1e-12)
+    # ZB-V's rule is unchanged: 2 pp positions
+    code, out = _cli("simulate", *[a if a != "dualpipe" else "zb-v" for a in args], "--uneven-layers")
+    assert code == 2 and "zb-v needs 2*pp = 64 chunks, more than the 40 layers" in out
+
+
+def test_dualpipe_refuses_a_layer_count_that_pp_does_not_divide_by_its_own_rule():
+    code, out = _cli("simulate", "-m", "gpt3-13b", "-c", "dgx-h100", "-n", 16, "--pp", 16, "--schedule",
+                     "dualpipe", "--global-batch", 32, "--seq-len", 1024)
+    assert code == 2
+    assert "dualpipe lays each of its two model copies over pp=16 ranks; 40 layers do not divide by 16" in out
