@@ -321,12 +321,12 @@ def cell_durations(model, cells: dict, per_layer: PerLayer, ends: Ends, idx, spl
     b_layer, w_layer = (per_layer.b_split, per_layer.w_split) if apart else (per_layer.b, per_layer.w)
     if split is None:
         rec = lay(per_layer.r)
-        off_f = off_b = 0.0
+        off_f = 0.0
     else:
         rec = (lay(per_layer.r_full, split["rc_dense"], split["rc_moe"])
                + lay(per_layer.r_sel, cells["dense"] - split["rc_dense"], cells["moe"] - split["rc_moe"]))
         off_f = lay(per_layer.off_f, split["off_dense"], split["off_moe"])
-        off_b = lay(per_layer.off_b_split if apart else per_layer.off_b, split["off_dense"], split["off_moe"])
+    off_b = offload_b_stall(cells, per_layer, split, rows, w_apart)
     f = lay(per_layer.f) + off_f + cells["emb"] * (e["emb_f"] + e["emb_z3_f"]) \
         + cells["head"] * (e["head_f"] + e["head_z3_f"]) + cells["mtp"] * e["mtp_f"]
     b = lay(b_layer) + rec + off_b + cells["emb"] * e["emb_b"] \
@@ -337,6 +337,17 @@ def cell_durations(model, cells: dict, per_layer: PerLayer, ends: Ends, idx, spl
     if sends is not None:
         sends.update(f=send_f, b=send_b)
     return f + cells["send_f"] * send_f, b + cells["send_b"] * send_b, w
+
+
+def offload_b_stall(cells: dict, per_layer: PerLayer, split: dict | None, rows, w_apart: bool = False):
+    """(rows, p, v) seconds each cell's backward waits on the host link for its offloaded layers'
+    activations (0.0 where none is offloaded): the part of ``cell_durations``' ``b`` that is
+    reload stall, with ``w_apart`` as there (the B pass alone is the copy's window)."""
+    if split is None:
+        return 0.0
+    apart = w_apart and per_layer.b_split is not None
+    d, m = (rows(x)[:, None, None] for x in (per_layer.off_b_split if apart else per_layer.off_b))
+    return split["off_dense"] * d + split["off_moe"] * m
 
 
 def exposed_sends(p2p, overlap, f, bw):
@@ -405,27 +416,58 @@ def pipeline_pass(model, batch, m, per_layer: PerLayer, ends: Ends, exact: np.nd
         stage_busy = stage_work_s(kind, f, b, w)                      # (rows, p)
         k = np.argmax(stage_busy, axis=1)
         busy = stage_busy[np.arange(len(idx)), k]
-        # a lower bound: each stage waits for the first forward to reach it, runs all its
-        # passes, and its last backward still travels back to the first position while only
-        # the W passes it defers run (``pipeline.bound``); an estimate: every cell at the
-        # slowest cell's times, by the closed forms
-        lo = flush_lower_bound_s(kind, p, mm, v, f, b, w, work=stage_busy)
-        hi = even_estimate_s(kind, p, mm, v, f.max(axis=(1, 2)), b.max(axis=(1, 2)), w.max(axis=(1, 2)))
-        span = np.maximum(hi, lo)
         ex = exact[idx]
-        if ex.any():
-            sel = np.flatnonzero(ex)
-            for m_value in np.unique(m_int[idx][sel]):
-                sub = sel[m_int[idx][sel] == m_value]
+
+        def flush_s(f, b, w, apart, rows_, work=None, mm=mm, ex=ex, m_group=m_int[idx], kind=kind, p=p, v=v):
+            """(lower bound, estimate, makespan) of the rows ``rows_`` of the group: a lower
+            bound: each stage waits for the first forward to reach it, runs all its passes, and
+            its last backward still travels back to the first position while only the W passes
+            it defers run (``pipeline.bound``); an estimate: every cell at the slowest cell's
+            times, by the closed forms; the makespan: on the DAG for the exact rows, else the
+            larger of the two."""
+            lo = flush_lower_bound_s(kind, p, mm[rows_], v, f, b, w, work=work)
+            hi = even_estimate_s(kind, p, mm[rows_], v, f.max(axis=(1, 2)), b.max(axis=(1, 2)), w.max(axis=(1, 2)))
+            span = np.maximum(hi, lo)
+            sel = np.flatnonzero(ex[rows_])
+            for m_value in np.unique(m_group[rows_][sel]):
+                sub = sel[m_group[rows_][sel] == m_value]
                 span[sub] = flush_makespan_s(kind, p, int(m_value), v, f[sub], b[sub], w[sub],
                                              apart=None if apart is None else (apart[0][sub], apart[1][sub]))
+            return lo, hi, span
+
+        lo, hi, span = flush_s(f, b, w, apart, slice(None), work=stage_busy)
+        # stage 0's backward of one micro-batch is the window the DP gradient reduction hides
+        # under; an activation reload stall in it widens it only by what the makespan paid for
+        # that stall. A 1F1B-like flush ends on stage 0's last backward, the one op every path
+        # reaches, so the makespan pays its whole stall; the zero-bubble schedules and DualPipe
+        # defer W passes and may end on another stage, absorbing stage 0's stall in their slack
+        # while the window still counted it (ZB-H1 + offload ran faster than without, and a
+        # faster host link slowed it). The stall paid: the makespan less that of the flush
+        # without backward reload stalls (the forward ones, on the first forward every path
+        # starts from, are always paid).
+        stall0 = share * np.zeros(len(idx))
+        paid = stall0
+        if kind in SPLIT_W or kind in MIXED_W:
+            stall_cells = offload_b_stall(cells, per_layer, split, rows, w_apart=kind in SPLIT_W)
+            stall0 = share * np.sum(stall_cells, axis=-1)[..., 0] if np.ndim(stall_cells) else stall0
+            stalled = np.flatnonzero(stall0 > 0)
+            paid = np.zeros(len(idx))
+            if len(stalled):
+                b_free = (b - stall_cells)[stalled]
+                apart_free = None
+                if apart is not None:
+                    apart_stall = offload_b_stall(cells, per_layer, split, rows, w_apart=True)
+                    apart_free = ((apart[0] - apart_stall)[stalled], apart[1][stalled])
+                free = flush_s(f[stalled], b_free, w[stalled], apart_free, stalled)[2]
+                paid[stalled] = np.maximum(span[stalled] - free, 0.0)
         out["makespan_s"][idx] = span
         out["makespan_lower_s"][idx] = lo
         out["makespan_upper_s"][idx] = hi
         out["busiest_stage"][idx] = k
         out["stage_busy_s"][idx] = busy
         out["first_window_f_s"][idx] = share * f[:, 0, :].sum(axis=1)
-        out["first_window_bw_s"][idx] = share * (b[:, 0, :] + w[:, 0, :]).sum(axis=1)
+        out["first_window_bw_s"][idx] = share * (b[:, 0, :] + w[:, 0, :]).sum(axis=1) - stall0 \
+            + np.minimum(stall0, paid)
         rows_k = np.arange(len(idx))
         # the busiest stage's counts: the layouts' per-stage sums
         at_k = {name: cells["stage_" + name][rows_k, k, 0] for name in ("dense", "moe", "emb", "head", "mtp")}
