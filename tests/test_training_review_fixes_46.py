@@ -104,3 +104,41 @@ def test_zb_h1_with_offload_never_slows_with_a_faster_host_link(tmp_path):
         assert faster_link <= slower_link * (1 + 1e-12)
     assert min(steps) >= base * (1 - 1e-12)
     assert steps[0] > base + 1.0        # a 16 GB/s link stalls seconds: the check is not vacuous
+
+
+# --- 3. pooled plan --schedule: a schedule is no degree ---------------------------------------
+
+_POOLED = ("plan", "-m", "llama3-70b", "-c", "examples/clusters/a100-h100.yaml", "--global-batch", 512)
+
+
+@pytest.fixture
+def _repo_cwd(monkeypatch):
+    from pathlib import Path
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+
+
+def test_pooled_plan_refuses_a_zero_bubble_schedule_for_pooled_simulates_reason(_repo_cwd):
+    # was "the degrees differ per pool in a mixed plan; ... (--max-tp limits tensor parallelism)"
+    code, out = _cli(*_POOLED, "--schedule", "zb-h1")
+    assert code == 2
+    assert out == ("error: --schedule: zb-h1 is not modelled across unequal stages (use 1f1b or gpipe (the "
+                   "mixed-plan search prices 1f1b))\n")
+    code, out = _cli(*_POOLED, "--schedule", "gpipe")
+    assert code == 2
+    assert out.startswith("error: --schedule: the mixed-plan search prices 1f1b only, not gpipe (")
+
+
+def test_pooled_plan_takes_1f1b_the_schedule_it_searches(_repo_cwd):
+    code, given = _cli(*_POOLED, "--schedule", "1f1b", "--top", 1, "--json")
+    assert code == 0, given
+    code, default = _cli(*_POOLED, "--top", 1, "--json")
+    assert code == 0
+    assert json.loads(given)["best_plan"] == json.loads(default)["best_plan"]
+    assert json.loads(given)["best_plan"]["schedule"] == "1f1b"
+
+
+@pytest.mark.parametrize("flag, fix", [("--pp", "drop it"), ("--tp", "drop it (--max-tp limits tensor parallelism)")])
+def test_pooled_plan_names_max_tp_only_for_tp(_repo_cwd, flag, fix):
+    code, out = _cli(*_POOLED, flag, 2)
+    assert code == 2
+    assert out == f"error: {flag}: the degrees differ per pool in a mixed plan; the search chooses them ({fix})\n"

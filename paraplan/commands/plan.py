@@ -612,6 +612,25 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
     click.echo("".join(out), nl=False)
 
 
+def _check_pooled_schedule(schedule) -> None:
+    """``--schedule`` on a pooled cluster: a schedule is no degree. The pooled search prices 1F1B
+    (``planners.heterogeneous``: every ``HeteroPlan`` it builds runs the default schedule), so
+    1f1b is what it runs anyway; GPipe is modelled across unequal stages (pooled ``simulate``
+    prices it) but not searched; the others are not modelled across unequal stages, which is
+    pooled ``simulate``'s reason (``HeteroPlan``)."""
+    from simulator.heterogeneous.plan import HETERO_SCHEDULES
+
+    if schedule is None or Schedule(schedule) == Schedule.ONE_F_ONE_B:
+        return
+    if Schedule(schedule) in HETERO_SCHEDULES:
+        raise InputError("--schedule", f"the mixed-plan search prices {Schedule.ONE_F_ONE_B.value} only, not "
+                         f"{Schedule(schedule).value}", f"drop it, then price the chosen plan with simulate --plan / "
+                         f"--group --schedule {Schedule(schedule).value}")
+    raise InputError("--schedule", f"{Schedule(schedule).value} is not modelled across unequal stages",
+                     "use " + " or ".join(s.value for s in HETERO_SCHEDULES) + " (the mixed-plan search prices "
+                     f"{Schedule.ONE_F_ONE_B.value})")
+
+
 def _plan_pooled(spec, cluster, gpus, global_batch, global_batch_tokens, top, max_tp, fix, headroom_gib, dtypes,
                  as_json, as_csv, pareto, explain, max_micro_batch, emit, explicit, stack=DEFAULT_TRAINING_STACK) -> None:
     """``plan`` on a pooled cluster (``planners.heterogeneous``; output in ``commands._hetero``)."""
@@ -624,10 +643,11 @@ def _plan_pooled(spec, cluster, gpus, global_batch, global_batch_tokens, top, ma
     for flag, given in (("--fix", bool(fix)), ("--pareto", pareto), ("--emit", emit is not None)):
         if given:
             raise InputError(flag, "not available for a pooled cluster", "drop it")
-    for name in ("dp", "tp", "pp", "cp", "ep", "vpp", "schedule"):
+    for name in ("dp", "tp", "pp", "cp", "ep", "vpp"):
         if explicit.get(name) is not None:
             raise InputError(f"--{name}", "the degrees differ per pool in a mixed plan; the search chooses them",
-                             "drop it (--max-tp limits tensor parallelism)")
+                             "drop it (--max-tp limits tensor parallelism)" if name == "tp" else "drop it")
+    _check_pooled_schedule(explicit.get("schedule"))
     if explicit.get("zero_shard_group") is not None:       # ZeRO shards over every replica across pools
         raise InputError("--zero-shard-group", "not modelled on pooled clusters", "drop it")
     if dtypes and len(dtypes) > 1:
