@@ -58,6 +58,15 @@ def _largest_chunk_layers(model: ModelSpec, c: ParallelConfig) -> int:
     return int(lay.max())
 
 
+def most_layers_per_chunk(model: ModelSpec, c: ParallelConfig) -> int:
+    """Layers (MTP modules included) of the configuration's largest model chunk: the most
+    ``recompute_num_layers`` / ``offload_activation_layers`` can cover (every layer of it); of
+    the uneven or custom layout where one is allowed, else of the even split."""
+    custom = bool(c.uneven_layers or c.pipeline_layout or c.first_stage_layers or c.last_stage_layers)
+    return (_largest_chunk_layers(model, c) if custom
+            else -(-(model.num_layers + model.mtp_layers) // _positions(c)))
+
+
 def _positions(c: ParallelConfig) -> int:
     """Forward positions of the configuration's schedule: p * chunks (DualPipe: p per copy)."""
     if c.schedule == Schedule.DUALPIPE:
@@ -229,8 +238,7 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
         _check_edge_stage_layers(model, c)
     # counts of layers per model chunk: more than a chunk holds was clipped without a word; with
     # an uneven or custom layout, the largest chunk of that layout
-    most_per_chunk = (_largest_chunk_layers(model, c) if custom
-                      else -(-(model.num_layers + model.mtp_layers) // _positions(c)))
+    most_per_chunk = most_layers_per_chunk(model, c)
     for name, value in (("recompute_num_layers", c.recompute_num_layers),
                         ("offload_activation_layers", c.offload_activation_layers)):
         if value > most_per_chunk:

@@ -142,3 +142,44 @@ def test_pooled_plan_names_max_tp_only_for_tp(_repo_cwd, flag, fix):
     code, out = _cli(*_POOLED, flag, 2)
     assert code == 2
     assert out == f"error: {flag}: the degrees differ per pool in a mixed plan; the search chooses them ({fix})\n"
+
+
+# --- 4. "fits: NO" advises only what is not already at its most -------------------------------
+
+_405B = ("-m", "llama3.1-405b", "-c", "dgx-h100", "-n", 8, "--global-batch", 8, "--seq-len", 2048)
+
+
+def _fits_line(*args):
+    code, out = _cli("simulate", *_405B, *args)
+    assert code == 0, out
+    text = " ".join(out.split())
+    return text[text.index("fits: NO"):text.index("why:")].strip()
+
+
+def test_fits_no_leaves_out_zero_recompute_and_optimizer_offload_already_at_their_most():
+    # ZeRO-3, full recompute of every layer, the whole optimizer on the host: what is left is
+    # offloading activations (none offloaded; 126 layers in the one chunk) and trading dp 8 for
+    # tp/pp; pp 1 has no stages to make uneven. It advised all five options
+    line = _fits_line("--zero", 3, "--offload-optimizer-fraction", 1, "--recompute", "full")
+    assert line.endswith("GiB; try activation offload (--offload-activation-layers) or more tp/pp)")
+
+
+def test_fits_no_says_when_nothing_is_left_to_trade():
+    # tp 8 on the 8 GPUs (dp 1), every layer recomputed and offloaded, ZeRO-3, optimizer on host
+    line = _fits_line("--tp", 8, "--zero", 3, "--offload-optimizer-fraction", 1, "--recompute", "full",
+                      "--offload-activation-layers", 126)
+    assert line.endswith("GiB; nothing left to trade on these GPUs: use more GPUs, or a shorter sequence)")
+
+
+def test_fits_no_keeps_the_whole_list_for_a_plain_run_and_drops_zero_without_a_group():
+    plain = _fits_line("--zero", 0)
+    assert plain.endswith("try recompute (--recompute-num-layers), offload, more tp/pp, or a ZeRO stage)")
+    # tp 4 x pp 2 on 8 GPUs: dp 1, so neither more tp/pp nor a ZeRO stage (nothing to shard over);
+    # a pipeline can take uneven stages
+    piped = _fits_line("--tp", 4, "--pp", 2, "--zero", 1)
+    assert piped.endswith("try recompute (--recompute-num-layers), offload, or uneven stages)")
+    # recompute_num_layers below the chunk's 63 layers still leaves recompute to add
+    partial = _fits_line("--tp", 4, "--pp", 2, "--zero", 1, "--recompute", "full", "--recompute-num-layers", 10)
+    assert partial.endswith("try recompute (--recompute-num-layers), offload, or uneven stages)")
+    whole = _fits_line("--tp", 4, "--pp", 2, "--zero", 1, "--recompute", "full", "--recompute-num-layers", 63)
+    assert whole.endswith("try offload or uneven stages)")

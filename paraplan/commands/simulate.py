@@ -24,7 +24,7 @@ from paraplan.cli import atomic_output_path, check_distinct_paths, check_image_p
 from paraplan.commands.token_count import TOKENS
 from planners.plan import whole_sequences_fix
 from simulator.parallel_config import (MAX_GLOBAL_BATCH, MAX_GPUS, AttentionKernel, CPKind, ParallelConfig, Recompute,
-                                       Schedule)
+                                       RecomputeMethod, Schedule)
 from simulator import headroom
 from simulator.report import StepReport
 from simulator.simulate import simulate
@@ -280,8 +280,67 @@ def _tp_overlap_text(c: dict) -> str:
     return _on_off(on)
 
 
-def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | None = None) -> str:
-    """The human-readable table for one ``StepReport``."""
+_ADVICE_ALL = "try recompute (--recompute-num-layers), offload, more tp/pp, uneven stages, or a ZeRO stage"
+
+
+def _or_list(items: list[str]) -> str:
+    """``a``, ``a or b``, ``a, b, or c``."""
+    if len(items) <= 2:
+        return " or ".join(items)
+    return ", ".join(items[:-1]) + ", or " + items[-1]
+
+
+def memory_advice(model: ModelSpec, cluster, config: ParallelConfig) -> str:
+    """What a configuration that does not fit may still trade for memory on these GPUs: only the
+    options not already at their most (the fixed list advised ZeRO, recompute and offload to a
+    ZeRO-3 run recomputing and offloading everything already):
+
+    * recompute, unless every layer of every chunk is recomputed in full (``full`` with no
+      ``recompute_num_layers`` cap below the largest chunk, or ``uniform`` groups, and no
+      per-stage decrement);
+    * activation / optimizer offload, where the cluster has a host, unless every layer of a chunk
+      is offloaded / the whole optimizer is (fraction 1);
+    * more tp/pp, unless there is no data-parallel replica left to turn into one (dp = 1);
+    * uneven stages, with a pipeline (pp > 1);
+    * a (higher) ZeRO stage, below ZeRO-3 and with a group to shard over (dp * cp > 1, or the
+      expert data-parallel group of a MoE model).
+
+    With none left: more GPUs, a shorter sequence, or a smaller micro-batch where it is above 1.
+    """
+    from simulator.validate_config import most_layers_per_chunk
+    most = most_layers_per_chunk(model, config)
+    n = config.recompute_num_layers
+    full_everywhere = (config.recompute == Recompute.FULL and config.recompute_layers_decrement == 0
+                       and (n == 0 or n >= most or config.recompute_method == RecomputeMethod.UNIFORM))
+    options = [] if full_everywhere else ["recompute (--recompute-num-layers)"]
+    if cluster.host is not None:
+        act = config.offload_activation_layers < most
+        opt = config.offload_optimizer_fraction < 1.0
+        if act and opt:
+            options.append("offload")
+        elif act:
+            options.append("activation offload (--offload-activation-layers)")
+        elif opt:
+            options.append("optimizer offload (--offload-optimizer-fraction)")
+    if config.dp > 1:
+        options.append("more tp/pp")
+    if config.pp > 1:
+        options.append("uneven stages")
+    shard = config.dp * config.cp
+    if model.moe is not None:
+        shard = max(shard, shard * config.tp // config.ep)
+    if config.zero_stage < 3 and shard > 1:
+        options.append("a ZeRO stage" if config.zero_stage == 0 else "a higher ZeRO stage")
+    if not options:
+        smaller = "a shorter sequence" + (" or a smaller micro-batch" if config.micro_batch > 1 else "")
+        return f"nothing left to trade on these GPUs: use more GPUs, or {smaller}"
+    return "try " + _or_list(options)
+
+
+def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | None = None,
+           config: ParallelConfig | None = None) -> str:
+    """The human-readable table for one ``StepReport``; ``config``: its configuration, for the
+    advice when it does not fit (``memory_advice``; None: the whole list)."""
     c = report.config
     step = report.step_time_s
     lines = [
@@ -353,7 +412,7 @@ def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | 
         lines += textwrap.wrap(
             f"fits: NO (over by {keep - free:.2f} GiB per GPU on stage {stage} with the {keep:.2f} GiB "
             f"headroom a run keeps; largest part {big_name.removesuffix('_bytes')} {big / GIB:.2f} GiB; "
-            f"try recompute (--recompute-num-layers), offload, more tp/pp, uneven stages, or a ZeRO stage)",
+            f"{memory_advice(model, cluster, config) if config is not None else _ADVICE_ALL})",
             width=120, subsequent_indent=" " * 6, break_long_words=False)
     lines += textwrap.wrap(why_line(report), width=120, subsequent_indent=" " * 5, break_long_words=False)
     note = priors.footnote(cluster)
@@ -640,7 +699,7 @@ def command(ctx: click.Context, as_json: bool, trace_path: str | None, gantt_pat
     if as_json:
         click.echo(dump_json(json_dict(report, cluster, keep_gib)), nl=False)
     else:
-        click.echo(render(report, model, cluster, keep_gib), nl=False)
+        click.echo(render(report, model, cluster, keep_gib, config), nl=False)
     for note in notes:
         click.echo(note, err=True)
 
