@@ -11,11 +11,15 @@ recomputation, sequence parallelism) and ZeRO stage 0-2:
   proportion to their speed; gradients are reduced across pools.
 * ``pipeline_mix`` (Metis, Sailor): replicas of one pipeline whose first stages are on one pool
   and last stages on another, the layers split by each pool's speed, as many replicas as both
-  pools hold (and divide the micro-batches).
+  pools hold (and divide the micro-batches). The stage counts that use both pools in proportion,
+  and (``pipeline_mix_smaller``) those of every smaller size of either pool, so that growing a
+  pool never drops a split it had.
 
 The mixes are enumerated in full and ranked by a pipeline-time estimate (the split's slowest
 stage x (micro-batches + stages - 1)); the best ``keep`` per layer key and ZeRO stage go on to
-the exact score (``compose``).
+the exact score (``compose``). The smaller pools' splits are laid out only where a lower bound
+of their estimate could reach those ``keep`` (``heterogeneous._estimate_floor``), which picks
+the same ones as laying out all.
 """
 from __future__ import annotations
 
@@ -143,13 +147,9 @@ def _largest_divisor_table(M: int, n_max: int) -> np.ndarray:
     return np.maximum.accumulate(t)
 
 
-def pipeline_mix(model: ModelSpec, keys: Keys, a: int, b: int, gpus_a: int, gpus_b: int, global_batch: int,
-                 zeros) -> tuple[Pipelines, np.ndarray]:
-    """Replicas of pipelines whose first ``k_a`` stages are on pool ``a`` and last ``k_b`` on
-    pool ``b`` (same micro-batch, recomputation and sp; each pool its own tp). ``k_b`` is the
-    count (rounded down or up) that gives both pools the same share of their GPUs; the replicas
-    are as many as both pools hold and divide the step's micro-batches."""
-    L = model.num_layers
+def _matched_pairs(keys: Keys, a: int, b: int):
+    """(I, J, ta, tb): every pair of a key of pool ``a`` and one of pool ``b`` a pipeline can
+    join (same micro-batch and recomputation, sp alike unless one side has tp 1)."""
     ia = np.flatnonzero(keys.pool == a)
     ib = np.flatnonzero(keys.pool == b)
     I, J = np.meshgrid(ia, ib, indexing="ij")
@@ -157,9 +157,14 @@ def pipeline_mix(model: ModelSpec, keys: Keys, a: int, b: int, gpus_a: int, gpus
     ta, tb = keys.tp[I], keys.tp[J]
     sp_ok = (keys.sequence_parallel[I] == keys.sequence_parallel[J]) | (ta == 1) | (tb == 1)
     match = (keys.micro_batch[I] == keys.micro_batch[J]) & (keys.recompute[I] == keys.recompute[J]) & sp_ok
-    I, J, ta, tb = I[match], J[match], ta[match], tb[match]
+    return I[match], J[match], ta[match], tb[match]
+
+
+def _proportional_counts(L: int, ta, tb, gpus_a: int, gpus_b: int):
+    """(pair, k_a, k_b): for every pair and ``k_a``, the ``k_b`` (rounded down or up) that gives
+    both pools the same share of their GPUs."""
     ka = np.arange(1, L)
-    P, K = np.meshgrid(np.arange(len(I)), ka, indexing="ij")
+    P, K = np.meshgrid(np.arange(len(ta)), ka, indexing="ij")
     P, K = P.ravel(), K.ravel()
     ta_, tb_ = ta[P], tb[P]
     ideal = K * gpus_b * ta_ / (gpus_a * tb_)
@@ -176,7 +181,47 @@ def pipeline_mix(model: ModelSpec, keys: Keys, a: int, b: int, gpus_a: int, gpus
     first_half = np.arange(len(P)) < len(P) // 2
     dup = ~first_half & (KB == np.concatenate([KB[: len(P) // 2]] * 2))
     ok &= ~dup
-    P, K, KB = P[ok], K[ok], KB[ok]
+    return P[ok], K[ok], KB[ok]
+
+
+def _fill_counts(L: int, stages_cut, tp_cut, gpus_cut: int, tp_fill, gpus_fill: int, ds):
+    """(row, stages_cut, stages_fill) for every row and replica count ``d`` in ``ds`` whose
+    ``d`` replicas of ``stages_cut`` stages fit the cut pool: ``stages_fill`` is the most stages
+    ``d`` replicas fill on the other pool (at most the layers left)."""
+    R, D = np.meshgrid(np.arange(len(stages_cut)), ds, indexing="ij")
+    R, D = R.ravel(), D.ravel()
+    sc = stages_cut[R]
+    sf = np.minimum(gpus_fill // (D * tp_fill[R]), L - sc)
+    ok = (D * sc * tp_cut[R] <= gpus_cut) & (sf >= 1)
+    return R[ok], sc[ok], sf[ok]
+
+
+def _smaller_pool_counts(L: int, mb, ta, tb, gpus_a: int, gpus_b: int, global_batch: int):
+    """(pair, k_a, k_b): the proportional splits of the pools cut to what a pipeline mix holds
+    of them. ``d`` replicas of ``k_a`` stages hold ``d k_a t_a`` GPUs of pool ``a``; the
+    proportional ``k_b`` of pool ``a`` cut to that size fills pool ``b`` with the ``d``
+    replicas (``floor(gpus_b / (d t_b))``); likewise with ``b`` cut. Every replica count ``d``
+    (a divisor of the step's micro-batches) and every ``k`` of the cut pool."""
+    ka = np.arange(1, L)
+    out = []
+    for m in np.unique(mb):
+        ds = divisors(global_batch // int(m))
+        PK, KK = np.meshgrid(np.flatnonzero(mb == m), ka, indexing="ij")
+        PK, KK = PK.ravel(), KK.ravel()
+        r, k_a, k_b = _fill_counts(L, KK, ta[PK], gpus_a, tb[PK], gpus_b, ds)          # pool a cut
+        out.append((PK[r], k_a, k_b))
+        r, k_b, k_a = _fill_counts(L, KK, tb[PK], gpus_b, ta[PK], gpus_a, ds)          # pool b cut
+        out.append((PK[r], k_a, k_b))
+    if not out:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z, z
+    return tuple(np.concatenate([o[i] for o in out]) for i in range(3))
+
+
+def _mix_pipelines(keys: Keys, a: int, b: int, I, J, ta, tb, P, K, KB, gpus_a: int, gpus_b: int,
+                   global_batch: int, zeros) -> tuple[Pipelines, np.ndarray]:
+    """The pipelines of (pair, k_a, k_b) rows, with as many replicas as both pools hold and
+    divide the step's micro-batches, per ZeRO stage."""
     ta_, tb_ = ta[P], tb[P]
     room = np.minimum(gpus_a // (K * ta_), gpus_b // (KB * tb_))
     mb = keys.micro_batch[I[P]]
@@ -194,3 +239,34 @@ def pipeline_mix(model: ModelSpec, keys: Keys, a: int, b: int, gpus_a: int, gpus
     pipes = _pipelines(np.arange(n), r[:, 6], r[:, 7], np.stack([np.full(n, a), np.full(n, b)], axis=1),
                        r[:, 0:2], r[:, 2:4], r[:, 4:6])
     return pipes, r[:, 8]
+
+
+def pipeline_mix(model: ModelSpec, keys: Keys, a: int, b: int, gpus_a: int, gpus_b: int, global_batch: int,
+                 zeros) -> tuple[Pipelines, np.ndarray]:
+    """Replicas of pipelines whose first ``k_a`` stages are on pool ``a`` and last ``k_b`` on
+    pool ``b`` (same micro-batch, recomputation and sp; each pool its own tp). ``k_b`` is the
+    count (rounded down or up) that gives both pools the same share of their GPUs; the replicas
+    are as many as both pools hold and divide the step's micro-batches."""
+    I, J, ta, tb = _matched_pairs(keys, a, b)
+    P, K, KB = _proportional_counts(model.num_layers, ta, tb, gpus_a, gpus_b)
+    return _mix_pipelines(keys, a, b, I, J, ta, tb, P, K, KB, gpus_a, gpus_b, global_batch, zeros)
+
+
+def pipeline_mix_smaller(model: ModelSpec, keys: Keys, a: int, b: int, gpus_a: int, gpus_b: int,
+                         global_batch: int, zeros) -> tuple[Pipelines, np.ndarray]:
+    """The pipeline mixes of smaller pools that ``pipeline_mix`` of these lacks, so that growing
+    a pool keeps the splits it had: a mix with ``d`` replicas of ``k_a`` stages holds only
+    ``d k_a t_a`` GPUs of pool ``a``, and on a pool of that size the proportional ``k_b`` is the
+    one that fills pool ``b`` with the ``d`` replicas. So, for every replica count ``d`` (a
+    divisor of the step's micro-batches) and every ``k_a`` whose replicas fit pool ``a``, the
+    ``k_b`` that ``d`` replicas fill (at most the layers left); likewise every ``k_b`` with the
+    ``k_a`` that fills pool ``a``. The replicas, as in ``pipeline_mix``, are as many as both
+    pools hold (at least ``d``). Each (pair, k_a, k_b) once, none of ``pipeline_mix``'s."""
+    L = model.num_layers
+    I, J, ta, tb = _matched_pairs(keys, a, b)
+    P0, K0, KB0 = _proportional_counts(L, ta, tb, gpus_a, gpus_b)
+    P, K, KB = _smaller_pool_counts(L, keys.micro_batch[I], ta, tb, gpus_a, gpus_b, global_batch)
+    width = np.int64(L + 1)
+    code = np.setdiff1d((P * width + K) * width + KB, (P0 * width + K0) * width + KB0)   # sorted, unique
+    P, K, KB = code // (width * width), (code // width) % width, code % width
+    return _mix_pipelines(keys, a, b, I, J, ta, tb, P, K, KB, gpus_a, gpus_b, global_batch, zeros)

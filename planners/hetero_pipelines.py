@@ -17,7 +17,7 @@ from cost_models import pool_links
 from cost_models.compute import activation_bytes
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
-from planners.hetero_split import split_layers
+from planners.hetero_split import split_feasible, split_layers
 from simulator.heterogeneous.compose import (Groups, StageBlocks, boundary_p2p_s, in_flight_microbatches,
                                              layer_activation_bytes, pool_reserved_bytes, stage_accumulation_s,
                                              stage_memory_parts, stage_param_count)
@@ -90,6 +90,54 @@ def _classes(p: Pipelines):
                 next_pool=next_pool, next_tp=next_tp, prev_pool=prev_pool, prev_tp=prev_tp)
 
 
+def _memory_caps(model: ModelSpec, cluster: PooledCluster, settings: ParallelConfig, units: UnitCosts,
+                 p: Pipelines, cl, zero_of_plan, memory_limit_bytes) -> np.ndarray:
+    """(C, 3S) the most layers each class's stages hold within their pool's memory limit (0 for
+    unused classes): a stage's memory is linear in its layers."""
+    C = len(p)
+    P = int(p.plan.max()) + 1 if C else 0
+    K = cl["mult"].shape[1]
+    used = cl["mult"] > 0
+    pp = p.seg_stages.sum(axis=1)
+    D = np.bincount(p.plan, weights=p.replicas.astype(float), minlength=P)
+    key = np.where(used, cl["key"], 0)
+    pool = np.where(used, cl["pool"], 0)
+    tp = np.where(used, cl["tp"], 1).astype(float)
+    mbs = units.micro_batch[key].astype(float)
+    first, last = cl["first"] & used, cl["last"] & used
+    pp_b = np.broadcast_to(pp[:, None], (C, K))
+    m_est = np.where(np.isnan(p.micro_batches), pp, p.micro_batches)[:, None]
+    in_flight = in_flight_microbatches(settings, m_est, pp_b, cl["pos"])
+    zero = np.broadcast_to(np.asarray(zero_of_plan)[p.plan][:, None], (C, K))
+    Dg = np.broadcast_to(D[p.plan][:, None], (C, K))
+    rc = units.recompute[key]
+    layer_act, full_act = layer_activation_bytes(model, settings, units)
+    layer_act, full_act = layer_act[key], full_act[key]
+
+    reserved = pool_reserved_bytes(cluster, pool)
+
+    def mem(nl):
+        prm = stage_param_count(model, nl, first, last, pp_b, tp)
+        return stage_memory_parts(model, settings, prm, zero, Dg, tp, mbs, rc, layer_act, full_act, nl, in_flight,
+                                  last, reserved)["memory_bytes"]
+
+    m0, m1 = mem(0.0), mem(1.0)
+    limit = np.asarray(memory_limit_bytes, dtype=float)[pool]
+    slope = np.maximum(m1 - m0, 1e-9)
+    return np.where(used, np.floor((limit - m0) / slope), 0.0)
+
+
+def fits_memory(model: ModelSpec, cluster: PooledCluster, settings: ParallelConfig, units: UnitCosts,
+                p: Pipelines, zero_of_plan, memory_limit_bytes) -> np.ndarray:
+    """(P,) whether every group of a plan has a split within memory: ``lay_out``'s ``plan_ok``,
+    without the times and the split."""
+    cl = _classes(p)
+    cap = _memory_caps(model, cluster, settings, units, p, cl, zero_of_plan, memory_limit_bytes)
+    ok = split_feasible(cl["mult"], cap, model.num_layers)
+    P = int(p.plan.max()) + 1 if len(p) else 0
+    return np.bincount(p.plan, weights=~ok, minlength=P) == 0
+
+
 def lay_out(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelConfig, units: UnitCosts,
             p: Pipelines, zero_of_plan, memory_limit_bytes, ring_mask_of_plan=None) -> Layout:
     """Split every candidate group's layers and return the stage blocks ``compose`` takes.
@@ -105,7 +153,6 @@ def lay_out(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     used = cl["mult"] > 0
     pp = p.seg_stages.sum(axis=1)
     d = p.replicas.astype(float)
-    D = np.bincount(p.plan, weights=d, minlength=P)
     dtype = settings.dtype
     act_bytes = activation_bytes(dtype)
     key = np.where(used, cl["key"], 0)
@@ -128,7 +175,6 @@ def lay_out(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
                               flat(tokens), h, act_bytes, flat(stride), flat(stages_on_pool))
     p2p = p2p.reshape(C, K)
     first, last = cl["first"] & used, cl["last"] & used
-    pp_b = np.broadcast_to(pp[:, None], (C, K))
     # time of a stage with n layers: extra + n tau (unfused gradient accumulation is linear in n)
     tau = u["fwd_s"] + u["bwd_s"] + u["w_s"]
     extra = p2p + first * u["embedding_s"] + last * u["head_s"]
@@ -139,26 +185,7 @@ def lay_out(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
         a1 = stage_accumulation_s(model, settings, np.ones(tp.shape), first, last, tp, hbm_bw, overhead)
         tau = tau + (a1 - a0)
         extra = extra + a0
-    # memory: linear in n as well; the cap is the most layers under the pool's limit
-    m_est = np.where(np.isnan(p.micro_batches), pp, p.micro_batches)[:, None]
-    in_flight = in_flight_microbatches(settings, m_est, pp_b, cl["pos"])
-    zero = np.broadcast_to(np.asarray(zero_of_plan)[p.plan][:, None], (C, K))
-    Dg = np.broadcast_to(D[p.plan][:, None], (C, K))
-    rc = units.recompute[key]
-    layer_act, full_act = layer_activation_bytes(model, settings, units)
-    layer_act, full_act = layer_act[key], full_act[key]
-
-    reserved = pool_reserved_bytes(cluster, pool)
-
-    def mem(nl):
-        prm = stage_param_count(model, nl, first, last, pp_b, tp)
-        return stage_memory_parts(model, settings, prm, zero, Dg, tp, mbs, rc, layer_act, full_act, nl, in_flight,
-                                  last, reserved)["memory_bytes"]
-
-    m0, m1 = mem(0.0), mem(1.0)
-    limit = np.asarray(memory_limit_bytes, dtype=float)[pool]
-    slope = np.maximum(m1 - m0, 1e-9)
-    cap = np.where(used, np.floor((limit - m0) / slope), 0.0)
+    cap = _memory_caps(model, cluster, settings, units, p, cl, zero_of_plan, memory_limit_bytes)
     split = split_layers(cl["mult"], tau, extra, cap, model.num_layers)
     ok = split.feasible
     plan_ok = np.bincount(p.plan, weights=~ok, minlength=P) == 0

@@ -40,6 +40,22 @@ class Split:
     feasible: np.ndarray
 
 
+def _feasible(mult, cap, mcap, L: float) -> np.ndarray:
+    """(C,) from (K, C) classes-first arrays: no more stages than layers, every used class has
+    room for a layer, and the stages have room for all of them."""
+    used = mult > 0
+    return (mult.sum(axis=0) <= L) & np.all(~used | (cap >= 1), axis=0) & ((mult * mcap).sum(axis=0) >= L)
+
+
+def split_feasible(mult, cap, num_layers: int) -> np.ndarray:
+    """Whether ``split_layers`` finds a split (its ``feasible``), without splitting: (C, K) ``mult``
+    and ``cap`` as it takes them."""
+    mult = np.ascontiguousarray(np.asarray(mult, dtype=float).T)
+    cap = np.ascontiguousarray(np.floor(np.asarray(cap, dtype=float)).T)
+    L = float(num_layers)
+    return _feasible(mult, cap, np.where(mult > 0, np.minimum(cap, L), 0.0), L)
+
+
 def split_layers(mult, tau, extra, cap, num_layers: int) -> Split:
     """The min-max split of ``num_layers`` layers over classes of stages, for every row.
 
@@ -53,9 +69,8 @@ def split_layers(mult, tau, extra, cap, num_layers: int) -> Split:
     cap = np.ascontiguousarray(np.floor(np.asarray(cap, dtype=float)).T)
     used = mult > 0
     L = float(num_layers)
-    stages = mult.sum(axis=0)
     mcap = np.where(used, np.minimum(cap, L), 0.0)
-    feasible = (stages <= L) & np.all(~used | (cap >= 1), axis=0) & ((mult * mcap).sum(axis=0) >= L)
+    feasible = _feasible(mult, cap, mcap, L)
     lo = np.where(used, extra + tau, -np.inf).max(axis=0)        # every stage holds a layer
     tau_max = np.where(used, tau, 0).max(axis=0)
     hi = np.where(used, extra, -np.inf).max(axis=0) + L * tau_max

@@ -38,7 +38,7 @@ from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from planners import hetero_candidates as cand
 from planners.hetero_explain import explain_text, layout_text
-from planners.hetero_pipelines import Layout, Pipelines, lay_out
+from planners.hetero_pipelines import Layout, Pipelines, fits_memory, lay_out
 from planners.plan import resolve_global_batch
 from simulator import headroom
 from simulator.config_batch import RECOMPUTE_CODES
@@ -276,6 +276,58 @@ def _top_per_key(score, key_rows, keep: int) -> np.ndarray:
     return idx[(np.arange(len(idx)) - run_start) < keep]
 
 
+def _shared_key(keys, pipes: Pipelines, zero) -> np.ndarray:
+    """(P, 4) per one-group plan: micro-batch, recomputation, sp of its first segment, ZeRO stage."""
+    k = pipes.seg_key[:, 0]
+    return np.stack([keys.micro_batch[k], keys.recompute[k], keys.sequence_parallel[k].astype(np.int64),
+                     np.asarray(zero, dtype=np.int64)], axis=1)
+
+
+def _estimate_floor(model: ModelSpec, units, pipes: Pipelines) -> np.ndarray:
+    """Per one-group plan, a floor of ``_estimate``: a stage of ``n`` layers of key ``k`` takes
+    at least ``n`` x (forward + backward + weight gradient of ``k``) (its sends, embedding, head
+    and gradient accumulation add to that), so whatever split of the ``L`` layers the slowest
+    stage takes at least ``L / sum(1 / tau)`` over the stages, times (micro-batches + stages - 1)."""
+    tau = units["fwd_s"] + units["bwd_s"] + units["w_s"]
+    rate = (pipes.seg_stages / tau[pipes.seg_key]).sum(axis=1)
+    pp = pipes.seg_stages.sum(axis=1)
+    return model.num_layers / rate * (pipes.micro_batches + pp - 1.0)
+
+
+def _keep_threshold(score, key_rows, keep: int, query_rows) -> np.ndarray:
+    """Per row of ``query_rows``: the ``keep``-th lowest finite ``score`` among the rows of
+    ``key_rows`` equal to it (inf where fewer). A candidate scoring above it cannot be among
+    ``_top_per_key``'s ``keep`` of its key, with or without it. Thresholds carry a relative
+    margin of 1e-9 against rounding between a floor and the estimate."""
+    key_rows, query_rows = np.asarray(key_rows, dtype=np.int64), np.asarray(query_rows, dtype=np.int64)
+    if len(key_rows) == 0:
+        return np.full(len(query_rows), np.inf)
+    # one integer per row (columns are small non-negative integers): mixed radix by column maxima
+    radix = np.maximum(key_rows.max(axis=0), query_rows.max(axis=0, initial=0)) + 1
+    code = lambda rows: np.ravel_multi_index(tuple(rows.T), tuple(radix))  # noqa: E731
+    best = _top_per_key(score, key_rows, keep)
+    best_code = code(key_rows[best])
+    groups, ids = np.unique(best_code, return_inverse=True)
+    count = np.bincount(ids, minlength=len(groups))
+    worst = np.full(len(groups), -np.inf)
+    np.maximum.at(worst, ids, score[best])
+    thr = np.append(np.where(count >= keep, worst * (1.0 + 1e-9), np.inf), np.inf)
+    q = code(query_rows)
+    at = np.minimum(np.searchsorted(groups, q), len(groups) - 1) if len(groups) else np.zeros(len(q), dtype=np.int64)
+    found = (groups[at] == q) if len(groups) else np.zeros(len(q), dtype=bool)
+    return thr[np.where(found, at, len(groups))]
+
+
+def _concat(p: Pipelines, q: Pipelines) -> Pipelines:
+    """The plans of ``p`` then those of ``q`` (renumbered after ``p``'s)."""
+    off = int(p.plan.max()) + 1 if len(p) else 0
+    return Pipelines(plan=np.concatenate([p.plan, q.plan + off]),
+                     replicas=np.concatenate([p.replicas, q.replicas]),
+                     micro_batches=np.concatenate([p.micro_batches, q.micro_batches]),
+                     seg_pool=np.concatenate([p.seg_pool, q.seg_pool]), seg_key=np.concatenate([p.seg_key, q.seg_key]),
+                     seg_tp=np.concatenate([p.seg_tp, q.seg_tp]), seg_stages=np.concatenate([p.seg_stages, q.seg_stages]))
+
+
 def _subset(pipes: Pipelines, plans: np.ndarray) -> tuple[Pipelines, np.ndarray]:
     """The groups of ``plans`` (renumbered 0..), and the old plan index of each new plan."""
     plans = np.asarray(plans)
@@ -339,17 +391,36 @@ def _search_pools(model, cluster, effs, settings, search, limits, gbs, keep) -> 
             np.searchsorted(pipes.plan, np.arange(int(pipes.plan.max()) + 1)), 0]], True, DP_MIX)
         if r is not None:
             results.append(r)
-    # pipeline mixes (two pools): the best by estimated pipeline time per shared key, exactly scored
+    # pipeline mixes (two pools): the best by estimated pipeline time per shared key, exactly scored;
+    # the smaller pools' splits are laid out only where their estimate's floor could make the best
     if len(cluster.pools) == 2:
         for a, b in ((0, 1), (1, 0)):
-            pipes, zero = cand.pipeline_mix(model, keys, a, b, cluster.pools[a].gpus, cluster.pools[b].gpus, gbs, zeros)
+            ga, gb = cluster.pools[a].gpus, cluster.pools[b].gpus
+            pipes, zero = cand.pipeline_mix(model, keys, a, b, ga, gb, gbs, zeros)
+            more, more_zero = cand.pipeline_mix_smaller(model, keys, a, b, ga, gb, gbs, zeros)
+            est = np.zeros(0)
+            shared = np.zeros((0, 4), dtype=np.int64)
+            if len(pipes):
+                lay = lay_out(model, cluster, effs, settings, units, pipes, zero, limits, None)
+                est = _estimate(lay, pipes, M_of_key[pipes.seg_key[:, 0]])
+                shared = _shared_key(keys, pipes, zero)
+            if len(more):
+                more_shared = _shared_key(keys, more, more_zero)
+                floor = _estimate_floor(model, units, more)
+                reach = floor <= _keep_threshold(est, shared, keep, more_shared)
+                if reach.any():
+                    more, old = _subset(more, np.flatnonzero(reach))
+                    more_zero, more_shared = more_zero[old], more_shared[old]
+                    reach = fits_memory(model, cluster, settings, units, more, more_zero, limits)
+                if reach.any():
+                    more, old = _subset(more, np.flatnonzero(reach))
+                    more_zero, more_shared = more_zero[old], more_shared[old]
+                    lay = lay_out(model, cluster, effs, settings, units, more, more_zero, limits, None)
+                    pipes, zero = _concat(pipes, more), np.concatenate([zero, more_zero])
+                    est = np.concatenate([est, _estimate(lay, more, M_of_key[more.seg_key[:, 0]])])
+                    shared = np.concatenate([shared, more_shared])
             if len(pipes) == 0:
                 continue
-            lay = lay_out(model, cluster, effs, settings, units, pipes, zero, limits, None)
-            k = pipes.seg_key[:, 0]
-            est = _estimate(lay, pipes, M_of_key[k])
-            shared = np.stack([keys.micro_batch[k], keys.recompute[k], keys.sequence_parallel[k].astype(np.int64),
-                               zero], axis=1)
             best = _top_per_key(est, shared, keep)
             if len(best) == 0:
                 continue

@@ -1,0 +1,90 @@
+"""Growing one pool of a mixed cluster never gives a slower best plan: the pipeline mixes of a
+pool of N GPUs include the splits of its smaller sizes (``hetero_candidates.pipeline_mix_smaller``),
+so a plan that leaves part of the grown pool idle stays a candidate.
+
+Llama-3-70B, 512 sequences, the example A100 + H100 cluster with 16, 24, 32 and 48 A100s. Before,
+the pipeline mixes tried only the split that uses both pools in proportion: 16.57 s, 16.74 s (H100
+only), 16.32 s, 16.43 s; the 32-A100 plan (16 replicas of one A100 stage at tp 2 and four H100
+stages) runs in 16.3154 s on 48 A100s too. Every number below is also `paraplan simulate`'s for
+the plan's --group, e.g. on 48:
+    simulate -m llama3-70b -c a100-h100-48.yaml --global-batch 512 --zero 1 --sequence-parallel
+             --group "16x a100:tp2:pp1:3 > h100:tp4:pp4:19,20,20,18"        -> 16.3154 s, fits
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cli_results import run
+from hardware_specs.catalog import load_pooled_cluster
+from model_specs.catalog import load_model
+from planners.heterogeneous import plan_heterogeneous
+from simulator.heterogeneous import simulate_heterogeneous
+
+REPO = Path(__file__).resolve().parents[1]
+MIXED = REPO / "examples" / "clusters" / "a100-h100.yaml"
+SIZES = (16, 24, 32, 48)
+#: best plan per A100 pool size, as `simulate --group` takes it, and its step (hand-checked there)
+BEST = {16: ("16x a100:tp1:pp1:2 > h100:tp4:pp4:19,20,20,19", 16.5654),
+        24: ("16x a100:tp1:pp1:2 > h100:tp4:pp4:19,20,20,19", 16.5654),
+        32: ("16x a100:tp2:pp1:3 > h100:tp4:pp4:19,20,20,18", 16.3154),
+        48: ("16x a100:tp2:pp1:3 > h100:tp4:pp4:19,20,20,18", 16.3154)}
+
+
+@pytest.fixture(autouse=True)
+def _no_debug_env(monkeypatch):
+    monkeypatch.delenv("PARAPLAN_DEBUG", raising=False)
+
+
+@pytest.fixture(scope="module")
+def clusters(tmp_path_factory) -> dict[int, Path]:
+    text = MIXED.read_text()
+    assert text.count("gpus: 256") == 2
+    out = {}
+    for n in SIZES:
+        p = tmp_path_factory.mktemp("pools") / f"a100-h100-{n}.yaml"
+        p.write_text(text.replace("gpus: 256", f"gpus: {n}", 1))      # the A100 pool only
+        out[n] = p
+    return out
+
+
+@pytest.fixture(scope="module")
+def plans(clusters):
+    return {n: plan_heterogeneous("llama3-70b", str(clusters[n]), 512) for n in SIZES}
+
+
+def test_growing_the_a100_pool_never_slows_the_best_plan(plans):
+    steps = [plans[n].best_report.step_time_s for n in SIZES]
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(steps, steps[1:])), steps
+    for n in SIZES:
+        assert plans[n].best_report.step_time_s == pytest.approx(BEST[n][1], abs=1e-4), n
+        assert plans[n].best_report.fits
+
+
+def test_the_winner_simulates_to_the_planners_numbers(plans, clusters):
+    for n in SIZES:
+        res = plans[n]
+        best, cluster = res.row_plan(0)
+        rep = simulate_heterogeneous(load_model("llama3-70b"), cluster, best)
+        assert rep.step_time_s == pytest.approx(res.plans["step_time_s"].iloc[0], rel=1e-12)
+        assert rep.step_time_s == pytest.approx(res.best_report.step_time_s, rel=1e-12)
+        assert rep.tokens_per_s == pytest.approx(res.plans["tokens_per_s"].iloc[0], rel=1e-12)
+        assert rep.fits
+        # on the whole cluster file, as the user runs it
+        full = simulate_heterogeneous(load_model("llama3-70b"), load_pooled_cluster(str(clusters[n])), best)
+        assert full.step_time_s == pytest.approx(rep.step_time_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("n", [24, 48])
+def test_simulate_group_gives_the_planned_step(plans, clusters, n):
+    """The winners as `simulate --group` runs them (24: the 16-A100 plan, 48: the 32-A100 plan,
+    each leaving A100s idle): the planner's step, and it fits."""
+    r = run("simulate", "-m", "llama3-70b", "-c", clusters[n], "--global-batch", "512", "--zero", "1",
+            "--sequence-parallel", "--group", BEST[n][0], "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["fits"] is True
+    assert data["step_time_s"] == pytest.approx(plans[n].best_report.step_time_s, rel=1e-9)
+    assert data["step_time_s"] == pytest.approx(BEST[n][1], abs=1e-4)
