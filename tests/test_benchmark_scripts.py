@@ -30,3 +30,21 @@ def test_memory_search_benchmark_replays_the_planners_own_calls_and_restores_the
     assert vectorized.memory_parts is original          # the wrapper is taken out again
     assert out["memory_calls"] >= 1 and out["rows"] >= out["memory_calls"]
     assert np.isfinite(out["plan_wall_s"]) and out["plan_wall_s"] > 0 and out["memory_wall_s"] > 0
+
+
+def test_schedule_comparison_runs_from_anywhere_and_prints_one_row_per_schedule(tmp_path):
+    """It passed the StepReport where ``pipeline_timeline`` takes the cluster (AttributeError
+    'StepReport' has no attribute 'efficiency'), and without the repository on ``sys.path`` it
+    imported whichever tree was installed."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "schedule_comparison.py"),
+                           "--tp", "1", "--pp", "4", "--dp", "1", "--global-batch", "16",
+                           "--model", "llama3-8b", "--cluster", "dgx-a100-80gb"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    bench = _load("schedule_comparison")
+    rows = [line.split()[0] for line in proc.stdout.splitlines()[2:] if line.strip()]
+    assert rows == [name for name, _ in bench.SCHEDULES]
