@@ -14,6 +14,7 @@ import io
 import math
 import sys
 import textwrap
+from pathlib import Path
 from collections import Counter
 
 import click
@@ -316,7 +317,11 @@ def measured_cmd(cluster_path: str | None, steps: int, warmup: int, rounds: int,
     if warmup >= steps:         # before 'measuring' is printed (it was checked once the runs had begun)
         raise InputError("--warmup", f"must be below --steps ({steps}), got {warmup}",
                          "time at least one step after the warm-up ones")
-    check_distinct_paths({"--out": out_path}, {"CLUSTER_PATH": cluster_path})
+    from paraplan.measure.calibrate import sidecar_path
+    # the profile's calibration timings are read too (their thread count): --out over them left
+    # every later run failing on malformed JSON
+    check_distinct_paths({"--out": out_path}, {} if cluster_path is None else {
+        "CLUSTER_PATH": cluster_path, "CLUSTER_PATH's calibration timings": str(sidecar_path(cluster_path))})
     if out_path is not None:
         check_writable(out_path)
     with step_bar("measuring") as bar:
@@ -369,12 +374,15 @@ def gpu_record_cmd(folder: str, cluster_name: str | None, as_json: bool, out_pat
       paraplan validate gpu-record tests/data/gpu_h200 --cluster hgx-h200
     """
     from hardware_specs.catalog import load_cluster
-    from paraplan.measure.gpu_record import (category_table, check_record_gpu, decode_table, gemm_table, load_record,
-                                             step_table)
+    from paraplan.measure.gpu_record import (RECORD_FILES, category_table, check_record_gpu, decode_table, gemm_table,
+                                             load_record, step_table)
 
     if cluster_name is None:
         raise InputError("cluster", "missing", "name the catalog system of the GPU measured, e.g. --cluster hgx-h200")
     if out_path is not None:
+        # an --out among the record's files replaced the measurement it was compared from
+        check_distinct_paths({"--out": out_path}, {f"FOLDER ({name})": str(Path(folder) / name) for name in RECORD_FILES
+                                                   if (Path(folder) / name).exists()})
         check_writable(out_path)
     record = load_record(folder)
     cluster = load_cluster(cluster_name)

@@ -98,9 +98,16 @@ def _median_round(per_round: list[dict]) -> dict:
 def _calibrated_threads(cluster_path: Path) -> int | None:
     from paraplan.measure.calibrate import sidecar_path
     side = sidecar_path(cluster_path)
-    if side.is_file():
-        return json.loads(side.read_text()).get("device", {}).get("threads_per_rank")
-    return None
+    if not side.is_file():
+        return None
+    try:
+        raw = json.loads(side.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:   # JSONDecodeError is a ValueError
+        where = f" at line {exc.lineno}: {exc.msg}" if isinstance(exc, json.JSONDecodeError) else ""
+        raise InputError("CLUSTER_PATH", f"its calibration timings {side} are not valid JSON{where}",
+                         f"rerun `paraplan calibrate --out {cluster_path}`, or delete {side}") from None
+    device = raw.get("device") if isinstance(raw, dict) else None
+    return device.get("threads_per_rank") if isinstance(device, dict) else None
 
 
 def compare_measured(cluster_path, configs=None, steps: int = 14, warmup: int = 4, model: dict | None = None,

@@ -167,6 +167,11 @@ def _check_env(env: dict) -> None:
                          "rewrite it with tools/gpu_kernel_checks.py on the CUDA GPU that was measured")
 
 
+#: the files a record folder may hold (what ``load_record`` reads)
+RECORD_FILES = ("env.json", "measured_runs.json", "kernels.csv", "step_kernels.csv", "step_summary.csv",
+                "launch.csv", "decode_gemms.csv")
+
+
 def load_record(folder) -> GpuRecord:
     """Read a folder written by ``tools/gpu_kernel_checks.py`` (and, optionally, the profile and
     decode scripts). A missing or damaged file raises ``InputError``, naming it."""

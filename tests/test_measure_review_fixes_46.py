@@ -1,0 +1,79 @@
+"""Review 46 of the measurement commands: --out over a command's own inputs, loaded rows in
+validate measured, the median round of --calibrate-each-round, and the measure command's errors
+named by its options. Nothing here measures: the measuring functions are replaced."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+from click.testing import CliRunner
+
+from paraplan.cli import main
+
+DATA = Path(__file__).parent / "data"
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def one_line_error(result) -> str:
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+def _measured_frame(**extra) -> pd.DataFrame:
+    row = {"name": "dp2", "dp": 2, "tp": 1, "pp": 1, "micro_batch": 1, "global_batch": 4, "zero_stage": 0,
+           "recompute": "none", "measured_step_s": 0.5, "predicted_step_s": 0.45, "rel_error": -0.1,
+           "rel_error_spread": 0.02, "cpu_wait_fraction": 0.05, "foreign_load": 0.0}
+    return pd.DataFrame([row | extra])
+
+
+def _never_measure(*a, **k):
+    raise AssertionError("measured although --out named an input")
+
+
+# --- --out over the command's own input ---------------------------------------------------------
+
+def test_validate_measured_refuses_an_out_over_the_profiles_calibration_timings(monkeypatch, tmp_path):
+    import paraplan.measure
+    monkeypatch.setattr(paraplan.measure, "compare_measured", _never_measure)
+    profile = tmp_path / "machine.yaml"
+    profile.write_text("x")
+    side = tmp_path / "machine.calibration.json"
+    side.write_text('{"device": {"threads_per_rank": 1}}')
+    line = one_line_error(run("validate", "measured", profile, "--out", side))
+    assert line.startswith(f"error: --out: {side} is also ") and "calibration" in line
+    assert side.read_text() == '{"device": {"threads_per_rank": 1}}'
+
+
+def test_a_damaged_calibration_sidecar_is_named_in_the_error(tmp_path):
+    from hardware_specs.errors import InputError
+    from paraplan.measure.compare import _calibrated_threads
+    profile = tmp_path / "machine.yaml"
+    side = tmp_path / "machine.calibration.json"
+    side.write_text("name  dp  tp\ndp2   2   1\n")       # a table written over it
+    try:
+        _calibrated_threads(profile)
+    except InputError as exc:
+        assert str(side) in exc.message and "calibrate" in exc.fix
+    else:
+        raise AssertionError("no error")
+
+
+def test_validate_gpu_record_refuses_an_out_over_a_file_of_the_record(tmp_path):
+    folder = tmp_path / "rec"
+    shutil.copytree(DATA / "gpu_h200", folder)
+    before = (folder / "kernels.csv").read_bytes()
+    for name in ("kernels.csv", "env.json", "measured_runs.json"):
+        line = one_line_error(run("validate", "gpu-record", folder, "--cluster", "hgx-h200", "--out", folder / name))
+        assert line.startswith(f"error: --out: {folder / name} is also "), line
+    assert (folder / "kernels.csv").read_bytes() == before
+    # a new file in the folder is still fine
+    out = folder / "report.txt"
+    result = run("validate", "gpu-record", folder, "--cluster", "hgx-h200", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert out.is_file()
