@@ -265,7 +265,7 @@ def measured(calibration, tmp_path_factory):
 
 
 def _quiet_rows(df):
-    quiet = df[df["cpu_wait_fraction"].fillna(0.0) <= LOADED]
+    quiet = df[~_loaded(df)]         # the rows the module docstring judges: neither wait nor foreign load
     if quiet.empty:
         pytest.skip("other processes kept this machine busy during every measurement")
     return quiet
@@ -360,7 +360,7 @@ def refresh_baseline(path: Path = BASELINE, rounds: int = 3) -> None:
                 df = measure_set(Path(d) / f"round{r}")
             except MachineBusy as exc:
                 raise SystemExit(f"not writing {path}: {exc}; rerun when the machine is quiet") from None
-            loaded = df[df["cpu_wait_fraction"].fillna(0.0) > LOADED]
+            loaded = df[_loaded(df)]
             if not loaded.empty:
                 raise SystemExit(f"not writing {path}: other processes held the CPUs while measuring "
                                  f"{', '.join(sorted(loaded['name']))}; rerun when the machine is quiet")
@@ -384,6 +384,30 @@ def refresh_baseline(path: Path = BASELINE, rounds: int = 3) -> None:
     print(df.round(4).to_string(index=False))
     err = df["rel_error"].abs()
     print(f"kept round: mean |error| {err.mean():.1%}, worst {err.max():.1%}")
+
+
+def test_quiet_rows_drop_rows_other_processes_or_the_hypervisor_kept_busy():
+    """No measurement: a row during which foreign load (or steal) held 40% of the cores is not
+    judged, as the module docstring and ``_loaded`` say; ``_quiet_rows`` looked at the wait only."""
+    import pandas as pd
+    df = pd.DataFrame({"name": ["a", "b", "c", "d"], "rel_error": [0.1, 0.5, -0.6, 0.0],
+                       "cpu_wait_fraction": [0.05, 0.02, 0.40, None], "foreign_load": [0.0, 0.40, 0.0, None]})
+    assert list(_quiet_rows(df)["name"]) == ["a", "d"]
+    assert list(_quiet_rows(df.drop(columns="foreign_load"))["name"]) == ["a", "b", "d"]
+    with pytest.raises(pytest.skip.Exception):
+        _quiet_rows(df.iloc[1:3])
+
+
+def test_refresh_baseline_refuses_a_round_with_foreign_load(monkeypatch, tmp_path):
+    """No measurement: the baseline is not written from a round other processes kept busy."""
+    import pandas as pd
+    module = sys.modules[__name__]
+    busy = pd.DataFrame({"name": ["dp2", "tp2"], "rel_error": [0.1, 0.1], "cpu_wait_fraction": [0.01, 0.02],
+                         "foreign_load": [0.05, 0.5]})
+    monkeypatch.setattr(module, "measure_set", lambda *a, **k: busy)
+    with pytest.raises(SystemExit, match="tp2"):
+        refresh_baseline(tmp_path / "baseline.csv", rounds=1)
+    assert not (tmp_path / "baseline.csv").exists()
 
 
 def test_a_round_whose_mean_is_over_its_bound_has_every_quiet_row_remeasured_largest_error_first():
