@@ -77,3 +77,49 @@ def test_validate_gpu_record_refuses_an_out_over_a_file_of_the_record(tmp_path):
     result = run("validate", "gpu-record", folder, "--cluster", "hgx-h200", "--out", out)
     assert result.exit_code == 0, result.output
     assert out.is_file()
+
+
+# --- --calibrate-each-round keeps the median error ------------------------------------------------
+
+def _recalibrating(monkeypatch, errors: list[float]):
+    """compare_recalibrating over len(errors) rounds of one configuration whose round r errs by
+    errors[r] (measured 1.0 + r/10 s); nothing is calibrated or measured."""
+    import paraplan.measure.calibrate as cal
+    from paraplan.measure import compare
+    monkeypatch.setattr(cal, "run_calibration", lambda path, **kw: path)
+    rounds = iter(range(len(errors)))
+
+    def fake_measured(path, configs=None, progress=None, **kw):
+        r = next(rounds)
+        measured = 1.0 + r / 10
+        return pd.DataFrame([{"name": "dp2", "dp": 2, "measured_step_s": measured,
+                              "predicted_step_s": measured * (1 + errors[r]), "rel_error": errors[r],
+                              "cpu_wait_fraction": 0.05 * (r + 1), "foreign_load": 0.0,
+                              "measured_step_times_s": f"{measured:.4f}"}])
+    monkeypatch.setattr(compare, "compare_measured", fake_measured)
+    return compare.compare_recalibrating(configs=[{"name": "dp2", "dp": 2}], rounds=len(errors)).iloc[0]
+
+
+def test_calibrate_each_round_with_two_rounds_keeps_the_mean_of_both_not_the_lower(monkeypatch):
+    row = _recalibrating(monkeypatch, [0.10, -0.30])
+    assert abs(row["rel_error"] - (-0.10)) < 1e-12            # not -0.30, the lower round
+    assert abs(row["rel_error_spread"] - 0.40) < 1e-12 and row["rounds"] == 2
+    assert abs(row["measured_step_s"] - 1.05) < 1e-12
+    assert abs(row["cpu_wait_fraction"] - 0.10) < 1e-12      # the worst round's contention
+    assert row["measured_step_times_s"].split() == ["1.0000", "1.1000"]
+
+
+def test_calibrate_each_round_with_three_rounds_keeps_the_middle_one(monkeypatch):
+    row = _recalibrating(monkeypatch, [0.20, -0.30, 0.05])
+    assert abs(row["rel_error"] - 0.05) < 1e-12
+    assert abs(row["measured_step_s"] - 1.2) < 1e-12 and abs(row["predicted_step_s"] - 1.26) < 1e-12
+
+
+def test_both_measured_paths_take_the_same_median_for_an_even_count():
+    """compare_measured's _median_round and --calibrate-each-round's rule agree on two rounds."""
+    import statistics
+
+    from paraplan.measure.compare import _median_error_round
+    group = pd.DataFrame({"name": ["a", "a"], "rel_error": [0.3, -0.1], "measured_step_s": [1.0, 2.0]})
+    assert _median_error_round(group)["rel_error"] == statistics.median([0.3, -0.1])
+    assert _median_error_round(group)["measured_step_s"] == statistics.median([1.0, 2.0])

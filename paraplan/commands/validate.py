@@ -284,8 +284,9 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
                    "median (a shared or virtual host drifts by 10-20% over minutes).")
 @click.option("--calibrate-each-round", is_flag=True,
               help="Instead of CLUSTER_PATH: calibrate this machine afresh before each round and predict "
-                   "that round from it; each configuration keeps its median-error round (the robust "
-                   "choice on a drifting host, ~1.5 minutes a round on 2 CPU cores).")
+                   "that round from it; each configuration keeps its median error over the rounds (the "
+                   "mean of the middle two for an even count; the robust choice on a drifting host, "
+                   "~1.5 minutes a round on 2 CPU cores).")
 @click.option("--csv", "as_csv", is_flag=True, help="One row per configuration as CSV.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False),
               help="Write the output to this file (atomically) instead of stdout.")

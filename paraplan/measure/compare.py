@@ -222,6 +222,34 @@ def _slots(ranks: int) -> int:
     return max(1, min(int(ranks), torch.cuda.device_count()))
 
 
+#: columns of a compare_measured row that are no per-round quantity to average: the worst round's
+#: contention and memory are kept, as ``_median_round`` keeps them
+_WORST_OVER_ROUNDS = ("cpu_wait_fraction", "foreign_load", "measured_peak_memory_bytes",
+                      "measured_memory_above_baseline_bytes")
+
+
+def _median_error_round(group):
+    """One configuration's calibrate-then-measure rounds as one row, by ``_median_round``'s rule
+    applied to the error: ``rel_error`` is the median over rounds (the mean of the middle two for
+    an even count; taking the lower-middle round made two rounds always report the more negative
+    one), with each measured and predicted number the mean of the same middle rounds; the worst
+    contention and memory seen in any round, every round's step times."""
+    import pandas as pd
+    ordered = group.sort_values("rel_error", kind="stable")
+    n = len(ordered)
+    middle = ordered.iloc[[(n - 1) // 2, n // 2]]
+    row = middle.iloc[0].copy()
+    for col in group.columns:
+        if col in ("rounds", "round") or not pd.api.types.is_float_dtype(group[col]):
+            continue
+        values = group[col] if col in _WORST_OVER_ROUNDS else middle[col]
+        if values.notna().any():
+            row[col] = values.max() if col in _WORST_OVER_ROUNDS else values.mean()
+    if "measured_step_times_s" in group:
+        row["measured_step_times_s"] = " ".join(str(t) for t in group["measured_step_times_s"] if str(t))
+    return row
+
+
 def _world(cfg: dict) -> int:
     """Ranks one job of configuration ``cfg`` runs (``RunConfig.world_size``; absent degrees 1)."""
     return int(cfg.get("dp", 1)) * int(cfg.get("tp", 1)) * int(cfg.get("pp", 1))
@@ -253,8 +281,8 @@ def compare_recalibrating(configs=None, rounds: int = 3, nprocs: int = 2, steps:
     Each round here pairs a fresh calibration (``run_calibration``, ~40 s on 2 CPU cores) with
     the measurements taken right after it and predicts them from it.
 
-    Returns the ``compare_measured`` columns for each configuration's median round (by
-    ``rel_error``), plus ``rel_error_spread`` (max - min over rounds) and ``rounds``.
+    Returns the ``compare_measured`` columns for each configuration's median-error round
+    (``_median_error_round``: with an even count, the mean of the middle two), plus ``rel_error_spread`` (max - min over rounds) and ``rounds``.
     ``progress(done, total, label)``: before each round's calibration and each measured run.
     """
     import tempfile
@@ -282,8 +310,7 @@ def compare_recalibrating(configs=None, rounds: int = 3, nprocs: int = 2, steps:
     every = pd.concat(frames, ignore_index=True)
     rows = []
     for _, group in every.groupby("name", sort=False):
-        ordered = group.sort_values("rel_error")
-        row = ordered.iloc[(len(ordered) - 1) // 2].copy()
+        row = _median_error_round(group)
         row["rel_error_spread"] = group["rel_error"].max() - group["rel_error"].min()
         row["rounds"] = len(group)
         rows.append(row)
