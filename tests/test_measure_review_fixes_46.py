@@ -123,3 +123,33 @@ def test_both_measured_paths_take_the_same_median_for_an_even_count():
     group = pd.DataFrame({"name": ["a", "a"], "rel_error": [0.3, -0.1], "measured_step_s": [1.0, 2.0]})
     assert _median_error_round(group)["rel_error"] == statistics.median([0.3, -0.1])
     assert _median_error_round(group)["measured_step_s"] == statistics.median([1.0, 2.0])
+
+
+# --- validate measured warns about loaded rows ------------------------------------------------------
+
+def test_validate_measured_warns_once_naming_the_loaded_rows(monkeypatch, tmp_path):
+    import paraplan.measure
+    df = pd.concat([_measured_frame(name="dp2", cpu_wait_fraction=0.05),
+                    _measured_frame(name="tp2-recompute", cpu_wait_fraction=0.67),
+                    _measured_frame(name="pp2-mb1x4", cpu_wait_fraction=0.02, foreign_load=0.40)], ignore_index=True)
+    monkeypatch.setattr(paraplan.measure, "compare_measured", lambda *a, **k: df)
+    profile = tmp_path / "machine.yaml"
+    profile.write_text("x")
+    result = run("validate", "measured", profile)
+    assert result.exit_code == 0, result.output
+    warnings = [ln for ln in result.stderr.splitlines() if ln.startswith("warning:")]
+    assert len(warnings) == 1, result.stderr
+    assert "tp2-recompute 67% CPU wait" in warnings[0] and "pp2-mb1x4 40% foreign load" in warnings[0]
+    assert "dp2 " not in warnings[0] and "2 of 3 configurations" in warnings[0]
+    assert "mean |error|" in result.stdout
+
+
+def test_validate_measured_says_nothing_of_load_on_a_quiet_machine(monkeypatch, tmp_path):
+    import paraplan.measure
+    monkeypatch.setattr(paraplan.measure, "compare_measured",
+                        lambda *a, **k: _measured_frame(cpu_wait_fraction=0.15, foreign_load=None))
+    profile = tmp_path / "machine.yaml"
+    profile.write_text("x")
+    result = run("validate", "measured", profile)
+    assert result.exit_code == 0, result.output
+    assert "warning" not in result.stderr

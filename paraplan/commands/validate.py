@@ -318,7 +318,7 @@ def measured_cmd(cluster_path: str | None, steps: int, warmup: int, rounds: int,
     if warmup >= steps:         # before 'measuring' is printed (it was checked once the runs had begun)
         raise InputError("--warmup", f"must be below --steps ({steps}), got {warmup}",
                          "time at least one step after the warm-up ones")
-    from paraplan.measure.calibrate import sidecar_path
+    from paraplan.measure.calibrate import LOADED_MACHINE, sidecar_path
     # the profile's calibration timings are read too (their thread count): --out over them left
     # every later run failing on malformed JSON
     check_distinct_paths({"--out": out_path}, {} if cluster_path is None else {
@@ -332,6 +332,12 @@ def measured_cmd(cluster_path: str | None, steps: int, warmup: int, rounds: int,
             df = compare_measured(cluster_path, steps=steps, warmup=warmup, rounds=rounds, progress=bar)
     for name, reason in df.attrs.get("skipped", []):
         click.echo(f"skipped {name}: {reason}", err=True)
+    loaded = _loaded_rows(df)
+    if loaded:
+        import warnings
+        warnings.warn(f"{len(loaded)} of {len(df)} configurations ran on a loaded machine ({', '.join(loaded)}; "
+                      f"above {LOADED_MACHINE:.0%}): their errors say little about the simulator, rerun on a "
+                      "quiet machine", stacklevel=2)
     cols = [c for c in ("name", "dp", "tp", "pp", "micro_batch", "global_batch", "zero_stage", "recompute",
                         "measured_step_s", "predicted_step_s", "rel_error", "rel_error_spread", "cpu_wait_fraction") if c in df]
     if as_csv:      # machines get every column: measured phases and the predicted breakdown too
@@ -350,6 +356,21 @@ def measured_cmd(cluster_path: str | None, steps: int, warmup: int, rounds: int,
         click.echo(f"wrote {out_path} ({len(df)} configurations)", err=True)
     else:
         click.echo(text, nl=False)
+
+
+def _loaded_rows(df) -> list[str]:
+    """'name (what loaded it)' for each measured row whose ranks waited for CPUs other processes
+    held, or during which other processes or the hypervisor kept the cores busy, above
+    ``LOADED_MACHINE`` (calibrate's threshold)."""
+    from paraplan.measure.calibrate import LOADED_MACHINE
+    out = []
+    for _, r in df.iterrows():
+        why = [f"{100 * r[c]:.0f}% {label}" for c, label in (("cpu_wait_fraction", "CPU wait"),
+                                                               ("foreign_load", "foreign load"))
+               if c in df and r[c] is not None and r[c] == r[c] and r[c] > LOADED_MACHINE]
+        if why:
+            out.append(f"{r['name']} {' and '.join(why)}")
+    return out
 
 
 @command.command("gpu-record", short_help="Compare a recorded GPU measurement (kernels, steps) with the cost models.")
