@@ -153,3 +153,19 @@ def test_validate_measured_says_nothing_of_load_on_a_quiet_machine(monkeypatch, 
     result = run("validate", "measured", profile)
     assert result.exit_code == 0, result.output
     assert "warning" not in result.stderr
+
+
+# --- calibrate --out .yaml ---------------------------------------------------------------------------
+
+def test_calibrate_refuses_a_profile_name_with_no_stem_before_measuring(monkeypatch, tmp_path):
+    """'.yaml' passed the CLI's endswith check and failed in run_calibration (whose rule is the
+    pathlib suffix, '' for a dot file) after torch was imported, as out_path."""
+    import paraplan.measure
+    monkeypatch.setattr(paraplan.measure, "run_calibration", _never_measure)
+    monkeypatch.chdir(tmp_path)
+    for name in (".yaml", ".yml"):
+        assert one_line_error(run("calibrate", "--out", name)) == \
+            f"error: --out: '{name}' has no file name before the suffix (e.g. --out local-cpu.yaml)"
+    assert one_line_error(run("calibrate", "--out", "x.yaml.bak")) == \
+        "error: --out: x.yaml.bak must end in .yaml or .yml (e.g. --out local-cpu.yaml)"
+    assert not list(tmp_path.iterdir())

@@ -1,6 +1,8 @@
 """``paraplan calibrate``: microbenchmark this machine into a hardware profile."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from hardware_specs.errors import InputError, check_name
@@ -33,7 +35,11 @@ def command(out_path: str, nprocs: int, name: str | None) -> None:
     if name is not None:        # before the benchmarks: every command refuses a profile with another name
         check_name("--name", name)
     check_writable(out_path)
-    if not out_path.endswith((".yaml", ".yml")):     # before the benchmarks, named as the option
+    # before the benchmarks, named as the option, by run_calibration's own rule (the suffix as
+    # pathlib sees it: '.yaml' is a name with no suffix, which endswith let through to fail later)
+    if Path(out_path).name in (".yaml", ".yml"):
+        raise InputError("--out", f"{Path(out_path).name!r} has no file name before the suffix", "e.g. --out local-cpu.yaml")
+    if Path(out_path).suffix not in (".yaml", ".yml"):
         raise InputError("--out", f"{out_path} must end in .yaml or .yml", "e.g. --out local-cpu.yaml")
     from paraplan.measure.calibrate import sidecar_path
     check_writable(sidecar_path(out_path), "--out")     # the raw timings' file, before the benchmarks
