@@ -169,3 +169,37 @@ def test_calibrate_refuses_a_profile_name_with_no_stem_before_measuring(monkeypa
     assert one_line_error(run("calibrate", "--out", "x.yaml.bak")) == \
         "error: --out: x.yaml.bak must end in .yaml or .yml (e.g. --out local-cpu.yaml)"
     assert not list(tmp_path.iterdir())
+
+
+# --- paraplan measure names its options --------------------------------------------------------------
+
+def _no_launch(monkeypatch):
+    """Every case must fail before a rank starts: starting one is a test failure, not minutes."""
+    import torch.multiprocessing as mp
+
+    def refuse(*a, **k):
+        raise AssertionError("a measurement process was started")
+    monkeypatch.setattr(mp, "start_processes", refuse)
+
+
+def test_measure_errors_name_the_command_options_and_a_value_that_works(monkeypatch):
+    import pytest
+    pytest.importorskip("torch")        # the rank-count check comes after torch is loaded
+    _no_launch(monkeypatch)
+    cases = {("--heads", "3"): "error: --heads: the hidden size 256 is not divisible by 3 heads "
+                               "(use a head count dividing the hidden size, e.g. 2 or 4)",
+             ("--dp", "3"): "error: --global-batch: 4 is not a multiple of dp x micro-batch = 3 x 1 = 3 "
+                            "(use a multiple of 3, e.g. 3 or 6)",
+             ("--tp", "3"): "error: --tp: 4 heads are not divisible by tp=3 (use a tp dividing the head count, e.g. 2 or 4)",
+             ("--pp", "8"): "error: --pp: 4 layers cannot fill 8 pipeline stages "
+                            "(use at most 4 stages (one per layer), or more layers)",
+             ("--steps", "2", "--warmup", "2"): "error: --warmup: must be below the 2 steps and >= 0, got 2 "
+                                                "(time at least one step after the warm-up ones: raise the steps "
+                                                "or lower the warm-up)"}
+    for args, line in cases.items():
+        assert one_line_error(run("measure", *args)) == line
+    assert one_line_error(run("measure", "--seq-len", "1000000")).startswith("error: --seq-len: the run is about ")
+    assert one_line_error(run("measure", "--layers", "2000")).startswith("error: --layers: 2000 is above 1,024")
+    assert one_line_error(run("measure", "--dp", "64", "--global-batch", "64")).startswith("error: --dp: 64 ")
+    assert one_line_error(run("measure", "--dp", "2", "--tp", "64", "--heads", "64", "--hidden", "256",
+                              "--global-batch", "64")).startswith("error: --dp*--tp: 128 ")

@@ -3,7 +3,22 @@ from __future__ import annotations
 
 import click
 
+from hardware_specs.errors import InputError
 from paraplan.cli import dump_json, step_bar
+
+
+#: RunConfig's fields (what run_measurement's errors name) -> this command's options
+OPTIONS = {"dp": "--dp", "tp": "--tp", "pp": "--pp", "micro_batch": "--micro-batch", "global_batch": "--global-batch",
+           "zero_stage": "--zero", "recompute": "--recompute", "num_layers": "--layers", "hidden_size": "--hidden",
+           "num_heads": "--heads", "seq_len": "--seq-len", "steps": "--steps", "warmup": "--warmup"}
+
+
+def _option(field: str, config: dict) -> str:
+    """The option(s) behind a library error's ``field``: the ranks of one job (world_size) are
+    --dp x --tp x --pp, named by those above 1."""
+    if field == "world_size":
+        return "*".join(f"--{k}" for k in ("dp", "tp", "pp") if int(config.get(k, 1)) > 1) or "--dp"
+    return OPTIONS.get(field, field)
 
 
 @click.command("measure", short_help="Train a small GPT here with real DP/TP/PP and time it.")
@@ -38,8 +53,11 @@ def command(as_json: bool, **config) -> None:
     """
     from paraplan.measure import run_measurement
 
-    with step_bar("training") as bar:
-        result = run_measurement(config, progress=bar)
+    try:
+        with step_bar("training") as bar:
+            result = run_measurement(config, progress=bar)
+    except InputError as exc:           # the library names RunConfig's fields: say the options
+        raise InputError(_option(exc.field, config), exc.message, exc.fix) from None
     if as_json:
         click.echo(dump_json(result), nl=False)
         return

@@ -30,6 +30,14 @@ RUN_LIMITS = {"dp": 128, "tp": 128, "pp": 128, "copies": 128, "micro_batch": 409
 RUN_FLOPS = {"cpu": 2e13, "cuda": 2e16}
 
 
+def _near_divisors(n: int, x: int) -> str:
+    """The divisors of ``n`` nearest ``x`` from below and above, as '2 or 4' (for a fix)."""
+    divisors = [d for d in range(1, int(n) + 1) if n % d == 0]
+    below = [d for d in divisors if d < x]
+    above = [d for d in divisors if d > x]
+    return " or ".join(str(d) for d in (below[-1:] + above[:1]))
+
+
 def _host_memory_bytes() -> float:
     """The memory this process may use, bytes: the machine's physical memory, or a container's
     smaller cgroup limit (``/sys/fs/cgroup/memory.max``, cgroup v2); 0 where neither says."""
@@ -91,11 +99,14 @@ class RunConfig:
                 raise InputError(name, f"{getattr(self, name)} is above {limit:,} for a measured run",
                                  "measure a smaller configuration")
         if self.warmup < 0 or self.warmup >= self.steps:
-            raise InputError("warmup", f"must be in [0, steps), got {self.warmup}",
-                             "raise steps or lower warmup")
-        if self.global_batch % (self.dp * self.micro_batch):
-            raise InputError("global_batch", f"{self.global_batch} not divisible by dp*micro_batch = "
-                             f"{self.dp * self.micro_batch}")
+            raise InputError("warmup", f"must be below the {self.steps} steps and >= 0, got {self.warmup}",
+                             "time at least one step after the warm-up ones: raise the steps or lower the warm-up")
+        per_step = self.dp * self.micro_batch
+        if self.global_batch % per_step:
+            below = self.global_batch // per_step * per_step
+            near = " or ".join(str(x) for x in (below, below + per_step) if x >= 1)
+            raise InputError("global_batch", f"{self.global_batch} is not a multiple of dp x micro-batch = "
+                             f"{self.dp} x {self.micro_batch} = {per_step}", f"use a multiple of {per_step}, e.g. {near}")
         if self.recompute not in ("none", "full"):
             raise InputError("recompute", f"measured runs support none or full, got {self.recompute!r}")
         if self.zero_stage not in (0, 1):
@@ -103,17 +114,17 @@ class RunConfig:
         # the shape rules the ranks' model (measure/gpt.py, parallel.py) enforces, checked here
         # so a bad layout is one error line before any process starts, not a rank's traceback
         if self.hidden_size % self.num_heads:
-            raise InputError("num_heads", f"hidden_size {self.hidden_size} is not divisible by {self.num_heads} heads",
-                             "use a head count dividing the hidden size")
+            raise InputError("num_heads", f"the hidden size {self.hidden_size} is not divisible by {self.num_heads} heads",
+                             f"use a head count dividing the hidden size, e.g. {_near_divisors(self.hidden_size, self.num_heads)}")
         if self.num_heads % self.tp:
             raise InputError("tp", f"{self.num_heads} heads are not divisible by tp={self.tp}",
-                             "use a tp dividing the head count")
+                             f"use a tp dividing the head count, e.g. {_near_divisors(self.num_heads, self.tp)}")
         if self.vocab_size % self.tp:
             raise InputError("tp", f"the vocabulary of {self.vocab_size} is not divisible by tp={self.tp}",
-                             "use a tp dividing the vocabulary")
+                             f"use a tp dividing the vocabulary, e.g. {_near_divisors(self.vocab_size, self.tp)}")
         if self.num_layers < self.pp:
             raise InputError("pp", f"{self.num_layers} layers cannot fill {self.pp} pipeline stages",
-                             "use at most one stage per layer")
+                             f"use at most {self.num_layers} stages (one per layer), or more layers")
 
     def model_state_bytes_per_rank(self) -> float:
         """A lower bound of the model states one rank holds, bytes: its tp x pp share of the
