@@ -1,7 +1,10 @@
 """How long a wide range search takes, and how much memory it holds (issue 18: DeepSeek-V3 over
 1,024-4,096 GPUs took 123 s and 13 GB; the target is < 10 s and < 2 GB).
 
-Run: ``python benchmarks/range_search_speed.py [--json] [--workers W] [--case NAME]``.
+Run: ``python benchmarks/range_search_speed.py [--json] [--workers W] [--case NAME]``. The
+issue's case (gbs4096, bf16) is judged against the target: the table prints it and "met" or
+"NOT MET" (wall time, and the larger of the search's and any worker's peak RSS), and the script
+exits 1 when it is not met; the other cases have no target.
 
 Each case runs in a fresh process (so peak memory is that search's own): ``wall_s`` is the
 whole ``planners.plan`` call (enumeration, chunked scoring, the kept plans' table, event-level
@@ -512,6 +515,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+#: issue 18's target for its case (DeepSeek-V3 over 1,024-4,096 GPUs at a global batch of 4,096)
+TARGET_WALL_S = 10.0
+TARGET_RSS_GIB = 2.0
+TARGET_CASE = "deepseek-v3-1024to4096-gbs4096"
 CASES = {
     "deepseek-v3-1024to4096-gbs4096": {"global_batch": 4096, "dtypes": ["bf16"]},
     "deepseek-v3-1024to4096-gbs15360": {"global_batch": 15360, "dtypes": ["bf16"]},
@@ -544,7 +551,24 @@ def run_case(name: str, workers: int | None) -> dict:
     load = os.getloadavg()[0]
     out = subprocess.run([sys.executable, "-c", _CHILD.format(root=str(ROOT)), json.dumps(args)],
                          capture_output=True, text=True, check=True)
-    return {"name": name, "load_avg_1min": load, **json.loads(out.stdout.strip().splitlines()[-1])}
+    return judged({"name": name, "load_avg_1min": load, **json.loads(out.stdout.strip().splitlines()[-1])})
+
+
+def judged(result: dict) -> dict:
+    """``result`` with the target of its case (None where it has none) and whether it is met."""
+    if result["name"] != TARGET_CASE:
+        return {**result, "target_wall_s": None, "target_rss_gib": None, "meets_target": None}
+    rss = max(result["peak_rss_gib"], result["worker_peak_rss_gib"])
+    return {**result, "target_wall_s": TARGET_WALL_S, "target_rss_gib": TARGET_RSS_GIB,
+            "meets_target": result["wall_s"] < TARGET_WALL_S and rss < TARGET_RSS_GIB}
+
+
+def verdict(result: dict) -> str:
+    """'target < 10 s and < 2 GiB: met' (or NOT MET), or '' for a case without a target."""
+    if result["meets_target"] is None:
+        return ""
+    return (f"target < {result['target_wall_s']:g} s and < {result['target_rss_gib']:g} GiB: "
+            f"{'met' if result['meets_target'] else 'NOT MET'}")
 
 
 def main(argv=None) -> int:
@@ -554,9 +578,10 @@ def main(argv=None) -> int:
     ap.add_argument("--case", choices=sorted(CASES), action="append", help="run only these cases")
     args = ap.parse_args(argv)
     results = [run_case(name, args.workers) for name in (args.case or CASES)]
+    status = 1 if any(r["meets_target"] is False for r in results) else 0
     if args.json:
         print(json.dumps(results, indent=2))
-        return 0
+        return status
     print(f"{'case':42s} {'configs':>11s} {'fit':>11s} {'wall_s':>7s} {'cpu_s':>7s} {'rss_gib':>7s} "
           f"{'worker_gib':>10s} {'load':>5s}  best")
     for r in results:
@@ -567,7 +592,11 @@ def main(argv=None) -> int:
               f"n={b['n_gpus']} dp={b['dp']} tp={b['tp']} pp={b['pp']} cp={b['cp']} ep={b['ep']} "
               f"mb={b['micro_batch']} zero={b['zero_stage']} {b['recompute']} {b['dtype']}: "
               f"{b['tokens_per_s']:,.0f} tok/s, {b['memory_gib']:.1f} GiB")
-    return 0
+    for r in results:
+        if verdict(r):
+            print(f"{r['name']}: {r['wall_s']:.1f} s, "
+                  f"{max(r['peak_rss_gib'], r['worker_peak_rss_gib']):.2f} GiB; {verdict(r)}")
+    return status
 
 
 if __name__ == "__main__":

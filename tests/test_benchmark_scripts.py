@@ -48,3 +48,27 @@ def test_schedule_comparison_runs_from_anywhere_and_prints_one_row_per_schedule(
     bench = _load("schedule_comparison")
     rows = [line.split()[0] for line in proc.stdout.splitlines()[2:] if line.strip()]
     assert rows == [name for name, _ in bench.SCHEDULES]
+
+
+def test_range_search_benchmark_prints_its_target_and_whether_it_is_met(monkeypatch, capsys):
+    """Its docstring and the README give issue 18's target (< 10 s, < 2 GiB), but the table never
+    said it or whether a run met it (the other speed benchmarks do). No search is run here."""
+    bench = _load("range_search_speed")
+    best = {"n_gpus": 1024, "dp": 8, "tp": 1, "pp": 16, "cp": 1, "ep": 64, "micro_batch": 1, "zero_stage": 1,
+            "recompute": "none", "dtype": "bf16", "tokens_per_s": 1e6, "memory_gib": 60.0}
+
+    def fake(name, workers, wall=8.0):
+        return bench.judged({"name": name, "load_avg_1min": 1.0, "wall_s": wall, "cpu_s": 14.0, "peak_rss_gib": 1.0,
+                             "worker_peak_rss_gib": 0.9, "configurations": 10, "fit": 5, "fit_unchecked": 0,
+                             "best": best})
+    monkeypatch.setattr(bench, "run_case", fake)
+    assert bench.main(["--case", bench.TARGET_CASE]) == 0
+    out = capsys.readouterr().out
+    assert f"{bench.TARGET_CASE}: 8.0 s, 1.00 GiB; target < 10 s and < 2 GiB: met" in out
+    monkeypatch.setattr(bench, "run_case", lambda name, workers: fake(name, workers, wall=12.5))
+    assert bench.main(["--case", bench.TARGET_CASE, "--case", "deepseek-v3-1024to4096-gbs15360"]) == 1
+    out = capsys.readouterr().out
+    assert "target < 10 s and < 2 GiB: NOT MET" in out and "gbs15360:" not in out
+    assert bench.main(["--json", "--case", bench.TARGET_CASE]) == 1
+    row = json.loads(capsys.readouterr().out)[0]
+    assert row["meets_target"] is False and row["target_wall_s"] == 10.0 and row["target_rss_gib"] == 2.0
