@@ -54,7 +54,7 @@ BASELINE_CALIBRATION = Path(__file__).parent / "data" / "measured_calibration.ya
 #: On this 2-core VM a round of calibrate-then-measure errs 2-25% per row and 7-13% on average
 #: (``tests/data/measured_baseline.csv`` keeps the median of three such rounds); the host
 #: drifts 10-20% over minutes. A link bandwidth read in bits as bytes (/8) puts dp2-zero1 at
-#: +156%, a latency 10x off puts tp2-recompute at +150%, a doubled GEMM peak the mean at 22%
+#: +156%, a latency 10x off puts tp2-recompute at +149%, a doubled GEMM peak the mean at 22%
 #: (``test_measured_baseline.test_the_measured_checks_catch_a_wrong_cost_model``).
 ERROR_BOUND = 0.35
 MEAN_ERROR_BOUND = 0.20

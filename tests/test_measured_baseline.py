@@ -85,10 +85,10 @@ def test_baseline_errors_are_within_the_bounds():
 def test_the_measured_checks_catch_a_wrong_cost_model(mistake):
     """The live test (per-row bound, mean bound, drift from the baseline) fails on each mistake.
 
-    Measured on the committed baseline: bandwidth / 8 -> dp2-zero1 +154%; latency x 10 ->
-    tp2-recompute +148%; a doubled GEMM peak -> mean |error| 24% (> 20%) and dp2 -36%. Not
+    Measured on the committed baseline: bandwidth / 8 -> dp2-zero1 +156%; latency x 10 ->
+    tp2-recompute +149%; a doubled GEMM peak -> mean |error| 22% (> 20%) and dp2 -35%. Not
     caught: bandwidth x 8 (worst row 34%, drift 0.19: communication is a minor share of these
-    steps) and zero latency (worst row 27%). The live test's noise floor (up to ~0.3 per row in
+    steps) and zero latency (worst row 26%). The live test's noise floor (up to ~0.3 per row in
     one round) leaves no room for sharper bounds on this machine.
     """
     cluster = load_cluster(str(CALIBRATION))
