@@ -306,11 +306,12 @@ class StepBar:
     """``progress(done, total, label)`` as a click progress bar on stderr (``stream``), opened at
     the first report (a command that fails on its input before any work prints only its error
     line) and closed by ``close``; off a terminal, where the bar is hidden, a line every
-    ``PROGRESS_LINE_S`` seconds (``ProgressLines``). ``warnings`` collected meanwhile are printed
-    after it, one line each."""
+    ``PROGRESS_LINE_S`` seconds (``ProgressLines``), counting ``unit`` ("3 of 10 steps").
+    ``warnings`` collected meanwhile are printed after it, one line each."""
 
-    def __init__(self, label: str, stream=None, interval_s: float | None = None):
+    def __init__(self, label: str, stream=None, interval_s: float | None = None, unit: str = "steps"):
         self.label = label
+        self.unit = unit
         self.bar = None
         self.stream = sys.stderr if stream is None else stream
         self.lines = ProgressLines(self.stream, interval_s)
@@ -324,7 +325,7 @@ class StepBar:
         self.bar.length = max(int(total), 1)
         self.bar.update(int(done) - self.bar.pos, step)
         share = 100 * int(done) // max(int(total), 1)
-        self.lines(int(done), int(total), f"{self.label}: {int(done):,} of {int(total):,} steps ({share}%)"
+        self.lines(int(done), int(total), f"{self.label}: {int(done):,} of {int(total):,} {self.unit} ({share}%)"
                                           + (f", {step}," if step else ""))
 
     def close(self) -> None:
@@ -334,10 +335,11 @@ class StepBar:
 
 
 @contextmanager
-def step_bar(label: str):
-    """A ``StepBar`` for the work in the block, closed when it ends; the warnings the work raises
-    are collected meanwhile and printed after the bar, one line each (``echo_warnings``)."""
-    bar = StepBar(label)
+def step_bar(label: str, unit: str = "steps"):
+    """A ``StepBar`` for the work in the block (its progress lines counting ``unit``), closed when
+    it ends; the warnings the work raises are collected meanwhile and printed after the bar, one
+    line each (``echo_warnings``)."""
+    bar = StepBar(label, unit=unit)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:

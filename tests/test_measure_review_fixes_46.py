@@ -203,3 +203,24 @@ def test_measure_errors_name_the_command_options_and_a_value_that_works(monkeypa
     assert one_line_error(run("measure", "--dp", "64", "--global-batch", "64")).startswith("error: --dp: 64 ")
     assert one_line_error(run("measure", "--dp", "2", "--tp", "64", "--heads", "64", "--hidden", "256",
                               "--global-batch", "64")).startswith("error: --dp*--tp: 128 ")
+
+
+# --- validate measured's progress counts configurations --------------------------------------------
+
+def test_validate_measured_progress_lines_count_configurations_not_steps(monkeypatch, tmp_path):
+    import paraplan.cli
+    import paraplan.measure
+    monkeypatch.setattr(paraplan.cli, "PROGRESS_LINE_S", 0.0)
+
+    def fake(path, progress=None, **kw):
+        for done in range(3):
+            progress(done, 10, f"configuration {done + 1}, round 1 of 2")
+        return _measured_frame()
+    monkeypatch.setattr(paraplan.measure, "compare_measured", fake)
+    profile = tmp_path / "machine.yaml"
+    profile.write_text("x")
+    result = run("validate", "measured", profile, "--steps", "4", "--warmup", "1")
+    assert result.exit_code == 0, result.output
+    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("measuring: ")]
+    assert lines and lines[-1].startswith("measuring: 2 of 10 configurations (20%)"), result.stderr
+    assert "steps" not in result.stderr

@@ -325,7 +325,10 @@ def measured_cmd(cluster_path: str | None, steps: int, warmup: int, rounds: int,
         "CLUSTER_PATH": cluster_path, "CLUSTER_PATH's calibration timings": str(sidecar_path(cluster_path))})
     if out_path is not None:
         check_writable(out_path)
-    with step_bar("measuring") as bar:
+    # each report is one measured configuration (and, with --calibrate-each-round, one
+    # calibration a round), not a training step: "2 of 10 steps" read as --steps
+    with step_bar("measuring", unit="calibrations and configurations" if calibrate_each_round
+                  else "configurations") as bar:
         if calibrate_each_round:
             df = compare_recalibrating(rounds=rounds, steps=steps, warmup=warmup, progress=bar)
         else:
