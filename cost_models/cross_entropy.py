@@ -95,8 +95,12 @@ _TABLE = np.array([[CROSS_ENTROPY_TRAFFIC[n].bytes_per_logit_fwd, CROSS_ENTROPY_
 
 
 #: bytes per logit the loss holds at its peak on the last stage, where an implementation's code
-#: says more than the default: the logits in the training dtype and an fp32 softmax copy, i.e.
-#: activation bytes + 4 (``memory.LOGIT_BYTES``, 6, in 16-bit training; 8 in fp32 / tf32).
+#: says more than the default: the logits in the training dtype, still held by the caller, and
+#: the loss's fp32 softmax beside them, i.e. activation bytes + 4 (``memory.LOGIT_BYTES``, 6, in
+#: 16-bit training; 8 in fp32 / tf32). Megatron's vocab-parallel loss subtracts the maximum out of
+#: place (``vocab_parallel_logits = vocab_parallel_logits - logits_max``, then ``exp_`` in place;
+#: Megatron-LM 2019-2024 and Megatron-DeepSpeed, whose fp32 runs are the only fp32 rows here);
+#: Megatron-Core's later in-place ``-=`` keeps 4 in fp32 (16-bit: 6 either way), not modelled.
 #: ``torch_eager``: in backward, ``log_softmax``'s saved fp32 output (4),
 #: ``nll_loss_backward``'s zero-filled fp32 gradient (4) and ``cunn_SoftMaxBackward``'s fp32 input
 #: gradient (4) are alive at once (the 16-bit logits are gone: torchtitan's train step ``del

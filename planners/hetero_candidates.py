@@ -255,7 +255,9 @@ def pipeline_mix(model: ModelSpec, keys: Keys, a: int, b: int, gpus_a: int, gpus
 def pipeline_mix_smaller(model: ModelSpec, keys: Keys, a: int, b: int, gpus_a: int, gpus_b: int,
                          global_batch: int, zeros) -> tuple[Pipelines, np.ndarray]:
     """The pipeline mixes of smaller pools that ``pipeline_mix`` of these lacks, so that growing
-    a pool keeps the splits it had: a mix with ``d`` replicas of ``k_a`` stages holds only
+    a pool keeps the splits that fill a smaller size of it (not every split of every smaller
+    size: the rounded-up proportional count of a smaller pool, and the proportional counts of
+    sizes between two replica counts' fills, are not reproduced): a mix with ``d`` replicas of ``k_a`` stages holds only
     ``d k_a t_a`` GPUs of pool ``a``, and on a pool of that size the proportional ``k_b`` is the
     one that fills pool ``b`` with the ``d`` replicas. So, for every replica count ``d`` (a
     divisor of the step's micro-batches) and every ``k_a`` whose replicas fit pool ``a``, the

@@ -296,10 +296,10 @@ def test_the_validation_files_tags_that_are_no_release_still_price_there():
 @pytest.mark.parametrize("kwargs, field", [
     (dict(layout=WorkerLayout(tp=10**20)), "--tp"),             # blamed on 'workers'
     (dict(layout=WorkerLayout(pp=10**8)), "--pp"),
-    (dict(layout=WorkerLayout(tp=8), workers=10**7), "workers"),
+    (dict(layout=WorkerLayout(tp=8), workers=10**7), "--workers"),
     (dict(mode="disagg", prefill=WorkerLayout(tp=1), decode=WorkerLayout(tp=10**8)), "--decode-tp"),
     (dict(mode="disagg", prefill=WorkerLayout(tp=1), decode=WorkerLayout(tp=1), prefill_workers=10**8),
-     "prefill_workers"),
+     "--prefill-workers"),
 ])
 def test_a_deployment_above_the_largest_names_the_degree_or_count_that_makes_it_so(kwargs, field):
     with pytest.raises(InputError) as err:
@@ -349,7 +349,9 @@ def test_a_tpu_script_with_a_host_per_worker_sets_no_cuda_variable_and_gpus_keep
 
 @pytest.mark.parametrize("args, field", [
     (("--tp", "8", "--batch", "8"), "--tp"),                        # one worker: was blamed on --workers
-    (("--tp", "2", "--workers", "3", "--batch", "8"), "workers"),
+    (("--tp", "2", "--workers", "3", "--batch", "8"), "--workers"),
+    # a prefill worker too large for the cluster is named, though the decode side has more GPUs
+    (("--mode", "disagg", "--prefill-tp", "8", "--decode-tp", "1", "--decode-workers", "20"), "--prefill-tp"),
     (("--mode", "disagg", "--decode-tp", "8"), "--decode-tp"),     # --workers is refused under disagg
 ])
 def test_a_deployment_above_a_clusters_max_gpus_names_what_makes_it_so(tmp_path, args, field):
@@ -369,7 +371,6 @@ def test_an_aggregated_fix_without_pipeline_stages_is_not_said_to_have_them():
     # Llama-3.1-70B in bf16 (141 GB) on 3 H100: a disaggregated plan needs a prefill and a decode
     # worker of 2 GPUs each; one aggregated tp2 worker (70.6 GB a GPU) fits. The fix had called
     # tp2 a layout "with pipeline stages"
-    from tests.test_serving_simulator import _ctx
     with pytest.raises(InputError) as err:
         plan_serving(_ctx("llama3.1-70b", "dgx-h100", "vllm", "bf16"), 3, 1024, 1024, 1000.0, 50.0, modes=("disagg",))
     assert err.value.fix.startswith("add GPUs (a layout fits on 4), or aggregated workers fit (tp2): "

@@ -249,3 +249,13 @@ def test_the_cli_table_shows_a_source_named_all_apart_from_the_total(tmp_path):
     assert out.exit_code == 0
     table = [ln.split("  ")[0] for ln in out.stdout.splitlines() if ln.startswith(("ALL", "KOR22"))]
     assert table == ["ALL (source)", "KOR22", "ALL"], out.stdout       # was: ALL, KOR22, ALL
+
+
+def test_a_whitespace_only_line_is_blank_and_moves_no_short_row_mark(tmp_path):
+    """pandas skips a line of spaces as blank; counted as a short row it shifted every later mark
+    one row down, and a whole row after it was skipped as short."""
+    from paraplan.validation.csv_structure import check_csv_structure
+    path = tmp_path / "ws.csv"
+    path.write_text("a,b,c\n1,2,3\n   \n4,5\n7,8,9\n")
+    # pandas' rows: 0 = 1,2,3; 1 = 4,5 (short); 2 = 7,8,9
+    assert check_csv_structure(path) == {1: "row has 2 of 3 fields"}

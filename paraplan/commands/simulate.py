@@ -301,11 +301,13 @@ def memory_advice(model: ModelSpec, cluster, config: ParallelConfig) -> str:
     * activation / optimizer offload, where the cluster has a host, unless every layer of a chunk
       is offloaded / the whole optimizer is (fraction 1);
     * more tp/pp, unless there is no data-parallel replica left to turn into one (dp = 1);
-    * uneven stages, with a pipeline (pp > 1);
+    * uneven stages, with a pipeline (pp > 1) not already laid out unevenly;
     * a (higher) ZeRO stage, below ZeRO-3 and with a group to shard over (dp * cp > 1, or the
       expert data-parallel group of a MoE model).
 
-    With none left: more GPUs, a shorter sequence, or a smaller micro-batch where it is above 1.
+    * a smaller micro-batch, where it is above 1 (activations shrink with it).
+
+    With none left: more GPUs, or a shorter sequence.
     """
     from simulator.validate_config import most_layers_per_chunk
     most = most_layers_per_chunk(model, config)
@@ -324,16 +326,19 @@ def memory_advice(model: ModelSpec, cluster, config: ParallelConfig) -> str:
             options.append("optimizer offload (--offload-optimizer-fraction)")
     if config.dp > 1:
         options.append("more tp/pp")
-    if config.pp > 1:
+    uneven = bool(config.uneven_layers or config.pipeline_layout or config.first_stage_layers
+                  or config.last_stage_layers)
+    if config.pp > 1 and not uneven:
         options.append("uneven stages")
     shard = config.dp * config.cp
     if model.moe is not None:
         shard = max(shard, shard * config.tp // config.ep)
     if config.zero_stage < 3 and shard > 1:
         options.append("a ZeRO stage" if config.zero_stage == 0 else "a higher ZeRO stage")
+    if config.micro_batch > 1:
+        options.append("a smaller micro-batch (--micro-batch)")
     if not options:
-        smaller = "a shorter sequence" + (" or a smaller micro-batch" if config.micro_batch > 1 else "")
-        return f"nothing left to trade on these GPUs: use more GPUs, or {smaller}"
+        return "nothing left to trade on these GPUs: use more GPUs, or a shorter sequence"
     return "try " + _or_list(options)
 
 

@@ -71,9 +71,9 @@ def check_csv_structure(path: str | Path, expected: tuple[str, ...] = ()) -> dic
                     raise InputError("path", f"data row {number - 1} of {p.name} has {len(row)} fields, the "
                                      f"header {len(header)}", "fix that row: a stray comma, or a text "
                                      "field with a comma that is not quoted")
-                if not row:
+                if not row or (len(row) == 1 and not row[0].strip()):
                     last = None
-                    continue               # a blank line: pandas skips it
+                    continue               # a blank (or whitespace-only) line: pandas skips it
                 last = None
                 if len(row) < len(header):
                     short[position] = f"row has {len(row)} of {len(header)} fields"

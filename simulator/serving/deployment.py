@@ -89,31 +89,31 @@ def worker_layout(tp: int, pp: int, adp: int, moe_tp: int | None, moe_ep: int | 
 def refuse_too_many_gpus(dep: "Deployment", limit: int = MAX_GPUS, ceiling: str = "") -> None:
     """The ``InputError`` of a deployment above ``limit`` GPUs (default ``MAX_GPUS``; a cluster's
     ``max_gpus``, named by ``ceiling``, e.g. "the 4 GPUs of dgx-h100"), on what makes it so large,
-    spelt as ``serve simulate`` spells it: a worker's largest degree (``--tp``, ``--decode-pp``)
-    when one worker alone exceeds it (``--tp 1e20`` had been blamed on the workers), else the
-    worker count of the side (aggregated, or the disaggregated side with more GPUs) that has
-    several, else the degree again (a cluster's ceiling had blamed ``--workers`` for one
-    aggregated worker, and under ``--mode disagg``, which refuses it)."""
+    spelt as ``serve simulate`` spells its options: a worker's largest degree (``--tp``,
+    ``--decode-pp``) when one worker of either side alone exceeds it (``--tp 1e20`` had been blamed
+    on the workers), else the worker count (``--workers``, ``--prefill-workers``) of the side with
+    the most GPUs that has several, else the larger side's degree (a cluster's ceiling had blamed
+    ``--workers`` for one aggregated worker, and under ``--mode disagg``, which refuses it)."""
     ceiling = ceiling or f"the largest supported {limit:,}"
-    sides = [(dep.layout, dep.workers, "--", "workers")] if dep.mode == "agg" else sorted(
-        [(dep.prefill, dep.prefill_workers, "--prefill-", "prefill_workers"),
-         (dep.decode, dep.decode_workers, "--decode-", "decode_workers")], key=lambda side: -side[0].gpus * side[1])
-    lay, count, option, workers = sides[0]
+    sides = [(dep.layout, dep.workers, "--")] if dep.mode == "agg" else sorted(
+        [(dep.prefill, dep.prefill_workers, "--prefill-"), (dep.decode, dep.decode_workers, "--decode-")],
+        key=lambda side: -side[0].gpus * side[1])
 
-    def degree_error(what: str) -> InputError:
+    def degree_error(lay: "WorkerLayout", option: str, what: str) -> InputError:
         degree = max(("tp", "pp", "adp"), key=lambda k: getattr(lay, k))
         return InputError(f"{option}{degree}", what, f"use a smaller {option}{degree}")
 
-    if lay.gpus > limit:
-        raise degree_error(f"a worker of tp {lay.tp:,} x pp {lay.pp:,} x adp {lay.adp:,} spans {lay.gpus:,} GPUs, "
-                           f"above {ceiling}")
-    for lay_i, count_i, option_i, workers_i in sides:
-        if count_i > 1:
-            role = "" if dep.mode == "agg" else option_i[2:-1] + " "
-            raise InputError(workers_i, f"the deployment spans {dep.gpus:,} GPUs ({count_i:,} {role}workers of "
-                             f"{lay_i.gpus:,}), above {ceiling}", "use fewer workers or smaller workers")
-    raise degree_error(f"the deployment spans {dep.gpus:,} GPUs (" + " and ".join(
-        f"one {o[2:]}worker of {la.gpus:,}" for la, _, o, _ in sides) + f"), above {ceiling}")
+    for lay, _, option in sides:
+        if lay.gpus > limit:
+            raise degree_error(lay, option, f"a worker of tp {lay.tp:,} x pp {lay.pp:,} x adp {lay.adp:,} spans "
+                               f"{lay.gpus:,} GPUs, above {ceiling}")
+    for lay, count, option in sides:
+        if count > 1:
+            role = "" if dep.mode == "agg" else option[2:-1] + " "
+            raise InputError(f"{option}workers", f"the deployment spans {dep.gpus:,} GPUs ({count:,} {role}workers "
+                             f"of {lay.gpus:,}), above {ceiling}", "use fewer workers or smaller workers")
+    raise degree_error(sides[0][0], sides[0][2], f"the deployment spans {dep.gpus:,} GPUs (" + " and ".join(
+        f"one {o[2:]}worker of {la.gpus:,}" for la, _, o in sides) + f"), above {ceiling}")
 
 
 @dataclass(frozen=True)
