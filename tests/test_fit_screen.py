@@ -40,8 +40,9 @@ def test_floor_for_any_memory_outcome_is_at_most_the_floor_after_the_search(name
     assert (after.recompute_num_layers > 0).any() and (after.offload_activation_layers > 0).any()
     assert set(np.unique(after.zero_stage)) == {0, 1, 2, 3}
     assert (any_outcome > 0).all() and (any_outcome <= floor).all()
-    # measured (these samples): a median 0.80-0.98 of the floor, and within 0.01% of it on some row
-    assert np.median(any_outcome / floor) > 0.75 and (any_outcome / floor).max() > 0.9999
+    # measured (these samples): a median 0.80-0.98 of the floor, and within 0.02% of it on some row
+    # (0.013% in gpt3-13b's since DualPipe's even splits joined its space and its sample)
+    assert np.median(any_outcome / floor) > 0.75 and (any_outcome / floor).max() > 0.9998
 
 
 def test_floor_for_any_memory_outcome_of_one_stage_is_the_micro_batches_passes_whatever_the_zero_stage():

@@ -107,9 +107,10 @@ def test_list_scheduled_zb_v_keeps_a_documented_order_anomaly():
     monotone (above)."""
     import simulator.pipeline.makespan as makespan
     spec, cluster = load_model("mixtral-8x7b"), load_cluster("gb200-nvl72")
-    # GB200 at its datasheet's tensor rate, as when the case was found (the file now runs it at
-    # B200's, ``sustained_tensor_fraction``)
-    cluster = replace(cluster, gpu=replace(cluster.gpu, sustained_tensor_fraction=1.0))
+    # GB200 at its datasheet's tensor rate and with the HGX B200's 148 SMs, as when the case was
+    # found (the file now runs it at B200's rate, ``sustained_tensor_fraction``, with the 152 SMs
+    # the device reports)
+    cluster = replace(cluster, gpu=replace(cluster.gpu, sustained_tensor_fraction=1.0, sm_count=148))
     config = ParallelConfig(dp=8, tp=2, pp=4, ep=4, micro_batch=1, global_batch=32, schedule="zb-v",
                             sequence_parallel=True, zero_stage=3, recompute="selective", uneven_layers=True)
     slow, fast = _faster(cluster, nvlink=0.9), _faster(cluster, nvlink=1.0)
