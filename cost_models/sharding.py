@@ -26,6 +26,14 @@ def _f(x):
     return np.asarray(x, dtype=float)
 
 
+def largest_zero_group(dp, cp, tp, ep, is_moe: bool):
+    """Ranks ZeRO can shard some state over (integers, scalars or arrays): the data-parallel
+    ``dp * cp``, or for a MoE model the experts' data-parallel group ``dp * cp * tp // ep`` when
+    that is larger (expert states shard over it). 1 means ZeRO has nothing to shard."""
+    shard = dp * cp
+    return np.maximum(shard, shard * tp // ep) if is_moe else shard
+
+
 def shard_size(dp, zero_shard_group):
     """Ranks ZeRO shards over: ``zero_shard_group``, or all ``dp`` when it is 0."""
     g = _f(zero_shard_group)

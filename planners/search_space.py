@@ -25,6 +25,7 @@ from typing import Mapping
 import numpy as np
 
 from cost_models.params import tp_splits_kv_heads
+from cost_models.sharding import largest_zero_group
 from cost_models.topology import tp_tiles_node
 from hardware_specs.errors import InputError
 from model_specs.model_spec import ModelSpec
@@ -414,9 +415,7 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
                                                                   indexing="ij"))
     t = cols["tp"][:, None]
     inter = (sched == SCHEDULE_CODES[Schedule.INTERLEAVED])[None, :]
-    shard = cols["dp"] * cols["cp"]
-    if model.moe is not None:     # expert states shard over dp*cp*tp/ep (expert data parallel)
-        shard = np.maximum(shard, shard * cols["tp"] // cols["ep"])
+    shard = largest_zero_group(cols["dp"], cols["cp"], cols["tp"], cols["ep"], model.moe is not None)
     shape = (len(cols["dp"]), len(sched))
     dominated = np.full(shape, c.prune_dominated)
 

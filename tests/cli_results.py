@@ -12,10 +12,12 @@ def run(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
-def one_line_error(result, *needles):
-    """Exit 2, exactly one non-empty stderr line starting 'error: ', no traceback, each needle in it."""
+def one_line_error(result, *needles) -> str:
+    """Exit 2, exactly one non-empty stderr line starting 'error: ', no traceback, each needle in
+    it; returns that line."""
     assert result.exit_code == 2, (result.exit_code, result.output)
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.output, result.output
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
+    return lines[0]

@@ -7,22 +7,10 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
-from click.testing import CliRunner
 
-from paraplan.cli import main
+from cli_results import one_line_error, run
 
 DATA = Path(__file__).parent / "data"
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def one_line_error(result) -> str:
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    return lines[0]
 
 
 def _measured_frame(**extra) -> pd.DataFrame:

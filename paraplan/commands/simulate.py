@@ -13,6 +13,7 @@ import textwrap
 import click
 
 from cost_models.compute import FULL_PRECISION, sixteen_bit_dtype
+from cost_models.sharding import largest_zero_group
 from hardware_specs.catalog import load_cluster, load_stack
 from hardware_specs.errors import InputError
 from hardware_specs.gpu_spec import KNOWN_DTYPES
@@ -330,9 +331,7 @@ def memory_advice(model: ModelSpec, cluster, config: ParallelConfig) -> str:
                   or config.last_stage_layers)
     if config.pp > 1 and not uneven:
         options.append("uneven stages")
-    shard = config.dp * config.cp
-    if model.moe is not None:
-        shard = max(shard, shard * config.tp // config.ep)
+    shard = largest_zero_group(config.dp, config.cp, config.tp, config.ep, model.moe is not None)
     if config.zero_stage < 3 and shard > 1:
         options.append("a ZeRO stage" if config.zero_stage == 0 else "a higher ZeRO stage")
     if config.micro_batch > 1:
