@@ -51,3 +51,14 @@ def test_the_overlapped_expert_all_to_all_with_the_moe_module_recomputed_is_refu
     reason = exports.refusal(_row(**moe, recompute_modules="moe"), "megatron")
     assert reason is not None and "ep_a2a_overlap_keeps_moe" in str(reason)
     assert exports.refusal(_row(**moe, recompute_modules="mlp_act"), "megatron") is None   # Megatron's moe_act
+
+
+def test_list_flags_are_the_ones_megatrons_parser_reads_as_lists():
+    # argparse nargs in the committed table (tools/megatron_flags.py reads them from arguments.py):
+    # '+' for both list flags the export writes, none for a degree, 3 for the batch ramp-up
+    assert megatron.takes_list("--recompute-modules")
+    assert megatron.takes_list("--hierarchical-context-parallel-sizes")
+    assert megatron.takes_list("--rampup-batch-size")
+    assert not megatron.takes_list("--tensor-model-parallel-size")
+    assert not megatron.takes_list("--recompute-granularity")
+    assert not megatron.takes_list("--no-such-flag")

@@ -576,10 +576,13 @@ def _environment(p: dict) -> dict[str, str]:
     return {}
 
 
-#: flags that take a list (argparse ``nargs``): their value is written as one argv word per
-#: element (``--recompute-modules layernorm moe_act``); quoted as one word, Megatron-LM's
-#: TransformerConfig refused 'layernorm moe_act' as one unknown module
-LIST_FLAGS = ("--hierarchical-context-parallel-sizes", "--recompute-modules")
+def takes_list(flag: str) -> bool:
+    """Whether Megatron-LM's parser takes ``flag``'s value as a list (argparse ``nargs`` '+', '*'
+    or a count above 1 in the committed table): such values are written one argv word per
+    element (``--recompute-modules layernorm moe_act``); quoted as one word, Megatron-LM's
+    TransformerConfig refused 'layernorm moe_act' as one unknown module."""
+    nargs = megatron_table.table()["flags"].get(flag, {}).get("nargs")
+    return nargs in ("+", "*") or (isinstance(nargs, int) and nargs > 1)
 
 
 def _flat(groups) -> list[str]:
@@ -588,7 +591,7 @@ def _flat(groups) -> list[str]:
         for flag, value in args:
             argv.append(flag)
             if value is not None:
-                argv += str(value).split(" ") if flag in LIST_FLAGS else [str(value)]
+                argv += str(value).split(" ") if takes_list(flag) else [str(value)]
     return argv
 
 
@@ -603,7 +606,7 @@ def _bash_array(name: str, args: list[tuple[str, Any]]) -> str:
     for flag, value in args:
         if value is None:
             lines.append(f"    {flag}")
-        elif flag in LIST_FLAGS:
+        elif takes_list(flag):
             lines.append(f"    {flag} " + " ".join(shlex.quote(word) for word in str(value).split(" ")))
         else:
             lines.append(f"    {flag} {shlex.quote(str(value))}")
