@@ -98,6 +98,9 @@ def test_config_manager_builds_every_matrix_export_and_the_world_factors_as_plan
         assert tuple(sum(m.startswith("layers.") for m in part) for part in parts) == stage_layer_counts(
             p["model"].num_layers, p["pp"], chunks // p["pp"], p["model"].mtp_layers)
     assert training.disable_cuda_graphs == (not p["cuda_graphs"])
+    # the loss the plan priced (loss_chunk_tokens 0 throughout the matrix: the whole logits),
+    # not the registry function's ChunkedLossWrapper of 8 chunks
+    assert type(cfg.loss).__qualname__ == ("MTPLoss.Config" if p["model"].mtp_layers else "CrossEntropyLoss.Config")
     assert cfg.compile.enable == (not p["unfused_block_ops"] or p["cross_entropy"] != "torch_eager"
                                   or bool(p["tp_comm_overlap"] and p["tp"] > 1 and p["sequence_parallel"]))
 
@@ -115,6 +118,23 @@ def test_config_manager_builds_a_compiled_plan_with_the_model_and_the_loss_compi
     assert cfg.compile.enable and sorted(cfg.compile.components) == ["loss", "model"]
     eager = load("eager", torchtitan.emit(_priced_on("torchtitan")))
     assert not eager.compile.enable
+
+
+def test_the_built_config_runs_the_loss_the_plan_priced(tt, load):
+    """torchtitan 0.3.0's llama3_8b() wraps its loss in ChunkedLossWrapper of 8 chunks
+    (models/llama3/config_registry.py; components/loss.py ``num_chunks: int = 8``), and the export
+    started from it: a plan priced with the whole micro-batch's logits (loss_chunk_tokens 0) ran
+    chunked. ChunkedLossWrapper splits a micro-batch [B, L] along L only, so a chunk holds
+    B x L / num_chunks tokens: micro-batch 2 x 8,192 tokens in 1,024-token chunks is 16 chunks."""
+    from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
+    from torchtitan.models.llama3.config_registry import llama3_8b
+    registry = llama3_8b().loss
+    assert isinstance(registry, ChunkedLossWrapper.Config) and registry.num_chunks == 8   # what ran before
+    whole = load("loss-whole", torchtitan.emit(_priced_on("torchtitan"))).loss
+    assert type(whole) is CrossEntropyLoss.Config and whole.global_vocab_size == 128256
+    chunked = load("loss-chunked", torchtitan.emit(_priced_on("torchtitan", loss_chunk_tokens=1024))).loss
+    assert type(chunked) is ChunkedLossWrapper.Config and chunked.num_chunks == 2 * 8192 // 1024 == 16
+    assert type(chunked.loss_fn) is CrossEntropyLoss.Config and chunked.loss_fn.global_vocab_size == 128256
 
 
 def test_config_manager_rejects_a_pipeline_export_that_keeps_cuda_graphs(load, capsys):
@@ -317,3 +337,41 @@ def test_the_deepseek_v3_registry_model_matches_only_a_model_routed_as_it_is():
     for change in (dict(num_groups=1, group_topk=1), dict(topk_scaling_factor=1.0), dict(expert_bias=False),
                    dict(topk_renormalized=False)):
         assert torchtitan.registry_entry(replace(v3, moe=replace(v3.moe, **change))) is None, change
+
+
+def test_a_chunked_loss_plan_is_exported_with_the_chunk_count_that_gives_its_chunk():
+    """loss_chunk_tokens is the tokens of one chunk (simulator.memory_rows: the logits of
+    min(micro_batch x seq_len, loss_chunk_tokens) tokens at a time); torchtitan's
+    ChunkedLossWrapper cuts each micro-batch's sequence into num_chunks equal parts, so
+    num_chunks = micro_batch x seq_len / loss_chunk_tokens. The export had refused every such plan
+    ('does not write loss_chunk_tokens') though torchtitan chunks."""
+    for chunk, micro_batch, kind, chunks in ((1024, 2, "chunked", 16),      # 2 x 8192 / 1024
+                                              (2048, 1, "chunked", 4),       # 1 x 8192 / 2048
+                                              (16384, 2, "cross_entropy", 1),   # the whole micro-batch
+                                              (0, 2, "cross_entropy", 1)):
+        row = _priced_on("torchtitan", loss_chunk_tokens=chunk, micro_batch=micro_batch)
+        assert torchtitan.settings(row)["loss"] == {"kind": kind, "num_chunks": chunks}, chunk
+    text = torchtitan.emit(_priced_on("torchtitan", loss_chunk_tokens=1024))
+    assert "config.loss = ChunkedLossWrapper.Config(num_chunks=16, loss_fn=CrossEntropyLoss.Config(" in text
+
+
+def test_a_loss_chunk_torchtitan_cannot_cut_is_refused_with_the_chunks_it_can():
+    """3,000 tokens is no equal split of 2 x 8,192 (ChunkedLossWrapper asserts seq_len %
+    num_chunks == 0); neither is 6,144 (16,384 / 6,144 is not whole)."""
+    for chunk in (3000, 6144):
+        with pytest.raises(InputError) as err:
+            torchtitan.emit(_priced_on("torchtitan", loss_chunk_tokens=chunk))
+        assert err.value.field == "loss_chunk_tokens" and "8192, 4096, 2048, 1024" in err.value.fix, chunk
+
+
+def test_an_mtp_plan_runs_mtploss_unchunked_and_a_chunked_one_is_refused():
+    """MTPLoss (torchtitan/models/deepseek_v3/mtp.py at 0.3.0) takes the main and the MTP modules'
+    whole logits: the export writes it for a plan priced unchunked and refuses a chunked one."""
+    # the matrix's DeepSeek-V3 plan with one micro-batch a step (its ZeRO-1 over 8 is refused for
+    # FSDP2's per-micro-batch gathers, which is not what is tested here)
+    row = {**dict(next(r for n, r, _ in matrix.MATRIX if n == "mla-mtp-ep")), "global_batch": 32}
+    assert torchtitan.settings(row)["loss"] == {"kind": "mtp", "num_chunks": 1}
+    assert "config.loss = MTPLoss.Config(global_vocab_size=" in torchtitan.emit(row)
+    with pytest.raises(InputError) as err:
+        torchtitan.emit({**row, "loss_chunk_tokens": 1024})
+    assert err.value.field == "loss_chunk_tokens" and "MTPLoss" in str(err.value)

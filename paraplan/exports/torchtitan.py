@@ -54,6 +54,12 @@ How the plan maps (and what is refused, ``refusal``):
 * Precision: bf16 / fp32 mixed-precision parameters; ``fp8`` = ``Float8LinearConverter`` with
   its rowwise recipe (the float8 converter of 0.3.0; needs torchao and an SM89+ GPU when the
   config is built); fp16, MXFP8 and NVFP4 plans are refused.
+* The loss as priced (``loss``): 0.3.0's registry functions wrap the cross-entropy in
+  ``ChunkedLossWrapper`` (8 chunks), so the export always writes ``config.loss`` itself:
+  ``CrossEntropyLoss`` for a plan priced with the whole micro-batch's logits
+  (``loss_chunk_tokens`` 0), ``ChunkedLossWrapper`` with the ``num_chunks`` that gives the
+  priced chunk otherwise (refused where no whole divisor of the sequence gives it); an MTP model
+  runs ``MTPLoss``, unchunked, and a chunked MTP plan is refused.
 * Models: the release's registry models whose architecture equals the plan's (``REGISTRY``).
 """
 from __future__ import annotations
@@ -154,7 +160,7 @@ def _settings(p: dict) -> dict:
     dp, tp, pp, cp, ep = p["dp"], p["tp"], p["pp"], p["cp"], p["ep"]
     zero = p["zero_stage"]
     schedule = Schedule(p["schedule"])
-    refuse_memory_features(p, RELEASE, supported=("zero_shard_group",))
+    refuse_memory_features(p, RELEASE, supported=("zero_shard_group", "loss_chunk_tokens"))
     if cp > 1:
         raise InputError("cp", f"{RELEASE} all-gathers K/V under context parallelism (FlexAttention), not the "
                          f"{p['cp_kind']} attention the plan prices", "emit megatron, or plan with cp 1")
@@ -221,7 +227,50 @@ def _settings(p: dict) -> dict:
     if p["tp"] > 1 and p["seq_len"] % (tp if p["sequence_parallel"] else 1):
         raise InputError("seq_len", f"sequence parallelism splits {p['seq_len']} tokens over tp={tp}",
                          "choose a sequence length divisible by tp")
-    return {"entry": entry, "model": model, "parts": _model_parts(p, model, schedule) if pp > 1 else None}
+    return {"entry": entry, "model": model, "parts": _model_parts(p, model, schedule) if pp > 1 else None,
+            "loss": loss_settings(p, model)}
+
+
+def loss_settings(p: dict, model: ModelSpec) -> dict:
+    """The loss the plan ``p`` was priced with, as torchtitan 0.3.0 runs it: ``{"kind":
+    "cross_entropy" | "chunked" | "mtp", "num_chunks": N}`` (``N`` 1 unless chunked); raises
+    ``InputError`` where 0.3.0 cannot cut the priced chunk.
+
+    The plan's ``loss_chunk_tokens`` (``simulator.parallel_config.ParallelConfig``; priced in
+    ``simulator.memory_rows``: the logits of ``min(tokens, loss_chunk_tokens)`` tokens at a time,
+    ``tokens`` = micro_batch x seq_len / cp, 0 = all of them) is a number of tokens a chunk
+    holds. torchtitan 0.3.0's ``ChunkedLossWrapper`` (torchtitan/components/loss.py, the
+    installed 0.3.0 release) splits the local hidden states ``[B, L, D]`` of one micro-batch
+    along the sequence dimension only (``torch.split(t, [L // num_chunks] * num_chunks,
+    dim=1)``) and asserts ``L % num_chunks == 0``: a chunk holds ``B x L / num_chunks`` tokens, so
+    the priced chunk is ``num_chunks = B x L / loss_chunk_tokens``, which must be a whole number
+    dividing ``L``. ``B`` is the micro-batch (``local_batch_size`` without a pipeline,
+    ``pipeline_parallel_microbatch_size`` with one, whose schedule calls the loss per
+    micro-batch); context parallelism is refused before this, so ``L`` is the sequence length.
+    A chunk as large as the micro-batch was priced as the whole logits, which the unchunked
+    ``CrossEntropyLoss`` runs. ``MTPLoss`` (torchtitan/models/deepseek_v3/mtp.py at 0.3.0) takes
+    the main and every MTP module's full logits at once: unchunked only."""
+    chunk_tokens = int(p.get("loss_chunk_tokens") or 0)
+    seq_len, micro_batch = int(p["seq_len"]), int(p["micro_batch"])
+    tokens = micro_batch * seq_len
+    chunked = 0 < chunk_tokens < tokens
+    if model.mtp_layers:
+        if chunked:
+            raise InputError("loss_chunk_tokens", f"{RELEASE}'s MTPLoss takes the whole micro-batch's logits (main "
+                             f"and MTP heads), not chunks of {chunk_tokens} tokens",
+                             "plan with loss_chunk_tokens 0")
+        return {"kind": "mtp", "num_chunks": 1}
+    if not chunked:
+        return {"kind": "cross_entropy", "num_chunks": 1}
+    num_chunks, left = divmod(tokens, chunk_tokens)
+    if left or seq_len % num_chunks:
+        fits = [tokens // n for n in range(2, seq_len + 1) if seq_len % n == 0][:4]
+        raise InputError("loss_chunk_tokens", f"{RELEASE}'s ChunkedLossWrapper cuts each micro-batch's {seq_len} "
+                         f"positions into equal chunks of micro_batch x seq_len / num_chunks tokens; "
+                         f"{chunk_tokens} is not one ({micro_batch} x {seq_len} / {chunk_tokens} is not a whole "
+                         f"divisor of {seq_len})",
+                         "plan with loss_chunk_tokens " + ", ".join(map(str, fits)) + ", ... or 0")
+    return {"kind": "chunked", "num_chunks": num_chunks}
 
 
 def _model_parts(p: dict, model: ModelSpec, schedule: Schedule) -> list[list[str]]:
@@ -282,7 +331,7 @@ def _values(p: dict, s: dict) -> dict:
                 Recompute(p["recompute"]), "none"),
             "async_tp": overlap, "float8": p["dtype"] == "fp8",
             "compile": _compile_components(p, overlap),
-            "mtp_layers": s["model"].mtp_layers, "registry": dict(s["entry"])}
+            "mtp_layers": s["model"].mtp_layers, "registry": dict(s["entry"]), "loss": dict(s["loss"])}
 
 
 def async_tp(p: dict) -> bool:
@@ -351,14 +400,24 @@ def emit(plan_row: Any, note: str = "") -> str:
         lines.append("from torchtitan.distributed.activation_checkpoint import SelectiveAC")
     if v["float8"]:
         lines.append("from torchtitan.components.quantization import Float8LinearConverter")
-    if v["mtp_layers"]:
-        lines += ["from torchtitan.models.common.config_utils import decoder_vocab_size",
-                  "from torchtitan.models.deepseek_v3.mtp import MTPLoss"]
+    lines.append("from torchtitan.models.common.config_utils import decoder_vocab_size")
+    loss = v["loss"]
+    if loss["kind"] == "mtp":
+        lines.append("from torchtitan.models.deepseek_v3.mtp import MTPLoss")
+    else:
+        lines.append("from torchtitan.components.loss import "
+                     + ("ChunkedLossWrapper, CrossEntropyLoss" if loss["kind"] == "chunked" else "CrossEntropyLoss"))
     lines += ["", "", f"def {MODULE_NAME}():",
               f"    config = {reg['config']}()",
               f"    config.model_spec = model_registry({', '.join(registry_args)})"]
-    if v["mtp_layers"]:
-        lines.append("    config.loss = MTPLoss.Config(global_vocab_size=decoder_vocab_size(config.model_spec))")
+    # the loss as priced: the registry function's loss is ChunkedLossWrapper with 8 chunks,
+    # whatever the plan priced, so it is always replaced
+    vocab = "global_vocab_size=decoder_vocab_size(config.model_spec)"
+    lines.append("    config.loss = " + {
+        "mtp": f"MTPLoss.Config({vocab})",
+        "cross_entropy": f"CrossEntropyLoss.Config({vocab})",
+        "chunked": f"ChunkedLossWrapper.Config(num_chunks={loss['num_chunks']}, "
+                   f"loss_fn=CrossEntropyLoss.Config({vocab}))"}[loss["kind"]])
     for section in ("training", "parallelism"):
         for key, value in v[section].items():
             lines.append(f"    config.{section}.{key} = {_literal(value, '    ')}")
