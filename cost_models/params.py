@@ -150,13 +150,15 @@ def latent_projection_params(model: ModelSpec) -> int:
 def moe_block_params(model: ModelSpec, active: bool = False) -> int:
     """The MoE block of a layer: routed experts (``active=True``: the top-k a token uses) at
     their width (``routed_expert_width``), the latent projections when there are any, shared
-    experts and the router (h x E); no attention, no norms."""
+    experts, their sigmoid gate (h x 1, ``MoESpec.shared_expert_gate``) and the router (h x E); no
+    attention, no norms."""
     moe, h = model.moe, model.hidden_size
     experts = moe.top_k if active else moe.num_experts
     routed = experts * mlp_params(routed_expert_width(model), moe.expert_ffn_hidden_size, model.gated_mlp)
     shared_ffn = moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size
     shared = moe.num_shared_experts * mlp_params(h, shared_ffn, model.gated_mlp)
-    return routed + latent_projection_params(model) + shared + h * moe.num_experts
+    gate = h if moe.shared_expert_gate else 0
+    return routed + latent_projection_params(model) + shared + gate + h * moe.num_experts
 
 
 def moe_layer_params(model: ModelSpec, active: bool = False) -> int:

@@ -216,6 +216,10 @@ def _require(data: dict, keys: tuple[str, ...], where: str) -> None:
             raise InputError(f"{where}.{key}", "missing", f"add '{key}:' to the file")
 
 
+#: the MoESpec fields a model file writes as true / false
+_MOE_FLAGS = ("expert_bias", "topk_renormalized", "probs_on_input", "shared_expert_gate")
+
+
 def _moe_from_dict(data: Any, where: str) -> MoESpec:
     if not isinstance(data, dict):
         raise InputError(where, "must be a mapping with num_experts, top_k, expert_ffn_hidden_size")
@@ -223,7 +227,7 @@ def _moe_from_dict(data: Any, where: str) -> MoESpec:
     _check_keys(data, known, where)
     _require(data, _MOE_REQUIRED, where)
     kwargs = {k: (_float(v, f"{where}.{k}") if k in ("capacity_factor", "topk_scaling_factor")
-                  else _bool(v, f"{where}.{k}") if k in ("expert_bias", "topk_renormalized", "probs_on_input")
+                  else _bool(v, f"{where}.{k}") if k in _MOE_FLAGS
                   else str(v).strip() if k == "router_score" else _int(v, f"{where}.{k}"))
               for k, v in data.items() if k in known and v is not None}
     return MoESpec(**kwargs)

@@ -221,6 +221,10 @@ def _llama4(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, An
     return fields
 
 
+#: model_types whose shared expert is scaled by a sigmoid gate (``MoESpec.shared_expert_gate``)
+_SHARED_EXPERT_GATE_FAMILIES = ("qwen2_moe", "qwen3_next", "qwen3_5_moe_text")
+
+
 def _qwen_moe(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, Any]:
     fields = _llama_like(cfg, family, seq_len)
     num_layers = fields["num_layers"]
@@ -246,6 +250,11 @@ def _qwen_moe(cfg: ConfigReader, family: str, seq_len: int | None) -> dict[str, 
         moe_layer_frequency=freq,
         # absent: false, transformers' Qwen2MoeConfig / Qwen3MoeConfig default (softmax over all experts)
         topk_renormalized=cfg.get_bool("norm_topk_prob", False),
+        # the shared expert's sigmoid gate: built unconditionally, no config key, by Qwen2-MoE's,
+        # Qwen3-Next's and Qwen3.5-MoE's sparse blocks (transformers Qwen2MoeSparseMoeBlock /
+        # Qwen3NextSparseMoeBlock: shared_expert_gate = nn.Linear(hidden_size, 1, bias=False));
+        # Qwen3-MoE has no shared expert
+        shared_expert_gate=shared > 0 and family in _SHARED_EXPERT_GATE_FAMILIES,
     )
     return fields
 

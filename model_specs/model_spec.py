@@ -100,6 +100,14 @@ class MoESpec:
             experts; with a gated expert the two differ). Megatron-LM: ``--moe-apply-probs-on-input``,
             top-1 routers only (megatron/core/transformer/moe/experts.py asserts ``moe_router_topk`` 1).
         None of these changes the cost; they name the router a framework must build.
+        shared_expert_gate: the shared experts' output is scaled by a per-token sigmoid gate, a
+            hidden x 1 projection (Qwen2-MoE / Qwen1.5-MoE, Qwen3-Next, Qwen3.5: transformers
+            ``Qwen2MoeSparseMoeBlock.shared_expert_gate = nn.Linear(hidden_size, 1, bias=False)``,
+            ``F.sigmoid(self.shared_expert_gate(x)) * shared_expert_output``, unconditional in
+            those classes). Counted as ``hidden`` parameters per MoE layer
+            (``cost_models.params.moe_block_params``). Megatron-LM: ``--moe-shared-expert-gate``
+            (NVIDIA/Megatron-LM@d98e8a64 megatron/core/transformer/moe/shared_experts.py
+            ``gate_weight`` of shape (1, hidden_size), sigmoid of its product scaling the output).
     """
 
     num_experts: int
@@ -119,6 +127,7 @@ class MoESpec:
     group_topk: int = 1
     topk_renormalized: bool = True
     probs_on_input: bool = False
+    shared_expert_gate: bool = False
 
     def __post_init__(self) -> None:
         if self.router_score not in ROUTER_SCORES:
@@ -139,6 +148,11 @@ class MoESpec:
             raise InputError("moe.expert_bias", f"must be true or false, got {self.expert_bias!r}")
         if not isinstance(self.probs_on_input, bool):
             raise InputError("moe.probs_on_input", f"must be true or false, got {self.probs_on_input!r}")
+        if not isinstance(self.shared_expert_gate, bool):
+            raise InputError("moe.shared_expert_gate", f"must be true or false, got {self.shared_expert_gate!r}")
+        if self.shared_expert_gate and not self.num_shared_experts:
+            raise InputError("moe.shared_expert_gate", "gates the shared experts' output, and num_shared_experts is 0",
+                             "set num_shared_experts, or shared_expert_gate: false")
         if not isinstance(self.topk_renormalized, bool):
             raise InputError("moe.topk_renormalized", f"must be true or false, got {self.topk_renormalized!r}",
                              "write the checkpoint's config.json norm_topk_prob")

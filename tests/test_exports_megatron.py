@@ -561,6 +561,22 @@ def test_a_scaled_softmax_router_that_does_not_renormalise_is_pre_softmax_and_me
         assert "--moe-router-pre-softmax" in dict(megatron._model_args(load_model(name), 4096)), name
 
 
+def test_qwen2_moe_shared_expert_gate_is_written_and_the_table_accepts_it():
+    """Qwen2-57B-A14B scales its shared expert by a sigmoid gate (transformers Qwen2MoeSparseMoeBlock
+    shared_expert_gate); the export wrote the shared expert's width and no gate, so Megatron-LM
+    built the shared expert ungated. --moe-shared-expert-gate (TransformerConfig
+    moe_shared_expert_gate) is now written; DeepSeek-V3's shared expert is ungated and gets none."""
+    from paraplan import api
+    text = megatron.emit(api.simulate("qwen2-57b-a14b", "dgx-h100", gpus=64, pp=4, ep=8, global_batch=512,
+                                      zero_stage=1, recompute="full").iloc[0])
+    argv, env = flags_of(text), env_of(text)
+    assert "--moe-shared-expert-gate" in argv
+    assert dict(zip(argv, argv[1:]))["--moe-shared-expert-intermediate-size"] == "20480"
+    assert megatron_table.check_command(argv, 64, env) == []
+    v3 = dict(megatron._model_args(load_model("deepseek-v3"), 4096))
+    assert "--moe-shared-expert-intermediate-size" in v3 and "--moe-shared-expert-gate" not in v3
+
+
 def test_a_router_megatron_cannot_build_is_refused_in_one_line():
     """Megatron-LM's sigmoid router divides the chosen scores by their sum whenever top_k > 1,
     with no switch, and never at top-1; a softmax top-1 router must be pre-softmax

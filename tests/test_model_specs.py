@@ -286,6 +286,27 @@ def test_hf_qwen2_moe_shared_expert_and_sparse_step():
     assert scattered.num_moe_layers == 25
 
 
+def test_hf_qwen2_moe_gates_its_shared_expert_and_the_gate_is_counted():
+    """transformers' Qwen2MoeSparseMoeBlock builds ``shared_expert_gate = nn.Linear(hidden_size, 1,
+    bias=False)`` unconditionally (no config key) and scales the shared expert's output by its
+    sigmoid; Qwen3-MoE has no shared expert, so no gate. The gate is ``hidden`` parameters per MoE
+    layer: Qwen2-57B-A14B's 28 MoE layers x 3,584 = 100,352, in the total and the active count."""
+    from dataclasses import replace
+    from cost_models.params import total_params
+    spec = model_from_hf_config(QWEN2_57B_A14B)
+    assert spec.moe.shared_expert_gate is True and load_model("qwen2-57b-a14b").moe.shared_expert_gate is True
+    assert model_from_hf_config(QWEN3_30B_A3B).moe.shared_expert_gate is False
+    ungated = replace(spec, moe=replace(spec.moe, shared_expert_gate=False))
+    assert total_params(spec) - total_params(ungated) == 28 * 3584
+    assert total_params(spec, active=True) - total_params(ungated, active=True) == 28 * 3584
+
+
+def test_a_shared_expert_gate_without_a_shared_expert_is_refused():
+    with pytest.raises(InputError) as err:
+        MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=1024, shared_expert_gate=True)
+    assert err.value.field == "moe.shared_expert_gate"
+
+
 def test_hf_deepseek_v3_config_loads_mla_and_moe_layout():
     spec = model_from_hf_config(DEEPSEEK_V3)
     assert spec.mla == MLASpec(1536, 512, 128, 64, 128)

@@ -305,6 +305,10 @@ def _model_args(m: ModelSpec, seq_len: int, dedup_dispatch: bool = False) -> lis
         if m.moe.num_shared_experts:
             width = m.moe.shared_expert_ffn_hidden_size or m.moe.expert_ffn_hidden_size
             args.append(("--moe-shared-expert-intermediate-size", m.moe.num_shared_experts * width))
+            if m.moe.shared_expert_gate:
+                # Qwen2-MoE's sigmoid gate on the shared expert (Megatron-LM shared_experts.py
+                # gate_weight (1, hidden), used when TransformerConfig.moe_shared_expert_gate)
+                args.append(("--moe-shared-expert-gate", None))
         freq = _moe_layer_freq(m)
         if freq is not None:
             args.append(("--moe-layer-freq", freq))
