@@ -39,6 +39,13 @@ MEMORY_FRACTION_OF = ("total", "free")
 #: vLLM, SGLang) or ``full_request`` (blocks for prompt + maximum output reserved up front, never
 #: preempted: TensorRT-LLM's GUARANTEED_NO_EVICT capacity scheduler).
 KV_ADMISSIONS = ("prompt", "full_request")
+#: how the running decodes of an engine with ``mixed_batches`` share a step's token budget with
+#: the prompts: ``with_drafts`` (each running decode takes 1 + k of the budget's tokens, its last
+#: token and its k speculative drafts, before any prompt is given what is left, and decodes beyond
+#: the budget wait for a later step, so no step holds more than the budget: vLLM V1, TensorRT-LLM)
+#: or ``one_per_request`` (the prompt chunk is the budget less one token per running request;
+#: the decodes themselves all run, whatever the budget: SGLang's mixed chunk)
+DECODE_BUDGET_SHARES = ("with_drafts", "one_per_request")
 #: how the routed experts of a worker may be split over its tp x adp ranks (one pipeline stage):
 #: ``all_ep_or_all_tp`` (expert-parallel over all of them, or tensor-parallel over all of them,
 #: never a mix: vLLM) or ``any`` (expert tensor parallelism x expert parallelism = tp x adp in
@@ -108,6 +115,10 @@ class ServingBehaviour:
             kernel (TensorRT-LLM ``AllReduceFusionOp.RESIDUAL_RMS_NORM``): the step has one kernel
             fewer per all-reduce that a counted norm follows (``cost_models.inference_step``).
         kv_admission: one of ``KV_ADMISSIONS``.
+        decode_budget_share: one of ``DECODE_BUDGET_SHARES``: what the running decodes take of a
+            mixed step's token budget (``prefill_token_budget``), so what is left for prompts
+            (``simulator.serving.step_budget``). Only read with ``mixed_batches``. Default
+            ``with_drafts``; every shipped stack states it.
         speculative_tokens: draft tokens per step by default (MTP / EAGLE); 0 = none, the
             default of all three engines (each needs an explicit speculative config).
         recv_interval_steps: the scheduler reads new requests only every N decode steps (SGLang
@@ -184,6 +195,7 @@ class ServingBehaviour:
     allreduce_norm_fusion: bool = False
     speculative_tokens: int = 0
     kv_admission: str = "prompt"
+    decode_budget_share: str = "with_drafts"
     recv_interval_steps: int = 1
     context_wait_steps: int = 0
     expert_splits: str = "any"
@@ -215,6 +227,9 @@ class ServingBehaviour:
         if self.kv_admission not in KV_ADMISSIONS:
             raise InputError(f"{where}.kv_admission", f"unknown value {self.kv_admission!r}",
                              "choose one of " + ", ".join(KV_ADMISSIONS))
+        if self.decode_budget_share not in DECODE_BUDGET_SHARES:
+            raise InputError(f"{where}.decode_budget_share", f"unknown value {self.decode_budget_share!r}",
+                             "choose one of " + ", ".join(DECODE_BUDGET_SHARES))
         if self.expert_splits not in EXPERT_SPLITS:
             raise InputError(f"{where}.expert_splits", f"unknown value {self.expert_splits!r}",
                              "choose one of " + ", ".join(EXPERT_SPLITS))

@@ -7,10 +7,13 @@ X = b / (TTFT + (osl - 1) TPOT)) and each brings ``isl`` prompt tokens.
 
 Per rank, with ``t_d`` the time of a step decoding all b requests (context isl + osl / 2):
 
-* prompts waiting together are packed into steps of ``P = min(C, b isl)`` prompt tokens (C the
-  stack's token budget; whole prompts when it does not chunk them), which for engines that mix
-  prompts and decodes in one step (``ServingBehaviour.mixed_batches``: vLLM, TensorRT-LLM) also
-  carry the b decodes, and run alone otherwise (SGLang). A prompt's service ``s`` is its share
+* prompts waiting together are packed into steps of ``P = min(C - R d, b isl)`` prompt tokens
+  (C the stack's token budget; whole prompts when it does not chunk them), which for engines that
+  mix prompts and decodes in one step (``ServingBehaviour.mixed_batches``: vLLM, TensorRT-LLM)
+  also carry the R running decodes, each taking d tokens of the budget (1 + k with k drafts under
+  ``decode_budget_share`` ``with_drafts``: the step holds at most C tokens, decodes beyond it
+  wait; ``simulator.serving.step_budget``), and run alone otherwise (SGLang: R d = 0); a
+  request's own chunks likewise get C less its riders' tokens. A prompt's service ``s`` is its share
   isl / P of such a step, and its prefill work ``w_p`` the part of that share beyond the
   decode step (all of it when the prefill runs alone).
 * the prefill share of the engine's time is u = X w_p; decoding requests get one token per
@@ -66,6 +69,7 @@ import numpy as np
 from cost_models.inference_step import STEP_PARTS, step_time
 from cost_models.kv_cache import kv_bytes_per_request
 from cost_models.serving_memory import activation_bytes_per_gpu, kv_pool_bytes_per_gpu, weight_bytes_per_gpu
+from simulator.serving.step_budget import budget_tokens_per_decode, decodes_per_step, prompt_step
 
 
 def _f(x):
@@ -242,22 +246,26 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
     b = np.maximum(np.minimum(b_req, mem["max_admitted_per_rank"]), 1.0)      # admitted per rank
 
     budget = beh.rank_token_budget(ctx.token_budget, adp)       # one attention-DP rank's steps
-    chunk = np.minimum(isl, budget) if beh.chunked_prefill else isl
-    steps_own = np.ceil(isl / chunk)
-    # the prompt's last chunk carries what is left of it, not a whole chunk
-    last_chunk = isl - (steps_own - 1.0) * chunk
-    if beh.chunked_prefill:
-        packed = np.minimum(budget, b * isl)
-    else:
-        packed = np.minimum(np.maximum(np.floor(budget / isl), 1.0), b) * isl
+    # the budget as launched: an engine that does not chunk prompts gets at least one whole
+    # prompt a step (``exports.serving_common.Launch.step_tokens``, ``memory_columns``)
+    step_budget = budget if beh.chunked_prefill else np.maximum(budget, isl)
     common = (ctx.model, ctx.cluster, eff, beh, ctx.dense_format, ctx.expert_format, ctx.kv_bytes,
               tp, adp, pp, moe_tp, moe_ep)
     k = ctx.speculative_tokens
     # tokens a decoding request keeps a step (1 unless speculating; never more than it has left)
     per_step = ctx.tokens_per_step_within(gen)
+    # an engine that mixes prompts and decodes shares the step's token budget between them
+    # (``step_budget``): decodes take theirs first, the prompts what is left, and under
+    # ``with_drafts`` no step holds more decodes than the budget (the rest take turns, as those
+    # beyond the KV pool do below)
+    if beh.mixed_batches:
+        per_decode, step_decodes = budget_tokens_per_decode(beh, k), decodes_per_step(beh, step_budget, k)
+    else:
+        per_decode, step_decodes = 0.0, np.inf
+    n_run = np.minimum(n_fit, step_decodes)
     # requests decoding = clients not waiting for or in their prefill (Little's law on the
-    # decode phase): start with all b, then refine from the loop's solution
-    running = b
+    # decode phase): start with all b (at most a step's worth), then refine from the loop's solution
+    running = np.minimum(b, step_decodes)
     for _ in range(_RUNNING_ITERATIONS):
         dec = step_time(*common, 0.0 * b, 0.0, running, isl + osl / 2.0, draft_tokens=k, kept_tokens=per_step,
                        draft_head=ctx.draft_head)
@@ -266,6 +274,13 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
         # a request's own chunks share their steps with the other clients' decodes (with one
         # client, none: it is not decoding while its prompt runs)
         own_riders = riders * np.maximum(b - 1.0, 0.0) / b
+        # what the decodes leave of the budget: the request's own chunk, and the prompts packed
+        # into a step (whole prompts up to the budget when the engine does not chunk them)
+        chunk, own_riders = prompt_step(beh, step_budget, own_riders, per_decode, isl, isl, beh.chunked_prefill)
+        packed, riders = prompt_step(beh, step_budget, riders, per_decode, b * isl, isl, beh.chunked_prefill)
+        steps_own = np.ceil(isl / chunk)
+        # the prompt's last chunk carries what is left of it, not a whole chunk
+        last_chunk = isl - (steps_own - 1.0) * chunk
         t_own = step_time(*common, chunk, isl / 2.0, own_riders, isl + osl / 2.0, draft_tokens=k,
                           kept_tokens=per_step, draft_head=ctx.draft_head)["step_s"]
         t_last = step_time(*common, last_chunk, isl / 2.0, own_riders, isl + osl / 2.0, draft_tokens=k,
@@ -283,11 +298,12 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
         # a decode step yields ``per_step`` tokens a request: the time per token is its share
         x, (ttft, tpot, w90, u) = _solve_loop(b, gen, t_d / per_step, own, service, w_p, sync,
                                               lead)
-        running = np.clip(x * gen * tpot, 1.0, np.minimum(b, n_fit))
-    # more requests decoding than the KV pool holds: the engine preempts and resumes them in
-    # turn, so n_fit slots finish one request per gen steps each, and the admitted requests'
-    # remaining loop time is decode (Little's law)
-    x = np.minimum(x, n_fit / (gen * tpot))
+        running = np.clip(x * gen * tpot, 1.0, np.minimum(b, n_run))
+    # more requests decoding than the KV pool (or the step's token budget) holds: the engine
+    # preempts and resumes them in turn (or leaves those beyond the budget for a later step), so
+    # n_run slots finish one request per gen steps each, and the admitted requests' remaining
+    # loop time is decode (Little's law)
+    x = np.minimum(x, n_run / (gen * tpot))
     tpot = np.maximum(tpot, (b / x - ttft) / gen)
     ttft_p90 = lead + own + w90
     # the TTFT's parts: joining the running batch (lead), the prompt's own prefill (own), the
@@ -309,6 +325,9 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
         "queue_wait_s": queue_wait, "join_s": lead + 0.0 * ttft, "wait_behind_s": behind,
         "running_per_rank": b, "decoding_per_rank": running,
         "tokens_per_step": np.full_like(tpot, per_step),
+        # the step a prompt is packed into, as priced: its prompt tokens and the decodes riding
+        # (each 1 + k tokens through the model)
+        "packed_prefill_tokens": packed + 0.0 * tpot, "packed_decode_requests": riders + 0.0 * tpot,
     }
     for part in STEP_PARTS:
         out["decode_" + part] = dec[part]
