@@ -23,7 +23,9 @@ bytes/s), with the serving efficiency of the GPU generation:
   (``MLA_DECODE_PEAK_FRACTION``) that rate is used, else the prefill attention fraction.
 * A routed-expert layer streams only the experts some token activated
   (``cost_models.expert_activation``): the expert group (moe_tp x moe_ep GPUs = tp x adp) sees
-  the tokens of all adp ranks; each active expert a GPU holds (a slice of it under expert
+  the tokens of all adp ranks; the step waits for the GPU with the most active experts, so the
+  experts streamed are the busiest GPU's expected count (``expected_busiest_gpu_experts``), not
+  the mean over the moe_ep GPUs; each active expert it holds (a slice of it under expert
   tensor parallelism) adds ``expert_fixed_s``, the grouped GEMMs' per-expert tile cost.
 * Norms, activations, residual adds, rotary embedding: memory-bound bytes.
 
@@ -37,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cost_models.expert_activation import expected_distinct_experts
+from cost_models.expert_activation import expected_busiest_gpu_experts
 from cost_models.kv_cache import kv_bytes_per_token_layer, kv_heads_per_gpu, layer_counts, linear_state_bytes_per_layer
 from cost_models.params import routed_expert_width
 from cost_models.weight_formats import compute_dtype, weight_bytes
@@ -225,7 +227,8 @@ def moe_block_s(model: ModelSpec, rates: LayerRates, tp, adp, moe_tp, moe_ep, to
     T = _f(tokens)
     group_tokens = T * _f(adp)            # tokens of every adp rank meet in the expert group
     expert_w = mats * d_e * moe.expert_ffn_hidden_size / _f(moe_tp)
-    active_local = expected_distinct_experts(moe.num_experts, moe.top_k, group_tokens) / _f(moe_ep)
+    # the busiest of the moe_ep GPUs: the step and the combine after it wait for it
+    active_local = expected_busiest_gpu_experts(moe.num_experts, moe.top_k, group_tokens, moe_ep)
     routed_rows = group_tokens * moe.top_k / _f(moe_ep)      # rows one GPU's experts process
     flops = 2.0 * routed_rows * expert_w
     traffic = (active_local * expert_w * rates.expert_weight_bytes
