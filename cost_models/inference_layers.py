@@ -20,7 +20,8 @@ bytes/s), with the serving efficiency of the GPU generation:
   bytes: ~60 FLOP/byte at 16 heads a GPU and an FP8 cache, so its compute side matters; it
   runs in a decode kernel of its own (FlashMLA, FlashInfer MLA, TRT-LLM's MLA kernels), not
   the prefill FMHA, and where that kernel's compute-bound rate is published
-  (``MLA_DECODE_PEAK_FRACTION``) that rate is used, else the prefill attention fraction.
+  (``MLA_DECODE_PEAK_FRACTION``: Hopper; Blackwell carries Hopper's fraction over as an unfitted
+  prior) that rate is used, else the prefill attention fraction.
 * A routed-expert layer streams only the experts some token activated
   (``cost_models.expert_activation``): the expert group (moe_tp x moe_ep GPUs = tp x adp) sees
   the tokens of all adp ranks; the step waits for the GPU with the most active experts, so the
@@ -61,8 +62,14 @@ KERNELS = {"attention": 6.0, "mla": 11.0, "linear_attention": 8.0, "mlp": 4.0, "
 #: peak, per GPU generation where it is published: FlashMLA (deepseek-ai/FlashMLA README,
 #: February 2025: "up to 3000 GB/s in memory-bound configuration and 580 TFLOPS in
 #: computation-bound configuration on H800 SXM5"; the H800 SXM5 has the H100 SXM5's 989.4 TFLOPS
-#: dense BF16). Not fitted. A generation absent here uses the prefill ``attention_peak_fraction``.
-MLA_DECODE_PEAK_FRACTION = {"hopper": 580.0 / 989.4}
+#: dense BF16). Not fitted. Blackwell: no dense absorbed-MLA decode rate is published (FlashMLA's
+#: README gives SM100 only its sparse FP8 decode kernel, "up to 350 TFlops on B200 (which is not
+#: really optimized yet)", and its prefill kernels), so Hopper's fraction is carried over as an
+#: UNFITTED PRIOR: every Blackwell MLA decode prediction rests on it (B200: 0.586 x 2,250 = 1,319
+#: TFLOPS). Before, Blackwell fell back to its fitted prefill attention fraction (0.2393 x 2,250 =
+#: 538 TFLOPS, below the H100's 580), and a B200 decoded the same MLA batch slower than an H200.
+#: A generation absent here uses the prefill ``attention_peak_fraction``.
+MLA_DECODE_PEAK_FRACTION = {"hopper": 580.0 / 989.4, "blackwell": 580.0 / 989.4}
 #: memory-bound traffic per token per layer besides the GEMMs, in hidden-size elements: two
 #: RMSNorms (read + write each), two residual adds (read 2, write 1 each), rotary on q and k.
 ELEMENTWISE_H_PER_TOKEN = 12.0
@@ -93,6 +100,7 @@ def layer_rates(gpu: GPUSpec, eff: ServingEfficiency, dense_format: str, expert_
     """``LayerRates`` of ``gpu`` for weights in ``dense_format`` / ``expert_format`` (an int4
     checkpoint's ``int4_group_size``, ``weight_formats.weight_bytes``)."""
     sixteen = compute_dtype("bf16", gpu)
+    # Blackwell's entry is Hopper's published fraction carried over, an unfitted prior
     mla_fraction = MLA_DECODE_PEAK_FRACTION.get(gpu.generation, eff.attention_peak_fraction)
     return LayerRates(
         dense_flops_per_s=gpu.sustained_flops(compute_dtype(dense_format, gpu)) * eff.gemm_peak_fraction,
