@@ -95,6 +95,35 @@ def p2p_time_s(bytes_, cross_domain, cluster: ClusterSpec, eff: ServingEfficienc
     return np.where(cross, _f(bytes_) / bw_o + lat_o, _f(bytes_) / bw_i + lat_i)
 
 
+def kv_busiest_link_bytes(bytes_, kv_shards, sender_tp, sender_pp, receiver_tp, receiver_pp):
+    """Bytes of one request's KV cache (``bytes_``: one unsplit copy of the whole model's) that
+    the busiest GPU link of a prefill -> decode transfer carries, the larger of the busiest
+    sender's and the busiest receiver's (numpy-friendly).
+
+    Tensor parallelism cuts the cache into K = ``kv_shards`` distinct shards (the KV heads; 1 for
+    MLA, whose latent every tp rank holds whole) and holds each on max(1, tp / K) GPUs; pipeline
+    stages split it by layer. A receiver GPU needs its stage's layers of its own shard:
+
+        receive = B / (pp_d x min(tp_d, K)).
+
+    Each shard is needed by max(1, tp_d / K) decode GPUs (one copy each); the prefill GPUs
+    holding it share the sending (the transfer engine pulls each piece from one of them), so
+    the P = tp_p x pp_p prefill GPUs send B x max(1, tp_d / K) in all, evenly:
+
+        send = B x max(1, tp_d / K) / (tp_p x pp_p).
+
+    With K >= both tp degrees this is B / min(tp_p pp_p, tp_d pp_d), the side with fewer GPUs.
+    Qwen3-235B (K = 4), tp 4 -> tp 8: each decode GPU gets one head, B / 4, and each prefill GPU
+    sends its head twice, B / 2. MLA, tp 1 -> tp 8: every decode GPU needs the whole latent, B,
+    and the one prefill GPU sends it 8 times, 8 B."""
+    b = _f(bytes_)
+    k = np.maximum(_f(kv_shards), 1.0)
+    tp_d = np.maximum(_f(receiver_tp), 1.0)
+    receive = b / (np.maximum(_f(receiver_pp), 1.0) * np.minimum(tp_d, k))
+    send = b * np.maximum(1.0, tp_d / k) / (np.maximum(_f(sender_tp), 1.0) * np.maximum(_f(sender_pp), 1.0))
+    return np.maximum(send, receive)
+
+
 def kv_transfer_time_s(bytes_, sender_gpus, same_domain, cluster: ClusterSpec, eff: ServingEfficiency,
                        receiver_gpus=None):
     """Moving one request's KV cache (``bytes_``, the whole model's) from a prefill worker to a
@@ -103,7 +132,9 @@ def kv_transfer_time_s(bytes_, sender_gpus, same_domain, cluster: ClusterSpec, e
     side with fewer GPUs, hence fewer links, sets the rate (NVLink inside one domain, else the
     NICs; NIXL / Mooncake transfer engines read and write GPU memory directly).
     ``same_domain``: the share of transfers that stay inside one NVLink domain (a bool or a
-    fraction in [0, 1]); the rest cross the NICs."""
+    fraction in [0, 1]); the rest cross the NICs. Where tensor parallelism replicates KV shards
+    (tp above the KV heads, or MLA's latent on every rank) pass the busiest link's bytes
+    (``kv_busiest_link_bytes``) with one sender and one receiver."""
     bw_i, lat_i, bw_o, lat_o = link_rates(cluster, eff)
     same = np.clip(np.asarray(same_domain, dtype=float), 0.0, 1.0)
     links = np.maximum(_f(sender_gpus), 1.0)

@@ -92,6 +92,13 @@ def kv_bytes_per_token_model(model: ModelSpec, kv_bytes: float):
     return (full + window) * per_layer
 
 
+def kv_shards(model: ModelSpec) -> float:
+    """Distinct pieces tensor parallelism cuts a softmax layer's KV cache into: its KV heads
+    (tp above them replicates heads, ``kv_heads_per_gpu``), or 1 for MLA, whose latent every tp
+    rank holds whole (``kv_bytes_per_token_layer``)."""
+    return 1.0 if model.mla is not None else float(model.num_kv_heads)
+
+
 def linear_state_bytes_model(model: ModelSpec) -> float:
     """Recurrent-state bytes of one request over all linear-attention layers (unsplit)."""
     _, _, linear = layer_counts(model)

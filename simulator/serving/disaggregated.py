@@ -9,8 +9,10 @@ of up to ``batch`` prompts (``prefill_batch_size``) in one step of the prompt to
 TTFT = its host time (``ServingEfficiency.request_host_s``) + wait for a prefill rank (behind the other prompts, each taking its share 1 / mu of a
 full prefill step) + the prefill step it rides in (``prompts_per_prefill_step``: itself and the prompts
 arriving while it waits, up to ``batch``) + moving its KV cache to the decode
-worker (over NVLink when both sit in one NVLink domain, else the NICs: of the tp x pp GPUs
-holding it on the side with fewer; ``cost_models.inference_comm.kv_transfer_time_s``; the share
+worker (over NVLink when both sit in one NVLink domain, else the NICs: at the rate of the busiest
+link, whose GPU sends or receives the most, ``cost_models.inference_comm.kv_busiest_link_bytes``:
+with distinct KV shards on every GPU the side with fewer GPUs; a tp above the KV heads, or MLA's
+latent on every rank, makes each receiver need a replicated piece; ``kv_transfer_time_s``; the share
 inside one domain from the whole deployment's size, ``kv_same_domain_share``).
 
 Closed loop with N = decode batch x decode ranks clients: throughput X = N / (TTFT + (osl - 1)
@@ -31,9 +33,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from cost_models.inference_comm import kv_transfer_time_s
+from cost_models.inference_comm import kv_busiest_link_bytes, kv_transfer_time_s
 from cost_models.inference_step import STEP_PARTS, step_time
-from cost_models.kv_cache import kv_bytes_per_token_model, linear_state_bytes_model
+from cost_models.kv_cache import kv_bytes_per_token_model, kv_shards, linear_state_bytes_model
 from simulator.serving.aggregated import SYNC_P90, memory_columns, synchronised_wait_s
 
 #: bisection iterations for the closed-loop throughput (2^-40 relative precision)
@@ -93,6 +95,7 @@ def decode_side(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl) -> dict[str, 
                     kept_tokens=per_step, draft_head=ctx.draft_head)
     out = {"tpot_s": dec["step_s"] / per_step, "step_s": dec["step_s"],
            "clients": b_req * _f(adp), "gpus": _f(tp) * _f(pp) * _f(adp), "kv_gpus": _f(tp) * _f(pp),
+           "kv_tp": _f(tp), "kv_pp": _f(pp),
            "fits": (mem["kv_pool_bytes"] > 0) & (b_req <= mem["max_batch_per_rank"])}
     for part in STEP_PARTS:
         out["decode_" + part] = dec[part]
@@ -114,7 +117,8 @@ def prefill_side(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl) -> dict[str, np.n
     pre_full = step_time(*common, pb * isl, isl / 2.0, 0.0, 0.0, pb, draft_tokens=k, draft_head=ctx.draft_head)["step_s"]
     pre_one = step_time(*common, isl, isl / 2.0, 0.0, 0.0, 1.0, draft_tokens=k, draft_head=ctx.draft_head)["step_s"]
     return {"pre_one_s": pre_one, "pre_full_s": pre_full, "batch": pb, "mu_per_rank": pb / pre_full,
-            "ranks": _f(adp), "kv_gpus": _f(tp) * _f(pp), "gpus": _f(tp) * _f(pp) * _f(adp),
+            "ranks": _f(adp), "kv_gpus": _f(tp) * _f(pp), "kv_tp": _f(tp), "kv_pp": _f(pp),
+            "gpus": _f(tp) * _f(pp) * _f(adp),
             "weights_bytes": mem["weights_bytes"], "max_batch_per_rank": mem["max_batch_per_rank"], "fits": fits}
 
 
@@ -168,11 +172,17 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
     servers = np.maximum(_f(p_workers) * pre["ranks"], 1.0)
     mu = pre["mu_per_rank"]
     service = 1.0 / mu
-    kv_bytes = isl * kv_bytes_per_token_model(ctx.model, ctx.kv_bytes) + linear_state_bytes_model(ctx.model)
-    kv_bytes = kv_bytes + isl * ctx.draft_kv_bytes_per_token(1)    # the drafter's own KV cache of the prompt too
+    # one copy of the prompt's KV cache (the drafter's own too), cut into kv_shards pieces by tp:
+    # the busiest link carries what its GPU sends or receives (``kv_busiest_link_bytes``: a tp
+    # above the KV heads, or MLA's latent, replicates pieces every receiving GPU needs)
+    kv_bytes = isl * (kv_bytes_per_token_model(ctx.model, ctx.kv_bytes) + ctx.draft_kv_bytes_per_token(1))
+    sides = (pre["kv_tp"], pre["kv_pp"], dec["kv_tp"], dec["kv_pp"])
+    link_bytes = kv_busiest_link_bytes(kv_bytes, kv_shards(ctx.model), *sides)
+    la = ctx.model.linear_attention
+    if la is not None:      # the recurrent state, split over its value heads
+        link_bytes = link_bytes + kv_busiest_link_bytes(linear_state_bytes_model(ctx.model), la.num_value_heads, *sides)
     same_domain = kv_same_domain_share(pre["gpus"], dec["gpus"], p_workers, d_workers, ctx.cluster.gpus_per_node)
-    t_kv = kv_transfer_time_s(kv_bytes, pre["kv_gpus"], same_domain, ctx.cluster, ctx.efficiency,
-                              receiver_gpus=dec["kv_gpus"])
+    t_kv = kv_transfer_time_s(link_bytes, 1.0, same_domain, ctx.cluster, ctx.efficiency)
     if kv_link_free:
         t_kv = 0.0 * t_kv
     n_clients = dec["clients"] * _f(d_workers)
