@@ -33,6 +33,14 @@ from simulator.serving.aggregated import evaluate_agg, memory_columns
 from simulator.serving.disaggregated import combine, decode_side, prefill_side
 
 PREFILL_BATCHES = (1, 2, 4, 8)
+#: the stride of the first pass over every batch a layout holds under an SLO (``_search_batches``):
+#: every batch between two of its points is then evaluated where the objective stops being met or
+#: TPOT / TTFT falls between them. Only a dip in the step time that begins and ends within one
+#: stride is unseen: the engines' kernel switch points (one-shot / two-shot all-reduce at 128
+#: tokens, the CUDA-graph batch, the token budget) are each a step that lasts to the next one,
+#: hundreds of tokens apart. 8 keeps the pass to an eighth of the batches (DeepSeek-R1 on 64 GPUs:
+#: ~100,000 aggregated batches, 1.3 s evaluated one by one)
+BATCH_STEP = 8
 #: prefill worker counts a disaggregated search pairs (those that fit): every count up to 64, then
 #: four a doubling (64 x 2^(k/4), rounded) up to ``MAX_GPUS``. One grid for every GPU count, so
 #: the counts tried on n GPUs are tried on n + 1 too (48 counts log-spaced up to the most that
@@ -98,36 +106,75 @@ def _meets(out: dict, ttft_s: float, tpot_s: float) -> np.ndarray:
     return (out["ttft_s"] <= ttft_s) & (out["tpot_s"] <= tpot_s) & out["fits"]
 
 
-def _bisect_largest(lo: np.ndarray, hi: np.ndarray, meets_at) -> np.ndarray:
-    """Per row, the largest whole batch in [lo, hi] at which ``meets_at(batch, rows)`` holds,
-    given that it holds at ``lo`` and is monotone (more clients never start sooner): bisection,
-    each round evaluating only the rows not yet settled."""
-    lo, hi = lo.astype(float).copy(), hi.astype(float).copy()
-    while np.any(hi > lo):
-        act = np.flatnonzero(hi > lo)
-        mid = np.floor((lo[act] + hi[act] + 1.0) / 2.0)
-        m = meets_at(mid, act)
-        lo[act], hi[act] = np.where(m, mid, lo[act]), np.where(m, hi[act], mid - 1.0)
-    return lo
+def _every_batch(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row, batch): every whole batch in [lo, hi] of each row, row by row (none where hi < lo)."""
+    lo, hi = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
+    n = np.maximum(hi - lo + 1.0, 0.0).astype(np.int64)
+    rows = np.repeat(np.arange(n.size), n)
+    offset = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+    return rows, lo[rows] + offset
 
 
-def _largest_batch_meeting(cols: dict, out: dict, evaluate, ttft_s: float, tpot_s: float,
-                           max_batch: int) -> np.ndarray:
+def _best_meeting(rows: np.ndarray, batch: np.ndarray, meets: np.ndarray, score: np.ndarray,
+                  n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``n_rows``, the largest batch among ``batch`` (of row ``rows``) that ``meets``
+    the objective, and the one meeting it with the highest ``score`` (the larger batch on a tie);
+    0 where none meets it."""
+    largest = np.zeros(n_rows)
+    np.maximum.at(largest, rows[meets], batch[meets])
+    top = np.full(n_rows, -np.inf)
+    np.maximum.at(top, rows[meets], score[meets])
+    at_top = meets & (score == top[rows])
+    best = np.zeros(n_rows)
+    np.maximum.at(best, rows[at_top], batch[at_top])
+    return largest, best
+
+
+def _search_batches(lo: np.ndarray, hi: np.ndarray, run, refine=None) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the largest whole batch in [lo, hi] meeting the objective and the one meeting it
+    with the highest score (``_best_meeting``; 0 where none does), without assuming that meeting
+    it is monotone in the batch. ``run(rows, batch)`` returns (meets, score, tpot_s, ttft_s)
+    arrays. Every ``BATCH_STEP``-th batch from ``lo`` and ``hi`` are evaluated; then every batch between two
+    neighbours where the objective stops being met, where TPOT or TTFT falls (the step time drops
+    where the engine switches kernels), or where ``refine(rows, left, right)`` says so."""
+    lo, hi = np.asarray(lo, dtype=float), np.floor(np.asarray(hi, dtype=float))
+    n = np.where(hi >= lo, np.ceil((hi - lo) / BATCH_STEP) + 1.0, 0.0).astype(np.int64)
+    rows = np.repeat(np.arange(hi.size), n)
+    batch = np.minimum(lo[rows] + BATCH_STEP * (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)), hi[rows])
+    meets, score, tpot, ttft = (np.broadcast_to(v, batch.shape) for v in run(rows, batch))
+    left, right = slice(None, -1), slice(1, None)
+    gap = (rows[left] == rows[right]) & (batch[right] - batch[left] > 1.0)
+    turn = (meets[left] & ~meets[right]) | (tpot[right] < tpot[left]) | (ttft[right] < ttft[left])
+    if refine is not None:
+        turn = turn | refine(rows[left], batch[left], batch[right])
+    fill = np.flatnonzero(gap & turn)
+    at, more = _every_batch(batch[fill] + 1.0, batch[fill + 1] - 1.0)
+    more_rows = rows[fill][at]
+    m2, s2 = (np.broadcast_to(v, more.shape) for v in run(more_rows, more)[:2])
+    return _best_meeting(np.concatenate([rows, more_rows]), np.concatenate([batch, more]),
+                         np.concatenate([meets, m2]), np.concatenate([score, s2]), hi.size)
+
+
+def _batches_meeting(cols: dict, out: dict, evaluate, ttft_s: float, tpot_s: float,
+                     max_batch: int) -> tuple[np.ndarray, np.ndarray]:
     """Per layout (the rows of ``cols`` at batch 1), the largest batch up to the most its KV cache
-    holds whose TTFT and TPOT meet the objective (bisection over whole batches; 0 where batch 1
-    misses it). With clients in a closed loop, a faster GPU serves each client sooner and its next
-    prompt arrives sooner: at a fixed batch its TTFT can rise (Qwen3-32B tp4 at batch 8, isl 8192,
-    on H200: 503 ms against H100's 498), and a search over powers of two then drops to half the
-    batch where one client fewer meets the objective."""
+    holds whose TTFT and TPOT meet the objective, and the one meeting it with the most tokens/s
+    per GPU (0 where no batch does; ``_search_batches``). TPOT is not monotone in the batch: the
+    step time drops where the engine switches kernels as the batch grows (TensorRT-LLM's
+    two-shot all-reduce above 128 tokens: DeepSeek-R1 tp8-ep8 on H200, 128/128, TPOT 35.2 ms at
+    batch 128, 33.8 at 160), and a bisection that took "misses at batch b" for "misses above b"
+    picked batch 16 at 447 tokens/s/GPU where batch 166 meets a 34 ms TPOT at 569. And with
+    clients in a closed loop a faster GPU serves each client sooner, so a power of two can just
+    miss a TTFT objective one client fewer meets (Qwen3-32B tp4 at batch 8, isl 8192, on H200:
+    503 ms against H100's 498)."""
     first = cols["batch"] == 1.0
     one = {k: v[first] for k, v in cols.items()}
-    ok = _meets({k: np.broadcast_to(v, first.shape)[first] for k, v in out.items()
-                 if k in ("ttft_s", "tpot_s", "fits")}, ttft_s, tpot_s)
-    hi = np.maximum(np.floor(np.broadcast_to(out["max_batch_per_rank"], first.shape)[first]), 1.0)
-    hi = np.where(ok, np.minimum(hi, float(max_batch)), 1.0)      # a layout missing it at batch 1: done
-    lo = _bisect_largest(np.ones(int(first.sum())), hi, lambda mid, act: _meets(
-        evaluate({**{k: v[act] for k, v in one.items()}, "batch": mid}), ttft_s, tpot_s))
-    return np.where(ok, lo, 0.0)
+    hi = np.minimum(np.floor(np.broadcast_to(out["max_batch_per_rank"], first.shape)[first]), float(max_batch))
+
+    def run(rows, batch):
+        got = evaluate({**{k: v[rows] for k, v in one.items()}, "batch": batch})
+        return _meets(got, ttft_s, tpot_s), got["tokens_per_s_per_gpu"], got["tpot_s"], got["ttft_s"]
+    return _search_batches(np.ones(hi.shape), hi, run)
 
 
 def _agg(ctx, gpus: int, isl: int, osl: int, max_batch: int, allow_pp: bool, ttft_ms: float | None = None,
@@ -142,15 +189,17 @@ def _agg(ctx, gpus: int, isl: int, osl: int, max_batch: int, allow_pp: bool, ttf
     cols, out = _with_fitting_batches(cols, max_batch, evaluate)
     if ttft_ms is not None and tpot_ms is not None:
         # each layout also at the largest batch meeting the objective, where that is a new batch
-        best = _largest_batch_meeting(cols, out, evaluate, ttft_ms / 1e3, tpot_ms / 1e3, max_batch)
+        # (and at the batch meeting it with the most tokens/s/GPU, where TPOT dips below it)
+        largest, top = _batches_meeting(cols, out, evaluate, ttft_ms / 1e3, tpot_ms / 1e3, max_batch)
         first = np.flatnonzero(cols["batch"] == 1.0)
         # tried already: the powers of two and the layout's largest fitting batch
         fit = np.minimum(np.floor(np.broadcast_to(out["max_batch_per_rank"], cols["batch"].shape)[first]),
                          float(max_batch))
-        power = 2.0 ** np.round(np.log2(np.maximum(best, 1.0))) == best
-        new = (best >= 1.0) & ~power & (best != fit)
-        if new.any():
-            cols, out = _appended(cols, out, first[new], best[new], evaluate)
+        for best, also in ((largest, None), (top, largest)):
+            power = 2.0 ** np.round(np.log2(np.maximum(best, 1.0))) == best
+            new = (best >= 1.0) & ~power & (best != fit) & ((best != also) if also is not None else True)
+            if new.any():
+                cols, out = _appended(cols, out, first[new], best[new], evaluate)
     worker_gpus = cols["tp"] * cols["pp"] * cols["adp"]
     workers = np.floor(gpus / worker_gpus)
     moe = ctx.model.moe is not None
@@ -183,11 +232,14 @@ def _per_row(side: dict, idx, ref: str) -> dict:
 
 def _disagg_slo_batches(ctx, dcols: dict, dec: dict, pre: dict, pi, di, npw, ndw, out: dict, isl: int, osl: int,
                         max_batch: int, ttft_s: float, tpot_s: float):
-    """For each pairing (prefill row, decode layout, worker counts) meeting the objective, the
-    largest decode batch up to the most its KV cache holds that still meets it (bisection over
-    whole batches, ``_largest_batch_meeting``'s reason: on a faster GPU a power of two may just
-    miss the TTFT objective where one client fewer meets it). Returns (decode rows to append
-    to ``dcols`` / ``dec``, their pairings' pi, npw, ndw) for the new batches, or None."""
+    """For each pairing (prefill row, decode layout, worker counts) meeting the objective at some
+    batch tried, the largest decode batch up to the most its KV cache holds that meets it, and
+    the one meeting it with the most tokens/s per GPU (``_search_batches``, for
+    ``_batches_meeting``'s reasons: a TPOT that dips as the engine switches kernels, a power of
+    two that just misses the TTFT objective on a faster GPU). Each decode layout's side is
+    evaluated at every batch (it is cheap, and where its TPOT falls every batch around is
+    evaluated in the closed loop too), the closed loop per pairing at ``_search_batches``'s. Returns (decode rows
+    to append to ``dcols`` / ``dec``, their pairings' pi, npw, ndw) for the new batches, or None."""
     meets = _meets(out, ttft_s, tpot_s)
     if not meets.any():
         return None
@@ -196,29 +248,46 @@ def _disagg_slo_batches(ctx, dcols: dict, dec: dict, pre: dict, pi, di, npw, ndw
                         "batch": dcols["batch"][di[rows]], "row": rows})
     top = key.loc[key.groupby(["pi", "lid", "npw", "ndw"]).batch.idxmax(), "row"].to_numpy()
     d0 = di[top]
-    lo = dcols["batch"][d0].copy()
     hi = np.minimum(np.floor(dec["max_batch_per_rank"][d0]), float(max_batch))
-    go = hi > lo
-    if not go.any():
-        return None
-    top, d0, lo, hi = top[go], d0[go], lo[go], hi[go]
-    lay = {k: dcols[k][d0] for k in ("tp", "pp", "adp", "moe_tp", "moe_ep", "layout_index")}
+    # the decode side of every layout among them at every batch up to the most any pairing holds
+    lid, lay_of = np.unique(dcols["layout_index"][d0], return_inverse=True)
+    first = np.flatnonzero(dcols["batch"] == 1.0)[lid.astype(int)]
+    lay = {k: dcols[k][first] for k in ("tp", "pp", "adp", "moe_tp", "moe_ep", "layout_index")}
+    lay_hi = np.zeros(lid.size)
+    np.maximum.at(lay_hi, lay_of, hi)
+    l_rows, l_batch = _every_batch(np.ones(lid.size), lay_hi)
+    d = decode_side(ctx, lay["tp"][l_rows], lay["adp"][l_rows], lay["pp"][l_rows], lay["moe_tp"][l_rows],
+                    lay["moe_ep"][l_rows], l_batch, isl, osl)
+    d = {k: np.broadcast_to(v, l_batch.shape) for k, v in d.items() if isinstance(v, np.ndarray) or np.isscalar(v)}
+    start = np.concatenate([[0], np.cumsum(lay_hi)[:-1]]).astype(np.int64)     # layout's batch 1 in ``d``
+    # where each layout's TPOT falls as the batch grows (a kernel switch), counted up to each batch
+    falls = np.concatenate([[0.0], (d["tpot_s"][1:] < d["tpot_s"][:-1]) & (l_rows[1:] == l_rows[:-1])])
+    falls_upto = np.cumsum(falls)
+    at_batch = lambda rows, batch: start[lay_of[rows]] + (batch - 1.0).astype(np.int64)   # noqa: E731
     psel = _per_row(pre, pi[top], "pre_one_s")
-    start = lo.copy()
 
-    def evaluate(batch, idx):
-        d = decode_side(ctx, lay["tp"][idx], lay["adp"][idx], lay["pp"][idx], lay["moe_tp"][idx], lay["moe_ep"][idx],
-                        batch, isl, osl)
-        return d, combine(ctx, d, {k: v[idx] for k, v in psel.items()}, npw[top][idx], ndw[top][idx], isl, osl)
+    def run(rows, batch):
+        # the closed loop of pairings ``rows`` at decode batch ``batch``
+        at = at_batch(rows, batch)
+        got = combine(ctx, {k: v[at] for k, v in d.items()}, {k: v[rows] for k, v in psel.items()},
+                      npw[top][rows], ndw[top][rows], isl, osl)
+        return _meets(got, ttft_s, tpot_s), got["tokens_per_s_per_gpu"], got["tpot_s"], got["ttft_s"]
 
-    lo = _bisect_largest(lo, hi, lambda mid, act: _meets(evaluate(mid, act)[1], ttft_s, tpot_s))
-    new = lo > start
-    if not new.any():
+    # from the largest batch tried that meets the objective: the batches below it were tried at
+    # the powers of two (a smaller batch beats a larger one only across a rise in the step time)
+    largest, best = _search_batches(dcols["batch"][d0], hi, run, refine=lambda rows, left, right: (
+        falls_upto[at_batch(rows, right)] > falls_upto[at_batch(rows, left)]))
+    tried = dcols["batch"][d0]
+    picks = [(largest, largest != tried), (best, (best != tried) & (best != largest))]
+    which = np.concatenate([np.flatnonzero(m & (b >= 1.0)) for b, m in picks])
+    batch = np.concatenate([b[m & (b >= 1.0)] for b, m in picks])
+    if which.size == 0:
         return None
-    d, _ = evaluate(lo, np.arange(len(lo)))
-    rows_d = {k: v[new] for k, v in d.items() if isinstance(v, np.ndarray) and v.shape == lo.shape}
-    cols_d = {**{k: v[new] for k, v in lay.items()}, "batch": lo[new]}
-    return cols_d, rows_d, pi[top][new], npw[top][new], ndw[top][new]
+    at = start[lay_of[which]] + (batch - 1.0).astype(np.int64)
+    per_row = [k for k, v in dec.items() if isinstance(v, np.ndarray) and v.shape == dec["tpot_s"].shape]
+    rows_d = {k: d[k][at] for k in per_row if k in d}
+    cols_d = {**{k: v[lay_of[which]] for k, v in lay.items()}, "batch": batch}
+    return cols_d, rows_d, pi[top][which], npw[top][which], ndw[top][which]
 
 
 def _disagg(ctx, gpus: int, isl: int, osl: int, max_batch: int, ttft_ms: float | None = None,
