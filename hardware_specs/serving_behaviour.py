@@ -10,7 +10,7 @@ Units: seconds (``_s``), tokens, requests, fractions.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Mapping
 
@@ -59,6 +59,23 @@ MAX_RESERVED_GIB = 1024.0
 MAX_HOLD_STEPS = 10_000
 
 
+def _by_memory(table: Mapping, where: str, least: int) -> Mapping[float, int]:
+    """``table`` (HBM GiB threshold -> whole number >= ``least``) checked, sorted by threshold."""
+    if not table:
+        raise InputError(where, "must be a whole number or a mapping of HBM GiB -> a whole number",
+                         "e.g. {0: 256, 70: 1024}")
+    checked = {}
+    for gib, value in table.items():
+        try:
+            gib_f, value_i = float(gib), int(value)
+        except (TypeError, ValueError, OverflowError):      # OverflowError: int(inf)
+            raise InputError(where, f"bad entry {gib!r}: {value!r}", "use HBM GiB: value, e.g. {0: 256, 70: 1024}") from None
+        if isinstance(value, bool) or not math.isfinite(gib_f) or gib_f < 0 or value_i < least or value_i != value:
+            raise InputError(where, f"bad entry {gib!r}: {value!r}", f"thresholds >= 0 GiB, whole numbers >= {least}")
+        checked[gib_f] = value_i
+    return MappingProxyType(dict(sorted(checked.items())))
+
+
 @dataclass(frozen=True)
 class ServingBehaviour:
     """One serving engine release's default behaviour (documented, not fitted).
@@ -76,7 +93,13 @@ class ServingBehaviour:
             ``max_num_tokens``).
         max_running_requests: requests one engine (one attention-data-parallel rank) keeps
             running at most; 0 = limited by the KV cache alone (vLLM ``max_num_seqs``,
-            TensorRT-LLM ``max_batch_size``).
+            TensorRT-LLM ``max_batch_size``). A whole number, or by device memory like
+            ``prefill_token_budget`` (HBM GiB threshold -> requests; ``running_requests``).
+        smallest_tier_gpus: GPUs that take the defaults of the smallest HBM threshold of
+            ``prefill_token_budget`` and ``max_running_requests`` whatever their memory: each
+            entry a text that, found in the GPU's name (``GPUSpec.name``, case-insensitive),
+            marks one (vLLM ``EngineArgs.get_batch_defaults``: the >= 70 GiB defaults apply only
+            where ``"a100" not in device_name``). Empty: memory alone decides.
         cuda_graphs: one of ``CUDA_GRAPH_MODES``.
         cuda_graph_max_batch: largest decode batch captured in a CUDA graph; larger decode
             steps are launched eagerly.
@@ -177,7 +200,8 @@ class ServingBehaviour:
     mixed_batches: bool = True
     chunked_prefill: bool = True
     prefill_token_budget: Mapping[float, int] = field(default_factory=lambda: {0.0: 8192})
-    max_running_requests: int = 0
+    max_running_requests: int | Mapping[float, int] = 0
+    smallest_tier_gpus: tuple = ()
     cuda_graphs: str = "decode_only"
     cuda_graph_max_batch: int = 512
     overlap_scheduler: bool = True
@@ -251,6 +275,15 @@ class ServingBehaviour:
                                  "thresholds >= 0 GiB, budgets whole tokens >= 1")
             budget[gib_f] = tokens_i
         object.__setattr__(self, "prefill_token_budget", MappingProxyType(dict(sorted(budget.items()))))
+        if isinstance(self.max_running_requests, Mapping):
+            object.__setattr__(self, "max_running_requests", _by_memory(
+                self.max_running_requests, f"{where}.max_running_requests", least=0))
+        gpus = self.smallest_tier_gpus
+        if isinstance(gpus, str) or not isinstance(gpus, (list, tuple)) or \
+                not all(isinstance(g, str) and g.strip() for g in gpus):
+            raise InputError(f"{where}.smallest_tier_gpus", f"must be a list of GPU name parts, got {gpus!r}",
+                             "e.g. [a100]; an empty list means memory alone decides")
+        object.__setattr__(self, "smallest_tier_gpus", tuple(g.strip().lower() for g in gpus))
         if self.oneshot_allreduce_max_bytes is not None:
             limits = self.oneshot_allreduce_max_bytes
             if not isinstance(limits, Mapping) or not limits:
@@ -273,6 +306,8 @@ class ServingBehaviour:
         for name in ("max_running_requests", "cuda_graph_max_batch", "speculative_tokens",
                      "oneshot_allreduce_max_tokens"):
             value = getattr(self, name)
+            if name == "max_running_requests" and isinstance(value, Mapping):
+                continue            # checked entry by entry above
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InputError(f"{where}.{name}", f"must be a whole number >= 0, got {value!r}")
         for name, least in (("recv_interval_steps", 1), ("context_wait_steps", 0)):
@@ -291,14 +326,34 @@ class ServingBehaviour:
         if not (0.0 < self.gpu_memory_fraction <= 1.0):
             raise InputError(f"{where}.gpu_memory_fraction", f"must be in (0, 1], got {self.gpu_memory_fraction!r}")
 
-    def token_budget(self, hbm_bytes: float) -> int:
-        """Tokens one step may process on a GPU with ``hbm_bytes`` of device memory."""
+    def _tier(self, table: Mapping[float, int], hbm_bytes: float, gpu_name: str) -> int:
+        """The value of ``table`` (HBM GiB threshold -> value) for a GPU: the largest threshold
+        not above its memory, or the smallest threshold for a GPU of ``smallest_tier_gpus``."""
+        values = list(table.values())
+        if any(part in gpu_name.lower() for part in self.smallest_tier_gpus):
+            return int(values[0])
         gib = hbm_bytes / 2**30
         chosen = None
-        for threshold, tokens in self.prefill_token_budget.items():
+        for threshold, value in table.items():
             if gib >= threshold:
-                chosen = tokens
-        return int(chosen if chosen is not None else next(iter(self.prefill_token_budget.values())))
+                chosen = value
+        return int(chosen if chosen is not None else values[0])
+
+    def token_budget(self, hbm_bytes: float, gpu_name: str = "") -> int:
+        """Tokens one step may process on the GPU ``gpu_name`` with ``hbm_bytes`` of device memory."""
+        return self._tier(self.prefill_token_budget, hbm_bytes, gpu_name)
+
+    def running_requests(self, hbm_bytes: float, gpu_name: str = "") -> int:
+        """Requests one engine keeps running at most on the GPU ``gpu_name`` with ``hbm_bytes``
+        of device memory (0: the KV cache alone limits them)."""
+        cap = self.max_running_requests
+        return self._tier(cap, hbm_bytes, gpu_name) if isinstance(cap, Mapping) else int(cap)
+
+    def on_gpu(self, hbm_bytes: float, gpu_name: str) -> "ServingBehaviour":
+        """This behaviour on one GPU: the token budget and running-request cap it takes there
+        (``token_budget``, ``running_requests``) as its only values."""
+        return replace(self, prefill_token_budget={0.0: self.token_budget(hbm_bytes, gpu_name)},
+                       max_running_requests=self.running_requests(hbm_bytes, gpu_name), smallest_tier_gpus=())
 
     def graph_covers(self, decode_batch, mixed) -> "object":
         """Whether a step runs from a CUDA graph (numpy-friendly): a decode-only forward pass of

@@ -89,6 +89,10 @@ def _serving_from_dict(values: dict, where: str) -> ServingBehaviour:
         if isinstance(default, bool):
             if not isinstance(value, bool):
                 raise InputError(f"{where}.{key}", f"must be true or false, got {value!r}")
+        elif key == "max_running_requests":
+            if isinstance(value, bool) or not isinstance(value, (int, dict)):
+                raise InputError(f"{where}.{key}", "must be requests or a mapping of HBM GiB -> requests",
+                                 "e.g. 1024, or {0: 256, 70: 1024}")
         elif isinstance(default, int):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise InputError(f"{where}.{key}", f"expected a whole number, got {value!r}")

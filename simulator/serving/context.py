@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -128,9 +129,11 @@ class ServingContext:
             return None
         return {"rows": int(rec["rows"]), "ttft_mean_abs_err_pct": rec["ttft"], "tpot_mean_abs_err_pct": rec["tpot"]}
 
-    @property
+    @cached_property
     def behaviour(self) -> ServingBehaviour:
-        return self.stack.serving
+        """The stack's serving behaviour on this cluster's GPU (``ServingBehaviour.on_gpu``: the
+        token budget and running-request cap of its memory and name)."""
+        return self.stack.serving.on_gpu(self.cluster.gpu.hbm_bytes, self.cluster.gpu.name)
 
     def check_request(self, isl: int, osl: int) -> None:
         """Refuse a request with fewer than 2 output tokens (no TPOT), or one longer than the
@@ -223,7 +226,7 @@ class ServingContext:
             kv = "fp8"
         eff = efficiency if efficiency is not None else load_serving_efficiency(c.gpu.generation)
         return cls(model=m, cluster=c, stack=stack, efficiency=eff, dense_format=dense, expert_format=expert,
-                   kv_bytes=kv_dtype_bytes(kv), token_budget=stack.serving.token_budget(c.gpu.hbm_bytes),
+                   kv_bytes=kv_dtype_bytes(kv), token_budget=stack.serving.token_budget(c.gpu.hbm_bytes, c.gpu.name),
                    kv_cache_dtype=kv, speculative_tokens=k, draft_acceptance=p, acceptance_is_prior=prior,
                    draft_head=head)
 
