@@ -69,7 +69,8 @@ def _by_memory(table: Mapping, where: str, least: int) -> Mapping[float, int]:
         try:
             gib_f, value_i = float(gib), int(value)
         except (TypeError, ValueError, OverflowError):      # OverflowError: int(inf)
-            raise InputError(where, f"bad entry {gib!r}: {value!r}", "use HBM GiB: value, e.g. {0: 256, 70: 1024}") from None
+            raise InputError(where, f"bad entry {gib!r}: {value!r}",
+                             "use HBM GiB: value, e.g. {0: 256, 70: 1024}") from None
         if isinstance(value, bool) or not math.isfinite(gib_f) or gib_f < 0 or value_i < least or value_i != value:
             raise InputError(where, f"bad entry {gib!r}: {value!r}", f"thresholds >= 0 GiB, whole numbers >= {least}")
         checked[gib_f] = value_i
