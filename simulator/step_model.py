@@ -203,6 +203,17 @@ def _link_bw(cluster: ClusterSpec, batch: ConfigBatch) -> float:
     return np.inf
 
 
+def expert_dp_stride(ep, etp):
+    """Ranks between neighbouring members of the expert-data-parallel group (numpy-friendly):
+    ``etp * ep``. Megatron-Core builds the expert grid with ``RankGenerator(tp=etp, ep=ep,
+    dp=edp, order="tp-ep-dp-pp")`` (NVIDIA/Megatron-LM@d98e8a64 megatron/core/parallel_state.py
+    ``initialize_model_parallel``, ``expert_decoder_rank_generator``), so expert tensor and expert
+    parallelism vary fastest and the expert-DP members are ``etp * ep`` ranks apart
+    (``cost_models.moe``'s layout). The dense grid's data-parallel (x cp) group is ``tp`` apart
+    (order ``tp-cp-ep-dp-pp`` with ep = 1), which the dense collectives use."""
+    return np.asarray(etp, dtype=float) * np.asarray(ep, dtype=float)
+
+
 def _shard_groups(batch: ConfigBatch, dp_group, edp):
     """(shard, replicas, expert shard) per row: ZeRO shards over ``zero_shard_group`` ranks
     (all dp*cp when 0) and replicates across the rest (HSDP, ``cost_models.sharding``); the
@@ -304,7 +315,8 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
                 one = one + rank_copies_s(batch, group, eff)
             t = calls * one
             if model.moe is not None:
-                t = t + group_collective_time_s(kind, expert_params * nbytes, e_group, tp * ep, cluster, eff)
+                t = t + group_collective_time_s(kind, expert_params * nbytes, e_group, expert_dp_stride(ep, etp),
+                                                cluster, eff)
             return t
         return (both("all_gather", np.maximum(dense_or_moe_params - persist_elements, 0.0), param_bytes, n_calls),
                 both("reduce_scatter", dense_or_moe_params, batch.grad_reduce_bytes,
@@ -721,11 +733,12 @@ def _dp_after_flush(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel
     param_ag = group_collective_time_s("all_gather", params_dp * param_bytes, shard, tp, cluster, eff)
     cross = group_collective_time_s("all_reduce", grad_bytes / shard, replicas, tp * shard, cluster, eff)
     if model.moe is not None:   # expert gradients reduce over the expert-data-parallel group
-        e_rs = group_collective_time_s("reduce_scatter", expert_grad_bytes, expert_shard, tp * ep, cluster, eff)
-        e_ar = group_collective_time_s("all_reduce", expert_grad_bytes, edp, tp * ep, cluster, eff)
-        e_ag = group_collective_time_s("all_gather", expert_dp * param_bytes, expert_shard, tp * ep, cluster, eff)
+        e_stride = expert_dp_stride(ep, etp)
+        e_rs = group_collective_time_s("reduce_scatter", expert_grad_bytes, expert_shard, e_stride, cluster, eff)
+        e_ar = group_collective_time_s("all_reduce", expert_grad_bytes, edp, e_stride, cluster, eff)
+        e_ag = group_collective_time_s("all_gather", expert_dp * param_bytes, expert_shard, e_stride, cluster, eff)
         cross = cross + group_collective_time_s("all_reduce", expert_grad_bytes / expert_shard, replicas,
-                                                tp * ep * expert_shard, cluster, eff)
+                                                e_stride * expert_shard, cluster, eff)
     else:
         e_rs = e_ar = e_ag = 0.0
     cross = np.where(zero >= 1, cross, 0.0)
