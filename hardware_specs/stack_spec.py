@@ -232,6 +232,13 @@ class TrainingBehaviour:
             since NVIDIA/Megatron-LM 4eeff55d, 2023-10-12; forced off without virtual stages), so
             only what a transfer takes beyond the chunk's pass shows; False = each send is paid in
             full on the stage's critical path (``ParallelConfig.pipeline_p2p_overlap``).
+        pipeline_scatter_gather: without sequence parallelism each tensor-parallel rank sends only
+            1/tp of the [s, b, h] tensor across a stage boundary and the receiving stage all-gathers
+            it over its tensor-parallel group (Megatron-LM 2021-2022 ``_communicate`` with
+            ``scatter_gather_tensors_in_pipeline``, on by default, NVIDIA/Megatron-LM 72e4230bb5;
+            DeepSpeed's PipelineEngine ``PartitionedTensor`` over the model-parallel group); False =
+            every rank sends the whole tensor (Megatron-Core ``get_tensor_shapes`` divides the
+            sequence by tp only under sequence parallelism) (``ParallelConfig.pipeline_scatter_gather``).
         grouped_gemm_streams: how many of a grouped linear's per-expert GEMMs run concurrently
             (``moe.grouped_gemm_time_s``): Transformer Engine's ``GroupedLinear`` issues one cuBLAS
             GEMM per local expert round-robin over its 4 compute streams
@@ -364,6 +371,7 @@ class TrainingBehaviour:
     unfused_block_ops: bool = False
     pipe_exchange_blocking: bool = False
     pipeline_p2p_overlap: bool = False
+    pipeline_scatter_gather: bool = False
     grouped_gemm_streams: int = 1
     bf16_grads_in_fp32: bool = True
     kv_head_replication: bool = False

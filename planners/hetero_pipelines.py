@@ -172,7 +172,8 @@ def lay_out(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     for other_pool, other_tp in ((cl["prev_pool"], cl["prev_tp"]), (cl["next_pool"], cl["next_tp"])):
         op = np.where(used, other_pool, -1)
         p2p += boundary_p2p_s(cluster, effs, bw_m, lat_m, flat(pool), flat(tp), flat(op), flat(other_tp),
-                              flat(tokens), h, act_bytes, flat(stride), flat(stages_on_pool))
+                              flat(tokens), h, act_bytes, flat(stride), flat(stages_on_pool),
+                              flat(np.asarray(units.sequence_parallel, dtype=bool)[key]), settings.pipeline_scatter_gather)
     p2p = p2p.reshape(C, K)
     first, last = cl["first"] & used, cl["last"] & used
     # time of a stage with n layers: extra + n tau (unfused gradient accumulation is linear in n)

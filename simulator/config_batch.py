@@ -106,6 +106,7 @@ class ConfigBatch:
     zero2_gather_every_microbatch: np.ndarray = None
     kv_head_replication: np.ndarray = None    # bool, the stack's: read by no cost, kept for row()
     pipeline_p2p_overlap: np.ndarray = None
+    pipeline_scatter_gather: np.ndarray = None
     stack_lacks: np.ndarray = None            # bit mask of stack_support.FEATURE_BITS: read by no cost, kept for row()
     dtype: str = "bf16"
 
@@ -161,6 +162,7 @@ class ConfigBatch:
             softmax_scale_pass=col("softmax_scale_pass", bool, bool),
             pipe_exchange_blocking=col("pipe_exchange_blocking", bool, bool),
             pipeline_p2p_overlap=col("pipeline_p2p_overlap", bool, bool),
+            pipeline_scatter_gather=col("pipeline_scatter_gather", bool, bool),
             attention_unpad=col("attention_unpad", bool, bool),
             glu_clamp_eager=col("glu_clamp_eager", bool, bool),
             unfused_block_ops=col("unfused_block_ops", bool, bool),
@@ -237,6 +239,7 @@ class ConfigBatch:
             softmax_scale_pass=bool(self.softmax_scale_pass[i]),
             pipe_exchange_blocking=bool(self.pipe_exchange_blocking[i]),
             pipeline_p2p_overlap=bool(self.pipeline_p2p_overlap[i]),
+            pipeline_scatter_gather=bool(self.pipeline_scatter_gather[i]),
             attention_unpad=bool(self.attention_unpad[i]), glu_clamp_eager=bool(self.glu_clamp_eager[i]),
             unfused_block_ops=bool(self.unfused_block_ops[i]),
             cross_entropy=CROSS_ENTROPY_IMPLS[int(self.cross_entropy[i])],
@@ -278,4 +281,5 @@ _NEW_COLUMNS = {"recompute_num_layers": 0, "recompute_method": 0, "recompute_lay
                 "grouped_gemm_streams": 1, "moe_probs_in_expert": False,
                 "zero3_once_per_step": False, "kv_head_replication": False,
                 "zero2_grad_last_microbatch": False, "zero2_gather_every_microbatch": False,
-                "stack_lacks": 0, "pipeline_p2p_overlap": False}
+                "stack_lacks": 0, "pipeline_p2p_overlap": False,
+                "pipeline_scatter_gather": False}

@@ -85,7 +85,7 @@ BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather
                "flash_attention", "grad_accumulation_fusion", "uneven_layers", "zero3_recompute_gather",
                "ep_comm_overlap", "ep_dispatch_dedup", "grad_reduce_every_microbatch", "tp_backward_overlap", "softmax_fusion",
                "softmax_scale_pass", "attention_unpad", "glu_clamp_eager", "unfused_block_ops", "pipe_exchange_blocking",
-               "pipeline_p2p_overlap",
+               "pipeline_p2p_overlap", "pipeline_scatter_gather",
                "param_gather_per_tensor", "cuda_graphs", "fp8_current_scaling", "collective_per_rank_copies",
                "zero3_grad_all_reduce", "zero1_grad_all_reduce", "fp8_param_gather", "moe_probs_in_expert",
                "zero3_once_per_step", "kv_head_replication", "zero2_grad_last_microbatch",
@@ -259,6 +259,12 @@ class ParallelConfig:
             ``overlap_p2p_comm``), so a send costs only what it takes beyond its chunk's pass;
             other schedules and off: each send is paid in full
             (``TrainingBehaviour.pipeline_p2p_overlap``).
+        pipeline_scatter_gather: without sequence parallelism a stage boundary's tensor is sent as
+            1/tp slices, one per tensor-parallel rank, and all-gathered over the receiver's
+            tensor-parallel group (Megatron-LM 2021-2022's default scatter/gather, DeepSpeed's
+            partitioned pipeline tensors); off = each rank sends the whole [s, b, h] tensor
+            (Megatron-Core). With sequence parallelism the tensor is 1/tp of the sequence either
+            way (``TrainingBehaviour.pipeline_scatter_gather``).
         attention_unpad: the stack copies the attention core's query, key and value rows into
             packed (unpadded) tensors and scatters its output back, forward and backward
             (llm-foundry's flash path; ``layer_costs.unpad_copy_bytes``).
@@ -392,6 +398,7 @@ class ParallelConfig:
     softmax_scale_pass: bool = True
     pipe_exchange_blocking: bool = False
     pipeline_p2p_overlap: bool = False
+    pipeline_scatter_gather: bool = False
     attention_unpad: bool = False
     glu_clamp_eager: bool = False
     unfused_block_ops: bool = False

@@ -436,13 +436,12 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
                          off_f=tuple(off_f), off_b=tuple(off_b), b_split=tuple(per_layer_b_split),
                          w_split=tuple(per_layer_w_split), off_b_split=tuple(off_b_split))
 
-    # scatter/gather optimisation: each TP rank sends 1/tp of the activation across stages and
-    # the receiver all-gathers it over NVLink (Narayanan et al. 2021, section 4.1); one send per
-    # pass and position boundary; a blocking exchange (DeepSpeed's pipeline engine) also waits
-    # for the other direction's transfer at that boundary (ParallelConfig.pipe_exchange_blocking)
-    p2p_bytes = tokens * h * rates.act_bytes / tp
-    p2p = np.where(pp > 1, p2p_stage_time_s(p2p_bytes, tp * cp * dp, pp, cluster, eff), 0.0) \
-        * pipeline_exchange_transfers(batch.pipe_exchange_blocking)
+    # one send per pass and position boundary (``pipeline_send_s``); a blocking exchange
+    # (DeepSpeed's pipeline engine) also waits for the other direction's transfer at that
+    # boundary (ParallelConfig.pipe_exchange_blocking)
+    p2p = np.where(pp > 1, pipeline_send_s(tokens * h * rates.act_bytes, tp, cp * dp, pp, batch.sequence_parallel,
+                                           batch.pipeline_scatter_gather, cluster, eff,
+                                           pipeline_exchange_transfers(batch.pipe_exchange_blocking)), 0.0)
     # the embedding's and the output layer's weight gradients are accumulated like a layer's
     emb_params = params.embedding_params(model) / tp
     head_params = params.lm_head_params(model) / tp
@@ -493,6 +492,32 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
                 mtp_w=lay["mtp_w"], p2p=p2p, emb_z3_f=emb_z3_f, emb_z3_bw=emb_z3_bw, head_z3_f=head_z3_f,
                 head_z3_bw=head_z3_bw, p2p_overlap=p2p_overlap_applies(batch))
     return per_layer, ends
+
+
+def pipeline_send_s(tensor_bytes, tp, dp_cp, pp, sequence_parallel, scatter_gather, cluster: ClusterSpec,
+                    eff: EfficiencyModel, transfers=1.0):
+    """Seconds one stage boundary's crossing of one micro-batch's [s/cp, b, h] tensor
+    (``tensor_bytes``: tokens x h x activation bytes) costs a tensor-parallel rank, numpy-friendly.
+
+    Under sequence parallelism each rank holds and sends 1/tp of the sequence (Megatron-Core
+    ``get_tensor_shapes`` divides the sequence by tp only when ``sequence_parallel`` is on,
+    NVIDIA/Megatron-LM@d98e8a64 megatron/core/pipeline_parallel/schedules.py). Without it every
+    rank holds the whole tensor and sends it whole, unless the stack scatters and gathers
+    (``scatter_gather``, ``ParallelConfig.pipeline_scatter_gather``): each rank sends 1/tp of it
+    and the receiver all-gathers the slices over its tensor-parallel group, tp consecutive ranks
+    (Narayanan et al. 2021 section 4.1; NVIDIA/Megatron-LM@d898a8991d megatron/p2p_communication.py
+    ``_communicate``: ``split_tensor_into_1d_equal_chunks`` before the send,
+    ``gather_split_1d_tensor`` after the receive, skipped under sequence parallelism), on the
+    receiver's critical path. Neighbouring stages are tp x cp x dp ranks apart (tp-cp-dp-pp order,
+    ``topology.p2p_stage_time_s``). ``transfers`` (``topology.pipeline_exchange_transfers``): the
+    sends a crossing costs (2 where a blocking exchange also waits for the other direction's); the
+    receiver gathers only the tensor it receives, once."""
+    tp = np.asarray(tp, dtype=float)
+    sg = np.asarray(scatter_gather, dtype=bool) & ~np.asarray(sequence_parallel, dtype=bool) & (tp > 1)
+    sliced = np.asarray(sequence_parallel, dtype=bool) | sg
+    send = p2p_stage_time_s(tensor_bytes / np.where(sliced, tp, 1.0), tp * dp_cp, pp, cluster, eff)
+    gather = np.where(sg, group_collective_time_s("all_gather", tensor_bytes, tp, 1, cluster, eff), 0.0)
+    return send * transfers + gather
 
 
 def p2p_overlap_applies(batch: ConfigBatch) -> np.ndarray:

@@ -123,14 +123,18 @@ def test_a_send_across_pools_runs_at_the_slowest_link_on_its_path():
                             (PoolLink(("a", "b"), 1e9, 10e-6),))
     model = load_model("llama3-8b")
     plan = HeteroPlan(groups=(ReplicaGroup((StagePlacement("a", 8, 16), StagePlacement("b", 4, 16)), micro_batches=4),),
-                      micro_batch=1)
+                      micro_batch=1, sequence_parallel=True)
     rep = simulate_heterogeneous(model, cluster, plan)
     eff = efficiency_for(h100.gpu)
-    # activation of one micro-batch, 16-bit, in slices of the smaller tp (4), over 1 GB/s x 0.85
+    # activation of one micro-batch, 16-bit, sequence-parallel: in slices of the smaller tp (4),
+    # over 1 GB/s x 0.85
     nbytes = 1 * model.seq_len * model.hidden_size * 2.0 / 4
     boundary = nbytes / (1e9 * eff.scaleout_fraction * eff.collective_fraction("p2p")) + 10e-6
     assert rep.stages[0].pp_comm_s == pytest.approx(boundary, rel=1e-9)
     assert rep.stages[1].pp_comm_s == pytest.approx(boundary, rel=1e-9)
+    # without sequence parallelism Megatron-Core sends the whole tensor (no scatter/gather)
+    whole = simulate_heterogeneous(model, cluster, replace(plan, sequence_parallel=False))
+    assert whole.stages[0].pp_comm_s == pytest.approx(4 * (boundary - 10e-6) + 10e-6, rel=1e-9)
     # DeepSpeed's pipeline engine: the send and the other direction's receive block one after
     # the other at the boundary, two transfers where a batched exchange has one
     blocking = simulate_heterogeneous(model, cluster, replace(plan, software={"pipe_exchange_blocking": True}))

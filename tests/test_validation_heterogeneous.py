@@ -176,7 +176,10 @@ def test_sailor_stages_pay_the_blocking_send_and_receive_of_each_boundary(monkey
     (4 stages, one per node, tp 4, micro-batch 8): each GPU's slice is 8 x 2048 x 1024 x 4 bytes
     / 4 = 16,777,216 bytes over its own 25 GB/s Slingshot NIC at the fitted scale-out fraction
     (0.85: 0.79 ms with the 5 us latency). The end stages cross one boundary, the middle ones
-    two: 2 and 4 transfers a micro-batch, against 1 and 2 without the switch."""
+    two: 2 and 4 transfers a micro-batch, against 1 and 2 without the switch. The engine sends
+    those slices as a PartitionedTensor (``pipeline_scatter_gather``): each received tensor,
+    one per boundary, is all-gathered over the stage's 4 NVLink ranks on the GH200 node: 3/4 x
+    67,108,864 bytes / (450 GB/s x 0.8) + 3 hops x 3 us + 8.4 us (NCCL Simple's base)."""
     from simulator.heterogeneous import simulate_heterogeneous
     from simulator.heterogeneous.unit_costs import pool_efficiencies
     run = next(r for r in RUNS if r["_file"].endswith("OPT-350/N16/plan_config_N16_D4.json"))
@@ -187,12 +190,16 @@ def test_sailor_stages_pay_the_blocking_send_and_receive_of_each_boundary(monkey
     slingshot = cluster.pools[0].cluster.scaleout
     assert (slingshot.bw_bytes_per_s, slingshot.latency_s) == (25e9, pytest.approx(5e-6))
     transfer = 16_777_216 / (25e9 * eff.scaleout_fraction * eff.collective_fraction("p2p")) + 5e-6
+    gather = 3.0 / 4.0 * 67_108_864 / (450e9 * 0.8) + 3 * 3e-6 + 8.4e-6
+    assert plan.settings.pipeline_scatter_gather is True
     stages = simulate_heterogeneous(model, cluster, plan).stages
-    assert [s.pp_comm_s / transfer for s in stages] == pytest.approx([2, 4, 4, 2], rel=1e-6)
+    assert [s.pp_comm_s for s in stages] == pytest.approx(
+        [k * transfer + g * gather for k, g in ((2, 1), (4, 2), (4, 2), (2, 1))], rel=1e-6)
     monkeypatch.setattr(het, "PIPE_EXCHANGE_BLOCKING", False)
     model, cluster, batched, _ = het.run_inputs(run)
     stages = simulate_heterogeneous(model, cluster, batched).stages
-    assert [s.pp_comm_s / transfer for s in stages] == pytest.approx([1, 2, 2, 1], rel=1e-6)
+    assert [s.pp_comm_s for s in stages] == pytest.approx(
+        [k * transfer + g * gather for k, g in ((1, 1), (2, 2), (2, 2), (1, 1))], rel=1e-6)
 
 
 @pytest.mark.parametrize("edit, says", [

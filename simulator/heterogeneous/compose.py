@@ -172,12 +172,13 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     # the group's stages on a pool sit one after the other on that pool's nodes
     on_pool = g.astype(np.int64) * len(cluster.pools) + pool
     stages_on_pool = np.bincount(on_pool, weights=count, minlength=G * len(cluster.pools))[on_pool]
-    to_prev = boundary_p2p_s(cluster, effs, bw_m, lat_m, pool, tp, blocks.prev_pool, blocks.prev_tp, tokens, h,
-                             act_bytes, stride, stages_on_pool)
-    to_next = boundary_p2p_s(cluster, effs, bw_m, lat_m, pool, tp, blocks.next_pool, blocks.next_tp, tokens, h,
-                             act_bytes, stride, stages_on_pool)
+    sp_rows = np.asarray(units.sequence_parallel, dtype=bool)[k]
     transfers = pipeline_exchange_transfers(settings.pipe_exchange_blocking)
-    p2p = (to_prev + to_next) * transfers
+    to_prev = boundary_p2p_s(cluster, effs, bw_m, lat_m, pool, tp, blocks.prev_pool, blocks.prev_tp, tokens, h,
+                             act_bytes, stride, stages_on_pool, sp_rows, settings.pipeline_scatter_gather, transfers)
+    to_next = boundary_p2p_s(cluster, effs, bw_m, lat_m, pool, tp, blocks.next_pool, blocks.next_tp, tokens, h,
+                             act_bytes, stride, stages_on_pool, sp_rows, settings.pipeline_scatter_gather, transfers)
+    p2p = to_prev + to_next
 
     # ---- one stage, one micro-batch -------------------------------------------------------------
     fwd, bwd, w = units["fwd_s"][k], units["bwd_s"][k], units["w_s"][k]
@@ -257,8 +258,8 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     # and the sends it makes in that direction)
     ends_b = first * units["embedding_bwd_s"][k] + last * units["head_bwd_s"][k]
     ends_f = ends - ends_b
-    window_b = n * (bwd + w) + ends_b + grad_accum + to_prev * transfers
-    window_f = n * fwd + ends_f + to_next * transfers
+    window_b = n * (bwd + w) + ends_b + grad_accum + to_prev
+    window_f = n * fwd + ends_f + to_next
     exposed_grad = _overlapped(grad_comm, window_b, bucket_share * grad_comm, settings.overlap_grad_reduce)
     exposed_gather = _overlapped(gather_comm, window_f, bucket_share * gather_comm, settings.overlap_param_gather)
     # as in the step model, the reduction that can stay exposed is the first stage's: it ends its
@@ -426,12 +427,17 @@ def tied_embedding_s(model: ModelSpec, cluster: PooledCluster, effs, grad_reduce
 
 
 def boundary_p2p_s(cluster: PooledCluster, effs, bw_m, lat_m, pool, tp, other_pool, other_tp, tokens, hidden,
-                   act_bytes, stride, stages_on_pool):
+                   act_bytes, stride, stages_on_pool, sequence_parallel=True, scatter_gather=False,
+                   transfers=1.0):
     """Seconds to send one micro-batch's activation (or its gradient) across a stage boundary:
     from a stage on ``pool`` with ``tp`` to its neighbour on ``other_pool`` (-1: none, 0 s).
 
-    Each sender moves its 1/tp slice (Megatron's scatter/gather), sized by the smaller degree of
-    the two. Inside a pool, ``cost_models.topology.p2p_stage_time_s`` with the neighbours
+    As ``step_model.pipeline_send_s``: each sender moves its 1/tp slice under
+    ``sequence_parallel`` or the stack's ``scatter_gather`` (sized by the smaller degree of the
+    two), else the whole tensor; scatter/gather without sequence parallelism adds the all-gather
+    of the tensor over this stage's tensor-parallel group on its pool, once per received tensor
+    whatever ``transfers`` (the sends a crossing costs, ``topology.pipeline_exchange_transfers``)
+    says. Inside a pool, ``cost_models.topology.p2p_stage_time_s`` with the neighbours
     ``stride`` ranks apart and the group's ``stages_on_pool`` stages on the pool; across pools,
     the slowest link on the path (``path_matrix``).
     """
@@ -439,7 +445,10 @@ def boundary_p2p_s(cluster: PooledCluster, effs, bw_m, lat_m, pool, tp, other_po
     other_pool = np.asarray(other_pool)
     tp = np.asarray(tp, dtype=float)
     other_tp = np.where(other_pool >= 0, other_tp, 1).astype(float)
-    nbytes = np.broadcast_to(tokens * hidden * act_bytes / np.minimum(tp, other_tp), pool.shape)
+    sp = np.broadcast_to(np.asarray(sequence_parallel, dtype=bool), pool.shape)
+    sg = np.asarray(scatter_gather, dtype=bool) & ~sp & (tp > 1)
+    tensor = np.broadcast_to(tokens * hidden * act_bytes, pool.shape)
+    nbytes = tensor / np.where(sp | sg, np.minimum(tp, other_tp), 1.0)
     stride = np.broadcast_to(np.asarray(stride, dtype=float), pool.shape)
     stages_on_pool = np.broadcast_to(np.asarray(stages_on_pool, dtype=float), pool.shape)
     t = np.zeros(pool.shape)
@@ -453,6 +462,12 @@ def boundary_p2p_s(cluster: PooledCluster, effs, bw_m, lat_m, pool, tp, other_po
         a, b = pool[cross], other_pool[cross]
         fraction = np.array([e.collective_fraction("p2p") for e in effs])
         t[cross] = pool_links.p2p_time_s(nbytes[cross], bw_m[a, b] * np.minimum(fraction[a], fraction[b]), lat_m[a, b])
+    t = t * transfers
+    gathered = sg & (other_pool >= 0)
+    for p in np.unique(pool[gathered]):
+        rows = gathered & (pool == p)
+        t[rows] += group_collective_time_s("all_gather", tensor[rows], tp[rows], 1, cluster.pools[int(p)].cluster,
+                                           effs[int(p)])
     return t
 
 
