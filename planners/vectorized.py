@@ -157,7 +157,8 @@ class _Job:
 #: ``memory_parts`` outputs the step model reads (``evaluate(memory_by_part=...)``), kept for
 #: every fitting row between its memory and its step time
 _MEMORY_KEYS = ("memory_bytes", "host_memory_bytes", "host_fits", "params_local", "expert_params_local",
-                "_p_dense_layer", "_p_moe_layer", "_p_expert_layer", "_edp", "_p_first", "_p_first_expert",
+                "_p_dense_layer", "_p_moe_layer", "_p_expert_layer", "_edp", "_p_first", "_p_first_layers",
+                "_p_first_expert",
                 "_act_kept_dense", "_act_kept_moe", "_count_first_layers", "_count_last_layers")
 
 _JOB: _Job | None = None   # set before forking so workers inherit it without pickling

@@ -88,7 +88,7 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
 
     rc_group = per_row["rc_group"]
     out = {k: np.zeros(n) for k in PARTS + ("memory_bytes", "memory_stage", "params_local", "expert_params_local",
-                                            "host_memory_bytes", "_p_first", "_p_first_expert",
+                                            "host_memory_bytes", "_p_first", "_p_first_layers", "_p_first_expert",
                                             "_count_first_layers", "_count_last_layers")}
     p_max = int(np.max(pp)) if n else 1
     stage_out = {k: np.full((n, p_max), np.nan) for k in PARTS + ("memory_bytes", "host_memory_bytes", "layers",
@@ -170,6 +170,7 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
         out["expert_params_local"][idx] = np.maximum(static.at("expert_params", bounds),
                                                      static.at("expert_params", last))
         out["_p_first"][idx] = static.at("params", bounds)
+        out["_p_first_layers"][idx] = static.at("layer_params", bounds)
         out["_p_first_expert"][idx] = static.at("expert_params", bounds)
         out["_count_first_layers"][idx] = static.at("layers", bounds)
         out["_count_last_layers"][idx] = static.at("layers", last)

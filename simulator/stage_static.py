@@ -136,4 +136,4 @@ def static_parts(ctx: StageContext, sidx, fc: StageCells) -> dict:
              "zero3_buffers_bytes": g["z3"] + 0.0 * L_d}
     return {"parts": parts, "tensors": sum(parts.values()),
             "host": g["off"] * opt_params * offload.HOST_OPTIMIZER_BYTES_PER_PARAM,
-            "params": layer_p + end_p, "expert_params": expert_p, "layers": L_d + L_m}
+            "params": layer_p + end_p, "layer_params": layer_p, "expert_params": expert_p, "layers": L_d + L_m}

@@ -89,7 +89,8 @@ def step_time_floor_any_memory_s(model: ModelSpec, cluster: ClusterSpec, eff: Ef
     t = row_terms(model, cluster, eff, no_dp)
     zeros = np.zeros(n)
     memory_by_part = {"_p_dense_layer": t["dense_p"], "_p_moe_layer": t["moe_ne_p"], "_p_expert_layer": t["moe_ex_p"],
-                      "_edp": np.broadcast_to(t["edp"], (n,)), "_p_first": zeros, "_p_first_expert": zeros,
+                      "_edp": np.broadcast_to(t["edp"], (n,)), "_p_first": zeros, "_p_first_layers": zeros,
+                      "_p_first_expert": zeros,
                       "_act_kept_dense": zeros, "_act_kept_moe": zeros}
     flush, lay, _, _ = _pipeline_floor_s(model, cluster, eff, no_dp, memory_by_part, any_counts=True)
     floor = flush + _weight_cast_fill_s(model, no_dp, lay)

@@ -32,6 +32,7 @@ import numpy as np
 
 from cost_models import offload, params, sharding
 from cost_models.compute import compute_rates
+from cost_models.low_precision import ELEMENT_BYTES
 from cost_models.topology import group_collective_time_s, p2p_stage_time_s, pipeline_exchange_transfers
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
@@ -188,6 +189,7 @@ def _stage_params(mem: dict) -> dict:
     """The parameters the step's traffic needs, from ``memory_parts``' hidden keys."""
     return {"dense_layer": mem["_p_dense_layer"], "moe_layer": mem["_p_moe_layer"],
             "expert_layer": mem["_p_expert_layer"], "edp": mem["_edp"], "first": mem["_p_first"],
+            "first_layers": mem["_p_first_layers"],
             "first_expert": mem["_p_first_expert"], "act_kept_dense": mem["_act_kept_dense"],
             "act_kept_moe": mem["_act_kept_moe"]}
 
@@ -212,6 +214,25 @@ def expert_dp_stride(ep, etp):
     (``cost_models.moe``'s layout). The dense grid's data-parallel (x cp) group is ``tp`` apart
     (order ``tp-cp-ep-dp-pp`` with ep = 1), which the dense collectives use."""
     return np.asarray(etp, dtype=float) * np.asarray(ep, dtype=float)
+
+
+def gathered_layer_weight_bytes(batch: ConfigBatch, param_bytes):
+    """Bytes per element a ZeRO parameter all-gather moves for the layers' weights (the expert
+    ones included), per row: the low-precision element (``low_precision.ELEMENT_BYTES``: fp8 1,
+    mxfp8 1 + 1/32 of scales) where the stack gathers the quantised copy
+    (``fp8_param_gather``: Megatron's ``--fp8-param-gather`` keeps each quantised parameter as a
+    Transformer Engine Float8Tensor whose data lives in the distributed optimizer's uint8
+    parameter buffer, and that buffer is what the parameter all-gather moves; Hopper's
+    transposed copy is rebuilt on each rank after the gather, NVIDIA/Megatron-LM@d98e8a64
+    megatron/core/distributed/param_and_grad_buffer.py, megatron/core/fp8_utils.py), else the
+    16-bit ``param_bytes``. The embedding and the output layer have no quantised copy and stay
+    16-bit; a layer's norms are counted with its weights, as ``memory.model_state_bytes`` holds
+    them (2h of about 12h^2 elements a layer)."""
+    quantised = ELEMENT_BYTES.get(batch.dtype)
+    on = np.asarray(batch.fp8_param_gather, dtype=bool)
+    if quantised is None:
+        return np.where(on, param_bytes, param_bytes)
+    return np.where(on, quantised, param_bytes)
 
 
 def _shard_groups(batch: ConfigBatch, dp_group, edp):
@@ -282,6 +303,7 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
     gradient accumulation, and the model's ends with the pipeline sends, for ``pipeline_pass``."""
     gpu = cluster.gpu
     param_bytes = rates.act_bytes
+    layer_weight_bytes = gathered_layer_weight_bytes(batch, param_bytes)
     dp, tp, pp, cp, ep, etp, vpp = _degrees(batch)
     rc, zero = batch.recompute, _priced_zero_stage(batch)
     h = float(model.hidden_size)
@@ -318,7 +340,8 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
                 t = t + group_collective_time_s(kind, expert_params * nbytes, e_group, expert_dp_stride(ep, etp),
                                                 cluster, eff)
             return t
-        return (both("all_gather", np.maximum(dense_or_moe_params - persist_elements, 0.0), param_bytes, n_calls),
+        return (both("all_gather", np.maximum(dense_or_moe_params - persist_elements, 0.0), layer_weight_bytes,
+                     n_calls),
                 both("reduce_scatter", dense_or_moe_params, batch.grad_reduce_bytes,
                      np.where(zero >= 3, n_rs_calls, 1.0)),
                 both("all_reduce", dense_or_moe_params, batch.grad_reduce_bytes,
@@ -755,13 +778,17 @@ def _dp_after_flush(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel
     # ``cost_models.sharding``)
     grad_rs = group_collective_time_s("reduce_scatter", grad_bytes, shard, tp, cluster, eff)
     grad_ar = group_collective_time_s("all_reduce", grad_bytes, dp_group, tp, cluster, eff)
-    param_ag = group_collective_time_s("all_gather", params_dp * param_bytes, shard, tp, cluster, eff)
+    # the layers' weights go as the stack gathers them (``gathered_layer_weight_bytes``), the ends' 16-bit
+    layer_weight_bytes = gathered_layer_weight_bytes(batch, param_bytes)
+    gathered = sp_["first_layers"] * layer_weight_bytes + (params_dp - sp_["first_layers"]) * param_bytes
+    param_ag = group_collective_time_s("all_gather", gathered, shard, tp, cluster, eff)
     cross = group_collective_time_s("all_reduce", grad_bytes / shard, replicas, tp * shard, cluster, eff)
     if model.moe is not None:   # expert gradients reduce over the expert-data-parallel group
         e_stride = expert_dp_stride(ep, etp)
         e_rs = group_collective_time_s("reduce_scatter", expert_grad_bytes, expert_shard, e_stride, cluster, eff)
         e_ar = group_collective_time_s("all_reduce", expert_grad_bytes, edp, e_stride, cluster, eff)
-        e_ag = group_collective_time_s("all_gather", expert_dp * param_bytes, expert_shard, e_stride, cluster, eff)
+        e_ag = group_collective_time_s("all_gather", expert_dp * layer_weight_bytes, expert_shard, e_stride, cluster,
+                                      eff)
         cross = cross + group_collective_time_s("all_reduce", expert_grad_bytes / expert_shard, replicas,
                                                 e_stride * expert_shard, cluster, eff)
     else:
