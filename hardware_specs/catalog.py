@@ -380,6 +380,49 @@ def pooled_cluster_from_dict(data: dict, where: str = "cluster", base_dir: Path 
                          description=get_field(data, "description", where, str, ""), source=get_field(data, "source", where, str, ""))
 
 
+def files_read(kind: str, name_or_path: str) -> frozenset[Path]:
+    """The files loading ``name_or_path`` as a ``kind`` ("clusters", "gpus", "stacks",
+    "efficiency") reads: the file itself and, for a cluster, the GPU file it names and, for a
+    pooled cluster, each pool's cluster and GPU files (resolved as the loaders resolve them). A
+    pure function of the files on disk (nothing is recorded); a name or file that does not
+    resolve or parse reads nothing here (loading it says why). The CLI refuses an output that
+    would replace one of these."""
+    try:
+        path = _resolve(kind, name_or_path, kind)
+    except (InputError, OSError, TypeError, ValueError):
+        return frozenset()
+    found = {path}
+    if kind != "clusters":
+        return frozenset(found)
+
+    def gpu_of(entry: dict, base: Path) -> None:
+        ref = entry.get("gpu")
+        if isinstance(ref, str):
+            found.update(files_read("gpus", beside_file(ref, base)))
+
+    try:
+        data = read_yaml(path, "cluster")
+    except (InputError, OSError):
+        return frozenset(found)
+    gpu_of(data, path.parent)
+    pools = data.get("pools")
+    for pool in pools if isinstance(pools, list) else ():
+        if not isinstance(pool, dict):
+            continue
+        gpu_of(pool, path.parent)
+        ref = pool.get("cluster")
+        if ref is not None:
+            try:
+                base_path = _resolve("clusters", beside_file(str(ref), path.parent), "cluster")
+                found.add(base_path)
+                base = read_yaml(base_path, "cluster")
+            except (InputError, OSError):
+                continue
+            if "gpu" not in pool:
+                gpu_of(base, base_path.parent)
+    return frozenset(found)
+
+
 @lru_cache(maxsize=None)
 def _load_gpu_cached(path: str, mtime: float) -> GPUSpec:
     return gpu_from_dict(read_yaml(Path(path), "gpu"))

@@ -86,10 +86,41 @@ def _refuse_special(target: Path, field: str) -> None:
                          "give the path of an ordinary file (the link's target), or leave the option out")
 
 
+#: option (click parameter name) -> the catalog kind its value loads as, for the files it reads
+_CATALOG_INPUTS = {"cluster": "clusters", "system": "clusters", "cluster_path": "clusters",
+                   "stack": "stacks", "backend": "stacks"}
+
+
+def files_read_by(param_name: str, value: Any) -> set[str]:
+    """The real paths of the files an input option's ``value`` makes the command read, resolved
+    as its loader resolves it: a file itself; a folder (a Hugging Face checkpoint or an EAGLE-3
+    head given to -m / --draft-model) its ``config.json``; a cluster (a catalog name or a file)
+    also the GPU file it names and, pooled, each pool's cluster and GPU files
+    (``hardware_specs.catalog.files_read``). Pure: nothing is recorded between calls."""
+    if not isinstance(value, (str, os.PathLike)) or not str(value):
+        return set()
+    found: set[str] = set()
+    try:
+        if os.path.isdir(value):
+            inner = os.path.join(value, "config.json")
+            if os.path.isfile(inner):
+                found.add(os.path.realpath(inner))
+        elif os.path.isfile(value):
+            found.add(os.path.realpath(value))
+        kind = _CATALOG_INPUTS.get(param_name)
+        if kind is not None:
+            from hardware_specs.catalog import files_read
+            found.update(os.path.realpath(p) for p in files_read(kind, str(value)))
+    except (OSError, ValueError):
+        pass
+    return found
+
+
 def _refuse_input(target: Path, field: str) -> None:
     """An output naming a file another option of the same command reads (``serve plan -m m.yaml
-    --out m.yaml`` replaced the model file with the report) is refused: the options are the
-    running command's own (click's context), nothing is kept between commands."""
+    --out m.yaml`` replaced the model file with the report; ``--out DRAFT/config.json`` the
+    draft head given as its folder; ``--out g.yaml`` the GPU file the cluster names) is refused:
+    the options are the running command's own (click's context), nothing is kept between commands."""
     ctx = click.get_current_context(silent=True)
     if ctx is None or not os.path.exists(target):
         return
@@ -99,10 +130,11 @@ def _refuse_input(target: Path, field: str) -> None:
             continue                                    # the output option itself
         value = ctx.params.get(param.name)
         for item in value if isinstance(value, (list, tuple)) else (value,):
-            if isinstance(item, (str, os.PathLike)) and str(item) and os.path.isfile(item) \
-                    and os.path.realpath(item) == key:
+            if key in files_read_by(param.name, item):
                 name = param.opts[0] if getattr(param, "opts", None) else param.name
-                raise InputError(field, f"{target} is also the file of {name}", "give each output its own file")
+                if not name.startswith("-"):
+                    name = name.upper()                 # an argument: as its help shows it
+                raise InputError(field, f"{target} is also the file read by {name}", "write the output elsewhere")
 
 
 def check_writable(path: str | os.PathLike, field: str = "--out") -> None:

@@ -711,9 +711,9 @@ def test_an_output_never_replaces_a_link_or_a_file_the_command_reads(tmp_path):
     model.write_text((REPO / "model_specs/presets/llama3.1-8b.yaml").read_text())
     before = model.read_text()
     one_line_error(run("serve", "plan", "-m", model, "-s", "dgx-h100", "-n", "8", "--out", model),
-                   "--out", "is also the file of --model")
+                   "--out", "is also the file read by --model")
     one_line_error(run("simulate", "-m", model, "-c", "dgx-h100", "-n", "8", "--tp", "8", "--pp", "1",
-                       "--global-batch", "8", "--trace", model), "--trace", "is also the file of --model")
+                       "--global-batch", "8", "--trace", model), "--trace", "is also the file read by --model")
     assert model.read_text() == before
     real = tmp_path / "real.csv"
     real.write_text("keep\n")

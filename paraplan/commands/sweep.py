@@ -1,6 +1,7 @@
 """``paraplan sweep SPEC.yaml``: a grid of what-ifs on Dask, one row per point, resumable."""
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -84,6 +85,7 @@ def command(spec_path: str, out_dir: str, scheduler: str | None, workers: int | 
         raise InputError("--out", f"folder {out.parent} does not exist", "create it first")
     from paraplan.sweeps.runner import check_results_targets
     check_results_targets(out)          # before the run, not after it
+    _refuse_reading_an_output(spec_path, spec, out)
     t0 = time.perf_counter()
     with click.progressbar(length=spec.n_points, label=f"sweeping {spec.n_points:,} points", file=sys.stderr,
                            hidden=not sys.stderr.isatty()) as bar:
@@ -106,3 +108,20 @@ def command(spec_path: str, out_dir: str, scheduler: str | None, workers: int | 
     click.echo(f"{len(df):,} point{'' if len(df) == 1 else 's'} in {wall:.1f} s ({rate_text} points/s): {summary}")
     for p in paths:
         click.echo(f"wrote {p}")
+
+
+def _refuse_reading_an_output(spec_path: str, spec, out: Path) -> None:
+    """A spec (or a model / cluster / stack file it names) that is one of the files the sweep
+    writes, ``OUT/results.csv`` or ``.parquet``, is refused: the results replaced it."""
+    from paraplan.cli import files_read_by
+    reads: dict[str, str] = {os.path.realpath(spec_path): "SPEC.yaml"}
+    for attr, param in (("models", "model"), ("clusters", "cluster"), ("systems", "system"),
+                        ("stacks", "stack"), ("backends", "backend")):
+        for value in getattr(spec, attr, ()) or ():
+            for path in files_read_by(param, value):
+                reads.setdefault(path, f"the spec's {attr} entry {value}")
+    for suffix in (".parquet", ".csv"):
+        target = out / f"results{suffix}"
+        who = reads.get(os.path.realpath(target)) if target.exists() else None
+        if who is not None:
+            raise InputError("--out", f"{target} is also the file read by {who}", "write the output elsewhere")
