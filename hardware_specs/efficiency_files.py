@@ -42,10 +42,12 @@ def efficiency_from_dict(data: dict, where: str = "efficiency") -> EfficiencyMod
                 raise InputError(f"{where}.fitted_factors", "must be a list of factor names")
             kwargs[key] = tuple(str(v) for v in value)
         elif key not in ("generation", "gemm_peak_fraction", "collective_bw_fraction", "fitted_on"):
-            try:
-                kwargs[key] = float(value)
-            except (TypeError, ValueError):
-                raise InputError(f"{where}.{key}", f"expected a number, got {value!r}") from None
+            # as the serving file's reader: true was float(True) = 1 (kernel_overhead_s: true gave
+            # 1 s per kernel, a 13,553 s step) and "0.5" was read as the number 0.5
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise InputError(f"{where}.{key}", f"expected a number, got {value!r}",
+                                 "write it as a number, unquoted")
+            kwargs[key] = float(value)
     return EfficiencyModel(**kwargs)
 
 

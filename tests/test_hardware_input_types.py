@@ -1,0 +1,40 @@
+"""Types and bounds of hand-written hardware files: a boolean or a quoted number where a number
+goes, a fraction that makes a rate below any real GPU's, fitted_factors naming no fitted factor.
+Each was accepted and changed the predictions (or hid the unfitted-prior marker)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cli_results import one_line_error, run
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _cluster_with_efficiency(tmp_path: Path, **changes) -> Path:
+    """dgx-h100 with hopper's efficiency written inline, ``changes`` applied to it."""
+    cluster = yaml.safe_load((REPO / "hardware_specs/clusters/dgx-h100.yaml").read_text())
+    eff = yaml.safe_load((REPO / "hardware_specs/efficiency/hopper.yaml").read_text())
+    for key, value in changes.items():
+        if value is None:
+            eff.pop(key, None)
+        else:
+            eff[key] = value
+    cluster["efficiency"] = eff
+    path = tmp_path / "cl.yaml"
+    path.write_text(yaml.safe_dump(cluster))
+    return path
+
+
+def _simulate(cluster, *extra):
+    return run("simulate", "-m", "gpt-22b", "-c", cluster, "-n", "16", "--tp", "8", "--global-batch", "16", *extra)
+
+
+@pytest.mark.parametrize("key, value", [("kernel_overhead_s", True), ("cpu_issue_s", True),
+                                        ("hbm_fraction", "0.5"), ("kernel_overhead_s", "2.52e-05")])
+def test_an_efficiency_factor_is_a_number_not_a_boolean_or_text(tmp_path, key, value):
+    # kernel_overhead_s: true was float(True) = 1 s per kernel: a 13,553 s step
+    path = _cluster_with_efficiency(tmp_path, **{key: value})
+    one_line_error(_simulate(path), f"efficiency.{key}", f"expected a number, got {value!r}")
