@@ -134,10 +134,12 @@ def gpu_from_dict(data: dict, where: str = "gpu") -> GPUSpec:
     for dtype, tflops in peaks.items():
         if tflops is None:
             continue
-        try:
-            value = float(tflops)
-        except (TypeError, ValueError):
-            raise InputError(f"{where}.peak_tflops.{dtype}", f"expected a number, got {tflops!r}") from None
+        # a number, as get_field reads one (bf16: true was float(True) = 1 TFLOP/s), and not
+        # quoted text: a peak is written as the datasheet's number
+        if isinstance(tflops, bool) or not isinstance(tflops, (int, float)):
+            raise InputError(f"{where}.peak_tflops.{dtype}", f"expected float, got {tflops!r}",
+                             "write the dense peak in TFLOP/s as a number, unquoted")
+        value = float(tflops)
         _check_in_file_unit(f"{where}.peak_tflops.{dtype}", value, 1e12, "the dense peak in TFLOP/s, or leave the dtype out")
         peak_flops[str(dtype)] = value * 1e12
     if "hbm_gib" in data and "hbm_gb" in data:

@@ -38,3 +38,24 @@ def test_an_efficiency_factor_is_a_number_not_a_boolean_or_text(tmp_path, key, v
     # kernel_overhead_s: true was float(True) = 1 s per kernel: a 13,553 s step
     path = _cluster_with_efficiency(tmp_path, **{key: value})
     one_line_error(_simulate(path), f"efficiency.{key}", f"expected a number, got {value!r}")
+
+
+def _gpu_file(tmp_path: Path, **changes) -> Path:
+    gpu = yaml.safe_load((REPO / "hardware_specs/gpus/h100-sxm-80gb.yaml").read_text())
+    for key, value in changes.items():
+        if isinstance(value, dict):
+            gpu[key] = {**gpu[key], **value}
+        else:
+            gpu[key] = value
+    path = tmp_path / "g.yaml"
+    path.write_text(yaml.safe_dump(gpu))
+    return path
+
+
+@pytest.mark.parametrize("value", [True, "989"])
+def test_a_gpu_peak_is_a_number_not_a_boolean_or_text(tmp_path, value):
+    # bf16: true was float(True): a 1 TFLOP/s H100
+    from hardware_specs.catalog import load_gpu
+    from hardware_specs.errors import InputError
+    with pytest.raises(InputError, match=f"peak_tflops.bf16: expected float, got {value!r}"):
+        load_gpu(str(_gpu_file(tmp_path, peak_tflops={"bf16": value})))
