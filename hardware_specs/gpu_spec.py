@@ -98,6 +98,16 @@ class GPUSpec:
             raise InputError(f"{where}.sustained_tensor_fraction",
                              f"must be at most 1, got {self.sustained_tensor_fraction!r}",
                              "it is a share of the datasheet's rates; raise peak_tflops instead")
+        # a fraction times the slowest peak is a rate too: bounded as a peak stated directly
+        # is (1e-30 gave 4.6e29 s steps while bf16: 1e-15 was refused)
+        slowest_dtype = min(self.peak_flops_per_s, key=lambda d: float(self.peak_flops_per_s[d]))
+        slowest = float(self.peak_flops_per_s[slowest_dtype])
+        for name in ("sustained_tensor_fraction", "sync_mma_peak_fraction"):
+            rate = slowest * float(getattr(self, name))
+            if rate < MIN_RATE_PER_S:
+                raise InputError(f"{where}.{name}", f"{getattr(self, name)!r} times the {slowest_dtype} peak "
+                                 f"({slowest:g} FLOP/s) is {rate:g} FLOP/s, below the plausible minimum "
+                                 f"{MIN_RATE_PER_S:g}", "check the number: it is a share of the peak, e.g. 0.67")
         object.__setattr__(self, "peak_flops_per_s", MappingProxyType(dict(self.peak_flops_per_s)))
 
     @property

@@ -59,3 +59,13 @@ def test_a_gpu_peak_is_a_number_not_a_boolean_or_text(tmp_path, value):
     from hardware_specs.errors import InputError
     with pytest.raises(InputError, match=f"peak_tflops.bf16: expected float, got {value!r}"):
         load_gpu(str(_gpu_file(tmp_path, peak_tflops={"bf16": value})))
+
+
+@pytest.mark.parametrize("key", ["sustained_tensor_fraction", "sync_mma_peak_fraction"])
+def test_a_fraction_of_the_peak_makes_no_rate_below_a_peak_stated_directly(tmp_path, key):
+    # 1e-30 gave 4.6e29 s steps, while a GPU stating the same rate (bf16: 1e-15) was refused
+    from hardware_specs.catalog import load_gpu
+    from hardware_specs.errors import InputError
+    with pytest.raises(InputError, match=f"{key}: 1e-30 times the .* below the plausible minimum"):
+        load_gpu(str(_gpu_file(tmp_path, **{key: 1e-30})))
+    assert getattr(load_gpu(str(_gpu_file(tmp_path, **{key: 0.5}))), key) == 0.5
