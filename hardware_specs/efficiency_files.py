@@ -4,7 +4,7 @@
 Unknown or mistyped keys raise an ``InputError`` naming the key."""
 from __future__ import annotations
 
-from hardware_specs.efficiency_model import EfficiencyModel
+from hardware_specs.efficiency_model import EfficiencyModel, fittable_factor_names
 from hardware_specs.errors import InputError
 from hardware_specs.serving_efficiency import ServingEfficiency
 
@@ -40,7 +40,17 @@ def efficiency_from_dict(data: dict, where: str = "efficiency") -> EfficiencyMod
         if key == "fitted_factors":
             if not isinstance(value, (list, tuple)):
                 raise InputError(f"{where}.fitted_factors", "must be a list of factor names")
-            kwargs[key] = tuple(str(v) for v in value)
+            # a name no fit writes (or any text at all) made the model "fitted": the unfitted-
+            # prior marker vanished from every number resting on it
+            known_factors = fittable_factor_names()
+            for name in value:
+                if not isinstance(name, str) or name not in known_factors:
+                    raise InputError(f"{where}.fitted_factors", f"{name!r} is not a fitted factor",
+                                     "list only factors a fit set: " + ", ".join(known_factors))
+            if value and not str(data.get("fitted_on") or "").strip():
+                raise InputError(f"{where}.fitted_on", "missing, while fitted_factors lists factors",
+                                 "say what the factors were fitted on, or drop fitted_factors (an unfitted prior)")
+            kwargs[key] = tuple(value)
         elif key not in ("generation", "gemm_peak_fraction", "collective_bw_fraction", "fitted_on"):
             # as the serving file's reader: true was float(True) = 1 (kernel_overhead_s: true gave
             # 1 s per kernel, a 13,553 s step) and "0.5" was read as the number 0.5

@@ -157,6 +157,18 @@ class EfficiencyModel:
         return tuple(f.name for f in fields(cls))
 
 
+#: the names ``fitted_factors`` may list: what the fitter (``paraplan.validation.fit_search.FIT_BOUNDS``,
+#: ``joint_fit``) and ``paraplan calibrate`` write: the GEMM plateaus fitted as groups of dtypes
+#: (gemm16 = bf16 and fp16, gemm8 = fp8, gemm_mx8 = mxfp8, gemm4 = nvfp4) and the factor fields
+GEMM_FIT_GROUPS = ("gemm16", "gemm8", "gemm_mx8", "gemm4")
+NOT_FACTORS = ("generation", "fitted_on", "fitted_factors", "fit_objective")
+
+
+def fittable_factor_names() -> tuple[str, ...]:
+    """Every name ``EfficiencyModel.fitted_factors`` may hold (see ``GEMM_FIT_GROUPS``)."""
+    return GEMM_FIT_GROUPS + tuple(n for n in EfficiencyModel.field_names() if n not in NOT_FACTORS)
+
+
 #: plausibility bounds (``require_plausible``), far outside the fitter's physical ranges
 #: (``paraplan.validation.fit_search.FIT_BOUNDS``: fractions from 0.15, per-kernel times to 40 us):
 #: a fraction of 1e-300 or a per-kernel time of 1e30 s is a typo that would print 1e300 s steps

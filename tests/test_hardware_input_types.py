@@ -69,3 +69,18 @@ def test_a_fraction_of_the_peak_makes_no_rate_below_a_peak_stated_directly(tmp_p
     with pytest.raises(InputError, match=f"{key}: 1e-30 times the .* below the plausible minimum"):
         load_gpu(str(_gpu_file(tmp_path, **{key: 1e-30})))
     assert getattr(load_gpu(str(_gpu_file(tmp_path, **{key: 0.5}))), key) == 0.5
+
+
+def test_fitted_factors_name_only_factors_a_fit_sets_and_say_what_they_were_fitted_on(tmp_path):
+    # fitted_factors: [not_a_factor] on an inlined prior removed the unfitted-prior marker (* and
+    # efficiency_fitted true in JSON)
+    one_line_error(_simulate(_cluster_with_efficiency(tmp_path, fitted_factors=["not_a_factor"])),
+                   "efficiency.fitted_factors", "'not_a_factor' is not a fitted factor", "gemm16")
+    one_line_error(_simulate(_cluster_with_efficiency(tmp_path, fitted_factors=["gemm16"], fitted_on=None)),
+                   "efficiency.fitted_on", "missing, while fitted_factors lists factors")
+
+
+def test_every_name_the_fitter_writes_is_a_fitted_factor():
+    from hardware_specs.efficiency_model import fittable_factor_names
+    from paraplan.validation.fit_search import FIT_BOUNDS
+    assert set(FIT_BOUNDS) <= set(fittable_factor_names())
