@@ -43,6 +43,7 @@ run to its stack.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -275,7 +276,7 @@ def cluster_from_dict(data: dict, where: str = "cluster", base_dir: Path | None 
     if eff_entry is not None:
         if not isinstance(eff_entry, dict):
             raise InputError(f"{where}.efficiency", "must be a mapping of efficiency factors")
-        efficiency = efficiency_from_dict(eff_entry, f"{where}.efficiency")
+        efficiency = efficiency_from_dict(eff_entry, f"{where}.efficiency", origin=f"inline in {where}")
     gpus_per_node = get_field(data, "gpus_per_node", where, int)
     if "scaleup" in data:
         scaleup = _tier_from_dict(data["scaleup"], f"{where}.scaleup", "nvlink")
@@ -432,7 +433,10 @@ def _load_gpu_cached(path: str, mtime: float) -> GPUSpec:
 
 @lru_cache(maxsize=None)
 def _load_cluster_cached(path: str, mtime: float, gpu_mtime: float | None = None) -> ClusterSpec:
-    return cluster_from_dict(read_yaml(Path(path), "cluster"), base_dir=Path(path).parent)
+    cluster = cluster_from_dict(read_yaml(Path(path), "cluster"), base_dir=Path(path).parent)
+    if cluster.efficiency is not None:      # the footnote names the file the factors are in
+        cluster = replace(cluster, efficiency=replace(cluster.efficiency, origin=f"inline in {path}"))
+    return cluster
 
 
 @lru_cache(maxsize=None)
@@ -465,7 +469,7 @@ def _load_pooled_cached(path: str, mtime: float) -> PooledCluster:
 
 @lru_cache(maxsize=None)
 def _load_efficiency_cached(path: str, mtime: float) -> EfficiencyModel:
-    return efficiency_from_dict(read_yaml(Path(path), "efficiency"))
+    return efficiency_from_dict(read_yaml(Path(path), "efficiency"), origin=path)
 
 
 @lru_cache(maxsize=None)

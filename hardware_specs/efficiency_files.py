@@ -4,7 +4,7 @@
 Unknown or mistyped keys raise an ``InputError`` naming the key."""
 from __future__ import annotations
 
-from hardware_specs.efficiency_model import EfficiencyModel, fittable_factor_names
+from hardware_specs.efficiency_model import NOT_FILE_KEYS, EfficiencyModel, fittable_factor_names
 from hardware_specs.errors import InputError
 from hardware_specs.serving_efficiency import ServingEfficiency
 
@@ -14,8 +14,10 @@ from hardware_specs.serving_efficiency import ServingEfficiency
 LEGACY_EFFICIENCY_KEYS = ("exposed_dp_fraction", "exposed_tp_fraction", "exposed_ep_fraction")
 
 
-def efficiency_from_dict(data: dict, where: str = "efficiency") -> EfficiencyModel:
-    known = set(EfficiencyModel.field_names())
+def efficiency_from_dict(data: dict, where: str = "efficiency", origin: str = "") -> EfficiencyModel:
+    """Build an ``EfficiencyModel`` from a file's mapping; ``origin``: where it was read (the
+    file, or "inline in <cluster file>"), which the unfitted-prior footnote names."""
+    known = set(EfficiencyModel.field_names()) - set(NOT_FILE_KEYS)
     data = {k: v for k, v in data.items() if k not in LEGACY_EFFICIENCY_KEYS}
     unknown = set(data) - known
     if unknown:
@@ -58,7 +60,7 @@ def efficiency_from_dict(data: dict, where: str = "efficiency") -> EfficiencyMod
                 raise InputError(f"{where}.{key}", f"expected a number, got {value!r}",
                                  "write it as a number, unquoted")
             kwargs[key] = float(value)
-    return EfficiencyModel(**kwargs)
+    return EfficiencyModel(**kwargs, origin=str(origin))
 
 
 def serving_efficiency_from_dict(data: dict, where: str = "serving_efficiency") -> ServingEfficiency:

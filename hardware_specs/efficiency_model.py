@@ -78,6 +78,9 @@ class EfficiencyModel:
         fitted_factors: the factors the fitter fitted (empty: an unfitted prior).
         fit_objective: the weighted mean |predicted / measured - 1| the fit reached
             (``paraplan.validation.fit``), re-evaluated by tests/test_efficiency_fit.py.
+        origin: where these factors were read from (the efficiency file's path, or "inline in
+            <cluster file>"), for the prior footnote; "" when built in Python. Not a factor: not
+            in a file's keys, equality or repr.
     """
 
     generation: str
@@ -96,6 +99,7 @@ class EfficiencyModel:
     fitted_on: str = ""
     fitted_factors: tuple = ()
     fit_objective: float = float("nan")
+    origin: str = field(default="", compare=False, repr=False)
 
     def __post_init__(self) -> None:
         where = f"efficiency {self.generation}"
@@ -161,7 +165,9 @@ class EfficiencyModel:
 #: ``joint_fit``) and ``paraplan calibrate`` write: the GEMM plateaus fitted as groups of dtypes
 #: (gemm16 = bf16 and fp16, gemm8 = fp8, gemm_mx8 = mxfp8, gemm4 = nvfp4) and the factor fields
 GEMM_FIT_GROUPS = ("gemm16", "gemm8", "gemm_mx8", "gemm4")
-NOT_FACTORS = ("generation", "fitted_on", "fitted_factors", "fit_objective")
+NOT_FACTORS = ("generation", "fitted_on", "fitted_factors", "fit_objective", "origin")
+#: fields set by the loader, never read from a file's keys
+NOT_FILE_KEYS = ("origin",)
 
 
 def fittable_factor_names() -> tuple[str, ...]:

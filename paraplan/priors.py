@@ -8,6 +8,8 @@ Every time the simulator predicts uses the GPU generation's efficiency model
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from hardware_specs.catalog import efficiency_for_cluster
 from hardware_specs.efficiency_model import PRIOR_MARK
 
@@ -44,4 +46,20 @@ def footnote(cluster) -> str | None:
     eff = efficiency_for_cluster(cluster)
     return (f"{MARK} rests on the {eff.generation} efficiency model, an unfitted prior "
             f"({' '.join(str(eff.fitted_on).split()) or 'no fit recorded'}): no measured run has checked it; "
-            f"read it as a sketch (hardware_specs/efficiency/{eff.generation}.yaml)")
+            f"read it as a sketch ({efficiency_source(eff)})")
+
+
+def efficiency_source(eff) -> str:
+    """Where the efficiency factors were read: their ``origin`` (a file, or inline in a cluster
+    file), else the built-in file of their generation."""
+    if not eff.origin:
+        return f"hardware_specs/efficiency/{eff.generation}.yaml"
+    from hardware_specs.catalog import BUILTIN_DIR
+    for prefix in ("", "inline in "):       # a built-in file as the repository names it
+        if eff.origin.startswith(prefix):
+            try:
+                rest = Path(eff.origin[len(prefix):]).resolve().relative_to(BUILTIN_DIR.parent)
+            except (OSError, ValueError):
+                continue
+            return prefix + rest.as_posix()
+    return eff.origin

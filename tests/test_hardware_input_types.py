@@ -84,3 +84,15 @@ def test_every_name_the_fitter_writes_is_a_fitted_factor():
     from hardware_specs.efficiency_model import fittable_factor_names
     from paraplan.validation.fit_search import FIT_BOUNDS
     assert set(FIT_BOUNDS) <= set(fittable_factor_names())
+
+
+def test_the_prior_footnote_names_the_efficiency_the_cluster_file_states(tmp_path):
+    # it named hardware_specs/efficiency/hopper.yaml while the cluster's inline factors were used
+    path = _cluster_with_efficiency(tmp_path, fitted_factors=None, fitted_on="my own guesses")
+    result = _simulate(path)
+    assert result.exit_code == 0, result.output
+    footnote = [ln for ln in result.output.splitlines() if "unfitted prior" in ln]
+    assert footnote and f"(inline in {path})" in footnote[-1], result.output
+    assert "hardware_specs/efficiency/hopper.yaml" not in result.output
+    built_in = run("simulate", "-m", "gpt-22b", "-c", "dgx2-v100", "-n", "16", "--tp", "8", "--global-batch", "16")
+    assert "read it as a sketch (hardware_specs/efficiency/volta.yaml)" in built_in.output, built_in.output
