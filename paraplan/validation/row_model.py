@@ -9,6 +9,8 @@ import math
 import re
 from functools import lru_cache
 
+import numpy as np
+
 from cost_models.params import total_params
 from hardware_specs.errors import InputError
 from model_specs.catalog import load_model
@@ -39,6 +41,12 @@ def _num(row, col):
     infinite) and for text in a ``NUMERIC_COLUMNS`` column."""
     v = row.get(col)
     if v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip()):
+        return None
+    if isinstance(v, (bool, np.bool_)):
+        # pandas reads a column of true / false as booleans, and float(True) is 1: a
+        # gpus_per_node of 'true' was modelled as one GPU per node
+        if col in NUMERIC_COLUMNS:
+            raise Skip(f"{col} '{str(v).lower()}' is not a number")
         return None
     try:
         x = float(v)

@@ -206,6 +206,8 @@ def _value_problem(row: dict) -> str | None:
         v = row.get(col)
         if v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip()):
             continue
+        if isinstance(v, (bool, np.bool_)):     # a column of true / false, which float() reads as 1 / 0
+            return f"{col} '{str(v).lower()}' is not a number"
         try:
             x = float(v)
         except (TypeError, ValueError):
@@ -217,6 +219,8 @@ def _value_problem(row: dict) -> str | None:
 
 
 def _num(value) -> float:
+    if isinstance(value, (bool, np.bool_)):     # true is no measurement (float(True) is 1)
+        return math.nan
     try:
         v = float(value)
     except (TypeError, ValueError):
