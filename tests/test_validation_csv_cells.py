@@ -43,3 +43,16 @@ def test_a_serving_row_saying_true_where_a_count_goes_is_skipped(tmp_path):
     rows = json.loads(result.stdout)
     rows = rows if isinstance(rows, list) else rows.get("rows", rows)
     assert rows and all("tp_size 'true' is not a number" in str(r.get("reason")) for r in rows), rows
+
+
+def test_a_file_with_other_columns_is_told_to_copy_a_file_that_exists(tmp_path):
+    # the hint named shared/validation/published_runs.csv and ../shared/validation/serving_runs.csv,
+    # paths that exist only beside some checkouts
+    import re
+    from paraplan.validation.datasets import PUBLISHED_RUNS, SERVING_RUNS, validation_file
+    path = tmp_path / "s.csv"
+    path.write_text("a;b\n1;2\n")
+    for which, name in (("published", PUBLISHED_RUNS), ("serving", SERVING_RUNS)):
+        line = one_line_error(run("validate", which, path), "use the columns of")
+        hinted = re.search(r"use the columns of (\S+)\)$", line).group(1)
+        assert hinted == str(validation_file(name)) and Path(hinted).is_file(), line

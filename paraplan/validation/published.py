@@ -155,6 +155,13 @@ class RowInputs:
     stack: str = DEFAULT_STACK
 
 
+
+def _reference_file() -> str:
+    """The file whose columns a CSV must have: the one the tool reads without PATH (the shared
+    copy, else the bundled one), not a fixed path that may not exist."""
+    from paraplan.validation.datasets import PUBLISHED_RUNS, validation_file
+    return str(validation_file(PUBLISHED_RUNS))
+
 def read_runs(path: str | Path) -> pd.DataFrame:
     """Read a published-runs CSV; a missing file or column is an ``InputError``."""
     p = Path(path)
@@ -165,11 +172,11 @@ def read_runs(path: str | Path) -> pd.DataFrame:
         df = mark_short_rows(pd.read_csv(p), short)
     except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
         raise InputError("path", f"malformed CSV {path}: {str(exc).splitlines()[0]}",
-                         "save the file as UTF-8 CSV with the columns of shared/validation/published_runs.csv") from None
+                         f"save the file as UTF-8 CSV with the columns of {_reference_file()}") from None
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
         raise InputError("path", f"{path} lacks column(s) {', '.join(missing)}",
-                         "use the columns of shared/validation/published_runs.csv")
+                         f"use the columns of {_reference_file()}")
     return df
 
 

@@ -164,6 +164,13 @@ METRICS = ("ttft_ms", "tpot_ms")
 _LAYOUT = ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
 
 
+
+def _reference_file() -> str:
+    """The file whose columns a CSV must have: the one the tool reads without PATH (the shared
+    copy, else the bundled one), not a fixed path that may not exist."""
+    from paraplan.validation.datasets import SERVING_RUNS, validation_file
+    return str(validation_file(SERVING_RUNS))
+
 def read_rows(path: str | Path) -> pd.DataFrame:
     """The rows of a serving-runs CSV; a missing column is an ``InputError`` naming it."""
     # a path (not an open file) that is missing, or a FIFO / device pandas would block on or read for ever
@@ -174,11 +181,11 @@ def read_rows(path: str | Path) -> pd.DataFrame:
         df = mark_short_rows(pd.read_csv(path, dtype={"backend_version": str}), short)
     except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
         raise InputError("path", f"malformed CSV {path}: {str(exc).splitlines()[0]}",
-                         "save the file as UTF-8 CSV with the columns of shared/validation/serving_runs.csv") from None
+                         f"save the file as UTF-8 CSV with the columns of {_reference_file()}") from None
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
         raise InputError("csv", f"column '{missing[0]}' missing in {path}",
-                         "use the columns of ../shared/validation/serving_runs.csv")
+                         f"use the columns of {_reference_file()}")
     for col in _LAYOUT + tuple(f"{s}_{c}" for s in ("prefill", "decode") for c in _LAYOUT + ("batch_size", "num_workers")) + ("batch_size",):
         if col not in df.columns:
             df[col] = np.nan
