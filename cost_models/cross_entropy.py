@@ -127,6 +127,44 @@ def loss_peak_bytes_per_logit(impl, act_bytes=2.0):
     return np.where(np.isnan(fixed), np.asarray(act_bytes, dtype=float) + SOFTMAX_COPY_BYTES, fixed)
 
 
+#: bytes per logit a loss keeps for its backward from its forward until that backward runs (less
+#: than its peak, ``loss_peak_bytes_per_logit``: the forward's temporaries are gone), where it
+#: is not the logits' own ``act_bytes``. ``megatron_unfused`` / ``megatron_fused``: the fp32
+#: softmax, ``ctx.save_for_backward(exp_logits, target_mask, masked_target_1d)``
+#: (NVIDIA/Megatron-LM@d98e8a64 megatron/core/tensor_parallel/cross_entropy.py line 181,
+#: fusions/fused_cross_entropy.py line 119; ``calculate_logits_max`` casts to ``.float()``): 4.
+#: ``torch_eager``: ``log_softmax`` saves its fp32 result and ``nll_loss`` saves that same tensor
+#: as its ``self`` (PyTorch tools/autograd/derivatives.yaml ``_log_softmax``: ``result``,
+#: ``nll_loss_forward``: ``self``), one tensor: 4. ``te_triton`` saves its input, over which
+#: ``cross_entropy_kernel`` wrote the gradient (``ctx.save_for_backward(_input.detach())``,
+#: TransformerEngine@v2.12 pytorch/triton/cross_entropy.py) and ``flash_attn_xentropy`` the
+#: logits (``ctx.save_for_backward(logits, lse, labels)``, flash-attn
+#: flash_attn/ops/triton/cross_entropy.py): the logits' dtype, ``act_bytes``.
+LOSS_SAVED_BYTES_PER_LOGIT = {"megatron_unfused": 4.0, "megatron_fused": 4.0, "torch_eager": 4.0}
+_SAVED_TABLE = np.array([LOSS_SAVED_BYTES_PER_LOGIT.get(n, np.nan) for n in CROSS_ENTROPY_IMPLS])
+
+
+def loss_saved_bytes_per_logit(impl, act_bytes=2.0):
+    """Bytes per logit ``impl`` (a name or code, or an array of codes) keeps from its forward to
+    its backward (``LOSS_SAVED_BYTES_PER_LOGIT``, else the logits' ``act_bytes``)."""
+    fixed = _SAVED_TABLE[_codes(impl)]
+    return np.where(np.isnan(fixed), np.asarray(act_bytes, dtype=float), fixed)
+
+
+def held_loss_bytes_per_logit(impl, act_bytes=2.0, held=1.0, chunked=False):
+    """Bytes per logit (of one micro-batch) the head stage holds at its loss's peak when ``held``
+    micro-batches' losses have run their forward and not yet their backward (GPipe's last stage:
+    all its m; 1F1B, interleaved, zero-bubble and DualPipe schedules: 1, the head's B follows its
+    F before the next F of that chunk): one loss at its peak and the others' saved tensors,
+    peak + (held - 1) x saved. A ``chunked`` loss (``ParallelConfig.loss_chunk_tokens``: fused
+    linear cross-entropy) keeps nothing vocabulary-sized between its forward and backward (Liger
+    ``LigerFusedLinearCrossEntropyFunction`` computes the gradients in its forward and saves the
+    hidden-sized input gradient, not counted here), so only the one peak counts."""
+    extra = np.where(np.asarray(chunked, dtype=bool), 0.0,
+                     (np.asarray(held, dtype=float) - 1.0) * loss_saved_bytes_per_logit(impl, act_bytes))
+    return loss_peak_bytes_per_logit(impl, act_bytes) + extra
+
+
 def loss_traffic(impl):
     """(bytes per logit forward, backward, kernels forward, backward) of ``impl``: one
     implementation name or code, or an array of codes (one per configuration row)."""

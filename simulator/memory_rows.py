@@ -1,7 +1,7 @@
 """Per-row memory terms of a ``ConfigBatch``, and a lower bound on each row's peak memory.
 
 ``row_terms`` is what every stage of a row shares in ``simulator.stage_memory`` (parameters per
-layer and per end on one GPU, the ZeRO shard groups, the ZeRO-3 buffers, one micro-batch's
+layer and per end on one GPU, the ZeRO shard groups, the ZeRO-3 buffers, the loss's
 logits, the offloaded optimizer fraction). ``static_lower_bound_bytes`` bounds a row's peak from
 below with those terms alone, before any stage is built, so the planner can drop the rows that
 cannot fit without running the per-stage model on them.
@@ -12,18 +12,19 @@ import numpy as np
 
 from cost_models import memory, moe as moe_costs, params, sharding
 from cost_models.compute import LOW_PRECISION, compute_rates
-from cost_models.cross_entropy import loss_peak_bytes_per_logit
+from cost_models.cross_entropy import held_loss_bytes_per_logit
 from cost_models.low_precision import weight_copy_bytes_per_param
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
-from simulator.config_batch import RECOMPUTE_METHOD_CODES, ConfigBatch
-from simulator.parallel_config import RecomputeMethod
+from simulator.config_batch import RECOMPUTE_METHOD_CODES, SCHEDULE_CODES, ConfigBatch
+from simulator.parallel_config import RecomputeMethod, Schedule
 from simulator.stack_support import lacks_feature
 from simulator.stage_layout import moe_layers_before
 from simulator.step_pipeline import _layouts
 
 _UNIFORM = RECOMPUTE_METHOD_CODES[RecomputeMethod.UNIFORM]
+_GPIPE = SCHEDULE_CODES[Schedule.GPIPE]
 #: relative margin the bound keeps below the per-stage figure: the bound sums the stages in
 #: another order, so it may differ from an exact sum in the last bits
 BOUND_MARGIN = 1e-9
@@ -61,6 +62,18 @@ def zero2_reduced_once(batch: ConfigBatch):
         & ~fsdp_once_per_step(batch)
 
 
+def losses_held(batch: ConfigBatch) -> np.ndarray:
+    """Per row, micro-batches whose loss the head's stage holds between its forward and its
+    backward at once: GPipe runs all m forwards before any backward (Huang et al. 2019; the
+    same m as its activations, ``makespan.peak_in_flight``), every other schedule runs the
+    head's backward of a micro-batch before its next forward there (1F1B's last stage,
+    interleaved's last chunk, ZB-H1/H2's last stage, ZB-V's and DualPipe(V)'s head chunks, as
+    their generated orders show: tests/test_memory_rows.py), so holds 1."""
+    m = np.rint(np.asarray(batch.global_batch, dtype=float)
+                / (np.asarray(batch.dp, dtype=float) * np.asarray(batch.micro_batch, dtype=float)))
+    return np.where(np.asarray(batch.schedule) == _GPIPE, np.maximum(m, 1.0), 1.0)
+
+
 def layer_params(model: ModelSpec, tp, ep, etp):
     """Per-GPU parameters of one dense layer, and of one MoE layer's non-expert and expert parts."""
     dense = params.dense_layer_params(model) / tp + params.replicated_kv_params_per_tp_rank(model, tp)
@@ -80,8 +93,10 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     weights and its gradients whole through the step and only the optimizer states sharded, and
     for a ZeRO-2 row whose stack reduces its gradients on the last micro-batch only,
     ``zero2_reduced_once``);
-    ZeRO-3's gathered-parameter buffers, and such a row's (``z3``, bytes); one micro-batch's logits
-    (``logits``, bytes); the offloaded optimizer fraction (``off``); the uniform recomputation
+    ZeRO-3's gathered-parameter buffers, and such a row's (``z3``, bytes); the loss's logits at
+    its peak, one micro-batch's (a chunk's with a chunked loss) plus what the other held losses
+    keep for their backward (``logits``, bytes: ``cross_entropy.held_loss_bytes_per_logit``,
+    ``losses_held``); the offloaded optimizer fraction (``off``); the uniform recomputation
     group (``rc_group``, layers); the Adam moment bytes (``moments``); the gradient buffer's bytes
     per parameter (``grad_buffer``) and whether the quantised weights are the only ones
     (``fp8_param_gather``, 0/1; both for ``memory.model_state_bytes``); ``offload_ok`` (the cluster
@@ -127,7 +142,9 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
                  head_p=params.lm_head_params(model) / tp,
                  mtp_p=params.mtp_projection_params(model) / tp if model.mtp_layers else 0.0 * tp,
                  shard=shard, expert_shard=expert_shard, z3=z3,
-                 logits=loss_tokens * model.vocab_size / tp * loss_peak_bytes_per_logit(batch.cross_entropy, rates.act_bytes),
+                 logits=loss_tokens * model.vocab_size / tp
+                 * held_loss_bytes_per_logit(batch.cross_entropy, rates.act_bytes, losses_held(batch),
+                                             np.asarray(batch.loss_chunk_tokens) > 0),
                  off=np.asarray(batch.offload_optimizer_fraction, dtype=float), rc_group=rc_group, zero=states_zero,
                  moments=batch.optimizer_moment_bytes, grad_buffer=batch.grad_buffer_bytes,
                  fp8_param_gather=batch.fp8_param_gather)

@@ -55,7 +55,7 @@ import numpy as np
 
 from cost_models import memory, params, pool_links
 from cost_models.compute import LOW_PRECISION, activation_bytes
-from cost_models.cross_entropy import loss_peak_bytes_per_logit
+from cost_models.cross_entropy import held_loss_bytes_per_logit
 from cost_models.low_precision import saved_gemm_input_bytes_per_element, weight_copy_bytes_per_param
 from cost_models.topology import group_collective_time_s, p2p_stage_time_s, pipeline_exchange_transfers
 from hardware_specs.mfu_reference import reference_dtype
@@ -531,8 +531,11 @@ def stage_memory_parts(model: ModelSpec, settings: ParallelConfig, stage_params,
         + np.where(np.asarray(layers) > 0, np.maximum(full_act - layer_act, 0.0), 0.0)
     # the loss's peak on the last stage, per logit as the step model prices it
     # (``simulator.memory_rows``; the whole micro-batch: a plan cannot chunk the loss)
+    # GPipe's last stage holds all its in-flight micro-batches' losses until their backward
+    # (``memory_rows.losses_held``), the other schedules one
+    held = np.asarray(in_flight, dtype=float) if settings.schedule == Schedule.GPIPE else 1.0
     logits = (np.asarray(last) * tokens * model.vocab_size / np.asarray(tp, dtype=float)
-              * loss_peak_bytes_per_logit(settings.cross_entropy, act_bytes))
+              * held_loss_bytes_per_logit(settings.cross_entropy, act_bytes, held))
     tensors = w_b + g_b + o_b + activations + logits
     allocator = memory.allocator_allowance_bytes(tensors, reserved_bytes)
     return {"weights_bytes": w_b, "gradients_bytes": g_b, "optimizer_bytes": o_b, "activations_bytes": activations,
