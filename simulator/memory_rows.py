@@ -133,7 +133,18 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     gathered = np.maximum(gathered_dense, gathered_moe)
     depth = sharding.prefetched_layers(np.maximum(batch.param_prefetch_forward, batch.param_prefetch_backward),
                                        batch.param_prefetch_max_elements, gathered)
-    z3 = np.where(((zero >= 3) | once) & (shard > 1), np.maximum(2.0, 1.0 + depth) * gathered * param_bytes, 0.0)
+    # and in backward the computing layer's unsharded gradient, in the dtype it is reduced in
+    # (``grad_reduce_bytes``), lives beside them until its reduce-scatter (Zhao et al. 2023, PyTorch
+    # FSDP, sections 3.3-3.4: backward prefetch gathers the next layer while the current one's
+    # gradient is reduce-scattered; FSDP2 ``_fsdp_param_group.py`` ``post_backward`` copies the
+    # unsharded gradients into the reduce dtype's reduce-scatter input: pytorch/pytorch v2.13.0;
+    # DeepSpeed's stage3.py copies each parameter's full gradient into its reduce bucket,
+    # ``reduce_bucket_size`` elements, not modelled beyond the one layer). The ZeRO-3 gradients
+    # row holds only the shard (``memory.model_state_bytes``); a stage gathered once a step keeps
+    # its whole gradients there already (ZeRO-1 states), so adds none here.
+    layer_grad = np.where(once, 0.0, gathered * np.asarray(batch.grad_reduce_bytes, dtype=float))
+    z3 = np.where(((zero >= 3) | once) & (shard > 1),
+                  np.maximum(2.0, 1.0 + depth) * gathered * param_bytes + layer_grad, 0.0)
     loss_tokens = np.where(np.asarray(batch.loss_chunk_tokens) > 0,
                            np.minimum(tokens, np.asarray(batch.loss_chunk_tokens, dtype=float)), tokens)
     rc_group = np.where((np.asarray(batch.recompute_method) == _UNIFORM) & (np.asarray(batch.recompute_num_layers) > 0),

@@ -188,6 +188,8 @@ def test_a_zero3_prefetch_deeper_than_one_layer_holds_every_layer_it_gathers_ahe
                 recompute="full", seq_len=4096)
     held = {d: float(api.simulate(**base, param_prefetch_forward=d, param_prefetch_backward=d)
                      ["zero3_buffers_gib"].iloc[0]) for d in (0, 1, 2, 4)}
-    assert held[0] == held[1] > 0                    # the computing layer and one more (or its gradients)
-    assert held[2] == pytest.approx(1.5 * held[1], rel=1e-12)      # 3 layers against 2
-    assert held[4] == pytest.approx(2.5 * held[1], rel=1e-12)      # 5 layers against 2
+    # per gathered layer: 2 bytes of bf16 parameters for each layer held, plus the computing
+    # layer's unsharded gradient in the reduce dtype (fp32 here: 4 bytes), which no prefetch deepens
+    assert held[0] == held[1] > 0                    # the computing layer and one more, its gradient
+    assert held[2] == pytest.approx((3 * 2 + 4) / (2 * 2 + 4) * held[1], rel=1e-12)      # 3 layers against 2
+    assert held[4] == pytest.approx((5 * 2 + 4) / (2 * 2 + 4) * held[1], rel=1e-12)      # 5 layers against 2

@@ -235,19 +235,21 @@ def _fit_share(rows):
 def test_published_runs_fit_in_their_gpus_memory(results):
     """Every published run ran, so its configuration fit in its GPUs' memory: the share of
     predicted rows the memory model says fit is a check of the memory model on data. Measured
-    (2026-12-05): all predicted rows 97.0% (1,318 of 1,359); Megatron-Bridge 99.6% (230 of 231:
-    28.6% before the rows took their release presets' distributed optimizer, recomputation and
-    offloading, the bf16 gradient buffer and FP8-only parameters; 94.4% before Megatron-Core
-    >= 0.13's MoE probabilities inside the experts, stack input moe_probs_in_expert, which
-    fits its DeepSeek-V3 and Kimi K2 rows on GB200 / GB300), vTrain and Korthikanti 100%,
-    Narayanan 95.5%, BLOOM 92.9%, llm-foundry 90.0% (22 ZeRO-3 rows 1-8% over, activations and
-    fp32 logits at large micro-batches), DGX Cloud 86.5%. Row sets by source; each bound is the
-    measured share less a margin, so rows added to the shared file are bounded too."""
+    (2026-12-05): all predicted rows 96.4% (1,310 of 1,359; 97.0% before ZeRO-3's buffers held
+    the computing layer's unsharded gradient, which tips four llm-foundry FSDP runs over);
+    Megatron-Bridge 99.6% (230 of 231: 28.6% before the rows took their release presets'
+    distributed optimizer, recomputation and offloading, the bf16 gradient buffer and FP8-only
+    parameters; 94.4% before Megatron-Core >= 0.13's MoE probabilities inside the experts, stack
+    input moe_probs_in_expert, which fits its DeepSeek-V3 and Kimi K2 rows on GB200 / GB300),
+    vTrain and Korthikanti 100%, Narayanan 95.5%, BLOOM 92.9%, llm-foundry 86.4% (30 ZeRO-3 rows
+    over, activations and fp32 logits at large micro-batches, and the layer's fp32 gradient in
+    backward; 90.0% without it), DGX Cloud 86.5%. Row sets by source; each bound is the measured share less a margin,
+    so rows added to the shared file are bounded too."""
     ok = results[results.status == "ok"]
     assert len(ok) >= 1359
     assert _fit_share(ok) >= 0.95
     for source, bound in (("MBRIDGE", 0.97), ("VTRAIN", 0.99), ("KOR22", 0.99), ("NAR21", 0.9),
-                          ("LFOUNDRY", 0.87), ("DGXC2411", 0.83)):
+                          ("LFOUNDRY", 0.85), ("DGXC2411", 0.83)):
         rows = ok[ok.source == source]
         assert len(rows) >= 20, source
         assert _fit_share(rows) >= bound, (source, _fit_share(rows))

@@ -1,0 +1,48 @@
+"""ZeRO-3 / FSDP's gathered buffers hold, in backward, the computing layer's and the prefetched
+layer's 16-bit parameters and the computing layer's unsharded gradient, in the dtype it is
+reduce-scattered in, until that reduce-scatter (Zhao et al. 2023 sections 3.3-3.4; FSDP2
+post_backward). The gradients row holds only the shard, so the layer's whole gradient is not
+counted twice; a stage gathered once a step keeps its whole gradients in that row instead."""
+from __future__ import annotations
+
+import pytest
+
+from hardware_specs.catalog import efficiency_for_cluster, load_cluster
+from model_specs.catalog import load_model
+from simulator.config_batch import ConfigBatch
+from simulator.parallel_config import ParallelConfig
+from simulator.step_model import memory_parts
+
+CLUSTER = load_cluster("dgx-h100")
+EFF = efficiency_for_cluster(CLUSTER)
+MODEL = load_model("llama3-8b")
+# one Llama-3-8B layer: q, o 4096 x 4096; k, v 4096 x 1024; gate, up, down 4096 x 14336;
+# two RMSNorm weights of 4096
+LAYER = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096      # 218,112,000
+assert LAYER == 218_112_000
+
+
+def _parts(**kw):
+    cfg = ParallelConfig(dp=16, tp=1, pp=1, micro_batch=1, global_batch=64, zero_stage=3, recompute="full", **kw)
+    return memory_parts(MODEL, CLUSTER, EFF, ConfigBatch.from_configs([cfg]))
+
+
+@pytest.mark.parametrize("reduce_bytes", [2.0, 4.0])
+def test_buffers_hold_two_layers_of_parameters_and_one_layers_gradient(reduce_bytes):
+    # bf16 parameters, 2 bytes, for the computing and the prefetched layer; the gradient in bf16
+    # (FSDP2's default reduce dtype) or fp32 (torchtitan's float32 reduce)
+    parts = _parts(grad_reduce_bytes=reduce_bytes)
+    assert parts["zero3_buffers_bytes"][0] == pytest.approx(LAYER * (2 * 2 + reduce_bytes), rel=1e-12)
+
+
+def test_a_deeper_prefetch_adds_parameters_not_gradients():
+    # two layers prefetched: three layers of parameters, still one layer's gradient
+    parts = _parts(grad_reduce_bytes=2.0, param_prefetch_forward=2.0, param_prefetch_backward=2.0)
+    assert parts["zero3_buffers_bytes"][0] == pytest.approx(LAYER * (3 * 2 + 2), rel=1e-12)
+
+
+def test_a_stage_gathered_once_a_step_counts_its_whole_gradients_once():
+    cfg = ParallelConfig(dp=8, tp=1, pp=2, micro_batch=1, global_batch=64, zero_stage=3, recompute="full",
+                         zero3_once_per_step=True, grad_reduce_bytes=2.0)
+    parts = memory_parts(MODEL, CLUSTER, EFF, ConfigBatch.from_configs([cfg]))
+    assert parts["zero3_buffers_bytes"][0] == pytest.approx(LAYER * 2 * 2, rel=1e-12)
