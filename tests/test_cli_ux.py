@@ -528,15 +528,17 @@ def test_a_best_plan_offloading_activations_over_pcie_says_no_measured_run_backs
     out = CliRunner().invoke(main, base)
     assert out.exit_code == 0, out.output
     assert "note: the best plan uses activation offload over PCIe (79 layers per chunk)" in out.stdout
-    plain = CliRunner().invoke(main, base + ["--no-offload", "--json"])
+    plain = CliRunner().invoke(main, base[:-1] + ["5", "--no-offload", "--json"])
     assert plain.exit_code == 0, plain.output
     assert json.loads(plain.stdout)["best_unmeasured_features"] == ""
     offloaded = CliRunner().invoke(main, base + ["--json"])
     assert json.loads(offloaded.stdout)["best_unmeasured_features"] == "activation offload over PCIe (79 layers per chunk)"
     rows = json.loads(plain.stdout)["plans"]
-    # --no-offload keeps the rest of the memory search: the winner recomputes some layers instead
-    assert all(r["offload_activation_layers"] == 0 for r in rows) and rows[0]["recompute_num_layers"] > 0
-    r = rows[0]
+    # --no-offload keeps the rest of the memory search: some of the best plans recompute some
+    # layers instead (the winner did until ZeRO-3's buffers held the computing layer's gradient:
+    # a ZeRO-2 plan without recomputation now wins, 1.1% faster than the first that recomputes)
+    assert all(r["offload_activation_layers"] == 0 for r in rows)
+    r = next(r for r in rows if r["recompute_num_layers"] > 0)
     one = CliRunner().invoke(main, ["simulate", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "32", "--json",
                                     "--tp", str(r["tp"]), "--pp", str(r["pp"]), "--vpp", str(r["vpp"]),
                                     "--schedule", str(r["schedule"]),
