@@ -552,12 +552,16 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
         raise InputError("cluster", f"{cluster.name} has {len(names)} pools; the search tries every subset of them "
                          f"(2^{len(names)}) and covers at most {MAX_SEARCHED_POOLS} (14 took 11 s, 20 five minutes)",
                          "merge pools of one GPU kind and fabric into one pool, or plan on fewer pools")
+    seen_single: dict[str, str] = {}     # signature of a one-pool subset -> the pool searched for it
+    alias: dict[str, str] = {}           # pool whose search was skipped -> the identical pool searched
     for size in range(1, len(names) + 1):
         for subset in itertools.combinations(names, size):
             sub = cluster.subset(subset)
             sub_effs = tuple(effs_all[names.index(n)] for n in subset)
             for form, form_effs in searched_forms(sub, sub_effs):
                 sig = signature(form, form_effs)
+                if size == 1:
+                    alias.setdefault(subset[0], seen_single.setdefault(sig, subset[0]))
                 if sig in seen:
                     continue
                 seen.add(sig)
@@ -576,7 +580,9 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
     largest = cluster.largest_pool(tie_avoids=fastest.name)
     pairs = {}
     for name in cluster.pool_names:
-        pick = _best_single(scored, name, gbs)
+        pick = _best_single(scored, alias.get(name, name), gbs)
+        if pick is not None and alias.get(name, name) != name:
+            pick = _relabel(pick[0], alias[name], name), cluster.subset((name,))
         if pick is not None:
             plan_, cl_ = pick
             pairs[name] = (plan_, simulate_heterogeneous(model, cl_, plan_, _eff_map(cl_, cluster, effs_all)))
@@ -590,6 +596,14 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
         prior_pools=tuple(p.name for p, e in zip(cluster.pools, effs_all) if e.is_prior), row_plans=tuple(refs),
         pool_only=pairs, mfu_reference_dtype=reference_name(p.cluster.gpu for p in cluster.pools))
     return replace(result, explain=explain_text(result))
+
+
+def _relabel(plan: HeteroPlan, old: str, new: str) -> HeteroPlan:
+    """``plan`` with every stage on pool ``old`` moved to pool ``new`` (a pool the search skipped
+    because it is identical to ``old``: same spec, GPU count and efficiency, so the same best plan)."""
+    groups = tuple(replace(g, stages=tuple(replace(st, pool=new) if st.pool == old else st for st in g.stages))
+                   for g in plan.groups)
+    return replace(plan, groups=groups)
 
 
 def _eff_map(sub: PooledCluster, full: PooledCluster, effs_all) -> dict:
