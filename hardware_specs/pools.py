@@ -11,6 +11,7 @@ sender's NIC, the link and the receiver's NIC, so it runs at the slowest of the 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hardware_specs.cluster_spec import MAX_CLUSTER_GPUS, MAX_LATENCY_S, ClusterSpec, NetworkTier
@@ -178,9 +179,12 @@ class PooledCluster:
                  pb.scaleout.bw_bytes_per_s / pb.oversubscription)
         return bw, tier.latency_s
 
-    def fastest_pool(self, dtype: str | None = None) -> Pool:
+    def fastest_pool(self, dtype: str | None = None, speed_per_gpu: Mapping[str, float] | None = None) -> Pool:
         """The pool whose GPU has the highest dense peak (in ``dtype``, default each GPU's
-        16-bit type); ties go to the larger pool."""
+        16-bit type). GPUs of one peak (H100 and H200: 989 TFLOP/s bf16) are told apart by
+        ``speed_per_gpu`` (pool name -> what one of its GPUs does on the workload at hand, e.g.
+        tokens/s per GPU of the pool's own best plan; a planner knows it, the spec does not), then
+        the larger pool, then the name: never by the order the pools are listed in."""
         def peak(p: Pool) -> float:
             peaks = p.cluster.gpu.peak_flops_per_s
             if dtype is not None and dtype in peaks:
@@ -189,7 +193,9 @@ class PooledCluster:
                 if d in peaks:
                     return float(peaks[d])
             return max(float(v) for v in peaks.values())
-        return max(self.pools, key=lambda p: (peak(p), p.gpus))
+        speed = dict(speed_per_gpu or {})
+        by_name = sorted(self.pools, key=lambda p: p.name)       # max keeps the first of equals
+        return max(by_name, key=lambda p: (peak(p), speed.get(p.name, 0.0), p.gpus))
 
     def largest_pool(self, tie_avoids: str | None = None) -> Pool:
         """The pool with the most GPUs; a tie goes to a pool other than ``tie_avoids`` (a planner

@@ -576,8 +576,6 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
     evaluated = sum(len(s.zero) for s in scored)
     best_plan, best_cluster = refs[0]
     best_report = simulate_heterogeneous(model, best_cluster, best_plan, _eff_map(best_cluster, cluster, effs_all))
-    fastest = cluster.fastest_pool(dtype)
-    largest = cluster.largest_pool(tie_avoids=fastest.name)
     pairs = {}
     for name in cluster.pool_names:
         pick = _best_single(scored, alias.get(name, name), gbs)
@@ -588,6 +586,11 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
             pairs[name] = (plan_, simulate_heterogeneous(model, cl_, plan_, _eff_map(cl_, cluster, effs_all)))
         else:
             pairs[name] = None
+    # "fastest GPU": the highest peak; between GPUs of one peak, the one whose pool alone runs
+    # this model faster per GPU (the row then answers "what if I kept only my fastest GPUs")
+    per_gpu = {n: pr[1].tokens_per_s_per_gpu for n, pr in pairs.items() if pr is not None}
+    fastest = cluster.fastest_pool(dtype, per_gpu)
+    largest = cluster.largest_pool(tie_avoids=fastest.name)
     result = HeteroPlanResult(
         model=model.name, cluster=cluster.name, pools=tuple((p.name, p.cluster.gpu.name, p.gpus) for p in cluster.pools),
         global_batch=gbs, seq_len=model.seq_len, dtype=dtype, plans=table, best=best_plan, best_report=best_report,

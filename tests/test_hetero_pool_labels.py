@@ -25,3 +25,20 @@ def test_a_pool_identical_to_an_earlier_one_gets_its_own_only_row_equal_to_plann
     assert report.step_time_s == pytest.approx(alone.best_report.step_time_s, rel=1e-12)
     assert report.step_time_s == pytest.approx(res.pool_only["p"][1].step_time_s, rel=1e-12)
     assert res.largest_only is not None and res.largest_pool == "q"
+
+
+def test_the_fastest_gpu_between_two_of_one_peak_is_the_one_that_runs_the_model_faster_whatever_the_order():
+    """H100 and H200 share the 989 TFLOP/s bf16 peak (hardware_specs/gpus); the peak tie went to
+    the first listed pool. Listed either way, "fastest GPU" is the pool whose own best plan gives
+    more tokens/s per GPU (equal pools: 16 each), and its row and gain are the same."""
+    h200 = load_cluster("hgx-h200")
+    assert h200.gpu.peak_flops_per_s["bf16"] == _H100.gpu.peak_flops_per_s["bf16"]
+    results = [plan_heterogeneous("llama3-8b", PooledCluster("o", pools), 32, micro_batches=(1, 2))
+               for pools in ((Pool("h100", _H100, 16), Pool("h200", h200, 16)),
+                             (Pool("h200", h200, 16), Pool("h100", _H100, 16)))]
+    for res in results:
+        own = {n: pr[1].tokens_per_s / pr[1].n_gpus for n, pr in res.pool_only.items()}
+        assert res.fastest_pool == max(own, key=own.get)
+        assert res.largest_pool != res.fastest_pool
+    assert results[0].fastest_pool == results[1].fastest_pool
+    assert results[0].fastest_only[1].step_time_s == pytest.approx(results[1].fastest_only[1].step_time_s, rel=1e-12)
