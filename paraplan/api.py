@@ -681,7 +681,7 @@ def best_plan_for(framework: str, model, cluster, gpus: int, global_batch_tokens
     where paraplan has one (torchtitan), else on Megatron-Core's; a given table keeps the stack it
     was ranked on."""
     from paraplan import exports
-    exports.module(framework)                       # unknown names fail before the search
+    exports.module(framework, "framework")          # unknown names fail before the search
     if plans is not None and not isinstance(plans, pd.DataFrame):
         raise InputError("plans", f"must be the DataFrame api.plan returned, got {type(plans).__name__}",
                          "pass api.plan's table of this same request, or leave plans out")

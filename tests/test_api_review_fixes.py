@@ -123,3 +123,14 @@ def test_pool_refuses_a_cluster_name():
     with pytest.raises(InputError, match="^pools.a.cluster: must be a loaded ClusterSpec.*load_cluster"):
         Pool("a", "dgx-a100-80gb", 8)
     assert Pool("a", load_cluster("dgx-a100-80gb"), 8).gpus == 8
+
+
+def test_the_api_names_its_own_argument_for_an_unknown_framework():
+    """``api.best_plan_for(framework=...)`` refuses an unknown framework naming ``framework``
+    (the API's argument), not the CLI's ``--emit``, which an API caller never wrote."""
+    from hardware_specs.errors import InputError
+    from paraplan import api
+    with pytest.raises(InputError) as err:
+        api.best_plan_for("megatronx", "llama3-8b", "dgx-h100", 8, 2**20)
+    assert err.value.field == "framework"
+    assert "megatronx" in err.value.message

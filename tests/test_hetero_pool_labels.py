@@ -42,3 +42,4 @@ def test_the_fastest_gpu_between_two_of_one_peak_is_the_one_that_runs_the_model_
         assert res.largest_pool != res.fastest_pool
     assert results[0].fastest_pool == results[1].fastest_pool
     assert results[0].fastest_only[1].step_time_s == pytest.approx(results[1].fastest_only[1].step_time_s, rel=1e-12)
+

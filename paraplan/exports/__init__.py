@@ -52,11 +52,13 @@ __all__ = ["FRAMEWORKS", "MODULES", "check_hardware", "emit", "emit_megatron", "
            "with_stack_fields"]
 
 
-def module(framework: str):
-    """The export module of ``framework`` (megatron, torchtitan, deepspeed)."""
+def module(framework: str, argument: str = "--emit"):
+    """The export module of ``framework`` (megatron, torchtitan, deepspeed); an unknown name is
+    an ``InputError`` naming ``argument``, the caller's name for it (the CLI's ``--emit``, the
+    API's ``framework``)."""
     key = str(framework).strip().lower()
     if key not in MODULES:
-        raise InputError("--emit", f"unknown framework {framework!r}", "choose megatron, torchtitan or deepspeed")
+        raise InputError(argument, f"unknown framework {framework!r}", "choose megatron, torchtitan or deepspeed")
     return MODULES[key]
 
 
