@@ -237,7 +237,8 @@ def signature(cluster: PooledCluster, effs) -> str:
 # Scoring
 # --------------------------------------------------------------------------------------------
 
-def _score(model, cluster, effs, settings, units, pipes: Pipelines, zero, limits, gbs_mb, ring_all: bool, kind: str):
+def _score(model, cluster, effs, settings, units, pipes: Pipelines, zero, limits, gbs_mb, ring_all: bool, kind: str,
+           top: int):
     P = int(pipes.plan.max()) + 1 if len(pipes) else 0
     ring = np.ones((P, len(cluster.pools)), dtype=bool) if ring_all else None
     layout = lay_out(model, cluster, effs, settings, units, pipes, zero, limits, ring)
@@ -245,7 +246,10 @@ def _score(model, cluster, effs, settings, units, pipes: Pipelines, zero, limits
     if len(kept) == 0:
         return None
     total = gbs_mb[kept] if np.ndim(gbs_mb) else gbs_mb
-    out = compose(model, cluster, effs, settings, units, layout.blocks, layout.groups, zero[kept], total)
+    # every plan that can reach the ranked table (its ``top`` rows) or be a pool's best is
+    # priced exactly (``compose``'s ``exact_top``): the table's numbers are the simulator's
+    out = compose(model, cluster, effs, settings, units, layout.blocks, layout.groups, zero[kept], total,
+                  exact_top=max(int(top), 1))
     return Scored(kind, cluster, layout, out, zero[kept], np.asarray(out["fits"], dtype=bool), units, settings)
 
 
@@ -340,7 +344,7 @@ def _subset(pipes: Pipelines, plans: np.ndarray) -> tuple[Pipelines, np.ndarray]
     return sub, np.sort(plans)
 
 
-def _search_pools(model, cluster, effs, settings, search, limits, gbs, keep) -> list[Scored]:
+def _search_pools(model, cluster, effs, settings, search, limits, gbs, keep, top) -> list[Scored]:
     """Score every candidate family that uses all the pools of ``cluster`` (a canonical subset)."""
     keys = cand.make_keys(model, cluster.pools, search["max_tp"], search["micro_batches"], search["recomputes"],
                           search["sps"], settings.kv_head_replication)
@@ -355,7 +359,7 @@ def _search_pools(model, cluster, effs, settings, search, limits, gbs, keep) -> 
         pipes, zero = cand.single_pool(model, keys, 0, cluster.pools[0].gpus, gbs, zeros)
         if len(pipes):
             mb = keys.micro_batch[pipes.seg_key[:, 0]]
-            r = _score(model, cluster, effs, settings, units, pipes, zero, limits, gbs // mb, False, SINGLE)
+            r = _score(model, cluster, effs, settings, units, pipes, zero, limits, gbs // mb, False, SINGLE, top)
             if r is not None:
                 results.append(r)
         return results
@@ -388,7 +392,7 @@ def _search_pools(model, cluster, effs, settings, search, limits, gbs, keep) -> 
     pipes, zero = cand.data_parallel_mix(keys, chosen, gbs)
     if len(pipes):
         r = _score(model, cluster, effs, settings, units, pipes, zero, limits, gbs // keys.micro_batch[pipes.seg_key[
-            np.searchsorted(pipes.plan, np.arange(int(pipes.plan.max()) + 1)), 0]], True, DP_MIX)
+            np.searchsorted(pipes.plan, np.arange(int(pipes.plan.max()) + 1)), 0]], True, DP_MIX, top)
         if r is not None:
             results.append(r)
     # pipeline mixes (two pools): the best by estimated pipeline time per shared key, exactly scored;
@@ -426,7 +430,7 @@ def _search_pools(model, cluster, effs, settings, search, limits, gbs, keep) -> 
                 continue
             sub, old = _subset(pipes, best)
             mb = keys.micro_batch[sub.seg_key[:, 0]]
-            r = _score(model, cluster, effs, settings, units, sub, zero[old], limits, gbs // mb, False, PP_MIX)
+            r = _score(model, cluster, effs, settings, units, sub, zero[old], limits, gbs // mb, False, PP_MIX, top)
             if r is not None:
                 results.append(r)
     return results
@@ -568,7 +572,7 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
                 limits = np.array([p.cluster.gpu.hbm_bytes - headroom.headroom_gib(p.cluster.gpu.hbm_bytes,
                                                                                   headroom_gib) * GIB
                                    for p in form.pools])
-                scored += _search_pools(model, form, form_effs, settings, search, limits, gbs, keep)
+                scored += _search_pools(model, form, form_effs, settings, search, limits, gbs, keep, top)
     table, refs = _ranked(scored, model, gbs, top)
     if table.empty:
         raise InputError("memory", f"no plan of {model.name} fits any pool of {cluster.name} in memory",

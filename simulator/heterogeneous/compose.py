@@ -23,7 +23,10 @@ tensor-parallel degree when the two stages differ. Per replica group of a 1F1B o
 pipeline running m micro-batches (Narayanan et al. 2021; with unequal stages the first
 micro-batch crosses every stage, then the slowest stage paces the rest):
 
-    pipeline_g = sum over stages of t_stage + (m_g - 1) x max over stages of t_stage
+    pipeline_g = makespan of the schedule's flush of m_g micro-batches over the group's stages,
+                 each stage's forward and backward of one micro-batch as above (``group_makespan``:
+                 the step model's function; at most sum of t_stage + (m_g - 1) x max t_stage,
+                 the bound the micro-batch shares are split by)
                  + low-precision weight casts (once per step per stage)
 
 Data-parallel traffic (ZeRO 0 or 1): each stage's gradients are reduced over all replicas of
@@ -62,6 +65,7 @@ from hardware_specs.mfu_reference import reference_dtype
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
 from simulator.config_batch import modules_mask
+from simulator.heterogeneous.group_makespan import group_lower_bounds_s, group_makespans_s, stage_table
 from simulator.heterogeneous.plan import pool_dtype
 from simulator.heterogeneous.shares import speed_shares
 from simulator.heterogeneous.unit_costs import UnitCosts
@@ -125,10 +129,12 @@ def _starts(index: np.ndarray, n: int) -> np.ndarray:
 
 
 def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelConfig, units: UnitCosts,
-            blocks: StageBlocks, groups: Groups, zero_stage, total_microbatches) -> dict:
+            blocks: StageBlocks, groups: Groups, zero_stage, total_microbatches, exact_top: int | None = None) -> dict:
     """Step time, its parts and memory for every plan of ``blocks``/``groups``.
 
     ``zero_stage`` and ``total_microbatches`` (micro-batches per step) are per plan (or scalars).
+    ``exact_top``: None prices every plan's pipeline exactly; n (a search) prices exactly every
+    plan that can be among the n fastest fitting ones, the others at a value above all of those.
     Returns a dict of per-plan (``P``), per-group (``group_*``) and per-row (``row_*``) arrays.
     """
     G = len(groups)
@@ -215,10 +221,15 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     else:
         m = m_given
         group_total = m_given * d_group
-    pipeline = fill + (m - 1.0) * slowest + casts
+    # each stage's forward and backward of one micro-batch (with its ends, accumulation and the
+    # sends it makes in that direction): the pipeline is the schedule's makespan over them, as
+    # the step model's (set below); the shares above split the micro-batches by its linear
+    # approximation fill + (m - 1) x slowest
+    ends_b = first * units["embedding_bwd_s"][k] + last * units["head_bwd_s"][k]
+    window_b = n * (bwd + w) + ends_b + grad_accum + to_prev
+    window_f = n * fwd + (ends - ends_b) + to_next
     wait_row = skew * m[g] * (part_compute + part_rc)
     sync = np.where(world[groups.plan] > 1, np.maximum.reduceat(wait_row, gstart), 0.0) if R else np.zeros(0)
-    group_time = pipeline + sync
 
     # ---- data-parallel gradient reduction and parameter gather ----------------------------------
     D_row = D[plan_of_row]
@@ -253,13 +264,9 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     # the last bucket, which can only start when the window ends
     bucket = np.maximum(settings.grad_bucket_elements, settings.grad_bucket_elements_per_dp * D_row)
     bucket_share = np.where(bucket > 0, np.minimum(bucket / np.maximum(stage_params, 1.0), 1.0), 1.0)
-    # the windows are the stage's whole passes of one micro-batch, as the step model's
-    # (``step_pipeline``: a cell's forward and backward with its ends, their gradient accumulation
-    # and the sends it makes in that direction)
-    ends_b = first * units["embedding_bwd_s"][k] + last * units["head_bwd_s"][k]
-    ends_f = ends - ends_b
-    window_b = n * (bwd + w) + ends_b + grad_accum + to_prev
-    window_f = n * fwd + ends_f + to_next
+    # the windows (window_f, window_b above) are the stage's whole passes of one micro-batch, as
+    # the step model's (``step_pipeline``: a cell's forward and backward with its ends, their
+    # gradient accumulation and the sends it makes in that direction)
     exposed_grad = _overlapped(grad_comm, window_b, bucket_share * grad_comm, settings.overlap_grad_reduce)
     exposed_gather = _overlapped(gather_comm, window_f, bucket_share * gather_comm, settings.overlap_param_gather)
     # as in the step model, the reduction that can stay exposed is the first stage's: it ends its
@@ -290,11 +297,37 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     # ---- per plan -----------------------------------------------------------------------------
     pstart_g = _starts(groups.plan, P)
     pstart_r = _starts(plan_of_row, P)
-    pipe_max = np.maximum.reduceat(group_time, pstart_g) if G else np.zeros(0)
     dp_max = np.maximum.reduceat(dp_row, pstart_r) if R else np.zeros(0)
     opt_max = np.maximum.reduceat(opt_row, pstart_r) if R else np.zeros(0)
-    step = pipe_max + dp_max + opt_max
     fits = np.minimum.reduceat((mem <= hbm).astype(np.int8), pstart_r).astype(bool) if R else np.zeros(0, bool)
+    f_tab, b_tab = stage_table(window_f, window_b, g, blocks.position, blocks.count, G,
+                               int(groups.stages.max()) if G else 1)
+
+    def steps(span):
+        return (np.maximum.reduceat(span + casts + sync, pstart_g) if G else np.zeros(0)) + dp_max + opt_max
+
+    if exact_top is None or P <= exact_top:
+        span = group_makespans_s(settings.schedule, f_tab, b_tab, groups.stages, m)
+    else:
+        # the plans that can rank among the best ``exact_top`` (fitting first) get the exact
+        # makespan: the best by the linear estimate, then every plan whose lower bound is within
+        # the slowest of their exact steps; the others keep the larger of estimate and bound,
+        # above every exact step they could displace
+        lower = group_lower_bounds_s(settings.schedule, f_tab, b_tab, groups.stages, m)
+        span = np.maximum(fill + (m - 1.0) * slowest, lower)
+        order = np.lexsort((steps(span), ~fits))
+        chosen = np.zeros(P, dtype=bool)
+        chosen[order[:exact_top]] = True
+        exact = group_makespans_s(settings.schedule, f_tab, b_tab, groups.stages, m, chosen[groups.plan])
+        span = np.where(chosen[groups.plan], exact, span)
+        bar = steps(span)[chosen].max()
+        more = ~chosen & (steps(lower) <= bar)
+        if more.any():
+            exact = group_makespans_s(settings.schedule, f_tab, b_tab, groups.stages, m, more[groups.plan])
+            span = np.where(more[groups.plan], exact, span)
+    pipeline = span + casts
+    group_time = pipeline + sync
+    step = (np.maximum.reduceat(group_time, pstart_g) if G else np.zeros(0)) + dp_max + opt_max
 
     # breakdown: the critical group's slowest stage (its parts sum to the step)
     crit_g = _argmax_by(group_time, groups.plan, P)
