@@ -9,7 +9,8 @@ stage is the least X with
     sum_s min(cap_s, floor((X - extra_s) / tau_s)) >= L,   floor((X - extra_s) / tau_s) >= 1
 
 found by bisection on X for many candidates at once; the surplus layers are then taken from the
-slowest classes, one layer per stage, so a class may split into two blocks that differ by one
+classes with the slowest layer (largest tau: the split's sum of stage times, which the pipeline's
+fill and drain pay, is then least), one layer per stage, so a class may split into two blocks that differ by one
 layer. ``split_layers_ilp`` states the same problem for pulp/CBC (tests check both agree).
 Metis (Um et al., ATC 2024) and Sailor (Strati et al., SOSP 2025) split layers over unequal
 GPUs in proportion to measured speed; this is the exact min-max of that split.
@@ -102,9 +103,12 @@ def split_layers(mult, tau, extra, cap, num_layers: int) -> Split:
     n = np.where(used, np.clip(np.floor(hi * inv - shift), 1, np.maximum(cap, 1)), 0.0)
     surplus = (mult * n).sum(axis=0) - L
     surplus = np.where(feasible, np.maximum(surplus, 0), 0)
-    # take the surplus from the slowest classes first, one layer per stage
+    # every stage is within the least slowest stage whichever layers go, so the surplus only
+    # changes the sum of the stages' times (the pipeline's fill and drain): take it from the
+    # classes with the slowest layer first (each layer removed saves its tau), the slowest
+    # stage among equal taus
     time = np.where(used, extra + n * tau, -np.inf)
-    order = np.argsort(-time, axis=0, kind="stable")
+    order = np.lexsort((-time, -np.where(used, tau, -np.inf)), axis=0)
     taken = np.zeros_like(n)
     cols = np.arange(n.shape[1])
     for j in range(n.shape[0]):

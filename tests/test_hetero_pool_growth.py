@@ -6,11 +6,13 @@ use all of a pool's replicas: the guarantee is for these mixes.)
 
 Llama-3-70B, 512 sequences, the example A100 + H100 cluster with 16, 24, 32 and 48 A100s. Before,
 the pipeline mixes tried only the split that uses both pools in proportion: 16.57 s, 16.74 s (H100
-only), 16.32 s, 16.43 s; the 32-A100 plan (16 replicas of one A100 stage at tp 2 and four H100
-stages) runs in 16.3154 s on 48 A100s too. Every number below is also `paraplan simulate`'s for
-the plan's --group (tested below), e.g. on 48:
+only), 16.32 s, 16.43 s; the 32-A100 plan (8 replicas of eight H100 stages at tp 4 and one A100
+stage at tp 4, since pipelines are priced at the schedule's makespan; before, 16 replicas of one
+A100 stage at tp 2 and four H100 stages, 16.3154 s then, 16.2956 s now) runs in 16.2903 s on 48
+A100s too. Every number below is also `paraplan simulate`'s for the plan's --group (tested
+below), e.g. on 48:
     simulate -m llama3-70b -c a100-h100-48.yaml --global-batch 512 --zero 1 --sequence-parallel
-             --group "16x a100:tp2:pp1:3 > h100:tp4:pp4:19,20,20,18"        -> 16.3154 s, fits
+             --group "8x h100:tp4:pp8:10,10,10,10,10,10,10,9 > a100:tp4:pp1:1"   -> 16.2903 s, fits
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ SIZES = (16, 24, 32, 48)
 #: run, leaving A100s idle: before, 24 and 48 lost it (16.74 s against 16.57 s; 16.43 against 16.32)
 SMALLER = {24: 16, 48: 32}
 #: that plan as `simulate --group` takes it (the planner's winner on both sizes)
-GROUP = {24: "16x a100:tp1:pp1:2 > h100:tp4:pp4:19,20,20,19", 48: "16x a100:tp2:pp1:3 > h100:tp4:pp4:19,20,20,18"}
+GROUP = {24: "16x a100:tp1:pp1:2 > h100:tp4:pp4:19,20,20,19", 48: "8x h100:tp4:pp8:10,10,10,10,10,10,10,9 > a100:tp4:pp1:1"}
 
 
 @pytest.fixture(autouse=True)

@@ -175,3 +175,31 @@ def test_groups_left_to_the_shares_split_what_the_stated_groups_leave(tmp_path):
         HeteroPlan(groups=(ReplicaGroup((StagePlacement("a", 4, 32),), replicas=4, micro_batches=15),
                            ReplicaGroup((StagePlacement("h", 2, 32),), replicas=8)),
                    micro_batch=1, global_batch=64, zero_stage=1)
+
+
+# --------------------------------------------------------------------------------------------
+# layer split: the surplus layers leave the stages with the slowest layer
+# --------------------------------------------------------------------------------------------
+
+def test_the_split_takes_its_surplus_layers_from_the_slowest_layers_whatever_the_class_order():
+    """Two stages of tau 1 s a layer and one of tau 2 s, 9 layers: the least slowest stage is
+    4 s (3 + 3 + 1 layers hold 7 < 9 below it), where the classes hold 4 + 4 + 2 = 10, one too
+    many. Every stage is within 4 s whichever layer goes, so it should leave the tau-2 stage:
+    stage times 4, 4, 2 (sum 10 s) against 4, 3, 4 (11 s) when it left a tau-1 stage, which the
+    split did when the tau-1 class came first (the tie on stage time went to the first class).
+    The pipeline's flush only shortens with the smaller sum (1F1B, 8 micro-batches)."""
+    from planners.hetero_split import split_layers
+    from simulator.pipeline.makespan import flush_makespan_s
+
+    for order in ((0, 1), (1, 0)):
+        mult, tau = np.array([[2, 1]])[:, order], np.array([[1.0, 2.0]])[:, order]
+        s = split_layers(mult, tau, np.zeros((1, 2)), np.full((1, 2), np.inf), 9)
+        fast, slow = order.index(0), order.index(1)
+        assert (s.layers_hi[0, fast], s.count_hi[0, fast], s.count_lo[0, fast]) == (4, 2, 0)
+        assert (s.layers_hi[0, slow], s.count_hi[0, slow]) == (1, 1)
+        assert s.slowest_s[0] == pytest.approx(4.0)
+
+    def span(times):
+        t = np.array(times, dtype=float)[None, :, None]
+        return flush_makespan_s("1f1b", 3, 8, 1, t / 3, 2 * t / 3, np.zeros_like(t))[0]
+    assert span([4, 4, 2]) < span([4, 3, 4])
