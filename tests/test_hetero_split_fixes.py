@@ -203,3 +203,20 @@ def test_the_split_takes_its_surplus_layers_from_the_slowest_layers_whatever_the
         t = np.array(times, dtype=float)[None, :, None]
         return flush_makespan_s("1f1b", 3, 8, 1, t / 3, 2 * t / 3, np.zeros_like(t))[0]
     assert span([4, 4, 2]) < span([4, 3, 4])
+
+
+def test_doubling_the_link_between_128_a100s_and_64_h100s_does_not_slow_the_best_llama3_70b_plan():
+    """Llama-3-70B, 256 sequences: the best plan at 100 Gb/s (8 replicas of a100 tp8 [17, 16] >
+    h100 tp4 [24, 23]) runs faster on the 200 Gb/s link, so the best there is no slower. Before,
+    the 200 Gb/s search split [17, 17] > [24, 22] (the least slowest stage, a larger sum) and priced
+    flushes as sum + (m - 1) x slowest: 19.28147 s against 19.27987 s at 100 Gb/s."""
+    def cluster(gbit):
+        return PooledCluster("ah", (Pool("a100", load_cluster("dgx-a100-80gb"), 128),
+                                    Pool("h100", load_cluster("dgx-h100"), 64)),
+                             (PoolLink(("a100", "h100"), gbit * 1e9 / 8, 5e-6, "infiniband"),))
+    model = load_model("llama3-70b")
+    slow, fast = (plan_heterogeneous(model, cluster(g), 256) for g in (100, 200))
+    on_fast = simulate_heterogeneous(model, cluster(200), slow.best)
+    assert on_fast.fits
+    assert on_fast.step_time_s <= slow.best_report.step_time_s * (1 + 1e-12)
+    assert fast.best_report.step_time_s <= on_fast.step_time_s * (1 + 1e-12)
