@@ -82,7 +82,11 @@ def _pipelines(plan, replicas, micro_batches, pools, keys, tps, stages) -> Pipel
 
 
 def single_pool(model: ModelSpec, keys: Keys, pool: int, gpus: int, global_batch: int, zeros) -> tuple[Pipelines, np.ndarray]:
-    """One pool alone: (pipelines, zero stage per plan); one group per plan."""
+    """One pool alone: (pipelines, zero stage per plan); one group per plan. Every replica count
+    that divides the step's micro-batches (each replica the same count), and the most replicas
+    that fit where that count does not divide them: the shares then give some replicas one
+    micro-batch more (micro-batches NaN, as the data-parallel mixes; 64 sequences over 24
+    replicas of tp 2 on 48 A100s, which the same GPUs written as two pools of 24 found)."""
     L = model.num_layers
     parts = []
     for k in np.flatnonzero(keys.pool == pool):
@@ -94,13 +98,20 @@ def single_pool(model: ModelSpec, keys: Keys, pool: int, gpus: int, global_batch
         PP, D = PP.ravel(), D.ravel()
         fit = D * tp * PP <= gpus
         PP, D = PP[fit], D[fit]
+        fill = gpus // (tp * pp)                              # the most replicas of each depth
+        uneven = (fill <= M) & (M % np.maximum(fill, 1) != 0) & (fill > 0)
+        PP = np.concatenate([PP, pp[uneven]])
+        D = np.concatenate([D, fill[uneven]])
+        m_each = np.where(M % D == 0, M // D, -1)              # -1: from the shares
         for z in zeros:
             keep = (z == 0) | (D > 1)
             n = int(keep.sum())
-            parts.append(np.stack([np.full(n, k), np.full(n, tp), PP[keep], D[keep], M // D[keep], np.full(n, z)], axis=1))
+            parts.append(np.stack([np.full(n, k), np.full(n, tp), PP[keep], D[keep], m_each[keep], np.full(n, z)],
+                                  axis=1))
     a = np.concatenate(parts) if parts else np.zeros((0, 6), dtype=np.int64)
     n = len(a)
-    pipes = _pipelines(np.arange(n), a[:, 3], a[:, 4], np.full((n, 1), pool), a[:, 0:1], a[:, 1:2], a[:, 2:3])
+    m = np.where(a[:, 4] > 0, a[:, 4], np.nan)
+    pipes = _pipelines(np.arange(n), a[:, 3], m, np.full((n, 1), pool), a[:, 0:1], a[:, 1:2], a[:, 2:3])
     return pipes, a[:, 5]
 
 

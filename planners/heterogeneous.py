@@ -155,17 +155,14 @@ class HeteroPlanResult:
 # Pools the cost model cannot tell apart
 # --------------------------------------------------------------------------------------------
 
-def _same_tier(t1, t2) -> bool:
-    return t1.bw_bytes_per_s == t2.bw_bytes_per_s and t1.latency_s == t2.latency_s
-
-
 def canonical(cluster: PooledCluster, effs) -> tuple[PooledCluster, tuple]:
     """``cluster`` with interchangeable pools merged (GPU counts added), and their efficiency models.
 
     Two pools are interchangeable when their ``ClusterSpec`` and efficiency model are equal,
-    the link between them is their own scale-out tier (same bandwidth and latency) and every
-    other pool reaches both over equal links: then no cost in ``compose`` can tell a stage on
-    one from a stage on the other. The merge is lossy for the search (the merged pool's replicas
+    the path between them (``PooledCluster.path``: the slower of their NICs and the link, the
+    link's latency) is their own scale-out path and every other pool reaches both over equal
+    paths: then no cost in ``compose`` can tell a stage on one from a stage on the other (a link
+    faster than the NICs is no faster path, so it merges the pools as their own tier does). The merge is lossy for the search (the merged pool's replicas
     share one pipeline shape), so ``searched_forms`` scores small sets unmerged too.
     """
     pools = list(cluster.pools)
@@ -176,9 +173,11 @@ def canonical(cluster: PooledCluster, effs) -> tuple[PooledCluster, tuple]:
             q = g[0]
             if q.cluster != p.cluster or eff_of[q.name] != eff_of[p.name]:
                 continue
-            if not _same_tier(cluster.link(q.name, p.name), q.cluster.scaleout):
+            # what compose reads of a link is the path through it (the slower of the NICs and
+            # the link): a link faster than the pools' own NICs is their own tier to it
+            if cluster.path(q.name, p.name) != cluster.path(q.name, q.name):
                 continue
-            if all(_same_tier(cluster.link(q.name, o.name), cluster.link(p.name, o.name))
+            if all(cluster.path(q.name, o.name) == cluster.path(p.name, o.name)
                    for o in pools if o.name not in (q.name, p.name)):
                 g.append(p)
                 break
