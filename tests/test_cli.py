@@ -341,17 +341,20 @@ def test_simulate_trace_and_gantt_files(tmp_path):
     assert gantt.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step.json", "step.png"]   # no temp files
     # the note's idle share is the mean over the trace's stages (it was labelled 'bubble', beside a
-    # breakdown whose pipeline_bubble_s is the busiest stage's idle: 11.7% of 4 stages here (11.1% before the
-    # eighteenth round's refit, 11.2% before the nineteenth's per-stack loss traffic) against 8.1% of the step (8.2% before))
+    # breakdown whose pipeline_bubble_s is the busiest stage's idle). The busiest stage idles
+    # least, so the mean over the 4 stages is at least the breakdown's share of the step (11.5%
+    # against 8.1% at the committed factors of 2026-12-05)
     ops = [e for e in events if e.get("ph") == "X"]
     makespan_us = max(e["ts"] + e["dur"] for e in ops)
     mean_idle_pct = 100 * (1 - sum(e["dur"] for e in ops) / (4 * makespan_us))
     note = next(ln for ln in result.stderr.splitlines() if ln.startswith("wrote trace"))
     shown = float(re.search(r"mean stage idle ([\d.]+)%", note).group(1))
-    assert shown == pytest.approx(mean_idle_pct, abs=0.05) and shown == pytest.approx(11.7, abs=0.05)
+    assert shown == pytest.approx(mean_idle_pct, abs=0.05)
     assert "pipeline_bubble_s above is the busiest stage's idle" in note and " bubble " not in note
-    bubble_line = next(ln for ln in result.stdout.splitlines() if ln.strip().startswith("pipeline_bubble_s"))
-    assert float(bubble_line.split()[2]) == pytest.approx(8.1, abs=0.05)
+    part = {ln.split()[0]: ln.split() for ln in result.stdout.splitlines() if ln.strip().endswith(("idle stages)", "one optimizer step"))}
+    bubble_s, bubble_pct = float(part["pipeline_bubble_s"][1]), float(part["pipeline_bubble_s"][2])
+    assert bubble_pct == pytest.approx(100 * bubble_s / float(part["step_time_s"][1]), abs=0.05)
+    assert 0 < bubble_pct < shown
 
 
 def test_simulate_trace_into_missing_folder_fails_before_simulating(tmp_path):
