@@ -20,8 +20,9 @@ bytes/s), with the serving efficiency of the GPU generation:
   bytes: ~60 FLOP/byte at 16 heads a GPU and an FP8 cache, so its compute side matters; it
   runs in a decode kernel of its own (FlashMLA, FlashInfer MLA, TRT-LLM's MLA kernels), not
   the prefill FMHA, and where that kernel's compute-bound rate is published
-  (``MLA_DECODE_PEAK_FRACTION``: Hopper; Blackwell carries Hopper's fraction over as an unfitted
-  prior) that rate is used, else the prefill attention fraction.
+  (``MLA_DECODE_PEAK_FRACTION``: Hopper) that rate is used; Blackwell, with none published,
+  runs it at Hopper's published rate (``MLA_DECODE_PRIOR_FLOPS_PER_S``, an unfitted prior);
+  other generations at the prefill attention fraction.
 * A routed-expert layer streams only the experts some token activated
   (``cost_models.expert_activation``): the expert group (moe_tp x moe_ep GPUs = tp x adp) sees
   the tokens of all adp ranks; the step waits for the GPU with the most active experts, so the
@@ -62,14 +63,20 @@ KERNELS = {"attention": 6.0, "mla": 11.0, "linear_attention": 8.0, "mlp": 4.0, "
 #: peak, per GPU generation where it is published: FlashMLA (deepseek-ai/FlashMLA README,
 #: February 2025: "up to 3000 GB/s in memory-bound configuration and 580 TFLOPS in
 #: computation-bound configuration on H800 SXM5"; the H800 SXM5 has the H100 SXM5's 989.4 TFLOPS
-#: dense BF16). Not fitted. Blackwell: no dense absorbed-MLA decode rate is published (FlashMLA's
-#: README gives SM100 only its sparse FP8 decode kernel, "up to 350 TFlops on B200 (which is not
-#: really optimized yet)", and its prefill kernels), so Hopper's fraction is carried over as an
-#: UNFITTED PRIOR: every Blackwell MLA decode prediction rests on it (B200: 0.586 x 2,250 = 1,319
-#: TFLOPS). Before, Blackwell fell back to its fitted prefill attention fraction (0.2393 x 2,250 =
-#: 538 TFLOPS, below the H100's 580), and a B200 decoded the same MLA batch slower than an H200.
-#: A generation absent here uses the prefill ``attention_peak_fraction``.
-MLA_DECODE_PEAK_FRACTION = {"hopper": 580.0 / 989.4, "blackwell": 580.0 / 989.4}
+#: dense BF16). Not fitted. A generation absent here and from ``MLA_DECODE_PRIOR_FLOPS_PER_S``
+#: uses the prefill ``attention_peak_fraction``.
+MLA_DECODE_PEAK_FRACTION = {"hopper": 580.0 / 989.4}
+#: FLOP/s of the absorbed-MLA decode core where no rate is published, an UNFITTED PRIOR every
+#: prediction resting on it carries. Blackwell: no dense SM100 MLA decode rate is published;
+#: the one SM100 MLA decode figure, FlashMLA's sparse FP8 kernel, "up to 350 TFlops on B200 (which
+#: is not really optimized yet)" (deepseek-ai/FlashMLA README, 2025), is below the H800's 580, so
+#: the decode kernel is taken to reach Hopper's published absolute rate, not its fraction of
+#: Blackwell's 2.27x larger peak (0.586 x 2,250 = 1,319 TFLOPS, tried 2026-12-05: DeepSeek decode
+#: under attention DP on GB300 / B200 then predicted 15-40% fast, SGLang disagg TPOT 15.6% ->
+#: 19.1% after the refit). Before either, Blackwell fell back to its fitted prefill attention
+#: fraction (0.2393 x 2,250 = 538 TFLOPS), below the H100's 580: a B200 decoded the same MLA
+#: batch slower than an H200; at 580 it decodes it as fast.
+MLA_DECODE_PRIOR_FLOPS_PER_S = {"blackwell": 580e12}
 #: memory-bound traffic per token per layer besides the GEMMs, in hidden-size elements: two
 #: RMSNorms (read + write each), two residual adds (read 2, write 1 each), rotary on q and k.
 ELEMENTWISE_H_PER_TOKEN = 12.0
@@ -87,7 +94,7 @@ class LayerRates:
     expert_flops_per_s: float    # GEMMs with weights in the routed-expert format
     head_flops_per_s: float      # 16-bit GEMMs (LM head, router)
     attention_flops_per_s: float  # prefill attention core (16-bit)
-    mla_decode_flops_per_s: float  # absorbed-MLA decode core (16-bit; ``MLA_DECODE_PEAK_FRACTION``)
+    mla_decode_flops_per_s: float  # absorbed-MLA decode core (16-bit; ``MLA_DECODE_PEAK_FRACTION``, ``..._PRIOR_FLOPS_PER_S``)
     hbm_bytes_per_s: float
     kernel_fixed_s: float
     expert_fixed_s: float        # per active routed expert a GPU holds, per MoE layer
@@ -100,14 +107,17 @@ def layer_rates(gpu: GPUSpec, eff: ServingEfficiency, dense_format: str, expert_
     """``LayerRates`` of ``gpu`` for weights in ``dense_format`` / ``expert_format`` (an int4
     checkpoint's ``int4_group_size``, ``weight_formats.weight_bytes``)."""
     sixteen = compute_dtype("bf16", gpu)
-    # Blackwell's entry is Hopper's published fraction carried over, an unfitted prior
-    mla_fraction = MLA_DECODE_PEAK_FRACTION.get(gpu.generation, eff.attention_peak_fraction)
+    if gpu.generation in MLA_DECODE_PEAK_FRACTION:
+        mla_flops_per_s = gpu.sustained_flops(sixteen) * MLA_DECODE_PEAK_FRACTION[gpu.generation]
+    else:   # Blackwell: Hopper's published rate, an unfitted prior
+        mla_flops_per_s = MLA_DECODE_PRIOR_FLOPS_PER_S.get(
+            gpu.generation, gpu.sustained_flops(sixteen) * eff.attention_peak_fraction)
     return LayerRates(
         dense_flops_per_s=gpu.sustained_flops(compute_dtype(dense_format, gpu)) * eff.gemm_peak_fraction,
         expert_flops_per_s=gpu.sustained_flops(compute_dtype(expert_format, gpu)) * eff.gemm_peak_fraction,
         head_flops_per_s=gpu.sustained_flops(sixteen) * eff.gemm_peak_fraction,
         attention_flops_per_s=gpu.sustained_flops(sixteen) * eff.attention_peak_fraction,
-        mla_decode_flops_per_s=gpu.sustained_flops(sixteen) * mla_fraction,
+        mla_decode_flops_per_s=mla_flops_per_s,
         hbm_bytes_per_s=gpu.hbm_bw_bytes_per_s * eff.decode_hbm_fraction,
         kernel_fixed_s=eff.kernel_fixed_s,
         expert_fixed_s=eff.expert_fixed_s,

@@ -186,20 +186,20 @@ def test_each_active_expert_slice_a_gpu_holds_adds_the_fixed_expert_time():
     assert tp_split < ep_split < tp_split * busiest / (active / 8)
 
 
-def test_mla_decode_core_runs_at_flashmla_rate_on_hopper_and_its_fraction_on_blackwell_and_prefill_rate_elsewhere():
+def test_mla_decode_core_runs_at_flashmla_rate_on_hopper_and_blackwell_and_prefill_rate_elsewhere():
     """Absorbed-MLA decode of 4 requests x 4,096 latents at tp 1 (128 heads, FP8 cache): FLOPs
     2 x 4 x 4096 x 128 x (2 x 512 + 64) = 4,563,402,752; bytes 4 x 4096 x 576 = 9,437,184. On an
     H100 the FLOPs run at FlashMLA's published 580 TFLOPS (7.87 us; the bytes need 3.52 us at
     0.8 x 3.35 TB/s), not at the prefill attention fraction; on a B200, with no published dense MLA
-    decode rate, at the same fraction of its peak, 580 / 989.4 x 2,250 = 1,319 TFLOPS (3.46 us;
-    bytes 1.47 us) and not the prefill attention fraction's 0.5 x 2,250 (which was slower per
-    peak than Hopper); on an A100 (no entry) at the prefill fraction, 0.5 x 312 TFLOPS."""
+    decode rate (FlashMLA's one SM100 decode figure, sparse FP8, is 350 TFLOPS), at Hopper's
+    published 580 TFLOPS (an unfitted prior), never below an H100; on an A100 (no entry) at the
+    prefill fraction, 0.5 x 312 TFLOPS."""
     from cost_models.inference_layers import attention_block_s, layer_rates
     model = load_model("deepseek-v3")
     flops = 2.0 * 4 * 4096 * 128 * (2 * 512 + 64)
     assert flops == 4_563_402_752
     for cluster_name, generation, rate in (("dgx-h100", "hopper", 580e12),
-                                           ("dgx-b200", "blackwell", 580.0 / 989.4 * 2250e12),
+                                           ("dgx-b200", "blackwell", 580e12),
                                            ("dgx-a100-80gb", "ampere", 0.5 * 312e12)):
         gpu = load_cluster(cluster_name).gpu
         eff = ServingEfficiency(generation=generation, decode_hbm_fraction=0.8, gemm_peak_fraction=0.6,
