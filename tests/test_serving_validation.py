@@ -55,13 +55,16 @@ def test_rows_carrying_their_layout_are_predicted(rows, results):
 # at isl 4,000 (predicted 2.4 s -> 4.6 s, measured 0.57 s: a prefill pool at saturation, moved
 # by the refit's Hopper prefill GEMM fraction, which the objective does not identify); the
 # other 50 rows went 54.5% -> 55.0%. vLLM agg's and TensorRT-LLM disagg's TPOT bounds follow
-# their new errors (13.1%, 15.0%).
+# their new errors (13.1%, 15.0%). TensorRT-LLM disagg's TPOT bound 16.5% -> 19.0% (2026-12-05,
+# session 47: an expert-parallel decode waits for the busiest GPU's active experts, not the
+# mean; after the refit 15.4% -> 17.6%, Kimi-K2.5 and DeepSeek-V3 decode pools on GB200/GB300
+# predicted 7-26% slow).
 BOUNDS = {
     ("vllm", "agg"): (26.5, 14.5, 759),
     ("sglang", "agg"): (47.0, 19.5, 450),
     ("trtllm", "agg"): (36.5, 19.5, 748),
     ("sglang", "disagg"): (69.5, 20.5, 46),
-    ("trtllm", "disagg"): (47.0, 16.5, 56),
+    ("trtllm", "disagg"): (47.0, 19.0, 56),
 }
 
 
