@@ -109,9 +109,13 @@ def layer_rates(gpu: GPUSpec, eff: ServingEfficiency, dense_format: str, expert_
     sixteen = compute_dtype("bf16", gpu)
     if gpu.generation in MLA_DECODE_PEAK_FRACTION:
         mla_flops_per_s = gpu.sustained_flops(sixteen) * MLA_DECODE_PEAK_FRACTION[gpu.generation]
-    else:   # Blackwell: Hopper's published rate, an unfitted prior
-        mla_flops_per_s = MLA_DECODE_PRIOR_FLOPS_PER_S.get(
-            gpu.generation, gpu.sustained_flops(sixteen) * eff.attention_peak_fraction)
+    elif gpu.generation in MLA_DECODE_PRIOR_FLOPS_PER_S:
+        # Hopper's published rate, an unfitted prior; never above Hopper's published fraction of
+        # this GPU's own peak (a GPU file of the generation with a smaller peak)
+        mla_flops_per_s = min(MLA_DECODE_PRIOR_FLOPS_PER_S[gpu.generation],
+                              gpu.sustained_flops(sixteen) * MLA_DECODE_PEAK_FRACTION["hopper"])
+    else:
+        mla_flops_per_s = gpu.sustained_flops(sixteen) * eff.attention_peak_fraction
     return LayerRates(
         dense_flops_per_s=gpu.sustained_flops(compute_dtype(dense_format, gpu)) * eff.gemm_peak_fraction,
         expert_flops_per_s=gpu.sustained_flops(compute_dtype(expert_format, gpu)) * eff.gemm_peak_fraction,

@@ -145,8 +145,11 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     layer_grad = np.where(once, 0.0, gathered * np.asarray(batch.grad_reduce_bytes, dtype=float))
     z3 = np.where(((zero >= 3) | once) & (shard > 1),
                   np.maximum(2.0, 1.0 + depth) * gathered * param_bytes + layer_grad, 0.0)
-    loss_tokens = np.where(np.asarray(batch.loss_chunk_tokens) > 0,
-                           np.minimum(tokens, np.asarray(batch.loss_chunk_tokens, dtype=float)), tokens)
+    # a chunk as large as the micro-batch's tokens is the whole loss (the torchtitan export then
+    # writes the unchunked loss): only a smaller one keeps nothing vocabulary-sized for backward
+    chunk = np.asarray(batch.loss_chunk_tokens, dtype=float)
+    chunked = (chunk > 0) & (chunk < tokens)
+    loss_tokens = np.where(chunked, chunk, tokens)
     rc_group = np.where((np.asarray(batch.recompute_method) == _UNIFORM) & (np.asarray(batch.recompute_num_layers) > 0),
                         np.asarray(batch.recompute_num_layers, dtype=float), 1.0)
     terms = dict(dense_p=dense_p, moe_ne_p=moe_ne_p, moe_ex_p=moe_ex_p, emb_p=params.embedding_params(model) / tp,
@@ -154,8 +157,7 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
                  mtp_p=params.mtp_projection_params(model) / tp if model.mtp_layers else 0.0 * tp,
                  shard=shard, expert_shard=expert_shard, z3=z3,
                  logits=loss_tokens * model.vocab_size / tp
-                 * held_loss_bytes_per_logit(batch.cross_entropy, rates.act_bytes, losses_held(batch),
-                                             np.asarray(batch.loss_chunk_tokens) > 0),
+                 * held_loss_bytes_per_logit(batch.cross_entropy, rates.act_bytes, losses_held(batch), chunked),
                  off=np.asarray(batch.offload_optimizer_fraction, dtype=float), rc_group=rc_group, zero=states_zero,
                  moments=batch.optimizer_moment_bytes, grad_buffer=batch.grad_buffer_bytes,
                  fp8_param_gather=batch.fp8_param_gather)

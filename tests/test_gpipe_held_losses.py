@@ -84,3 +84,10 @@ def test_step_model_and_pooled_model_hold_gpipes_losses(schedule, impl, per_logi
 
 def test_a_chunked_loss_keeps_one_chunk_under_gpipe():
     assert _logits("gpipe", chunk=512) == pytest.approx(512 * VOCAB / 2 * 6.0, rel=1e-12)
+
+
+@pytest.mark.parametrize("chunk", [S, 2 * S])
+def test_a_chunk_as_large_as_the_micro_batch_is_the_whole_loss_under_gpipe(chunk):
+    # one micro-batch holds S tokens: a 'chunk' of S or more cuts nothing (the torchtitan export
+    # writes the unchunked CrossEntropyLoss for it), so GPipe holds all 8 losses, 6 + 7 x 4 a logit
+    assert _logits("gpipe", chunk=chunk) == pytest.approx(S * VOCAB / 2 * (6.0 + 7 * 4.0), rel=1e-12)

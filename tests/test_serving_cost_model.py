@@ -209,6 +209,14 @@ def test_mla_decode_core_runs_at_flashmla_rate_on_hopper_and_blackwell_and_prefi
         without, _ = attention_block_s(model, rates, 1, 0.0, 0.0, 4.0, 0.0, 1.0)
         assert float(with_ctx - without) == pytest.approx(flops / rate, rel=1e-9)
         assert 9_437_184 / (gpu.hbm_bw_bytes_per_s * 0.8) < flops / rate      # compute-bound in both
+    # a Blackwell GPU file with a smaller peak (200 TFLOPS 16-bit) is not given more than Hopper's
+    # published fraction of it: 580 / 989.4 x 200 = 117 TFLOPS, not the 580 of the built-in parts
+    from dataclasses import replace
+    small = replace(load_cluster("dgx-b200").gpu, peak_flops_per_s={"bf16": 200e12, "fp8": 400e12})
+    eff = ServingEfficiency(generation="blackwell", decode_hbm_fraction=0.8, gemm_peak_fraction=0.6,
+                            attention_peak_fraction=0.5, kernel_fixed_s=0.0)
+    assert layer_rates(small, eff, "fp8", "fp8").mla_decode_flops_per_s == pytest.approx(
+        580.0 / 989.4 * small.sustained_flops("bf16"), rel=1e-12)
 
 
 def test_a_fused_all_reduce_and_norm_saves_one_kernel_per_all_reduce_a_norm_follows():
