@@ -161,9 +161,10 @@ def _batches_meeting(cols: dict, out: dict, evaluate, ttft_s: float, tpot_s: flo
     holds whose TTFT and TPOT meet the objective, and the one meeting it with the most tokens/s
     per GPU (0 where no batch does; ``_search_batches``). TPOT is not monotone in the batch: the
     step time drops where the engine switches kernels as the batch grows (TensorRT-LLM's
-    two-shot all-reduce above 128 tokens: DeepSeek-R1 tp8-ep8 on H200, 128/128, TPOT 35.2 ms at
-    batch 128, 33.8 at 160), and a bisection that took "misses at batch b" for "misses above b"
-    picked batch 16 at 447 tokens/s/GPU where batch 166 meets a 34 ms TPOT at 569. And with
+    two-shot all-reduce above 128 tokens: DeepSeek-R1 tp8-ep8 on H200, 128/128, TPOT 35.5 ms at
+    batch 128, 33.8 at 160, at the serving factors of 2026-12-05), and a bisection that took
+    "misses at batch b" for "misses above b" picked batch 16 at 447 tokens/s/GPU where batch 166
+    met a 34 ms TPOT at 569 (before that day's refit). And with
     clients in a closed loop a faster GPU serves each client sooner, so a power of two can just
     miss a TTFT objective one client fewer meets (Qwen3-32B tp4 at batch 8, isl 8192, on H200:
     503 ms against H100's 498)."""
