@@ -151,6 +151,16 @@ def loss_saved_bytes_per_logit(impl, act_bytes=2.0):
     return np.where(np.isnan(fixed), np.asarray(act_bytes, dtype=float), fixed)
 
 
+def losses_held(gpipe, microbatches):
+    """Losses the head's stage holds between their forward and backward at once, per row:
+    GPipe runs all ``microbatches`` forwards before any backward (Huang et al. 2019), every
+    other schedule runs the head's backward of a micro-batch before its next forward there
+    (1F1B's last stage, interleaved's last chunk, ZB-H1/H2, ZB-V, DualPipe(V): their generated
+    orders, tests/test_memory_rows.py), so holds 1. The step model (``memory_rows``) and the
+    pooled composer (``heterogeneous.compose``) both count by it."""
+    return np.where(np.asarray(gpipe, dtype=bool), np.maximum(np.asarray(microbatches, dtype=float), 1.0), 1.0)
+
+
 def held_loss_bytes_per_logit(impl, act_bytes=2.0, held=1.0, chunked=False):
     """Bytes per logit (of one micro-batch) the head stage holds at its loss's peak when ``held``
     micro-batches' losses have run their forward and not yet their backward (GPipe's last stage:

@@ -203,6 +203,20 @@ def group_forwarded_all_to_all_time_s(intra_bytes, inter_bytes, group_size, stri
     return np.where(np.asarray(group_size) > 1, t, 0.0)
 
 
+def pipeline_send_slicing(tp, sequence_parallel, scatter_gather):
+    """``(sliced, gathered)``, boolean arrays: whether each tensor-parallel rank sends 1/tp of a
+    stage boundary's [s, b, h] tensor (under sequence parallelism it holds only its slice;
+    without it, only where the stack scatters: ``scatter_gather``, Megatron-LM 2021-2022's and
+    DeepSpeed's pipeline engines), and whether the receiver then all-gathers the slices over its
+    tensor-parallel group (scattered without sequence parallelism, tp > 1; Narayanan et al. 2021
+    section 4.1). The one rule the step model (``simulator.step_model.pipeline_send_s``) and the
+    pooled composer (``simulator.heterogeneous.compose.boundary_p2p_s``) send by."""
+    tp = np.asarray(tp, dtype=float)
+    sp = np.asarray(sequence_parallel, dtype=bool)
+    gathered = np.asarray(scatter_gather, dtype=bool) & ~sp & (tp > 1)
+    return sp | gathered, gathered
+
+
 def p2p_stage_time_s(bytes_, stride, stages, cluster: ClusterSpec, eff: EfficiencyModel):
     """Send/recv between neighbouring pipeline stages ``stride`` ranks apart, ``stages`` of them
     placed one after the other from a node's first GPU, seconds (numpy-friendly).

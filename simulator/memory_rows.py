@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cost_models import memory, moe as moe_costs, params, sharding
+from cost_models import cross_entropy, memory, moe as moe_costs, params, sharding
 from cost_models.compute import LOW_PRECISION, compute_rates
 from cost_models.cross_entropy import held_loss_bytes_per_logit
 from cost_models.low_precision import weight_copy_bytes_per_param
@@ -71,7 +71,7 @@ def losses_held(batch: ConfigBatch) -> np.ndarray:
     their generated orders show: tests/test_memory_rows.py), so holds 1."""
     m = np.rint(np.asarray(batch.global_batch, dtype=float)
                 / (np.asarray(batch.dp, dtype=float) * np.asarray(batch.micro_batch, dtype=float)))
-    return np.where(np.asarray(batch.schedule) == _GPIPE, np.maximum(m, 1.0), 1.0)
+    return cross_entropy.losses_held(np.asarray(batch.schedule) == _GPIPE, m)
 
 
 def layer_params(model: ModelSpec, tp, ep, etp):

@@ -33,7 +33,8 @@ import numpy as np
 from cost_models import offload, params, sharding
 from cost_models.compute import compute_rates
 from cost_models.low_precision import ELEMENT_BYTES
-from cost_models.topology import group_collective_time_s, p2p_stage_time_s, pipeline_exchange_transfers
+from cost_models.topology import (group_collective_time_s, p2p_stage_time_s, pipeline_exchange_transfers,
+                                  pipeline_send_slicing)
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
 from model_specs.model_spec import ModelSpec
@@ -536,8 +537,7 @@ def pipeline_send_s(tensor_bytes, tp, dp_cp, pp, sequence_parallel, scatter_gath
     sends a crossing costs (2 where a blocking exchange also waits for the other direction's); the
     receiver gathers only the tensor it receives, once."""
     tp = np.asarray(tp, dtype=float)
-    sg = np.asarray(scatter_gather, dtype=bool) & ~np.asarray(sequence_parallel, dtype=bool) & (tp > 1)
-    sliced = np.asarray(sequence_parallel, dtype=bool) | sg
+    sliced, sg = pipeline_send_slicing(tp, sequence_parallel, scatter_gather)
     send = p2p_stage_time_s(tensor_bytes / np.where(sliced, tp, 1.0), tp * dp_cp, pp, cluster, eff)
     gather = np.where(sg, group_collective_time_s("all_gather", tensor_bytes, tp, 1, cluster, eff), 0.0)
     return send * transfers + gather

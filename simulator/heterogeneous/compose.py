@@ -58,9 +58,10 @@ import numpy as np
 
 from cost_models import memory, params, pool_links
 from cost_models.compute import LOW_PRECISION, activation_bytes
-from cost_models.cross_entropy import held_loss_bytes_per_logit
+from cost_models.cross_entropy import held_loss_bytes_per_logit, losses_held
 from cost_models.low_precision import saved_gemm_input_bytes_per_element, weight_copy_bytes_per_param
-from cost_models.topology import group_collective_time_s, p2p_stage_time_s, pipeline_exchange_transfers
+from cost_models.topology import (group_collective_time_s, p2p_stage_time_s, pipeline_exchange_transfers,
+                                  pipeline_send_slicing)
 from hardware_specs.mfu_reference import reference_dtype
 from hardware_specs.pools import PooledCluster
 from model_specs.model_spec import ModelSpec
@@ -478,10 +479,10 @@ def boundary_p2p_s(cluster: PooledCluster, effs, bw_m, lat_m, pool, tp, other_po
     other_pool = np.asarray(other_pool)
     tp = np.asarray(tp, dtype=float)
     other_tp = np.where(other_pool >= 0, other_tp, 1).astype(float)
-    sp = np.broadcast_to(np.asarray(sequence_parallel, dtype=bool), pool.shape)
-    sg = np.asarray(scatter_gather, dtype=bool) & ~sp & (tp > 1)
+    sliced, sg = pipeline_send_slicing(tp, np.broadcast_to(np.asarray(sequence_parallel, dtype=bool), pool.shape),
+                                       scatter_gather)
     tensor = np.broadcast_to(tokens * hidden * act_bytes, pool.shape)
-    nbytes = tensor / np.where(sp | sg, np.minimum(tp, other_tp), 1.0)
+    nbytes = tensor / np.where(sliced, np.minimum(tp, other_tp), 1.0)
     stride = np.broadcast_to(np.asarray(stride, dtype=float), pool.shape)
     stages_on_pool = np.broadcast_to(np.asarray(stages_on_pool, dtype=float), pool.shape)
     t = np.zeros(pool.shape)
@@ -566,7 +567,7 @@ def stage_memory_parts(model: ModelSpec, settings: ParallelConfig, stage_params,
     # (``simulator.memory_rows``; the whole micro-batch: a plan cannot chunk the loss)
     # GPipe's last stage holds all its in-flight micro-batches' losses until their backward
     # (``memory_rows.losses_held``), the other schedules one
-    held = np.asarray(in_flight, dtype=float) if settings.schedule == Schedule.GPIPE else 1.0
+    held = losses_held(settings.schedule == Schedule.GPIPE, in_flight)
     logits = (np.asarray(last) * tokens * model.vocab_size / np.asarray(tp, dtype=float)
               * held_loss_bytes_per_logit(settings.cross_entropy, act_bytes, held))
     tensors = w_b + g_b + o_b + activations + logits
