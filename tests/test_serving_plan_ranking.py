@@ -70,8 +70,8 @@ def test_each_layout_is_also_tried_at_the_largest_batch_meeting_the_objective():
     assert h200.best["tokens_per_s_per_gpu"] >= h100.best["tokens_per_s_per_gpu"]
     best = h200.best
     assert best["ttft_ms"] <= 500.0 and best["tpot_ms"] <= 20.0
-    assert best["batch"] not in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-    # one client more on that layout misses the objective
+    # (at the factors of that round the best was 7 clients; which batch it is moves with every
+    # refit: batch 8 meets the objective at session 47's) one client more on that layout misses it
     from simulator.serving.aggregated import evaluate_agg
     ctx = ServingContext.build("qwen3-32b", "hgx-h200", "vllm", "fp8")
     out = evaluate_agg(ctx, best["tp"], best["adp"], best["pp"], best["moe_tp"], best["moe_ep"],
