@@ -7,8 +7,7 @@ context isl + osl / 2, so TPOT is one decode step (DistServe, Zhong et al. OSDI 
 Prefill workers form a queue: ``c`` = prefill workers x their adp ranks, each serving batches
 of up to ``batch`` prompts (``prefill_batch_size``) in one step of the prompt tokens. A request's
 TTFT = its host time (``ServingEfficiency.request_host_s``) + wait for a prefill rank (behind the other prompts, each taking its share 1 / mu of a
-full prefill step) + the prefill step it rides in (``prompts_per_prefill_step``: itself and the prompts
-arriving while it waits, up to ``batch``) + moving its KV cache to the decode
+full prefill step) + its own prefill step + moving its KV cache to the decode
 worker (over NVLink when both sit in one NVLink domain, else the NICs: at the rate of the busiest
 link, whose GPU sends or receives the most, ``cost_models.inference_comm.kv_busiest_link_bytes``:
 with distinct KV shards on every GPU the side with fewer GPUs; a tp above the KV heads, or MLA's
@@ -57,27 +56,6 @@ def mdc_wait_s(rho, servers, service_s):
     theta = scv * _f(service_s) / (c * (1.0 - rho))
     w90 = np.where(p_wait > 0.1, theta * np.log(np.maximum(p_wait, 1e-12) / 0.1), 0.0)
     return wq, w90
-
-
-def prompts_per_prefill_step(rate_per_rank, wait_s, batch):
-    """Expected prompts in the prefill step a prompt rides in, between 1 and ``batch``.
-
-    A prefill rank takes the waiting prompts in arrival order, up to ``batch``, when it starts a
-    step (the greedy bulk-service rule of Bailey 1954, "On queueing processes with bulk service",
-    J. R. Statist. Soc. B 16: a server that frees takes min(queue, b) customers). The prompts that
-    arrive while the tagged prompt waits queue right behind it and ride in its step while there is
-    room; with Poisson arrivals at the rank's rate lambda (``rate_per_rank``, prompts/s) over its
-    mean wait W (``wait_s``, seconds) there are lambda W of them (PASTA), so
-
-        n = min(b, 1 + lambda W).
-
-    n -> 1 as the queue empties (a prompt arriving at an idle rank runs alone) and n -> b as the
-    queue saturates (W grows without bound). It leaves out prompts ahead of it that share its step,
-    so it is a lower bound on the fill between those ends. Each prompt of a step gets its first
-    token when the whole step ends (DistServe, Zhong et al. OSDI 2024, section 4: a prefill batch's
-    step is each of its requests' service time)."""
-    n = 1.0 + np.maximum(_f(rate_per_rank), 0.0) * np.maximum(_f(wait_s), 0.0)
-    return np.clip(n, 1.0, np.maximum(_f(batch), 1.0))
 
 
 def decode_side(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl) -> dict[str, np.ndarray]:
@@ -189,8 +167,15 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
     capacity = servers * mu
     sync = synchronised_wait_s(n_clients / servers, service, dec["step_s"], ctx.efficiency.arrival_sync(ctx.behaviour.mixed_batches, ctx.behaviour.chunked_prefill))
 
+    # a prompt's own prefill is one prompt's step, as the aggregated model charges its own chunks
+    # (``aggregated.evaluate_agg``: ``own``). Known short: a prompt riding a step of several is
+    # served when the whole step ends (a 4-prompt step at 98% utilisation: TTFT 992 ms, below
+    # host + step + KV, 1,002 ms). Charging the whole step here alone (tried 2026-12-05, session
+    # 47) made a disaggregated deployment with a free KV link slower in TTFT than the aggregated
+    # one at the same load (gpt-oss-120b on B200, adp 4: 138 against 137 ms), which both pack
+    # the same way: the two must move together.
+    own = pre_one
     host = ctx.efficiency.request_host_s         # the request's time outside any engine step
-    slope = np.where(pb > 1.0, (pre_full - pre_one) / np.maximum(pb - 1.0, 1.0), 0.0)
 
     def ttft_at(x):
         rho = x / capacity
@@ -200,10 +185,6 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
         # clients than ranks nobody waits, as an aggregated rank's single client does not
         cap = np.maximum(n_clients - servers, 0.0) * service / servers
         wq, w90 = np.minimum(wq, cap), np.minimum(w90, cap)
-        # the prompt's own prefill is the whole step it rides in: itself and the prompts that
-        # arrived while it waited (``prompts_per_prefill_step``), on the line from one prompt's
-        # step to the full batch's
-        own = pre_one + slope * (prompts_per_prefill_step(x / servers, np.maximum(wq, sync), pb) - 1.0)
         return (host + own + np.maximum(wq, sync) + t_kv, host + own + np.maximum(w90, SYNC_P90 * sync) + t_kv,
                 own)
 
