@@ -269,22 +269,28 @@ def test_plan_prints_each_disaggregated_rows_prefill_batch_so_serve_simulate_rep
     table = run(*PLAN).stdout.splitlines()
     header = next(ln for ln in table if ln.strip().startswith("mode "))
     assert header.split()[:4] == ["mode", "layout", "batch", "prefill_batch"]
-    row = next(ln for ln in table if ln.strip().startswith("disagg  P tp1 x4 / D tp1 x4") and ln.split()[8] == "512")
-    cells = row.split()
+    # the first disaggregated row of the front, e.g. "disagg  P tp1 x4 / D tp1 x3  878  8  7  562 ..."
+    cells = next(ln for ln in table if ln.strip().startswith("disagg  P tp")).split()
+    p_tp, p_workers = int(cells[2][2:]), int(cells[3][1:])
+    d_tp, d_workers = int(cells[6][2:]), int(cells[7][1:])
     batch, prefill_batch, ttft_ms = int(cells[8]), int(cells[9]), float(cells[11])
-    assert (batch, prefill_batch) == (512, 8)
+    assert prefill_batch > 1             # the plan packs prompts: serve simulate's default 1 is another deployment
     # the "why" lines name the best disaggregated layout with its prefill batch, as the best layout or
-    # after an aggregated best: three decode workers at the largest batch their KV cache holds (878,
-    # no power of two) beside the four prefill workers
-    named = "disagg prefill tp1 x4 (8 prompts per step) + decode tp1 x3 at batch 878 per rank"
+    # after an aggregated best
+    named = (f"disagg prefill tp{p_tp} x{p_workers} ({prefill_batch} prompts per step) + "
+             f"decode tp{d_tp} x{d_workers} at batch {batch} per rank")
     why = next(ln for ln in table if named in ln)
     assert why.startswith("why: " + named) or why.endswith(named)
     front = json.loads(run(*PLAN, "--json").stdout)["front"]
-    planned = next(r for r in front if r["mode"] == "disagg" and r["prefill_workers"] == 4 and r["batch"] == 512)
+    planned = next(r for r in front if r["mode"] == "disagg" and r["prefill_workers"] == p_workers
+                   and r["decode_workers"] == d_workers and r["prefill_tp"] == p_tp and r["decode_tp"] == d_tp
+                   and r["batch"] == batch)
+    assert planned["prefill_batch"] == prefill_batch
     # the table's TTFT is the same row's (whole milliseconds), not another deployment's
     assert ttft_ms == round(planned["ttft_ms"])
     sim = ["serve", "simulate", "--model", "llama3.1-8b", "--system", "dgx-h100", "--isl", "1024", "--osl", "256",
-           "--mode", "disagg", "--prefill-workers", "4", "--decode-workers", "4", "--decode-batch", batch, "--json"]
+           "--mode", "disagg", "--prefill-tp", p_tp, "--prefill-workers", p_workers, "--decode-tp", d_tp,
+           "--decode-workers", d_workers, "--decode-batch", batch, "--json"]
     got = json.loads(run(*sim, "--prefill-batch", prefill_batch).stdout)
     assert got["ttft_ms"] == pytest.approx(planned["ttft_ms"], rel=1e-9)
     assert got["tpot_ms"] == pytest.approx(planned["tpot_ms"], rel=1e-9)
