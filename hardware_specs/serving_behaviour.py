@@ -77,6 +77,14 @@ def _by_memory(table: Mapping, where: str, least: int) -> Mapping[float, int]:
     return MappingProxyType(dict(sorted(checked.items())))
 
 
+def _name_list(names, where: str, what: str, fix: str) -> tuple:
+    """``names`` (a list of non-empty strings) checked, stripped and lower-cased, as a tuple."""
+    if isinstance(names, str) or not isinstance(names, (list, tuple)) or \
+            not all(isinstance(n, str) and n.strip() for n in names):
+        raise InputError(where, f"must be a list of {what}, got {names!r}", fix)
+    return tuple(n.strip().lower() for n in names)
+
+
 @dataclass(frozen=True)
 class ServingBehaviour:
     """One serving engine release's default behaviour (documented, not fitted).
@@ -237,12 +245,8 @@ class ServingBehaviour:
             raise InputError(f"{where}.native_only_formats", f"must be a list of weight formats, got {formats!r}",
                              "choose from " + ", ".join(STACK_WEIGHT_FORMATS) + "; an empty list means none")
         object.__setattr__(self, "native_only_formats", tuple(f.strip().lower() for f in formats))
-        vendors = self.gpu_vendors
-        if isinstance(vendors, str) or not isinstance(vendors, (list, tuple)) or \
-                not all(isinstance(v, str) and v.strip() for v in vendors):
-            raise InputError(f"{where}.gpu_vendors", f"must be a list of vendor names, got {vendors!r}",
-                             "e.g. [nvidia]; an empty list means any GPU")
-        object.__setattr__(self, "gpu_vendors", tuple(v.strip().lower() for v in vendors))
+        object.__setattr__(self, "gpu_vendors", _name_list(
+            self.gpu_vendors, f"{where}.gpu_vendors", "vendor names", "e.g. [nvidia]; an empty list means any GPU"))
         if self.cuda_graphs not in CUDA_GRAPH_MODES:
             raise InputError(f"{where}.cuda_graphs", f"unknown mode {self.cuda_graphs!r}",
                              "choose one of " + ", ".join(CUDA_GRAPH_MODES))
@@ -264,27 +268,14 @@ class ServingBehaviour:
         if not isinstance(self.prefill_token_budget, Mapping) or not self.prefill_token_budget:
             raise InputError(f"{where}.prefill_token_budget", "must be a mapping of HBM GiB -> tokens",
                              "e.g. {0: 2048, 70: 8192}")
-        budget = {}
-        for gib, tokens in self.prefill_token_budget.items():
-            try:
-                gib_f, tokens_i = float(gib), int(tokens)
-            except (TypeError, ValueError, OverflowError):      # OverflowError: int(inf)
-                raise InputError(f"{where}.prefill_token_budget", f"bad entry {gib!r}: {tokens!r}",
-                                 "use HBM GiB: tokens, e.g. {0: 2048, 70: 8192}") from None
-            if not math.isfinite(gib_f) or gib_f < 0 or tokens_i < 1 or tokens_i != tokens:
-                raise InputError(f"{where}.prefill_token_budget", f"bad entry {gib!r}: {tokens!r}",
-                                 "thresholds >= 0 GiB, budgets whole tokens >= 1")
-            budget[gib_f] = tokens_i
-        object.__setattr__(self, "prefill_token_budget", MappingProxyType(dict(sorted(budget.items()))))
+        object.__setattr__(self, "prefill_token_budget", _by_memory(
+            self.prefill_token_budget, f"{where}.prefill_token_budget", least=1))
         if isinstance(self.max_running_requests, Mapping):
             object.__setattr__(self, "max_running_requests", _by_memory(
                 self.max_running_requests, f"{where}.max_running_requests", least=0))
-        gpus = self.smallest_tier_gpus
-        if isinstance(gpus, str) or not isinstance(gpus, (list, tuple)) or \
-                not all(isinstance(g, str) and g.strip() for g in gpus):
-            raise InputError(f"{where}.smallest_tier_gpus", f"must be a list of GPU name parts, got {gpus!r}",
-                             "e.g. [a100]; an empty list means memory alone decides")
-        object.__setattr__(self, "smallest_tier_gpus", tuple(g.strip().lower() for g in gpus))
+        object.__setattr__(self, "smallest_tier_gpus", _name_list(
+            self.smallest_tier_gpus, f"{where}.smallest_tier_gpus", "GPU name parts",
+            "e.g. [a100]; an empty list means memory alone decides"))
         if self.oneshot_allreduce_max_bytes is not None:
             limits = self.oneshot_allreduce_max_bytes
             if not isinstance(limits, Mapping) or not limits:
