@@ -106,13 +106,14 @@ def _meets(out: dict, ttft_s: float, tpot_s: float) -> np.ndarray:
     return (out["ttft_s"] <= ttft_s) & (out["tpot_s"] <= tpot_s) & out["fits"]
 
 
-def _every_batch(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(row, batch): every whole batch in [lo, hi] of each row, row by row (none where hi < lo)."""
+def _every_batch(lo: np.ndarray, hi: np.ndarray, step: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """(row, batch): every ``step``-th whole batch from ``lo`` of each row, and ``hi`` itself,
+    row by row (none where hi < lo)."""
     lo, hi = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
-    n = np.maximum(hi - lo + 1.0, 0.0).astype(np.int64)
+    n = np.where(hi >= lo, np.ceil((hi - lo) / step) + 1.0, 0.0).astype(np.int64)
     rows = np.repeat(np.arange(n.size), n)
     offset = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
-    return rows, lo[rows] + offset
+    return rows, np.minimum(lo[rows] + step * offset, hi[rows])
 
 
 def _best_meeting(rows: np.ndarray, batch: np.ndarray, meets: np.ndarray, score: np.ndarray,
@@ -137,10 +138,8 @@ def _search_batches(lo: np.ndarray, hi: np.ndarray, run, refine=None) -> tuple[n
     arrays. Every ``BATCH_STEP``-th batch from ``lo`` and ``hi`` are evaluated; then every batch between two
     neighbours where the objective stops being met, where TPOT or TTFT falls (the step time drops
     where the engine switches kernels), or where ``refine(rows, left, right)`` says so."""
-    lo, hi = np.asarray(lo, dtype=float), np.floor(np.asarray(hi, dtype=float))
-    n = np.where(hi >= lo, np.ceil((hi - lo) / BATCH_STEP) + 1.0, 0.0).astype(np.int64)
-    rows = np.repeat(np.arange(hi.size), n)
-    batch = np.minimum(lo[rows] + BATCH_STEP * (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)), hi[rows])
+    hi = np.floor(np.asarray(hi, dtype=float))
+    rows, batch = _every_batch(lo, hi, BATCH_STEP)
     meets, score, tpot, ttft = (np.broadcast_to(v, batch.shape) for v in run(rows, batch))
     left, right = slice(None, -1), slice(1, None)
     gap = (rows[left] == rows[right]) & (batch[right] - batch[left] > 1.0)
