@@ -397,6 +397,11 @@ def _search_pools(model, cluster, effs, settings, search, limits, gbs, keep, top
     # pipeline mixes (two pools): the best by estimated pipeline time per shared key, exactly scored;
     # the smaller pools' splits are laid out only where their estimate's floor could make the best
     if len(cluster.pools) == 2:
+        def estimated(p: Pipelines, z: np.ndarray) -> np.ndarray:
+            """Each pipeline's estimated time (``_estimate``) from its layout."""
+            return _estimate(lay_out(model, cluster, effs, settings, units, p, z, limits, None), p,
+                             M_of_key[p.seg_key[:, 0]])
+
         for a, b in ((0, 1), (1, 0)):
             ga, gb = cluster.pools[a].gpus, cluster.pools[b].gpus
             pipes, zero = cand.pipeline_mix(model, keys, a, b, ga, gb, gbs, zeros)
@@ -404,9 +409,7 @@ def _search_pools(model, cluster, effs, settings, search, limits, gbs, keep, top
             est = np.zeros(0)
             shared = np.zeros((0, 4), dtype=np.int64)
             if len(pipes):
-                lay = lay_out(model, cluster, effs, settings, units, pipes, zero, limits, None)
-                est = _estimate(lay, pipes, M_of_key[pipes.seg_key[:, 0]])
-                shared = _shared_key(keys, pipes, zero)
+                est, shared = estimated(pipes, zero), _shared_key(keys, pipes, zero)
             if len(more):
                 more_shared = _shared_key(keys, more, more_zero)
                 floor = _estimate_floor(model, units, more)
@@ -418,9 +421,8 @@ def _search_pools(model, cluster, effs, settings, search, limits, gbs, keep, top
                 if reach.any():
                     more, old = _subset(more, np.flatnonzero(reach))
                     more_zero, more_shared = more_zero[old], more_shared[old]
-                    lay = lay_out(model, cluster, effs, settings, units, more, more_zero, limits, None)
+                    est = np.concatenate([est, estimated(more, more_zero)])
                     pipes, zero = _concat(pipes, more), np.concatenate([zero, more_zero])
-                    est = np.concatenate([est, _estimate(lay, more, M_of_key[more.seg_key[:, 0]])])
                     shared = np.concatenate([shared, more_shared])
             if len(pipes) == 0:
                 continue
