@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from hardware_specs.errors import InputError
@@ -248,6 +249,15 @@ def test_serve_plan_refuses_an_argument_of_the_wrong_kind(kwargs, field):
     with pytest.raises(InputError) as err:
         serve_plan("llama3.1-405b", "dgx-h100", 16, **kwargs)
     assert err.value.field == field and err.value.message.startswith("must be")
+
+
+def test_serve_plan_takes_numpy_scalar_slos_as_the_numbers_they_are():
+    """np.int64(20) / np.float32(100) were refused as "must be a finite number > 0" (only Python's
+    int and float passed); a notebook sweep hands them over. They plan exactly as 20 and 100."""
+    from paraplan.serving_api import serve_plan
+    plain = serve_plan("llama3.1-8b", "dgx-h100", 2, ttft_ms=100, tpot_ms=20)
+    numpy = serve_plan("llama3.1-8b", "dgx-h100", 2, ttft_ms=np.float32(100), tpot_ms=np.int64(20))
+    pd.testing.assert_series_equal(numpy.best, plain.best)
 
 
 # --- --backend-version must name a release -----------------------------------------------------

@@ -18,6 +18,7 @@ candidates meeting the TTFT objective, per mode.
 """
 from __future__ import annotations
 
+import numbers
 import time
 from dataclasses import dataclass, field
 
@@ -653,7 +654,7 @@ def plan_serving(ctx, gpus: int, isl: int, osl: int, ttft_ms: float, tpot_ms: fl
                          "search ('agg',), ('disagg',) or ('agg', 'disagg')")
     for name, value in (("--ttft-ms", ttft_ms), ("--tpot-ms", tpot_ms)):
         # True is an int to Python, and was taken as 1 ms
-        if isinstance(value, (bool, np.bool_)) or not (isinstance(value, (int, float)) and np.isfinite(value)
+        if isinstance(value, (bool, np.bool_)) or not (isinstance(value, numbers.Real) and np.isfinite(value)
                                                        and value > 0):
             raise InputError(name, f"must be a finite number > 0, got {value!r}")
     if not isinstance(allow_pp, (bool, np.bool_)):       # "no" is truthy: it had allowed pipeline stages
