@@ -232,3 +232,20 @@ def test_the_table_gives_each_run_its_own_line_even_where_ids_repeat(tmp_path):
         out = CliRunner().invoke(main, ["validate", "heterogeneous", str(path)]).output
         table = out.split("\n\n")[0].splitlines()[2:]
         assert [line.split()[1] for line in table] == statuses
+
+
+def test_a_run_without_max_mem_shows_its_time_and_dashes_for_memory(tmp_path):
+    """A run that states no ``max_mem`` is timed but its memory is skipped: the table shows the
+    time's numbers and '-' for the three memory cells (it was a TypeError, exit 1)."""
+    run = {k: v for k, v in RUNS[0].items() if k != "max_mem"}
+    rec = het.validate_runs([run])
+    assert [(r["metric"], r["status"]) for r in rec] == [("iter_time_s", "ok"), ("peak_memory_bytes", "skipped")]
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps({"runs": [run]}))
+    r = CliRunner().invoke(main, ["validate", "heterogeneous", str(path)])
+    assert r.exit_code == 0, r.output
+    cells = r.stdout.split("\n\n")[0].splitlines()[2].split()
+    t = rec[0]
+    assert cells[1] == "ok" and cells[4] == f"{100 * t['rel_error']:+.1f}"
+    assert [float(c) for c in cells[2:4]] == pytest.approx([t["predicted"], t["measured"]], rel=1e-3)
+    assert cells[5:8] == ["-", "-", "-"]

@@ -571,8 +571,11 @@ def _hetero_text(records, summary, gbps, lat, intra) -> str:
         twin = [a for a in t["assumptions"] if "identical" in a]
         if twin:
             note = (note + "; " if note else "") + "duplicate numbers at the source"
-        rows.append([short, "ok", four_significant(t['predicted']), four_significant(t['measured']), f"{100 * t['rel_error']:+.1f}",
-                     f"{m['predicted'] / 2**30:.2f}", f"{m['measured'] / 2**30:.2f}", f"{100 * m['rel_error']:+.1f}", note])
+        # a run can time but not measure memory (no ``max_mem``): its memory cells are '-'
+        mem = (["-", "-", "-"] if m is None or m["status"] != "ok" else
+               [f"{m['predicted'] / 2**30:.2f}", f"{m['measured'] / 2**30:.2f}", f"{100 * m['rel_error']:+.1f}"])
+        rows.append([short, "ok", four_significant(t['predicted']), four_significant(t['measured']),
+                     f"{100 * t['rel_error']:+.1f}", *mem, note])
     head = ["run", "status", "pred_iter_s", "meas_iter_s", "iter_err_pct", "pred_mem_gib", "meas_mem_gib",
             "mem_err_pct", "note"]
     lines = [format_table(rows, head, align="llrrrrrrl").rstrip(), "",
