@@ -249,3 +249,27 @@ def test_a_run_without_max_mem_shows_its_time_and_dashes_for_memory(tmp_path):
     assert cells[1] == "ok" and cells[4] == f"{100 * t['rel_error']:+.1f}"
     assert [float(c) for c in cells[2:4]] == pytest.approx([t["predicted"], t["measured"]], rel=1e-3)
     assert cells[5:8] == ["-", "-", "-"]
+
+
+def test_gh200_slices_of_two_sizes_are_two_pools():
+    """Every GH200 pool was named ``alps-gh200`` whatever its slice, so a run with GH200 stages
+    on slices of 2 and 4 GPUs was skipped as 'pools.alps-gh200: appears twice'. N2_D1 (OPT-350M,
+    two stages, one replica) with stage 0 on a 2-GPU slice and stage 1 on a 4-GPU slice, tp 2:
+    two pools of 2 and 4 GPUs, the boundary between them over the node's Slingshot NIC."""
+    import copy
+    measured = next(r for r in RUNS if r["_file"].endswith("clariden/OPT-350/N2/plan_config_N2_D1.json"))
+    run = copy.deepcopy(measured)
+    for s, stage in enumerate(run["pipeline_list"][0]["tmp_per_stage"]):
+        for rep in stage:
+            rep[0][0][1], rep[1] = (2 if s == 0 else 4), 2
+    _, cluster, plan, assumptions = het.run_inputs(run)
+    assert [(p.name, p.gpus) for p in cluster.pools] == [("alps-gh200-x2", 2), ("alps-gh200-x4", 4)]
+    assert [(s.pool, s.tp, s.layers) for s in plan.groups[0].stages] == [("alps-gh200-x2", 2, 11),
+                                                                        ("alps-gh200-x4", 2, 13)]
+    assert any("slices of 2 and 4 GPUs are separate pools" in a for a in assumptions)
+    rec = het.validate_runs([run])
+    assert [r["status"] for r in rec] == ["ok", "ok"], rec[0]["reason"]
+    # one slice size: one pool holding every stage's GPUs (N2_D1 as measured: 2 x 4)
+    _, cluster, _, assumptions = het.run_inputs(measured)
+    assert [(p.name, p.gpus) for p in cluster.pools] == [("alps-gh200-x4", 8)]
+    assert not any("separate pools" in a for a in assumptions)

@@ -24,7 +24,8 @@ A run becomes a ``HeteroPlan`` on a ``PooledCluster`` from its own fields only:
   ``SOFTMAX_SCALE_PASS``), and the fork's DeepSpeed pipeline engine, whose stage-boundary
   sends and receives block one after the other (``PIPE_EXCHANGE_BLOCKING``);
 - the hardware: ``GH-96`` is the Alps GH200 node (``alps-gh200``: 4 GH200 per node, NVLink
-  150 GB/s per pair, one 200 Gb/s Slingshot NIC per GPU; CSCS docs). ``Titan-RTX``,
+  150 GB/s per pair, one 200 Gb/s Slingshot NIC per GPU; CSCS docs); slices of different sizes
+  are separate pools (``alps-gh200-x2``, ``alps-gh200-x4``), a node apart. ``Titan-RTX``,
   ``RTX-3090`` and ``RTX-2080`` are the GPUs of those names; Sailor's cluster config gives its
   ``RTX-2080`` 11 GiB (basic_cluster_config.json ``mem_per_gpu`` 11811160064), the memory of
   the RTX 2080 Ti (the RTX 2080 has 8 GB, less than the 9.4 GB N4_D4 measured on it), so
@@ -292,12 +293,13 @@ def run_inputs(run: dict, inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS,
     if len(tps) != 1:
         raise ValueError(f"tensor-parallel degrees differ across stages {sorted(tps)}: one padded vocabulary")
     model = model_for(arch, tps.pop())
-    # pools: one per (kind, slice); GPUs = what the run places there
+    # pools: one per (kind, slice), named after both (every GH200 slice was 'alps-gh200', so a run
+    # with GH200 slices of two sizes was refused as a pool named twice); GPUs = what the run places there
     pool_of = {}
     gpus = {}
     for chain in chains:
         for kind, slice_gpus, tp in chain:
-            name = (SYSTEMS.get(kind) or CONSUMER_GPUS[kind]) + ("" if kind in SYSTEMS else f"-x{slice_gpus}")
+            name = f"{SYSTEMS.get(kind) or CONSUMER_GPUS[kind]}-x{slice_gpus}"
             pool_of[(kind, slice_gpus)] = name
             gpus[name] = gpus.get(name, 0) + slice_gpus
     pools = []
@@ -334,6 +336,14 @@ def run_inputs(run: dict, inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS,
         intra = "each card's PCIe link" if intra_node_gb_per_s is None else f"{intra_node_gb_per_s:g} GB/s"
         assumptions.append(f"network not stated: {inter_node_gbps:g} Gb/s per node, {inter_node_latency_us:g} us "
                            f"(--inter-node-gbps); inside a node {intra}")
+    system_slices = {}
+    for kind, slice_gpus in pool_of:
+        if kind in SYSTEMS:
+            system_slices.setdefault(kind, []).append(slice_gpus)
+    for kind, sizes in system_slices.items():
+        if len(sizes) > 1:
+            assumptions.append(f"{kind} slices of {' and '.join(map(str, sorted(sizes)))} GPUs are separate pools: "
+                               f"a stage boundary between them crosses {SYSTEMS[kind]}'s scale-out network")
     if any(k == "RTX-2080" for chain in chains for k, _, _ in chain):
         assumptions.append("RTX-2080 read as rtx-2080-ti (11 GiB in Sailor's cluster config)")
     if any(k == "RTX-3090" for chain in chains for k, _, _ in chain):
