@@ -392,3 +392,20 @@ def test_a_synchronisation_factor_no_training_row_depends_on_stays_where_the_fit
     assert seen == [len(sf.PARAMS) - 1]
     assert fitted.arrival_sync_whole == start.arrival_sync_whole
     assert fitted.arrival_sync_chunked != start.arrival_sync_chunked
+
+
+def test_a_row_in_capitals_is_summarised_with_the_rows_it_is_priced_as():
+    # 'VLLM' / 'AGG' / 'H200_SXM' are priced as vllm agg on h200_sxm, but the summary grouped the
+    # raw strings: the row was a line of its own beside 'vllm agg'
+    bundled = read_rows(BUNDLED_DIR / SERVING_RUNS)
+    first = validate_rows(bundled.head(200))
+    ok_id = first[(first.status == "ok") & (first.backend == "vllm") & (first["mode"] == "agg")].id.iloc[0]
+    row = bundled[bundled.id == ok_id].iloc[[0]]
+    upper = row.assign(id=row.id + "_upper", backend="VLLM", mode="AGG", system=row.system.str.upper())
+    res = validate_rows(pd.concat([row, upper], ignore_index=True))
+    assert (res.status == "ok").all()
+    ttft = res[res.metric == "ttft_ms"].predicted.tolist()
+    assert ttft[0] == ttft[1]
+    s = summarize(res, by=("backend", "mode"))
+    assert s[["backend", "mode", "rows_used", "rows_skipped"]].values.tolist() == [["vllm", "agg", 2, 0]]
+    assert summarize(res).system.tolist() == [row.system.iloc[0].lower()]

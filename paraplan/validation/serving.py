@@ -605,8 +605,10 @@ def validate_rows(df: pd.DataFrame, efficiency=None, progress=None) -> pd.DataFr
                 "id": r.get("id"), "data_row": n + 1, "metric": metric, "status": "ok" if ok else "skipped",
                 "predicted": float(predicted) if ok else None, "measured": measured if plausible else None,
                 "rel_error": (predicted - measured) / measured if ok else None, "reason": reason,
-                "backend": id_text(r.get("backend")) or EMPTY_CELL, "system": id_text(r.get("system")) or EMPTY_CELL,
-                "mode": id_text(r.get("mode")) or EMPTY_CELL, "model": id_text(r.get("model_path")) or EMPTY_CELL,
+                # in lower case, as they are priced: a 'VLLM' / 'AGG' row was a summary line of its own
+                "backend": id_text(r.get("backend")).lower() or EMPTY_CELL,
+                "system": id_text(r.get("system")).lower() or EMPTY_CELL,
+                "mode": id_text(r.get("mode")).lower() or EMPTY_CELL, "model": id_text(r.get("model_path")) or EMPTY_CELL,
                 "generation": p["generation"], "assumption": p["assumption"],
             })
     return pd.DataFrame.from_records(records)
