@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from paraplan.validation.datasets import BUNDLED_DIR, SERVING_RUNS, validation_file
-from paraplan.validation.serving import MODEL_PRESETS, SYSTEMS, prepare, read_rows, summarize, validate_rows
+from paraplan.validation.serving import SYSTEMS, model_preset_for, prepare, read_rows, summarize, validate_rows
 
 
 @pytest.fixture(scope="module")
@@ -22,6 +22,13 @@ def results(rows):
     return validate_rows(rows)
 
 
+@pytest.fixture(scope="module")
+def bundled_ids():
+    """Ids of the bundled rows: the rows a count or a recorded number was taken on (the shared
+    file the tests read gains rows between sessions; ``test_bundled_data`` keeps these unchanged)."""
+    return set(read_rows(BUNDLED_DIR / SERVING_RUNS).id)
+
+
 def _mean_abs_pct(results, rows, metric, **where):
     ids = rows
     for col, val in where.items():
@@ -31,16 +38,19 @@ def _mean_abs_pct(results, rows, metric, **where):
 
 
 def test_every_model_and_system_of_the_file_has_a_preset(rows):
-    assert set(rows.model_path.str.lower()) <= set(MODEL_PRESETS)
-    assert set(rows.system) <= set(SYSTEMS)
+    # as validate_rows looks them up: a checkpoint's suffixes (-Instruct, ...) resolve to the base model
+    assert {m for m in set(rows.model_path.str.lower()) if model_preset_for(m) is None} == set()
+    assert set(rows.system.str.lower()) <= set(SYSTEMS)
 
 
-def test_rows_carrying_their_layout_are_predicted(rows, results):
+def test_rows_carrying_their_layout_are_predicted(rows, results, bundled_ids):
     layout = rows[(rows["mode"] == "agg") | rows.prefill_num_workers.notna()]
     predicted = results[(results.metric == "ttft_ms") & (results.status == "ok")].id.nunique()
     assert predicted / len(layout) >= 0.96          # 2068 of 2143 measured
     skipped = results[results.status == "skipped"].drop_duplicates("id")
     assert skipped.reason.str.len().min() > 10       # every skip says why
+    # the counts are of the bundled rows (rows added to the shared file may add skips)
+    skipped = skipped[skipped.id.isin(bundled_ids)]
     assert (skipped.reason.str.contains("does not divide the 128 attention heads")).sum() == 42
     # the auto-gap-analysis rows whose batch_size x attention_dp_size is not the stated concurrency
     assert (skipped.reason.str.contains("differs from the silicon_concurrency")).sum() == 24
@@ -74,7 +84,8 @@ def test_mean_error_per_backend_and_mode_stays_within_its_bound(rows, results, k
     ttft_bound, tpot_bound, n = BOUNDS[key]
     ttft, n_ttft = _mean_abs_pct(results, rows, "ttft_ms", backend=backend, mode=mode)
     tpot, n_tpot = _mean_abs_pct(results, rows, "tpot_ms", backend=backend, mode=mode)
-    assert n_ttft == n_tpot == n
+    # at least the rows of the bound's measurement: rows added to the shared file are bounded too
+    assert n_ttft >= n and n_tpot >= n
     assert ttft <= ttft_bound, f"{key}: TTFT mean |error| {ttft:.1f}% > {ttft_bound}%"
     assert tpot <= tpot_bound, f"{key}: TPOT mean |error| {tpot:.1f}% > {tpot_bound}%"
 
@@ -301,12 +312,13 @@ def test_a_ttft_beyond_the_fitted_prompts_says_it_extrapolates():
 
 
 @pytest.mark.parametrize("generation", ["hopper", "blackwell"])
-def test_the_recorded_accuracy_per_engine_and_mode_is_what_validation_measures(generation, results):
+def test_the_recorded_accuracy_per_engine_and_mode_is_what_validation_measures(generation, results, bundled_ids):
     # reports print it beside a deployment's TTFT and TPOT: it must be what the committed factors
-    # give on the rows (the fitter writes it, ``serving_fit.validation_errors``)
+    # give on the rows it was recorded on, the bundled ones (the fitter writes it,
+    # ``serving_fit.validation_errors``); rows the shared file gained since are not in it
     from hardware_specs.catalog import load_serving_efficiency
     recorded = load_serving_efficiency(generation).validation_errors()
-    ok = results[(results.status == "ok") & (results.generation == generation)]
+    ok = results[(results.status == "ok") & (results.generation == generation) & results.id.isin(bundled_ids)]
     measured = {}
     for (backend, mode), g in ok.groupby(["backend", "mode"]):
         t, p = g[g.metric == "ttft_ms"].rel_error.abs(), g[g.metric == "tpot_ms"].rel_error.abs()

@@ -1,5 +1,8 @@
 """``paraplan validate heterogeneous``: the 36 Sailor runs become plans from their own fields and are
-predicted within the bounds measured (GH200 iteration time: mean 16.7%, the issue asks 15%)."""
+predicted within the bounds measured (GH200 iteration time: mean 16.7%, the issue asks 15%).
+
+The runs come from the shared file, which gains runs between sessions: counts are of the 36
+bundled runs (selected by ``_file``) or lower bounds, so added runs are bounded too."""
 from __future__ import annotations
 
 import json
@@ -11,9 +14,11 @@ from click.testing import CliRunner
 from hardware_specs.errors import InputError
 from paraplan.cli import main
 from paraplan.validation import heterogeneous as het
-from paraplan.validation.datasets import HETEROGENEOUS_RUNS, validation_file
+from paraplan.validation.datasets import BUNDLED_DIR, HETEROGENEOUS_RUNS, validation_file
 
 RUNS = het.read_runs(validation_file(HETEROGENEOUS_RUNS))
+#: the runs of the bundled copy (``test_bundled_data`` keeps the shared copies of these unchanged)
+BUNDLED_FILES = {r["_file"] for r in het.read_runs(BUNDLED_DIR / HETEROGENEOUS_RUNS)}
 
 
 @pytest.fixture(scope="module")
@@ -27,17 +32,20 @@ def _errors(records, system, metric):
 
 
 def test_every_run_is_predicted_but_the_one_whose_layers_contradict_its_folder(records):
-    assert len(RUNS) == 36 and len(records) == 72
-    skipped = {r["id"] for r in records if r["status"] == "skipped"}
+    assert len(BUNDLED_FILES) == 36 and BUNDLED_FILES <= {r["_file"] for r in RUNS}
+    assert len(records) == 2 * len(RUNS)
+    bundled = [r for r in records if r["id"] in BUNDLED_FILES]
+    assert len(bundled) == 72
+    skipped = {r["id"] for r in bundled if r["status"] == "skipped"}
     assert skipped == {"sailor/Planner/simulations/validation/clariden/GPT-NEO/N4/plan_config_N4_D4.json"}
-    reason = next(r["reason"] for r in records if r["status"] == "skipped")
+    reason = next(r["reason"] for r in bundled if r["status"] == "skipped")
     assert "inconsistent at the source" in reason
 
 
 def test_gh200_runs_are_predicted_within_the_measured_bounds(records):
     time_err = _errors(records, "clariden", "iter_time_s")
     mem_err = _errors(records, "clariden", "peak_memory_bytes")
-    assert len(time_err) == 26
+    assert len(time_err) >= 26            # the bundled GH200 runs timed, and any added since
     # the issue's target is a 15% mean. These fp32/TF32 eager Megatron-DeepSpeed runs of small
     # models (not in the fit) are bound by the host and the per-kernel time: 12.3% mean with
     # Hopper's per-kernel time on its 40 us bound, 16.7% (every run fast, worst 39%) once the
@@ -66,7 +74,8 @@ def test_gh200_runs_are_predicted_within_the_measured_bounds(records):
 
 def test_mixed_runs_rest_on_the_prior_and_state_the_network(records):
     mit = [r for r in records if "/mit/" in r["id"]]
-    assert len(mit) == 18 and all(r["status"] == "ok" for r in mit)
+    assert len([r for r in mit if r["id"] in BUNDLED_FILES]) == 18
+    assert all(r["status"] == "ok" for r in mit)
     assert not any(r["efficiency_fitted"] for r in mit)
     assert all(any("network not stated: 1 Gb/s" in a for a in r["assumptions"]) for r in mit)
     assert all(any("unfitted efficiency prior" in a for a in r["assumptions"]) for r in mit)
@@ -79,12 +88,18 @@ def test_mixed_runs_rest_on_the_prior_and_state_the_network(records):
     assert {r["id"].rsplit("/", 1)[1] for r in dup} == {"plan_config_N6_D2.json"}
 
 
+def _kinds(rid):
+    """The GPU kinds a run's stages name (``tmp_per_stage``: [[[kind, gpus, zone]], tp] per replica)."""
+    run = next(r for r in RUNS if r.get("_file") == rid)
+    return {rep[0][0][0] for p in run["pipeline_list"] for stage in p["tmp_per_stage"] for rep in stage}
+
+
 def test_the_network_input_moves_only_the_mixed_runs(records):
     faster = het.validate_runs(RUNS, inter_node_gbps=100.0)
     for a, b in zip(records, faster):
         if a["status"] != "ok" or a["metric"] != "iter_time_s":
             continue
-        if "/clariden/" in a["id"]:
+        if _kinds(a["id"]) == {"GH-96"}:        # the GH200 runs (Slingshot), selected by their stages
             assert a["predicted"] == b["predicted"]
         elif "N4_D4" in a["id"]:            # four replicas all-reduce OPT-350M over the network
             assert b["predicted"] < 0.8 * a["predicted"]
@@ -108,7 +123,7 @@ def test_json_rows_have_the_documented_keys():
     r = CliRunner().invoke(main, ["validate", "heterogeneous", "--json"])
     assert r.exit_code == 0, r.output
     rows = json.loads(r.stdout)
-    assert len(rows) == 72
+    assert len(rows) == 2 * len(RUNS) and len([row for row in rows if row["id"] in BUNDLED_FILES]) == 72
     assert all(set(het.ROW_KEYS) == set(row) for row in rows)
     assert {row["metric"] for row in rows} == {"iter_time_s", "peak_memory_bytes"}
     ok = [row for row in rows if row["status"] == "ok"]
