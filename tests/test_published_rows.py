@@ -133,7 +133,8 @@ def test_deepseek_v3_flop_count_matches_megatron_bridge_with_and_without_mtp():
         assert ours == pytest.approx(theirs, rel=0.005), run_id
         checked["with" if inputs.model.mtp_layers else "without"] += 1
         assert (inputs.model.mtp_layers == 0) == ("w/oMTP" in run_id)
-    assert checked["with"] >= 10 and checked["without"] == 3
+    # lower bounds: the shared file gains DeepSeek-V3 runs between sessions
+    assert checked["with"] >= 10 and checked["without"] >= 3
 
 
 def test_kimi_k2_preset_matches_its_published_size_and_megatron_bridges_flop_count():
@@ -151,6 +152,8 @@ def test_kimi_k2_preset_matches_its_published_size_and_megatron_bridges_flop_cou
     runs = 0
     for run_id, rows in kimi.groupby("run_id"):
         by_metric = rows.set_index("measured_metric").measured_value
+        if not {"tflops_per_gpu", "tokens_per_s_per_gpu"} <= set(by_metric.index):
+            continue                  # a run with one metric states no FLOPs per token
         theirs = by_metric["tflops_per_gpu"] * 1e12 / by_metric["tokens_per_s_per_gpu"]
         row = rows[rows.measured_metric == "tflops_per_gpu"].iloc[0].to_dict()
         inputs = row_inputs(row)
@@ -158,7 +161,7 @@ def test_kimi_k2_preset_matches_its_published_size_and_megatron_bridges_flop_cou
         ours = CONVENTIONS[row["flops_convention"]](inputs.model, 1) / inputs.model.seq_len
         assert ours == pytest.approx(theirs, rel=0.005), run_id
         runs += 1
-    assert runs == 2
+    assert runs >= 2                  # the two runs above, and any the shared file gained
     m = inputs.model
     assert total_params(m) / 1e9 == pytest.approx(1040, rel=0.015)
     assert total_params(m, active=True) / 1e9 == pytest.approx(32.6, rel=0.015)
@@ -192,6 +195,14 @@ def test_nemo_24_07_models_come_from_the_launcher_configs_and_match_nemos_flop_c
     assert seen == set(sizes)
 
 
+def _from_26_06(versions):
+    """Whether each Megatron-Bridge ``framework_version`` (26.04.01, 26.06, 26.10, ...) is release
+    26.06 or later, compared as numbers (year, month): the releases that count GPT-OSS's FLOPs
+    as the model has them."""
+    import re
+    return versions.map(lambda v: tuple(int(x) for x in re.findall(r"\d+", str(v))[:2]) >= (26, 6))
+
+
 def test_gpt_oss_flop_count_matches_megatron_bridge_from_26_06():
     """From release 26.06 Megatron-Bridge counts GPT-OSS 120B with its gated MLP and its
     sliding-window layers (window 128 on every other layer): 3.26e10 FLOPs per token,
@@ -209,8 +220,9 @@ def test_gpt_oss_flop_count_matches_megatron_bridge_from_26_06():
         row = rows[rows.measured_metric == "tflops_per_gpu"].iloc[0].to_dict()
         inputs = row_inputs(row)
         ratios[run_id] = CONVENTIONS[row["flops_convention"]](inputs.model, 1) / inputs.model.seq_len / theirs
-    new = [r for k, r in ratios.items() if k.startswith(("MBRIDGE-26.06", "MBRIDGE-26.08"))]
-    old = [r for k, r in ratios.items() if not k.startswith(("MBRIDGE-26.06", "MBRIDGE-26.08"))]
+    late = _from_26_06(oss.drop_duplicates("run_id").set_index("run_id").framework_version)
+    new = [r for k, r in ratios.items() if late[k]]
+    old = [r for k, r in ratios.items() if not late[k]]
     assert len(new) >= 3 and all(r == pytest.approx(1.0, abs=0.005) for r in new)
     assert len(old) >= 13 and all(r == pytest.approx(1.20, abs=0.01) for r in old)
 
@@ -228,7 +240,7 @@ def test_flop_rows_of_a_counter_unlike_their_convention_give_way_to_the_runs_tok
     oss = df[df.run_id.str.contains("GPTOSS120B") & df.dtype_norm.notna() & ~flagged].reset_index(drop=True)
     reasons = {}
     prepared = prepare(oss.to_dict("records"), on_skip=lambda i, why: reasons.__setitem__(oss.id[i], why))
-    late = oss.run_id.str.startswith(("MBRIDGE-26.06", "MBRIDGE-26.08"))
+    late = _from_26_06(oss.framework_version)
     early_flops = oss.id[~late & (oss.measured_metric == "tflops_per_gpu")]
     assert len(early_flops) >= 13
     for row_id in early_flops:
