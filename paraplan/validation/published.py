@@ -72,7 +72,8 @@ from model_specs.model_spec import ModelSpec
 from paraplan.validation.csv_structure import SHORT_ROW_COLUMN, check_csv_structure, id_text, mark_short_rows
 from paraplan.validation.flops_conventions import CONVENTIONS
 from paraplan.validation.row_model import (NUMERIC_COLUMNS, Skip, _check_family_vocab, _experts, _int, _measured,
-                                           _named_preset_or_none, _num, _preset_for, _same_architecture_preset, _says_without_mtp, _stated_params, _str)
+                                           _named_preset_or_none, _num, _preset_for, _same_architecture_preset,
+                                           _says_without_mtp, _stated_params, _str)
 from paraplan.validation.row_precision import unstated_dtype
 from simulator.parallel_config import ParallelConfig
 from simulator.stack_defaults import stack_config_fields, stack_sequence_parallel

@@ -608,7 +608,8 @@ def validate_rows(df: pd.DataFrame, efficiency=None, progress=None) -> pd.DataFr
                 # in lower case, as they are priced: a 'VLLM' / 'AGG' row was a summary line of its own
                 "backend": id_text(r.get("backend")).lower() or EMPTY_CELL,
                 "system": id_text(r.get("system")).lower() or EMPTY_CELL,
-                "mode": id_text(r.get("mode")).lower() or EMPTY_CELL, "model": id_text(r.get("model_path")) or EMPTY_CELL,
+                "mode": id_text(r.get("mode")).lower() or EMPTY_CELL,
+                "model": id_text(r.get("model_path")) or EMPTY_CELL,
                 "generation": p["generation"], "assumption": p["assumption"],
             })
     return pd.DataFrame.from_records(records)
