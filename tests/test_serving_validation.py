@@ -37,16 +37,22 @@ def _mean_abs_pct(results, rows, metric, **where):
     return float(r.rel_error.astype(float).abs().mean() * 100), len(r)
 
 
-def test_every_model_and_system_of_the_file_has_a_preset(rows):
-    # as validate_rows looks them up: a checkpoint's suffixes (-Instruct, ...) resolve to the base model
+def test_every_model_and_system_of_the_file_has_a_preset(rows, bundled_ids):
+    # as validate_rows looks them up: a checkpoint's suffixes (-Instruct, ...) resolve to the base model;
+    # of the bundled rows (a model added to the shared file is skipped with its reason until it has one)
+    rows = rows[rows.id.isin(bundled_ids)]
     assert {m for m in set(rows.model_path.str.lower()) if model_preset_for(m) is None} == set()
     assert set(rows.system.str.lower()) <= set(SYSTEMS)
 
 
 def test_rows_carrying_their_layout_are_predicted(rows, results, bundled_ids):
     layout = rows[(rows["mode"] == "agg") | rows.prefill_num_workers.notna()]
-    predicted = results[(results.metric == "ttft_ms") & (results.status == "ok")].id.nunique()
-    assert predicted / len(layout) >= 0.96          # 2068 of 2143 measured
+    predicted = results[(results.metric == "ttft_ms") & (results.status == "ok")].id
+    # issue 16's target over every row carrying its layout, shared rows added since included; the
+    # bundled ones at what is measured on them (2068 of 2143)
+    assert predicted.nunique() / len(layout) >= 0.90
+    bundled = layout[layout.id.isin(bundled_ids)]
+    assert predicted[predicted.isin(bundled_ids)].nunique() / len(bundled) >= 0.96
     skipped = results[results.status == "skipped"].drop_duplicates("id")
     assert skipped.reason.str.len().min() > 10       # every skip says why
     # the counts are of the bundled rows (rows added to the shared file may add skips)
