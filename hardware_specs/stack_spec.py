@@ -166,6 +166,13 @@ class TrainingBehaviour:
         attention_kernel: one of ``ATTENTION_KERNELS``.
         grad_accumulation_fusion: the weight-gradient GEMM accumulates into the fp32 gradient
             buffer in place (Megatron ``--gradient-accumulation-fusion``).
+        grad_accumulation_fusion_fp32: the same, but only for 16-bit runs whose gradients
+            accumulate in fp32 (the resolved gradient bytes are 4: bf16 under
+            ``bf16_grads_in_fp32``, or ``grad_reduce_bytes`` 4); read only where
+            ``grad_accumulation_fusion`` is false. Megatron-LM 2022 keeps
+            ``--gradient-accumulation-fusion`` on by default and switches it off whenever
+            gradients accumulate in 16 bits (NVIDIA/Megatron-LM@d898a8991d megatron/arguments.py
+            lines 176-188; fp16 accumulation was fused from 07916bf245, 2022-09-27).
         sequence_parallel_with_tp: Megatron sequence parallelism is on whenever tp > 1 (the
             stack's recipes turn it on).
         zero3_recompute_gather: under ZeRO-3 with full recomputation, the recompute forward
@@ -354,6 +361,7 @@ class TrainingBehaviour:
     ep_dispatch_dedup: bool = False
     attention_kernel: str = "auto"
     grad_accumulation_fusion: bool = True
+    grad_accumulation_fusion_fp32: bool = False
     sequence_parallel_with_tp: bool = False
     zero3_recompute_gather: bool = False
     cuda_graphs: bool = False

@@ -25,6 +25,15 @@ _BF16_LIKE = ("bf16", "fp8", "mxfp8", "nvfp4")
 _FP8_PARAM_DTYPES = ("fp8", "mxfp8")
 
 
+def _accumulates_16bit_grads_in_fp32(dtype: str, grad_bytes: float) -> bool:
+    """Whether a run in ``dtype`` whose gradients the stack reduces in ``grad_bytes`` bytes (as
+    ``stack_config_fields`` resolves them) accumulates 16-bit weight gradients into fp32 main
+    gradients: Megatron-LM 2022's ``accumulate_allreduce_grads_in_fp32``, which ``--bf16``
+    forces and fp16 runs state (NVIDIA/Megatron-LM@d898a8991d megatron/arguments.py lines
+    156-188). An fp32 / tf32 run has no 16-bit gradients (the flag stays off there)."""
+    return dtype not in ("fp32", "tf32") and grad_bytes == 4.0
+
+
 def stack_config_fields(stack: StackSpec, dtype: str = "bf16", model_name: str | None = None,
                         gpu: str | None = None) -> dict:
     """ParallelConfig keyword arguments for ``stack``'s training behaviour for a run in ``dtype``
@@ -70,7 +79,8 @@ def stack_config_fields(stack: StackSpec, dtype: str = "bf16", model_name: str |
         "pipeline_scatter_gather": t.pipeline_scatter_gather,
         "grouped_gemm_streams": t.grouped_gemm_streams,
         "cross_entropy": t.cross_entropy,
-        "grad_accumulation_fusion": t.grad_accumulation_fusion,
+        "grad_accumulation_fusion": t.grad_accumulation_fusion or (t.grad_accumulation_fusion_fp32
+                                                                   and _accumulates_16bit_grads_in_fp32(dtype, grad_bytes)),
         "zero3_recompute_gather": t.zero3_recompute_gather,
         "param_gather_per_tensor": t.zero3_gather_per_tensor,
         "cuda_graphs": t.cuda_graphs,
