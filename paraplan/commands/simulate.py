@@ -568,7 +568,9 @@ def _not_empty(value: str | None, option: str, comma_list: bool = False) -> str 
 @click.option("--tp", type=POS, metavar="N", default=1, show_default=True, help="Tensor-parallel degree.")
 @click.option("--pp", type=POS, metavar="N", default=1, show_default=True, help="Pipeline-parallel stages.")
 @click.option("--cp", type=POS, metavar="N", default=1, show_default=True, help="Context-parallel degree.")
-@click.option("--ep", type=POS, metavar="N", default=1, show_default=True, help="Expert-parallel degree (MoE; folds into dp*cp).")
+@click.option("--ep", type=POS, metavar="N", default=1, show_default=True,
+              help="Expert-parallel degree (MoE; ep*etp must divide dp*cp*tp: experts fold over the data, "
+                   "context and tensor ranks, Megatron-Core MoE parallel folding).")
 @click.option("--etp", type=POS, metavar="N", default=1, show_default=True, help="Expert tensor-parallel degree (MoE).")
 @click.option("--vpp", type=POS, metavar="N", default=1, show_default=True, help="Virtual stages (chunks) per pipeline rank; > 1 means interleaved 1F1B.")
 @click.option("--micro-batch", type=POS, metavar="N", default=1, show_default=True, help="Sequences per micro-batch per data-parallel rank.")
