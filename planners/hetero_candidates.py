@@ -158,11 +158,13 @@ def _largest_divisor_table(M: int, n_max: int) -> np.ndarray:
     return np.maximum.accumulate(t)
 
 
-def _matched_pairs(keys: Keys, a: int, b: int):
+def _matched_pairs(keys: Keys, a: int, b: int, usable=None):
     """(I, J, ta, tb): every pair of a key of pool ``a`` and one of pool ``b`` a pipeline can
-    join (same micro-batch and recomputation, sp alike unless one side has tp 1)."""
-    ia = np.flatnonzero(keys.pool == a)
-    ib = np.flatnonzero(keys.pool == b)
+    join (same micro-batch and recomputation, sp alike unless one side has tp 1), of the keys
+    ``usable`` (a (K,) mask; None: all) allows."""
+    usable = np.ones(len(keys), dtype=bool) if usable is None else np.asarray(usable, dtype=bool)
+    ia = np.flatnonzero((keys.pool == a) & usable)
+    ib = np.flatnonzero((keys.pool == b) & usable)
     I, J = np.meshgrid(ia, ib, indexing="ij")
     I, J = I.ravel(), J.ravel()
     ta, tb = keys.tp[I], keys.tp[J]
@@ -253,18 +255,19 @@ def _mix_pipelines(keys: Keys, a: int, b: int, I, J, ta, tb, P, K, KB, gpus_a: i
 
 
 def pipeline_mix(model: ModelSpec, keys: Keys, a: int, b: int, gpus_a: int, gpus_b: int, global_batch: int,
-                 zeros) -> tuple[Pipelines, np.ndarray]:
+                 zeros, usable=None) -> tuple[Pipelines, np.ndarray]:
     """Replicas of pipelines whose first ``k_a`` stages are on pool ``a`` and last ``k_b`` on
     pool ``b`` (same micro-batch, recomputation and sp; each pool its own tp). ``k_b`` is the
     count (rounded down or up) that gives both pools the same share of their GPUs; the replicas
-    are as many as both pools hold and divide the step's micro-batches."""
-    I, J, ta, tb = _matched_pairs(keys, a, b)
+    are as many as both pools hold and divide the step's micro-batches. Only the keys ``usable``
+    allows (a (K,) mask; None: all) take part."""
+    I, J, ta, tb = _matched_pairs(keys, a, b, usable)
     P, K, KB = _proportional_counts(model.num_layers, ta, tb, gpus_a, gpus_b)
     return _mix_pipelines(keys, a, b, I, J, ta, tb, P, K, KB, gpus_a, gpus_b, global_batch, zeros)
 
 
 def pipeline_mix_smaller(model: ModelSpec, keys: Keys, a: int, b: int, gpus_a: int, gpus_b: int,
-                         global_batch: int, zeros) -> tuple[Pipelines, np.ndarray]:
+                         global_batch: int, zeros, usable=None) -> tuple[Pipelines, np.ndarray]:
     """The pipeline mixes of smaller pools that ``pipeline_mix`` of these lacks, so that growing
     a pool keeps the splits that fill a smaller size of it (not every split of every smaller
     size: the rounded-up proportional count of a smaller pool, and the proportional counts of
@@ -274,9 +277,10 @@ def pipeline_mix_smaller(model: ModelSpec, keys: Keys, a: int, b: int, gpus_a: i
     divisor of the step's micro-batches) and every ``k_a`` whose replicas fit pool ``a``, the
     ``k_b`` that ``d`` replicas fill (at most the layers left); likewise every ``k_b`` with the
     ``k_a`` that fills pool ``a``. The replicas, as in ``pipeline_mix``, are as many as both
-    pools hold (at least ``d``). Each (pair, k_a, k_b) once, none of ``pipeline_mix``'s."""
+    pools hold (at least ``d``). Each (pair, k_a, k_b) once, none of ``pipeline_mix``'s (of the
+    same ``usable`` keys)."""
     L = model.num_layers
-    I, J, ta, tb = _matched_pairs(keys, a, b)
+    I, J, ta, tb = _matched_pairs(keys, a, b, usable)
     P0, K0, KB0 = _proportional_counts(L, ta, tb, gpus_a, gpus_b)
     P, K, KB = _smaller_pool_counts(L, keys.micro_batch[I], ta, tb, gpus_a, gpus_b, global_batch)
     width = np.int64(L + 1)

@@ -127,6 +127,64 @@ def _memory_caps(model: ModelSpec, cluster: PooledCluster, settings: ParallelCon
     return np.where(used, np.floor((limit - m0) / slope), 0.0)
 
 
+@dataclass(frozen=True)
+class CapBound:
+    """Per layer key, (K,) bytes: what a stage of it has left for its layers at its lightest
+    (``free_bytes``), and what each layer takes with one micro-batch in flight (``layer_bytes``)
+    and per further micro-batch in flight (``in_flight_bytes``)."""
+
+    free_bytes: np.ndarray
+    layer_bytes: np.ndarray
+    in_flight_bytes: np.ndarray
+
+    def layers(self, key, in_flight=1.0) -> np.ndarray:
+        """The most layers a stage of ``key`` holds with ``in_flight`` micro-batches, before the floor."""
+        per_layer = self.layer_bytes[key] + (np.asarray(in_flight, dtype=float) - 1.0) * self.in_flight_bytes[key]
+        return self.free_bytes[key] / np.maximum(per_layer, 1e-9)
+
+
+def layer_cap_bound(model: ModelSpec, cluster: PooledCluster, settings: ParallelConfig, units: UnitCosts,
+                    zero_stage: int, dp_shard: float, memory_limit_bytes) -> CapBound:
+    """Per layer key, an upper bound on the layers one stage of it holds within its pool's
+    memory limit (``_memory_caps``' cap before its floor), by micro-batches in flight: the stage
+    at its lightest otherwise, with no embedding or LM head and its optimizer states sharded by
+    ZeRO ``zero_stage`` over ``dp_shard`` replicas (at least a plan's). A stage's memory only
+    grows with each of those, so a pipeline whose stages of a key cannot hold its layers at
+    this bound fits no way (``might_fit``)."""
+    tp = units.tp.astype(float)
+    mbs = units.micro_batch.astype(float)
+    layer_act, full_act = layer_activation_bytes(model, settings, units)
+    reserved = pool_reserved_bytes(cluster, units.pool)
+    none = np.zeros(len(units), dtype=bool)
+
+    def mem(nl, in_flight):
+        prm = stage_param_count(model, nl, 0.0, 0.0, 1.0, tp)
+        return stage_memory_parts(model, settings, prm, zero_stage, dp_shard, tp, mbs, units.recompute, layer_act,
+                                  full_act, nl, in_flight, none, reserved)["memory_bytes"]
+
+    m0, m1, m2 = mem(0.0, 1.0), mem(1.0, 1.0), mem(1.0, 2.0)
+    limit = np.asarray(memory_limit_bytes, dtype=float)[units.pool]
+    return CapBound(free_bytes=limit - m0, layer_bytes=m1 - m0, in_flight_bytes=np.maximum(m2 - m1, 0.0))
+
+
+def might_fit(p: Pipelines, bound: CapBound, settings: ParallelConfig, num_layers: int) -> np.ndarray:
+    """(P,) False for the plans ``fits_memory`` rejects for certain: a group with a segment whose
+    stages cannot hold a layer at ``bound``, or whose segments cannot hold the ``num_layers``
+    layers. Each segment's stages are bounded at the micro-batches its last stage holds in
+    flight (``in_flight_microbatches``: the fewest of the segment's), the ``_memory_caps``
+    estimate of the micro-batches; a margin of 1e-9 layers covers rounding."""
+    used = p.seg_stages > 0
+    pp = p.seg_stages.sum(axis=1)
+    last_pos = np.cumsum(p.seg_stages, axis=1) - 1
+    m_est = np.where(np.isnan(p.micro_batches), pp, p.micro_batches)
+    in_flight = in_flight_microbatches(settings, m_est[:, None], pp[:, None], last_pos)
+    cap = np.where(used, bound.layers(p.seg_key, in_flight), np.inf)
+    room = np.where(used, p.seg_stages * np.minimum(cap, num_layers), 0.0).sum(axis=1)
+    ok = np.all(cap >= 1.0 - 1e-9, axis=1) & (room >= num_layers - 1e-9)
+    P = int(p.plan.max()) + 1 if len(p) else 0
+    return np.bincount(p.plan, weights=~ok, minlength=P) == 0
+
+
 def fits_memory(model: ModelSpec, cluster: PooledCluster, settings: ParallelConfig, units: UnitCosts,
                 p: Pipelines, zero_of_plan, memory_limit_bytes) -> np.ndarray:
     """(P,) whether every group of a plan has a split within memory: ``lay_out``'s ``plan_ok``,

@@ -38,7 +38,7 @@ from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from planners import hetero_candidates as cand
 from planners.hetero_explain import explain_text, layout_text
-from planners.hetero_pipelines import Layout, Pipelines, fits_memory, lay_out
+from planners.hetero_pipelines import Layout, Pipelines, fits_memory, lay_out, layer_cap_bound, might_fit
 from planners.plan import resolve_global_batch
 from simulator import headroom
 from simulator.config_batch import RECOMPUTE_CODES
@@ -353,9 +353,24 @@ def _search_pools(model, cluster, effs, settings, search, limits, gbs, keep, top
                        keys.sequence_parallel, settings)
     zeros = search["zeros"]
     M_of_key = gbs // keys.micro_batch
+    # the plans a key's lightest stage rules out (large micro-batches) skip the layout
+    cap_bound = layer_cap_bound(model, cluster, settings, units, max(zeros), sum(p.gpus for p in cluster.pools),
+                                limits)
+    usable = cap_bound.layers(np.arange(len(keys))) >= 1.0 - 1e-9          # keys whose stage can hold a layer
+
+    def fitting(p: Pipelines, z: np.ndarray) -> tuple[Pipelines, np.ndarray]:
+        """The plans of ``p`` (and their ZeRO stages) that ``might_fit``."""
+        if len(p) == 0:
+            return p, z
+        ok = np.flatnonzero(might_fit(p, cap_bound, settings, model.num_layers))
+        if len(ok) == len(z):
+            return p, z
+        sub, old = _subset(p, ok)
+        return sub, z[old]
+
     results = []
     if len(cluster.pools) == 1:
-        pipes, zero = cand.single_pool(model, keys, 0, cluster.pools[0].gpus, gbs, zeros)
+        pipes, zero = fitting(*cand.single_pool(model, keys, 0, cluster.pools[0].gpus, gbs, zeros))
         if len(pipes):
             mb = keys.micro_batch[pipes.seg_key[:, 0]]
             r = _score(model, cluster, effs, settings, units, pipes, zero, limits, gbs // mb, False, SINGLE, top)
@@ -404,8 +419,8 @@ def _search_pools(model, cluster, effs, settings, search, limits, gbs, keep, top
 
         for a, b in ((0, 1), (1, 0)):
             ga, gb = cluster.pools[a].gpus, cluster.pools[b].gpus
-            pipes, zero = cand.pipeline_mix(model, keys, a, b, ga, gb, gbs, zeros)
-            more, more_zero = cand.pipeline_mix_smaller(model, keys, a, b, ga, gb, gbs, zeros)
+            pipes, zero = fitting(*cand.pipeline_mix(model, keys, a, b, ga, gb, gbs, zeros, usable))
+            more, more_zero = fitting(*cand.pipeline_mix_smaller(model, keys, a, b, ga, gb, gbs, zeros, usable))
             est = np.zeros(0)
             shared = np.zeros((0, 4), dtype=np.int64)
             if len(pipes):
@@ -484,7 +499,7 @@ def _within_stack(search: dict, lacks: tuple, stack_name: str) -> dict:
 
 def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, global_batch: int | None = None, *,
                        global_batch_tokens: int | None = None, dtype: str | None = None, max_tp: int | None = None,
-                       max_micro_batch: int | None = 8, micro_batches=None, recomputes=None, zeros=(0, 1),
+                       max_micro_batch: int | None = None, micro_batches=None, recomputes=None, zeros=(0, 1),
                        sequence_parallel=(False, True), headroom_gib: float | None = None,
                        efficiency: Mapping[str, EfficiencyModel] | None = None, keep: int = DEFAULT_KEEP,
                        top: int = 20, stack: StackSpec | str = "megatron-core") -> HeteroPlanResult:
@@ -496,7 +511,9 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
         global_batch / global_batch_tokens: sequences (or tokens) per step.
         dtype: GEMM dtype all pools run (default: bf16, else fp16, else fp32 as they all have it).
         max_tp: largest tensor-parallel degree (default and at most: each pool's node).
-        max_micro_batch: largest micro-batch tried (divisors of the global batch up to it);
+        max_micro_batch: largest micro-batch tried (None: every divisor of the global batch, as
+            ``planners.plan``; a plan whose stages cannot hold their layers at ``layer_cap_bound``
+            is dropped before its layout, so micro-batches too large to fit cost little);
             micro_batches: the micro-batches to try instead (each must divide the global batch).
         recomputes: recomputation modes (default none, selective, full); zeros: ZeRO stages (0-1).
         headroom_gib: memory to leave free on every GPU, GiB (None: ``simulator.headroom``'s

@@ -501,7 +501,8 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
       paraplan plan -m llama3-70b -c dgx-h100 -n 256 --global-batch-tokens 4194304 --emit torchtitan > paraplan_plan.py
 
     A pooled (mixed) cluster file plans across its pools: pipelines on one pool, each pool's
-    own replicas sharing the batch by speed, pipelines crossing two pools; it prints the best
+    own replicas sharing the batch by speed, pipelines crossing two pools, with every micro-batch
+    that divides the global batch (--max-micro-batch caps it); it prints the best
     plan next to the best on only the fastest and only the largest pool (--explain: where the
     time goes per pool).
 
@@ -655,7 +656,7 @@ def _plan_pooled(spec, cluster, gpus, global_batch, global_batch_tokens, top, ma
     mb = explicit.get("micro_batch")
     result = plan_heterogeneous(
         spec, load_pooled_cluster(cluster), global_batch, global_batch_tokens=global_batch_tokens,
-        dtype=dtypes[0] if dtypes else None, max_tp=max_tp, max_micro_batch=max_micro_batch or 8,
+        dtype=dtypes[0] if dtypes else None, max_tp=max_tp, max_micro_batch=max_micro_batch,
         micro_batches=(mb,) if mb is not None else None,
         recomputes=(explicit["recompute"],) if explicit.get("recompute") else None,
         zeros=(explicit["zero"],) if explicit.get("zero") is not None else (0, 1), headroom_gib=headroom_gib,
