@@ -129,7 +129,11 @@ def pool_templates(model: ModelSpec, keys: Keys, pool: int, gpus: int) -> np.nda
 def data_parallel_mix(keys: Keys, chosen: dict, global_batch: int) -> tuple[Pipelines, np.ndarray]:
     """Every combination of one kept template per pool (``chosen[pool][(mb, rc, sp, zero)]`` =
     template rows), under a shared micro-batch, recomputation, sp and ZeRO stage, with no more
-    replicas than the step has micro-batches. Micro-batches are left to the shares (NaN)."""
+    replicas than the step has micro-batches. Micro-batches are left to the shares (NaN).
+
+    A tp-1 template (no sequence parallelism to have) is filed under both sp settings, so that
+    it joins the other pools' templates of either; a combination of tp-1 templates only is then
+    built under sp off alone (under sp on it would be the same plan again)."""
     pools = sorted(chosen)
     shared = set.intersection(*(set(chosen[p]) for p in pools))
     rows = []        # (plan, pool, key, tp, pp, d)
@@ -139,6 +143,8 @@ def data_parallel_mix(keys: Keys, chosen: dict, global_batch: int) -> tuple[Pipe
         lists = [chosen[p][shared_key] for p in pools]
         for combo in itertools.product(*lists):
             if sum(t[3] for t in combo) > global_batch // shared_key[0]:
+                continue
+            if shared_key[2] and all(t[1] == 1 for t in combo):
                 continue
             for p, t in zip(pools, combo):
                 rows.append((plan, p, t[0], t[1], t[2], t[3]))

@@ -66,3 +66,19 @@ def test_the_memory_bound_drops_only_plans_that_do_not_fit():
         assert fits.any()
         assert (~maybe).sum() > 0.5 * (~fits).sum()
 
+
+def test_no_plan_is_ranked_twice():
+    """1 A100 + 3 H100, gpt3-1.3b, 127 sequences: the all-tp-1 data-parallel mix (1x a tp1 pp1 +
+    1x h tp1 pp3) was built under sp off and again under sp on (a tp-1 template serves either),
+    and ranked 3rd and 4th. Every row of the table is now a different plan, and that mix is
+    still ranked (once)."""
+    tiny = PooledCluster("tiny", (Pool("a", A100, 1), Pool("h", H100, 3)))
+    res = plan_heterogeneous("gpt3-1.3b", tiny, 127, top=500)
+    plans = [res.row_plan(i)[0] for i in range(len(res.plans))]
+    assert len(plans) == len(res.plans) > 20
+    assert len({repr(p) for p in plans}) == len(plans)       # HeteroPlan holds a dict: not hashable
+    cols = ["kind", "pools", "layout", "micro_batch", "zero_stage", "recompute", "sequence_parallel"]
+    assert not res.plans.duplicated(subset=cols).any()
+    mix = res.plans[(res.plans["kind"] == "data-parallel mix") & (res.plans["micro_batch"] == 1)
+                    & (res.plans["zero_stage"] == 0) & (res.plans["recompute"] == "none")]
+    assert (mix["layout"] == "1x a tp1 pp1 [24] + 1x h tp1 pp3 [9,9,6]").sum() == 1
