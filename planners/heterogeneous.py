@@ -7,7 +7,8 @@
     print(result.explain)       # where the time goes on each pool
 
 Search: for every subset of the pools (so adding a pool can never lower the best plan: the
-plans without it are still candidates), pools the cost model cannot tell apart (same GPU,
+plans without it are still candidates, each subset in the dtype it would run alone unless the
+request fixes one), pools the cost model cannot tell apart (same GPU,
 fabric and efficiency model, joined at their own scale-out speed) are merged into one, and a
 set of at most ``MAX_UNMERGED_POOLS`` is searched unmerged as well (``searched_forms``: the
 merged pool runs one pipeline shape, so a faster link that lets pools merge must not drop the
@@ -57,7 +58,7 @@ _RECOMPUTE_NAMES = {code: r.value for r, code in RECOMPUTE_CODES.items()}
 SINGLE, DP_MIX, PP_MIX = "single-pool", "data-parallel mix", "pipeline mix"
 #: ranked-table columns (units in the names)
 TABLE_COLUMNS = ("kind", "pools", "n_gpus", "layout", "micro_batch", "zero_stage", "recompute", "sequence_parallel",
-                 "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "mfu_reference", "memory_gib")
+                 "dtype", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "mfu_reference", "memory_gib")
 #: templates per pool and shared key that enter the data-parallel mixes, and pipeline mixes per
 #: shared key that reach the exact score
 DEFAULT_KEEP = 6
@@ -97,7 +98,7 @@ class HeteroPlanResult:
     pools: tuple
     global_batch: int
     seq_len: int
-    dtype: str
+    dtype: str                  # the best plan's (``plan_heterogeneous``'s ``dtype``)
     plans: pd.DataFrame
     best: HeteroPlan
     best_report: HeteroReport
@@ -456,8 +457,9 @@ def _search_pools(model, cluster, effs, settings, search, limits, gbs, keep, top
 # The search
 # --------------------------------------------------------------------------------------------
 
-def common_dtype(cluster: PooledCluster, dtype: str | None) -> str:
-    """``dtype`` if every pool's GPU has it, else the first of bf16, fp16, fp32 they all have."""
+def common_dtype(cluster: PooledCluster, dtype: str | None, required: bool = True) -> str | None:
+    """``dtype`` if every pool's GPU has it, else the first of bf16, fp16, fp32 they all have
+    (None, not an error, where they share none and ``required`` is False)."""
     have = [set(p.cluster.gpu.peak_flops_per_s) for p in cluster.pools]
     if dtype is not None:
         for p, h in zip(cluster.pools, have):
@@ -468,6 +470,8 @@ def common_dtype(cluster: PooledCluster, dtype: str | None) -> str:
     for d in ("bf16", "fp16", "fp32"):
         if all(d in h for h in have):
             return d
+    if not required:
+        return None
     raise InputError("dtype", "the pools' GPUs share no 16- or 32-bit dtype", "give --dtype")
 
 
@@ -509,7 +513,11 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
     Args:
         model, cluster: specs or names / files (a one-kind cluster is one pool of its max_gpus).
         global_batch / global_batch_tokens: sequences (or tokens) per step.
-        dtype: GEMM dtype all pools run (default: bf16, else fp16, else fp32 as they all have it).
+        dtype: GEMM dtype every plan runs (every pool must have it). Default: each set of pools
+            searched runs the first of bf16, fp16, fp32 all its GPUs have, as it would alone, so
+            a pool without bf16 (V100) does not move the plans of the others to fp16 (adding a
+            pool never changes the plans without it); ``HeteroPlanResult.dtype`` is the best
+            plan's, the table's ``dtype`` column each plan's.
         max_tp: largest tensor-parallel degree (default and at most: each pool's node).
         max_micro_batch: largest micro-batch tried (None: every divisor of the global batch, as
             ``planners.plan``; a plan whose stages cannot hold their layers at ``layer_cap_bound``
@@ -537,7 +545,11 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
     if gbs > MAX_GLOBAL_BATCH:
         raise InputError("global_batch", f"{gbs} sequences per step is beyond any training run",
                          f"use at most {MAX_GLOBAL_BATCH:,} sequences")
-    dtype = common_dtype(cluster, dtype)
+    if dtype is not None:
+        common_dtype(cluster, dtype)         # every pool has it, or one error naming the pool
+    else:
+        for p in cluster.pools:              # every pool alone runs some dtype
+            common_dtype(cluster.subset((p.name,)), None)
     if headroom_gib is not None:
         headroom.headroom_gib(float("inf"), headroom_gib)      # negative, nan, inf: one error, up front
     effs_all = pool_efficiencies(cluster, dict(efficiency or {}))
@@ -561,12 +573,23 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
             raise InputError("zero_stage", f"ZeRO-{z} is not modelled across pools yet", "use ZeRO 0 or 1")
     stack_spec = load_stack(stack) if isinstance(stack, str) else stack
     kinds = {p.cluster.gpu.name for p in cluster.pools}
-    software = stack_config_fields(stack_spec, dtype, model.name, kinds.pop() if len(kinds) == 1 else None)
-    if software.get("grad_reduce_every_microbatch"):
-        raise InputError("stack", f"{stack_spec.name} reduces gradients on every micro-batch; across pools that is "
-                         "not modelled yet", "plan with a stack that reduces once per step (megatron-core)")
-    settings = ParallelConfig(dtype=dtype, **software)
-    search = _within_stack(search, settings.stack_lacks, stack_spec.name)
+    kind = kinds.pop() if len(kinds) == 1 else None
+    settings_of: dict[str, ParallelConfig] = {}
+
+    def settings_for(d: str) -> ParallelConfig:
+        """The stack's settings for plans in dtype ``d`` (its recipe for the model in ``d``)."""
+        if d not in settings_of:
+            software = stack_config_fields(stack_spec, d, model.name, kind)
+            if software.get("grad_reduce_every_microbatch"):
+                raise InputError("stack", f"{stack_spec.name} reduces gradients on every micro-batch; across pools "
+                                 "that is not modelled yet", "plan with a stack that reduces once per step (megatron-core)")
+            settings_of[d] = ParallelConfig(dtype=d, **software)
+        return settings_of[d]
+
+    # the stack's checks up front, in the dtype the whole file shares (else its first pool's)
+    whole = dtype or common_dtype(cluster, None, required=False) or common_dtype(
+        cluster.subset(cluster.pool_names[:1]), None)
+    search = _within_stack(search, settings_for(whole).stack_lacks, stack_spec.name)
     scored: list[Scored] = []
     seen = set()
     names = cluster.pool_names
@@ -590,7 +613,12 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
                 limits = np.array([p.cluster.gpu.hbm_bytes - headroom.headroom_gib(p.cluster.gpu.hbm_bytes,
                                                                                   headroom_gib) * GIB
                                    for p in form.pools])
-                scored += _search_pools(model, form, form_effs, settings, search, limits, gbs, keep, top)
+                # the set's own dtype (as it would run alone) unless the request fixes one
+                sub_dtype = dtype or common_dtype(form, None, required=False)
+                if sub_dtype is None:        # its GPUs share no dtype: no plan spans them all
+                    continue
+                scored += _search_pools(model, form, form_effs, settings_for(sub_dtype), search, limits, gbs, keep,
+                                        top)
     table, refs = _ranked(scored, model, gbs, top)
     if table.empty:
         raise InputError("memory", f"no plan of {model.name} fits any pool of {cluster.name} in memory",
@@ -611,11 +639,11 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
     # "fastest GPU": the highest peak; between GPUs of one peak, the one whose pool alone runs
     # this model faster per GPU (the row then answers "what if I kept only my fastest GPUs")
     per_gpu = {n: pr[1].tokens_per_s_per_gpu for n, pr in pairs.items() if pr is not None}
-    fastest = cluster.fastest_pool(dtype, per_gpu)
+    fastest = cluster.fastest_pool(dtype, per_gpu)      # None: each GPU's own default dtype
     largest = cluster.largest_pool(tie_avoids=fastest.name)
     result = HeteroPlanResult(
         model=model.name, cluster=cluster.name, pools=tuple((p.name, p.cluster.gpu.name, p.gpus) for p in cluster.pools),
-        global_batch=gbs, seq_len=model.seq_len, dtype=dtype, plans=table, best=best_plan, best_report=best_report,
+        global_batch=gbs, seq_len=model.seq_len, dtype=best_plan.dtype, plans=table, best=best_plan, best_report=best_report,
         fastest_pool=fastest.name, largest_pool=largest.name, fastest_only=pairs[fastest.name],
         largest_only=pairs[largest.name], evaluated=evaluated, wall_s=time.perf_counter() - t0,
         prior_pools=tuple(p.name for p, e in zip(cluster.pools, effs_all) if e.is_prior), row_plans=tuple(refs),
@@ -660,7 +688,7 @@ def _ranked(scored: list[Scored], model: ModelSpec, gbs: int, top: int):
     df = df.sort_values(["tokens_per_s", "n_gpus", "memory_gib"], ascending=[False, True, True],
                         kind="stable").head(top).reset_index(drop=True)
     refs = []
-    layouts, recs, sps, mbs = [], [], [], []
+    layouts, recs, sps, mbs, dts = [], [], [], [], []
     for row in df.itertuples(index=False):
         s = scored[row.src_]
         plan = plan_from_layout(s, int(row.plan_), gbs)
@@ -669,10 +697,12 @@ def _ranked(scored: list[Scored], model: ModelSpec, gbs: int, top: int):
         recs.append(plan.recompute.value)
         sps.append(plan.sequence_parallel)
         mbs.append(plan.micro_batch)
+        dts.append(plan.dtype)
     df["layout"] = layouts
     df["recompute"] = recs
     df["sequence_parallel"] = sps
     df["micro_batch"] = mbs
+    df["dtype"] = dts
     return df[list(TABLE_COLUMNS)], refs
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hardware_specs.catalog import load_cluster
+from hardware_specs.catalog import load_cluster, load_stack
 from hardware_specs.pools import Pool, PooledCluster
 from model_specs.catalog import load_model
 from planners import hetero_candidates as cand
@@ -19,10 +19,9 @@ from simulator.config_batch import RECOMPUTE_CODES
 from simulator.heterogeneous.unit_costs import pool_efficiencies, unit_costs
 from simulator.parallel_config import ParallelConfig, Recompute
 from simulator.stack_defaults import stack_config_fields
-from hardware_specs.catalog import load_stack
 
 GIB = 2**30
-A100, H100 = load_cluster("dgx-a100-80gb"), load_cluster("dgx-h100")
+A100, H100, V100 = load_cluster("dgx-a100-80gb"), load_cluster("dgx-h100"), load_cluster("dgx2-v100")
 
 
 def test_one_pool_plans_every_micro_batch_as_the_one_kind_planner():
@@ -82,3 +81,28 @@ def test_no_plan_is_ranked_twice():
     mix = res.plans[(res.plans["kind"] == "data-parallel mix") & (res.plans["micro_batch"] == 1)
                     & (res.plans["zero_stage"] == 0) & (res.plans["recompute"] == "none")]
     assert (mix["layout"] == "1x a tp1 pp1 [24] + 1x h tp1 pp3 [9,9,6]").sum() == 1
+
+
+def test_adding_a_pool_without_bf16_leaves_the_plans_without_it_in_bf16():
+    """64 H100 alone plan Llama-3-8B (128 sequences) in bf16; with 16 V100 beside them (no bf16)
+    the whole file's common dtype is fp16, which the H100-only plans took too. Each set of pools
+    now runs its own default: the best H100-only plan is the same plan with the same numbers,
+    the plans on the V100 run fp16, and a dtype the request gives applies to every plan."""
+    model = "llama3-8b"
+    alone = plan_heterogeneous(model, PooledCluster("h64", (Pool("h100", H100, 64),)), 128)
+    both = plan_heterogeneous(model, PooledCluster("add", (Pool("h100", H100, 64), Pool("v100", V100, 16))), 128)
+    plan_alone, rep_alone = alone.pool_only["h100"]
+    plan_both, rep_both = both.pool_only["h100"]
+    assert plan_alone.dtype == "bf16" and plan_both == plan_alone
+    assert rep_both.step_time_s == rep_alone.step_time_s
+    assert rep_both.memory_bytes == rep_alone.memory_bytes
+    assert both.pool_only["v100"][0].dtype == "fp16"
+    # the best plan of both is H100-only, so it and its dtype are the H100 pool's
+    assert both.best == alone.best and both.dtype == "bf16"
+    rows = [both.row_plan(i) for i in range(len(both.plans))]
+    assert all(p.dtype == ("fp16" if "v100" in cl.pool_names else "bf16") for p, cl in rows)
+    assert list(both.plans["dtype"]) == [p.dtype for p, _ in rows]
+    fixed = plan_heterogeneous(model, PooledCluster("add", (Pool("h100", H100, 64), Pool("v100", V100, 16))), 128,
+                               dtype="fp16", micro_batches=(1, 2))
+    assert {p.dtype for p, _ in (fixed.row_plan(i) for i in range(len(fixed.plans)))} == {"fp16"}
+    assert fixed.pool_only["h100"][0].dtype == "fp16"

@@ -279,8 +279,13 @@ def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool) -
         return buf.getvalue()
     pools = ", ".join(f"{n}: {c}x {g}" for n, g, c in result.pools)
     tokens = result.global_batch * result.seq_len
+    # each set of pools runs its own default dtype: say so where the plans shown differ in it
+    shown = set(result.plans["dtype"]) | {pair[0].dtype for _, pair in result.pool_only_rows() if pair}
+    others = sorted(shown - {result.dtype})
+    dtypes = (f"{result.dtype} in the best plan (each set of pools runs the first of bf16, fp16, fp32 all its GPUs "
+              f"have: {', '.join(others)} too here)" if others else result.dtype)
     out = [f"plan: {result.model} on {result.cluster} ({pools}); global batch {result.global_batch} sequences x "
-           f"{result.seq_len} = {tokens:,} tokens, {result.dtype}\n",
+           f"{result.seq_len} = {tokens:,} tokens, {dtypes}\n",
            f"scored {result.evaluated:,} candidate plans in {result.wall_s:.2f} s\n\n"]
     mfu_head = f"mfu_{result.mfu_reference_dtype}_pct"      # percent of the reference peaks, summed over its GPUs
     rows = [[r["plan"], r["n_gpus"], "-" if r["n_gpus"] == 0 else four_significant(r['step_time_s']),
@@ -293,12 +298,14 @@ def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool) -
                "one kind's whole space and can be faster\n")
     out.append(f"\nbest plan: {layout_text(result.best)}\n")
     cells = []
+    show_dtype = table["dtype"].nunique() > 1
     for r in table.to_dict("records"):
         cells.append([r["kind"], r["pools"], r["n_gpus"], r["layout"], r["micro_batch"], r["zero_stage"], r["recompute"],
-                      "on" if r["sequence_parallel"] else "off", four_significant(r['step_time_s']), f"{r['tokens_per_s']:,.0f}",
-                      f"{100 * r['mfu_reference']:.1f}", f"{r['memory_gib']:.1f}"])
-    head = ["kind", "pools", "n_gpus", "layout", "micro_batch", "zero", "recompute", "sp", "step_time_s",
-            "tokens_per_s", mfu_head, "memory_gib"]
+                      "on" if r["sequence_parallel"] else "off"] + ([r["dtype"]] if show_dtype else [])
+                     + [four_significant(r['step_time_s']), f"{r['tokens_per_s']:,.0f}",
+                        f"{100 * r['mfu_reference']:.1f}", f"{r['memory_gib']:.1f}"])
+    head = (["kind", "pools", "n_gpus", "layout", "micro_batch", "zero", "recompute", "sp"]
+            + (["dtype"] if show_dtype else []) + ["step_time_s", "tokens_per_s", mfu_head, "memory_gib"])
     out.append("\ntop plans\n" + format_table([[str(i + 1)] + c for i, c in enumerate(cells)], ["rank"] + head))
     if result.prior_pools:
         out.append(f"\nnote: numbers on {', '.join(result.prior_pools)} rest on an unfitted efficiency prior\n")
