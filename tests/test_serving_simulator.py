@@ -17,7 +17,8 @@ from simulator.serving.simulate import simulate_serving
 CASES = [("llama3.1-70b", "dgx-h100", "vllm", "fp8", 4, 1, 1),
          ("deepseek-r1", "hgx-h200", "sglang", "fp8", 8, 1, 8),
          ("qwen3-235b-a22b", "dgx-b200", "trtllm", "nvfp4", 4, 1, 4),
-         ("gpt-oss-120b", "dgx-b200", "trtllm", "nvfp4", 1, 4, 4)]
+         ("gpt-oss-120b", "dgx-b200", "trtllm", "nvfp4", 1, 4, 4),
+         ("llama3.1-70b", "dgx-b200", "sglang", "fp8", 4, 1, 1)]     # Blackwell's fitted arrival_sync_alone
 
 
 def _ctx(model, system, backend, fmt):
@@ -37,6 +38,22 @@ def test_a_larger_batch_never_lowers_tokens_per_gpu_while_it_fits(case, isl, osl
     tps = out["tokens_per_s_per_gpu"][fits]
     assert len(tps) >= 2
     assert np.all(np.diff(tps) >= -1e-9 * tps[:-1])
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "known: the synchronised wait behind other prompts is not capped at the (b - 1) prompts a closed "
+    "loop can hold ahead (simulator/serving/aggregated.py module docstring); with Blackwell's fitted "
+    "arrival_sync_alone (SGLang) a second client waits 148 ms behind one 55 ms prompt, so at outputs "
+    "of 16 tokens or fewer 2 clients give fewer tokens/s per GPU than 1. Capping it and refitting "
+    "(session 48) put Blackwell's prefill GEMM fraction on its bound (0.2049, range 0.2..1) and TTFT "
+    "34.2% -> 35.9%: the measured low-concurrency SGLang TTFT holds a cost the model does not name yet"))
+def test_short_outputs_on_sglang_blackwell_keep_tokens_per_gpu_from_one_client_to_two():
+    ctx = _ctx("llama3.1-70b", "dgx-b200", "sglang", "fp8")
+    out = evaluate_agg_columns(ctx, {"tp": 4, "pp": 1, "adp": 1, "moe_tp": 4, "moe_ep": 1,
+                                     "batch": np.array([1.0, 2.0]), "isl": 2048, "osl": 4})
+    assert out["fits"].all()
+    one, two = out["tokens_per_s_per_gpu"]
+    assert two >= one
 
 
 def _disagg_at_rate(ctx, lay, rate, isl, osl, prefill_batch):

@@ -47,7 +47,10 @@ Per rank, with ``t_d`` the time of a step decoding all b requests (context isl +
   SGLang on B200, 2 clients: 49 ms against one 5.5 ms prompt ahead), because the measured runs
   wait that long there (SGLang's TTFT at 2-4 clients sits a median 257 ms above joining plus its
   own prefill); capping it took the in-sample TTFT error from 34.1% to 36.1% and Blackwell's
-  prefill GEMM fraction to 0.23 (docs/accuracy_serving.md, session 43). The 90th percentile: a wait spread evenly over
+  prefill GEMM fraction to 0.23 (docs/accuracy_serving.md, session 43; refitted again in session 48:
+  35.9%, the fraction on its 0.2 bound). The price of leaving it uncapped: with SGLang on Blackwell
+  and outputs of 16 tokens or fewer, 2 clients give fewer tokens/s per GPU than 1 (a strict xfail in
+  tests/test_serving_simulator.py names the case). The 90th percentile: a wait spread evenly over
   [0, 2 W_wave] has its 90th percentile at 1.8 x its mean, so the synchronised part scales
   by sqrt(1.8); the independent part takes the exponential tail of the G/D/1 wait.
 * X solves the closed loop by bisection (the loop time grows with X). The decode steps carry
