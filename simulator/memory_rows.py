@@ -121,9 +121,12 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     # deeper prefetch), of the largest
     # kind of layer the model has; a part whose shard group is one rank is never gathered (its
     # weights are already whole on the GPU, and counted so in ``weights_bytes``): with expert
-    # parallelism over all the data-parallel ranks, the experts
-    gathered_moe = moe_ne_p + np.where(expert_shard > 1, moe_ex_p, 0.0)
-    gathered_dense = dense_p if model.num_dense_layers > 0 else 0.0 * dense_p
+    # parallelism over all the data-parallel ranks, the experts; with one data-parallel rank
+    # (dp * cp = 1) the dense layers and a MoE layer's non-expert part, while the experts may
+    # still shard over their expert-data-parallel group (tp / (ep * etp) ranks)
+    dense_sharded, experts_sharded = shard > 1, expert_shard > 1
+    gathered_moe = np.where(dense_sharded, moe_ne_p, 0.0) + np.where(experts_sharded, moe_ex_p, 0.0)
+    gathered_dense = np.where(dense_sharded, dense_p, 0.0) if model.num_dense_layers > 0 else 0.0 * dense_p
     # (a stage gathered once a step, ZeRO-2 as ZeRO-3, holds the same two blocks' flat
     # all-gather output at its first forward, before the copy into the kept parameters: FSDP2's
     # ``foreach_all_gather``)
@@ -143,7 +146,7 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     # row holds only the shard (``memory.model_state_bytes``); a stage gathered once a step keeps
     # its whole gradients there already (ZeRO-1 states), so adds none here.
     layer_grad = np.where(once, 0.0, gathered * np.asarray(batch.grad_reduce_bytes, dtype=float))
-    z3 = np.where(((zero >= 3) | once) & (shard > 1),
+    z3 = np.where(((zero >= 3) | once) & (dense_sharded | experts_sharded),
                   np.maximum(2.0, 1.0 + depth) * gathered * param_bytes + layer_grad, 0.0)
     # a chunk as large as the micro-batch's tokens is the whole loss (the torchtitan export then
     # writes the unchunked loss): only a smaller one keeps nothing vocabulary-sized for backward

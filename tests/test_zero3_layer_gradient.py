@@ -46,3 +46,26 @@ def test_a_stage_gathered_once_a_step_counts_its_whole_gradients_once():
                          zero3_once_per_step=True, grad_reduce_bytes=2.0)
     parts = memory_parts(MODEL, CLUSTER, EFF, ConfigBatch.from_configs([cfg]))
     assert parts["zero3_buffers_bytes"][0] == pytest.approx(LAYER * 2 * 2, rel=1e-12)
+
+
+@pytest.mark.parametrize("zero, etp, expected_layers", [
+    # experts sharded over tp / (ep * etp) = 8 expert-data-parallel ranks: two MoE layers' experts
+    # gathered (16-bit) and the computing one's expert gradient (fp32); the attention, router and
+    # norms are whole on the GPU (dp * cp = 1) and never gathered
+    (3, 1, 2 * 2 + 4),
+    # etp 8: every expert is sliced over the 8 GPUs, expert data parallelism 1: nothing to gather
+    (3, 8, 0),
+    # ZeRO-2 gathers no parameters (its gradient transient is the next test's)
+    (2, 8, 0),
+])
+def test_experts_sharded_with_one_data_parallel_rank_are_gathered(zero, etp, expected_layers):
+    """Mixtral 8x7B on 8 GPUs, tp 8, ep 1, dp 1: the experts' ZeRO group is dp * cp * tp /
+    (ep * etp) ranks, so ZeRO-3 shards (and so gathers) the experts although the data-parallel
+    group is one rank. One MoE layer's experts on a GPU: 8 experts x gate, up, down of 4096 x
+    14336, whole (etp 1)."""
+    spec = load_model("mixtral-8x7b")
+    experts = 8 * 3 * 4096 * 14336
+    cfg = ParallelConfig(dp=1, tp=8, pp=1, ep=1, etp=etp, micro_batch=1, global_batch=8, zero_stage=zero,
+                         sequence_parallel=True, recompute="full", grad_reduce_bytes=4.0)
+    parts = memory_parts(spec, CLUSTER, EFF, ConfigBatch.from_configs([cfg]))
+    assert parts["zero3_buffers_bytes"][0] == pytest.approx(experts * expected_layers, rel=1e-12)
