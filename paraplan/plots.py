@@ -46,7 +46,7 @@ _MEMORY_NAMES = {
     "recompute_buffers_bytes": "recompute buffers",
     "offload_buffers_bytes": "offload buffers",
     "moe_dispatch_bytes": "MoE dispatch buffers",
-    "zero3_buffers_bytes": "ZeRO-3 buffers",
+    "zero3_buffers_bytes": "ZeRO-2/3 buffers",
     "allocator_bytes": "allocator + workspaces",
 }
 #: human names of the memory columns of ``api`` rows, one per ``MEMORY_PARTS`` in its order (a

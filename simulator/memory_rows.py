@@ -93,7 +93,8 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     weights and its gradients whole through the step and only the optimizer states sharded, and
     for a ZeRO-2 row whose stack reduces its gradients on the last micro-batch only,
     ``zero2_reduced_once``);
-    ZeRO-3's gathered-parameter buffers, and such a row's (``z3``, bytes); the loss's logits at
+    ZeRO-3's gathered-parameter buffers, and such a row's, with the computing layer's unsharded
+    gradient of ZeRO-2 / ZeRO-3 (``z3``, bytes; ``zero3_buffers_bytes``); the loss's logits at
     its peak, one micro-batch's (a chunk's with a chunked loss) plus what the other held losses
     keep for their backward (``logits``, bytes: ``cross_entropy.held_loss_bytes_per_logit``,
     ``losses_held``); the offloaded optimizer fraction (``off``); the uniform recomputation
@@ -142,12 +143,18 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     # gradient is reduce-scattered; FSDP2 ``_fsdp_param_group.py`` ``post_backward`` copies the
     # unsharded gradients into the reduce dtype's reduce-scatter input: pytorch/pytorch v2.13.0;
     # DeepSpeed's stage3.py copies each parameter's full gradient into its reduce bucket,
-    # ``reduce_bucket_size`` elements, not modelled beyond the one layer). The ZeRO-3 gradients
-    # row holds only the shard (``memory.model_state_bytes``); a stage gathered once a step keeps
-    # its whole gradients there already (ZeRO-1 states), so adds none here.
-    layer_grad = np.where(once, 0.0, gathered * np.asarray(batch.grad_reduce_bytes, dtype=float))
-    z3 = np.where(((zero >= 3) | once) & (dense_sharded | experts_sharded),
-                  np.maximum(2.0, 1.0 + depth) * gathered * param_bytes + layer_grad, 0.0)
+    # ``reduce_bucket_size`` elements, not modelled beyond the one layer). ZeRO-2 that
+    # reduce-scatters every micro-batch builds the same whole gradient of the layer (bucket)
+    # before scattering it to its shard (DeepSpeed stage2.py's ``ipg`` reduce bucket, FSDP
+    # ``SHARD_GRAD_OP``'s and FSDP2's ``post_backward``, Megatron-FSDP ``optim_grads``), so
+    # holds it too, without the gathered parameters. The ZeRO-2 / ZeRO-3 gradients row holds
+    # only the shard (``memory.model_state_bytes``); a stage gathered once a step, and a ZeRO-2
+    # stack reducing on the last micro-batch only (``zero2_reduced_once``), keeps its whole
+    # gradients there already (ZeRO-1 states), so adds none here.
+    grad_sharded_per_layer = ((zero >= 3) | ((zero == 2) & ~zero2_reduced_once(batch))) & ~once
+    layer_grad = np.where(grad_sharded_per_layer, gathered * np.asarray(batch.grad_reduce_bytes, dtype=float), 0.0)
+    gathered_params = np.where((zero >= 3) | once, np.maximum(2.0, 1.0 + depth) * gathered * param_bytes, 0.0)
+    z3 = np.where(dense_sharded | experts_sharded, gathered_params + layer_grad, 0.0)
     # a chunk as large as the micro-batch's tokens is the whole loss (the torchtitan export then
     # writes the unchunked loss): only a smaller one keeps nothing vocabulary-sized for backward
     chunk = np.asarray(batch.loss_chunk_tokens, dtype=float)

@@ -20,7 +20,7 @@ Each stage holds (``simulator.stage_cells``: every row's cells, flat):
   logits of the loss (and of each MTP head) for one micro-batch (one chunk of tokens with a
   chunked loss; under GPipe plus what each other in-flight micro-batch's loss saves for its
   backward, ``memory_rows.losses_held``), ZeRO-3's gathered-parameter buffers and the
-  computing layer's unsharded gradient;
+  computing layer's unsharded gradient (ZeRO-2's too, ``memory_rows.row_terms``);
 * the allocator's fragmentation and the runtime's reservations (``memory.allocator_allowance_bytes``).
 
 A GPU's peak is its stage's; the job's is the largest stage's (``memory_bytes``; the parts are

@@ -69,3 +69,21 @@ def test_experts_sharded_with_one_data_parallel_rank_are_gathered(zero, etp, exp
                          sequence_parallel=True, recompute="full", grad_reduce_bytes=4.0)
     parts = memory_parts(spec, CLUSTER, EFF, ConfigBatch.from_configs([cfg]))
     assert parts["zero3_buffers_bytes"][0] == pytest.approx(experts * expected_layers, rel=1e-12)
+
+
+@pytest.mark.parametrize("zero, last_microbatch, expected_layers", [
+    # ZeRO-2 reduce-scattering every micro-batch (DeepSpeed stage 2, FSDP SHARD_GRAD_OP): the
+    # computing layer's whole gradient, fp32, before its reduce-scatter; no gathered parameters
+    (2, False, 4),
+    # a stack that keeps the whole gradient buffer until the last micro-batch holds it in the
+    # gradients row already (ZeRO-1 states), as ZeRO-1 does
+    (2, True, 0),
+    (1, False, 0),
+    # ZeRO-3: two layers' 16-bit parameters beside the same gradient
+    (3, False, 2 * 2 + 4),
+])
+def test_zero2_holds_the_computing_layers_whole_gradient(zero, last_microbatch, expected_layers):
+    cfg = ParallelConfig(dp=2, tp=1, pp=8, micro_batch=1, global_batch=16, zero_stage=zero, grad_reduce_bytes=4.0,
+                         zero2_grad_last_microbatch=last_microbatch)
+    parts = memory_parts(MODEL, CLUSTER, EFF, ConfigBatch.from_configs([cfg]))
+    assert parts["zero3_buffers_bytes"][0] == pytest.approx(LAYER * expected_layers, rel=1e-12)
