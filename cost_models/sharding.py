@@ -21,17 +21,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from cost_models.moe import expert_data_parallel_size
+
 
 def _f(x):
     return np.asarray(x, dtype=float)
 
 
-def largest_zero_group(dp, cp, tp, ep, is_moe: bool):
+def largest_zero_group(dp, cp, tp, ep, etp, is_moe: bool):
     """Ranks ZeRO can shard some state over (integers, scalars or arrays): the data-parallel
-    ``dp * cp``, or for a MoE model the experts' data-parallel group ``dp * cp * tp // ep`` when
-    that is larger (expert states shard over it). 1 means ZeRO has nothing to shard."""
-    shard = dp * cp
-    return np.maximum(shard, shard * tp // ep) if is_moe else shard
+    ``dp * cp``, or for a MoE model the experts' data-parallel group ``dp * cp * tp / (ep * etp)``
+    (``moe.expert_data_parallel_size``) when that is larger (expert states shard over it). 1
+    means ZeRO has nothing to shard."""
+    shard = _f(dp) * _f(cp)
+    return np.maximum(shard, expert_data_parallel_size(dp, cp, tp, ep, etp)) if is_moe else shard
 
 
 def shard_size(dp, zero_shard_group):

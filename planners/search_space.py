@@ -415,7 +415,8 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
                                                                   indexing="ij"))
     t = cols["tp"][:, None]
     inter = (sched == SCHEDULE_CODES[Schedule.INTERLEAVED])[None, :]
-    shard = largest_zero_group(cols["dp"], cols["cp"], cols["tp"], cols["ep"], model.moe is not None)
+    # (expert tensor parallelism is not searched: every row runs etp 1, ``ParallelConfig``'s)
+    shard = largest_zero_group(cols["dp"], cols["cp"], cols["tp"], cols["ep"], 1, model.moe is not None)
     shape = (len(cols["dp"]), len(sched))
     dominated = np.full(shape, c.prune_dominated)
 

@@ -85,3 +85,36 @@ def test_a_shard_group_must_divide_the_data_parallel_ranks_and_needs_zero():
     with pytest.raises(InputError) as exc:
         ParallelConfig(dp=16, zero_stage=0, zero_shard_group=8, global_batch=16)
     assert "zero_stage" in exc.value.fix
+
+
+@pytest.mark.parametrize("dp, cp, tp, ep, etp, expected", [
+    (1, 1, 8, 1, 1, 8),     # whole experts on each of the 8 tp ranks: 8 expert-data-parallel ranks
+    (1, 1, 8, 1, 8, 1),     # every expert sliced 8 ways (etp 8): one rank holds each slice
+    (1, 1, 8, 2, 4, 1),     # ep 2 x etp 4 covers the 8 GPUs: nothing shared
+    (2, 1, 8, 1, 4, 4),     # 2 x 8 / 4 expert ranks beat the 2 data-parallel ones
+    (4, 2, 1, 8, 1, 8),     # ep 8 over dp x cp = 8: the dense states' 8 ranks
+])
+def test_largest_zero_group_takes_the_experts_group_with_its_expert_tensor_parallelism(dp, cp, tp, ep, etp,
+                                                                                       expected):
+    """ZeRO shards a MoE model's expert states over dp * cp * tp / (ep * etp) ranks; with etp the
+    experts are sliced over tp ranks, which then hold no common state to shard."""
+    assert sharding.largest_zero_group(dp, cp, tp, ep, etp, True) == expected
+    # a dense model shards over dp * cp alone
+    assert sharding.largest_zero_group(dp, cp, tp, ep, etp, False) == dp * cp
+
+
+def test_out_of_memory_advice_offers_zero_only_where_it_shards_something():
+    """Mixtral 8x7B on 8 H100 at tp 8, dp 1: with etp 1 every tp rank holds the whole experts, so
+    ZeRO can shard them over 8 ranks; with etp 8 each rank holds its own slice and ZeRO has
+    nothing to shard, so the advice leaves it out."""
+    from click.testing import CliRunner
+    from paraplan.cli import main
+
+    def advice(etp):
+        out = CliRunner().invoke(main, ["simulate", "-m", "mixtral-8x7b", "-c", "dgx-h100", "-n", "8", "--tp", "8",
+                                        "--etp", str(etp), "--sequence-parallel", "--zero", "0", "--global-batch", "8"])
+        assert out.exit_code == 0, out.output
+        return " ".join(out.stdout.split("fits: NO", 1)[1].split("\nwhy:", 1)[0].split())
+
+    assert advice(1).endswith("try recompute (--recompute-num-layers), offload, or a ZeRO stage)")
+    assert advice(8).endswith("try recompute (--recompute-num-layers) or offload)")

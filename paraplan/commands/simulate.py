@@ -331,7 +331,7 @@ def memory_advice(model: ModelSpec, cluster, config: ParallelConfig) -> str:
                   or config.last_stage_layers)
     if config.pp > 1 and not uneven:
         options.append("uneven stages")
-    shard = largest_zero_group(config.dp, config.cp, config.tp, config.ep, model.moe is not None)
+    shard = largest_zero_group(config.dp, config.cp, config.tp, config.ep, config.etp, model.moe is not None)
     if config.zero_stage < 3 and shard > 1:
         options.append("a ZeRO stage" if config.zero_stage == 0 else "a higher ZeRO stage")
     if config.micro_batch > 1:
