@@ -396,3 +396,34 @@ def test_serve_plan_says_whether_its_winner_can_be_launched():
              "--ttft-ms", "2000", "--tpot-ms", "40")
     assert "best: disaggregated" in no.stdout
     assert "vllm cannot launch it as priced (--mode: vLLM ships no router" in no.stdout
+
+
+def _bench_words(script: str) -> list[str]:
+    """The words of the script's (commented) TensorRT-LLM benchmark command."""
+    (line,) = [ln for ln in script.splitlines() if "tensorrt_llm.serve.scripts.benchmark_serving" in ln]
+    return shlex.split(line.lstrip("#").strip())
+
+
+def test_trtllm_benchmark_sends_the_priced_prompt_ids_so_a_context_server_takes_them_whole():
+    # a context server's --max_num_tokens is exactly its priced prompts (1 x 1,024 a step per rank
+    # here, no chunked prefill); the benchmark's random ids, decoded to text and re-tokenised by the
+    # server with a BOS, would be 1,025 tokens and refused: it must send the ids themselves
+    ctx, dep, rep = deployment("deepseek-r1", "gb200-nvl72", "trtllm", "nvfp4", mode="disagg", isl=1024,
+                               prefill=WorkerLayout(tp=1, adp=4, moe_tp=1, moe_ep=4, batch=1), prefill_workers=2,
+                               decode=WorkerLayout(tp=1, adp=16, moe_tp=1, moe_ep=16, batch=64), decode_workers=1)
+    assert not ctx.behaviour.chunked_prefill
+    script = emit_serving(ctx, dep, rep.metrics)
+    servers = [c for c in commands(script, ENGINE_PROGRAMS["trtllm"]) if "--tp_size" in c]
+    prefill = [c for c in servers if one(c, "--tp_size") == "4"]
+    assert len(prefill) == 2 and all(one(c, "--max_num_tokens") == str(1 * 1024) for c in prefill)
+    words = _bench_words(script)
+    assert "--random-ids" in words and "--tokenize-on-client" in words
+    assert words[words.index("--random-input-len") + 1] == "1024"
+    # an aggregated engine without chunked prefill: one whole 16k prompt a step, sent as 16,384 ids
+    ctx, dep, rep = deployment("llama3.1-8b", "dgx-h100", "trtllm", "bf16", isl=16384, osl=256,
+                               layout=WorkerLayout(tp=1, batch=4))
+    script = emit_serving(ctx, dep, rep.metrics)
+    (cmd,) = commands(script, ENGINE_PROGRAMS["trtllm"])
+    assert one(cmd, "--max_num_tokens") == "16384"
+    words = _bench_words(script)
+    assert "--tokenize-on-client" in words and words[words.index("--random-input-len") + 1] == "16384"

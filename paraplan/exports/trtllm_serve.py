@@ -133,7 +133,9 @@ def worker_command(launch: ServingLaunch, w: Worker, node_rank: int) -> list[str
         argv += ["--ep_size", str(w.moe_ep)]
     # without chunked prefill a prompt longer than max_num_tokens is refused ("The sum of prompt
     # length ... should not exceed max_num_tokens"): at least one prompt (a prefill worker's
-    # priced prompts) a step, as the model prices it
+    # priced prompts) a step, as the model prices it. No slack for a re-tokenised prompt: the
+    # priced activations are sized for exactly these tokens (``disaggregated.prefill_memory``),
+    # and the benchmark sends isl ids as they are (``bench_command``: ``--tokenize-on-client``)
     argv += ["--max_batch_size", str(_max_batch(launch)), "--max_num_tokens", str(launch.step_tokens(w)),
              "--max_seq_len", str(launch.max_model_len),
              "--kv_cache_free_gpu_memory_fraction", f"{launch.memory_fraction:g}",
@@ -149,8 +151,19 @@ def front_command(launch: ServingLaunch) -> list[str] | None:
 
 def bench_command(launch: ServingLaunch, host: str, port: int, concurrency: int) -> list[str]:
     """TensorRT-LLM's serving benchmark (the vLLM script's port): ``concurrency`` clients in a
-    closed loop, isl random token ids, exactly osl output tokens."""
+    closed loop, isl random token ids, exactly osl output tokens.
+
+    ``--tokenize-on-client`` sends the ids themselves: without it the script's RandomDataset
+    decodes them to text (``return_text=not args.tokenize_on_client``) and the server
+    re-tokenises that, adding the BOS token, so each prompt reaches it as isl + 1 tokens, over a
+    context server's ``--max_num_tokens`` of exactly its priced prompts (refused without chunked
+    prefill). The flag's help: "Tokenize on client instead of server ... to let the server run
+    exactly the same ISL specified by cli" (NVIDIA/TensorRT-LLM
+    tensorrt_llm/serve/scripts/benchmark_serving.py@0228a71223416496ff056a157936bad2e42c762f;
+    its deployment guides' benchmark scripts, e.g. docs/source/deployment-guide/
+    deployment-guide-for-deepseek-r1-on-trtllm.md, pass it beside ``--random-ids``)."""
     return ["python", "-m", "tensorrt_llm.serve.scripts.benchmark_serving", "--model", "$MODEL", "--host", host,
-            "--port", str(port), "--dataset-name", "random", "--random-ids", "--random-input-len", str(launch.isl),
+            "--port", str(port), "--dataset-name", "random", "--random-ids", "--tokenize-on-client",
+            "--random-input-len", str(launch.isl),
             "--random-output-len", str(launch.osl), "--ignore-eos", "--max-concurrency", str(concurrency),
             "--num-prompts", str(10 * concurrency)]
