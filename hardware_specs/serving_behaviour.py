@@ -116,6 +116,13 @@ class ServingBehaviour:
             overlap scheduler, TensorRT-LLM's overlap scheduler, vLLM async scheduling), so only
             host time beyond the GPU step is exposed; and a request arriving while step n runs
             joins batch n+2, not n+1 (``simulator.serving.aggregated.join_steps``).
+        context_overlap_scheduler: a disaggregated context-only (prefill) worker keeps the
+            overlap scheduler too. False: context servers run without it, whatever
+            ``overlap_scheduler`` says (TensorRT-LLM: its disaggregated examples start context
+            servers with ``disable_overlap_scheduler: True`` and generation servers with the
+            default), so every prefill step exposes the whole ``host_step_s``. Read through
+            ``context_only``, by the simulator's prefill side and the exports alike. Default
+            True; every shipped stack states it.
         host_step_s: host time per step outside the kernels (scheduling, input preparation,
             sampling bookkeeping, output processing), seconds.
         host_launch_s: host time to launch one kernel eagerly (outside a CUDA graph), seconds.
@@ -214,6 +221,7 @@ class ServingBehaviour:
     cuda_graphs: str = "decode_only"
     cuda_graph_max_batch: int = 512
     overlap_scheduler: bool = True
+    context_overlap_scheduler: bool = True
     host_step_s: float = 0.0
     host_launch_s: float = 0.0
     gpu_memory_fraction: float = 0.9
@@ -346,6 +354,13 @@ class ServingBehaviour:
         (``token_budget``, ``running_requests``) as its only values."""
         return replace(self, prefill_token_budget={0.0: self.token_budget(hbm_bytes, gpu_name)},
                        max_running_requests=self.running_requests(hbm_bytes, gpu_name), smallest_tier_gpus=())
+
+    def context_only(self) -> "ServingBehaviour":
+        """This behaviour on a disaggregated context-only (prefill) worker: the overlap
+        scheduler only where ``context_overlap_scheduler`` keeps it (the one rule both the
+        simulator's prefill side and the exports' context-server settings read)."""
+        overlap = self.overlap_scheduler and self.context_overlap_scheduler
+        return self if overlap == self.overlap_scheduler else replace(self, overlap_scheduler=overlap)
 
     def graph_covers(self, decode_batch, mixed) -> "object":
         """Whether a step runs from a CUDA graph (numpy-friendly): a decode-only forward pass of

@@ -121,7 +121,9 @@ class ServingLaunch:
         isl, osl: the request shape priced; ``max_model_len`` = isl + osl.
         token_budget, max_running_requests (0 = the engine derives it from the KV pool),
         cuda_graph_max_batch, memory_fraction (the engine's own memory setting, in its meaning),
-        overlap_scheduler, chunked_prefill: the stack behaviour the prediction assumed.
+        overlap_scheduler, chunked_prefill: the stack behaviour the prediction assumed;
+            ``context_overlap_scheduler`` the overlap scheduler of a prefill worker
+            (``ServingBehaviour.context_only``, as priced), read through ``overlap``.
         speculative_tokens: tokens the model's MTP module (or the EAGLE-3 head at
             ``draft_model_path``, its folder, absolute; "" = the MTP module) drafts a step (0 = no
             speculative decoding), written in each engine's own speculative-decoding setting;
@@ -173,6 +175,7 @@ class ServingLaunch:
     draft_model_path: str = ""
     draft_checkpoint: str = ""
     device_env: str = "CUDA_VISIBLE_DEVICES"
+    context_overlap_scheduler: bool = True
 
     @property
     def max_model_len(self) -> int:
@@ -192,6 +195,11 @@ class ServingLaunch:
         if not self.chunked_prefill:
             need = max(need, self.isl)
         return int(need)
+
+    def overlap(self, w: "Worker") -> bool:
+        """Whether worker ``w`` runs the overlap scheduler, as priced: a prefill worker as a
+        context-only one (``ServingBehaviour.context_only``), the others as the stack says."""
+        return self.context_overlap_scheduler if w.role == "prefill" else self.overlap_scheduler
 
     def role(self, name: str) -> tuple[Worker, ...]:
         return tuple(w for w in self.workers if w.role == name)
@@ -345,6 +353,7 @@ def launch_of(context, deployment, metrics: Mapping[str, float]) -> ServingLaunc
         isl=deployment.isl, osl=deployment.osl, token_budget=int(context.token_budget),
         max_running_requests=int(beh.max_running_requests), cuda_graph_max_batch=int(beh.cuda_graph_max_batch),
         memory_fraction=engine_memory_fraction(beh, cluster.gpu.hbm_bytes), overlap_scheduler=bool(beh.overlap_scheduler),
+        context_overlap_scheduler=bool(beh.context_only().overlap_scheduler),
         chunked_prefill=bool(beh.chunked_prefill),
         workers=workers, hosts=hosts, gpus_per_host=per_host, stack=context.stack.name,
         framework=framework, system=cluster.name, gpu=cluster.gpu.name, predicted=predicted,

@@ -100,7 +100,7 @@ def worker_command(launch: ServingLaunch, w: Worker, node_rank: int) -> list[str
         # the stack, the priced clients (SGLang otherwise derives one from the pool, at most 4,096)
         cap = launch.max_running_requests or w.batch
         argv += ["--max-running-requests", str(cap * w.adp)]
-    if not launch.overlap_scheduler:
+    if not launch.overlap(w):
         argv.append("--disable-overlap-schedule")
     if launch.speculative_tokens:
         # one draft a step along one chain (top-k 1). DeepSeek-V3 / GLM MTP runs as EAGLE, SGLang

@@ -50,9 +50,10 @@ def _config_name(w: Worker) -> str:
 
 def role_file(launch: ServingLaunch, w: Worker) -> dict[str, str]:
     """The ``--extra_llm_api_options`` YAML of a role (the same for every worker of it)."""
-    # context (prefill) servers run without the overlap scheduler, which disaggregated context
-    # servers do not support (NVIDIA/TensorRT-LLM examples/disaggregated README's configs)
-    overlap = launch.overlap_scheduler and w.role != "prefill"
+    # context (prefill) servers run without the overlap scheduler, as TensorRT-LLM's
+    # disaggregated examples start them and as they are priced (the stack's
+    # context_overlap_scheduler, ``ServingBehaviour.context_only``)
+    overlap = launch.overlap(w)
     lines = [f"# paraplan: {w.role} worker options as priced (stack {launch.stack})",
              f"enable_attention_dp: {'true' if w.adp > 1 else 'false'}",
              f"disable_overlap_scheduler: {'false' if overlap else 'true'}",

@@ -84,7 +84,7 @@ def worker_command(launch: ServingLaunch, w: Worker, node_rank: int) -> list[str
     # vLLM counts its capture sizes in tokens: k + 1 a request when speculating
     # (vllm/config/vllm.py: max_cudagraph_capture_size from max_num_seqs x decode_query_len)
     argv += ["--max-cudagraph-capture-size", str(launch.cuda_graph_max_batch * (1 + launch.speculative_tokens))]
-    argv.append("--async-scheduling" if launch.overlap_scheduler else "--no-async-scheduling")
+    argv.append("--async-scheduling" if launch.overlap(w) else "--no-async-scheduling")
     if launch.speculative_tokens and launch.draft_model_path:
         # an EAGLE-3 head (vllm/config/speculative.py: method "eagle3", "model" its folder)
         argv += ["--speculative-config",

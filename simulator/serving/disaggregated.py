@@ -83,8 +83,10 @@ def decode_side(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl) -> dict[str, 
 
 def prefill_side(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl) -> dict[str, np.ndarray]:
     """Per prefill-worker layout: the step of one prompt and of a full batch, requests per
-    second per rank, KV-transfer bytes, memory, fit."""
-    beh = ctx.behaviour
+    second per rank, KV-transfer bytes, memory, fit. The steps run as a context-only worker
+    runs them (``ServingBehaviour.context_only``: TensorRT-LLM's context servers without the
+    overlap scheduler, as the export launches them, so each exposes the whole host step)."""
+    beh = ctx.behaviour.context_only()
     isl = _f(isl)
     common = (ctx.model, ctx.cluster, ctx.efficiency, beh, ctx.dense_format, ctx.expert_format, ctx.kv_bytes,
               tp, adp, pp, moe_tp, moe_ep)
