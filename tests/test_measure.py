@@ -53,9 +53,12 @@ BASELINE_CALIBRATION = Path(__file__).parent / "data" / "measured_calibration.ya
 #: |predicted - measured| / measured allowed per configuration, and on average over the set.
 #: On this 2-core VM a round of calibrate-then-measure errs 2-25% per row and 7-13% on average
 #: (``tests/data/measured_baseline.csv`` keeps the median of three such rounds); the host
-#: drifts 10-20% over minutes. A link bandwidth read in bits as bytes (/8) puts dp2-zero1 at
-#: +156%, a latency 10x off puts tp2-recompute at +149%, a doubled GEMM peak the mean at 22%
-#: (``test_measured_baseline.test_the_measured_checks_catch_a_wrong_cost_model``).
+#: drifts 10-20% over minutes. On the baseline's rows of ``MEASURED_SET``, a link bandwidth read
+#: in bits as bytes (/8) puts dp2-zero1 at +156%, a latency 10x off puts tp2-recompute at +149%,
+#: a halved GEMM peak pp2-mb1x4 at +64%
+#: (``test_measured_baseline.test_the_measured_checks_catch_a_wrong_cost_model``). Not caught: a
+#: doubled GEMM peak (worst row -24%, mean 17%, drift 0.15), bandwidth x 8, zero latency
+#: (``test_measured_baseline.test_the_measured_checks_do_not_catch_these_mistakes``).
 ERROR_BOUND = 0.35
 MEAN_ERROR_BOUND = 0.20
 #: allowed change of a configuration's relative error against the committed baseline (the
