@@ -30,6 +30,14 @@ RUN_LIMITS = {"dp": 128, "tp": 128, "pp": 128, "copies": 128, "micro_batch": 409
 RUN_FLOPS = {"cpu": 2e13, "cuda": 2e16}
 
 
+#: bytes of one weight (and of its gradient) by the runner's compute dtype
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+#: Adam's first and second moments, fp32 each (``torch.optim.Adam`` on an fp32 parameter)
+ADAM_MOMENT_BYTES = 8
+#: a 16-bit run's fp32 master weight and its fp32 gradient (``parallel.FlatOptimizer``)
+MASTER_COPY_BYTES = 8
+
+
 def _near_divisors(n: int, x: int) -> str:
     """The divisors of ``n`` nearest ``x`` from below and above, as '2 or 4' (for a fix)."""
     divisors = [d for d in range(1, int(n) + 1) if n % d == 0]
@@ -126,14 +134,30 @@ class RunConfig:
             raise InputError("pp", f"{self.num_layers} layers cannot fill {self.pp} pipeline stages",
                              f"use at most {self.num_layers} stages (one per layer), or more layers")
 
-    def model_state_bytes_per_rank(self) -> float:
-        """A lower bound of the model states one rank holds, bytes: its tp x pp share of the
-        GPT's weight matrices (``gpt.py``: 12 h^2 a layer, the token embedding and the separate
-        output head, 2 v h; biases and norms left out) at 4 bytes each, a 16-bit weight and its
-        16-bit gradient; fp32 training and Adam's two moments hold more, activations come on top."""
+    def model_state_bytes_per_rank(self, dtype: str = "fp32") -> float:
+        """A lower bound of the model states one rank holds, bytes, training in ``dtype`` (the
+        runner's ``choose_device``: fp32 on CPU ranks, bf16 on CUDA ranks).
+
+        Parameters: the rank's tp x pp share of the GPT's weight matrices (``gpt.py``: 12 h^2 a
+        layer, the token embedding and the separate output head, 2 v h; biases and norms left
+        out). Bytes per parameter, as ``parallel.FlatOptimizer`` allocates them: the weight and
+        its gradient at the dtype's width w (4 fp32, 2 bf16/fp16); with ZeRO-1 the reduce-scattered
+        gradient shard (w per parameter of the 1/dp shard); Adam's two fp32 moments (8 per
+        shard parameter); with 16-bit weights the fp32 master copy and its fp32 gradient (8 per
+        shard parameter). fp32 ZeRO-0: 4 + 4 + 8 = 16 bytes a parameter; bf16 ZeRO-0: 2 + 2 + 8 +
+        8 = 20. Activations come on top."""
+        if dtype not in DTYPE_BYTES:
+            raise InputError("dtype", f"unknown dtype {dtype!r}", "use " + ", ".join(DTYPE_BYTES))
         h, L = float(self.hidden_size), float(self.num_layers)
-        params = 12.0 * h * h * L + 2.0 * self.vocab_size * h
-        return 4.0 * params / (self.tp * self.pp)
+        params = (12.0 * h * h * L + 2.0 * self.vocab_size * h) / (self.tp * self.pp)
+        width = DTYPE_BYTES[dtype]
+        shard = params / self.dp if self.zero_stage == 1 else params
+        held = 2.0 * width * params + ADAM_MOMENT_BYTES * shard
+        if self.zero_stage == 1:
+            held += width * shard
+        if width < 4:
+            held += MASTER_COPY_BYTES * shard
+        return held
 
     def training_flops(self) -> float:
         """FLOPs of the whole measured run, all steps: 6 x the weights a token multiplies (the
@@ -144,19 +168,20 @@ class RunConfig:
         per_token = 6.0 * (12.0 * h * h * L + v * h) + 6.0 * s * h * L
         return per_token * s * self.global_batch * self.steps * self.copies
 
-    def check_fits(self, kind: str, host_bytes: float, device_bytes: float = 0.0) -> None:
-        """``InputError`` when even the lower bound of the model states cannot fit: every
-        process's share against the host's memory on CPU ranks, one rank's against one GPU's
-        memory on CUDA ranks (0 = not known: no check); or when the run's FLOPs
+    def check_fits(self, kind: str, host_bytes: float, device_bytes: float = 0.0, dtype: str | None = None) -> None:
+        """``InputError`` when even the lower bound of the model states
+        (``model_state_bytes_per_rank`` in ``dtype``; default the runner's: bf16 on CUDA, fp32 on
+        CPU) cannot fit: every process's share against the host's memory on CPU ranks, one rank's
+        against one GPU's memory on CUDA ranks (0 = not known: no check); or when the run's FLOPs
         (``training_flops``) are more than ``RUN_FLOPS`` allows this kind of device, a run of many
         minutes that reads as a hang (seq_len 1,048,576 trained for hours on two CPU cores)."""
-        per_rank = self.model_state_bytes_per_rank()
+        per_rank = self.model_state_bytes_per_rank(dtype or ("bf16" if kind == "cuda" else "fp32"))
         if kind == "cuda":
             need, have, where = per_rank, device_bytes, "one GPU has"
         else:
             need, have, where = per_rank * self.world_size * self.copies, host_bytes, "this machine has"
         if have and need > have:
-            raise InputError("model", f"the weights and gradients alone need at least {need / 2**30:,.1f} GiB, "
+            raise InputError("model", f"the weights, gradients and Adam state alone need at least {need / 2**30:,.1f} GiB, "
                              f"{where} {have / 2**30:,.1f} GiB",
                              "measure a smaller model (--hidden, --layers, --seq-len), or more tp or pp")
         most = RUN_FLOPS["cuda" if kind == "cuda" else "cpu"]
@@ -336,7 +361,7 @@ def run_measurement(config: dict, progress=None) -> dict:
     torch = require_torch()
     choice = choose_device(run.device, threads_per_rank=run.threads_per_rank)
     device_bytes = float(torch.cuda.get_device_properties(0).total_memory) if choice.kind == "cuda" else 0.0
-    run.check_fits(choice.kind, _host_memory_bytes(), device_bytes)
+    run.check_fits(choice.kind, _host_memory_bytes(), device_bytes, dtype=choice.dtype)
     ranks = launch(_train_worker, run.copies * run.world_size, asdict(run), choice, progress=progress)
     times = ranks[0]["step_times_s"]
     measured = statistics.median(times[run.warmup:])
