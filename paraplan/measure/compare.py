@@ -107,7 +107,12 @@ def _calibrated_threads(cluster_path: Path) -> int | None:
         raise InputError("CLUSTER_PATH", f"its calibration timings {side} are not valid JSON{where}",
                          f"rerun `paraplan calibrate --out {cluster_path}`, or delete {side}") from None
     device = raw.get("device") if isinstance(raw, dict) else None
-    return device.get("threads_per_rank") if isinstance(device, dict) else None
+    threads = device.get("threads_per_rank") if isinstance(device, dict) else None
+    if threads is None:
+        return None
+    from paraplan.measure.runtime import check_threads_per_rank
+    return check_threads_per_rank(threads, f"{side}: device.threads_per_rank",
+                                  f"rerun `paraplan calibrate --out {cluster_path}`, or delete {side}")
 
 
 def compare_measured(cluster_path, configs=None, steps: int = 14, warmup: int = 4, model: dict | None = None,

@@ -40,6 +40,17 @@ def require_torch():
     return torch
 
 
+def check_threads_per_rank(value, field: str = "threads_per_rank", fix: str | None = None) -> int:
+    """``value`` as CPU threads for one rank (``torch.set_num_threads``): a whole number from 1 to
+    this machine's cores, else ``InputError`` naming ``field`` (a rank failed on it with a torch
+    traceback)."""
+    cores = os.cpu_count() or 1
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= cores:
+        raise InputError(field, f"must be a whole number of CPU threads from 1 to {cores} (this machine's cores), "
+                         f"got {value!r}", fix or f"use 1 to {cores}")
+    return value
+
+
 @dataclass(frozen=True)
 class DeviceChoice:
     """Where ranks run: ``kind`` cpu|cuda, collective ``backend``, compute ``dtype`` (paraplan name)."""
@@ -70,6 +81,7 @@ def choose_device(device: str = "auto", local_ranks: int = DEFAULT_LOCAL_RANKS,
         raise InputError("device", "CUDA requested but torch sees no GPU", "use device='cpu'")
     if threads_per_rank is None:
         threads_per_rank = max(1, (os.cpu_count() or 1) // max(1, local_ranks))
+    check_threads_per_rank(threads_per_rank)
     if device == "cuda":
         return DeviceChoice("cuda", "nccl", "bf16", threads_per_rank)
     return DeviceChoice("cpu", "gloo", "fp32", threads_per_rank)

@@ -16,9 +16,9 @@ import time
 from dataclasses import asdict, dataclass, fields
 
 from hardware_specs.errors import InputError
-from paraplan.measure.runtime import (PROGRESS_KEY, choose_device, cpu_wait_fraction, foreign_load, launch,
-                                      peak_memory_bytes, report_progress, require_torch, run_queue_wait_s,
-                                      synchronize, system_busy_cpu_s)
+from paraplan.measure.runtime import (PROGRESS_KEY, check_threads_per_rank, choose_device, cpu_wait_fraction,
+                                      foreign_load, launch, peak_memory_bytes, report_progress, require_torch,
+                                      run_queue_wait_s, synchronize, system_busy_cpu_s)
 
 
 #: largest values of a measured run (see ``RunConfig``)
@@ -106,6 +106,8 @@ class RunConfig:
             if int(getattr(self, name)) > limit:
                 raise InputError(name, f"{getattr(self, name)} is above {limit:,} for a measured run",
                                  "measure a smaller configuration")
+        if self.threads_per_rank is not None:
+            check_threads_per_rank(self.threads_per_rank)
         if self.warmup < 0 or self.warmup >= self.steps:
             raise InputError("warmup", f"must be below the {self.steps} steps and >= 0, got {self.warmup}",
                              "time at least one step after the warm-up ones: raise the steps or lower the warm-up")
