@@ -51,3 +51,109 @@ def test_run_config_refuses_a_thread_count_a_rank_cannot_use(threads):
     with pytest.raises(InputError) as err:
         RunConfig(threads_per_rank=threads)
     assert err.value.field == "threads_per_rank"
+
+
+# --- a rank's failure: one stderr line ----------------------------------------------------------
+
+def _stderr_lines(text: str) -> list[str]:
+    return [ln for ln in text.replace("\r", "\n").splitlines() if ln.strip() and not ln.startswith("training")]
+
+
+def test_a_rank_failure_reaches_stderr_as_our_line_alone(tmp_path):
+    """torch warns 'Terminating process N via signal SIGTERM' for each rank it stops after one
+    failed; that warning was a second stderr line before the error (~5 s: two tiny ranks)."""
+    pytest.importorskip("torch")
+    import os
+    import subprocess
+    import sys
+    tests = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
+    out = subprocess.run([sys.executable, str(tests / "_failing_rank_worker.py")], capture_output=True, text=True,
+                         env=env, cwd=tmp_path, timeout=120)
+    assert out.returncode == 2, out
+    assert _stderr_lines(out.stderr) == ["error: ProcessRaisedException"], out.stderr
+
+
+def test_the_spawn_log_is_silenced_only_inside_a_launch():
+    import logging
+
+    from paraplan.measure.runtime import _quiet_spawn_log
+    log = logging.getLogger("torch.multiprocessing.spawn")
+    assert not log.disabled
+    with _quiet_spawn_log():
+        assert log.disabled
+    assert not log.disabled
+
+
+# --- SIGTERM during a measurement ---------------------------------------------------------------
+
+def test_sigterm_is_raised_as_an_interrupt_once_and_held_back_while_ranks_start():
+    import signal
+
+    from paraplan.measure.runtime import _SigtermStop, _stop_on_sigterm
+    stop = _SigtermStop()
+    with pytest.raises(KeyboardInterrupt):
+        stop(signal.SIGTERM, None)
+    stop(signal.SIGTERM, None)          # a second one while cleaning up: ignored
+    held = _SigtermStop()
+    with pytest.raises(KeyboardInterrupt):
+        with held.deferred():
+            held(signal.SIGTERM, None)  # during the start: recorded, not raised
+            assert held.pending
+    previous = signal.getsignal(signal.SIGTERM)
+    with _stop_on_sigterm() as installed:
+        assert signal.getsignal(signal.SIGTERM) is installed
+    assert signal.getsignal(signal.SIGTERM) is previous
+
+
+def test_sigterm_stops_the_ranks_and_removes_the_folder(tmp_path):
+    """A tiny dp=2 run (hidden 32, one layer, 100,000 steps: it would train for minutes) killed
+    with SIGTERM once rank 0 reports progress: one error line, exit 2 (as Ctrl-C), no rank left
+    running in the command's process group, no paraplan-measure-* folder left in its TMPDIR.
+    (Before, the command died at once and its ranks trained on, orphaned, holding its stderr.)"""
+    pytest.importorskip("torch")
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    repo = Path(__file__).parents[1]
+    env = {**os.environ, "PYTHONPATH": str(repo), "TMPDIR": str(tmp)}
+    env.pop("PARAPLAN_DEBUG", None)
+    err_path = tmp_path / "stderr.txt"
+
+    def running(pgid):                              # the group's live (not zombie) processes
+        out = subprocess.run(["ps", "-eo", "pgid=,stat="], capture_output=True, text=True).stdout
+        return [ln for ln in out.splitlines() if ln.split()[0] == str(pgid) and not ln.split()[1].startswith("Z")]
+    with open(err_path, "w") as err_file:
+        # stderr to a file: ranks left behind would hold a pipe open
+        p = subprocess.Popen([sys.executable, "-m", "paraplan.cli", "measure", "--dp", "2", "--global-batch", "2",
+                              "--layers", "1", "--hidden", "32", "--heads", "1", "--seq-len", "8",
+                              "--steps", "100000", "--warmup", "0"],
+                             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err_file, text=True,
+                             start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180           # a loaded CI host starts torch slowly
+        while not list(tmp.glob("paraplan-measure-*/progress")):
+            assert p.poll() is None, err_path.read_text()
+            assert time.monotonic() < deadline, "the ranks never reported progress"
+            time.sleep(0.2)
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=60)
+        deadline = time.monotonic() + 10            # the fork server exits once its parent has gone
+        while running(p.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = running(p.pid)
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)        # whatever the command left behind
+        except ProcessLookupError:
+            pass
+        p.wait()
+    err = err_path.read_text()
+    assert p.returncode == 2, err
+    assert _stderr_lines(err) == ["error: interrupted: stopped before finishing (no output file was written)"], err
+    assert not list(tmp.glob("paraplan-measure-*"))
+    assert not left

@@ -7,12 +7,16 @@ gloo + fp32 otherwise), how many CPU threads each local rank gets, launching N l
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import platform
 import resource
+import signal
 import socket
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -243,6 +247,78 @@ def start_method() -> str:
 OUT_OF_MEMORY_SIGNS = ("can't allocate memory", "out of memory", "memoryerror")
 
 
+def _kill(processes) -> None:
+    """SIGKILL every rank still running and reap it (a second at most each)."""
+    for proc in processes:
+        if proc.is_alive():
+            proc.kill()
+    for proc in processes:
+        proc.join(timeout=1.0)
+
+
+class _SigtermStop:
+    """SIGTERM raised as ``KeyboardInterrupt`` in the main thread (once), so a killed measurement
+    stops its ranks and removes its folder as Ctrl-C does; held back inside ``deferred()``."""
+
+    def __init__(self):
+        self.defer = False
+        self.pending = False
+        self.raised = False
+
+    def __call__(self, signum, frame):
+        if self.raised:
+            return               # cleanup after the first is under way
+        if self.defer:
+            self.pending = True
+            return
+        self.raised = True
+        raise KeyboardInterrupt("SIGTERM")
+
+    @contextlib.contextmanager
+    def deferred(self):
+        self.defer = True
+        try:
+            yield
+        finally:
+            self.defer = False
+        if self.pending and not self.raised:
+            self.raised = True
+            raise KeyboardInterrupt("SIGTERM")
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm():
+    """``_SigtermStop`` as the SIGTERM handler for the block, the previous handler restored after.
+    Outside the main thread (where Python cannot install handlers) nothing is installed.
+
+    The CLI then reports it as Ctrl-C: one ``error: interrupted`` line and exit 2, the code of
+    every other way a paraplan command stops early, not the shell's 143 (128 + SIGTERM), which
+    would also say the process died without cleaning up."""
+    stopper = _SigtermStop()
+    if threading.current_thread() is not threading.main_thread():
+        yield stopper
+        return
+    previous = signal.signal(signal.SIGTERM, stopper)
+    try:
+        yield stopper
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _quiet_spawn_log():
+    """torch's ``torch.multiprocessing.spawn`` logger silenced for the block: when one rank fails
+    it warns 'Terminating process N via signal SIGTERM' for each other rank, a second stderr line
+    beside the one error a failed measurement reports. Its previous state is restored after."""
+    log = logging.getLogger("torch.multiprocessing.spawn")
+    before = log.disabled
+    log.disabled = True
+    try:
+        yield
+    finally:
+        log.disabled = before
+
+
 def launch(fn: Callable, world_size: int, args: dict, choice: DeviceChoice,
            timeout_s: float = 600.0, progress: Callable[[int, int, str], None] | None = None) -> list[Any]:
     """Run ``fn(rank, world_size, device, choice, args)`` in ``world_size`` new processes
@@ -264,7 +340,8 @@ def launch(fn: Callable, world_size: int, args: dict, choice: DeviceChoice,
     import torch.multiprocessing as mp
     if choice.kind == "cuda" and world_size > torch.cuda.device_count():
         raise InputError("world_size", f"{world_size} ranks but only {torch.cuda.device_count()} GPUs")
-    with tempfile.TemporaryDirectory(prefix="paraplan-measure-") as out_dir:
+    with _stop_on_sigterm() as stopper, _quiet_spawn_log(), \
+            tempfile.TemporaryDirectory(prefix="paraplan-measure-") as out_dir:
         progress_path = Path(out_dir, "progress")
         if progress is not None:
             args = {**args, PROGRESS_KEY: str(progress_path)}
@@ -278,19 +355,26 @@ def launch(fn: Callable, world_size: int, args: dict, choice: DeviceChoice,
                 progress(*now)
         last_error: Exception | None = None
         for _attempt in range(3):      # a port taken between free_port() and bind: retry
+            ctx = None
             try:
-                ctx = mp.start_processes(_worker_entry, nprocs=world_size, join=False,
-                                         args=(world_size, free_port(), asdict(choice), fn, args, out_dir),
-                                         start_method=start_method())
+                with stopper.deferred():     # every rank started is known before SIGTERM stops us
+                    ctx = mp.start_processes(_worker_entry, nprocs=world_size, join=False,
+                                             args=(world_size, free_port(), asdict(choice), fn, args, out_dir),
+                                             start_method=start_method())
                 deadline = time.monotonic() + timeout_s
                 while not ctx.join(timeout=1.0):
                     poll()
                     if time.monotonic() > deadline:
-                        for p in ctx.processes:
-                            p.kill()
+                        _kill(ctx.processes)
                         raise TimeoutError(f"measurement ranks did not finish in {timeout_s:.0f} s")
                 last_error = None
                 break
+            except KeyboardInterrupt:
+                # Ctrl-C, or SIGTERM (``_stop_on_sigterm``): the ranks would train on, orphaned,
+                # and write into the folder about to be removed
+                if ctx is not None:
+                    _kill(ctx.processes)
+                raise
             except mp.ProcessExitedException as exc:
                 if getattr(exc, "signal_name", None) == "SIGKILL":
                     # Linux's out-of-memory killer ends a rank with SIGKILL, no exception of its own
