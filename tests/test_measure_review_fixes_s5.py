@@ -45,12 +45,24 @@ def test_the_sidecar_thread_count_is_read_when_it_is_sound(tmp_path):
     assert _calibrated_threads(profile) is None
 
 
-@pytest.mark.parametrize("threads", [0, -1, 1.5, "abc", 10**6])
+@pytest.mark.parametrize("threads", [0, -1, 1.5, "abc", True])
 def test_run_config_refuses_a_thread_count_a_rank_cannot_use(threads):
     from paraplan.measure.train import RunConfig
     with pytest.raises(InputError) as err:
         RunConfig(threads_per_rank=threads)
     assert err.value.field == "threads_per_rank"
+
+
+def test_a_thread_count_above_this_machines_cores_is_refused_where_ranks_start():
+    """A recorded run (an 8-thread H200 host) stays a valid RunConfig; starting it here is not."""
+    import os
+    pytest.importorskip("torch")
+    from paraplan.measure.runtime import choose_device
+    from paraplan.measure.train import RunConfig
+    cores = os.cpu_count() or 1
+    assert RunConfig(threads_per_rank=cores + 1).threads_per_rank == cores + 1
+    with pytest.raises(InputError, match=f"from 1 to {cores} .this machine's cores., got {cores + 1}"):
+        choose_device("cpu", threads_per_rank=cores + 1)
 
 
 # --- a rank's failure: one stderr line ----------------------------------------------------------
@@ -157,3 +169,41 @@ def test_sigterm_stops_the_ranks_and_removes_the_folder(tmp_path):
     assert _stderr_lines(err) == ["error: interrupted: stopped before finishing (no output file was written)"], err
     assert not list(tmp.glob("paraplan-measure-*"))
     assert not left
+
+
+# --- the launcher's limits, named by the user's option ------------------------------------------
+
+@pytest.fixture
+def two_cores_and_no_ranks(monkeypatch):
+    """A 2-core machine (a CPU measurement starts at most 32 ranks), and no rank ever started."""
+    torch = pytest.importorskip("torch")
+    import os
+
+    import torch.multiprocessing as mp
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA host's ranks are GPUs, not bounded by its cores")
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(mp, "start_processes", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ranks started")))
+
+
+def test_calibrate_names_nprocs_not_the_launchers_world_size(two_cores_and_no_ranks, tmp_path):
+    line = one_line_error(run("calibrate", "--out", tmp_path / "m.yaml", "--nprocs", "33"))
+    assert line == ("error: --nprocs: 33 CPU ranks on 2 cores; a CPU measurement starts at most 16 a core "
+                    "(32 here) (use a smaller --nprocs)")
+    assert not (tmp_path / "m.yaml").exists()
+
+
+def test_calibrate_help_states_the_real_limit():
+    from paraplan.measure.runtime import max_cpu_ranks
+    text = " ".join(run("calibrate", "--help").output.split())
+    assert f"at most 16 a core on a CPU ({max_cpu_ranks()} on this machine)" in text
+
+
+def test_validate_measured_names_the_profiles_field_not_world_size(two_cores_and_no_ranks, tmp_path):
+    profile = tmp_path / "measured_calibration.yaml"
+    text = (DATA / "measured_calibration.yaml").read_text()
+    profile.write_text(text.replace("\ngpus_per_node: 2\n", "\ngpus_per_node: 64\n")
+                       .replace("\nmax_gpus: 2\n", "\nmax_gpus: 64\n"))
+    line = one_line_error(run("validate", "measured", profile, "--steps", "2", "--warmup", "0", "--rounds", "1"))
+    assert line.startswith(f"error: {profile}: gpus_per_node: 64 CPU ranks on 2 cores; a CPU measurement starts at "
+                           "most 16 a core (32 here) (calibrate this machine")

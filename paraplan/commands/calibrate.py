@@ -8,14 +8,19 @@ import click
 from hardware_specs.errors import InputError, check_name
 
 from paraplan.cli import check_writable, step_bar
-from paraplan.measure.runtime import MAX_LOCAL_PROCESSES
+from paraplan.measure.runtime import MAX_LOCAL_PROCESSES, MAX_RANKS_PER_CORE, max_cpu_ranks
+
+#: library fields of run_calibration's and launch's errors that are this command's --nprocs
+NPROCS_FIELDS = ("nprocs", "world_size")
 
 
 @click.command("calibrate", short_help="Measure this machine and write a cluster profile.")
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
               help="Cluster YAML to write (loadable wherever a cluster name is accepted); the raw timings go beside it, named after it: my-machine.yaml -> my-machine.calibration.json.")
 @click.option("--nprocs", type=click.IntRange(1, MAX_LOCAL_PROCESSES), default=2, show_default=True,
-              help="Local processes (GPUs, or CPU ranks) to measure collectives between.")
+              help=f"Local processes (GPUs, or CPU ranks) to measure collectives between: 1 to "
+                   f"{MAX_LOCAL_PROCESSES}, at most the visible GPUs on a GPU host, at most {MAX_RANKS_PER_CORE} "
+                   f"a core on a CPU ({max_cpu_ranks()} on this machine).")
 @click.option("--name", default=None, help="Name of the profile [default: the --out file's stem, my-machine for my-machine.yaml].")
 def command(out_path: str, nprocs: int, name: str | None) -> None:
     """What can this machine do? Runs GEMM, memory-bandwidth, attention and collective
@@ -43,6 +48,11 @@ def command(out_path: str, nprocs: int, name: str | None) -> None:
         raise InputError("--out", f"{out_path} must end in .yaml or .yml", "e.g. --out local-cpu.yaml")
     from paraplan.measure.calibrate import sidecar_path
     check_writable(sidecar_path(out_path), "--out")     # the raw timings' file, before the benchmarks
-    with step_bar("calibrating") as bar:
-        path = run_calibration(out_path, nprocs=nprocs, name=name, progress=bar)
+    try:
+        with step_bar("calibrating") as bar:
+            path = run_calibration(out_path, nprocs=nprocs, name=name, progress=bar)
+    except InputError as exc:           # the library names its parameter or the launcher's field
+        if exc.field not in NPROCS_FIELDS:
+            raise
+        raise InputError("--nprocs", exc.message, "use a smaller --nprocs") from None
     click.echo(f"wrote {path}")

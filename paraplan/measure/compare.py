@@ -153,6 +153,10 @@ def compare_measured(cluster_path, configs=None, steps: int = 14, warmup: int = 
     _require_the_profiles_device(cluster)
     configs = list(configs or DEFAULT_CONFIGS)
     slots, model = _device_slots(cluster, model)
+    # the profile's ranks are what the runs start side by side: a limit is the profile's to meet
+    from paraplan.measure.runtime import check_local_ranks, choose_device
+    check_local_ranks(slots, choose_device("auto").kind, f"{cluster_path}: gpus_per_node",
+                      "calibrate this machine (paraplan calibrate --out local.yaml) and pass that profile")
     configs, skipped = _fitting_configs(configs, slots)
     runs: list[list[dict]] = [[] for _ in configs]
     total = int(rounds) * len(configs)

@@ -44,14 +44,18 @@ def require_torch():
     return torch
 
 
-def check_threads_per_rank(value, field: str = "threads_per_rank", fix: str | None = None) -> int:
-    """``value`` as CPU threads for one rank (``torch.set_num_threads``): a whole number from 1 to
-    this machine's cores, else ``InputError`` naming ``field`` (a rank failed on it with a torch
-    traceback)."""
+def check_threads_per_rank(value, field: str = "threads_per_rank", fix: str | None = None,
+                           here: bool = True) -> int:
+    """``value`` as CPU threads for one rank (``torch.set_num_threads``): a whole number >= 1 and,
+    with ``here`` (ranks about to start on this machine), at most this machine's cores; else
+    ``InputError`` naming ``field`` (a rank failed on it with a torch traceback)."""
     cores = os.cpu_count() or 1
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= cores:
+    whole = not isinstance(value, bool) and isinstance(value, int)
+    if here and not (whole and 1 <= value <= cores):
         raise InputError(field, f"must be a whole number of CPU threads from 1 to {cores} (this machine's cores), "
                          f"got {value!r}", fix or f"use 1 to {cores}")
+    if not (whole and value >= 1):
+        raise InputError(field, f"must be a whole number of CPU threads >= 1, got {value!r}", fix)
     return value
 
 
@@ -319,6 +323,25 @@ def _quiet_spawn_log():
         log.disabled = before
 
 
+def max_cpu_ranks() -> int:
+    """Most CPU ranks one measurement starts on this machine: ``MAX_RANKS_PER_CORE`` a core, at
+    most ``MAX_LOCAL_PROCESSES``."""
+    return min(MAX_LOCAL_PROCESSES, MAX_RANKS_PER_CORE * (os.cpu_count() or 1))
+
+
+def check_local_ranks(n: int, kind: str, field: str = "world_size", fix: str = "use fewer ranks") -> None:
+    """``InputError`` naming ``field`` (the option or profile field the caller's user gave) when
+    one measurement cannot start ``n`` local processes: 1 to ``MAX_LOCAL_PROCESSES``, and on a CPU
+    (``kind`` not cuda) at most ``MAX_RANKS_PER_CORE`` a core."""
+    if not 1 <= int(n) <= MAX_LOCAL_PROCESSES:
+        raise InputError(field, f"{n} local processes; a measurement starts 1 to {MAX_LOCAL_PROCESSES}", fix)
+    cores = os.cpu_count() or 1
+    if kind != "cuda" and n > MAX_RANKS_PER_CORE * cores:
+        # 128 ranks on 2 cores ran past two minutes (64: 96 s) timing little but contention
+        raise InputError(field, f"{n} CPU ranks on {cores} cores; a CPU measurement starts at most "
+                         f"{MAX_RANKS_PER_CORE} a core ({MAX_RANKS_PER_CORE * cores} here)", fix)
+
+
 def launch(fn: Callable, world_size: int, args: dict, choice: DeviceChoice,
            timeout_s: float = 600.0, progress: Callable[[int, int, str], None] | None = None) -> list[Any]:
     """Run ``fn(rank, world_size, device, choice, args)`` in ``world_size`` new processes
@@ -328,14 +351,7 @@ def launch(fn: Callable, world_size: int, args: dict, choice: DeviceChoice,
     collected (``None`` where a rank returned nothing), in rank order. ``progress(done, total,
     label)`` is called about once a second with what rank 0 reported (``report_progress``).
     """
-    if not 1 <= int(world_size) <= MAX_LOCAL_PROCESSES:
-        raise InputError("world_size", f"{world_size} local processes; a measurement starts 1 to "
-                         f"{MAX_LOCAL_PROCESSES}", "use fewer ranks")
-    cores = os.cpu_count() or 1
-    if choice.kind != "cuda" and world_size > MAX_RANKS_PER_CORE * cores:
-        # 128 ranks on 2 cores ran past two minutes (64: 96 s) timing little but contention
-        raise InputError("world_size", f"{world_size} CPU ranks on {cores} cores; a CPU measurement starts at most "
-                         f"{MAX_RANKS_PER_CORE} a core ({MAX_RANKS_PER_CORE * cores} here)", "use fewer ranks")
+    check_local_ranks(world_size, choice.kind)
     torch = require_torch()
     import torch.multiprocessing as mp
     if choice.kind == "cuda" and world_size > torch.cuda.device_count():

@@ -107,7 +107,8 @@ class RunConfig:
                 raise InputError(name, f"{getattr(self, name)} is above {limit:,} for a measured run",
                                  "measure a smaller configuration")
         if self.threads_per_rank is not None:
-            check_threads_per_rank(self.threads_per_rank)
+            # a recorded run may come from a larger machine: the cores are checked where ranks start
+            check_threads_per_rank(self.threads_per_rank, here=False)
         if self.warmup < 0 or self.warmup >= self.steps:
             raise InputError("warmup", f"must be below the {self.steps} steps and >= 0, got {self.warmup}",
                              "time at least one step after the warm-up ones: raise the steps or lower the warm-up")
