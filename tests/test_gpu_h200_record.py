@@ -337,7 +337,7 @@ def test_cli_refuses_a_cluster_of_another_gpu():
     (lambda d: _edit_first_run(d, measured_step_s=True), "measured_runs.json[0].measured_step_s"),
     (lambda d: _edit_first_run(d, phase_s=None), "measured_runs.json[0].measured_step_s / phase_s"),
     (lambda d: _edit_first_run(d, name=["a"]), "measured_runs.json[0].name"),
-    (lambda d: _edit_first_run(d, recompute="bogus"), "measured_runs.json: recompute"),
+    (lambda d: _edit_first_run(d, recompute="bogus"), "measured_runs.json[0].recompute"),
     (lambda d: (d / "step_kernels.csv").write_text("run,kernel,launches,device_s\nx,,3,0.1\n"),
      "step_kernels.csv.kernel"),
     (lambda d: ((d / "kernels.csv").unlink(), (d / "kernels.csv").mkdir()), "kernels.csv"),

@@ -207,3 +207,20 @@ def test_validate_measured_names_the_profiles_field_not_world_size(two_cores_and
     line = one_line_error(run("validate", "measured", profile, "--steps", "2", "--warmup", "0", "--rounds", "1"))
     assert line.startswith(f"error: {profile}: gpus_per_node: 64 CPU ranks on 2 cores; a CPU measurement starts at "
                            "most 16 a core (32 here) (calibrate this machine")
+
+
+# --- validate gpu-record: only layouts the measured runner can produce ----------------------------
+
+@pytest.mark.parametrize("key, value, says", [
+    ("zero_stage", 3, "measured_runs.json[0].zero_stage: measured runs support 0 or 1, got 3"),
+    ("recompute", "selective", "measured_runs.json[0].recompute: measured runs support none or full, got 'selective'"),
+])
+def test_gpu_record_refuses_a_run_the_measured_runner_cannot_produce(tmp_path, key, value, says):
+    import json
+    folder = tmp_path / "rec"
+    shutil.copytree(DATA / "gpu_h200", folder)
+    runs = json.loads((folder / "measured_runs.json").read_text())
+    runs[0][key] = value
+    (folder / "measured_runs.json").write_text(json.dumps(runs))
+    line = one_line_error(run("validate", "gpu-record", folder, "--cluster", "hgx-h200"))
+    assert line.startswith(f"error: {says}, which paraplan.measure's runner cannot have run")

@@ -147,6 +147,15 @@ def _check_run(run, where: str) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "zero_stage" else 1) \
                 or value > MAX_RECORDED:
             raise InputError(f"{where}.{key}", f"is not a whole number in range, got {value!r}", fix)
+    # the runner's own rules (ZeRO 0 or 1, recompute none or full, the shapes its GPT shards):
+    # a run the runner cannot produce is damage, and would be priced as a layout never measured
+    from paraplan.measure.train import RunConfig
+    layout = {k: run[k] for k in RUN_KEYS if k in RunConfig.__dataclass_fields__}
+    try:
+        RunConfig(**layout)
+    except InputError as exc:
+        raise InputError(f"{where}.{exc.field}", f"{exc.message}, which paraplan.measure's runner cannot have run",
+                         fix) from None
     phases = run["phase_s"]
     values = [run["measured_step_s"]] + ([phases.get(k) for k in ("forward_backward_s", "optimizer_s")]
                                          if isinstance(phases, dict) else [None])
