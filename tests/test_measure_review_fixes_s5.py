@@ -224,3 +224,34 @@ def test_gpu_record_refuses_a_run_the_measured_runner_cannot_produce(tmp_path, k
     (folder / "measured_runs.json").write_text(json.dumps(runs))
     line = one_line_error(run("validate", "gpu-record", folder, "--cluster", "hgx-h200"))
     assert line.startswith(f"error: {says}, which paraplan.measure's runner cannot have run")
+
+
+# --- the priced spec is the trained GPT -----------------------------------------------------------
+
+def test_the_priced_spec_has_no_position_table_and_no_dropout_as_gpt_py():
+    """gpt.py trains no position embedding and no dropout; ModelSpec's GPT-2 defaults priced
+    both. Hand-derived for the CPU default model's 'single' layout (4 layers, 4 x 128 tokens,
+    h 256, no recompute, one micro-batch in flight): the two 1-byte hidden-dropout masks a layer
+    (Korthikanti et al. 2022), L b s h 2 = 4 x 4 x 128 x 256 x 2 = 262,144 bytes, plus the
+    allocator's 5%, are what the prediction drops (the attention scores are never materialised:
+    no attention-dropout bytes)."""
+    from dataclasses import replace
+
+    from cost_models.memory import ALLOCATOR_FRAGMENTATION
+    from hardware_specs.catalog import load_cluster
+    from paraplan.measure import compare
+    from simulator import simulate
+    run = {**compare.DEFAULT_MODEL, "dp": 1, "tp": 1, "pp": 1, "micro_batch": 4, "global_batch": 4,
+           "zero_stage": 0, "recompute": "none"}
+    spec = compare.model_spec(run)
+    assert (spec.position_embedding, spec.attention_dropout, spec.hidden_dropout) == ("none", False, False)
+    assert (spec.normalization, spec.activation, spec.linear_bias, spec.tied_embeddings) == ("layernorm", "gelu", True,
+                                                                                              False)
+    cluster = load_cluster(str(DATA / "measured_calibration.yaml"))
+    config = compare.parallel_config(run, "fp32")
+    now = simulate(spec, cluster, config, n_gpus=1)
+    before = simulate(replace(spec, position_embedding="learned", attention_dropout=True, hidden_dropout=True),
+                      cluster, config, n_gpus=1)
+    masks = 4 * 4 * 128 * 256 * 2
+    assert before.memory_bytes - now.memory_bytes == pytest.approx(masks * (1 + ALLOCATOR_FRAGMENTATION), rel=1e-9)
+    assert now.step_time_s == pytest.approx(before.step_time_s, rel=1e-9)   # the step's time does not move

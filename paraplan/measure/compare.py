@@ -49,13 +49,16 @@ def _simulate():
 
 
 def model_spec(run: dict):
-    """The ``ModelSpec`` of the measured GPT (MHA, plain 4h GELU MLP, untied head)."""
+    """The ``ModelSpec`` of the measured GPT (``gpt.py``: MHA, plain 4h GELU MLP with biases,
+    LayerNorm, untied head, no position embedding and no dropout: ModelSpec's GPT-2 defaults
+    would price a learned position table and dropout masks the trained model does not have)."""
     from model_specs.model_spec import ModelSpec
     return ModelSpec(name=f"measure-gpt-l{run['num_layers']}-h{run['hidden_size']}",
                      num_layers=int(run["num_layers"]), hidden_size=int(run["hidden_size"]),
                      num_heads=int(run["num_heads"]), num_kv_heads=int(run["num_heads"]),
                      ffn_hidden_size=4 * int(run["hidden_size"]), vocab_size=int(run["vocab_size"]),
                      seq_len=int(run["seq_len"]), gated_mlp=False, tied_embeddings=False,
+                     position_embedding="none", attention_dropout=False, hidden_dropout=False,
                      source="paraplan.measure.gpt")
 
 
