@@ -475,6 +475,16 @@ def common_dtype(cluster: PooledCluster, dtype: str | None, required: bool = Tru
     raise InputError("dtype", "the pools' GPUs share no 16- or 32-bit dtype", "give --dtype")
 
 
+def plan_dtype(pools: PooledCluster, dtype: str | None = None, required: bool = False) -> str | None:
+    """The GEMM dtype a plan on exactly the pools of ``pools`` runs: ``dtype`` where the request
+    gives one, else the first of bf16, fp16, fp32 all their GPUs have, as those pools would run
+    alone (so a V100 pool beside H100 does not move the H100-only plans to fp16). ``plan_heterogeneous``
+    gives each searched set of pools this dtype, and ``paraplan simulate`` a plan on the pools
+    it uses, so a planned plan simulates to the same numbers. None where they share none and
+    ``required`` is False (else an ``InputError``)."""
+    return dtype or common_dtype(pools, None, required=required)
+
+
 #: pools a search across pools covers: it tries every subset of them (2^n), so 12 pools are 4,096
 #: subsets (a few seconds on 2 cores) and 20 were a million (five minutes without a word)
 MAX_SEARCHED_POOLS = 12
@@ -614,7 +624,7 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
                                                                                   headroom_gib) * GIB
                                    for p in form.pools])
                 # the set's own dtype (as it would run alone) unless the request fixes one
-                sub_dtype = dtype or common_dtype(form, None, required=False)
+                sub_dtype = plan_dtype(form, dtype)
                 if sub_dtype is None:        # its GPUs share no dtype: no plan spans them all
                     continue
                 scored += _search_pools(model, form, form_effs, settings_for(sub_dtype), search, limits, gbs, keep,

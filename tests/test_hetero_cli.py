@@ -304,14 +304,20 @@ def test_a_plan_files_group_and_stage_keys_are_checked_and_counts_bounded(tmp_pa
 
 def test_simulate_on_a_cluster_with_a_v100_pool_takes_the_dtype_plan_takes(tmp_path):
     # bf16 was the default wherever the pools' 16-bit types differed, so a group on the H100s of
-    # an H100 + V100 cluster failed ('v100-sxm-32gb has no bf16 peak'); plan takes fp16 there
+    # an H100 + V100 cluster failed ('v100-sxm-32gb has no bf16 peak'). plan gives each set of
+    # pools its own default (bf16 on the H100 alone, fp16 on a plan that uses the V100), and so
+    # does simulate: the whole file's fp16 on an H100-only group was not what plan ran
     path = tmp_path / "mix.yaml"
     path.write_text("name: h100-v100\npools:\n  - {name: h100, cluster: dgx-h100, gpus: 16}\n"
                     "  - {name: v100, cluster: dgx2-v100, gpus: 16}\n"
                     "links:\n  - {between: [h100, v100], kind: infiniband, bw_gbit_per_s: 100, latency_us: 5}\n")
     out = run("simulate", "-m", "llama3-8b", "-c", path, "--group", "2x h100:tp8:pp1", "--global-batch", 64, "--json")
     assert out.exit_code == 0, out.output
-    assert json.loads(out.stdout)["plan"]["dtype"] == "fp16"
+    assert json.loads(out.stdout)["plan"]["dtype"] == "bf16"
+    both = run("simulate", "-m", "llama3-8b", "-c", path, "--group", "2x h100:tp8:pp1", "--group",
+               "v100:tp8:pp2", "--global-batch", 64, "--recompute", "full", "--json")
+    assert both.exit_code == 0, both.output
+    assert json.loads(both.stdout)["plan"]["dtype"] == "fp16"
 
 
 @pytest.mark.parametrize("args", [

@@ -115,6 +115,19 @@ STAGE_KEYS = ("pool", "tp", "layers")
 
 def plan_from_data(data: dict) -> HeteroPlan:
     """A plan mapping (``report.plan_dict`` format) as a ``HeteroPlan`` (errors name the field)."""
+    groups = groups_from_data(data)
+    keys = ("micro_batch", "global_batch", "zero_stage", "recompute", "sequence_parallel", "dtype", "schedule",
+            "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "flash_attention",
+            "grad_accumulation_fusion", "attention_kernel", "grad_reduce_bytes", "software")
+    unknown = sorted(str(k) for k in data if k not in keys and k != "groups")
+    if unknown:
+        # a misspelt setting would otherwise run at its default without a word
+        raise InputError(f"--plan.{unknown[0]}", "not a key of a plan", suggest(unknown[0], keys + ("groups",)))
+    return HeteroPlan(groups=groups, **{k: data[k] for k in keys if data.get(k) is not None})
+
+
+def groups_from_data(data: dict) -> tuple[ReplicaGroup, ...]:
+    """The replica groups of a plan mapping (its ``groups`` list; errors name the field)."""
     groups = []
     for gi, g in enumerate(data["groups"]):
         if not isinstance(g, dict) or not isinstance(g.get("stages"), list):
@@ -133,14 +146,7 @@ def plan_from_data(data: dict) -> HeteroPlan:
             stages.append(StagePlacement(st["pool"], st["tp"], st["layers"]))
         groups.append(ReplicaGroup(stages=tuple(stages), replicas=g.get("replicas", 1),
                                    micro_batches=g.get("micro_batches")))
-    keys = ("micro_batch", "global_batch", "zero_stage", "recompute", "sequence_parallel", "dtype", "schedule",
-            "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "flash_attention",
-            "grad_accumulation_fusion", "attention_kernel", "grad_reduce_bytes", "software")
-    unknown = sorted(str(k) for k in data if k not in keys and k != "groups")
-    if unknown:
-        # a misspelt setting would otherwise run at its default without a word
-        raise InputError(f"--plan.{unknown[0]}", "not a key of a plan", suggest(unknown[0], keys + ("groups",)))
-    return HeteroPlan(groups=tuple(groups), **{k: data[k] for k in keys if data.get(k) is not None})
+    return tuple(groups)
 
 
 # --------------------------------------------------------------------------------------------

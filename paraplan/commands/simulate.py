@@ -747,12 +747,22 @@ def _simulate_pooled(ctx, opts, plan_path, groups, as_json, trace_path, gantt_pa
     if opts.get("seq_len"):
         model = model.with_seq_len(opts["seq_len"])
     cluster = load_pooled_cluster(opts["cluster"])
+    data = _hetero.read_plan_file(plan_path) if plan_path is not None else None
+    plan_groups = (_hetero.groups_from_data(data) if data is not None
+                   else tuple(_hetero.parse_group(g, model) for g in groups))
+    stated = data.get("dtype") if data is not None else None
     if opts.get("dtype") is None:
-        # the dtype `paraplan plan` takes on this cluster: the first of bf16, fp16, fp32 every
-        # pool's GPU has (bf16 where the pools differed failed on a cluster with a V100 pool)
-        from planners.heterogeneous import common_dtype
-        kinds16 = {sixteen_bit_dtype(p.cluster.gpu) for p in cluster.pools}
-        opts = {**opts, "dtype": kinds16.pop() if len(kinds16) == 1 else common_dtype(cluster, None)}
+        if stated in KNOWN_DTYPES:      # the plan file's own (one it does not know fails in HeteroPlan)
+            opts = {**opts, "dtype": stated}
+        else:
+            # the dtype `paraplan plan` gives a plan on the pools this one uses (not the whole
+            # file's: a V100 pool the plan leaves idle moved an H100-only plan to fp16)
+            from planners.heterogeneous import plan_dtype
+            used = {st.pool for g in plan_groups for st in g.stages}
+            default = plan_dtype(cluster.subset([n for n in cluster.pool_names if n in used]), required=True)
+            opts = {**opts, "dtype": default}
+            if data is not None and stated is None:
+                data["dtype"] = default
     # the stack's behaviour (GPU-specific recipes only when every pool has the same GPU kind),
     # then every switch set explicitly
     stack = load_stack(opts["stack"])
@@ -772,8 +782,7 @@ def _simulate_pooled(ctx, opts, plan_path, groups, as_json, trace_path, gantt_pa
     gbs = None
     if opts["global_batch"] is not None or opts["global_batch_tokens"] is not None:
         gbs = _global_batch(opts["global_batch"], opts["global_batch_tokens"], model.seq_len)
-    if plan_path is not None:
-        data = _hetero.read_plan_file(plan_path)
+    if data is not None:
         if ctx.get_parameter_source("stack") not in (ParameterSource.DEFAULT, None):
             data.update(plan_switches(software))          # an explicit --stack replaces the file's switches
         for key, value in shared.items():     # options given on the command line override the file
@@ -783,7 +792,7 @@ def _simulate_pooled(ctx, opts, plan_path, groups, as_json, trace_path, gantt_pa
             data["global_batch"] = gbs
         plan = _hetero.plan_from_data(data)
     else:
-        plan = HeteroPlan(groups=tuple(_hetero.parse_group(g, model) for g in groups), global_batch=gbs, **shared)
+        plan = HeteroPlan(groups=plan_groups, global_batch=gbs, **shared)
     for pool in cluster.pools:      # a bad --headroom-gib fails before anything is computed
         headroom.headroom_gib(pool.cluster.gpu.hbm_bytes, headroom_gib)
     report = simulate_heterogeneous(model, cluster, plan)

@@ -337,7 +337,13 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     tokens_step = M * (mbs[pstart_r] if R else 0.0) * s
     # FLOPs: one micro-batch of the whole model (the same on every pool), times M
     model_flops = M * (units["model_flops_mb"][k][pstart_r] if R else 0.0)
-    peak = np.array([p.cluster.gpu.peak_flops(pool_dtype(p.cluster.gpu, dtype) or dtype) for p in cluster.pools])[pool]
+    # each used pool's peak in the dtype it runs; a pool the plans leave idle may lack the dtype
+    # (the V100 of a file whose H100-only plan runs bf16) and is not asked for it
+    peak_of = np.zeros(len(cluster.pools))
+    for i in np.unique(pool):
+        gpu = cluster.pools[int(i)].cluster.gpu
+        peak_of[i] = gpu.peak_flops(pool_dtype(gpu, dtype) or dtype)
+    peak = peak_of[pool]
     gpus_row = count * tp * d_group[g]
     gpus = np.bincount(plan_of_row, weights=gpus_row, minlength=P)
     peak_total = np.bincount(plan_of_row, weights=gpus_row * peak, minlength=P)
