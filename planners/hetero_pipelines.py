@@ -117,14 +117,28 @@ def _memory_caps(model: ModelSpec, cluster: PooledCluster, settings: ParallelCon
     reserved = pool_reserved_bytes(cluster, pool)
 
     def mem(nl):
-        prm = stage_param_count(model, nl, first, last, pp_b, tp)
-        return stage_memory_parts(model, settings, prm, zero, Dg, tp, mbs, rc, layer_act, full_act, nl, in_flight,
-                                  last, reserved)["memory_bytes"]
+        return _stage_bytes(model, settings, nl, first, last, pp_b, tp, zero, Dg, mbs, rc, layer_act, full_act,
+                            in_flight, reserved)
 
     m0, m1 = mem(0.0), mem(1.0)
     limit = np.asarray(memory_limit_bytes, dtype=float)[pool]
-    slope = np.maximum(m1 - m0, 1e-9)
-    return np.where(used, np.floor((limit - m0) / slope), 0.0)
+    return np.where(used, np.floor(_layers_within(limit - m0, m1 - m0)), 0.0)
+
+
+def _stage_bytes(model: ModelSpec, settings: ParallelConfig, layers, first, last, pp, tp, zero, dp_shard, micro_batch,
+                 recompute, layer_act, full_act, in_flight, reserved) -> np.ndarray:
+    """Bytes per GPU of stages holding ``layers`` layers (``stage_memory_parts`` of their
+    parameters): the one memory model of ``_memory_caps`` and ``layer_cap_bound``, so the bound
+    ``might_fit`` takes stays below the caps ``fits_memory`` checks."""
+    prm = stage_param_count(model, layers, first, last, pp, tp)
+    return stage_memory_parts(model, settings, prm, zero, dp_shard, tp, micro_batch, recompute, layer_act, full_act,
+                              layers, in_flight, last, reserved)["memory_bytes"]
+
+
+def _layers_within(free_bytes, layer_bytes) -> np.ndarray:
+    """The layers ``free_bytes`` hold at ``layer_bytes`` each, before the floor (a stage's memory
+    is linear in its layers; a layer of no bytes counts 1e-9 B, so the cap is finite)."""
+    return free_bytes / np.maximum(layer_bytes, 1e-9)
 
 
 @dataclass(frozen=True)
@@ -140,7 +154,7 @@ class CapBound:
     def layers(self, key, in_flight=1.0) -> np.ndarray:
         """The most layers a stage of ``key`` holds with ``in_flight`` micro-batches, before the floor."""
         per_layer = self.layer_bytes[key] + (np.asarray(in_flight, dtype=float) - 1.0) * self.in_flight_bytes[key]
-        return self.free_bytes[key] / np.maximum(per_layer, 1e-9)
+        return _layers_within(self.free_bytes[key], per_layer)
 
 
 def layer_cap_bound(model: ModelSpec, cluster: PooledCluster, settings: ParallelConfig, units: UnitCosts,
@@ -158,9 +172,8 @@ def layer_cap_bound(model: ModelSpec, cluster: PooledCluster, settings: Parallel
     none = np.zeros(len(units), dtype=bool)
 
     def mem(nl, in_flight):
-        prm = stage_param_count(model, nl, 0.0, 0.0, 1.0, tp)
-        return stage_memory_parts(model, settings, prm, zero_stage, dp_shard, tp, mbs, units.recompute, layer_act,
-                                  full_act, nl, in_flight, none, reserved)["memory_bytes"]
+        return _stage_bytes(model, settings, nl, 0.0, none, 1.0, tp, zero_stage, dp_shard, mbs, units.recompute,
+                            layer_act, full_act, in_flight, reserved)
 
     m0, m1, m2 = mem(0.0, 1.0), mem(1.0, 1.0), mem(1.0, 2.0)
     limit = np.asarray(memory_limit_bytes, dtype=float)[units.pool]

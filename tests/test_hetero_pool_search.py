@@ -106,3 +106,36 @@ def test_adding_a_pool_without_bf16_leaves_the_plans_without_it_in_bf16():
                                dtype="fp16", micro_batches=(1, 2))
     assert {p.dtype for p, _ in (fixed.row_plan(i) for i in range(len(fixed.plans)))} == {"fp16"}
     assert fixed.pool_only["h100"][0].dtype == "fp16"
+
+
+def test_the_layer_bound_is_the_largest_count_the_stage_memory_model_fits():
+    """``layer_cap_bound`` and ``_memory_caps`` price a stage with one helper (``_stage_bytes``)
+    and turn bytes into layers with one (``_layers_within``): at one micro-batch in flight the
+    bound's floor fits the limit by that memory model for every key, and without recomputation
+    is the most that do (with recomputation the memory is not linear from 0 to 1 layer and
+    the cap is conservative, the same in ``fits_memory``)."""
+    from planners.hetero_pipelines import _stage_bytes
+    from simulator.heterogeneous.compose import layer_activation_bytes, pool_reserved_bytes
+
+    model = load_model("gpt3-1.3b")
+    cluster = PooledCluster("ah", (Pool("a", A100, 8), Pool("h", H100, 8)))
+    settings = ParallelConfig(dtype="bf16", **stack_config_fields(load_stack("megatron-core"), "bf16", model.name, None))
+    keys = cand.make_keys(model, cluster.pools, 8, (1, 4, 16), tuple(RECOMPUTE_CODES[r] for r in Recompute), (False, True))
+    units = unit_costs(model, cluster, pool_efficiencies(cluster), keys.pool, keys.tp, keys.micro_batch,
+                       keys.recompute, keys.sequence_parallel, settings)
+    limits = np.array([40.0 * GIB, 70.0 * GIB])
+    bound = layer_cap_bound(model, cluster, settings, units, 1, 16, limits)
+    n = np.floor(bound.layers(np.arange(len(units))))
+    layer_act, full_act = layer_activation_bytes(model, settings, units)
+    none = np.zeros(len(units), dtype=bool)
+
+    def stage(nl):
+        return _stage_bytes(model, settings, nl, 0.0, none, 1.0, units.tp.astype(float), 1, 16,
+                            units.micro_batch.astype(float), units.recompute, layer_act, full_act, 1.0,
+                            pool_reserved_bytes(cluster, units.pool))
+
+    limit = limits[units.pool]
+    assert (n >= 1).any() and (n < model.num_layers).any()
+    assert (stage(n) <= limit * (1 + 1e-12)).all()
+    linear = units.recompute == RECOMPUTE_CODES[Recompute.NONE]
+    assert linear.any() and (stage(n + 1)[linear] > limit[linear] * (1 - 1e-12)).all()
