@@ -90,7 +90,8 @@ def test_adding_a_pool_without_bf16_leaves_the_plans_without_it_in_bf16():
     the plans on the V100 run fp16, and a dtype the request gives applies to every plan."""
     model = "llama3-8b"
     alone = plan_heterogeneous(model, PooledCluster("h64", (Pool("h100", H100, 64),)), 128)
-    both = plan_heterogeneous(model, PooledCluster("add", (Pool("h100", H100, 64), Pool("v100", V100, 16))), 128)
+    both = plan_heterogeneous(model, PooledCluster("add", (Pool("h100", H100, 64), Pool("v100", V100, 16))), 128,
+                              top=10_000)      # every fitting plan, the V100 ones too
     plan_alone, rep_alone = alone.pool_only["h100"]
     plan_both, rep_both = both.pool_only["h100"]
     assert plan_alone.dtype == "bf16" and plan_both == plan_alone
@@ -101,7 +102,14 @@ def test_adding_a_pool_without_bf16_leaves_the_plans_without_it_in_bf16():
     assert both.best == alone.best and both.dtype == "bf16"
     rows = [both.row_plan(i) for i in range(len(both.plans))]
     assert all(p.dtype == ("fp16" if "v100" in cl.pool_names else "bf16") for p, cl in rows)
-    assert list(both.plans["dtype"]) == [p.dtype for p, _ in rows]
+    # the table's dtype column against the GPU specs of the pools each row names: the H100 has
+    # bf16, the V100 only fp16 (and fp32), so a row on the H100 alone runs bf16, any row with
+    # the V100 fp16
+    assert "bf16" in H100.gpu.peak_flops_per_s and "fp16" in H100.gpu.peak_flops_per_s
+    assert "bf16" not in V100.gpu.peak_flops_per_s and "fp16" in V100.gpu.peak_flops_per_s
+    expected = {"h100": "bf16", "v100": "fp16", "h100+v100": "fp16"}
+    assert set(both.plans["pools"]) == set(expected)
+    assert list(both.plans["dtype"]) == [expected[pools] for pools in both.plans["pools"]]
     fixed = plan_heterogeneous(model, PooledCluster("add", (Pool("h100", H100, 64), Pool("v100", V100, 16))), 128,
                                dtype="fp16", micro_batches=(1, 2))
     assert {p.dtype for p, _ in (fixed.row_plan(i) for i in range(len(fixed.plans)))} == {"fp16"}
