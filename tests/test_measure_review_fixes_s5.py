@@ -230,7 +230,8 @@ def test_gpu_record_refuses_a_run_the_measured_runner_cannot_produce(tmp_path, k
 
 def test_the_priced_spec_has_no_position_table_and_no_dropout_as_gpt_py():
     """gpt.py trains no position embedding and no dropout; ModelSpec's GPT-2 defaults priced
-    both. Hand-derived for the CPU default model's 'single' layout (4 layers, 4 x 128 tokens,
+    the dropout masks (their learned position table is priced by no cost model: the embedding
+    is V x h and the position field only switches RoPE, so it alone moves nothing). Hand-derived for the CPU default model's 'single' layout (4 layers, 4 x 128 tokens,
     h 256, no recompute, one micro-batch in flight): the two 1-byte hidden-dropout masks a layer
     (Korthikanti et al. 2022), L b s h 2 = 4 x 4 x 128 x 256 x 2 = 262,144 bytes, plus the
     allocator's 5%, are what the prediction drops (the attention scores are never materialised:
@@ -254,4 +255,6 @@ def test_the_priced_spec_has_no_position_table_and_no_dropout_as_gpt_py():
                       cluster, config, n_gpus=1)
     masks = 4 * 4 * 128 * 256 * 2
     assert before.memory_bytes - now.memory_bytes == pytest.approx(masks * (1 + ALLOCATOR_FRAGMENTATION), rel=1e-9)
+    learned = simulate(replace(spec, position_embedding="learned"), cluster, config, n_gpus=1)
+    assert (learned.memory_bytes, learned.step_time_s) == (now.memory_bytes, now.step_time_s)
     assert now.step_time_s == pytest.approx(before.step_time_s, rel=1e-9)   # the step's time does not move

@@ -50,8 +50,11 @@ def _simulate():
 
 def model_spec(run: dict):
     """The ``ModelSpec`` of the measured GPT (``gpt.py``: MHA, plain 4h GELU MLP with biases,
-    LayerNorm, untied head, no position embedding and no dropout: ModelSpec's GPT-2 defaults
-    would price a learned position table and dropout masks the trained model does not have)."""
+    LayerNorm, untied head, no position embedding and no dropout). ModelSpec's GPT-2 defaults
+    would price dropout masks the trained model does not have (two 1-byte hidden-dropout masks
+    a layer); their learned position embedding is set to none to describe gpt.py, but moves
+    no number: no cost model prices a position table (``params.embedding_params`` is V x h)
+    and ``position_embedding`` is read only for RoPE."""
     from model_specs.model_spec import ModelSpec
     return ModelSpec(name=f"measure-gpt-l{run['num_layers']}-h{run['hidden_size']}",
                      num_layers=int(run["num_layers"]), hidden_size=int(run["hidden_size"]),
