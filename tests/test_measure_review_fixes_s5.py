@@ -129,8 +129,11 @@ def test_sigterm_stops_the_ranks_and_removes_the_folder(tmp_path):
     import subprocess
     import sys
     import time
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    import shutil
+    import tempfile
+    # a short TMPDIR: the ranks' rendezvous socket lives there, and a path past the AF_UNIX limit
+    # (108 bytes; pytest-xdist's tmp_path is that long) fails the launch before any rank starts
+    tmp = Path(tempfile.mkdtemp(prefix="ppm-", dir="/tmp" if Path("/tmp").is_dir() else None))
     repo = Path(__file__).parents[1]
     env = {**os.environ, "PYTHONPATH": str(repo), "TMPDIR": str(tmp)}
     env.pop("PARAPLAN_DEBUG", None)
@@ -165,9 +168,11 @@ def test_sigterm_stops_the_ranks_and_removes_the_folder(tmp_path):
             pass
         p.wait()
     err = err_path.read_text()
+    leftover = list(tmp.glob("paraplan-measure-*"))
+    shutil.rmtree(tmp, ignore_errors=True)
     assert p.returncode == 2, err
     assert _stderr_lines(err) == ["error: interrupted: stopped before finishing (no output file was written)"], err
-    assert not list(tmp.glob("paraplan-measure-*"))
+    assert not leftover
     assert not left
 
 
