@@ -510,6 +510,8 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int, global_b
         >>> plans = plan("llama3-70b", "dgx-h100", gpus=256, global_batch_tokens=4 * 2**20)  # doctest: +SKIP
         >>> plans.iloc[0][["config", "tokens_per_s", "mfu_bf16_pct", "memory_gib"]]           # doctest: +SKIP
     """
+    # a non-model efficiency ('hopper') reached the cost model as an AttributeError, as simulate refuses it
+    _check_efficiency(constraints.get("efficiency"))
     fn = _planner()
     model_spec = _model(model, seq_len)
     cluster_spec = what_if_cluster(cluster, gpu, scaleout_gbit_per_s, scaleup_gbit_per_s)
@@ -682,6 +684,7 @@ def best_plan_for(framework: str, model, cluster, gpus: int, global_batch_tokens
     was ranked on."""
     from paraplan import exports
     exports.module(framework, "framework")          # unknown names fail before the search
+    _check_efficiency(kwargs.get("efficiency"))     # a given table skips plan's own check
     if plans is not None and not isinstance(plans, pd.DataFrame):
         raise InputError("plans", f"must be the DataFrame api.plan returned, got {type(plans).__name__}",
                          "pass api.plan's table of this same request, or leave plans out")

@@ -1,0 +1,29 @@
+"""Bad arguments to the Python API are an ``InputError`` naming the argument, never a raw Python
+or numpy exception from deep inside the search (``AttributeError`` on an efficiency given as a
+name, numpy's 'need at least one array to stack' on an empty schedule list, ...)."""
+from __future__ import annotations
+
+import pytest
+
+from hardware_specs.errors import InputError
+from paraplan import api
+
+M, C, N = "gpt3-125m", "dgx-h100", 8
+
+
+@pytest.mark.parametrize("call", [
+    lambda **kw: api.plan(M, C, N, global_batch=16, **kw),
+    lambda **kw: api.best_plan(M, C, N, global_batch=16, **kw),
+    lambda **kw: api.best_plan_for("megatron", M, C, N, global_batch=16, **kw),
+], ids=["plan", "best_plan", "best_plan_for"])
+def test_an_efficiency_given_by_name_is_refused_naming_efficiency(call):
+    with pytest.raises(InputError) as info:
+        call(efficiency="hopper")
+    assert info.value.field == "efficiency" and "got str" in str(info.value)
+
+
+def test_best_plan_for_with_a_given_table_refuses_a_bad_efficiency_too():
+    plans = api.plan(M, C, N, global_batch=16)
+    with pytest.raises(InputError) as info:
+        api.best_plan_for("megatron", M, C, N, global_batch=16, plans=plans, efficiency=0.5)
+    assert info.value.field == "efficiency" and "got float" in str(info.value)
