@@ -263,6 +263,9 @@ def searched_schedules(schedules: Iterable[str], fixed: Mapping[str, tuple]) -> 
     if "schedule" not in fixed:
         return tuple(dict.fromkeys(names))
     chosen = [Schedule(s).value for s in fixed["schedule"]]
+    if not chosen:      # an empty list searched no schedule and reached numpy ('need at least one array to stack')
+        raise InputError("schedule", "schedule= leaves no layout: the fixed list is empty",
+                         "drop the fixed schedule or change it")
     return tuple(s for s in dict.fromkeys(names + chosen) if s in chosen)
 
 

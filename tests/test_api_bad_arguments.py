@@ -27,3 +27,15 @@ def test_best_plan_for_with_a_given_table_refuses_a_bad_efficiency_too():
     with pytest.raises(InputError) as info:
         api.best_plan_for("megatron", M, C, N, global_batch=16, plans=plans, efficiency=0.5)
     assert info.value.field == "efficiency" and "got float" in str(info.value)
+
+
+@pytest.mark.parametrize("kw", [{"schedule": []}, {"fixed": {"schedule": []}}, {"fixed": {"schedule": ()}}])
+def test_an_empty_fixed_schedule_list_leaves_no_layout(kw):
+    with pytest.raises(InputError) as info:
+        api.plan(M, C, N, global_batch=16, **kw)
+    assert info.value.field == "schedule" and "leaves no layout" in info.value.message
+
+
+def test_a_fixed_schedule_still_restricts_the_search_to_it():
+    plans = api.plan(M, C, N, global_batch=16, schedule=["1f1b"])
+    assert len(plans) and set(plans["schedule"]) == {"1f1b"}
