@@ -39,3 +39,17 @@ def test_an_empty_fixed_schedule_list_leaves_no_layout(kw):
 def test_a_fixed_schedule_still_restricts_the_search_to_it():
     plans = api.plan(M, C, N, global_batch=16, schedule=["1f1b"])
     assert len(plans) and set(plans["schedule"]) == {"1f1b"}
+
+
+@pytest.mark.parametrize("dtypes", [5, [], {"fp8": 1}, ["fp8", 8], [None]])
+def test_dtypes_that_are_not_dtype_names_are_refused_naming_dtypes(dtypes):
+    with pytest.raises(InputError) as info:
+        api.plan(M, C, N, global_batch=16, dtypes=dtypes)
+    assert info.value.field == "dtypes"
+
+
+def test_one_dtype_name_given_as_dtypes_is_that_dtype_not_its_letters():
+    # 'fp8' was split into 'f', 'p', '8' and refused as "no f peak"
+    plans = api.plan(M, C, N, global_batch=16, dtypes="fp8")
+    assert set(plans["dtype"]) == {"fp8"}
+    assert plans.iloc[0]["step_time_s"] == api.plan(M, C, N, global_batch=16, dtypes=["fp8"]).iloc[0]["step_time_s"]
