@@ -723,12 +723,21 @@ def best_plan_for(framework: str, model, cluster, gpus: int, global_batch_tokens
     return out
 
 
+#: the columns :func:`best_plan_for` reads from a given plan table (an export needs the degrees and
+#: the batch; the ranking the step time and tokens/s; the stack fields are looked up by dtype)
+PLANS_REQUIRED_COLUMNS = ("tp", "pp", "micro_batch", "global_batch", "dtype", "step_time_s", "tokens_per_s")
+
+
 def _check_given_plans(plans: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec, gpus: Any,
                        global_batch_tokens: Any, global_batch: Any) -> None:
     """``InputError`` unless the table given to :func:`best_plan_for` is of the request it answers:
     each column it records (model, cluster, GPU, sequence length, bandwidths, GPU count, batch)
     holds the requested value on every row. A table of another request was ranked and then
     re-simulated under this request's labels (Llama-3-70B's 64-GPU plan came back as Llama-3-8B's)."""
+    missing = [c for c in PLANS_REQUIRED_COLUMNS if c not in plans.columns]
+    if missing:         # a KeyError ('dtype', 'tokens_per_s') deep in the ranking before
+        raise InputError("plans", f"the table lacks the column{'s' if len(missing) > 1 else ''} "
+                         f"{', '.join(missing)}", "pass api.plan's table of this same request, or leave plans out")
     wanted = {"model": model.name, "cluster": cluster.name, "gpu": cluster.gpu.name, "seq_len": model.seq_len,
               "scaleout_gbit_per_s": cluster.scaleout.bw_bytes_per_s / GBIT,
               "scaleup_gbit_per_s": cluster.scaleup.bw_bytes_per_s / GBIT}

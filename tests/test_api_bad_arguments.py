@@ -3,6 +3,7 @@ or numpy exception from deep inside the search (``AttributeError`` on an efficie
 name, numpy's 'need at least one array to stack' on an empty schedule list, ...)."""
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from hardware_specs.errors import InputError
@@ -53,3 +54,29 @@ def test_one_dtype_name_given_as_dtypes_is_that_dtype_not_its_letters():
     plans = api.plan(M, C, N, global_batch=16, dtypes="fp8")
     assert set(plans["dtype"]) == {"fp8"}
     assert plans.iloc[0]["step_time_s"] == api.plan(M, C, N, global_batch=16, dtypes=["fp8"]).iloc[0]["step_time_s"]
+
+
+@pytest.fixture(scope="module")
+def plans():
+    return api.plan(M, C, N, global_batch=16)
+
+
+def test_best_plan_for_refuses_a_table_without_the_columns_it_reads(plans):
+    with pytest.raises(InputError) as info:
+        api.best_plan_for("megatron", M, C, N, global_batch=16, plans=pd.DataFrame())
+    assert info.value.field == "plans"
+    for col in api.PLANS_REQUIRED_COLUMNS:
+        assert col in info.value.message
+    for col in ("dtype", "tokens_per_s"):       # each a raw KeyError before
+        table = plans.drop(columns=[col])
+        table.attrs = {}
+        with pytest.raises(InputError) as info:
+            api.best_plan_for("megatron", M, C, N, global_batch=16, plans=table)
+        assert info.value.field == "plans" and info.value.message == f"the table lacks the column {col}"
+
+
+def test_best_plan_for_takes_plans_own_table_as_before(plans):
+    given = api.best_plan_for("megatron", M, C, N, global_batch=16, plans=plans)
+    searched = api.best_plan_for("megatron", M, C, N, global_batch=16)
+    assert given.iloc[0]["config"] == searched.iloc[0]["config"]
+    assert given.iloc[0]["step_time_s"] == pytest.approx(searched.iloc[0]["step_time_s"], rel=1e-12)
