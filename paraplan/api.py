@@ -895,7 +895,13 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
                          "use a tp dividing the head count")
     cluster_spec = what_if_cluster(cluster, gpu)
     g = cluster_spec.gpu
-    dtype = dtype or sixteen_bit_dtype(g)
+    # None is the 16-bit type; 0, '' or False were silently taken as it, and a list failed as a
+    # TypeError (unhashable) in the GPU's peak lookup
+    if dtype is None:
+        dtype = sixteen_bit_dtype(g)
+    elif not isinstance(dtype, str) or not dtype.strip():
+        raise InputError("dtype", f"must be a dtype name, got {dtype!r}",
+                         "choose one of " + ", ".join(g.peak_flops_per_s) + ", or leave it out for the 16-bit type")
     _check_efficiency(efficiency)
     eff = efficiency if efficiency is not None else efficiency_for_cluster(cluster_spec)
     rates = compute_rates(g, eff, dtype)

@@ -80,3 +80,19 @@ def test_best_plan_for_takes_plans_own_table_as_before(plans):
     searched = api.best_plan_for("megatron", M, C, N, global_batch=16)
     assert given.iloc[0]["config"] == searched.iloc[0]["config"]
     assert given.iloc[0]["step_time_s"] == pytest.approx(searched.iloc[0]["step_time_s"], rel=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [["fp8"], 0, "", False, 8])
+def test_layer_ops_refuses_a_dtype_that_is_not_a_name(dtype):
+    with pytest.raises(InputError) as info:
+        api.layer_ops("llama3-8b", C, dtype=dtype)
+    assert info.value.field == "dtype" and repr(dtype) in info.value.message
+
+
+def test_layer_ops_without_a_dtype_runs_in_the_gpus_16_bit_type():
+    none, bf16 = api.layer_ops("llama3-8b", C), api.layer_ops("llama3-8b", C, dtype="bf16")
+    assert set(none["dtype"]) == {"bf16"}
+    pd.testing.assert_frame_equal(none, bf16)
+    fp8 = api.layer_ops("llama3-8b", C, dtype="fp8")
+    # H100 SXM's dense fp8 peak is twice its bf16 one (1979 / 989.4 TFLOP/s)
+    assert fp8["peak_tflop_per_s"].iloc[0] == pytest.approx(2 * bf16["peak_tflop_per_s"].iloc[0], rel=1e-3)
