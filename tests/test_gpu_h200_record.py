@@ -301,6 +301,13 @@ def _edit_first_run(folder, **changes):
     (folder / "measured_runs.json").write_text(json.dumps(runs))
 
 
+def _edit_kernels(folder, **columns):
+    frame = pd.read_csv(folder / "kernels.csv")
+    for column, value in columns.items():
+        frame[column] = value
+    frame.to_csv(folder / "kernels.csv", index=False)
+
+
 def _edit_env(folder, **changes):
     import json
     env = json.loads((folder / "env.json").read_text())
@@ -329,6 +336,10 @@ def test_cli_refuses_a_cluster_of_another_gpu():
         "kind,dtype,m,n,k,time_s,flops,hbm_bytes\ngemm,bf16,8,1e300,8,1e-5,1024,128\n"), "kernels.csv.n"),
     (lambda d: (d / "kernels.csv").write_text(
         "kind,dtype,m,n,k,time_s,flops,hbm_bytes\ngemm,int4,8,8,8,1e-5,1024,128\n"), "kernels.csv: dtype"),
+    # the recorded rates the GEMM table echoes: a negative or missing one was printed as measured
+    (lambda d: _edit_kernels(d, tflops=-5.0), "kernels.csv.tflops"),
+    (lambda d: _edit_kernels(d, gb_per_s=float("nan")), "kernels.csv.gb_per_s"),
+    (lambda d: _edit_kernels(d, gb_per_s=0.0), "kernels.csv.gb_per_s"),
     (lambda d: (d / "measured_runs.json").write_text("null"), "measured_runs.json"),
     (lambda d: (d / "measured_runs.json").write_text('{"name": "x"}'), "measured_runs.json"),
     (lambda d: (d / "measured_runs.json").write_text("[" * 100_000), "folder"),

@@ -93,7 +93,9 @@ def _read_csv(folder: Path, name: str) -> pd.DataFrame:
         raise InputError(name, f"has no column {missing[0]!r}", "rewrite it with the tools/gpu_*.py scripts")
     _require_positive(frame, [c for c in TIME_COLUMNS if c in frame.columns], name)
     if name == "kernels.csv":
-        _require_positive(frame[frame["kind"] == "gemm"], ("m", "n", "k", "flops"), name)
+        # the recorded rates too: the GEMM table echoes them (-5 TFLOP/s, NaN GB/s were printed as measured)
+        _require_positive(frame[frame["kind"] == "gemm"], ("m", "n", "k", "flops") +
+                          tuple(c for c in ("tflops", "gb_per_s") if c in frame.columns), name)
     elif name == "decode_gemms.csv":
         _require_positive(frame, ("m", "n", "k", "weight_bytes"), name)
     elif name == "step_kernels.csv":
