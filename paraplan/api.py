@@ -336,6 +336,22 @@ _LABEL_OPTIONAL = dict(cp=1, ep=1, vpp=1, zero_shard_group=0, recompute="none", 
                        schedule="1f1b", dtype="bf16", attention_kernel="auto")
 
 
+#: the label's whole-number fields and their least value; those of ``_LABEL_WHOLE_OR_NONE`` may
+#: also be None (as 0). 'x' or None as a degree was labelled 'dpx tpNone', and 'x' as cp failed
+#: as int()'s ValueError.
+_LABEL_WHOLE = dict(dp=1, tp=1, pp=1, cp=1, ep=1, vpp=1, micro_batch=1, zero_stage=0)
+_LABEL_WHOLE_OR_NONE = ("zero_shard_group", "recompute_num_layers", "recompute_layers_decrement",
+                        "offload_activation_layers")
+
+
+def _check_label_value(name: str, value: Any) -> None:
+    """``InputError`` naming ``name`` unless ``value`` is what its label piece can show."""
+    if name in _LABEL_WHOLE:
+        whole_number(name, value, _LABEL_WHOLE[name])
+    elif name in _LABEL_WHOLE_OR_NONE and value is not None:
+        whole_number(name, value, 0)
+
+
 def config_label(config: Mapping[str, Any]) -> str:
     """A short human label of a configuration, e.g. ``dp8 tp8 pp4 vpp5 mb1 z1 sel sp``.
 
@@ -349,7 +365,9 @@ def config_label(config: Mapping[str, Any]) -> str:
         raise InputError(missing[0], "missing from the configuration to label", "give every degree (dp, tp, pp, ...)")
 
     def value(name):
-        return config.get(name, _LABEL_OPTIONAL[name]) if name in _LABEL_OPTIONAL else config[name]
+        v = config.get(name, _LABEL_OPTIONAL[name]) if name in _LABEL_OPTIONAL else config[name]
+        _check_label_value(name, v)
+        return v
 
     pieces = (piece(*(value(name) for name in names)) for names, piece in _LABEL_PIECES)
     return " ".join(p for p in pieces if p)
@@ -620,6 +638,9 @@ def config_labels(df: pd.DataFrame) -> pd.Series:
     defaults. Each piece of the label is made once per distinct value of the fields it reads (a
     plan table of tens of thousands of rows has a handful per field), then the pieces are
     joined column by column."""
+    if not isinstance(df, pd.DataFrame):
+        raise InputError("df", f"must be a DataFrame of configurations, got {type(df).__name__}",
+                         "e.g. the table api.plan returns; config_label labels one configuration")
     defaults = ParallelConfig().as_dict()
     n = len(df)
     columns = {name: df[name].to_numpy() for name in LABEL_FIELDS if name in df.columns}
@@ -634,6 +655,9 @@ def config_labels(df: pd.DataFrame) -> pd.Series:
         # the distinct values as Python scalars (what a row of ``df.to_dict("records")`` holds)
         values = {name: columns[name][first].tolist() if name in columns else [defaults[name]] * len(first)
                   for name in names}
+        for name in present:          # each distinct value, as config_label checks a row's
+            for v in values[name]:
+                _check_label_value(name, v)
         texts = [piece(*(values[name][i] for name in names)) for i in range(len(first))]
         joined = joined + np.array([" " + t if t else "" for t in texts] or [""], dtype=object)[inverse.ravel()]
     return pd.Series([label[1:] for label in joined], index=df.index, dtype=object)

@@ -96,3 +96,35 @@ def test_layer_ops_without_a_dtype_runs_in_the_gpus_16_bit_type():
     fp8 = api.layer_ops("llama3-8b", C, dtype="fp8")
     # H100 SXM's dense fp8 peak is twice its bf16 one (1979 / 989.4 TFLOP/s)
     assert fp8["peak_tflop_per_s"].iloc[0] == pytest.approx(2 * bf16["peak_tflop_per_s"].iloc[0], rel=1e-3)
+
+
+def test_config_labels_refuses_what_is_not_a_table():
+    with pytest.raises(InputError) as info:
+        api.config_labels(None)
+    assert info.value.field == "df" and "NoneType" in info.value.message
+
+
+@pytest.mark.parametrize("columns, field", [
+    ({"dp": ["x"], "tp": [None]}, "dp"),
+    ({"dp": [2], "tp": [None]}, "tp"),
+    ({"dp": [2], "tp": [1], "cp": ["x"]}, "cp"),
+    ({"dp": [2], "tp": [1], "pp": [0]}, "pp"),
+    ({"dp": [2], "tp": [1], "micro_batch": [1.5]}, "micro_batch"),
+    ({"dp": [2], "tp": [1], "zero_stage": [-1]}, "zero_stage"),
+])
+def test_config_labels_and_config_label_refuse_the_same_values(columns, field):
+    base = {"dp": 1, "tp": 1, "pp": 1, "micro_batch": 1, "zero_stage": 0}
+    with pytest.raises(InputError) as info:
+        api.config_labels(pd.DataFrame(columns))
+    assert info.value.field == field
+    with pytest.raises(InputError) as info:
+        api.config_label({**base, **{k: v[0] for k, v in columns.items()}})
+    assert info.value.field == field
+
+
+def test_config_labels_matches_config_label_row_by_row(plans):
+    labels = api.config_labels(plans)
+    assert list(labels) == [api.config_label(r) for r in plans.to_dict("records")]
+    table = pd.DataFrame({"dp": [8, 2], "tp": [1, 4], "pp": [1, 1], "micro_batch": [2, 1], "zero_stage": [1, 0],
+                          "zero_shard_group": [0, 2]})
+    assert list(api.config_labels(table)) == ["dp8 tp1 pp1 mb2 z1", "dp2 tp4 pp1 mb1 z0 hsdp2"]
