@@ -594,17 +594,8 @@ def _planner_dtypes(dtype: Any, dtypes: Any) -> Any:
     16-bit type, as :func:`simulate` takes ``dtype=None``)."""
     if dtype is None:
         return dtypes
-    if isinstance(dtype, str):
-        return (dtype,)
-    if isinstance(dtype, Iterable) and not isinstance(dtype, Mapping):
-        values = tuple(dtype)
-        bad = [v for v in values if not isinstance(v, str)]
-        if not values or bad:
-            raise InputError("dtype", f"must be a dtype name or a list of them, got {dtype!r}",
-                             "e.g. dtype='fp8' or dtype=['bf16', 'fp8']")
-        return values
-    raise InputError("dtype", f"must be a dtype name or a list of them, got {dtype!r}",
-                     "e.g. dtype='fp8' or dtype=['bf16', 'fp8']")
+    from planners.plan import dtype_names
+    return dtype_names(dtype, "dtype", "e.g. dtype='fp8' or dtype=['bf16', 'fp8']")
 
 
 def _with_plan_columns(df: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec, gpus: int,

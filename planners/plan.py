@@ -244,10 +244,12 @@ def normalise_fixed(fixed: Mapping | None) -> dict[str, tuple]:
     return out
 
 
-def _dtype_names(dtypes) -> tuple[str, ...] | None:
+def dtype_names(dtypes, field: str = "dtypes",
+                hint: str = "e.g. dtypes=['bf16', 'fp8'], or leave it out for the GPU's 16-bit type"
+                ) -> tuple[str, ...] | None:
     """``dtypes`` as a tuple of names (None: the GPU's 16-bit type): one name is one dtype, not
-    its letters ('fp8' searched 'f', 'p', '8'); anything but names (5, a mapping, [5]) is refused
-    here rather than as a TypeError in the dtype loop."""
+    its letters ('fp8' searched 'f', 'p', '8'); anything but names (5, a mapping, [5], []) is an
+    ``InputError`` on ``field`` rather than a TypeError in the dtype loop."""
     if dtypes is None:
         return None
     if isinstance(dtypes, str):
@@ -256,8 +258,7 @@ def _dtype_names(dtypes) -> tuple[str, ...] | None:
         values = tuple(dtypes)
         if values and all(isinstance(v, str) for v in values):
             return values
-    raise InputError("dtypes", f"must be a dtype name or a list of them, got {dtypes!r}",
-                     "e.g. dtypes=['bf16', 'fp8'], or leave it out for the GPU's 16-bit type")
+    raise InputError(field, f"must be a dtype name or a list of them, got {dtypes!r}", hint)
 
 
 def searched_schedules(schedules: Iterable[str], fixed: Mapping[str, tuple]) -> tuple[str, ...]:
@@ -441,7 +442,7 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
         raise InputError("gpus", f"{hi} GPUs exceed the {cluster.max_gpus} of cluster {cluster.name}",
                          f"ask for at most {cluster.max_gpus}")
     gbs = resolve_global_batch(model.seq_len, global_batch, global_batch_tokens)
-    dtypes = tuple(dict.fromkeys(_dtype_names(dtypes) or (default_dtype(cluster),)))
+    dtypes = tuple(dict.fromkeys(dtype_names(dtypes) or (default_dtype(cluster),)))
     for d in dtypes:
         cluster.gpu.peak_flops(d)               # a dtype the GPU lacks is an input error
     headroom_gib = headroom.headroom_gib(cluster.gpu.hbm_bytes, headroom_gib)
