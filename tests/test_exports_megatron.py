@@ -78,7 +78,7 @@ def test_every_matrix_export_passes_the_table_and_is_the_command_the_real_code_a
 
 def test_every_rule_has_a_counterexample_the_real_code_and_the_table_both_reject():
     breaks = {c["rule"]: c for c in TABLE["verified"]["cases"] if "rule" in c}
-    rules = {r["id"] for r in TABLE["rules"]}
+    rules = {r["id"] for r in TABLE["rules"] if not r.get("runtime")}   # runtime checks: past the probe
     assert len(breaks) >= len(rules) - 2, sorted(rules - set(breaks))
     for rid, case in breaks.items():
         assert case["real"]["accepted"] is False, rid

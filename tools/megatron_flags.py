@@ -56,10 +56,14 @@ DERIVED = {
 }
 
 
-def rule(rid, source, when, require, message, counterexample=None):
+def rule(rid, source, when, require, message, counterexample=None, runtime=False):
     """One check: where it is, when it applies, what it requires, and a change that breaks it
-    (``{"base": matrix id, "set": {flag: value or None to drop}, "env": {...}}``)."""
+    (``{"base": matrix id, "set": {flag: value or None to drop}, "env": {...}}``); ``runtime``:
+    the real code raises only when the model runs (a forward pass), past what the probe runs, so
+    the rule has no counterexample."""
     out = {"id": rid, "source": source, "when": when, "require": require, "message": message}
+    if runtime:
+        out["runtime"] = True
     if counterexample:
         out["counterexample"] = counterexample
     return out
@@ -193,6 +197,18 @@ RULES = [
          "num_experts is not None and num_experts % expert_model_parallel_size == 0",
          "expert parallelism needs --num-experts divisible by it",
          {"base": "moe-ep", "set": {"--expert-model-parallel-size": "3"}}),
+    # checked when the model runs, not by validate_args: the probe cannot make the real code
+    # reject them, so they carry no counterexample and are marked "runtime"
+    rule("moe_tp_needs_sp", "megatron/core/transformer/moe/moe_layer.py:636: MoELayer.forward (training)",
+         "num_experts is not None and tensor_model_parallel_size > 1", "sequence_parallel",
+         "MoE layers with tp > 1 raise ValueError in training without --sequence-parallel", runtime=True),
+    rule("a2a_cp_divides_heads", "transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py:"
+         " AttnFuncWithCPAndQKVOA2A.forward (assert q and k heads % cp_size == 0)",
+         "context_parallel_size > 1 and 'a2a' in cp_comm_type",
+         "(num_attention_heads // tensor_model_parallel_size) % context_parallel_size == 0"
+         " and max((num_query_groups if group_query_attention else num_attention_heads)"
+         " // tensor_model_parallel_size, 1) % context_parallel_size == 0",
+         "--cp-comm-type a2a needs the query and the key/value heads of a TP rank divisible by cp", runtime=True),
     rule("expert_bias_needs_sigmoid", f"{TC}: TransformerConfig.__post_init__", "moe_router_enable_expert_bias",
          "moe_router_score_function in ['sigmoid', 'sqrtsoftplus']",
          "--moe-router-enable-expert-bias needs --moe-router-score-function sigmoid (or sqrtsoftplus)",

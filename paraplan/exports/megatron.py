@@ -175,6 +175,24 @@ def _refuse_plan(p: dict, model: ModelSpec) -> None:
     if p["cp"] > 1 and p["cp_kind"] == "ulysses" and (model.num_heads // p["tp"]) % p["cp"]:
         raise InputError("cp", f"Ulysses (a2a) context parallelism splits the {model.num_heads // p['tp']} heads "
                          f"of a TP rank over cp={p['cp']}", "choose cp dividing the heads per TP rank")
+    kv_local = _kv_heads_per_tp_rank(model, p["tp"])
+    if p["cp"] > 1 and p["cp_kind"] == "ulysses" and kv_local % p["cp"]:
+        raise InputError("cp", f"Ulysses (a2a) context parallelism splits the {kv_local} key/value head(s) of a "
+                         f"TP rank over cp={p['cp']}, and Transformer Engine's AttnFuncWithCPAndQKVOA2A asserts "
+                         "both the query and the key/value heads divide by the CP size",
+                         f"choose cp dividing {kv_local}, or cp_kind ring")
+    if model.moe is not None and p["tp"] > 1 and not p["sequence_parallel"]:
+        raise InputError("sequence_parallel", f"Megatron-Core's MoE layer raises ValueError in training with tp="
+                         f"{p['tp']} and sequence parallelism off (megatron/core/transformer/moe/moe_layer.py:636, "
+                         "MoELayer.forward, at the pinned commit)",
+                         "plan with sequence_parallel 1, or tp 1")
+
+
+def _kv_heads_per_tp_rank(model: ModelSpec, tp: int) -> int:
+    """Key/value heads one TP rank's attention holds: Megatron-Core's ``num_query_groups // tp``,
+    one replicated group when tp exceeds them; MLA up-projects a key per query head."""
+    kv = model.num_heads if model.mla is not None else model.num_kv_heads
+    return max(kv // tp, 1)
 
 
 # ---- the command ---------------------------------------------------------------------------

@@ -11,7 +11,9 @@ source at a pinned commit and writes ``megatron_flags.json`` beside this module:
 * ``rules``: the checks of ``validate_args``, ``TransformerConfig.__post_init__``, the
   micro-batch calculator and the parallel-state initialisation that the exports rely on, each
   as ``when`` / ``require`` expressions over the arguments' ``dest`` names plus ``world_size``
-  and ``env_<NAME>`` (environment variables), with the source it states;
+  and ``env_<NAME>`` (environment variables), with the source it states; ``"runtime": true``
+  marks a check the real code makes only when the model runs (Megatron-Core's MoE layer,
+  Transformer Engine's attention), which the probe cannot trigger;
 * ``verified``: the export command lines the tool ran through the real ``parse_args``,
   ``validate_args``, ``core_transformer_config_from_args`` and micro-batch calculator, and what
   they answered.
@@ -19,7 +21,7 @@ source at a pinned commit and writes ``megatron_flags.json`` beside this module:
 ``check_command`` parses a command line the way argparse would with that table and returns
 every rule it breaks (an empty list when Megatron-LM would accept it). Expressions use a small
 safe evaluator (names, numbers, strings, lists, arithmetic, comparisons, ``and``/``or``/``not``,
-``in``, ``is None`` and the functions ``prod``, ``len``, ``int`` and the layout-string readers
+``in``, ``is None`` and the functions ``prod``, ``len``, ``int``, ``max`` and the layout-string readers
 ``layout_stages``, ``layout_count``, ``layout_mtp_placed``); nothing is ``eval``-ed.
 """
 from __future__ import annotations
@@ -188,8 +190,8 @@ def layout_mtp_placed(layout: str, pp: int) -> bool:
             and holding[0] // pp == len(chunks) // pp - 1)
 
 
-_FUNCS = {"prod": math.prod, "len": len, "int": int, "layout_stages": layout_stages, "layout_count": layout_count,
-          "layout_mtp_placed": layout_mtp_placed}
+_FUNCS = {"prod": math.prod, "len": len, "int": int, "max": max, "layout_stages": layout_stages,
+          "layout_count": layout_count, "layout_mtp_placed": layout_mtp_placed}
 
 
 def evaluate(expr: str, names: Mapping[str, Any]) -> Any:

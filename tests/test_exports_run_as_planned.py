@@ -1,0 +1,61 @@
+"""Exports that the framework would reject or run differently from the plan are refused, naming
+the field (review of the training exports): Megatron-Core's MoE layer without sequence
+parallelism at tp > 1, Transformer Engine's Ulysses attention with key/value heads that do not
+divide over cp, torchtitan's expert tensor parallelism, DeepSpeed's uneven pipeline stages."""
+from __future__ import annotations
+
+import pytest
+
+from hardware_specs.errors import InputError
+from paraplan import api
+from paraplan.exports import megatron, megatron_table
+from paraplan.exports.common import plan_fields
+
+
+def _row(**kw):
+    return api.simulate(**kw).iloc[0].to_dict()
+
+
+MIXTRAL = dict(model="mixtral-8x22b", cluster="dgx-h100", gpus=64, tp=2, pp=8, vpp=7, cp=2, ep=8, dp=2,
+               global_batch=64, micro_batch=1, seq_len=4096, zero_stage=1)
+
+
+def test_megatron_refuses_moe_with_tp_above_one_and_no_sequence_parallelism():
+    # MoELayer.forward (moe_layer.py:636 at d98e8a64) raises in training when the attention TP
+    # group is larger than one and sequence parallelism is off
+    with pytest.raises(InputError) as err:
+        megatron.emit(_row(**MIXTRAL, sequence_parallel=False))
+    assert err.value.field == "sequence_parallel" and "moe_layer.py:636" in str(err.value)
+    assert "\n" not in str(err.value)
+    row = _row(**MIXTRAL, sequence_parallel=True)
+    argv, env = megatron.command(row)
+    assert "--sequence-parallel" in argv and megatron.refusal(plan_fields(row)) is None
+    # the table knows the rule: the same command without --sequence-parallel breaks it
+    problems = megatron_table.check_command([a for a in argv if a != "--sequence-parallel"], 64, env)
+    assert [p.split(":")[0] for p in problems] == ["moe_tp_needs_sp"]
+    # tp = 1: no TP group, nothing to require
+    one = _row(**{**MIXTRAL, "tp": 1, "dp": 4}, sequence_parallel=False)
+    assert megatron.refusal(plan_fields(one)) is None
+
+
+ULYSSES = dict(model="llama3-70b", cluster="dgx-h100", gpus=128, pp=4, cp=2, cp_kind="ulysses", global_batch=64,
+               micro_batch=1, zero_stage=1, sequence_parallel=True)
+
+
+def test_megatron_refuses_ulysses_when_the_kv_heads_of_a_tp_rank_do_not_divide_by_cp():
+    # Llama 3 70B: 64 query heads, 8 KV heads. tp 8 leaves 8 query heads (divisible by cp 2) but
+    # 1 KV head per rank, which TE's a2a attention cannot split over cp 2
+    with pytest.raises(InputError) as err:
+        megatron.emit(_row(**ULYSSES, tp=8, dp=2))
+    assert err.value.field == "cp" and "1 key/value head" in str(err.value)
+    # tp 4: 16 query heads and 2 KV heads per rank, both divide by cp 2
+    row = _row(**ULYSSES, tp=4, dp=4)
+    argv, env = megatron.command(row)
+    assert argv[argv.index("--cp-comm-type") + 1] == "a2a"
+    assert megatron_table.check_command(argv, 128, env) == []
+    # and the table refuses the tp 8 command the export no longer writes
+    bad = list(argv)
+    bad[bad.index("--tensor-model-parallel-size") + 1] = "8"
+    bad[bad.index("--global-batch-size") + 1] = "64"
+    assert "a2a_cp_divides_heads" in [p.split(":")[0] for p in megatron_table.check_command(bad, 128, env)]
+
