@@ -59,3 +59,26 @@ def test_megatron_refuses_ulysses_when_the_kv_heads_of_a_tp_rank_do_not_divide_b
     bad[bad.index("--global-batch-size") + 1] = "64"
     assert "a2a_cp_divides_heads" in [p.split(":")[0] for p in megatron_table.check_command(bad, 128, env)]
 
+
+DSV3 = dict(model="deepseek-v3", cluster="dgx-h100", gpus=512, tp=2, pp=1, global_batch=512, micro_batch=1,
+            zero_stage=3, seq_len=4096, sequence_parallel=True)
+
+
+def test_torchtitan_runs_experts_tensor_parallel_exactly_when_expert_parallelism_is_off():
+    from paraplan.exports import torchtitan
+    # torchtitan 0.3.0 (models/common/moe_sharding.py): EP off and TP 2 shards every expert over
+    # the 2 TP ranks; EP 8 keeps them whole on their EP rank
+    assert (torchtitan.expert_tp(2, 1), torchtitan.expert_tp(2, 8), torchtitan.expert_tp(1, 1)) == (2, 1, 1)
+    # whole experts on each TP rank is not what torchtitan runs
+    with pytest.raises(InputError) as err:
+        torchtitan.emit(_row(**DSV3, ep=1, etp=1))
+    assert err.value.field == "etp" and "plan with etp 2" in str(err.value)
+    # the etp = tp plan it does run is exported (it was refused)
+    text = torchtitan.emit(_row(**DSV3, ep=1, etp=2))
+    assert "config.parallelism.expert_parallel_degree = 1" in text
+    assert "config.parallelism.tensor_parallel_degree = 2" in text
+    # with EP the experts stay whole: etp 1 runs, etp 2 does not
+    assert "config.parallelism.expert_parallel_degree = 8" in torchtitan.emit(_row(**DSV3, ep=8, etp=1))
+    with pytest.raises(InputError) as err:
+        torchtitan.emit(_row(**DSV3, ep=8, etp=2))
+    assert err.value.field == "etp" and "plan with etp 1" in str(err.value)

@@ -40,8 +40,11 @@ How the plan maps (and what is refused, ``refusal``):
   by default, and refuses them beside a pipeline or its default expert dispatcher).
 * Expert parallelism: ``expert_parallel_degree`` (torchtitan borrows the EP ranks from the
   FSDP-shard x TP ranks, ``parallel_dims.build_mesh``, so ``ep`` must divide
-  ``data_parallel_shard_degree x tp``: the shard group under HSDP, 1 under DDP); experts are not
-  tensor-parallel (``etp`` 1).
+  ``data_parallel_shard_degree x tp``: the shard group under HSDP, 1 under DDP); with EP the
+  experts are whole on each EP rank (``etp`` 1), without it they are sharded over the TP ranks
+  like a dense MLP (``etp`` = ``tp``; ``models/common/moe_sharding.py``
+  ``_routed_experts_sharding_configs`` / ``expert_param_placement_dense``), and a plan with any
+  other ``etp`` is refused (``expert_tp``).
 * Recomputation: ``full`` = ``FullAC``; ``none`` = no checkpointing; ``selective`` =
   ``SelectiveAC`` (the per-operation policy: attention and matmul outputs saved, every second
   matmul and the element-wise work rerun) when the plan prices that policy, i.e. it was planned
@@ -195,8 +198,11 @@ def _settings(p: dict) -> dict:
     if p["dtype"] in ("mxfp8", "nvfp4"):
         raise InputError("dtype", f"this export writes torchtitan's float8 (rowwise) converter only, not {p['dtype']}",
                          "use fp8 or bf16")
-    if p["etp"] > 1:
-        raise InputError("etp", "torchtitan does not tensor-parallelise experts", "use etp 1")
+    if model.moe is not None and p["etp"] != expert_tp(tp, ep):
+        raise InputError("etp", f"{RELEASE} shards the routed experts over the TP ranks when expert parallelism "
+                         "is off and keeps them whole under it (models/common/moe_sharding.py "
+                         f"_routed_experts_sharding_configs): with tp={tp}, ep={ep} its experts run at etp="
+                         f"{expert_tp(tp, ep)}, not the plan's {p['etp']}", f"plan with etp {expert_tp(tp, ep)}")
     if p["ep_comm_overlap"] and ep > 1:
         raise InputError("ep_comm_overlap", "this export does not switch on an overlapped expert all-to-all "
                          "(torchtitan's HybridEP / MinimalAsyncEP dispatchers)", "plan without ep_comm_overlap")
@@ -229,6 +235,13 @@ def _settings(p: dict) -> dict:
                          "choose a sequence length divisible by tp")
     return {"entry": entry, "model": model, "parts": _model_parts(p, model, schedule) if pp > 1 else None,
             "loss": loss_settings(p, model)}
+
+
+def expert_tp(tp: int, ep: int) -> int:
+    """The expert tensor-parallel degree torchtitan 0.3.0 runs routed experts at: ``tp`` without
+    expert parallelism (``expert_param_placement_dense``: w1/w3 Shard(1), w2 Shard(2) on the TP
+    axis), 1 with it (``expert_param_placement_sparse``: the experts split over EP only)."""
+    return int(tp) if int(ep) == 1 else 1
 
 
 def loss_settings(p: dict, model: ModelSpec) -> dict:
