@@ -18,7 +18,8 @@ Refused (``refusal``), each with the reason: low-precision GEMMs (fp8 / mxfp8 / 
 has no FP8 training switch, the model's own Transformer Engine layers would be), virtual
 pipeline stages and schedules other than 1F1B (the pipeline engine runs one 1F1B schedule; this
 export writes ``PipelineModule`` only), a stage without a decoder layer (the export balances the
-stages by decoder layer), ZeRO-2/3 beside a pipeline, AutoTP beside a pipeline or
+stages by decoder layer), uneven first / last stages (``PipelineModule``'s ``partition_method``
+is ``uniform``, ``parameters`` or ``type:<regex>``, no explicit cut), ZeRO-2/3 beside a pipeline, AutoTP beside a pipeline or
 beside Ulysses, AutoTP with Megatron-style sequence parallelism (see ``autotp_sequence_parallel``),
 ring / hybrid context parallelism (DeepSpeed's is Ulysses), expert TP, ZeRO-3
 with full recomputation unless the plan priced DeepSpeed's extra parameter gather
@@ -83,6 +84,13 @@ def _check(p: dict) -> None:
     if p["vpp"] > 1:
         raise InputError("vpp", f"DeepSpeed's pipeline engine runs one stage per rank, not vpp={p['vpp']}",
                          "use a plan with vpp 1, or emit megatron / torchtitan")
+    if pp > 1 and plan_stage_counts(p) != stage_layer_counts(model.num_layers, pp, 1, model.mtp_layers):
+        field = "first_stage_layers" if p.get("first_stage_layers") else "last_stage_layers"
+        raise InputError(field, f"the plan's stages hold {list(plan_stage_counts(p))} decoder layers, but "
+                         f"{RELEASE}'s PipelineModule cuts stages only by its partition_method ('uniform', "
+                         "'parameters' or 'type:<regex>', runtime/pipe/module.py _partition_layers), which balances "
+                         f"them as {list(stage_layer_counts(model.num_layers, pp))}",
+                         "plan with first_stage_layers 0 and last_stage_layers 0, or emit megatron")
     if pp > 1 and min(stage_layer_counts(model.num_layers, pp)) < 1:
         raise InputError("pp", f"this export balances PipelineModule's {pp} stages by decoder layer "
                          "(partition_method='type:DecoderLayer'), which cannot leave a stage only the embedding or "
@@ -137,6 +145,13 @@ def _check(p: dict) -> None:
     if p["grad_reduce_every_microbatch"]:
         raise InputError("grad_reduce_every_microbatch", "DeepSpeed reduces gradients at the accumulation "
                          "boundary, not after every micro-batch", "plan without grad_reduce_every_microbatch")
+
+
+def plan_stage_counts(p: dict) -> tuple[int, ...]:
+    """Decoder layers of each pipeline stage as the plan ``p`` priced them: its
+    ``first_stage_layers`` / ``last_stage_layers`` (0 = the even split) included."""
+    return stage_layer_counts(p["model"].num_layers, p["pp"], 1, p["model"].mtp_layers,
+                              p.get("first_stage_layers") or 0, p.get("last_stage_layers") or 0)
 
 
 def autotp_sequence_parallel(p: dict) -> None:
@@ -265,7 +280,7 @@ def recipe(plan_row: Any, note: str = "") -> str:
     if note:
         lines.append(f"# {note}")
     if p["pp"] > 1:
-        counts = stage_layer_counts(model.num_layers, p["pp"])
+        counts = plan_stage_counts(p)
         lines += [f"#   PipelineModule: {p['pp']} stages; the plan's layers per stage {list(counts)};",
                   "#   partition_method='type:<decoder layer class>' balances the decoder layers the same way",
                   "#   (no stage longer than the plan's slowest); the config's data-parallel ranks are "
