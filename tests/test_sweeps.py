@@ -112,6 +112,8 @@ def test_simulated_points_equal_api_simulate_row_by_row():
         assert row.memory_gib == pytest.approx(one.memory_gib, rel=1e-12)
         assert row.step_time_s == pytest.approx(one.step_time_s, rel=1e-9)
         assert row.mfu_bf16_pct == pytest.approx(one.mfu_bf16_pct, rel=1e-9)
+        assert row.config == one.config           # the label simulate and plan print
+    assert (df.loc[df.status == "invalid", "config"] == "").all()
     assert bool(df[df.cluster == "mi300x-node"]["efficiency_fitted"].any()) is False
     assert bool(df[df.cluster == "dgx-h100"]["efficiency_fitted"].all()) is True
     # a point that cannot run keeps its axis values: its row says which grid point failed
@@ -253,6 +255,7 @@ def test_a_best_sweep_row_holds_every_field_the_planner_set_so_it_reproduces_the
     for k in OUTPUT_COLUMNS:
         if k != "mfu":
             assert row[k] == planned[k], k
+    assert row.config == planned.config == "dp4 tp4 pp2 vpp8 mb2 z2 off4 sp"   # plan --csv's label too
     one = api.simulate("llama3-70b", "dgx-h100", gpus=32, tp=4, pp=2, vpp=8, micro_batch=2, global_batch=128,
                        zero_stage=2, sequence_parallel=True, offload_activation_layers=4).iloc[0]
     assert one.memory_gib == pytest.approx(row.memory_gib, rel=1e-9) and row.memory_gib <= 76.0

@@ -166,6 +166,23 @@ def _best(row: dict, point: Mapping, model, cluster, spec_config: Mapping, dtype
     row["fits"] = True
 
 
+def _label_configs(df: pd.DataFrame) -> None:
+    """``config``: the short label ``plan`` and ``simulate`` print (``dp8 tp8 pp4 mb1 z1 sel sp``,
+    ``paraplan.api.config_labels``) for every row that has a configuration (priced, or priced and
+    found not to fit); empty for points that never reached one (invalid, infeasible)."""
+    from paraplan.api import config_labels
+    df["config"] = ""
+    if "n_gpus" not in df.columns:
+        return
+    priced = df["n_gpus"].notna()
+    if priced.any():
+        table = df.loc[priced, [c for c in _CONFIG_COLUMNS if c in df.columns]].infer_objects()
+        for name in ("dp", "tp", "pp", "cp", "ep", "etp", "vpp", "micro_batch", "zero_stage"):
+            if name in table.columns:
+                table[name] = table[name].astype(int)
+        df.loc[priced, "config"] = config_labels(table)
+
+
 def evaluate_points(indexed_points: list[tuple[int, Mapping[str, Any]]], kind: str, search: str,
                     spec_config: Mapping[str, tuple] | None = None, dtypes=(AUTO_DTYPE,)) -> pd.DataFrame:
     """One row per point (``POINT_COLUMNS``, then ``PLAN_COLUMNS`` and the MFU column)."""
@@ -194,7 +211,8 @@ def evaluate_points(indexed_points: list[tuple[int, Mapping[str, Any]]], kind: s
             for k in members:
                 _best(rows[k], points[k], model, cluster, spec_config or {}, tuple(dtypes))
     df = pd.DataFrame(rows)
+    _label_configs(df)
     mfu_cols = sorted(c for c in df.columns if c.startswith("mfu_"))
-    order = list(POINT_COLUMNS) + list(PLAN_COLUMNS[:PLAN_COLUMNS.index("memory_gib")]) + mfu_cols + \
+    order = list(POINT_COLUMNS) + ["config"] + list(PLAN_COLUMNS[:PLAN_COLUMNS.index("memory_gib")]) + mfu_cols + \
         list(PLAN_COLUMNS[PLAN_COLUMNS.index("memory_gib"):])
     return df.reindex(columns=order)
