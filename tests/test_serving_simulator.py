@@ -167,7 +167,7 @@ def test_an_slo_no_layout_meets_names_the_binding_constraint_and_what_would_meet
     # error no longer suggests it (nor repeats the same TTFT as "the lowest of any layout")
     with pytest.raises(InputError) as err:
         plan_serving(ctx, 8, 1024, 512, 0.5, 100.0)
-    assert re.fullmatch(r"--ttft-ms: no layout on 8 GPUs reaches TTFT 0.5 ms: the lowest is (\d+) ms \((agg|disagg), "
+    assert re.fullmatch(r"--ttft-ms: no layout on 8 GPUs reaches TTFT 0.5 ms: the lowest is (\d+\.\d) ms \((agg|disagg), "
                         r"batch \d+\) \(allow --ttft-ms (\d+) or more, or use more or faster GPUs\)", str(err.value))
     # the lowest TTFT of any layout misses TPOT 3 ms (candidates by hand: the searches' own
     # lowest-TTFT layouts, one client on the widest worker, now also decode fastest): the message
@@ -176,8 +176,21 @@ def test_an_slo_no_layout_meets_names_the_binding_constraint_and_what_would_meet
     cands = pd.DataFrame({"mode": ["agg", "agg", "disagg"], "batch": [1, 4, 8],
                           "ttft_ms": [40.0, 75.4, 120.0], "tpot_ms": [3.4, 2.9, 2.5]})
     err = _no_layout_error(cands, 0.01, 3.0, 8)
-    assert str(err) == ("--ttft-ms: no layout meeting TPOT 3 ms reaches TTFT 0.01 ms: the best is 75 ms (the lowest "
-                        "TTFT of any layout is 40 ms) (allow --ttft-ms 76 or more, or a looser --tpot-ms)")
+    assert str(err) == ("--ttft-ms: no layout on 8 GPUs reaches TTFT 0.01 ms: the lowest of any layout is 40.0 ms "
+                        "(agg, batch 1, TPOT 3.40 ms), 75.4 ms meeting TPOT 3 ms (allow --ttft-ms 76 or more, or "
+                        "--ttft-ms 40 with --tpot-ms 3.4, or use more or faster GPUs)")
+    # a looser TPOT is offered only with the value that works: at TTFT 50 ms the layout starting in
+    # time decodes at 3.4 ms, so TPOT binds (it had said "reaches TTFT" and offered "a looser
+    # --tpot-ms" even where no TPOT would reach the TTFT)
+    err = _no_layout_error(cands, 50.0, 3.0, 8)
+    assert str(err) == ("--tpot-ms: no layout reaching TTFT 50 ms meets TPOT 3 ms: the fastest of them is 3.40 ms "
+                        "(agg, batch 1); meeting TPOT 3 ms the lowest TTFT is 75.4 ms (allow --tpot-ms 3.4 or more, "
+                        "or --ttft-ms 76 or more)")
+    # the objective between two TTFTs that round alike (31.1 ms against 30.8 and 31.2): TPOT binds,
+    # not TTFT (a rounded comparison called it "the lowest is 31 ms" and blamed TTFT)
+    close = pd.DataFrame({"mode": ["agg", "agg"], "batch": [1, 1], "ttft_ms": [30.82, 31.2], "tpot_ms": [2.689, 2.6]})
+    err = _no_layout_error(close, 31.1, 2.66, 8)
+    assert err.field == "--tpot-ms" and str(err).endswith("(allow --tpot-ms 2.7 or more, or --ttft-ms 32 or more)")
     # both objectives out of reach: one message names both and what meets both (at TPOT 3.4 ms
     # the layouts allowed start at 40 ms), not one after the other
     err = _no_layout_error(cands, 10.0, 1.0, 8)

@@ -461,13 +461,27 @@ def _no_layout_error(cands: pd.DataFrame, ttft_ms: float, tpot_ms: float, gpus: 
         return InputError("--tpot-ms", what, fix)
     t = meet_tpot.loc[meet_tpot.ttft_ms.idxmin()]
     allow = f"allow --ttft-ms {np.ceil(t['ttft_ms']):g} or more"
-    if round(best_ttft["ttft_ms"]) < round(t["ttft_ms"]):     # a layout missing the TPOT objective starts sooner
-        return InputError("--ttft-ms", f"no layout meeting TPOT {tpot_ms:g} ms reaches TTFT {ttft_ms:g} ms: the best "
-                          f"is {t['ttft_ms']:.0f} ms (the lowest TTFT of any layout is {best_ttft['ttft_ms']:.0f} ms)",
-                          f"{allow}, or a looser --tpot-ms")
+    reach_ttft = cands[cands.ttft_ms <= ttft_ms]
+    if len(reach_ttft):
+        # layouts that start in time exist and all miss TPOT: TPOT is what binds; name the TPOT
+        # the one with the lowest needs (rounded up, so that it meets it)
+        r = reach_ttft.loc[reach_ttft.tpot_ms.idxmin()]
+        need = np.ceil(r["tpot_ms"] * 10) / 10
+        return InputError("--tpot-ms", f"no layout reaching TTFT {ttft_ms:g} ms meets TPOT {tpot_ms:g} ms: the "
+                          f"fastest of them is {r['tpot_ms']:.2f} ms ({r['mode']}, batch {int(r['batch'])}); meeting "
+                          f"TPOT {tpot_ms:g} ms the lowest TTFT is {t['ttft_ms']:.1f} ms",
+                          f"allow --tpot-ms {need:g} or more, or {allow[6:]}")
+    if best_ttft["ttft_ms"] < t["ttft_ms"]:
+        # a layout missing the TPOT objective starts sooner, but none in time: both bind
+        return InputError("--ttft-ms", f"no layout on {gpus} GPUs reaches TTFT {ttft_ms:g} ms: the lowest of any "
+                          f"layout is {best_ttft['ttft_ms']:.1f} ms ({best_ttft['mode']}, batch "
+                          f"{int(best_ttft['batch'])}, TPOT {best_ttft['tpot_ms']:.2f} ms), {t['ttft_ms']:.1f} ms "
+                          f"meeting TPOT {tpot_ms:g} ms",
+                          f"{allow}, or --ttft-ms {np.ceil(best_ttft['ttft_ms']):g} with --tpot-ms "
+                          f"{np.ceil(best_ttft['tpot_ms'] * 10) / 10:g}, or use more or faster GPUs")
     # the TPOT objective costs nothing here: loosening it would not help
     return InputError("--ttft-ms", f"no layout on {gpus} GPUs reaches TTFT {ttft_ms:g} ms: the lowest is "
-                      f"{t['ttft_ms']:.0f} ms ({t['mode']}, batch {int(t['batch'])})", f"{allow}, or use more or faster GPUs")
+                      f"{t['ttft_ms']:.1f} ms ({t['mode']}, batch {int(t['batch'])})", f"{allow}, or use more or faster GPUs")
 
 
 #: what ``plan_serving`` maximises among the candidates meeting the SLO: output tokens/s per GPU
