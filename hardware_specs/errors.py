@@ -48,6 +48,22 @@ def suggest(name: str, known: Iterable[str]) -> str:
     return f"known: {shown}"
 
 
+#: a number in exponent notation that PyYAML (YAML 1.1) reads as text: 1e7, 1.0e7, 5E-3 (only a
+#: mantissa with a dot and a signed exponent, 1.0e+7, is read as a number)
+_YAML_TEXT_EXPONENT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+
+
+def yaml_exponent_hint(value) -> str | None:
+    """The fix for a number PyYAML read as text because of its exponent (``'1e7'`` ->
+    ``"YAML reads 1e7 as text: write 1.0e+7"``); None for anything else (``'500'``, ``'abc'``, 7)."""
+    if not isinstance(value, str) or not _YAML_TEXT_EXPONENT.match(value.strip()):
+        return None
+    mantissa, exponent = re.split("[eE]", value.strip())
+    mantissa = mantissa if "." in mantissa and not mantissa.endswith(".") else mantissa.rstrip(".") + ".0"
+    sign = "" if exponent[0] in "+-" else "+"
+    return f"YAML reads {value.strip()} as text: write {mantissa}e{sign}{exponent}"
+
+
 #: what a name read from a user's file may hold: it is printed in tables and written into launch
 #: scripts (comments, messages, arguments), where a newline or a shell metacharacter such as
 #: ``$(...)`` would run as a command

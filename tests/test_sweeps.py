@@ -550,3 +550,28 @@ def test_more_local_workers_than_the_cores_can_run_is_refused_and_leaves_no_fold
         run_sweep(spec, out, workers=too_many)
     assert info.value.field == "--workers" and f"at most {too_many - 1}" in str(info.value)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("written, hint", [
+    ("1e7", " (YAML reads 1e7 as text: write 1.0e+7)"),
+    ("1.0e7", " (YAML reads 1.0e7 as text: write 1.0e+7)"),
+    ("5E-3", " (YAML reads 5E-3 as text: write 5.0e-3)"),
+    ("'500'", ""),            # quoted digits: text, but no exponent to blame
+    ("abc", ""),
+])
+def test_a_latency_bound_read_as_text_gets_a_hint_only_for_an_exponent_and_the_hint_parses(tmp_path, written, hint):
+    """PyYAML reads 1e7 and 1.0e7 as text (only 1.0e+7 is a number): the hint says so and its
+    spelling reads back as the number meant; text without an exponent gets no such hint."""
+    import yaml
+    spec = tmp_path / "spec.yaml"
+    body = yaml.safe_dump({k: v for k, v in SERVING.items() if k != "ttft_ms"})
+    spec.write_text(body + f"ttft_ms: [{written}]\n")
+    result = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(tmp_path / "out"), "--local"])
+    shown = yaml.safe_load(f"x: [{written}]")["x"][0]
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"error: ttft_ms: expected milliseconds in (0, 1e7], got {shown!r}")
+    assert result.stderr.count("\n") == 1 and result.stderr.endswith("\n"), result.stderr
+    assert (hint in result.stderr) if hint else ("YAML" not in result.stderr), result.stderr
+    if hint:
+        fixed = yaml.safe_load("x: " + hint.split("write ")[1].rstrip(")"))["x"]
+        assert fixed == float(written) and isinstance(fixed, float)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
 from cost_models.weight_formats import WEIGHT_FORMATS
-from hardware_specs.errors import InputError, suggest, whole_number
+from hardware_specs.errors import InputError, suggest, whole_number, yaml_exponent_hint
 from paraplan.sweeps.spec import DEFAULT_BEST_CHUNK_POINTS, _refuse_repeats
 from planners.serving.search import MAX_GPUS as SERVING_MAX_GPUS
 
@@ -127,8 +127,7 @@ def _axis(data: Mapping, key: str) -> tuple:
         elif key in ("ttft_ms", "tpot_ms"):
             if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item) \
                     or not 0 < item <= 1e7:
-                hint = " (YAML reads 1e7 as text: write 1.0e7)" if isinstance(item, str) else ""
-                raise InputError(key, f"expected milliseconds in (0, 1e7], got {item!r}{hint}")
+                raise InputError(key, f"expected milliseconds in (0, 1e7], got {item!r}", yaml_exponent_hint(item))
             out.append(float(item))
         else:
             if isinstance(item, bool) or not isinstance(item, str) or not item.strip():
