@@ -107,11 +107,17 @@ ROOFLINE_COLUMNS = ("op", "intensity_flop_per_byte", "achieved_tflop_per_s", "pe
                     "achieved_peak_tflop_per_s", "achieved_hbm_tb_per_s", "gpu", "dtype")
 
 
-def _checked(data: Any, needs: Iterable[str] = (), path: str | Path | None = None, **columns: str | None) -> pd.DataFrame:
+def _checked(data: Any, needs: Iterable[str] = (), path: str | Path | None = None, *, drawn: Iterable[str] = (),
+             **columns: str | None) -> pd.DataFrame:
     """``frame(data)`` when it can be drawn, else ``InputError``: a non-empty table of rows with the
     ``needs`` columns, each named option in ``columns`` (``label=``, ``hue=``, ``x=``, ...) naming
     one of its columns, and ``path``'s folder existing (matplotlib's own IndexError, KeyError or
-    FileNotFoundError said none of that)."""
+    FileNotFoundError said none of that).
+
+    Rows whose ``drawn`` columns are not all finite numbers (an ``invalid`` row of a sweep has no
+    step time) cannot be drawn: they are dropped and counted in ``df.attrs["not_drawn"]``, which
+    ``_finish`` writes above the figure; a table with no drawable row is an ``InputError``
+    (matplotlib's 'Axis limits cannot be NaN or Inf', or blank and partial bars, said nothing)."""
     try:
         df = frame(data)
     except (TypeError, ValueError):
@@ -129,6 +135,22 @@ def _checked(data: Any, needs: Iterable[str] = (), path: str | Path | None = Non
                          else "pass rows of api.simulate, sweep, plan or best_plan")
     if path is not None and not Path(path).parent.is_dir():
         raise InputError("path", f"the folder {str(Path(path).parent)!r} does not exist", "create it first")
+    drawn = [c for c in drawn if c in df.columns]
+    if drawn:
+        values = df[drawn].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float)
+        ok = np.isfinite(values).all(axis=1)
+        if not ok.any():
+            why = ""
+            if "reason" in df.columns and str(df["reason"].iloc[0] or "").strip():
+                why = f"; the first row's reason: {' '.join(str(df['reason'].iloc[0]).split())}"
+            raise InputError("data", f"no row to plot: none of the {len(df)} rows has a finite "
+                             f"{' and '.join(drawn)}{why}", "plot rows that simulated (status ok or does not fit)")
+        if not ok.all():
+            n = int((~ok).sum())
+            status = (f", status {', '.join(sorted(map(str, df.loc[~ok, 'status'].dropna().unique())))}"
+                      if "status" in df.columns else "")
+            df = df[ok].reset_index(drop=True)
+            df.attrs["not_drawn"] = f"{n} row{'s' if n > 1 else ''} not drawn (no {' or '.join(drawn)}{status})"
     return df
 
 
@@ -175,7 +197,8 @@ def prior_note(df: pd.DataFrame) -> str | None:
 
 
 def _finish(fig: Figure, path: str | Path | None, df: pd.DataFrame | None = None) -> Figure:
-    note = prior_note(df) if df is not None else None
+    notes = [prior_note(df), df.attrs.get("not_drawn")] if df is not None else []
+    note = "\n".join(n for n in notes if n)
     if note:
         fig.text(0.5, 1.02, note, fontsize=8, color="#C44E52", ha="center", va="bottom")   # above the title
     if path is not None:
@@ -213,7 +236,7 @@ def breakdown(data: Any, path: str | Path | None = None, *, label: str | None = 
     when known) is written at the end of each bar, in red with 'does not fit in HBM' for a row
     that does not fit in memory (``fits`` False).
     """
-    df = _checked(data, ("step_time_s",), path, label=label)
+    df = _checked(data, ("step_time_s",), path, drawn=("step_time_s",), label=label)
     parts = [p for p in TIME_PARTS if p in df.columns and df[p].fillna(0).abs().sum() > 0]
     labels = _labels(df, label)
     height = max(2.6, 0.55 * len(df) + 1.8)
@@ -263,7 +286,7 @@ def memory(data: Any, path: str | Path | None = None, *, label: str | None = Non
            title: str | None = None) -> Figure:
     """Stacked bars of peak memory per GPU (GiB, on the pipeline stage with the most,
     ``StepReport.extras["memory_stage"]``) against the HBM line."""
-    df = _checked(data, ("memory_gib",), path, label=label)
+    df = _checked(data, ("memory_gib",), path, drawn=("memory_gib",), label=label)
     parts = [c for c in MEMORY_LABELS if c in df.columns and df[c].fillna(0).sum() > 0]
     labels = _labels(df, label)
     fig = Figure(figsize=(max(6.5, 1.0 * len(df) + 3.5), 5), dpi=110)
@@ -388,7 +411,7 @@ def pareto(plans: Any, path: str | Path | None = None, *, x: str = "memory_gib",
            label: str | None = None, annotate: int = 6, title: str | None = None) -> Figure:
     """Every plan as a point (memory per GPU vs tokens/s) with the Pareto frontier drawn through
     the plans no other plan beats on both; the frontier's fastest plans are labelled."""
-    df = _checked(plans, (), path, x=x, y=y, label=label)
+    df = _checked(plans, (), path, drawn=(x, y), x=x, y=y, label=label)
     annotate = whole_number("annotate", annotate, minimum=0)
     mask = pareto_mask(df, x, y)
     labels = _labels(df, label)
@@ -434,7 +457,8 @@ def scaling(data: Any, path: str | Path | None = None, *, x: str = "n_gpus", tit
     against any other field (tp at a fixed GPU count) linear scaling means nothing, and each
     point is marked with its share of the fastest point instead. Rows that do not fit in
     memory (``fits`` False) are crossed."""
-    df = _checked(data, ("tokens_per_s",), path, x=x).sort_values(x).reset_index(drop=True)
+    df = _checked(data, ("tokens_per_s",), path, drawn=(x, "tokens_per_s"), x=x)
+    df = df.sort_values(x).reset_index(drop=True)
     fig = Figure(figsize=(8.5, 5), dpi=110)
     ax = fig.add_subplot()
     xs = df[x].to_numpy(dtype=float)
@@ -507,7 +531,7 @@ def bandwidth(data: Any, path: str | Path | None = None, *, x: str = "scaleout_g
     with its change relative to the highest bandwidth (the highest ``x``, for another numeric
     field) and crossed where the row does not fit in memory (``fits`` False); right: the exposed
     communication parts (seconds per step) of the first series."""
-    df = _checked(data, ("tokens_per_s",), path, x=x, hue=hue)
+    df = _checked(data, ("tokens_per_s",), path, drawn=(x, "tokens_per_s"), x=x, hue=hue)
     fig = Figure(figsize=(12, 4.8), dpi=110)
     ax, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.1, 1]})
     groups: Iterable = df.groupby(hue, sort=False) if hue else [(None, df)]
