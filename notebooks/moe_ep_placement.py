@@ -110,21 +110,43 @@ fig
 # ## 2. The whole step: the best plan for each EP degree
 #
 # For each `ep`, the planner searches every other degree (and ZeRO, recomputation, micro-batch)
-# and keeps the fastest plan that fits; the same at 800 Gb/s. The planner times only its top rows
+# and keeps the fastest plan that fits; the same at 800 Gb/s. An `ep` with no plan that fits in
+# HBM is listed as "does not fit", with what its smallest plan needs. The planner times only its top rows
 # exactly (the rest carry an estimated pipeline makespan), so each `ep`'s candidates that could be
 # its fastest are timed exactly (`planners.refine.refine_table`) and the winner is re-simulated. This is where the all-to-all is
 # weighed against what a larger EP saves (fewer experts per GPU: less memory for weights,
 # gradients and optimizer states).
 
 # %%
+import re
+
+from hardware_specs.errors import InputError
 from planners.refine import refine_table
 
+
+def smallest_need_gib(ep: int, bw: int) -> float:
+    """GiB per GPU that the smallest plan with this ``ep`` needs, read from the planner's refusal
+    (``nothing fits in ... needs X GiB``); NaN when it gives none."""
+    try:
+        api.plan(MODEL, CLUSTER, GPUS, BATCH_TOKENS, ep=[ep], scaleout_gbit_per_s=bw, max_plans=1)
+    except InputError as err:
+        need = re.search(r"needs ([0-9.]+) GiB", err.message)
+        return float(need.group(1)) if need else float("nan")
+    return float("nan")
+
+
 if MOE_MODELLED:
-    best_per_ep = []
+    best_per_ep, no_plan, smallest_fit = [], [], {}
     for bw in (400, 800):
         # every fitting plan (max_plans=None): the best of each ep, however slow, is read below
         plans = api.plan(MODEL, CLUSTER, GPUS, BATCH_TOKENS, ep=EPS, scaleout_gbit_per_s=bw, max_plans=None)
         cluster = api.what_if_cluster(CLUSTER, scaleout_gbit_per_s=bw)
+        smallest_fit.update({(f"{bw} Gb/s", int(ep)): float(m) for ep, m in plans.groupby("ep").memory_gib.min().items()})
+        # an ep with no fitting plan has no rows: say so (and what its smallest plan needs), not drop it
+        for ep in sorted(set(EPS) - set(plans.ep.astype(int))):
+            need = smallest_need_gib(ep, bw)
+            no_plan.append({"network": f"{bw} Gb/s", "ep": ep, "needs_gib": need,
+                            "config": f"does not fit (smallest plan needs {need:.1f} GiB)"})
         for ep, g in plans.groupby("ep"):
             # rows past the table's top carry an estimated pipeline time (pipeline_exact False):
             # time exactly every row of this ep that could be its fastest, then re-rank
@@ -135,9 +157,12 @@ if MOE_MODELLED:
                                **{k: top[k].item() if hasattr(top[k], "item") else top[k]
                                   for k in api.CONFIG_FIELDS if k in top})
             best_per_ep.append(row.assign(network=f"{bw} Gb/s"))
-    ep_study = pd.concat(best_per_ep, ignore_index=True)
-    display(ep_study[["network", "ep", "config", "step_time_s", "tokens_per_s", "mfu_bf16_pct", "memory_gib",
-                      "ep_comm_exposed_s"]])
+    ep_study = pd.concat(best_per_ep, ignore_index=True)          # the EP degrees that fit
+    no_fit = pd.DataFrame(no_plan, columns=["network", "ep", "needs_gib", "config"])
+    # every EP degree of EPS, those with no fitting plan included
+    display(pd.concat([ep_study, no_fit], ignore_index=True).sort_values(["network", "ep"], kind="stable")[
+        ["network", "ep", "config", "step_time_s", "tokens_per_s", "mfu_bf16_pct", "memory_gib",
+         "ep_comm_exposed_s"]].reset_index(drop=True))
 else:
     ep_study = None
     print("skipped: the simulator does not model expert layers")
@@ -148,6 +173,11 @@ if MOE_MODELLED:
     ax = fig.add_subplot()
     for net, g in ep_study.groupby("network"):
         ax.plot(g.ep, g.tokens_per_s / 1e3, "-o", label=f"best plan per ep, {net} scale-out")
+    for ep, g in no_fit.groupby("ep"):          # an EP degree with no plan that fits: marked, not blank
+        ax.plot([ep], [0], "x", color="#C44E52", markersize=9, clip_on=False,
+                label="no plan fits in HBM" if ep == no_fit.ep.min() else None)
+        ax.annotate(f"does not fit\n(needs {g.needs_gib.min():.0f} GiB)", (ep, 0), xytext=(0, 10),
+                    textcoords="offset points", ha="center", fontsize=7, color="#C44E52")
     ax.axvspan(0.8, 8.5, color="#55A868", alpha=0.08, label="EP inside one node")
     ax.set_xscale("log", base=2)
     ax.set_xticks(EPS, [str(e) for e in EPS])
@@ -194,11 +224,20 @@ if MOE_MODELLED:
         closes = f"narrows the gap between ep=16 and ep=8 (from {gap400:+.1f}% at 400 Gb/s)"
     else:
         closes = f"does not narrow the gap between ep=16 and ep=8 ({gap400:+.1f}% at 400 Gb/s)"
+    # over every EP degree of EPS: those with no fitting plan first
+    fit_eps = sorted(ep_study.ep.astype(int).unique())
     mem = ep_study.memory_gib
-    mem_note = (f"the best plans need {mem.min():.0f}-{mem.max():.0f} GiB whatever the EP degree: with ZeRO-"
-                f"{int(b400.zero_stage)} the expert states are sharded over all GPUs anyway, so larger EP buys no memory here"
-                if mem.max() - mem.min() < 0.05 * mem.max() else
-                f"the best plans need {mem.min():.0f}-{mem.max():.0f} GiB across EP degrees")
+    small = {ep: smallest_fit[("400 Gb/s", ep)] for ep in fit_eps}
+    mem_note = ""
+    if len(no_fit):
+        nofit_eps = sorted(no_fit.ep.astype(int).unique())
+        needs = ", ".join(f"{no_fit[no_fit.ep == e].needs_gib.min():.1f} GiB at ep={e}" for e in nofit_eps)
+        mem_note = (f"EP decides what fits: with ep={', '.join(map(str, nofit_eps))} no plan fits at all (the smallest "
+                    f"plan needs {needs} per GPU): fewer GPUs share the experts, so each holds more expert weights, "
+                    f"which neither ZeRO-1 (optimizer states only) nor ZeRO-2 (gradients too) shards. ")
+    mem_note += (f"With ep={fit_eps[0]}..{fit_eps[-1]} the smallest fitting plan needs {small[fit_eps[0]]:.1f} GiB "
+                 f"(ep={fit_eps[0]}) down to {small[fit_eps[-1]]:.1f} GiB (ep={fit_eps[-1]}), while the fastest plan of "
+                 f"each EP degree needs {mem.min():.0f}-{mem.max():.0f} GiB")
     per_node = api.what_if_cluster(CLUSTER).gpus_per_node
 
     def placement(b):

@@ -92,6 +92,34 @@ def test_saved_ipynb_has_the_cells_of_its_py_and_their_outputs(source):
     assert not [o for c in code for o in c.outputs if o.output_type == "error"]
 
 
+#: output lines that differ between two runs of the same code: a printed wall time or rate, each
+#: named here (not a blanket normalisation). ``api.plan``'s summary (llama3_70b_on_256_h100):
+#: "89,268 evaluated (92,411/s), 35,605 fit in 76.0 GiB; search 1.09 s"
+VOLATILE_LINES: tuple[re.Pattern, ...] = (re.compile(r"evaluated \([\d,]+/s\), .*; search [\d.]+ s$"),)
+
+
+def text_outputs(nb) -> list[list[str]]:
+    """Per code cell, its text outputs in order: printed streams, ``text/markdown`` (the
+    conclusions) and ``text/plain`` (tables, values). Outputs that carry an image are left out
+    (a figure's text is only its size); lines matching ``VOLATILE_LINES`` are dropped."""
+    def keep(text: str) -> str:
+        return "\n".join(line for line in text.splitlines() if not any(p.search(line) for p in VOLATILE_LINES))
+    cells = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        texts = []
+        for out in cell.get("outputs", []):
+            if out.output_type == "stream":
+                texts.append(f"{out.name}: " + keep(out.text))
+            elif "data" in out and "image/png" not in out.data:
+                mime = "text/markdown" if "text/markdown" in out.data else "text/plain"
+                if mime in out.data:
+                    texts.append(f"{mime}: " + keep(out.data[mime]))
+        cells.append(texts)
+    return cells
+
+
 def _execute_timed(source: Path, kernel_name: str):
     """(executed notebook, wall seconds, the exception it raised or None)."""
     nb = TOOL.load(source)
@@ -156,3 +184,27 @@ def test_notebook_executes_without_errors_in_under_a_minute(source, executed):
         named = [n for n in PRIOR_NAMES if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text, re.IGNORECASE)]
         assert not named or "prior" in text.lower(), \
             f"{source.name} concludes about {named} (an unfitted efficiency model) without saying so: {text[:300]}"
+
+
+def test_moe_ep_placement_shows_every_ep_degree_and_says_which_do_not_fit(executed):
+    """Every EP degree of the study is in its table: one with no plan that fits is listed as
+    'does not fit' with what its smallest plan needs (the planner's own refusal), not left out;
+    and the memory conclusion says so (it once claimed larger EP buys no memory)."""
+    from hardware_specs.errors import InputError
+    from paraplan import api
+    nb, _wall, error = executed("moe_ep_placement")
+    if error is not None:
+        raise error
+    texts = [t for cell in text_outputs(nb) for t in cell]
+    table = next(t for t in texts if t.startswith("text/plain: ") and "network" in t and "ep_comm_exposed_s" in t)
+    eps = [int(line.split()[3]) for line in table.splitlines()[1:]]   # "0  400 Gb/s  1  ..."
+    assert eps == [1, 2, 4, 8, 16, 32, 64] * 2, table
+    for ep in (1, 2):                       # no plan fits: the table gives what the smallest needs
+        with pytest.raises(InputError) as err:
+            api.plan("deepseek-v3", "dgx-h100", 256, 4 * 2**20, ep=[ep], max_plans=1)
+        need = float(re.search(r"needs ([0-9.]+) GiB", err.value.message).group(1))
+        assert need > 76.0
+        assert table.count(f"does not fit (smallest plan needs {need:.1f} GiB)") == 2, table
+    conclusion = texts[-1]
+    assert "buys no memory" not in conclusion
+    assert "with ep=1, 2 no plan fits at all" in conclusion, conclusion
