@@ -1,5 +1,6 @@
 """The what-if notebooks: every ``notebooks/*.py`` (a jupytext percent script) executes end to
-end in a fresh kernel, fast, and its paired ``.ipynb`` holds the same cells.
+end in a fresh kernel, fast, and its paired ``.ipynb`` holds the same cells and the same text
+outputs (printed text, tables, conclusions; not figures) as that fresh run.
 
 A new notebook needs no edit here: drop ``notebooks/<name>.py``, run
 ``python tools/notebooks.py notebooks/<name>.py`` to write the executed ``.ipynb``, commit both.
@@ -184,6 +185,27 @@ def test_notebook_executes_without_errors_in_under_a_minute(source, executed):
         named = [n for n in PRIOR_NAMES if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text, re.IGNORECASE)]
         assert not named or "prior" in text.lower(), \
             f"{source.name} concludes about {named} (an unfitted efficiency model) without saying so: {text[:300]}"
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_saved_ipynb_shows_the_text_outputs_of_a_fresh_run(source, executed):
+    """The committed ``.ipynb`` is what readers see without running it: its printed text, tables
+    and conclusions must be this tree's (one saved before a model change kept the old numbers
+    and conclusions while its cells still matched the ``.py``). Same execution as above."""
+    nb, _wall, error = executed(source.stem)
+    if error is not None:
+        pytest.skip(f"{source.name} failed to execute (reported by its execution test)")
+    saved = nbformat.read(source.with_suffix(".ipynb"), as_version=4)
+    fresh, old = text_outputs(nb), text_outputs(saved)
+    fix = f"run python tools/notebooks.py {source.relative_to(REPO)} and commit the .ipynb"
+    assert len(fresh) == len(old), f"{source.with_suffix('.ipynb').name} is stale ({fix})"
+    for i, (now, then) in enumerate(zip(fresh, old)):
+        if now != then:
+            import difflib
+            diff = "\n".join(difflib.unified_diff("\n".join(then).splitlines(), "\n".join(now).splitlines(),
+                                                 "saved", "fresh run", lineterm="", n=1))
+            pytest.fail(f"{source.with_suffix('.ipynb').name}: code cell {i}'s text outputs are stale ({fix}):\n"
+                        f"{diff[:3000]}", pytrace=False)
 
 
 def test_moe_ep_placement_shows_every_ep_degree_and_says_which_do_not_fit(executed):
