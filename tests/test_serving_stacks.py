@@ -115,3 +115,18 @@ def test_linear_attention_layers_keep_a_fixed_state_not_a_growing_cache():
     assert long - short == pytest.approx(1000 * 15 * 2 * 2 * 256 * 2)
     # 45 linear layers x 64 value heads x 128 x 128 fp32 state (+ conv state)
     assert short > 45 * 64 * 128 * 128 * 4
+
+
+def test_sglang_chunked_prefill_size_follows_every_memory_step():
+    """SGLang's ServerArgs._handle_gpu_memory_settings reads gpu_mem in MiB (torch total_memory /
+    2**20) and picks chunked_prefill_size 2048 below 35 * 1024 MiB, 4096 below 60 * 1024, 8192
+    below 160 * 1024, 16384 above: 35 / 60 / 160 GiB, so an A100 40GB (40 GiB) takes 4096."""
+    from hardware_specs.catalog import load_gpu
+    sglang = load_stack("sglang-0.5").serving
+    gib = 2**30
+    steps = [(34.99, 2048), (35.0, 4096), (59.99, 4096), (60.0, 8192), (159.99, 8192), (160.0, 16384)]
+    assert [sglang.token_budget(g * gib) for g, _ in steps] == [want for _, want in steps]
+    a100 = load_gpu("a100-sxm-40gb")
+    assert a100.hbm_bytes == 40 * gib
+    assert sglang.token_budget(a100.hbm_bytes, "a100-sxm-40gb") == 4096
+    assert sglang.token_budget(load_gpu("v100-sxm-32gb").hbm_bytes, "v100-sxm-32gb") == 2048
