@@ -16,7 +16,7 @@ from hardware_specs.catalog import (efficiency_for, efficiency_for_cluster, is_p
                                     load_serving_efficiency)
 from hardware_specs.yaml_files import is_dir, is_file, read_yaml
 from hardware_specs.pools import PooledCluster
-from hardware_specs.cluster_spec import ClusterSpec, NetworkTier
+from hardware_specs.cluster_spec import ClusterSpec, HostSpec, NetworkTier
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError, not_a_file, suggest
 from hardware_specs.gpu_spec import KNOWN_DTYPES, GPUSpec
@@ -68,6 +68,10 @@ def gpu_detail(gpu: GPUSpec) -> dict:
         "scaleup_bw_gb_per_s": _r(gpu.scaleup_bw_bytes_per_s / 1e9, 2),
         "scaleup_domain_size": gpu.scaleup_domain_size,
         "sfu_tera_exp_per_s": None if gpu.sfu_exp_per_s is None else _r(gpu.sfu_exp_per_s / 1e12, 3),
+        # GEMM tiles run in waves of sm_count (None: the smooth shape factor); portable
+        # (mma.sync / Triton) attention kernels reach sync_mma_peak_fraction of the tensor rate
+        "sm_count": gpu.sm_count,
+        "sync_mma_peak_fraction": gpu.sync_mma_peak_fraction,
         "sustained_tensor_fraction": gpu.sustained_tensor_fraction,
         "source": gpu.source,
     }
@@ -157,17 +161,34 @@ def efficiency_detail(eff: EfficiencyModel) -> dict:
     }
 
 
+def host_detail(h: HostSpec | None) -> dict | None:
+    """The host block of a cluster (offload): each GPU's link to host memory (GB/s one
+    direction) and the node's host memory (GiB) and its bandwidth (GB/s); None = not stated."""
+    if h is None:
+        return None
+    return {
+        "link": h.link,
+        "link_bw_gb_per_s": _r(h.link_bw_bytes_per_s / 1e9, 3),
+        "memory_gib": None if h.memory_bytes is None else _r(h.memory_bytes / GIB, 3),
+        "memory_bw_gb_per_s": None if h.memory_bw_bytes_per_s is None else _r(h.memory_bw_bytes_per_s / 1e9, 3),
+        "source": h.source,
+    }
+
+
 def cluster_detail(c: ClusterSpec) -> dict:
     return {
         "name": c.name,
         "description": c.description,
         "gpu": gpu_detail(c.gpu),
         "gpus_per_node": c.gpus_per_node,
+        # GPUs one host (one torchrun agent) drives; None = the scale-up domain is one host
+        "gpus_per_host": c.gpus_per_host,
         "scaleup": _tier(c.scaleup),
         "scaleout": _tier(c.scaleout),
         "rail_optimized": c.rail_optimized,
         "oversubscription": c.oversubscription,
         "max_gpus": c.max_gpus,
+        "host": host_detail(c.host),
         "source": c.source,
     }
 
@@ -346,8 +367,13 @@ def show_cmd(name: str, as_json: bool) -> None:
             if "communicator_busbw_gb_per_s" in t:
                 lines.append(f"  {'':16}  one communicator measured at {t['communicator_busbw_gb_per_s']:g} GB/s "
                              "of bus bandwidth across nodes, at most (see the cluster file)")
-        lines += _kv_lines({k: d[k] for k in ("gpus_per_node", "rail_optimized", "oversubscription",
-                                               "max_gpus", "source")})
+        lines += _kv_lines({k: d[k] for k in ("gpus_per_node", "gpus_per_host", "rail_optimized",
+                                               "oversubscription", "max_gpus", "source")})
+        if d["host"] is None:
+            lines.append("  host: - (not stated; offload is refused)")
+        else:
+            lines.append("  host (link per GPU one direction; memory per node):")
+            lines += _kv_lines(d["host"], "    ")
         lines.append("")
         lines += _gpu_text(d["gpu"])
     lines.append("")
