@@ -48,7 +48,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from hardware_specs.cluster_spec import MAX_LATENCY_S, ClusterSpec, HostSpec, NetworkTier
+from hardware_specs.cluster_spec import MAX_HOST_MEMORY_BYTES, MAX_LATENCY_S, ClusterSpec, HostSpec, NetworkTier
 from hardware_specs.efficiency_files import efficiency_from_dict, serving_efficiency_from_dict
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError, check_name, not_a_file, require_plausible, require_positive, suggest
@@ -228,13 +228,14 @@ def _host_from_dict(data: Any, where: str) -> HostSpec | None:
     if unknown:
         raise InputError(f"{where}.{sorted(unknown)[0]}", "unknown key",
                          "known: link, link_bw_gb_per_s, memory_gib, memory_bw_gb_per_s, source")
-    memory = get_field(data, "memory_gib", where, float, None)
-    memory_bw = get_field(data, "memory_bw_gb_per_s", where, float, None)
-    for key, value in (("memory_gib", memory), ("memory_bw_gb_per_s", memory_bw)):
-        if value is not None:
-            require_positive(f"{where}.{key}", value)
-    link_bw = get_field(data, "link_bw_gb_per_s", where)
-    require_positive(f"{where}.link_bw_gb_per_s", link_bw)
+    # checked in the file's units (GiB, GB/s) against HostSpec's SI bounds, so an error names
+    # the key the file has, not host.memory_bw_bytes_per_s
+    memory = _number_in_file_unit(data, "memory_gib", where, None, GIB, "the node's host memory in GiB, "
+                                  "or leave the key out", bounds_si=(0.0, MAX_HOST_MEMORY_BYTES))
+    memory_bw = _number_in_file_unit(data, "memory_bw_gb_per_s", where, None, 1e9,
+                                     "the node's host memory bandwidth in GB/s, or leave the key out")
+    link_bw = _number_in_file_unit(data, "link_bw_gb_per_s", where, ..., 1e9,
+                                   "each GPU's link to the host, one direction, in GB/s")
     return HostSpec(link=get_field(data, "link", where, str), link_bw_bytes_per_s=link_bw * 1e9,
                     memory_bytes=None if memory is None else memory * GIB,
                     memory_bw_bytes_per_s=None if memory_bw is None else memory_bw * 1e9,

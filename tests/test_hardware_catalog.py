@@ -468,3 +468,28 @@ def test_relative_gpu_and_cluster_paths_resolve_beside_the_file_that_names_them(
     (elsewhere / "cwd-gpu.yaml").write_text(text.replace("h100-96gb-test", "cwd-gpu"))
     (tmp_path / "cwd-cluster.yaml").write_text(cluster_text.replace("my-gpu.yaml", "cwd-gpu.yaml").replace("my-cluster", "cwd-cluster"))
     assert load_cluster(str(tmp_path / "cwd-cluster.yaml")).gpu.name == "cwd-gpu"
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("memory_bw_gb_per_s", "1e30", "1e+30 is above the plausible maximum 1e+12"),      # 1e21 B/s in GB/s
+    ("link_bw_gb_per_s", "1e30", "1e+30 is above the plausible maximum 1e+12"),
+    ("memory_gib", "1e30", "1e+30 is above the plausible maximum 1.07374e+09"),         # 2**60 B in GiB
+    ("memory_gib", "-4", "must be > 0, got -4")])
+def test_a_host_number_out_of_range_is_named_in_the_files_own_key_and_unit(tmp_path, key, value, says):
+    """A host block's number is checked as the file writes it (GB/s, GiB), not as the bytes it
+    becomes: the error names host.<key>, never host.memory_bw_bytes_per_s (a key no file has)."""
+    import subprocess
+    import sys
+    host = {"link": "pcie-gen5-x16", "link_bw_gb_per_s": "64", "memory_gib": "2048", "memory_bw_gb_per_s": "600"}
+    host[key] = value
+    body = ", ".join(f"{k}: {v}" for k, v in host.items())
+    path = tmp_path / "box.yaml"
+    path.write_text(f"name: box\ngpu: h100-sxm-80gb\ngpus_per_node: 8\nscaleout: {{kind: roce, bw_gbit_per_s: 400}}\n"
+                    f"host: {{{body}}}\n")
+    with pytest.raises(InputError) as err:
+        load_cluster(str(path))
+    assert err.value.field == f"cluster box.host.{key}" and says in str(err.value)
+    run = subprocess.run([sys.executable, "-m", "paraplan.cli", "hardware", "show", str(path)], capture_output=True,
+                         text=True, cwd=PROJECT_ROOT, env={**__import__("os").environ, "PYTHONPATH": str(PROJECT_ROOT)})
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.startswith(f"error: cluster box.host.{key}: ") and run.stderr.count("\n") == 1
