@@ -5,11 +5,8 @@ from dataclasses import dataclass
 
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError, require_plausible, require_positive
-from hardware_specs.gpu_spec import MAX_RATE_PER_S, MIN_RATE_PER_S, GPUSpec
+from hardware_specs.gpu_spec import MAX_CLUSTER_GPUS, MAX_RATE_PER_S, MIN_RATE_PER_S, GPUSpec
 
-#: largest GPU count a cluster file may state (per node or in all): 2**24, over a hundred times
-#: the largest clusters built (a larger value is a typo; ``ParallelConfig`` has the same bound)
-MAX_CLUSTER_GPUS = 2**24
 #: plausibility bounds (``require_plausible``): a link slower than 1 kB/s or a message latency
 #: over 10 s, host memory over 1 EiB, a taper over 1000 are typos or unit slips, not machines
 MAX_LATENCY_S = 10.0

@@ -17,6 +17,10 @@ MIN_RATE_PER_S = 1e3          # FLOP/s, exponentials/s, bytes/s of memory and li
 MAX_RATE_PER_S = 1e21         # the same: 1 ZFLOP/s or 1 ZB/s, 10^5 x a B200's FP8 peak
 MIN_HBM_BYTES, MAX_HBM_BYTES = 2.0**20, 2.0**50      # 1 MiB .. 1 PiB
 MAX_SM_COUNT = 2**20
+#: largest GPU count a hardware file may state (a cluster's per node or in all, a GPU's scale-up
+#: domain, which a generic node takes as its gpus_per_node): 2**24, over a hundred times the
+#: largest clusters built (a larger value is a typo; ``ParallelConfig`` has the same bound)
+MAX_CLUSTER_GPUS = 2**24
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,13 @@ class GPUSpec:
         require_plausible(f"{where}.hbm_bw_bytes_per_s", self.hbm_bw_bytes_per_s, MIN_RATE_PER_S, MAX_RATE_PER_S)
         require_plausible(f"{where}.scaleup_bw_bytes_per_s", self.scaleup_bw_bytes_per_s, MIN_RATE_PER_S, MAX_RATE_PER_S)
         require_positive(f"{where}.scaleup_domain_size", self.scaleup_domain_size)
+        if int(self.scaleup_domain_size) != self.scaleup_domain_size:
+            raise InputError(f"{where}.scaleup_domain_size", f"must be a whole number, got {self.scaleup_domain_size!r}")
+        if self.scaleup_domain_size > MAX_CLUSTER_GPUS:
+            size = self.scaleup_domain_size     # 1e30 read as an int would print 31 digits
+            raise InputError(f"{where}.scaleup_domain_size", f"{f'{int(size):,}' if size < 1e15 else f'{float(size):g}'} is above "
+                             f"the largest supported value {MAX_CLUSTER_GPUS:,}", "check the number")
+        object.__setattr__(self, "scaleup_domain_size", int(self.scaleup_domain_size))
         if self.sfu_exp_per_s is not None:
             require_plausible(f"{where}.sfu_exp_per_s", self.sfu_exp_per_s, MIN_RATE_PER_S, MAX_RATE_PER_S)
         if self.sm_count is not None:

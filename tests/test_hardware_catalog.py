@@ -493,3 +493,34 @@ def test_a_host_number_out_of_range_is_named_in_the_files_own_key_and_unit(tmp_p
                          text=True, cwd=PROJECT_ROOT, env={**__import__("os").environ, "PYTHONPATH": str(PROJECT_ROOT)})
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr.startswith(f"error: cluster box.host.{key}: ") and run.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("value, says", [("1e30", "1e+30 is above the largest supported value 16,777,216"),
+                                         (str(2**24 + 1), "16,777,217 is above the largest supported value 16,777,216")])
+def test_a_scaleup_domain_past_the_largest_cluster_is_refused_in_one_line(tmp_path, value, says):
+    """scaleup_domain_size becomes a generic node's gpus_per_node (catalog.generic_cluster), so it
+    has the same cap, MAX_CLUSTER_GPUS = 2**24 (1e30 was accepted and printed as 31 digits)."""
+    import subprocess
+    import sys
+    text = (catalog.BUILTIN_DIR / "gpus" / "h100-sxm-80gb.yaml").read_text()
+    assert "scaleup_domain_size: 8\n" in text
+    path = tmp_path / "g.yaml"
+    path.write_text(text.replace("scaleup_domain_size: 8\n", f"scaleup_domain_size: {value}\n"))
+    with pytest.raises(InputError) as err:
+        load_gpu(str(path))
+    assert err.value.field == "gpu h100-sxm-80gb.scaleup_domain_size" and says in str(err.value)
+    run = subprocess.run([sys.executable, "-m", "paraplan.cli", "hardware", "show", str(path), "--json"],
+                         capture_output=True, text=True, cwd=PROJECT_ROOT,
+                         env={**__import__("os").environ, "PYTHONPATH": str(PROJECT_ROOT)})
+    assert run.returncode == 2 and run.stdout == "" and run.stderr.count("\n") == 1
+    assert run.stderr.startswith("error: gpu h100-sxm-80gb.scaleup_domain_size: ")
+    path.write_text(text.replace("scaleup_domain_size: 8\n", f"scaleup_domain_size: {2**24}\n"))
+    assert load_gpu(str(path)).scaleup_domain_size == 2**24      # the cap itself is allowed
+
+
+def test_a_scaleup_domain_built_in_code_must_be_a_whole_number():
+    gpu = load_gpu("h100-sxm-80gb")
+    with pytest.raises(InputError, match=r"scaleup_domain_size: must be a whole number, got 8\.5"):
+        replace(gpu, scaleup_domain_size=8.5)
+    assert replace(gpu, scaleup_domain_size=16.0).scaleup_domain_size == 16
+    assert type(replace(gpu, scaleup_domain_size=16.0).scaleup_domain_size) is int
