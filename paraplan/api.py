@@ -692,7 +692,7 @@ def best_plan_for(framework: str, model, cluster, gpus: int, global_batch_tokens
     the table times exactly only the rows that can rank near its top), re-simulated like
     :func:`best_plan` (a one-row DataFrame, whose step time is that exact time). Its ``.attrs``
     hold ``rank`` (0-based, in the unrestricted ranking with the exact times computed) and
-    ``slowdown`` (1 - its tokens/s over the unrestricted winner's). ``plans``: the :func:`plan`
+    ``slowdown`` (its step time over the unrestricted winner's, minus 1). ``plans``: the :func:`plan`
     table of this same request, when the caller has it already (the search is not run again).
     Without ``stack=`` the plans are ranked and re-simulated on the framework's own stack profile
     where paraplan has one (torchtitan), else on Megatron-Core's; a given table keeps the stack it

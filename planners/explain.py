@@ -15,6 +15,14 @@ _COMPARED = ("n_gpus", "dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero
              "recompute", "recompute_num_layers", "offload_activation_layers", "sequence_parallel", "schedule", "dtype")
 
 
+def slower_share(step_s: float, best_step_s: float) -> float:
+    """How much slower a plan is than the fastest, as a share: its step time over the fastest's,
+    minus 1 (2.0 s against 1.0 s is 1.0, "100% slower"). The one definition of "% slower" that
+    ``--explain`` and ``--emit`` print. At one global batch the step times are in the inverse
+    ratio of the tokens/s, so ``slower_share(1 / tokens_per_s, 1 / best_tokens_per_s)`` is the same."""
+    return float(step_s) / float(best_step_s) - 1.0
+
+
 def _config_text(row) -> str:
     sp = "on" if row["sequence_parallel"] else "off"
     extra = ""
@@ -101,7 +109,7 @@ def plainer_plans(plans) -> list[Plainer]:
             out.append(Plainer(group, None, len(plans)))
             continue
         i = int(free[0])
-        out.append(Plainer(group, i, len(plans), float(step[i] / step[0] - 1.0)))
+        out.append(Plainer(group, i, len(plans), slower_share(step[i], step[0])))
     return out
 
 

@@ -240,8 +240,9 @@ def test_best_runnable_skips_plans_the_framework_refuses_and_prices_the_differen
         assert exports.can_run(row, framework)
         for earlier in ranked.iloc[:rank].to_dict("records"):
             assert not exports.can_run(earlier, framework)
-        assert slowdown == pytest.approx(1 - ranked.iloc[rank].tokens_per_s / winner.tokens_per_s)
-        assert 0.0 <= slowdown < 1.0
+        # step time over the winner's, minus 1 (one global batch: the inverse tokens/s ratio)
+        assert slowdown == pytest.approx(ranked.iloc[rank].step_time_s / winner.step_time_s - 1, rel=1e-9)
+        assert slowdown >= 0.0
     # torchtitan cannot run selective recomputation: among such plans it finds none
     pinned = ranked[(ranked.recompute == "selective") & (ranked.cp == 1)].reset_index(drop=True)
     assert len(pinned) > 0
@@ -281,7 +282,7 @@ def test_best_plan_for_resimulates_the_best_runnable_row(ranked):
         # ranked and priced by that time
         tps = best.iloc[0].tokens_per_s
         assert rank == int((ranked["tokens_per_s"] > tps).sum())
-        assert best.attrs["slowdown"] == pytest.approx(1 - tps / ranked.iloc[0].tokens_per_s, rel=1e-9)
+        assert best.attrs["slowdown"] == pytest.approx(ranked.iloc[0].tokens_per_s / tps - 1, rel=1e-9)
         assert exports.can_run(best.iloc[0], framework)
         # given the same request's table, it picks and re-simulates the same row without searching
         given = api.best_plan_for(framework, MODEL, CLUSTER, GPUS, TOKENS, plans=ranked)
@@ -342,7 +343,7 @@ def test_the_plan_a_framework_runs_is_its_fastest_by_the_exact_time_simulate_giv
     # its rank and slowdown are those of its exact time
     tps = plans["tokens_per_s"].to_numpy()
     assert rank == int(np.count_nonzero(tps > row["tokens_per_s"]))
-    assert slowdown == pytest.approx(max(0.0, 1 - row["tokens_per_s"] / tps[0]), rel=1e-9, abs=1e-12)
+    assert slowdown == pytest.approx(max(0.0, tps[0] / row["tokens_per_s"] - 1), rel=1e-9, abs=1e-12)
 
 
 def test_cli_emit_prints_the_launch_and_says_how_much_slower_than_the_winner_it_is():
@@ -525,3 +526,22 @@ def test_export_header_says_when_the_prediction_rests_on_an_unfitted_prior():
     row = api.simulate("llama3-8b", "mi300x-node", gpus=8, global_batch=16, zero_stage=2, stack="torchtitan").iloc[0]
     assert bool(row.efficiency_fitted) is False
     assert "unfitted prior" in exports.emit(row, "torchtitan").splitlines()[0]
+
+
+def test_emit_slowdown_is_the_step_time_ratio_as_explain_says_it():
+    """``--emit``'s "% slower than the unrestricted winner" is the step time over the winner's,
+    minus 1, as ``--explain``'s "% slower" (``explain.slower_share``); it was the throughput lost,
+    1 - mine/best: 48.5% for 28.84 s/step against 14.84 s/step, which is 94.3% slower."""
+    from planners.explain import slower_share
+    tokens = 128 * 8192                              # one global batch: tokens per step
+    refused = dict(model="llama3-70b", seq_len=8192, dp=16, tp=4, pp=1, micro_batch=1, global_batch=128,
+                   zero_stage=3, recompute="none", sequence_parallel=True)   # DeepSpeed has no Megatron SP
+    runs = {**refused, "sequence_parallel": False}
+    table = pd.DataFrame([dict(refused, step_time_s=14.84, tokens_per_s=tokens / 14.84),
+                          dict(runs, step_time_s=28.84, tokens_per_s=tokens / 28.84)])
+    row, rank, slowdown = exports.best_runnable(table, "deepspeed")
+    assert rank == 1 and not row["sequence_parallel"]
+    # 28.84 / 14.84 = 1.94340..., so 94.34% slower (not 1 - 14.84/28.84 = 48.5%)
+    assert slowdown == pytest.approx(14.00 / 14.84, rel=1e-12)
+    assert f"{100 * slowdown:.1f}" == "94.3"
+    assert slower_share(28.84, 14.84) == pytest.approx(slowdown, rel=1e-12)

@@ -27,6 +27,7 @@ from hardware_specs.catalog import DEFAULT_TRAINING_STACK
 from hardware_specs.errors import InputError
 from paraplan.exports import deepspeed, megatron, torchtitan
 from paraplan.exports.common import chunk_layers, plan_fields, stage_layer_counts, with_stack_fields
+from planners.explain import slower_share
 
 FRAMEWORKS = ("megatron", "torchtitan", "deepspeed")
 MODULES = {"megatron": megatron, "torchtitan": torchtitan, "deepspeed": deepspeed}
@@ -117,7 +118,8 @@ def best_runnable(plans: pd.DataFrame, framework: str, software: Mapping[str, Ma
                   **context: Any) -> tuple[dict, int, float]:
     """``(row, rank, slowdown)``: the fastest row of ``plans`` (ranked fastest first) that
     ``framework`` can run as planned, its 0-based rank, and how much slower it is than row 0
-    (``1 - its tokens/s / row 0's``; 0 when row 0 runs). ``software``: the stack fields the plans
+    (its step time over row 0's, minus 1, ``planners.explain.slower_share``: row 0's tokens/s
+    over its own, minus 1; 0 when row 0 runs). ``software``: the stack fields the plans
     were priced with, per dtype (``PlanResult.software``; a ranked row carries only its searched
     fields, and an export reads the rest: compile, FSDP resharding, the recomputation policy);
     ``context`` fills fields the rows lack (``model``, ``seq_len``, ``cluster``, ``gpu``). Rows are
@@ -158,7 +160,10 @@ def best_runnable(plans: pd.DataFrame, framework: str, software: Mapping[str, Ma
     else:
         best = plans["tokens_per_s"].iloc[0] if "tokens_per_s" in plans else None
     mine = row.get("tokens_per_s")
-    slowdown = 1.0 - mine / best if best and mine is not None else 0.0
+    # step time over the winner's, minus 1 (``explain.slower_share``; one global batch, so the
+    # inverse ratio of the tokens/s), not the throughput lost (1 - mine/best), which read 48.5%
+    # where the step took 94% longer
+    slowdown = slower_share(1.0 / mine, 1.0 / best) if best and mine else 0.0
     return row, rank, max(0.0, float(slowdown))
 
 
