@@ -56,7 +56,8 @@ RULES = {
     "flush_size": "a pipeline whose flush has more operations than the step model builds in seconds "
                   "(pipeline.makespan.flush_within_limit: hundreds of stages, or ZB-H2 / ZB-V beyond ~100)",
     "sp_needs_tp": "sequence parallel on with tp = 1 (the same configuration as off)",
-    "dominated_zero_without_dp": "ZeRO 1-3 with a data-parallel group of 1 (nothing to shard: ZeRO-0 or worse)",
+    "dominated_zero_without_dp": "ZeRO 1-3 with a data-parallel group of 1 (nothing to shard: ZeRO-0 or worse), "
+                                 "unless the request fixed the ZeRO stage",
     "zero2_is_zero1": "ZeRO-2 on a stack that keeps the gradients whole to the last micro-batch (zero2_grad_reduce "
                       "last_microbatch): it runs and is priced as ZeRO-1, which the search has",
     "hsdp": "hybrid sharding whose shard group is not a proper divisor (>= 2) of dp*cp",
@@ -441,7 +442,10 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
         ("fixed", grid(_allowed(fixed, "sequence_parallel", sp)[None, :])),
         ("sp_needs_tp", grid((sp == 0)[None, :] | (t > 1))),
         ("fixed", grid(_allowed(fixed, "zero_stage", zero)[None, :])),
-        ("dominated_zero_without_dp", ~dominated | (zero == 0)[None, :] | (shard > 1)[:, None]),
+        # a ZeRO stage the request fixed is kept (as zero2_is_zero1 keeps a fixed ZeRO-2): simulate
+        # runs it, and dropping it left ``--dp 1 --zero 1`` no layout, blamed on the global batch
+        ("dominated_zero_without_dp", ~dominated | (zero == 0)[None, :] | (shard > 1)[:, None]
+         | ("zero_stage" in fixed)),
         ("zero2_is_zero1", grid(((zero != 2) | (not c.zero2_is_zero1) | ("zero_stage" in fixed))[None, :])),
         ("fixed", grid(_allowed(fixed, "recompute", rc)[None, :])),
         *_hsdp_rules(cols, c, fixed, zero, hs, shape),
