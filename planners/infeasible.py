@@ -235,6 +235,40 @@ def _fixed_pair_at_fault(model: ModelSpec, c: SearchConstraints, what: str) -> I
     return None
 
 
+def _schedule_rule(model: ModelSpec, c: SearchConstraints, schedule: str) -> str | None:
+    """The rule ``schedule`` sets on the pipeline and its micro-batches per step (the search's
+    ``batch``, ``dualpipe`` and ``one_stage`` rules), None for a schedule that sets none."""
+    pps = sorted(int(p) for p in c.fixed.get("pp", ()))
+    if schedule == Schedule.DUALPIPE.value:
+        least = f" = {2 * pps[0]}" if len(pps) == 1 else ""
+        return f"dualpipe needs an even pp and an even number of micro-batches per step >= 2 x pp{least}"
+    if schedule == Schedule.INTERLEAVED.value:
+        return ("interleaved needs vpp > 1 with pp > 1, pp x vpp dividing the layers, and the micro-batches per "
+                "step a multiple of pp" + (f" = {pps[0]}" if len(pps) == 1 else ""))
+    if schedule in ZERO_BUBBLE_SCHEDULES:
+        return f"{schedule} needs pp > 1"
+    return None
+
+
+def _schedule_at_fault(model: ModelSpec, c: SearchConstraints, what: str, dps) -> InputError | None:
+    """When some layout divides the global batch into dp x micro-batch and yet none is left, and
+    every searched schedule sets a rule on the micro-batches per step (DualPipe, interleaved) or
+    on pp, the error names those rules, not the batch: ``--pp 2 --schedule dualpipe --global-batch
+    2`` on 8 GPUs divides the batch (dp 1 x mb 1) but has 2 micro-batches, not the 4 DualPipe
+    needs. None when the batch divides no layout, or a schedule without such a rule is searched."""
+    mbs = [int(v) for v in c.fixed.get("micro_batch", (1,))]
+    if not any(c.global_batch % (int(d) * mb) == 0 for d in dps for mb in mbs):
+        return None
+    rules = [_schedule_rule(model, c, s) for s in c.schedules]
+    if not rules or None in rules:
+        return None
+    batch = _batch_suggestion(model, c, dps)
+    fixes = ([f"use {batch}"] if batch else []) + ["or another --schedule (1f1b has no such rule)"]
+    return InputError("schedule", f"no layout of {model.name} on {what} runs the global batch of {c.global_batch} "
+                      f"sequences under {'/'.join(c.schedules)}: some divide it into dp x micro-batch, but "
+                      + "; ".join(rules), " ".join(fixes))
+
+
 def no_layout(model: ModelSpec, c: SearchConstraints, gpus_per_node: int = 1) -> InputError:
     """The error for a request where no configuration passes the divisibility rules."""
     lo, hi = c.gpus
@@ -256,6 +290,9 @@ def no_layout(model: ModelSpec, c: SearchConstraints, gpus_per_node: int = 1) ->
                   f"pp <= {model.num_layers} layers and cp dividing the sequence of {model.seq_len}")
     else:
         dps = np.unique(t["dp"])
+        at_fault = _schedule_at_fault(model, c, what, dps)
+        if at_fault is not None:
+            return at_fault
         shown = ", ".join(str(d) for d in dps[:6]) + (", ..." if len(dps) > 6 else "")
         reason = (f"no layout of {what} divides the global batch of {c.global_batch} sequences into "
                   f"dp x micro-batch (the layouts of {model.name} there have dp in {shown})")
