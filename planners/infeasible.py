@@ -161,7 +161,11 @@ def _why_one(model: ModelSpec, c: SearchConstraints, key: str, values) -> str:
                 + (f", and on more GPUs than the {g} of one scale-up domain divide {g} or be a multiple of it "
                    "(else a tensor-parallel group spans domains unevenly)" if spans else ""))
     if key == "cp":
-        return f"cp must divide the sequence of {model.seq_len} tokens and the GPUs"
+        return (f"cp must divide the GPUs, and 2 x cp the sequence of {model.seq_len} tokens (ring context "
+                "parallelism gives each rank two equal chunks, one from each end)")
+    if key == "sequence_parallel" and any(bool(v) for v in values):
+        return (f"sequence parallelism needs tp > 1 dividing the heads and the {model.seq_len} / cp tokens of each "
+                "cp rank (it splits them over the tensor-parallel ranks)")
     if key == "pp":
         return f"pp must divide the GPUs and not exceed the {model.num_layers} layers"
     return "no layout there has it"
@@ -181,6 +185,9 @@ def _why_two(model: ModelSpec, c: SearchConstraints, pair: tuple[str, str], what
         return ("virtual stages (vpp > 1) are the interleaved schedule's; the others run one model chunk per stage "
                 "(ZB-V and DualPipe two, by construction), and interleaved needs vpp > 1")
     if set(pair) == {"tp", "sequence_parallel"}:
+        if all(int(t) > 1 for t in c.fixed["tp"]):
+            return (f"sequence parallelism splits the {model.seq_len} / cp tokens of each cp rank over tp, and "
+                    f"tp={'/'.join(map(str, c.fixed['tp']))} divides them for no cp of a layout there")
         return "sequence parallelism splits activations over the tensor-parallel ranks, so it needs tp > 1"
     return "no layout there has both"
 
@@ -287,7 +294,8 @@ def no_layout(model: ModelSpec, c: SearchConstraints, gpus_per_node: int = 1) ->
     if len(t["dp"]) == 0:
         reason = (f"no dp*tp*pp*cp = {what} has tp <= {c.max_tp} dividing the {model.num_heads} heads"
                   f"{_kv_rule(model, c)}, "
-                  f"pp <= {model.num_layers} layers and cp dividing the sequence of {model.seq_len}")
+                  f"pp <= {model.num_layers} layers and 2 x cp dividing the sequence of {model.seq_len} (ring context "
+                  "parallelism: two chunks per rank)")
     else:
         dps = np.unique(t["dp"])
         at_fault = _schedule_at_fault(model, c, what, dps)

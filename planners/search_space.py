@@ -33,7 +33,7 @@ from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES
 from simulator.parallel_config import Recompute, Schedule
 from simulator.stack_support import ZERO_BUBBLE_SCHEDULES, lacked_use
 from simulator.step_model import LAYER_KEY_FIELDS
-from simulator.validate_config import needs_uneven_split
+from simulator.validate_config import needs_uneven_split, sequence_split_ok
 
 #: why a candidate was removed, in the order the rules are applied (keys of ``SearchSpace.pruned``).
 RULES = {
@@ -45,7 +45,8 @@ RULES = {
     "scaleup": "tp neither divides nor is a multiple of the scale-up domain (GPUs per node) on more GPUs than one domain: "
                "a tensor-parallel group would span domains unevenly (`simulate` refuses it)",
     "layers": "pp above the layer count, or (interleaved) pp*vpp not dividing the layers (or layers + 2); with vpp = 1 the layers need not split evenly over the stages",
-    "sequence": "cp does not divide the sequence length",
+    "sequence": "2 x cp does not divide the sequence length (ring context parallelism: two chunks per rank), or, with "
+                "sequence parallelism, tp does not divide the seq_len / cp tokens of a cp rank",
     "batch": "dp*micro_batch does not divide the global batch (or, interleaved, the micro-batch count is not a multiple of pp)",
     "experts": "ep does not divide the experts, or does not divide dp*cp*tp",
     "vpp_needs_pp": "virtual pipeline stages with pp = 1",
@@ -374,7 +375,8 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
         ("ffn", model.ffn_hidden_size % tp == 0),
         ("scaleup", tp_tiles_node(c.scaleup_gpus, tp, dp * tp * pp * cp) if c.scaleup_gpus else True),
         ("layers", pp <= L),
-        ("sequence", model.seq_len % cp == 0),
+        # ring context parallelism (the search's): 2 * cp equal chunks (validate_config.sequence_split_ok)
+        ("sequence", sequence_split_ok(model.seq_len, cp, tp, False)),
         ("batch", gbs % dp == 0),
         ("stack", ~lacked_use(lacks, pp=pp, cp=cp)),
     ], len(dp), scale(0))
@@ -441,6 +443,8 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
         ("flush_size", _flush_sizes(sched, cols["pp"], m_all, cols["vpp"])),
         ("fixed", grid(_allowed(fixed, "sequence_parallel", sp)[None, :])),
         ("sp_needs_tp", grid((sp == 0)[None, :] | (t > 1))),
+        # sequence parallelism splits each cp rank's seq_len / cp tokens over tp (check_config's rule)
+        ("sequence", grid(sequence_split_ok(model.seq_len, cols["cp"][:, None], t, (sp == 1)[None, :]))),
         ("fixed", grid(_allowed(fixed, "zero_stage", zero)[None, :])),
         # a ZeRO stage the request fixed is kept (as zero2_is_zero1 keeps a fixed ZeRO-2): simulate
         # runs it, and dropping it left ``--dp 1 --zero 1`` no layout, blamed on the global batch
@@ -633,5 +637,6 @@ def divisibility_only(model: ModelSpec, gpus: tuple[int, int], global_batch: int
     h, kv = model.num_heads, model.num_kv_heads
     ok = (_allowed(fixed, "dp", dp) & _allowed(fixed, "tp", tp) & _allowed(fixed, "pp", pp)
           & _allowed(fixed, "cp", cp) & (tp <= max_tp) & (h % tp == 0) & tp_splits_kv_heads(kv, tp, kv_head_replication)
-          & (model.ffn_hidden_size % tp == 0) & (pp <= model.num_layers) & (model.seq_len % cp == 0))
+          & (model.ffn_hidden_size % tp == 0) & (pp <= model.num_layers)
+          & sequence_split_ok(model.seq_len, cp, tp, False))
     return {"dp": dp[ok], "tp": tp[ok], "pp": pp[ok], "cp": cp[ok], "n": (dp * tp * pp * cp)[ok]}

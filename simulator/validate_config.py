@@ -1,6 +1,8 @@
 """Checks that a parallel configuration fits a model and a GPU count (errors name the field)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from cost_models.context_parallel import ulysses_heads_ok
@@ -37,6 +39,58 @@ def needs_uneven_split(num_layers: int, pp: int, vpp: int, schedule) -> bool:
         chunks = pp * vpp
         uneven = (vpp > 1) & (num_layers % chunks != 0) & ((num_layers + 2) % chunks != 0)
     return uneven if uneven.ndim else bool(uneven)
+
+
+def cp_sequence_chunks(cp, cp_kind="ring"):
+    """Equal chunks the sequence splits into under context parallelism of degree ``cp``.
+
+    Ring and hybrid (ring across domains) context parallelism balance causal attention by giving
+    each of the cp ranks two chunks, one from each end of the sequence: 2 * cp chunks (Megatron-LM
+    ``get_batch_on_this_cp_rank``; ``megatron/training/arguments.py`` validate_args asserts
+    ``seq_length % (2 * context_parallel_size) == 0`` for every ``--cp-comm-type``, the
+    ``cp_sequence_divisible`` rule of ``paraplan/exports/megatron_flags.json``). Ulysses as
+    DeepSpeed runs it (Jacobs et al. 2023) exchanges the sequence for the heads and needs no
+    balancing: cp chunks. 1 at cp = 1 (works on arrays: ``cp`` may be one)."""
+    cp = np.asarray(cp)
+    kind = getattr(cp_kind, "value", cp_kind)
+    return np.where(cp > 1, cp * (1 if kind == "ulysses" else 2), 1)
+
+
+def sequence_split_ok(seq_len, cp, tp, sequence_parallel, cp_kind="ring"):
+    """Whether a sequence of ``seq_len`` tokens splits as the layout needs: into
+    ``cp_sequence_chunks`` equal chunks, and, with sequence parallelism, each cp rank's
+    ``seq_len / cp`` tokens over tp (Megatron-LM ``tensor_parallel/mappings.py``
+    ``_split_along_first_dim`` / ``_reduce_scatter_along_first_dim`` assert the first dimension,
+    the sequence, divisible by the tp group). The one rule ``check_config`` and the planner's
+    ``sequence`` rule apply; vectorised over numpy arrays."""
+    seq, cp, tp = np.asarray(seq_len), np.asarray(cp), np.asarray(tp)
+    cp_ok = seq % cp_sequence_chunks(cp, cp_kind) == 0
+    sp_ok = ~(np.asarray(sequence_parallel, dtype=bool) & (tp > 1)) | ((seq // cp) % tp == 0)
+    return cp_ok & sp_ok
+
+
+def check_sequence_split(seq_len: int, cp: int, tp: int, sequence_parallel: bool, cp_kind="ring") -> None:
+    """Raise ``InputError`` where ``sequence_split_ok`` is False, naming the field and a fix."""
+    kind = getattr(cp_kind, "value", cp_kind)
+    chunks = int(cp_sequence_chunks(cp, kind))
+    if seq_len % chunks:
+        fits = [d for d in range(2, 1025) if seq_len % int(cp_sequence_chunks(d, kind)) == 0][:8]
+        lo, hi = (seq_len // chunks) * chunks, (seq_len // chunks + 1) * chunks
+        choose = f"choose cp from {', '.join(map(str, fits))}, or " if fits else ""
+        if kind == "ulysses":
+            raise InputError("cp", f"cp={cp} does not divide the sequence length {seq_len}",
+                             f"{choose}a sequence length that is a multiple of {chunks} ({lo or chunks} or {hi})")
+        raise InputError("cp", f"{kind} context parallelism splits the sequence into 2 x cp = {chunks} equal chunks "
+                         f"(two per rank, one from each end, to balance causal attention), which {seq_len} tokens are "
+                         "not", f"{choose}a sequence length that is a multiple of {chunks} ({lo or chunks} or {hi})")
+    if sequence_parallel and tp > 1 and (seq_len // cp) % tp:
+        local = seq_len // cp
+        per = f"the {local} tokens of each cp rank ({seq_len} / cp {cp})" if cp > 1 else f"the {seq_len} tokens"
+        tps = [t for t in range(2, 65) if local % t == 0][:6]
+        choose = f"choose tp from {', '.join(map(str, tps))}, " if tps else ""
+        raise InputError("sequence_parallel", f"sequence parallelism splits {per} over tp={tp}, which does not "
+                         "divide them", f"turn sequence parallelism off, {choose}or use a sequence length that is a "
+                         f"multiple of {math.lcm(chunks, cp * tp)}")
 
 
 def _largest_chunk_layers(model: ModelSpec, c: ParallelConfig) -> int:
@@ -263,9 +317,7 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
         raise InputError("cp", f"Ulysses splits the {local:g} query heads of each tp rank over cp={c.cp}, which does "
                          "not divide them", (f"choose cp from {fits}" if fits else "choose a tp that divides the heads")
                          + ", or --cp-kind ring or hybrid")
-    if model.seq_len % c.cp:
-        raise InputError("cp", f"cp={c.cp} does not divide the sequence length {model.seq_len}",
-                         f"choose cp from {_divisors(model.seq_len)}")
+    check_sequence_split(model.seq_len, c.cp, c.tp, c.sequence_parallel, c.cp_kind)
     if model.moe is not None:
         if model.moe.num_experts % c.ep:
             raise InputError("ep", f"ep={c.ep} does not divide the {model.moe.num_experts} experts",

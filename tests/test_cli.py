@@ -526,7 +526,8 @@ def test_moe_ep_and_cp_divisibility_errors_are_one_line_exit_2():
         (["--model", "deepseek-v3", "--cluster", "h800-node", "--gpus", "2048", "--tp", "1", "--pp", "16",
           "--ep", "48", "--global-batch", "1536"], "error: ep: ep=48 does not divide the 256 experts"),
         (["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "24", "--cp", "3", "--global-batch", "8"],
-         "error: cp: cp=3 does not divide the sequence length 8192"),
+         # ring CP: 2 x cp = 6 equal chunks (Megatron-LM asserts seq_length % (2 * cp) == 0); 8192 = 6 x 1365 + 2
+         "error: cp: ring context parallelism splits the sequence into 2 x cp = 6 equal chunks"),
     ]
     for args, expected in cases:
         proc = subprocess.run(["paraplan", "simulate", *args], capture_output=True, text=True)

@@ -3,6 +3,9 @@ a fixed ZeRO stage with one data-parallel rank, which schedule rule left no layo
 sequence-length rules of context and sequence parallelism."""
 from __future__ import annotations
 
+from dataclasses import replace as _replace
+
+import numpy as np
 import pytest
 
 from hardware_specs.catalog import load_cluster
@@ -64,3 +67,79 @@ def test_the_cli_names_dualpipes_micro_batch_rule_in_one_line_and_exits_2():
     lines = [x for x in res.output.splitlines() if x.strip()]
     assert res.exit_code == 2 and len(lines) == 1, res.output
     assert lines[0].startswith("error: schedule: ") and ">= 2 x pp = 4" in lines[0]
+
+
+# ---- the sequence-length rules of context and sequence parallelism --------------------------
+
+def test_the_sequence_rule_is_2cp_chunks_for_ring_and_hybrid_cp_chunks_for_ulysses_and_seq_over_cp_over_tp_for_sp():
+    from simulator.validate_config import cp_sequence_chunks, sequence_split_ok
+    # Megatron-LM validate_args: seq_length % (2 * cp) == 0 (load-balanced ring: two chunks a rank)
+    assert [int(cp_sequence_chunks(cp, "ring")) for cp in (1, 2, 4)] == [1, 4, 8]
+    assert int(cp_sequence_chunks(4, "hybrid")) == 8 and int(cp_sequence_chunks(4, "ulysses")) == 4
+    assert not sequence_split_ok(4098, 2, 1, False)          # 4098 = 4 x 1024 + 2
+    assert sequence_split_ok(4098, 2, 1, False, "ulysses")   # 2 x 2049
+    assert sequence_split_ok(8192, 4, 1, False) and not sequence_split_ok(8190, 2, 1, False)
+    # sequence parallelism: each cp rank's seq/cp tokens over tp
+    assert not sequence_split_ok(4097, 1, 2, True) and sequence_split_ok(4097, 1, 2, False)
+    assert not sequence_split_ok(4100, 2, 8, True)           # 2050 tokens a cp rank, 2050 % 8 = 2
+    assert sequence_split_ok(4100, 2, 2, True)               # 1025 each tp rank
+    assert sequence_split_ok(4097, 1, 1, True)               # tp 1: no split
+    # vectorised as the planner uses it
+    got = sequence_split_ok(4100, np.array([[1], [2]]), np.array([2, 4, 8])[None, :], np.array([True, True, False]))
+    assert got.tolist() == [[True, True, True], [True, False, True]]
+
+
+@pytest.mark.parametrize("args, field, says", [
+    (["--cp", "2", "--seq-len", "4098", "-n", "16"], "cp",
+     "splits the sequence into 2 x cp = 4 equal chunks"),
+    (["--tp", "2", "--sequence-parallel", "--seq-len", "4097", "-n", "8"], "sequence_parallel",
+     "splits the 4097 tokens over tp=2"),
+    (["--cp", "2", "--tp", "8", "--sequence-parallel", "--seq-len", "4100", "-n", "16"], "sequence_parallel",
+     "splits the 2050 tokens of each cp rank (4100 / cp 2) over tp=8"),
+])
+def test_simulate_refuses_a_sequence_the_layout_cannot_split_in_one_line(args, field, says):
+    """simulate priced ``--cp 2 --seq-len 4098`` and ``--tp 2 --sequence-parallel --seq-len 4097``,
+    which Megatron-LM refuses (validate_args) or crashes on (mappings.py asserts)."""
+    from click.testing import CliRunner
+    from paraplan.cli import main
+    res = CliRunner().invoke(main, ["simulate", "-m", "llama3-8b", "-c", "dgx-h100", "--global-batch", "8", *args])
+    lines = [x for x in res.output.splitlines() if x.strip()]
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    assert lines[0].startswith(f"error: {field}: ") and says in lines[0] and lines[0].endswith(")")
+
+
+def test_the_planner_keeps_only_layouts_whose_sequence_splits_and_names_the_rule_when_none_is_left():
+    base = load_model("llama3-8b")
+    odd = _replace(base, seq_len=4097)
+    space = enumerate_space(odd, SearchConstraints(gpus=(8, 8), global_batch=8, max_tp=8))
+    cols = space.columns
+    # 4097 tokens: no cp > 1 (2 x cp never divides an odd count), and sequence parallelism nowhere
+    assert len(space) > 0 and (cols["cp"] == 1).all() and not cols["sequence_parallel"][cols["tp"] > 1].any()
+    assert space.pruned["sequence"] > 0
+    # 8190 = 2 x 4095: cp 2 needs 4 | 8190, which fails; cp 3 needs 6 | 8190 = 6 x 1365
+    seq8190 = _replace(base, seq_len=8190)
+    with pytest.raises(InputError) as err:
+        plan(seq8190, "dgx-h100", 16, 32, fixed={"cp": (2,)})
+    assert err.value.field == "cp" and "2 x cp the sequence of 8190 tokens" in err.value.message
+    # every kept row is one check_config accepts: the same rule, the planner and simulate agree
+    sp = _replace(base, seq_len=4100)
+    space = enumerate_space(sp, SearchConstraints(gpus=(16, 16), global_batch=8, max_tp=8))
+    c = space.columns
+    on = c["sequence_parallel"].astype(bool)
+    local = 4100 // c["cp"]
+    assert ((4100 % (2 * c["cp"]) == 0) | (c["cp"] == 1)).all()
+    assert (local[on] % c["tp"][on] == 0).all() and on.any()
+    assert not (on & (c["tp"] == 8) & (c["cp"] == 2)).any()   # 2050 % 8 != 0
+
+
+def test_plan_emit_megatron_never_writes_sequence_parallel_that_megatron_cannot_split():
+    """``plan ... --seq-len 4097 --fix tp=2 --emit megatron`` wrote --seq-length 4097
+    --tensor-model-parallel-size 2 --sequence-parallel, which asserts in
+    tensor_parallel/mappings.py ``_reduce_scatter_along_first_dim``."""
+    from click.testing import CliRunner
+    from paraplan.cli import main
+    res = CliRunner().invoke(main, ["plan", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "8", "--global-batch", "8",
+                                    "--seq-len", "4097", "--fix", "tp=2", "--emit", "megatron"])
+    assert res.exit_code == 0, res.output
+    assert "--seq-length 4097" in res.stdout and "--tensor-model-parallel-size 2" in res.stdout
+    assert "--sequence-parallel" not in res.stdout
