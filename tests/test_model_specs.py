@@ -419,8 +419,9 @@ def test_hf_nemotron_h_config_loads_as_the_preset(tmp_path):
     folder.mkdir()
     (folder / "config.json").write_text(NEMOTRON_3_NANO)
     spec = load_model(folder)
-    assert replace(spec, name="nemotron-3-nano", source="", max_context_tokens=0) == \
-        replace(load_model("nemotron-3-nano"), source="")
+    # the preset states the config's context too (max_position_embeddings 262144)
+    assert spec.max_context_tokens == 262144
+    assert replace(spec, name="nemotron-3-nano", source="") == replace(load_model("nemotron-3-nano"), source="")
     assert (round(total_params(spec) / 1e9, 2), round(total_params(spec, active=True) / 1e9, 2)) == (31.58, 3.58)
     data = json.loads(NEMOTRON_3_NANO.replace("Infinity", "1e308"))
     blocks = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
@@ -757,11 +758,11 @@ def test_hf_plain_mlp_families_match_their_presets(preset, config):
     from_hf = model_from_hf_config(config, name=preset)
     from_yaml = load_model(preset)
     # the config's context window is kept (the smallest of max_position_embeddings and MPT's
-    # max_seq_len and BLOOM's seq_length, as vLLM reads them); opt-175b, bloom-176b and mpt-7b
-    # of these training presets state it too
+    # max_seq_len and BLOOM's seq_length, as vLLM reads them); the presets of released
+    # checkpoints state it too (nemotron-4-340b: no Hugging Face config.json was released)
     stated = [config[k] for k in ("max_position_embeddings", "max_seq_len", "seq_length") if k in config]
     assert from_hf.max_context_tokens == min(stated, default=0)
-    assert from_yaml.max_context_tokens == (2048 if preset in ("opt-175b", "bloom-176b", "mpt-7b") else 0)
+    assert from_yaml.max_context_tokens == (0 if preset == "nemotron-4-340b" else from_hf.max_context_tokens)
     # these training presets keep Megatron's dropout (the papers' runs); a config.json without
     # dropout keys is built by transformers without it, except OPT (OPTConfig dropout=0.1)
     assert (from_hf.hidden_dropout, from_hf.attention_dropout) == (preset == "opt-175b", False)
