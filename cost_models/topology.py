@@ -60,6 +60,41 @@ def tp_tiles_node(gpus_per_node, tp, world=None):
     return tiles if world is None else tiles | (np.asarray(world) <= g)
 
 
+def group_blocks(tp, cp, dp, ep=1, etp=1, zero_shard_group=0):
+    """The communication groups of a layout as (name, block) pairs, ``block`` being the run of
+    consecutive ranks one group of that kind fills (numpy-friendly).
+
+    Ranks are numbered with tensor parallelism fastest, then context, data, pipeline (Megatron's
+    ``tp-cp-dp-pp``; ``RankGenerator(order="tp-cp-ep-dp-pp")`` with ep folded into dp), and the
+    experts' grid ``tp-ep-dp-pp`` with expert tensor parallelism fastest
+    (NVIDIA/Megatron-LM@d98e8a64 megatron/core/parallel_state.py ``initialize_model_parallel``).
+    So a group of ``size`` members ``stride`` ranks apart fills a block of ``size * stride``
+    consecutive ranks: tp (tp), etp (etp), the expert-parallel group (ep x etp), the context-
+    parallel ring (tp x cp), the ZeRO shard group of hybrid sharding (tp x zero_shard_group; its
+    expert counterpart fills the same run), and the data-parallel group, which the plain ZeRO
+    shard group, the HSDP replica group and the expert-data-parallel group fill too (tp x cp x dp).
+    """
+    tp, cp, dp = np.asarray(tp), np.asarray(cp), np.asarray(dp)
+    ep, etp, zsg = np.asarray(ep), np.asarray(etp), np.asarray(zero_shard_group)
+    return (("tp", tp), ("etp", etp), ("ep", ep * etp), ("cp", tp * cp),
+            ("zero_shard_group", np.where(zsg > 0, tp * zsg, tp)), ("dp", tp * cp * dp))
+
+
+def groups_tile_node(gpus_per_node, world, tp, cp, dp, ep=1, etp=1, zero_shard_group=0):
+    """Whether every communication group of the layout tiles the scale-up domains
+    (``tp_tiles_node`` for each block of ``group_blocks``), numpy-friendly: each group then sits
+    inside one domain or holds the same members in each of the domains it spans, which is the
+    one shape ``group_span`` gives all of them. A job on one domain tiles it whatever its groups.
+
+    A group that straddles a domain boundary runs at the pace of its worst-placed member set:
+    16 expert-parallel ranks 64-79 of 144 GPUs on NVL72 racks hold 8 GPUs in each of two racks,
+    an all-to-all whose NIC half ``group_span`` (16 on one NVLink) would not price."""
+    ok = np.asarray(True)
+    for _, block in group_blocks(tp, cp, dp, ep, etp, zero_shard_group):
+        ok = ok & tp_tiles_node(gpus_per_node, block, world)
+    return ok
+
+
 def tier_bandwidths(cluster: ClusterSpec, eff: EfficiencyModel):
     """Achieved (bw_intra, lat_intra, bw_inter, lat_inter) in bytes/s and seconds."""
     bw_intra = cluster.scaleup.bw_bytes_per_s * eff.scaleup_fraction

@@ -26,7 +26,7 @@ import numpy as np
 
 from cost_models.params import tp_splits_kv_heads
 from cost_models.sharding import largest_zero_group
-from cost_models.topology import tp_tiles_node
+from cost_models.topology import groups_tile_node, tp_tiles_node
 from hardware_specs.errors import InputError
 from model_specs.model_spec import ModelSpec
 from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES
@@ -42,8 +42,10 @@ RULES = {
     "heads": "tp does not divide the attention heads",
     "kv_heads": "tp does not divide the key/value heads (or, on a stack that replicates them over tp, is not a multiple of them)",
     "ffn": "tp does not divide the FFN width",
-    "scaleup": "tp neither divides nor is a multiple of the scale-up domain (GPUs per node) on more GPUs than one domain: "
-               "a tensor-parallel group would span domains unevenly (`simulate` refuses it)",
+    "scaleup": "on more GPUs than one scale-up domain (GPUs per node), a group's run of consecutive ranks neither "
+               "divides nor is a multiple of the domain: tp, ep, tp x cp (context-parallel ring), tp x "
+               "zero_shard_group or tp x cp x dp (data-parallel group); such a group would span domains unevenly "
+               "(`simulate` refuses it, topology.groups_tile_node)",
     "layers": "pp above the layer count, or (interleaved) pp*vpp not dividing the layers (or layers + 2); with vpp = 1 the layers need not split evenly over the stages",
     "sequence": "2 x cp does not divide the sequence length (ring context parallelism: two chunks per rank), or, with "
                 "sequence parallelism, tp does not divide the seq_len / cp tokens of a cp rank",
@@ -134,9 +136,10 @@ class SearchConstraints:
             not searched unless ``fixed`` asks for ZeRO-2.
         stack_lacks: what the stack cannot run (``TrainingBehaviour.lacks``, for any searched
             dtype): rows that use one are not searched, as ``check_config`` refuses them.
-        scaleup_gpus: GPUs of one scale-up domain (the cluster's ``gpus_per_node``): tp that does
-            not tile it is not searched (``topology.tp_tiles_node``), as ``check_cluster``
-            refuses it; 0 = not checked.
+        scaleup_gpus: GPUs of one scale-up domain (the cluster's ``gpus_per_node``): a layout
+            whose tensor-, context-, expert-, data-parallel or ZeRO shard groups do not tile it
+            is not searched (``topology.groups_tile_node``), as ``check_cluster`` refuses it;
+            0 = not checked.
     """
 
     gpus: tuple[int, int]
@@ -373,7 +376,9 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
         ("heads", h % tp == 0),
         ("kv_heads", tp_splits_kv_heads(kv, tp, c.kv_head_replication)),
         ("ffn", model.ffn_hidden_size % tp == 0),
-        ("scaleup", tp_tiles_node(c.scaleup_gpus, tp, dp * tp * pp * cp) if c.scaleup_gpus else True),
+        # the tensor-parallel, context-parallel and data-parallel groups tile the scale-up domain
+        # (check_cluster's rule: topology.groups_tile_node)
+        ("scaleup", groups_tile_node(c.scaleup_gpus, dp * tp * pp * cp, tp, cp, dp) if c.scaleup_gpus else True),
         ("layers", pp <= L),
         # ring context parallelism (the search's): 2 * cp equal chunks (validate_config.sequence_split_ok)
         ("sequence", sequence_split_ok(model.seq_len, cp, tp, False)),
@@ -387,6 +392,9 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
         ("fixed", _allowed(fixed, "ep", cols["ep"])),
         ("experts", (experts % cols["ep"] == 0) & ((cols["dp"] * cols["cp"] * cols["tp"]) % cols["ep"] == 0)),
         ("stack", ~lacked_use(lacks, ep=cols["ep"])),
+        # and the expert-parallel group (ep x etp, etp 1 here) too
+        ("scaleup", tp_tiles_node(c.scaleup_gpus, cols["ep"], cols["dp"] * cols["tp"] * cols["pp"] * cols["cp"])
+         if c.scaleup_gpus else np.ones(len(cols["ep"]), dtype=bool)),
     ], len(cols["ep"]), scale(1))
     cols = _keep(cols, ok)
 
@@ -607,12 +615,16 @@ def _hsdp_rules(cols: dict, c: SearchConstraints, fixed: Mapping, zero, hs, shap
     gains little from it), is ``hsdp``."""
     # the rules read a base row's tp and dp*cp only: evaluated once per distinct pair (a few
     # dozen against millions of base rows), then spread to the rows
+    # (and whether the job spans more than one scale-up domain, for the shard group's tiling)
     dpc_rows = cols["dp"] * cols["cp"]
     span = int(dpc_rows.max()) + 1 if len(dpc_rows) else 1
-    pairs, inverse = np.unique(cols["tp"] * span + dpc_rows, return_inverse=True)
+    g = int(c.scaleup_gpus)
+    multi = (dpc_rows * cols["tp"] * cols["pp"] > g) if g else np.zeros(len(dpc_rows), dtype=bool)
+    pairs, inverse = np.unique((cols["tp"] * span + dpc_rows) * 2 + multi, return_inverse=True)
     inverse = inverse.reshape(-1)
-    group = _shard_group(hs[None, :], (pairs // span)[:, None], c.hsdp_gpus)
-    dpc = (pairs % span)[:, None]
+    tp = (pairs // 2 // span)[:, None]
+    group = _shard_group(hs[None, :], tp, c.hsdp_gpus)
+    dpc = (pairs // 2 % span)[:, None]
     rules = []
     if "zero_shard_group" in fixed:
         allowed = np.isin(group, np.asarray(fixed["zero_shard_group"], dtype=np.int64))
@@ -621,6 +633,9 @@ def _hsdp_rules(cols: dict, c: SearchConstraints, fixed: Mapping, zero, hs, shap
     valid = (group == 0) | ((zero[None, :] >= min_zero) & (group >= 2) & (group < dpc)
                             & (dpc % np.maximum(group, 1) == 0))
     rules.append(("hsdp", np.broadcast_to(valid[inverse], shape)))
+    if g:   # the shard group's tp x group consecutive ranks tile the scale-up domain (check_cluster's rule)
+        tiles = (group == 0) | ~(pairs % 2 == 1)[:, None] | tp_tiles_node(g, tp * np.maximum(group, 1))
+        rules.append(("scaleup", np.broadcast_to(tiles[inverse], shape)))
     return rules
 
 

@@ -7,7 +7,7 @@ import numpy as np
 
 from cost_models.context_parallel import ulysses_heads_ok
 from cost_models.params import tp_splits_kv_heads
-from cost_models.topology import tp_tiles_node
+from cost_models.topology import group_blocks, tp_tiles_node
 from hardware_specs.errors import InputError
 from model_specs.model_spec import ModelSpec
 from simulator.parallel_config import ParallelConfig, Schedule
@@ -141,9 +141,12 @@ def _check_layout(model: ModelSpec, c: ParallelConfig) -> None:
 
 def check_cluster(cluster, config: ParallelConfig) -> None:
     """Raise ``InputError`` if ``config`` needs what ``cluster``'s file does not state (the host
-    link and memory bandwidth offload runs over), or lays tensor-parallel or expert tensor-parallel
-    groups across scale-up domains unevenly (``tp_tiles_node``: the collectives price every group
-    as the first)."""
+    link and memory bandwidth offload runs over), or lays a communication group across scale-up
+    domains unevenly: tensor-parallel, expert tensor-parallel, expert-parallel (ep x etp ranks),
+    context-parallel (tp x cp), ZeRO shard (tp x zero_shard_group) or data-parallel (tp x cp x dp)
+    groups (``topology.group_blocks``, ``tp_tiles_node``: the collectives price every group as the
+    first, and the step waits for the worst-placed one). The planner's ``scaleup`` rule is the
+    same (``topology.groups_tile_node``)."""
     g, world = cluster.gpus_per_node, config.n_gpus
     # Megatron numbers the expert-tensor ranks fastest in the experts' layout, as tp in the dense one
     for field, degree, a, group in (("tp", config.tp, "a", "a tensor-parallel group"),
@@ -153,6 +156,20 @@ def check_cluster(cluster, config: ParallelConfig) -> None:
             raise InputError(field, f"{field} {degree} does not tile the {g}-GPU scale-up domain of {cluster.name}: "
                              f"with {world} GPUs {group} would {how}",
                              f"use {a} {field} that divides {g} ({_divisors(g, g)}) or a multiple of {g}")
+    # the groups of several dimensions: each fills a run of consecutive ranks (group_blocks)
+    what = {"ep": ("ep", "ep x etp", "an expert-parallel group"),
+            "cp": ("cp", "tp x cp", "a context-parallel ring"),
+            "zero_shard_group": ("zero_shard_group", "tp x zero_shard_group", "a ZeRO shard group"),
+            "dp": ("dp", "tp x cp x dp", "a data-parallel group")}
+    for name, block in group_blocks(config.tp, config.cp, config.dp, config.ep, config.etp,
+                                    config.zero_shard_group):
+        b = int(block)
+        if name in what and b > 1 and not tp_tiles_node(g, b, world):
+            field, product, group = what[name]
+            how = "span two domains" if b < g else "span domains unevenly"
+            raise InputError(field, f"{product} = {b} does not tile the {g}-GPU scale-up domain of {cluster.name}: "
+                             f"with {world} GPUs {group} would {how}",
+                             f"make {product} divide {g} ({_divisors(g, g)}) or a multiple of {g}")
     if (config.offload_activation_layers or config.offload_optimizer_fraction) and cluster.host is None:
         raise InputError("offload", f"cluster {cluster.name} states no host link (GPU to host memory)",
                          "add host: {link, link_bw_gb_per_s, memory_gib, memory_bw_gb_per_s} to its YAML, or do not offload")
