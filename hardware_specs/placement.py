@@ -1,0 +1,24 @@
+"""Where a job's GPUs sit in scale-up domains that hold several hosts (GB200 / GB300 NVL72 racks).
+
+NVIDIA's Megatron-Bridge performance launcher asks Slurm for its GB200 / GB300 jobs in
+``--segment``s: blocks of trays (hosts of 4 GPUs) that Slurm's topology/block plugin keeps inside
+one NVLink domain. A job of at most 18 trays is one segment; a larger one is split into the
+largest segment of at most 18 trays that divides its tray count
+(NVIDIA-NeMo/Megatron-Bridge@023219ed scripts/performance/utils/executors.py ``slurm_executor``:
+``if num_gpus_per_node == 4: segment = nodes if nodes <= 18 else`` the largest divisor of
+``nodes`` in 18..1). 256 GPUs are 64 trays: segments of 16 trays, 64 GPUs in each of four racks,
+not 72 + 72 + 72 + 40; ranks follow the trays in order, so every 64 consecutive ranks share a rack.
+"""
+from __future__ import annotations
+
+
+def segment_gpus(n_gpus: int, gpus_per_host: int, gpus_per_node: int) -> int:
+    """GPUs a job of ``n_gpus`` uses in each scale-up domain of ``gpus_per_node`` GPUs on hosts of
+    ``gpus_per_host``, placed in Slurm segments as Megatron-Bridge's launcher asks (module
+    docstring). A job inside one domain, on whole-domain hosts, or of a GPU count that is not a
+    whole number of hosts keeps ``gpus_per_node``."""
+    g, h, n = int(gpus_per_node), int(gpus_per_host), int(n_gpus)
+    if n <= g or h >= g or n % h or g % h:
+        return g
+    hosts, per_domain = n // h, g // h
+    return h * max(d for d in range(per_domain, 0, -1) if hosts % d == 0)
