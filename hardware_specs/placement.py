@@ -22,3 +22,18 @@ def segment_gpus(n_gpus: int, gpus_per_host: int, gpus_per_node: int) -> int:
         return g
     hosts, per_domain = n // h, g // h
     return h * max(d for d in range(per_domain, 0, -1) if hosts % d == 0)
+
+
+def placed_cluster(cluster, n_gpus: int):
+    """``cluster`` as a job of ``n_gpus`` GPUs uses it: on NVLink domains of several hosts (GB200 /
+    GB300 NVL72 racks) a job larger than one rack holds ``segment_gpus`` GPUs in each rack it uses
+    (Megatron-Bridge's Slurm segments, module docstring), so its scale-up domain is that many GPUs
+    (256 GPUs on NVL72: 64 a rack); any other cluster, or a job that keeps the rack's size, is
+    returned as it is. ``simulate``, ``plan`` and the published validation place jobs this one way,
+    so a layout NVIDIA runs in segments (DeepSeek-V3 on 256 GB200 with ep 64) is priced as run, not
+    refused for straddling racks of 72. The cluster keeps its name."""
+    from dataclasses import replace
+    if cluster.scaleup.kind != "nvlink":
+        return cluster
+    per_domain = segment_gpus(n_gpus, cluster.launch_gpus_per_host, cluster.gpus_per_node)
+    return cluster if per_domain == cluster.gpus_per_node else replace(cluster, gpus_per_node=per_domain)

@@ -27,6 +27,7 @@ from hardware_specs.catalog import efficiency_for_cluster, load_cluster, load_st
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.stack_spec import StackSpec
 from hardware_specs.efficiency_model import EfficiencyModel
+from hardware_specs.placement import placed_cluster
 from hardware_specs.errors import InputError, whole_number
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
@@ -441,6 +442,7 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
     if cluster.max_gpus is not None and hi > cluster.max_gpus:
         raise InputError("gpus", f"{hi} GPUs exceed the {cluster.max_gpus} of cluster {cluster.name}",
                          f"ask for at most {cluster.max_gpus}")
+    cluster = _placed_for_range(cluster, lo, hi)
     gbs = resolve_global_batch(model.seq_len, global_batch, global_batch_tokens)
     dtypes = tuple(dict.fromkeys(dtype_names(dtypes) or (default_dtype(cluster),)))
     for d in dtypes:
@@ -532,6 +534,22 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
 #: order of the ranked table: fastest first; among equal step times the smaller footprint, then
 #: the earlier dtype and enumeration row (``_row``), so the order is total and reproducible
 _RANK_BY, _RANK_ASCENDING = ["tokens_per_s", "memory_gib", "dtype", "_row"], [False, True, True, True]
+
+
+def _placed_for_range(cluster: ClusterSpec, lo: int, hi: int) -> ClusterSpec:
+    """The cluster as jobs of ``lo``..``hi`` GPUs use it (``placement.placed_cluster``: a job of
+    several NVL72 racks in its Slurm segments), as ``simulate`` places each; a range whose sizes
+    are placed differently (128 GPUs: 64 a rack; 144: 72) cannot share one search."""
+    placed = placed_cluster(cluster, hi)
+    if lo != hi and placed.gpus_per_node != cluster.gpus_per_node or \
+            lo != hi and hi > cluster.gpus_per_node and placed.scaleup.kind == "nvlink" and \
+            cluster.launch_gpus_per_host < cluster.gpus_per_node:
+        sizes = sorted({placed_cluster(cluster, n).gpus_per_node for n in range(max(lo, 1), hi + 1)})
+        if len(sizes) > 1:
+            raise InputError("gpus", f"jobs of {lo}-{hi} GPUs on {cluster.name} sit {', '.join(map(str, sizes))} "
+                             f"GPUs a {cluster.gpus_per_node}-GPU domain (Slurm segments, hardware_specs.placement)",
+                             "plan each GPU count on its own")
+    return placed
 
 
 def _kept_table(model, cluster, eff, base, scored, limit: float, max_plans: int | None, defaults: tuple,

@@ -33,3 +33,44 @@ def test_published_multi_rack_rows_are_placed_in_segments_their_groups_tile():
         assert groups_tile_node(64, c.n_gpus, c.tp, c.cp, c.dp, c.ep, c.etp, c.zero_shard_group)
         # on whole racks of 72 their groups of 64 (or 128) would straddle
         assert not groups_tile_node(72, c.n_gpus, c.tp, c.cp, c.dp, c.ep, c.etp, c.zero_shard_group)
+
+
+def test_simulate_plan_and_sweep_place_a_multi_rack_job_in_its_segments_as_the_validation_does(tmp_path):
+    """Llama-3-70B on 128 GB200 at tp 2 (dp 64) and DeepSeek-V3 on 256 with ep 64: groups of 64 and
+    128 ranks tile the 64 GPUs a rack Megatron-Bridge's Slurm segments give these jobs, not racks
+    of 72, so simulate runs them (they had been refused as straddling racks), priced exactly as
+    the same cluster stating 64 GPUs a domain; plan and a sweep point give the same numbers, and
+    144 GPUs (whole racks of 72) still refuse an expert group of 16 across two racks."""
+    from dataclasses import replace
+
+    import pytest
+
+    from hardware_specs.catalog import load_cluster
+    from hardware_specs.errors import InputError
+    from hardware_specs.placement import placed_cluster
+    from paraplan import api
+
+    nvl72 = load_cluster("gb200-nvl72")
+    assert placed_cluster(nvl72, 128).gpus_per_node == 64 and placed_cluster(nvl72, 144) is nvl72
+    assert placed_cluster(load_cluster("dgx-h100"), 1024).gpus_per_node == 8
+    sixty_four = replace(nvl72, gpus_per_node=64)
+    one = api.simulate("llama3-70b", "gb200-nvl72", gpus=128, tp=2, global_batch=256, zero_stage=1).iloc[0]
+    same = api.simulate("llama3-70b", sixty_four, gpus=128, tp=2, global_batch=256, zero_stage=1).iloc[0]
+    assert one.step_time_s == same.step_time_s and one.memory_gib == same.memory_gib
+    best = api.plan("deepseek-v3", "gb200-nvl72", gpus=256, global_batch=1024, ep=[64]).iloc[0]
+    again = api.simulate("deepseek-v3", "gb200-nvl72", gpus=256, tp=int(best.tp), pp=int(best.pp), ep=64,
+                         cp=int(best.cp), vpp=int(best.vpp), micro_batch=int(best.micro_batch), global_batch=1024,
+                         zero_stage=int(best.zero_stage), recompute=str(best.recompute),
+                         offload_activation_layers=int(best.offload_activation_layers),
+                         zero_shard_group=int(best.zero_shard_group), sequence_parallel=bool(best.sequence_parallel),
+                         recompute_num_layers=int(best.recompute_num_layers),
+                         recompute_layers_decrement=int(best.recompute_layers_decrement)).iloc[0]
+    assert again.step_time_s == pytest.approx(best.step_time_s, rel=1e-9)
+    grid = {"models": ["llama3-70b"], "clusters": ["gb200-nvl72"], "gpus": [128], "global_batch": [256],
+            "search": "simulate", "config": {"tp": [2], "zero_stage": [1]}}
+    row = api.sweep_grid(grid).iloc[0]
+    assert row.step_time_s == one.step_time_s and row.memory_gib == one.memory_gib
+    with pytest.raises(InputError, match="ep x etp = 16 does not tile the 72-GPU"):
+        api.simulate("qwen3-30b-a3b", "gb200-nvl72", gpus=144, ep=16, global_batch=144, zero_stage=1)
+    with pytest.raises(InputError, match="plan each GPU count on its own"):
+        api.plan("llama3-70b", "gb200-nvl72", gpus=(128, 144), global_batch=288)

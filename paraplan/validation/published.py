@@ -67,7 +67,7 @@ import pandas as pd
 from hardware_specs.catalog import DEFAULT_TRAINING_STACK, generic_cluster, load_cluster, load_gpu, load_stack, release_match_for
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.errors import InputError, not_a_file
-from hardware_specs.placement import segment_gpus
+from hardware_specs.placement import placed_cluster
 from hardware_specs.stack_presets import Layout, memory_savings_of_layout
 from model_specs.model_spec import ModelSpec
 from paraplan.validation.csv_structure import SHORT_ROW_COLUMN, check_csv_structure, id_text, mark_short_rows
@@ -435,10 +435,11 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
         raise Skip(f"cluster invalid (gpus_per_node / scaleout_gbps_per_gpu): {exc}") from None
     if system is not None:
         assumptions.append(f"cluster={system} (the system the gpu column names)")
-    per_domain = segment_gpus(n, cluster.launch_gpus_per_host, cluster.gpus_per_node)
-    if _int(row, "gpus_per_node") is None and per_domain != cluster.gpus_per_node and cluster.scaleup.kind == "nvlink":
+    placed = placed_cluster(cluster, n)
+    if _int(row, "gpus_per_node") is None and placed.gpus_per_node != cluster.gpus_per_node:
         # a multi-rack GB200 / GB300 job placed as Megatron-Bridge's launcher asks Slurm for it
         # (NVLink racks of several trays; a TPU pod's slices are another scheduler's)
+        per_domain = placed.gpus_per_node
         cluster = row_cluster(gpu, per_domain, _num(row, "scaleout_gbps_per_gpu"), system)
         assumptions.append(f"{per_domain} GPUs per {cluster.scaleup.kind} domain (Slurm --segment of "
                            f"{per_domain // cluster.launch_gpus_per_host} hosts, hardware_specs.placement)")
