@@ -34,9 +34,13 @@ def _f(x):
     return np.asarray(x, dtype=float)
 
 
-def link_rates(cluster: ClusterSpec, eff: ServingEfficiency):
-    """Achieved (bw_intra, lat_intra, bw_inter, lat_inter): bytes/s and seconds."""
-    bw_i = cluster.scaleup.bw_bytes_per_s * eff.link_bw_fraction
+def link_rates(cluster: ClusterSpec, eff: ServingEfficiency, n_intra=None):
+    """Achieved (bw_intra, lat_intra, bw_inter, lat_inter): bytes/s and seconds. ``n_intra``: the
+    group's members in one domain, on a full-mesh scale-up tier reaching each other over
+    ``n_intra - 1`` peers' links only (``NetworkTier.group_bw_bytes_per_s``); None = the whole
+    domain."""
+    link = cluster.scaleup.bw_bytes_per_s if n_intra is None else cluster.scaleup.group_bw_bytes_per_s(n_intra)
+    bw_i = link * eff.link_bw_fraction
     bw_o = cluster.scaleout.bw_bytes_per_s * eff.link_bw_fraction / cluster.oversubscription
     return bw_i, cluster.scaleup.latency_s, bw_o, cluster.scaleout.latency_s
 
@@ -50,8 +54,8 @@ def allreduce_time_s(bytes_, group, cluster: ClusterSpec, eff: ServingEfficiency
     None or ``stated`` is False (``ServingBehaviour.oneshot_allreduce`` gives both)."""
     n = _f(group)
     s = _f(bytes_)
-    bw_i, lat_i, bw_o, lat_o = link_rates(cluster, eff)
     per_node = float(cluster.gpus_per_node)
+    bw_i, lat_i, bw_o, lat_o = link_rates(cluster, eff, np.minimum(n, per_node))
     inside = n <= per_node
     if custom:
         one_shot = lat_i + (n - 1.0) * s / bw_i
@@ -76,8 +80,8 @@ def all_to_all_time_s(bytes_, group, cluster: ClusterSpec, eff: ServingEfficienc
     """All-to-all where each of ``group`` GPUs holds ``bytes_`` and keeps 1/group of it, seconds
     (the part leaving the NVLink domain goes over each GPU's NIC)."""
     n = _f(group)
-    bw_i, lat_i, bw_o, lat_o = link_rates(cluster, eff)
     per_node = float(cluster.gpus_per_node)
+    bw_i, lat_i, bw_o, lat_o = link_rates(cluster, eff, np.minimum(n, per_node))
     n_intra = np.minimum(n, per_node)
     n_inter = np.ceil(n / np.maximum(n_intra, 1.0))
     # the engines' all-to-all kernels (DeepEP, NVLink one-sided copies) issue every peer at once:
@@ -89,8 +93,9 @@ def all_to_all_time_s(bytes_, group, cluster: ClusterSpec, eff: ServingEfficienc
 
 
 def p2p_time_s(bytes_, cross_domain, cluster: ClusterSpec, eff: ServingEfficiency):
-    """One send/recv of ``bytes_`` between neighbouring pipeline stages, seconds."""
-    bw_i, lat_i, bw_o, lat_o = link_rates(cluster, eff)
+    """One send/recv of ``bytes_`` between neighbouring pipeline stages, seconds (inside a
+    domain a group of two: one peer's links on a full mesh)."""
+    bw_i, lat_i, bw_o, lat_o = link_rates(cluster, eff, 2.0)
     cross = np.asarray(cross_domain, dtype=bool)
     return np.where(cross, _f(bytes_) / bw_o + lat_o, _f(bytes_) / bw_i + lat_i)
 

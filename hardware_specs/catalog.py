@@ -19,7 +19,8 @@ below them, default 1).
 
 Cluster file keys: name, description, gpu (a catalog name, or an inline GPU mapping),
 efficiency (optional inline efficiency mapping, as ``paraplan calibrate`` writes), gpus_per_node, scaleup {kind, bw_gb_per_s,
-latency_us} (optional: defaults to the GPU's link), scaleout {kind, bw_gbit_per_s or
+latency_us, and on a full mesh with no switch mesh_peer_bw_gb_per_s: one peer's links, one
+direction} (optional: defaults to the GPU's link), scaleout {kind, bw_gbit_per_s or
 bw_gb_per_s, latency_us, and optionally communicator_busbw_gb_per_s: the most bus bandwidth one
 NCCL communicator was measured to reach across nodes, where the fabric's collectives fall short
 of its links}, rail_optimized, oversubscription, max_gpus, source, and optionally host
@@ -118,7 +119,8 @@ GPU_KEYS = ("name", "vendor", "generation", "peak_tflops", "hbm_gib", "hbm_gb", 
             "sync_mma_peak_fraction", "sustained_tensor_fraction")
 CLUSTER_KEYS = ("name", "gpu", "efficiency", "gpus_per_node", "scaleup", "scaleout", "max_gpus", "rail_optimized",
                 "oversubscription", "source", "description", "host", "gpus_per_host")
-TIER_KEYS = ("kind", "bw_gbit_per_s", "bw_gb_per_s", "latency_us", "communicator_busbw_gb_per_s", "source")
+TIER_KEYS = ("kind", "bw_gbit_per_s", "bw_gb_per_s", "latency_us", "communicator_busbw_gb_per_s",
+             "mesh_peer_bw_gb_per_s", "source")
 POOLED_KEYS = ("name", "pools", "links", "description", "source")
 LINK_KEYS = ("between", "bw_gbit_per_s", "bw_gb_per_s", "latency_us", "kind")
 
@@ -214,9 +216,16 @@ def _tier_from_dict(data: Any, where: str, default_kind: str) -> NetworkTier:
                          "a measured all-reduce bus bandwidth across nodes in GB/s, or leave the key out")
     latency = _number_in_file_unit(data, "latency_us", where, 5.0, 1e-6,
                            "one message's start-up time in microseconds", allow_zero=True)
+    peer = _number_in_file_unit(data, "mesh_peer_bw_gb_per_s", where, None, 1e9,
+                        "on a full mesh with no switch, one peer's links in GB/s one direction; "
+                        "leave the key out for a switch")
+    if peer is not None and peer * 1e9 > bw:
+        raise InputError(f"{where}.mesh_peer_bw_gb_per_s", f"{peer:g} GB/s is above the tier's "
+                         f"{bw / 1e9:g} GB/s per GPU", "give one peer's share of the GPU's links")
     return NetworkTier(kind=get_field(data, "kind", where, str, default_kind), bw_bytes_per_s=bw,
                        latency_s=latency * 1e-6,
-                       communicator_bus_bw_bytes_per_s=None if busbw is None else busbw * 1e9)
+                       communicator_bus_bw_bytes_per_s=None if busbw is None else busbw * 1e9,
+                       mesh_peer_bw_bytes_per_s=None if peer is None else peer * 1e9)
 
 
 def _host_from_dict(data: Any, where: str) -> HostSpec | None:

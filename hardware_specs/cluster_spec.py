@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError, require_plausible, require_positive
 from hardware_specs.gpu_spec import MAX_CLUSTER_GPUS, MAX_RATE_PER_S, MIN_RATE_PER_S, GPUSpec
@@ -31,12 +33,18 @@ class NetworkTier:
             communicators (the data-parallel groups of different tensor-parallel ranks) each
             reach it on their own connections. None = the links and the generation's fraction
             bound it (``cost_models.topology``).
+        mesh_peer_bw_bytes_per_s: set only for a scale-up tier that is a full mesh with no
+            switch (MI300X's xGMI, a GH200 node's NVLink): the bandwidth of one GPU's links to
+            one peer, one direction, bytes/s. A group of k members of one domain then reaches its
+            peers over k - 1 of those links only (``group_bw_bytes_per_s``). None = switched
+            (NVSwitch): every group gets ``bw_bytes_per_s``.
     """
 
     kind: str
     bw_bytes_per_s: float
     latency_s: float
     communicator_bus_bw_bytes_per_s: float | None = None
+    mesh_peer_bw_bytes_per_s: float | None = None
 
     def __post_init__(self) -> None:
         require_plausible(f"network.{self.kind}.bw_bytes_per_s", self.bw_bytes_per_s, MIN_RATE_PER_S, MAX_RATE_PER_S)
@@ -44,6 +52,27 @@ class NetworkTier:
         if self.communicator_bus_bw_bytes_per_s is not None:
             require_plausible(f"network.{self.kind}.communicator_bus_bw_bytes_per_s",
                               self.communicator_bus_bw_bytes_per_s, MIN_RATE_PER_S, MAX_RATE_PER_S)
+        if self.mesh_peer_bw_bytes_per_s is not None:
+            require_plausible(f"network.{self.kind}.mesh_peer_bw_bytes_per_s",
+                              self.mesh_peer_bw_bytes_per_s, MIN_RATE_PER_S, MAX_RATE_PER_S)
+            if self.mesh_peer_bw_bytes_per_s > self.bw_bytes_per_s:
+                raise InputError(f"network.{self.kind}.mesh_peer_bw_bytes_per_s",
+                                 f"{self.mesh_peer_bw_bytes_per_s / 1e9:g} GB/s is above the tier's "
+                                 f"{self.bw_bytes_per_s / 1e9:g} GB/s per GPU",
+                                 "give one peer's share of the GPU's links")
+
+    def group_bw_bytes_per_s(self, members):
+        """Bandwidth one GPU reaches, one direction, bytes/s, in a group of ``members`` GPUs of
+        one domain that exchange among themselves (ring, all-to-all, a send to a neighbour is a
+        group of 2), numpy-friendly: ``bw_bytes_per_s`` on a switch; on a full mesh only the
+        links to the k - 1 peers carry the group's traffic, ``min(bw, (k - 1) x peer)``
+        (MI300X TP 2: one 64 GB/s xGMI link, not the 448 GB/s of all seven)."""
+        if self.mesh_peer_bw_bytes_per_s is None:
+            return np.broadcast_to(np.asarray(self.bw_bytes_per_s, dtype=float), np.shape(members)) * 1.0
+        peers = np.asarray(members, dtype=float) - 1.0
+        # one member alone has no peer in the domain: nothing to cap
+        return np.where(peers >= 1.0, np.minimum(self.bw_bytes_per_s, np.maximum(peers, 1.0) * self.mesh_peer_bw_bytes_per_s),
+                        self.bw_bytes_per_s)
 
 
 @dataclass(frozen=True)
