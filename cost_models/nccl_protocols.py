@@ -35,6 +35,19 @@ import numpy as np
 # NCCL hop latencies (us) of the ring algorithm, tuning.cc@v2.27.7-1 ``hwLat``: NVLINK / NET rows
 _NVLINK_HOP_US = {"LL": 0.6, "LL128": 1.9, "Simple": 3.4}
 _NET_HOP_US = {"LL": 2.7, "LL128": 4.0, "Simple": 14.0}
+# ... and of the tree (``hwLat`` Tree columns, tuning.cc@v2.27.7-1 lines 145 and 153)
+_TREE_NVLINK_HOP_US = {"LL": 0.6, "LL128": 1.25, "Simple": 4.0}
+_TREE_NET_HOP_US = {"LL": 5.0, "LL128": 8.5, "Simple": 14.0}
+#: the tree all-reduce's bus bandwidth over the link's (tuning.cc@v2.27.7-1 line 281, ``busBw*.92``)
+TREE_ALLREDUCE_BW_FRACTION = 0.92
+#: the tree all-reduce's bandwidth correction by message size (``treeCorrectionFactor``,
+#: tuning.cc@v2.27.7-1 lines 555-559: "Trees are not perfectly sticking to the model for medium
+#: sizes"), index log2(bytes / 64) for 64 B .. 256 MB; 1 outside
+_TREE_CORRECTION = {
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
+    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+}
 
 
 @dataclass(frozen=True)
@@ -45,6 +58,11 @@ class Protocol:
     nvlink_hop_ratio / net_hop_ratio: hop latency relative to Simple's on that link kind.
     bw_fraction: fraction of the link's bus bandwidth the protocol's payload reaches.
     generation_capped: whether NCCL caps the bus bandwidth per GPU generation (LL only).
+    tree_base_latency_s: fixed cost per tree all-reduce call, seconds (``baseLat`` Tree row).
+    tree_nvlink_hop_ratio / tree_net_hop_ratio: the tree's hop latency relative to the ring's
+        Simple hop on that link kind (``hwLat`` Tree columns over 3.4 us NVLink, 14 us network).
+    tree_bw_fraction: fraction of the multi-node tree's bus bandwidth the protocol reaches
+        (tuning.cc@v2.27.7-1 lines 282-283: LL 1/3.8, LL128 120/128 across nodes).
     """
     name: str
     ring_base_latency_s: float
@@ -52,15 +70,23 @@ class Protocol:
     net_hop_ratio: float
     bw_fraction: float
     generation_capped: bool = False
+    tree_base_latency_s: float = 0.0
+    tree_nvlink_hop_ratio: float = 1.0
+    tree_net_hop_ratio: float = 1.0
+    tree_bw_fraction: float = 1.0
 
 
-LL = Protocol("LL", 6.6e-6, _NVLINK_HOP_US["LL"] / 3.4, _NET_HOP_US["LL"] / 14.0, 0.5, generation_capped=True)
-LL128 = Protocol("LL128", 14.0e-6, _NVLINK_HOP_US["LL128"] / 3.4, _NET_HOP_US["LL128"] / 14.0, 120.0 / 128.0)
-SIMPLE = Protocol("Simple", 8.4e-6, 1.0, 1.0, 1.0)
+LL = Protocol("LL", 6.6e-6, _NVLINK_HOP_US["LL"] / 3.4, _NET_HOP_US["LL"] / 14.0, 0.5, generation_capped=True,
+              tree_base_latency_s=6.8e-6, tree_nvlink_hop_ratio=_TREE_NVLINK_HOP_US["LL"] / 3.4,
+              tree_net_hop_ratio=_TREE_NET_HOP_US["LL"] / 14.0, tree_bw_fraction=1.0 / 3.8)
+LL128 = Protocol("LL128", 14.0e-6, _NVLINK_HOP_US["LL128"] / 3.4, _NET_HOP_US["LL128"] / 14.0, 120.0 / 128.0,
+                 tree_base_latency_s=14.0e-6, tree_nvlink_hop_ratio=_TREE_NVLINK_HOP_US["LL128"] / 3.4,
+                 tree_net_hop_ratio=_TREE_NET_HOP_US["LL128"] / 14.0, tree_bw_fraction=120.0 / 128.0)
+SIMPLE = Protocol("Simple", 8.4e-6, 1.0, 1.0, 1.0, tree_base_latency_s=8.4e-6,
+                  tree_nvlink_hop_ratio=_TREE_NVLINK_HOP_US["Simple"] / 3.4,
+                  tree_net_hop_ratio=_TREE_NET_HOP_US["Simple"] / 14.0)
 NCCL_PROTOCOLS = (LL, LL128, SIMPLE)
 
-#: base latency of a tree all-reduce on Simple, seconds (``baseLat`` Tree row)
-TREE_BASE_LATENCY_S = 8.4e-6
 
 #: LL's bus-bandwidth cap inside one node, bytes/s, by GPU generation (``llMaxBws`` N1 column:
 #: Volta row for compute capability < 8.0, so Turing too); the generations listed run NCCL
@@ -93,3 +119,42 @@ def protocol_bus_bw(protocol: Protocol, bw_bytes_per_s, n_inter, generation: str
     cap = np.where(n_inter <= 1, LL_MAX_BUS_BW_BYTES_PER_S.get(generation, np.inf),
                    np.where(n_inter <= 2, LL_MAX_BUS_BW_TWO_NODES, LL_MAX_BUS_BW_MANY_NODES))
     return np.minimum(bw, cap)
+
+
+def tree_bus_bw(protocol: Protocol, bw_bytes_per_s, n_inter, generation: str):
+    """Bus bandwidth of a multi-node tree all-reduce on ``protocol``, bytes/s, from the bandwidth
+    ``bw_bytes_per_s`` its slowest tier gives one GPU (tuning.cc@v2.27.7-1 lines 281-283:
+    ``busBw*.92``, then LL ``/3.8`` capped at ``llMaxBw``, LL128 ``*120/128``). The per-channel
+    caps (``perChMaxTreeBws``) need NCCL's channel count and are left out. NCCL only: other
+    accelerators take the link's bandwidth."""
+    bw = np.asarray(bw_bytes_per_s, dtype=float)
+    if not runs_nccl(generation):
+        return bw * protocol.tree_bw_fraction
+    bw = bw * TREE_ALLREDUCE_BW_FRACTION * protocol.tree_bw_fraction
+    if not protocol.generation_capped:
+        return bw
+    n_inter = np.asarray(n_inter, dtype=float)
+    return np.minimum(bw, np.where(n_inter <= 2, LL_MAX_BUS_BW_TWO_NODES, LL_MAX_BUS_BW_MANY_NODES))
+
+
+def tree_bw_correction(protocol: Protocol, bytes_):
+    """NCCL's ``treeCorrectionFactor`` for a tree all-reduce of ``bytes_`` on ``protocol``
+    (numpy-friendly; 1 for protocols NCCL does not run and outside 64 B .. 512 MB):
+    ``bw *= treeCorrectionFactor[p][log2i(nBytes >> 6)]`` (tuning.cc@v2.27.7-1 line 569)."""
+    table = _TREE_CORRECTION.get(protocol.name)
+    b = np.asarray(bytes_, dtype=float)
+    if table is None:
+        return np.ones_like(b)
+    log_size = np.floor(np.log2(np.maximum(np.floor(b / 64.0), 1.0)))
+    inside = (b >= 64.0) & (log_size < len(table))
+    return np.where(inside, np.asarray(table)[np.clip(log_size, 0, len(table) - 1).astype(int)], 1.0)
+
+
+def tree_correction_boundaries(protocol: Protocol):
+    """(bytes, factor just below) at each size where ``tree_bw_correction`` steps: the smallest
+    message of each 64 x 2^k bucket and the factor of the bucket under it."""
+    table = _TREE_CORRECTION.get(protocol.name)
+    if table is None:
+        return ()
+    below = (1.0,) + tuple(table)
+    return tuple((64.0 * 2.0**k, below[k]) for k in range(len(table) + 1) if below[k] != (table + (1.0,))[k])

@@ -158,8 +158,8 @@ def group_collective_time_s(kind: str, bytes_, group_size, stride, cluster: Clus
     matching function in ``cost_models.collectives`` defines it. ``algorithm``: ``auto`` (as
     NCCL's tuner picks: the faster of ring and tree for all-reduce, the ring otherwise),
     ``ring`` (flat ring; across domains each node's members drive their own NICs in parallel
-    channels), ``tree`` (all-reduce only: a reduce-scatter inside the domain, double binary
-    trees across domains on the shard, an all-gather inside) or ``hierarchical`` (the same split
+    channels), ``tree`` (all-reduce only: a chain inside the domain pipelined with double
+    binary trees across domains, ``_tree_protocol_envelope_s``) or ``hierarchical`` (the same split
     with a ring across: a what-if, not an NCCL algorithm). All-to-all always splits its traffic
     between the tiers, the NVLink and NIC parts running at once.
 
@@ -198,14 +198,11 @@ def _group_collective_time_s(kind: str, bytes_, group_size, stride, cluster: Clu
         times.append(np.where(spans, _HIER[kind](bytes_, n_intra, n_inter, bw_i, lat_i, bw_o_each, lat_o),
                               _FLAT[kind](bytes_, group_size, bw_i, lat_i)))
     if kind == "all_reduce" and algorithm in ("auto", "tree"):
-        # double binary trees across domains on each member's NIC (shard 1/n_intra after an
-        # intra-domain reduce-scatter, gathered back after): Sanders et al. 2009, NCCL 2.4
-        shard = np.asarray(bytes_, dtype=float) / np.maximum(n_intra, 1.0)
-        tree = (coll.reduce_scatter_time_s(bytes_, n_intra, bw_i, lat_i)
-                + coll.tree_allreduce_time_s(shard, n_inter, bw_o_each, lat_o)
-                + coll.all_gather_time_s(bytes_, n_intra, bw_i, lat_i))
-        tree_base = nccl_protocols.TREE_BASE_LATENCY_S if nccl_protocols.runs_nccl(cluster.gpu.generation) else 0.0
-        times.append(np.where(spans, tree + tree_base, ring))
+        # a chain inside the domain pipelined with double binary trees across domains, one per
+        # member's NIC (Sanders et al. 2009, NCCL 2.4): the slower tier sets the bandwidth
+        tree_bw = np.minimum(bw_i, np.maximum(n_intra, 1.0) * bw_o_each)
+        tree = _tree_protocol_envelope_s(bytes_, n_intra, n_inter, tree_bw, lat_i, lat_o, cluster.gpu.generation)
+        times.append(np.where(spans, tree, ring))
     if not times:
         raise ValueError(f"unknown algorithm {algorithm!r} for {kind}")
     t = times[0]
@@ -227,6 +224,35 @@ def _ring_protocol_envelope_s(kind, bytes_, group_size, n_inter, spans, ring_bw,
         lat = np.where(spans, ring_step_latency_s(group_size, n_inter, hop_i, hop_o), hop_i)
         bw = nccl_protocols.protocol_bus_bw(proto, ring_bw, n_inter, generation)
         t = _FLAT[kind](bytes_, group_size, bw, lat) + proto.ring_base_latency_s
+        best = t if best is None else np.minimum(best, t)
+    return best
+
+
+def _tree_protocol_envelope_s(bytes_, n_intra, n_inter, bus_bw, lat_i, lat_o, generation):
+    """Tree all-reduce of a ``bytes_`` buffer across ``n_inter`` domains of ``n_intra`` members
+    on the fastest NCCL protocol, seconds, as NCCL's tuner models it (NVIDIA/nccl@v2.27.7-1
+    src/graph/tuning.cc): the intra-node chain and the inter-node double binary trees run
+    pipelined on the same chunks, so the buffer moves once up and once down at the tree's bus
+    bandwidth: algorithm bandwidth ``busBw * .5`` (line 325), ``busBw`` the slower tier's
+    ``bus_bw`` x .92 x the protocol's share (lines 281-283, ``nccl_protocols.tree_bus_bw``);
+    latency ``baseLat[Tree] + 2 ((ppn - 1) intraLat + log2i(nNodes) interLat)`` (lines 357-361)
+    with the tree's own hop latencies (``hwLat`` Tree columns, scaled to the cluster's link
+    latencies as the ring's are). 64 MiB over 1,024 H100 (128 DGX nodes): LL128,
+    2 x 67.1 MB / (340 GB/s x .92 x 120/128) = 458 us + 14 + 2 (7 x 1.10 + 7 x 3.04) us = 530 us.
+    The tuner's size-bucket ``treeCorrectionFactor`` (lines 555-569) scales the bandwidth; where
+    it steps up, a message would run faster than one just below it, so the time is held at the
+    largest time of any smaller message (each protocol's running maximum)."""
+    best = None
+    n_intra = np.maximum(np.asarray(n_intra, dtype=float), 1.0)
+    log_nodes = np.floor(np.log2(np.maximum(np.asarray(n_inter, dtype=float), 1.0)))
+    for proto in nccl_protocols.protocols_for(generation):
+        hop_i, hop_o = lat_i * proto.tree_nvlink_hop_ratio, lat_o * proto.tree_net_hop_ratio
+        lat = proto.tree_base_latency_s + 2.0 * ((n_intra - 1.0) * hop_i + log_nodes * hop_o)
+        bw = nccl_protocols.tree_bus_bw(proto, bus_bw, n_inter, generation)
+        size = np.asarray(bytes_, dtype=float)
+        t = 2.0 * size / (bw * nccl_protocols.tree_bw_correction(proto, size)) + lat
+        for edge, factor_below in nccl_protocols.tree_correction_boundaries(proto):
+            t = np.where(size >= edge, np.maximum(t, 2.0 * edge / (bw * factor_below) + lat), t)
         best = t if best is None else np.minimum(best, t)
     return best
 

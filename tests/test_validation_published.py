@@ -92,8 +92,11 @@ def test_narayanan_tables_stay_within_bound(results):
     # 0.847) 9.91%: 174.6B +2.3 / +2.4 / -13.7%, 529.6B +15.4 / +12.7 / +13.0%; 10.81% (worst
     # 17.2%) since the fitter moves the 16-bit plateau and the HBM fraction together (Ampere
     # 0.7313 / 0.9156 -> 0.7469 / 0.8468, objective 7.08% -> 7.05%, Korthikanti's steps 5.50% ->
-    # 4.40%): these rows' gathers stay unexplained (docs/accuracy_training.md)
-    assert _mean_abs_pct(zero3) <= 11.0
+    # 4.40%): these rows' gathers stay unexplained (docs/accuracy_training.md); 12.18% (worst
+    # 18.46%, 529.6B at 2,240 ranks) since the tree all-reduce pipelines its in-node chain with
+    # the trees across nodes as NCCL's tuner models it (no refit): the gradient all-reduces
+    # that already ran on the tree got faster, these rows were already predicted fast
+    assert _mean_abs_pct(zero3) <= 12.5
     assert float((zero3.rel_error.abs() * 100).max()) <= 18.5
     # the issue's 6% target for the source: measured 5.71% over all 22 rows, 5.03% with fp16
     # accumulation buffers, 4.05% after the refit
