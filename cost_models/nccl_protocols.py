@@ -38,6 +38,24 @@ _NET_HOP_US = {"LL": 2.7, "LL128": 4.0, "Simple": 14.0}
 # ... and of the tree (``hwLat`` Tree columns, tuning.cc@v2.27.7-1 lines 145 and 153)
 _TREE_NVLINK_HOP_US = {"LL": 0.6, "LL128": 1.25, "Simple": 4.0}
 _TREE_NET_HOP_US = {"LL": 5.0, "LL128": 8.5, "Simple": 14.0}
+#: the proxy's per-step overhead on a multi-node ring, seconds: a ring hop inside a node costs at
+#: least this (``intraLat = max(intraLat, netOverhead)``, tuning.cc@v2.27.7-1 lines 347-353;
+#: ``getNetOverhead`` lines 204-209: 1.0 us on Intel x86 hosts, the row the LL caps here use too,
+#: 2.0 on AMD), three times it on Simple. Like the hops, in NCCL's microseconds: scaled to the
+#: cluster's link latency by the same ratio (``ring_net_overhead_ratio``)
+NET_OVERHEAD_US = 1.0
+NET_OVERHEAD_SIMPLE_MULTIPLIER = 3.0
+
+
+def ring_net_overhead_ratio(protocol: "Protocol", generation: str) -> float:
+    """The floor a multi-node ring's in-node hop pays on ``protocol``, relative to the Simple
+    NVLink hop (3.4 us in NCCL's table, the cluster's scale-up latency here); 0 off NCCL.
+    LL: 1.0 / 3.4 (above its 0.6 / 3.4 hop), LL128: 1.0 / 3.4 (below its 1.9), Simple 3.0 / 3.4."""
+    if not runs_nccl(generation):
+        return 0.0
+    return NET_OVERHEAD_US * (NET_OVERHEAD_SIMPLE_MULTIPLIER if protocol.name == "Simple" else 1.0) / 3.4
+
+
 #: the tree all-reduce's bus bandwidth over the link's (tuning.cc@v2.27.7-1 line 281, ``busBw*.92``)
 TREE_ALLREDUCE_BW_FRACTION = 0.92
 #: the tree all-reduce's bandwidth correction by message size (``treeCorrectionFactor``,

@@ -190,7 +190,7 @@ def _group_collective_time_s(kind: str, bytes_, group_size, stride, cluster: Clu
     # member's NIC, share that cap
     bw_o_each = np.minimum(bw_o, cap / np.maximum(n_intra, 1.0))
     times = []
-    ring = _ring_protocol_envelope_s(kind, bytes_, group_size, n_inter, spans, ring_bw, lat_i, lat_o,
+    ring = _ring_protocol_envelope_s(kind, bytes_, group_size, n_intra, n_inter, spans, ring_bw, lat_i, lat_o,
                                      cluster.gpu.generation)
     if algorithm in ("auto", "ring"):
         times.append(ring)
@@ -211,16 +211,24 @@ def _group_collective_time_s(kind: str, bytes_, group_size, stride, cluster: Clu
     return np.where(np.asarray(group_size) > 1, t, 0.0)
 
 
-def _ring_protocol_envelope_s(kind, bytes_, group_size, n_inter, spans, ring_bw, lat_i, lat_o, generation):
+def _ring_protocol_envelope_s(kind, bytes_, group_size, n_intra, n_inter, spans, ring_bw, lat_i, lat_o, generation):
     """Flat-ring time of ``kind`` on the fastest NCCL protocol (``cost_models.nccl_protocols``), seconds.
 
     Each protocol pays its base latency per call, its hop latency per step (the scale-up link's
     for steps inside a node, the NIC's for the ``n_inter - 1`` crossings, as in
-    ``ring_step_latency_s``) and moves the bytes at its share of the ring's bandwidth.
+    ``ring_step_latency_s``) and moves the bytes at its share of the ring's bandwidth. As
+    NVIDIA/nccl@v2.27.7-1 src/graph/tuning.cc charges them: with one rank per node the crossings
+    are fully exposed and pay the tree's network hop (line 332, ``hwLat[NET][TREE]``: LL 5.0,
+    LL128 8.5 us against the ring's 2.7, 4.0), and on a ring across nodes an in-node hop costs at
+    least the proxy's overhead (line 353, ``nccl_protocols.ring_net_overhead_ratio``).
     """
     best = None
+    one_per_node = np.asarray(n_intra, dtype=float) <= 1.0
     for proto in nccl_protocols.protocols_for(generation):
-        hop_i, hop_o = lat_i * proto.nvlink_hop_ratio, lat_o * proto.net_hop_ratio
+        hop_i = lat_i * proto.nvlink_hop_ratio
+        hop_o = lat_o * np.where(one_per_node, proto.tree_net_hop_ratio, proto.net_hop_ratio)
+        hop_i = np.where(spans, np.maximum(hop_i, lat_i * nccl_protocols.ring_net_overhead_ratio(proto, generation)),
+                         hop_i)
         lat = np.where(spans, ring_step_latency_s(group_size, n_inter, hop_i, hop_o), hop_i)
         bw = nccl_protocols.protocol_bus_bw(proto, ring_bw, n_inter, generation)
         t = _FLAT[kind](bytes_, group_size, bw, lat) + proto.ring_base_latency_s

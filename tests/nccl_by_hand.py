@@ -9,13 +9,17 @@ BASE_S = {"LL": 6.6e-6, "LL128": 14.0e-6, "Simple": 8.4e-6}
 NVLINK_HOP = {"LL": 0.6 / 3.4, "LL128": 1.9 / 3.4, "Simple": 1.0}
 NET_HOP = {"LL": 2.7 / 14.0, "LL128": 4.0 / 14.0, "Simple": 1.0}
 BW_SHARE = {"LL": 0.5, "LL128": 120.0 / 128.0, "Simple": 1.0}
+#: on a ring across nodes an NVLink hop costs at least the proxy's net overhead, 1.0 us on Intel
+#: x86 (x 3 on Simple), in NCCL's microseconds, hence over its 3.4 us Simple NVLink hop (line 353)
+NET_OVERHEAD_HOP = {"LL": 1.0 / 3.4, "LL128": 1.0 / 3.4, "Simple": 3.0 / 3.4}
 
 
 def protocol_s(protocol, wire_bytes, hops_intra, hops_inter, bus_bw, lat_intra, lat_inter, ll_cap=float("inf")):
     bw = bus_bw * BW_SHARE[protocol]
     if protocol == "LL":
         bw = min(bw, ll_cap)
-    return (BASE_S[protocol] + hops_intra * lat_intra * NVLINK_HOP[protocol]
+    nvlink_hop = max(NVLINK_HOP[protocol], NET_OVERHEAD_HOP[protocol]) if hops_inter > 0 else NVLINK_HOP[protocol]
+    return (BASE_S[protocol] + hops_intra * lat_intra * nvlink_hop
             + hops_inter * lat_inter * NET_HOP[protocol] + wire_bytes / bw)
 
 
