@@ -147,10 +147,10 @@ class EfficiencyModel:
 
     @property
     def is_prior(self) -> bool:
-        """True when these factors were not fitted (``fitted_on`` is empty or says "not fitted"):
-        predictions resting on them must say so next to their numbers."""
-        text = self.fitted_on.strip().lower()
-        return not text or "not fitted" in text
+        """True when these factors were not fitted: ``not is_fitted``, the one test of "unfitted"
+        (``fitted_on`` is free text: "unfitted prior: ..." once read as fitted here). Predictions
+        resting on them must say so next to their numbers."""
+        return not self.is_fitted
 
     def collective_fraction(self, kind: str) -> float:
         """Bandwidth of collective ``kind`` relative to the all-reduce ring model (default 1)."""
