@@ -134,7 +134,9 @@ class HeteroPlanResult:
     def comparison(self) -> pd.DataFrame:
         """Best plan vs only the fastest pool vs only the largest pool: GPUs, step, tokens/s, MFU
         in percent of the reference (bf16) peaks as every output shows it (``mfu_bf16_pct``,
-        ``hardware_specs.mfu_reference``) and the best plan's gain over each (percent)."""
+        ``hardware_specs.mfu_reference``), the best plan's gain over each (percent) and
+        ``efficiency_fitted``: False where a pool the row runs on rests on an unfitted prior
+        (None for a row with no plan)."""
         mfu_col = f"mfu_{self.mfu_reference_dtype}_pct"
         rows = [("best plan", self.best_report)]
         for label, pair in self.pool_only_rows():
@@ -144,11 +146,12 @@ class HeteroPlanResult:
         for label, rep in rows:
             if rep is None:
                 data.append({"plan": label, "n_gpus": 0, "step_time_s": np.nan, "tokens_per_s": 0.0, mfu_col: np.nan,
-                             "best_gain_pct": np.nan})
+                             "best_gain_pct": np.nan, "efficiency_fitted": None})
                 continue
             data.append({"plan": label, "n_gpus": rep.n_gpus, "step_time_s": rep.step_time_s,
                          "tokens_per_s": rep.tokens_per_s, mfu_col: 100.0 * rep.mfu_reference,
-                         "best_gain_pct": 100.0 * (base / rep.tokens_per_s - 1.0)})
+                         "best_gain_pct": 100.0 * (base / rep.tokens_per_s - 1.0),
+                         "efficiency_fitted": not rep.prior_pools})
         return pd.DataFrame(data)
 
 

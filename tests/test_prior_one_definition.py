@@ -81,3 +81,26 @@ def test_pooled_plan_names_the_mi300x_pool_and_its_rows_agree(mixed):
     for p in data["plans"]:                 # a row is fitted exactly when it runs on no MI300X pool
         assert p["efficiency_fitted"] == ("mi" not in p["pools"].split("+")), p["pools"]
     assert "note: numbers on mi rest on an unfitted efficiency prior" in run(*args).stdout
+
+
+def test_pooled_plan_comparison_rows_and_their_plans_say_whether_they_rest_on_the_prior(mixed):
+    """The comparison (best plan, only mi, only h100) and best_plan / fastest_pool_only /
+    largest_pool_only carry ``efficiency_fitted``: False exactly where the row's plan places a
+    stage on the MI300X pool; the table marks those rows' tokens/s."""
+    args = ("plan", "-m", "llama3-8b", "-c", mixed, "--global-batch", "64", "--top", "3")
+    data = json.loads(run(*args, "--json").stdout)
+
+    def on_mi(plan):
+        return any(st["pool"] == "mi" for g in plan["groups"] for st in g["stages"])
+
+    plans = {"best plan": data["best_plan"], "only mi (fastest GPU)": data["fastest_pool_only"],
+             "only h100 (as many GPUs as mi)": data["largest_pool_only"]}
+    assert [r["plan"] for r in data["comparison"]] == list(plans)
+    for row in data["comparison"]:
+        plan = plans[row["plan"]]
+        assert row["efficiency_fitted"] == plan["efficiency_fitted"] == (not on_mi(plan)), row["plan"]
+    assert [r["efficiency_fitted"] for r in data["comparison"]][1:] == [False, True]
+    text = run(*args).stdout
+    for row in data["comparison"]:
+        line = next(ln for ln in text.splitlines() if ln.startswith(row["plan"]))
+        assert (f"{row['tokens_per_s']:,.0f} *" in line) == (not row["efficiency_fitted"]), line

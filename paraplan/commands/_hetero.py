@@ -119,7 +119,8 @@ def plan_from_data(data: dict) -> HeteroPlan:
     keys = ("micro_batch", "global_batch", "zero_stage", "recompute", "sequence_parallel", "dtype", "schedule",
             "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "flash_attention",
             "grad_accumulation_fusion", "attention_kernel", "grad_reduce_bytes", "software")
-    unknown = sorted(str(k) for k in data if k not in keys and k != "groups")
+    # efficiency_fitted labels plan's output (``plan --json``'s best_plan), not a setting: read past it
+    unknown = sorted(str(k) for k in data if k not in keys and k not in ("groups", "efficiency_fitted"))
     if unknown:
         # a misspelt setting would otherwise run at its default without a word
         raise InputError(f"--plan.{unknown[0]}", "not a key of a plan", suggest(unknown[0], keys + ("groups",)))
@@ -251,6 +252,12 @@ def _mfu_in_percent(frame, reference: str):
     return frame.drop(columns=["mfu", "mfu_reference"])
 
 
+def _fitted_plan_dict(plan, report) -> dict:
+    """``plan_dict(plan)`` with ``efficiency_fitted``: False where a pool it runs on rests on an
+    unfitted prior (``report.prior_pools``), as the comparison and plan rows say."""
+    return {**plan_dict(plan), "efficiency_fitted": not report.prior_pools}
+
+
 def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool) -> str:
     """``paraplan plan`` output for a pooled cluster."""
     comp = result.comparison()
@@ -267,9 +274,9 @@ def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool) -
                         "global_batch": result.global_batch, "seq_len": result.seq_len, "dtype": result.dtype},
             "search": {"evaluated": result.evaluated, "wall_s": result.wall_s},
             "comparison": comp.to_dict("records"),
-            "best_plan": plan_dict(result.best),
-            "fastest_pool_only": plan_dict(result.fastest_only[0]) if result.fastest_only else None,
-            "largest_pool_only": plan_dict(result.largest_only[0]) if result.largest_only else None,
+            "best_plan": _fitted_plan_dict(result.best, result.best_report),
+            "fastest_pool_only": _fitted_plan_dict(*result.fastest_only) if result.fastest_only else None,
+            "largest_pool_only": _fitted_plan_dict(*result.largest_only) if result.largest_only else None,
             "plans": table.to_dict("records"),
             "efficiency_prior_pools": list(result.prior_pools),
         }
@@ -294,8 +301,10 @@ def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool) -
            f"{result.seq_len} = {tokens:,} tokens, {dtypes}\n",
            f"scored {result.evaluated:,} candidate plans in {result.wall_s:.2f} s\n\n"]
     mfu_head = f"mfu_{result.mfu_reference_dtype}_pct"      # percent of the reference peaks, summed over its GPUs
+    # a row resting on a prior pool carries the marker beside its throughput (the note below explains it)
     rows = [[r["plan"], r["n_gpus"], "-" if r["n_gpus"] == 0 else four_significant(r['step_time_s']),
-             f"{r['tokens_per_s']:,.0f}", "-" if r["n_gpus"] == 0 else f"{r[mfu_head]:.1f}",
+             f"{r['tokens_per_s']:,.0f}" + ("" if r["efficiency_fitted"] is not False else priors.mark_text()),
+             "-" if r["n_gpus"] == 0 else f"{r[mfu_head]:.1f}",
              "-" if r["n_gpus"] == 0 else f"{r['best_gain_pct']:+.1f}"] for r in comp.to_dict("records")]
     out.append(format_table(rows, ["plan", "n_gpus", "step_time_s", "tokens_per_s", mfu_head, "best_vs_this_pct"]))
     # the 'only' rows come from the mixed search's narrower space, not from a one-kind plan
@@ -314,7 +323,8 @@ def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool) -
             + (["dtype"] if show_dtype else []) + ["step_time_s", "tokens_per_s", mfu_head, "memory_gib"])
     out.append("\ntop plans\n" + format_table([[str(i + 1)] + c for i, c in enumerate(cells)], ["rank"] + head))
     if result.prior_pools:
-        out.append(f"\nnote: numbers on {', '.join(result.prior_pools)} rest on an unfitted efficiency prior\n")
+        out.append(f"\nnote: numbers on {', '.join(result.prior_pools)} rest on an unfitted efficiency prior"
+                   f" ({priors.MARK} in the comparison)\n")
     if explain:
         out.append("\n" + result.explain)
     return "".join(out)
