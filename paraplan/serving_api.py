@@ -27,6 +27,7 @@ import pandas as pd
 from hardware_specs.errors import InputError, require_plausible, suggest
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
+from paraplan import serving_priors
 from paraplan.api import what_if_cluster
 from paraplan.serving_inputs import check_dense, check_release
 from planners.serving.search import ServingPlan, plan_serving
@@ -229,4 +230,6 @@ def serve_plan(model: str | ModelSpec, system: str, gpus: int, *, isl: int = 102
         raise InputError("modes", f"expected agg, disagg, both or a list of them, got {modes!r}", "e.g. modes='both'")
     plan = plan_serving(ctx, gpus, isl, osl, ttft_ms, tpot_ms, modes=modes, max_batch=max_batch,
                         allow_pp=allow_pp, rank_by=rank_by)
-    return plan if ctx.model.moe is not None else _without_expert_split(plan)
+    plan = plan if ctx.model.moe is not None else _without_expert_split(plan)
+    # the columns and notes serve plan shows: efficiency_fitted, the drafts, the prior notes in why
+    return serving_priors.labelled_plan(plan, ctx)

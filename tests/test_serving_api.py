@@ -147,7 +147,10 @@ def test_a_dense_plan_leaves_the_expert_split_nan_and_changes_nothing_else():
     ctx = serving_context("llama3.1-8b", "dgx-h100")
     raw = plan_serving(ctx, 8, 1024, 256, 2000.0, 40.0, modes=("agg", "disagg"))
     assert (raw.candidates["moe_ep"].dropna() == 1.0).all()        # what the planner used: moe_ep 1
-    pd.testing.assert_frame_equal(plan.candidates.drop(columns=expert), raw.candidates.drop(columns=expert))
+    # (the API adds what the rows rest on: efficiency_fitted, as serve plan --csv)
+    assert (plan.candidates["efficiency_fitted"] == True).all()      # noqa: E712   hopper's fitted profile
+    pd.testing.assert_frame_equal(plan.candidates.drop(columns=expert + ["efficiency_fitted"]),
+                                  raw.candidates.drop(columns=expert))
     # an MoE model's plan keeps its split
     moe = serve_plan("qwen3-30b-a3b", "dgx-h100", 8, modes="agg", tpot_ms=20.0)
     assert moe.front["moe_ep"].notna().all() and moe.best["moe_ep"] >= 1

@@ -18,6 +18,7 @@ import pandas as pd
 
 from cost_models.weight_formats import WEIGHT_FORMATS
 from hardware_specs.errors import InputError
+from paraplan import serving_priors
 from paraplan.serving_inputs import check_dense, check_release
 from paraplan.cli import (atomic_output_path, check_distinct_paths, check_image_path, check_writable, dump_json,
                           exact_number_text, format_table, write_atomic)
@@ -171,10 +172,7 @@ def _option(name: str) -> str:
 
 def _acceptance_note(ctx) -> str:
     """Says so where a speculative TPOT rests on the unfitted draft acceptance."""
-    if ctx.speculative_tokens and ctx.acceptance_is_prior:
-        return (" [an unfitted prior: DeepSeek-V3 report section 5.4.3, 85-90% for the second token; "
-                "give --draft-acceptance]")
-    return ""
+    return serving_priors.bracketed(serving_priors.acceptance_text(ctx))
 
 
 def _extrapolation_note(ctx, isl: int) -> str:
@@ -207,10 +205,7 @@ def _check_osl(osl: int) -> int:
 
 
 def _prior_note(ctx) -> str:
-    if ctx.efficiency.prior:
-        return (f" [rests on an unfitted prior: no serving measurement of {ctx.cluster.gpu.generation} GPUs was fitted; "
-                f"see hardware_specs/serving_efficiency/default.yaml]")
-    return ""
+    return serving_priors.bracketed(serving_priors.prior_text(ctx))
 
 
 # --------------------------------------------------------------------------------------------
@@ -843,12 +838,9 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
         buf = io.StringIO()
         rows = _plan_rows(plan.front, moe)
         # as the training CSVs: whether the numbers rest on fitted factors or on the prior
-        rows["efficiency_fitted"] = not ctx.efficiency.prior
-        if ctx.speculative_tokens:      # a speculative plan's rows rest on its drafts and their acceptance
-            rows["speculative_tokens"] = ctx.speculative_tokens
-            rows["draft_acceptance"] = ctx.draft_acceptance
-            rows["draft_acceptance_is_prior"] = ctx.acceptance_is_prior
-            rows["draft_model"] = ctx.draft_model
+        # a speculative plan's rows rest on its drafts and their acceptance too
+        for k, v in serving_priors.label_columns(ctx).items():
+            rows[k] = v
         rows.to_csv(buf, index=False)
         text = buf.getvalue()
     else:

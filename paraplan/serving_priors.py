@@ -1,0 +1,60 @@
+"""What a serving number rests on, said once for every output (``serve`` on the command line,
+``paraplan.serving_api``, the serving plots): whether the serving efficiency is an unfitted prior
+(``ServingEfficiency.prior``, ``hardware_specs/serving_efficiency/default.yaml``) and whether a
+speculative TPOT rests on the unfitted draft acceptance (``ServingContext.acceptance_is_prior``).
+The project's rule: numbers that rest on an unfitted prior say so next to the number."""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+
+def prior_text(ctx) -> str:
+    """The sentence saying the serving efficiency is an unfitted prior, or "" where it is fitted."""
+    if not ctx.efficiency.prior:
+        return ""
+    return (f"rests on an unfitted prior: no serving measurement of {ctx.cluster.gpu.generation} GPUs was fitted; "
+            f"see hardware_specs/serving_efficiency/default.yaml")
+
+
+def acceptance_text(ctx, fix: str = "give --draft-acceptance") -> str:
+    """The sentence saying a speculative TPOT rests on the unfitted draft acceptance, or ""."""
+    if not (ctx.speculative_tokens and ctx.acceptance_is_prior):
+        return ""
+    return f"an unfitted prior: DeepSeek-V3 report section 5.4.3, 85-90% for the second token; {fix}"
+
+
+def bracketed(text: str) -> str:
+    """``text`` as a note appended to a line (" [text]"), or "" for no text."""
+    return f" [{text}]" if text else ""
+
+
+def label_columns(ctx, drafting: bool | None = None) -> dict[str, Any]:
+    """The columns that say what a row's numbers rest on: ``efficiency_fitted`` and, where
+    ``drafting`` (default: the context drafts), ``speculative_tokens``, ``draft_acceptance``,
+    ``draft_acceptance_is_prior`` and ``draft_model`` (None for the acceptance where it does not
+    draft, as ``serve simulate --json``)."""
+    cols: dict[str, Any] = {"efficiency_fitted": not ctx.efficiency.prior}
+    k = ctx.speculative_tokens
+    if drafting if drafting is not None else bool(k):
+        cols.update(speculative_tokens=k, draft_acceptance=ctx.draft_acceptance if k else None,
+                    draft_acceptance_is_prior=ctx.acceptance_is_prior if k else None, draft_model=ctx.draft_model)
+    return cols
+
+
+def labelled_plan(plan, ctx, fix: str = "give draft_acceptance"):
+    """``plan`` (a ``ServingPlan``) with ``label_columns`` on its candidates, front and best and
+    the prior notes at the end of ``why``."""
+    cols = label_columns(ctx)
+    best = None
+    if plan.best is not None:
+        best = plan.best.copy()
+        for k, v in cols.items():
+            best[k] = v
+    notes = [f"note: the plan {t}" for t in (prior_text(ctx),) if t]
+    notes += [f"note: the draft acceptance is {t}" for t in (acceptance_text(ctx, fix),) if t]
+    return replace(plan, candidates=plan.candidates.assign(**cols), front=plan.front.assign(**cols), best=best,
+                   why=list(plan.why) + notes)
+
+
+__all__ = ["acceptance_text", "bracketed", "label_columns", "labelled_plan", "prior_text"]
