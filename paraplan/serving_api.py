@@ -169,7 +169,8 @@ def serve_simulate(model: str | ModelSpec, system: str, *, isl: int = 1024, osl:
         "max_batch_per_rank": int(m["max_batch_per_rank"]), "fits": bool(m["fits"]),
         **{k[:-2] + "_ms": 1e3 * float(v) for k, v in report.decode_breakdown_s.items()},
         **{k[:-6] + "_gib": float(v) / 2**30 for k, v in report.memory_bytes.items() if k.endswith("_bytes")},
-        "efficiency_fitted": not ctx.efficiency.prior,
+        # what the numbers rest on (the efficiency prior; the drafts and their acceptance), as serve simulate --json
+        **serving_priors.label_columns(ctx, drafting=True),
     }
     rec = ctx.validation_error("agg")
     row["validation_ttft_err_pct"] = rec["ttft_mean_abs_err_pct"] if rec else None

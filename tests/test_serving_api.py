@@ -36,7 +36,8 @@ def test_a_deployment_row_is_serve_simulates_numbers_with_units_in_its_names():
     assert all(c.endswith(("_ms", "_gib", "_pct", "_s", "_per_gpu", "_per_user", "_per_rank", "_per_element"))
                or c in ("model", "system", "gpu", "backend", "dense_format", "expert_format", "isl", "osl", "tp", "pp",
                         "adp", "moe_tp", "moe_ep", "batch", "workers", "gpus", "concurrency", "fits",
-                        "efficiency_fitted") for c in row.index)
+                        "efficiency_fitted", "speculative_tokens", "draft_acceptance", "draft_acceptance_is_prior",
+                        "draft_model") for c in row.index)
 
 
 def test_a_sweep_of_memory_bandwidth_never_slows_decoding_and_a_value_that_cannot_run_keeps_its_row():

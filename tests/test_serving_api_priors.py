@@ -58,3 +58,24 @@ def test_a_speculative_serve_plan_says_whether_its_acceptance_is_the_prior(accep
         args += ["--draft-acceptance", str(acceptance)]
     cli = pd.read_csv(io.StringIO(run(*args).stdout))
     assert {k: cli[k].iloc[0] for k in want} == want
+
+
+@pytest.mark.parametrize("acceptance", [None, 0.7])
+def test_serve_simulate_rows_carry_the_draft_columns_of_serve_simulate_json(acceptance):
+    extra = {} if acceptance is None else {"draft_acceptance": acceptance}
+    row = serve_simulate("deepseek-v3", "dgx-b200", adp=8, moe_ep=8, batch=16, speculative_tokens=2, **extra).iloc[0]
+    args = ["serve", "simulate", "-m", "deepseek-v3", "-s", "dgx-b200", "--adp", "8", "--moe-ep", "8", "--batch", "16",
+            "--speculative-tokens", "2", "--json"] + ([] if acceptance is None else ["--draft-acceptance", str(acceptance)])
+    cli = json.loads(run(*args).stdout)
+    assert row["draft_acceptance_is_prior"] == (acceptance is None)
+    for k in DRAFT_COLUMNS + ("efficiency_fitted",):
+        assert row[k] == cli[k], k
+    assert row["tpot_ms"] == pytest.approx(cli["tpot_ms"], rel=1e-12)
+
+
+def test_serve_sweep_rows_carry_them_too_none_where_nothing_is_drafted():
+    rows = serve_sweep(dict(model="deepseek-v3", system="dgx-b200", adp=8, moe_ep=8, batch=16),
+                       "speculative_tokens", [0, 2])
+    assert list(rows["speculative_tokens"]) == [0, 2]
+    assert rows["draft_acceptance_is_prior"].iloc[0] is None and rows["draft_acceptance_is_prior"].iloc[1] == True  # noqa: E712
+    assert pd.isna(rows["draft_acceptance"].iloc[0]) and rows["draft_acceptance"].iloc[1] == MTP_ACCEPTANCE_PRIOR
