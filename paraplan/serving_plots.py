@@ -13,11 +13,14 @@ MODE_STYLE = {"agg": ("#4C72B0", "o", "aggregated"), "disagg": ("#C44E52", "s", 
 
 
 def serving_pareto(front: pd.DataFrame, path: str | Path | None = None, *, tpot_ms: float | None = None,
-                   title: str | None = None, ax=None, label_prefix: str = "", linestyle: str = "-") -> Figure:
+                   title: str | None = None, ax=None, label_prefix: str = "", linestyle: str = "-",
+                   note: str | None = None) -> Figure:
     """Plot each mode's front (columns mode, tokens_per_s_per_user, tokens_per_s_per_gpu); a
     vertical line at 1000 / ``tpot_ms`` marks the TPOT objective (layouts right of it meet it).
     ``ax`` draws into an existing axis (several fronts on one plot, told apart by
-    ``label_prefix`` and ``linestyle``). Writes ``path`` if given."""
+    ``label_prefix`` and ``linestyle``). ``note``: the priors the front rests on
+    (``paraplan.serving_priors.notes``), printed in red above the title as the training figures
+    print theirs (``paraplan.plots.prior_note``). Writes ``path`` if given."""
     fig = ax.figure if ax is not None else Figure(figsize=(7.0, 4.6), dpi=120)
     ax = ax if ax is not None else fig.add_subplot()
     for mode, g in front.groupby("mode"):
@@ -35,6 +38,8 @@ def serving_pareto(front: pd.DataFrame, path: str | Path | None = None, *, tpot_
     if title:
         ax.set_title(title, fontsize=10)
     fig.tight_layout()
+    if note:
+        fig.text(0.5, 1.02, note, fontsize=8, color="#C44E52", ha="center", va="bottom")   # above the title
     if path is not None:
-        fig.savefig(path)
+        fig.savefig(path, bbox_inches="tight" if note else None)
     return fig

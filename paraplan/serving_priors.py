@@ -42,19 +42,25 @@ def label_columns(ctx, drafting: bool | None = None) -> dict[str, Any]:
     return cols
 
 
+def notes(ctx, fix: str = "give --draft-acceptance") -> list[str]:
+    """One sentence per prior a plan's numbers rest on (the serving efficiency, the draft
+    acceptance), none where they rest on fitted or given values; ``fix`` says how to give the
+    acceptance."""
+    out = [f"the plan {t}" for t in (prior_text(ctx),) if t]
+    return out + [f"the draft acceptance is {t}" for t in (acceptance_text(ctx, fix),) if t]
+
+
 def labelled_plan(plan, ctx, fix: str = "give draft_acceptance"):
     """``plan`` (a ``ServingPlan``) with ``label_columns`` on its candidates, front and best and
-    the prior notes at the end of ``why``."""
+    the ``notes`` at the end of ``why``."""
     cols = label_columns(ctx)
     best = None
     if plan.best is not None:
         best = plan.best.copy()
         for k, v in cols.items():
             best[k] = v
-    notes = [f"note: the plan {t}" for t in (prior_text(ctx),) if t]
-    notes += [f"note: the draft acceptance is {t}" for t in (acceptance_text(ctx, fix),) if t]
     return replace(plan, candidates=plan.candidates.assign(**cols), front=plan.front.assign(**cols), best=best,
-                   why=list(plan.why) + notes)
+                   why=list(plan.why) + [f"note: {n}" for n in notes(ctx, fix)])
 
 
-__all__ = ["acceptance_text", "bracketed", "label_columns", "labelled_plan", "prior_text"]
+__all__ = ["acceptance_text", "bracketed", "label_columns", "labelled_plan", "notes", "prior_text"]

@@ -848,7 +848,8 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
     if plot_path is not None:
         from paraplan.serving_plots import serving_pareto
         title = f"{ctx.model.name} on {gpus} x {ctx.cluster.gpu.name}, isl {opts['isl']} / osl {opts['osl']}, TTFT <= {ttft_ms:g} ms"
-        atomic_output_path(plot_path, lambda tmp: serving_pareto(plan.front, tmp, tpot_ms=tpot_ms, title=title), "--plot")
+        atomic_output_path(plot_path, lambda tmp: serving_pareto(plan.front, tmp, tpot_ms=tpot_ms, title=title,
+                                                                    note="\n".join(serving_priors.notes(ctx))), "--plot")
     _say_release_note(opts, ctx)
     if out_path is not None:
         write_atomic(out_path, text)
