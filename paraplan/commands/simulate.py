@@ -521,12 +521,17 @@ def write_timelines(model, config, report, trace_path: str | None, gantt_path: s
             raise InputError("--gantt", f"Gantt charts are not available in this installation ({exc})",
                              "install matplotlib, or drop --gantt") from None
     schedule, result = pipeline_timeline(model, config, cluster)
+    # the times rest on the cluster's efficiency model: an unfitted prior says so beside them
+    # (the title, the trace's otherData and the lines below), as the step-time tables do
+    eff = priors.json_fields(cluster)
+    prior = (f" [rests on the {eff['efficiency_generation']} efficiency model, an unfitted prior]"
+             if priors.is_prior(cluster) else "")
     summary = (f"{schedule.kind.value} p={schedule.p} m={schedule.m} v={schedule.v}: makespan "
-               f"{result.makespan_s:.4g} s, mean stage idle {100 * result.bubble_fraction:.1f}%")
+               f"{result.makespan_s:.4g} s, mean stage idle {100 * result.bubble_fraction:.1f}%{prior}")
     notes = []
     if trace_path is not None:
         names = [f"stage {i}" for i in range(schedule.p)]
-        atomic_output_path(trace_path, lambda tmp: write_chrome_trace(tmp, result, schedule, names), "--trace")
+        atomic_output_path(trace_path, lambda tmp: write_chrome_trace(tmp, result, schedule, names, eff), "--trace")
         # the mean over stages, which counts the lighter stages' waits: not the breakdown's
         # pipeline_bubble_s, the busiest stage's idle
         notes.append(f"wrote trace {trace_path} ({summary}; pipeline_bubble_s above is the busiest stage's idle); "

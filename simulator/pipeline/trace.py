@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -34,11 +34,12 @@ def _meta(kind: str, pid: int, tid: int | None, **args) -> dict:
 
 
 def to_chrome_trace(result: ScheduleResult, schedule: PipelineSchedule,
-                    names: Sequence[str] | None = None) -> dict:
+                    names: Sequence[str] | None = None, other: Mapping[str, Any] | None = None) -> dict:
     """Build the trace dict for ``result`` (simulated from ``schedule``).
 
     Args:
         names: optional process name per stage (default ``"stage i"``).
+        other: more ``otherData`` entries (what the times rest on: ``efficiency_fitted``).
 
     Returns:
         ``{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}``.
@@ -94,13 +95,14 @@ def to_chrome_trace(result: ScheduleResult, schedule: PipelineSchedule,
                            "args": {"bytes": nbytes[j]}})
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"schedule": s.kind.value, "p": s.p, "m": s.m, "v": s.v,
-                          "makespan_s": result.makespan_s, "bubble_fraction": result.bubble_fraction}}
+                          "makespan_s": result.makespan_s, "bubble_fraction": result.bubble_fraction,
+                          **dict(other or {})}}
 
 
 def write_chrome_trace(path, result: ScheduleResult, schedule: PipelineSchedule,
-                       names: Sequence[str] | None = None) -> Path:
+                       names: Sequence[str] | None = None, other: Mapping[str, Any] | None = None) -> Path:
     """Write :func:`to_chrome_trace` as JSON to ``path``; returns the path."""
     path = Path(path)
-    trace = to_chrome_trace(result, schedule, names)
+    trace = to_chrome_trace(result, schedule, names, other)
     path.write_text(json.dumps(trace, default=lambda o: o.item() if isinstance(o, np.generic) else str(o)))
     return path
