@@ -85,4 +85,7 @@ def serving_efficiency_from_dict(data: dict, where: str = "serving_efficiency") 
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise InputError(f"{where}.{key}", f"expected a number, got {value!r}")
             kwargs[key] = float(value)
+    # fitted only with its fit record: prior: false and what it was fitted on (a file without them,
+    # a user's hand-written profile, is a prior, as a training file without fitted_factors is)
+    kwargs["prior"] = not (data.get("prior") is False and bool(str(data.get("fitted_on", "")).strip()))
     return ServingEfficiency(**kwargs)

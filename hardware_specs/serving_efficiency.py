@@ -85,7 +85,9 @@ class ServingEfficiency:
         fitted_isl_max_tokens: the longest prompt among the rows fitted (0 = not recorded): a
             TTFT at a longer prompt extrapolates the fitted prefill rates, and reports say so.
         prior: True for a hand-set profile no measurement has been fitted to (predictions that
-            rest on it say so).
+            rest on it say so). The default: a profile is fitted only where it says so with its
+            fit record (``prior: false`` and ``fitted_on``, as the fitter writes them; a
+            training file likewise needs ``fitted_factors``), never by leaving the key out.
         validation_error_pct: per serving engine and mode (``"sglang agg"``), the in-sample
             error of the fitted rows of this generation, as ``(key, rows, ttft, tpot)`` tuples
             (a mapping ``{key: {rows, ttft, tpot}}`` is read as such; TTFT and TPOT mean |error|
@@ -107,7 +109,7 @@ class ServingEfficiency:
     link_bw_fraction: float = 0.8
     fitted_on: str = ""
     fitted_isl_max_tokens: float = 0.0
-    prior: bool = False
+    prior: bool = True
     validation_error_pct: tuple = ()
 
     def __post_init__(self) -> None:
