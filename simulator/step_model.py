@@ -750,8 +750,12 @@ def _weight_cast_fill_s(model: ModelSpec, batch: ConfigBatch, lay: dict):
 
 def _dp_after_flush(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch, sp_: dict,
                     param_bytes):
-    """(gradient traffic, parameter-gather traffic, last bucket's share, tied-embedding traffic)
+    """(gradient traffic, parameter-gather traffic, last bucket's share, pairwise traffic)
     of the collectives after the flush, seconds, before any overlap.
+
+    The pairwise traffic is the tied-embedding traffic plus, under DualPipe, the exchange of the
+    two model copies' gradients (``dualpipe_pair_all_reduce_s``); both run after the
+    data-parallel reduction with nothing left to hide them under.
 
     The tied-embedding traffic: a model whose LM head shares the input embedding, split over
     pipeline stages, all-reduces that weight's gradient (V x h / tp in the reduction dtype)
@@ -814,7 +818,30 @@ def _dp_after_flush(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel
     if model.tied_embeddings and np.any(pp > 1):
         tied = tied + np.where(pp > 1, tied_embedding_all_reduce_s(model, tp, batch.grad_reduce_bytes,
                                                                    tp * cp * dp * (pp - 1), cluster, eff), 0.0)
-    return grad_comm, gather_comm, bucket_share, tied
+    # DualPipe: the rank's gradients after the data-parallel reduction (whole at ZeRO-0, its
+    # shard at ZeRO >= 1, which is all its optimizer step reads) are summed with the mirror rank's
+    reduced = (np.where(zero >= 1, grad_bytes / shard, grad_bytes)
+               + np.where(zero >= 1, expert_grad_bytes / expert_shard, expert_grad_bytes))
+    pair = np.where(batch.schedule == _DUALPIPE,
+                    dualpipe_pair_all_reduce_s(reduced, tp * cp * dp * (pp - 1), cluster, eff), 0.0)
+    return grad_comm, gather_comm, bucket_share, tied + pair
+
+
+def dualpipe_pair_all_reduce_s(grad_bytes, ranks_apart, cluster: ClusterSpec, eff: EfficiencyModel):
+    """Seconds of DualPipe's exchange of its two model copies' gradients, once per step after the
+    data-parallel reduction. Pipeline rank r holds stage r of one copy and stage p-1-r of the
+    other, so each stage's gradient is split between ranks r and p-1-r and the two are summed
+    before the optimizer step (deepseek-ai/DualPipe@030ce4325f examples/example_dualpipe.py
+    168-177: ``p0.grad += p1all[pp_size - 1 - rank]; p1.grad += p0all[pp_size - 1 - rank]``):
+    an all-reduce of the rank's ``grad_bytes`` over the two ranks. The pairs run at once, each on
+    its own ranks; the step waits for the farthest, the first and the last pipeline rank,
+    ``ranks_apart`` = (pp - 1) x tp x cp x dp apart in the tp-cp-dp-pp order
+    (``topology.group_collective_time_s`` decides whether that crosses nodes)."""
+    return group_collective_time_s("all_reduce", grad_bytes, DUALPIPE_PAIR_RANKS, ranks_apart, cluster, eff)
+
+
+#: ranks of one DualPipe gradient exchange: pipeline rank r and its mirror p-1-r
+DUALPIPE_PAIR_RANKS = 2.0
 
 
 #: ranks of one tied-embedding gradient all-reduce: a rank of the first pipeline stage and its
