@@ -566,8 +566,14 @@ def bubble_closed_form_s(kind: ScheduleKind, p, v, f, b, w):
     1F1B: (p-1)(F+B+W) of one chunk, i.e. the stage's bubble divided by v (Narayanan et al.
     2021, section 2.2.2). ZB-H1: (p-1)(F+B-W); ZB-H2: (p-1)(F+B-2W) floored at zero (Qi et al.
     2023, sections 2.1-2.2); ZB-V: the same with the stage's two chunks. DualPipe:
-    (p/2-1)(F&B+B-3W) with F&B = F+B, the forward and backward chunks it overlaps (DeepSeek-V3
-    report, arXiv 2412.19437, table 2).
+    (p/2-1)(F&B+B-3W) (DeepSeek-V3 report, arXiv 2412.19437, table 2), where, as in that
+    table's 1F1B line (p-1)(F+B), B is the whole backward b + w and F&B one forward and one
+    whole backward chunk run together, f + b + w here (no compute overlap is priced):
+    (p/2-1)(f + 2b - w). The table's schedule takes W passes to fill what that leaves; where
+    they are too short or too long to (f > 2b, or w > b), the fill costs (p/2-1)(f + b) or
+    (p/2-1)(2f - w) instead, so the form is the largest of the three: with it the estimate
+    stays at or above the event simulation's makespan (checked over p 2-24, m 2p-8p and f, b,
+    w from 0 to 4 in ``tests/test_dualpipe_bubble.py``).
     """
     pm1 = np.asarray(p, dtype=float) - 1.0
     if kind in (ScheduleKind.GPIPE, ScheduleKind.ONE_F_ONE_B, ScheduleKind.INTERLEAVED):
@@ -578,4 +584,6 @@ def bubble_closed_form_s(kind: ScheduleKind, p, v, f, b, w):
         return pm1 * np.maximum(f + b - 2.0 * w, 0.0)
     if kind in (ScheduleKind.ZB_V, ScheduleKind.DUALPIPE_V):
         return pm1 * np.maximum(2.0 * (f + b) - 4.0 * w, 0.0)
-    return np.maximum(np.asarray(p, dtype=float) / 2.0 - 1.0, 0.0) * np.maximum((f + b) + b - 3.0 * w, 0.0)
+    table = (f + b + w) + (b + w) - 3.0 * w                 # F&B + B - 3W, B = b + w
+    return np.maximum(np.asarray(p, dtype=float) / 2.0 - 1.0, 0.0) * np.maximum(
+        np.maximum(table, f + b), np.maximum(2.0 * f - w, 0.0))
