@@ -56,10 +56,13 @@ def _nearby_counts(model: ModelSpec, c: SearchConstraints, node: int, limit: int
     return sorted(found)
 
 
-def _batch_suggestion(model: ModelSpec, c: SearchConstraints, dps) -> str | None:
-    """The global batches nearest the request (one below, one above) that some layout divides."""
+def _batch_suggestion(model: ModelSpec, c: SearchConstraints, dps, per_pp: tuple[int, ...] = ()) -> str | None:
+    """The global batches nearest the request (one below, one above) that some layout divides;
+    ``per_pp``: multiples k of a fixed pp the micro-batches per step may also need to be
+    (interleaved: 1, DualPipe: 2), whose batches are tried too."""
     mb = min(c.fixed.get("micro_batch", (1,)))
-    units = sorted(set(int(d) * mb for d in dps))
+    units = sorted(set(int(d) * mb for d in dps)
+                   | {int(d) * mb * k * int(p) for d in dps for k in per_pp for p in c.fixed.get("pp", ())})
     candidates = set()
     for u in units[:16]:
         below = (c.global_batch // u) * u
@@ -266,14 +269,34 @@ def _schedule_at_fault(model: ModelSpec, c: SearchConstraints, what: str, dps) -
     mbs = [int(v) for v in c.fixed.get("micro_batch", (1,))]
     if not any(c.global_batch % (int(d) * mb) == 0 for d in dps for mb in mbs):
         return None
-    rules = [_schedule_rule(model, c, s) for s in c.schedules]
+    schedules, vpp_fixed = _schedules_run(c)
+    rules = [_schedule_rule(model, c, s) for s in schedules]
     if not rules or None in rules:
         return None
-    batch = _batch_suggestion(model, c, dps)
-    fixes = ([f"use {batch}"] if batch else []) + ["or another --schedule (1f1b has no such rule)"]
+    per_pp = tuple(sorted({1 if s == Schedule.INTERLEAVED.value else 2 for s in schedules
+                           if s in (Schedule.INTERLEAVED.value, Schedule.DUALPIPE.value)}))
+    batch = _batch_suggestion(model, c, dps, per_pp)
+    other = ("or fix vpp=1 (1f1b has no such rule)" if vpp_fixed
+             else "or another --schedule (1f1b has no such rule)")
+    fixes = ([f"use {batch}"] if batch else []) + [other]
+    under = "/".join(schedules) + (" (the fixed vpp > 1 runs interleaved)" if vpp_fixed else "")
     return InputError("schedule", f"no layout of {model.name} on {what} runs the global batch of {c.global_batch} "
-                      f"sequences under {'/'.join(c.schedules)}: some divide it into dp x micro-batch, but "
+                      f"sequences under {under}: some divide it into dp x micro-batch, but "
                       + "; ".join(rules), " ".join(fixes))
+
+
+def _schedules_run(c: SearchConstraints) -> tuple[tuple[str, ...], bool]:
+    """(the searched schedules a row can run under the fixed vpp, whether a fixed vpp > 1 chose
+    interleaved): vpp > 1 is always interleaved and interleaved needs vpp > 1 (the search's
+    ``schedule`` rule), so a fixed vpp > 1 leaves interleaved alone and a fixed vpp 1 drops it
+    (``--fix pp=4 --fix vpp=2`` with the default schedules runs interleaved only)."""
+    vpps = [int(v) for v in c.fixed.get("vpp", ())]
+    inter = Schedule.INTERLEAVED.value
+    if vpps and min(vpps) > 1 and inter in c.schedules:
+        return (inter,), True
+    if vpps and max(vpps) == 1:
+        return tuple(s for s in c.schedules if s != inter), False
+    return tuple(c.schedules), False
 
 
 def no_layout(model: ModelSpec, c: SearchConstraints, gpus_per_node: int = 1) -> InputError:

@@ -143,3 +143,32 @@ def test_plan_emit_megatron_never_writes_sequence_parallel_that_megatron_cannot_
     assert res.exit_code == 0, res.output
     assert "--seq-length 4097" in res.stdout and "--tensor-model-parallel-size 2" in res.stdout
     assert "--sequence-parallel" not in res.stdout
+
+
+def test_a_fixed_vpp_above_1_names_the_interleaved_rule_not_the_global_batch():
+    """gpt3-1.3b on 4 H100s, global batch 6, --fix pp=4 --fix vpp=2: dp 1 x micro-batch 1
+    divides 6, so "no layout of 4 GPUs divides the global batch of 6 sequences" was false; a vpp
+    above 1 always runs interleaved, whose 6 micro-batches are no multiple of pp = 4. The batches
+    the error suggests are the multiples of 4 nearest 6, 4 and 8, and both plan."""
+    fixed = {"pp": (4,), "vpp": (2,)}
+    with pytest.raises(InputError) as err:
+        plan("gpt3-1.3b", "dgx-h100", 4, 6, fixed=fixed)
+    e = err.value
+    assert e.field == "schedule" and "divides the global batch" not in e.message, str(e)
+    assert "under interleaved" in e.message and "a multiple of pp = 4" in e.message
+    assert "a global batch of 4 or 8 sequences" in e.fix and "vpp=1" in e.fix
+    for enough in (4, 8):
+        best = plan("gpt3-1.3b", "dgx-h100", 4, enough, fixed=fixed, max_plans=3, workers=1).best
+        assert best["schedule"] == "interleaved" and (enough // (best["dp"] * best["micro_batch"])) % 4 == 0
+    # with vpp 1 fixed the same batch plans (1F1B has no such rule)
+    assert plan("gpt3-1.3b", "dgx-h100", 4, 6, fixed={"pp": (4,), "vpp": (1,)}, max_plans=3, workers=1).best
+
+
+def test_the_cli_names_the_interleaved_rule_for_a_fixed_vpp_in_one_line_and_exits_2():
+    from click.testing import CliRunner
+    from paraplan.cli import main
+    res = CliRunner().invoke(main, ["plan", "-m", "gpt3-1.3b", "-c", "dgx-h100", "-n", "4", "--global-batch", "6",
+                                    "--fix", "pp=4", "--fix", "vpp=2"])
+    lines = [x for x in res.output.splitlines() if x.strip()]
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    assert lines[0].startswith("error: schedule: ") and "a multiple of pp = 4" in lines[0]
