@@ -135,9 +135,22 @@ class ScheduleResult:
         return np.r_[0.0, self.inflight_time_s[lo:hi]], np.r_[0, values[lo:hi]]
 
 
-def _per_cell(name: str, value, p: int, v: int) -> np.ndarray:
+def _numbers(name: str, value, fix: str = "pass a float, a (p, 1) column or a (p, v) array") -> np.ndarray:
+    """``value`` as a float array; an ``InputError`` naming ``name`` for anything but real
+    numbers (a string, None, a bool: numpy would read '1.5' and True as numbers)."""
     try:
-        a = np.broadcast_to(np.asarray(value, dtype=float), (p, v))
+        a = np.asarray(value)
+    except (TypeError, ValueError):
+        a = np.asarray(None)
+    if a.dtype.kind not in "iuf":
+        raise InputError(name, f"must be a number or an array of numbers (seconds), got {value!r}", fix)
+    return a.astype(float)
+
+
+def _per_cell(name: str, value, p: int, v: int) -> np.ndarray:
+    numbers = _numbers(name, value)
+    try:
+        a = np.broadcast_to(numbers, (p, v))
     except ValueError:
         raise InputError(name, f"shape {np.shape(value)} does not broadcast to (p, v) = ({p}, {v})",
                          "pass a scalar, a (p,) column as (p, 1), or a (p, v) array") from None
@@ -175,8 +188,9 @@ def simulate_schedule(schedule: PipelineSchedule, f_time_s, b_time_s, w_time_s, 
     s = schedule
     f, b, w = (_per_cell(n, x, s.p, s.v) for n, x in
                (("f_time_s", f_time_s), ("b_time_s", b_time_s), ("w_time_s", w_time_s)))
+    p2p = _numbers("p2p_time_s", p2p_time_s, "pass a float or a (p,) array")
     try:
-        p2p = np.broadcast_to(np.asarray(p2p_time_s, dtype=float), (s.p,))
+        p2p = np.broadcast_to(p2p, (s.p,))
     except ValueError:
         raise InputError("p2p_time_s", f"shape {np.shape(p2p_time_s)} is neither a scalar nor (p,) = ({s.p},)") from None
     if not np.all(np.isfinite(p2p)) or np.any(p2p < 0):

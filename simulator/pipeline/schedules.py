@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from numbers import Real
 from functools import cached_property, lru_cache
 from typing import NamedTuple
 
@@ -266,6 +267,36 @@ def _check_request(kind: ScheduleKind, p: int, m: int, v: int | None, num_layers
     return v
 
 
+def _check_size(kind: ScheduleKind, p: int, m: int, v: int) -> None:
+    """Refuse a flush of more operations (3 x p x chunks x m) than ``makespan.flush_limit`` allows
+    the step model (``flush_within_limit``, which the CLI and the planner apply): beyond it the
+    order takes minutes of Python and gigabytes (1F1B over 5,000 stages and micro-batches ran out
+    of memory; ZB-H2 over 300 stages and 600 micro-batches took 15 s)."""
+    from simulator.pipeline.makespan import flush_limit     # (makespan imports this module)
+    chunks = 2 if kind in TWO_CHUNK else v
+    ops, limit = 3 * p * chunks * m, flush_limit(kind)
+    if ops > limit:
+        most_m = limit // (3 * p * chunks)
+        field, fix = ("m", f"use m <= {most_m:,} at p={p}") if most_m >= 1 else \
+            ("p", f"use p <= {limit // (3 * chunks):,}")
+        raise InputError(field, f"{kind.value} over p={p} stages x {chunks} chunk(s) and m={m} micro-batches is "
+                                f"{ops:,} operations, over the {limit:,} a flush is built with", fix)
+
+
+def _check_durations(durations) -> tuple[float, float, float]:
+    """``durations`` as three positive finite pass times (F, B, W), or an ``InputError``."""
+    bad = InputError("durations", f"need three positive finite pass times (F, B, W), got {durations!r}",
+                     "pass e.g. (1.0, 1.0, 1.0)")
+    if isinstance(durations, (str, bytes)) or not hasattr(durations, "__len__") or len(durations) != 3:
+        raise bad
+    if any(isinstance(x, bool) or not isinstance(x, Real) for x in durations):
+        raise bad
+    out = tuple(float(x) for x in durations)
+    if not all(0.0 < x < float("inf") for x in out):
+        raise bad
+    return out
+
+
 def make_schedule(kind, p: int, m: int, v: int | None = None, num_layers: int | None = None,
                   validate: bool = False, durations: tuple[float, float, float] | None = None) -> PipelineSchedule:
     """Generate schedule ``kind`` for p stages, m micro-batches and v chunks per stage.
@@ -283,15 +314,18 @@ def make_schedule(kind, p: int, m: int, v: int | None = None, num_layers: int | 
         InputError: p or m below 1; v other than 1 for GPipe/1F1B/ZB-H1/ZB-H2, below 2 for
             interleaved, other than 2 for ZB-V/DualPipe(V); interleaved with m not a multiple of
             p (Megatron-LM's requirement); DualPipe with odd p, odd m or m < 2p; DualPipeV with
-            m < 2p (both as in DeepSeek's reference); num_layers not divisible by the chunks.
+            m < 2p (both as in DeepSeek's reference); num_layers not divisible by the chunks;
+            a flush of more than ``makespan.flush_limit(kind)`` operations (3 x p x chunks x m:
+            the limit ``simulate`` and ``plan`` apply); ``durations`` not three positive finite
+            numbers.
     """
     kind = _kind(kind)
     v = _check_request(kind, p, m, v, num_layers)
+    _check_size(kind, p, m, v)
+    if durations is not None:
+        durations = _check_durations(durations)
     if kind not in (ScheduleKind.ZB_H2, ScheduleKind.ZB_V) or durations is None:
         durations = (1.0, 1.0, 1.0)
-    durations = tuple(float(x) for x in durations)
-    if len(durations) != 3 or not all(x > 0 and x < float("inf") for x in durations):
-        raise InputError("durations", f"need three positive finite pass times, got {durations!r}")
     schedule = _generate(kind, int(p), int(m), v, None if num_layers is None else int(num_layers), durations)
     if validate:
         validate_schedule(schedule)
