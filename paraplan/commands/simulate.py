@@ -625,7 +625,9 @@ def _not_empty(value: str | None, option: str, comma_list: bool = False) -> str 
 @click.option("--last-stage-layers", type=click.IntRange(0), default=0, metavar="N",
               help="Layers on the last pipeline stage (Megatron --decoder-last-pipeline-num-layers); 0 = not set.")
 @click.option("--uneven-layers", is_flag=True,
-              help="Allow layer counts that do not divide over the stages: first and last stages one layer lighter.")
+              help="Allow layer counts that do not divide over the stages: each stage holds ceil(layers / stages) "
+                   "less the shortfall, taken one layer at a time from the ends inwards (last, first, "
+                   "second-to-last, ...): 24 layers on 5 stages are 5,5,5,5,4; on 7 stages 3,3,4,4,4,3,3.")
 @click.option("--pipeline-layout", metavar="LAYOUT", callback=lambda ctx, param, v: _not_empty(v, "--pipeline-layout"),
               help="Megatron layout string (--pipeline-model-parallel-layout): stages in forward order separated by "
                    "'|', E embedding, t layer, m MTP module, L loss, x*n and (...)*n repeat; e.g. 'Et*3|(tt|)*29,m|L'.")

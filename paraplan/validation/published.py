@@ -29,8 +29,10 @@ defaults, each recorded in the row's ``assumptions``:
   framework runs the default stack (megatron-core), noted, except that a tp beyond the model's
   key/value heads (which that stack refuses, ``kv_head_replication``) is taken as replicated
   over tp, since the run used it (PaLM 540B: one head, tp 12), noted;
-- pipeline layouts whose layers do not divide: first and last stages one layer lighter
-  (``simulator.stage_layout``), as published runs lay them out;
+- pipeline layouts whose layers do not divide: ceil(layers / stages) a stage, less the shortfall
+  taken one layer at a time from the ends inwards (last, first, second-to-last, ...;
+  ``simulator.stage_layout``: 126 layers on 16 stages are 7, 8 x 14, 7), as published runs lay
+  them out;
 - ``recompute`` empty: full when the row's FLOP convention, or that of another row of the same
   run (``run_conventions``: a run's time row and its TFLOP/s row measure one step), counts the
   recomputed forward pass (megatron_hw_eq3), else what the stack release's own performance
