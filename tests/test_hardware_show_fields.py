@@ -27,7 +27,8 @@ SHOWN = {
     HostSpec: {"link_bw_bytes_per_s": ("link_bw_gb_per_s", 1e9), "memory_bytes": ("memory_gib", GIB),
                "memory_bw_bytes_per_s": ("memory_bw_gb_per_s", 1e9)},
     NetworkTier: {"bw_bytes_per_s": ("bw_gb_per_s", 1e9), "latency_s": ("latency_us", 1e-6),
-                  "communicator_bus_bw_bytes_per_s": ("communicator_busbw_gb_per_s", 1e9)},
+                  "communicator_bus_bw_bytes_per_s": ("communicator_busbw_gb_per_s", 1e9),
+                  "mesh_peer_bw_bytes_per_s": ("mesh_peer_bw_gb_per_s", 1e9)},
 }
 # blocks shown on their own (ClusterSpec.efficiency: the efficiency section of `show`)
 NESTED = {ClusterSpec: {"gpu": "gpu", "scaleup": "scaleup", "scaleout": "scaleout", "host": "host",
@@ -88,3 +89,16 @@ def test_a_cluster_without_a_host_shows_none():
     c = load_cluster("dgx-h100")
     d = json.loads(CliRunner().invoke(main, ["hardware", "show", "dgx-h100", "--json"]).output)
     assert ("host" in d) and ((d["host"] is None) == (c.host is None)) and "gpus_per_host" in d
+
+
+def test_a_full_mesh_tier_shows_its_peer_links_in_json_and_text():
+    c = load_cluster("mi300x-node")
+    d = json.loads(CliRunner().invoke(main, ["hardware", "show", "mi300x-node", "--json"]).output)
+    _check(c.scaleup, d["scaleup"])
+    _check(c.scaleout, d["scaleout"])
+    # the file's own number: one xGMI link of 64 GB/s to each of the seven peers; the switched
+    # scale-out tier has none
+    assert d["scaleup"]["mesh_peer_bw_gb_per_s"] == 64.0 and "mesh_peer_bw_gb_per_s" not in d["scaleout"]
+    text = CliRunner().invoke(main, ["hardware", "show", "mi300x-node"]).output
+    line = next(l for l in text.splitlines() if "mesh_peer_bw_gb_per_s" in l)
+    assert "64 GB/s to each peer" in line

@@ -82,6 +82,8 @@ def _tier(t: NetworkTier) -> dict:
            "bw_gb_per_s": _r(t.bw_bytes_per_s / 1e9, 2), "latency_us": _r(t.latency_s * 1e6, 3)}
     if t.communicator_bus_bw_bytes_per_s is not None:
         out["communicator_busbw_gb_per_s"] = _r(t.communicator_bus_bw_bytes_per_s / 1e9, 3)
+    if t.mesh_peer_bw_bytes_per_s is not None:
+        out["mesh_peer_bw_gb_per_s"] = _r(t.mesh_peer_bw_bytes_per_s / 1e9, 3)
     return out
 
 
@@ -367,6 +369,9 @@ def show_cmd(name: str, as_json: bool) -> None:
             if "communicator_busbw_gb_per_s" in t:
                 lines.append(f"  {'':16}  one communicator measured at {t['communicator_busbw_gb_per_s']:g} GB/s "
                              "of bus bandwidth across nodes, at most (see the cluster file)")
+            if "mesh_peer_bw_gb_per_s" in t:
+                lines.append(f"  {'':16}  full mesh, no switch: {t['mesh_peer_bw_gb_per_s']:g} GB/s to each peer "
+                             "one direction (mesh_peer_bw_gb_per_s)")
         lines += _kv_lines({k: d[k] for k in ("gpus_per_node", "gpus_per_host", "rail_optimized",
                                                "oversubscription", "max_gpus", "source")})
         if d["host"] is None:
