@@ -219,13 +219,17 @@ def _tier_from_dict(data: Any, where: str, default_kind: str) -> NetworkTier:
     peer = _number_in_file_unit(data, "mesh_peer_bw_gb_per_s", where, None, 1e9,
                         "on a full mesh with no switch, one peer's links in GB/s one direction; "
                         "leave the key out for a switch")
-    if peer is not None and peer * 1e9 > bw:
-        raise InputError(f"{where}.mesh_peer_bw_gb_per_s", f"{peer:g} GB/s is above the tier's "
-                         f"{bw / 1e9:g} GB/s per GPU", "give one peer's share of the GPU's links")
-    return NetworkTier(kind=get_field(data, "kind", where, str, default_kind), bw_bytes_per_s=bw,
-                       latency_s=latency * 1e-6,
-                       communicator_bus_bw_bytes_per_s=None if busbw is None else busbw * 1e9,
-                       mesh_peer_bw_bytes_per_s=None if peer is None else peer * 1e9)
+    try:
+        return NetworkTier(kind=get_field(data, "kind", where, str, default_kind), bw_bytes_per_s=bw,
+                           latency_s=latency * 1e-6,
+                           communicator_bus_bw_bytes_per_s=None if busbw is None else busbw * 1e9,
+                           mesh_peer_bw_bytes_per_s=None if peer is None else peer * 1e9)
+    except InputError as err:
+        # NetworkTier's own rules (a peer's links above the tier's) name its SI field: name the
+        # file's key instead (its message already speaks GB/s)
+        if err.field.endswith(".mesh_peer_bw_bytes_per_s"):
+            raise InputError(f"{where}.mesh_peer_bw_gb_per_s", err.message, err.fix) from None
+        raise
 
 
 def _host_from_dict(data: Any, where: str) -> HostSpec | None:

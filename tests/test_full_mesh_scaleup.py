@@ -119,6 +119,8 @@ def test_mesh_peer_above_the_tier_is_refused_in_one_line(tmp_path):
     with pytest.raises(InputError) as err:
         load_cluster(str(path))
     assert err.value.field == "cluster mesh.scaleup.mesh_peer_bw_gb_per_s"
+    # NetworkTier's own rule, named as the file spells it and in the file's GB/s
+    assert err.value.message == "500 GB/s is above the tier's 448 GB/s per GPU"
     run = subprocess.run([sys.executable, "-m", "paraplan.cli", "hardware", "show", str(path)], capture_output=True,
                          text=True, cwd=PROJECT_ROOT, env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)})
     assert run.returncode == 2 and run.stdout == ""
