@@ -60,7 +60,8 @@ def ring_net_overhead_ratio(protocol: "Protocol", generation: str) -> float:
 TREE_ALLREDUCE_BW_FRACTION = 0.92
 #: the tree all-reduce's bandwidth correction by message size (``treeCorrectionFactor``,
 #: tuning.cc@v2.27.7-1 lines 555-559: "Trees are not perfectly sticking to the model for medium
-#: sizes"), index log2(bytes / 64) for 64 B .. 256 MB; 1 outside
+#: sizes"), index log2(bytes / 64): 23 buckets from 64 B up to 512 MiB (the last one 256 .. 512
+#: MiB); 1 outside
 _TREE_CORRECTION = {
     "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
     "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
@@ -157,7 +158,7 @@ def tree_bus_bw(protocol: Protocol, bw_bytes_per_s, n_inter, generation: str):
 
 def tree_bw_correction(protocol: Protocol, bytes_):
     """NCCL's ``treeCorrectionFactor`` for a tree all-reduce of ``bytes_`` on ``protocol``
-    (numpy-friendly; 1 for protocols NCCL does not run and outside 64 B .. 512 MB):
+    (numpy-friendly; 1 for protocols NCCL does not run and outside 64 B .. 512 MiB):
     ``bw *= treeCorrectionFactor[p][log2i(nBytes >> 6)]`` (tuning.cc@v2.27.7-1 line 569)."""
     table = _TREE_CORRECTION.get(protocol.name)
     b = np.asarray(bytes_, dtype=float)
