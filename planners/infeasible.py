@@ -245,7 +245,7 @@ def _fixed_pair_at_fault(model: ModelSpec, c: SearchConstraints, what: str) -> I
     return None
 
 
-def _schedule_rule(model: ModelSpec, c: SearchConstraints, schedule: str) -> str | None:
+def _schedule_rule(c: SearchConstraints, schedule: str) -> str | None:
     """The rule ``schedule`` sets on the pipeline and its micro-batches per step (the search's
     ``batch``, ``dualpipe`` and ``one_stage`` rules), None for a schedule that sets none."""
     pps = sorted(int(p) for p in c.fixed.get("pp", ()))
@@ -270,7 +270,7 @@ def _schedule_at_fault(model: ModelSpec, c: SearchConstraints, what: str, dps) -
     if not any(c.global_batch % (int(d) * mb) == 0 for d in dps for mb in mbs):
         return None
     schedules, vpp_fixed = _schedules_run(c)
-    rules = [_schedule_rule(model, c, s) for s in schedules]
+    rules = [_schedule_rule(c, s) for s in schedules]
     if not rules or None in rules:
         return None
     per_pp = tuple(sorted({1 if s == Schedule.INTERLEAVED.value else 2 for s in schedules
