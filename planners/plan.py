@@ -541,8 +541,9 @@ def _placed_for_range(cluster: ClusterSpec, lo: int, hi: int) -> ClusterSpec:
     several NVL72 racks in its Slurm segments), as ``simulate`` places each; a range whose sizes
     are placed differently (128 GPUs: 64 a rack; 144: 72) cannot share one search."""
     placed = placed_cluster(cluster, hi)
-    if lo != hi and placed.gpus_per_node != cluster.gpus_per_node or \
-            lo != hi and hi > cluster.gpus_per_node and placed.scaleup.kind == "nvlink" and \
+    # only a range reaching past one NVLink domain of several hosts can be placed in segments
+    # (``placement.segment_gpus``); any size placed differently from the cluster is such a size
+    if lo != hi and hi > cluster.gpus_per_node and cluster.scaleup.kind == "nvlink" and \
             cluster.launch_gpus_per_host < cluster.gpus_per_node:
         sizes = sorted({placed_cluster(cluster, n).gpus_per_node for n in range(max(lo, 1), hi + 1)})
         if len(sizes) > 1:

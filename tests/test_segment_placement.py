@@ -74,3 +74,20 @@ def test_simulate_plan_and_sweep_place_a_multi_rack_job_in_its_segments_as_the_v
         api.simulate("qwen3-30b-a3b", "gb200-nvl72", gpus=144, ep=16, global_batch=144, zero_stage=1)
     with pytest.raises(InputError, match="plan each GPU count on its own"):
         api.plan("llama3-70b", "gb200-nvl72", gpus=(128, 144), global_batch=288)
+
+
+def test_a_plans_gpu_range_shares_one_placement_or_is_refused():
+    """128 GPUs sit 64 a rack, 144 whole racks of 72: one search cannot cover both; 130-131 GPUs
+    (not whole trays of 4) and 256 alone keep one placement each; an NVSwitch node has none."""
+    from hardware_specs.catalog import load_cluster
+    import pytest
+    from hardware_specs.errors import InputError
+    from planners.plan import _placed_for_range
+    nvl72, dgx = load_cluster("gb200-nvl72"), load_cluster("dgx-h100")
+    # 128, 132, 136, 140, 144 GPUs: 32, 33, 34, 35, 36 trays, segments of 16, 11, 17, 7, 18 trays
+    with pytest.raises(InputError, match="sit 28, 44, 64, 68, 72 GPUs a 72-GPU domain"):
+        _placed_for_range(nvl72, 128, 144)
+    assert _placed_for_range(nvl72, 130, 131) is nvl72
+    assert _placed_for_range(nvl72, 256, 256).gpus_per_node == 64
+    assert _placed_for_range(nvl72, 8, 72) is nvl72
+    assert _placed_for_range(dgx, 8, 1024) is dgx
