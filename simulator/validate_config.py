@@ -72,9 +72,11 @@ def sequence_split_ok(seq_len, cp, tp, sequence_parallel, cp_kind="ring"):
 def check_sequence_split(seq_len: int, cp: int, tp: int, sequence_parallel: bool, cp_kind="ring") -> None:
     """Raise ``InputError`` where ``sequence_split_ok`` is False, naming the field and a fix."""
     kind = getattr(cp_kind, "value", cp_kind)
+    if bool(sequence_split_ok(seq_len, cp, tp, sequence_parallel, kind)):
+        return
     chunks = int(cp_sequence_chunks(cp, kind))
-    if seq_len % chunks:
-        fits = [d for d in range(2, 1025) if seq_len % int(cp_sequence_chunks(d, kind)) == 0][:8]
+    if not bool(sequence_split_ok(seq_len, cp, 1, False, kind)):
+        fits = [d for d in range(2, 1025) if bool(sequence_split_ok(seq_len, d, 1, False, kind))][:8]
         lo, hi = (seq_len // chunks) * chunks, (seq_len // chunks + 1) * chunks
         choose = f"choose cp from {', '.join(map(str, fits))}, or " if fits else ""
         if kind == "ulysses":
@@ -83,14 +85,14 @@ def check_sequence_split(seq_len: int, cp: int, tp: int, sequence_parallel: bool
         raise InputError("cp", f"{kind} context parallelism splits the sequence into 2 x cp = {chunks} equal chunks "
                          f"(two per rank, one from each end, to balance causal attention), which {seq_len} tokens are "
                          "not", f"{choose}a sequence length that is a multiple of {chunks} ({lo or chunks} or {hi})")
-    if sequence_parallel and tp > 1 and (seq_len // cp) % tp:
-        local = seq_len // cp
-        per = f"the {local} tokens of each cp rank ({seq_len} / cp {cp})" if cp > 1 else f"the {seq_len} tokens"
-        tps = [t for t in range(2, 65) if local % t == 0][:6]
-        choose = f"choose tp from {', '.join(map(str, tps))}, " if tps else ""
-        raise InputError("sequence_parallel", f"sequence parallelism splits {per} over tp={tp}, which does not "
-                         "divide them", f"turn sequence parallelism off, {choose}or use a sequence length that is a "
-                         f"multiple of {math.lcm(chunks, cp * tp)}")
+    # the cp split holds: sequence parallelism's split over tp is what fails
+    local = seq_len // cp
+    per = f"the {local} tokens of each cp rank ({seq_len} / cp {cp})" if cp > 1 else f"the {seq_len} tokens"
+    tps = [t for t in range(2, 65) if bool(sequence_split_ok(seq_len, cp, t, True, kind))][:6]
+    choose = f"choose tp from {', '.join(map(str, tps))}, " if tps else ""
+    raise InputError("sequence_parallel", f"sequence parallelism splits {per} over tp={tp}, which does not "
+                     "divide them", f"turn sequence parallelism off, {choose}or use a sequence length that is a "
+                     f"multiple of {math.lcm(chunks, cp * tp)}")
 
 
 def _largest_chunk_layers(model: ModelSpec, c: ParallelConfig) -> int:

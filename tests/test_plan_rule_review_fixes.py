@@ -172,3 +172,28 @@ def test_the_cli_names_the_interleaved_rule_for_a_fixed_vpp_in_one_line_and_exit
     lines = [x for x in res.output.splitlines() if x.strip()]
     assert res.exit_code == 2 and len(lines) == 1, res.output
     assert lines[0].startswith("error: schedule: ") and "a multiple of pp = 4" in lines[0]
+
+
+def test_check_sequence_split_raises_exactly_where_sequence_split_ok_is_false_and_names_the_failing_part():
+    """One rule: the check refuses what the predicate refuses (the cp split first, then sp's split
+    of each cp rank's tokens over tp) and the fix it offers passes the predicate."""
+    import itertools
+    import re
+    from simulator.validate_config import check_sequence_split, sequence_split_ok
+    for seq, cp, tp, sp, kind in itertools.product((4096, 4098, 4100, 4097, 6000), (1, 2, 3, 4), (1, 2, 3, 8),
+                                                   (False, True), ("ring", "ulysses")):
+        ok = bool(sequence_split_ok(seq, cp, tp, sp, kind))
+        try:
+            check_sequence_split(seq, cp, tp, sp, kind)
+            assert ok, (seq, cp, tp, sp, kind)
+        except InputError as err:
+            assert not ok, (seq, cp, tp, sp, kind)
+            assert err.field == ("sequence_parallel" if sequence_split_ok(seq, cp, 1, False, kind) else "cp")
+            offered = re.search(r"choose (cp|tp) from ([0-9]+(?:, [0-9]+)*)", err.fix or "")
+            for v in map(int, offered.group(2).split(", ")) if offered else ():
+                args = (seq, v, 1, False, kind) if offered.group(1) == "cp" else (seq, cp, v, True, kind)
+                assert sequence_split_ok(*args), (err, v)
+    # hand-derived: 4100 tokens, ring cp 2 = 4 chunks of 1025; sp over tp 8 of 2050 a rank fails
+    with pytest.raises(InputError, match="the 2050 tokens of each cp rank") as err:
+        check_sequence_split(4100, 2, 8, True)
+    assert "choose tp from 2, 5, 10, 25, 41, 50" in err.value.fix
