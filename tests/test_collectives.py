@@ -110,7 +110,7 @@ def test_a_flat_ring_over_nodes_pays_the_nic_latency_only_on_the_steps_that_cros
     # ratios), 6.6 us base, at LL's 20.4 GB/s cap; 902.3 us without the overhead floor
     ll = 6.6e-6 + 1344 * 3e-6 * max(0.6, 1.0) / 3.4 + 191 * 5e-6 * 2.7 / 14 + 1535 / 1536 * 1536.0 / 20.4e9
     assert float(t) == pytest.approx(ll, rel=1e-9)
-    assert ll == pytest.approx(1376.7e-6, abs=0.1e-6)
+    # ll = 1376.7 us
     # one member per node: every step crosses a node
     assert float(ring_step_latency_s(16, 16, 3e-6, 5e-6)) == pytest.approx(5e-6)
 

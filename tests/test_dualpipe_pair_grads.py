@@ -6,6 +6,7 @@ no such exchange: dp_comm 0 at dp 1. Expected values derived by hand."""
 import pytest
 
 from hardware_specs.catalog import efficiency_for_cluster, load_cluster
+from cost_models.params import dense_layer_params
 from model_specs import load_model
 from nccl_by_hand import ring_s
 from paraplan import api
@@ -31,7 +32,7 @@ def test_dualpipe_pair_all_reduce_inside_a_node():
     apart, one node) all-reduce those bytes: a 2-rank ring moves 2 x 1/2 x 18.16 GB over NVLink at
     450 GB/s x 0.8 in two steps, 50.5 ms, all of it exposed. 1F1B on the same layout has one copy
     and nothing to pair."""
-    assert LAYER == 218_112_000
+    assert dense_layer_params(LLAMA) == LAYER == 218_112_000    # the parameter count the step uses, by hand
     params = 2 * (8 * LAYER + EMBED)
     dual = simulate(LLAMA, CLUSTER, _config(4), n_gpus=4)
     assert dual.extras["params_local"] == params == 4_540_465_152
