@@ -41,11 +41,15 @@ def mixed(tmp_path):
 @pytest.mark.parametrize("path", GENERATIONS, ids=lambda p: p.stem)
 def test_every_generation_file_gives_one_answer_to_is_it_fitted(path):
     """Fitted exactly when the file lists fitted factors (what the fitter writes), whatever its
-    ``fitted_on`` text says; ``is_prior`` is the negation."""
+    ``fitted_on`` text says: a file whose ``fitted_on`` says "not fitted" or "unfitted prior"
+    (with an empty ``fitted_factors: []`` or none) reads as a prior, one that lists factors never."""
     eff = load_efficiency(str(path))
-    listed = bool(yaml.safe_load(path.read_text()).get("fitted_factors"))
-    assert eff.is_fitted == listed
-    assert eff.is_prior == (not eff.is_fitted)
+    data = yaml.safe_load(path.read_text())
+    listed = bool(data.get("fitted_factors"))
+    assert eff.is_fitted == listed and eff.is_prior == (not listed)
+    says_unfitted = any(w in str(data.get("fitted_on", "")) for w in ("unfitted prior", "not fitted"))
+    assert says_unfitted == (not listed), data.get("fitted_on")
+    assert eff.is_prior == says_unfitted
 
 
 def test_the_unfitted_prior_files_read_as_priors():
