@@ -73,3 +73,20 @@ def test_numbers_of_every_kind_still_simulate():
     """1F1B p 4 m 8, f 1, b 1 (a (p, 1) column), w 0: (m + p - 1)(f + b) = 22."""
     s = make_schedule("1f1b", 4, 8)
     assert simulate_schedule(s, 1, [[1.0]] * 4, 0).makespan_s == pytest.approx(22.0)
+
+
+def test_make_schedule_counts_every_micro_batch_and_gpipe_unlike_the_step_models_capped_flush():
+    """1F1B over 1,024 stages and 5,000 micro-batches: 3 x 1,024 x 5,000 = 15,360,000 operations to
+    build directly, over the 13,000,000 limit; the step model builds m_cap = 4,096 of them
+    (12,582,912) and passes. GPipe over 1,024 x 5,000 is refused here, passed by the step model."""
+    from simulator.pipeline.makespan import flush_ops, flush_within_limit
+    assert int(flush_ops("1f1b", 1024, 5000, 1, capped=False)) == 15_360_000
+    assert int(flush_ops("1f1b", 1024, 5000, 1)) == 12_582_912 and bool(flush_within_limit("1f1b", 1024, 5000, 1))
+    for kind in ("1f1b", "gpipe"):
+        with pytest.raises(InputError, match="is 15,360,000 operations, over the 13,000,000") as err:
+            make_schedule(kind, 1024, 5000)
+        assert err.value.field == "m" and "use m <= 4,231 at p=1024" in err.value.fix
+    assert bool(flush_within_limit("gpipe", 1024, 5000, 1))
+    # interleaved counts its v chunks: 3 x 512 x 2 x 2,560 = 7,864,320 > 6,500,000
+    with pytest.raises(InputError, match="512 stages x 2 chunk\\(s\\) and m=2560 micro-batches is 7,864,320"):
+        make_schedule("interleaved", 512, 2560, v=2)

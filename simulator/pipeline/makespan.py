@@ -72,14 +72,18 @@ MAX_SWEPT_FLUSH_OPS = 13_000_000
 _LIST_SCHEDULED = (ScheduleKind.ZB_H2, ScheduleKind.ZB_V)
 
 
-def flush_ops(kind, p, m, v):
+def flush_ops(kind, p, m, v, capped: bool = True):
     """Operations of the flush the step model builds for ``kind`` over ``p`` stages, ``m``
     micro-batches and ``v`` chunks per stage (arrays allowed): 3 x p x chunks x min(m, m_cap)
-    (two chunks for the V-shaped and DualPipe schedules, ``v`` for interleaved, one else)."""
+    (two chunks for the V-shaped and DualPipe schedules, ``v`` for interleaved, one else).
+    ``capped=False``: of a flush of all ``m`` micro-batches, 3 x p x chunks x m (what
+    ``schedules.make_schedule`` builds when called directly)."""
     kind = ScheduleKind(getattr(kind, "value", kind))
     p = np.asarray(p, dtype=np.int64)
     chunks = 2 if kind in (ScheduleKind.ZB_V, ScheduleKind.DUALPIPE, ScheduleKind.DUALPIPE_V) else \
         (np.asarray(v, dtype=np.int64) if kind == ScheduleKind.INTERLEAVED else 1)
+    if not capped:
+        return 3 * p * chunks * np.asarray(m, dtype=np.int64)
     # ``m_cap`` once per distinct stage count (a planner batch has a handful: the divisors of its
     # GPU counts), spread back to the rows
     stages, row = np.unique(p, return_inverse=True)

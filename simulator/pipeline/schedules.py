@@ -268,13 +268,17 @@ def _check_request(kind: ScheduleKind, p: int, m: int, v: int | None, num_layers
 
 
 def _check_size(kind: ScheduleKind, p: int, m: int, v: int) -> None:
-    """Refuse a flush of more operations (3 x p x chunks x m) than ``makespan.flush_limit`` allows
-    the step model (``flush_within_limit``, which the CLI and the planner apply): beyond it the
-    order takes minutes of Python and gigabytes (1F1B over 5,000 stages and micro-batches ran out
-    of memory; ZB-H2 over 300 stages and 600 micro-batches took 15 s)."""
-    from simulator.pipeline.makespan import flush_limit     # (makespan imports this module)
-    chunks = 2 if kind in TWO_CHUNK else v
-    ops, limit = 3 * p * chunks * m, flush_limit(kind)
+    """Refuse to build a flush of more operations than ``makespan.flush_limit(kind)``: beyond it
+    the order takes minutes of Python and gigabytes (1F1B over 5,000 stages and micro-batches ran
+    out of memory; ZB-H2 over 300 stages and 600 micro-batches took 15 s). Counted over all ``m``
+    micro-batches (``makespan.flush_ops(..., capped=False)``), since this call builds them all, and
+    for GPipe too: stricter than ``flush_within_limit``, which ``simulate`` and ``plan`` apply to
+    the flush of at most ``m_cap`` micro-batches they build (extrapolating longer ones) and which
+    passes GPipe (its peak and flush need no order)."""
+    from simulator.pipeline.makespan import flush_limit, flush_ops     # (makespan imports this module)
+    per_micro_batch = int(flush_ops(kind, p, 1, v, capped=False))
+    chunks = per_micro_batch // (3 * p)
+    ops, limit = per_micro_batch * m, flush_limit(kind)
     if ops > limit:
         most_m = limit // (3 * p * chunks)
         field, fix = ("m", f"use m <= {most_m:,} at p={p}") if most_m >= 1 else \
@@ -315,9 +319,10 @@ def make_schedule(kind, p: int, m: int, v: int | None = None, num_layers: int | 
             interleaved, other than 2 for ZB-V/DualPipe(V); interleaved with m not a multiple of
             p (Megatron-LM's requirement); DualPipe with odd p, odd m or m < 2p; DualPipeV with
             m < 2p (both as in DeepSeek's reference); num_layers not divisible by the chunks;
-            a flush of more than ``makespan.flush_limit(kind)`` operations (3 x p x chunks x m:
-            the limit ``simulate`` and ``plan`` apply); ``durations`` not three positive finite
-            numbers.
+            a flush of more than ``makespan.flush_limit(kind)`` operations (3 x p x chunks x m,
+            all m micro-batches: ``simulate`` and ``plan`` hold the same limit against the at
+            most ``m_cap`` micro-batches they build, and build no GPipe order); ``durations`` not
+            three positive finite numbers.
     """
     kind = _kind(kind)
     v = _check_request(kind, p, m, v, num_layers)
