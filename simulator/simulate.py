@@ -4,13 +4,12 @@ from __future__ import annotations
 from hardware_specs.catalog import efficiency_for_cluster
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
-from hardware_specs.placement import placed_cluster
 from model_specs.model_spec import ModelSpec
 from simulator.config_batch import ConfigBatch
 from simulator.parallel_config import ParallelConfig
 from simulator.report import MEMORY_PARTS, TIME_PARTS, StepReport
 from simulator.step_model import evaluate, memory_parts
-from simulator.validate_config import check_cluster, check_config
+from simulator.validate_config import check_config, placed_and_checked
 
 
 def simulate(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig,
@@ -23,8 +22,7 @@ def simulate(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig,
     planner ranks by (``simulator.step_pipeline``).
     """
     check_config(model, config, n_gpus)
-    cluster = placed_cluster(cluster, config.n_gpus)     # a multi-rack NVL72 job in its Slurm segments
-    check_cluster(cluster, config)
+    cluster = placed_and_checked(cluster, config)     # a multi-rack NVL72 job in its Slurm segments
     eff = efficiency if efficiency is not None else efficiency_for_cluster(cluster)
     batch = ConfigBatch.from_configs([config])
     mem = memory_parts(model, cluster, eff, batch, detail=True)

@@ -141,6 +141,16 @@ def _check_layout(model: ModelSpec, c: ParallelConfig) -> None:
     parse_layout(c.pipeline_layout).check(model.num_layers, model.mtp_layers, _positions(c), what)
 
 
+def placed_and_checked(cluster, config: ParallelConfig):
+    """``cluster`` as ``config``'s job of ``config.n_gpus`` GPUs uses it (``placement.placed_cluster``:
+    a multi-rack NVL72 job in its Slurm segments), refused by ``check_cluster`` where its groups
+    would not tile that placement: the one placement ``simulate`` and the sweeps price with."""
+    from hardware_specs.placement import placed_cluster
+    placed = placed_cluster(cluster, config.n_gpus)
+    check_cluster(placed, config)
+    return placed
+
+
 def check_cluster(cluster, config: ParallelConfig) -> None:
     """Raise ``InputError`` if ``config`` needs what ``cluster``'s file does not state (the host
     link and memory bandwidth offload runs over), or lays a communication group across scale-up

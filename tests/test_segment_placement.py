@@ -91,3 +91,28 @@ def test_a_plans_gpu_range_shares_one_placement_or_is_refused():
     assert _placed_for_range(nvl72, 256, 256).gpus_per_node == 64
     assert _placed_for_range(nvl72, 8, 72) is nvl72
     assert _placed_for_range(dgx, 8, 1024) is dgx
+
+
+def test_simulate_and_the_sweep_place_each_configuration_once(monkeypatch):
+    """One helper places and checks a job (``placed_and_checked``): 128 GPUs sit 64 a rack, 144 with
+    ep 16 is refused naming ep; a sweep of two configurations places each once (it placed each
+    three times, with its own copy of simulate's placement-then-check)."""
+    import pytest
+    import hardware_specs.placement as placement
+    from hardware_specs.catalog import load_cluster
+    from hardware_specs.errors import InputError
+    from paraplan import api
+    from simulator.parallel_config import ParallelConfig
+    from simulator.validate_config import placed_and_checked
+    nvl72 = load_cluster("gb200-nvl72")
+    assert placed_and_checked(nvl72, ParallelConfig(dp=64, tp=2, global_batch=256)).gpus_per_node == 64
+    with pytest.raises(InputError) as err:
+        placed_and_checked(nvl72, ParallelConfig(dp=144, ep=16, global_batch=144))
+    assert err.value.field == "ep"
+    calls = []
+    real = placement.placed_cluster
+    monkeypatch.setattr(placement, "placed_cluster", lambda c, n: calls.append(n) or real(c, n))
+    grid = {"models": ["llama3-70b"], "clusters": ["gb200-nvl72"], "gpus": [128], "global_batch": [256],
+            "search": "simulate", "config": {"tp": [2, 4], "zero_stage": [1]}}
+    rows = api.sweep_grid(grid)
+    assert len(rows) == 2 and calls == [128, 128]

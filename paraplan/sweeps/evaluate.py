@@ -18,7 +18,6 @@ import pandas as pd
 from cost_models.compute import sixteen_bit_dtype
 from hardware_specs.catalog import efficiency_for_cluster, load_cluster, load_stack
 from hardware_specs.errors import InputError
-from hardware_specs.placement import placed_cluster
 from model_specs.catalog import load_model
 from paraplan.commands.simulate import refuse_options_without_effect
 from paraplan.mfu import mfu_column, mfu_pct
@@ -31,7 +30,7 @@ from simulator.parallel_config import ParallelConfig
 from simulator.report import TIME_PARTS
 from simulator.stack_defaults import stack_config_fields, stack_sequence_parallel
 from simulator.step_model import evaluate
-from simulator.validate_config import check_cluster, check_config
+from simulator.validate_config import check_config, placed_and_checked
 
 GIB = 2**30
 #: the point's own columns, then the plan's (units in every name); ``mfu_<dtype>_pct`` columns
@@ -94,7 +93,7 @@ def _dtype(dtype: str | None, cluster) -> str:
 def _simulate_group(rows: list[dict], points: list[Mapping], model, cluster) -> None:
     """Score the valid points of one (model, cluster, seq_len, stack, dtype) group together."""
     eff = efficiency_for_cluster(cluster)
-    configs, where = [], []
+    configs, where, placements = [], [], []
     for row, point in zip(rows, points):
         dtype = _dtype(point["dtype"], cluster)
         row["dtype"] = dtype
@@ -121,18 +120,18 @@ def _simulate_group(rows: list[dict], points: list[Mapping], model, cluster) -> 
             config = ParallelConfig(global_batch=gbs, dtype=dtype, **fields)
             check_config(model, config, point["gpus"])
             # the job in its Slurm segments on multi-rack NVL72, with simulate's group tiling check
-            check_cluster(placed_cluster(cluster, config.n_gpus), config)
+            placed = placed_and_checked(cluster, config)
         except (InputError, TypeError, ValueError) as exc:
             row.update(status="invalid", reason=sweep_reason(exc))
             continue
         configs.append(config)
         where.append(row)
+        placements.append(placed)
     by_placement: dict[int, list[int]] = {}
-    for i, config in enumerate(configs):
-        by_placement.setdefault(placed_cluster(cluster, config.n_gpus).gpus_per_node, []).append(i)
+    for i, placed in enumerate(placements):
+        by_placement.setdefault(placed.gpus_per_node, []).append(i)
     for members in by_placement.values():
-        placed = placed_cluster(cluster, configs[members[0]].n_gpus)
-        _score([where[i] for i in members], [configs[i] for i in members], model, placed, eff)
+        _score([where[i] for i in members], [configs[i] for i in members], model, placements[members[0]], eff)
 
 
 def _score(where: list[dict], configs: list, model, cluster, eff) -> None:
