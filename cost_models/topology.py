@@ -80,18 +80,27 @@ def group_blocks(tp, cp, dp, ep=1, etp=1, zero_shard_group=0):
             ("zero_shard_group", np.where(zsg > 0, tp * zsg, tp)), ("dp", tp * cp * dp))
 
 
+def group_tiling(gpus_per_node, world, tp, cp, dp, ep=1, etp=1, zero_shard_group=0):
+    """Each communication group of the layout as (name, block, tiles), in ``group_blocks``'
+    order: ``tiles`` is ``tp_tiles_node`` of its block (numpy-friendly). ``groups_tile_node`` is
+    all of them; ``validate_config.check_cluster`` names the first that does not tile."""
+    return tuple((name, block, tp_tiles_node(gpus_per_node, block, world))
+                 for name, block in group_blocks(tp, cp, dp, ep, etp, zero_shard_group))
+
+
 def groups_tile_node(gpus_per_node, world, tp, cp, dp, ep=1, etp=1, zero_shard_group=0):
     """Whether every communication group of the layout tiles the scale-up domains
-    (``tp_tiles_node`` for each block of ``group_blocks``), numpy-friendly: each group then sits
-    inside one domain or holds the same members in each of the domains it spans, which is the
-    one shape ``group_span`` gives all of them. A job on one domain tiles it whatever its groups.
+    (``group_tiling``: ``tp_tiles_node`` for each block of ``group_blocks``), numpy-friendly:
+    each group then sits inside one domain or holds the same members in each of the domains it
+    spans, which is the one shape ``group_span`` gives all of them. A job on one domain tiles it
+    whatever its groups. The one rule ``check_cluster`` and the planner's ``scaleup`` rule apply.
 
     A group that straddles a domain boundary runs at the pace of its worst-placed member set:
     16 expert-parallel ranks 64-79 of 144 GPUs on NVL72 racks hold 8 GPUs in each of two racks,
     an all-to-all whose NIC half ``group_span`` (16 on one NVLink) would not price."""
     ok = np.asarray(True)
-    for _, block in group_blocks(tp, cp, dp, ep, etp, zero_shard_group):
-        ok = ok & tp_tiles_node(gpus_per_node, block, world)
+    for _, _, tiles in group_tiling(gpus_per_node, world, tp, cp, dp, ep, etp, zero_shard_group):
+        ok = ok & tiles
     return ok
 
 

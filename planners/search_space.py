@@ -26,7 +26,7 @@ import numpy as np
 
 from cost_models.params import tp_splits_kv_heads
 from cost_models.sharding import largest_zero_group
-from cost_models.topology import groups_tile_node, tp_tiles_node
+from cost_models.topology import groups_tile_node
 from hardware_specs.errors import InputError
 from model_specs.model_spec import ModelSpec
 from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES
@@ -376,8 +376,9 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
         ("heads", h % tp == 0),
         ("kv_heads", tp_splits_kv_heads(kv, tp, c.kv_head_replication)),
         ("ffn", model.ffn_hidden_size % tp == 0),
-        # the tensor-parallel, context-parallel and data-parallel groups tile the scale-up domain
-        # (check_cluster's rule: topology.groups_tile_node)
+        # every group tiles the scale-up domain (check_cluster's rule: topology.groups_tile_node),
+        # here with ep 1 and no shard group: the tp, cp and dp groups; the ep and the shard group
+        # are checked by the same rule where their axes are crossed in
         ("scaleup", groups_tile_node(c.scaleup_gpus, dp * tp * pp * cp, tp, cp, dp) if c.scaleup_gpus else True),
         ("layers", pp <= L),
         # ring context parallelism (the search's): 2 * cp equal chunks (validate_config.sequence_split_ok)
@@ -392,8 +393,9 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
         ("fixed", _allowed(fixed, "ep", cols["ep"])),
         ("experts", (experts % cols["ep"] == 0) & ((cols["dp"] * cols["cp"] * cols["tp"]) % cols["ep"] == 0)),
         ("stack", ~lacked_use(lacks, ep=cols["ep"])),
-        # and the expert-parallel group (ep x etp, etp 1 here) too
-        ("scaleup", tp_tiles_node(c.scaleup_gpus, cols["ep"], cols["dp"] * cols["tp"] * cols["pp"] * cols["cp"])
+        # and with the expert-parallel group (ep x etp, etp 1 here) too
+        ("scaleup", groups_tile_node(c.scaleup_gpus, cols["dp"] * cols["tp"] * cols["pp"] * cols["cp"], cols["tp"],
+                                     cols["cp"], cols["dp"], ep=cols["ep"])
          if c.scaleup_gpus else np.ones(len(cols["ep"]), dtype=bool)),
     ], len(cols["ep"]), scale(1))
     cols = _keep(cols, ok)
@@ -613,18 +615,22 @@ def _hsdp_rules(cols: dict, c: SearchConstraints, fixed: Mapping, zero, hs, shap
     excludes is ``fixed``; a shard group that is not a proper divisor >= 2 of dp*cp, or is asked
     of ZeRO-0 (ZeRO-1 too unless ``--fix zero_shard_group`` names it: one reduction per step
     gains little from it), is ``hsdp``."""
-    # the rules read a base row's tp and dp*cp only: evaluated once per distinct pair (a few
-    # dozen against millions of base rows), then spread to the rows
-    # (and whether the job spans more than one scale-up domain, for the shard group's tiling)
-    dpc_rows = cols["dp"] * cols["cp"]
-    span = int(dpc_rows.max()) + 1 if len(dpc_rows) else 1
-    g = int(c.scaleup_gpus)
-    multi = (dpc_rows * cols["tp"] * cols["pp"] > g) if g else np.zeros(len(dpc_rows), dtype=bool)
-    pairs, inverse = np.unique((cols["tp"] * span + dpc_rows) * 2 + multi, return_inverse=True)
+    # the rules read a base row's (tp, cp, dp, pp, ep) only: evaluated once per distinct tuple (a
+    # few dozen against millions of base rows), then spread to the rows
+    names = ("tp", "cp", "dp", "pp", "ep")
+    spans = [int(cols[k].max()) + 1 if len(cols[k]) else 1 for k in names]
+    code = np.zeros(len(cols["tp"]), dtype=np.int64)
+    for k, s in zip(names, spans):
+        code = code * s + cols[k]
+    distinct, inverse = np.unique(code, return_inverse=True)
     inverse = inverse.reshape(-1)
-    tp = (pairs // 2 // span)[:, None]
+    parts = {}
+    for k, s in zip(reversed(names), reversed(spans)):
+        parts[k], distinct = (distinct % s)[:, None], distinct // s
+    tp = parts["tp"]
     group = _shard_group(hs[None, :], tp, c.hsdp_gpus)
-    dpc = (pairs // 2 % span)[:, None]
+    dpc = parts["dp"] * parts["cp"]
+    g = int(c.scaleup_gpus)
     rules = []
     if "zero_shard_group" in fixed:
         allowed = np.isin(group, np.asarray(fixed["zero_shard_group"], dtype=np.int64))
@@ -633,8 +639,9 @@ def _hsdp_rules(cols: dict, c: SearchConstraints, fixed: Mapping, zero, hs, shap
     valid = (group == 0) | ((zero[None, :] >= min_zero) & (group >= 2) & (group < dpc)
                             & (dpc % np.maximum(group, 1) == 0))
     rules.append(("hsdp", np.broadcast_to(valid[inverse], shape)))
-    if g:   # the shard group's tp x group consecutive ranks tile the scale-up domain (check_cluster's rule)
-        tiles = (group == 0) | ~(pairs % 2 == 1)[:, None] | tp_tiles_node(g, tp * np.maximum(group, 1))
+    if g:   # every group, the shard group's tp x group consecutive ranks too (check_cluster's rule)
+        tiles = groups_tile_node(g, dpc * tp * parts["pp"], tp, parts["cp"], parts["dp"], ep=parts["ep"],
+                                 zero_shard_group=group)
         rules.append(("scaleup", np.broadcast_to(tiles[inverse], shape)))
     return rules
 

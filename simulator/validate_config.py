@@ -7,7 +7,7 @@ import numpy as np
 
 from cost_models.context_parallel import ulysses_heads_ok
 from cost_models.params import tp_splits_kv_heads
-from cost_models.topology import group_blocks, tp_tiles_node
+from cost_models.topology import group_tiling
 from hardware_specs.errors import InputError
 from model_specs.model_spec import ModelSpec
 from simulator.parallel_config import ParallelConfig, Schedule
@@ -151,37 +151,41 @@ def placed_and_checked(cluster, config: ParallelConfig):
     return placed
 
 
+#: the groups of one degree (``topology.group_blocks``' names) as ``check_cluster`` names them
+_SINGLE_GROUPS = {"tp": ("a", "a tensor-parallel group"), "etp": ("an", "an expert tensor-parallel group")}
+#: the groups of several dimensions: the product of degrees their block is, and their name
+_BLOCK_GROUPS = {"ep": ("ep x etp", "an expert-parallel group"), "cp": ("tp x cp", "a context-parallel ring"),
+                 "zero_shard_group": ("tp x zero_shard_group", "a ZeRO shard group"),
+                 "dp": ("tp x cp x dp", "a data-parallel group")}
+
+
 def check_cluster(cluster, config: ParallelConfig) -> None:
     """Raise ``InputError`` if ``config`` needs what ``cluster``'s file does not state (the host
     link and memory bandwidth offload runs over), or lays a communication group across scale-up
     domains unevenly: tensor-parallel, expert tensor-parallel, expert-parallel (ep x etp ranks),
     context-parallel (tp x cp), ZeRO shard (tp x zero_shard_group) or data-parallel (tp x cp x dp)
-    groups (``topology.group_blocks``, ``tp_tiles_node``: the collectives price every group as the
-    first, and the step waits for the worst-placed one). The planner's ``scaleup`` rule is the
-    same (``topology.groups_tile_node``)."""
+    groups (``topology.group_tiling``: the collectives price every group as the first, and the
+    step waits for the worst-placed one). The planner's ``scaleup`` rule is the same
+    (``topology.groups_tile_node``, over the same ``group_tiling``)."""
     g, world = cluster.gpus_per_node, config.n_gpus
-    # Megatron numbers the expert-tensor ranks fastest in the experts' layout, as tp in the dense one
-    for field, degree, a, group in (("tp", config.tp, "a", "a tensor-parallel group"),
-                                    ("etp", config.etp, "an", "an expert tensor-parallel group")):
-        if degree > 1 and not tp_tiles_node(g, degree, world):
-            how = "span two domains" if degree < g else "span domains unevenly"
-            raise InputError(field, f"{field} {degree} does not tile the {g}-GPU scale-up domain of {cluster.name}: "
-                             f"with {world} GPUs {group} would {how}",
-                             f"use {a} {field} that divides {g} ({_divisors(g, g)}) or a multiple of {g}")
-    # the groups of several dimensions: each fills a run of consecutive ranks (group_blocks)
-    what = {"ep": ("ep", "ep x etp", "an expert-parallel group"),
-            "cp": ("cp", "tp x cp", "a context-parallel ring"),
-            "zero_shard_group": ("zero_shard_group", "tp x zero_shard_group", "a ZeRO shard group"),
-            "dp": ("dp", "tp x cp x dp", "a data-parallel group")}
-    for name, block in group_blocks(config.tp, config.cp, config.dp, config.ep, config.etp,
-                                    config.zero_shard_group):
+    # the first group (in group_blocks' order: tp, etp, then the groups of several dimensions,
+    # each a run of consecutive ranks) that does not tile, named by its degree
+    for name, block, tiles in group_tiling(g, world, config.tp, config.cp, config.dp, config.ep, config.etp,
+                                           config.zero_shard_group):
+        if bool(tiles):
+            continue
         b = int(block)
-        if name in what and b > 1 and not tp_tiles_node(g, b, world):
-            field, product, group = what[name]
-            how = "span two domains" if b < g else "span domains unevenly"
-            raise InputError(field, f"{product} = {b} does not tile the {g}-GPU scale-up domain of {cluster.name}: "
+        how = "span two domains" if b < g else "span domains unevenly"
+        if name in _SINGLE_GROUPS:
+            # Megatron numbers the expert-tensor ranks fastest in the experts' layout, as tp in the dense one
+            a, group = _SINGLE_GROUPS[name]
+            raise InputError(name, f"{name} {b} does not tile the {g}-GPU scale-up domain of {cluster.name}: "
                              f"with {world} GPUs {group} would {how}",
-                             f"make {product} divide {g} ({_divisors(g, g)}) or a multiple of {g}")
+                             f"use {a} {name} that divides {g} ({_divisors(g, g)}) or a multiple of {g}")
+        product, group = _BLOCK_GROUPS[name]
+        raise InputError(name, f"{product} = {b} does not tile the {g}-GPU scale-up domain of {cluster.name}: "
+                         f"with {world} GPUs {group} would {how}",
+                         f"make {product} divide {g} ({_divisors(g, g)}) or a multiple of {g}")
     if (config.offload_activation_layers or config.offload_optimizer_fraction) and cluster.host is None:
         raise InputError("offload", f"cluster {cluster.name} states no host link (GPU to host memory)",
                          "add host: {link, link_bw_gb_per_s, memory_gib, memory_bw_gb_per_s} to its YAML, or do not offload")

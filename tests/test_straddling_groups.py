@@ -89,3 +89,47 @@ def test_plan_ranks_only_layouts_simulate_takes():
     for _, r in res.plans.head(20).iterrows():
         check_cluster(cluster, ParallelConfig(tp=int(r.tp), pp=int(r.pp), dp=int(r.dp), cp=int(r.cp), ep=int(r.ep),
                                                micro_batch=int(r.micro_batch), global_batch=144))
+
+
+def test_check_cluster_and_the_planner_apply_one_group_tiling_rule():
+    """check_cluster refuses a layout exactly where ``groups_tile_node`` is False and names the
+    first group ``group_tiling`` finds untiled; the planner's space on 6-GPU domains (12 and 18
+    GPUs, fixed shard groups 2, 3, 4 and 6, expert parallelism) keeps exactly the layouts whose
+    every group tiles, ep and the ZeRO shard group included."""
+    import itertools
+    import dataclasses
+    import pytest
+    from cost_models.topology import group_tiling
+    from hardware_specs import load_cluster
+    from hardware_specs.errors import InputError
+    from model_specs import load_model
+    from planners import SearchConstraints, enumerate_space
+    from simulator.parallel_config import ParallelConfig
+    from simulator.validate_config import check_cluster
+    six = dataclasses.replace(load_cluster("dgx-h100"), gpus_per_node=6)
+    seen = set()
+    for tp, cp, dp, ep, zsg in itertools.product((1, 2, 3, 4), (1, 2), (1, 2, 3, 4, 6), (1, 2, 4), (0, 2, 3)):
+        if (dp * cp) % ep or (zsg and (dp * cp) % zsg) or (zsg and zsg >= dp * cp):
+            continue
+        c = ParallelConfig(tp=tp, cp=cp, dp=dp, ep=ep, zero_stage=3 if zsg else 1, zero_shard_group=zsg,
+                           global_batch=dp * 4)
+        tiles = bool(groups_tile_node(6, c.n_gpus, tp, cp, dp, ep, 1, zsg))
+        untiled = [name for name, _, ok in group_tiling(6, c.n_gpus, tp, cp, dp, ep, 1, zsg) if not bool(ok)]
+        try:
+            check_cluster(six, c)
+            assert tiles, c
+        except InputError as err:
+            assert not tiles and err.field == untiled[0], (c, err)
+            seen.add(err.field)
+    assert seen == {"tp", "ep", "cp", "zero_shard_group", "dp"}
+    model = load_model("qwen3-30b-a3b")
+    for n in (12, 18):
+        space = enumerate_space(model, SearchConstraints(
+            gpus=(n, n), global_batch=72, max_tp=6, scaleup_gpus=6,
+            fixed={"zero_shard_group": (0, 2, 3, 4, 6), "ep": (1, 2, 4, 8)}))
+        cols = space.columns
+        assert len(cols["tp"]) > 0
+        ok = groups_tile_node(6, cols["dp"] * cols["tp"] * cols["pp"] * cols["cp"], cols["tp"], cols["cp"],
+                              cols["dp"], cols["ep"], 1, cols["zero_shard_group"])
+        assert bool(np.all(ok)), n
+        assert space.pruned.get("scaleup", 0) > 0
