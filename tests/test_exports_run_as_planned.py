@@ -26,6 +26,7 @@ def test_megatron_refuses_moe_with_tp_above_one_and_no_sequence_parallelism():
     with pytest.raises(InputError) as err:
         megatron.emit(_row(**MIXTRAL, sequence_parallel=False))
     assert err.value.field == "sequence_parallel" and "moe_layer.py:636" in str(err.value)
+    assert "moe_tp_needs_sp" in str(err.value) and "plan with sequence_parallel 1" in err.value.fix
     assert "\n" not in str(err.value)
     row = _row(**MIXTRAL, sequence_parallel=True)
     argv, env = megatron.command(row)
@@ -47,7 +48,10 @@ def test_megatron_refuses_ulysses_when_the_kv_heads_of_a_tp_rank_do_not_divide_b
     # 1 KV head per rank, which TE's a2a attention cannot split over cp 2
     with pytest.raises(InputError) as err:
         megatron.emit(_row(**ULYSSES, tp=8, dp=2))
-    assert err.value.field == "cp" and "1 key/value head" in str(err.value)
+    # the table's rule (evaluated on the command: 64 // 8 = 8 query heads, max(8 // 8, 1) = 1 KV
+    # head a rank), named by the plan's field
+    assert err.value.field == "cp" and "a2a_cp_divides_heads" in str(err.value)
+    assert "\n" not in str(err.value)
     # tp 4: 16 query heads and 2 KV heads per rank, both divide by cp 2
     row = _row(**ULYSSES, tp=4, dp=4)
     argv, env = megatron.command(row)

@@ -64,9 +64,19 @@ def refusal(p: dict) -> InputError | None:
         return exc
     problems = megatron_table.check_command(argv, p["n_gpus"], env)
     if problems:
-        return InputError("megatron", f"Megatron-LM would reject the export: {problems[0]}",
-                          "choose a plan Megatron-LM can run (paraplan plan --emit megatron picks one)")
+        field, fix = _RULE_FIELDS.get(problems[0].split(":")[0], (
+            "megatron", "choose a plan Megatron-LM can run (paraplan plan --emit megatron picks one)"))
+        return InputError(field, f"Megatron-LM would reject the export: {problems[0]}", fix)
     return None
+
+
+#: the plan field a broken table rule is the plan's own choice of, and its fix (the rules Megatron
+#: checks only when the model runs: ``tools/megatron_flags.py`` marks them runtime)
+_RULE_FIELDS = {
+    "moe_tp_needs_sp": ("sequence_parallel", "plan with sequence_parallel 1, or tp 1"),
+    "a2a_cp_divides_heads": ("cp", "choose cp dividing the query and the key/value heads of a TP rank, "
+                                   "or cp_kind ring"),
+}
 
 
 def can_run(plan_row: Any) -> bool:
@@ -172,27 +182,9 @@ def _refuse_plan(p: dict, model: ModelSpec) -> None:
     if model.activation in ("relu", "geglu"):
         raise InputError("model", f"Megatron-LM's GPT builds no {model.activation} MLP ({model.name} uses it; "
                          "it offers gelu, swiglu, squared-relu and quick-geglu)", "emit another framework")
-    if p["cp"] > 1 and p["cp_kind"] == "ulysses" and (model.num_heads // p["tp"]) % p["cp"]:
-        raise InputError("cp", f"Ulysses (a2a) context parallelism splits the {model.num_heads // p['tp']} heads "
-                         f"of a TP rank over cp={p['cp']}", "choose cp dividing the heads per TP rank")
-    kv_local = _kv_heads_per_tp_rank(model, p["tp"])
-    if p["cp"] > 1 and p["cp_kind"] == "ulysses" and kv_local % p["cp"]:
-        raise InputError("cp", f"Ulysses (a2a) context parallelism splits the {kv_local} key/value head(s) of a "
-                         f"TP rank over cp={p['cp']}, and Transformer Engine's AttnFuncWithCPAndQKVOA2A asserts "
-                         "both the query and the key/value heads divide by the CP size",
-                         f"choose cp dividing {kv_local}, or cp_kind ring")
-    if model.moe is not None and p["tp"] > 1 and not p["sequence_parallel"]:
-        raise InputError("sequence_parallel", f"Megatron-Core's MoE layer raises ValueError in training with tp="
-                         f"{p['tp']} and sequence parallelism off (megatron/core/transformer/moe/moe_layer.py:636, "
-                         "MoELayer.forward, at the pinned commit)",
-                         "plan with sequence_parallel 1, or tp 1")
-
-
-def _kv_heads_per_tp_rank(model: ModelSpec, tp: int) -> int:
-    """Key/value heads one TP rank's attention holds: Megatron-Core's ``num_query_groups // tp``,
-    one replicated group when tp exceeds them; MLA up-projects a key per query head."""
-    kv = model.num_heads if model.mla is not None else model.num_kv_heads
-    return max(kv // tp, 1)
+    # MoE with tp > 1 without sequence parallelism, and Ulysses heads that do not divide over cp,
+    # are the table's runtime rules (``moe_tp_needs_sp``, ``a2a_cp_divides_heads``): ``refusal``
+    # reports them naming the plan's field (``_RULE_FIELDS``)
 
 
 # ---- the command ---------------------------------------------------------------------------
