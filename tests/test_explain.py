@@ -103,7 +103,7 @@ def test_plan_explain_says_how_much_slower_the_plan_without_offload_and_zero3_is
     import json
     import re
     args = ["plan", "-m", "mixtral-8x22b", "-c", "gb200-nvl72", "-n", "256", "--global-batch-tokens", "4Mi",
-            "--explain", "--top", "60"]
+            "--explain", "--top", "100"]
     data = json.loads(CliRunner().invoke(main, args + ["--json"]).stdout)
     win = data["plans"][0]
     assert win["zero_stage"] == 3 and win["offload_activation_layers"] > 0

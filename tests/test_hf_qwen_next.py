@@ -48,11 +48,11 @@ def _layer_counts(spec):
 
 def test_hf_qwen3_5_config_loads_as_the_preset():
     """The wrapper (qwen3_5_moe) is unwrapped to its text_config; the spec is the preset's but for
-    the name, the source and dropout (a preset states none, so Megatron's default on; the
-    checkpoint's transformers config has none)."""
+    the source: dropout off in both (the preset states the checkpoint's attention_dropout 0.0)."""
     preset = load_model("qwen3.5-397b-a17b")
     spec = model_from_hf_config(QWEN3_5_397B, name=preset.name, seq_len=preset.seq_len)
-    assert replace(spec, source="", hidden_dropout=True, attention_dropout=True) == replace(preset, source="")
+    assert not spec.hidden_dropout and not spec.attention_dropout
+    assert replace(spec, source="") == replace(preset, source="")
     assert "text_config of a qwen3_5_moe checkpoint" in spec.source
     assert _layer_counts(spec) == (45, 15, 60)
     # the text_config alone reads the same
