@@ -59,14 +59,20 @@ def test_a_schedule_rule_that_leaves_no_layout_is_named_not_the_global_batch(fix
     assert best["schedule"] == schedules[0] and m % best["pp"] == 0 and m >= best["pp"]
 
 
-def test_the_cli_names_dualpipes_micro_batch_rule_in_one_line_and_exits_2():
+def _one_error_line(args: list[str]) -> str:
+    """The CLI's output for ``args``, checked to be one error line with exit code 2."""
     from click.testing import CliRunner
     from paraplan.cli import main
-    res = CliRunner().invoke(main, ["plan", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "8", "--pp", "2",
-                                    "--schedule", "dualpipe", "--global-batch", "2"])
+    res = CliRunner().invoke(main, args)
     lines = [x for x in res.output.splitlines() if x.strip()]
     assert res.exit_code == 2 and len(lines) == 1, res.output
-    assert lines[0].startswith("error: schedule: ") and ">= 2 x pp = 4" in lines[0]
+    return lines[0]
+
+
+def test_the_cli_names_dualpipes_micro_batch_rule_in_one_line_and_exits_2():
+    line = _one_error_line(["plan", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "8", "--pp", "2",
+                            "--schedule", "dualpipe", "--global-batch", "2"])
+    assert line.startswith("error: schedule: ") and ">= 2 x pp = 4" in line
 
 
 # ---- the sequence-length rules of context and sequence parallelism --------------------------
@@ -165,13 +171,9 @@ def test_a_fixed_vpp_above_1_names_the_interleaved_rule_not_the_global_batch():
 
 
 def test_the_cli_names_the_interleaved_rule_for_a_fixed_vpp_in_one_line_and_exits_2():
-    from click.testing import CliRunner
-    from paraplan.cli import main
-    res = CliRunner().invoke(main, ["plan", "-m", "gpt3-1.3b", "-c", "dgx-h100", "-n", "4", "--global-batch", "6",
-                                    "--fix", "pp=4", "--fix", "vpp=2"])
-    lines = [x for x in res.output.splitlines() if x.strip()]
-    assert res.exit_code == 2 and len(lines) == 1, res.output
-    assert lines[0].startswith("error: schedule: ") and "a multiple of pp = 4" in lines[0]
+    line = _one_error_line(["plan", "-m", "gpt3-1.3b", "-c", "dgx-h100", "-n", "4", "--global-batch", "6",
+                            "--fix", "pp=4", "--fix", "vpp=2"])
+    assert line.startswith("error: schedule: ") and "a multiple of pp = 4" in line
 
 
 def test_check_sequence_split_raises_exactly_where_sequence_split_ok_is_false_and_names_the_failing_part():
