@@ -37,3 +37,14 @@ def placed_cluster(cluster, n_gpus: int):
         return cluster
     per_domain = segment_gpus(n_gpus, cluster.launch_gpus_per_host, cluster.gpus_per_node)
     return cluster if per_domain == cluster.gpus_per_node else replace(cluster, gpus_per_node=per_domain)
+
+
+def placement_note(cluster, n_gpus: int) -> str:
+    """A line for reports where ``placed_cluster`` places the job other than whole domains: how
+    many GPUs of each NVLink domain it holds, and why; '' where it does not."""
+    placed = placed_cluster(cluster, n_gpus)
+    if placed.gpus_per_node == cluster.gpus_per_node:
+        return ""
+    return (f"{n_gpus} GPUs sit {placed.gpus_per_node} in each {cluster.gpus_per_node}-GPU NVLink domain of "
+            f"{cluster.name} (Slurm segments of {placed.gpus_per_node // cluster.launch_gpus_per_host} hosts, as "
+            "Megatron-Bridge's launcher asks: hardware_specs/placement.py)")

@@ -116,3 +116,20 @@ def test_simulate_and_the_sweep_place_each_configuration_once(monkeypatch):
             "search": "simulate", "config": {"tp": [2, 4], "zero_stage": [1]}}
     rows = api.sweep_grid(grid)
     assert len(rows) == 2 and calls == [128, 128]
+
+
+def test_simulate_and_plan_say_where_a_multi_rack_job_sits_and_say_nothing_otherwise():
+    from click.testing import CliRunner
+
+    from paraplan.cli import main
+    note = ("128 GPUs sit 64 in each 72-GPU NVLink domain of gb200-nvl72 (Slurm segments of 16 hosts, "
+            "as Megatron-Bridge's launcher asks: hardware_specs/placement.py)")
+    sim = CliRunner().invoke(main, ["simulate", "-m", "llama3-70b", "-c", "gb200-nvl72", "-n", "128", "--tp", "2",
+                                    "--global-batch", "256"])
+    assert sim.exit_code == 0 and f"gpus     128  ({note})" in sim.output
+    plan = CliRunner().invoke(main, ["plan", "-m", "llama3-70b", "-c", "gb200-nvl72", "-n", "128",
+                                     "--global-batch", "256", "--top", "1"])
+    assert plan.exit_code == 0 and note in plan.output.splitlines()[:5]
+    whole = CliRunner().invoke(main, ["simulate", "-m", "llama3-70b", "-c", "gb200-nvl72", "-n", "144", "--tp", "2",
+                                      "--global-batch", "288"])
+    assert whole.exit_code == 0 and "Slurm segments" not in whole.output

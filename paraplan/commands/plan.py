@@ -18,6 +18,7 @@ import click
 import numpy as np
 
 from hardware_specs.catalog import DEFAULT_TRAINING_STACK, load_cluster, load_stack
+from hardware_specs.placement import placement_note
 from hardware_specs.errors import InputError
 from hardware_specs.gpu_spec import KNOWN_DTYPES
 from model_specs.catalog import load_model
@@ -573,7 +574,9 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         click.echo(_csv(pareto_rows(result, cl) if pareto else machine_rows(result.top(top, detailed=True), cl)),
                    nl=False)
         return
-    out = [_header(result, default_seq_len_note(spec, seq_len is not None)),
+    notes = "\n".join(n for n in (default_seq_len_note(spec, seq_len is not None),
+                                   placement_note(cl, int(result.gpus[1]))) if n)
+    out = [_header(result, notes),
            _table(display(result.top(top), cl), show_gpus=is_range), CONFIG_LEGEND]
     priced = _priced_chunks(result, spec)
     if priced:

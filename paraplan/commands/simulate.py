@@ -15,6 +15,7 @@ import click
 from cost_models.compute import FULL_PRECISION, sixteen_bit_dtype
 from cost_models.sharding import largest_zero_group
 from hardware_specs.catalog import load_cluster, load_stack
+from hardware_specs.placement import placement_note
 from hardware_specs.errors import InputError
 from hardware_specs.gpu_spec import KNOWN_DTYPES
 from model_specs.catalog import load_model
@@ -350,7 +351,7 @@ def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | 
     lines = [
         f"model    {report.model}  ({model.num_layers} layers, hidden {model.hidden_size}, seq_len {model.seq_len})",
         f"cluster  {report.cluster}  ({report.gpu}, {cluster.gpus_per_node} GPUs per node)",
-        f"gpus     {report.n_gpus}",
+        f"gpus     {report.n_gpus}" + (f"  ({note})" if (note := placement_note(cluster, report.n_gpus)) else ""),
         *_wrapped(f"dp={c['dp']} tp={c['tp']} pp={c['pp']} cp={c['cp']} ep={c['ep']} etp={c['etp']} vpp={c['vpp']}  "
                   f"micro_batch={c['micro_batch']} global_batch={c['global_batch']} "
                   f"({report.num_microbatches} micro-batches, {report.tokens_per_step:,.0f} tokens/step)", first="config   "),
