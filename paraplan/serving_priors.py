@@ -35,10 +35,8 @@ def label_columns(ctx, drafting: bool | None = None) -> dict[str, Any]:
     ``draft_acceptance_is_prior`` and ``draft_model`` (None for the acceptance where it does not
     draft, as ``serve simulate --json``)."""
     cols: dict[str, Any] = {"efficiency_fitted": not ctx.efficiency.prior}
-    k = ctx.speculative_tokens
-    if drafting if drafting is not None else bool(k):
-        cols.update(speculative_tokens=k, draft_acceptance=ctx.draft_acceptance if k else None,
-                    draft_acceptance_is_prior=ctx.acceptance_is_prior if k else None, draft_model=ctx.draft_model)
+    if drafting if drafting is not None else bool(ctx.speculative_tokens):
+        cols.update(ctx.draft_fields())          # as the serving report's JSON states them
     return cols
 
 

@@ -120,6 +120,15 @@ class ServingContext:
         may still need 2 steps): optimistic only where osl - 1 < E, i.e. a few output tokens."""
         return float(self.tokens_per_step_within(max(float(osl) - 1.0, 1.0)))
 
+    def draft_fields(self) -> dict:
+        """What a report says of the drafting its TPOT rests on: ``speculative_tokens``, and where
+        it drafts the ``draft_acceptance`` and whether that is the unfitted prior
+        (``draft_acceptance_is_prior``; both None without drafts), and ``draft_model``."""
+        k = self.speculative_tokens
+        return {"speculative_tokens": k, "draft_acceptance": self.draft_acceptance if k else None,
+                "draft_acceptance_is_prior": self.acceptance_is_prior if k else None,
+                "draft_model": self.draft_model}
+
     def validation_error(self, mode: str) -> dict | None:
         """How far the fitted model was off on measured runs of this engine in ``mode`` (agg,
         disagg) on this GPU generation (``ServingEfficiency.validation_error_pct``): rows and
