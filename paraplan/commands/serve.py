@@ -824,10 +824,7 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
                    "isl": opts["isl"], "osl": opts["osl"], "ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "modes": list(search),
                    "max_batch": max_batch, "pipeline_parallel": not no_pp, "rank_by": rank_by, "stack": ctx.stack.name,
                    "dense_format": ctx.dense_format, "expert_format": ctx.expert_format if moe else None,
-                   "kv_cache_dtype": opts["kv_cache_dtype"], "speculative_tokens": ctx.speculative_tokens,
-                   "draft_acceptance": ctx.draft_acceptance if ctx.speculative_tokens else None,
-                   "draft_acceptance_is_prior": ctx.acceptance_is_prior if ctx.speculative_tokens else None,
-                   "draft_model": ctx.draft_model,
+                   "kv_cache_dtype": opts["kv_cache_dtype"], **ctx.draft_fields(),
                    "tokens_per_step": ctx.tokens_per_step_at(opts["osl"])}
         text = dump_json({"request": request, "best": best, "why": plan.why, "front": _records(plan.front, moe),
                           "evaluated": plan.evaluated, "efficiency_fitted": not ctx.efficiency.prior,
