@@ -134,10 +134,14 @@ def protocol_bus_bw(protocol: Protocol, bw_bytes_per_s, n_inter, generation: str
     bw = np.asarray(bw_bytes_per_s, dtype=float) * protocol.bw_fraction
     if not protocol.generation_capped:
         return bw
+    return np.minimum(bw, _ll_max_bus_bw(n_inter, LL_MAX_BUS_BW_BYTES_PER_S.get(generation, np.inf)))
+
+
+def _ll_max_bus_bw(n_inter, one_node):
+    """LL's bus-bandwidth cap (``llMaxBws``) across ``n_inter`` nodes, bytes/s: ``one_node`` on
+    one, the two-node and many-node rows beyond (numpy-friendly)."""
     n_inter = np.asarray(n_inter, dtype=float)
-    cap = np.where(n_inter <= 1, LL_MAX_BUS_BW_BYTES_PER_S.get(generation, np.inf),
-                   np.where(n_inter <= 2, LL_MAX_BUS_BW_TWO_NODES, LL_MAX_BUS_BW_MANY_NODES))
-    return np.minimum(bw, cap)
+    return np.where(n_inter <= 1, one_node, np.where(n_inter <= 2, LL_MAX_BUS_BW_TWO_NODES, LL_MAX_BUS_BW_MANY_NODES))
 
 
 def tree_bus_bw(protocol: Protocol, bw_bytes_per_s, n_inter, generation: str):
@@ -152,8 +156,7 @@ def tree_bus_bw(protocol: Protocol, bw_bytes_per_s, n_inter, generation: str):
     bw = bw * TREE_ALLREDUCE_BW_FRACTION * protocol.tree_bw_fraction
     if not protocol.generation_capped:
         return bw
-    n_inter = np.asarray(n_inter, dtype=float)
-    return np.minimum(bw, np.where(n_inter <= 2, LL_MAX_BUS_BW_TWO_NODES, LL_MAX_BUS_BW_MANY_NODES))
+    return np.minimum(bw, _ll_max_bus_bw(n_inter, LL_MAX_BUS_BW_TWO_NODES))    # a tree spans nodes
 
 
 def tree_bw_correction(protocol: Protocol, bytes_):
