@@ -16,7 +16,7 @@ from cost_models.compute import FULL_PRECISION, sixteen_bit_dtype
 from cost_models.sharding import largest_zero_group
 from hardware_specs.catalog import load_cluster, load_stack
 from hardware_specs.placement import placement_note
-from hardware_specs.errors import InputError
+from hardware_specs.errors import InputError, suggest
 from hardware_specs.gpu_spec import KNOWN_DTYPES
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
@@ -767,6 +767,11 @@ def _simulate_pooled(ctx, opts, plan_path, groups, as_json, trace_path, gantt_pa
             # file's: a V100 pool the plan leaves idle moved an H100-only plan to fp16)
             from planners.heterogeneous import plan_dtype
             used = {st.pool for g in plan_groups for st in g.stages}
+            for g in plan_groups:        # an unknown pool is named before the pools it uses are taken
+                for st in g.stages:
+                    if st.pool not in cluster.pool_names:
+                        raise InputError(f"pools.{st.pool}", f"unknown pool in cluster {cluster.name}",
+                                         suggest(st.pool, cluster.pool_names))
             default = plan_dtype(cluster.subset([n for n in cluster.pool_names if n in used]), required=True)
             opts = {**opts, "dtype": default}
             if data is not None and stated is None:

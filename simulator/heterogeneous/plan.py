@@ -163,6 +163,15 @@ class HeteroPlan:
             raise InputError("groups", "a plan needs at least one replica group")
         if self.global_batch is not None:
             object.__setattr__(self, "global_batch", _positive_int(self.global_batch, "global_batch"))
+        # a schedule the pooled model lacks is refused before ParallelConfig asks for what it
+        # would need on one GPU kind (interleaved's vpp, which pooled plans cannot take)
+        try:
+            asked = Schedule(self.schedule)
+        except ValueError:
+            asked = None                     # not a schedule at all: ParallelConfig's error names it
+        if asked is not None and asked not in HETERO_SCHEDULES:
+            raise InputError("schedule", f"{asked.value} is not modelled across unequal stages",
+                             "use " + " or ".join(s.value for s in HETERO_SCHEDULES))
         # the shared settings, validated once by ParallelConfig (one replica, one stage)
         mb = _positive_int(self.micro_batch, "micro_batch")
         settings = ParallelConfig(

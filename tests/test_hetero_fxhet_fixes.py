@@ -1,0 +1,41 @@
+"""Pooled-cluster fixes: an unknown pool in a --group is named (not "lists no pool"); a schedule
+the pooled model lacks is refused as such before its vpp is asked for."""
+from __future__ import annotations
+
+import pytest
+
+from cli_results import one_line_error, run
+
+SMALL = """
+name: small
+pools:
+  - {name: a100, cluster: dgx-a100-80gb, gpus: 16}
+  - {name: h100, cluster: dgx-h100, gpus: 8}
+"""
+
+
+@pytest.fixture(autouse=True)
+def _no_debug_env(monkeypatch):
+    monkeypatch.delenv("PARAPLAN_DEBUG", raising=False)
+
+
+@pytest.fixture
+def small(tmp_path):
+    p = tmp_path / "small.yaml"
+    p.write_text(SMALL)
+    return p
+
+
+def test_a_group_on_only_an_unknown_pool_names_it_with_a_suggestion(small):
+    # was "cluster small.pools: lists no pool": the pools it uses were taken before names were checked
+    one_line_error(run("simulate", "-m", "llama3-8b", "-c", small, "--global-batch", "64",
+                       "--group", "1x h200:tp8:pp1"), "pools.h200", "unknown pool", "h100")
+
+
+@pytest.mark.parametrize("schedule", ["interleaved", "zb-h1", "dualpipe"])
+def test_a_schedule_pooled_plans_lack_is_refused_as_such(small, schedule):
+    # interleaved asked for a --vpp that pooled clusters then refuse
+    r = run("simulate", "-m", "llama3-8b", "-c", small, "--global-batch", "64",
+            "--group", "1x a100:tp8:pp2:20,12", "--schedule", schedule)
+    one_line_error(r, "schedule", f"{schedule} is not modelled across unequal stages", "use 1f1b or gpipe")
+    assert "vpp" not in r.output
