@@ -39,3 +39,34 @@ def test_a_schedule_pooled_plans_lack_is_refused_as_such(small, schedule):
             "--group", "1x a100:tp8:pp2:20,12", "--schedule", schedule)
     one_line_error(r, "schedule", f"{schedule} is not modelled across unequal stages", "use 1f1b or gpipe")
     assert "vpp" not in r.output
+
+
+AH = """
+name: ah
+pools:
+  - {name: a100, cluster: dgx-a100-80gb, gpus: 16}
+  - {name: h100, cluster: dgx-h100, gpus: 16}
+"""
+
+
+def test_a_planned_seq_len_travels_with_the_plan_file(tmp_path):
+    import json
+    cl = tmp_path / "ah.yaml"
+    cl.write_text(AH)
+    planned = json.loads(run("plan", "-m", "llama3-8b", "-c", cl, "--global-batch", "64", "--seq-len", "4096",
+                             "--json").stdout)
+    assert planned["best_plan"]["seq_len"] == 4096 == planned["request"]["seq_len"]
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(planned))
+    sim = run("simulate", "-m", "llama3-8b", "-c", cl, "--plan", f, "--json")
+    assert sim.exit_code == 0, sim.output
+    # the plan's own step at 4096 tokens (the model's default 8192 ran it at about twice that)
+    step = json.loads(sim.stdout)["step_time_s"]
+    assert step == pytest.approx(planned["comparison"][0]["step_time_s"], rel=1e-12)
+    same = run("simulate", "-m", "llama3-8b", "-c", cl, "--plan", f, "--seq-len", "4096", "--json")
+    assert json.loads(same.stdout)["step_time_s"] == step
+    one_line_error(run("simulate", "-m", "llama3-8b", "-c", cl, "--plan", f, "--seq-len", "8192"),
+                   "--seq-len", "8192 differs from the plan file's seq_len 4096")
+    bad = dict(planned["best_plan"], seq_len=0)
+    f.write_text(json.dumps(bad))
+    one_line_error(run("simulate", "-m", "llama3-8b", "-c", cl, "--plan", f), "--plan.seq_len", "positive integer")

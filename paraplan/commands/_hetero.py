@@ -119,12 +119,28 @@ def plan_from_data(data: dict) -> HeteroPlan:
     keys = ("micro_batch", "global_batch", "zero_stage", "recompute", "sequence_parallel", "dtype", "schedule",
             "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "flash_attention",
             "grad_accumulation_fusion", "attention_kernel", "grad_reduce_bytes", "software")
-    # efficiency_fitted labels plan's output (``plan --json``'s best_plan), not a setting: read past it
-    unknown = sorted(str(k) for k in data if k not in keys and k not in ("groups", "efficiency_fitted"))
+    # efficiency_fitted labels plan's output (``plan --json``'s best_plan), not a setting: read past
+    # it; seq_len is the model's (``plan_seq_len``, read by simulate before the plan)
+    unknown = sorted(str(k) for k in data if k not in keys and k not in ("groups", "efficiency_fitted", "seq_len"))
     if unknown:
         # a misspelt setting would otherwise run at its default without a word
         raise InputError(f"--plan.{unknown[0]}", "not a key of a plan", suggest(unknown[0], keys + ("groups",)))
     return HeteroPlan(groups=groups, **{k: data[k] for k in keys if data.get(k) is not None})
+
+
+def plan_seq_len(data: dict | None, given: int | None) -> int | None:
+    """The sequence length (tokens) a plan file was planned at (its ``seq_len``, written by
+    ``plan --json``), else ``given`` (``--seq-len``; None: the model's default). A ``--seq-len``
+    other than the file's is an error: the plan's memory and step were found at the file's."""
+    stated = (data or {}).get("seq_len")
+    if stated is None:
+        return given
+    if isinstance(stated, bool) or not isinstance(stated, int) or stated < 1:
+        raise InputError("--plan.seq_len", f"must be a positive integer, got {stated!r}")
+    if given is not None and int(given) != stated:
+        raise InputError("--seq-len", f"{given} differs from the plan file's seq_len {stated}, the length it "
+                         "was planned at", "drop --seq-len, or edit seq_len in the plan file")
+    return stated
 
 
 def groups_from_data(data: dict) -> tuple[ReplicaGroup, ...]:
@@ -252,10 +268,11 @@ def _mfu_in_percent(frame, reference: str):
     return frame.drop(columns=["mfu", "mfu_reference"])
 
 
-def _fitted_plan_dict(plan, report) -> dict:
-    """``plan_dict(plan)`` with ``efficiency_fitted``: False where a pool it runs on rests on an
-    unfitted prior (``report.prior_pools``), as the comparison and plan rows say."""
-    return {**plan_dict(plan), "efficiency_fitted": not report.prior_pools}
+def _fitted_plan_dict(plan, report, seq_len: int) -> dict:
+    """``plan_dict(plan)`` with the sequence length it was planned at (tokens; ``simulate --plan``
+    runs it, not the model's default) and ``efficiency_fitted``: False where a pool it runs on
+    rests on an unfitted prior (``report.prior_pools``), as the comparison and plan rows say."""
+    return {**plan_dict(plan), "seq_len": int(seq_len), "efficiency_fitted": not report.prior_pools}
 
 
 def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool) -> str:
@@ -274,9 +291,11 @@ def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool) -
                         "global_batch": result.global_batch, "seq_len": result.seq_len, "dtype": result.dtype},
             "search": {"evaluated": result.evaluated, "wall_s": result.wall_s},
             "comparison": comp.to_dict("records"),
-            "best_plan": _fitted_plan_dict(result.best, result.best_report),
-            "fastest_pool_only": _fitted_plan_dict(*result.fastest_only) if result.fastest_only else None,
-            "largest_pool_only": _fitted_plan_dict(*result.largest_only) if result.largest_only else None,
+            "best_plan": _fitted_plan_dict(result.best, result.best_report, result.seq_len),
+            "fastest_pool_only": (_fitted_plan_dict(*result.fastest_only, result.seq_len) if result.fastest_only
+                                  else None),
+            "largest_pool_only": (_fitted_plan_dict(*result.largest_only, result.seq_len) if result.largest_only
+                                  else None),
             "plans": table.to_dict("records"),
             "efficiency_prior_pools": list(result.prior_pools),
         }

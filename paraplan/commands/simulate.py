@@ -616,7 +616,7 @@ def _not_empty(value: str | None, option: str, comma_list: bool = False) -> str 
                    "[default: 5% of HBM, see simulator/headroom.py].")
 @click.option("--plan", "plan_path", type=click.Path(dir_okay=False),
               help="Pooled (mixed) clusters: the plan as a YAML/JSON file (groups of replicas whose stages name "
-                   "pools; the best_plan of `paraplan plan --json`).")
+                   "pools; the best_plan of `paraplan plan --json`, run at its seq_len: a different --seq-len is an error).")
 @click.option("--group", "groups", multiple=True, metavar="SPEC",
               help="Pooled clusters: one replica group, '[Nx] POOL:tpT:ppK[:L1,L2,..] [> POOL:...]' (repeatable); "
                    "groups without micro-batch counts share the batch in proportion to their speed.")
@@ -752,10 +752,11 @@ def _simulate_pooled(ctx, opts, plan_path, groups, as_json, trace_path, gantt_pa
         raise InputError("--plan", "give the plan of a pooled cluster as --plan FILE or --group SPEC (one of them)",
                          "e.g. --group '8x h100:tp8:pp4'")
     model = load_model(opts["model"])
-    if opts.get("seq_len"):
-        model = model.with_seq_len(opts["seq_len"])
     cluster = load_pooled_cluster(opts["cluster"])
     data = _hetero.read_plan_file(plan_path) if plan_path is not None else None
+    seq_len = _hetero.plan_seq_len(data, opts.get("seq_len"))      # the plan file's, as planned
+    if seq_len:
+        model = model.with_seq_len(seq_len)
     plan_groups = (_hetero.groups_from_data(data) if data is not None
                    else tuple(_hetero.parse_group(g, model) for g in groups))
     stated = data.get("dtype") if data is not None else None
