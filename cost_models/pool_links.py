@@ -83,6 +83,25 @@ def path_cluster(cluster: PooledCluster, effs, a: int, b: int) -> ClusterSpec:
     return replace(ca, scaleout=tier)
 
 
+def one_fabric(cluster: PooledCluster, effs) -> np.ndarray:
+    """(pools x pools) bool: entry [a, b] where a collective over ranks of pools a and b is one
+    over a single pool's nodes: a == b, or both pools are whole nodes of one system with one
+    efficiency model, joined at their own scale-out path (``PooledCluster.path``), so their
+    nodes are as the nodes of one pool (a pool of part of a node is a node of its own: never
+    NVLink to another pool's GPUs)."""
+    pools = cluster.pools
+    n = len(pools)
+    out = np.eye(n, dtype=bool)
+    for i in range(n):
+        for j in range(n):
+            a, b = pools[i], pools[j]
+            if i == j or a.cluster != b.cluster or effs[i] != effs[j]:
+                continue
+            whole = a.gpus % a.gpus_per_node == 0 and b.gpus % b.gpus_per_node == 0
+            out[i, j] = whole and cluster.path(a.name, b.name) == cluster.path(a.name, a.name)
+    return out
+
+
 def ring_path(pool_mask, bw_matrix, lat_matrix) -> tuple[np.ndarray, np.ndarray]:
     """(bandwidth, latency) of a ring over the pools in each row of ``pool_mask`` (rows x
     pools, bool): the slowest path between any two of them (and within each, node to node)."""

@@ -97,9 +97,11 @@ def test_the_step_waits_for_the_slowest_replica_group():
     g1 = 2 * (8 * 4e-3 + 0.5e-3 + 3e-3)                             # 71 ms
     assert out["group_pipeline_s"] == pytest.approx([g0, g1], rel=1e-9)
     assert out["critical_group"][0] == 0
-    # two replicas reduce over the ideal links: ~0 s; the step is the slower group plus the optimizer
-    assert out["dp_comm_exposed_s"][0] < 1e-12
-    assert out["step_time_s"][0] == pytest.approx(g0 + out["optimizer_s"][0], rel=1e-9)
+    # two replicas on one pool's node reduce as the step model places them (NVLink over the ideal
+    # links: only its fixed per-call latencies, microseconds); the step is the slower group, that
+    # exposed reduction and the optimizer
+    assert 0.0 <= out["dp_comm_exposed_s"][0] < 1e-4
+    assert out["step_time_s"][0] == pytest.approx(g0 + out["dp_comm_exposed_s"][0] + out["optimizer_s"][0], rel=1e-9)
 
 
 def test_speed_shares_balance_two_groups_by_hand():

@@ -236,6 +236,10 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     D_row = D[plan_of_row]
     grads = stage_params * settings.grad_reduce_bytes
     weights = stage_params * act_bytes
+    # one group, or several whose ring for this row stays on one fabric (its own pool, or whole-node
+    # pools of the same system joined at their own scale-out tier, ``one_fabric``): the ring is
+    # placed as the step model places it (NVLink inside a node, scale-out between nodes), not a
+    # flat ring over the scale-out path (4 x tp2 on one 8-GPU node was priced apart as 2 + 2)
     single = groups_per_plan[plan_of_row] == 1
     if blocks.ring_pools is None:
         ring = np.zeros((R, len(cluster.pools)), dtype=bool)
@@ -243,6 +247,7 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     else:
         ring = np.asarray(blocks.ring_pools, dtype=bool) | (np.arange(len(cluster.pools))[None, :] == pool[:, None])
     ring_bw, ring_lat = pool_links.ring_path(ring, bw_m, lat_m)
+    single = single | ~np.any(ring & ~pool_links.one_fabric(cluster, effs)[pool], axis=1)
     z = zero[plan_of_row]
     comm = {}
     for kind, nbytes in (("all_reduce", grads), ("reduce_scatter", grads), ("all_gather", weights)):
