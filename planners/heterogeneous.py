@@ -162,7 +162,7 @@ class HeteroPlanResult:
 def canonical(cluster: PooledCluster, effs) -> tuple[PooledCluster, tuple]:
     """``cluster`` with interchangeable pools merged (GPU counts added), and their efficiency models.
 
-    Two pools are interchangeable when their ``ClusterSpec`` and efficiency model are equal,
+    Two pools are interchangeable when each is whole nodes, their ``ClusterSpec`` and efficiency model are equal,
     the path between them (``PooledCluster.path``: the slower of their NICs and the link, the
     link's latency) is their own scale-out path and every other pool reaches both over equal
     paths: then no cost in ``compose`` can tell a stage on one from a stage on the other (a link
@@ -176,6 +176,10 @@ def canonical(cluster: PooledCluster, effs) -> tuple[PooledCluster, tuple]:
         for g in groups:
             q = g[0]
             if q.cluster != p.cluster or eff_of[q.name] != eff_of[p.name]:
+                continue
+            # only whole nodes merge: two 12-GPU pools (8 + 4 each) are not 24 GPUs of three
+            # nodes (tp8 x 3 stages), nor two 4-GPU pools one NVLink node of 8
+            if q.gpus % q.gpus_per_node or p.gpus % p.gpus_per_node:
                 continue
             # what compose reads of a link is the path through it (the slower of the NICs and
             # the link): a link faster than the pools' own NICs is their own tier to it

@@ -94,3 +94,24 @@ def test_groups_sharing_one_node_reduce_over_nvlink_as_one_group(tmp_path):
     cl = tmp_path / "one.yaml"
     cl.write_text(ONE_NODE)
     assert _step(cl, "2x h100:tp2:pp1", "2x h100:tp2:pp1") == _step(cl, "4x h100:tp2:pp1")
+
+
+def test_pools_of_part_nodes_are_not_merged_into_more_whole_nodes():
+    # two 12-GPU H100 pools are each one 8-GPU node and one 4-GPU node: two tp-8 groups at most
+    # in all (the merge had them as one 24-GPU pool: "1x h1+h2 tp8 pp3", three tp-8 stages)
+    from hardware_specs.catalog import load_cluster
+    from hardware_specs.pools import Pool, PooledCluster
+    from planners.heterogeneous import canonical, plan_heterogeneous
+    from simulator.heterogeneous.unit_costs import pool_efficiencies
+    h100 = load_cluster("dgx-h100")
+    cl = PooledCluster("tw12", (Pool("h1", h100, 12), Pool("h2", h100, 12)))
+    merged, _ = canonical(cl, pool_efficiencies(cl, {}))
+    assert merged.pool_names == ("h1", "h2")
+    whole = PooledCluster("tw16", (Pool("h1", h100, 16), Pool("h2", h100, 16)))
+    assert canonical(whole, pool_efficiencies(whole, {}))[0].pool_names == ("h1+h2",)
+    result = plan_heterogeneous("llama3-70b", cl, 16)
+    for i in range(len(result.plans)):
+        plan, scored_on = result.row_plan(i)
+        tp8 = sum(g.replicas for g in plan.groups for st in g.stages if st.tp == 8)
+        assert tp8 <= 2, result.plans.iloc[i]["layout"]
+        assert set(plan.pools_used()) <= {"h1", "h2"}
