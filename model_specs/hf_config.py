@@ -95,7 +95,7 @@ def _default_name(path: Path | None, data: dict[str, Any], family: str) -> str:
 #: "modelopt", the algorithm at the top level or under ``quantization``) -> weight format:
 #: NVIDIA/TensorRT-Model-Optimizer modelopt/torch/export (QUANTIZATION_FP8, QUANTIZATION_NVFP4,
 #: QUANTIZATION_FP8_PB_WO: 128 x 128-block FP8, QUANTIZATION_FP8_PC_PT: per-channel FP8,
-#: QUANTIZATION_W4A16_AWQ); others are not read
+#: QUANTIZATION_W4A16_AWQ); others are refused (hf_quantization.checkpoint_formats)
 def _language_model_config(data: dict[str, Any], where: str) -> dict[str, Any]:
     """The language model's part of a config: multimodal checkpoints nest it under
     ``text_config`` and name the wrapper in the top-level ``model_type`` (Kimi-K2.5:

@@ -3,6 +3,8 @@ compressed-tensors, FP8 block scaling, MXFP4): ``checkpoint_formats``.
 """
 from __future__ import annotations
 
+import re
+
 from hardware_specs.errors import InputError
 
 MODELOPT_ALGOS = {"FP8": "fp8", "NVFP4": "nvfp4", "FP8_PB_WO": "fp8_block", "FP8_PER_CHANNEL_PER_TOKEN": "fp8",
@@ -10,6 +12,28 @@ MODELOPT_ALGOS = {"FP8": "fp8", "NVFP4": "nvfp4", "FP8_PB_WO": "fp8_block", "FP8
 #: module-name fragments that mark the attention projections as left unquantised in an
 #: ``ignore`` / ``modules_to_not_convert`` / ``exclude_modules`` list
 _ATTENTION_NAMES = ("self_attn", "attn", "attention", "q_proj", "qkv_proj", "o_proj")
+#: module names of a multimodal checkpoint's encoders and projectors (Mistral3 / Pixtral, Gemma 3,
+#: Llava: vision_tower + multi_modal_projector; Llama 4: vision_model; Qwen2.5-VL: visual; Phi-4-mm,
+#: Qwen2-Audio: audio_tower / audio_embed): not the language model, whose format is the one read
+_NON_LANGUAGE_MODULES = frozenset({"vision_tower", "vision_model", "visual", "vision_encoder", "vision_embed",
+                                   "multi_modal_projector", "mm_projector", "image_newline", "image_embed",
+                                   "audio_tower", "audio_model", "audio_encoder", "audio_embed", "speech_encoder"})
+#: the fix each refusal names: the language model modelled at a format the user picks
+_REFUSED_FIX = ("remove quantization_config from config.json and pick the weight format paraplan models "
+                "with --precision, e.g. int4_wo or bf16")
+
+
+def _language_model_entries(ignored: list[str]) -> list[str]:
+    """The ``ignore`` entries that name modules of the language model: those naming a vision or
+    audio encoder or a multimodal projector (``_NON_LANGUAGE_MODULES``, as a dotted or regex name
+    part) are left out, so that a vision tower kept 16-bit does not unread the LM's format."""
+    return [item for item in ignored
+            if not _NON_LANGUAGE_MODULES.intersection(re.split(r"[^a-z0-9_]+", item))]
+
+
+def _unsupported(where: str, what: str) -> InputError:
+    """The refusal of a quantization_config whose weights no format here models exactly."""
+    return InputError(f"{where}.quant_method", what, _REFUSED_FIX)
 
 
 def _compressed_tensors_format(quant: dict, where: str = "quantization_config") -> str:
@@ -44,7 +68,7 @@ def _compressed_tensors_format(quant: dict, where: str = "quantization_config") 
 
 def checkpoint_formats(quant, moe: bool, where: str) -> dict[str, str | int]:
     """The ``checkpoint_format`` / ``expert_checkpoint_format`` a config.json's
-    ``quantization_config`` states (empty when it states none this reader knows):
+    ``quantization_config`` states (empty when it has none):
 
     * ``fp8`` with ``weight_block_size`` (DeepSeek-V3 / R1, Qwen3-FP8): 128 x 128-block FP8 in every
       linear layer -> fp8_block; without it, per-tensor FP8 -> fp8;
@@ -53,14 +77,20 @@ def checkpoint_formats(quant, moe: bool, where: str) -> dict[str, str | int]:
     * ``modelopt`` (NVIDIA ModelOpt exports, e.g. nvidia/*-FP8, *-NVFP4): ``quant_algo``
       (``MODELOPT_ALGOS``);
     * ``compressed-tensors`` (llm-compressor): ``_compressed_tensors_format``;
-    * ``awq`` / ``gptq`` at 4 bits -> int4_wo.
+    * ``awq`` / ``gptq`` at 4 bits -> int4_wo (4-bit weights, a 16-bit scale per group).
 
     Where the ignore list (``ignore``, ``modules_to_not_convert``, ``exclude_modules``) names the
-    attention projections, only a MoE model's experts take the format (its attention stays 16-bit,
-    as NVIDIA's NVFP4 DeepSeek exports keep it); a dense model's format is then not read.
-    Meta's ``fbgemm_fp8`` leaves attention and its first and last layers in BF16 and is not read.
-    A ``quantization_config`` that is not a mapping, or a ``quant_method`` that is not text, is an
-    ``InputError``; one without ``quant_method`` (mlx, older bitsandbytes) states nothing read here."""
+    language model's attention projections, only a MoE model's experts take the format (its
+    attention stays 16-bit, as NVIDIA's NVFP4 DeepSeek exports keep it); a dense model's format is
+    then not read. Entries of a vision / audio encoder or a multimodal projector
+    (``_language_model_entries``) do not count: the LM is what is modelled.
+
+    Any other weights (bitsandbytes nf4 / int8, GPTQ / AWQ at 2, 3 or 8 bits, compressed-tensors
+    8-bit integers, ``fbgemm_fp8``'s mixed layers, mxfp4 on a dense model, an unknown ModelOpt
+    algorithm or method, an MLX or older bitsandbytes config without ``quant_method``) are an
+    ``InputError`` naming ``quant_method``: served at the default format they were priced at bytes
+    the checkpoint does not have. A ``quantization_config`` that is not a mapping, or a
+    ``quant_method`` that is not text, is an ``InputError`` too."""
     if quant is None:
         return {}
     if not isinstance(quant, dict):
@@ -68,7 +98,11 @@ def checkpoint_formats(quant, moe: bool, where: str) -> dict[str, str | int]:
                          "write it as the checkpoint's config.json has it, or remove it")
     method = quant.get("quant_method")
     if method is None:
-        return {}
+        if not quant:
+            return {}
+        stated = ", ".join(sorted(str(k) for k in quant)[:4])
+        raise _unsupported(where, f"missing; the block states {stated} (an MLX or older bitsandbytes "
+                                  "checkpoint?), whose weight format is not read")
     if not isinstance(method, str) or not method.strip():
         raise InputError(f"{where}.quant_method", f"expected text, got {method!r}",
                          "name the method (e.g. fp8, modelopt, compressed-tensors), or remove quantization_config")
@@ -82,18 +116,35 @@ def checkpoint_formats(quant, moe: bool, where: str) -> dict[str, str | int]:
                              "write the block as the checkpoint's config.json has it (e.g. [128, 128]), or remove it")
         fmt = "fp8_block" if block else "fp8"
     elif method == "mxfp4":
-        return {"expert_checkpoint_format": "mxfp4"} if moe else {}
+        if not moe:
+            raise _unsupported(where, "mxfp4 on a dense model: only a MoE model's routed experts (gpt-oss) "
+                                      "are read as mxfp4")
+        return {"expert_checkpoint_format": "mxfp4"}
     elif method == "modelopt":
         algo = quant.get("quant_algo")
         if algo is None and isinstance(quant.get("quantization"), dict):
             algo = quant["quantization"].get("quant_algo")
         fmt = MODELOPT_ALGOS.get(str(algo or "").strip().upper(), "")
+        if not fmt:
+            raise _unsupported(where, f"modelopt quant_algo {algo!r} is not a format paraplan models "
+                                      f"(it reads {', '.join(MODELOPT_ALGOS)})")
     elif method == "compressed-tensors":
         fmt = _compressed_tensors_format(quant, where)
-    elif method in ("awq", "gptq") and quant.get("bits") in (4, "4"):
+        if not fmt:
+            raise _unsupported(where, "compressed-tensors weights other than fp8, nvfp4 or 4-bit integer "
+                                      "(e.g. 8-bit integer, or groups that differ) are not a format paraplan models")
+    elif method in ("awq", "gptq"):
+        if quant.get("bits") not in (4, "4"):
+            raise _unsupported(where, f"{method} at bits {quant.get('bits')!r}: only 4-bit {method} "
+                                      "(int4_wo) is a format paraplan models")
         fmt = "int4_wo"
-    if not fmt:
-        return {}
+    elif method == "bitsandbytes":
+        kind = ("8-bit (LLM.int8)" if quant.get("load_in_8bit") else
+                f"4-bit {quant.get('bnb_4bit_quant_type') or 'fp4'}" if quant.get("load_in_4bit") else "")
+        raise _unsupported(where, f"bitsandbytes {kind} weights are not a format paraplan models".replace("  ", " "))
+    else:
+        raise _unsupported(where, f"{method!r} weights are not a format paraplan models (it reads fp8, "
+                                  "mxfp4 experts, modelopt, compressed-tensors, and 4-bit awq / gptq)")
     nested = quant.get("quantization") if isinstance(quant.get("quantization"), dict) else {}
     ignored = []
     for key in ("ignore", "modules_to_not_convert", "exclude_modules"):
@@ -103,7 +154,7 @@ def checkpoint_formats(quant, moe: bool, where: str) -> dict[str, str | int]:
             elif value is not None:         # a string read as a list would drop its modules unseen
                 raise InputError(f"{where}.{key}", f"expected a list of module names, got {str(value)[:40]!r}",
                                  f"write {key} as a list, e.g. [\"lm_head\"]")
-    attention_kept = any(name in item for item in ignored for name in _ATTENTION_NAMES)
+    attention_kept = any(name in item for item in _language_model_entries(ignored) for name in _ATTENTION_NAMES)
     group = _int4_group_size(quant, where) if fmt == "int4_wo" else {}
     if attention_kept:
         return {"expert_checkpoint_format": fmt, **group} if moe else {}

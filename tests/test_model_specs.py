@@ -892,19 +892,14 @@ def test_a_block_fp8_config_json_names_its_checkpoint_format():
     ({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized"}, "nvfp4"),
     ({"quant_method": "compressed-tensors", "format": "pack-quantized",
       "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "int"}}}}, "int4_wo"),
-    # 8-bit integer weights (W8A16): no format priced here, so not read (was int4_wo, 0.52 byte)
-    ({"quant_method": "compressed-tensors", "format": "pack-quantized",
-      "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "int"}}}}, ""),
     ({"quant_method": "compressed-tensors", "format": "mixed-precision",
       "config_groups": {"group_0": {"format": "float-quantized", "weights": {"num_bits": 8, "strategy": "block"}}}},
      "fp8_block"),
     ({"quant_method": "modelopt", "quantization": {"quant_algo": "FP8"}}, "fp8"),       # the nested form
     ({"quant_method": "modelopt", "quant_algo": "FP8_PB_WO"}, "fp8_block"),
     ({"quant_method": "awq", "bits": 4}, "int4_wo"),
-    ({"quant_method": "gptq", "bits": 8}, ""),
-    ({"quant_method": "fbgemm_fp8"}, ""),            # attention and first / last layers stay BF16: not one format
-    ({"quant_method": "bitsandbytes"}, ""),                 # not read: the defaults apply
-    ({"group_size": 64, "bits": 4}, ""),                    # mlx: no quant_method, nothing read (was refused)
+    ({"quant_method": "gptq", "bits": "4", "group_size": 128}, "int4_wo"),
+    ({}, ""),                                               # an empty block states nothing
     # attention left unquantised: a dense model states no single format
     ({"quant_method": "compressed-tensors", "format": "float-quantized", "ignore": ["lm_head", "re:.*self_attn.*"]}, ""),
 ])
@@ -914,6 +909,94 @@ def test_a_config_jsons_quantization_config_names_the_checkpoint_format(quant, f
     cfg = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4,
            "num_key_value_heads": 4, "intermediate_size": 512, "vocab_size": 1000, "quantization_config": quant}
     assert model_from_hf_config(cfg).checkpoint_format == fmt
+
+
+LLAMA31_8B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+              "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
+              "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072,
+              "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+
+
+@pytest.mark.parametrize("quant, what", [
+    # bitsandbytes NF4 (Llama-3.1-8B-bnb-4bit's config.json) was dropped: served as fp8, 8.46 GiB
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4",
+      "bnb_4bit_compute_dtype": "bfloat16"}, "bitsandbytes 4-bit nf4 weights"),
+    ({"quant_method": "bitsandbytes", "load_in_8bit": True}, "bitsandbytes 8-bit"),
+    ({"quant_method": "gptq", "bits": 3, "group_size": 128}, "gptq at bits 3"),
+    ({"quant_method": "gptq", "bits": 8, "group_size": 128, "desc_act": False}, "gptq at bits 8"),
+    ({"quant_method": "awq", "bits": 8}, "awq at bits 8"),
+    # 8-bit integer weights (W8A16): no format priced here (was int4_wo, 0.52 byte, then dropped)
+    ({"quant_method": "compressed-tensors", "format": "pack-quantized",
+      "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "int"}}}}, "compressed-tensors weights"),
+    ({"quant_method": "fbgemm_fp8"}, "'fbgemm_fp8' weights"),     # attention, first / last layers BF16
+    ({"quant_method": "hqq", "nbits": 4}, "'hqq' weights"),
+    ({"quant_method": "modelopt", "quant_algo": "W8A8_SQ_PER_CHANNEL"}, "modelopt quant_algo"),
+    ({"quant_method": "mxfp4"}, "mxfp4 on a dense model"),          # gpt-oss's is its experts only
+    ({"group_size": 64, "bits": 4}, "quant_method: missing"),       # MLX
+    ({"load_in_4bit": True}, "quant_method: missing"),             # bitsandbytes before quant_method
+])
+def test_a_quantization_config_paraplan_cannot_model_is_refused_not_served_at_the_default(quant, what, tmp_path,
+                                                                                          monkeypatch):
+    from click.testing import CliRunner
+    from model_specs.hf_config import model_from_hf_config
+    from paraplan.cli import main
+    monkeypatch.delenv("PARAPLAN_DEBUG", raising=False)
+    with pytest.raises(InputError, match="quantization_config.quant_method") as err:
+        model_from_hf_config({**LLAMA31_8B, "quantization_config": quant})
+    assert what in str(err.value) and "--precision" in str(err.value)
+    (tmp_path / "config.json").write_text(json.dumps({**LLAMA31_8B, "quantization_config": quant}))
+    result = CliRunner().invoke(main, ["serve", "simulate", "-m", str(tmp_path), "-s", "dgx-h100", "--tp", "1",
+                                       "--batch", "8"])
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"error: hf_config {tmp_path / 'config.json'}"
+                                                   ".quantization_config.quant_method: "), lines
+
+
+def test_a_4bit_awq_or_gptq_llama_is_int4_weight_only_at_its_group():
+    # Llama-3.1-8B AWQ (bits 4, group 128, zero points): 4-bit weights and one 16-bit scale per 128
+    from cost_models.weight_formats import weight_bytes
+    from model_specs.hf_config import model_from_hf_config
+    m = model_from_hf_config({**LLAMA31_8B, "quantization_config": {
+        "quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm", "zero_point": True}})
+    assert (m.checkpoint_format, m.int4_group_size) == ("int4_wo", 128)
+    assert weight_bytes(m.checkpoint_format, m.int4_group_size) == 0.5 + 2 / 128
+
+
+MISTRAL3_W4A16 = {
+    "architectures": ["Mistral3ForConditionalGeneration"], "model_type": "mistral3",
+    "text_config": {"head_dim": 128, "hidden_act": "silu", "hidden_size": 5120, "intermediate_size": 32768,
+                    "max_position_embeddings": 131072, "model_type": "mistral", "num_attention_heads": 32,
+                    "num_hidden_layers": 40, "num_key_value_heads": 8, "rope_theta": 1000000000.0,
+                    "vocab_size": 131072},
+    "vision_config": {"head_dim": 64, "hidden_size": 1024, "model_type": "pixtral", "num_attention_heads": 16,
+                      "num_hidden_layers": 24},
+    "quantization_config": {"quant_method": "compressed-tensors", "format": "pack-quantized",
+                            "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+                                "num_bits": 4, "type": "int", "symmetric": True, "strategy": "group",
+                                "group_size": 128}}},
+                            "ignore": ["vision_tower.transformer.layers.0.attention.k_proj",
+                                       "vision_tower.transformer.layers.0.attention.v_proj",
+                                       "multi_modal_projector.linear_1", "language_model.lm_head"]}}
+
+
+def test_a_vision_towers_ignored_attention_does_not_unread_the_language_models_format():
+    # Mistral-Small-3.1-24B W4A16 (llm-compressor) keeps some Pixtral attention 16-bit: the substring
+    # match on "attention" made the dense LM's int4 unread, served as fp8 (23.20 GiB, not 13.18)
+    import copy
+    from model_specs.hf_config import model_from_hf_config
+    from model_specs.hf_quantization import _language_model_entries
+    m = model_from_hf_config(MISTRAL3_W4A16)
+    assert (m.checkpoint_format, m.int4_group_size) == ("int4_wo", 128)
+    lm_only = copy.deepcopy(MISTRAL3_W4A16)
+    lm_only["quantization_config"]["ignore"] = ["language_model.lm_head"]
+    assert model_from_hf_config(lm_only) == m           # the vision entries change nothing
+    assert _language_model_entries(["model.visual.blocks.0.attn.qkv", "re:.*vision_model.*",
+                                    "re:.*self_attn.*", "lm_head"]) == ["re:.*self_attn.*", "lm_head"]
+    # the language model's own attention kept 16-bit still leaves a dense model's format unread
+    lm_attention = copy.deepcopy(MISTRAL3_W4A16)
+    lm_attention["quantization_config"]["ignore"].append("re:.*language_model.*self_attn.*")
+    assert model_from_hf_config(lm_attention).checkpoint_format == ""
 
 
 def test_a_moe_checkpoint_that_keeps_attention_16_bit_names_only_its_experts_format():
