@@ -627,3 +627,35 @@ def test_llama_4_weighs_the_experts_input_as_megatron_can_for_top_1():
         megatron._router_args(replace(load_model("llama4-scout").moe, top_k=2, topk_renormalized=True))
     assert "top-1 routers only" in str(err.value)
     assert "--moe-apply-probs-on-input" not in dict(megatron._model_args(load_model("mixtral-8x7b"), 4096))
+
+
+def test_the_qwen2_57b_and_deepseek_v2_presets_carry_their_config_jsons_rope_and_megatron_writes_it():
+    """Qwen/Qwen2-57B-A14B config.json rope_theta 1000000 and deepseek-ai/DeepSeek-V2 config.json
+    rope_theta 10000, rope_scaling {type: yarn, factor: 40, original_max_position_embeddings: 4096,
+    beta_fast: 32, beta_slow: 1, mscale: 0.707, mscale_all_dim: 0.707}: the presets stated neither,
+    so Megatron-LM's flags left --rotary-base at its default 10000 for Qwen2-57B (100x too small a
+    base) and DeepSeek-V2 lost its YaRN 128K extension. The presets now match the imports."""
+    from paraplan import api
+    from model_specs.hf_config import model_from_hf_config
+    rope = ("rope_theta", "rope_scaling", "rope_scaling_factor", "rope_original_max_position_embeddings",
+            "rope_beta_fast", "rope_beta_slow", "rope_mscale", "rope_mscale_all_dim")
+    v2_config = dict(DEEPSEEK_V2_CONFIG, rope_scaling={
+        "type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1,
+        "mscale": 0.707, "mscale_all_dim": 0.707})
+    v2 = load_model("deepseek-v2")
+    assert [getattr(v2, f) for f in rope] == [getattr(model_from_hf_config(v2_config), f) for f in rope] == [
+        10000.0, "yarn", 40.0, 4096, 32.0, 1.0, 0.707, 0.707]
+    # its 163,840-token context is the yarn window: 4096 x 40
+    assert v2.max_context_tokens == v2.rope_original_max_position_embeddings * v2.rope_scaling_factor
+    qwen = load_model("qwen2-57b-a14b")
+    assert (qwen.rope_theta, qwen.rope_scaling) == (1e6, "")
+    text = megatron.emit(api.simulate("qwen2-57b-a14b", "dgx-h100", gpus=64, pp=4, ep=8, global_batch=512,
+                                      zero_stage=1, recompute="full").iloc[0])
+    argv = flags_of(text)
+    assert dict(zip(argv, argv[1:]))["--rotary-base"] == "1000000"
+    assert megatron_table.check_command(argv, 64, env_of(text)) == []
+    # V2's group-limited router has no Megatron form (refused); ungrouped, its RoPE is written
+    ungrouped = replace(v2, moe=replace(v2.moe, num_groups=1, group_topk=1))
+    value = dict(megatron._model_args(ungrouped, 4096))
+    assert (value["--rotary-base"], value["--rotary-scaling-factor"], value["--mscale"],
+            value["--mscale-all-dim"]) == (10000, 40.0, 0.707, 0.707)
