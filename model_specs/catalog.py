@@ -5,7 +5,9 @@ A user adds a model by dropping a file there, in a folder named by the ``PARAPLA
 environment variable (``:``-separated; each folder may hold the files directly or in a
 ``models/`` subfolder), or by passing a file path wherever a model name is accepted. A path to
 a Hugging Face ``config.json`` (or to the folder holding one) is read by
-``model_specs.hf_config``. Built-in names win over user files with the same name.
+``model_specs.hf_config``. Built-in names win over user files with the same name; a user file
+whose ``name:`` is a built-in preset's name or alias is refused (``models list`` skips it with a
+warning naming the file), so that no report labels it as the preset.
 
 Names are matched case-insensitively; ``-``, ``_`` and spaces are ignored, so ``LLAMA3.1_405B``
 finds ``llama3.1-405b``. A file may list other names its model is published under in
@@ -329,8 +331,31 @@ def _load_file(path: Path) -> ModelSpec:
         if is_hf_config(data):
             return model_from_hf_config(path)
         data = read_json(path, "model")                        # a preset file: refused there
-        return model_from_dict(data, f"model {path}", default_name=safe_name(path.stem))
-    return model_from_dict(read_yaml(path, "model"), f"model {path}", default_name=safe_name(path.stem))
+    else:
+        data = read_yaml(path, "model")
+    _refuse_builtin_name(data, path)
+    return model_from_dict(data, f"model {path}", default_name=safe_name(path.stem))
+
+
+def _refuse_builtin_name(data: Any, path: Path) -> None:
+    """A user model file (outside ``BUILTIN_DIR``) whose ``name:`` is a built-in preset's name or
+    alias (compared as names are matched: case, ``-``, ``_`` and spaces ignored) is an
+    ``InputError``: its reports would label it as the preset (a 2-layer file named llama3-8b
+    printed as llama3-8b) and ``models list`` would list the name twice."""
+    if not isinstance(data, dict) or path.resolve().parent == BUILTIN_DIR:
+        return
+    name = data.get("name")
+    if isinstance(name, bool) or not isinstance(name, (str, int)):
+        return                                  # model_from_dict refuses it, naming the field
+    try:
+        stamp = BUILTIN_DIR.stat().st_mtime_ns
+    except OSError:
+        return
+    builtin = {_canonical(stem) for stem, _ in _listing(str(BUILTIN_DIR), stamp)}
+    builtin |= {alias for alias, _ in _folder_aliases(str(BUILTIN_DIR), stamp)}
+    if _canonical(str(name)) in builtin:
+        raise InputError(f"model {path}.name", f"'{name}' is the name of a built-in preset",
+                         f"give the file its own name, e.g. name: {str(name).strip()}-custom")
 
 
 @lru_cache(maxsize=None)

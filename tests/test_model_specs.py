@@ -631,6 +631,34 @@ def test_a_model_is_found_by_the_other_names_its_file_lists(tmp_path, monkeypatc
         load_model("tiny-d")                                # the malformed file lends no alias
 
 
+def test_a_user_file_named_as_a_built_in_preset_is_refused_not_listed_twice(tmp_path, monkeypatch):
+    """A 2-layer user file stating ``name: llama3-8b`` loaded as "llama3-8b" (every report labelled
+    it as the 32-layer preset) and ``models list`` printed llama3-8b twice. Built-in names win:
+    loading it is one error naming the file's ``name``; the listing skips it with a warning."""
+    from click.testing import CliRunner
+    from paraplan.cli import main
+    monkeypatch.delenv("PARAPLAN_DEBUG", raising=False)
+    base = "num_layers: 2\nhidden_size: 256\nnum_heads: 4\nffn_hidden_size: 512\nvocab_size: 1000\n"
+    (tmp_path / "tiny.yaml").write_text("name: llama3-8b\n" + base)
+    (tmp_path / "tiny2.yaml").write_text("name: Nemotron_340B\n" + base)     # a built-in's alias, spelt otherwise
+    (tmp_path / "mine.yaml").write_text("name: llama3-8b-mine\n" + base)
+    monkeypatch.setenv("PARAPLAN_MODEL_PATH", str(tmp_path))
+    for stem, name in (("tiny", "llama3-8b"), ("tiny2", "Nemotron_340B")):
+        with pytest.raises(InputError, match=f"model {tmp_path / stem}.yaml.name: '{name}' is the name of a built-in"):
+            load_model(stem)
+        with pytest.raises(InputError, match="built-in preset"):
+            load_model(tmp_path / f"{stem}.yaml")
+    assert load_model("mine").num_layers == 2 and load_model("llama3-8b").num_layers == 32
+    result = CliRunner().invoke(main, ["models", "list", "--json"])
+    assert result.exit_code == 0
+    names = [row["name"] for row in json.loads(result.stdout)]
+    assert names.count("llama3-8b") == 1 and "llama3-8b-mine" in names and "Nemotron_340B" not in names
+    warnings = [ln for ln in result.stderr.splitlines() if ln.startswith("warning: skipped model")]
+    assert len(warnings) == 2 and all("is the name of a built-in preset" in w for w in warnings)
+    shown = CliRunner().invoke(main, ["models", "show", "tiny"])
+    assert shown.exit_code == 2 and shown.stderr.count("\n") == 1 and shown.stderr.startswith("error: model ")
+
+
 def test_model_from_dict_defaults_and_types():
     spec = model_from_dict({"name": "m", "num_layers": 2, "hidden_size": 64, "num_heads": 4,
                             "ffn_hidden_size": 256, "vocab_size": 1000, "gated_mlp": True,
