@@ -17,7 +17,8 @@ wins over another file's alias.
 File keys mirror the ``ModelSpec`` fields: name (defaults to the file name), num_layers,
 hidden_size, num_heads, num_kv_heads (default num_heads), ffn_hidden_size, vocab_size, seq_len,
 max_context_tokens (config.json max_position_embeddings; 0 = not stated),
-head_dim (default hidden_size / num_heads), gated_mlp, tied_embeddings, sliding_window,
+head_dim (default hidden_size / num_heads; with mla: qk_nope_head_dim + qk_rope_head_dim),
+gated_mlp, tied_embeddings, sliding_window,
 sliding_window_layer_fraction (default 1 when a window is given), mtp_layers (default 0),
 the architecture details position_embedding, normalization, linear_bias (default: the Llama
 layout with a gated MLP, the GPT-2/3 one without), rotary_fraction (1), rope_theta,

@@ -299,7 +299,7 @@ class ModelSpec:
         hidden_size: model width (h).
         num_heads: attention (query) heads (a).
         num_kv_heads: key/value heads (g); == num_heads for MHA, 1 for MQA, between for GQA.
-        head_dim: per-head width (d); usually h / a.
+        head_dim: per-head width (d); usually h / a (with ``mla``: qk_nope + qk_rope, required).
         ffn_hidden_size: dense MLP width (f).
         vocab_size: vocabulary (V).
         seq_len: default training sequence length (s).
@@ -423,6 +423,17 @@ class ModelSpec:
             check_size(f"model.{name}", getattr(self, name))
         for name in ("head_dim", "sliding_window", "max_context_tokens"):
             check_size(f"model.{name}", getattr(self, name), minimum=0)
+        if self.mla is not None:
+            # MLA's query / key heads are qk_nope + qk_rope wide (DeepSeek-V2 paper section 2.1.3;
+            # the HF import, hf_families._deepseek, sets the same), not hidden_size / num_heads
+            # (DeepSeek-V3: 192, not 56)
+            qk = self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim
+            if self.head_dim == 0:
+                object.__setattr__(self, "head_dim", qk)
+            elif self.head_dim != qk:
+                raise InputError("model.head_dim", f"{self.head_dim} is not mla.qk_nope_head_dim "
+                                 f"{self.mla.qk_nope_head_dim} + qk_rope_head_dim {self.mla.qk_rope_head_dim} = {qk}",
+                                 f"write head_dim: {qk}, or leave it out")
         if self.head_dim == 0:
             if self.hidden_size % self.num_heads:
                 raise InputError("model.head_dim", f"hidden_size {self.hidden_size} is not divisible "

@@ -659,6 +659,25 @@ def test_a_user_file_named_as_a_built_in_preset_is_refused_not_listed_twice(tmp_
     assert shown.exit_code == 2 and shown.stderr.count("\n") == 1 and shown.stderr.startswith("error: model ")
 
 
+def test_an_mla_model_file_without_head_dim_takes_qk_nope_plus_qk_rope_as_the_import_does():
+    """DeepSeek-V3's sizes written without head_dim got hidden / heads = 7168 / 128 = 56 (the
+    serving activations' q/k/v width) where the HF import, and the model, have 128 + 64 = 192."""
+    from cost_models.serving_memory import activation_bytes_per_gpu
+    v3 = load_model("deepseek-v3")
+    data = {"name": "v3-no-head-dim", "num_layers": 61, "hidden_size": 7168, "num_heads": 128,
+            "ffn_hidden_size": 18432, "vocab_size": 129280,
+            "mla": {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                    "v_head_dim": 128}}
+    spec = model_from_dict(data)
+    assert spec.head_dim == 128 + 64 == v3.head_dim
+    # per token on tp 1: 3h + (128 + 2 x 128) x 192 (q, k, v) + 128 x 192 (o) + 2 x 18432 (the
+    # dense MLP), 2 bytes each
+    per_token = 3 * 7168 + 384 * 192 + 128 * 192 + 2 * 18432
+    assert activation_bytes_per_gpu(spec, 1, 1, 1, 1000) == pytest.approx(1000 * per_token * 2)
+    with pytest.raises(InputError, match=r"model.head_dim: 56 is not mla.qk_nope_head_dim 128 \+ qk_rope_head_dim 64"):
+        model_from_dict({**data, "head_dim": 56})
+
+
 def test_model_from_dict_defaults_and_types():
     spec = model_from_dict({"name": "m", "num_layers": 2, "hidden_size": 64, "num_heads": 4,
                             "ffn_hidden_size": 256, "vocab_size": 1000, "gated_mlp": True,
