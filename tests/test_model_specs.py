@@ -958,12 +958,6 @@ def test_a_config_jsons_quantization_config_names_the_checkpoint_format(quant, f
     assert model_from_hf_config(cfg).checkpoint_format == fmt
 
 
-LLAMA31_8B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
-              "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
-              "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072,
-              "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
-
-
 @pytest.mark.parametrize("quant, what", [
     # bitsandbytes NF4 (Llama-3.1-8B-bnb-4bit's config.json) was dropped: served as fp8, 8.46 GiB
     ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4",
