@@ -56,3 +56,38 @@ def test_a_file_with_other_columns_is_told_to_copy_a_file_that_exists(tmp_path):
         line = one_line_error(run("validate", which, path), "use the columns of")
         hinted = re.search(r"use the columns of (\S+)\)$", line).group(1)
         assert hinted == str(validation_file(name)) and Path(hinted).is_file(), line
+
+
+def _pad_header(source: Path, target: Path, names: tuple[str, ...]) -> Path:
+    """``source`` with a space before each of ``names`` in its header line (as a hand-edited
+    ``a, b`` header writes them); the data rows unchanged."""
+    lines = source.read_text().splitlines(keepends=True)
+    lines[0] = ",".join(f" {n}" if n in names else n for n in lines[0].rstrip("\r\n").split(",")) + "\n"
+    target.write_text("".join(lines))
+    return target
+
+
+def _predictions(path: Path) -> list[dict]:
+    result = run("validate", "published" if path.name.startswith("pub") else "serving", path, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_spaces_around_a_published_column_name_do_not_drop_the_column(tmp_path):
+    # ' framework' was looked up as 'framework', found missing, and the row ran on megatron-core
+    # (1.2497 s) instead of the stated megatron-lm 2022 stack (1.4075 s)
+    plain = _one_row(DATA / "published_runs.csv", tmp_path / "pub.csv", lambda r: r["run_id"] == "KOR22-T5-22B-full")
+    padded = _pad_header(plain, tmp_path / "pub_padded.csv",
+                         ("framework", "framework_version", "gpus_per_node", "scaleout_gbps_per_gpu", "tp"))
+    want = _predictions(plain)
+    assert want[0]["status"] == "ok" and "framework not stated" not in want[0]["assumptions"], want
+    assert _predictions(padded) == want
+
+
+def test_spaces_around_a_serving_column_name_do_not_drop_the_column(tmp_path):
+    plain = _one_row(DATA / "serving_runs.csv", tmp_path / "serv.csv",
+                     lambda r: r["mode"] == "agg" and r["tp_size"] not in ("", "0", "1") and r["backend_version"])
+    padded = _pad_header(plain, tmp_path / "serv_padded.csv", ("tp_size", "backend_version", "precision"))
+    want = _predictions(plain)
+    assert want and all(r["status"] == "ok" for r in want), want
+    assert _predictions(padded) == want

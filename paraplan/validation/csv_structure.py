@@ -13,6 +13,8 @@ import math
 import csv
 from pathlib import Path
 
+import pandas as pd
+
 from hardware_specs.errors import InputError
 
 #: rows read in one check (the public files have a few thousand)
@@ -93,6 +95,29 @@ def mark_short_rows(df, short: dict[int, str]):
     (``check_csv_structure``); unchanged when no row is short."""
     if short:
         df[SHORT_ROW_COLUMN] = [short.get(i, "") for i in range(len(df))]
+    return df
+
+
+def header_names(path) -> list[str]:
+    """The column names of the CSV at ``path`` (or in an open file, whose position is kept) as
+    pandas reads them, before ``strip_header``; [] for a file that cannot be rewound."""
+    if not isinstance(path, (str, Path)):
+        try:
+            start = path.tell()
+            names = list(pd.read_csv(path, nrows=0).columns)
+            path.seek(start)
+            return names
+        except (AttributeError, OSError, ValueError):
+            return []
+    return list(pd.read_csv(path, nrows=0).columns)
+
+
+def strip_header(df):
+    """``df`` with each column name stripped of the spaces around it, as ``check_csv_structure``
+    reads them: a header ``tp, framework`` named the column ' framework', which no reader looks
+    up, so a stated framework was dropped for the default without a word. A name of spaces only
+    is kept as written (stripped, two of them would become one name)."""
+    df.columns = [c.strip() if isinstance(c, str) and c.strip() else c for c in df.columns]
     return df
 
 

@@ -72,7 +72,8 @@ from hardware_specs.errors import InputError, not_a_file
 from hardware_specs.placement import placed_cluster
 from hardware_specs.stack_presets import Layout, memory_savings_of_layout
 from model_specs.model_spec import ModelSpec
-from paraplan.validation.csv_structure import SHORT_ROW_COLUMN, check_csv_structure, id_text, mark_short_rows
+from paraplan.validation.csv_structure import (SHORT_ROW_COLUMN, check_csv_structure, header_names, id_text,
+                                               mark_short_rows, strip_header)
 from paraplan.validation.flops_conventions import CONVENTIONS
 from paraplan.validation.row_model import (NUMERIC_COLUMNS, Skip, _check_family_vocab, _experts, _int, _measured,
                                            _named_preset_or_none, _num, _preset_for, _same_architecture_preset,
@@ -171,7 +172,7 @@ def _text_dtypes(p: Path) -> dict[str, type]:
     text as written. Left to pandas, a ``framework_version`` column of 26.10 and 0.20 became the
     floats 26.1 and 0.2 whenever no row of the file held text there (so a row's stack depended on
     the other rows); ``params_b`` 6.70 lost the digit that states its precision."""
-    return {c: str for c in pd.read_csv(p, nrows=0).columns if c not in NUMERIC_COLUMNS}
+    return {c: str for c in header_names(p) if c.strip() not in NUMERIC_COLUMNS}
 
 
 def read_runs(path: str | Path) -> pd.DataFrame:
@@ -181,7 +182,7 @@ def read_runs(path: str | Path) -> pd.DataFrame:
         raise InputError("path", not_a_file(path), "check the path, or omit PATH for the bundled runs")
     short = check_csv_structure(p, REQUIRED_COLUMNS)
     try:
-        df = mark_short_rows(pd.read_csv(p, dtype=_text_dtypes(p)), short)
+        df = mark_short_rows(strip_header(pd.read_csv(p, dtype=_text_dtypes(p))), short)
     except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
         raise InputError("path", f"malformed CSV {path}: {str(exc).splitlines()[0]}",
                          f"save the file as UTF-8 CSV with the columns of {_reference_file()}") from None

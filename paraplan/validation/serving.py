@@ -95,7 +95,8 @@ from cost_models.weight_formats import slice_holds_whole_blocks
 from hardware_specs.errors import InputError, not_a_file
 from hardware_specs.serving_efficiency import ServingEfficiency
 from model_specs.catalog import load_model
-from paraplan.validation.csv_structure import SHORT_ROW_COLUMN, check_csv_structure, id_text, mark_short_rows
+from paraplan.validation.csv_structure import (SHORT_ROW_COLUMN, check_csv_structure, header_names, id_text,
+                                               mark_short_rows, strip_header)
 from simulator.serving.aggregated import memory_columns
 from simulator.serving.context import ServingContext
 from simulator.serving.evaluate import evaluate_agg_columns, evaluate_disagg_columns
@@ -178,7 +179,8 @@ def read_rows(path: str | Path) -> pd.DataFrame:
         raise InputError("path", not_a_file(path), "check the path, or omit PATH for the bundled runs")
     short = check_csv_structure(path, REQUIRED_COLUMNS) if isinstance(path, (str, Path)) else {}
     try:
-        df = mark_short_rows(pd.read_csv(path, dtype={"backend_version": str}), short)
+        text = {c: str for c in header_names(path) if c.strip() == "backend_version"} or {"backend_version": str}
+        df = mark_short_rows(strip_header(pd.read_csv(path, dtype=text)), short)
     except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
         raise InputError("path", f"malformed CSV {path}: {str(exc).splitlines()[0]}",
                          f"save the file as UTF-8 CSV with the columns of {_reference_file()}") from None
