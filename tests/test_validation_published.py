@@ -266,3 +266,46 @@ def test_a_row_without_a_framework_keeps_its_tp_beyond_the_kv_heads_and_says_so(
     assert len(palm) == 2 and (palm.status == "ok").all() and palm.predicted.notna().all()
     assert all("kv heads replicated over tp 12 (1 key/value head; framework not stated" in a
                for a in palm.assumptions)
+
+
+def test_cross_validate_with_source_fits_without_it_on_every_other_source_of_the_file(tmp_path, monkeypatch):
+    """``--source KOR22 --cross-validate`` filtered the file before the leave-one-source-out fits,
+    so the fit without KOR22 saw no row at all (the middle of every range, and the note 'no other
+    source'). The held-out fit is replaced here by one that predicts each held-out row as the
+    number of rows it was fitted on plus one (no refit: minutes); the filtered run must give the KOR22 rows
+    of the unfiltered one: the NAR21 rows' count + 1, and a basis of 'fit' (>= 20 Ampere rows left)."""
+    import json
+
+    import numpy as np
+    import pandas as pd
+    from click.testing import CliRunner
+
+    from paraplan.cli import main
+    from paraplan.validation import fit
+    from paraplan.validation.fit_search import MIN_ROWS_FOR_FULL_FIT
+
+    df = pd.read_csv(CSV, dtype=str, keep_default_na=False)
+    path = tmp_path / "two_sources.csv"
+    df[df.run_id.str.startswith(("KOR22", "NAR21"))].to_csv(path, index=False)
+    held = []
+
+    def rows_fitted_on(prepared, src, sweeps):
+        held.append(src)
+        sources = np.asarray(prepared.sources)
+        return np.full(int((sources == src).sum()), 1.0 + (sources != src).sum())     # never 0
+    monkeypatch.setattr(fit, "_held_out_prediction", rows_fitted_on)
+
+    def rows(*args):
+        result = CliRunner().invoke(main, ["validate", "published", str(path), "--cross-validate", "--json", *args])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+    everything = rows()
+    assert held == ["KOR22", "NAR21"]
+    held.clear()
+    kor = rows("--source", "KOR22")
+    assert held == ["KOR22"]                                   # only the reported source is refitted
+    nar_ok = sum(r["status"] == "ok" and r["source"] == "NAR21" for r in everything)
+    assert nar_ok >= MIN_ROWS_FOR_FULL_FIT
+    assert kor == [r for r in everything if r["source"] == "KOR22"] and kor
+    assert {r["predicted"] for r in kor if r["status"] == "ok"} == {1.0 + nar_ok}
+    assert not any("no fit" in (r["assumptions"] or "") or "no other source" in (r["assumptions"] or "") for r in kor)

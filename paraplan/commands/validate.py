@@ -176,7 +176,8 @@ def summary_text(results, summary, list_skipped: bool) -> str:
 @command.command("published", short_help="Predict the rows of a published-runs CSV and report the error.")
 @click.argument("path", type=click.Path(dir_okay=False), required=False)
 @click.option("--source", "source_prefix", metavar="PREFIX",
-              help="Only rows whose run_id starts with PREFIX (e.g. KOR22, NAR21).")
+              help="Only rows whose run_id starts with PREFIX (e.g. KOR22, NAR21). With --cross-validate "
+                   "it picks the rows reported; each held-out fit still uses every other source of PATH.")
 @click.option("--json", "as_json", is_flag=True,
               help="One object per row: id, status (ok|skipped), metric, predicted, measured, rel_error, speed_error "
                    "(predicted speed / measured speed - 1: + = predicted faster, for time and rate metrics "
@@ -228,11 +229,14 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
         raise InputError("PATH", f"{path} has a header but no rows", "add the runs to validate below the header")
     if source_prefix is not None and not source_prefix.strip():     # '' matched every row
         raise InputError("--source", "is empty", "give a run_id prefix such as KOR22, or leave the option out")
+    report = None               # every row
     if source_prefix:
-        df = df[df["run_id"].astype(str).str.startswith(source_prefix)]
-        if df.empty:
+        report = df["run_id"].astype(str).str.startswith(source_prefix).to_numpy()
+        if not report.any():
             raise InputError("--source", f"no row's run_id starts with '{source_prefix}'",
                              "see the run_id column for the source prefixes")
+        if not cross_validate:  # a cross-validated fit without a source reads every other source's rows
+            df, report = df[report], None
     # which file the default was: said on a terminal before the work, elsewhere once the output is
     # written (a run that fails later, its output unwritable, prints its one error line only), and
     # off a terminal never beside --fail-above's one 'regression:' line
@@ -243,10 +247,11 @@ def published_cmd(path: str | None, source_prefix: str | None, as_json: bool, as
     elif fail_above_pct is not None:
         read_note = ""
     if cross_validate:
-        n_sources = df["run_id"].astype(str).str.split("-").str[0].nunique()
+        shown = df if report is None else df[report]
+        n_sources = shown["run_id"].astype(str).str.split("-").str[0].nunique()
         with click.progressbar(length=n_sources, label="refitting without each source", file=sys.stderr,
                                hidden=not sys.stderr.isatty()) as bar:
-            results = validate_rows(df, cross_validate=True, cv_progress=lambda src: bar.update(1))
+            results = validate_rows(df, cross_validate=True, cv_progress=lambda src: bar.update(1), report=report)
     else:
         with click.progressbar(length=len(df), label="predicting rows", file=sys.stderr,
                                hidden=not sys.stderr.isatty()) as bar:

@@ -242,15 +242,17 @@ def _held_out_in_worker(src: str, sweeps: int) -> np.ndarray:
     return _held_out_prediction(_FORKED_ROWS["rows"], src, sweeps)
 
 
-def cross_validate(prepared: Prepared, sweeps: int = 2, progress=None, jobs: int = 1) -> np.ndarray:
+def cross_validate(prepared: Prepared, sweeps: int = 2, progress=None, jobs: int = 1,
+                   held_out=None) -> np.ndarray:
     """Leave-one-source-out predictions of every row of ``prepared`` (all generations): each
     source's rows predicted by efficiency models fitted without that source. A generation with no
     other source borrows the factors of its ``NEIGHBOUR`` generation fitted without the source
     (the prior, if that has none either). ``jobs`` > 1 runs the held-out fits in that many
-    processes (the result is the same)."""
+    processes (the result is the same). ``held_out``: the sources to predict (default every
+    source; the other rows stay NaN), each still by a fit on every other source's rows."""
     pred = np.full(len(prepared), np.nan)
     sources = np.asarray(prepared.sources)
-    order = list(np.unique(sources))
+    order = [src for src in np.unique(sources) if held_out is None or str(src) in held_out]
     if jobs > 1:
         # forked workers inherit the prepared rows (they hold read-only mappings that do not pickle)
         import multiprocessing

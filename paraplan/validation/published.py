@@ -622,7 +622,7 @@ CV_BASIS_NOTES = {
 
 
 def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None, cross_validate: bool = False,
-                  cv_progress=None) -> pd.DataFrame:
+                  cv_progress=None, report=None) -> pd.DataFrame:
     """One output row per input row: id, status, predicted, measured, rel_error, speed_error
     (``speed_error``: + = predicted faster), reason, ...
 
@@ -632,10 +632,18 @@ def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None
     (``fit.cross_validate``, minutes: one joint refit of every generation per source): ``predicted`` and
     ``rel_error`` are then the cross-validated ones, ``in_sample_predicted`` /
     ``in_sample_rel_error`` those of the committed models; ``cv_progress(source)`` after each.
+
+    ``report``: one bool per row of ``df``, the rows returned (default all). Every row is still
+    read, so a cross-validated fit without a source uses every other source's rows of ``df`` (a
+    filter applied before, ``--source KOR22``, left each held-out fit no other source at all);
+    only the sources of reported rows are held out.
     """
     from paraplan.validation.predict import predict, prepare
 
     records = df.to_dict("records")
+    shown = [True] * len(records) if report is None else [bool(x) for x in report]
+    if len(shown) != len(records):
+        raise ValueError(f"report has {len(shown)} values for {len(records)} rows")
     reasons: dict[int, str] = {}
     prepared = prepare(records, on_skip=lambda i, why: reasons.__setitem__(i, why))
     pred, outs = predict(prepared, efficiency_by_generation, with_outputs=True) if len(prepared) else ([], {"fits": []})
@@ -643,7 +651,9 @@ def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None
     basis = None
     if cross_validate and len(prepared):
         from paraplan.validation.fit import cross_validate as loso, held_out_basis
-        pred = loso(prepared, progress=cv_progress)
+        predicted_rows = [i for i in range(len(records)) if i not in reasons]     # prepared's rows, in order
+        held = {prepared.sources[j] for j, i in enumerate(predicted_rows) if shown[i]}
+        pred = loso(prepared, progress=cv_progress, held_out=held)
         basis = held_out_basis(prepared)
     by_id = {}
     for j, row_id in enumerate(prepared.ids):
@@ -651,6 +661,9 @@ def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None
         by_id[j] = (pred[j], inp, outs["fits"][j], in_sample[j], basis[j] if basis else "")
     out, j = [], 0
     for i, row in enumerate(records):
+        if not shown[i]:
+            j += i not in reasons
+            continue
         rec = {"id": row.get("id"), "run_id": id_text(row.get("run_id")) or None, "source": source_of(row.get("run_id")),
                "gpu_profile": row.get("gpu_profile"), "metric": row.get("measured_metric"),
                "status": "skipped", "predicted": None, "measured": _measured(row),
