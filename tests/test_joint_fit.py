@@ -168,3 +168,5 @@ def test_cross_validated_rows_without_a_fit_say_so_in_the_table_and_the_rows(tmp
     import json
     rows = json.loads(out)
     assert len(rows) == 3 and all("cross-validated by no fit" in r["assumptions"] for r in rows)
+    # resting on no fit, each cross-validated number is an unfitted prior's (the Ampere model in-sample is fitted)
+    assert all(r["efficiency_fitted"] is False for r in rows)

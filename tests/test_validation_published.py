@@ -309,3 +309,48 @@ def test_cross_validate_with_source_fits_without_it_on_every_other_source_of_the
     assert kor == [r for r in everything if r["source"] == "KOR22"] and kor
     assert {r["predicted"] for r in kor if r["status"] == "ok"} == {1.0 + nar_ok}
     assert not any("no fit" in (r["assumptions"] or "") or "no other source" in (r["assumptions"] or "") for r in kor)
+
+
+def test_rows_on_an_unfitted_efficiency_prior_say_so_in_the_rows_and_the_table(tmp_path):
+    """Volta and TPU v4 keep unfitted priors (``fitted_factors: []``): their rows carry
+    ``efficiency_fitted`` false (``EfficiencyModel.is_fitted`` of their generation), the Ampere
+    KOR22 rows true, a skipped row null; the table marks MEG20, PALM540 and ALL with ``*`` and
+    says why in a footnote. The predicted values are those of the run without the marks."""
+    import csv as csv_module
+    import io
+    import json
+
+    import pandas as pd
+    from click.testing import CliRunner
+
+    from hardware_specs.catalog import load_efficiency
+    from paraplan.cli import main
+
+    df = pd.read_csv(CSV, dtype=str, keep_default_na=False)
+    path = tmp_path / "priors.csv"
+    df[df.run_id.str.startswith(("KOR22", "MEG20", "PALM540"))].to_csv(path, index=False)
+    assert not load_efficiency("volta").is_fitted and not load_efficiency("tpu-v4").is_fitted
+    assert load_efficiency("ampere").is_fitted
+
+    def cli(*args):
+        result = CliRunner().invoke(main, ["validate", "published", str(path), *args])
+        assert result.exit_code == 0, result.output
+        return result.stdout
+    rows = json.loads(cli("--json"))
+    results = validate_rows(read_runs(path))
+    want = {r["id"]: (None if r["status"] != "ok" else load_efficiency(r["generation"]).is_fitted)
+            for r in results.to_dict("records")}
+    assert {r["id"]: r["efficiency_fitted"] for r in rows} == want
+    by_source = {(r["source"], r["efficiency_fitted"]) for r in rows if r["status"] == "ok"}
+    assert by_source == {("KOR22", True), ("MEG20", False), ("PALM540", False)}
+    assert all(r["efficiency_fitted"] is None for r in rows if r["status"] != "ok")
+    assert [r["predicted"] for r in rows] == [None if pd.isna(v) else v for v in results.predicted]
+    table = cli()
+    n_meg = sum(r["status"] == "ok" and r["source"] == "MEG20" for r in rows)
+    n_palm = sum(r["status"] == "ok" and r["source"] == "PALM540" for r in rows)
+    marked = {line.split()[0] for line in table.splitlines() if line.split()[1:2] == ["*"]}
+    assert marked == {"MEG20", "PALM540", "ALL"}
+    assert (f"MEG20: {n_meg} rows on volta; PALM540: {n_palm} rows on tpu-v4" in table
+            and "unfitted efficiency prior" in table), table
+    header = next(csv_module.reader(io.StringIO(cli("--csv"))))
+    assert "efficiency_fitted" in header

@@ -25,7 +25,7 @@ from hardware_specs.errors import InputError
 
 #: the per-row output columns of --json / --csv, in order.
 ROW_KEYS = ("id", "status", "metric", "predicted", "measured", "rel_error", "speed_error", "reason", "source",
-            "assumptions")
+            "efficiency_fitted", "assumptions")
 
 
 @click.group("validate", short_help="Compare predictions with measured runs.")
@@ -136,15 +136,51 @@ def _row_label(record: dict, index) -> str:
     return str(rid)
 
 
+def _prior_sources(results) -> dict[str, str]:
+    """{source as the table shows it: its predicted rows resting on an unfitted efficiency model,
+    as "4 rows on volta"} (``efficiency_fitted`` False), the ``TOTAL_ROW`` when any source has one."""
+    from paraplan.validation.published import TOTAL_ROW, shown_source
+    if "efficiency_fitted" not in results:
+        return {}
+    ok = results[(results.status == "ok") & results.efficiency_fitted.astype(object).eq(False)]
+    out = {}
+    for src, g in ok.groupby("source", sort=True):
+        counts = g.groupby("generation").size()
+        out[shown_source(src)] = ", ".join(f"{n} row{'s' * (n != 1)} on {gen}" for gen, n in counts.items())
+    if out:
+        out[TOTAL_ROW] = ""
+    return out
+
+
+def _marked(source: str, priors: dict[str, str]) -> str:
+    """The table's source cell, with ``priors.MARK`` when some of its numbers rest on a prior."""
+    from paraplan.priors import mark_text
+    return source + mark_text() if source in priors else source
+
+
+def _prior_footnote(priors: dict[str, str], cross_validated: bool) -> list[str]:
+    """The line explaining the table's marks (none when nothing is marked)."""
+    from paraplan.priors import MARK
+    from paraplan.validation.published import TOTAL_ROW
+    where = "; ".join(f"{src}: {what}" for src, what in priors.items() if src != TOTAL_ROW)
+    if not where:
+        return []
+    which = "cross-validated errors" if cross_validated else "errors"
+    return [f"{MARK} the {which} include rows predicted with an unfitted efficiency prior (no measured run has "
+            f"checked it; read them as a sketch): {where} (efficiency_fitted false in --json/--csv)"]
+
+
 def summary_text(results, summary, list_skipped: bool) -> str:
     """Per-source error table, then skipped rows grouped by reason (or listed one by one)."""
+    priors = _prior_sources(results)
     if "in_sample_mean_abs_err_pct" in summary:
-        rows = [[r["source"], int(r["rows_ok"]), int(r["rows_skipped"]), _fmt_pct(r["in_sample_mean_abs_err_pct"]),
+        rows = [[_marked(r["source"], priors), int(r["rows_ok"]), int(r["rows_skipped"]), _fmt_pct(r["in_sample_mean_abs_err_pct"]),
                  _fmt_pct(r["mean_abs_err_pct"]), _fmt_pct(r["worst_abs_err_pct"])] for r in summary.to_dict("records")]
         lines = ["prediction error per source (|predicted - measured| / measured): in-sample (the committed "
                  "efficiency models) and leave-one-source-out (models fitted without the source)",
                  format_table(rows, ["source", "rows_ok", "rows_skipped", "in_sample_mean_abs_err_pct",
                                      "cv_mean_abs_err_pct", "cv_worst_abs_err_pct"], align="lrrrrr").rstrip()]
+        lines += _prior_footnote(priors, cross_validated=True)
         ok = results[results.status == "ok"]
         for basis, what in (("neighbour", "the neighbouring GPU generation's fit without the source (too few "
                                           "rows of their own generation from other sources)"),
@@ -155,11 +191,11 @@ def summary_text(results, summary, list_skipped: bool) -> str:
                 where = ", ".join(f"{src} {n}" for src, n in by_source.items())
                 lines.append(f"note: cross-validated rows resting on {what}: {where}")
     else:
-        rows = [[r["source"], int(r["rows_ok"]), int(r["rows_skipped"]), _fmt_pct(r["mean_abs_err_pct"]),
+        rows = [[_marked(r["source"], priors), int(r["rows_ok"]), int(r["rows_skipped"]), _fmt_pct(r["mean_abs_err_pct"]),
                  _fmt_pct(r["worst_abs_err_pct"])] for r in summary.to_dict("records")]
         lines = ["prediction error per source (|predicted - measured| / measured)",
                  format_table(rows, ["source", "rows_ok", "rows_skipped", "mean_abs_err_pct", "worst_abs_err_pct"],
-                              align="lrrrr").rstrip()]
+                              align="lrrrr").rstrip()] + _prior_footnote(priors, cross_validated=False)
     skipped = results[results.status != "ok"]
     if len(skipped):
         lines += ["", f"skipped rows: {len(skipped)}"]
@@ -181,7 +217,8 @@ def summary_text(results, summary, list_skipped: bool) -> str:
 @click.option("--json", "as_json", is_flag=True,
               help="One object per row: id, status (ok|skipped), metric, predicted, measured, rel_error, speed_error "
                    "(predicted speed / measured speed - 1: + = predicted faster, for time and rate metrics "
-                   "alike), reason, ...")
+                   "alike), reason, source, efficiency_fitted (false: predicted with an unfitted efficiency "
+                   "prior, marked * in the table), assumptions.")
 @click.option("--csv", "as_csv", is_flag=True, help="The same rows as a CSV table.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False),
               help="Write the output to this file (atomically) instead of stdout.")

@@ -187,11 +187,13 @@ def prepare(records, on_skip=None) -> Prepared:
 
 def predict(prepared: Prepared, efficiency_by_generation=None, with_outputs: bool = False):
     """Predicted metric of every prepared row (array aligned with ``prepared``); with
-    ``with_outputs`` also a dict of per-row step-model outputs (``fits``)."""
+    ``with_outputs`` also a dict of per-row step-model outputs (``fits``) and
+    ``efficiency_fitted`` (the efficiency model the row was predicted with ``is_fitted``)."""
     n = len(prepared)
     step = np.zeros(n)
     layer = np.zeros(n)
     fits = np.zeros(n, dtype=bool)
+    fitted = np.zeros(n, dtype=bool)
     for model, cluster, batch, idx in prepared.groups:
         eff = None
         if efficiency_by_generation is not None:
@@ -202,6 +204,7 @@ def predict(prepared: Prepared, efficiency_by_generation=None, with_outputs: boo
         step[idx] = out["step_time_s"]
         layer[idx] = out["layer_fwd_s"] + out["layer_bwd_s"] + out["layer_recompute_s"]
         fits[idx] = out["fits"]
+        fitted[idx] = eff.is_fitted
     t = np.where(prepared.layer_metric, layer, step)
     pred = prepared.scale * np.power(t, prepared.power)
-    return (pred, {"fits": fits}) if with_outputs else pred
+    return (pred, {"fits": fits, "efficiency_fitted": fitted}) if with_outputs else pred

@@ -613,6 +613,11 @@ def speed_error(metric: str, predicted, measured):
 
 
 #: what a cross-validated prediction that rests on no fit of its own generation says of itself
+#: whether a cross-validated prediction of each basis rests on a fitted efficiency model
+#: (``EfficiencyModel.is_fitted`` of the model ``fit._held_out_prediction`` builds): a fit, or a
+#: neighbour's fit on the generation's datasheet (its fitted factors kept); "none" is the middle
+#: of every range (no fitted factors) or the generation's own unfitted prior
+CV_BASIS_FITTED = {"fit": True, "neighbour": True, "none": False}
 CV_BASIS_NOTES = {
     "neighbour": "cross-validated by the neighbouring GPU generation's fit without this source "
                  "(too few rows of its own generation from other sources)",
@@ -624,13 +629,14 @@ CV_BASIS_NOTES = {
 def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None, cross_validate: bool = False,
                   cv_progress=None, report=None) -> pd.DataFrame:
     """One output row per input row: id, status, predicted, measured, rel_error, speed_error
-    (``speed_error``: + = predicted faster), reason, ...
+    (``speed_error``: + = predicted faster), reason, efficiency_fitted (whether the efficiency
+    model behind ``predicted`` is fitted, ``EfficiencyModel.is_fitted``; None for a skipped row), ...
 
     Rows are predicted together (``predict.predict``: one step-model call per model, cluster
     and dtype); ``progress(i)`` is called once per input row. With ``cross_validate`` each
     source's rows are predicted by efficiency models fitted without that source
-    (``fit.cross_validate``, minutes: one joint refit of every generation per source): ``predicted`` and
-    ``rel_error`` are then the cross-validated ones, ``in_sample_predicted`` /
+    (``fit.cross_validate``, minutes: one joint refit of every generation per source): ``predicted``,
+    ``rel_error`` and ``efficiency_fitted`` are then the cross-validated ones, ``in_sample_predicted`` /
     ``in_sample_rel_error`` those of the committed models; ``cv_progress(source)`` after each.
 
     ``report``: one bool per row of ``df``, the rows returned (default all). Every row is still
@@ -646,7 +652,8 @@ def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None
         raise ValueError(f"report has {len(shown)} values for {len(records)} rows")
     reasons: dict[int, str] = {}
     prepared = prepare(records, on_skip=lambda i, why: reasons.__setitem__(i, why))
-    pred, outs = predict(prepared, efficiency_by_generation, with_outputs=True) if len(prepared) else ([], {"fits": []})
+    pred, outs = (predict(prepared, efficiency_by_generation, with_outputs=True) if len(prepared)
+                  else ([], {"fits": [], "efficiency_fitted": []}))
     in_sample = pred
     basis = None
     if cross_validate and len(prepared):
@@ -658,7 +665,8 @@ def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None
     by_id = {}
     for j, row_id in enumerate(prepared.ids):
         inp = prepared.inputs[j]
-        by_id[j] = (pred[j], inp, outs["fits"][j], in_sample[j], basis[j] if basis else "")
+        by_id[j] = (pred[j], inp, outs["fits"][j], in_sample[j], basis[j] if basis else "",
+                    CV_BASIS_FITTED[basis[j]] if basis else bool(outs["efficiency_fitted"][j]))
     out, j = [], 0
     for i, row in enumerate(records):
         if not shown[i]:
@@ -667,14 +675,15 @@ def validate_rows(df: pd.DataFrame, efficiency_by_generation=None, progress=None
         rec = {"id": row.get("id"), "run_id": id_text(row.get("run_id")) or None, "source": source_of(row.get("run_id")),
                "gpu_profile": row.get("gpu_profile"), "metric": row.get("measured_metric"),
                "status": "skipped", "predicted": None, "measured": _measured(row),
-               "rel_error": None, "speed_error": None, "reason": reasons.get(i, ""), "assumptions": ""}
+               "rel_error": None, "speed_error": None, "reason": reasons.get(i, ""), "assumptions": "",
+               "efficiency_fitted": None}
         if i not in reasons:
-            value, inp, fits, own, held_out = by_id[j]
+            value, inp, fits, own, held_out, fitted = by_id[j]
             j += 1
             rec.update(status="ok", predicted=float(value), rel_error=(float(value) - rec["measured"]) / rec["measured"],
                        metric=inp.metric, speed_error=speed_error(inp.metric, float(value), rec["measured"]),
                        assumptions="; ".join(inp.assumptions), generation=inp.cluster.gpu.generation,
-                       fits=bool(fits), stack=inp.stack, cluster=inp.cluster.name)
+                       fits=bool(fits), stack=inp.stack, cluster=inp.cluster.name, efficiency_fitted=fitted)
             if cross_validate:
                 rec.update(in_sample_predicted=float(own), in_sample_rel_error=(float(own) - rec["measured"]) / rec["measured"],
                            cv_basis=held_out)
