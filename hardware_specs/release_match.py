@@ -2,7 +2,8 @@
 
 The stack catalog holds one profile per framework release where documented behaviour changed
 (``hardware_specs/stacks/README.md``), each listing the releases it describes (``versions``; a
-patch, rc or post release of a listed one is covered too, ``StackSpec.covers``). A release
+patch, rc or post release of a listed one is covered too, ``StackSpec.covers``; releases compare
+number by number, so 26.4.1, 26.04.1 and 26.04.01 are one release). A release
 between two profiles therefore behaves as the earlier one until the later one's change: a run
 of NeMo 24.12 is described by the NeMo 24.09 profile, vLLM 0.20 by the profile that lists 0.19.
 
@@ -24,9 +25,8 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from hardware_specs.stack_spec import StackSpec
+from hardware_specs.stack_spec import StackSpec, release_parts
 
-_LEADING_NUMBERS = re.compile(r"v?(\d+(?:\.\d+)*)")
 #: what a release a user names looks like: dot-separated numbers (an optional leading v), then
 #: pre / post / dev suffixes, each with an optional number, and a local label after "+" (PEP
 #: 440's spellings and the engines' tags: 0.11.0, v0.5.10.post1, 1.2.0rc6.post3, 0.5.1-rc0.pre3,
@@ -49,10 +49,7 @@ def release_numbers(version) -> tuple[int, ...] | None:
     """The leading numeric components of a release string, for ordering: ``'25.02.01'`` ->
     (25, 2, 1), ``'v0.5.10.post1'`` -> (0, 5, 10), ``'1.2.0rc6'`` -> (1, 2, 0), ``'2022'`` ->
     (2022,); ``None`` when it does not start with a number."""
-    m = _LEADING_NUMBERS.match(str(version).strip().lower())
-    if m is None:
-        return None
-    return tuple(int(part) for part in m.group(1).split("."))
+    return release_parts(version)[0]
 
 
 def looks_like_release(version) -> bool:

@@ -14,6 +14,7 @@ defaults of a ``ParallelConfig``'s software fields) and/or a ``serving`` section
 from __future__ import annotations
 
 import math
+import re
 import numbers
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
@@ -492,6 +493,39 @@ def _release_key(version) -> str:
     return str(version).strip().lower().lstrip("v")
 
 
+_LEADING_NUMBERS = re.compile(r"v?(\d+(?:\.\d+)*)")
+#: what may follow a listed release in a release it covers: a patch (``.``), a build or rc
+#: (``-``, ``rc``), a local label (``+``)
+_COVERED_AFTER = (".", "-", "+", "rc")
+
+
+def release_parts(version) -> tuple[tuple[int, ...] | None, str]:
+    """A release string split into its leading numeric components and the rest (lower case):
+    ``'26.04.01'`` -> ((26, 4, 1), ''), ``'v0.5.10.post1'`` -> ((0, 5, 10), '.post1'),
+    ``'1.2.0rc6'`` -> ((1, 2, 0), 'rc6'); (None, the release key) when it does not start with a
+    number (``main``). Components compare as numbers: 26.04.1, 26.4.1 and 26.04.01 are one release."""
+    key = str(version).strip().lower()
+    m = _LEADING_NUMBERS.match(key)
+    if m is None:
+        return None, _release_key(version)
+    return tuple(int(part) for part in m.group(1).split(".")), key[m.end():]
+
+
+def _covers_release(listed, version) -> bool:
+    """Whether release ``version`` is ``listed`` or a patch, rc, build or local label of it, its
+    numbers compared component by component (a text prefix read 26.04.1 as a patch of 26.04 and
+    26.04.01 as another release)."""
+    (ln, lrest), (vn, vrest) = release_parts(listed), release_parts(version)
+    if ln is None or vn is None:
+        lv, v = _release_key(listed), _release_key(version)
+        return v == lv or any(v.startswith(lv + sep) for sep in _COVERED_AFTER)
+    if vn[:len(ln)] != ln:
+        return False
+    if len(vn) > len(ln):             # more components: a patch of the listed release
+        return not lrest
+    return vrest == lrest or any(vrest.startswith(lrest + sep) for sep in _COVERED_AFTER)
+
+
 @dataclass(frozen=True)
 class StackSpec:
     """One software stack (framework and release).
@@ -573,18 +607,13 @@ class StackSpec:
         return ServingBehaviour.keys()
 
     def lists(self, version: str | None) -> bool:
-        """Whether ``version`` is one of this profile's listed releases (case and a leading
-        ``v`` ignored)."""
-        return version is not None and _release_key(version) in {_release_key(x) for x in self.versions}
+        """Whether ``version`` is one of this profile's listed releases (case, a leading ``v``
+        and leading zeros of a numeric component ignored: 26.4.1 is 26.04.01)."""
+        return version is not None and release_parts(version) in {release_parts(x) for x in self.versions}
 
     def covers(self, version: str | None) -> bool:
-        """Whether this profile describes release ``version`` (a listed release, or one that
-        starts with a listed release followed by ``.``, ``-``, ``+`` or ``rc``)."""
-        if version is None:
-            return False
-        v = _release_key(version)
-        for listed in self.versions:
-            lv = _release_key(listed)
-            if v == lv or any(v.startswith(lv + sep) for sep in (".", "-", "+", "rc")):
-                return True
-        return False
+        """Whether this profile describes release ``version``: a listed release, or one whose
+        numbers extend a listed release's (a patch: 26.04.1 of 26.04), or that follows a listed
+        release's with ``.``, ``-``, ``+`` or ``rc`` (0.19.post1, 0.5.1-rc0, 0.6.3+cu118); numbers
+        compare component by component (``release_parts``)."""
+        return version is not None and any(_covers_release(listed, version) for listed in self.versions)

@@ -142,3 +142,29 @@ def test_a_listed_release_wins_over_a_profile_it_reads_as_a_patch_of():
     assert [s.name for s in bridge].index("megatron-bridge-26.02") < [s.name for s in bridge].index("megatron-bridge-26.02.01")
     match = match_release(bridge, "megatron-bridge", "26.02.01")
     assert match.stack.name == "megatron-bridge-26.02.01" and match.note == ""
+
+
+@pytest.mark.parametrize("version", ["26.04.01", "26.04.1", "26.4.1", "v26.04.001"])
+def test_a_release_is_compared_number_by_number_not_as_text(version):
+    """26.04.1 and 26.4.1 are the release 26.04.01, which has its own profile: the text prefix
+    read 26.04.1 as a patch of 26.04 (the 26.04 profile, no note) and 26.4.1 as an unlisted release
+    after 26.04.01 (the right profile, but a note that it had none of its own)."""
+    match = release_match_for("megatron-bridge", version)
+    assert (match.stack.name, match.note) == ("megatron-bridge-26.04.01", "")
+
+
+@pytest.mark.parametrize("listed, version, covered, listed_as_is", [
+    ("26.04", "26.4", True, True), ("26.04.01", "V26.4.1", True, True),
+    ("26.04", "26.04.02", True, False), ("26.04", "26.4.2-rc1", True, False),
+    ("0.19", "0.19.post1", True, False), ("0.5.1", "0.5.1-rc0", True, False), ("0.6.3", "v0.6.3+cu118", True, False),
+    ("1.2.0rc6", "1.2.0rc6.post3", True, False), ("nightly", "nightly-5b8c30d", True, False),
+    ("0.5.1", "0.5.10", False, False), ("26.04", "26.40", False, False), ("26.04", "260.4", False, False),
+    ("1.2.0rc6", "1.2.0.1", False, False), ("0.19", "0.19x", False, False),
+])
+def test_covers_compares_the_numbers_then_what_follows_them(listed, version, covered, listed_as_is):
+    from dataclasses import replace
+
+    from hardware_specs.catalog import load_stack
+    stack = replace(load_stack("megatron-bridge-26.04"), versions=(listed,))
+    assert stack.covers(version) is covered
+    assert stack.lists(version) is listed_as_is
