@@ -222,6 +222,13 @@ def test_sailor_stages_pay_the_blocking_send_and_receive_of_each_boundary(monkey
     (lambda r: r["pipeline_list"][0]["layers_per_stage"][1].__setitem__(0, -5), "not a layer index"),
     (lambda r: r["pipeline_list"][0]["layers_per_stage"][1].__setitem__(0, 10**9), "not a layer index"),
     (lambda r: r["pipeline_list"][0]["tmp_per_stage"][0][0].__setitem__(1, 1000000), "does not divide its 4 GPUs"),
+    # a fractional, quoted or boolean degree or GPU count was cut to a whole number and scored
+    (lambda r: r["pipeline_list"][0]["tmp_per_stage"][0][0].__setitem__(1, 4.9), "tp 4.9 is not a whole number"),
+    (lambda r: r["pipeline_list"][0]["tmp_per_stage"][0][0].__setitem__(1, True), "tp True is not a whole number"),
+    (lambda r: r["pipeline_list"][0]["tmp_per_stage"][0][0][0][0].__setitem__(1, "4"),
+     "GPU count '4' is not a whole number"),
+    (lambda r: r["pipeline_list"][0]["tmp_per_stage"][0][0][0][0].__setitem__(1, 4.5),
+     "GPU count 4.5 is not a whole number"),
 ])
 def test_a_run_whose_fields_contradict_each_other_is_skipped_with_the_reason(edit, says):
     import copy

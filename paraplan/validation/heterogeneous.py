@@ -277,10 +277,15 @@ def run_inputs(run: dict, inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS,
         for s in range(S):
             entry = stages[s][j]
             try:
-                vms, tp = entry[0], int(entry[1])
-                kind, slice_gpus = str(vms[0][0]), int(vms[0][1])
+                vms, tp = entry[0], entry[1]
+                kind, slice_gpus = str(vms[0][0]), vms[0][1]
             except (TypeError, ValueError, IndexError, KeyError, OverflowError):     # not [[[kind, gpus, zone]], tp]
                 raise ValueError(f"cannot read stage {s} replica {j}: {entry!r}") from None
+            for what, value in (("tp", tp), ("GPU count", slice_gpus)):
+                # as dp and mbs: int() would read 4.9, '4' and true as 4, 4 and 1 and score
+                # another run than the one the file states
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise ValueError(f"stage {s} replica {j}: {what} {value!r} is not a whole number")
             if tp < 1 or slice_gpus < 1:
                 raise ValueError(f"stage {s} replica {j}: tp {tp} and {slice_gpus} GPUs must be >= 1")
             if slice_gpus % tp:
