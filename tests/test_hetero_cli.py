@@ -286,7 +286,9 @@ def test_a_plan_files_group_and_stage_keys_are_checked_and_counts_bounded(tmp_pa
     for edit, field in ((lambda d: d["groups"][0].__setitem__("replica", 2), "groups[0].replica"),
                         (lambda d: d["groups"][0]["stages"][0].__setitem__("tensor_parallel", 2),
                          "groups[0].stages[0].tensor_parallel"),
-                        (lambda d: d["groups"][0].__setitem__("micro_batches", 10**15), "groups.micro_batches")):
+                        (lambda d: d["groups"][0].__setitem__("micro_batches", 10**15), "groups.micro_batches"),
+                        # an empty list was blamed on the cluster file ('lists no pool')
+                        (lambda d: d.__setitem__("groups", []), "--plan.groups")):
         data = json.loads(json.dumps(base))
         edit(data)
         with pytest.raises(InputError) as err:

@@ -145,6 +145,9 @@ def plan_seq_len(data: dict | None, given: int | None) -> int | None:
 
 def groups_from_data(data: dict) -> tuple[ReplicaGroup, ...]:
     """The replica groups of a plan mapping (its ``groups`` list; errors name the field)."""
+    if not isinstance(data["groups"], list) or not data["groups"]:
+        # an empty list ran on a subset of no pool, blamed on the cluster file
+        raise InputError("--plan.groups", "lists no replica group", "add at least one group of stages")
     groups = []
     for gi, g in enumerate(data["groups"]):
         if not isinstance(g, dict) or not isinstance(g.get("stages"), list):
