@@ -15,7 +15,9 @@ Per rank, with ``t_d`` the time of a step decoding all b requests (context isl +
   wait; ``simulator.serving.step_budget``), and run alone otherwise (SGLang: R d = 0); a
   request's own chunks likewise get C less its riders' tokens. A prompt's service ``s`` is its share
   isl / P of such a step, and its prefill work ``w_p`` the part of that share beyond the
-  decode step (all of it when the prefill runs alone).
+  decoding the step does for its riders (t_d x riders / R of it: under ``with_drafts`` a prompt
+  that fills the budget leaves no room for decodes, and all of its share is prefill; all of it too
+  when the prefill runs alone).
 * the prefill share of the engine's time is u = X w_p; decoding requests get one token per
   step, slowed (or paused) by the other b - 1 clients' prompts, (b - 1) / b of them (a
   request's own prompt runs before its first token, not during its decode), so
@@ -294,7 +296,11 @@ def evaluate_agg(ctx, tp, adp, pp, moe_tp, moe_ep, batch, isl, osl):
         # each, which sums to the prompt's causal attention exactly
         own = (steps_own - 1.0) * t_own + t_last
         service = t_packed * isl / packed
-        w_p = np.maximum(service - (t_d * isl / packed if beh.mixed_batches else 0.0), 1e-9)
+        # the prefill work is the share beyond the decoding the packed step does anyway: the
+        # riders' part of a decode step, riders / running of t_d (none when the budget left no
+        # room for decodes beside the prompt, ``prompt_step``: then the whole share is prefill)
+        ride_share = riders / np.maximum(running, 1.0) if beh.mixed_batches else 0.0
+        w_p = np.maximum(service - t_d * isl / packed * ride_share, 1e-9)
         sync = synchronised_wait_s(b, service, t_d, eff.arrival_sync(beh.mixed_batches, beh.chunked_prefill))
         # idle only with one client per engine: attention-DP ranks step together
         lead = (join_steps(beh, b * _f(adp)) + hold_steps(beh, b)) * t_d + eff.request_host_s
