@@ -129,8 +129,20 @@ def kv_busiest_link_bytes(bytes_, kv_shards, sender_tp, sender_pp, receiver_tp, 
     return np.maximum(send, receive)
 
 
+def kv_peers(sender_tp, sender_pp, receiver_tp, receiver_pp):
+    """GPUs on the other side that one GPU of the busier side of a prefill -> decode KV transfer
+    exchanges with at once (numpy-friendly): with P = tp_p x pp_p senders and D = tp_d x pp_d
+    receivers, a sender fans its pieces out to D / P receivers when the decode side is the larger
+    and a receiver gathers from P / D senders when the prefill side is: max(1, D / P, P / D).
+    One each for tp 1 -> tp 1; MLA tp 1 -> tp 8: the one sender feeds 8 decode GPUs; pp 2 -> pp 1:
+    the receiver gathers each stage's layers from its own sender."""
+    p = np.maximum(_f(sender_tp), 1.0) * np.maximum(_f(sender_pp), 1.0)
+    d = np.maximum(_f(receiver_tp), 1.0) * np.maximum(_f(receiver_pp), 1.0)
+    return np.maximum(d / p, p / d)
+
+
 def kv_transfer_time_s(bytes_, sender_gpus, same_domain, cluster: ClusterSpec, eff: ServingEfficiency,
-                       receiver_gpus=None):
+                       receiver_gpus=None, peers=None):
     """Moving one request's KV cache (``bytes_``, the whole model's) from a prefill worker to a
     decode worker, seconds: each of the ``sender_gpus`` GPUs holding a shard sends it over its
     own link at once to the ``receiver_gpus`` GPUs that will hold it (default: as many), so the
@@ -139,8 +151,15 @@ def kv_transfer_time_s(bytes_, sender_gpus, same_domain, cluster: ClusterSpec, e
     ``same_domain``: the share of transfers that stay inside one NVLink domain (a bool or a
     fraction in [0, 1]); the rest cross the NICs. Where tensor parallelism replicates KV shards
     (tp above the KV heads, or MLA's latent on every rank) pass the busiest link's bytes
-    (``kv_busiest_link_bytes``) with one sender and one receiver."""
-    bw_i, lat_i, bw_o, lat_o = link_rates(cluster, eff)
+    (``kv_busiest_link_bytes``) with one sender and one receiver.
+
+    ``peers``: the GPUs each busiest GPU exchanges with (``kv_peers``). On a full-mesh scale-up
+    tier (MI300X xGMI, ``NetworkTier.mesh_peer_bw_gb_per_s``) a GPU reaches one peer over that
+    peer's link only, so the transfer inside a domain gets the bandwidth of a group of peers + 1
+    (``NetworkTier.group_bw_bytes_per_s``: MI300X, one peer, 64 GB/s, not the node's 448 GB/s);
+    on a switch every peer count gets the whole link. None: the whole domain's bandwidth."""
+    n_intra = None if peers is None else np.minimum(np.maximum(_f(peers), 1.0) + 1.0, float(cluster.gpus_per_node))
+    bw_i, lat_i, bw_o, lat_o = link_rates(cluster, eff, n_intra)
     same = np.clip(np.asarray(same_domain, dtype=float), 0.0, 1.0)
     links = np.maximum(_f(sender_gpus), 1.0)
     if receiver_gpus is not None:

@@ -55,3 +55,40 @@ def test_the_prefill_work_is_the_prompt_share_less_only_the_riders_decoding():
     assert riders[1] == 32.0 < running[1]
     assert service[1] - t_d[1] * isl[1] / packed[1] < w_p[1] < service[1]
 
+
+def _serve_json(*args):
+    import json
+
+    from click.testing import CliRunner
+
+    from paraplan.cli import main
+    r = CliRunner().invoke(main, ["serve", "simulate", *args, "--json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def test_a_kv_transfer_inside_a_full_mesh_node_gets_one_peer_link():
+    # Llama-3.1-70B, 4096 tokens of 8-bit KV: 4096 x 80 layers x 2 x 8 heads x 128 x 1 B = 671.1 MB,
+    # tp 1 -> tp 1 on one MI300X node: one xGMI link, 64 GB/s x 0.8 (link_bw_fraction), not the
+    # node's 448 GB/s of seven links
+    from cost_models.inference_comm import kv_peers, kv_transfer_time_s, link_rates
+    from hardware_specs.catalog import load_cluster, load_serving_efficiency
+    d = _serve_json("-m", "llama3.1-70b", "-s", "mi300x-node", "-b", "vllm", "--isl", "4096", "--osl", "256",
+                    "--mode", "disagg", "--prefill-tp", "1", "--decode-tp", "1", "--decode-batch", "8")
+    cluster = load_cluster("mi300x-node")
+    eff = load_serving_efficiency(cluster.gpu.generation)
+    assert eff.link_bw_fraction == 0.8 and cluster.scaleup.mesh_peer_bw_bytes_per_s == 64e9
+    size = 4096 * 80 * 2 * 8 * 128 * 1.0
+    assert d["kv_transfer_ms"] == pytest.approx(1e3 * (size / (64e9 * 0.8) + cluster.scaleup.latency_s), rel=1e-9)
+    assert 13.1 < d["kv_transfer_ms"] < 13.2
+    # one sender feeding 4 receivers (or 4 senders one receiver) uses 4 peers' links
+    assert float(kv_peers(1, 1, 4, 1)) == float(kv_peers(2, 2, 1, 1)) == 4.0
+    four = float(kv_transfer_time_s(size, 1, True, cluster, eff, peers=4.0))
+    assert four == pytest.approx(size / (4 * 64e9 * 0.8) + cluster.scaleup.latency_s, rel=1e-12)
+    # on a switch (NVLink) every peer count gets the whole link
+    h100 = load_cluster("dgx-h100")
+    eff_h = load_serving_efficiency(h100.gpu.generation)
+    bw_i, lat_i, _, _ = link_rates(h100, eff_h)
+    for peers in (1.0, 4.0, None):
+        t = float(kv_transfer_time_s(size, 1, True, h100, eff_h, peers=peers))
+        assert t == pytest.approx(size / bw_i + lat_i, rel=1e-12)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cost_models.inference_comm import kv_busiest_link_bytes, kv_transfer_time_s
+from cost_models.inference_comm import kv_busiest_link_bytes, kv_peers, kv_transfer_time_s
 from cost_models.inference_step import STEP_PARTS, step_time
 from cost_models.kv_cache import kv_bytes_per_token_model, kv_shards, linear_state_bytes_model
 from simulator.serving.aggregated import SYNC_P90, memory_columns, synchronised_wait_s
@@ -162,7 +162,9 @@ def combine(ctx, dec: dict, pre: dict, p_workers, d_workers, isl, osl, kv_link_f
     if la is not None:      # the recurrent state, split over its value heads
         link_bytes = link_bytes + kv_busiest_link_bytes(linear_state_bytes_model(ctx.model), la.num_value_heads, *sides)
     same_domain = kv_same_domain_share(pre["gpus"], dec["gpus"], p_workers, d_workers, ctx.cluster.gpus_per_node)
-    t_kv = kv_transfer_time_s(link_bytes, 1.0, same_domain, ctx.cluster, ctx.efficiency)
+    # each busiest GPU exchanges with kv_peers GPUs of the other side: on a full mesh over those
+    # peers' links only
+    t_kv = kv_transfer_time_s(link_bytes, 1.0, same_domain, ctx.cluster, ctx.efficiency, peers=kv_peers(*sides))
     if kv_link_free:
         t_kv = 0.0 * t_kv
     n_clients = dec["clients"] * _f(d_workers)
