@@ -18,9 +18,12 @@ ceil(L / pp) / L of all the layers, ``kv_cache.largest_stage_share``: 1.049x for
 4), plus pp LM heads (counted on that stage: a bound, as for its memory) and pp stage hand-offs;
 with fewer
 requests than stages (m < pp) a request's round is its trip through every stage, all layers at
-one request, its LM head and the pp hand-offs (the stages idle in between), not a fraction of a
-request. A prompt chunk moves as one micro-batch through all stages (its latency is all the
-layers at its full size; the stages it leaves idle are not credited, a conservative bound). Each
+one request, its LM head and the pp hand-offs (the stages idle in between; the last one, back
+to the first stage, carries only the sampled token ids), not a fraction of a request. A prompt
+chunk moves as one micro-batch through all stages (its latency is all the layers at its full
+size, one LM head, pp - 1 activation hand-offs and the token ids back; the stages it leaves
+idle are not credited, a conservative bound), and a step of a prompt alone is that one
+micro-batch. Each
 micro-batch is a forward pass of its own, so a CUDA graph covers it when its d / m requests are
 within the engine's graph limit (not the rank's d).
 
@@ -48,6 +51,10 @@ from hardware_specs.serving_behaviour import ServingBehaviour
 from hardware_specs.serving_efficiency import ServingEfficiency
 from model_specs.draft_head import DraftHead
 from model_specs.model_spec import ModelSpec
+
+#: bytes of one sampled token id handed from the last pipeline stage back to the first (int64,
+#: as the engines' sampled-token tensors hold them)
+TOKEN_ID_BYTES = 8.0
 
 #: step-time parts reported by ``step_time``
 STEP_PARTS = ("attention_s", "mlp_s", "elementwise_s", "lm_head_s", "comm_s", "kernel_fixed_s", "host_s", "draft_s")
@@ -204,9 +211,10 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
     P = _f(prefill_tokens) + 0.0 * pp
     decoding = _f(decode_reqs) + 0.0 * pp
     # decode micro-batches per round m = min(d, pp) of d / m requests (module docstring); a step
-    # with no decodes keeps pp micro-batch slots (the prompt chunk's head and hand-offs per stage)
+    # with no decodes is its prompt chunk alone, one micro-batch (one LM head, one pass of the
+    # host's kernels)
     d = np.where(decoding >= pp, decoding / pp, np.minimum(decoding, 1.0))
-    m = np.where(d > 0, decoding / np.maximum(d, 1e-12), pp)
+    m = np.where(d > 0, decoding / np.maximum(d, 1e-12), 1.0)
     T = P + d * q
     logits = (d * q + np.minimum(P, 1.0)) if logits_tokens is None else _f(logits_tokens) / m
     h = model.hidden_size
@@ -234,7 +242,12 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
     # with every stage busy each stage sends all pp micro-batches over its own link, and a stage
     # whose link leaves the domain sends pp over the NIC (counted on the pacing stage: a bound)
     busy = decoding >= pp
-    path = n_cross * hand_out + (pp - n_cross) * hand_in
+    # along one path the last stage's hand-off back to the first carries only the sampled token
+    # ids (TOKEN_ID_BYTES each, one a logit row), not activations; it leaves the domain whenever any
+    # hand-off does (the last and first stages then sit in different domains)
+    cyc_cross = n_cross > 0
+    ids = p2p_time_s(logits * TOKEN_ID_BYTES, cyc_cross, cluster, eff)
+    path = (n_cross - cyc_cross) * hand_out + (pp - 1.0 - (n_cross - cyc_cross)) * hand_in + ids
     paced_sends = pp * np.where(n_cross > 0, hand_out, hand_in)
     handoffs = np.where(pp > 1, np.where(busy, paced_sends, path), 0.0)
 

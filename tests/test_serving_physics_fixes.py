@@ -92,3 +92,41 @@ def test_a_kv_transfer_inside_a_full_mesh_node_gets_one_peer_link():
     for peers in (1.0, 4.0, None):
         t = float(kv_transfer_time_s(size, 1, True, h100, eff_h, peers=peers))
         assert t == pytest.approx(size / bw_i + lat_i, rel=1e-12)
+
+
+def _pp_ctx():
+    from paraplan.serving_api import serving_context
+    return serving_context("llama3.1-70b", "dgx-h100", "trtllm", precision="bf16")
+
+
+@pytest.mark.parametrize("pp", [2, 4, 8])
+def test_a_prompt_alone_under_pipeline_parallelism_is_one_micro_batch(pp):
+    # one 128-token chunk, no decodes: one LM head (128,256 x 8,192 x 2 B read at the fitted
+    # 2.977e12 B/s: 0.706 ms) at every pp, and beyond pp 1 only the pp - 1 activation hand-offs
+    # (128 x 8,192 x 2 B each, inside one 8-GPU NVLink domain) and the token id back to the first stage
+    from cost_models.inference_comm import p2p_time_s
+    from cost_models.inference_step import TOKEN_ID_BYTES, step_time
+    c = _pp_ctx()
+
+    def step(p):
+        return step_time(c.model, c.cluster, c.efficiency, c.behaviour, "bf16", "bf16", 2.0, 1, 1, p, 1, 1,
+                         128.0, 64.0, 0.0, 0.0)
+    one, piped = step(1), step(pp)
+    assert float(piped["lm_head_s"]) == float(one["lm_head_s"]) == pytest.approx(128256 * 8192 * 2 / 2.977e12, rel=2e-3)
+    hand = ((pp - 1) * p2p_time_s(128 * 8192 * 2.0, False, c.cluster, c.efficiency)
+            + p2p_time_s(TOKEN_ID_BYTES, False, c.cluster, c.efficiency))
+    assert float(piped["step_s"] - one["step_s"]) == pytest.approx(float(hand), rel=1e-9)
+    assert float(piped["comm_s"] - one["comm_s"]) == pytest.approx(float(hand), rel=1e-12)
+
+
+def test_a_disaggregated_prefill_worker_under_pp_pays_one_lm_head():
+    from cost_models.inference_comm import p2p_time_s
+    from cost_models.inference_step import TOKEN_ID_BYTES
+    from simulator.serving.disaggregated import prefill_side
+    c = _pp_ctx()
+    pre = {pp: prefill_side(c, 1, 1, pp, 1, 1, 1.0, 4096.0) for pp in (1, 4)}
+    # the context-only worker exposes its host step either way; only the 3 hand-offs of the
+    # 4096-token prompt and its token id separate pp 4 from pp 1
+    hand = 3 * p2p_time_s(4096 * 8192 * 2.0, False, c.cluster, c.efficiency) + p2p_time_s(
+        TOKEN_ID_BYTES, False, c.cluster, c.efficiency)
+    assert float(pre[4]["pre_one_s"] - pre[1]["pre_one_s"]) == pytest.approx(float(hand), rel=1e-9)
