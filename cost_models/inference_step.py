@@ -269,13 +269,19 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
         # each of the m micro-batches of a round drafts for its d requests on the last stage; a
         # prompt chunk (one micro-batch) runs the module over its tokens once
         kept = float(draft_tokens) + 1.0 if kept_tokens is None else _f(kept_tokens)
+        # the first pass of the micro-batch that carries the prompt chunk (``first``) and of the
+        # other m - 1, which carry only their d decodes (``first_decodes``)
         if draft_head is None:
             first, draft_kernels = mtp_draft_pass(model, cluster, eff, behaviour, rates, kv_bytes, tp, adp, moe_tp,
                                                   moe_ep, d, decode_ctx, kept, P, prefill_keys)
+            first_decodes, _ = mtp_draft_pass(model, cluster, eff, behaviour, rates, kv_bytes, tp, adp, moe_tp,
+                                              moe_ep, d, decode_ctx, kept)
         else:
             head_rates = layer_rates(cluster.gpu, eff, "bf16", "bf16")
             first, draft_kernels = eagle_draft_pass(draft_head, cluster, eff, behaviour, head_rates, kv_bytes, tp, adp,
                                                     d, decode_ctx, kept, P, prefill_keys)
+            first_decodes, _ = eagle_draft_pass(draft_head, cluster, eff, behaviour, head_rates, kv_bytes, tp, adp,
+                                                d, decode_ctx, kept)
         rest = 0.0
         if draft_tokens > 1:
             if draft_head is None:
@@ -284,7 +290,10 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, eff: ServingEfficiency, be
             else:
                 rest, _ = eagle_draft_pass(draft_head, cluster, eff, behaviour, head_rates, kv_bytes, tp, adp, d,
                                            decode_ctx, fuse=False)
-        draft = np.where(d > 0, m * (first + (float(draft_tokens) - 1.0) * rest),
+        # the prompt chunk rides one micro-batch, so its drafting is charged once: that
+        # micro-batch's first pass, the other m - 1's over their decodes alone, and the later
+        # drafts (one token a decode) in every micro-batch
+        draft = np.where(d > 0, first + (m - 1.0) * first_decodes + m * (float(draft_tokens) - 1.0) * rest,
                          np.where(P > 0, first, 0.0))
         gpu = gpu + draft
         kernels = kernels + float(draft_tokens) * draft_kernels

@@ -130,3 +130,23 @@ def test_a_disaggregated_prefill_worker_under_pp_pays_one_lm_head():
     hand = 3 * p2p_time_s(4096 * 8192 * 2.0, False, c.cluster, c.efficiency) + p2p_time_s(
         TOKEN_ID_BYTES, False, c.cluster, c.efficiency)
     assert float(pre[4]["pre_one_s"] - pre[1]["pre_one_s"]) == pytest.approx(float(hand), rel=1e-9)
+
+
+@pytest.mark.parametrize("pp", [2, 4])
+def test_a_prompt_chunks_mtp_draft_is_charged_once_under_pipeline_parallelism(pp):
+    # DeepSeek-V3, MTP k = 1, a 4096-token chunk beside 8 decodes: the chunk rides one of the
+    # pp micro-batches of 8 / pp decodes, so its drafting costs what it costs beside 8 / pp
+    # decodes at pp 1 (about 2.4 ms, not pp times that), and the decodes' drafting scales with
+    # the pp micro-batches
+    from cost_models.inference_step import step_time
+    from paraplan.serving_api import serving_context
+    c = serving_context("deepseek-v3", "hgx-h200", "vllm", speculative_tokens=1)
+
+    def draft(p, prompt, decodes):
+        return float(step_time(c.model, c.cluster, c.efficiency, c.behaviour, c.dense_format, c.expert_format,
+                               c.kv_bytes, 8, 1, p, 1, 8, prompt, prompt / 2, decodes, 2048.0,
+                               draft_tokens=1)["draft_s"])
+    prompt_part = draft(pp, 4096.0, 8.0) - draft(pp, 0.0, 8.0)
+    assert prompt_part == pytest.approx(draft(1, 4096.0, 8.0 / pp) - draft(1, 0.0, 8.0 / pp), rel=1e-9)
+    assert 2.3e-3 < prompt_part < 2.6e-3
+    assert draft(pp, 0.0, 8.0) == pytest.approx(pp * draft(1, 0.0, 8.0 / pp), rel=1e-12)
