@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cost_models.attention_keys import causal_window_mean_keys
 from cost_models.expert_activation import expected_busiest_gpu_experts
 from cost_models.kv_cache import kv_bytes_per_token_layer, kv_heads_per_gpu, layer_counts, linear_state_bytes_per_layer
 from cost_models.params import routed_expert_width
@@ -204,7 +205,9 @@ def attention_block_s(model: ModelSpec, rates: LayerRates, tp, prefill_tokens, p
     core_full = core(Ld, Kp)
     if window:
         win = float(model.sliding_window)
-        core_window = core(np.minimum(Ld, win), np.minimum(Kp, win))
+        # a decode reads at most the window; a prompt's queries attend to the mean of min(i, w)
+        # over its positions, not the window of its mean (``attention_keys``)
+        core_window = core(np.minimum(Ld, win), causal_window_mean_keys(Kp, win))
     else:
         core_window = 0.0
     softmax = proj + core_full * (full / max(full + window, 1e-9)) + core_window * (window / max(full + window, 1e-9))
@@ -289,7 +292,8 @@ def prefill_flops(model: ModelSpec, tokens, keys):
     average (isl / 2 for a causal prompt), whole model, one copy: 2 x tokens x the weights a
     token multiplies (attention projections, the dense MLP or the top-k routed and shared
     experts, the router) + the attention core, 2 x tokens x keys x heads x (qk + v) per softmax
-    layer (window layers attend to at most the window), + the LM head for the one sampled token.
+    layer (window layers: the mean over the prompt's queries of min(position, window),
+    ``attention_keys.causal_window_mean_keys``), + the LM head for the one sampled token.
     Linear-attention layers' scans are not counted (a few percent)."""
     from cost_models.params import dense_layer_params, moe_layer_params
     t, k = _f(tokens), _f(keys)
@@ -301,7 +305,7 @@ def prefill_flops(model: ModelSpec, tokens, keys):
     else:
         dims = 2.0 * model.head_dim
     full, window, _ = layer_counts(model)
-    keys_window = np.minimum(k, model.sliding_window) if window else 0.0
+    keys_window = causal_window_mean_keys(k, model.sliding_window) if window else 0.0
     core = 2.0 * t * model.num_heads * dims * (full * k + window * keys_window)
     head = 2.0 * model.vocab_size * model.hidden_size
     return 2.0 * t * layer_weights + core + head

@@ -150,3 +150,36 @@ def test_a_prompt_chunks_mtp_draft_is_charged_once_under_pipeline_parallelism(pp
     assert prompt_part == pytest.approx(draft(1, 4096.0, 8.0 / pp) - draft(1, 0.0, 8.0 / pp), rel=1e-9)
     assert 2.3e-3 < prompt_part < 2.6e-3
     assert draft(pp, 0.0, 8.0) == pytest.approx(pp * draft(1, 0.0, 8.0 / pp), rel=1e-12)
+
+
+@pytest.mark.parametrize("n, w", [(256, 128), (1024, 128), (16384, 8192), (32768, 8192), (129, 128), (100, 128)])
+def test_a_window_layers_mean_keys_is_the_mean_of_min_position_window(n, w):
+    from cost_models.attention_keys import causal_window_mean_keys
+    exact = np.minimum(np.arange(1, n + 1), w).mean()            # query i attends to min(i, w) keys
+    got = float(causal_window_mean_keys(n / 2.0, w))
+    if n > w:
+        assert got == pytest.approx(min(n / 2.0, exact), rel=1e-12)
+    else:
+        assert got == n / 2.0                                     # the full layers' n / 2: no window binds
+    assert got <= n / 2.0 and got <= w
+
+
+def test_gpt_oss_prefill_flops_window_layers_take_96_25_keys_at_256_tokens():
+    # gpt-oss-120b, window 128, isl 256: sum_{i<=128} i + 128 x 128 = 24,640 keys over 256 queries = 96.25
+    from cost_models.inference_layers import prefill_flops
+    from cost_models.kv_cache import layer_counts
+    from model_specs.catalog import load_model
+    m = load_model("gpt-oss-120b")
+    assert m.sliding_window == 128
+    full, window, _ = layer_counts(m)
+    core = prefill_flops(m, 256.0, 128.0) - prefill_flops(m, 256.0, 0.0)
+    assert core == pytest.approx(2.0 * 256 * m.num_heads * 2 * m.head_dim * (full * 128.0 + window * 96.25), rel=1e-12)
+
+
+def test_chunks_priced_with_the_prompts_mean_sum_to_the_prompts_window_attention():
+    # 4096 tokens in 4 chunks of 1024, window 128: each chunk's own mean of min(o + j, w) summed
+    # over the chunks equals 4 x 1024 x the prompt's window mean (the representation the simulator prices)
+    from cost_models.attention_keys import causal_window_mean_keys
+    n, c, w = 4096, 1024, 128
+    per_chunk = [np.minimum(np.arange(o + 1, o + c + 1), w).mean() for o in range(0, n, c)]
+    assert c * sum(per_chunk) == pytest.approx(n * float(causal_window_mean_keys(n / 2.0, w)), rel=1e-12)
