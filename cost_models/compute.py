@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from cost_models.attention_keys import causal_window_mean_keys
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.gpu_spec import GPUSpec
 
@@ -217,12 +218,16 @@ def memory_bound_time_s(bytes_, rates: ComputeRates, kernels=1.0):
 def attention_core_flops(tokens, seq_len, heads, qk_dim, v_dim, window=0, window_fraction=0.0):
     """Forward FLOPs of the attention core (QK^T and AV) for ``tokens`` queries, causal.
 
-    Each query attends on average to half the sequence (causal); windowed layers attend to
-    min(window, seq/2) keys. FLOPs = 2 * tokens * keys * heads * (qk_dim + v_dim).
+    Each query attends on average to half the sequence (causal); windowed layers attend on
+    average to w - w (w - 1) / (2 seq) keys for seq > w, the mean over the queries of
+    min(position, w) (``attention_keys.causal_window_mean_keys``; min(w, seq / 2), the window
+    of the mean, overstated them: gpt-oss at seq 256, w 128: 96.25 keys, not 128).
+    FLOPs = 2 * tokens * keys * heads * (qk_dim + v_dim).
     """
     full_keys = np.asarray(seq_len, dtype=float) / 2.0
     if window:
-        keys = (1.0 - window_fraction) * full_keys + window_fraction * np.minimum(full_keys, window)
+        keys = ((1.0 - window_fraction) * full_keys
+                + window_fraction * causal_window_mean_keys(full_keys, window))
     else:
         keys = full_keys
     return 2.0 * np.asarray(tokens, dtype=float) * keys * heads * (qk_dim + v_dim)

@@ -275,3 +275,17 @@ def test_the_scale_switch_leaves_16_bit_scores_alone():
         b = materialised_attention_time_s(2048.0, 2048.0, 4.0, 64, 64, rates, fusion, False, fits,
                                           softmax_scale_pass=False)
         assert a == b
+
+
+def test_training_window_layers_attend_to_the_mean_of_min_position_window():
+    # a causal sequence of 4096 tokens, window 128 on half the layers: a window layer's queries
+    # attend on average to (sum_{i<=128} i + (4096 - 128) x 128) / 4096 = 126.0156 keys (the window
+    # of the mean, min(128, 2048), said 128); the full layers to 4096 / 2
+    from cost_models.compute import attention_core_flops
+    n, w = 4096, 128
+    window_keys = (w * (w + 1) / 2 + (n - w) * w) / n
+    assert window_keys == pytest.approx(126.015625)
+    flops = attention_core_flops(n, n, 64, 64, 64, window=w, window_fraction=0.5)
+    # mean over layers: half at n/2 keys, half at the window mean (= w - w(w-1)/(2n) exactly)
+    keys = 0.5 * n / 2 + 0.5 * window_keys
+    assert float(flops) == pytest.approx(2.0 * n * keys * 64 * 128, rel=1e-12)
