@@ -16,7 +16,8 @@ mixes across them); a single pool gets every pipeline of every tensor-parallel d
 and replica count (``hetero_candidates.single_pool``), a set of pools the data-parallel and
 pipeline mixes. Every candidate's layers are split by each pool's speed (``hetero_split``) and
 it is scored by ``simulator.heterogeneous.compose``, the function ``simulate_heterogeneous``
-uses: the table's numbers are the simulator's.
+uses: the table's numbers are the simulator's. A plan found on merged pools is exported on the
+file's own pools (``planners.hetero_unmerge``), with its simulation there.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from hardware_specs.stack_spec import StackSpec
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from planners import hetero_candidates as cand
+from planners import hetero_unmerge as unmerge
 from planners.hetero_explain import explain_text, layout_text
 from planners.hetero_pipelines import Layout, Pipelines, fits_memory, lay_out, layer_cap_bound, might_fit
 from planners.plan import resolve_global_batch
@@ -78,6 +80,9 @@ class Scored:
     fits: np.ndarray
     units: object
     settings: ParallelConfig
+    #: merged pool of ``cluster`` -> the pools of the file it joins (``merged_members``); empty
+    #: where ``cluster`` is the file's own pools
+    members: Mapping = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -116,7 +121,8 @@ class HeteroPlanResult:
     pool_only: Mapping = field(default_factory=dict, repr=False)
 
     def row_plan(self, i: int) -> tuple[HeteroPlan, PooledCluster]:
-        """Row ``i`` of ``plans`` as a plan and the (merged) pools it was scored on."""
+        """Row ``i`` of ``plans`` as a plan and the pools of the file it runs on (a plan found on
+        merged pools is exported on the pools they join: ``_on_file_pools``)."""
         return self.row_plans[i]
 
     def pool_only_rows(self) -> list[tuple[str, tuple | None]]:
@@ -159,16 +165,9 @@ class HeteroPlanResult:
 # Pools the cost model cannot tell apart
 # --------------------------------------------------------------------------------------------
 
-def canonical(cluster: PooledCluster, effs) -> tuple[PooledCluster, tuple]:
-    """``cluster`` with interchangeable pools merged (GPU counts added), and their efficiency models.
-
-    Two pools are interchangeable when each is whole nodes, their ``ClusterSpec`` and efficiency model are equal,
-    the path between them (``PooledCluster.path``: the slower of their NICs and the link, the
-    link's latency) is their own scale-out path and every other pool reaches both over equal
-    paths: then no cost in ``compose`` can tell a stage on one from a stage on the other (a link
-    faster than the NICs is no faster path, so it merges the pools as their own tier does). The merge is lossy for the search (the merged pool's replicas
-    share one pipeline shape), so ``searched_forms`` scores small sets unmerged too.
-    """
+def _merge_groups(cluster: PooledCluster, effs) -> list[list[Pool]]:
+    """The pools of ``cluster`` in groups of interchangeable ones (``canonical``), each group in
+    the file's order."""
     pools = list(cluster.pools)
     eff_of = dict(zip(cluster.pool_names, effs))
     groups: list[list[Pool]] = []
@@ -191,6 +190,21 @@ def canonical(cluster: PooledCluster, effs) -> tuple[PooledCluster, tuple]:
                 break
         else:
             groups.append([p])
+    return groups
+
+
+def canonical(cluster: PooledCluster, effs) -> tuple[PooledCluster, tuple]:
+    """``cluster`` with interchangeable pools merged (GPU counts added), and their efficiency models.
+
+    Two pools are interchangeable when each is whole nodes, their ``ClusterSpec`` and efficiency model are equal,
+    the path between them (``PooledCluster.path``: the slower of their NICs and the link, the
+    link's latency) is their own scale-out path and every other pool reaches both over equal
+    paths: then no cost in ``compose`` can tell a stage on one from a stage on the other (a link
+    faster than the NICs is no faster path, so it merges the pools as their own tier does). The merge is lossy for the search (the merged pool's replicas
+    share one pipeline shape), so ``searched_forms`` scores small sets unmerged too.
+    """
+    groups = _merge_groups(cluster, effs)
+    eff_of = dict(zip(cluster.pool_names, effs))
     if all(len(g) == 1 for g in groups):
         return cluster, tuple(effs)
     merged = tuple(Pool("+".join(p.name for p in g), g[0].cluster, sum(p.gpus for p in g)) for g in groups)
@@ -199,6 +213,12 @@ def canonical(cluster: PooledCluster, effs) -> tuple[PooledCluster, tuple]:
                   if l.pools[0] in first and l.pools[1] in first)
     out = PooledCluster(cluster.name, merged, links, cluster.description, cluster.source)
     return out, tuple(eff_of[g[0].name] for g in groups)
+
+
+def merged_members(cluster: PooledCluster, effs) -> dict[str, tuple[Pool, ...]]:
+    """Each pool ``canonical`` merges (by its name there) -> the pools of ``cluster`` it joins,
+    in the file's order (``planners.hetero_unmerge`` maps a plan on it back onto them)."""
+    return {"+".join(p.name for p in g): tuple(g) for g in _merge_groups(cluster, effs) if len(g) > 1}
 
 
 #: sets of pools a merge would join that are also searched as they are: the merged pool runs one
@@ -634,9 +654,10 @@ def plan_heterogeneous(model: ModelSpec | str, cluster: PooledCluster | str, glo
                 sub_dtype = plan_dtype(form, dtype)
                 if sub_dtype is None:        # its GPUs share no dtype: no plan spans them all
                     continue
-                scored += _search_pools(model, form, form_effs, settings_for(sub_dtype), search, limits, gbs, keep,
-                                        top)
-    table, refs = _ranked(scored, model, gbs, top)
+                found = _search_pools(model, form, form_effs, settings_for(sub_dtype), search, limits, gbs, keep, top)
+                members = merged_members(sub, sub_effs) if form is not sub else {}
+                scored += [replace(f, members=members) for f in found] if members else found
+    table, refs = _ranked(scored, model, gbs, top, cluster, effs_all)
     if table.empty:
         raise InputError("memory", f"no plan of {model.name} fits any pool of {cluster.name} in memory",
                          "add GPUs, allow recomputation or ZeRO, or use a smaller global batch")
@@ -677,17 +698,33 @@ def _relabel(plan: HeteroPlan, old: str, new: str) -> HeteroPlan:
 
 
 def _eff_map(sub: PooledCluster, full: PooledCluster, effs_all) -> dict:
-    """Efficiency overrides for ``sub``'s pools (merged pools take their first member's)."""
-    out = {}
-    for p in sub.pools:
-        first = p.name.split("+")[0]
-        if first in full.pool_names:
-            out[p.name] = effs_all[full.pool_names.index(first)]
-    return out
+    """Efficiency overrides for ``sub``'s pools (pools of ``full``: exported plans name no merged pool)."""
+    return {p.name: effs_all[full.pool_names.index(p.name)] for p in sub.pools}
 
 
-def _ranked(scored: list[Scored], model: ModelSpec, gbs: int, top: int):
-    """The ranked table of every fitting candidate (best first), and the plans of its first ``top`` rows."""
+def _on_file_pools(model: ModelSpec, s: Scored, plan: HeteroPlan, full: PooledCluster, effs_all):
+    """A plan of ``s`` found on merged pools as the same plan on the file's pools (``hetero_unmerge``),
+    the pools it uses (in the file's order) and its simulation there: (plan, pools, report)."""
+    placements = unmerge.place(plan, s.members)
+    counts = None
+    if unmerge.splits(placements):      # run the merged plan's shares in the split groups
+        first = {p.name: s.members[p.name][0].name if p.name in s.members else p.name for p in s.cluster.pools}
+        merged = simulate_heterogeneous(model, s.cluster, plan, {m: effs_all[full.pool_names.index(n)]
+                                                                 for m, n in first.items()})
+        counts = [(g["micro_batches"], g["micro_batches_total"]) for g in merged.groups]
+    real = unmerge.unmerged(plan, placements, counts)
+    used = set(real.pools_used())
+    pools = full.subset([n for n in full.pool_names if n in used])
+    return real, pools, simulate_heterogeneous(model, pools, real, _eff_map(pools, full, effs_all))
+
+
+def _ranked(scored: list[Scored], model: ModelSpec, gbs: int, top: int, full: PooledCluster, effs_all):
+    """The ranked table of every fitting candidate (best first), and the plans of its first ``top`` rows.
+
+    A row found on merged pools (``canonical``) is exported on the file's own pools
+    (``_on_file_pools``) with the numbers of that plan's simulation there: equal to the merged
+    plan's where no pipeline crosses from one member to another (a split pipeline's sends run
+    over the scale-out path), and the rows are ranked again on them."""
     frames = []
     for si, s in enumerate(scored):
         ok = np.flatnonzero(s.fits)
@@ -706,10 +743,15 @@ def _ranked(scored: list[Scored], model: ModelSpec, gbs: int, top: int):
                         kind="stable").head(top).reset_index(drop=True)
     refs = []
     layouts, recs, sps, mbs, dts = [], [], [], [], []
-    for row in df.itertuples(index=False):
+    for i, row in enumerate(df.itertuples(index=False)):
         s = scored[row.src_]
-        plan = plan_from_layout(s, int(row.plan_), gbs)
-        refs.append((plan, s.cluster))
+        plan, pools = plan_from_layout(s, int(row.plan_), gbs), s.cluster
+        if s.members:
+            plan, pools, rep = _on_file_pools(model, s, plan, full, effs_all)
+            df.loc[i, ["pools", "n_gpus", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "mfu_reference",
+                       "memory_gib"]] = ["+".join(pools.pool_names), rep.n_gpus, rep.step_time_s, rep.tokens_per_s,
+                                         rep.tokens_per_s_per_gpu, rep.mfu, rep.mfu_reference, rep.memory_bytes / GIB]
+        refs.append((plan, pools))
         layouts.append(layout_text(plan))
         recs.append(plan.recompute.value)
         sps.append(plan.sequence_parallel)
@@ -720,6 +762,10 @@ def _ranked(scored: list[Scored], model: ModelSpec, gbs: int, top: int):
     df["sequence_parallel"] = sps
     df["micro_batch"] = mbs
     df["dtype"] = dts
+    if any(s.members for s in scored):
+        order = df.sort_values(["tokens_per_s", "n_gpus", "memory_gib"], ascending=[False, True, True],
+                               kind="stable").index
+        df, refs = df.loc[order].reset_index(drop=True), [refs[i] for i in order]
     return df[list(TABLE_COLUMNS)], refs
 
 
@@ -758,7 +804,7 @@ def _best_single(scored: list[Scored], pool: str, gbs: int):
     """The fastest fitting single-pool plan on ``pool`` (as a plan and its one-pool cluster)."""
     best = None
     for s in scored:
-        if s.kind != SINGLE or s.cluster.pool_names != (pool,):
+        if s.kind != SINGLE or s.members or s.cluster.pool_names != (pool,):
             continue
         ok = np.flatnonzero(s.fits)
         if len(ok) == 0:
