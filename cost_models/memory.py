@@ -237,7 +237,8 @@ def in_flight_microbatches(pp, vpp, num_microbatches, schedule_is_gpipe=False):
 
 
 def model_state_bytes(params_local, zero_stage, dp_shard, low_precision=False, full_precision=False,
-                      copy_bytes=None, moment_bytes=4.0, grad_bytes=GRAD_BYTES, fp8_param_gather=False):
+                      copy_bytes=None, moment_bytes=4.0, grad_bytes=GRAD_BYTES, fp8_param_gather=False,
+                      zero3_master_params=False):
     """(weights, gradients, optimizer) bytes on one GPU for ``params_local`` parameters.
 
     ``full_precision`` (fp32 training): 4-byte weights and gradients and 8 bytes of Adam
@@ -261,6 +262,19 @@ def model_state_bytes(params_local, zero_stage, dp_shard, low_precision=False, f
     data lives in the distributed optimizer's uint8 parameter buffer, plus its transpose on
     Hopper, or an MXFP8Tensor with row- and column-wise data; the fp32 master copy stays in the
     optimizer). Parameters without a quantised copy (embedding, LM head) keep 2 bytes.
+
+    ``zero3_master_params`` (arrays allowed): at ZeRO-3 the sharded parameter is the fp32 master
+    itself, kept once (counted in the optimizer's 4 + 2 x ``moment_bytes``), and no 16-bit shard
+    is kept: the 16-bit copy exists only while a layer is gathered (``zero3_buffers``). PyTorch
+    FSDP with a ``MixedPrecisionPolicy`` / ``MixedPrecision`` ``param_dtype``: the sharded
+    parameters stay fp32 and are cast at the all-gather, FSDP "does not require any extra memory
+    to keep a high-precision copy of the parameters for the optimizer step"
+    (pytorch/pytorch v2.13.0 torch/distributed/fsdp/_fully_shard/_fsdp_api.py
+    ``MixedPrecisionPolicy``). So 16 / n bytes a parameter instead of 18 / n (2 / n 16-bit weight
+    shard + 16 / n of gradients and optimizer; DeepSpeed ZeRO-3 and Megatron-FSDP keep the 16-bit
+    shard beside the fp32 master). Only the 16-bit working shard goes: quantised copies
+    (``copy_bytes``) are counted as before; ZeRO-0/1/2 and fp32 training are unchanged (their
+    weights are whole, or already one fp32 copy).
     """
     p = np.asarray(params_local, dtype=float)
     z = np.asarray(zero_stage)
@@ -269,7 +283,8 @@ def model_state_bytes(params_local, zero_stage, dp_shard, low_precision=False, f
         copy_bytes = LOW_PRECISION_WEIGHT_COPY_BYTES if low_precision else 0.0
     copy_bytes = np.asarray(copy_bytes, dtype=float)
     quantised_only = np.asarray(fp8_param_gather, dtype=bool) & (copy_bytes > 0)
-    weight_bytes = np.where(quantised_only, copy_bytes, WEIGHT_BYTES + copy_bytes)
+    no_16bit_shard = quantised_only | (np.asarray(zero3_master_params, dtype=bool) & (z >= 3))
+    weight_bytes = np.where(no_16bit_shard, copy_bytes, WEIGHT_BYTES + copy_bytes)
     optimizer_bytes = OPTIMIZER_BYTES - 2.0 * (4.0 - np.asarray(moment_bytes, dtype=float))
     grad_bytes = np.asarray(grad_bytes, dtype=float)
     if full_precision:

@@ -316,6 +316,11 @@ class TrainingBehaviour:
             the optimizer; the quantised tensors hold what ``low_precision.
             weight_copy_bytes_per_param`` counts (FP8 row-wise data and, on Hopper, its transpose;
             MXFP8 row-wise and column-wise data with their scales). Other dtypes ignore it.
+        zero3_master_params: at ZeRO-3 each parameter's shard is kept only in fp32, and it is the
+            optimizer's master weight: the 16-bit copy exists only while a layer is gathered
+            (PyTorch FSDP / FSDP2 with a mixed-precision ``param_dtype``, which casts the fp32
+            shard at the all-gather). False: a 16-bit shard beside the fp32 master (DeepSpeed
+            ZeRO-3, Megatron-FSDP). Memory only (``memory.model_state_bytes``).
         selective_checkpoint: what ``recompute: selective`` recomputes on this stack, one of
             ``SELECTIVE_CHECKPOINTS`` (Megatron's attention core, torchtitan's per-operation
             policy, or MaxText's save-the-projections policy); a plan that names
@@ -392,6 +397,7 @@ class TrainingBehaviour:
     bf16_zero1_grad_reduce: str = "reduce_scatter"
     grad_buffer: str = "fp32"
     fp8_param_gather: bool = False
+    zero3_master_params: bool = False
     cross_entropy: str = "megatron_unfused"
     selective_checkpoint: str = "core_attn"
     recipe_recompute: str = "none"

@@ -98,6 +98,7 @@ class ConfigBatch:
     fp8_current_scaling: np.ndarray = None
     grad_buffer_bytes: np.ndarray = None
     fp8_param_gather: np.ndarray = None
+    zero3_master_params: np.ndarray = None
     grouped_gemm_streams: np.ndarray = None
     unfused_block_ops: np.ndarray = None
     moe_probs_in_expert: np.ndarray = None
@@ -188,6 +189,7 @@ class ConfigBatch:
             fp8_current_scaling=col("fp8_current_scaling", bool, bool),
             grad_buffer_bytes=col("grad_buffer_bytes", float, float),
             fp8_param_gather=col("fp8_param_gather", bool, bool),
+            zero3_master_params=col("zero3_master_params", bool, bool),
             moe_probs_in_expert=col("moe_probs_in_expert", bool, bool),
             zero3_once_per_step=col("zero3_once_per_step", bool, bool),
             kv_head_replication=col("kv_head_replication", bool, bool),
@@ -263,6 +265,7 @@ class ConfigBatch:
             fp8_current_scaling=bool(self.fp8_current_scaling[i]),
             grad_buffer_bytes=float(self.grad_buffer_bytes[i]),
             fp8_param_gather=bool(self.fp8_param_gather[i]),
+            zero3_master_params=bool(self.zero3_master_params[i]),
             moe_probs_in_expert=bool(self.moe_probs_in_expert[i]),
             zero3_once_per_step=bool(self.zero3_once_per_step[i]),
             kv_head_replication=bool(self.kv_head_replication[i]),
@@ -278,6 +281,7 @@ _NEW_COLUMNS = {"recompute_num_layers": 0, "recompute_method": 0, "recompute_lay
                 "recompute_modules": 0, "selective_modules": MODULE_BITS["core_attn"], "unfused_block_ops": False, "offload_activation_layers": 0, "offload_optimizer_fraction": 0.0,
                 "zero_shard_group": 0, "pipeline_layout": "", "loss_chunk_tokens": 0, "optimizer_moment_bytes": 4.0,
                 "fp8_current_scaling": False, "grad_buffer_bytes": 4.0, "fp8_param_gather": False,
+                "zero3_master_params": False,
                 "grouped_gemm_streams": 1, "moe_probs_in_expert": False,
                 "zero3_once_per_step": False, "kv_head_replication": False,
                 "zero2_grad_last_microbatch": False, "zero2_gather_every_microbatch": False,

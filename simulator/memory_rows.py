@@ -100,7 +100,8 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     ``losses_held``); the offloaded optimizer fraction (``off``); the uniform recomputation
     group (``rc_group``, layers); the Adam moment bytes (``moments``); the gradient buffer's bytes
     per parameter (``grad_buffer``) and whether the quantised weights are the only ones
-    (``fp8_param_gather``, 0/1; both for ``memory.model_state_bytes``); ``offload_ok`` (the cluster
+    (``fp8_param_gather``, 0/1) and whether a ZeRO-3 shard is the fp32 master only (``zero3_master``,
+    0/1; all three for ``memory.model_state_bytes``); ``offload_ok`` (the cluster
     has a host link). Also ``edp`` (expert-data-parallel ranks, not a view) and the dtype's
     ``low_precision``, ``full_precision`` and ``copy_bytes`` (scalars)."""
     n = len(batch)
@@ -170,7 +171,7 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
                  * held_loss_bytes_per_logit(batch.cross_entropy, rates.act_bytes, losses_held(batch), chunked),
                  off=np.asarray(batch.offload_optimizer_fraction, dtype=float), rc_group=rc_group, zero=states_zero,
                  moments=batch.optimizer_moment_bytes, grad_buffer=batch.grad_buffer_bytes,
-                 fp8_param_gather=batch.fp8_param_gather)
+                 fp8_param_gather=batch.fp8_param_gather, zero3_master=batch.zero3_master_params)
     out = {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for k, v in terms.items()}
     # offload needs a host link, and a stack that offloads (``TrainingBehaviour.lacks``)
     out["offload_ok"] = np.broadcast_to((cluster.host is not None) & ~lacks_feature(batch.stack_lacks,
@@ -202,7 +203,8 @@ def static_lower_bound_bytes(model: ModelSpec, cluster: ClusterSpec, eff: Effici
     moe_layers = float(moe_layers_before(main_layers, model)) if model.moe is not None else 0.0
     layer_p = (main_layers - moe_layers) * t["dense_p"] + moe_layers * t["moe_ne_p"]
     lp, fp, mom = t["low_precision"], t["full_precision"], t["moments"]
-    held = dict(grad_bytes=t["grad_buffer"], fp8_param_gather=t["fp8_param_gather"])
+    held = dict(grad_bytes=t["grad_buffer"], fp8_param_gather=t["fp8_param_gather"],
+                zero3_master_params=t["zero3_master"])
     states = [memory.model_state_bytes(layer_p, t["zero"], t["shard"], lp, fp, t["copy_bytes"], mom, **held),
               memory.model_state_bytes(t["emb_p"] + t["head_p"], t["zero"], t["shard"], lp, fp, 0.0, mom, **held),
               memory.model_state_bytes(moe_layers * t["moe_ex_p"], t["zero"], t["expert_shard"], lp, fp,

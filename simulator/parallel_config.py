@@ -87,7 +87,8 @@ BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather
                "softmax_scale_pass", "attention_unpad", "glu_clamp_eager", "unfused_block_ops", "pipe_exchange_blocking",
                "pipeline_p2p_overlap", "pipeline_scatter_gather",
                "param_gather_per_tensor", "cuda_graphs", "fp8_current_scaling", "collective_per_rank_copies",
-               "zero3_grad_all_reduce", "zero1_grad_all_reduce", "fp8_param_gather", "moe_probs_in_expert",
+               "zero3_grad_all_reduce", "zero1_grad_all_reduce", "fp8_param_gather", "zero3_master_params",
+               "moe_probs_in_expert",
                "zero3_once_per_step", "kv_head_replication", "zero2_grad_last_microbatch",
                "zero2_gather_every_microbatch")
 #: non-negative integer fields (0 = not set)
@@ -330,6 +331,9 @@ class ParallelConfig:
             (``cost_models.memory.model_state_bytes``); the stacks set it for ``fp8`` and
             ``mxfp8`` runs only (``simulator.stack_defaults``). Only its memory effect is modelled (the
             distributed optimizer's parameter all-gather is still priced in 16 bits).
+        zero3_master_params: at ZeRO-3 the parameter shard is the fp32 master weight, no 16-bit
+            shard is kept (PyTorch FSDP with a mixed-precision ``param_dtype``;
+            ``cost_models.memory.model_state_bytes``); set by the stack. Memory only.
         moe_probs_in_expert: the router probabilities scale the experts' activation output inside
             the expert (Megatron-Core >= 0.13), so the combine keeps no copy of the expert outputs
             (``cost_models.moe.moe_activation_bytes_per_layer``); set by the stack. Memory only.
@@ -427,6 +431,7 @@ class ParallelConfig:
     optimizer_moment_bytes: float = 4.0
     grad_buffer_bytes: float = 4.0
     fp8_param_gather: bool = False
+    zero3_master_params: bool = False
     moe_probs_in_expert: bool = False
     kv_head_replication: bool = False
     stack_lacks: tuple = ()

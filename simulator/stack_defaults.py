@@ -17,6 +17,7 @@ STACK_FIELDS = ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_byte
                 "attention_unpad", "glu_clamp_eager", "unfused_block_ops", "pipe_exchange_blocking", "pipeline_p2p_overlap", "pipeline_scatter_gather", "grouped_gemm_streams", "cross_entropy", "grad_accumulation_fusion", "zero3_recompute_gather", "param_gather_per_tensor", "cuda_graphs",
                 "fp8_current_scaling", "zero3_persistence_elements", "collective_per_rank_copies",
                 "zero3_grad_all_reduce", "zero1_grad_all_reduce", "grad_buffer_bytes", "fp8_param_gather",
+                "zero3_master_params",
                 "selective_modules", "moe_probs_in_expert", "zero3_once_per_step", "kv_head_replication",
                 "zero2_grad_last_microbatch", "zero2_gather_every_microbatch", "stack_lacks")
 #: dtypes whose gradients a stack reduces as bf16 ones (FP8 recipes keep bf16 parameters)
@@ -92,6 +93,7 @@ def stack_config_fields(stack: StackSpec, dtype: str = "bf16", model_name: str |
         "zero1_grad_all_reduce": dtype == "bf16" and t.bf16_zero1_grad_reduce == "all_reduce",
         "grad_buffer_bytes": grad_buffer_bytes,
         "fp8_param_gather": t.fp8_param_gather and dtype in _FP8_PARAM_DTYPES,
+        "zero3_master_params": t.zero3_master_params,
         "selective_modules": SELECTIVE_CHECKPOINTS[t.selective_checkpoint],
         "moe_probs_in_expert": t.moe_probs_in_expert,
         "zero3_once_per_step": t.zero3_under_pipeline == "once_per_step",

@@ -124,7 +124,8 @@ def static_parts(ctx: StageContext, sidx, fc: StageCells) -> dict:
     end_p = emb * g["emb_p"] + head * g["head_p"] + mtp * g["mtp_p"] + np.where(needs_emb & (emb == 0), g["emb_p"], 0.0)
     expert_p = L_m * g["moe_ex_p"]
     lp, fp, mom = ctx.low_precision, ctx.full_precision, g["moments"]
-    held = dict(grad_bytes=g["grad_buffer"], fp8_param_gather=g["fp8_param_gather"])
+    held = dict(grad_bytes=g["grad_buffer"], fp8_param_gather=g["fp8_param_gather"],
+                zero3_master_params=g["zero3_master"])
     w1, g1, o1 = memory.model_state_bytes(layer_p, g["zero"], g["shard"], lp, fp, ctx.copy_bytes, mom, **held)
     w2, g2, o2 = memory.model_state_bytes(end_p, g["zero"], g["shard"], lp, fp, 0.0, mom, **held)
     w3, g3, o3 = memory.model_state_bytes(expert_p, g["zero"], g["expert_shard"], lp, fp, ctx.copy_bytes, mom, **held)

@@ -567,7 +567,8 @@ def stage_memory_parts(model: ModelSpec, settings: ParallelConfig, stage_params,
     # head stay 16-bit (``simulator.memory_rows``)
     copy_bytes = weight_copy_bytes_per_param(dtype) if dtype in LOW_PRECISION else 0.0
     layer_params = stage_param_count(model, layers, 0.0, 0.0, 1.0, tp)
-    held = dict(grad_bytes=settings.grad_buffer_bytes, fp8_param_gather=settings.fp8_param_gather)
+    held = dict(grad_bytes=settings.grad_buffer_bytes, fp8_param_gather=settings.fp8_param_gather,
+                zero3_master_params=settings.zero3_master_params)
     states = [memory.model_state_bytes(part, zero, dp_shard, dtype in LOW_PRECISION, act_bytes > 2,
                                        copy_bytes=copies, **held)
               for part, copies in ((layer_params, copy_bytes), (np.asarray(stage_params) - layer_params, 0.0))]
