@@ -503,7 +503,7 @@ def expert_model_state_bytes(expert_params_local, zero_stage, dp, cp, tp, ep, et
 
 def moe_activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, cp, ep, etp, recompute,
                                    load_imbalance=1.0, modules=None, gemm_input_bytes=2.0, probs_in_expert=False,
-                                   pinned=False):
+                                   pinned=False, element_bytes=ACT_BYTES):
     """Activation bytes the routed-expert part of one MoE layer keeps, one micro-batch, one GPU.
 
     The rest of the layer (attention, norms, the MLP input, shared experts) is
@@ -516,14 +516,19 @@ def moe_activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, c
       ``params.routed_expert_width``: h, or LatentMoE's latent size; g =
       ``gemm_input_bytes``: 2, or 1 under FP8 recipes); dropped when the ``moe_dispatch``
       module is recomputed (the permutation and all-to-all run again in backward);
-    * expert intermediates per row: fc1's output (gated ``4 f / etp``, plain ``2 f / etp``,
-      16-bit) and the activation's output, fc2's input (``g f / etp``; dropped by ``mlp_act``);
+    * expert intermediates per row: fc1's output (gated ``2 f / etp``, plain ``f / etp``
+      elements of ``element_bytes``) and the activation's output, fc2's input (``g f / etp``;
+      dropped by ``mlp_act``);
     * expert outputs back at the source before the weighted sum (probabilities' gradient),
-      ``routed * top_k * d * 2``, unless ``probs_in_expert``: the probabilities scale the
+      ``routed * top_k * d * element_bytes``, unless ``probs_in_expert``: the probabilities scale the
       activation's output inside the expert (Megatron-Core >= 0.13, NVIDIA/Megatron-LM
       !2668 "Memory efficient token permutation", core_v0.13.0 experts.py ``permuted_probs``;
       the combine's unpermute then takes no probabilities), whose gradient reads the fc1 output
-      already kept; with LatentMoE also the up projection's input, ``routed * d * 2``.
+      already kept; with LatentMoE also the up projection's input, ``routed * d * element_bytes``.
+
+    ``element_bytes``: bytes of an activation element, 2 in 16-bit and FP8-recipe training
+    (their activations are bf16), 4 in fp32 / tf32 training (``compute.activation_bytes``, as
+    ``memory.activation_terms`` takes it); ``gemm_input_bytes`` equals it outside FP8 recipes.
 
     ``pinned``: each of these tensors as its pinned host copy takes it (``memory.pinned_bytes``:
     an offloaded layer's host bytes).
@@ -540,29 +545,31 @@ def moe_activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, c
     routed = _f(micro_batch) * _f(seq_len) / (_f(cp) * _f(tp))
     rows = routed * k * _f(etp) * _rank_imbalance(load_imbalance, ep)
     f_local = moe.expert_ffn_hidden_size / _f(etp)
-    fc1_out = (4.0 if model.gated_mlp else 2.0) * f_local
+    eb = _f(element_bytes)
+    fc1_out = (2.0 if model.gated_mlp else 1.0) * f_local * eb
     drop_dispatch = (mods & memory.MODULE_BITS["moe_dispatch"]) != 0
     drop_act = (mods & memory.MODULE_BITS["mlp_act"]) != 0
     # LatentMoE: the up projection's input (the combined rows at the latent width) is kept for
     # its weight gradient; the down projection's input is the norm's output the layer keeps
-    latent_input = routed * d_e * ACT_BYTES if moe.latent_size else 0.0
+    latent_input = routed * d_e * eb if moe.latent_size else 0.0
     size = memory.pinned_bytes if pinned else (lambda x: x)
     kept = (size(routed * E * ROUTER_BYTES_PER_LOGIT_SAVED)
             + np.where(drop_dispatch, 0.0, size(rows * d_e * gb))
             + size(rows * fc1_out) + np.where(drop_act, 0.0, size(rows * gb * f_local))
-            + np.where(probs_in_expert, 0.0, size(routed * k * d_e * ACT_BYTES)) + size(latent_input))
+            + np.where(probs_in_expert, 0.0, size(routed * k * d_e * eb)) + size(latent_input))
     # ``moe``: the whole block is recomputed from its input (the norm's output, kept by the layer)
     whole_block = (mods & memory.MODULE_BITS["moe"]) != 0
     return np.where((np.asarray(recompute) == 2) | whole_block, 0.0, kept)
 
 
 def moe_dispatch_buffer_bytes(model: ModelSpec, micro_batch, seq_len, tp, cp, etp, load_imbalance=1.0, ep=1,
-                              bytes_per_element=2.0):
+                              bytes_per_element=ACT_BYTES):
     """Transient bytes of one MoE layer's token exchange on one GPU: the permuted rows it sends
     (``routed * top_k * d``, d the experts' width ``params.routed_expert_width``) and the rows it
     receives (``rows * d``), live together while the
     dispatch (and, mirrored, the combine) all-to-all runs; freed when the layer is done, so one
-    layer's worth at a time."""
+    layer's worth at a time. ``bytes_per_element``: the activations' element size (2 in 16-bit
+    and FP8-recipe training, 4 in fp32 / tf32: ``compute.activation_bytes``)."""
     moe = model.moe
     k = moe.top_k
     routed = _f(micro_batch) * _f(seq_len) / (_f(cp) * _f(tp))

@@ -62,11 +62,11 @@ def layer_activation_bytes(model: ModelSpec, dtype: str, mbs, tp, cp, sp, rc, fl
         # (a mask emptied by ``moe_block_modules`` recomputes nothing there: not the default core_attn)
         block_mods = memory.moe_block_modules(mods)
         out["kept_moe"] = (kept(shared_ffn, np.where(block_mods != 0, not_full, 0), block_mods)
-                           + routed(not_full, imbalance, mods, gb, probs_in_expert))
+                           + routed(not_full, imbalance, mods, gb, probs_in_expert, element_bytes=eb))
         out["host_moe"] = (kept(shared_ffn, np.where(block_mods != 0, not_full, 0), block_mods, pinned=True)
-                           + routed(not_full, imbalance, mods, gb, probs_in_expert, pinned=True))
-        out["full_moe"] = kept(shared_ffn, 0, 0) + routed(0, imbalance, 0, gb, probs_in_expert)
-        out["dispatch"] = moe_costs.moe_dispatch_buffer_bytes(model, mbs, s, tp, cp, etp, imbalance, ep) + 0.0 * tp
+                           + routed(not_full, imbalance, mods, gb, probs_in_expert, pinned=True, element_bytes=eb))
+        out["full_moe"] = kept(shared_ffn, 0, 0) + routed(0, imbalance, 0, gb, probs_in_expert, element_bytes=eb)
+        out["dispatch"] = moe_costs.moe_dispatch_buffer_bytes(model, mbs, s, tp, cp, etp, imbalance, ep, eb) + 0.0 * tp
     else:
         out["kept_moe"], out["full_moe"], out["dispatch"] = out["kept_dense"], out["full_dense"], 0.0 * tp
         out["host_moe"] = out["host_dense"]
@@ -120,10 +120,10 @@ def _hybrid_activation_bytes(model: ModelSpec, mbs, s, tp, cp, sp, rc, not_full,
                   memory.kept_bytes(shared_terms, 0),
                   memory.pinned_kept_bytes(shared_terms, memory.moe_block_modules(kept_mods)))
         routed = partial(moe_costs.moe_activation_bytes_per_layer, model, mbs, s, tp, cp, ep, etp)
-        out["kept_moe"] = shared[0] + routed(not_full, imbalance, mods, gb, probs_in_expert)
-        out["host_moe"] = shared[2] + routed(not_full, imbalance, mods, gb, probs_in_expert, pinned=True)
-        out["full_moe"] = shared[1] + routed(0, imbalance, 0, gb, probs_in_expert)
-        out["dispatch"] = moe_costs.moe_dispatch_buffer_bytes(model, mbs, s, tp, cp, etp, imbalance, ep) + 0.0 * tp
+        out["kept_moe"] = shared[0] + routed(not_full, imbalance, mods, gb, probs_in_expert, element_bytes=eb)
+        out["host_moe"] = shared[2] + routed(not_full, imbalance, mods, gb, probs_in_expert, pinned=True, element_bytes=eb)
+        out["full_moe"] = shared[1] + routed(0, imbalance, 0, gb, probs_in_expert, element_bytes=eb)
+        out["dispatch"] = moe_costs.moe_dispatch_buffer_bytes(model, mbs, s, tp, cp, etp, imbalance, ep, eb) + 0.0 * tp
     else:
         out["kept_moe"], out["full_moe"], out["dispatch"] = out["kept_dense"], out["full_dense"], 0.0 * tp
         out["host_moe"] = out["host_dense"]
