@@ -94,6 +94,7 @@ STACK_FEATURES = {
     "partial_recompute": "recomputation of some layers only (the block method's layer count)",
     "activation_offload": "activation offload to host memory",
     "optimizer_offload": "optimizer offload to host memory",
+    "moe_tp_without_sp": "MoE layers with tensor parallelism but without sequence parallelism",
 }
 
 

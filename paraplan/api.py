@@ -433,7 +433,7 @@ def with_stack_fields(model: ModelSpec, cluster: ClusterSpec, stack: str | Stack
     if out.get("sequence_parallel") is None:
         tp = 1 if out.get("tp") is None else whole_number("tp", out["tp"])
         out["sequence_parallel"] = stack_sequence_parallel(spec, tp, model.name, gpu,
-                                                           out["dtype"])
+                                                           out["dtype"], model.moe is not None)
     return out
 
 

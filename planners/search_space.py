@@ -464,6 +464,7 @@ def enumerate_base(model: ModelSpec, c: SearchConstraints, max_rows: int | None 
         ("fixed", grid(_allowed(fixed, "recompute", rc)[None, :])),
         *_hsdp_rules(cols, c, fixed, zero, hs, shape),
         ("stack", grid(~lacked_use(lacks, pp=cols["pp"][:, None], sequence_parallel=(sp == 1)[None, :] & (t > 1),
+                                   moe_tp_without_sp=(model.moe is not None) & (sp == 0)[None, :] & (t > 1),
                                    zero_stage=zero[None, :], zero_bubble=zero_bubble[None, :],
                                    selective=(rc == RECOMPUTE_CODES[Recompute.SELECTIVE])[None, :]))),
     ], shape, n_dt)

@@ -105,8 +105,10 @@ def stack_config_fields(stack: StackSpec, dtype: str = "bf16", model_name: str |
 
 
 def stack_sequence_parallel(stack: StackSpec, tp: int, model_name: str | None = None, gpu: str | None = None,
-                            dtype: str | None = None) -> bool:
-    """Whether the stack's recipes run Megatron sequence parallelism at tensor degree ``tp``."""
+                            dtype: str | None = None, moe: bool = False) -> bool:
+    """Whether the stack's recipes run Megatron sequence parallelism at tensor degree ``tp``: where
+    they say so, and for a model with MoE layers (``moe``) on a stack that cannot run them at
+    tp > 1 without it (``lacks`` ``moe_tp_without_sp``: Megatron-Core)."""
     t = stack.training_for(model_name, gpu, dtype)
-    return bool(t is not None and t.sequence_parallel_with_tp and tp > 1)
+    return bool(t is not None and tp > 1 and (t.sequence_parallel_with_tp or (moe and "moe_tp_without_sp" in t.lacks)))
 

@@ -33,6 +33,7 @@ _FIELD_AND_FIX = {
     "partial_recompute": ("recompute_num_layers", "recompute every layer (recompute_num_layers 0)"),
     "activation_offload": ("offload_activation_layers", "offload no activations"),
     "optimizer_offload": ("offload_optimizer_fraction", "keep the optimizer on the GPU"),
+    "moe_tp_without_sp": ("sequence_parallel", "use --sequence-parallel, or tp 1"),
 }
 
 
@@ -54,7 +55,8 @@ _FIELD_TESTS = {"pp": ("pipeline", _above_one), "vpp": ("interleaved_schedule", 
                 "zero_bubble": ("zero_bubble_schedules", _flag), "sequence_parallel": ("sequence_parallel", _flag),
                 "selective": ("selective_recompute", _flag), "partial_recompute": ("partial_recompute", _flag),
                 "offload_activation_layers": ("activation_offload", _positive),
-                "offload_optimizer_fraction": ("optimizer_offload", _positive)}
+                "offload_optimizer_fraction": ("optimizer_offload", _positive),
+                "moe_tp_without_sp": ("moe_tp_without_sp", _flag)}
 
 
 def lacks_mask(names) -> int:
@@ -75,14 +77,15 @@ def lacks_feature(mask, name: str):
 
 def features_in_use(*, pp=None, vpp=None, zero_bubble=None, sequence_parallel=None, cp=None, ep=None,
                     zero_stage=None, selective=None, partial_recompute=None, offload_activation_layers=None,
-                    offload_optimizer_fraction=None) -> dict:
+                    offload_optimizer_fraction=None, moe_tp_without_sp=None) -> dict:
     """Feature name -> whether a plan uses it (bools, or numpy masks broadcast from array
     arguments), for the features the given fields decide; a field left None decides nothing
     (the planner tests each axis as it builds it). ``zero_bubble``: the schedule is one of
     ``ZERO_BUBBLE_SCHEDULES``; ``selective``: the plan recomputes selectively;
     ``partial_recompute``: it recomputes some layers of each chunk in full and not the others
-    (the block method with a layer count)."""
-    given = dict(pp=pp, vpp=vpp, cp=cp, ep=ep, zero_bubble=zero_bubble, sequence_parallel=sequence_parallel,
+    (the block method with a layer count); ``moe_tp_without_sp``: a model with MoE layers runs
+    tp > 1 without sequence parallelism."""
+    given = dict(moe_tp_without_sp=moe_tp_without_sp, pp=pp, vpp=vpp, cp=cp, ep=ep, zero_bubble=zero_bubble, sequence_parallel=sequence_parallel,
                  selective=selective, partial_recompute=partial_recompute,
                  offload_activation_layers=offload_activation_layers,
                  offload_optimizer_fraction=offload_optimizer_fraction)
@@ -107,9 +110,10 @@ def lacked_use(lacks, **plan_fields):
     return out
 
 
-def check_stack_features(config) -> None:
+def check_stack_features(config, moe: bool = False) -> None:
     """Raise ``InputError`` if ``config`` (a ``ParallelConfig``) uses a feature its stack lacks
-    (``ParallelConfig.stack_lacks``), naming the plan field and how to avoid it."""
+    (``ParallelConfig.stack_lacks``), naming the plan field and how to avoid it. ``moe``: the
+    model has MoE layers (for ``moe_tp_without_sp``)."""
     c = config
     if not c.stack_lacks:
         return
@@ -119,7 +123,8 @@ def check_stack_features(config) -> None:
                            partial_recompute=(c.recompute.value == "full" and c.recompute_num_layers > 0
                                               and c.recompute_method.value == "block"),
                            offload_activation_layers=c.offload_activation_layers,
-                           offload_optimizer_fraction=c.offload_optimizer_fraction)
+                           offload_optimizer_fraction=c.offload_optimizer_fraction,
+                           moe_tp_without_sp=moe and c.tp > 1 and not c.sequence_parallel)
     for name in STACK_FEATURES:
         if name in c.stack_lacks and bool(used.get(name, False)):
             field, fix = _FIELD_AND_FIX[name]

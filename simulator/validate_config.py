@@ -279,7 +279,7 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
         raise InputError("tp", f"tp={c.tp} does not divide the {model.num_heads} attention heads of "
                          f"{model.name}", f"choose tp from {_divisors(model.num_heads)}")
     check_kv_heads(model, c.tp, c.kv_head_replication)
-    check_stack_features(c)
+    check_stack_features(c, moe=model.moe is not None)
     if model.ffn_hidden_size % c.tp:
         raise InputError("tp", f"tp={c.tp} does not divide ffn_hidden_size {model.ffn_hidden_size}")
     if c.pp > model.num_layers:

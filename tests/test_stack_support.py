@@ -64,8 +64,10 @@ def test_the_old_stacks_say_what_their_releases_lack_and_current_ones_lack_nothi
     for name in ("deepspeed-2021", "gpt-neox-2022", "megatron-deepspeed"):
         lacks = load_stack(name).training.lacks
         assert "zero2_with_pipeline" in lacks and "interleaved_schedule" in lacks and "zero3" not in lacks
-    for name in ("megatron-core", "megatron-bridge", "nemo-24", "pytorch-ddp"):
-        assert load_stack(name).training.lacks == ()
+    # Megatron-Core runs everything but MoE layers at tp > 1 without sequence parallelism
+    for name in ("megatron-core", "megatron-bridge", "nemo-24"):
+        assert load_stack(name).training.lacks == ("moe_tp_without_sp",)
+    assert load_stack("pytorch-ddp").training.lacks == ()
     # FSDP shards the parameters too (or nothing): no ZeRO-1
     for name in ("torchtitan", "torchtitan-compile", "pytorch-fsdp", "llm-foundry"):
         assert load_stack(name).training.lacks == ("zero1",)
@@ -178,7 +180,7 @@ def test_hardware_stacks_prints_what_a_release_lacks_as_names():
     assert "context_parallel, expert_parallel, zero1, zero2, zero3" in line and "d898a8991d" in line
     line = next(ln for ln in CliRunner().invoke(main, ["hardware", "stacks", "megatron-core"]).output.splitlines()
                 if ln.strip().startswith("lacks "))
-    assert line.split()[1] == "-"
+    assert line.split()[1] == "moe_tp_without_sp"          # only that: MoE at tp > 1 needs sequence parallelism
 
 
 def test_nothing_fits_names_what_the_stack_lacks_and_suggests_nothing_it_cannot_run():

@@ -211,7 +211,7 @@ def build_inputs(opts: dict) -> tuple[ModelSpec, object, ParallelConfig, int | N
             software[key] = opts[key]
     sp = opts["sequence_parallel"]
     if sp is None:
-        sp = stack_sequence_parallel(stack, tp, model.name, cluster.gpu.name, opts["dtype"])
+        sp = stack_sequence_parallel(stack, tp, model.name, cluster.gpu.name, opts["dtype"], model.moe is not None)
     config = ParallelConfig(
         dp=dp, tp=tp, pp=pp, cp=cp, ep=opts["ep"], etp=opts["etp"], vpp=opts["vpp"],
         micro_batch=opts["micro_batch"], global_batch=gbs, zero_stage=opts["zero"],
@@ -789,7 +789,9 @@ def _simulate_pooled(ctx, opts, plan_path, groups, as_json, trace_path, gantt_pa
     sp = opts["sequence_parallel"]
     if sp is None:
         behaviour = stack.training_for(model.name, gpu, opts["dtype"])
-        sp = bool(behaviour is not None and behaviour.sequence_parallel_with_tp)
+        # (a MoE model on a stack that cannot run tp > 1 without it: on, ``stack_sequence_parallel``)
+        sp = bool(behaviour is not None and (behaviour.sequence_parallel_with_tp
+                                             or (model.moe is not None and "moe_tp_without_sp" in behaviour.lacks)))
     shared = dict(micro_batch=opts["micro_batch"], zero_stage=opts["zero"], recompute=opts["recompute"],
                   sequence_parallel=sp, dtype=opts["dtype"], schedule=opts["schedule"] or "1f1b",
                   **plan_switches(software))

@@ -51,7 +51,7 @@ def stack_fields(stack_name: str, dtype: str, model, gpu: str, tp: int) -> dict:
     (``simulator.stack_defaults``, as ``paraplan simulate --stack``), sequence parallelism too."""
     stack = load_stack(stack_name)
     fields = stack_config_fields(stack, dtype, model.name, gpu)
-    fields["sequence_parallel"] = stack_sequence_parallel(stack, tp, model.name, gpu, dtype)
+    fields["sequence_parallel"] = stack_sequence_parallel(stack, tp, model.name, gpu, dtype, model.moe is not None)
     return fields
 
 

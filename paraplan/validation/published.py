@@ -501,9 +501,11 @@ def _config_inputs(row, model, needed, metric, conv, gpu, assumptions, run_conve
     if sp_cell and sp_cell not in ("y", "n"):   # 'perhaps' was read as off
         raise Skip(f"seq_parallel '{_str(row, 'seq_parallel')}' is not y or n")
     sp = sp_cell == "y"
-    if not sp_cell and stack_sequence_parallel(stack, tp, model.name, gpu, dtype):
+    if not sp_cell and stack_sequence_parallel(stack, tp, model.name, gpu, dtype, model.moe is not None):
         sp = True
-        assumptions.append(f"sequence_parallel ({stack.name} recipes turn it on with tp > 1)")
+        assumptions.append(f"sequence_parallel ({stack.name} recipes turn it on with tp > 1)"
+                           if stack_sequence_parallel(stack, tp, model.name, gpu, dtype) else
+                           f"sequence_parallel ({stack.name} runs MoE layers with tp > 1 only with it)")
     if gbs % (dp * mbs):
         raise Skip(f"global_batch {gbs} not divisible by dp*micro_batch {dp * mbs}")
     if model.moe is None and ep > 1:

@@ -298,7 +298,7 @@ def check_plan(model: ModelSpec, cluster: PooledCluster, plan: HeteroPlan) -> No
     # own pipeline depth, widest tp and sequence parallelism against what the stack lacks
     check_stack_features(replace(plan.settings, pp=max(len(g.stages) for g in plan.groups),
                                  tp=max(s.tp for g in plan.groups for s in g.stages),
-                                 sequence_parallel=plan.sequence_parallel))
+                                 sequence_parallel=plan.sequence_parallel), moe=model.moe is not None)
     names = cluster.pool_names
     for gi, group in enumerate(plan.groups):
         if group.layers != model.num_layers:
