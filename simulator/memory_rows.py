@@ -94,7 +94,9 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     for a ZeRO-2 row whose stack reduces its gradients on the last micro-batch only,
     ``zero2_reduced_once``);
     ZeRO-3's gathered-parameter buffers, and such a row's, with the computing layer's unsharded
-    gradient of ZeRO-2 / ZeRO-3 (``z3``, bytes; ``zero3_buffers_bytes``); the loss's logits at
+    gradient of ZeRO-2 / ZeRO-3 (``z3``, bytes; ``zero3_buffers_bytes``), and those of a stage
+    computing logits, whose computing unit may be the larger output projection (``z3_head``, bytes,
+    at least ``z3``); the loss's logits at
     its peak, one micro-batch's (a chunk's with a chunked loss) plus what the other held losses
     keep for their backward (``logits``, bytes: ``cross_entropy.held_loss_bytes_per_logit``,
     ``losses_held``); the offloaded optimizer fraction (``off``); the uniform recomputation
@@ -153,9 +155,44 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     # stack reducing on the last micro-batch only (``zero2_reduced_once``), keeps its whole
     # gradients there already (ZeRO-1 states), so adds none here.
     grad_sharded_per_layer = ((zero >= 3) | ((zero == 2) & ~zero2_reduced_once(batch))) & ~once
-    layer_grad = np.where(grad_sharded_per_layer, gathered * np.asarray(batch.grad_reduce_bytes, dtype=float), 0.0)
-    gathered_params = np.where((zero >= 3) | once, np.maximum(2.0, 1.0 + depth) * gathered * param_bytes, 0.0)
+    grad_reduce_bytes = np.asarray(batch.grad_reduce_bytes, dtype=float)
+    layer_grad = np.where(grad_sharded_per_layer, gathered * grad_reduce_bytes, 0.0)
+    prefetched = np.maximum(1.0, depth) * gathered
+    gathered_params = np.where((zero >= 3) | once, (prefetched + gathered) * param_bytes, 0.0)
     z3 = np.where(dense_sharded | experts_sharded, gathered_params + layer_grad, 0.0)
+    # on a stage that computes logits (the LM head's, or an MTP head's, which uses the same
+    # output weight) the computing unit may be the output projection, V x h / tp parameters
+    # (the embedding table when tied), larger than a decoder layer (llama3-8b: 525 M against
+    # 218 M): it is whole on the GPU when the logits are computed and through the head's
+    # backward, which runs first, with every activation of the micro-batch and the logits
+    # alive, and its unsharded gradient is built there before its reduce-scatter, while the
+    # last layer's gather is prefetched. torchtitan (pytorch/torchtitan@b5bcd76c
+    # torchtitan/distributed/fsdp.py apply_fsdp_to_decoder) wraps [norm, lm_head] (with tied
+    # weights [tok_embeddings, norm, lm_head]) as one fully_shard unit with
+    # reshard_after_forward only under the 'always' policy ('do not reshard_after_forward the
+    # last layers by default since FSDP would prefetch them immediately') and sets
+    # lm_head.set_modules_to_backward_prefetch([last block]); Megatron-FSDP
+    # (NVIDIA/Megatron-LM@d98e8a64 megatron/core/distributed/fsdp/src/megatron_fsdp/
+    # megatron_fsdp.py: the default fsdp_unit_modules are the transformer layers, the release
+    # after forward is registered for those units only, other modules' parameters are
+    # unsharded by a per-parameter hook and their gradients reduced per parameter by
+    # register_post_accumulate_grad_hook) keeps the output layer gathered the same way; FSDP1
+    # (llm-foundry) keeps the root unit's parameters, where MPT's tied embedding lives,
+    # after the forward (torch/distributed/fsdp/_runtime_utils.py: the root's handle is not
+    # resharded after forward); DeepSpeed ZeRO-3 gathers each submodule's parameters before
+    # its forward and its backward (stage3.py fetch_sub_module / release_sub_module; the head's
+    # V x h elements are far above stage3_param_persistence_threshold, 1e5) and holds its full
+    # gradient until reduced. ZeRO-2 reducing every micro-batch builds that gradient too. The
+    # embedding's own gather (DeepSpeed, FSDP2's tok_embeddings unit, resharded after forward)
+    # is alive only before a micro-batch's first layer and after its last backward, not at the
+    # stage's peak, so adds nothing. A stage gathered once a step keeps the head whole in its
+    # ZeRO-1 states already (``z3_head`` = ``z3`` there).
+    head_unit = np.where(dense_sharded, float(model.vocab_size * model.hidden_size) / tp, 0.0)
+    unit = np.maximum(gathered, head_unit)
+    head_params = np.where(once, gathered_params,
+                           np.where(zero >= 3, (prefetched + unit) * param_bytes, 0.0))
+    z3_head = np.where(dense_sharded | experts_sharded,
+                       head_params + np.where(grad_sharded_per_layer, unit * grad_reduce_bytes, 0.0), 0.0)
     # a chunk as large as the micro-batch's tokens is the whole loss (the torchtitan export then
     # writes the unchunked loss): only a smaller one keeps nothing vocabulary-sized for backward
     chunk = np.asarray(batch.loss_chunk_tokens, dtype=float)
@@ -166,7 +203,7 @@ def row_terms(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batc
     terms = dict(dense_p=dense_p, moe_ne_p=moe_ne_p, moe_ex_p=moe_ex_p, emb_p=params.embedding_params(model) / tp,
                  head_p=params.lm_head_params(model) / tp,
                  mtp_p=params.mtp_projection_params(model) / tp if model.mtp_layers else 0.0 * tp,
-                 shard=shard, expert_shard=expert_shard, z3=z3,
+                 shard=shard, expert_shard=expert_shard, z3=z3, z3_head=z3_head,
                  logits=loss_tokens * model.vocab_size / tp
                  * held_loss_bytes_per_logit(batch.cross_entropy, rates.act_bytes, losses_held(batch), chunked),
                  off=np.asarray(batch.offload_optimizer_fraction, dtype=float), rc_group=rc_group, zero=states_zero,

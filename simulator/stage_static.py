@@ -134,7 +134,8 @@ def static_parts(ctx: StageContext, sidx, fc: StageCells) -> dict:
     parts = {"weights_bytes": w1 + w2 + w3, "gradients_bytes": g1 + g2 + g3,
              "optimizer_bytes": opt * (1.0 - g["off"]), "logits_bytes": (head + mtp) * g["logits"],
              "moe_dispatch_bytes": np.where(L_m > 0, ctx.act["dispatch"][sidx], 0.0),
-             "zero3_buffers_bytes": g["z3"] + 0.0 * L_d}
+             # a stage computing logits gathers the output projection (``row_terms``' ``z3_head``)
+             "zero3_buffers_bytes": np.where((head + mtp) > 0, g["z3_head"], g["z3"]) + 0.0 * L_d}
     return {"parts": parts, "tensors": sum(parts.values()),
             "host": g["off"] * opt_params * offload.HOST_OPTIMIZER_BYTES_PER_PARAM,
             "params": layer_p + end_p, "layer_params": layer_p, "expert_params": expert_p, "layers": L_d + L_m}

@@ -5,6 +5,8 @@ post_backward). The gradients row holds only the shard, so the layer's whole gra
 counted twice; a stage gathered once a step keeps its whole gradients in that row instead."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from hardware_specs.catalog import efficiency_for_cluster, load_cluster
@@ -22,9 +24,15 @@ LAYER = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096      # 2
 assert LAYER == 218_112_000
 
 
+# the layer rule on its own: a vocabulary of 4,096 makes the LM head (16.8 M parameters) smaller
+# than a layer, so the one stage's computing unit is a layer (a larger head is
+# tests/test_zero3_head_buffer.py's)
+SMALL_HEAD = replace(MODEL, vocab_size=4096)
+
+
 def _parts(**kw):
     cfg = ParallelConfig(dp=16, tp=1, pp=1, micro_batch=1, global_batch=64, zero_stage=3, recompute="full", **kw)
-    return memory_parts(MODEL, CLUSTER, EFF, ConfigBatch.from_configs([cfg]))
+    return memory_parts(SMALL_HEAD, CLUSTER, EFF, ConfigBatch.from_configs([cfg]))
 
 
 @pytest.mark.parametrize("reduce_bytes", [2.0, 4.0])
