@@ -111,13 +111,19 @@ def _listing(folder: str, stamp: int) -> tuple:
     return tuple((p.stem.lower(), p) for p in sorted(d.iterdir()) if p.suffix in _SUFFIXES and p.is_file())
 
 
+def _names_a_path(name_or_path: str) -> bool:
+    """Whether ``_resolve`` reads ``name_or_path`` as a file or folder path, not a catalog name."""
+    candidate = Path(name_or_path)
+    return candidate.suffix in _SUFFIXES + (".json",) or bool(str(name_or_path) and exists(candidate))
+
+
 def _resolve(name_or_path: str) -> Path:
     if not isinstance(name_or_path, (str, os.PathLike)):    # None, 5, a dict from Python callers
         raise InputError("model", f"expected a preset name or a file path, got {type(name_or_path).__name__}",
                          "give the model as text, e.g. a name from `paraplan models list`")
     candidate = Path(name_or_path)
     # an empty name is Path("."), which exists: it is an unknown name, not a missing file
-    if candidate.suffix in _SUFFIXES + (".json",) or (str(name_or_path) and exists(candidate)):
+    if _names_a_path(name_or_path):
         if candidate.is_dir() and (candidate / "config.json").is_file():
             return candidate / "config.json"
         if candidate.is_dir():      # was "is a directory, not a file", for a checkpoint folder too
@@ -334,20 +340,18 @@ def _load_file(path: Path) -> ModelSpec:
         data = read_json(path, "model")                        # a preset file: refused there
     else:
         data = read_yaml(path, "model")
-    _refuse_builtin_name(data, path)
     return model_from_dict(data, f"model {path}", default_name=safe_name(path.stem))
 
 
-def _refuse_builtin_name(data: Any, path: Path) -> None:
-    """A user model file (outside ``BUILTIN_DIR``) whose ``name:`` is a built-in preset's name or
-    alias (compared as names are matched: case, ``-``, ``_`` and spaces ignored) is an
-    ``InputError``: its reports would label it as the preset (a 2-layer file named llama3-8b
-    printed as llama3-8b) and ``models list`` would list the name twice."""
-    if not isinstance(data, dict) or path.resolve().parent == BUILTIN_DIR:
+def _refuse_builtin_name(name: str, path: Path) -> None:
+    """A user model file (outside ``BUILTIN_DIR``) found by name in ``PARAPLAN_MODEL_PATH``
+    whose ``name:`` is a built-in preset's name or alias (compared as names are matched: case,
+    ``-``, ``_`` and spaces ignored) is an ``InputError``: the catalog would list the name twice
+    and its reports would label it as the preset (a 2-layer file named llama3-8b printed as
+    llama3-8b). A file given by its path is the user's explicit choice (an edited copy of a
+    preset keeps the preset's name) and is read as it is (``load_model``)."""
+    if path.resolve().parent == BUILTIN_DIR:
         return
-    name = data.get("name")
-    if isinstance(name, bool) or not isinstance(name, (str, int)):
-        return                                  # model_from_dict refuses it, naming the field
     try:
         stamp = BUILTIN_DIR.stat().st_mtime_ns
     except OSError:
@@ -367,8 +371,12 @@ def _load_cached(path: str, mtime: float) -> ModelSpec:
 def load_model(name_or_path: str | os.PathLike) -> ModelSpec:
     """The model named ``name_or_path``: a preset name, a YAML/JSON preset file, or a Hugging Face
     ``config.json`` (or its folder)."""
-    p = _resolve(name_or_path if not isinstance(name_or_path, os.PathLike) else os.fspath(name_or_path))
-    return _load_cached(str(p), p.stat().st_mtime)
+    given = name_or_path if not isinstance(name_or_path, os.PathLike) else os.fspath(name_or_path)
+    p = _resolve(given)
+    spec = _load_cached(str(p), p.stat().st_mtime)
+    if not _names_a_path(given):
+        _refuse_builtin_name(spec.name, p)          # found by name in the catalog folders
+    return spec
 
 
 def list_models() -> list[str]:

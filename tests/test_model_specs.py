@@ -632,9 +632,10 @@ def test_a_model_is_found_by_the_other_names_its_file_lists(tmp_path, monkeypatc
 
 
 def test_a_user_file_named_as_a_built_in_preset_is_refused_not_listed_twice(tmp_path, monkeypatch):
-    """A 2-layer user file stating ``name: llama3-8b`` loaded as "llama3-8b" (every report labelled
-    it as the 32-layer preset) and ``models list`` printed llama3-8b twice. Built-in names win:
-    loading it is one error naming the file's ``name``; the listing skips it with a warning."""
+    """A 2-layer user file stating ``name: llama3-8b`` in PARAPLAN_MODEL_PATH loaded as "llama3-8b"
+    (every report labelled it as the 32-layer preset) and ``models list`` printed llama3-8b twice.
+    Built-in names win: loading it by name is one error naming the file's ``name``; the listing
+    skips it with a warning; given by its path it is read as it is."""
     from click.testing import CliRunner
     from paraplan.cli import main
     monkeypatch.delenv("PARAPLAN_DEBUG", raising=False)
@@ -646,8 +647,8 @@ def test_a_user_file_named_as_a_built_in_preset_is_refused_not_listed_twice(tmp_
     for stem, name in (("tiny", "llama3-8b"), ("tiny2", "Nemotron_340B")):
         with pytest.raises(InputError, match=f"model {tmp_path / stem}.yaml.name: '{name}' is the name of a built-in"):
             load_model(stem)
-        with pytest.raises(InputError, match="built-in preset"):
-            load_model(tmp_path / f"{stem}.yaml")
+        # given by its path, the file is the user's explicit choice (an edited copy of a preset)
+        assert load_model(tmp_path / f"{stem}.yaml").num_layers == 2
     assert load_model("mine").num_layers == 2 and load_model("llama3-8b").num_layers == 32
     result = CliRunner().invoke(main, ["models", "list", "--json"])
     assert result.exit_code == 0
