@@ -335,6 +335,81 @@ def test_a_16_bit_kv_cache_on_an_fp8_checkpoint_is_named_or_refused():
     assert err.value.field == "--kv-cache-dtype"
 
 
+def test_auto_kv_of_a_16_bit_release_quantised_at_load_is_16_bit_in_the_price_and_the_script():
+    # Llama-3.1-70B is a 16-bit release; vLLM / SGLang quantise it with --quantization fp8, which
+    # leaves the KV cache at the model dtype: 80 layers x (K, V) x 8 KV heads x 128 x 2 bytes
+    from cost_models.kv_cache import kv_bytes_per_token_layer
+    for backend, flag in (("vllm", "bfloat16"), ("sglang", "bfloat16")):
+        ctx, dep, rep = deployment("llama3.1-70b", "dgx-h100", backend, "fp8", layout=WorkerLayout(tp=4, batch=32))
+        assert (ctx.kv_cache_dtype, ctx.kv_bytes) == ("auto", 2)
+        assert float(kv_bytes_per_token_layer(ctx.model, 1, ctx.kv_bytes)) * 80 == 80 * 2 * 8 * 128 * 2 == 327_680
+        assert float(kv_bytes_per_token_layer(ctx.model, 4, ctx.kv_bytes)) * 80 == 327_680 / 4
+        launch = launch_of(ctx, dep, rep.metrics)
+        assert launch.online_fp8 and launch.kv_cache_dtype == launch.checkpoint_kv_dtype == "bf16"
+        script = emit_launch(launch)
+        assert "priced formats: weights fp8, KV cache bf16; the 16-bit checkpoint is quantised" in script
+        (cmd,) = commands(script, ENGINE_PROGRAMS[backend])
+        assert one(cmd, "--kv-cache-dtype") == flag and one(cmd, "--quantization") == "fp8"
+        # the same KV pool holds half the requests of an FP8 KV cache (stated explicitly)
+        fp8 = ServingContext.build("llama3.1-70b", "dgx-h100", backend, "fp8", "fp8", "fp8")
+        assert fp8.kv_bytes == 1
+        halved = simulate_serving(dep, fp8).metrics["max_batch_per_rank"]
+        assert rep.metrics["max_batch_per_rank"] in (halved // 2, (halved + 1) // 2)
+    res = run("serve", "simulate", "-m", "llama3.1-70b", "-s", "dgx-h100", "--tp", "4", "--batch", "32", "-b", "vllm",
+              "--emit")
+    assert res.exit_code == 0, res.output
+    (cmd,) = commands(res.stdout, ENGINE_PROGRAMS["vllm"])
+    assert one(cmd, "--kv-cache-dtype") == "bfloat16" and "KV cache bf16" in res.stdout
+    # the API and serve plan price the same KV cache
+    from paraplan.serving_api import serving_context
+    assert serving_context("llama3.1-70b", "dgx-h100", "vllm", precision="fp8").kv_bytes == 2
+    plan = run("serve", "plan", "-m", "llama3.1-70b", "-s", "dgx-h100", "-n", "4", "-b", "vllm", "--mode", "agg",
+               "--json")
+    assert plan.exit_code == 0, plan.output
+    best = json.loads(plan.stdout)["best"]
+    stated = {kv: json.loads(run("serve", "simulate", "-m", "llama3.1-70b", "-s", "dgx-h100", "-b", "vllm", "--tp",
+                                 str(best["tp"]), "--kv-cache-dtype", kv, "--json").stdout)["max_batch_per_rank"]
+              for kv in ("bf16", "fp8")}
+    assert best["max_batch_per_rank"] == stated["bf16"] < stated["fp8"]
+
+
+def test_auto_kv_of_a_quantised_export_is_the_fp8_its_config_names():
+    from dataclasses import replace
+    from model_specs.catalog import load_model
+    # NVIDIA's ModelOpt export of Llama-3.1-8B (a known checkpoint): FP8 KV, no load-time quantisation
+    ctx, dep, rep = deployment("llama3.1-8b", "dgx-h100", "vllm", "fp8", layout=WorkerLayout(tp=1, batch=8))
+    launch = launch_of(ctx, dep, rep.metrics)
+    assert (ctx.kv_bytes, launch.checkpoint, launch.online_fp8) == (1, "nvidia/Llama-3.1-8B-Instruct-FP8", False)
+    assert launch.kv_cache_dtype == launch.checkpoint_kv_dtype == "fp8"
+    # a model whose release stores per-tensor FP8 (config.json quant_algo FP8): served as stored
+    stored = replace(load_model("llama3.1-70b"), checkpoint_format="fp8")
+    ctx = ServingContext.build(stored, "dgx-h100", "vllm", "fp8", "fp8")
+    assert (ctx.kv_cache_dtype, ctx.kv_bytes) == ("fp8", 1)
+    # the caller states the checkpoint is a quantised export: never the 16-bit release quantised online
+    ctx = ServingContext.build("llama3.1-70b", "dgx-h100", "vllm", "fp8", "fp8", prequantised=True)
+    dep = Deployment(model="llama3.1-70b", system="dgx-h100", backend=ctx.stack.name, dense_format="fp8",
+                     expert_format="fp8", layout=WorkerLayout(tp=4, batch=32))
+    launch = launch_of(ctx, dep, simulate_serving(dep, ctx).metrics)
+    assert (ctx.kv_bytes, launch.online_fp8, launch.checkpoint) == (1, False, None)
+    assert launch.kv_cache_dtype == launch.checkpoint_kv_dtype == "fp8"
+    # TensorRT-LLM cannot quantise at load time: its FP8 Llama-3.1-70B is a quantised export
+    assert ServingContext.build("llama3.1-70b", "dgx-h100", "trtllm", "fp8", "fp8").kv_bytes == 1
+    # a stack whose auto never reads the checkpoint stays 16-bit either way
+    assert ServingContext.build("llama3.1-8b", "dgx-h100", "vllm-0.11", "fp8", "fp8").kv_bytes == 2
+
+
+def test_the_serving_validation_states_its_runs_served_quantised_checkpoints():
+    # aiconfigurator's fp8 rows of Llama-3.1-70B on vLLM ran NVIDIA's FP8 export: an FP8 KV cache
+    import pandas as pd
+    from paraplan.validation import serving as validation
+    df = pd.read_csv(Path(validation.__file__).parents[1] / "data" / "validation" / "serving_runs.csv")
+    groups = validation.prepare(df).groups
+    assert groups and all(g.context.prequantised for g in groups)
+    fp8 = [g.context for g in groups if g.context.model.name == "llama3.1-70b" and g.context.stack.framework == "vllm"
+           and g.context.dense_format == "fp8"]
+    assert fp8 and all(c.kv_bytes == 1 for c in fp8)
+
+
 def test_block_fp8_experts_are_never_split_below_a_128_wide_block():
     # Qwen3-235B's 1,536-wide experts over 8 GPUs: 192 each, which vLLM and SGLang refuse to shard
     with pytest.raises(InputError) as err:

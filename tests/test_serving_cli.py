@@ -333,11 +333,12 @@ def test_serving_json_names_the_prior_as_the_training_json_does():
 
 def test_serving_json_counts_are_integers():
     # max_batch_per_rank printed as 911.0 / 658.0; requests are counted in whole numbers. Llama 3.1
-    # 70B fp8 on H100 under vLLM 0.14, tp4: 53.42 GiB of KV pool / (1024 + 512 tokens x 80 layers x
-    # 2 x 2 KV heads per GPU x 128 x 1 byte = 60 MiB) = 911.7 -> 911
+    # 70B fp8 on H100 under vLLM 0.14, tp4 (the 16-bit release quantised at load time: a 16-bit KV
+    # cache): 53.42 GiB of KV pool / (1024 + 512 tokens x 80 layers x 2 x 2 KV heads per GPU x 128
+    # x 2 bytes = 120 MiB) = 455.9 -> 455
     d = json.loads(run(*SIM, "--tp", "4", "--batch", "32", "--json").stdout)
-    assert d["max_batch_per_rank"] == 911 and type(d["max_batch_per_rank"]) is int
-    assert d["max_batch_per_rank"] == d["memory_bytes"]["kv_pool_bytes"] // (1536 * 80 * 2 * 2 * 128)
+    assert d["max_batch_per_rank"] == 455 and type(d["max_batch_per_rank"]) is int
+    assert d["max_batch_per_rank"] == d["memory_bytes"]["kv_pool_bytes"] // (1536 * 80 * 2 * 2 * 128 * 2)
     for key in ("gpus", "concurrency", "workers", "isl", "osl"):
         assert type(d[key]) is int, key
     # (a dense model's expert split is null: no split to count)
@@ -362,7 +363,7 @@ def test_max_batch_says_when_the_engines_running_request_cap_binds_not_the_kv_ca
     row = next(ln for ln in run(*args, "--batch", "64").stdout.splitlines() if ln.strip().startswith("max_batch_per_rank"))
     assert row.split()[1] == "1024" and "vllm-0.14's max_running_requests (the KV cache would hold more)" in row
     # where the KV cache binds, the message and the row say so as before
-    dense = ["serve", "simulate", "-m", "llama3.1-70b", "-s", "dgx-h100", "--tp", "4"]
+    dense = ["serve", "simulate", "-m", "llama3.1-70b", "-s", "dgx-h100", "--tp", "4", "--kv-cache-dtype", "fp8"]
     assert one_line_error(run(*dense, "--batch", "100000")).endswith("so at most 911 fit (use --batch 911 or less, more tp/pp)")
     row = next(ln for ln in run(*dense).stdout.splitlines() if ln.strip().startswith("max_batch_per_rank"))
     assert row.split()[1] == "911" and row.rstrip().endswith("largest concurrency per rank whose KV cache fits")
@@ -402,10 +403,11 @@ def test_the_header_says_when_a_format_runs_weight_only():
     # and the GEMMs run in bf16 (cost_models.weight_formats.compute_dtype)
     hopper = run("serve", "simulate", "-m", "deepseek-r1", "-s", "dgx-h100", "--precision", "nvfp4", "--tp", 8).stdout
     assert "(weights nvfp4 weight-only in bf16, experts nvfp4 weight-only in bf16, KV 8-bit)" in hopper
+    # (Llama-3.1-70B's 16-bit release quantised at load time keeps its 16-bit KV cache)
     ampere = run(*SIM[:4], "--system", "dgx-a100-80gb", "--tp", 4, "--precision", "fp8").stdout
-    assert "(weights fp8 weight-only in bf16, KV 8-bit)" in ampere
+    assert "(weights fp8 weight-only in bf16, KV 16-bit)" in ampere
     native = run(*SIM, "--tp", 4).stdout            # fp8 on H100: its own tensor cores
-    assert "(weights fp8, KV 8-bit)" in native
+    assert "(weights fp8, KV 16-bit)" in native
     plan = run("serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-a100-80gb", "-n", 1, "--precision", "fp8").stdout
     assert plan.splitlines()[0].endswith("weights fp8 weight-only in bf16")
 

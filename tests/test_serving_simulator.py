@@ -283,7 +283,8 @@ def test_the_request_host_time_adds_once_to_every_first_token_and_never_to_a_ste
     # parts and the host time enters it exactly once; the steps do not see it. Hand-derived:
     # 50 ms more host time = 50 ms more TTFT; TPOT is the decode step either way.
     from dataclasses import replace
-    base = _ctx("llama3.1-70b", "dgx-h100", "vllm", "fp8")
+    # (an FP8 KV cache, stated: auto keeps the 16-bit one of the release quantised at load time)
+    base = ServingContext.build("llama3.1-70b", "dgx-h100", "vllm", "fp8", "fp8", "fp8")
     agg = dict(tp=4.0, pp=1.0, adp=1.0, moe_tp=4.0, moe_ep=1.0, batch=1.0, isl=2048.0, osl=256.0)
     side = dict(tp=4.0, pp=1.0, adp=1.0, moe_tp=4.0, moe_ep=1.0, batch=1.0, workers=1.0)
     dis = {**{f"prefill_{k}": v for k, v in side.items()}, **{f"decode_{k}": v for k, v in side.items()},

@@ -102,8 +102,9 @@ def _common(f):
         click.option("--kv-cache-dtype", type=click.Choice(["auto", "bf16", "fp16", "fp8"]), default="auto", show_default=True,
                      help="KV-cache dtype (auto = as the engine decides: the 8-bit KV an fp8 / nvfp4 "
                           "(ModelOpt) checkpoint names where the stack reads it (its kv_dtype_from_checkpoint, "
-                          "paraplan hardware stacks NAME), else the stack's default, 16-bit; the header's KV says "
-                          "which)."),
+                          "paraplan hardware stacks NAME), else the stack's default, 16-bit, as for a 16-bit "
+                          "release the engine quantises to fp8 at load time (--quantization fp8); the header's KV "
+                          "says which)."),
         click.option("--speculative-tokens", type=click.IntRange(min=0), default=None, metavar="K",
                      help="Speculative decoding: K tokens drafted per decode step, at most 16, and verified in one "
                           "pass (default: none, as every engine), by the model's own multi-token-prediction (MTP) "

@@ -22,45 +22,9 @@ from typing import Mapping
 
 from hardware_specs.errors import InputError
 
-#: Hugging Face checkpoints whose stored weight formats are known: (model preset, dense GEMM
-#: format, routed-expert format) -> repository. Each is the repository's own statement of its
-#: format (its config.json ``quantization_config`` or model card); only these are offered as
-#: the default ``MODEL`` of an export, any other priced format asks for a checkpoint.
-CHECKPOINTS: Mapping[tuple[str, str, str], str] = {
-    # 16-bit releases (config.json torch_dtype bfloat16, no quantization_config)
-    ("llama3.1-8b", "bf16", "bf16"): "meta-llama/Llama-3.1-8B-Instruct",
-    ("llama3.1-70b", "bf16", "bf16"): "meta-llama/Llama-3.1-70B-Instruct",
-    ("llama3.1-405b", "bf16", "bf16"): "meta-llama/Llama-3.1-405B-Instruct",
-    ("qwen3-32b", "bf16", "bf16"): "Qwen/Qwen3-32B",
-    ("qwen3-235b-a22b", "bf16", "bf16"): "Qwen/Qwen3-235B-A22B",
-    ("qwen3-30b-a3b", "bf16", "bf16"): "Qwen/Qwen3-30B-A3B",
-    # the authors' block-scaled FP8 releases (quantization_config quant_method fp8,
-    # weight_block_size [128, 128])
-    ("deepseek-r1", "fp8_block", "fp8_block"): "deepseek-ai/DeepSeek-R1",
-    ("deepseek-v3", "fp8_block", "fp8_block"): "deepseek-ai/DeepSeek-V3",
-    ("qwen3-235b-a22b", "fp8_block", "fp8_block"): "Qwen/Qwen3-235B-A22B-FP8",
-    ("kimi-k2", "fp8_block", "fp8_block"): "moonshotai/Kimi-K2-Instruct",
-    ("minimax-m2.5", "fp8_block", "fp8_block"): "MiniMaxAI/MiniMax-M2.5",
-    # NVIDIA ModelOpt export (hf_quant_config.json quant_algo FP8: every linear layer of the
-    # blocks per-tensor FP8, KV FP8). NVIDIA's NVFP4 exports leave some attention projections in
-    # 16-bit (their model cards), which is not the all-NVFP4 a plan prices: none is named
-    ("llama3.1-8b", "fp8", "fp8"): "nvidia/Llama-3.1-8B-Instruct-FP8",
-    # OpenAI's release: attention and dense layers in bf16, the routed experts in MXFP4
-    ("gpt-oss-120b", "bf16", "mxfp4"): "openai/gpt-oss-120b",
-    ("gpt-oss-20b", "bf16", "mxfp4"): "openai/gpt-oss-20b",
-    # Moonshot's release (compressed-tensors pack-quantized, quantisation-aware trained): the routed
-    # experts in int4 weight-only, attention, shared experts, dense layer and LM head in bf16
-    ("kimi-k2.5", "bf16", "int4_wo"): "moonshotai/Kimi-K2.5",
-}
-#: formats an engine can make at load time from a 16-bit checkpoint (``--quantization fp8``:
-#: per-tensor FP8 weights, dynamic activation scales)
-ONLINE_QUANTISATION = {"fp8"}
-#: engines that quantise a 16-bit checkpoint to FP8 at load time: vLLM (docs "FP8 W8A8": "online
-#: dynamic quantization ... --quantization fp8") and SGLang (docs "Quantization": online
-#: quantization with ``--quantization fp8``); TensorRT-LLM's PyTorch backend reads the format of
-#: a pre-quantised (ModelOpt) checkpoint (docs "Quantization": "the PyTorch backend ... supports
-#: pre-quantized checkpoints"), so it needs one
-ONLINE_FP8_ENGINES = frozenset({"vllm", "sglang"})
+#: the checkpoint a launch loads, the one its prediction priced (``simulator.serving.checkpoints``)
+from simulator.serving.checkpoints import CHECKPOINTS, served_checkpoint
+
 #: first port of the workers on a host; a host's k-th worker listens on BASE_PORT + PORT_STRIDE k:
 #: SGLang binds its internal sockets from port + 233 to port + 239 when attention DP runs on one
 #: node (sglang/srt/server_args.py ``PortArgs.init_new``), so workers one port apart collide
@@ -205,22 +169,6 @@ class ServingLaunch:
         return tuple(w for w in self.workers if w.role == name)
 
 
-def checkpoint_for(model_name: str, dense: str, expert: str, moe: bool, online_ok: bool = True) -> tuple[str | None, bool]:
-    """(repository, online_fp8): the checkpoint storing ``dense`` / ``expert`` weights (a dense
-    model's experts are its dense format), or a 16-bit one quantised to FP8 at load time when
-    FP8 was priced and only a 16-bit release is known; (None, False) when no known checkpoint
-    stores the priced formats."""
-    expert = expert if moe else dense
-    repo = CHECKPOINTS.get((model_name, dense, expert))
-    if repo is not None:
-        return repo, False
-    if online_ok and dense in ONLINE_QUANTISATION and expert == dense:
-        base = CHECKPOINTS.get((model_name, "bf16", "bf16"))
-        if base is not None:
-            return base, True
-    return None, False
-
-
 def placement(layouts: list[tuple[str, object, int]], gpus_per_host: int) -> tuple[tuple[Worker, ...], int]:
     """Workers packed onto hosts in the order given: ``layouts`` is (role, WorkerLayout, count)
     per role. A worker of at most one host's GPUs takes the next free block of GPUs on the
@@ -313,8 +261,9 @@ def launch_of(context, deployment, metrics: Mapping[str, float]) -> ServingLaunc
         raise InputError("--emit", f"stack {context.stack.name} sets {', '.join(unwritten)}, which the launch export "
                          "does not write (the engine would run without it)",
                          "emit with the framework's own profile (-b vllm / sglang / trtllm), or add the flag by hand")
-    checkpoint, online = checkpoint_for(model.name, context.dense_format, context.expert_format, moe,
-                                        online_ok=framework in ONLINE_FP8_ENGINES)
+    # the checkpoint the prediction priced (its KV dtype included: ServingContext.build)
+    checkpoint, online = served_checkpoint(model, context.dense_format, context.expert_format, framework,
+                                           context.prequantised)
     if deployment.mode == "agg":
         groups = [("agg", deployment.layout, deployment.workers)]
     else:
@@ -397,8 +346,11 @@ def _release_note(stack, framework: str) -> str:
 
 
 def _checkpoint_kv(context, checkpoint: str | None, online: bool) -> str:
-    """The KV dtype an engine left at ``auto`` would give: FP8 where the stack takes it from a
-    ModelOpt FP8 / NVFP4 checkpoint (``kv_dtype_from_checkpoint``), else the 16-bit model dtype."""
+    """The KV dtype an engine left at ``auto`` would give with the checkpoint loaded: FP8 where the
+    stack takes it from a ModelOpt FP8 / NVFP4 checkpoint (``kv_dtype_from_checkpoint``), else
+    the 16-bit model dtype (a 16-bit release quantised at load time names no KV format). It is
+    the priced one except where SGLang's online FP8 was refused after pricing (the weights do
+    not fit in 16-bit) and a quantised checkpoint is asked for instead."""
     quantised = {"fp8", "nvfp4"} & {context.dense_format, context.expert_format}
     if context.behaviour.kv_dtype_from_checkpoint and quantised and not online:
         return "fp8"

@@ -19,8 +19,10 @@ W = WorkerLayout
 #: not depend on where the repository is)
 EAGLE3_8B = str(Path(__file__).resolve().parents[2] / "examples" / "drafts" / "eagle3-llama3.1-8b")
 MATRIX = (
+    # online FP8 keeps the 16-bit KV cache under auto; these two state an FP8 one, the commands
+    # the parsers were run on
     ("vllm-dense-tp4-online-fp8", "llama3.1-70b", "dgx-h100", "vllm", "fp8", "fp8", "agg",
-     dict(layout=W(tp=4, batch=32), workers=2)),
+     dict(layout=W(tp=4, batch=32), workers=2), "fp8"),
     ("vllm-dense-tp2-pp2-bf16", "llama3.1-70b", "dgx-h100", "vllm", "bf16", "bf16", "agg",
      dict(layout=W(tp=2, pp=2, batch=16))),
     ("vllm-moe-dp8-ep8", "deepseek-r1", "dgx-b200", "vllm", "fp8_block", "fp8_block", "agg",
@@ -34,7 +36,7 @@ MATRIX = (
     ("sglang-moe-attn-dp4-two-workers-one-host", "qwen3-235b-a22b", "hgx-h200", "sglang", "fp8_block", "fp8_block",
      "agg", dict(layout=W(tp=1, adp=4, moe_tp=1, moe_ep=4, batch=32), workers=2)),
     ("sglang-dense-tp8", "llama3.1-70b", "dgx-b200", "sglang", "fp8", "fp8", "agg",
-     dict(layout=W(tp=8, batch=64))),
+     dict(layout=W(tp=8, batch=64)), "fp8"),
     ("sglang-moe-attn-dp8-ep8-two-workers", "deepseek-r1", "dgx-b200", "sglang", "fp8_block", "fp8_block", "agg",
      dict(layout=W(tp=1, adp=8, moe_tp=1, moe_ep=8, batch=64), workers=2)),
     ("sglang-moe-attn-dp8-etp2-ep4", "deepseek-r1", "dgx-b200", "sglang", "fp8_block", "fp8_block", "agg",

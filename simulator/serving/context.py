@@ -29,6 +29,7 @@ from cost_models.serving_memory import draft_head_weight_bytes_per_gpu, mtp_weig
 from model_specs.catalog import load_model
 from model_specs.draft_head import DraftHead, load_draft_head
 from model_specs.model_spec import ModelSpec
+from simulator.serving.checkpoints import checkpoint_names_fp8_kv
 from simulator.serving.deployment import check_osl
 
 
@@ -52,6 +53,9 @@ class ServingContext:
             not a value the user measured.
         draft_head: the EAGLE-3 head that drafts (``model_specs.draft_head``), or None: the
             model's own MTP modules draft.
+        prequantised: the caller stated that the checkpoint served stores the weight formats (a
+            quantised export, never the 16-bit release quantised at load time:
+            ``simulator.serving.checkpoints.served_checkpoint``).
     """
 
     model: ModelSpec
@@ -67,6 +71,7 @@ class ServingContext:
     draft_acceptance: float = MTP_ACCEPTANCE_PRIOR
     acceptance_is_prior: bool = True
     draft_head: DraftHead | None = None
+    prequantised: bool = False
 
     @property
     def draft_model(self) -> str | None:
@@ -163,7 +168,7 @@ class ServingContext:
               dense_format: str | None = None, expert_format: str | None = None, kv_cache_dtype: str = "auto",
               backend_version: str | None = None, efficiency: ServingEfficiency | None = None,
               speculative_tokens: int | None = None, draft_acceptance: float | None = None,
-              draft_head: DraftHead | str | None = None) -> "ServingContext":
+              draft_head: DraftHead | str | None = None, prequantised: bool = False) -> "ServingContext":
         """Load and check the fixed inputs. ``backend`` is a stack name (``vllm-0.14``), a
         framework (``vllm``, ``sglang``, ``trtllm``: the profile covering ``backend_version``,
         else the newest) or a ``StackSpec``. ``speculative_tokens`` (default: the stack's, 0 in
@@ -171,7 +176,12 @@ class ServingContext:
         each accepted with probability ``draft_acceptance`` (default: the unfitted
         ``MTP_ACCEPTANCE_PRIOR``); with ``draft_head`` (a ``DraftHead`` or the path of its
         config.json) that EAGLE-3 head drafts instead, and ``draft_acceptance`` must be given
-        (no prior is published for a head's per-token acceptance)."""
+        (no prior is published for a head's per-token acceptance). ``kv_cache_dtype`` ``auto`` is
+        the stack's default, or FP8 where the stack reads the KV dtype of the checkpoint
+        (``kv_dtype_from_checkpoint``) and the checkpoint served is a quantised FP8 / NVFP4 export
+        (``checkpoints.checkpoint_names_fp8_kv``: the model's release storing the format, a known
+        export, or ``prequantised``: the caller states so), not a 16-bit release quantised at load
+        time."""
         if backend_version is not None and not looks_like_release(backend_version):
             # a release no rule places had run as the newest profile, with a note on stderr and exit 0
             raise InputError("--backend-version", f"{backend_version!r} is not a release",
@@ -227,17 +237,18 @@ class ServingContext:
             # the same support matrix lists no FP8 of any kind on the GPU, the KV cache included
             raise InputError("--kv-cache-dtype", f"{stack.name} has no FP8 kernels on {c.name}'s {c.gpu.name}, an "
                              "FP8 KV cache included", "give --kv-cache-dtype auto (16-bit there), or -b vllm")
-        if kv == "auto" and stack.serving.kv_dtype_from_checkpoint and {"nvfp4", "fp8"} & {dense, expert}:
+        if kv == "auto" and stack.serving.kv_dtype_from_checkpoint and \
+                checkpoint_names_fp8_kv(m, dense, expert, stack.framework, prequantised):
             # NVFP4 and per-tensor FP8 checkpoints are NVIDIA ModelOpt exports, whose
             # hf_quant_config.json states kv_cache_quant_algo FP8 (the FP8 export's example in
-            # ModelOpt's docs: {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}); block-scaled
-            # FP8 (fp8_block) checkpoints come from the model's authors without a KV format
+            # ModelOpt's docs: {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}); a 16-bit
+            # release quantised at load time names none and keeps the model dtype
             kv = "fp8"
         eff = efficiency if efficiency is not None else load_serving_efficiency(c.gpu.generation)
         return cls(model=m, cluster=c, stack=stack, efficiency=eff, dense_format=dense, expert_format=expert,
                    kv_bytes=kv_dtype_bytes(kv), token_budget=stack.serving.token_budget(c.gpu.hbm_bytes, c.gpu.name),
                    kv_cache_dtype=kv, speculative_tokens=k, draft_acceptance=p, acceptance_is_prior=prior,
-                   draft_head=head)
+                   draft_head=head, prequantised=bool(prequantised))
 
 
 def default_formats(model: ModelSpec, gpu, precision: str | None = None,
