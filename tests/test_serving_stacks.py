@@ -46,7 +46,7 @@ def test_a_release_maps_to_the_stack_that_lists_it():
     assert serving_stack_for("vllm", "0.12.0").name == "vllm-0.11"
     assert serving_stack_for("vllm", "0.19.0").name == "vllm-0.14"
     assert serving_stack_for("trtllm", "1.2.0rc6.post3").name == "trtllm-1"
-    assert serving_stack_for("trtllm", "0.8.1.post1").name == "trtllm-1"     # Dynamo runtime container
+    assert serving_stack_for("trtllm", "0.8.1.post1").name == "trtllm-1"     # the oldest profile, noted below
     assert serving_stack_for("sglang", None).name == "sglang-0.5"              # newest when unknown
     with pytest.raises(InputError, match="no serving stack for framework 'tgi'"):
         serving_stack_for("tgi", "3.0")
@@ -130,3 +130,32 @@ def test_sglang_chunked_prefill_size_follows_every_memory_step():
     assert a100.hbm_bytes == 40 * gib
     assert sglang.token_budget(a100.hbm_bytes, "a100-sxm-40gb") == 4096
     assert sglang.token_budget(load_gpu("v100-sxm-32gb").hbm_bytes, "v100-sxm-32gb") == 2048
+
+
+def test_tensorrt_llm_0x_is_older_than_its_1x_profile_and_dynamo_tags_are_placed_by_the_validation():
+    # trtllm-1 listed Dynamo's container tags (0.5, 0.7, 0.8) as TensorRT-LLM releases: TensorRT-LLM
+    # 0.8.0 (2024, TensorRT engines) read as the 1.x PyTorch backend with no note
+    import pandas as pd
+    from pathlib import Path
+    from hardware_specs.catalog import serving_release_match
+    from hardware_specs.release_match import release_numbers
+    from paraplan.validation import serving as validation
+    trt = load_stack("trtllm-1")
+    assert min(n for v in trt.versions if (n := release_numbers(v)) is not None) == (1, 0)
+    for release in ("0.8.0", "0.5.0", "0.8.1.post1"):
+        assert not trt.covers(release)
+        match = serving_release_match("trtllm", release)
+        assert match.stack.name == "trtllm-1"
+        assert match.note == f"trtllm {release} is older than every profile: trtllm-1, the profile of 1.0, the oldest"
+    assert serving_release_match("trtllm", "1.2.0rc6").note == ""
+    # the measured rows tagged with Dynamo containers keep the trtllm-1 profile without a note
+    df = pd.read_csv(Path(validation.__file__).parents[1] / "data" / "validation" / "serving_runs.csv",
+                     dtype={"backend_version": str})
+    tags = sorted({v for v in df[df.backend == "trtllm"].backend_version.dropna() if (release_numbers(v) or (1,))[0] == 0})
+    assert tags == ["0.5.1-rc0.pre3", "0.7.0.post2", "0.8.1.post1", "0.8.1.post2", "0.8.1.post3"]
+    for tag in tags:
+        assert validation._release_match("trtllm", tag) == serving_release_match("trtllm", None) == \
+            validation._release_match("trtllm", None)
+        assert validation._release_match("trtllm", tag).note == ""
+    # a vLLM / SGLang 0.x release is that framework's own
+    assert validation._release_match("sglang", "0.5.9") == serving_release_match("sglang", "0.5.9")

@@ -12,8 +12,9 @@ prediction:
 * stack: the ``backend`` framework's serving stack covering ``backend_version``
   (``hardware_specs.catalog.serving_release_match``; a release no profile lists takes the
   newest profiled release before it, noted in the row's assumption); rows without a version
-  get the framework's newest profile (``ASSUMPTIONS``). Dynamo's TensorRT-LLM runtime containers (0.5-0.8) are
-  listed in the TensorRT-LLM 1.x stack.
+  get the framework's newest profile (``ASSUMPTIONS``). A TensorRT-LLM row whose version is an
+  NVIDIA Dynamo tensorrtllm-runtime container tag (0.5-0.8, ``DYNAMO_TRTLLM_TAGS``) runs the
+  TensorRT-LLM 1.x that container ships: the trtllm-1 profile, without a note.
 * formats: ``gemm_quant_mode`` for attention and dense GEMMs, ``moe_quant_mode`` for routed
   experts, empty = 16-bit.
 * aggregated layout: ``tp_size``, ``pp_size``, ``attention_dp_size`` (empty or 0 = 1),
@@ -89,7 +90,8 @@ from typing import Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from hardware_specs.catalog import load_cluster, serving_release_match
+from hardware_specs.catalog import load_cluster, load_stack, serving_release_match
+from hardware_specs.release_match import ReleaseMatch, release_numbers
 from hardware_specs.yaml_files import is_file
 from cost_models.weight_formats import slice_holds_whole_blocks
 from hardware_specs.errors import InputError, not_a_file
@@ -156,6 +158,12 @@ def model_preset_for(model_path) -> str | None:
 #: the file's system names -> cluster presets (AIConfigurator's system names)
 SYSTEMS = {"a100_sxm": "dgx-a100-80gb", "h100_sxm": "dgx-h100", "h200_sxm": "hgx-h200", "b200_sxm": "dgx-b200",
            "b300_sxm": "dgx-b300", "gb200": "gb200-nvl72", "gb300": "gb300-nvl72"}
+#: AIConfigurator's TensorRT-LLM rows tagged with an NVIDIA Dynamo tensorrtllm-runtime container
+#: release (0.5.1-rc0.pre3, 0.7.0.post2, 0.8.1.post1-3) rather than a TensorRT-LLM release: those
+#: containers ship TensorRT-LLM 1.x (hardware_specs/stacks/trtllm-1.yaml), so the tag's release
+#: line -> the stack that prices it. TensorRT-LLM's own 0.5-0.8 (2023-2024, TensorRT engines)
+#: are other software, which ``serving_release_match`` places as older than every profile
+DYNAMO_TRTLLM_TAGS = {(0, 5): "trtllm-1", (0, 7): "trtllm-1", (0, 8): "trtllm-1"}
 #: what a prediction assumes where the row is silent, by cause
 ASSUMPTIONS = {
     "no_version": "backend_version empty: the framework's newest serving stack",
@@ -367,7 +375,7 @@ def _prepare(df: pd.DataFrame) -> tuple[list[_Row], dict[int, str]]:
         skey = (str(r.get("backend")), version)
         if skey not in stacks:
             try:
-                stacks[skey] = serving_release_match(*skey)
+                stacks[skey] = _release_match(*skey)
             except InputError as exc:
                 stacks[skey] = exc
         match = stacks[skey]
@@ -496,6 +504,16 @@ def _attention_dp_ambiguity(ctx: ServingContext, members: list[_Row]) -> list[st
         else:
             out.append("")
     return out
+
+
+def _release_match(backend: str, version: str | None) -> ReleaseMatch:
+    """The stack a row's (backend, backend_version) is priced on: a Dynamo container tag of a
+    TensorRT-LLM row (``DYNAMO_TRTLLM_TAGS``) names its stack; every other version is a
+    release of the framework (``serving_release_match``)."""
+    numbers = release_numbers(version) if version is not None else None
+    if str(backend).strip().lower() == "trtllm" and numbers is not None and numbers[:2] in DYNAMO_TRTLLM_TAGS:
+        return ReleaseMatch(load_stack(DYNAMO_TRTLLM_TAGS[numbers[:2]]))
+    return serving_release_match(backend, version)
 
 
 def prepare(df: pd.DataFrame) -> Prepared:
