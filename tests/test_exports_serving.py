@@ -410,6 +410,30 @@ def test_the_serving_validation_states_its_runs_served_quantised_checkpoints():
     assert fp8 and all(c.kv_bytes == 1 for c in fp8)
 
 
+def test_the_scripts_release_note_reads_the_requested_backend_version():
+    # the flags are vLLM 0.19.1's, SGLang 0.5.23's, TensorRT-LLM 1.x's (its main-branch source):
+    # a requested release of another line is said in the script and on stderr, whichever profile
+    # priced it (sglang 0.4.6 is priced by sglang-0.5, which covers 0.5.23, and said nothing)
+    def note(*args):
+        res = run("serve", "simulate", "-m", "llama3.1-8b", "-s", "dgx-h100", *args, "--emit")
+        assert res.exit_code == 0, res.output
+        said = [ln[len("# note: "):] for ln in res.stdout.splitlines() if ln.startswith("# note: priced")]
+        assert [f"note: {n}" for n in said] == [ln for ln in res.stderr.splitlines() if ln.startswith("note: priced")]
+        return said[0] if said else ""
+    assert note("-b", "sglang", "--backend-version", "0.4.6") == (
+        "priced with stack sglang-0.5 (releases 0.5); the flags are sglang 0.5.23's: on 0.4.6 check them against "
+        "its --help")
+    for old in ("0.8.0", "0.5.0"):
+        assert note("-b", "trtllm", "--backend-version", old) == (
+            "priced with stack trtllm-1 (releases 1.0, 1.1, 1.2, 1.3, gpt-oss-dev); the flags are trtllm 1.x's: "
+            f"on {old} check them against its --help")
+    for same in (("-b", "trtllm", "--backend-version", "1.2.0"), ("-b", "trtllm"), ("-b", "sglang", "--backend-version",
+                 "0.5.9"), ("-b", "vllm", "--backend-version", "0.19.0"), ("-b", "vllm")):
+        assert note(*same) == "", same
+    assert note("-b", "vllm", "--backend-version", "0.12.0").endswith("vllm 0.19.1's: on 0.12.0 check them against "
+                                                                      "its --help")
+
+
 def test_block_fp8_experts_are_never_split_below_a_128_wide_block():
     # Qwen3-235B's 1,536-wide experts over 8 GPUs: 192 each, which vLLM and SGLang refuse to shard
     with pytest.raises(InputError) as err:

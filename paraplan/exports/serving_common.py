@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from hardware_specs.errors import InputError
+from hardware_specs.release_match import release_numbers
 
 #: the checkpoint a launch loads, the one its prediction priced (``simulator.serving.checkpoints``)
 from simulator.serving.checkpoints import CHECKPOINTS, served_checkpoint
@@ -38,9 +39,10 @@ FRONT_PORT = 9100
 CONTEXT_SLACK_TOKENS = 256
 #: the most engine instances one script starts
 MAX_EMIT_WORKERS = 4096
-#: the release whose flags each engine's export writes (``serving_flags.json``); TensorRT-LLM's
-#: table is read from its 1.x source without a release tag
-PINNED_RELEASES = {"vllm": "0.19.1", "sglang": "0.5.23", "trtllm": None}
+#: the release whose flags each engine's export writes (``serving_flags.json``): vLLM's and
+#: SGLang's read from their installed parsers; TensorRT-LLM's table is read from its 1.x
+#: main-branch source without a release tag, so its release line, 1.x
+PINNED_RELEASES = {"vllm": "0.19.1", "sglang": "0.5.23", "trtllm": "1.x"}
 SIXTEEN_BIT = ("bf16", "fp16")
 
 
@@ -307,7 +309,8 @@ def launch_of(context, deployment, metrics: Mapping[str, float]) -> ServingLaunc
         workers=workers, hosts=hosts, gpus_per_host=per_host, stack=context.stack.name,
         framework=framework, system=cluster.name, gpu=cluster.gpu.name, predicted=predicted,
         prior=bool(context.efficiency.prior), max_context_tokens=int(model.max_context_tokens or 0),
-        online_fp8_refused=refused, priced_release_note=_release_note(context.stack, framework),
+        online_fp8_refused=refused, priced_release_note=_release_note(context.stack, framework,
+                                                                      context.backend_version),
         speculative_tokens=int(context.speculative_tokens), draft_acceptance=float(context.draft_acceptance),
         acceptance_is_prior=bool(context.acceptance_is_prior),
         draft_model_path=str(Path(context.draft_head.path).resolve()) if context.draft_head is not None else "",
@@ -335,14 +338,27 @@ def _refuse_shared_tpu_hosts(workers, cluster, per_host: int) -> None:
                          "with the TPU runtime's TPU_VISIBLE_CHIPS / TPU_PROCESS_BOUNDS settings")
 
 
-def _release_note(stack, framework: str) -> str:
-    """'' when the priced stack profile covers the release whose flags the export writes, else
-    a note saying which releases were priced and which release's flags are written."""
+def _release_line(release: str) -> tuple[int, ...] | None:
+    """The release line of ``release``: its first two numbers (``0.19.1`` -> (0, 19)), or its
+    stated ones (``1.x`` -> (1,)); None for a tag without numbers."""
+    numbers = release_numbers(release)
+    return None if numbers is None else numbers[:2]
+
+
+def _release_note(stack, framework: str, requested: str | None = None) -> str:
+    """'' when the flags the export writes (``PINNED_RELEASES``) are of the release line priced,
+    else a note saying which release was priced and whose flags are written: the line of the
+    ``requested`` release (``--backend-version``) where one was asked for, else of the priced
+    stack profile's releases."""
     pinned = PINNED_RELEASES.get(framework)
-    if pinned is None or stack.covers(pinned):
+    if pinned is None:
+        return ""
+    line = _release_line(pinned)
+    priced = [requested] if requested is not None else list(stack.versions)
+    if any((mine := _release_line(v)) is not None and mine[:len(line)] == line for v in priced):
         return ""
     return (f"priced with stack {stack.name} (releases {', '.join(stack.versions) or 'unstated'}); the flags are "
-            f"{framework} {pinned}'s: on an older release check them against its --help")
+            f"{framework} {pinned}'s: on {requested or 'an older release'} check them against its --help")
 
 
 def _checkpoint_kv(context, checkpoint: str | None, online: bool) -> str:

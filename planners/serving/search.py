@@ -568,7 +568,8 @@ def _rebuilt(ctx, dense_format: str, expert_format: str, kv_cache_dtype: str):
         return ServingContext.build(ctx.model, ctx.cluster, ctx.stack, dense_format, expert_format, kv_cache_dtype,
                                     efficiency=ctx.efficiency, speculative_tokens=ctx.speculative_tokens,
                                     draft_acceptance=None if ctx.acceptance_is_prior else ctx.draft_acceptance,
-                                    draft_head=ctx.draft_head, prequantised=ctx.prequantised)
+                                    draft_head=ctx.draft_head, prequantised=ctx.prequantised,
+                                    backend_version=ctx.backend_version)
     except InputError:
         return None
 

@@ -53,6 +53,8 @@ class ServingContext:
             not a value the user measured.
         draft_head: the EAGLE-3 head that drafts (``model_specs.draft_head``), or None: the
             model's own MTP modules draft.
+        backend_version: the release of the stack's framework the caller asked to price (the
+            stack is its profile), or None (the stack as named, or the framework's default).
         prequantised: the caller stated that the checkpoint served stores the weight formats (a
             quantised export, never the 16-bit release quantised at load time:
             ``simulator.serving.checkpoints.served_checkpoint``).
@@ -72,6 +74,7 @@ class ServingContext:
     acceptance_is_prior: bool = True
     draft_head: DraftHead | None = None
     prequantised: bool = False
+    backend_version: str | None = None
 
     @property
     def draft_model(self) -> str | None:
@@ -248,7 +251,8 @@ class ServingContext:
         return cls(model=m, cluster=c, stack=stack, efficiency=eff, dense_format=dense, expert_format=expert,
                    kv_bytes=kv_dtype_bytes(kv), token_budget=stack.serving.token_budget(c.gpu.hbm_bytes, c.gpu.name),
                    kv_cache_dtype=kv, speculative_tokens=k, draft_acceptance=p, acceptance_is_prior=prior,
-                   draft_head=head, prequantised=bool(prequantised))
+                   draft_head=head, prequantised=bool(prequantised),
+                   backend_version=backend_version.strip() if backend_version is not None else None)
 
 
 def default_formats(model: ModelSpec, gpu, precision: str | None = None,
