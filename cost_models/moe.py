@@ -67,6 +67,23 @@ def _rank_imbalance(load_imbalance, ep):
     return np.where(_f(ep) > 1, _f(load_imbalance), 1.0)
 
 
+def capped_rank_imbalance(load_imbalance, ep, capacity_factor=0.0):
+    """The busiest GPU's rows over the mean after token dropping: ``min(imbalance, c)``.
+
+    With a capacity factor c > 0 (GShard, Lepikhin et al. 2020, section 2.2; Megatron
+    ``moe_expert_capacity_factor``) each sending rank keeps at most ``c`` times its mean rows per
+    expert and drops the rest *before* the dispatch, so the busiest rank receives, computes on,
+    keeps and sends back at most ``c`` times the mean (``moe_tokens_per_expert`` caps the
+    expert GEMMs the same way). c = 0 (dropless) leaves ``_rank_imbalance`` as it is; with
+    ep = 1 the imbalance is 1 and only a c < 1 cap applies. Every use of the busiest rank's rows
+    (expert GEMMs, all-to-all volume, kept activations, dispatch buffers, the recomputed
+    activation) takes this one factor.
+    """
+    imb = _rank_imbalance(load_imbalance, ep)
+    cf = _f(capacity_factor)
+    return np.where(cf > 0, np.minimum(imb, cf), imb)
+
+
 def _shared_ffn_total(model: ModelSpec) -> int:
     """Width of all shared experts fused into one MLP (Megatron's SharedExpertMLP), 0 if none."""
     moe = model.moe
@@ -414,7 +431,7 @@ def deduplicated_dispatch_volumes(token_bytes, num_experts, top_k, ep, stride, g
 
 def moe_all_to_all_time_s(dispatch_bytes, ep, etp, cluster: ClusterSpec, eff: EfficiencyModel,
                           overlap=0.0, load_imbalance=1.0, combine_bytes=None, stride=None,
-                          dedup=False, num_experts=None, top_k=None):
+                          dedup=False, num_experts=None, top_k=None, capacity_factor=0.0):
     """Expert-parallel communication of one MoE layer, seconds (forward and backward).
 
     Forward = dispatch all-to-all + combine all-to-all over the EP group; backward = the same
@@ -423,7 +440,9 @@ def moe_all_to_all_time_s(dispatch_bytes, ep, etp, cluster: ClusterSpec, eff: Ef
     ``tp * cp`` for the older layout that carved EP out of data parallelism); it is timed by
     ``topology.group_collective_time_s("all_to_all", ...)`` so it runs over NVLink while
     ``ep * stride <= gpus_per_node`` and over the NICs beyond. The busiest rank receives
-    ``load_imbalance`` times the mean, which scales the buffer. With etp > 1 the received rows
+    ``load_imbalance`` times the mean, which scales the buffer; with a capacity factor c > 0 the
+    senders drop what exceeds c times the mean before sending, so the buffer scales by
+    ``min(load_imbalance, c)`` (``capped_rank_imbalance``). With etp > 1 the received rows
     are all-gathered over the ETP group (stride 1) before the experts and reduce-scattered
     after them (Megatron ``MoEAlltoAllTokenDispatcher``). ``overlap`` in [0, 1] is the fraction
     hidden under compute (DualPipe, Megatron's EP-overlapped 1F1B); 0 = fully exposed.
@@ -441,7 +460,7 @@ def moe_all_to_all_time_s(dispatch_bytes, ep, etp, cluster: ClusterSpec, eff: Ef
     """
     ep, etp = _f(ep), _f(etp)
     stride = etp if stride is None else _f(stride)
-    imb = _rank_imbalance(load_imbalance, ep)
+    imb = capped_rank_imbalance(load_imbalance, ep, capacity_factor)
     d_bytes = _f(dispatch_bytes) * imb
     c_bytes = (_f(dispatch_bytes) if combine_bytes is None else _f(combine_bytes)) * imb
     dispatch = group_collective_time_s("all_to_all", d_bytes, ep, stride, cluster, eff)
@@ -509,7 +528,8 @@ def moe_activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, c
     The rest of the layer (attention, norms, the MLP input, shared experts) is
     ``memory.activation_bytes_per_layer(model, ..., ffn=num_shared * shared_ffn)`` (ffn=0 when
     there is no shared expert). With ``routed = micro_batch * seq / (cp * tp)`` and
-    ``rows = routed * top_k * etp * imbalance`` (rows on the busiest rank):
+    ``rows = routed * top_k * etp * imbalance`` (rows on the busiest rank; imbalance capped at the
+    capacity factor, ``capped_rank_imbalance``):
 
     * router: fp32 logits and probabilities, ``routed * E * 8``;
     * expert input after dispatch (fc1's wgrad input), ``rows * d * g`` (d = the experts' width,
@@ -543,7 +563,7 @@ def moe_activation_bytes_per_layer(model: ModelSpec, micro_batch, seq_len, tp, c
     gb = _f(gemm_input_bytes)
     mods = memory.effective_modules(recompute, 0 if modules is None else modules)
     routed = _f(micro_batch) * _f(seq_len) / (_f(cp) * _f(tp))
-    rows = routed * k * _f(etp) * _rank_imbalance(load_imbalance, ep)
+    rows = routed * k * _f(etp) * capped_rank_imbalance(load_imbalance, ep, moe.capacity_factor)
     f_local = moe.expert_ffn_hidden_size / _f(etp)
     eb = _f(element_bytes)
     fc1_out = (2.0 if model.gated_mlp else 1.0) * f_local * eb
@@ -573,5 +593,5 @@ def moe_dispatch_buffer_bytes(model: ModelSpec, micro_batch, seq_len, tp, cp, et
     moe = model.moe
     k = moe.top_k
     routed = _f(micro_batch) * _f(seq_len) / (_f(cp) * _f(tp))
-    rows = routed * k * _f(etp) * _rank_imbalance(load_imbalance, ep)
+    rows = routed * k * _f(etp) * capped_rank_imbalance(load_imbalance, ep, moe.capacity_factor)
     return (routed * k + rows) * routed_expert_width(model) * _f(bytes_per_element)

@@ -224,7 +224,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         if kind == "moe":
             moe = model.moe
             routed = tokens / tp
-            rows = routed * moe.top_k * etp * np.where(np.asarray(ep) > 1, imbalance, 1.0)
+            rows = routed * moe.top_k * etp * moe_costs.capped_rank_imbalance(imbalance, ep, moe.capacity_factor)
             shared = moe.num_shared_experts * (moe.shared_expert_ffn_hidden_size or moe.expert_ffn_hidden_size)
             act_s = (layer_costs.activation_forward_s(model, rates, rows, moe.expert_ffn_hidden_size / etp)
                      + (layer_costs.activation_forward_s(model, rates, tokens, shared / tp) if shared else 0.0))
@@ -294,7 +294,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             dispatch = mlp["a2a_dispatch_buffer_bytes"]       # the routed rows, at the experts' width
             a2a = moe_costs.moe_all_to_all_time_s(dispatch, ep, etp, cluster, eff, load_imbalance=imbalance,
                                                   dedup=ep_dispatch_dedup, num_experts=model.moe.num_experts,
-                                                  top_k=model.moe.top_k)
+                                                  top_k=model.moe.top_k, capacity_factor=model.moe.capacity_factor)
             epf = np.where(ep_overlap, np.maximum(a2a["fwd_s"] - fwd, 0.0), a2a["fwd_s"])
             epb = np.where(ep_overlap, np.maximum(a2a["bwd_s"] - bwd - wgrad, 0.0), a2a["bwd_s"])
             epb_split = np.where(ep_overlap, np.maximum(a2a["bwd_s"] - bwd, 0.0), a2a["bwd_s"])
