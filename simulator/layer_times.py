@@ -170,9 +170,28 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     blocks_per_layer = 1.0 if hybrid else 2.0
     act_bytes = tokens * h * rates.act_bytes
     tp_coll = group_collective_time_s("all_reduce", act_bytes, tp, 1, cluster, eff)
-    tp_fwd = blocks_per_layer * tp_coll
-    tp_bwd = blocks_per_layer * tp_coll + np.where(sp, blocks_per_layer / 2.0 * tp_coll, 0.0)
-    tp_rec = np.where(rc == 2, tp_fwd, 0.0)
+    shared_blocks = 1.0 if model.moe is not None and model.moe.num_shared_experts else 0.0
+
+    def tp_blocks(kind):
+        """Column/row-parallel blocks whose TP collectives a layer of ``kind`` runs, per row.
+
+        Under sequence parallelism an MoE block has none of its own: Megatron-Core routes the
+        sequence-parallel hidden states as they are (NVIDIA/Megatron-LM@core_v0.15.0
+        megatron/core/transformer/moe/moe_layer.py:272-278, ``custom_forward`` hands
+        ``hidden_states`` to the router and the dispatcher with no gather), and the
+        all-to-all dispatcher's only tensor-parallel traffic is the all-gather / reduce-scatter
+        over the *expert* TP group (token_dispatcher.py:67 ``self.tp_group =
+        pg_collection.expt_tp``; :656 gather in ``dispatch_postprocess``, :739 reduce-scatter
+        in ``combine_preprocess``), which ``moe.moe_all_to_all_time_s`` prices as ``etp_s``.
+        A shared expert is a plain tensor-parallel MLP (shared_experts.py:30 ``SharedExpertMLP(MLP)``,
+        column- then row-parallel linears, models/gpt/moe_module_specs.py:50-68; its overlapped
+        form gathers and reduce-scatters itself, shared_experts.py:159-161, 242-244), so it adds
+        one block. Without sequence parallelism Megatron-Core refuses MoE training at tp > 1
+        (moe_layer.py:265-269); other stacks keep the dense block's all-reduce pair there.
+        """
+        if kind != "moe":
+            return blocks_per_layer
+        return np.where(sp, (0.0 if hybrid else 1.0) + shared_blocks, blocks_per_layer)
     # under sequence parallelism the backward of each row-parallel output's reduce-scatter is an
     # all-gather of the output gradient (half an all-reduce's ring), and both gradient GEMMs of
     # that linear read the gathered tensor: no GEMM of the layer can run under it, so the
@@ -185,7 +204,6 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     # linear's own backward collectives are the asynchronous ones
     # (``LinearWithGradAccumulationAndAsyncCommunication.backward``: input re-gather under
     # the data-gradient GEMM, gradient reduce-scatter under the weight-gradient GEMM).
-    tp_bwd_dependent = np.where(sp, blocks_per_layer / 2.0 * tp_coll, 0.0)
     cpcs = {}
     for kind, mixer in list(attn.items()):
         if kind == "moe" and not hybrid:        # the same attention block as the dense slot's
@@ -211,6 +229,11 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     out = {}
     for kind, mlp in blocks.items():
         attn_k, cpc = attn[kind], cpcs[kind]
+        nb = tp_blocks(kind)
+        tp_fwd = nb * tp_coll
+        tp_bwd = nb * tp_coll + np.where(sp, nb / 2.0 * tp_coll, 0.0)
+        tp_rec = np.where(rc == 2, tp_fwd, 0.0)
+        tp_bwd_dependent = np.where(sp, nb / 2.0 * tp_coll, 0.0)
         gemm_f = attn_k["gemm_fwd_s"] + mlp["gemm_fwd_s"]
         dgrad = attn_k["gemm_dgrad_s"] + mlp["gemm_dgrad_s"]
         wgrad = attn_k["gemm_wgrad_s"] + mlp["gemm_wgrad_s"]
@@ -239,7 +262,9 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         # layers): its forward again, with its TP collective; it includes the activation
         # (and, for MoE, the dispatch), so those modules add nothing more there
         whole = bit("moe") if kind == "moe" else bit("mlp")
+        # (an MoE block under sequence parallelism: its shared expert's only, ``tp_blocks``)
         block_tp = tp_coll * (shares["mlp"] if hybrid and kind == "dense" else 1.0)
+        block_tp = np.where(sp, shared_blocks * tp_coll, block_tp) if kind == "moe" else block_tp
         block_s = mlp["gemm_fwd_s"] + mlp["cast_fwd_s"] + mlp["elem_fwd_s"] + np.where(tp > 1, block_tp, 0.0)
         # the dense MLP's input projections and activation alone (``mlp_fc1``, not in MoE layers):
         # the first GEMM, its share of the block's input casts, the activation, and under
@@ -318,17 +343,18 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             mlp_n = blocks_n[kind]
             n_fwd = (attn_n[kind]["gemm_fwd_s"] + mlp_n["gemm_fwd_s"] + attn_n[kind]["core_fwd_s"] + attn_n[kind]["elem_fwd_s"]
                      + mlp_n["elem_fwd_s"] + attn_n[kind]["cast_fwd_s"] + mlp_n["cast_fwd_s"]
-                     + np.where(tp > 1, blocks_per_layer, 0.0))
+                     + np.where(tp > 1, nb, 0.0))
             n_bwd = (attn_n[kind]["gemm_dgrad_s"] + mlp_n["gemm_dgrad_s"] + attn_n[kind]["gemm_wgrad_s"] + mlp_n["gemm_wgrad_s"]
                      + attn_n[kind]["core_bwd_s"] + attn_n[kind]["elem_bwd_s"] + mlp_n["elem_bwd_s"]
                      + attn_n[kind]["cast_bwd_s"] + mlp_n["cast_bwd_s"]
-                     + np.where(tp > 1, np.where(sp, 1.5, 1.0) * blocks_per_layer, 0.0))
+                     + np.where(tp > 1, np.where(sp, 1.5, 1.0) * nb, 0.0))
             n_sel = (np.where(bit("core_attn"), attn_n[kind]["core_fwd_s"], 0.0) + blocks_per_layer * bit("layernorm")
                      + (1.0 + (0.0 if kind == "moe" else layer_costs.activation_units(model, unfused_block_ops)[2]))
                      * (bit("mlp_act") & ~whole & ~fc1)
                      + 2.0 * bit("mla_up_proj")
                      + np.where(whole, mlp_n["gemm_fwd_s"] + mlp_n["elem_fwd_s"] + mlp_n["cast_fwd_s"]
-                                + np.where(tp > 1, 1.0, 0.0), 0.0)
+                                + np.where(tp > 1, (np.where(sp, shared_blocks, 1.0) if kind == "moe" else 1.0),
+                                           0.0), 0.0)
                      + alt_kernels * bit("every_second_linear") + np.where(fc1, fc1_kernels, 0.0))
             # the host-bound share shows as compute: what the floor adds above the GPU's passes
             host_f = np.maximum(n_fwd * host_s - (fwd + tpf + cpc["fwd_exposed_s"] + epf), 0.0)
