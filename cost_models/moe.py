@@ -29,6 +29,8 @@ share them); model and hardware specs are scalars.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from cost_models import memory
@@ -402,7 +404,59 @@ def destination_hit_probability(num_experts, top_k, experts_at_destination):
     return 1.0 - miss
 
 
-def deduplicated_dispatch_volumes(token_bytes, num_experts, top_k, ep, stride, gpus_per_node):
+def group_limited_hit_probability(num_experts, top_k, experts_at_destination, num_groups=1, group_topk=1):
+    """``destination_hit_probability`` under group-limited routing, per destination.
+
+    DeepSeek-V2/V3 (V3 report sections 2.1.2 and 3.2.2, config.json ``n_group`` / ``topk_group``)
+    split the E experts into ``G = num_groups`` equal groups of ``g = E / G``; a token picks
+    ``T = group_topk`` groups, then its ``top_k`` experts among those ``T g`` experts. Under
+    uniform routing the T groups are a uniform T-subset and the k experts a uniform k-subset of
+    their experts. Experts sit on the EP ranks in order (rank r holds experts ``[r e, (r+1) e)``),
+    so a destination holding ``m`` consecutive experts touches ``q`` groups with ``c = m / q`` of
+    its experts in each: ``q = m / g``, ``c = g`` when it holds whole groups (DeepSeek-V3 on
+    8-GPU nodes at ep 64: a node holds one group of 32); ``q = 1``, ``c = m`` when it sits inside
+    one (a GPU's 4 experts). The number ``J`` of its groups among the token's T is
+    hypergeometric, ``P(J = j) = C(q, j) C(G - q, T - j) / C(G, T)``, and given J the token misses
+    it with probability ``C(T g - j c, k) / C(T g, k)``, so
+
+        ``P(hit) = 1 - sum_j P(J = j) C(T g - j c, k) / C(T g, k)``.
+
+    A token then reaches at most T destinations that each hold whole groups (``sum`` of the
+    node hit probabilities ``<= T``: the report's "at most M = 4 nodes"). ``G = 1`` (or
+    ``T >= G``) is plain top-k, ``destination_hit_probability``. A destination that straddles
+    groups unevenly (``m`` and ``g`` not dividing one another) is taken as ``q = ceil(m / g)``
+    groups with ``m / q`` each, an approximation.
+
+    Uniform routing inside the chosen groups is a choice: if the groups are ranked by the
+    sum of their two best i.i.d. scores (``noaux_tc``) the chosen groups are hit more often
+    (a simulation of that case gives 3.95 distinct nodes a token for DeepSeek-V3 at ep 64, 8 GPUs
+    a node, against 3.62 here; the bound is 4).
+    """
+    G, T, E, k = int(num_groups), int(group_topk), int(num_experts), int(top_k)
+    if G <= 1 or T >= G:
+        return destination_hit_probability(num_experts, top_k, experts_at_destination)
+    g = E / G
+    pool = T * g
+    total = math.comb(G, T)
+
+    def one(m):
+        m = float(m)
+        if m <= 0.0:
+            return 0.0
+        q = int(min(G, max(1, math.ceil(m / g - 1e-9))))
+        c = m / q
+        miss = 0.0
+        for j in range(max(0, T - (G - q)), min(q, T) + 1):
+            miss_j = 1.0
+            for i in range(k):
+                miss_j *= max(pool - j * c - i, 0.0) / (pool - i)
+            miss += math.comb(q, j) * math.comb(G - q, T - j) / total * miss_j
+        return 1.0 - miss
+    return np.vectorize(one, otypes=[float])(_f(experts_at_destination))
+
+
+def deduplicated_dispatch_volumes(token_bytes, num_experts, top_k, ep, stride, gpus_per_node, num_groups=1,
+                                  group_topk=1):
     """(NVLink bytes, NIC bytes) one GPU sends in one dispatch under a deduplicating dispatcher.
 
     ``token_bytes``: the GPU's routed tokens x hidden x bytes per element (one copy each). The
@@ -419,19 +473,23 @@ def deduplicated_dispatch_volumes(token_bytes, num_experts, top_k, ep, stride, g
       less the receiving GPU when it is one of them (``p_gpu / p_node``), which sums to
       ``token_bytes * (R - 1) * N * p_gpu``.
 
-    Under uniform routing; the combine moves the same volumes back.
+    Under uniform routing; the combine moves the same volumes back. With group-limited routing
+    (``num_groups`` / ``group_topk``: DeepSeek-V3's node-limited routing, each token reaches at
+    most 4 nodes) both probabilities are ``group_limited_hit_probability``; the forwarding sum
+    above holds as it is (it only uses the per-GPU and per-node marginals).
     """
     n_intra, n_inter = group_span(ep, stride, gpus_per_node)
     per_gpu = float(num_experts) / np.maximum(_f(ep), 1.0)
-    p_gpu = destination_hit_probability(num_experts, top_k, per_gpu)
-    p_node = destination_hit_probability(num_experts, top_k, n_intra * per_gpu)
+    p_gpu = group_limited_hit_probability(num_experts, top_k, per_gpu, num_groups, group_topk)
+    p_node = group_limited_hit_probability(num_experts, top_k, n_intra * per_gpu, num_groups, group_topk)
     tb = _f(token_bytes)
     return tb * (n_intra - 1.0) * n_inter * p_gpu, tb * (n_inter - 1.0) * p_node
 
 
 def moe_all_to_all_time_s(dispatch_bytes, ep, etp, cluster: ClusterSpec, eff: EfficiencyModel,
                           overlap=0.0, load_imbalance=1.0, combine_bytes=None, stride=None,
-                          dedup=False, num_experts=None, top_k=None, capacity_factor=0.0):
+                          dedup=False, num_experts=None, top_k=None, capacity_factor=0.0, num_groups=1,
+                          group_topk=1):
     """Expert-parallel communication of one MoE layer, seconds (forward and backward).
 
     Forward = dispatch all-to-all + combine all-to-all over the EP group; backward = the same
@@ -452,7 +510,7 @@ def moe_all_to_all_time_s(dispatch_bytes, ep, etp, cluster: ClusterSpec, eff: Ef
 
     ``dedup`` (per row): the stack's dispatcher sends each token once per destination GPU and
     node instead of once per chosen expert (``deduplicated_dispatch_volumes``; needs
-    ``num_experts`` and ``top_k``); False = Megatron's ``alltoall`` dispatcher, one row per
+    ``num_experts`` and ``top_k``, and ``num_groups`` / ``group_topk`` for group-limited routing); False = Megatron's ``alltoall`` dispatcher, one row per
     (token, expert) pair.
 
     Returns a dict of float arrays: ``dispatch_s``, ``combine_s``, ``etp_s`` (all-gather +
@@ -468,7 +526,7 @@ def moe_all_to_all_time_s(dispatch_bytes, ep, etp, cluster: ClusterSpec, eff: Ef
     if np.any(dedup):
         def forwarded(bytes_):
             intra, inter = deduplicated_dispatch_volumes(bytes_ / float(top_k), num_experts, top_k, ep, stride,
-                                                         cluster.gpus_per_node)
+                                                         cluster.gpus_per_node, num_groups, group_topk)
             return group_forwarded_all_to_all_time_s(intra, inter, ep, stride, cluster, eff)
         dispatch = np.where(dedup, forwarded(d_bytes), dispatch)
         combine = np.where(dedup, forwarded(c_bytes), combine)

@@ -319,7 +319,8 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             dispatch = mlp["a2a_dispatch_buffer_bytes"]       # the routed rows, at the experts' width
             a2a = moe_costs.moe_all_to_all_time_s(dispatch, ep, etp, cluster, eff, load_imbalance=imbalance,
                                                   dedup=ep_dispatch_dedup, num_experts=model.moe.num_experts,
-                                                  top_k=model.moe.top_k, capacity_factor=model.moe.capacity_factor)
+                                                  top_k=model.moe.top_k, capacity_factor=model.moe.capacity_factor,
+                                                  num_groups=model.moe.num_groups, group_topk=model.moe.group_topk)
             epf = np.where(ep_overlap, np.maximum(a2a["fwd_s"] - fwd, 0.0), a2a["fwd_s"])
             epb = np.where(ep_overlap, np.maximum(a2a["bwd_s"] - bwd - wgrad, 0.0), a2a["bwd_s"])
             epb_split = np.where(ep_overlap, np.maximum(a2a["bwd_s"] - bwd, 0.0), a2a["bwd_s"])
