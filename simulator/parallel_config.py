@@ -147,7 +147,9 @@ class ParallelConfig:
             (``cost_models.compute.attention_time_s``): ``auto`` = the GPU generation's usual
             stack; ``serial`` adds them to the matmul time (FlashAttention-2, e.g. llm-foundry);
             ``pipelined`` hides them while the matmuls last (FlashAttention-3).
-        moe_load_imbalance: ratio of the busiest expert's tokens to the mean (1 = uniform).
+        moe_load_imbalance: ratio of the busiest EP rank's routed rows to the mean over the EP group
+            (1 = uniform; ``cost_models.moe._rank_imbalance``): capped at the model's capacity factor,
+            ignored at ep = 1 (every expert local, its row count exact).
         flash_attention: fused attention core (no stored score matrix); False models the
             materialised softmax of 2020-2022 Megatron.
         grad_accumulation_fusion: the weight-gradient GEMM accumulates into the gradient

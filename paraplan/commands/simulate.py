@@ -597,7 +597,7 @@ def _not_empty(value: str | None, option: str, comma_list: bool = False) -> str 
 @ep_comm_overlap_option
 @ep_dispatch_dedup_option
 @click.option("--cp-kind", type=click.Choice([k.value for k in CPKind]), default="ring", show_default=True, help="Context-parallel flavour.")
-@click.option("--moe-load-imbalance", type=click.FloatRange(min=1.0), metavar="RATIO", default=1.0, show_default=True, help="Busiest expert's tokens / mean (1 = balanced).")
+@click.option("--moe-load-imbalance", type=click.FloatRange(min=1.0), metavar="RATIO", default=1.0, show_default=True, help="Busiest expert-parallel rank's routed rows / the mean over the EP group (1 = balanced); capped at the model's moe.capacity_factor; no effect at --ep 1, where every expert is local.")
 @click.option("--flash-attention/--no-flash-attention", default=None, help="Fused attention core (no stored score matrix).")
 @click.option("--attention-kernel", type=click.Choice([k.value for k in AttentionKernel]), default=None,
               help="How the fused attention kernel meets its softmax: auto = the GPU generation's usual kernel; "
