@@ -46,6 +46,7 @@ import numpy as np
 
 from cost_models import context_parallel, layer_costs, mamba, memory, moe as moe_costs
 from cost_models.compute import LOW_PRECISION, compute_rates, gemm_time_s, kernel_counting_rates, sixteen_bit_dtype
+from cost_models.params import routed_expert_width
 from cost_models.topology import group_collective_time_s
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
@@ -329,7 +330,9 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
             ep_fwd_traffic, ep_bwd_traffic = a2a["fwd_s"], a2a["bwd_s"]
             # recomputing the dispatch permutes the rows and sends them again (not overlapped);
             # recomputing the whole block sends them and combines them again
-            permute = 2.0 * routed * moe.top_k * h * rates.act_bytes / rates.hbm_bytes_per_s
+            # (the rows move at the experts' width: LatentMoE's latent size, else h, as the dispatch sends them)
+            permute = (2.0 * routed * moe.top_k * routed_expert_width(model) * rates.act_bytes
+                       / rates.hbm_bytes_per_s)
             sel = sel + np.where(bit("moe_dispatch") & ~whole, permute + a2a["dispatch_s"], 0.0) \
                 + np.where(whole, a2a["fwd_s"], 0.0)
         else:
