@@ -28,6 +28,12 @@ token, 6.56 vs 6.57 at 4, 16.71 vs 16.70 at 16 (the mean: 1.0, 3.8, 12.7). Group
 routing (DeepSeek-V3's n_group / topk_group) concentrates a token's experts on fewer GPUs and
 raises the maximum further (about 3.5 at one token for DeepSeek-R1 on 8 GPUs); it is not
 modelled, so this is a lower bound for such routers.
+
+The approximation is floored at what holds exactly for every routing: the busiest GPU streams
+at least the mean ``E[distinct] / ep`` (a maximum is never below the mean), and once a token is
+routed (T >= 1) at least ``ceil(k / ep)`` experts (one token's k distinct experts on ep GPUs,
+pigeonhole). With one expert a GPU the binomial maximum falls below that: 8 experts top-2 on
+8 GPUs, one token, gives 1 - (3/4)^8 = 0.900 while exactly two GPUs each stream one expert.
 """
 from __future__ import annotations
 
@@ -56,7 +62,8 @@ def expected_busiest_gpu_experts(num_experts, top_k, tokens, ep):
     """Expected distinct experts active on the busiest of ``ep`` GPUs that each hold
     ``num_experts / ep`` experts, for ``tokens`` tokens routed top-k of E (arrays ok): E[max] =
     sum_{x=0}^{m-1} (1 - F(x)^ep), F the Binomial(m, 1 - (1 - k/E)^T) CDF (module docstring).
-    At ep = 1 it is E[distinct] exactly."""
+    At ep = 1 it is E[distinct] exactly. Floored at the exact lower bounds
+    ``max(E[distinct] / ep, ceil(k / ep) if T >= 1)`` (module docstring)."""
     e = np.asarray(num_experts, dtype=float)
     ep_ = np.maximum(np.asarray(ep, dtype=float), 1.0)
     e, k, t, ep_ = np.broadcast_arrays(e, np.asarray(top_k, dtype=float),
@@ -73,7 +80,8 @@ def expected_busiest_gpu_experts(num_experts, top_k, tokens, ep):
         rows = split & (mi == mm) & (epi == ee)
         grid, table = _busiest_table(mm, ee)
         out[rows] = np.interp(p[rows], grid, table)
-    return out
+    floor = np.maximum(mean, np.where(t >= 1.0, np.minimum(np.ceil(k / ep_), m), 0.0))
+    return np.where(split, np.maximum(out, floor), out)
 
 
 def busiest_gpu_experts_exact(m: int, ep: int, p) -> np.ndarray:

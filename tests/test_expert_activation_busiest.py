@@ -80,3 +80,20 @@ def test_the_interpolated_table_is_the_exact_sum_within_its_stated_tolerance():
         exact = busiest_gpu_experts_exact(experts // ep, ep, p)
         table = expected_busiest_gpu_experts(experts, top_k, tokens, ep)
         assert np.abs(table - exact).max() <= 1e-5 * exact.max()
+
+
+def test_one_expert_a_gpu_and_one_token_streams_exactly_one_expert_on_the_busiest():
+    # 8 experts top-2 on 8 GPUs, one token: exactly two GPUs hold one chosen expert each, so the
+    # busiest streams 1 expert; the binomial maximum alone gives 1 - (3/4)^8 = 0.900
+    assert 1 - (3 / 4) ** 8 == pytest.approx(0.8999, abs=1e-4)
+    assert float(expected_busiest_gpu_experts(8, 2, [1.0], 8)[0]) == 1.0
+    assert float(expected_busiest_gpu_experts(8, 2, [3.0], 8)[0]) == 1.0
+
+
+def test_the_busiest_gpu_is_never_below_the_mean_or_one_tokens_pigeonhole():
+    # top-8 of 16 experts on 4 GPUs (m = 4): one token puts >= ceil(8/4) = 2 on some GPU
+    got = float(expected_busiest_gpu_experts(16, 8, [1.0], 4)[0])
+    assert got >= 2.0
+    t = np.array([0.5, 1.0, 2.0, 8.0, 64.0])
+    busiest = expected_busiest_gpu_experts(64, 4, t, 8)
+    assert np.all(busiest >= expected_distinct_experts(64, 4, t) / 8 - 1e-12)
