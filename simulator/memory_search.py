@@ -100,7 +100,10 @@ def fewest_that_fit(prm: dict, idx, fc: StageCells, limit, out: dict, static_ten
                 slack = np.where(at > 0, (top_s - need) / at, np.inf)
             dec = np.floor(np.minimum.reduceat(slack, rb))
             dec = np.where(np.isfinite(dec), np.maximum(dec, 0.0), 0.0)
-            covers_all = top >= row_max[rows]       # every layer recomputed: the enumerated "full"
+            # every stage recomputes every layer (the first stage all of them and no later stage
+            # fewer): the enumerated "full"; a first stage needing every layer with later stages
+            # needing fewer keeps its decrement (N = the largest chunk, each later stage M fewer)
+            covers_all = (top >= row_max[rows]) & ((dec == 0) | (n_stages[rows] == 1))
             counts = np.where(np.repeat(covers_all, n_stages[rows]), n_max,
                               np.maximum(top_s - at * np.repeat(dec, n_stages[rows]), 0.0))
             out["_recompute_num_layers"][idx[rows]] = np.where(covers_all, 0.0, top)
