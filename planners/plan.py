@@ -15,6 +15,7 @@ valid or fitting configuration raises ``InputError`` saying what would make it f
 """
 from __future__ import annotations
 
+import functools
 import numbers
 import time
 from dataclasses import dataclass, field, replace
@@ -33,7 +34,7 @@ from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from planners import infeasible
 from planners.explain import explain_text, memory_feature_notes
-from planners.refine import refine_exact
+from planners.refine import MAX_EXACT, TOP_EXACT, refine_exact
 from planners.search_space import (DEFAULT_SCHEDULES, FIXABLE, RECOMPUTE_NAMES, SCHEDULE_NAMES,
                                    SPACE_CHUNK_ROWS, enumerate_base,
                                    SearchConstraints)
@@ -368,7 +369,7 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
          progress: Callable[[int, int], None] | None = None, assign_stages: bool = True,
          stack: str = "megatron-core", max_plans: int | None = MAX_PLANS,
          space_chunk_rows: int | None = SPACE_CHUNK_ROWS, memory_search: bool = True, hsdp: bool = True,
-         prune_by_time: bool = True, count_fitting: bool = False) -> PlanResult:
+         prune_by_time: bool = True, count_fitting: bool = False, top: int = TOP_EXACT) -> PlanResult:
     """Rank every valid configuration of ``model`` on ``gpus`` GPUs of ``cluster`` that fits.
 
     Args:
@@ -410,6 +411,10 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
             ``fit_unchecked`` the others.
         count_fitting: give every row the memory model, so ``fitting`` is the exact count of
             fitting configurations (slower on a large search; the plans are the same).
+        top: the plans a caller shows: the fastest ``max(top, refine.TOP_EXACT)`` get the exact
+            pipeline makespan (``simulate``'s numbers, ranked by them), at most
+            ``refine.MAX_EXACT`` rows computed exactly in all (rows beyond keep
+            ``pipeline_exact`` False and the estimate).
 
     Raises ``InputError`` naming what would make the request feasible when nothing fits.
     """
@@ -422,6 +427,8 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
     max_tp, max_micro_batch, max_plans, workers = (None if v is None else whole_number(name, v) for name, v in (
         ("max_tp", max_tp), ("max_micro_batch", max_micro_batch), ("max_plans", max_plans), ("workers", workers)))
     chunk_rows = whole_number("chunk_rows", chunk_rows)
+    top = max(whole_number("top", top), TOP_EXACT)
+    refine = functools.partial(refine_exact, top=top, max_rows=MAX_EXACT + top)
     space_chunk_rows = None if space_chunk_rows is None else whole_number("space_chunk_rows", space_chunk_rows)
     for name, flag in (("prune_dominated", prune_dominated), ("assign_stages", assign_stages),
                        ("memory_search", memory_search), ("hsdp", hsdp), ("prune_by_time", prune_by_time),
@@ -474,7 +481,7 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
     if base.n_chunks == 1:        # the whole space at once: every fitting row, scored once
         space = base.chunk(0)[0]
         ev = evaluate_space(model, cluster, eff, space, gbs, limit, chunk_rows=chunk_rows, workers=workers,
-                            progress=progress, defaults=defaults, memory_search=memory_search, refine=refine_exact,
+                            progress=progress, defaults=defaults, memory_search=memory_search, refine=refine,
                             keep=max_plans if prune_by_time else None)
         if ev.fitting == 0:
             if ev.bound_pruned:       # the smallest footprint, over every row
@@ -491,7 +498,7 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
         unchecked = ev.unchecked
     else:                         # chunk by chunk: only the rows a result can show are kept
         scored = score_space(model, cluster, eff, base, limit, max_plans, chunk_rows=chunk_rows, workers=workers,
-                             progress=progress, defaults=defaults, refine=refine_exact,
+                             progress=progress, defaults=defaults, refine=refine,
                              memory_search=memory_search, prune_by_time=prune_by_time,
                              count_fitting=count_fitting)
         if scored.fitting == 0:
@@ -510,7 +517,8 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
                            min_memory_offload=scored.min_memory_offload,
                            host_bound=(host[0], 1, host[3], host[4]) if host else ())
             raise infeasible.nothing_fits(model, cluster, eff, constraints, smallest, ev, limit, headroom_gib)
-        plans = _kept_table(model, cluster, eff, base, scored, limit, max_plans, defaults, memory_search, workers)
+        plans = _kept_table(model, cluster, eff, base, scored, limit, max_plans, defaults, memory_search, workers,
+                            refine)
         evaluated, fitting, eval_s, eval_cpu_s = scored.evaluated, scored.fitting, scored.wall_s, scored.cpu_s
         unchecked = scored.unchecked
     pruned = dict(base.pruned)
@@ -554,12 +562,12 @@ def _placed_for_range(cluster: ClusterSpec, lo: int, hi: int) -> ClusterSpec:
 
 
 def _kept_table(model, cluster, eff, base, scored, limit: float, max_plans: int | None, defaults: tuple,
-                memory_search: bool = True, workers: int | None = None) -> pd.DataFrame:
+                memory_search: bool = True, workers: int | None = None, refine=refine_exact) -> pd.DataFrame:
     """The ranked table of the rows ``kept_rows`` keeps over the whole space: those rows are
     rebuilt and scored again with the step model (row-wise, so with the very numbers the search
     found), one dtype at a time, each sorted by the layer key, over ``workers`` processes
     (``evaluate_space``); then the ones that can rank get their exact pipeline makespan
-    (``refine_exact``)."""
+    (``refine``: ``refine_exact``, with the caller's ``top``)."""
     keep = kept_rows(scored.tokens_per_s, scored.memory_bytes, scored.n_gpus, max_plans)
     tables = []
     for d in np.unique(scored.dtype_index[keep]):
@@ -570,10 +578,11 @@ def _kept_table(model, cluster, eff, base, scored, limit: float, max_plans: int 
                         dtypes=(space.dtypes[d],))
         own = (defaults[d],) if defaults else ()
         if scored.timed is not None:
-            ev = _refined_from_scoring(model, cluster, eff, space, base.global_batch, scored, sel, order, own)
+            ev = _refined_from_scoring(model, cluster, eff, space, base.global_batch, scored, sel, order, own,
+                                       refine)
         else:
             ev = evaluate_space(model, cluster, eff, space, base.global_batch, limit, workers=workers, defaults=own,
-                                memory_search=memory_search, refine=refine_exact)
+                                memory_search=memory_search, refine=refine)
         table = _ranked_table(space, ev, base.global_batch, cluster.gpu.hbm_bytes,
                               row_ids=scored.positions[sel][order])
         table["dtype"] = pd.Categorical([base.dtypes[d]] * len(table), categories=list(base.dtypes))
@@ -584,7 +593,7 @@ def _kept_table(model, cluster, eff, base, scored, limit: float, max_plans: int 
 
 
 def _refined_from_scoring(model, cluster, eff, space, global_batch: int, scored, sel: np.ndarray,
-                          order: np.ndarray, defaults: tuple) -> Evaluated:
+                          order: np.ndarray, defaults: tuple, refine=refine_exact) -> Evaluated:
     """What ``evaluate_space(..., refine=refine_exact)`` of ``space`` (the scored rows ``sel``,
     in ``order``, one dtype; every one fits) gives, from the scoring's own outputs: the step
     model is row-wise, so each row's memory, search counts and times as timed are the ones the
@@ -600,8 +609,8 @@ def _refined_from_scoring(model, cluster, eff, space, global_batch: int, scored,
     known = at >= 0
     values = {k: np.where(known, v[np.maximum(at, 0)], 0.0) if len(v) else np.zeros(n)
               for k, v in scored.exact_outputs.items()}
-    return refine_exact(model, cluster, eff, space, global_batch, ev, defaults=defaults,
-                        cache=(np.arange(n), known, values))
+    return refine(model, cluster, eff, space, global_batch, ev, defaults=defaults,
+                  cache=(np.arange(n), known, values))
 
 
 def _ranked_table(space, ev, gbs: int, hbm_bytes: float, row_ids: np.ndarray | None = None) -> pd.DataFrame:

@@ -40,3 +40,39 @@ def test_a_first_stage_recomputing_every_layer_keeps_the_later_stages_decrement(
     same = result.plans[(result.plans.tp == 4) & (result.plans.cp == 2) & (result.plans.zero_stage == 3)
                         & (result.plans.micro_batch == 1) & (result.plans.pp == 5)]
     assert (same.recompute_layers_decrement >= 1).all()
+
+
+def test_every_row_a_large_top_shows_is_simulates_and_ranked_by_it():
+    """``plan --top 120`` (llama3-8b, 8 H100, batch 64): only the best 50 got the exact pipeline
+    makespan, so 35 of the 120 rows printed the estimate, out of order (dp4 tp1 pp2 mb1 z1 listed
+    at 8.13994 s simulates to 8.07335 s). Now the best ``top`` are refined."""
+    model, cluster = load_model("llama3-8b"), load_cluster("dgx-h100")
+    result = plan(model, cluster, 8, 64, top=120, workers=1)
+    shown = result.plans.head(120)
+    assert bool(shown["pipeline_exact"].all())
+    times = shown["step_time_s"].to_numpy()
+    assert (times[1:] >= times[:-1] * (1 - 1e-12)).all()
+    # every row not shown that is estimated is slower than the 120th (its floor is above it)
+    rest = result.plans.iloc[120:]
+    assert (rest["step_time_s"] >= times[-1] * (1 - 1e-12)).all()
+    pick = shown[(shown.dp == 4) & (shown.tp == 1) & (shown.pp == 2) & (shown.micro_batch == 1)
+                 & (shown.zero_stage == 1) & (shown.recompute.astype(str) == "none") & (shown.vpp == 1)]
+    assert len(pick) == 1
+    sample = sorted({0, 49, 50, 60, 75, 90, 105, 119, *pick.index.tolist()})
+    for i in sample:
+        row = shown.loc[i]
+        sim = simulate(model, cluster, row_config(row, result.software[str(row["dtype"])]), n_gpus=8)
+        assert sim.step_time_s == row["step_time_s"], i
+    assert pick["step_time_s"].iloc[0] == pytest.approx(8.07335, abs=5e-6)
+    # the default (top 10) refines the best TOP_EXACT = 50 only, as before
+    default = plan(model, cluster, 8, 64, workers=1)
+    assert bool(default.plans.head(50)["pipeline_exact"].all())
+    assert not bool(default.plans.head(120)["pipeline_exact"].all())
+
+
+def test_the_table_names_the_ranks_whose_pipeline_time_is_the_estimate():
+    import pandas as pd
+    from paraplan.commands.plan import _estimated_ranks
+    flags = pd.DataFrame({"pipeline_exact": [True, False, True, False, False, False, True]})
+    assert _estimated_ranks(flags) == "2, 4-6"
+    assert _estimated_ranks(flags.iloc[[0, 2]]) == ""

@@ -154,6 +154,19 @@ def _table(df, ranked: bool = True, show_gpus: bool = False) -> str:
     return format_table(rows, headers)
 
 
+def _estimated_ranks(plans) -> str:
+    """The ranks (1-based, as ``_table`` numbers them) of the ``plans`` rows whose pipeline time
+    is the estimate (``pipeline_exact`` False), as text ("7, 9-12"); '' when every row is exact."""
+    ranks = [i + 1 for i, exact in enumerate(plans["pipeline_exact"].tolist()) if not exact]
+    runs: list[list[int]] = []
+    for r in ranks:
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
 def _emit(result: PlanResult, spec, framework: str, cl=None, switches=None, stack=None) -> str:
     """The launch of the fastest plan ``framework`` can run; a note on stderr says which rank it
     had and how much slower than the unrestricted winner it is (DeepSpeed's recipe follows).
@@ -560,7 +573,7 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
         result = plan(spec, searched, parse_gpus(gpus), global_batch, global_batch_tokens=global_batch_tokens,
                       max_tp=max_tp, fixed=fixed, headroom_gib=headroom_gib, dtypes=dtypes or None,
                       max_micro_batch=max_micro_batch, progress=bar, stack=stack, memory_search=memory_search,
-                      hsdp=hsdp, count_fitting=count_fitting)
+                      hsdp=hsdp, count_fitting=count_fitting, top=top)
     finally:
         bar.close()
     is_range = result.gpus[0] != result.gpus[1]
@@ -578,6 +591,11 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
                                    placement_note(cl, int(result.gpus[1]))) if n)
     out = [_header(result, notes),
            _table(display(result.top(top), cl), show_gpus=is_range), CONFIG_LEGEND]
+    estimated = _estimated_ranks(result.top(top, detailed=True))
+    if estimated:
+        out.append(f"note: rank {estimated} carry the closed-form estimate of the pipeline time, not the exact "
+                   "makespan (pipeline_exact false in --csv / --json: the search computes at most "
+                   "refine.MAX_EXACT + --top rows exactly); simulate gives their exact time\n")
     priced = _priced_chunks(result, spec)
     if priced:
         n = len(priced)
