@@ -63,7 +63,8 @@ RULES = {
                                  "unless the request fixed the ZeRO stage",
     "zero2_is_zero1": "ZeRO-2 on a stack that keeps the gradients whole to the last micro-batch (zero2_grad_reduce "
                       "last_microbatch): it runs and is priced as ZeRO-1, which the search has",
-    "hsdp": "hybrid sharding whose shard group is not a proper divisor (>= 2) of dp*cp",
+    "hsdp": "hybrid sharding whose shard group is not a proper divisor (>= 2) of dp*cp, or is the group "
+            "another value of the axis already gives the row",
     "stack": "uses a parallelism, schedule, ZeRO stage or recomputation the software stack lacks (its training.lacks)",
     "memory": "does not fit in HBM minus the headroom (evaluated)",
 }
@@ -639,6 +640,14 @@ def _hsdp_rules(cols: dict, c: SearchConstraints, fixed: Mapping, zero, hs, shap
     min_zero = 1 if "zero_shard_group" in fixed else 2
     valid = (group == 0) | ((zero[None, :] >= min_zero) & (group >= 2) & (group < dpc)
                             & (dpc % np.maximum(group, 1) == 0))
+    # an axis value giving a row the group an earlier value gives it (one node's ranks, 8 / tp,
+    # and a --fix zero_shard_group of the same size) is the same configuration again
+    axis = np.unique(hs)
+    axis_group = _shard_group(axis[None, :], tp, c.hsdp_gpus)
+    repeat = np.zeros(axis_group.shape, dtype=bool)
+    for j in range(1, len(axis)):        # a handful of axis values
+        repeat[:, j] = (axis_group[:, :j] == axis_group[:, j:j + 1]).any(axis=1)
+    valid &= ~repeat[:, np.searchsorted(axis, hs)]
     rules.append(("hsdp", np.broadcast_to(valid[inverse], shape)))
     if g:   # every group, the shard group's tp x group consecutive ranks too (check_cluster's rule)
         tiles = groups_tile_node(g, dpc * tp * parts["pp"], tp, parts["cp"], parts["dp"], ep=parts["ep"],

@@ -76,3 +76,25 @@ def test_the_table_names_the_ranks_whose_pipeline_time_is_the_estimate():
     flags = pd.DataFrame({"pipeline_exact": [True, False, True, False, False, False, True]})
     assert _estimated_ranks(flags) == "2, 4-6"
     assert _estimated_ranks(flags.iloc[[0, 2]]) == ""
+
+
+_KEY = ["dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch", "zero_stage", "zero_shard_group", "recompute",
+        "recompute_num_layers", "recompute_layers_decrement", "offload_activation_layers", "sequence_parallel",
+        "schedule", "dtype"]
+
+
+@pytest.mark.parametrize("groups", [(8,), (0, 8), (4, 8)])
+def test_a_fixed_shard_group_equal_to_one_nodes_group_is_one_configuration(groups):
+    """--fix zero_shard_group=8 (llama3-8b, 16 H100, batch 64): the axis held "one node's group"
+    (8 / tp ranks) and the named 8, the same group at tp 1, so every tp-1 plan came twice and the
+    fit count doubled."""
+    result = plan("llama3-8b", "dgx-h100", 16, 64, fixed={"zero_shard_group": groups}, max_plans=None,
+                  workers=1)
+    plans = result.plans
+    assert not plans.duplicated(_KEY).any()
+    assert set(plans["zero_shard_group"]) <= set(groups)
+    assert result.fitting == len(plans)
+    # each named group alone gives the same rows: the union of the single-group searches
+    alone = sum(len(plan("llama3-8b", "dgx-h100", 16, 64, fixed={"zero_shard_group": (g,)}, max_plans=None,
+                         workers=1).plans) for g in groups)
+    assert len(plans) == alone
