@@ -217,6 +217,27 @@ def _fixed_keys(model: ModelSpec, c: SearchConstraints) -> list[str]:
     return [k for k in keys if not (k == "tp" and any(int(t) > c.max_tp for t in c.fixed[k]))]
 
 
+def _micro_batch_at_fault(c: SearchConstraints) -> InputError | None:
+    """When every fixed micro-batch is above --max-micro-batch, or divides the global batch on no
+    layout (a micro-batch must divide it: dp x micro-batch does), the error names that rule,
+    whatever the GPU count (it named the GPUs: --global-batch 64 --fix micro_batch=3)."""
+    mbs = sorted(int(v) for v in c.fixed.get("micro_batch", ()))
+    if not mbs:
+        return None
+    shown = "/".join(map(str, mbs))
+    if c.max_micro_batch and mbs[0] > c.max_micro_batch:
+        return InputError("max_micro_batch", f"the fixed micro_batch={shown} is above --max-micro-batch "
+                                             f"{c.max_micro_batch}",
+                          f"raise --max-micro-batch to {mbs[0]} or fix a micro-batch <= {c.max_micro_batch}")
+    if all(c.global_batch % mb for mb in mbs):
+        divisors = [d for d in range(1, min(c.global_batch, 64) + 1) if c.global_batch % d == 0]
+        return InputError("micro_batch", f"the fixed micro_batch={shown} does not divide the global batch of "
+                                         f"{c.global_batch} sequences (dp x micro-batch must)",
+                          f"fix a divisor of it ({', '.join(map(str, divisors[:8]))}"
+                          f"{', ...' if len(divisors) > 8 else ''}) or a global batch that is a multiple of {mbs[0]}")
+    return None
+
+
 def _fixed_value_at_fault(model: ModelSpec, c: SearchConstraints, what: str) -> InputError | None:
     """When the request has layouts once the fixed values are freed, and none with one fixed
     value alone fixed, the error names that value (it blamed the global batch: ``--fix ep=2`` on a
@@ -303,6 +324,9 @@ def no_layout(model: ModelSpec, c: SearchConstraints, gpus_per_node: int = 1) ->
     """The error for a request where no configuration passes the divisibility rules."""
     lo, hi = c.gpus
     what = f"{lo} GPUs" if lo == hi else f"{lo}-{hi} GPUs"
+    at_fault = _micro_batch_at_fault(c)
+    if at_fault is not None:
+        return at_fault
     at_fault = _fixed_value_at_fault(model, c, what)
     if at_fault is not None:
         return at_fault
@@ -366,19 +390,48 @@ def _host_need(space, ev, cluster) -> str:
             f"memory per node of {cluster.gpus_per_node} GPUs{has}")
 
 
-def _more_gpus(model, cluster, eff, c: SearchConstraints, limit: float) -> int | None:
-    """The smallest of 2x, 4x, 8x, 16x the GPUs at which something fits, if any."""
+def _something_fits(model, cluster, eff, c: SearchConstraints, limit: float) -> bool:
+    """Whether some configuration under ``c`` fits in ``limit`` bytes (the search's space and
+    memory model, chunk by chunk; a request too wide to search is no suggestion)."""
     from planners.vectorized import evaluate_space   # noqa: PLC0415 - only on this error path
 
+    try:
+        for space in enumerate_chunks(model, c):
+            if len(space) and len(evaluate_space(model, cluster, eff, space, c.global_batch, limit, workers=1).rows):
+                return True
+    except InputError:
+        return False
+    return False
+
+
+def _more_gpus(model, cluster, eff, c: SearchConstraints, limit: float) -> int | None:
+    """The smallest of 2x, 4x, 8x, 16x the GPUs at which something fits, if any."""
     for k in (2, 4, 8, 16):
         n = c.gpus[1] * k
         if cluster.max_gpus is not None and n > cluster.max_gpus:
             break
-        cc = replace(c, gpus=(n, n))
-        space = enumerate_space(model, cc)
-        if len(space) and len(evaluate_space(model, cluster, eff, space, c.global_batch, limit, workers=1).rows):
+        if _something_fits(model, cluster, eff, replace(c, gpus=(n, n)), limit):
             return n
     return None
+
+
+def _fixed_text(c: SearchConstraints, keys) -> str:
+    """``--fix`` values as the request gave them: ``zero_stage=0, tp=1``."""
+    return ", ".join(f"{k}={'/'.join(str(getattr(v, 'value', v)) for v in c.fixed[k])}" for k in keys)
+
+
+#: what freeing a fixed value that binds lets the search use (``nothing_fits``)
+_FREED_GIVES = {"zero_stage": "ZeRO-3", "recompute": "full recompute", "micro_batch": "a smaller micro-batch",
+                "tp": "another tp", "pp": "another pp", "cp": "another cp", "dp": "another dp"}
+
+
+def _binding_fixed(model, cluster, eff, c: SearchConstraints, limit: float) -> tuple[list[str], bool]:
+    """(the fixed values each of which, freed alone, lets something fit; whether freeing all of
+    them does), in ``FIXABLE`` order: the request's constraints that bind."""
+    keys = [k for k in FIXABLE if k in c.fixed] + [k for k in c.fixed if k not in FIXABLE]
+    alone = [k for k in keys if _something_fits(model, cluster, eff, _freed(c, [x for x in keys if x != k]), limit)]
+    together = bool(alone) or (len(keys) > 1 and _something_fits(model, cluster, eff, _freed(c, ()), limit))
+    return alone, together
 
 
 def nothing_fits(model: ModelSpec, cluster, eff, c: SearchConstraints, space, ev, limit: float,
@@ -387,30 +440,32 @@ def nothing_fits(model: ModelSpec, cluster, eff, c: SearchConstraints, space, ev
     it only by offloading more activations than the host memory holds (``ev.host_bound``)."""
     fixes = []
     lacks = set(c.stack_lacks)
+    over_gpu = ev.min_memory_row >= 0
+    # each suggestion is one a search under it shows to fit: more GPUs (2x-16x; with fixed tp, pp,
+    # cp and ZeRO-0 every count needs the same per GPU), freeing fixed values, a wider tp, less headroom
     more = _more_gpus(model, cluster, eff, c, limit)
-    # without pipelines and sharded states more GPUs only add data-parallel replicas, each as big
-    if more or not ({"pipeline", "zero3"} <= lacks):
-        fixes.append(f"more GPUs ({more} fit)" if more else "more GPUs")
+    if more:
+        fixes.append(f"more GPUs ({more} fit)")
     fixed = c.fixed
-    if "micro_batch" in fixed and min(fixed["micro_batch"]) > 1:
-        fixes.append("a smaller micro-batch (1)")
-    if "zero_stage" in fixed and 3 not in fixed["zero_stage"] and "zero3" not in lacks:
-        fixes.append("ZeRO-3")
-    if "recompute" in fixed and "full" not in fixed["recompute"]:
-        fixes.append("full recompute")
-    pinned = [k for k in ("tp", "pp", "cp", "dp") if k in fixed]
-    if pinned:
-        fixes.append("freeing " + ", ".join(pinned))
-    if c.max_tp < cluster.gpus_per_node and "tp" not in fixed:
+    if fixed:
+        alone, together = _binding_fixed(model, cluster, eff, c, limit)
+        for key in alone:
+            fixes.append(f"{_FREED_GIVES.get(key, 'another ' + key)} (the fixed {_fixed_text(c, [key])} binds)"
+                         if key != "zero_stage" or "zero3" not in lacks else
+                         f"another ZeRO stage (the fixed {_fixed_text(c, [key])} binds)")
+        if together and not alone:
+            fixes.append(f"none of the fixed {_fixed_text(c, list(fixed))} (together they bind)")
+    if c.max_tp < cluster.gpus_per_node and "tp" not in fixed and \
+            _something_fits(model, cluster, eff, replace(c, max_tp=cluster.gpus_per_node), limit):
         fixes.append(f"a larger --max-tp than {c.max_tp}")
-    if headroom_gib > 0:
+    # with no headroom the limit is the HBM: less headroom helps only a need below it
+    if headroom_gib > 0 and (not over_gpu or ev.min_memory_bytes <= cluster.gpu.hbm_bytes):
         fixes.append(f"less headroom than {headroom_gib:g} GiB")
     # what would shrink the footprint that the stack cannot run (``TrainingBehaviour.lacks``)
     saving = [STACK_FEATURES[f] for f in ("pipeline", "zero1", "zero2", "zero3", "selective_recompute",
                                           "activation_offload") if f in lacks]
     if saving:
         fixes.append("a stack that has " + ", ".join(saving) + " (this one lacks them: its training.lacks)")
-    over_gpu = ev.min_memory_row >= 0
     if over_gpu and cluster.host is not None and "optimizer_offload" not in lacks:
         # the search keeps optimizer states on the GPU; one run can put them on the host
         fixes.append("the optimizer states on the host (the search does not offload them: paraplan simulate "
@@ -431,4 +486,5 @@ def nothing_fits(model: ModelSpec, cluster, eff, c: SearchConstraints, space, ev
         fixes.append("a node with more host memory")
     else:
         message = f"nothing fits in {where} ({ev.evaluated:,} configurations)"
-    return InputError("memory", message, "use " + ", or ".join(fixes))
+    return InputError("memory", message, "use " + ", or ".join(fixes) if fixes else
+                      "no change the search can try fits: a GPU with more memory, or a smaller model or sequence")

@@ -98,3 +98,46 @@ def test_a_fixed_shard_group_equal_to_one_nodes_group_is_one_configuration(group
     alone = sum(len(plan("llama3-8b", "dgx-h100", 16, 64, fixed={"zero_shard_group": (g,)}, max_plans=None,
                          workers=1).plans) for g in groups)
     assert len(plans) == alone
+
+
+def _cli(*args):
+    from click.testing import CliRunner
+    from paraplan.cli import main
+    return CliRunner().invoke(main, ["plan", "-m", "llama3-8b", "-c", "dgx-h100", *args])
+
+
+def test_nothing_fits_suggests_only_what_fits_and_names_the_fixed_values_that_bind():
+    """llama3-8b on 1024 H100, batch 1024, --fix zero=0 tp=1 pp=1 cp=1: every rank holds the whole
+    model and its optimizer (16 bytes a parameter: 8.0e9 x 16 / 2^30 = 120 GiB before activations),
+    on any GPU count, and more than the 80 GiB HBM with no headroom. The error suggested more GPUs
+    and less headroom; now it names the fixed values that bind: tp, pp or ZeRO (each freed alone
+    fits), not cp (context parallelism shards no weights or optimizer states)."""
+    result = _cli("-n", "1024", "--global-batch", "1024", "--fix", "zero=0", "--fix", "tp=1", "--fix", "pp=1",
+                  "--fix", "cp=1")
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: memory: ")
+    line = lines[0]
+    need = float(line.split(" needs ")[1].split(" GiB")[0])
+    assert need > 80 and "more GPUs" not in line and "less headroom" not in line
+    assert "another tp (the fixed tp=1 binds)" in line and "another pp (the fixed pp=1 binds)" in line
+    assert "ZeRO-3 (the fixed zero_stage=0 binds)" in line and "cp=1 binds" not in line
+    # what it suggests does fit: tp freed
+    ok = _cli("-n", "1024", "--global-batch", "1024", "--fix", "zero=0", "--fix", "pp=1", "--fix", "cp=1",
+              "--top", "1", "--csv")
+    assert ok.exit_code == 0 and ok.output.count("\n") == 2
+
+
+@pytest.mark.parametrize("args, field, says", [
+    (("-n", "1024", "--global-batch", "64", "--fix", "micro_batch=3"), "micro_batch",
+     "micro_batch=3 does not divide the global batch of 64"),
+    (("-n", "8", "--global-batch", "64", "--fix", "micro_batch=3"), "micro_batch",
+     "micro_batch=3 does not divide the global batch of 64"),
+    (("-n", "8", "--global-batch", "64", "--max-micro-batch", "3", "--fix", "micro_batch=4"), "max_micro_batch",
+     "--max-micro-batch 3"),
+])
+def test_a_fixed_micro_batch_that_cannot_be_searched_is_named(args, field, says):
+    result = _cli(*args)
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {field}: ") and says in lines[0]
