@@ -322,10 +322,34 @@ def explain_text(result, model: ModelSpec, memory_notes=(), gpu=None, prior: boo
     if result.stage_assignment is not None:
         sa = result.stage_assignment
         lines.append("")
-        n_chunks = len(sa.stage_layers)
+        balanced = [tuple(int(x) for x in r) for r in sa.stage_layers]
+        priced = priced_chunks(win, model) or balanced
+        n_chunks = len(priced)
         pp = int(win["pp"])
         lines.append(f"winner's layers per stage ({n_chunks} stage{'' if n_chunks == 1 else 's'}{'' if n_chunks == pp else f', chunk c on rank c mod {pp}'}; "
-                     f"embedding on the first, LM head + loss on the last): slowest "
-                     f"{ms_text(sa.max_stage_time_s)} per micro-batch")
-        lines.append("  " + stage_layers_text(sa.stage_layers))
+                     f"embedding on the first, LM head + loss on the last), as priced and exported:")
+        lines.append("  " + stage_layers_text(priced))
+        slowest = f"slowest {ms_text(sa.max_stage_time_s)} per micro-batch"
+        if balanced != priced:
+            lines.append(f"  a split minimising its slowest stage's time (dynamic programming over per-layer costs; "
+                         f"not the one priced; {slowest}): {stage_layers_text(balanced)}")
+        else:
+            lines.append(f"  (also the split minimising its slowest stage's time: {slowest})")
     return "\n".join(lines) + "\n"
+
+
+def priced_chunks(plan, model: ModelSpec) -> list[tuple[int, int]]:
+    """The decoder layers per model chunk of ``plan`` (a ranked-table row) as [start, stop)
+    ranges in layer order: the layout the step model prices and the exports launch
+    (``simulator.stage_layout.chunk_layers``); [] where there is none (a hybrid model, a layout
+    that does not hold the layers)."""
+    from hardware_specs.errors import InputError
+    from simulator.stage_layout import chunk_layers
+    try:
+        decoder, _ = chunk_layers(model.num_layers, int(plan["pp"]), int(plan["vpp"]), model.mtp_layers,
+                                  int(plan.get("first_stage_layers", 0) or 0),
+                                  int(plan.get("last_stage_layers", 0) or 0), str(plan["schedule"]))
+    except (InputError, ValueError):
+        return []
+    starts = np.cumsum([0, *decoder[:-1]])
+    return [(int(a), int(a + d)) for a, d in zip(starts, decoder)]

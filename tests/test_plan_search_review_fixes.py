@@ -141,3 +141,36 @@ def test_a_fixed_micro_batch_that_cannot_be_searched_is_named(args, field, says)
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {field}: ") and says in lines[0]
+
+
+def test_explain_shows_the_split_the_plan_was_priced_and_exported_with():
+    """llama3-70b on 40 A100-40GB, batch 64, --explain: the header gives the priced split
+    (80 layers on pp 5: 16 each, 0:0-15 ... 4:64-79) and the explain section printed the
+    balanced one (3:48-64 4:65-79) as the winner's, unlabelled."""
+    result = _cli_70b("--explain", "--top", "1")
+    assert result.exit_code == 0
+    out = result.output
+    header = out.split("as priced and exported (")[1].split("): ")[1].splitlines()[0]
+    assert header == "0:0-15 1:16-31 2:32-47 3:48-63 4:64-79"
+    section = out.split("winner's layers per stage (")[1].splitlines()
+    assert section[0].endswith("as priced and exported:") and section[1].strip() == header
+    balanced = out.split("a split minimising its slowest chunk's time")[1].split("): ")[1].splitlines()[0]
+    if balanced != header:
+        assert section[2].startswith("  a split minimising its slowest stage's time") and "not the one priced" \
+            in section[2] and section[2].endswith(balanced)
+
+
+def _cli_70b(*args):
+    from click.testing import CliRunner
+    from paraplan.cli import main
+    return CliRunner().invoke(main, ["plan", "-m", "llama3-70b", "-c", "dgx-a100-40gb", "-n", "40", "--global-batch",
+                                     "64", *args])
+
+
+def test_the_priced_split_is_the_exports_layout():
+    from paraplan.exports.common import chunk_layers as exported
+    from planners.explain import priced_chunks
+    model = load_model("deepseek-v3")          # 61 layers + 1 MTP module on pp 4: 15 | 16 | 16 | 14 + MTP
+    row = {"pp": 4, "vpp": 1, "schedule": "1f1b"}
+    assert priced_chunks(row, model) == [(0, 15), (15, 31), (31, 47), (47, 61)]
+    assert exported(61, 4, 1, 1) == ((15, 16, 16, 14), (0, 0, 0, 1))

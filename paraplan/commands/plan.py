@@ -281,21 +281,10 @@ def wrap_command(command: str, width: int = 118, indent: str = "  ") -> str:
 
 def _priced_chunks(result: PlanResult, spec) -> list[tuple[int, int]]:
     """The best plan's decoder layers per model chunk as [start, stop) ranges in layer order: the
-    layout the step model prices and the exports launch (``exports.common.chunk_layers``); [] when
-    there is no plan or no such layout (a hybrid model)."""
-    if not len(result.plans):
-        return []
-    from paraplan.exports.common import chunk_layers
-    best = result.plans.iloc[0]
-    model = spec
-    try:
-        decoder, _ = chunk_layers(model.num_layers, int(best["pp"]), int(best["vpp"]), model.mtp_layers,
-                                  int(best.get("first_stage_layers", 0) or 0), int(best.get("last_stage_layers", 0) or 0),
-                                  str(best["schedule"]))
-    except (InputError, ValueError):
-        return []
-    starts = np.cumsum([0, *decoder[:-1]])
-    return [(int(a), int(a + d)) for a, d in zip(starts, decoder)]
+    layout the step model prices and the exports launch (``planners.explain.priced_chunks``); []
+    when there is no plan or no such layout (a hybrid model)."""
+    from planners.explain import priced_chunks
+    return priced_chunks(result.plans.iloc[0], spec) if len(result.plans) else []
 
 
 def _unmeasured_features(plan: dict, cluster) -> str:

@@ -16,10 +16,9 @@ from hardware_specs.errors import InputError
 from hardware_specs.mfu_reference import mfu_pct, reference_dtype
 from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
-from simulator.parallel_config import ParallelConfig, Schedule
-from simulator.pipeline.schedules import TWO_CHUNK, ScheduleKind
+from simulator.parallel_config import ParallelConfig
 from simulator.report import StepReport
-from simulator.stage_layout import position_layers
+from simulator.stage_layout import chunk_layers  # noqa: F401 - the launch's layout is the step model's
 
 CONFIG_FIELDS = tuple(f.name for f in dc_fields(ParallelConfig))
 
@@ -230,52 +229,6 @@ def _mfu_text(p: dict) -> str:
         if gpu is not None:
             return f"{float(mfu_pct(float(p['mfu']), str(p['dtype']), gpu)):.1f}% of the {reference_dtype(gpu)} peak"
     return f"{100 * float(p['mfu']):.1f}% of the {p['dtype']} peak"
-
-
-def chunk_layers(num_layers: int, pp: int, vpp: int = 1, mtp_layers: int = 0,
-                 first_stage_layers: int = 0, last_stage_layers: int = 0,
-                 schedule: str | None = None) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """``(decoder, mtp)``: decoder layers and MTP modules of each model chunk the plan's pipeline
-    runs, in layer order (for interleaving chunk ``c`` runs on pipeline rank ``c mod pp``; ZB-V /
-    DualPipe run two chunks per rank in a V). The embedding is on the first chunk, the LM head
-    and the loss on the last.
-
-    The layout is the step model's own (``simulator.stage_layout.position_layers``, one formula
-    for the prediction and the launch): ``first_stage_layers`` / ``last_stage_layers`` > 0 fix
-    the first / last stage's layers (MTP modules counted in the last), the other stages sharing
-    the rest; otherwise every chunk holds ``ceil((L + mtp) / chunks)`` layers except that the
-    shortfall is taken from the ends inwards. The ``mtp_layers`` MTP modules are the last of
-    those layers (they follow the decoder). For 61 DeepSeek-V3 layers plus one MTP module on
-    pp 4 that is 15 | 16 | 16 | 14 + MTP.
-
-    A chunk may hold no transformer layer only at an end of the path: the first chunk then holds
-    only the embedding, the last only the LM head and the loss. Llama 3 405B on pp 16 x vpp 8
-    (126 layers on 128 chunks) is that layout: embedding | 126 x one layer | loss (Llama 3 paper,
-    arXiv 2407.21783, section 3.3.2). Any other empty chunk raises ``InputError``.
-    """
-    kind = ScheduleKind(schedule or (Schedule.INTERLEAVED.value if vpp > 1 else Schedule.ONE_F_ONE_B.value))
-    chunks_per_stage = vpp if kind == ScheduleKind.INTERLEAVED else 2 if kind in TWO_CHUNK else 1
-    positions = pp * chunks_per_stage if kind != ScheduleKind.DUALPIPE else pp
-    if pp < 1 or num_layers + mtp_layers + 2 < positions:
-        raise InputError("pp", f"cannot lay {num_layers} layers{f' and {mtp_layers} MTP modules' if mtp_layers else ''}"
-                         f" on {positions} pipeline chunks (at most layers + 2: an embedding-only first chunk and "
-                         "a loss-only last one)", "choose fewer pipeline stages or virtual stages")
-    units = [int(n) for n in position_layers(kind, pp, chunks_per_stage, num_layers + mtp_layers,
-                                             int(first_stage_layers or 0), int(last_stage_layers or 0),
-                                             mtp_layers)[0]]
-    # the MTP modules are the last mtp_layers layers of the path
-    mtp, left = [0] * len(units), mtp_layers
-    for i in range(len(units) - 1, -1, -1):
-        mtp[i] = min(max(units[i], 0), left)
-        left -= mtp[i]
-    decoder = [u - m for u, m in zip(units, mtp)]
-    inner_empty = [i for i, u in enumerate(units) if u < 1 and 0 < i < len(units) - 1]
-    if min(units) < 0 or inner_empty or sum(decoder) != num_layers or left:
-        field = "first_stage_layers" if first_stage_layers or last_stage_layers else "pp"
-        raise InputError(field, f"the layout {units} (layers per chunk, {mtp_layers} MTP) does not hold the "
-                         f"{num_layers} layers with at least one in every chunk but an embedding-only first and a "
-                         "loss-only last", "choose other stage counts or fewer stages")
-    return tuple(decoder), tuple(mtp)
 
 
 def stage_layer_counts(num_layers: int, pp: int, vpp: int = 1, mtp_layers: int = 0,
