@@ -65,7 +65,7 @@ MEMORY_MEANING = {
     "recompute_buffers_bytes": "full activations of the layer being recomputed",
     "offload_buffers_bytes": "staging of activation copies to and from the host",
     "moe_dispatch_bytes": "one MoE layer's token exchange buffers",
-    "zero3_buffers_bytes": "ZeRO-3 gathered layers (or the LM head, where larger); ZeRO-2/3 their unsharded gradient",
+    "zero3_buffers_bytes": "ZeRO-3 gathered layers or LM head; ZeRO-2/3 their unsharded gradient",
     "allocator_bytes": "allocator fragmentation + CUDA/NCCL workspaces",
 }
 #: what differs on a host CPU device (``GPUSpec.is_cpu``: no CUDA runtime, ``memory.runtime_reserved_bytes``)
