@@ -8,9 +8,15 @@ the GPUs (prefill counts up to 64, then a fixed geometric grid, the same for eve
 each with as many decode workers as fit, every count up to 16 or a power of two). Both go through ``simulator.serving`` (the functions ``serve
 simulate`` calls), column-wise: the decode and prefill sides are evaluated once per distinct
 configuration, the closed loop once per combination. Decode configurations off the decode-only
-Pareto front (tokens/s/GPU vs tokens/s/user) and prefill configurations off the prefill front
-(requests/s per GPU vs one prompt's time) cannot be on the combined front and are dropped before
-combining.
+Pareto front per worker size (tokens/s/GPU vs tokens/s/user) and prefill configurations off the
+prefill front (requests/s per GPU vs one prompt's time) are left out of the combinations tabled
+(the candidates and their Pareto front): a faster decode step also loads the prefill workers
+more, so the TTFT objective can favour a configuration off those fronts, and the SLO search does
+not rest on them. Under an SLO each pairing meeting it at a batch tried is searched over its
+decode batches (``_disagg_slo_batches``), and then every pairing of any prefill configuration
+that fits with any decode layout, unless an upper bound on its tokens/s (per GPU and in all,
+with the TTFT objective's limits on the prefill queue) says it cannot beat the best found
+(``_disagg_bound``): the optimum of either ranking is that of the search without the fronts.
 
 The objective: the highest tokens/s per GPU among candidates whose mean TTFT <= ``ttft_ms`` and
 TPOT <= ``tpot_ms``; the Pareto front of tokens/s/GPU against tokens/s/user (1 / TPOT) among
@@ -31,7 +37,7 @@ from planners.serving.labels import prompts_per_step, worker_labels
 from planners.serving.pareto import pareto_front
 from planners.serving.space import with_batches, worker_layouts
 from simulator.serving.aggregated import evaluate_agg, memory_columns
-from simulator.serving.disaggregated import combine, decode_side, prefill_side
+from simulator.serving.disaggregated import combine, decode_side, mdc_wait_s, prefill_side
 
 PREFILL_BATCHES = (1, 2, 4, 8)
 #: the stride of the first pass over every batch a layout holds under an SLO (``_search_batches``):
@@ -231,64 +237,274 @@ def _per_row(side: dict, idx, ref: str) -> dict:
     return {k: v[idx] for k, v in side.items() if isinstance(v, np.ndarray) and v.shape == shape}
 
 
-def _disagg_slo_batches(ctx, dcols: dict, dec: dict, pre: dict, pi, di, npw, ndw, out: dict, isl: int, osl: int,
-                        max_batch: int, ttft_s: float, tpot_s: float):
+def _worker_counts(gpus: int, gp: float, gd: float) -> tuple[np.ndarray, np.ndarray]:
+    """The (prefill, decode) worker counts a disaggregated search pairs for workers of ``gp`` and
+    ``gd`` GPUs on ``gpus``: prefill counts ``PREFILL_COUNTS`` (every one up to 64, then a fixed
+    geometric grid); decode counts every one up to 16 and the powers of two (neither grid moves
+    with the GPU count, so a pairing of them that fits in n GPUs is still tried in n + 1: more
+    GPUs never lose it), and as many as fit beside each prefill count."""
+    most = gpus // int(gp)
+    n_p = PREFILL_COUNTS[PREFILL_COUNTS <= most]
+    fill = np.floor((gpus - n_p * gp) / gd)
+    counts = np.unique(np.concatenate([np.arange(1.0, 17.0),
+                                       2.0 ** np.arange(0, int(np.log2(max(gpus // int(gd), 1))) + 1)]))
+    np_ = np.concatenate([n_p, np.repeat(n_p, len(counts))])
+    nd_ = np.concatenate([fill, np.tile(counts, len(n_p))])
+    pairs = np.unique(np.stack([np_, nd_], axis=1), axis=0).reshape(-1, 2)
+    pairs = pairs[(pairs[:, 1] >= 1) & (pairs[:, 0] * gp + pairs[:, 1] * gd <= gpus)]
+    return pairs[:, 0], pairs[:, 1]
+
+
+@dataclass
+class _DecodeTable:
+    """The decode side (``decode_side``) of every decode layout that holds one request, at every
+    batch from 1 up to the most its KV cache holds (at most ``max_batch``), layout after layout.
+
+    Attributes:
+        lay: the layouts' columns (tp, pp, adp, moe_tp, moe_ep, layout_index), one row a layout.
+        hi: each layout's largest batch; start: the row of its batch 1 in ``d``.
+        pos_of: the position in ``lay`` of each ``layout_index`` (-1: none holds a request).
+        d: the decode side, row by row; falls_upto: TPOT falls (kernel switches) counted up to
+            each row within its layout.
+        rate: requests/s one decode worker finishes at each row, clients / ((osl - 1) TPOT), where
+            it fits and meets the TPOT objective (0 elsewhere): an upper bound on what a pairing
+            with it delivers (``_disagg_bound``).
+        step_least: the least decode step of the layout at this row's batch or any larger one.
+    """
+
+    lay: dict
+    hi: np.ndarray
+    start: np.ndarray
+    pos_of: np.ndarray
+    d: dict
+    falls_upto: np.ndarray
+    rate: np.ndarray
+    step_least: np.ndarray
+
+    def at(self, pos, batch) -> np.ndarray:
+        return self.start[pos] + (np.asarray(batch) - 1.0).astype(np.int64)
+
+
+def _decode_table(ctx, dcols: dict, dec: dict, max_batch: int, isl: int, osl: int, tpot_s: float) -> _DecodeTable:
+    first = np.flatnonzero(dcols["batch"] == 1.0)           # one row a layout, in layout_index order
+    hi = np.minimum(np.floor(dec["max_batch_per_rank"][first]), float(max_batch))
+    holds = np.flatnonzero(dec["fits"][first] & (hi >= 1.0))
+    lay = {k: dcols[k][first][holds] for k in ("tp", "pp", "adp", "moe_tp", "moe_ep", "layout_index")}
+    hi = hi[holds]
+    pos_of = np.full(first.size, -1, dtype=np.int64)
+    pos_of[lay["layout_index"].astype(np.int64)] = np.arange(holds.size)
+    l_rows, l_batch = _every_batch(np.ones(hi.size), hi)
+    d = decode_side(ctx, lay["tp"][l_rows], lay["adp"][l_rows], lay["pp"][l_rows], lay["moe_tp"][l_rows],
+                    lay["moe_ep"][l_rows], l_batch, isl, osl)
+    d = {k: np.broadcast_to(v, l_batch.shape) for k, v in d.items() if isinstance(v, np.ndarray) or np.isscalar(v)}
+    start = np.concatenate([[0], np.cumsum(hi)[:-1]]).astype(np.int64)
+    falls = np.concatenate([[0.0], (d["tpot_s"][1:] < d["tpot_s"][:-1]) & (l_rows[1:] == l_rows[:-1])])
+    ok = d["fits"] & (d["tpot_s"] <= tpot_s)
+    rate = np.where(ok, d["clients"] / (max(osl - 1.0, 1.0) * d["tpot_s"]), 0.0)
+    least = [np.minimum.accumulate(d["step_s"][s:s + int(h)][::-1])[::-1] for s, h in zip(start, hi)]
+    return _DecodeTable(lay, hi, start, pos_of, d, np.cumsum(falls), rate,
+                        np.concatenate(least) if least else np.zeros(0))
+
+
+def _refine(ctx, table: _DecodeTable, pre: dict, pi, pos, npw, ndw, lo, hi, isl: int, osl: int, ttft_s: float,
+            tpot_s: float):
+    """``_search_batches`` over decode batches [lo, hi] of the pairings (prefill row ``pi``, decode
+    layout at ``pos`` of ``table``, worker counts): every batch between two evaluated ones where
+    the layout's TPOT falls is evaluated too. Returns the largest batch meeting the objective and
+    the best (0 where none does)."""
+    psel = _per_row(pre, pi, "pre_one_s")
+
+    def run(rows, batch):
+        got = combine(ctx, {k: v[table.at(pos[rows], batch)] for k, v in table.d.items()},
+                      {k: v[rows] for k, v in psel.items()}, npw[rows], ndw[rows], isl, osl)
+        return _meets(got, ttft_s, tpot_s), got["tokens_per_s_per_gpu"], got["tpot_s"], got["ttft_s"]
+
+    return _search_batches(lo, hi, run, refine=lambda rows, left, right: (
+        table.falls_upto[table.at(pos[rows], right)] > table.falls_upto[table.at(pos[rows], left)]))
+
+
+def _disagg_slo_batches(ctx, table: _DecodeTable, dcols: dict, pre: dict, pi, di, npw, ndw, out: dict, isl: int,
+                        osl: int, ttft_s: float, tpot_s: float):
     """For each pairing (prefill row, decode layout, worker counts) meeting the objective at some
     batch tried, the largest decode batch up to the most its KV cache holds that meets it, and
     the one meeting it with the most tokens/s per GPU (``_search_batches``, for
     ``_batches_meeting``'s reasons: a TPOT that dips as the engine switches kernels, a power of
-    two that just misses the TTFT objective on a faster GPU). Each decode layout's side is
-    evaluated at every batch (it is cheap, and where its TPOT falls every batch around is
-    evaluated in the closed loop too), the closed loop per pairing at ``_search_batches``'s. Returns (decode rows
-    to append to ``dcols`` / ``dec``, their pairings' pi, npw, ndw) for the new batches, or None."""
+    two that just misses the TTFT objective on a faster GPU), searched from the largest batch
+    tried that meets it (the batches below it were tried at the powers of two). Returns the
+    pairings searched (pi, layout_index, npw, ndw) and the new rows (layout position in
+    ``table``, batch, pi, npw, ndw)."""
     meets = _meets(out, ttft_s, tpot_s)
-    if not meets.any():
-        return None
     rows = np.flatnonzero(meets)
     key = pd.DataFrame({"pi": pi[rows], "lid": dcols["layout_index"][di[rows]], "npw": npw[rows], "ndw": ndw[rows],
                         "batch": dcols["batch"][di[rows]], "row": rows})
+    if rows.size == 0:
+        empty = np.zeros(0)
+        return (empty,) * 4, (np.zeros(0, dtype=np.int64), empty, np.zeros(0, dtype=np.int64), empty, empty)
     top = key.loc[key.groupby(["pi", "lid", "npw", "ndw"]).batch.idxmax(), "row"].to_numpy()
     d0 = di[top]
-    hi = np.minimum(np.floor(dec["max_batch_per_rank"][d0]), float(max_batch))
-    # the decode side of every layout among them at every batch up to the most any pairing holds
-    lid, lay_of = np.unique(dcols["layout_index"][d0], return_inverse=True)
-    first = np.flatnonzero(dcols["batch"] == 1.0)[lid.astype(int)]
-    lay = {k: dcols[k][first] for k in ("tp", "pp", "adp", "moe_tp", "moe_ep", "layout_index")}
-    lay_hi = np.zeros(lid.size)
-    np.maximum.at(lay_hi, lay_of, hi)
-    l_rows, l_batch = _every_batch(np.ones(lid.size), lay_hi)
-    d = decode_side(ctx, lay["tp"][l_rows], lay["adp"][l_rows], lay["pp"][l_rows], lay["moe_tp"][l_rows],
-                    lay["moe_ep"][l_rows], l_batch, isl, osl)
-    d = {k: np.broadcast_to(v, l_batch.shape) for k, v in d.items() if isinstance(v, np.ndarray) or np.isscalar(v)}
-    start = np.concatenate([[0], np.cumsum(lay_hi)[:-1]]).astype(np.int64)     # layout's batch 1 in ``d``
-    # where each layout's TPOT falls as the batch grows (a kernel switch), counted up to each batch
-    falls = np.concatenate([[0.0], (d["tpot_s"][1:] < d["tpot_s"][:-1]) & (l_rows[1:] == l_rows[:-1])])
-    falls_upto = np.cumsum(falls)
-    at_batch = lambda rows, batch: start[lay_of[rows]] + (batch - 1.0).astype(np.int64)   # noqa: E731
-    psel = _per_row(pre, pi[top], "pre_one_s")
-
-    def run(rows, batch):
-        # the closed loop of pairings ``rows`` at decode batch ``batch``
-        at = at_batch(rows, batch)
-        got = combine(ctx, {k: v[at] for k, v in d.items()}, {k: v[rows] for k, v in psel.items()},
-                      npw[top][rows], ndw[top][rows], isl, osl)
-        return _meets(got, ttft_s, tpot_s), got["tokens_per_s_per_gpu"], got["tpot_s"], got["ttft_s"]
-
-    # from the largest batch tried that meets the objective: the batches below it were tried at
-    # the powers of two (a smaller batch beats a larger one only across a rise in the step time)
-    largest, best = _search_batches(dcols["batch"][d0], hi, run, refine=lambda rows, left, right: (
-        falls_upto[at_batch(rows, right)] > falls_upto[at_batch(rows, left)]))
+    pos = table.pos_of[dcols["layout_index"][d0].astype(np.int64)]
     tried = dcols["batch"][d0]
+    largest, best = _refine(ctx, table, pre, pi[top], pos, npw[top], ndw[top], tried, table.hi[pos], isl, osl,
+                            ttft_s, tpot_s)
+    searched = (pi[top], dcols["layout_index"][d0], npw[top], ndw[top])
+    return searched, _picks(largest, best, tried, pos, pi[top], npw[top], ndw[top])
+
+
+def _picks(largest, best, tried, pos, pi, npw, ndw):
+    """The new rows of a batch search: each pairing at its largest batch meeting the objective and
+    at its best, where those are batches not yet tried."""
     picks = [(largest, largest != tried), (best, (best != tried) & (best != largest))]
     which = np.concatenate([np.flatnonzero(m & (b >= 1.0)) for b, m in picks])
     batch = np.concatenate([b[m & (b >= 1.0)] for b, m in picks])
-    if which.size == 0:
-        return None
-    at = start[lay_of[which]] + (batch - 1.0).astype(np.int64)
-    per_row = [k for k, v in dec.items() if isinstance(v, np.ndarray) and v.shape == dec["tpot_s"].shape]
-    rows_d = {k: d[k][at] for k in per_row if k in d}
-    cols_d = {**{k: v[lay_of[which]] for k, v in lay.items()}, "batch": batch}
-    return cols_d, rows_d, pi[top][which], npw[top][which], ndw[top][which]
+    return pos[which], batch, pi[which], npw[which], ndw[which]
+
+
+def _utilisation_within(slack_s, servers, service_s) -> np.ndarray:
+    """The highest prefill utilisation whose M/D/c wait (``mdc_wait_s``, increasing in it) is at
+    most ``slack_s``: bisection, rounded up (so a bound that uses it stays one)."""
+    lo, hi = np.zeros(np.shape(slack_s)), np.ones(np.shape(slack_s))
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        within = mdc_wait_s(mid, servers, service_s)[0] <= slack_s
+        lo, hi = np.where(within, mid, lo), np.where(within, hi, mid)
+    return hi
+
+
+def _rate_upto(table: _DecodeTable, upto: np.ndarray, pos, most) -> np.ndarray:
+    """The best ``rate`` of the layouts at ``pos`` of ``table`` at batches up to ``most`` (0 below 1)."""
+    return np.where(most >= 1.0, upto[table.at(pos, np.maximum(most, 1.0))], 0.0)
+
+
+def _synchronised_most(table: _DecodeTable, pos, clients_per_server, q) -> np.ndarray:
+    """The largest batch b of each layout at ``pos`` of ``table`` (0 if none) whose synchronised
+    wait could stay within a TTFT slack: ``synchronised_wait_s`` = sync x sqrt((N / c - 1) x
+    service / 2 x step / 2) <= slack needs (N / c - 1) x step <= ``q`` = 4 slack^2 / (sync^2
+    service), N = b x adp x ``clients_per_server`` x c. With the step at b taken as the least
+    at any batch from b up (a lower bound that grows with b) the test is monotone: bisection."""
+    lo, hi = np.zeros(np.shape(pos)), table.hi[pos].astype(float)
+    while np.any(lo < hi):
+        mid = np.ceil(0.5 * (lo + hi))
+        at = table.at(pos, np.maximum(mid, 1.0))
+        within = (mid * table.lay["adp"][pos] * clients_per_server - 1.0) * table.step_least[at] <= q
+        lo, hi = np.where(within, mid, lo), np.where(within, hi, mid - 1.0)
+    return lo
+
+
+def _disagg_bound(ctx, table: _DecodeTable, pre: dict, p_ok: np.ndarray, gpus: int, searched, best_per_gpu: float,
+                  best_total: float, isl: int, osl: int, ttft_s: float, tpot_s: float):
+    """The SLO search over the pairings the fronts dropped: every prefill configuration that fits
+    (``p_ok``) with every decode layout holding a request, at every worker count, each searched
+    over its decode batches (``_refine``) unless a bound says it cannot beat the best found
+    (``best_per_gpu`` tokens/s/GPU, ``best_total`` tokens/s in all: either ranking).
+
+    The bound, from ``combine``: a closed loop of N clients finishes x <= min(prefill capacity
+    n_p c mu, N / ((osl - 1) TPOT)) requests a second, and a pairing delivers x osl / its GPUs.
+    Its TTFT is at least the host time + one prompt's prefill + the queue wait min(M/D/c wait,
+    (N - n_p c) / (n_p c mu)), so meeting the TTFT objective with ``slack`` left after the first
+    two needs N <= n_p c (1 + slack mu) or a utilisation whose M/D/c wait is within the slack
+    (``_utilisation_within``). The decode side enters through each layout's ``rate`` (requests/s
+    a worker finishes at a batch meeting TPOT).
+
+    A decode-only front had dropped DeepSeek-R1's decode tp8-etp2xep4 at batches 16 and 32
+    (tp8-etp4xep2 is faster there) and kept it at 64, which misses a 30 ms TPOT; at batch 59 it
+    meets it and beats every pairing kept (121.5 against 117 tokens/s/GPU on 16 H200). Returns
+    the new rows as ``_disagg_slo_batches``."""
+    none = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
+    if table.hi.size == 0 or p_ok.size == 0:
+        return none
+    slack = ttft_s - ctx.efficiency.request_host_s - pre["pre_one_s"]
+    p_ok = p_ok[slack[p_ok] >= 0.0]
+    n_lay = table.hi.size
+    lay_gpus = table.lay["tp"] * table.lay["pp"] * table.lay["adp"]
+    seg = np.repeat(np.arange(n_lay), table.hi.astype(np.int64))
+    rate_max = np.zeros(n_lay)
+    np.maximum.at(rate_max, seg, table.rate)
+    # each layout's best rate up to each batch
+    upto = np.concatenate([np.maximum.accumulate(table.rate[s:s + int(h)]) for s, h in zip(table.start, table.hi)])
+    done = pd.MultiIndex.from_arrays([np.asarray(v, dtype=float) for v in searched])
+    sync = ctx.efficiency.arrival_sync(ctx.behaviour.mixed_batches, ctx.behaviour.chunked_prefill)
+    found = []
+    for gp in np.unique(pre["gpus"][p_ok]):
+        ps = p_ok[pre["gpus"][p_ok] == gp]
+        for gd in np.unique(lay_gpus):
+            ls = np.flatnonzero((lay_gpus == gd) & (rate_max > 0.0))
+            if ls.size == 0:
+                continue
+            n_p, n_d = _worker_counts(gpus, gp, gd)
+            if n_p.size == 0:
+                continue
+            g = n_p * gp + n_d * gd
+            floor = np.minimum(best_per_gpu, best_total / g)
+            ok = np.minimum(n_p * (pre["mu_per_rank"] * pre["ranks"])[ps].max(), n_d * rate_max[ls].max()) * osl / g > floor
+            if not ok.any():
+                continue
+            a, b, c = (v.ravel() for v in np.meshgrid(ps, ls, np.flatnonzero(ok), indexing="ij"))
+            servers = n_p[c] * pre["ranks"][a]
+            mu = pre["mu_per_rank"][a]
+            capacity = servers * mu
+            need = floor[c] * g[c] / osl                    # requests/s that would beat the best
+            keep = np.minimum(capacity, n_d[c] * rate_max[b]) > need
+            a, b, c, servers, mu, capacity, need = (v[keep] for v in (a, b, c, servers, mu, capacity, need))
+            # within the TTFT objective: few enough clients to leave no queue beyond the slack,
+            # or a utilisation whose wait stays within it
+            # and a synchronised wait within it (``_synchronised_most``)
+            b_sync = _synchronised_most(table, b, n_d[c] / servers, 4.0 * slack[a] ** 2 * mu / sync ** 2
+                                        if sync > 0.0 else np.full(a.size, np.inf))
+            few = servers * (1.0 + slack[a] * mu)
+            b_few = np.minimum(np.floor(few / (n_d[c] * table.lay["adp"][b])), b_sync)
+            by_few = np.minimum(capacity, n_d[c] * _rate_upto(table, upto, b, b_few))
+            loaded = capacity * _utilisation_within(slack[a], servers, 1.0 / mu)
+            by_load = np.minimum(loaded, n_d[c] * _rate_upto(table, upto, b, b_sync))
+            keep = np.maximum(by_few, by_load) > need
+            found.append((a[keep], b[keep], n_p[c[keep]], n_d[c[keep]], need[keep],
+                          np.where(by_load[keep] > need[keep], b_sync[keep], b_few[keep])))
+    if not found:
+        return none
+    pi, pos, npw, ndw, need, most = (np.concatenate(v) for v in zip(*found))
+    new = ~pd.MultiIndex.from_arrays([pi.astype(float), table.lay["layout_index"][pos], npw, ndw]).isin(done)
+    pi, pos, npw, ndw, need, most = (v[new] for v in (pi, pos, npw, ndw, need, most))
+    # the batches whose bound beats the best: a decode worker finishing more than need / n_d
+    # requests a second, from the first such batch of the layout to the last (and to the most
+    # clients the TTFT bound allows where the prefill utilisation would not)
+    lo, hi = np.zeros(pi.size), np.zeros(pi.size)
+    for p in np.unique(pos):
+        at = np.flatnonzero(pos == p)
+        r = table.rate[table.start[p]:table.start[p] + int(table.hi[p])]
+        thr = np.maximum(need[at] / ndw[at], 0.0)      # and only batches that fit and meet TPOT
+        lo[at] = np.searchsorted(np.maximum.accumulate(r), thr, side="right") + 1.0
+        hi[at] = np.minimum(np.searchsorted(-np.maximum.accumulate(r[::-1])[::-1], -thr, side="left"), most[at])
+    go = hi >= lo
+    pi, pos, npw, ndw, lo, hi = (v[go] for v in (pi, pos, npw, ndw, lo, hi))
+    if pi.size == 0:
+        return none
+    largest, best = _refine(ctx, table, pre, pi, pos, npw, ndw, lo, hi, isl, osl, ttft_s, tpot_s)
+    return _picks(largest, best, np.zeros(pi.size), pos, pi, npw, ndw)
+
+
+def _append_pairings(ctx, table: _DecodeTable, new, dcols: dict, dec: dict, pre: dict, pairs: dict, isl: int,
+                     osl: int) -> tuple[dict, dict, dict]:
+    """``dcols`` / ``dec`` with the decode rows of ``new`` (``_picks``) appended, and ``pairs``
+    (pi, di, npw, ndw, dsel, out) with their pairings and closed loops."""
+    pos, batch, pi_n, npw_n, ndw_n = new
+    if pi_n.size == 0:
+        return dcols, dec, pairs
+    at = table.at(pos, batch)
+    rows_d = {k: table.d[k][at] for k, v in dec.items()
+              if isinstance(v, np.ndarray) and v.shape == dec["tpot_s"].shape and k in table.d}
+    cols_d = {**{k: v[pos] for k, v in table.lay.items()}, "batch": batch}
+    n0 = len(dcols["batch"])
+    dcols = {k: np.concatenate([dcols[k], cols_d[k]]) for k in dcols}
+    dec = {k: (np.concatenate([v, rows_d[k]]) if k in rows_d else v) for k, v in dec.items()}
+    di_n = n0 + np.arange(len(pi_n))
+    dsel_n = {k: dec[k][di_n] for k in pairs["dsel"]}
+    out_n = combine(ctx, dsel_n, _per_row(pre, pi_n, "pre_one_s"), npw_n, ndw_n, isl, osl)
+    n_old = pairs["pi"].shape
+    out = pairs["out"]
+    return dcols, dec, {
+        "pi": np.concatenate([pairs["pi"], pi_n]), "di": np.concatenate([pairs["di"], di_n]),
+        "npw": np.concatenate([pairs["npw"], npw_n]), "ndw": np.concatenate([pairs["ndw"], ndw_n]),
+        "dsel": {k: np.concatenate([pairs["dsel"][k], dsel_n[k]]) for k in pairs["dsel"]},
+        "out": {k: np.concatenate([np.broadcast_to(out[k], n_old), np.broadcast_to(out_n[k], pi_n.shape)]) for k in out}}
 
 
 def _disagg(ctx, gpus: int, isl: int, osl: int, max_batch: int, ttft_ms: float | None = None,
@@ -320,24 +536,11 @@ def _disagg(ctx, gpus: int, isl: int, osl: int, max_batch: int, ttft_ms: float |
     p_keep = _front_per_size(p_ok, pre["gpus"], rate_gpu, -pre["pre_one_s"])
     if d_keep.size == 0 or p_keep.size == 0:
         return pd.DataFrame(columns=COLUMNS)
-    # worker counts per distinct pair of worker sizes
+    # worker counts per distinct pair of worker sizes (``_worker_counts``)
     pi_all, di_all, npw_all, ndw_all = [], [], [], []
     for gp in np.unique(pre["gpus"][p_keep]):
         for gd in np.unique(dec["gpus"][d_keep]):
-            # prefill counts: ``PREFILL_COUNTS`` (every one up to 64, then a fixed geometric grid);
-            # decode counts: every one up to 16 and the powers of two (neither grid moves with the
-            # GPU count, so a pairing of them that fits in n GPUs is still tried in n + 1: more GPUs
-            # never lose it), and as many as fit beside each prefill count
-            most = gpus // int(gp)
-            n_p = PREFILL_COUNTS[PREFILL_COUNTS <= most]
-            fill = np.floor((gpus - n_p * gp) / gd)
-            counts = np.unique(np.concatenate([np.arange(1.0, 17.0),
-                                               2.0 ** np.arange(0, int(np.log2(max(gpus // int(gd), 1))) + 1)]))
-            np_ = np.concatenate([n_p, np.repeat(n_p, len(counts))])
-            nd_ = np.concatenate([fill, np.tile(counts, len(n_p))])
-            pairs = np.unique(np.stack([np_, nd_], axis=1), axis=0)
-            pairs = pairs[(pairs[:, 1] >= 1) & (pairs[:, 0] * gp + pairs[:, 1] * gd <= gpus)]
-            np_, nd_ = pairs[:, 0], pairs[:, 1]
+            np_, nd_ = _worker_counts(gpus, gp, gd)
             if np_.size == 0:
                 continue
             ps = p_keep[pre["gpus"][p_keep] == gp]
@@ -354,23 +557,20 @@ def _disagg(ctx, gpus: int, isl: int, osl: int, max_batch: int, ttft_ms: float |
     dsel, psel = _per_row(dec, di, "tpot_s"), _per_row(pre, pi, "pre_one_s")
     out = combine(ctx, dsel, psel, npw, ndw, isl, osl)
     if ttft_ms is not None and tpot_ms is not None:
-        found = _disagg_slo_batches(ctx, dcols, dec, pre, pi, di, npw, ndw, out, isl, osl, max_batch,
-                                    ttft_ms / 1e3, tpot_ms / 1e3)
-        if found is not None:
-            cols_d, rows_d, pi_n, npw_n, ndw_n = found
-            n0 = len(dcols["batch"])
-            dcols = {k: np.concatenate([dcols[k], cols_d[k]]) for k in dcols}
-            dec = {k: (np.concatenate([v, rows_d[k]]) if k in rows_d else v) for k, v in dec.items()}
-            di_n = n0 + np.arange(len(pi_n))
-            dsel_n = {k: dec[k][di_n] for k in dsel}
-            psel_n = _per_row(pre, pi_n, "pre_one_s")
-            out_n = combine(ctx, dsel_n, psel_n, npw_n, ndw_n, isl, osl)
-            n_old = pi.shape
-            pi, di = np.concatenate([pi, pi_n]), np.concatenate([di, di_n])
-            npw, ndw = np.concatenate([npw, npw_n]), np.concatenate([ndw, ndw_n])
-            dsel = {k: np.concatenate([dsel[k], dsel_n[k]]) for k in dsel}
-            out = {k: np.concatenate([np.broadcast_to(out[k], n_old), np.broadcast_to(out_n[k], pi_n.shape)])
-                   for k in out}
+        ttft_s, tpot_s = ttft_ms / 1e3, tpot_ms / 1e3
+        table = _decode_table(ctx, dcols, dec, max_batch, isl, osl, tpot_s)
+        pairs = {"pi": pi, "di": di, "npw": npw, "ndw": ndw, "dsel": dsel, "out": out}
+        searched, new = _disagg_slo_batches(ctx, table, dcols, pre, pi, di, npw, ndw, out, isl, osl, ttft_s, tpot_s)
+        dcols, dec, pairs = _append_pairings(ctx, table, new, dcols, dec, pre, pairs, isl, osl)
+        # then every configuration the fronts dropped, where a bound says it could beat the best
+        # found (tokens/s per GPU or in all: either ranking)
+        o = pairs["out"]
+        meets = _meets(o, ttft_s, tpot_s)
+        best_per_gpu = o["tokens_per_s_per_gpu"][meets].max() if meets.any() else -np.inf
+        best_total = (o["tokens_per_s_per_gpu"] * o["gpus"])[meets].max() if meets.any() else -np.inf
+        new = _disagg_bound(ctx, table, pre, p_ok, gpus, searched, best_per_gpu, best_total, isl, osl, ttft_s, tpot_s)
+        dcols, dec, pairs = _append_pairings(ctx, table, new, dcols, dec, pre, pairs, isl, osl)
+        pi, di, npw, ndw, dsel, out = (pairs[k] for k in ("pi", "di", "npw", "ndw", "dsel", "out"))
     moe = ctx.model.moe is not None
     p_lab = np.array(worker_labels(p["tp"], p["pp"], p["adp"], p["moe_tp"], p["moe_ep"], moe))
     d_lab = np.array(worker_labels(dcols["tp"], dcols["pp"], dcols["adp"], dcols["moe_tp"], dcols["moe_ep"], moe))
