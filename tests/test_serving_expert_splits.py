@@ -57,11 +57,12 @@ def test_deepseek_r1_layouts_on_4_gpus_hand_count():
 
 
 def test_deepseek_r1_layouts_on_64_gpus_with_vllm_hand_count():
-    # (tp, adp, pp) = (2^a, 2^b, 2^c), a <= 3 (tp inside the 8-GPU node), c <= 3, a + b + c <= 6:
-    # for each (a, c) 7 - a - c values of b, 16 x 7 - 4 x 6 - 4 x 6 = 64 triples. vLLM: two splits
-    # (all-EP, all-TP) each, one where tp x adp = 1 (4 triples): 2 x 64 - 4 = 124
+    # (tp, adp) = (2^a, 2^b), a <= 3 (tp inside the 8-GPU node), s = a + b <= 6, and every pp up
+    # to the 61 layers and 64 / 2^s: n(s) = 61, 32, 16, 8, 4, 2, 1 for s = 0..6. Triples: a = 0
+    # sums n(0..6) = 124, a = 1 n(1..6) = 63, a = 2 31, a = 3 15: 233. vLLM: two splits (all-EP,
+    # all-TP) each, one where tp x adp = 1 (the 61 triples of s = 0): 2 x 233 - 61 = 405
     lay = worker_layouts(load_model("deepseek-r1"), 64, 8, True, load_stack("vllm-0.14").serving)
-    assert len(lay) == 124
+    assert len(lay) == 405
     group = lay[:, 0] * lay[:, 2]
     assert np.all((lay[:, 3] == 1) | (lay[:, 4] == 1)) and np.all(lay[:, 3] * lay[:, 4] == group)
 

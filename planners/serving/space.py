@@ -2,8 +2,10 @@
 
 Worker layouts: attention tensor parallelism ``tp`` (a divisor of the attention heads, powers of
 two up to the NVLink domain), attention data parallelism ``adp`` (MoE models only: it pays when
-the experts are shared by ranks holding their own requests), pipeline stages ``pp`` (1, 2, 4,
-8; at most the layers), expert parallelism ``moe_ep`` (a power of two dividing tp x adp and the
+the experts are shared by ranks holding their own requests), pipeline stages ``pp`` (every
+count up to the layers and the GPUs left: ``serve simulate`` runs any, the last stage holding
+fewer layers where they do not divide, ``cost_models.kv_cache.largest_stage_share``; a powers-of-
+two grid had missed Llama-3.1-405B bf16 on 12 H100, which fits only as tp 4 x pp 3), expert parallelism ``moe_ep`` (a power of two dividing tp x adp and the
 expert count; ``moe_tp`` = tp x adp / moe_ep), keeping only the expert splits the serving
 stack runs (``ServingBehaviour.expert_splits``: vLLM runs its experts all expert-parallel or
 all tensor-parallel over the worker, never etp 2 x ep 4) and the attention splits it runs
@@ -21,9 +23,6 @@ from cost_models.weight_formats import slice_holds_whole_blocks
 
 from hardware_specs.serving_behaviour import ServingBehaviour
 from model_specs.model_spec import ModelSpec
-
-PP_CHOICES = (1, 2, 4, 8)
-
 
 def _pow2_upto(n: int) -> list[int]:
     out, v = [], 1
@@ -47,9 +46,7 @@ def worker_layouts(model: ModelSpec, gpus: int, domain: int, allow_pp: bool = Tr
             continue
         adps = _pow2_upto(gpus // tp) if model.moe is not None else [1]
         for adp in adps:
-            for pp in (PP_CHOICES if allow_pp else (1,)):
-                if tp * adp * pp > gpus or pp > model.num_layers:
-                    continue
+            for pp in (range(1, min(model.num_layers, gpus // (tp * adp)) + 1) if allow_pp else (1,)):
                 if model.moe is None:
                     rows.append((tp, pp, adp, tp * adp, 1))
                     continue
