@@ -44,6 +44,7 @@ from simulator.config_batch import RECOMPUTE_CODES, SCHEDULE_CODES, ConfigBatch
 from simulator.layer_times import layer_times
 from simulator.memory_rows import fsdp_once_per_step, zero2_reduced_once
 from simulator.parallel_config import Recompute, Schedule
+from simulator.pipeline.event_sim import BUBBLE_ROUNDING_SHARE
 from simulator.step_pipeline import Ends, PerLayer, pipeline_pass
 from simulator.zero3_collectives import bucket_calls, persistent_gather_s, persistent_layer_tensors, rank_copies_s
 
@@ -101,9 +102,9 @@ def ends_accumulation_s(model: ModelSpec, tp, grad_bytes, grad_buffer_bytes, hbm
     return emb, head
 
 
-#: a makespan above the busiest stage's work by less than this share of it is floating-point
-#: rounding of the sum, not a pipeline bubble (pp = 1 gave 8.9e-16 s of a 7 s step)
-BUBBLE_ROUNDING_SHARE = 1e-12
+# a makespan above the busiest stage's work by less than BUBBLE_ROUNDING_SHARE of it is
+# floating-point rounding of the sum, not a pipeline bubble (pp = 1 gave 8.9e-16 s of a 7 s
+# step); defined beside the event simulator, whose per-stage idle times it clamps alike
 
 
 def pipeline_bubble_s(pipeline_s, busy_s):
@@ -553,13 +554,17 @@ def p2p_overlap_applies(batch: ConfigBatch) -> np.ndarray:
 
 
 def cell_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch, row: int = 0,
-               with_fused: bool = False):
+               with_fused: bool = False, with_casts: bool = False):
     """The pipeline inputs of row ``row`` as the event simulator takes them: (schedule kind, p,
     m, v, f, b, w) with (p, v) arrays of one micro-batch's forward, input-gradient (with
     recomputation) and weight-gradient seconds per (stage, chunk) cell: those of the schedule's
     B and W ops (a B run apart from its W on the zero-bubble schedules and DualPipe,
     ``step_pipeline.SPLIT_W``). ``with_fused``: also the seconds of a fused BW op per cell (the
-    fused backward's b + w; what DualPipe's non-zero-bubble passes last)."""
+    fused backward's b + w; what DualPipe's non-zero-bubble passes last). ``with_casts``: also
+    (last) the seconds of each cell's once-a-step low-precision weight casts (its layers'
+    ``weight_cast_<kind>``, 0 in 16/32-bit): they sum over the cells to the pipeline fill
+    ``evaluate`` adds to the makespan (``_weight_cast_fill_s``), and over a stage's cells to
+    what its compute counts of them (``part_weight_cast_s``)."""
     from simulator.step_pipeline import (_CODE_TO_KIND, MIXED_W, SPLIT_W, _layouts, cell_durations, group_cells,
                                          layer_split_counts, schedule_chunks)
     one = batch.take(np.array([row]))
@@ -580,7 +585,11 @@ def cell_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, bat
     _, b, w = cell_durations(model, cells, per_layer, ends, idx, split, w_apart=kind in SPLIT_W + MIXED_W)
     m = int(round(float(one.global_batch[0]) / (float(one.dp[0]) * float(one.micro_batch[0]))))
     out = (kind, p, m, v, f[0], b[0], w[0])
-    return out + ((b_fused + w_fused)[0],) if with_fused else out
+    if with_fused:
+        out += ((b_fused + w_fused)[0],)
+    if with_casts:
+        out += (cells["dense"][0] * lay["weight_cast_dense"][0] + cells["moe"][0] * lay["weight_cast_moe"][0],)
+    return out
 
 
 def evaluate(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, batch: ConfigBatch,

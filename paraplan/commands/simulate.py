@@ -492,12 +492,18 @@ MAX_TRACE_OPS = 100_000
 
 def check_timeline_size(config: ParallelConfig, trace_path: str | None, gantt_path: str | None) -> None:
     """Refuse a timeline with more operations than can be drawn or opened (before any work)."""
+    from simulator.config_batch import SCHEDULE_CODES
     from simulator.event_level import pipeline_ops
+    from simulator.step_pipeline import schedule_chunks
     ops = pipeline_ops(config, config.num_microbatches)
+    # the schedule's chunks per stage: vpp for interleaved 1F1B, 2 for ZB-V and DualPipe
+    chunks = schedule_chunks(SCHEDULE_CODES[config.schedule], int(config.vpp))
+    casts = ops - 3 * int(config.pp) * chunks * int(config.num_microbatches)
+    counted = (f"3 x pp {config.pp} x {chunks} chunk{'s' if chunks > 1 else ''} per stage x "
+               f"{config.num_microbatches:,} micro-batches" + (f" + {casts:,} weight casts" if casts else ""))
     for field, path, limit in (("--gantt", gantt_path, MAX_GANTT_OPS), ("--trace", trace_path, MAX_TRACE_OPS)):
         if path is not None and ops > limit:
-            raise InputError(field, f"the schedule has up to {ops:,} operations (3 x pp {config.pp} x vpp "
-                             f"{config.vpp} x {config.num_microbatches:,} micro-batches), more than the "
+            raise InputError(field, f"the schedule has up to {ops:,} operations ({counted}), more than the "
                              f"{limit:,} a timeline shows",
                              "use a smaller global batch (fewer micro-batches) to look at the schedule")
 
@@ -527,8 +533,11 @@ def write_timelines(model, config, report, trace_path: str | None, gantt_path: s
     eff = priors.json_fields(cluster)
     prior = (f" [rests on the {eff['efficiency_generation']} efficiency model, an unfitted prior]"
              if priors.is_prior(cluster) else "")
+    # the low-precision weight casts run before the flush (the step model's pipeline fill)
+    casts = result.prologue.duration_s if result.prologue is not None else 0.0
+    cast_note = f" ({casts:.4g} s of {result.prologue.name}s, then the flush)" if casts > 0 else ""
     summary = (f"{schedule.kind.value} p={schedule.p} m={schedule.m} v={schedule.v}: makespan "
-               f"{result.makespan_s:.4g} s, mean stage idle {100 * result.bubble_fraction:.1f}%{prior}")
+               f"{result.makespan_s:.4g} s{cast_note}, mean stage idle {100 * result.bubble_fraction:.1f}%{prior}")
     notes = []
     if trace_path is not None:
         names = [f"stage {i}" for i in range(schedule.p)]

@@ -13,12 +13,24 @@ activations are needed until the weight gradient is computed).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from hardware_specs.errors import InputError
 from simulator.pipeline.schedules import BW, F, KIND_NAMES, PipelineSchedule, W
+
+#: a makespan above a stage's work by less than this share of it is floating-point rounding of
+#: the sums, not idle time (pp = 1 gave 8.9e-16 s of a 7 s step, printed as "-0.0%" idle);
+#: ``simulator.step_model.pipeline_bubble_s`` clamps the breakdown's bubble by the same share
+BUBBLE_ROUNDING_SHARE = 1e-12
+
+
+def stage_idle_s(makespan_s, busy_s):
+    """Idle seconds ``makespan - busy`` per stage, 0 where within ``BUBBLE_ROUNDING_SHARE`` of
+    the makespan (rounding, not idle time: no stage idles a negative time)."""
+    idle = makespan_s - np.asarray(busy_s, dtype=float)
+    return np.where(idle > BUBBLE_ROUNDING_SHARE * makespan_s, idle, 0.0)
 
 
 def sweep(schedule: PipelineSchedule, dur_s: np.ndarray, comm_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -97,6 +109,8 @@ class ScheduleResult:
         peak_inflight: (p,) most activation sets held at once per stage (micro-batch chunks).
         stage_ptr: (p+1,) the schedule's per-stage offsets into the op arrays.
         inflight_bytes, peak_activation_bytes: same in bytes, if ``activation_bytes`` was given.
+        prologue: work run before the flush (``with_prologue``), None if none: its time is in
+            ``makespan_s``, ``busy_s``, ``idle_s`` and the fractions; the op times come after it.
     """
 
     start_s: np.ndarray
@@ -116,6 +130,7 @@ class ScheduleResult:
     stage_ptr: np.ndarray
     inflight_bytes: np.ndarray | None = None
     peak_activation_bytes: np.ndarray | None = None
+    prologue: "Prologue | None" = None
 
     @property
     def bubble_s(self) -> float:
@@ -133,6 +148,67 @@ class ScheduleResult:
         if values is None:
             raise InputError("in_bytes", "simulated without activation_bytes", "pass activation_bytes")
         return np.r_[0.0, self.inflight_time_s[lo:hi]], np.r_[0, values[lo:hi]]
+
+
+@dataclass(frozen=True, eq=False)
+class Prologue:
+    """Operations run one after another before a schedule's flush, each on one (stage, chunk)
+    cell, e.g. the once-a-step low-precision weight casts. Arrays (n,), read-only, seconds.
+
+    Attributes:
+        name: what each operation is (``"weight cast"``), for traces and charts.
+        stage, chunk: the cell each operation runs on.
+        start_s, end_s: its interval; the first starts at 0, each starts when the one before ends.
+    """
+
+    name: str
+    stage: np.ndarray
+    chunk: np.ndarray
+    start_s: np.ndarray
+    end_s: np.ndarray
+
+    @property
+    def duration_s(self) -> float:
+        """The seconds the flush starts later (the last operation's end; 0 if none)."""
+        return float(self.end_s[-1]) if self.end_s.size else 0.0
+
+
+def with_prologue(result: ScheduleResult, schedule: PipelineSchedule, name: str, cells, dur_s) -> ScheduleResult:
+    """``result`` with a serial prologue before its flush: the operation on flat cell
+    ``cells[i]`` (``stage * v + chunk``) lasting ``dur_s[i]`` seconds runs after the one before it,
+    and every op of the flush starts the prologue's total later. Each stage's ``busy_s`` gains
+    its prologue operations; ``makespan_s`` the total; idle and bubble fractions follow.
+    Operations of 0 s are left out."""
+    s = schedule
+    cells = np.asarray(cells, dtype=np.int64).reshape(-1)
+    dur = _numbers(name, dur_s).reshape(-1)
+    if cells.shape != dur.shape or np.any((cells < 0) | (cells >= s.p * s.v)):
+        raise InputError(name, f"{cells.size} cells (each in [0, {s.p * s.v})) for {dur.size} durations",
+                         "give one cell stage * v + chunk per duration")
+    if not np.all(np.isfinite(dur)) or np.any(dur < 0):
+        raise InputError(name, "must be finite and >= 0 (seconds)")
+    keep = dur > 0
+    cells, dur = cells[keep], dur[keep]
+    end = np.cumsum(dur)
+    start = np.r_[0.0, end[:-1]]
+    shift = float(end[-1]) if end.size else 0.0
+    stage, chunk = cells // s.v, cells % s.v
+    busy = result.busy_s + np.bincount(stage, weights=dur, minlength=s.p)
+    makespan = result.makespan_s + shift
+    first = result.first_start_s + shift
+    np.minimum.at(first, stage, start)              # a stage's first work is now its first cast
+    last = result.last_end_s + shift
+    idle = stage_idle_s(makespan, busy)
+    span = float((last - first).max()) if s.p else 0.0
+    bubble = float(idle.sum() / (s.p * makespan)) if makespan > 0 else 0.0
+    pipelined = float(1.0 - busy.sum() / (s.p * span)) if span > 0 else 0.0
+    moved = [x + shift for x in (result.start_s, result.end_s, result.comm_start_s, result.comm_end_s,
+                                 result.inflight_time_s)]
+    prologue = Prologue(name, *_readonly(stage, chunk, start, end))
+    _readonly(*moved, busy, idle, first, last)
+    return replace(result, start_s=moved[0], end_s=moved[1], comm_start_s=moved[2], comm_end_s=moved[3],
+                   inflight_time_s=moved[4], makespan_s=makespan, busy_s=busy, idle_s=idle, first_start_s=first,
+                   last_end_s=last, bubble_fraction=bubble, pipelined_bubble_fraction=pipelined, prologue=prologue)
 
 
 def _numbers(name: str, value, fix: str = "pass a float, a (p, 1) column or a (p, v) array") -> np.ndarray:
@@ -207,7 +283,7 @@ def simulate_schedule(schedule: PipelineSchedule, f_time_s, b_time_s, w_time_s, 
     heads = s.stage_ptr[:-1]
     busy = np.add.reduceat(dur, heads)
     makespan = float(end.max()) if end.size else 0.0
-    idle = makespan - busy
+    idle = stage_idle_s(makespan, busy)
     first, last = start[heads], np.maximum.reduceat(end, heads)
     span = float((last - first).max())
     bubble = float(idle.sum() / (s.p * makespan)) if makespan > 0 else 0.0

@@ -2,7 +2,8 @@
 
 One row per stage (stage 0 on top); F, B, W and fused BW in distinct colours, chunk 1 and
 later drawn with a hatch; idle time shows as the grey row background; micro-batch numbers are
-printed inside the bars that are wide enough. The time axis is in milliseconds.
+printed inside the bars that are wide enough; the result's prologue (e.g. the weight casts
+before the flush) in its own colour. The time axis is in milliseconds.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from simulator.pipeline.schedules import KIND_NAMES, PipelineSchedule  # noqa: E
 
 COLORS = {"F": "#4c72b0", "B": "#dd8452", "W": "#55a868", "BW": "#c44e52"}
 LABELS = {"F": "F forward", "B": "B input grad", "W": "W weight grad", "BW": "BW backward (B+W fused)"}
+PROLOGUE_COLOR = "#8172b3"
 IDLE_COLOR = "#e6e6e6"
 _MS = 1e3
 
@@ -54,6 +56,15 @@ def draw_gantt(result: ScheduleResult, schedule: PipelineSchedule, path, title: 
                 ax.barh(rows[part], dur_ms[part], left=start_ms[part], height=0.8, color=color,
                         edgecolor="white", linewidth=0.5, hatch="///" if later_chunk else None, zorder=2)
 
+    pro = result.prologue
+    if pro is not None and pro.stage.size:
+        later = pro.chunk > 0
+        for part, hatch in ((~later, None), (later, "///")):
+            if part.any():
+                ax.barh(s.p - 1 - pro.stage[part], (pro.end_s - pro.start_s)[part] * _MS,
+                        left=pro.start_s[part] * _MS, height=0.8, color=PROLOGUE_COLOR, edgecolor="white",
+                        linewidth=0.5, hatch=hatch, zorder=2)
+
     axes_px = width_in * dpi * 0.8                           # rough drawable width
     px_per_ms = axes_px / makespan_ms if makespan_ms > 0 else 0.0
     fontsize = 7 if s.p > 8 else 8
@@ -69,6 +80,8 @@ def draw_gantt(result: ScheduleResult, schedule: PipelineSchedule, path, title: 
     ax.set_title(title or f"{s.kind.value}  (p={s.p}, m={s.m}, v={s.v}):  makespan {makespan_ms:.4g} ms,  "
                  f"bubble {100 * result.bubble_fraction:.1f}%")
     handles = [Patch(facecolor=COLORS[k], label=LABELS[k]) for k in used]
+    if pro is not None and pro.stage.size:
+        handles.append(Patch(facecolor=PROLOGUE_COLOR, label=pro.name))
     if s.v > 1:
         handles.append(Patch(facecolor="white", edgecolor="black", hatch="///", label="chunk >= 1"))
     handles.append(Patch(facecolor=IDLE_COLOR, label="idle"))

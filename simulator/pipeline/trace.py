@@ -2,7 +2,8 @@
 
 Format: the Trace Event Format (``{"traceEvents": [...]}``), opened by chrome://tracing and
 https://ui.perfetto.dev. One process per stage; on it, thread 0 holds the compute ops as
-complete events (``ph: "X"``), threads 1 and 2 the point-to-point sends towards the next and
+complete events (``ph: "X"``) (and the result's prologue, e.g. the weight casts before the flush,
+category ``"prologue"``), threads 1 and 2 the point-to-point sends towards the next and
 the previous stage, and counter tracks (``ph: "C"``) the in-flight activation sets (and bytes,
 when simulated with ``activation_bytes``). Times are microseconds, as the format requires.
 """
@@ -21,7 +22,8 @@ from simulator.pipeline.schedules import KIND_NAMES, PipelineSchedule
 
 COMPUTE_TID, SEND_NEXT_TID, SEND_PREV_TID = 0, 1, 2
 # Chrome's reserved colour names (ignored by Perfetto, which colours by name).
-_CNAME = {"F": "thread_state_running", "B": "rail_response", "W": "rail_load", "BW": "rail_animation"}
+_CNAME = {"F": "thread_state_running", "B": "rail_response", "W": "rail_load", "BW": "rail_animation",
+          "prologue": "generic_work"}
 _US = 1e6
 
 
@@ -66,6 +68,13 @@ def to_chrome_trace(result: ScheduleResult, schedule: PipelineSchedule,
                        "ts": start[j] * _US, "dur": (end[j] - start[j]) * _US, "pid": stage[j],
                        "tid": COMPUTE_TID, "cname": _CNAME[k],
                        "args": {"microbatch": mb[j], "chunk": chunk[j], "virtual_stage": position[j]}})
+
+    pro = result.prologue
+    if pro is not None:
+        for i, c, a, b in zip(pro.stage.tolist(), pro.chunk.tolist(), pro.start_s.tolist(), pro.end_s.tolist()):
+            events.append({"name": pro.name + (f".c{c}" if s.v > 1 else ""), "cat": "prologue", "ph": "X",
+                           "ts": a * _US, "dur": (b - a) * _US, "pid": i, "tid": COMPUTE_TID,
+                           "cname": _CNAME["prologue"], "args": {"chunk": c}})
 
     pred = s.predecessor.tolist()
     c0, c1 = result.comm_start_s.tolist(), result.comm_end_s.tolist()
