@@ -578,3 +578,24 @@ def test_the_printed_simulate_command_carries_the_headroom_exactly():
     for value, text in ((1.23456789, "1.23456789"), (4.0, "4"), (0.1 + 0.2, repr(0.1 + 0.2))):
         args = shlex.split(simulate_command(row, "llama3-8b", "dgx-h100", headroom_gib=value))
         assert args[args.index("--headroom-gib") + 1] == text and float(text) == value
+
+
+def _dp_comm_row(*args):
+    r = run("simulate", "-m", "llama3-8b", "-c", "dgx-h100", *args)
+    assert r.exit_code == 0, r.output
+    row = next(ln for ln in r.stdout.splitlines() if ln.split()[:1] == ["dp_comm_exposed_s"])
+    j = run("simulate", "-m", "llama3-8b", "-c", "dgx-h100", *args, "--json")
+    return row, json.loads(j.stdout)["time_breakdown_s"]["dp_comm_exposed_s"]
+
+
+def test_dp_comm_row_names_dualpipe_s_copy_pair_exchange():
+    """At dp = 1 there is no data-parallel reduction, yet DualPipe's dp_comm_exposed_s is its
+    two model copies' gradient exchange (0.0505 s for 8B over 4 stages), which the row called a
+    "data-parallel gradient reduction"; 1F1B at dp = 1 has none (0 s) and keeps the plain label."""
+    row, value = _dp_comm_row("-n", "4", "--pp", "4", "--schedule", "dualpipe", "--global-batch", "8")
+    assert value > 0 and "DualPipe's copy-pair gradient exchange" in row and "data-parallel" not in row
+    plain, none = _dp_comm_row("-n", "4", "--pp", "4", "--global-batch", "8")
+    assert none == 0.0 and "data-parallel gradient reduction" in plain and "DualPipe" not in plain
+    both, with_dp = _dp_comm_row("-n", "8", "--pp", "4", "--schedule", "dualpipe", "--global-batch", "16")
+    assert with_dp > value and "DP + DualPipe copy-pair grad reductions" in both
+

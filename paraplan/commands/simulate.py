@@ -49,6 +49,27 @@ TIME_MEANING = {
     "optimizer_s": "optimizer step (Adam, memory-bound)",
     "offload_exposed_s": "host offload transfers (and host optimizer step) not hidden",
 }
+#: ``dp_comm_exposed_s`` under DualPipe, which also sums its two model copies' gradients (the
+#: pair of ranks holding mirror stages) after the data-parallel reduction
+#: (``step_model.dualpipe_pair_all_reduce_s``), at any dp
+DUALPIPE_DP_MEANING = {
+    "dp_comm_exposed_s": "DP + DualPipe copy-pair grad reductions (tied embedding's too) not hidden",
+}
+#: the same with no data-parallel group to reduce over (dp = cp = 1): the pair exchange alone
+DUALPIPE_NO_DP_MEANING = {
+    "dp_comm_exposed_s": "DualPipe's copy-pair gradient exchange (tied embedding's too) not hidden",
+}
+
+
+def time_meaning(report: StepReport) -> dict:
+    """``TIME_MEANING`` as it applies to ``report``'s configuration (DualPipe's pair exchange is
+    in ``dp_comm_exposed_s``)."""
+    c = report.config
+    if c.get("schedule") != "dualpipe" or c.get("pp", 1) < 2:
+        return TIME_MEANING
+    return {**TIME_MEANING, **(DUALPIPE_DP_MEANING if c["dp"] * c["cp"] > 1 else DUALPIPE_NO_DP_MEANING)}
+
+
 #: fp32 / tf32 training keeps 4-byte weights and gradients and no master copy
 #: (``cost_models.memory.model_state_bytes``, ``full_precision``)
 FULL_PRECISION_MEANING = {
@@ -255,7 +276,7 @@ def why_line(report: StepReport) -> str:
     if value <= 0:
         return f"why: the step is all compute ({_pct(compute, step)}%): nothing exposed to hide"
     return (f"why: compute is {_pct(compute, step)}% of the step; the largest other part is {name} = "
-            f"{value:.4g} s ({_pct(value, step)}%): {TIME_MEANING.get(name, name)}")
+            f"{value:.4g} s ({_pct(value, step)}%): {time_meaning(report).get(name, name)}")
 
 
 def _tflops(value: float) -> str:
@@ -369,7 +390,8 @@ def render(report: StepReport, model: ModelSpec, cluster, headroom_gib: float | 
     ]
     decimals = 4 if step >= 1 else 6
     star = priors.mark(cluster)
-    rows = [[k, f"{v:.{decimals}f}{star}", _pct(v, step), TIME_MEANING.get(k, "")]
+    meaning = time_meaning(report)
+    rows = [[k, f"{v:.{decimals}f}{star}", _pct(v, step), meaning.get(k, "")]
             for k, v in report.time_breakdown_s.items()]
     rows.append(["step_time_s", f"{step:.{decimals}f}{star}", "100.0", "one optimizer step"])
     lines.append(format_table(rows, ["part", "time_s", "pct_of_step", "what"], align="lrrl", indent="  ").rstrip())
