@@ -599,3 +599,20 @@ def test_dp_comm_row_names_dualpipe_s_copy_pair_exchange():
     both, with_dp = _dp_comm_row("-n", "8", "--pp", "4", "--schedule", "dualpipe", "--global-batch", "16")
     assert with_dp > value and "DP + DualPipe copy-pair grad reductions" in both
 
+
+def test_stage_memory_table_columns_carry_their_unit():
+    """The per-stage memory table's columns are GiB, named with _gib like the main table's
+    mem_gib (they were bare "weights grads optim ..."); each row's parts sum to its total."""
+    r = run("simulate", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "64", "--tp", "8", "--pp", "4", "--uneven-layers",
+            "--global-batch", "64")
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    at = lines.index("memory per GPU by pipeline stage (GiB)")
+    header = lines[at + 1].split()
+    assert header == ["stage", "layers", "in_flight", "weights_gib", "grads_gib", "optim_gib", "activ_gib",
+                      "logits_gib", "other_gib", "total_gib"]
+    rows = [ln.split() for ln in lines[at + 3:] if ln.strip()][:2]
+    for row in rows:
+        parts = [float(x) for x in row[3:9]]
+        assert sum(parts) == pytest.approx(float(row[9]), abs=0.035)
+    assert max(len(ln) for ln in lines) <= 120

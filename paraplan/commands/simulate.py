@@ -469,7 +469,9 @@ def stage_memory_table(stages) -> str:
                 label = str(start) if i - 1 == start else f"{start}-{i - 1}"
                 rows.append([label] + prev)
             prev, start = cells, i
-    headers = ["stage", "layers", "in_flight", "weights", "grads", "optim", "activ", "logits", "other", "total"]
+    # GiB per GPU, named like the main memory table's mem_gib
+    headers = ["stage", "layers", "in_flight"] + [f"{name}_gib" for name in
+                                                  ("weights", "grads", "optim", "activ", "logits", "other", "total")]
     return format_table(rows, headers, align="l" + "r" * (len(headers) - 1), indent="  ").rstrip()
 
 
