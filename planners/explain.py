@@ -257,10 +257,32 @@ def fit_text(result, fitting: int | None = None) -> str:
             f"--count-fitting checks them)")
 
 
-def explain_text(result, model: ModelSpec, memory_notes=(), gpu=None, prior: bool = False) -> str:
+def split_stage_time_s(model: ModelSpec, cluster, eff, config, chunks=None) -> float:
+    """The busiest stage's seconds per micro-batch as ``simulate`` prices ``config``
+    (``extras["microbatch_stage_time_s"]``: its compute, recomputation, exposed TP / CP / EP /
+    ZeRO-3 traffic, offload stalls and point-to-point sends for one micro-batch), with its
+    decoder layers split as ``chunks`` ([start, stop) per model chunk, in layer order; written as
+    a Megatron layout string, the embedding on the first chunk and the loss and MTP modules on the
+    last) or, ``None``, as the configuration lays them out."""
+    from dataclasses import replace
+
+    from simulator.simulate import simulate
+    if chunks is not None:
+        from paraplan.exports.megatron import layout_string
+        decoder = tuple(int(b) - int(a) for a, b in chunks)
+        mtp = (0,) * (len(decoder) - 1) + (int(model.mtp_layers),)
+        config = replace(config, pipeline_layout=layout_string(decoder, mtp), first_stage_layers=0,
+                         last_stage_layers=0)
+    return float(simulate(model, cluster, config, efficiency=eff).extras["microbatch_stage_time_s"])
+
+
+def explain_text(result, model: ModelSpec, memory_notes=(), gpu=None, prior: bool = False,
+                 split_times_s=None) -> str:
     """The ``--explain`` text of a ``PlanResult`` (``memory_notes``: ``memory_feature_notes``
     of the winner). ``prior``: the times rest on an unfitted efficiency model, so the winner's
-    and runner-up's time, throughput and MFU carry ``PRIOR_MARK`` as the table's cells do."""
+    and runner-up's time, throughput and MFU carry ``PRIOR_MARK`` as the table's cells do.
+    ``split_times_s``: (the winner's, the balanced split's) ``split_stage_time_s``, the slowest
+    stage per micro-batch as ``simulate`` gives it (None: that line names no time)."""
     mark = f" {PRIOR_MARK}" if prior else ""
     plans = result.plans
     lines = []
@@ -329,12 +351,21 @@ def explain_text(result, model: ModelSpec, memory_notes=(), gpu=None, prior: boo
         lines.append(f"winner's layers per stage ({n_chunks} stage{'' if n_chunks == 1 else 's'}{'' if n_chunks == pp else f', chunk c on rank c mod {pp}'}; "
                      f"embedding on the first, LM head + loss on the last), as priced and exported:")
         lines.append("  " + stage_layers_text(priced))
-        slowest = f"slowest {ms_text(sa.max_stage_time_s)} per micro-batch"
+        # the split balances the layers' compute (forward + backward + recompute); the times
+        # printed are the step model's for the whole stage, as simulate gives them
+        # (microbatch_stage_time_s), not that compute-only objective
+        won, even = split_times_s if split_times_s is not None else (None, None)
+
+        def slowest(seconds):
+            return "" if seconds is None else f"; simulate's microbatch_stage_time_s {ms_text(seconds)}"
         if balanced != priced:
-            lines.append(f"  a split minimising its slowest stage's time (dynamic programming over per-layer costs; "
-                         f"not the one priced; {slowest}): {stage_layers_text(balanced)}")
+            lines.append(f"  the split balancing the layers' compute (forward + backward + recompute; dynamic "
+                         f"programming over per-layer costs; not the one priced{slowest(even)}"
+                         + (f" against the winner's {ms_text(won)}" if won is not None and even is not None else "")
+                         + f"): {stage_layers_text(balanced)}")
         else:
-            lines.append(f"  (also the split minimising its slowest stage's time: {slowest})")
+            lines.append(f"  (also the split balancing the layers' compute: forward + backward + recompute"
+                         f"{slowest(won)})")
     return "\n".join(lines) + "\n"
 
 

@@ -536,7 +536,27 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
         stages = stage_assignment_for(model, cluster, eff, result.best_config, limit)
     notes = memory_feature_notes(model, cluster, eff, result.best_config, limit)
     result = replace(result, stage_assignment=stages, wall_s=time.perf_counter() - t0)
-    return replace(result, explain=explain_text(result, model, notes, gpu=cluster.gpu, prior=not eff.is_fitted))
+    split_times = None
+    if stages is not None:
+        split_times = _split_times(model, cluster, eff, result)
+    return replace(result, explain=explain_text(result, model, notes, gpu=cluster.gpu, prior=not eff.is_fitted,
+                                                split_times_s=split_times))
+
+
+def _split_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, result) -> tuple:
+    """(the winner's, the balanced split's) slowest stage per micro-batch as ``simulate`` prices
+    them (``explain.split_stage_time_s``); the balanced split's is None where it is the winner's
+    own or cannot be laid out (a layout the configuration refuses)."""
+    from planners.explain import priced_chunks, split_stage_time_s
+    config = result.best_config
+    won = split_stage_time_s(model, cluster, eff, config)
+    balanced = [tuple(int(x) for x in r) for r in result.stage_assignment.stage_layers]
+    if balanced == (priced_chunks(result.plans.iloc[0], model) or balanced):
+        return won, None
+    try:
+        return won, split_stage_time_s(model, cluster, eff, config, balanced)
+    except InputError:
+        return won, None
 
 
 #: order of the ranked table: fastest first; among equal step times the smaller footprint, then

@@ -1,4 +1,5 @@
 """planners/explain.py: the winner-against-runner-up reasons name real differences only."""
+import json
 from click.testing import CliRunner
 
 from paraplan.cli import main
@@ -124,3 +125,44 @@ def test_plan_explain_says_how_much_slower_the_plan_without_offload_and_zero3_is
     for ln, w in zip(lines, without):
         assert re.fullmatch(r"  without " + re.escape(" and ".join(w["without"])) + rf": rank {w['rank']}, dp=\d+ .*: "
                             + re.escape(f"{w['slower_pct']:.2f}% slower") + r" \(\d+\.\d+ s/step\)", ln), ln
+
+
+def _simulate_stage_ms(args):
+    from click.testing import CliRunner
+    from paraplan.cli import main
+    from planners.explain import ms_text
+    r = CliRunner().invoke(main, ["simulate", *args, "--json"])
+    assert r.exit_code == 0, r.output
+    return ms_text(json.loads(r.stdout)["extras"]["microbatch_stage_time_s"])
+
+
+def _plan_explain(*args):
+    from click.testing import CliRunner
+    from paraplan.cli import main
+    r = CliRunner().invoke(main, ["plan", *args, "--explain", "--top", "1"])
+    assert r.exit_code == 0, r.output
+    out = r.output
+    command = out.split("best plan as one run")[1].split("paraplan simulate ")[1].split("\nnote")[0]
+    sim_args = command.replace("\\\n", " ").split("\n")[0].split()
+    section = out.split("winner's layers per stage (")[1].splitlines()
+    return sim_args, section
+
+
+def test_explain_s_stage_times_are_simulate_s():
+    """plan -m llama3-70b -n 32 --explain printed 'slowest 6,580 ms per micro-batch' (the
+    balancing objective: the layers' forward + backward + recompute only) while simulate of the
+    winner gives microbatch_stage_time_s 7.891 s (ZeRO-3 gathers, offload stalls too); the line
+    now gives simulate's number for each split it names."""
+    import re
+    sim_args, section = _plan_explain("-m", "llama3-70b", "-c", "dgx-h100", "-n", "32", "--global-batch", "64")
+    assert section[2].startswith("  (also the split balancing the layers' compute")
+    assert f"simulate's microbatch_stage_time_s {_simulate_stage_ms(sim_args)})" in section[2]
+    assert re.search(r"microbatch_stage_time_s 7,890 ms", section[2])
+    # a balanced split that is not the priced one: its time is simulate's with that layout
+    sim_args, section = _plan_explain("-m", "llama3-70b", "-c", "dgx-a100-40gb", "-n", "40", "--global-batch", "64")
+    balanced = section[2].split("): ")[1]
+    assert balanced == "0:0-15 1:16-31 2:32-47 3:48-64 4:65-79"
+    layout = "Et*16|t*16|t*16|t*17|t*15L"
+    won, even = _simulate_stage_ms(sim_args), _simulate_stage_ms(sim_args + ["--pipeline-layout", layout])
+    assert f"simulate's microbatch_stage_time_s {even} against the winner's {won})" in section[2]
+    assert won != even

@@ -156,7 +156,7 @@ def test_explain_shows_the_split_the_plan_was_priced_and_exported_with():
     assert section[0].endswith("as priced and exported:") and section[1].strip() == header
     balanced = out.split("a split minimising its slowest chunk's time")[1].split("): ")[1].splitlines()[0]
     if balanced != header:
-        assert section[2].startswith("  a split minimising its slowest stage's time") and "not the one priced" \
+        assert section[2].startswith("  the split balancing the layers' compute") and "not the one priced" \
             in section[2] and section[2].endswith(balanced)
 
 
