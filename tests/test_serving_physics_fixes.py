@@ -74,7 +74,8 @@ def test_a_kv_transfer_inside_a_full_mesh_node_gets_one_peer_link():
     from cost_models.inference_comm import kv_peers, kv_transfer_time_s, link_rates
     from hardware_specs.catalog import load_cluster, load_serving_efficiency
     d = _serve_json("-m", "llama3.1-70b", "-s", "mi300x-node", "-b", "vllm", "--isl", "4096", "--osl", "256",
-                    "--mode", "disagg", "--prefill-tp", "1", "--decode-tp", "1", "--decode-batch", "8")
+                    "--mode", "disagg", "--prefill-tp", "1", "--decode-tp", "1", "--decode-batch", "8",
+                    "--kv-cache-dtype", "fp8")
     cluster = load_cluster("mi300x-node")
     eff = load_serving_efficiency(cluster.gpu.generation)
     assert eff.link_bw_fraction == 0.8 and cluster.scaleup.mesh_peer_bw_bytes_per_s == 64e9

@@ -201,30 +201,31 @@ def test_an_slo_no_layout_meets_names_the_binding_constraint_and_what_would_meet
     # use fp8; on one GPU no smaller format of DeepSeek-R1 fits either), and the GPUs that would
     with pytest.raises(InputError) as err:
         plan_serving(_ctx("deepseek-r1", "dgx-h100", "vllm", "fp8"), 1, 1024, 1024, 1000.0, 50.0)
+    # (10: tp2-pp5, 671 GB of weights at 67 GB a GPU; every pipeline depth is searched)
     assert str(err.value) == ("--gpus: no layout of deepseek-r1 with fp8 weights fits in 1 x h100-sxm-80gb "
-                              "(add GPUs (a layout fits on 16))")
+                              "(add GPUs (a layout fits on 10))")
     with pytest.raises(InputError) as err:
         plan_serving(_ctx("deepseek-r1", "dgx-h100", "vllm", "int4_wo"), 1, 1024, 1024, 1000.0, 50.0)
-    assert str(err.value).endswith("with int4_wo weights fits in 1 x h100-sxm-80gb (add GPUs (a layout fits on 8))")
+    assert str(err.value).endswith("with int4_wo weights fits in 1 x h100-sxm-80gb (add GPUs (a layout fits on 6))")
 
 
 def test_a_model_that_fits_no_searched_worker_is_not_told_to_add_gpus_that_cannot_help():
     # Llama-3.1-405B in bf16 is 810 GB: 101 GB a GPU at tp 8 (one DGX H100 domain), so it fits only
-    # with pipeline stages (tp8-pp2: 51 GB a GPU). Without them (--no-pp, or disaggregated workers,
+    # with pipeline stages (tp4-pp3: 68 GB a GPU on 12; tp8-pp2: 51 GB on 16). Without them (--no-pp, or disaggregated workers,
     # which have none) no GPU count fits, yet the error said "add GPUs" on 64 H100
     ctx = _ctx("llama3.1-405b", "dgx-h100", "trtllm", "bf16")
     formats = "a smaller weight format: --precision fp8 / fp8_block / nvfp4 / mxfp4 / int4_wo"
     with pytest.raises(InputError) as err:
         plan_serving(ctx, 64, 1024, 1024, 1000.0, 50.0, allow_pp=False)
-    assert err.value.fix == f"aggregated workers with pipeline stages fit (tp8-pp2): plan without --no-pp, or {formats}"
+    assert err.value.fix == f"aggregated workers with pipeline stages fit (tp4-pp3): plan without --no-pp, or {formats}"
     with pytest.raises(InputError) as err:
         plan_serving(ctx, 16, 1024, 1024, 1000.0, 50.0, modes=("disagg",))
-    assert err.value.fix == (f"aggregated workers with pipeline stages fit (tp8-pp2): plan with --mode agg (or both), "
+    assert err.value.fix == (f"aggregated workers with pipeline stages fit (tp4-pp3): plan with --mode agg (or both), "
                              f"or {formats}")
-    # 8 GPUs: tp8-pp2 needs 16, so more GPUs do help
+    # 8 GPUs: tp4-pp3 needs 12, so more GPUs do help
     with pytest.raises(InputError) as err:
         plan_serving(ctx, 8, 1024, 1024, 1000.0, 50.0)
-    assert err.value.fix == f"add GPUs (a layout fits on 16), or {formats}"
+    assert err.value.fix == f"add GPUs (a layout fits on 12), or {formats}"
 
 
 def test_simulate_rejects_a_tp_that_does_not_divide_the_heads_and_a_batch_that_does_not_fit():
