@@ -268,7 +268,7 @@ def split_stage_time_s(model: ModelSpec, cluster, eff, config, chunks=None) -> f
 
     from simulator.simulate import simulate
     if chunks is not None:
-        from paraplan.exports.megatron import layout_string
+        from simulator.stage_layout import layout_string
         decoder = tuple(int(b) - int(a) for a, b in chunks)
         mtp = (0,) * (len(decoder) - 1) + (int(model.mtp_layers),)
         config = replace(config, pipeline_layout=layout_string(decoder, mtp), first_stage_layers=0,

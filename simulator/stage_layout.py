@@ -186,3 +186,29 @@ def chunk_layers(num_layers: int, pp: int, vpp: int = 1, mtp_layers: int = 0,
                          f"{num_layers} layers with at least one in every chunk but an embedding-only first and a "
                          "loss-only last", "choose other stage counts or fewer stages")
     return tuple(decoder), tuple(mtp)
+
+
+def layout_string(decoder: tuple[int, ...], mtp: tuple[int, ...] = ()) -> str:
+    """Megatron-LM's ``--pipeline-model-parallel-layout`` for chunks holding ``decoder`` decoder
+    layers and ``mtp`` MTP modules, in layer order: ``E`` the embedding (first chunk), ``t`` a
+    decoder layer, ``m`` an MTP module, ``L`` the loss (last chunk), ``|`` between chunks;
+    ``x*n`` repeats a symbol and ``(...|)*n`` a run of equal chunks, a comma closing the run
+    (megatron/core/transformer/pipeline_parallel_layer_layout.py ``parse_str_to_list``).
+    Llama 3 405B on pp 16 x vpp 8: ``E|(t|)*126,L``."""
+    mtp = tuple(mtp) or (0,) * len(decoder)
+
+    def run(symbol: str, n: int) -> str:
+        return "" if n == 0 else symbol if n == 1 else f"{symbol}*{n}"
+
+    chunks = [run("t", d) + run("m", m) for d, m in zip(decoder, mtp)]
+    chunks[0] = "E" + chunks[0]
+    chunks[-1] = chunks[-1] + "L"
+    out, i = [], 0
+    while i < len(chunks) - 1:                     # every chunk but the last is followed by '|'
+        j = i
+        while j + 1 < len(chunks) - 1 and chunks[j + 1] == chunks[i]:
+            j += 1
+        n = j - i + 1
+        out.append(f"({chunks[i]}|)*{n}," if n > 1 else f"{chunks[i]}|")
+        i = j + 1
+    return "".join(out) + chunks[-1]
