@@ -81,8 +81,13 @@ def capped_rank_imbalance(load_imbalance, ep, capacity_factor=0.0):
     (expert GEMMs, all-to-all volume, kept activations, dispatch buffers, the recomputed
     activation) takes this one factor.
     """
-    imb = _rank_imbalance(load_imbalance, ep)
-    cf = _f(capacity_factor)
+    return _capped(_rank_imbalance(load_imbalance, ep), capacity_factor)
+
+
+def _capped(imbalance, capacity_factor):
+    """``min(imbalance, c)`` where a capacity factor c > 0 drops the rows beyond it, else the
+    imbalance (c = 0: dropless)."""
+    imb, cf = _f(imbalance), _f(capacity_factor)
     return np.where(cf > 0, np.minimum(imb, cf), imb)
 
 
@@ -110,9 +115,7 @@ def moe_tokens_per_expert(tokens, top_k, num_experts, ep, load_imbalance=1.0, ca
     Returns a float array (rows, possibly fractional as an expectation).
     """
     mean = _f(tokens) * _f(top_k) * _f(ep) * _f(etp) / _f(num_experts)
-    busiest = mean * _f(load_imbalance)
-    cf = _f(capacity_factor)
-    return np.where(cf > 0, np.minimum(busiest, cf * mean), busiest)
+    return mean * _capped(load_imbalance, capacity_factor)
 
 
 def moe_routed_tokens_per_gpu(tokens, tp):
@@ -452,7 +455,10 @@ def group_limited_hit_probability(num_experts, top_k, experts_at_destination, nu
                 miss_j *= max(pool - j * c - i, 0.0) / (pool - i)
             miss += math.comb(q, j) * math.comb(G - q, T - j) / total * miss_j
         return 1.0 - miss
-    return np.vectorize(one, otypes=[float])(_f(experts_at_destination))
+    # evaluated once per distinct count (a planner column holds a handful: E / ep for each ep)
+    m = _f(experts_at_destination)
+    values, inverse = np.unique(m, return_inverse=True)
+    return np.array([one(v) for v in values], dtype=float)[inverse].reshape(m.shape)
 
 
 def deduplicated_dispatch_volumes(token_bytes, num_experts, top_k, ep, stride, gpus_per_node, num_groups=1,
