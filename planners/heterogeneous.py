@@ -718,6 +718,11 @@ def _on_file_pools(model: ModelSpec, s: Scored, plan: HeteroPlan, full: PooledCl
     return real, pools, simulate_heterogeneous(model, pools, real, _eff_map(pools, full, effs_all))
 
 
+def _ranked_order(df: pd.DataFrame) -> pd.DataFrame:
+    """The table's ranking: most tokens/s first, then fewer GPUs, then less memory (stable)."""
+    return df.sort_values(["tokens_per_s", "n_gpus", "memory_gib"], ascending=[False, True, True], kind="stable")
+
+
 def _ranked(scored: list[Scored], model: ModelSpec, gbs: int, top: int, full: PooledCluster, effs_all):
     """The ranked table of every fitting candidate (best first), and the plans of its first ``top`` rows.
 
@@ -739,8 +744,7 @@ def _ranked(scored: list[Scored], model: ModelSpec, gbs: int, top: int, full: Po
     if not frames:
         return pd.DataFrame(columns=TABLE_COLUMNS), []
     df = pd.concat(frames, ignore_index=True)
-    df = df.sort_values(["tokens_per_s", "n_gpus", "memory_gib"], ascending=[False, True, True],
-                        kind="stable").head(top).reset_index(drop=True)
+    df = _ranked_order(df).head(top).reset_index(drop=True)
     refs = []
     layouts, recs, sps, mbs, dts = [], [], [], [], []
     for i, row in enumerate(df.itertuples(index=False)):
@@ -763,8 +767,7 @@ def _ranked(scored: list[Scored], model: ModelSpec, gbs: int, top: int, full: Po
     df["micro_batch"] = mbs
     df["dtype"] = dts
     if any(s.members for s in scored):
-        order = df.sort_values(["tokens_per_s", "n_gpus", "memory_gib"], ascending=[False, True, True],
-                               kind="stable").index
+        order = _ranked_order(df).index
         df, refs = df.loc[order].reset_index(drop=True), [refs[i] for i in order]
     return df[list(TABLE_COLUMNS)], refs
 

@@ -413,7 +413,7 @@ def plan(model: ModelSpec | str, cluster: ClusterSpec | str, gpus, global_batch:
             fitting configurations (slower on a large search; the plans are the same).
         top: the plans a caller shows: the fastest ``max(top, refine.TOP_EXACT)`` get the exact
             pipeline makespan (``simulate``'s numbers, ranked by them), at most
-            ``refine.MAX_EXACT`` rows computed exactly in all (rows beyond keep
+            ``refine.MAX_EXACT + top`` rows computed exactly in all (rows beyond keep
             ``pipeline_exact`` False and the estimate).
 
     Raises ``InputError`` naming what would make the request feasible when nothing fits.
