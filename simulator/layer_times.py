@@ -173,6 +173,11 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     tp_coll = group_collective_time_s("all_reduce", act_bytes, tp, 1, cluster, eff)
     shared_blocks = 1.0 if model.moe is not None and model.moe.num_shared_experts else 0.0
 
+    def mlp_block_tp(kind):
+        """TP collectives (in blocks) the MLP / MoE block alone runs, per row: a dense MLP's one;
+        an MoE block under sequence parallelism only its shared expert's (``tp_blocks``)."""
+        return np.where(sp, shared_blocks, 1.0) if kind == "moe" else 1.0
+
     def tp_blocks(kind):
         """Column/row-parallel blocks whose TP collectives a layer of ``kind`` runs, per row.
 
@@ -192,7 +197,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         """
         if kind != "moe":
             return blocks_per_layer
-        return np.where(sp, (0.0 if hybrid else 1.0) + shared_blocks, blocks_per_layer)
+        return (0.0 if hybrid else 1.0) + mlp_block_tp(kind)
     # under sequence parallelism the backward of each row-parallel output's reduce-scatter is an
     # all-gather of the output gradient (half an all-reduce's ring), and both gradient GEMMs of
     # that linear read the gathered tensor: no GEMM of the layer can run under it, so the
@@ -264,8 +269,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         # (and, for MoE, the dispatch), so those modules add nothing more there
         whole = bit("moe") if kind == "moe" else bit("mlp")
         # (an MoE block under sequence parallelism: its shared expert's only, ``tp_blocks``)
-        block_tp = tp_coll * (shares["mlp"] if hybrid and kind == "dense" else 1.0)
-        block_tp = np.where(sp, shared_blocks * tp_coll, block_tp) if kind == "moe" else block_tp
+        block_tp = tp_coll * (shares["mlp"] if hybrid and kind == "dense" else mlp_block_tp(kind))
         block_s = mlp["gemm_fwd_s"] + mlp["cast_fwd_s"] + mlp["elem_fwd_s"] + np.where(tp > 1, block_tp, 0.0)
         # the dense MLP's input projections and activation alone (``mlp_fc1``, not in MoE layers):
         # the first GEMM, its share of the block's input casts, the activation, and under
@@ -357,8 +361,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
                      * (bit("mlp_act") & ~whole & ~fc1)
                      + 2.0 * bit("mla_up_proj")
                      + np.where(whole, mlp_n["gemm_fwd_s"] + mlp_n["elem_fwd_s"] + mlp_n["cast_fwd_s"]
-                                + np.where(tp > 1, (np.where(sp, shared_blocks, 1.0) if kind == "moe" else 1.0),
-                                           0.0), 0.0)
+                                + np.where(tp > 1, mlp_block_tp(kind), 0.0), 0.0)
                      + alt_kernels * bit("every_second_linear") + np.where(fc1, fc1_kernels, 0.0))
             # the host-bound share shows as compute: what the floor adds above the GPU's passes
             host_f = np.maximum(n_fwd * host_s - (fwd + tpf + cpc["fwd_exposed_s"] + epf), 0.0)
