@@ -6,6 +6,21 @@ from click.testing import CliRunner
 
 from paraplan.cli import main
 
+#: a small pooled cluster: 16 A100 (two DGX A100 nodes) and 8 H100 (one DGX H100)
+SMALL_MIXED = """
+name: small-mixed
+pools:
+  - {name: a100, cluster: dgx-a100-80gb, gpus: 16}
+  - {name: h100, cluster: dgx-h100, gpus: 8}
+"""
+
+
+def write_small_mixed(folder):
+    """``SMALL_MIXED`` written to ``folder``/small.yaml; returns the path."""
+    path = folder / "small.yaml"
+    path.write_text(SMALL_MIXED)
+    return path
+
 
 def run(*args):
     """``paraplan ARGS`` in-process (arguments stringified, as a shell passes them)."""

@@ -8,16 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from cli_results import one_line_error, run
+from cli_results import SMALL_MIXED, one_line_error, run, write_small_mixed
 
 REPO = Path(__file__).resolve().parents[1]
 MIXED = REPO / "examples" / "clusters" / "a100-h100.yaml"
-SMALL_MIXED = """
-name: small-mixed
-pools:
-  - {name: a100, cluster: dgx-a100-80gb, gpus: 16}
-  - {name: h100, cluster: dgx-h100, gpus: 8}
-"""
 
 
 @pytest.fixture(autouse=True)
@@ -27,9 +21,7 @@ def _no_debug_env(monkeypatch):
 
 @pytest.fixture
 def small(tmp_path):
-    p = tmp_path / "small.yaml"
-    p.write_text(SMALL_MIXED)
-    return p
+    return write_small_mixed(tmp_path)
 
 
 def test_plan_on_a_pooled_cluster_prints_the_comparison_and_where_the_time_goes(small):

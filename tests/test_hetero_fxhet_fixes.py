@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cli_results import one_line_error, run
+from cli_results import one_line_error, run, write_small_mixed
 
-SMALL = """
-name: small
-pools:
-  - {name: a100, cluster: dgx-a100-80gb, gpus: 16}
-  - {name: h100, cluster: dgx-h100, gpus: 8}
-"""
 
 
 @pytest.fixture(autouse=True)
@@ -21,9 +15,7 @@ def _no_debug_env(monkeypatch):
 
 @pytest.fixture
 def small(tmp_path):
-    p = tmp_path / "small.yaml"
-    p.write_text(SMALL)
-    return p
+    return write_small_mixed(tmp_path)
 
 
 def test_a_group_on_only_an_unknown_pool_names_it_with_a_suggestion(small):
