@@ -24,7 +24,7 @@ from hardware_specs.errors import InputError
 from hardware_specs.release_match import release_numbers
 
 #: the checkpoint a launch loads, the one its prediction priced (``simulator.serving.checkpoints``)
-from simulator.serving.checkpoints import CHECKPOINTS, served_checkpoint
+from simulator.serving.checkpoints import CHECKPOINTS, KV_NAMING_FORMATS, served_checkpoint
 
 #: first port of the workers on a host; a host's k-th worker listens on BASE_PORT + PORT_STRIDE k:
 #: SGLang binds its internal sockets from port + 233 to port + 239 when attention DP runs on one
@@ -367,7 +367,7 @@ def _checkpoint_kv(context, checkpoint: str | None, online: bool) -> str:
     the 16-bit model dtype (a 16-bit release quantised at load time names no KV format). It is
     the priced one except where SGLang's online FP8 was refused after pricing (the weights do
     not fit in 16-bit) and a quantised checkpoint is asked for instead."""
-    quantised = {"fp8", "nvfp4"} & {context.dense_format, context.expert_format}
+    quantised = KV_NAMING_FORMATS & {context.dense_format, context.expert_format}
     if context.behaviour.kv_dtype_from_checkpoint and quantised and not online:
         return "fp8"
     return "fp16" if context.dense_format == "fp16" else "bf16"
