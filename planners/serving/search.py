@@ -469,9 +469,10 @@ def _disagg_bound(ctx, table: _DecodeTable, pre: dict, p_ok: np.ndarray, gpus: i
     lo, hi = np.zeros(pi.size), np.zeros(pi.size)
     for p in np.unique(pos):
         at = np.flatnonzero(pos == p)
-        r = table.rate[table.start[p]:table.start[p] + int(table.hi[p])]
+        seg = slice(table.start[p], table.start[p] + int(table.hi[p]))
+        r = table.rate[seg]
         thr = np.maximum(need[at] / ndw[at], 0.0)      # and only batches that fit and meet TPOT
-        lo[at] = np.searchsorted(np.maximum.accumulate(r), thr, side="right") + 1.0
+        lo[at] = np.searchsorted(upto[seg], thr, side="right") + 1.0      # the layout's running best
         hi[at] = np.minimum(np.searchsorted(-np.maximum.accumulate(r[::-1])[::-1], -thr, side="left"), most[at])
     go = hi >= lo
     pi, pos, npw, ndw, lo, hi = (v[go] for v in (pi, pos, npw, ndw, lo, hi))
