@@ -124,15 +124,15 @@ from hardware_specs.errors import InputError
 from planners.refine import refine_table
 
 
-def smallest_need_gib(ep: int, bw: int) -> float:
-    """GiB per GPU that the smallest plan with this ``ep`` needs, read from the planner's refusal
-    (``nothing fits in ... needs X GiB``); NaN when it gives none."""
+def smallest_need(ep: int, bw: int) -> tuple[float, str]:
+    """(GiB per GPU, configuration) of the smallest plan with this ``ep``, read from the planner's
+    refusal (``the smallest of N configurations (...) needs X GiB``); (NaN, "") when it gives none."""
     try:
         api.plan(MODEL, CLUSTER, GPUS, BATCH_TOKENS, ep=[ep], scaleout_gbit_per_s=bw, max_plans=1)
     except InputError as err:
-        need = re.search(r"needs ([0-9.]+) GiB", err.message)
-        return float(need.group(1)) if need else float("nan")
-    return float("nan")
+        need = re.search(r"configurations \(([^)]*)\) needs ([0-9.]+) GiB", err.message)
+        return (float(need.group(2)), need.group(1)) if need else (float("nan"), "")
+    return float("nan"), ""
 
 
 if MOE_MODELLED:
@@ -144,8 +144,8 @@ if MOE_MODELLED:
         smallest_fit.update({(f"{bw} Gb/s", int(ep)): float(m) for ep, m in plans.groupby("ep").memory_gib.min().items()})
         # an ep with no fitting plan has no rows: say so (and what its smallest plan needs), not drop it
         for ep in sorted(set(EPS) - set(plans.ep.astype(int))):
-            need = smallest_need_gib(ep, bw)
-            no_plan.append({"network": f"{bw} Gb/s", "ep": ep, "needs_gib": need,
+            need, smallest = smallest_need(ep, bw)
+            no_plan.append({"network": f"{bw} Gb/s", "ep": ep, "needs_gib": need, "smallest_config": smallest,
                             "config": f"does not fit (smallest plan needs {need:.1f} GiB)"})
         for ep, g in plans.groupby("ep"):
             # rows past the table's top carry an estimated pipeline time (pipeline_exact False):
@@ -158,7 +158,7 @@ if MOE_MODELLED:
                                   for k in api.CONFIG_FIELDS if k in top})
             best_per_ep.append(row.assign(network=f"{bw} Gb/s"))
     ep_study = pd.concat(best_per_ep, ignore_index=True)          # the EP degrees that fit
-    no_fit = pd.DataFrame(no_plan, columns=["network", "ep", "needs_gib", "config"])
+    no_fit = pd.DataFrame(no_plan, columns=["network", "ep", "needs_gib", "smallest_config", "config"])
     # every EP degree of EPS, those with no fitting plan included
     display(pd.concat([ep_study, no_fit], ignore_index=True).sort_values(["network", "ep"], kind="stable")[
         ["network", "ep", "config", "step_time_s", "tokens_per_s", "mfu_bf16_pct", "memory_gib",
@@ -231,10 +231,12 @@ if MOE_MODELLED:
     mem_note = ""
     if len(no_fit):
         nofit_eps = sorted(no_fit.ep.astype(int).unique())
-        needs = ", ".join(f"{no_fit[no_fit.ep == e].needs_gib.min():.1f} GiB at ep={e}" for e in nofit_eps)
+        at400 = no_fit[no_fit.network == "400 Gb/s"]
+        needs = ", ".join(f"{r.needs_gib:.1f} GiB at ep={r.ep} ({r.smallest_config})" for r in at400.itertuples())
         mem_note = (f"EP decides what fits: with ep={', '.join(map(str, nofit_eps))} no plan fits at all (the smallest "
                     f"plan needs {needs} per GPU): fewer GPUs share the experts, so each holds more expert weights, "
-                    f"which neither ZeRO-1 (optimizer states only) nor ZeRO-2 (gradients too) shards. ")
+                    f"gradients and optimizer states, and no other degree of the search, ZeRO-3 included, brings "
+                    f"them under the budget. ")
     mem_note += (f"With ep={fit_eps[0]}..{fit_eps[-1]} the smallest fitting plan needs {small[fit_eps[0]]:.1f} GiB "
                  f"(ep={fit_eps[0]}) down to {small[fit_eps[-1]]:.1f} GiB (ep={fit_eps[-1]}), while the fastest plan of "
                  f"each EP degree needs {mem.min():.0f}-{mem.max():.0f} GiB")
