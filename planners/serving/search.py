@@ -36,7 +36,7 @@ from hardware_specs.errors import InputError, whole_number
 from planners.serving.labels import prompts_per_step, worker_labels
 from planners.serving.pareto import pareto_front
 from planners.serving.space import with_batches, worker_layouts
-from simulator.serving.aggregated import evaluate_agg, memory_columns
+from simulator.serving.aggregated import evaluate_agg, memory_columns, synchronised_wait_s
 from simulator.serving.disaggregated import combine, decode_side, mdc_wait_s, prefill_side
 
 PREFILL_BATCHES = (1, 2, 4, 8)
@@ -375,17 +375,21 @@ def _rate_upto(table: _DecodeTable, upto: np.ndarray, pos, most) -> np.ndarray:
     return np.where(most >= 1.0, upto[table.at(pos, np.maximum(most, 1.0))], 0.0)
 
 
-def _synchronised_most(table: _DecodeTable, pos, clients_per_server, q) -> np.ndarray:
+def _synchronised_most(table: _DecodeTable, pos, d_workers, servers, service_s, slack_s, arrival_sync) -> np.ndarray:
     """The largest batch b of each layout at ``pos`` of ``table`` (0 if none) whose synchronised
-    wait could stay within a TTFT slack: ``synchronised_wait_s`` = sync x sqrt((N / c - 1) x
-    service / 2 x step / 2) <= slack needs (N / c - 1) x step <= ``q`` = 4 slack^2 / (sync^2
-    service), N = b x adp x ``clients_per_server`` x c. With the step at b taken as the least
-    at any batch from b up (a lower bound that grows with b) the test is monotone: bisection."""
+    wait could stay within ``slack_s`` (seconds): ``synchronised_wait_s``, the function
+    ``combine`` charges, at its b x adp x ``d_workers`` / ``servers`` clients per prefill server,
+    each taking ``service_s``. With the step at b taken as the least at any batch from b up (a
+    lower bound that grows with b) the wait, rising with clients and step, grows with b: bisection
+    over the whole batches on that function itself, so the bound moves with the wait model (the
+    hand inversion it replaces, (N / c - 1) x step <= 4 slack^2 / (sync^2 service), would not)."""
+    adp = table.lay["adp"][pos]
     lo, hi = np.zeros(np.shape(pos)), table.hi[pos].astype(float)
     while np.any(lo < hi):
         mid = np.ceil(0.5 * (lo + hi))
         at = table.at(pos, np.maximum(mid, 1.0))
-        within = (mid * table.lay["adp"][pos] * clients_per_server - 1.0) * table.step_least[at] <= q
+        wait = synchronised_wait_s(mid * adp * d_workers / servers, service_s, table.step_least[at], arrival_sync)
+        within = wait <= slack_s
         lo, hi = np.where(within, mid, lo), np.where(within, hi, mid - 1.0)
     return lo
 
@@ -448,8 +452,7 @@ def _disagg_bound(ctx, table: _DecodeTable, pre: dict, p_ok: np.ndarray, gpus: i
             # within the TTFT objective: few enough clients to leave no queue beyond the slack,
             # or a utilisation whose wait stays within it
             # and a synchronised wait within it (``_synchronised_most``)
-            b_sync = _synchronised_most(table, b, n_d[c] / servers, 4.0 * slack[a] ** 2 * mu / sync ** 2
-                                        if sync > 0.0 else np.full(a.size, np.inf))
+            b_sync = _synchronised_most(table, b, n_d[c], servers, 1.0 / mu, slack[a], sync)
             few = servers * (1.0 + slack[a] * mu)
             b_few = np.minimum(np.floor(few / (n_d[c] * table.lay["adp"][b])), b_sync)
             by_few = np.minimum(capacity, n_d[c] * _rate_upto(table, upto, b, b_few))
