@@ -113,6 +113,33 @@ _PEAK_TABLE = np.array([LOSS_PEAK_BYTES_PER_LOGIT.get(n, np.nan) for n in CROSS_
 SOFTMAX_COPY_BYTES = LOGIT_BYTES - 2.0
 
 
+#: the tensor-parallel collectives of a vocabulary-parallel loss, per implementation, in forward
+#: (the backward is local): bytes per token of each all-reduce it calls (0: no such call) and of
+#: what each rank contributes to its one all-gather (0: none), fp32 per-token statistics, so
+#: latency-bound. ``megatron_unfused``: three all-reduces, the max logit, the target logit and the
+#: sum of exponentials, 4 bytes each (NVIDIA/Megatron-LM@d98e8a64
+#: megatron/core/tensor_parallel/cross_entropy.py ``_VocabParallelCrossEntropy.forward`` lines
+#: 130, 146, 150; the same three in megatron/mpu/cross_entropy.py of Megatron-LM 2020-2022).
+#: ``megatron_fused``: the max, then the target logit and the sum concatenated into one
+#: (megatron/core/fusions/fused_cross_entropy.py lines 94, 112: ``torch.cat((predicted_logits,
+#: sum_exp_logits))``): 4 and 8 bytes. ``te_triton``: one all-gather of each rank's (max, sum,
+#: target logit) triple, 12 bytes (TransformerEngine@v2.12 pytorch/triton/cross_entropy.py,
+#: ``all_gather_into_tensor(m_d_X_y_gathered, m_d_X_y)``). ``torch_eager`` under TP is
+#: torch's loss parallel (torch/distributed/tensor/parallel/loss.py: all-reduces of the max and
+#: the sum of exponentials in ``_log_softmax``, of the picked logit in ``_nll_loss_forward``):
+#: three of 4 bytes. ``flash_attn_xentropy`` with a process group: an all-gather of each rank's
+#: log-sum-exp and an all-reduce of the losses (flash_attn/losses/cross_entropy.py), 4 and 4.
+LOSS_TP_COLLECTIVES = {
+    "megatron_unfused": ((4.0, 4.0, 4.0), 0.0),
+    "megatron_fused": ((4.0, 8.0, 0.0), 0.0),
+    "te_triton": ((0.0, 0.0, 0.0), 12.0),
+    "torch_eager": ((4.0, 4.0, 4.0), 0.0),
+    "flash_attn_xentropy": ((4.0, 0.0, 0.0), 4.0),
+}
+assert set(LOSS_TP_COLLECTIVES) == set(CROSS_ENTROPY_IMPLS)
+_TP_TABLE = np.array([list(LOSS_TP_COLLECTIVES[n][0]) + [LOSS_TP_COLLECTIVES[n][1]] for n in CROSS_ENTROPY_IMPLS])
+
+
 def _codes(impl) -> np.ndarray:
     """``impl`` as ``CROSS_ENTROPY_CODES``: one name or code, or an array of codes."""
     return np.asarray(CROSS_ENTROPY_CODES[impl]) if isinstance(impl, str) else np.asarray(impl, dtype=np.int64)
@@ -180,3 +207,11 @@ def loss_traffic(impl):
     implementation name or code, or an array of codes (one per configuration row)."""
     row = _TABLE[_codes(impl)]
     return row[..., 0], row[..., 1], row[..., 2], row[..., 3]
+
+
+def loss_tp_collectives(impl):
+    """(all-reduce bytes per token, shape (..., 3), one column per call, 0 where none; all-gather
+    bytes per token each rank contributes, 0 where none) of ``impl``'s forward over the TP group
+    (``LOSS_TP_COLLECTIVES``): one implementation name or code, or an array of codes."""
+    row = _TP_TABLE[_codes(impl)]
+    return row[..., :3], row[..., 3]

@@ -46,6 +46,7 @@ import numpy as np
 
 from cost_models import context_parallel, layer_costs, mamba, memory, moe as moe_costs
 from cost_models.compute import LOW_PRECISION, compute_rates, gemm_time_s, kernel_counting_rates, sixteen_bit_dtype
+from cost_models.cross_entropy import loss_tp_collectives
 from cost_models.params import routed_expert_width
 from cost_models.topology import group_collective_time_s
 from hardware_specs.cluster_spec import ClusterSpec
@@ -412,17 +413,95 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     head_rates = compute_rates(cluster.gpu, eff, sixteen_bit_dtype(cluster.gpu)) if low_precision else rates
     head = layer_costs.lm_head_costs(model, head_rates, tokens, tp, cross_entropy)
     emb = layer_costs.embedding_costs(model, rates, tokens)
-    out.update({"emb_f": emb["fwd_s"] + 0.0 * tokens, "emb_b": emb["bwd_s"] + 0.0 * tokens,
-                "head_f": head["fwd_s"], "head_b": head["dgrad_s"], "head_w": head["wgrad_s"],
-                "head_flops": head["flops_fwd"]})
+    ends_tp = ends_tp_collectives(tp, sp, tp_coll, head["dgrad_s"], head["wgrad_s"], tp_backward_overlap,
+                                  loss_tp_collective_s(tokens, tp, cross_entropy, cluster, eff),
+                                  learned_positions=model.position_embedding == "learned")
+    out.update({"emb_f": emb["fwd_s"] + ends_tp["emb_f"], "emb_b": emb["bwd_s"] + ends_tp["emb_b"],
+                "head_f": head["fwd_s"] + ends_tp["head_f"], "head_b": head["dgrad_s"] + ends_tp["head_b"],
+                "head_w": head["wgrad_s"], "head_flops": head["flops_fwd"],
+                # the ends' TP collectives (in the passes above): exposed, and all of them
+                "emb_tp_s": ends_tp["emb_f"] + ends_tp["emb_b"], "emb_tp_total_s": ends_tp["emb_total"],
+                "head_tp_s": ends_tp["head_f"] + ends_tp["head_b"], "head_tp_total_s": ends_tp["head_total"]})
     if model.mtp_layers:
-        # each MTP module: a 2h -> h projection and another pass through the shared LM head, on
-        # top of its transformer layer (counted among the layers)
+        # each MTP module: a 2h -> h projection and another pass through the shared LM head (its
+        # TP collectives and its loss's too), on top of its transformer layer (counted among the layers)
         proj = layer_costs.mtp_projection_costs(model, rates, tokens, tp)
-        out.update({"mtp_f": proj["fwd_s"] + head["fwd_s"], "mtp_b": proj["dgrad_s"] + head["dgrad_s"],
+        out.update({"mtp_f": proj["fwd_s"] + out["head_f"], "mtp_b": proj["dgrad_s"] + out["head_b"],
                     "mtp_w": proj["wgrad_s"] + head["wgrad_s"],
-                    "mtp_flops": proj["flops_fwd"] + head["flops_fwd"]})
+                    "mtp_flops": proj["flops_fwd"] + head["flops_fwd"],
+                    "mtp_tp_s": out["head_tp_s"], "mtp_tp_total_s": out["head_tp_total_s"]})
     else:
         zero = 0.0 * tokens
-        out.update({"mtp_f": zero, "mtp_b": zero, "mtp_w": zero, "mtp_flops": zero})
+        out.update({"mtp_f": zero, "mtp_b": zero, "mtp_w": zero, "mtp_flops": zero, "mtp_tp_s": zero,
+                    "mtp_tp_total_s": zero})
     return out
+
+
+def loss_tp_collective_s(tokens, tp, cross_entropy, cluster: ClusterSpec, eff: EfficiencyModel):
+    """Seconds of the vocabulary-parallel loss's forward collectives over the TP group, per row
+    (``cross_entropy.loss_tp_collectives``: Megatron's unfused loss, three all-reduces of
+    [tokens] fp32), each priced as the layers' TP collectives are (``group_collective_time_s``
+    over the stride-1 TP group; latency-bound at these sizes); 0 at ``tp = 1``."""
+    tokens = np.asarray(tokens, dtype=float)
+    reduce_bytes, gather_bytes = loss_tp_collectives(cross_entropy)
+    t = 0.0 * tokens
+    for j in range(reduce_bytes.shape[-1]):
+        b = reduce_bytes[..., j]
+        if np.any(b > 0):
+            t = t + np.where(b > 0, group_collective_time_s("all_reduce", tokens * b, tp, 1, cluster, eff), 0.0)
+    if np.any(gather_bytes > 0):
+        # the all-gather's buffer is the gathered one (``collectives.all_gather_time_s``)
+        t = t + np.where(gather_bytes > 0, group_collective_time_s("all_gather", tokens * gather_bytes * tp, tp, 1,
+                                                                   cluster, eff), 0.0)
+    return t
+
+
+def ends_tp_collectives(tp, sp, tp_coll, head_dgrad_s, head_wgrad_s, tp_backward_overlap, loss_s,
+                        learned_positions=False) -> dict:
+    """The TP collectives of the model's ends, seconds per micro-batch and row, priced with the
+    layers' ``tp_coll`` (one ring all-reduce of the [tokens, h] activations; a reduce-scatter or
+    an all-gather of them half of it, as the layers' sequence-parallel pairs are priced):
+    ``emb_f``, ``emb_b``, ``head_f``, ``head_b`` (exposed, in those passes), ``emb_total``,
+    ``head_total`` (all of them, hidden or not). ``loss_s``: the loss's forward collectives
+    (``loss_tp_collective_s``), in ``head_f``.
+
+    Embedding (NVIDIA/Megatron-LM@d98e8a64 megatron/core/tensor_parallel/layers.py
+    ``VocabParallelEmbedding.forward``, lines 367-383): the partial lookups are all-reduced
+    (``reduce_from_tensor_model_parallel_region``, identity backward), or under sequence
+    parallelism reduce-scattered into the sequence-parallel layout
+    (``reduce_scatter_to_sequence_parallel_region``, whose backward all-gathers the output
+    gradient before the embedding's gradient scatter can run: exposed). That reduce-scatter is
+    taken only without a learned position table (``LanguageModelEmbedding.__init__``,
+    megatron/core/models/common/embeddings/language_model_embedding.py lines 51-56:
+    ``reduce_scatter_embeddings = not add_position_embedding and ... sequence_parallel``); with
+    one (``learned_positions``) the lookups are all-reduced and the sum split locally
+    (``scatter_to_sequence_parallel_region``, lines 144-147), whose backward all-gathers: as
+    Megatron-LM 2022 always did (NVIDIA/Megatron-LM@928a200c megatron/mpu/layers.py line 201,
+    megatron/model/language_model.py line 238). Nothing overlaps them: the embedding is no
+    Transformer Engine linear, so the userbuffers overlap (``tp_comm_overlap``) does not apply.
+
+    Output layer (gpt_model.py lines 273-293: ``tensor_parallel.ColumnParallelLinear``, not TE's,
+    unless MXFP8 puts the output projection in FP8): ``ColumnParallelLinear.forward`` (layers.py
+    lines 1218-1225) feeds its input through ``copy_to_tensor_model_parallel_region`` (identity
+    forward, all-reduce of the input gradient backward), or, where the backward all-reduce is
+    the asynchronous ``allreduce_dgrad`` or under sequence parallelism, passes it to
+    ``LinearWithGradAccumulationAndAsyncCommunication`` (lines 580-720), which all-gathers the
+    sequence-parallel input in forward and in backward re-gathers it under the data-gradient GEMM
+    and reduce-scatters the input gradient (or all-reduces it) asynchronously under the
+    weight-gradient GEMM: one all-reduce's time either way, hidden under the head's data- and
+    weight-gradient passes as far as ``tp_backward_overlap`` says the layers' are (``layer_times``:
+    the column-parallel linears' backward collectives), exposed otherwise. Megatron-LM 2021-2022:
+    ``parallel_lm_logits`` (megatron/model/language_model.py@928a200c lines 30-49:
+    ``copy_to_tensor_model_parallel_region`` or the async / sequence-parallel
+    ``LinearWithGradAccumulationAndAsyncCommunication``)."""
+    tp = np.asarray(tp)
+    seq = np.asarray(sp, dtype=bool) & (tp > 1)
+    half = tp_coll / 2.0
+    head_bwd = tp_coll + 0.0 * half         # all-reduce, or re-gather + reduce-scatter
+    hidden = np.maximum(head_bwd - head_dgrad_s - head_wgrad_s, 0.0)
+    head_b = np.where(tp_backward_overlap, hidden, head_bwd)
+    emb_f = np.where(seq & ~np.asarray(learned_positions, dtype=bool), half, tp_coll)
+    emb_b = np.where(seq, half, 0.0)
+    head_f = np.where(seq, half, 0.0) + loss_s
+    return {"emb_f": emb_f, "emb_b": emb_b, "head_f": head_f, "head_b": head_b, "emb_total": emb_f + emb_b,
+            "head_total": head_f + head_bwd}

@@ -515,7 +515,9 @@ def _pipeline_inputs(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyMode
     ends = Ends(emb_f=lay["emb_f"], emb_b=lay["emb_b"], emb_w=emb_accum, head_f=lay["head_f"],
                 head_b=lay["head_b"], head_w=lay["head_w"] + head_accum, mtp_f=lay["mtp_f"], mtp_b=lay["mtp_b"],
                 mtp_w=lay["mtp_w"], p2p=p2p, emb_z3_f=emb_z3_f, emb_z3_bw=emb_z3_bw, head_z3_f=head_z3_f,
-                head_z3_bw=head_z3_bw, p2p_overlap=p2p_overlap_applies(batch))
+                head_z3_bw=head_z3_bw, p2p_overlap=p2p_overlap_applies(batch), emb_tp=lay["emb_tp_s"],
+                head_tp=lay["head_tp_s"], mtp_tp=lay["mtp_tp_s"], emb_tp_total=lay["emb_tp_total_s"],
+                head_tp_total=lay["head_tp_total_s"], mtp_tp_total=lay["mtp_tp_total_s"])
     return per_layer, ends
 
 

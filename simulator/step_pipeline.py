@@ -81,7 +81,11 @@ class Ends:
     gathers (``*_z3_f`` in forward) and, in backward (``*_z3_bw``, charged to W), ZeRO-3's
     gathers and gradient reductions and the gradient reductions of rows that reduce every
     micro-batch (ZeRO-2; DP / ZeRO-1 without no_sync). The ``z3`` in the names is the step
-    report's part they land in, ``zero3_comm_exposed_s``."""
+    report's part they land in, ``zero3_comm_exposed_s``. ``emb_tp``, ``head_tp``, ``mtp_tp``:
+    the exposed tensor-parallel collectives inside the embedding's, the head's (with the loss)
+    and one MTP module's passes above (``layer_times.ends_tp_collectives``), which the
+    breakdown moves from compute to ``tp_comm_exposed_s``; ``*_tp_total``: all of them, hidden
+    or not (``tp_comm_total_s``)."""
 
     emb_f: np.ndarray
     emb_b: np.ndarray
@@ -98,6 +102,12 @@ class Ends:
     head_z3_f: np.ndarray
     head_z3_bw: np.ndarray
     p2p_overlap: np.ndarray | bool = False
+    emb_tp: np.ndarray | float = 0.0
+    head_tp: np.ndarray | float = 0.0
+    mtp_tp: np.ndarray | float = 0.0
+    emb_tp_total: np.ndarray | float = 0.0
+    head_tp_total: np.ndarray | float = 0.0
+    mtp_tp_total: np.ndarray | float = 0.0
 
 
 def _rows(x, idx):
@@ -507,9 +517,14 @@ def pipeline_pass(model, batch, m, per_layer: PerLayer, ends: Ends, exact: np.nd
                                  + per_layer_sum(per_layer.r_sel, at_k["dense"] - at_k["rc_dense"],
                                                  at_k["moe"] - at_k["rc_moe"]))
         out["layer_w_s"][idx] = per_layer_sum(per_layer.w)
+        # the ends' exposed TP collectives are in their passes: TP traffic, not compute
+        ends_tp = at_k["emb"] * e["emb_tp"] + at_k["head"] * e["head_tp"] + at_k["mtp"] * e["mtp_tp"]
+        out["part_tp_s"][idx] += ends_tp
+        out["busiest_tp_total_s"][idx] += (at_k["emb"] * e["emb_tp_total"] + at_k["head"] * e["head_tp_total"]
+                                           + at_k["mtp"] * e["mtp_tp_total"])
         out["ends_compute_s"][idx] = (at_k["emb"] * (e["emb_f"] + e["emb_b"] + e["emb_w"])
                                       + at_k["head"] * (e["head_f"] + e["head_b"] + e["head_w"])
-                                      + at_k["mtp"] * (e["mtp_f"] + e["mtp_b"] + e["mtp_w"]))
+                                      + at_k["mtp"] * (e["mtp_f"] + e["mtp_b"] + e["mtp_w"])) - ends_tp
         out["ends_p2p_s"][idx] = (cells["send_f"] * sends["f"] + cells["send_b"] * sends["b"]).sum(axis=2)[rows_k, k]
     return out
 
