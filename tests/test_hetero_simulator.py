@@ -38,7 +38,7 @@ def _units(n_keys=1, fwd=1e-3, bwd=2e-3, w=1e-3, head=3e-3, emb=0.5e-3) -> UnitC
     z = np.zeros(n_keys)
     values = {"fwd_s": z + fwd, "bwd_s": z + bwd, "w_s": z + w, "tp_s": z, "recompute_s": z,
               "compute_s": z + fwd + bwd + w, "weight_cast_s": z, "head_s": z + head, "embedding_s": z + emb,
-              "head_bwd_s": z + head * 2 / 3, "embedding_bwd_s": z + emb / 2,
+              "head_bwd_s": z + head * 2 / 3, "embedding_bwd_s": z + emb / 2, "head_tp_s": z, "embedding_tp_s": z,
               "model_flops_mb": z + 1.0}
     one = np.ones(n_keys, dtype=np.int64)
     return UnitCosts(pool=0 * one, tp=one, micro_batch=one, recompute=0 * one,

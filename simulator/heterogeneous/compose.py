@@ -192,8 +192,10 @@ def compose(model: ModelSpec, cluster: PooledCluster, effs, settings: ParallelCo
     ends = first * units["embedding_s"][k] + last * units["head_s"][k]
     grad_accum = stage_accumulation_s(model, settings, n, first, last, tp, hbm_bw, kernel_overhead)
     t_stage = n * (fwd + bwd + w) + ends + p2p + grad_accum
-    part_compute = n * units["compute_s"][k] + ends + grad_accum
-    part_tp = n * units["tp_s"][k]
+    # the ends' exposed TP collectives are TP traffic, not compute (as the step model counts them)
+    ends_tp = first * units["embedding_tp_s"][k] + last * units["head_tp_s"][k]
+    part_compute = n * units["compute_s"][k] + ends - ends_tp + grad_accum
+    part_tp = n * units["tp_s"][k] + ends_tp
     part_rc = n * units["recompute_s"][k]
 
     # ---- replica groups: fill, slowest stage, micro-batches -------------------------------------

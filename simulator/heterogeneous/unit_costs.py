@@ -28,7 +28,8 @@ from simulator.step_model import _layer_times as step_layer_times
 
 #: per-layer and per-end outputs of ``UnitCosts`` (seconds per micro-batch on one GPU)
 UNIT_FIELDS = ("fwd_s", "bwd_s", "w_s", "tp_s", "recompute_s", "compute_s", "weight_cast_s",
-               "head_s", "head_bwd_s", "embedding_s", "embedding_bwd_s", "model_flops_mb")
+               "head_s", "head_bwd_s", "embedding_s", "embedding_bwd_s", "head_tp_s", "embedding_tp_s",
+               "model_flops_mb")
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,9 @@ class UnitCosts:
         compute_s: fwd + bwd + w less TP traffic and recomputation.
         weight_cast_s: low-precision weight quantisation, once per step per layer (0 in 16/32-bit).
         head_s, embedding_s: LM head + loss, and embedding, forward + backward (head_bwd_s,
-            embedding_bwd_s: their backward alone, the weight gradient's included).
+            embedding_bwd_s: their backward alone, the weight gradient's included; head_tp_s,
+            embedding_tp_s: the exposed TP collectives inside head_s and embedding_s,
+            ``layer_times.ends_tp_collectives``).
         model_flops_mb: model FLOPs of one micro-batch through the whole model (forward and
             backward, no recomputation), as the step model counts them.
 
@@ -112,6 +115,8 @@ def unit_costs(model: ModelSpec, cluster: PooledCluster, effs, pool, tp, micro_b
         values["embedding_s"][rows] = lay["emb_f"] + lay["emb_b"]
         values["head_bwd_s"][rows] = lay["head_b"] + lay["head_w"]
         values["embedding_bwd_s"][rows] = lay["emb_b"]
+        values["head_tp_s"][rows] = lay["head_tp_s"]
+        values["embedding_tp_s"][rows] = lay["emb_tp_s"]
         # model FLOPs of one micro-batch through the whole model, as step_model counts them
         values["model_flops_mb"][rows] = 3.0 * t * (L * lay["flops_dense"] + lay["head_flops"])
     return UnitCosts(pool=pool, tp=np.asarray(tp), micro_batch=np.asarray(mb), recompute=np.asarray(rc),
