@@ -7,6 +7,8 @@ replicated on every TP rank, with it they are split by ``tp`` (Korthikanti et al
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from cost_models.compute import (ComputeRates, attention_core_exponentials, attention_core_flops, attention_time_s,
@@ -59,6 +61,22 @@ FUSED_ROPE_BYTES_PER_CHANNEL = 4.0
 #: same three in reverse (cast up, conjugate product, cast down): 20.
 UNFUSED_ROPE_BYTES_PER_CHANNEL = 20.0
 UNFUSED_ROPE_KERNELS_PER_TENSOR = 3.0
+#: HBM bytes per rotated channel of Megatron-Core's eager RoPE (``_rotate_half`` and
+#: ``_apply_rotary_pos_emb_bshd``, NVIDIA/Megatron-LM@core_v0.17.0 megatron/core/models/common/
+#: embeddings/rope_utils.py lines 73-126), forward / backward, 16-bit. Forward, in elements per
+#: channel: ``t * cos_`` reads and writes (2), ``-x2`` reads and writes the half (1), ``torch.cat
+#: ((-x2, x1))`` (2), ``* sin_`` (2), the sum reads two and writes one (3), ``torch.cat((t,
+#: t_pass))`` copies (2): 12 elements, 24 bytes, 6 kernels. Backward: the gradient times ``sin_``
+#: (2), the negated half (1), ``torch.chunk``'s gradient concatenated (2), times ``cos_`` (2), the
+#: two paths' gradients summed (3): 10 elements, 20 bytes, 5 kernels (the concatenations'
+#: gradients are views). The fused kernel's 4 bytes and 1 kernel a tensor each way are already
+#: in ``rotary_bytes`` and ``ELEMENTWISE_KERNELS_FWD``.
+MEGATRON_EAGER_ROPE_BYTES_PER_CHANNEL = (24.0, 20.0)
+#: kernels per rotated tensor (query, key) of that eager RoPE, forward / backward; forward adds
+#: ``cos_`` and ``sin_`` (``torch.cos`` / ``torch.sin``, ``* mscale``, ``.to``: 6 kernels a call,
+#: rope_utils.py lines 122-123), whose bytes (a seq x rot_dim fp32 table, 1 / (batch x heads) of
+#: the passes above) are left out
+MEGATRON_EAGER_ROPE_KERNELS_PER_TENSOR = (12.0, 5.0)
 
 
 def activation_units(model: ModelSpec, unfused=False):
@@ -138,6 +156,48 @@ def rotary_bytes(model: ModelSpec, tokens, tp):
     else:
         channels = (model.num_heads / tp + kv_heads_per_tp_rank(model.num_kv_heads, tp)) * model.head_dim
     return tokens * channels * FUSED_ROPE_BYTES_PER_CHANNEL
+
+
+def yarn_concentration_factor(model: ModelSpec) -> float:
+    """YaRN's attention (concentration) factor, the ``mscale`` Megatron-Core multiplies the cosine
+    and sine by: 1 without YaRN or with a factor <= 1; 0.1 ln(factor) + 1 when ``rope_mscale`` or
+    ``rope_mscale_all_dim`` is not stated (0 here, None in Megatron-Core: gpt-oss, factor 32:
+    1.3466); otherwise (0.1 mscale ln f + 1) / (0.1 mscale_all_dim ln f + 1) (DeepSeek-V3's 1.0 /
+    1.0: 1). NVIDIA/Megatron-LM@core_v0.17.0 megatron/core/models/common/embeddings/
+    yarn_rotary_pos_embedding.py ``_yarn_get_mscale``, ``_yarn_get_concentration_factor``
+    (lines 252-271)."""
+    factor = float(model.rope_scaling_factor)
+    if model.rope_scaling != "yarn" or factor <= 1.0:
+        return 1.0
+    if not model.rope_mscale or not model.rope_mscale_all_dim:
+        return 0.1 * math.log(factor) + 1.0
+    return (0.1 * model.rope_mscale * math.log(factor) + 1.0) / (0.1 * model.rope_mscale_all_dim * math.log(factor) + 1.0)
+
+
+def eager_yarn_rope(model: ModelSpec, yarn_rope_eager):
+    """Where (per row of ``yarn_rope_eager``) the attention block runs Megatron-Core's eager RoPE:
+    the stack falls back from the fused kernel when YaRN's ``yarn_concentration_factor`` is not 1
+    (``TrainingBehaviour.yarn_rope_eager``) and the model rotates its heads through
+    ``Attention`` (RoPE, no multi-latent attention: MLA's fused path takes a cos/sin cache already
+    scaled by mscale, ``fused_apply_mla_rope_for_q/kv``, NVIDIA/Megatron-LM@core_v0.17.0
+    megatron/core/transformer/multi_latent_attention.py)."""
+    applies = (model.position_embedding == "rope" and model.mla is None
+               and yarn_concentration_factor(model) != 1.0)
+    return np.asarray(yarn_rope_eager, dtype=bool) & applies
+
+
+def eager_yarn_rope_extra(model: ModelSpec, tokens, tp):
+    """(forward bytes, backward bytes, forward kernels, backward kernels) that Megatron-Core's eager
+    RoPE adds to one attention block for ``tokens`` rows beyond the fused kernel's
+    (``MEGATRON_EAGER_ROPE_BYTES_PER_CHANNEL`` and ``_KERNELS_PER_TENSOR`` less the fused 4 bytes
+    and 1 kernel): over the query heads and the key heads the GPU holds (``rotary_bytes``'s
+    channels), forward 20 and backward 16 bytes a channel, 11 and 4 kernels a tensor."""
+    channel_rows = rotary_bytes(model, tokens, tp) / FUSED_ROPE_BYTES_PER_CHANNEL
+    fwd_b, bwd_b = MEGATRON_EAGER_ROPE_BYTES_PER_CHANNEL
+    fwd_k, bwd_k = MEGATRON_EAGER_ROPE_KERNELS_PER_TENSOR
+    tensors = 2.0 if model.position_embedding == "rope" else 0.0
+    return (channel_rows * (fwd_b - FUSED_ROPE_BYTES_PER_CHANNEL), channel_rows * (bwd_b - FUSED_ROPE_BYTES_PER_CHANNEL),
+            tensors * (fwd_k - 1.0), tensors * (bwd_k - 1.0))
 
 
 def _attention_dims(model: ModelSpec):
@@ -286,7 +346,7 @@ def fused_softmax_kernel_available(tokens, seq_len, heads_per_gpu):
 
 def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len, tp, sp, softmax_exposed=None,
                           flash_attention=True, softmax_fusion=True, mma_share=1.0, current_scaling=False,
-                          unpad=False, softmax_scale_pass=True, unfused_ops=False):
+                          unpad=False, softmax_scale_pass=True, unfused_ops=False, yarn_rope_eager=False):
     """Forward/backward seconds and FLOPs of one attention block (no communication).
 
     ``softmax_exposed``: share of the attention core's softmax exponentials added to its
@@ -304,6 +364,8 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
     tensors for the core and the output back (``unpad_copy_bytes``; element-wise time).
     ``unfused_ops`` (per row allowed): RoPE, the key/value repetition and the output's layout
     copy run as eager ops (``unfused_attention_bytes``, each way).
+    ``yarn_rope_eager`` (per row allowed): the stack runs RoPE eagerly for a YaRN model whose
+    concentration factor is not 1 (``eager_yarn_rope``, ``eager_yarn_rope_extra``).
 
     Returns a dict with ``gemm_fwd_s``, ``gemm_dgrad_s``, ``gemm_wgrad_s``, ``core_fwd_s``,
     ``core_bwd_s``, ``elem_fwd_s``, ``elem_bwd_s``, ``gemm_flops_fwd``, ``core_flops_fwd`` and the
@@ -340,13 +402,17 @@ def attention_block_costs(model: ModelSpec, rates: ComputeRates, tokens, seq_len
     copy_fwd, copy_bwd = unpad_copy_bytes(model, tokens, tp)
     eager = np.asarray(unfused_ops, dtype=float)
     eager_bytes, eager_kernels = unfused_attention_bytes(model, tokens, tp)
-    elem_fwd = memory_bound_time_s(row * REPLICATED_ELEMENTWISE_UNITS / 2 + rope + copies * copy_fwd + eager * eager_bytes,
-                                   rates, ELEMENTWISE_KERNELS_FWD / 2 + copies * UNPAD_KERNELS[0] + eager * eager_kernels)
+    yarn = eager_yarn_rope(model, yarn_rope_eager).astype(float)
+    yarn_fwd, yarn_bwd, yarn_kernels_fwd, yarn_kernels_bwd = eager_yarn_rope_extra(model, tokens, tp)
+    elem_fwd = memory_bound_time_s(row * REPLICATED_ELEMENTWISE_UNITS / 2 + rope + copies * copy_fwd + eager * eager_bytes
+                                   + yarn * yarn_fwd,
+                                   rates, ELEMENTWISE_KERNELS_FWD / 2 + copies * UNPAD_KERNELS[0] + eager * eager_kernels
+                                   + yarn * yarn_kernels_fwd)
     elem_bwd = memory_bound_time_s(row * REPLICATED_ELEMENTWISE_UNITS_BWD / 2 + rope + core_extra + copies * copy_bwd
-                                   + eager * eager_bytes,
+                                   + eager * eager_bytes + yarn * yarn_bwd,
                                    rates, ELEMENTWISE_KERNELS_FWD / 2 + RESIDUAL_FORK_KERNELS_BWD
                                    + flash * ATTENTION_BWD_EXTRA_KERNELS + copies * UNPAD_KERNELS[1]
-                                   + eager * eager_kernels)
+                                   + eager * eager_kernels + yarn * yarn_kernels_bwd)
     # FLOPs are the per-GPU share (x tp = the block's): a projection every TP rank runs whole
     # counts once, not tp times
     flops_fwd = gemms["gemm_flops_fwd"] - mla_duplicated_flops_fwd(model, tokens) * (1.0 - 1.0 / tp)

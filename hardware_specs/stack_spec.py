@@ -223,6 +223,19 @@ class TrainingBehaviour:
             the attention output's layout copy and the gated MLP's product as separate eager
             PyTorch ops (torchtitan's Llama code without ``torch.compile``), where the catalog
             counts fused kernels (``layer_costs.UNFUSED_*``).
+        yarn_rope_eager: the stack rotates the queries and keys of a YaRN model whose
+            concentration factor is not 1 (``layer_costs.yarn_concentration_factor``: gpt-oss
+            1.35) with Megatron-Core's eager ``_apply_rotary_pos_emb_bshd`` (rotate-half,
+            cos/sin products, sum, concatenations: forward 24 and backward 20 bytes a rotated
+            channel against the fused kernel's 4, ``layer_costs.MEGATRON_EAGER_ROPE_*``), as
+            Megatron-Core from core_v0.16.0 does when Transformer Engine's fused RoPE cannot
+            take mscale != 1 (NVIDIA/Megatron-LM@core_v0.17.0 megatron/core/models/common/
+            embeddings/rope_utils.py apply_rotary_pos_emb lines 279-284, attention.py lines 1111,
+            1124; commit 987395813b) and Megatron-Bridge from v0.2.0 does by turning
+            apply_rope_fusion off for position_embedding_type 'yarn' (src/megatron/bridge/utils/
+            fusions.py validate_rope_fusion_compatibility). Multi-latent attention keeps its own
+            fused RoPE (the cos/sin cache scaled by mscale). False = the fused kernel (or RoPE
+            priced by ``unfused_block_ops``).
         glu_clamp_eager: a clamped GLU (``ModelSpec.glu_clamp_limit``, gpt-oss) is clamped by
             separate PyTorch ops before the fused activation kernel: two clamps and a concat
             (forward 8 and backward 10 passes over the FC1 output's width, in 16-bit;
@@ -384,6 +397,7 @@ class TrainingBehaviour:
     attention_unpad: bool = False
     glu_clamp_eager: bool = False
     unfused_block_ops: bool = False
+    yarn_rope_eager: bool = False
     pipe_exchange_blocking: bool = False
     pipeline_p2p_overlap: bool = False
     pipeline_scatter_gather: bool = False

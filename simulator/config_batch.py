@@ -101,6 +101,7 @@ class ConfigBatch:
     zero3_master_params: np.ndarray = None
     grouped_gemm_streams: np.ndarray = None
     unfused_block_ops: np.ndarray = None
+    yarn_rope_eager: np.ndarray = None
     moe_probs_in_expert: np.ndarray = None
     zero3_once_per_step: np.ndarray = None
     zero2_grad_last_microbatch: np.ndarray = None
@@ -167,6 +168,7 @@ class ConfigBatch:
             attention_unpad=col("attention_unpad", bool, bool),
             glu_clamp_eager=col("glu_clamp_eager", bool, bool),
             unfused_block_ops=col("unfused_block_ops", bool, bool),
+            yarn_rope_eager=col("yarn_rope_eager", bool, bool),
             cross_entropy=col("cross_entropy", CROSS_ENTROPY_CODES.get),
             param_gather_per_tensor=col("param_gather_per_tensor", bool, bool),
             cuda_graphs=col("cuda_graphs", bool, bool),
@@ -243,7 +245,7 @@ class ConfigBatch:
             pipeline_p2p_overlap=bool(self.pipeline_p2p_overlap[i]),
             pipeline_scatter_gather=bool(self.pipeline_scatter_gather[i]),
             attention_unpad=bool(self.attention_unpad[i]), glu_clamp_eager=bool(self.glu_clamp_eager[i]),
-            unfused_block_ops=bool(self.unfused_block_ops[i]),
+            unfused_block_ops=bool(self.unfused_block_ops[i]), yarn_rope_eager=bool(self.yarn_rope_eager[i]),
             cross_entropy=CROSS_ENTROPY_IMPLS[int(self.cross_entropy[i])],
             param_gather_per_tensor=bool(self.param_gather_per_tensor[i]), cuda_graphs=bool(self.cuda_graphs[i]),
             zero3_persistence_elements=float(self.zero3_persistence_elements[i]),
@@ -278,7 +280,7 @@ class ConfigBatch:
 
 #: columns with a default, and the value that means "not set"
 _NEW_COLUMNS = {"recompute_num_layers": 0, "recompute_method": 0, "recompute_layers_decrement": 0,
-                "recompute_modules": 0, "selective_modules": MODULE_BITS["core_attn"], "unfused_block_ops": False, "offload_activation_layers": 0, "offload_optimizer_fraction": 0.0,
+                "recompute_modules": 0, "selective_modules": MODULE_BITS["core_attn"], "unfused_block_ops": False, "yarn_rope_eager": False, "offload_activation_layers": 0, "offload_optimizer_fraction": 0.0,
                 "zero_shard_group": 0, "pipeline_layout": "", "loss_chunk_tokens": 0, "optimizer_moment_bytes": 4.0,
                 "fp8_current_scaling": False, "grad_buffer_bytes": 4.0, "fp8_param_gather": False,
                 "zero3_master_params": False,

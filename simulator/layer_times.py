@@ -105,7 +105,8 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
                 tp_backward_overlap=True, softmax_fusion=True, cuda_graphs=False, modules=0,
                 ep_dispatch_dedup=False, fp8_current_scaling=False, attention_unpad=False,
                 glu_clamp_eager=False, grouped_gemm_streams=1, cross_entropy="megatron_unfused",
-                softmax_scale_pass=True, selective_modules=memory.SELECTIVE_DEFAULT, unfused_block_ops=False) -> dict:
+                softmax_scale_pass=True, selective_modules=memory.SELECTIVE_DEFAULT, unfused_block_ops=False,
+                yarn_rope_eager=False) -> dict:
     """Per-layer times (seconds, one micro-batch) and FLOPs for the given layer keys; see the
     module docstring for the keys (``f_dense``, ``b_moe``, ...) and the model's ends
     (``emb_f``, ``emb_b``, ``head_f``, ``head_b``, ``head_w``, ``mtp_f``, ``mtp_b``,
@@ -123,7 +124,9 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
     what ``selective`` recomputes when no modules are named (``ParallelConfig.selective_modules``
     as a modules mask: the stack's selective checkpointing). ``unfused_block_ops``: RoPE, the
     key/value repetition, the attention output's layout copy and the gated activation run as
-    eager ops (``ParallelConfig.unfused_block_ops``; ``layer_costs.UNFUSED_*``)."""
+    eager ops (``ParallelConfig.unfused_block_ops``; ``layer_costs.UNFUSED_*``). ``yarn_rope_eager``:
+    RoPE runs as Megatron-Core's eager ops for a YaRN model whose concentration factor is not 1
+    (``ParallelConfig.yarn_rope_eager``; ``layer_costs.eager_yarn_rope``)."""
     h = float(model.hidden_size)
     s = float(model.seq_len)
     tokens = np.asarray(tokens, dtype=float)
@@ -139,7 +142,7 @@ def layer_times(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, ra
         """({kind: sequence-mixing block}, {kind: MLP block}) for the two layer slots."""
         a = layer_costs.attention_block_costs(model, r, tokens, s, tp, sp, softmax_exposed, flash_attention,
                                               softmax_fusion, mma_share, fp8_current_scaling, attention_unpad,
-                                              softmax_scale_pass, unfused_block_ops)
+                                              softmax_scale_pass, unfused_block_ops, yarn_rope_eager)
         b = {"dense": layer_costs.dense_mlp_costs(model, r, tokens, tp, sp, ffn=dense_ffn,
                                                   current_scaling=fp8_current_scaling, unfused_ops=unfused_block_ops)}
         if model.moe is not None:

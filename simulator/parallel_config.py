@@ -84,7 +84,7 @@ MAX_MOE_LOAD_IMBALANCE = 2**20
 BOOL_FIELDS = ("sequence_parallel", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
                "flash_attention", "grad_accumulation_fusion", "uneven_layers", "zero3_recompute_gather",
                "ep_comm_overlap", "ep_dispatch_dedup", "grad_reduce_every_microbatch", "tp_backward_overlap", "softmax_fusion",
-               "softmax_scale_pass", "attention_unpad", "glu_clamp_eager", "unfused_block_ops", "pipe_exchange_blocking",
+               "softmax_scale_pass", "attention_unpad", "glu_clamp_eager", "unfused_block_ops", "yarn_rope_eager", "pipe_exchange_blocking",
                "pipeline_p2p_overlap", "pipeline_scatter_gather",
                "param_gather_per_tensor", "cuda_graphs", "fp8_current_scaling", "collective_per_rank_copies",
                "zero3_grad_all_reduce", "zero1_grad_all_reduce", "fp8_param_gather", "zero3_master_params",
@@ -274,6 +274,10 @@ class ParallelConfig:
         unfused_block_ops: RoPE, the grouped-query key/value repetition, the attention output's
             layout copy and the gated MLP's product run as separate eager PyTorch ops
             (``TrainingBehaviour.unfused_block_ops``; ``layer_costs.UNFUSED_*``).
+        yarn_rope_eager: a YaRN model whose concentration factor (mscale) is not 1 has its
+            queries and keys rotated by Megatron-Core's eager RoPE instead of the fused kernel
+            (``TrainingBehaviour.yarn_rope_eager``; ``layer_costs.eager_yarn_rope``); no effect on
+            other models or on multi-latent attention.
         glu_clamp_eager: a clamped GLU (``ModelSpec.glu_clamp_limit``) is clamped by separate
             ops before the activation kernel (Megatron-Core without its op fuser;
             ``moe.glu_clamp_bytes``); no effect on a model without a clamp.
@@ -408,6 +412,7 @@ class ParallelConfig:
     attention_unpad: bool = False
     glu_clamp_eager: bool = False
     unfused_block_ops: bool = False
+    yarn_rope_eager: bool = False
     grouped_gemm_streams: int = 1
     cross_entropy: str = "megatron_unfused"
     param_gather_per_tensor: bool = False

@@ -169,6 +169,17 @@ HEADER = """# Megatron-Bridge performance recipes in the NeMo Framework containe
 """
 
 
+#: NeMo 25.09 (Megatron-Bridge v0.1.0rc3) still runs Transformer Engine's fused RoPE for gpt-oss
+YARN_ROPE_25_09 = {
+    "value": False,
+    "source": "NVIDIA-NeMo/Megatron-Bridge@v0.1.0rc3 src/megatron/bridge/utils/fusions.py validate_rope_fusion_compatibility "
+              "checks multi-latent attention and rotary_interleaved only (the position_embedding_type check came with "
+              "v0.2.0), and its megatron-core>=0.14.0a0,<0.15.0 (pyproject.toml) has no mscale fallback in "
+              "megatron/core/models/common/embeddings/rope_utils.py apply_rotary_pos_emb (NVIDIA/Megatron-LM@core_v0.14.0: "
+              "the fused kernel runs whatever mscale is; the fallback came with 987395813b, first in core_v0.16.0)",
+}
+
+
 def main() -> int:
     base = yaml.safe_load((STACKS / "megatron-bridge.yaml").read_text())
     primary = primary_rows(read_rows())
@@ -184,7 +195,9 @@ def main() -> int:
                               "Megatron-Core distributed optimizer with 128Mi-element buckets overlapped with "
                               "compute, gradients reduced in bf16, sequence parallelism with TP, Transformer "
                               "Engine kernels; per-model presets below")
-        doc["training"] = base["training"]
+        doc["training"] = dict(base["training"])
+        if "25.09" in versions:
+            doc["training"]["yarn_rope_eager"] = YARN_ROPE_25_09
         doc["recipes"] = entries
         text = yaml.safe_dump(dict(doc), sort_keys=False, width=110, allow_unicode=True)
         (STACKS / f"{name}.yaml").write_text(HEADER.format(versions=", ".join(versions)) + text)
