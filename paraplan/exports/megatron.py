@@ -135,6 +135,8 @@ def _refuse_memory_features(p: dict, model: ModelSpec) -> None:
     if p.get("zero_shard_group") and p["zero_stage"] != 1:
         raise InputError("zero_shard_group", "Megatron-LM replicates only the distributed optimizer across groups "
                          "(--num-distributed-optimizer-instances)", "plan HSDP with zero_stage 1, or emit torchtitan")
+    if p.get("zero_shard_group") and model.moe is not None:
+        _refuse_expert_hsdp(p)
     if p.get("loss_chunk_tokens"):
         raise InputError("loss_chunk_tokens", "Megatron-LM's fused cross-entropy takes the whole micro-batch's logits",
                          "plan with loss_chunk_tokens 0")
@@ -142,6 +144,22 @@ def _refuse_memory_features(p: dict, model: ModelSpec) -> None:
         raise InputError("fp8_param_gather", "Megatron-LM keeps the weights in FP8 only with the distributed "
                          "optimizer or FSDP (--fp8-param-gather, megatron/training/arguments.py)",
                          "plan with zero_stage >= 1, or without fp8_param_gather")
+
+
+def _refuse_expert_hsdp(p: dict) -> None:
+    """Refuse hybrid-sharded ZeRO-1 of an MoE model whose expert data-parallel group does not
+    split into the optimizer instances: Megatron-Core divides both data-parallel groups, the
+    dense one and the experts' (``world / (etp x ep x pp)``, parallel_state.py:880 at d98e8a64dd),
+    into ``--num-distributed-optimizer-instances`` and asserts "Expert data parallel size should
+    be divisible by partial DistOpt shard factor" (megatron/core/parallel_state.py:1447-1449)."""
+    instances = p["dp"] * p["cp"] // p["zero_shard_group"]
+    expert_dp = p["n_gpus"] // (p["etp"] * p["ep"] * p["pp"])
+    if expert_dp % instances:
+        raise InputError("zero_shard_group", f"Megatron-LM splits the expert data-parallel group (world / (etp x ep x "
+                         f"pp) = {expert_dp}) into the {instances} distributed-optimizer instances too, and asserts "
+                         "it divides (parallel_state.py: 'Expert data parallel size should be divisible by partial "
+                         "DistOpt shard factor')", "choose zero_shard_group so that dp x cp / zero_shard_group "
+                         f"divides {expert_dp}, or plan without HSDP")
 
 
 def _refuse_plan(p: dict, model: ModelSpec) -> None:

@@ -1,0 +1,32 @@
+"""Plans the training exports wrote that the framework would reject at start-up or run other than
+priced: each is now written as the plan means it, or refused in one line naming the field.
+
+Each test cites the framework check it mirrors, at the release the export is written for
+(Megatron-LM d98e8a64dd, ``megatron_flags.json``; torch 2.13 / torchtitan 0.3.0; DeepSpeed 0.19.8;
+Transformer Engine v2.14)."""
+from __future__ import annotations
+
+from paraplan import api, exports
+from paraplan.exports import megatron
+from tests.cli_results import one_line_error, run
+
+
+def _row(**kw):
+    return api.simulate(**kw).iloc[0].to_dict()
+
+
+def test_megatron_refuses_moe_hsdp_whose_expert_data_parallel_group_does_not_split_into_the_instances():
+    # Megatron-LM d98e8a64dd megatron/core/parallel_state.py:880: expert dp = world / (etp * ep * pp)
+    # = 16 / (1 * 8 * 2) = 1; --num-distributed-optimizer-instances = dp * cp / shard group = 8 / 4 = 2;
+    # parallel_state.py:1447-1449 asserts 1 % 2 == 0 ("Expert data parallel size should be divisible
+    # by partial DistOpt shard factor")
+    row = _row(model="mixtral-8x7b", cluster="dgx-h100", gpus=16, tp=1, pp=2, ep=8, global_batch=64, micro_batch=1,
+               zero_stage=1, zero_shard_group=4, recompute="full", seq_len=4096)
+    err = exports.refusal(row, "megatron")
+    assert err is not None and err.field == "zero_shard_group" and "Expert data parallel size" in str(err)
+    # a shard group of 8 (one instance) leaves the expert group whole: written
+    row = _row(model="mixtral-8x7b", cluster="dgx-h100", gpus=32, tp=1, pp=2, ep=8, global_batch=64, micro_batch=1,
+               zero_stage=1, zero_shard_group=8, recompute="full", seq_len=4096)
+    # 32 GPUs: expert dp = 32 / 16 = 2, instances = 16 / 8 = 2: divides
+    assert exports.refusal(row, "megatron") is None
+    assert "--num-distributed-optimizer-instances 2" in megatron.emit(row)
