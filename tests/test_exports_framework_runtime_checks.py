@@ -30,3 +30,14 @@ def test_megatron_refuses_moe_hsdp_whose_expert_data_parallel_group_does_not_spl
     # 32 GPUs: expert dp = 32 / 16 = 2, instances = 16 / 8 = 2: divides
     assert exports.refusal(row, "megatron") is None
     assert "--num-distributed-optimizer-instances 2" in megatron.emit(row)
+
+
+def test_megatron_refuses_bf16_adam_moments_without_the_distributed_optimizer():
+    # Megatron-LM d98e8a64dd megatron/core/optimizer/__init__.py:1057-1060: "--use-precision-aware-
+    # optimizer only supported with distributed optimizer" (ValueError); bf16 moments need that flag
+    kw = dict(model="llama3-8b", cluster="dgx-h100", gpus=8, global_batch=64, micro_batch=1,
+              optimizer_moment_bytes=2, recompute="full", seq_len=4096)
+    err = exports.refusal(_row(**kw, zero_stage=0), "megatron")
+    assert err is not None and err.field == "optimizer_moment_bytes"
+    argv, _ = megatron.command(_row(**kw, zero_stage=1))
+    assert "--use-precision-aware-optimizer" in argv and "--use-distributed-optimizer" in argv

@@ -135,6 +135,13 @@ def _refuse_memory_features(p: dict, model: ModelSpec) -> None:
     if p.get("zero_shard_group") and p["zero_stage"] != 1:
         raise InputError("zero_shard_group", "Megatron-LM replicates only the distributed optimizer across groups "
                          "(--num-distributed-optimizer-instances)", "plan HSDP with zero_stage 1, or emit torchtitan")
+    if p.get("optimizer_moment_bytes", 4.0) == 2.0 and p["zero_stage"] == 0:
+        # bf16 moments are --use-precision-aware-optimizer, which get_megatron_optimizer refuses
+        # without the distributed optimizer (megatron/core/optimizer/__init__.py:1057-1060 at
+        # d98e8a64dd); Megatron-FSDP (ZeRO-2/3) turns the distributed optimizer on itself
+        raise InputError("optimizer_moment_bytes", "Megatron-LM keeps Adam moments in bf16 only with the precision-"
+                         "aware optimizer, which raises '--use-precision-aware-optimizer only supported with "
+                         "distributed optimizer' at ZeRO-0", "plan with zero_stage >= 1, or optimizer_moment_bytes 4")
     if p.get("zero_shard_group") and model.moe is not None:
         _refuse_expert_hsdp(p)
     if p.get("loss_chunk_tokens"):
