@@ -41,3 +41,13 @@ def test_megatron_refuses_bf16_adam_moments_without_the_distributed_optimizer():
     assert err is not None and err.field == "optimizer_moment_bytes"
     argv, _ = megatron.command(_row(**kw, zero_stage=1))
     assert "--use-precision-aware-optimizer" in argv and "--use-distributed-optimizer" in argv
+
+
+def test_megatron_refuses_modules_beside_full_recompute_of_some_layers():
+    # Megatron-LM d98e8a64dd megatron/core/transformer/transformer_layer.py:473-475: the modules
+    # are read only when recompute_granularity == 'selective'; --recompute-granularity full with
+    # 2 block layers recomputes nothing on the other layers of the stage
+    row = _row(model="llama3-8b", cluster="dgx-h100", gpus=8, pp=4, global_batch=64, micro_batch=1, recompute="full",
+               recompute_num_layers=2, recompute_modules=("layernorm",), seq_len=4096)
+    err = exports.refusal(row, "megatron")
+    assert err is not None and err.field == "recompute_modules"

@@ -104,6 +104,14 @@ def _refuse_memory_features(p: dict, model: ModelSpec) -> None:
     modules = set(p.get("recompute_modules") or ())
     if not modules and Recompute(p["recompute"]) == Recompute.SELECTIVE:
         modules = set(selective_recompute_modules(p))
+    if (modules and Recompute(p["recompute"]) == Recompute.FULL and p.get("recompute_num_layers")
+            and p.get("recompute_method") == "block"):
+        # the plan prices its modules on the layers the block method leaves out; Megatron-Core
+        # reads recompute_modules only under granularity 'selective' (megatron/core/transformer/
+        # transformer_layer.py:473-475 at d98e8a64dd), so those layers would keep every activation
+        raise InputError("recompute_modules", "Megatron-LM recomputes modules only under --recompute-granularity "
+                         "selective; beside full recomputation of some layers the other layers would recompute "
+                         "nothing", "plan without recompute_modules, or recompute every layer in full")
     if "every_second_linear" in modules:
         raise InputError("recompute_modules", "Megatron-LM has no per-operation checkpoint that recomputes every "
                          "second projection (torchtitan's selective policy, which this plan prices)",
