@@ -51,3 +51,17 @@ def test_megatron_refuses_modules_beside_full_recompute_of_some_layers():
                recompute_num_layers=2, recompute_modules=("layernorm",), seq_len=4096)
     err = exports.refusal(row, "megatron")
     assert err is not None and err.field == "recompute_modules"
+
+
+def test_torchtitan_refuses_1f1b_with_fewer_micro_batches_than_stages():
+    # torch 2.13 torch/distributed/pipelining/schedules.py:1020-1024: Schedule1F1B raises "Number of
+    # microbatches (2) must be greater than or equal to the number of stages (4)"; torchtitan
+    # (distributed/pipeline_parallel.py:303-311) passes local batch / micro-batch = 2 / 1 = 2
+    result = run("plan", "-m", "llama3-8b", "-c", "dgx-h100", "-n", 8, "--global-batch", 2, "--pp", 4,
+                 "--emit", "torchtitan")
+    one_line_error(result, "torchtitan", "by global_batch")
+    row = _row(model="llama3-8b", cluster="dgx-h100", gpus=8, tp=2, pp=4, global_batch=2, micro_batch=1)
+    err = exports.refusal(row, "torchtitan")
+    assert err is not None and err.field == "global_batch" and "Number of microbatches (2)" in str(err)
+    row = _row(model="llama3-8b", cluster="dgx-h100", gpus=8, tp=2, pp=4, global_batch=4, micro_batch=1)
+    assert exports.refusal(row, "torchtitan") is None      # 4 micro-batches on 4 stages

@@ -177,6 +177,13 @@ def _settings(p: dict) -> dict:
                          f"reduce-scatters once after its last backward; the plan priced ZeRO-{zero} per layer and "
                          "micro-batch", "plan with --stack torchtitan (zero3_under_pipeline once_per_step)")
     m = p["global_batch"] // (dp * p["micro_batch"])
+    if pp > 1 and schedule == Schedule.ONE_F_ONE_B and m < pp:
+        # torch 2.13 torch/distributed/pipelining/schedules.py:1020-1024 (Schedule1F1B.__init__),
+        # built by torchtitan/distributed/pipeline_parallel.py:303-311 with local batch / micro-batch
+        raise InputError("global_batch", f"torch's Schedule1F1B raises 'Number of microbatches ({m}) must be greater "
+                         f"than or equal to the number of stages ({pp})'", f"plan with at least {pp} micro-batches "
+                         "per data-parallel rank (a larger global batch or a smaller micro-batch), or the gpipe "
+                         "schedule")
     if zero in (1, 2) and pp == 1 and m > 1 and not (zero == 2 and p.get("zero2_gather_every_microbatch", False)):
         raise InputError("zero_stage", f"torchtitan's ZeRO-{zero} is FSDP2 with reshard_after_forward 'never', which "
                          f"reshards after each backward and gathers the parameters again in each of the {m} "
