@@ -6,6 +6,9 @@ Each test cites the framework check it mirrors, at the release the export is wri
 Transformer Engine v2.14)."""
 from __future__ import annotations
 
+import pytest
+
+from hardware_specs.errors import InputError
 from paraplan import api, exports
 from paraplan.exports import megatron
 from tests.cli_results import one_line_error, run
@@ -65,3 +68,19 @@ def test_torchtitan_refuses_1f1b_with_fewer_micro_batches_than_stages():
     assert err is not None and err.field == "global_batch" and "Number of microbatches (2)" in str(err)
     row = _row(model="llama3-8b", cluster="dgx-h100", gpus=8, tp=2, pp=4, global_batch=4, micro_batch=1)
     assert exports.refusal(row, "torchtitan") is None      # 4 micro-batches on 4 stages
+
+
+def test_torchtitan_refuses_interleaved_and_zero_bubble_micro_batches_not_a_multiple_of_the_rounds():
+    # torch 2.13 torch/distributed/pipelining/schedules.py:2936-2942 (ScheduleInterleaved1F1B) and
+    # :3046-3052 (ScheduleInterleavedZeroBubble): rounds = max(1, 18 // 4) = 4 and 18 % 4 = 2 != 0
+    # raises; 16 micro-batches (4 rounds of 4) run
+    result = run("plan", "-m", "llama3-8b", "-c", "dgx-h100", "-n", 8, "--global-batch", 18, "--pp", 4,
+                 "--micro-batch", 1, "--schedule", "zb-h1", "--emit", "torchtitan")
+    one_line_error(result, "torchtitan", "global_batch")
+    kw = dict(model="llama3-8b", cluster="dgx-h100", gpus=8, tp=2, pp=4, micro_batch=1)
+    err = exports.refusal(_row(**kw, global_batch=18, schedule="zb-h1"), "torchtitan")
+    assert err is not None and err.field == "global_batch" and "= 4" in str(err)
+    # interleaved: the step model already asks for a multiple of pp micro-batches (so of the rounds)
+    with pytest.raises(InputError, match="multiple of pp"):
+        _row(**kw, global_batch=18, schedule="interleaved", vpp=2)
+    assert exports.refusal(_row(**kw, global_batch=16, schedule="zb-h1"), "torchtitan") is None

@@ -184,6 +184,14 @@ def _settings(p: dict) -> dict:
                          f"than or equal to the number of stages ({pp})'", f"plan with at least {pp} micro-batches "
                          "per data-parallel rank (a larger global batch or a smaller micro-batch), or the gpipe "
                          "schedule")
+    rounds = max(1, m // pp)
+    if pp > 1 and schedule in (Schedule.INTERLEAVED, Schedule.ZB_H1) and m % rounds:
+        # torch 2.13 torch/distributed/pipelining/schedules.py:2936-2942 (ScheduleInterleaved1F1B) and
+        # :3046-3052 (ScheduleInterleavedZeroBubble): rounds = max(1, m // pp), and m must be a multiple
+        raise InputError("global_batch", f"torch's {_SCHEDULES[schedule]} schedule runs the micro-batches in rounds "
+                         f"of max(1, m // pp) = {rounds} and raises unless the {m} micro-batches per data-parallel "
+                         f"rank are a multiple of it", f"plan with a micro-batch count that is a multiple of "
+                         f"{rounds} (e.g. {rounds * pp}), or the 1f1b schedule")
     if zero in (1, 2) and pp == 1 and m > 1 and not (zero == 2 and p.get("zero2_gather_every_microbatch", False)):
         raise InputError("zero_stage", f"torchtitan's ZeRO-{zero} is FSDP2 with reshard_after_forward 'never', which "
                          f"reshards after each backward and gathers the parameters again in each of the {m} "
