@@ -84,3 +84,14 @@ def test_torchtitan_refuses_interleaved_and_zero_bubble_micro_batches_not_a_mult
     with pytest.raises(InputError, match="multiple of pp"):
         _row(**kw, global_batch=18, schedule="interleaved", vpp=2)
     assert exports.refusal(_row(**kw, global_batch=16, schedule="zb-h1"), "torchtitan") is None
+
+
+def test_deepspeed_refuses_bf16_zero0_under_a_pipeline():
+    # DeepSpeed v0.19.8 deepspeed/runtime/engine.py:2313-2320 (used :2363): a bf16 pipeline without
+    # ZeRO runs BF16_Optimizer, which partitions fp32 master weights and optimizer states over dp
+    # (bf16_optimizer.py:153-182) and all-gathers the bf16 weights after each step (:593-599)
+    kw = dict(model="llama3-8b", cluster="dgx-h100", gpus=8, tp=1, pp=4, global_batch=64, micro_batch=1,
+              recompute="none", seq_len=4096)
+    err = exports.refusal(_row(**kw, zero_stage=0), "deepspeed")
+    assert err is not None and err.field == "zero_stage" and "zero_stage 1" in str(err)
+    assert exports.refusal(_row(**kw, zero_stage=1), "deepspeed") is None

@@ -106,6 +106,15 @@ def _check(p: dict) -> None:
     if pp > 1 and zero >= 2:
         raise InputError("zero_stage", f"DeepSpeed's pipeline engine runs ZeRO stage 0 or 1 only, not {zero}",
                          "use a plan with zero_stage <= 1, or pp = 1")
+    if pp > 1 and zero == 0 and p["dtype"] not in ("fp16", "fp32", "tf32"):
+        # deepspeed/runtime/engine.py:2313-2320 at v0.19.8 picks BF16_Optimizer for a bf16 pipeline
+        # without ZeRO (used at :2363); it shards the fp32 master weights and optimizer states over
+        # the data-parallel ranks (bf16_optimizer.py:153-182) and all-gathers the bf16 weights after
+        # each step (:593-599): ZeRO-1's memory and traffic, not the ZeRO-0 the plan priced
+        raise InputError("zero_stage", f"{RELEASE}'s pipeline engine runs bf16 without ZeRO through BF16_Optimizer, "
+                         "which shards the fp32 master weights and optimizer states over data parallelism and "
+                         "all-gathers the weights after each step (ZeRO-1, not the ZeRO-0 priced)",
+                         "plan with zero_stage 1")
     if pp > 1 and tp > 1:
         raise InputError("tp", "AutoTP is not combined with PipelineModule (its topology has no tensor axis "
                          "unless the model code implements Megatron TP; AutoEP folding runs pp 1 only)",
