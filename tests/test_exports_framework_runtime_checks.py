@@ -95,3 +95,23 @@ def test_deepspeed_refuses_bf16_zero0_under_a_pipeline():
     err = exports.refusal(_row(**kw, zero_stage=0), "deepspeed")
     assert err is not None and err.field == "zero_stage" and "zero_stage 1" in str(err)
     assert exports.refusal(_row(**kw, zero_stage=1), "deepspeed") is None
+
+
+def test_megatron_writes_the_fused_loss_the_plan_priced_and_refuses_the_one_it_cannot_run():
+    # Megatron-LM d98e8a64dd: cross_entropy_loss_fusion defaults False, impl 'native'
+    # (megatron/core/model_parallel_config.py:320,325; language_module.py:173 takes the fused path only
+    # when set); arguments.py:1697-1702 rejects --cross-entropy-fusion-impl te beside the fusion
+    kw = dict(model="llama3-8b", cluster="dgx-h100", gpus=8, global_batch=64, micro_batch=1, zero_stage=1,
+              recompute="full", seq_len=4096)
+    argv, env = megatron.command(_row(**kw, cross_entropy="megatron_fused"))
+    assert "--cross-entropy-loss-fusion" in argv and "--cross-entropy-fusion-impl" not in argv
+    from paraplan.exports.megatron_table import check_command
+    assert check_command(argv, 8, env) == []
+    assert "--cross-entropy-loss-fusion" not in megatron.command(_row(**kw, cross_entropy="megatron_unfused"))[0]
+    err = exports.refusal(_row(**kw, stack="megatron-bridge"), "megatron")      # te_triton
+    assert err is not None and err.field == "cross_entropy"
+    err = exports.refusal(_row(**kw, cross_entropy="torch_eager"), "megatron")
+    assert err is not None and err.field == "cross_entropy"
+    result = run("plan", "-m", "llama3-8b", "-c", "dgx-h100", "-n", 8, "--global-batch", 64,
+                 "--stack", "megatron-bridge", "--emit", "megatron")
+    one_line_error(result, "megatron", "cross_entropy")

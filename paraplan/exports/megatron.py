@@ -177,6 +177,13 @@ def _refuse_expert_hsdp(p: dict) -> None:
                          f"divides {expert_dp}, or plan without HSDP")
 
 
+#: the flags of each loss a plan may price that Megatron-LM runs: its eager
+#: ``vocab_parallel_cross_entropy`` is the default (``cross_entropy_loss_fusion`` False,
+#: megatron/core/model_parallel_config.py:320; language_module.py:173), the fused one
+#: ``--cross-entropy-loss-fusion`` with the default ``native`` implementation (:325)
+_LOSS_FLAGS = {"megatron_unfused": [], "megatron_fused": [("--cross-entropy-loss-fusion", None)]}
+
+
 def _refuse_plan(p: dict, model: ModelSpec) -> None:
     _refuse_memory_features(p, model)
     if model.moe is not None and model.moe.latent_size:
@@ -210,6 +217,17 @@ def _refuse_plan(p: dict, model: ModelSpec) -> None:
         raise InputError("zero_stage", f"Megatron-LM shards gradients (ZeRO-{p['zero_stage']}) with Megatron-FSDP, "
                          "whose device meshes (DP-CP, TP, EP) have no pipeline axis",
                          "use zero_stage <= 1 with pp > 1, or pp = 1")
+    loss = p.get("cross_entropy", "megatron_unfused")
+    if loss == "te_triton":
+        raise InputError("cross_entropy", "the plan prices Transformer Engine's fused cross-entropy (Megatron-Bridge's "
+                         "cross_entropy_fusion_impl 'te'), which Megatron-LM's validate_args rejects ('Transformer "
+                         "Engine cross entropy loss fusion is disabled due to stability issues', "
+                         "megatron/training/arguments.py:1697-1702)", "plan with cross_entropy megatron_fused "
+                         "(--cross-entropy-loss-fusion) or megatron_unfused, or run the plan in Megatron-Bridge")
+    if loss not in _LOSS_FLAGS:
+        raise InputError("cross_entropy", f"Megatron-LM computes the loss with its vocab-parallel cross-entropy, eager "
+                         f"or fused, not the plan's {loss}", "plan with cross_entropy megatron_unfused or "
+                         "megatron_fused (a Megatron stack: --stack megatron-core)")
     if model.position_embedding == "alibi":
         raise InputError("model", f"Megatron-LM has no ALiBi position embedding ({model.name} uses it)",
                          "emit another framework, or plan a RoPE / learned-position model")
@@ -551,6 +569,7 @@ def _groups(p: dict) -> list[tuple[str, list[tuple[str, Any]]]]:
             training.append(("--use-precision-aware-optimizer", None))
         training += [("--optimizer-cpu-offload", None),
                      ("--optimizer-offload-fraction", p["offload_optimizer_fraction"])]
+    training += _LOSS_FLAGS[p.get("cross_entropy", "megatron_unfused")]
     dtype = p["dtype"]
     if dtype == "fp16":
         training.append(("--fp16", None))
