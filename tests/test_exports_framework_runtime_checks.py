@@ -115,3 +115,15 @@ def test_megatron_writes_the_fused_loss_the_plan_priced_and_refuses_the_one_it_c
     result = run("plan", "-m", "llama3-8b", "-c", "dgx-h100", "-n", 8, "--global-batch", 64,
                  "--stack", "megatron-bridge", "--emit", "megatron")
     one_line_error(result, "megatron", "cross_entropy")
+
+
+def test_megatron_refuses_unfused_attention_under_context_parallelism():
+    # Transformer Engine v2.14 transformer_engine/pytorch/attention/dot_product_attention/utils.py:768-772
+    # turns UnfusedDotProductAttention off when context parallelism is on: --attention-backend unfused
+    # with --context-parallel-size 2 has no backend left
+    kw = dict(model="llama3-8b", cluster="dgx-h100", gpus=8, global_batch=64, micro_batch=1, flash_attention=False,
+              recompute="full", seq_len=8192)
+    err = exports.refusal(_row(**kw, cp=2), "megatron")
+    assert err is not None and err.field == "flash_attention"
+    argv, _ = megatron.command(_row(**kw, cp=1))
+    assert argv[argv.index("--attention-backend") + 1] == "unfused"

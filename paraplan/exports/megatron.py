@@ -217,6 +217,13 @@ def _refuse_plan(p: dict, model: ModelSpec) -> None:
         raise InputError("zero_stage", f"Megatron-LM shards gradients (ZeRO-{p['zero_stage']}) with Megatron-FSDP, "
                          "whose device meshes (DP-CP, TP, EP) have no pipeline axis",
                          "use zero_stage <= 1 with pp > 1, or pp = 1")
+    if not p["flash_attention"] and p["cp"] > 1:
+        # Transformer Engine v2.14 transformer_engine/pytorch/attention/dot_product_attention/
+        # utils.py:768-772: under context parallelism UnfusedDotProductAttention is disabled, so
+        # --attention-backend unfused (the materialised attention priced) leaves no backend to run
+        raise InputError("flash_attention", "the plan prices materialised (unfused) attention, which Transformer "
+                         "Engine disables under context parallelism ('Disabling UnfusedDotProductAttention as it "
+                         "does not support context parallelism')", "plan with flash_attention on, or cp 1")
     loss = p.get("cross_entropy", "megatron_unfused")
     if loss == "te_triton":
         raise InputError("cross_entropy", "the plan prices Transformer Engine's fused cross-entropy (Megatron-Bridge's "
