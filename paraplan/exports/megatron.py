@@ -24,8 +24,10 @@ What the output states, and why:
 * the batch, recomputation (``selective`` recomputes the attention core, Megatron's default
   ``--recompute-modules core_attn``; ``full`` recomputes every layer: uniform, 1 layer per
   checkpoint), precision, the communication overlaps the plan priced (gradient reduce with its
-  bucket size, parameter gather, TP, expert all-to-all), the gradient-reduction dtype, and
-  ``--no-gradient-accumulation-fusion`` only when the plan priced the unfused path.
+  bucket size, parameter gather, TP, expert all-to-all), the gradient-reduction dtype,
+  ``--no-gradient-accumulation-fusion`` only when the plan priced the unfused path, and
+  ``--cross-entropy-loss-fusion`` when the plan priced Megatron's fused loss (a plan priced on
+  another loss, Transformer Engine's included, is refused).
 
 Not written (the user's): data, tokenizer (its vocabulary must be the model's), optimizer,
 learning-rate schedule and checkpoint flags. ``attention_kernel`` selects nothing in Megatron-LM
