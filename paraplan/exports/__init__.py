@@ -138,6 +138,7 @@ def best_runnable(plans: pd.DataFrame, framework: str, software: Mapping[str, Ma
     if len(plans) == 0:
         raise InputError("plan", "the search found no plan", "relax the request")
     reasons: dict[str, int] = {}
+    fixes: dict[str, str] = {}         # each refusing field's own fix, the first one met
 
     def runnable(rec: dict) -> dict | None:
         row = {**with_stack_fields(rec, software), **context}
@@ -147,13 +148,17 @@ def best_runnable(plans: pd.DataFrame, framework: str, software: Mapping[str, Ma
         if err.field == "model":        # the model, not the plan: no other row can do better
             raise err
         reasons[err.field] = reasons.get(err.field, 0) + 1
+        fixes.setdefault(err.field, err.fix)
         return None
 
     found = next(((rank, row) for rank, row in enumerate(map(runnable, _records(plans))) if row is not None), None)
     if found is None:
-        counts = ", ".join(f"{n} by {field}" for field, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
+        ranked = sorted(reasons.items(), key=lambda kv: -kv[1])
+        counts = ", ".join(f"{n} by {field}" for field, n in ranked)
+        top = fixes.get(ranked[0][0]) if ranked else None
         raise InputError("--emit", f"none of the {len(plans)} plans that fit runs in {framework} as planned "
-                         f"(refused: {counts})", "relax the request or emit another framework")
+                         f"(refused: {counts})",
+                         (f"for {ranked[0][0]}: {top}; or " if top else "") + "relax the request or emit another framework")
     rank, row = found
     if refine is not None and all(k in plans for k in ("step_time_s", "step_time_lower_s", "pipeline_exact")):
         rank, row, best = _fastest_exact(plans, rank, row, runnable, refine)

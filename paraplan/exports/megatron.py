@@ -231,8 +231,8 @@ def _refuse_plan(p: dict, model: ModelSpec) -> None:
         raise InputError("cross_entropy", "the plan prices Transformer Engine's fused cross-entropy (Megatron-Bridge's "
                          "cross_entropy_fusion_impl 'te'), which Megatron-LM's validate_args rejects ('Transformer "
                          "Engine cross entropy loss fusion is disabled due to stability issues', "
-                         "megatron/training/arguments.py:1697-1702)", "plan with cross_entropy megatron_fused "
-                         "(--cross-entropy-loss-fusion) or megatron_unfused, or run the plan in Megatron-Bridge")
+                         "megatron/training/arguments.py:1697-1702)", "plan with --stack megatron-core (Megatron-LM's "
+                         "own vocab-parallel loss), or run the plan in Megatron-Bridge")
     if loss not in _LOSS_FLAGS:
         raise InputError("cross_entropy", f"Megatron-LM computes the loss with its vocab-parallel cross-entropy, eager "
                          f"or fused, not the plan's {loss}", "plan with cross_entropy megatron_unfused or "
