@@ -490,11 +490,50 @@ def test_a_script_for_a_release_the_priced_profile_does_not_cover_says_so():
 def test_serve_plan_says_whether_its_winner_can_be_launched():
     ok = run("serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-h100", "-n", "8")
     assert "      its vllm launch script: add --emit (to this plan or to that command)" in ok.stdout
-    # vLLM has no prefill / decode router: the disaggregated winner is named as such
+    # vLLM has no prefill / decode router: the headline is the best layout it can launch, the
+    # disaggregated winner named beside it as the model's best vLLM cannot launch
     no = run("serve", "plan", "-m", "qwen3-32b", "-s", "dgx-h100", "-n", "16", "--isl", "4096", "--osl", "512",
              "--ttft-ms", "2000", "--tpot-ms", "40")
-    assert "best: disaggregated" in no.stdout
-    assert "vllm cannot launch it as priced (--mode: vLLM ships no router" in no.stdout
+    assert "best vllm can launch: aggregated" in no.stdout
+    assert ("the model's best, which vllm cannot launch as priced (--mode: vLLM ships no router for disaggregated "
+            "prefill and decode workers): disagg prefill") in no.stdout
+
+
+def _launchable_agg_best(model, system, gpus, ttft_ms, tpot_ms):
+    """The aggregated candidate meeting the SLO with the most tokens/s/GPU: what vLLM, with no
+    prefill / decode router, can launch at best (its README's disaggregated serving needs a proxy
+    the project does not ship: vllm/docs/features/disagg_prefill.md)."""
+    from paraplan.serving_api import serve_plan
+    plan = serve_plan(model, system, gpus, ttft_ms=ttft_ms, tpot_ms=tpot_ms, backend="vllm")
+    c = plan.candidates
+    agg = c[(c["mode"] == "agg") & c["meets_slo"].astype(bool)]
+    return plan.best, agg.loc[agg.tokens_per_s_per_gpu.idxmax()]
+
+
+def test_serve_plan_headlines_the_best_layout_vllm_can_launch_and_names_the_better_one_it_cannot():
+    # Llama-3.1-70B on 8 H100 at TPOT 20 ms: the search's winner is disaggregated (vLLM cannot
+    # launch it); the headline, --json's best and --emit are the best aggregated layout
+    winner, agg = _launchable_agg_best("llama3.1-70b", "dgx-h100", 8, 1000.0, 20.0)
+    assert winner["mode"] == "disagg" and winner.tokens_per_s_per_gpu > agg.tokens_per_s_per_gpu
+    args = ("serve", "plan", "-m", "llama3.1-70b", "-s", "dgx-h100", "-n", "8", "--tpot-ms", "20", "-b", "vllm")
+    text = run(*args).stdout
+    head = text.split("best vllm can launch: ", 1)[1].splitlines()
+    assert head[0].startswith(f"aggregated, {int(agg.workers)} x worker {agg.layout}, batch {int(agg.batch)} per rank")
+    assert f"{agg.tokens_per_s_per_gpu:,.0f} tokens/s/GPU" in head[1]
+    assert "its vllm launch script: add --emit" in head[3]
+    assert (f"the model's best, which vllm cannot launch as priced (--mode: " in head[4]
+            and f"{winner.tokens_per_s_per_gpu:,.0f} tokens/s/GPU "
+                f"({winner.tokens_per_s_per_gpu / agg.tokens_per_s_per_gpu:.2f}x this one's)" in head[4])
+    assert "\nbest:" not in text and "cannot launch it as priced" not in text
+    out = json.loads(run(*args, "--json").stdout)
+    assert out["best"]["mode"] == "agg" and out["best"]["tokens_per_s_per_gpu"] == agg.tokens_per_s_per_gpu
+    refused = out["engine_refused_best"]
+    assert refused["mode"] == "disagg" and refused["tokens_per_s_per_gpu"] == winner.tokens_per_s_per_gpu
+    assert refused["tokens_per_s"] == pytest.approx(winner.tokens_per_s_per_gpu * winner.gpus_used, rel=1e-12)
+    assert refused["engine_refuses"].startswith("--mode: vLLM ships no router")
+    # a winner vLLM launches has nothing beside it
+    assert json.loads(run("serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-h100", "-n", "8",
+                          "--json").stdout)["engine_refused_best"] is None
 
 
 def _bench_words(script: str) -> list[str]:

@@ -410,14 +410,48 @@ def test_a_serving_sweep_row_is_serve_plans_best_deployment_for_that_point(tmp_p
     bad = df[df.status == "infeasible"]
     assert len(bad) == 4 and bad.reason.str.contains("TPOT").all() and bad.tokens_per_s_per_gpu.isna().all()
     for _, row in ok.iterrows():
-        best = serve_plan(row.model, "dgx-h100", 8, ttft_ms=1000.0, tpot_ms=20.0, backend=row.backend).best
+        plan = serve_plan(row.model, "dgx-h100", 8, ttft_ms=1000.0, tpot_ms=20.0, backend=row.backend)
+        # vLLM ships no router for disaggregated workers: its row is the best aggregated layout
+        # meeting the SLO, a better disaggregated winner named beside it
+        c = plan.candidates[plan.candidates.meets_slo.astype(bool)]
+        if row.backend == "vllm":
+            c = c[c["mode"] == "agg"]
+        best = c.loc[c.tokens_per_s_per_gpu.idxmax()]
         assert row["mode"] == best["mode"] and row.tokens_per_s_per_gpu == best.tokens_per_s_per_gpu
         assert row.ttft_ms == best.ttft_ms and row.tpot_ms == best.tpot_ms <= 20.0
         assert row.concurrency == best.concurrency and row.gpus_used <= 8
         assert row.tokens_per_s == pytest.approx(best.tokens_per_s_per_gpu * best.gpus_used, rel=1e-12)
-        # vLLM ships no router for disaggregated workers: such a winner says so
-        assert (row.engine_refuses != "") == (row.backend == "vllm" and row["mode"] == "disagg")
+        winner = plan.best
+        refused = row.backend == "vllm" and winner["mode"] == "disagg"
+        assert (row.engine_refuses != "") == refused
+        if refused:
+            assert row.engine_refuses.startswith("mode: vLLM ships no router")
+            assert row.engine_refused_tokens_per_s_per_gpu == winner.tokens_per_s_per_gpu > row.tokens_per_s_per_gpu
+            assert row.engine_refused_best.startswith("disagg prefill")
+        else:
+            assert pd.isna(row.engine_refused_best) and pd.isna(row.engine_refused_tokens_per_s_per_gpu)
     # a rerun reads the finished chunks back: the same table
+    pd.testing.assert_frame_equal(run_sweep(spec, tmp_path / "out", local=True), df)
+
+
+def test_a_serving_sweep_row_is_the_best_layout_its_engine_can_launch(tmp_path):
+    """Llama-3.1-70B on 8 H100 at TPOT 20 ms: the search's winner is disaggregated, which vLLM
+    cannot launch (no prefill / decode router); vLLM's row is its best aggregated layout, so it does
+    not outrank an engine that launches its own; with only disaggregated layouts searched, nothing
+    vLLM launches meets the objective: the row is 'unlaunchable'."""
+    from paraplan.serving_api import serve_plan
+    spec = spec_from_dict({"kind": "serving", "models": ["llama3.1-70b"], "systems": ["dgx-h100"], "gpus": [8],
+                           "backends": ["vllm"], "tpot_ms": [20], "modes": ["both", "disagg"]})
+    df = run_sweep(spec, tmp_path / "out", local=True)
+    plan = serve_plan("llama3.1-70b", "dgx-h100", 8, ttft_ms=1000.0, tpot_ms=20.0, backend="vllm")
+    c = plan.candidates
+    agg = c[(c["mode"] == "agg") & c.meets_slo.astype(bool)]
+    both, disagg = df.iloc[0], df.iloc[1]
+    assert plan.best["mode"] == "disagg" and both.modes == "both" and disagg.modes == "disagg"
+    assert both.status == "ok" and both["mode"] == "agg"
+    assert both.tokens_per_s_per_gpu == agg.tokens_per_s_per_gpu.max() < plan.best.tokens_per_s_per_gpu
+    assert both.engine_refused_tokens_per_s_per_gpu == plan.best.tokens_per_s_per_gpu
+    assert disagg.status == "unlaunchable" and disagg.reason.startswith("mode: vLLM ships no router")
     pd.testing.assert_frame_equal(run_sweep(spec, tmp_path / "out", local=True), df)
 
 

@@ -600,11 +600,15 @@ def _without_drafting(plan, ctx, gpus, opts, ttft_ms, tpot_ms, search, max_batch
     """``{"best": the best row without speculative decoding (or None), "line": a sentence}``:
     the same search with ``--speculative-tokens 0``, compared by the plan's ranking."""
     from planners.serving.search import describe, ranking_key
+    from dataclasses import replace
     try:
         other = _plan_without_drafting(ctx, gpus, opts, ttft_ms, tpot_ms, search, max_batch, no_pp, rank_by)
     except InputError:
         return {"best": None, "line": "without drafting (--speculative-tokens 0) no layout meets the objective: "
                                       "the drafts are what meets it"}
+    # compared as the plan's best is: the best the engine can launch
+    other = engine_best(other, replace(ctx, speculative_tokens=0, draft_head=None), {**opts, "rank_by": rank_by},
+                        ttft_ms, tpot_ms, gpus, search)[0]
 
     def key(row) -> float:
         return float(ranking_key(row, rank_by))
@@ -636,10 +640,12 @@ def launch_of_row(row, ctx, opts):
 _RUNNABLE_TRIES = 5000
 
 
-def runnable_launch(plan, ctx, opts: dict):
-    """(``ServingLaunch``, note): the best candidate meeting the SLO that the backend can launch
-    as priced (``paraplan.exports.serving.refusal``), and a note saying whether it is the
-    winner, else its rank and how many tokens/s/GPU it gives up and why the winner cannot run."""
+def launchable_best(plan, ctx, opts: dict):
+    """(row or None, its ``ServingLaunch``, its rank from 0, how many candidates meet the SLO, the
+    engine's refusal of the search's winner or None): the best candidate meeting the SLO, in the
+    plan's ranking (``opts["rank_by"]``), that the backend can launch as priced
+    (``paraplan.exports.serving.refusal`` and ``check_launch``); the row None where none of the
+    first ``_RUNNABLE_TRIES`` is."""
     from planners.serving.search import ranking_key
     rank_by = opts.get("rank_by", "per-gpu")
     meets = plan.candidates[plan.candidates["meets_slo"].astype(bool)]
@@ -648,22 +654,65 @@ def runnable_launch(plan, ctx, opts: dict):
     for rank, (_, row) in enumerate(meets.head(_RUNNABLE_TRIES).iterrows()):
         launch, err = launch_of_row(row, ctx, opts)
         if err is None:
-            if rank == 0:
-                return launch, f"the winner runs in {ctx.stack.framework} as priced"
-            loss = 1.0 - row["_score"] / meets.iloc[0]["_score"]
-            return launch, (f"best layout {ctx.stack.framework} can launch: rank {rank + 1} of {len(meets)} meeting the "
-                            f"SLO, {100 * loss:.1f}% fewer tokens/s{'' if rank_by == 'total' else '/GPU'} than the "
-                            f"winner ({first_err.field}: "
-                            f"{first_err.message})")
+            return row, launch, rank, len(meets), first_err
         first_err = first_err or err
-    raise InputError("--emit", f"none of the {min(len(meets), _RUNNABLE_TRIES)} layouts meeting the SLO runs in "
+    return None, None, None, len(meets), first_err
+
+
+def runnable_launch(plan, ctx, opts: dict):
+    """(``ServingLaunch``, note): the best candidate meeting the SLO that the backend can launch
+    as priced (``launchable_best``), and a note saying whether it is the winner, else its rank
+    and how many tokens/s/GPU it gives up and why the winner cannot run."""
+    from planners.serving.search import ranking_key
+    rank_by = opts.get("rank_by", "per-gpu")
+    row, launch, rank, meeting, first_err = launchable_best(plan, ctx, opts)
+    if row is not None:
+        if rank == 0:
+            return launch, f"the winner runs in {ctx.stack.framework} as priced"
+        loss = 1.0 - float(row["_score"]) / float(ranking_key(plan.best, rank_by))
+        return launch, (f"best layout {ctx.stack.framework} can launch: rank {rank + 1} of {meeting} meeting the "
+                        f"SLO, {100 * loss:.1f}% fewer tokens/s{'' if rank_by == 'total' else '/GPU'} than the "
+                        f"winner ({first_err.field}: "
+                        f"{first_err.message})")
+    raise InputError("--emit", f"none of the {min(meeting, _RUNNABLE_TRIES)} layouts meeting the SLO runs in "
                      f"{ctx.stack.framework} as priced ({first_err.field}: {first_err.message})"
                      if first_err is not None else "no layout meets the SLO, so there is nothing to launch",
                      first_err.fix if first_err is not None else "relax --ttft-ms / --tpot-ms (the table says what binds)")
 
 
-def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, opts: dict | None = None) -> str:
+def engine_best(plan, ctx, opts: dict, ttft_ms: float, tpot_ms: float, gpus: int, search):
+    """(plan, refused): ``plan`` with the best layout the backend can launch as priced as its
+    best and its why lines said of it, and ``refused``, the search's winner the engine cannot
+    launch (``{"row", "refusal"}``: its row and the engine's ``InputError``), None where the
+    winner launches; where no layout meeting the SLO launches, ``plan`` unchanged and ``refused``
+    None (the best line then says the engine cannot launch it)."""
+    from planners.serving.search import with_best
+    row, _, rank, _, first_err = launchable_best(plan, ctx, opts)
+    if row is None or rank == 0:
+        return plan, None
+    return (with_best(plan, row.name, ttft_ms, tpot_ms, gpus, opts.get("rank_by", "per-gpu"), search),
+            {"row": plan.best, "refusal": first_err})
+
+
+def refused_fields(refused) -> dict | None:
+    """``engine_best``'s refused winner as --json gives it (None where there is none): its mode,
+    deployment, latencies (ms), tokens/s/GPU, GPUs used, tokens/s in all and the engine's refusal."""
+    if refused is None:
+        return None
+    from planners.serving.search import describe
+    r, err = refused["row"], refused["refusal"]
+    return {"mode": r["mode"], "deployment": describe(r), "ttft_ms": float(r["ttft_ms"]), "tpot_ms": float(r["tpot_ms"]),
+            "tokens_per_s_per_gpu": float(r["tokens_per_s_per_gpu"]), "gpus_used": int(r["gpus_used"]),
+            "tokens_per_s": float(r["tokens_per_s_per_gpu"]) * int(r["gpus_used"]),
+            "engine_refuses": f"{err.field}: {err.message}"}
+
+
+def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, opts: dict | None = None,
+                refused=None) -> str:
+    """The serve plan table; ``refused`` (``engine_best``): the search's winner the engine cannot
+    launch, said beside the best it can."""
     from planners.serving.labels import prompts_per_step
+    from planners.serving.search import describe
     b = plan.best
     lines = [f"serving plan for {ctx.model.name} on {gpus} x {ctx.cluster.gpu.name} ({ctx.cluster.name}), "
              f"stack {ctx.stack.name}, weights {format_text(ctx.dense_format, ctx.cluster.gpu)}"
@@ -678,11 +727,12 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
         kept = ctx.tokens_per_step_at(int((opts or {}).get("osl") or 2))
         lines.insert(2, f"decode: speculative, {ctx.drafter} drafts {ctx.speculative_tokens} token{'s' if ctx.speculative_tokens > 1 else ''} a step, acceptance "
                         f"{ctx.draft_acceptance:.10g}{_acceptance_note(ctx)}: {kept:.2f} tokens a step")
+    head = "best:" if refused is None else f"best {ctx.stack.framework} can launch:"
     if b["mode"] == "agg":
-        lines.append(f"best: aggregated, {int(b['workers'])} x worker {b['layout']}, batch {int(b['batch'])} per rank "
+        lines.append(f"{head} aggregated, {int(b['workers'])} x worker {b['layout']}, batch {int(b['batch'])} per rank "
                      f"({_requests(b['concurrency'])} in flight on {_gpus(b['gpus_used'])})")
     else:
-        lines.append(f"best: disaggregated, {int(b['prefill_workers'])} x prefill {b['prefill_layout']} "
+        lines.append(f"{head} disaggregated, {int(b['prefill_workers'])} x prefill {b['prefill_layout']} "
                      f"({prompts_per_step(b['prefill_batch'])}) + {int(b['decode_workers'])} x decode "
                      f"{b['decode_layout']} (batch {int(b['batch'])} per rank; {_requests(b['concurrency'])} in flight "
                      f"on {_gpus(b['gpus_used'])})")
@@ -695,6 +745,12 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
         lines.append(f"      its {fw} launch script: add --emit (to this plan or to that command)" if why_not is None else
                      f"      {fw} cannot launch it as priced ({why_not.field}: {why_not.message}); --emit on this plan "
                      f"launches the best layout {fw} can run")
+    if refused is not None:
+        r, err = refused["row"], refused["refusal"]
+        more = float(r["tokens_per_s_per_gpu"]) / float(b["tokens_per_s_per_gpu"])
+        lines.append(f"      the model's best, which {ctx.stack.framework} cannot launch as priced ({err.field}: "
+                     f"{err.message}): {describe(r)}, TTFT {r['ttft_ms']:.0f} ms, TPOT {r['tpot_ms']:.1f} ms, "
+                     f"{r['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU ({more:.2f}x this one's) on {_gpus(r['gpus_used'])}")
     lines += plan.why
     front = plan.front
     lines += ["", f"Pareto front (tokens/s/GPU vs tokens/s/user, TTFT <= {ttft_ms:g} ms), per mode"]
@@ -801,6 +857,12 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
                              f"{describe(plain.best)} meets it at {plain.best['tokens_per_s_per_gpu']:,.0f} "
                              "tokens/s/GPU") from None
     opts["rank_by"] = rank_by
+    refused = None
+    if not emit:
+        # the headline is the best layout the engine can launch as priced (vLLM has no router for
+        # disaggregated workers); a better winner it cannot launch is said beside it. --emit
+        # picks the same layout and says what it gives up (runnable_launch)
+        plan, refused = engine_best(plan, ctx, opts, ttft_ms, tpot_ms, gpus, search)
     without = None
     if ctx.speculative_tokens and not emit:
         # drafting can cost more than it yields (a compute-bound step at high concurrency): the
@@ -831,7 +893,9 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
                           "evaluated": plan.evaluated, "efficiency_fitted": not ctx.efficiency.prior,
                           # how far the fitted model was off on measured runs of this engine, per mode
                           "validation_error": {m: ctx.validation_error(m) for m in search},
-                          "without_drafting": None if without is None else without["best"]})
+                          "without_drafting": None if without is None else without["best"],
+                          # the search's winner the engine cannot launch as priced (null where it can)
+                          "engine_refused_best": refused_fields(refused)})
     elif as_csv:
         buf = io.StringIO()
         rows = _plan_rows(plan.front, moe)
@@ -842,7 +906,7 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
         rows.to_csv(buf, index=False)
         text = buf.getvalue()
     else:
-        text = render_plan(plan, ctx, gpus, ttft_ms, tpot_ms, top, opts)
+        text = render_plan(plan, ctx, gpus, ttft_ms, tpot_ms, top, opts, refused)
     if plot_path is not None:
         from paraplan.serving_plots import serving_pareto
         title = f"{ctx.model.name} on {gpus} x {ctx.cluster.gpu.name}, isl {opts['isl']} / osl {opts['osl']}, TTFT <= {ttft_ms:g} ms"

@@ -48,7 +48,10 @@ def command(spec_path: str, out_dir: str, scheduler: str | None, workers: int | 
       ttft_ms, tpot_ms          the latency objective, ms (default 1000, 50)
       precisions, modes         weight formats (auto = serve plan's default), agg / disagg / both
     Each row: the point, then the winning mode, layouts, batch, workers, ttft_ms, tpot_ms,
-    tokens_per_s_per_gpu and _per_user; a point no layout meets is 'infeasible' with the reason.
+    tokens_per_s_per_gpu and _per_user of the best layout the engine can launch as priced (a
+    better one it cannot, e.g. vLLM's disaggregated, in engine_refuses, engine_refused_best and
+    engine_refused_tokens_per_s_per_gpu); a point no layout meets is 'infeasible' with the reason,
+    one whose layouts meeting it the engine cannot launch 'unlaunchable'.
 
     Chunks of points run as Dask tasks, each one vectorized evaluation: on a local cluster of
     this machine's cores, or on the cluster at --scheduler. Finished chunks are kept in

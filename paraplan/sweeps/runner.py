@@ -247,7 +247,7 @@ def _connect(client_class, scheduler: str):
 
 
 #: the statuses a finished chunk's rows may hold, per kind
-_STATUSES = {"training": {"ok", "invalid", "infeasible", "does not fit"}, "serving": {"ok", "invalid", "infeasible"}}
+_STATUSES = {"training": {"ok", "invalid", "infeasible", "does not fit"}, "serving": {"ok", "invalid", "infeasible", "unlaunchable"}}
 #: per kind: (the point's own columns a finished chunk must repeat, each row's value equal to its
 #: point's: (column, key in the point); the numbers an "ok" row must hold finite and positive)
 _CHUNK_CHECKS = {
@@ -404,11 +404,12 @@ def normalise(df: pd.DataFrame) -> pd.DataFrame:
         if col in df:
             df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
     for col in ("reason", "stack", "recompute", "schedule", "dtype", "gpu", "mode", "layout", "prefill_layout",
-                "decode_layout", "dense_format", "expert_format", "backend", "precision", "modes", "engine_refuses"):
+                "decode_layout", "dense_format", "expert_format", "backend", "precision", "modes", "engine_refuses",
+                "engine_refused_best"):
         if col in df:
             df[col] = df[col].astype("string")
     for col in ("ttft_slo_ms", "tpot_slo_ms", "ttft_ms", "ttft_p90_ms", "tpot_ms", "tokens_per_s_per_gpu",
-                "tokens_per_s_per_user") + (("tokens_per_s",) if "system" in df else ()):
+                "tokens_per_s_per_user", "engine_refused_tokens_per_s_per_gpu") + (("tokens_per_s",) if "system" in df else ()):
         if col in df:
             df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
     for col in ("fits", "sequence_parallel", "efficiency_fitted", "pipeline_exact"):

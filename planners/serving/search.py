@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numbers
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -619,13 +619,17 @@ def _why(best: pd.Series, cands: pd.DataFrame, ttft_ms: float, tpot_ms: float, g
         o = other.loc[score[other.index].idxmax()]
         o_score = float(score[o.name])
         ratio = best_score / max(o_score, 1e-9)
+        # more than ``best`` only where ``best`` is not the search's winner (``with_best``: the
+        # best layout an engine can launch)
+        than = f"{ratio:.2f}x less" if ratio >= 1 else f"{1 / ratio:.2f}x more"
         lines.append(f"     the best {o['mode']} layout meeting the SLO reaches {o_score:,.0f} "
-                     f"{unit} ({ratio:.2f}x less) at TPOT {o['tpot_ms']:.1f} ms, TTFT {o['ttft_ms']:.0f} ms: "
+                     f"{unit} ({than}) at TPOT {o['tpot_ms']:.1f} ms, TTFT {o['ttft_ms']:.0f} ms: "
                      f"{describe(o)}")
     elif modes is None or len(set(modes)) > 1:
         # only of a mode that was searched (--mode disagg searched no aggregated layout)
         lines.append(f"     no {'disagg' if best['mode'] == 'agg' else 'agg'} layout meets the SLO")
-    bigger = cands[(cands["mode"] == best["mode"]) & (score > best_score)]
+    # those missing the SLO (a ``with_best`` row is beaten by ones meeting it too)
+    bigger = cands[(cands["mode"] == best["mode"]) & (score > best_score) & ~cands.meets_slo.astype(bool)]
     if len(bigger):
         t_bind = int((bigger.ttft_ms > ttft_ms).sum())
         p_bind = int((bigger.tpot_ms > tpot_ms).sum())
@@ -645,6 +649,15 @@ def _why(best: pd.Series, cands: pd.DataFrame, ttft_ms: float, tpot_ms: float, g
                      f"{int(top['gpus_used'])} GPUs" + (" (--rank-by total picks it)" if rank_by != "total" else ""))
         lines.append(line)
     return lines
+
+
+def with_best(plan: ServingPlan, label, ttft_ms: float, tpot_ms: float, gpus: int, rank_by: str = "per-gpu",
+              modes=("agg", "disagg")) -> ServingPlan:
+    """``plan`` with the candidate at index ``label`` (one meeting the SLO) as its best and the
+    why lines said of it: the best layout a caller can use where the search's winner is not one
+    (``paraplan serve plan``: the best an engine can launch as priced)."""
+    best = plan.candidates.loc[label]
+    return replace(plan, best=best, why=_why(best, plan.candidates, ttft_ms, tpot_ms, gpus, rank_by, modes))
 
 
 def _no_layout_error(cands: pd.DataFrame, ttft_ms: float, tpot_ms: float, gpus: int) -> InputError:
