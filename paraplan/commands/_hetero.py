@@ -173,16 +173,6 @@ def groups_from_data(data: dict) -> tuple[ReplicaGroup, ...]:
 # Output
 # --------------------------------------------------------------------------------------------
 
-def require_fit(report: HeteroReport) -> None:
-    """One-line error naming the pool of the first stage that does not fit its pool's memory."""
-    for st in report.stages:
-        if not st.fits:
-            raise InputError(f"pools.{st.pool}.memory",
-                             f"stage {st.stage} of group {st.group} needs {st.memory_bytes / GIB:.1f} GiB per GPU, "
-                             f"{st.gpu} has {st.hbm_bytes / GIB:.0f} GiB",
-                             "use more stages or tensor parallelism there, recomputation, ZeRO or a smaller micro-batch")
-
-
 def stage_fit_text(st, headroom_gib: float | None = None) -> str:
     """``yes`` when the stage leaves the headroom a run keeps free (``simulator.headroom``, as
     the planner and a one-kind cluster's ``simulate`` require), ``tight`` when it fits the HBM
@@ -255,6 +245,13 @@ def render_report(report: HeteroReport, model: ModelSpec, cluster: PooledCluster
         pools = ", ".join(dict.fromkeys(st.pool for st in tight))
         lines.append(f"  tight: fits the HBM but leaves less than the {' / '.join(sorted(keep))} GiB headroom a run keeps "
                      f"free on {pools} (the planner's limit; --headroom-gib sets it)")
+    over = [st for st in report.stages if stage_fit_text(st, headroom_gib) == "NO"]
+    if over:        # shown, as a one-kind cluster's simulate shows it, not refused: the breakdown is the answer
+        st = max(over, key=lambda x: x.memory_bytes - x.hbm_bytes)
+        lines.append(f"fits: NO ({len(over)} stage{'s' if len(over) > 1 else ''} over its GPU's HBM; the most: stage "
+                     f"{st.stage} of group {st.group} on {st.pool} needs {st.memory_bytes / GIB:.2f} GiB per GPU, "
+                     f"{st.gpu} has {st.hbm_bytes / GIB:.0f} GiB, over by {(st.memory_bytes - st.hbm_bytes) / GIB:.2f} GiB; "
+                     "use more stages or tensor parallelism there, recomputation, ZeRO or a smaller micro-batch)")
     lines += ["", "where the time goes per pool (busiest stage, seconds per step)"]
     lines.append(format_table(pool_rows(report), POOL_HEADERS, indent="  ").rstrip())
     return "\n".join(lines) + "\n"
@@ -352,5 +349,4 @@ def plan_outputs(result, top: int, as_json: bool, as_csv: bool, explain: bool) -
     return "".join(out)
 
 
-__all__ = ["TIME_PARTS", "parse_group", "plan_from_data", "plan_outputs", "read_plan_file", "render_report",
-           "require_fit"]
+__all__ = ["TIME_PARTS", "parse_group", "plan_from_data", "plan_outputs", "read_plan_file", "render_report"]
