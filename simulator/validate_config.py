@@ -69,16 +69,23 @@ def sequence_split_ok(seq_len, cp, tp, sequence_parallel, cp_kind="ring"):
     return cp_ok & sp_ok
 
 
-def check_sequence_split(seq_len: int, cp: int, tp: int, sequence_parallel: bool, cp_kind="ring") -> None:
-    """Raise ``InputError`` where ``sequence_split_ok`` is False, naming the field and a fix."""
+def check_sequence_split(seq_len: int, cp: int, tp: int, sequence_parallel: bool, cp_kind="ring",
+                         cp_gpus: int | None = None) -> None:
+    """Raise ``InputError`` where ``sequence_split_ok`` is False, naming the field and a fix.
+    ``cp_gpus``: the GPUs a cp degree shares with data parallelism (GPUs / (tp x pp)); the cp
+    values the fix suggests divide it (others leave no whole data-parallel degree), else it
+    says none on them does."""
     kind = getattr(cp_kind, "value", cp_kind)
     if bool(sequence_split_ok(seq_len, cp, tp, sequence_parallel, kind)):
         return
     chunks = int(cp_sequence_chunks(cp, kind))
     if not bool(sequence_split_ok(seq_len, cp, 1, False, kind)):
-        fits = [d for d in range(2, 1025) if bool(sequence_split_ok(seq_len, d, 1, False, kind))][:8]
+        tried = range(2, 1025) if cp_gpus is None else _divisors_from_2(cp_gpus)
+        fits = [d for d in tried if bool(sequence_split_ok(seq_len, d, 1, False, kind))][:8]
         lo, hi = (seq_len // chunks) * chunks, (seq_len // chunks + 1) * chunks
-        choose = f"choose cp from {', '.join(map(str, fits))}, or " if fits else ""
+        choose = f"choose cp from {', '.join(map(str, fits))}, or " if fits else (
+            "" if cp_gpus is None else f"no cp > 1 that divides the {cp_gpus} GPUs left to cp x dp splits "
+            f"{seq_len} tokens so (use cp 1, or change --gpus, --tp or --pp), or ")
         if kind == "ulysses":
             raise InputError("cp", f"cp={cp} does not divide the sequence length {seq_len}",
                              f"{choose}a sequence length that is a multiple of {chunks} ({lo or chunks} or {hi})")
@@ -93,6 +100,11 @@ def check_sequence_split(seq_len: int, cp: int, tp: int, sequence_parallel: bool
     raise InputError("sequence_parallel", f"sequence parallelism splits {per} over tp={tp}, which does not "
                      "divide them", f"turn sequence parallelism off, {choose}or use a sequence length that is a "
                      f"multiple of {math.lcm(chunks, cp * tp)}")
+
+
+def _divisors_from_2(n: int) -> list[int]:
+    """The divisors of ``n`` from 2 up."""
+    return [d for d in range(2, n + 1) if n % d == 0]
 
 
 def _largest_chunk_layers(model: ModelSpec, c: ParallelConfig) -> int:
@@ -346,11 +358,13 @@ def check_config(model: ModelSpec, config: ParallelConfig, n_gpus: int | None = 
         # DeepSpeed-Ulysses (Jacobs et al. 2023, section 3.1) exchanges the sequence for the heads:
         # each of the cp ranks takes an equal share of the tp rank's query heads
         local = model.num_heads / c.tp
-        fits = _divisors(int(local)) if local == int(local) else ""
+        # of those, the ones leaving a whole data-parallel degree on the GPUs (cp divides dp x cp)
+        fits = (", ".join(d for d in _divisors(int(local)).split(", ") if (c.dp * c.cp) % int(d) == 0)
+                if local == int(local) else "")
         raise InputError("cp", f"Ulysses splits the {local:g} query heads of each tp rank over cp={c.cp}, which does "
                          "not divide them", (f"choose cp from {fits}" if fits else "choose a tp that divides the heads")
                          + ", or --cp-kind ring or hybrid")
-    check_sequence_split(model.seq_len, c.cp, c.tp, c.sequence_parallel, c.cp_kind)
+    check_sequence_split(model.seq_len, c.cp, c.tp, c.sequence_parallel, c.cp_kind, c.dp * c.cp)
     if model.moe is not None:
         if model.moe.num_experts % c.ep:
             raise InputError("ep", f"ep={c.ep} does not divide the {model.moe.num_experts} experts",

@@ -199,3 +199,20 @@ def test_check_sequence_split_raises_exactly_where_sequence_split_ok_is_false_an
     with pytest.raises(InputError, match="the 2050 tokens of each cp rank") as err:
         check_sequence_split(4100, 2, 8, True)
     assert "choose tp from 2, 5, 10, 25, 41, 50" in err.value.fix
+
+
+def test_the_cp_a_sequence_split_error_suggests_runs_on_the_gpus_given():
+    """8200 = 2^3 x 5^2 x 41 tokens: ring cp needs 2 x cp | 8200, i.e. cp | 4100 = 2^2 x 5^2 x 41;
+    on 16 GPUs at tp 1, pp 1 cp must also divide 16 (a whole data-parallel degree): only 2 and 4.
+    On 3 GPUs no cp > 1 does (3 does not divide 4100): the fix says so and what to change."""
+    line = _one_error_line(["simulate", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "16", "--cp", "16", "--seq-len",
+                            "8200", "--global-batch", "16"])
+    assert "(choose cp from 2, 4, or a sequence length" in line
+    line = _one_error_line(["simulate", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "3", "--cp", "3", "--seq-len",
+                            "8200", "--global-batch", "16"])
+    assert "choose cp from" not in line
+    assert "no cp > 1 that divides the 3 GPUs left to cp x dp splits 8200 tokens" in line
+    # Ulysses: the 32 query heads of a tp-1 rank split over cp | 32, and cp | 24 GPUs: 1, 2, 4, 8
+    line = _one_error_line(["simulate", "-m", "llama3-8b", "-c", "dgx-h100", "-n", "24", "--cp", "24", "--cp-kind",
+                            "ulysses", "--global-batch", "16"])
+    assert "(choose cp from 1, 2, 4, 8, or --cp-kind ring or hybrid)" in line
