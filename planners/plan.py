@@ -318,7 +318,8 @@ def _fixed_value(name: str, v):
 def resolve_global_batch(seq_len: int, global_batch: int | None, global_batch_tokens: int | None) -> int:
     """Sequences per step from a count of sequences or of tokens (a multiple of ``seq_len``)."""
     if (global_batch is None) == (global_batch_tokens is None):
-        raise InputError("global_batch", "give the global batch in sequences or in tokens (one of them)")
+        raise InputError("global_batch", "give the global batch in sequences or in tokens (one of them)",
+                         "pass global_batch (sequences) or global_batch_tokens (tokens), not both")
     if global_batch is not None:
         if not 1 <= whole_number("global_batch", global_batch) <= MAX_GLOBAL_BATCH:
             raise InputError("global_batch", f"must be between 1 and {MAX_GLOBAL_BATCH:,}, got {global_batch}")

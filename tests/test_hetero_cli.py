@@ -391,3 +391,22 @@ def test_a_pool_inside_one_scale_up_domain_takes_any_tp_its_heads_allow(tmp_path
             assert r.exit_code == 0, r.output
         else:
             one_line_error(r, "pools.g.tp", "do not tile the pool's nodes of 72 GPUs")
+
+
+@pytest.mark.parametrize("group, field, fix", [
+    # Llama-3-70B: 64 heads, ffn 28672 = 2^12 x 7; tp within a node of 8 that divides both: 1, 2, 4, 8
+    ("8x h100:tp3:pp1", "pools.h100.tp", "(choose tp from 1, 2, 4, 8 on h100)"),
+    ("h100:tp8:pp1 > a100:tp8:pp1:40", "--group", "80 in all for llama3-70b, or drop them all"),
+    ("h100:tp8:pp1:80 > a100:tp8:pp1:0", "pools.a100.layers", "(give every stage 1 layer or more"),
+])
+def test_a_pooled_group_error_says_the_values_that_run_not_a_generic_fix(small, group, field, fix):
+    line = one_line_error(run("simulate", "-m", "llama3-70b", "-c", small, "--global-batch", "16", "--group", group),
+                          field, fix)
+    assert "the command's --help says what it takes" not in line
+
+
+def test_plan_without_a_global_batch_names_the_flags_as_simulate_does():
+    for args in ((), ("--global-batch", "8", "--global-batch-tokens", "65536")):
+        line = one_line_error(run("plan", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "64", *args), "--global-batch",
+                              "(give --global-batch SEQUENCES or --global-batch-tokens TOKENS)")
+        assert "the command's --help says what it takes" not in line

@@ -72,7 +72,9 @@ def parse_group(text: str, model: ModelSpec) -> ReplicaGroup:
     elif all(e is not None for e in explicit):
         counts = [n for e in explicit for n in e]
     else:
-        raise InputError(where, "give layer counts for every segment of a group or for none")
+        raise InputError(where, "give layer counts for every segment of a group or for none",
+                         f"end every segment with its stages' layer counts ('pool:tpT:ppP:n1,...,nP'), {model.num_layers} "
+                         f"in all for {model.name}, or drop them all to split the layers evenly")
     stages, i = [], 0
     for pool, tp, pp, _ in segments:
         for _ in range(pp):

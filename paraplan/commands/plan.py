@@ -523,6 +523,11 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
     if as_csv and explain:      # the CSV holds plan rows only; --json carries the explanation
         raise InputError("--csv", "prints plan rows only, so --explain would print nothing",
                          "use --json, which carries the explanation, or run --csv and --explain as two commands")
+    if (global_batch is None) == (global_batch_tokens is None):
+        # as simulate says it, with the flags (the search's own check names its keywords)
+        raise InputError("--global-batch", "missing" if global_batch is None else
+                         "give --global-batch or --global-batch-tokens, not both",
+                         "give --global-batch SEQUENCES or --global-batch-tokens TOKENS")
     spec = load_model(model)
     if seq_len is not None:
         spec = spec.with_seq_len(seq_len)

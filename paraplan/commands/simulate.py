@@ -119,7 +119,8 @@ def check_bounds(opts: dict) -> None:
 
 def _global_batch(global_batch: int | None, global_batch_tokens: int | None, seq_len: int) -> int:
     if global_batch is not None and global_batch_tokens is not None:
-        raise InputError("--global-batch", "give --global-batch or --global-batch-tokens, not both")
+        raise InputError("--global-batch", "give --global-batch or --global-batch-tokens, not both",
+                         "give --global-batch SEQUENCES or --global-batch-tokens TOKENS")
     if global_batch is not None:
         return _at_most("--global-batch", global_batch, MAX_GLOBAL_BATCH)
     if global_batch_tokens is None:

@@ -65,15 +65,15 @@ UNMODELLED_FIELDS = ("pipeline_layout", "recompute_num_layers", "recompute_metho
 MAX_PLAN_COUNT = 2**24
 
 
-def _positive_int(value, field_name: str) -> int:
+def _positive_int(value, field_name: str, fix: str = "give a whole number, 1 or more") -> int:
     if isinstance(value, bool):
-        raise InputError(field_name, f"must be a positive integer, got {value!r}")
+        raise InputError(field_name, f"must be a positive integer, got {value!r}", fix)
     try:
         as_int = int(value)
     except (TypeError, ValueError, OverflowError):
-        raise InputError(field_name, f"must be a positive integer, got {value!r}") from None
+        raise InputError(field_name, f"must be a positive integer, got {value!r}", fix) from None
     if as_int != value or as_int < 1:
-        raise InputError(field_name, f"must be a positive integer, got {value!r}")
+        raise InputError(field_name, f"must be a positive integer, got {value!r}", fix)
     if as_int > MAX_PLAN_COUNT:     # 1e15 micro-batches reported a step of 1.9 million years
         raise InputError(field_name, f"{as_int:,} is above {MAX_PLAN_COUNT:,}", "check the number")
     return as_int
@@ -92,7 +92,9 @@ class StagePlacement:
     def __post_init__(self) -> None:
         object.__setattr__(self, "pool", str(self.pool))
         object.__setattr__(self, "tp", _positive_int(self.tp, f"pools.{self.pool}.tp"))
-        object.__setattr__(self, "layers", _positive_int(self.layers, f"pools.{self.pool}.layers"))
+        object.__setattr__(self, "layers", _positive_int(self.layers, f"pools.{self.pool}.layers",
+                                                         "give every stage 1 layer or more, the stages' counts "
+                                                         "adding up to the model's layers"))
 
 
 @dataclass(frozen=True)
@@ -290,7 +292,8 @@ def check_plan(model: ModelSpec, cluster: PooledCluster, plan: HeteroPlan) -> No
         raise InputError("model", f"{model.name} trains multi-token-prediction modules, not laid out across pools yet",
                          "plan it on one pool with paraplan plan")
     if plan.global_batch % plan.micro_batch:
-        raise InputError("global_batch", f"{plan.global_batch} is not a multiple of micro_batch {plan.micro_batch}")
+        raise InputError("global_batch", f"{plan.global_batch} is not a multiple of micro_batch {plan.micro_batch}",
+                         f"use a global batch that is a multiple of {plan.micro_batch}, or another micro-batch")
     if plan.microbatches_total < plan.replicas:
         raise InputError("global_batch", f"{plan.microbatches_total} micro-batches cannot feed {plan.replicas} replicas",
                          f"use a global batch of at least {plan.replicas * plan.micro_batch}")
@@ -314,7 +317,11 @@ def check_plan(model: ModelSpec, cluster: PooledCluster, plan: HeteroPlan) -> No
                                  f"{pool.gpus_per_node} GPUs", f"use tp <= {pool.gpus_per_node} on {pool.name}")
             for what, n in (("attention heads", model.num_heads), ("ffn_hidden_size", model.ffn_hidden_size)):
                 if n % stage.tp:
-                    raise InputError(f"{where}.tp", f"tp={stage.tp} does not divide the {n} {what} of {model.name}")
+                    # the tp values this pool runs: dividing the heads and the MLP, within a node, tiling its nodes
+                    fits = [t for t in range(1, pool.gpus_per_node + 1) if not model.num_heads % t
+                            and not model.ffn_hidden_size % t and tp_tiles_node(pool.gpus_per_node, t, pool.gpus)]
+                    raise InputError(f"{where}.tp", f"tp={stage.tp} does not divide the {n} {what} of {model.name}",
+                                     f"choose tp from {', '.join(map(str, fits))} on {pool.name}")
             check_kv_heads(model, stage.tp, plan.settings.kv_head_replication, f"{where}.tp")
             if not tp_tiles_node(pool.gpus_per_node, stage.tp, pool.gpus):    # a pool inside one node: any tp
                 raise InputError(f"{where}.tp", f"tensor-parallel groups of {stage.tp} do not tile the pool's nodes of "
