@@ -76,6 +76,7 @@ from model_specs.catalog import load_model
 from model_specs.model_spec import SIZE_LIMITS, ModelSpec
 from paraplan import priors
 from paraplan.mfu import mfu_column, mfu_pct, mfu_pct_columns  # noqa: F401  (mfu_pct_columns: api's name too)
+from paraplan.sweep_table import sweep_table
 from simulator import headroom
 from simulator.parallel_config import BOOL_FIELDS, MAX_GLOBAL_BATCH, MAX_GPUS, ParallelConfig
 from planners.search_space import FIXABLE as SEARCH_FIXABLE
@@ -803,7 +804,10 @@ def sweep(base: Mapping[str, Any], field: str, values: Iterable[Any], *, best: b
             at each value (``base`` then holds ``model``, ``cluster``, ``gpus``,
             ``global_batch_tokens`` and planner constraints).
         on_error: ``"raise"`` (default) stops at the first invalid value; ``"skip"`` records the
-            message in an ``error`` column and leaves the numbers empty for that value.
+            message in an ``error`` column and leaves the numbers empty for that value: its
+            row has every result column, NaN/None there (``paraplan.sweep_table``); an integer or
+            bool column a failure leaves a hole in is pandas' nullable ``Int64`` / ``boolean``
+            (``tp`` stays 8), without a failure the columns keep their plain dtypes.
 
     Returns:
         A DataFrame with a ``sweep_field`` and a ``sweep_value`` column in front of the result
@@ -837,7 +841,7 @@ def sweep(base: Mapping[str, Any], field: str, values: Iterable[Any], *, best: b
         raise InputError("model", "missing from the sweep's base", "add model='llama3-70b' (a preset name)")
     if "cluster" not in base and field != "cluster":
         raise InputError("cluster", "missing from the sweep's base", "add cluster='dgx-h100'")
-    rows = []
+    rows, failed = [], []
     for raw in values:
         value = coerce_value(field, raw)
         kwargs = dict(base)
@@ -860,16 +864,34 @@ def sweep(base: Mapping[str, Any], field: str, values: Iterable[Any], *, best: b
             if on_error == "raise":
                 raise
             row = {"error": str(exc)}
+        failed.append(bool(row["error"]))
         row = {"sweep_field": field, "sweep_value": value, **row}
         if field in ("gpus",):
             row["gpus"] = value
         rows.append(row)
-    df = pd.DataFrame(rows)
+    # a failed value's row has every result column, empty (a sweep whose values all failed had
+    # none: df.tokens_per_s was a KeyError), and one failure no longer turns tp 8 into 8.0
+    template = (["sweep_field", "sweep_value", *_sweep_row_columns(base, field, values), "error"]
+                + (["gpus"] if field == "gpus" else [])) if all(failed) else []
+    df = sweep_table(rows, failed, template)
     if "gpus" not in df.columns and "n_gpus" in df.columns:
         df["gpus"] = df["n_gpus"]
     if on_error == "raise" and "error" in df.columns:
         df = df.drop(columns="error")
     return df
+
+
+def _sweep_row_columns(base: Mapping[str, Any], field: str, values: list) -> list[str]:
+    """The result columns of a :func:`simulate` row (``row_columns``) for the sweep's cluster and
+    GPU, for a sweep none of whose values ran: the MFU column named for that GPU where the names
+    resolve, the bf16 names where they do not."""
+    for raw in values:
+        kwargs = {**base, field: raw}
+        try:
+            return row_columns(what_if_cluster(kwargs.get("cluster"), kwargs.get("gpu")).gpu)
+        except (InputError, TypeError, ValueError):
+            continue
+    return list(ROW_COLUMNS)
 
 
 # --------------------------------------------------------------------------------------------

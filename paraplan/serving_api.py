@@ -29,11 +29,12 @@ from model_specs.catalog import load_model
 from model_specs.model_spec import ModelSpec
 from paraplan import serving_priors
 from paraplan.api import what_if_cluster
+from paraplan.sweep_table import sweep_table
 from paraplan.serving_inputs import check_dense, check_release
 from planners.serving.search import ServingPlan, plan_serving
 from simulator.serving.context import ServingContext, default_formats
 from simulator.serving.deployment import Deployment, worker_layout
-from simulator.serving.simulate import simulate_serving
+from simulator.serving.simulate import DECODE_PARTS, MEMORY_PARTS, simulate_serving
 
 #: the fixed inputs of a deployment's context (``serving_context``)
 CONTEXT_FIELDS = ("backend", "backend_version", "precision", "expert_precision", "kv_cache_dtype",
@@ -49,6 +50,25 @@ SWEEP_FIELDS = ("model", "system") + CONTEXT_FIELDS + DEPLOYMENT_FIELDS
 #: to one ``Int64`` column, as the sweep results hold them); ``serve_plan``'s tables hold every
 #: degree as float, so NaN there
 EXPERT_SPLIT_DTYPES = {"deployment": "Int64", "plan": "float64"}
+#: ``serve_simulate``'s row: the deployment (names, formats, layout, load), then its numbers from
+#: the report's metrics (``_LATENCY_METRICS`` in ms, ``_RATE_METRICS``), the decode step and the
+#: memory by part, and what the numbers rest on (``serving_priors.label_columns``: the drafts'
+#: fields are ``ServingContext.draft_fields``'s); ``serving_row_columns`` lists them in order
+_DEPLOYMENT_COLUMNS = ("model", "system", "gpu", "backend", "dense_format", "expert_format", "kv_bytes_per_element",
+                       "isl", "osl", "tp", "pp", "adp", "moe_tp", "moe_ep", "batch", "workers", "gpus", "concurrency")
+_LATENCY_METRICS = ("ttft_s", "ttft_p90_s", "tpot_s", "latency_s")
+_RATE_METRICS = ("tokens_per_s_per_gpu", "tokens_per_s_per_user")
+_DRAFT_COLUMNS = ("speculative_tokens", "draft_acceptance", "draft_acceptance_is_prior", "draft_model")
+
+
+def serving_row_columns(drafting: bool) -> list[str]:
+    """The columns of a ``serve_simulate`` row, in order; ``drafting``: whether the deployment
+    drafts tokens (its decode step then has a ``decode_draft_ms`` part, ``simulate_serving``)."""
+    return [*_DEPLOYMENT_COLUMNS, *(k[:-2] + "_ms" for k in _LATENCY_METRICS), *_RATE_METRICS,
+            "max_batch_per_rank", "fits",
+            *(k[:-2] + "_ms" for k in DECODE_PARTS if k != "decode_draft_s" or drafting),
+            *(k[:-6] + "_gib" for k in MEMORY_PARTS if k.endswith("_bytes")),
+            "efficiency_fitted", *_DRAFT_COLUMNS, "validation_ttft_err_pct", "validation_tpot_err_pct"]
 
 
 def _expert_split_columns(columns) -> list[str]:
@@ -164,8 +184,8 @@ def serve_simulate(model: str | ModelSpec, system: str, *, isl: int = 1024, osl:
         "moe_tp": dep.layout.moe_tp if moe else None, "moe_ep": dep.layout.moe_ep if moe else None,
         "batch": dep.layout.batch, "workers": dep.workers,
         "gpus": dep.gpus, "concurrency": dep.concurrency,
-        **{k[:-2] + "_ms": 1e3 * float(m[k]) for k in ("ttft_s", "ttft_p90_s", "tpot_s", "latency_s")},
-        "tokens_per_s_per_gpu": float(m["tokens_per_s_per_gpu"]), "tokens_per_s_per_user": float(m["tokens_per_s_per_user"]),
+        **{k[:-2] + "_ms": 1e3 * float(m[k]) for k in _LATENCY_METRICS},
+        **{k: float(m[k]) for k in _RATE_METRICS},
         "max_batch_per_rank": int(m["max_batch_per_rank"]), "fits": bool(m["fits"]),
         **{k[:-2] + "_ms": 1e3 * float(v) for k, v in report.decode_breakdown_s.items()},
         **{k[:-6] + "_gib": float(v) / 2**30 for k, v in report.memory_bytes.items() if k.endswith("_bytes")},
@@ -189,7 +209,9 @@ def serve_sweep(base: Mapping[str, Any], field: str, values: Iterable[Any]) -> p
     """``serve_simulate(**base)`` at each value of ``field`` (``SWEEP_FIELDS``: the model, system,
     engine, formats, what-if hardware, layout or load), one row each in order, with the swept
     field's value; a value that cannot run keeps its row, its numbers empty and the one-line
-    reason in ``error`` (as ``paraplan.api.sweep``). Each value is its own deployment and context
+    reason in ``error`` (as ``paraplan.api.sweep``: every result column on every row, NaN/None
+    where a value failed, an integer or bool column with such a hole as nullable ``Int64`` /
+    ``boolean``, ``paraplan.sweep_table``). Each value is its own deployment and context
     (tens of values, not a search: ``serve_plan`` searches layouts vectorised)."""
     if not isinstance(base, Mapping) or "model" not in base or "system" not in base:
         raise InputError("base", "must be a mapping with at least model and system",
@@ -201,7 +223,7 @@ def serve_sweep(base: Mapping[str, Any], field: str, values: Iterable[Any]) -> p
     values = list(values)
     if not values:
         raise InputError("values", f"empty sweep over {field}", "give at least one value")
-    rows = []
+    rows, failed = [], []
     for value in values:
         args = {**base, field: value}
         try:
@@ -209,9 +231,14 @@ def serve_sweep(base: Mapping[str, Any], field: str, values: Iterable[Any]) -> p
             row["error"] = ""
         except InputError as exc:
             row = {"error": str(exc)}
+        failed.append(bool(row["error"]))
         row[f"swept_{field}"] = value
         rows.append(row)
-    return _typed_expert_split(pd.DataFrame(rows))
+    # a failed value's row has every result column, empty (a sweep whose values all failed had
+    # none: df.tpot_ms was a KeyError), and one failure no longer turns tp 4 into 4.0
+    drafting = any(bool({**base, field: v}.get("speculative_tokens")) for v in values)
+    template = [*serving_row_columns(drafting), "error", f"swept_{field}"] if all(failed) else []
+    return _typed_expert_split(sweep_table(rows, failed, template))
 
 
 def serve_plan(model: str | ModelSpec, system: str, gpus: int, *, isl: int = 1024, osl: int = 1024,

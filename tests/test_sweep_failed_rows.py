@@ -1,0 +1,74 @@
+"""A sweep value that cannot run keeps a row with every result column, empty (api.sweep and
+serving_api.serve_sweep promise "leaves the numbers empty for that value"): a sweep whose values
+all failed had only its error columns (df.tpot_ms a KeyError), and one failed value turned the
+others' integer columns float (tp 8.0)."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from paraplan import api
+from paraplan import serving_api as sa
+
+TRAIN = dict(model="llama3-70b", cluster="dgx-h100", tp=8, pp=4, global_batch=128)
+SERVE = dict(model="llama3.1-70b", system="dgx-h100", tp=8, batch=16)
+
+
+def test_training_sweep_all_failed_has_result_columns():
+    # 63 and 65 GPUs do not divide by tp*pp = 32: both values fail
+    df = api.sweep(TRAIN, "gpus", [63, 65], on_error="skip")
+    assert len(df) == 2 and (df["error"] != "").all()
+    for col in ("tokens_per_s", "step_time_s", "tp", "config", "memory_gib", "mfu_bf16_pct", "fits"):
+        assert col in df.columns
+        assert df[col].isna().all()
+    assert df["gpus"].tolist() == [63, 65]
+
+
+def test_training_sweep_one_failed_keeps_integer_columns():
+    # 64 GPUs run (dp 2); 63 do not divide by 32
+    df = api.sweep(TRAIN, "gpus", [64, 63], on_error="skip")
+    assert df["error"].iloc[0] == "" and df["error"].iloc[1] != ""
+    assert str(df["tp"].dtype) == "Int64" and df["tp"].iloc[0] == 8 and pd.isna(df["tp"].iloc[1])
+    assert str(df["dp"].dtype) == "Int64" and df["dp"].iloc[0] == 2
+    assert str(df["fits"].dtype) == "boolean"
+    assert math.isnan(df["tokens_per_s"].iloc[1])
+    # the columns a successful row has, in its order, on both rows
+    ok = api.sweep(TRAIN, "gpus", [64])
+    assert [c for c in df.columns if c != "error"] == list(ok.columns)
+
+
+def test_training_sweep_without_failure_keeps_plain_ints():
+    df = api.sweep(TRAIN, "gpus", [32, 64], on_error="skip")
+    assert df["tp"].dtype == "int64" and df["dp"].tolist() == [1, 2]
+
+
+def test_serving_sweep_all_failed_has_result_columns():
+    # llama3.1-70b has no MTP module to draft with: every value fails
+    df = sa.serve_sweep({**SERVE, "speculative_tokens": 3}, "hbm_tb_per_s", [1, 2])
+    assert (df["error"] != "").all()
+    for col in ("tpot_ms", "ttft_ms", "tokens_per_s_per_gpu", "tp", "batch", "fits", "decode_draft_ms",
+                "kv_pool_gib", "draft_acceptance"):
+        assert col in df.columns
+        assert df[col].isna().all()
+    assert df["swept_hbm_tb_per_s"].tolist() == [1, 2]
+
+
+def test_serving_sweep_one_failed_keeps_integer_columns():
+    # batch 16 runs; 1e30 requests per rank do not fit in any KV cache
+    df = sa.serve_sweep(SERVE, "batch", [16, 10**30])
+    assert df["error"].iloc[0] == "" and df["error"].iloc[1] != ""
+    assert str(df["tp"].dtype) == "Int64" and df["tp"].iloc[0] == 8 and pd.isna(df["tp"].iloc[1])
+    assert str(df["batch"].dtype) == "Int64" and df["batch"].iloc[0] == 16
+    assert math.isnan(df["tpot_ms"].iloc[1])
+    ok = sa.serve_sweep(SERVE, "batch", [16])
+    assert list(df.columns) == list(ok.columns)
+
+
+@pytest.mark.parametrize("base", [dict(SERVE), {**SERVE, "model": "deepseek-v3", "system": "dgx-b200", "speculative_tokens": 1}])
+def test_serving_row_columns_are_serve_simulates(base):
+    """The column list an all-failed sweep uses is what serve_simulate builds (drift guard)."""
+    args = dict(base)
+    row = sa.serve_simulate(args.pop("model"), args.pop("system"), **args)
+    assert list(row.columns) == sa.serving_row_columns(bool(base.get("speculative_tokens")))
