@@ -144,6 +144,14 @@ def whole_number(field: str, value, minimum: int = 1) -> int:
     return int(value)
 
 
+def as_given(value) -> str:
+    """A number as an error message quotes it: an integer with thousands separators, a float as
+    Python writes it (``1e+30``, not the 31-digit integer ``int(1e30)`` is)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        return f"{int(value):,}"
+    return repr(float(value)) if isinstance(value, numbers.Real) else repr(value)
+
+
 def unique_keys(pairs: list) -> dict:
     """A JSON object's ``object_pairs_hook``: the keys as a dict, ``InputError`` when one appears
     twice (json's default keeps the last silently, where the YAML reader refuses the same file)."""

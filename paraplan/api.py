@@ -69,7 +69,7 @@ from cost_models.layer_costs import (_attention_dims, attention_block_costs,
 from hardware_specs.catalog import DEFAULT_TRAINING_STACK, efficiency_for_cluster, load_cluster, load_gpu, load_stack
 from hardware_specs.cluster_spec import ClusterSpec
 from hardware_specs.efficiency_model import EfficiencyModel
-from hardware_specs.errors import InputError, require_plausible, suggest, whole_number
+from hardware_specs.errors import InputError, as_given, require_plausible, suggest, whole_number
 from hardware_specs.gpu_spec import MAX_RATE_PER_S, MIN_RATE_PER_S, GPUSpec
 from hardware_specs.stack_spec import StackSpec
 from model_specs.catalog import load_model
@@ -189,16 +189,20 @@ def coerce_value(field: str, value: Any) -> Any:
 def _model(model: str | ModelSpec, seq_len: int | None) -> ModelSpec:
     spec = model if isinstance(model, ModelSpec) else load_model(model)
     if seq_len is not None:
-        spec = spec.with_seq_len(_at_most("seq_len", whole_number("seq_len", seq_len), SIZE_LIMITS["seq_len"]))
+        spec = spec.with_seq_len(_whole_at_most("seq_len", seq_len, SIZE_LIMITS["seq_len"]))
     return spec
 
 
-def _at_most(field: str, value: int, largest: int) -> int:
-    """``value``, or the error naming ``field`` as given when it is above ``largest`` (what it
-    becomes inside, a model's seq_len or a configuration's dp, was named instead)."""
-    if value > largest:
-        raise InputError(field, f"{value:,} is above the largest supported value {largest:,}", "check the number")
-    return value
+def _whole_at_most(field: str, value: Any, largest: int) -> int:
+    """``value`` as an int (``whole_number``), or the error naming ``field`` as given when it is
+    above ``largest`` (what it becomes inside, a model's seq_len or a configuration's dp, was named
+    instead), quoting the value as given: a float 1e30 as ``1e+30``, not the made-up 31-digit
+    integer ``int(1e30)`` is."""
+    number = whole_number(field, value)
+    if number > largest:
+        raise InputError(field, f"{as_given(value)} is above the largest supported value {largest:,}",
+                         "check the number")
+    return number
 
 
 def what_if_cluster(cluster: str | ClusterSpec, gpu: str | GPUSpec | None = None,
@@ -246,11 +250,10 @@ def _global_batch(fields: dict, seq_len: int) -> int:
     if sequences is not None and tokens is not None:
         raise InputError("global_batch", "give global_batch (sequences) or global_batch_tokens, not both")
     if sequences is not None:
-        return whole_number("global_batch", sequences)
+        return _whole_at_most("global_batch", sequences, MAX_GLOBAL_BATCH)
     if tokens is None:
         raise InputError("global_batch", "missing", "give global_batch (sequences) or global_batch_tokens")
-    tokens = whole_number("global_batch_tokens", tokens)
-    _at_most("global_batch_tokens", tokens, MAX_GLOBAL_BATCH * seq_len)
+    tokens = _whole_at_most("global_batch_tokens", tokens, MAX_GLOBAL_BATCH * seq_len)
     if tokens % seq_len:
         from planners.plan import whole_sequences_fix
         raise InputError("global_batch_tokens", f"{tokens} is not a multiple of the sequence length {seq_len}",
@@ -273,11 +276,11 @@ def build_config(model: ModelSpec, gpus: int | None = None, **config_fields) -> 
     if fields.get("dp") is None:
         fields.pop("dp", None)
         if gpus is not None:
-            gpus = _at_most("gpus", whole_number("gpus", gpus), MAX_GPUS)
+            gpus = _whole_at_most("gpus", gpus, MAX_GPUS)
             per_replica = 1
             for name in ("tp", "pp", "cp"):
                 value = fields.get(name)
-                per_replica *= 1 if value is None else _at_most(name, whole_number(name, value), MAX_GPUS)
+                per_replica *= 1 if value is None else _whole_at_most(name, value, MAX_GPUS)
             if gpus % per_replica:
                 raise InputError("gpus", f"{gpus} GPUs do not divide by tp*pp*cp = {per_replica}",
                                  f"use a multiple of {per_replica} GPUs or give dp")
@@ -923,7 +926,7 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     """
     # whole numbers >= 1, as simulate takes them: -1 gave negative times, nan NaNs, 2.5 was
     # truncated, '2' and cp=0 failed inside (TypeError, ZeroDivisionError)
-    tp, micro_batch, cp = (_at_most(name, whole_number(name, value), MAX_GPUS) for name, value in
+    tp, micro_batch, cp = (_whole_at_most(name, value, MAX_GPUS) for name, value in
                            (("tp", tp), ("micro_batch", micro_batch), ("cp", cp)))
     model_spec = _model(model, seq_len)
     if model_spec.num_heads % tp:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from hardware_specs.yaml_files import exists, is_file, parse_yaml
-from hardware_specs.errors import InputError, check_spec_size, suggest
+from hardware_specs.errors import InputError, as_given, check_spec_size, suggest
 from model_specs.model_spec import SIZE_LIMITS
 from planners.search_space import FIXABLE
 from simulator.parallel_config import MAX_GLOBAL_BATCH, MAX_GPUS, AttentionKernel, CPKind, Recompute, Schedule
@@ -185,7 +185,7 @@ def _values(data: Mapping, key: str, kind, allow_none: bool = False) -> tuple:
                     or item != int(item) or item < 1:
                 raise InputError(key, f"expected whole numbers >= 1, got {item!r}")
             if int(item) > _LIMITS[key]:
-                raise InputError(key, f"{int(item):,} is above the largest supported value {_LIMITS[key]:,}",
+                raise InputError(key, f"{as_given(item)} is above the largest supported value {_LIMITS[key]:,}",
                                  "check the number")
             out.append(int(item))
         elif kind is str:
@@ -236,7 +236,7 @@ def _config_values(value: Any, key: str) -> tuple:
             if high is None and item > MAX_GPUS:
                 # ParallelConfig's bound (and the CLI's): above it the product of the degrees
                 # overflowed numpy's integers deep in the run, after its chunk folder was made
-                raise InputError(f"config.{key}", f"{int(item):,} is above the largest supported value {MAX_GPUS:,}",
+                raise InputError(f"config.{key}", f"{as_given(item)} is above the largest supported value {MAX_GPUS:,}",
                                  "check the number")
         names = [e.value for e in _ENUM_CONFIG.get(key, ())]
         if names and str(item).lower() not in names:
