@@ -18,6 +18,7 @@ deployments are simulated with ``paraplan serve simulate --mode disagg`` or
 from __future__ import annotations
 
 import numbers
+import re
 from dataclasses import replace
 from typing import Any, Iterable, Mapping
 
@@ -114,6 +115,34 @@ def _check_kinds(values: Mapping[str, Any]) -> None:
             raise InputError(name, f"must be a number, got {value!r}", "give it as a number, not text or a bool")
 
 
+#: what the serving layers (``ServingContext.build``, ``simulate_serving``, ``what_if_cluster``)
+#: name where the keyword a caller gave is another: the CLI's flags are read back as keywords below
+_FIELD_KEYWORDS = {"cluster": "system", "dense_format": "precision", "expert_format": "expert_precision"}
+_FLAG = re.compile(r"--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
+
+
+def _keyword_error(exc: InputError, given: Iterable[str]) -> InputError:
+    """``exc`` as the API's caller should read it: headed by the keyword they passed (``batch``,
+    ``system``), not the CLI flag (``--batch``) or inner name (``cluster``) the shared layers
+    raise with (the CLI keeps its own wording), and the CLI flags in its text (``use --batch 455
+    or less``) as keywords; ``given``: the keywords of the call."""
+    known = set(given) | set(SWEEP_FIELDS) | set(DEPLOYMENT_FIELDS)
+
+    def keyword(name: str) -> str:
+        bare = name[2:].replace("-", "_") if name.startswith("--") else name
+        bare = _FIELD_KEYWORDS.get(bare, bare) if _FIELD_KEYWORDS.get(bare) in known else bare
+        return bare if bare in known else name
+
+    def text(t: str | None) -> str | None:
+        return None if t is None else _FLAG.sub(lambda m: keyword(m.group(0)), t)
+
+    field = keyword(exc.field)
+    message, fix = text(exc.message), text(exc.fix)
+    if (field, message, fix) == (exc.field, exc.message, exc.fix):
+        return exc
+    return InputError(field, message, fix)
+
+
 def _refuse_unknown(context: Mapping[str, Any], what: str, known: tuple[str, ...]) -> None:
     """``InputError`` naming the first keyword of ``context`` not in ``CONTEXT_FIELDS``, with the
     nearest of ``known``."""
@@ -132,7 +161,20 @@ def serving_context(model: str | ModelSpec, system: str, backend: str = "vllm", 
                     scaleout_gbit_per_s: float | None = None) -> ServingContext:
     """The ``ServingContext`` ``serve simulate`` would build, on the what-if hardware, refusing
     what it refuses (``paraplan.serving_inputs``: a release beside a stack name, expert options
-    on a dense model)."""
+    on a dense model), each error headed by the keyword given (``system``, ``speculative_tokens``)."""
+    try:
+        return _serving_context(model, system, backend, backend_version=backend_version, precision=precision,
+                                expert_precision=expert_precision, kv_cache_dtype=kv_cache_dtype,
+                                speculative_tokens=speculative_tokens, draft_acceptance=draft_acceptance,
+                                draft_model=draft_model, gpu=gpu, hbm_tb_per_s=hbm_tb_per_s,
+                                scaleup_gbit_per_s=scaleup_gbit_per_s, scaleout_gbit_per_s=scaleout_gbit_per_s)
+    except InputError as exc:
+        raise _keyword_error(exc, CONTEXT_FIELDS + ("model", "system")) from None
+
+
+def _serving_context(model, system, backend, *, backend_version, precision, expert_precision, kv_cache_dtype,
+                     speculative_tokens, draft_acceptance, draft_model, gpu, hbm_tb_per_s, scaleup_gbit_per_s,
+                     scaleout_gbit_per_s) -> ServingContext:
     _check_kinds({"backend_version": backend_version, "precision": precision, "expert_precision": expert_precision,
                   "hbm_tb_per_s": hbm_tb_per_s, "scaleup_gbit_per_s": scaleup_gbit_per_s,
                   "scaleout_gbit_per_s": scaleout_gbit_per_s, "draft_acceptance": draft_acceptance})
@@ -165,6 +207,14 @@ def serve_simulate(model: str | ModelSpec, system: str, *, isl: int = 1024, osl:
     of this engine (``validation_ttft_err_pct`` / ``validation_tpot_err_pct``, None where none).
     ``context``: the ``serving_context`` keywords (``CONTEXT_FIELDS``)."""
     _refuse_unknown(context, "a serving deployment", SWEEP_FIELDS)
+    try:
+        return _serve_simulate(model, system, isl=isl, osl=osl, tp=tp, pp=pp, adp=adp, moe_tp=moe_tp, moe_ep=moe_ep,
+                               batch=batch, workers=workers, **context)
+    except InputError as exc:       # the shared layers speak the CLI's flags (--batch)
+        raise _keyword_error(exc, SWEEP_FIELDS) from None
+
+
+def _serve_simulate(model, system, *, isl, osl, tp, pp, adp, moe_tp, moe_ep, batch, workers, **context) -> pd.DataFrame:
     ctx = serving_context(model, system, **context)
     check_dense(ctx.model, expert_split={"moe_tp": moe_tp, "moe_ep": moe_ep})
     dep = Deployment(model=ctx.model.name, system=ctx.cluster.name, backend=ctx.stack.name, mode="agg", isl=isl,

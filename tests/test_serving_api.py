@@ -47,8 +47,8 @@ def test_a_sweep_of_memory_bandwidth_never_slows_decoding_and_a_value_that_canno
     # the catalog's own bandwidth is the catalog's numbers
     assert hbm.tpot_ms.iloc[1] == pytest.approx(serve_simulate(**BASE).tpot_ms.iloc[0], rel=1e-12)
     tps = serve_sweep(BASE, "tp", [1, 3, 8])
-    assert tps.error.iloc[1].startswith("--tp: 3 does not divide the 64 attention heads")
-    assert tps.error.iloc[0].startswith("--batch: 64 requests per rank need")     # 70B on one H100: no room
+    assert tps.error.iloc[1].startswith("tp: 3 does not divide the 64 attention heads")
+    assert tps.error.iloc[0].startswith("batch: 64 requests per rank need")     # 70B on one H100: no room
     assert np.isnan(tps.tpot_ms.iloc[1]) and tps.error.iloc[2] == "" and tps.tpot_ms.iloc[2] > 0
     with pytest.raises(InputError, match="cannot sweep"):
         serve_sweep(BASE, "hbm", [1.0])

@@ -251,7 +251,7 @@ def test_a_speculative_plan_that_misses_its_objective_says_the_plain_engine_meet
 def test_odd_draft_model_values_are_input_errors():
     from paraplan.serving_api import serve_simulate
     for bad, message in ((5, "expected the path of an EAGLE-3 head's config.json, got int"), ("", "is empty")):
-        with pytest.raises(InputError, match=f"^--draft-model: {message}"):
+        with pytest.raises(InputError, match=f"^draft_model: {message}"):
             serve_simulate("llama3.1-8b", "dgx-h100", speculative_tokens=3, draft_acceptance=0.7, draft_model=bad)
     # 3.0 drafted tokens is 3, as the other whole numbers
     import numpy as np
