@@ -90,9 +90,11 @@ def _dtype(dtype: str | None, cluster) -> str:
     return sixteen_bit_dtype(cluster.gpu) if dtype in (None, AUTO_DTYPE) else dtype
 
 
-def _simulate_group(rows: list[dict], points: list[Mapping], model, cluster) -> None:
-    """Score the valid points of one (model, cluster, seq_len, stack, dtype) group together."""
-    eff = efficiency_for_cluster(cluster)
+def _simulate_group(rows: list[dict], points: list[Mapping], model, cluster, eff) -> None:
+    """Score the valid points of one (model, cluster, seq_len, stack, dtype) group together
+    (``eff``: the cluster's efficiency model, loaded once for the group). The stack's fields are
+    read once per (stack, dtype, tp) of the group, not per point (a stack file load each)."""
+    software: dict[tuple, dict] = {}
     configs, where, placements = [], [], []
     for row, point in zip(rows, points):
         dtype = _dtype(point["dtype"], cluster)
@@ -103,7 +105,10 @@ def _simulate_group(rows: list[dict], points: list[Mapping], model, cluster) -> 
             # parallelism at tp 1 runs off): the row would show another configuration than its
             # point's, so it is refused with simulate's reason
             refuse_options_without_effect({"pp": 1, "tp": 1, "cp": 1, "recompute": "none", **given})
-            fields = stack_fields(point["stack"], dtype, model, cluster.gpu.name, int(given.get("tp", 1)))
+            key = (point["stack"], dtype, int(given.get("tp", 1)))
+            if key not in software:
+                software[key] = stack_fields(point["stack"], dtype, model, cluster.gpu.name, key[2])
+            fields = dict(software[key])
             fields.update(given)                 # the grid's own values win over the stack's
             gbs = _batch(point, model.seq_len)
             for name in ("tp", "pp", "cp"):
@@ -138,17 +143,23 @@ def _score(where: list[dict], configs: list, model, cluster, eff) -> None:
     """Price ``configs`` (one placement of the cluster) into their rows, as ``simulate`` does."""
     out = evaluate(model, cluster, eff, ConfigBatch.from_configs(configs))
     hbm = cluster.gpu.hbm_bytes
+    # each output column read out of its array once (as Python floats / bools), not per row
+    numbers = {k: np.asarray(out[k], dtype=float).tolist()
+               for k in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "memory_bytes",
+                         "host_memory_bytes") + TIME_PARTS}
+    exact = np.asarray(out["pipeline_exact"], dtype=bool).tolist()
+    mfu_col = mfu_column(cluster.gpu)
     for i, (row, config) in enumerate(zip(where, configs)):
         c = config.as_dict()
         row.update({k: c[k] for k in _CONFIG_COLUMNS})
         row["n_gpus"] = config.n_gpus
         for k in ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu") + TIME_PARTS:
-            row[k] = float(np.asarray(out[k])[i])
-        row[mfu_column(cluster.gpu)] = float(mfu_pct(float(np.asarray(out["mfu"])[i]), config.dtype, cluster.gpu))
-        memory = float(np.asarray(out["memory_bytes"])[i])
+            row[k] = numbers[k][i]
+        row[mfu_col] = float(mfu_pct(numbers["mfu"][i], config.dtype, cluster.gpu))
+        memory = numbers["memory_bytes"][i]
         row["memory_gib"], row["headroom_gib"] = memory / GIB, (hbm - memory) / GIB
-        row["host_memory_gib"] = float(np.asarray(out["host_memory_bytes"])[i]) / GIB
-        row["pipeline_exact"] = bool(np.asarray(out["pipeline_exact"])[i])
+        row["host_memory_gib"] = numbers["host_memory_bytes"][i] / GIB
+        row["pipeline_exact"] = exact[i]
         row["fits"] = bool(headroom.fits(memory, hbm))
         if not row["fits"]:
             row["status"] = "does not fit"
@@ -209,14 +220,15 @@ def evaluate_points(indexed_points: list[tuple[int, Mapping[str, Any]]], kind: s
             for k in members:
                 rows[k].update(status="invalid", reason=sweep_reason(exc))
             continue
+        eff = efficiency_for_cluster(cluster)       # once per group, not per point
         for k in members:
             rows[k]["gpu"] = cluster.gpu.name
             rows[k]["seq_len"] = model.seq_len
             rows[k]["global_batch_tokens"] = (points[k].get("global_batch_tokens")
                                               or points[k].get("global_batch", 0) * model.seq_len)
-            rows[k]["efficiency_fitted"] = efficiency_for_cluster(cluster).is_fitted
+            rows[k]["efficiency_fitted"] = eff.is_fitted
         if search == "simulate":
-            _simulate_group([rows[k] for k in members], [points[k] for k in members], model, cluster)
+            _simulate_group([rows[k] for k in members], [points[k] for k in members], model, cluster, eff)
         else:
             for k in members:
                 _best(rows[k], points[k], model, cluster, spec_config or {}, tuple(dtypes))
