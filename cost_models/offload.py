@@ -74,6 +74,23 @@ def host_link_payload_bw(link: str, raw_bw_bytes_per_s):
     return _f(raw_bw_bytes_per_s)
 
 
+def shared_link_bw(link_bw_bytes_per_s, uplink_bw_bytes_per_s=None, gpus_per_uplink=1):
+    """Bytes/s each GPU's host copies get, one direction, when every GPU of the node offloads at
+    once (all ranks run the same plan): the GPU's own link, or its share of an uplink that
+    ``gpus_per_uplink`` GPUs sit behind, whichever is less:
+
+        min(link_bw, uplink_bw / gpus_per_uplink)
+
+    ``uplink_bw_bytes_per_s`` None = the uplink is as fast as the GPU's own link. A DGX A100 puts
+    two A100s (and two ConnectX-6) behind each of four PCIe Gen4 switches with one x16 uplink to a
+    CPU (Azure/azhpc-images@4a4565a topology/ndv4-topo.xml, the same HGX A100 / AMD Rome board:
+    each 16 GT/s x16 switch holds two GPUs and two NICs): min(32, 32 / 2) = 16 GB/s per GPU.
+    What the copies contend for is the uplink's one direction; NIC traffic on the same switch goes
+    GPU to NIC and does not cross it."""
+    uplink = _f(link_bw_bytes_per_s) if uplink_bw_bytes_per_s is None else _f(uplink_bw_bytes_per_s)
+    return np.minimum(_f(link_bw_bytes_per_s), uplink / _f(gpus_per_uplink))
+
+
 def _f(x):
     return np.asarray(x, dtype=float)
 

@@ -25,7 +25,8 @@ bw_gb_per_s, latency_us, and optionally communicator_busbw_gb_per_s: the most bu
 NCCL communicator was measured to reach across nodes, where the fabric's collectives fall short
 of its links}, rail_optimized, oversubscription, max_gpus, source, and optionally host
 {link, link_bw_gb_per_s (per GPU, one direction), memory_gib (per node), memory_bw_gb_per_s (per
-node), source} for offload, and gpus_per_host (GPUs one host drives, for the launch exports, where a
+node), source, and where GPUs sit behind a shared PCIe switch uplink gpus_per_uplink (GPUs per
+uplink, default 1) and uplink_bw_gb_per_s (one direction, default link_bw_gb_per_s)} for offload, and gpus_per_host (GPUs one host drives, for the launch exports, where a
 scale-up domain spans several hosts; default gpus_per_node).
 
 Pooled cluster files (a mixed cluster) list ``pools`` instead: each pool has a name, ``gpus`` (its
@@ -237,10 +238,12 @@ def _host_from_dict(data: Any, where: str) -> HostSpec | None:
         return None
     if not isinstance(data, dict):
         raise InputError(where, "must be a mapping with link, link_bw_gb_per_s, memory_gib, memory_bw_gb_per_s, source")
-    unknown = set(data) - {"link", "link_bw_gb_per_s", "memory_gib", "memory_bw_gb_per_s", "source"}
+    unknown = set(data) - {"link", "link_bw_gb_per_s", "memory_gib", "memory_bw_gb_per_s", "source",
+                           "uplink_bw_gb_per_s", "gpus_per_uplink"}
     if unknown:
         raise InputError(f"{where}.{sorted(unknown)[0]}", "unknown key",
-                         "known: link, link_bw_gb_per_s, memory_gib, memory_bw_gb_per_s, source")
+                         "known: link, link_bw_gb_per_s, memory_gib, memory_bw_gb_per_s, source, "
+                         "uplink_bw_gb_per_s, gpus_per_uplink")
     # checked in the file's units (GiB, GB/s) against HostSpec's SI bounds, so an error names
     # the key the file has, not host.memory_bw_bytes_per_s
     memory = _number_in_file_unit(data, "memory_gib", where, None, GIB, "the node's host memory in GiB, "
@@ -249,10 +252,15 @@ def _host_from_dict(data: Any, where: str) -> HostSpec | None:
                                      "the node's host memory bandwidth in GB/s, or leave the key out")
     link_bw = _number_in_file_unit(data, "link_bw_gb_per_s", where, ..., 1e9,
                                    "each GPU's link to the host, one direction, in GB/s")
+    uplink_bw = _number_in_file_unit(data, "uplink_bw_gb_per_s", where, None, 1e9,
+                                     "the bandwidth of one PCIe switch's link to the CPU, one direction, in GB/s, "
+                                     "or leave the key out")
     return HostSpec(link=get_field(data, "link", where, str), link_bw_bytes_per_s=link_bw * 1e9,
                     memory_bytes=None if memory is None else memory * GIB,
                     memory_bw_bytes_per_s=None if memory_bw is None else memory_bw * 1e9,
-                    source=get_field(data, "source", where, str, ""))
+                    source=get_field(data, "source", where, str, ""),
+                    uplink_bw_bytes_per_s=None if uplink_bw is None else uplink_bw * 1e9,
+                    gpus_per_uplink=get_field(data, "gpus_per_uplink", where, int, 1))
 
 
 def beside_file(ref: str, base_dir: Path | None) -> str:

@@ -84,7 +84,12 @@ class HostSpec:
         link: kind of the GPU-host link (``pcie-gen4-x16``, ``pcie-gen5-x16``, ``nvlink-c2c``).
         link_bw_bytes_per_s: bandwidth of each GPU's own link to the host, one direction,
             bytes/s; where GPUs share the link (two GB200 GPUs per Grace) the file gives the share.
-            What lies behind the link (PCIe switch uplinks, the CPUs' memory) is not modelled.
+        uplink_bw_bytes_per_s: bandwidth, one direction, of the link from a PCIe switch to the
+            CPU that ``gpus_per_uplink`` GPUs sit behind, bytes/s; None = as fast as the GPU's own.
+        gpus_per_uplink: GPUs that share one such uplink when all of them offload at once (a DGX
+            A100: 2 per PCIe Gen4 switch); 1 = each GPU has its own path to the CPU. Offload
+            copies then run at ``cost_models.offload.shared_link_bw``:
+            min(link_bw, uplink_bw / gpus_per_uplink). The CPUs' memory behind it is not modelled.
         memory_bytes: host memory per node, bytes; None = not stated (offload then unchecked).
         memory_bw_bytes_per_s: host memory bandwidth per node, bytes/s (an optimizer step on
             the host streams its states at this); None = not stated.
@@ -96,9 +101,17 @@ class HostSpec:
     memory_bytes: float | None = None
     memory_bw_bytes_per_s: float | None = None
     source: str = ""
+    uplink_bw_bytes_per_s: float | None = None
+    gpus_per_uplink: int = 1
 
     def __post_init__(self) -> None:
         require_plausible("host.link_bw_bytes_per_s", self.link_bw_bytes_per_s, MIN_RATE_PER_S, MAX_RATE_PER_S)
+        if self.uplink_bw_bytes_per_s is not None:
+            require_plausible("host.uplink_bw_bytes_per_s", self.uplink_bw_bytes_per_s, MIN_RATE_PER_S, MAX_RATE_PER_S)
+        require_positive("host.gpus_per_uplink", self.gpus_per_uplink)
+        if int(self.gpus_per_uplink) != self.gpus_per_uplink:
+            raise InputError("host.gpus_per_uplink", f"{self.gpus_per_uplink} must be an integer",
+                             "give the number of GPUs behind one uplink to the CPU")
         if self.memory_bytes is not None:
             require_plausible("host.memory_bytes", self.memory_bytes, high=MAX_HOST_MEMORY_BYTES)
         if self.memory_bw_bytes_per_s is not None:

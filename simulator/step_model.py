@@ -197,10 +197,14 @@ def _stage_params(mem: dict) -> dict:
 
 
 def _link_bw(cluster: ClusterSpec, batch: ConfigBatch) -> float:
-    """The GPU-host link bandwidth (one direction, bytes/s); an offloading batch on a cluster
-    without a host link in its file is an input error."""
-    if cluster.host is not None:
-        return float(offload.host_link_payload_bw(cluster.host.link, cluster.host.link_bw_bytes_per_s))
+    """The GPU-host link bandwidth each GPU's copies get (one direction, bytes/s) with every GPU of
+    the node offloading at once: its own link or its share of a PCIe switch's uplink
+    (``offload.shared_link_bw``), less PCIe's encoding and packets; an offloading batch on a
+    cluster without a host link in its file is an input error."""
+    host = cluster.host
+    if host is not None:
+        raw = offload.shared_link_bw(host.link_bw_bytes_per_s, host.uplink_bw_bytes_per_s, host.gpus_per_uplink)
+        return float(offload.host_link_payload_bw(host.link, raw))
     if np.any(np.asarray(batch.offload_activation_layers) > 0) or np.any(np.asarray(batch.offload_optimizer_fraction) > 0):
         raise InputError("offload", f"cluster {cluster.name} has no host link in its file",
                          "add host: {link, link_bw_gb_per_s, memory_gib} to the cluster YAML, or do not offload")

@@ -154,11 +154,13 @@ def test_copies_take_turns_with_nic_traffic_on_a_pcie_host_link_and_not_on_c2c()
     # the same GPT-3 13B ZeRO-3 + offload run: on DGX A100 the GPU reaches its NICs and host
     # memory over one PCIe link, so a gather that leaves the node and the copy take turns (the
     # layer lasts max(pass, gather + copy)); the same link rate as a C2C host link (its own
-    # path) hides the copy under the whole pass
+    # path) hides the copy under the whole pass (the C2C link at the rate a DGX A100 GPU's copies
+    # get: its share of its PCIe switch's uplink, less PCIe's overheads)
     from model_specs.catalog import load_model
     c = load_cluster("dgx-a100-80gb")
-    c2c = replace(c, host=replace(c.host, link="nvlink-c2c",
-                                  link_bw_bytes_per_s=offload.host_link_payload_bw(c.host.link, c.host.link_bw_bytes_per_s)))
+    share = offload.shared_link_bw(c.host.link_bw_bytes_per_s, c.host.uplink_bw_bytes_per_s, c.host.gpus_per_uplink)
+    c2c = replace(c, host=replace(c.host, link="nvlink-c2c", uplink_bw_bytes_per_s=None, gpus_per_uplink=1,
+                                  link_bw_bytes_per_s=float(offload.host_link_payload_bw(c.host.link, share))))
     eff = efficiency_for_cluster(c)
     cross = ParallelConfig(dp=32, cp=2, tp=1, pp=1, micro_batch=1, global_batch=64, zero_stage=3,
                            offload_activation_layers=40)

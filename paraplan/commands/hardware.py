@@ -173,6 +173,10 @@ def host_detail(h: HostSpec | None) -> dict | None:
         "link_bw_gb_per_s": _r(h.link_bw_bytes_per_s / 1e9, 3),
         "memory_gib": None if h.memory_bytes is None else _r(h.memory_bytes / GIB, 3),
         "memory_bw_gb_per_s": None if h.memory_bw_bytes_per_s is None else _r(h.memory_bw_bytes_per_s / 1e9, 3),
+        # a PCIe switch's link to the CPU (GB/s one direction; None = as fast as each GPU's own) and
+        # the GPUs behind it: offload copies get min(link, uplink / gpus_per_uplink)
+        "uplink_bw_gb_per_s": None if h.uplink_bw_bytes_per_s is None else _r(h.uplink_bw_bytes_per_s / 1e9, 3),
+        "gpus_per_uplink": h.gpus_per_uplink,
         "source": h.source,
     }
 
