@@ -66,4 +66,14 @@ def command(as_json: bool, **config) -> None:
              ("cpu_wait_fraction", "cpu_wait_pct", 100.0, "{:.1f}"))
     for key, name, scale, fmt in shown:      # median step, throughput, peak memory, share of time waiting
         if key in result:
-            click.echo(f"{name:22s} {fmt.format(scale * result[key])}")
+            click.echo(f"{name:22s} {_shown(result[key], scale, fmt)}")
+
+
+#: what the text output shows for a reading this machine could not take (the CPU wait comes from
+#: Linux's /proc/<pid>/task/<tid>/schedstat; without it ``runtime.run_queue_wait_s`` is None)
+UNAVAILABLE = "unavailable"
+
+
+def _shown(value, scale: float, fmt: str) -> str:
+    """``value`` scaled and formatted, or ``UNAVAILABLE`` where it is None or NaN (not read here)."""
+    return UNAVAILABLE if value is None or value != value else fmt.format(scale * value)

@@ -360,6 +360,7 @@ def measured_cmd(cluster_path: str | None, steps: int, warmup: int, rounds: int,
     if warmup >= steps:         # before 'measuring' is printed (it was checked once the runs had begun)
         raise InputError("--warmup", f"must be below --steps ({steps}), got {warmup}",
                          "time at least one step after the warm-up ones")
+    from paraplan.commands.measure import UNAVAILABLE
     from paraplan.measure.calibrate import LOADED_MACHINE, sidecar_path
     # the profile's calibration timings are read too (their thread count): --out over them left
     # every later run failing on malformed JSON
@@ -392,7 +393,9 @@ def measured_cmd(cluster_path: str | None, steps: int, warmup: int, rounds: int,
         # fractions shown in percent under a _pct name; times with 4 significant digits
         pct = ("rel_error", "rel_error_spread", "cpu_wait_fraction")
         heads = [c.removesuffix("_fraction") + "_pct" if c in pct else c for c in cols]
-        rows = [[(f"{100 * r[c]:+.1f}" if c == "rel_error" else f"{100 * r[c]:.1f}") if c in pct
+        # a share this machine could not read (no schedstat: cpu_wait_fraction None) is said so
+        rows = [[UNAVAILABLE if c in pct and (r[c] is None or r[c] != r[c])
+                 else (f"{100 * r[c]:+.1f}" if c == "rel_error" else f"{100 * r[c]:.1f}") if c in pct
                  else four_significant(r[c]) if isinstance(r[c], float) else r[c] for c in cols] for _, r in df.iterrows()]
         text = format_table(rows, heads) + (f"\nmean |error| {err.mean():.1f}%, worst {err.max():.1f}% over "
                                             f"{len(df)} configurations\n")
