@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from cli_results import run
 
@@ -39,3 +40,52 @@ def test_validate_measured_shows_a_missing_cpu_wait_as_unavailable(monkeypatch, 
         cells = dict(zip(header.split(), first.split()))
         assert cells["cpu_wait_pct"] == "unavailable" and cells["rel_error_pct"] == "-10.0"
         assert "mean |error| 10.0%" in r.stdout
+
+
+# --- runs that cannot finish within the launch's time limit --------------------------------------
+
+LAUNCH_BOUND = ["--layers", "1024", "--hidden", "8", "--heads", "1", "--seq-len", "2", "--global-batch", "64",
+                "--warmup", "1"]
+
+
+def test_a_run_bound_by_operator_calls_is_refused_before_any_rank_starts(monkeypatch):
+    # 1,024 layers of hidden 8 pass the FLOPs check (~9e8 FLOPs a step), but each rank runs 64
+    # micro-batches x 1,024 layers forward and backward a step: at 101 aten calls a layer and 1 us
+    # a call at the least, 100 steps take >= 100 x 64 x 1024 x 101e-6 = 662 s, past the 600 s the
+    # launcher allows (on the 2-core VM a layer took 394-800 us, so ~45-90 minutes)
+    import paraplan.measure.train as train
+    monkeypatch.setattr(train, "launch", lambda *a, **k: (_ for _ in ()).throw(AssertionError("launched")))
+    r = run("measure", *LAUNCH_BOUND, "--steps", "100")
+    assert r.exit_code == 2, r.output
+    line = r.output.strip().splitlines()[-1]
+    assert line.startswith("error: --steps: the run needs at least 662 s"), line
+    assert "600 s" in line and "--micro-batch" in line
+
+
+def test_the_operator_call_floor_scales_with_steps_micro_batches_layers_and_shared_cores():
+    from paraplan.measure.train import RunConfig
+    run_cfg = RunConfig(num_layers=1024, hidden_size=8, num_heads=1, seq_len=2, global_batch=64, steps=2, warmup=1)
+    assert run_cfg.min_run_seconds("cpu", cores=2) == pytest.approx(2 * 64 * 1024 * 101e-6)      # 13.2 s
+    run_cfg.check_finishes("cpu")                       # 13 s: it can finish, so it is not refused
+    pp2 = RunConfig(num_layers=1024, hidden_size=8, num_heads=1, seq_len=2, global_batch=64, steps=2, warmup=1, pp=2)
+    assert pp2.min_run_seconds("cpu", cores=2) == pytest.approx(2 * 64 * 512 * 101e-6)           # half the layers a rank
+    # 8 single-thread ranks on 2 cores: each gets a quarter of a core
+    dp8 = RunConfig(num_layers=1024, hidden_size=8, num_heads=1, seq_len=2, global_batch=64, steps=2, warmup=1, dp=8)
+    assert dp8.min_run_seconds("cpu", cores=2) == pytest.approx(2 * 8 * 1024 * 101e-6 * 4)
+    assert dp8.min_run_seconds("cuda", cores=2) == pytest.approx(2 * 8 * 1024 * 101e-6)
+
+
+def _sleep_rank(rank, world_size, device, choice, args):
+    import time
+    time.sleep(60)
+
+
+def test_a_launch_past_its_time_limit_is_one_line_with_a_fix_not_a_file_error(tmp_path):
+    pytest.importorskip("torch")
+    from paraplan.cli import error_line
+    from paraplan.measure.runtime import MeasurementTimeout, choose_device, launch
+    with pytest.raises(MeasurementTimeout) as info:
+        launch(_sleep_rank, 1, {}, choose_device("cpu", threads_per_rank=1), timeout_s=2.0)
+    line, code = error_line(info.value)
+    assert code == 2 and line.startswith("error: time: the ranks did not finish within 2 s and were stopped (")
+    assert "io:" not in line and "free space" not in line and "--steps" in line

@@ -396,7 +396,12 @@ def run_calibration(out_path, nprocs: int = 2, name: str | None = None, device: 
     choice = choose_device(device, local_ranks=nprocs, threads_per_rank=threads_per_rank)
     if not 1 <= int(sweeps) <= 16:
         raise InputError("sweeps", f"must be between 1 and 16, got {sweeps}")
-    ranks = launch(_calibration_worker, int(nprocs), {"sweeps": int(sweeps)}, choice, progress=progress)
+    from paraplan.measure.runtime import MeasurementTimeout
+    try:
+        ranks = launch(_calibration_worker, int(nprocs), {"sweeps": int(sweeps)}, choice, progress=progress)
+    except MeasurementTimeout as exc:     # its default fix names measure's options
+        raise MeasurementTimeout(exc.timeout_s, "rerun when other processes are not holding this machine's cores, "
+                                 "or calibrate fewer ranks (--nprocs) or sweeps") from None
     summary = summarize(ranks, int(nprocs), choice)
     for message in calibration_warnings(summary, _dtypes_to_calibrate(choice.kind)[0]):
         warnings.warn(message, stacklevel=2)

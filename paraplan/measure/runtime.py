@@ -32,6 +32,24 @@ DEFAULT_LOCAL_RANKS = 2
 MAX_LOCAL_PROCESSES = 128
 #: CPU ranks a measurement starts per core: beyond it the runs time contention (2 cores: 32)
 MAX_RANKS_PER_CORE = 16
+#: seconds one launch of ranks (a measured run, a calibration) may run before its ranks are stopped
+LAUNCH_TIMEOUT_S = 600.0
+
+
+class MeasurementTimeout(InputError):
+    """A launch's ranks did not finish within its time limit and were stopped. An ``InputError``
+    (the run asked was too long for this machine, or other processes slowed it), so the CLI says
+    so on one line with a fix; it was a ``TimeoutError``, an ``OSError``, reported as a file
+    problem ('check the path and free space')."""
+
+    def __init__(self, timeout_s: float, fix: str | None = None):
+        self.timeout_s = float(timeout_s)
+        super().__init__("time", f"the ranks did not finish within {self.timeout_s:.0f} s and were stopped",
+                         fix or "measure a shorter run (fewer --steps, --layers, or micro-batches a step), or rerun "
+                                "when other processes are not holding this machine's cores")
+
+    def __reduce__(self):
+        return (type(self), (self.timeout_s, self.fix))
 
 
 def require_torch():
@@ -343,13 +361,14 @@ def check_local_ranks(n: int, kind: str, field: str = "world_size", fix: str = "
 
 
 def launch(fn: Callable, world_size: int, args: dict, choice: DeviceChoice,
-           timeout_s: float = 600.0, progress: Callable[[int, int, str], None] | None = None) -> list[Any]:
+           timeout_s: float = LAUNCH_TIMEOUT_S, progress: Callable[[int, int, str], None] | None = None) -> list[Any]:
     """Run ``fn(rank, world_size, device, choice, args)`` in ``world_size`` new processes
     (``start_method``).
 
     ``fn`` must be a module-level function; each rank's JSON-serialisable return value is
     collected (``None`` where a rank returned nothing), in rank order. ``progress(done, total,
     label)`` is called about once a second with what rank 0 reported (``report_progress``).
+    Ranks still running after ``timeout_s`` are killed and ``MeasurementTimeout`` raised.
     """
     check_local_ranks(world_size, choice.kind)
     torch = require_torch()
@@ -382,7 +401,7 @@ def launch(fn: Callable, world_size: int, args: dict, choice: DeviceChoice,
                     poll()
                     if time.monotonic() > deadline:
                         _kill(ctx.processes)
-                        raise TimeoutError(f"measurement ranks did not finish in {timeout_s:.0f} s")
+                        raise MeasurementTimeout(timeout_s)
                 last_error = None
                 break
             except KeyboardInterrupt:

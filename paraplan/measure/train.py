@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass, fields
 
 from hardware_specs.errors import InputError
-from paraplan.measure.runtime import (PROGRESS_KEY, check_threads_per_rank, choose_device, cpu_wait_fraction,
+from paraplan.measure.runtime import (LAUNCH_TIMEOUT_S, PROGRESS_KEY, check_threads_per_rank, choose_device, cpu_wait_fraction,
                                       foreign_load, launch, peak_memory_bytes, report_progress, require_torch,
                                       run_queue_wait_s, synchronize, system_busy_cpu_s)
 
@@ -28,6 +28,17 @@ RUN_LIMITS = {"dp": 128, "tp": 128, "pp": 128, "copies": 128, "micro_batch": 409
 #: the most FLOPs a measured run may do, by device: minutes at the ~50-100 GFLOP/s a few CPU cores
 #: reach in fp32, or at a GPU's ~100 TFLOP/s
 RUN_FLOPS = {"cpu": 2e13, "cuda": 2e16}
+#: the least seconds one transformer layer of the measured GPT costs a rank per micro-batch,
+#: forward and backward, whatever its size: a small layer is bound by PyTorch's cost per operator
+#: call (dispatch, autograd, a kernel launch on GPUs), not by its FLOPs. One layer of ``gpt.py``
+#: is ~101 aten operator calls forward and backward (counted with a ``TorchDispatchMode`` over
+#: ``GPTStage``: 152 at 1 layer, 253 at 2). On this project's 2-core VM (Intel Xeon, torch 2.13.0,
+#: one thread a rank; 2026-12, /tmp/fx_measure/layer_cost.py) a layer of hidden 8, 1 head, 2
+#: tokens took 394 us best of 15 (3.9 us a call), and 800 us inside ``paraplan measure --layers
+#: 128 --hidden 8 --heads 1 --seq-len 2 --global-batch 8`` (0.82 s a step for 1,024 layer
+#: passes). The floor is 1 us a call, 4x under the best seen here, so only runs that cannot
+#: finish are refused on a faster host; recomputation (a second forward) is not counted.
+LAYER_PASS_FLOOR_S = 101 * 1e-6
 
 
 #: bytes of one weight (and of its gradient) by the runner's compute dtype
@@ -171,6 +182,20 @@ class RunConfig:
         per_token = 6.0 * (12.0 * h * h * L + v * h) + 6.0 * s * h * L
         return per_token * s * self.global_batch * self.steps * self.copies
 
+    def min_run_seconds(self, kind: str, cores: int | None = None, threads_per_rank: int = 1) -> float:
+        """A lower bound of the run's wall seconds from its operator calls alone: each rank runs
+        ``ceil(num_layers / pp)`` layers forward and backward for each of ``num_microbatches``
+        micro-batches a step, ``steps`` steps, at ``LAYER_PASS_FLOOR_S`` a layer at least. On a
+        CPU (``kind`` not cuda) ranks whose threads outnumber the ``cores`` share them:
+        ``copies * world_size * threads_per_rank / cores`` times longer. FLOPs are not counted
+        (``training_flops`` bounds those)."""
+        layers = -(-int(self.num_layers) // int(self.pp))
+        seconds = float(self.steps) * self.num_microbatches * layers * LAYER_PASS_FLOOR_S
+        if kind != "cuda":
+            cores = cores or os.cpu_count() or 1
+            seconds *= max(1.0, self.copies * self.world_size * int(threads_per_rank) / cores)
+        return seconds
+
     def check_fits(self, kind: str, host_bytes: float, device_bytes: float = 0.0, dtype: str | None = None) -> None:
         """``InputError`` when even the lower bound of the model states
         (``model_state_bytes_per_rank`` in ``dtype``; default the runner's: bf16 on CUDA, fp32 on
@@ -194,6 +219,20 @@ class RunConfig:
                              f"the run is about {total:.2g} FLOPs, more than the {most:.0g} a measured run does in "
                              f"minutes on {'a GPU' if kind == 'cuda' else 'this CPU'}",
                              "measure a smaller run: lower --seq-len, --hidden, --layers, --global-batch or --steps")
+
+    def check_finishes(self, kind: str, threads_per_rank: int = 1, timeout_s: float = LAUNCH_TIMEOUT_S) -> None:
+        """``InputError`` when even ``min_run_seconds`` is past the launch's ``timeout_s``: many
+        tiny layers times many micro-batches are bound by operator calls, not FLOPs (1,024
+        layers of hidden 8 and 64 micro-batches a step passed the FLOPs check at ~100 s a step),
+        and the ranks would be stopped at the limit after minutes of work."""
+        need = self.min_run_seconds(kind, threads_per_rank=threads_per_rank)
+        if need > timeout_s:
+            layers = -(-int(self.num_layers) // int(self.pp))
+            raise InputError("steps", f"the run needs at least {need:,.0f} s ({self.steps} steps x {self.num_microbatches} "
+                             f"micro-batches x {layers} layers a rank, each at least {LAYER_PASS_FLOOR_S * 1e6:.0f} us "
+                             f"of operator calls), more than the {timeout_s:.0f} s a measured run may take",
+                             "measure fewer --steps or --layers, or fewer micro-batches a step: a smaller "
+                             "--global-batch or a larger --micro-batch")
 
     @classmethod
     def from_dict(cls, config: dict) -> "RunConfig":
@@ -365,6 +404,7 @@ def run_measurement(config: dict, progress=None) -> dict:
     choice = choose_device(run.device, threads_per_rank=run.threads_per_rank)
     device_bytes = float(torch.cuda.get_device_properties(0).total_memory) if choice.kind == "cuda" else 0.0
     run.check_fits(choice.kind, _host_memory_bytes(), device_bytes, dtype=choice.dtype)
+    run.check_finishes(choice.kind, choice.threads_per_rank)
     ranks = launch(_train_worker, run.copies * run.world_size, asdict(run), choice, progress=progress)
     times = ranks[0]["step_times_s"]
     measured = statistics.median(times[run.warmup:])
