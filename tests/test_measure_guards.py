@@ -89,3 +89,38 @@ def test_a_launch_past_its_time_limit_is_one_line_with_a_fix_not_a_file_error(tm
     line, code = error_line(info.value)
     assert code == 2 and line.startswith("error: time: the ranks did not finish within 2 s and were stopped (")
     assert "io:" not in line and "free space" not in line and "--steps" in line
+
+
+# --- validate measured --steps past what its runs may do -----------------------------------------
+
+def _never(*a, **k):
+    raise AssertionError("started although --steps was too many")
+
+
+@pytest.mark.parametrize("each_round", [False, True])
+def test_validate_measured_refuses_too_many_steps_naming_steps_before_any_run(monkeypatch, each_round):
+    # the single-rank layouts run 2 copies (one per calibrated rank) of the 4-layer, hidden-256,
+    # vocabulary-1024 GPT on 4 x 128 tokens: 6 x (12 x 256^2 x 4 + 1024 x 256) + 6 x 128 x 256 x 4
+    # = 21,233,664 FLOPs a token, x 512 tokens x 2 copies = 2.174e10 a step; RUN_FLOPS allows a CPU
+    # run 2e13, so 919 steps (1.998e13) and not 920 (2.0004e13)
+    pytest.importorskip("torch")
+    import paraplan.measure.calibrate as calibrate
+    import paraplan.measure.train as train
+    monkeypatch.setattr(train, "run_measurement", _never)
+    monkeypatch.setattr(calibrate, "run_calibration", _never)
+    how = ["--calibrate-each-round"] if each_round else [str(DATA / "measured_calibration.yaml")]
+    r = run("validate", "measured", *how, "--steps", "920", "--rounds", "1")
+    assert r.exit_code == 2, r.output
+    line = r.output.strip().splitlines()[-1]
+    assert line.startswith("error: --steps: 920 steps are too many for single") and line.endswith("(use at most 919 steps)"), line
+
+
+def test_validate_measured_takes_the_most_steps_its_refusal_names(monkeypatch):
+    pytest.importorskip("torch")
+    import paraplan.measure.train as train
+
+    class Started(Exception):
+        pass
+    monkeypatch.setattr(train, "run_measurement", lambda cfg: (_ for _ in ()).throw(Started(cfg["steps"])))
+    r = run("validate", "measured", DATA / "measured_calibration.yaml", "--steps", "919", "--rounds", "1")
+    assert isinstance(r.exception, Started) or "Started" in r.output, r.output

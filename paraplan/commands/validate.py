@@ -370,12 +370,17 @@ def measured_cmd(cluster_path: str | None, steps: int, warmup: int, rounds: int,
         check_writable(out_path)
     # each report is one measured configuration (and, with --calibrate-each-round, one
     # calibration a round), not a training step: "2 of 10 steps" read as --steps
-    with step_bar("measuring", unit="calibrations and configurations" if calibrate_each_round
-                  else "configurations") as bar:
-        if calibrate_each_round:
-            df = compare_recalibrating(rounds=rounds, steps=steps, warmup=warmup, progress=bar)
-        else:
-            df = compare_measured(cluster_path, steps=steps, warmup=warmup, rounds=rounds, progress=bar)
+    try:
+        with step_bar("measuring", unit="calibrations and configurations" if calibrate_each_round
+                      else "configurations") as bar:
+            if calibrate_each_round:
+                df = compare_recalibrating(rounds=rounds, steps=steps, warmup=warmup, progress=bar)
+            else:
+                df = compare_measured(cluster_path, steps=steps, warmup=warmup, rounds=rounds, progress=bar)
+    except InputError as exc:       # compare.check_steps_fit names its parameter: say the option
+        if exc.field != "steps":
+            raise
+        raise InputError("--steps", exc.message, exc.fix) from None
     for name, reason in df.attrs.get("skipped", []):
         click.echo(f"skipped {name}: {reason}", err=True)
     loaded = _loaded_rows(df)

@@ -9,6 +9,7 @@ of the predicted step is responsible.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from hardware_specs.errors import InputError
@@ -164,18 +165,15 @@ def compare_measured(cluster_path, configs=None, steps: int = 14, warmup: int = 
     check_local_ranks(slots, choose_device("auto").kind, f"{cluster_path}: gpus_per_node",
                       "calibrate this machine (paraplan calibrate --out local.yaml) and pass that profile")
     configs, skipped = _fitting_configs(configs, slots)
+    run_cfgs = _run_configs(configs, model, steps, warmup, threads, slots)
+    check_steps_fit(run_cfgs, choose_device("auto").kind)       # before minutes of runs, not at the first long one
     runs: list[list[dict]] = [[] for _ in configs]
     total = int(rounds) * len(configs)
     for r in range(int(rounds)):
         for i, cfg in enumerate(configs):
             if progress is not None:
                 progress(r * len(configs) + i, total, f"{cfg.get('name', f'configuration {i + 1}')}, round {r + 1} of {rounds}")
-            run_cfg = {**model, "steps": steps, "warmup": warmup, **cfg}
-            if threads is not None:
-                run_cfg.setdefault("threads_per_rank", threads)
-            # Keep every calibrated rank busy, as during calibration: small jobs run side by side.
-            run_cfg.setdefault("copies", max(1, slots // _world(run_cfg)))
-            runs[i].append(run_measurement(run_cfg))
+            runs[i].append(run_measurement(run_cfgs[i]))
     rows = []
     for per_round in runs:
         measured = _median_round(per_round)
@@ -265,6 +263,58 @@ def _median_error_round(group):
     return row
 
 
+def _run_configs(configs: list[dict], model: dict, steps: int, warmup: int, threads: int | None,
+                 slots: int) -> list[dict]:
+    """Each configuration's ``run_measurement`` config: the model and step counts under it, the
+    calibrated threads a rank, and as many copies of a job as fill the ``slots`` (every
+    calibrated rank kept busy, as during calibration: small jobs run side by side)."""
+    out = []
+    for cfg in configs:
+        run_cfg = {**model, "steps": steps, "warmup": warmup, **cfg}
+        if threads is not None:
+            run_cfg.setdefault("threads_per_rank", threads)
+        run_cfg.setdefault("copies", max(1, slots // _world(run_cfg)))
+        out.append(run_cfg)
+    return out
+
+
+def check_steps_fit(run_cfgs: list[dict], kind: str) -> None:
+    """``InputError`` naming ``steps`` when ``RunConfig``'s checks of a run's size (its FLOPs,
+    ``RUN_FLOPS``, counting every copy a job runs beside it; its operator-call floor,
+    ``check_finishes``) refuse a configuration at these steps but would take fewer; the fix says
+    the most steps every configuration takes. Checked before any run: ``validate measured
+    --steps 1000`` measured for minutes, then failed naming options it lacks (the single-rank
+    layouts run 2 copies, twice the FLOPs of one job). Other errors are left to the runs."""
+    from paraplan.measure.train import RunConfig
+
+    def refusal(run_cfg: dict, steps: int):
+        run = RunConfig.from_dict({**run_cfg, "steps": steps})
+        try:
+            run.check_fits(kind, 0.0)            # host memory: not a matter of steps (checked by each run)
+            run.check_finishes(kind, run.threads_per_rank or max(1, (os.cpu_count() or 1) // 2))
+        except InputError as exc:
+            return exc
+        return None
+
+    def most_steps(run_cfg: dict) -> int:
+        """The most steps ``run_cfg`` takes (its own if taken, or if even warmup + 1 are not:
+        then steps are not the problem): both checks grow with the steps, so bisect."""
+        steps, warmup = int(run_cfg["steps"]), int(run_cfg["warmup"])
+        if refusal(run_cfg, steps) is None or refusal(run_cfg, warmup + 1) is not None:
+            return steps
+        lo, hi = warmup + 1, steps           # lo is taken, hi refused
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if refusal(run_cfg, mid) is None else (lo, mid)
+        return lo
+    most = {id(c): most_steps(c) for c in run_cfgs}
+    for run_cfg in run_cfgs:
+        steps = int(run_cfg["steps"])
+        if most[id(run_cfg)] < steps:
+            raise InputError("steps", f"{steps} steps are too many for {run_cfg.get('name', 'a configuration')}: "
+                             f"{refusal(run_cfg, steps).message}", f"use at most {min(most.values())} steps")
+
+
 def _world(cfg: dict) -> int:
     """Ranks one job of configuration ``cfg`` runs (``RunConfig.world_size``; absent degrees 1)."""
     return int(cfg.get("dp", 1)) * int(cfg.get("tp", 1)) * int(cfg.get("pp", 1))
@@ -309,7 +359,12 @@ def compare_recalibrating(configs=None, rounds: int = 3, nprocs: int = 2, steps:
     require_torch()      # before the first progress report
     frames = []
     # each round's profile has nprocs ranks: measure (and count) only the layouts that fit them
-    configs, skipped = _fitting_configs(list(configs or DEFAULT_CONFIGS), _slots(int(nprocs)))
+    slots = _slots(int(nprocs))
+    configs, skipped = _fitting_configs(list(configs or DEFAULT_CONFIGS), slots)
+    from paraplan.measure.runtime import choose_device
+    kind = choose_device("auto").kind       # steps too many for a run: said before the first calibration
+    check_steps_fit(_run_configs(configs, model or (DEFAULT_MODEL_GPU if kind == "cuda" else DEFAULT_MODEL), steps,
+                                 warmup, None, slots), kind)
     n = len(configs)
     total = int(rounds) * (1 + n)
 
