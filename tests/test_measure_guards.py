@@ -124,3 +124,40 @@ def test_validate_measured_takes_the_most_steps_its_refusal_names(monkeypatch):
     monkeypatch.setattr(train, "run_measurement", lambda cfg: (_ for _ in ()).throw(Started(cfg["steps"])))
     r = run("validate", "measured", DATA / "measured_calibration.yaml", "--steps", "919", "--rounds", "1")
     assert isinstance(r.exception, Started) or "Started" in r.output, r.output
+
+
+# --- values of the wrong kind given to the library ------------------------------------------------
+
+WRONG_KIND = [({"dp": float("nan")}, "dp"), ({"tp": float("inf")}, "tp"), ({"steps": "4"}, "steps"),
+              ({"tp": 2.0}, "tp"), ({"warmup": 1.5}, "warmup"), ({"micro_batch": True}, "micro_batch"),
+              ({"global_batch": 1e30}, "global_batch"), ({"device": "tpu"}, "device"), ({"lr": -1.0}, "lr"),
+              ({"lr": float("nan")}, "lr"), ({"lr": 0}, "lr"), ({"seed": -1}, "seed"), ({"name": None}, "name")]
+
+
+@pytest.mark.parametrize("config,field", WRONG_KIND, ids=[repr(c) for c, _ in WRONG_KIND])
+def test_run_config_names_a_field_of_the_wrong_kind(config, field):
+    from hardware_specs.errors import InputError
+    from paraplan.measure.train import RunConfig
+    with pytest.raises(InputError) as info:
+        RunConfig.from_dict(config)
+    assert info.value.field == field
+
+
+def test_run_config_still_takes_numpy_integers_and_an_integer_learning_rate():
+    import numpy as np
+
+    from paraplan.measure.train import RunConfig
+    run_cfg = RunConfig.from_dict({"dp": np.int64(2), "global_batch": 4, "lr": 1})
+    assert run_cfg.world_size == 2
+
+
+@pytest.mark.parametrize("config,field", WRONG_KIND[:6], ids=[repr(c) for c, _ in WRONG_KIND[:6]])
+def test_compare_measured_names_the_configuration_and_field_before_measuring(monkeypatch, config, field):
+    pytest.importorskip("torch")
+    from hardware_specs.errors import InputError
+    import paraplan.measure.train as train
+    from paraplan.measure.compare import compare_measured
+    monkeypatch.setattr(train, "run_measurement", _never)
+    with pytest.raises(InputError) as info:
+        compare_measured(DATA / "measured_calibration.yaml", configs=[{"name": "bad", **config}])
+    assert info.value.field == f"configs[0] (bad): {field}", info.value

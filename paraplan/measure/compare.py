@@ -9,6 +9,7 @@ of the predicted step is responsible.
 from __future__ import annotations
 
 import json
+import numbers
 import os
 from pathlib import Path
 
@@ -155,11 +156,11 @@ def compare_measured(cluster_path, configs=None, steps: int = 14, warmup: int = 
     require_torch()      # (and before a progress bar starts)
     cluster = load_cluster(str(cluster_path))
     threads = _calibrated_threads(Path(cluster_path))
-    if int(rounds) < 1:
-        raise InputError("rounds", f"must be >= 1, got {rounds}")
+    _check_rounds(rounds)
     _require_the_profiles_device(cluster)
     configs = list(configs or DEFAULT_CONFIGS)
     slots, model = _device_slots(cluster, model)
+    _check_configs(configs, model, steps, warmup)
     # the profile's ranks are what the runs start side by side: a limit is the profile's to meet
     from paraplan.measure.runtime import check_local_ranks, choose_device
     check_local_ranks(slots, choose_device("auto").kind, f"{cluster_path}: gpus_per_node",
@@ -263,6 +264,28 @@ def _median_error_round(group):
     return row
 
 
+def _check_rounds(rounds) -> None:
+    if isinstance(rounds, bool) or not isinstance(rounds, numbers.Integral) or rounds < 1:
+        raise InputError("rounds", f"must be a whole number >= 1, got {rounds!r}")
+
+
+def _check_configs(configs: list, model: dict, steps, warmup) -> None:
+    """``InputError`` naming the configuration and its field when one would not make a
+    ``RunConfig`` (a degree of NaN, 2.0 ranks, the text '4' for steps, a device 'tpu'), before
+    anything is measured or calibrated: a NaN degree failed with a ValueError where the ranks a
+    layout needs were counted."""
+    from paraplan.measure.train import RunConfig
+    for i, cfg in enumerate(configs):
+        if not isinstance(cfg, dict):
+            raise InputError(f"configs[{i}]", f"must be a dict of RunConfig fields, got {cfg!r}")
+        try:
+            RunConfig.from_dict({**model, "steps": steps, "warmup": warmup, **cfg})
+        except InputError as exc:
+            where = exc.field if exc.field in ("steps", "warmup") and exc.field not in cfg else \
+                f"configs[{i}] ({cfg.get('name', 'unnamed')}): {exc.field}"
+            raise InputError(where, exc.message, exc.fix) from None
+
+
 def _run_configs(configs: list[dict], model: dict, steps: int, warmup: int, threads: int | None,
                  slots: int) -> list[dict]:
     """Each configuration's ``run_measurement`` config: the model and step counts under it, the
@@ -354,17 +377,18 @@ def compare_recalibrating(configs=None, rounds: int = 3, nprocs: int = 2, steps:
 
     import pandas as pd
     from paraplan.measure.calibrate import run_calibration
-    if int(rounds) < 1:
-        raise InputError("rounds", f"must be >= 1, got {rounds}")
+    _check_rounds(rounds)
     require_torch()      # before the first progress report
     frames = []
     # each round's profile has nprocs ranks: measure (and count) only the layouts that fit them
-    slots = _slots(int(nprocs))
-    configs, skipped = _fitting_configs(list(configs or DEFAULT_CONFIGS), slots)
     from paraplan.measure.runtime import choose_device
-    kind = choose_device("auto").kind       # steps too many for a run: said before the first calibration
-    check_steps_fit(_run_configs(configs, model or (DEFAULT_MODEL_GPU if kind == "cuda" else DEFAULT_MODEL), steps,
-                                 warmup, None, slots), kind)
+    kind = choose_device("auto").kind       # bad configurations, too many steps: said before the first calibration
+    model = model or (DEFAULT_MODEL_GPU if kind == "cuda" else DEFAULT_MODEL)
+    configs = list(configs or DEFAULT_CONFIGS)
+    _check_configs(configs, model, steps, warmup)
+    slots = _slots(int(nprocs))
+    configs, skipped = _fitting_configs(configs, slots)
+    check_steps_fit(_run_configs(configs, model, steps, warmup, None, slots), kind)
     n = len(configs)
     total = int(rounds) * (1 + n)
 

@@ -9,8 +9,9 @@ steps after ``warmup``.
 """
 from __future__ import annotations
 
+import math
+import numbers
 import os
-
 import statistics
 import time
 from dataclasses import asdict, dataclass, fields
@@ -39,6 +40,13 @@ RUN_FLOPS = {"cpu": 2e13, "cuda": 2e16}
 #: passes). The floor is 1 us a call, 4x under the best seen here, so only runs that cannot
 #: finish are refused on a faster host; recomputation (a second forward) is not counted.
 LAYER_PASS_FLOOR_S = 101 * 1e-6
+
+
+#: the fields of ``RunConfig`` that are whole numbers (a bool is refused, though Python counts it one)
+WHOLE_FIELDS = ("dp", "tp", "pp", "micro_batch", "global_batch", "zero_stage", "num_layers", "hidden_size", "num_heads",
+                "vocab_size", "seq_len", "steps", "warmup", "seed", "copies")
+#: where a measured run's ranks may run (``runtime.choose_device``)
+DEVICES = ("auto", "cpu", "cuda")
 
 
 #: bytes of one weight (and of its gradient) by the runner's compute dtype
@@ -107,6 +115,7 @@ class RunConfig:
     copies: int = 1
 
     def __post_init__(self) -> None:
+        self._check_types()
         for name in ("dp", "tp", "pp", "micro_batch", "global_batch", "steps", "copies", "num_layers", "hidden_size",
                      "num_heads", "vocab_size", "seq_len"):
             if int(getattr(self, name)) < 1:
@@ -147,6 +156,25 @@ class RunConfig:
         if self.num_layers < self.pp:
             raise InputError("pp", f"{self.num_layers} layers cannot fill {self.pp} pipeline stages",
                              f"use at most {self.num_layers} stages (one per layer), or more layers")
+
+    def _check_types(self) -> None:
+        """``InputError`` naming the first field of the wrong kind, before any other check reads
+        it (a NaN degree failed with a ValueError, an infinite one with an OverflowError, the
+        text '4' with a TypeError; 2.0 ranks, 1.5 warm-up steps, ``True`` sequences and a device
+        'tpu' were taken, and a NaN or negative learning rate failed inside the ranks)."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in WHOLE_FIELDS and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+                raise InputError(f.name, f"must be a whole number, got {value!r}", f"give {f.name} as an integer")
+        if isinstance(self.lr, bool) or not isinstance(self.lr, numbers.Real) or not math.isfinite(self.lr) or self.lr <= 0:
+            raise InputError("lr", f"must be a finite number above 0, got {self.lr!r}", "e.g. 1e-4")
+        if int(self.seed) < 0:
+            raise InputError("seed", f"must be >= 0, got {self.seed}")
+        if self.device not in DEVICES:
+            raise InputError("device", f"unknown device {self.device!r}", "use " + ", ".join(DEVICES))
+        for name in ("name", "recompute"):
+            if not isinstance(getattr(self, name), str):
+                raise InputError(name, f"must be text, got {getattr(self, name)!r}")
 
     def model_state_bytes_per_rank(self, dtype: str = "fp32") -> float:
         """A lower bound of the model states one rank holds, bytes, training in ``dtype`` (the
