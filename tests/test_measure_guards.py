@@ -161,3 +161,63 @@ def test_compare_measured_names_the_configuration_and_field_before_measuring(mon
     with pytest.raises(InputError) as info:
         compare_measured(DATA / "measured_calibration.yaml", configs=[{"name": "bad", **config}])
     assert info.value.field == f"configs[0] (bad): {field}", info.value
+
+
+# --- more ranks than the cores ----------------------------------------------------------------------
+
+@pytest.fixture
+def two_cores_and_no_ranks(monkeypatch):
+    """A 2-core machine, and no rank ever started."""
+    torch = pytest.importorskip("torch")
+    import os
+
+    import torch.multiprocessing as mp
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA host's ranks are GPUs, not bounded by its cores")
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(mp, "start_processes", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ranks started")))
+
+
+def test_measure_refuses_32_ranks_on_2_cores_before_starting_them(two_cores_and_no_ranks):
+    # dp2 x tp2 x pp8 = 32 ranks; at 4 a core a 2-core machine starts at most 8 (dp2 x tp2 x pp2)
+    r = run("measure", "--dp", "2", "--tp", "2", "--pp", "8", "--layers", "8")
+    assert r.exit_code == 2, r.output
+    assert r.output.strip().splitlines()[-1] == (
+        "error: --dp*--tp*--pp: 32 CPU ranks on 2 cores; a CPU measurement starts at most 4 a core (8 here) "
+        "(use fewer ranks)")
+
+
+def test_measure_help_states_the_rank_limit_and_the_time_limit():
+    from paraplan.measure.runtime import max_cpu_ranks
+    text = " ".join(run("measure", "--help").output.split())
+    assert f"at most 4 ranks a core on a CPU ({max_cpu_ranks()} on this machine)" in text
+    assert "cannot finish in 600 s is refused" in text
+
+
+def _return_nothing(rank, world_size, device, choice, args):
+    return None
+
+
+def test_a_launch_reports_its_ranks_starting_before_any_rank_reports():
+    # a bar from the first second: 32 ranks on 2 cores showed nothing for minutes (the first
+    # report came from rank 0's first step, after every rank's start-up and rendezvous)
+    pytest.importorskip("torch")
+    from paraplan.measure.runtime import choose_device, launch
+    seen = []
+    launch(_return_nothing, 1, {}, choose_device("cpu", threads_per_rank=1), progress=lambda *a: seen.append(a))
+    assert seen[0] == (0, 1, "starting 1 rank")
+
+
+def test_ranks_sharing_the_cores_are_warned_about(monkeypatch):
+    # 2 single-thread ranks on 1 core: the measured step includes their contention
+    pytest.importorskip("torch")
+    import os
+
+    import paraplan.measure.train as train
+
+    class Stop(Exception):
+        pass
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    monkeypatch.setattr(train, "launch", lambda *a, **k: (_ for _ in ()).throw(Stop()))
+    with pytest.warns(UserWarning, match="2 ranks x 1 thread share 1 core: "), pytest.raises(Stop):
+        train.run_measurement({"dp": 2, "global_batch": 4, "device": "cpu"})

@@ -180,7 +180,7 @@ def test_sigterm_stops_the_ranks_and_removes_the_folder(tmp_path):
 
 @pytest.fixture
 def two_cores_and_no_ranks(monkeypatch):
-    """A 2-core machine (a CPU measurement starts at most 32 ranks), and no rank ever started."""
+    """A 2-core machine (a CPU measurement starts at most 8 ranks), and no rank ever started."""
     torch = pytest.importorskip("torch")
     import os
 
@@ -192,16 +192,16 @@ def two_cores_and_no_ranks(monkeypatch):
 
 
 def test_calibrate_names_nprocs_not_the_launchers_world_size(two_cores_and_no_ranks, tmp_path):
-    line = one_line_error(run("calibrate", "--out", tmp_path / "m.yaml", "--nprocs", "33"))
-    assert line == ("error: --nprocs: 33 CPU ranks on 2 cores; a CPU measurement starts at most 16 a core "
-                    "(32 here) (use a smaller --nprocs)")
+    line = one_line_error(run("calibrate", "--out", tmp_path / "m.yaml", "--nprocs", "9"))
+    assert line == ("error: --nprocs: 9 CPU ranks on 2 cores; a CPU measurement starts at most 4 a core "
+                    "(8 here) (use a smaller --nprocs)")
     assert not (tmp_path / "m.yaml").exists()
 
 
 def test_calibrate_help_states_the_real_limit():
     from paraplan.measure.runtime import max_cpu_ranks
     text = " ".join(run("calibrate", "--help").output.split())
-    assert f"at most 16 a core on a CPU ({max_cpu_ranks()} on this machine)" in text
+    assert f"at most 4 a core on a CPU ({max_cpu_ranks()} on this machine)" in text
 
 
 def test_validate_measured_names_the_profiles_field_not_world_size(two_cores_and_no_ranks, tmp_path):
@@ -211,7 +211,7 @@ def test_validate_measured_names_the_profiles_field_not_world_size(two_cores_and
                        .replace("\nmax_gpus: 2\n", "\nmax_gpus: 64\n"))
     line = one_line_error(run("validate", "measured", profile, "--steps", "2", "--warmup", "0", "--rounds", "1"))
     assert line.startswith(f"error: {profile}: gpus_per_node: 64 CPU ranks on 2 cores; a CPU measurement starts at "
-                           "most 16 a core (32 here) (calibrate this machine")
+                           "most 4 a core (8 here) (calibrate this machine")
 
 
 # --- validate gpu-record: only layouts the measured runner can produce ----------------------------

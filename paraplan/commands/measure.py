@@ -5,6 +5,7 @@ import click
 
 from hardware_specs.errors import InputError
 from paraplan.cli import dump_json, step_bar
+from paraplan.measure.runtime import LAUNCH_TIMEOUT_S, MAX_RANKS_PER_CORE, max_cpu_ranks
 
 
 #: RunConfig's fields (what run_measurement's errors name) -> this command's options
@@ -46,6 +47,10 @@ def command(as_json: bool, **config) -> None:
     tensor (Megatron column/row-parallel) and pipeline (1F1B) parallelism for a few steps and
     reports the median step time after warm-up, tokens/s and peak memory. Needs PyTorch.
 
+    dp*tp*pp is at most one rank per GPU on a GPU host, and at most {per_core} ranks a core on a
+    CPU ({cpu_ranks} on this machine): ranks beyond the cores time their contention (a warning
+    says so). A run that cannot finish in {timeout:.0f} s is refused before it starts.
+
     \b
     Example:
       paraplan measure --tp 2 --micro-batch 1 --global-batch 4
@@ -77,3 +82,6 @@ UNAVAILABLE = "unavailable"
 def _shown(value, scale: float, fmt: str) -> str:
     """``value`` scaled and formatted, or ``UNAVAILABLE`` where it is None or NaN (not read here)."""
     return UNAVAILABLE if value is None or value != value else fmt.format(scale * value)
+
+
+command.help = command.help.format(per_core=MAX_RANKS_PER_CORE, cpu_ranks=max_cpu_ranks(), timeout=LAUNCH_TIMEOUT_S)

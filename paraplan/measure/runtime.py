@@ -30,8 +30,12 @@ DEFAULT_LOCAL_RANKS = 2
 #: most local processes one measurement starts: one per GPU of the largest nodes (72 in an
 #: NVL72 rack) with room to spare; on a CPU host each also takes its own cores' worth of threads
 MAX_LOCAL_PROCESSES = 128
-#: CPU ranks a measurement starts per core: beyond it the runs time contention (2 cores: 32)
-MAX_RANKS_PER_CORE = 16
+#: CPU ranks a measurement starts per core (2 cores: 8, the smallest 3-D layout dp2 x tp2 x pp2).
+#: Ranks beyond the cores time their contention, not the layout, and their start-up grows with
+#: their count (each forks, joins gloo's rendezvous and builds its tp/dp/pp groups): on the 2-core
+#: VM 128 ranks ran past two minutes, 64 took 96 s, and 32 (``measure --dp 2 --tp 2 --pp 8
+#: --layers 8``, allowed at 16 a core) ran for minutes with no progress shown before rank 0's first step
+MAX_RANKS_PER_CORE = 4
 #: seconds one launch of ranks (a measured run, a calibration) may run before its ranks are stopped
 LAUNCH_TIMEOUT_S = 600.0
 
@@ -371,6 +375,8 @@ def launch(fn: Callable, world_size: int, args: dict, choice: DeviceChoice,
     Ranks still running after ``timeout_s`` are killed and ``MeasurementTimeout`` raised.
     """
     check_local_ranks(world_size, choice.kind)
+    if progress is not None:            # at once: the ranks' start-up and rendezvous take seconds
+        progress(0, 1, f"starting {world_size} rank{'s' if world_size > 1 else ''}")
     torch = require_torch()
     import torch.multiprocessing as mp
     if choice.kind == "cuda" and world_size > torch.cuda.device_count():

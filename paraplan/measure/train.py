@@ -433,7 +433,14 @@ def run_measurement(config: dict, progress=None) -> dict:
     device_bytes = float(torch.cuda.get_device_properties(0).total_memory) if choice.kind == "cuda" else 0.0
     run.check_fits(choice.kind, _host_memory_bytes(), device_bytes, dtype=choice.dtype)
     run.check_finishes(choice.kind, choice.threads_per_rank)
-    ranks = launch(_train_worker, run.copies * run.world_size, asdict(run), choice, progress=progress)
+    processes = run.copies * run.world_size
+    cores = os.cpu_count() or 1
+    if choice.kind != "cuda" and processes * choice.threads_per_rank > cores:
+        import warnings
+        warnings.warn(f"{processes} ranks x {choice.threads_per_rank} thread{'s' if choice.threads_per_rank > 1 else ''} "
+                      f"share {cores} core{'s' if cores > 1 else ''}: the step time includes their contention, not only the layout's cost",
+                      stacklevel=2)
+    ranks = launch(_train_worker, processes, asdict(run), choice, progress=progress)
     times = ranks[0]["step_times_s"]
     measured = statistics.median(times[run.warmup:])
     losses = next((r["losses"] for r in ranks if r["losses"]), [])
