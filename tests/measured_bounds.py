@@ -42,6 +42,10 @@ RATIO_PAIRS = (("single-recompute", "single"), ("tp2-recompute", "tp2"), ("tp2",
 #: 14.7 MB fp32 gradient over gloo costs about what the halved compute saves), predicted 0.724:
 #: the ratio is off by -28.5% against a tolerance of 20.4%.
 KNOWN_RATIO_MISSES = (("dp2", "single"),)
+#: the layouts ``tests/data/measured_baseline.csv`` holds and ``test_measure.refresh_baseline``
+#: measures: the live test's ``MEASURED_NAMES``, every layout of ``RATIO_PAIRS`` and
+#: ``KNOWN_RATIO_MISSES``, and dp2 with two micro-batches (dp2-mb1x2)
+BASELINE_NAMES = ("single", "single-recompute", "dp2", "dp2-mb1x2", "dp2-zero1", "tp2", "tp2-recompute", "pp2-mb1x4")
 
 
 def ratio_error(errors: Mapping[str, float], layout: str, reference: str) -> float:

@@ -47,7 +47,7 @@ from paraplan.measure.calibrate import run_calibration, sidecar_path  # noqa: E4
 from paraplan.measure.compare import DEFAULT_CONFIGS, compare_measured  # noqa: E402
 from paraplan.measure.runtime import machine_fingerprint  # noqa: E402
 from paraplan.measure.selfcheck import check_parallel_equivalence  # noqa: E402
-from measured_bounds import (DRIFT_MARGIN, ERROR_BOUND, MEAN_ERROR_BOUND, MEASURED_NAMES,  # noqa: E402
+from measured_bounds import (BASELINE_NAMES, DRIFT_MARGIN, ERROR_BOUND, MEAN_ERROR_BOUND, MEASURED_NAMES,  # noqa: E402
                              ratio_failures)
 
 BASELINE = Path(__file__).parent / "data" / "measured_baseline.csv"
@@ -73,6 +73,9 @@ LOADED = 0.15
 #: are left to ``test_measured_baseline.py``, which re-predicts all eight on every machine without
 #: torch, and the live measurement stays within the suite's 4 minutes)
 MEASURED_SET = [c for c in DEFAULT_CONFIGS if c["name"] in MEASURED_NAMES]
+#: every layout of the committed baseline (``measured_bounds.BASELINE_NAMES``), which
+#: ``refresh_baseline`` measures again (only ``MEASURED_SET`` would drop the ratio checks' references)
+BASELINE_SET = [c for c in DEFAULT_CONFIGS if c["name"] in BASELINE_NAMES]
 STEPS, WARMUP = 10, 3
 
 
@@ -199,8 +202,9 @@ def _ratio_misses(df) -> list[str]:
 
 
 def measure_set(directory: Path, calibration: Path | None = None, deadline: float | None = None,
-                stop_when_busy: bool = False):
-    """Measure and simulate ``MEASURED_SET`` (calibrating first unless ``calibration`` is given).
+                stop_when_busy: bool = False, configs=None):
+    """Measure and simulate ``configs`` (default ``MEASURED_SET``; calibrating first unless
+    ``calibration`` is given).
 
     Configurations are measured one at a time. With ``stop_when_busy``, two loaded rows before
     any quiet one raise ``MachineBusy`` at once. A row that was loaded, or that one round puts
@@ -212,9 +216,10 @@ def measure_set(directory: Path, calibration: Path | None = None, deadline: floa
     import time
 
     import pandas as pd
+    configs = MEASURED_SET if configs is None else configs
     cluster = calibration if calibration is not None else _calibrate(directory, attempts=2)
     rows, seconds = [], []
-    for cfg in MEASURED_SET:
+    for cfg in configs:
         t0 = time.monotonic()
         rows.append(compare_measured(cluster, configs=[cfg], steps=STEPS, warmup=WARMUP))
         seconds.append(time.monotonic() - t0)
@@ -226,9 +231,9 @@ def measure_set(directory: Path, calibration: Path | None = None, deadline: floa
             raise MachineBusy(f"other processes or the hypervisor held the CPUs while measuring ({seen})")
     df = pd.concat(rows, ignore_index=True)
     df["rounds"] = 1
-    per_config = dict(zip([c["name"] for c in MEASURED_SET], seconds))
+    per_config = dict(zip([c["name"] for c in configs], seconds))
     for name in _suspect(df):
-        cfg = next(c for c in MEASURED_SET if c["name"] == name)
+        cfg = next(c for c in configs if c["name"] == name)
         i = df.index[df["name"] == name][0]
         while df.loc[i, "rounds"] < MAX_ROUNDS and name in _suspect(df):
             if deadline is not None and time.monotonic() + per_config[name] > deadline:
@@ -359,8 +364,10 @@ def test_measured_prediction_error_has_not_drifted_from_baseline(measured):
 
 
 def refresh_baseline(path: Path = BASELINE, rounds: int = 3) -> None:
-    """Calibrate and measure ``MEASURED_SET`` ``rounds`` times; keep the round whose mean |error|
-    is the median as the baseline, with its calibration (``BASELINE_CALIBRATION``).
+    """Calibrate and measure every layout of the committed baseline (``BASELINE_SET``: the live
+    test's ``MEASURED_SET`` and the single-rank and data-parallel layouts the ratio checks pair
+    them with) ``rounds`` times; keep the round whose mean |error| is the median as the baseline,
+    with its calibration (``BASELINE_CALIBRATION``).
 
     Each round pairs a calibration with the measurements taken right after it: this VM drifts by
     10-20% over minutes, so a calibration and measurements minutes apart disagree by that much.
@@ -375,7 +382,7 @@ def refresh_baseline(path: Path = BASELINE, rounds: int = 3) -> None:
         runs = []
         for r in range(rounds):
             try:
-                df = measure_set(Path(d) / f"round{r}")
+                df = measure_set(Path(d) / f"round{r}", configs=BASELINE_SET)
             except MachineBusy as exc:
                 raise SystemExit(f"not writing {path}: {exc}; rerun when the machine is quiet") from None
             loaded = df[_loaded(df)]
@@ -426,6 +433,22 @@ def test_refresh_baseline_refuses_a_round_with_foreign_load(monkeypatch, tmp_pat
     with pytest.raises(SystemExit, match="tp2"):
         refresh_baseline(tmp_path / "baseline.csv", rounds=1)
     assert not (tmp_path / "baseline.csv").exists()
+
+
+def test_refresh_baseline_measures_every_layout_the_committed_baseline_holds(monkeypatch, tmp_path):
+    """No measurement: a refresh measures the eight layouts of ``measured_baseline.csv`` (it
+    measured only the live test's four, dropping the ratio checks' single-rank references)."""
+    import pandas as pd
+    module = sys.modules[__name__]
+    asked = []
+
+    def fake_measure_set(*args, configs=None, **kwargs):
+        asked.append([c["name"] for c in (configs if configs is not None else MEASURED_SET)])
+        raise SystemExit("stop after the first round")
+    monkeypatch.setattr(module, "measure_set", fake_measure_set)
+    with pytest.raises(SystemExit, match="stop"):
+        refresh_baseline(tmp_path / "baseline.csv", rounds=1)
+    assert set(asked[0]) == set(pd.read_csv(BASELINE)["name"]) == set(BASELINE_NAMES)
 
 
 def test_a_round_whose_mean_is_over_its_bound_has_every_quiet_row_remeasured_largest_error_first():
