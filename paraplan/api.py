@@ -548,6 +548,10 @@ def plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int, global_b
             df[col] = df[col].astype(str)
     df = _with_plan_columns(df.reset_index(drop=True), model_spec, cluster_spec, gpus, constraints.get("efficiency"))
     df.attrs["explain"] = getattr(result, "explain", "")
+    # how many configurations fit, of which the table keeps ``len(df)`` (``max_plans``): a
+    # figure of the table says it was cut (``plots.pareto``); ``fit_exact`` False: "at least"
+    df.attrs["fitting"] = int(getattr(result, "fitting", len(df)) or len(df))
+    df.attrs["fit_exact"] = bool(getattr(result, "fit_exact", True))
     # the stack fields every row was priced with, per dtype (a row carries only its searched
     # fields; an export reads the rest, ``best_plan_for``)
     df.attrs["software"] = {d: dict(f) for d, f in getattr(result, "software", {}).items()}

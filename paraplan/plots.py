@@ -388,40 +388,67 @@ def roofline(ops: pd.DataFrame, path: str | Path | None = None, *, title: str | 
 # Pareto frontier
 # --------------------------------------------------------------------------------------------
 
-def pareto_mask(df: pd.DataFrame, x: str = "memory_gib", y: str = "tokens_per_s") -> np.ndarray:
-    """Rows no other row beats on both axes (lower ``x`` and higher ``y`` are better)."""
+def pareto_mask(df: pd.DataFrame, x: str = "memory_gib", y: str = "tokens_per_s",
+                min_share: float | None = None) -> np.ndarray:
+    """Rows no other row beats on both axes (lower ``x`` and higher ``y`` are better); with
+    ``min_share``, only those with more than that share of the largest ``y`` (``plan --pareto``
+    keeps the plans over ``planners.time_pruning.FRONTIER_MIN_SHARE`` of the fastest's tokens/s).
+    The planner's own rule (``planners.plan.frontier_mask``)."""
+    from planners.plan import frontier_mask
     if not isinstance(df, pd.DataFrame):
         raise InputError("df", f"expected a DataFrame of plans, got {type(df).__name__}")
     for option, name in (("x", x), ("y", y)):
         if name not in df.columns:
             raise InputError(option, f"{name!r} is not a column of the rows", suggest(str(name), map(str, df.columns)))
-    xs = df[x].to_numpy(dtype=float)
-    ys = df[y].to_numpy(dtype=float)
-    order = np.lexsort((-ys, xs))        # by x ascending, then y descending
-    mask = np.zeros(len(df), dtype=bool)
-    best = -np.inf
-    for i in order:
-        if ys[i] > best:
-            mask[i] = True
-            best = ys[i]
-    return mask
+    return frontier_mask(df[x].to_numpy(dtype=float), df[y].to_numpy(dtype=float), min_share)
 
 
 def pareto(plans: Any, path: str | Path | None = None, *, x: str = "memory_gib", y: str = "tokens_per_s",
            label: str | None = None, annotate: int = 6, title: str | None = None) -> Figure:
     """Every plan as a point (memory per GPU vs tokens/s) with the Pareto frontier drawn through
-    the plans no other plan beats on both; the frontier's fastest plans are labelled."""
+    the plans no other plan beats on both; the frontier's fastest plans are labelled.
+
+    On the default axes the frontier is ``plan --pareto``'s: the undominated plans over
+    ``FRONTIER_MIN_SHARE`` of the fastest's tokens/s (``PlanResult.pareto``), every one of which
+    the planner timed with its exact pipeline makespan (``planners.refine``); a frontier point
+    with ``pipeline_exact`` False (a table from elsewhere) is drawn hollow and named estimated.
+    The other plans are grey; their legend says when some carry the planner's closed-form
+    estimate of the pipeline time (``pipeline_exact`` False: an upper bound, not what
+    ``simulate`` gives) and, when the table holds fewer plans than fit (``attrs["fitting"]``,
+    ``api.plan``'s ``max_plans``), how many of how many are drawn."""
+    from planners.time_pruning import FRONTIER_MIN_SHARE
     df = _checked(plans, (), path, drawn=(x, y), x=x, y=y, label=label)
     annotate = whole_number("annotate", annotate, minimum=0)
-    mask = pareto_mask(df, x, y)
+    share = FRONTIER_MIN_SHARE if (x, y) == ("memory_gib", "tokens_per_s") else None
+    mask = pareto_mask(df, x, y, share)
+    exact = (df["pipeline_exact"].astype(object).ne(False).to_numpy() if "pipeline_exact" in df.columns
+             else np.ones(len(df), dtype=bool))
     labels = _labels(df, label)
     fig = Figure(figsize=(9.5, 5.6), dpi=110)
     ax = fig.add_subplot()
-    ax.scatter(df.loc[~mask, x], df.loc[~mask, y], s=12, color="#B0B0B0", alpha=0.6,
-               label=f"other plans ({int((~mask).sum())})")
+    n_other = int((~mask).sum())
+    fitting = getattr(plans, "attrs", {}).get("fitting") or df.attrs.get("fitting")
+    fitting = int(fitting) if fitting else None
+    other = f"other plans ({n_other:,}"
+    estimated = int((~exact[~mask]).sum())
+    if estimated:
+        other += f"; {estimated:,} with estimated pipeline time" if estimated < n_other \
+            else ", estimated pipeline time"
+    if fitting is not None and fitting > len(df):
+        at_least = "" if getattr(plans, "attrs", {}).get("fit_exact", True) else "at least "
+        other += f"; {len(df):,} of {at_least}{fitting:,} fitting plans drawn"
+    other += ")"
+    ax.scatter(df.loc[~mask, x], df.loc[~mask, y], s=12, color="#B0B0B0", alpha=0.6, label=other)
     front = df[mask].sort_values(x)
-    ax.plot(front[x], front[y], "-o", color="#C44E52", markersize=6, linewidth=1.5,
-            label=f"Pareto frontier ({len(front)})", zorder=3)
+    floor = f"; over {100 * share:.0f}% of the fastest" if share is not None else ""
+    ax.plot(front[x], front[y], "-", color="#C44E52", linewidth=1.5, zorder=3)
+    front_exact = exact[front.index.to_numpy()]
+    ax.plot(front.loc[front_exact, x], front.loc[front_exact, y], "o", color="#C44E52", markersize=6, zorder=4,
+            label=f"Pareto frontier ({len(front)}{floor})")
+    if (~front_exact).any():
+        ax.plot(front.loc[~front_exact, x], front.loc[~front_exact, y], "o", markerfacecolor="white",
+                markeredgecolor="#C44E52", markersize=6, zorder=4,
+                label=f"frontier, estimated pipeline time ({int((~front_exact).sum())})")
     if "hbm_gib" in df.columns and x == "memory_gib":
         hbm = float(df["hbm_gib"].iloc[0])
         ax.axvline(hbm, color="black", linestyle="--", linewidth=1, label=f"HBM ({hbm:.0f} GiB)")

@@ -177,16 +177,37 @@ class PlanResult:
         """
         df = self.plans
         if by == "memory":
-            order = df.sort_values(["memory_gib", "tokens_per_s"], ascending=[True, False], kind="stable")
-        elif by == "gpus":
-            order = df.drop_duplicates("n_gpus", keep="first").sort_values("n_gpus", kind="stable")
-        else:
+            mask = frontier_mask(df["memory_gib"].to_numpy(dtype=float), df["tokens_per_s"].to_numpy(dtype=float))
+            order = df[mask].sort_values(["memory_gib", "tokens_per_s"], ascending=[True, False], kind="stable")
+            return order.loc[:, self.columns(detailed)].reset_index(drop=True)
+        if by != "gpus":
             raise InputError("pareto", f"unknown axis {by!r}", "use 'memory' or 'gpus'")
+        order = df.drop_duplicates("n_gpus", keep="first").sort_values("n_gpus", kind="stable")
         tps = order["tokens_per_s"].to_numpy()
         running = np.maximum.accumulate(np.concatenate([[-np.inf], tps[:-1]]))
-        if by == "memory" and len(tps):
-            running = np.maximum(running, FRONTIER_MIN_SHARE * tps.max())
         return order.loc[tps > running, self.columns(detailed)].reset_index(drop=True)
+
+
+def frontier_mask(cost: np.ndarray, value: np.ndarray, min_share: float | None = FRONTIER_MIN_SHARE) -> np.ndarray:
+    """True for the rows on the frontier of ``value`` (higher is better: tokens/s) against
+    ``cost`` (lower is better: GiB per GPU): no row with less or equal cost (earlier in a stable
+    order on equal cost) has as much value, and the row has more than ``min_share`` of the
+    largest value (``min_share`` None: no floor). The one rule of ``PlanResult.pareto("memory")`` (``plan --pareto``) and of
+    ``paraplan.plots.pareto``: ``refine_exact`` gives exactly the rows over
+    ``FRONTIER_MIN_SHARE`` that can be on it their exact pipeline makespan, so every row this
+    keeps from a plan table is what ``simulate`` says of it."""
+    cost = np.asarray(cost, dtype=float)
+    value = np.asarray(value, dtype=float)
+    mask = np.zeros(len(value), dtype=bool)
+    if not len(value):
+        return mask
+    order = np.lexsort((-value, cost))          # by cost ascending, then value descending (stable)
+    ranked = value[order]
+    running = np.maximum.accumulate(np.concatenate([[-np.inf], ranked[:-1]]))
+    if min_share is not None:
+        running = np.maximum(running, min_share * np.nanmax(value))
+    mask[order] = ranked > running
+    return mask
 
 
 def row_config(row, software: Mapping | None = None) -> ParallelConfig:
