@@ -91,7 +91,7 @@ def _capped(imbalance, capacity_factor):
     return np.where(cf > 0, np.minimum(imb, cf), imb)
 
 
-def _shared_ffn_total(model: ModelSpec) -> int:
+def shared_ffn_total(model: ModelSpec) -> int:
     """Width of all shared experts fused into one MLP (Megatron's SharedExpertMLP), 0 if none."""
     moe = model.moe
     if moe is None or not moe.num_shared_experts:
@@ -224,6 +224,25 @@ def glu_clamp_forward_s(model: ModelSpec, rates: ComputeRates, rows, ffn_local, 
     return np.where(eager_glu_clamp(model, glu_clamp_eager), memory_bound_time_s(fwd, rates, GLU_CLAMP_KERNELS), 0.0)
 
 
+def routed_expert_gemms(model: ModelSpec, tokens, ep, etp=1, load_imbalance=1.0, tp=1):
+    """The routed experts' grouped GEMMs on one GPU, one micro-batch, as ``moe_mlp_costs`` times
+    them: (``routed``: tokens the GPU routes, ``tokens / tp``; ``m``: rows of each local expert on
+    the busiest rank, ``moe_tokens_per_expert``; ``local_experts``: E / ep, the groups of each
+    grouped GEMM; ``shapes``: the forward (n, k) of each expert matrix, ``mlp_gemm_shapes`` of
+    the experts' width and FFN split by etp). ``tokens``: as ``moe_mlp_costs`` takes them."""
+    moe = model.moe
+    if moe is None:
+        raise ValueError(f"{model.name} has no experts")
+    E, k = moe.num_experts, moe.top_k
+    tokens, tp, ep, etp = _f(tokens), _f(tp), _f(ep), _f(etp)
+    routed = moe_routed_tokens_per_gpu(tokens, tp)
+    imb = _rank_imbalance(load_imbalance, ep)
+    local_experts = E / ep
+    m_exp = moe_tokens_per_expert(routed, k, E, ep, imb, moe.capacity_factor, etp)
+    shapes = mlp_gemm_shapes(routed_expert_width(model), moe.expert_ffn_hidden_size, model.gated_mlp, etp)
+    return routed, m_exp, local_experts, shapes
+
+
 def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_imbalance=1.0, tp=1, sp=True,
                   current_scaling=False, glu_clamp_eager=False, grouped_gemm_streams=1):
     """Forward seconds, FLOPs and all-to-all sizes of one MoE block on one GPU, one micro-batch.
@@ -272,10 +291,7 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
     d_e = routed_expert_width(model)        # the experts' width (LatentMoE's latent size, else h)
     tokens, tp, ep, etp = _f(tokens), _f(tp), _f(ep), _f(etp)
     zero = 0.0 * (tokens + tp + ep + etp + _f(load_imbalance))   # broadcast every output alike
-    routed = moe_routed_tokens_per_gpu(tokens, tp)
-    imb = _rank_imbalance(load_imbalance, ep)
-    local_experts = E / ep
-    m_exp = moe_tokens_per_expert(routed, k, E, ep, imb, moe.capacity_factor, etp)
+    routed, m_exp, local_experts, expert_shapes = routed_expert_gemms(model, tokens, ep, etp, load_imbalance, tp)
     rows = m_exp * local_experts
 
     router_s, router_dgrad, router_wgrad = linear_gemm_times_s(routed, E, h, rates)
@@ -294,7 +310,6 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
 
     expert_s = expert_dgrad = expert_wgrad = 0.0
     streams = _f(grouped_gemm_streams)
-    expert_shapes = mlp_gemm_shapes(d_e, f_exp, model.gated_mlp, etp)
     for n, kk in expert_shapes:
         # data gradient (m, k, n) and weight gradient (k, n, m) of every local expert
         expert_s = expert_s + grouped_gemm_time_s(m_exp, n, kk, local_experts, rates, streams=streams)
@@ -309,7 +324,7 @@ def moe_mlp_costs(model: ModelSpec, rates: ComputeRates, tokens, ep, etp, load_i
     up = (3.0 if model.gated_mlp else 2.0)
     expert_flops = 2.0 * routed * k * up * d_e * f_exp
 
-    f_sh = _shared_ffn_total(model)
+    f_sh = shared_ffn_total(model)
     shared_s = shared_dgrad = shared_wgrad = zero
     shared_flops = zero
     casts = dict(expert_casts)
@@ -561,7 +576,7 @@ def moe_layer_params_local(model: ModelSpec, tp, ep, etp):
     """
     h = model.hidden_size
     moe = model.moe
-    shared = mlp_params(h, _shared_ffn_total(model), model.gated_mlp)
+    shared = mlp_params(h, shared_ffn_total(model), model.gated_mlp)
     router = h * moe.num_experts
     # the LatentMoE projections are replicated over tp, like the router they sit beside
     non_expert = ((attention_params(model) + shared) / _f(tp) + replicated_kv_params_per_tp_rank(model, tp) + router

@@ -906,8 +906,9 @@ def _sweep_row_columns(base: Mapping[str, Any], field: str, values: list) -> lis
 # --------------------------------------------------------------------------------------------
 
 def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | GPUSpec | None = None,
-              tp: int = 1, micro_batch: int = 1, seq_len: int | None = None, cp: int = 1,
-              dtype: str | None = None, efficiency: EfficiencyModel | None = None) -> pd.DataFrame:
+              tp: int = 1, micro_batch: int = 1, seq_len: int | None = None, cp: int = 1, ep: int = 1,
+              dtype: str | None = None, efficiency: EfficiencyModel | None = None,
+              stack: str | StackSpec | None = None) -> pd.DataFrame:
     """The operations of one transformer layer (plus the LM head) on one GPU, for a roofline
     (``dtype`` default: the GPU's 16-bit type).
 
@@ -916,6 +917,16 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     ``cost_models.compute`` (the simulator's roofline with the generation's achieved efficiency),
     so ``achieved_tflop_per_s`` is what the simulator assumes each op reaches.
 
+    An MoE layer's ops are those ``cost_models.moe.moe_mlp_costs`` times, on one GPU of an
+    ``ep``-way expert-parallel group (expert tensor parallelism 1, balanced load): the router
+    GEMM (M = the ``tokens / tp`` tokens the GPU routes, N = experts), LatentMoE's projections,
+    each routed-expert matrix as one grouped GEMM (``moe.routed_expert_gemms``: ``groups`` = the
+    E / ep local experts, M = ``tokens / tp x top_k x ep / E`` rows each, timed by
+    ``moe.grouped_gemm_time_s`` with ``stack``'s ``grouped_gemm_streams``; FLOPs and bytes are
+    the whole group's), and the shared experts (one dense MLP over all ``tokens``). The expert
+    GEMMs' M, and so where they sit on the roofline, grows with ``ep``: DeepSeek-V3's at tp 1
+    are 128 rows each at ep 1 (memory-bound), 1,024 at ep 8.
+
     Bytes are the compulsory traffic: a GEMM reads both operands once and writes its output
     (as ``gemm_time_s`` counts them); the fused attention core reads Q, K, V and writes O once;
     the element-wise kernels (norms, residual adds, activation; sequence-parallel split) move
@@ -923,6 +934,7 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     model times them by bytes only), enough to place them on the memory-bound side.
 
     Columns: ``op``, ``pass`` (forward/backward), ``m``, ``n``, ``k`` (GEMMs; NaN for attention),
+    ``groups`` (the problems of a grouped GEMM, each (m, n, k); 1 for the others),
     ``flops``, ``bytes``, ``time_s``, ``intensity_flop_per_byte``, ``achieved_tflop_per_s``,
     and, repeated on every row for the roofline, ``peak_tflop_per_s``, ``hbm_tb_per_s``,
     ``achieved_peak_tflop_per_s`` (plateau GEMM rate), ``achieved_hbm_tb_per_s``, ``gpu``, ``dtype``,
@@ -952,14 +964,19 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     if model_spec.seq_len % cp:
         raise InputError("cp", f"cp={cp} does not divide the sequence length {model_spec.seq_len}")
     tokens = micro_batch * model_spec.seq_len // cp
+    ep = _whole_at_most("ep", ep, MAX_GPUS)
+    moe = model_spec.moe
+    if ep > 1 and (moe is None or moe.num_experts % ep):
+        raise InputError("ep", f"{ep} does not divide the {moe.num_experts if moe else 0} experts of {model_spec.name}",
+                         "use an ep dividing the expert count (1 for a dense model)")
     rows = []
 
-    def gemm(op: str, n: float, k: float, op_rates=rates) -> None:
-        n, k = float(n), float(k)
-        flops = 2.0 * tokens * n * k
-        traffic = float(gemm_traffic_bytes(tokens, n, k, op_rates))
-        t = float(gemm_time_s(tokens, n, k, op_rates))
-        rows.append({"op": op, "pass": "forward", "m": tokens, "n": n, "k": k, "flops": flops,
+    def gemm(op: str, n: float, k: float, op_rates=rates, m: float = tokens) -> None:
+        m, n, k = float(m), float(n), float(k)
+        flops = 2.0 * m * n * k
+        traffic = float(gemm_traffic_bytes(m, n, k, op_rates))
+        t = float(gemm_time_s(m, n, k, op_rates))
+        rows.append({"op": op, "pass": "forward", "m": m, "n": n, "k": k, "groups": 1.0, "flops": flops,
                      "bytes": traffic, "time_s": t})
 
     names = ["attention qkv projection", "attention output projection"]
@@ -968,9 +985,13 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     for name, (n, k) in zip(names, attention_gemm_shapes(model_spec, tp)):
         gemm(name, n, k)
     mlp_names = ["mlp up+gate projection" if model_spec.gated_mlp else "mlp up projection", "mlp down projection"]
-    ffn = model_spec.moe.expert_ffn_hidden_size if model_spec.moe is not None else model_spec.ffn_hidden_size
-    for name, (n, k) in zip(mlp_names, mlp_gemm_shapes(model_spec.hidden_size, ffn, model_spec.gated_mlp, tp)):
-        gemm(("expert " if model_spec.moe is not None else "") + name, n, k)
+    ffn = moe.expert_ffn_hidden_size if moe is not None else model_spec.ffn_hidden_size
+    if moe is None:
+        for name, (n, k) in zip(mlp_names, mlp_gemm_shapes(model_spec.hidden_size, ffn, model_spec.gated_mlp, tp)):
+            gemm(name, n, k)
+    else:
+        _moe_gemms(gemm, rows, model_spec, rates, tokens, tp, ep, mlp_names,
+                   _grouped_gemm_streams(stack, dtype, model_spec, g))
     # the output layer stays 16-bit under the low-precision recipes (as the simulator times it)
     head_rates = compute_rates(g, eff, sixteen_bit_dtype(g)) if dtype in LOW_PRECISION else rates
     gemm("lm head (last stage)", model_spec.vocab_size / tp, model_spec.hidden_size, head_rates)
@@ -983,7 +1004,7 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     core_flops = float(attn["core_flops_fwd"])
     fwd_s, bwd_s = attn["core_fwd_s"], attn["core_bwd_s"]
     qkvo = tokens * (heads * qk + kv_heads * (qk + v) + heads * v) * rates.act_bytes
-    rows.append({"op": "attention core (flash)", "pass": "forward", "m": np.nan, "n": np.nan, "k": np.nan,
+    rows.append({"op": "attention core (flash)", "pass": "forward", "m": np.nan, "n": np.nan, "k": np.nan, "groups": 1.0,
                  "flops": core_flops, "bytes": qkvo, "time_s": float(fwd_s)})
     rows.append({"op": "attention core (flash)", "pass": "backward", "m": np.nan, "n": np.nan, "k": np.nan,
                  "flops": 2.5 * core_flops, "bytes": 2.0 * qkvo, "time_s": float(bwd_s)})
@@ -1011,6 +1032,7 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
                          "k": np.nan, "flops": 0.0, "bytes": cast_s * rates.hbm_bytes_per_s, "time_s": cast_s})
 
     df = pd.DataFrame(rows)
+    df["groups"] = df["groups"].fillna(1.0)
     df["intensity_flop_per_byte"] = df["flops"] / df["bytes"]
     df["achieved_tflop_per_s"] = df["flops"] / df["time_s"] / 1e12
     df["peak_tflop_per_s"] = g.peak_flops(dtype) / 1e12
@@ -1021,9 +1043,43 @@ def layer_ops(model: str | ModelSpec, cluster: str | ClusterSpec, *, gpu: str | 
     df["dtype"] = dtype
     df["model"] = model_spec.name
     df["tp"] = tp
+    df["ep"] = ep
     df["tokens"] = tokens
     df["efficiency_fitted"] = bool(eff.is_fitted)   # the achieved rates rest on this efficiency model
     return df
+
+
+def _grouped_gemm_streams(stack, dtype: str, model: ModelSpec, gpu: GPUSpec) -> int:
+    """``stack``'s ``grouped_gemm_streams`` for a run of ``model`` in ``dtype`` (``simulate``'s
+    default stack when None), as the simulator times the routed experts' grouped GEMMs."""
+    spec = stack if isinstance(stack, StackSpec) else load_stack(stack or DEFAULT_STACK)
+    return int(stack_config_fields(spec, dtype, model.name, gpu.name).get("grouped_gemm_streams", 1))
+
+
+def _moe_gemms(gemm, rows: list, model: ModelSpec, rates, tokens: int, tp: int, ep: int, mlp_names: list,
+               streams: int) -> None:
+    """``layer_ops``'s rows of an MoE block's GEMMs, with the shapes and time functions of
+    ``cost_models.moe.moe_mlp_costs`` (expert tensor parallelism 1, balanced load)."""
+    from cost_models.moe import grouped_gemm_time_s, routed_expert_gemms, shared_ffn_total
+    from cost_models.params import routed_expert_width
+    moe, h = model.moe, model.hidden_size
+    routed, m_exp, local, shapes = routed_expert_gemms(model, tokens, ep, 1, 1.0, tp)
+    routed, m_exp, local = float(routed), float(m_exp), float(local)
+    gemm("router", moe.num_experts, h, m=routed)
+    if moe.latent_size:
+        d_e = routed_expert_width(model)
+        gemm("latent down projection", d_e, h, m=routed)
+        gemm("latent up projection", h, d_e, m=routed)
+    for name, (n, k) in zip(mlp_names, shapes):
+        n, k = float(n), float(k)
+        rows.append({"op": f"expert {name} (grouped)", "pass": "forward", "m": m_exp, "n": n, "k": k,
+                     "groups": local, "flops": 2.0 * m_exp * n * k * local,
+                     "bytes": local * float(gemm_traffic_bytes(m_exp, n, k, rates)),
+                     "time_s": float(grouped_gemm_time_s(m_exp, n, k, local, rates, streams=streams))})
+    f_sh = shared_ffn_total(model)
+    if f_sh:
+        for name, (n, k) in zip(mlp_names, mlp_gemm_shapes(h, f_sh, model.gated_mlp, tp)):
+            gemm(f"shared expert {name}", n, k)
 
 
 def moe_is_modelled(model: str | ModelSpec = "mixtral-8x7b", cluster: str | ClusterSpec = "dgx-h100") -> bool:

@@ -379,7 +379,8 @@ def roofline(ops: pd.DataFrame, path: str | Path | None = None, *, title: str | 
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}"))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}"))
     meta = df.iloc[0]
-    desc = f"{meta.get('model', '')}, tp={int(meta.get('tp', 1))}, {int(meta.get('tokens', 0))} tokens/micro-batch"
+    ep = f", ep={int(meta['ep'])}" if "groups" in df.columns and (df["groups"] > 1).any() and "ep" in df.columns else ""
+    desc = f"{meta.get('model', '')}, tp={int(meta.get('tp', 1))}{ep}, {int(meta.get('tokens', 0))} tokens/micro-batch"
     ax.set_title(title or f"Roofline of one layer's ops on {meta['gpu']} ({meta['dtype']}): {desc}", fontsize=10)
     return _finish(fig, path, ops)
 

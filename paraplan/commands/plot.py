@@ -5,7 +5,9 @@ Kinds:
 * ``breakdown`` / ``memory``: step-time / per-GPU memory breakdown of one configuration, or of
   each value of a sweep (``--field F --values a,b,c``);
 * ``roofline``: one layer's operations on the cluster's GPU (``--tp``, ``--micro-batch``,
-  ``--seq-len``, ``--dtype`` set the shapes);
+  ``--seq-len``, ``--dtype`` set the shapes; for an MoE model ``--ep`` sets the rows each local
+  expert's grouped GEMM gets, ``tokens / tp x top_k x ep / experts``, as the simulator times
+  them, and ``--stack`` how many of those GEMMs run at once);
 * ``pareto``: every plan the planner keeps for ``--gpus`` and the batch, throughput vs memory;
 * ``scaling``: tokens/s and MFU against the GPU count (``--values`` are GPU counts; dp follows),
   each point as a share of linear scaling; against another numeric ``--field`` (tp at a fixed
@@ -165,7 +167,8 @@ def command(kind: str, field: str | None, values: str | None, best: bool, title:
         base = {k: v for k, v in base.items() if k not in api.CONFIG_FIELDS or k in given or k == "global_batch"}
     if kind == "roofline":
         df = api.layer_ops(opts["model"], opts["cluster"], gpu=opts["gpu"], tp=opts["tp"],
-                           micro_batch=opts["micro_batch"], seq_len=opts["seq_len"], cp=opts["cp"], dtype=opts["dtype"])
+                           micro_batch=opts["micro_batch"], seq_len=opts["seq_len"], cp=opts["cp"], ep=opts["ep"],
+                           dtype=opts["dtype"], stack=opts["stack"])
     elif kind == "pareto":
         df = _plans(opts, base)
     elif field is not None:
