@@ -285,7 +285,10 @@ def breakdown(data: Any, path: str | Path | None = None, *, label: str | None = 
 def memory(data: Any, path: str | Path | None = None, *, label: str | None = None,
            title: str | None = None) -> Figure:
     """Stacked bars of peak memory per GPU (GiB, on the pipeline stage with the most,
-    ``StepReport.extras["memory_stage"]``) against the HBM line."""
+    ``StepReport.extras["memory_stage"]``) against the HBM line and the usable-memory line under
+    it (HBM less the headroom a run keeps, ``simulator.headroom``: 76 of an H100's 80 GiB). A
+    row that does not fit (``fits`` False: over the usable memory, even under the HBM line) is
+    outlined and hatched in red, its total written in red with 'does not fit'."""
     df = _checked(data, ("memory_gib",), path, drawn=("memory_gib",), label=label)
     parts = [c for c in MEMORY_LABELS if c in df.columns and df[c].fillna(0).sum() > 0]
     labels = _labels(df, label)
@@ -301,23 +304,37 @@ def memory(data: Any, path: str | Path | None = None, *, label: str | None = Non
         bottom += values
     total = df["memory_gib"].to_numpy(dtype=float) if "memory_gib" in df.columns else bottom
     near_line = df["hbm_gib"].to_numpy(dtype=float) * 0.93 if "hbm_gib" in df.columns else np.full(len(df), np.inf)
-    for xi, t, lim, drawn in zip(x, total, near_line, bottom):
+    unfit = unfit_mask(df)
+    if unfit.any():
+        ax.bar(x[unfit], total[unfit], width=0.6, fill=False, edgecolor="#C44E52", hatch="//", linewidth=1.8,
+               label="does not fit (over HBM less the headroom)", zorder=3)
+    for xi, t, lim, drawn, bad in zip(x, total, near_line, bottom, unfit):
         # the total would sit on the HBM line: write it inside the bar's top, in white, where the
         # bar reaches it (above a bar drawn short of its total, white text is unreadable)
-        if t > lim and np.isclose(drawn, t, rtol=1e-3):
+        if bad:
+            ax.text(xi, max(t, lim / 0.93 if np.isfinite(lim) else t), f"{t:.1f}\ndoes not fit", ha="center",
+                    va="bottom", fontsize=8, color="#C44E52", fontweight="bold")
+        elif t > lim and np.isclose(drawn, t, rtol=1e-3):
             ax.text(xi, t - 0.5, f"{t:.1f}", ha="center", va="top", fontsize=8, color="white", fontweight="bold")
         else:
             ax.text(xi, t, f"{t:.1f}", ha="center", va="bottom", fontsize=8)
     if "hbm_gib" in df.columns:
+        from simulator.headroom import GIB, headroom_gib
         hbm = df["hbm_gib"].to_numpy(dtype=float)
+        # what ``fits`` checks against: the HBM less the headroom a run keeps (the rows' default)
+        usable = np.array([h - headroom_gib(h * GIB) for h in hbm])
         if np.allclose(hbm, hbm[0]):
             ax.axhline(hbm[0], color="black", linestyle="--", linewidth=1.2, label=f"HBM capacity ({hbm[0]:.0f} GiB)")
+            ax.axhline(usable[0], color="#C44E52", linestyle=":", linewidth=1.2,
+                       label=f"usable: HBM less {hbm[0] - usable[0]:.0f} GiB headroom ({usable[0]:.0f} GiB)")
         else:
             ax.hlines(hbm, x - 0.4, x + 0.4, colors="black", linestyles="--", linewidth=1.2, label="HBM capacity")
+            ax.hlines(usable, x - 0.4, x + 0.4, colors="#C44E52", linestyles=":", linewidth=1.2,
+                      label="usable: HBM less the headroom")
         top = max(float(np.nanmax(total)), float(np.nanmax(hbm)))
     else:
         top = float(np.nanmax(total))
-    ax.set_ylim(0, top * 1.15)
+    ax.set_ylim(0, top * (1.2 if unfit.any() else 1.15))
     ax.set_xlim(-0.5 - 0.5 * max(1, 4 - len(df)) / 2, len(df) - 0.5 + 0.5 * max(1, 4 - len(df)) / 2)
     ax.set_xticks(x, labels, rotation=20 if max(len(s) for s in labels) > 8 else 0, ha="right"
                   if max(len(s) for s in labels) > 8 else "center", fontsize=8)

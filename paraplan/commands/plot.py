@@ -15,8 +15,9 @@ Kinds:
 * ``bandwidth``: throughput and exposed communication against the scale-out bandwidth
   (``--values`` in Gb/s per GPU, default 100,200,400,800; ``--field scaleup_gbit_per_s`` for NVLink).
 
-Points of configurations that do not fit in memory are crossed (scaling, bandwidth) or labelled
-(breakdown), and the line the command prints counts them.
+Points of configurations that do not fit in memory (over the HBM less the headroom a run keeps,
+``simulator.headroom``) are crossed (scaling, bandwidth), labelled (breakdown), or hatched and
+labelled against the usable-memory line (memory), and the line the command prints counts them.
 
 ``--best`` replaces the given degrees by the planner's best plan (at each sweep value). A bad
 field name or an empty sweep prints one line and exits with code 2, before any work.
