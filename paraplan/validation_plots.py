@@ -3,7 +3,8 @@
 ``validate published --plot``: each predicted row's speed error (predicted speed / measured
 speed - 1, in percent; + = the model is too fast; the same sign for time and rate metrics) as a
 dot, one column of dots per source, the table's mean |predicted / measured - 1| of the source
-written above the column, a band at +-10%. ``validate serving --plot``: predicted against measured TTFT and TPOT (ms, log axes),
+written above the column, a band at +-10%; the few rows beyond the y range (99.5% of the rows)
+are red triangles on its edge, counted with their farthest error. ``validate serving --plot``: predicted against measured TTFT and TPOT (ms, log axes),
 one colour per backend, the line of equality and bands at +-25%. The tables give the numbers;
 the figures show where the misses sit (one source, one backend, the long tail).
 
@@ -51,21 +52,39 @@ def published_error_strip(results: pd.DataFrame, path: str | Path | None = None,
     ax.axhspan(-PUBLISHED_BAND_PCT, PUBLISHED_BAND_PCT, color="#DDDDDD", alpha=0.6, lw=0,
                label=f"within +-{PUBLISHED_BAND_PCT:g}%")
     ax.axhline(0.0, color="#777777", lw=0.8)
+    # the y range holds 99.5% of the rows; a row beyond it is drawn on the edge as a red triangle
+    # pointing out, its column's count and farthest error written beside (they were left out)
+    lim = (float(np.clip(np.nanpercentile(np.abs(ok["err_pct"]), 99.5) * 1.1, 20.0, 200.0)) if len(ok)
+           else None)
+    edge = 0.97 * lim if lim is not None else np.inf
     rng = np.random.default_rng(0)          # the same jitter on every run: a figure diffs cleanly
+    clipped = 0
     for i, src in enumerate(sources):
         rows = ok[ok["source"] == src]
         y = rows["err_pct"].to_numpy()
         x = i + rng.uniform(-0.28, 0.28, size=len(y))
-        ax.scatter(x, y, s=9, alpha=0.55, color="#4C72B0", lw=0)
+        inside = np.abs(y) <= edge
+        ax.scatter(x[inside], y[inside], s=9, alpha=0.55, color="#4C72B0", lw=0)
+        for sign, marker in ((1.0, "^"), (-1.0, "v")):
+            out = sign * y > edge
+            if out.any():
+                clipped += int(out.sum())
+                ax.scatter(x[out], np.full(int(out.sum()), sign * edge), s=22, marker=marker, color="#C44E52",
+                           lw=0, zorder=3)
+                far = y[out][np.argmax(sign * y[out])]
+                ax.text(i + 0.32, sign * edge, f"{int(out.sum())} to {far:+.0f}%", fontsize=6, color="#C44E52",
+                        ha="left", va="top" if sign > 0 else "bottom")
         # above the column: the table's figure, mean |predicted / measured - 1| of the source
         ax.text(i, 1.0, f"{np.mean(np.abs(rows['rel_pct'])):.1f}%\nn={len(y)}", transform=ax.get_xaxis_transform(),
                 ha="center", va="bottom", fontsize=6.5)
     ax.set_xticks(range(len(sources)))
     ax.set_xticklabels([_literal(src) for src in sources], rotation=60, ha="right", fontsize=7.5)
     ax.set_xlim(-0.7, len(sources) - 0.3)
-    if len(ok):
-        lim = float(np.clip(np.nanpercentile(np.abs(ok["err_pct"]), 99.5) * 1.1, 20.0, 200.0))
+    if lim is not None:
         ax.set_ylim(-lim, lim)
+    if clipped:
+        ax.scatter([], [], s=22, marker="^", color="#C44E52", lw=0,
+                   label=f"{clipped} row{'s' if clipped > 1 else ''} beyond +-{edge:.0f}%, drawn at the edge")
     ax.set_ylabel("speed error, % (+ = predicted faster)")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=7, loc="lower left")
