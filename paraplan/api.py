@@ -57,7 +57,7 @@ import os
 from dataclasses import fields as dc_fields
 from dataclasses import replace
 from decimal import Decimal
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -794,7 +794,7 @@ def _plain(v: Any) -> Any:
 # --------------------------------------------------------------------------------------------
 
 def sweep(base: Mapping[str, Any], field: str, values: Iterable[Any], *, best: bool = False,
-          on_error: str = "raise") -> pd.DataFrame:
+          on_error: str = "raise", progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
     """Run :func:`simulate` once per value of ``field``; one row per value, in order.
 
     Args:
@@ -815,6 +815,9 @@ def sweep(base: Mapping[str, Any], field: str, values: Iterable[Any], *, best: b
             row has every result column, NaN/None there (``paraplan.sweep_table``); an integer or
             bool column a failure leaves a hole in is pandas' nullable ``Int64`` / ``boolean``
             (``tp`` stays 8), without a failure the columns keep their plain dtypes.
+        progress: called ``progress(done, total)`` before the first value and after each (a
+            ``best`` sweep runs a plan search per value: seconds each), as ``paraplan plot``
+            shows it (``paraplan.cli.StepBar``).
 
     Returns:
         A DataFrame with a ``sweep_field`` and a ``sweep_value`` column in front of the result
@@ -849,6 +852,8 @@ def sweep(base: Mapping[str, Any], field: str, values: Iterable[Any], *, best: b
     if "cluster" not in base and field != "cluster":
         raise InputError("cluster", "missing from the sweep's base", "add cluster='dgx-h100'")
     rows, failed = [], []
+    if progress is not None:
+        progress(0, len(values))
     for raw in values:
         value = coerce_value(field, raw)
         kwargs = dict(base)
@@ -876,6 +881,8 @@ def sweep(base: Mapping[str, Any], field: str, values: Iterable[Any], *, best: b
         if field in ("gpus",):
             row["gpus"] = value
         rows.append(row)
+        if progress is not None:
+            progress(len(rows), len(values))
     # a failed value's row has every result column, empty (a sweep whose values all failed had
     # none: df.tokens_per_s was a KeyError), and one failure no longer turns tp 8 into 8.0
     template = (["sweep_field", "sweep_value", *_sweep_row_columns(base, field, values), "error"]

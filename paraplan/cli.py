@@ -339,11 +339,15 @@ class StepBar:
     the first report (a command that fails on its input before any work prints only its error
     line) and closed by ``close``; off a terminal, where the bar is hidden, a line every
     ``PROGRESS_LINE_S`` seconds (``ProgressLines``), counting ``unit`` ("3 of 10 steps").
-    ``warnings`` collected meanwhile are printed after it, one line each."""
+    ``warnings`` collected meanwhile are printed after it, one line each. ``quiet``: off a
+    terminal the hidden bar does not print its label either (click writes it as a line of its
+    own: noise on every fast run of a command that reports progress only in case it is long)."""
 
-    def __init__(self, label: str, stream=None, interval_s: float | None = None, unit: str = "steps"):
+    def __init__(self, label: str, stream=None, interval_s: float | None = None, unit: str = "steps",
+                 quiet: bool = False):
         self.label = label
         self.unit = unit
+        self.quiet = quiet
         self.bar = None
         self.stream = sys.stderr if stream is None else stream
         self.lines = ProgressLines(self.stream, interval_s)
@@ -351,7 +355,8 @@ class StepBar:
     def __call__(self, done: int, total: int, step: str = "") -> None:
         if self.bar is None:
             self.bar = click.progressbar(length=max(int(total), 1), label=self.label, file=self.stream, show_pos=True,
-                                         item_show_func=lambda text: text)
+                                         item_show_func=lambda text: text,
+                                         hidden=self.quiet and not self.lines.on_terminal)
             self.bar.__enter__()
             self.lines = ProgressLines(self.stream, self.lines.interval_s)    # time from the first report
         self.bar.length = max(int(total), 1)
@@ -367,11 +372,11 @@ class StepBar:
 
 
 @contextmanager
-def step_bar(label: str, unit: str = "steps"):
-    """A ``StepBar`` for the work in the block (its progress lines counting ``unit``), closed when
-    it ends; the warnings the work raises are collected meanwhile and printed after the bar, one
-    line each (``echo_warnings``)."""
-    bar = StepBar(label, unit=unit)
+def step_bar(label: str, unit: str = "steps", quiet: bool = False):
+    """A ``StepBar`` for the work in the block (its progress lines counting ``unit``; ``quiet``:
+    no label line off a terminal), closed when it ends; the warnings the work raises are collected
+    meanwhile and printed after the bar, one line each (``echo_warnings``)."""
+    bar = StepBar(label, unit=unit, quiet=quiet)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:

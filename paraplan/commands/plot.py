@@ -166,20 +166,13 @@ def command(kind: str, field: str | None, values: str | None, best: bool, title:
         given = {name for name in opts if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
         given = {"zero_stage" if name == "zero" else name for name in given}
         base = {k: v for k, v in base.items() if k not in api.CONFIG_FIELDS or k in given or k == "global_batch"}
-    if kind == "roofline":
-        df = api.layer_ops(opts["model"], opts["cluster"], gpu=opts["gpu"], tp=opts["tp"],
-                           micro_batch=opts["micro_batch"], seq_len=opts["seq_len"], cp=opts["cp"], ep=opts["ep"],
-                           dtype=opts["dtype"], stack=opts["stack"])
-    elif kind == "pareto":
-        df = _plans(opts, base)
-    elif field is not None:
-        df = api.sweep(base, field, parsed, best=best)
-    elif best:
-        if opts["gpus"] is None:
-            raise InputError("--gpus", "missing", "the planner needs a GPU count")
-        df = api.best_plan(**{k: v for k, v in base.items() if k not in ("gpus",)}, gpus=opts["gpus"])
-    else:
-        df = api.simulate(base.pop("model"), base.pop("cluster"), **base)
+    from paraplan.cli import step_bar
+    if field is not None:       # one simulation (or, with --best, one plan search) per value
+        label, unit = f"plotting {len(parsed)} value{'s' if len(parsed) != 1 else ''} of {field}", "values"
+    else:                       # the plan search of pareto / --best reports the configurations it scores
+        label, unit = "evaluating configurations", "configurations"
+    with step_bar(label, unit=unit, quiet=True) as bar:
+        df = _rows(kind, field, parsed, best, opts, base, api, bar)
     if df.empty:
         raise InputError("--gpus", "no plan fits in memory", "add GPUs, lower the batch, or relax constraints")
     kwargs = {"title": title}
@@ -194,6 +187,25 @@ def command(kind: str, field: str | None, values: str | None, best: bool, title:
     misfits = f"; {unfit} of {len(df)} do{'es' if unfit == 1 else ''} not fit in memory" if unfit else ""
     click.echo(f"wrote {out} ({kind}, {len(df)} row{'s' if len(df) != 1 else ''}{misfits})"
                + (f"; {note}" if note else ""))
+
+
+def _rows(kind: str, field: str | None, parsed: list | None, best: bool, opts: dict, base: dict, api, progress):
+    """The table the figure draws; ``progress(done, total)`` hears of the sweep's values or the
+    plan search's configurations (a --best sweep over ten batches ran 17 s showing nothing)."""
+    if kind == "roofline":
+        return api.layer_ops(opts["model"], opts["cluster"], gpu=opts["gpu"], tp=opts["tp"],
+                             micro_batch=opts["micro_batch"], seq_len=opts["seq_len"], cp=opts["cp"], ep=opts["ep"],
+                             dtype=opts["dtype"], stack=opts["stack"])
+    if kind == "pareto":
+        return _plans(opts, base, progress)
+    if field is not None:
+        return api.sweep(base, field, parsed, best=best, progress=progress)
+    if best:
+        if opts["gpus"] is None:
+            raise InputError("--gpus", "missing", "the planner needs a GPU count")
+        return api.best_plan(**{k: v for k, v in base.items() if k not in ("gpus",)}, gpus=opts["gpus"],
+                             progress=progress)
+    return api.simulate(base.pop("model"), base.pop("cluster"), **base)
 
 
 def check_title(title: str) -> None:
@@ -231,10 +243,10 @@ def _base(opts: dict, kind: str, field: str | None = None) -> dict:
     return {k: v for k, v in base.items() if v is not None}
 
 
-def _plans(opts: dict, base: dict):
+def _plans(opts: dict, base: dict, progress=None):
     """Every plan the planner keeps, with the explicitly given configuration options pinned."""
     from paraplan import api
     if opts["gpus"] is None:
         raise InputError("--gpus", "missing", "the planner needs a GPU count")
     kwargs = {k: v for k, v in base.items() if k not in ("model", "cluster", "gpus")}
-    return api.plan(opts["model"], opts["cluster"], opts["gpus"], **kwargs)
+    return api.plan(opts["model"], opts["cluster"], opts["gpus"], progress=progress, **kwargs)
