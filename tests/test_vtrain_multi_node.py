@@ -47,7 +47,7 @@ def test_multi_node_mean_error_within_its_bound(results):
 
 
 @pytest.mark.parametrize("hidden, rows, bound", [
-    (3072, 26, 0.09),    # 3.6B on 64 GPUs: 8.7% (two rows at micro-batch 2 and 64 measure 1.4-2x their neighbours)
+    (3072, 26, 0.095),   # 3.6B on 64 GPUs: 9.0% (8.7% before session 51's Ampere refit) (two rows at micro-batch 2 and 64 measure 1.4-2x their neighbours)
     (6144, 15, 0.06),    # 18.4B on 256 GPUs: 5.7%
     (8192, 47, 0.08),    # 39.1B on 512 GPUs: 7.9% (tp 2 rows 12-35% slower than predicted)
     (12288, 21, 0.075),  # 175B on 512 GPUs: 6.8%, all predicted slow
