@@ -89,7 +89,9 @@ class HostSpec:
         gpus_per_uplink: GPUs that share one such uplink when all of them offload at once (a DGX
             A100: 2 per PCIe Gen4 switch); 1 = each GPU has its own path to the CPU. Offload
             copies then run at ``cost_models.offload.shared_link_bw``:
-            min(link_bw, uplink_bw / gpus_per_uplink). The CPUs' memory behind it is not modelled.
+            min(link_bw, uplink_bw / sharers), sharers being the job's own GPUs behind the
+            uplink, at most ``gpus_per_uplink`` (``simulator.step_model.uplink_sharers``: a
+            1-GPU job has it to itself). The CPUs' memory behind it is not modelled.
         memory_bytes: host memory per node, bytes; None = not stated (offload then unchecked).
         memory_bw_bytes_per_s: host memory bandwidth per node, bytes/s (an optimizer step on
             the host streams its states at this); None = not stated.

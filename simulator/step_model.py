@@ -196,19 +196,39 @@ def _stage_params(mem: dict) -> dict:
             "act_kept_moe": mem["_act_kept_moe"]}
 
 
-def _link_bw(cluster: ClusterSpec, batch: ConfigBatch) -> float:
-    """The GPU-host link bandwidth each GPU's copies get (one direction, bytes/s) with every GPU of
-    the node offloading at once: its own link or its share of a PCIe switch's uplink
+def _link_bw(cluster: ClusterSpec, batch: ConfigBatch):
+    """The GPU-host link bandwidth each GPU's copies get (one direction, bytes/s, per row) with
+    every GPU of the job offloading at once: its own link or its share of a PCIe switch's uplink
     (``offload.shared_link_bw``), less PCIe's encoding and packets; an offloading batch on a
-    cluster without a host link in its file is an input error."""
+    cluster without a host link in its file is an input error.
+
+    The uplink is shared by the job's own GPUs behind it only (a neighbour's GPUs are taken as
+    idle): ``uplink_sharers`` of them."""
     host = cluster.host
     if host is not None:
-        raw = offload.shared_link_bw(host.link_bw_bytes_per_s, host.uplink_bw_bytes_per_s, host.gpus_per_uplink)
-        return float(offload.host_link_payload_bw(host.link, raw))
+        sharers = uplink_sharers(cluster, batch)
+        raw = offload.shared_link_bw(host.link_bw_bytes_per_s, host.uplink_bw_bytes_per_s, sharers)
+        return offload.host_link_payload_bw(host.link, raw)
     if np.any(np.asarray(batch.offload_activation_layers) > 0) or np.any(np.asarray(batch.offload_optimizer_fraction) > 0):
         raise InputError("offload", f"cluster {cluster.name} has no host link in its file",
                          "add host: {link, link_bw_gb_per_s, memory_gib} to the cluster YAML, or do not offload")
-    return np.inf
+    return np.full(len(batch), np.inf)
+
+
+def uplink_sharers(cluster: ClusterSpec, batch: ConfigBatch):
+    """The job's GPUs behind its busiest host uplink, per row (numpy): min(gpus_per_uplink, the
+    job's GPUs on one node), the node's share being min(dp*tp*pp*cp, gpus_per_node).
+
+    The job is placed on whole nodes in rank order, so a job smaller than a node holds its GPUs
+    0..n-1, and a switch holds consecutive GPUs (DGX A100: GPUs 2k and 2k+1 under switch k,
+    Azure/azhpc-images@4a4565a topology/ndv4-topo.xml); the first uplink then carries
+    min(gpus_per_uplink, n) of the job's GPUs, the most any of its uplinks does, and the ranks
+    run in lockstep, so the step waits on that uplink's share. A 1-GPU job on a DGX A100 has its
+    x16 uplink to itself (32 GB/s raw), a 2-GPU or larger job shares it two ways (16 GB/s)."""
+    n_gpus = (np.asarray(batch.dp, dtype=float) * np.asarray(batch.tp, dtype=float)
+              * np.asarray(batch.pp, dtype=float) * np.asarray(batch.cp, dtype=float))
+    per_node = np.minimum(n_gpus, float(cluster.gpus_per_node))
+    return np.maximum(np.minimum(float(cluster.host.gpus_per_uplink), per_node), 1.0)
 
 
 def expert_dp_stride(ep, etp):

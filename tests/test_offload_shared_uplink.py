@@ -42,22 +42,53 @@ def test_the_dgx_a100_files_put_two_gpus_behind_each_x16_gen4_uplink():
     assert load_cluster("dgx-h100").host.gpus_per_uplink == 1
 
 
+def _exposed(out, i, copy, n_mb):
+    """Exposed offload seconds of row i: 3 offloaded layers, each micro-batch's copy out under
+    the layer's forward and back under its backward (test_offload's model)."""
+    per_mb = 3 * (max(copy - out["layer_fwd_s"][i], 0.0) + max(copy - out["layer_bwd_s"][i], 0.0))
+    return n_mb * per_mb
+
+
 def test_an_offloaded_layer_copies_at_16_gb_per_s_raw_on_a_dgx_a100():
+    # a 2-GPU job on a DGX A100 holds GPUs 0 and 1, both behind switch 0's one x16 uplink
     dgx = load_cluster("dgx-a100-80gb")
     eff = efficiency_for_cluster(dgx)
-    config = ParallelConfig(dp=1, pp=1, micro_batch=1, global_batch=4, cuda_graphs=True, offload_activation_layers=3)
+    config = ParallelConfig(dp=2, pp=1, micro_batch=1, global_batch=8, cuda_graphs=True, offload_activation_layers=3)
     out = evaluate(MODEL, dgx, eff, ConfigBatch.from_configs([config]))
     # 16 GB/s raw x 128/130 x 256/280 = 14.404 GB/s of data: one layer's copy (KEPT bytes) takes
     # KEPT / 14.404e9 s, twice the 28.81 GB/s of an unshared Gen4 x16
     copy = KEPT / (16e9 * GEN4_PAYLOAD)
     assert 16e9 * GEN4_PAYLOAD == pytest.approx(14.4035e9, rel=1e-4)
-    per_mb = 3 * (max(copy - out["layer_fwd_s"][0], 0.0) + max(copy - out["layer_bwd_s"][0], 0.0))
-    assert out["offload_exposed_s"][0] == pytest.approx(4 * per_mb, rel=1e-9)
+    assert out["offload_exposed_s"][0] == pytest.approx(_exposed(out, 0, copy, 4), rel=1e-9)
     # the same node stated as a 16 GB/s link per GPU prices the same step
     halved = replace(dgx, host=HostSpec("pcie-gen4-x16", 16e9, memory_bytes=dgx.host.memory_bytes,
                                         memory_bw_bytes_per_s=dgx.host.memory_bw_bytes_per_s))
     same = evaluate(MODEL, halved, eff, ConfigBatch.from_configs([config]))
     assert same["step_time_s"][0] == pytest.approx(out["step_time_s"][0], rel=1e-12)
+
+
+def test_a_one_gpu_job_has_its_uplink_to_itself():
+    # a 1-GPU job holds GPU 0; GPU 1 behind the same switch is not the job's and is taken as idle,
+    # so the copies run at the whole x16 Gen4 uplink: 32 GB/s raw = 28.81 GB/s of data. In one
+    # batch beside it, 2-, 3- and 16-GPU jobs share their first uplink two ways (16 GB/s raw)
+    dgx = load_cluster("dgx-a100-80gb")
+    eff = efficiency_for_cluster(dgx)
+    configs = [ParallelConfig(dp=dp, pp=1, micro_batch=1, global_batch=4 * dp, cuda_graphs=True,
+                              offload_activation_layers=3) for dp in (1, 2, 3, 16)]
+    out = evaluate(MODEL, dgx, eff, ConfigBatch.from_configs(configs))
+    own, shared = KEPT / (32e9 * GEN4_PAYLOAD), KEPT / (16e9 * GEN4_PAYLOAD)
+    assert out["offload_exposed_s"][0] == pytest.approx(_exposed(out, 0, own, 4), rel=1e-9)
+    for i in (1, 2, 3):
+        assert out["offload_exposed_s"][i] == pytest.approx(_exposed(out, i, shared, 4), rel=1e-9)
+    assert out["offload_exposed_s"][0] < out["offload_exposed_s"][1]
+    # the 1-GPU job prices as on a node whose every GPU has its own uplink
+    unshared = replace(dgx, host=replace(dgx.host, gpus_per_uplink=1))
+    alone = evaluate(MODEL, unshared, eff, ConfigBatch.from_configs(configs[:1]))
+    assert alone["step_time_s"][0] == pytest.approx(out["step_time_s"][0], rel=1e-12)
+    # each row of the batch prices as it does on its own (the share is per row)
+    for i, config in enumerate(configs):
+        one = evaluate(MODEL, dgx, eff, ConfigBatch.from_configs([config]))
+        assert one["step_time_s"][0] == pytest.approx(out["step_time_s"][i], rel=1e-12)
 
 
 def test_optimizer_offload_on_a_dgx_a100_moves_its_bytes_at_the_share():
@@ -92,6 +123,21 @@ def test_the_planner_and_simulate_price_the_shared_link_alike():
     assert float(row["step_time_s"]) == pytest.approx(sim.step_time_s, rel=1e-9)
     unshared = replace(dgx, host=replace(dgx.host, gpus_per_uplink=1))
     assert simulate(model, unshared, config).step_time_s < sim.step_time_s
+
+
+def test_the_planner_prices_a_one_gpu_job_at_its_own_uplink_like_simulate():
+    from model_specs import load_model
+    from planners.plan import plan
+    model = load_model("gpt3-1.3b")
+    dgx = load_cluster("dgx-a100-80gb")
+    result = plan(model, dgx, 1, 64, fixed={"tp": 1, "pp": 1, "cp": 1}, dtypes=["bf16"], stack="torchtitan", workers=1)
+    offloading = (result.plans["offload_activation_layers"] > 0).to_numpy()
+    assert offloading.any()
+    rank = int(offloading.argmax())
+    row, config = result.plans.iloc[rank], result.config(rank)
+    unshared = replace(dgx, host=replace(dgx.host, gpus_per_uplink=1))
+    assert float(row["step_time_s"]) == pytest.approx(simulate(model, dgx, config).step_time_s, rel=1e-9)
+    assert float(row["step_time_s"]) == pytest.approx(simulate(model, unshared, config).step_time_s, rel=1e-12)
 
 
 def test_a_file_states_the_uplink_and_refuses_a_fractional_or_zero_share():
