@@ -192,21 +192,26 @@ def frontier_mask(cost: np.ndarray, value: np.ndarray, min_share: float | None =
     """True for the rows on the frontier of ``value`` (higher is better: tokens/s) against
     ``cost`` (lower is better: GiB per GPU): no row with less or equal cost (earlier in a stable
     order on equal cost) has as much value, and the row has more than ``min_share`` of the
-    largest value (``min_share`` None: no floor). The one rule of ``PlanResult.pareto("memory")`` (``plan --pareto``) and of
+    largest value (``min_share`` None: no floor); a row with NaN in either is never on it and
+    moves no other row. The one rule of ``PlanResult.pareto("memory")`` (``plan --pareto``) and of
     ``paraplan.plots.pareto``: ``refine_exact`` gives exactly the rows over
     ``FRONTIER_MIN_SHARE`` that can be on it their exact pipeline makespan, so every row this
     keeps from a plan table is what ``simulate`` says of it."""
     cost = np.asarray(cost, dtype=float)
     value = np.asarray(value, dtype=float)
     mask = np.zeros(len(value), dtype=bool)
-    if not len(value):
+    # a row with NaN in either column is never on the frontier and takes no part in it (a NaN
+    # carried by maximum.accumulate dropped every row after it)
+    known = np.flatnonzero(~(np.isnan(cost) | np.isnan(value)))
+    if not len(known):
         return mask
+    cost, value = cost[known], value[known]
     order = np.lexsort((-value, cost))          # by cost ascending, then value descending (stable)
     ranked = value[order]
     running = np.maximum.accumulate(np.concatenate([[-np.inf], ranked[:-1]]))
     if min_share is not None:
-        running = np.maximum(running, min_share * np.nanmax(value))
-    mask[order] = ranked > running
+        running = np.maximum(running, min_share * np.max(value))
+    mask[known[order]] = ranked > running
     return mask
 
 
