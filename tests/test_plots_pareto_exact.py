@@ -67,3 +67,21 @@ def test_a_frontier_point_with_an_estimated_time_is_named_so():
                        "pipeline_exact": [False, True], "config": ["a", "b"]})
     labels = [str(t.get_text()) for t in plots.pareto(df).axes[0].get_legend().get_texts()]
     assert any(lab.startswith("frontier, estimated pipeline time (1)") for lab in labels), labels
+
+
+def test_a_one_stage_plan_is_not_counted_as_estimated():
+    # pp 1: the flush is the stage's passes in sequence, which the closed form gives exactly, so
+    # a pp=1 row the planner left pipeline_exact False is not an estimate; of the three grey
+    # rows with pipeline_exact False only the pp=2 one is
+    df = pd.DataFrame({"memory_gib": [10.0, 20.0, 30.0, 25.0, 40.0, 35.0],
+                       "tokens_per_s": [80.0, 100.0, 90.0, 60.0, 120.0, 70.0],
+                       "pipeline_exact": [True, True, False, False, True, False],
+                       "pp": [1, 1, 1, 2, 2, 1], "vpp": [1, 1, 1, 1, 1, 1], "config": list("abcdef")})
+    labels = [str(t.get_text()) for t in plots.pareto(df).axes[0].get_legend().get_texts()]
+    other = next(lab for lab in labels if lab.startswith("other plans"))
+    assert other == "other plans (3; 1 with estimated pipeline time)", other
+    # a one-stage frontier point with pipeline_exact False is drawn as exact
+    front = pd.DataFrame({"memory_gib": [10.0, 20.0], "tokens_per_s": [80.0, 100.0],
+                          "pipeline_exact": [False, True], "pp": [1, 2], "config": ["a", "b"]})
+    labels = [str(t.get_text()) for t in plots.pareto(front).axes[0].get_legend().get_texts()]
+    assert not any(lab.startswith("frontier, estimated") for lab in labels), labels
