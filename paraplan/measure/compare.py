@@ -266,7 +266,8 @@ def _median_error_round(group):
 
 def _check_rounds(rounds) -> None:
     if isinstance(rounds, bool) or not isinstance(rounds, numbers.Integral) or rounds < 1:
-        raise InputError("rounds", f"must be a whole number >= 1, got {rounds!r}")
+        raise InputError("rounds", f"must be a whole number >= 1, got {rounds!r}",
+                         "give how many times to measure the list as an integer, e.g. rounds=3; the default 1 measures it once")
 
 
 def _check_configs(configs: list, model: dict, steps, warmup) -> None:
@@ -277,7 +278,8 @@ def _check_configs(configs: list, model: dict, steps, warmup) -> None:
     from paraplan.measure.train import RunConfig
     for i, cfg in enumerate(configs):
         if not isinstance(cfg, dict):
-            raise InputError(f"configs[{i}]", f"must be a dict of RunConfig fields, got {cfg!r}")
+            raise InputError(f"configs[{i}]", f"must be a dict of RunConfig fields, got {cfg!r}",
+                             "give each configuration as a dict, e.g. {'name': 'dp2', 'dp': 2, 'global_batch': 8}")
         try:
             RunConfig.from_dict({**model, "steps": steps, "warmup": warmup, **cfg})
         except InputError as exc:

@@ -169,12 +169,13 @@ class RunConfig:
         if isinstance(self.lr, bool) or not isinstance(self.lr, numbers.Real) or not math.isfinite(self.lr) or self.lr <= 0:
             raise InputError("lr", f"must be a finite number above 0, got {self.lr!r}", "e.g. 1e-4")
         if int(self.seed) < 0:
-            raise InputError("seed", f"must be >= 0, got {self.seed}")
+            raise InputError("seed", f"must be >= 0, got {self.seed}", "give a seed of 0 or more, e.g. seed=0")
         if self.device not in DEVICES:
             raise InputError("device", f"unknown device {self.device!r}", "use " + ", ".join(DEVICES))
         for name in ("name", "recompute"):
             if not isinstance(getattr(self, name), str):
-                raise InputError(name, f"must be text, got {getattr(self, name)!r}")
+                raise InputError(name, f"must be text, got {getattr(self, name)!r}",
+                                 "give a label, e.g. name='dp2'" if name == "name" else "use 'none' or 'full'")
 
     def model_state_bytes_per_rank(self, dtype: str = "fp32") -> float:
         """A lower bound of the model states one rank holds, bytes, training in ``dtype`` (the
