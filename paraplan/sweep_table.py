@@ -17,7 +17,8 @@ def sweep_table(rows: Sequence[Mapping[str, Any]], failed: Sequence[bool],
     failure leaves a hole in a column the successful rows hold as integers or booleans, that
     column is pandas' nullable ``Int64`` / ``boolean`` (``<NA>`` in the hole; ``tp`` stays 8, not
     8.0); float columns hold NaN, text and object columns NaN/None. Where no value ran the result
-    columns are all empty (object dtype: there is no row to type them by)."""
+    columns are all NaN, dtype float64 (pandas' type for a column no row fills), the text ones
+    (``config``, ``model``) too: there is no row to type them by; ``df[c].isna().all()`` holds."""
     ok = [r for r, bad in zip(rows, failed) if not bad]
     columns = list(dict.fromkeys(k for r in (ok or [dict.fromkeys(template)]) for k in r))
     columns += [k for r in rows for k in r if k not in columns]       # a failed row's own keys
