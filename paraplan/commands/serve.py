@@ -14,6 +14,7 @@ import shlex
 from pathlib import Path
 
 import click
+import numpy as np
 import pandas as pd
 
 from cost_models.weight_formats import WEIGHT_FORMATS
@@ -645,16 +646,31 @@ def launchable_best(plan, ctx, opts: dict):
     engine's refusal of the search's winner or None): the best candidate meeting the SLO, in the
     plan's ranking (``opts["rank_by"]``), that the backend can launch as priced
     (``paraplan.exports.serving.refusal`` and ``check_launch``); the row None where none of the
-    first ``_RUNNABLE_TRIES`` is."""
+    first ``_RUNNABLE_TRIES`` is. Tried in rank order, stopping at the first that launches; the
+    rows of a mode the engine refuses outright (``exports.serving.mode_refusal``) are not built."""
     from planners.serving.search import ranking_key
     rank_by = opts.get("rank_by", "per-gpu")
     meets = plan.candidates[plan.candidates["meets_slo"].astype(bool)]
     meets = meets.assign(_score=ranking_key(meets, rank_by)).sort_values("_score", ascending=False, kind="stable")
+    head = meets.head(_RUNNABLE_TRIES)
+    # rows of a mode the engine refuses outright (vLLM's disaggregated ones) fail whatever their
+    # layout: they are set aside at once, not built one by one (5,000 refused disaggregated rows
+    # took 1.6 s); the first row is still tried, for the refusal of the winner it reports
+    tried = np.ones(len(head), dtype=bool)
+    if len(head):
+        from paraplan.exports.serving import mode_refusal
+        try:
+            refused = [m for m in head["mode"].unique() if mode_refusal(ctx.stack.framework, m) is not None]
+        except InputError:              # no export for this stack: every row says so
+            refused = []
+        tried = ~head["mode"].isin(refused).to_numpy()
+        tried[0] = True
     first_err = None
-    for rank, (_, row) in enumerate(meets.head(_RUNNABLE_TRIES).iterrows()):
+    for rank in np.flatnonzero(tried):
+        row = head.iloc[int(rank)]
         launch, err = launch_of_row(row, ctx, opts)
         if err is None:
-            return row, launch, rank, len(meets), first_err
+            return row, launch, int(rank), len(meets), first_err
         first_err = first_err or err
     return None, None, None, len(meets), first_err
 

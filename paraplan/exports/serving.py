@@ -32,6 +32,14 @@ def refusal(launch: ServingLaunch) -> InputError | None:
     return engine_module(launch.framework).refusal(launch)
 
 
+def mode_refusal(framework: str, mode: str) -> InputError | None:
+    """Why ``framework`` cannot run any launch of serving ``mode``, or None: an engine module's
+    ``mode_refusal`` where it has one (vLLM: no disaggregated router), which its ``refusal``
+    returns for every launch of that mode."""
+    hook = getattr(engine_module(framework), "mode_refusal", None)
+    return None if hook is None else hook(mode)
+
+
 def engine_commands(launch: ServingLaunch) -> list[list[str]]:
     """Every engine command of the launch (one per worker and host it starts from), from the
     engine's program on (an MPI launcher's words before it dropped)."""

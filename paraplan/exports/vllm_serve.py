@@ -34,11 +34,21 @@ def layout_text(w: Worker) -> str:
     return " x ".join(parts) + (f", experts ep {w.moe_ep}" if w.moe_ep > 1 else "")
 
 
-def refusal(launch: ServingLaunch) -> InputError | None:
-    """Why vLLM cannot run ``launch`` as priced, or None."""
-    if launch.mode == "disagg":
+def mode_refusal(mode: str) -> InputError | None:
+    """Why vLLM cannot run any launch of serving ``mode`` (``agg`` / ``disagg``), or None: the
+    part of ``refusal`` that depends on the mode alone, so a search can set aside every
+    candidate of a mode at once (``paraplan.commands.serve.launchable_best``)."""
+    if mode == "disagg":
         return InputError("--mode", "vLLM ships no router for disaggregated prefill and decode workers",
                           "export the aggregated plan (serve plan --mode agg), or plan with -b sglang / -b trtllm")
+    return None
+
+
+def refusal(launch: ServingLaunch) -> InputError | None:
+    """Why vLLM cannot run ``launch`` as priced, or None."""
+    err = mode_refusal(launch.mode)
+    if err is not None:
+        return err
     for w in launch.workers:
         group = w.tp * w.adp
         if launch.moe and not (w.moe_ep == 1 or w.moe_ep == group):
