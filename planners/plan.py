@@ -343,7 +343,10 @@ def _fixed_value(name: str, v):
 
 def resolve_global_batch(seq_len: int, global_batch: int | None, global_batch_tokens: int | None) -> int:
     """Sequences per step from a count of sequences or of tokens (a multiple of ``seq_len``)."""
-    if (global_batch is None) == (global_batch_tokens is None):
+    if global_batch is None and global_batch_tokens is None:
+        raise InputError("global_batch", "give the global batch in sequences or in tokens (one of them)",
+                         "pass global_batch (sequences) or global_batch_tokens (tokens)")
+    if global_batch is not None and global_batch_tokens is not None:
         raise InputError("global_batch", "give the global batch in sequences or in tokens (one of them)",
                          "pass global_batch (sequences) or global_batch_tokens (tokens), not both")
     if global_batch is not None:
