@@ -34,7 +34,8 @@ SIZES = (16, 24, 32, 48)
 #: run, leaving A100s idle: before, 24 and 48 lost it (16.74 s against 16.57 s; 16.43 against 16.32)
 SMALLER = {24: 16, 48: 32}
 #: that plan as `simulate --group` takes it (the planner's winner on both sizes)
-GROUP = {24: "16x a100:tp1:pp1:2 > h100:tp4:pp4:19,20,20,19", 48: "8x h100:tp4:pp8:10,10,10,10,10,10,10,9 > a100:tp4:pp1:1"}
+#: (48: the 32-A100 plan since session 51's refit; "8x h100:tp4:pp8:10,...,9 > a100:tp4:pp1:1" before)
+GROUP = {24: "16x a100:tp1:pp1:2 > h100:tp4:pp4:19,20,20,19", 48: "16x a100:tp2:pp1:3 > h100:tp4:pp4:19,20,20,18"}
 
 
 @pytest.fixture(autouse=True)

@@ -80,7 +80,8 @@ def test_no_plan_is_ranked_twice():
     assert not res.plans.duplicated(subset=cols).any()
     mix = res.plans[(res.plans["kind"] == "data-parallel mix") & (res.plans["micro_batch"] == 1)
                     & (res.plans["zero_stage"] == 0) & (res.plans["recompute"] == "none")]
-    assert (mix["layout"] == "1x a tp1 pp1 [24] + 1x h tp1 pp3 [9,9,6]").sum() == 1
+    # its H100 pipeline's split follows the fitted rates ([9,9,6] before session 51's refit)
+    assert mix["layout"].str.startswith("1x a tp1 pp1 [24] + 1x h tp1 pp3 [").sum() == 1
 
 
 def test_adding_a_pool_without_bf16_leaves_the_plans_without_it_in_bf16():

@@ -47,8 +47,9 @@ def test_a_coordinate_step_with_workers_is_the_step_without_them_even_when_a_tri
     rows = _few_hopper_rows(bundled_rows_by_generation)
     base = prior_model("hopper")
     # a start too high: a lower plateau is accepted and clamps the 8-bit one, changing the trials
-    # that follow from the ones prefetched
-    x = dict(from_model(base), gemm16=0.95, gemm8=0.9)
+    # that follow from the ones prefetched (8-bit at 0.94: from 0.9 the committed Hopper factors of
+    # session 51 keep the 16-bit plateau at 0.95 on these rows, and the case would not happen)
+    x = dict(from_model(base), gemm16=0.95, gemm8=0.94)
     results = []
     for jobs in (1, 2):
         with TrialScores({"hopper": rows}, {"hopper": base}, jobs=jobs) as scores:
@@ -56,7 +57,7 @@ def test_a_coordinate_step_with_workers_is_the_step_without_them_even_when_a_tri
             results.append(coordinate_step(dict(x), score(x), "gemm16", 0, score))
     assert results[0] == results[1]
     stepped, _ = results[0]
-    assert stepped["gemm16"] < 0.95 and stepped["gemm8"] < 0.9      # the clamping case happened
+    assert stepped["gemm16"] < 0.95 and stepped["gemm8"] < 0.94     # the clamping case happened
 
 
 def test_a_real_fit_is_the_same_with_two_processes(bundled_rows_by_generation):
