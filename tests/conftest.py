@@ -21,3 +21,17 @@ def cores_for_this_worker() -> int:
     import os
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
     return max(1, (os.cpu_count() or 1) // max(1, workers))
+
+
+@pytest.fixture
+def two_cores_and_no_ranks(monkeypatch):
+    """A 2-core machine (a CPU measurement starts at most 8 ranks there), and no rank ever
+    started: ``paraplan measure`` / ``calibrate`` refusals are checked before any launch."""
+    torch = pytest.importorskip("torch")
+    import os
+
+    import torch.multiprocessing as mp
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA host's ranks are GPUs, not bounded by its cores")
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(mp, "start_processes", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ranks started")))

@@ -164,19 +164,7 @@ def test_compare_measured_names_the_configuration_and_field_before_measuring(mon
 
 
 # --- more ranks than the cores ----------------------------------------------------------------------
-
-@pytest.fixture
-def two_cores_and_no_ranks(monkeypatch):
-    """A 2-core machine, and no rank ever started."""
-    torch = pytest.importorskip("torch")
-    import os
-
-    import torch.multiprocessing as mp
-    if torch.cuda.is_available():
-        pytest.skip("a CUDA host's ranks are GPUs, not bounded by its cores")
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(mp, "start_processes", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ranks started")))
-
+# (the two_cores_and_no_ranks fixture: tests/conftest.py)
 
 def test_measure_refuses_32_ranks_on_2_cores_before_starting_them(two_cores_and_no_ranks):
     # dp2 x tp2 x pp8 = 32 ranks; at 4 a core a 2-core machine starts at most 8 (dp2 x tp2 x pp2)

@@ -177,19 +177,7 @@ def test_sigterm_stops_the_ranks_and_removes_the_folder(tmp_path):
 
 
 # --- the launcher's limits, named by the user's option ------------------------------------------
-
-@pytest.fixture
-def two_cores_and_no_ranks(monkeypatch):
-    """A 2-core machine (a CPU measurement starts at most 8 ranks), and no rank ever started."""
-    torch = pytest.importorskip("torch")
-    import os
-
-    import torch.multiprocessing as mp
-    if torch.cuda.is_available():
-        pytest.skip("a CUDA host's ranks are GPUs, not bounded by its cores")
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(mp, "start_processes", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ranks started")))
-
+# (the two_cores_and_no_ranks fixture: tests/conftest.py)
 
 def test_calibrate_names_nprocs_not_the_launchers_world_size(two_cores_and_no_ranks, tmp_path):
     line = one_line_error(run("calibrate", "--out", tmp_path / "m.yaml", "--nprocs", "9"))
