@@ -386,8 +386,10 @@ def _host_need(space, ev, cluster) -> str:
     host_bytes, row, dtype_index, offload = ev.host_bound
     has = f", of the host's {cluster.host.memory_bytes / GIB:,.0f} GiB" if cluster.host is not None \
         and cluster.host.memory_bytes is not None else ""
+    col = space.columns
+    on_node = min(int(col["dp"][row] * col["tp"][row] * col["pp"][row] * col["cp"][row]), cluster.gpus_per_node)
     return (f"({_describe(space, row, space.dtypes[dtype_index], offload)}) needs {host_bytes / GIB:,.1f} GiB of host "
-            f"memory per node of {cluster.gpus_per_node} GPUs{has}")
+            f"memory per node of {on_node} GPUs{has}")
 
 
 def _something_fits(model, cluster, eff, c: SearchConstraints, limit: float) -> bool:

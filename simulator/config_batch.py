@@ -123,6 +123,15 @@ class ConfigBatch:
     def __len__(self) -> int:
         return int(np.shape(self.dp)[0])
 
+    def gpus_on_a_node(self, gpus_per_node: int) -> np.ndarray:
+        """The job's GPUs on its fullest node, per row (float): min(dp x tp x pp x cp,
+        gpus_per_node). Jobs are placed on whole nodes in rank order, so a job smaller than a node
+        holds that many of one node's GPUs and leaves the node's other GPUs, and their share of
+        the host (its PCIe uplinks, memory bandwidth and memory), to something else."""
+        world = (np.asarray(self.dp, dtype=float) * np.asarray(self.tp, dtype=float)
+                 * np.asarray(self.pp, dtype=float) * np.asarray(self.cp, dtype=float))
+        return np.minimum(world, float(gpus_per_node))
+
     @classmethod
     def from_configs(cls, configs: list[ParallelConfig]) -> "ConfigBatch":
         if not configs:

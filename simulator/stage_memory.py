@@ -58,7 +58,7 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
 
     Returns the parts, ``memory_bytes`` (their sum), ``memory_stage`` (the stage), the host
     memory offload takes (``host_memory_bytes`` per GPU at its busiest stage,
-    ``host_memory_node_bytes`` for a node of such GPUs, ``host_fits``), the parameters the step
+    ``host_memory_node_bytes`` for the job's GPUs on its fullest node, ``host_fits``), the parameters the step
     model times the optimizer and data-parallel traffic with (``params_local``,
     ``expert_params_local``, and ``_p_*`` keys), the per-layer activation bytes (``_act_*``),
     and with ``detail`` every stage's parts as (rows, max pp) arrays (``_stage_<part>``,
@@ -187,7 +187,9 @@ def memory_parts(model: ModelSpec, cluster: ClusterSpec, eff: EfficiencyModel, b
             stage_out["in_flight"][at] = rfc.in_flight[pos]
 
     host = cluster.host
-    out["host_memory_node_bytes"] = out["host_memory_bytes"] * cluster.gpus_per_node
+    # the job's GPUs on its fullest node share the host's memory (a job smaller than a node has
+    # the host to itself, ``ConfigBatch.gpus_on_a_node``)
+    out["host_memory_node_bytes"] = out["host_memory_bytes"] * batch.gpus_on_a_node(cluster.gpus_per_node)
     if host is not None and host.memory_bytes is not None:
         out["host_fits"] = out["host_memory_node_bytes"] <= host.memory_bytes
     else:

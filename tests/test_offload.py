@@ -54,7 +54,11 @@ def test_offloaded_layers_move_their_activations_to_the_host():
     assert parts["activations_bytes"] == pytest.approx(5 * KEPT, rel=1e-12)
     assert parts["offload_buffers_bytes"] == pytest.approx(KEPT, rel=1e-12)
     assert report.extras["host_memory_bytes"] == pytest.approx(3 * KEPT, rel=1e-12)
-    assert report.extras["host_memory_node_bytes"] == pytest.approx(8 * 3 * KEPT, rel=1e-12)
+    # a 1-GPU job has its node's host to itself (test_offload_host_share); a full node of such
+    # GPUs needs 8 times that
+    assert report.extras["host_memory_node_bytes"] == pytest.approx(3 * KEPT, rel=1e-12)
+    full_node = _report(DGX, offload_activation_layers=3, dp=8, global_batch=32)
+    assert full_node.extras["host_memory_node_bytes"] == pytest.approx(8 * 3 * KEPT, rel=1e-12)
 
 
 def test_offload_keeps_each_chunks_last_layer_as_transformer_engine_does():
@@ -85,9 +89,10 @@ def test_a_fast_link_hides_the_copies_entirely():
 
 
 def test_host_memory_beyond_the_node_does_not_fit():
+    # a job filling the node: its 8 GPUs each put 2 (fits) or 3 (does not) layers on the host
     small = replace(DGX, host=HostSpec("pcie", 64e9, memory_bytes=8 * 2 * KEPT, source="test"))
-    assert _report(small, offload_activation_layers=2).fits
-    report = _report(small, offload_activation_layers=3)
+    assert _report(small, offload_activation_layers=2, dp=8, global_batch=32).fits
+    report = _report(small, offload_activation_layers=3, dp=8, global_batch=32)
     assert not report.fits and report.memory_bytes < report.hbm_bytes
 
 
