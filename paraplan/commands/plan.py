@@ -587,6 +587,11 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
                                    placement_note(cl, int(result.gpus[1]))) if n)
     out = [_header(result, notes),
            _table(display(result.top(top), cl), show_gpus=is_range), CONFIG_LEGEND]
+    if not is_range and len(result.plans):
+        out.append(_scaleup_note(result, spec, searched, dict(
+            global_batch=global_batch, global_batch_tokens=global_batch_tokens, max_tp=max_tp, fixed=fixed,
+            headroom_gib=headroom_gib, dtypes=dtypes or None, max_micro_batch=max_micro_batch, stack=stack,
+            memory_search=memory_search, hsdp=hsdp, top=top)))
     estimated = _estimated_ranks(result.top(top, detailed=True))
     if estimated:
         out.append(f"note: rank {estimated} carry the closed-form estimate of the pipeline time, not the exact "
@@ -628,6 +633,28 @@ def command(model, cluster, gpus, global_batch, global_batch_tokens, seq_len, to
     if note:
         out.append(note + "\n")
     click.echo("".join(out), nl=False)
+
+
+def _scaleup_note(result, spec, cluster, plan_kwargs) -> str:
+    """``planners.scaleup_note``'s line for a one-count plan: where the scale-up tiling rule removed
+    layouts of a job placed a non-power-of-two a domain, the same request is planned on the
+    largest smaller count placed a power of two a domain (``scaleup_note.tiling_count``: 576 GPUs
+    on NVL72 -> 512) and the line says how much more it gets per GPU; '' where it does not apply
+    or that count has no plan."""
+    from planners.scaleup_note import scaleup_note, tiling_count
+    n = int(result.gpus[1])
+    pruned = int(result.pruned.get("scaleup", 0))
+    smaller = tiling_count(cluster, n) if pruned else None
+    if smaller is None:
+        return ""
+    try:
+        other = plan(spec, cluster, (smaller, smaller), **plan_kwargs)
+    except InputError:
+        return ""
+    if not len(other.plans):
+        return ""
+    return scaleup_note(cluster, n, pruned, float(result.plans.iloc[0]["tokens_per_s_per_gpu"]), smaller,
+                        float(other.plans.iloc[0]["tokens_per_s_per_gpu"]))
 
 
 def _check_pooled_schedule(schedule) -> None:
