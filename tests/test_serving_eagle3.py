@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_results import completed
 
 from cost_models.inference_layers import gemm_s, layer_rates
 from cost_models.inference_step import STEP_PARTS, eagle_draft_pass, step_time
@@ -123,7 +124,13 @@ def test_a_config_that_is_not_an_eagle3_head_is_refused(tmp_path):
     assert load_draft_head(tmp_path).layer == dataclasses.replace(load_draft_head(HEAD_8B).layer, name=tmp_path.name)
 
 
-def _cli(*args, cwd=REPO):
+def _cli(*args):
+    """In-process (``test_a_speculative_plan_that_misses_its_objective_says_the_plain_engine_meets_it``
+    keeps ``paraplan serve`` in a real process)."""
+    return completed(*args)
+
+
+def _process(*args, cwd=REPO):
     return subprocess.run([sys.executable, "-m", "paraplan.cli", *map(str, args)], capture_output=True, text=True,
                           cwd=cwd)
 
@@ -242,7 +249,7 @@ def test_a_speculative_plan_says_what_the_same_search_gives_without_drafting():
 
 
 def test_a_speculative_plan_that_misses_its_objective_says_the_plain_engine_meets_it():
-    out = _cli("serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-h100", "--gpus", "1", "--tpot-ms", "5",
+    out = _process("serve", "plan", "-m", "llama3.1-8b", "-s", "dgx-h100", "--gpus", "1", "--tpot-ms", "5",
                "--speculative-tokens", "3", "--draft-model", HEAD_8B, "--draft-acceptance", "0")
     assert out.returncode == 2 and out.stderr.count("\n") == 1
     assert "or serve without drafting (--speculative-tokens 0): agg 1 x tp1" in out.stderr

@@ -3,12 +3,11 @@
 CLI's refusals and the engines' launch settings."""
 import dataclasses
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import yaml
+from cli_results import completed
 
 from cost_models.inference_step import STEP_PARTS, step_time
 from cost_models.speculative import MTP_ACCEPTANCE_PRIOR, expected_tokens_per_step
@@ -139,7 +138,8 @@ def test_context_refuses_drafts_without_an_mtp_module_and_acceptances_outside_0_
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "paraplan.cli", *map(str, args)], capture_output=True, text=True)
+    """In-process (``paraplan serve`` keeps a real subprocess test in test_serving_eagle3)."""
+    return completed(*args)
 
 
 @pytest.mark.parametrize("args, field", [
