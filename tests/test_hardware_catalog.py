@@ -14,11 +14,11 @@ import pytest
 
 from hardware_specs import catalog
 from hardware_specs.catalog import list_clusters, list_gpus, load_cluster, load_gpu
+from cli_results import completed
 from hardware_specs.errors import InputError
 from paraplan.validation.datasets import PUBLISHED_RUNS, validation_file
 
 GIB = 2**30
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 VALIDATION_DIR = validation_file(PUBLISHED_RUNS).parent
 
 #: canonical accelerator names of ../shared/validation/README.md
@@ -477,9 +477,9 @@ def test_relative_gpu_and_cluster_paths_resolve_beside_the_file_that_names_them(
     ("memory_gib", "-4", "must be > 0, got -4")])
 def test_a_host_number_out_of_range_is_named_in_the_files_own_key_and_unit(tmp_path, key, value, says):
     """A host block's number is checked as the file writes it (GB/s, GiB), not as the bytes it
-    becomes: the error names host.<key>, never host.memory_bw_bytes_per_s (a key no file has)."""
-    import subprocess
-    import sys
+    becomes: the error names host.<key>, never host.memory_bw_bytes_per_s (a key no file has).
+    The command runs in-process (cli_results.completed); the real ``hardware show`` process is
+    test_full_mesh_scaleup's."""
     host = {"link": "pcie-gen5-x16", "link_bw_gb_per_s": "64", "memory_gib": "2048", "memory_bw_gb_per_s": "600"}
     host[key] = value
     body = ", ".join(f"{k}: {v}" for k, v in host.items())
@@ -489,8 +489,7 @@ def test_a_host_number_out_of_range_is_named_in_the_files_own_key_and_unit(tmp_p
     with pytest.raises(InputError) as err:
         load_cluster(str(path))
     assert err.value.field == f"cluster box.host.{key}" and says in str(err.value)
-    run = subprocess.run([sys.executable, "-m", "paraplan.cli", "hardware", "show", str(path)], capture_output=True,
-                         text=True, cwd=PROJECT_ROOT, env={**__import__("os").environ, "PYTHONPATH": str(PROJECT_ROOT)})
+    run = completed("hardware", "show", path)
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr.startswith(f"error: cluster box.host.{key}: ") and run.stderr.count("\n") == 1
 
@@ -500,8 +499,6 @@ def test_a_host_number_out_of_range_is_named_in_the_files_own_key_and_unit(tmp_p
 def test_a_scaleup_domain_past_the_largest_cluster_is_refused_in_one_line(tmp_path, value, says):
     """scaleup_domain_size becomes a generic node's gpus_per_node (catalog.generic_cluster), so it
     has the same cap, MAX_CLUSTER_GPUS = 2**24 (1e30 was accepted and printed as 31 digits)."""
-    import subprocess
-    import sys
     text = (catalog.BUILTIN_DIR / "gpus" / "h100-sxm-80gb.yaml").read_text()
     assert "scaleup_domain_size: 8\n" in text
     path = tmp_path / "g.yaml"
@@ -509,9 +506,7 @@ def test_a_scaleup_domain_past_the_largest_cluster_is_refused_in_one_line(tmp_pa
     with pytest.raises(InputError) as err:
         load_gpu(str(path))
     assert err.value.field == "gpu h100-sxm-80gb.scaleup_domain_size" and says in str(err.value)
-    run = subprocess.run([sys.executable, "-m", "paraplan.cli", "hardware", "show", str(path), "--json"],
-                         capture_output=True, text=True, cwd=PROJECT_ROOT,
-                         env={**__import__("os").environ, "PYTHONPATH": str(PROJECT_ROOT)})
+    run = completed("hardware", "show", path, "--json")
     assert run.returncode == 2 and run.stdout == "" and run.stderr.count("\n") == 1
     assert run.stderr.startswith("error: gpu h100-sxm-80gb.scaleup_domain_size: ")
     path.write_text(text.replace("scaleup_domain_size: 8\n", f"scaleup_domain_size: {2**24}\n"))
