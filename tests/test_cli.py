@@ -521,7 +521,9 @@ def test_measure_commands_are_registered_and_explain_themselves():
 
 
 def test_moe_ep_and_cp_divisibility_errors_are_one_line_exit_2():
-    import subprocess
+    # in-process (cli_results.completed); the real ``simulate`` process with a one-line error is
+    # test_moe_tp_needs_sp's, the installed entry point test_installed_entry_point_runs_...'s
+    from cli_results import completed
     cases = [
         (["--model", "deepseek-v3", "--cluster", "h800-node", "--gpus", "2048", "--tp", "1", "--pp", "16",
           "--ep", "48", "--global-batch", "1536"], "error: ep: ep=48 does not divide the 256 experts"),
@@ -530,7 +532,7 @@ def test_moe_ep_and_cp_divisibility_errors_are_one_line_exit_2():
          "error: cp: ring context parallelism splits the sequence into 2 x cp = 6 equal chunks"),
     ]
     for args, expected in cases:
-        proc = subprocess.run(["paraplan", "simulate", *args], capture_output=True, text=True)
+        proc = completed("simulate", *args)
         assert proc.returncode == 2
         assert proc.stderr.strip().startswith(expected)
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
