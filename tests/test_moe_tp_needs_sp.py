@@ -4,8 +4,6 @@ Megatron export's flag table states it as runtime rule ``moe_tp_needs_sp``. The 
 as ``lacks: moe_tp_without_sp``; ``check_config`` refuses such a plan in one line naming the fix,
 the planner does not search it, and where a run does not say, sequence parallelism is on."""
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -50,15 +48,18 @@ def test_check_config_refuses_moe_at_tp_2_without_sequence_parallelism_on_megatr
     check_config(MIXTRAL, _config("megatron-deepspeed", False))               # no such rule there
 
 
-def test_simulate_exits_2_with_one_line_and_defaults_it_on():
-    args = [sys.executable, "-m", "paraplan.cli", "simulate", "-m", "mixtral-8x7b", "-c", "dgx-h100", "-n", "16",
+def test_simulate_exits_2_with_one_line_and_defaults_it_on(monkeypatch):
+    # in-process (cli_results.completed), without PARAPLAN_DEBUG as the bare environment the
+    # subprocess had; a real ``simulate`` process is test_cli's installed-entry-point test
+    from cli_results import completed
+    monkeypatch.delenv("PARAPLAN_DEBUG", raising=False)
+    args = ["simulate", "-m", "mixtral-8x7b", "-c", "dgx-h100", "-n", "16",
             "--tp", "2", "--ep", "4", "--global-batch", "64", "--zero", "1", "--seq-len", "4096"]
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-    bad = subprocess.run(args + ["--no-sequence-parallel"], capture_output=True, text=True, cwd=ROOT, env=env)
+    bad = completed(*args, "--no-sequence-parallel")
     assert bad.returncode == 2
     assert bad.stderr.strip().count("\n") == 0 and bad.stderr.startswith("error: sequence_parallel:")
     assert "--sequence-parallel" in bad.stderr
-    ok = subprocess.run(args + ["--json"], capture_output=True, text=True, cwd=ROOT, env=env)
+    ok = completed(*args, "--json")
     assert ok.returncode == 0 and json.loads(ok.stdout)["config"]["sequence_parallel"] is True
     # megatron-core's recipes leave it off for dense models: only the MoE model turns it on
     stack = load_stack("megatron-core")
