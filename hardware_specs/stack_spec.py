@@ -108,6 +108,9 @@ def feature_names(names, field: str) -> tuple[str, ...]:
     except TypeError:
         raise InputError(field, f"must be a list of feature names, got {names!r}") from None
     for n in names:
+        if not isinstance(n, str):
+            raise InputError(field, f"each entry must be a feature name (text), got {n!r}",
+                             "choose from " + ", ".join(STACK_FEATURES))
         if n not in STACK_FEATURES:
             raise InputError(field, f"unknown feature {n!r}", "choose from " + ", ".join(STACK_FEATURES))
     return tuple(n for n in STACK_FEATURES if n in names)

@@ -243,3 +243,32 @@ def test_the_memory_search_recomputes_every_layer_where_the_stack_cannot_recompu
     model = load_model("llama3-8b")
     for rank in range(min(5, len(v19.plans))):
         check_config(model, v19.config(rank), 8)
+
+
+@pytest.mark.parametrize("entry", [["pipeline"], {"pipeline": True}, 3])
+def test_a_stack_lacks_entry_that_is_not_a_feature_name_is_an_input_error(entry, tmp_path):
+    # a nested list used to reach ``entry in STACK_FEATURES`` and raise a bare TypeError
+    # (unhashable), which the CLI reported as an internal bug (exit 1)
+    with pytest.raises(InputError, match="stack_lacks: each entry must be a feature name") as err:
+        ParallelConfig(stack_lacks=[entry])
+    assert "choose from pipeline" in str(err.value)
+    from paraplan import api
+    with pytest.raises(InputError, match="stack_lacks"):
+        api.simulate("llama3-8b", "dgx-h100", gpus=16, tp=8, global_batch=16, stack_lacks=[entry])
+    import json
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps({"global_batch": 64, "zero_stage": 1, "groups": [
+        {"replicas": 4, "stages": [{"pool": "h100", "tp": 8, "layers": 32}]}], "software": {"stack_lacks": [entry]}}))
+    out = CliRunner().invoke(main, ["simulate", "-m", "llama3-8b", "-c", "examples/clusters/a100-h100.yaml",
+                                    "--plan", str(plan_file)])
+    assert out.exit_code == 2, out.output
+    assert out.output.strip().startswith("error: stack_lacks: each entry must be a feature name"), out.output
+
+
+def test_a_sweep_over_stack_lacks_with_a_nested_list_raises_an_input_error_or_records_it():
+    from paraplan import api
+    base = dict(model="llama3-8b", cluster="dgx-h100", gpus=16, tp=8, global_batch=16)
+    with pytest.raises(InputError, match="stack_lacks"):
+        api.sweep(base, "stack_lacks", [[["pipeline"]]])
+    df = api.sweep(base, "stack_lacks", [[["pipeline"]]], on_error="skip")
+    assert len(df) == 1 and "each entry must be a feature name" in df["error"].iloc[0]
