@@ -72,10 +72,15 @@ def serving_row_columns(drafting: bool) -> list[str]:
             "efficiency_fitted", *_DRAFT_COLUMNS, "validation_ttft_err_pct", "validation_tpot_err_pct"]
 
 
+#: the columns of an expert split: ``moe_tp`` / ``moe_ep`` and their ``prefill_`` / ``decode_``
+#: forms (``serve_plan``'s disaggregated rows); a sweep's ``swept_moe_ep`` is not one of them: it
+#: keeps the values as given (2.5, 1e30), as ``paraplan.api.sweep``'s ``sweep_value`` does
+EXPERT_SPLIT_COLUMNS = tuple(p + c for p in ("", "prefill_", "decode_") for c in ("moe_tp", "moe_ep"))
+
+
 def _expert_split_columns(columns) -> list[str]:
-    """The columns of an expert split: ``moe_tp`` / ``moe_ep`` and their ``prefill_`` /
-    ``decode_`` forms."""
-    return [c for c in columns if str(c).endswith(("moe_tp", "moe_ep"))]
+    """Those of ``columns`` that are ``EXPERT_SPLIT_COLUMNS``, in ``columns``' order."""
+    return [c for c in columns if c in EXPERT_SPLIT_COLUMNS]
 
 
 def _without_expert_split(plan: ServingPlan) -> ServingPlan:

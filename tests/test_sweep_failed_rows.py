@@ -72,3 +72,31 @@ def test_serving_row_columns_are_serve_simulates(base):
     args = dict(base)
     row = sa.serve_simulate(args.pop("model"), args.pop("system"), **args)
     assert list(row.columns) == sa.serving_row_columns(bool(base.get("speculative_tokens")))
+
+
+ODD_SPLITS = [2.5, 1e30, 10**40, math.inf, "x"]
+
+
+@pytest.mark.parametrize("model", ["mixtral-8x7b", "llama3.1-8b"])
+@pytest.mark.parametrize("field", ["moe_ep", "moe_tp"])
+def test_serving_sweep_over_an_expert_split_keeps_the_swept_values_as_given(model, field):
+    # the expert-split columns are typed Int64; the swept column swept_moe_ep ends in moe_ep and
+    # was typed with them, so 2.5 / 1e30 / inf raised (TypeError, OverflowError) instead of
+    # keeping the row with its reason, and 'x' came back as <NA>
+    df = sa.serve_sweep(dict(model=model, system="dgx-h100", tp=2, batch=16), field, [2, *ODD_SPLITS])
+    assert len(df) == 1 + len(ODD_SPLITS)
+    swept = df[f"swept_{field}"].tolist()
+    assert swept[0] == 2 and swept[1:3] == [2.5, 1e30] and swept[3] == 10**40 and swept[4] == math.inf
+    assert swept[5] == "x"
+    assert (df["error"].iloc[1:] != "").all()
+    assert str(df[field].dtype) == "Int64" and df[field].iloc[1:].isna().all()
+    if model == "mixtral-8x7b":                   # a split tp 2 can run; a dense model has none
+        assert df["error"].iloc[0] == "" and df[field].iloc[0] == 2
+    else:
+        assert "dense" in df["error"].iloc[0]
+
+
+def test_training_sweep_keeps_the_swept_values_as_given():
+    df = api.sweep(TRAIN, "tp", [8, *ODD_SPLITS[:4]], on_error="skip")
+    assert df["sweep_value"].tolist()[:3] == [8, 2.5, 1e30] and df["sweep_value"].iloc[3] == 10**40
+    assert df["sweep_value"].iloc[4] == math.inf and (df["error"].iloc[1:] != "").all()
