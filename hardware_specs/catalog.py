@@ -50,7 +50,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from hardware_specs.cluster_spec import MAX_HOST_MEMORY_BYTES, MAX_LATENCY_S, ClusterSpec, HostSpec, NetworkTier
+from hardware_specs.cluster_spec import (HOST_LINKS, MAX_HOST_MEMORY_BYTES, MAX_LATENCY_S, NETWORK_KINDS, ClusterSpec,
+                                         HostSpec, NetworkTier, is_host_link)
 from hardware_specs.efficiency_files import efficiency_from_dict, serving_efficiency_from_dict
 from hardware_specs.efficiency_model import EfficiencyModel
 from hardware_specs.errors import InputError, check_name, not_a_file, require_plausible, require_positive, suggest
@@ -200,6 +201,23 @@ def _number_in_file_unit(data: dict, key: str, where: str, default: Any, si_per_
     return value
 
 
+def _network_kind(data: dict, where: str, default: str) -> str:
+    """``data["kind"]`` (``default`` where absent) if it is one of ``NETWORK_KINDS``, else an
+    ``InputError`` naming ``where.kind`` (a misspelled ``nvlink`` silently lost the placement of
+    jobs on NVLink racks, ``hardware_specs.placement``)."""
+    kind = get_field(data, "kind", where, str, default)
+    if kind not in NETWORK_KINDS:
+        raise InputError(f"{where}.kind", f"unknown kind {kind!r}",
+                         "choose from " + ", ".join(NETWORK_KINDS) + _closest(kind, NETWORK_KINDS))
+    return kind
+
+
+def _closest(name: str, known) -> str:
+    """'; did you mean X?' where a known name is close to ``name``, else ''."""
+    hint = suggest(name, known)
+    return "; " + hint if hint.startswith("did you mean") else ""
+
+
 def _tier_from_dict(data: Any, where: str, default_kind: str) -> NetworkTier:
     if not isinstance(data, dict):
         raise InputError(where, "must be a mapping with kind, bw_gbit_per_s (or bw_gb_per_s), latency_us")
@@ -221,7 +239,7 @@ def _tier_from_dict(data: Any, where: str, default_kind: str) -> NetworkTier:
                         "on a full mesh with no switch, one peer's links in GB/s one direction; "
                         "leave the key out for a switch")
     try:
-        return NetworkTier(kind=get_field(data, "kind", where, str, default_kind), bw_bytes_per_s=bw,
+        return NetworkTier(kind=_network_kind(data, where, default_kind), bw_bytes_per_s=bw,
                            latency_s=latency * 1e-6,
                            communicator_bus_bw_bytes_per_s=None if busbw is None else busbw * 1e9,
                            mesh_peer_bw_bytes_per_s=None if peer is None else peer * 1e9)
@@ -255,7 +273,14 @@ def _host_from_dict(data: Any, where: str) -> HostSpec | None:
     uplink_bw = _number_in_file_unit(data, "uplink_bw_gb_per_s", where, None, 1e9,
                                      "the bandwidth of one PCIe switch's link to the CPU, one direction, in GB/s, "
                                      "or leave the key out")
-    return HostSpec(link=get_field(data, "link", where, str), link_bw_bytes_per_s=link_bw * 1e9,
+    link = get_field(data, "link", where, str)
+    if not is_host_link(link):
+        # the offload model reads the name (a PCIe link's encoding and packets): a misspelled
+        # one was taken at its raw rate
+        raise InputError(f"{where}.link", f"unknown link {link!r}", "choose from " + ", ".join(HOST_LINKS)
+                         + " (e.g. pcie-gen5-x16)" + _closest(link, ("nvlink-c2c", "pcie-gen3-x16", "pcie-gen4-x16",
+                                                                      "pcie-gen5-x16", "pcie-gen6-x16")))
+    return HostSpec(link=link, link_bw_bytes_per_s=link_bw * 1e9,
                     memory_bytes=None if memory is None else memory * GIB,
                     memory_bw_bytes_per_s=None if memory_bw is None else memory_bw * 1e9,
                     source=get_field(data, "source", where, str, ""),
@@ -386,7 +411,7 @@ def _link_from_dict(data: dict, index: int) -> PoolLink:
     latency = _number_in_file_unit(data, "latency_us", where, 10.0, 1e-6,
                            "one message's start-up time in microseconds", allow_zero=True)
     return PoolLink(pools=(str(ends[0]), str(ends[1])), bw_bytes_per_s=bw, latency_s=latency * 1e-6,
-                    kind=get_field(data, "kind", where, str, "ethernet"))
+                    kind=_network_kind(data, where, "ethernet"))
 
 
 def pooled_cluster_from_dict(data: dict, where: str = "cluster", base_dir: Path | None = None) -> PooledCluster:

@@ -1,6 +1,7 @@
 """Cluster profile: GPUs per scale-up domain and the network tiers that join them."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,12 +17,35 @@ MAX_HOST_MEMORY_BYTES = 2.0**60
 MAX_OVERSUBSCRIPTION = 1000.0
 
 
+#: the fabrics a cluster file's network tier (``scaleup.kind``, ``scaleout.kind``) or a pooled
+#: cluster's link (``links[].kind``) may name. The code branches on ``nvlink`` (a job on NVLink
+#: domains of several hosts is placed in Slurm segments, ``hardware_specs.placement``); the others
+#: only label the tier, but a misspelled ``nvlink`` silently lost that placement, so a file may
+#: name only these (exact, lower case): the fabrics of the shipped clusters, and ``nccl`` /
+#: ``gloo-loopback``, which ``paraplan calibrate`` writes for the links it measured.
+NETWORK_KINDS = ("nvlink", "infinity-fabric", "ici", "pcie", "shared-memory", "infiniband", "roce", "ethernet",
+                 "omni-path", "slingshot", "nccl", "gloo-loopback")
+#: the GPU-host links a cluster file's ``host.link`` may name, any case: ``nvlink-c2c`` (Grace
+#: Hopper / Blackwell) and PCIe as ``pcie``, ``pcie-gen<N>`` or ``pcie-gen<N>-x<lanes>``. The
+#: offload model branches on the name (``cost_models.offload``: a PCIe link loses its 128b/130b
+#: encoding and packet overhead, generations 3 to 5), so a misspelled PCIe link was taken at its
+#: raw rate.
+HOST_LINKS = ("nvlink-c2c", "pcie", "pcie-gen<N>", "pcie-gen<N>-x<lanes>")
+_HOST_LINK = re.compile(r"nvlink-c2c|pcie(-gen[1-7](-x(1|2|4|8|16|32))?)?")
+
+
+def is_host_link(name: str) -> bool:
+    """Whether ``name`` is one of ``HOST_LINKS`` (any case): ``pcie-gen5-x16``, ``nvlink-c2c``."""
+    return isinstance(name, str) and _HOST_LINK.fullmatch(name.strip().lower()) is not None
+
+
 @dataclass(frozen=True)
 class NetworkTier:
     """One level of the network as one GPU sees it.
 
     Attributes:
-        kind: ``nvlink``, ``infinity-fabric``, ``ici``, ``pcie``, ``infiniband``, ``roce``, ``ethernet``.
+        kind: one of ``NETWORK_KINDS`` in a file (``nvlink``, ``infinity-fabric``, ``ici``,
+            ``pcie``, ``infiniband``, ``roce``, ``ethernet``, ...).
         bw_bytes_per_s: bandwidth per GPU, one direction, bytes/s (e.g. one 400 Gb/s NIC per GPU
             is 50e9).
         latency_s: one-message start-up latency (alpha in the alpha-beta model), seconds.
@@ -81,7 +105,8 @@ class HostSpec:
     node's host memory.
 
     Attributes:
-        link: kind of the GPU-host link (``pcie-gen4-x16``, ``pcie-gen5-x16``, ``nvlink-c2c``).
+        link: kind of the GPU-host link (``pcie-gen4-x16``, ``pcie-gen5-x16``, ``nvlink-c2c``;
+            a file may name only ``HOST_LINKS``).
         link_bw_bytes_per_s: bandwidth of each GPU's own link to the host, one direction,
             bytes/s; where GPUs share the link (two GB200 GPUs per Grace) the file gives the share.
         uplink_bw_bytes_per_s: bandwidth, one direction, of the link from a PCIe switch to the

@@ -142,7 +142,7 @@ def test_the_planner_prices_a_one_gpu_job_at_its_own_uplink_like_simulate():
 
 def test_a_file_states_the_uplink_and_refuses_a_fractional_or_zero_share():
     base = {"name": "x", "gpu": "a100-sxm-80gb", "gpus_per_node": 8,
-            "scaleup": {"kind": "nvlink", "bw_gb_per_s": 300}, "scaleout": {"kind": "ib", "bw_gbit_per_s": 200}}
+            "scaleup": {"kind": "nvlink", "bw_gb_per_s": 300}, "scaleout": {"kind": "infiniband", "bw_gbit_per_s": 200}}
     c = cluster_from_dict({**base, "host": {"link": "pcie-gen4-x16", "link_bw_gb_per_s": 32,
                                             "uplink_bw_gb_per_s": 32, "gpus_per_uplink": 2}})
     assert (c.host.uplink_bw_bytes_per_s, c.host.gpus_per_uplink) == (32e9, 2)
