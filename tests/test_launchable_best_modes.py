@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-import paraplan.commands.serve as serve
+import paraplan.serving_launchable as serve
 from paraplan.serving_api import serving_context
 from planners.serving.search import plan_serving, ranking_key
 
-OPTS = {"isl": 4096, "osl": 512, "kv_cache_dtype": "auto"}
+OPTS = serve.LaunchRequest(isl=4096, osl=512)
 
 
 @pytest.fixture
@@ -53,3 +53,14 @@ def test_a_vllm_plan_won_by_a_disaggregated_layout_launches_the_first_aggregated
     assert launch is not None and launch.mode == "agg"
     assert err.field == "--mode"
     assert built == [ranked.index[0], ranked.index[first_agg]]
+
+
+def test_the_launchability_rules_load_without_the_command_line():
+    """``serve plan``, the serving sweeps and ``serving_api.serve_plan`` share one module; it takes a
+    ``LaunchRequest``, not click's option dict, so the Python API uses it with no CLI loaded."""
+    import subprocess
+    import sys
+    code = ("import sys, paraplan.serving_launchable, paraplan.serving_api; "
+            "print(sorted(m for m in ('click', 'paraplan.cli', 'paraplan.commands.serve') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -561,32 +561,6 @@ def simulate_command(row, opts: dict, moe: bool = True) -> str:
     return " ".join(shlex.quote(a) for a in args)
 
 
-def deployment_of_row(row, ctx, opts: dict):
-    """The ``Deployment`` a ``serve plan`` row describes, and its metrics in seconds (as
-    ``ServingReport.metrics``) for the launch header."""
-    from simulator.serving.deployment import Deployment, WorkerLayout
-
-    def lay(prefix: str, batch_col: str, where: str) -> WorkerLayout:
-        return WorkerLayout(tp=int(row[prefix + "tp"]), pp=int(row.get(prefix + "pp", 1) or 1), adp=int(row[prefix + "adp"]),
-                            moe_tp=int(row[prefix + "moe_tp"]), moe_ep=int(row[prefix + "moe_ep"]),
-                            batch=int(row[batch_col]), where=where)
-
-    common = dict(model=ctx.model.name, system=ctx.cluster.name, backend=ctx.stack.name, mode=row["mode"],
-                  isl=opts["isl"], osl=opts["osl"], dense_format=ctx.dense_format, expert_format=ctx.expert_format,
-                  kv_cache_dtype=opts["kv_cache_dtype"], speculative_tokens=ctx.speculative_tokens,
-                  draft_acceptance=None if ctx.acceptance_is_prior else ctx.draft_acceptance,
-                  draft_model=ctx.draft_head.path if ctx.draft_head is not None else None)
-    if row["mode"] == "agg":
-        dep = Deployment(**common, layout=lay("", "batch", "layout"), workers=int(row["workers"]))
-    else:
-        dep = Deployment(**common, prefill=lay("prefill_", "prefill_batch", "prefill"),
-                         prefill_workers=int(row["prefill_workers"]), decode=lay("decode_", "batch", "decode"),
-                         decode_workers=int(row["decode_workers"]))
-    metrics = {"ttft_s": row["ttft_ms"] / 1e3, "tpot_s": row["tpot_ms"] / 1e3,
-               "tokens_per_s_per_gpu": row["tokens_per_s_per_gpu"]}
-    return dep, metrics
-
-
 def _plan_without_drafting(ctx, gpus, opts, ttft_ms, tpot_ms, search, max_batch, no_pp, rank_by):
     """The same ``plan_serving`` search with ``--speculative-tokens 0`` (raises ``InputError``
     when nothing meets the objective)."""
@@ -608,8 +582,9 @@ def _without_drafting(plan, ctx, gpus, opts, ttft_ms, tpot_ms, search, max_batch
         return {"best": None, "line": "without drafting (--speculative-tokens 0) no layout meets the objective: "
                                       "the drafts are what meets it"}
     # compared as the plan's best is: the best the engine can launch
-    other = engine_best(other, replace(ctx, speculative_tokens=0, draft_head=None), {**opts, "rank_by": rank_by},
-                        ttft_ms, tpot_ms, gpus, search)[0]
+    from paraplan.serving_launchable import engine_best
+    other = engine_best(other, replace(ctx, speculative_tokens=0, draft_head=None),
+                        launch_request({**opts, "rank_by": rank_by}), ttft_ms, tpot_ms, gpus, search)
 
     def key(row) -> float:
         return float(ranking_key(row, rank_by))
@@ -624,64 +599,22 @@ def _without_drafting(plan, ctx, gpus, opts, ttft_ms, tpot_ms, search, max_batch
                                   f"{key(b):,.0f} {what}: {verdict}"}
 
 
-def launch_of_row(row, ctx, opts):
-    """(``ServingLaunch`` or None, why the backend cannot launch ``row`` as priced or None): a
-    placement, engine count or setting the engine has no way to run is a refusal too."""
-    from paraplan.exports.serving import check_launch, refusal
-    from paraplan.exports.serving_common import launch_of
-    try:
-        dep, metrics = deployment_of_row(row, ctx, opts)
-        launch = launch_of(ctx, dep, metrics)
-        return launch, refusal(launch) or check_launch(launch)
-    except InputError as err:
-        return None, err
-
-
-#: candidates tried, fastest first, for one the backend can launch as priced
-_RUNNABLE_TRIES = 5000
-
-
-def launchable_best(plan, ctx, opts: dict):
-    """(row or None, its ``ServingLaunch``, its rank from 0, how many candidates meet the SLO, the
-    engine's refusal of the search's winner or None): the best candidate meeting the SLO, in the
-    plan's ranking (``opts["rank_by"]``), that the backend can launch as priced
-    (``paraplan.exports.serving.refusal`` and ``check_launch``); the row None where none of the
-    first ``_RUNNABLE_TRIES`` is. Tried in rank order, stopping at the first that launches; the
-    rows of a mode the engine refuses outright (``exports.serving.mode_refusal``) are not built."""
-    from planners.serving.search import ranking_key
-    rank_by = opts.get("rank_by", "per-gpu")
-    meets = plan.candidates[plan.candidates["meets_slo"].astype(bool)]
-    meets = meets.assign(_score=ranking_key(meets, rank_by)).sort_values("_score", ascending=False, kind="stable")
-    head = meets.head(_RUNNABLE_TRIES)
-    # rows of a mode the engine refuses outright (vLLM's disaggregated ones) fail whatever their
-    # layout: they are set aside at once, not built one by one (5,000 refused disaggregated rows
-    # took 1.6 s); the first row is still tried, for the refusal of the winner it reports
-    tried = np.ones(len(head), dtype=bool)
-    if len(head):
-        from paraplan.exports.serving import mode_refusal
-        try:
-            refused = [m for m in head["mode"].unique() if mode_refusal(ctx.stack.framework, m) is not None]
-        except InputError:              # no export for this stack: every row says so
-            refused = []
-        tried = ~head["mode"].isin(refused).to_numpy()
-        tried[0] = True
-    first_err = None
-    for rank in np.flatnonzero(tried):
-        row = head.iloc[int(rank)]
-        launch, err = launch_of_row(row, ctx, opts)
-        if err is None:
-            return row, launch, int(rank), len(meets), first_err
-        first_err = first_err or err
-    return None, None, None, len(meets), first_err
+def launch_request(opts: dict):
+    """The ``LaunchRequest`` of a command's options (``--isl``, ``--osl``, ``--kv-cache-dtype``,
+    ``--rank-by``): what ``paraplan.serving_launchable`` launches a plan's rows with."""
+    from paraplan.serving_launchable import LaunchRequest
+    return LaunchRequest(isl=opts["isl"], osl=opts["osl"], kv_cache_dtype=opts.get("kv_cache_dtype") or "auto",
+                         rank_by=opts.get("rank_by") or "per-gpu")
 
 
 def runnable_launch(plan, ctx, opts: dict):
     """(``ServingLaunch``, note): the best candidate meeting the SLO that the backend can launch
     as priced (``launchable_best``), and a note saying whether it is the winner, else its rank
     and how many tokens/s/GPU it gives up and why the winner cannot run."""
+    from paraplan.serving_launchable import RUNNABLE_TRIES, launchable_best
     from planners.serving.search import ranking_key
     rank_by = opts.get("rank_by", "per-gpu")
-    row, launch, rank, meeting, first_err = launchable_best(plan, ctx, opts)
+    row, launch, rank, meeting, first_err = launchable_best(plan, ctx, launch_request(opts))
     if row is not None:
         if rank == 0:
             return launch, f"the winner runs in {ctx.stack.framework} as priced"
@@ -690,46 +623,18 @@ def runnable_launch(plan, ctx, opts: dict):
                         f"SLO, {100 * loss:.1f}% fewer tokens/s{'' if rank_by == 'total' else '/GPU'} than the "
                         f"winner ({first_err.field}: "
                         f"{first_err.message})")
-    raise InputError("--emit", f"none of the {min(meeting, _RUNNABLE_TRIES)} layouts meeting the SLO runs in "
+    raise InputError("--emit", f"none of the {min(meeting, RUNNABLE_TRIES)} layouts meeting the SLO runs in "
                      f"{ctx.stack.framework} as priced ({first_err.field}: {first_err.message})"
                      if first_err is not None else "no layout meets the SLO, so there is nothing to launch",
                      first_err.fix if first_err is not None else "relax --ttft-ms / --tpot-ms (the table says what binds)")
 
 
-def engine_best(plan, ctx, opts: dict, ttft_ms: float, tpot_ms: float, gpus: int, search):
-    """(plan, refused): ``plan`` with the best layout the backend can launch as priced as its
-    best and its why lines said of it, and ``refused``, the search's winner the engine cannot
-    launch (``{"row", "refusal"}``: its row and the engine's ``InputError``), None where the
-    winner launches; where no layout meeting the SLO launches, ``plan`` unchanged and ``refused``
-    None (the best line then says the engine cannot launch it)."""
-    from planners.serving.search import with_best
-    row, _, rank, _, first_err = launchable_best(plan, ctx, opts)
-    if row is None or rank == 0:
-        return plan, None
-    return (with_best(plan, row.name, ttft_ms, tpot_ms, gpus, opts.get("rank_by", "per-gpu"), search),
-            {"row": plan.best, "refusal": first_err})
-
-
-def refused_fields(refused) -> dict | None:
-    """``engine_best``'s refused winner as --json gives it (None where there is none): its mode,
-    deployment, latencies (ms), tokens/s/GPU, GPUs used, tokens/s in all and the engine's refusal."""
-    if refused is None:
-        return None
-    from planners.serving.search import describe
-    r, err = refused["row"], refused["refusal"]
-    return {"mode": r["mode"], "deployment": describe(r), "ttft_ms": float(r["ttft_ms"]), "tpot_ms": float(r["tpot_ms"]),
-            "tokens_per_s_per_gpu": float(r["tokens_per_s_per_gpu"]), "gpus_used": int(r["gpus_used"]),
-            "tokens_per_s": float(r["tokens_per_s_per_gpu"]) * int(r["gpus_used"]),
-            "engine_refuses": f"{err.field}: {err.message}"}
-
-
-def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, opts: dict | None = None,
-                refused=None) -> str:
-    """The serve plan table; ``refused`` (``engine_best``): the search's winner the engine cannot
-    launch, said beside the best it can."""
+def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, opts: dict | None = None) -> str:
+    """The serve plan table; ``plan.engine_refused_best`` (``serving_launchable.engine_best``): the
+    search's winner the engine cannot launch, said beside the best it can."""
     from planners.serving.labels import prompts_per_step
     from planners.serving.search import describe
-    b = plan.best
+    b, refused = plan.best, plan.engine_refused_best
     lines = [f"serving plan for {ctx.model.name} on {gpus} x {ctx.cluster.gpu.name} ({ctx.cluster.name}), "
              f"stack {ctx.stack.name}, weights {format_text(ctx.dense_format, ctx.cluster.gpu)}"
              + (f" / experts {format_text(ctx.expert_format, ctx.cluster.gpu)}" if ctx.model.moe else ""),
@@ -756,16 +661,17 @@ def render_plan(plan, ctx, gpus: int, ttft_ms: float, tpot_ms: float, top: int, 
                  f"{b['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, {b['tokens_per_s_per_user']:.1f} tokens/s/user")
     if opts is not None:
         lines.append(f"      as one deployment: {simulate_command(b, opts, moe=ctx.model.moe is not None)}")
-        why_not = launch_of_row(b, ctx, opts)[1]
+        from paraplan.serving_launchable import launch_of_row
+        why_not = launch_of_row(b, ctx, launch_request(opts))[1]
         fw = ctx.stack.framework
         lines.append(f"      its {fw} launch script: add --emit (to this plan or to that command)" if why_not is None else
                      f"      {fw} cannot launch it as priced ({why_not.field}: {why_not.message}); --emit on this plan "
                      f"launches the best layout {fw} can run")
     if refused is not None:
-        r, err = refused["row"], refused["refusal"]
+        r = refused.row
         more = float(r["tokens_per_s_per_gpu"]) / float(b["tokens_per_s_per_gpu"])
-        lines.append(f"      the model's best, which {ctx.stack.framework} cannot launch as priced ({err.field}: "
-                     f"{err.message}): {describe(r)}, TTFT {r['ttft_ms']:.0f} ms, TPOT {r['tpot_ms']:.1f} ms, "
+        lines.append(f"      the model's best, which {ctx.stack.framework} cannot launch as priced "
+                     f"({refused.refusal}): {describe(r)}, TTFT {r['ttft_ms']:.0f} ms, TPOT {r['tpot_ms']:.1f} ms, "
                      f"{r['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU ({more:.2f}x this one's) on {_gpus(r['gpus_used'])}")
     lines += plan.why
     front = plan.front
@@ -873,12 +779,12 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
                              f"{describe(plain.best)} meets it at {plain.best['tokens_per_s_per_gpu']:,.0f} "
                              "tokens/s/GPU") from None
     opts["rank_by"] = rank_by
-    refused = None
     if not emit:
         # the headline is the best layout the engine can launch as priced (vLLM has no router for
         # disaggregated workers); a better winner it cannot launch is said beside it. --emit
         # picks the same layout and says what it gives up (runnable_launch)
-        plan, refused = engine_best(plan, ctx, opts, ttft_ms, tpot_ms, gpus, search)
+        from paraplan.serving_launchable import engine_best
+        plan = engine_best(plan, ctx, launch_request(opts), ttft_ms, tpot_ms, gpus, search)
     without = None
     if ctx.speculative_tokens and not emit:
         # drafting can cost more than it yields (a compute-bound step at high concurrency): the
@@ -894,6 +800,7 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
         text = emit_launch(launch, title=f"paraplan serve plan --emit: {note}; {gpus} GPUs, TTFT <= {ttft_ms:g} ms, "
                                          f"TPOT <= {tpot_ms:g} ms")
     elif as_json:
+        from paraplan.serving_launchable import refused_fields
         best = {k: plan.best[k] for k in plan.best.index if k in _PLAN_COLUMNS or "_" in k}
         best.update(_records(plan.best.to_frame().T, moe)[0])     # with every degree, as whole numbers
         if best.get("max_batch_per_rank") is not None:      # a count of requests, as serve simulate --json
@@ -911,7 +818,7 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
                           "validation_error": {m: ctx.validation_error(m) for m in search},
                           "without_drafting": None if without is None else without["best"],
                           # the search's winner the engine cannot launch as priced (null where it can)
-                          "engine_refused_best": refused_fields(refused)})
+                          "engine_refused_best": refused_fields(plan.engine_refused_best)})
     elif as_csv:
         buf = io.StringIO()
         rows = _plan_rows(plan.front, moe)
@@ -922,7 +829,7 @@ def plan_cmd(gpus: int, ttft_ms: float, tpot_ms: float, modes: str, max_batch: i
         rows.to_csv(buf, index=False)
         text = buf.getvalue()
     else:
-        text = render_plan(plan, ctx, gpus, ttft_ms, tpot_ms, top, opts, refused)
+        text = render_plan(plan, ctx, gpus, ttft_ms, tpot_ms, top, opts)
     if plot_path is not None:
         from paraplan.serving_plots import serving_pareto
         title = f"{ctx.model.name} on {gpus} x {ctx.cluster.gpu.name}, isl {opts['isl']} / osl {opts['osl']}, TTFT <= {ttft_ms:g} ms"

@@ -37,7 +37,7 @@ def layout_text(w: Worker) -> str:
 def mode_refusal(mode: str) -> InputError | None:
     """Why vLLM cannot run any launch of serving ``mode`` (``agg`` / ``disagg``), or None: the
     part of ``refusal`` that depends on the mode alone, so a search can set aside every
-    candidate of a mode at once (``paraplan.commands.serve.launchable_best``)."""
+    candidate of a mode at once (``paraplan.serving_launchable.launchable_best``)."""
     if mode == "disagg":
         return InputError("--mode", "vLLM ships no router for disaggregated prefill and decode workers",
                           "export the aggregated plan (serve plan --mode agg), or plan with -b sglang / -b trtllm")

@@ -63,10 +63,9 @@ def _best(row: dict, point: Mapping[str, Any]) -> None:
         return
     # as serve plan's headline: the best layout the engine can launch as priced (vLLM has no
     # router for disaggregated workers), a better winner it cannot launch beside it
-    from paraplan.commands.serve import launchable_best
+    from paraplan.serving_launchable import LaunchRequest, launchable_best
     from planners.serving.search import describe
-    launchable, _, rank, _, refusal = launchable_best(plan, ctx, {"isl": point["isl"], "osl": point["osl"],
-                                                                  "kv_cache_dtype": "auto"})
+    launchable, _, rank, _, refusal = launchable_best(plan, ctx, LaunchRequest(isl=point["isl"], osl=point["osl"]))
     best = plan.best if launchable is None else launchable
     for k in SERVING_PLAN_COLUMNS:
         if k in best.index:

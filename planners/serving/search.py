@@ -61,6 +61,22 @@ COLUMNS = ("mode", "layout", "prefill_layout", "decode_layout", "batch", "prefil
            "tokens_per_s_per_user", "meets_slo")
 
 
+@dataclass(frozen=True, eq=False)
+class RefusedBest:
+    """The search's winner that the serving engine cannot launch as priced, kept beside the best
+    layout it can (``paraplan.serving_launchable.engine_best``; the planner itself never sets it).
+
+    Attributes:
+        row: the winner's ``candidates`` row.
+        refusal: the engine's reason, ``"field: message"`` as ``paraplan serve plan --json``'s
+            ``engine_refused_best.engine_refuses`` gives it (``--mode: vLLM ships no router for
+            disaggregated prefill and decode workers``).
+    """
+
+    row: pd.Series
+    refusal: str
+
+
 @dataclass
 class ServingPlan:
     """Result of ``plan_serving``.
@@ -72,6 +88,9 @@ class ServingPlan:
         best: the winning row (None when nothing meets the SLO).
         why: lines explaining the winner (or what binds when nothing meets the SLO).
         evaluated: candidates scored; wall_s: seconds.
+        engine_refused_best: None from the search; where a caller replaced ``best`` by the best
+            layout the engine can launch (``with_best``, ``paraplan.serving_launchable``), the
+            search's winner the engine refuses and why (``RefusedBest``).
     """
 
     candidates: pd.DataFrame
@@ -80,6 +99,7 @@ class ServingPlan:
     why: list[str] = field(default_factory=list)
     evaluated: int = 0
     wall_s: float = 0.0
+    engine_refused_best: RefusedBest | None = None
 
 
 def _with_fitting_batches(cols: dict, max_batch: int, evaluate) -> tuple[dict, dict]:
