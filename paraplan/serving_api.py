@@ -1,7 +1,8 @@
 """Serving what-ifs from Python (notebooks): one aggregated deployment as a table row
 (``serve_simulate``), the same deployment over the values of one input (``serve_sweep``), and the
-best layouts under a latency objective (``serve_plan``), with units in every column name as
-``paraplan.api`` gives training rows.
+best layouts under a latency objective (``serve_plan``: its best is the one ``serve plan``
+headlines, the best the engine can launch as priced, ``paraplan.serving_launchable``), with units
+in every column name as ``paraplan.api`` gives training rows.
 
 The inputs are those of ``paraplan serve simulate`` / ``serve plan`` (same defaults: the
 checkpoint's weight format where it states one, else fp8 on GPUs with FP8 tensor cores, else
@@ -32,6 +33,7 @@ from paraplan import serving_priors
 from paraplan.api import what_if_cluster
 from paraplan.sweep_table import sweep_table
 from paraplan.serving_inputs import check_dense, check_release
+from paraplan.serving_launchable import LaunchRequest, engine_best
 from planners.serving.search import ServingPlan, plan_serving
 from simulator.serving.context import ServingContext, default_formats
 from simulator.serving.deployment import Deployment, worker_layout
@@ -92,12 +94,18 @@ def _without_expert_split(plan: ServingPlan) -> ServingPlan:
         for c in _expert_split_columns(df.columns):
             df[c] = pd.Series(np.nan, index=df.index, dtype=EXPERT_SPLIT_DTYPES["plan"])
         return df
-    best = plan.best
-    if best is not None:
-        best = best.copy()
-        for c in _expert_split_columns(best.index):
-            best[c] = np.nan
-    return replace(plan, candidates=frame(plan.candidates), front=frame(plan.front), best=best)
+    def row(r):
+        if r is None:
+            return None
+        r = r.copy()
+        for c in _expert_split_columns(r.index):
+            r[c] = np.nan
+        return r
+    refused = plan.engine_refused_best
+    if refused is not None:
+        refused = replace(refused, row=row(refused.row))
+    return replace(plan, candidates=frame(plan.candidates), front=frame(plan.front), best=row(plan.best),
+                   engine_refused_best=refused)
 
 
 #: context keywords naming something (text, or None for the default) and those that are numbers
@@ -299,8 +307,21 @@ def serve_sweep(base: Mapping[str, Any], field: str, values: Iterable[Any]) -> p
 def serve_plan(model: str | ModelSpec, system: str, gpus: int, *, isl: int = 1024, osl: int = 1024,
                ttft_ms: float = 1000.0, tpot_ms: float = 50.0, modes=("agg", "disagg"), max_batch: int = 1024,
                allow_pp: bool = True, rank_by: str = "per-gpu", **context: Any) -> ServingPlan:
-    """``serve plan``'s search on the what-if hardware: the ``ServingPlan`` (``best``,
-    ``candidates`` and ``front`` tables in ms and tokens/s, ``why``). On a dense model the
+    """``serve plan``'s search on the what-if hardware, and its answer: the ``ServingPlan``
+    (``best``, ``candidates`` and ``front`` tables in ms and tokens/s, ``why``).
+
+    ``best`` is what ``serve plan`` headlines and its ``--json`` ``best`` gives: the best layout
+    meeting the SLO that the engine can launch as priced (``paraplan.serving_launchable``: vLLM
+    ships no router for disaggregated prefill and decode workers; each export refuses a placement
+    or setting its engine lacks), ``why`` said of it. Where the search's winner is a layout the
+    engine refuses, ``engine_refused_best`` (``planners.serving.search.RefusedBest``) holds that
+    winner's row and the engine's refusal as ``--json``'s ``engine_refused_best.engine_refuses``
+    words it (``"--mode: vLLM ships no router ..."``); else it is None. Where no layout meeting
+    the SLO launches, and on a stack with no launch export (a stack file whose framework is not
+    vllm, sglang or trtllm), ``best`` is the search's winner and ``engine_refused_best`` None, as
+    ``serve plan`` headlines the winner there (saying the engine cannot launch it as priced);
+    ``serve plan --emit`` / ``serve simulate --emit`` say whether a layout launches.
+    ``candidates`` and ``front`` are the search's, whatever launches. On a dense model the
     expert-split columns are NaN (``EXPERT_SPLIT_DTYPES``), as serve plan's --json gives null."""
     _refuse_unknown(context, "a serving plan", CONTEXT_FIELDS)
     ctx = serving_context(model, system, **context)
@@ -313,6 +334,10 @@ def serve_plan(model: str | ModelSpec, system: str, gpus: int, *, isl: int = 102
         raise InputError("modes", f"expected agg, disagg, both or a list of them, got {modes!r}", "e.g. modes='both'")
     plan = plan_serving(ctx, gpus, isl, osl, ttft_ms, tpot_ms, modes=modes, max_batch=max_batch,
                         allow_pp=allow_pp, rank_by=rank_by)
+    # serve plan's headline: the best layout the engine can launch, the refused winner beside it
+    # (before the dense model's expert split is blanked: a launch is built from the row's degrees)
+    request = LaunchRequest(isl=isl, osl=osl, kv_cache_dtype=context.get("kv_cache_dtype", "auto"), rank_by=rank_by)
+    plan = engine_best(plan, ctx, request, ttft_ms, tpot_ms, gpus, modes)
     plan = plan if ctx.model.moe is not None else _without_expert_split(plan)
     # the columns and notes serve plan shows: efficiency_fitted, the drafts, the prior notes in why
     return serving_priors.labelled_plan(plan, ctx)

@@ -49,16 +49,23 @@ def notes(ctx, fix: str = "give --draft-acceptance") -> list[str]:
 
 
 def labelled_plan(plan, ctx, fix: str = "give draft_acceptance"):
-    """``plan`` (a ``ServingPlan``) with ``label_columns`` on its candidates, front and best and
-    the ``notes`` at the end of ``why``."""
+    """``plan`` (a ``ServingPlan``) with ``label_columns`` on its candidates, front, best and
+    ``engine_refused_best`` row and the ``notes`` at the end of ``why``."""
     cols = label_columns(ctx)
-    best = None
-    if plan.best is not None:
-        best = plan.best.copy()
+
+    def labelled(row):
+        if row is None:
+            return None
+        row = row.copy()
         for k, v in cols.items():
-            best[k] = v
-    return replace(plan, candidates=plan.candidates.assign(**cols), front=plan.front.assign(**cols), best=best,
-                   why=list(plan.why) + [f"note: {n}" for n in notes(ctx, fix)])
+            row[k] = v
+        return row
+    refused = plan.engine_refused_best      # the winner the engine cannot launch, where one is kept
+    if refused is not None:
+        refused = replace(refused, row=labelled(refused.row))
+    return replace(plan, candidates=plan.candidates.assign(**cols), front=plan.front.assign(**cols),
+                   best=labelled(plan.best), why=list(plan.why) + [f"note: {n}" for n in notes(ctx, fix)],
+                   engine_refused_best=refused)
 
 
 __all__ = ["acceptance_text", "bracketed", "label_columns", "labelled_plan", "notes", "prior_text"]

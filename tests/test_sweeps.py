@@ -421,9 +421,13 @@ def test_a_serving_sweep_row_is_serve_plans_best_deployment_for_that_point(tmp_p
         assert row.ttft_ms == best.ttft_ms and row.tpot_ms == best.tpot_ms <= 20.0
         assert row.concurrency == best.concurrency and row.gpus_used <= 8
         assert row.tokens_per_s == pytest.approx(best.tokens_per_s_per_gpu * best.gpus_used, rel=1e-12)
-        winner = plan.best
+        met = plan.candidates[plan.candidates.meets_slo.astype(bool)]
+        winner = met.loc[met.tokens_per_s_per_gpu.idxmax()]        # the search's, launched or not
         refused = row.backend == "vllm" and winner["mode"] == "disagg"
         assert (row.engine_refuses != "") == refused
+        # serving_api.serve_plan answers as the sweep row: its best is the row, the refused winner beside it
+        assert plan.best.tokens_per_s_per_gpu == row.tokens_per_s_per_gpu
+        assert (plan.engine_refused_best is not None) == refused
         if refused:
             assert row.engine_refuses.startswith("mode: vLLM ships no router")
             assert row.engine_refused_tokens_per_s_per_gpu == winner.tokens_per_s_per_gpu > row.tokens_per_s_per_gpu
@@ -447,10 +451,12 @@ def test_a_serving_sweep_row_is_the_best_layout_its_engine_can_launch(tmp_path):
     c = plan.candidates
     agg = c[(c["mode"] == "agg") & c.meets_slo.astype(bool)]
     both, disagg = df.iloc[0], df.iloc[1]
-    assert plan.best["mode"] == "disagg" and both.modes == "both" and disagg.modes == "disagg"
-    assert both.status == "ok" and both["mode"] == "agg"
-    assert both.tokens_per_s_per_gpu == agg.tokens_per_s_per_gpu.max() < plan.best.tokens_per_s_per_gpu
-    assert both.engine_refused_tokens_per_s_per_gpu == plan.best.tokens_per_s_per_gpu
+    winner = plan.engine_refused_best.row         # the search's winner, which vLLM cannot launch
+    assert winner["mode"] == "disagg" and both.modes == "both" and disagg.modes == "disagg"
+    assert both.status == "ok" and both["mode"] == "agg" == plan.best["mode"]
+    assert both.tokens_per_s_per_gpu == agg.tokens_per_s_per_gpu.max() < winner.tokens_per_s_per_gpu
+    assert both.tokens_per_s_per_gpu == plan.best.tokens_per_s_per_gpu
+    assert both.engine_refused_tokens_per_s_per_gpu == winner.tokens_per_s_per_gpu
     assert disagg.status == "unlaunchable" and disagg.reason.startswith("mode: vLLM ships no router")
     pd.testing.assert_frame_equal(run_sweep(spec, tmp_path / "out", local=True), df)
 

@@ -1,0 +1,99 @@
+"""``serving_api.serve_plan`` answers as ``paraplan serve plan`` does: its ``best`` is the best
+layout the engine can launch as priced (the CLI's headline and ``--json`` ``best``), the search's
+better winner the engine refuses kept in ``engine_refused_best`` with the refusal. It returned
+the search's winner, so for Llama-3.1-70B on 8 H100 with vLLM at TPOT 20 ms a notebook got the
+disaggregated layout (vLLM ships no router for disaggregated prefill and decode workers:
+vllm/docs/features/disagg_prefill.md) where the CLI headlined the aggregated one."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from cli_results import completed
+from paraplan.serving_api import serve_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+_BEST_FIELDS = ("mode", "layout", "workers", "batch", "gpus_used", "ttft_ms", "tpot_ms", "tokens_per_s_per_gpu")
+
+
+def _cli_json(*args) -> dict:
+    res = completed("serve", "plan", *args, "--json")
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def _same_best(plan, cli: dict) -> None:
+    """The API's best row is the CLI --json best: the same layout and numbers."""
+    for k in _BEST_FIELDS:
+        api, cmd = plan.best.get(k), cli["best"].get(k)     # a mode's columns only where it was searched
+        assert (api is None or pd.isna(api)) and cmd is None or api == cmd, (k, api, cmd)
+    # why is said of that layout, as the CLI's (the API adds the notes the CLI's header carries)
+    assert [w for w in plan.why if not w.startswith("note: ")] == cli["why"]
+
+
+def _met(plan) -> pd.DataFrame:
+    return plan.candidates[plan.candidates["meets_slo"].astype(bool)]
+
+
+def test_the_api_best_is_the_layout_vllm_launches_and_the_refused_winner_rides_beside_it():
+    args = dict(ttft_ms=1000.0, tpot_ms=20.0, backend="vllm")
+    plan = serve_plan("llama3.1-70b", "dgx-h100", 8, **args)
+    met = _met(plan)
+    agg = met[met["mode"] == "agg"]
+    # vLLM launches aggregated workers only: the best is the aggregated row with the most tokens/s/GPU
+    assert plan.best["mode"] == "agg" and plan.best.tokens_per_s_per_gpu == agg.tokens_per_s_per_gpu.max()
+    assert plan.why[0].startswith(f"why: agg {int(plan.best.workers)} x {plan.best.layout} ")
+    # the search's winner, most tokens/s/GPU of all meeting the SLO, is disaggregated: refused, kept
+    refused = plan.engine_refused_best
+    assert refused is not None and refused.row["mode"] == "disagg"
+    assert refused.row.tokens_per_s_per_gpu == met.tokens_per_s_per_gpu.max() > plan.best.tokens_per_s_per_gpu
+    assert refused.refusal.startswith("--mode: vLLM ships no router for disaggregated prefill and decode workers")
+    # a dense model's expert split is blank there too, and it carries the labels the best does
+    assert pd.isna(refused.row["moe_tp"]) and refused.row["efficiency_fitted"] == plan.best["efficiency_fitted"]
+    cli = _cli_json("-m", "llama3.1-70b", "-s", "dgx-h100", "-n", "8", "--tpot-ms", "20", "-b", "vllm")
+    _same_best(plan, cli)
+    assert cli["engine_refused_best"]["engine_refuses"] == refused.refusal
+    assert cli["engine_refused_best"]["tokens_per_s_per_gpu"] == refused.row.tokens_per_s_per_gpu
+
+
+def test_a_winner_the_engine_launches_stays_the_best_with_nothing_beside_it():
+    plan = serve_plan("llama3.1-8b", "dgx-h100", 8)
+    met = _met(plan)
+    assert plan.best.tokens_per_s_per_gpu == met.tokens_per_s_per_gpu.max()
+    assert plan.engine_refused_best is None
+    cli = _cli_json("-m", "llama3.1-8b", "-s", "dgx-h100", "-n", "8")
+    _same_best(plan, cli)
+    assert cli["engine_refused_best"] is None
+
+
+def test_a_stack_with_no_launch_export_keeps_the_search_winner_as_serve_plan_does(tmp_path):
+    """A stack file of a framework paraplan writes no launch for (here ``lmdeploy``): every row is
+    refused alike (``--emit: no launch export``), so the CLI headlines the search's winner ("best:")
+    and says the engine cannot launch it as priced; the API keeps that winner, nothing beside it."""
+    text = (ROOT / "hardware_specs" / "stacks" / "vllm-0.14.yaml").read_text()
+    assert "\nframework: vllm\n" in text and "\nname: vllm-0.14\n" in text
+    stack = tmp_path / "lmdeploy-test.yaml"
+    stack.write_text(text.replace("\nframework: vllm\n", "\nframework: lmdeploy\n")
+                     .replace("\nname: vllm-0.14\n", "\nname: lmdeploy-test\n"))
+    plan = serve_plan("llama3.1-70b", "dgx-h100", 8, tpot_ms=20.0, backend=str(stack))
+    met = _met(plan)
+    assert plan.best.tokens_per_s_per_gpu == met.tokens_per_s_per_gpu.max()
+    assert plan.engine_refused_best is None
+    args = ("-m", "llama3.1-70b", "-s", "dgx-h100", "-n", "8", "--tpot-ms", "20", "-b", str(stack))
+    cli = _cli_json(*args)
+    _same_best(plan, cli)
+    assert cli["engine_refused_best"] is None
+    out = completed("serve", "plan", *args).stdout
+    assert "\nbest: " in out and "lmdeploy cannot launch it as priced (--emit: no launch export" in out
+
+
+def test_where_no_layout_meeting_the_slo_launches_the_api_keeps_the_winner_as_the_cli():
+    """vLLM with only disaggregated layouts searched: none launches, so the CLI headlines the
+    search's winner (saying vLLM cannot launch it) and the API's best is that winner."""
+    plan = serve_plan("llama3.1-70b", "dgx-h100", 8, tpot_ms=20.0, backend="vllm", modes="disagg")
+    assert plan.best["mode"] == "disagg" and plan.engine_refused_best is None
+    assert plan.best.tokens_per_s_per_gpu == _met(plan).tokens_per_s_per_gpu.max()
+    _same_best(plan, _cli_json("-m", "llama3.1-70b", "-s", "dgx-h100", "-n", "8", "--tpot-ms", "20", "-b", "vllm",
+                               "--mode", "disagg"))
