@@ -64,9 +64,11 @@ def test_the_old_stacks_say_what_their_releases_lack_and_current_ones_lack_nothi
     for name in ("deepspeed-2021", "gpt-neox-2022", "megatron-deepspeed"):
         lacks = load_stack(name).training.lacks
         assert "zero2_with_pipeline" in lacks and "interleaved_schedule" in lacks and "zero3" not in lacks
-    # Megatron-Core runs everything but MoE layers at tp > 1 without sequence parallelism
-    for name in ("megatron-core", "megatron-bridge", "nemo-24"):
-        assert load_stack(name).training.lacks == ("moe_tp_without_sp",)
+    # Megatron-Core runs everything but MoE layers at tp > 1 without sequence parallelism, and
+    # ZeRO-2/3 (an FSDP: torch FSDP2, Megatron-FSDP; NeMo 1.x's FSDP strategy) only at pp 1
+    for name in ("megatron-core", "megatron-core-0.12", "megatron-bridge", "megatron-bridge-25.09", "nemo-24",
+                 "nemo-24.09"):
+        assert load_stack(name).training.lacks == ("zero2_with_pipeline", "moe_tp_without_sp"), name
     assert load_stack("pytorch-ddp").training.lacks == ()
     # FSDP shards the parameters too (or nothing): no ZeRO-1
     for name in ("torchtitan", "torchtitan-compile", "pytorch-fsdp", "llm-foundry"):
@@ -117,7 +119,10 @@ def test_what_the_stack_has_still_runs():
                            ("megatron-lm-2022", dict(dp=8, tp=2, sequence_parallel=True, recompute="selective")),
                            ("megatron-deepspeed", dict(dp=4, tp=2, pp=2, zero_stage=1)),
                            ("megatron-deepspeed", dict(dp=8, tp=2, zero_stage=2)),       # ZeRO-2 without a pipeline
-                           ("megatron-core", dict(dp=2, tp=2, cp=2, pp=2, zero_stage=3))):
+                           # Megatron-Core: ZeRO-3 (Megatron-FSDP) at pp 1, the distributed optimizer under a
+                           # pipeline (ZeRO-3 with pp 2 is refused: lacks zero2_with_pipeline)
+                           ("megatron-core", dict(dp=4, tp=2, cp=2, zero_stage=3)),
+                           ("megatron-core", dict(dp=2, tp=2, cp=2, pp=2, zero_stage=1))):
         c = _config(stack, micro_batch=1, global_batch=64, **fields_)
         check_config(model, c, 16)
         check_stack_features(c)
@@ -180,7 +185,8 @@ def test_hardware_stacks_prints_what_a_release_lacks_as_names():
     assert "context_parallel, expert_parallel, zero1, zero2, zero3" in line and "d898a8991d" in line
     line = next(ln for ln in CliRunner().invoke(main, ["hardware", "stacks", "megatron-core"]).output.splitlines()
                 if ln.strip().startswith("lacks "))
-    assert line.split()[1] == "moe_tp_without_sp"          # only that: MoE at tp > 1 needs sequence parallelism
+    # only these: ZeRO >= 2 needs pp 1 (an FSDP), MoE at tp > 1 needs sequence parallelism
+    assert line.split()[1:3] == ["zero2_with_pipeline,", "moe_tp_without_sp"], line
 
 
 def test_nothing_fits_names_what_the_stack_lacks_and_suggests_nothing_it_cannot_run():
