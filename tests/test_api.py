@@ -46,7 +46,9 @@ def test_best_plan_keeps_two_plans_and_finds_the_winner_of_the_whole_ranking():
     for model, cluster, gpus, tokens in (("llama3-8b", "dgx-h100", 16, 2**20), ("mixtral-8x7b", "dgx-h100", 16, 2**20)):
         ranked = api.plan(model, cluster, gpus, tokens)
         best = api.best_plan(model, cluster, gpus, tokens)
-        assert len(ranked) > 1000 * api.BEST_PLAN_KEEP
+        # hundreds of times what best_plan keeps (Mixtral: 1,159 plans since Megatron-Core refuses
+        # ZeRO-2/3 with pp > 1, lacks zero2_with_pipeline; 2,628 before)
+        assert len(ranked) > 500 * api.BEST_PLAN_KEEP
         top = ranked.iloc[0]
         assert best.iloc[0].config == top.config
         assert float(best.iloc[0].tokens_per_s) == pytest.approx(float(top.tokens_per_s), rel=1e-9)

@@ -468,11 +468,15 @@ def test_plan_prints_the_simulate_command_of_its_best_plan_and_it_gives_the_same
 
 
 def test_plan_json_and_csv_rows_carry_the_recompute_layers_decrement_their_label_shows():
-    """Among the top 60 of Llama-3-70B on 64 H100 (batch 128) a plan recomputes N layers per chunk
-    on the first stage, one fewer per later stage (label fullNd1, which the legend explains);
-    --json and --csv rows dropped the decrement, so a row read back named another plan (full
-    recompute of N layers everywhere). The row is found by its fields, not pinned to a rank."""
-    args = ("plan", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "64", "--global-batch", "128", "--top", "60")
+    """Among the top 60 of Llama-3-70B on 64 H100 (batch 128, full recomputation) a plan recomputes
+    N layers per chunk on the first stage, one fewer per later stage (label fullNd1, which the
+    legend explains); --json and --csv rows dropped the decrement, so a row read back named another
+    plan (full recompute of N layers everywhere). The row is found by its fields, not pinned to a
+    rank. Recomputation is fixed to full since Megatron-Core runs no ZeRO-2/3 under a pipeline
+    (lacks zero2_with_pipeline): the ZeRO-3 pp 2 plans that carried the decrement (rank 26 of the
+    open search) are gone, and the ZeRO-1 pp 4 ones that carry it now rank 334th in it."""
+    args = ("plan", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "64", "--global-batch", "128", "--top", "60",
+            "--fix", "recompute=full")
     rows = json.loads(run(*args, "--json").stdout)["plans"]
     i = next(k for k, r in enumerate(rows) if r["recompute_layers_decrement"] == 1)
     row = rows[i]
@@ -519,22 +523,23 @@ def test_a_best_plan_whose_host_memory_the_cluster_does_not_bound_says_so():
 
 
 def test_a_best_plan_offloading_activations_over_pcie_says_no_measured_run_backs_it():
-    # Llama-3-70B on 32 H100 at 128 sequences: the best plan offloads 4 layers' activations per
-    # chunk over PCIe (pp 2 x vpp 8; it was 79 at pp 1 and ZeRO-2 until ZeRO-2 held the computing
-    # layer's whole gradient before its reduce-scatter, 0.8 GiB more than that plan could spare),
-    # which no public row measures (its offload rows are GB200/GB300 over
+    # Llama-3-70B on 32 H100 at 128 sequences: the best plan offloads 72 layers' activations per
+    # chunk over PCIe (dp32 pp 1 ZeRO-3; it was 4 layers per chunk at pp 2 x vpp 8 and ZeRO-2 until
+    # the Megatron-Core stack refused ZeRO-2/3 under a pipeline, lacks zero2_with_pipeline, and 79
+    # at pp 1 and ZeRO-2 before ZeRO-2 held the computing layer's whole gradient before its
+    # reduce-scatter), which no public row measures (its offload rows are GB200/GB300 over
     # NVLink-C2C); the output says so beside the plan, and not for a plan without offload
     from click.testing import CliRunner
     from paraplan.cli import main
     base = ["plan", "-m", "llama3-70b", "-c", "dgx-h100", "-n", "32", "--global-batch", "128", "--top", "3"]
     out = CliRunner().invoke(main, base)
     assert out.exit_code == 0, out.output
-    assert "note: the best plan uses activation offload over PCIe (4 layers per chunk)" in out.stdout
+    assert "note: the best plan uses activation offload over PCIe (72 layers per chunk)" in out.stdout
     plain = CliRunner().invoke(main, base[:-1] + ["5", "--no-offload", "--json"])
     assert plain.exit_code == 0, plain.output
     assert json.loads(plain.stdout)["best_unmeasured_features"] == ""
     offloaded = CliRunner().invoke(main, base + ["--json"])
-    assert json.loads(offloaded.stdout)["best_unmeasured_features"] == "activation offload over PCIe (4 layers per chunk)"
+    assert json.loads(offloaded.stdout)["best_unmeasured_features"] == "activation offload over PCIe (72 layers per chunk)"
     rows = json.loads(plain.stdout)["plans"]
     # --no-offload keeps the rest of the memory search: some of the best plans recompute some
     # layers instead (the winner did until ZeRO-3's buffers held the computing layer's gradient,
