@@ -105,10 +105,12 @@ def test_a_planner_sized_1f1b_flush_gets_the_sweeps_depths_by_levels():
 def test_a_faster_link_never_lengthens_a_zero_bubble_v_step():
     # the order ZB-V's list scheduler builds for W/F = 0.75 was worse than the one for 0.625, so
     # 200 -> 300 Gb/s took Llama-4-Scout on 32 A100 from 14.93 to 15.19 s; the flush is now the
-    # shortest over the orders for the row's ratios and their neighbours
+    # shortest over the orders for the row's ratios and their neighbours. (That run was ZeRO-2;
+    # Megatron-Core runs no ZeRO-2/3 under a pipeline, lacks zero2_with_pipeline, so the layout
+    # is checked with its distributed optimizer, ZeRO-1: 14.63, 14.60, 14.58, 14.56 s.)
     from paraplan import api
     kw = dict(model="llama4-scout", cluster="dgx-a100-80gb", gpus=32, tp=2, pp=4, ep=2, etp=2, global_batch=64,
-              zero_stage=2, recompute="selective", moe_load_imbalance=1.5, seq_len=8192, schedule="zb-v")
+              zero_stage=1, recompute="selective", moe_load_imbalance=1.5, seq_len=8192, schedule="zb-v")
     steps = [float(api.simulate(**kw, scaleout_gbit_per_s=bw)["step_time_s"].iloc[0]) for bw in (200, 300, 400, 800)]
     assert all(a >= b for a, b in zip(steps, steps[1:])), steps
 

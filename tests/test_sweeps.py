@@ -241,27 +241,28 @@ def test_a_sweep_without_dtypes_runs_each_gpu_in_its_16_bit_type():
 
 
 def test_a_best_sweep_row_holds_every_field_the_planner_set_so_it_reproduces_the_plan(tmp_path):
-    """Llama-3-70B on 32 H100, batch 128: the best plan offloads the activations of 4 layers per
-    chunk at pp 2 x vpp 8 (79 at pp 1 until ZeRO-2 held the computing layer's whole gradient
-    before its reduce-scatter; on 64 H100 it offloaded 37 until the copies began to take turns
-    with the NIC traffic on the PCIe link). The sweep row had no offload_activation_layers column (nor
+    """Llama-3-70B on 32 H100, batch 128: the best plan offloads the activations of 72 layers per
+    chunk at pp 1 and ZeRO-3 (4 at pp 2 x vpp 8 and ZeRO-2 until Megatron-Core refused ZeRO-2/3
+    under a pipeline, lacks zero2_with_pipeline; 79 at pp 1 until ZeRO-2 held the computing
+    layer's whole gradient before its reduce-scatter; on 64 H100 it offloaded 37 until the copies
+    began to take turns with the NIC traffic on the PCIe link). The sweep row had no offload_activation_layers column (nor
     zero_shard_group, recompute_num_layers, recompute_layers_decrement), so it named a plan that
     does not fit; its columns are now paraplan plan's."""
     from planners.plan import OUTPUT_COLUMNS
     grid = {"models": ["llama3-70b"], "clusters": ["dgx-h100"], "gpus": [32], "global_batch": [128]}
     row = api.sweep_grid(grid).iloc[0]
-    assert (row.tp, row.pp, row.vpp, row.zero_stage, row.offload_activation_layers) == (4, 2, 8, 2, 4)
+    assert (row.tp, row.pp, row.vpp, row.zero_stage, row.offload_activation_layers) == (1, 1, 1, 3, 72)
     planned = api.plan("llama3-70b", "dgx-h100", gpus=32, global_batch=128).iloc[0]
     for k in OUTPUT_COLUMNS:
         if k != "mfu":
             assert row[k] == planned[k], k
-    assert row.config == planned.config == "dp4 tp4 pp2 vpp8 mb2 z2 off4 sp"   # plan --csv's label too
-    one = api.simulate("llama3-70b", "dgx-h100", gpus=32, tp=4, pp=2, vpp=8, micro_batch=2, global_batch=128,
-                       zero_stage=2, sequence_parallel=True, offload_activation_layers=4).iloc[0]
+    assert row.config == planned.config == "dp32 tp1 pp1 mb1 z3 off72"   # plan --csv's label too
+    one = api.simulate("llama3-70b", "dgx-h100", gpus=32, tp=1, pp=1, micro_batch=1, global_batch=128,
+                       zero_stage=3, offload_activation_layers=72).iloc[0]
     assert one.memory_gib == pytest.approx(row.memory_gib, rel=1e-9) and row.memory_gib <= 76.0
     # without the offload the same layout does not fit in the 76 GiB the search allows
-    plain = api.simulate("llama3-70b", "dgx-h100", gpus=32, tp=4, pp=2, vpp=8, micro_batch=2, global_batch=128,
-                         zero_stage=2, sequence_parallel=True).iloc[0]
+    plain = api.simulate("llama3-70b", "dgx-h100", gpus=32, tp=1, pp=1, micro_batch=1, global_batch=128,
+                         zero_stage=3).iloc[0]
     assert plain.memory_gib > 76.0
 
     import yaml
@@ -270,7 +271,7 @@ def test_a_best_sweep_row_holds_every_field_the_planner_set_so_it_reproduces_the
     result = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(tmp_path / "out"), "--local"])
     assert re.fullmatch(r"1 point in [\d.]+ s \((0\.\d+|[1-9][\d.]*) points/s\): 1 ok", result.stdout.splitlines()[0])
     csv_row = pd.read_csv(tmp_path / "out" / "results.csv").iloc[0]
-    assert csv_row.offload_activation_layers == 4 and csv_row.recompute_layers_decrement == 0
+    assert csv_row.offload_activation_layers == 72 and csv_row.recompute_layers_decrement == 0
 
 
 def _best_in_a_daemon(queue):
