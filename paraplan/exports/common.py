@@ -7,6 +7,7 @@ DataFrame, a ``StepReport``, a ``planners.PlanResult`` (its winner) or a plain d
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import fields as dc_fields
 from typing import Any, Mapping
 
@@ -23,13 +24,16 @@ from simulator.stage_layout import chunk_layers  # noqa: F401 - the launch's lay
 CONFIG_FIELDS = tuple(f.name for f in dc_fields(ParallelConfig))
 
 
-def plan_fields(plan_row: Any) -> dict:
+def plan_fields(plan_row: Any, cluster_hosts: Callable[[str], int | None] | None = None) -> dict:
     """The plan as a dict: every ``ParallelConfig`` field (validated; the stage layout's
     ``first_stage_layers`` / ``last_stage_layers`` among them, 0 = the step model's rule),
     ``model`` (a ``ModelSpec``), ``model_name``, ``seq_len``, ``n_gpus``, ``gpus_per_host`` (of
     the cluster the row names, or the row's own; None = unknown), and the prediction
     fields it carries (``step_time_s``, ``tokens_per_s``, ``mfu``, ``efficiency_fitted``, ...).
-    A ZeRO-2 row priced as ZeRO-1 (``zero2_grad_last_microbatch``) is ZeRO-1 here."""
+    A ZeRO-2 row priced as ZeRO-1 (``zero2_grad_last_microbatch``) is ZeRO-1 here.
+    ``cluster_hosts``: the GPUs per host of a catalog cluster name (default
+    ``cluster_gpus_per_host``, which loads the cluster file); a caller reading many rows of one
+    cluster passes it memoised, so the file is read once, not once per row."""
     row = _row(plan_row)
     if isinstance(row.get("config"), Mapping):
         row = {**row, **row["config"]}
@@ -63,23 +67,29 @@ def plan_fields(plan_row: Any) -> dict:
     for key in ("cluster", "gpu", "step_time_s", "tokens_per_s", "mfu", *mfu_cols, "memory_gib", "efficiency_fitted"):
         if key in row and _present(row[key]):
             out[key] = _plain(row[key])
-    out["gpus_per_host"] = _gpus_per_host(row)
+    out["gpus_per_host"] = _gpus_per_host(row, cluster_hosts or cluster_gpus_per_host)
     return out
 
 
-def _gpus_per_host(row: Mapping) -> int | None:
+def cluster_gpus_per_host(name: str) -> int | None:
+    """GPUs per host of the catalog cluster ``name`` (``ClusterSpec.launch_gpus_per_host``); None
+    for a name the catalog does not know."""
+    try:
+        return load_cluster(name).launch_gpus_per_host
+    except InputError:
+        return None
+
+
+def _gpus_per_host(row: Mapping, cluster_hosts: Callable[[str], int | None]) -> int | None:
     """GPUs per host of the plan's cluster: the row's ``gpus_per_host``, else the catalog
-    cluster's it names (``ClusterSpec.launch_gpus_per_host``); None when unknown."""
+    cluster's it names (``cluster_hosts``); None when unknown."""
     if _present(row.get("gpus_per_host")):
         return int(row["gpus_per_host"])
     cluster = row.get("cluster")
     if isinstance(cluster, ClusterSpec):
         return cluster.launch_gpus_per_host
     if isinstance(cluster, str) and cluster:
-        try:
-            return load_cluster(cluster).launch_gpus_per_host
-        except InputError:
-            return None                      # a name the catalog does not know
+        return cluster_hosts(cluster)
     return None
 
 
